@@ -1,0 +1,42 @@
+# The two commands of the README's first screen are `make demo` and `make test`; both build
+# the virtualenv on first use, so they work on a fresh machine with Python 3.11+.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Offline tiktoken: the encodings beside the checkout, when present (see ../shared/tiktoken/README.md).
+SHARED_TIKTOKEN := $(abspath ../shared/tiktoken)
+ifneq ($(wildcard $(SHARED_TIKTOKEN)/README.md),)
+export TIKTOKEN_CACHE_DIR ?= $(SHARED_TIKTOKEN)
+endif
+
+.PHONY: install demo serve test check format bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: install
+	$(BIN)/gateway demo
+
+serve: install
+	$(BIN)/gateway serve -c config.example.toml
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+check: install
+	$(BIN)/ruff format --check gateway tests benchmarks
+	$(BIN)/ruff check gateway tests benchmarks
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff format gateway tests benchmarks
+	$(BIN)/ruff check --fix gateway tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,248 @@
+"""The HTTP endpoints: OpenAI-compatible inference, model list, health; OpenAI-shaped errors.
+
+The three inference endpoints are plain ASGI callables (``ProxyEndpoint``), not Starlette
+request handlers: they read the body with a size cap, validate just what routing needs, and
+hand a ``ProxyRequest`` to the dispatcher, whose reply writes straight to ``send``. Nothing on
+that path re-serialises an upstream chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from gateway.errors import (
+    AuthenticationFailed,
+    GatewayError,
+    InvalidRequest,
+    ModelNotFound,
+    PayloadTooLarge,
+    internal_error,
+)
+from gateway.relay import DisconnectWatch, ProxyRequest
+from gateway.routing import RouteRequest
+from gateway.samples import Endpoint
+from gateway.upstream import forwardable_headers
+
+if TYPE_CHECKING:
+    from gateway.app import GatewayRuntime
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+logger = logging.getLogger("gateway")
+
+# Which body field holds the input of each endpoint, and the type it must have.
+_INPUT_FIELDS: dict[Endpoint, tuple[str, tuple[type, ...], str]] = {
+    "chat": ("messages", (list,), "an array of messages"),
+    "completions": ("prompt", (str, list), "a string or an array"),
+    "embeddings": ("input", (str, list), "a string or an array"),
+}
+
+
+def runtime_of(scope: Scope) -> GatewayRuntime:
+    runtime: GatewayRuntime = scope["app"].state.runtime.current
+    return runtime
+
+
+def error_response(error: GatewayError, request_id: str | None = None) -> Response:
+    headers = dict(error.headers)
+    if request_id:
+        headers["x-request-id"] = request_id
+    return Response(error.to_json(), status_code=error.status_code, headers=headers, media_type="application/json")
+
+
+async def send_error(send: Send, error: GatewayError, request_id: str) -> None:
+    body = error.to_json()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", request_id.encode()),
+        *((k.encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()),
+    ]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed ``limit``."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                declared = int(value)
+            except ValueError as exc:
+                raise InvalidRequest("invalid Content-Length header") from exc
+            if declared > limit:
+                raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class _ClientGone(Exception):
+    """The client hung up before its request was read: nobody to answer."""
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            text: str = value.decode("latin-1")
+            return text[7:].strip() if text[:7].lower() == "bearer " else None
+        if name == b"api-key":
+            key: str = value.decode("latin-1").strip()
+            return key
+    return None
+
+
+def parse_json_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _check_types(body: dict[str, Any], endpoint: Endpoint) -> tuple[str, bool, int | None]:
+    """Validate the fields the gateway itself relies on; the provider validates the rest."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise InvalidRequest("'stream' must be a boolean", param="stream")
+    if stream and endpoint == "embeddings":
+        raise InvalidRequest("embeddings cannot be streamed", param="stream")
+    field, kinds, expected = _INPUT_FIELDS[endpoint]
+    value = body.get(field)
+    if value is None:
+        raise InvalidRequest(f"'{field}' is required", param=field)
+    if not isinstance(value, kinds):
+        raise InvalidRequest(f"'{field}' must be {expected}", param=field)
+    if endpoint == "chat" and not value:
+        raise InvalidRequest("'messages' must not be empty", param="messages")
+    max_tokens: int | None = None
+    for name in ("max_completion_tokens", "max_tokens"):
+        limit = body.get(name)
+        if limit is None:
+            continue
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise InvalidRequest(f"'{name}' must be a positive integer", param=name)
+        max_tokens = limit if max_tokens is None else min(max_tokens, limit)
+    return model, stream, max_tokens
+
+
+class ProxyEndpoint:
+    """``POST /v1/{chat/completions,completions,embeddings}``: route, attempt, relay."""
+
+    def __init__(self, endpoint: Endpoint, path: str) -> None:
+        self.endpoint = endpoint
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        received_at = time.perf_counter()
+        request_id = uuid.uuid4().hex
+        runtime = runtime_of(scope)
+        try:
+            request, route_request = await self._prepare(scope, receive, runtime, received_at, request_id)
+        except _ClientGone:
+            return
+        except GatewayError as exc:
+            await send_error(send, exc, request_id)
+            return
+        watch = DisconnectWatch(receive)
+        started = False
+        try:
+            plan = runtime.router.plan(route_request)
+            reply = await runtime.dispatcher.dispatch(request, plan)
+            started = True
+            await reply.send_to(send, [(b"x-request-id", request_id.encode())], watch)
+        except GatewayError as exc:
+            watch.disarm()
+            if not started:
+                await send_error(send, exc, request_id)
+        except Exception:
+            watch.disarm()
+            logger.exception("unexpected error serving request %s", request_id)
+            if not started:
+                await send_error(send, internal_error(request_id), request_id)
+        except BaseException:
+            # The client hung up (DisconnectWatch cancelled us): the attempt has recorded
+            # itself; there is nobody left to answer. Anything else is shutdown: re-raise.
+            watch.disarm()
+            task = asyncio.current_task()
+            if watch.disconnected and task is not None and task.uncancel() == 0:
+                return
+            raise
+
+    async def _prepare(
+        self, scope: Scope, receive: Receive, runtime: GatewayRuntime, received_at: float, request_id: str
+    ) -> tuple[ProxyRequest, RouteRequest]:
+        runtime.check_client_key(_bearer(scope))
+        raw = await read_body(scope, receive, runtime.config.server.max_body_bytes)
+        body = parse_json_body(raw)
+        model_name, stream, max_tokens = _check_types(body, self.endpoint)
+        body.pop("provider", None)
+        model = runtime.config.model(model_name)
+        if model is None:
+            known = ", ".join(m.name for m in runtime.config.models)
+            raise ModelNotFound(f"model '{model_name}' does not exist (known: {known})", param="model")
+        prompt_tokens = max(1, len(raw) // 4)
+        request = ProxyRequest(
+            request_id=request_id,
+            endpoint=self.endpoint,
+            path=self.path,
+            body=body,
+            stream=stream,
+            requested_model=model_name,
+            received_at=received_at,
+            headers=forwardable_headers(scope["headers"]),
+            prompt_tokens=prompt_tokens,
+        )
+        route_request = RouteRequest(
+            model=model, endpoint=self.endpoint, stream=stream, prompt_tokens=prompt_tokens, max_tokens=max_tokens
+        )
+        return request, route_request
+
+
+async def list_models(request: Request) -> Response:
+    runtime = runtime_of(request.scope)
+    runtime.check_client_key(_bearer(request.scope))
+    data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "gateway"} for m in runtime.config.models]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    runtime = runtime_of(request.scope)
+    reasons = runtime.degraded_reasons()
+    return JSONResponse({"status": "degraded" if reasons else "ready", "reasons": reasons})
+
+
+__all__ = ["AuthenticationFailed", "ProxyEndpoint", "error_response", "healthz", "list_models", "readyz"]

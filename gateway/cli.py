@@ -1,0 +1,176 @@
+"""The ``gateway`` command: serve, check, and the fake provider.
+
+Start-up failures are operator errors: one clear line on stderr, exit status 1, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from gateway import __version__
+from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets
+from gateway.tokens import TokenizerError
+
+DEFAULT_CONFIG_ENV = "GATEWAY_CONFIG"
+
+
+def _fail(message: str) -> int:
+    print(f"gateway: {message}", file=sys.stderr)
+    return 1
+
+
+def _config_path(args: argparse.Namespace) -> str | None:
+    path: str | None = args.config or os.environ.get(DEFAULT_CONFIG_ENV)
+    return path
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    path = _config_path(args)
+    if path is None:
+        return _fail("no config given: use -c FILE (or set GATEWAY_CONFIG), or try `gateway demo`")
+    try:
+        config = load_config(path)
+        app = create_app(config)
+    except (ConfigError, TokenizerError) as exc:
+        return _fail(str(exc))
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            loop="uvloop",
+            http="httptools",
+            lifespan="on",
+            access_log=False,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=30,
+        )
+    )
+    server.run()
+    return 0
+
+
+def _format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=False)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
+    return "\n".join(lines)
+
+
+def routing_table(config: GatewayConfig, environ: dict[str, str]) -> str:
+    """The resolved model → deployments table; key variables shown as set/missing, never their values."""
+    header = ["model", "policy", "#", "deployment", "provider", "upstream model", "in $/1M", "out $/1M", "key"]
+    rows = []
+    for model in config.models:
+        for index, deployment in enumerate(model.deployments, start=1):
+            provider = config.provider(deployment.provider)
+            if provider.api_key_env is None:
+                key = "none"
+            else:
+                key = f"${provider.api_key_env} " + ("set" if environ.get(provider.api_key_env) else "MISSING")
+            rows.append(
+                [
+                    model.name if index == 1 else "",
+                    model.policy if index == 1 else "",
+                    str(index),
+                    deployment.name,
+                    provider.name,
+                    deployment.model,
+                    f"{deployment.price_in:g}",
+                    f"{deployment.price_out:g}",
+                    key,
+                ]
+            )
+    return _format_table(header, rows)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    path = _config_path(args)
+    if path is None:
+        return _fail("no config given: use -c FILE")
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    environ = dict(os.environ)
+    print(f"{path}: valid; {len(config.providers)} providers, {len(config.models)} models")
+    print()
+    print(routing_table(config, environ))
+    try:
+        resolve_secrets(config, environ)
+    except ConfigError as exc:
+        print()
+        return _fail(str(exc))
+    return 0
+
+
+def cmd_fake_provider(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.fakes import FakeBehavior, FakeProvider
+
+    behavior = FakeBehavior(
+        ttft_s=args.ttft,
+        tokens_per_s=args.tps,
+        output_tokens=args.tokens,
+        status=args.status,
+        error_rate=args.error_rate,
+        ttft_jitter=args.jitter,
+        tps_jitter=args.jitter,
+        seed=args.seed,
+    )
+    app = FakeProvider(args.name, behavior)
+    uvicorn.run(
+        app, host=args.host, port=args.port, loop="uvloop", http="httptools", access_log=False, log_level="warning"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="An OpenAI-compatible, measuring, routing proxy.")
+    parser.add_argument("--version", action="version", version=f"gateway {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gateway")
+    serve.add_argument("-c", "--config", help=f"the TOML config (default: ${DEFAULT_CONFIG_ENV})")
+    serve.add_argument("--host", help="override server.host")
+    serve.add_argument("--port", type=int, help="override server.port")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(func=cmd_serve)
+
+    check = commands.add_parser("check", help="validate a config and print the routing table")
+    check.add_argument("-c", "--config", help=f"the TOML config (default: ${DEFAULT_CONFIG_ENV})")
+    check.set_defaults(func=cmd_check)
+
+    fake = commands.add_parser("fake-provider", help="run a fake OpenAI-compatible provider (for trying things out)")
+    fake.add_argument("--name", default="fake")
+    fake.add_argument("--host", default="127.0.0.1")
+    fake.add_argument("--port", type=int, default=9001)
+    fake.add_argument("--ttft", type=float, default=0.2, help="seconds to the first token")
+    fake.add_argument("--tps", type=float, default=100.0, help="tokens per second (0: unpaced)")
+    fake.add_argument("--tokens", type=int, default=64, help="answer length in tokens")
+    fake.add_argument("--status", type=int, default=200, help="an error status to answer with")
+    fake.add_argument("--error-rate", type=float, default=1.0, help="share of requests answered with --status")
+    fake.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma on TTFT and speed")
+    fake.add_argument("--seed", type=int, default=None)
+    fake.set_defaults(func=cmd_fake_provider)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result: int = args.func(args)
+    return result

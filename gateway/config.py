@@ -1,0 +1,440 @@
+"""The TOML config, parsed into frozen, typed objects and validated in full at load time.
+
+Loading is the cheap, pure first phase: ``load_config(path)`` reads and validates, and does no
+I/O beyond reading the file. Secrets are named by environment variable only and resolved at
+start-up by ``resolve_secrets``. Every error names the file, the key path and what was
+expected, e.g.::
+
+    config.toml: models[2].deployments[0].provider: unknown provider "grok" (known: groq, together)
+
+Unknown keys are errors: a typo must never be silently ignored. Usage::
+
+    config = load_config("config.toml")
+    secrets = resolve_secrets(config, os.environ)
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+StatsBackend = Literal["memory", "redis"]
+STATS_BACKENDS: tuple[StatsBackend, ...] = ("memory", "redis")
+DEFAULT_POLICY = "balanced"
+
+
+class ConfigError(ValueError):
+    """An invalid config. The message is complete and safe to print: it never holds a secret."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_body_bytes: int = 4 * 1024 * 1024
+    """Request bodies above this are refused with 413 before they are read in full."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatsConfig:
+    backend: StatsBackend = "memory"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    window_s: int = 300
+    """How far back the rolling percentiles look."""
+    slice_s: int = 10
+    """Width of one histogram time slice; the window is a whole number of slices."""
+    key_prefix: str = "gateway"
+    refresh_interval_s: float = 1.0
+    """How often each replica re-reads the shared store into its local snapshot."""
+    tokenizer: str = "o200k_base"
+    """A tiktoken encoding name, or a path to a local ``.tiktoken`` file (air-gapped deployments)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    api_keys_env: str | None = "GATEWAY_API_KEYS"
+    """Names the env var holding comma-separated client keys; unset or empty means no client auth."""
+    admin_key_env: str | None = "GATEWAY_ADMIN_KEY"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """One upstream, OpenAI-compatible API. ``api_key_env`` names the variable holding its key."""
+
+    name: str
+    base_url: str
+    api_key_env: str | None = None
+    max_concurrency: int = 64
+    headers: tuple[tuple[str, str], ...] = ()
+    """Extra, non-secret headers sent with every upstream request (e.g. an org id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentConfig:
+    """A model served by one provider under that provider's own model id."""
+
+    provider: str
+    model: str
+    """The upstream's model id, sent as ``model`` in the forwarded body."""
+    price_in: float = 0.0
+    """USD per 1M prompt tokens."""
+    price_out: float = 0.0
+    """USD per 1M output tokens."""
+    name: str = ""
+    """Unique within the model; defaults to the provider's name."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    name: str
+    """What clients send as ``model``."""
+    deployments: tuple[DeploymentConfig, ...]
+    policy: str = DEFAULT_POLICY
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """How a model's requests are attempted: attempts and timeouts.
+
+    Timeouts are separate because LLM streams need different limits for each phase: a
+    connection should open in seconds, the first token may take tens of seconds, and a
+    long answer may stream for minutes.
+    """
+
+    name: str
+    max_attempts: int = 3
+    connect_timeout_s: float = 5.0
+    first_token_timeout_s: float = 30.0
+    """From sending the request to the first chunk that carries output; past it, the next deployment is tried."""
+    idle_timeout_s: float = 60.0
+    """Longest gap between two chunks of a stream."""
+    total_timeout_s: float = 600.0
+    """Deadline for the whole request, all attempts included."""
+
+
+BUILTIN_POLICIES: dict[str, PolicyConfig] = {DEFAULT_POLICY: PolicyConfig(name=DEFAULT_POLICY)}
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """The whole validated config. ``source`` is the file it came from, for messages."""
+
+    providers: tuple[ProviderConfig, ...]
+    models: tuple[ModelConfig, ...]
+    server: ServerConfig = field(default_factory=ServerConfig)
+    stats: StatsConfig = field(default_factory=StatsConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    policies: Mapping[str, PolicyConfig] = field(default_factory=lambda: dict(BUILTIN_POLICIES))
+    source: str = "<config>"
+
+    def provider(self, name: str) -> ProviderConfig:
+        for provider in self.providers:
+            if provider.name == name:
+                return provider
+        raise KeyError(name)
+
+    def model(self, name: str) -> ModelConfig | None:
+        for model in self.models:
+            if model.name == name:
+                return model
+        return None
+
+    def policy_for(self, model: ModelConfig) -> PolicyConfig:
+        return self.policies[model.policy]
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing: a small reader that tracks the key path and the keys it has not consumed yet.
+
+_T = TypeVar("_T")
+_MISSING: Any = object()
+
+
+class _Table:
+    """A TOML table being read: every ``take`` consumes a key; ``finish`` rejects what is left."""
+
+    def __init__(self, data: Mapping[str, Any], path: str, source: str) -> None:
+        self.data = data
+        self.path = path
+        self.source = source
+        self.seen: set[str] = set()
+
+    def error(self, key: str | None, message: str) -> ConfigError:
+        where = self.path if key is None else (f"{self.path}.{key}" if self.path else key)
+        return ConfigError(f"{self.source}: {where}: {message}")
+
+    def _take(self, key: str, kinds: tuple[type, ...], expected: str, default: Any) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if default is _MISSING:
+                raise self.error(key, f"missing (expected {expected})")
+            return default
+        value = self.data[key]
+        # bool is an int in Python; a TOML `true` where a number is expected is still a mistake.
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise self.error(key, f"expected {expected}, got {_describe(value)}")
+        return value
+
+    def text(self, key: str, default: Any = _MISSING, *, nonempty: bool = True) -> Any:
+        value = self._take(key, (str,), "a string", default)
+        if nonempty and isinstance(value, str) and not value.strip():
+            raise self.error(key, "expected a non-empty string")
+        return value
+
+    def integer(self, key: str, default: Any = _MISSING, *, minimum: int | None = None) -> Any:
+        value = self._take(key, (int,), "an integer", default)
+        if minimum is not None and value is not None and value < minimum:
+            raise self.error(key, f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    def number(self, key: str, default: Any = _MISSING, *, minimum: float | None = None, positive: bool = False) -> Any:
+        value = self._take(key, (int, float), "a number", default)
+        if value is None:
+            return None
+        if positive and value <= 0:
+            raise self.error(key, f"expected a number > 0, got {value}")
+        if minimum is not None and value < minimum:
+            raise self.error(key, f"expected a number >= {minimum}, got {value}")
+        return float(value)
+
+    def flag(self, key: str, default: Any = _MISSING) -> Any:
+        return self._take(key, (bool,), "true or false", default)
+
+    def choice(self, key: str, choices: tuple[_T, ...], default: Any = _MISSING) -> _T:
+        value = self._take(key, (str,), "one of " + ", ".join(f'"{c}"' for c in choices), default)
+        if value not in choices:
+            raise self.error(key, f'expected one of {", ".join(map(repr, choices))}, got "{value}"')
+        return value  # type: ignore[no-any-return]
+
+    def table(self, key: str) -> _Table:
+        value = self._take(key, (dict,), "a table", {})
+        return _Table(value, f"{self.path}.{key}" if self.path else key, self.source)
+
+    def tables(self, key: str, *, required: bool = False) -> list[_Table]:
+        value = self._take(key, (list,), "an array of tables", _MISSING if required else [])
+        tables = []
+        for index, item in enumerate(value):
+            path = f"{self.path}.{key}[{index}]" if self.path else f"{key}[{index}]"
+            if not isinstance(item, dict):
+                raise ConfigError(f"{self.source}: {path}: expected a table, got {_describe(item)}")
+            tables.append(_Table(item, path, self.source))
+        return tables
+
+    def str_table(self, key: str) -> tuple[tuple[str, str], ...]:
+        sub = self.table(key)
+        pairs = []
+        for name in sub.data:
+            pairs.append((name, sub.text(name)))
+        sub.finish()
+        return tuple(pairs)
+
+    def finish(self) -> None:
+        unknown = [key for key in self.data if key not in self.seen]
+        if unknown:
+            known = ", ".join(sorted(self.seen)) or "none"
+            raise self.error(unknown[0], f"unknown key (expected one of: {known})")
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return repr(value)
+
+
+def _parse_server(table: _Table) -> ServerConfig:
+    default = ServerConfig()
+    server = ServerConfig(
+        host=table.text("host", default.host),
+        port=table.integer("port", default.port, minimum=0),
+        max_body_bytes=table.integer("max_body_bytes", default.max_body_bytes, minimum=1),
+    )
+    if server.port > 65535:
+        raise table.error("port", f"expected a port number 0-65535, got {server.port}")
+    table.finish()
+    return server
+
+
+def _parse_stats(table: _Table) -> StatsConfig:
+    default = StatsConfig()
+    stats = StatsConfig(
+        backend=table.choice("backend", STATS_BACKENDS, default.backend),
+        redis_url=table.text("redis_url", default.redis_url),
+        window_s=table.integer("window_s", default.window_s, minimum=1),
+        slice_s=table.integer("slice_s", default.slice_s, minimum=1),
+        key_prefix=table.text("key_prefix", default.key_prefix),
+        refresh_interval_s=table.number("refresh_interval_s", default.refresh_interval_s, positive=True),
+        tokenizer=table.text("tokenizer", default.tokenizer),
+    )
+    if stats.window_s % stats.slice_s:
+        raise table.error("window_s", f"expected a multiple of slice_s ({stats.slice_s}), got {stats.window_s}")
+    if urlsplit(stats.redis_url).scheme not in ("redis", "rediss", "unix"):
+        raise table.error("redis_url", "expected a redis://, rediss:// or unix:// URL")
+    table.finish()
+    return stats
+
+
+def _parse_auth(table: _Table) -> AuthConfig:
+    default = AuthConfig()
+    auth = AuthConfig(
+        api_keys_env=table.text("api_keys_env", default.api_keys_env),
+        admin_key_env=table.text("admin_key_env", default.admin_key_env),
+    )
+    table.finish()
+    return auth
+
+
+def _parse_provider(table: _Table) -> ProviderConfig:
+    provider = ProviderConfig(
+        name=table.text("name"),
+        base_url=table.text("base_url").rstrip("/"),
+        api_key_env=table.text("api_key_env", None),
+        max_concurrency=table.integer("max_concurrency", 64, minimum=1),
+        headers=table.str_table("headers"),
+    )
+    parts = urlsplit(provider.base_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise table.error("base_url", f'expected an http:// or https:// URL, got "{provider.base_url}"')
+    if parts.username or parts.password:
+        # A key in the URL would end up in logs; keys belong in api_key_env.
+        raise table.error("base_url", "must not contain credentials (name them with api_key_env)")
+    for name, _ in provider.headers:
+        if name.lower() in ("authorization", "api-key", "x-api-key"):
+            raise table.error(f"headers.{name}", "secrets must come from the environment (use api_key_env)")
+    table.finish()
+    return provider
+
+
+def _parse_deployment(table: _Table, providers: Mapping[str, ProviderConfig]) -> DeploymentConfig:
+    provider = table.text("provider")
+    if provider not in providers:
+        known = ", ".join(providers) or "none"
+        raise table.error("provider", f'unknown provider "{provider}" (known: {known})')
+    deployment = DeploymentConfig(
+        provider=provider,
+        model=table.text("model"),
+        price_in=table.number("price_in", 0.0, minimum=0.0),
+        price_out=table.number("price_out", 0.0, minimum=0.0),
+        name=table.text("name", provider),
+    )
+    table.finish()
+    return deployment
+
+
+def _parse_model(table: _Table, providers: Mapping[str, ProviderConfig], policies: Mapping[str, Any]) -> ModelConfig:
+    name = table.text("name")
+    policy = table.text("policy", DEFAULT_POLICY)
+    if policy not in policies:
+        raise table.error("policy", f'unknown policy "{policy}" (known: {", ".join(policies)})')
+    deployment_tables = table.tables("deployments", required=True)
+    if not deployment_tables:
+        raise table.error("deployments", "expected at least one deployment")
+    deployments = tuple(_parse_deployment(t, providers) for t in deployment_tables)
+    names = [d.name for d in deployments]
+    for index, deployment in enumerate(deployments):
+        if names.index(deployment.name) != index:
+            raise deployment_tables[index].error(
+                "name", f'duplicate deployment name "{deployment.name}" (set a distinct name)'
+            )
+    table.finish()
+    return ModelConfig(name=name, deployments=deployments, policy=policy)
+
+
+def _parse_policy(name: str, table: _Table) -> PolicyConfig:
+    base = BUILTIN_POLICIES.get(name, PolicyConfig(name=name))
+    policy = PolicyConfig(
+        name=name,
+        max_attempts=table.integer("max_attempts", base.max_attempts, minimum=1),
+        connect_timeout_s=table.number("connect_timeout_s", base.connect_timeout_s, positive=True),
+        first_token_timeout_s=table.number("first_token_timeout_s", base.first_token_timeout_s, positive=True),
+        idle_timeout_s=table.number("idle_timeout_s", base.idle_timeout_s, positive=True),
+        total_timeout_s=table.number("total_timeout_s", base.total_timeout_s, positive=True),
+    )
+    table.finish()
+    return policy
+
+
+def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayConfig:
+    """Validate an already-parsed TOML document. Raises ``ConfigError`` on the first problem."""
+    root = _Table(data, "", source)
+    server = _parse_server(root.table("server"))
+    stats = _parse_stats(root.table("stats"))
+    auth = _parse_auth(root.table("auth"))
+
+    policies: dict[str, PolicyConfig] = dict(BUILTIN_POLICIES)
+    policy_root = root.table("policies")
+    for name in policy_root.data:
+        policies[name] = _parse_policy(name, policy_root.table(name))
+    policy_root.finish()
+
+    provider_tables = root.tables("providers")
+    providers: dict[str, ProviderConfig] = {}
+    for table in provider_tables:
+        provider = _parse_provider(table)
+        if provider.name in providers:
+            raise table.error("name", f'duplicate provider name "{provider.name}"')
+        providers[provider.name] = provider
+
+    model_tables = root.tables("models")
+    models: dict[str, ModelConfig] = {}
+    for table in model_tables:
+        model = _parse_model(table, providers, policies)
+        if model.name in models:
+            raise table.error("name", f'duplicate model name "{model.name}"')
+        models[model.name] = model
+    if not models:
+        raise root.error("models", "expected at least one [[models]] entry")
+    root.finish()
+    return GatewayConfig(
+        providers=tuple(providers.values()),
+        models=tuple(models.values()),
+        server=server,
+        stats=stats,
+        auth=auth,
+        policies=policies,
+        source=source,
+    )
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and validate a TOML config file."""
+    path = Path(path)
+    source = path.name
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: invalid TOML: {exc}") from exc
+    return parse_config(data, source=source)
+
+
+def resolve_secrets(config: GatewayConfig, environ: Mapping[str, str]) -> dict[str, str | None]:
+    """Each provider's key from the environment. A named but unset variable is an error.
+
+    The returned mapping is the only place keys live; it is never logged or rendered.
+    """
+    keys: dict[str, str | None] = {}
+    missing: list[str] = []
+    for provider in config.providers:
+        if provider.api_key_env is None:
+            keys[provider.name] = None
+            continue
+        value = environ.get(provider.api_key_env, "").strip()
+        if not value:
+            missing.append(f"{provider.name} ({provider.api_key_env})")
+        keys[provider.name] = value or None
+    if missing:
+        raise ConfigError(f"{config.source}: providers: environment variable not set for " + ", ".join(missing))
+    return keys

@@ -1,0 +1,167 @@
+"""The gateway's error tree, and the one table that maps it to HTTP statuses.
+
+Every error a client can see is a ``GatewayError``; anything else is a bug and becomes a
+generic 500 with a request id (see ``api.py``). Errors are translated to the most specific
+class at the boundary where they happen (``raise ... from exc``)::
+
+    GatewayError
+    ├── ClientError                   4xx: the request is at fault
+    │   ├── InvalidRequest            400 (bad JSON, wrong types, bad overrides)
+    │   ├── AuthenticationFailed      401
+    │   ├── PermissionDenied          403
+    │   ├── ModelNotFound             404
+    │   ├── PayloadTooLarge           413
+    │   └── RateLimited               429 (the gateway's own limits)
+    ├── UpstreamError                 an attempt at a provider failed
+    │   ├── UpstreamTimeout           504 (connect, first token, idle gap, total)
+    │   ├── UpstreamUnavailable       502 (connection refused or reset, broken stream)
+    │   └── UpstreamStatusError       the provider's own status, passed through
+    └── NoCapacity                    503 (every deployment is open-circuited or full)
+
+The rendered body is always OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class GatewayError(Exception):
+    """Base of every error that reaches a client with a deliberate status and message."""
+
+    status_code = 500
+    error_type = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.headers: dict[str, str] = dict(headers or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict()).encode()
+
+
+class ClientError(GatewayError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class InvalidRequest(ClientError):
+    status_code = 400
+    code = "invalid_request"
+
+
+class AuthenticationFailed(ClientError):
+    status_code = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(ClientError):
+    status_code = 403
+    error_type = "permission_error"
+    code = "permission_denied"
+
+
+class ModelNotFound(ClientError):
+    status_code = 404
+    code = "model_not_found"
+
+
+class NotFound(ClientError):
+    status_code = 404
+    code = "not_found"
+
+
+class MethodNotAllowed(ClientError):
+    status_code = 405
+    code = "method_not_allowed"
+
+
+class PayloadTooLarge(ClientError):
+    status_code = 413
+    code = "request_too_large"
+
+
+class RateLimited(ClientError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class UpstreamError(GatewayError):
+    """One attempt at one provider failed. ``provider`` names it; the message never holds a key."""
+
+    status_code = 502
+    error_type = "upstream_error"
+    code = "upstream_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str = "",
+        status: int | None = None,
+        code: str | None = None,
+        retry_after_s: float | None = None,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, code=code, headers=headers)
+        self.provider = provider
+        self.upstream_status = status
+        self.retry_after_s = retry_after_s
+        self.body = body
+
+
+class UpstreamTimeout(UpstreamError):
+    status_code = 504
+    code = "upstream_timeout"
+
+
+class UpstreamUnavailable(UpstreamError):
+    status_code = 502
+    code = "upstream_unavailable"
+
+
+class UpstreamStatusError(UpstreamError):
+    """The provider answered with an error status; ``status_code`` is that status."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str = "",
+        status: int = 502,
+        code: str | None = None,
+        retry_after_s: float | None = None,
+        body: bytes | None = None,
+    ) -> None:
+        super().__init__(message, provider=provider, status=status, code=code, retry_after_s=retry_after_s, body=body)
+        self.status_code = status
+
+
+class NoCapacity(GatewayError):
+    status_code = 503
+    error_type = "server_error"
+    code = "no_capacity"
+
+
+def internal_error(request_id: str) -> GatewayError:
+    """The generic 500 for a bug: nothing of the exception reaches the client, only an id to grep logs for."""
+    return GatewayError(f"internal error (request id {request_id})", code="internal_error")

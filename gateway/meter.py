@@ -1,0 +1,247 @@
+"""Timestamps and token counts of one response: a pure function of its bytes and a clock.
+
+The relay calls ``StreamMeter.feed`` with each chunk as it forwards it. On that hot path the
+meter only splits events and notes arrival times; it parses JSON only until the first chunk
+that carries output (so the relay knows the first token has come). Everything else (which
+events hold answer text, the token count, tokens per second) is worked out once, in
+``finish``, after the last byte has gone to the client.
+
+Definitions (DESIGN.md): TTFT runs from sending the upstream request to the first chunk that
+carries output (content, reasoning or a tool-call delta); tokens per second is answer tokens
+÷ (last answer token − first answer token), undefined under 2 tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.sse import SSESplitter
+from gateway.tokens import TokenCounter
+
+Clock = Callable[[], float]
+DONE = b"[DONE]"
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What the meter saw of one response; times are seconds from the upstream request."""
+
+    ttft_s: float | None = None
+    first_answer_s: float | None = None
+    last_answer_s: float | None = None
+    tokens_per_s: float | None = None
+    output_tokens: int | None = None
+    answer_text: str = ""
+    usage_prompt_tokens: int | None = None
+    usage_completion_tokens: int | None = None
+    finished: bool = False
+    """A ``finish_reason`` arrived: the answer is complete even if ``[DONE]`` did not follow."""
+    saw_done: bool = False
+    error_message: str | None = None
+    """The message of an error event the provider sent inside the stream."""
+    response_model: str | None = None
+    """The model id the provider reported answering with."""
+
+
+def _choices(event: dict[str, Any]) -> list[dict[str, Any]]:
+    choices = event.get("choices")
+    return [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
+
+
+def _answer_of(choice: dict[str, Any]) -> str:
+    """The visible answer text in one choice of a chunk or a whole response (tool-call arguments included)."""
+    parts: list[str] = []
+    text = choice.get("text")  # /v1/completions
+    if isinstance(text, str):
+        parts.append(text)
+    for holder in (choice.get("delta"), choice.get("message")):
+        if not isinstance(holder, dict):
+            continue
+        content = holder.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        for call in holder.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                parts.append(function["arguments"])
+        function_call = holder.get("function_call")
+        if isinstance(function_call, dict) and isinstance(function_call.get("arguments"), str):
+            parts.append(function_call["arguments"])
+    return "".join(parts)
+
+
+def _reasoning_of(choice: dict[str, Any]) -> str:
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return ""
+    for key in ("reasoning_content", "reasoning"):
+        value = delta.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _carries_output(choice: dict[str, Any]) -> bool:
+    if _answer_of(choice) or _reasoning_of(choice):
+        return True
+    delta = choice.get("delta")
+    # A tool call's first delta may carry only its name, no arguments yet: that is output too.
+    return isinstance(delta, dict) and bool(delta.get("tool_calls") or delta.get("function_call"))
+
+
+def _error_message(event: dict[str, Any]) -> str | None:
+    error = event.get("error")
+    if error is None:
+        return None
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    return str(error)
+
+
+def _usage(event: dict[str, Any]) -> tuple[int | None, int | None]:
+    usage = event.get("usage")
+    if not isinstance(usage, dict):
+        return None, None
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    return (
+        prompt if isinstance(prompt, int) and not isinstance(prompt, bool) else None,
+        completion if isinstance(completion, int) and not isinstance(completion, bool) else None,
+    )
+
+
+def _parse(data: bytes) -> dict[str, Any] | None:
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+class StreamMeter:
+    """Watches one streamed response. Created per attempt, not thread-safe.
+
+    ``sent_at`` is the clock reading when the upstream request was sent.
+    """
+
+    __slots__ = ("_clock", "_sent_at", "_splitter", "_events", "first_output_at", "done", "malformed")
+
+    def __init__(self, clock: Clock, sent_at: float) -> None:
+        self._clock = clock
+        self._sent_at = sent_at
+        self._splitter = SSESplitter()
+        self._events: list[tuple[float, bytes]] = []
+        self.first_output_at: float | None = None
+        self.done = False
+        """``data: [DONE]`` arrived: the stream is over, whatever the connection does next."""
+        self.malformed = False
+        """An event that is not JSON arrived before the first output."""
+
+    def feed(self, chunk: bytes) -> None:
+        """Note one relayed chunk. Cheap: no JSON once the first output has been seen."""
+        now = self._clock()
+        for data in self._splitter.feed(chunk):
+            self._note(now, data)
+
+    def _note(self, now: float, data: bytes) -> None:
+        if data == DONE:
+            self.done = True
+            return
+        self._events.append((now, data))
+        if self.first_output_at is None:
+            event = _parse(data)
+            if event is None:
+                self.malformed = True
+            elif _error_message(event) is not None or any(_carries_output(c) for c in _choices(event)):
+                # An error event counts as "output" too: the first-token wait is over, and it
+                # must reach the client rather than be retried blindly.
+                self.first_output_at = now
+
+    def end_of_stream(self) -> None:
+        """The upstream closed: complete an event that lacked its closing blank line."""
+        now = self._clock()
+        for data in self._splitter.flush():
+            self._note(now, data)
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_output_at is None else self.first_output_at - self._sent_at
+
+    def finish(self, counter: TokenCounter) -> Reading:
+        """Work out the reading from everything seen. Call once, off the byte path."""
+        answer: list[str] = []
+        first_answer_at: float | None = None
+        last_answer_at: float | None = None
+        first_output_at: float | None = None
+        usage_prompt: int | None = None
+        usage_completion: int | None = None
+        finished = False
+        error_message: str | None = None
+        response_model: str | None = None
+        for at, data in self._events:
+            event = _parse(data)
+            if event is None:
+                continue
+            message = _error_message(event)
+            if message is not None:
+                error_message = message
+                continue
+            if response_model is None and isinstance(event.get("model"), str):
+                response_model = event["model"]
+            prompt, completion = _usage(event)
+            usage_prompt = prompt if prompt is not None else usage_prompt
+            usage_completion = completion if completion is not None else usage_completion
+            for choice in _choices(event):
+                text = _answer_of(choice)
+                if text:
+                    answer.append(text)
+                    if first_answer_at is None:
+                        first_answer_at = at
+                    last_answer_at = at
+                if first_output_at is None and _carries_output(choice):
+                    first_output_at = at
+                if choice.get("finish_reason"):
+                    finished = True
+        text = "".join(answer)
+        tokens = counter.count(text)
+        tokens_per_s = None
+        if tokens >= 2 and first_answer_at is not None and last_answer_at is not None:
+            window = last_answer_at - first_answer_at
+            tokens_per_s = tokens / window if window > 0 else None
+        sent = self._sent_at
+        return Reading(
+            ttft_s=None if first_output_at is None else first_output_at - sent,
+            first_answer_s=None if first_answer_at is None else first_answer_at - sent,
+            last_answer_s=None if last_answer_at is None else last_answer_at - sent,
+            tokens_per_s=tokens_per_s,
+            output_tokens=tokens,
+            answer_text=text,
+            usage_prompt_tokens=usage_prompt,
+            usage_completion_tokens=usage_completion,
+            finished=finished,
+            saw_done=self.done,
+            error_message=error_message,
+            response_model=response_model,
+        )
+
+
+def read_body(body: bytes, counter: TokenCounter) -> Reading:
+    """The reading of a whole (non-streamed) JSON response: tokens and usage, no timings."""
+    event = _parse(body)
+    if event is None:
+        return Reading()
+    text = "".join(_answer_of(choice) for choice in _choices(event))
+    prompt, completion = _usage(event)
+    model = event.get("model")
+    return Reading(
+        output_tokens=counter.count(text),
+        answer_text=text,
+        usage_prompt_tokens=prompt,
+        usage_completion_tokens=completion,
+        finished=True,
+        error_message=_error_message(event),
+        response_model=model if isinstance(model, str) else None,
+    )

@@ -1,0 +1,92 @@
+"""What one attempt at one deployment measured, and the sink that receives it.
+
+A ``Sample`` follows the definitions in DESIGN.md exactly; every field that could not be
+measured is ``None`` (never zero), so that a percentile is never dragged by a missing value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+Outcome = Literal["ok", "upstream_error", "timeout", "broken_stream", "client_cancelled", "client_error"]
+"""How an attempt ended.
+
+``client_error`` is an upstream 4xx that was the request's fault (context length, content
+filter): it is relayed to the client and counts against neither the provider's success rate
+nor its health.
+"""
+
+OUTCOMES: tuple[Outcome, ...] = ("ok", "upstream_error", "timeout", "broken_stream", "client_cancelled", "client_error")
+
+Endpoint = Literal["chat", "completions", "embeddings"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One attempt's measurements. Created once when the attempt ends; immutable after."""
+
+    model: str
+    """The client-facing model name (``requested_model``)."""
+    deployment: str
+    """The deployment's name within the model (the provider's name unless the config says otherwise)."""
+    provider: str
+    endpoint: Endpoint
+    stream: bool
+    outcome: Outcome
+    started_at: float
+    """Wall-clock (unix) time the upstream request was sent; places the sample in a time slice."""
+    status: int | None = None
+    """The upstream HTTP status; None when no response arrived."""
+    ttft_s: float | None = None
+    """Upstream request sent → first chunk carrying output (content, reasoning or a tool call)."""
+    first_answer_s: float | None = None
+    """Upstream request sent → first visible answer token."""
+    tokens_per_s: float | None = None
+    """Answer tokens ÷ (last answer token − first answer token); None under 2 tokens."""
+    e2e_s: float | None = None
+    """Client request received → last byte sent (for failed attempts: → the failure)."""
+    output_tokens: int | None = None
+    """Answer tokens counted by the gateway's pinned encoding."""
+    usage_prompt_tokens: int | None = None
+    """As reported by the provider, for cost only. None means the provider did not report."""
+    usage_completion_tokens: int | None = None
+    prompt_tokens_estimate: int | None = None
+    """The gateway's own estimate of the prompt's size, used when the provider reports no usage."""
+    cost_usd: float | None = None
+    hedged: bool = False
+    """True when this attempt ran as a hedge beside another."""
+
+
+class SampleSink(Protocol):
+    """Receives every finished attempt's ``Sample``.
+
+    ``record`` is called on the event loop after the response's last byte; it must not block
+    and must not raise (a stats backend buffers, a metrics exporter increments).
+    """
+
+    def record(self, sample: Sample) -> None: ...
+
+
+class SampleFanout:
+    """A sink that hands each sample to several sinks, in order."""
+
+    def __init__(self, sinks: list[SampleSink]) -> None:
+        self.sinks = list(sinks)
+
+    def record(self, sample: Sample) -> None:
+        for sink in self.sinks:
+            sink.record(sample)
+
+
+class SampleLog:
+    """A sink that keeps the last ``limit`` samples in memory; tests and the demo read it."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.limit = limit
+        self.samples: list[Sample] = []
+
+    def record(self, sample: Sample) -> None:
+        self.samples.append(sample)
+        if len(self.samples) > self.limit:
+            del self.samples[: len(self.samples) - self.limit]

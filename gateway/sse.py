@@ -1,0 +1,62 @@
+"""An incremental splitter of Server-Sent Events, for watching a stream on the side.
+
+The relay forwards upstream bytes untouched; this splitter only tells the meter where each
+event ends and what its ``data`` is. It never re-serialises anything, and it holds at most
+one partial event between calls.
+"""
+
+from __future__ import annotations
+
+
+class SSESplitter:
+    """Feed raw bytes in arrival order; get back the ``data`` payload of each completed event.
+
+    Created per stream, not thread-safe. Events with no ``data`` line (comments, keep-alives)
+    are dropped. Multiple ``data`` lines of one event are joined with ``\\n``, as the SSE spec says.
+    """
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buffer = self._buffer + chunk if self._buffer else chunk
+        held = b""
+        if b"\r" in buffer:
+            if buffer.endswith(b"\r"):
+                # It may be the first half of a "\r\n" split across chunks: decide next time.
+                buffer, held = buffer[:-1], b"\r"
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        blocks = buffer.split(b"\n\n")
+        self._buffer = blocks.pop() + held
+        payloads = []
+        for block in blocks:
+            data = _data_of(block)
+            if data is not None:
+                payloads.append(data)
+        return payloads
+
+    def flush(self) -> list[bytes]:
+        """The last event when a stream ends without its closing blank line."""
+        block, self._buffer = self._buffer, b""
+        data = _data_of(block.replace(b"\r", b"\n").strip(b"\n"))
+        return [] if data is None else [data]
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an event not completed yet."""
+        return len(self._buffer)
+
+
+def _data_of(block: bytes) -> bytes | None:
+    if block.startswith(b"data:") and b"\n" not in block:
+        # The common case, one data line per event: no list, no join.
+        data = block[5:]
+        return data[1:] if data.startswith(b" ") else data
+    lines = []
+    for line in block.split(b"\n"):
+        if line.startswith(b"data:"):
+            data = line[5:]
+            lines.append(data[1:] if data.startswith(b" ") else data)
+    return b"\n".join(lines) if lines else None

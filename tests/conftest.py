@@ -1,0 +1,104 @@
+"""Fixtures shared by the test suite: fake providers and gateways on real loopback servers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.app import AppOptions, create_app
+from gateway.config import GatewayConfig, parse_config
+from gateway.fakes import FakeBehavior, FakeProvider
+from gateway.samples import SampleLog
+from tests.servers import ServerThread
+
+SHARED_TIKTOKEN = Path(__file__).resolve().parents[2] / "shared" / "tiktoken"
+if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_TIKTOKEN.is_dir():
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED_TIKTOKEN)
+
+
+class Fakes:
+    """Starts fake providers on demand; all are stopped at the end of the test."""
+
+    def __init__(self) -> None:
+        self.servers: list[ServerThread] = []
+
+    def start(self, name: str = "fake", behavior: FakeBehavior | None = None, **options: Any) -> FakeServer:
+        app = FakeProvider(name, behavior or FakeBehavior(), record=True, **options)
+        server = ServerThread(app).start()
+        self.servers.append(server)
+        return FakeServer(app, server)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
+class FakeServer:
+    def __init__(self, app: FakeProvider, server: ServerThread) -> None:
+        self.app = app
+        self.server = server
+        self.url = server.url
+        self.base_url = server.url + "/v1"
+        self.name = app.name
+
+
+@pytest.fixture
+def fakes() -> Iterator[Fakes]:
+    registry = Fakes()
+    yield registry
+    registry.stop()
+
+
+def gateway_config(
+    providers: list[FakeServer],
+    *,
+    model: str = "m",
+    policy: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> GatewayConfig:
+    """A config with one model deployed on each given fake provider, in order."""
+    data: dict[str, Any] = {
+        "providers": [{"name": p.name, "base_url": p.base_url, "max_concurrency": 256} for p in providers],
+        "models": [
+            {
+                "name": model,
+                "policy": "test",
+                "deployments": [
+                    {"provider": p.name, "model": f"{p.name}-upstream", "price_in": 1.0, "price_out": 2.0}
+                    for p in providers
+                ],
+            }
+        ],
+        "policies": {"test": {"first_token_timeout_s": 5.0, "idle_timeout_s": 5.0, **(policy or {})}},
+    }
+    for key, value in (extra or {}).items():
+        data[key] = value
+    return parse_config(data, source="test.toml")
+
+
+class Gateway:
+    def __init__(self, server: ServerThread, samples: SampleLog) -> None:
+        self.server = server
+        self.url = server.url
+        self.base_url = server.url + "/v1"
+        self.samples = samples
+
+
+@pytest.fixture
+def start_gateway() -> Iterator[Callable[..., Gateway]]:
+    servers: list[ServerThread] = []
+
+    def start(config: GatewayConfig, environ: dict[str, str] | None = None) -> Gateway:
+        samples = SampleLog()
+        app = create_app(config, AppOptions(environ=environ or {}, sinks=[samples]))
+        server = ServerThread(app).start()
+        servers.append(server)
+        return Gateway(server, samples)
+
+    yield start
+    for server in servers:
+        server.stop()
