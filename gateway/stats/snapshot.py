@@ -1,0 +1,127 @@
+"""What the router and the leaderboard read: per (model, deployment) summaries over the window.
+
+A ``StatsSnapshot`` is an immutable value, rebuilt in the background by the stats store and
+swapped in whole; reading it never does I/O, so it is safe on the request path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gateway.samples import OUTCOMES, Outcome, Sample
+from gateway.stats.sketch import LogHistogram
+
+Metric = Literal["ttft_s", "first_answer_s", "tokens_per_s", "e2e_s", "output_tokens"]
+METRICS: tuple[Metric, ...] = ("ttft_s", "first_answer_s", "tokens_per_s", "e2e_s", "output_tokens")
+
+# Outcomes that say nothing about the provider: the client left, or the request was at fault.
+NEUTRAL_OUTCOMES: frozenset[Outcome] = frozenset({"client_cancelled", "client_error"})
+
+
+def sample_values(sample: Sample) -> dict[Metric, float]:
+    """The metric values a sample contributes (missing ones are left out, never zero)."""
+    values: dict[Metric, float] = {}
+    if sample.ttft_s is not None:
+        values["ttft_s"] = sample.ttft_s
+    if sample.first_answer_s is not None:
+        values["first_answer_s"] = sample.first_answer_s
+    if sample.tokens_per_s is not None:
+        values["tokens_per_s"] = sample.tokens_per_s
+    if sample.outcome == "ok":
+        # End-to-end and answer length describe complete answers only.
+        if sample.e2e_s is not None:
+            values["e2e_s"] = sample.e2e_s
+        if sample.output_tokens is not None:
+            values["output_tokens"] = float(sample.output_tokens)
+    return values
+
+
+@dataclass
+class DeploymentSummary:
+    """One deployment's window: outcome counts and a histogram per metric."""
+
+    model: str
+    deployment: str
+    outcomes: dict[Outcome, int] = field(default_factory=dict)
+    histograms: dict[Metric, LogHistogram] = field(default_factory=dict)
+
+    def add(self, sample: Sample) -> None:
+        self.outcomes[sample.outcome] = self.outcomes.get(sample.outcome, 0) + 1
+        for metric, value in sample_values(sample).items():
+            histogram = self.histograms.get(metric)
+            if histogram is None:
+                histogram = self.histograms[metric] = LogHistogram()
+            histogram.add(value)
+
+    def merge(self, other: DeploymentSummary) -> None:
+        for outcome, n in other.outcomes.items():
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
+        for metric, histogram in other.histograms.items():
+            mine = self.histograms.get(metric)
+            if mine is None:
+                self.histograms[metric] = histogram.copy()
+            else:
+                mine.merge(histogram)
+
+    def copy(self) -> DeploymentSummary:
+        copy = DeploymentSummary(self.model, self.deployment, dict(self.outcomes))
+        copy.histograms = {m: h.copy() for m, h in self.histograms.items()}
+        return copy
+
+    @property
+    def attempts(self) -> int:
+        """Attempts that say something of the provider (client cancellations and client faults excluded)."""
+        return sum(n for outcome, n in self.outcomes.items() if outcome not in NEUTRAL_OUTCOMES)
+
+    @property
+    def samples(self) -> int:
+        """Every attempt in the window, whatever its outcome."""
+        return sum(self.outcomes.values())
+
+    def success_rate(self) -> float | None:
+        attempts = self.attempts
+        return None if attempts == 0 else self.outcomes.get("ok", 0) / attempts
+
+    def quantile(self, metric: Metric, q: float) -> float | None:
+        histogram = self.histograms.get(metric)
+        return None if histogram is None else histogram.quantile(q)
+
+    def count(self, metric: Metric) -> int:
+        histogram = self.histograms.get(metric)
+        return 0 if histogram is None else histogram.count
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """Summaries keyed by (model, deployment). Treat as immutable once published."""
+
+    summaries: Mapping[tuple[str, str], DeploymentSummary] = field(default_factory=dict)
+    taken_at: float = 0.0
+    """Wall-clock time the snapshot describes (its window ends here)."""
+
+    def get(self, model: str, deployment: str) -> DeploymentSummary | None:
+        return self.summaries.get((model, deployment))
+
+    def model_quantile(self, model: str, metric: Metric, q: float) -> float | None:
+        """A quantile over all of a model's deployments (e.g. its typical answer length)."""
+        histograms = [
+            s.histograms[metric] for (m, _), s in self.summaries.items() if m == model and metric in s.histograms
+        ]
+        return LogHistogram.merged(histograms).quantile(q) if histograms else None
+
+    @classmethod
+    def from_samples(cls, samples: Iterable[Sample], taken_at: float = 0.0) -> StatsSnapshot:
+        """A snapshot of exactly these samples (no window): for tests, benchmarks and seeding."""
+        summaries: dict[tuple[str, str], DeploymentSummary] = {}
+        for sample in samples:
+            key = (sample.model, sample.deployment)
+            summary = summaries.get(key)
+            if summary is None:
+                summary = summaries[key] = DeploymentSummary(sample.model, sample.deployment)
+            summary.add(sample)
+        return cls(summaries, taken_at)
+
+
+__all__ = ["METRICS", "OUTCOMES", "DeploymentSummary", "Metric", "StatsSnapshot", "sample_values"]
