@@ -32,6 +32,7 @@ from gateway.meter import Clock
 from gateway.relay import Dispatcher
 from gateway.routing import OrderedRouter, Router
 from gateway.samples import SampleFanout, SampleSink
+from gateway.stats import StatsStore, open_stats_store
 from gateway.tokens import TokenCounter, load_token_counter
 from gateway.upstream import UpstreamPool
 
@@ -75,6 +76,8 @@ class GatewayRuntime:
     dispatcher: Dispatcher
     upstreams: UpstreamPool
     counter: TokenCounter
+    stats: StatsStore
+    """Lives as long as the process: a reloaded config keeps the same store (``[stats]`` needs a restart)."""
     client_keys: ClientKeys = field(default_factory=ClientKeys)
 
     def check_client_key(self, key: str | None) -> None:
@@ -82,7 +85,8 @@ class GatewayRuntime:
             raise AuthenticationFailed("invalid or missing API key (send 'Authorization: Bearer <key>')")
 
     def degraded_reasons(self) -> list[str]:
-        return []
+        health = self.stats.health()
+        return [health.reason or "stats backend degraded"] if health.degraded else []
 
     async def aclose(self) -> None:
         await self.upstreams.aclose()
@@ -103,11 +107,13 @@ class AppOptions:
     clock: Clock | None = None
 
 
-async def build_runtime(config: GatewayConfig, options: AppOptions, keys: Mapping[str, str | None]) -> GatewayRuntime:
+async def build_runtime(
+    config: GatewayConfig, options: AppOptions, keys: Mapping[str, str | None], stats: StatsStore
+) -> GatewayRuntime:
     counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
     upstreams = UpstreamPool.from_config(config, keys)
     router = OrderedRouter(config)
-    sink = SampleFanout(list(options.sinks))
+    sink = SampleFanout([stats, *options.sinks])
     if options.clock is not None:
         dispatcher = Dispatcher(upstreams, router, sink, counter, clock=options.clock)
     else:
@@ -118,6 +124,7 @@ async def build_runtime(config: GatewayConfig, options: AppOptions, keys: Mappin
         dispatcher=dispatcher,
         upstreams=upstreams,
         counter=counter,
+        stats=stats,
         client_keys=ClientKeys.from_env(config.auth.api_keys_env, options.environ),
     )
 
@@ -140,11 +147,16 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        holder.current = await build_runtime(config, options, keys)
+        stats = open_stats_store(config.stats)
+        await stats.start()
         try:
-            yield
+            holder.current = await build_runtime(config, options, keys, stats)
+            try:
+                yield
+            finally:
+                await holder.current.aclose()
         finally:
-            await holder.current.aclose()
+            await stats.aclose()
 
     routes = [
         Route("/v1/chat/completions", api.ProxyEndpoint("chat", "/chat/completions"), methods=["POST"]),

@@ -1,7 +1,19 @@
 """Rolling statistics: mergeable histograms per time slice, in memory or in Redis, and the
 snapshot the router and the leaderboard read."""
 
+from gateway.stats.base import StatsStore, StoreHealth, open_stats_store
+from gateway.stats.memory import InMemoryStatsStore
 from gateway.stats.sketch import LogHistogram
 from gateway.stats.snapshot import METRICS, DeploymentSummary, Metric, StatsSnapshot
 
-__all__ = ["METRICS", "DeploymentSummary", "LogHistogram", "Metric", "StatsSnapshot"]
+__all__ = [
+    "METRICS",
+    "DeploymentSummary",
+    "InMemoryStatsStore",
+    "LogHistogram",
+    "Metric",
+    "StatsSnapshot",
+    "StatsStore",
+    "StoreHealth",
+    "open_stats_store",
+]

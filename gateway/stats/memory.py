@@ -1,0 +1,42 @@
+"""The in-process stats backend: the embedded default, and the one a single replica needs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from gateway.config import StatsConfig
+from gateway.samples import Sample
+from gateway.stats.base import StoreHealth
+from gateway.stats.snapshot import StatsSnapshot
+from gateway.stats.window import SlicedWindow
+
+
+class InMemoryStatsStore:
+    """Rolling statistics in this process only. Usage::
+
+    store = InMemoryStatsStore(StatsConfig(window_s=300, slice_s=10))
+    store.record(sample)
+    store.snapshot().get("llama-3.3-70b", "groq").quantile("ttft_s", 0.95)
+    """
+
+    def __init__(self, config: StatsConfig, wall_clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.window = SlicedWindow(config.window_s, config.slice_s, wall_clock)
+        self.dropped = 0
+
+    def record(self, sample: Sample) -> None:
+        if not self.window.add(sample):
+            self.dropped += 1
+
+    def snapshot(self) -> StatsSnapshot:
+        return self.window.snapshot()
+
+    def health(self) -> StoreHealth:
+        return StoreHealth(dropped_samples=self.dropped)
+
+    async def start(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass

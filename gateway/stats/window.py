@@ -1,0 +1,93 @@
+"""A rolling window of time slices, with a running total kept up to date incrementally.
+
+Each slice (``slice_s`` wide) holds one ``DeploymentSummary`` per (model, deployment). The
+window's total is updated on every ``add`` and has whole slices subtracted as they age out,
+so reading it costs nothing however many slices the window spans: the router can read it on
+every request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from gateway.samples import Sample
+from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
+
+Key = tuple[str, str]
+SliceSummaries = dict[Key, DeploymentSummary]
+
+
+def slice_index(wall_time: float, slice_s: int) -> int:
+    return math.floor(wall_time / slice_s)
+
+
+def subtract(total: DeploymentSummary, part: DeploymentSummary) -> None:
+    """Remove ``part``'s counts from ``total`` (``part`` must have been merged into it)."""
+    for outcome, n in part.outcomes.items():
+        left = total.outcomes.get(outcome, 0) - n
+        if left > 0:
+            total.outcomes[outcome] = left
+        else:
+            total.outcomes.pop(outcome, None)
+    for metric, histogram in part.histograms.items():
+        mine = total.histograms.get(metric)
+        if mine is None:
+            continue
+        for bucket, n in histogram.counts.items():
+            left = mine.counts.get(bucket, 0) - n
+            if left > 0:
+                mine.counts[bucket] = left
+            else:
+                mine.counts.pop(bucket, None)
+        mine.count -= histogram.count
+        if mine.count <= 0:
+            del total.histograms[metric]
+
+
+class SlicedWindow:
+    """The last ``window_s`` seconds of samples, in ``slice_s`` slices. Not thread-safe (one event loop).
+
+    ``wall_clock`` is injectable so that expiry can be tested without waiting.
+    """
+
+    def __init__(self, window_s: int, slice_s: int, wall_clock: Callable[[], float]) -> None:
+        self.slice_s = slice_s
+        self.slices_in_window = max(1, window_s // slice_s)
+        self.wall_clock = wall_clock
+        self.slices: dict[int, SliceSummaries] = {}
+        self.total: SliceSummaries = {}
+
+    def _oldest_kept(self) -> int:
+        return slice_index(self.wall_clock(), self.slice_s) - self.slices_in_window + 1
+
+    def expire(self) -> None:
+        """Drop slices that fell out of the window, subtracting them from the total."""
+        oldest = self._oldest_kept()
+        for index in [i for i in self.slices if i < oldest]:
+            for key, part in self.slices.pop(index).items():
+                total = self.total.get(key)
+                if total is not None:
+                    subtract(total, part)
+                    if not total.outcomes:
+                        del self.total[key]
+
+    def add(self, sample: Sample) -> bool:
+        """Count a sample in its slice; False if it is already older than the window."""
+        index = slice_index(sample.started_at, self.slice_s)
+        self.expire()
+        if index < self._oldest_kept():
+            return False
+        key = (sample.model, sample.deployment)
+        summaries = self.slices.setdefault(index, {})
+        for target in (summaries, self.total):
+            summary = target.get(key)
+            if summary is None:
+                summary = target[key] = DeploymentSummary(sample.model, sample.deployment)
+            summary.add(sample)
+        return True
+
+    def snapshot(self) -> StatsSnapshot:
+        """The window's total as a snapshot. It shares state with the window: read it before the next ``add``."""
+        self.expire()
+        return StatsSnapshot(self.total, taken_at=self.wall_clock())
