@@ -28,7 +28,7 @@ from gateway.errors import (
     internal_error,
 )
 from gateway.relay import DisconnectWatch, ProxyRequest
-from gateway.routing import RouteRequest
+from gateway.routing import RouteRequest, parse_preferences, split_model_suffix
 from gateway.samples import Endpoint
 from gateway.upstream import forwardable_headers
 
@@ -97,6 +97,11 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         parts.append(chunk)
         if not message.get("more_body", False):
             return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def bearer_of(scope: Scope) -> str | None:
+    """The key a request presents (``Authorization: Bearer`` or ``api-key``), for other endpoint modules."""
+    return _bearer(scope)
 
 
 class _ClientGone(Exception):
@@ -173,6 +178,7 @@ class ProxyEndpoint:
         except GatewayError as exc:
             await send_error(send, exc, request_id)
             return
+        runtime.enter()
         watch = DisconnectWatch(receive)
         started = False
         try:
@@ -197,6 +203,8 @@ class ProxyEndpoint:
             if watch.disconnected and task is not None and task.uncancel() == 0:
                 return
             raise
+        finally:
+            runtime.leave()
 
     async def _prepare(
         self, scope: Scope, receive: Receive, runtime: GatewayRuntime, received_at: float, request_id: str
@@ -204,12 +212,14 @@ class ProxyEndpoint:
         runtime.check_client_key(_bearer(scope))
         raw = await read_body(scope, receive, runtime.config.server.max_body_bytes)
         body = parse_json_body(raw)
-        model_name, stream, max_tokens = _check_types(body, self.endpoint)
-        body.pop("provider", None)
+        requested, stream, max_tokens = _check_types(body, self.endpoint)
+        names = {m.name for m in runtime.config.models}
+        model_name, suffix_sort = split_model_suffix(requested, names)
         model = runtime.config.model(model_name)
         if model is None:
             known = ", ".join(m.name for m in runtime.config.models)
-            raise ModelNotFound(f"model '{model_name}' does not exist (known: {known})", param="model")
+            raise ModelNotFound(f"model '{requested}' does not exist (known: {known})", param="model")
+        preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         prompt_tokens = max(1, len(raw) // 4)
         request = ProxyRequest(
             request_id=request_id,
@@ -223,7 +233,12 @@ class ProxyEndpoint:
             prompt_tokens=prompt_tokens,
         )
         route_request = RouteRequest(
-            model=model, endpoint=self.endpoint, stream=stream, prompt_tokens=prompt_tokens, max_tokens=max_tokens
+            model=model,
+            endpoint=self.endpoint,
+            stream=stream,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            preferences=preferences,
         )
         return request, route_request
 

@@ -16,6 +16,9 @@ import contextlib
 import hashlib
 import hmac
 import os
+import random
+import signal
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -25,12 +28,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway import api
+from gateway import admin, api
 from gateway.config import GatewayConfig, resolve_secrets
-from gateway.errors import AuthenticationFailed, GatewayError, MethodNotAllowed, NotFound
+from gateway.errors import AuthenticationFailed, GatewayError, MethodNotAllowed, NotFound, PermissionDenied
 from gateway.meter import Clock
 from gateway.relay import Dispatcher
-from gateway.routing import OrderedRouter, Router
+from gateway.reload import Reloader
+from gateway.routing import MeasuredRouter, NullObserver, RoutingObserver
 from gateway.samples import SampleFanout, SampleSink
 from gateway.stats import StatsStore, open_stats_store
 from gateway.tokens import TokenCounter, load_token_counter
@@ -69,20 +73,48 @@ class ClientKeys:
 
 @dataclass
 class GatewayRuntime:
-    """Everything built from one config. Immutable once serving; replaced whole on reload."""
+    """Everything built from one config. Immutable once serving; replaced whole on reload.
+
+    ``active`` counts the requests being served on this runtime (``enter``/``leave``), so that a
+    runtime replaced by a reload closes its upstream pools only once its last request is done.
+    """
 
     config: GatewayConfig
-    router: Router
+    router: MeasuredRouter
     dispatcher: Dispatcher
     upstreams: UpstreamPool
     counter: TokenCounter
     stats: StatsStore
     """Lives as long as the process: a reloaded config keeps the same store (``[stats]`` needs a restart)."""
     client_keys: ClientKeys = field(default_factory=ClientKeys)
+    admin_keys: ClientKeys = field(default_factory=ClientKeys)
+    active: int = 0
+    _idle: asyncio.Event | None = None
 
     def check_client_key(self, key: str | None) -> None:
         if not self.client_keys.check(key):
             raise AuthenticationFailed("invalid or missing API key (send 'Authorization: Bearer <key>')")
+
+    def check_admin_key(self, key: str | None) -> None:
+        if not self.admin_keys.enabled:
+            name = self.config.auth.admin_key_env or "auth.admin_key_env"
+            raise PermissionDenied(f"admin endpoints are disabled (set ${name} to an admin key)")
+        if not key or not self.admin_keys.check(key):
+            raise AuthenticationFailed("invalid or missing admin key (send 'Authorization: Bearer <admin key>')")
+
+    def enter(self) -> None:
+        self.active += 1
+
+    def leave(self) -> None:
+        self.active -= 1
+        if self.active == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        """Return once no request is being served on this runtime."""
+        while self.active > 0:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
 
     def degraded_reasons(self) -> list[str]:
         health = self.stats.health()
@@ -96,28 +128,55 @@ class RuntimeHolder:
     """Holds the runtime currently serving; ``current`` is swapped atomically on reload."""
 
     current: GatewayRuntime
+    reloader: Reloader
 
 
 @dataclass(frozen=True)
 class AppOptions:
-    """What a caller may inject beside the config: extra sample sinks, clocks, the environment."""
+    """What a caller may inject beside the config: extra sample sinks, clocks, randomness, the environment.
+
+    ``config_path`` is the file ``POST /v1/gateway/reload`` (and SIGHUP, with
+    ``reload_on_sighup``) re-reads; without it the config cannot be reloaded.
+    """
 
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     sinks: Sequence[SampleSink] = ()
     clock: Clock | None = None
+    rng: random.Random | None = None
+    """The router's randomness (exploration, tie-breaks); seed it for reproducible routing."""
+    observer: RoutingObserver | None = None
+    """Hears routing events (decisions, fallbacks, hedges, circuits); metrics plug in here."""
+    config_path: str | None = None
+    reload_on_sighup: bool = False
 
 
 async def build_runtime(
-    config: GatewayConfig, options: AppOptions, keys: Mapping[str, str | None], stats: StatsStore
+    config: GatewayConfig,
+    options: AppOptions,
+    keys: Mapping[str, str | None],
+    stats: StatsStore,
+    previous: GatewayRuntime | None = None,
 ) -> GatewayRuntime:
-    counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
+    """The runtime for ``config``; on reload, ``previous`` lends its router state and tokenizer."""
+    if previous is not None and previous.config.stats.tokenizer == config.stats.tokenizer:
+        counter = previous.counter
+    else:
+        counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
     upstreams = UpstreamPool.from_config(config, keys)
-    router = OrderedRouter(config)
+    observer = options.observer or NullObserver()
+    router = MeasuredRouter(
+        config,
+        stats,
+        state=previous.router.state if previous is not None else None,
+        rng=options.rng,
+        clock=options.clock or time.monotonic,
+        observer=observer,
+    )
     sink = SampleFanout([stats, *options.sinks])
     if options.clock is not None:
-        dispatcher = Dispatcher(upstreams, router, sink, counter, clock=options.clock)
+        dispatcher = Dispatcher(upstreams, router, sink, counter, clock=options.clock, observer=observer)
     else:
-        dispatcher = Dispatcher(upstreams, router, sink, counter)
+        dispatcher = Dispatcher(upstreams, router, sink, counter, observer=observer)
     return GatewayRuntime(
         config=config,
         router=router,
@@ -126,6 +185,7 @@ async def build_runtime(
         counter=counter,
         stats=stats,
         client_keys=ClientKeys.from_env(config.auth.api_keys_env, options.environ),
+        admin_keys=ClientKeys.from_env(config.auth.admin_key_env, options.environ),
     )
 
 
@@ -145,15 +205,27 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
     keys = resolve_secrets(config, options.environ)
     holder = RuntimeHolder()
 
+    async def build(new_config: GatewayConfig, previous: GatewayRuntime) -> GatewayRuntime:
+        new_keys = resolve_secrets(new_config, options.environ)
+        return await build_runtime(new_config, options, new_keys, previous.stats, previous)
+
+    holder.reloader = Reloader(holder, options.config_path, build)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         stats = open_stats_store(config.stats)
         await stats.start()
         try:
             holder.current = await build_runtime(config, options, keys, stats)
+            loop = asyncio.get_running_loop()
+            if options.reload_on_sighup:
+                loop.add_signal_handler(signal.SIGHUP, holder.reloader.reload_in_background)
             try:
                 yield
             finally:
+                if options.reload_on_sighup:
+                    loop.remove_signal_handler(signal.SIGHUP)
+                await holder.reloader.aclose()
                 await holder.current.aclose()
         finally:
             await stats.aclose()
@@ -165,6 +237,8 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/v1/models", api.list_models, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
+        Route("/v1/gateway/routes", admin.routes, methods=["GET"]),
+        Route("/v1/gateway/reload", admin.reload_config, methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_exception})
     app.state.runtime = holder

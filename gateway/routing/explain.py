@@ -1,0 +1,121 @@
+"""A model's ranking, explained: as JSON (``GET /v1/gateway/routes``) and as a table (``gateway check``).
+
+Every number that decided the order is shown: the predictions (TTFT, tokens/s, time,
+money), the weighted score terms, broken constraints, circuit state and load. Times are
+seconds, money USD for one request of the shape given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.routing.router import Ranked, Ranking
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def row_json(rank: int, row: Ranked) -> dict[str, Any]:
+    p = row.scored.prediction
+    parts = row.scored.parts
+    return {
+        "rank": rank,
+        "deployment": row.deployment.name,
+        "provider": row.provider.name,
+        "status": row.status,
+        "score": round(row.scored.score, 4),
+        "score_parts": {
+            "time": round(parts.time, 4),
+            "ttft": round(parts.ttft, 4),
+            "throughput": round(parts.throughput, 4),
+            "price": round(parts.price, 4),
+            "failure": round(parts.failure, 4),
+        },
+        "predicted": {
+            "ttft_s": _round(p.ttft_s),
+            "tokens_per_s": _round(p.tokens_per_s, 1),
+            "time_s": _round(p.time_s),
+            "cost_usd": round(p.cost_usd, 8),
+            "from_model_average": p.prior,
+        },
+        "success_rate": round(p.success_rate, 4),
+        "attempts_in_window": p.attempts,
+        "judged": row.judged,
+        "violations": list(row.scored.violations),
+        "circuit": row.circuit,
+        "retry_in_s": round(row.retry_in_s, 2) if row.circuit == "open" else None,
+        "in_flight": row.in_flight,
+        "provider_in_flight": row.provider_in_flight,
+        "max_concurrency": row.provider.max_concurrency,
+        "price_in": row.deployment.price_in,
+        "price_out": row.deployment.price_out,
+    }
+
+
+def ranking_json(ranking: Ranking) -> dict[str, Any]:
+    shape, policy = ranking.shape, ranking.policy
+    return {
+        "model": ranking.model.name,
+        "policy": policy.name,
+        "ranking": policy.ranking,
+        "request": {
+            "endpoint": shape.endpoint,
+            "prompt_tokens": shape.prompt_tokens,
+            "expected_output_tokens": shape.output_tokens,
+            "expected_output_from": shape.output_source,
+        },
+        "deployments": [row_json(i, row) for i, row in enumerate(ranking.rows, start=1)],
+    }
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def ranking_table(ranking: Ranking) -> str:
+    """The ranking as a fixed-width table, best first."""
+    header = ["#", "deployment", "status", "score", "ttft s", "tok/s", "time s", "cost $", "success", "n", "in-flight"]
+    rows: list[list[str]] = []
+    notes: list[str] = []
+    for rank, row in enumerate(ranking.rows, start=1):
+        p = row.scored.prediction
+        mark = "~" if p.prior else ""
+        rows.append(
+            [
+                str(rank),
+                row.deployment.name,
+                row.status,
+                f"{row.scored.score:.3f}",
+                _fmt(p.ttft_s, ".3f") + mark,
+                _fmt(p.tokens_per_s, ".1f") + mark,
+                _fmt(p.time_s, ".3f") + mark,
+                f"{p.cost_usd:.6f}",
+                f"{p.success_rate:.2f}",
+                str(p.attempts),
+                f"{row.in_flight}/{row.provider.max_concurrency}",
+            ]
+        )
+        for violation in row.scored.violations:
+            notes.append(f"  {row.deployment.name}: breaks {violation}")
+        if row.circuit != "closed":
+            notes.append(f"  {row.deployment.name}: circuit {row.circuit}")
+    shape = ranking.shape
+    title = (
+        f"{ranking.model.name} (policy {ranking.policy.name}; a request of {shape.prompt_tokens} prompt tokens, "
+        f"{shape.output_tokens} output tokens from {shape.output_source})"
+    )
+    lines = [title, format_table(header, rows)]
+    if any(r.scored.prediction.prior for r in ranking.rows):
+        lines.append("  ~ not measured yet: the model's average stands in")
+    return "\n".join(lines + notes)
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=False)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
+    return "\n".join(lines)
