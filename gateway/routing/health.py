@@ -168,6 +168,8 @@ class RouterState:
     hedges: HedgeBudget = field(default_factory=HedgeBudget)
     provider_in_flight: dict[str, int] = field(default_factory=dict)
     deployment_in_flight: dict[Key, int] = field(default_factory=dict)
+    judged_once: set[Key] = field(default_factory=set)
+    """Deployments judged at least once since start: until all are, the router is cold-starting."""
 
     def started(self, provider: str, key: Key) -> None:
         self.provider_in_flight[provider] = self.provider_in_flight.get(provider, 0) + 1

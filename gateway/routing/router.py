@@ -38,7 +38,7 @@ from gateway.routing.health import CircuitState, Key, RouterState
 from gateway.routing.observer import NullObserver, RoutingObserver
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import Candidate, RoutePlan, RouteReason, RouteRequest
-from gateway.routing.score import RequestShape, Scored, expected_output, score_all
+from gateway.routing.score import RequestShape, Scored, Weights, expected_output, score_all
 from gateway.samples import Endpoint, Sample
 from gateway.stats import StatsSnapshot
 
@@ -55,12 +55,14 @@ class SnapshotSource(Protocol):
 class Ranked:
     """A deployment in a model's ranking, with everything that put it there."""
 
+    model: str
     scored: Scored
     provider: ProviderConfig
     circuit: CircuitState
     in_flight: int
     provider_in_flight: int
     judged: bool
+    """It has ``min_samples`` attempts in the window: its score rests on its own measurements."""
     retry_in_s: float = 0.0
 
     @property
@@ -147,7 +149,12 @@ class MeasuredRouter:
         if policy.ranking == "fixed":
             rows.sort(key=lambda r: (bool(r.scored.violations), deployments.index(r.deployment)))
         else:
-            rows.sort(key=lambda r: (bool(r.scored.violations), r.scored.score))
+            # A deployment not judged yet goes after the judged ones: it gets traffic by exploring
+            # (a bounded share), not by a score that rests on the model's average. Unless price
+            # leads: a price is known without measuring anything.
+            weights = Weights.of(policy, preferences.sort)
+            price_led = weights.price > weights.time + weights.ttft + weights.throughput
+            rows.sort(key=lambda r: (bool(r.scored.violations), not (r.judged or price_led), r.scored.score))
             rows = _spread_near_equal(rows, policy.tie_band, rng)
         if preferences.order:
             rows = _apply_order(rows, preferences)
@@ -170,12 +177,13 @@ class MeasuredRouter:
         provider = self._providers[scored.deployment.provider]
         in_flight = self.state.deployment_in_flight.get(key, 0)
         return Ranked(
+            model=model,
             scored=scored,
             provider=provider,
             circuit=self.state.health.state(key, now, self._circuit_changed),
             in_flight=in_flight,
             provider_in_flight=self.state.provider_in_flight.get(provider.name, 0),
-            judged=scored.prediction.attempts + in_flight >= policy.min_samples,
+            judged=scored.prediction.attempts >= policy.min_samples,
             retry_in_s=self.state.health.retry_in(key, now),
         )
 
@@ -219,14 +227,30 @@ class MeasuredRouter:
         return RoutePlan(candidates=candidates, policy=policy)
 
     def _explore(self, rows: Sequence[Ranked], policy: PolicyConfig) -> Ranked | None:
+        """The deployment to measure instead of following the score, if any.
+
+        Attempts in flight count as samples to come, so a burst of requests at a cold start is
+        spread over all deployments instead of all exploring the same one. At a cold start (some
+        deployment was never judged since the gateway started) and whenever no deployment is
+        judged, there is no comparison worth following, and every request explores: that costs
+        at most ``min_samples`` requests per deployment, and the score is trusted sooner.
+        """
         if policy.ranking == "fixed" or policy.min_samples == 0:
             return None
-        unjudged = [r for r in rows if not r.judged and not r.scored.violations]
-        if not unjudged:
+        for row in rows:
+            if row.judged:
+                self.state.judged_once.add((row.model, row.deployment.name))
+        pending = [
+            r
+            for r in rows
+            if r.scored.prediction.attempts + r.in_flight < policy.min_samples and not r.scored.violations
+        ]
+        if not pending:
             return None
-        if len(unjudged) < len(rows) and self.rng.random() >= policy.explore_share:
+        cold = any((r.model, r.deployment.name) not in self.state.judged_once for r in rows)
+        if not cold and any(r.judged for r in rows) and self.rng.random() >= policy.explore_share:
             return None
-        return min(unjudged, key=lambda r: (r.scored.prediction.attempts + r.in_flight, self.rng.random()))
+        return min(pending, key=lambda r: (r.scored.prediction.attempts + r.in_flight, self.rng.random()))
 
     def attempt_started(self, candidate: Candidate) -> bool:
         provider = candidate.provider
@@ -316,10 +340,10 @@ def _filter(
 
 def _spread_near_equal(rows: list[Ranked], band: float, rng: random.Random | None) -> list[Ranked]:
     """Among the leaders within ``band`` of the best score, fewer requests in flight go first."""
-    if len(rows) < 2 or rows[0].scored.violations:
+    if len(rows) < 2 or rows[0].scored.violations or not rows[0].judged:
         return rows
     best = rows[0].scored.score
-    head = [r for r in rows if not r.scored.violations and r.scored.score <= best + band]
+    head = [r for r in rows if not r.scored.violations and r.judged and r.scored.score <= best + band]
     if len(head) < 2:
         return rows
     rest = rows[len(head) :]
