@@ -83,7 +83,9 @@ class PolicyConfig:
     min_samples: int = 5
     """Attempts in the stats window below which a deployment is not yet judged (and is explored)."""
     explore_share: float = 0.05
-    """Share of requests that may go to a deployment that is not yet judged."""
+    """Share of requests that may go to a deployment that is not yet judged (or a close runner-up)."""
+    explore_margin: float = 0.5
+    """A runner-up scoring within this of the best is re-measured until its numbers rest on enough samples."""
     tie_band: float = 0.1
     """Scores within this of the best are near-equal: the one with fewer requests in flight goes first."""
 
@@ -184,6 +186,7 @@ def parse_policy(name: str, table: _Table, known: dict[str, PolicyConfig]) -> Po
         min_success_rate=optional("min_success_rate", b.min_success_rate),
         min_samples=table.integer("min_samples", b.min_samples, minimum=0),
         explore_share=optional("explore_share", b.explore_share) or 0.0,
+        explore_margin=weight("explore_margin", b.explore_margin),
         tie_band=weight("tie_band", b.tie_band),
         failure_threshold=table.integer("failure_threshold", b.failure_threshold, minimum=1),
         cooldown_s=table.number("cooldown_s", b.cooldown_s, positive=True),

@@ -115,6 +115,18 @@ def test_exploration_share_is_bounded() -> None:
     assert 0.035 < reasons["new", "explore"] / 4000 < 0.065
 
 
+def test_a_close_runner_up_with_little_evidence_keeps_a_share() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("far", 1, 1)], policy={"explore_share": 0.1}))
+    judged(rig, "a", n=40, ttft=0.5, tps=1e4)
+    judged(rig, "b", n=6, ttft=0.7, tps=1e4)  # a little slower, on thin evidence
+    judged(rig, "far", n=6, ttft=5.0, tps=1e4)  # clearly worse: left alone until its samples age out
+    firsts = Counter((c.name, c.reason) for c in (rig.first() for _ in range(2000)))
+    assert set(firsts) == {("a", "best-score"), ("b", "explore")}
+    assert 0.07 < firsts["b", "explore"] / 2000 < 0.13
+    judged(rig, "b", n=20, ttft=0.7, tps=1e4)  # 26 attempts: enough evidence, no more revisits
+    assert all(rig.first().name == "a" for _ in range(200))
+
+
 def test_cold_start_spreads_requests_over_unjudged_deployments() -> None:
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("c", 1, 1)], policy={"min_samples": 2}))
     chosen = []

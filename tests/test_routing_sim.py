@@ -8,37 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
 
 from gateway.fakes import FakeBehavior
-from tests.conftest import Fakes
-from tests.routing_sim import ADMIN_KEY, Reply, Sim, SimProvider, share
+from tests.routing_sim import ADMIN_KEY, Reply, Sim, SimProvider, Sims, share, sims_fixture  # noqa: F401 (the sims fixture)
 
 FAST = FakeBehavior(ttft_s=0.004, tokens_per_s=0, output_tokens=8)
 
 
-@pytest.fixture
-def sims(fakes: Fakes) -> Iterator[list[Sim]]:
-    started: list[Sim] = []
-    yield started
-    for sim in started:
-        sim.stop()
-
-
-def start(sims: list[Sim], fakes: Fakes, providers: list[SimProvider], **options: object) -> Sim:
-    sim = Sim.start(fakes, providers, **options)  # type: ignore[arg-type]
-    sims.append(sim)
-    return sim
-
-
-def test_after_warm_up_traffic_goes_to_the_best_provider(sims: list[Sim], fakes: Fakes) -> None:
-    sim = start(
-        sims,
-        fakes,
+def test_after_warm_up_traffic_goes_to_the_best_provider(sims: Sims) -> None:
+    sim = sims.start(
         [
             SimProvider("slow", dataclasses.replace(FAST, ttft_s=0.06)),
             SimProvider("fast", FAST),
@@ -68,11 +50,9 @@ def _recent_share(sim: Sim, provider: str, want: float, deadline_s: float, windo
     )
 
 
-def test_a_slowdown_moves_traffic_and_exploration_finds_the_recovery(sims: list[Sim], fakes: Fakes) -> None:
+def test_a_slowdown_moves_traffic_and_exploration_finds_the_recovery(sims: Sims) -> None:
     a_fast = dataclasses.replace(FAST, ttft_s=0.008)
-    sim = start(
-        sims,
-        fakes,
+    sim = sims.start(
         [SimProvider("a", a_fast), SimProvider("b", dataclasses.replace(FAST, ttft_s=0.02))],
         policy={"min_samples": 3, "explore_share": 0.1},
         window_s=2,
@@ -88,10 +68,8 @@ def test_a_slowdown_moves_traffic_and_exploration_finds_the_recovery(sims: list[
     assert any(r.provider == "a" and r.route == "explore" for r in replies)
 
 
-def test_short_and_long_requests_pick_different_providers(sims: list[Sim], fakes: Fakes) -> None:
-    sim = start(
-        sims,
-        fakes,
+def test_short_and_long_requests_pick_different_providers(sims: Sims) -> None:
+    sim = sims.start(
         [
             SimProvider("quick", FakeBehavior(ttft_s=0.004, tokens_per_s=800, output_tokens=400)),
             SimProvider("wide", FakeBehavior(ttft_s=0.06, tokens_per_s=8000, output_tokens=400, chunk_tokens=10)),
@@ -107,22 +85,18 @@ def test_short_and_long_requests_pick_different_providers(sims: list[Sim], fakes
     assert share(long, "wide") >= 0.8, [r.provider for r in long]
 
 
-def test_equal_speed_picks_the_cheaper(sims: list[Sim], fakes: Fakes) -> None:
+def test_equal_speed_picks_the_cheaper(sims: Sims) -> None:
     same = dataclasses.replace(FAST, ttft_s=0.015)
-    sim = start(
-        sims,
-        fakes,
+    sim = sims.start(
         [SimProvider("dear", same, price_in=3.0, price_out=6.0), SimProvider("cheap", same, 1.0, 2.0)],
-        policy={"min_samples": 3, "explore_share": 0.05},
+        policy={"min_samples": 5, "explore_share": 0.05},
     )
-    sim.run(8)
+    sim.run(12)
     assert share(sim.run(60), "cheap") >= 0.9
 
 
-def test_headers_fallback_and_a_circuit_that_opens(sims: list[Sim], fakes: Fakes) -> None:
-    sim = start(
-        sims,
-        fakes,
+def test_headers_fallback_and_a_circuit_that_opens(sims: Sims) -> None:
+    sim = sims.start(
         [SimProvider("broken", dataclasses.replace(FAST, status=503)), SimProvider("ok", FAST, 5.0, 5.0)],
         policy={"extends": "fixed-order", "failure_threshold": 2, "cooldown_s": 30},
     )
@@ -137,10 +111,8 @@ def test_headers_fallback_and_a_circuit_that_opens(sims: list[Sim], fakes: Fakes
     assert ("fallback", "m", "broken", "ok") in sim.events.events
 
 
-def test_a_429_with_retry_after_is_honoured(sims: list[Sim], fakes: Fakes) -> None:
-    sim = start(
-        sims,
-        fakes,
+def test_a_429_with_retry_after_is_honoured(sims: Sims) -> None:
+    sim = sims.start(
         [SimProvider("limited", dataclasses.replace(FAST, status=429, retry_after="30")), SimProvider("ok", FAST)],
         policy={"extends": "fixed-order", "failure_threshold": 5},
     )
@@ -149,10 +121,8 @@ def test_a_429_with_retry_after_is_honoured(sims: list[Sim], fakes: Fakes) -> No
     assert sim.fakes["limited"].app.state.requests == 1
 
 
-def test_overrides_and_suffixes_through_http(sims: list[Sim], fakes: Fakes) -> None:
-    sim = start(
-        sims,
-        fakes,
+def test_overrides_and_suffixes_through_http(sims: Sims) -> None:
+    sim = sims.start(
         [
             SimProvider("a", FAST, 1.0, 1.0),
             SimProvider("b", dataclasses.replace(FAST, ttft_s=0.01), 5.0, 5.0),
@@ -175,10 +145,8 @@ def test_overrides_and_suffixes_through_http(sims: list[Sim], fakes: Fakes) -> N
     assert caught.value.body["param"] == "provider.only"  # type: ignore[index]
 
 
-def test_max_concurrency_sends_the_overflow_elsewhere(sims: list[Sim], fakes: Fakes) -> None:
-    sim = start(
-        sims,
-        fakes,
+def test_max_concurrency_sends_the_overflow_elsewhere(sims: Sims) -> None:
+    sim = sims.start(
         [
             SimProvider("small", FakeBehavior(ttft_s=0.05, tokens_per_s=10, output_tokens=4), max_concurrency=1),
             SimProvider("big", FakeBehavior(ttft_s=0.05, output_tokens=4)),
@@ -195,10 +163,8 @@ def test_max_concurrency_sends_the_overflow_elsewhere(sims: list[Sim], fakes: Fa
             first.read()
 
 
-def test_routes_endpoint_explains_the_ranking(sims: list[Sim], fakes: Fakes) -> None:
-    sim = start(
-        sims,
-        fakes,
+def test_routes_endpoint_explains_the_ranking(sims: Sims) -> None:
+    sim = sims.start(
         [SimProvider("a", FAST), SimProvider("b", dataclasses.replace(FAST, ttft_s=0.05), 2.0, 2.0)],
         policy={"min_samples": 2, "max_ttft_s": 0.03},
     )

@@ -17,7 +17,8 @@ them:
    deployment is judged yet) the least-sampled one goes first. Old samples age out of the
    window, so a deployment that stopped being chosen becomes unjudged again and is
    re-measured: that is how a recovery is noticed, at a cost bounded by ``min_samples`` per
-   window.
+   window. A close runner-up with little evidence shares that exploration, so noise in its
+   first samples cannot shut it out.
 
 Randomness comes from an injected ``random.Random`` and time from an injected clock, so
 tests are deterministic.
@@ -43,6 +44,8 @@ from gateway.samples import Endpoint, Sample
 from gateway.stats import StatsSnapshot
 
 Clock = Callable[[], float]
+REVISIT_SAMPLES = 4
+"""A close runner-up is re-measured until it has this many times ``min_samples`` attempts in the window."""
 
 
 class SnapshotSource(Protocol):
@@ -234,23 +237,37 @@ class MeasuredRouter:
         deployment was never judged since the gateway started) and whenever no deployment is
         judged, there is no comparison worth following, and every request explores: that costs
         at most ``min_samples`` requests per deployment, and the score is trusted sooner.
+
+        Otherwise, with probability ``explore_share``, the least-sampled of these is measured:
+        deployments not judged yet, and close runners-up (within ``explore_margin`` of the best)
+        resting on fewer than ``REVISIT_SAMPLES`` × ``min_samples`` attempts, so that a few
+        unlucky early samples cannot shut a competitor out for a whole window.
         """
         if policy.ranking == "fixed" or policy.min_samples == 0:
             return None
         for row in rows:
             if row.judged:
                 self.state.judged_once.add((row.model, row.deployment.name))
-        pending = [
-            r
-            for r in rows
-            if r.scored.prediction.attempts + r.in_flight < policy.min_samples and not r.scored.violations
-        ]
-        if not pending:
-            return None
         cold = any((r.model, r.deployment.name) not in self.state.judged_once for r in rows)
+        leader = rows[0]
+        pool = []
+        for row in rows:
+            seen = row.scored.prediction.attempts + row.in_flight
+            if row.scored.violations or seen >= REVISIT_SAMPLES * policy.min_samples:
+                continue
+            if seen < policy.min_samples:
+                pool.append(row)
+            elif not cold and row is not leader and leader.judged:
+                if row.judged and row.scored.score <= leader.scored.score + policy.explore_margin:
+                    pool.append(row)
+        if not pool:
+            return None
         if not cold and any(r.judged for r in rows) and self.rng.random() >= policy.explore_share:
             return None
-        return min(pending, key=lambda r: (r.scored.prediction.attempts + r.in_flight, self.rng.random()))
+        pending = [r for r in pool if r.scored.prediction.attempts + r.in_flight < policy.min_samples]
+        if cold and not pending:
+            return None
+        return min(pending or pool, key=lambda r: (r.scored.prediction.attempts + r.in_flight, self.rng.random()))
 
     def attempt_started(self, candidate: Candidate) -> bool:
         provider = candidate.provider
