@@ -31,14 +31,14 @@ def _config_path(args: argparse.Namespace) -> str | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway.app import create_app
+    from gateway.app import AppOptions, create_app
 
     path = _config_path(args)
     if path is None:
         return _fail("no config given: use -c FILE (or set GATEWAY_CONFIG), or try `gateway demo`")
     try:
         config = load_config(path)
-        app = create_app(config)
+        app = create_app(config, AppOptions(config_path=path, reload_on_sighup=True))
     except (ConfigError, TokenizerError) as exc:
         return _fail(str(exc))
     host = args.host or config.server.host
@@ -97,6 +97,20 @@ def routing_table(config: GatewayConfig, environ: dict[str, str]) -> str:
     return _format_table(header, rows)
 
 
+def cold_rankings(config: GatewayConfig) -> str:
+    """Each model's ranking as a freshly started gateway sees it: prices and policy, nothing measured yet.
+
+    ``GET /v1/gateway/routes`` shows the same with live measurements.
+    """
+    from gateway.routing import MeasuredRouter
+    from gateway.routing.explain import ranking_table
+    from gateway.stats import InMemoryStatsStore
+
+    router = MeasuredRouter(config, InMemoryStatsStore(config.stats))
+    tables = [ranking_table(router.rank(model)) for model in config.models]
+    return "Current ranking (no measurements yet: live ones at GET /v1/gateway/routes)\n\n" + "\n\n".join(tables)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     path = _config_path(args)
     if path is None:
@@ -109,6 +123,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{path}: valid; {len(config.providers)} providers, {len(config.models)} models")
     print()
     print(routing_table(config, environ))
+    print()
+    print(cold_rankings(config))
     try:
         resolve_secrets(config, environ)
     except ConfigError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.policies import PolicyConfig
 from gateway.routing.router import Ranked, Ranking
 
 
@@ -106,10 +107,42 @@ def ranking_table(ranking: Ranking) -> str:
         f"{ranking.model.name} (policy {ranking.policy.name}; a request of {shape.prompt_tokens} prompt tokens, "
         f"{shape.output_tokens} output tokens from {shape.output_source})"
     )
-    lines = [title, format_table(header, rows)]
+    lines = [title, "  " + policy_summary(ranking.policy), format_table(header, rows)]
     if any(r.scored.prediction.prior for r in ranking.rows):
         lines.append("  ~ not measured yet: the model's average stands in")
     return "\n".join(lines + notes)
+
+
+def policy_summary(policy: PolicyConfig) -> str:
+    """One line of what a policy optimises, for people reading ``gateway check``."""
+    if policy.ranking == "fixed":
+        order = "fixed order"
+    else:
+        weights = [
+            f"{name} {weight:g}"
+            for name, weight in (
+                ("time", policy.time_weight),
+                ("ttft", policy.ttft_weight),
+                ("throughput", policy.throughput_weight),
+                ("price", policy.price_weight),
+                ("failures", policy.failure_weight),
+            )
+            if weight
+        ]
+        order = (
+            f"score = {' + '.join(weights)} (log2 ratios to the best); TTFT p{policy.ttft_quantile * 100:g}, "
+            f"tokens/s p{policy.tps_quantile * 100:g} floor; explore {policy.explore_share:.0%} until "
+            f"{policy.min_samples} samples"
+        )
+    if policy.hedge_after_s is not None:
+        hedge = f"hedge after {policy.hedge_after_s:g}s"
+    elif policy.hedge_quantile is not None:
+        hedge = f"hedge after own TTFT p{policy.hedge_quantile * 100:g}"
+    else:
+        hedge = "no hedging"
+    if policy.hedging:
+        hedge += f" (budget {policy.hedge_budget:.0%})"
+    return f"{order}; {policy.max_attempts} attempts; {hedge}"
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
