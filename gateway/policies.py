@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 Ranking = Literal["measured", "fixed"]
 RANKINGS: tuple[Ranking, ...] = ("measured", "fixed")
+Estimate = Literal["mean", "quantile"]
+ESTIMATES: tuple[Estimate, ...] = ("mean", "quantile")
 DEFAULT_POLICY = "balanced"
 _QUANTILE_TEXT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
 
@@ -61,8 +63,11 @@ class PolicyConfig:
     price_weight: float = 0.3
     failure_weight: float = 1.0
 
+    estimate: Estimate = "mean"
+    """``mean``: predict the expected time (mean TTFT, harmonic-mean tokens/s), so a provider with a slow tail
+    pays for it; ``quantile``: predict at ``ttft_quantile``/``tps_quantile`` (e.g. a p90 for tail-averse traffic)."""
     ttft_quantile: float = 0.5
-    """Which TTFT to predict with: 0.5 = the median, 0.95 = the p95 (an upper tail)."""
+    """Which TTFT to predict with: 0.5 = the median, 0.95 = the p95 (an upper tail). Constraints use it too."""
     tps_quantile: float = 0.5
     """Which tokens/s to predict with, as a floor: 0.95 = the speed 95% of responses reached (the 5th percentile)."""
     default_output_tokens: int = 256
@@ -90,7 +95,7 @@ class PolicyConfig:
     """Scores within this of the best are near-equal: the one with fewer requests in flight goes first."""
 
     # Health: a circuit per deployment.
-    failure_threshold: int = 3
+    failure_threshold: int = 5
     """Consecutive failures that open the circuit."""
     cooldown_s: float = 5.0
     """How long an opened circuit stays open; doubled on each re-open, up to ``max_cooldown_s``."""
@@ -132,10 +137,18 @@ def _presets() -> dict[str, PolicyConfig]:
             time_weight=0.0,
             ttft_weight=1.0,
             price_weight=0.05,
+            estimate="quantile",
             ttft_quantile=0.9,
             hedge_quantile=0.95,
         ),
-        replace(balanced, name="highest-throughput", time_weight=0.0, throughput_weight=1.0, price_weight=0.05),
+        replace(
+            balanced,
+            name="highest-throughput",
+            time_weight=0.0,
+            throughput_weight=1.0,
+            price_weight=0.05,
+            estimate="quantile",
+        ),
         replace(balanced, name="cheapest", time_weight=0.05, price_weight=1.0),
         replace(balanced, name="fixed-order", ranking="fixed", explore_share=0.0),
     ]
@@ -171,6 +184,7 @@ def parse_policy(name: str, table: _Table, known: dict[str, PolicyConfig]) -> Po
     policy = PolicyConfig(
         name=name,
         ranking=table.choice("ranking", RANKINGS, b.ranking),
+        estimate=table.choice("estimate", ESTIMATES, b.estimate),
         time_weight=weight("time_weight", b.time_weight),
         ttft_weight=weight("ttft_weight", b.ttft_weight),
         throughput_weight=weight("throughput_weight", b.throughput_weight),

@@ -78,6 +78,7 @@ def test_hedge_after_forms() -> None:
     [
         ('extends = "fast"', 'policies.p.extends: unknown policy "fast" (known: balanced, fastest,'),
         ('ranking = "random"', "policies.p.ranking: expected one of 'measured', 'fixed', got \"random\""),
+        ('estimate = "median"', "policies.p.estimate: expected one of 'mean', 'quantile', got \"median\""),
         ("time_weight = -1", "policies.p.time_weight: expected a number >= 0.0, got -1"),
         ('price_weight = "high"', 'policies.p.price_weight: expected a number, got "high"'),
         ("ttft_quantile = 1.0", "policies.p.ttft_quantile: expected a number between 0 and 1 (exclusive), got 1"),

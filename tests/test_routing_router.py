@@ -96,12 +96,16 @@ def test_best_score_first_then_fallbacks() -> None:
 
 def test_a_never_judged_deployment_is_explored_until_judged() -> None:
     rig = Rig(routing_config([("known", 1, 1), ("new", 1, 1)], policy={"min_samples": 3}))
-    judged(rig, "known")
+    judged(rig, "known", ttft=0.5)
     for _ in range(3):
         first = rig.first()
         assert (first.name, first.reason) == ("new", "explore")
         assert rig.router.attempt_started(first)
-    assert rig.first().name == "known"  # three answers to come: enough to judge it
+        assert rig.first().name == "known"  # one probe at a time until answers come back
+        result = sample("new", ttft=1.6, started_at=rig.clock.now)
+        rig.store.record(result)
+        rig.router.attempt_finished(first, result)
+    assert all(rig.first().name == "known" for _ in range(20))  # judged: slower, so not chosen
 
 
 def test_exploration_share_is_bounded() -> None:
@@ -127,17 +131,30 @@ def test_a_close_runner_up_with_little_evidence_keeps_a_share() -> None:
     assert all(rig.first().name == "a" for _ in range(200))
 
 
-def test_cold_start_spreads_requests_over_unjudged_deployments() -> None:
+def test_a_burst_at_cold_start_probes_each_deployment_once_then_waits() -> None:
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("c", 1, 1)], policy={"min_samples": 2}))
-    chosen = []
-    for _ in range(6):
+    probes = []
+    for _ in range(3):
         first = rig.first()
         assert first.reason == "explore"
-        assert rig.router.attempt_started(first)  # in flight counts towards being judged
-        chosen.append(first.name)
-    assert Counter(chosen) == {"a": 2, "b": 2, "c": 2}
-    # Everyone is judged (by attempts in flight): no more exploring.
+        assert rig.router.attempt_started(first)
+        probes.append(first)
+    assert sorted(p.name for p in probes) == ["a", "b", "c"]
+    # Each has an attempt out and no answer yet: the next request follows the ranking.
     assert rig.first().reason == "best-score"
+    for probe in probes:
+        result = sample(probe.name, started_at=rig.clock.now)
+        rig.store.record(result)
+        rig.router.attempt_finished(probe, result)
+    assert rig.first().reason == "explore"  # answers are back: measuring goes on
+
+
+def test_a_hopeless_deployment_is_dismissed_before_min_samples() -> None:
+    rig = Rig(routing_config([("good", 1, 1), ("hopeless", 1, 1)], policy={"min_samples": 5}))
+    judged(rig, "good", ttft=0.2, tps=1e4)
+    rig.feed(samples("hopeless", 2, ttft=2.0, tps=1e4))  # even its fastest answer is 10x slower
+    assert all(rig.first().name == "good" for _ in range(100))
+    assert ("m", "hopeless") in rig.router.state.judged_once
 
 
 def test_a_deployment_whose_samples_aged_out_is_explored_again() -> None:
@@ -270,7 +287,7 @@ def test_fixed_order_ignores_scores_but_not_health() -> None:
     judged(rig, "c", ttft=0.1)
     assert rig.order() == ["a", "b", "c"]
     assert all(rig.first().reason == "best-score" for _ in range(100))  # never explores
-    for _ in range(3):
+    for _ in range(5):  # the default failure_threshold
         rig.finish("a", "upstream_error")
     assert rig.order() == ["b", "c"]
 

@@ -13,6 +13,7 @@ from gateway.stats import StatsSnapshot
 from tests.routing_helpers import routing_config, sample, samples
 
 BALANCED = BUILTIN_POLICIES["balanced"]
+MEDIAN = PolicyConfig(name="median", estimate="quantile")
 
 
 def scored(
@@ -88,18 +89,40 @@ def test_throughput_quantile_is_a_floor() -> None:
     tail = samples("a", 5, tps=10.0)
     body = samples("a", 95, tps=100.0)
     snapshot = StatsSnapshot.from_samples(tail + body)
-    median = scored(snapshot, [("a", 1.0, 1.0)])["a"].prediction
-    floor = scored(snapshot, [("a", 1.0, 1.0)], policy=PolicyConfig(name="p95", tps_quantile=0.95))["a"].prediction
+    median = scored(snapshot, [("a", 1.0, 1.0)], policy=MEDIAN)["a"].prediction
+    p95 = PolicyConfig(name="p95", estimate="quantile", tps_quantile=0.95)
+    floor = scored(snapshot, [("a", 1.0, 1.0)], policy=p95)["a"].prediction
     assert median.tokens_per_s == pytest.approx(100.0, rel=0.02)
     assert floor.tokens_per_s == pytest.approx(10.0, rel=0.02)  # the speed 95% of answers reached
 
 
 def test_ttft_quantile_is_an_upper_tail() -> None:
     snapshot = StatsSnapshot.from_samples(samples("a", 90, ttft=0.1) + samples("a", 10, ttft=3.0))
-    p50 = scored(snapshot, [("a", 1.0, 1.0)])["a"].prediction
-    p95 = scored(snapshot, [("a", 1.0, 1.0)], policy=PolicyConfig(name="tail", ttft_quantile=0.95))["a"].prediction
+    p50 = scored(snapshot, [("a", 1.0, 1.0)], policy=MEDIAN)["a"].prediction
+    tail = PolicyConfig(name="tail", estimate="quantile", ttft_quantile=0.95)
+    p95 = scored(snapshot, [("a", 1.0, 1.0)], policy=tail)["a"].prediction
     assert p50.ttft_s == pytest.approx(0.1, rel=0.02)
     assert p95.ttft_s == pytest.approx(3.0, rel=0.02)
+
+
+def test_the_mean_estimate_makes_a_slow_tail_count() -> None:
+    # "tail" is faster in the median, but one answer in five takes 10 s: its expected time is worse.
+    tail = samples("tail", 80, ttft=0.5, tps=1e4, tokens=1) + samples("tail", 20, ttft=10.0, tps=1e4, tokens=1)
+    steady = samples("steady", 100, ttft=1.0, tps=1e4, tokens=1)
+    snapshot = StatsSnapshot.from_samples(tail + steady)
+    deployments = [("tail", 1.0, 1.0), ("steady", 1.0, 1.0)]
+    by_mean = scored(snapshot, deployments, output=1)
+    assert by_mean["tail"].prediction.ttft_s == pytest.approx(0.8 * 0.5 + 0.2 * 10.0, rel=0.02)
+    assert best(by_mean) == "steady"
+    assert best(scored(snapshot, deployments, output=1, policy=MEDIAN)) == "tail"
+
+
+def test_the_mean_estimate_uses_the_harmonic_mean_of_tokens_per_second() -> None:
+    # Half the answers stream at 10 tokens/s, half at 1000: 100 tokens take 5.05 s on average, not 0.2 s.
+    snapshot = StatsSnapshot.from_samples(samples("a", 50, ttft=0.0, tps=10.0) + samples("a", 50, ttft=0.0, tps=1000.0))
+    prediction = scored(snapshot, [("a", 1.0, 1.0)], output=100)["a"].prediction
+    assert prediction.tokens_per_s == pytest.approx(2 / (1 / 10 + 1 / 1000), rel=0.02)
+    assert prediction.time_s == pytest.approx(100 * (0.5 / 10 + 0.5 / 1000), rel=0.02)
 
 
 def test_an_unmeasured_deployment_borrows_the_model_average() -> None:

@@ -6,9 +6,16 @@ provider that is cooling down stays cooling down when a policy is edited.
 
 Circuits (per model and deployment)::
 
-    closed ──(failure_threshold consecutive failures, or a 429 with Retry-After)──► open
+    closed ──(failure_threshold consecutive failures while most recent attempts fail,
+              or a 429 with Retry-After)──► open
     open ──(cool-down over)──► half-open ──(one probe succeeds)──► closed
                                          └──(the probe fails)──► open, cool-down doubled
+
+"Most": more than half of the last ``RECENT`` attempts. Under concurrency, fast failures (an
+instant 503) complete before the slower successes started beside them, so a provider failing
+30% of requests shows streaks of failures by completion order; the ratio keeps such a provider
+open (its failures cost a quick fallback, and its score already pays for them) while one that is
+down opens after ``failure_threshold`` failures.
 
 The cool-down doubles each time a circuit re-opens soon after closing, up to
 ``max_cooldown_s``; a 429's ``Retry-After`` sets it directly. Attempts whose outcome is the
@@ -18,6 +25,7 @@ neither way. Not thread-safe: one event loop owns it.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -29,6 +37,8 @@ CircuitState = Literal["closed", "open", "half-open"]
 Key = tuple[str, str]
 """(model, deployment)."""
 FAILURES: frozenset[Outcome] = frozenset({"upstream_error", "timeout", "broken_stream"})
+RECENT = 20
+"""How many recent attempts the failure ratio is taken over."""
 
 
 @dataclass(slots=True)
@@ -42,6 +52,11 @@ class Circuit:
     closed_at: float = float("-inf")
     probing: bool = False
     """A half-open probe is in flight: nothing else may be sent until it ends."""
+    recent: deque[bool] = field(default_factory=lambda: deque(maxlen=RECENT))
+    """Whether each of the last attempts failed."""
+
+    def mostly_failing(self) -> bool:
+        return sum(self.recent) * 2 > len(self.recent)
 
 
 StateChange = Callable[[Key, CircuitState], None]
@@ -98,6 +113,7 @@ class HealthBoard:
                 circuit.probing = False  # a neutral outcome proves nothing: let another probe go
                 return
             circuit.failures = 0
+            circuit.recent.append(False)
             if circuit.state == "half-open":
                 circuit.state = "closed"
                 circuit.probing = False
@@ -107,11 +123,12 @@ class HealthBoard:
         if circuit is None:
             circuit = self.circuits[key] = Circuit()
         circuit.failures += 1
+        circuit.recent.append(True)
         if circuit.state == "open":
             return  # an attempt that started before the circuit opened: already accounted for
         if circuit.state == "half-open":
             self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=True)
-        elif retry_after_s is not None or circuit.failures >= policy.failure_threshold:
+        elif retry_after_s is not None or (circuit.failures >= policy.failure_threshold and circuit.mostly_failing()):
             # Re-opening soon after the last close is a repeat: the provider has not recovered.
             repeat = now - circuit.closed_at < policy.max_cooldown_s
             self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=repeat)

@@ -46,6 +46,8 @@ from gateway.stats import StatsSnapshot
 Clock = Callable[[], float]
 REVISIT_SAMPLES = 4
 """A close runner-up is re-measured until it has this many times ``min_samples`` attempts in the window."""
+DISMISS_AFTER = 2
+DISMISS_FACTOR = 2.0
 
 
 class SnapshotSource(Protocol):
@@ -71,6 +73,11 @@ class Ranked:
     @property
     def deployment(self) -> DeploymentConfig:
         return self.scored.deployment
+
+    @property
+    def known(self) -> bool:
+        """Its prediction rests on its own measurements (perhaps a few), not on the model's average."""
+        return self.judged or not self.scored.prediction.prior
 
     @property
     def full(self) -> bool:
@@ -152,12 +159,13 @@ class MeasuredRouter:
         if policy.ranking == "fixed":
             rows.sort(key=lambda r: (bool(r.scored.violations), deployments.index(r.deployment)))
         else:
-            # A deployment not judged yet goes after the judged ones: it gets traffic by exploring
+            # A deployment with nothing measured goes after the others: it gets traffic by exploring
             # (a bounded share), not by a score that rests on the model's average. Unless price
-            # leads: a price is known without measuring anything.
+            # leads: a price is known without measuring anything. One measured on a few answers
+            # competes on them: if they flatter it, the traffic it wins soon corrects them.
             weights = Weights.of(policy, preferences.sort)
             price_led = weights.price > weights.time + weights.ttft + weights.throughput
-            rows.sort(key=lambda r: (bool(r.scored.violations), not (r.judged or price_led), r.scored.score))
+            rows.sort(key=lambda r: (bool(r.scored.violations), not (r.known or price_led), r.scored.score))
             rows = _spread_near_equal(rows, policy.tie_band, rng)
         if preferences.order:
             rows = _apply_order(rows, preferences)
@@ -242,21 +250,29 @@ class MeasuredRouter:
         deployments not judged yet, and close runners-up (within ``explore_margin`` of the best)
         resting on fewer than ``REVISIT_SAMPLES`` × ``min_samples`` attempts, so that a few
         unlucky early samples cannot shut a competitor out for a whole window.
+
+        A deployment whose very fastest answers (after ``DISMISS_AFTER`` attempts) are more than
+        ``DISMISS_FACTOR`` times slower than another's expected time is dismissed without waiting
+        for ``min_samples``: measuring a hopeless provider costs real requests.
         """
         if policy.ranking == "fixed" or policy.min_samples == 0:
             return None
+        dismissed = _dismissed(rows)
         for row in rows:
-            if row.judged:
+            if row.judged or row in dismissed:
                 self.state.judged_once.add((row.model, row.deployment.name))
         cold = any((r.model, r.deployment.name) not in self.state.judged_once for r in rows)
         leader = rows[0]
         pool = []
         for row in rows:
             seen = row.scored.prediction.attempts + row.in_flight
-            if row.scored.violations or seen >= REVISIT_SAMPLES * policy.min_samples:
+            if row.scored.violations or row in dismissed or seen >= REVISIT_SAMPLES * policy.min_samples:
                 continue
             if seen < policy.min_samples:
-                pool.append(row)
+                # A slow start: no more attempts in flight than answers back, so a burst of traffic does
+                # not pour into a provider before its first answers can show it is hopeless.
+                if row.in_flight < max(1, row.scored.prediction.attempts):
+                    pool.append(row)
             elif not cold and row is not leader and leader.judged:
                 if row.judged and row.scored.score <= leader.scored.score + policy.explore_margin:
                     pool.append(row)
@@ -299,6 +315,21 @@ class MeasuredRouter:
 
     def _circuit_changed(self, key: Key, state: CircuitState) -> None:
         self.observer.circuit_changed(key[0], key[1], state)
+
+
+def _dismissed(rows: Sequence[Ranked]) -> list[Ranked]:
+    """Deployments not worth measuring further: even their fastest answers lose clearly to another's expected time."""
+    expected = [r.scored.prediction.time_s for r in rows if not r.scored.prediction.prior]
+    reference = min((t for t in expected if t is not None), default=None)
+    if reference is None:
+        return []
+    return [
+        r
+        for r in rows
+        if r.scored.prediction.attempts >= DISMISS_AFTER
+        and r.scored.prediction.best_time_s is not None
+        and r.scored.prediction.best_time_s > DISMISS_FACTOR * reference
+    ]
 
 
 def _matches(deployment: DeploymentConfig, names: Sequence[str]) -> bool:
@@ -357,10 +388,10 @@ def _filter(
 
 def _spread_near_equal(rows: list[Ranked], band: float, rng: random.Random | None) -> list[Ranked]:
     """Among the leaders within ``band`` of the best score, fewer requests in flight go first."""
-    if len(rows) < 2 or rows[0].scored.violations or not rows[0].judged:
+    if len(rows) < 2 or rows[0].scored.violations or not rows[0].known:
         return rows
     best = rows[0].scored.score
-    head = [r for r in rows if not r.scored.violations and r.judged and r.scored.score <= best + band]
+    head = [r for r in rows if not r.scored.violations and r.known and r.scored.score <= best + band]
     if len(head) < 2:
         return rows
     rest = rows[len(head) :]

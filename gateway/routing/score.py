@@ -7,6 +7,7 @@ snapshot (``StatsSnapshot.from_samples``).
 For each deployment::
 
     time  = TTFT(q) + expected_output_tokens / tokens_per_s(q)      (seconds)
+          = E[TTFT] + expected_output_tokens * E[1 / tokens_per_s]  (with ``estimate = "mean"``)
     money = (prompt_tokens * price_in + expected_output_tokens * price_out) / 1e6   (USD)
 
 ``expected_output_tokens`` is the request's ``max_tokens``, else the model's observed median
@@ -28,7 +29,8 @@ from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, Sort
 from gateway.samples import Endpoint
-from gateway.stats import DeploymentSummary, StatsSnapshot
+from gateway.stats import DeploymentSummary, LogHistogram, StatsSnapshot
+from gateway.stats.sketch import value_of
 
 OutputSource = Literal["request", "observed", "default"]
 MIN_TIME_S = 1e-3
@@ -86,6 +88,8 @@ class Prediction:
     """Attempts in the stats window that say something of the provider."""
     prior: bool
     """Some of the prediction is the model's pooled value, not this deployment's own."""
+    best_time_s: float | None = None
+    """The time its fastest measured answers suggest (fastest TTFT, fastest stream): an optimistic bound."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +141,8 @@ def predict(
     policy: PolicyConfig,
 ) -> Prediction:
     summary = snapshot.get(model, deployment.name)
-    ttft_q = policy.ttft_quantile
-    # Tokens/s is a floor: a "p95" policy predicts with the speed 95% of responses reached.
-    tps_q = 1.0 - policy.tps_quantile
-    ttft, ttft_prior = _own_or_pooled(summary, snapshot, model, "ttft_s", ttft_q)
-    tps, tps_prior = _own_or_pooled(summary, snapshot, model, "tokens_per_s", tps_q)
+    ttft, ttft_prior = _estimate(summary, snapshot, model, "ttft_s", policy)
+    tps, tps_prior = _estimate(summary, snapshot, model, "tokens_per_s", policy)
     time_s: float | None = None
     prior = False
     if shape.endpoint != "embeddings" and ttft is not None:
@@ -149,7 +150,7 @@ def predict(
         prior = ttft_prior or (tps_prior and tps is not None)
     if time_s is None:
         # Non-streamed traffic and embeddings carry no first-token timings: end-to-end stands in.
-        time_s, prior = _own_or_pooled(summary, snapshot, model, "e2e_s", ttft_q)
+        time_s, prior = _estimate(summary, snapshot, model, "e2e_s", policy)
     cost = (shape.prompt_tokens * deployment.price_in + shape.output_tokens * deployment.price_out) / 1e6
     attempts = summary.attempts if summary else 0
     ok = summary.outcomes.get("ok", 0) if summary else 0
@@ -161,16 +162,45 @@ def predict(
         success_rate=(ok + SUCCESS_PRIOR) / (attempts + SUCCESS_PRIOR),
         attempts=attempts,
         prior=prior,
+        best_time_s=_best_time(summary, shape),
     )
 
 
-def _own_or_pooled(
-    summary: DeploymentSummary | None, snapshot: StatsSnapshot, model: str, metric: MetricName, q: float
+def _best_time(summary: DeploymentSummary | None, shape: RequestShape) -> float | None:
+    if summary is None:
+        return None
+    ttft = summary.quantile("ttft_s", 0.0)
+    if ttft is not None and shape.endpoint != "embeddings":
+        tps = summary.quantile("tokens_per_s", 1.0)
+        return ttft + (shape.output_tokens / tps if tps else 0.0)
+    return summary.quantile("e2e_s", 0.0)
+
+
+def _estimate(
+    summary: DeploymentSummary | None, snapshot: StatsSnapshot, model: str, metric: MetricName, policy: PolicyConfig
 ) -> tuple[float | None, bool]:
-    if summary is not None and summary.count(metric):
-        return summary.quantile(metric, q), False
-    pooled = snapshot.model_quantile(model, metric, q)
-    return pooled, pooled is not None
+    """The policy's estimate of ``metric``: the deployment's own, else the model's pooled one (a prior)."""
+    histogram = summary.histograms.get(metric) if summary is not None else None
+    prior = histogram is None or histogram.count == 0
+    if prior:
+        pooled = [
+            s.histograms[metric] for (m, _), s in snapshot.summaries.items() if m == model and metric in s.histograms
+        ]
+        histogram = LogHistogram.merged(pooled) if pooled else None
+    if histogram is None or histogram.count == 0:
+        return None, False
+    if policy.estimate == "mean":
+        # Time is linear in seconds per token, so the expected stream time needs the harmonic mean of tokens/s.
+        return (_harmonic_mean(histogram) if metric == "tokens_per_s" else histogram.mean()), prior
+    if metric == "tokens_per_s":
+        # Tokens/s is a floor: a "p95" policy predicts with the speed 95% of responses reached.
+        return histogram.quantile(1.0 - policy.tps_quantile), prior
+    return histogram.quantile(policy.ttft_quantile), prior
+
+
+def _harmonic_mean(histogram: LogHistogram) -> float | None:
+    inverse = sum(n / value_of(b) for b, n in histogram.counts.items() if value_of(b) > 0)
+    return histogram.count / inverse if inverse > 0 else None
 
 
 MetricName = Literal["ttft_s", "tokens_per_s", "e2e_s"]
