@@ -169,6 +169,25 @@ def test_a_deployment_whose_samples_aged_out_is_explored_again() -> None:
     assert rig.router.rank(rig.config.models[0]).rows[1].status == "exploring"
 
 
+def test_a_slowdown_shows_in_the_last_answers_before_the_window_moves() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)]))
+    judged(rig, "a", n=200, ttft=0.2, tps=1e4)  # a long, fast history in the window
+    judged(rig, "b", n=200, ttft=0.4, tps=1e4)
+    for _ in range(3):
+        assert rig.first().name == "a"
+        slow = sample("a", ttft=1.0, tps=1e4, started_at=rig.clock.now)
+        rig.store.record(slow)
+        candidate = rig.candidate("a")
+        assert rig.router.attempt_started(candidate)
+        rig.router.attempt_finished(candidate, slow)
+    # Three slow answers against 200 fast ones: the window's mean barely moved, the last answers did.
+    row = rig.router.rank(rig.config.models[0]).rows[-1]
+    assert row.deployment.name == "a" and row.scored.prediction.drift
+    assert rig.first().name == "b"
+    rig.clock.now += 31  # the last answers are too old to trust: back to the window
+    assert rig.first().name == "a"
+
+
 def test_provider_at_max_concurrency_is_skipped() -> None:
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], max_concurrency=1))
     judged(rig, "a", ttft=0.1)
@@ -271,6 +290,20 @@ def test_client_faults_and_cancellations_never_open_a_circuit() -> None:
         rig.finish("a", "client_cancelled")
     assert rig.first().name == "a"
     assert not [e for e in rig.events.events if e[0] == "circuit"]
+
+
+def test_a_streak_of_fast_failures_amid_successes_does_not_open() -> None:
+    # A provider failing 30% of requests: under concurrency its instant 503s complete in streaks.
+    rig = Rig(routing_config([("flaky", 1, 1), ("b", 1, 1)], policy={"failure_threshold": 5}))
+    for _ in range(3):
+        for _ in range(4):
+            rig.finish("flaky", "ok")
+        rig.finish("flaky", "upstream_error")
+    for _ in range(5):
+        rig.finish("flaky", "upstream_error")
+    assert "flaky" in rig.order()  # 8 of its last 16 attempts failed: a streak, but not a dead provider
+    rig.finish("flaky", "upstream_error")
+    assert "flaky" not in rig.order()  # now 9 of the last 17: mostly failing
 
 
 def test_success_resets_the_consecutive_count() -> None:

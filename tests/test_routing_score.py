@@ -8,7 +8,7 @@ import pytest
 
 from gateway.policies import BUILTIN_POLICIES, PolicyConfig
 from gateway.routing.overrides import ProviderPreferences
-from gateway.routing.score import RequestShape, Scored, Weights, expected_output, score_all
+from gateway.routing.score import Recent, RequestShape, Scored, Weights, expected_output, predict, score_all
 from gateway.stats import StatsSnapshot
 from tests.routing_helpers import routing_config, sample, samples
 
@@ -123,6 +123,23 @@ def test_the_mean_estimate_uses_the_harmonic_mean_of_tokens_per_second() -> None
     prediction = scored(snapshot, [("a", 1.0, 1.0)], output=100)["a"].prediction
     assert prediction.tokens_per_s == pytest.approx(2 / (1 / 10 + 1 / 1000), rel=0.02)
     assert prediction.time_s == pytest.approx(100 * (0.5 / 10 + 0.5 / 1000), rel=0.02)
+
+
+def test_recent_answers_replace_the_window_only_when_they_disagree() -> None:
+    snapshot = StatsSnapshot.from_samples(samples("a", 50, ttft=0.2, tps=100.0))
+    config = routing_config([("a", 1.0, 1.0)])
+    shape = RequestShape("chat", 100, 100, "request")
+    deployment = config.models[0].deployments[0]
+    window = predict("m", deployment, shape, snapshot, BALANCED)
+    assert window.time_s == pytest.approx(1.2, rel=0.02) and not window.drift
+    close = Recent(((0.25, 0.011, None),) * 3)
+    assert not predict("m", deployment, shape, snapshot, BALANCED, close).drift
+    slow = Recent(((1.0, 0.05, None),) * 3)
+    drifted = predict("m", deployment, shape, snapshot, BALANCED, slow)
+    assert drifted.drift and drifted.time_s == pytest.approx(6.0) and drifted.tokens_per_s == pytest.approx(20.0)
+    assert not predict("m", deployment, shape, snapshot, BALANCED, Recent(((1.0, 0.05, None),) * 2)).drift
+    one_outlier = Recent(((0.2, 0.01, None), (3.0, 0.05, None), (0.2, 0.01, None)))
+    assert not predict("m", deployment, shape, snapshot, BALANCED, one_outlier).drift
 
 
 def test_an_unmeasured_deployment_borrows_the_model_average() -> None:

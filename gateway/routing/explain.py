@@ -40,6 +40,7 @@ def row_json(rank: int, row: Ranked) -> dict[str, Any]:
             "time_s": _round(p.time_s),
             "cost_usd": round(p.cost_usd, 8),
             "from_model_average": p.prior,
+            "from_recent_answers": p.drift,
         },
         "success_rate": round(p.success_rate, 4),
         "attempts_in_window": p.attempts,
@@ -71,24 +72,43 @@ def ranking_json(ranking: Ranking) -> dict[str, Any]:
     }
 
 
+def _why(row: Ranked) -> str:
+    """The score's non-zero terms, e.g. ``time+0.78 price+0.26``."""
+    parts = row.scored.parts
+    terms = [
+        (name, value)
+        for name, value in (
+            ("time", parts.time),
+            ("ttft", parts.ttft),
+            ("tps", parts.throughput),
+            ("price", parts.price),
+            ("fail", parts.failure),
+        )
+        if value >= 0.005
+    ]
+    return " ".join(f"{name}+{value:.2f}" for name, value in terms) or "best"
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
 def ranking_table(ranking: Ranking) -> str:
     """The ranking as a fixed-width table, best first."""
-    header = ["#", "deployment", "status", "score", "ttft s", "tok/s", "time s", "cost $", "success", "n", "in-flight"]
+    header = ["#", "deployment", "status", "score", "why", "ttft s", "tok/s", "time s", "cost $", "success", "n"]
+    header.append("in-flight")
     rows: list[list[str]] = []
     notes: list[str] = []
     for rank, row in enumerate(ranking.rows, start=1):
         p = row.scored.prediction
-        mark = "~" if p.prior else ""
+        mark = "~" if p.prior else ("!" if p.drift else "")
         rows.append(
             [
                 str(rank),
                 row.deployment.name,
                 row.status,
                 f"{row.scored.score:.3f}",
+                _why(row),
                 _fmt(p.ttft_s, ".3f") + mark,
                 _fmt(p.tokens_per_s, ".1f") + mark,
                 _fmt(p.time_s, ".3f") + mark,
@@ -110,6 +130,8 @@ def ranking_table(ranking: Ranking) -> str:
     lines = [title, "  " + policy_summary(ranking.policy), format_table(header, rows)]
     if any(r.scored.prediction.prior for r in ranking.rows):
         lines.append("  ~ not measured yet: the model's average stands in")
+    if any(r.scored.prediction.drift for r in ranking.rows):
+        lines.append("  ! its last answers disagree with the window: they stand in")
     return "\n".join(lines + notes)
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gateway.policies import PolicyConfig
+from gateway.routing.score import Recent
 from gateway.samples import Outcome
 
 CircuitState = Literal["closed", "open", "half-open"]
@@ -60,6 +61,18 @@ class Circuit:
 
 
 StateChange = Callable[[Key, CircuitState], None]
+RECENT_ANSWERS = 5
+RECENT_HORIZON_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One complete answer's timings, as the router remembers it."""
+
+    at: float
+    ttft_s: float | None
+    tokens_per_s: float | None
+    e2e_s: float | None
 
 
 @dataclass
@@ -187,6 +200,27 @@ class RouterState:
     deployment_in_flight: dict[Key, int] = field(default_factory=dict)
     judged_once: set[Key] = field(default_factory=set)
     """Deployments judged at least once since start: until all are, the router is cold-starting."""
+    answers: dict[Key, deque[Answer]] = field(default_factory=dict)
+    """Each deployment's last ``RECENT_ANSWERS`` complete answers on this replica."""
+
+    def remember(self, key: Key, answer: Answer) -> None:
+        answers = self.answers.get(key)
+        if answers is None:
+            answers = self.answers[key] = deque(maxlen=RECENT_ANSWERS)
+        answers.append(answer)
+
+    def recent(self, model: str, now: float) -> dict[str, Recent]:
+        """The recent answers of ``model``'s deployments, those within ``RECENT_HORIZON_S`` only."""
+        views = {}
+        for (m, deployment), answers in self.answers.items():
+            if m != model:
+                continue
+            fresh = [a for a in answers if now - a.at <= RECENT_HORIZON_S]
+            if fresh:
+                views[deployment] = Recent(
+                    tuple((a.ttft_s, 1 / a.tokens_per_s if a.tokens_per_s else None, a.e2e_s) for a in fresh)
+                )
+        return views
 
     def started(self, provider: str, key: Key) -> None:
         self.provider_in_flight[provider] = self.provider_in_flight.get(provider, 0) + 1

@@ -6,19 +6,19 @@ them:
 
 1. The request's overrides: ``only``/``ignore`` and ``max_price`` remove deployments;
    ``order`` puts the named ones first; ``allow_fallbacks = false`` keeps only those.
-2. Deployments that break a soft constraint go after those that do not; within each group,
-   by score (or in config order for a ``fixed`` policy).
+2. Deployments that break a soft constraint go after those that do not, and those with
+   nothing measured yet after those with their own numbers; then by score (or in config
+   order for a ``fixed`` policy).
 3. Near-equal scores (within ``tie_band`` of the best) go to the deployment with fewer
    requests in flight, ties broken at random, so replicas do not stampede one provider.
 4. A deployment whose circuit is open, or whose provider is at ``max_concurrency``, is left
    out; if nothing is left the request fails fast with 503.
-5. Exploration: a deployment with fewer than ``min_samples`` attempts in the window (in
-   flight included) is not yet judged. With probability ``explore_share`` (always, when no
-   deployment is judged yet) the least-sampled one goes first. Old samples age out of the
-   window, so a deployment that stopped being chosen becomes unjudged again and is
-   re-measured: that is how a recovery is noticed, at a cost bounded by ``min_samples`` per
-   window. A close runner-up with little evidence shares that exploration, so noise in its
-   first samples cannot shut it out.
+5. Exploration (``_explore``): a deployment with fewer than ``min_samples`` attempts in the
+   window is not yet judged. At a cold start every request measures the least-measured one;
+   afterwards, with probability ``explore_share``, an unjudged one or a close runner-up on
+   thin evidence goes first. Old samples age out of the window, so a deployment that
+   stopped being chosen becomes unjudged again and is re-measured: that is how a recovery
+   is noticed, at a cost bounded by ``min_samples`` per window.
 
 Randomness comes from an injected ``random.Random`` and time from an injected clock, so
 tests are deterministic.
@@ -35,7 +35,7 @@ from typing import Protocol
 
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import InvalidRequest, NoCapacity
-from gateway.routing.health import CircuitState, Key, RouterState
+from gateway.routing.health import Answer, CircuitState, Key, RouterState
 from gateway.routing.observer import NullObserver, RoutingObserver
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import Candidate, RoutePlan, RouteReason, RouteRequest
@@ -153,8 +153,9 @@ class MeasuredRouter:
         deployments = _filter(model, preferences, self._providers)
         output, source = expected_output(model.name, max_tokens, snapshot, policy)
         shape = RequestShape(endpoint, prompt_tokens, output, source)
-        scored = score_all(model.name, deployments, shape, snapshot, policy, preferences)
         now = self.clock()
+        recent = self.state.recent(model.name, now)
+        scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, recent)
         rows = [self._ranked(model.name, s, policy, now) for s in scored]
         if policy.ranking == "fixed":
             rows.sort(key=lambda r: (bool(r.scored.violations), deployments.index(r.deployment)))
@@ -298,6 +299,9 @@ class MeasuredRouter:
     def attempt_finished(self, candidate: Candidate, sample: Sample, retry_after_s: float | None = None) -> None:
         key = (candidate.model, candidate.name)
         self.state.finished(candidate.provider.name, key)
+        if sample.outcome == "ok":
+            answer = Answer(self.clock(), sample.ttft_s, sample.tokens_per_s, sample.e2e_s)
+            self.state.remember(key, answer)
         model = self.config.model(candidate.model)
         if model is None:
             return

@@ -21,7 +21,7 @@ described in ``gateway.policies``: a weighted sum of log2 ratios against the bes
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -90,6 +90,38 @@ class Prediction:
     """Some of the prediction is the model's pooled value, not this deployment's own."""
     best_time_s: float | None = None
     """The time its fastest measured answers suggest (fastest TTFT, fastest stream): an optimistic bound."""
+    drift: bool = False
+    """Its last answers disagreed with the window by more than ``DRIFT_RATIO``: the prediction is theirs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recent:
+    """A deployment's last few answers on this replica, newer than the stats window can show.
+
+    Each answer is ``(ttft_s, seconds_per_token, e2e_s)``, oldest first; None where not measured.
+    """
+
+    answers: tuple[tuple[float | None, float | None, float | None], ...]
+
+    def times(self, shape: RequestShape) -> list[float]:
+        """Each answer's time for a request of this shape."""
+        times = []
+        for ttft, seconds_per_token, e2e in self.answers:
+            if ttft is not None and shape.endpoint != "embeddings":
+                times.append(ttft + shape.output_tokens * (seconds_per_token or 0.0))
+            elif e2e is not None:
+                times.append(e2e)
+        return times
+
+    def mean(self, index: int) -> float | None:
+        """The mean of one field (0: TTFT, 1: seconds per token, 2: end-to-end) over the answers that have it."""
+        known = [v for v in (a[index] for a in self.answers) if v is not None]
+        return sum(known) / len(known) if known else None
+
+
+DRIFT_RATIO = 1.5
+"""Recent answers this much slower (or faster) than the window's prediction replace it."""
+DRIFT_MIN_ANSWERS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +171,15 @@ def predict(
     shape: RequestShape,
     snapshot: StatsSnapshot,
     policy: PolicyConfig,
+    recent: Recent | None = None,
 ) -> Prediction:
+    """One deployment's prediction for this request.
+
+    ``recent`` (the router's memory of the deployment's last answers) overrides the window when
+    each of the last ``DRIFT_MIN_ANSWERS`` puts the time more than ``DRIFT_RATIO`` away from it: a
+    provider that just slowed down fivefold is seen after a few answers, not after enough of
+    them to move a five-minute average.
+    """
     summary = snapshot.get(model, deployment.name)
     ttft, ttft_prior = _estimate(summary, snapshot, model, "ttft_s", policy)
     tps, tps_prior = _estimate(summary, snapshot, model, "tokens_per_s", policy)
@@ -151,6 +191,17 @@ def predict(
     if time_s is None:
         # Non-streamed traffic and embeddings carry no first-token timings: end-to-end stands in.
         time_s, prior = _estimate(summary, snapshot, model, "e2e_s", policy)
+    drift = False
+    if recent is not None and time_s is not None and not prior:
+        times = recent.times(shape)
+        last = [t / max(time_s, MIN_TIME_S) for t in times[-DRIFT_MIN_ANSWERS:]]
+        # Every one of the last answers must disagree, the same way: one slow outlier is not a drift.
+        if len(last) == DRIFT_MIN_ANSWERS and (min(last) > DRIFT_RATIO or max(last) < 1 / DRIFT_RATIO):
+            drift = True
+            time_s = sum(times) / len(times)
+            recent_ttft, seconds_per_token = recent.mean(0), recent.mean(1)
+            ttft = recent_ttft if recent_ttft is not None else ttft
+            tps = 1 / seconds_per_token if seconds_per_token else tps
     cost = (shape.prompt_tokens * deployment.price_in + shape.output_tokens * deployment.price_out) / 1e6
     attempts = summary.attempts if summary else 0
     ok = summary.outcomes.get("ok", 0) if summary else 0
@@ -163,6 +214,7 @@ def predict(
         attempts=attempts,
         prior=prior,
         best_time_s=_best_time(summary, shape),
+        drift=drift,
     )
 
 
@@ -213,10 +265,12 @@ def score_all(
     snapshot: StatsSnapshot,
     policy: PolicyConfig,
     preferences: ProviderPreferences = NO_PREFERENCES,
+    recent: Mapping[str, Recent] | None = None,
 ) -> list[Scored]:
     """Every deployment scored against the best of the others, in the given order (not sorted)."""
     weights = Weights.of(policy, preferences.sort)
-    predictions = [predict(model, d, shape, snapshot, policy) for d in deployments]
+    recent = recent or {}
+    predictions = [predict(model, d, shape, snapshot, policy, recent.get(d.name)) for d in deployments]
     best_time = _best(p.time_s for p in predictions)
     best_ttft = _best(p.ttft_s for p in predictions)
     best_tps = max((p.tokens_per_s for p in predictions if p.tokens_per_s), default=None)
