@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -115,3 +116,24 @@ def test_log_bodies_needs_the_access_log() -> None:
         )
     with pytest.raises(ConfigError, match=r"server\.access_log: expected true or false"):
         parse_config({"server": {"access_log": "yes"}}, source="c.toml")
+
+
+def test_client_leaving_mid_stream_is_logged_and_leaves_nothing_in_flight(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    slow = fakes.start("slow", FakeBehavior(output_tokens=400, tokens_per_s=40))  # ten seconds of answer
+    gateway = start_gateway(keyed_config([slow]), environ=ENVIRON)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    headers = {"authorization": f"Bearer {CLIENT_KEY}"}
+    with (
+        httpx.Client() as client,
+        client.stream("POST", gateway.base_url + "/chat/completions", json=body, headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        next(response.iter_bytes())  # the first token arrived: now hang up
+    wait_until(lambda: len(access_lines(caplog)) == 1)
+    (line,) = access_lines(caplog)
+    assert line["status"] == 200 and line["outcome"] == "client_cancelled" and line["provider"] == "slow"
+    inflight = gateway.metrics.registry.get_sample_value("gateway_inflight_requests", {"provider": "slow"})
+    assert inflight == 0
