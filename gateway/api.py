@@ -255,7 +255,8 @@ async def metrics(request: Request) -> Response:
     """``GET /metrics``: Prometheus text (or OpenMetrics, if the scraper asks for it)."""
     registry: Metrics = request.app.state.metrics
     runtime_of(request.scope).observe_gauges(registry)
-    body, content_type = registry.render(request.headers.get("accept"))
+    # Rendering takes milliseconds with many series: off the loop, so streams keep flowing.
+    body, content_type = await asyncio.to_thread(registry.render, request.headers.get("accept"))
     return Response(body, headers={"content-type": content_type})
 
 
