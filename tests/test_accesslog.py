@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -137,3 +142,36 @@ def test_client_leaving_mid_stream_is_logged_and_leaves_nothing_in_flight(
     assert line["status"] == 200 and line["outcome"] == "client_cancelled" and line["provider"] == "slow"
     inflight = gateway.metrics.registry.get_sample_value("gateway_inflight_requests", {"provider": "slow"})
     assert inflight == 0
+
+
+def test_gateway_serve_writes_bare_json_lines_to_stdout(fakes: Fakes, tmp_path: Path) -> None:
+    good = fakes.start("good", FakeBehavior(output_tokens=4))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f'[[providers]]\nname = "good"\nbase_url = "{good.base_url}"\n\n'
+        '[[models]]\nname = "m"\n  [[models.deployments]]\n  provider = "good"\n  model = "up"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GATEWAY_API_KEYS"}
+    command = [sys.executable, "-m", "gateway", "serve", "-c", str(config), "--port", str(port)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: _answers(f"http://127.0.0.1:{port}/healthz") or process.poll() is not None, timeout=30)
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}]}
+        assert httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body).status_code == 200
+    finally:
+        process.terminate()
+        stdout, stderr = process.communicate(timeout=30)
+    lines = [json.loads(line) for line in stdout.splitlines()]  # every stdout line is one JSON object
+    assert [(line["status"], line["provider"]) for line in lines] == [(200, "good")]
+    assert PROMPT not in stdout + stderr
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import openai
@@ -214,3 +217,11 @@ def _version() -> str:
     from gateway import __version__
 
     return __version__
+
+
+def test_serve_refuses_several_workers() -> None:
+    command = [sys.executable, "-m", "gateway", "serve", "-c", "deploy/gateway.toml", "--workers", "4"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1])
+    assert result.returncode == 1
+    assert "--workers 4: the gateway runs one process per replica" in result.stderr
+    assert "Traceback" not in result.stderr
