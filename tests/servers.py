@@ -13,7 +13,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -21,14 +21,19 @@ import uvicorn
 class ServerThread:
     """A uvicorn server running ``app`` in a thread. ``url`` is ``http://127.0.0.1:<port>``."""
 
-    def __init__(self, app: Any, *, port: int = 0, lifespan: str = "on") -> None:
+    def __init__(self, app: Any, *, port: int = 0, lifespan: Literal["auto", "on", "off"] = "on") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", port))
         self.port: int = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            app, lifespan=lifespan, log_level="warning", access_log=False, loop="asyncio", http="httptools",
+            app,
+            lifespan=lifespan,
+            log_level="warning",
+            access_log=False,
+            loop="asyncio",
+            http="httptools",
             timeout_graceful_shutdown=5,
         )
         self.server = uvicorn.Server(config)
@@ -54,8 +59,12 @@ class ServerThread:
             self._thread.join(0.005)
         return self
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask the server to shut down, without waiting (see ``stop_all``)."""
         self.server.should_exit = True
+
+    def stop(self) -> None:
+        self.request_stop()
         self._thread.join(15)
         self.sock.close()
         if self._thread.is_alive():
@@ -65,6 +74,14 @@ class ServerThread:
         """Run a coroutine on the server's own loop (to poke at its state safely) and return its result."""
         assert self.loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+
+def stop_all(servers: list[ServerThread]) -> None:
+    """Stop several servers at once: uvicorn's shutdown takes ~0.2 s each, so overlap them."""
+    for server in servers:
+        server.request_stop()
+    for server in servers:
+        server.stop()
 
 
 @contextmanager
