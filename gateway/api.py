@@ -114,11 +114,19 @@ def _bearer(scope: Scope) -> str | None:
     return None
 
 
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON does not, and the provider would choke on them.
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def parse_json_body(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+    except RecursionError as exc:
+        # A small body can nest deeper than the parser's stack: the client's fault, not a 500.
+        raise InvalidRequest("request body is nested too deeply", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
     return body
