@@ -44,6 +44,8 @@ class Reading:
     """The message of an error event the provider sent inside the stream."""
     response_model: str | None = None
     """The model id the provider reported answering with."""
+    malformed: bool = False
+    """An event (or the whole body) was not JSON: the client cannot have read a complete answer."""
 
 
 def _choices(event: dict[str, Any]) -> list[dict[str, Any]]:
@@ -181,9 +183,11 @@ class StreamMeter:
         finished = False
         error_message: str | None = None
         response_model: str | None = None
+        malformed = False
         for at, data in self._events:
             event = _parse(data)
             if event is None:
+                malformed = True
                 continue
             message = _error_message(event)
             if message is not None:
@@ -225,6 +229,7 @@ class StreamMeter:
             saw_done=self.done,
             error_message=error_message,
             response_model=response_model,
+            malformed=malformed,
         )
 
 
@@ -232,7 +237,7 @@ def read_body(body: bytes, counter: TokenCounter) -> Reading:
     """The reading of a whole (non-streamed) JSON response: tokens and usage, no timings."""
     event = _parse(body)
     if event is None:
-        return Reading()
+        return Reading(malformed=True)
     text = "".join(_answer_of(choice) for choice in _choices(event))
     prompt, completion = _usage(event)
     model = event.get("model")

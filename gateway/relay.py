@@ -221,7 +221,7 @@ class Dispatcher:
 
         def finish() -> None:
             reading = read_body(attempt.body, self.counter)
-            outcome: Outcome = "upstream_error" if reading.error_message else "ok"
+            outcome: Outcome = "upstream_error" if reading.error_message or reading.malformed else "ok"
             self.record(request, attempt, outcome, reading)
 
         return FullReply(status, attempt.body, content_type, log, finish)
@@ -323,10 +323,13 @@ class FullReply(Reply):
             *extra_headers,
         ]
         watch.disarm()
-        await send({"type": "http.response.start", "status": self.status, "headers": headers})
-        await send({"type": "http.response.body", "body": self.body})
-        if self._finish is not None:
-            self._finish()
+        try:
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            await send({"type": "http.response.body", "body": self.body})
+        finally:
+            # The upstream answered in full: its sample is due even if the client is gone.
+            if self._finish is not None:
+                self._finish()
 
 
 class StreamReply(Reply):
@@ -379,17 +382,21 @@ class StreamReply(Reply):
             outcome = "timeout" if isinstance(broken, UpstreamTimeout) else "broken_stream"
             tail = _error_event(broken.message, "upstream_stream_broken")
         elif reading.error_message is not None:
+            # The provider's own error event has told the client already.
             outcome = "upstream_error"
-        elif not meter.done:
-            if reading.finished:
+        elif not meter.done and not reading.finished:
+            outcome = "broken_stream"
+            name = attempt.candidate.provider.name
+            tail = _error_event(
+                f"{name}: upstream stream ended before the answer was complete", "upstream_stream_broken"
+            )
+        else:
+            if not meter.done:
                 # The answer is complete but the provider forgot [DONE]: end the stream cleanly.
                 tail = b"data: [DONE]\n\n"
-            else:
-                outcome = "broken_stream"
-                name = attempt.candidate.provider.name
-                tail = _error_event(
-                    f"{name}: upstream stream ended before the answer was complete", "upstream_stream_broken"
-                )
+            if reading.malformed:
+                # Relayed as is, but the client's SDK choked on it: not a success.
+                outcome = "upstream_error"
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         self.dispatcher.record(self.request, attempt, outcome, reading)
 

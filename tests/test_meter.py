@@ -220,6 +220,13 @@ def test_malformed_event_before_output_is_flagged(counter: TokenCounter) -> None
     meter.feed(chunk({"content": " the"}))
     reading = meter.finish(counter)
     assert reading.output_tokens == 1 and reading.ttft_s == 0.5
+    assert reading.malformed
+
+
+def test_malformed_event_after_output_is_reported(counter: TokenCounter) -> None:
+    reading = run(counter, [(0.5, chunk({"content": " the"})), (0.75, b"data: {oops\n\n"), (1.0, DONE)])
+    assert reading.malformed and reading.output_tokens == 1
+    assert not run(counter, [(0.5, chunk({"content": " the"})), (1.0, DONE)]).malformed
 
 
 def test_done_is_noted_at_once() -> None:
@@ -275,7 +282,7 @@ def test_read_body_of_a_whole_response(counter: TokenCounter) -> None:
 def test_read_body_of_an_error_and_of_garbage(counter: TokenCounter) -> None:
     error = read_body(b'{"error": {"message": "bad", "type": "x"}}', counter)
     assert error.error_message == "bad" and error.output_tokens == 0
-    assert read_body(b"<html>oops</html>", counter) == Reading()
+    assert read_body(b"<html>oops</html>", counter) == Reading(malformed=True)
     # Usage counts that are not integers are ignored rather than trusted.
     odd = read_body(b'{"choices": [], "usage": {"prompt_tokens": true, "completion_tokens": "7"}}', counter)
     assert odd.usage_prompt_tokens is None and odd.usage_completion_tokens is None
