@@ -17,6 +17,7 @@ Every attempt, failed or not, yields one ``Sample`` for the sink.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import json
 import time
@@ -221,6 +222,9 @@ class Dispatcher:
 
         def finish() -> None:
             reading = read_body(attempt.body, self.counter)
+            if request.endpoint == "embeddings":
+                # Embeddings are measured by latency only: there are no output tokens to count.
+                reading = dataclasses.replace(reading, output_tokens=None, answer_text="")
             outcome: Outcome = "upstream_error" if reading.error_message or reading.malformed else "ok"
             self.record(request, attempt, outcome, reading)
 
