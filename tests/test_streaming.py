@@ -157,7 +157,8 @@ def test_client_hang_up_mid_stream_cancels_upstream(fakes: Fakes, start_gateway:
     fake = fakes.start("a", FakeBehavior(output_tokens=500, tokens_per_s=20))
     gateway = start_gateway(gateway_config([fake]))
     with httpx.stream("POST", gateway.base_url + "/chat/completions", json=STREAM, timeout=10) as response:
-        for piece in response.iter_raw():
+        pieces = response.iter_raw()  # held, so that the connection stays open until the block ends
+        for piece in pieces:
             if b'"content": " ' in piece:
                 break
         assert fake.app.state.open_streams == 1
