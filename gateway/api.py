@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -171,9 +170,10 @@ class ProxyEndpoint:
         self.path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        received_at = time.perf_counter()
-        request_id = uuid.uuid4().hex
         runtime = runtime_of(scope)
+        # The dispatcher's clock, so that end-to-end and the attempt times share one time base.
+        received_at = runtime.dispatcher.clock()
+        request_id = uuid.uuid4().hex
         try:
             request, route_request = await self._prepare(scope, receive, runtime, received_at, request_id)
         except _ClientGone:

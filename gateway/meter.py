@@ -129,7 +129,7 @@ class StreamMeter:
     ``sent_at`` is the clock reading when the upstream request was sent.
     """
 
-    __slots__ = ("_clock", "_sent_at", "_splitter", "_events", "first_output_at", "done", "malformed")
+    __slots__ = ("_clock", "_sent_at", "_splitter", "_events", "first_output_at", "done", "malformed", "finish_seen")
 
     def __init__(self, clock: Clock, sent_at: float) -> None:
         self._clock = clock
@@ -141,6 +141,8 @@ class StreamMeter:
         """``data: [DONE]`` arrived: the stream is over, whatever the connection does next."""
         self.malformed = False
         """An event that is not JSON arrived before the first output."""
+        self.finish_seen = False
+        """A ``finish_reason`` arrived before any output: an empty answer, but a complete one."""
 
     def feed(self, chunk: bytes) -> None:
         """Note one relayed chunk. Cheap: no JSON once the first output has been seen."""
@@ -161,6 +163,8 @@ class StreamMeter:
                 # An error event counts as "output" too: the first-token wait is over, and it
                 # must reach the client rather than be retried blindly.
                 self.first_output_at = now
+            elif any(c.get("finish_reason") for c in _choices(event)):
+                self.finish_seen = True
 
     def end_of_stream(self) -> None:
         """The upstream closed: complete an event that lacked its closing blank line."""

@@ -69,7 +69,11 @@ class ProxyRequest:
         """The body as sent upstream: the client's fields untouched but for ``model``."""
         body = dict(self.body)
         body["model"] = routed_model
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        try:
+            return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        except UnicodeEncodeError:
+            # A lone surrogate ("\ud800" in the client's JSON) has no UTF-8 form: keep it escaped.
+            return json.dumps(body, separators=(",", ":")).encode()
 
 
 @dataclass(slots=True)
@@ -206,7 +210,7 @@ class Dispatcher:
             chunk = await response.read_chunk()
             if not chunk:
                 meter.end_of_stream()
-                if meter.first_output_at is None and not meter.done:
+                if meter.first_output_at is None and not meter.done and not meter.finish_seen:
                     name = attempt.candidate.provider.name
                     raise UpstreamUnavailable(f"{name}: stream ended before any output", provider=name)
                 break

@@ -154,6 +154,18 @@ def test_body_forwarded_untouched_but_model_and_provider(fakes: Fakes, start_gat
     assert len(response.json()["choices"]) == 2
 
 
+def test_lone_surrogate_is_forwarded_escaped(fakes: Fakes, start_gateway: StartGateway) -> None:
+    fake = fakes.start("a")
+    gateway = start_gateway(gateway_config([fake]))
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "caf\\u00e9 \\ud800"}]}'
+    response = httpx.post(gateway.base_url + "/chat/completions", content=raw, timeout=10)
+    assert response.status_code == 200, response.text
+    assert fake.app.state.recorded[0].body == {
+        "model": "a-upstream",
+        "messages": [{"role": "user", "content": "caf\u00e9 \ud800"}],
+    }
+
+
 def test_model_rewritten_per_deployment(fakes: Fakes, start_gateway: StartGateway) -> None:
     first = fakes.start("a", FakeBehavior(status=503))
     second = fakes.start("b")

@@ -11,10 +11,12 @@ from collections.abc import Callable
 
 import pytest
 
+from gateway.app import AppOptions, create_app
 from gateway.fakes import FakeBehavior
-from gateway.samples import Sample
+from gateway.samples import Sample, SampleLog
 from tests.conftest import Fakes, Gateway, gateway_config
 from tests.helpers import MESSAGES, sdk, wait_until
+from tests.servers import ServerThread
 
 StartGateway = Callable[..., Gateway]
 
@@ -23,6 +25,20 @@ def settled(gateway: Gateway, count: int) -> list[Sample]:
     wait_until(lambda: len(gateway.samples.samples) >= count, what=f"{count} samples")
     assert len(gateway.samples.samples) == count
     return list(gateway.samples.samples)
+
+
+def test_injected_clock_is_the_time_base_of_every_measure(fakes: Fakes, test_servers: list[ServerThread]) -> None:
+    """A clock far from perf_counter's: e2e and TTFT stay small only if both ends use it."""
+    fake = fakes.start("a", FakeBehavior(output_tokens=4))
+    samples = SampleLog()
+    options = AppOptions(environ={}, sinks=[samples], clock=lambda: time.perf_counter() + 1e6)
+    server = ServerThread(create_app(gateway_config([fake]), options)).start()
+    test_servers.append(server)
+    list(sdk(server.url + "/v1").chat.completions.create(model="m", messages=MESSAGES, stream=True))
+    wait_until(lambda: len(samples.samples) == 1)
+    (sample,) = samples.samples
+    assert sample.e2e_s is not None and 0 < sample.e2e_s < 60
+    assert sample.ttft_s is not None and 0 < sample.ttft_s <= sample.e2e_s
 
 
 def test_one_sample_per_attempt(fakes: Fakes, start_gateway: StartGateway) -> None:

@@ -113,6 +113,17 @@ def test_missing_done_after_finish_reason_ends_cleanly(fakes: Fakes, start_gatew
     assert sample_outcomes(gateway, 2) == ["ok", "ok"]
 
 
+def test_empty_answer_without_done_ends_cleanly_and_is_not_retried(fakes: Fakes, start_gateway: StartGateway) -> None:
+    fake = fakes.start("a", FakeBehavior(output_tokens=0, no_done=True))
+    backup = fakes.start("b")
+    gateway = start_gateway(gateway_config([fake, backup], policy=SHORT))
+    body = post_stream(gateway)
+    assert b'"finish_reason": "stop"' in events(body)[-2] and events(body)[-1] == b"data: [DONE]"
+    assert backup.app.state.requests == 0
+    assert sample_outcomes(gateway, 1) == ["ok"]
+    assert gateway.samples.samples[0].output_tokens == 0
+
+
 def test_missing_done_without_finish_reason_is_an_error(fakes: Fakes, start_gateway: StartGateway) -> None:
     fake = fakes.start("a", FakeBehavior(output_tokens=4, no_done=True, no_finish=True))
     gateway = start_gateway(gateway_config([fake], policy=SHORT))
