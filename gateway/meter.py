@@ -123,6 +123,25 @@ def _parse(data: bytes) -> dict[str, Any] | None:
     return event if isinstance(event, dict) else None
 
 
+def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
+    """Each event's JSON object (None where it is not one), parsed in one call when all are valid.
+
+    One ``json.loads`` over a joined array costs a fraction of one call per event (measured: the
+    per-call overhead was most of the meter's CPU on a 64-chunk answer); any invalid event sends
+    it back to one parse per event.
+    """
+    if not datas:
+        return []
+    try:
+        events = json.loads(b"[" + b",".join(datas) + b"]")
+    except ValueError:
+        return [_parse(data) for data in datas]
+    if len(events) != len(datas):
+        # An event's data held several comma-separated values ("1, 2"): parse one by one.
+        return [_parse(data) for data in datas]
+    return [event if isinstance(event, dict) else None for event in events]
+
+
 class StreamMeter:
     """Watches one streamed response. Created per attempt, not thread-safe.
 
@@ -188,8 +207,8 @@ class StreamMeter:
         error_message: str | None = None
         response_model: str | None = None
         malformed = False
-        for at, data in self._events:
-            event = _parse(data)
+        parsed = _parse_all([data for _, data in self._events])
+        for (at, _), event in zip(self._events, parsed, strict=True):
             if event is None:
                 malformed = True
                 continue
