@@ -140,7 +140,9 @@ class Dispatcher:
             if request.stream:
                 return StreamReply(self, request, attempt, log)
             return await self._finish_full(request, attempt, log)
-        raise _final_error(errors, log.attempts, deadline_passed=self.clock() >= deadline)
+        error = _final_error(errors, log.attempts, deadline_passed=self.clock() >= deadline)
+        error.headers["x-gateway-attempts"] = str(log.attempts)
+        raise error
 
     async def _open(self, request: ProxyRequest, plan: RoutePlan, candidate: Candidate, remaining: float) -> _Attempt:
         """Send one attempt and wait until it is safe to commit to it (headers, and first token for streams)."""
@@ -386,7 +388,11 @@ class StreamReply(Reply):
         watch.disarm()
         reading = meter.finish(self.dispatcher.counter)
         tail = b""
-        if broken is not None:
+        if broken is not None and reading.finished and reading.error_message is None:
+            # The answer was complete (finish_reason came); only the provider's [DONE] or its
+            # close went missing: end the client's stream cleanly rather than as an error.
+            tail = b"data: [DONE]\n\n"
+        elif broken is not None:
             outcome = "timeout" if isinstance(broken, UpstreamTimeout) else "broken_stream"
             tail = _error_event(broken.message, "upstream_stream_broken")
         elif reading.error_message is not None:

@@ -176,6 +176,7 @@ def test_all_providers_500_is_502_with_last_message(fakes: Fakes, start_gateway:
     message = assert_openai_error(response, 502)
     assert message == "no provider could answer (2 attempts); last error: b: upstream returned 502: fake b: error 502"
     assert response.headers["x-request-id"]
+    assert response.headers["x-gateway-attempts"] == "2"
     assert first.app.state.requests == second.app.state.requests == 1
 
 

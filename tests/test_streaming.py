@@ -124,6 +124,20 @@ def test_empty_answer_without_done_ends_cleanly_and_is_not_retried(fakes: Fakes,
     assert gateway.samples.samples[0].output_tokens == 0
 
 
+@pytest.mark.parametrize("stream_options", [None, {"include_usage": True}])
+def test_finished_answer_whose_done_never_comes_ends_cleanly_at_the_idle_timeout(
+    fakes: Fakes, start_gateway: StartGateway, stream_options: dict[str, bool] | None
+) -> None:
+    fake = fakes.start("a", FakeBehavior(output_tokens=4, no_done=True, linger_s=30))
+    gateway = start_gateway(gateway_config([fake], policy=SHORT))
+    body = dict(STREAM, stream_options=stream_options)
+    response = httpx.post(gateway.base_url + "/chat/completions", json=body, timeout=10)
+    assert b'"finish_reason": "stop"' in events(response.content)[-2]
+    assert events(response.content)[-1] == b"data: [DONE]"
+    assert sample_outcomes(gateway, 1) == ["ok"]
+    wait_until(lambda: fake.app.state.open_streams == 0, what="lingering upstream dropped")
+
+
 def test_missing_done_without_finish_reason_is_an_error(fakes: Fakes, start_gateway: StartGateway) -> None:
     fake = fakes.start("a", FakeBehavior(output_tokens=4, no_done=True, no_finish=True))
     gateway = start_gateway(gateway_config([fake], policy=SHORT))
