@@ -109,6 +109,32 @@ def test_completions_embeddings_and_models(fakes: Fakes, start_gateway: StartGat
     ]
 
 
+def test_completions_embeddings_and_models_async(fakes: Fakes, start_gateway: StartGateway) -> None:
+    fake = fakes.start("a", FakeBehavior(output_tokens=6))
+    gateway = start_gateway(gateway_config([fake]))
+
+    async def everything(client: openai.AsyncOpenAI, model: str) -> list[Any]:
+        try:
+            whole = await client.completions.create(model=model, prompt="say")
+            stream = await client.completions.create(model=model, prompt="say", stream=True)
+            chunks = [stable(chunk) async for chunk in stream]
+            vectors = await client.embeddings.create(model=model, input="one")
+            return [stable(whole), chunks, stable(vectors)]
+        finally:
+            await client.close()
+
+    async def go() -> None:
+        via = await everything(async_sdk(gateway.base_url), "m")
+        assert via == await everything(async_sdk(fake.base_url), "a-upstream")
+        client = async_sdk(gateway.base_url)
+        try:
+            assert [m.id async for m in client.models.list()] == ["m"]
+        finally:
+            await client.close()
+
+    asyncio.run(go())
+
+
 def test_body_forwarded_untouched_but_model_and_provider(fakes: Fakes, start_gateway: StartGateway) -> None:
     fake = fakes.start("a")
     gateway = start_gateway(gateway_config([fake]))
