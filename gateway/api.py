@@ -115,11 +115,19 @@ def _bearer(scope: Scope) -> str | None:
     return None
 
 
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON does not, and the provider would choke on them.
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def parse_json_body(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+    except RecursionError as exc:
+        # A small body can nest deeper than the parser's stack: the client's fault, not a 500.
+        raise InvalidRequest("request body is nested too deeply", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
     return body
@@ -165,6 +173,7 @@ class ProxyEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = runtime_of(scope)
+        # The dispatcher's clock, so that end-to-end and the attempt times share one time base.
         clock = runtime.dispatcher.clock
         record = AccessRecord(uuid.uuid4().hex, self.endpoint, clock(), clock)
         try:

@@ -153,7 +153,9 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error: GatewayError
     if exc.status_code == 405:
-        error = MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}")
+        # Keep Starlette's Allow header: a 405 must say which methods the path takes.
+        headers = dict(exc.headers or {})
+        error = MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}", headers=headers)
     else:
         error = NotFound(f"no such endpoint: {request.method} {request.url.path}")
     return api.error_response(error)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from gateway import __version__
 from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets
-from gateway.tokens import TokenizerError
+from gateway.tokens import TokenizerError, load_token_counter
 
 DEFAULT_CONFIG_ENV = "GATEWAY_CONFIG"
 
@@ -45,6 +45,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(path)
         app = create_app(config)
+        # Loaded here so that a bad tokenizer is one clear line, not a traceback from the lifespan;
+        # the lifespan then finds it in the per-process cache.
+        load_token_counter(config.stats.tokenizer)
     except (ConfigError, TokenizerError) as exc:
         return _fail(str(exc))
     host = args.host or config.server.host
@@ -64,8 +67,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=30,
         )
     )
-    server.run()
-    return 0
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        # uvicorn re-raises Ctrl-C after its graceful shutdown: a normal way to stop, not a crash.
+        pass
+    # uvicorn returns normally when start-up failed (it has logged why): that is still a failure.
+    return 0 if server.started else 1
 
 
 def _format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -118,7 +126,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(routing_table(config, environ))
     try:
         resolve_secrets(config, environ)
-    except ConfigError as exc:
+        load_token_counter(config.stats.tokenizer)
+    except (ConfigError, TokenizerError) as exc:
         print()
         return _fail(str(exc))
     return 0

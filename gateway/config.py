@@ -435,14 +435,17 @@ def resolve_secrets(config: GatewayConfig, environ: Mapping[str, str]) -> dict[s
     """
     keys: dict[str, str | None] = {}
     missing: list[str] = []
-    for provider in config.providers:
+    for index, provider in enumerate(config.providers):
         if provider.api_key_env is None:
             keys[provider.name] = None
             continue
         value = environ.get(provider.api_key_env, "").strip()
         if not value:
-            missing.append(f"{provider.name} ({provider.api_key_env})")
+            missing.append(
+                f"providers[{index}].api_key_env: environment variable {provider.api_key_env} is not set "
+                f'(expected the API key of provider "{provider.name}")'
+            )
         keys[provider.name] = value or None
     if missing:
-        raise ConfigError(f"{config.source}: providers: environment variable not set for " + ", ".join(missing))
+        raise ConfigError(f"{config.source}: " + "; ".join(missing))
     return keys
