@@ -192,7 +192,10 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
     ("text", "expected"),
     [
         # unknown keys, at every level, name the key and what was expected
-        (MINIMAL + "\n[server]\nprot = 1\n", "config.toml: server.prot: unknown key (expected one of: access_log, host, log_bodies, max_bod"),
+        (
+            MINIMAL + "\n[server]\nprot = 1\n",
+            "config.toml: server.prot: unknown key (expected one of: access_log, host, log_bodies, max_bod",
+        ),
         ("colour = 1\n" + MINIMAL, "config.toml: colour: unknown key (expected one of: auth, models, policies,"),
         (
             MINIMAL.replace('model = "llama-3.3-70b-versatile"', 'model = "x"\n  price = 1'),
