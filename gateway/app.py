@@ -28,6 +28,7 @@ from starlette.routing import Route
 from gateway import api
 from gateway.config import GatewayConfig, resolve_secrets
 from gateway.errors import AuthenticationFailed, GatewayError, MethodNotAllowed, NotFound
+from gateway.leaderboard import InFlightCounts, no_in_flight
 from gateway.meter import Clock
 from gateway.relay import Dispatcher
 from gateway.routing import OrderedRouter, Router
@@ -79,6 +80,8 @@ class GatewayRuntime:
     stats: StatsStore
     """Lives as long as the process: a reloaded config keeps the same store (``[stats]`` needs a restart)."""
     client_keys: ClientKeys = field(default_factory=ClientKeys)
+    in_flight: InFlightCounts = no_in_flight
+    """Requests in flight per (model, deployment), for the leaderboard; the router provides it."""
 
     def check_client_key(self, key: str | None) -> None:
         if not self.client_keys.check(key):
@@ -165,6 +168,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/v1/models", api.list_models, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
+        Route("/v1/gateway/stats", api.gateway_stats, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_exception})
     app.state.runtime = holder

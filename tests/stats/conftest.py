@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from gateway.samples import Outcome, Sample
 from gateway.stats import StatsSnapshot
@@ -96,3 +98,21 @@ def samples_of(snapshot: StatsSnapshot, model: str = "m", deployment: str = "d")
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def total_outcomes(client: redis.Redis, prefix: str) -> int:
+    """Samples stored in Redis under ``prefix``: every slice's outcome counts, summed."""
+    total = 0
+    for key in client.scan_iter(f"{{{prefix}:*"):
+        fields = client.hgetall(str(key))
+        total += sum(int(v) for f, v in fields.items() if str(f).startswith("outcome:"))
+    return total

@@ -30,7 +30,12 @@ def test_redis_keys_parse() -> None:
             "redis_max_connections": 2,
         }
     )
-    assert (stats.backend, stats.key_prefix, stats.flush_interval_s, stats.buffer_limit) == ("redis", "gw-prod", 0.1, 5000)
+    assert (stats.backend, stats.key_prefix, stats.flush_interval_s, stats.buffer_limit) == (
+        "redis",
+        "gw-prod",
+        0.1,
+        5000,
+    )
     assert (stats.redis_timeout_s, stats.redis_max_connections) == (0.5, 2)
     assert config_with({}) == StatsConfig()
 

@@ -16,7 +16,7 @@ from gateway.stats.redis_layout import parse_pair_member
 from gateway.stats.redis_store import read_shared_snapshot
 from gateway.stats.sketch import bucket_of
 from tests.redis_server import RedisServer, free_port
-from tests.stats.conftest import FakeClock, make_sample, samples_of
+from tests.stats.conftest import FakeClock, make_sample, samples_of, total_outcomes
 
 pytestmark = pytest.mark.anyio
 
@@ -56,14 +56,6 @@ async def started(
 
 def hash_of(client: redis.Redis, key: str) -> dict[str, str]:
     return {str(field): str(value) for field, value in client.hgetall(key).items()}
-
-
-def total_outcomes(client: redis.Redis, prefix: str) -> int:
-    """Samples stored under ``prefix``, summed over every slice's outcome counts."""
-    total = 0
-    for key in client.scan_iter(f"{{{prefix}:*"):
-        total += sum(int(v) for f, v in hash_of(client, str(key)).items() if f.startswith("outcome:"))
-    return total
 
 
 def test_factory_picks_the_backend() -> None:
