@@ -81,15 +81,18 @@ def cell_count(summary: DeploymentSummary) -> int:
 
 
 def summary_from_hash(pair: Pair, fields: Mapping[str, str]) -> DeploymentSummary | None:
-    """A slice's hash read back; None if it is empty. Fields this version does not know are skipped,
-    so that a newer gateway writing a new metric does not break an older one reading beside it."""
+    """A slice's hash read back; None if it is empty. Fields this version does not know (or that hold
+    no count) are skipped, so that a newer gateway writing a new metric does not break an older one
+    reading beside it."""
     if not fields:
         return None
     summary = DeploymentSummary(pair[0], pair[1])
     counts: dict[Metric, dict[int, int]] = {}
     for name, raw in fields.items():
+        if not raw.isdigit():  # negative, or not a count at all: not written by a gateway
+            continue
         n = int(raw)
-        if n <= 0:
+        if n == 0:
             continue
         outcome = _OUTCOME_FIELDS.get(name)
         if outcome is not None:

@@ -202,7 +202,12 @@ class RedisStatsStore:
                 if refresh:
                     self._rebuild_view()  # age the last read out while Redis is away
                 continue
-            await self._exchange(refresh=refresh)
+            try:
+                await self._exchange(refresh=refresh)
+            except Exception as exc:
+                # The task's outermost handler: a bug here must not freeze the stats for good.
+                logger.exception("stats: unexpected error talking to redis")
+                self._failed(exc)
             next_flush = loop.time() + self.config.flush_interval_s
 
     async def _exchange(self, *, refresh: bool) -> bool:

@@ -84,6 +84,13 @@ async def test_key_layout(redis_server: RedisServer, prefix: str, stores: list[R
     # Two samples, one pipeline: the counts were summed before they were sent.
     assert client.hget(key, f"ttft_s:{bucket_of(0.25)}") == "2"
 
+    # What a gateway did not write is skipped, not fatal: garbage counts, unknown fields.
+    client.hset(key, mapping={"outcome:ok": "x", "ttft_s:abc": "3", "future_metric:12": "4", "outcome:timeout": "-1"})
+    await store.sync()
+    summary = store.snapshot().get("llama:3 {x}", "groq")
+    assert summary is not None and summary.outcomes == {} and summary.count("ttft_s") == 2
+    assert not store.health().degraded
+
 
 async def test_replicas_see_each_other_and_count_themselves_once(
     redis_server: RedisServer, prefix: str, stores: list[RedisStatsStore]
