@@ -156,3 +156,12 @@ def test_stats_command_fails_clearly() -> None:
     assert result.returncode == 1
     assert result.stderr.startswith("gateway: cannot read stats from redis://127.0.0.1:1/0")
     assert "pw" not in result.stderr.replace("gateway:", "")
+
+
+def test_stats_need_a_client_key_when_keys_are_set(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
+    gateway = start_gateway(gateway_config([fakes.start("steady")]), environ={"GATEWAY_API_KEYS": "k1,k2"})
+    refused = httpx.get(gateway.url + "/v1/gateway/stats")
+    assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+    accepted = httpx.get(gateway.url + "/v1/gateway/stats", headers={"authorization": "Bearer k2"})
+    assert accepted.status_code == 200 and [r["samples"] for r in accepted.json()["data"]] == [0]
+    assert json.loads(run_stats("--url", gateway.url, "--api-key", "k1", "--json"))["data"][0]["deployment"] == "steady"
