@@ -60,6 +60,7 @@ class StatsConfig:
     redis_timeout_s: float = 1.0
     """Connect, read and pool-wait timeout of each Redis call (all off the request path)."""
     redis_max_connections: int = 4
+    """Size of the store's own connection pool (its one background task needs one at a time)."""
     tokenizer: str = "o200k_base"
     """A tiktoken encoding name, or a path to a local ``.tiktoken`` file (air-gapped deployments)."""
 
