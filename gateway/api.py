@@ -27,6 +27,7 @@ from gateway.errors import (
     PayloadTooLarge,
     internal_error,
 )
+from gateway.leaderboard import leaderboard, leaderboard_json
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.routing import RouteRequest
 from gateway.samples import Endpoint
@@ -275,4 +276,32 @@ async def readyz(request: Request) -> Response:
     return JSONResponse({"status": "degraded" if reasons else "ready", "reasons": reasons})
 
 
-__all__ = ["AuthenticationFailed", "ProxyEndpoint", "error_response", "healthz", "list_models", "metrics", "readyz"]
+async def gateway_stats(request: Request) -> Response:
+    """``GET /v1/gateway/stats``: the live leaderboard, per model and deployment, over the window."""
+    runtime = runtime_of(request.scope)
+    try:
+        runtime.check_client_key(_bearer(request.scope))
+    except GatewayError as exc:
+        return error_response(exc)
+    snapshot = runtime.stats.snapshot()
+    rows = leaderboard(snapshot, runtime.config.models, runtime.in_flight)
+    body = leaderboard_json(
+        rows,
+        window_s=runtime.config.stats.window_s,
+        taken_at=snapshot.taken_at,
+        backend=runtime.config.stats.backend,
+        health=runtime.stats.health(),
+    )
+    return JSONResponse(body)
+
+
+__all__ = [
+    "AuthenticationFailed",
+    "ProxyEndpoint",
+    "error_response",
+    "gateway_stats",
+    "healthz",
+    "list_models",
+    "metrics",
+    "readyz",
+]
