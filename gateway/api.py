@@ -20,7 +20,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.errors import (
-    AuthenticationFailed,
     GatewayError,
     InvalidRequest,
     ModelNotFound,
@@ -33,6 +32,7 @@ from gateway.samples import Endpoint
 from gateway.upstream import forwardable_headers
 
 if TYPE_CHECKING:
+    from gateway.access import Ticket
     from gateway.app import GatewayRuntime
 
 Scope = MutableMapping[str, Any]
@@ -103,22 +103,13 @@ class _ClientGone(Exception):
     """The client hung up before its request was read: nobody to answer."""
 
 
-def _bearer(scope: Scope) -> str | None:
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            text: str = value.decode("latin-1")
-            return text[7:].strip() if text[:7].lower() == "bearer " else None
-        if name == b"api-key":
-            key: str = value.decode("latin-1").strip()
-            return key
-    return None
-
-
 def parse_json_body(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("request body nests too deeply", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
     return body
@@ -167,12 +158,21 @@ class ProxyEndpoint:
         request_id = uuid.uuid4().hex
         runtime = runtime_of(scope)
         try:
-            request, route_request = await self._prepare(scope, receive, runtime, received_at, request_id)
+            request, route_request, ticket = await self._prepare(scope, receive, runtime, received_at, request_id)
         except _ClientGone:
             return
         except GatewayError as exc:
             await send_error(send, exc, request_id)
             return
+        try:
+            await self._serve(request, route_request, runtime, send, receive)
+        finally:
+            ticket.release()
+
+    async def _serve(
+        self, request: ProxyRequest, route_request: RouteRequest, runtime: GatewayRuntime, send: Send, receive: Receive
+    ) -> None:
+        request_id = request.request_id
         watch = DisconnectWatch(receive)
         started = False
         try:
@@ -200,17 +200,18 @@ class ProxyEndpoint:
 
     async def _prepare(
         self, scope: Scope, receive: Receive, runtime: GatewayRuntime, received_at: float, request_id: str
-    ) -> tuple[ProxyRequest, RouteRequest]:
-        runtime.check_client_key(_bearer(scope))
+    ) -> tuple[ProxyRequest, RouteRequest, Ticket]:
+        key = runtime.access.authenticate(scope)
         raw = await read_body(scope, receive, runtime.config.server.max_body_bytes)
         body = parse_json_body(raw)
         model_name, stream, max_tokens = _check_types(body, self.endpoint)
         body.pop("provider", None)
         model = runtime.config.model(model_name)
         if model is None:
-            known = ", ".join(m.name for m in runtime.config.models)
+            known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
             raise ModelNotFound(f"model '{model_name}' does not exist (known: {known})", param="model")
         prompt_tokens = max(1, len(raw) // 4)
+        ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)
         request = ProxyRequest(
             request_id=request_id,
             endpoint=self.endpoint,
@@ -225,13 +226,14 @@ class ProxyEndpoint:
         route_request = RouteRequest(
             model=model, endpoint=self.endpoint, stream=stream, prompt_tokens=prompt_tokens, max_tokens=max_tokens
         )
-        return request, route_request
+        return request, route_request, ticket
 
 
 async def list_models(request: Request) -> Response:
     runtime = runtime_of(request.scope)
-    runtime.check_client_key(_bearer(request.scope))
-    data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "gateway"} for m in runtime.config.models]
+    key = runtime.access.authenticate(request.scope)
+    names = runtime.access.visible_models(key, [m.name for m in runtime.config.models])
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": "gateway"} for name in names]
     return JSONResponse({"object": "list", "data": data})
 
 
@@ -245,4 +247,4 @@ async def readyz(request: Request) -> Response:
     return JSONResponse({"status": "degraded" if reasons else "ready", "reasons": reasons})
 
 
-__all__ = ["AuthenticationFailed", "ProxyEndpoint", "error_response", "healthz", "list_models", "readyz"]
+__all__ = ["ProxyEndpoint", "error_response", "healthz", "list_models", "readyz"]

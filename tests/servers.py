@@ -13,7 +13,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -21,14 +21,19 @@ import uvicorn
 class ServerThread:
     """A uvicorn server running ``app`` in a thread. ``url`` is ``http://127.0.0.1:<port>``."""
 
-    def __init__(self, app: Any, *, port: int = 0, lifespan: str = "on") -> None:
+    def __init__(self, app: Any, *, port: int = 0, lifespan: Literal["auto", "on", "off"] = "on") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", port))
         self.port: int = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            app, lifespan=lifespan, log_level="warning", access_log=False, loop="asyncio", http="httptools",
+            app,
+            lifespan=lifespan,
+            log_level="warning",
+            access_log=False,
+            loop="asyncio",
+            http="httptools",
             timeout_graceful_shutdown=5,
         )
         self.server = uvicorn.Server(config)
