@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_loopback, load_keys, presented_key
-from gateway.config import AuthConfig, GatewayConfig, LimitsConfig, StatsConfig
+from gateway.config import AuthConfig, GatewayConfig, LimitsConfig
 from gateway.errors import AuthenticationFailed, NoCapacity, PermissionDenied, RateLimited
 from gateway.limits import InFlight, check_shape
-from gateway.ratelimit import RateLimiter, open_rate_limiter, retry_after_header
+from gateway.ratelimit import RateLimiter, retry_after_header
 from gateway.samples import Endpoint, Sample
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from gateway.app import GatewayRuntime
 
 Scope = Mapping[str, Any]
+logger = logging.getLogger("gateway.access")
 
 
 @dataclass(slots=True)
@@ -82,18 +84,23 @@ class AccessState:
         self.in_flight = InFlight()
         self._pending: set[asyncio.Task[None]] = set()
 
-    @classmethod
-    def from_config(cls, stats: StatsConfig) -> AccessState:
-        return cls(open_rate_limiter(stats))
-
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
         self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("rate limits: a token correction failed", exc_info=task.exception())
+
+    async def settled(self) -> None:
+        """Wait until every token correction handed to ``spawn`` so far is booked."""
+        while self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
 
     async def aclose(self) -> None:
-        if self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+        await self.settled()
         await self.limiter.aclose()
 
 

@@ -31,6 +31,7 @@ from gateway.config import GatewayConfig, resolve_secrets
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.limits import HeaderSizeLimit
 from gateway.meter import Clock
+from gateway.ratelimit import RateLimiter, open_rate_limiter
 from gateway.relay import Dispatcher
 from gateway.routing import OrderedRouter, Router
 from gateway.samples import SampleFanout, SampleSink
@@ -75,6 +76,8 @@ class AppOptions:
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     sinks: Sequence[SampleSink] = ()
     clock: Clock | None = None
+    rate_limiter: RateLimiter | None = None
+    """Used instead of the one ``[stats] backend`` implies; the app closes it on shutdown."""
 
 
 async def build_runtime(
@@ -131,7 +134,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         stats = open_stats_store(config.stats)
         await stats.start()
-        access_state = AccessState.from_config(config.stats)
+        access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats))
         try:
             holder.current = await build_runtime(config, options, keys, stats, access_state)
             try:

@@ -236,7 +236,8 @@ class RedisRateLimiter:
             socket_timeout=_OPERATION_TIMEOUT_S,
             socket_connect_timeout=_OPERATION_TIMEOUT_S,
         )
-        return cls(aioredis.Redis(connection_pool=pool), stats.key_prefix)
+        # from_pool: the client owns the pool, so closing the client closes its connections.
+        return cls(aioredis.Redis.from_pool(pool), stats.key_prefix)
 
     def _key(self, key_id: str, window: int) -> str:
         return f"{self.prefix}:ratelimit:{{{key_id}}}:{window}"
