@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -26,6 +27,7 @@ from gateway.errors import (
     PayloadTooLarge,
     internal_error,
 )
+from gateway.limits import has_unpaired_surrogate
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.routing import RouteRequest
 from gateway.samples import Endpoint
@@ -103,15 +105,25 @@ class _ClientGone(Exception):
     """The client hung up before its request was read: nobody to answer."""
 
 
+# A surrogate escape (\\ud800-\\udfff); only bodies holding one need the slower check for unpaired ones.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def parse_json_body(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
     except RecursionError as exc:
         raise InvalidRequest("request body nests too deeply", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
+    if _SURROGATE_ESCAPE.search(raw) and has_unpaired_surrogate(body):
+        raise InvalidRequest("request body holds an unpaired UTF-16 surrogate escape", code="invalid_json")
     return body
 
 

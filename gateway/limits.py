@@ -72,6 +72,28 @@ def nesting_exceeds(value: object, limit: int) -> bool:
     return False
 
 
+def has_unpaired_surrogate(value: object) -> bool:
+    """True if any string (or key) holds a lone UTF-16 surrogate, e.g. from ``"\\ud800"`` in JSON.
+
+    Python's JSON parser accepts such escapes, but the text is not valid Unicode: it cannot be
+    encoded to send upstream. Iterative, like ``nesting_exceeds``.
+    """
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 def _count(body: dict[str, Any], name: str, maximum: int) -> int:
     """A positive integer field that multiplies the work (``n``, ``best_of``); 1 when absent."""
     value = body.get(name)
