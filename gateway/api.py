@@ -223,7 +223,6 @@ class ProxyEndpoint:
             known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
             raise ModelNotFound(f"model '{model_name}' does not exist (known: {known})", param="model")
         prompt_tokens = max(1, len(raw) // 4)
-        ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)
         request = ProxyRequest(
             request_id=request_id,
             endpoint=self.endpoint,
@@ -238,6 +237,8 @@ class ProxyEndpoint:
         route_request = RouteRequest(
             model=model, endpoint=self.endpoint, stream=stream, prompt_tokens=prompt_tokens, max_tokens=max_tokens
         )
+        # Last: from here on the caller owns the ticket and releases it.
+        ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)
         return request, route_request, ticket
 
 
