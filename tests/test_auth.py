@@ -317,3 +317,10 @@ def test_serve_refuses_a_public_host_without_keys(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "refusing to serve on non-loopback host 0.0.0.0 without client keys" in result.stderr
     assert "allow_unauthenticated = true" in result.stderr
+
+
+def test_the_example_keys_file_is_valid() -> None:
+    example = Path(__file__).resolve().parents[1] / "keys.example.toml"
+    ring = KeyRing.from_config(AuthConfig(api_keys_file=str(example)), LimitsConfig(), ["llama-3.3-70b"], {})
+    search = ring.authenticate("sk-gw-example-team-search")
+    assert search is not None and search.name == "team-search" and search.limits.max_in_flight == 32
