@@ -177,11 +177,11 @@ class ProxyEndpoint:
             await send_error(send, exc, request_id)
             return
         try:
-            await self._serve(request, route_request, runtime, send, receive)
+            await self._respond(request, route_request, runtime, send, receive)
         finally:
             ticket.release()
 
-    async def _serve(
+    async def _respond(
         self, request: ProxyRequest, route_request: RouteRequest, runtime: GatewayRuntime, send: Send, receive: Receive
     ) -> None:
         request_id = request.request_id
