@@ -22,9 +22,8 @@ from gateway.auth import AdminKey, KeyLimits, KeyRing, exposure_notice, is_loopb
 from gateway.config import AuthConfig, ConfigError, LimitsConfig, load_config, parse_config
 from gateway.errors import PermissionDenied
 from gateway.ratelimit import InMemoryRateLimiter
-from gateway.samples import SampleLog
-from tests.conftest import Fakes, Gateway
-from tests.servers import ServerThread
+from tests.conftest import Fakes
+from tests.gateways import GatewayServers, RunningGateway
 
 KEY_A = "sk-gw-team-a-0123456789abcdef"
 KEY_B = "sk-gw-team-b-fedcba9876543210"
@@ -194,15 +193,15 @@ def test_without_keys_only_loopback_clients_are_served() -> None:
 
 
 @pytest.fixture
-def keyed_gateway(tmp_path: Path, fakes: Fakes) -> Iterator[Callable[..., Gateway]]:
+def keyed_gateway(tmp_path: Path, fakes: Fakes) -> Iterator[Callable[..., RunningGateway]]:
     """Starts a gateway with models "a" and "b", the keys file above and a probe route behind ``require_admin``."""
-    servers: list[ServerThread] = []
+    servers = GatewayServers()
 
     async def probe(request: Request) -> Response:
         require_admin(request)
         return JSONResponse({"admin": True})
 
-    def start(environ: dict[str, str], *, with_file: bool = True) -> Gateway:
+    def start(environ: dict[str, str], *, with_file: bool = True) -> RunningGateway:
         fake = fakes.start("p")
         config = parse_config(
             {
@@ -212,19 +211,15 @@ def keyed_gateway(tmp_path: Path, fakes: Fakes) -> Iterator[Callable[..., Gatewa
             },
             source="test.toml",
         )
-        samples = SampleLog()
-        app = create_app(config, AppOptions(environ=environ, sinks=[samples]))
+        app = create_app(config, AppOptions(environ=environ))
         app.router.routes.append(Route("/admin-probe", probe, methods=["POST"]))
-        server = ServerThread(app).start()
-        servers.append(server)
-        return Gateway(server, samples)
+        return servers.start(app)
 
     yield start
-    for server in servers:
-        server.stop()
+    servers.stop()
 
 
-def _client(gateway: Gateway, key: str) -> openai.OpenAI:
+def _client(gateway: RunningGateway, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0)
 
 
@@ -235,7 +230,7 @@ def _error(response: httpx.Response) -> dict[str, object]:
     return error
 
 
-def test_client_keys_and_models_over_http(keyed_gateway: Callable[..., Gateway]) -> None:
+def test_client_keys_and_models_over_http(keyed_gateway: Callable[..., RunningGateway]) -> None:
     gateway = keyed_gateway({"GATEWAY_API_KEYS": ENV_KEY})
     messages: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
     with (
@@ -278,7 +273,7 @@ def test_client_keys_and_models_over_http(keyed_gateway: Callable[..., Gateway])
         assert response.status_code == 200
 
 
-def test_require_admin_over_http(keyed_gateway: Callable[..., Gateway]) -> None:
+def test_require_admin_over_http(keyed_gateway: Callable[..., RunningGateway]) -> None:
     gateway = keyed_gateway({"GATEWAY_ADMIN_KEY": ADMIN})
     with httpx.Client(base_url=gateway.url) as http:
         assert http.post("/admin-probe", headers={"authorization": f"Bearer {ADMIN}"}).json() == {"admin": True}

@@ -8,21 +8,19 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
-from gateway.app import AppOptions, GatewayRuntime, create_app
+from gateway.app import AppOptions, create_app
 from gateway.config import StatsConfig, parse_config
 from gateway.fakes.provider import FakeState
 from gateway.ratelimit import WINDOW_S, Counts, InMemoryRateLimiter, RateLimiter, RedisRateLimiter, decide
-from gateway.samples import SampleLog
-from tests.conftest import Fakes, Gateway
+from tests.conftest import Fakes, FakeServer
+from tests.gateways import GatewayServers, RunningGateway
 from tests.redis_server import RedisServer
-from tests.servers import ServerThread
 
 KEY = "sk-gw-limited-0123456789"
 
@@ -137,13 +135,13 @@ def test_redis_failure_fails_open_and_logs_once(redis_server: RedisServer, caplo
 
 
 @pytest.fixture
-def replicas(fakes: Fakes, tmp_path: Path) -> Iterator[Callable[..., list[Gateway]]]:
+def replicas(fakes: Fakes, tmp_path: Path) -> Iterator[Callable[..., tuple[FakeServer, list[RunningGateway]]]]:
     """Starts gateways on one fake provider, each with its own rate limiter (Redis or memory)."""
-    servers: list[ServerThread] = []
+    servers = GatewayServers()
 
     def start(
         count: int, key_limits: str, redis_url: str | None = None, limits: dict[str, int] | None = None
-    ) -> list[Gateway]:
+    ) -> tuple[FakeServer, list[RunningGateway]]:
         fake = fakes.start("p")
         keys = tmp_path / "keys.toml"
         keys.write_text(f'[[keys]]\nname = "limited"\nkey = "{KEY}"\n{key_limits}\n')
@@ -161,25 +159,20 @@ def replicas(fakes: Fakes, tmp_path: Path) -> Iterator[Callable[..., list[Gatewa
             limiter = None
             if redis_url is not None:
                 limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=redis_url))
-            samples = SampleLog()
-            app = create_app(config, AppOptions(environ={}, sinks=[samples], rate_limiter=limiter))
-            server = ServerThread(app).start()
-            servers.append(server)
-            gateways.append(Gateway(server, samples))
-        return gateways
+            gateways.append(servers.start(create_app(config, AppOptions(environ={}, rate_limiter=limiter))))
+        return fake, gateways
 
     yield start
-    for server in servers:
-        server.stop()
+    servers.stop()
 
 
 MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 def test_requests_per_minute_shared_by_replicas(
-    replicas: Callable[..., list[Gateway]], redis_server: RedisServer
+    replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]], redis_server: RedisServer
 ) -> None:
-    first, second = replicas(2, "requests_per_minute = 3", redis_server.url)
+    _, (first, second) = replicas(2, "requests_per_minute = 3", redis_server.url)
     with (
         openai.OpenAI(base_url=first.base_url, api_key=KEY, max_retries=0) as one,
         openai.OpenAI(base_url=second.base_url, api_key=KEY, max_retries=0) as two,
@@ -194,8 +187,10 @@ def test_requests_per_minute_shared_by_replicas(
     assert "3 requests per minute" in error.message and "'limited'" in error.message and KEY not in error.message
 
 
-def test_redis_outage_keeps_serving(replicas: Callable[..., list[Gateway]], redis_server: RedisServer) -> None:
-    (gateway,) = replicas(1, "requests_per_minute = 100", redis_server.url)
+def test_redis_outage_keeps_serving(
+    replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]], redis_server: RedisServer
+) -> None:
+    _, (gateway,) = replicas(1, "requests_per_minute = 100", redis_server.url)
     with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
         assert client.chat.completions.create(model="m", messages=MESSAGES).choices
         redis_server.stop()
@@ -205,14 +200,15 @@ def test_redis_outage_keeps_serving(replicas: Callable[..., list[Gateway]], redi
     assert ready["status"] == "degraded" and any("Redis unreachable" in r for r in ready["reasons"])
 
 
-def test_tokens_per_minute_counts_actual_output(replicas: Callable[..., list[Gateway]]) -> None:
+def test_tokens_per_minute_counts_actual_output(
+    replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]],
+) -> None:
     """Admission reserves prompt + max_tokens; the fake answers 32 tokens, and the rest is given back.
 
     Without the correction, the second request (2 × ~198 tokens reserved) would pass 250.
     """
-    (gateway,) = replicas(1, "tokens_per_minute = 250")
-    app: Any = gateway.server.server.config.app
-    runtime: GatewayRuntime = app.state.runtime.current
+    _, (gateway,) = replicas(1, "tokens_per_minute = 250")
+    runtime = gateway.runtime
     with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
         assert client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=180).choices
         gateway.server.call(runtime.access.state.settled())
@@ -250,11 +246,10 @@ def _eventually_served(client: openai.OpenAI) -> None:
     pytest.fail("the in-flight slot was not released after the stream closed")
 
 
-def test_in_flight_limit_per_key(replicas: Callable[..., list[Gateway]], fakes: Fakes) -> None:
-    (gateway,) = replicas(1, "max_in_flight = 1")
-    fake: Any = fakes.servers[-1].server.config.app
+def test_in_flight_limit_per_key(replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]]) -> None:
+    fake, (gateway,) = replicas(1, "max_in_flight = 1")
     with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
-        stream = _hold_a_stream(client, fake.state)
+        stream = _hold_a_stream(client, fake.app.state)
         try:
             with pytest.raises(openai.RateLimitError) as refused:
                 client.chat.completions.create(model="m", messages=MESSAGES)
@@ -265,11 +260,10 @@ def test_in_flight_limit_per_key(replicas: Callable[..., list[Gateway]], fakes: 
         _eventually_served(client)
 
 
-def test_in_flight_limit_overall(replicas: Callable[..., list[Gateway]], fakes: Fakes) -> None:
-    (gateway,) = replicas(1, "", limits={"max_in_flight": 1})
-    fake: Any = fakes.servers[-1].server.config.app
+def test_in_flight_limit_overall(replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]]) -> None:
+    fake, (gateway,) = replicas(1, "", limits={"max_in_flight": 1})
     with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
-        stream = _hold_a_stream(client, fake.state)
+        stream = _hold_a_stream(client, fake.app.state)
         try:
             with pytest.raises(openai.InternalServerError) as refused:
                 client.chat.completions.create(model="m", messages=MESSAGES)

@@ -113,8 +113,7 @@ def capture() -> Iterator[Capture]:
         logging.getLogger(name).setLevel(level)
 
 
-def _config_data(fakes: Fakes, echo401: str, echo400: str, slow: str) -> dict[str, Any]:
-    good = fakes.start("good", api_key=PROVIDER_KEY)
+def _config_data(good: str, echo401: str, echo400: str, slow: str) -> dict[str, Any]:
 
     def provider(name: str, url: str) -> dict[str, Any]:
         return {"name": name, "base_url": url, "api_key_env": "CANARY_PROVIDER_KEY"}
@@ -124,7 +123,7 @@ def _config_data(fakes: Fakes, echo401: str, echo400: str, slow: str) -> dict[st
 
     return {
         "providers": [
-            provider("good", good.base_url),
+            provider("good", good),
             provider("echo401", echo401),
             provider("echo400", echo400),
             provider("down", "http://127.0.0.1:9/v1"),
@@ -179,7 +178,8 @@ def test_no_secret_leaks_anywhere(
     echo401, echo400 = EchoProvider(401), EchoProvider(400)
     servers = [ServerThread(echo401).start(), ServerThread(echo400).start()]
     slow = fakes.start("slow", FakeBehavior(hang_s=30))
-    data = _config_data(fakes, servers[0].url + "/v1", servers[1].url + "/v1", slow.base_url)
+    good = fakes.start("good", api_key=PROVIDER_KEY)
+    data = _config_data(good.base_url, servers[0].url + "/v1", servers[1].url + "/v1", slow.base_url)
     config = parse_config(data, source="canary.toml")
 
     async def probe(request: Request) -> Response:
@@ -233,11 +233,13 @@ def test_no_secret_leaks_anywhere(
         for server in reversed(servers):
             server.stop()
 
-    # The providers got their key (and the one echoing it was redacted); no client key reached one.
-    assert echo401.seen and all(seen["authorization"] == f"Bearer {PROVIDER_KEY}" for seen in echo401.seen)
-    upstream = [json.dumps(seen) for seen in echo401.seen + echo400.seen]
-    upstream += [json.dumps(r.headers) for r in fakes.servers[0].server.config.app.state.recorded]  # type: ignore[union-attr]
-    assert all(CLIENT_KEY not in text and BAD_KEY not in text for text in upstream)
+    # The providers got their own key (the echoing ones were redacted above), never a client's credentials.
+    # (A custom header such as x-extra is the client's to send on: end-to-end headers are relayed.)
+    upstream = echo401.seen + echo400.seen + [r.headers for r in good.app.state.recorded]
+    assert len(upstream) > 10
+    for headers in upstream:
+        assert headers["authorization"] == f"Bearer {PROVIDER_KEY}" and "api-key" not in headers
+        assert CLIENT_KEY not in json.dumps(headers)
 
     check = subprocess.run(
         [sys.executable, "-m", "gateway", "check", "-c", _write_config(tmp_path, data)],
