@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,6 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.accesslog import AccessRecord
 from gateway.errors import (
-    AuthenticationFailed,
     GatewayError,
     InvalidRequest,
     ModelNotFound,
@@ -28,12 +28,14 @@ from gateway.errors import (
     internal_error,
 )
 from gateway.leaderboard import leaderboard, leaderboard_json
+from gateway.limits import has_unpaired_surrogate
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.routing import RouteRequest
 from gateway.samples import Endpoint
 from gateway.upstream import forwardable_headers
 
 if TYPE_CHECKING:
+    from gateway.access import Ticket
     from gateway.app import GatewayRuntime
     from gateway.metrics import Metrics
 
@@ -105,15 +107,8 @@ class _ClientGone(Exception):
     """The client hung up before its request was read: nobody to answer."""
 
 
-def _bearer(scope: Scope) -> str | None:
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            text: str = value.decode("latin-1")
-            return text[7:].strip() if text[:7].lower() == "bearer " else None
-        if name == b"api-key":
-            key: str = value.decode("latin-1").strip()
-            return key
-    return None
+# A surrogate escape (\\ud800-\\udfff); only bodies holding one need the slower check for unpaired ones.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _reject_constant(name: str) -> Any:
@@ -131,6 +126,8 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest("request body is nested too deeply", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
+    if _SURROGATE_ESCAPE.search(raw) and has_unpaired_surrogate(body):
+        raise InvalidRequest("request body holds an unpaired UTF-16 surrogate escape", code="invalid_json")
     return body
 
 
@@ -187,13 +184,28 @@ class ProxyEndpoint:
     ) -> None:
         received_at, request_id = record.received_at, record.request_id
         try:
-            request, route_request = await self._prepare(scope, receive, runtime, received_at, request_id)
+            request, route_request, ticket = await self._prepare(scope, receive, runtime, received_at, request_id)
         except _ClientGone:
             return
         except GatewayError as exc:
             await send_error(send, exc, request_id)
             return
         record.request = request
+        try:
+            await self._respond(request, route_request, runtime, send, receive, record)
+        finally:
+            ticket.release()
+
+    async def _respond(
+        self,
+        request: ProxyRequest,
+        route_request: RouteRequest,
+        runtime: GatewayRuntime,
+        send: Send,
+        receive: Receive,
+        record: AccessRecord,
+    ) -> None:
+        request_id = request.request_id
         watch = DisconnectWatch(receive)
         started = False
         try:
@@ -222,15 +234,15 @@ class ProxyEndpoint:
 
     async def _prepare(
         self, scope: Scope, receive: Receive, runtime: GatewayRuntime, received_at: float, request_id: str
-    ) -> tuple[ProxyRequest, RouteRequest]:
-        runtime.check_client_key(_bearer(scope))
+    ) -> tuple[ProxyRequest, RouteRequest, Ticket]:
+        key = runtime.access.authenticate(scope)
         raw = await read_body(scope, receive, runtime.config.server.max_body_bytes)
         body = parse_json_body(raw)
         model_name, stream, max_tokens = _check_types(body, self.endpoint)
         body.pop("provider", None)
         model = runtime.config.model(model_name)
         if model is None:
-            known = ", ".join(m.name for m in runtime.config.models)
+            known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
             raise ModelNotFound(f"model '{model_name}' does not exist (known: {known})", param="model")
         prompt_tokens = max(1, len(raw) // 4)
         request = ProxyRequest(
@@ -247,13 +259,16 @@ class ProxyEndpoint:
         route_request = RouteRequest(
             model=model, endpoint=self.endpoint, stream=stream, prompt_tokens=prompt_tokens, max_tokens=max_tokens
         )
-        return request, route_request
+        # Last: from here on the caller owns the ticket and releases it.
+        ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)
+        return request, route_request, ticket
 
 
 async def list_models(request: Request) -> Response:
     runtime = runtime_of(request.scope)
-    runtime.check_client_key(_bearer(request.scope))
-    data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "gateway"} for m in runtime.config.models]
+    key = runtime.access.authenticate(request.scope)
+    names = runtime.access.visible_models(key, [m.name for m in runtime.config.models])
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": "gateway"} for name in names]
     return JSONResponse({"object": "list", "data": data})
 
 
@@ -279,10 +294,7 @@ async def readyz(request: Request) -> Response:
 async def gateway_stats(request: Request) -> Response:
     """``GET /v1/gateway/stats``: the live leaderboard, per model and deployment, over the window."""
     runtime = runtime_of(request.scope)
-    try:
-        runtime.check_client_key(_bearer(request.scope))
-    except GatewayError as exc:
-        return error_response(exc)
+    runtime.access.authenticate(request.scope)
     snapshot = runtime.stats.snapshot()
     rows = leaderboard(snapshot, runtime.config.models, runtime.in_flight)
     body = leaderboard_json(
@@ -296,7 +308,6 @@ async def gateway_stats(request: Request) -> Response:
 
 
 __all__ = [
-    "AuthenticationFailed",
     "ProxyEndpoint",
     "error_response",
     "gateway_stats",

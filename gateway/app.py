@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -22,17 +20,22 @@ from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway import api
+from gateway.access import USAGE_TAP, AccessControl, AccessState
 from gateway.accesslog import AccessLog
+from gateway.auth import load_keys
 from gateway.config import GatewayConfig, resolve_secrets
-from gateway.errors import AuthenticationFailed, GatewayError, MethodNotAllowed, NotFound
+from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.leaderboard import InFlightCounts, no_in_flight
+from gateway.limits import HeaderSizeLimit
 from gateway.meter import Clock
 from gateway.metrics import Metrics, check_single_process, deployment_providers
+from gateway.ratelimit import RateLimiter, open_rate_limiter
 from gateway.relay import Dispatcher
 from gateway.routing import OrderedRouter, Router
 from gateway.samples import SampleFanout, SampleSink
@@ -41,36 +44,6 @@ from gateway.tokens import TokenCounter, load_token_counter
 from gateway.upstream import UpstreamPool
 
 logger = logging.getLogger("gateway")
-
-
-def _digest(key: str) -> bytes:
-    return hashlib.sha256(key.encode()).digest()
-
-
-@dataclass(frozen=True)
-class ClientKeys:
-    """Client API keys, held only as SHA-256 digests and compared in constant time."""
-
-    digests: tuple[bytes, ...] = ()
-
-    @classmethod
-    def from_env(cls, name: str | None, environ: Mapping[str, str]) -> ClientKeys:
-        raw = environ.get(name, "") if name else ""
-        return cls(tuple(_digest(k.strip()) for k in raw.split(",") if k.strip()))
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.digests)
-
-    def check(self, key: str | None) -> bool:
-        if not self.digests:
-            return True
-        digest = _digest(key or "")
-        # Compare against every key, with no early exit, so timing says nothing of which matched.
-        matched = False
-        for known in self.digests:
-            matched |= hmac.compare_digest(digest, known)
-        return matched
 
 
 @dataclass
@@ -84,18 +57,16 @@ class GatewayRuntime:
     counter: TokenCounter
     stats: StatsStore
     """Lives as long as the process: a reloaded config keeps the same store (``[stats]`` needs a restart)."""
-    client_keys: ClientKeys = field(default_factory=ClientKeys)
+    access: AccessControl
+    """Client keys and limits of this config, over counters that live as long as the process."""
     access_log: AccessLog = field(default_factory=lambda: AccessLog(Metrics(process_metrics=False)))
     in_flight: InFlightCounts = no_in_flight
     """Requests in flight per (model, deployment), for the leaderboard; the router provides it."""
 
-    def check_client_key(self, key: str | None) -> None:
-        if not self.client_keys.check(key):
-            raise AuthenticationFailed("invalid or missing API key (send 'Authorization: Bearer <key>')")
-
     def degraded_reasons(self) -> list[str]:
         health = self.stats.health()
-        return [health.reason or "stats backend degraded"] if health.degraded else []
+        reasons = [health.reason or "stats backend degraded"] if health.degraded else []
+        return reasons + self.access.degraded_reasons()
 
     def observe_gauges(self, metrics: Metrics) -> None:
         """Set the gauges read at scrape time from this runtime's state (called by ``GET /metrics``)."""
@@ -127,15 +98,22 @@ class AppOptions:
     sinks: Sequence[SampleSink] = ()
     clock: Clock | None = None
     metrics: Metrics = field(default_factory=Metrics)
+    rate_limiter: RateLimiter | None = None
+    """Used instead of the one ``[stats] backend`` implies; the app closes it on shutdown."""
 
 
 async def build_runtime(
-    config: GatewayConfig, options: AppOptions, keys: Mapping[str, str | None], stats: StatsStore
+    config: GatewayConfig,
+    options: AppOptions,
+    keys: Mapping[str, str | None],
+    stats: StatsStore,
+    access_state: AccessState,
 ) -> GatewayRuntime:
+    access = AccessControl.from_config(config, options.environ, access_state)
     counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
     upstreams = UpstreamPool.from_config(config, keys)
     router = OrderedRouter(config)
-    sink = SampleFanout([stats, options.metrics, *options.sinks])
+    sink = SampleFanout([stats, USAGE_TAP, options.metrics, *options.sinks])
     if options.clock is not None:
         dispatcher = Dispatcher(upstreams, router, sink, counter, clock=options.clock, metrics=options.metrics)
     else:
@@ -147,8 +125,8 @@ async def build_runtime(
         upstreams=upstreams,
         counter=counter,
         stats=stats,
-        client_keys=ClientKeys.from_env(config.auth.api_keys_env, options.environ),
         access_log=AccessLog(options.metrics, enabled=config.server.access_log, log_bodies=config.server.log_bodies),
+        access=access,
     )
 
 
@@ -164,26 +142,37 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     return api.error_response(error)
 
 
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return api.error_response(exc)
+
+
 def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Starlette:
-    """Build the gateway app for ``config``. Raises ``ConfigError`` if a provider's key is missing."""
+    """Build the gateway app for ``config``. Raises ``ConfigError`` if a provider's key is missing
+    or the client keys are invalid."""
     options = options or AppOptions()
     check_single_process(options.environ)
     keys = resolve_secrets(config, options.environ)
     if config.server.log_bodies:
         logger.warning("server.log_bodies is on: prompts and answers are written to the access log")
+    load_keys(config, options.environ)  # fail at start-up, not at the first request
     holder = RuntimeHolder()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         stats = open_stats_store(config.stats)
         await stats.start()
+        access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats))
         try:
-            holder.current = await build_runtime(config, options, keys, stats)
+            holder.current = await build_runtime(config, options, keys, stats, access_state)
             try:
                 yield
             finally:
                 await holder.current.aclose()
         finally:
+            # Runs after in-flight requests have finished (or the shutdown grace ran out):
+            # pending limit corrections and buffered stats are flushed last.
+            await access_state.aclose()
             await stats.aclose()
 
     routes = [
@@ -196,7 +185,9 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/v1/gateway/stats", api.gateway_stats, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_exception})
+    middleware = [Middleware(HeaderSizeLimit, max_bytes=lambda: holder.current.config.limits.max_header_bytes)]
+    handlers = {HTTPException: _http_exception, GatewayError: _gateway_error}
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware, exception_handlers=handlers)
     app.state.runtime = holder
     app.state.metrics = options.metrics
     return app

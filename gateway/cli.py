@@ -33,6 +33,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gateway.accesslog import configure_access_log
     from gateway.app import create_app
+    from gateway.auth import exposure_notice, load_keys
+    from gateway.server import run, uvicorn_config
 
     path = _config_path(args)
     if path is None:
@@ -42,38 +44,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"--workers {args.workers}: the gateway runs one process per replica (its router state, in-memory "
             "stats and metrics are per process); run more replicas, one per core, sharing one Redis"
         )
+    host = args.host
     try:
         config = load_config(path)
+        host = host or config.server.host
+        ring, admin = load_keys(config, os.environ)
+        level, notice = exposure_notice(host, ring, admin, config.auth)
         app = create_app(config)
         # Loaded here so that a bad tokenizer is one clear line, not a traceback from the lifespan;
         # the lifespan then finds it in the per-process cache.
         load_token_counter(config.stats.tokenizer)
     except (ConfigError, TokenizerError) as exc:
         return _fail(str(exc))
-    host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     configure_access_log()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            loop="uvloop",
-            http="httptools",
-            lifespan="on",
-            access_log=False,
-            log_level=args.log_level,
-            timeout_graceful_shutdown=30,
-        )
-    )
-    try:
-        server.run()
-    except KeyboardInterrupt:
-        # uvicorn re-raises Ctrl-C after its graceful shutdown: a normal way to stop, not a crash.
-        pass
-    # uvicorn returns normally when start-up failed (it has logged why): that is still a failure.
-    return 0 if server.started else 1
+    logging.getLogger("gateway.auth").log(level, notice)
+    return run(uvicorn.Server(uvicorn_config(app, config, host, port, args.log_level)))
 
 
 def _format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -125,6 +112,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     print()
     print(routing_table(config, environ))
     try:
+        print()
+        print(auth_summary(config, environ))
         resolve_secrets(config, environ)
         load_token_counter(config.stats.tokenizer)
     except (ConfigError, TokenizerError) as exc:
@@ -192,6 +181,22 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"window {document['window_s']} s, {store['backend']} store ({state})")
         print(render_table(rows))
     return 0
+
+
+def auth_summary(config: GatewayConfig, environ: dict[str, str]) -> str:
+    """Who may call the gateway, as counts and variable names: never a key. Raises ``ConfigError``."""
+    from gateway.auth import load_keys
+
+    ring, admin = load_keys(config, environ)
+    if ring.enabled:
+        clients = ring.describe()
+    elif config.auth.allow_unauthenticated:
+        clients = "no client keys: open to anyone (allow_unauthenticated = true)"
+    else:
+        clients = "no client keys: loopback clients only"
+    variable = f"${config.auth.admin_key_env}" if config.auth.admin_key_env else "no admin_key_env"
+    admin_text = f"{variable} set" if admin.configured else f"{variable} not set (admin endpoints disabled)"
+    return f"auth: {clients}; admin key: {admin_text}"
 
 
 def cmd_fake_provider(args: argparse.Namespace) -> int:

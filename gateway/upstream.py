@@ -45,6 +45,7 @@ _DROPPED_HEADERS = frozenset(
         "x-api-key",
         "cookie",
         "expect",
+        "forwarded",
     }
 )
 MAX_ERROR_BODY = 64 * 1024

@@ -56,7 +56,9 @@ def test_check_prints_the_routing_table() -> None:
         "$/1M",
         "key",
     ]
-    rows = [line.split() for line in lines[4:]]
+    table_end = lines.index("", 4)
+    rows = [line.split() for line in lines[4:table_end]]
+    assert lines[table_end + 1].startswith("auth: no client keys: loopback clients only")
     assert rows == [
         ["llama-3.3-70b", "balanced", "1", "fast", "fast", "llama-3.3-70b-versatile", "0.59", "0.79", "none"],
         ["2", "slow", "slow", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "0.88", "0.88", "none"],
@@ -159,9 +161,12 @@ def test_serve_and_fake_provider_end_to_end(tmp_path: Path) -> None:
         for process in (served, fake):
             process.send_signal(signal.SIGINT)
         errors = [process.communicate(timeout=15)[1] for process in (served, fake)]
-    # Ctrl-C is a clean stop: exit 0, and nothing on stderr (no traceback, no warning).
+    # Ctrl-C is a clean stop: exit 0, and nothing on stderr (no traceback) but the one line
+    # saying who may call the gateway.
     assert [served.returncode, fake.returncode] == [0, 0], errors
-    assert errors == [b"", b""]
+    notice = errors[0].decode().splitlines()
+    assert len(notice) == 1 and "client auth OFF" in notice[0], notice
+    assert errors[1] == b""
 
 
 def _healthy(port: int) -> bool:

@@ -196,7 +196,10 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
             MINIMAL + "\n[server]\nprot = 1\n",
             "config.toml: server.prot: unknown key (expected one of: access_log, host, log_bodies, max_bod",
         ),
-        ("colour = 1\n" + MINIMAL, "config.toml: colour: unknown key (expected one of: auth, models, policies,"),
+        (
+            "colour = 1\n" + MINIMAL,
+            "config.toml: colour: unknown key (expected one of: auth, limits, models, policies,",
+        ),
         (
             MINIMAL.replace('model = "llama-3.3-70b-versatile"', 'model = "x"\n  price = 1'),
             "config.toml: models[0].deployments[0].price: unknown key (expected one of: model, name, price_in,",

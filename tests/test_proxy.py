@@ -180,16 +180,15 @@ def test_body_forwarded_untouched_but_model_and_provider(fakes: Fakes, start_gat
     assert len(response.json()["choices"]) == 2
 
 
-def test_lone_surrogate_is_forwarded_escaped(fakes: Fakes, start_gateway: StartGateway) -> None:
+def test_lone_surrogate_is_refused_before_any_upstream(fakes: Fakes, start_gateway: StartGateway) -> None:
+    # Not valid Unicode: a clear 400 here beats an opaque failure at whichever provider is tried.
     fake = fakes.start("a")
     gateway = start_gateway(gateway_config([fake]))
     raw = b'{"model": "m", "messages": [{"role": "user", "content": "caf\\u00e9 \\ud800"}]}'
     response = httpx.post(gateway.base_url + "/chat/completions", content=raw, timeout=10)
-    assert response.status_code == 200, response.text
-    assert fake.app.state.recorded[0].body == {
-        "model": "a-upstream",
-        "messages": [{"role": "user", "content": "caf\u00e9 \ud800"}],
-    }
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_json"
+    assert fake.app.state.recorded == []
 
 
 def test_model_rewritten_per_deployment(fakes: Fakes, start_gateway: StartGateway) -> None:
@@ -207,6 +206,8 @@ def test_provider_key_sent_and_client_credentials_never(fakes: Fakes, start_gate
         {
             "providers": [{"name": "a", "base_url": fake.base_url, "api_key_env": "A_KEY"}],
             "models": [{"name": "m", "deployments": [{"provider": "a", "model": "up"}]}],
+            # X-Forwarded-For below makes the client look remote to uvicorn's proxy-header handling.
+            "auth": {"allow_unauthenticated": True},
         }
     )
     gateway = start_gateway(config, {"A_KEY": "sk-provider"})
