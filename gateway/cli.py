@@ -139,6 +139,21 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from gateway.demo import DemoOptions, run_demo
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = DemoOptions(
+        host=args.host,
+        port=args.port,
+        traffic_per_s=args.traffic,
+        duration_s=args.duration,
+        degrade_after_s=None if args.degrade_after < 0 else args.degrade_after,
+        seed=args.seed,
+    )
+    return run_demo(options)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="An OpenAI-compatible, measuring, routing proxy.")
     parser.add_argument("--version", action="version", version=f"gateway {__version__}")
@@ -167,6 +182,17 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma on TTFT and speed")
     fake.add_argument("--seed", type=int, default=None)
     fake.set_defaults(func=cmd_fake_provider)
+
+    demo = commands.add_parser("demo", help="simulated providers and the gateway in front of them, in one process")
+    demo.add_argument("--host", default="127.0.0.1", help="the gateway's address (the providers stay on loopback)")
+    demo.add_argument("--port", type=int, default=8080, help="the gateway's port (0: any free port)")
+    demo.add_argument("--traffic", type=float, default=2.0, metavar="RATE", help="background requests/s (0: none)")
+    demo.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop by itself after this long")
+    demo.add_argument(
+        "--degrade-after", type=float, default=60.0, metavar="SECONDS", help="when 'fading' degrades (-1: never)"
+    )
+    demo.add_argument("--seed", type=int, default=7, help="seeds the providers' jitter and the traffic")
+    demo.set_defaults(func=cmd_demo)
     return parser
 
 
