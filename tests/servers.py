@@ -22,10 +22,11 @@ class ServerThread:
     """A uvicorn server running ``app`` in a thread. ``url`` is ``http://127.0.0.1:<port>``."""
 
     def __init__(self, app: Any, *, port: int = 0, lifespan: Literal["auto", "on", "off"] = "on") -> None:
-        # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY on accepted connections only when the
-        # listening socket says it is TCP; without it, Nagle delays small SSE writes by ~40 ms on reused connections.
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # asyncio sets TCP_NODELAY only on sockets created with proto=IPPROTO_TCP; this one has
+        # proto 0, so without it Nagle + delayed ACKs hold each streamed chunk ~40 ms.
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.bind(("127.0.0.1", port))
         self.port: int = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
