@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gateway.accesslog import AccessRecord
 from gateway.errors import (
     AuthenticationFailed,
     GatewayError,
@@ -34,6 +34,7 @@ from gateway.upstream import forwardable_headers
 
 if TYPE_CHECKING:
     from gateway.app import GatewayRuntime
+    from gateway.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -163,9 +164,18 @@ class ProxyEndpoint:
         self.path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        received_at = time.perf_counter()
-        request_id = uuid.uuid4().hex
         runtime = runtime_of(scope)
+        clock = runtime.dispatcher.clock
+        record = AccessRecord(uuid.uuid4().hex, self.endpoint, clock(), clock)
+        try:
+            await self._serve(scope, receive, record.watch(send), runtime, record)
+        finally:
+            runtime.access_log.write(record)
+
+    async def _serve(
+        self, scope: Scope, receive: Receive, send: Send, runtime: GatewayRuntime, record: AccessRecord
+    ) -> None:
+        received_at, request_id = record.received_at, record.request_id
         try:
             request, route_request = await self._prepare(scope, receive, runtime, received_at, request_id)
         except _ClientGone:
@@ -173,11 +183,13 @@ class ProxyEndpoint:
         except GatewayError as exc:
             await send_error(send, exc, request_id)
             return
+        record.request = request
         watch = DisconnectWatch(receive)
         started = False
         try:
             plan = runtime.router.plan(route_request)
             reply = await runtime.dispatcher.dispatch(request, plan)
+            record.log = reply.log
             started = True
             await reply.send_to(send, [(b"x-request-id", request_id.encode())], watch)
         except GatewayError as exc:
@@ -239,10 +251,19 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+async def metrics(request: Request) -> Response:
+    """``GET /metrics``: Prometheus text (or OpenMetrics, if the scraper asks for it)."""
+    registry: Metrics = request.app.state.metrics
+    runtime_of(request.scope).observe_gauges(registry)
+    # Rendering takes milliseconds with many series: off the loop, so streams keep flowing.
+    body, content_type = await asyncio.to_thread(registry.render, request.headers.get("accept"))
+    return Response(body, headers={"content-type": content_type})
+
+
 async def readyz(request: Request) -> Response:
     runtime = runtime_of(request.scope)
     reasons = runtime.degraded_reasons()
     return JSONResponse({"status": "degraded" if reasons else "ready", "reasons": reasons})
 
 
-__all__ = ["AuthenticationFailed", "ProxyEndpoint", "error_response", "healthz", "list_models", "readyz"]
+__all__ = ["AuthenticationFailed", "ProxyEndpoint", "error_response", "healthz", "list_models", "metrics", "readyz"]

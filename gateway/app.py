@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import logging
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,15 +27,19 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway import api
+from gateway.accesslog import AccessLog
 from gateway.config import GatewayConfig, resolve_secrets
 from gateway.errors import AuthenticationFailed, GatewayError, MethodNotAllowed, NotFound
 from gateway.meter import Clock
+from gateway.metrics import Metrics, check_single_process, deployment_providers
 from gateway.relay import Dispatcher
 from gateway.routing import OrderedRouter, Router
 from gateway.samples import SampleFanout, SampleSink
 from gateway.stats import StatsStore, open_stats_store
 from gateway.tokens import TokenCounter, load_token_counter
 from gateway.upstream import UpstreamPool
+
+logger = logging.getLogger("gateway")
 
 
 def _digest(key: str) -> bytes:
@@ -79,6 +84,7 @@ class GatewayRuntime:
     stats: StatsStore
     """Lives as long as the process: a reloaded config keeps the same store (``[stats]`` needs a restart)."""
     client_keys: ClientKeys = field(default_factory=ClientKeys)
+    access_log: AccessLog = field(default_factory=lambda: AccessLog(Metrics(process_metrics=False)))
 
     def check_client_key(self, key: str | None) -> None:
         if not self.client_keys.check(key):
@@ -87,6 +93,15 @@ class GatewayRuntime:
     def degraded_reasons(self) -> list[str]:
         health = self.stats.health()
         return [health.reason or "stats backend degraded"] if health.degraded else []
+
+    def observe_gauges(self, metrics: Metrics) -> None:
+        """Set the gauges read at scrape time from this runtime's state (called by ``GET /metrics``)."""
+        for provider in self.config.providers:
+            metrics.set_provider_capacity(provider.name, provider.max_concurrency)
+        health = self.stats.health()
+        metrics.set_stats_backend(self.config.stats.backend, not health.degraded)
+        metrics.observe_dropped_total(health.dropped_samples)
+        metrics.observe_snapshot(self.stats.snapshot(), deployment_providers(self.config))
 
     async def aclose(self) -> None:
         await self.upstreams.aclose()
@@ -100,11 +115,15 @@ class RuntimeHolder:
 
 @dataclass(frozen=True)
 class AppOptions:
-    """What a caller may inject beside the config: extra sample sinks, clocks, the environment."""
+    """What a caller may inject beside the config: extra sample sinks, clocks, the environment, metrics.
+
+    ``metrics`` outlives config reloads (counters never reset); by default each app has its own.
+    """
 
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     sinks: Sequence[SampleSink] = ()
     clock: Clock | None = None
+    metrics: Metrics = field(default_factory=Metrics)
 
 
 async def build_runtime(
@@ -113,11 +132,11 @@ async def build_runtime(
     counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
     upstreams = UpstreamPool.from_config(config, keys)
     router = OrderedRouter(config)
-    sink = SampleFanout([stats, *options.sinks])
+    sink = SampleFanout([stats, options.metrics, *options.sinks])
     if options.clock is not None:
-        dispatcher = Dispatcher(upstreams, router, sink, counter, clock=options.clock)
+        dispatcher = Dispatcher(upstreams, router, sink, counter, clock=options.clock, metrics=options.metrics)
     else:
-        dispatcher = Dispatcher(upstreams, router, sink, counter)
+        dispatcher = Dispatcher(upstreams, router, sink, counter, metrics=options.metrics)
     return GatewayRuntime(
         config=config,
         router=router,
@@ -126,6 +145,7 @@ async def build_runtime(
         counter=counter,
         stats=stats,
         client_keys=ClientKeys.from_env(config.auth.api_keys_env, options.environ),
+        access_log=AccessLog(options.metrics, enabled=config.server.access_log, log_bodies=config.server.log_bodies),
     )
 
 
@@ -142,7 +162,10 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Starlette:
     """Build the gateway app for ``config``. Raises ``ConfigError`` if a provider's key is missing."""
     options = options or AppOptions()
+    check_single_process(options.environ)
     keys = resolve_secrets(config, options.environ)
+    if config.server.log_bodies:
+        logger.warning("server.log_bodies is on: prompts and answers are written to the access log")
     holder = RuntimeHolder()
 
     @contextlib.asynccontextmanager
@@ -165,7 +188,9 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/v1/models", api.list_models, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
+        Route("/metrics", api.metrics, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_exception})
     app.state.runtime = holder
+    app.state.metrics = options.metrics
     return app

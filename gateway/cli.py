@@ -31,11 +31,17 @@ def _config_path(args: argparse.Namespace) -> str | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from gateway.accesslog import configure_access_log
     from gateway.app import create_app
 
     path = _config_path(args)
     if path is None:
         return _fail("no config given: use -c FILE (or set GATEWAY_CONFIG), or try `gateway demo`")
+    if args.workers != 1:
+        return _fail(
+            f"--workers {args.workers}: the gateway runs one process per replica (its router state, in-memory "
+            "stats and metrics are per process); run more replicas, one per core, sharing one Redis"
+        )
     try:
         config = load_config(path)
         app = create_app(config)
@@ -44,6 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_access_log()
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -183,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("-c", "--config", help=f"the TOML config (default: ${DEFAULT_CONFIG_ENV})")
     serve.add_argument("--host", help="override server.host")
     serve.add_argument("--port", type=int, help="override server.port")
+    serve.add_argument("--workers", type=int, default=1, help="must be 1: scale out with replicas instead")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=cmd_serve)
 

@@ -37,6 +37,10 @@ class ServerConfig:
     port: int = 8080
     max_body_bytes: int = 4 * 1024 * 1024
     """Request bodies above this are refused with 413 before they are read in full."""
+    access_log: bool = True
+    """One JSON line per request on the ``gateway.access`` logger (no prompt or answer text)."""
+    log_bodies: bool = False
+    """Debug only: add the request body and the answer text to each access-log line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,9 +261,13 @@ def _parse_server(table: _Table) -> ServerConfig:
         host=table.text("host", default.host),
         port=table.integer("port", default.port, minimum=0),
         max_body_bytes=table.integer("max_body_bytes", default.max_body_bytes, minimum=1),
+        access_log=table.flag("access_log", default.access_log),
+        log_bodies=table.flag("log_bodies", default.log_bodies),
     )
     if server.port > 65535:
         raise table.error("port", f"expected a port number 0-65535, got {server.port}")
+    if server.log_bodies and not server.access_log:
+        raise table.error("log_bodies", "needs access_log = true (bodies are written to the access log)")
     table.finish()
     return server
 

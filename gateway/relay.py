@@ -34,6 +34,7 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.meter import Clock, Reading, StreamMeter, read_body
+from gateway.metrics import Metrics
 from gateway.routing import Candidate, RoutePlan, Router
 from gateway.samples import Endpoint, Outcome, Sample, SampleSink
 from gateway.tokens import TokenCounter
@@ -46,6 +47,23 @@ Receive = Callable[[], Awaitable[Message]]
 # Upstream statuses that are the request's fault: relayed to the client, never retried, and
 # not held against the provider's health.
 CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
+
+
+@dataclass(slots=True)
+class RequestTrace:
+    """What the attempts of one request left behind, for the access log and the overhead metric.
+
+    Filled in by the dispatcher as the request goes; per request, not shared.
+    """
+
+    samples: list[Sample] = field(default_factory=list)
+    """Every attempt's ``Sample``, in the order the attempts ended."""
+    upstream_sent_at: float | None = None
+    """Clock reading when the first attempt's upstream request was sent."""
+    upstream_ready_at: float | None = None
+    """Clock reading when the committed attempt was ready: its first output chunk, or its whole body."""
+    answer_text: str | None = None
+    """The committed answer's text (only ever logged when ``server.log_bodies`` is on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +81,7 @@ class ProxyRequest:
     """Clock reading when the gateway received the request (end-to-end starts here)."""
     headers: list[tuple[str, str]] = field(default_factory=list)
     prompt_tokens: int = 0
+    trace: RequestTrace = field(default_factory=RequestTrace)
 
     def body_for(self, routed_model: str) -> bytes:
         """The body as sent upstream: the client's fields untouched but for ``model``."""
@@ -102,6 +121,7 @@ class Dispatcher:
         *,
         clock: Clock = time.perf_counter,
         wall_clock: Clock = time.time,
+        metrics: Metrics | None = None,
     ) -> None:
         self.upstreams = upstreams
         self.router = router
@@ -109,6 +129,7 @@ class Dispatcher:
         self.counter = counter
         self.clock = clock
         self.wall_clock = wall_clock
+        self.metrics = metrics if metrics is not None else Metrics(process_metrics=False)
 
     async def dispatch(self, request: ProxyRequest, plan: RoutePlan) -> Reply:
         """Try the plan's candidates until one answers; raise the right ``GatewayError`` if none does."""
@@ -120,6 +141,8 @@ class Dispatcher:
             remaining = deadline - self.clock()
             if remaining <= 0:
                 break
+            if index > 0:
+                self.metrics.fallback(request.requested_model, plan.candidates[index - 1].provider.name)
             log.attempts += 1
             try:
                 attempt = await self._open(request, plan, candidate, remaining)
@@ -132,6 +155,7 @@ class Dispatcher:
                 return FullReply(fault.status, fault.body, fault.content_type, log)
             log.winner = candidate
             log.route = candidate.reason if index == 0 else "fallback"
+            self.metrics.route_decided(request.requested_model, candidate.provider.name, log.route)
             if request.stream:
                 return StreamReply(self, request, attempt, log)
             return await self._finish_full(request, attempt, log)
@@ -145,6 +169,9 @@ class Dispatcher:
         body = request.body_for(candidate.deployment.model)
         attempt = _Attempt(candidate, sent_at=self.clock(), started_wall=self.wall_clock())
         self.router.attempt_started(candidate)
+        self.metrics.attempt_started(candidate.provider.name)
+        if request.trace.upstream_sent_at is None:
+            request.trace.upstream_sent_at = attempt.sent_at
         first_token_s = min(policy.first_token_timeout_s, remaining)
         try:
             if request.stream:
@@ -173,6 +200,7 @@ class Dispatcher:
         except asyncio.CancelledError:
             self._fail(request, attempt, "client_cancelled", None)
             raise
+        request.trace.upstream_ready_at = attempt.meter.first_output_at if attempt.meter else self.clock()
         return attempt
 
     async def _check_status(self, attempt: _Attempt, redact: Callable[[bytes], bytes]) -> None:
@@ -265,6 +293,10 @@ class Dispatcher:
             hedged=attempt.hedged,
         )
         self.router.attempt_finished(attempt.candidate, sample)
+        self.metrics.attempt_ended(sample.provider)
+        request.trace.samples.append(sample)
+        if outcome == "ok":
+            request.trace.answer_text = reading.answer_text
         self.sink.record(sample)
         return sample
 

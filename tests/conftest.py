@@ -12,6 +12,7 @@ import pytest
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior, FakeProvider
+from gateway.metrics import Metrics
 from gateway.samples import SampleLog
 from tests.servers import ServerThread
 
@@ -81,11 +82,13 @@ def gateway_config(
 
 
 class Gateway:
-    def __init__(self, server: ServerThread, samples: SampleLog) -> None:
+    def __init__(self, server: ServerThread, samples: SampleLog, metrics: Metrics) -> None:
         self.server = server
         self.url = server.url
         self.base_url = server.url + "/v1"
         self.samples = samples
+        self.metrics = metrics
+        """The app's own ``Metrics``; read values with ``metrics.registry.get_sample_value(...)``."""
 
 
 @pytest.fixture
@@ -94,10 +97,11 @@ def start_gateway() -> Iterator[Callable[..., Gateway]]:
 
     def start(config: GatewayConfig, environ: dict[str, str] | None = None) -> Gateway:
         samples = SampleLog()
-        app = create_app(config, AppOptions(environ=environ or {}, sinks=[samples]))
+        options = AppOptions(environ=environ or {}, sinks=[samples])
+        app = create_app(config, options)
         server = ServerThread(app).start()
         servers.append(server)
-        return Gateway(server, samples)
+        return Gateway(server, samples, options.metrics)
 
     yield start
     for server in servers:
