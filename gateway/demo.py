@@ -121,6 +121,8 @@ def demo_config(fake_urls: Mapping[str, str]) -> GatewayConfig:
     """The gateway's config over the running fakes (``name → base URL``), built and validated in code."""
     by_name = {profile.name: profile for profile in DEMO_PROFILES}
     data: dict[str, Any] = {
+        # The demo's output is its status lines; a JSON access line per background request would drown them.
+        "server": {"access_log": False},
         "stats": dict(DEMO_STATS),
         "providers": [{"name": name, "base_url": url, "max_concurrency": 64} for name, url in fake_urls.items()],
         "models": [

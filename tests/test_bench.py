@@ -109,7 +109,9 @@ def test_seeded_samples_land_in_the_stats_store(fakes: Fakes) -> None:
     samples = samples_for_store(targets, results)
     store = InMemoryStatsStore(StatsConfig())
 
-    asyncio.run(seed_store(store, samples))
+    health = asyncio.run(seed_store(store, samples))
+
+    assert not health.degraded and health.dropped_samples == 0
 
     snapshot = store.snapshot()
     quick, down = snapshot.get("m", "quick"), snapshot.get("m", "down")

@@ -10,13 +10,14 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import openai
 import pytest
 
-from gateway.demo import DEMO_MODELS, demo_config
+from gateway.demo import DEMO_MODELS, GATEWAY_PAGES, demo_config
 from gateway.fakes.profiles import DEMO_PROFILES
 
 BASE_URL = re.compile(r"OpenAI base_url\s+(http://\S+/v1)")
@@ -105,6 +106,15 @@ def _refuses(port: int) -> bool:
         return True
 
 
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            status: int = response.status
+            return status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def _get_json(url: str) -> dict[str, object]:
     with urllib.request.urlopen(url, timeout=5) as response:
         data: dict[str, object] = json.load(response)
@@ -119,6 +129,11 @@ def test_demo_serves_the_openai_sdk_and_stops_cleanly_on_sigint(demo_process: li
     client = openai.OpenAI(base_url=demo.base_url, api_key="anything", max_retries=0, timeout=30)
 
     assert {m.id for m in client.models.list()} == {name for name, _, _ in DEMO_MODELS}
+    base = demo.base_url.removesuffix("/v1")
+    for _, path in GATEWAY_PAGES:
+        # A page is announced as missing exactly when this build does not serve it (they land separately).
+        line = next(line for line in demo.lines if f"{base}{path}" in line)
+        assert ("not in this build yet" in line) == (_status(base + path) == 404), line
     raw = client.chat.completions.with_raw_response.create(
         model="glm-5.3-flash", messages=[{"role": "user", "content": "Say hi"}], max_tokens=8
     )

@@ -21,7 +21,7 @@ from gateway.bench.runner import BenchError, BenchRunner, BenchSettings, BenchTa
 from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets
 from gateway.prompts import PromptsError, builtin_prompts, load_prompts
 from gateway.samples import Sample
-from gateway.stats import StatsStore, open_stats_store
+from gateway.stats import StatsStore, StoreHealth, open_stats_store
 from gateway.tokens import TokenizerError, load_token_counter
 
 
@@ -117,14 +117,19 @@ def samples_for_store(targets: Sequence[BenchTarget], results: Sequence[RequestR
     return samples
 
 
-async def seed_store(store: StatsStore, samples: Sequence[Sample]) -> None:
-    """Record ``samples`` into ``store`` and close it, which flushes a shared backend."""
+async def seed_store(store: StatsStore, samples: Sequence[Sample]) -> StoreHealth:
+    """Record ``samples`` into ``store`` and close it, which flushes a shared backend.
+
+    Returns the store's health after the flush: a degraded store (Redis unreachable) or dropped
+    samples mean the seeding did not reach the shared statistics.
+    """
     await store.start()
     try:
         for sample in samples:
             store.record(sample)
     finally:
         await store.aclose()
+    return store.health()
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +193,12 @@ def run_bench_command(options: BenchOptions, environ: Mapping[str, str], out: Te
         if config.stats.backend == "memory":
             print('warning: [stats] backend is "memory": the samples live only as long as this command', file=out)
         try:
-            asyncio.run(seed_store(open_stats_store(config.stats), samples))
+            health = asyncio.run(seed_store(open_stats_store(config.stats), samples))
         except NotImplementedError as exc:
             return _fail(str(exc))
+        if health.degraded or health.dropped_samples or health.buffered_samples:
+            reason = health.reason or f"{health.dropped_samples + health.buffered_samples} samples not written"
+            return _fail(f"seeding the {config.stats.backend} stats store failed: {reason}")
         print(f"seeded {len(samples)} samples into the {config.stats.backend} stats store", file=out)
     return 0
 
