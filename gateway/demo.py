@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -32,7 +33,7 @@ from gateway.config import GatewayConfig, parse_config
 from gateway.fakes import FakeProvider
 from gateway.fakes.profiles import DEMO_PROFILES, ProviderProfile, ServingFigures
 from gateway.tokens import load_token_counter
-from gateway.traffic import TrafficGenerator, TrafficMix
+from gateway.traffic import TrafficGenerator, TrafficMix, shares
 
 # Client-facing model → the demo providers that serve it, in config order.
 DEMO_MODELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -43,7 +44,7 @@ TRAFFIC_WEIGHTS = (("glm-5.3-flash", 0.7), ("llama-3.3-70b", 0.3))
 # A one-minute window so that the leaderboard shows the fading provider's decline within a minute.
 DEMO_STATS = {"backend": "memory", "window_s": 60, "slice_s": 5}
 GATEWAY_PAGES = (("dashboard", "/dashboard"), ("metrics", "/metrics"), ("stats JSON", "/v1/gateway/stats"))
-STATUS_EVERY_S = 15.0
+STATUS_EVERY_S = 10.0
 START_TIMEOUT_S = 20.0
 
 logger = logging.getLogger("gateway.demo")
@@ -132,8 +133,8 @@ def demo_config(fake_urls: Mapping[str, str]) -> GatewayConfig:
                     {
                         "provider": name,
                         "model": upstream,
-                        "price_in": round(by_name[name].figures.price_in, 4),
-                        "price_out": round(by_name[name].figures.price_out, 4),
+                        "price_in": round(by_name[name].figures.price_in, 2),
+                        "price_out": round(by_name[name].figures.price_out, 2),
                     }
                     for name in providers
                 ],
@@ -306,14 +307,18 @@ class Demo:
             )
 
     async def _report_traffic(self) -> None:
+        """Every ``STATUS_EVERY_S``: totals, and who served the requests answered since the last line, and why."""
         assert self.traffic is not None
         counts = self.traffic.counts
+        providers, routes = Counter(counts.by_provider), Counter(counts.by_route)
         while True:
             await asyncio.sleep(STATUS_EVERY_S)
-            skipped = f", {counts.skipped} skipped" if counts.skipped else ""
+            skipped = f", {counts.skipped} skipped at the in-flight cap" if counts.skipped else ""
+            recent_providers, recent_routes = counts.by_provider - providers, counts.by_route - routes
+            providers, routes = Counter(counts.by_provider), Counter(counts.by_route)
             self.say(
                 f"{self._stamp()} traffic: {counts.sent} requests ({counts.ok} ok, {counts.failed} failed{skipped}); "
-                f"served by {counts.served_by()}"
+                f"last {STATUS_EVERY_S:g}s served by {shares(recent_providers)} (routes: {shares(recent_routes)})"
             )
 
     async def _shutdown(self) -> None:

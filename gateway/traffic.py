@@ -40,21 +40,24 @@ class TrafficMix:
 
 @dataclass(slots=True)
 class TrafficCounts:
-    """Running totals; read by the demo's status line."""
+    """Running totals; the demo's status line reads them (and diffs them between lines)."""
 
     sent: int = 0
     ok: int = 0
     failed: int = 0
     skipped: int = 0
     by_provider: Counter[str] = field(default_factory=Counter)
+    """Answered requests per provider (``x-gateway-provider``)."""
+    by_route: Counter[str] = field(default_factory=Counter)
+    """Answered requests per routing reason (``x-gateway-route``: best-score, explore, fallback, hedge)."""
 
-    def served_by(self) -> str:
-        """Providers by share of answered requests, largest first, e.g. ``fading 52% · steady 30%``."""
-        counts = self.by_provider
-        total = sum(counts.values())
-        if not total:
-            return "no answers yet"
-        return " · ".join(f"{name} {100 * n / total:.0f}%" for name, n in counts.most_common())
+
+def shares(counts: Counter[str]) -> str:
+    """Counts as shares, largest first, e.g. ``fading 52% · steady 30%``."""
+    total = sum(counts.values())
+    if not total:
+        return "none"
+    return " · ".join(f"{name} {100 * n / total:.0f}%" for name, n in counts.most_common())
 
 
 class TrafficGenerator:
@@ -104,12 +107,13 @@ class TrafficGenerator:
     async def _send(self, session: aiohttp.ClientSession, body: bytes) -> None:
         self.counts.sent += 1
         tail = b""
-        provider = None
+        provider = route = None
         status = None
         try:
             async with session.post(self.url, data=body, headers={"content-type": "application/json"}) as response:
                 status = response.status
                 provider = response.headers.get("x-gateway-provider")
+                route = response.headers.get("x-gateway-route")
                 async for chunk in response.content.iter_any():
                     tail = (tail + chunk)[-len(DONE_TAIL) :]
         except (aiohttp.ClientError, TimeoutError):
@@ -119,5 +123,7 @@ class TrafficGenerator:
             self.counts.ok += 1
             if provider:
                 self.counts.by_provider[provider] += 1
+            if route:
+                self.counts.by_route[route] += 1
         else:
             self.counts.failed += 1
