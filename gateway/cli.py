@@ -158,7 +158,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         degrade_after_s=None if args.degrade_after < 0 else args.degrade_after,
         seed=args.seed,
     )
-    return run_demo(options)
+    try:
+        return run_demo(options)
+    except KeyboardInterrupt:  # Ctrl-C before the demo took over the signal (while starting up)
+        return 130
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
+
 from gateway.bench import BenchTarget, RequestResult
-from gateway.bench.report import floor_quantile, format_table, summarize, upper_quantile
+from gateway.bench.report import ProgressBar, floor_quantile, format_table, summarize, upper_quantile
 from gateway.samples import Outcome
 
 
@@ -44,3 +46,24 @@ def test_summaries_are_sorted_by_speed_with_the_distance_to_the_fastest() -> Non
     assert table[0].split()[:2] == ["Target", "Tokens/s"]
     assert table[2].split() == ["b", "100.0", "fastest", "0.0", "0.0", "fail", "fail", "75.0"]
     assert table[3].split()[:3] == ["a", "50.0", "-50%"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_draws_on_a_terminal_only() -> None:
+    terminal = _Terminal()
+    bar = ProgressBar(4, terminal)
+    bar.advance(_result("a", 0, "ok", 10.0, 0.1))
+    bar.advance(_result("a", 1, "timeout", None, None))
+    bar.close()
+    drawn = terminal.getvalue()
+    assert "\r[" in drawn and "2/4 requests, 1 failed" in drawn and drawn.endswith("\n")
+
+    piped = io.StringIO()
+    quiet = ProgressBar(4, piped)
+    quiet.advance(_result("a", 0, "ok", 10.0, 0.1))
+    quiet.close()
+    assert piped.getvalue() == ""

@@ -171,10 +171,16 @@ def run_bench_command(options: BenchOptions, environ: Mapping[str, str], out: Te
         file=out,
         flush=True,
     )
+    interrupted = False
     try:
         results = asyncio.run(runner.run())
+    except KeyboardInterrupt:
+        interrupted = True
+        results = runner.finished()
     finally:
         progress.close()
+    if interrupted:
+        print(f"interrupted: reporting the {len(results)} requests that finished", file=out)
     summaries = summarize(targets, results)
     print(file=out)
     print(format_table(summaries), file=out, flush=True)
@@ -200,7 +206,7 @@ def run_bench_command(options: BenchOptions, environ: Mapping[str, str], out: Te
             reason = health.reason or f"{health.dropped_samples + health.buffered_samples} samples not written"
             return _fail(f"seeding the {config.stats.backend} stats store failed: {reason}")
         print(f"seeded {len(samples)} samples into the {config.stats.backend} stats store", file=out)
-    return 0
+    return 130 if interrupted else 0
 
 
 def _fail(message: str) -> int:

@@ -128,9 +128,11 @@ class BenchRunner:
         self.settings = settings
         self.counter = counter
         self.on_result = on_result
+        self.results: list[RequestResult] = []
+        """Every finished request so far: what an interrupted run can still report."""
 
     async def run(self) -> list[RequestResult]:
-        results: list[RequestResult] = []
+        results = self.results
         workers = max(1, self.settings.concurrency)
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
@@ -139,8 +141,11 @@ class BenchRunner:
                 indices = iter(range(self.settings.requests))
                 jobs.extend(self._worker(session, target, indices, results) for _ in range(workers))
             await asyncio.gather(*jobs)
-        results.sort(key=lambda r: (r.target, r.index))
-        return results
+        return self.finished()
+
+    def finished(self) -> list[RequestResult]:
+        """The finished requests, in target and request order."""
+        return sorted(self.results, key=lambda r: (r.target, r.index))
 
     async def _worker(
         self, session: aiohttp.ClientSession, target: BenchTarget, indices: Iterator[int], out: list[RequestResult]
