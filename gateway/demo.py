@@ -194,21 +194,21 @@ class Demo:
         options = self.options
         # A taken port fails here, with one clear line, before anything runs.
         gateway_sock = _bind(options.host, options.port)
-        urls: dict[str, str] = {}
-        for index, profile in enumerate(DEMO_PROFILES):
-            seed = None if options.seed is None else options.seed * 100 + index
-            fake = FakeProvider(profile.name, profile.figures.behavior(seed=seed), models=_served_models(profile))
-            served = _server(profile.name, fake, _bind("127.0.0.1", 0))
-            self.fakes[profile.name] = fake
-            self.served.append(served)
-            urls[profile.name] = f"http://127.0.0.1:{served.port}/v1"
-        config = demo_config(urls)
         try:
+            urls: dict[str, str] = {}
+            for index, profile in enumerate(DEMO_PROFILES):
+                seed = None if options.seed is None else options.seed * 100 + index
+                fake = FakeProvider(profile.name, profile.figures.behavior(seed=seed), models=_served_models(profile))
+                served = _server(profile.name, fake, _bind("127.0.0.1", 0))
+                self.fakes[profile.name] = fake
+                self.served.append(served)
+                urls[profile.name] = f"http://127.0.0.1:{served.port}/v1"
+            config = demo_config(urls)
             # Loaded (and cached) before the gateway starts, so that a missing encoding is one clear
             # line rather than a failed lifespan.
             await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
             app = create_app(config, AppOptions(environ={}))
-        except ValueError as exc:  # TokenizerError, ConfigError
+        except (DemoError, ValueError) as exc:  # ValueError: TokenizerError, ConfigError
             gateway_sock.close()
             raise DemoError(str(exc)) from exc
         self.served.append(_server("gateway", app, gateway_sock))
