@@ -27,6 +27,7 @@ from gateway.errors import (
     PayloadTooLarge,
     internal_error,
 )
+from gateway.leaderboard import leaderboard, leaderboard_json
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.routing import RouteRequest
 from gateway.samples import Endpoint
@@ -115,11 +116,19 @@ def _bearer(scope: Scope) -> str | None:
     return None
 
 
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON does not, and the provider would choke on them.
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def parse_json_body(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+    except RecursionError as exc:
+        # A small body can nest deeper than the parser's stack: the client's fault, not a 500.
+        raise InvalidRequest("request body is nested too deeply", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
     return body
@@ -165,6 +174,7 @@ class ProxyEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = runtime_of(scope)
+        # The dispatcher's clock, so that end-to-end and the attempt times share one time base.
         clock = runtime.dispatcher.clock
         record = AccessRecord(uuid.uuid4().hex, self.endpoint, clock(), clock)
         try:
@@ -266,4 +276,32 @@ async def readyz(request: Request) -> Response:
     return JSONResponse({"status": "degraded" if reasons else "ready", "reasons": reasons})
 
 
-__all__ = ["AuthenticationFailed", "ProxyEndpoint", "error_response", "healthz", "list_models", "metrics", "readyz"]
+async def gateway_stats(request: Request) -> Response:
+    """``GET /v1/gateway/stats``: the live leaderboard, per model and deployment, over the window."""
+    runtime = runtime_of(request.scope)
+    try:
+        runtime.check_client_key(_bearer(request.scope))
+    except GatewayError as exc:
+        return error_response(exc)
+    snapshot = runtime.stats.snapshot()
+    rows = leaderboard(snapshot, runtime.config.models, runtime.in_flight)
+    body = leaderboard_json(
+        rows,
+        window_s=runtime.config.stats.window_s,
+        taken_at=snapshot.taken_at,
+        backend=runtime.config.stats.backend,
+        health=runtime.stats.health(),
+    )
+    return JSONResponse(body)
+
+
+__all__ = [
+    "AuthenticationFailed",
+    "ProxyEndpoint",
+    "error_response",
+    "gateway_stats",
+    "healthz",
+    "list_models",
+    "metrics",
+    "readyz",
+]

@@ -30,6 +30,7 @@ from gateway import api
 from gateway.accesslog import AccessLog
 from gateway.config import GatewayConfig, resolve_secrets
 from gateway.errors import AuthenticationFailed, GatewayError, MethodNotAllowed, NotFound
+from gateway.leaderboard import InFlightCounts, no_in_flight
 from gateway.meter import Clock
 from gateway.metrics import Metrics, check_single_process, deployment_providers
 from gateway.relay import Dispatcher
@@ -85,6 +86,8 @@ class GatewayRuntime:
     """Lives as long as the process: a reloaded config keeps the same store (``[stats]`` needs a restart)."""
     client_keys: ClientKeys = field(default_factory=ClientKeys)
     access_log: AccessLog = field(default_factory=lambda: AccessLog(Metrics(process_metrics=False)))
+    in_flight: InFlightCounts = no_in_flight
+    """Requests in flight per (model, deployment), for the leaderboard; the router provides it."""
 
     def check_client_key(self, key: str | None) -> None:
         if not self.client_keys.check(key):
@@ -153,7 +156,9 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error: GatewayError
     if exc.status_code == 405:
-        error = MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}")
+        # Keep Starlette's Allow header: a 405 must say which methods the path takes.
+        headers = dict(exc.headers or {})
+        error = MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}", headers=headers)
     else:
         error = NotFound(f"no such endpoint: {request.method} {request.url.path}")
     return api.error_response(error)
@@ -189,6 +194,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
+        Route("/v1/gateway/stats", api.gateway_stats, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_exception})
     app.state.runtime = holder

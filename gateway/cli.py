@@ -1,4 +1,4 @@
-"""The ``gateway`` command: serve, check, and the fake provider.
+"""The ``gateway`` command: serve, check, stats, and the fake provider.
 
 Start-up failures are operator errors: one clear line on stderr, exit status 1, no traceback.
 """
@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 
 from gateway import __version__
-from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets
-from gateway.tokens import TokenizerError
+from gateway.config import ConfigError, GatewayConfig, StatsConfig, load_config, resolve_secrets
+from gateway.tokens import TokenizerError, load_token_counter
 
 DEFAULT_CONFIG_ENV = "GATEWAY_CONFIG"
 
@@ -45,6 +45,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(path)
         app = create_app(config)
+        # Loaded here so that a bad tokenizer is one clear line, not a traceback from the lifespan;
+        # the lifespan then finds it in the per-process cache.
+        load_token_counter(config.stats.tokenizer)
     except (ConfigError, TokenizerError) as exc:
         return _fail(str(exc))
     host = args.host or config.server.host
@@ -64,8 +67,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=30,
         )
     )
-    server.run()
-    return 0
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        # uvicorn re-raises Ctrl-C after its graceful shutdown: a normal way to stop, not a crash.
+        pass
+    # uvicorn returns normally when start-up failed (it has logged why): that is still a failure.
+    return 0 if server.started else 1
 
 
 def _format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -118,9 +126,71 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(routing_table(config, environ))
     try:
         resolve_secrets(config, environ)
-    except ConfigError as exc:
+        load_token_counter(config.stats.tokenizer)
+    except (ConfigError, TokenizerError) as exc:
         print()
         return _fail(str(exc))
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """The leaderboard, from a running gateway (``--url``) or straight from Redis (``--redis``)."""
+    import asyncio
+    import dataclasses
+    import json
+
+    import httpx
+    from redis.exceptions import RedisError
+
+    from gateway.leaderboard import LeaderboardRow, leaderboard, leaderboard_json, render_csv, render_table
+    from gateway.stats import StoreHealth
+    from gateway.stats.redis_store import read_shared_snapshot, redacted_url
+
+    path = _config_path(args)
+    try:
+        config = load_config(path) if path else None
+    except ConfigError as exc:
+        return _fail(str(exc))
+    if args.redis:
+        stats = config.stats if config else StatsConfig()
+        stats = dataclasses.replace(
+            stats,
+            redis_url=args.redis,
+            key_prefix=args.prefix or stats.key_prefix,
+            window_s=args.window or stats.window_s,
+            slice_s=args.slice or stats.slice_s,
+        )
+        if stats.window_s % stats.slice_s:
+            return _fail(f"--window ({stats.window_s}) must be a multiple of --slice ({stats.slice_s})")
+        try:
+            snapshot = asyncio.run(read_shared_snapshot(stats))
+        except (RedisError, OSError) as exc:
+            return _fail(f"cannot read stats from {redacted_url(args.redis)}: {exc}")
+        rows = leaderboard(snapshot, config.models if config else ())
+        document = leaderboard_json(
+            rows, window_s=stats.window_s, taken_at=snapshot.taken_at, backend="redis", health=StoreHealth()
+        )
+    else:
+        base = args.url or (f"http://{config.server.host}:{config.server.port}" if config else "http://127.0.0.1:8080")
+        api_key = args.api_key or os.environ.get("GATEWAY_API_KEY")
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        try:
+            response = httpx.get(base.rstrip("/") + "/v1/gateway/stats", headers=headers, timeout=10.0)
+        except httpx.HTTPError as exc:
+            return _fail(f"cannot reach the gateway at {base}: {exc}")
+        if response.status_code != 200:
+            return _fail(f"{base} answered {response.status_code}: {response.text[:300]}")
+        document = response.json()
+        rows = [LeaderboardRow.from_json(row) for row in document["data"]]
+    if args.json:
+        print(json.dumps(document, indent=2))
+    elif args.csv:
+        print(render_csv(rows), end="")
+    else:
+        store = document["store"]
+        state = f"degraded: {store['reason']}" if store["degraded"] else "ok"
+        print(f"window {document['window_s']} s, {store['backend']} store ({state})")
+        print(render_table(rows))
     return 0
 
 
@@ -200,6 +270,22 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="validate a config and print the routing table")
     check.add_argument("-c", "--config", help=f"the TOML config (default: ${DEFAULT_CONFIG_ENV})")
     check.set_defaults(func=cmd_check)
+
+    stats = commands.add_parser("stats", help="print the live leaderboard of a running gateway or of a Redis")
+    stats.add_argument("-c", "--config", help="a config: the gateway's address, or the Redis key layout and prices")
+    source = stats.add_mutually_exclusive_group()
+    source.add_argument("--url", help="a running gateway (default: the config's server, else http://127.0.0.1:8080)")
+    source.add_argument("--redis", metavar="URL", help="read the shared stats straight from this Redis")
+    stats.add_argument("--prefix", help="with --redis: the stats key prefix (default: the config's, else gateway)")
+    stats.add_argument("--window", type=int, help="with --redis: window in seconds (default: the config's, else 300)")
+    stats.add_argument(
+        "--slice", type=int, help="with --redis: slice width in seconds (default: the config's, else 10)"
+    )
+    stats.add_argument("--api-key", help="a client key for the gateway (default: $GATEWAY_API_KEY)")
+    output = stats.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the JSON document")
+    output.add_argument("--csv", action="store_true", help="print CSV rows (raw values)")
+    stats.set_defaults(func=cmd_stats)
 
     fake = commands.add_parser("fake-provider", help="run a fake OpenAI-compatible provider (for trying things out)")
     fake.add_argument("--name", default="fake")

@@ -52,8 +52,19 @@ class StatsConfig:
     slice_s: int = 10
     """Width of one histogram time slice; the window is a whole number of slices."""
     key_prefix: str = "gateway"
+    """Prefix of every Redis key the stats use; replicas that share stats share a prefix."""
     refresh_interval_s: float = 1.0
     """How often each replica re-reads the shared store into its local snapshot."""
+    flush_interval_s: float = 0.2
+    """How often buffered samples are written to Redis (sooner when many are waiting)."""
+    buffer_limit: int = 100_000
+    """Most histogram cells (Redis hash fields) held for Redis while it is unreachable. Samples
+    that fit existing cells are always kept; one that needs a new cell past the limit is dropped
+    and counted. A cell takes about 60 bytes (measured), so the default bounds the buffer near 6 MB."""
+    redis_timeout_s: float = 1.0
+    """Connect, read and pool-wait timeout of each Redis call (all off the request path)."""
+    redis_max_connections: int = 4
+    """Size of the store's own connection pool (its one background task needs one at a time)."""
     tokenizer: str = "o200k_base"
     """A tiktoken encoding name, or a path to a local ``.tiktoken`` file (air-gapped deployments)."""
 
@@ -281,10 +292,21 @@ def _parse_stats(table: _Table) -> StatsConfig:
         slice_s=table.integer("slice_s", default.slice_s, minimum=1),
         key_prefix=table.text("key_prefix", default.key_prefix),
         refresh_interval_s=table.number("refresh_interval_s", default.refresh_interval_s, positive=True),
+        flush_interval_s=table.number("flush_interval_s", default.flush_interval_s, positive=True),
+        buffer_limit=table.integer("buffer_limit", default.buffer_limit, minimum=1),
+        redis_timeout_s=table.number("redis_timeout_s", default.redis_timeout_s, positive=True),
+        redis_max_connections=table.integer("redis_max_connections", default.redis_max_connections, minimum=1),
         tokenizer=table.text("tokenizer", default.tokenizer),
     )
     if stats.window_s % stats.slice_s:
         raise table.error("window_s", f"expected a multiple of slice_s ({stats.slice_s}), got {stats.window_s}")
+    if any(c in stats.key_prefix for c in "{}"):
+        # The prefix sits inside each key's {hash tag}; a brace would split the tag.
+        raise table.error("key_prefix", f'must not contain "{{" or "}}", got "{stats.key_prefix}"')
+    if stats.flush_interval_s > stats.slice_s:
+        raise table.error(
+            "flush_interval_s", f"expected at most slice_s ({stats.slice_s}), got {stats.flush_interval_s:g}"
+        )
     if urlsplit(stats.redis_url).scheme not in ("redis", "rediss", "unix"):
         raise table.error("redis_url", "expected a redis://, rediss:// or unix:// URL")
     table.finish()
@@ -435,14 +457,17 @@ def resolve_secrets(config: GatewayConfig, environ: Mapping[str, str]) -> dict[s
     """
     keys: dict[str, str | None] = {}
     missing: list[str] = []
-    for provider in config.providers:
+    for index, provider in enumerate(config.providers):
         if provider.api_key_env is None:
             keys[provider.name] = None
             continue
         value = environ.get(provider.api_key_env, "").strip()
         if not value:
-            missing.append(f"{provider.name} ({provider.api_key_env})")
+            missing.append(
+                f"providers[{index}].api_key_env: environment variable {provider.api_key_env} is not set "
+                f'(expected the API key of provider "{provider.name}")'
+            )
         keys[provider.name] = value or None
     if missing:
-        raise ConfigError(f"{config.source}: providers: environment variable not set for " + ", ".join(missing))
+        raise ConfigError(f"{config.source}: " + "; ".join(missing))
     return keys

@@ -17,6 +17,7 @@ Every attempt, failed or not, yields one ``Sample`` for the sink.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import json
 import time
@@ -87,7 +88,11 @@ class ProxyRequest:
         """The body as sent upstream: the client's fields untouched but for ``model``."""
         body = dict(self.body)
         body["model"] = routed_model
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        try:
+            return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        except UnicodeEncodeError:
+            # A lone surrogate ("\ud800" in the client's JSON) has no UTF-8 form: keep it escaped.
+            return json.dumps(body, separators=(",", ":")).encode()
 
 
 @dataclass(slots=True)
@@ -159,7 +164,9 @@ class Dispatcher:
             if request.stream:
                 return StreamReply(self, request, attempt, log)
             return await self._finish_full(request, attempt, log)
-        raise _final_error(errors, log.attempts, deadline_passed=self.clock() >= deadline)
+        error = _final_error(errors, log.attempts, deadline_passed=self.clock() >= deadline)
+        error.headers["x-gateway-attempts"] = str(log.attempts)
+        raise error
 
     async def _open(self, request: ProxyRequest, plan: RoutePlan, candidate: Candidate, remaining: float) -> _Attempt:
         """Send one attempt and wait until it is safe to commit to it (headers, and first token for streams)."""
@@ -233,7 +240,7 @@ class Dispatcher:
             chunk = await response.read_chunk()
             if not chunk:
                 meter.end_of_stream()
-                if meter.first_output_at is None and not meter.done:
+                if meter.first_output_at is None and not meter.done and not meter.finish_seen:
                     name = attempt.candidate.provider.name
                     raise UpstreamUnavailable(f"{name}: stream ended before any output", provider=name)
                 break
@@ -249,7 +256,10 @@ class Dispatcher:
 
         def finish() -> None:
             reading = read_body(attempt.body, self.counter)
-            outcome: Outcome = "upstream_error" if reading.error_message else "ok"
+            if request.endpoint == "embeddings":
+                # Embeddings are measured by latency only: there are no output tokens to count.
+                reading = dataclasses.replace(reading, output_tokens=None, answer_text="")
+            outcome: Outcome = "upstream_error" if reading.error_message or reading.malformed else "ok"
             self.record(request, attempt, outcome, reading)
 
         return FullReply(status, attempt.body, content_type, log, finish)
@@ -355,10 +365,13 @@ class FullReply(Reply):
             *extra_headers,
         ]
         watch.disarm()
-        await send({"type": "http.response.start", "status": self.status, "headers": headers})
-        await send({"type": "http.response.body", "body": self.body})
-        if self._finish is not None:
-            self._finish()
+        try:
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            await send({"type": "http.response.body", "body": self.body})
+        finally:
+            # The upstream answered in full: its sample is due even if the client is gone.
+            if self._finish is not None:
+                self._finish()
 
 
 class StreamReply(Reply):
@@ -407,21 +420,29 @@ class StreamReply(Reply):
         watch.disarm()
         reading = meter.finish(self.dispatcher.counter)
         tail = b""
-        if broken is not None:
+        if broken is not None and reading.finished and reading.error_message is None:
+            # The answer was complete (finish_reason came); only the provider's [DONE] or its
+            # close went missing: end the client's stream cleanly rather than as an error.
+            tail = b"data: [DONE]\n\n"
+        elif broken is not None:
             outcome = "timeout" if isinstance(broken, UpstreamTimeout) else "broken_stream"
             tail = _error_event(broken.message, "upstream_stream_broken")
         elif reading.error_message is not None:
+            # The provider's own error event has told the client already.
             outcome = "upstream_error"
-        elif not meter.done:
-            if reading.finished:
+        elif not meter.done and not reading.finished:
+            outcome = "broken_stream"
+            name = attempt.candidate.provider.name
+            tail = _error_event(
+                f"{name}: upstream stream ended before the answer was complete", "upstream_stream_broken"
+            )
+        else:
+            if not meter.done:
                 # The answer is complete but the provider forgot [DONE]: end the stream cleanly.
                 tail = b"data: [DONE]\n\n"
-            else:
-                outcome = "broken_stream"
-                name = attempt.candidate.provider.name
-                tail = _error_event(
-                    f"{name}: upstream stream ended before the answer was complete", "upstream_stream_broken"
-                )
+            if reading.malformed:
+                # Relayed as is, but the client's SDK choked on it: not a success.
+                outcome = "upstream_error"
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         self.dispatcher.record(self.request, attempt, outcome, reading)
 

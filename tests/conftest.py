@@ -14,7 +14,7 @@ from gateway.config import GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior, FakeProvider
 from gateway.metrics import Metrics
 from gateway.samples import SampleLog
-from tests.servers import ServerThread
+from tests.servers import ServerThread, stop_all
 
 SHARED_TIKTOKEN = Path(__file__).resolve().parents[2] / "shared" / "tiktoken"
 if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_TIKTOKEN.is_dir():
@@ -24,8 +24,8 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_TIKTOKEN.is_dir():
 class Fakes:
     """Starts fake providers on demand; all are stopped at the end of the test."""
 
-    def __init__(self) -> None:
-        self.servers: list[ServerThread] = []
+    def __init__(self, servers: list[ServerThread] | None = None) -> None:
+        self.servers: list[ServerThread] = [] if servers is None else servers
 
     def start(self, name: str = "fake", behavior: FakeBehavior | None = None, **options: Any) -> FakeServer:
         app = FakeProvider(name, behavior or FakeBehavior(), record=True, **options)
@@ -34,8 +34,7 @@ class Fakes:
         return FakeServer(app, server)
 
     def stop(self) -> None:
-        for server in self.servers:
-            server.stop()
+        stop_all(self.servers)
 
 
 class FakeServer:
@@ -48,10 +47,16 @@ class FakeServer:
 
 
 @pytest.fixture
-def fakes() -> Iterator[Fakes]:
-    registry = Fakes()
-    yield registry
-    registry.stop()
+def test_servers() -> Iterator[list[ServerThread]]:
+    """Every server a test starts (fakes and gateways), stopped together at its end."""
+    servers: list[ServerThread] = []
+    yield servers
+    stop_all(servers)
+
+
+@pytest.fixture
+def fakes(test_servers: list[ServerThread]) -> Fakes:
+    return Fakes(test_servers)
 
 
 def gateway_config(
@@ -92,17 +97,13 @@ class Gateway:
 
 
 @pytest.fixture
-def start_gateway() -> Iterator[Callable[..., Gateway]]:
-    servers: list[ServerThread] = []
-
+def start_gateway(test_servers: list[ServerThread]) -> Callable[..., Gateway]:
     def start(config: GatewayConfig, environ: dict[str, str] | None = None) -> Gateway:
         samples = SampleLog()
         options = AppOptions(environ=environ or {}, sinks=[samples])
         app = create_app(config, options)
         server = ServerThread(app).start()
-        servers.append(server)
+        test_servers.append(server)
         return Gateway(server, samples, options.metrics)
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
