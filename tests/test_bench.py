@@ -15,12 +15,13 @@ import pytest
 from gateway.bench import BenchRunner, BenchSettings, BenchTarget, RequestResult, samples_for_store, seed_store
 from gateway.bench.command import targets_from_config, targets_from_gateway
 from gateway.bench.report import TargetSummary, summarize
-from gateway.config import StatsConfig
+from gateway.config import StatsConfig, load_config
 from gateway.fakes import FakeBehavior
 from gateway.prompts import builtin_prompts
-from gateway.stats import InMemoryStatsStore
+from gateway.stats import InMemoryStatsStore, StatsSnapshot, open_stats_store
 from gateway.tokens import load_token_counter
 from tests.conftest import Fakes, FakeServer, Gateway, gateway_config
+from tests.redis_server import RedisServer, RedisServerMissing
 
 QUICK = FakeBehavior(ttft_s=0.05, tokens_per_s=200, output_tokens=100)
 SLOW = FakeBehavior(ttft_s=0.3, tokens_per_s=80, output_tokens=100)
@@ -195,3 +196,38 @@ def test_bench_command_fails_clearly_without_targets_or_with_a_bad_prompts_file(
         )
         assert result.returncode == 1, (args, result.stdout)
         assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_seed_stats_warms_a_redis_store_that_a_gateway_replica_then_reads(fakes: Fakes, tmp_path: Path) -> None:
+    try:
+        redis = RedisServer(tmp_path / "redis").start()
+    except RedisServerMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        servers = [fakes.start("quick", QUICK), fakes.start("down", FakeBehavior(status=503))]
+        config_path = _write_config(tmp_path / "config.toml", servers)
+        text = config_path.read_text().replace(
+            '[stats]\nbackend = "memory"\n', f'[stats]\nbackend = "redis"\nredis_url = "{redis.url}"\n'
+        )
+        config_path.write_text(text)
+        command = [sys.executable, "-m", "gateway", "bench", "-c", str(config_path), "-n", "4", "--max-tokens", "8"]
+
+        result = subprocess.run([*command, "--seed-stats"], capture_output=True, text=True, timeout=60)
+
+        assert result.returncode == 0, result.stderr
+        assert "seeded 8 samples into the redis stats store" in result.stdout
+
+        async def read_as_a_new_replica() -> StatsSnapshot:
+            store = open_stats_store(load_config(config_path).stats)
+            await store.start()
+            try:
+                return store.snapshot()
+            finally:
+                await store.aclose()
+
+        snapshot = asyncio.run(read_as_a_new_replica())
+        quick, down = snapshot.get("m", "quick"), snapshot.get("m", "down")
+        assert quick is not None and quick.outcomes == {"ok": 4} and quick.count("tokens_per_s") == 4
+        assert down is not None and down.outcomes == {"upstream_error": 4}
+    finally:
+        redis.stop()
