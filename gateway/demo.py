@@ -260,6 +260,8 @@ class Demo:
             '"messages": [{"role": "user", "content": "Say hi"}]}\''
         )
         say(f"    gateway bench --url {base}/v1 --model {DEMO_MODELS[0][0]} -n 20")
+        if available.get("/v1/gateway/stats", False):
+            say(f"    gateway stats --url {base}")
         say()
         options = self.options
         traffic = (
