@@ -2,6 +2,8 @@
 # the virtualenv on first use, so they work on a fresh machine with Python 3.11+.
 
 PYTHON ?= python3
+# e.g. make demo DEMO_ARGS='--traffic 10 --port 9000'
+DEMO_ARGS ?=
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Offline tiktoken: the encodings beside the checkout, when present (see ../shared/tiktoken/README.md).
@@ -21,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(BIN)/gateway demo
+	$(BIN)/gateway demo $(DEMO_ARGS)
 
 serve: install
 	$(BIN)/gateway serve -c config.example.toml

@@ -221,6 +221,44 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from gateway.demo import DemoOptions, run_demo
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = DemoOptions(
+        host=args.host,
+        port=args.port,
+        traffic_per_s=args.traffic,
+        duration_s=args.duration,
+        degrade_after_s=None if args.degrade_after < 0 else args.degrade_after,
+        seed=args.seed,
+    )
+    try:
+        return run_demo(options)
+    except KeyboardInterrupt:  # Ctrl-C before the demo took over the signal (while starting up)
+        return 130
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from gateway.bench import BenchOptions, BenchSettings, run_bench_command
+
+    if args.requests < 1 or args.concurrency < 1 or args.max_tokens < 1 or args.timeout <= 0:
+        return _fail("bench: -n, --concurrency, --max-tokens and --timeout must be positive")
+    options = BenchOptions(
+        config_path=_config_path(args),
+        url=args.url,
+        models=tuple(args.model or ()),
+        settings=BenchSettings(
+            requests=args.requests, concurrency=args.concurrency, max_tokens=args.max_tokens, timeout_s=args.timeout
+        ),
+        prompts_path=args.prompts,
+        out_prefix=args.out,
+        seed_stats=args.seed_stats,
+        api_key_env=args.api_key_env,
+    )
+    return run_bench_command(options, dict(os.environ), sys.stdout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="An OpenAI-compatible, measuring, routing proxy.")
     parser.add_argument("--version", action="version", version=f"gateway {__version__}")
@@ -266,6 +304,35 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma on TTFT and speed")
     fake.add_argument("--seed", type=int, default=None)
     fake.set_defaults(func=cmd_fake_provider)
+
+    demo = commands.add_parser("demo", help="simulated providers and the gateway in front of them, in one process")
+    demo.add_argument("--host", default="127.0.0.1", help="the gateway's address (the providers stay on loopback)")
+    demo.add_argument("--port", type=int, default=8080, help="the gateway's port (0: any free port)")
+    demo.add_argument("--traffic", type=float, default=2.0, metavar="RATE", help="background requests/s (0: none)")
+    demo.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop by itself after this long")
+    demo.add_argument(
+        "--degrade-after", type=float, default=60.0, metavar="SECONDS", help="when 'fading' degrades (-1: never)"
+    )
+    demo.add_argument("--seed", type=int, default=7, help="seeds the providers' jitter and the traffic")
+    demo.set_defaults(func=cmd_demo)
+
+    bench = commands.add_parser(
+        "bench", help="benchmark providers (directly or through a gateway) the way public leaderboards do"
+    )
+    bench.add_argument("-c", "--config", help="benchmark this config's deployments directly (default: $GATEWAY_CONFIG)")
+    bench.add_argument("--url", help="benchmark the models of the gateway at this base URL (e.g. http://host:8080/v1)")
+    bench.add_argument("--model", action="append", help="only this model (repeatable; default: all)")
+    bench.add_argument("-n", "--requests", type=int, default=20, help="requests per target (default: 20)")
+    bench.add_argument("--concurrency", type=int, default=1, help="requests in flight per target (default: 1)")
+    bench.add_argument("--max-tokens", type=int, default=256, help="output ceiling per request (default: 256)")
+    bench.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: 60)")
+    bench.add_argument("--prompts", metavar="FILE", help="JSONL, one chat request body per line (default: built-in)")
+    bench.add_argument("--out", metavar="PREFIX", help="write PREFIX.json, PREFIX.csv and PREFIX.requests.csv")
+    bench.add_argument("--seed-stats", action="store_true", help="record the results into the config's stats store")
+    bench.add_argument(
+        "--api-key-env", default="GATEWAY_API_KEY", help="env var with the key for --url (default: GATEWAY_API_KEY)"
+    )
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -24,6 +24,9 @@ class ServerThread:
     def __init__(self, app: Any, *, port: int = 0, lifespan: Literal["auto", "on", "off"] = "on") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # asyncio sets TCP_NODELAY only on sockets created with proto=IPPROTO_TCP; this one has
+        # proto 0, so without it Nagle + delayed ACKs hold each streamed chunk ~40 ms.
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.bind(("127.0.0.1", port))
         self.port: int = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
