@@ -55,8 +55,12 @@ def dump_dom(url: str, *, wait_ms: int = 0, timeout: float = 60.0) -> str:
     return _run(url, [*extra, "--dump-dom"], timeout).stdout
 
 
-def screenshot(url: str, path: Path, *, width: int = 1280, height: int = 900, timeout: float = 60.0) -> Path:
-    _run(url, [f"--window-size={width},{height}", f"--screenshot={path}"], timeout)
+def screenshot(
+    url: str, path: Path, *, width: int = 1280, height: int = 900, scale: float = 1.0, timeout: float = 60.0
+) -> Path:
+    """A PNG of the page laid out ``width`` × ``height`` CSS pixels wide, ``scale`` image pixels per CSS pixel."""
+    size = [f"--window-size={width},{height}", f"--force-device-scale-factor={scale:g}"]
+    _run(url, [*size, f"--screenshot={path}"], timeout)
     if not path.is_file() or path.read_bytes()[:8] != b"\x89PNG\r\n\x1a\n":
         raise AssertionError(f"chromium wrote no PNG at {path}")
     return path

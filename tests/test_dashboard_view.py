@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.config import GatewayConfig, parse_config
-from gateway.dashboard.chart import nice_ticks
+from gateway.dashboard.chart import CHAR_W, axis_ticks, nice_ticks, place_labels
 from gateway.dashboard.view import PALETTE, RoutingChoice, config_order_choices, model_boards, pareto_frontier
 from gateway.leaderboard import leaderboard
 from gateway.samples import Sample
@@ -83,6 +83,7 @@ def test_boards_group_rows_per_model_with_shares_frontier_and_choice() -> None:
 
     unmeasured = boards[1]
     assert unmeasured.samples == 0 and [d.share for d in unmeasured.deployments] == [None]
+    assert unmeasured.deployments[0].color == by_name["fast"].color  # one colour per name on the page
 
 
 def test_a_deployment_only_the_snapshot_knows_gets_a_colour_after_the_configured_ones() -> None:
@@ -93,11 +94,38 @@ def test_a_deployment_only_the_snapshot_knows_gets_a_colour_after_the_configured
     assert board.choice is None and not any(d.chosen for d in board.deployments)
 
 
-def test_axis_ticks_are_round_and_cover_the_largest_value() -> None:
-    assert nice_ticks(0.83) == [0.0, 0.25, 0.5, 0.75, 1.0]
-    assert nice_ticks(443.0) == [0.0, 200.0, 400.0, 600.0]
-    assert nice_ticks(1200.0) == [0.0, 500.0, 1000.0, 1500.0]
-    assert nice_ticks(0.0) == [0.0, 0.25, 0.5, 0.75, 1.0]
-    for top in (0.013, 0.4, 7.0, 99.0, 3_333.0):
-        ticks = nice_ticks(top)
-        assert ticks[0] == 0 and ticks[-1] >= top and 3 <= len(ticks) <= 6
+def test_axis_ticks_are_round_and_cover_the_values() -> None:
+    assert nice_ticks(0.0, 0.83) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert nice_ticks(0.0, 443.0) == [0.0, 200.0, 400.0, 600.0]
+    assert nice_ticks(0.0, 1200.0) == [0.0, 500.0, 1000.0, 1500.0]
+    assert nice_ticks(63.0, 98.0) == [60.0, 70.0, 80.0, 90.0, 100.0]
+    for values in ([0.013], [0.2, 0.4], [1.0, 7.0], [50.0, 99.0], [10.0, 3_333.0], [0.0]):
+        ticks = axis_ticks(values)
+        assert ticks[0] <= min(values) and ticks[-1] >= max(values) and 3 <= len(ticks) <= 7
+
+
+def test_an_axis_starts_at_zero_unless_the_values_cluster_far_from_it() -> None:
+    assert axis_ticks([30.0, 400.0])[0] == 0.0
+    clustered = axis_ticks([72.0, 79.0, 94.6])
+    assert 0 < clustered[0] <= 72.0 and clustered[-1] >= 94.6
+
+
+def test_labels_avoid_each_other_and_keep_the_chosen_and_frontier_first() -> None:
+    cfg = config(("m", ["chosen", "near1", "near2", "near3", "far"]))
+    samples = [sample("chosen", 0.40, 95.0), sample("near1", 0.40, 79.0), sample("near2", 0.47, 76.0)]
+    samples += [sample("near3", 0.36, 74.0), sample("far", 0.9, 40.0)]
+    rows = leaderboard(StatsSnapshot.from_samples(samples), cfg.models)
+    board = model_boards(rows, cfg.models, config_order_choices(cfg.models))[0]
+    # Points as close as the chart would draw them: a few pixels apart.
+    at = {"chosen": (200.0, 60.0), "near1": (200.0, 72.0), "near2": (204.0, 74.0), "near3": (196.0, 76.0)}
+    at["far"] = (330.0, 190.0)
+    placed = place_labels(board.deployments, at)
+    assert "chosen" in placed and "far" in placed
+    boxes = []
+    for name, (lx, ly, anchor) in placed.items():
+        w = CHAR_W * len(name)
+        left = lx if anchor == "start" else lx - w if anchor == "end" else lx - w / 2
+        boxes.append((left, ly - 10, left + w, ly + 1))
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]), (a, b)

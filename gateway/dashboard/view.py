@@ -14,8 +14,9 @@ from gateway.leaderboard import LeaderboardRow
 from gateway.stats import StoreHealth
 
 PALETTE = ("#2563eb", "#ea580c", "#059669", "#9333ea", "#db2777", "#0891b2", "#ca8a04", "#4b5563")
-"""One colour per deployment, by its place in the config, so that it keeps its colour when the
-rows re-sort by speed. Chosen to stay apart for the common colour-vision deficiencies."""
+"""One colour per deployment name, by its first place in the config, so that it keeps its colour
+when rows re-sort by speed and is the same in every model's card (past eight names, colours
+repeat). Chosen to stay apart for the common colour-vision deficiencies."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +97,15 @@ def config_order_choices(models: Sequence[ModelConfig]) -> dict[str, RoutingChoi
     }
 
 
-def _colors(model: str, rows: Sequence[LeaderboardRow], configs: Mapping[str, ModelConfig]) -> dict[str, str]:
-    config = configs.get(model)
-    order = [d.name for d in config.deployments] if config else []
-    order += sorted(r.deployment for r in rows if r.deployment not in order)
+def _colors(rows: Sequence[LeaderboardRow], models: Sequence[ModelConfig]) -> dict[str, str]:
+    """A colour per deployment name, the same in every model's card: config order first, then the rest by name."""
+    order = list(dict.fromkeys(d.name for m in models for d in m.deployments))
+    order += sorted({r.deployment for r in rows} - set(order))
     return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(order)}
 
 
 def _board(
-    model: str, rows: Sequence[LeaderboardRow], configs: Mapping[str, ModelConfig], choice: RoutingChoice | None
+    model: str, rows: Sequence[LeaderboardRow], colors: Mapping[str, str], choice: RoutingChoice | None
 ) -> ModelBoard:
     total = sum(row.samples for row in rows)
     points = {
@@ -113,7 +114,6 @@ def _board(
         if r.ttft_p50_s is not None and r.tokens_per_s_p50 is not None
     }
     frontier = pareto_frontier(points)
-    colors = _colors(model, rows, configs)
     views = tuple(
         DeploymentView(
             row=row,
@@ -134,5 +134,5 @@ def model_boards(
     grouped: dict[str, list[LeaderboardRow]] = {}
     for row in rows:
         grouped.setdefault(row.model, []).append(row)
-    configs = {m.name: m for m in models}
-    return tuple(_board(model, group, configs, choices.get(model)) for model, group in grouped.items())
+    colors = _colors(rows, models)
+    return tuple(_board(model, group, colors, choices.get(model)) for model, group in grouped.items())
