@@ -95,7 +95,9 @@ def test_dashboard_in_chromium(fakes: Fakes, start_gateway: Callable[..., Gatewa
     assert '<svg class="scatter"' in dom and "time to first token, p50" in dom
     assert _points(dom) == {"early": "on-frontier", "stream": "on-frontier", "laggard": "dominated"}
     assert dom.count('<polyline class="frontier-line"') == 1
-    assert re.search(r'next request goes to <span class="chip"[^>]*>early</span><span class="basis">config order', dom)
+    assert re.search(
+        r'next request goes to <span class="chip"[^>]*>early</span><span class="basis"[^>]*>config order', dom
+    )
 
     shot = screenshot(page, tmp_path / "dashboard.png", height=760)
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one

@@ -35,7 +35,7 @@ def test_without_client_keys_loopback_gets_the_page_with_a_strict_policy(
     assert '<span class="dep">first</span>' in page.text and "1 samples in 5 min" in page.text
     # Today's router follows the config: the page says so, and names the first deployment.
     assert re.search(
-        r'next request goes to <span class="chip"[^>]*>first</span><span class="basis">config order', page.text
+        r'next request goes to <span class="chip"[^>]*>first</span><span class="basis"[^>]*>config order', page.text
     )
 
 

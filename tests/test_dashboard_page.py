@@ -121,7 +121,10 @@ def test_rows_bars_and_scatter_of_a_measured_model() -> None:
     assert "54.5%" in page and "27.3%" in page and "18.2%" in page  # traffic shares of 11 samples
     assert "50.0%" in page and "$0.59 · $0.79" in page  # success of "slow", prices
     assert '<span class="provider">' not in page and "on slowprov" in page
-    assert re.search(r'next request goes to <span class="chip"[^>]*>groq</span><span class="basis">config order', page)
+    assert re.search(
+        r'next request goes to <span class="chip"[^>]*>groq</span><span class="basis"[^>]*>config order', page
+    )
+    assert 'title="The router tries this model&#x27;s deployments in the order of the config' in page
     assert page.count('<g class="point on-frontier"') == 2 and page.count('<g class="point dominated"') == 1
     assert page.count('<polyline class="frontier-line"') == 1 and page.count('class="chosen-ring"') == 1
     assert "11 samples in 5 min" in page and "No traffic measured yet" not in page

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.config import GatewayConfig, parse_config
 from gateway.dashboard.chart import CHAR_W, axis_ticks, nice_ticks, place_labels
-from gateway.dashboard.view import PALETTE, RoutingChoice, config_order_choices, model_boards, pareto_frontier
+from gateway.dashboard.view import PALETTE, config_order_choices, model_boards, pareto_frontier
 from gateway.leaderboard import leaderboard
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
@@ -71,7 +71,8 @@ def test_boards_group_rows_per_model_with_shares_frontier_and_choice() -> None:
 
     assert [b.model for b in boards] == ["m", "other"]
     board = boards[0]
-    assert board.samples == 10 and board.choice == RoutingChoice("first", "config order")
+    assert board.samples == 10 and board.choice is not None
+    assert (board.choice.deployment, board.choice.basis) == ("first", "config order")
     by_name = {d.row.deployment: d for d in board.deployments}
     assert [d.row.deployment for d in board.deployments] == ["fast", "first", "slow", "idle"]  # fastest first
     assert {name: d.share for name, d in by_name.items()} == {"fast": 0.3, "first": 0.6, "slow": 0.1, "idle": 0.0}

@@ -110,7 +110,8 @@ def _card(board: ModelBoard, window_s: int) -> str:
         color = next((d.color for d in board.deployments if d.row.deployment == board.choice.deployment), "#4b5563")
         route = (
             f'<div class="route">next request goes to <span class="chip" style="--c:{color}">'
-            f'{esc(board.choice.deployment)}</span><span class="basis">{esc(board.choice.basis)}</span></div>'
+            f'{esc(board.choice.deployment)}</span><span class="basis" title="{esc(board.choice.detail)}">'
+            f"{esc(board.choice.basis)}</span></div>"
         )
     top_speed = max((d.row.tokens_per_s_p50 or 0.0 for d in board.deployments), default=0.0)
     top_ttft = max((d.row.ttft_p95_s or d.row.ttft_p50_s or 0.0 for d in board.deployments), default=0.0)

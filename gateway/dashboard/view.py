@@ -29,6 +29,8 @@ class RoutingChoice:
 
     deployment: str
     basis: str
+    detail: str = ""
+    """A sentence on how the choice is made, shown as the basis' tooltip."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +94,11 @@ def pareto_frontier(points: Mapping[str, tuple[float, float]]) -> frozenset[str]
 
 def config_order_choices(models: Sequence[ModelConfig]) -> dict[str, RoutingChoice]:
     """What ``OrderedRouter`` does: each model's first deployment in the config is tried first."""
+    detail = "The router tries this model's deployments in the order of the config, whatever their figures."
     return {
-        model.name: RoutingChoice(model.deployments[0].name, "config order") for model in models if model.deployments
+        model.name: RoutingChoice(model.deployments[0].name, "config order", detail)
+        for model in models
+        if model.deployments
     }
 
 
