@@ -30,6 +30,7 @@ from gateway.access import USAGE_TAP, AccessControl, AccessState
 from gateway.accesslog import AccessLog
 from gateway.auth import load_keys
 from gateway.config import GatewayConfig, resolve_secrets
+from gateway.dashboard import dashboard
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.leaderboard import InFlightCounts, no_in_flight
 from gateway.limits import HeaderSizeLimit
@@ -184,6 +185,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/readyz", api.readyz, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/v1/gateway/stats", api.gateway_stats, methods=["GET"]),
+        Route("/dashboard", dashboard, methods=["GET"]),
     ]
     middleware = [Middleware(HeaderSizeLimit, max_bytes=lambda: holder.current.config.limits.max_header_bytes)]
     handlers = {HTTPException: _http_exception, GatewayError: _gateway_error}

@@ -227,7 +227,15 @@ def test_no_secret_leaks_anywhere(
             for key in (BAD_KEY, CLIENT_KEY, ADMIN_KEY):
                 outputs.append(_dump(http.post("/admin-probe", headers={"authorization": f"Bearer {key}"})))
             auth = {"authorization": f"Bearer {ADMIN_KEY}"}
-            for path in ("/healthz", "/readyz", "/metrics", "/v1/gateway/stats", "/v1/gateway/routes", "/v1/models"):
+            for path in (
+                "/healthz",
+                "/readyz",
+                "/metrics",
+                "/v1/gateway/stats",
+                "/v1/gateway/routes",
+                "/v1/models",
+                "/dashboard",
+            ):
                 outputs.append(_dump(http.get(path, headers=auth)))
     finally:
         for server in reversed(servers):
