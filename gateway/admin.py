@@ -14,7 +14,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.api import bearer_of, error_response, runtime_of
+from gateway.access import require_admin
+from gateway.api import error_response, runtime_of
 from gateway.config import ConfigError
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound
 from gateway.routing.explain import ranking_json
@@ -38,9 +39,9 @@ def _positive_int(request: Request, name: str, default: int | None) -> int | Non
 
 
 async def routes(request: Request) -> Response:
+    require_admin(request)
     runtime = runtime_of(request.scope)
     try:
-        runtime.check_admin_key(bearer_of(request.scope))
         prompt_tokens = _positive_int(request, "prompt_tokens", 500) or 500
         max_tokens = _positive_int(request, "max_tokens", None)
         endpoint_name = request.query_params.get("endpoint", "chat")
@@ -65,11 +66,7 @@ async def routes(request: Request) -> Response:
 
 
 async def reload_config(request: Request) -> Response:
-    runtime = runtime_of(request.scope)
-    try:
-        runtime.check_admin_key(bearer_of(request.scope))
-    except GatewayError as exc:
-        return error_response(exc)
+    require_admin(request)
     reloader = request.app.state.runtime.reloader
     try:
         new = await reloader.reload()

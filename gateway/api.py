@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
+import re
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -19,21 +19,25 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gateway.accesslog import AccessRecord
 from gateway.errors import (
-    AuthenticationFailed,
     GatewayError,
     InvalidRequest,
     ModelNotFound,
     PayloadTooLarge,
     internal_error,
 )
+from gateway.leaderboard import leaderboard, leaderboard_json
+from gateway.limits import has_unpaired_surrogate
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.routing import RouteRequest, parse_preferences, split_model_suffix
 from gateway.samples import Endpoint
 from gateway.upstream import forwardable_headers
 
 if TYPE_CHECKING:
+    from gateway.access import Ticket
     from gateway.app import GatewayRuntime
+    from gateway.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -99,33 +103,31 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def bearer_of(scope: Scope) -> str | None:
-    """The key a request presents (``Authorization: Bearer`` or ``api-key``), for other endpoint modules."""
-    return _bearer(scope)
-
-
 class _ClientGone(Exception):
     """The client hung up before its request was read: nobody to answer."""
 
 
-def _bearer(scope: Scope) -> str | None:
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            text: str = value.decode("latin-1")
-            return text[7:].strip() if text[:7].lower() == "bearer " else None
-        if name == b"api-key":
-            key: str = value.decode("latin-1").strip()
-            return key
-    return None
+# A surrogate escape (\\ud800-\\udfff); only bodies holding one need the slower check for unpaired ones.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON does not, and the provider would choke on them.
+    raise ValueError(f"{name} is not valid JSON")
 
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+    except RecursionError as exc:
+        # A small body can nest deeper than the parser's stack: the client's fault, not a 500.
+        raise InvalidRequest("request body is nested too deeply", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
+    if _SURROGATE_ESCAPE.search(raw) and has_unpaired_surrogate(body):
+        raise InvalidRequest("request body holds an unpaired UTF-16 surrogate escape", code="invalid_json")
     return body
 
 
@@ -168,22 +170,52 @@ class ProxyEndpoint:
         self.path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        received_at = time.perf_counter()
-        request_id = uuid.uuid4().hex
         runtime = runtime_of(scope)
+        # Read once, held to the end: a reload swaps in a new runtime, and this one closes its
+        # upstream pools only when its last request has left.
+        runtime.enter()
+        # The dispatcher's clock, so that end-to-end and the attempt times share one time base.
+        clock = runtime.dispatcher.clock
+        record = AccessRecord(uuid.uuid4().hex, self.endpoint, clock(), clock)
         try:
-            request, route_request = await self._prepare(scope, receive, runtime, received_at, request_id)
+            await self._serve(scope, receive, record.watch(send), runtime, record)
+        finally:
+            runtime.access_log.write(record)
+            runtime.leave()
+
+    async def _serve(
+        self, scope: Scope, receive: Receive, send: Send, runtime: GatewayRuntime, record: AccessRecord
+    ) -> None:
+        received_at, request_id = record.received_at, record.request_id
+        try:
+            request, route_request, ticket = await self._prepare(scope, receive, runtime, received_at, request_id)
         except _ClientGone:
             return
         except GatewayError as exc:
             await send_error(send, exc, request_id)
             return
-        runtime.enter()
+        record.request = request
+        try:
+            await self._respond(request, route_request, runtime, send, receive, record)
+        finally:
+            ticket.release()
+
+    async def _respond(
+        self,
+        request: ProxyRequest,
+        route_request: RouteRequest,
+        runtime: GatewayRuntime,
+        send: Send,
+        receive: Receive,
+        record: AccessRecord,
+    ) -> None:
+        request_id = request.request_id
         watch = DisconnectWatch(receive)
         started = False
         try:
             plan = runtime.router.plan(route_request)
             reply = await runtime.dispatcher.dispatch(request, plan)
+            record.log = reply.log
             started = True
             await reply.send_to(send, [(b"x-request-id", request_id.encode())], watch)
         except GatewayError as exc:
@@ -203,13 +235,11 @@ class ProxyEndpoint:
             if watch.disconnected and task is not None and task.uncancel() == 0:
                 return
             raise
-        finally:
-            runtime.leave()
 
     async def _prepare(
         self, scope: Scope, receive: Receive, runtime: GatewayRuntime, received_at: float, request_id: str
-    ) -> tuple[ProxyRequest, RouteRequest]:
-        runtime.check_client_key(_bearer(scope))
+    ) -> tuple[ProxyRequest, RouteRequest, Ticket]:
+        key = runtime.access.authenticate(scope)
         raw = await read_body(scope, receive, runtime.config.server.max_body_bytes)
         body = parse_json_body(raw)
         requested, stream, max_tokens = _check_types(body, self.endpoint)
@@ -217,7 +247,7 @@ class ProxyEndpoint:
         model_name, suffix_sort = split_model_suffix(requested, names)
         model = runtime.config.model(model_name)
         if model is None:
-            known = ", ".join(m.name for m in runtime.config.models)
+            known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
             raise ModelNotFound(f"model '{requested}' does not exist (known: {known})", param="model")
         preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         prompt_tokens = max(1, len(raw) // 4)
@@ -240,18 +270,30 @@ class ProxyEndpoint:
             max_tokens=max_tokens,
             preferences=preferences,
         )
-        return request, route_request
+        # Last: from here on the caller owns the ticket and releases it.
+        ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)
+        return request, route_request, ticket
 
 
 async def list_models(request: Request) -> Response:
     runtime = runtime_of(request.scope)
-    runtime.check_client_key(_bearer(request.scope))
-    data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "gateway"} for m in runtime.config.models]
+    key = runtime.access.authenticate(request.scope)
+    names = runtime.access.visible_models(key, [m.name for m in runtime.config.models])
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": "gateway"} for name in names]
     return JSONResponse({"object": "list", "data": data})
 
 
 async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
+
+
+async def metrics(request: Request) -> Response:
+    """``GET /metrics``: Prometheus text (or OpenMetrics, if the scraper asks for it)."""
+    registry: Metrics = request.app.state.metrics
+    runtime_of(request.scope).observe_gauges(registry)
+    # Rendering takes milliseconds with many series: off the loop, so streams keep flowing.
+    body, content_type = await asyncio.to_thread(registry.render, request.headers.get("accept"))
+    return Response(body, headers={"content-type": content_type})
 
 
 async def readyz(request: Request) -> Response:
@@ -260,4 +302,28 @@ async def readyz(request: Request) -> Response:
     return JSONResponse({"status": "degraded" if reasons else "ready", "reasons": reasons})
 
 
-__all__ = ["AuthenticationFailed", "ProxyEndpoint", "error_response", "healthz", "list_models", "readyz"]
+async def gateway_stats(request: Request) -> Response:
+    """``GET /v1/gateway/stats``: the live leaderboard, per model and deployment, over the window."""
+    runtime = runtime_of(request.scope)
+    runtime.access.authenticate(request.scope)
+    snapshot = runtime.stats.snapshot()
+    rows = leaderboard(snapshot, runtime.config.models, runtime.in_flight)
+    body = leaderboard_json(
+        rows,
+        window_s=runtime.config.stats.window_s,
+        taken_at=snapshot.taken_at,
+        backend=runtime.config.stats.backend,
+        health=runtime.stats.health(),
+    )
+    return JSONResponse(body)
+
+
+__all__ = [
+    "ProxyEndpoint",
+    "error_response",
+    "gateway_stats",
+    "healthz",
+    "list_models",
+    "metrics",
+    "readyz",
+]

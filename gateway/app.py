@@ -6,15 +6,14 @@ tokenizer, opens the upstream connection pools, and closes them on shutdown.
 
 The runtime built from a config (``GatewayRuntime``) sits in a ``RuntimeHolder``; a request
 reads ``holder.current`` once and keeps that runtime to the end, so swapping in a new config
-never disturbs a request in flight.
+(``gateway.reload``: ``POST /v1/gateway/reload`` or SIGHUP) never disturbs a request in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
+import logging
 import os
 import random
 import signal
@@ -24,60 +23,37 @@ from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway import admin, api
+from gateway.access import USAGE_TAP, AccessControl, AccessState
+from gateway.accesslog import AccessLog
+from gateway.auth import load_keys
 from gateway.config import GatewayConfig, resolve_secrets
-from gateway.errors import AuthenticationFailed, GatewayError, MethodNotAllowed, NotFound, PermissionDenied
+from gateway.dashboard import dashboard
+from gateway.errors import GatewayError, MethodNotAllowed, NotFound
+from gateway.leaderboard import InFlightCounts, no_in_flight
+from gateway.limits import HeaderSizeLimit
 from gateway.meter import Clock
+from gateway.metrics import Metrics, check_single_process, deployment_providers
+from gateway.ratelimit import RateLimiter, open_rate_limiter
 from gateway.relay import Dispatcher
 from gateway.reload import Reloader
-from gateway.routing import MeasuredRouter, NullObserver, RoutingObserver
+from gateway.routing import CircuitState, MeasuredRouter, NullObserver, RouteReason, RoutingObserver
 from gateway.samples import SampleFanout, SampleSink
 from gateway.stats import StatsStore, open_stats_store
 from gateway.tokens import TokenCounter, load_token_counter
 from gateway.upstream import UpstreamPool
 
-
-def _digest(key: str) -> bytes:
-    return hashlib.sha256(key.encode()).digest()
-
-
-@dataclass(frozen=True)
-class ClientKeys:
-    """Client API keys, held only as SHA-256 digests and compared in constant time."""
-
-    digests: tuple[bytes, ...] = ()
-
-    @classmethod
-    def from_env(cls, name: str | None, environ: Mapping[str, str]) -> ClientKeys:
-        raw = environ.get(name, "") if name else ""
-        return cls(tuple(_digest(k.strip()) for k in raw.split(",") if k.strip()))
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.digests)
-
-    def check(self, key: str | None) -> bool:
-        if not self.digests:
-            return True
-        digest = _digest(key or "")
-        # Compare against every key, with no early exit, so timing says nothing of which matched.
-        matched = False
-        for known in self.digests:
-            matched |= hmac.compare_digest(digest, known)
-        return matched
+logger = logging.getLogger("gateway")
 
 
 @dataclass
 class GatewayRuntime:
-    """Everything built from one config. Immutable once serving; replaced whole on reload.
-
-    ``active`` counts the requests being served on this runtime (``enter``/``leave``), so that a
-    runtime replaced by a reload closes its upstream pools only once its last request is done.
-    """
+    """Everything built from one config. Immutable once serving; replaced whole on reload."""
 
     config: GatewayConfig
     router: MeasuredRouter
@@ -86,21 +62,15 @@ class GatewayRuntime:
     counter: TokenCounter
     stats: StatsStore
     """Lives as long as the process: a reloaded config keeps the same store (``[stats]`` needs a restart)."""
-    client_keys: ClientKeys = field(default_factory=ClientKeys)
-    admin_keys: ClientKeys = field(default_factory=ClientKeys)
+    access: AccessControl
+    """Client keys and limits of this config, over counters that live as long as the process."""
+    access_log: AccessLog = field(default_factory=lambda: AccessLog(Metrics(process_metrics=False)))
+    in_flight: InFlightCounts = no_in_flight
+    """Requests in flight per (model, deployment), for the leaderboard; the router provides it."""
     active: int = 0
+    """Requests being served on this runtime (``enter``/``leave``): a runtime replaced by a reload
+    closes its upstream pools only once its last request is done."""
     _idle: asyncio.Event | None = None
-
-    def check_client_key(self, key: str | None) -> None:
-        if not self.client_keys.check(key):
-            raise AuthenticationFailed("invalid or missing API key (send 'Authorization: Bearer <key>')")
-
-    def check_admin_key(self, key: str | None) -> None:
-        if not self.admin_keys.enabled:
-            name = self.config.auth.admin_key_env or "auth.admin_key_env"
-            raise PermissionDenied(f"admin endpoints are disabled (set ${name} to an admin key)")
-        if not key or not self.admin_keys.check(key):
-            raise AuthenticationFailed("invalid or missing admin key (send 'Authorization: Bearer <admin key>')")
 
     def enter(self) -> None:
         self.active += 1
@@ -118,7 +88,17 @@ class GatewayRuntime:
 
     def degraded_reasons(self) -> list[str]:
         health = self.stats.health()
-        return [health.reason or "stats backend degraded"] if health.degraded else []
+        reasons = [health.reason or "stats backend degraded"] if health.degraded else []
+        return reasons + self.access.degraded_reasons()
+
+    def observe_gauges(self, metrics: Metrics) -> None:
+        """Set the gauges read at scrape time from this runtime's state (called by ``GET /metrics``)."""
+        for provider in self.config.providers:
+            metrics.set_provider_capacity(provider.name, provider.max_concurrency)
+        health = self.stats.health()
+        metrics.set_stats_backend(self.config.stats.backend, not health.degraded)
+        metrics.observe_dropped_total(health.dropped_samples)
+        metrics.observe_snapshot(self.stats.snapshot(), deployment_providers(self.config))
 
     async def aclose(self) -> None:
         await self.upstreams.aclose()
@@ -133,21 +113,59 @@ class RuntimeHolder:
 
 @dataclass(frozen=True)
 class AppOptions:
-    """What a caller may inject beside the config: extra sample sinks, clocks, randomness, the environment.
+    """What a caller may inject beside the config: extra sample sinks, clocks, randomness, the environment,
+    metrics.
 
-    ``config_path`` is the file ``POST /v1/gateway/reload`` (and SIGHUP, with
-    ``reload_on_sighup``) re-reads; without it the config cannot be reloaded.
+    ``metrics`` outlives config reloads (counters never reset); by default each app has its own.
+    ``config_path`` is the file ``POST /v1/gateway/reload`` (and SIGHUP, with ``reload_on_sighup``)
+    re-reads; without it the config cannot be reloaded.
     """
 
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     sinks: Sequence[SampleSink] = ()
     clock: Clock | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    rate_limiter: RateLimiter | None = None
+    """Used instead of the one ``[stats] backend`` implies; the app closes it on shutdown."""
     rng: random.Random | None = None
     """The router's randomness (exploration, tie-breaks); seed it for reproducible routing."""
     observer: RoutingObserver | None = None
-    """Hears routing events (decisions, fallbacks, hedges, circuits); metrics plug in here."""
+    """Hears routing events (decisions, fallbacks, hedges, circuits), beside the metrics."""
     config_path: str | None = None
     reload_on_sighup: bool = False
+
+
+class _MetricsObserver:
+    """Routing events into the Prometheus metrics, then on to the caller's observer.
+
+    Fallbacks, hedges and route decisions are counted by the dispatcher where they happen;
+    circuit changes happen in the router, and reach the metrics here.
+    """
+
+    def __init__(self, metrics: Metrics, config: GatewayConfig, inner: RoutingObserver) -> None:
+        self.metrics = metrics
+        self.inner = inner
+        self.providers = deployment_providers(config)
+
+    def decision(self, model: str, deployment: str, reason: RouteReason) -> None:
+        self.inner.decision(model, deployment, reason)
+
+    def fallback(self, model: str, failed: str, next_deployment: str) -> None:
+        self.inner.fallback(model, failed, next_deployment)
+
+    def hedge_started(self, model: str, primary: str, hedge: str) -> None:
+        self.inner.hedge_started(model, primary, hedge)
+
+    def hedge_won(self, model: str, hedge: str) -> None:
+        self.inner.hedge_won(model, hedge)
+
+    def hedge_lost(self, model: str, hedge: str) -> None:
+        self.inner.hedge_lost(model, hedge)
+
+    def circuit_changed(self, model: str, deployment: str, state: CircuitState) -> None:
+        provider = self.providers.get((model, deployment), deployment)
+        self.metrics.set_circuit_state(provider, "half_open" if state == "half-open" else state)
+        self.inner.circuit_changed(model, deployment, state)
 
 
 async def build_runtime(
@@ -155,15 +173,17 @@ async def build_runtime(
     options: AppOptions,
     keys: Mapping[str, str | None],
     stats: StatsStore,
+    access_state: AccessState,
     previous: GatewayRuntime | None = None,
 ) -> GatewayRuntime:
     """The runtime for ``config``; on reload, ``previous`` lends its router state and tokenizer."""
+    access = AccessControl.from_config(config, options.environ, access_state)
     if previous is not None and previous.config.stats.tokenizer == config.stats.tokenizer:
         counter = previous.counter
     else:
         counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
     upstreams = UpstreamPool.from_config(config, keys)
-    observer = options.observer or NullObserver()
+    observer = _MetricsObserver(options.metrics, config, options.observer or NullObserver())
     router = MeasuredRouter(
         config,
         stats,
@@ -172,11 +192,9 @@ async def build_runtime(
         clock=options.clock or time.monotonic,
         observer=observer,
     )
-    sink = SampleFanout([stats, *options.sinks])
-    if options.clock is not None:
-        dispatcher = Dispatcher(upstreams, router, sink, counter, clock=options.clock, observer=observer)
-    else:
-        dispatcher = Dispatcher(upstreams, router, sink, counter, observer=observer)
+    sink = SampleFanout([stats, USAGE_TAP, options.metrics, *options.sinks])
+    clock = options.clock or time.perf_counter
+    dispatcher = Dispatcher(upstreams, router, sink, counter, clock=clock, metrics=options.metrics, observer=observer)
     return GatewayRuntime(
         config=config,
         router=router,
@@ -184,8 +202,9 @@ async def build_runtime(
         upstreams=upstreams,
         counter=counter,
         stats=stats,
-        client_keys=ClientKeys.from_env(config.auth.api_keys_env, options.environ),
-        admin_keys=ClientKeys.from_env(config.auth.admin_key_env, options.environ),
+        access_log=AccessLog(options.metrics, enabled=config.server.access_log, log_bodies=config.server.log_bodies),
+        access=access,
+        in_flight=router.in_flight,
     )
 
 
@@ -193,21 +212,35 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error: GatewayError
     if exc.status_code == 405:
-        error = MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}")
+        # Keep Starlette's Allow header: a 405 must say which methods the path takes.
+        headers = dict(exc.headers or {})
+        error = MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}", headers=headers)
     else:
         error = NotFound(f"no such endpoint: {request.method} {request.url.path}")
     return api.error_response(error)
 
 
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return api.error_response(exc)
+
+
 def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Starlette:
-    """Build the gateway app for ``config``. Raises ``ConfigError`` if a provider's key is missing."""
+    """Build the gateway app for ``config``. Raises ``ConfigError`` if a provider's key is missing
+    or the client keys are invalid."""
     options = options or AppOptions()
+    check_single_process(options.environ)
     keys = resolve_secrets(config, options.environ)
+    if config.server.log_bodies:
+        logger.warning("server.log_bodies is on: prompts and answers are written to the access log")
+    load_keys(config, options.environ)  # fail at start-up, not at the first request
     holder = RuntimeHolder()
 
     async def build(new_config: GatewayConfig, previous: GatewayRuntime) -> GatewayRuntime:
         new_keys = resolve_secrets(new_config, options.environ)
-        return await build_runtime(new_config, options, new_keys, previous.stats, previous)
+        load_keys(new_config, options.environ)
+        state = previous.access.state
+        return await build_runtime(new_config, options, new_keys, previous.stats, state, previous)
 
     holder.reloader = Reloader(holder, options.config_path, build)
 
@@ -215,8 +248,9 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         stats = open_stats_store(config.stats)
         await stats.start()
+        access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats))
         try:
-            holder.current = await build_runtime(config, options, keys, stats)
+            holder.current = await build_runtime(config, options, keys, stats, access_state)
             loop = asyncio.get_running_loop()
             if options.reload_on_sighup:
                 loop.add_signal_handler(signal.SIGHUP, holder.reloader.reload_in_background)
@@ -228,6 +262,9 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
                 await holder.reloader.aclose()
                 await holder.current.aclose()
         finally:
+            # Runs after in-flight requests have finished (or the shutdown grace ran out):
+            # pending limit corrections and buffered stats are flushed last.
+            await access_state.aclose()
             await stats.aclose()
 
     routes = [
@@ -237,9 +274,15 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/v1/models", api.list_models, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
+        Route("/metrics", api.metrics, methods=["GET"]),
+        Route("/v1/gateway/stats", api.gateway_stats, methods=["GET"]),
+        Route("/dashboard", dashboard, methods=["GET"]),
         Route("/v1/gateway/routes", admin.routes, methods=["GET"]),
         Route("/v1/gateway/reload", admin.reload_config, methods=["POST"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_exception})
+    middleware = [Middleware(HeaderSizeLimit, max_bytes=lambda: holder.current.config.limits.max_header_bytes)]
+    handlers = {HTTPException: _http_exception, GatewayError: _gateway_error}
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware, exception_handlers=handlers)
     app.state.runtime = holder
+    app.state.metrics = options.metrics
     return app

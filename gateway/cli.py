@@ -1,4 +1,4 @@
-"""The ``gateway`` command: serve, check, and the fake provider.
+"""The ``gateway`` command: serve, check, stats, and the fake provider.
 
 Start-up failures are operator errors: one clear line on stderr, exit status 1, no traceback.
 """
@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 
 from gateway import __version__
-from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets
-from gateway.tokens import TokenizerError
+from gateway.config import ConfigError, GatewayConfig, StatsConfig, load_config, resolve_secrets
+from gateway.tokens import TokenizerError, load_token_counter
 
 DEFAULT_CONFIG_ENV = "GATEWAY_CONFIG"
 
@@ -31,34 +31,36 @@ def _config_path(args: argparse.Namespace) -> str | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from gateway.accesslog import configure_access_log
     from gateway.app import AppOptions, create_app
+    from gateway.auth import exposure_notice, load_keys
+    from gateway.server import run, uvicorn_config
 
     path = _config_path(args)
     if path is None:
         return _fail("no config given: use -c FILE (or set GATEWAY_CONFIG), or try `gateway demo`")
+    if args.workers != 1:
+        return _fail(
+            f"--workers {args.workers}: the gateway runs one process per replica (its router state, in-memory "
+            "stats and metrics are per process); run more replicas, one per core, sharing one Redis"
+        )
+    host = args.host
     try:
         config = load_config(path)
+        host = host or config.server.host
+        ring, admin = load_keys(config, os.environ)
+        level, notice = exposure_notice(host, ring, admin, config.auth)
         app = create_app(config, AppOptions(config_path=path, reload_on_sighup=True))
+        # Loaded here so that a bad tokenizer is one clear line, not a traceback from the lifespan;
+        # the lifespan then finds it in the per-process cache.
+        load_token_counter(config.stats.tokenizer)
     except (ConfigError, TokenizerError) as exc:
         return _fail(str(exc))
-    host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            loop="uvloop",
-            http="httptools",
-            lifespan="on",
-            access_log=False,
-            log_level=args.log_level,
-            timeout_graceful_shutdown=30,
-        )
-    )
-    server.run()
-    return 0
+    configure_access_log()
+    logging.getLogger("gateway.auth").log(level, notice)
+    return run(uvicorn.Server(uvicorn_config(app, config, host, port, args.log_level)))
 
 
 def _format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -123,14 +125,94 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{path}: valid; {len(config.providers)} providers, {len(config.models)} models")
     print()
     print(routing_table(config, environ))
-    print()
-    print(cold_rankings(config))
     try:
+        print()
+        print(auth_summary(config, environ))
         resolve_secrets(config, environ)
-    except ConfigError as exc:
+        load_token_counter(config.stats.tokenizer)
+    except (ConfigError, TokenizerError) as exc:
         print()
         return _fail(str(exc))
+    print()
+    print(cold_rankings(config))
     return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """The leaderboard, from a running gateway (``--url``) or straight from Redis (``--redis``)."""
+    import asyncio
+    import dataclasses
+    import json
+
+    import httpx
+    from redis.exceptions import RedisError
+
+    from gateway.leaderboard import LeaderboardRow, leaderboard, leaderboard_json, render_csv, render_table
+    from gateway.stats import StoreHealth
+    from gateway.stats.redis_store import read_shared_snapshot, redacted_url
+
+    path = _config_path(args)
+    try:
+        config = load_config(path) if path else None
+    except ConfigError as exc:
+        return _fail(str(exc))
+    if args.redis:
+        stats = config.stats if config else StatsConfig()
+        stats = dataclasses.replace(
+            stats,
+            redis_url=args.redis,
+            key_prefix=args.prefix or stats.key_prefix,
+            window_s=args.window or stats.window_s,
+            slice_s=args.slice or stats.slice_s,
+        )
+        if stats.window_s % stats.slice_s:
+            return _fail(f"--window ({stats.window_s}) must be a multiple of --slice ({stats.slice_s})")
+        try:
+            snapshot = asyncio.run(read_shared_snapshot(stats))
+        except (RedisError, OSError) as exc:
+            return _fail(f"cannot read stats from {redacted_url(args.redis)}: {exc}")
+        rows = leaderboard(snapshot, config.models if config else ())
+        document = leaderboard_json(
+            rows, window_s=stats.window_s, taken_at=snapshot.taken_at, backend="redis", health=StoreHealth()
+        )
+    else:
+        base = args.url or (f"http://{config.server.host}:{config.server.port}" if config else "http://127.0.0.1:8080")
+        api_key = args.api_key or os.environ.get("GATEWAY_API_KEY")
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        try:
+            response = httpx.get(base.rstrip("/") + "/v1/gateway/stats", headers=headers, timeout=10.0)
+        except httpx.HTTPError as exc:
+            return _fail(f"cannot reach the gateway at {base}: {exc}")
+        if response.status_code != 200:
+            return _fail(f"{base} answered {response.status_code}: {response.text[:300]}")
+        document = response.json()
+        rows = [LeaderboardRow.from_json(row) for row in document["data"]]
+    if args.json:
+        print(json.dumps(document, indent=2))
+    elif args.csv:
+        print(render_csv(rows), end="")
+    else:
+        store = document["store"]
+        state = f"degraded: {store['reason']}" if store["degraded"] else "ok"
+        print(f"window {document['window_s']} s, {store['backend']} store ({state})")
+        print(render_table(rows))
+    return 0
+
+
+def auth_summary(config: GatewayConfig, environ: dict[str, str]) -> str:
+    """Who may call the gateway, as counts and variable names: never a key. Raises ``ConfigError``."""
+    from gateway.auth import load_keys
+
+    ring, admin = load_keys(config, environ)
+    if ring.enabled:
+        clients = ring.describe()
+    elif config.auth.allow_unauthenticated:
+        clients = "no client keys: open to anyone (allow_unauthenticated = true)"
+    else:
+        clients = "no client keys: loopback clients only"
+    variable = f"${config.auth.admin_key_env}" if config.auth.admin_key_env else "no admin_key_env"
+    admin_text = f"{variable} set" if admin.configured else f"{variable} not set (admin endpoints disabled)"
+    return f"auth: {clients}; admin key: {admin_text}"
 
 
 def cmd_fake_provider(args: argparse.Namespace) -> int:
@@ -155,6 +237,44 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from gateway.demo import DemoOptions, run_demo
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = DemoOptions(
+        host=args.host,
+        port=args.port,
+        traffic_per_s=args.traffic,
+        duration_s=args.duration,
+        degrade_after_s=None if args.degrade_after < 0 else args.degrade_after,
+        seed=args.seed,
+    )
+    try:
+        return run_demo(options)
+    except KeyboardInterrupt:  # Ctrl-C before the demo took over the signal (while starting up)
+        return 130
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from gateway.bench import BenchOptions, BenchSettings, run_bench_command
+
+    if args.requests < 1 or args.concurrency < 1 or args.max_tokens < 1 or args.timeout <= 0:
+        return _fail("bench: -n, --concurrency, --max-tokens and --timeout must be positive")
+    options = BenchOptions(
+        config_path=_config_path(args),
+        url=args.url,
+        models=tuple(args.model or ()),
+        settings=BenchSettings(
+            requests=args.requests, concurrency=args.concurrency, max_tokens=args.max_tokens, timeout_s=args.timeout
+        ),
+        prompts_path=args.prompts,
+        out_prefix=args.out,
+        seed_stats=args.seed_stats,
+        api_key_env=args.api_key_env,
+    )
+    return run_bench_command(options, dict(os.environ), sys.stdout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="An OpenAI-compatible, measuring, routing proxy.")
     parser.add_argument("--version", action="version", version=f"gateway {__version__}")
@@ -164,12 +284,29 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("-c", "--config", help=f"the TOML config (default: ${DEFAULT_CONFIG_ENV})")
     serve.add_argument("--host", help="override server.host")
     serve.add_argument("--port", type=int, help="override server.port")
+    serve.add_argument("--workers", type=int, default=1, help="must be 1: scale out with replicas instead")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=cmd_serve)
 
     check = commands.add_parser("check", help="validate a config and print the routing table")
     check.add_argument("-c", "--config", help=f"the TOML config (default: ${DEFAULT_CONFIG_ENV})")
     check.set_defaults(func=cmd_check)
+
+    stats = commands.add_parser("stats", help="print the live leaderboard of a running gateway or of a Redis")
+    stats.add_argument("-c", "--config", help="a config: the gateway's address, or the Redis key layout and prices")
+    source = stats.add_mutually_exclusive_group()
+    source.add_argument("--url", help="a running gateway (default: the config's server, else http://127.0.0.1:8080)")
+    source.add_argument("--redis", metavar="URL", help="read the shared stats straight from this Redis")
+    stats.add_argument("--prefix", help="with --redis: the stats key prefix (default: the config's, else gateway)")
+    stats.add_argument("--window", type=int, help="with --redis: window in seconds (default: the config's, else 300)")
+    stats.add_argument(
+        "--slice", type=int, help="with --redis: slice width in seconds (default: the config's, else 10)"
+    )
+    stats.add_argument("--api-key", help="a client key for the gateway (default: $GATEWAY_API_KEY)")
+    output = stats.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the JSON document")
+    output.add_argument("--csv", action="store_true", help="print CSV rows (raw values)")
+    stats.set_defaults(func=cmd_stats)
 
     fake = commands.add_parser("fake-provider", help="run a fake OpenAI-compatible provider (for trying things out)")
     fake.add_argument("--name", default="fake")
@@ -183,6 +320,35 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma on TTFT and speed")
     fake.add_argument("--seed", type=int, default=None)
     fake.set_defaults(func=cmd_fake_provider)
+
+    demo = commands.add_parser("demo", help="simulated providers and the gateway in front of them, in one process")
+    demo.add_argument("--host", default="127.0.0.1", help="the gateway's address (the providers stay on loopback)")
+    demo.add_argument("--port", type=int, default=8080, help="the gateway's port (0: any free port)")
+    demo.add_argument("--traffic", type=float, default=2.0, metavar="RATE", help="background requests/s (0: none)")
+    demo.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop by itself after this long")
+    demo.add_argument(
+        "--degrade-after", type=float, default=60.0, metavar="SECONDS", help="when 'fading' degrades (-1: never)"
+    )
+    demo.add_argument("--seed", type=int, default=7, help="seeds the providers' jitter and the traffic")
+    demo.set_defaults(func=cmd_demo)
+
+    bench = commands.add_parser(
+        "bench", help="benchmark providers (directly or through a gateway) the way public leaderboards do"
+    )
+    bench.add_argument("-c", "--config", help="benchmark this config's deployments directly (default: $GATEWAY_CONFIG)")
+    bench.add_argument("--url", help="benchmark the models of the gateway at this base URL (e.g. http://host:8080/v1)")
+    bench.add_argument("--model", action="append", help="only this model (repeatable; default: all)")
+    bench.add_argument("-n", "--requests", type=int, default=20, help="requests per target (default: 20)")
+    bench.add_argument("--concurrency", type=int, default=1, help="requests in flight per target (default: 1)")
+    bench.add_argument("--max-tokens", type=int, default=256, help="output ceiling per request (default: 256)")
+    bench.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: 60)")
+    bench.add_argument("--prompts", metavar="FILE", help="JSONL, one chat request body per line (default: built-in)")
+    bench.add_argument("--out", metavar="PREFIX", help="write PREFIX.json, PREFIX.csv and PREFIX.requests.csv")
+    bench.add_argument("--seed-stats", action="store_true", help="record the results into the config's stats store")
+    bench.add_argument(
+        "--api-key-env", default="GATEWAY_API_KEY", help="env var with the key for --url (default: GATEWAY_API_KEY)"
+    )
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -15,6 +15,7 @@ Unknown keys are errors: a typo must never be silently ignored. Usage::
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,12 @@ class ServerConfig:
     port: int = 8080
     max_body_bytes: int = 4 * 1024 * 1024
     """Request bodies above this are refused with 413 before they are read in full."""
+    access_log: bool = True
+    """One JSON line per request on the ``gateway.access`` logger (no prompt or answer text)."""
+    log_bodies: bool = False
+    """Debug only: add the request body and the answer text to each access-log line."""
+    shutdown_grace_s: float = 30.0
+    """On SIGTERM, how long requests in flight (streams included) may run before they are cut."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +60,19 @@ class StatsConfig:
     slice_s: int = 10
     """Width of one histogram time slice; the window is a whole number of slices."""
     key_prefix: str = "gateway"
+    """Prefix of every Redis key the stats use; replicas that share stats share a prefix."""
     refresh_interval_s: float = 1.0
     """How often each replica re-reads the shared store into its local snapshot."""
+    flush_interval_s: float = 0.2
+    """How often buffered samples are written to Redis (sooner when many are waiting)."""
+    buffer_limit: int = 100_000
+    """Most histogram cells (Redis hash fields) held for Redis while it is unreachable. Samples
+    that fit existing cells are always kept; one that needs a new cell past the limit is dropped
+    and counted. A cell takes about 60 bytes (measured), so the default bounds the buffer near 6 MB."""
+    redis_timeout_s: float = 1.0
+    """Connect, read and pool-wait timeout of each Redis call (all off the request path)."""
+    redis_max_connections: int = 4
+    """Size of the store's own connection pool (its one background task needs one at a time)."""
     tokenizer: str = "o200k_base"
     """A tiktoken encoding name, or a path to a local ``.tiktoken`` file (air-gapped deployments)."""
 
@@ -63,7 +81,40 @@ class StatsConfig:
 class AuthConfig:
     api_keys_env: str | None = "GATEWAY_API_KEYS"
     """Names the env var holding comma-separated client keys; unset or empty means no client auth."""
+    api_keys_file: str | None = None
+    """A TOML file of named client keys with per-key models and limits (see ``gateway.auth``).
+    Relative paths are read from the config file's directory."""
     admin_key_env: str | None = "GATEWAY_ADMIN_KEY"
+    allow_unauthenticated: bool = False
+    """With no client keys, the gateway serves loopback clients only, unless this says otherwise."""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """Bounds on what one request, one key and the whole replica may ask for. ``0`` means no limit.
+
+    Rates are per key and per minute, shared by every replica through Redis when
+    ``[stats] backend = "redis"``; in-flight counts are per replica.
+    """
+
+    max_header_bytes: int = 32 * 1024
+    """Total size of a request's header names and values (431 above it)."""
+    max_json_depth: int = 64
+    """Deepest nesting of arrays and objects in a request body."""
+    max_messages: int = 2048
+    max_n: int = 8
+    """Largest ``n`` (choices per request) accepted."""
+    max_tokens: int = 0
+    """Ceiling on ``max_tokens`` / ``max_completion_tokens``; larger values are refused with 400."""
+    max_in_flight: int = 1024
+    """Requests this replica serves at once; above it, 503."""
+    max_in_flight_per_key: int = 0
+    """Default for keys that set no ``max_in_flight`` of their own; above it, 429."""
+    requests_per_minute_per_key: int = 0
+    """Default for keys that set no ``requests_per_minute`` of their own."""
+    tokens_per_minute_per_key: int = 0
+    """Default for keys that set no ``tokens_per_minute``: prompt estimate + ``max_tokens`` × ``n``
+    at admission, corrected with the output actually produced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +161,7 @@ class GatewayConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     policies: Mapping[str, PolicyConfig] = field(default_factory=lambda: dict(BUILTIN_POLICIES))
     source: str = "<config>"
 
@@ -139,11 +191,16 @@ _MISSING: Any = object()
 class _Table:
     """A TOML table being read: every ``take`` consumes a key; ``finish`` rejects what is left."""
 
-    def __init__(self, data: Mapping[str, Any], path: str, source: str) -> None:
+    def __init__(self, data: Mapping[str, Any], path: str, source: str, *, secret: bool = False) -> None:
         self.data = data
         self.path = path
         self.source = source
+        self.secret = secret
+        """A file that holds secrets (the keys file): errors name a wrong value's kind, never the value."""
         self.seen: set[str] = set()
+
+    def _got(self, value: object) -> str:
+        return _describe(value) if not self.secret or not isinstance(value, str) else "a string"
 
     def error(self, key: str | None, message: str) -> ConfigError:
         where = self.path if key is None else (f"{self.path}.{key}" if self.path else key)
@@ -158,7 +215,7 @@ class _Table:
         value = self.data[key]
         # bool is an int in Python; a TOML `true` where a number is expected is still a mistake.
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise self.error(key, f"expected {expected}, got {_describe(value)}")
+            raise self.error(key, f"expected {expected}, got {self._got(value)}")
         return value
 
     def text(self, key: str, default: Any = _MISSING, *, nonempty: bool = True) -> Any:
@@ -194,7 +251,7 @@ class _Table:
 
     def table(self, key: str) -> _Table:
         value = self._take(key, (dict,), "a table", {})
-        return _Table(value, f"{self.path}.{key}" if self.path else key, self.source)
+        return _Table(value, f"{self.path}.{key}" if self.path else key, self.source, secret=self.secret)
 
     def tables(self, key: str, *, required: bool = False) -> list[_Table]:
         value = self._take(key, (list,), "an array of tables", _MISSING if required else [])
@@ -202,8 +259,8 @@ class _Table:
         for index, item in enumerate(value):
             path = f"{self.path}.{key}[{index}]" if self.path else f"{key}[{index}]"
             if not isinstance(item, dict):
-                raise ConfigError(f"{self.source}: {path}: expected a table, got {_describe(item)}")
-            tables.append(_Table(item, path, self.source))
+                raise ConfigError(f"{self.source}: {path}: expected a table, got {self._got(item)}")
+            tables.append(_Table(item, path, self.source, secret=self.secret))
         return tables
 
     def str_table(self, key: str) -> tuple[tuple[str, str], ...]:
@@ -219,6 +276,10 @@ class _Table:
         if unknown:
             known = ", ".join(sorted(self.seen)) or "none"
             raise self.error(unknown[0], f"unknown key (expected one of: {known})")
+
+
+TableReader = _Table
+"""Public name of the table reader, for the other TOML files the gateway reads (the keys file)."""
 
 
 def _describe(value: object) -> str:
@@ -239,9 +300,14 @@ def _parse_server(table: _Table) -> ServerConfig:
         host=table.text("host", default.host),
         port=table.integer("port", default.port, minimum=0),
         max_body_bytes=table.integer("max_body_bytes", default.max_body_bytes, minimum=1),
+        access_log=table.flag("access_log", default.access_log),
+        log_bodies=table.flag("log_bodies", default.log_bodies),
+        shutdown_grace_s=table.number("shutdown_grace_s", default.shutdown_grace_s, minimum=0.0),
     )
     if server.port > 65535:
         raise table.error("port", f"expected a port number 0-65535, got {server.port}")
+    if server.log_bodies and not server.access_log:
+        raise table.error("log_bodies", "needs access_log = true (bodies are written to the access log)")
     table.finish()
     return server
 
@@ -255,10 +321,21 @@ def _parse_stats(table: _Table) -> StatsConfig:
         slice_s=table.integer("slice_s", default.slice_s, minimum=1),
         key_prefix=table.text("key_prefix", default.key_prefix),
         refresh_interval_s=table.number("refresh_interval_s", default.refresh_interval_s, positive=True),
+        flush_interval_s=table.number("flush_interval_s", default.flush_interval_s, positive=True),
+        buffer_limit=table.integer("buffer_limit", default.buffer_limit, minimum=1),
+        redis_timeout_s=table.number("redis_timeout_s", default.redis_timeout_s, positive=True),
+        redis_max_connections=table.integer("redis_max_connections", default.redis_max_connections, minimum=1),
         tokenizer=table.text("tokenizer", default.tokenizer),
     )
     if stats.window_s % stats.slice_s:
         raise table.error("window_s", f"expected a multiple of slice_s ({stats.slice_s}), got {stats.window_s}")
+    if any(c in stats.key_prefix for c in "{}"):
+        # The prefix sits inside each key's {hash tag}; a brace would split the tag.
+        raise table.error("key_prefix", f'must not contain "{{" or "}}", got "{stats.key_prefix}"')
+    if stats.flush_interval_s > stats.slice_s:
+        raise table.error(
+            "flush_interval_s", f"expected at most slice_s ({stats.slice_s}), got {stats.flush_interval_s:g}"
+        )
     if urlsplit(stats.redis_url).scheme not in ("redis", "rediss", "unix"):
         raise table.error("redis_url", "expected a redis://, rediss:// or unix:// URL")
     table.finish()
@@ -269,10 +346,33 @@ def _parse_auth(table: _Table) -> AuthConfig:
     default = AuthConfig()
     auth = AuthConfig(
         api_keys_env=table.text("api_keys_env", default.api_keys_env),
+        api_keys_file=table.text("api_keys_file", default.api_keys_file),
         admin_key_env=table.text("admin_key_env", default.admin_key_env),
+        allow_unauthenticated=table.flag("allow_unauthenticated", default.allow_unauthenticated),
     )
     table.finish()
     return auth
+
+
+def _parse_limits(table: _Table) -> LimitsConfig:
+    default = LimitsConfig()
+    limits = LimitsConfig(
+        max_header_bytes=table.integer("max_header_bytes", default.max_header_bytes, minimum=1),
+        max_json_depth=table.integer("max_json_depth", default.max_json_depth, minimum=1),
+        max_messages=table.integer("max_messages", default.max_messages, minimum=0),
+        max_n=table.integer("max_n", default.max_n, minimum=1),
+        max_tokens=table.integer("max_tokens", default.max_tokens, minimum=0),
+        max_in_flight=table.integer("max_in_flight", default.max_in_flight, minimum=0),
+        max_in_flight_per_key=table.integer("max_in_flight_per_key", default.max_in_flight_per_key, minimum=0),
+        requests_per_minute_per_key=table.integer(
+            "requests_per_minute_per_key", default.requests_per_minute_per_key, minimum=0
+        ),
+        tokens_per_minute_per_key=table.integer(
+            "tokens_per_minute_per_key", default.tokens_per_minute_per_key, minimum=0
+        ),
+    )
+    table.finish()
+    return limits
 
 
 def _parse_provider(table: _Table) -> ProviderConfig:
@@ -337,6 +437,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
     server = _parse_server(root.table("server"))
     stats = _parse_stats(root.table("stats"))
     auth = _parse_auth(root.table("auth"))
+    limits = _parse_limits(root.table("limits"))
 
     policies: dict[str, PolicyConfig] = dict(BUILTIN_POLICIES)
     policy_root = root.table("policies")
@@ -368,6 +469,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
         server=server,
         stats=stats,
         auth=auth,
+        limits=limits,
         policies=policies,
         source=source,
     )
@@ -385,7 +487,13 @@ def load_config(path: str | Path) -> GatewayConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: invalid TOML: {exc}") from exc
-    return parse_config(data, source=source)
+    config = parse_config(data, source=source)
+    keys_file = config.auth.api_keys_file
+    if keys_file is not None and not Path(keys_file).is_absolute():
+        # Relative to the config file, so that the pair can be moved together.
+        auth = dataclasses.replace(config.auth, api_keys_file=str(path.parent / keys_file))
+        config = dataclasses.replace(config, auth=auth)
+    return config
 
 
 def resolve_secrets(config: GatewayConfig, environ: Mapping[str, str]) -> dict[str, str | None]:
@@ -395,14 +503,17 @@ def resolve_secrets(config: GatewayConfig, environ: Mapping[str, str]) -> dict[s
     """
     keys: dict[str, str | None] = {}
     missing: list[str] = []
-    for provider in config.providers:
+    for index, provider in enumerate(config.providers):
         if provider.api_key_env is None:
             keys[provider.name] = None
             continue
         value = environ.get(provider.api_key_env, "").strip()
         if not value:
-            missing.append(f"{provider.name} ({provider.api_key_env})")
+            missing.append(
+                f"providers[{index}].api_key_env: environment variable {provider.api_key_env} is not set "
+                f'(expected the API key of provider "{provider.name}")'
+            )
         keys[provider.name] = value or None
     if missing:
-        raise ConfigError(f"{config.source}: providers: environment variable not set for " + ", ".join(missing))
+        raise ConfigError(f"{config.source}: " + "; ".join(missing))
     return keys

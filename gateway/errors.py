@@ -11,6 +11,7 @@ class at the boundary where they happen (``raise ... from exc``)::
     │   ├── PermissionDenied          403
     │   ├── ModelNotFound             404
     │   ├── PayloadTooLarge           413
+    │   ├── HeadersTooLarge           431
     │   └── RateLimited               429 (the gateway's own limits)
     ├── UpstreamError                 an attempt at a provider failed
     │   ├── UpstreamTimeout           504 (connect, first token, idle gap, total)
@@ -96,6 +97,11 @@ class MethodNotAllowed(ClientError):
 class PayloadTooLarge(ClientError):
     status_code = 413
     code = "request_too_large"
+
+
+class HeadersTooLarge(ClientError):
+    status_code = 431
+    code = "request_headers_too_large"
 
 
 class RateLimited(ClientError):

@@ -44,6 +44,8 @@ class Reading:
     """The message of an error event the provider sent inside the stream."""
     response_model: str | None = None
     """The model id the provider reported answering with."""
+    malformed: bool = False
+    """An event (or the whole body) was not JSON: the client cannot have read a complete answer."""
 
 
 def _choices(event: dict[str, Any]) -> list[dict[str, Any]]:
@@ -121,13 +123,32 @@ def _parse(data: bytes) -> dict[str, Any] | None:
     return event if isinstance(event, dict) else None
 
 
+def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
+    """Each event's JSON object (None where it is not one), parsed in one call when all are valid.
+
+    One ``json.loads`` over a joined array costs a fraction of one call per event (measured: the
+    per-call overhead was most of the meter's CPU on a 64-chunk answer); any invalid event sends
+    it back to one parse per event.
+    """
+    if not datas:
+        return []
+    try:
+        events = json.loads(b"[" + b",".join(datas) + b"]")
+    except ValueError:
+        return [_parse(data) for data in datas]
+    if len(events) != len(datas):
+        # An event's data held several comma-separated values ("1, 2"): parse one by one.
+        return [_parse(data) for data in datas]
+    return [event if isinstance(event, dict) else None for event in events]
+
+
 class StreamMeter:
     """Watches one streamed response. Created per attempt, not thread-safe.
 
     ``sent_at`` is the clock reading when the upstream request was sent.
     """
 
-    __slots__ = ("_clock", "_sent_at", "_splitter", "_events", "first_output_at", "done", "malformed")
+    __slots__ = ("_clock", "_sent_at", "_splitter", "_events", "first_output_at", "done", "malformed", "finish_seen")
 
     def __init__(self, clock: Clock, sent_at: float) -> None:
         self._clock = clock
@@ -139,6 +160,8 @@ class StreamMeter:
         """``data: [DONE]`` arrived: the stream is over, whatever the connection does next."""
         self.malformed = False
         """An event that is not JSON arrived before the first output."""
+        self.finish_seen = False
+        """A ``finish_reason`` arrived before any output: an empty answer, but a complete one."""
 
     def feed(self, chunk: bytes) -> None:
         """Note one relayed chunk. Cheap: no JSON once the first output has been seen."""
@@ -159,6 +182,8 @@ class StreamMeter:
                 # An error event counts as "output" too: the first-token wait is over, and it
                 # must reach the client rather than be retried blindly.
                 self.first_output_at = now
+            elif any(c.get("finish_reason") for c in _choices(event)):
+                self.finish_seen = True
 
     def end_of_stream(self) -> None:
         """The upstream closed: complete an event that lacked its closing blank line."""
@@ -181,9 +206,11 @@ class StreamMeter:
         finished = False
         error_message: str | None = None
         response_model: str | None = None
-        for at, data in self._events:
-            event = _parse(data)
+        malformed = False
+        parsed = _parse_all([data for _, data in self._events])
+        for (at, _), event in zip(self._events, parsed, strict=True):
             if event is None:
+                malformed = True
                 continue
             message = _error_message(event)
             if message is not None:
@@ -225,6 +252,7 @@ class StreamMeter:
             saw_done=self.done,
             error_message=error_message,
             response_model=response_model,
+            malformed=malformed,
         )
 
 
@@ -232,7 +260,7 @@ def read_body(body: bytes, counter: TokenCounter) -> Reading:
     """The reading of a whole (non-streamed) JSON response: tokens and usage, no timings."""
     event = _parse(body)
     if event is None:
-        return Reading()
+        return Reading(malformed=True)
     text = "".join(_answer_of(choice) for choice in _choices(event))
     prompt, completion = _usage(event)
     model = event.get("model")

@@ -8,7 +8,7 @@ the config define new ones or adjust a preset, every key optional::
     extends = "fastest-first-token"     # start from a preset (default: balanced)
     price_weight = 0.2
     max_ttft_s = 1.5                    # soft: breaking it only moves a deployment back
-    hedge_after = "p95"                 # or a number of seconds
+    hedge_quantile = 0.95               # hedge past the deployment's own TTFT p95 (or hedge_after_s)
 
 The score (lower is better, 0 = best candidate on every weighted dimension) is a sum of
 log2 ratios against the best candidate, so a weight reads as "how much one doubling costs"::
@@ -25,7 +25,6 @@ as much costs 0.3: the router accepts being ~23% slower to halve the price, not 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -37,7 +36,6 @@ RANKINGS: tuple[Ranking, ...] = ("measured", "fixed")
 Estimate = Literal["mean", "quantile"]
 ESTIMATES: tuple[Estimate, ...] = ("mean", "quantile")
 DEFAULT_POLICY = "balanced"
-_QUANTILE_TEXT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,23 +220,40 @@ def parse_policy(name: str, table: _Table, known: dict[str, PolicyConfig]) -> Po
 
 
 def _parse_hedge_after(table: _Table, policy: PolicyConfig) -> PolicyConfig:
-    """``hedge_after``: seconds (a number), a quantile of the deployment's own TTFT ("p95"), or false (off)."""
-    table.seen.add("hedge_after")
-    if "hedge_after" not in table.data:
-        return policy
-    value = table.data["hedge_after"]
-    expected = 'expected a number of seconds, a quantile such as "p95", or false'
+    """``hedge_after_s`` (seconds) or ``hedge_quantile`` (of the deployment's own TTFT); ``false`` turns hedging off.
+
+    Setting one clears the other, so a policy can switch the way a preset it extends hedges.
+    """
+    fixed = _hedge_key(table, "hedge_after_s", "a number of seconds > 0, or false")
+    quantile = _hedge_key(table, "hedge_quantile", "a number between 0 and 1 (exclusive), or false")
+    if fixed is not None and quantile is not None:
+        if fixed is not False and quantile is not False:
+            raise table.error("hedge_quantile", "set either hedge_after_s or hedge_quantile, not both")
+    if fixed is False or quantile is False:
+        policy = replace(policy, hedge_after_s=None, hedge_quantile=None)
+    if isinstance(fixed, float):
+        if fixed <= 0:
+            raise table.error("hedge_after_s", f"expected a number of seconds > 0, or false, got {fixed:g}")
+        policy = replace(policy, hedge_after_s=fixed, hedge_quantile=None)
+    if isinstance(quantile, float):
+        if not 0 < quantile < 1:
+            raise table.error(
+                "hedge_quantile", f"expected a number between 0 and 1 (exclusive), or false, got {quantile:g}"
+            )
+        policy = replace(policy, hedge_after_s=None, hedge_quantile=quantile)
+    return policy
+
+
+def _hedge_key(table: _Table, key: str, expected: str) -> float | bool | None:
+    table.seen.add(key)
+    if key not in table.data:
+        return None
+    value = table.data[key]
     if value is False:
-        return replace(policy, hedge_after_s=None, hedge_quantile=None)
+        return False
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value <= 0:
-            raise table.error("hedge_after", f"{expected}, got {value}")
-        return replace(policy, hedge_after_s=float(value), hedge_quantile=None)
-    if isinstance(value, str):
-        match = _QUANTILE_TEXT.match(value.strip())
-        if match and 0 < float(match.group(1)) < 100:
-            return replace(policy, hedge_after_s=None, hedge_quantile=float(match.group(1)) / 100)
-    raise table.error("hedge_after", f"{expected}, got {value!r}")
+        return float(value)
+    raise table.error(key, f"expected {expected}, got {value!r}")
 
 
 def _check_policy(table: _Table, policy: PolicyConfig) -> None:
@@ -257,7 +272,3 @@ def _check_policy(table: _Table, policy: PolicyConfig) -> None:
         raise table.error("min_success_rate", f"expected a share between 0 and 1, got {policy.min_success_rate:g}")
     if policy.max_cooldown_s < policy.cooldown_s:
         raise table.error("max_cooldown_s", f"expected at least cooldown_s ({policy.cooldown_s:g})")
-    if policy.total_timeout_s < policy.first_token_timeout_s and "total_timeout_s" in table.data:
-        raise table.error(
-            "total_timeout_s", f"expected at least first_token_timeout_s ({policy.first_token_timeout_s:g})"
-        )

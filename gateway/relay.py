@@ -17,6 +17,7 @@ Every attempt, failed or not, yields one ``Sample`` for the sink.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import json
 import time
@@ -34,6 +35,7 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.meter import Clock, Reading, StreamMeter, read_body
+from gateway.metrics import Metrics
 from gateway.routing import Candidate, NullObserver, RoutePlan, Router, RouteReason, RoutingObserver
 from gateway.samples import Endpoint, Outcome, Sample, SampleSink
 from gateway.tokens import TokenCounter
@@ -46,6 +48,23 @@ Receive = Callable[[], Awaitable[Message]]
 # Upstream statuses that are the request's fault: relayed to the client, never retried, and
 # not held against the provider's health.
 CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
+
+
+@dataclass(slots=True)
+class RequestTrace:
+    """What the attempts of one request left behind, for the access log and the overhead metric.
+
+    Filled in by the dispatcher as the request goes; per request, not shared.
+    """
+
+    samples: list[Sample] = field(default_factory=list)
+    """Every attempt's ``Sample``, in the order the attempts ended."""
+    upstream_sent_at: float | None = None
+    """Clock reading when the first attempt's upstream request was sent."""
+    upstream_ready_at: float | None = None
+    """Clock reading when the committed attempt was ready: its first output chunk, or its whole body."""
+    answer_text: str | None = None
+    """The committed answer's text (only ever logged when ``server.log_bodies`` is on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +82,17 @@ class ProxyRequest:
     """Clock reading when the gateway received the request (end-to-end starts here)."""
     headers: list[tuple[str, str]] = field(default_factory=list)
     prompt_tokens: int = 0
+    trace: RequestTrace = field(default_factory=RequestTrace)
 
     def body_for(self, routed_model: str) -> bytes:
         """The body as sent upstream: the client's fields untouched but for ``model``."""
         body = dict(self.body)
         body["model"] = routed_model
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        try:
+            return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        except UnicodeEncodeError:
+            # A lone surrogate ("\ud800" in the client's JSON) has no UTF-8 form: keep it escaped.
+            return json.dumps(body, separators=(",", ":")).encode()
 
 
 @dataclass(slots=True)
@@ -110,6 +134,7 @@ class Dispatcher:
         *,
         clock: Clock = time.perf_counter,
         wall_clock: Clock = time.time,
+        metrics: Metrics | None = None,
         observer: RoutingObserver | None = None,
     ) -> None:
         self.upstreams = upstreams
@@ -118,6 +143,7 @@ class Dispatcher:
         self.counter = counter
         self.clock = clock
         self.wall_clock = wall_clock
+        self.metrics = metrics if metrics is not None else Metrics(process_metrics=False)
         self.observer: RoutingObserver = observer if observer is not None else NullObserver()
 
     async def dispatch(self, request: ProxyRequest, plan: RoutePlan) -> Reply:
@@ -132,11 +158,11 @@ class Dispatcher:
             remaining = deadline - self.clock()
             if log.attempts >= policy.max_attempts or remaining <= 0:
                 break
-            attempt = self._admit(candidate)
+            attempt = self._admit(request, candidate)
             if attempt is None:
                 continue
             if errors:
-                self.observer.fallback(candidate.model, errors[-1].provider, candidate.name)
+                self._fallback(request, errors[-1], candidate)
             log.attempts += 1
             attempt.number = log.attempts
             try:
@@ -148,11 +174,13 @@ class Dispatcher:
             except _ClientFault as fault:
                 log.commit(attempt)
                 return FullReply(fault.status, fault.body, fault.content_type, log)
-            log.commit(attempt)
+            self._commit(request, log, attempt)
             if request.stream:
                 return StreamReply(self, request, attempt, log)
             return await self._finish_full(request, attempt, log)
-        raise _final_error(errors, log.attempts, deadline_passed=self.clock() >= deadline)
+        error = _final_error(errors, log.attempts, deadline_passed=self.clock() >= deadline)
+        error.headers["x-gateway-attempts"] = str(log.attempts)
+        raise error
 
     async def _race(self, request: ProxyRequest, plan: RoutePlan) -> Reply:
         """The attempt loop with hedging: attempts run as tasks, and the first to produce a token wins.
@@ -177,7 +205,7 @@ class Dispatcher:
                 remaining = deadline - self.clock()
                 if remaining <= 0:
                     return None
-                attempt = self._admit(queue.pop(0))
+                attempt = self._admit(request, queue.pop(0))
                 if attempt is None:
                     continue
                 log.attempts += 1
@@ -194,7 +222,7 @@ class Dispatcher:
                     if started is None:
                         break
                     if errors:
-                        self.observer.fallback(model, errors[-1].provider, started.candidate.name)
+                        self._fallback(request, errors[-1], started.candidate)
                 timeout: float | None = None
                 primary = next(iter(pending.values()))
                 if not hedge_tried and len(pending) == 1 and primary.candidate.hedge_after_s is not None:
@@ -227,14 +255,9 @@ class Dispatcher:
                     for late in answered[1:]:
                         self._abandon(request, late)
                     winner = answered[0]
-                    log.commit(winner)
+                    self._commit(request, log, winner)
                     if winner.hedged:
-                        hedge_name = winner.candidate.name
-                        if winner.is_hedge:
-                            self.observer.hedge_won(model, hedge_name)
-                        else:
-                            hedge_name = next((a.candidate.name for a in pending.values() if a.is_hedge), "")
-                            self.observer.hedge_lost(model, hedge_name)
+                        self._hedge_ended(model, winner, [*answered[1:], *pending.values()])
                     return StreamReply(self, request, winner, log)
         finally:
             # Losers (and, on a client disconnect, everyone) are cancelled; each records its own sample.
@@ -242,13 +265,37 @@ class Dispatcher:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-        raise _final_error(errors, log.attempts, deadline_passed=self.clock() >= deadline)
+        error = _final_error(errors, log.attempts, deadline_passed=self.clock() >= deadline)
+        error.headers["x-gateway-attempts"] = str(log.attempts)
+        raise error
 
-    def _admit(self, candidate: Candidate) -> _Attempt | None:
+    def _admit(self, request: ProxyRequest, candidate: Candidate) -> _Attempt | None:
         """Ask the router for a slot; None when the candidate may not be tried now (circuit, capacity)."""
         if not self.router.attempt_started(candidate):
             return None
-        return _Attempt(candidate, sent_at=self.clock(), started_wall=self.wall_clock())
+        self.metrics.attempt_started(candidate.provider.name)
+        attempt = _Attempt(candidate, sent_at=self.clock(), started_wall=self.wall_clock())
+        if request.trace.upstream_sent_at is None:
+            request.trace.upstream_sent_at = attempt.sent_at
+        return attempt
+
+    def _fallback(self, request: ProxyRequest, error: UpstreamError, next_candidate: Candidate) -> None:
+        self.metrics.fallback(request.requested_model, error.provider)
+        self.observer.fallback(request.requested_model, error.provider, next_candidate.name)
+
+    def _commit(self, request: ProxyRequest, log: AttemptLog, attempt: _Attempt) -> None:
+        log.commit(attempt)
+        self.metrics.route_decided(request.requested_model, attempt.candidate.provider.name, log.route)
+
+    def _hedge_ended(self, model: str, winner: _Attempt, losers: list[_Attempt]) -> None:
+        self.metrics.hedge(model, winner.candidate.provider.name, "won")
+        for loser in losers:
+            self.metrics.hedge(model, loser.candidate.provider.name, "lost")
+        hedge = winner if winner.is_hedge else next((a for a in losers if a.is_hedge), None)
+        if hedge is winner:
+            self.observer.hedge_won(model, winner.candidate.name)
+        elif hedge is not None:
+            self.observer.hedge_lost(model, hedge.candidate.name)
 
     async def _open(self, request: ProxyRequest, plan: RoutePlan, attempt: _Attempt, remaining: float) -> None:
         """Send one attempt and wait until it is safe to commit to it (headers, and first token for streams)."""
@@ -285,6 +332,7 @@ class Dispatcher:
         except asyncio.CancelledError:
             self._fail(request, attempt, "client_cancelled", None)
             raise
+        request.trace.upstream_ready_at = attempt.meter.first_output_at if attempt.meter else self.clock()
 
     async def _check_status(self, attempt: _Attempt, redact: Callable[[bytes], bytes]) -> None:
         response = attempt.response
@@ -316,7 +364,7 @@ class Dispatcher:
             chunk = await response.read_chunk()
             if not chunk:
                 meter.end_of_stream()
-                if meter.first_output_at is None and not meter.done:
+                if meter.first_output_at is None and not meter.done and not meter.finish_seen:
                     name = attempt.candidate.provider.name
                     raise UpstreamUnavailable(f"{name}: stream ended before any output", provider=name)
                 break
@@ -332,7 +380,10 @@ class Dispatcher:
 
         def finish() -> None:
             reading = read_body(attempt.body, self.counter)
-            outcome: Outcome = "upstream_error" if reading.error_message else "ok"
+            if request.endpoint == "embeddings":
+                # Embeddings are measured by latency only: there are no output tokens to count.
+                reading = dataclasses.replace(reading, output_tokens=None, answer_text="")
+            outcome: Outcome = "upstream_error" if reading.error_message or reading.malformed else "ok"
             self.record(request, attempt, outcome, reading)
 
         return FullReply(status, attempt.body, content_type, log, finish)
@@ -398,6 +449,10 @@ class Dispatcher:
             hedged=attempt.hedged,
         )
         self.router.attempt_finished(attempt.candidate, sample, retry_after_s)
+        self.metrics.attempt_ended(sample.provider)
+        request.trace.samples.append(sample)
+        if outcome == "ok":
+            request.trace.answer_text = reading.answer_text
         self.sink.record(sample)
         return sample
 
@@ -466,10 +521,13 @@ class FullReply(Reply):
             *extra_headers,
         ]
         watch.disarm()
-        await send({"type": "http.response.start", "status": self.status, "headers": headers})
-        await send({"type": "http.response.body", "body": self.body})
-        if self._finish is not None:
-            self._finish()
+        try:
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            await send({"type": "http.response.body", "body": self.body})
+        finally:
+            # The upstream answered in full: its sample is due even if the client is gone.
+            if self._finish is not None:
+                self._finish()
 
 
 class StreamReply(Reply):
@@ -518,21 +576,29 @@ class StreamReply(Reply):
         watch.disarm()
         reading = meter.finish(self.dispatcher.counter)
         tail = b""
-        if broken is not None:
+        if broken is not None and reading.finished and reading.error_message is None:
+            # The answer was complete (finish_reason came); only the provider's [DONE] or its
+            # close went missing: end the client's stream cleanly rather than as an error.
+            tail = b"data: [DONE]\n\n"
+        elif broken is not None:
             outcome = "timeout" if isinstance(broken, UpstreamTimeout) else "broken_stream"
             tail = _error_event(broken.message, "upstream_stream_broken")
         elif reading.error_message is not None:
+            # The provider's own error event has told the client already.
             outcome = "upstream_error"
-        elif not meter.done:
-            if reading.finished:
+        elif not meter.done and not reading.finished:
+            outcome = "broken_stream"
+            name = attempt.candidate.provider.name
+            tail = _error_event(
+                f"{name}: upstream stream ended before the answer was complete", "upstream_stream_broken"
+            )
+        else:
+            if not meter.done:
                 # The answer is complete but the provider forgot [DONE]: end the stream cleanly.
                 tail = b"data: [DONE]\n\n"
-            else:
-                outcome = "broken_stream"
-                name = attempt.candidate.provider.name
-                tail = _error_event(
-                    f"{name}: upstream stream ended before the answer was complete", "upstream_stream_broken"
-                )
+            if reading.malformed:
+                # Relayed as is, but the client's SDK choked on it: not a success.
+                outcome = "upstream_error"
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         self.dispatcher.record(self.request, attempt, outcome, reading)
 

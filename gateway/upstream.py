@@ -45,6 +45,7 @@ _DROPPED_HEADERS = frozenset(
         "x-api-key",
         "cookie",
         "expect",
+        "forwarded",
     }
 )
 MAX_ERROR_BODY = 64 * 1024
@@ -52,12 +53,14 @@ MAX_ERROR_BODY = 64 * 1024
 
 def forwardable_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     """The client's headers that may go upstream (end-to-end, non-credential ones)."""
-    kept = []
-    for raw_name, raw_value in headers:
-        name = raw_name.decode("latin-1").lower()
-        if name not in _DROPPED_HEADERS and not name.startswith(("x-gateway-", "x-forwarded-")):
-            kept.append((name, raw_value.decode("latin-1")))
-    return kept
+    decoded = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in headers]
+    # Headers a client names in Connection are hop-by-hop for this connection only (RFC 9110 §7.6.1).
+    listed = {token.strip().lower() for name, value in decoded if name == "connection" for token in value.split(",")}
+    return [
+        (name, value)
+        for name, value in decoded
+        if name not in _DROPPED_HEADERS and name not in listed and not name.startswith(("x-gateway-", "x-forwarded-"))
+    ]
 
 
 @dataclass(frozen=True, slots=True)

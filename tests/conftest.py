@@ -12,8 +12,9 @@ import pytest
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior, FakeProvider
+from gateway.metrics import Metrics
 from gateway.samples import SampleLog
-from tests.servers import ServerThread
+from tests.servers import ServerThread, stop_all
 
 SHARED_TIKTOKEN = Path(__file__).resolve().parents[2] / "shared" / "tiktoken"
 if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_TIKTOKEN.is_dir():
@@ -23,8 +24,8 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_TIKTOKEN.is_dir():
 class Fakes:
     """Starts fake providers on demand; all are stopped at the end of the test."""
 
-    def __init__(self) -> None:
-        self.servers: list[ServerThread] = []
+    def __init__(self, servers: list[ServerThread] | None = None) -> None:
+        self.servers: list[ServerThread] = [] if servers is None else servers
 
     def start(self, name: str = "fake", behavior: FakeBehavior | None = None, **options: Any) -> FakeServer:
         app = FakeProvider(name, behavior or FakeBehavior(), record=True, **options)
@@ -33,8 +34,7 @@ class Fakes:
         return FakeServer(app, server)
 
     def stop(self) -> None:
-        for server in self.servers:
-            server.stop()
+        stop_all(self.servers)
 
 
 class FakeServer:
@@ -47,10 +47,16 @@ class FakeServer:
 
 
 @pytest.fixture
-def fakes() -> Iterator[Fakes]:
-    registry = Fakes()
-    yield registry
-    registry.stop()
+def test_servers() -> Iterator[list[ServerThread]]:
+    """Every server a test starts (fakes and gateways), stopped together at its end."""
+    servers: list[ServerThread] = []
+    yield servers
+    stop_all(servers)
+
+
+@pytest.fixture
+def fakes(test_servers: list[ServerThread]) -> Fakes:
+    return Fakes(test_servers)
 
 
 def gateway_config(
@@ -73,7 +79,10 @@ def gateway_config(
                 ],
             }
         ],
-        "policies": {"test": {"first_token_timeout_s": 5.0, "idle_timeout_s": 5.0, **(policy or {})}},
+        # Config order, no exploration: these tests are about the attempt loop, not about ranking.
+        "policies": {
+            "test": {"extends": "fixed-order", "first_token_timeout_s": 5.0, "idle_timeout_s": 5.0, **(policy or {})}
+        },
     }
     for key, value in (extra or {}).items():
         data[key] = value
@@ -81,24 +90,23 @@ def gateway_config(
 
 
 class Gateway:
-    def __init__(self, server: ServerThread, samples: SampleLog) -> None:
+    def __init__(self, server: ServerThread, samples: SampleLog, metrics: Metrics) -> None:
         self.server = server
         self.url = server.url
         self.base_url = server.url + "/v1"
         self.samples = samples
+        self.metrics = metrics
+        """The app's own ``Metrics``; read values with ``metrics.registry.get_sample_value(...)``."""
 
 
 @pytest.fixture
-def start_gateway() -> Iterator[Callable[..., Gateway]]:
-    servers: list[ServerThread] = []
-
+def start_gateway(test_servers: list[ServerThread]) -> Callable[..., Gateway]:
     def start(config: GatewayConfig, environ: dict[str, str] | None = None) -> Gateway:
         samples = SampleLog()
-        app = create_app(config, AppOptions(environ=environ or {}, sinks=[samples]))
+        options = AppOptions(environ=environ or {}, sinks=[samples])
+        app = create_app(config, options)
         server = ServerThread(app).start()
-        servers.append(server)
-        return Gateway(server, samples)
+        test_servers.append(server)
+        return Gateway(server, samples, options.metrics)
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start

@@ -24,8 +24,10 @@ class ServerThread:
     def __init__(self, app: Any, *, port: int = 0, lifespan: Literal["auto", "on", "off"] = "on") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # asyncio sets TCP_NODELAY only on sockets created with proto=IPPROTO_TCP; this one has
-        # proto 0, so without it Nagle + delayed ACKs hold each streamed chunk ~40 ms.
+        # Accepted sockets inherit this. asyncio sets TCP_NODELAY only on sockets whose proto is
+        # IPPROTO_TCP, and this one's is 0: without it, Nagle's algorithm held each response's
+        # second write until the client's delayed ACK, adding ~40 ms to every TTFT measured on
+        # a kept-alive connection (`gateway serve` lets uvicorn bind, which sets it).
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.bind(("127.0.0.1", port))
         self.port: int = self.sock.getsockname()[1]

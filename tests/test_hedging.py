@@ -55,7 +55,7 @@ def idle(sim: Sim) -> bool:
 
 
 def test_a_late_first_token_is_hedged_and_the_hedge_wins(sims: Sims) -> None:
-    sim = hedged_sim(sims, {"hedge_after": 0.1, "hedge_budget": 1.0})
+    sim = hedged_sim(sims, {"hedge_after_s": 0.1, "hedge_budget": 1.0})
     reply = sim.chat(extra_body=slow("a", 3.0))
     assert (reply.provider, reply.route, reply.attempts) == ("b", "hedge", 2)
     assert reply.ttft_s is not None and reply.ttft_s < 1.5  # not the 3 s the primary would have taken
@@ -75,7 +75,7 @@ def test_a_late_first_token_is_hedged_and_the_hedge_wins(sims: Sims) -> None:
 
 
 def test_the_primary_can_still_win_and_the_hedge_is_cancelled(sims: Sims) -> None:
-    sim = hedged_sim(sims, {"hedge_after": 0.05, "hedge_budget": 1.0})
+    sim = hedged_sim(sims, {"hedge_after_s": 0.05, "hedge_budget": 1.0})
     reply = sim.chat(extra_body={"fake": {"servers": {"a": {"ttft_s": 0.25}, "b": {"ttft_s": 3.0}}}})
     assert (reply.provider, reply.route, reply.attempts) == ("a", "best-score", 2)
     by_deployment = {s.deployment: s for s in samples_of(sim, 2)}
@@ -87,7 +87,7 @@ def test_the_primary_can_still_win_and_the_hedge_is_cancelled(sims: Sims) -> Non
 
 
 def test_a_failing_primary_leaves_the_hedge_running(sims: Sims) -> None:
-    sim = hedged_sim(sims, {"hedge_after": 0.05, "hedge_budget": 1.0})
+    sim = hedged_sim(sims, {"hedge_after_s": 0.05, "hedge_budget": 1.0})
     body = {"fake": {"servers": {"a": {"ttft_s": 0.2, "drop_after": 0}, "b": {"ttft_s": 0.4}}}}
     reply = sim.chat(extra_body=body)
     assert (reply.provider, reply.route, reply.attempts) == ("b", "hedge", 2)
@@ -97,7 +97,7 @@ def test_a_failing_primary_leaves_the_hedge_running(sims: Sims) -> None:
 
 
 def test_no_hedge_when_the_first_token_is_on_time_or_the_request_is_not_streamed(sims: Sims) -> None:
-    sim = hedged_sim(sims, {"hedge_after": 0.5, "hedge_budget": 1.0})
+    sim = hedged_sim(sims, {"hedge_after_s": 0.5, "hedge_budget": 1.0})
     assert [(r.provider, r.attempts) for r in sim.run(5)] == [("a", 1)] * 5
     full = sim.chat(stream=False, extra_body=slow("a", 0.7))
     assert (full.provider, full.attempts) == ("a", 1)
@@ -105,7 +105,7 @@ def test_no_hedge_when_the_first_token_is_on_time_or_the_request_is_not_streamed
 
 
 def test_the_budget_caps_hedges(sims: Sims) -> None:
-    sim = hedged_sim(sims, {"hedge_after": 0.02, "hedge_budget": 0.2})
+    sim = hedged_sim(sims, {"hedge_after_s": 0.02, "hedge_budget": 0.2})
     replies = [sim.chat(extra_body=slow("a", 0.1)) for _ in range(20)]
     hedged = sum(r.attempts == 2 for r in replies)
     assert 3 <= hedged <= 6  # 20% of 20, plus a burst of at most two
@@ -114,7 +114,7 @@ def test_the_budget_caps_hedges(sims: Sims) -> None:
 
 
 def test_a_client_gone_during_the_race_cancels_both(sims: Sims) -> None:
-    sim = hedged_sim(sims, {"hedge_after": 0.05, "hedge_budget": 1.0}, b=dataclasses.replace(QUICK, ttft_s=5))
+    sim = hedged_sim(sims, {"hedge_after_s": 0.05, "hedge_budget": 1.0}, b=dataclasses.replace(QUICK, ttft_s=5))
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True, **slow("a", 5.0)}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(sim.gateway.url + "/v1/chat/completions", json=body, timeout=0.4)
@@ -147,7 +147,7 @@ def test_hedging_cuts_the_client_p99_ttft_of_a_heavy_tail(sims: Sims) -> None:
     plain = sims.start([SimProvider("a", steady), SimProvider("b", steady)], policy={"extends": "fixed-order"})
     hedged = sims.start(
         [SimProvider("a", steady), SimProvider("b", steady)],
-        policy={"extends": "fixed-order", "hedge_after": "p90", **policy},
+        policy={"extends": "fixed-order", "hedge_quantile": 0.9, **policy},
     )
     n = 100
     without = [r.ttft_s or 0.0 for r in _heavy_tail_run(plain, n)]

@@ -45,7 +45,7 @@ def test_a_policy_starts_from_balanced_or_from_what_it_extends() -> None:
 extends = "cheapest"
 max_ttft_s = 2
 explore_share = 0.1
-hedge_after = "p95"
+hedge_quantile = 0.95
 
 [policies.q]
 extends = "p"
@@ -68,9 +68,11 @@ def test_a_table_named_like_a_preset_adjusts_it() -> None:
 
 
 def test_hedge_after_forms() -> None:
-    policies = load('[policies.p]\nhedge_after = 1.5\n[policies.q]\nextends = "p"\nhedge_after = false\n')
+    policies = load('[policies.p]\nhedge_after_s = 1.5\n[policies.q]\nextends = "p"\nhedge_after_s = false\n')
     assert policies["p"].hedge_after_s == 1.5 and policies["p"].hedge_quantile is None
     assert not policies["q"].hedging
+    switched = load('[policies.p]\nextends = "fastest-first-token"\nhedge_after_s = 2\n')["p"]
+    assert (switched.hedge_after_s, switched.hedge_quantile) == (2.0, None)
 
 
 @pytest.mark.parametrize(
@@ -91,14 +93,14 @@ def test_hedge_after_forms() -> None:
         ("cooldown_s = 0", "policies.p.cooldown_s: expected a number > 0, got 0"),
         ("cooldown_s = 60\nmax_cooldown_s = 10", "policies.p.max_cooldown_s: expected at least cooldown_s (60)"),
         ("min_tokens_per_s = 0", "policies.p.min_tokens_per_s: expected a number > 0, got 0"),
-        ('hedge_after = "p100"', 'policies.p.hedge_after: expected a number of seconds, a quantile such as "p95"'),
-        ("hedge_after = -1", "policies.p.hedge_after: expected a number of seconds"),
-        ("hedge_after = true", "policies.p.hedge_after: expected a number of seconds"),
+        ("hedge_quantile = 1.5", "policies.p.hedge_quantile: expected a number between 0 and 1 (exclusive), or false"),
+        ("hedge_after_s = -1", "policies.p.hedge_after_s: expected a number of seconds > 0, or false, got -1"),
+        ("hedge_after_s = true", "policies.p.hedge_after_s: expected a number of seconds > 0, or false, got True"),
+        ("hedge_after_s = 1\nhedge_quantile = 0.9", "policies.p.hedge_quantile: set either hedge_after_s or"),
         (
             "time_weight = 0\nprice_weight = 0",
             "policies.p.time_weight: a measured policy needs at least one of time, ttft, throughput, price weights > 0",
         ),
-        ("first_token_timeout_s = 30\ntotal_timeout_s = 10", "policies.p.total_timeout_s: expected at least"),
         ("max_atempts = 2", "policies.p.max_atempts: unknown key (expected one of:"),
     ],
 )

@@ -95,10 +95,12 @@ def test_reload_needs_the_admin_key(fakes: Fakes, serve: Serve) -> None:
     assert served.reload(key=None).status_code == 401
     wrong = served.reload(key="nope")
     assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
-    closed = serve(config_text(a, b), environ={})
-    refused = closed.reload()
+    both = serve(config_text(a, b), environ={"GATEWAY_ADMIN_KEY": ADMIN, "GATEWAY_API_KEYS": "client-key"})
+    assert both.reload(key="client-key").status_code == 403  # a client key is not the admin key
+    closed = serve(config_text(a, b), environ={"GATEWAY_API_KEYS": "client-key"})
+    refused = closed.reload(key="client-key")
     assert refused.status_code == 403
-    assert "admin endpoints are disabled (set $GATEWAY_ADMIN_KEY" in refused.json()["error"]["message"]
+    assert "admin endpoints are disabled: no admin key is configured" in refused.json()["error"]["message"]
 
 
 def test_a_valid_config_is_swapped_in_and_stats_are_kept(fakes: Fakes, serve: Serve, tmp_path: Path) -> None:

@@ -301,9 +301,12 @@ def test_a_streak_of_fast_failures_amid_successes_does_not_open() -> None:
         rig.finish("flaky", "upstream_error")
     for _ in range(5):
         rig.finish("flaky", "upstream_error")
-    assert "flaky" in rig.order()  # 8 of its last 16 attempts failed: a streak, but not a dead provider
+    assert "flaky" in rig.order()  # 8 of its last 20 attempts failed: a streak, but not a dead provider
+    for _ in range(2):
+        rig.finish("flaky", "upstream_error")
+    assert "flaky" in rig.order()  # 10 of 20: not yet more than half
     rig.finish("flaky", "upstream_error")
-    assert "flaky" not in rig.order()  # now 9 of the last 17: mostly failing
+    assert "flaky" not in rig.order()  # 11 of the last 20: mostly failing
 
 
 def test_success_resets_the_consecutive_count() -> None:
@@ -384,10 +387,10 @@ def test_overrides_that_make_no_sense_are_400s(preferences: ProviderPreferences,
 
 
 def test_hedge_thresholds_fixed_or_from_the_deployments_own_ttft() -> None:
-    fixed = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"hedge_after": 0.75}))
+    fixed = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"hedge_after_s": 0.75}))
     assert fixed.first().hedge_after_s == 0.75
     assert fixed.router.plan(fixed.request(stream=False)).candidates[0].hedge_after_s is None
-    own = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"hedge_after": "p90", "hedge_min_after_s": 0.2}))
+    own = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"hedge_quantile": 0.9, "hedge_min_after_s": 0.2}))
     assert own.first().hedge_after_s is None  # not judged yet: no threshold to trust
     own.feed(samples("a", 90, ttft=0.3) + samples("a", 10, ttft=4.0) + samples("b", 100, ttft=0.05))
     plan = own.router.plan(own.request())
@@ -397,7 +400,7 @@ def test_hedge_thresholds_fixed_or_from_the_deployments_own_ttft() -> None:
 
 
 def test_hedge_budget_caps_hedges_as_a_share_of_requests() -> None:
-    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"hedge_after": 0.5, "hedge_budget": 0.1}))
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"hedge_after_s": 0.5, "hedge_budget": 0.1}))
     hedges = 0
     for _ in range(300):
         plan = rig.router.plan(rig.request())

@@ -92,6 +92,8 @@ class FakeBehavior:
     """End the stream without ``data: [DONE]``."""
     no_finish: bool = False
     """Send no ``finish_reason`` (with ``no_done``: an answer that just stops)."""
+    linger_s: float = 0.0
+    """After the finish chunk, keep the stream open this long before the rest (usage, ``[DONE]``)."""
     model: str | None = None
     """The model id to report; by default the one the request named."""
     embedding_dim: int = 8
@@ -430,6 +432,12 @@ class FakeProvider:
                 else:
                     done["text"] = ""
                 tail += event(done)
+            if behavior.linger_s > 0:
+                await send({"type": "http.response.body", "body": tail, "more_body": True})
+                tail = b""
+                if await disconnect.sleep(behavior.linger_s):
+                    self.state.cancelled += 1
+                    return
             options = body.get("stream_options")
             if isinstance(options, dict) and options.get("include_usage"):
                 prompt = _prompt_tokens(body)

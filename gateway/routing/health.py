@@ -55,6 +55,8 @@ class Circuit:
     """A half-open probe is in flight: nothing else may be sent until it ends."""
     recent: deque[bool] = field(default_factory=lambda: deque(maxlen=RECENT))
     """Whether each of the last attempts failed."""
+    rate_limited: bool = False
+    """Opened by a 429's Retry-After: the provider asked to wait, it is not broken."""
 
     def mostly_failing(self) -> bool:
         return sum(self.recent) * 2 > len(self.recent)
@@ -91,6 +93,10 @@ class HealthBoard:
             on_change(key, "half-open")
         return circuit.state
 
+    def rate_limited(self, key: Key) -> bool:
+        circuit = self.circuits.get(key)
+        return circuit is not None and circuit.state == "open" and circuit.rate_limited
+
     def retry_in(self, key: Key, now: float) -> float:
         circuit = self.circuits.get(key)
         return 0.0 if circuit is None or circuit.state != "open" else max(0.0, circuit.open_until - now)
@@ -120,11 +126,12 @@ class HealthBoard:
         """Account for one finished attempt."""
         circuit = self.circuits.get(key)
         if outcome not in FAILURES:
-            if circuit is None:
-                return
             if outcome != "ok":
-                circuit.probing = False  # a neutral outcome proves nothing: let another probe go
+                if circuit is not None:
+                    circuit.probing = False  # a neutral outcome proves nothing: let another probe go
                 return
+            if circuit is None:
+                circuit = self.circuits[key] = Circuit()
             circuit.failures = 0
             circuit.recent.append(False)
             if circuit.state == "half-open":
@@ -158,6 +165,7 @@ class HealthBoard:
         escalate: bool,
     ) -> None:
         circuit.level = circuit.level + 1 if escalate else 0
+        circuit.rate_limited = retry_after_s is not None
         if retry_after_s is not None:
             cooldown = min(max(retry_after_s, 0.001), policy.max_cooldown_s)
         else:

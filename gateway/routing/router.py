@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
-from gateway.errors import InvalidRequest, NoCapacity
+from gateway.errors import GatewayError, InvalidRequest, NoCapacity, RateLimited
 from gateway.routing.health import Answer, CircuitState, Key, RouterState
 from gateway.routing.observer import NullObserver, RoutingObserver
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
@@ -69,6 +69,8 @@ class Ranked:
     judged: bool
     """It has ``min_samples`` attempts in the window: its score rests on its own measurements."""
     retry_in_s: float = 0.0
+    rate_limited: bool = False
+    """Its circuit is open because the provider answered 429 with a Retry-After."""
 
     @property
     def deployment(self) -> DeploymentConfig:
@@ -197,6 +199,7 @@ class MeasuredRouter:
             provider_in_flight=self.state.provider_in_flight.get(provider.name, 0),
             judged=scored.prediction.attempts >= policy.min_samples,
             retry_in_s=self.state.health.retry_in(key, now),
+            rate_limited=self.state.health.rate_limited(key),
         )
 
     # -- Router ---------------------------------------------------------------------------------
@@ -434,13 +437,18 @@ def _hedge_after(policy: PolicyConfig, snapshot: StatsSnapshot, model: str, row:
     return None if value is None else max(value, policy.hedge_min_after_s)
 
 
-def _no_capacity(model: str, rows: Sequence[Ranked]) -> NoCapacity:
+def _no_capacity(model: str, rows: Sequence[Ranked]) -> GatewayError:
+    """Fail fast: 429 when every deployment asked to wait (Retry-After), else 503."""
     parts = []
     for row in rows:
         if row.circuit == "open":
-            parts.append(f"{row.deployment.name}: circuit open, retry in {row.retry_in_s:.1f}s")
+            why = "rate limited" if row.rate_limited else "circuit open"
+            parts.append(f"{row.deployment.name}: {why}, retry in {row.retry_in_s:.1f}s")
         else:
             parts.append(f"{row.deployment.name}: provider at max_concurrency ({row.provider.max_concurrency})")
     waits = [r.retry_in_s for r in rows if r.circuit == "open"]
     headers = {"retry-after": str(max(1, math.ceil(min(waits))))} if len(waits) == len(rows) and waits else {}
-    return NoCapacity(f"no deployment of model '{model}' can take a request now ({'; '.join(parts)})", headers=headers)
+    message = f"no deployment of model '{model}' can take a request now ({'; '.join(parts)})"
+    if rows and all(r.rate_limited for r in rows):
+        return RateLimited(message, code="upstream_rate_limited", headers=headers)
+    return NoCapacity(message, headers=headers)

@@ -3,6 +3,7 @@ snapshot the router and the leaderboard read."""
 
 from gateway.stats.base import StatsStore, StoreHealth, open_stats_store
 from gateway.stats.memory import InMemoryStatsStore
+from gateway.stats.redis_store import RedisStatsStore
 from gateway.stats.sketch import LogHistogram
 from gateway.stats.snapshot import METRICS, DeploymentSummary, Metric, StatsSnapshot
 
@@ -12,6 +13,7 @@ __all__ = [
     "InMemoryStatsStore",
     "LogHistogram",
     "Metric",
+    "RedisStatsStore",
     "StatsSnapshot",
     "StatsStore",
     "StoreHealth",

@@ -14,7 +14,11 @@ from gateway.stats.snapshot import StatsSnapshot
 
 @dataclass(frozen=True, slots=True)
 class StoreHealth:
-    """``degraded`` with a reason when the shared backend is unreachable (the replica keeps serving)."""
+    """``degraded`` with a reason when the shared backend is unreachable (the replica keeps serving).
+
+    ``dropped_samples`` counts samples that never reached the shared backend (buffer full, or
+    held so long they fell out of the window); ``buffered_samples`` those waiting to be written.
+    """
 
     degraded: bool = False
     reason: str | None = None
@@ -45,7 +49,8 @@ class StatsStore(Protocol):
 def open_stats_store(config: StatsConfig, wall_clock: Callable[[], float] = time.time) -> StatsStore:
     """The store the config asks for. Cheap: connections are made in ``start``."""
     from gateway.stats.memory import InMemoryStatsStore
+    from gateway.stats.redis_store import RedisStatsStore
 
-    if config.backend == "memory":
-        return InMemoryStatsStore(config, wall_clock)
-    raise NotImplementedError(f"stats backend {config.backend!r} is not available yet")
+    if config.backend == "redis":
+        return RedisStatsStore(config, wall_clock)
+    return InMemoryStatsStore(config, wall_clock)

@@ -23,20 +23,21 @@ class InMemoryStatsStore:
     def __init__(self, config: StatsConfig, wall_clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.window = SlicedWindow(config.window_s, config.slice_s, wall_clock)
-        self.dropped = 0
 
     def record(self, sample: Sample) -> None:
-        if not self.window.add(sample):
-            self.dropped += 1
+        self.window.add(sample)
 
     def snapshot(self) -> StatsSnapshot:
         return self.window.snapshot()
 
     def health(self) -> StoreHealth:
-        return StoreHealth(dropped_samples=self.dropped)
+        return StoreHealth()
 
     async def start(self) -> None:
         pass
+
+    async def sync(self) -> None:
+        """Nothing to write or read: every sample already counts (the Redis store's ``sync`` does I/O)."""
 
     async def aclose(self) -> None:
         pass

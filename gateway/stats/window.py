@@ -4,6 +4,11 @@ Each slice (``slice_s`` wide) holds one ``DeploymentSummary`` per (model, deploy
 window's total is updated on every ``add`` and has whole slices subtracted as they age out,
 so reading it costs nothing however many slices the window spans: the router can read it on
 every request.
+
+A sample lands in the slice of the moment it is *recorded* (when its attempt ended), not of
+``Sample.started_at``: a ten-minute stream then still counts (instead of arriving already older
+than the window), and a slice stops changing once its time has passed, which is what lets the
+Redis backend cache closed slices.
 """
 
 from __future__ import annotations
@@ -72,12 +77,10 @@ class SlicedWindow:
                     if not total.outcomes:
                         del self.total[key]
 
-    def add(self, sample: Sample) -> bool:
-        """Count a sample in its slice; False if it is already older than the window."""
-        index = slice_index(sample.started_at, self.slice_s)
+    def add(self, sample: Sample) -> None:
+        """Count a sample in the slice of now."""
+        index = slice_index(self.wall_clock(), self.slice_s)
         self.expire()
-        if index < self._oldest_kept():
-            return False
         key = (sample.model, sample.deployment)
         summaries = self.slices.setdefault(index, {})
         for target in (summaries, self.total):
@@ -85,7 +88,28 @@ class SlicedWindow:
             if summary is None:
                 summary = target[key] = DeploymentSummary(sample.model, sample.deployment)
             summary.add(sample)
+
+    def add_summary(self, index: int, part: DeploymentSummary) -> bool:
+        """Merge a slice's worth of one deployment (read from elsewhere); False if out of the window."""
+        if index < self._oldest_kept():
+            return False
+        key = (part.model, part.deployment)
+        summaries = self.slices.setdefault(index, {})
+        for target in (summaries, self.total):
+            summary = target.get(key)
+            if summary is None:
+                target[key] = part.copy()
+            else:
+                summary.merge(part)
         return True
+
+    def oldest_kept(self) -> int:
+        """Index of the oldest slice still in the window."""
+        return self._oldest_kept()
+
+    def clear(self) -> None:
+        self.slices.clear()
+        self.total.clear()
 
     def snapshot(self) -> StatsSnapshot:
         """The window's total as a snapshot. It shares state with the window: read it before the next ``add``."""

@@ -1,0 +1,173 @@
+"""The structured access log: one JSON line per client request, on the ``gateway.access`` logger.
+
+Why one line per request rather than per attempt: an operator looking up a request id wants
+the whole story at once (which provider answered, after how many attempts, why it was chosen,
+how fast, how many tokens, what it cost). The line never holds prompt or answer text, headers
+(client and provider keys travel there) or upstream error messages (they may echo the prompt),
+unless ``[server] log_bodies = true`` asks for the bodies while debugging.
+
+The same place feeds the client-level metrics (requests by status class, the gateway's own
+added latency), since it is the one point that sees the request from first to last byte.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import IO, Any
+
+from gateway.meter import Clock
+from gateway.metrics import Metrics
+from gateway.relay import AttemptLog, ProxyRequest
+from gateway.samples import Endpoint, Sample
+
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+
+ACCESS_LOGGER = "gateway.access"
+
+
+@dataclass(slots=True)
+class AccessRecord:
+    """What one client request did, filled in while it is served. Per request, not shared."""
+
+    request_id: str
+    endpoint: Endpoint
+    received_at: float
+    clock: Clock
+    request: ProxyRequest | None = None
+    """Set once the request passed validation (its model is a configured one)."""
+    log: AttemptLog | None = None
+    """Set once an attempt answered (the reply's log)."""
+    status: int | None = None
+    """The status sent to the client; None if the client left before a response started."""
+    first_byte_at: float | None = None
+    """Clock reading once the first body bytes were handed to the server."""
+
+    def watch(self, send: Send) -> Send:
+        """Wrap ``send`` to note the status and when the first body bytes went out."""
+
+        async def watched(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.status = message["status"]
+            await send(message)
+            if self.first_byte_at is None and message["type"] == "http.response.body" and message.get("body"):
+                self.first_byte_at = self.clock()
+
+        return watched
+
+    def winner(self) -> Sample | None:
+        """The attempt that answered, else the last one tried."""
+        samples = self.request.trace.samples if self.request is not None else []
+        if self.log is not None and self.log.winner is not None:
+            name = self.log.winner.deployment.name
+            for sample in reversed(samples):
+                if sample.deployment == name:
+                    return sample
+        return samples[-1] if samples else None
+
+    def overhead_s(self) -> float | None:
+        """Client-seen time to the answer minus the time spent waiting on upstreams.
+
+        That is: receipt → first upstream request sent (parse, auth, route), plus upstream
+        answer ready (first output chunk, or whole body) → first byte handed to the client.
+        Failed attempts before the winner count as upstream time, not as the gateway's.
+        """
+        if self.request is None or self.first_byte_at is None:
+            return None
+        trace = self.request.trace
+        if trace.upstream_sent_at is None or trace.upstream_ready_at is None:
+            return None
+        return (trace.upstream_sent_at - self.received_at) + (self.first_byte_at - trace.upstream_ready_at)
+
+
+def _round(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+class AccessLog:
+    """Writes the access-log line of each request and counts it in the metrics.
+
+    Usage: ``AccessLog(metrics, enabled=True).write(record)`` once the request is over.
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        *,
+        enabled: bool = True,
+        log_bodies: bool = False,
+        logger: logging.Logger | None = None,
+        wall_clock: Clock = time.time,
+    ) -> None:
+        self.metrics = metrics
+        self.enabled = enabled
+        self.log_bodies = log_bodies
+        self.logger = logger or logging.getLogger(ACCESS_LOGGER)
+        self.wall_clock = wall_clock
+
+    def write(self, record: AccessRecord) -> None:
+        duration = record.clock() - record.received_at
+        winner = record.winner()
+        model = record.request.requested_model if record.request is not None else ""
+        provider = winner.provider if winner is not None and record.log is not None else ""
+        self.metrics.request_answered(model, provider, record.status)
+        overhead = record.overhead_s()
+        if overhead is not None and record.request is not None:
+            self.metrics.observe_overhead("stream" if record.request.stream else "full", overhead)
+        if self.enabled and self.logger.isEnabledFor(logging.INFO):
+            self.logger.info(json.dumps(self.entry(record, duration, overhead), ensure_ascii=False))
+
+    def entry(self, record: AccessRecord, duration: float, overhead: float | None) -> dict[str, Any]:
+        """The line's fields. Numbers only for what was measured; None (null) for what was not."""
+        request = record.request
+        samples = request.trace.samples if request is not None else []
+        winner = record.winner()
+        costs = [s.cost_usd for s in samples if s.cost_usd is not None]
+        prompt = None
+        if winner is not None:
+            prompt = winner.usage_prompt_tokens
+            prompt = prompt if prompt is not None else winner.prompt_tokens_estimate
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(self.wall_clock(), UTC).isoformat(timespec="milliseconds"),
+            "request_id": record.request_id,
+            "endpoint": record.endpoint,
+            "model": request.requested_model if request is not None else None,
+            "stream": request.stream if request is not None else None,
+            "status": record.status,
+            "outcome": winner.outcome if winner is not None else None,
+            "provider": winner.provider if winner is not None else None,
+            "deployment": winner.deployment if winner is not None else None,
+            "attempts": len(samples),
+            "route": record.log.route if record.log is not None else None,
+            "ttft_s": _round(winner.ttft_s if winner else None),
+            "first_answer_s": _round(winner.first_answer_s if winner else None),
+            "tokens_per_s": _round(winner.tokens_per_s if winner else None, 2),
+            "input_tokens": prompt,
+            "output_tokens": winner.output_tokens if winner is not None else None,
+            "cost_usd": _round(sum(costs), 10) if costs else None,
+            "duration_s": _round(duration),
+            "overhead_s": _round(overhead),
+        }
+        if self.log_bodies and request is not None:
+            entry["request_body"] = request.body
+            entry["response_text"] = request.trace.answer_text
+        return entry
+
+
+def configure_access_log(stream: IO[str] | None = None) -> None:
+    """Send access-log lines, bare (no level or logger prefix), to ``stream`` (stdout by default).
+
+    Called by ``gateway serve``; embedding apps configure the ``gateway.access`` logger themselves.
+    """
+    logger = logging.getLogger(ACCESS_LOGGER)
+    handler = logging.StreamHandler(stream or sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.handlers = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False

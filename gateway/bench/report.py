@@ -1,0 +1,242 @@
+"""The benchmark's summaries, table, files and progress bar.
+
+Percentiles are nearest-rank over *every* request sent to a target, so that timeouts and
+errors stay in the denominator, as the public leaderboards count them:
+
+- tokens/s p50 and the p95/p99 *floors* (the speed 50% / 95% / 99% of requests reached at
+  least): a failed request reached no speed and ranks as 0; a complete answer under 2 tokens
+  has no speed at all and is left out;
+- TTFT p95: a request that never produced a first token ranks above every measured one;
+- end-to-end p99: any request that did not complete ranks above every complete one.
+
+When a percentile lands on a failed request, it is reported as ``None`` ("fail" in the table):
+that provider cannot promise that percentile at all.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from gateway.bench.runner import BenchSettings, BenchTarget, RequestResult
+
+
+def _rank(q: float, n: int) -> int:
+    # Rounded first: 0.05 * 20 is 1.0000000000000002 in binary floating point, and must be rank 1.
+    return max(1, math.ceil(round(q * n, 9)))
+
+
+def upper_quantile(values: Sequence[float], failures: int, q: float) -> float | None:
+    """The nearest-rank ``q`` quantile with ``failures`` ranked above every value; None if one is hit."""
+    n = len(values) + failures
+    if n == 0:
+        return None
+    rank = _rank(q, n)
+    ordered = sorted(values)
+    return ordered[rank - 1] if rank <= len(ordered) else None
+
+
+def floor_quantile(values: Sequence[float], failures: int, q: float) -> float | None:
+    """The nearest-rank lower ``q`` quantile (``q=0.05``: the p95 floor) with ``failures`` ranked as 0."""
+    n = len(values) + failures
+    if n == 0:
+        return None
+    rank = _rank(q, n)
+    if rank <= failures:
+        return 0.0
+    return sorted(values)[rank - failures - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSummary:
+    target: str
+    kind: str
+    base_url: str
+    model: str
+    requests: int
+    ok: int
+    success_rate: float | None
+    tps_p50: float | None
+    tps_p95_floor: float | None
+    tps_p99_floor: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    e2e_p50_s: float | None
+    e2e_p99_s: float | None
+    delta_vs_fastest: float | None = None
+    """Tokens/s p50 relative to the fastest target's (0.0 for the fastest, -0.4 for 40% slower)."""
+
+
+def summarize_target(target: BenchTarget, results: Sequence[RequestResult]) -> TargetSummary:
+    mine = [r for r in results if r.target == target.name]
+    ok = [r for r in mine if r.outcome == "ok"]
+    speeds = [r.tokens_per_s for r in ok if r.tokens_per_s is not None]
+    failed = len(mine) - len(ok)
+    ttfts = [r.ttft_s for r in mine if r.ttft_s is not None]
+    no_first_token = len(mine) - len(ttfts)
+    e2es = [r.e2e_s for r in ok if r.e2e_s is not None]
+    incomplete = len(mine) - len(e2es)
+    return TargetSummary(
+        target=target.name,
+        kind=target.kind,
+        base_url=target.base_url,
+        model=target.routed_model,
+        requests=len(mine),
+        ok=len(ok),
+        success_rate=len(ok) / len(mine) if mine else None,
+        tps_p50=floor_quantile(speeds, failed, 0.50),
+        tps_p95_floor=floor_quantile(speeds, failed, 0.05),
+        tps_p99_floor=floor_quantile(speeds, failed, 0.01),
+        ttft_p50_s=upper_quantile(ttfts, no_first_token, 0.50),
+        ttft_p95_s=upper_quantile(ttfts, no_first_token, 0.95),
+        e2e_p50_s=upper_quantile(e2es, incomplete, 0.50),
+        e2e_p99_s=upper_quantile(e2es, incomplete, 0.99),
+    )
+
+
+def summarize(targets: Sequence[BenchTarget], results: Sequence[RequestResult]) -> list[TargetSummary]:
+    """One summary per target, fastest (tokens/s p50) first, each with its distance to the fastest."""
+    summaries = [summarize_target(target, results) for target in targets]
+    summaries.sort(key=lambda s: -1.0 if s.tps_p50 is None else s.tps_p50, reverse=True)
+    fastest = summaries[0].tps_p50 if summaries else None
+    if not fastest:
+        return summaries
+    return [
+        dataclasses.replace(s, delta_vs_fastest=None if s.tps_p50 is None else s.tps_p50 / fastest - 1)
+        for s in summaries
+    ]
+
+
+TABLE_HEADER = (
+    "Target",
+    "Tokens/s p50",
+    "Δ vs fastest",
+    "Tokens/s p95 floor",
+    "Tokens/s p99 floor",
+    "TTFT p95",
+    "End-to-end p99",
+    "Success %",
+)
+
+
+def _speed(value: float | None) -> str:
+    return "fail" if value is None else f"{value:.1f}"
+
+
+def _seconds(value: float | None) -> str:
+    return "fail" if value is None else f"{value:.2f}s"
+
+
+def _delta(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "fastest" if value == 0 else f"{value:+.0%}"
+
+
+def table_rows(summaries: Sequence[TargetSummary]) -> list[list[str]]:
+    return [
+        [
+            s.target,
+            _speed(s.tps_p50),
+            _delta(s.delta_vs_fastest),
+            _speed(s.tps_p95_floor),
+            _speed(s.tps_p99_floor),
+            _seconds(s.ttft_p95_s),
+            _seconds(s.e2e_p99_s),
+            "-" if s.success_rate is None else f"{100 * s.success_rate:.1f}",
+        ]
+        for s in summaries
+    ]
+
+
+def format_table(summaries: Sequence[TargetSummary]) -> str:
+    """The summaries as an aligned text table: names left, numbers right."""
+    rows = table_rows(summaries)
+    widths = [max(len(str(cell)) for cell in column) for column in zip(TABLE_HEADER, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(TABLE_HEADER), "  ".join("-" * w for w in widths), *(line(row) for row in rows)])
+
+
+def write_outputs(
+    prefix: str,
+    *,
+    settings: BenchSettings,
+    prompts_source: str,
+    tokenizer: str,
+    summaries: Sequence[TargetSummary],
+    results: Sequence[RequestResult],
+) -> list[Path]:
+    """``PREFIX.json`` (settings, summaries, every request), ``PREFIX.csv`` (the table) and ``PREFIX.requests.csv``."""
+    base = Path(prefix)
+    if base.parent != Path("."):
+        base.parent.mkdir(parents=True, exist_ok=True)
+    paths = [Path(f"{prefix}.json"), Path(f"{prefix}.csv"), Path(f"{prefix}.requests.csv")]
+    document: dict[str, Any] = {
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "method": {
+            **dataclasses.asdict(settings),
+            "stream": True,
+            "temperature": 0,
+            "prompts": prompts_source,
+            "tokenizer": tokenizer,
+        },
+        "targets": [dataclasses.asdict(s) for s in summaries],
+        "requests": [dataclasses.asdict(r) for r in results],
+    }
+    paths[0].write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    _write_csv(
+        paths[1], [dataclasses.asdict(s) for s in summaries], [f.name for f in dataclasses.fields(TargetSummary)]
+    )
+    _write_csv(paths[2], [dataclasses.asdict(r) for r in results], [f.name for f in dataclasses.fields(RequestResult)])
+    return paths
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+class ProgressBar:
+    """A one-line progress bar on a terminal; silent when the stream is not a TTY (pipes, CI, tests)."""
+
+    WIDTH = 30
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
+        self.total = max(1, total)
+        self.done = 0
+        self.failed = 0
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.started = time.monotonic()
+
+    def advance(self, result: RequestResult) -> None:
+        self.done += 1
+        self.failed += result.outcome != "ok"
+        if self.enabled:
+            filled = self.WIDTH * self.done // self.total
+            elapsed = int(time.monotonic() - self.started)
+            failed = f", {self.failed} failed" if self.failed else ""
+            self.stream.write(
+                f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {self.done}/{self.total} requests{failed}  "
+                f"{elapsed // 60}:{elapsed % 60:02d}"
+            )
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()

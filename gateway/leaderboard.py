@@ -1,0 +1,221 @@
+"""Rows of the live leaderboard: one per (model, deployment), from a stats snapshot and the config.
+
+The same rows feed ``GET /v1/gateway/stats`` (JSON), ``gateway stats`` (table, JSON, CSV) and the
+dashboard. Percentiles follow DESIGN.md: TTFT and end-to-end are upper tails; for tokens per
+second, "p95" and "p99" are *floors* (the speed 95% / 99% of responses reached at least, i.e.
+the 5th / 1st percentile). Rows are grouped by model and sorted fastest first; ``Δ vs fastest``
+compares each deployment's median speed with the fastest of the same model.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from gateway.config import ModelConfig
+from gateway.stats import Metric, StatsSnapshot, StoreHealth
+
+InFlightCounts = Callable[[str, str], int]
+"""(model, deployment) → requests in flight there now. The router owns these counts."""
+
+
+def no_in_flight(model: str, deployment: str) -> int:
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderboardRow:
+    """One deployment's window. None means no sample measured it (never a zero stand-in)."""
+
+    model: str
+    deployment: str
+    provider: str | None
+    samples: int
+    success_rate: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    ttft_p99_s: float | None
+    tokens_per_s_p50: float | None
+    tokens_per_s_p95_floor: float | None
+    tokens_per_s_p99_floor: float | None
+    tokens_per_s_vs_fastest: float | None
+    """Median speed relative to the model's fastest median: 0.0 for the fastest, -0.4 for 40% slower."""
+    e2e_p50_s: float | None
+    e2e_p99_s: float | None
+    price_in: float | None
+    """USD per 1M prompt tokens (None when the deployment is not in the config at hand)."""
+    price_out: float | None
+    in_flight: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LeaderboardRow:
+        values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
+        return cls(**values)
+
+
+def _row(
+    model: str, deployment: str, snapshot: StatsSnapshot, config: ModelConfig | None, in_flight: InFlightCounts
+) -> LeaderboardRow:
+    summary = snapshot.get(model, deployment)
+    declared = next((d for d in config.deployments if d.name == deployment), None) if config else None
+
+    def q(metric: Metric, quantile: float) -> float | None:
+        return None if summary is None else summary.quantile(metric, quantile)
+
+    return LeaderboardRow(
+        model=model,
+        deployment=deployment,
+        provider=declared.provider if declared else None,
+        samples=summary.samples if summary else 0,
+        success_rate=summary.success_rate() if summary else None,
+        ttft_p50_s=q("ttft_s", 0.50),
+        ttft_p95_s=q("ttft_s", 0.95),
+        ttft_p99_s=q("ttft_s", 0.99),
+        tokens_per_s_p50=q("tokens_per_s", 0.50),
+        tokens_per_s_p95_floor=q("tokens_per_s", 0.05),
+        tokens_per_s_p99_floor=q("tokens_per_s", 0.01),
+        tokens_per_s_vs_fastest=None,
+        e2e_p50_s=q("e2e_s", 0.50),
+        e2e_p99_s=q("e2e_s", 0.99),
+        price_in=declared.price_in if declared else None,
+        price_out=declared.price_out if declared else None,
+        in_flight=in_flight(model, deployment),
+    )
+
+
+def _speed_key(row: LeaderboardRow) -> tuple[bool, float, str]:
+    speed = row.tokens_per_s_p50
+    return (speed is None, -(speed or 0.0), row.deployment)
+
+
+def leaderboard(
+    snapshot: StatsSnapshot, models: Sequence[ModelConfig] = (), in_flight: InFlightCounts = no_in_flight
+) -> list[LeaderboardRow]:
+    """Every configured deployment (measured or not) and every measured one, fastest first per model.
+
+    Models come in config order, then any the snapshot holds that the config does not (e.g. read
+    from a Redis shared with replicas running another config), by name.
+    """
+    pairs: dict[str, list[str]] = {m.name: [d.name for d in m.deployments] for m in models}
+    for model, deployment in sorted(snapshot.summaries):
+        names = pairs.setdefault(model, [])
+        if deployment not in names:
+            names.append(deployment)
+    configs = {m.name: m for m in models}
+    rows: list[LeaderboardRow] = []
+    for model, deployments in pairs.items():
+        group = [_row(model, d, snapshot, configs.get(model), in_flight) for d in deployments]
+        group.sort(key=_speed_key)
+        fastest = group[0].tokens_per_s_p50 if group else None
+        for row in group:
+            vs = None if row.tokens_per_s_p50 is None or not fastest else row.tokens_per_s_p50 / fastest - 1.0
+            rows.append(replace(row, tokens_per_s_vs_fastest=vs))
+    return rows
+
+
+def leaderboard_json(
+    rows: Sequence[LeaderboardRow], *, window_s: int, taken_at: float, backend: str, health: StoreHealth
+) -> dict[str, Any]:
+    """The body of ``GET /v1/gateway/stats``."""
+    return {
+        "object": "gateway.stats",
+        "window_s": window_s,
+        "taken_at": taken_at,
+        "store": {
+            "backend": backend,
+            "degraded": health.degraded,
+            "reason": health.reason,
+            "dropped_samples": health.dropped_samples,
+            "buffered_samples": health.buffered_samples,
+        },
+        "data": [asdict(row) for row in rows],
+    }
+
+
+# -- rendering for the terminal ------------------------------------------------------------------
+
+TABLE_HEADER = (
+    "Model",
+    "Deployment",
+    "Tokens/s p50",
+    "Δ vs fastest p50",
+    "Tokens/s p95 floor",
+    "Tokens/s p99 floor",
+    "TTFT p95",
+    "End-to-end p99",
+    "Success",
+    "Samples",
+    "In flight",
+    "$/1M in",
+    "$/1M out",
+)
+"""The first seven measured columns follow a public provider leaderboard's order; the rest follow."""
+
+
+def _speed(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:,.0f} ms" if value < 1.0 else f"{value:,.2f} s"
+
+
+def _share(value: float | None, *, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
+
+
+def _price(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def table_cells(row: LeaderboardRow) -> list[str]:
+    vs = row.tokens_per_s_vs_fastest
+    return [
+        row.model,
+        row.deployment,
+        _speed(row.tokens_per_s_p50),
+        "fastest" if vs == 0.0 else _share(vs, signed=True),
+        _speed(row.tokens_per_s_p95_floor),
+        _speed(row.tokens_per_s_p99_floor),
+        _seconds(row.ttft_p95_s),
+        _seconds(row.e2e_p99_s),
+        _share(row.success_rate),
+        str(row.samples),
+        str(row.in_flight),
+        _price(row.price_in),
+        _price(row.price_out),
+    ]
+
+
+def render_table(rows: Sequence[LeaderboardRow]) -> str:
+    cells = [table_cells(row) for row in rows]
+    widths = [max(len(c) for c in column) for column in zip(TABLE_HEADER, *cells, strict=False)]
+    numeric = range(2, len(TABLE_HEADER))  # right-align numbers so magnitudes line up
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(w) if i in numeric else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    lines = [line(TABLE_HEADER), "  ".join("-" * w for w in widths)]
+    lines.extend(line(c) for c in cells)
+    return "\n".join(lines)
+
+
+def render_csv(rows: Sequence[LeaderboardRow]) -> str:
+    """Raw values (seconds, tokens/s, shares as fractions); an empty cell means not measured."""
+    out = io.StringIO()
+    names = [f.name for f in fields(LeaderboardRow)]
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(names)
+    for row in rows:
+        writer.writerow(["" if getattr(row, n) is None else getattr(row, n) for n in names])
+    return out.getvalue()

@@ -1,0 +1,161 @@
+"""Bounds on a request's shape and on concurrency: what ``[limits]`` enforces besides rates.
+
+- Header size: an ASGI middleware refuses requests whose header names and values exceed
+  ``max_header_bytes`` with 431. uvicorn's httptools protocol (the one ``gateway serve`` runs)
+  has no header limit of its own, so ``gateway.server`` also stops reading an oversized head
+  before it is buffered; this middleware covers every other way of running the app.
+- Body shape: nesting depth, number of messages, ``n``/``best_of``, the ``max_tokens`` ceiling
+  (400, naming the parameter).
+- Requests in flight, per key (429) and for the whole replica (503).
+
+The body size limit is ``[server] max_body_bytes`` (413), enforced while the body is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Literal
+
+from gateway.config import LimitsConfig
+from gateway.errors import HeadersTooLarge, InvalidRequest
+from gateway.samples import Endpoint
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def header_bytes(headers: list[tuple[bytes, bytes]]) -> int:
+    return sum(len(name) + len(value) for name, value in headers)
+
+
+class HeaderSizeLimit:
+    """Pure ASGI middleware: 431 for requests whose headers exceed ``max_bytes()``.
+
+    ``max_bytes`` is read per request, so a reloaded config applies at once.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: Callable[[], int]) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            limit = self.max_bytes()
+            size = header_bytes(scope["headers"])
+            if size > limit:
+                error = HeadersTooLarge(f"request headers of {size} bytes exceed the limit of {limit} bytes")
+                body = error.to_json()
+                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+                await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def nesting_exceeds(value: object, limit: int) -> bool:
+    """True if arrays/objects nest deeper than ``limit``. Iterative: a hostile body cannot blow the stack."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def has_unpaired_surrogate(value: object) -> bool:
+    """True if any string (or key) holds a lone UTF-16 surrogate, e.g. from ``"\\ud800"`` in JSON.
+
+    Python's JSON parser accepts such escapes, but the text is not valid Unicode: it cannot be
+    encoded to send upstream. Iterative, like ``nesting_exceeds``.
+    """
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _count(body: dict[str, Any], name: str, maximum: int) -> int:
+    """A positive integer field that multiplies the work (``n``, ``best_of``); 1 when absent."""
+    value = body.get(name)
+    if value is None:
+        return 1
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidRequest(f"'{name}' must be a positive integer", param=name)
+    if value > maximum:
+        raise InvalidRequest(f"'{name}' of {value} exceeds this gateway's limit of {maximum}", param=name)
+    return value
+
+
+def check_shape(body: dict[str, Any], endpoint: Endpoint, max_tokens: int | None, limits: LimitsConfig) -> int:
+    """Refuse a body outside ``limits`` with 400; return how many choices it asks for (``n``)."""
+    if nesting_exceeds(body, limits.max_json_depth):
+        raise InvalidRequest(f"request body nests deeper than {limits.max_json_depth} levels", code="invalid_json")
+    messages = body.get("messages")
+    if limits.max_messages and isinstance(messages, list) and len(messages) > limits.max_messages:
+        raise InvalidRequest(
+            f"{len(messages)} messages exceed this gateway's limit of {limits.max_messages}", param="messages"
+        )
+    if limits.max_tokens and max_tokens is not None and max_tokens > limits.max_tokens:
+        param = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        raise InvalidRequest(
+            f"'{param}' of {max_tokens} exceeds this gateway's ceiling of {limits.max_tokens}", param=param
+        )
+    if endpoint == "embeddings":
+        return 1
+    choices = _count(body, "n", limits.max_n)
+    if endpoint == "completions":
+        choices = max(choices, _count(body, "best_of", limits.max_n))
+    return choices
+
+
+InFlightRefusal = Literal["total", "key"]
+
+
+class InFlight:
+    """Requests being served by this replica, in total and per key. Process-lived: survives reloads.
+
+    Not thread-safe; used from the event loop only.
+    """
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.per_key: dict[str, int] = {}
+
+    def try_acquire(self, key_id: str, key_limit: int, total_limit: int) -> InFlightRefusal | None:
+        """Take a slot, or say which limit is full (0 means unlimited)."""
+        if total_limit and self.total >= total_limit:
+            return "total"
+        count = self.per_key.get(key_id, 0)
+        if key_limit and count >= key_limit:
+            return "key"
+        self.total += 1
+        self.per_key[key_id] = count + 1
+        return None
+
+    def release(self, key_id: str) -> None:
+        self.total -= 1
+        count = self.per_key.get(key_id, 0) - 1
+        if count > 0:
+            self.per_key[key_id] = count
+        else:
+            self.per_key.pop(key_id, None)

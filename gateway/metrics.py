@@ -1,0 +1,359 @@
+"""Prometheus collectors: what the gateway measured, routed and suffered, for Grafana and alerts.
+
+``Metrics`` owns its own ``CollectorRegistry`` (never the process-global one), so two apps in
+one process (tests, the demo) never share or collide, and ``create_app`` receives it. It is a
+``SampleSink``: every finished attempt's ``Sample`` updates the request counters and the
+latency, speed, token and cost series. Everything else arrives through named hooks, listed
+under "Hooks" below, that the relay, the router and the stats store call.
+
+Labels are bounded by the config only: ``model`` (the client-facing name of a configured
+model), ``provider``, ``deployment``, and small fixed vocabularies (outcome, reason, state).
+Never a key, a user, a prompt or a request id.
+
+One process per replica: the gateway does not run under ``uvicorn --workers N`` (``gateway
+serve`` refuses ``--workers`` > 1, and ``create_app`` refuses ``PROMETHEUS_MULTIPROC_DIR``).
+Several workers would each keep their own counters, router state and in-memory stats, so the
+numbers would be per worker and the routing would be split-brained; the scale-out path is more
+replicas on one Redis, each scraped on its own. Usage::
+
+    metrics = Metrics()
+    app = create_app(config, AppOptions(metrics=metrics))
+    metrics.registry.get_sample_value("gateway_upstream_requests_total", {...})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.exposition import choose_encoder
+
+from gateway import __version__
+from gateway.config import ConfigError, GatewayConfig
+from gateway.routing import RouteReason
+from gateway.samples import Sample
+from gateway.stats.snapshot import Metric, StatsSnapshot
+
+CircuitState = Literal["closed", "half_open", "open"]
+CIRCUIT_STATES: tuple[CircuitState, ...] = ("closed", "half_open", "open")
+HedgeResult = Literal["won", "lost"]
+OverheadMode = Literal["stream", "full"]
+"""``stream``: added to the client's time to first token; ``full``: added to a whole JSON answer."""
+
+# Bucket bounds resolve what real providers do (provider-profiles.csv): first tokens from tens
+# of milliseconds to a minute, whole answers up to the ten-minute default deadline, and speeds
+# from a crawling 1 token/s to the 5,000 tokens/s of the fastest inference hardware.
+TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0)
+E2E_BUCKETS = (
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.0,
+    3.0,
+    5.0,
+    7.5,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    45.0,
+    60.0,
+    90.0,
+    120.0,
+    180.0,
+    300.0,
+    600.0,
+)
+TPS_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 400, 500, 750, 1000, 1500, 2000, 3000, 5000)
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+OUTPUT_TOKEN_BUCKETS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+# The rolling-window quantiles exported per deployment. For tokens per second the low
+# quantiles are the floors DESIGN.md calls "p95"/"p99" (the speed 95% / 99% of answers reached).
+WINDOW_QUANTILES: Mapping[Metric, tuple[float, ...]] = {
+    "ttft_s": (0.5, 0.95, 0.99),
+    "first_answer_s": (0.5, 0.95),
+    "tokens_per_s": (0.5, 0.05, 0.01),
+    "e2e_s": (0.5, 0.95, 0.99),
+}
+_WINDOW_NAMES: Mapping[Metric, tuple[str, str]] = {
+    "ttft_s": ("gateway_window_ttft_seconds", "TTFT quantile over the stats window"),
+    "first_answer_s": ("gateway_window_first_answer_token_seconds", "Time to first answer token over the window"),
+    "tokens_per_s": ("gateway_window_tokens_per_second", "Tokens/s quantile over the window (0.05 = p95 floor)"),
+    "e2e_s": ("gateway_window_end_to_end_seconds", "End-to-end quantile over the stats window"),
+}
+
+_SAMPLE_LABELS = ("model", "provider")
+_WINDOW_LABELS = ("model", "provider", "deployment")
+
+
+def check_single_process(environ: Mapping[str, str]) -> None:
+    """Refuse prometheus-client's multiprocess mode: the gateway is one process per replica."""
+    if environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        raise ConfigError(
+            "PROMETHEUS_MULTIPROC_DIR is set, but the gateway runs one process per replica and does not "
+            "support multiprocess metrics: unset it, and scale out with more replicas sharing one Redis"
+        )
+
+
+def deployment_providers(config: GatewayConfig) -> dict[tuple[str, str], str]:
+    """(model, deployment) → provider name, for labelling the window gauges."""
+    return {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
+
+
+def status_class(status: int | None) -> str:
+    """``2xx``/``4xx``/``5xx``, or ``cancelled`` when no response was started (the client left)."""
+    return "cancelled" if status is None else f"{status // 100}xx"
+
+
+class Metrics:
+    """The gateway's collectors, in a registry of their own. Thread-safe (prometheus-client locks)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, process_metrics: bool = True) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        if process_metrics:
+            ProcessCollector(registry=r)
+        build = Gauge("gateway_build_info", "The gateway's version (value is always 1)", ["version"], registry=r)
+        build.labels(__version__).set(1)
+
+        # Client requests, one per HTTP request to an inference endpoint.
+        self.requests = Counter(
+            "gateway_requests_total",
+            "Client requests answered, by model, the provider that answered, and HTTP status class",
+            ["model", "provider", "status_class"],
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "gateway_overhead_seconds",
+            "Time the gateway itself added: client-seen latency minus time waiting on upstreams",
+            ["mode"],
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
+        )
+        # Upstream attempts, one per Sample.
+        self.attempts = Counter(
+            "gateway_upstream_requests_total",
+            "Upstream attempts by outcome (ok, upstream_error, timeout, broken_stream, client_cancelled, client_error)",
+            [*_SAMPLE_LABELS, "outcome"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "gateway_ttft_seconds",
+            "Upstream request sent to first output-bearing chunk",
+            _SAMPLE_LABELS,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.first_answer = Histogram(
+            "gateway_time_to_first_answer_token_seconds",
+            "Upstream request sent to first visible answer token (reasoning excluded)",
+            _SAMPLE_LABELS,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.tokens_per_second = Histogram(
+            "gateway_tokens_per_second",
+            "Answer tokens / (last answer token - first answer token), pinned tokenizer",
+            _SAMPLE_LABELS,
+            buckets=TPS_BUCKETS,
+            registry=r,
+        )
+        self.end_to_end = Histogram(
+            "gateway_end_to_end_seconds",
+            "Client request received to last byte sent, complete answers only",
+            _SAMPLE_LABELS,
+            buckets=E2E_BUCKETS,
+            registry=r,
+        )
+        self.output_tokens_per_answer = Histogram(
+            "gateway_output_tokens_per_answer",
+            "Answer length in tokens (pinned tokenizer), complete answers only",
+            _SAMPLE_LABELS,
+            buckets=OUTPUT_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "gateway_tokens_total",
+            "Tokens by type: input (provider usage, else the gateway's estimate), output (pinned tokenizer)",
+            [*_SAMPLE_LABELS, "type"],
+            registry=r,
+        )
+        self.cost = Counter("gateway_cost_usd_total", "Cost in USD at configured prices", _SAMPLE_LABELS, registry=r)
+        self.inflight = Gauge(
+            "gateway_inflight_requests", "Upstream attempts in flight, per provider", ["provider"], registry=r
+        )
+        self.capacity = Gauge(
+            "gateway_provider_max_concurrency", "The provider's configured max_concurrency", ["provider"], registry=r
+        )
+        # Routing.
+        self.route_decisions = Counter(
+            "gateway_routing_decisions_total",
+            "Requests committed to a provider, by the reason it was chosen",
+            [*_SAMPLE_LABELS, "reason"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "gateway_fallbacks_total", "Failed attempts followed by another attempt", _SAMPLE_LABELS, registry=r
+        )
+        self.hedges = Counter(
+            "gateway_hedges_total", "Hedged attempts by result (won, lost)", [*_SAMPLE_LABELS, "result"], registry=r
+        )
+        self.circuit = Gauge(
+            "gateway_circuit_state",
+            "1 for the provider's current circuit state, 0 otherwise",
+            ["provider", "state"],
+            registry=r,
+        )
+        # The stats store and its window.
+        self.stats_healthy = Gauge(
+            "gateway_stats_backend_healthy",
+            "1 when the stats backend is reachable, 0 when degraded",
+            ["backend"],
+            registry=r,
+        )
+        self.samples_dropped_total = Counter(
+            "gateway_stats_samples_dropped_total", "Samples the stats store could not keep", registry=r
+        )
+        self.window = {
+            metric: Gauge(name, doc, [*_WINDOW_LABELS, "quantile"], registry=r)
+            for metric, (name, doc) in _WINDOW_NAMES.items()
+        }
+        self.window_success = Gauge(
+            "gateway_window_success_ratio", "Successful attempts / attempts over the window", _WINDOW_LABELS, registry=r
+        )
+        self.window_samples = Gauge(
+            "gateway_window_samples", "Attempts in the stats window", _WINDOW_LABELS, registry=r
+        )
+        self._window_series: set[tuple[str, ...]] = set()
+        self._dropped_seen = 0
+
+    # -- SampleSink -------------------------------------------------------------------------
+
+    def record(self, sample: Sample) -> None:
+        """One finished attempt. Missing values are skipped, never counted as zero."""
+        labels = (sample.model, sample.provider)
+        self.attempts.labels(*labels, sample.outcome).inc()
+        if sample.ttft_s is not None:
+            self.ttft.labels(*labels).observe(sample.ttft_s)
+        if sample.first_answer_s is not None:
+            self.first_answer.labels(*labels).observe(sample.first_answer_s)
+        if sample.tokens_per_s is not None:
+            self.tokens_per_second.labels(*labels).observe(sample.tokens_per_s)
+        if sample.outcome == "ok":
+            if sample.e2e_s is not None:
+                self.end_to_end.labels(*labels).observe(sample.e2e_s)
+            if sample.output_tokens is not None:
+                self.output_tokens_per_answer.labels(*labels).observe(sample.output_tokens)
+        output = sample.output_tokens if sample.output_tokens is not None else sample.usage_completion_tokens
+        # Input counts where the relay charges for it: answers, and failures that produced output.
+        if sample.outcome == "ok" or output:
+            prompt = sample.usage_prompt_tokens
+            prompt = prompt if prompt is not None else sample.prompt_tokens_estimate
+            if prompt:
+                self.tokens.labels(*labels, "input").inc(prompt)
+        if output:
+            self.tokens.labels(*labels, "output").inc(output)
+        if sample.cost_usd:
+            self.cost.labels(*labels).inc(sample.cost_usd)
+
+    # -- Hooks: the api and the relay --------------------------------------------------------
+
+    def request_answered(self, model: str, provider: str, status: int | None) -> None:
+        """One client request done; ``model``/``provider`` are "" when it never reached one."""
+        self.requests.labels(model, provider, status_class(status)).inc()
+
+    def attempt_started(self, provider: str) -> None:
+        self.inflight.labels(provider).inc()
+
+    def attempt_ended(self, provider: str) -> None:
+        self.inflight.labels(provider).dec()
+
+    def set_provider_capacity(self, provider: str, max_concurrency: int) -> None:
+        self.capacity.labels(provider).set(max_concurrency)
+
+    def observe_overhead(self, mode: OverheadMode, seconds: float) -> None:
+        self.overhead.labels(mode).observe(max(0.0, seconds))
+
+    # -- Hooks: the router -------------------------------------------------------------------
+
+    def route_decided(self, model: str, provider: str, reason: RouteReason) -> None:
+        """A request was committed to ``provider`` (its first token came, or its answer)."""
+        self.route_decisions.labels(model, provider, reason).inc()
+
+    def fallback(self, model: str, provider: str) -> None:
+        """An attempt at ``provider`` failed and the request moved on to the next candidate."""
+        self.fallbacks.labels(model, provider).inc()
+
+    def hedge(self, model: str, provider: str, result: HedgeResult) -> None:
+        """A hedged attempt at ``provider`` ended: ``won`` (it answered) or ``lost`` (cancelled)."""
+        self.hedges.labels(model, provider, result).inc()
+
+    def set_circuit_state(self, provider: str, state: CircuitState) -> None:
+        for name in CIRCUIT_STATES:
+            self.circuit.labels(provider, name).set(1 if name == state else 0)
+
+    # -- Hooks: the stats store --------------------------------------------------------------
+
+    def set_stats_backend(self, backend: str, healthy: bool) -> None:
+        self.stats_healthy.labels(backend).set(1 if healthy else 0)
+
+    def samples_dropped(self, count: int = 1) -> None:
+        """Push form: ``count`` more samples were dropped."""
+        self.samples_dropped_total.inc(count)
+        self._dropped_seen += count
+
+    def observe_dropped_total(self, total: int) -> None:
+        """Pull form: the store's own running total (e.g. ``StoreHealth.dropped_samples``) at scrape time."""
+        if total > self._dropped_seen:
+            self.samples_dropped_total.inc(total - self._dropped_seen)
+            self._dropped_seen = total
+
+    def observe_snapshot(self, snapshot: StatsSnapshot, providers: Mapping[tuple[str, str], str] | None = None) -> None:
+        """Export the window's quantiles per deployment; series of deployments gone from it are removed.
+
+        ``providers`` maps (model, deployment) to the provider's name (see ``deployment_providers``);
+        without it, or for a deployment it does not know, the deployment's name stands in.
+        """
+        providers = providers or {}
+        seen: set[tuple[str, ...]] = set()
+        for (model, deployment), summary in snapshot.summaries.items():
+            base: tuple[str, ...] = (model, providers.get((model, deployment), deployment), deployment)
+            self.window_samples.labels(*base).set(summary.samples)
+            seen.add(base)
+            success = summary.success_rate()
+            if success is not None:
+                self.window_success.labels(*base).set(success)
+            else:
+                self._remove(self.window_success, base)
+            for metric, quantiles in WINDOW_QUANTILES.items():
+                for q in quantiles:
+                    value = summary.quantile(metric, q)
+                    labels = (*base, f"{q:g}")
+                    if value is None:
+                        self._remove(self.window[metric], labels)
+                    else:
+                        self.window[metric].labels(*labels).set(value)
+        for gone in self._window_series - seen:
+            self._remove(self.window_samples, gone)
+            self._remove(self.window_success, gone)
+            for metric, quantiles in WINDOW_QUANTILES.items():
+                for q in quantiles:
+                    self._remove(self.window[metric], (*gone, f"{q:g}"))
+        self._window_series = seen
+
+    @staticmethod
+    def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:
+        try:
+            gauge.remove(*labels)
+        except KeyError:
+            pass  # the series was never set: nothing to remove
+
+    # -- Exposition --------------------------------------------------------------------------
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The registry in the format the scraper asked for (Prometheus text, or OpenMetrics)."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type

@@ -1,0 +1,110 @@
+"""Running the app under uvicorn: header-size limit at the protocol, graceful shutdown, clean exit.
+
+Why a protocol subclass: uvicorn's httptools protocol (the fast one ``gateway serve`` uses) has
+no limit on the size of a request head, and httptools buffers an unfinished header in full, so
+a client could grow the process by streaming one endless header. ``_HeadLimitedProtocol``
+counts the bytes received before the head is complete and answers 431 once they pass
+``[limits] max_header_bytes``. (``h11_max_incomplete_event_size`` only applies to the h11
+protocol.) The app's ``HeaderSizeLimit`` middleware checks again the head that did complete.
+
+Shutdown: on SIGTERM (or Ctrl-C) uvicorn stops accepting, lets requests in flight, streams
+included, run for up to ``[server] shutdown_grace_s``, then runs the lifespan's shutdown, which
+flushes the stats store and closes every client. uvicorn then re-raises the signal so the
+process would die of it; a stop we asked for is a success, so the process exits 0 instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.config import GatewayConfig
+from gateway.errors import HeadersTooLarge
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _HeadLimitedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, refusing request heads larger than ``max_head_bytes``."""
+
+    max_head_bytes = 32 * 1024
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True
+        self._head_bytes = 0
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_bytes = 0
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
+        self._head_bytes = 0
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._in_head and self._head_bytes > self.max_head_bytes and not self.transport.is_closing():
+            self._refuse_head()
+
+    def _refuse_head(self) -> None:
+        if self.cycle is None or self.cycle.response_complete:
+            error = HeadersTooLarge(f"request headers exceed the limit of {self.max_head_bytes} bytes")
+            body = error.to_json()
+            head = (
+                f"HTTP/1.1 {error.status_code} Request Header Fields Too Large\r\n"
+                "content-type: application/json\r\n"
+                f"content-length: {len(body)}\r\n"
+                "connection: close\r\n\r\n"
+            )
+            self.transport.write(head.encode("latin-1") + body)
+        self.transport.close()
+
+
+def header_limited_protocol(max_head_bytes: int) -> type[asyncio.Protocol]:
+    """The httptools protocol class with the given head limit (uvicorn instantiates it per connection)."""
+    return type("HeadLimitedProtocol", (_HeadLimitedProtocol,), {"max_head_bytes": max_head_bytes})
+
+
+def uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_level: str) -> uvicorn.Config:
+    """How ``gateway serve`` runs ``app``; tests run the same configuration."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop",
+        http=header_limited_protocol(config.limits.max_header_bytes),
+        lifespan="on",
+        access_log=False,
+        log_level=log_level,
+        # uvicorn declares an int but only ever waits on it.
+        timeout_graceful_shutdown=config.server.shutdown_grace_s,  # type: ignore[arg-type]
+    )
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    """Receives the signal uvicorn re-raises after its graceful shutdown: nothing left to do."""
+
+
+def run(server: uvicorn.Server) -> int:
+    """Serve until stopped by a signal or a fatal error; 0 after a graceful stop."""
+    previous = {sig: signal.signal(sig, _stopped) for sig in _STOP_SIGNALS}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if server.started else 1

@@ -1,0 +1,130 @@
+"""Reading the shared window back from Redis, re-reading only the slices that may still change.
+
+A writer queues a sample at most ``late_after_s`` after recording it (one flush interval, plus a
+refresh that may hold up the flush), and the write lands within ``redis_timeout_s`` of being
+queued or fails. A slice whose end is further back than that, plus ``CLOCK_SKEW_S`` for replicas
+whose clocks disagree, is *settled*: readers read it once and cache it, and each refresh re-reads
+only the open slice (and, for a few seconds after a boundary, the one before it).
+
+A write later than ``late_after_s`` happens only after an outage (samples held while Redis was
+unreachable). The writer then replaces the epoch token in the same pipeline, and every reader that
+sees a new token drops its cache and reads the whole window once more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+
+from gateway.config import StatsConfig
+from gateway.stats.redis_layout import (
+    Pair,
+    epoch_key,
+    pairs_key,
+    parse_pair_member,
+    slice_key,
+    summary_from_hash,
+)
+from gateway.stats.snapshot import DeploymentSummary
+from gateway.stats.window import SlicedWindow, slice_index
+
+CLOCK_SKEW_S = 2.0
+"""How far replicas' wall clocks may disagree before a late write can be missed by a cache."""
+
+
+def late_after_s(config: StatsConfig) -> float:
+    """A sample queued longer than this after its slice ended is late: its write bumps the epoch."""
+    return config.flush_interval_s + config.redis_timeout_s
+
+
+def settle_after_s(config: StatsConfig) -> float:
+    """How long after its end readers treat a slice as closed: no write that is not late can land
+    later, on a writer clock up to ``CLOCK_SKEW_S`` behind the reader's."""
+    return late_after_s(config) + config.redis_timeout_s + CLOCK_SKEW_S
+
+
+class SharedWindowReader:
+    """The window as stored in Redis: cached settled slices plus the last read of the open ones.
+
+    Usage::
+
+        reader = SharedWindowReader(config)
+        await reader.read(client)        # a few round trips, off the request path
+        totals = reader.window()         # fresh copies, safe to extend
+    """
+
+    def __init__(self, config: StatsConfig, wall_clock: Callable[[], float]) -> None:
+        self.config = config
+        self.wall_clock = wall_clock
+        self.settled = SlicedWindow(config.window_s, config.slice_s, wall_clock)
+        self.cached: dict[int, set[Pair]] = {}
+        """Slices read as settled, per index (empty ones included, so they are not read again)."""
+        self.open: dict[int, dict[Pair, DeploymentSummary]] = {}
+        self.epoch: str | None = None
+        self.hash_reads = 0
+        """HGETALLs issued so far: what the cache saves is visible in tests and benchmarks."""
+
+    async def read(self, client: Redis) -> None:
+        config = self.config
+        now = self.wall_clock()
+        horizon = now - config.window_s - config.slice_s - CLOCK_SKEW_S
+        pipe = client.pipeline(transaction=False)
+        pipe.get(epoch_key(config.key_prefix))
+        pipe.zrangebyscore(pairs_key(config.key_prefix), horizon, "+inf")
+        epoch, members = await pipe.execute()
+        if epoch != self.epoch:
+            self.settled.clear()
+            self.cached.clear()
+            self.epoch = epoch
+
+        current = slice_index(now, config.slice_s)
+        oldest = self.settled.oldest_kept()
+        last_settled = math.floor((now - settle_after_s(config)) / config.slice_s) - 1
+        pairs = [pair for pair in map(parse_pair_member, members) if pair is not None]
+        wanted = [
+            (index, pair)
+            for pair in pairs
+            for index in range(oldest, current + 1)
+            if index > last_settled or pair not in self.cached.get(index, ())
+        ]
+        results: list[dict[str, str]] = []
+        if wanted:
+            pipe = client.pipeline(transaction=False)
+            for index, pair in wanted:
+                pipe.hgetall(slice_key(config.key_prefix, pair, index, config.slice_s))
+            results = await pipe.execute()
+            self.hash_reads += len(wanted)
+
+        fresh_open: dict[int, dict[Pair, DeploymentSummary]] = {}
+        for (index, pair), fields in zip(wanted, results, strict=True):
+            summary = summary_from_hash(pair, fields)
+            if index <= last_settled:
+                self.cached.setdefault(index, set()).add(pair)
+                if summary is not None:
+                    self.settled.add_summary(index, summary)
+            elif summary is not None:
+                fresh_open.setdefault(index, {})[pair] = summary
+        self.open = fresh_open
+        for index in [i for i in self.cached if i < oldest]:
+            del self.cached[index]
+
+    def window(self) -> dict[Pair, DeploymentSummary]:
+        """The last read window, aged to now: settled total plus the open slices still in it."""
+        self.settled.expire()
+        totals = {pair: summary.copy() for pair, summary in self.settled.total.items()}
+        oldest = self.settled.oldest_kept()
+        for index, summaries in self.open.items():
+            if index < oldest:
+                continue
+            for pair, summary in summaries.items():
+                total = totals.get(pair)
+                if total is None:
+                    totals[pair] = summary.copy()
+                else:
+                    total.merge(summary)
+        return totals
+
+
+__all__ = ["CLOCK_SKEW_S", "SharedWindowReader", "late_after_s", "settle_after_s"]

@@ -1,0 +1,325 @@
+"""The shared stats backend: every replica writes its samples to Redis and reads everyone's back.
+
+Nothing here touches Redis while a request waits. ``record`` counts a sample in a local buffer
+and in the local view; one background task flushes the buffer (every ``flush_interval_s``, or
+sooner when it fills) and refreshes the view from Redis (every ``refresh_interval_s``). The two
+are serialised in that task, which is what makes the view exact:
+
+    view = shared window as last read          (everything written before that read began)
+         + ``unseen``   written since that read began
+         + ``inflight`` being written now
+         + ``buffer``   not written yet
+
+Each of this replica's samples is in exactly one of the four, so it counts at once and never
+twice. If Redis is unreachable, the last read ages out slice by slice while the replica's own
+samples keep counting; the buffer is held (bounded by ``buffer_limit`` cells) and flushed when
+Redis answers again, after a jittered exponential back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.client import Pipeline
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError, ResponseError
+
+from gateway.config import StatsConfig
+from gateway.samples import Sample
+from gateway.stats.base import StoreHealth
+from gateway.stats.buffer import WriteBuffer
+from gateway.stats.redis_layout import Pair, epoch_key, pair_member, pairs_key, slice_key, slice_ttl_s, summary_fields
+from gateway.stats.redis_reader import SharedWindowReader, late_after_s
+from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
+from gateway.stats.window import slice_index
+
+logger = logging.getLogger("gateway.stats")
+
+FLUSH_SAMPLES = 1_000
+"""A buffer holding this many samples is flushed at once rather than at the next interval."""
+BACKOFF_MIN_S = 0.25
+BACKOFF_MAX_S = 5.0
+REDIS_ERRORS = (RedisError, OSError)
+
+
+def redacted_url(url: str) -> str:
+    """The Redis URL without credentials, for health reasons and logs."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix://{parts.path}"
+    host = parts.hostname or "localhost"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def open_pool(config: StatsConfig, max_connections: int) -> BlockingConnectionPool:
+    """A bounded pool with every wait bounded by ``redis_timeout_s``. Connections open lazily."""
+    return BlockingConnectionPool.from_url(
+        config.redis_url,
+        max_connections=max_connections,
+        timeout=config.redis_timeout_s,
+        socket_timeout=config.redis_timeout_s,
+        socket_connect_timeout=config.redis_timeout_s,
+        retry=Retry(NoBackoff(), 0),  # the store backs off itself; a blind retry could double counts
+        decode_responses=True,
+        client_name="gateway-stats",
+    )
+
+
+class _RejectedWrites(RedisError):
+    """Redis answered some writes with an error (e.g. a key of another type): not retried."""
+
+
+class RedisStatsStore:
+    """Rolling statistics shared by every replica through one Redis. Usage::
+
+    store = RedisStatsStore(StatsConfig(backend="redis", redis_url="redis://127.0.0.1:6379/0"))
+    await store.start()          # reads the shared window once (bounded by redis_timeout_s)
+    store.record(sample)         # never waits for Redis, never raises
+    store.snapshot()             # this replica's samples at once, others' within a refresh
+    await store.aclose()         # flushes what it can; closes the pool it owns
+
+    One event loop only. The snapshot shares state with the store between refreshes: read it
+    before the next ``record`` (the router reads it within one ``plan``).
+    """
+
+    def __init__(self, config: StatsConfig, wall_clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.wall_clock = wall_clock
+        self.reader = SharedWindowReader(config, wall_clock)
+        self.buffer = WriteBuffer()
+        self.inflight: WriteBuffer | None = None
+        self.unseen = WriteBuffer()
+        self.view: dict[Pair, DeploymentSummary] = {}
+        self.dropped = 0
+        self.flushes = 0
+        self.pool: BlockingConnectionPool | None = None
+        self.client: Redis | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._closing = False
+        self._random = random.Random()
+        self._failures = 0
+        self._retry_at = 0.0
+        self._degraded_reason: str | None = "redis: not contacted yet"
+
+    # -- the request path: no I/O, no await ---------------------------------------------------
+
+    def record(self, sample: Sample) -> None:
+        index = slice_index(self.wall_clock(), self.config.slice_s)
+        room = self.config.buffer_limit - (self.inflight.cells if self.inflight else 0)
+        if not self.buffer.add(index, sample, room):
+            self.dropped += 1
+            return
+        pair = (sample.model, sample.deployment)
+        summary = self.view.get(pair)
+        if summary is None:
+            summary = self.view[pair] = DeploymentSummary(sample.model, sample.deployment)
+        summary.add(sample)
+        if self.buffer.samples >= FLUSH_SAMPLES and self._degraded_reason is None:
+            self._wake.set()
+
+    def snapshot(self) -> StatsSnapshot:
+        return StatsSnapshot(self.view, taken_at=self.wall_clock())
+
+    def health(self) -> StoreHealth:
+        inflight = self.inflight.samples if self.inflight else 0
+        return StoreHealth(
+            degraded=self._degraded_reason is not None,
+            reason=self._degraded_reason,
+            dropped_samples=self.dropped,
+            buffered_samples=self.buffer.samples + inflight,
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the pool, read the shared window once, and start the background task.
+
+        If Redis is down this returns after one failed attempt (bounded by ``redis_timeout_s``)
+        with the store degraded; it keeps trying in the background.
+        """
+        self.pool = open_pool(self.config, self.config.redis_max_connections)
+        self.client = Redis(connection_pool=self.pool)
+        await self.sync()
+        self._task = asyncio.create_task(self._run(), name="stats-redis")
+
+    async def sync(self) -> None:
+        """Flush and refresh now; on failure the store is left degraded (never raises Redis errors)."""
+        await self._exchange(refresh=True)
+
+    async def flush(self) -> None:
+        """Write what is buffered now, without refreshing (tests and benchmarks use it)."""
+        await self._exchange(refresh=False)
+
+    async def aclose(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        if self.client is not None and self.buffer and self._degraded_reason is None:
+            await self._exchange(refresh=False)
+        if self.buffer:
+            logger.warning("stats: %d samples not written to Redis at shutdown", self.buffer.samples)
+        if self.client is not None:
+            await self.client.aclose()
+        if self.pool is not None:
+            await self.pool.disconnect()
+
+    # -- the background task ---------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_flush = loop.time() + self.config.flush_interval_s  # start() has just synced
+        next_refresh = loop.time() + self.config.refresh_interval_s
+        while not self._closing:
+            now = loop.time()
+            backing_off = self._retry_at > now
+            due = min(self._retry_at, next_refresh) if backing_off else min(next_flush, next_refresh)
+            if due > now:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), due - now)
+                except TimeoutError:
+                    pass
+            self._wake.clear()
+            if self._closing:
+                return
+            now = loop.time()
+            refresh = now >= next_refresh
+            if refresh:
+                next_refresh = now + self.config.refresh_interval_s
+            if self._retry_at > now:
+                if refresh:
+                    self._rebuild_view()  # age the last read out while Redis is away
+                continue
+            try:
+                await self._exchange(refresh=refresh)
+            except Exception as exc:
+                # The task's outermost handler: a bug here must not freeze the stats for good.
+                logger.exception("stats: unexpected error talking to redis")
+                self._failed(exc)
+            next_flush = loop.time() + self.config.flush_interval_s
+
+    async def _exchange(self, *, refresh: bool) -> bool:
+        # One exchange at a time: a refresh must never overlap a flush of this replica, or a
+        # batch could be half in the read and still counted as unseen.
+        async with self._lock:
+            return await self._exchange_locked(refresh=refresh)
+
+    async def _exchange_locked(self, *, refresh: bool) -> bool:
+        try:
+            await self._flush()
+            if refresh:
+                assert self.client is not None
+                await self.reader.read(self.client)
+                self.unseen = WriteBuffer()  # everything written before the read is in it now
+        except REDIS_ERRORS as exc:
+            self._failed(exc)
+            self._rebuild_view()
+            return False
+        if refresh:
+            self._rebuild_view()
+        self._succeeded()
+        return True
+
+    async def _flush(self) -> None:
+        assert self.client is not None
+        batch, self.buffer = self.buffer, WriteBuffer()
+        self.dropped += batch.expire(self.reader.settled.oldest_kept())
+        if not batch:
+            return
+        self.inflight = batch
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            self._queue_writes(pipe, batch)
+            results = await pipe.execute(raise_on_error=False)
+        except BaseException:
+            # Not written (or not known to be): it goes back in front of what arrived meanwhile.
+            batch.absorb(self.buffer)
+            self.buffer = batch
+            raise
+        finally:
+            self.inflight = None
+        self.unseen.absorb(batch)
+        self.flushes += 1
+        errors = [r for r in results if isinstance(r, ResponseError)]
+        if errors:
+            # Retrying would add the accepted increments twice; count the batch as written.
+            raise _RejectedWrites(f"{len(errors)} of {len(results)} writes rejected: {errors[0]}")
+
+    def _queue_writes(self, pipe: Pipeline, batch: WriteBuffer) -> None:
+        config = self.config
+        now = self.wall_clock()
+        ttl = slice_ttl_s(config.window_s, config.slice_s)
+        late_before = (now - late_after_s(config)) / config.slice_s - 1
+        late = False
+        members: dict[str, float] = {}
+        for index, summaries in batch.slices.items():
+            late = late or index <= late_before
+            for pair, summary in summaries.items():
+                key = slice_key(config.key_prefix, pair, index, config.slice_s)
+                for field, n in summary_fields(summary):
+                    pipe.hincrby(key, field, n)
+                pipe.expire(key, ttl)
+                members[pair_member(pair)] = now
+        index_key = pairs_key(config.key_prefix)
+        pipe.zadd(index_key, members)
+        pipe.expire(index_key, ttl)
+        pipe.zremrangebyscore(index_key, "-inf", now - ttl)
+        if late:
+            # Some of these slices may be cached as closed by readers: make them read again.
+            pipe.set(epoch_key(config.key_prefix), uuid.uuid4().hex, ex=86_400)
+
+    def _rebuild_view(self) -> None:
+        view = self.reader.window()
+        oldest = self.reader.settled.oldest_kept()
+        self.dropped += self.buffer.expire(oldest)
+        self.unseen.expire(oldest)
+        for part in (self.unseen, self.inflight, self.buffer):
+            if part is not None:
+                part.merge_into(view, oldest)
+        self.view = view
+
+    # -- health and back-off ---------------------------------------------------------------------
+
+    def _failed(self, exc: BaseException) -> None:
+        self._failures += 1
+        delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * 2 ** (self._failures - 1)) * self._random.uniform(0.8, 1.2)
+        self._retry_at = asyncio.get_running_loop().time() + delay
+        reason = f"redis at {redacted_url(self.config.redis_url)}: {type(exc).__name__}: {exc}"
+        if self._failures == 1:
+            logger.warning("stats: %s; serving local samples, retrying with back-off", reason)
+        self._degraded_reason = reason
+
+    def _succeeded(self) -> None:
+        if self._failures:
+            logger.info("stats: redis reachable again after %d failed attempts", self._failures)
+        self._failures = 0
+        self._retry_at = 0.0
+        self._degraded_reason = None
+
+
+async def read_shared_snapshot(config: StatsConfig, wall_clock: Callable[[], float] = time.time) -> StatsSnapshot:
+    """One read of the shared window, nothing buffered or written (``gateway stats --redis``).
+
+    Raises ``RedisError`` or ``OSError`` if Redis cannot be read.
+    """
+    pool = open_pool(config, 1)
+    client = Redis(connection_pool=pool)
+    try:
+        reader = SharedWindowReader(config, wall_clock)
+        await reader.read(client)
+        return StatsSnapshot(reader.window(), taken_at=wall_clock())
+    finally:
+        await client.aclose()
+        await pool.disconnect()

@@ -1,0 +1,129 @@
+"""Background traffic for the demo, so that the leaderboard fills and routing shows without a user.
+
+Requests arrive as a Poisson process at ``rate_per_s`` (seeded, so a run can be repeated):
+mostly short streamed answers (a lookup or a label) with some long ones, since short answers
+are won by the lowest first-token latency and long ones by the highest throughput, which is
+exactly the trade-off the router has to make. At most ``max_in_flight`` requests are open at
+once; an arrival beyond that is counted as skipped rather than queued, so the load stays
+bounded whatever the providers do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from gateway.prompts import builtin_prompts
+
+DONE_TAIL = b"data: [DONE]\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficMix:
+    """What the generated requests look like. Token ranges are ``max_tokens`` bounds, inclusive."""
+
+    rate_per_s: float
+    models: tuple[tuple[str, float], ...]
+    """Model names with their relative weights."""
+    short_share: float = 0.7
+    short_tokens: tuple[int, int] = (8, 48)
+    long_tokens: tuple[int, int] = (200, 300)
+    max_in_flight: int = 32
+    timeout_s: float = 60.0
+
+
+@dataclass(slots=True)
+class TrafficCounts:
+    """Running totals; the demo's status line reads them (and diffs them between lines)."""
+
+    sent: int = 0
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    by_provider: Counter[str] = field(default_factory=Counter)
+    """Answered requests per provider (``x-gateway-provider``)."""
+    by_route: Counter[str] = field(default_factory=Counter)
+    """Answered requests per routing reason (``x-gateway-route``: best-score, explore, fallback, hedge)."""
+
+
+def shares(counts: Counter[str]) -> str:
+    """Counts as shares, largest first, e.g. ``fading 52% · steady 30%``."""
+    total = sum(counts.values())
+    if not total:
+        return "none"
+    return " · ".join(f"{name} {100 * n / total:.0f}%" for name, n in counts.most_common())
+
+
+class TrafficGenerator:
+    """Sends the mix to ``base_url`` (an OpenAI-style ``.../v1``) until cancelled.
+
+    Create and run inside the event loop; cancelling ``run`` cancels every request in flight
+    and closes the client.
+    """
+
+    def __init__(self, base_url: str, mix: TrafficMix, seed: int | None = None) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.mix = mix
+        self.counts = TrafficCounts()
+        self._rng = random.Random(seed)
+        self._prompts = builtin_prompts()
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    def _body(self) -> bytes:
+        names = [name for name, _ in self.mix.models]
+        weights = [weight for _, weight in self.mix.models]
+        model = self._rng.choices(names, weights)[0]
+        low, high = self.mix.short_tokens if self._rng.random() < self.mix.short_share else self.mix.long_tokens
+        body = dict(self._rng.choice(self._prompts))
+        body.update(model=model, stream=True, max_tokens=self._rng.randint(low, high))
+        return json.dumps(body).encode()
+
+    async def run(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.mix.timeout_s)
+        connector = aiohttp.TCPConnector(limit=self.mix.max_in_flight)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            try:
+                next_at = time.monotonic()
+                while True:
+                    next_at += self._rng.expovariate(self.mix.rate_per_s)
+                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                    if len(self._in_flight) >= self.mix.max_in_flight:
+                        self.counts.skipped += 1
+                        continue
+                    task = asyncio.create_task(self._send(session, self._body()))
+                    self._in_flight.add(task)
+                    task.add_done_callback(self._in_flight.discard)
+            finally:
+                for task in list(self._in_flight):
+                    task.cancel()
+                await asyncio.gather(*self._in_flight, return_exceptions=True)
+
+    async def _send(self, session: aiohttp.ClientSession, body: bytes) -> None:
+        self.counts.sent += 1
+        tail = b""
+        provider = route = None
+        status = None
+        try:
+            async with session.post(self.url, data=body, headers={"content-type": "application/json"}) as response:
+                status = response.status
+                provider = response.headers.get("x-gateway-provider")
+                route = response.headers.get("x-gateway-route")
+                async for chunk in response.content.iter_any():
+                    tail = (tail + chunk)[-len(DONE_TAIL) :]
+        except (aiohttp.ClientError, TimeoutError):
+            pass
+        # The gateway ends a stream that broke after its first byte with an error event and no [DONE].
+        if status == 200 and tail == DONE_TAIL:
+            self.counts.ok += 1
+            if provider:
+                self.counts.by_provider[provider] += 1
+            if route:
+                self.counts.by_route[route] += 1
+        else:
+            self.counts.failed += 1

@@ -1,0 +1,167 @@
+"""The live leaderboard of a real gateway, on both backends: ``GET /v1/gateway/stats`` matches
+the percentiles computed exactly from the very samples the gateway took (within 2%), and
+``gateway stats`` prints it as a table, JSON or CSV, from the gateway or straight from Redis."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from gateway.fakes import FakeBehavior
+from gateway.leaderboard import TABLE_HEADER
+from gateway.samples import Sample
+from tests.conftest import Fakes, Gateway, gateway_config
+
+REQUESTS = 40
+
+# Row field -> (metric values of a sample, quantile), per DESIGN.md's definitions.
+FIELDS: dict[str, tuple[Callable[[Sample], float | None], float]] = {
+    "ttft_p50_s": (lambda s: s.ttft_s, 0.50),
+    "ttft_p95_s": (lambda s: s.ttft_s, 0.95),
+    "ttft_p99_s": (lambda s: s.ttft_s, 0.99),
+    "tokens_per_s_p50": (lambda s: s.tokens_per_s, 0.50),
+    "tokens_per_s_p95_floor": (lambda s: s.tokens_per_s, 0.05),
+    "tokens_per_s_p99_floor": (lambda s: s.tokens_per_s, 0.01),
+    "e2e_p50_s": (lambda s: s.e2e_s if s.outcome == "ok" else None, 0.50),
+    "e2e_p99_s": (lambda s: s.e2e_s if s.outcome == "ok" else None, 0.99),
+}
+
+
+def exact(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[math.floor(q * (len(ordered) - 1))]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def measured_gateway(
+    request: pytest.FixtureRequest, fakes: Fakes, start_gateway: Callable[..., Gateway], prefix: str
+) -> Gateway:
+    """A gateway after REQUESTS streamed answers: a flaky first provider sends a share of them on
+    to a second one, so both deployments have samples, and failures count against the first."""
+    flaky = fakes.start(
+        "flaky",
+        FakeBehavior(
+            ttft_s=0.005,
+            ttft_jitter=0.6,
+            tokens_per_s=3000,
+            tps_jitter=0.5,
+            output_tokens=24,
+            status=503,
+            error_rate=0.3,
+            seed=3,
+        ),
+    )
+    steady = fakes.start(
+        "steady",
+        FakeBehavior(ttft_s=0.01, ttft_jitter=0.4, tokens_per_s=1500, tps_jitter=0.3, output_tokens=24, seed=4),
+    )
+    stats: dict[str, Any] = {"backend": request.param, "key_prefix": prefix, "window_s": 300}
+    if request.param == "redis":
+        stats |= {
+            "redis_url": request.getfixturevalue("redis_server").url,
+            "flush_interval_s": 0.05,
+            "refresh_interval_s": 0.1,
+        }
+    gateway = start_gateway(gateway_config([flaky, steady], extra={"stats": stats}))
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    for i in range(REQUESTS):
+        stream = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": f"question {i}"}], stream=True
+        )
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    # The gateway records an attempt just after its last byte: the client may be a step ahead.
+    deadline = time.monotonic() + 10
+    while sum(s.outcome == "ok" for s in gateway.samples.samples) < REQUESTS:
+        assert time.monotonic() < deadline, "the gateway did not record every answer"
+        time.sleep(0.01)
+    return gateway
+
+
+def check_rows(rows: list[dict[str, Any]], samples: list[Sample]) -> None:
+    by_deployment = {row["deployment"]: row for row in rows}
+    assert set(by_deployment) == {"flaky", "steady"}
+    for deployment, row in by_deployment.items():
+        mine = [s for s in samples if s.deployment == deployment]
+        assert row["samples"] == len(mine) > 0
+        assert row["success_rate"] == pytest.approx(sum(s.outcome == "ok" for s in mine) / len(mine))
+        for name, (value_of, q) in FIELDS.items():
+            values = [v for v in map(value_of, mine) if v is not None]
+            assert row[name] == pytest.approx(exact(values, q), rel=0.02), (deployment, name)
+        assert (row["price_in"], row["price_out"], row["in_flight"]) == (1.0, 2.0, 0)
+
+
+def run_stats(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "stats", *args], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_leaderboard_matches_exact_percentiles(measured_gateway: Gateway, request: pytest.FixtureRequest) -> None:
+    samples = list(measured_gateway.samples.samples)
+    assert len([s for s in samples if s.outcome == "ok"]) == REQUESTS
+    document = httpx.get(measured_gateway.url + "/v1/gateway/stats").json()
+    assert document["store"]["degraded"] is False and document["window_s"] == 300
+    check_rows(document["data"], samples)
+    assert document["data"][0]["tokens_per_s_vs_fastest"] == 0.0
+
+    # The same through `gateway stats`: table, JSON and CSV from the gateway, then from Redis.
+    table = run_stats("--url", measured_gateway.url).splitlines()
+    assert table[0].startswith("window 300 s")
+    header = table[1]
+    assert [header.index(name) for name in TABLE_HEADER] == sorted(header.index(name) for name in TABLE_HEADER)
+    assert [line.split()[1] for line in table[3:]] == ["flaky", "steady"] or [
+        line.split()[1] for line in table[3:]
+    ] == [
+        "steady",
+        "flaky",
+    ]
+
+    document = json.loads(run_stats("--url", measured_gateway.url, "--json"))
+    check_rows(document["data"], samples)
+    speeds = [row["tokens_per_s_p50"] for row in document["data"]]
+    assert speeds == sorted(speeds, reverse=True)
+
+    rows = list(csv.DictReader(io.StringIO(run_stats("--url", measured_gateway.url, "--csv"))))
+    assert [r["deployment"] for r in rows] == [r["deployment"] for r in document["data"]]
+    assert [int(r["samples"]) for r in rows] == [r["samples"] for r in document["data"]]
+
+    if "redis" in request.node.callspec.id:
+        redis_url = request.getfixturevalue("redis_server").url
+        prefix = request.getfixturevalue("prefix")
+        shared = json.loads(run_stats("--redis", redis_url, "--prefix", prefix, "--window", "300", "--json"))
+        assert shared["store"]["backend"] == "redis"
+        check_rows([{**row, "price_in": 1.0, "price_out": 2.0} for row in shared["data"]], samples)
+
+
+def test_stats_command_fails_clearly() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "stats", "--redis", "redis://:pw@127.0.0.1:1/0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("gateway: cannot read stats from redis://127.0.0.1:1/0")
+    assert "pw" not in result.stderr.replace("gateway:", "")
+
+
+def test_stats_need_a_client_key_when_keys_are_set(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
+    gateway = start_gateway(gateway_config([fakes.start("steady")]), environ={"GATEWAY_API_KEYS": "k1,k2"})
+    refused = httpx.get(gateway.url + "/v1/gateway/stats")
+    assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+    accepted = httpx.get(gateway.url + "/v1/gateway/stats", headers={"authorization": "Bearer k2"})
+    assert accepted.status_code == 200 and [r["samples"] for r in accepted.json()["data"]] == [0]
+    assert json.loads(run_stats("--url", gateway.url, "--api-key", "k1", "--json"))["data"][0]["deployment"] == "steady"

@@ -1,0 +1,88 @@
+"""Leaderboard rows from fixed snapshots: the percentiles the definitions call for, floors for
+speed, Δ vs the fastest of the same model, and the table and CSV renderings."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+from gateway.config import parse_config
+from gateway.leaderboard import TABLE_HEADER, LeaderboardRow, leaderboard, render_csv, render_table
+from gateway.stats import StatsSnapshot
+from tests.stats.conftest import make_sample
+
+CONFIG = parse_config(
+    {
+        "providers": [{"name": n, "base_url": f"http://127.0.0.1:1/{n}"} for n in ("fast", "slow", "idle")],
+        "models": [
+            {
+                "name": "m",
+                "deployments": [
+                    {"provider": "slow", "model": "u", "price_in": 0.5, "price_out": 1.5},
+                    {"provider": "idle", "model": "u"},
+                    {"provider": "fast", "model": "u", "price_in": 1.0, "price_out": 3.0},
+                ],
+            }
+        ],
+    },
+    source="test.toml",
+)
+
+
+def exact(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[math.floor(q * (len(ordered) - 1))]
+
+
+def snapshot() -> StatsSnapshot:
+    samples = [make_sample(deployment="fast", tokens_per_s=100.0 + i, ttft_s=0.1 + i / 1000) for i in range(100)]
+    samples += [make_sample(deployment="slow", tokens_per_s=50.0 + i, ttft_s=0.5) for i in range(100)]
+    samples += [make_sample(deployment="slow", outcome="timeout", tokens_per_s=None, e2e_s=None) for _ in range(25)]
+    samples += [make_sample(model="other", deployment="x", tokens_per_s=10.0)]
+    return StatsSnapshot.from_samples(samples, taken_at=123.0)
+
+
+def test_rows_follow_the_definitions() -> None:
+    rows = leaderboard(snapshot(), CONFIG.models, in_flight=lambda model, deployment: len(deployment))
+    assert [(r.model, r.deployment) for r in rows] == [("m", "fast"), ("m", "slow"), ("m", "idle"), ("other", "x")]
+    fast, slow, idle, other = rows
+    speeds = [100.0 + i for i in range(100)]
+    assert math.isclose(fast.tokens_per_s_p50 or 0, exact(speeds, 0.5), rel_tol=0.02)
+    assert math.isclose(fast.tokens_per_s_p95_floor or 0, exact(speeds, 0.05), rel_tol=0.02)  # a floor: 5th pct
+    assert math.isclose(fast.tokens_per_s_p99_floor or 0, exact(speeds, 0.01), rel_tol=0.02)
+    ttfts = [0.1 + i / 1000 for i in range(100)]
+    assert math.isclose(fast.ttft_p99_s or 0, exact(ttfts, 0.99), rel_tol=0.02)  # an upper tail
+    assert fast.tokens_per_s_vs_fastest == 0.0
+    assert slow.tokens_per_s_vs_fastest is not None
+    assert math.isclose(slow.tokens_per_s_vs_fastest, (slow.tokens_per_s_p50 or 0) / (fast.tokens_per_s_p50 or 1) - 1)
+    assert (slow.samples, slow.success_rate) == (125, 0.8)
+    assert (fast.price_in, fast.price_out, fast.provider, fast.in_flight) == (1.0, 3.0, "fast", 4)
+    assert idle == LeaderboardRow(
+        "m", "idle", "idle", 0, None, None, None, None, None, None, None, None, None, None, 0.0, 0.0, 4
+    )
+    assert (other.provider, other.price_in, other.tokens_per_s_vs_fastest) == (None, None, 0.0)
+
+
+def test_table_columns_and_cells() -> None:
+    text = render_table(leaderboard(snapshot(), CONFIG.models))
+    lines = text.splitlines()
+    header = lines[0]
+    positions = [header.index(name) for name in TABLE_HEADER]
+    assert positions == sorted(positions)  # the leaderboard's column order
+    assert header.index("Tokens/s p50") < header.index("Δ vs fastest p50") < header.index("Tokens/s p95 floor")
+    assert header.index("Tokens/s p99 floor") < header.index("TTFT p95") < header.index("End-to-end p99")
+    assert header.index("End-to-end p99") < header.index("Success")
+    fast, slow, idle = lines[2], lines[3], lines[4]
+    assert "fastest" in fast and "100.0%" in fast
+    assert "80.0%" in slow and "%" in slow.split()[3]
+    assert idle.split()[2:5] == ["-", "-", "-"]
+
+
+def test_csv_holds_raw_values() -> None:
+    rows = leaderboard(snapshot(), CONFIG.models)
+    parsed = list(csv.DictReader(io.StringIO(render_csv(rows))))
+    assert [r["deployment"] for r in parsed] == ["fast", "slow", "idle", "x"]
+    assert float(parsed[1]["success_rate"]) == 0.8
+    assert parsed[2]["tokens_per_s_p50"] == "" and parsed[2]["samples"] == "0"
+    assert LeaderboardRow.from_json({**parsed[0], "samples": 100}).deployment == "fast"

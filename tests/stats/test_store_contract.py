@@ -1,0 +1,149 @@
+"""One set of test bodies, run against both backends: what the router may rely on from any store.
+
+The Redis store runs against a real ``redis-server``; its background intervals are set long so
+that each test decides when it flushes and refreshes (``sync``), and the counts must come out
+the same whenever that happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from gateway.config import StatsConfig
+from gateway.samples import Outcome, Sample
+from gateway.stats import InMemoryStatsStore, RedisStatsStore
+from gateway.stats.snapshot import METRICS, sample_values
+from tests.stats.conftest import FakeClock, make_sample, samples_of
+
+pytestmark = pytest.mark.anyio
+
+AnyStore = InMemoryStatsStore | RedisStatsStore
+OpenStore = Callable[..., Awaitable[AnyStore]]
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def open_store(request: pytest.FixtureRequest, prefix: str, clock: FakeClock) -> AsyncIterator[OpenStore]:
+    stores: list[AnyStore] = []
+    redis_url = request.getfixturevalue("redis_server").url if request.param == "redis" else "redis://127.0.0.1:1/0"
+
+    async def open_store(window_s: int = 60, slice_s: int = 10) -> AnyStore:
+        config = StatsConfig(
+            backend=request.param,
+            redis_url=redis_url,
+            key_prefix=prefix,
+            window_s=window_s,
+            slice_s=slice_s,
+            flush_interval_s=slice_s,
+            refresh_interval_s=3600,
+        )
+        store: AnyStore = (
+            InMemoryStatsStore(config, clock) if request.param == "memory" else RedisStatsStore(config, clock)
+        )
+        await store.start()
+        stores.append(store)
+        return store
+
+    yield open_store
+    for store in stores:
+        await store.aclose()
+
+
+async def test_own_samples_count_at_once_and_once(open_store: OpenStore) -> None:
+    store = await open_store()
+    for _ in range(10):
+        store.record(make_sample())
+    assert samples_of(store.snapshot()) == 10
+    await store.sync()
+    assert samples_of(store.snapshot()) == 10
+    await store.sync()
+    assert samples_of(store.snapshot()) == 10
+    for _ in range(5):
+        store.record(make_sample())
+    assert samples_of(store.snapshot()) == 15
+    await store.sync()
+    assert samples_of(store.snapshot()) == 15
+    health = store.health()
+    assert not health.degraded and health.dropped_samples == 0 and health.buffered_samples == 0
+
+
+async def test_samples_recorded_while_syncing_count_once(open_store: OpenStore) -> None:
+    store = await open_store()
+    for _ in range(7):
+        store.record(make_sample())
+    syncing = asyncio.create_task(store.sync())
+    await asyncio.sleep(0)  # let the sync reach its first round trip
+    for _ in range(4):
+        store.record(make_sample(deployment="e"))
+        store.record(make_sample())
+    await syncing
+    assert (samples_of(store.snapshot()), samples_of(store.snapshot(), deployment="e")) == (11, 4)
+    await store.sync()
+    assert (samples_of(store.snapshot()), samples_of(store.snapshot(), deployment="e")) == (11, 4)
+
+
+def exact(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[math.floor(q * (len(ordered) - 1))]
+
+
+async def test_quantiles_and_rates_match_the_samples(open_store: OpenStore) -> None:
+    store = await open_store()
+    rng = random.Random(7)
+    failures: list[Outcome] = ["timeout", "upstream_error", "client_cancelled", "client_error"]
+    oks: list[Outcome] = ["ok"] * 8
+    outcomes = failures + oks
+    taken: list[Sample] = []
+    for _ in range(600):
+        sample = make_sample(
+            deployment=rng.choice(["fast", "slow"]),
+            outcome=rng.choice(outcomes),
+            ttft_s=rng.lognormvariate(-1.5, 0.8),
+            tokens_per_s=rng.lognormvariate(4.5, 0.6),
+            e2e_s=rng.lognormvariate(1.0, 0.7),
+            output_tokens=rng.randint(1, 2000),
+        )
+        taken.append(sample)
+        store.record(sample)
+    for synced in (False, True):
+        if synced:
+            await store.sync()
+        snapshot = store.snapshot()
+        for deployment in ("fast", "slow"):
+            mine = [s for s in taken if s.deployment == deployment]
+            summary = snapshot.get("m", deployment)
+            assert summary is not None and summary.samples == len(mine)
+            judged = [s for s in mine if s.outcome not in ("client_cancelled", "client_error")]
+            assert summary.attempts == len(judged)
+            assert summary.success_rate() == pytest.approx(sum(s.outcome == "ok" for s in judged) / len(judged))
+            for metric in METRICS:
+                values = [v for s in mine for m, v in sample_values(s).items() if m == metric]
+                assert summary.count(metric) == len(values)
+                for q in (0.01, 0.05, 0.5, 0.95, 0.99):
+                    estimate = summary.quantile(metric, q)
+                    assert estimate == pytest.approx(exact(values, q), rel=0.02), (metric, q)
+        lengths = [float(s.output_tokens) for s in taken if s.outcome == "ok" and s.output_tokens is not None]
+        assert snapshot.model_quantile("m", "output_tokens", 0.5) == pytest.approx(exact(lengths, 0.5), rel=0.02)
+
+
+async def test_samples_leave_the_window(open_store: OpenStore, clock: FakeClock) -> None:
+    store = await open_store(window_s=60, slice_s=10)
+    clock.now = 1_800_000_000.0
+    store.record(make_sample(ttft_s=0.1))
+    await store.sync()
+    clock.advance(30)
+    store.record(make_sample(ttft_s=0.3))
+    await store.sync()
+    assert samples_of(store.snapshot()) == 2
+    clock.advance(30)
+    await store.sync()
+    assert samples_of(store.snapshot()) == 1
+    clock.advance(30)
+    await store.sync()
+    assert store.snapshot().get("m", "d") is None
+    store.record(make_sample())
+    assert samples_of(store.snapshot()) == 1

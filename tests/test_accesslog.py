@@ -1,0 +1,177 @@
+"""The access log: one JSON line per request with the story of the request, and nothing secret."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from gateway.config import ConfigError, GatewayConfig, parse_config
+from gateway.fakes import FakeBehavior
+from tests.conftest import Fakes, FakeServer, Gateway
+from tests.test_metrics import wait_until
+
+CLIENT_KEY = "client-key-CANARY-7f3a"
+PROVIDER_KEY = "sk-provider-CANARY-91bc"
+PROMPT = "prompt-text-CANARY-5d2e"
+FIELDS = {
+    "ts", "request_id", "endpoint", "model", "stream", "status", "outcome", "provider", "deployment", "attempts",
+    "route", "ttft_s", "first_answer_s", "tokens_per_s", "input_tokens", "output_tokens", "cost_usd", "duration_s",
+    "overhead_s",
+}  # fmt: skip
+
+
+def keyed_config(providers: list[FakeServer], server: dict[str, Any] | None = None) -> GatewayConfig:
+    data: dict[str, Any] = {
+        "server": server or {},
+        "providers": [{"name": p.name, "base_url": p.base_url, "api_key_env": "FAKE_KEY"} for p in providers],
+        "models": [
+            {
+                "name": "m",
+                "deployments": [
+                    {"provider": p.name, "model": "up", "price_in": 1.0, "price_out": 2.0} for p in providers
+                ],
+            }
+        ],
+    }
+    return parse_config(data, source="test.toml")
+
+
+ENVIRON = {"FAKE_KEY": PROVIDER_KEY, "GATEWAY_API_KEYS": CLIENT_KEY}
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
+
+
+def test_one_line_per_request_with_the_story_and_no_secrets(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    bad = fakes.start("bad", FakeBehavior(status=503))
+    good = fakes.start("good", FakeBehavior(output_tokens=8, tokens_per_s=500))
+    gateway = start_gateway(keyed_config([bad, good]), environ=ENVIRON)
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0)
+    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": PROMPT}], stream=True)
+    answer = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": PROMPT}])
+    wait_until(lambda: len(access_lines(caplog)) == 2)
+
+    served, refused = access_lines(caplog)
+    assert set(served) == FIELDS
+    assert served["status"] == 200 and served["outcome"] == "ok" and served["stream"] is True
+    assert (served["model"], served["provider"], served["deployment"]) == ("m", "good", "good")
+    assert served["attempts"] == 2 and served["route"] == "fallback"
+    assert served["output_tokens"] == 8 and served["input_tokens"] > 0
+    assert served["ttft_s"] > 0 and served["tokens_per_s"] > 0 and served["cost_usd"] > 0
+    assert served["duration_s"] >= served["ttft_s"] and 0 <= served["overhead_s"] <= served["duration_s"]
+    assert len(served["request_id"]) == 32
+
+    assert refused["status"] == 404 and refused["attempts"] == 0 and refused["model"] is None
+    assert refused["provider"] is None and refused["overhead_s"] is None
+
+    text = caplog.text + "".join(r.getMessage() for r in caplog.records)
+    for secret in (CLIENT_KEY, PROVIDER_KEY, PROMPT, answer.strip()):
+        assert secret not in text
+
+
+def test_bodies_only_when_asked(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    good = fakes.start("good", FakeBehavior(output_tokens=5))
+    gateway = start_gateway(keyed_config([good], {"log_bodies": True}), environ=ENVIRON)
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0)
+    answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": PROMPT}])
+    wait_until(lambda: len(access_lines(caplog)) == 1)
+    (line,) = access_lines(caplog)
+    assert line["request_body"]["messages"][0]["content"] == PROMPT
+    assert line["response_text"] == answer.choices[0].message.content
+    # Even a debug log never holds a key: they travel in headers, which are never logged.
+    assert CLIENT_KEY not in caplog.text and PROVIDER_KEY not in caplog.text
+
+
+def test_access_log_can_be_turned_off_and_metrics_still_count(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    gateway = start_gateway(keyed_config([fakes.start("good")], {"access_log": False}), environ=ENVIRON)
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0)
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    labels = {"model": "m", "provider": "good", "status_class": "2xx"}
+    wait_until(lambda: gateway.metrics.registry.get_sample_value("gateway_requests_total", labels) == 1)
+    assert access_lines(caplog) == []
+
+
+def test_log_bodies_needs_the_access_log() -> None:
+    with pytest.raises(ConfigError, match=r"server\.log_bodies: needs access_log = true"):
+        parse_config(
+            {"server": {"access_log": False, "log_bodies": True}, "providers": [], "models": []}, source="c.toml"
+        )
+    with pytest.raises(ConfigError, match=r"server\.access_log: expected true or false"):
+        parse_config({"server": {"access_log": "yes"}}, source="c.toml")
+
+
+def test_client_leaving_mid_stream_is_logged_and_leaves_nothing_in_flight(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    slow = fakes.start("slow", FakeBehavior(output_tokens=400, tokens_per_s=40))  # ten seconds of answer
+    gateway = start_gateway(keyed_config([slow]), environ=ENVIRON)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    headers = {"authorization": f"Bearer {CLIENT_KEY}"}
+    with (
+        httpx.Client() as client,
+        client.stream("POST", gateway.base_url + "/chat/completions", json=body, headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        next(response.iter_bytes())  # the first token arrived: now hang up
+    wait_until(lambda: len(access_lines(caplog)) == 1)
+    (line,) = access_lines(caplog)
+    assert line["status"] == 200 and line["outcome"] == "client_cancelled" and line["provider"] == "slow"
+    inflight = gateway.metrics.registry.get_sample_value("gateway_inflight_requests", {"provider": "slow"})
+    assert inflight == 0
+
+
+def test_gateway_serve_writes_bare_json_lines_to_stdout(fakes: Fakes, tmp_path: Path) -> None:
+    good = fakes.start("good", FakeBehavior(output_tokens=4))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f'[[providers]]\nname = "good"\nbase_url = "{good.base_url}"\n\n'
+        '[[models]]\nname = "m"\n  [[models.deployments]]\n  provider = "good"\n  model = "up"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GATEWAY_API_KEYS"}
+    command = [sys.executable, "-m", "gateway", "serve", "-c", str(config), "--port", str(port)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: _answers(f"http://127.0.0.1:{port}/healthz") or process.poll() is not None, timeout=30)
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}]}
+        assert httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body).status_code == 200
+    finally:
+        process.terminate()
+        stdout, stderr = process.communicate(timeout=30)
+    lines = [json.loads(line) for line in stdout.splitlines()]  # every stdout line is one JSON object
+    assert [(line["status"], line["provider"]) for line in lines] == [(200, "good")]
+    assert PROMPT not in stdout + stderr
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -1,0 +1,69 @@
+"""The benchmark's percentiles: nearest rank over every request, failures kept in the denominator."""
+
+from __future__ import annotations
+
+import io
+
+from gateway.bench import BenchTarget, RequestResult
+from gateway.bench.report import ProgressBar, floor_quantile, format_table, summarize, upper_quantile
+from gateway.samples import Outcome
+
+
+def test_nearest_rank_quantiles_rank_failures_as_the_worst() -> None:
+    speeds = [float(v) for v in range(1, 21)]  # 1..20
+    assert floor_quantile(speeds, 0, 0.05) == 1.0  # rank 1 of 20, not 2 (0.05 * 20 is not exactly 1.0)
+    assert floor_quantile(speeds, 0, 0.50) == 10.0
+    assert floor_quantile(speeds[1:], 1, 0.05) == 0.0  # one failure of 20: the p95 floor reached nothing
+    assert floor_quantile(speeds[2:], 2, 0.05) == 0.0
+    assert floor_quantile([], 0, 0.5) is None
+
+    latencies = [float(v) for v in range(1, 101)]  # 1..100
+    assert upper_quantile(latencies, 0, 0.99) == 99.0
+    assert upper_quantile(latencies[:99], 1, 0.99) == 99.0  # 1 failure in 100: p99 still lands on a value
+    assert upper_quantile(latencies[:98], 2, 0.99) is None  # 2 failures in 100: p99 lands on a failure
+    assert upper_quantile([], 3, 0.5) is None
+
+
+def _result(target: str, index: int, outcome: Outcome, tps: float | None, ttft: float | None) -> RequestResult:
+    e2e = None if outcome != "ok" else (ttft or 0) + 1.0
+    return RequestResult(target, index, 0, outcome, 0.0, 200, ttft, ttft, tps, e2e, 10, None, None, 10)
+
+
+def test_summaries_are_sorted_by_speed_with_the_distance_to_the_fastest() -> None:
+    targets = [BenchTarget(name, "direct", "http://x/v1", name) for name in ("a", "b", "c")]
+    results = [_result("a", i, "ok", 50.0, 0.2) for i in range(4)]
+    results += [_result("b", i, "ok", 100.0, 0.5) for i in range(3)] + [_result("b", 3, "timeout", None, None)]
+    results += [_result("c", i, "upstream_error", None, None) for i in range(4)]
+
+    summaries = summarize(targets, results)
+
+    assert [s.target for s in summaries] == ["b", "a", "c"]
+    b, a, c = summaries
+    assert b.delta_vs_fastest == 0.0 and a.delta_vs_fastest == -0.5
+    assert b.success_rate == 0.75 and b.tps_p95_floor == 0.0 and b.ttft_p95_s is None and b.ttft_p50_s == 0.5
+    assert c.success_rate == 0.0 and c.tps_p50 == 0.0
+    table = format_table(summaries).splitlines()
+    assert table[0].split()[:2] == ["Target", "Tokens/s"]
+    assert table[2].split() == ["b", "100.0", "fastest", "0.0", "0.0", "fail", "fail", "75.0"]
+    assert table[3].split()[:3] == ["a", "50.0", "-50%"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_draws_on_a_terminal_only() -> None:
+    terminal = _Terminal()
+    bar = ProgressBar(4, terminal)
+    bar.advance(_result("a", 0, "ok", 10.0, 0.1))
+    bar.advance(_result("a", 1, "timeout", None, None))
+    bar.close()
+    drawn = terminal.getvalue()
+    assert "\r[" in drawn and "2/4 requests, 1 failed" in drawn and drawn.endswith("\n")
+
+    piped = io.StringIO()
+    quiet = ProgressBar(4, piped)
+    quiet.advance(_result("a", 0, "ok", 10.0, 0.1))
+    quiet.close()
+    assert piped.getvalue() == ""

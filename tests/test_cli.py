@@ -1,0 +1,182 @@
+"""The ``gateway`` command as an operator runs it: a subprocess, its exit status and its output."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import MESSAGES, sdk, wait_until
+from tests.test_config import EXAMPLE, MINIMAL
+
+ENV = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("GATEWAY_")}
+
+
+def gateway(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        capture_output=True,
+        text=True,
+        env={**ENV, **(env or {})},
+        timeout=timeout,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_check_prints_the_routing_table() -> None:
+    result = gateway("check", "-c", str(EXAMPLE))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{EXAMPLE}: valid; 2 providers, 2 models"
+    header = lines[2].split()
+    assert header == [
+        "model",
+        "policy",
+        "#",
+        "deployment",
+        "provider",
+        "upstream",
+        "model",
+        "in",
+        "$/1M",
+        "out",
+        "$/1M",
+        "key",
+    ]
+    table_end = lines.index("", 4)
+    rows = [line.split() for line in lines[4:table_end]]
+    assert lines[table_end + 1].startswith("auth: no client keys: loopback clients only")
+    assert rows == [
+        ["llama-3.3-70b", "balanced", "1", "fast", "fast", "llama-3.3-70b-versatile", "0.59", "0.79", "none"],
+        ["2", "slow", "slow", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "0.88", "0.88", "none"],
+        ["small", "interactive", "1", "fast", "fast", "llama-3.1-8b-instant", "0.05", "0.08", "none"],
+    ]
+
+
+def test_check_of_a_bad_config_exits_1_with_the_message(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(MINIMAL.replace('provider = "groq"', 'provider = "grok"'))
+    result = gateway("check", "-c", str(bad))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == (
+        'gateway: bad.toml: models[0].deployments[0].provider: unknown provider "grok" (known: groq, together)\n'
+    )
+
+
+def test_check_shows_key_variables_as_set_or_missing_never_their_values(tmp_path: Path) -> None:
+    config = tmp_path / "keys.toml"
+    text = MINIMAL.replace('name = "groq"\n', 'name = "groq"\napi_key_env = "GROQ_API_KEY"\n', 1)
+    config.write_text(text.replace('name = "together"\n', 'name = "together"\napi_key_env = "TOGETHER_API_KEY"\n'))
+    ok = gateway("check", "-c", str(config), env={"GROQ_API_KEY": "sk-secret-1", "TOGETHER_API_KEY": "sk-2"})
+    assert ok.returncode == 0, ok.stderr
+    assert "$GROQ_API_KEY set" in ok.stdout
+    assert "sk-secret-1" not in ok.stdout + ok.stderr
+    missing = gateway("check", "-c", str(config), env={"TOGETHER_API_KEY": "sk-2"})
+    assert missing.returncode == 1
+    assert "$GROQ_API_KEY MISSING" in missing.stdout
+    assert missing.stderr == (
+        "gateway: keys.toml: providers[0].api_key_env: environment variable GROQ_API_KEY is not set "
+        '(expected the API key of provider "groq")\n'
+    )
+
+
+def test_serve_with_a_missing_env_var_exits_1_with_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "serve.toml"
+    config.write_text(MINIMAL.replace('name = "groq"\n', 'name = "groq"\napi_key_env = "GROQ_API_KEY"\n', 1))
+    result = gateway("serve", "-c", str(config), "--port", str(free_port()))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "gateway: serve.toml: providers[0].api_key_env: environment variable GROQ_API_KEY is not set "
+        '(expected the API key of provider "groq")'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["serve", "-c", "nowhere.toml"], "gateway: nowhere.toml: cannot read config: No such file or directory"),
+        (["serve"], "gateway: no config given: use -c FILE (or set GATEWAY_CONFIG), or try `gateway demo`"),
+        (["check"], "gateway: no config given: use -c FILE"),
+    ],
+)
+def test_operator_errors_are_one_line(args: list[str], message: str) -> None:
+    result = gateway(*args)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [message]
+
+
+def test_serve_with_a_bad_tokenizer_exits_1_with_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "tok.toml"
+    config.write_text(MINIMAL + '\n[stats]\ntokenizer = "/nowhere/o200k_base.tiktoken"\n')
+    result = gateway("serve", "-c", str(config), "--port", str(free_port()))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == ["gateway: tokenizer file not found: /nowhere/o200k_base.tiktoken"]
+
+
+def test_serve_and_fake_provider_end_to_end(tmp_path: Path) -> None:
+    """The two commands a newcomer runs: a fake provider, and the gateway in front of it."""
+    fake_port, gateway_port = free_port(), free_port()
+    config = tmp_path / "live.toml"
+    config.write_text(
+        EXAMPLE.read_text()
+        .replace("http://127.0.0.1:9001/v1", f"http://127.0.0.1:{fake_port}/v1")
+        .replace("port = 8080", f"port = {gateway_port}")
+    )
+    command = [sys.executable, "-m", "gateway"]
+    fake = subprocess.Popen(
+        [*command, "fake-provider", "--port", str(fake_port), "--name", "fast", "--ttft", "0", "--tokens", "5"],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    served = subprocess.Popen(
+        [*command, "serve", "-c", str(config), "--log-level", "warning"],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(lambda: _healthy(fake_port) and _healthy(gateway_port), timeout=20, what="both servers up")
+        client = sdk(f"http://127.0.0.1:{gateway_port}/v1")
+        raw = client.chat.completions.with_raw_response.create(model="llama-3.3-70b", messages=MESSAGES)
+        assert raw.parse().choices[0].message.content == " the quick brown fox jumps"
+        assert raw.headers["x-gateway-provider"] == "fast"
+        streamed = client.chat.completions.create(model="small", messages=MESSAGES, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == " the quick brown fox jumps"
+    finally:
+        for process in (served, fake):
+            process.send_signal(signal.SIGINT)
+        errors = [process.communicate(timeout=15)[1] for process in (served, fake)]
+    # Ctrl-C is a clean stop: exit 0, and nothing on stderr (no traceback) but the one line
+    # saying who may call the gateway.
+    assert [served.returncode, fake.returncode] == [0, 0], errors
+    notice = errors[0].decode().splitlines()
+    assert len(notice) == 1 and "client auth OFF" in notice[0], notice
+    assert errors[1] == b""
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code in (200, 404)
+    except httpx.TransportError:
+        return False
+
+
+def test_version() -> None:
+    result = gateway("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("gateway ")

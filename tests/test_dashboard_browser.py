@@ -1,0 +1,111 @@
+"""``GET /dashboard`` in headless Chromium, on a real gateway in front of three fake providers.
+
+The gateway has client keys, so the browser goes the way a person would: ``/dashboard`` alone
+is refused, ``/dashboard?key=…`` redirects to the bare page with a session cookie. The page is
+loaded empty first (the intentional empty state), then after streamed traffic: the rows, the
+scatter with its Pareto frontier, the routing choice, and at least one self-refresh by its
+script (run under the page's Content-Security-Policy) must be in the DOM. Screenshots of both
+states are written next to the test's temporary files.
+
+Today's router tries deployments in config order; a request reaches the second or third
+deployment only when the ones before it fail (each request's ``fake`` object makes them answer
+503), so those failures show in their success rates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.fakes import FakeBehavior
+from tests.chromium import dump_dom, screenshot
+from tests.conftest import Fakes, Gateway, gateway_config
+from tests.helpers import sdk, wait_until
+
+KEY = "dash-client-key"
+# (TTFT, tokens/s): "early" starts first, "stream" streams fastest, "laggard" is beaten by
+# "early" on both, so the frontier is {early, stream}, with margins of 3x or more on each axis.
+PROFILES = {"early": (0.01, 250.0), "stream": (0.08, 800.0), "laggard": (0.12, 80.0)}
+# Requests per deployment, and which deployments must fail before it for the request to land there.
+TRAFFIC = {"early": (6, ()), "stream": (4, ("early",)), "laggard": (3, ("early", "stream"))}
+
+
+def _send_traffic(gateway: Gateway) -> int:
+    client = sdk(gateway.base_url, api_key=KEY)
+    attempts = 0
+    for target, (count, failing) in TRAFFIC.items():
+        fake: dict[str, Any] = {"servers": {name: {"status": 503} for name in failing}}
+        for i in range(count):
+            stream = client.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": f"question {i}"}],
+                stream=True,
+                extra_body={"fake": fake},
+            )
+            text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+            assert text, f"no answer from {target}"
+            attempts += len(failing) + 1
+    return attempts
+
+
+def _points(dom: str) -> dict[str, str]:
+    """Deployment name → its scatter point's class ("on-frontier" or "dominated")."""
+    return {
+        name: kind
+        for kind, name in re.findall(r'<g class="point ([a-z-]+)"[^>]*>.*?<text class="label"[^>]*>([^<]+)</text>', dom)
+    }
+
+
+def test_dashboard_in_chromium(fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path) -> None:
+    servers = [
+        fakes.start(name, FakeBehavior(ttft_s=ttft, tokens_per_s=speed, output_tokens=20))
+        for name, (ttft, speed) in PROFILES.items()
+    ]
+    # Config order, and circuits that stay closed through the planned failures below.
+    config = gateway_config(servers, policy={"failure_threshold": 100})
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    page = f"{gateway.url}/dashboard?key={KEY}"
+
+    refused = dump_dom(f"{gateway.url}/dashboard")
+    assert "The dashboard needs a client key" in refused and 'id="board"' not in refused
+
+    empty = dump_dom(page)
+    assert "No traffic measured yet" in empty and "gateway demo --traffic 5" in empty
+    assert "Authorization: Bearer $GATEWAY_CLIENT_KEY" in empty  # keys are on: the example says so
+    assert '<svg class="scatter"' not in empty
+    screenshot(page, tmp_path / "dashboard-empty.png", height=720)
+
+    attempts = _send_traffic(gateway)
+    wait_until(lambda: len(gateway.samples.samples) >= attempts, what="every attempt recorded")
+
+    # 4 s of the page's virtual time: its script re-fetches the board at least once.
+    dom = dump_dom(page, wait_ms=4_000)
+    assert "No traffic measured yet" not in dom
+    refreshes = re.search(r'id="live"[^>]*data-refreshes="(\d+)"', dom)
+    assert refreshes is not None and int(refreshes.group(1)) >= 1, "the page did not refresh itself"
+    assert 'class="live"' in dom  # not marked stale
+
+    rows = re.findall(
+        r'<tr class="[^"]*" style="--c:#[0-9a-f]{6}"><td class="name">.*?<span class="dep">([^<]+)</span>', dom
+    )
+    assert rows == ["stream", "early", "laggard"]  # fastest median first
+    assert f"{attempts} samples in 5 min" in dom  # failed attempts count too
+    assert '<svg class="scatter"' in dom and "time to first token, p50" in dom
+    assert _points(dom) == {"early": "on-frontier", "stream": "on-frontier", "laggard": "dominated"}
+    assert dom.count('<polyline class="frontier-line"') == 1
+    assert re.search(
+        r'next request goes to <span class="chip"[^>]*>early</span><span class="basis"[^>]*>config order', dom
+    )
+
+    shot = screenshot(page, tmp_path / "dashboard.png", height=760)
+    assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_a_missing_chromium_fails_with_how_to_install_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(AssertionError, match=r"apt-get install -y chromium"):
+        dump_dom("http://127.0.0.1:9/dashboard")

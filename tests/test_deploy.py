@@ -1,0 +1,252 @@
+"""``deploy/`` and the Dockerfile hold together: files parse, queries are valid PromQL over metrics the
+gateway really exports, the stack's configs are valid gateway configs, the manifests say what
+they must. No Docker engine or cluster runs here, so this is what can be checked without one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import promql_parser
+import pytest
+import yaml
+
+from gateway.cli import build_parser
+from gateway.config import load_config, parse_config
+from gateway.fakes import FakeBehavior
+from gateway.metrics import Metrics
+from gateway.samples import Sample
+from gateway.stats import StatsSnapshot
+from tests.conftest import Fakes, Gateway, gateway_config
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "gateway.json"
+ALERTS = DEPLOY / "prometheus" / "alerts.yml"
+METRIC_NAME = re.compile(r"\bgateway_[a-z0-9_]+")
+SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
+# Grafana's own variables, replaced by what Grafana would put there, so the PromQL parses.
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h"}
+
+
+def exported_labels() -> dict[str, set[str]]:
+    """Every metric family the gateway exports → its label names (all hooks exercised once)."""
+    metrics = Metrics()
+    sample = Sample(
+        model="m", deployment="d", provider="p", endpoint="chat", stream=True, outcome="ok", started_at=0.0,
+        ttft_s=0.1, first_answer_s=0.1, tokens_per_s=50.0, e2e_s=1.0, output_tokens=10, cost_usd=0.001,
+        prompt_tokens_estimate=5,
+    )  # fmt: skip
+    metrics.record(sample)
+    metrics.request_answered("m", "p", 200)
+    metrics.attempt_started("p")
+    metrics.set_provider_capacity("p", 8)
+    metrics.observe_overhead("stream", 0.001)
+    metrics.route_decided("m", "p", "best-score")
+    metrics.fallback("m", "p")
+    metrics.hedge("m", "p", "won")
+    metrics.set_circuit_state("p", "closed")
+    metrics.set_stats_backend("redis", True)
+    metrics.samples_dropped(1)
+    metrics.observe_snapshot(StatsSnapshot.from_samples([sample]))
+    labels: dict[str, set[str]] = {}
+    for family in metrics.registry.collect():
+        names = labels.setdefault(family.name, set())
+        for s in family.samples:
+            names.update(k for k in s.labels if k not in ("le", "quantile") or family.type == "gauge")
+    return labels
+
+
+def family_of(name: str) -> str:
+    for suffix in SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def dashboard_queries() -> Iterator[tuple[str, str]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            yield panel["title"], target["expr"]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            yield f"variable {variable['name']}", variable["definition"]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    return [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
+
+
+def test_every_yaml_and_json_file_parses() -> None:
+    files = sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yml", ".yaml", ".json"))
+    assert len(files) >= 12
+    for path in files:
+        if path.suffix == ".json":
+            assert json.loads(path.read_text()), path
+        else:
+            documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+            assert documents, path
+
+
+def test_every_query_is_valid_promql_over_exported_metrics() -> None:
+    exported = exported_labels()
+    queries = [*dashboard_queries(), *((rule["alert"], rule["expr"]) for rule in alert_rules())]
+    used: set[str] = set()
+    for where, expr in queries:
+        text = expr
+        for variable, value in GRAFANA_VARIABLES.items():
+            text = text.replace(variable, value)
+        if not where.startswith("variable"):
+            promql_parser.parse(text)  # raises ValueError on a syntax error
+        for name in METRIC_NAME.findall(expr):
+            family = family_of(name)
+            assert family in exported, f"{where}: {name} is not exported by the gateway"
+            used.add(family)
+    # Not a vacuous pass: the dashboard and the rules use most of what the gateway exports.
+    assert len(used) >= 18, sorted(used)
+
+
+def test_dashboard_is_templated_by_model_and_has_the_panels() -> None:
+    exported = exported_labels()
+    for title, expr in dashboard_queries():
+        if title.startswith("variable"):
+            continue
+        # Every selector of a metric that has a model label filters on the dashboard's $model.
+        for name, selector in re.findall(r"(gateway_[a-z0-9_]+)(\{[^}]*\})?", expr):
+            if "model" in exported[family_of(name)]:
+                assert 'model=~"$model"' in selector, f"{title}: {name} ignores $model"
+    titles = {title for title, _ in dashboard_queries()}
+    for wanted in (
+        "Requests/s by provider", "Success rate by provider", "TTFT p50 / p95 by provider",
+        "Tokens/s p50 and p95 floor by provider", "End-to-end p99 by provider", "Routing share by provider",
+        "Routing reasons", "Fallbacks and hedges", "Cost per hour by provider", "Gateway overhead",
+        "In flight by provider", "Circuit state",
+    ):  # fmt: skip
+        assert wanted in titles
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert {v["name"] for v in dashboard["templating"]["list"]} >= {"datasource", "model"}
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_alert_rules_cover_the_failure_modes() -> None:
+    rules = {rule["alert"]: rule for rule in alert_rules()}
+    assert {
+        "GatewayProviderErrorRate", "GatewayProviderTTFTHigh", "GatewayModelDown", "GatewayStatsBackendDegraded",
+    } <= set(rules)  # fmt: skip
+    for name, rule in rules.items():
+        assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
+        assert rule["annotations"]["summary"], name
+        assert re.fullmatch(r"\d+[smh]", rule["for"]), name
+
+
+def test_compose_stack_holds_together() -> None:
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"gateway", "redis", "prometheus", "grafana", "loadgen"} <= set(services)
+    config = load_config(DEPLOY / "gateway.toml")
+    assert config.stats.backend == "redis" and config.stats.redis_url.startswith("redis://redis:")
+    for provider in config.providers:
+        # Each simulated provider is a service running `gateway fake-provider`, with no key.
+        host = provider.base_url.split("//")[1].split(":")[0]
+        args = build_parser().parse_args(services[host]["command"])
+        assert args.command == "fake-provider" and args.host == "0.0.0.0" and provider.api_key_env is None
+        assert provider.base_url == f"http://{host}:{args.port}/v1"
+    gateway = services["gateway"]
+    assert "./gateway.toml:/etc/gateway/gateway.toml:ro" in gateway["volumes"]
+    assert gateway["build"]["context"] == ".." and (DEPLOY / ".." / "Dockerfile").is_file()
+    for service in services.values():
+        for volume in service.get("volumes", []):
+            assert (DEPLOY / volume.split(":")[0]).exists(), volume
+    prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    targets = [t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]]
+    assert "gateway:8080" in targets and prometheus["rule_files"] == ["/etc/prometheus/alerts.yml"]
+
+
+def k8s_documents() -> dict[tuple[str, str], dict[str, Any]]:
+    documents = {}
+    for path in (DEPLOY / "kubernetes").glob("*.yaml"):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and "kind" in document and document["kind"] != "Kustomization":
+                documents[(document["kind"], document["metadata"]["name"])] = document
+    return documents
+
+
+def test_kubernetes_manifests() -> None:
+    docs = k8s_documents()
+    deployment = docs[("Deployment", "gateway")]
+    spec = deployment["spec"]
+    assert spec["replicas"] >= 2
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert build_parser().parse_args(container["args"]).config == "/etc/gateway/gateway.toml"
+
+    # The ConfigMap holds a valid config whose every key variable the Secret provides.
+    toml = docs[("ConfigMap", "gateway-config")]["data"]["gateway.toml"]
+    config = parse_config(tomllib.loads(toml), source="configmap.yaml")
+    secret = docs[("Secret", "gateway-keys")]["stringData"]
+    needed = {p.api_key_env for p in config.providers} | {config.auth.api_keys_env, config.auth.admin_key_env}
+    assert needed <= set(secret)
+    assert config.stats.backend == "redis" and "gateway-redis:6379" in config.stats.redis_url
+    assert ("Service", "gateway-redis") in docs and ("Deployment", "gateway-redis") in docs
+
+    labels = spec["template"]["metadata"]["labels"]
+    service = docs[("Service", "gateway")]
+    assert service["spec"]["selector"].items() <= labels.items()
+    hpa = docs[("HorizontalPodAutoscaler", "gateway")]["spec"]
+    assert hpa["minReplicas"] >= 2 and hpa["scaleTargetRef"]["name"] == "gateway"
+    kustomization = yaml.safe_load((DEPLOY / "kubernetes" / "kustomization.yaml").read_text())
+    files = {p.name for p in (DEPLOY / "kubernetes").glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == files
+
+
+def test_dockerfile_bakes_in_the_pinned_encoding() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    args = dict(re.findall(r"^ARG (O200K_\w+)=(\S+)$", text, re.MULTILINE))
+    # The file name is tiktoken's cache key for the URL, and the checksum is that of the real file.
+    assert hashlib.sha1(args["O200K_URL"].encode()).hexdigest() == args["O200K_FILE"]
+    cached = Path(os.environ["TIKTOKEN_CACHE_DIR"]) / args["O200K_FILE"]
+    assert hashlib.sha256(cached.read_bytes()).hexdigest() == args["O200K_SHA256"]
+    assert "TIKTOKEN_CACHE_DIR=/opt/gateway/tiktoken" in text
+    users = re.findall(r"^USER (\S+)", text, re.MULTILINE)
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    assert re.search(r"^HEALTHCHECK .*\n?.*/healthz", text, re.MULTILINE)
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert "!deploy/tiktoken" in ignored and "!gateway" in ignored
+
+
+def test_loadgen_drives_a_real_gateway(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
+    good = fakes.start("good", FakeBehavior(output_tokens=16))
+    gateway = start_gateway(gateway_config([good]))
+    command = [sys.executable, str(DEPLOY / "loadgen.py"), "--base-url", gateway.base_url, "--requests", "6"]
+    command += ["--rate", "100", "--concurrency", "3", "--seed", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == {"done": 6, "results": {"200": 6}}
+    assert len(gateway.samples.samples) == 6
+
+
+@pytest.mark.parametrize("path", ["gateway.toml"])
+def test_compose_config_checks_clean(path: str) -> None:
+    # `gateway check` is what an operator runs before `docker compose up`: it must pass as is.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "check", "-c", str(DEPLOY / path)],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "glm-5.3-flash" in result.stdout

@@ -1,0 +1,288 @@
+"""The meter against an injected clock: exact TTFT, first answer, tokens per second and counts.
+
+Clock readings are binary fractions, so every difference is exact and compared with ``==``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway.meter import Reading, StreamMeter, read_body
+from gateway.tokens import TokenCounter, load_token_counter
+
+SENT_AT = 100.0
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: float = SENT_AT) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return load_token_counter("o200k_base")
+
+
+def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> bytes:
+    choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "finish_reason": finish}
+    event = {"id": "c1", "object": "chat.completion.chunk", "model": "up-model", "choices": [choice], **extra}
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+def event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def run(counter: TokenCounter, timeline: list[tuple[float, bytes]], *, end: bool = False) -> Reading:
+    """Feed each chunk at its clock reading (seconds after the request was sent)."""
+    clock = FakeClock()
+    meter = StreamMeter(clock, SENT_AT)
+    for at, data in timeline:
+        clock.now = SENT_AT + at
+        meter.feed(data)
+    if end:
+        meter.end_of_stream()
+    return meter.finish(counter)
+
+
+def test_chat_stream_with_reasoning(counter: TokenCounter) -> None:
+    usage = {"prompt_tokens": 11, "completion_tokens": 99, "total_tokens": 110}
+    reading = run(
+        counter,
+        [
+            (0.125, chunk({"role": "assistant", "content": ""})),  # the role chunk carries no output
+            (0.25, chunk({"reasoning_content": " think"})),
+            (0.375, chunk({"reasoning_content": " hard"})),
+            (0.5, chunk({"content": " the"})),
+            (0.625, chunk({"content": " quick"})),
+            (1.0, chunk({"content": " brown fox"})),
+            (1.125, chunk({}, finish="stop")),
+            (1.25, event({"id": "c1", "choices": [], "usage": usage})),
+            (1.5, DONE),
+        ],
+    )
+    assert reading == Reading(
+        ttft_s=0.25,  # reasoning is output: TTFT ends at the first reasoning delta
+        first_answer_s=0.5,
+        last_answer_s=1.0,
+        tokens_per_s=4 / 0.5,  # 4 answer tokens over 0.5 s; reasoning and the wait before are excluded
+        output_tokens=4,
+        answer_text=" the quick brown fox",
+        usage_prompt_tokens=11,
+        usage_completion_tokens=99,  # the provider's count is kept apart, never used as output_tokens
+        finished=True,
+        saw_done=True,
+        response_model="up-model",
+    )
+
+
+def test_reasoning_field_named_reasoning_is_excluded_too(counter: TokenCounter) -> None:
+    reading = run(
+        counter,
+        [
+            (0.25, chunk({"reasoning": " the quick brown fox jumps"})),
+            (0.5, chunk({"content": " over"})),
+            (0.75, chunk({"content": " lazy"})),
+        ],
+    )
+    assert (reading.ttft_s, reading.first_answer_s, reading.output_tokens) == (0.25, 0.5, 2)
+    assert reading.tokens_per_s == 2 / 0.25
+    assert reading.answer_text == " over lazy"
+
+
+def test_tool_call_deltas_are_output(counter: TokenCounter) -> None:
+    name_only = {"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "lookup"}}]}
+    reading = run(
+        counter,
+        [
+            (0.25, chunk(name_only)),  # no arguments yet, but a tool call has begun: TTFT ends here
+            (0.5, chunk({"tool_calls": [{"index": 0, "function": {"arguments": " the quick"}}]})),
+            (1.5, chunk({"tool_calls": [{"index": 0, "function": {"arguments": " brown"}}]})),
+            (1.75, chunk({}, finish="tool_calls")),
+            (2.0, DONE),
+        ],
+    )
+    assert reading.ttft_s == 0.25
+    assert reading.first_answer_s == 0.5
+    assert reading.last_answer_s == 1.5
+    assert reading.output_tokens == 3
+    assert reading.tokens_per_s == 3.0
+    assert reading.finished and reading.saw_done
+
+
+def test_legacy_function_call_deltas_are_output(counter: TokenCounter) -> None:
+    reading = run(
+        counter,
+        [
+            (0.25, chunk({"function_call": {"name": "f"}})),
+            (0.5, chunk({"function_call": {"arguments": " the"}})),
+            (0.75, chunk({"function_call": {"arguments": " quick"}})),
+        ],
+    )
+    assert (reading.ttft_s, reading.first_answer_s, reading.output_tokens, reading.tokens_per_s) == (0.25, 0.5, 2, 8.0)
+
+
+def test_completions_stream_text(counter: TokenCounter) -> None:
+    def text(piece: str, finish: str | None = None) -> bytes:
+        return event({"object": "text_completion", "choices": [{"index": 0, "text": piece, "finish_reason": finish}]})
+
+    reading = run(
+        counter, [(0.5, text(" the")), (0.75, text(" quick")), (1.0, text(" brown")), (1.25, text("", "length"))]
+    )
+    assert (reading.ttft_s, reading.first_answer_s, reading.last_answer_s) == (0.5, 0.5, 1.0)
+    assert reading.output_tokens == 3
+    assert reading.tokens_per_s == 6.0
+    assert reading.finished and not reading.saw_done
+
+
+def test_one_token_gives_no_tokens_per_second(counter: TokenCounter) -> None:
+    reading = run(counter, [(0.5, chunk({"content": " the"})), (0.75, chunk({}, finish="stop")), (1.0, DONE)])
+    assert reading.output_tokens == 1
+    assert reading.ttft_s == reading.first_answer_s == reading.last_answer_s == 0.5
+    assert reading.tokens_per_s is None
+
+
+def test_tokens_all_in_one_chunk_give_no_tokens_per_second(counter: TokenCounter) -> None:
+    reading = run(counter, [(0.5, chunk({"content": " the quick brown fox"})), (1.0, DONE)])
+    assert reading.output_tokens == 4
+    assert reading.tokens_per_s is None  # no window to divide by
+
+
+def test_no_output_at_all(counter: TokenCounter) -> None:
+    reading = run(counter, [(0.25, chunk({"role": "assistant"})), (0.5, chunk({}, finish="stop")), (0.75, DONE)])
+    assert reading.ttft_s is None and reading.first_answer_s is None and reading.tokens_per_s is None
+    assert reading.output_tokens == 0
+    assert reading.finished and reading.saw_done
+
+
+def test_an_event_is_timed_when_its_last_byte_arrives(counter: TokenCounter) -> None:
+    first = chunk({"content": " the"})
+    second = chunk({"content": " quick"})
+    clock = FakeClock()
+    meter = StreamMeter(clock, SENT_AT)
+    clock.now = SENT_AT + 0.25
+    meter.feed(first[:10])
+    assert meter.first_output_at is None and meter.ttft_s is None
+    clock.now = SENT_AT + 0.5
+    meter.feed(first[10:] + second[:5])
+    assert meter.ttft_s == 0.5
+    clock.now = SENT_AT + 1.5
+    meter.feed(second[5:])
+    reading = meter.finish(counter)
+    assert (reading.first_answer_s, reading.last_answer_s, reading.tokens_per_s) == (0.5, 1.5, 2.0)
+
+
+def test_end_of_stream_completes_an_unterminated_event(counter: TokenCounter) -> None:
+    clock = FakeClock()
+    meter = StreamMeter(clock, SENT_AT)
+    clock.now = SENT_AT + 0.5
+    meter.feed(chunk({"content": " the"}))
+    clock.now = SENT_AT + 0.75
+    meter.feed(chunk({"content": " quick"}, finish="stop").rstrip(b"\n"))
+    clock.now = SENT_AT + 1.0
+    meter.end_of_stream()
+    reading = meter.finish(counter)
+    assert reading.output_tokens == 2
+    assert reading.last_answer_s == 1.0
+    assert reading.finished and not reading.saw_done
+
+
+def test_error_event_counts_as_first_output_and_is_reported(counter: TokenCounter) -> None:
+    clock = FakeClock()
+    meter = StreamMeter(clock, SENT_AT)
+    clock.now = SENT_AT + 0.25
+    meter.feed(event({"error": {"message": "overloaded", "type": "server_error"}}))
+    assert meter.ttft_s == 0.25  # the wait is over: the error must reach the client, not be retried blindly
+    reading = meter.finish(counter)
+    assert reading.error_message == "overloaded"
+    assert reading.ttft_s is None  # but it is not output in the sample
+    assert reading.output_tokens == 0
+
+
+def test_malformed_event_before_output_is_flagged(counter: TokenCounter) -> None:
+    clock = FakeClock()
+    meter = StreamMeter(clock, SENT_AT)
+    meter.feed(b"data: {not json\n\n")
+    assert meter.malformed
+    assert meter.first_output_at is None
+    clock.now = SENT_AT + 0.5
+    meter.feed(chunk({"content": " the"}))
+    reading = meter.finish(counter)
+    assert reading.output_tokens == 1 and reading.ttft_s == 0.5
+    assert reading.malformed
+
+
+def test_malformed_event_after_output_is_reported(counter: TokenCounter) -> None:
+    reading = run(counter, [(0.5, chunk({"content": " the"})), (0.75, b"data: {oops\n\n"), (1.0, DONE)])
+    assert reading.malformed and reading.output_tokens == 1
+    assert not run(counter, [(0.5, chunk({"content": " the"})), (1.0, DONE)]).malformed
+
+
+def test_done_is_noted_at_once() -> None:
+    meter = StreamMeter(FakeClock(), SENT_AT)
+    meter.feed(DONE[:8])
+    assert not meter.done
+    meter.feed(DONE[8:])
+    assert meter.done
+
+
+def test_several_choices_all_count(counter: TokenCounter) -> None:
+    two = {
+        "choices": [
+            {"index": 0, "delta": {"content": " the"}, "finish_reason": None},
+            {"index": 1, "delta": {"content": " quick"}, "finish_reason": None},
+        ]
+    }
+    reading = run(counter, [(0.5, event(two)), (1.0, chunk({"content": " brown"}))])
+    assert reading.output_tokens == 3
+    assert reading.tokens_per_s == 6.0
+
+
+def test_read_body_of_a_whole_response(counter: TokenCounter) -> None:
+    body = {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "up-model",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": " the quick brown"}, "finish_reason": "stop"},
+            {
+                "index": 1,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": " fox"}}],
+                },
+                "finish_reason": "tool_calls",
+            },
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 40, "total_tokens": 45},
+    }
+    reading = read_body(json.dumps(body).encode(), counter)
+    assert reading == Reading(
+        output_tokens=4,
+        answer_text=" the quick brown fox",
+        usage_prompt_tokens=5,
+        usage_completion_tokens=40,
+        finished=True,
+        response_model="up-model",
+    )
+
+
+def test_read_body_of_an_error_and_of_garbage(counter: TokenCounter) -> None:
+    error = read_body(b'{"error": {"message": "bad", "type": "x"}}', counter)
+    assert error.error_message == "bad" and error.output_tokens == 0
+    assert read_body(b"<html>oops</html>", counter) == Reading(malformed=True)
+    # Usage counts that are not integers are ignored rather than trusted.
+    odd = read_body(b'{"choices": [], "usage": {"prompt_tokens": true, "completion_tokens": "7"}}', counter)
+    assert odd.usage_prompt_tokens is None and odd.usage_completion_tokens is None

@@ -1,0 +1,275 @@
+"""Per-key rate limits: the sliding-window math, both backends with one test body, Redis failing
+open, and limits shared by two gateway replicas on one real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai.types.chat import ChatCompletionChunk
+
+from gateway.app import AppOptions, create_app
+from gateway.config import StatsConfig, parse_config
+from gateway.fakes.provider import FakeState
+from gateway.ratelimit import WINDOW_S, Counts, InMemoryRateLimiter, RateLimiter, RedisRateLimiter, decide
+from tests.conftest import Fakes, FakeServer
+from tests.gateways import GatewayServers, RunningGateway
+from tests.redis_server import RedisServer
+
+KEY = "sk-gw-limited-0123456789"
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+class Clock:
+    """A wall clock the test moves by hand, starting at the beginning of a minute."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0 * WINDOW_S
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sliding_window_decisions() -> None:
+    start = 1_000.0 * WINDOW_S
+    assert decide(Counts(), 10, 0, 0, start) == (None, 0.0)
+    assert decide(Counts(current_requests=2), 1, 3, 0, start)[0] is None
+    limit, wait = decide(Counts(current_requests=3), 1, 3, 0, start + 15)
+    # This minute alone is full: wait for it to end (45 s), then for its weight to fall to 2/3 (20 s).
+    assert limit == "requests" and wait == pytest.approx(45 + 20)
+    # Half a minute in, the previous minute counts half: 4 × 0.5 + 1 + 1 > 3 until its weight is 1/4.
+    limit, wait = decide(Counts(previous_requests=4, current_requests=1), 1, 3, 0, start + 30)
+    assert limit == "requests" and wait == pytest.approx(15)
+    limit, wait = decide(Counts(previous_tokens=100, current_tokens=50), 60, 0, 150, start + 30)
+    assert limit == "tokens" and wait == pytest.approx(0.6 * WINDOW_S - 30)
+    assert decide(Counts(previous_tokens=100, current_tokens=50), 40, 0, 150, start + 30)[0] is None
+
+
+@pytest.fixture(params=["memory", "redis"])
+def limiter_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[Clock], RateLimiter]]:
+    """The same test body runs on both backends."""
+    if request.param == "memory":
+        yield InMemoryRateLimiter
+        return
+    server = RedisServer(tmp_path).start()
+
+    def make(clock: Clock) -> RateLimiter:
+        limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=server.url, key_prefix="t"))
+        limiter.wall_clock = clock
+        limiter.fallback.wall_clock = clock
+        return limiter
+
+    yield make
+    server.stop()
+
+
+def test_limits_on_both_backends(limiter_factory: Callable[[Clock], RateLimiter]) -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        limiter = limiter_factory(clock)
+        try:
+            results = [await limiter.acquire("k1", 10, 3, 0) for _ in range(4)]
+            assert [r.allowed for r in results] == [True, True, True, False]
+            assert results[3].limit == "requests" and results[3].retry_after_s > 0
+            assert (await limiter.acquire("k2", 10, 3, 0)).allowed, "keys are counted apart"
+            assert (await limiter.acquire("k1", 10**9, 0, 0)).allowed, "no limits, no refusal"
+
+            clock.now += WINDOW_S  # the full minute is now the previous one, at full weight
+            assert not (await limiter.acquire("k1", 10, 3, 0)).allowed
+            clock.now += WINDOW_S / 2  # ... at half weight: 1.5 + 1 fits, 1.5 + 2 does not
+            assert (await limiter.acquire("k1", 10, 3, 0)).allowed
+            assert not (await limiter.acquire("k1", 10, 3, 0)).allowed
+
+            first = await limiter.acquire("t", 40, 0, 100)
+            assert first.allowed and (await limiter.acquire("t", 40, 0, 100)).allowed
+            refused = await limiter.acquire("t", 40, 0, 100)
+            assert not refused.allowed and refused.limit == "tokens"
+            await limiter.adjust("t", first.window, -30)  # the first request used less than it reserved
+            assert (await limiter.acquire("t", 40, 0, 100)).allowed
+            await limiter.adjust("t", first.window, +50)  # extra usage counts against this minute
+            assert not (await limiter.acquire("t", 1, 0, 100)).allowed
+            assert limiter.degraded_reason() is None
+        finally:
+            await limiter.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_redis_failure_fails_open_and_logs_once(redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=redis_server.url))
+        limiter.retry_s = 0.0  # try Redis again on every request, so its return is seen at once
+        try:
+            assert (await limiter.acquire("k", 1, 2, 0)).allowed
+            redis_server.stop()
+            # The local twin takes over with the same limits, counting from zero.
+            assert [(await limiter.acquire("k", 1, 2, 0)).allowed for _ in range(3)] == [True, True, False]
+            reason = limiter.degraded_reason()
+            assert reason is not None and "Redis unreachable" in reason
+            redis_server.start()
+            assert (await limiter.acquire("fresh", 1, 2, 0)).allowed
+            assert limiter.degraded_reason() is None
+        finally:
+            await limiter.aclose()
+
+    with caplog.at_level(logging.INFO, logger="gateway.ratelimit"):
+        asyncio.run(scenario())
+    messages = [r.getMessage() for r in caplog.records if r.name == "gateway.ratelimit"]
+    assert len([m for m in messages if "Redis unreachable" in m]) == 1, messages
+    assert len([m for m in messages if "reachable again" in m]) == 1, messages
+
+
+# -- over HTTP -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def replicas(fakes: Fakes, tmp_path: Path) -> Iterator[Callable[..., tuple[FakeServer, list[RunningGateway]]]]:
+    """Starts gateways on one fake provider, each with its own rate limiter (Redis or memory)."""
+    servers = GatewayServers()
+
+    def start(
+        count: int, key_limits: str, redis_url: str | None = None, limits: dict[str, int] | None = None
+    ) -> tuple[FakeServer, list[RunningGateway]]:
+        fake = fakes.start("p")
+        keys = tmp_path / "keys.toml"
+        keys.write_text(f'[[keys]]\nname = "limited"\nkey = "{KEY}"\n{key_limits}\n')
+        config = parse_config(
+            {
+                "providers": [{"name": "p", "base_url": fake.base_url}],
+                "models": [{"name": "m", "deployments": [{"provider": "p", "model": "up"}]}],
+                "auth": {"api_keys_file": str(keys)},
+                "limits": limits or {},
+            },
+            source="test.toml",
+        )
+        gateways = []
+        for _ in range(count):
+            limiter = None
+            if redis_url is not None:
+                limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=redis_url))
+            gateways.append(servers.start(create_app(config, AppOptions(environ={}, rate_limiter=limiter))))
+        return fake, gateways
+
+    yield start
+    servers.stop()
+
+
+MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+
+
+def test_requests_per_minute_shared_by_replicas(
+    replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]], redis_server: RedisServer
+) -> None:
+    _, (first, second) = replicas(2, "requests_per_minute = 3", redis_server.url)
+    with (
+        openai.OpenAI(base_url=first.base_url, api_key=KEY, max_retries=0) as one,
+        openai.OpenAI(base_url=second.base_url, api_key=KEY, max_retries=0) as two,
+    ):
+        for client in (one, two, one):
+            assert client.chat.completions.create(model="m", messages=MESSAGES).choices
+        with pytest.raises(openai.RateLimitError) as refused:
+            two.chat.completions.create(model="m", messages=MESSAGES)
+    error = refused.value
+    assert error.status_code == 429 and error.type == "rate_limit_error" and error.code == "rate_limit_exceeded"
+    assert int(error.response.headers["retry-after"]) >= 1
+    assert "3 requests per minute" in error.message and "'limited'" in error.message and KEY not in error.message
+
+
+def test_redis_outage_keeps_serving(
+    replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]], redis_server: RedisServer
+) -> None:
+    _, (gateway,) = replicas(1, "requests_per_minute = 100", redis_server.url)
+    with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
+        assert client.chat.completions.create(model="m", messages=MESSAGES).choices
+        redis_server.stop()
+        for _ in range(3):
+            assert client.chat.completions.create(model="m", messages=MESSAGES).choices
+    ready = httpx.get(gateway.url + "/readyz").json()
+    assert ready["status"] == "degraded" and any("Redis unreachable" in r for r in ready["reasons"])
+
+
+def test_tokens_per_minute_counts_actual_output(
+    replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]],
+) -> None:
+    """Admission reserves prompt + max_tokens; the fake answers 32 tokens, and the rest is given back.
+
+    Without the correction, the second request (2 × ~198 tokens reserved) would pass 250.
+    """
+    _, (gateway,) = replicas(1, "tokens_per_minute = 250")
+    runtime = gateway.runtime
+    with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
+        assert client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=180).choices
+        gateway.server.call(runtime.access.state.settled())
+        assert client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=180).choices
+        gateway.server.call(runtime.access.state.settled())
+        with pytest.raises(openai.RateLimitError) as refused:
+            client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=180)
+        assert "250 tokens per minute" in refused.value.message
+        assert int(refused.value.response.headers["retry-after"]) >= 1
+        with pytest.raises(openai.RateLimitError) as too_large:
+            client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=1000)
+        assert too_large.value.code == "tokens_exceed_limit" and "retry-after" not in too_large.value.response.headers
+
+
+def _hold_a_stream(client: openai.OpenAI, fake_state: FakeState) -> openai.Stream[ChatCompletionChunk]:
+    """Open a slowly paced stream and wait until the fake provider is serving it."""
+    slow = {"fake": {"tokens_per_s": 5, "output_tokens": 200}}
+    stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True, extra_body=slow)
+    deadline = time.monotonic() + 10
+    while fake_state.open_streams < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fake_state.open_streams == 1
+    return stream
+
+
+def _eventually_served(client: openai.OpenAI) -> None:
+    """The slot comes back once the gateway has noticed the closed stream (asynchronously): poll for it."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            assert client.chat.completions.create(model="m", messages=MESSAGES).choices
+            return
+        except (openai.RateLimitError, openai.InternalServerError):
+            time.sleep(0.01)
+    pytest.fail("the in-flight slot was not released after the stream closed")
+
+
+def test_in_flight_limit_per_key(replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]]) -> None:
+    fake, (gateway,) = replicas(1, "max_in_flight = 1")
+    with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
+        stream = _hold_a_stream(client, fake.app.state)
+        try:
+            with pytest.raises(openai.RateLimitError) as refused:
+                client.chat.completions.create(model="m", messages=MESSAGES)
+            assert refused.value.code == "too_many_requests_in_flight"
+            assert refused.value.response.headers["retry-after"] == "1"
+        finally:
+            stream.close()
+        _eventually_served(client)
+
+
+def test_in_flight_limit_overall(replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]]) -> None:
+    fake, (gateway,) = replicas(1, "", limits={"max_in_flight": 1})
+    with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
+        stream = _hold_a_stream(client, fake.app.state)
+        try:
+            with pytest.raises(openai.InternalServerError) as refused:
+                client.chat.completions.create(model="m", messages=MESSAGES)
+            assert refused.value.status_code == 503 and refused.value.code == "overloaded"
+            assert "maximum of 1 requests at once" in refused.value.message
+            assert refused.value.response.headers["retry-after"] == "1"
+        finally:
+            stream.close()
+        _eventually_served(client)

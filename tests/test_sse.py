@@ -1,0 +1,94 @@
+"""The SSE splitter: events come out whole, whatever the byte boundaries of the input."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.sse import SSESplitter
+
+STREAM = (
+    b": keep-alive comment\n\n"
+    b'data: {"a": 1}\n\n'
+    b"event: message\nid: 7\ndata: first line\ndata: second line\n\n"
+    b"retry: 100\n\n"
+    b"data:no-space\n\n"
+    b'data: {"text": "caf\xc3\xa9 \xe2\x82\xac"}\r\n\r\n'
+    b"data: cr only\r\r"
+    b": comment inside\ndata: x\n\n"
+    b"data: [DONE]\n\n"
+)
+EXPECTED = [
+    b'{"a": 1}',
+    b"first line\nsecond line",
+    b"no-space",
+    b'{"text": "caf\xc3\xa9 \xe2\x82\xac"}',
+    b"cr only",
+    b"x",
+    b"[DONE]",
+]
+
+
+def split_all(parts: list[bytes]) -> list[bytes]:
+    splitter = SSESplitter()
+    events: list[bytes] = []
+    for part in parts:
+        events.extend(splitter.feed(part))
+    events.extend(splitter.flush())
+    return events
+
+
+def test_whole_stream_in_one_chunk() -> None:
+    assert split_all([STREAM]) == EXPECTED
+
+
+def test_byte_by_byte() -> None:
+    assert split_all([STREAM[i : i + 1] for i in range(len(STREAM))]) == EXPECTED
+
+
+def test_every_single_split_point() -> None:
+    for cut in range(len(STREAM) + 1):
+        assert split_all([STREAM[:cut], STREAM[cut:]]) == EXPECTED, cut
+
+
+def test_every_pair_of_split_points() -> None:
+    for first in range(0, len(STREAM) + 1, 3):
+        for second in range(first, len(STREAM) + 1):
+            parts = [STREAM[:first], STREAM[first:second], STREAM[second:]]
+            assert split_all(parts) == EXPECTED, (first, second)
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+def test_every_line_ending(newline: bytes) -> None:
+    stream = newline.join([b"data: one", b"data: two", b"", b"data: three", b"", b""])
+    for cut in range(len(stream) + 1):
+        assert split_all([stream[:cut], stream[cut:]]) == [b"one\ntwo", b"three"], cut
+
+
+def test_crlf_split_between_cr_and_lf_is_one_line_ending() -> None:
+    splitter = SSESplitter()
+    assert splitter.feed(b"data: a\r") == []
+    assert splitter.feed(b"\n") == []
+    assert splitter.feed(b"data: b\r\n\r") == []
+    assert splitter.feed(b"\n") == [b"a\nb"]
+
+
+def test_comments_and_fieldless_events_are_dropped() -> None:
+    splitter = SSESplitter()
+    assert splitter.feed(b": ping\n\n: ping\n\nevent: x\n\n") == []
+    assert splitter.pending == 0
+
+
+def test_flush_completes_an_event_without_its_blank_line() -> None:
+    splitter = SSESplitter()
+    assert splitter.feed(b'data: {"last": true}') == []
+    assert splitter.pending == len(b'data: {"last": true}')
+    assert splitter.flush() == [b'{"last": true}']
+    assert splitter.flush() == []
+    splitter.feed(b"data: half\r")
+    assert splitter.flush() == [b"half"]
+
+
+def test_pending_is_at_most_one_partial_event() -> None:
+    splitter = SSESplitter()
+    assert splitter.feed(b"data: 1\n\ndata: 2\n\ndata: 3") == [b"1", b"2"]
+    assert splitter.pending == len(b"data: 3")

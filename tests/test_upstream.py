@@ -1,0 +1,244 @@
+"""The upstream layer against a real fake provider: headers, keys, errors translated at the boundary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+
+from gateway.config import ProviderConfig, parse_config
+from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.fakes import FakeBehavior
+from gateway.upstream import AttemptTimeouts, UpstreamClient, UpstreamPool, forwardable_headers
+from tests.conftest import Fakes, FakeServer
+
+TIMEOUTS = AttemptTimeouts(connect_s=2.0, read_s=2.0, total_s=10.0)
+CHAT = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.005)
+
+
+def provider_for(fake: FakeServer, **headers: str) -> ProviderConfig:
+    return ProviderConfig(name=fake.name, base_url=fake.base_url, headers=tuple(headers.items()))
+
+
+def test_forwardable_headers_drop_hop_by_hop_and_credentials() -> None:
+    raw = [
+        (b"Host", b"gateway:8080"),
+        (b"Connection", b"keep-alive, X-Hop-Custom"),
+        (b"Keep-Alive", b"timeout=5"),
+        (b"X-Hop-Custom", b"only for this hop"),
+        (b"TE", b"trailers"),
+        (b"Trailer", b"x"),
+        (b"Transfer-Encoding", b"chunked"),
+        (b"Upgrade", b"h2c"),
+        (b"Proxy-Authorization", b"Basic abc"),
+        (b"Proxy-Connection", b"keep-alive"),
+        (b"Authorization", b"Bearer client-key"),
+        (b"api-key", b"client-key"),
+        (b"X-Api-Key", b"client-key"),
+        (b"Cookie", b"session=1"),
+        (b"Content-Length", b"12"),
+        (b"Content-Type", b"application/json"),
+        (b"Accept-Encoding", b"gzip"),
+        (b"Expect", b"100-continue"),
+        (b"X-Gateway-Debug", b"1"),
+        (b"X-Forwarded-For", b"10.0.0.1"),
+        (b"OpenAI-Organization", b"org-1"),
+        (b"X-Request-Tag", b"caf\xe9"),
+        (b"Accept", b"text/event-stream"),
+    ]
+    assert forwardable_headers(raw) == [
+        ("openai-organization", "org-1"),
+        ("x-request-tag", "caf\xe9"),
+        ("accept", "text/event-stream"),
+    ]
+
+
+def test_send_carries_the_provider_key_and_headers(fakes: Fakes) -> None:
+    fake = fakes.start("p")
+
+    async def go() -> bytes:
+        client = UpstreamClient(provider_for(fake, **{"x-org": "acme"}), "sk-provider")
+        try:
+            headers = [("user-agent", "client/1.0"), ("x-request-tag", "t1")]
+            async with await client.send("/chat/completions", CHAT, TIMEOUTS, headers) as response:
+                assert response.status == 200
+                assert response.headers["content-type"] == "text/event-stream"
+                return await response.read_all()
+        finally:
+            await client.aclose()
+
+    body = asyncio.run(go())
+    assert body.endswith(b"data: [DONE]\n\n")
+    (recorded,) = fake.app.state.recorded
+    assert recorded.path == "/v1/chat/completions"
+    assert recorded.headers["authorization"] == "Bearer sk-provider"
+    assert recorded.headers["x-org"] == "acme"
+    assert recorded.headers["x-request-tag"] == "t1"
+    assert recorded.headers["user-agent"].startswith("gateway/")
+    assert recorded.headers["content-type"] == "application/json"
+    assert recorded.headers["accept-encoding"] == "identity"
+
+
+def test_no_key_means_no_authorization_header(fakes: Fakes) -> None:
+    fake = fakes.start("p")
+
+    async def go() -> int:
+        client = UpstreamClient(provider_for(fake), None)
+        try:
+            status, body = await client.get("/models", timeout_s=2.0)
+            assert json.loads(body)["object"] == "list"
+            async with await client.send("/chat/completions", CHAT, TIMEOUTS) as response:
+                await response.read_all()
+                return response.status
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(go()) == 200
+    assert "authorization" not in fake.app.state.recorded[0].headers
+
+
+def test_connection_refused_is_upstream_unavailable() -> None:
+    port = free_port()
+    provider = ProviderConfig(name="gone", base_url=f"http://127.0.0.1:{port}/v1")
+
+    async def go() -> None:
+        client = UpstreamClient(provider, "sk-secret")
+        try:
+            await client.send("/chat/completions", CHAT, TIMEOUTS)
+        finally:
+            await client.aclose()
+
+    with pytest.raises(UpstreamUnavailable) as info:
+        asyncio.run(go())
+    assert info.value.provider == "gone"
+    assert str(info.value).startswith(f"gone: cannot reach upstream (connection to 127.0.0.1:{port} failed")
+    assert "sk-secret" not in str(info.value)
+
+
+def test_hang_before_headers_is_upstream_timeout(fakes: Fakes) -> None:
+    fake = fakes.start("p", FakeBehavior(hang_s=30))
+
+    async def go() -> None:
+        client = UpstreamClient(provider_for(fake), None)
+        try:
+            await client.send("/chat/completions", CHAT, AttemptTimeouts(connect_s=1, read_s=0.2, total_s=5))
+        finally:
+            await client.aclose()
+
+    with pytest.raises(UpstreamTimeout, match=r"^p: upstream did not answer in time"):
+        asyncio.run(go())
+    wait_until(lambda: fake.app.state.cancelled == 1)
+
+
+def test_stall_mid_stream_is_upstream_timeout(fakes: Fakes) -> None:
+    fake = fakes.start("p", FakeBehavior(stall_after=2))
+
+    async def go() -> list[bytes]:
+        client = UpstreamClient(provider_for(fake), None)
+        chunks: list[bytes] = []
+        try:
+            async with await client.send(
+                "/chat/completions", CHAT, AttemptTimeouts(connect_s=1, read_s=0.2, total_s=5)
+            ) as response:
+                while chunk := await response.read_chunk():
+                    chunks.append(chunk)
+        finally:
+            await client.aclose()
+        return chunks
+
+    with pytest.raises(UpstreamTimeout, match=r"^p: no data from upstream within the idle timeout"):
+        asyncio.run(go())
+    wait_until(lambda: fake.app.state.open_streams == 0)
+
+
+def test_dropped_connection_is_upstream_unavailable(fakes: Fakes) -> None:
+    fake = fakes.start("p", FakeBehavior(drop_after=2))
+
+    async def go() -> None:
+        client = UpstreamClient(provider_for(fake), None)
+        try:
+            async with await client.send("/chat/completions", CHAT, TIMEOUTS) as response:
+                await response.read_all()
+        finally:
+            await client.aclose()
+
+    with pytest.raises(UpstreamUnavailable, match=r"^p: upstream stream broke"):
+        asyncio.run(go())
+
+
+def test_closing_early_cancels_the_upstream_request(fakes: Fakes) -> None:
+    fake = fakes.start("p", FakeBehavior(tokens_per_s=20, output_tokens=200))
+
+    async def go() -> None:
+        client = UpstreamClient(provider_for(fake), None)
+        try:
+            response = await client.send("/chat/completions", CHAT, TIMEOUTS)
+            assert await response.read_chunk()
+            response.aclose()
+            # The fake notices the dropped connection while this loop is still running.
+            await asyncio.to_thread(wait_until, lambda: fake.app.state.open_streams == 0)
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+    assert fake.app.state.cancelled == 1
+    assert fake.app.state.completed == 0
+
+
+def test_redact_masks_the_key() -> None:
+    client_provider = ProviderConfig(name="p", base_url="http://127.0.0.1:1/v1")
+
+    async def go() -> tuple[bytes, bytes]:
+        client = UpstreamClient(client_provider, "sk-abc")
+        try:
+            return client.redact(b'{"error": "bad key sk-abc"}'), client.redact(b"nothing here")
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(go()) == (b'{"error": "bad key ***"}', b"nothing here")
+
+
+def test_pool_has_one_client_per_provider(fakes: Fakes) -> None:
+    first, second = fakes.start("a"), fakes.start("b")
+    config = parse_config(
+        {
+            "providers": [
+                {"name": "a", "base_url": first.base_url, "api_key_env": "A_KEY"},
+                {"name": "b", "base_url": second.base_url},
+            ],
+            "models": [{"name": "m", "deployments": [{"provider": "a", "model": "x"}]}],
+        }
+    )
+
+    async def go() -> None:
+        pool = UpstreamPool.from_config(config, {"a": "sk-a", "b": None})
+        try:
+            assert set(pool.clients) == {"a", "b"}
+            for name in ("a", "b"):
+                async with await pool[name].send("/chat/completions", CHAT, TIMEOUTS) as response:
+                    await response.read_all()
+        finally:
+            await pool.aclose()
+
+    asyncio.run(go())
+    assert first.app.state.recorded[0].headers["authorization"] == "Bearer sk-a"
+    assert "authorization" not in second.app.state.recorded[0].headers
