@@ -55,6 +55,17 @@ def _choices(event: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _answer_of(choice: dict[str, Any]) -> str:
     """The visible answer text in one choice of a chunk or a whole response (tool-call arguments included)."""
+    delta = choice.get("delta")
+    if (
+        delta.__class__ is dict
+        and "tool_calls" not in delta
+        and "function_call" not in delta
+        and "text" not in choice
+        and "message" not in choice
+    ):
+        # The common streamed chunk: only delta.content can hold answer text.
+        content = delta.get("content")
+        return content if content.__class__ is str else ""
     parts: list[str] = []
     text = choice.get("text")  # /v1/completions
     if isinstance(text, str):
@@ -212,15 +223,17 @@ class StreamMeter:
             if event is None:
                 malformed = True
                 continue
-            message = _error_message(event)
-            if message is not None:
-                error_message = message
-                continue
+            if "error" in event:
+                message = _error_message(event)
+                if message is not None:
+                    error_message = message
+                    continue
             if response_model is None and isinstance(event.get("model"), str):
                 response_model = event["model"]
-            prompt, completion = _usage(event)
-            usage_prompt = prompt if prompt is not None else usage_prompt
-            usage_completion = completion if completion is not None else usage_completion
+            if "usage" in event:
+                prompt, completion = _usage(event)
+                usage_prompt = prompt if prompt is not None else usage_prompt
+                usage_completion = completion if completion is not None else usage_completion
             for choice in _choices(event):
                 text = _answer_of(choice)
                 if text:
