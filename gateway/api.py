@@ -30,7 +30,7 @@ from gateway.errors import (
 from gateway.leaderboard import leaderboard, leaderboard_json
 from gateway.limits import has_unpaired_surrogate
 from gateway.relay import DisconnectWatch, ProxyRequest
-from gateway.routing import RouteRequest
+from gateway.routing import RouteRequest, parse_preferences, split_model_suffix
 from gateway.samples import Endpoint
 from gateway.upstream import forwardable_headers
 
@@ -171,6 +171,9 @@ class ProxyEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = runtime_of(scope)
+        # Read once, held to the end: a reload swaps in a new runtime, and this one closes its
+        # upstream pools only when its last request has left.
+        runtime.enter()
         # The dispatcher's clock, so that end-to-end and the attempt times share one time base.
         clock = runtime.dispatcher.clock
         record = AccessRecord(uuid.uuid4().hex, self.endpoint, clock(), clock)
@@ -178,6 +181,7 @@ class ProxyEndpoint:
             await self._serve(scope, receive, record.watch(send), runtime, record)
         finally:
             runtime.access_log.write(record)
+            runtime.leave()
 
     async def _serve(
         self, scope: Scope, receive: Receive, send: Send, runtime: GatewayRuntime, record: AccessRecord
@@ -238,12 +242,14 @@ class ProxyEndpoint:
         key = runtime.access.authenticate(scope)
         raw = await read_body(scope, receive, runtime.config.server.max_body_bytes)
         body = parse_json_body(raw)
-        model_name, stream, max_tokens = _check_types(body, self.endpoint)
-        body.pop("provider", None)
+        requested, stream, max_tokens = _check_types(body, self.endpoint)
+        names = {m.name for m in runtime.config.models}
+        model_name, suffix_sort = split_model_suffix(requested, names)
         model = runtime.config.model(model_name)
         if model is None:
             known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
-            raise ModelNotFound(f"model '{model_name}' does not exist (known: {known})", param="model")
+            raise ModelNotFound(f"model '{requested}' does not exist (known: {known})", param="model")
+        preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         prompt_tokens = max(1, len(raw) // 4)
         request = ProxyRequest(
             request_id=request_id,
@@ -257,7 +263,12 @@ class ProxyEndpoint:
             prompt_tokens=prompt_tokens,
         )
         route_request = RouteRequest(
-            model=model, endpoint=self.endpoint, stream=stream, prompt_tokens=prompt_tokens, max_tokens=max_tokens
+            model=model,
+            endpoint=self.endpoint,
+            stream=stream,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            preferences=preferences,
         )
         # Last: from here on the caller owns the ticket and releases it.
         ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)

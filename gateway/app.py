@@ -6,7 +6,7 @@ tokenizer, opens the upstream connection pools, and closes them on shutdown.
 
 The runtime built from a config (``GatewayRuntime``) sits in a ``RuntimeHolder``; a request
 reads ``holder.current`` once and keeps that runtime to the end, so swapping in a new config
-never disturbs a request in flight.
+(``gateway.reload``: ``POST /v1/gateway/reload`` or SIGHUP) never disturbs a request in flight.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
+import signal
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -25,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway import api
+from gateway import admin, api
 from gateway.access import USAGE_TAP, AccessControl, AccessState
 from gateway.accesslog import AccessLog
 from gateway.auth import load_keys
@@ -38,7 +41,8 @@ from gateway.meter import Clock
 from gateway.metrics import Metrics, check_single_process, deployment_providers
 from gateway.ratelimit import RateLimiter, open_rate_limiter
 from gateway.relay import Dispatcher
-from gateway.routing import OrderedRouter, Router
+from gateway.reload import Reloader
+from gateway.routing import CircuitState, MeasuredRouter, NullObserver, RouteReason, RoutingObserver
 from gateway.samples import SampleFanout, SampleSink
 from gateway.stats import StatsStore, open_stats_store
 from gateway.tokens import TokenCounter, load_token_counter
@@ -52,7 +56,7 @@ class GatewayRuntime:
     """Everything built from one config. Immutable once serving; replaced whole on reload."""
 
     config: GatewayConfig
-    router: Router
+    router: MeasuredRouter
     dispatcher: Dispatcher
     upstreams: UpstreamPool
     counter: TokenCounter
@@ -63,6 +67,24 @@ class GatewayRuntime:
     access_log: AccessLog = field(default_factory=lambda: AccessLog(Metrics(process_metrics=False)))
     in_flight: InFlightCounts = no_in_flight
     """Requests in flight per (model, deployment), for the leaderboard; the router provides it."""
+    active: int = 0
+    """Requests being served on this runtime (``enter``/``leave``): a runtime replaced by a reload
+    closes its upstream pools only once its last request is done."""
+    _idle: asyncio.Event | None = None
+
+    def enter(self) -> None:
+        self.active += 1
+
+    def leave(self) -> None:
+        self.active -= 1
+        if self.active == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        """Return once no request is being served on this runtime."""
+        while self.active > 0:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
 
     def degraded_reasons(self) -> list[str]:
         health = self.stats.health()
@@ -86,13 +108,17 @@ class RuntimeHolder:
     """Holds the runtime currently serving; ``current`` is swapped atomically on reload."""
 
     current: GatewayRuntime
+    reloader: Reloader
 
 
 @dataclass(frozen=True)
 class AppOptions:
-    """What a caller may inject beside the config: extra sample sinks, clocks, the environment, metrics.
+    """What a caller may inject beside the config: extra sample sinks, clocks, randomness, the environment,
+    metrics.
 
     ``metrics`` outlives config reloads (counters never reset); by default each app has its own.
+    ``config_path`` is the file ``POST /v1/gateway/reload`` (and SIGHUP, with ``reload_on_sighup``)
+    re-reads; without it the config cannot be reloaded.
     """
 
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -101,6 +127,45 @@ class AppOptions:
     metrics: Metrics = field(default_factory=Metrics)
     rate_limiter: RateLimiter | None = None
     """Used instead of the one ``[stats] backend`` implies; the app closes it on shutdown."""
+    rng: random.Random | None = None
+    """The router's randomness (exploration, tie-breaks); seed it for reproducible routing."""
+    observer: RoutingObserver | None = None
+    """Hears routing events (decisions, fallbacks, hedges, circuits), beside the metrics."""
+    config_path: str | None = None
+    reload_on_sighup: bool = False
+
+
+class _MetricsObserver:
+    """Routing events into the Prometheus metrics, then on to the caller's observer.
+
+    Fallbacks, hedges and route decisions are counted by the dispatcher where they happen;
+    circuit changes happen in the router, and reach the metrics here.
+    """
+
+    def __init__(self, metrics: Metrics, config: GatewayConfig, inner: RoutingObserver) -> None:
+        self.metrics = metrics
+        self.inner = inner
+        self.providers = deployment_providers(config)
+
+    def decision(self, model: str, deployment: str, reason: RouteReason) -> None:
+        self.inner.decision(model, deployment, reason)
+
+    def fallback(self, model: str, failed: str, next_deployment: str) -> None:
+        self.inner.fallback(model, failed, next_deployment)
+
+    def hedge_started(self, model: str, primary: str, hedge: str) -> None:
+        self.inner.hedge_started(model, primary, hedge)
+
+    def hedge_won(self, model: str, hedge: str) -> None:
+        self.inner.hedge_won(model, hedge)
+
+    def hedge_lost(self, model: str, hedge: str) -> None:
+        self.inner.hedge_lost(model, hedge)
+
+    def circuit_changed(self, model: str, deployment: str, state: CircuitState) -> None:
+        provider = self.providers.get((model, deployment), deployment)
+        self.metrics.set_circuit_state(provider, "half_open" if state == "half-open" else state)
+        self.inner.circuit_changed(model, deployment, state)
 
 
 async def build_runtime(
@@ -109,16 +174,27 @@ async def build_runtime(
     keys: Mapping[str, str | None],
     stats: StatsStore,
     access_state: AccessState,
+    previous: GatewayRuntime | None = None,
 ) -> GatewayRuntime:
+    """The runtime for ``config``; on reload, ``previous`` lends its router state and tokenizer."""
     access = AccessControl.from_config(config, options.environ, access_state)
-    counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
-    upstreams = UpstreamPool.from_config(config, keys)
-    router = OrderedRouter(config)
-    sink = SampleFanout([stats, USAGE_TAP, options.metrics, *options.sinks])
-    if options.clock is not None:
-        dispatcher = Dispatcher(upstreams, router, sink, counter, clock=options.clock, metrics=options.metrics)
+    if previous is not None and previous.config.stats.tokenizer == config.stats.tokenizer:
+        counter = previous.counter
     else:
-        dispatcher = Dispatcher(upstreams, router, sink, counter, metrics=options.metrics)
+        counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
+    upstreams = UpstreamPool.from_config(config, keys)
+    observer = _MetricsObserver(options.metrics, config, options.observer or NullObserver())
+    router = MeasuredRouter(
+        config,
+        stats,
+        state=previous.router.state if previous is not None else None,
+        rng=options.rng,
+        clock=options.clock or time.monotonic,
+        observer=observer,
+    )
+    sink = SampleFanout([stats, USAGE_TAP, options.metrics, *options.sinks])
+    clock = options.clock or time.perf_counter
+    dispatcher = Dispatcher(upstreams, router, sink, counter, clock=clock, metrics=options.metrics, observer=observer)
     return GatewayRuntime(
         config=config,
         router=router,
@@ -128,6 +204,7 @@ async def build_runtime(
         stats=stats,
         access_log=AccessLog(options.metrics, enabled=config.server.access_log, log_bodies=config.server.log_bodies),
         access=access,
+        in_flight=router.in_flight,
     )
 
 
@@ -159,6 +236,14 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
     load_keys(config, options.environ)  # fail at start-up, not at the first request
     holder = RuntimeHolder()
 
+    async def build(new_config: GatewayConfig, previous: GatewayRuntime) -> GatewayRuntime:
+        new_keys = resolve_secrets(new_config, options.environ)
+        load_keys(new_config, options.environ)
+        state = previous.access.state
+        return await build_runtime(new_config, options, new_keys, previous.stats, state, previous)
+
+    holder.reloader = Reloader(holder, options.config_path, build)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         stats = open_stats_store(config.stats)
@@ -166,9 +251,15 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats))
         try:
             holder.current = await build_runtime(config, options, keys, stats, access_state)
+            loop = asyncio.get_running_loop()
+            if options.reload_on_sighup:
+                loop.add_signal_handler(signal.SIGHUP, holder.reloader.reload_in_background)
             try:
                 yield
             finally:
+                if options.reload_on_sighup:
+                    loop.remove_signal_handler(signal.SIGHUP)
+                await holder.reloader.aclose()
                 await holder.current.aclose()
         finally:
             # Runs after in-flight requests have finished (or the shutdown grace ran out):
@@ -186,6 +277,8 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/v1/gateway/stats", api.gateway_stats, methods=["GET"]),
         Route("/dashboard", dashboard, methods=["GET"]),
+        Route("/v1/gateway/routes", admin.routes, methods=["GET"]),
+        Route("/v1/gateway/reload", admin.reload_config, methods=["POST"]),
     ]
     middleware = [Middleware(HeaderSizeLimit, max_bytes=lambda: holder.current.config.limits.max_header_bytes)]
     handlers = {HTTPException: _http_exception, GatewayError: _gateway_error}

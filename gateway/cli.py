@@ -32,7 +32,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.accesslog import configure_access_log
-    from gateway.app import create_app
+    from gateway.app import AppOptions, create_app
     from gateway.auth import exposure_notice, load_keys
     from gateway.server import run, uvicorn_config
 
@@ -50,7 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host = host or config.server.host
         ring, admin = load_keys(config, os.environ)
         level, notice = exposure_notice(host, ring, admin, config.auth)
-        app = create_app(config)
+        app = create_app(config, AppOptions(config_path=path, reload_on_sighup=True))
         # Loaded here so that a bad tokenizer is one clear line, not a traceback from the lifespan;
         # the lifespan then finds it in the per-process cache.
         load_token_counter(config.stats.tokenizer)
@@ -99,6 +99,20 @@ def routing_table(config: GatewayConfig, environ: dict[str, str]) -> str:
     return _format_table(header, rows)
 
 
+def cold_rankings(config: GatewayConfig) -> str:
+    """Each model's ranking as a freshly started gateway sees it: prices and policy, nothing measured yet.
+
+    ``GET /v1/gateway/routes`` shows the same with live measurements.
+    """
+    from gateway.routing import MeasuredRouter
+    from gateway.routing.explain import ranking_table
+    from gateway.stats import InMemoryStatsStore
+
+    router = MeasuredRouter(config, InMemoryStatsStore(config.stats))
+    tables = [ranking_table(router.rank(model)) for model in config.models]
+    return "Current ranking (no measurements yet: live ones at GET /v1/gateway/routes)\n\n" + "\n\n".join(tables)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     path = _config_path(args)
     if path is None:
@@ -119,6 +133,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     except (ConfigError, TokenizerError) as exc:
         print()
         return _fail(str(exc))
+    print()
+    print(cold_rankings(config))
     return 0
 
 

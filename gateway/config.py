@@ -23,9 +23,14 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
+# Policies live in their own module; re-exported here, where every other config type is.
+from gateway.policies import BUILTIN_POLICIES as BUILTIN_POLICIES
+from gateway.policies import DEFAULT_POLICY as DEFAULT_POLICY
+from gateway.policies import PolicyConfig as PolicyConfig
+from gateway.policies import parse_policy
+
 StatsBackend = Literal["memory", "redis"]
 STATS_BACKENDS: tuple[StatsBackend, ...] = ("memory", "redis")
-DEFAULT_POLICY = "balanced"
 
 
 class ConfigError(ValueError):
@@ -145,29 +150,6 @@ class ModelConfig:
     """What clients send as ``model``."""
     deployments: tuple[DeploymentConfig, ...]
     policy: str = DEFAULT_POLICY
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyConfig:
-    """How a model's requests are attempted: attempts and timeouts.
-
-    Timeouts are separate because LLM streams need different limits for each phase: a
-    connection should open in seconds, the first token may take tens of seconds, and a
-    long answer may stream for minutes.
-    """
-
-    name: str
-    max_attempts: int = 3
-    connect_timeout_s: float = 5.0
-    first_token_timeout_s: float = 30.0
-    """From sending the request to the first chunk that carries output; past it, the next deployment is tried."""
-    idle_timeout_s: float = 60.0
-    """Longest gap between two chunks of a stream."""
-    total_timeout_s: float = 600.0
-    """Deadline for the whole request, all attempts included."""
-
-
-BUILTIN_POLICIES: dict[str, PolicyConfig] = {DEFAULT_POLICY: PolicyConfig(name=DEFAULT_POLICY)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,20 +431,6 @@ def _parse_model(table: _Table, providers: Mapping[str, ProviderConfig], policie
     return ModelConfig(name=name, deployments=deployments, policy=policy)
 
 
-def _parse_policy(name: str, table: _Table) -> PolicyConfig:
-    base = BUILTIN_POLICIES.get(name, PolicyConfig(name=name))
-    policy = PolicyConfig(
-        name=name,
-        max_attempts=table.integer("max_attempts", base.max_attempts, minimum=1),
-        connect_timeout_s=table.number("connect_timeout_s", base.connect_timeout_s, positive=True),
-        first_token_timeout_s=table.number("first_token_timeout_s", base.first_token_timeout_s, positive=True),
-        idle_timeout_s=table.number("idle_timeout_s", base.idle_timeout_s, positive=True),
-        total_timeout_s=table.number("total_timeout_s", base.total_timeout_s, positive=True),
-    )
-    table.finish()
-    return policy
-
-
 def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayConfig:
     """Validate an already-parsed TOML document. Raises ``ConfigError`` on the first problem."""
     root = _Table(data, "", source)
@@ -474,7 +442,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
     policies: dict[str, PolicyConfig] = dict(BUILTIN_POLICIES)
     policy_root = root.table("policies")
     for name in policy_root.data:
-        policies[name] = _parse_policy(name, policy_root.table(name))
+        policies[name] = parse_policy(name, policy_root.table(name), policies)
     policy_root.finish()
 
     provider_tables = root.tables("providers")

@@ -36,7 +36,7 @@ from gateway.errors import (
 )
 from gateway.meter import Clock, Reading, StreamMeter, read_body
 from gateway.metrics import Metrics
-from gateway.routing import Candidate, RoutePlan, Router
+from gateway.routing import Candidate, NullObserver, RoutePlan, Router, RouteReason, RoutingObserver
 from gateway.samples import Endpoint, Outcome, Sample, SampleSink
 from gateway.tokens import TokenCounter
 from gateway.upstream import MAX_ERROR_BODY, AttemptTimeouts, UpstreamPool, UpstreamResponse
@@ -101,7 +101,15 @@ class AttemptLog:
 
     attempts: int = 0
     winner: Candidate | None = None
-    route: str = "best-score"
+    route: RouteReason = "best-score"
+
+    def commit(self, attempt: _Attempt) -> None:
+        """Note the attempt whose answer goes to the client, and why it was the one."""
+        self.winner = attempt.candidate
+        if attempt.is_hedge:
+            self.route = "hedge"
+        else:
+            self.route = attempt.candidate.reason if attempt.number == 1 else "fallback"
 
 
 class _ClientFault(Exception):
@@ -127,6 +135,7 @@ class Dispatcher:
         clock: Clock = time.perf_counter,
         wall_clock: Clock = time.time,
         metrics: Metrics | None = None,
+        observer: RoutingObserver | None = None,
     ) -> None:
         self.upstreams = upstreams
         self.router = router
@@ -135,32 +144,37 @@ class Dispatcher:
         self.clock = clock
         self.wall_clock = wall_clock
         self.metrics = metrics if metrics is not None else Metrics(process_metrics=False)
+        self.observer: RoutingObserver = observer if observer is not None else NullObserver()
 
     async def dispatch(self, request: ProxyRequest, plan: RoutePlan) -> Reply:
         """Try the plan's candidates until one answers; raise the right ``GatewayError`` if none does."""
+        if request.stream and plan.candidates and plan.candidates[0].hedge_after_s is not None:
+            return await self._race(request, plan)
         policy = plan.policy
         deadline = request.received_at + policy.total_timeout_s
         log = AttemptLog()
         errors: list[UpstreamError] = []
-        for index, candidate in enumerate(plan.candidates[: policy.max_attempts]):
+        for candidate in plan.candidates:
             remaining = deadline - self.clock()
-            if remaining <= 0:
+            if log.attempts >= policy.max_attempts or remaining <= 0:
                 break
-            if index > 0:
-                self.metrics.fallback(request.requested_model, plan.candidates[index - 1].provider.name)
+            attempt = self._admit(request, candidate)
+            if attempt is None:
+                continue
+            if errors:
+                self._fallback(request, errors[-1], candidate)
             log.attempts += 1
+            attempt.number = log.attempts
             try:
-                attempt = await self._open(request, plan, candidate, remaining)
+                await self._open(request, plan, attempt, remaining)
             except UpstreamError as exc:
+                exc.provider = exc.provider or candidate.provider.name
                 errors.append(exc)
                 continue
             except _ClientFault as fault:
-                log.winner = candidate
-                log.route = candidate.reason if index == 0 else "fallback"
+                log.commit(attempt)
                 return FullReply(fault.status, fault.body, fault.content_type, log)
-            log.winner = candidate
-            log.route = candidate.reason if index == 0 else "fallback"
-            self.metrics.route_decided(request.requested_model, candidate.provider.name, log.route)
+            self._commit(request, log, attempt)
             if request.stream:
                 return StreamReply(self, request, attempt, log)
             return await self._finish_full(request, attempt, log)
@@ -168,17 +182,128 @@ class Dispatcher:
         error.headers["x-gateway-attempts"] = str(log.attempts)
         raise error
 
-    async def _open(self, request: ProxyRequest, plan: RoutePlan, candidate: Candidate, remaining: float) -> _Attempt:
+    async def _race(self, request: ProxyRequest, plan: RoutePlan) -> Reply:
+        """The attempt loop with hedging: attempts run as tasks, and the first to produce a token wins.
+
+        When the primary's first token is later than its ``hedge_after_s`` (and the model's
+        hedge budget allows), the next candidate starts beside it. Whichever produces a token
+        first is committed; the other is cancelled, which closes its upstream connection and
+        records its sample (``hedged=True``, its prompt's cost counted). A failure of either
+        leaves the other running; when both have failed, plain fallback goes on.
+        """
+        policy = plan.policy
+        model = plan.candidates[0].model
+        deadline = request.received_at + policy.total_timeout_s
+        log = AttemptLog()
+        errors: list[UpstreamError] = []
+        queue = list(plan.candidates)
+        pending: dict[asyncio.Task[None], _Attempt] = {}
+        hedge_tried = False
+
+        def start_next(as_hedge: bool) -> _Attempt | None:
+            while queue and log.attempts < policy.max_attempts:
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    return None
+                attempt = self._admit(request, queue.pop(0))
+                if attempt is None:
+                    continue
+                log.attempts += 1
+                attempt.number = log.attempts
+                attempt.is_hedge = attempt.hedged = as_hedge
+                pending[asyncio.ensure_future(self._open(request, plan, attempt, remaining))] = attempt
+                return attempt
+            return None
+
+        try:
+            while True:
+                if not pending:
+                    started = start_next(False)
+                    if started is None:
+                        break
+                    if errors:
+                        self._fallback(request, errors[-1], started.candidate)
+                timeout: float | None = None
+                primary = next(iter(pending.values()))
+                if not hedge_tried and len(pending) == 1 and primary.candidate.hedge_after_s is not None:
+                    timeout = max(0.0, primary.sent_at + primary.candidate.hedge_after_s - self.clock())
+                done, _ = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    hedge_tried = True
+                    if queue and log.attempts < policy.max_attempts and self.router.try_hedge(plan):
+                        hedge = start_next(True)
+                        if hedge is not None:
+                            primary.hedged = True
+                            self.observer.hedge_started(model, primary.candidate.name, hedge.candidate.name)
+                    continue
+                answered: list[_Attempt] = []
+                for task in done:
+                    attempt = pending.pop(task)
+                    error = task.exception()
+                    if error is None:
+                        answered.append(attempt)
+                    elif isinstance(error, UpstreamError):
+                        error.provider = error.provider or attempt.candidate.provider.name
+                        errors.append(error)
+                    elif isinstance(error, _ClientFault):
+                        log.commit(attempt)
+                        return FullReply(error.status, error.body, error.content_type, log)
+                    else:
+                        raise error
+                if answered:
+                    answered.sort(key=_first_output_at)
+                    for late in answered[1:]:
+                        self._abandon(request, late)
+                    winner = answered[0]
+                    self._commit(request, log, winner)
+                    if winner.hedged:
+                        self._hedge_ended(model, winner, [*answered[1:], *pending.values()])
+                    return StreamReply(self, request, winner, log)
+        finally:
+            # Losers (and, on a client disconnect, everyone) are cancelled; each records its own sample.
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        error = _final_error(errors, log.attempts, deadline_passed=self.clock() >= deadline)
+        error.headers["x-gateway-attempts"] = str(log.attempts)
+        raise error
+
+    def _admit(self, request: ProxyRequest, candidate: Candidate) -> _Attempt | None:
+        """Ask the router for a slot; None when the candidate may not be tried now (circuit, capacity)."""
+        if not self.router.attempt_started(candidate):
+            return None
+        self.metrics.attempt_started(candidate.provider.name)
+        attempt = _Attempt(candidate, sent_at=self.clock(), started_wall=self.wall_clock())
+        if request.trace.upstream_sent_at is None:
+            request.trace.upstream_sent_at = attempt.sent_at
+        return attempt
+
+    def _fallback(self, request: ProxyRequest, error: UpstreamError, next_candidate: Candidate) -> None:
+        self.metrics.fallback(request.requested_model, error.provider)
+        self.observer.fallback(request.requested_model, error.provider, next_candidate.name)
+
+    def _commit(self, request: ProxyRequest, log: AttemptLog, attempt: _Attempt) -> None:
+        log.commit(attempt)
+        self.metrics.route_decided(request.requested_model, attempt.candidate.provider.name, log.route)
+
+    def _hedge_ended(self, model: str, winner: _Attempt, losers: list[_Attempt]) -> None:
+        self.metrics.hedge(model, winner.candidate.provider.name, "won")
+        for loser in losers:
+            self.metrics.hedge(model, loser.candidate.provider.name, "lost")
+        hedge = winner if winner.is_hedge else next((a for a in losers if a.is_hedge), None)
+        if hedge is winner:
+            self.observer.hedge_won(model, winner.candidate.name)
+        elif hedge is not None:
+            self.observer.hedge_lost(model, hedge.candidate.name)
+
+    async def _open(self, request: ProxyRequest, plan: RoutePlan, attempt: _Attempt, remaining: float) -> None:
         """Send one attempt and wait until it is safe to commit to it (headers, and first token for streams)."""
         policy = plan.policy
+        candidate = attempt.candidate
         client = self.upstreams[candidate.provider.name]
         timeouts = AttemptTimeouts(connect_s=policy.connect_timeout_s, read_s=policy.idle_timeout_s, total_s=remaining)
         body = request.body_for(candidate.deployment.model)
-        attempt = _Attempt(candidate, sent_at=self.clock(), started_wall=self.wall_clock())
-        self.router.attempt_started(candidate)
-        self.metrics.attempt_started(candidate.provider.name)
-        if request.trace.upstream_sent_at is None:
-            request.trace.upstream_sent_at = attempt.sent_at
         first_token_s = min(policy.first_token_timeout_s, remaining)
         try:
             if request.stream:
@@ -208,7 +333,6 @@ class Dispatcher:
             self._fail(request, attempt, "client_cancelled", None)
             raise
         request.trace.upstream_ready_at = attempt.meter.first_output_at if attempt.meter else self.clock()
-        return attempt
 
     async def _check_status(self, attempt: _Attempt, redact: Callable[[bytes], bytes]) -> None:
         response = attempt.response
@@ -268,10 +392,31 @@ class Dispatcher:
         if attempt.response is not None:
             attempt.response.aclose()
         status = attempt.status if attempt.status is not None else (error.upstream_status if error else None)
-        self.record(request, attempt, outcome, Reading(ttft_s=attempt.meter.ttft_s if attempt.meter else None), status)
+        ttft = attempt.meter.ttft_s if attempt.meter else None
+        if ttft is None and outcome == "client_cancelled" and attempt.hedged and not attempt.is_hedge:
+            # A primary cancelled while hedged had waited past its hedge threshold (about its own
+            # p95) without a token. Its wait is recorded as a lower bound: that keeps every
+            # quantile below the threshold exact, where dropping it would hide the slow tail.
+            ttft = self.clock() - attempt.sent_at
+        retry_after = error.retry_after_s if error is not None else None
+        self.record(request, attempt, outcome, Reading(ttft_s=ttft), status, retry_after)
+
+    def _abandon(self, request: ProxyRequest, attempt: _Attempt) -> None:
+        """Drop an attempt that answered but lost the race (both produced a token at once)."""
+        if attempt.response is not None:
+            attempt.response.aclose()
+        self.record(
+            request, attempt, "client_cancelled", Reading(ttft_s=attempt.meter.ttft_s if attempt.meter else None)
+        )
 
     def record(
-        self, request: ProxyRequest, attempt: _Attempt, outcome: Outcome, reading: Reading, status: int | None = None
+        self,
+        request: ProxyRequest,
+        attempt: _Attempt,
+        outcome: Outcome,
+        reading: Reading,
+        status: int | None = None,
+        retry_after_s: float | None = None,
     ) -> Sample:
         """Turn an ended attempt into a ``Sample``, hand it to the sink and tell the router."""
         deployment = attempt.candidate.deployment
@@ -280,7 +425,8 @@ class Dispatcher:
         if output is None:
             output = reading.output_tokens
         cost = None
-        if outcome == "ok" or output:
+        # A hedge's loser was still billed for its prompt once the provider had started on it.
+        if outcome == "ok" or output or (attempt.hedged and attempt.status is not None and attempt.status < 400):
             cost = (prompt * deployment.price_in + (output or 0) * deployment.price_out) / 1e6
         sample = Sample(
             model=request.requested_model,
@@ -302,7 +448,7 @@ class Dispatcher:
             cost_usd=cost,
             hedged=attempt.hedged,
         )
-        self.router.attempt_finished(attempt.candidate, sample)
+        self.router.attempt_finished(attempt.candidate, sample, retry_after_s)
         self.metrics.attempt_ended(sample.provider)
         request.trace.samples.append(sample)
         if outcome == "ok":
@@ -323,6 +469,16 @@ class _Attempt:
     """Chunks read before the first token, sent to the client together with it."""
     body: bytes = b""
     hedged: bool = False
+    """This attempt ran beside another (as the primary or as the hedge)."""
+    is_hedge: bool = False
+    """This attempt is the hedge, started because the primary's first token was late."""
+    number: int = 0
+    """1 for the request's first attempt, 2 for the next, ..."""
+
+
+def _first_output_at(attempt: _Attempt) -> float:
+    meter = attempt.meter
+    return 0.0 if meter is None or meter.first_output_at is None else meter.first_output_at
 
 
 class Reply:

@@ -79,7 +79,10 @@ def gateway_config(
                 ],
             }
         ],
-        "policies": {"test": {"first_token_timeout_s": 5.0, "idle_timeout_s": 5.0, **(policy or {})}},
+        # Config order, no exploration: these tests are about the attempt loop, not about ranking.
+        "policies": {
+            "test": {"extends": "fixed-order", "first_token_timeout_s": 5.0, "idle_timeout_s": 5.0, **(policy or {})}
+        },
     }
     for key, value in (extra or {}).items():
         data[key] = value

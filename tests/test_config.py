@@ -10,6 +10,7 @@ import pytest
 
 from gateway.app import AppOptions, create_app
 from gateway.config import (
+    BUILTIN_POLICIES,
     AuthConfig,
     ConfigError,
     DeploymentConfig,
@@ -167,6 +168,7 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
         ),
         auth=AuthConfig(api_keys_env="MY_KEYS", admin_key_env="MY_ADMIN"),
         policies={
+            **BUILTIN_POLICIES,
             "balanced": PolicyConfig(name="balanced", max_attempts=5),
             "fast": PolicyConfig(
                 name="fast",
@@ -251,8 +253,9 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
             'config.toml: models[0].deployments[0].provider: unknown provider "grok" (known: groq, together)',
         ),
         (
-            MINIMAL.replace('name = "llama"\n', 'name = "llama"\npolicy = "fastest"\n'),
-            'config.toml: models[0].policy: unknown policy "fastest" (known: balanced)',
+            MINIMAL.replace('name = "llama"\n', 'name = "llama"\npolicy = "speedy"\n'),
+            'config.toml: models[0].policy: unknown policy "speedy" '
+            "(known: balanced, fastest, fastest-first-token, highest-throughput, cheapest, fixed-order)",
         ),
         # duplicates
         (

@@ -65,7 +65,9 @@ def test_dashboard_in_chromium(fakes: Fakes, start_gateway: Callable[..., Gatewa
         fakes.start(name, FakeBehavior(ttft_s=ttft, tokens_per_s=speed, output_tokens=20))
         for name, (ttft, speed) in PROFILES.items()
     ]
-    gateway = start_gateway(gateway_config(servers), environ={"GATEWAY_API_KEYS": KEY})
+    # Config order, and circuits that stay closed through the planned failures below.
+    config = gateway_config(servers, policy={"failure_threshold": 100})
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
     page = f"{gateway.url}/dashboard?key={KEY}"
 
     refused = dump_dom(f"{gateway.url}/dashboard")

@@ -207,10 +207,13 @@ def test_no_request_can_steer_the_upstream_url(
             "forwarded": f"host=127.0.0.1:{canary.server.port}",
             "x-gateway-provider": "canary",
         }
+        # A provider override may only name configured providers: a URL there is a 400.
+        steer = {"model": "org/m:free", "messages": MESSAGES, "provider": {"order": [canary.base_url]}}
+        refused = http.post("/chat/completions", json=steer)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "provider.order"
         body = {
             "model": "org/m:free",
             "messages": MESSAGES,
-            "provider": {"order": [canary.base_url], "only": ["canary"]},
             "base_url": canary.base_url,
             "api_base": canary.base_url,
             "url": canary.base_url,

@@ -57,7 +57,8 @@ def value(series: Series, name: str, **labels: str) -> float | None:
 def test_metrics_after_real_traffic(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
     bad = fakes.start("bad", FakeBehavior(status=500))
     good = fakes.start("good", FakeBehavior(ttft_s=FIRST_TOKEN_S, output_tokens=ANSWER_TOKENS, tokens_per_s=500))
-    gateway = start_gateway(gateway_config([bad, good]))
+    # A high failure_threshold keeps "bad"'s circuit closed: every request tries it, then falls back.
+    gateway = start_gateway(gateway_config([bad, good], policy={"failure_threshold": 100}))
     client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
     streams, fulls = 4, 3
     for _ in range(streams):

@@ -195,7 +195,9 @@ def test_model_rewritten_per_deployment(fakes: Fakes, start_gateway: StartGatewa
     first = fakes.start("a", FakeBehavior(status=503))
     second = fakes.start("b")
     gateway = start_gateway(gateway_config([first, second]))
-    sdk(gateway.base_url).chat.completions.create(model="m", messages=MESSAGES, extra_body={"provider": {"x": 1}})
+    sdk(gateway.base_url).chat.completions.create(
+        model="m", messages=MESSAGES, extra_body={"provider": {"sort": "price"}}
+    )
     assert first.app.state.recorded[0].body == {"model": "a-upstream", "messages": MESSAGES}
     assert second.app.state.recorded[0].body == {"model": "b-upstream", "messages": MESSAGES}
 

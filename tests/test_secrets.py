@@ -138,7 +138,14 @@ def _config_data(good: str, echo401: str, echo400: str, slow: str) -> dict[str, 
             model("mixed", "echo401", "down", "slow", "good"),
         ],
         "policies": {
-            "quick": {"max_attempts": 4, "first_token_timeout_s": 0.3, "idle_timeout_s": 0.3, "total_timeout_s": 10}
+            "quick": {
+                "extends": "fixed-order",
+                "failure_threshold": 1000,  # every request walks through every failing provider
+                "max_attempts": 4,
+                "first_token_timeout_s": 0.3,
+                "idle_timeout_s": 0.3,
+                "total_timeout_s": 10,
+            }
         },
         "auth": {"api_keys_env": "CANARY_CLIENT_KEYS", "admin_key_env": "CANARY_ADMIN_KEY"},
     }

@@ -22,9 +22,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from gateway.auth import presented_key
 from gateway.dashboard.page import render_page
 from gateway.dashboard.text import esc
-from gateway.dashboard.view import DashboardView, RoutingChoice, config_order_choices, model_boards
+from gateway.dashboard.view import DashboardView, RoutingChoice, model_boards
 from gateway.errors import AuthenticationFailed, GatewayError
 from gateway.leaderboard import leaderboard
+from gateway.routing.explain import policy_summary
 
 if TYPE_CHECKING:
     from gateway.app import GatewayRuntime
@@ -33,14 +34,26 @@ KEY_COOKIE = "gateway_dashboard_key"
 
 
 def routing_choices(runtime: GatewayRuntime) -> dict[str, RoutingChoice]:
-    """Where each model's next request goes first: the one place the page learns it.
+    """Where each model's next request goes first: the router's current top candidate.
 
-    Today's router (``OrderedRouter``) tries a model's deployments in config order, so the
-    honest answer is the first one, labelled "config order". When the scoring router lands,
-    return its current top candidate per model here (the ranking behind
-    ``GET /v1/gateway/routes``) with basis "best score"; the page needs nothing else.
+    It is the ranking behind ``GET /v1/gateway/routes``, for a typical request (500 prompt
+    tokens, the model's observed answer length); a request's own size and overrides may change it.
     """
-    return config_order_choices(runtime.config.models)
+    choices = {}
+    for model in runtime.config.models:
+        ranking = runtime.router.rank(model)
+        if not ranking.rows:
+            continue
+        top, policy = ranking.rows[0], ranking.policy
+        if policy.ranking == "fixed":
+            basis = "config order"
+        elif not top.known:
+            basis = "measuring"
+        else:
+            basis = "best score"
+        detail = f"Policy {policy.name}: {policy_summary(policy)}. Every number: GET /v1/gateway/routes."
+        choices[model.name] = RoutingChoice(top.deployment.name, basis, detail)
+    return choices
 
 
 def dashboard_view(runtime: GatewayRuntime, base_url: str) -> DashboardView:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
+from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
+from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, Sample
 
 RouteReason = Literal["best-score", "explore", "fallback", "hedge", "override"]
@@ -18,6 +19,10 @@ class Candidate:
     deployment: DeploymentConfig
     provider: ProviderConfig
     reason: RouteReason = "best-score"
+    model: str = ""
+    """The client-facing model name (with ``deployment.name``, the key of the deployment's stats and health)."""
+    hedge_after_s: float | None = None
+    """Start a hedge when this candidate's first token is later than this (None: never)."""
 
     @property
     def name(self) -> str:
@@ -35,46 +40,37 @@ class RouteRequest:
     """An estimate of the prompt's size in tokens."""
     max_tokens: int | None
     """The request's own output ceiling, if it set one."""
+    preferences: ProviderPreferences = NO_PREFERENCES
+    """The request's ``provider`` object and model suffix, validated."""
 
 
 @dataclass(frozen=True, slots=True)
 class RoutePlan:
-    """Candidates in the order to try them; the policy bounds attempts and timeouts."""
+    """Candidates in the order to try them; the policy bounds attempts, timeouts and hedging."""
 
     candidates: tuple[Candidate, ...]
     policy: PolicyConfig
 
 
 class Router(Protocol):
-    """Orders candidates for a request, and hears how each attempt went.
+    """Orders candidates for a request, admits each attempt, and hears how each went.
 
-    ``attempt_started``/``attempt_finished`` bracket every attempt (for in-flight counts and
-    health); ``plan`` must not do I/O: it runs while the request waits.
+    ``plan`` must not do I/O: it runs while the request waits. ``attempt_started`` returns
+    False when the candidate may not be tried now (its circuit is open, a half-open probe is
+    already out, or its provider is at ``max_concurrency``); the attempt loop then skips it.
+    Every admitted attempt is closed by exactly one ``attempt_finished``.
     """
 
     def plan(self, request: RouteRequest) -> RoutePlan: ...
 
-    def attempt_started(self, candidate: Candidate) -> None: ...
+    def attempt_started(self, candidate: Candidate) -> bool: ...
 
-    def attempt_finished(self, candidate: Candidate, sample: Sample) -> None: ...
+    def attempt_finished(self, candidate: Candidate, sample: Sample, retry_after_s: float | None = None) -> None: ...
 
+    def try_hedge(self, plan: RoutePlan) -> bool:
+        """Spend one hedge from the model's budget; False when the budget is used up."""
+        ...
 
-class OrderedRouter:
-    """The simplest router: a model's deployments in config order, first to last."""
-
-    def __init__(self, config: GatewayConfig) -> None:
-        self.config = config
-
-    def plan(self, request: RouteRequest) -> RoutePlan:
-        providers = {p.name: p for p in self.config.providers}
-        candidates = tuple(
-            Candidate(deployment=d, provider=providers[d.provider], reason="best-score" if i == 0 else "fallback")
-            for i, d in enumerate(request.model.deployments)
-        )
-        return RoutePlan(candidates=candidates, policy=self.config.policy_for(request.model))
-
-    def attempt_started(self, candidate: Candidate) -> None:
-        pass
-
-    def attempt_finished(self, candidate: Candidate, sample: Sample) -> None:
-        pass
+    def in_flight(self, model: str, deployment: str) -> int:
+        """Attempts at this deployment running now (on this replica)."""
+        ...

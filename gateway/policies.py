@@ -1,0 +1,274 @@
+"""Routing policies: what a model's requests optimise for, and the built-in presets.
+
+A policy is configuration only (a frozen ``PolicyConfig``); ``gateway.routing`` turns it into
+rankings. Models name their policy (``policy = "balanced"``); ``[policies.NAME]`` tables in
+the config define new ones or adjust a preset, every key optional::
+
+    [policies.interactive]
+    extends = "fastest-first-token"     # start from a preset (default: balanced)
+    price_weight = 0.2
+    max_ttft_s = 1.5                    # soft: breaking it only moves a deployment back
+    hedge_quantile = 0.95               # hedge past the deployment's own TTFT p95 (or hedge_after_s)
+
+The score (lower is better, 0 = best candidate on every weighted dimension) is a sum of
+log2 ratios against the best candidate, so a weight reads as "how much one doubling costs"::
+
+    score = time_weight       * log2(time  / best time)          time = TTFT(q) + out / tps(q)
+          + ttft_weight       * log2(TTFT  / best TTFT)
+          + throughput_weight * log2(best tps / tps)
+          + price_weight      * log2(money / best money)         money = prompt*in + out*out_price
+          + failure_weight    * log2(1 / success rate)
+
+With the balanced preset (time 1, price 0.3) taking twice as long costs 1.0 and paying twice
+as much costs 0.3: the router accepts being ~23% slower to halve the price, not more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from gateway.config import _Table
+
+Ranking = Literal["measured", "fixed"]
+RANKINGS: tuple[Ranking, ...] = ("measured", "fixed")
+Estimate = Literal["mean", "quantile"]
+ESTIMATES: tuple[Estimate, ...] = ("mean", "quantile")
+DEFAULT_POLICY = "balanced"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """How a model's requests are ranked, attempted and hedged. Usage::
+
+    policy = BUILTIN_POLICIES["balanced"]
+    replace(policy, price_weight=1.0)       # a variant (policies are immutable)
+
+    Timeouts are separate because LLM streams need different limits for each phase: a
+    connection should open in seconds, the first token may take tens of seconds, and a long
+    answer may stream for minutes.
+    """
+
+    name: str
+    ranking: Ranking = "measured"
+    """``measured``: by score; ``fixed``: the config's deployment order (health and capacity still apply)."""
+
+    # The score's weights (see the module docstring); each >= 0.
+    time_weight: float = 1.0
+    ttft_weight: float = 0.0
+    throughput_weight: float = 0.0
+    price_weight: float = 0.3
+    failure_weight: float = 1.0
+
+    estimate: Estimate = "mean"
+    """``mean``: predict the expected time (mean TTFT, harmonic-mean tokens/s), so a provider with a slow tail
+    pays for it; ``quantile``: predict at ``ttft_quantile``/``tps_quantile`` (e.g. a p90 for tail-averse traffic)."""
+    ttft_quantile: float = 0.5
+    """Which TTFT to predict with: 0.5 = the median, 0.95 = the p95 (an upper tail). Constraints use it too."""
+    tps_quantile: float = 0.5
+    """Which tokens/s to predict with, as a floor: 0.95 = the speed 95% of responses reached (the 5th percentile)."""
+    default_output_tokens: int = 256
+    """Expected answer length when the request sets no ``max_tokens`` and the model has no observed answers."""
+
+    # Soft constraints: a deployment that breaks one is tried only after those that do not.
+    max_price_in: float | None = None
+    """USD per 1M prompt tokens."""
+    max_price_out: float | None = None
+    """USD per 1M output tokens."""
+    min_tokens_per_s: float | None = None
+    """Compared with the predicted tokens/s (at ``tps_quantile``)."""
+    max_ttft_s: float | None = None
+    """Compared with the predicted TTFT (at ``ttft_quantile``)."""
+    min_success_rate: float | None = None
+
+    # Exploration and load.
+    min_samples: int = 5
+    """Attempts in the stats window below which a deployment is not yet judged (and is explored)."""
+    explore_share: float = 0.05
+    """Share of requests that may go to a deployment that is not yet judged (or a close runner-up)."""
+    explore_margin: float = 0.5
+    """A runner-up scoring within this of the best is re-measured until its numbers rest on enough samples."""
+    tie_band: float = 0.1
+    """Scores within this of the best are near-equal: the one with fewer requests in flight goes first."""
+
+    # Health: a circuit per deployment.
+    failure_threshold: int = 5
+    """Consecutive failures that open the circuit."""
+    cooldown_s: float = 5.0
+    """How long an opened circuit stays open; doubled on each re-open, up to ``max_cooldown_s``."""
+    max_cooldown_s: float = 120.0
+
+    # Attempts and timeouts.
+    max_attempts: int = 3
+    connect_timeout_s: float = 5.0
+    first_token_timeout_s: float = 30.0
+    """From sending the request to the first chunk that carries output; past it, the next deployment is tried."""
+    idle_timeout_s: float = 60.0
+    """Longest gap between two chunks of a stream."""
+    total_timeout_s: float = 600.0
+    """Deadline for the whole request, all attempts included."""
+
+    # Hedging of streams: a second attempt when the first token is late.
+    hedge_after_s: float | None = None
+    """Hedge when the first token is later than this many seconds."""
+    hedge_quantile: float | None = None
+    """Hedge when the first token is later than the deployment's own TTFT at this quantile (e.g. 0.95)."""
+    hedge_min_after_s: float = 0.05
+    """Never hedge sooner than this (a floor under the quantile threshold)."""
+    hedge_budget: float = 0.1
+    """Hedges at most this share of the model's streamed requests."""
+
+    @property
+    def hedging(self) -> bool:
+        return self.hedge_after_s is not None or self.hedge_quantile is not None
+
+
+def _presets() -> dict[str, PolicyConfig]:
+    balanced = PolicyConfig(name=DEFAULT_POLICY)
+    presets = [
+        balanced,
+        replace(balanced, name="fastest", price_weight=0.0),
+        replace(
+            balanced,
+            name="fastest-first-token",
+            time_weight=0.0,
+            ttft_weight=1.0,
+            price_weight=0.05,
+            estimate="quantile",
+            ttft_quantile=0.9,
+            hedge_quantile=0.95,
+        ),
+        replace(
+            balanced,
+            name="highest-throughput",
+            time_weight=0.0,
+            throughput_weight=1.0,
+            price_weight=0.05,
+            estimate="quantile",
+        ),
+        replace(balanced, name="cheapest", time_weight=0.05, price_weight=1.0),
+        replace(balanced, name="fixed-order", ranking="fixed", explore_share=0.0),
+    ]
+    return {p.name: p for p in presets}
+
+
+BUILTIN_POLICIES: dict[str, PolicyConfig] = _presets()
+"""balanced, fastest, fastest-first-token, highest-throughput, cheapest, fixed-order."""
+
+
+def parse_policy(name: str, table: _Table, known: dict[str, PolicyConfig]) -> PolicyConfig:
+    """One ``[policies.NAME]`` table. A preset's own name adjusts that preset; ``extends`` picks another base."""
+    default_base = name if name in BUILTIN_POLICIES else DEFAULT_POLICY
+    base_name = table.text("extends", default_base)
+    if base_name not in known:
+        raise table.error("extends", f'unknown policy "{base_name}" (known: {", ".join(known)})')
+    b = known[base_name]
+
+    def weight(key: str, default: float) -> float:
+        value: float = table.number(key, default, minimum=0.0)
+        return value
+
+    def quantile(key: str, default: float | None) -> float | None:
+        value: float | None = table.number(key, default)
+        if value is not None and not 0.0 < value < 1.0:
+            raise table.error(key, f"expected a number between 0 and 1 (exclusive), got {value:g}")
+        return value
+
+    def optional(key: str, default: float | None, positive: bool = False) -> float | None:
+        value: float | None = table.number(key, default, minimum=0.0, positive=positive)
+        return value
+
+    policy = PolicyConfig(
+        name=name,
+        ranking=table.choice("ranking", RANKINGS, b.ranking),
+        estimate=table.choice("estimate", ESTIMATES, b.estimate),
+        time_weight=weight("time_weight", b.time_weight),
+        ttft_weight=weight("ttft_weight", b.ttft_weight),
+        throughput_weight=weight("throughput_weight", b.throughput_weight),
+        price_weight=weight("price_weight", b.price_weight),
+        failure_weight=weight("failure_weight", b.failure_weight),
+        ttft_quantile=quantile("ttft_quantile", b.ttft_quantile) or b.ttft_quantile,
+        tps_quantile=quantile("tps_quantile", b.tps_quantile) or b.tps_quantile,
+        default_output_tokens=table.integer("default_output_tokens", b.default_output_tokens, minimum=1),
+        max_price_in=optional("max_price_in", b.max_price_in),
+        max_price_out=optional("max_price_out", b.max_price_out),
+        min_tokens_per_s=optional("min_tokens_per_s", b.min_tokens_per_s, positive=True),
+        max_ttft_s=optional("max_ttft_s", b.max_ttft_s, positive=True),
+        min_success_rate=optional("min_success_rate", b.min_success_rate),
+        min_samples=table.integer("min_samples", b.min_samples, minimum=0),
+        explore_share=optional("explore_share", b.explore_share) or 0.0,
+        explore_margin=weight("explore_margin", b.explore_margin),
+        tie_band=weight("tie_band", b.tie_band),
+        failure_threshold=table.integer("failure_threshold", b.failure_threshold, minimum=1),
+        cooldown_s=table.number("cooldown_s", b.cooldown_s, positive=True),
+        max_cooldown_s=table.number("max_cooldown_s", b.max_cooldown_s, positive=True),
+        max_attempts=table.integer("max_attempts", b.max_attempts, minimum=1),
+        connect_timeout_s=table.number("connect_timeout_s", b.connect_timeout_s, positive=True),
+        first_token_timeout_s=table.number("first_token_timeout_s", b.first_token_timeout_s, positive=True),
+        idle_timeout_s=table.number("idle_timeout_s", b.idle_timeout_s, positive=True),
+        total_timeout_s=table.number("total_timeout_s", b.total_timeout_s, positive=True),
+        hedge_after_s=b.hedge_after_s,
+        hedge_quantile=b.hedge_quantile,
+        hedge_min_after_s=table.number("hedge_min_after_s", b.hedge_min_after_s, minimum=0.0),
+        hedge_budget=optional("hedge_budget", b.hedge_budget) or 0.0,
+    )
+    policy = _parse_hedge_after(table, policy)
+    _check_policy(table, policy)
+    table.finish()
+    return policy
+
+
+def _parse_hedge_after(table: _Table, policy: PolicyConfig) -> PolicyConfig:
+    """``hedge_after_s`` (seconds) or ``hedge_quantile`` (of the deployment's own TTFT); ``false`` turns hedging off.
+
+    Setting one clears the other, so a policy can switch the way a preset it extends hedges.
+    """
+    fixed = _hedge_key(table, "hedge_after_s", "a number of seconds > 0, or false")
+    quantile = _hedge_key(table, "hedge_quantile", "a number between 0 and 1 (exclusive), or false")
+    if fixed is not None and quantile is not None:
+        if fixed is not False and quantile is not False:
+            raise table.error("hedge_quantile", "set either hedge_after_s or hedge_quantile, not both")
+    if fixed is False or quantile is False:
+        policy = replace(policy, hedge_after_s=None, hedge_quantile=None)
+    if isinstance(fixed, float):
+        if fixed <= 0:
+            raise table.error("hedge_after_s", f"expected a number of seconds > 0, or false, got {fixed:g}")
+        policy = replace(policy, hedge_after_s=fixed, hedge_quantile=None)
+    if isinstance(quantile, float):
+        if not 0 < quantile < 1:
+            raise table.error(
+                "hedge_quantile", f"expected a number between 0 and 1 (exclusive), or false, got {quantile:g}"
+            )
+        policy = replace(policy, hedge_after_s=None, hedge_quantile=quantile)
+    return policy
+
+
+def _hedge_key(table: _Table, key: str, expected: str) -> float | bool | None:
+    table.seen.add(key)
+    if key not in table.data:
+        return None
+    value = table.data[key]
+    if value is False:
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise table.error(key, f"expected {expected}, got {value!r}")
+
+
+def _check_policy(table: _Table, policy: PolicyConfig) -> None:
+    if policy.ranking == "measured":
+        weights = (policy.time_weight, policy.ttft_weight, policy.throughput_weight, policy.price_weight)
+        if not any(w > 0 for w in weights):
+            raise table.error(
+                "time_weight", "a measured policy needs at least one of time, ttft, throughput, price weights > 0"
+            )
+    for key, value in (("explore_share", policy.explore_share), ("hedge_budget", policy.hedge_budget)):
+        if value > 1.0:
+            raise table.error(key, f"expected a share between 0 and 1, got {value:g}")
+    if policy.explore_share >= 1.0:
+        raise table.error("explore_share", "expected a share below 1 (some requests must follow the score)")
+    if policy.min_success_rate is not None and policy.min_success_rate > 1.0:
+        raise table.error("min_success_rate", f"expected a share between 0 and 1, got {policy.min_success_rate:g}")
+    if policy.max_cooldown_s < policy.cooldown_s:
+        raise table.error("max_cooldown_s", f"expected at least cooldown_s ({policy.cooldown_s:g})")

@@ -1,0 +1,89 @@
+"""Hot reload: re-read the config file, build a new runtime, swap it in atomically.
+
+Triggered by ``POST /v1/gateway/reload`` (admin) or SIGHUP. The new config is validated in
+full and its runtime built *before* the swap; anything wrong (a typo, an unknown provider, a
+missing key) refuses the reload with the error and the old runtime keeps serving. A request
+reads ``holder.current`` once when it starts, so requests in flight finish on the runtime
+they started with; that runtime's upstream pools are closed only after its last request is
+done. The stats store and the router's state (in-flight counts, circuits, hedge budgets) carry
+over: they describe the providers, not the config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gateway.config import ConfigError, GatewayConfig, load_config
+
+if TYPE_CHECKING:
+    from gateway.app import GatewayRuntime, RuntimeHolder
+
+logger = logging.getLogger("gateway")
+
+Build = Callable[[GatewayConfig, "GatewayRuntime"], Awaitable["GatewayRuntime"]]
+
+
+class Reloader:
+    """Reloads ``path`` into ``holder``; one reload at a time. Owned by the app's lifespan (``aclose``)."""
+
+    def __init__(self, holder: RuntimeHolder, path: str | None, build: Build) -> None:
+        self.holder = holder
+        self.path = path
+        self.build = build
+        self.reloads = 0
+        self._lock = asyncio.Lock()
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    async def reload(self) -> GatewayRuntime:
+        """Swap in the config file's current content; raises ``ConfigError`` (and changes nothing) if it is invalid."""
+        if self.path is None:
+            raise ConfigError("this gateway was not started from a config file: there is nothing to reload")
+        async with self._lock:
+            config = await asyncio.to_thread(load_config, Path(self.path))
+            old = self.holder.current
+            _check_restart_only(old.config, config)
+            new = await self.build(config, old)
+            self.holder.current = new
+            self.reloads += 1
+            task = asyncio.ensure_future(self._retire(old))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+            return new
+
+    def reload_in_background(self) -> None:
+        """For a signal handler: reload, and log the outcome (there is nobody to answer)."""
+        asyncio.ensure_future(self._reload_and_log())
+
+    async def _reload_and_log(self) -> None:
+        try:
+            new = await self.reload()
+        except ConfigError as exc:
+            logger.error("config reload refused, the previous config keeps serving: %s", exc)
+            return
+        logger.info("config reloaded from %s (%d models)", self.path, len(new.config.models))
+
+    @staticmethod
+    async def _retire(old: GatewayRuntime) -> None:
+        try:
+            await old.drained()
+        finally:
+            await old.aclose()
+
+    async def aclose(self) -> None:
+        """At shutdown: close the runtimes still draining (the lifespan closes the current one)."""
+        tasks = list(self._retiring)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _check_restart_only(old: GatewayConfig, new: GatewayConfig) -> None:
+    """Refuse changes that a running process cannot apply, rather than pretend they took effect."""
+    if new.stats != old.stats:
+        raise ConfigError(f"{new.source}: stats: changing [stats] needs a restart (the stats store outlives reloads)")
+    if (new.server.host, new.server.port) != (old.server.host, old.server.port):
+        raise ConfigError(f"{new.source}: server: changing server.host or server.port needs a restart")

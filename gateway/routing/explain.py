@@ -1,0 +1,176 @@
+"""A model's ranking, explained: as JSON (``GET /v1/gateway/routes``) and as a table (``gateway check``).
+
+Every number that decided the order is shown: the predictions (TTFT, tokens/s, time,
+money), the weighted score terms, broken constraints, circuit state and load. Times are
+seconds, money USD for one request of the shape given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.policies import PolicyConfig
+from gateway.routing.router import Ranked, Ranking
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def row_json(rank: int, row: Ranked) -> dict[str, Any]:
+    p = row.scored.prediction
+    parts = row.scored.parts
+    return {
+        "rank": rank,
+        "deployment": row.deployment.name,
+        "provider": row.provider.name,
+        "status": row.status,
+        "score": round(row.scored.score, 4),
+        "score_parts": {
+            "time": round(parts.time, 4),
+            "ttft": round(parts.ttft, 4),
+            "throughput": round(parts.throughput, 4),
+            "price": round(parts.price, 4),
+            "failure": round(parts.failure, 4),
+        },
+        "predicted": {
+            "ttft_s": _round(p.ttft_s),
+            "tokens_per_s": _round(p.tokens_per_s, 1),
+            "time_s": _round(p.time_s),
+            "cost_usd": round(p.cost_usd, 8),
+            "from_model_average": p.prior,
+            "from_recent_answers": p.drift,
+        },
+        "success_rate": round(p.success_rate, 4),
+        "attempts_in_window": p.attempts,
+        "judged": row.judged,
+        "violations": list(row.scored.violations),
+        "circuit": row.circuit,
+        "retry_in_s": round(row.retry_in_s, 2) if row.circuit == "open" else None,
+        "in_flight": row.in_flight,
+        "provider_in_flight": row.provider_in_flight,
+        "max_concurrency": row.provider.max_concurrency,
+        "price_in": row.deployment.price_in,
+        "price_out": row.deployment.price_out,
+    }
+
+
+def ranking_json(ranking: Ranking) -> dict[str, Any]:
+    shape, policy = ranking.shape, ranking.policy
+    return {
+        "model": ranking.model.name,
+        "policy": policy.name,
+        "ranking": policy.ranking,
+        "request": {
+            "endpoint": shape.endpoint,
+            "prompt_tokens": shape.prompt_tokens,
+            "expected_output_tokens": shape.output_tokens,
+            "expected_output_from": shape.output_source,
+        },
+        "deployments": [row_json(i, row) for i, row in enumerate(ranking.rows, start=1)],
+    }
+
+
+def _why(row: Ranked) -> str:
+    """The score's non-zero terms, e.g. ``time+0.78 price+0.26``."""
+    parts = row.scored.parts
+    terms = [
+        (name, value)
+        for name, value in (
+            ("time", parts.time),
+            ("ttft", parts.ttft),
+            ("tps", parts.throughput),
+            ("price", parts.price),
+            ("fail", parts.failure),
+        )
+        if value >= 0.005
+    ]
+    return " ".join(f"{name}+{value:.2f}" for name, value in terms) or "best"
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def ranking_table(ranking: Ranking) -> str:
+    """The ranking as a fixed-width table, best first."""
+    header = ["#", "deployment", "status", "score", "why", "ttft s", "tok/s", "time s", "cost $", "success", "n"]
+    header.append("in-flight")
+    rows: list[list[str]] = []
+    notes: list[str] = []
+    for rank, row in enumerate(ranking.rows, start=1):
+        p = row.scored.prediction
+        mark = "~" if p.prior else ("!" if p.drift else "")
+        rows.append(
+            [
+                str(rank),
+                row.deployment.name,
+                row.status,
+                f"{row.scored.score:.3f}",
+                _why(row),
+                _fmt(p.ttft_s, ".3f") + mark,
+                _fmt(p.tokens_per_s, ".1f") + mark,
+                _fmt(p.time_s, ".3f") + mark,
+                f"{p.cost_usd:.6f}",
+                f"{p.success_rate:.2f}",
+                str(p.attempts),
+                f"{row.in_flight}/{row.provider.max_concurrency}",
+            ]
+        )
+        for violation in row.scored.violations:
+            notes.append(f"  {row.deployment.name}: breaks {violation}")
+        if row.circuit != "closed":
+            notes.append(f"  {row.deployment.name}: circuit {row.circuit}")
+    shape = ranking.shape
+    title = (
+        f"{ranking.model.name} (policy {ranking.policy.name}; a request of {shape.prompt_tokens} prompt tokens, "
+        f"{shape.output_tokens} output tokens from {shape.output_source})"
+    )
+    lines = [title, "  " + policy_summary(ranking.policy), format_table(header, rows)]
+    if any(r.scored.prediction.prior for r in ranking.rows):
+        lines.append("  ~ not measured yet: the model's average stands in")
+    if any(r.scored.prediction.drift for r in ranking.rows):
+        lines.append("  ! its last answers disagree with the window: they stand in")
+    return "\n".join(lines + notes)
+
+
+def policy_summary(policy: PolicyConfig) -> str:
+    """One line of what a policy optimises, for people reading ``gateway check``."""
+    if policy.ranking == "fixed":
+        order = "fixed order"
+    else:
+        weights = [
+            f"{name} {weight:g}"
+            for name, weight in (
+                ("time", policy.time_weight),
+                ("ttft", policy.ttft_weight),
+                ("throughput", policy.throughput_weight),
+                ("price", policy.price_weight),
+                ("failures", policy.failure_weight),
+            )
+            if weight
+        ]
+        order = (
+            f"score = {' + '.join(weights)} (log2 ratios to the best); TTFT p{policy.ttft_quantile * 100:g}, "
+            f"tokens/s p{policy.tps_quantile * 100:g} floor; explore {policy.explore_share:.0%} until "
+            f"{policy.min_samples} samples"
+        )
+    if policy.hedge_after_s is not None:
+        hedge = f"hedge after {policy.hedge_after_s:g}s"
+    elif policy.hedge_quantile is not None:
+        hedge = f"hedge after own TTFT p{policy.hedge_quantile * 100:g}"
+    else:
+        hedge = "no hedging"
+    if policy.hedging:
+        hedge += f" (budget {policy.hedge_budget:.0%})"
+    return f"{order}; {policy.max_attempts} attempts; {hedge}"
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=False)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
+    return "\n".join(lines)

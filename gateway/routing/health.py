@@ -1,0 +1,239 @@
+"""Health and load: a circuit per deployment, requests in flight, and hedge budgets.
+
+This is the router's only mutable state, kept in one ``RouterState`` that outlives config
+reloads: requests started under the old config still hold their in-flight slots, and a
+provider that is cooling down stays cooling down when a policy is edited.
+
+Circuits (per model and deployment)::
+
+    closed ──(failure_threshold consecutive failures while most recent attempts fail,
+              or a 429 with Retry-After)──► open
+    open ──(cool-down over)──► half-open ──(one probe succeeds)──► closed
+                                         └──(the probe fails)──► open, cool-down doubled
+
+"Most": more than half of the last ``RECENT`` attempts. Under concurrency, fast failures (an
+instant 503) complete before the slower successes started beside them, so a provider failing
+30% of requests shows streaks of failures by completion order; the ratio keeps such a provider
+open (its failures cost a quick fallback, and its score already pays for them) while one that is
+down opens after ``failure_threshold`` failures.
+
+The cool-down doubles each time a circuit re-opens soon after closing, up to
+``max_cooldown_s``; a 429's ``Retry-After`` sets it directly. Attempts whose outcome is the
+request's fault (``client_error``) or the client's doing (``client_cancelled``) count
+neither way. Not thread-safe: one event loop owns it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gateway.policies import PolicyConfig
+from gateway.routing.score import Recent
+from gateway.samples import Outcome
+
+CircuitState = Literal["closed", "open", "half-open"]
+Key = tuple[str, str]
+"""(model, deployment)."""
+FAILURES: frozenset[Outcome] = frozenset({"upstream_error", "timeout", "broken_stream"})
+RECENT = 20
+"""How many recent attempts the failure ratio is taken over."""
+
+
+@dataclass(slots=True)
+class Circuit:
+    state: CircuitState = "closed"
+    failures: int = 0
+    """Consecutive failures."""
+    open_until: float = 0.0
+    level: int = 0
+    """Re-opens in a row: the cool-down is ``cooldown_s * 2**level``."""
+    closed_at: float = float("-inf")
+    probing: bool = False
+    """A half-open probe is in flight: nothing else may be sent until it ends."""
+    recent: deque[bool] = field(default_factory=lambda: deque(maxlen=RECENT))
+    """Whether each of the last attempts failed."""
+    rate_limited: bool = False
+    """Opened by a 429's Retry-After: the provider asked to wait, it is not broken."""
+
+    def mostly_failing(self) -> bool:
+        return sum(self.recent) * 2 > len(self.recent)
+
+
+StateChange = Callable[[Key, CircuitState], None]
+RECENT_ANSWERS = 5
+RECENT_HORIZON_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One complete answer's timings, as the router remembers it."""
+
+    at: float
+    ttft_s: float | None
+    tokens_per_s: float | None
+    e2e_s: float | None
+
+
+@dataclass
+class HealthBoard:
+    """Every deployment's circuit. ``on_change`` hears each state change (for metrics and logs)."""
+
+    circuits: dict[Key, Circuit] = field(default_factory=dict)
+
+    def state(self, key: Key, now: float, on_change: StateChange) -> CircuitState:
+        circuit = self.circuits.get(key)
+        if circuit is None:
+            return "closed"
+        if circuit.state == "open" and now >= circuit.open_until:
+            circuit.state = "half-open"
+            circuit.probing = False
+            on_change(key, "half-open")
+        return circuit.state
+
+    def rate_limited(self, key: Key) -> bool:
+        circuit = self.circuits.get(key)
+        return circuit is not None and circuit.state == "open" and circuit.rate_limited
+
+    def retry_in(self, key: Key, now: float) -> float:
+        circuit = self.circuits.get(key)
+        return 0.0 if circuit is None or circuit.state != "open" else max(0.0, circuit.open_until - now)
+
+    def admit(self, key: Key, now: float, on_change: StateChange) -> bool:
+        """Whether an attempt may start now; a half-open circuit admits one probe at a time."""
+        state = self.state(key, now, on_change)
+        if state == "closed":
+            return True
+        if state == "open":
+            return False
+        circuit = self.circuits[key]
+        if circuit.probing:
+            return False
+        circuit.probing = True
+        return True
+
+    def record(
+        self,
+        key: Key,
+        outcome: Outcome,
+        retry_after_s: float | None,
+        policy: PolicyConfig,
+        now: float,
+        on_change: StateChange,
+    ) -> None:
+        """Account for one finished attempt."""
+        circuit = self.circuits.get(key)
+        if outcome not in FAILURES:
+            if outcome != "ok":
+                if circuit is not None:
+                    circuit.probing = False  # a neutral outcome proves nothing: let another probe go
+                return
+            if circuit is None:
+                circuit = self.circuits[key] = Circuit()
+            circuit.failures = 0
+            circuit.recent.append(False)
+            if circuit.state == "half-open":
+                circuit.state = "closed"
+                circuit.probing = False
+                circuit.closed_at = now
+                on_change(key, "closed")
+            return
+        if circuit is None:
+            circuit = self.circuits[key] = Circuit()
+        circuit.failures += 1
+        circuit.recent.append(True)
+        if circuit.state == "open":
+            return  # an attempt that started before the circuit opened: already accounted for
+        if circuit.state == "half-open":
+            self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=True)
+        elif retry_after_s is not None or (circuit.failures >= policy.failure_threshold and circuit.mostly_failing()):
+            # Re-opening soon after the last close is a repeat: the provider has not recovered.
+            repeat = now - circuit.closed_at < policy.max_cooldown_s
+            self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=repeat)
+
+    @staticmethod
+    def _open(
+        key: Key,
+        circuit: Circuit,
+        policy: PolicyConfig,
+        now: float,
+        retry_after_s: float | None,
+        on_change: StateChange,
+        *,
+        escalate: bool,
+    ) -> None:
+        circuit.level = circuit.level + 1 if escalate else 0
+        circuit.rate_limited = retry_after_s is not None
+        if retry_after_s is not None:
+            cooldown = min(max(retry_after_s, 0.001), policy.max_cooldown_s)
+        else:
+            cooldown = min(policy.cooldown_s * 2**circuit.level, policy.max_cooldown_s)
+        circuit.state = "open"
+        circuit.probing = False
+        circuit.open_until = now + cooldown
+        on_change(key, "open")
+
+
+@dataclass
+class HedgeBudget:
+    """A token bucket per model: each hedge-eligible request adds ``budget`` tokens, each hedge spends one.
+
+    Over any stretch of traffic, hedges stay within ``budget`` × requests plus the bucket's
+    ``burst`` (so a quiet start still allows the first hedge).
+    """
+
+    burst: float = 2.0
+    tokens: dict[str, float] = field(default_factory=dict)
+
+    def credit(self, model: str, budget: float) -> None:
+        self.tokens[model] = min(self.burst, self.tokens.get(model, 1.0) + budget)
+
+    def take(self, model: str) -> bool:
+        tokens = self.tokens.get(model, 1.0)
+        if tokens < 1.0:
+            return False
+        self.tokens[model] = tokens - 1.0
+        return True
+
+
+@dataclass
+class RouterState:
+    """What the router remembers between requests; carried over from one config to the next."""
+
+    health: HealthBoard = field(default_factory=HealthBoard)
+    hedges: HedgeBudget = field(default_factory=HedgeBudget)
+    provider_in_flight: dict[str, int] = field(default_factory=dict)
+    deployment_in_flight: dict[Key, int] = field(default_factory=dict)
+    judged_once: set[Key] = field(default_factory=set)
+    """Deployments judged at least once since start: until all are, the router is cold-starting."""
+    answers: dict[Key, deque[Answer]] = field(default_factory=dict)
+    """Each deployment's last ``RECENT_ANSWERS`` complete answers on this replica."""
+
+    def remember(self, key: Key, answer: Answer) -> None:
+        answers = self.answers.get(key)
+        if answers is None:
+            answers = self.answers[key] = deque(maxlen=RECENT_ANSWERS)
+        answers.append(answer)
+
+    def recent(self, model: str, now: float) -> dict[str, Recent]:
+        """The recent answers of ``model``'s deployments, those within ``RECENT_HORIZON_S`` only."""
+        views = {}
+        for (m, deployment), answers in self.answers.items():
+            if m != model:
+                continue
+            fresh = [a for a in answers if now - a.at <= RECENT_HORIZON_S]
+            if fresh:
+                views[deployment] = Recent(
+                    tuple((a.ttft_s, 1 / a.tokens_per_s if a.tokens_per_s else None, a.e2e_s) for a in fresh)
+                )
+        return views
+
+    def started(self, provider: str, key: Key) -> None:
+        self.provider_in_flight[provider] = self.provider_in_flight.get(provider, 0) + 1
+        self.deployment_in_flight[key] = self.deployment_in_flight.get(key, 0) + 1
+
+    def finished(self, provider: str, key: Key) -> None:
+        self.provider_in_flight[provider] = max(0, self.provider_in_flight.get(provider, 0) - 1)
+        self.deployment_in_flight[key] = max(0, self.deployment_in_flight.get(key, 0) - 1)

@@ -1,0 +1,160 @@
+"""Hedged streams: a late first token starts a second attempt; the first token wins; nothing leaks.
+
+The fake providers are steered per request (``fake.servers.<name>`` in the body) so that which
+attempt is slow is known exactly. Thresholds and delays are far apart, so no assertion rests
+on tight timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.fakes import FakeBehavior
+from gateway.samples import Sample
+from tests.routing_sim import ADMIN_KEY, Reply, Sim, SimProvider, Sims, sims_fixture  # noqa: F401 (the sims fixture)
+
+QUICK = FakeBehavior(ttft_s=0.01, output_tokens=6)
+
+
+def hedged_sim(sims: Sims, policy: dict[str, Any], b: FakeBehavior = QUICK) -> Sim:
+    return sims.start(
+        [SimProvider("a", QUICK, price_in=2.0), SimProvider("b", b, price_in=3.0)],
+        policy={"extends": "fixed-order", **policy},
+    )
+
+
+def slow(server: str, ttft_s: float) -> dict[str, Any]:
+    return {"fake": {"servers": {server: {"ttft_s": ttft_s}}}}
+
+
+def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def samples_of(sim: Sim, n: int) -> list[Sample]:
+    until(lambda: len(sim.samples.samples) >= n)
+    return list(sim.samples.samples)
+
+
+def idle(sim: Sim) -> bool:
+    """No upstream stream open at any fake, and no attempt in flight in the router."""
+    routes = httpx.get(sim.gateway.url + "/v1/gateway/routes", headers={"authorization": f"Bearer {ADMIN_KEY}"}).json()
+    in_flight = sum(d["in_flight"] for m in routes["data"] for d in m["deployments"])
+    return in_flight == 0 and all(f.app.state.open_streams == 0 for f in sim.fakes.values())
+
+
+def test_a_late_first_token_is_hedged_and_the_hedge_wins(sims: Sims) -> None:
+    sim = hedged_sim(sims, {"hedge_after_s": 0.1, "hedge_budget": 1.0})
+    reply = sim.chat(extra_body=slow("a", 3.0))
+    assert (reply.provider, reply.route, reply.attempts) == ("b", "hedge", 2)
+    assert reply.ttft_s is not None and reply.ttft_s < 1.5  # not the 3 s the primary would have taken
+    assert reply.text.strip().startswith("the quick brown")
+    loser, winner = sorted(samples_of(sim, 2), key=lambda s: s.outcome)
+    assert (loser.deployment, loser.outcome, loser.hedged) == ("a", "client_cancelled", True)
+    assert (winner.deployment, winner.outcome, winner.hedged) == ("b", "ok", True)
+    # The loser waited past the threshold without a token: that wait is its TTFT's lower bound.
+    assert loser.ttft_s is not None and 0.1 <= loser.ttft_s < 1.5
+    # Its prompt was billed even though it was cancelled.
+    assert loser.prompt_tokens_estimate
+    assert loser.cost_usd == pytest.approx(loser.prompt_tokens_estimate * 2.0 / 1e6)
+    assert ("hedge_started", "m", "a", "b") in sim.events.events
+    assert ("hedge_won", "m", "b") in sim.events.events
+    until(lambda: sim.fakes["a"].app.state.cancelled == 1)
+    until(lambda: idle(sim))
+
+
+def test_the_primary_can_still_win_and_the_hedge_is_cancelled(sims: Sims) -> None:
+    sim = hedged_sim(sims, {"hedge_after_s": 0.05, "hedge_budget": 1.0})
+    reply = sim.chat(extra_body={"fake": {"servers": {"a": {"ttft_s": 0.25}, "b": {"ttft_s": 3.0}}}})
+    assert (reply.provider, reply.route, reply.attempts) == ("a", "best-score", 2)
+    by_deployment = {s.deployment: s for s in samples_of(sim, 2)}
+    assert by_deployment["a"].outcome == "ok" and by_deployment["a"].hedged
+    assert by_deployment["b"].outcome == "client_cancelled" and by_deployment["b"].hedged
+    assert by_deployment["b"].ttft_s is None  # a hedge cut short says nothing of its own first token
+    assert ("hedge_lost", "m", "b") in sim.events.events
+    until(lambda: idle(sim))
+
+
+def test_a_failing_primary_leaves_the_hedge_running(sims: Sims) -> None:
+    sim = hedged_sim(sims, {"hedge_after_s": 0.05, "hedge_budget": 1.0})
+    body = {"fake": {"servers": {"a": {"ttft_s": 0.2, "drop_after": 0}, "b": {"ttft_s": 0.4}}}}
+    reply = sim.chat(extra_body=body)
+    assert (reply.provider, reply.route, reply.attempts) == ("b", "hedge", 2)
+    outcomes = {s.deployment: s.outcome for s in samples_of(sim, 2)}
+    assert outcomes == {"a": "broken_stream", "b": "ok"}
+    until(lambda: idle(sim))
+
+
+def test_no_hedge_when_the_first_token_is_on_time_or_the_request_is_not_streamed(sims: Sims) -> None:
+    sim = hedged_sim(sims, {"hedge_after_s": 0.5, "hedge_budget": 1.0})
+    assert [(r.provider, r.attempts) for r in sim.run(5)] == [("a", 1)] * 5
+    full = sim.chat(stream=False, extra_body=slow("a", 0.7))
+    assert (full.provider, full.attempts) == ("a", 1)
+    assert sim.fakes["b"].app.state.requests == 0
+
+
+def test_the_budget_caps_hedges(sims: Sims) -> None:
+    sim = hedged_sim(sims, {"hedge_after_s": 0.02, "hedge_budget": 0.2})
+    replies = [sim.chat(extra_body=slow("a", 0.1)) for _ in range(20)]
+    hedged = sum(r.attempts == 2 for r in replies)
+    assert 3 <= hedged <= 6  # 20% of 20, plus a burst of at most two
+    assert sim.fakes["b"].app.state.requests == hedged
+    until(lambda: idle(sim))
+
+
+def test_a_client_gone_during_the_race_cancels_both(sims: Sims) -> None:
+    sim = hedged_sim(sims, {"hedge_after_s": 0.05, "hedge_budget": 1.0}, b=dataclasses.replace(QUICK, ttft_s=5))
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True, **slow("a", 5.0)}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(sim.gateway.url + "/v1/chat/completions", json=body, timeout=0.4)
+    until(lambda: idle(sim))
+    samples = samples_of(sim, 2)
+    assert {(s.deployment, s.outcome, s.hedged) for s in samples} == {
+        ("a", "client_cancelled", True),
+        ("b", "client_cancelled", True),
+    }
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def _heavy_tail_run(sim: Sim, n: int) -> list[Reply]:
+    """``n`` requests, 4 at a time; every 20th (after a warm-up) meets a 20x slower first token at "a"."""
+
+    def one(i: int) -> Reply:
+        return sim.chat(extra_body=slow("a", 0.5) if i % 20 == 13 else None)
+
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def test_hedging_cuts_the_client_p99_ttft_of_a_heavy_tail(sims: Sims) -> None:
+    steady = dataclasses.replace(QUICK, ttft_s=0.025)
+    policy = {"min_samples": 5, "hedge_min_after_s": 0.06, "hedge_budget": 0.1}
+    plain = sims.start([SimProvider("a", steady), SimProvider("b", steady)], policy={"extends": "fixed-order"})
+    hedged = sims.start(
+        [SimProvider("a", steady), SimProvider("b", steady)],
+        policy={"extends": "fixed-order", "hedge_quantile": 0.9, **policy},
+    )
+    n = 100
+    without = [r.ttft_s or 0.0 for r in _heavy_tail_run(plain, n)]
+    replies = _heavy_tail_run(hedged, n)
+    with_hedging = [r.ttft_s or 0.0 for r in replies]
+    assert _p99(without) >= 0.5
+    assert _p99(with_hedging) < 0.5 * _p99(without), (_p99(with_hedging), _p99(without))
+    extra = hedged.fakes["b"].app.state.requests
+    assert 4 <= extra <= 0.1 * n + 2  # the tail requests, within the budget
+    assert sum(r.route == "hedge" for r in replies) >= 4

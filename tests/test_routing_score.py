@@ -1,0 +1,224 @@
+"""The request-aware score on fixed snapshots: exact predictions, terms and constraints."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gateway.policies import BUILTIN_POLICIES, PolicyConfig
+from gateway.routing.overrides import ProviderPreferences
+from gateway.routing.score import Recent, RequestShape, Scored, Weights, expected_output, predict, score_all
+from gateway.stats import StatsSnapshot
+from tests.routing_helpers import routing_config, sample, samples
+
+BALANCED = BUILTIN_POLICIES["balanced"]
+MEDIAN = PolicyConfig(name="median", estimate="quantile")
+
+
+def scored(
+    snapshot: StatsSnapshot,
+    deployments: list[tuple[str, float, float]],
+    *,
+    output: int = 100,
+    prompt: int = 1000,
+    policy: PolicyConfig = BALANCED,
+    preferences: ProviderPreferences | None = None,
+) -> dict[str, Scored]:
+    config = routing_config(deployments)
+    shape = RequestShape("chat", prompt, output, "request")
+    rows = score_all("m", config.models[0].deployments, shape, snapshot, policy, preferences or ProviderPreferences())
+    return {row.deployment.name: row for row in rows}
+
+
+def best(rows: dict[str, Scored]) -> str:
+    return min(rows.values(), key=lambda r: r.score).deployment.name
+
+
+def test_short_answers_go_to_low_latency_long_ones_to_high_throughput() -> None:
+    snapshot = StatsSnapshot.from_samples(
+        samples("quick", 20, ttft=0.1, tps=50.0) + samples("wide", 20, ttft=1.0, tps=500.0)
+    )
+    deployments = [("quick", 1.0, 1.0), ("wide", 1.0, 1.0)]
+    short = scored(snapshot, deployments, output=5)
+    long = scored(snapshot, deployments, output=2000)
+    assert best(short) == "quick"
+    assert best(long) == "wide"
+    # time = TTFT + tokens / tps, within the histogram's 1%.
+    assert short["quick"].prediction.time_s == pytest.approx(0.1 + 5 / 50, rel=0.02)
+    assert long["wide"].prediction.time_s == pytest.approx(1.0 + 2000 / 500, rel=0.02)
+
+
+def test_time_term_is_log2_of_the_ratio_to_the_best() -> None:
+    snapshot = StatsSnapshot.from_samples(
+        samples("a", 10, ttft=1.0, tps=None, tokens=1) + samples("b", 10, ttft=2.0, tps=None, tokens=1)
+    )
+    rows = scored(snapshot, [("a", 1.0, 1.0), ("b", 1.0, 1.0)], output=1)
+    assert rows["a"].parts.time == 0.0
+    assert rows["b"].parts.time == pytest.approx(1.0, abs=0.03)  # twice as slow: one doubling
+    assert rows["b"].parts.price == 0.0
+
+
+def test_equal_speed_picks_the_cheaper() -> None:
+    snapshot = StatsSnapshot.from_samples(samples("dear", 20) + samples("cheap", 20))
+    rows = scored(snapshot, [("dear", 2.0, 4.0), ("cheap", 1.0, 2.0)])
+    assert best(rows) == "cheap"
+    # Twice the price costs price_weight (0.3) with the balanced policy.
+    assert rows["dear"].parts.price == pytest.approx(0.3 * math.log2((2 + 0.02) / (1 + 0.02)), rel=1e-6)
+    assert rows["dear"].prediction.cost_usd == pytest.approx((1000 * 2.0 + 100 * 4.0) / 1e6)
+
+
+def test_a_much_faster_provider_is_worth_a_higher_price() -> None:
+    snapshot = StatsSnapshot.from_samples(
+        samples("fast", 20, ttft=0.2, tps=200.0) + samples("slow", 20, ttft=2.0, tps=20.0)
+    )
+    rows = scored(snapshot, [("fast", 2.0, 4.0), ("slow", 1.0, 2.0)])
+    assert best(rows) == "fast"
+    cheapest = scored(snapshot, [("fast", 2.0, 4.0), ("slow", 1.0, 2.0)], policy=BUILTIN_POLICIES["cheapest"])
+    assert best(cheapest) == "slow"
+
+
+def test_a_free_deployment_is_not_infinitely_better() -> None:
+    snapshot = StatsSnapshot.from_samples(samples("free", 10) + samples("paid", 10))
+    rows = scored(snapshot, [("free", 0.0, 0.0), ("paid", 1.0, 1.0)])
+    # Costs are compared with a resolution of 1% of the dearest: at most log2(101) doublings.
+    assert rows["paid"].parts.price == pytest.approx(0.3 * math.log2(101), rel=1e-6)
+
+
+def test_throughput_quantile_is_a_floor() -> None:
+    tail = samples("a", 5, tps=10.0)
+    body = samples("a", 95, tps=100.0)
+    snapshot = StatsSnapshot.from_samples(tail + body)
+    median = scored(snapshot, [("a", 1.0, 1.0)], policy=MEDIAN)["a"].prediction
+    p95 = PolicyConfig(name="p95", estimate="quantile", tps_quantile=0.95)
+    floor = scored(snapshot, [("a", 1.0, 1.0)], policy=p95)["a"].prediction
+    assert median.tokens_per_s == pytest.approx(100.0, rel=0.02)
+    assert floor.tokens_per_s == pytest.approx(10.0, rel=0.02)  # the speed 95% of answers reached
+
+
+def test_ttft_quantile_is_an_upper_tail() -> None:
+    snapshot = StatsSnapshot.from_samples(samples("a", 90, ttft=0.1) + samples("a", 10, ttft=3.0))
+    p50 = scored(snapshot, [("a", 1.0, 1.0)], policy=MEDIAN)["a"].prediction
+    tail = PolicyConfig(name="tail", estimate="quantile", ttft_quantile=0.95)
+    p95 = scored(snapshot, [("a", 1.0, 1.0)], policy=tail)["a"].prediction
+    assert p50.ttft_s == pytest.approx(0.1, rel=0.02)
+    assert p95.ttft_s == pytest.approx(3.0, rel=0.02)
+
+
+def test_the_mean_estimate_makes_a_slow_tail_count() -> None:
+    # "tail" is faster in the median, but one answer in five takes 10 s: its expected time is worse.
+    tail = samples("tail", 80, ttft=0.5, tps=1e4, tokens=1) + samples("tail", 20, ttft=10.0, tps=1e4, tokens=1)
+    steady = samples("steady", 100, ttft=1.0, tps=1e4, tokens=1)
+    snapshot = StatsSnapshot.from_samples(tail + steady)
+    deployments = [("tail", 1.0, 1.0), ("steady", 1.0, 1.0)]
+    by_mean = scored(snapshot, deployments, output=1)
+    assert by_mean["tail"].prediction.ttft_s == pytest.approx(0.8 * 0.5 + 0.2 * 10.0, rel=0.02)
+    assert best(by_mean) == "steady"
+    assert best(scored(snapshot, deployments, output=1, policy=MEDIAN)) == "tail"
+
+
+def test_the_mean_estimate_uses_the_harmonic_mean_of_tokens_per_second() -> None:
+    # Half the answers stream at 10 tokens/s, half at 1000: 100 tokens take 5.05 s on average, not 0.2 s.
+    snapshot = StatsSnapshot.from_samples(samples("a", 50, ttft=0.0, tps=10.0) + samples("a", 50, ttft=0.0, tps=1000.0))
+    prediction = scored(snapshot, [("a", 1.0, 1.0)], output=100)["a"].prediction
+    assert prediction.tokens_per_s == pytest.approx(2 / (1 / 10 + 1 / 1000), rel=0.02)
+    assert prediction.time_s == pytest.approx(100 * (0.5 / 10 + 0.5 / 1000), rel=0.02)
+
+
+def test_recent_answers_replace_the_window_only_when_they_disagree() -> None:
+    snapshot = StatsSnapshot.from_samples(samples("a", 50, ttft=0.2, tps=100.0))
+    config = routing_config([("a", 1.0, 1.0)])
+    shape = RequestShape("chat", 100, 100, "request")
+    deployment = config.models[0].deployments[0]
+    window = predict("m", deployment, shape, snapshot, BALANCED)
+    assert window.time_s == pytest.approx(1.2, rel=0.02) and not window.drift
+    close = Recent(((0.25, 0.011, None),) * 3)
+    assert not predict("m", deployment, shape, snapshot, BALANCED, close).drift
+    slow = Recent(((1.0, 0.05, None),) * 3)
+    drifted = predict("m", deployment, shape, snapshot, BALANCED, slow)
+    assert drifted.drift and drifted.time_s == pytest.approx(6.0) and drifted.tokens_per_s == pytest.approx(20.0)
+    assert not predict("m", deployment, shape, snapshot, BALANCED, Recent(((1.0, 0.05, None),) * 2)).drift
+    one_outlier = Recent(((0.2, 0.01, None), (3.0, 0.05, None), (0.2, 0.01, None)))
+    assert not predict("m", deployment, shape, snapshot, BALANCED, one_outlier).drift
+
+
+def test_an_unmeasured_deployment_borrows_the_model_average() -> None:
+    snapshot = StatsSnapshot.from_samples(samples("a", 10, ttft=0.4) + samples("b", 10, ttft=0.8))
+    rows = scored(snapshot, [("a", 1.0, 1.0), ("b", 1.0, 1.0), ("new", 1.0, 1.0)])
+    new = rows["new"].prediction
+    assert new.prior and not rows["a"].prediction.prior
+    assert new.attempts == 0
+    assert 0.4 <= (new.ttft_s or 0) <= 0.81
+
+
+def test_nothing_measured_leaves_only_price() -> None:
+    rows = scored(StatsSnapshot(), [("a", 3.0, 3.0), ("b", 1.0, 1.0)])
+    assert rows["a"].prediction.time_s is None
+    assert rows["a"].parts.time == 0.0
+    assert best(rows) == "b"
+
+
+def test_failures_are_penalised_with_a_prior() -> None:
+    flaky = samples("flaky", 50) + samples("flaky", 50, outcome="upstream_error")
+    neutral = samples("steady", 50) + samples("steady", 50, outcome="client_error")
+    snapshot = StatsSnapshot.from_samples(flaky + neutral)
+    rows = scored(snapshot, [("flaky", 1.0, 1.0), ("steady", 1.0, 1.0)])
+    assert rows["flaky"].prediction.success_rate == pytest.approx(52 / 102)
+    assert rows["flaky"].parts.failure == pytest.approx(math.log2(102 / 52))
+    # A client's own 400s say nothing of the provider.
+    assert rows["steady"].prediction.success_rate == 1.0
+    assert rows["steady"].parts.failure == 0.0
+    assert best(rows) == "steady"
+
+
+def test_soft_constraints_are_reported_once_judged() -> None:
+    policy = PolicyConfig(name="strict", max_ttft_s=1.0, min_tokens_per_s=50.0, max_price_out=3.0, min_samples=5)
+    snapshot = StatsSnapshot.from_samples(
+        samples("slow", 10, ttft=2.0, tps=20.0) + samples("young", 2, ttft=2.0) + samples("ok", 10, ttft=0.5)
+    )
+    rows = scored(snapshot, [("slow", 1.0, 1.0), ("young", 1.0, 1.0), ("ok", 1.0, 5.0)], policy=policy)
+    assert rows["slow"].violations == ("ttft 1.99s > 1s", "tokens/s 19.9 < 50")  # histogram values, within 1%
+    assert rows["young"].violations == ()  # two samples prove nothing yet
+    assert rows["ok"].violations == ("price_out 5 > 3",)  # prices are known without samples
+
+
+def test_preferred_latency_and_throughput_percentiles() -> None:
+    snapshot = StatsSnapshot.from_samples(samples("a", 80, ttft=0.5, tps=100.0) + samples("a", 20, ttft=5.0, tps=5.0))
+    prefs = ProviderPreferences(max_ttft_s=((0.5, 1.0), (0.9, 2.0)), min_tokens_per_s=((0.5, 50.0), (0.9, 50.0)))
+    violations = scored(snapshot, [("a", 1.0, 1.0)], preferences=prefs)["a"].violations
+    assert violations == ("ttft p90 5s > preferred 2s", "tokens/s p90 5 < preferred 50")
+
+
+def test_embeddings_are_judged_by_end_to_end_time() -> None:
+    snapshot = StatsSnapshot.from_samples(
+        [sample("a", ttft=None, tps=None, e2e=0.2) for _ in range(5)]
+        + [sample("b", ttft=None, tps=None, e2e=0.1) for _ in range(5)]
+    )
+    config = routing_config([("a", 1.0, 0.0), ("b", 1.0, 0.0)])
+    shape = RequestShape("embeddings", 100, 0, "request")
+    rows = score_all("m", config.models[0].deployments, shape, snapshot, BALANCED)
+    assert [r.prediction.time_s for r in rows] == [pytest.approx(0.2, rel=0.02), pytest.approx(0.1, rel=0.02)]
+
+
+def test_expected_output_request_then_observed_then_default() -> None:
+    observed = StatsSnapshot.from_samples(samples("a", 9, tokens=40) + samples("a", 2, tokens=400))
+    assert expected_output("m", 7, observed, BALANCED) == (7, "request")
+    tokens, source = expected_output("m", None, observed, BALANCED)
+    assert (tokens, source) == (40, "observed")
+    assert expected_output("m", None, StatsSnapshot(), BALANCED) == (256, "default")
+
+
+def test_request_sort_replaces_the_policy_weights() -> None:
+    assert Weights.of(BALANCED, "price").price == 1.0
+    assert Weights.of(BALANCED, "throughput").throughput == 1.0
+    assert Weights.of(BALANCED, "latency").ttft == 1.0
+    assert Weights.of(BALANCED) == Weights(1.0, 0.0, 0.0, 0.3, 1.0)
+    snapshot = StatsSnapshot.from_samples(
+        samples("quick", 10, ttft=0.1, tps=50.0) + samples("wide", 10, ttft=1.0, tps=500.0)
+    )
+    rows = scored(
+        snapshot, [("quick", 1.0, 1.0), ("wide", 5.0, 5.0)], preferences=ProviderPreferences(sort="throughput")
+    )
+    assert best(rows) == "wide"
+    rows = scored(snapshot, [("quick", 1.0, 1.0), ("wide", 5.0, 5.0)], preferences=ProviderPreferences(sort="latency"))
+    assert best(rows) == "quick"
