@@ -9,6 +9,7 @@ from __future__ import annotations
 import email.utils
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.errors import (
     GatewayError,
@@ -26,6 +27,11 @@ from gateway.upstream import UpstreamResponse
 # Upstream statuses that are the request's fault: relayed to the client, never retried, and
 # not held against the provider's health.
 CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
+# The same for error events inside a stream, which carry no status: their type or code.
+CLIENT_FAULT_TYPES = frozenset({"invalid_request_error"})
+CLIENT_FAULT_CODES = frozenset(
+    {"context_length_exceeded", "content_filter", "content_policy_violation", "invalid_prompt", "invalid_request_error"}
+)
 
 
 @dataclass(slots=True)
@@ -76,6 +82,21 @@ class ClientFault(Exception):
         self.content_type = content_type
 
 
+def is_request_fault(error: Any) -> bool:
+    """Whether an error event's ``error`` object blames the request (retrying elsewhere would not help)."""
+    if not isinstance(error, dict):
+        return False
+    return error.get("type") in CLIENT_FAULT_TYPES or error.get("code") in CLIENT_FAULT_CODES
+
+
+def describe_error(error: Any) -> tuple[str, str | None]:
+    """The message and code of an error event's ``error`` object, whatever its shape."""
+    if isinstance(error, dict):
+        code = error.get("code")
+        return str(error.get("message") or error)[:500], str(code) if code is not None else None
+    return str(error)[:500], None
+
+
 def first_output_at(attempt: Attempt) -> float:
     meter = attempt.meter
     return 0.0 if meter is None or meter.first_output_at is None else meter.first_output_at
@@ -89,11 +110,8 @@ def error_of(body: bytes) -> tuple[str, str | None]:
         text = body.decode("utf-8", "replace").strip()
         return (text[:300] or "no error message"), None
     error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict):
-        code = error.get("code")
-        return str(error.get("message") or error)[:500], str(code) if code is not None else None
-    if isinstance(error, str):
-        return error[:500], None
+    if isinstance(error, dict | str):
+        return describe_error(error)
     return str(data)[:300], None
 
 

@@ -24,8 +24,10 @@ from gateway.relay.attempt import (
     Attempt,
     AttemptLog,
     ClientFault,
+    describe_error,
     error_of,
     final_error,
+    is_request_fault,
     retry_after,
 )
 from gateway.relay.hedging import race
@@ -69,7 +71,7 @@ class Dispatcher:
         deadline = request.received_at + policy.total_timeout_s
         log = AttemptLog()
         errors: list[UpstreamError] = []
-        for candidate in plan.candidates:
+        for index, candidate in enumerate(plan.candidates):
             remaining = deadline - self.clock()
             if log.attempts >= policy.max_attempts or remaining <= 0:
                 break
@@ -91,7 +93,7 @@ class Dispatcher:
                 return FullReply(fault.status, fault.body, fault.content_type, log)
             self.commit(request, log, attempt)
             if request.stream:
-                return StreamReply(self, request, attempt, log)
+                return StreamReply(self, request, attempt, log, plan, plan.candidates[index + 1 :])
             return await self._finish_full(request, attempt, log)
         error = final_error(errors, log.attempts, deadline_passed=self.clock() >= deadline)
         error.headers["x-gateway-attempts"] = str(log.attempts)
@@ -145,7 +147,10 @@ class Dispatcher:
             self.fail(request, attempt, "timeout", exc)
             raise
         except UpstreamError as exc:
-            self.fail(request, attempt, "broken_stream" if attempt.meter else "upstream_error", exc)
+            meter = attempt.meter
+            self.fail(
+                request, attempt, "broken_stream" if meter and meter.first_error is None else "upstream_error", exc
+            )
             raise
         except ClientFault:
             self.fail(request, attempt, "client_error", None)
@@ -153,7 +158,9 @@ class Dispatcher:
         except asyncio.CancelledError:
             self.fail(request, attempt, "client_cancelled", None)
             raise
-        request.trace.upstream_ready_at = attempt.meter.first_output_at if attempt.meter else self.clock()
+        if request.trace.upstream_ready_at is None:
+            # The committed attempt's; a hedge's loser or a continuation must not move it.
+            request.trace.upstream_ready_at = attempt.meter.first_output_at if attempt.meter else self.clock()
 
     async def _check_status(self, attempt: Attempt, redact: Callable[[bytes], bytes]) -> None:
         response = attempt.response
@@ -177,7 +184,12 @@ class Dispatcher:
         )
 
     async def _await_first_token(self, attempt: Attempt) -> None:
-        """Read (and hold back) chunks until one carries output, ``[DONE]`` comes, or the stream ends."""
+        """Read (and hold back) chunks until one carries output, ``[DONE]`` comes, or the stream ends.
+
+        An error event before any output is the provider's failure to start (overloaded, an
+        internal error): nothing has reached the client, so the next deployment is tried. Only
+        an error that blames the request (context length, content filter) is relayed as is.
+        """
         response = attempt.response
         assert response is not None
         meter = attempt.meter = StreamMeter(self.clock, attempt.sent_at)
@@ -191,6 +203,12 @@ class Dispatcher:
                 break
             meter.feed(chunk)
             attempt.held.append(chunk)
+        if meter.first_error is not None and not is_request_fault(meter.first_error):
+            name = attempt.candidate.provider.name
+            message, code = describe_error(meter.first_error)
+            raise UpstreamUnavailable(
+                f"{name}: upstream error before the first token: {message}", provider=name, status=200, code=code
+            )
 
     async def _finish_full(self, request: ProxyRequest, attempt: Attempt, log: AttemptLog) -> FullReply:
         response = attempt.response

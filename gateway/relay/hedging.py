@@ -91,7 +91,7 @@ async def race(dispatcher: Dispatcher, request: ProxyRequest, plan: RoutePlan) -
                 dispatcher.commit(request, log, winner)
                 if winner.hedged:
                     _hedge_ended(dispatcher, model, winner, [*answered[1:], *pending.values()])
-                return StreamReply(dispatcher, request, winner, log)
+                return StreamReply(dispatcher, request, winner, log, plan, queue)
     finally:
         # Losers (and, on a client disconnect, everyone) are cancelled; each records its own sample.
         for task in pending:
