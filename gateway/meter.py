@@ -214,10 +214,15 @@ class StreamMeter:
                 self.finish_seen = True
 
     def end_of_stream(self) -> None:
-        """The upstream closed: complete an event that lacked its closing blank line."""
+        """The upstream closed: complete an event that lacked only its closing blank line.
+
+        An event cut short (its data not valid JSON) is dropped, as the SSE spec drops an event
+        the stream ends in the middle of; the relay does not forward it either.
+        """
         now = self._clock()
         for data in self._splitter.flush():
-            self._note(now, data)
+            if data == DONE or _parse(data) is not None:
+                self._note(now, data)
 
     @property
     def ttft_s(self) -> float | None:

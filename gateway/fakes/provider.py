@@ -71,7 +71,7 @@ class FakeBehavior:
     status: int = 200
     """An error status to answer with (subject to ``fail_first`` and ``error_rate``)."""
     error_code: str | None = None
-    """The ``error.code`` of an error answer, e.g. ``context_length_exceeded``."""
+    """The ``error.code`` of an error answer or error event, e.g. ``context_length_exceeded``."""
     retry_after: str | None = None
     fail_first: int = 0
     """Only the first N requests to this server fail with ``status`` (0: every request)."""
@@ -412,7 +412,8 @@ class FakeProvider:
                 if chunks == behavior.malformed_after:
                     await send({"type": "http.response.body", "body": b"data: {not json\n\n", "more_body": True})
                 if chunks == behavior.error_event_after:
-                    error = {"error": {"message": f"fake {self.name}: error mid-stream", "type": "server_error"}}
+                    message = f"fake {self.name}: error mid-stream"
+                    error = {"error": {"message": message, "type": "server_error", "code": behavior.error_code}}
                     await send({"type": "http.response.body", "body": b"data: " + json.dumps(error).encode() + b"\n\n"})
                     return
                 if tps > 0 and start > 0:

@@ -57,13 +57,17 @@ class EventForwarder:
         return data[:cut]
 
     def flush(self) -> bytes:
-        """At a clean end of stream: the last event, if it lacked its closing blank line, completed."""
+        """At a clean end of stream: the last event, if it lacked only its closing blank line, completed.
+
+        An event cut short (its data not valid JSON) is dropped, as ``StreamMeter.end_of_stream`` drops it.
+        """
         tail, self._tail = self._tail, b""
         if not tail.strip() or self.error is not None:
             return b""
-        if self._opening:
-            return self._sift(tail + b"\n\n")
-        return tail if tail.endswith(b"\n\n") else tail.rstrip(b"\r\n") + b"\n\n"
+        payloads = _flushed(tail)
+        if not payloads or (payloads[0] != _DONE and _parse(payloads[0]) is None):
+            return b""
+        return self._sift(tail.rstrip(b"\r\n") + b"\n\n")
 
     def _sift(self, data: bytes) -> bytes:
         """The slow path: event by event, for an opening to drop or an error event to hold."""
@@ -88,6 +92,12 @@ class EventForwarder:
                 block = _without_role(event, block)
             out.append(block)
         return b"".join(out)
+
+
+def _flushed(tail: bytes) -> list[bytes]:
+    splitter = SSESplitter()
+    splitter.feed(tail)
+    return splitter.flush()
 
 
 def _last_boundary(data: bytes) -> int:

@@ -226,8 +226,10 @@ def _ending(
         outcome: Outcome = "timeout" if isinstance(broken, UpstreamTimeout) else "broken_stream"
         return outcome, error_event(broken.message, "upstream_stream_broken"), True
     if forwarder.error is not None:
-        # The provider's own error event, held back: relayed as is, unless another deployment can finish.
-        return "upstream_error", forwarder.error, not is_request_fault(forwarder.error_object)
+        # The provider's own error event, held back: relayed as is, unless another deployment can finish
+        # (never when it blames the request: the provider's health is not at stake, and a retry would fail alike).
+        fault = is_request_fault(forwarder.error_object)
+        return ("client_error" if fault else "upstream_error"), forwarder.error, not fault
     if reading.error_message is not None:
         return "upstream_error", b"", False
     if not meter.done and not reading.finished:
