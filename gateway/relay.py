@@ -102,6 +102,11 @@ class AttemptLog:
     attempts: int = 0
     winner: Candidate | None = None
     route: RouteReason = "best-score"
+    clock: Clock = time.perf_counter
+    status: int | None = None
+    """The status sent to the client, once the reply started."""
+    first_byte_at: float | None = None
+    """Clock reading once the reply's first body bytes were handed to the server."""
 
     def commit(self, attempt: _Attempt) -> None:
         """Note the attempt whose answer goes to the client, and why it was the one."""
@@ -152,7 +157,7 @@ class Dispatcher:
             return await self._race(request, plan)
         policy = plan.policy
         deadline = request.received_at + policy.total_timeout_s
-        log = AttemptLog()
+        log = AttemptLog(clock=self.clock)
         errors: list[UpstreamError] = []
         for candidate in plan.candidates:
             remaining = deadline - self.clock()
@@ -194,7 +199,7 @@ class Dispatcher:
         policy = plan.policy
         model = plan.candidates[0].model
         deadline = request.received_at + policy.total_timeout_s
-        log = AttemptLog()
+        log = AttemptLog(clock=self.clock)
         errors: list[UpstreamError] = []
         queue = list(plan.candidates)
         pending: dict[asyncio.Task[None], _Attempt] = {}
@@ -522,8 +527,10 @@ class FullReply(Reply):
         ]
         watch.disarm()
         try:
+            self.log.status = self.status
             await send({"type": "http.response.start", "status": self.status, "headers": headers})
             await send({"type": "http.response.body", "body": self.body})
+            self.log.first_byte_at = self.log.clock()
         finally:
             # The upstream answered in full: its sample is due even if the client is gone.
             if self._finish is not None:
@@ -553,8 +560,10 @@ class StreamReply(Reply):
         broken: UpstreamError | None = None
         outcome: Outcome = "ok"
         try:
+            self.log.status = 200
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": b"".join(attempt.held), "more_body": True})
+            self.log.first_byte_at = self.log.clock()
             attempt.held.clear()
             while not meter.done:
                 chunk = await response.read_chunk()

@@ -30,7 +30,6 @@ from gateway.policies import PolicyConfig
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, Sort
 from gateway.samples import Endpoint
 from gateway.stats import DeploymentSummary, LogHistogram, StatsSnapshot
-from gateway.stats.sketch import value_of
 
 OutputSource = Literal["request", "observed", "default"]
 MIN_TIME_S = 1e-3
@@ -251,8 +250,7 @@ def _estimate(
 
 
 def _harmonic_mean(histogram: LogHistogram) -> float | None:
-    inverse = sum(n / value_of(b) for b, n in histogram.counts.items() if value_of(b) > 0)
-    return histogram.count / inverse if inverse > 0 else None
+    return histogram.harmonic_mean()
 
 
 MetricName = Literal["ttft_s", "tokens_per_s", "e2e_s"]

@@ -39,13 +39,7 @@ def subtract(total: DeploymentSummary, part: DeploymentSummary) -> None:
         mine = total.histograms.get(metric)
         if mine is None:
             continue
-        for bucket, n in histogram.counts.items():
-            left = mine.counts.get(bucket, 0) - n
-            if left > 0:
-                mine.counts[bucket] = left
-            else:
-                mine.counts.pop(bucket, None)
-        mine.count -= histogram.count
+        mine.subtract(histogram)
         if mine.count <= 0:
             del total.histograms[metric]
 
