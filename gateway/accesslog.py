@@ -16,7 +16,6 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -25,9 +24,6 @@ from gateway.meter import Clock
 from gateway.metrics import Metrics
 from gateway.relay import AttemptLog, ProxyRequest
 from gateway.samples import Endpoint, Sample
-
-Message = MutableMapping[str, Any]
-Send = Callable[[Message], Awaitable[None]]
 
 ACCESS_LOGGER = "gateway.access"
 
@@ -44,22 +40,20 @@ class AccessRecord:
     """Set once the request passed validation (its model is a configured one)."""
     log: AttemptLog | None = None
     """Set once an attempt answered (the reply's log)."""
-    status: int | None = None
-    """The status sent to the client; None if the client left before a response started."""
-    first_byte_at: float | None = None
-    """Clock reading once the first body bytes were handed to the server."""
+    error_status: int | None = None
+    """The status of an error the gateway answered with itself (the reply's own status is in ``log``)."""
 
-    def watch(self, send: Send) -> Send:
-        """Wrap ``send`` to note the status and when the first body bytes went out."""
+    @property
+    def status(self) -> int | None:
+        """The status sent to the client; None if the client left before a response started."""
+        if self.error_status is not None:
+            return self.error_status
+        return self.log.status if self.log is not None else None
 
-        async def watched(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                self.status = message["status"]
-            await send(message)
-            if self.first_byte_at is None and message["type"] == "http.response.body" and message.get("body"):
-                self.first_byte_at = self.clock()
-
-        return watched
+    @property
+    def first_byte_at(self) -> float | None:
+        """Clock reading once the reply's first body bytes were handed to the server."""
+        return self.log.first_byte_at if self.log is not None and self.error_status is None else None
 
     def winner(self) -> Sample | None:
         """The attempt that answered, else the last one tried."""

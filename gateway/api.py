@@ -22,13 +22,14 @@ from starlette.responses import JSONResponse, Response
 from gateway.accesslog import AccessRecord
 from gateway.errors import (
     GatewayError,
+    HeadersTooLarge,
     InvalidRequest,
     ModelNotFound,
     PayloadTooLarge,
     internal_error,
 )
 from gateway.leaderboard import leaderboard, leaderboard_json
-from gateway.limits import has_unpaired_surrogate
+from gateway.limits import has_unpaired_surrogate, header_bytes
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.routing import RouteRequest, parse_preferences, split_model_suffix
 from gateway.samples import Endpoint
@@ -178,7 +179,7 @@ class ProxyEndpoint:
         clock = runtime.dispatcher.clock
         record = AccessRecord(uuid.uuid4().hex, self.endpoint, clock(), clock)
         try:
-            await self._serve(scope, receive, record.watch(send), runtime, record)
+            await self._serve(scope, receive, send, runtime, record)
         finally:
             runtime.access_log.write(record)
             runtime.leave()
@@ -192,7 +193,16 @@ class ProxyEndpoint:
         except _ClientGone:
             return
         except GatewayError as exc:
+            record.error_status = exc.status_code
             await send_error(send, exc, request_id)
+            return
+        except Exception:
+            # This endpoint is reached outside Starlette's error middleware: a bug still gets a
+            # clean 500 with an id to find this log line by.
+            logger.exception("unexpected error reading request %s", request_id)
+            error = internal_error(request_id)
+            record.error_status = error.status_code
+            await send_error(send, error, request_id)
             return
         record.request = request
         try:
@@ -221,12 +231,15 @@ class ProxyEndpoint:
         except GatewayError as exc:
             watch.disarm()
             if not started:
+                record.error_status = exc.status_code
                 await send_error(send, exc, request_id)
         except Exception:
             watch.disarm()
             logger.exception("unexpected error serving request %s", request_id)
             if not started:
-                await send_error(send, internal_error(request_id), request_id)
+                error = internal_error(request_id)
+                record.error_status = error.status_code
+                await send_error(send, error, request_id)
         except BaseException:
             # The client hung up (DisconnectWatch cancelled us): the attempt has recorded
             # itself; there is nobody left to answer. Anything else is shutdown: re-raise.
@@ -239,6 +252,10 @@ class ProxyEndpoint:
     async def _prepare(
         self, scope: Scope, receive: Receive, runtime: GatewayRuntime, received_at: float, request_id: str
     ) -> tuple[ProxyRequest, RouteRequest, Ticket]:
+        limit = runtime.config.limits.max_header_bytes
+        size = header_bytes(scope["headers"])
+        if size > limit:
+            raise HeadersTooLarge(f"request headers of {size} bytes exceed the limit of {limit} bytes")
         key = runtime.access.authenticate(scope)
         raw = await read_body(scope, receive, runtime.config.server.max_body_bytes)
         body = parse_json_body(raw)

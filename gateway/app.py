@@ -20,13 +20,15 @@ import signal
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
+from starlette.types import ExceptionHandler, Lifespan
 
 from gateway import admin, api
 from gateway.access import USAGE_TAP, AccessControl, AccessState
@@ -225,6 +227,35 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
     return api.error_response(exc)
 
 
+class GatewayApp(Starlette):
+    """Starlette, with the inference endpoints reached directly.
+
+    Those endpoints are pure ASGI, check header size and handle every error themselves, and
+    relay a stream chunk by chunk: going through Starlette's middleware stack would wrap each
+    chunk's ``send`` in three more calls. Everything else is routed by Starlette as usual.
+    """
+
+    def __init__(
+        self,
+        proxies: Mapping[str, api.ProxyEndpoint],
+        routes: Sequence[BaseRoute],
+        lifespan: Lifespan[Starlette],
+        middleware: Sequence[Middleware],
+        exception_handlers: Mapping[Any, ExceptionHandler],
+    ) -> None:
+        super().__init__(routes=routes, lifespan=lifespan, middleware=middleware, exception_handlers=exception_handlers)
+        self.proxies = dict(proxies)
+
+    async def __call__(self, scope: api.Scope, receive: api.Receive, send: api.Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.proxies.get(scope["path"])
+            if endpoint is not None:
+                scope["app"] = self
+                await endpoint(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Starlette:
     """Build the gateway app for ``config``. Raises ``ConfigError`` if a provider's key is missing
     or the client keys are invalid."""
@@ -267,10 +298,14 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
             await access_state.aclose()
             await stats.aclose()
 
+    proxies = {
+        "/v1/chat/completions": api.ProxyEndpoint("chat", "/chat/completions"),
+        "/v1/completions": api.ProxyEndpoint("completions", "/completions"),
+        "/v1/embeddings": api.ProxyEndpoint("embeddings", "/embeddings"),
+    }
     routes = [
-        Route("/v1/chat/completions", api.ProxyEndpoint("chat", "/chat/completions"), methods=["POST"]),
-        Route("/v1/completions", api.ProxyEndpoint("completions", "/completions"), methods=["POST"]),
-        Route("/v1/embeddings", api.ProxyEndpoint("embeddings", "/embeddings"), methods=["POST"]),
+        # Also routed here, so that a GET to them gets Starlette's 405 with its Allow header.
+        *(Route(path, endpoint, methods=["POST"]) for path, endpoint in proxies.items()),
         Route("/v1/models", api.list_models, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
@@ -282,7 +317,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
     ]
     middleware = [Middleware(HeaderSizeLimit, max_bytes=lambda: holder.current.config.limits.max_header_bytes)]
     handlers = {HTTPException: _http_exception, GatewayError: _gateway_error}
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware, exception_handlers=handlers)
+    app = GatewayApp(proxies, routes=routes, lifespan=lifespan, middleware=middleware, exception_handlers=handlers)
     app.state.runtime = holder
     app.state.metrics = options.metrics
     return app

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from gateway import __version__
 from gateway.config import ConfigError, GatewayConfig, StatsConfig, load_config, resolve_secrets
+from gateway.tables import format_table
 from gateway.tokens import TokenizerError, load_token_counter
 
 DEFAULT_CONFIG_ENV = "GATEWAY_CONFIG"
@@ -63,15 +64,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run(uvicorn.Server(uvicorn_config(app, config, host, port, args.log_level)))
 
 
-def _format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=False)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
-    return "\n".join(lines)
-
-
 def routing_table(config: GatewayConfig, environ: dict[str, str]) -> str:
     """The resolved model → deployments table; key variables shown as set/missing, never their values."""
     header = ["model", "policy", "#", "deployment", "provider", "upstream model", "in $/1M", "out $/1M", "key"]
@@ -96,7 +88,7 @@ def routing_table(config: GatewayConfig, environ: dict[str, str]) -> str:
                     key,
                 ]
             )
-    return _format_table(header, rows)
+    return format_table(header, rows)
 
 
 def cold_rankings(config: GatewayConfig) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway.config import ModelConfig
 from gateway.stats import Metric, StatsSnapshot, StoreHealth
+from gateway.tables import format_table
 
 InFlightCounts = Callable[[str, str], int]
 """(model, deployment) → requests in flight there now. The router owns these counts."""
@@ -195,19 +196,7 @@ def table_cells(row: LeaderboardRow) -> list[str]:
 
 
 def render_table(rows: Sequence[LeaderboardRow]) -> str:
-    cells = [table_cells(row) for row in rows]
-    widths = [max(len(c) for c in column) for column in zip(TABLE_HEADER, *cells, strict=False)]
-    numeric = range(2, len(TABLE_HEADER))  # right-align numbers so magnitudes line up
-
-    def line(values: Sequence[str]) -> str:
-        parts = [
-            v.rjust(w) if i in numeric else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=True))
-        ]
-        return "  ".join(parts).rstrip()
-
-    lines = [line(TABLE_HEADER), "  ".join("-" * w for w in widths)]
-    lines.extend(line(c) for c in cells)
-    return "\n".join(lines)
+    return format_table(TABLE_HEADER, [table_cells(row) for row in rows], numeric_from=2)
 
 
 def render_csv(rows: Sequence[LeaderboardRow]) -> str:

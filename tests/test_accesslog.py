@@ -38,7 +38,7 @@ def keyed_config(providers: list[FakeServer], server: dict[str, Any] | None = No
         "models": [
             {
                 "name": "m",
-                # Config order: the story told below (bad first, then a fallback) must not depend on exploration.
+                # Config order, so that the story (a failure, then a fallback) is the same every run.
                 "policy": "fixed-order",
                 "deployments": [
                     {"provider": p.name, "model": "up", "price_in": 1.0, "price_out": 2.0} for p in providers

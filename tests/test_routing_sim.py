@@ -67,7 +67,7 @@ def test_a_slowdown_moves_traffic_and_exploration_finds_the_recovery(sims: Sims)
     sim.fakes["a"].app.behavior = a_fast  # recovered
     replies = _recent_share(sim, "a", 0.8, deadline_s=10)
     # It was found again by exploring it, not by luck: its old samples aged out first.
-    assert any(r.provider == "a" and r.route == "explore" for r in replies)
+    assert any(r.provider == "a" and r.route == "explore" for r in replies), [(r.provider, r.route) for r in replies]
 
 
 def test_short_and_long_requests_pick_different_providers(sims: Sims) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from gateway import tables
 from gateway.bench.runner import BenchSettings, BenchTarget, RequestResult
 
 
@@ -159,14 +160,7 @@ def table_rows(summaries: Sequence[TargetSummary]) -> list[list[str]]:
 
 def format_table(summaries: Sequence[TargetSummary]) -> str:
     """The summaries as an aligned text table: names left, numbers right."""
-    rows = table_rows(summaries)
-    widths = [max(len(str(cell)) for cell in column) for column in zip(TABLE_HEADER, *rows, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(TABLE_HEADER), "  ".join("-" * w for w in widths), *(line(row) for row in rows)])
+    return tables.format_table(TABLE_HEADER, table_rows(summaries), numeric_from=1)
 
 
 def write_outputs(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from gateway.meter import StreamMeter
+from gateway.meter import Clock, StreamMeter
 from gateway.routing import Candidate, RouteReason
 from gateway.upstream import UpstreamResponse
 
@@ -62,6 +63,11 @@ class AttemptLog:
     attempts: int = 0
     winner: Candidate | None = None
     route: RouteReason = "best-score"
+    clock: Clock = time.perf_counter
+    status: int | None = None
+    """The status sent to the client, once the reply started."""
+    first_byte_at: float | None = None
+    """Clock reading once the reply's first body bytes were handed to the server."""
 
     def commit(self, attempt: Attempt) -> None:
         """Note the attempt whose answer goes to the client, and why it was the one."""

@@ -69,7 +69,7 @@ class Dispatcher:
             return await race(self, request, plan)
         policy = plan.policy
         deadline = request.received_at + policy.total_timeout_s
-        log = AttemptLog()
+        log = AttemptLog(clock=self.clock)
         errors: list[UpstreamError] = []
         for index, candidate in enumerate(plan.candidates):
             remaining = deadline - self.clock()

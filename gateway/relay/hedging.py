@@ -27,7 +27,7 @@ async def race(dispatcher: Dispatcher, request: ProxyRequest, plan: RoutePlan) -
     policy = plan.policy
     model = plan.candidates[0].model
     deadline = request.received_at + policy.total_timeout_s
-    log = AttemptLog()
+    log = AttemptLog(clock=dispatcher.clock)
     errors: list[UpstreamError] = []
     queue = list(plan.candidates)
     pending: dict[asyncio.Task[None], Attempt] = {}

@@ -77,8 +77,10 @@ class FullReply(Reply):
         ]
         watch.disarm()
         try:
+            self.log.status = self.status
             await send({"type": "http.response.start", "status": self.status, "headers": headers})
             await send({"type": "http.response.body", "body": self.body})
+            self.log.first_byte_at = self.log.clock()
         finally:
             # The upstream answered in full: its sample is due even if the client is gone.
             if self._finish is not None:
@@ -159,11 +161,14 @@ class StreamReply(Reply):
         assert response is not None and meter is not None
         try:
             if start is not None:
+                self.log.status = 200
                 await send(start)
             out = forwarder.feed(b"".join(attempt.held))
             attempt.held.clear()
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
+                if self.log.first_byte_at is None:
+                    self.log.first_byte_at = self.log.clock()
             while not meter.done and forwarder.error is None:
                 chunk = await response.read_chunk()
                 if not chunk:

@@ -7,11 +7,11 @@ seconds, money USD for one request of the shape given.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from gateway.policies import PolicyConfig
 from gateway.routing.router import Ranked, Ranking
+from gateway.tables import format_table
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -165,12 +165,3 @@ def policy_summary(policy: PolicyConfig) -> str:
     if policy.hedging:
         hedge += f" (budget {policy.hedge_budget:.0%})"
     return f"{order}; {policy.max_attempts} attempts; {hedge}"
-
-
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=False)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
-    return "\n".join(lines)

@@ -39,7 +39,7 @@ from gateway.routing.health import Answer, CircuitState, Key, RouterState
 from gateway.routing.observer import NullObserver, RoutingObserver
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import Candidate, RoutePlan, RouteReason, RouteRequest
-from gateway.routing.score import RequestShape, Scored, Weights, expected_output, score_all
+from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
 from gateway.samples import Endpoint, Sample
 from gateway.stats import StatsSnapshot
 
@@ -47,6 +47,8 @@ Clock = Callable[[], float]
 REVISIT_SAMPLES = 4
 """A close runner-up is re-measured until it has this many times ``min_samples`` attempts in the window."""
 DISMISS_AFTER = 2
+TYPICAL_OUTPUT_TTL_S = 1.0
+"""How long a model's observed answer length is reused before it is looked up again."""
 DISMISS_FACTOR = 2.0
 
 
@@ -136,6 +138,21 @@ class MeasuredRouter:
         self.clock = clock
         self.observer: RoutingObserver = observer if observer is not None else NullObserver()
         self._providers = {p.name: p for p in config.providers}
+        self._typical_output: dict[str, tuple[float, int, OutputSource]] = {}
+
+    def _expected_output(
+        self, model: str, max_tokens: int | None, snapshot: StatsSnapshot, policy: PolicyConfig, now: float
+    ) -> tuple[int, OutputSource]:
+        """``expected_output``, with the model's observed answer length reused for a second: finding it
+        merges every deployment's histogram, and a typical length does not move from one request to the next."""
+        if max_tokens is not None:
+            return max_tokens, "request"
+        cached = self._typical_output.get(model)
+        if cached is not None and now - cached[0] < TYPICAL_OUTPUT_TTL_S:
+            return cached[1], cached[2]
+        output, source = expected_output(model, None, snapshot, policy)
+        self._typical_output[model] = (now, output, source)
+        return output, source
 
     # -- ranking --------------------------------------------------------------------------------
 
@@ -153,9 +170,9 @@ class MeasuredRouter:
         policy = self.config.policy_for(model)
         snapshot = self.stats.snapshot()
         deployments = _filter(model, preferences, self._providers)
-        output, source = expected_output(model.name, max_tokens, snapshot, policy)
-        shape = RequestShape(endpoint, prompt_tokens, output, source)
         now = self.clock()
+        output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
+        shape = RequestShape(endpoint, prompt_tokens, output, source)
         recent = self.state.recent(model.name, now)
         scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, recent)
         rows = [self._ranked(model.name, s, policy, now) for s in scored]

@@ -30,7 +30,6 @@ from gateway.policies import PolicyConfig
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, Sort
 from gateway.samples import Endpoint
 from gateway.stats import DeploymentSummary, LogHistogram, StatsSnapshot
-from gateway.stats.sketch import value_of
 
 OutputSource = Literal["request", "observed", "default"]
 MIN_TIME_S = 1e-3
@@ -251,8 +250,7 @@ def _estimate(
 
 
 def _harmonic_mean(histogram: LogHistogram) -> float | None:
-    inverse = sum(n / value_of(b) for b, n in histogram.counts.items() if value_of(b) > 0)
-    return histogram.count / inverse if inverse > 0 else None
+    return histogram.harmonic_mean()
 
 
 MetricName = Literal["ttft_s", "tokens_per_s", "e2e_s"]
@@ -320,12 +318,14 @@ def _violations(
         found.append(f"price_out {deployment.price_out:g} > {policy.max_price_out:g}")
     if summary is None or p.attempts < max(1, policy.min_samples):
         return tuple(found)
-    ttft = summary.quantile("ttft_s", policy.ttft_quantile)
-    if policy.max_ttft_s is not None and ttft is not None and ttft > policy.max_ttft_s:
-        found.append(f"ttft {ttft:.3g}s > {policy.max_ttft_s:g}s")
-    tps = summary.quantile("tokens_per_s", 1.0 - policy.tps_quantile)
-    if policy.min_tokens_per_s is not None and tps is not None and tps < policy.min_tokens_per_s:
-        found.append(f"tokens/s {tps:.3g} < {policy.min_tokens_per_s:g}")
+    if policy.max_ttft_s is not None:
+        ttft = summary.quantile("ttft_s", policy.ttft_quantile)
+        if ttft is not None and ttft > policy.max_ttft_s:
+            found.append(f"ttft {ttft:.3g}s > {policy.max_ttft_s:g}s")
+    if policy.min_tokens_per_s is not None:
+        tps = summary.quantile("tokens_per_s", 1.0 - policy.tps_quantile)
+        if tps is not None and tps < policy.min_tokens_per_s:
+            found.append(f"tokens/s {tps:.3g} < {policy.min_tokens_per_s:g}")
     if policy.min_success_rate is not None and p.success_rate < policy.min_success_rate:
         found.append(f"success {p.success_rate:.2f} < {policy.min_success_rate:g}")
     for q, ceiling in preferences.max_ttft_s:

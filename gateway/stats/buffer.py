@@ -12,6 +12,7 @@ from gateway.samples import Sample
 from gateway.stats.redis_layout import Pair, cell_count
 from gateway.stats.sketch import bucket_of
 from gateway.stats.snapshot import DeploymentSummary, sample_values
+from gateway.stats.window import merge_slices
 
 
 class WriteBuffer:
@@ -84,12 +85,4 @@ class WriteBuffer:
 
     def merge_into(self, totals: dict[Pair, DeploymentSummary], oldest: int) -> None:
         """Add the slices from ``oldest`` on to ``totals`` (copying what ``totals`` lacks)."""
-        for index, summaries in self.slices.items():
-            if index < oldest:
-                continue
-            for pair, summary in summaries.items():
-                total = totals.get(pair)
-                if total is None:
-                    totals[pair] = summary.copy()
-                else:
-                    total.merge(summary)
+        merge_slices(totals, self.slices, oldest)

@@ -28,7 +28,7 @@ from gateway.stats.redis_layout import (
     summary_from_hash,
 )
 from gateway.stats.snapshot import DeploymentSummary
-from gateway.stats.window import SlicedWindow, slice_index
+from gateway.stats.window import SlicedWindow, merge_slices, slice_index
 
 CLOCK_SKEW_S = 2.0
 """How far replicas' wall clocks may disagree before a late write can be missed by a cache."""
@@ -114,16 +114,7 @@ class SharedWindowReader:
         """The last read window, aged to now: settled total plus the open slices still in it."""
         self.settled.expire()
         totals = {pair: summary.copy() for pair, summary in self.settled.total.items()}
-        oldest = self.settled.oldest_kept()
-        for index, summaries in self.open.items():
-            if index < oldest:
-                continue
-            for pair, summary in summaries.items():
-                total = totals.get(pair)
-                if total is None:
-                    totals[pair] = summary.copy()
-                else:
-                    total.merge(summary)
+        merge_slices(totals, self.open, self.settled.oldest_kept())
         return totals
 
 

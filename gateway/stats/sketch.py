@@ -28,11 +28,17 @@ def bucket_of(value: float) -> int:
     return math.ceil(math.log(value) / _LOG_GAMMA)
 
 
+_VALUES: dict[int, float] = {}
+
+
 def value_of(bucket: int) -> float:
     """The value a bucket reports: within ``RELATIVE_ACCURACY`` of anything in it."""
-    if bucket == ZERO_BUCKET:
-        return 0.0
-    return 2.0 * GAMMA**bucket / (GAMMA + 1.0)
+    value = _VALUES.get(bucket)
+    if value is None:
+        # A few hundred distinct buckets ever occur: remember them instead of a power per call.
+        value = 0.0 if bucket == ZERO_BUCKET else 2.0 * GAMMA**bucket / (GAMMA + 1.0)
+        _VALUES[bucket] = value
+    return value
 
 
 class LogHistogram:
@@ -45,21 +51,51 @@ class LogHistogram:
         h.quantile(0.95)   # within 1% of the exact 95th percentile
     """
 
-    __slots__ = ("counts", "count")
+    __slots__ = ("counts", "count", "_sum", "_inverse_sum", "_memo")
 
     def __init__(self, counts: Mapping[int, int] | None = None) -> None:
         self.counts: dict[int, int] = dict(counts) if counts else {}
         self.count = sum(self.counts.values())
+        # Running sums of the reported values and of their reciprocals: the router asks for the
+        # mean and the harmonic mean on every request, and these make both O(1).
+        self._sum = sum(value_of(b) * n for b, n in self.counts.items())
+        self._inverse_sum = sum(n / value_of(b) for b, n in self.counts.items() if b != ZERO_BUCKET)
+        self._memo: dict[object, float | None] | None = None
+        """Quantiles computed since the last change; only a histogram that changed is sorted again."""
 
     def add(self, value: float, n: int = 1) -> None:
         bucket = bucket_of(value)
         self.counts[bucket] = self.counts.get(bucket, 0) + n
         self.count += n
+        reported = value_of(bucket)
+        self._sum += reported * n
+        if bucket != ZERO_BUCKET:
+            self._inverse_sum += n / reported
+        self._memo = None
 
     def merge(self, other: LogHistogram) -> None:
         for bucket, n in other.counts.items():
             self.counts[bucket] = self.counts.get(bucket, 0) + n
         self.count += other.count
+        self._sum += other._sum
+        self._inverse_sum += other._inverse_sum
+        self._memo = None
+
+    def subtract(self, other: LogHistogram) -> None:
+        """Remove ``other``'s counts (it must have been merged in): how a window drops an old slice."""
+        for bucket, n in other.counts.items():
+            left = self.counts.get(bucket, 0) - n
+            if left > 0:
+                self.counts[bucket] = left
+            else:
+                self.counts.pop(bucket, None)
+        self.count -= other.count
+        if self.count > 0:
+            self._sum -= other._sum
+            self._inverse_sum -= other._inverse_sum
+        else:
+            self._sum = self._inverse_sum = 0.0  # no rounding residue on an empty histogram
+        self._memo = None
 
     def copy(self) -> LogHistogram:
         return LogHistogram(self.counts)
@@ -71,24 +107,53 @@ class LogHistogram:
             total.merge(histogram)
         return total
 
+    def _cached(self) -> dict[object, float | None]:
+        if self._memo is None:
+            self._memo = {}
+        return self._memo
+
+    def _sorted(self) -> list[tuple[int, int]]:
+        """(bucket, cumulative count) in bucket order; computed once per change."""
+        memo = self._cached()
+        key = "sorted"
+        cumulative: list[tuple[int, int]] | None = memo.get(key)  # type: ignore[assignment]
+        if cumulative is None:
+            seen = 0
+            cumulative = []
+            for bucket in sorted(self.counts):
+                seen += self.counts[bucket]
+                cumulative.append((bucket, seen))
+            memo[key] = cumulative  # type: ignore[assignment]
+        return cumulative
+
     def quantile(self, q: float) -> float | None:
         """The value at rank ``floor(q * (count - 1))`` of the sorted samples, within 1%; None if empty."""
         if self.count == 0:
             return None
         if not 0.0 <= q <= 1.0:
             raise ValueError(f"quantile must be within [0, 1], got {q}")
+        if q == 0.0:
+            return value_of(min(self.counts))
+        if q == 1.0:
+            return value_of(max(self.counts))
+        memo = self._cached()
+        if q in memo:
+            return memo[q]
         rank = math.floor(q * (self.count - 1))
-        seen = 0
-        for bucket in sorted(self.counts):
-            seen += self.counts[bucket]
+        result = None
+        for bucket, seen in self._sorted():
             if seen > rank:
-                return value_of(bucket)
-        return value_of(max(self.counts))  # unreachable with consistent counts
+                result = value_of(bucket)
+                break
+        memo[q] = result
+        return result
 
     def mean(self) -> float | None:
-        if self.count == 0:
-            return None
-        return sum(value_of(b) * n for b, n in self.counts.items()) / self.count
+        return self._sum / self.count if self.count > 0 else None
+
+    def harmonic_mean(self) -> float | None:
+        """count ÷ Σ(n / value): the mean of a rate whose reciprocal (e.g. seconds per token) is what adds up."""
+        return self.count / self._inverse_sum if self.count > 0 and self._inverse_sum > 0 else None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, LogHistogram) and self.counts == other.counts

@@ -14,7 +14,7 @@ Redis backend cache closed slices.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from gateway.samples import Sample
 from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
@@ -25,6 +25,19 @@ SliceSummaries = dict[Key, DeploymentSummary]
 
 def slice_index(wall_time: float, slice_s: int) -> int:
     return math.floor(wall_time / slice_s)
+
+
+def merge_slices(totals: SliceSummaries, slices: Mapping[int, SliceSummaries], oldest: int) -> None:
+    """Add every slice from index ``oldest`` on to ``totals``, copying the summaries ``totals`` lacks."""
+    for index, summaries in slices.items():
+        if index < oldest:
+            continue
+        for key, summary in summaries.items():
+            total = totals.get(key)
+            if total is None:
+                totals[key] = summary.copy()
+            else:
+                total.merge(summary)
 
 
 def subtract(total: DeploymentSummary, part: DeploymentSummary) -> None:
@@ -39,13 +52,7 @@ def subtract(total: DeploymentSummary, part: DeploymentSummary) -> None:
         mine = total.histograms.get(metric)
         if mine is None:
             continue
-        for bucket, n in histogram.counts.items():
-            left = mine.counts.get(bucket, 0) - n
-            if left > 0:
-                mine.counts[bucket] = left
-            else:
-                mine.counts.pop(bucket, None)
-        mine.count -= histogram.count
+        mine.subtract(histogram)
         if mine.count <= 0:
             del total.histograms[metric]
 
