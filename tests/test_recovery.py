@@ -284,3 +284,17 @@ def test_tool_calls_and_several_choices_are_never_continued(fakes: Fakes, start_
     assert stream(gateway)[-1]["error"]["code"] == "upstream_stream_broken"
     assert stream(gateway, {"model": "m", "messages": MESSAGES, "stream": True, "n": 2})[-1]["error"]
     assert b.app.state.requests == 0
+
+
+def test_a_hedged_stream_is_recovered_from_the_candidates_the_race_left(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    """Under a hedging policy the attempts run as a race; the candidates it did not start remain for recovery."""
+    gateway, _ = start(
+        fakes,
+        start_gateway,
+        FakeBehavior(output_tokens=8, drop_after=3),
+        policy={"hedge_after_s": 5.0, "hedge_budget": 1.0},
+    )
+    assert_one_clean_answer(stream(gateway))
+    assert outcomes(gateway, 2) == [("a", "broken_stream"), ("b", "ok")]
