@@ -42,7 +42,8 @@ fault of issue 6's list is tested (``module::test``; ``tf`` is this module):
 - client disconnect storm, no upstream leak: tf::test_a_disconnect_storm_leaks_no_upstream_connection,
   test_streaming::test_client_hang_up_mid_stream_cancels_upstream
 - mid-stream recovery: test_recovery (the whole module)
-- under load (two replicas, Redis restarted, a provider killed): benchmarks/soak.py
+- under load (two replicas, Redis restarted, a provider killed): benchmarks/soak/, results in
+  benchmarks/results/soak.md
 """
 
 from __future__ import annotations
