@@ -29,6 +29,8 @@ from gateway.policies import DEFAULT_POLICY as DEFAULT_POLICY
 from gateway.policies import PolicyConfig as PolicyConfig
 from gateway.policies import parse_policy
 
+PrefillFormat = Literal["plain", "prefix", "vllm"]
+PREFILL_FORMATS: tuple[PrefillFormat, ...] = ("plain", "prefix", "vllm")
 StatsBackend = Literal["memory", "redis"]
 STATS_BACKENDS: tuple[StatsBackend, ...] = ("memory", "redis")
 
@@ -142,6 +144,14 @@ class DeploymentConfig:
     """USD per 1M output tokens."""
     name: str = ""
     """Unique within the model; defaults to the provider's name."""
+    continue_prefill: bool = False
+    """This deployment continues an assistant prefill (a last ``assistant`` message, or for completions
+    the prompt's end) rather than answering it anew: a stream that broke elsewhere after part of the
+    answer reached the client may be finished here (``gateway.relay.recovery``)."""
+    prefill_format: PrefillFormat = "plain"
+    """How a chat prefill is marked: ``plain`` (a last assistant message, nothing more), ``prefix`` (that
+    message carries ``"prefix": true``: DeepSeek, Mistral), ``vllm`` (the body carries
+    ``continue_final_message: true, add_generation_prompt: false``). Completions append to the prompt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,7 +417,11 @@ def _parse_deployment(table: _Table, providers: Mapping[str, ProviderConfig]) ->
         price_in=table.number("price_in", 0.0, minimum=0.0),
         price_out=table.number("price_out", 0.0, minimum=0.0),
         name=table.text("name", provider),
+        continue_prefill=table.flag("continue_prefill", False),
+        prefill_format=table.choice("prefill_format", PREFILL_FORMATS, "plain"),
     )
+    if "prefill_format" in table.data and not deployment.continue_prefill:
+        raise table.error("prefill_format", "only applies with continue_prefill = true")
     table.finish()
     return deployment
 

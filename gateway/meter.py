@@ -46,6 +46,8 @@ class Reading:
     """The model id the provider reported answering with."""
     malformed: bool = False
     """An event (or the whole body) was not JSON: the client cannot have read a complete answer."""
+    tool_calls: bool = False
+    """The answer holds a tool (or function) call: its text is arguments, not content."""
 
 
 def _choices(event: dict[str, Any]) -> list[dict[str, Any]]:
@@ -159,7 +161,17 @@ class StreamMeter:
     ``sent_at`` is the clock reading when the upstream request was sent.
     """
 
-    __slots__ = ("_clock", "_sent_at", "_splitter", "_events", "first_output_at", "done", "malformed", "finish_seen")
+    __slots__ = (
+        "_clock",
+        "_sent_at",
+        "_splitter",
+        "_events",
+        "first_output_at",
+        "done",
+        "malformed",
+        "finish_seen",
+        "first_error",
+    )
 
     def __init__(self, clock: Clock, sent_at: float) -> None:
         self._clock = clock
@@ -173,6 +185,8 @@ class StreamMeter:
         """An event that is not JSON arrived before the first output."""
         self.finish_seen = False
         """A ``finish_reason`` arrived before any output: an empty answer, but a complete one."""
+        self.first_error: Any = None
+        """The ``error`` object of an error event that came before any output (the stream's first word)."""
 
     def feed(self, chunk: bytes) -> None:
         """Note one relayed chunk. Cheap: no JSON once the first output has been seen."""
@@ -189,18 +203,26 @@ class StreamMeter:
             event = _parse(data)
             if event is None:
                 self.malformed = True
-            elif _error_message(event) is not None or any(_carries_output(c) for c in _choices(event)):
-                # An error event counts as "output" too: the first-token wait is over, and it
-                # must reach the client rather than be retried blindly.
+            elif _error_message(event) is not None:
+                # An error event ends the first-token wait too; the relay decides whether it is
+                # the request's fault (relayed) or the provider's (the next deployment is tried).
+                self.first_output_at = now
+                self.first_error = event["error"]
+            elif any(_carries_output(c) for c in _choices(event)):
                 self.first_output_at = now
             elif any(c.get("finish_reason") for c in _choices(event)):
                 self.finish_seen = True
 
     def end_of_stream(self) -> None:
-        """The upstream closed: complete an event that lacked its closing blank line."""
+        """The upstream closed: complete an event that lacked only its closing blank line.
+
+        An event cut short (its data not valid JSON) is dropped, as the SSE spec drops an event
+        the stream ends in the middle of; the relay does not forward it either.
+        """
         now = self._clock()
         for data in self._splitter.flush():
-            self._note(now, data)
+            if data == DONE or _parse(data) is not None:
+                self._note(now, data)
 
     @property
     def ttft_s(self) -> float | None:
@@ -218,6 +240,7 @@ class StreamMeter:
         error_message: str | None = None
         response_model: str | None = None
         malformed = False
+        tool_calls = False
         parsed = _parse_all([data for _, data in self._events])
         for (at, _), event in zip(self._events, parsed, strict=True):
             if event is None:
@@ -235,6 +258,9 @@ class StreamMeter:
                 usage_prompt = prompt if prompt is not None else usage_prompt
                 usage_completion = completion if completion is not None else usage_completion
             for choice in _choices(event):
+                delta = choice.get("delta")
+                if delta.__class__ is dict and (delta.get("tool_calls") or delta.get("function_call")):
+                    tool_calls = True
                 text = _answer_of(choice)
                 if text:
                     answer.append(text)
@@ -266,6 +292,7 @@ class StreamMeter:
             error_message=error_message,
             response_model=response_model,
             malformed=malformed,
+            tool_calls=tool_calls,
         )
 
 

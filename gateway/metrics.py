@@ -38,6 +38,8 @@ from gateway.stats.snapshot import Metric, StatsSnapshot
 CircuitState = Literal["closed", "half_open", "open"]
 CIRCUIT_STATES: tuple[CircuitState, ...] = ("closed", "half_open", "open")
 HedgeResult = Literal["won", "lost"]
+BreakResult = Literal["recovered", "failed"]
+"""What followed a stream's break: another deployment finished the answer, or the stream ended in error."""
 OverheadMode = Literal["stream", "full"]
 """``stream``: added to the client's time to first token; ``full``: added to a whole JSON answer."""
 
@@ -201,6 +203,13 @@ class Metrics:
         self.hedges = Counter(
             "gateway_hedges_total", "Hedged attempts by result (won, lost)", [*_SAMPLE_LABELS, "result"], registry=r
         )
+        self.stream_breaks = Counter(
+            "gateway_stream_breaks_total",
+            "Streams whose upstream failed after part of the answer reached the client, by what followed "
+            "(recovered: another deployment finished the answer; failed: the stream ended with an error event)",
+            [*_SAMPLE_LABELS, "result"],
+            registry=r,
+        )
         self.circuit = Gauge(
             "gateway_circuit_state",
             "1 for the provider's current circuit state, 0 otherwise",
@@ -290,6 +299,10 @@ class Metrics:
     def hedge(self, model: str, provider: str, result: HedgeResult) -> None:
         """A hedged attempt at ``provider`` ended: ``won`` (it answered) or ``lost`` (cancelled)."""
         self.hedges.labels(model, provider, result).inc()
+
+    def stream_broke(self, model: str, provider: str, result: BreakResult) -> None:
+        """``provider``'s stream broke mid-answer; ``result`` says whether the answer was still finished."""
+        self.stream_breaks.labels(model, provider, result).inc()
 
     def set_circuit_state(self, provider: str, state: CircuitState) -> None:
         for name in CIRCUIT_STATES:

@@ -65,8 +65,12 @@ def gateway_config(
     model: str = "m",
     policy: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
+    deployments: dict[str, dict[str, Any]] | None = None,
 ) -> GatewayConfig:
-    """A config with one model deployed on each given fake provider, in order."""
+    """A config with one model deployed on each given fake provider, in order.
+
+    ``deployments`` adds keys to the deployment on the named provider, e.g. ``{"b": {"continue_prefill": True}}``.
+    """
     data: dict[str, Any] = {
         "providers": [{"name": p.name, "base_url": p.base_url, "max_concurrency": 256} for p in providers],
         "models": [
@@ -74,7 +78,13 @@ def gateway_config(
                 "name": model,
                 "policy": "test",
                 "deployments": [
-                    {"provider": p.name, "model": f"{p.name}-upstream", "price_in": 1.0, "price_out": 2.0}
+                    {
+                        "provider": p.name,
+                        "model": f"{p.name}-upstream",
+                        "price_in": 1.0,
+                        "price_out": 2.0,
+                        **(deployments or {}).get(p.name, {}),
+                    }
                     for p in providers
                 ],
             }

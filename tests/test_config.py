@@ -204,7 +204,8 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
         ),
         (
             MINIMAL.replace('model = "llama-3.3-70b-versatile"', 'model = "x"\n  price = 1'),
-            "config.toml: models[0].deployments[0].price: unknown key (expected one of: model, name, price_in,",
+            "config.toml: models[0].deployments[0].price: unknown key "
+            "(expected one of: continue_prefill, model, name, prefill_format, price_in,",
         ),
         (
             MINIMAL.replace('name = "groq"\n', 'name = "groq"\napi_key = "sk-123"\n', 1),
@@ -345,3 +346,17 @@ def test_example_config_documents_every_key() -> None:
                 assert "[[models.deployments]]" in text
                 continue
             assert field.name in keys, f"config.example.toml does not document {cls.__name__}.{field.name}"
+
+
+def test_prefill_capability_is_validated(tmp_path: Path) -> None:
+    upstream = 'model = "llama-3.3-70b-versatile"'
+    capable = MINIMAL.replace(upstream, upstream + '\n  continue_prefill = true\n  prefill_format = "vllm"')
+    deployment = load_text(tmp_path, capable).models[0].deployments[0]
+    assert (deployment.continue_prefill, deployment.prefill_format) == (True, "vllm")
+    assert load_text(tmp_path, MINIMAL).models[0].deployments[0].continue_prefill is False
+    message = error_of(tmp_path, MINIMAL.replace(upstream, upstream + '\n  prefill_format = "prefix"'))
+    assert message == "config.toml: models[0].deployments[0].prefill_format: only applies with continue_prefill = true"
+    message = error_of(tmp_path, capable.replace('prefill_format = "vllm"', 'prefill_format = "tgi"'))
+    assert message.startswith("config.toml: models[0].deployments[0].prefill_format: expected one of 'plain'")
+    message = error_of(tmp_path, MINIMAL.replace(upstream, upstream + '\n  continue_prefill = "yes"'))
+    assert message == 'config.toml: models[0].deployments[0].continue_prefill: expected true or false, got "yes"'

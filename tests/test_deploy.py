@@ -54,6 +54,7 @@ def exported_labels() -> dict[str, set[str]]:
     metrics.route_decided("m", "p", "best-score")
     metrics.fallback("m", "p")
     metrics.hedge("m", "p", "won")
+    metrics.stream_broke("m", "p", "recovered")
     metrics.set_circuit_state("p", "closed")
     metrics.set_stats_backend("redis", True)
     metrics.samples_dropped(1)

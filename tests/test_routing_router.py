@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from typing import Any
@@ -270,6 +271,21 @@ def test_retry_after_sets_the_cool_down() -> None:
     rig.finish("a", "upstream_error", retry_after_s=7.0)  # one 429 is enough when it says when to come back
     rows = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}
     assert rows["a"].circuit == "open" and rows["a"].retry_in_s == pytest.approx(7.0)
+
+
+def test_a_429_without_retry_after_cools_down_at_once() -> None:
+    """No hammering: a provider that said 429 is left alone for the policy's cool-down, doubling on repeats."""
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"failure_threshold": 5, "cooldown_s": 3}))
+    judged(rig, "b")
+    candidate = rig.candidate_any("a")
+    for expected in (3.0, 6.0):
+        assert rig.router.attempt_started(candidate)
+        refused = dataclasses.replace(sample("a", outcome="upstream_error", started_at=rig.clock.now), status=429)
+        rig.router.attempt_finished(candidate, refused)
+        rows = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}
+        assert rows["a"].circuit == "open" and rows["a"].rate_limited
+        assert rows["a"].retry_in_s == pytest.approx(expected)
+        rig.clock.now += expected  # half-open: the next attempt is the probe, refused again
 
 
 def test_all_open_fails_fast_with_retry_after() -> None:

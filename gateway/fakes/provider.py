@@ -71,7 +71,7 @@ class FakeBehavior:
     status: int = 200
     """An error status to answer with (subject to ``fail_first`` and ``error_rate``)."""
     error_code: str | None = None
-    """The ``error.code`` of an error answer, e.g. ``context_length_exceeded``."""
+    """The ``error.code`` of an error answer or error event, e.g. ``context_length_exceeded``."""
     retry_after: str | None = None
     fail_first: int = 0
     """Only the first N requests to this server fail with ``status`` (0: every request)."""
@@ -94,6 +94,8 @@ class FakeBehavior:
     """Send no ``finish_reason`` (with ``no_done``: an answer that just stops)."""
     linger_s: float = 0.0
     """After the finish chunk, keep the stream open this long before the rest (usage, ``[DONE]``)."""
+    reject_prefill: bool = False
+    """Answer 400 to a request that continues a prefill, as a provider that cannot continue one does."""
     model: str | None = None
     """The model id to report; by default the one the request named."""
     embedding_dim: int = 8
@@ -247,6 +249,10 @@ class FakeProvider:
             await _send_error(send, 400, f"fake: {exc}", "invalid_request_error")
             return
 
+        if behavior.reject_prefill and _prefill_words(body, path):
+            message = f"fake {self.name}: an assistant prefill cannot be continued here"
+            await _send_error(send, 400, message, "invalid_request_error", "prefill_unsupported")
+            return
         disconnect = _Disconnect(receive)
         try:
             if behavior.hang_s > 0 and await disconnect.sleep(behavior.hang_s):
@@ -294,28 +300,26 @@ class FakeProvider:
     def _jittered(self, value: float, sigma: float) -> float:
         return value * self._rng.lognormvariate(0.0, sigma) if sigma > 0 and value > 0 else value
 
-    def _answer_length(self, body: dict[str, Any], behavior: FakeBehavior) -> tuple[int, str]:
-        limit = body.get("max_completion_tokens", body.get("max_tokens"))
-        if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < behavior.output_tokens:
-            return limit, "length"
-        return behavior.output_tokens, "stop"
-
     @staticmethod
-    def _prefill_tokens(body: dict[str, Any]) -> int:
-        """Words already given as an assistant prefill (the last message): the answer continues after them."""
-        messages = body.get("messages")
-        if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
-            last = messages[-1]
-            if last.get("role") == "assistant" and isinstance(last.get("content"), str):
-                return len(last["content"].split())
-        return 0
+    def _answer_plan(body: dict[str, Any], behavior: FakeBehavior, path: str) -> tuple[int, int, str]:
+        """Where the answer starts (words given as a prefill), how many words follow, and why it ends.
+
+        The whole answer is ``output_tokens`` words; a prefill that already holds its first words
+        is continued after them, and ``max_tokens`` bounds only the words generated now, as a
+        real model's does.
+        """
+        skip = _prefill_words(body, path)
+        remaining = max(0, behavior.output_tokens - skip)
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < remaining:
+            return skip, limit, "length"
+        return skip, remaining, "stop"
 
     async def _complete(
         self, send: Send, body: dict[str, Any], behavior: FakeBehavior, model: str, path: str, disconnect: _Disconnect
     ) -> None:
-        length, finish = self._answer_length(body, behavior)
-        skip = self._prefill_tokens(body)
-        text = "".join(answer_words(skip, max(0, length - skip)))
+        skip, length, finish = self._answer_plan(body, behavior, path)
+        text = "".join(answer_words(skip, length))
         tps = self._jittered(behavior.tokens_per_s, behavior.tps_jitter)
         delay = self._jittered(behavior.ttft_s, behavior.ttft_jitter) + (length / tps if tps > 0 else 0.0)
         if await disconnect.sleep(delay):
@@ -362,9 +366,8 @@ class FakeProvider:
         self, send: Send, body: dict[str, Any], behavior: FakeBehavior, model: str, path: str, disconnect: _Disconnect
     ) -> None:
         chat = path.endswith("/chat/completions")
-        length, finish = self._answer_length(body, behavior)
-        skip = self._prefill_tokens(body)
-        words = answer_words(skip, max(0, length - skip))
+        skip, length, finish = self._answer_plan(body, behavior, path)
+        words = answer_words(skip, length)
         ttft = self._jittered(behavior.ttft_s, behavior.ttft_jitter)
         tps = self._jittered(behavior.tokens_per_s, behavior.tps_jitter)
         head: dict[str, Any] = {
@@ -409,7 +412,8 @@ class FakeProvider:
                 if chunks == behavior.malformed_after:
                     await send({"type": "http.response.body", "body": b"data: {not json\n\n", "more_body": True})
                 if chunks == behavior.error_event_after:
-                    error = {"error": {"message": f"fake {self.name}: error mid-stream", "type": "server_error"}}
+                    message = f"fake {self.name}: error mid-stream"
+                    error = {"error": {"message": message, "type": "server_error", "code": behavior.error_code}}
                     await send({"type": "http.response.body", "body": b"data: " + json.dumps(error).encode() + b"\n\n"})
                     return
                 if tps > 0 and start > 0:
@@ -449,6 +453,36 @@ class FakeProvider:
             self.state.completed += 1
         finally:
             self.state.open_streams -= 1
+
+
+def _prefill_words(body: dict[str, Any], path: str) -> int:
+    """Answer words already given: a chat's last assistant message, or the end of a completion's prompt.
+
+    A chat prefill is taken to be the answer's beginning whatever it says (its words are
+    counted). A prompt is continued only where it ends with the answer's first words, so that
+    ordinary prompts are answered from the start.
+    """
+    if path.endswith("/chat/completions"):
+        messages = body.get("messages")
+        if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+            last = messages[-1]
+            if last.get("role") == "assistant" and isinstance(last.get("content"), str):
+                return len(last["content"].split())
+        return 0
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        return 0
+    words = prompt.split()
+    if not words or prompt[-1].isspace():
+        return 0
+    final = words[-1]
+    # Only lengths whose last answer word is the prompt's last word can match: few to try.
+    for count in range(len(words), 0, -1):
+        if WORDS[(count - 1) % len(WORDS)] == final and prompt.endswith("".join(answer_words(0, count))):
+            return count
+    return 0
 
 
 def _piece(chat: bool, text: str, tool_call: bool, *, first: bool) -> dict[str, Any]:

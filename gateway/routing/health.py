@@ -7,7 +7,7 @@ provider that is cooling down stays cooling down when a policy is edited.
 Circuits (per model and deployment)::
 
     closed ──(failure_threshold consecutive failures while most recent attempts fail,
-              or a 429 with Retry-After)──► open
+              or a 429)──► open
     open ──(cool-down over)──► half-open ──(one probe succeeds)──► closed
                                          └──(the probe fails)──► open, cool-down doubled
 
@@ -18,9 +18,11 @@ open (its failures cost a quick fallback, and its score already pays for them) w
 down opens after ``failure_threshold`` failures.
 
 The cool-down doubles each time a circuit re-opens soon after closing, up to
-``max_cooldown_s``; a 429's ``Retry-After`` sets it directly. Attempts whose outcome is the
-request's fault (``client_error``) or the client's doing (``client_cancelled``) count
-neither way. Not thread-safe: one event loop owns it.
+``max_cooldown_s``; a 429's ``Retry-After`` sets it directly. A 429 opens the circuit at once,
+with or without ``Retry-After``: the provider asked for fewer requests, and each request that
+tried it first would only add to its load (without the header, the usual cool-down applies).
+Attempts whose outcome is the request's fault (``client_error``) or the client's doing
+(``client_cancelled``) count neither way. Not thread-safe: one event loop owns it.
 """
 
 from __future__ import annotations
@@ -122,8 +124,10 @@ class HealthBoard:
         policy: PolicyConfig,
         now: float,
         on_change: StateChange,
+        *,
+        rate_limited: bool = False,
     ) -> None:
-        """Account for one finished attempt."""
+        """Account for one finished attempt; ``rate_limited``: it was refused with a 429."""
         circuit = self.circuits.get(key)
         if outcome not in FAILURES:
             if outcome != "ok":
@@ -146,12 +150,13 @@ class HealthBoard:
         circuit.recent.append(True)
         if circuit.state == "open":
             return  # an attempt that started before the circuit opened: already accounted for
+        rate_limited = rate_limited or retry_after_s is not None
         if circuit.state == "half-open":
-            self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=True)
-        elif retry_after_s is not None or (circuit.failures >= policy.failure_threshold and circuit.mostly_failing()):
+            self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=True, rate_limited=rate_limited)
+        elif rate_limited or (circuit.failures >= policy.failure_threshold and circuit.mostly_failing()):
             # Re-opening soon after the last close is a repeat: the provider has not recovered.
             repeat = now - circuit.closed_at < policy.max_cooldown_s
-            self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=repeat)
+            self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=repeat, rate_limited=rate_limited)
 
     @staticmethod
     def _open(
@@ -163,9 +168,10 @@ class HealthBoard:
         on_change: StateChange,
         *,
         escalate: bool,
+        rate_limited: bool,
     ) -> None:
         circuit.level = circuit.level + 1 if escalate else 0
-        circuit.rate_limited = retry_after_s is not None
+        circuit.rate_limited = rate_limited
         if retry_after_s is not None:
             cooldown = min(max(retry_after_s, 0.001), policy.max_cooldown_s)
         else:

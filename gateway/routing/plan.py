@@ -9,7 +9,8 @@ from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, Provider
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, Sample
 
-RouteReason = Literal["best-score", "explore", "fallback", "hedge", "override"]
+RouteReason = Literal["best-score", "explore", "fallback", "hedge", "override", "recovered"]
+"""Why the deployment that answered was the one; ``recovered``: it finished a stream that broke elsewhere."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -326,7 +326,15 @@ class MeasuredRouter:
         if model is None:
             return
         policy = self.config.policy_for(model)
-        self.state.health.record(key, sample.outcome, retry_after_s, policy, self.clock(), self._circuit_changed)
+        self.state.health.record(
+            key,
+            sample.outcome,
+            retry_after_s,
+            policy,
+            self.clock(),
+            self._circuit_changed,
+            rate_limited=sample.status == 429,
+        )
 
     def try_hedge(self, plan: RoutePlan) -> bool:
         return bool(plan.candidates) and self.state.hedges.take(plan.candidates[0].model)

@@ -1,0 +1,56 @@
+"""``python -m benchmarks.soak``: run the soak and write its results (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import uvloop
+
+from benchmarks.soak import __doc__ as DESCRIPTION
+from benchmarks.soak.fleet import RESULTS, fleet_up, wait_ready
+from benchmarks.soak.load import load
+from benchmarks.soak.report import report
+
+
+async def run(args: argparse.Namespace) -> str:
+    with tempfile.TemporaryDirectory(prefix="soak-") as tmp, fleet_up(Path(tmp)) as fleet:
+        await wait_ready(fleet)
+        started = time.monotonic()
+        outcomes, timeline, observed, marks, scraped, boards = await load(
+            fleet, args.requests, args.concurrency, args.time_limit, args.outage
+        )
+        wall = time.monotonic() - started
+        command = "python -m benchmarks.soak" + (" --quick" if args.quick else "")
+        for index in range(len(fleet.replicas)):
+            log = (fleet.workdir / f"replica-{index}.log").read_text(errors="replace")
+            errors = [line for line in log.splitlines() if " ERROR " in line or "Traceback" in line]
+            if errors:
+                timeline.events.append(
+                    (wall, f"replica {index} logged {len(errors)} error lines, first: {errors[0][:160]}")
+                )
+        return report(outcomes, timeline, observed, marks, scraped, boards, command, wall, args.concurrency)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=DESCRIPTION.split("\n\n")[0] if DESCRIPTION else None)
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--requests", type=int, default=24000)
+    parser.add_argument("--concurrency", type=int, default=240)
+    parser.add_argument("--time-limit", type=float, default=300.0, help="stop issuing requests after this long")
+    parser.add_argument("--outage", type=float, default=4.0, help="seconds Redis stays down")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.quick:
+        args.requests, args.concurrency, args.outage = 1200, 100, 2.0
+    text = uvloop.run(run(args))
+    print(text)
+    if not args.quick:
+        args.output.write_text(text)
+        print(f"written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()

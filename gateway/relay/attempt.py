@@ -1,0 +1,155 @@
+"""One attempt at one deployment, the log of a request's attempts, and how failed attempts become errors.
+
+``error_of`` and ``retry_after`` read an upstream's error answer; ``final_error`` picks the
+client's error when no attempt answered (the last upstream's message and status kept).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.errors import (
+    GatewayError,
+    NoCapacity,
+    RateLimited,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from gateway.meter import Clock, StreamMeter
+from gateway.routing import Candidate, RouteReason
+from gateway.upstream import UpstreamResponse
+
+# Upstream statuses that are the request's fault: relayed to the client, never retried, and
+# not held against the provider's health.
+CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
+# The same for error events inside a stream, which carry no status: their type or code.
+CLIENT_FAULT_TYPES = frozenset({"invalid_request_error"})
+CLIENT_FAULT_CODES = frozenset(
+    {"context_length_exceeded", "content_filter", "content_policy_violation", "invalid_prompt", "invalid_request_error"}
+)
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One upstream request of a client request, from admission to its ``Sample``. Per request, not shared."""
+
+    candidate: Candidate
+    sent_at: float
+    started_wall: float
+    response: UpstreamResponse | None = None
+    status: int | None = None
+    meter: StreamMeter | None = None
+    held: list[bytes] = field(default_factory=list)
+    """Chunks read before the first token, sent to the client together with it."""
+    body: bytes = b""
+    hedged: bool = False
+    """This attempt ran beside another (as the primary or as the hedge)."""
+    is_hedge: bool = False
+    """This attempt is the hedge, started because the primary's first token was late."""
+    number: int = 0
+    """1 for the request's first attempt, 2 for the next, ..."""
+
+
+@dataclass(slots=True)
+class AttemptLog:
+    """What the attempts of one request did, for the response headers and the access log."""
+
+    attempts: int = 0
+    winner: Candidate | None = None
+    route: RouteReason = "best-score"
+    clock: Clock = time.perf_counter
+    status: int | None = None
+    """The status sent to the client, once the reply started."""
+    first_byte_at: float | None = None
+    """Clock reading once the reply's first body bytes were handed to the server."""
+
+    def commit(self, attempt: Attempt) -> None:
+        """Note the attempt whose answer goes to the client, and why it was the one."""
+        self.winner = attempt.candidate
+        if attempt.is_hedge:
+            self.route = "hedge"
+        else:
+            self.route = attempt.candidate.reason if attempt.number == 1 else "fallback"
+
+
+class ClientFault(Exception):
+    """An upstream 4xx that is the request's fault: relayed to the client as is."""
+
+    def __init__(self, status: int, body: bytes, content_type: str) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+
+
+def is_request_fault(error: Any) -> bool:
+    """Whether an error event's ``error`` object blames the request (retrying elsewhere would not help)."""
+    if not isinstance(error, dict):
+        return False
+    return error.get("type") in CLIENT_FAULT_TYPES or error.get("code") in CLIENT_FAULT_CODES
+
+
+def describe_error(error: Any) -> tuple[str, str | None]:
+    """The message and code of an error event's ``error`` object, whatever its shape."""
+    if isinstance(error, dict):
+        code = error.get("code")
+        return str(error.get("message") or error)[:500], str(code) if code is not None else None
+    return str(error)[:500], None
+
+
+def first_output_at(attempt: Attempt) -> float:
+    meter = attempt.meter
+    return 0.0 if meter is None or meter.first_output_at is None else meter.first_output_at
+
+
+def error_of(body: bytes) -> tuple[str, str | None]:
+    """The message and code of an upstream error body, whatever its shape."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        text = body.decode("utf-8", "replace").strip()
+        return (text[:300] or "no error message"), None
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict | str):
+        return describe_error(error)
+    return str(data)[:300], None
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def final_error(errors: list[UpstreamError], attempts: int, *, deadline_passed: bool) -> GatewayError:
+    """The client's error when no attempt answered: the last upstream's message and status kept."""
+    if not errors:
+        if deadline_passed:
+            return UpstreamTimeout("the request's total deadline passed before any provider was tried")
+        return NoCapacity("no provider is available for this model right now (all are failing or at capacity)")
+    last = errors[-1]
+    summary = f"no provider could answer ({attempts} attempt{'s' if attempts != 1 else ''}); last error: {last.message}"
+    if all(isinstance(e, UpstreamStatusError) and e.upstream_status == 429 for e in errors):
+        waits = [e.retry_after_s for e in errors if e.retry_after_s is not None]
+        headers = {"retry-after": str(max(1, int(min(waits) + 0.999)))} if waits else {}
+        return RateLimited(summary, code="upstream_rate_limited", headers=headers)
+    if isinstance(last, UpstreamTimeout):
+        return UpstreamTimeout(summary, provider=last.provider)
+    if isinstance(last, UpstreamStatusError) and last.upstream_status == 503:
+        return NoCapacity(summary, code="upstream_unavailable")
+    return UpstreamUnavailable(summary, provider=last.provider, status=last.upstream_status, code=last.code)

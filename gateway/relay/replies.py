@@ -1,0 +1,253 @@
+"""Committed answers, written to the client: a whole JSON body, or a stream relayed as it comes.
+
+A stream is committed to the client when its first output-bearing chunk arrives; from then
+on, bytes go to the client as they come, each chunk flushed at once and never re-serialised
+(``EventForwarder`` only holds back an unfinished event), while a ``StreamMeter`` watches them
+on the side. If the upstream breaks after that, another deployment may finish the answer
+(``recovery``); if none can, the client's stream ends with an OpenAI-shaped error event,
+never as if the answer were complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gateway.errors import UpstreamError, UpstreamTimeout
+from gateway.meter import Reading
+from gateway.relay.attempt import Attempt, AttemptLog, is_request_fault
+from gateway.relay.disconnect import DisconnectWatch
+from gateway.relay.forward import EventForwarder
+from gateway.relay.recovery import Partial, can_continue, resume
+from gateway.relay.request import ProxyRequest
+from gateway.routing import Candidate, RoutePlan
+from gateway.samples import Outcome
+
+if TYPE_CHECKING:
+    from gateway.relay.dispatch import Dispatcher
+
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+
+logger = logging.getLogger("gateway")
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+class Reply:
+    """A committed answer, ready to be written to the client."""
+
+    log: AttemptLog
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        winner = self.log.winner
+        headers = [
+            (b"x-gateway-attempts", str(self.log.attempts).encode()),
+            (b"x-gateway-route", self.log.route.encode()),
+        ]
+        if winner is not None:
+            headers.append((b"x-gateway-provider", winner.provider.name.encode()))
+            headers.append((b"x-gateway-deployment", winner.deployment.name.encode()))
+        return headers
+
+    async def send_to(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
+        raise NotImplementedError
+
+
+class FullReply(Reply):
+    """A whole JSON body: a non-streamed answer, or an upstream client-fault error relayed as is."""
+
+    def __init__(
+        self, status: int, body: bytes, content_type: str, log: AttemptLog, finish: Callable[[], None] | None = None
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.log = log
+        self._finish = finish
+
+    async def send_to(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
+        headers = [
+            (b"content-type", self.content_type.encode("latin-1")),
+            (b"content-length", str(len(self.body)).encode()),
+            *self.headers(),
+            *extra_headers,
+        ]
+        watch.disarm()
+        try:
+            self.log.status = self.status
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            await send({"type": "http.response.body", "body": self.body})
+            self.log.first_byte_at = self.log.clock()
+        finally:
+            # The upstream answered in full: its sample is due even if the client is gone.
+            if self._finish is not None:
+                self._finish()
+
+
+class StreamReply(Reply):
+    """A stream committed to one attempt: held chunks first, then the rest as it arrives.
+
+    If that upstream breaks mid-answer, ``recovery.resume`` may find a later deployment of the
+    plan (``untried``) to finish the answer; its stream is then relayed on under the same headers.
+    """
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        request: ProxyRequest,
+        attempt: Attempt,
+        log: AttemptLog,
+        plan: RoutePlan,
+        untried: Sequence[Candidate] = (),
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.request = request
+        self.attempt = attempt
+        self.log = log
+        self.plan = plan
+        self.untried = list(untried)
+
+    async def send_to(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+            *self.headers(),
+            *extra_headers,
+        ]
+        start: Message | None = {"type": "http.response.start", "status": 200, "headers": headers}
+        dispatcher, attempt, request = self.dispatcher, self.attempt, self.request
+        forwarder = EventForwarder()
+        said: list[str] = []  # the answer text the client has from streams that broke
+        while True:
+            broken = await self._relay(send, start, request, attempt, forwarder)
+            start = None
+            assert attempt.meter is not None
+            reading = attempt.meter.finish(dispatcher.counter)
+            outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading)
+            if not recoverable:
+                watch.disarm()
+                await send({"type": "http.response.body", "body": tail, "more_body": False})
+                dispatcher.record(request, attempt, outcome, reading)
+                if said and outcome == "ok":
+                    request.trace.answer_text = "".join(said) + reading.answer_text
+                return
+            dispatcher.record(request, attempt, outcome, reading)
+            said.append(reading.answer_text)
+            resumed = None
+            if can_continue(self.request, reading):
+                text = "".join(said)
+                partial = Partial(text, dispatcher.counter.count(text))
+                resumed = await resume(dispatcher, self.request, self.plan, self.log, self.untried, partial)
+            self._note_break(attempt, outcome, resumed[0] if resumed else None, len(said))
+            if resumed is None:
+                watch.disarm()
+                await send({"type": "http.response.body", "body": tail, "more_body": False})
+                return
+            attempt, request = resumed
+            forwarder = EventForwarder(continuation=True)
+
+    async def _relay(
+        self, send: Send, start: Message | None, request: ProxyRequest, attempt: Attempt, forwarder: EventForwarder
+    ) -> UpstreamError | None:
+        """Relay one upstream stream until it ends, breaks (the error is returned) or errs.
+
+        On a client hang-up the attempt is recorded as cancelled and the cancellation goes on.
+        """
+        response, meter = attempt.response, attempt.meter
+        assert response is not None and meter is not None
+        try:
+            if start is not None:
+                self.log.status = 200
+                await send(start)
+            out = forwarder.feed(b"".join(attempt.held))
+            attempt.held.clear()
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+                if self.log.first_byte_at is None:
+                    self.log.first_byte_at = self.log.clock()
+            while not meter.done and forwarder.error is None:
+                chunk = await response.read_chunk()
+                if not chunk:
+                    meter.end_of_stream()
+                    out = forwarder.flush()
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                    break
+                meter.feed(chunk)
+                out = forwarder.feed(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+        except UpstreamError as exc:
+            return exc
+        except asyncio.CancelledError:
+            self.dispatcher.record(request, attempt, "client_cancelled", meter.finish(self.dispatcher.counter))
+            raise
+        finally:
+            response.aclose()
+        return None
+
+    def _note_break(self, broken: Attempt, outcome: Outcome, resumed: Attempt | None, breaks: int) -> None:
+        """Count and log a mid-answer break, and what followed it (headers are gone: metrics and logs only)."""
+        dispatcher, model = self.dispatcher, self.request.requested_model
+        name = broken.candidate.provider.name
+        if resumed is None:
+            dispatcher.metrics.stream_broke(model, name, "failed")
+            logger.warning(
+                "request %s: %s's stream ended mid-answer (%s) and no deployment could continue it",
+                self.request.request_id,
+                name,
+                outcome,
+            )
+            return
+        dispatcher.metrics.stream_broke(model, name, "recovered")
+        self.log.winner = resumed.candidate
+        self.log.route = "recovered"
+        dispatcher.metrics.route_decided(model, resumed.candidate.provider.name, "recovered")
+        logger.info(
+            "request %s: %s's stream ended mid-answer (%s); %s continues it (break %d)",
+            self.request.request_id,
+            name,
+            outcome,
+            resumed.candidate.provider.name,
+            breaks,
+        )
+
+
+def _ending(
+    attempt: Attempt, forwarder: EventForwarder, broken: UpstreamError | None, reading: Reading
+) -> tuple[Outcome, bytes, bool]:
+    """How one upstream stream ended: its outcome, the client stream's last bytes, and whether to try recovery."""
+    meter = attempt.meter
+    assert meter is not None
+    if broken is not None and reading.finished and reading.error_message is None:
+        # The answer was complete (finish_reason came); only the provider's [DONE] or its
+        # close went missing: end the client's stream cleanly rather than as an error.
+        return "ok", DONE_EVENT, False
+    if broken is not None:
+        outcome: Outcome = "timeout" if isinstance(broken, UpstreamTimeout) else "broken_stream"
+        return outcome, error_event(broken.message, "upstream_stream_broken"), True
+    if forwarder.error is not None:
+        # The provider's own error event, held back: relayed as is, unless another deployment can finish
+        # (never when it blames the request: the provider's health is not at stake, and a retry would fail alike).
+        fault = is_request_fault(forwarder.error_object)
+        return ("client_error" if fault else "upstream_error"), forwarder.error, not fault
+    if reading.error_message is not None:
+        return "upstream_error", b"", False
+    if not meter.done and not reading.finished:
+        name = attempt.candidate.provider.name
+        message = f"{name}: upstream stream ended before the answer was complete"
+        return "broken_stream", error_event(message, "upstream_stream_broken"), True
+    # Relayed as is, but a malformed event choked the client's SDK: not a success.
+    outcome = "upstream_error" if reading.malformed else "ok"
+    # The answer is complete, but if the provider forgot [DONE], end the stream cleanly.
+    return outcome, b"" if meter.done else DONE_EVENT, False
+
+
+def error_event(message: str, code: str) -> bytes:
+    """An OpenAI-shaped error as one SSE event: how a stream that cannot be completed ends."""
+    error = {"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}
+    return b"data: " + json.dumps(error).encode() + b"\n\n"

@@ -1,0 +1,54 @@
+"""A validated client request on its way upstream, and the trace its attempts leave behind."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.samples import Endpoint, Sample
+
+
+@dataclass(slots=True)
+class RequestTrace:
+    """What the attempts of one request left behind, for the access log and the overhead metric.
+
+    Filled in by the dispatcher as the request goes; per request, not shared.
+    """
+
+    samples: list[Sample] = field(default_factory=list)
+    """Every attempt's ``Sample``, in the order the attempts ended."""
+    upstream_sent_at: float | None = None
+    """Clock reading when the first attempt's upstream request was sent."""
+    upstream_ready_at: float | None = None
+    """Clock reading when the committed attempt was ready: its first output chunk, or its whole body."""
+    answer_text: str | None = None
+    """The committed answer's text (only ever logged when ``server.log_bodies`` is on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyRequest:
+    """A validated client request, ready to be sent upstream. ``body`` no longer holds ``provider``."""
+
+    request_id: str
+    endpoint: Endpoint
+    path: str
+    """The OpenAI path below ``/v1``, e.g. ``/chat/completions``; appended to the provider's base URL."""
+    body: dict[str, Any]
+    stream: bool
+    requested_model: str
+    received_at: float
+    """Clock reading when the gateway received the request (end-to-end starts here)."""
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    prompt_tokens: int = 0
+    trace: RequestTrace = field(default_factory=RequestTrace)
+
+    def body_for(self, routed_model: str) -> bytes:
+        """The body as sent upstream: the client's fields untouched but for ``model``."""
+        body = dict(self.body)
+        body["model"] = routed_model
+        try:
+            return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        except UnicodeEncodeError:
+            # A lone surrogate ("\ud800" in the client's JSON) has no UTF-8 form: keep it escaped.
+            return json.dumps(body, separators=(",", ":")).encode()

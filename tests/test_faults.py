@@ -1,0 +1,370 @@
+"""Provider faults on real loopback servers: each ends in a correct answer or a clean, bounded error.
+
+This module holds the faults not covered elsewhere, and this docstring indexes where every
+fault of issue 6's list is tested (``module::test``; ``tf`` is this module):
+
+- 429 with Retry-After, not retried within it:
+  tf::test_a_rate_limited_provider_is_left_alone_until_it_may_be_asked[retry-after],
+  test_attempts::test_rate_limited_then_served,
+  test_errors::test_all_providers_rate_limited_is_429_with_retry_after,
+  test_routing_router::test_retry_after_sets_the_cool_down
+- 429 without Retry-After, no hammering:
+  tf::test_a_rate_limited_provider_is_left_alone_until_it_may_be_asked[no-retry-after],
+  test_routing_router::test_a_429_without_retry_after_cools_down_at_once
+- 500 once: tf::test_a_500_once_costs_one_fallback_and_nothing_more,
+  test_attempts::test_failed_first_attempt_falls_back[500]
+- 503 persistent: tf::test_a_persistent_503_opens_the_circuit_and_others_serve,
+  test_errors::test_all_providers_503_is_503
+- connection refused: test_attempts::test_connection_refused_falls_back
+- connection reset before headers: tf::test_a_connection_reset_before_headers_falls_back
+- no response at all (bounded by the timeout, not retried):
+  tf::test_a_silent_provider_is_bounded_by_its_timeout_and_not_retried,
+  test_attempts::test_failed_first_attempt_falls_back[hang-before-headers]
+- slow first token (fails over at the TTFT limit):
+  test_attempts::test_first_token_timeout_falls_back_and_cancels,
+  test_errors::test_all_providers_time_out_is_504
+- stream cut mid-answer: test_streaming::test_break_after_bytes_ends_with_an_error_event,
+  tf::test_a_cut_in_the_middle_of_an_event_never_garbles_the_stream,
+  test_recovery (finished elsewhere when a deployment can continue)
+- stream stall: test_streaming::test_stall_mid_stream_hits_the_idle_timeout,
+  test_recovery::test_every_kind_of_break_is_recovered[stall]
+- malformed chunk: test_streaming::test_malformed_chunk_mid_stream_is_relayed_and_recorded
+- missing [DONE]: test_streaming::test_missing_done_after_finish_reason_ends_cleanly,
+  test_streaming::test_missing_done_without_finish_reason_is_an_error
+- context-length and content-filter 400s (not retried, reason propagated):
+  test_errors::test_upstream_client_fault_is_relayed_as_is_and_not_retried,
+  tf::test_an_error_event_that_blames_the_request_is_relayed_not_retried
+- error event before the first token: tf::test_an_error_event_before_the_first_token_falls_back
+- error event mid-stream: test_streaming::test_error_event_mid_stream_is_relayed,
+  test_recovery::test_every_kind_of_break_is_recovered[error-event]
+- a provider flapping down and up: tf::test_a_flapping_provider_is_avoided_then_returns
+- the model that actually answered: tf::test_the_response_names_the_model_that_answered
+- client disconnect storm, no upstream leak: tf::test_a_disconnect_storm_leaks_no_upstream_connection,
+  test_streaming::test_client_hang_up_mid_stream_cancels_upstream
+- mid-stream recovery: test_recovery (the whole module)
+- under load (two replicas, Redis restarted, a provider killed): benchmarks/soak/, results in
+  benchmarks/results/soak.md
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import random
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.config import GatewayConfig, parse_config
+from gateway.fakes import FakeBehavior
+from gateway.fakes.provider import answer_words
+from tests.conftest import Fakes, FakeServer, Gateway, gateway_config
+from tests.helpers import MESSAGES, sdk, wait_until
+from tests.raw_upstream import RawUpstream
+
+StartGateway = Callable[..., Gateway]
+SHORT = {"first_token_timeout_s": 0.3, "idle_timeout_s": 0.3, "connect_timeout_s": 1.0}
+CHAT = {"model": "m", "messages": MESSAGES}
+
+
+@pytest.fixture
+def raw() -> Iterator[Callable[..., RawUpstream]]:
+    started: list[RawUpstream] = []
+
+    def start(mode: Any, script: bytes = b"") -> RawUpstream:
+        upstream = RawUpstream(mode, script).start()
+        started.append(upstream)
+        return upstream
+
+    yield start
+    for upstream in started:
+        upstream.stop()
+
+
+def raw_config(first: RawUpstream, others: list[FakeServer], capable: tuple[str, ...] = ()) -> GatewayConfig:
+    """A config whose first deployment is the raw upstream (named "raw"), then the fakes in order."""
+    data: dict[str, Any] = {
+        "providers": [{"name": "raw", "base_url": first.base_url}]
+        + [{"name": p.name, "base_url": p.base_url} for p in others],
+        "models": [
+            {
+                "name": "m",
+                "policy": "test",
+                "deployments": [{"provider": "raw", "model": "raw-upstream"}]
+                + [
+                    {"provider": p.name, "model": f"{p.name}-upstream", "continue_prefill": p.name in capable}
+                    for p in others
+                ],
+            }
+        ],
+        "policies": {"test": {"extends": "fixed-order", **SHORT}},
+    }
+    return parse_config(data, source="test.toml")
+
+
+def served_by(gateway: Gateway, stream: bool = True, fake: dict[str, Any] | None = None) -> tuple[str, int]:
+    """The provider that answered and the attempt count, after checking the answer is whole."""
+    body = {**CHAT, "stream": stream, **({"fake": fake} if fake else {})}
+    response = httpx.post(gateway.base_url + "/chat/completions", json=body, timeout=10)
+    assert response.status_code == 200, response.text
+    if stream:
+        assert response.content.endswith(b"data: [DONE]\n\n")
+    return response.headers["x-gateway-provider"], int(response.headers["x-gateway-attempts"])
+
+
+def outcomes(gateway: Gateway, count: int) -> list[tuple[str, str]]:
+    wait_until(lambda: len(gateway.samples.samples) >= count, what=f"{count} samples")
+    return [(s.provider, s.outcome) for s in gateway.samples.samples]
+
+
+# -- Rate limits, transient and persistent errors -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "cooldown_s"),
+    [("1", 30.0), (None, 1.0)],
+    ids=["retry-after", "no-retry-after"],
+)
+def test_a_rate_limited_provider_is_left_alone_until_it_may_be_asked(
+    fakes: Fakes, start_gateway: StartGateway, retry_after: str | None, cooldown_s: float
+) -> None:
+    """One 429, then silence towards that provider for its Retry-After (else the policy's cool-down)."""
+    limited = fakes.start("a", FakeBehavior(status=429, retry_after=retry_after, fail_first=1))
+    backup = fakes.start("b")
+    gateway = start_gateway(gateway_config([limited, backup], policy={**SHORT, "cooldown_s": cooldown_s}))
+    assert served_by(gateway) == ("b", 2)
+    refused_at = time.monotonic()
+    providers = []
+    deadline = refused_at + 10
+    while time.monotonic() < deadline:
+        provider, attempts = served_by(gateway)
+        providers.append(provider)
+        if provider == "a":
+            break
+        assert attempts == 1  # straight to b: a is not asked, not even as a first try
+        time.sleep(0.05)  # pacing the traffic, not waiting for a condition
+    waited = time.monotonic() - refused_at
+    assert providers[-1] == "a", "a was never asked again"
+    assert limited.app.state.requests == 2  # the 429, then the probe that found it healthy
+    assert waited >= 1.0  # not within its Retry-After (or cool-down)
+    assert len(providers) > 5  # b carried the traffic meanwhile
+
+
+def test_a_500_once_costs_one_fallback_and_nothing_more(fakes: Fakes, start_gateway: StartGateway) -> None:
+    flaky, backup = fakes.start("a", FakeBehavior(status=500, fail_first=1)), fakes.start("b")
+    gateway = start_gateway(gateway_config([flaky, backup], policy=SHORT))
+    assert served_by(gateway) == ("b", 2)
+    assert [served_by(gateway, stream=i % 2 == 0) for i in range(4)] == [("a", 1)] * 4  # no circuit for one error
+    assert outcomes(gateway, 6)[:2] == [("a", "upstream_error"), ("b", "ok")]
+
+
+def test_a_persistent_503_opens_the_circuit_and_others_serve(fakes: Fakes, start_gateway: StartGateway) -> None:
+    down, backup = fakes.start("a", FakeBehavior(status=503)), fakes.start("b")
+    policy = {**SHORT, "failure_threshold": 3, "cooldown_s": 30.0}
+    gateway = start_gateway(gateway_config([down, backup], policy=policy))
+    replies = [served_by(gateway, stream=i % 2 == 0) for i in range(10)]
+    assert all(provider == "b" for provider, _ in replies)
+    assert [attempts for _, attempts in replies] == [2, 2, 2] + [1] * 7  # the circuit opened after 3 failures
+    assert down.app.state.requests == 3
+
+
+# -- Below HTTP: resets, silence, a cut mid-event ------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_connection_reset_before_headers_falls_back(
+    fakes: Fakes, start_gateway: StartGateway, raw: Callable[..., RawUpstream], stream: bool
+) -> None:
+    reset = raw("reset")
+    gateway = start_gateway(raw_config(reset, [fakes.start("b")]))
+    assert served_by(gateway, stream) == ("b", 2)
+    assert reset.connections == 1
+    assert outcomes(gateway, 2) == [("raw", "upstream_error"), ("b", "ok")]
+    # Alone, it is a clean 502 naming the provider.
+    alone = start_gateway(raw_config(reset, []))
+    response = httpx.post(alone.base_url + "/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
+    assert response.status_code == 502
+    assert response.json()["error"]["message"].startswith("no provider could answer (1 attempt); last error: raw: ")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_silent_provider_is_bounded_by_its_timeout_and_not_retried(
+    fakes: Fakes, start_gateway: StartGateway, raw: Callable[..., RawUpstream], stream: bool
+) -> None:
+    silent = raw("silent")
+    gateway = start_gateway(raw_config(silent, [fakes.start("b")]))
+    assert served_by(gateway, stream) == ("b", 2)
+    assert outcomes(gateway, 2) == [("raw", "timeout"), ("b", "ok")]
+    alone = start_gateway(raw_config(silent, []))
+    started = time.monotonic()
+    response = httpx.post(alone.base_url + "/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
+    assert response.status_code == 504, response.text
+    assert time.monotonic() - started < 5  # the 0.3 s timeout ended it, far below the client's own 10 s
+    assert silent.connections == 2  # once per request: never asked twice
+
+
+def sse(*events: Any) -> bytes:
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+
+
+def chunk(content: str, role: bool = False) -> dict[str, Any]:
+    delta = {"role": "assistant", "content": content} if role else {"content": content}
+    return {
+        "id": "raw-1",
+        "object": "chat.completion.chunk",
+        "model": "raw-upstream",
+        "choices": [{"index": 0, "delta": delta}],
+    }
+
+
+CUT_MID_EVENT = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+    + sse(chunk("", role=True), *(chunk(w) for w in answer_words(0, 3)))
+    + sse(chunk(answer_words(3, 1)[0]))[:40]  # half of the fourth word's event, then the reset
+)
+
+
+@pytest.mark.parametrize("capable", [False, True], ids=["error-event", "recovered"])
+def test_a_cut_in_the_middle_of_an_event_never_garbles_the_stream(
+    fakes: Fakes, start_gateway: StartGateway, raw: Callable[..., RawUpstream], capable: bool
+) -> None:
+    cut = raw("script", CUT_MID_EVENT)
+    backup = fakes.start("b", FakeBehavior(output_tokens=8))
+    config = raw_config(cut, [backup], capable=("b",) if capable else ())
+    gateway = start_gateway(config)
+    response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "stream": True}, timeout=10)
+    blocks = [b for b in response.content.split(b"\n\n") if b]
+    parsed = [json.loads(b[6:]) for b in blocks if b != b"data: [DONE]"]  # every event whole and valid
+    text = "".join(c["delta"].get("content") or "" for e in parsed for c in e.get("choices", []))
+    if capable:
+        assert text == "".join(answer_words(0, 8)) and blocks[-1] == b"data: [DONE]"
+    else:
+        assert text == "".join(answer_words(0, 3))  # the half event was never sent
+        assert parsed[-1]["error"]["code"] == "upstream_stream_broken"
+
+
+# -- Error events before the first token ---------------------------------------------------------
+
+
+def test_an_error_event_before_the_first_token_falls_back(fakes: Fakes, start_gateway: StartGateway) -> None:
+    """A 200 whose stream opens with an error (overloaded, internal): nothing reached the client yet."""
+    failing, backup = fakes.start("a", FakeBehavior(error_event_after=0)), fakes.start("b")
+    gateway = start_gateway(gateway_config([failing, backup], policy=SHORT))
+    assert served_by(gateway) == ("b", 2)
+    assert outcomes(gateway, 2) == [("a", "upstream_error"), ("b", "ok")]
+    alone = start_gateway(gateway_config([failing], policy=SHORT))
+    response = httpx.post(alone.base_url + "/chat/completions", json={**CHAT, "stream": True}, timeout=10)
+    assert response.status_code == 502
+    assert response.json()["error"]["message"].endswith(
+        "a: upstream error before the first token: fake a: error mid-stream"
+    )
+
+
+def test_an_error_event_that_blames_the_request_is_relayed_not_retried(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    refusing = fakes.start("a", FakeBehavior(error_event_after=0, error_code="context_length_exceeded"))
+    backup = fakes.start("b")
+    gateway = start_gateway(
+        gateway_config([refusing, backup], policy=SHORT, deployments={"b": {"continue_prefill": True}})
+    )
+    response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "stream": True}, timeout=10)
+    last = json.loads(response.content.split(b"\n\n")[-2][6:])
+    assert last["error"]["code"] == "context_length_exceeded"  # the provider's reason, as it said it
+    assert backup.app.state.requests == 0
+    assert outcomes(gateway, 1) == [("a", "client_error")]
+
+
+# -- Health over time, the answering model, disconnects ------------------------------------------
+
+
+def test_a_flapping_provider_is_avoided_then_returns(fakes: Fakes, start_gateway: StartGateway) -> None:
+    flapping, steady = fakes.start("a"), fakes.start("b")
+    policy = {**SHORT, "failure_threshold": 2, "cooldown_s": 0.3, "max_cooldown_s": 0.6}
+    gateway = start_gateway(gateway_config([flapping, steady], policy=policy))
+    for cycle in range(2):
+        assert served_by(gateway) == ("a", 1)
+        httpx.post(flapping.url + "/_fake/behavior", json={"status": 503}).raise_for_status()
+        failures = 0
+        while (reply := served_by(gateway))[1] == 2:  # each request still tries a first, then b answers
+            assert reply[0] == "b"
+            failures += 1
+            assert failures <= 20, f"the circuit did not open in cycle {cycle}"
+        asked = flapping.app.state.requests
+        assert [served_by(gateway) for _ in range(3)] == [("b", 1)] * 3  # b alone serves, a is left alone
+        assert flapping.app.state.requests == asked
+        httpx.post(flapping.url + "/_fake/behavior", json={"status": 200}).raise_for_status()
+        deadline = time.monotonic() + 5
+        while served_by(gateway)[0] != "a":  # after the cool-down a half-open probe finds it healthy
+            assert time.monotonic() < deadline, f"a did not return in cycle {cycle}"
+            time.sleep(0.05)  # pacing the traffic, not waiting for a condition
+        assert [served_by(gateway) for _ in range(3)] == [("a", 1)] * 3  # closed again: a is first again
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_response_names_the_model_that_answered(fakes: Fakes, start_gateway: StartGateway, stream: bool) -> None:
+    failing = fakes.start("a", FakeBehavior(status=500, model="a-model-v1"))
+    answering = fakes.start("b", FakeBehavior(model="b-model-2025-01"))
+    config = gateway_config([failing, answering], policy=SHORT, deployments={"b": {"name": "b-east"}})
+    gateway = start_gateway(config)
+    client = sdk(gateway.base_url)
+    if stream:
+        raw_stream = client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, stream=True)
+        models = {c.model for c in raw_stream.parse()}
+        headers = raw_stream.headers
+    else:
+        raw_whole = client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES)
+        models = {raw_whole.parse().model}
+        headers = raw_whole.headers
+    assert models == {"b-model-2025-01"}  # the upstream's own name, untouched
+    assert (headers["x-gateway-provider"], headers["x-gateway-deployment"]) == ("b", "b-east")
+    recorded = answering.app.state.recorded[0].body
+    assert recorded is not None and recorded["model"] == "b-upstream"  # what was asked of it
+
+
+def test_a_disconnect_storm_leaks_no_upstream_connection(fakes: Fakes, start_gateway: StartGateway) -> None:
+    """Clients hang up at random points (before the first token, mid-answer); every upstream stream closes."""
+    slow = fakes.start("a", FakeBehavior(ttft_s=0.05, output_tokens=400, tokens_per_s=200))
+    gateway = start_gateway(gateway_config([slow], policy={"first_token_timeout_s": 5.0, "idle_timeout_s": 5.0}))
+    rng = random.Random(6)
+    count = 60
+
+    async def hang_up(client: httpx.AsyncClient, after_s: float) -> None:
+        body = {**CHAT, "stream": True}
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(after_s):
+                async with client.stream("POST", gateway.base_url + "/chat/completions", json=body) as response:
+                    async for _ in response.aiter_raw():
+                        pass
+
+    async def storm() -> None:
+        limits = httpx.Limits(max_connections=count)
+        async with httpx.AsyncClient(timeout=10, limits=limits) as client:
+            await asyncio.gather(*(hang_up(client, rng.uniform(0.01, 0.5)) for _ in range(count)))
+
+    asyncio.run(storm())
+    wait_until(lambda: slow.app.state.open_streams == 0, timeout=5, what="every upstream stream closed")
+    # Every attempt the gateway started has ended (a client that left while its attempt was still
+    # connecting leaves a sample but no request at the fake; one that left earlier, neither).
+    inflight = {"provider": "a"}
+    gauge = gateway.metrics.registry.get_sample_value
+    wait_until(lambda: gauge("gateway_inflight_requests", inflight) == 0, what="no attempt in flight")
+    assert len(gateway.samples.samples) >= slow.app.state.requests > count // 2
+    assert {s.outcome for s in gateway.samples.samples} == {"client_cancelled"}
+    assert slow.app.state.completed == 0 and slow.app.state.max_open_streams > 1
+    assert served_by(gateway, fake={"output_tokens": 4, "tokens_per_s": 0}) == ("a", 1)  # still healthy
+
+
+def test_the_index_above_names_tests_that_exist() -> None:
+    assert __doc__ is not None
+    references = re.findall(r"\b(tf|test_\w+)::(test_\w+)", __doc__)
+    assert len(references) > 25
+    for module, name in references:
+        tests = sys.modules[__name__] if module == "tf" else importlib.import_module(f"tests.{module}")
+        assert callable(getattr(tests, name, None)), f"{module}::{name} does not exist"
