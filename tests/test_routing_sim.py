@@ -53,14 +53,16 @@ def _recent_share(sim: Sim, provider: str, want: float, deadline_s: float, windo
 
 
 def test_a_slowdown_moves_traffic_and_exploration_finds_the_recovery(sims: Sims) -> None:
-    a_fast = dataclasses.replace(FAST, ttft_s=0.008)
+    # First tokens tens of milliseconds apart, so that a busy machine's scheduling noise (a few
+    # milliseconds) cannot reorder them.
+    a_fast = dataclasses.replace(FAST, ttft_s=0.02)
     sim = sims.start(
-        [SimProvider("a", a_fast), SimProvider("b", dataclasses.replace(FAST, ttft_s=0.02))],
+        [SimProvider("a", a_fast), SimProvider("b", dataclasses.replace(FAST, ttft_s=0.05))],
         policy={"min_samples": 3, "explore_share": 0.1},
         window_s=2,
     )
     _recent_share(sim, "a", 0.8, deadline_s=5)
-    sim.fakes["a"].app.behavior = dataclasses.replace(a_fast, ttft_s=0.04)  # five times slower
+    sim.fakes["a"].app.behavior = dataclasses.replace(a_fast, ttft_s=0.1)  # five times slower
     moved_at = time.monotonic()
     _recent_share(sim, "b", 0.8, deadline_s=6)
     assert time.monotonic() - moved_at < 6
@@ -88,7 +90,8 @@ def test_short_and_long_requests_pick_different_providers(sims: Sims) -> None:
 
 
 def test_equal_speed_picks_the_cheaper(sims: Sims) -> None:
-    same = dataclasses.replace(FAST, ttft_s=0.015)
+    # Long enough that scheduling noise on a busy machine stays well under the price difference's weight.
+    same = dataclasses.replace(FAST, ttft_s=0.05)
     sim = sims.start(
         [SimProvider("dear", same, price_in=3.0, price_out=6.0), SimProvider("cheap", same, 1.0, 2.0)],
         policy={"min_samples": 5, "explore_share": 0.05},
