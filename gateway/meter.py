@@ -14,6 +14,7 @@ carries output (content, reasoning or a tool-call delta); tokens per second is a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,8 @@ from gateway.tokens import TokenCounter
 
 Clock = Callable[[], float]
 DONE = b"[DONE]"
+_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
+"""A finish_reason with a value (not null): found with a scan, so that no chunk is parsed after the first token."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +173,7 @@ class StreamMeter:
         "done",
         "malformed",
         "finish_seen",
+        "finish_arrived",
         "first_error",
     )
 
@@ -185,6 +189,8 @@ class StreamMeter:
         """An event that is not JSON arrived before the first output."""
         self.finish_seen = False
         """A ``finish_reason`` arrived before any output: an empty answer, but a complete one."""
+        self.finish_arrived = False
+        """A non-null ``finish_reason`` arrived: the answer is complete, only usage and ``[DONE]`` may follow."""
         self.first_error: Any = None
         """The ``error`` object of an error event that came before any output (the stream's first word)."""
 
@@ -199,6 +205,8 @@ class StreamMeter:
             self.done = True
             return
         self._events.append((now, data))
+        if not self.finish_arrived and _FINISH_REASON.search(data) is not None:
+            self.finish_arrived = True
         if self.first_output_at is None:
             event = _parse(data)
             if event is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -125,13 +126,17 @@ def test_empty_answer_without_done_ends_cleanly_and_is_not_retried(fakes: Fakes,
 
 
 @pytest.mark.parametrize("stream_options", [None, {"include_usage": True}])
-def test_finished_answer_whose_done_never_comes_ends_cleanly_at_the_idle_timeout(
+def test_finished_answer_whose_done_never_comes_ends_cleanly_soon_after_the_finish(
     fakes: Fakes, start_gateway: StartGateway, stream_options: dict[str, bool] | None
 ) -> None:
-    fake = fakes.start("a", FakeBehavior(output_tokens=4, no_done=True, linger_s=30))
-    gateway = start_gateway(gateway_config([fake], policy=SHORT))
+    # The provider keeps the connection open after its finish_reason and never sends [DONE]: the
+    # client's stream ends cleanly about FINISH_LINGER_S later, not after the (long) idle timeout.
+    fake = fakes.start("a", FakeBehavior(output_tokens=4, no_done=True, linger_s=60))
+    gateway = start_gateway(gateway_config([fake], policy={"first_token_timeout_s": 2.0, "idle_timeout_s": 30.0}))
     body = dict(STREAM, stream_options=stream_options)
-    response = httpx.post(gateway.base_url + "/chat/completions", json=body, timeout=10)
+    started = time.monotonic()
+    response = httpx.post(gateway.base_url + "/chat/completions", json=body, timeout=25)
+    assert time.monotonic() - started < 10, "the stream waited for the idle timeout"
     assert b'"finish_reason": "stop"' in events(response.content)[-2]
     assert events(response.content)[-1] == b"data: [DONE]"
     assert sample_outcomes(gateway, 1) == ["ok"]

@@ -34,6 +34,10 @@ Send = Callable[[Message], Awaitable[None]]
 
 logger = logging.getLogger("gateway")
 DONE_EVENT = b"data: [DONE]\n\n"
+FINISH_LINGER_S = 1.0
+"""Once a ``finish_reason`` has arrived, how long to wait for the rest (a usage chunk, ``[DONE]``):
+a provider that keeps the connection open without ``[DONE]`` must not hold the client's stream
+open for a whole idle timeout."""
 
 
 class Reply:
@@ -170,7 +174,15 @@ class StreamReply(Reply):
                 if self.log.first_byte_at is None:
                     self.log.first_byte_at = self.log.clock()
             while not meter.done and forwarder.error is None:
-                chunk = await response.read_chunk()
+                if meter.finish_arrived:
+                    try:
+                        async with asyncio.timeout(FINISH_LINGER_S):
+                            chunk = await response.read_chunk()
+                    except TimeoutError:
+                        # The answer is complete; what never came was only [DONE].
+                        chunk = b""
+                else:
+                    chunk = await response.read_chunk()
                 if not chunk:
                     meter.end_of_stream()
                     out = forwarder.flush()
