@@ -38,6 +38,12 @@ class Workload:
         request = {"model": "bench", "messages": [{"role": "user", "content": "Say something."}], "stream": True}
         return json.dumps({**request, "fake": fake}).encode()
 
+    @property
+    def ideal_e2e_ms(self) -> float:
+        """End-to-end of one stream with nothing queued: the first token, then the rest at the pace."""
+        pace = (self.tokens - 1) / self.tokens_per_s if self.tokens_per_s else 0.0
+        return (self.ttft_s + pace) * 1000
+
     def describe(self) -> str:
         pace = "unpaced (as fast as the fake can send)" if self.tokens_per_s == 0 else f"{self.tokens_per_s:g} tokens/s"
         return f"TTFT {self.ttft_s * 1000:g} ms, {self.tokens} tokens (one per event), {pace}"
@@ -131,6 +137,8 @@ class Results:
     quiet_cores: float
     """Cores busy on the machine just before the run started (other programs)."""
     workloads: dict[str, str] = field(default_factory=dict)
+    ideal_e2e_ms: dict[str, float] = field(default_factory=dict)
+    """Per workload: a stream's end-to-end with no queueing, to tell the load offered at a concurrency."""
     measurements: list[Measurement] = field(default_factory=list)
     memory: list[MemoryFigure] = field(default_factory=list)
     profile: list[str] = field(default_factory=list)

@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> None:
                 results.measurements += bench.closed_loop(UNPACED, args.targets, plan.unpaced)
             if "paced" in args.steps:
                 results.workloads["paced"] = PACED.describe()
+                results.ideal_e2e_ms["paced"] = PACED.ideal_e2e_ms
                 names = [name for name in args.targets if name != "gateway-nolog"]
                 results.measurements += bench.closed_loop(PACED, names, plan.paced)
             if "memory" in args.steps:

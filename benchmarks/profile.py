@@ -80,6 +80,11 @@ def short(frame: str) -> str:
     return f"{match['function']} ({file}{line})"
 
 
+IDLE_LEAVES = ("_worker (concurrent/futures/thread.py",)
+"""Leaf frames py-spy reports as busy although the thread sleeps: the default executor's thread
+waiting on its queue (its /proc CPU time stays at zero under load)."""
+
+
 def summarise(raw: str) -> tuple[int, Counter[str], Counter[str]]:
     """Samples, and samples per function by self and by inclusive time, from collapsed stacks."""
     own: Counter[str] = Counter()
@@ -91,6 +96,8 @@ def summarise(raw: str) -> tuple[int, Counter[str], Counter[str]]:
             continue
         count = int(count_text)
         frames = [short(frame) for frame in stack.split(";")]
+        if frames[-1].startswith(IDLE_LEAVES):
+            continue
         total += count
         own[frames[-1]] += count
         for frame in set(frames):
@@ -102,7 +109,10 @@ def summary_text(raw: str, rate: float) -> str:
     total, own, inclusive = summarise(raw)
     lines = [
         f"py-spy on the gateway, unpaced 32-token streams at concurrency {CONCURRENCY} ({rate:.0f} req/s while "
-        f"recorded), {total} samples at 100 Hz, idle excluded.",
+        f"recorded), {total} samples at 100 Hz, idle excluded (also the executor thread waiting on its queue,",
+        "which py-spy counts as busy). The flame graph (profile-gateway.svg) is a separate recording of the same run.",
+        "Self time of Runner.run is uvloop's own C code (polling, socket reads and writes, callbacks); self time of",
+        "RequestResponseCycle.send includes uvicorn's transport.write, a system call per relayed event.",
         "",
     ]
     # The gateway's own functions apart: what its code costs, under the frames every sample shares.
