@@ -73,11 +73,13 @@ class Measurement:
     """Cores the whole machine kept busy during the run (at most the core count)."""
     other_cores: float
     """Of those, cores not charged to the benchmark's processes or to the kernel's softirq work."""
+    offered_rate: float | None
+    """Paced: the rate the concurrency asks for (conc. ÷ a stream's unqueued end-to-end); None unpaced."""
 
     @classmethod
     def of(
         cls,
-        workload: str,
+        workload: Workload,
         target: str,
         concurrency: int,
         outcome: Outcome,
@@ -88,7 +90,7 @@ class Measurement:
         per = 1000 / max(1, outcome.ok)
         proxy = cpu_s.get("proxy")
         return cls(
-            workload=workload,
+            workload=workload.name,
             target=target,
             concurrency=concurrency,
             ok=outcome.ok,
@@ -105,6 +107,7 @@ class Measurement:
             client_cpu_ms=cpu_s["clients"] * per,
             machine_cores=machine_cores,
             other_cores=other_cores,
+            offered_rate=concurrency * 1000 / workload.ideal_e2e_ms if workload.tokens_per_s else None,
         )
 
 
@@ -137,8 +140,6 @@ class Results:
     quiet_cores: float
     """Cores busy on the machine just before the run started (other programs)."""
     workloads: dict[str, str] = field(default_factory=dict)
-    ideal_e2e_ms: dict[str, float] = field(default_factory=dict)
-    """Per workload: a stream's end-to-end with no queueing, to tell the load offered at a concurrency."""
     measurements: list[Measurement] = field(default_factory=list)
     memory: list[MemoryFigure] = field(default_factory=list)
     profile: list[str] = field(default_factory=list)

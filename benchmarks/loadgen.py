@@ -17,6 +17,7 @@ measured part only.
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing
 import re
 import time
@@ -40,28 +41,58 @@ class Job:
     concurrency: int
     requests: int
     time_limit_s: float
+    ramp_s: float = 0.0
+    """Spread the slots' first requests over this long, so that streams of equal length do not
+    start and end in waves (one stream's length keeps a paced load even)."""
     request_timeout_s: float = 120.0
     warm_up: bool = True
 
 
 @dataclass
 class Outcome:
-    """What a run observed. Times in seconds; ``started``/``ended`` are ``time.monotonic`` readings."""
+    """What a run observed. Times in seconds, instants are ``time.monotonic`` readings (shared by
+    every process on the machine).
+
+    The *steady* part of a run is the window in which every slot has a request in flight: from the
+    last slot's first request to the first slot's last one. Its requests give the latency figures
+    and its completions the rate, so that the ramp at the start and the drain at the end (fewer
+    requests in flight than the concurrency) do not count.
+    """
 
     ok: int = 0
     errors: int = 0
     error_kinds: dict[str, int] = field(default_factory=dict)
-    ttft_s: list[float] = field(default_factory=list)
-    e2e_s: list[float] = field(default_factory=list)
+    requests: list[tuple[float, float, float]] = field(default_factory=list)
+    """(start, TTFT, end-to-end) of each complete answer."""
     started: float = 0.0
     ended: float = 0.0
+    steady_from: float = 0.0
+    steady_until: float = math.inf
 
     @property
     def wall_s(self) -> float:
         return max(0.0, self.ended - self.started)
 
+    def steady(self) -> list[tuple[float, float, float]]:
+        """The requests started in the steady window (all of them if it holds too few to go by)."""
+        inside = [r for r in self.requests if self.steady_from <= r[0] <= self.steady_until]
+        return inside if len(inside) >= max(10, len(self.requests) // 4) else self.requests
+
+    @property
+    def ttft_s(self) -> list[float]:
+        return [ttft for _, ttft, _ in self.steady()]
+
+    @property
+    def e2e_s(self) -> list[float]:
+        return [e2e for _, _, e2e in self.steady()]
+
     @property
     def rate(self) -> float:
+        """Completions per second in the steady window, or over the whole run if it is too short."""
+        span = self.steady_until - self.steady_from
+        done = sum(1 for start, _, e2e in self.requests if self.steady_from <= start + e2e <= self.steady_until)
+        if span > 0 and done >= 10:
+            return done / span
         return self.ok / self.wall_s if self.wall_s else 0.0
 
     def fail(self, kind: str) -> None:
@@ -73,14 +104,15 @@ class Outcome:
         self.errors += other.errors
         for kind, count in other.error_kinds.items():
             self.error_kinds[kind] = self.error_kinds.get(kind, 0) + count
-        self.ttft_s += other.ttft_s
-        self.e2e_s += other.e2e_s
+        self.requests += other.requests
         self.started = min(self.started, other.started) if self.started else other.started
         self.ended = max(self.ended, other.ended)
+        self.steady_from = max(self.steady_from, other.steady_from)
+        self.steady_until = min(self.steady_until, other.steady_until)
 
 
 async def one_request(session: aiohttp.ClientSession, job: Job, outcome: Outcome) -> None:
-    started = time.perf_counter()
+    started = time.monotonic()
     ttft: float | None = None
     carry = b""
     complete = False
@@ -93,7 +125,7 @@ async def one_request(session: aiohttp.ClientSession, job: Job, outcome: Outcome
             async for chunk in response.content.iter_any():
                 window = carry + chunk
                 if ttft is None and FIRST_TOKEN.search(window):
-                    ttft = time.perf_counter() - started
+                    ttft = time.monotonic() - started
                 if DONE in window:
                     complete = True
                 carry = window[-40:]
@@ -104,8 +136,7 @@ async def one_request(session: aiohttp.ClientSession, job: Job, outcome: Outcome
         outcome.fail("incomplete stream")
         return
     outcome.ok += 1
-    outcome.ttft_s.append(ttft)
-    outcome.e2e_s.append(time.perf_counter() - started)
+    outcome.requests.append((started, ttft, time.monotonic() - started))
 
 
 async def run_job(job: Job, ready: Callable[[], None], go: Callable[[], None]) -> Outcome:
@@ -121,16 +152,24 @@ async def run_job(job: Job, ready: Callable[[], None], go: Callable[[], None]) -
         go()
         remaining = job.requests
         deadline = time.monotonic() + job.time_limit_s
+        firsts: list[float] = []
+        lasts: list[float] = []
 
-        async def slot() -> None:
+        async def slot(index: int) -> None:
             nonlocal remaining
+            await asyncio.sleep(job.ramp_s * index / job.concurrency)
+            first = last = time.monotonic()
             while remaining > 0 and time.monotonic() < deadline:
                 remaining -= 1
+                last = time.monotonic()
                 await one_request(session, job, outcome)
+            firsts.append(first)
+            lasts.append(last)
 
         outcome.started = time.monotonic()
-        await asyncio.gather(*(slot() for _ in range(job.concurrency)))
+        await asyncio.gather(*(slot(i) for i in range(job.concurrency)))
         outcome.ended = time.monotonic()
+        outcome.steady_from, outcome.steady_until = max(firsts), min(lasts)
     return outcome
 
 
@@ -198,7 +237,14 @@ class LoadGenerator:
         return [proc.pid for proc in self._procs if proc.pid is not None]
 
     def prepare(
-        self, url: str, body: bytes, concurrency: int, requests: int, time_limit_s: float, warm_up: bool = True
+        self,
+        url: str,
+        body: bytes,
+        concurrency: int,
+        requests: int,
+        time_limit_s: float,
+        ramp_s: float = 0.0,
+        warm_up: bool = True,
     ) -> Run:
         """Hand the run to the workers (concurrency and requests split between them) and wait until
         they are warmed up; the run starts with ``Run.go``."""
@@ -212,6 +258,7 @@ class LoadGenerator:
                     concurrency=concurrency // share + (index < concurrency % share),
                     requests=requests // share + (index < requests % share),
                     time_limit_s=time_limit_s,
+                    ramp_s=ramp_s,
                     warm_up=warm_up,
                 )
             )

@@ -47,10 +47,19 @@ RESULTS = HERE / "results"
 DEFAULT_CONFIG = HERE / "gateway.bench.toml"
 UNPACED = Workload("unpaced", ttft_s=0.0, tokens_per_s=0.0, tokens=32)
 PACED = Workload("paced", ttft_s=0.05, tokens_per_s=100.0, tokens=32)
+SPREAD_RATE = 170.0
+"""Requests/s of the constant-rate paced runs: what 64 paced streams ask for, well within the machine."""
 HOLD = Workload("hold", ttft_s=0.0, tokens_per_s=4.0, tokens=48)
 """Slow streams for the memory figure: each stays open about 12 s."""
 TARGETS = ("direct", "passthrough", "gateway", "gateway-nolog")
-STEPS = ("unpaced", "paced", "memory", "profile")
+STEPS = ("unpaced", "paced", "spread", "memory", "profile")
+
+
+def spread(concurrency: int) -> Workload:
+    """Paced streams slowed so that ``concurrency`` of them ask for ``SPREAD_RATE`` requests/s: the
+    load stays the same while the number of open streams grows."""
+    stream_s = concurrency / SPREAD_RATE
+    return Workload("spread", PACED.ttft_s, (PACED.tokens - 1) / (stream_s - PACED.ttft_s), PACED.tokens)
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,7 @@ class Plan:
 
     unpaced: tuple[tuple[int, int], ...]
     paced: tuple[tuple[int, int], ...]
+    spread: tuple[tuple[int, int], ...]
     memory_streams: int
     time_limit_s: float
 
@@ -66,10 +76,17 @@ class Plan:
 FULL = Plan(
     unpaced=((1, 3000), (16, 8000), (64, 8000), (256, 8000)),
     paced=((1, 60), (64, 1500), (256, 3000), (1000, 5000)),
+    spread=((64, 1000), (256, 1500), (1000, 3000)),
     memory_streams=1000,
     time_limit_s=30.0,
 )
-QUICK = Plan(unpaced=((1, 300), (64, 1500)), paced=((1, 8), (64, 300)), memory_streams=200, time_limit_s=8.0)
+QUICK = Plan(
+    unpaced=((1, 300), (64, 1500)),
+    paced=((1, 8), (64, 300)),
+    spread=((64, 200), (256, 300)),
+    memory_streams=200,
+    time_limit_s=8.0,
+)
 
 
 def nolog_variant(config_text: str) -> str:
@@ -110,7 +127,11 @@ class Bench:
             yield servers
 
     def measure(self, workload: Workload, target: str, server: Server, concurrency: int, requests: int) -> Measurement:
-        run = self.loadgen.prepare(server.chat_url, workload.body(), concurrency, requests, self.plan.time_limit_s)
+        # Paced streams all last about as long: spread their starts over one stream, or they go in waves.
+        ramp = workload.ideal_e2e_ms / 1000 if workload.tokens_per_s else 0.0
+        run = self.loadgen.prepare(
+            server.chat_url, workload.body(), concurrency, requests, self.plan.time_limit_s, ramp_s=ramp
+        )
         pids = {"fake": [self.fake.pid], "clients": self.loadgen.pids}
         if server is not self.fake:
             pids["proxy"] = [server.pid]
@@ -122,17 +143,16 @@ class Bench:
         machine = MachineCpu.read().since(machine_before)
         wall = max(run.outcome.wall_s, 1e-9)
         other = max(0.0, machine.busy - sum(used.values()) - machine.softirq) / wall
-        result = Measurement.of(workload.name, target, concurrency, run.outcome, used, machine.busy / wall, other)
+        result = Measurement.of(workload, target, concurrency, run.outcome, used, machine.busy / wall, other)
         print(progress_line(result), flush=True)
         return result
 
-    def closed_loop(
-        self, workload: Workload, names: list[str], steps: tuple[tuple[int, int], ...]
-    ) -> list[Measurement]:
-        """Each concurrency against every target in turn, direct first (the client's own ceiling)."""
+    def closed_loop(self, names: list[str], runs: list[tuple[Workload, int, int]]) -> list[Measurement]:
+        """Each (workload, concurrency, request cap) against every target in turn, direct first (the
+        client's own ceiling)."""
         rows = []
         with self.targets(names) as servers:
-            for concurrency, requests in steps:
+            for workload, concurrency, requests in runs:
                 for name, server in servers.items():
                     rows.append(self.measure(workload, name, server, concurrency, requests))
         return rows
@@ -225,7 +245,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--soak-concurrency", type=int, default=128, help="paced streams during the soak")
     args = parser.parse_args(argv)
-    steps = (args.only or "unpaced,paced,memory").split(",")
+    steps = (args.only or "unpaced,paced,spread,memory").split(",")
     if args.profile:
         steps.append("profile")
     args.targets = (args.target or ",".join(TARGETS)).split(",")
@@ -265,12 +285,19 @@ def main(argv: list[str] | None = None) -> None:
             bench = Bench(Path(scratch), fake, loadgen, config_text, plan)
             if "unpaced" in args.steps:
                 results.workloads["unpaced"] = UNPACED.describe()
-                results.measurements += bench.closed_loop(UNPACED, args.targets, plan.unpaced)
+                runs = [(UNPACED, c, n) for c, n in plan.unpaced]
+                results.measurements += bench.closed_loop(args.targets, runs)
+            names = [name for name in args.targets if name != "gateway-nolog"]
             if "paced" in args.steps:
                 results.workloads["paced"] = PACED.describe()
-                results.ideal_e2e_ms["paced"] = PACED.ideal_e2e_ms
-                names = [name for name in args.targets if name != "gateway-nolog"]
-                results.measurements += bench.closed_loop(PACED, names, plan.paced)
+                results.measurements += bench.closed_loop(names, [(PACED, c, n) for c, n in plan.paced])
+            if "spread" in args.steps:
+                paces = ", ".join(f"c={c}: {spread(c).tokens_per_s:.3g}" for c, _ in plan.spread)
+                results.workloads["spread"] = (
+                    f"TTFT 50 ms, 32 tokens, the pace slowed as concurrency grows so that every concurrency asks "
+                    f"for {SPREAD_RATE:g} requests/s (tokens/s {paces})"
+                )
+                results.measurements += bench.closed_loop(names, [(spread(c), c, n) for c, n in plan.spread])
             if "memory" in args.steps:
                 results.workloads["hold"] = HOLD.describe()
                 names = [name for name in args.targets if name in ("passthrough", "gateway")]

@@ -68,7 +68,6 @@ def target_rows(r: Results, soak: dict[str, Any] | None) -> list[list[str]]:
                     verdict(ratio >= 0.8),
                 ]
             )
-            rows.append(ceiling_row(direct, gw, pt))
             rows.append(
                 [
                     f"… and ≥ 30× LiteLLM (issue's ~{LITELLM_RATE:.0f} req/s, not measured here) at c={c}",
@@ -97,7 +96,8 @@ def target_rows(r: Results, soak: dict[str, Any] | None) -> list[list[str]]:
                         verdict(p50 <= 1 and p99 <= 5),
                     ]
                 )
-    rows += flat_rows(r)
+    rows += flat_rows(r, "paced", "paced streams")
+    rows += flat_rows(r, "spread", "paced streams at a constant request rate")
     for figure in r.memory:
         rows.append(
             [
@@ -114,40 +114,28 @@ def target_rows(r: Results, soak: dict[str, Any] | None) -> list[list[str]]:
     return rows
 
 
-def ceiling_row(direct: Measurement, gw: Measurement, pt: Measurement | None) -> list[str]:
-    """What a saturated machine allows: with the fake and client costing F ms per request and the
-    proxy P, the cores do F + P of work per request instead of F, so the proxy reaches F/(F+P)."""
-    fixed = direct.fake_cpu_ms + direct.client_cpu_ms
-    gw_cpu = gw.proxy_cpu_ms or 0.0
-    text = f"F/(F+P) = {fixed:.2f}/({fixed:.2f}+{gw_cpu:.2f}) = {fixed / (fixed + gw_cpu):.2f}×"
-    if pt and pt.proxy_cpu_ms:
-        text += f" (passthrough {fixed / (fixed + pt.proxy_cpu_ms):.2f}×)"
-    text += f"; 0.8× needs P ≤ F/4 = {fixed / 4:.2f} ms"
-    return ["… the most this machine allows (see *Ceiling* below)", text, "–"]
-
-
-def flat_rows(r: Results) -> list[list[str]]:
-    """Added TTFT and e2e of the gateway at each paced concurrency, flat if none exceeds c=1's by much."""
+def flat_rows(r: Results, workload: str, what: str) -> list[list[str]]:
+    """Added TTFT and e2e of the gateway at each concurrency of ``workload``, flat if none exceeds
+    the lowest concurrency's by much."""
     rows = []
-    concurrencies = r.concurrencies("paced")
-    first = min(concurrencies, default=None)
+    concurrencies = r.concurrencies(workload)
     for field, label in (("ttft", "TTFT"), ("e2e", "end-to-end")):
         cells, flat = [], True
         base = None
         for c in concurrencies:
-            gw, direct = r.find("paced", "gateway", c), r.find("paced", "direct", c)
+            gw, direct = r.find(workload, "gateway", c), r.find(workload, "direct", c)
             if not gw or not direct:
                 continue
             p50, p99 = added(gw, direct, field)
-            if c == first:
+            if base is None:
                 base = (p50, p99)
-            elif base is not None:
+            else:
                 flat = flat and p50 <= base[0] + FLAT_P50_MS and p99 <= base[1] + FLAT_P99_MS
             cells.append(f"c={c}: {pair(p50, p99)}")
         if cells:
             rows.append(
                 [
-                    f"added {label} p50 / p99 does not grow up to {concurrencies[-1]:,} paced streams",
+                    f"added {label} p50 / p99 does not grow up to {concurrencies[-1]:,} {what}",
                     "; ".join(cells) + " ms",
                     verdict(flat),
                 ]
@@ -166,9 +154,7 @@ def throughput_rows(r: Results, workload: str) -> list[list[str]]:
             times = f"{m.rate / direct.rate:.2f}×" if direct and direct.rate else "–"
             cpu = "–" if m.proxy_cpu_ms is None else f"{m.proxy_cpu_ms:.2f}"
             per_core = f"{1000 / m.proxy_cpu_ms:.0f}" if m.proxy_cpu_ms else "–"
-            offered = []
-            if workload in r.ideal_e2e_ms:
-                offered = [f"{m.rate / (c * 1000 / r.ideal_e2e_ms[workload]):.2f}×"]
+            offered = [f"{m.rate / m.offered_rate:.2f}×"] if m.offered_rate else []
             vs_pt = "–"
             if m.proxy_cpu_ms is not None and pt and pt.proxy_cpu_ms and m is not pt:
                 vs_pt = f"{m.proxy_cpu_ms / pt.proxy_cpu_ms:.1f}×"
@@ -249,15 +235,15 @@ def render(r: Results, soak_path: Path) -> str:
     lines += table(["target (issue 5)", "measured", "met"], target_rows(r, soak))
     lines += [
         "",
-        "*Ceiling*: going direct already keeps both cores busy (the *machine* column below), so each ms of "
-        "CPU a proxy spends is taken from the fake and the client. With F the fake's and the client's CPU per "
-        "request going direct and P the proxy's, a proxy can reach at most F/(F+P) of direct's rate. The "
-        "issue's 0.8× was set where going direct was limited by the load generator, with CPU to spare.",
+        "Going direct already keeps both cores busy at unpaced concurrency 16 and above (the *machine* "
+        "column), so every ms of CPU a proxy spends is taken from the fake and the client, and the throughput "
+        "ratio measures the proxy's CPU share. The issue's 0.8× was set where going direct was limited by the "
+        "load generator with CPU to spare. For the same reason the added TTFT at unpaced c ≥ 16 is queueing "
+        "(concurrency ÷ throughput), not work per request: the c=1 rows give the latency a proxy adds. The "
+        "constant-rate paced runs keep the load the machine can carry and only grow the number of open "
+        "streams: they tell concurrency costs from CPU saturation.",
         "",
-        "At unpaced concurrency 16 and above every target saturates the machine, so the added TTFT there is "
-        "queueing (concurrency ÷ throughput), not work per request; the c=1 rows give the latency a proxy adds.",
-        "",
-        f"*Flat* means no concurrency's added p50 exceeds the c=1 figure by more than {FLAT_P50_MS:g} ms, "
+        f"*Flat* means no concurrency's added p50 exceeds the lowest concurrency's by more than {FLAT_P50_MS:g} ms, "
         f"nor its p99 by more than {FLAT_P99_MS:g} ms. *Added* = the target's percentile minus direct's "
         "at the same concurrency (a small negative figure is noise).",
         "",
@@ -266,11 +252,12 @@ def render(r: Results, soak_path: Path) -> str:
         "(`python -m gateway serve`, stats in memory, metrics and access log on, `benchmarks/gateway.bench.toml`), "
         "**gateway-nolog** (the same with `[server] access_log = false`).",
     ]
-    for workload, title in (("unpaced", "Unpaced"), ("paced", "Paced")):
+    sections = (("unpaced", "Unpaced"), ("paced", "Paced"), ("spread", "Paced at a constant rate"))
+    for workload, title in sections:
         if workload not in r.workloads:
             continue
         lines += ["", f"## {title}: {r.workloads[workload]}", "", "Throughput and CPU per request:", ""]
-        offered = ["× offered"] if workload in r.ideal_e2e_ms else []
+        offered = ["× offered"] if workload != "unpaced" else []
         lines += table(
             ["conc.", "target", "requests", "req/s", "× direct", *offered, "proxy CPU ms/req", "req/s per proxy core"]
             + ["proxy CPU × passthrough", "fake CPU ms/req", "client CPU ms/req", "machine cores (other)", "failed"],
@@ -279,9 +266,9 @@ def render(r: Results, soak_path: Path) -> str:
         if offered:
             lines += [
                 "",
-                f"*Offered*: conc. ÷ {r.ideal_e2e_ms[workload]:.0f} ms (a stream's end-to-end with no queueing) "
-                "is the rate the concurrency asks for; below 1× the machine could not keep up, and the added "
-                "latency at that concurrency is queueing for CPU rather than per-stream overhead.",
+                "*Offered*: conc. ÷ a stream's end-to-end with nothing queued is the rate the concurrency asks "
+                "for; below about 0.95× the machine could not keep up, and the added latency at that concurrency "
+                "is mostly queueing for CPU rather than work per stream.",
             ]
         lines += ["", "Latency, ms, p50 / p99 (client-observed):", ""]
         lines += table(
@@ -312,8 +299,12 @@ def render(r: Results, soak_path: Path) -> str:
         "## How it is measured",
         "",
         "Every run is a closed loop: *conc.* requests in flight, each replaced as it ends, capped in count",
-        "and in time, after one uncounted warm-up request per connection. TTFT is taken by the client from",
-        "sending the request to the first event with non-empty `content`; end-to-end to the end of the body.",
+        "and in time, after one uncounted warm-up request per connection. Paced runs spread their first",
+        "requests over one stream's length, so that streams of equal length do not come in waves. Rates and",
+        "percentiles are taken over the steady part of a run, while every slot has a request in flight (not",
+        "the ramp at the start nor the drain at the end; the whole run when that part is too short). TTFT",
+        "is taken by the client from sending the request to the first event with non-empty `content`;",
+        "end-to-end to the end of the body.",
         "CPU is user + system time of the process over the run (`/proc/<pid>/stat`) ÷ successful requests;",
         "on loopback the kernel's TCP work is charged to the process that writes, so a proxy that relays",
         "every event at once pays a system call per event. Each proxy is a fresh process per workload; the",

@@ -99,7 +99,7 @@ def run_soak(
         with tempfile.TemporaryDirectory(prefix="soak-") as scratch, procs.fake_provider(Path(scratch)) as fake:
             text = config_text.replace("{fake_base_url}", fake.base_url)
             with procs.gateway(text, "gateway", Path(scratch)) as gateway:
-                run = loadgen.prepare(gateway.chat_url, body, concurrency, request_cap, duration_s)
+                run = loadgen.prepare(gateway.chat_url, body, concurrency, request_cap, duration_s, ramp_s=0.36)
                 samples = [(0.0, procs.rss_bytes(gateway.pid))]
                 started = time.monotonic()
                 run.go()
