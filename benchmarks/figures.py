@@ -59,6 +59,7 @@ class Measurement:
     ok: int
     errors: int
     error_kinds: dict[str, int]
+    error_samples: list[str]
     wall_s: float
     rate: float
     ttft_p50: float
@@ -96,6 +97,7 @@ class Measurement:
             ok=outcome.ok,
             errors=outcome.errors,
             error_kinds=dict(outcome.error_kinds),
+            error_samples=list(outcome.error_samples),
             wall_s=outcome.wall_s,
             rate=outcome.rate,
             ttft_p50=quantile(outcome.ttft_s, 0.5) * 1000,
@@ -139,6 +141,9 @@ class Results:
     client_processes: int
     quiet_cores: float
     """Cores busy on the machine just before the run started (other programs)."""
+    attempts: int
+    """Runs per figure at most, while other programs took more than ``noisy_cores`` of the machine."""
+    noisy_cores: float
     workloads: dict[str, str] = field(default_factory=dict)
     measurements: list[Measurement] = field(default_factory=list)
     memory: list[MemoryFigure] = field(default_factory=list)

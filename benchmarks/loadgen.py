@@ -62,6 +62,8 @@ class Outcome:
     ok: int = 0
     errors: int = 0
     error_kinds: dict[str, int] = field(default_factory=dict)
+    error_samples: list[str] = field(default_factory=list)
+    """The first few failures in words (an error body, an exception), to tell what went wrong."""
     requests: list[tuple[float, float, float]] = field(default_factory=list)
     """(start, TTFT, end-to-end) of each complete answer."""
     started: float = 0.0
@@ -95,15 +97,18 @@ class Outcome:
             return done / span
         return self.ok / self.wall_s if self.wall_s else 0.0
 
-    def fail(self, kind: str) -> None:
+    def fail(self, kind: str, detail: str = "") -> None:
         self.errors += 1
         self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+        if len(self.error_samples) < 3:
+            self.error_samples.append(f"{kind}: {detail}"[:300])
 
     def merge(self, other: Outcome) -> None:
         self.ok += other.ok
         self.errors += other.errors
         for kind, count in other.error_kinds.items():
             self.error_kinds[kind] = self.error_kinds.get(kind, 0) + count
+        self.error_samples += other.error_samples[: max(0, 3 - len(self.error_samples))]
         self.requests += other.requests
         self.started = min(self.started, other.started) if self.started else other.started
         self.ended = max(self.ended, other.ended)
@@ -119,8 +124,7 @@ async def one_request(session: aiohttp.ClientSession, job: Job, outcome: Outcome
     try:
         async with session.post(job.url, data=job.body, headers={"content-type": "application/json"}) as response:
             if response.status != 200:
-                await response.read()
-                outcome.fail(f"HTTP {response.status}")
+                outcome.fail(f"HTTP {response.status}", (await response.read()).decode(errors="replace"))
                 return
             async for chunk in response.content.iter_any():
                 window = carry + chunk
@@ -130,7 +134,7 @@ async def one_request(session: aiohttp.ClientSession, job: Job, outcome: Outcome
                     complete = True
                 carry = window[-40:]
     except (aiohttp.ClientError, TimeoutError) as exc:
-        outcome.fail(type(exc).__name__)
+        outcome.fail(type(exc).__name__, str(exc))
         return
     if ttft is None or not complete:
         outcome.fail("incomplete stream")
@@ -142,7 +146,9 @@ async def one_request(session: aiohttp.ClientSession, job: Job, outcome: Outcome
 async def run_job(job: Job, ready: Callable[[], None], go: Callable[[], None]) -> Outcome:
     """Warm up, call ``ready``, block in ``go`` until told to start, then run the closed loop."""
     outcome = Outcome()
-    connector = aiohttp.TCPConnector(limit=job.concurrency, limit_per_host=0, keepalive_timeout=60)
+    # Below uvicorn's 5 s keep-alive: a connection the server may be closing is never reused (that
+    # race would fail requests for the client's sake, e.g. while paced slots wait out their ramp).
+    connector = aiohttp.TCPConnector(limit=job.concurrency, limit_per_host=0, keepalive_timeout=3)
     timeout = aiohttp.ClientTimeout(total=job.request_timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         if job.warm_up:

@@ -52,6 +52,8 @@ SPREAD_RATE = 170.0
 HOLD = Workload("hold", ttft_s=0.0, tokens_per_s=4.0, tokens=48)
 """Slow streams for the memory figure: each stays open about 12 s."""
 TARGETS = ("direct", "passthrough", "gateway", "gateway-nolog")
+NOISY_CORES = 0.2
+"""Other programs' share of the machine above which a run is measured again (it shares 2 cores)."""
 STEPS = ("unpaced", "paced", "spread", "memory", "profile")
 
 
@@ -102,7 +104,10 @@ def nolog_variant(config_text: str) -> str:
 class Bench:
     """The fake, the load generator and a scratch folder shared by every step of one invocation."""
 
-    def __init__(self, folder: Path, fake: Server, loadgen: LoadGenerator, config_text: str, plan: Plan) -> None:
+    def __init__(
+        self, folder: Path, fake: Server, loadgen: LoadGenerator, config_text: str, plan: Plan, attempts: int
+    ) -> None:
+        self.attempts = attempts
         self.folder = folder
         self.fake = fake
         self.loadgen = loadgen
@@ -127,6 +132,22 @@ class Bench:
             yield servers
 
     def measure(self, workload: Workload, target: str, server: Server, concurrency: int, requests: int) -> Measurement:
+        """One run; again (up to ``self.attempts`` runs) while other programs took more than
+        ``NOISY_CORES`` of the machine, keeping the quietest."""
+        best: Measurement | None = None
+        for _ in range(self.attempts):
+            result = self.measure_once(workload, target, server, concurrency, requests)
+            if best is None or result.other_cores < best.other_cores:
+                best = result
+            if result.other_cores <= NOISY_CORES:
+                break
+            print(f"         other programs took {result.other_cores:.2f} cores: measuring again", flush=True)
+        assert best is not None
+        return best
+
+    def measure_once(
+        self, workload: Workload, target: str, server: Server, concurrency: int, requests: int
+    ) -> Measurement:
         # Paced streams all last about as long: spread their starts over one stream, or they go in waves.
         ramp = workload.ideal_e2e_ms / 1000 if workload.tokens_per_s else 0.0
         run = self.loadgen.prepare(
@@ -239,6 +260,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, help="the Markdown report (default: results/overhead.md)")
     parser.add_argument("--profile", action="store_true", help="also record the gateway with py-spy (unpaced, c=64)")
     parser.add_argument("--clients", type=int, default=2, help="load-generator processes (default: 2)")
+    parser.add_argument(
+        "--attempts", type=int, default=3, help=f"runs per figure while others use > {NOISY_CORES} cores (3)"
+    )
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S", help="wait up to S s for an idle machine")
     parser.add_argument(
         "--soak", type=float, nargs="?", const=600.0, metavar="S", help="only a soak of S seconds (default 600)"
@@ -276,13 +300,15 @@ def main(argv: list[str] | None = None) -> None:
         command=command,
         client_processes=args.clients,
         quiet_cores=quiet,
+        attempts=args.attempts,
+        noisy_cores=NOISY_CORES,
     )
     plan = QUICK if args.quick else FULL
     output = args.output or RESULTS / ("overhead-quick.md" if args.quick else "overhead.md")
     loadgen = LoadGenerator(args.clients)
     try:
         with tempfile.TemporaryDirectory(prefix="overhead-") as scratch, procs.fake_provider(Path(scratch)) as fake:
-            bench = Bench(Path(scratch), fake, loadgen, config_text, plan)
+            bench = Bench(Path(scratch), fake, loadgen, config_text, plan, args.attempts)
             if "unpaced" in args.steps:
                 results.workloads["unpaced"] = UNPACED.describe()
                 runs = [(UNPACED, c, n) for c, n in plan.unpaced]

@@ -227,7 +227,9 @@ def render(r: Results, soak_path: Path) -> str:
         "and throughput figures are for the whole machine, not for the proxy alone. "
         f"Before the run the machine was {r.quiet_cores:.2f} cores busy with other programs; the *machine* "
         "column gives the cores busy during each run and, in brackets, those not charged to the benchmark's "
-        "processes nor to kernel network work (other programs on the machine).",
+        "processes nor to kernel network work (other programs on the machine). A run during which other "
+        f"programs took more than {r.noisy_cores:g} cores was measured again, up to {r.attempts} runs, and the "
+        "quietest kept.",
         "",
         "## Targets",
         "",
@@ -291,6 +293,13 @@ def render(r: Results, soak_path: Path) -> str:
             "(open − idle) ÷ streams: client and upstream connections, the request task, and (gateway) the",
             "meter's state. *After* is read once the streams ended: what the process kept.",
         ]
+    failed = [m for m in r.measurements if m.errors]
+    if failed:
+        lines += ["", "## Failures", ""]
+        for m in failed:
+            kinds = ", ".join(f"{n} × {kind}" for kind, n in m.error_kinds.items())
+            lines.append(f"- {m.workload}, {m.target}, c={m.concurrency}: {kinds}; e.g.")
+            lines += [f"  - `{sample}`" for sample in m.error_samples]
     if r.profile:
         lines += ["", "## Profile", ""]
         lines += [f"- [{name}]({name})" for name in r.profile]
