@@ -144,6 +144,7 @@ class Results:
     attempts: int
     """Runs per figure at most, while other programs took more than ``noisy_cores`` of the machine."""
     noisy_cores: float
+    contended_idle_cores: float
     workloads: dict[str, str] = field(default_factory=dict)
     measurements: list[Measurement] = field(default_factory=list)
     memory: list[MemoryFigure] = field(default_factory=list)

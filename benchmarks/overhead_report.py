@@ -228,8 +228,8 @@ def render(r: Results, soak_path: Path) -> str:
         f"Before the run the machine was {r.quiet_cores:.2f} cores busy with other programs; the *machine* "
         "column gives the cores busy during each run and, in brackets, those not charged to the benchmark's "
         "processes nor to kernel network work (other programs on the machine). A run during which other "
-        f"programs took more than {r.noisy_cores:g} cores was measured again, up to {r.attempts} runs, and the "
-        "quietest kept.",
+        f"programs took more than {r.noisy_cores:g} cores while less than {r.contended_idle_cores:g} stayed idle "
+        f"was measured again, up to {r.attempts} runs, and the quietest kept.",
         "",
         "## Targets",
         "",

@@ -3,7 +3,7 @@
 Two recordings of the same run shape, one after the other: a flame graph (SVG) to look at, and
 raw collapsed stacks from which a text summary is computed, self and inclusive time per
 function, so that a profile can be read in a terminal or a diff. py-spy samples from outside
-the process (100 times a second, idle time excluded), so the gateway runs unmodified.
+the process (200 times a second, idle time excluded), so the gateway runs unmodified.
 
     python -m benchmarks.overhead --only profile
 """
@@ -25,7 +25,8 @@ from benchmarks.loadgen import LoadGenerator
 from benchmarks.procs import Server, stop
 
 CONCURRENCY = 64
-REQUESTS = 15000
+REQUESTS = 30000
+RATE_HZ = 200
 TOP = 30
 
 
@@ -40,6 +41,7 @@ def record(gateway: Server, loadgen: LoadGenerator, body: bytes, fmt: str, path:
     """Record the gateway with py-spy in ``fmt`` while one run goes; returns the run's requests/s."""
     run = loadgen.prepare(gateway.chat_url, body, CONCURRENCY, REQUESTS, time_limit_s)
     args = [py_spy(), "record", "--pid", str(gateway.pid), "--format", fmt, "--function", "-o", str(path)]
+    args += ["--rate", str(RATE_HZ)]
     spy = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     said = b""
     try:
@@ -109,7 +111,7 @@ def summary_text(raw: str, rate: float) -> str:
     total, own, inclusive = summarise(raw)
     lines = [
         f"py-spy on the gateway, unpaced 32-token streams at concurrency {CONCURRENCY} ({rate:.0f} req/s while "
-        f"recorded), {total} samples at 100 Hz, idle excluded (also the executor thread waiting on its queue,",
+        f"recorded), {total} samples at {RATE_HZ} Hz, idle excluded (also the executor thread waiting on its queue,",
         "which py-spy counts as busy). The flame graph (profile-gateway.svg) is a separate recording of the same run.",
         "Self time of Runner.run is uvloop's own C code (polling, socket reads and writes, callbacks); self time of",
         "RequestResponseCycle.send includes uvicorn's transport.write, a system call per relayed event.",
