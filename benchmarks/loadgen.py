@@ -100,15 +100,18 @@ class Outcome:
     def fail(self, kind: str, detail: str = "") -> None:
         self.errors += 1
         self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
-        if len(self.error_samples) < 3:
-            self.error_samples.append(f"{kind}: {detail}"[:300])
+        sample = f"{kind}: {detail}"[:300]
+        if len(self.error_samples) < 3 and sample not in self.error_samples:
+            self.error_samples.append(sample)
 
     def merge(self, other: Outcome) -> None:
         self.ok += other.ok
         self.errors += other.errors
         for kind, count in other.error_kinds.items():
             self.error_kinds[kind] = self.error_kinds.get(kind, 0) + count
-        self.error_samples += other.error_samples[: max(0, 3 - len(self.error_samples))]
+        for sample in other.error_samples:
+            if len(self.error_samples) < 3 and sample not in self.error_samples:
+                self.error_samples.append(sample)
         self.requests += other.requests
         self.started = min(self.started, other.started) if self.started else other.started
         self.ended = max(self.ended, other.ended)

@@ -83,7 +83,7 @@ FULL = Plan(
     paced=((1, 120), (64, 1500), (256, 3000), (1000, 5000)),
     spread=((64, 1000), (256, 1500), (1000, 3000)),
     memory_streams=1000,
-    time_limit_s=30.0,
+    time_limit_s=45.0,
 )
 QUICK = Plan(
     unpaced=((1, 300), (64, 1500)),
