@@ -16,7 +16,7 @@ from pathlib import Path
 
 import aiohttp
 
-from benchmarks.overhead import free_port
+from benchmarks.procs import free_port
 from gateway.fakes.provider import answer_words
 from tests.redis_server import RedisServer
 

@@ -6,7 +6,8 @@ import datetime
 from collections import Counter
 from typing import Any
 
-from benchmarks.overhead import machine, quantile
+from benchmarks.figures import quantile
+from benchmarks.procs import machine
 from benchmarks.soak.fleet import FAKES, TOKENS, WINDOW_S
 from benchmarks.soak.load import Marks, Outcome, Timeline, Watch, total
 
