@@ -119,6 +119,9 @@ class LimitsConfig:
     at admission, corrected with the output actually produced."""
 
 
+DEFAULT_KEEPALIVE_S = 4.0
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderConfig:
     """One upstream, OpenAI-compatible API. ``api_key_env`` names the variable holding its key."""
@@ -129,6 +132,10 @@ class ProviderConfig:
     max_concurrency: int = 64
     headers: tuple[tuple[str, str], ...] = ()
     """Extra, non-secret headers sent with every upstream request (e.g. an org id)."""
+    keepalive_s: float = DEFAULT_KEEPALIVE_S
+    """How long an idle upstream connection is kept for reuse. Keep it under the provider's own idle
+    timeout (5 s for uvicorn-based servers such as vLLM): a request sent on a connection the server
+    is closing fails before any answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +399,7 @@ def _parse_provider(table: _Table) -> ProviderConfig:
         api_key_env=table.text("api_key_env", None),
         max_concurrency=table.integer("max_concurrency", 64, minimum=1),
         headers=table.str_table("headers"),
+        keepalive_s=table.number("keepalive_s", DEFAULT_KEEPALIVE_S, positive=True),
     )
     parts = urlsplit(provider.base_url)
     if parts.scheme not in ("http", "https") or not parts.netloc:

@@ -141,7 +141,7 @@ class UpstreamClient:
             # hedged and cancelled attempts whose connections are still closing.
             limit=provider.max_concurrency + 16,
             limit_per_host=0,
-            keepalive_timeout=30,
+            keepalive_timeout=provider.keepalive_s,
             ttl_dns_cache=300,
         )
         self._session = aiohttp.ClientSession(
