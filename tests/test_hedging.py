@@ -149,12 +149,15 @@ def test_hedging_cuts_the_client_p99_ttft_of_a_heavy_tail(sims: Sims) -> None:
         [SimProvider("a", steady), SimProvider("b", steady)],
         policy={"extends": "fixed-order", "hedge_quantile": 0.9, **policy},
     )
-    n = 100
+    # 200 requests, so that the p99 is not the single slowest one: a scheduling hiccup of the
+    # shared machine in one request must not decide the test; the 10 slow first tokens do.
+    n = 200
     without = [r.ttft_s or 0.0 for r in _heavy_tail_run(plain, n)]
     replies = _heavy_tail_run(hedged, n)
     with_hedging = [r.ttft_s or 0.0 for r in replies]
     assert _p99(without) >= 0.5
-    assert _p99(with_hedging) < 0.5 * _p99(without), (_p99(with_hedging), _p99(without))
+    assert _p99(with_hedging) < 0.5 * _p99(without), (sorted(with_hedging)[-5:], _p99(without))
+    tail = [r for i, r in enumerate(replies) if i % 20 == 13]
+    assert [(r.provider, r.route) for r in tail] == [("b", "hedge")] * len(tail)
     extra = hedged.fakes["b"].app.state.requests
-    assert 4 <= extra <= 0.1 * n + 2  # the tail requests, within the budget
-    assert sum(r.route == "hedge" for r in replies) >= 4
+    assert len(tail) <= extra <= 0.1 * n + 2  # the tail requests, within the budget

@@ -342,8 +342,8 @@ class FakeProvider:
         choices = [dict(choice, index=i) for i in range(_n(body))]
         payload = {"id": f"fake-{self.state.requests}", "object": obj, "created": created, "model": model}
         payload.update(choices=choices, usage=usage)
-        await _send_json(send, 200, payload)
         self.state.completed += 1
+        await _send_json(send, 200, payload)
 
     async def _embeddings(self, send: Send, body: dict[str, Any], behavior: FakeBehavior, model: str) -> None:
         inputs = body.get("input")
@@ -359,8 +359,8 @@ class FakeProvider:
             data.append({"object": "embedding", "index": index, "embedding": embedding})
         tokens = sum(max(1, len(str(item)) // 4) for item in items)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-        await _send_json(send, 200, {"object": "list", "data": data, "model": model, "usage": usage})
         self.state.completed += 1
+        await _send_json(send, 200, {"object": "list", "data": data, "model": model, "usage": usage})
 
     async def _stream(
         self, send: Send, body: dict[str, Any], behavior: FakeBehavior, model: str, path: str, disconnect: _Disconnect
@@ -389,6 +389,7 @@ class FakeProvider:
         )
         self.state.open_streams += 1
         self.state.max_open_streams = max(self.state.max_open_streams, self.state.open_streams)
+        counted = False
         try:
             if chat:
                 # The role chunk carries no output: TTFT is not over until the first content.
@@ -449,10 +450,15 @@ class FakeProvider:
                 tail += b"data: " + json.dumps({**head, "choices": [], "usage": usage}).encode() + b"\n\n"
             if not behavior.no_done:
                 tail += b"data: [DONE]\n\n"
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
+            # Counted before the last bytes leave: a client that has read [DONE] finds the
+            # stream completed and closed, with no window in which the counters lag.
             self.state.completed += 1
-        finally:
             self.state.open_streams -= 1
+            counted = True
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+        finally:
+            if not counted:
+                self.state.open_streams -= 1
 
 
 def _prefill_words(body: dict[str, Any], path: str) -> int:
