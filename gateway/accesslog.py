@@ -12,13 +12,14 @@ added latency), since it is the one point that sees the request from first to la
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
+
+import msgspec
 
 from gateway.meter import Clock
 from gateway.metrics import Metrics
@@ -115,7 +116,9 @@ class AccessLog:
         if overhead is not None and record.request is not None:
             self.metrics.observe_overhead("stream" if record.request.stream else "full", overhead)
         if self.enabled and self.logger.isEnabledFor(logging.INFO):
-            self.logger.info(json.dumps(self.entry(record, duration, overhead), ensure_ascii=False))
+            # msgspec: the same JSON as json.dumps(ensure_ascii=False), without the spaces, in a
+            # fraction of the time (a line per request).
+            self.logger.info(msgspec.json.encode(self.entry(record, duration, overhead)).decode())
 
     def entry(self, record: AccessRecord, duration: float, overhead: float | None) -> dict[str, Any]:
         """The line's fields. Numbers only for what was measured; None (null) for what was not."""

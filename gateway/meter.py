@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from gateway.sse import SSESplitter
 from gateway.tokens import TokenCounter
 
@@ -142,15 +144,18 @@ def _parse(data: bytes) -> dict[str, Any] | None:
 def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
     """Each event's JSON object (None where it is not one), parsed in one call when all are valid.
 
-    One ``json.loads`` over a joined array costs a fraction of one call per event (measured: the
-    per-call overhead was most of the meter's CPU on a 64-chunk answer); any invalid event sends
-    it back to one parse per event.
+    One decode over a joined array costs a fraction of one call per event (measured: the
+    per-call overhead was most of the meter's CPU on a 64-chunk answer), and msgspec's decoder
+    builds the objects in half the time of ``json.loads`` (the largest part of ``finish``). It is
+    stricter than ``json`` (no NaN, no out-of-range floats, no lone surrogates): whatever it
+    refuses, or any invalid event, sends the stream back to one ``json.loads`` per event, so the
+    reading is the same as ``json`` would give.
     """
     if not datas:
         return []
     try:
-        events = json.loads(b"[" + b",".join(datas) + b"]")
-    except ValueError:
+        events = msgspec.json.decode(b"[" + b",".join(datas) + b"]")
+    except msgspec.MsgspecError:
         return [_parse(data) for data in datas]
     if len(events) != len(datas):
         # An event's data held several comma-separated values ("1, 2"): parse one by one.
@@ -265,7 +270,12 @@ class StreamMeter:
                 prompt, completion = _usage(event)
                 usage_prompt = prompt if prompt is not None else usage_prompt
                 usage_completion = completion if completion is not None else usage_completion
-            for choice in _choices(event):
+            choices = event.get("choices")
+            if choices.__class__ is not list:
+                continue
+            for choice in choices:
+                if choice.__class__ is not dict:
+                    continue
                 delta = choice.get("delta")
                 if delta.__class__ is dict and (delta.get("tool_calls") or delta.get("function_call")):
                     tool_calls = True

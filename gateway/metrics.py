@@ -24,7 +24,7 @@ replicas on one Redis, each scraped on its own. Usage::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import choose_encoder
@@ -34,6 +34,8 @@ from gateway.config import ConfigError, GatewayConfig
 from gateway.routing import RouteReason
 from gateway.samples import Sample
 from gateway.stats.snapshot import Metric, StatsSnapshot
+
+_Family = TypeVar("_Family", Counter, Gauge, Histogram)
 
 CircuitState = Literal["closed", "half_open", "open"]
 CIRCUIT_STATES: tuple[CircuitState, ...] = ("closed", "half_open", "open")
@@ -238,71 +240,82 @@ class Metrics:
         )
         self._window_series: set[tuple[str, ...]] = set()
         self._dropped_seen = 0
+        self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
+
+    def _series(self, family: _Family, *values: str) -> _Family:
+        """``family.labels(*values)``, remembered: the hot path asks for the same few series on every
+        request, and prometheus-client's ``labels`` validates and locks each time. Only for series
+        that are never removed (the window gauges are, and do not come through here)."""
+        key = (family, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*values)
+        return cast(_Family, child)
 
     # -- SampleSink -------------------------------------------------------------------------
 
     def record(self, sample: Sample) -> None:
         """One finished attempt. Missing values are skipped, never counted as zero."""
         labels = (sample.model, sample.provider)
-        self.attempts.labels(*labels, sample.outcome).inc()
+        self._series(self.attempts, *labels, sample.outcome).inc()
         if sample.ttft_s is not None:
-            self.ttft.labels(*labels).observe(sample.ttft_s)
+            self._series(self.ttft, *labels).observe(sample.ttft_s)
         if sample.first_answer_s is not None:
-            self.first_answer.labels(*labels).observe(sample.first_answer_s)
+            self._series(self.first_answer, *labels).observe(sample.first_answer_s)
         if sample.tokens_per_s is not None:
-            self.tokens_per_second.labels(*labels).observe(sample.tokens_per_s)
+            self._series(self.tokens_per_second, *labels).observe(sample.tokens_per_s)
         if sample.outcome == "ok":
             if sample.e2e_s is not None:
-                self.end_to_end.labels(*labels).observe(sample.e2e_s)
+                self._series(self.end_to_end, *labels).observe(sample.e2e_s)
             if sample.output_tokens is not None:
-                self.output_tokens_per_answer.labels(*labels).observe(sample.output_tokens)
+                self._series(self.output_tokens_per_answer, *labels).observe(sample.output_tokens)
         output = sample.output_tokens if sample.output_tokens is not None else sample.usage_completion_tokens
         # Input counts where the relay charges for it: answers, and failures that produced output.
         if sample.outcome == "ok" or output:
             prompt = sample.usage_prompt_tokens
             prompt = prompt if prompt is not None else sample.prompt_tokens_estimate
             if prompt:
-                self.tokens.labels(*labels, "input").inc(prompt)
+                self._series(self.tokens, *labels, "input").inc(prompt)
         if output:
-            self.tokens.labels(*labels, "output").inc(output)
+            self._series(self.tokens, *labels, "output").inc(output)
         if sample.cost_usd:
-            self.cost.labels(*labels).inc(sample.cost_usd)
+            self._series(self.cost, *labels).inc(sample.cost_usd)
 
     # -- Hooks: the api and the relay --------------------------------------------------------
 
     def request_answered(self, model: str, provider: str, status: int | None) -> None:
         """One client request done; ``model``/``provider`` are "" when it never reached one."""
-        self.requests.labels(model, provider, status_class(status)).inc()
+        self._series(self.requests, model, provider, status_class(status)).inc()
 
     def attempt_started(self, provider: str) -> None:
-        self.inflight.labels(provider).inc()
+        self._series(self.inflight, provider).inc()
 
     def attempt_ended(self, provider: str) -> None:
-        self.inflight.labels(provider).dec()
+        self._series(self.inflight, provider).dec()
 
     def set_provider_capacity(self, provider: str, max_concurrency: int) -> None:
         self.capacity.labels(provider).set(max_concurrency)
 
     def observe_overhead(self, mode: OverheadMode, seconds: float) -> None:
-        self.overhead.labels(mode).observe(max(0.0, seconds))
+        self._series(self.overhead, mode).observe(max(0.0, seconds))
 
     # -- Hooks: the router -------------------------------------------------------------------
 
     def route_decided(self, model: str, provider: str, reason: RouteReason) -> None:
         """A request was committed to ``provider`` (its first token came, or its answer)."""
-        self.route_decisions.labels(model, provider, reason).inc()
+        self._series(self.route_decisions, model, provider, reason).inc()
 
     def fallback(self, model: str, provider: str) -> None:
         """An attempt at ``provider`` failed and the request moved on to the next candidate."""
-        self.fallbacks.labels(model, provider).inc()
+        self._series(self.fallbacks, model, provider).inc()
 
     def hedge(self, model: str, provider: str, result: HedgeResult) -> None:
         """A hedged attempt at ``provider`` ended: ``won`` (it answered) or ``lost`` (cancelled)."""
-        self.hedges.labels(model, provider, result).inc()
+        self._series(self.hedges, model, provider, result).inc()
 
     def stream_broke(self, model: str, provider: str, result: BreakResult) -> None:
         """``provider``'s stream broke mid-answer; ``result`` says whether the answer was still finished."""
-        self.stream_breaks.labels(model, provider, result).inc()
+        self._series(self.stream_breaks, model, provider, result).inc()
 
     def set_circuit_state(self, provider: str, state: CircuitState) -> None:
         for name in CIRCUIT_STATES:
