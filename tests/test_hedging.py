@@ -8,6 +8,7 @@ on tight timing.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -149,15 +150,20 @@ def test_hedging_cuts_the_client_p99_ttft_of_a_heavy_tail(sims: Sims) -> None:
         [SimProvider("a", steady), SimProvider("b", steady)],
         policy={"extends": "fixed-order", "hedge_quantile": 0.9, **policy},
     )
-    # 200 requests, so that the p99 is not the single slowest one: a scheduling hiccup of the
-    # shared machine in one request must not decide the test; the 10 slow first tokens do.
+    # 200 requests, so that the p99 is not the single slowest one. The tail requests themselves
+    # are judged by their median: a machine busy enough to stall a few requests for a quarter of a
+    # second (seen in CI while other programs ran) must not decide the test; hedging that does not
+    # work does (every tail request would wait the slow 0.5 s).
     n = 200
     without = [r.ttft_s or 0.0 for r in _heavy_tail_run(plain, n)]
     replies = _heavy_tail_run(hedged, n)
     with_hedging = [r.ttft_s or 0.0 for r in replies]
-    assert _p99(without) >= 0.5
-    assert _p99(with_hedging) < 0.5 * _p99(without), (sorted(with_hedging)[-5:], _p99(without))
     tail = [r for i, r in enumerate(replies) if i % 20 == 13]
+    slowest = sorted(replies, key=lambda r: r.ttft_s or 0.0)[-5:]
+    diagnosis = ([(r.ttft_s, r.provider, r.route, r.attempts) for r in slowest], _p99(without))
+    assert _p99(without) >= 0.5
     assert [(r.provider, r.route) for r in tail] == [("b", "hedge")] * len(tail)
+    assert statistics.median(r.ttft_s or 0.0 for r in tail) < 0.5 * 0.5, diagnosis
+    assert _p99(with_hedging) < 0.75 * _p99(without), diagnosis
     extra = hedged.fakes["b"].app.state.requests
     assert len(tail) <= extra <= 0.1 * n + 2  # the tail requests, within the budget
