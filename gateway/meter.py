@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,7 +186,8 @@ class StreamMeter:
         self._clock = clock
         self._sent_at = sent_at
         self._splitter = SSESplitter()
-        self._events: list[tuple[float, bytes]] = []
+        self._events: list[tuple[float, bytes, bool]] = []
+        """(arrival, bytes, whole chunk?): an event's data, or a chunk of whole events to split in ``finish``."""
         self.first_output_at: float | None = None
         self.done = False
         """``data: [DONE]`` arrived: the stream is over, whatever the connection does next."""
@@ -200,8 +201,24 @@ class StreamMeter:
         """The ``error`` object of an error event that came before any output (the stream's first word)."""
 
     def feed(self, chunk: bytes) -> None:
-        """Note one relayed chunk. Cheap: no JSON once the first output has been seen."""
+        """Note one relayed chunk. Cheap: no JSON once the first output has been seen.
+
+        After the first output, a chunk of whole events with no ``[DONE]`` is kept as it is: only
+        a ``finish_reason`` matters on the byte path (found with one scan of the chunk), and
+        ``finish`` splits it into events later, each timed by its chunk's arrival as before.
+        Anything else (a chunk that ends mid-event or may hold ``[DONE]``) is split at once.
+        """
         now = self._clock()
+        if (
+            self.first_output_at is not None
+            and chunk.endswith(b"\n\n")
+            and not self._splitter.pending
+            and DONE not in chunk
+        ):
+            self._events.append((now, chunk, True))
+            if not self.finish_arrived and _FINISH_REASON.search(chunk) is not None:
+                self.finish_arrived = True
+            return
         for data in self._splitter.feed(chunk):
             self._note(now, data)
 
@@ -209,7 +226,7 @@ class StreamMeter:
         if data == DONE:
             self.done = True
             return
-        self._events.append((now, data))
+        self._events.append((now, data, False))
         if not self.finish_arrived and _FINISH_REASON.search(data) is not None:
             self.finish_arrived = True
         if self.first_output_at is None:
@@ -241,6 +258,15 @@ class StreamMeter:
     def ttft_s(self) -> float | None:
         return None if self.first_output_at is None else self.first_output_at - self._sent_at
 
+    def _timed_events(self) -> Iterator[tuple[float, bytes]]:
+        """Every event's data with its arrival, the chunks kept whole split now."""
+        for at, data, whole_chunk in self._events:
+            if whole_chunk:
+                for piece in SSESplitter().feed(data):
+                    yield at, piece
+            else:
+                yield at, data
+
     def finish(self, counter: TokenCounter) -> Reading:
         """Work out the reading from everything seen. Call once, off the byte path."""
         answer: list[str] = []
@@ -254,8 +280,9 @@ class StreamMeter:
         response_model: str | None = None
         malformed = False
         tool_calls = False
-        parsed = _parse_all([data for _, data in self._events])
-        for (at, _), event in zip(self._events, parsed, strict=True):
+        timed = list(self._timed_events())
+        parsed = _parse_all([data for _, data in timed])
+        for (at, _), event in zip(timed, parsed, strict=True):
             if event is None:
                 malformed = True
                 continue

@@ -286,3 +286,33 @@ def test_read_body_of_an_error_and_of_garbage(counter: TokenCounter) -> None:
     # Usage counts that are not integers are ignored rather than trusted.
     odd = read_body(b'{"choices": [], "usage": {"prompt_tokens": true, "completion_tokens": "7"}}', counter)
     assert odd.usage_prompt_tokens is None and odd.usage_completion_tokens is None
+
+
+def test_chunks_after_the_first_token_read_the_same_however_they_are_cut(counter: TokenCounter) -> None:
+    """After the first output whole-event chunks are kept and split in ``finish``: the reading
+    must not depend on how the stream was cut, nor on which path a chunk took."""
+    words = [" the", " quick", " brown", " fox", " jumps"]
+    role = chunk({"role": "assistant", "content": ""})
+    pieces = [chunk({"content": w}) for w in words]
+    tail = chunk({}, finish="stop") + event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}})
+    one_per_chunk = [(0.25, role), (0.5, pieces[0]), (0.75, pieces[1]), (1.0, pieces[2] + pieces[3])]
+    one_per_chunk += [(1.25, pieces[4]), (1.5, tail), (1.75, DONE)]
+    # The same bytes at the same times, cut so that one chunk ends mid-event (split at once)
+    # and the next finishes it and brings whole events (kept whole).
+    rest = pieces[2] + pieces[3]
+    cut = [(0.25, role), (0.5, pieces[0]), (0.75, pieces[1] + rest[:7]), (1.0, rest[7:])]
+    cut += [(1.25, pieces[4]), (1.5, tail + DONE)]
+    expected = run(counter, one_per_chunk)
+    assert run(counter, cut) == expected
+    assert (expected.first_answer_s, expected.last_answer_s, expected.output_tokens) == (0.5, 1.25, 5)
+    assert expected.finished and expected.saw_done and expected.usage_completion_tokens == 5
+
+
+def test_a_finish_reason_in_a_chunk_kept_whole_is_seen_at_once() -> None:
+    meter = StreamMeter(FakeClock(), SENT_AT)
+    meter.feed(chunk({"content": " the"}))
+    assert meter.first_output_at is not None and not meter.finish_arrived
+    meter.feed(chunk({"content": " quick"}) + chunk({}, finish="stop"))
+    assert meter.finish_arrived and not meter.done
+    meter.feed(DONE)
+    assert meter.done
