@@ -6,12 +6,18 @@ needs only these numbers, never the processes or samples they came from.
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.loadgen import Outcome
+
+
+def utc_minute() -> str:
+    """A result's date: now, to the minute, in UTC."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def quantile(values: list[float], q: float) -> float:

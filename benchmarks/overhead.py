@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import os
 import re
 import resource
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import procs
-from benchmarks.figures import Measurement, MemoryFigure, Results, Workload
+from benchmarks.figures import Measurement, MemoryFigure, Results, Workload, utc_minute
 from benchmarks.loadgen import LoadGenerator, Run
 from benchmarks.overhead_report import render
 from benchmarks.procs import MachineCpu, Server
@@ -299,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     quiet = quiet_machine(args.wait_quiet)
     results = Results(
-        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        date=utc_minute(),
         machine=procs.machine(),
         command=command,
         client_processes=args.clients,

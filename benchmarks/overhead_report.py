@@ -8,7 +8,7 @@ so that a verdict can be checked and a regression found.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,56 +143,59 @@ def flat_rows(r: Results, workload: str, what: str) -> list[list[str]]:
     return rows
 
 
-def throughput_rows(r: Results, workload: str) -> list[list[str]]:
-    rows = []
+def _by_row(
+    r: Results, workload: str
+) -> Iterator[tuple[int, str, Measurement, Measurement | None, Measurement | None]]:
+    """Each (concurrency, target, measurement) of a workload, with direct's and the passthrough's
+    at the same concurrency to compare it with."""
     for c in r.concurrencies(workload):
         direct, pt = r.find(workload, "direct", c), r.find(workload, "passthrough", c)
         for target in r.targets(workload):
             m = r.find(workload, target, c)
-            if m is None:
-                continue
-            times = f"{m.rate / direct.rate:.2f}×" if direct and direct.rate else "–"
-            cpu = "–" if m.proxy_cpu_ms is None else f"{m.proxy_cpu_ms:.2f}"
-            per_core = f"{1000 / m.proxy_cpu_ms:.0f}" if m.proxy_cpu_ms else "–"
-            offered = [f"{m.rate / m.offered_rate:.2f}×"] if m.offered_rate else []
-            vs_pt = "–"
-            if m.proxy_cpu_ms is not None and pt and pt.proxy_cpu_ms and m is not pt:
-                vs_pt = f"{m.proxy_cpu_ms / pt.proxy_cpu_ms:.1f}×"
-            failed = str(m.errors) + (f" ({', '.join(m.error_kinds)})" if m.errors else "")
-            rows.append(
-                [
-                    str(c),
-                    target,
-                    f"{m.ok}",
-                    f"{m.rate:.0f}",
-                    times,
-                    *offered,
-                    cpu,
-                    per_core,
-                    vs_pt,
-                    f"{m.fake_cpu_ms:.2f}",
-                ]
-                + [f"{m.client_cpu_ms:.2f}", f"{m.machine_cores:.2f} ({m.other_cores:.2f})", failed]
-            )
+            if m is not None:
+                yield c, target, m, direct, pt
+
+
+def throughput_rows(r: Results, workload: str) -> list[list[str]]:
+    rows = []
+    for c, target, m, direct, pt in _by_row(r, workload):
+        times = f"{m.rate / direct.rate:.2f}×" if direct and direct.rate else "–"
+        cpu = "–" if m.proxy_cpu_ms is None else f"{m.proxy_cpu_ms:.2f}"
+        per_core = f"{1000 / m.proxy_cpu_ms:.0f}" if m.proxy_cpu_ms else "–"
+        offered = [f"{m.rate / m.offered_rate:.2f}×"] if m.offered_rate else []
+        vs_pt = "–"
+        if m.proxy_cpu_ms is not None and pt and pt.proxy_cpu_ms and m is not pt:
+            vs_pt = f"{m.proxy_cpu_ms / pt.proxy_cpu_ms:.1f}×"
+        failed = str(m.errors) + (f" ({', '.join(m.error_kinds)})" if m.errors else "")
+        rows.append(
+            [
+                str(c),
+                target,
+                f"{m.ok}",
+                f"{m.rate:.0f}",
+                times,
+                *offered,
+                cpu,
+                per_core,
+                vs_pt,
+                f"{m.fake_cpu_ms:.2f}",
+            ]
+            + [f"{m.client_cpu_ms:.2f}", f"{m.machine_cores:.2f} ({m.other_cores:.2f})", failed]
+        )
     return rows
 
 
 def latency_rows(r: Results, workload: str) -> list[list[str]]:
     rows = []
-    for c in r.concurrencies(workload):
-        direct, pt = r.find(workload, "direct", c), r.find(workload, "passthrough", c)
-        for target in r.targets(workload):
-            m = r.find(workload, target, c)
-            if m is None:
-                continue
-            row = [str(c), target, pair(m.ttft_p50, m.ttft_p99), pair(m.e2e_p50, m.e2e_p99)]
-            if m is direct:
-                row += ["", "", "", ""]
-            else:
-                row += [f"**{pair(*added(m, direct, 'ttft'))}**", f"**{pair(*added(m, direct, 'e2e'))}**"]
-                on_pt = m is not pt and pt is not None
-                row += [pair(*added(m, pt, "ttft")) if on_pt else "", pair(*added(m, pt, "e2e")) if on_pt else ""]
-            rows.append(row)
+    for c, target, m, direct, pt in _by_row(r, workload):
+        row = [str(c), target, pair(m.ttft_p50, m.ttft_p99), pair(m.e2e_p50, m.e2e_p99)]
+        if m is direct:
+            row += ["", "", "", ""]
+        else:
+            row += [f"**{pair(*added(m, direct, 'ttft'))}**", f"**{pair(*added(m, direct, 'e2e'))}**"]
+            on_pt = m is not pt and pt is not None
+            row += [pair(*added(m, pt, "ttft")) if on_pt else "", pair(*added(m, pt, "e2e")) if on_pt else ""]
+        rows.append(row)
     return rows
 
 

@@ -12,7 +12,6 @@ given per request served, the unit a leak comes in.
 
 from __future__ import annotations
 
-import datetime
 import json
 import tempfile
 import time
@@ -20,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks import procs
-from benchmarks.figures import quantile
+from benchmarks.figures import quantile, utc_minute
 from benchmarks.loadgen import LoadGenerator
 from benchmarks.overhead_report import table
 
@@ -113,7 +112,7 @@ def run_soak(
         loadgen.close()
     outcome = run.outcome
     figures = SoakFigures(
-        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        date=utc_minute(),
         machine=procs.machine(),
         command=command,
         duration_s=outcome.wall_s,

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import datetime
 from collections import Counter
 from typing import Any
 
-from benchmarks.figures import quantile
+from benchmarks.figures import quantile, utc_minute
 from benchmarks.procs import machine
 from benchmarks.soak.fleet import FAKES, TOKENS, WINDOW_S
 from benchmarks.soak.load import Marks, Outcome, Timeline, Watch, total
@@ -43,7 +42,7 @@ def report(
     wall_s: float,
     concurrency: int,
 ) -> str:
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    now = utc_minute()
     ok = [o for o in outcomes if o.ok]
     lost = [o for o in outcomes if not o.ok]
     ttft = [o.ttft_s for o in ok if o.ttft_s is not None]
