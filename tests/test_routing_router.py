@@ -422,3 +422,13 @@ def test_hedge_budget_caps_hedges_as_a_share_of_requests() -> None:
         plan = rig.router.plan(rig.request())
         hedges += rig.router.try_hedge(plan)
     assert 29 <= hedges <= 32  # 10% of 300, plus the bucket's small burst
+
+
+def test_a_price_led_plan_lists_every_deployment_once() -> None:
+    # Price leads, so a deployment with nothing measured ranks among measured ones by its price:
+    # spreading the near-equal leaders must not drop it nor list another twice.
+    rig = Rig(routing_config([("a", 1.0, 1.0), ("b", 1.02, 1.02), ("c", 1.04, 1.04)], policy={"extends": "cheapest"}))
+    judged(rig, "a", ttft=0.5)
+    judged(rig, "c", ttft=0.5)
+    for _ in range(50):
+        assert sorted(rig.order()) == ["a", "b", "c"]

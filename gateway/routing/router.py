@@ -26,6 +26,7 @@ tests are deterministic.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import time
@@ -423,7 +424,11 @@ def _spread_near_equal(rows: list[Ranked], band: float, rng: random.Random | Non
     if len(rows) < 2 or rows[0].scored.violations or not rows[0].known:
         return rows
     best = rows[0].scored.score
-    head = [r for r in rows if not r.scored.violations and r.known and r.scored.score <= best + band]
+    # The leading run only: under a price-led sort an unmeasured row can sit between measured
+    # ones, and the leaders must stay a prefix so that ``rest`` is every other row exactly once.
+    head = list(
+        itertools.takewhile(lambda r: not r.scored.violations and r.known and r.scored.score <= best + band, rows)
+    )
     if len(head) < 2:
         return rows
     rest = rows[len(head) :]
