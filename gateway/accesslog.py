@@ -12,6 +12,7 @@ added latency), since it is the one point that sees the request from first to la
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -81,6 +82,18 @@ class AccessRecord:
         return (trace.upstream_sent_at - self.received_at) + (self.first_byte_at - trace.upstream_ready_at)
 
 
+def log_line(entry: dict[str, Any]) -> str:
+    """The entry as one JSON line: msgspec, a fraction of ``json.dumps``'s time (a line per request).
+
+    A lone surrogate (a body logged with ``log_bodies`` may hold one) has no UTF-8 form: msgspec
+    refuses it, and ``json.dumps`` keeps it escaped instead.
+    """
+    try:
+        return msgspec.json.encode(entry).decode()
+    except UnicodeEncodeError:
+        return json.dumps(entry)
+
+
 def _round(value: float | None, digits: int = 6) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -116,9 +129,7 @@ class AccessLog:
         if overhead is not None and record.request is not None:
             self.metrics.observe_overhead("stream" if record.request.stream else "full", overhead)
         if self.enabled and self.logger.isEnabledFor(logging.INFO):
-            # msgspec: the same JSON as json.dumps(ensure_ascii=False), without the spaces, in a
-            # fraction of the time (a line per request).
-            self.logger.info(msgspec.json.encode(self.entry(record, duration, overhead)).decode())
+            self.logger.info(log_line(self.entry(record, duration, overhead)))
 
     def entry(self, record: AccessRecord, duration: float, overhead: float | None) -> dict[str, Any]:
         """The line's fields. Numbers only for what was measured; None (null) for what was not."""

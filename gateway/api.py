@@ -181,8 +181,12 @@ class ProxyEndpoint:
         try:
             await self._serve(scope, receive, send, runtime, record)
         finally:
-            runtime.access_log.write(record)
-            runtime.leave()
+            try:
+                runtime.access_log.write(record)
+            finally:
+                # Whatever the log line does, the runtime must learn that this request left:
+                # a reloaded runtime closes its pools only once its last request has.
+                runtime.leave()
 
     async def _serve(
         self, scope: Scope, receive: Receive, send: Send, runtime: GatewayRuntime, record: AccessRecord

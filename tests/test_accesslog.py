@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.accesslog import log_line
 from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior
 from tests.conftest import Fakes, FakeServer, Gateway
@@ -177,3 +178,10 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1.0).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_line_with_a_lone_surrogate_is_still_written() -> None:
+    # A logged body may hold "\ud800" (valid escaped JSON, no UTF-8 form): the line keeps it escaped.
+    entry = {"request_id": "r1", "response_text": "a\ud800b", "status": 200}
+    assert json.loads(log_line(entry)) == entry
+    assert json.loads(log_line({"status": 200, "text": "é"})) == {"status": 200, "text": "é"}
