@@ -254,17 +254,15 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     return bearer or api_key or None
 
 
+@functools.lru_cache(maxsize=1024)
 def is_loopback(host: str | None) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1, IPv4-mapped loopback)."""
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1, IPv4-mapped loopback).
+
+    Cached: asked for every request, and parsing an address costs more than the rest of the key
+    check; clients come from few distinct addresses, and the cache is bounded.
+    """
     if host is None:
         return False
-    return _is_loopback(host)
-
-
-@functools.lru_cache(maxsize=1024)
-def _is_loopback(host: str) -> bool:
-    # Cached: asked for every request, and parsing an address costs more than the rest of the
-    # key check; clients come from few distinct addresses, and the cache is bounded.
     if host.lower() == "localhost":
         return True
     try:

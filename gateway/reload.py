@@ -37,6 +37,7 @@ class Reloader:
         self.reloads = 0
         self._lock = asyncio.Lock()
         self._retiring: set[asyncio.Task[None]] = set()
+        self._signalled: set[asyncio.Task[None]] = set()
 
     async def reload(self) -> GatewayRuntime:
         """Swap in the config file's current content; raises ``ConfigError`` (and changes nothing) if it is invalid."""
@@ -56,7 +57,10 @@ class Reloader:
 
     def reload_in_background(self) -> None:
         """For a signal handler: reload, and log the outcome (there is nobody to answer)."""
-        asyncio.ensure_future(self._reload_and_log())
+        # Held until done: the loop keeps only a weak reference to a task.
+        task = asyncio.ensure_future(self._reload_and_log())
+        self._signalled.add(task)
+        task.add_done_callback(self._signalled.discard)
 
     async def _reload_and_log(self) -> None:
         try:

@@ -389,7 +389,6 @@ class FakeProvider:
         )
         self.state.open_streams += 1
         self.state.max_open_streams = max(self.state.max_open_streams, self.state.open_streams)
-        counted = False
         try:
             if chat:
                 # The role chunk carries no output: TTFT is not over until the first content.
@@ -450,15 +449,12 @@ class FakeProvider:
                 tail += b"data: " + json.dumps({**head, "choices": [], "usage": usage}).encode() + b"\n\n"
             if not behavior.no_done:
                 tail += b"data: [DONE]\n\n"
-            # Counted before the last bytes leave: a client that has read [DONE] finds the
-            # stream completed and closed, with no window in which the counters lag.
             self.state.completed += 1
-            self.state.open_streams -= 1
-            counted = True
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
         finally:
-            if not counted:
-                self.state.open_streams -= 1
+            self.state.open_streams -= 1
+        # Sent after the counts: a client that has read [DONE] finds the stream completed and
+        # closed, with no window in which the counters lag.
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
 def _prefill_words(body: dict[str, Any], path: str) -> int:

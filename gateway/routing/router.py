@@ -178,7 +178,7 @@ class MeasuredRouter:
         scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, recent)
         rows = [self._ranked(model.name, s, policy, now) for s in scored]
         if policy.ranking == "fixed":
-            rows.sort(key=lambda r: (bool(r.scored.violations), deployments.index(r.deployment)))
+            rows.sort(key=lambda r: bool(r.scored.violations))  # stable: score_all kept the config's order
         else:
             # A deployment with nothing measured goes after the others: it gets traffic by exploring
             # (a bounded share), not by a score that rests on the model's average. Unless price

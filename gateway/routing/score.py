@@ -242,15 +242,11 @@ def _estimate(
         return None, False
     if policy.estimate == "mean":
         # Time is linear in seconds per token, so the expected stream time needs the harmonic mean of tokens/s.
-        return (_harmonic_mean(histogram) if metric == "tokens_per_s" else histogram.mean()), prior
+        return (histogram.harmonic_mean() if metric == "tokens_per_s" else histogram.mean()), prior
     if metric == "tokens_per_s":
         # Tokens/s is a floor: a "p95" policy predicts with the speed 95% of responses reached.
         return histogram.quantile(1.0 - policy.tps_quantile), prior
     return histogram.quantile(policy.ttft_quantile), prior
-
-
-def _harmonic_mean(histogram: LogHistogram) -> float | None:
-    return histogram.harmonic_mean()
 
 
 MetricName = Literal["ttft_s", "tokens_per_s", "e2e_s"]
