@@ -123,6 +123,8 @@ class FakeState:
     max_open_streams: int = 0
     completed: int = 0
     cancelled: int = 0
+    last_request_at: float | None = None
+    """``time.monotonic()`` when the last inference request arrived."""
     recorded: list[RecordedRequest] = field(default_factory=list)
 
 
@@ -228,6 +230,7 @@ class FakeProvider:
 
     async def _inference(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         self.state.requests += 1
+        self.state.last_request_at = time.monotonic()
         number = self.state.requests
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         raw = await _read_body(receive)
