@@ -130,11 +130,19 @@ class StreamReply(Reply):
             broken = await self._relay(send, start, request, attempt, forwarder)
             start = None
             assert attempt.meter is not None
+            # A [DONE] relayed as is, with nothing held back: nothing can follow it (``_ending``
+            # adds no bytes and tries no recovery), so the client's stream ends before the
+            # measuring (a parse and a token count) starts.
+            closed = broken is None and forwarder.error is None and attempt.meter.done
+            if closed:
+                watch.disarm()
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
             reading = attempt.meter.finish(dispatcher.counter)
             outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading)
             if not recoverable:
-                watch.disarm()
-                await send({"type": "http.response.body", "body": tail, "more_body": False})
+                if not closed:
+                    watch.disarm()
+                    await send({"type": "http.response.body", "body": tail, "more_body": False})
                 dispatcher.record(request, attempt, outcome, reading)
                 if said and outcome == "ok":
                     request.trace.answer_text = "".join(said) + reading.answer_text
