@@ -122,6 +122,11 @@ class LimitsConfig:
 DEFAULT_KEEPALIVE_S = 4.0
 
 
+def token_cost_usd(price_in: float, price_out: float, prompt_tokens: int, output_tokens: int) -> float:
+    """The one cost formula: prices are USD per 1M tokens. Scores, samples and the bench all use it."""
+    return (prompt_tokens * price_in + output_tokens * price_out) / 1e6
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderConfig:
     """One upstream, OpenAI-compatible API. ``api_key_env`` names the variable holding its key."""
@@ -159,6 +164,10 @@ class DeploymentConfig:
     """How a chat prefill is marked: ``plain`` (a last assistant message, nothing more), ``prefix`` (that
     message carries ``"prefix": true``: DeepSeek, Mistral), ``vllm`` (the body carries
     ``continue_final_message: true, add_generation_prompt: false``). Completions append to the prompt."""
+
+    def cost_usd(self, prompt_tokens: int, output_tokens: int) -> float:
+        """What ``prompt_tokens`` in and ``output_tokens`` out cost here, in USD (prices are per 1M tokens)."""
+        return token_cost_usd(self.price_in, self.price_out, prompt_tokens, output_tokens)
 
 
 @dataclass(frozen=True, slots=True)

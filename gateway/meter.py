@@ -13,18 +13,18 @@ carries output (content, reasoning or a tool-call delta); tokens per second is a
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from gateway.sse import SSESplitter
+from gateway.errors import describe_error
+from gateway.sse import SSESplitter, parse_event
 from gateway.tokens import TokenCounter
+from gateway.types import Clock
 
-Clock = Callable[[], float]
 DONE = b"[DONE]"
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
 """A finish_reason with a value (not null): found with a scan, so that no chunk is parsed after the first token."""
@@ -114,11 +114,7 @@ def _carries_output(choice: dict[str, Any]) -> bool:
 
 def _error_message(event: dict[str, Any]) -> str | None:
     error = event.get("error")
-    if error is None:
-        return None
-    if isinstance(error, dict):
-        return str(error.get("message") or error)
-    return str(error)
+    return None if error is None else describe_error(error)[0]
 
 
 def _usage(event: dict[str, Any]) -> tuple[int | None, int | None]:
@@ -131,14 +127,6 @@ def _usage(event: dict[str, Any]) -> tuple[int | None, int | None]:
         prompt if isinstance(prompt, int) and not isinstance(prompt, bool) else None,
         completion if isinstance(completion, int) and not isinstance(completion, bool) else None,
     )
-
-
-def _parse(data: bytes) -> dict[str, Any] | None:
-    try:
-        event = json.loads(data)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
 
 
 def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
@@ -156,10 +144,10 @@ def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
     try:
         events = msgspec.json.decode(b"[" + b",".join(datas) + b"]")
     except msgspec.MsgspecError:
-        return [_parse(data) for data in datas]
+        return [parse_event(data) for data in datas]
     if len(events) != len(datas):
         # An event's data held several comma-separated values ("1, 2"): parse one by one.
-        return [_parse(data) for data in datas]
+        return [parse_event(data) for data in datas]
     return [event if isinstance(event, dict) else None for event in events]
 
 
@@ -230,7 +218,7 @@ class StreamMeter:
         if not self.finish_arrived and _FINISH_REASON.search(data) is not None:
             self.finish_arrived = True
         if self.first_output_at is None:
-            event = _parse(data)
+            event = parse_event(data)
             if event is None:
                 self.malformed = True
             elif _error_message(event) is not None:
@@ -251,7 +239,7 @@ class StreamMeter:
         """
         now = self._clock()
         for data in self._splitter.flush():
-            if data == DONE or _parse(data) is not None:
+            if data == DONE or parse_event(data) is not None:
                 self._note(now, data)
 
     @property
@@ -341,9 +329,9 @@ class StreamMeter:
         )
 
 
-def read_body(body: bytes, counter: TokenCounter) -> Reading:
+def read_full_reply(body: bytes, counter: TokenCounter) -> Reading:
     """The reading of a whole (non-streamed) JSON response: tokens and usage, no timings."""
-    event = _parse(body)
+    event = parse_event(body)
     if event is None:
         return Reading(malformed=True)
     text = "".join(_answer_of(choice) for choice in _choices(event))

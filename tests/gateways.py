@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.app import GatewayRuntime
+from gateway.runtime import GatewayRuntime, runtime_of
 from tests.servers import ServerThread
 
 
@@ -23,8 +23,7 @@ class RunningGateway:
 
     @property
     def runtime(self) -> GatewayRuntime:
-        runtime: GatewayRuntime = self.app.state.runtime.current
-        return runtime
+        return runtime_of({"app": self.app})
 
 
 class GatewayServers:

@@ -16,12 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.access import AccessControl, AccessState, require_admin
+from gateway.access import AccessControl, AccessState
 from gateway.app import AppOptions, create_app
 from gateway.auth import AdminKey, KeyLimits, KeyRing, exposure_notice, is_loopback, load_keys, presented_key
 from gateway.config import AuthConfig, ConfigError, LimitsConfig, load_config, parse_config
 from gateway.errors import PermissionDenied
 from gateway.ratelimit import InMemoryRateLimiter
+from gateway.runtime import require_admin
 from tests.conftest import Fakes
 from tests.gateways import GatewayServers, RunningGateway
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.meter import Reading, StreamMeter, read_body
+from gateway.meter import Reading, StreamMeter, read_full_reply
 from gateway.tokens import TokenCounter, load_token_counter
 
 SENT_AT = 100.0
@@ -249,7 +249,7 @@ def test_several_choices_all_count(counter: TokenCounter) -> None:
     assert reading.tokens_per_s == 6.0
 
 
-def test_read_body_of_a_whole_response(counter: TokenCounter) -> None:
+def test_read_full_reply_of_a_whole_response(counter: TokenCounter) -> None:
     body = {
         "id": "x",
         "object": "chat.completion",
@@ -268,7 +268,7 @@ def test_read_body_of_a_whole_response(counter: TokenCounter) -> None:
         ],
         "usage": {"prompt_tokens": 5, "completion_tokens": 40, "total_tokens": 45},
     }
-    reading = read_body(json.dumps(body).encode(), counter)
+    reading = read_full_reply(json.dumps(body).encode(), counter)
     assert reading == Reading(
         output_tokens=4,
         answer_text=" the quick brown fox",
@@ -279,12 +279,12 @@ def test_read_body_of_a_whole_response(counter: TokenCounter) -> None:
     )
 
 
-def test_read_body_of_an_error_and_of_garbage(counter: TokenCounter) -> None:
-    error = read_body(b'{"error": {"message": "bad", "type": "x"}}', counter)
+def test_read_full_reply_of_an_error_and_of_garbage(counter: TokenCounter) -> None:
+    error = read_full_reply(b'{"error": {"message": "bad", "type": "x"}}', counter)
     assert error.error_message == "bad" and error.output_tokens == 0
-    assert read_body(b"<html>oops</html>", counter) == Reading(malformed=True)
+    assert read_full_reply(b"<html>oops</html>", counter) == Reading(malformed=True)
     # Usage counts that are not integers are ignored rather than trusted.
-    odd = read_body(b'{"choices": [], "usage": {"prompt_tokens": true, "completion_tokens": "7"}}', counter)
+    odd = read_full_reply(b'{"choices": [], "usage": {"prompt_tokens": true, "completion_tokens": "7"}}', counter)
     assert odd.usage_prompt_tokens is None and odd.usage_completion_tokens is None
 
 

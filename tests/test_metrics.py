@@ -148,12 +148,13 @@ def test_openmetrics_when_the_scraper_asks(fakes: Fakes, start_gateway: Callable
 
 
 def test_hooks_for_router_and_stats() -> None:
+    # Metrics is a GatewayEvents listener: the router and the relay tell it each event directly.
     metrics = Metrics(process_metrics=False)
     get = metrics.registry.get_sample_value
-    metrics.route_decided("m", "groq", "explore")
-    metrics.hedge("m", "groq", "won")
-    metrics.hedge("m", "together", "lost")
-    metrics.fallback("m", "together")
+    metrics.committed("m", "groq", "groq", "explore")
+    metrics.hedge_ended("m", "groq", "groq", "won", True)
+    metrics.hedge_ended("m", "together", "together", "lost", False)
+    metrics.fallback("m", "together", "together", "groq")
     assert get("gateway_routing_decisions_total", {"model": "m", "provider": "groq", "reason": "explore"}) == 1
     assert get("gateway_hedges_total", {"model": "m", "provider": "groq", "result": "won"}) == 1
     assert get("gateway_hedges_total", {"model": "m", "provider": "together", "result": "lost"}) == 1
@@ -173,9 +174,9 @@ def test_hooks_for_router_and_stats() -> None:
     metrics.observe_dropped_total(5)
     assert get("gateway_stats_samples_dropped_total") == 5
 
-    metrics.attempt_started("groq")
-    metrics.attempt_started("groq")
-    metrics.attempt_ended("groq")
+    metrics.attempt_started("m", "groq", "groq")
+    metrics.attempt_started("m", "groq", "groq")
+    metrics.attempt_ended("m", "groq", "groq")
     assert get("gateway_inflight_requests", {"provider": "groq"}) == 1
 
 
@@ -203,7 +204,7 @@ def test_failed_attempt_counts_no_latency_and_no_cost() -> None:
 def test_registries_are_private() -> None:
     # Two apps in one process must not share or collide (the global registry is never used).
     first, second = Metrics(), Metrics()
-    first.attempt_started("p")
+    first.attempt_started("m", "p", "p")
     assert second.registry.get_sample_value("gateway_inflight_requests", {"provider": "p"}) is None
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.app import AppOptions, GatewayRuntime, create_app
+from gateway.app import AppOptions, create_app
 from gateway.config import load_config
 from gateway.fakes import FakeBehavior
+from gateway.runtime import GatewayRuntime, runtime_of
 from tests.conftest import Fakes, FakeServer
 from tests.servers import ServerThread
 
@@ -54,8 +55,7 @@ class Served:
 
     @property
     def runtime(self) -> GatewayRuntime:
-        runtime: GatewayRuntime = self.app.state.runtime.current
-        return runtime
+        return runtime_of({"app": self.app})
 
     def chat(self) -> httpx.Response:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -158,7 +158,7 @@ def test_requests_in_flight_finish_on_their_runtime(fakes: Fakes, serve: Serve, 
 
     thread = threading.Thread(target=stream)
     thread.start()
-    until(lambda: old.active == 1 and a.app.state.open_streams == 1)
+    until(lambda: old.requests.count == 1 and a.app.state.open_streams == 1)
     (tmp_path / "gateway.toml").write_text(config_text(a, b, first="b"))
     assert served.reload().status_code == 200
     assert served.chat().headers["x-gateway-provider"] == "b"  # new requests: the new config
@@ -167,7 +167,7 @@ def test_requests_in_flight_finish_on_their_runtime(fakes: Fakes, serve: Serve, 
     thread.join(10)
     assert result["provider"] == "a" and result["body"].rstrip().endswith("data: [DONE]")
     until(lambda: session.closed)  # ... and close once it is done
-    assert old.active == 0
+    assert old.requests.count == 0
 
 
 def test_sighup_reloads_a_running_gateway(fakes: Fakes, tmp_path: Path) -> None:

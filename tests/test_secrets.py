@@ -27,10 +27,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.access import require_admin
 from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
 from gateway.fakes import FakeBehavior
+from gateway.runtime import require_admin
 from gateway.samples import SampleLog
 from tests.conftest import Fakes
 from tests.servers import ServerThread

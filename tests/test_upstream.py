@@ -193,7 +193,7 @@ def test_closing_early_cancels_the_upstream_request(fakes: Fakes) -> None:
         try:
             response = await client.send("/chat/completions", CHAT, TIMEOUTS)
             assert await response.read_chunk()
-            response.aclose()
+            response.close()
             # The fake notices the dropped connection while this loop is still running.
             await asyncio.to_thread(wait_until, lambda: fake.app.state.open_streams == 0)
         finally:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from gateway.errors import describe_error_body
 from gateway.meter import StreamMeter
 from gateway.samples import Outcome
 from gateway.tokens import TokenCounter
@@ -217,10 +218,5 @@ class BenchRunner:
 
 
 def _error_text(body: bytes, status: int) -> str:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return f"HTTP {status}: {body.decode('utf-8', 'replace').strip()[:MAX_ERROR_CHARS]}"
-    error = data.get("error") if isinstance(data, dict) else None
-    message = error.get("message") if isinstance(error, dict) else error
-    return f"HTTP {status}: {message or data}"
+    message, _ = describe_error_body(body)
+    return f"HTTP {status}: {message[:MAX_ERROR_CHARS]}"
