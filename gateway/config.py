@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 # Policies live in their own module; re-exported here, where every other config type is.
@@ -28,15 +28,13 @@ from gateway.policies import BUILTIN_POLICIES as BUILTIN_POLICIES
 from gateway.policies import DEFAULT_POLICY as DEFAULT_POLICY
 from gateway.policies import PolicyConfig as PolicyConfig
 from gateway.policies import parse_policy
+from gateway.toml_reader import ConfigError as ConfigError
+from gateway.toml_reader import TableReader as TableReader
 
 PrefillFormat = Literal["plain", "prefix", "vllm"]
 PREFILL_FORMATS: tuple[PrefillFormat, ...] = ("plain", "prefix", "vllm")
 StatsBackend = Literal["memory", "redis"]
 STATS_BACKENDS: tuple[StatsBackend, ...] = ("memory", "redis")
-
-
-class ConfigError(ValueError):
-    """An invalid config. The message is complete and safe to print: it never holds a secret."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,120 +205,7 @@ class GatewayConfig:
         return self.policies[model.policy]
 
 
-# --------------------------------------------------------------------------------------------
-# Parsing: a small reader that tracks the key path and the keys it has not consumed yet.
-
-_T = TypeVar("_T")
-_MISSING: Any = object()
-
-
-class _Table:
-    """A TOML table being read: every ``take`` consumes a key; ``finish`` rejects what is left."""
-
-    def __init__(self, data: Mapping[str, Any], path: str, source: str, *, secret: bool = False) -> None:
-        self.data = data
-        self.path = path
-        self.source = source
-        self.secret = secret
-        """A file that holds secrets (the keys file): errors name a wrong value's kind, never the value."""
-        self.seen: set[str] = set()
-
-    def _got(self, value: object) -> str:
-        return _describe(value) if not self.secret or not isinstance(value, str) else "a string"
-
-    def error(self, key: str | None, message: str) -> ConfigError:
-        where = self.path if key is None else (f"{self.path}.{key}" if self.path else key)
-        return ConfigError(f"{self.source}: {where}: {message}")
-
-    def _take(self, key: str, kinds: tuple[type, ...], expected: str, default: Any) -> Any:
-        self.seen.add(key)
-        if key not in self.data:
-            if default is _MISSING:
-                raise self.error(key, f"missing (expected {expected})")
-            return default
-        value = self.data[key]
-        # bool is an int in Python; a TOML `true` where a number is expected is still a mistake.
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise self.error(key, f"expected {expected}, got {self._got(value)}")
-        return value
-
-    def text(self, key: str, default: Any = _MISSING, *, nonempty: bool = True) -> Any:
-        value = self._take(key, (str,), "a string", default)
-        if nonempty and isinstance(value, str) and not value.strip():
-            raise self.error(key, "expected a non-empty string")
-        return value
-
-    def integer(self, key: str, default: Any = _MISSING, *, minimum: int | None = None) -> Any:
-        value = self._take(key, (int,), "an integer", default)
-        if minimum is not None and value is not None and value < minimum:
-            raise self.error(key, f"expected an integer >= {minimum}, got {value}")
-        return value
-
-    def number(self, key: str, default: Any = _MISSING, *, minimum: float | None = None, positive: bool = False) -> Any:
-        value = self._take(key, (int, float), "a number", default)
-        if value is None:
-            return None
-        if positive and value <= 0:
-            raise self.error(key, f"expected a number > 0, got {value}")
-        if minimum is not None and value < minimum:
-            raise self.error(key, f"expected a number >= {minimum}, got {value}")
-        return float(value)
-
-    def flag(self, key: str, default: Any = _MISSING) -> Any:
-        return self._take(key, (bool,), "true or false", default)
-
-    def choice(self, key: str, choices: tuple[_T, ...], default: Any = _MISSING) -> _T:
-        value = self._take(key, (str,), "one of " + ", ".join(f'"{c}"' for c in choices), default)
-        if value not in choices:
-            raise self.error(key, f'expected one of {", ".join(map(repr, choices))}, got "{value}"')
-        return value  # type: ignore[no-any-return]
-
-    def table(self, key: str) -> _Table:
-        value = self._take(key, (dict,), "a table", {})
-        return _Table(value, f"{self.path}.{key}" if self.path else key, self.source, secret=self.secret)
-
-    def tables(self, key: str, *, required: bool = False) -> list[_Table]:
-        value = self._take(key, (list,), "an array of tables", _MISSING if required else [])
-        tables = []
-        for index, item in enumerate(value):
-            path = f"{self.path}.{key}[{index}]" if self.path else f"{key}[{index}]"
-            if not isinstance(item, dict):
-                raise ConfigError(f"{self.source}: {path}: expected a table, got {self._got(item)}")
-            tables.append(_Table(item, path, self.source, secret=self.secret))
-        return tables
-
-    def str_table(self, key: str) -> tuple[tuple[str, str], ...]:
-        sub = self.table(key)
-        pairs = []
-        for name in sub.data:
-            pairs.append((name, sub.text(name)))
-        sub.finish()
-        return tuple(pairs)
-
-    def finish(self) -> None:
-        unknown = [key for key in self.data if key not in self.seen]
-        if unknown:
-            known = ", ".join(sorted(self.seen)) or "none"
-            raise self.error(unknown[0], f"unknown key (expected one of: {known})")
-
-
-TableReader = _Table
-"""Public name of the table reader, for the other TOML files the gateway reads (the keys file)."""
-
-
-def _describe(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    return repr(value)
-
-
-def _parse_server(table: _Table) -> ServerConfig:
+def _parse_server(table: TableReader) -> ServerConfig:
     default = ServerConfig()
     server = ServerConfig(
         host=table.text("host", default.host),
@@ -338,7 +223,7 @@ def _parse_server(table: _Table) -> ServerConfig:
     return server
 
 
-def _parse_stats(table: _Table) -> StatsConfig:
+def _parse_stats(table: TableReader) -> StatsConfig:
     default = StatsConfig()
     stats = StatsConfig(
         backend=table.choice("backend", STATS_BACKENDS, default.backend),
@@ -368,7 +253,7 @@ def _parse_stats(table: _Table) -> StatsConfig:
     return stats
 
 
-def _parse_auth(table: _Table) -> AuthConfig:
+def _parse_auth(table: TableReader) -> AuthConfig:
     default = AuthConfig()
     auth = AuthConfig(
         api_keys_env=table.text("api_keys_env", default.api_keys_env),
@@ -380,7 +265,7 @@ def _parse_auth(table: _Table) -> AuthConfig:
     return auth
 
 
-def _parse_limits(table: _Table) -> LimitsConfig:
+def _parse_limits(table: TableReader) -> LimitsConfig:
     default = LimitsConfig()
     limits = LimitsConfig(
         max_header_bytes=table.integer("max_header_bytes", default.max_header_bytes, minimum=1),
@@ -401,7 +286,7 @@ def _parse_limits(table: _Table) -> LimitsConfig:
     return limits
 
 
-def _parse_provider(table: _Table) -> ProviderConfig:
+def _parse_provider(table: TableReader) -> ProviderConfig:
     provider = ProviderConfig(
         name=table.text("name"),
         base_url=table.text("base_url").rstrip("/"),
@@ -423,7 +308,7 @@ def _parse_provider(table: _Table) -> ProviderConfig:
     return provider
 
 
-def _parse_deployment(table: _Table, providers: Mapping[str, ProviderConfig]) -> DeploymentConfig:
+def _parse_deployment(table: TableReader, providers: Mapping[str, ProviderConfig]) -> DeploymentConfig:
     provider = table.text("provider")
     if provider not in providers:
         known = ", ".join(providers) or "none"
@@ -437,13 +322,15 @@ def _parse_deployment(table: _Table, providers: Mapping[str, ProviderConfig]) ->
         continue_prefill=table.flag("continue_prefill", False),
         prefill_format=table.choice("prefill_format", PREFILL_FORMATS, "plain"),
     )
-    if "prefill_format" in table.data and not deployment.continue_prefill:
+    if table.has("prefill_format") and not deployment.continue_prefill:
         raise table.error("prefill_format", "only applies with continue_prefill = true")
     table.finish()
     return deployment
 
 
-def _parse_model(table: _Table, providers: Mapping[str, ProviderConfig], policies: Mapping[str, Any]) -> ModelConfig:
+def _parse_model(
+    table: TableReader, providers: Mapping[str, ProviderConfig], policies: Mapping[str, PolicyConfig]
+) -> ModelConfig:
     name = table.text("name")
     policy = table.text("policy", DEFAULT_POLICY)
     if policy not in policies:
@@ -464,7 +351,7 @@ def _parse_model(table: _Table, providers: Mapping[str, ProviderConfig], policie
 
 def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayConfig:
     """Validate an already-parsed TOML document. Raises ``ConfigError`` on the first problem."""
-    root = _Table(data, "", source)
+    root = TableReader(data, "", source)
     server = _parse_server(root.table("server"))
     stats = _parse_stats(root.table("stats"))
     auth = _parse_auth(root.table("auth"))
@@ -472,7 +359,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
 
     policies: dict[str, PolicyConfig] = dict(BUILTIN_POLICIES)
     policy_root = root.table("policies")
-    for name in policy_root.data:
+    for name in policy_root.names():
         policies[name] = parse_policy(name, policy_root.table(name), policies)
     policy_root.finish()
 
