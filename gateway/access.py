@@ -27,8 +27,8 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_loopback, load_keys, presented_key
-from gateway.config import AuthConfig, GatewayConfig, LimitsConfig
+from gateway.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_loopback, presented_key
+from gateway.config import AuthConfig, LimitsConfig
 from gateway.errors import AuthenticationFailed, NoCapacity, PermissionDenied, RateLimited
 from gateway.limits import InFlight, check_shape
 from gateway.ratelimit import RateLimiter, retry_after_header
@@ -141,12 +141,6 @@ class AccessControl:
         self.limits = limits
         self.state = state
         self.anonymous = ClientKey.anonymous(KeyLimits.defaults(limits))
-
-    @classmethod
-    def from_config(cls, config: GatewayConfig, environ: Mapping[str, str], state: AccessState) -> AccessControl:
-        """Read keys from the environment and the keys file. Raises ``ConfigError``."""
-        ring, admin = load_keys(config, environ)
-        return cls(ring, admin, config.auth, config.limits, state)
 
     def authenticate(self, scope: Mapping[str, Any]) -> ClientKey:
         if not self.ring.enabled:

@@ -33,7 +33,7 @@ from starlette.types import ExceptionHandler, Lifespan, Receive, Scope, Send
 from gateway import admin, api
 from gateway.access import USAGE_TAP, AccessControl, AccessState
 from gateway.accesslog import AccessLog
-from gateway.auth import load_keys
+from gateway.auth import AdminKey, KeyRing, load_keys
 from gateway.config import GatewayConfig, resolve_secrets
 from gateway.dashboard import dashboard
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
@@ -77,18 +77,26 @@ class AppOptions:
     after the metrics."""
     config_path: str | None = None
     reload_on_sighup: bool = False
+    client_keys: tuple[KeyRing, AdminKey] | None = None
+    """The config's client keys and admin key, when the caller has loaded them already (``gateway
+    serve`` does, to warn about exposure); otherwise ``create_app`` loads them, once."""
 
 
 async def build_runtime(
     config: GatewayConfig,
     options: AppOptions,
     keys: Mapping[str, str | None],
+    client_keys: tuple[KeyRing, AdminKey],
     stats: StatsStore,
     access_state: AccessState,
     previous: GatewayRuntime | None = None,
 ) -> GatewayRuntime:
-    """The runtime for ``config``; on reload, ``previous`` lends its router state and tokenizer."""
-    access = AccessControl.from_config(config, options.environ, access_state)
+    """The runtime for ``config``; on reload, ``previous`` lends its router state and tokenizer.
+
+    ``keys`` are the providers' (``resolve_secrets``), ``client_keys`` the clients' (``load_keys``).
+    """
+    ring, admin = client_keys
+    access = AccessControl(ring, admin, config.auth, config.limits, access_state)
     if previous is not None and previous.config.stats.tokenizer == config.stats.tokenizer:
         counter = previous.counter
     else:
@@ -175,14 +183,15 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
     keys = resolve_secrets(config, options.environ)
     if config.server.log_bodies:
         logger.warning("server.log_bodies is on: prompts and answers are written to the access log")
-    load_keys(config, options.environ)  # fail at start-up, not at the first request
+    # Loaded now, once: a bad keys file fails at start-up, not at the first request.
+    client_keys = options.client_keys or load_keys(config, options.environ)
     holder = RuntimeHolder()
 
     async def build(new_config: GatewayConfig, previous: GatewayRuntime) -> GatewayRuntime:
         new_keys = resolve_secrets(new_config, options.environ)
-        load_keys(new_config, options.environ)
+        new_client_keys = load_keys(new_config, options.environ)
         state = previous.access.state
-        return await build_runtime(new_config, options, new_keys, previous.stats, state, previous)
+        return await build_runtime(new_config, options, new_keys, new_client_keys, previous.stats, state, previous)
 
     reloader = Reloader(holder, options.config_path, build)
 
@@ -192,7 +201,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         await stats.start()
         access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats))
         try:
-            holder.current = await build_runtime(config, options, keys, stats, access_state)
+            holder.current = await build_runtime(config, options, keys, client_keys, stats, access_state)
             loop = asyncio.get_running_loop()
             if options.reload_on_sighup:
                 loop.add_signal_handler(signal.SIGHUP, reloader.reload_in_background)

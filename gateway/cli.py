@@ -51,7 +51,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host = host or config.server.host
         ring, admin = load_keys(config, os.environ)
         level, notice = exposure_notice(host, ring, admin, config.auth)
-        app = create_app(config, AppOptions(config_path=path, reload_on_sighup=True))
+        options = AppOptions(config_path=path, reload_on_sighup=True, client_keys=(ring, admin))
+        app = create_app(config, options)
         # Loaded here so that a bad tokenizer is one clear line, not a traceback from the lifespan;
         # the lifespan then finds it in the per-process cache.
         load_token_counter(config.stats.tokenizer)

@@ -30,8 +30,9 @@ from typing import Literal
 
 from gateway.toml_reader import MISSING, TableReader
 
-Ranking = Literal["measured", "fixed"]
-RANKINGS: tuple[Ranking, ...] = ("measured", "fixed")
+RankingMode = Literal["measured", "fixed"]
+"""How a policy orders deployments (the ``ranking`` key); ``gateway.routing.Ranking`` is a ranking itself."""
+RANKING_MODES: tuple[RankingMode, ...] = ("measured", "fixed")
 Estimate = Literal["mean", "quantile"]
 ESTIMATES: tuple[Estimate, ...] = ("mean", "quantile")
 DEFAULT_POLICY = "balanced"
@@ -50,7 +51,7 @@ class PolicyConfig:
     """
 
     name: str
-    ranking: Ranking = "measured"
+    ranking: RankingMode = "measured"
     """``measured``: by score; ``fixed``: the config's deployment order (health and capacity still apply)."""
 
     # The score's weights (see the module docstring); each >= 0.
@@ -178,7 +179,7 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
 
     policy = PolicyConfig(
         name=name,
-        ranking=table.choice("ranking", RANKINGS, b.ranking),
+        ranking=table.choice("ranking", RANKING_MODES, b.ranking),
         estimate=table.choice("estimate", ESTIMATES, b.estimate),
         time_weight=weight("time_weight", b.time_weight),
         ttft_weight=weight("ttft_weight", b.ttft_weight),

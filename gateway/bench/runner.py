@@ -10,7 +10,7 @@ Each response is measured exactly as the gateway measures what it relays: the sa
 ``StreamMeter`` and the same pinned tokenizer, so TTFT (request sent → first chunk carrying
 output), tokens/s (answer tokens over the answer window) and end-to-end (request sent → last
 byte) mean here what they mean on the leaderboard. Timeouts and errors stay in the
-denominator: see ``gateway.bench_report`` for how they rank in the percentiles.
+denominator: see ``gateway.bench.report`` for how they rank in the percentiles.
 """
 
 from __future__ import annotations
