@@ -22,8 +22,8 @@ from gateway.config import GatewayConfig, parse_config
 from gateway.events import EventLog
 from gateway.fakes import FakeBehavior
 from gateway.samples import SampleLog
-from tests.conftest import Fakes, FakeServer
-from tests.servers import ServerThread, stop_all
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.servers import ServerThread, stop_all
 
 ADMIN_KEY = "admin-secret-for-tests"
 MESSAGES: list[Any] = [{"role": "user", "content": "hello"}]

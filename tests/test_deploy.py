@@ -26,7 +26,9 @@ from gateway.fakes import FakeBehavior
 from gateway.metrics import Metrics
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
-from tests.conftest import Fakes, Gateway, gateway_config
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -12,18 +12,9 @@ import pytest
 
 from gateway.meter import Reading, StreamMeter, read_full_reply
 from gateway.tokens import TokenCounter, load_token_counter
+from tests.support.clock import FakeClock
 
 SENT_AT = 100.0
-
-
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: float = SENT_AT) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +37,7 @@ DONE = b"data: [DONE]\n\n"
 
 def run(counter: TokenCounter, timeline: list[tuple[float, bytes]], *, end: bool = False) -> Reading:
     """Feed each chunk at its clock reading (seconds after the request was sent)."""
-    clock = FakeClock()
+    clock = FakeClock(SENT_AT)
     meter = StreamMeter(clock, SENT_AT)
     for at, data in timeline:
         clock.now = SENT_AT + at
@@ -169,7 +160,7 @@ def test_no_output_at_all(counter: TokenCounter) -> None:
 def test_an_event_is_timed_when_its_last_byte_arrives(counter: TokenCounter) -> None:
     first = chunk({"content": " the"})
     second = chunk({"content": " quick"})
-    clock = FakeClock()
+    clock = FakeClock(SENT_AT)
     meter = StreamMeter(clock, SENT_AT)
     clock.now = SENT_AT + 0.25
     meter.feed(first[:10])
@@ -184,7 +175,7 @@ def test_an_event_is_timed_when_its_last_byte_arrives(counter: TokenCounter) -> 
 
 
 def test_end_of_stream_completes_an_unterminated_event(counter: TokenCounter) -> None:
-    clock = FakeClock()
+    clock = FakeClock(SENT_AT)
     meter = StreamMeter(clock, SENT_AT)
     clock.now = SENT_AT + 0.5
     meter.feed(chunk({"content": " the"}))
@@ -199,7 +190,7 @@ def test_end_of_stream_completes_an_unterminated_event(counter: TokenCounter) ->
 
 
 def test_error_event_counts_as_first_output_and_is_reported(counter: TokenCounter) -> None:
-    clock = FakeClock()
+    clock = FakeClock(SENT_AT)
     meter = StreamMeter(clock, SENT_AT)
     clock.now = SENT_AT + 0.25
     meter.feed(event({"error": {"message": "overloaded", "type": "server_error"}}))
@@ -211,7 +202,7 @@ def test_error_event_counts_as_first_output_and_is_reported(counter: TokenCounte
 
 
 def test_malformed_event_before_output_is_flagged(counter: TokenCounter) -> None:
-    clock = FakeClock()
+    clock = FakeClock(SENT_AT)
     meter = StreamMeter(clock, SENT_AT)
     meter.feed(b"data: {not json\n\n")
     assert meter.malformed
@@ -230,7 +221,7 @@ def test_malformed_event_after_output_is_reported(counter: TokenCounter) -> None
 
 
 def test_done_is_noted_at_once() -> None:
-    meter = StreamMeter(FakeClock(), SENT_AT)
+    meter = StreamMeter(FakeClock(SENT_AT), SENT_AT)
     meter.feed(DONE[:8])
     assert not meter.done
     meter.feed(DONE[8:])
@@ -309,7 +300,7 @@ def test_chunks_after_the_first_token_read_the_same_however_they_are_cut(counter
 
 
 def test_a_finish_reason_in_a_chunk_kept_whole_is_seen_at_once() -> None:
-    meter = StreamMeter(FakeClock(), SENT_AT)
+    meter = StreamMeter(FakeClock(SENT_AT), SENT_AT)
     meter.feed(chunk({"content": " the"}))
     assert meter.first_output_at is not None and not meter.finish_arrived
     meter.feed(chunk({"content": " quick"}) + chunk({}, finish="stop"))

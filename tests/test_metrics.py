@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,19 +19,13 @@ from gateway.fakes import FakeBehavior
 from gateway.metrics import TPS_BUCKETS, TTFT_BUCKETS, Metrics, deployment_providers
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
-from tests.conftest import Fakes, Gateway, gateway_config
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 ANSWER_TOKENS = 12
 FIRST_TOKEN_S = 0.06
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll ``condition`` until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.01)
 
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -69,7 +62,7 @@ def test_metrics_after_real_traffic(fakes: Fakes, start_gateway: Callable[..., G
         assert answer.choices[0].message.content
     total = streams + fulls
     # The access log (and its counter) is written after the last byte: poll, never sleep.
-    wait_until(lambda: gateway.metrics.registry.get_sample_value("gateway_requests_total", _good_2xx()) == total)
+    wait_until(lambda: gateway.metrics.registry.get_sample_value("gateway_requests_total", _good_2xx()) == total, 10)
 
     series = scrape(gateway)
     m_bad, m_good = {"model": "m", "provider": "bad"}, {"model": "m", "provider": "good"}
@@ -119,7 +112,7 @@ def test_window_gauges_from_a_snapshot(fakes: Fakes, start_gateway: Callable[...
             model="m", messages=[{"role": "user", "content": "x"}], stream=True
         ):
             pass
-    wait_until(lambda: len(gateway.samples.samples) == 3)
+    wait_until(lambda: len(gateway.samples.samples) == 3, 10)
 
     # A scrape reads the gateway's own stats window.
     series = scrape(gateway)

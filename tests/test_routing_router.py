@@ -16,17 +16,9 @@ from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
 from gateway.routing.plan import Candidate
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
-from tests.routing_helpers import routing_config, sample, samples
-
-
-class FakeClock:
-    """A clock the test moves by hand (both monotonic and wall time)."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import FakeClock
+from tests.support.config import routing_config
+from tests.support.samples import sample, samples
 
 
 class Rig:

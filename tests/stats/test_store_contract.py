@@ -18,7 +18,9 @@ from gateway.config import StatsConfig
 from gateway.samples import Outcome, Sample
 from gateway.stats import InMemoryStatsStore, RedisStatsStore
 from gateway.stats.snapshot import METRICS, sample_values
-from tests.stats.conftest import FakeClock, make_sample, samples_of
+from tests.support.clock import FakeClock
+from tests.support.samples import make_sample
+from tests.support.stats import samples_of
 
 pytestmark = pytest.mark.anyio
 
