@@ -120,9 +120,21 @@ class LimitsConfig:
 DEFAULT_KEEPALIVE_S = 4.0
 
 
-def token_cost_usd(price_in: float, price_out: float, prompt_tokens: int, output_tokens: int) -> float:
-    """The one cost formula: prices are USD per 1M tokens. Scores, samples and the bench all use it."""
-    return (prompt_tokens * price_in + output_tokens * price_out) / 1e6
+def token_cost_usd(
+    price_in: float,
+    price_out: float,
+    prompt_tokens: int,
+    output_tokens: int,
+    cached_tokens: int = 0,
+    price_cached_in: float | None = None,
+) -> float:
+    """The one cost formula: prices are USD per 1M tokens. Scores, samples, budgets and the bench use it.
+
+    ``cached_tokens`` of the prompt are billed at ``price_cached_in`` (None: no discount, ``price_in``).
+    """
+    cached = min(max(cached_tokens, 0), prompt_tokens)
+    cached_price = price_in if price_cached_in is None else price_cached_in
+    return ((prompt_tokens - cached) * price_in + cached * cached_price + output_tokens * price_out) / 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +164,8 @@ class DeploymentConfig:
     """USD per 1M prompt tokens."""
     price_out: float = 0.0
     """USD per 1M output tokens."""
+    price_cached_in: float | None = None
+    """USD per 1M prompt tokens served from the provider's prompt cache; None: no discount (``price_in``)."""
     name: str = ""
     """Unique within the model; defaults to the provider's name."""
     continue_prefill: bool = False
@@ -163,9 +177,12 @@ class DeploymentConfig:
     message carries ``"prefix": true``: DeepSeek, Mistral), ``vllm`` (the body carries
     ``continue_final_message: true, add_generation_prompt: false``). Completions append to the prompt."""
 
-    def cost_usd(self, prompt_tokens: int, output_tokens: int) -> float:
-        """What ``prompt_tokens`` in and ``output_tokens`` out cost here, in USD (prices are per 1M tokens)."""
-        return token_cost_usd(self.price_in, self.price_out, prompt_tokens, output_tokens)
+    def cost_usd(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
+        """What ``prompt_tokens`` in (``cached_tokens`` of them from the prompt cache) and ``output_tokens``
+        out cost here, in USD (prices are per 1M tokens)."""
+        return token_cost_usd(
+            self.price_in, self.price_out, prompt_tokens, output_tokens, cached_tokens, self.price_cached_in
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +335,7 @@ def _parse_deployment(table: TableReader, providers: Mapping[str, ProviderConfig
         model=table.text("model"),
         price_in=table.number("price_in", 0.0, minimum=0.0),
         price_out=table.number("price_out", 0.0, minimum=0.0),
+        price_cached_in=table.number("price_cached_in", None, minimum=0.0),
         name=table.text("name", provider),
         continue_prefill=table.flag("continue_prefill", False),
         prefill_format=table.choice("prefill_format", PREFILL_FORMATS, "plain"),

@@ -73,6 +73,8 @@ class Sample:
     usage_prompt_tokens: int | None = None
     """As reported by the provider, for cost only. None means the provider did not report."""
     usage_completion_tokens: int | None = None
+    usage_cached_tokens: int | None = None
+    """Prompt tokens the provider reported serving from its prompt cache; None when it did not say."""
     prompt_tokens_estimate: int | None = None
     """The gateway's own estimate of the prompt's size, used when the provider reports no usage."""
     cost_usd: float | None = None

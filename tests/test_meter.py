@@ -307,3 +307,32 @@ def test_a_finish_reason_in_a_chunk_kept_whole_is_seen_at_once() -> None:
     assert meter.finish_arrived and not meter.done
     meter.feed(DONE)
     assert meter.done
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": 1200, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 1024}},  # OpenAI
+        {
+            "prompt_tokens": 1200,
+            "completion_tokens": 3,
+            "prompt_cache_hit_tokens": 1024,
+            "prompt_cache_miss_tokens": 176,
+        },
+        {"prompt_tokens": 1200, "completion_tokens": 3, "cache_read_input_tokens": 1024},  # Anthropic-style
+    ],
+    ids=["openai", "deepseek", "anthropic-style"],
+)
+def test_cached_prompt_tokens_are_read_in_every_shape(counter: TokenCounter, usage: dict[str, object]) -> None:
+    chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}], "usage": usage}
+    meter = StreamMeter(FakeClock(SENT_AT), SENT_AT)
+    meter.feed(b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n")
+    reading = meter.finish(counter)
+    assert (reading.usage_prompt_tokens, reading.usage_cached_tokens) == (1200, 1024)
+    whole = {"choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}], "usage": usage}
+    assert read_full_reply(json.dumps(whole).encode(), counter).usage_cached_tokens == 1024
+
+
+def test_no_cached_tokens_reported_is_none_not_zero(counter: TokenCounter) -> None:
+    whole = {"choices": [{"index": 0, "message": {"content": "hi"}}], "usage": {"prompt_tokens": 9}}
+    assert read_full_reply(json.dumps(whole).encode(), counter).usage_cached_tokens is None

@@ -186,7 +186,7 @@ class AttemptRunner:
         cost = None
         # A hedge's loser was still billed for its prompt once the provider had started on it.
         if outcome == "ok" or output or (attempt.hedged and attempt.status is not None and attempt.status < 400):
-            cost = deployment.cost_usd(prompt, output or 0)
+            cost = deployment.cost_usd(prompt, output or 0, reading.usage_cached_tokens or 0)
         sample = Sample(
             model=request.requested_model,
             deployment=deployment.name,
@@ -203,6 +203,7 @@ class AttemptRunner:
             output_tokens=reading.output_tokens,
             usage_prompt_tokens=reading.usage_prompt_tokens,
             usage_completion_tokens=reading.usage_completion_tokens,
+            usage_cached_tokens=reading.usage_cached_tokens,
             prompt_tokens_estimate=request.prompt_tokens,
             cost_usd=cost,
             hedged=attempt.hedged,
