@@ -33,6 +33,7 @@ from prometheus_client.exposition import choose_encoder
 from gateway import __version__
 from gateway.config import ConfigError, GatewayConfig
 from gateway.samples import Sample
+from gateway.spending.metrics import SpendMetrics
 from gateway.stats.snapshot import Metric, StatsSnapshot
 from gateway.types import CIRCUIT_STATES, BreakResult, CircuitState, HedgeResult, RouteReason
 
@@ -234,6 +235,8 @@ class Metrics:
         self.window_samples = Gauge(
             "gateway_window_samples", "Attempts in the stats window", _WINDOW_LABELS, registry=r
         )
+        # Spend and budgets by key name and team (``gateway.spending.metrics``).
+        self.spend = SpendMetrics(r)
         self._window_series: set[tuple[str, ...]] = set()
         self._dropped_seen = 0
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
