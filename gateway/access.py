@@ -158,7 +158,7 @@ class Ticket:
             delta = self.used_tokens() - self.reserved
             if delta:
                 self.state.spawn(self.state.limiter.adjust(self.key.key_id, self.window, delta))
-        if self.hold is not None or any(s.cost_usd for s in self.tally.samples):
+        if self.hold is not None or self.tally.samples:
             self.state.spawn(self.state.spend.settle(self.spender, self.hold, list(self.tally.samples)))
 
 

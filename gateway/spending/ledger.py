@@ -80,11 +80,10 @@ def worst_case_usd(deployments: Iterable[DeploymentConfig], prompt_tokens: int, 
 
 
 def bookings_of(spender: Spender, samples: Iterable[Sample]) -> list[Booking]:
-    """One booking per attempt that cost something, to the deployment that produced it."""
+    """One booking per attempt, to the deployment that produced it (a failure that cost nothing books 0)."""
     return [
-        Booking(spender.key_id, spender.team, s.model, s.provider, s.deployment, to_nanos(s.cost_usd))
+        Booking(spender.key_id, spender.team, s.model, s.provider, s.deployment, to_nanos(s.cost_usd or 0.0))
         for s in samples
-        if s.cost_usd
     ]
 
 
