@@ -110,7 +110,7 @@ def test_refused_exactly_when_the_next_reservation_no_longer_fits(
     assert spent == pytest.approx(costs(samples), abs=1e-9) and error["reserved_usd"] == 0
     # Refused because this reservation does not fit; the one before it did (with one answer less spent).
     assert spent + needed > limit
-    assert spent - samples[-1].cost_usd + needed <= limit  # type: ignore[operator]
+    assert spent - (samples[-1].cost_usd or 0.0) + needed <= limit
     assert served >= 2
     document = spend(gateway, window="day")
     (budget,) = document["budgets"]
@@ -188,9 +188,8 @@ def test_redis_down_refuses_budgeted_keys_and_serves_the_others(
 ) -> None:
     fake = fakes.start("p")
     path = tmp_path / "keys.toml"
-    path.write_text(
-        f'[[keys]]\nname = "alice"\nkey = "{KEY}"\nbudget_usd = 5.0\n\n[[keys]]\nname = "free"\nkey = "sk-gw-free-0123456789"\n'
-    )
+    free = '[[keys]]\nname = "free"\nkey = "sk-gw-free-0123456789"\n'
+    path.write_text(f'[[keys]]\nname = "alice"\nkey = "{KEY}"\nbudget_usd = 5.0\n\n{free}')
     stats = {"backend": "redis", "redis_url": redis_server.url}
     config = config_for([fake], str(path), stats=stats)
     servers = GatewayServers()

@@ -14,7 +14,7 @@ import pytest
 from gateway.config import StatsConfig
 from gateway.errors import BudgetExceeded, BudgetUnavailable
 from gateway.samples import Sample
-from gateway.spending import Budget, InMemorySpendStore, SpendLedger, Spender, SpendStore
+from gateway.spending import Budget, InMemorySpendStore, Spender, SpendLedger, SpendStore
 from gateway.spending.redis_store import RedisSpendStore
 from gateway.spending.windows import iso_time, period_of, to_nanos
 from tests.redis_server import RedisServer
