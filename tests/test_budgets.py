@@ -188,8 +188,8 @@ def test_redis_down_refuses_budgeted_keys_and_serves_the_others(
 ) -> None:
     fake = fakes.start("p")
     path = tmp_path / "keys.toml"
-    free = '[[keys]]\nname = "free"\nkey = "sk-gw-free-0123456789"\n'
-    path.write_text(f'[[keys]]\nname = "alice"\nkey = "{KEY}"\nbudget_usd = 5.0\n\n{free}')
+    unbudgeted = '[[keys]]\nname = "free"\nkey = "sk-gw-free-0123456789"\n'
+    path.write_text(f'[[keys]]\nname = "alice"\nkey = "{KEY}"\nbudget_usd = 5.0\n\n{unbudgeted}')
     stats = {"backend": "redis", "redis_url": redis_server.url}
     config = config_for([fake], str(path), stats=stats)
     servers = GatewayServers()

@@ -25,6 +25,7 @@ from typing import Any
 from gateway.routing.plan import RoutePlan
 from gateway.routing.router import Ranked, Ranking
 from gateway.samples import Sample
+from gateway.types import Clock
 
 HEADER_LIMIT = 4096
 """Bytes of the header value: under the smallest common limit on one header (nginx's 4 KB line
@@ -171,7 +172,7 @@ class TraceStore:
     Per replica (ask the one that served the request: its ``x-request-id`` names it); process-lived.
     """
 
-    def __init__(self, limit: int = TRACES_KEPT, ttl_s: float = TRACE_TTL_S, clock: Any = time.monotonic) -> None:
+    def __init__(self, limit: int = TRACES_KEPT, ttl_s: float = TRACE_TTL_S, clock: Clock = time.monotonic) -> None:
         self.limit = limit
         self.ttl_s = ttl_s
         self.clock = clock
