@@ -40,6 +40,7 @@ from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.events import EventFanout, GatewayEvents
 from gateway.limits import HeaderSizeLimit
 from gateway.metrics import Metrics, check_single_process
+from gateway.metrics_genai import GenAISink
 from gateway.ratelimit import RateLimiter, open_rate_limiter
 from gateway.relay import AttemptRunner, Dispatcher
 from gateway.reload import Reloader
@@ -120,7 +121,10 @@ async def build_runtime(
         events=events,
     )
     # Where each attempt's Sample goes: see ``gateway.samples``.
-    sink = SampleFanout([stats, USAGE_TAP, options.metrics, *options.sinks])
+    sinks: list[SampleSink] = [stats, USAGE_TAP, options.metrics]
+    if config.metrics.otel_genai:
+        sinks.append(GenAISink(options.metrics.genai(), config))
+    sink = SampleFanout([*sinks, *options.sinks])
     runner = AttemptRunner(upstreams, router, sink, counter, events=events, clock=options.clock or time.perf_counter)
     return GatewayRuntime(
         config=config,

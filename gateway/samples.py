@@ -80,6 +80,10 @@ class Sample:
     cost_usd: float | None = None
     hedged: bool = False
     """True when this attempt ran as a hedge beside another."""
+    attempt_s: float | None = None
+    """Upstream request sent → the attempt ended (answered, failed or cancelled): the client operation's duration."""
+    chunk_gaps_s: tuple[float, ...] = ()
+    """Seconds between consecutive output-bearing chunks after the first (streams; for the GenAI metrics)."""
 
 
 class SampleSink(Protocol):
