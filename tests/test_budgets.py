@@ -333,3 +333,38 @@ def test_redis_store_is_used_for_replicas(redis_server: RedisServer) -> None:
     store = open_spend_store(StatsConfig(backend="redis", redis_url=redis_server.url))
     assert isinstance(store, RedisSpendStore)
     asyncio.run(SpendLedger(store).store.aclose())
+
+
+def test_gateway_spend_prints_a_table_json_and_csv(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    from gateway.cli import main
+
+    fake = fakes.start("p")
+    gateway = start_gateway(config_for([fake], keys_file(tmp_path, 'team = "search"\n' + BIG)), ENVIRON)
+    with sdk(gateway.base_url, KEY) as client:
+        client.chat.completions.create(model="m", messages=MESSAGES)
+    settled(gateway)
+    env = {"PATH": "/usr/bin:/bin", "GATEWAY_ADMIN_KEY": ADMIN}
+    table = subprocess.run(
+        [sys.executable, "-m", "gateway", "spend", "--url", gateway.url, "--window", "day"],
+        capture_output=True, text=True, env=env, timeout=30,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].startswith("spend per day ") and "memory store" in lines[0]
+    assert any("alice" in line and "search" in line and "p" in line for line in lines[1:4])
+    assert any(line.startswith("key") and "alice" in line and "100" in line for line in lines)  # the budget
+    assert ADMIN not in table.stdout and KEY not in table.stdout
+
+    assert main(["spend", "--url", gateway.url, "--admin-key", ADMIN, "--json", "--by", "team"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [r["team"] for r in document["data"]] == ["search"] and document["window"] == "month"
+    assert main(["spend", "--url", gateway.url, "--admin-key", ADMIN, "--csv", "--by", "key,provider"]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header == "window,period,key,provider,cost_usd,attempts" and row.startswith("month,") and ",alice,p," in row
+    assert main(["spend", "--url", gateway.url, "--admin-key", "wrong"]) == 1
+    assert "401" in capsys.readouterr().err
