@@ -12,7 +12,7 @@ admitted attempt, when it ends, and hands it on::
       ├─► request.trace              the access-log line and the overhead metric of this request
       └─► sink: SampleFanout, in order
             ├─► StatsStore.record     the rolling window (memory, or buffered to Redis) ─┐
-            ├─► USAGE_TAP             the request's token tally for rate limits          │
+            ├─► USAGE_TAP             the request's tally: rate limits, its dollar hold   │
             ├─► Metrics.record        Prometheus counters and histograms                 │
             └─► AppOptions.sinks      the caller's (tests, the demo)                     │
                                                                                           │
