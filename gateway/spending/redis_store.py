@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.config import StatsConfig
@@ -51,8 +52,8 @@ from gateway.spending.windows import Period
 
 logger = logging.getLogger("gateway.spending")
 
-OPERATION_TIMEOUT_S = 0.5
-"""The longest a request waits on Redis for its reservation."""
+OPERATION_TIMEOUT_S = 1.0
+"""The longest a request waits on Redis for its reservation (a connection from the pool included)."""
 PENDING_LIMIT = 10_000
 COUNTER_GRACE_S = 86_400
 """Budget counters outlive their period by a day (they are no longer read after it)."""
@@ -177,6 +178,10 @@ class RedisSpendStore:
         return self._down_since is None or time.monotonic() >= self._retry_at
 
     def _failed(self, exc: BaseException) -> None:
+        if not isinstance(exc, RedisConnectionError | OSError):
+            # A slow answer refuses the request that waited for it, but is no outage: the next
+            # request tries again rather than being refused for ``retry_s`` too.
+            return
         if self._down_since is None:
             self._down_since = time.monotonic()
             self._reason = f"budgets: Redis unreachable ({_describe(exc)}); requests under a budget are refused"
