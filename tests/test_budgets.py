@@ -368,3 +368,33 @@ def test_gateway_spend_prints_a_table_json_and_csv(
     assert header == "window,period,key,provider,cost_usd,attempts" and row.startswith("month,") and ",alice,p," in row
     assert main(["spend", "--url", gateway.url, "--admin-key", "wrong"]) == 1
     assert "401" in capsys.readouterr().err
+
+
+def test_the_window_resets_at_the_time_the_refusal_states(fakes: Fakes, tmp_path: Path) -> None:
+    from datetime import datetime
+
+    from gateway.spending import InMemorySpendStore
+    from tests.support.clock import FakeClock
+
+    fake = fakes.start("p")
+    clock = FakeClock(datetime.fromisoformat("2026-12-01T23:59:00+00:00").timestamp())
+    config = config_for([fake], keys_file(tmp_path, 'budget_usd = 0.005\nbudget_window = "day"'))
+    servers = GatewayServers()
+    try:
+        options = AppOptions(environ=ENVIRON, spend=SpendLedger(InMemorySpendStore(), clock))
+        gateway = servers.serve(create_app(config, options))
+        with sdk(gateway.base_url, KEY) as client:
+            assert client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=50).choices
+            settled(gateway)
+            with pytest.raises(openai.APIStatusError) as refused:
+                client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=50)
+            assert refused.value.status_code == 402
+            resets_at = refused.value.response.headers["x-gateway-budget-resets-at"]
+            assert resets_at == "2026-12-02T00:00:00Z"
+            clock.now = datetime.fromisoformat(resets_at.replace("Z", "+00:00")).timestamp() - 0.5
+            with pytest.raises(openai.APIStatusError):
+                client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=50)
+            clock.advance(0.5)
+            assert client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=50).choices
+    finally:
+        servers.stop()

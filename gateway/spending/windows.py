@@ -62,8 +62,23 @@ class Period:
         return iso_time(self.resets_at)
 
 
+_LAST: dict[BudgetWindow, Period] = {}
+
+
 def period_of(window: BudgetWindow, now: float) -> Period:
-    """The period of ``window`` that holds the instant ``now`` (unix seconds)."""
+    """The period of ``window`` that holds the instant ``now`` (unix seconds).
+
+    The last one found per window is reused while ``now`` falls in it: every request asks, and the
+    calendar arithmetic costs more than the rest of a settlement."""
+    last = _LAST.get(window)
+    if last is not None and last.starts_at <= now < last.resets_at:
+        return last
+    period = _period_of(window, now)
+    _LAST[window] = period
+    return period
+
+
+def _period_of(window: BudgetWindow, now: float) -> Period:
     moment = datetime.fromtimestamp(now, UTC)
     day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
     if window == "day":
