@@ -116,10 +116,14 @@ def test_refused_exactly_when_the_next_reservation_no_longer_fits(
     (budget,) = document["budgets"]
     assert budget["spent_usd"] == pytest.approx(spent, abs=1e-9) and budget["remaining_usd"] < needed
     assert document["total_usd"] == pytest.approx(spent, abs=1e-9)
-    assert (
-        gateway.metrics.registry.get_sample_value("gateway_budget_refusals_total", {"scope": "key", "name": "alice"})
-        == 1
-    )
+    registry = gateway.metrics.registry
+    assert registry.get_sample_value("gateway_budget_refusals_total", {"scope": "key", "name": "alice"}) == 1
+    # The budget gauges are read from the store at scrape time.
+    assert httpx.get(gateway.url + "/metrics").status_code == 200
+    labels = {"scope": "key", "name": "alice", "window": "day"}
+    assert registry.get_sample_value("gateway_budget_limit_usd", labels) == 0.01
+    assert registry.get_sample_value("gateway_budget_spent_usd", labels) == pytest.approx(spent, abs=1e-9)
+    assert registry.get_sample_value("gateway_budget_remaining_usd", labels) == pytest.approx(budget["remaining_usd"])
 
 
 @pytest.fixture
