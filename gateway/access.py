@@ -6,12 +6,16 @@ The inference endpoints call, cheapest refusal first::
     ...read and parse the body, find the model...
     ticket = await access.admit(key, model, body, endpoint, prompt_tokens, max_tokens)
                                               # 403 model, 400 shape, 503/429 in flight, 429 rate
-    try: ...serve...
+    try:
+        plan = router.plan(...)
+        await access.reserve_spend(ticket, plan deployments, ...)   # 402 budget, 503 budget store down
+        ...serve...
     finally: ticket.release()
 
 ``admit`` reserves ``prompt estimate + max_tokens × n`` tokens against the key's per-minute
 budget. The attempts' samples (``USAGE_TAP``, a sample sink) add up what was actually produced
-for this request, and ``release`` books the difference. The tally reaches the sink through a
+for this request, and ``release`` books the difference; it also settles the request's dollar
+hold (``gateway.spending``) with the cost of every attempt. The tally reaches the sink through a
 context variable set in the request's task: samples are recorded in that task or in tasks it
 spawns, which inherit it, so no layer in between has to pass it along.
 
@@ -23,16 +27,20 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_loopback, presented_key
-from gateway.config import AuthConfig, LimitsConfig
+from gateway.config import AuthConfig, DeploymentConfig, LimitsConfig
 from gateway.errors import AuthenticationFailed, NoCapacity, PermissionDenied, RateLimited
 from gateway.limits import InFlight, check_shape
 from gateway.ratelimit import RateLimiter, retry_after_header
 from gateway.samples import Endpoint, Sample
+from gateway.spending import InMemorySpendStore, Spender, SpendLedger, worst_case_usd
+from gateway.spending.ledger import HOLD_MARGIN_S
+from gateway.spending.metrics import SpendMetrics
+from gateway.spending.store import Hold, SpendStoreDown
 
 logger = logging.getLogger("gateway.access")
 
@@ -45,6 +53,8 @@ class UsageTally:
     prompt_tokens: int | None = None
     """As the provider reported it; None when none did."""
     attempts: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    """Every attempt's sample, each once: what the request's spend is settled with."""
 
 
 _tally: contextvars.ContextVar[UsageTally | None] = contextvars.ContextVar("gateway_usage_tally", default=None)
@@ -58,6 +68,7 @@ class UsageTap:
         if tally is None:
             return
         tally.attempts += 1
+        tally.samples.append(sample)
         output = sample.usage_completion_tokens if sample.usage_completion_tokens is not None else sample.output_tokens
         tally.output_tokens += output or 0
         if sample.usage_prompt_tokens is not None:
@@ -70,11 +81,13 @@ USAGE_TAP = UsageTap()
 class AccessState:
     """What admission keeps for the life of the process (a reloaded config keeps counting).
 
-    Owns the rate limiter; ``aclose`` waits for pending token corrections, then closes it.
+    Owns the rate limiter and the spend ledger's store; ``aclose`` waits for pending token
+    corrections and settlements, then closes them.
     """
 
-    def __init__(self, limiter: RateLimiter) -> None:
+    def __init__(self, limiter: RateLimiter, spend: SpendLedger | None = None) -> None:
         self.limiter = limiter
+        self.spend = spend if spend is not None else SpendLedger(InMemorySpendStore())
         self.in_flight = InFlight()
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -86,7 +99,7 @@ class AccessState:
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._pending.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            logger.error("rate limits: a token correction failed", exc_info=task.exception())
+            logger.error("access: a token correction or a settlement failed", exc_info=task.exception())
 
     async def settled(self) -> None:
         """Wait until every token correction handed to ``spawn`` so far is booked."""
@@ -96,20 +109,38 @@ class AccessState:
     async def aclose(self) -> None:
         await self.settled()
         await self.limiter.aclose()
+        await self.spend.store.aclose()
 
 
 class Ticket:
     """An admitted request's hold on its limits. ``release`` exactly once, when the response is done."""
 
-    def __init__(self, state: AccessState, key: ClientKey, window: int, reserved: int, estimate: int) -> None:
+    def __init__(
+        self,
+        state: AccessState,
+        key: ClientKey,
+        window: int,
+        reserved: int,
+        estimate: int,
+        spender: Spender | None = None,
+        choices: int = 1,
+    ) -> None:
         self.state = state
         self.key = key
         self.window = window
         self.reserved = reserved
         self.prompt_estimate = estimate
+        self.spender = spender or Spender.of(key.key_id, key.name, key.team, key.budget, None)
+        self.choices = choices
+        """How many answers the request asks for (``n``, ``best_of``)."""
+        self.hold: Hold | None = None
         self.tally = UsageTally()
         self._released = False
         _tally.set(self.tally)
+
+    async def reserve(self, amount_usd: float, ttl_s: float) -> None:
+        """Hold ``amount_usd`` against the key's and team's budgets (``BudgetExceeded`` if it does not fit)."""
+        self.hold = await self.state.spend.reserve(self.spender, amount_usd, ttl_s)
 
     def used_tokens(self) -> int:
         if not self.tally.attempts:
@@ -127,6 +158,8 @@ class Ticket:
             delta = self.used_tokens() - self.reserved
             if delta:
                 self.state.spawn(self.state.limiter.adjust(self.key.key_id, self.window, delta))
+        if self.hold is not None or self.tally.samples:
+            self.state.spawn(self.state.spend.settle(self.spender, self.hold, list(self.tally.samples)))
 
 
 class AccessControl:
@@ -223,11 +256,56 @@ class AccessControl:
                 f"rate limit of {what} reached for key '{key.name}'; retry in {retry}s",
                 headers={"retry-after": retry},
             )
-        return Ticket(self.state, key, decision.window, reserved, prompt_tokens)
+        return Ticket(self.state, key, decision.window, reserved, prompt_tokens, self.spender_of(key), choices)
+
+    def spender_of(self, key: ClientKey) -> Spender:
+        """Who pays for ``key``'s requests, with its budget and its team's."""
+        team_budget = self.ring.teams.get(key.team) if key.team else None
+        return Spender.of(key.key_id, key.name, key.team, key.budget, team_budget)
+
+    def spenders(self) -> list[Spender]:
+        """Every configured key's (and the anonymous caller's, when there are none)."""
+        keys = self.ring.keys if self.ring.enabled else (self.anonymous,)
+        return [self.spender_of(key) for key in keys]
+
+    async def reserve_spend(
+        self,
+        ticket: Ticket,
+        deployments: Sequence[DeploymentConfig],
+        max_tokens: int | None,
+        default_output_tokens: int,
+        endpoint: Endpoint,
+        total_timeout_s: float,
+    ) -> None:
+        """Hold the request's worst case against its budgets, before any provider is called.
+
+        The worst case is the estimated prompt at the input price plus the output ceiling at the
+        output price, at the dearest of ``deployments`` (the plan: every attempt, fallback, hedge
+        or continuation goes to one of them). The output ceiling is the request's ``max_tokens``,
+        else the gateway's ``[limits] max_tokens``, else the policy's ``default_output_tokens``
+        (a request without a ceiling can then cost more than it held: settled at its real cost).
+        """
+        if not ticket.spender.scopes:
+            return
+        if endpoint == "embeddings":
+            output = 0
+        else:
+            ceiling = max_tokens or self.limits.max_tokens or default_output_tokens
+            output = ceiling * ticket.choices
+        amount = worst_case_usd(deployments, ticket.prompt_estimate, output)
+        await ticket.reserve(amount, total_timeout_s + HOLD_MARGIN_S)
+
+    async def observe_budgets(self, metrics: SpendMetrics) -> None:
+        """Set the budget gauges from the store (at scrape time); left as they were if it cannot be read."""
+        try:
+            balances = await self.state.spend.balances(self.spenders())
+        except SpendStoreDown:
+            return
+        metrics.observe_balances(balances)
 
     def degraded_reasons(self) -> list[str]:
-        reason = self.state.limiter.degraded_reason()
-        return [reason] if reason else []
+        reasons = [self.state.limiter.degraded_reason(), self.state.spend.store.degraded_reason()]
+        return [reason for reason in reasons if reason]
 
 
 def _from_loopback(scope: Mapping[str, Any]) -> bool:

@@ -44,6 +44,9 @@ class AccessRecord:
     """Set once an attempt answered (the reply's log)."""
     error_status: int | None = None
     """The status of an error the gateway answered with itself (the reply's own status is in ``log``)."""
+    key_name: str | None = None
+    """The client key's name (from the keys file; never the key), once authenticated and admitted."""
+    team: str | None = None
 
     @property
     def status(self) -> int | None:
@@ -159,6 +162,17 @@ class AccessLog:
             "input_tokens": prompt,
             "output_tokens": winner.output_tokens if winner is not None else None,
             "cost_usd": _round(sum(costs), 10) if costs else None,
+            "key": record.key_name,
+            "team": record.team,
+            "attempt_costs": [
+                {
+                    "deployment": s.deployment,
+                    "provider": s.provider,
+                    "outcome": s.outcome,
+                    "cost_usd": _round(s.cost_usd, 10),
+                }
+                for s in samples
+            ],
             "duration_s": _round(duration),
             "overhead_s": _round(overhead),
         }

@@ -5,6 +5,14 @@ in right now and every number behind that order (admin key: it reveals the confi
 parameters shape the hypothetical request: ``model``, ``prompt_tokens`` (default 500),
 ``max_tokens`` (default: the model's observed answer length), ``endpoint``.
 
+With ``request_id``, it answers instead with the routing trace of that request, if it asked
+for one (``x-gateway-trace: 1``) in the last ten minutes on this replica: for the admin key, or
+the client key that sent the request (a stream's header leaves before its attempts end).
+
+``GET /v1/gateway/spend`` (admin key): cost and attempts per key, team, model, provider and
+deployment over the current day, week or month (``window``, default ``month``), summed over what
+``by`` leaves out (``by=key,model``), and every budget's limit, spent, reserved and reset time.
+
 ``POST /v1/gateway/reload`` (admin key) re-reads the config file and swaps it in; an
 invalid config answers 400 with the error, and the old config keeps serving.
 """
@@ -15,12 +23,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.api import error_response
+from gateway.auth import presented_key
 from gateway.config import ConfigError
-from gateway.errors import GatewayError, InvalidRequest, ModelNotFound
+from gateway.errors import BudgetUnavailable, GatewayError, InvalidRequest, ModelNotFound, NotFound
 from gateway.reload import reloader_of
 from gateway.routing.explain import ranking_json
 from gateway.runtime import require_admin, runtime_of
 from gateway.samples import Endpoint
+from gateway.spending import BUDGET_WINDOWS
+from gateway.spending.report import budget_json, grouped_rows, parse_by, spend_document
+from gateway.spending.store import SpendStoreDown
 from gateway.tokens import TokenizerError
 
 _ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions", "embeddings")
@@ -40,6 +52,9 @@ def _positive_int(request: Request, name: str, default: int | None) -> int | Non
 
 
 async def routes(request: Request) -> Response:
+    request_id = request.query_params.get("request_id")
+    if request_id is not None:
+        return _trace(request, request_id)
     require_admin(request)
     runtime = runtime_of(request.scope)
     try:
@@ -64,6 +79,51 @@ async def routes(request: Request) -> Response:
     except GatewayError as exc:
         return error_response(exc)
     return JSONResponse({"object": "list", "data": rankings})
+
+
+def _trace(request: Request, request_id: str) -> Response:
+    runtime = runtime_of(request.scope)
+    access = runtime.access
+    presented = presented_key(request.scope["headers"])
+    caller = access.ring.authenticate(presented) if access.ring.enabled else access.anonymous
+    if not access.admin.matches(presented) and caller is None:
+        access.require_admin(request.scope)  # raises: neither the admin key nor a client key
+    found = runtime.traces.get(request_id)
+    if found is None or (not access.admin.matches(presented) and (caller is None or caller.key_id != found[0])):
+        # Another key's trace is as unknown as a forgotten one: ids are not to be probed.
+        return error_response(NotFound(f"no routing trace for request '{request_id}' on this replica"))
+    return JSONResponse(found[1])
+
+
+async def spend(request: Request) -> Response:
+    require_admin(request)
+    runtime = runtime_of(request.scope)
+    access = runtime.access
+    window_name = request.query_params.get("window", "month")
+    window = next((w for w in BUDGET_WINDOWS if w == window_name), None)
+    if window is None:
+        return error_response(InvalidRequest(f"'window' must be one of {', '.join(BUDGET_WINDOWS)}", param="window"))
+    try:
+        by = parse_by(request.query_params.get("by"))
+    except ValueError as exc:
+        return error_response(InvalidRequest(str(exc), param="by"))
+    spenders = access.spenders()
+    ledger = access.state.spend
+    try:
+        period, rows = await ledger.rows(window, [s.tag for s in spenders])
+        balances = await ledger.balances(spenders)
+    except SpendStoreDown as exc:
+        return error_response(BudgetUnavailable(f"spend cannot be read right now: {exc}"))
+    names = {s.key_id: s.key_name for s in spenders}
+    teams = {s.key_id: s.team for s in spenders}
+    document = spend_document(
+        period,
+        grouped_rows(rows, names, by),
+        [budget_json(b, teams) for b in balances],
+        runtime.config.stats.backend,
+        ledger.store.degraded_reason(),
+    )
+    return JSONResponse(document)
 
 
 async def reload_config(request: Request) -> Response:

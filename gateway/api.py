@@ -33,7 +33,8 @@ from gateway.leaderboard import leaderboard, leaderboard_json
 from gateway.limits import has_unpaired_surrogate, header_bytes
 from gateway.metrics import Metrics
 from gateway.relay import DisconnectWatch, ProxyRequest
-from gateway.routing import RouteRequest, parse_preferences, split_model_suffix
+from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
+from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
 from gateway.upstream import forwardable_headers
@@ -151,6 +152,11 @@ def _check_types(body: dict[str, Any], endpoint: Endpoint) -> tuple[str, bool, i
     return model, stream, max_tokens
 
 
+def _wants_trace(headers: list[tuple[bytes, bytes]]) -> bool:
+    """``x-gateway-trace: 1`` (or ``true``) asks for the routing trace."""
+    return any(name == b"x-gateway-trace" and value.strip().lower() in (b"1", b"true") for name, value in headers)
+
+
 class ProxyEndpoint:
     """``POST /v1/{chat/completions,completions,embeddings}``: route, attempt, relay."""
 
@@ -197,8 +203,11 @@ class ProxyEndpoint:
             await send_error(send, error, request_id)
             return
         record.request = request
+        record.key_name = ticket.key.name
+        record.team = ticket.key.team
+        trace_wanted = _wants_trace(scope["headers"])
         try:
-            await self._respond(request, route_request, runtime, send, receive, record)
+            await self._respond(request, route_request, runtime, send, receive, record, ticket, trace_wanted)
         finally:
             ticket.release()
 
@@ -210,20 +219,43 @@ class ProxyEndpoint:
         send: Send,
         receive: Receive,
         record: AccessRecord,
+        ticket: Ticket,
+        trace_wanted: bool,
     ) -> None:
         request_id = request.request_id
         watch = DisconnectWatch(receive)
         started = False
+        plan: RoutePlan | None = None
         try:
             plan = runtime.router.plan(route_request)
+            policy = plan.policy
+            await runtime.access.reserve_spend(
+                ticket,
+                [c.deployment for c in plan.candidates],
+                route_request.max_tokens,
+                policy.default_output_tokens,
+                request.endpoint,
+                policy.total_timeout_s,
+            )
             reply = await runtime.dispatcher.dispatch(request, plan)
             record.log = reply.log
             started = True
-            await reply.send_to(send, [(b"x-request-id", request_id.encode())], watch)
+            headers = [(b"x-request-id", request_id.encode())]
+            if trace_wanted:
+                winner = reply.log.winner
+                trace = build_trace(
+                    request_id, plan, request.trace.samples, winner.name if winner else None, final=False
+                )
+                runtime.traces.put(request_id, ticket.key.key_id, trace)
+                headers.append((TRACE_HEADER.encode(), header_value(trace).encode()))
+            await reply.send_to(send, headers, watch)
         except GatewayError as exc:
             watch.disarm()
             if not started:
                 record.error_status = exc.status_code
+                if trace_wanted and plan is not None:
+                    trace = build_trace(request_id, plan, request.trace.samples, final=True)
+                    exc.headers[TRACE_HEADER] = header_value(trace)
                 await send_error(send, exc, request_id)
         except Exception:
             watch.disarm()
@@ -240,6 +272,10 @@ class ProxyEndpoint:
             if watch.disconnected and task is not None and task.uncancel() == 0:
                 return
             raise
+        finally:
+            if trace_wanted and plan is not None:
+                trace = build_trace(request_id, plan, request.trace.samples, final=True)
+                runtime.traces.put(request_id, ticket.key.key_id, trace)
 
     async def _prepare(
         self, scope: Scope, receive: Receive, runtime: GatewayRuntime, received_at: float, request_id: str
@@ -299,7 +335,9 @@ async def healthz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     """``GET /metrics``: Prometheus text (or OpenMetrics, if the scraper asks for it)."""
     registry: Metrics = request.app.state.metrics
-    runtime_of(request.scope).observe_gauges(registry)
+    runtime = runtime_of(request.scope)
+    runtime.observe_gauges(registry)
+    await runtime.access.observe_budgets(registry.spend)
     # Rendering takes milliseconds with many series: off the loop, so streams keep flowing.
     body, content_type = await asyncio.to_thread(registry.render, request.headers.get("accept"))
     return Response(body, headers={"content-type": content_type})

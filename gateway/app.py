@@ -40,12 +40,16 @@ from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.events import EventFanout, GatewayEvents
 from gateway.limits import HeaderSizeLimit
 from gateway.metrics import Metrics, check_single_process
+from gateway.metrics_genai import GenAISink
 from gateway.ratelimit import RateLimiter, open_rate_limiter
 from gateway.relay import AttemptRunner, Dispatcher
 from gateway.reload import Reloader
 from gateway.routing import MeasuredRouter
+from gateway.routing.trace import TraceStore
 from gateway.runtime import GatewayRuntime, RuntimeHolder
 from gateway.samples import SampleFanout, SampleSink
+from gateway.spending import SpendLedger
+from gateway.spending.redis_store import open_spend_store
 from gateway.stats import StatsStore, open_stats_store
 from gateway.tokens import load_token_counter
 from gateway.types import Clock
@@ -70,6 +74,9 @@ class AppOptions:
     metrics: Metrics = field(default_factory=Metrics)
     rate_limiter: RateLimiter | None = None
     """Used instead of the one ``[stats] backend`` implies; the app closes it on shutdown."""
+    spend: SpendLedger | None = None
+    """Budgets and spend, instead of the ledger ``[stats] backend`` implies (a test's own store or
+    wall clock); the app closes its store on shutdown."""
     rng: random.Random | None = None
     """The router's randomness (exploration, tie-breaks); seed it for reproducible routing."""
     events: GatewayEvents | None = None
@@ -114,7 +121,10 @@ async def build_runtime(
         events=events,
     )
     # Where each attempt's Sample goes: see ``gateway.samples``.
-    sink = SampleFanout([stats, USAGE_TAP, options.metrics, *options.sinks])
+    sinks: list[SampleSink] = [stats, USAGE_TAP, options.metrics]
+    if config.metrics.otel_genai:
+        sinks.append(GenAISink(options.metrics.genai(), config))
+    sink = SampleFanout([*sinks, *options.sinks])
     runner = AttemptRunner(upstreams, router, sink, counter, events=events, clock=options.clock or time.perf_counter)
     return GatewayRuntime(
         config=config,
@@ -126,6 +136,7 @@ async def build_runtime(
         access_log=AccessLog(options.metrics, enabled=config.server.access_log, log_bodies=config.server.log_bodies),
         access=access,
         in_flight=router.in_flight,
+        traces=previous.traces if previous is not None else TraceStore(),
     )
 
 
@@ -199,7 +210,9 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         stats = open_stats_store(config.stats)
         await stats.start()
-        access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats))
+        spend = options.spend or SpendLedger(open_spend_store(config.stats))
+        spend.listeners.append(options.metrics.spend)
+        access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats), spend)
         try:
             holder.current = await build_runtime(config, options, keys, client_keys, stats, access_state)
             loop = asyncio.get_running_loop()
@@ -234,6 +247,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/dashboard", dashboard, methods=["GET"]),
         Route("/v1/gateway/routes", admin.routes, methods=["GET"]),
         Route("/v1/gateway/reload", admin.reload_config, methods=["POST"]),
+        Route("/v1/gateway/spend", admin.spend, methods=["GET"]),
     ]
     middleware = [Middleware(HeaderSizeLimit, max_bytes=lambda: holder.current.config.limits.max_header_bytes)]
     handlers = {HTTPException: _http_exception, GatewayError: _gateway_error}

@@ -15,6 +15,14 @@ Client keys come from two places, merged:
       requests_per_minute = 600
       tokens_per_minute = 200000
       max_in_flight = 16
+      budget_usd = 25.0               # USD per budget_window (UTC calendar: day, week or month)
+      budget_window = "day"
+      team = "search"                 # groups keys: spend is reported per team, and a team
+                                      # named in [[teams]] has a budget of its own
+      [[teams]]
+      name = "search"
+      budget_usd = 500.0
+      budget_window = "month"
 
 Keys are held only as SHA-256 digests and compared in constant time. A key is known elsewhere
 (Redis, logs) by its ``key_id``, derived from the digest, never by its value. Clients send a key
@@ -34,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.config import AuthConfig, GatewayConfig, LimitsConfig
+from gateway.spending.windows import BUDGET_WINDOWS, Budget
 from gateway.toml_reader import MISSING, ConfigError, TableReader
 
 _HEX = frozenset("0123456789abcdef")
@@ -70,6 +79,9 @@ class ClientKey:
     limits: KeyLimits
     models: frozenset[str] | None = None
     digest: bytes = field(default=b"", repr=False)
+    team: str | None = None
+    budget: Budget | None = None
+    """USD per calendar window; None: no budget of its own (its team's may still apply)."""
 
     def allows(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -81,10 +93,19 @@ class ClientKey:
 
     @classmethod
     def from_digest(
-        cls, name: str | None, digest: bytes, limits: KeyLimits, models: frozenset[str] | None = None
+        cls,
+        name: str | None,
+        digest: bytes,
+        limits: KeyLimits,
+        models: frozenset[str] | None = None,
+        *,
+        team: str | None = None,
+        budget: Budget | None = None,
     ) -> ClientKey:
         key_id = "k" + digest.hex()[:16]
-        return cls(name=name or key_id, key_id=key_id, limits=limits, models=models, digest=digest)
+        return cls(
+            name=name or key_id, key_id=key_id, limits=limits, models=models, digest=digest, team=team, budget=budget
+        )
 
 
 class KeyRing:
@@ -94,9 +115,13 @@ class KeyRing:
     caller = ring.authenticate(presented_key(scope["headers"]))   # None: refuse with 401
     """
 
-    def __init__(self, keys: Sequence[ClientKey], sources: Sequence[str] = ()) -> None:
+    def __init__(
+        self, keys: Sequence[ClientKey], sources: Sequence[str] = (), teams: Mapping[str, Budget] | None = None
+    ) -> None:
         self.keys = tuple(keys)
         self.sources = tuple(sources)
+        self.teams: dict[str, Budget] = dict(teams or {})
+        """Teams with a budget of their own (``[[teams]]`` of the keys file), by name."""
 
     @property
     def enabled(self) -> bool:
@@ -111,6 +136,7 @@ class KeyRing:
         keys: list[ClientKey] = []
         origins: dict[bytes, str] = {}
         sources: list[str] = []
+        teams: dict[str, Budget] = {}
         if auth.api_keys_env:
             raw = environ.get(auth.api_keys_env, "")
             values = [part.strip() for part in raw.split(",") if part.strip()]
@@ -120,11 +146,11 @@ class KeyRing:
             if values:
                 sources.append(f"{len(values)} from ${auth.api_keys_env}")
         if auth.api_keys_file:
-            from_file = _read_key_file(Path(auth.api_keys_file), defaults, frozenset(models))
+            from_file, teams = _read_key_file(Path(auth.api_keys_file), defaults, frozenset(models))
             for where, key in from_file:
                 keys.append(_unique(key, where, origins))
             sources.append(f"{len(from_file)} from {Path(auth.api_keys_file).name}")
-        return cls(keys, sources)
+        return cls(keys, sources, teams)
 
     def authenticate(self, presented: str | None) -> ClientKey | None:
         """The key that matches ``presented``, compared against every key with no early exit."""
@@ -152,8 +178,12 @@ def _unique(key: ClientKey, where: str, origins: dict[bytes, str]) -> ClientKey:
     return key
 
 
-def _read_key_file(path: Path, defaults: KeyLimits, models: frozenset[str]) -> list[tuple[str, ClientKey]]:
-    """The keys of a keys file, each with where it was found. Errors name the file and key path only."""
+def _read_key_file(
+    path: Path, defaults: KeyLimits, models: frozenset[str]
+) -> tuple[list[tuple[str, ClientKey]], dict[str, Budget]]:
+    """The keys of a keys file, each with where it was found, and its teams' budgets.
+
+    Errors name the file and key path only."""
     source = path.name
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -163,6 +193,16 @@ def _read_key_file(path: Path, defaults: KeyLimits, models: frozenset[str]) -> l
         # tomllib's messages give a line and column, never the offending text.
         raise ConfigError(f"{source}: invalid TOML: {exc}") from exc
     root = TableReader(data, "", source, secret=True)
+    teams: dict[str, Budget] = {}
+    for table in root.tables("teams"):
+        team = _team_name(table, "name")
+        if team in teams:
+            raise table.error("name", f'duplicate team name "{team}"')
+        budget = _budget(table)
+        if budget is None:
+            raise table.error("budget_usd", "expected a budget in USD (a [[teams]] entry gives a team its budget)")
+        teams[team] = budget
+        table.finish()
     keys: list[tuple[str, ClientKey]] = []
     names: set[str] = set()
     for table in root.tables("keys"):
@@ -190,10 +230,31 @@ def _read_key_file(path: Path, defaults: KeyLimits, models: frozenset[str]) -> l
             tokens_per_minute=table.integer("tokens_per_minute", defaults.tokens_per_minute, minimum=0),
             max_in_flight=table.integer("max_in_flight", defaults.max_in_flight, minimum=0),
         )
+        member_of = _team_name(table, "team") if table.has("team") else None
+        budget = _budget(table)
         table.finish()
-        keys.append((f"{source}: {table.path}", ClientKey.from_digest(name, digest, limits, allowed)))
+        key = ClientKey.from_digest(name, digest, limits, allowed, team=member_of, budget=budget)
+        keys.append((f"{source}: {table.path}", key))
     root.finish()
-    return keys
+    return keys, teams
+
+
+def _team_name(table: TableReader, field_name: str) -> str:
+    team: str = table.text(field_name)
+    if any(c in team for c in "{}"):
+        # A team's name is the Redis hash tag of its counters; a brace would split the tag.
+        raise table.error(field_name, 'must not contain "{" or "}"')
+    return team
+
+
+def _budget(table: TableReader) -> Budget | None:
+    """``budget_usd`` and ``budget_window`` (default ``"month"``) of a key or a team; None when absent."""
+    limit: float | None = table.number("budget_usd", None, positive=True)
+    if limit is None:
+        if table.has("budget_window"):
+            raise table.error("budget_window", "only applies with budget_usd")
+        return None
+    return Budget(limit, table.choice("budget_window", BUDGET_WINDOWS, "month"))
 
 
 def _allowed_models(table: TableReader, models: frozenset[str]) -> frozenset[str] | None:

@@ -1,4 +1,4 @@
-"""The ``gateway`` command: serve, check, stats, and the fake provider.
+"""The ``gateway`` command: serve, check, stats, spend, and the fake provider.
 
 Start-up failures are operator errors: one clear line on stderr, exit status 1, no traceback.
 """
@@ -192,6 +192,46 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spend(args: argparse.Namespace) -> int:
+    """Where the money went, from a running gateway's ``GET /v1/gateway/spend`` (admin key)."""
+    import json
+
+    import httpx
+
+    from gateway.spending.report import render_csv, render_table
+
+    path = _config_path(args)
+    try:
+        config = load_config(path) if path else None
+    except ConfigError as exc:
+        return _fail(str(exc))
+    base = args.url or (f"http://{config.server.host}:{config.server.port}" if config else "http://127.0.0.1:8080")
+    variable = config.auth.admin_key_env if config and config.auth.admin_key_env else "GATEWAY_ADMIN_KEY"
+    admin_key = args.admin_key or os.environ.get(variable)
+    if not admin_key:
+        return _fail(f"spend needs the gateway's admin key: pass --admin-key or set ${variable}")
+    params = {"window": args.window, **({"by": args.by} if args.by else {})}
+    try:
+        response = httpx.get(
+            base.rstrip("/") + "/v1/gateway/spend",
+            params=params,
+            headers={"authorization": f"Bearer {admin_key}"},
+            timeout=10.0,
+        )
+    except httpx.HTTPError as exc:
+        return _fail(f"cannot reach the gateway at {base}: {exc}")
+    if response.status_code != 200:
+        return _fail(f"{base} answered {response.status_code}: {response.text[:300]}")
+    document = response.json()
+    if args.json:
+        print(json.dumps(document, indent=2))
+    elif args.csv:
+        print(render_csv(document), end="")
+    else:
+        print(render_table(document))
+    return 0
+
+
 def auth_summary(config: GatewayConfig, environ: dict[str, str]) -> str:
     """Who may call the gateway, as counts and variable names: never a key. Raises ``ConfigError``."""
     from gateway.auth import load_keys
@@ -300,6 +340,17 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--json", action="store_true", help="print the JSON document")
     output.add_argument("--csv", action="store_true", help="print CSV rows (raw values)")
     stats.set_defaults(func=cmd_stats)
+
+    spend = commands.add_parser("spend", help="print what each key, team, model and provider spent (admin key)")
+    spend.add_argument("-c", "--config", help="a config: the gateway's address and admin key variable")
+    spend.add_argument("--url", help="a running gateway (default: the config's server, else http://127.0.0.1:8080)")
+    spend.add_argument("--admin-key", help="the gateway's admin key (default: $GATEWAY_ADMIN_KEY)")
+    spend.add_argument("--window", choices=["day", "week", "month"], default="month", help="the UTC calendar window")
+    spend.add_argument("--by", help="sum over the rest of: key,team,model,provider,deployment (default: all)")
+    spend_output = spend.add_mutually_exclusive_group()
+    spend_output.add_argument("--json", action="store_true", help="print the JSON document")
+    spend_output.add_argument("--csv", action="store_true", help="print CSV rows (raw values)")
+    spend.set_defaults(func=cmd_spend)
 
     fake = commands.add_parser("fake-provider", help="run a fake OpenAI-compatible provider (for trying things out)")
     fake.add_argument("--name", default="fake")

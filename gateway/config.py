@@ -117,6 +117,12 @@ class LimitsConfig:
     at admission, corrected with the output actually produced."""
 
 
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    otel_genai: bool = False
+    """Also export OpenTelemetry's GenAI client metrics (``gen_ai_client_*``) beside the ``gateway_`` ones."""
+
+
 DEFAULT_KEEPALIVE_S = 4.0
 
 
@@ -203,6 +209,7 @@ class GatewayConfig:
     stats: StatsConfig = field(default_factory=StatsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     policies: Mapping[str, PolicyConfig] = field(default_factory=lambda: dict(BUILTIN_POLICIES))
     source: str = "<config>"
 
@@ -303,6 +310,12 @@ def _parse_limits(table: TableReader) -> LimitsConfig:
     return limits
 
 
+def _parse_metrics(table: TableReader) -> MetricsConfig:
+    metrics = MetricsConfig(otel_genai=table.flag("otel_genai", MetricsConfig().otel_genai))
+    table.finish()
+    return metrics
+
+
 def _parse_provider(table: TableReader) -> ProviderConfig:
     provider = ProviderConfig(
         name=table.text("name"),
@@ -374,6 +387,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
     stats = _parse_stats(root.table("stats"))
     auth = _parse_auth(root.table("auth"))
     limits = _parse_limits(root.table("limits"))
+    metrics = _parse_metrics(root.table("metrics"))
 
     policies: dict[str, PolicyConfig] = dict(BUILTIN_POLICIES)
     policy_root = root.table("policies")
@@ -406,6 +420,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
         stats=stats,
         auth=auth,
         limits=limits,
+        metrics=metrics,
         policies=policies,
         source=source,
     )

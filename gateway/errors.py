@@ -17,7 +17,8 @@ class at the boundary where they happen (``raise ... from exc``)::
     │   ├── UpstreamTimeout           504 (connect, first token, idle gap, total)
     │   ├── UpstreamUnavailable       502 (connection refused or reset, broken stream)
     │   └── UpstreamStatusError       the provider's own status, passed through
-    └── NoCapacity                    503 (every deployment is open-circuited or full)
+    ├── NoCapacity                    503 (every deployment is open-circuited or full)
+    └── BudgetUnavailable             503 (a budget cannot be checked: its store is unreachable)
 
 The rendered body is always OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
 """
@@ -166,6 +167,31 @@ class NoCapacity(GatewayError):
     status_code = 503
     error_type = "server_error"
     code = "no_capacity"
+
+
+class BudgetExceeded(ClientError):
+    """402, not 429: a spent budget comes back at its reset time, not in a few seconds, and the
+    OpenAI SDKs retry 429s on their own (they do not retry 402, OpenRouter's status for the same).
+    ``details`` (limit, spent, reserved, requested, reset time) join the error object."""
+
+    status_code = 402
+    error_type = "insufficient_quota"
+    code = "budget_exceeded"
+
+    def __init__(self, message: str, details: dict[str, Any], *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, headers=headers)
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        body["error"].update(self.details)
+        return body
+
+
+class BudgetUnavailable(GatewayError):
+    status_code = 503
+    error_type = "server_error"
+    code = "budget_unavailable"
 
 
 def internal_error(request_id: str) -> GatewayError:

@@ -55,6 +55,8 @@ class Reading:
     """An event (or the whole body) was not JSON: the client cannot have read a complete answer."""
     tool_calls: bool = False
     """The answer holds a tool (or function) call: its text is arguments, not content."""
+    chunk_gaps_s: tuple[float, ...] = ()
+    """Seconds between the arrivals of consecutive output-bearing events, after the first (streams only)."""
 
 
 def _choices(event: dict[str, Any]) -> list[dict[str, Any]]:
@@ -282,6 +284,7 @@ class StreamMeter:
         response_model: str | None = None
         malformed = False
         tool_calls = False
+        output_at: list[float] = []
         timed = list(self._timed_events())
         parsed = _parse_all([data for _, data in timed])
         for (at, _), event in zip(timed, parsed, strict=True):
@@ -303,6 +306,7 @@ class StreamMeter:
             choices = event.get("choices")
             if choices.__class__ is not list:
                 continue
+            carried = False
             for choice in choices:
                 if choice.__class__ is not dict:
                     continue
@@ -315,10 +319,14 @@ class StreamMeter:
                     if first_answer_at is None:
                         first_answer_at = at
                     last_answer_at = at
-                if first_output_at is None and _carries_output(choice):
-                    first_output_at = at
+                if text or _carries_output(choice):
+                    if first_output_at is None:
+                        first_output_at = at
+                    carried = True
                 if choice.get("finish_reason"):
                     finished = True
+            if carried:
+                output_at.append(at)
         text = "".join(answer)
         tokens = counter.count(text)
         tokens_per_s = None
@@ -342,6 +350,7 @@ class StreamMeter:
             response_model=response_model,
             malformed=malformed,
             tool_calls=tool_calls,
+            chunk_gaps_s=tuple(later - earlier for earlier, later in zip(output_at, output_at[1:], strict=False)),
         )
 
 

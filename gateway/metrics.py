@@ -32,7 +32,9 @@ from prometheus_client.exposition import choose_encoder
 
 from gateway import __version__
 from gateway.config import ConfigError, GatewayConfig
+from gateway.metrics_genai import GenAIFamilies
 from gateway.samples import Sample
+from gateway.spending.metrics import SpendMetrics
 from gateway.stats.snapshot import Metric, StatsSnapshot
 from gateway.types import CIRCUIT_STATES, BreakResult, CircuitState, HedgeResult, RouteReason
 
@@ -234,6 +236,9 @@ class Metrics:
         self.window_samples = Gauge(
             "gateway_window_samples", "Attempts in the stats window", _WINDOW_LABELS, registry=r
         )
+        # Spend and budgets by key name and team (``gateway.spending.metrics``).
+        self.spend = SpendMetrics(r)
+        self._genai: GenAIFamilies | None = None
         self._window_series: set[tuple[str, ...]] = set()
         self._dropped_seen = 0
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
@@ -247,6 +252,12 @@ class Metrics:
         if child is None:
             child = self._children[key] = family.labels(*values)
         return cast(_Family, child)
+
+    def genai(self) -> GenAIFamilies:
+        """OpenTelemetry's GenAI client histograms (``gateway.metrics_genai``), registered on first use."""
+        if self._genai is None:
+            self._genai = GenAIFamilies(self.registry)
+        return self._genai
 
     # -- SampleSink -------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from gateway.leaderboard import InFlightCounts
 from gateway.metrics import Metrics, deployment_providers
 from gateway.relay import Dispatcher
 from gateway.routing import MeasuredRouter
+from gateway.routing.trace import TraceStore
 from gateway.stats import StatsStore
 from gateway.tokens import TokenCounter
 from gateway.upstream import UpstreamPool
@@ -71,6 +72,8 @@ class GatewayRuntime:
     in_flight: InFlightCounts
     """Requests in flight per (model, deployment), for the leaderboard; the router provides it."""
     requests: ActiveRequests = field(default_factory=ActiveRequests)
+    traces: TraceStore = field(default_factory=TraceStore)
+    """Routing traces asked for lately (``x-gateway-trace: 1``); a reload hands them on."""
 
     def degraded_reasons(self) -> list[str]:
         health = self.stats.health()

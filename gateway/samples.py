@@ -12,7 +12,7 @@ admitted attempt, when it ends, and hands it on::
       ├─► request.trace              the access-log line and the overhead metric of this request
       └─► sink: SampleFanout, in order
             ├─► StatsStore.record     the rolling window (memory, or buffered to Redis) ─┐
-            ├─► USAGE_TAP             the request's token tally for rate limits          │
+            ├─► USAGE_TAP             the request's tally: rate limits, its dollar hold   │
             ├─► Metrics.record        Prometheus counters and histograms                 │
             └─► AppOptions.sinks      the caller's (tests, the demo)                     │
                                                                                           │
@@ -80,6 +80,10 @@ class Sample:
     cost_usd: float | None = None
     hedged: bool = False
     """True when this attempt ran as a hedge beside another."""
+    attempt_s: float | None = None
+    """Upstream request sent → the attempt ended (answered, failed or cancelled): the client operation's duration."""
+    chunk_gaps_s: tuple[float, ...] = ()
+    """Seconds between consecutive output-bearing chunks after the first (streams; for the GenAI metrics)."""
 
 
 class SampleSink(Protocol):

@@ -23,6 +23,7 @@ from gateway.config import AuthConfig, ConfigError, LimitsConfig, load_config, p
 from gateway.errors import PermissionDenied
 from gateway.ratelimit import InMemoryRateLimiter
 from gateway.runtime import require_admin
+from gateway.spending import Budget
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway, GatewayServers
 
@@ -92,6 +93,14 @@ def test_keys_from_env_and_file(tmp_path: Path) -> None:
         (f'[[keys]]\nname = "x"\nkey = "{KEY_A} "\n', "keys[0].key: must not contain commas"),
         (f'[[keys]]\nname = "x"\nkey = "{KEY_A}\n', "keys.toml: invalid TOML"),
         (f'keys = "{KEY_A}"\n', "keys.toml: keys: expected an array of tables"),
+        (f'[[keys]]\nname = "x"\nkey = "{KEY_A}"\nbudget_usd = 0\n', "keys[0].budget_usd: expected a number > 0"),
+        (f'[[keys]]\nname = "x"\nkey = "{KEY_A}"\nbudget_usd = "5"\n', "keys[0].budget_usd: expected a number"),
+        (f'[[keys]]\nname = "x"\nkey = "{KEY_A}"\nbudget_usd = 5\nbudget_window = "year"\n', "keys[0].budget_window"),
+        (f'[[keys]]\nname = "x"\nkey = "{KEY_A}"\nbudget_window = "day"\n', "only applies with budget_usd"),
+        (f'[[keys]]\nname = "x"\nkey = "{KEY_A}"\nteam = "a{{b}}"\n', 'keys[0].team: must not contain "{"'),
+        ('[[teams]]\nname = "t"\n', "keys.toml: teams[0].budget_usd: expected a budget in USD"),
+        ('[[teams]]\nname = "t"\nbudget_usd = 1\n[[teams]]\nname = "t"\nbudget_usd = 2\n', 'duplicate team name "t"'),
+        ('[[teams]]\nname = "t"\nbudget_usd = 1\nwindow = "day"\n', "teams[0].window: unknown key"),
     ],
 )
 def test_key_file_errors_name_the_place_never_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -100,6 +109,20 @@ def test_key_file_errors_name_the_place_never_the_key(tmp_path: Path, text: str,
         KeyRing.from_config(auth, LimitsConfig(), ["a"], {})
     assert message in str(caught.value)
     assert KEY_A not in str(caught.value)
+
+
+def test_budgets_and_teams_from_the_keys_file(tmp_path: Path) -> None:
+    text = (
+        f'[[teams]]\nname = "search"\nbudget_usd = 500\nbudget_window = "week"\n\n'
+        f'[[keys]]\nname = "x"\nkey = "{KEY_A}"\nteam = "search"\nbudget_usd = 2.5\nbudget_window = "day"\n\n'
+        f'[[keys]]\nname = "y"\nkey = "{KEY_B}"\nbudget_usd = 10\n'
+    )
+    auth = AuthConfig(api_keys_file=str(_keys_file(tmp_path, text)))
+    ring = KeyRing.from_config(auth, LimitsConfig(), ["a"], {})
+    x, y = ring.authenticate(KEY_A), ring.authenticate(KEY_B)
+    assert x is not None and x.team == "search" and x.budget == Budget(2.5, "day")
+    assert y is not None and y.team is None and y.budget == Budget(10.0, "month"), "a month unless told"
+    assert ring.teams == {"search": Budget(500.0, "week")}
 
 
 def test_missing_keys_file_and_duplicates_across_sources(tmp_path: Path) -> None:
@@ -320,3 +343,5 @@ def test_the_example_keys_file_is_valid() -> None:
     ring = KeyRing.from_config(AuthConfig(api_keys_file=str(example)), LimitsConfig(), ["llama-3.3-70b"], {})
     search = ring.authenticate("sk-gw-example-team-search")
     assert search is not None and search.name == "team-search" and search.limits.max_in_flight == 32
+    assert search.team == "search" and search.budget == Budget(25.0, "day")
+    assert ring.teams == {"search": Budget(500.0, "month")}

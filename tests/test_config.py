@@ -200,7 +200,7 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
         ),
         (
             "colour = 1\n" + MINIMAL,
-            "config.toml: colour: unknown key (expected one of: auth, limits, models, policies,",
+            "config.toml: colour: unknown key (expected one of: auth, limits, metrics, models, policies,",
         ),
         (
             MINIMAL.replace('model = "llama-3.3-70b-versatile"', 'model = "x"\n  price = 1'),

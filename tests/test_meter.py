@@ -75,6 +75,7 @@ def test_chat_stream_with_reasoning(counter: TokenCounter) -> None:
         finished=True,
         saw_done=True,
         response_model="up-model",
+        chunk_gaps_s=(0.125, 0.125, 0.125, 0.375),  # between output chunks: not the role chunk, not the finish
     )
 
 

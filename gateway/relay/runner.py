@@ -207,6 +207,8 @@ class AttemptRunner:
             prompt_tokens_estimate=request.prompt_tokens,
             cost_usd=cost,
             hedged=attempt.hedged,
+            attempt_s=self.clock() - attempt.sent_at,
+            chunk_gaps_s=reading.chunk_gaps_s,
         )
         self.router.attempt_finished(candidate, sample, retry_after_s)
         self.events.attempt_ended(candidate.model, candidate.name, candidate.provider.name)

@@ -49,6 +49,9 @@ class RoutePlan:
 
     candidates: tuple[Candidate, ...]
     policy: PolicyConfig
+    ranking: object = None
+    """The router's ``Ranking`` behind this plan (typed loosely: this module sits below the router),
+    for the request's routing trace (``gateway.routing.trace``)."""
 
 
 class Router(Protocol):

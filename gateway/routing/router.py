@@ -259,7 +259,7 @@ class MeasuredRouter:
         )
         first = candidates[0]
         self.events.decision(model.name, first.name, first.provider.name, first_reason)
-        return RoutePlan(candidates=candidates, policy=policy)
+        return RoutePlan(candidates=candidates, policy=policy, ranking=ranking)
 
     def _explore(self, rows: Sequence[Ranked], policy: PolicyConfig) -> Ranked | None:
         """The deployment to measure instead of following the score, if any.

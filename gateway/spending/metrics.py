@@ -1,0 +1,74 @@
+"""Prometheus series of spend and budgets, by key name and team (from the config, never a key).
+
+Labels stay bounded: keys and teams come from the keys file, models and providers from the config.
+``gateway_spend_usd_total`` counts what this replica booked (sum it over replicas); the budget
+gauges are read from the store at scrape time, so with Redis they show every replica's spend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from gateway.spending.store import Balance, Booking
+from gateway.spending.windows import to_usd
+
+_BUDGET_LABELS = ("scope", "name", "window")
+
+
+class SpendMetrics:
+    """Registered in the gateway's own registry by ``gateway.metrics.Metrics``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.spend = Counter(
+            "gateway_spend_usd",
+            "Cost booked to client keys, at configured prices, by key name, team, model and provider",
+            ["key", "team", "model", "provider"],
+            registry=registry,
+        )
+        self.refusals = Counter(
+            "gateway_budget_refusals",
+            "Requests refused because a key's or team's budget could not hold their worst case",
+            ["scope", "name"],
+            registry=registry,
+        )
+        self.limit = Gauge("gateway_budget_limit_usd", "A budget's limit per window", _BUDGET_LABELS, registry=registry)
+        self.spent = Gauge(
+            "gateway_budget_spent_usd", "Spent in the budget's current window", _BUDGET_LABELS, registry=registry
+        )
+        self.reserved = Gauge(
+            "gateway_budget_reserved_usd", "Held by requests in flight", _BUDGET_LABELS, registry=registry
+        )
+        self.remaining = Gauge(
+            "gateway_budget_remaining_usd",
+            "Limit minus spent minus reserved, in the current window",
+            _BUDGET_LABELS,
+            registry=registry,
+        )
+        self._series: set[tuple[str, str, str]] = set()
+
+    def booked(self, key: str, team: str, bookings: Sequence[Booking]) -> None:
+        for booking in bookings:
+            self.spend.labels(key, team, booking.model, booking.provider).inc(to_usd(booking.cost))
+
+    def refused(self, scope: str, name: str) -> None:
+        self.refusals.labels(scope, name).inc()
+
+    def observe_balances(self, balances: Sequence[Balance]) -> None:
+        seen: set[tuple[str, str, str]] = set()
+        for balance in balances:
+            scope = balance.held.scope
+            labels = (scope.kind, scope.name, scope.budget.window)
+            seen.add(labels)
+            self.limit.labels(*labels).set(scope.budget.limit_usd)
+            self.spent.labels(*labels).set(to_usd(balance.spent))
+            self.reserved.labels(*labels).set(to_usd(balance.reserved))
+            self.remaining.labels(*labels).set(to_usd(balance.remaining))
+        for gone in self._series - seen:
+            for gauge in (self.limit, self.spent, self.reserved, self.remaining):
+                try:
+                    gauge.remove(*gone)
+                except KeyError:
+                    pass  # never set
+        self._series = seen
