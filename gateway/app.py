@@ -185,6 +185,7 @@ async def build_runtime(
     else:
         counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
     upstreams = UpstreamPool.from_config(config, keys)
+    options.metrics.prepare(config)  # every series this config bounds, at zero: no empty panels
     observer = _MetricsObserver(options.metrics, config, options.observer or NullObserver())
     router = MeasuredRouter(
         config,
