@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,10 +13,6 @@ from gateway.fakes import FakeBehavior, FakeProvider
 from gateway.metrics import Metrics
 from gateway.samples import SampleLog
 from tests.servers import ServerThread, stop_all
-
-SHARED_TIKTOKEN = Path(__file__).resolve().parents[2] / "shared" / "tiktoken"
-if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_TIKTOKEN.is_dir():
-    os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED_TIKTOKEN)
 
 
 class Fakes:
