@@ -1,5 +1,5 @@
 """Makes ``docs/dashboard.png``: the page of a real gateway whose store holds samples shaped on
-published provider figures (``provider-profiles.csv``: median and floor speeds, TTFT, prices).
+published provider figures (``gateway/fakes/provider-profiles.csv``: median and floor speeds, TTFT, prices).
 
 Why seeded samples rather than traffic: today's router sends every request to a model's first
 deployment, so real traffic would fill only one row per model. Seeding the store is what

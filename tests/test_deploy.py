@@ -258,3 +258,19 @@ def test_compose_config_checks_clean(path: str) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "glm-5.3-flash" in result.stdout
+
+
+def test_nothing_in_the_repository_points_outside_the_checkout() -> None:
+    """A fresh clone works alone: no file names a folder beside the checkout (a shared/ of the developers)."""
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    offenders = []
+    for name in listed.splitlines():
+        path = ROOT / name
+        if path.suffix in (".gz", ".png", ".svg") or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if name != "tests/test_deploy.py" and re.search(r"\.\./shared\b|/work/shared\b", text):
+            offenders.append(name)
+    assert not offenders
+    # What the docs cite as the published figures is in the repository.
+    assert (ROOT / "gateway" / "fakes" / "provider-profiles.csv").is_file()
