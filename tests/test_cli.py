@@ -157,6 +157,10 @@ def test_serve_and_fake_provider_end_to_end(tmp_path: Path) -> None:
         assert raw.headers["x-gateway-provider"] == "fast"
         streamed = client.chat.completions.create(model="small", messages=MESSAGES, stream=True)
         assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == " the quick brown fox jumps"
+        # A planned mid-stream drop, straight at the fake: the connection closes, its log stays clean.
+        cut = {"model": "m", "stream": True, "messages": MESSAGES, "fake": {"drop_after": 2}}
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.post(f"http://127.0.0.1:{fake_port}/v1/chat/completions", json=cut, timeout=10)
     finally:
         for process in (served, fake):
             process.send_signal(signal.SIGINT)

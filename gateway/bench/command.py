@@ -23,6 +23,7 @@ from gateway.prompts import PromptsError, builtin_prompts, load_prompts
 from gateway.samples import Sample
 from gateway.stats import StatsStore, StoreHealth, open_stats_store
 from gateway.tokens import TokenizerError, load_token_counter
+from gateway.upstream import describe_transport_error
 
 
 def targets_from_config(
@@ -69,8 +70,10 @@ async def targets_from_gateway(url: str, api_key: str | None, models: Sequence[s
                     if response.status != 200:
                         raise BenchError(f"{base}/models answered {response.status}: name the models with --model")
                     listing = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise BenchError(f"cannot list the models of {base}: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BenchError(f"cannot list the models of {base}: {describe_transport_error(exc)}") from exc
+        except ValueError as exc:
+            raise BenchError(f"cannot list the models of {base}: the answer is not JSON") from exc
         names = [m["id"] for m in listing.get("data", []) if isinstance(m, dict) and isinstance(m.get("id"), str)]
         if not names:
             raise BenchError(f"{base}/models lists no models: name them with --model")

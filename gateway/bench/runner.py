@@ -27,6 +27,7 @@ import aiohttp
 from gateway.meter import StreamMeter
 from gateway.samples import Outcome
 from gateway.tokens import TokenCounter
+from gateway.upstream import describe_transport_error
 
 TargetKind = Literal["direct", "gateway"]
 TEMPERATURE = 0
@@ -185,7 +186,7 @@ class BenchRunner:
             outcome, error = "timeout", f"no complete answer within {self.settings.timeout_s:g}s"
         except aiohttp.ClientError as exc:
             outcome = "broken_stream" if meter.first_output_at is not None else "upstream_error"
-            error = str(exc) or type(exc).__name__
+            error = describe_transport_error(exc, mid_answer=status == 200)
         reading = meter.finish(self.counter)
         if outcome is None:
             if reading.error_message is not None:
