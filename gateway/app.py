@@ -35,7 +35,7 @@ from gateway.access import USAGE_TAP, AccessControl, AccessState
 from gateway.accesslog import AccessLog
 from gateway.auth import load_keys
 from gateway.config import GatewayConfig, resolve_secrets
-from gateway.dashboard import dashboard
+from gateway.dashboard import dashboard, root
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.leaderboard import InFlightCounts, no_in_flight
 from gateway.limits import HeaderSizeLimit
@@ -313,6 +313,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/v1/gateway/stats", api.gateway_stats, methods=["GET"]),
         Route("/dashboard", dashboard, methods=["GET"]),
+        Route("/", root, methods=["GET"]),
         Route("/v1/gateway/routes", admin.routes, methods=["GET"]),
         Route("/v1/gateway/reload", admin.reload_config, methods=["POST"]),
     ]

@@ -66,3 +66,14 @@ def test_with_client_keys_a_browser_hands_over_its_key_once(
     # Tools send the key as a header, like for /v1/gateway/stats; a stale cookie is refused.
     assert httpx.get(gateway.url + "/dashboard", headers={"authorization": "Bearer other"}).status_code == 200
     assert httpx.get(gateway.url + "/dashboard", cookies={"gateway_dashboard_key": WRONG}).status_code == 401
+
+
+def test_the_root_address_leads_a_browser_to_the_dashboard(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
+    gateway = start_gateway(gateway_config([fakes.start("p")]), environ={"GATEWAY_API_KEYS": KEY})
+    bare = httpx.get(gateway.url + "/")
+    assert bare.status_code == 307 and bare.headers["location"] == "/dashboard"
+    # A key handed to the root address goes along, and the usual hand-off follows.
+    followed = httpx.get(gateway.url + "/", params={"key": KEY}, follow_redirects=True)
+    assert followed.status_code == 200 and str(followed.url) == gateway.url + "/dashboard"
+    assert "No traffic measured yet" in followed.text
+    assert httpx.post(gateway.url + "/").status_code == 405

@@ -85,6 +85,12 @@ async def dashboard(request: Request) -> Response:
     return HTMLResponse(page, headers=_headers(nonce))
 
 
+async def root(request: Request) -> Response:
+    """``GET /``: a person who opens the gateway's address in a browser lands on the dashboard."""
+    query = request.url.query
+    return RedirectResponse("/dashboard" + (f"?{query}" if query else ""), status_code=307)
+
+
 def _with_key(scope: Mapping[str, Any], key: str) -> dict[str, Any]:
     """What ``authenticate`` reads of a request (its client and headers), carrying ``key`` as a bearer token."""
     return {"client": scope.get("client"), "headers": [(b"authorization", b"Bearer " + key.encode("utf-8"))]}
