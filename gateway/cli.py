@@ -265,6 +265,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         degrade_after_s=None if args.degrade_after < 0 else args.degrade_after,
         seed=args.seed,
+        write_config=args.write_config,
     )
     try:
         return run_demo(options)
