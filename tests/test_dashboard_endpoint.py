@@ -32,7 +32,7 @@ def test_without_client_keys_loopback_gets_the_page_with_a_strict_policy(
     sdk(gateway.base_url).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     wait_until(lambda: len(gateway.samples.samples) >= 1, what="the sample")
     page = httpx.get(gateway.url + "/dashboard")
-    assert '<span class="dep">first</span>' in page.text and "1 samples in 5 min" in page.text
+    assert '<span class="dep">first</span>' in page.text and "1 sample in 5 min" in page.text
     # Today's router follows the config: the page says so, and names the first deployment.
     assert re.search(
         r'next request goes to <span class="chip"[^>]*>first</span><span class="basis"[^>]*>config order', page.text
