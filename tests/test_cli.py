@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import signal
 import socket
@@ -266,3 +267,23 @@ def test_every_command_has_two_or_three_examples_that_parse() -> None:
             assert words[0] == name, example
             build_parser().parse_args(words)  # exits (SystemExit) on an option that does not exist
         assert "examples:" in command.format_help()
+
+
+def test_every_gateway_command_in_the_readmes_parses() -> None:
+    """What a newcomer copies from the READMEs names only commands and options that exist."""
+    root = Path(__file__).resolve().parents[1]
+    found = 0
+    for readme in (root / "README.md", root / "deploy" / "README.md", root / "benchmarks" / "README.md"):
+        for block in re.findall(r"```(?:bash|sh)\n(.*?)```", readme.read_text(), re.DOTALL):
+            for line in block.splitlines():
+                command = line.split("  #")[0].strip()
+                if not command.startswith((".venv/bin/gateway ", "gateway ", "make demo")):
+                    continue
+                words = shlex.split(command)
+                if words[:2] == ["make", "demo"]:
+                    args = next((w.split("=", 1)[1] for w in words if w.startswith("DEMO_ARGS=")), "")
+                    words = ["gateway", "demo", *shlex.split(args)]
+                if words and words[0].endswith("gateway") and len(words) > 1:
+                    build_parser().parse_args(words[1:])  # SystemExit on an unknown command or option
+                    found += 1
+    assert found >= 8
