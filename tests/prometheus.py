@@ -26,7 +26,7 @@ INSTALL_HINT = (
     "{name} is not installed or not on PATH; the metrics tests need it. Install Debian's package: "
     "`apt-get install -y prometheus` (.ci/run does this when it is missing)."
 )
-SCRAPE_INTERVAL_S = 0.25
+SCRAPE_INTERVAL_S = 0.5
 START_TIMEOUT_S = 30.0
 
 
@@ -61,9 +61,12 @@ class PrometheusServer:
     def __init__(self, url: str) -> None:
         self.url = url
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """An instant query's result vector (a scalar result comes back as one unlabelled sample)."""
-        response = httpx.get(self.url + "/api/v1/query", params={"query": expr}, timeout=10)
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """An instant query's result vector (a scalar result comes back as one unlabelled sample), now or ``at``."""
+        params: dict[str, str | float] = {"query": expr}
+        if at is not None:
+            params["time"] = at
+        response = httpx.get(self.url + "/api/v1/query", params=params, timeout=10)
         body = response.json()
         assert response.status_code == 200 and body["status"] == "success", f"{expr}: {body}"
         data = body["data"]
@@ -78,13 +81,14 @@ class PrometheusServer:
         values: list[str] = response.json()["data"]
         return values
 
-    def scrapes(self) -> int:
-        """Successful scrapes of the target so far."""
-        result = self.query("count_over_time(up[1h])")
-        up = self.query("up")
-        if not result or not up or up[0]["value"][1] != "1":
-            return 0
-        return int(float(result[0]["value"][1]))
+    def healthy_since(self, window: str, scrapes: int) -> float | None:
+        """The time at which the last ``window`` held at least ``scrapes`` scrapes, every one successful.
+
+        A scrape that fails (a busy machine, the target slow to answer within the interval) marks
+        every series stale at once; queries evaluated at this time see none of that.
+        """
+        found = self.query(f"count_over_time(up[{window}]) >= {scrapes} and min_over_time(up[{window}]) == 1")
+        return float(found[0]["value"][0]) if found else None
 
 
 @contextlib.contextmanager

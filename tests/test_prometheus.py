@@ -32,7 +32,7 @@ from tests.prometheus import SCRAPE_INTERVAL_S, binary, check_metrics, prometheu
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "gateway.json"
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
-RATE_WINDOW = "1s"
+RATE_WINDOW = "3s"
 """Stands in for Grafana's ``$__rate_interval``, which is at least four scrape intervals."""
 ALL = ".*"
 """What Grafana puts in ``$model`` and ``$provider`` when "All" is selected (the variables' allValue)."""
@@ -200,9 +200,12 @@ def test_every_dashboard_panel_has_data_in_a_real_prometheus(
     gateway = _start(fakes, start_gateway)
     traffic(gateway)
     with prometheus_scraping(gateway.url.removeprefix("http://")) as prometheus:
-        # Enough scrapes under traffic for every rate() window to hold several.
-        needed = math.ceil(float(RATE_WINDOW.rstrip("s")) / SCRAPE_INTERVAL_S) + 2
-        wait_until(lambda: prometheus.scrapes() >= needed, timeout=30, what=f"{needed} scrapes")
+        # A moment when every rate() window holds several successful scrapes taken under traffic.
+        needed = math.ceil(float(RATE_WINDOW.rstrip("s")) / SCRAPE_INTERVAL_S) - 1
+        deadline = time.monotonic() + 40
+        while (at := prometheus.healthy_since(RATE_WINDOW, needed)) is None:
+            assert time.monotonic() < deadline, f"no {needed} successful scrapes in {RATE_WINDOW} within 40 s"
+            time.sleep(SCRAPE_INTERVAL_S / 2)
         for variable in json.loads(DASHBOARD.read_text())["templating"]["list"]:
             if variable["type"] == "query":
                 definition = variable["definition"]
@@ -212,7 +215,7 @@ def test_every_dashboard_panel_has_data_in_a_real_prometheus(
                 assert listed, f"variable {variable['name']}: {definition} lists nothing"
         empty = []
         for where, expr in panel_queries():
-            result = prometheus.query(grafana_expr(expr))
+            result = prometheus.query(grafana_expr(expr), at=at)
             values = [float(sample["value"][1]) for sample in result]
             if not any(not math.isnan(v) for v in values):
                 empty.append(f"{where}: {expr} -> {result}")
