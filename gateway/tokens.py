@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import tiktoken
-from tiktoken.load import load_tiktoken_bpe
 
 # The split patterns and special tokens of the two encodings a rank file can hold. They are
 # public data of OpenAI's encodings (tiktoken_ext/openai_public.py); tests check that a file
@@ -134,8 +133,10 @@ def _encoding(name: str, ranks: dict[bytes, int]) -> tiktoken.Encoding:
 
 
 def _encoding_from_file(path: Path) -> tiktoken.Encoding:
+    # Read and parsed here rather than by ``tiktoken.load.load_tiktoken_bpe``, which would also copy
+    # the file into tiktoken's cache folder (it caches local paths like downloads).
     try:
-        ranks = load_tiktoken_bpe(str(path))
+        ranks = _parse_ranks(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise TokenizerError(f"cannot load tokenizer file {path}: {exc}") from exc
     name = next((known for known in _FILE_ENCODINGS if known in path.name), None)

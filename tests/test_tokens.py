@@ -132,7 +132,12 @@ def test_a_turned_off_cache_uses_the_shipped_file(
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_name_and_file_give_identical_tokens(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_name_and_file_give_identical_tokens(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch, fresh_loads: None, no_downloads: None
+) -> None:
+    untouched = tmp_path / "users-cache"
+    untouched.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(untouched))
     by_name = load_token_counter(name)
     named_file = tmp_path / f"{name}.tiktoken"
     named_file.write_bytes(bundled_ranks(name))
@@ -146,6 +151,7 @@ def test_name_and_file_give_identical_tokens(tmp_path: Path, name: str, monkeypa
         assert by_cache_key.encoding.encode_ordinary(text) == expected
         assert by_name.count(text) == by_file.count(text) == by_cache_key.count(text) == len(expected)
     # Special tokens are known to the file-loaded encoding too (same ids as tiktoken's own).
+    assert list(untouched.iterdir()) == []  # loading a file by path copies nothing into tiktoken's cache
     reference = tiktokens_own(name, monkeypatch, tmp_path / "reference")
     assert by_file.encoding.encode("<|endoftext|>", allowed_special="all") == reference.encode(
         "<|endoftext|>", allowed_special="all"
