@@ -6,11 +6,8 @@ PYTHON ?= python3
 DEMO_ARGS ?=
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Offline tiktoken: the encodings beside the checkout, when present (see ../shared/tiktoken/README.md).
-SHARED_TIKTOKEN := $(abspath ../shared/tiktoken)
-ifneq ($(wildcard $(SHARED_TIKTOKEN)/README.md),)
-export TIKTOKEN_CACHE_DIR ?= $(SHARED_TIKTOKEN)
-endif
+# Nothing outside the checkout is needed: the tokenizer's rank files ship inside the package
+# (gateway/data/encodings), so the demo and the tests run offline once the venv is built.
 
 .PHONY: install demo serve test check format bench clean docker
 
@@ -41,18 +38,10 @@ format: install
 	$(BIN)/ruff format gateway tests benchmarks deploy
 	$(BIN)/ruff check --fix gateway tests benchmarks deploy
 
-# The image bakes in the o200k_base rank file (deploy/tiktoken/README.md): copied from
-# $TIKTOKEN_CACHE_DIR (../shared/tiktoken by default) when present, else downloaded; the
-# Dockerfile checks its sha256.
+# The image carries the tokenizer inside the package: it needs no download at build or run time.
 IMAGE ?= gateway:local
-O200K := fb374d419588a4632f3f557e76b4b70aebbca790
-O200K_URL := https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken
 
-deploy/tiktoken/$(O200K):
-	if [ -f "$(TIKTOKEN_CACHE_DIR)/$(O200K)" ]; then cp "$(TIKTOKEN_CACHE_DIR)/$(O200K)" $@; \
-	else curl -fsSL -o $@ $(O200K_URL); fi
-
-docker: deploy/tiktoken/$(O200K)
+docker:
 	docker build -t $(IMAGE) .
 
 clean:

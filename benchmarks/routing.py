@@ -1,7 +1,7 @@
 """Routing quality: the gateway's measured routing against an oracle and against round-robin.
 
 Each scenario starts fake providers (one process each, shaped on the published figures in
-``../shared/provider-profiles.csv``, times scaled down so that a run takes seconds) and one
+``gateway/fakes/provider-profiles.csv``, times scaled down so that a run takes seconds) and one
 gateway process in front of them, then sends the same request stream three ways:
 
 - ``gateway``: the gateway's own routing (the scenario's policy, cold start included);

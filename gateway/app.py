@@ -35,7 +35,7 @@ from gateway.access import USAGE_TAP, AccessControl, AccessState
 from gateway.accesslog import AccessLog
 from gateway.auth import AdminKey, KeyRing, load_keys
 from gateway.config import GatewayConfig, resolve_secrets
-from gateway.dashboard import dashboard
+from gateway.dashboard import dashboard, root
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.events import EventFanout, GatewayEvents
 from gateway.limits import HeaderSizeLimit
@@ -109,6 +109,7 @@ async def build_runtime(
     else:
         counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
     upstreams = UpstreamPool.from_config(config, keys)
+    options.metrics.prepare(config)  # every series this config bounds, at zero: no empty panels
     events: GatewayEvents = options.metrics
     if options.events is not None:
         events = EventFanout([options.metrics, options.events])
@@ -245,6 +246,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/v1/gateway/stats", api.gateway_stats, methods=["GET"]),
         Route("/dashboard", dashboard, methods=["GET"]),
+        Route("/", root, methods=["GET"]),
         Route("/v1/gateway/routes", admin.routes, methods=["GET"]),
         Route("/v1/gateway/reload", admin.reload_config, methods=["POST"]),
         Route("/v1/gateway/spend", admin.spend, methods=["GET"]),

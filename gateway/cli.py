@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from gateway import __version__
+from gateway.cli_help import DESCRIPTION, QUICK_START, HelpFormatter, epilog
 from gateway.config import ConfigError, GatewayConfig, StatsConfig, load_config, resolve_secrets
 from gateway.tables import format_table
 from gateway.tokens import TokenizerError, load_token_counter
@@ -106,7 +107,13 @@ def cold_rankings(config: GatewayConfig) -> str:
     return "Current ranking (no measurements yet: live ones at GET /v1/gateway/routes)\n\n" + "\n\n".join(tables)
 
 
+def counted(count: int, noun: str) -> str:
+    """``1 provider``, ``2 providers``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    """Validate in full (config, keys, tokenizer), print what was found, and say "valid" only if all of it passed."""
     path = _config_path(args)
     if path is None:
         return _fail("no config given: use -c FILE")
@@ -115,19 +122,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     environ = dict(os.environ)
-    print(f"{path}: valid; {len(config.providers)} providers, {len(config.models)} models")
+    print(f"{path}: {counted(len(config.providers), 'provider')}, {counted(len(config.models), 'model')}")
     print()
     print(routing_table(config, environ))
     try:
-        print()
-        print(auth_summary(config, environ))
+        summary = auth_summary(config, environ)
         resolve_secrets(config, environ)
         load_token_counter(config.stats.tokenizer)
     except (ConfigError, TokenizerError) as exc:
         print()
         return _fail(str(exc))
     print()
+    print(summary)
+    print()
     print(cold_rankings(config))
+    print()
+    print(f"{path}: valid (config, provider keys, client and admin keys, tokenizer {config.stats.tokenizer})")
     return 0
 
 
@@ -140,7 +150,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
     import httpx
     from redis.exceptions import RedisError
 
-    from gateway.leaderboard import LeaderboardRow, leaderboard, leaderboard_json, render_csv, render_table
+    from gateway.leaderboard import (
+        LeaderboardRow,
+        leaderboard,
+        leaderboard_json,
+        render_compact,
+        render_csv,
+        render_table,
+    )
     from gateway.stats import StoreHealth
     from gateway.stats.redis_store import read_shared_snapshot, redacted_url
 
@@ -188,7 +205,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         store = document["store"]
         state = f"degraded: {store['reason']}" if store["degraded"] else "ok"
         print(f"window {document['window_s']} s, {store['backend']} store ({state})")
-        print(render_table(rows))
+        print()
+        print(render_table(rows) if args.wide else render_compact(rows))
     return 0
 
 
@@ -243,9 +261,16 @@ def auth_summary(config: GatewayConfig, environ: dict[str, str]) -> str:
         clients = "no client keys: open to anyone (allow_unauthenticated = true)"
     else:
         clients = "no client keys: loopback clients only"
-    variable = f"${config.auth.admin_key_env}" if config.auth.admin_key_env else "no admin_key_env"
-    admin_text = f"{variable} set" if admin.configured else f"{variable} not set (admin endpoints disabled)"
-    return f"auth: {clients}; admin key: {admin_text}"
+    variable = f"${config.auth.admin_key_env}" if config.auth.admin_key_env else "[auth] admin_key_env"
+    # As ``AccessControl.require_admin`` decides: the admin key when there is one; without it,
+    # loopback callers while there are no client keys, and nobody once there are.
+    if admin.configured:
+        admin_text = f"admin key {variable} set"
+    elif ring.enabled:
+        admin_text = f"admin endpoints: disabled (set {variable} to enable them)"
+    else:
+        admin_text = f"admin endpoints: loopback only (no admin key; set {variable} to require one)"
+    return f"auth: {clients}; {admin_text}"
 
 
 def cmd_fake_provider(args: argparse.Namespace) -> int:
@@ -281,6 +306,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         degrade_after_s=None if args.degrade_after < 0 else args.degrade_after,
         seed=args.seed,
+        write_config=args.write_config,
     )
     try:
         return run_demo(options)
@@ -308,28 +334,54 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench_command(options, dict(os.environ), sys.stdout)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gateway", description="An OpenAI-compatible, measuring, routing proxy.")
-    parser.add_argument("--version", action="version", version=f"gateway {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+def _command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, summary: str
+) -> argparse.ArgumentParser:
+    return commands.add_parser(
+        name, help=summary, description=summary[0].upper() + summary[1:] + ".", epilog=epilog(name),
+        formatter_class=HelpFormatter,
+    )  # fmt: skip
 
-    serve = commands.add_parser("serve", help="run the gateway")
-    serve.add_argument("-c", "--config", help=f"the TOML config (default: ${DEFAULT_CONFIG_ENV})")
-    serve.add_argument("--host", help="override server.host")
-    serve.add_argument("--port", type=int, help="override server.port")
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gateway", description=DESCRIPTION, epilog=QUICK_START, formatter_class=HelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"gateway {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="<command>")
+    config_help = f"the TOML config (default: ${DEFAULT_CONFIG_ENV})"
+
+    serve = _command(commands, "serve", "run the gateway")
+    serve.add_argument("-c", "--config", metavar="FILE", help=config_help)
+    serve.add_argument("--host", help="listen on this address (default: the config's server.host)")
+    serve.add_argument("--port", type=int, help="listen on this port (default: the config's server.port)")
     serve.add_argument("--workers", type=int, default=1, help="must be 1: scale out with replicas instead")
-    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="server log level",
+    )
     serve.set_defaults(func=cmd_serve)
 
-    check = commands.add_parser("check", help="validate a config and print the routing table")
-    check.add_argument("-c", "--config", help=f"the TOML config (default: ${DEFAULT_CONFIG_ENV})")
+    check = _command(commands, "check", "validate a config and print the routing table and each model's ranking")
+    check.add_argument("-c", "--config", metavar="FILE", help=config_help)
     check.set_defaults(func=cmd_check)
 
-    stats = commands.add_parser("stats", help="print the live leaderboard of a running gateway or of a Redis")
-    stats.add_argument("-c", "--config", help="a config: the gateway's address, or the Redis key layout and prices")
+    stats = _command(commands, "stats", "print the live leaderboard of a running gateway or of a Redis")
+    stats.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help=f"a config: the gateway's address, or the Redis key layout and prices (default: ${DEFAULT_CONFIG_ENV})",
+    )
     source = stats.add_mutually_exclusive_group()
     source.add_argument("--url", help="a running gateway (default: the config's server, else http://127.0.0.1:8080)")
-    source.add_argument("--redis", metavar="URL", help="read the shared stats straight from this Redis")
+    source.add_argument(
+        "--redis",
+        metavar="URL",
+        help="read the shared stats straight from this Redis (default: ask the gateway, --url)",
+    )
     stats.add_argument("--prefix", help="with --redis: the stats key prefix (default: the config's, else gateway)")
     stats.add_argument("--window", type=int, help="with --redis: window in seconds (default: the config's, else 300)")
     stats.add_argument(
@@ -337,66 +389,99 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--api-key", help="a client key for the gateway (default: $GATEWAY_API_KEY)")
     output = stats.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true", help="print the JSON document")
-    output.add_argument("--csv", action="store_true", help="print CSV rows (raw values)")
+    output.add_argument("--wide", action="store_true", help="every column (default: a table that fits 100 columns)")
+    output.add_argument("--json", action="store_true", help="print the JSON document instead of a table")
+    output.add_argument("--csv", action="store_true", help="print CSV rows (raw values) instead of a table")
     stats.set_defaults(func=cmd_stats)
 
-    spend = commands.add_parser("spend", help="print what each key, team, model and provider spent (admin key)")
-    spend.add_argument("-c", "--config", help="a config: the gateway's address and admin key variable")
+    spend = _command(commands, "spend", "print what each key, team, model and provider spent (admin key)")
+    spend.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help=f"a config, for the gateway's address and admin key variable (default: ${DEFAULT_CONFIG_ENV})",
+    )
     spend.add_argument("--url", help="a running gateway (default: the config's server, else http://127.0.0.1:8080)")
     spend.add_argument("--admin-key", help="the gateway's admin key (default: $GATEWAY_ADMIN_KEY)")
     spend.add_argument("--window", choices=["day", "week", "month"], default="month", help="the UTC calendar window")
     spend.add_argument("--by", help="sum over the rest of: key,team,model,provider,deployment (default: all)")
     spend_output = spend.add_mutually_exclusive_group()
-    spend_output.add_argument("--json", action="store_true", help="print the JSON document")
-    spend_output.add_argument("--csv", action="store_true", help="print CSV rows (raw values)")
+    spend_output.add_argument("--json", action="store_true", help="print the JSON document instead of a table")
+    spend_output.add_argument("--csv", action="store_true", help="print CSV rows (raw values) instead of a table")
     spend.set_defaults(func=cmd_spend)
 
-    fake = commands.add_parser("fake-provider", help="run a fake OpenAI-compatible provider (for trying things out)")
-    fake.add_argument("--name", default="fake")
-    fake.add_argument("--host", default="127.0.0.1")
-    fake.add_argument("--port", type=int, default=9001)
-    fake.add_argument("--ttft", type=float, default=0.2, help="seconds to the first token")
-    fake.add_argument("--tps", type=float, default=100.0, help="tokens per second (0: unpaced)")
+    fake = _command(commands, "fake-provider", "run a fake OpenAI-compatible provider (for trying things out)")
+    fake.add_argument("--name", default="fake", help="its name, as models.deployments[].provider refers to it")
+    fake.add_argument("--host", default="127.0.0.1", help="listen on this address")
+    fake.add_argument("--port", type=int, default=9001, help="listen on this port")
+    fake.add_argument("--ttft", type=float, default=0.2, metavar="SECONDS", help="seconds to the first token")
+    fake.add_argument("--tps", type=float, default=100.0, help="tokens per second (0: all at once)")
     fake.add_argument("--tokens", type=int, default=64, help="answer length in tokens")
-    fake.add_argument("--status", type=int, default=200, help="an error status to answer with")
-    fake.add_argument("--error-rate", type=float, default=1.0, help="share of requests answered with --status")
-    fake.add_argument("--jitter", type=float, default=0.0, help="log-normal sigma on TTFT and speed")
-    fake.add_argument("--seed", type=int, default=None)
+    fake.add_argument("--status", type=int, default=200, help="answer this HTTP status instead (with --error-rate)")
+    fake.add_argument(
+        "--error-rate", type=float, default=1.0, metavar="SHARE", help="share of requests answered with --status"
+    )
+    fake.add_argument("--jitter", type=float, default=0.0, metavar="SIGMA", help="log-normal sigma on TTFT and speed")
+    fake.add_argument("--seed", type=int, help="seeds the jitter and the errors (default: different every run)")
     fake.set_defaults(func=cmd_fake_provider)
 
-    demo = commands.add_parser("demo", help="simulated providers and the gateway in front of them, in one process")
+    demo = _command(commands, "demo", "simulated providers and the gateway in front of them, in one process")
     demo.add_argument("--host", default="127.0.0.1", help="the gateway's address (the providers stay on loopback)")
     demo.add_argument("--port", type=int, default=8080, help="the gateway's port (0: any free port)")
-    demo.add_argument("--traffic", type=float, default=2.0, metavar="RATE", help="background requests/s (0: none)")
-    demo.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop by itself after this long")
+    demo.add_argument(
+        "--traffic", type=float, default=2.0, metavar="RATE", help="background requests per second (0: none)"
+    )
+    demo.add_argument(
+        "--duration", type=float, metavar="SECONDS", help="stop by itself after this long (default: run until Ctrl-C)"
+    )
     demo.add_argument(
         "--degrade-after", type=float, default=60.0, metavar="SECONDS", help="when 'fading' degrades (-1: never)"
     )
     demo.add_argument("--seed", type=int, default=7, help="seeds the providers' jitter and the traffic")
+    demo.add_argument(
+        "--write-config",
+        metavar="FILE",
+        help="write the gateway's config (the running providers' URLs) to FILE, for `gateway bench -c FILE` "
+        "or `gateway check -c FILE` while the demo runs (default: none written)",
+    )
     demo.set_defaults(func=cmd_demo)
 
-    bench = commands.add_parser(
-        "bench", help="benchmark providers (directly or through a gateway) the way public leaderboards do"
+    bench = _command(
+        commands, "bench", "benchmark providers (directly or through a gateway) the way public leaderboards do"
     )
-    bench.add_argument("-c", "--config", help="benchmark this config's deployments directly (default: $GATEWAY_CONFIG)")
-    bench.add_argument("--url", help="benchmark the models of the gateway at this base URL (e.g. http://host:8080/v1)")
-    bench.add_argument("--model", action="append", help="only this model (repeatable; default: all)")
-    bench.add_argument("-n", "--requests", type=int, default=20, help="requests per target (default: 20)")
-    bench.add_argument("--concurrency", type=int, default=1, help="requests in flight per target (default: 1)")
-    bench.add_argument("--max-tokens", type=int, default=256, help="output ceiling per request (default: 256)")
-    bench.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: 60)")
-    bench.add_argument("--prompts", metavar="FILE", help="JSONL, one chat request body per line (default: built-in)")
-    bench.add_argument("--out", metavar="PREFIX", help="write PREFIX.json, PREFIX.csv and PREFIX.requests.csv")
-    bench.add_argument("--seed-stats", action="store_true", help="record the results into the config's stats store")
     bench.add_argument(
-        "--api-key-env", default="GATEWAY_API_KEY", help="env var with the key for --url (default: GATEWAY_API_KEY)"
+        "-c",
+        "--config",
+        metavar="FILE",
+        help=f"benchmark this config's deployments directly (default: ${DEFAULT_CONFIG_ENV})",
     )
+    bench.add_argument(
+        "--url", help="benchmark the models of the gateway at this base URL, e.g. http://host:8080/v1 (default: none)"
+    )
+    bench.add_argument("--model", action="append", help="only this model (repeatable; default: every model)")
+    bench.add_argument("-n", "--requests", type=int, default=20, help="requests per target")
+    bench.add_argument("--concurrency", type=int, default=1, help="requests in flight per target")
+    bench.add_argument("--max-tokens", type=int, default=256, help="output ceiling per request")
+    bench.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="seconds per request")
+    bench.add_argument(
+        "--prompts", metavar="FILE", help="JSONL, one chat request body per line (default: the built-in set)"
+    )
+    bench.add_argument(
+        "--out", metavar="PREFIX", help="write PREFIX.json, PREFIX.csv and PREFIX.requests.csv (default: none)"
+    )
+    bench.add_argument(
+        "--seed-stats", action="store_true", help="record the results into the config's stats store (default: off)"
+    )
+    bench.add_argument("--api-key-env", default="GATEWAY_API_KEY", help="env var with the client key for --url")
     bench.set_defaults(func=cmd_bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # a bare `gateway`: what it can do, not an error
+        parser.print_help()
+        return 0
     result: int = args.func(args)
     return result

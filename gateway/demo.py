@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 import aiohttp
@@ -30,9 +31,11 @@ import uvicorn
 
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig, parse_config
+from gateway.demo_banner import invocation, relative_to_cwd, try_it_lines
 from gateway.fakes import FakeProvider
 from gateway.fakes.profiles import DEMO_PROFILES, ProviderProfile, ServingFigures
 from gateway.tokens import load_token_counter
+from gateway.toml_writer import dumps
 from gateway.traffic import TrafficGenerator, TrafficMix, shares
 
 # Client-facing model → the demo providers that serve it, in config order.
@@ -67,6 +70,8 @@ class DemoOptions:
     """When ``fading`` turns slow and flaky (None: never)."""
     seed: int | None = 7
     """Seeds the providers' jitter and the traffic (None: different every run)."""
+    write_config: str | None = None
+    """Write the gateway's config (over the running providers) to this file, for ``gateway bench -c``."""
 
 
 class _SharedLoopServer(uvicorn.Server):
@@ -118,12 +123,12 @@ def _server(name: str, app: Any, sock: socket.socket) -> _Served:
     return _Served(name, _SharedLoopServer(config), sock)
 
 
-def demo_config(fake_urls: Mapping[str, str]) -> GatewayConfig:
-    """The gateway's config over the running fakes (``name → base URL``), built and validated in code."""
+def demo_config_data(fake_urls: Mapping[str, str], host: str = "127.0.0.1", port: int = 8080) -> dict[str, Any]:
+    """The gateway's config over the running fakes (``name → base URL``), as the data a TOML file holds."""
     by_name = {profile.name: profile for profile in DEMO_PROFILES}
-    data: dict[str, Any] = {
+    return {
         # The demo's output is its status lines; a JSON access line per background request would drown them.
-        "server": {"access_log": False},
+        "server": {"host": host, "port": port, "access_log": False},
         "stats": dict(DEMO_STATS),
         "providers": [{"name": name, "base_url": url, "max_concurrency": 64} for name, url in fake_urls.items()],
         "models": [
@@ -142,7 +147,25 @@ def demo_config(fake_urls: Mapping[str, str]) -> GatewayConfig:
             for model, upstream, providers in DEMO_MODELS
         ],
     }
-    return parse_config(data, source="<gateway demo>")
+
+
+def demo_config(fake_urls: Mapping[str, str], host: str = "127.0.0.1", port: int = 8080) -> GatewayConfig:
+    """``demo_config_data``, validated."""
+    return parse_config(demo_config_data(fake_urls, host, port), source="<gateway demo>")
+
+
+def write_demo_config(path: str, data: Mapping[str, Any]) -> None:
+    """The demo's config as a TOML file that ``gateway bench -c``, ``check -c`` and ``stats -c`` read."""
+    header = (
+        f"Written by `gateway demo` at {time.strftime('%Y-%m-%d %H:%M:%S')}: the config of the gateway it runs.\n"
+        "The simulated providers' ports change every run: this file is good while that demo runs.\n"
+        "  gateway bench -c THIS_FILE -n 60 --concurrency 4   # benchmark the providers directly\n"
+        "  gateway stats -c THIS_FILE                         # the demo gateway's leaderboard"
+    )
+    try:
+        Path(path).write_text(dumps(data, header=header), encoding="utf-8")
+    except OSError as exc:
+        raise DemoError(f"cannot write the config to {path}: {exc.strerror or exc}") from exc
 
 
 class Demo:
@@ -203,7 +226,11 @@ class Demo:
                 self.fakes[profile.name] = fake
                 self.served.append(served)
                 urls[profile.name] = f"http://127.0.0.1:{served.port}/v1"
-            config = demo_config(urls)
+            host = "127.0.0.1" if options.host in ("0.0.0.0", "") else options.host
+            data = demo_config_data(urls, host, gateway_sock.getsockname()[1])
+            config = parse_config(data, source="<gateway demo>")
+            if options.write_config is not None:
+                write_demo_config(options.write_config, data)
             # Loaded (and cached) before the gateway starts, so that a missing encoding is one clear
             # line rather than a failed lifespan.
             await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
@@ -232,7 +259,7 @@ class Demo:
         say = self.say
         say(f"gateway demo: {len(self.fakes)} simulated providers and the gateway, in this one process.")
         say()
-        say(f"  OpenAI base_url  {base}/v1   (any api_key works)")
+        say(f"  OpenAI base_url  {base}/v1   (no key needed: any api_key works)")
         for label, path in GATEWAY_PAGES:
             note = "" if available.get(path, False) else "   (not in this build yet)"
             say(f"  {label:<15} {base}{path}{note}")
@@ -248,26 +275,30 @@ class Demo:
         say()
         models = ", ".join(model for model, _, _ in DEMO_MODELS)
         say(f"  models: {models}")
-        say("  try it:")
-        say(
-            f'    python -c \'from openai import OpenAI; c = OpenAI(base_url="{base}/v1", api_key="demo"); '
-            f'print(c.chat.completions.create(model="{DEMO_MODELS[0][0]}", max_tokens=32, '
-            'messages=[{"role": "user", "content": "Say hi"}]).choices[0].message.content)\''
-        )
-        say(
-            f"    curl -N {base}/v1/chat/completions -H 'content-type: application/json' "
-            f'-d \'{{"model": "{DEMO_MODELS[0][0]}", "stream": true, "max_tokens": 32, '
-            '"messages": [{"role": "user", "content": "Say hi"}]}\''
-        )
-        say(f"    gateway bench --url {base}/v1 --model {DEMO_MODELS[0][0]} -n 20")
-        if available.get("/v1/gateway/stats", False):
-            say(f"    gateway stats --url {base}")
+        how = invocation()
+        config_file = None if self.options.write_config is None else relative_to_cwd(self.options.write_config)
+        if config_file is not None:
+            say(f"  config written to {config_file} (for `gateway bench -c`, `check -c`, `stats -c`)")
+        say("  try it, from this folder in another terminal:")
+        for line in try_it_lines(how, base, DEMO_MODELS[0][0], config_file):
+            if line.startswith(f"{how.gateway} stats") and not available.get("/v1/gateway/stats", False):
+                continue
+            say(f"    {line}")
+        if how.activate is not None:
+            say(f"    (or run `{how.activate}` once: then plain `gateway ...` and `python ...` work)")
         say()
         options = self.options
         traffic = (
             f"{options.traffic_per_s:g} requests/s of background traffic" if options.traffic_per_s else "no traffic"
         )
         fading = "" if options.degrade_after_s is None else f"; fading degrades after {options.degrade_after_s:g}s"
+        until = "until Ctrl-C" if options.duration_s is None else f"{options.duration_s:g} s"
+        port = self._served("gateway").port
+        say(
+            f"  options: --traffic RATE (now {options.traffic_per_s:g}/s), --port PORT (now {port}), "
+            f"--duration SECONDS (now {until}); `{how.gateway} demo --help` lists them all"
+        )
+        say()
         say(f"{self._stamp()} running: {traffic}{fading}. Ctrl-C stops everything.")
 
     def _served(self, name: str) -> _Served:

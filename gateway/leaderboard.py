@@ -196,7 +196,27 @@ def table_cells(row: LeaderboardRow) -> list[str]:
 
 
 def render_table(rows: Sequence[LeaderboardRow]) -> str:
+    """Every column (``gateway stats --wide``): about 170 characters wide."""
     return format_table(TABLE_HEADER, [table_cells(row) for row in rows], numeric_from=2)
+
+
+COMPACT_HEADER = ("Deployment", "Tok/s p50", "vs fastest", "p95 floor", "TTFT p95", "E2E p99", "Success", "Samples")
+"""``gateway stats``'s default: the leaderboard's order, without the p99 floor, load and prices."""
+
+
+def render_compact(rows: Sequence[LeaderboardRow]) -> str:
+    """One block per model (its name as a heading), so that the table fits a 100-column terminal."""
+    blocks: list[str] = []
+    grouped: dict[str, list[LeaderboardRow]] = {}
+    for row in rows:
+        grouped.setdefault(row.model, []).append(row)
+    for model, group in grouped.items():
+        cells = []
+        for row in group:
+            full = table_cells(row)
+            cells.append([row.deployment, full[2], full[3], full[4], full[6], full[7], full[8], full[9]])
+        blocks.append(f"{model}\n" + format_table(COMPACT_HEADER, cells, numeric_from=1))
+    return "\n\n".join(blocks)
 
 
 def render_csv(rows: Sequence[LeaderboardRow]) -> str:

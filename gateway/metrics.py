@@ -25,7 +25,7 @@ replicas on one Redis, each scraped on its own. Usage::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import choose_encoder
@@ -33,7 +33,7 @@ from prometheus_client.exposition import choose_encoder
 from gateway import __version__
 from gateway.config import ConfigError, GatewayConfig
 from gateway.metrics_genai import GenAIFamilies
-from gateway.samples import Sample
+from gateway.samples import Outcome, Sample
 from gateway.spending.metrics import SpendMetrics
 from gateway.stats.snapshot import Metric, StatsSnapshot
 from gateway.types import CIRCUIT_STATES, BreakResult, CircuitState, HedgeResult, RouteReason
@@ -43,9 +43,11 @@ _Family = TypeVar("_Family", Counter, Gauge, Histogram)
 OverheadMode = Literal["stream", "full"]
 """``stream``: added to the client's time to first token; ``full``: added to a whole JSON answer."""
 
-# Bucket bounds resolve what real providers do (provider-profiles.csv): first tokens from tens
-# of milliseconds to a minute, whole answers up to the ten-minute default deadline, and speeds
-# from a crawling 1 token/s to the 5,000 tokens/s of the fastest inference hardware.
+# Bucket bounds resolve what real providers do (gateway/fakes/provider-profiles.csv): first tokens
+# from tens of milliseconds to a minute, whole answers up to the ten-minute default deadline, and
+# speeds from a crawling 1 token/s to well past the fastest inference hardware's thousands (a
+# local mock or a cached answer streams tens of thousands of tokens/s: they must not all pile
+# into the +Inf bucket).
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0)
 E2E_BUCKETS = (
     0.1,
@@ -68,12 +70,18 @@ E2E_BUCKETS = (
     300.0,
     600.0,
 )
-TPS_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 400, 500, 750, 1000, 1500, 2000, 3000, 5000)
+TPS_BUCKETS = (
+    1, 2, 5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 400, 500, 750, 1000, 1500, 2000, 3000, 5000,
+    7500, 10_000, 15_000, 20_000, 30_000, 50_000, 100_000,
+)  # fmt: skip
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 OUTPUT_TOKEN_BUCKETS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
-# The rolling-window quantiles exported per deployment. For tokens per second the low
-# quantiles are the floors DESIGN.md calls "p95"/"p99" (the speed 95% / 99% of answers reached).
+# The rolling-window quantiles exported per deployment, in the label ``q``: ``quantile`` is
+# reserved for summaries, and Prometheus (``promtool check metrics``) rejects it on a gauge. For
+# tokens per second the low quantiles are the floors DESIGN.md calls "p95"/"p99" (the speed 95% /
+# 99% of answers reached).
+WINDOW_QUANTILE_LABEL = "q"
 WINDOW_QUANTILES: Mapping[Metric, tuple[float, ...]] = {
     "ttft_s": (0.5, 0.95, 0.99),
     "first_answer_s": (0.5, 0.95),
@@ -83,9 +91,14 @@ WINDOW_QUANTILES: Mapping[Metric, tuple[float, ...]] = {
 _WINDOW_NAMES: Mapping[Metric, tuple[str, str]] = {
     "ttft_s": ("gateway_window_ttft_seconds", "TTFT quantile over the stats window"),
     "first_answer_s": ("gateway_window_first_answer_token_seconds", "Time to first answer token over the window"),
-    "tokens_per_s": ("gateway_window_tokens_per_second", "Tokens/s quantile over the window (0.05 = p95 floor)"),
+    "tokens_per_s": ("gateway_window_tokens_per_second", "Tokens/s quantile over the window (q=0.05: the p95 floor)"),
     "e2e_s": ("gateway_window_end_to_end_seconds", "End-to-end quantile over the stats window"),
 }
+
+STATUS_CLASSES = ("2xx", "4xx", "5xx", "cancelled")
+"""What ``status_class`` can answer for a request that reached a provider."""
+HEDGE_RESULTS: tuple[HedgeResult, ...] = get_args(HedgeResult)
+BREAK_RESULTS: tuple[BreakResult, ...] = get_args(BreakResult)
 
 _SAMPLE_LABELS = ("model", "provider")
 _WINDOW_LABELS = ("model", "provider", "deployment")
@@ -227,7 +240,7 @@ class Metrics:
             "gateway_stats_samples_dropped_total", "Samples the stats store could not keep", registry=r
         )
         self.window = {
-            metric: Gauge(name, doc, [*_WINDOW_LABELS, "quantile"], registry=r)
+            metric: Gauge(name, doc, [*_WINDOW_LABELS, WINDOW_QUANTILE_LABEL], registry=r)
             for metric, (name, doc) in _WINDOW_NAMES.items()
         }
         self.window_success = Gauge(
@@ -242,6 +255,40 @@ class Metrics:
         self._window_series: set[tuple[str, ...]] = set()
         self._dropped_seen = 0
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
+        self._circuits_known: set[str] = set()
+
+    def prepare(self, config: GatewayConfig) -> None:
+        """Create, at zero, every series ``config`` bounds: called at start and on each reload.
+
+        A series that appears only with its first event leaves a panel or an alert with *no data*
+        on a healthy gateway (no fallback yet, no hedge, no circuit ever opened), which reads as
+        "broken" and makes ``rate()`` start from the wrong baseline. So each counter gets its
+        (model, provider) × outcome/reason/result series now, each provider its in-flight and
+        capacity gauges, and a provider not seen before a closed circuit. Series of providers a
+        reload removed stay: a counter must not vanish mid-life.
+        """
+        pairs = dict.fromkeys((m.name, d.provider) for m in config.models for d in m.deployments)
+        for model, provider in pairs:
+            for status in STATUS_CLASSES:
+                self._series(self.requests, model, provider, status)
+            for outcome in get_args(Outcome):
+                self._series(self.attempts, model, provider, outcome)
+            for reason in get_args(RouteReason):
+                self._series(self.route_decisions, model, provider, reason)
+            for kind in ("input", "output"):
+                self._series(self.tokens, model, provider, kind)
+            self._series(self.cost, model, provider)
+            self._series(self.fallbacks, model, provider)
+            for hedge in HEDGE_RESULTS:
+                self._series(self.hedges, model, provider, hedge)
+            for result in BREAK_RESULTS:
+                self._series(self.stream_breaks, model, provider, result)
+        for provider_config in config.providers:
+            name = provider_config.name
+            self._series(self.inflight, name)
+            self.set_provider_capacity(name, provider_config.max_concurrency)
+            if name not in self._circuits_known:
+                self.set_circuit_state(name, "closed")
 
     def _series(self, family: _Family, *values: str) -> _Family:
         """``family.labels(*values)``, remembered: the hot path asks for the same few series on every
@@ -334,6 +381,7 @@ class Metrics:
         self.set_circuit_state(provider, state)
 
     def set_circuit_state(self, provider: str, state: CircuitState) -> None:
+        self._circuits_known.add(provider)
         for name in CIRCUIT_STATES:
             self.circuit.labels(provider, name).set(1 if name == state else 0)
 

@@ -2,19 +2,30 @@
 
 Every provider's own ``usage`` uses its own tokenizer, so those counts are not comparable
 across providers; the gateway counts every answer with one encoding instead. The encoding is
-named in the config (``stats.tokenizer``): either a tiktoken name (``o200k_base``), found in
-tiktoken's cache (``TIKTOKEN_CACHE_DIR``) or downloaded, or a path to a ``.tiktoken`` rank
-file, so that an air-gapped deployment needs no network at all.
+named in the config (``stats.tokenizer``): either a tiktoken name (``o200k_base``) or a path to
+a ``.tiktoken`` rank file.
+
+A name never needs the network for the encodings the package ships (``o200k_base`` and
+``cl100k_base``, in ``gateway/data/encodings``): when tiktoken's cache (``TIKTOKEN_CACHE_DIR``,
+else its default folder) holds the file, tiktoken loads it as usual; when it does not, the
+shipped copy is loaded instead of downloading it. Either way the file's sha256 is the one
+tiktoken pins and the encoding (split pattern, special tokens) is tiktoken's own, so the counts
+are identical. Other names go to tiktoken, which may download them.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import gzip
+import hashlib
+import os
+import tempfile
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import tiktoken
-from tiktoken.load import load_tiktoken_bpe
 
 # The split patterns and special tokens of the two encodings a rank file can hold. They are
 # public data of OpenAI's encodings (tiktoken_ext/openai_public.py); tests check that a file
@@ -39,6 +50,7 @@ _FILE_ENCODINGS: dict[str, dict[str, Any]] = {
         "pat_str": _O200K_PATTERN,
         "special_tokens": {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
         "ranks": 199998,
+        "sha256": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
     },
     "cl100k_base": {
         "pat_str": _CL100K_PATTERN,
@@ -50,8 +62,13 @@ _FILE_ENCODINGS: dict[str, dict[str, Any]] = {
             "<|endofprompt|>": 100276,
         },
         "ranks": 100256,
+        "sha256": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
     },
 }
+ENCODINGS_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+"""Where tiktoken downloads a rank file from; the sha1 of this URL is the file's name in its cache."""
+BUNDLED = resources.files("gateway").joinpath("data", "encodings")
+"""The shipped rank files, ``<name>.tiktoken.gz``."""
 
 
 class TokenizerError(ValueError):
@@ -75,9 +92,51 @@ def _is_path(spec: str) -> bool:
     return "/" in spec or "\\" in spec or spec.endswith(".tiktoken")
 
 
-def _encoding_from_file(path: Path) -> tiktoken.Encoding:
+def tiktoken_cache_file(name: str) -> Path | None:
+    """Where tiktoken's cache keeps ``name``'s rank file (as ``tiktoken.load.read_file_cached`` finds
+    it), or None when its cache is turned off (``TIKTOKEN_CACHE_DIR=""``)."""
+    folder = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+    if folder is None:
+        folder = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if folder == "":
+        return None
+    return Path(folder) / hashlib.sha1(ENCODINGS_URL.format(name=name).encode()).hexdigest()
+
+
+def _cached(name: str) -> bool:
+    """tiktoken's cache holds ``name``'s file intact, so ``tiktoken.get_encoding`` will not download."""
+    path = tiktoken_cache_file(name)
     try:
-        ranks = load_tiktoken_bpe(str(path))
+        return path is not None and hashlib.sha256(path.read_bytes()).hexdigest() == _FILE_ENCODINGS[name]["sha256"]
+    except OSError:
+        return False
+
+
+def bundled_ranks(name: str) -> bytes:
+    """The shipped rank file of ``name``, uncompressed, checked against tiktoken's pinned sha256."""
+    data = gzip.decompress(BUNDLED.joinpath(f"{name}.tiktoken.gz").read_bytes())
+    if hashlib.sha256(data).hexdigest() != _FILE_ENCODINGS[name]["sha256"]:
+        raise TokenizerError(f"the shipped {name} rank file is damaged (sha256 mismatch): reinstall the gateway")
+    return data
+
+
+def _parse_ranks(data: bytes) -> dict[bytes, int]:
+    """A ``.tiktoken`` file's content: one ``base64(token) rank`` per line (as ``load_tiktoken_bpe`` reads it)."""
+    return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in data.splitlines() if line)}
+
+
+def _encoding(name: str, ranks: dict[bytes, int]) -> tiktoken.Encoding:
+    spec = _FILE_ENCODINGS[name]
+    return tiktoken.Encoding(
+        name=name, pat_str=spec["pat_str"], mergeable_ranks=ranks, special_tokens=spec["special_tokens"]
+    )
+
+
+def _encoding_from_file(path: Path) -> tiktoken.Encoding:
+    # Read and parsed here rather than by ``tiktoken.load.load_tiktoken_bpe``, which would also copy
+    # the file into tiktoken's cache folder (it caches local paths like downloads).
+    try:
+        ranks = _parse_ranks(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise TokenizerError(f"cannot load tokenizer file {path}: {exc}") from exc
     name = next((known for known in _FILE_ENCODINGS if known in path.name), None)
@@ -89,10 +148,7 @@ def _encoding_from_file(path: Path) -> tiktoken.Encoding:
             f"cannot tell which encoding {path} holds ({len(ranks)} ranks); "
             f"name the file after one of: {', '.join(_FILE_ENCODINGS)}"
         )
-    spec = _FILE_ENCODINGS[name]
-    return tiktoken.Encoding(
-        name=name, pat_str=spec["pat_str"], mergeable_ranks=ranks, special_tokens=spec["special_tokens"]
-    )
+    return _encoding(name, ranks)
 
 
 @functools.lru_cache(maxsize=8)
@@ -103,6 +159,8 @@ def load_token_counter(spec: str) -> TokenCounter:
         if not path.is_file():
             raise TokenizerError(f"tokenizer file not found: {path}")
         return TokenCounter(_encoding_from_file(path))
+    if spec in _FILE_ENCODINGS and not _cached(spec):
+        return TokenCounter(_encoding(spec, _parse_ranks(bundled_ranks(spec))))
     try:
         return TokenCounter(tiktoken.get_encoding(spec))
     except ValueError as exc:

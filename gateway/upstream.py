@@ -13,6 +13,7 @@ hop-by-hop or carry credentials are dropped.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -100,7 +101,9 @@ class UpstreamResponse:
             ) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(
-                f"{self.provider}: upstream stream broke ({_describe(exc)})", provider=self.provider, status=self.status
+                f"{self.provider}: {describe_transport_error(exc, mid_answer=True)}",
+                provider=self.provider,
+                status=self.status,
             ) from exc
 
     async def read_all(self, limit: int | None = None) -> bytes:
@@ -182,9 +185,11 @@ class UpstreamClient:
                 self.provider.base_url + path, data=body, headers=merged, timeout=timeout, allow_redirects=False
             )
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"{name}: upstream did not answer in time ({_describe(exc)})", provider=name) from exc
+            raise UpstreamTimeout(f"{name}: upstream did not answer in time", provider=name) from exc
         except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(f"{name}: cannot reach upstream ({_describe(exc)})", provider=name) from exc
+            raise UpstreamUnavailable(
+                f"{name}: cannot reach upstream ({describe_transport_error(exc)})", provider=name
+            ) from exc
         return UpstreamResponse(response, name)
 
     async def get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
@@ -197,7 +202,9 @@ class UpstreamClient:
             ) as response:
                 return response.status, await response.read()
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpstreamUnavailable(f"{self.provider.name}: {_describe(exc)}", provider=self.provider.name) from exc
+            raise UpstreamUnavailable(
+                f"{self.provider.name}: {describe_transport_error(exc)}", provider=self.provider.name
+            ) from exc
 
     async def aclose(self) -> None:
         await self._session.close()
@@ -221,14 +228,31 @@ class UpstreamPool:
             await client.aclose()
 
 
-def _describe(exc: BaseException) -> str:
-    """A short, key-free description of a transport error (aiohttp messages name only host and port)."""
+def describe_transport_error(exc: BaseException, *, mid_answer: bool = False) -> str:
+    """What went wrong on the wire, in words for the client: never aiohttp's own text.
+
+    aiohttp's messages are its internals (``TransferEncodingError: 400, message='Not enough data
+    to satisfy transfer length header.'``, where 400 is a parser code, not an HTTP status) and
+    would mislead a reader; each case gets a plain sentence instead. Connection failures name
+    only host, port and the OS's reason, never a key. ``mid_answer``: the response had started.
+    """
     if isinstance(exc, aiohttp.ClientConnectorError):
         return f"connection to {exc.host}:{exc.port} failed: {exc.os_error.strerror or exc.os_error}"
     if isinstance(exc, TimeoutError):
         return "timed out"
-    text = str(exc) or type(exc).__name__
-    return text[:200]
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        # A body cut short: chunked encoding ended without its last chunk, or fewer bytes than
+        # Content-Length said. The provider (or something between) closed the connection.
+        return "the provider closed the stream mid-answer"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the provider closed the connection " + ("mid-answer" if mid_answer else "before answering")
+    if isinstance(exc, ConnectionResetError) or (isinstance(exc, OSError) and exc.errno == errno.ECONNRESET):
+        return "the connection to the provider was reset" + (" mid-answer" if mid_answer else "")
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return "the provider sent a malformed HTTP response"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"network error: {exc.strerror}"
+    return "the stream from the provider broke mid-answer" if mid_answer else "the connection to the provider failed"
 
 
 __all__ = [
@@ -237,5 +261,6 @@ __all__ = [
     "UpstreamError",
     "UpstreamPool",
     "UpstreamResponse",
+    "describe_transport_error",
     "forwardable_headers",
 ]

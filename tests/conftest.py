@@ -5,9 +5,7 @@ The classes behind them live in ``tests.support``; tests import those from there
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -15,10 +13,6 @@ from gateway.config import GatewayConfig
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway, GatewayServers
 from tests.support.servers import ServerThread, stop_all
-
-SHARED_TIKTOKEN = Path(__file__).resolve().parents[2] / "shared" / "tiktoken"
-if "TIKTOKEN_CACHE_DIR" not in os.environ and SHARED_TIKTOKEN.is_dir():
-    os.environ["TIKTOKEN_CACHE_DIR"] = str(SHARED_TIKTOKEN)
 
 
 @pytest.fixture

@@ -1,25 +1,29 @@
 """Makes ``docs/dashboard.png``: the page of a real gateway whose store holds samples shaped on
-published provider figures (``provider-profiles.csv``: median and floor speeds, TTFT, prices).
+published provider figures (``gateway/fakes/provider-profiles.csv``: median and floor speeds, TTFT,
+prices), at a desktop width, and ``docs/dashboard-narrow.png`` at a phone's.
 
-Why seeded samples rather than traffic: today's router sends every request to a model's first
-deployment, so real traffic would fill only one row per model. Seeding the store is what
-``gateway bench --seed-stats`` does too. Run it from the repository's root::
+Why seeded samples rather than traffic: every row fills at once, with realistic spreads, and
+the page looks the same on every run (``gateway bench --seed-stats`` seeds a store the same
+way). ``seeded_dashboard`` is what the browser test measures too. Run it from the repository's
+root::
 
     python -m tests.dashboard_screenshot docs/dashboard.png
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
 from gateway.samples import Sample
-from tests.chromium import screenshot
+from tests.chromium import devtools
 from tests.support.servers import ServerThread
 from tests.support.wait import wait_until
 
@@ -97,7 +101,13 @@ def _samples(rng: random.Random, now: float) -> list[Sample]:
     return samples
 
 
-def main(target: Path) -> None:
+WIDE, NARROW = (1280, 960), (390, 844)
+"""A desktop browser, and a phone (CSS pixels)."""
+
+
+@contextlib.contextmanager
+def seeded_dashboard() -> Iterator[str]:
+    """A gateway whose stats store holds the seeded samples; yields its dashboard's URL."""
     app = create_app(_config(), AppOptions(environ={}))  # type: ignore[arg-type]
     server = ServerThread(app).start()
     try:
@@ -106,10 +116,18 @@ def main(target: Path) -> None:
         assert server.loop is not None
         server.loop.call_soon_threadsafe(lambda: [store.record(s) for s in samples])
         wait_until(lambda: sum(s.samples for s in store.snapshot().summaries.values()) == len(samples))
-        screenshot(f"{server.url}/dashboard", target, width=1280, height=960, scale=0.75)
+        yield f"{server.url}/dashboard"
     finally:
         server.stop()
-    print(f"wrote {target} ({target.stat().st_size:,} bytes)")
+
+
+def main(target: Path) -> None:
+    narrow = target.with_name(target.stem + "-narrow" + target.suffix)
+    with seeded_dashboard() as url, devtools() as browser:
+        for (width, height), path in ((WIDE, target), (NARROW, narrow)):
+            browser.open(url, width, height)
+            browser.screenshot(path)
+            print(f"wrote {path} ({path.stat().st_size:,} bytes, {width} px wide)")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import io
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gateway.bench import BenchRunner, BenchSettings, BenchTarget, RequestResult, samples_for_store, seed_store
-from gateway.bench.command import targets_from_config, targets_from_gateway
+from gateway.bench.command import BenchOptions, run_bench_command, targets_from_config, targets_from_gateway
 from gateway.bench.report import TargetSummary, summarize
 from gateway.config import StatsConfig, load_config
 from gateway.fakes import FakeBehavior
@@ -103,6 +104,30 @@ def test_bench_through_a_gateway_measures_what_it_serves(fakes: Fakes, start_gat
     assert _within(summary.tps_p50, 0.8 * 200, 1.05 * 200 * ANSWER_TOKENS / (ANSWER_TOKENS - 1))
     assert _within(summary.ttft_p95_s, 0.05, 0.05 + 0.25)
     assert quick.app.state.requests == 4, "every benchmark request went through the gateway to the provider"
+
+
+def test_bench_through_a_gateway_splits_results_by_the_provider_that_served(
+    fakes: Fakes, start_gateway: Callable[..., Gateway]
+) -> None:
+    paced = {"ttft_s": 0.01, "tokens_per_s": 1000.0, "output_tokens": 20}
+    flaky = fakes.start("flaky", FakeBehavior(**paced, status=503, error_rate=0.5, seed=1))  # type: ignore[arg-type]
+    steady = fakes.start("steady", FakeBehavior(**paced))  # type: ignore[arg-type]
+    # Config order, circuits that stay closed: every request tries flaky first, half fall back to steady.
+    gateway = start_gateway(gateway_config([flaky, steady], policy={"failure_threshold": 100}))
+    out, progress = io.StringIO(), io.StringIO()
+    settings = BenchSettings(requests=8, concurrency=2, max_tokens=20, timeout_s=10.0)
+    options = BenchOptions(url=gateway.base_url, settings=settings)
+    assert run_bench_command(options, {}, out, progress) == 0
+    text = out.getvalue()
+    head = "Through the gateway, by the provider that served each request (x-gateway-provider):"
+    assert head in text
+    split = text.split(head)[1].splitlines()
+    rows = {line.split()[0] + " " + line.split()[2]: line for line in split[3:] if line.strip()}
+    assert set(rows) == {"gateway/m flaky", "gateway/m steady"}
+    assert flaky.app.state.completed + steady.app.state.completed == 8
+    for line in rows.values():  # what each served, it served whole, at its measured speed
+        assert line.rstrip().endswith("100.0") and 500 < float(line.split()[3]) < 1500, line
+    assert "gateway bench: 1 target x 8 requests" in text
 
 
 def test_seeded_samples_land_in_the_stats_store(fakes: Fakes) -> None:

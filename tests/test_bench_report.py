@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 from gateway.bench import BenchTarget, RequestResult
-from gateway.bench.report import ProgressBar, floor_quantile, format_table, summarize, upper_quantile
+from gateway.bench.progress import BenchProgress
+from gateway.bench.report import floor_quantile, format_table, summarize, summarize_by_provider, upper_quantile
 from gateway.samples import Outcome
 
 
@@ -53,17 +55,67 @@ class _Terminal(io.StringIO):
         return True
 
 
-def test_the_progress_bar_draws_on_a_terminal_only() -> None:
-    terminal = _Terminal()
-    bar = ProgressBar(4, terminal)
-    bar.advance(_result("a", 0, "ok", 10.0, 0.1))
-    bar.advance(_result("a", 1, "timeout", None, None))
-    bar.close()
-    drawn = terminal.getvalue()
-    assert "\r[" in drawn and "2/4 requests, 1 failed" in drawn and drawn.endswith("\n")
+def _targets(*names: str) -> list[BenchTarget]:
+    return [BenchTarget(name, "direct", "http://x/v1", name) for name in names]
 
+
+def test_progress_says_done_errors_and_in_flight_per_target() -> None:
+    now = [0.0]
     piped = io.StringIO()
-    quiet = ProgressBar(4, piped)
-    quiet.advance(_result("a", 0, "ok", 10.0, 0.1))
-    quiet.close()
-    assert piped.getvalue() == ""
+    progress = BenchProgress(_targets("a", "b"), 3, piped, clock=lambda: now[0])
+    for target in _targets("a", "a", "b"):
+        progress.started(target)
+    progress.finished(_result("a", 0, "ok", 10.0, 0.1))
+    progress.finished(_result("a", 1, "timeout", None, None))
+    now[0] = 75.0
+    assert progress.line() == "[1:15] 2/6 requests done, 1 error | a 2/3 (1 error) | b 0/3 (1 in flight)"
+    assert piped.getvalue() == ""  # not a terminal: no bar, only the reported lines
+    progress.report()
+    progress.close()
+    assert piped.getvalue() == progress.line() + "\n"
+
+
+def test_progress_lines_come_while_the_run_is_waiting() -> None:
+    piped = io.StringIO()
+    progress = BenchProgress(_targets("slow"), 1, piped, every_s=0.01)
+
+    async def run() -> None:
+        progress.started(_targets("slow")[0])
+        work = asyncio.ensure_future(asyncio.sleep(0.2))
+        await progress.report_while(work)
+
+    asyncio.run(run())
+    lines = piped.getvalue().splitlines()
+    assert len(lines) >= 3 and all(line.endswith("| slow 0/1 (1 in flight)") for line in lines)
+
+
+def test_the_bar_is_drawn_on_a_terminal() -> None:
+    terminal = _Terminal()
+    progress = BenchProgress(_targets("a"), 4, terminal)
+    progress.finished(_result("a", 0, "ok", 10.0, 0.1))
+    progress.finished(_result("a", 1, "timeout", None, None))
+    progress.report()
+    progress.close()
+    drawn = terminal.getvalue()
+    assert "\r[" in drawn and "2/4 requests, 1 error" in drawn and drawn.endswith("\n")
+    assert "\r\x1b[K[0:00] 2/4 requests done, 1 error | a 2/4 (1 error)\n" in drawn  # the bar's line cleared first
+
+
+def test_results_through_a_gateway_split_by_the_provider_that_served() -> None:
+    gateway = BenchTarget("gateway/m", "gateway", "http://g/v1", "m")
+    direct = BenchTarget("m/x", "direct", "http://x/v1", "x")
+    results = [
+        RequestResult("gateway/m", 0, 0, "ok", 0.0, 200, 0.1, 0.1, 100.0, 1.0, 10, served_by="fast"),
+        RequestResult("gateway/m", 1, 0, "ok", 0.0, 200, 0.1, 0.1, 120.0, 1.0, 10, served_by="fast"),
+        RequestResult("gateway/m", 2, 0, "ok", 0.0, 200, 0.5, 0.5, 40.0, 2.0, 10, served_by="slow"),
+        RequestResult("gateway/m", 3, 0, "upstream_error", 0.0, 502),
+        _result("m/x", 0, "ok", 10.0, 0.1),
+    ]
+    rows = summarize_by_provider([gateway, direct], results)
+    assert [(r.target, r.requests, r.ok) for r in rows] == [
+        ("gateway/m via fast", 2, 2),
+        ("gateway/m via slow", 1, 1),
+        ("gateway/m via (no provider)", 1, 0),
+    ]
+    assert rows[1].delta_vs_fastest is not None and rows[1].delta_vs_fastest < 0
+    assert summarize_by_provider([direct], results) == []

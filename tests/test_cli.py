@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -12,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.cli import build_parser
 from tests.support.clients import MESSAGES, sdk
 from tests.support.wait import wait_until
 from tests.test_config import EXAMPLE, MINIMAL
@@ -41,7 +45,10 @@ def test_check_prints_the_routing_table() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0] == f"{EXAMPLE}: valid; 2 providers, 2 models"
+    assert lines[0] == f"{EXAMPLE}: 2 providers, 2 models"
+    # The verdict comes last, once every check (keys, tokenizer) has passed.
+    assert lines[-1] == f"{EXAMPLE}: valid (config, provider keys, client and admin keys, tokenizer o200k_base)"
+    assert sum("valid" in line for line in lines) == 1
     header = lines[2].split()
     assert header == [
         "model",
@@ -59,7 +66,10 @@ def test_check_prints_the_routing_table() -> None:
     ]
     table_end = lines.index("", 4)
     rows = [line.split() for line in lines[4:table_end]]
-    assert lines[table_end + 1].startswith("auth: no client keys: loopback clients only")
+    assert lines[table_end + 1] == (
+        "auth: no client keys: loopback clients only; "
+        "admin endpoints: loopback only (no admin key; set $GATEWAY_ADMIN_KEY to require one)"
+    )
     assert rows == [
         ["llama-3.3-70b", "balanced", "1", "fast", "fast", "llama-3.3-70b-versatile", "0.59", "0.79", "none"],
         ["2", "slow", "slow", "meta-llama/Llama-3.3-70B-Instruct-Turbo", "0.88", "0.88", "none"],
@@ -89,6 +99,7 @@ def test_check_shows_key_variables_as_set_or_missing_never_their_values(tmp_path
     missing = gateway("check", "-c", str(config), env={"TOGETHER_API_KEY": "sk-2"})
     assert missing.returncode == 1
     assert "$GROQ_API_KEY MISSING" in missing.stdout
+    assert "valid" not in missing.stdout  # the table is shown, but nothing claims it passed
     assert missing.stderr == (
         "gateway: keys.toml: providers[0].api_key_env: environment variable GROQ_API_KEY is not set "
         '(expected the API key of provider "groq")\n'
@@ -158,6 +169,10 @@ def test_serve_and_fake_provider_end_to_end(tmp_path: Path) -> None:
         assert raw.headers["x-gateway-provider"] == "fast"
         streamed = client.chat.completions.create(model="small", messages=MESSAGES, stream=True)
         assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == " the quick brown fox jumps"
+        # A planned mid-stream drop, straight at the fake: the connection closes, its log stays clean.
+        cut = {"model": "m", "stream": True, "messages": MESSAGES, "fake": {"drop_after": 2}}
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.post(f"http://127.0.0.1:{fake_port}/v1/chat/completions", json=cut, timeout=10)
     finally:
         for process in (served, fake):
             process.send_signal(signal.SIGINT)
@@ -181,3 +196,95 @@ def test_version() -> None:
     result = gateway("--version")
     assert result.returncode == 0
     assert result.stdout.startswith("gateway ")
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "auth: no client keys: loopback clients only; admin endpoints: loopback only "
+             "(no admin key; set $GATEWAY_ADMIN_KEY to require one)"),
+        ({"GATEWAY_API_KEYS": "k1"}, "auth: 1 client key (1 from $GATEWAY_API_KEYS); admin endpoints: disabled "
+                                     "(set $GATEWAY_ADMIN_KEY to enable them)"),
+        ({"GATEWAY_API_KEYS": "k1,k2", "GATEWAY_ADMIN_KEY": "adm"},
+         "auth: 2 client keys (2 from $GATEWAY_API_KEYS); admin key $GATEWAY_ADMIN_KEY set"),
+    ],
+)  # fmt: skip
+def test_check_says_who_may_call_and_counts_in_proper_plural(
+    tmp_path: Path, env: dict[str, str], expected: str
+) -> None:
+    config = tmp_path / "one.toml"
+    config.write_text(
+        '[auth]\napi_keys_env = "GATEWAY_API_KEYS"\nadmin_key_env = "GATEWAY_ADMIN_KEY"\n'
+        '[[providers]]\nname = "groq"\nbase_url = "https://api.groq.com/openai/v1"\n'
+        '[[models]]\nname = "llama"\n  [[models.deployments]]\n  provider = "groq"\n  model = "x"\n'
+    )
+    result = gateway("check", "-c", str(config), env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{config}: 1 provider, 1 model"
+    assert expected in lines
+    assert "k1" not in result.stdout and "adm" not in result.stdout.replace("admin", "")
+
+
+def test_a_bare_gateway_prints_its_help() -> None:
+    result = gateway()
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.startswith("usage: gateway")
+    for command in ("serve", "check", "stats", "fake-provider", "demo", "bench"):
+        assert f"    {command}" in result.stdout
+    assert "gateway demo " in result.stdout  # the quick start
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (choices,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(choices.choices)
+
+
+def test_every_option_says_what_it_does_and_its_default() -> None:
+    for name, command in _subcommands().items():
+        text = command.format_help()
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, f"gateway {name} {action.option_strings}: no help text"
+            if action.default is not None and action.default is not False:
+                assert f"(default: {action.default})" in " ".join(text.split()), (name, action.option_strings)
+            else:  # nothing to show: the help itself says what happens without it (or it is a flag, "off")
+                assert "default" in action.help or isinstance(action, argparse._StoreTrueAction) or action.required, (
+                    name,
+                    action.option_strings,
+                )
+
+
+def test_every_command_has_two_or_three_examples_that_parse() -> None:
+    for name, command in _subcommands().items():
+        epilog = command.epilog or ""
+        examples = [line.strip() for line in epilog.splitlines()[1:]]
+        assert epilog.startswith("examples:") and 2 <= len(examples) <= 3, name
+        for example in examples:
+            words = shlex.split(example)
+            words = words[words.index("gateway") + 1 :]  # past any VAR=value prefix
+            assert words[0] == name, example
+            build_parser().parse_args(words)  # exits (SystemExit) on an option that does not exist
+        assert "examples:" in command.format_help()
+
+
+def test_every_gateway_command_in_the_readmes_parses() -> None:
+    """What a newcomer copies from the READMEs names only commands and options that exist."""
+    root = Path(__file__).resolve().parents[1]
+    found = 0
+    for readme in (root / "README.md", root / "deploy" / "README.md", root / "benchmarks" / "README.md"):
+        for block in re.findall(r"```(?:bash|sh)\n(.*?)```", readme.read_text(), re.DOTALL):
+            for line in block.splitlines():
+                command = line.split("  #")[0].strip()
+                if not command.startswith((".venv/bin/gateway ", "gateway ", "make demo")):
+                    continue
+                words = shlex.split(command)
+                if words[:2] == ["make", "demo"]:
+                    args = next((w.split("=", 1)[1] for w in words if w.startswith("DEMO_ARGS=")), "")
+                    words = ["gateway", "demo", *shlex.split(args)]
+                if words and words[0].endswith("gateway") and len(words) > 1:
+                    build_parser().parse_args(words[1:])  # SystemExit on an unknown command or option
+                    found += 1
+    assert found >= 8

@@ -14,6 +14,7 @@ deployment only when the ones before it fail (each request's ``fake`` object mak
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,8 @@ from typing import Any
 import pytest
 
 from gateway.fakes import FakeBehavior
-from tests.chromium import dump_dom, screenshot
+from tests.chromium import devtools, dump_dom, screenshot
+from tests.dashboard_screenshot import NARROW, WIDE, seeded_dashboard
 from tests.support.clients import sdk
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
@@ -112,3 +114,50 @@ def test_a_missing_chromium_fails_with_how_to_install_it(monkeypatch: pytest.Mon
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(AssertionError, match=r"apt-get install -y chromium"):
         dump_dom("http://127.0.0.1:9/dashboard")
+
+
+LAYOUT = """JSON.stringify((() => {
+  const box = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const charts = [...document.querySelectorAll("svg.scatter")].map((svg) => ({
+    svg: box(svg),
+    points: [...svg.querySelectorAll("g.point")].map((g) => g.querySelector("title").textContent.split(":")[0]),
+    labels: [...svg.querySelectorAll("text.label")].map((t) => [t.textContent, ...box(t)]),
+    ticks: [...svg.querySelectorAll("text.tick")].map((t) => t.textContent),
+  }));
+  const why = [...document.querySelectorAll(".why")].map((w) => ({box: box(w), text: w.innerText}));
+  return {width: window.innerWidth, scrollWidth: document.documentElement.scrollWidth, charts, why,
+          text: document.body.innerText};
+})())"""
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[2] - 0.5 and b[0] < a[2] - 0.5 and a[1] < b[3] - 0.5 and b[1] < a[3] - 0.5
+
+
+@pytest.mark.parametrize(("width", "height"), [WIDE, NARROW], ids=["desktop", "phone"])
+def test_the_dashboard_lays_out_at_a_desktop_and_a_phone_width(width: int, height: int, tmp_path: Path) -> None:
+    """The seeded page of ``tests.dashboard_screenshot``, measured where Chromium drew it."""
+    with seeded_dashboard() as url, devtools() as browser:
+        browser.open(url, width, height)
+        layout = json.loads(browser.evaluate(LAYOUT))
+        shot = browser.screenshot(tmp_path / f"dashboard-{width}.png")
+    assert layout["width"] == width
+    assert layout["scrollWidth"] <= width, "the page scrolls sideways"  # wide tables scroll inside their card
+    assert len(layout["charts"]) == 2
+    for chart in layout["charts"]:
+        labelled = [label[0] for label in chart["labels"]]
+        assert sorted(labelled) == sorted(chart["points"]), "every point keeps its label"
+        for name, *label in chart["labels"]:
+            svg = chart["svg"]
+            assert svg[0] - 1 <= label[0] and label[2] <= svg[2] + 1, f"{name}'s label leaves the chart"
+        boxes = [label[1:] for label in chart["labels"]]
+        assert not any(_overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :]), chart["labels"]
+        assert any(tick.endswith(" ms") for tick in chart["ticks"])  # the log time axis: ms and s ticks
+    assert len(layout["why"]) == 2
+    for why in layout["why"]:
+        assert why["box"][3] > why["box"][1] and "WHY THE NEXT REQUEST GOES WHERE IT GOES" in why["text"].upper()
+        assert "Predicted time" in why["text"] and "CHEAPEST" in why["text"].upper()
+    assert "–" not in layout["text"]  # "no samples" in words, never a dash
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == width
+    assert shot.stat().st_size > 50_000  # a drawn page, not a blank one

@@ -35,7 +35,7 @@ def test_without_client_keys_loopback_gets_the_page_with_a_strict_policy(
     sdk(gateway.base_url).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     wait_until(lambda: len(gateway.samples.samples) >= 1, what="the sample")
     page = httpx.get(gateway.url + "/dashboard")
-    assert '<span class="dep">first</span>' in page.text and "1 samples in 5 min" in page.text
+    assert '<span class="dep">first</span>' in page.text and "1 sample in 5 min" in page.text
     # Today's router follows the config: the page says so, and names the first deployment.
     assert re.search(
         r'next request goes to <span class="chip"[^>]*>first</span><span class="basis"[^>]*>config order', page.text
@@ -69,3 +69,14 @@ def test_with_client_keys_a_browser_hands_over_its_key_once(
     # Tools send the key as a header, like for /v1/gateway/stats; a stale cookie is refused.
     assert httpx.get(gateway.url + "/dashboard", headers={"authorization": "Bearer other"}).status_code == 200
     assert httpx.get(gateway.url + "/dashboard", cookies={"gateway_dashboard_key": WRONG}).status_code == 401
+
+
+def test_the_root_address_leads_a_browser_to_the_dashboard(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
+    gateway = start_gateway(gateway_config([fakes.start("p")]), environ={"GATEWAY_API_KEYS": KEY})
+    bare = httpx.get(gateway.url + "/")
+    assert bare.status_code == 307 and bare.headers["location"] == "/dashboard"
+    # A key handed to the root address goes along, and the usual hand-off follows.
+    followed = httpx.get(gateway.url + "/", params={"key": KEY}, follow_redirects=True)
+    assert followed.status_code == 200 and str(followed.url) == gateway.url + "/dashboard"
+    assert "No traffic measured yet" in followed.text
+    assert httpx.post(gateway.url + "/").status_code == 405

@@ -82,6 +82,9 @@ class Elements(HTMLParser):
     def handle_data(self, data: str) -> None:
         self.text.append(data)
 
+    def text_content(self) -> str:
+        return "".join(self.text)
+
 
 ALLOWED_TAGS = {
     "html", "head", "meta", "title", "link", "noscript", "style", "body", "header", "div", "span", "main",
@@ -131,11 +134,14 @@ def test_rows_bars_and_scatter_of_a_measured_model() -> None:
     assert '<noscript><meta http-equiv="refresh" content="3"></noscript>' in page
 
 
-def test_a_model_without_samples_beside_a_measured_one_shows_dashes_and_no_chart() -> None:
+def test_a_model_without_samples_says_so_in_words_and_draws_no_chart() -> None:
     cfg = config({"busy": [("a", "a")], "quiet": [("b", "b")]})
     page = render_page(view(cfg, [sample("a", 0.1, 50.0, model="busy")]), nonce=NONCE)
-    quiet = page[page.index("<h2>quiet</h2>") :]
-    assert "0 samples in 5 min" in quiet and "<b>–</b> tok/s" in quiet and "No speed samples yet" in quiet
+    busy, quiet = page[page.index("<h2>busy</h2>") : page.index("<h2>quiet</h2>")], page[page.index("<h2>quiet</h2>") :]
+    assert "1 sample in 5 min" in busy and "1 samples" not in page
+    assert "0 samples in 5 min" in quiet and "No speed samples yet" in quiet
+    assert '<td class="none" colspan="3">no samples in the window</td>' in quiet
+    assert "–" not in Elements(page).text_content() and "<b>–</b>" not in page  # no dash that reads as zero
     assert page.count('<svg class="scatter"') == 1
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import random
+
 from gateway.config import GatewayConfig, parse_config
-from gateway.dashboard.chart import CHAR_W, axis_ticks, nice_ticks, place_labels
+from gateway.dashboard.chart import CHAR_W, log_ticks, nice_ticks, place_labels, render_scatter, speed_ticks
 from gateway.dashboard.view import PALETTE, config_order_choices, model_boards, pareto_frontier
 from gateway.leaderboard import leaderboard
 from gateway.samples import Sample
@@ -99,16 +102,35 @@ def test_axis_ticks_are_round_and_cover_the_values() -> None:
     assert nice_ticks(0.0, 0.83) == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert nice_ticks(0.0, 443.0) == [0.0, 200.0, 400.0, 600.0]
     assert nice_ticks(0.0, 1200.0) == [0.0, 500.0, 1000.0, 1500.0]
-    assert nice_ticks(63.0, 98.0) == [60.0, 70.0, 80.0, 90.0, 100.0]
     for values in ([0.013], [0.2, 0.4], [1.0, 7.0], [50.0, 99.0], [10.0, 3_333.0], [0.0]):
-        ticks = axis_ticks(values)
-        assert ticks[0] <= min(values) and ticks[-1] >= max(values) and 3 <= len(ticks) <= 7
+        ticks = speed_ticks(values)
+        assert ticks[0] == 0.0 and ticks[-1] >= max(values) and 3 <= len(ticks) <= 7
+    for values in ([0.013], [0.2, 0.4], [1.0, 7.0], [0.05, 9.0], [0.3, 0.31]):
+        ticks = log_ticks(values)
+        assert ticks[0] <= min(values) and ticks[-1] >= max(values) and 2 <= len(ticks) <= 7
+        for tick in ticks:  # every tick is 1, 2 or 5 times a power of ten
+            mantissa = tick / 10 ** math.floor(math.log10(tick) + 1e-9)
+            assert any(math.isclose(mantissa, m) for m in (1.0, 2.0, 5.0)), ticks
 
 
-def test_an_axis_starts_at_zero_unless_the_values_cluster_far_from_it() -> None:
-    assert axis_ticks([30.0, 400.0])[0] == 0.0
-    clustered = axis_ticks([72.0, 79.0, 94.6])
-    assert 0 < clustered[0] <= 72.0 and clustered[-1] >= 94.6
+def test_speed_starts_at_zero_and_time_is_logarithmic_so_small_gaps_stay_small() -> None:
+    # 72 against 94.6 tokens/s: a 30% gap, drawn as one (a zoomed axis would make it look tenfold).
+    clustered = speed_ticks([72.0, 79.0, 94.6])
+    assert clustered[0] == 0.0 and clustered[-1] == 200.0
+    # 0.3 s against 3 s is a tenfold gap; 1 s against 1.3 s is not: equal ratios, equal distances.
+    assert log_ticks([0.3, 3.0]) == [0.2, 0.5, 1.0, 2.0, 5.0]
+
+
+def test_axes_stay_put_while_the_medians_wander_between_refreshes() -> None:
+    rng = random.Random(3)
+    base = {"a": (0.42, 240.0), "b": (1.9, 270.0), "c": (0.36, 61.0)}
+    seen_x, seen_y = set(), set()
+    for _ in range(50):  # fifty refreshes, each median moving by up to ±8%
+        ttfts = [t * rng.uniform(0.92, 1.08) for t, _ in base.values()]
+        speeds = [v * rng.uniform(0.92, 1.08) for _, v in base.values()]
+        seen_x.add(tuple(log_ticks(ttfts)))
+        seen_y.add(tuple(speed_ticks(speeds)))
+    assert len(seen_x) == 1 and len(seen_y) == 1, (seen_x, seen_y)
 
 
 def test_labels_avoid_each_other_and_keep_the_chosen_and_frontier_first() -> None:
@@ -130,3 +152,16 @@ def test_labels_avoid_each_other_and_keep_the_chosen_and_frontier_first() -> Non
     for i, a in enumerate(boxes):
         for b in boxes[i + 1 :]:
             assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]), (a, b)
+
+
+def test_every_point_keeps_its_label_even_in_a_crowd() -> None:
+    names = [f"provider-{i}" for i in range(9)]
+    cfg = config(("m", names))
+    samples = [sample(name, 0.40 + i * 0.001, 95.0 - i * 0.1) for i, name in enumerate(names)]
+    rows = leaderboard(StatsSnapshot.from_samples(samples), cfg.models)
+    board = model_boards(rows, cfg.models, config_order_choices(cfg.models))[0]
+    at = {name: (200.0 + i, 60.0 + i) for i, name in enumerate(names)}  # nine points on top of each other
+    placed = place_labels(board.deployments, at)
+    assert set(placed) == set(names)
+    svg = render_scatter(board)
+    assert all(f">{name}</text>" in svg for name in names)

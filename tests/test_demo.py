@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -10,14 +11,18 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import openai
 import pytest
 
-from gateway.demo import DEMO_MODELS, GATEWAY_PAGES, demo_config
+from gateway.config import load_config
+from gateway.demo import DEMO_MODELS, GATEWAY_PAGES, demo_config, demo_config_data, write_demo_config
 from gateway.fakes.profiles import DEMO_PROFILES
 
 BASE_URL = re.compile(r"OpenAI base_url\s+(http://\S+/v1)")
@@ -28,9 +33,22 @@ READY = "Ctrl-C stops everything."
 class DemoProcess:
     """``gateway demo`` in a subprocess; its output is collected by a thread so that reads never block."""
 
-    def __init__(self, *args: str) -> None:
-        command = [sys.executable, "-m", "gateway", "demo", "--port", "0", *args]
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(
+        self,
+        *args: str,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        program = command or [sys.executable, "-m", "gateway"]
+        self.proc = subprocess.Popen(
+            [*program, "demo", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            env=env,
+        )
         self.lines: list[str] = []
         self.errors: list[str] = []
         self._threads = [
@@ -212,3 +230,73 @@ def test_demo_config_deploys_every_model_on_running_fakes() -> None:
         assert [d.provider for d in declared.deployments] == list(providers)
         assert {d.model for d in declared.deployments} == {upstream}
         assert all(d.price_out > d.price_in > 0 for d in declared.deployments)
+
+
+def test_the_written_config_reads_back_as_the_demos_own(tmp_path: Path) -> None:
+    urls = {p.name: f"http://127.0.0.1:{9000 + i}/v1" for i, p in enumerate(DEMO_PROFILES)}
+    path = tmp_path / "demo.toml"
+    write_demo_config(str(path), demo_config_data(urls, "127.0.0.1", 8123))
+    text = path.read_text()
+    assert text.startswith("# Written by `gateway demo` at ")
+    assert tomllib.loads(text) == demo_config_data(urls, "127.0.0.1", 8123)
+    assert load_config(path).server.port == 8123
+
+
+def _try_it(lines: list[str]) -> list[str]:
+    start = next(i for i, line in enumerate(lines) if "try it" in line)
+    commands = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("    "):
+            break
+        commands.append(line.strip())
+    return commands
+
+
+def test_the_banners_commands_run_as_printed_without_an_activated_venv(
+    demo_process: list[DemoProcess], tmp_path: Path
+) -> None:
+    """As `make demo` runs it: the venv's own `gateway` script, from the checkout, with the venv not on PATH."""
+    root = Path(__file__).resolve().parents[1]
+    script = Path(sys.executable).parent / "gateway"
+    assert script.is_file(), "the venv's gateway script (make install) is missing"
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != venv_bin)
+    env = {**os.environ, "PATH": path}
+    env.pop("VIRTUAL_ENV", None)
+    config = tmp_path / "demo.toml"
+    demo = DemoProcess(
+        "--traffic", "0", "--degrade-after", "-1", "--duration", "120", "--write-config", str(config),
+        command=[str(script)], cwd=root, env=env,
+    )  # fmt: skip
+    demo_process.append(demo)
+    demo.wait_for(READY)
+    commands = _try_it(demo.lines)
+    banner = "\n".join(demo.lines)
+    assert all(option in banner for option in ("--traffic RATE", "--port PORT", "--duration SECONDS"))
+    assert f"config written to {config}" in banner
+    activate = [c for c in commands if c.startswith("(or run `source ")]
+    runnable = [c for c in commands if not c.startswith("(")]
+    assert len(runnable) == 5 and len(activate) == 1, commands
+
+    def run(command: str) -> subprocess.CompletedProcess[str]:
+        if " bench " in command:  # as printed, then shortened: later options win in argparse
+            command += " -n 1 --max-tokens 16 --timeout 30"
+        return subprocess.run(["bash", "-c", command], cwd=root, env=env, capture_output=True, text=True, timeout=90)
+
+    with ThreadPoolExecutor(len(runnable)) as pool:  # side by side: the benches wait on slow simulated providers
+        results = list(pool.map(run, runnable))
+    for command, done in zip(runnable, results, strict=True):
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        if command.startswith("curl"):
+            assert done.stdout.rstrip().endswith("data: [DONE]")
+        elif " bench " in command:
+            assert "Tokens/s p50" in done.stdout and "fail" not in done.stdout.split("Tokens/s p50")[1].split("\n")[2]
+        elif " stats " in command:
+            assert done.stdout.startswith("window 60 s")
+        else:
+            assert done.stdout.strip()  # the model's answer
+    line = activate[0].split("`")[1]  # source .../activate
+    done = subprocess.run(["bash", "-c", f"{line} && gateway --version && python -c 'import gateway'"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("gateway "), done.stderr
+    assert demo.stop() == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 
@@ -13,6 +14,7 @@ import pytest
 from gateway.fakes import FakeBehavior
 from gateway.fakes.provider import answer_words
 from tests.support.fakes import Fakes, FakeServer
+from tests.support.wait import wait_until
 
 MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
@@ -131,10 +133,35 @@ def test_stream_faults(fakes: Fakes) -> None:
     assert len(error) == 4  # role, two answer chunks, the error; no [DONE]
 
 
-def test_drop_breaks_the_connection(fakes: Fakes) -> None:
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_drop_breaks_the_connection_and_logs_no_traceback(fakes: Fakes) -> None:
+    # The server's own log, as `gateway fake-provider` and the demo print it: a planned drop is not a crash.
     fake = fakes.start("p", FakeBehavior(output_tokens=8, drop_after=2))
-    with pytest.raises(openai.APIError):
-        list(sdk(fake).chat.completions.create(model="m", messages=MESSAGES, stream=True))
+    handler = _Collect()
+    records = handler.records
+    server_log = logging.getLogger("uvicorn.error")
+    server_log.addHandler(handler)  # after the server started: uvicorn's log set-up replaces the handlers
+    try:
+        with pytest.raises(openai.APIError):
+            list(sdk(fake).chat.completions.create(model="m", messages=MESSAGES, stream=True))
+        # A real crash inside the app is still reported, traceback and all.
+        fake.app.behavior = FakeBehavior(output_tokens="eight")  # type: ignore[arg-type]
+        with pytest.raises(openai.APIError):
+            list(sdk(fake).chat.completions.create(model="m", messages=MESSAGES, stream=True))
+        wait_until(lambda: any(r.exc_info for r in records), what="the crash logged")
+    finally:
+        server_log.removeHandler(handler)
+    logged = [(r.getMessage().strip(), r.exc_info[0] if r.exc_info else None) for r in records]
+    assert len(logged) == 1 and logged[0][0] == "Exception in ASGI application", logged
+    assert logged[0][1] is TypeError
 
 
 def test_pacing_follows_ttft_and_speed(fakes: Fakes) -> None:

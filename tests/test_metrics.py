@@ -14,7 +14,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import AppOptions, create_app
-from gateway.config import ConfigError
+from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior
 from gateway.metrics import TPS_BUCKETS, TTFT_BUCKETS, Metrics, deployment_providers
 from gateway.samples import Sample
@@ -93,7 +93,7 @@ def test_metrics_after_real_traffic(fakes: Fakes, start_gateway: Callable[..., G
     assert value(series, "gateway_tokens_total", **m_good, type="output") == total * ANSWER_TOKENS
     input_tokens = value(series, "gateway_tokens_total", **m_good, type="input")
     assert input_tokens is not None and input_tokens > 0
-    assert value(series, "gateway_tokens_total", **m_bad, type="input") is None  # failures are not charged
+    assert value(series, "gateway_tokens_total", **m_bad, type="input") == 0  # failures are not charged
     cost = value(series, "gateway_cost_usd_total", **m_good)
     expected_cost = sum(s.cost_usd or 0.0 for s in gateway.samples.samples)
     assert cost == pytest.approx(expected_cost) and expected_cost > 0
@@ -119,10 +119,10 @@ def test_window_gauges_from_a_snapshot(fakes: Fakes, start_gateway: Callable[...
     labels = {"model": "m", "provider": "good", "deployment": "good"}
     assert value(series, "gateway_window_samples", **labels) == 3
     assert value(series, "gateway_window_success_ratio", **labels) == 1
-    p50 = value(series, "gateway_window_ttft_seconds", **labels, quantile="0.5")
-    p95 = value(series, "gateway_window_ttft_seconds", **labels, quantile="0.95")
+    p50 = value(series, "gateway_window_ttft_seconds", **labels, q="0.5")
+    p95 = value(series, "gateway_window_ttft_seconds", **labels, q="0.95")
     assert p50 is not None and p95 is not None and FIRST_TOKEN_S * 0.98 <= p50 <= p95
-    assert value(series, "gateway_window_tokens_per_second", **labels, quantile="0.05") is not None
+    assert value(series, "gateway_window_tokens_per_second", **labels, q="0.05") is not None
 
     # A deployment gone from the window loses its series (no stale gauges).
     metrics = Metrics(process_metrics=False)
@@ -171,6 +171,73 @@ def test_hooks_for_router_and_stats() -> None:
     metrics.attempt_started("m", "groq", "groq")
     metrics.attempt_ended("m", "groq", "groq")
     assert get("gateway_inflight_requests", {"provider": "groq"}) == 1
+
+
+def test_every_series_the_config_bounds_exists_before_any_traffic(
+    fakes: Fakes, start_gateway: Callable[..., Gateway]
+) -> None:
+    a, b = fakes.start("a"), fakes.start("b")
+    gateway = start_gateway(gateway_config([a, b]))
+    series = scrape(gateway)  # no request sent yet
+    for provider in ("a", "b"):
+        pair = {"model": "m", "provider": provider}
+        assert value(series, "gateway_fallbacks_total", **pair) == 0
+        assert value(series, "gateway_hedges_total", **pair, result="won") == 0
+        assert value(series, "gateway_hedges_total", **pair, result="lost") == 0
+        assert value(series, "gateway_stream_breaks_total", **pair, result="recovered") == 0
+        assert value(series, "gateway_routing_decisions_total", **pair, reason="hedge") == 0
+        assert value(series, "gateway_upstream_requests_total", **pair, outcome="timeout") == 0
+        assert value(series, "gateway_requests_total", **pair, status_class="5xx") == 0
+        assert value(series, "gateway_tokens_total", **pair, type="output") == 0
+        assert value(series, "gateway_cost_usd_total", **pair) == 0
+        assert value(series, "gateway_circuit_state", provider=provider, state="closed") == 1
+        assert value(series, "gateway_circuit_state", provider=provider, state="open") == 0
+        assert value(series, "gateway_circuit_state", provider=provider, state="half_open") == 0
+        assert value(series, "gateway_inflight_requests", provider=provider) == 0
+    # Only pairs the config deploys: no model × provider cross product beyond it.
+    assert value(series, "gateway_fallbacks_total", model="m", provider="") is None
+
+
+def test_prepare_on_reload_adds_new_series_and_keeps_circuit_states() -> None:
+    metrics = Metrics(process_metrics=False)
+    get = metrics.registry.get_sample_value
+    first = _two_model_config(["a"])
+    metrics.prepare(first)
+    metrics.set_circuit_state("a", "open")
+    metrics.hedge_ended("m", "a", "a", "won", True)
+    metrics.prepare(_two_model_config(["a", "b"]))  # a reload that adds provider b
+    assert get("gateway_circuit_state", {"provider": "a", "state": "open"}) == 1  # not reset to closed
+    assert get("gateway_circuit_state", {"provider": "b", "state": "closed"}) == 1
+    assert get("gateway_hedges_total", {"model": "m", "provider": "a", "result": "won"}) == 1  # not reset
+    assert get("gateway_hedges_total", {"model": "n", "provider": "b", "result": "lost"}) == 0
+    assert get("gateway_provider_max_concurrency", {"provider": "b"}) == 8
+
+
+def _two_model_config(providers: list[str]) -> GatewayConfig:
+    return parse_config(
+        {
+            "providers": [{"name": p, "base_url": f"http://127.0.0.1:9/{p}", "max_concurrency": 8} for p in providers],
+            "models": [
+                {"name": name, "deployments": [{"provider": p, "model": "x"} for p in providers]} for name in ("m", "n")
+            ],
+        },
+        source="t.toml",
+    )
+
+
+def test_tokens_per_second_buckets_reach_what_fast_providers_and_mocks_stream() -> None:
+    # The seeds list 3,502 tok/s medians and a local mock streams ~36k: both below the top finite bucket.
+    assert TPS_BUCKETS[-1] >= 50_000 and list(TPS_BUCKETS) == sorted(TPS_BUCKETS)
+    metrics = Metrics(process_metrics=False)
+    for speed in (3_502.0, 36_000.0):
+        metrics.record(
+            Sample(model="m", deployment="d", provider="p", endpoint="chat", stream=True, outcome="ok",
+                   started_at=0.0, tokens_per_s=speed)
+        )  # fmt: skip
+    get = metrics.registry.get_sample_value
+    labels = {"model": "m", "provider": "p"}
+    assert get("gateway_tokens_per_second_bucket", {**labels, "le": "5000.0"}) == 1
+    assert get("gateway_tokens_per_second_bucket", {**labels, "le": "50000.0"}) == 2
 
 
 def test_failed_attempt_counts_no_latency_and_no_cost() -> None:

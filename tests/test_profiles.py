@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gateway.fakes.profiles import DEMO_PROFILES, Z95, Z99, ServingFigures, fit_sigma, profile
+from gateway.fakes.profiles import DEMO_PROFILES, Z95, Z99, ServingFigures, fit_sigma, profile, published_rows
 
 
 def _all_figures() -> list[ServingFigures]:
@@ -42,3 +42,22 @@ def test_profiles_have_distinct_trade_offs() -> None:
 def test_fit_sigma_is_exact_for_one_point() -> None:
     assert fit_sigma(1.0, [(Z95, math.exp(Z95 * 0.5))]) == pytest.approx(0.5)
     assert fit_sigma(100.0, [(-Z95, 100.0)]) == 0.0
+
+
+def test_the_published_figures_ship_with_the_package_and_state_their_sources() -> None:
+    rows = published_rows()
+    a = [row for (source, _), row in rows.items() if source == "A"]
+    b = [row for (source, _), row in rows.items() if source == "B"]
+    assert len(a) == 10 and len(b) == 13
+    for row in a:  # floors below the median, as a floor must be
+        assert float(row["tps_p50"]) > float(row["tps_p95_floor"]) > float(row["tps_p99_floor"]) > 0
+    for row in b:
+        assert float(row["ttft_p50_s"]) > 0 and float(row["price_per_1m_usd"]) > 0
+    from gateway.fakes.profiles import PROFILES_CSV
+
+    header = [line for line in PROFILES_CSV.read_text().splitlines() if line.startswith("#")]
+    assert any(line.startswith("# Source A:") for line in header) and any(
+        line.startswith("# Source B:") for line in header
+    )
+    # The profiles' figures are the file's: nimble streams at Novita AI's published median.
+    assert profile("nimble").figures.tps_p50 == float(rows[("A", "Novita AI")]["tps_p50"])

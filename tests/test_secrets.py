@@ -264,7 +264,7 @@ def test_no_secret_leaks_anywhere(
         env={**os.environ, **ENVIRON},
     )
     assert check.returncode == 0, check.stderr
-    assert "auth: 1 client key (1 from $CANARY_CLIENT_KEYS); admin key: $CANARY_ADMIN_KEY set" in check.stdout
+    assert "auth: 1 client key (1 from $CANARY_CLIENT_KEYS); admin key $CANARY_ADMIN_KEY set" in check.stdout
     outputs.append(check.stdout + check.stderr)
 
     logs = capture.texts + [caplog.text] + [r.getMessage() for r in caplog.records]

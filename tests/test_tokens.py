@@ -1,18 +1,24 @@
-"""The pinned tokenizer: by name or from a local rank file, with identical counts."""
+"""The pinned tokenizer: by name or from a local rank file, with identical counts, and offline."""
 
 from __future__ import annotations
 
-import os
-import shutil
+import hashlib
+import inspect
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import tiktoken
+import tiktoken.load
+import tiktoken_ext.openai_public
 
+import gateway.tokens
 from gateway.fakes.provider import WORDS, answer_words
-from gateway.tokens import TokenizerError, load_token_counter
+from gateway.tokens import TokenizerError, bundled_ranks, load_token_counter, tiktoken_cache_file
 
-# tiktoken's cache keys (sha1 of the download URL) of the two encodings shipped offline.
+NAMES = ["o200k_base", "cl100k_base"]
+# tiktoken's cache keys (sha1 of the download URL) of the two encodings shipped with the package.
 CACHE_FILES = {
     "o200k_base": "fb374d419588a4632f3f557e76b4b70aebbca790",
     "cl100k_base": "9b5ad71b2ce5302211f9c61530b329a4922fc6a4",
@@ -28,22 +34,116 @@ TEXTS = [
 ]
 
 
-def cache_file(name: str) -> Path:
-    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR")
-    assert cache_dir, "TIKTOKEN_CACHE_DIR must point at the offline encodings (see ../shared/tiktoken/README.md)"
-    path = Path(cache_dir) / CACHE_FILES[name]
-    assert path.is_file(), f"{path} is missing"
-    return path
+@pytest.fixture
+def fresh_loads() -> Iterator[None]:
+    """Each load in the test really loads (the per-process cache is emptied before and after)."""
+    load_token_counter.cache_clear()
+    yield
+    load_token_counter.cache_clear()
 
 
-@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
-def test_name_and_file_give_identical_tokens(tmp_path: Path, name: str) -> None:
+@pytest.fixture
+def no_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any attempt of tiktoken's to fetch a file fails the test (this machine is offline anyway)."""
+
+    def refuse(blobpath: str) -> bytes:
+        raise AssertionError(f"tiktoken tried to download {blobpath}")
+
+    monkeypatch.setattr(tiktoken.load, "read_file", refuse)
+
+
+def cache_folder(tmp_path: Path, *names: str) -> Path:
+    """A tiktoken cache folder holding the shipped files of ``names`` under tiktoken's own keys."""
+    folder = tmp_path / "tiktoken-cache"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / CACHE_FILES[name]).write_bytes(bundled_ranks(name))
+    return folder
+
+
+def tiktokens_own(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tiktoken.Encoding:
+    """The encoding exactly as tiktoken builds it (its constructor, pattern and special tokens), from a cache."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache_folder(tmp_path, name)))
+    return tiktoken.Encoding(**tiktoken_ext.openai_public.ENCODING_CONSTRUCTORS[name]())
+
+
+def cache_file(name: str, tmp_path: Path) -> Path:
+    return cache_folder(tmp_path, name) / CACHE_FILES[name]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_shipped_files_are_the_ones_tiktoken_pins(name: str) -> None:
+    # The sha256 tiktoken's own source pins for the download is the shipped file's.
+    source = inspect.getsource(tiktoken_ext.openai_public)
+    pinned = re.search(rf"encodings/{name}\.tiktoken\",\s*expected_hash=\"([0-9a-f]{{64}})\"", source)
+    assert pinned is not None
+    assert hashlib.sha256(bundled_ranks(name)).hexdigest() == pinned.group(1)
+    cached = tiktoken_cache_file(name)
+    assert cached is not None and cached.name == CACHE_FILES[name]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_name_loads_offline_from_the_shipped_file_when_the_cache_lacks_it(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_loads: None, no_downloads: None
+) -> None:
+    expected = tiktokens_own(name, monkeypatch, tmp_path / "reference")
+    empty = tmp_path / "empty-cache"
+    empty.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(empty))
+    counter = load_token_counter(name)
+    assert counter.name == name
+    for text in TEXTS:
+        assert counter.encoding.encode_ordinary(text) == expected.encode_ordinary(text)
+    assert counter.encoding.encode("<|endoftext|>", allowed_special="all") == expected.encode(
+        "<|endoftext|>", allowed_special="all"
+    )
+    assert counter.encoding.special_tokens_set == expected.special_tokens_set
+    assert list(empty.iterdir()) == []  # nothing written to the user's cache
+
+
+def test_a_damaged_cache_file_is_not_trusted_and_nothing_is_downloaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_loads: None, no_downloads: None
+) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / CACHE_FILES["o200k_base"]).write_bytes(b"YQ== 0\n")  # wrong sha256: tiktoken would re-download
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(folder))
+    assert load_token_counter("o200k_base").count("Hello, world!") == 4
+
+
+def test_a_cache_that_holds_the_file_is_read_by_tiktoken_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_loads: None, no_downloads: None
+) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache_folder(tmp_path, "o200k_base")))
+
+    def unused(name: str) -> bytes:
+        raise AssertionError("the shipped file was read although tiktoken's cache holds the encoding")
+
+    monkeypatch.setattr(gateway.tokens, "bundled_ranks", unused)
+    assert load_token_counter("o200k_base").count("Hello, world!") == 4
+
+
+def test_a_turned_off_cache_uses_the_shipped_file(
+    monkeypatch: pytest.MonkeyPatch, fresh_loads: None, no_downloads: None
+) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")  # tiktoken's way of saying: always download
+    assert tiktoken_cache_file("o200k_base") is None
+    assert load_token_counter("o200k_base").count("Hello, world!") == 4
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_name_and_file_give_identical_tokens(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch, fresh_loads: None, no_downloads: None
+) -> None:
+    untouched = tmp_path / "users-cache"
+    untouched.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(untouched))
     by_name = load_token_counter(name)
     named_file = tmp_path / f"{name}.tiktoken"
-    shutil.copyfile(cache_file(name), named_file)
+    named_file.write_bytes(bundled_ranks(name))
     by_file = load_token_counter(str(named_file))
     # A file named only by its cache key is recognised by its number of ranks.
-    by_cache_key = load_token_counter(str(cache_file(name)))
+    by_cache_key = load_token_counter(str(cache_file(name, tmp_path)))
     assert by_name.name == by_file.name == by_cache_key.name == name
     for text in TEXTS:
         expected = by_name.encoding.encode_ordinary(text)
@@ -51,7 +151,9 @@ def test_name_and_file_give_identical_tokens(tmp_path: Path, name: str) -> None:
         assert by_cache_key.encoding.encode_ordinary(text) == expected
         assert by_name.count(text) == by_file.count(text) == by_cache_key.count(text) == len(expected)
     # Special tokens are known to the file-loaded encoding too (same ids as tiktoken's own).
-    assert by_file.encoding.encode("<|endoftext|>", allowed_special="all") == tiktoken.get_encoding(name).encode(
+    assert list(untouched.iterdir()) == []  # loading a file by path copies nothing into tiktoken's cache
+    reference = tiktokens_own(name, monkeypatch, tmp_path / "reference")
+    assert by_file.encoding.encode("<|endoftext|>", allowed_special="all") == reference.encode(
         "<|endoftext|>", allowed_special="all"
     )
 
@@ -62,7 +164,7 @@ def test_counter_counts_special_token_text_as_plain_text() -> None:
     assert counter.count("") == 0
 
 
-@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+@pytest.mark.parametrize("name", NAMES)
 def test_fake_provider_words_are_one_token_each(name: str) -> None:
     """The fake's answers count exactly: the meter's expected token counts rely on it."""
     counter = load_token_counter(name)

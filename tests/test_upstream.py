@@ -6,12 +6,19 @@ import asyncio
 import json
 import socket
 
+import aiohttp
 import pytest
 
 from gateway.config import ProviderConfig, parse_config
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from gateway.fakes import FakeBehavior
-from gateway.upstream import AttemptTimeouts, UpstreamClient, UpstreamPool, forwardable_headers
+from gateway.upstream import (
+    AttemptTimeouts,
+    UpstreamClient,
+    UpstreamPool,
+    describe_transport_error,
+    forwardable_headers,
+)
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.wait import wait_until
 
@@ -135,7 +142,7 @@ def test_hang_before_headers_is_upstream_timeout(fakes: Fakes) -> None:
         finally:
             await client.aclose()
 
-    with pytest.raises(UpstreamTimeout, match=r"^p: upstream did not answer in time"):
+    with pytest.raises(UpstreamTimeout, match=r"^p: upstream did not answer in time$"):
         asyncio.run(go())
     wait_until(lambda: fake.app.state.cancelled == 1)
 
@@ -172,7 +179,7 @@ def test_dropped_connection_is_upstream_unavailable(fakes: Fakes) -> None:
         finally:
             await client.aclose()
 
-    with pytest.raises(UpstreamUnavailable, match=r"^p: upstream stream broke"):
+    with pytest.raises(UpstreamUnavailable, match=r"^p: the provider closed the stream mid-answer$"):
         asyncio.run(go())
 
 
@@ -233,3 +240,42 @@ def test_pool_has_one_client_per_provider(fakes: Fakes) -> None:
     asyncio.run(go())
     assert first.app.state.recorded[0].headers["authorization"] == "Bearer sk-a"
     assert "authorization" not in second.app.state.recorded[0].headers
+
+
+@pytest.mark.parametrize(
+    ("error", "mid_answer", "expected"),
+    [
+        (
+            aiohttp.ClientPayloadError(
+                "Response payload is not completed: <TransferEncodingError: 400, message='Not enough data to "
+                "satisfy transfer length header.'>"
+            ),
+            True,
+            "the provider closed the stream mid-answer",
+        ),
+        (aiohttp.ServerDisconnectedError(), False, "the provider closed the connection before answering"),
+        (aiohttp.ServerDisconnectedError(), True, "the provider closed the connection mid-answer"),
+        (
+            aiohttp.ClientOSError(104, "Connection reset by peer"),
+            True,
+            "the connection to the provider was reset mid-answer",
+        ),
+        (
+            aiohttp.ClientConnectionResetError("Cannot write to closing transport"),
+            False,
+            "the connection to the provider was reset",
+        ),
+        (
+            aiohttp.ClientResponseError(None, (), status=400, message="Invalid header"),  # type: ignore[arg-type]
+            False,
+            "the provider sent a malformed HTTP response",
+        ),
+        (aiohttp.ClientError("something aiohttp says"), True, "the stream from the provider broke mid-answer"),
+    ],
+)
+def test_transport_errors_read_as_plain_words_never_as_aiohttps_internals(
+    error: BaseException, mid_answer: bool, expected: str
+) -> None:
+    described = describe_transport_error(error, mid_answer=mid_answer)
+    assert described == expected
+    assert "Error" not in described and "message=" not in described and "aiohttp" not in described

@@ -16,13 +16,15 @@ from typing import TextIO
 
 import aiohttp
 
-from gateway.bench.report import ProgressBar, format_table, summarize, write_outputs
+from gateway.bench.progress import BenchProgress
+from gateway.bench.report import format_table, summarize, summarize_by_provider, write_outputs
 from gateway.bench.runner import BenchError, BenchRunner, BenchSettings, BenchTarget, RequestResult
 from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets, token_cost_usd
 from gateway.prompts import PromptsError, builtin_prompts, load_prompts
 from gateway.samples import Sample
 from gateway.stats import StatsStore, StoreHealth, open_stats_store
 from gateway.tokens import TokenizerError, load_token_counter
+from gateway.upstream import describe_transport_error
 
 
 def targets_from_config(
@@ -69,8 +71,10 @@ async def targets_from_gateway(url: str, api_key: str | None, models: Sequence[s
                     if response.status != 200:
                         raise BenchError(f"{base}/models answered {response.status}: name the models with --model")
                     listing = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise BenchError(f"cannot list the models of {base}: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BenchError(f"cannot list the models of {base}: {describe_transport_error(exc)}") from exc
+        except ValueError as exc:
+            raise BenchError(f"cannot list the models of {base}: the answer is not JSON") from exc
         names = [m["id"] for m in listing.get("data", []) if isinstance(m, dict) and isinstance(m.get("id"), str)]
         if not names:
             raise BenchError(f"{base}/models lists no models: name them with --model")
@@ -147,8 +151,19 @@ class BenchOptions:
     """Names the variable holding the key sent to ``url`` (a gateway's client key), if it needs one."""
 
 
-def run_bench_command(options: BenchOptions, environ: Mapping[str, str], out: TextIO) -> int:
-    """Run the benchmark as the CLI does: print the table, write the files, seed the store. The exit status."""
+async def _run_with_progress(runner: BenchRunner, progress: BenchProgress) -> list[RequestResult]:
+    work = asyncio.ensure_future(runner.run())
+    await progress.report_while(work)
+    return await work
+
+
+def run_bench_command(
+    options: BenchOptions, environ: Mapping[str, str], out: TextIO, progress_stream: TextIO = sys.stderr
+) -> int:
+    """Run the benchmark as the CLI does: print the table, write the files, seed the store. The exit status.
+
+    Progress goes to ``progress_stream`` (stderr: the table on stdout stays clean for a pipe).
+    """
     if options.seed_stats and options.config_path is None:
         return _fail("--seed-stats needs -c CONFIG: its [stats] section names the store")
     try:
@@ -160,20 +175,23 @@ def run_bench_command(options: BenchOptions, environ: Mapping[str, str], out: Te
             key = environ.get(options.api_key_env) or None
             targets += asyncio.run(targets_from_gateway(options.url, key, options.models))
         settings = options.settings
-        progress = ProgressBar(len(targets) * settings.requests)
-        runner = BenchRunner(targets, prompts, settings, counter, on_result=progress.advance)
+        progress = BenchProgress(targets, settings.requests, progress_stream)
+        runner = BenchRunner(
+            targets, prompts, settings, counter, on_result=progress.finished, on_start=progress.started
+        )
     except (ConfigError, PromptsError, TokenizerError, BenchError) as exc:
         return _fail(str(exc))
     source = options.prompts_path or f"built-in ({len(prompts)} short structured tasks)"
     print(
-        f"gateway bench: {len(targets)} targets x {settings.requests} requests, concurrency {settings.concurrency}, "
+        f"gateway bench: {len(targets)} target{'' if len(targets) == 1 else 's'} x {settings.requests} requests, "
+        f"concurrency {settings.concurrency}, "
         f"max_tokens {settings.max_tokens}, timeout {settings.timeout_s:g}s, prompts: {source}",
         file=out,
         flush=True,
     )
     interrupted = False
     try:
-        results = asyncio.run(runner.run())
+        results = asyncio.run(_run_with_progress(runner, progress))
     except KeyboardInterrupt:
         interrupted = True
         results = runner.finished()
@@ -184,6 +202,10 @@ def run_bench_command(options: BenchOptions, environ: Mapping[str, str], out: Te
     summaries = summarize(targets, results)
     print(file=out)
     print(format_table(summaries), file=out, flush=True)
+    by_provider = summarize_by_provider(targets, results)
+    if by_provider:
+        print("\nThrough the gateway, by the provider that served each request (x-gateway-provider):", file=out)
+        print(format_table(by_provider), file=out, flush=True)
     if options.out_prefix:
         paths = write_outputs(
             options.out_prefix,
@@ -192,6 +214,7 @@ def run_bench_command(options: BenchOptions, environ: Mapping[str, str], out: Te
             tokenizer=counter.name,
             summaries=summaries,
             results=results,
+            by_provider=by_provider,
         )
         print(f"\nwrote {', '.join(str(p) for p in paths)}", file=out)
     if options.seed_stats and config is not None:

@@ -1,4 +1,4 @@
-"""The benchmark's summaries, table, files and progress bar.
+"""The benchmark's summaries, tables and files (``gateway.bench.progress`` draws the progress).
 
 Percentiles are nearest-rank over *every* request sent to a target, so that timeouts and
 errors stay in the denominator, as the public leaderboards count them:
@@ -19,12 +19,11 @@ import csv
 import dataclasses
 import json
 import math
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from gateway import tables
 from gateway.bench.runner import BenchSettings, BenchTarget, RequestResult
@@ -116,6 +115,28 @@ def summarize(targets: Sequence[BenchTarget], results: Sequence[RequestResult]) 
     ]
 
 
+NO_PROVIDER = "(no provider)"
+"""Where a gateway's answer without ``x-gateway-provider`` is counted (no provider could answer)."""
+
+
+def summarize_by_provider(targets: Sequence[BenchTarget], results: Sequence[RequestResult]) -> list[TargetSummary]:
+    """Each gateway target split by the provider that served each request (``x-gateway-provider``).
+
+    Rows are named ``<target> via <provider>`` and ranked, fastest first, within their target: what
+    the gateway's routing got from each provider it chose, measured as the client saw it.
+    """
+    rows: list[TargetSummary] = []
+    for target in targets:
+        if target.kind != "gateway":
+            continue
+        mine = [r for r in results if r.target == target.name]
+        providers = sorted({r.served_by or NO_PROVIDER for r in mine})
+        parts = [dataclasses.replace(target, name=f"{target.name} via {p}") for p in providers]
+        relabelled = [dataclasses.replace(r, target=f"{target.name} via {r.served_by or NO_PROVIDER}") for r in mine]
+        rows.extend(summarize(parts, relabelled))
+    return rows
+
+
 TABLE_HEADER = (
     "Target",
     "Tokens/s p50",
@@ -129,7 +150,8 @@ TABLE_HEADER = (
 
 
 def _speed(value: float | None) -> str:
-    return "fail" if value is None else f"{value:.1f}"
+    # A speed floor that lands on a failure is 0.0, not None: None means no answer had two tokens.
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _seconds(value: float | None) -> str:
@@ -171,6 +193,7 @@ def write_outputs(
     tokenizer: str,
     summaries: Sequence[TargetSummary],
     results: Sequence[RequestResult],
+    by_provider: Sequence[TargetSummary] = (),
 ) -> list[Path]:
     """``PREFIX.json`` (settings, summaries, every request), ``PREFIX.csv`` (the table) and ``PREFIX.requests.csv``."""
     base = Path(prefix)
@@ -187,6 +210,7 @@ def write_outputs(
             "tokenizer": tokenizer,
         },
         "targets": [dataclasses.asdict(s) for s in summaries],
+        "by_provider": [dataclasses.asdict(s) for s in by_provider],
         "requests": [dataclasses.asdict(r) for r in results],
     }
     paths[0].write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -202,35 +226,3 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> No
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-
-
-class ProgressBar:
-    """A one-line progress bar on a terminal; silent when the stream is not a TTY (pipes, CI, tests)."""
-
-    WIDTH = 30
-
-    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
-        self.total = max(1, total)
-        self.done = 0
-        self.failed = 0
-        self.stream = stream
-        self.enabled = stream.isatty()
-        self.started = time.monotonic()
-
-    def advance(self, result: RequestResult) -> None:
-        self.done += 1
-        self.failed += result.outcome != "ok"
-        if self.enabled:
-            filled = self.WIDTH * self.done // self.total
-            elapsed = int(time.monotonic() - self.started)
-            failed = f", {self.failed} failed" if self.failed else ""
-            self.stream.write(
-                f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {self.done}/{self.total} requests{failed}  "
-                f"{elapsed // 60}:{elapsed % 60:02d}"
-            )
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()

@@ -28,6 +28,7 @@ from gateway.errors import describe_error_body
 from gateway.meter import StreamMeter
 from gateway.samples import Outcome
 from gateway.tokens import TokenCounter
+from gateway.upstream import describe_transport_error
 
 TargetKind = Literal["direct", "gateway"]
 TEMPERATURE = 0
@@ -89,6 +90,8 @@ class RequestResult:
     usage_completion_tokens: int | None = None
     prompt_tokens_estimate: int | None = None
     error: str | None = None
+    served_by: str | None = None
+    """Through a gateway: the provider that answered (its ``x-gateway-provider`` header); None otherwise."""
 
 
 def request_body(prompt: Mapping[str, Any], routed_model: str, max_tokens: int) -> bytes:
@@ -109,7 +112,8 @@ def _positive(value: Any, default: int) -> int:
 class BenchRunner:
     """Runs the benchmark: every target in parallel, each with ``concurrency`` workers over its N requests.
 
-    ``on_result`` hears each finished request (for a progress bar). Create and run in one event loop.
+    ``on_start`` hears each request as it is sent and ``on_result`` as it finishes (for progress).
+    Create and run in one event loop.
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class BenchRunner:
         settings: BenchSettings,
         counter: TokenCounter,
         on_result: Callable[[RequestResult], None] | None = None,
+        on_start: Callable[[BenchTarget], None] | None = None,
     ) -> None:
         if not targets:
             raise BenchError("nothing to benchmark: give -c CONFIG and/or --url URL")
@@ -129,6 +134,7 @@ class BenchRunner:
         self.settings = settings
         self.counter = counter
         self.on_result = on_result
+        self.on_start = on_start
         self.results: list[RequestResult] = []
         """Every finished request so far: what an interrupted run can still report."""
 
@@ -152,6 +158,8 @@ class BenchRunner:
         self, session: aiohttp.ClientSession, target: BenchTarget, indices: Iterator[int], out: list[RequestResult]
     ) -> None:
         for index in indices:
+            if self.on_start is not None:
+                self.on_start(target)
             result = await self.measure(session, target, index)
             out.append(result)
             if self.on_result is not None:
@@ -169,12 +177,15 @@ class BenchRunner:
         meter = StreamMeter(time.perf_counter, sent_at)
         last_at: float | None = None
         status: int | None = None
+        served_by: str | None = None
         outcome: Outcome | None = None
         error: str | None = None
         try:
             async with asyncio.timeout(self.settings.timeout_s):
                 async with session.post(target.base_url + "/chat/completions", data=body, headers=headers) as response:
                     status = response.status
+                    if target.kind == "gateway":
+                        served_by = response.headers.get("x-gateway-provider") or None
                     if status != 200:
                         outcome, error = "upstream_error", _error_text(await response.content.read(4096), status)
                     else:
@@ -186,7 +197,7 @@ class BenchRunner:
             outcome, error = "timeout", f"no complete answer within {self.settings.timeout_s:g}s"
         except aiohttp.ClientError as exc:
             outcome = "broken_stream" if meter.first_output_at is not None else "upstream_error"
-            error = str(exc) or type(exc).__name__
+            error = describe_transport_error(exc, mid_answer=status == 200)
         reading = meter.finish(self.counter)
         if outcome is None:
             if reading.error_message is not None:
@@ -214,6 +225,7 @@ class BenchRunner:
             usage_completion_tokens=reading.usage_completion_tokens,
             prompt_tokens_estimate=max(1, len(body) // 4),
             error=None if error is None else error[:MAX_ERROR_CHARS],
+            served_by=served_by,
         )
 
 

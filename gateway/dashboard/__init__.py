@@ -7,7 +7,7 @@
   router feeds.
 """
 
-from gateway.dashboard.endpoint import dashboard, routing_choices
+from gateway.dashboard.endpoint import dashboard, root, routing_choices
 from gateway.dashboard.view import RoutingChoice, pareto_frontier
 
-__all__ = ["RoutingChoice", "dashboard", "pareto_frontier", "routing_choices"]
+__all__ = ["RoutingChoice", "dashboard", "pareto_frontier", "root", "routing_choices"]

@@ -23,6 +23,7 @@ from gateway.auth import presented_key
 from gateway.dashboard.page import render_page
 from gateway.dashboard.text import esc
 from gateway.dashboard.view import DashboardView, RoutingChoice, model_boards
+from gateway.dashboard.why import WhyView, why_view
 from gateway.errors import AuthenticationFailed, GatewayError
 from gateway.leaderboard import leaderboard
 from gateway.routing.explain import policy_summary
@@ -32,12 +33,17 @@ KEY_COOKIE = "gateway_dashboard_key"
 
 
 def routing_choices(runtime: GatewayRuntime) -> dict[str, RoutingChoice]:
-    """Where each model's next request goes first: the router's current top candidate.
+    """Where each model's next request goes first: the router's current top candidate."""
+    return routing_views(runtime)[0]
+
+
+def routing_views(runtime: GatewayRuntime) -> tuple[dict[str, RoutingChoice], dict[str, WhyView]]:
+    """Each model's next deployment and why: the router's own ranking (``MeasuredRouter.rank``).
 
     It is the ranking behind ``GET /v1/gateway/routes``, for a typical request (500 prompt
     tokens, the model's observed answer length); a request's own size and overrides may change it.
     """
-    choices = {}
+    choices, why = {}, {}
     for model in runtime.config.models:
         ranking = runtime.router.rank(model)
         if not ranking.rows:
@@ -51,14 +57,16 @@ def routing_choices(runtime: GatewayRuntime) -> dict[str, RoutingChoice]:
             basis = "best score"
         detail = f"Policy {policy.name}: {policy_summary(policy)}. Every number: GET /v1/gateway/routes."
         choices[model.name] = RoutingChoice(top.deployment.name, basis, detail)
-    return choices
+        why[model.name] = why_view(ranking)
+    return choices, why
 
 
 def dashboard_view(runtime: GatewayRuntime, base_url: str) -> DashboardView:
     snapshot = runtime.stats.snapshot()
     rows = leaderboard(snapshot, runtime.config.models, runtime.in_flight)
+    choices, why = routing_views(runtime)
     return DashboardView(
-        boards=model_boards(rows, runtime.config.models, routing_choices(runtime)),
+        boards=model_boards(rows, runtime.config.models, choices, why),
         window_s=runtime.config.stats.window_s,
         taken_at=snapshot.taken_at,
         backend=runtime.config.stats.backend,
@@ -81,6 +89,12 @@ async def dashboard(request: Request) -> Response:
     nonce = secrets.token_urlsafe(16)
     page = render_page(dashboard_view(runtime, str(request.base_url)), nonce=nonce)
     return HTMLResponse(page, headers=_headers(nonce))
+
+
+async def root(request: Request) -> Response:
+    """``GET /``: a person who opens the gateway's address in a browser lands on the dashboard."""
+    query = request.url.query
+    return RedirectResponse("/dashboard" + (f"?{query}" if query else ""), status_code=307)
 
 
 def _with_key(scope: Mapping[str, Any], key: str) -> dict[str, Any]:

@@ -13,8 +13,9 @@ import time
 from importlib import resources
 
 from gateway.dashboard.chart import render_scatter
-from gateway.dashboard.text import duration, esc, percent, price, seconds, speed
+from gateway.dashboard.text import NO_SAMPLES, duration, esc, percent, plural, price, seconds, speed
 from gateway.dashboard.view import PALETTE, DashboardView, DeploymentView, ModelBoard
+from gateway.dashboard.why import render_why
 
 REFRESH_S = 3
 _STYLE = resources.files(__package__).joinpath("page.css").read_text(encoding="utf-8")
@@ -58,11 +59,11 @@ def render_board(view: DashboardView) -> str:
 
 def _status(view: DashboardView) -> str:
     store = "degraded" if view.health.degraded else "healthy"
-    updated = time.strftime("%H:%M:%S", time.localtime(view.taken_at)) if view.taken_at else "–"
+    updated = time.strftime("%H:%M:%S", time.localtime(view.taken_at)) if view.taken_at else "not yet"
     pills = [
         f'<span class="pill">window <b>{duration(view.window_s)}</b></span>',
         f'<span class="pill {store}">stats <b>{esc(view.backend)}</b> · {store}</span>',
-        f'<span class="pill"><b>{view.samples:,}</b> samples</span>',
+        f'<span class="pill"><b>{view.samples:,}</b> {"sample" if view.samples == 1 else "samples"}</span>',
         f'<span class="pill">updated <b>{updated}</b></span>',
     ]
     if view.health.dropped_samples:
@@ -116,9 +117,11 @@ def _card(board: ModelBoard, window_s: int) -> str:
     top_speed = max((d.row.tokens_per_s_p50 or 0.0 for d in board.deployments), default=0.0)
     top_ttft = max((d.row.ttft_p95_s or d.row.ttft_p50_s or 0.0 for d in board.deployments), default=0.0)
     rows = "".join(_row(d, top_speed, top_ttft) for d in board.deployments)
+    chosen = board.choice.deployment if board.choice is not None else None
+    why = render_why(board.why, board.colors, chosen) if board.why is not None else ""
     return (
         f'<section class="card"><header class="card-head"><h2>{esc(board.model)}</h2>'
-        f'<span class="meta">{board.samples:,} samples in {duration(window_s)}</span>{route}</header>'
+        f'<span class="meta">{plural(board.samples, "sample")} in {duration(window_s)}</span>{route}</header>'
         '<div class="card-body"><div class="table-wrap"><table class="rows"><thead><tr><th>Deployment</th>'
         "<th>Output speed <small>tokens/s p50 · p95 floor</small></th>"
         "<th>First token <small>TTFT p50 · p95</small></th>"
@@ -126,7 +129,8 @@ def _card(board: ModelBoard, window_s: int) -> str:
         '<th class="num">Price <small>$/1M in · out</small></th></tr></thead>'
         f'<tbody>{rows}</tbody></table></div><figure class="chart">{render_scatter(board)}'
         "<figcaption><span>● Pareto frontier: nothing else is both sooner and faster</span>"
-        "<span>○ beaten on both</span></figcaption></figure></div></section>"
+        "<span>○ beaten on both</span><span>time axis: log scale</span></figcaption></figure>"
+        f"{why}</div></section>"
     )
 
 
@@ -139,6 +143,8 @@ def _row(d: DeploymentView, top_speed: float, top_ttft: float) -> str:
     notes = []
     if d.chosen:
         notes.append('<span class="tag next">next</span>')
+    if d.cheapest:
+        notes.append('<span class="tag cheapest">cheapest</span>')
     if d.on_frontier and d.plotted:
         notes.append('<span class="tag on-frontier">frontier</span>')
     if row.provider and row.provider != row.deployment:
@@ -160,15 +166,20 @@ def _row(d: DeploymentView, top_speed: float, top_ttft: float) -> str:
     )
     success_class = "" if row.success_rate is None or row.success_rate >= 0.95 else " warn"
     share = (
-        f'<div class="share"><span style="width:{_width(d.share, 1.0)}"></span></div>{percent(d.share)}'
-        f'<div class="muted">{row.samples:,} samples</div>'
+        f'<div class="share"><span style="width:{_width(d.share, 1.0)}"></span></div>{percent(d.share or 0.0)}'
+        f'<div class="muted">{plural(row.samples, "sample")}</div>'
     )
+    if row.samples == 0:  # one honest cell, not three dashes that could read as zero
+        measured = f'<td class="none" colspan="3">{NO_SAMPLES}</td>'
+    else:
+        measured = (
+            f'<td class="bar-cell">{speed_bar}</td><td class="bar-cell">{ttft_bar}</td>'
+            f'<td class="num{success_class}">{percent(row.success_rate)}</td>'
+        )
     return (
         f'<tr class="{"chosen" if d.chosen else ""}" style="--c:{d.color}">'
         f'<td class="name"><span class="swatch"></span><span class="dep">{esc(row.deployment)}</span>{sub}</td>'
-        f'<td class="bar-cell">{speed_bar}</td><td class="bar-cell">{ttft_bar}</td>'
-        f'<td class="num{success_class}">{percent(row.success_rate)}</td>'
-        f'<td class="num">{share}</td>'
+        f'{measured}<td class="num">{share}</td>'
         f'<td class="num">{price(row.price_in)} · {price(row.price_out)}</td></tr>'
     )
 
@@ -179,5 +190,6 @@ _LEGEND = (
     "answers reached (the p95 floor), its full length the median. <b>First token</b>: from sending the "
     "request upstream to the first output; dark to the median, light to p95. <b>Success</b>: complete "
     "answers among attempts (timeouts and errors count). <b>Traffic</b>: each deployment's share of the "
-    "model's attempts in the window.</p></footer>"
+    "model's attempts in the window. <b>Cheapest</b>: the lowest predicted cost of a typical request at the "
+    "configured prices. The chart's time axis is logarithmic: equal distances are equal ratios.</p></footer>"
 )

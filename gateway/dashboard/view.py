@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.config import ModelConfig
+from gateway.dashboard.why import WhyView
 from gateway.leaderboard import LeaderboardRow
 from gateway.stats import StoreHealth
 
@@ -44,6 +45,8 @@ class DeploymentView:
     on_frontier: bool
     """Plotted, and no other deployment of the model both starts sooner and streams faster."""
     chosen: bool
+    cheapest: bool = False
+    """The router predicts the lowest cost for a typical request here (see ``WhyView``)."""
 
     @property
     def plotted(self) -> bool:
@@ -58,6 +61,12 @@ class ModelBoard:
     deployments: tuple[DeploymentView, ...]
     samples: int
     choice: RoutingChoice | None
+    why: WhyView | None = None
+    """The router's ranking for a typical request: why ``choice`` leads."""
+
+    @property
+    def colors(self) -> dict[str, str]:
+        return {d.row.deployment: d.color for d in self.deployments}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +119,11 @@ def _colors(rows: Sequence[LeaderboardRow], models: Sequence[ModelConfig]) -> di
 
 
 def _board(
-    model: str, rows: Sequence[LeaderboardRow], colors: Mapping[str, str], choice: RoutingChoice | None
+    model: str,
+    rows: Sequence[LeaderboardRow],
+    colors: Mapping[str, str],
+    choice: RoutingChoice | None,
+    why: WhyView | None,
 ) -> ModelBoard:
     total = sum(row.samples for row in rows)
     points = {
@@ -126,18 +139,23 @@ def _board(
             share=row.samples / total if total else None,
             on_frontier=row.deployment in frontier,
             chosen=choice is not None and choice.deployment == row.deployment,
+            cheapest=why is not None and why.cheapest == row.deployment,
         )
         for row in rows
     )
-    return ModelBoard(model=model, deployments=views, samples=total, choice=choice)
+    return ModelBoard(model=model, deployments=views, samples=total, choice=choice, why=why)
 
 
 def model_boards(
-    rows: Sequence[LeaderboardRow], models: Sequence[ModelConfig], choices: Mapping[str, RoutingChoice]
+    rows: Sequence[LeaderboardRow],
+    models: Sequence[ModelConfig],
+    choices: Mapping[str, RoutingChoice],
+    why: Mapping[str, WhyView] | None = None,
 ) -> tuple[ModelBoard, ...]:
     """The leaderboard's rows (grouped per model, fastest first) as one board per model, in their order."""
+    why = why or {}
     grouped: dict[str, list[LeaderboardRow]] = {}
     for row in rows:
         grouped.setdefault(row.model, []).append(row)
     colors = _colors(rows, models)
-    return tuple(_board(model, group, colors, choices.get(model)) for model, group in grouped.items())
+    return tuple(_board(model, group, colors, choices.get(model), why.get(model)) for model, group in grouped.items())

@@ -2,7 +2,8 @@
 
 Why: a demo in which every provider is equally fast shows nothing, and one with made-up
 numbers teaches the wrong intuitions. Each profile below takes its figures from the public
-measurements collected in ``provider-profiles.csv`` (kept beside DESIGN.md, not shipped):
+measurements collected in ``provider-profiles.csv`` (beside this module; its header states the
+sources), read from that file at import:
 
 - Source A: a public benchmark of 10 providers serving one model (GLM 5.3 Flash), 600
   requests each at concurrency 1, streaming, 256-token ceiling, 2026-09-03: tokens/s p50 and
@@ -11,8 +12,8 @@ measurements collected in ``provider-profiles.csv`` (kept beside DESIGN.md, not 
   tokens/s, median TTFT and median blended price per 1M tokens.
 
 The names are invented on purpose: a profile combines the trait it demonstrates from one
-row with figures from another, so it describes no real provider. Only the few numbers used
-are transcribed, each with the row it comes from.
+row with figures from another, so it describes no real provider. Each number used names the
+row it comes from.
 
 Spread is log-normal, as published latency and speed distributions are: the fake provider
 multiplies TTFT and tokens/s by ``lognormvariate(0, sigma)`` per request, so the median stays
@@ -22,8 +23,11 @@ and the p95/p99 floors (tokens/s).
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from dataclasses import dataclass
+from importlib import resources
 
 from gateway.fakes.provider import FakeBehavior
 
@@ -102,20 +106,43 @@ class ProviderProfile:
     """The figures it switches to after the demo's ``--degrade-after`` delay; None: it never changes."""
 
 
-# The sources' rows, transcribed (provider-profiles.csv): tokens/s p50, p95 floor, p99 floor, TTFT p95 (A);
-# TTFT p50 s and blended price USD/1M (B).
-_A_NEBIUS = (269.3, 78.8, 39.9, 7.11)
-_A_BASETEN = (240.5, 61.6, 22.6, 1.16)
-_A_MODAL_TTFT_P95 = 1.09
-_A_TELNYX = (184.3, 67.5, 47.3, 1.34)
-_A_DEEPINFRA = (69.4, 9.0, 5.0, 6.41)
-_A_NOVITA = (60.6, 29.6, 11.6, 3.41)
-_A_PARASAIL = (52.4, 22.8, 15.6, 5.54)
-_B_DEEPINFRA = (0.377, 0.37)
-_B_PARASAIL = (0.414, 0.29)
-_B_TOGETHER = (0.446, 0.534)
-_B_AZURE = (1.14, 4.19)
-_B_GOOGLE_AI_STUDIO = (2.32, 1.13)
+PROFILES_CSV = resources.files(__package__).joinpath("provider-profiles.csv")
+
+
+def published_rows() -> dict[tuple[str, str], dict[str, str]]:
+    """The rows of ``provider-profiles.csv`` by (source, provider); an unpublished figure is ""."""
+    text = PROFILES_CSV.read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    return {(row["source"], row["provider"]): row for row in csv.DictReader(io.StringIO("\n".join(lines)))}
+
+
+_ROWS = published_rows()
+
+
+def _a(provider: str) -> tuple[float, float, float, float]:
+    """Source A: tokens/s p50, p95 floor, p99 floor, TTFT p95 (s)."""
+    row = _ROWS[("A", provider)]
+    return float(row["tps_p50"]), float(row["tps_p95_floor"]), float(row["tps_p99_floor"]), float(row["ttft_p95_s"])
+
+
+def _b(provider: str) -> tuple[float, float]:
+    """Source B: median TTFT (s) and median blended price (USD per 1M tokens)."""
+    row = _ROWS[("B", provider)]
+    return float(row["ttft_p50_s"]), float(row["price_per_1m_usd"])
+
+
+_A_NEBIUS = _a("Nebius")
+_A_BASETEN = _a("Baseten")
+_A_MODAL_TTFT_P95 = _a("Modal")[3]
+_A_TELNYX = _a("Telnyx")
+_A_DEEPINFRA = _a("DeepInfra")
+_A_NOVITA = _a("Novita AI")
+_A_PARASAIL = _a("Parasail")
+_B_DEEPINFRA = _b("DeepInfra")
+_B_PARASAIL = _b("Parasail")
+_B_TOGETHER = _b("Together")
+_B_AZURE = _b("Azure")
+_B_GOOGLE_AI_STUDIO = _b("Google AI Studio")
 
 DEMO_PROFILES: tuple[ProviderProfile, ...] = (
     ProviderProfile(

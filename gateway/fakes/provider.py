@@ -26,6 +26,7 @@ import asyncio
 import base64
 import dataclasses
 import json
+import logging
 import random
 import struct
 import time
@@ -153,7 +154,26 @@ class _Disconnect:
 
 
 class _Drop(Exception):
-    """Raised inside the app after the response started: uvicorn then closes the connection."""
+    """Raised inside the app after the response started: uvicorn then closes the connection.
+
+    ASGI has no way to say "close the connection now" but to fail after the response started.
+    uvicorn logs any such failure as an error with a traceback; for this one, which the fake
+    raises on purpose, ``_QuietDrops`` keeps the log clean (a planned fault is not a crash).
+    """
+
+
+class _QuietDrops(logging.Filter):
+    """Drops uvicorn's "Exception in ASGI application" record when the exception is a planned ``_Drop``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, _Drop)
+
+
+def _quiet_planned_drops() -> None:
+    server_log = logging.getLogger("uvicorn.error")  # where uvicorn reports an app's exceptions
+    if not any(isinstance(f, _QuietDrops) for f in server_log.filters):
+        server_log.addFilter(_QuietDrops())
 
 
 class FakeProvider:
@@ -179,6 +199,7 @@ class FakeProvider:
         self.models = models
         self.state = FakeState()
         self._rng = random.Random(self.behavior.seed)
+        _quiet_planned_drops()
 
     # -- ASGI ---------------------------------------------------------------------------------
 

@@ -72,8 +72,9 @@ def ranking_json(ranking: Ranking) -> dict[str, Any]:
     }
 
 
-def _why(row: Ranked) -> str:
-    """The score's non-zero terms, e.g. ``time+0.78 price+0.26``."""
+def score_terms(row: Ranked) -> str:
+    """The score's non-zero terms, e.g. ``time+0.78 price+0.26`` (``best`` when none): the table's and
+    the dashboard's "why" column."""
     parts = row.scored.parts
     terms = [
         (name, value)
@@ -108,7 +109,7 @@ def ranking_table(ranking: Ranking) -> str:
                 row.deployment.name,
                 row.status,
                 f"{row.scored.score:.3f}",
-                _why(row),
+                score_terms(row),
                 _fmt(p.ttft_s, ".3f") + mark,
                 _fmt(p.tokens_per_s, ".1f") + mark,
                 _fmt(p.time_s, ".3f") + mark,

@@ -120,16 +120,16 @@ def test_leaderboard_matches_exact_percentiles(measured_gateway: Gateway, reques
     assert document["data"][0]["tokens_per_s_vs_fastest"] == 0.0
 
     # The same through `gateway stats`: table, JSON and CSV from the gateway, then from Redis.
-    table = run_stats("--url", measured_gateway.url).splitlines()
-    assert table[0].startswith("window 300 s")
-    header = table[1]
+    wide = run_stats("--url", measured_gateway.url, "--wide").splitlines()
+    assert wide[0].startswith("window 300 s") and wide[1] == ""
+    header = wide[2]
     assert [header.index(name) for name in TABLE_HEADER] == sorted(header.index(name) for name in TABLE_HEADER)
-    assert [line.split()[1] for line in table[3:]] == ["flaky", "steady"] or [
-        line.split()[1] for line in table[3:]
-    ] == [
-        "steady",
-        "flaky",
-    ]
+    assert sorted(line.split()[1] for line in wide[4:]) == ["flaky", "steady"]
+    # The default fits a 100-column terminal: one block per model, the leaderboard's main columns.
+    compact = run_stats("--url", measured_gateway.url).splitlines()
+    assert compact[0] == wide[0] and max(len(line) for line in compact) <= 100
+    assert compact[2] == "m" and compact[3].split()[:3] == ["Deployment", "Tok/s", "p50"]
+    assert sorted(line.split()[0] for line in compact[5:]) == ["flaky", "steady"]
 
     document = json.loads(run_stats("--url", measured_gateway.url, "--json"))
     check_rows(document["data"], samples)

@@ -8,7 +8,15 @@ import io
 import math
 
 from gateway.config import parse_config
-from gateway.leaderboard import TABLE_HEADER, LeaderboardRow, leaderboard, render_csv, render_table
+from gateway.leaderboard import (
+    COMPACT_HEADER,
+    TABLE_HEADER,
+    LeaderboardRow,
+    leaderboard,
+    render_compact,
+    render_csv,
+    render_table,
+)
 from gateway.stats import StatsSnapshot
 from tests.support.samples import make_sample
 
@@ -77,6 +85,40 @@ def test_table_columns_and_cells() -> None:
     assert "fastest" in fast and "100.0%" in fast
     assert "80.0%" in slow and "%" in slow.split()[3]
     assert idle.split()[2:5] == ["-", "-", "-"]
+
+
+def test_the_default_table_fits_a_100_column_terminal_and_wide_has_every_column() -> None:
+    long_names = parse_config(
+        {
+            "providers": [{"name": n, "base_url": f"http://127.0.0.1:1/{n}"} for n in ("fast", "slow", "idle")],
+            "models": [
+                {
+                    "name": "meta-llama-3.3-70b-instruct-turbo",
+                    "deployments": [
+                        {"provider": p, "model": "u", "name": f"{p}-us-east-1-dedicated", "price_in": 0.5}
+                        for p in ("fast", "slow", "idle")
+                    ],
+                }
+            ],
+        },
+        source="test.toml",
+    )
+    samples = [
+        make_sample(model="meta-llama-3.3-70b-instruct-turbo", deployment=f"{p}-us-east-1-dedicated", tokens_per_s=s)
+        for p, s in (("fast", 12345.6), ("slow", 55.5))
+        for _ in range(20000)
+    ]
+    rows = leaderboard(StatsSnapshot.from_samples(samples), long_names.models, in_flight=lambda m, d: 100)
+    compact = render_compact(rows)
+    assert max(len(line) for line in compact.splitlines()) <= 100, compact
+    lines = compact.splitlines()
+    assert lines[0] == "meta-llama-3.3-70b-instruct-turbo"
+    assert [lines[1].index(name) for name in COMPACT_HEADER] == sorted(lines[1].index(n) for n in COMPACT_HEADER)
+    name, speed = lines[3].split()[:2]
+    assert name == "fast-us-east-1-dedicated" and speed.startswith("12,") and "20000" in lines[3]
+    wide = render_table(rows)
+    assert max(len(line) for line in wide.splitlines()) > 100
+    assert all(name in wide.splitlines()[0] for name in TABLE_HEADER)
 
 
 def test_csv_holds_raw_values() -> None:

@@ -1,0 +1,168 @@
+"""The dashboard's "why": the router's own ranking for a typical request, shown with its trade-off.
+
+The numbers must be the router's (``MeasuredRouter.rank``, the call that plans requests and
+that ``GET /v1/gateway/routes`` explains), never a second estimate: the tests compare them.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from gateway.config import GatewayConfig, parse_config
+from gateway.dashboard.page import render_page
+from gateway.dashboard.text import money, seconds
+from gateway.dashboard.view import DashboardView, RoutingChoice, model_boards
+from gateway.dashboard.why import why_sentence, why_view
+from gateway.fakes import FakeBehavior
+from gateway.leaderboard import leaderboard
+from gateway.routing import MeasuredRouter
+from gateway.stats import InMemoryStatsStore, StatsSnapshot, StoreHealth
+from tests.support.clients import sdk
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
+from tests.test_dashboard_page import NONCE, assert_inert
+from tests.test_dashboard_view import sample
+
+# (TTFT s, tokens/s, $/1M in, $/1M out): quick and dear, slow and cheap, in between.
+FIGURES = {"quick": (0.2, 300.0, 3.0, 9.0), "cheap": (1.5, 40.0, 0.1, 0.2), "middle": (0.5, 150.0, 0.6, 1.8)}
+
+
+def _config(policy: str = "balanced") -> GatewayConfig:
+    return parse_config(
+        {
+            "providers": [{"name": n, "base_url": f"http://127.0.0.1:9/{n}/v1"} for n in FIGURES],
+            "models": [
+                {
+                    "name": "m",
+                    "policy": policy,
+                    "deployments": [
+                        {"provider": n, "model": n, "price_in": f[2], "price_out": f[3]} for n, f in FIGURES.items()
+                    ],
+                }
+            ],
+        },
+        source="test.toml",
+    )
+
+
+class _Snapshots:
+    def __init__(self, snapshot: StatsSnapshot) -> None:
+        self.value = snapshot
+
+    def snapshot(self) -> StatsSnapshot:
+        return self.value
+
+
+def _measured() -> StatsSnapshot:
+    samples = [sample(n, f[0], f[1]) for n, f in FIGURES.items() for _ in range(40)]
+    return StatsSnapshot.from_samples(samples)
+
+
+def test_the_why_is_the_routers_own_ranking_for_a_typical_request() -> None:
+    config = _config()
+    router = MeasuredRouter(config, _Snapshots(_measured()), rng=random.Random(1))
+    ranking = router.rank(config.models[0])
+    why = why_view(ranking)
+    assert [r.deployment for r in why.rows] == [r.deployment.name for r in ranking.rows]
+    for shown, ranked in zip(why.rows, ranking.rows, strict=True):  # the same numbers, not re-computed
+        assert shown.time_s == ranked.scored.prediction.time_s and shown.cost_usd == ranked.scored.prediction.cost_usd
+    assert (why.prompt_tokens, why.output_tokens) == (ranking.shape.prompt_tokens, ranking.shape.output_tokens)
+    assert why.cheapest == "cheap" and why.fastest == "quick"
+    sentence = why_sentence(why)
+    first = why.rows[0]
+    assert sentence.startswith(f"{first.deployment}: {seconds(first.time_s)} and {money(first.cost_usd)}")
+    assert "cheap is cheapest" in sentence  # what the leader gives up, by name
+
+
+def test_a_leader_that_wins_both_says_so_and_a_fixed_policy_says_it_ignores_the_figures() -> None:
+    both = {"quick": (0.2, 300.0), "cheap": (1.5, 40.0), "middle": (0.5, 150.0)}
+    samples = [sample(n, t, v) for n, (t, v) in both.items() for _ in range(40)]
+    cheap_and_fast = parse_config(
+        {
+            "providers": [{"name": n, "base_url": f"http://127.0.0.1:9/{n}/v1"} for n in both],
+            "models": [
+                {"name": "m", "deployments": [{"provider": n, "model": n, "price_in": 1.0, "price_out": 1.0}
+                                               for n in both]}
+            ],
+        },
+        source="t.toml",
+    )  # fmt: skip
+    router = MeasuredRouter(cheap_and_fast, _Snapshots(StatsSnapshot.from_samples(samples)), rng=random.Random(1))
+    why = why_view(router.rank(cheap_and_fast.models[0]))
+    assert why.rows[0].deployment == "quick" and "— fastest and cheapest." in why_sentence(why)
+
+    fixed = _config(policy="fixed-order")
+    router = MeasuredRouter(fixed, _Snapshots(_measured()), rng=random.Random(1))
+    why = why_view(router.rank(fixed.models[0]))
+    assert why.fixed and "keeps the config's order" in why_sentence(why)
+
+
+def test_the_page_shows_the_why_with_the_cheapest_marked() -> None:
+    config = _config()
+    snapshot = _measured()
+    router = MeasuredRouter(config, _Snapshots(snapshot), rng=random.Random(1))
+    ranking = router.rank(config.models[0])
+    choices = {"m": RoutingChoice(ranking.rows[0].deployment.name, "best score")}
+    rows = leaderboard(snapshot, config.models)
+    view = DashboardView(
+        boards=model_boards(rows, config.models, choices, {"m": why_view(ranking)}),
+        window_s=300, taken_at=1.0, backend="memory", health=StoreHealth(), base_url="http://x/", keys_required=False,
+    )  # fmt: skip
+    page = render_page(view, nonce=NONCE)
+    assert_inert(page)
+    assert "Why the next request goes where it goes" in page
+    # The cheapest is marked in the leaderboard's rows and in the why table.
+    cheap_row = re.search(r'<tr class="[^"]*" style="--c:#[0-9a-f]{6}"><td class="name">.*?</tr>', page[
+        page.index('<span class="dep">cheap</span>') - 200 :
+    ])  # fmt: skip
+    assert cheap_row is not None and '<span class="tag cheapest">cheapest</span>' in cheap_row.group(0)
+    assert page.count('<span class="tag cheapest">cheapest</span>') == 2
+    for row in why_view(ranking).rows:
+        assert f'<td class="num">{seconds(row.time_s)}</td><td class="num">{money(row.cost_usd)}</td>' in page
+
+
+def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
+    fakes: Fakes, start_gateway: Callable[..., Gateway]
+) -> None:
+    servers = [fakes.start("a", FakeBehavior(ttft_s=0.01, tokens_per_s=400, output_tokens=20)),
+               fakes.start("b", FakeBehavior(ttft_s=0.05, tokens_per_s=100, output_tokens=20))]  # fmt: skip
+    gateway = start_gateway(gateway_config(servers, policy={"extends": "balanced"}))
+    client = sdk(gateway.base_url)
+    for _ in range(6):
+        list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True))
+    wait_until(lambda: len(gateway.samples.samples) >= 6, what="samples")
+    page = httpx.get(gateway.url + "/dashboard").text
+    (ranking,) = httpx.get(gateway.url + "/v1/gateway/routes").json()["data"]  # loopback, no keys: allowed
+    for row in ranking["deployments"]:
+        predicted = row["predicted"]
+        cells = re.search(rf'{row["deployment"]} (?:<span class="tag[^"]*">[^<]*</span>)*</td><td class="num">([^<]*)'
+                          rf'</td><td class="num">([^<]*)</td>', page)  # fmt: skip
+        assert cells is not None, row["deployment"]
+        # The same number, to the page's rounding (the JSON rounds to 0.1 ms first).
+        assert _seconds_of(cells.group(1).removeprefix("≈ ")) == _approx_seconds(predicted["time_s"])
+        assert cells.group(2) == money(predicted["cost_usd"])
+
+
+def _seconds_of(text: str) -> float:
+    number, unit = text.replace(",", "").split()
+    return float(number) / 1000 if unit == "ms" else float(number)
+
+
+def _approx_seconds(value: float) -> object:
+    tolerance = 0.00051 if value < 1 else 0.0051
+    return pytest.approx(value, abs=tolerance)
+
+
+def test_an_unmeasured_model_is_said_to_be_measuring() -> None:
+    config = _config()
+    router = MeasuredRouter(config, InMemoryStatsStore(config.stats), rng=random.Random(1))
+    why = why_view(router.rank(config.models[0]))
+    assert all(r.time_s is None for r in why.rows)
+    assert "not measured" in why_sentence(why)
