@@ -57,7 +57,8 @@ def test_one_line_per_request_with_the_story_and_no_secrets(
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway.access")
     bad = fakes.start("bad", FakeBehavior(status=503))
-    good = fakes.start("good", FakeBehavior(output_tokens=8, tokens_per_s=500))
+    # Paced so that the first and last answer chunks never share one read, however busy the machine.
+    good = fakes.start("good", FakeBehavior(output_tokens=8, tokens_per_s=50))
     gateway = start_gateway(keyed_config([bad, good]), environ=ENVIRON)
     client = openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0)
     stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": PROMPT}], stream=True)
