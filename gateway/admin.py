@@ -20,10 +20,10 @@ from gateway.errors import GatewayError, InvalidRequest, ModelNotFound
 from gateway.reload import reloader_of
 from gateway.routing.explain import ranking_json
 from gateway.runtime import require_admin, runtime_of
-from gateway.samples import Endpoint
+from gateway.samples import ENDPOINTS, Endpoint
 from gateway.tokens import TokenizerError
 
-_ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions", "embeddings")
+_ENDPOINTS: tuple[Endpoint, ...] = ENDPOINTS
 
 
 def _positive_int(request: Request, name: str, default: int | None) -> int | None:

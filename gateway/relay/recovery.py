@@ -13,6 +13,10 @@ on: the client receives one complete answer, under the headers it already has.
 - If nothing of the answer reached the client yet (the break came during reasoning), any
   later deployment may answer anew; its reasoning preamble is dropped like a role chunk.
 - Never for ``n`` > 1, ``echo``, tool calls, or an answer the client could not parse.
+- Chat and completions only. A Responses or Messages stream that breaks after its first byte
+  ends with that API's error event (fallback before the first byte works for them as for chat):
+  their streams number their items and blocks and carry the response's id, so a second
+  provider's stream cannot be spliced into the first without rewriting every event.
 - Bounded by the request's ``AttemptBudget``: attempts count against ``max_attempts``, and none
   starts after the total deadline. A deployment that refuses (an error status, an error event,
   no first token in time) is recorded like any failed attempt, and the next one is asked; when
@@ -48,7 +52,7 @@ class Partial:
 def can_continue(request: ProxyRequest, reading: Reading) -> bool:
     """Whether the answer broken off in ``reading`` could be continued at all (whatever the deployment)."""
     body = request.body
-    if request.endpoint == "embeddings" or reading.tool_calls or reading.malformed:
+    if request.endpoint not in ("chat", "completions") or reading.tool_calls or reading.malformed:
         return False
     n = body.get("n")
     if n is not None and n != 1:
