@@ -43,7 +43,7 @@ class FakeProvider:
 
     ``record=True`` keeps every request (path, headers, body) in ``state.recorded`` for tests.
     ``api_key`` set: requests without it get a 401 (``Authorization: Bearer <key>``; for the Messages
-    API, ``x-api-key: <key>``, as Anthropic expects).
+    API also ``x-api-key: <key>``, as Anthropic takes either).
     """
 
     def __init__(
@@ -136,8 +136,8 @@ class FakeProvider:
             return
         headers = self._note(scope, path, body)
         if self.api_key is not None:
-            presented = headers.get("x-api-key") if anthropic else headers.get("authorization")
-            if presented != (self.api_key if anthropic else f"Bearer {self.api_key}"):
+            bearer = headers.get("authorization") == f"Bearer {self.api_key}"
+            if not (bearer or (anthropic and headers.get("x-api-key") == self.api_key)):
                 await self._error(send, anthropic, 401, "invalid api key", "invalid_request_error", "invalid_api_key")
                 return
         try:
