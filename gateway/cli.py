@@ -258,7 +258,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         url=args.url,
         models=tuple(args.model or ()),
         settings=BenchSettings(
-            requests=args.requests, concurrency=args.concurrency, max_tokens=args.max_tokens, timeout_s=args.timeout
+            requests=args.requests,
+            concurrency=args.concurrency,
+            max_tokens=args.max_tokens,
+            timeout_s=args.timeout,
+            api=args.api,
         ),
         prompts_path=args.prompts,
         out_prefix=args.out,
@@ -335,6 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--concurrency", type=int, default=1, help="requests in flight per target (default: 1)")
     bench.add_argument("--max-tokens", type=int, default=256, help="output ceiling per request (default: 256)")
     bench.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: 60)")
+    bench.add_argument(
+        "--api",
+        choices=("chat", "responses", "messages"),
+        default="chat",
+        help="the API to benchmark: chat, responses (OpenAI) or messages (Anthropic) (default: chat)",
+    )
     bench.add_argument("--prompts", metavar="FILE", help="JSONL, one chat request body per line (default: built-in)")
     bench.add_argument("--out", metavar="PREFIX", help="write PREFIX.json, PREFIX.csv and PREFIX.requests.csv")
     bench.add_argument("--seed-stats", action="store_true", help="record the results into the config's stats store")
