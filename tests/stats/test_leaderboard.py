@@ -9,6 +9,7 @@ import math
 
 from gateway.config import parse_config
 from gateway.leaderboard import TABLE_HEADER, LeaderboardRow, leaderboard, render_csv, render_table
+from gateway.samples import DEFAULT_APIS
 from gateway.stats import StatsSnapshot
 from tests.support.samples import make_sample
 
@@ -59,9 +60,9 @@ def test_rows_follow_the_definitions() -> None:
     assert (slow.samples, slow.success_rate) == (125, 0.8)
     assert (fast.price_in, fast.price_out, fast.provider, fast.in_flight) == (1.0, 3.0, "fast", 4)
     assert idle == LeaderboardRow(
-        "m", "idle", "idle", 0, None, None, None, None, None, None, None, None, None, None, 0.0, 0.0, 4
+        "m", "idle", "idle", 0, None, None, None, None, None, None, None, None, None, None, 0.0, 0.0, 4, DEFAULT_APIS
     )
-    assert (other.provider, other.price_in, other.tokens_per_s_vs_fastest) == (None, None, 0.0)
+    assert (other.provider, other.price_in, other.tokens_per_s_vs_fastest, other.apis) == (None, None, 0.0, ())
 
 
 def test_table_columns_and_cells() -> None:
