@@ -38,7 +38,7 @@ from gateway.leaderboard import leaderboard, leaderboard_json
 from gateway.limits import has_unpaired_surrogate, header_bytes
 from gateway.metrics import Metrics
 from gateway.relay import DisconnectWatch, ProxyRequest
-from gateway.routing import RouteRequest, parse_preferences, split_model_suffix
+from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
 from gateway.routing.apis import no_deployment_for
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
@@ -312,7 +312,7 @@ class ProxyEndpoint:
         return request, route_request, ticket
 
 
-def _plan(runtime: GatewayRuntime, route_request: RouteRequest) -> Any:
+def _plan(runtime: GatewayRuntime, route_request: RouteRequest) -> RoutePlan:
     try:
         return runtime.router.plan(route_request)
     except GatewayError as exc:

@@ -70,6 +70,11 @@ def test_create_and_stream_match_going_direct(
     assert sent["x-api-key"] == KEY and "authorization" not in sent
     assert sent["anthropic-version"] == direct.default_headers["anthropic-version"]
     assert all("client-key" not in v for r in fake.app.state.recorded for v in r.headers.values())
+    # The API dimension of the metrics.
+    value = gateway.metrics.registry.get_sample_value
+    labels = {"model": "m", "api": "messages", "status_class": "2xx"}
+    wait_until(lambda: value("gateway_api_requests_total", labels) == 2, what="both requests counted by API")
+    assert value("gateway_api_ttft_seconds_count", {"model": "m", "api": "messages"}) == 2
 
 
 def test_async_create_and_stream(fakes: Fakes, start_gateway: StartGateway) -> None:

@@ -79,12 +79,12 @@ def test_async_stream_and_create(fakes: Fakes, start_gateway: StartGateway) -> N
     gateway = start_gateway(responses_config(fake))
 
     async def run() -> tuple[str, str]:
-        client = async_sdk(gateway.base_url)
-        whole = await client.responses.create(model="m", input="hi")
-        async with client.responses.stream(model="m", input="hi") as stream:
-            async for _ in stream:
-                pass
-            final = await stream.get_final_response()
+        async with async_sdk(gateway.base_url) as client:
+            whole = await client.responses.create(model="m", input="hi")
+            async with client.responses.stream(model="m", input="hi") as stream:
+                async for _ in stream:
+                    pass
+                final = await stream.get_final_response()
         return whole.output_text, final.output_text
 
     assert asyncio.run(run()) == ("".join(answer_words(0, 5)),) * 2
