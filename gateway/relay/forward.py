@@ -58,7 +58,7 @@ class EventForwarder:
         if self.error is not None:
             return b""
         data = self._tail + chunk if self._tail else chunk
-        if self._opening or _ERROR_KEY in data or (self._drop_usage and _EMPTY_CHOICES.search(data)):
+        if self._opening or _ERROR_KEY in data or (self._drop_usage and b"[]" in data and _EMPTY_CHOICES.search(data)):
             return self._sift(data)
         if data.endswith(b"\n\n"):
             self._tail = b""
