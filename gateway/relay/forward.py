@@ -91,7 +91,9 @@ class EventForwarder:
                 out.append(block)  # a comment or keep-alive
                 continue
             done = payload == self._dialect.done_data
-            event = parse_event(payload) if not done else None
+            # Only what could be an error, a dropped usage chunk or an opening is parsed.
+            wanted = self._opening or _ERROR_KEY in payload or (self._drop_usage and b"[]" in payload)
+            event = parse_event(payload) if wanted and not done else None
             error = self._dialect.error_of(event) if event is not None else None
             if error is not None:
                 self.error = block
