@@ -290,7 +290,7 @@ class ProxyEndpoint:
         request = ProxyRequest(
             request_id=request_id,
             endpoint=self.endpoint,
-            path=self.path,
+            path=_with_query(self.path, scope),
             body=body,
             stream=stream,
             requested_model=model_name,
@@ -310,6 +310,12 @@ class ProxyEndpoint:
         # Last: from here on the caller owns the ticket and releases it.
         ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)
         return request, route_request, ticket
+
+
+def _with_query(path: str, scope: Scope) -> str:
+    """The upstream path with the client's query string (Anthropic's SDK sends ``/v1/messages?beta=true``)."""
+    query: bytes = scope.get("query_string", b"")
+    return f"{path}?{query.decode('latin-1')}" if query else path
 
 
 def _plan(runtime: GatewayRuntime, route_request: RouteRequest) -> RoutePlan:

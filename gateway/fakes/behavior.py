@@ -91,6 +91,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any] | None
+    query: str = ""
 
 
 @dataclass(slots=True)

@@ -118,7 +118,8 @@ class FakeProvider:
     def _note(self, scope: Scope, path: str, body: dict[str, Any] | None) -> dict[str, str]:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         if self.record:
-            self.state.recorded.append(RecordedRequest(path=path, headers=headers, body=body))
+            query = scope.get("query_string", b"").decode("latin-1")
+            self.state.recorded.append(RecordedRequest(path=path, headers=headers, body=body, query=query))
         return headers
 
     async def _models(self, send: Send) -> None:
