@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.redis_server import free_port
 
@@ -27,6 +28,7 @@ INSTALL_HINT = (
     "(`pip install -e '.[dev]'`, as `make install` does)"
 )
 MODEL_ALIAS = "gemma-3-270m"
+REPO = Path(__file__).resolve().parents[1]
 
 
 class LlamaServerMissing(RuntimeError):
@@ -49,6 +51,7 @@ class LlamaServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
+            cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         assert self.process.stdout is not None
