@@ -198,7 +198,7 @@ def test_after_bytes_the_stream_ends_with_an_anthropic_error_event(
                 seen.append(text)
     assert "".join(seen) == "".join(answer_words(0, 3))
     assert raised.value.body is not None
-    assert spare.app.state.requests == 0  # recovery does not apply to the Messages API
+    assert spare.app.state.requests == 0  # not marked continue_prefill: no recovery
     wait_until(lambda: len(gateway.samples.samples) == 1, what="the attempt recorded")
     assert gateway.samples.samples[0].outcome in ("broken_stream", "timeout", "upstream_error")
 
@@ -224,3 +224,42 @@ def test_count_tokens_goes_to_a_messages_deployment(fakes: Fakes, start_gateway:
     assert fake.app.state.recorded[-1].path == "/v1/messages/count_tokens"
     assert fake.app.state.recorded[-1].body == {"model": "a-upstream", "messages": MESSAGES}
     assert gateway.samples.samples == []  # not an answer: nothing to measure
+
+
+def test_a_broken_text_answer_is_finished_by_a_deployment_that_continues_a_prefill(
+    fakes: Fakes, start_gateway: StartGateway, clients: Callable[..., anthropic.Anthropic]
+) -> None:
+    """Anthropic continues an assistant prefill natively: the client gets one message, the whole answer."""
+    broken = fakes.start("a", FakeBehavior(output_tokens=8, drop_after=3))
+    spare = fakes.start("b", FakeBehavior(output_tokens=8))
+    config = messages_config(broken, spare, deployments={"b": {"continue_prefill": True}})
+    gateway = start_gateway(config)
+    with clients(gateway.url).messages.stream(model="m", max_tokens=64, messages=MESSAGES) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "".join(answer_words(0, 8))
+    assert final.stop_reason == "end_turn" and final.id.startswith("msg_a_")  # one message: the first's
+    assert [b.type for b in final.content] == ["text"]
+    sent = spare.app.state.recorded[-1].body
+    assert sent is not None
+    assert sent["messages"][-1] == {"role": "assistant", "content": "".join(answer_words(0, 3))}
+    assert sent["max_tokens"] == 64 - 3
+    wait_until(lambda: len(gateway.samples.samples) == 2, what="both attempts recorded")
+    assert [s.outcome for s in gateway.samples.samples] == ["broken_stream", "ok"]
+
+
+def test_no_recovery_with_extended_thinking(fakes: Fakes, start_gateway: StartGateway) -> None:
+    """Anthropic refuses a prefill with thinking on: the stream ends with the error event instead."""
+    broken = fakes.start("a", FakeBehavior(output_tokens=8, drop_after=3))
+    spare = fakes.start("b", FakeBehavior(output_tokens=8))
+    gateway = start_gateway(messages_config(broken, spare, deployments={"b": {"continue_prefill": True}}))
+    body = {
+        "model": "m",
+        "max_tokens": 64,
+        "messages": MESSAGES,
+        "stream": True,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+    }
+    raw = httpx.post(gateway.base_url + "/messages", json=body).content
+    assert raw.rstrip().endswith(b"}") and b"event: error" in raw and b"message_stop" not in raw
+    assert spare.app.state.requests == 0

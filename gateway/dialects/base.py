@@ -115,6 +115,11 @@ class Dialect(Protocol):
         """The error object if this event is an error event (ends the upstream's part), else None."""
         ...
 
+    def opens_answer(self, event: dict[str, Any]) -> bool:
+        """In a stream that continues another (mid-stream recovery): where its answer starts. What comes
+        before (a role chunk, ``message_start``, a block's opening) the client already has, and is dropped."""
+        ...
+
     def render_error(self, error: GatewayError) -> bytes:
         """The gateway's own error as this API's clients expect the body of an error response."""
         ...

@@ -227,6 +227,9 @@ class ChatDialect:
     def error_of(self, event: dict[str, Any]) -> Any:
         return event.get("error")
 
+    def opens_answer(self, event: dict[str, Any]) -> bool:
+        return opens_answer(event)
+
     def render_error(self, error: GatewayError) -> bytes:
         return error.to_json()
 

@@ -161,6 +161,10 @@ class MessagesDialect:
                 tally.tool_calls = True
         return tally
 
+    def opens_answer(self, event: dict[str, Any]) -> bool:
+        # A continuation repeats message_start, ping and the text block's opening: the client has them.
+        return event.get("type") not in ("message_start", "ping", "content_block_start")
+
     def error_of(self, event: dict[str, Any]) -> Any:
         if event.get("type") != "error":
             return None

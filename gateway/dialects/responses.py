@@ -158,6 +158,9 @@ class ResponsesDialect:
     def error_of(self, event: dict[str, Any]) -> Any:
         return failure_of(event)
 
+    def opens_answer(self, event: dict[str, Any]) -> bool:
+        return True  # never continued: recovery does not apply to the Responses API
+
     def render_error(self, error: GatewayError) -> bytes:
         return error.to_json()
 

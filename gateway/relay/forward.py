@@ -13,7 +13,8 @@ The relay forwards bytes as they come, but three things need the event boundarie
 - **A continuation's opening.** A stream that continues another repeats what opens a stream:
   the assistant role chunk and perhaps a reasoning preamble. Those are dropped until the first
   content, and the first content chunk loses its ``role``, so the client sees one answer
-  (chat and completions: the only APIs recovery continues).
+  (chat and completions; for the Messages API, ``message_start``, ``ping`` and the text block's
+  opening; the Responses API is never continued).
 - **A usage chunk the client did not ask for.** When the gateway asked a chat or completions
   stream for its usage (``stream_options.include_usage``, for cost) and the client had not, the
   empty-``choices`` chunk that carries it is not forwarded: a client that did not ask may index
@@ -31,7 +32,7 @@ import re
 from typing import Any
 
 from gateway.dialects import CHAT, Dialect
-from gateway.dialects.chat import opens_answer, usage_only
+from gateway.dialects.chat import usage_only
 from gateway.sse import SSESplitter, parse_event
 
 _ERROR_KEY = b'"error"'
@@ -103,8 +104,8 @@ class EventForwarder:
             if self._drop_usage and event is not None and usage_only(event):
                 continue  # the usage chunk the gateway asked for: the meter has read it
             if self._opening:
-                if not done and event is not None and not opens_answer(event):
-                    continue  # the continuation's role chunk or reasoning: the client has had them
+                if not done and event is not None and not self._dialect.opens_answer(event):
+                    continue  # the continuation's opening (role chunk, reasoning, message_start): the client has it
                 self._opening = False
                 block = _without_role(event, block)
             out.append(block)

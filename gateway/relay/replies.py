@@ -4,7 +4,7 @@ A stream is committed to the client when its first output-bearing chunk arrives;
 on, bytes go to the client as they come, each chunk flushed at once and never re-serialised
 (``EventForwarder`` only holds back an unfinished event), while a ``StreamMeter`` watches them
 on the side. If the upstream breaks after that, another deployment may finish the answer
-(``recovery``, chat and completions); if none can, the client's stream ends with an error event
+(``recovery``: chat, completions, Messages); if none can, the client's stream ends with an error event
 in its API's shape (``Dialect.stream_error``), never as if the answer were complete.
 """
 
