@@ -263,3 +263,14 @@ def test_no_recovery_with_extended_thinking(fakes: Fakes, start_gateway: StartGa
     raw = httpx.post(gateway.base_url + "/messages", json=body).content
     assert raw.rstrip().endswith(b"}") and b"event: error" in raw and b"message_stop" not in raw
     assert spare.app.state.requests == 0
+
+
+def test_the_gateways_rate_limit_is_anthropic_shaped(fakes: Fakes, start_gateway: StartGateway) -> None:
+    limits = {"limits": {"requests_per_minute_per_key": 1}}
+    gateway = start_gateway(messages_config(fakes.start("a"), extra=limits), environ={"GATEWAY_API_KEYS": "k1"})
+    body = {"model": "m", "max_tokens": 8, "messages": MESSAGES}
+    headers = {"x-api-key": "k1"}
+    assert httpx.post(gateway.base_url + "/messages", json=body, headers=headers).status_code == 200
+    limited = httpx.post(gateway.base_url + "/messages", json=body, headers=headers)
+    assert limited.status_code == 429 and limited.headers["retry-after"]
+    assert limited.json()["type"] == "error" and limited.json()["error"]["type"] == "rate_limit_error"

@@ -208,6 +208,7 @@ def test_previous_response_id_and_id_calls_reach_the_owner(
         assert follow.id in (a if owners[response.id] == "a" else b).app.state.responses
         assert client.responses.retrieve(response.id).id == response.id
         assert client.responses.input_items.list(response.id).data
+        assert client.responses.cancel(response.id).id == response.id
     doomed = first[0]
     client.responses.delete(doomed.id)
     with pytest.raises(openai.NotFoundError):
