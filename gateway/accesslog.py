@@ -128,6 +128,7 @@ class AccessLog:
         model = record.request.requested_model if record.request is not None else ""
         provider = winner.provider if winner is not None and record.log is not None else ""
         self.metrics.request_answered(model, provider, record.status)
+        self.metrics.api_request_answered(model, record.endpoint, record.status)
         overhead = record.overhead_s()
         if overhead is not None and record.request is not None:
             self.metrics.observe_overhead("stream" if record.request.stream else "full", overhead)
@@ -176,6 +177,9 @@ class AccessLog:
             "duration_s": _round(duration),
             "overhead_s": _round(overhead),
         }
+        if request is not None and request.trace.provider_timings is not None:
+            # The provider's own figures, beside the gateway's: never used for routing.
+            entry["provider_timings"] = request.trace.provider_timings
         if self.log_bodies and request is not None:
             entry["request_body"] = request.body
             entry["response_text"] = request.trace.answer_text

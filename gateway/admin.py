@@ -29,13 +29,13 @@ from gateway.errors import BudgetUnavailable, GatewayError, InvalidRequest, Mode
 from gateway.reload import reloader_of
 from gateway.routing.explain import ranking_json
 from gateway.runtime import require_admin, runtime_of
-from gateway.samples import Endpoint
+from gateway.samples import ENDPOINTS, Endpoint
 from gateway.spending import BUDGET_WINDOWS
 from gateway.spending.report import budget_json, grouped_rows, parse_by, spend_document
 from gateway.spending.store import SpendStoreDown
 from gateway.tokens import TokenizerError
 
-_ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions", "embeddings")
+_ENDPOINTS: tuple[Endpoint, ...] = ENDPOINTS
 
 
 def _positive_int(request: Request, name: str, default: int | None) -> int | None:

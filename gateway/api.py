@@ -1,9 +1,10 @@
-"""The HTTP endpoints: OpenAI-compatible inference, model list, health; OpenAI-shaped errors.
+"""The HTTP endpoints: inference over every API, model list, health; errors in each API's shape.
 
-The three inference endpoints are plain ASGI callables (``ProxyEndpoint``), not Starlette
-request handlers: they read the body with a size cap, validate just what routing needs, and
-hand a ``ProxyRequest`` to the dispatcher, whose reply writes straight to ``send``. Nothing on
-that path re-serialises an upstream chunk.
+The inference endpoints (chat, completions, embeddings, Responses, Messages) are plain ASGI
+callables (``ProxyEndpoint``), not Starlette request handlers: they read the body with a size cap,
+validate just what routing needs, and hand a ``ProxyRequest`` to the dispatcher, whose reply
+writes straight to ``send``. Nothing on that path re-serialises an upstream chunk. Errors are
+rendered by the endpoint's dialect: OpenAI's shape, or Anthropic's on ``/v1/messages``.
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.access import Ticket
 from gateway.accesslog import AccessRecord
+from gateway.bindings import Unavailable
+from gateway.config import ModelConfig, serving
+from gateway.dialects import CHAT, Dialect, dialect_for
 from gateway.errors import (
     GatewayError,
     HeadersTooLarge,
     InvalidRequest,
     ModelNotFound,
+    NoCapacity,
     PayloadTooLarge,
     internal_error,
 )
@@ -34,6 +39,7 @@ from gateway.limits import has_unpaired_surrogate, header_bytes
 from gateway.metrics import Metrics
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
+from gateway.routing.apis import no_deployment_for
 from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
@@ -41,23 +47,35 @@ from gateway.upstream import forwardable_headers
 
 logger = logging.getLogger("gateway")
 
-# Which body field holds the input of each endpoint, and the type it must have.
-_INPUT_FIELDS: dict[Endpoint, tuple[str, tuple[type, ...], str]] = {
-    "chat": ("messages", (list,), "an array of messages"),
-    "completions": ("prompt", (str, list), "a string or an array"),
-    "embeddings": ("input", (str, list), "a string or an array"),
+# Which body field holds the input of each endpoint, the type it must have, and whether it is required
+# (a Responses call may continue a previous response, or use a stored prompt, without new input).
+_INPUT_FIELDS: dict[Endpoint, tuple[str, tuple[type, ...], str, bool]] = {
+    "chat": ("messages", (list,), "an array of messages", True),
+    "completions": ("prompt", (str, list), "a string or an array", True),
+    "embeddings": ("input", (str, list), "a string or an array", True),
+    "responses": ("input", (str, list), "a string or an array of input items", False),
+    "messages": ("messages", (list,), "an array of messages", True),
+}
+# The fields that bound an answer's length, per endpoint.
+_MAX_TOKEN_FIELDS: dict[Endpoint, tuple[str, ...]] = {
+    "chat": ("max_completion_tokens", "max_tokens"),
+    "completions": ("max_tokens",),
+    "embeddings": (),
+    "responses": ("max_output_tokens",),
+    "messages": ("max_tokens",),
 }
 
 
-def error_response(error: GatewayError, request_id: str | None = None) -> Response:
+def error_response(error: GatewayError, request_id: str | None = None, dialect: Dialect = CHAT) -> Response:
     headers = dict(error.headers)
     if request_id:
         headers["x-request-id"] = request_id
-    return Response(error.to_json(), status_code=error.status_code, headers=headers, media_type="application/json")
+    body = dialect.render_error(error)
+    return Response(body, status_code=error.status_code, headers=headers, media_type="application/json")
 
 
-async def send_error(send: Send, error: GatewayError, request_id: str) -> None:
-    body = error.to_json()
+async def send_error(send: Send, error: GatewayError, request_id: str, dialect: Dialect = CHAT) -> None:
+    body = dialect.render_error(error)
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
@@ -133,16 +151,19 @@ def _check_types(body: dict[str, Any], endpoint: Endpoint) -> tuple[str, bool, i
         raise InvalidRequest("'stream' must be a boolean", param="stream")
     if stream and endpoint == "embeddings":
         raise InvalidRequest("embeddings cannot be streamed", param="stream")
-    field, kinds, expected = _INPUT_FIELDS[endpoint]
+    field, kinds, expected, required = _INPUT_FIELDS[endpoint]
     value = body.get(field)
     if value is None:
-        raise InvalidRequest(f"'{field}' is required", param=field)
-    if not isinstance(value, kinds):
+        if required:
+            raise InvalidRequest(f"'{field}' is required", param=field)
+    elif not isinstance(value, kinds):
         raise InvalidRequest(f"'{field}' must be {expected}", param=field)
-    if endpoint == "chat" and not value:
+    if endpoint in ("chat", "messages") and not value:
         raise InvalidRequest("'messages' must not be empty", param="messages")
+    if endpoint == "messages" and body.get("max_tokens") is None:
+        raise InvalidRequest("'max_tokens' is required", param="max_tokens")
     max_tokens: int | None = None
-    for name in ("max_completion_tokens", "max_tokens"):
+    for name in _MAX_TOKEN_FIELDS[endpoint]:
         limit = body.get(name)
         if limit is None:
             continue
@@ -158,11 +179,12 @@ def _wants_trace(headers: list[tuple[bytes, bytes]]) -> bool:
 
 
 class ProxyEndpoint:
-    """``POST /v1/{chat/completions,completions,embeddings}``: route, attempt, relay."""
+    """``POST /v1/{chat/completions,completions,embeddings,responses,messages}``: route, attempt, relay."""
 
     def __init__(self, endpoint: Endpoint, path: str) -> None:
         self.endpoint = endpoint
         self.path = path
+        self.dialect = dialect_for(endpoint)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = runtime_of(scope)
@@ -192,7 +214,7 @@ class ProxyEndpoint:
             return
         except GatewayError as exc:
             record.error_status = exc.status_code
-            await send_error(send, exc, request_id)
+            await send_error(send, exc, request_id, self.dialect)
             return
         except Exception:
             # This endpoint is reached outside Starlette's error middleware: a bug still gets a
@@ -200,7 +222,7 @@ class ProxyEndpoint:
             logger.exception("unexpected error reading request %s", request_id)
             error = internal_error(request_id)
             record.error_status = error.status_code
-            await send_error(send, error, request_id)
+            await send_error(send, error, request_id, self.dialect)
             return
         record.request = request
         record.key_name = ticket.key.name
@@ -227,7 +249,7 @@ class ProxyEndpoint:
         started = False
         plan: RoutePlan | None = None
         try:
-            plan = runtime.router.plan(route_request)
+            plan = _plan(runtime, route_request)
             policy = plan.policy
             await runtime.access.reserve_spend(
                 ticket,
@@ -256,14 +278,14 @@ class ProxyEndpoint:
                 if trace_wanted and plan is not None:
                     trace = build_trace(request_id, plan, request.trace.samples, final=True)
                     exc.headers[TRACE_HEADER] = header_value(trace)
-                await send_error(send, exc, request_id)
+                await send_error(send, exc, request_id, self.dialect)
         except Exception:
             watch.disarm()
             logger.exception("unexpected error serving request %s", request_id)
             if not started:
                 error = internal_error(request_id)
                 record.error_status = error.status_code
-                await send_error(send, error, request_id)
+                await send_error(send, error, request_id, self.dialect)
         except BaseException:
             # The client hung up (DisconnectWatch cancelled us): the attempt has recorded
             # itself; there is nobody left to answer. Anything else is shutdown: re-raise.
@@ -294,12 +316,17 @@ class ProxyEndpoint:
         if model is None:
             known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
             raise ModelNotFound(f"model '{requested}' does not exist (known: {known})", param="model")
+        if not serving(model, self.endpoint):
+            raise no_deployment_for(model, self.endpoint)
+        pinned = None
+        if self.endpoint == "responses" and body.get("previous_response_id") is not None:
+            pinned = await _previous_owner(runtime, model, body["previous_response_id"])
         preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         prompt_tokens = max(1, len(raw) // 4)
         request = ProxyRequest(
             request_id=request_id,
             endpoint=self.endpoint,
-            path=self.path,
+            path=_with_query(self.path, scope),
             body=body,
             stream=stream,
             requested_model=model_name,
@@ -314,10 +341,66 @@ class ProxyEndpoint:
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             preferences=preferences,
+            pinned=pinned,
         )
         # Last: from here on the caller owns the ticket and releases it.
         ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)
         return request, route_request, ticket
+
+
+def _with_query(path: str, scope: Scope) -> str:
+    """The upstream path with the client's query string (Anthropic's SDK sends ``/v1/messages?beta=true``)."""
+    query: bytes = scope.get("query_string", b"")
+    return f"{path}?{query.decode('latin-1')}" if query else path
+
+
+def _plan(runtime: GatewayRuntime, route_request: RouteRequest) -> RoutePlan:
+    try:
+        return runtime.router.plan(route_request)
+    except GatewayError as exc:
+        if route_request.pinned is None:
+            raise
+        # The one deployment that holds the previous response cannot serve: say so, send it nowhere else.
+        exc.message = f"the previous response is held by deployment '{route_request.pinned}', which cannot " + (
+            f"take a request now: {exc.message}"
+        )
+        raise
+
+
+async def _previous_owner(runtime: GatewayRuntime, model: ModelConfig, previous: object) -> str:
+    """The deployment that must serve a Responses call continuing ``previous`` (its ``previous_response_id``)."""
+    if not isinstance(previous, str) or not previous:
+        raise InvalidRequest("'previous_response_id' must be a non-empty string", param="previous_response_id")
+    responders = serving(model, "responses")
+    owner = await runtime.owners.owner(previous)
+    if isinstance(owner, Unavailable):
+        if len(responders) == 1:
+            return responders[0].name  # only one place it can be
+        health = runtime.bindings.health()
+        raise NoCapacity(
+            f"cannot tell which deployment holds response '{previous}' now: the binding store is unreachable"
+            + (f" ({health.reason})" if health.reason else ""),
+            code="binding_store_unavailable",
+            headers={"retry-after": "1"},
+        )
+    if owner is None:
+        if len(responders) == 1:
+            return responders[0].name  # the one deployment decides whether it knows the id
+        raise ModelNotFound(
+            f"previous response '{previous}' is unknown to this gateway (not created through it, or its "
+            f"binding expired), so no deployment of model '{model.name}' can be chosen to continue it",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    if owner.model != model.name or all(d.name != owner.deployment for d in responders):
+        raise InvalidRequest(
+            f"previous response '{previous}' was created by deployment '{owner.deployment}' of model "
+            f"'{owner.model}', which model '{model.name}' does not serve over the Responses API here; "
+            f"continue it with model '{owner.model}'",
+            param="previous_response_id",
+            code="previous_response_elsewhere",
+        )
+    return owner.deployment
 
 
 async def list_models(request: Request) -> Response:

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -30,12 +31,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ExceptionHandler, Lifespan, Receive, Scope, Send
 
-from gateway import admin, api
+from gateway import admin, api, sidecalls
 from gateway.access import USAGE_TAP, AccessControl, AccessState
 from gateway.accesslog import AccessLog
 from gateway.auth import AdminKey, KeyRing, load_keys
-from gateway.config import GatewayConfig, resolve_secrets
+from gateway.bindings import LOOKUP_TIMEOUT_S, BindingStore, InMemoryBindingStore, RedisBindingStore
+from gateway.config import GatewayConfig, StatsConfig, resolve_secrets
 from gateway.dashboard import dashboard, root
+from gateway.dialects import dialect_for_path
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.events import EventFanout, GatewayEvents
 from gateway.limits import HeaderSizeLimit
@@ -44,6 +47,7 @@ from gateway.metrics_genai import GenAISink
 from gateway.ratelimit import RateLimiter, open_rate_limiter
 from gateway.relay import AttemptRunner, Dispatcher
 from gateway.reload import Reloader
+from gateway.response_owners import ResponseOwners
 from gateway.routing import MeasuredRouter
 from gateway.routing.trace import TraceStore
 from gateway.runtime import GatewayRuntime, RuntimeHolder
@@ -51,6 +55,7 @@ from gateway.samples import SampleFanout, SampleSink
 from gateway.spending import SpendLedger
 from gateway.spending.redis_store import open_spend_store
 from gateway.stats import StatsStore, open_stats_store
+from gateway.stats.redis_store import open_pool
 from gateway.tokens import load_token_counter
 from gateway.types import Clock
 from gateway.upstream import UpstreamPool
@@ -87,6 +92,8 @@ class AppOptions:
     client_keys: tuple[KeyRing, AdminKey] | None = None
     """The config's client keys and admin key, when the caller has loaded them already (``gateway
     serve`` does, to warn about exposure); otherwise ``create_app`` loads them, once."""
+    binding_lookup_timeout_s: float = LOOKUP_TIMEOUT_S
+    """How long a request may wait for Redis to find a binding this replica does not hold."""
 
 
 async def build_runtime(
@@ -97,6 +104,7 @@ async def build_runtime(
     stats: StatsStore,
     access_state: AccessState,
     previous: GatewayRuntime | None = None,
+    owners: ResponseOwners | None = None,
 ) -> GatewayRuntime:
     """The runtime for ``config``; on reload, ``previous`` lends its router state and tokenizer.
 
@@ -127,10 +135,12 @@ async def build_runtime(
         sinks.append(GenAISink(options.metrics.genai(), config))
     sink = SampleFanout([*sinks, *options.sinks])
     runner = AttemptRunner(upstreams, router, sink, counter, events=events, clock=options.clock or time.perf_counter)
+    if owners is None:
+        owners = previous.owners if previous is not None else ResponseOwners()
     return GatewayRuntime(
         config=config,
         router=router,
-        dispatcher=Dispatcher(runner),
+        dispatcher=Dispatcher(runner, owners),
         upstreams=upstreams,
         counter=counter,
         stats=stats,
@@ -138,7 +148,17 @@ async def build_runtime(
         access=access,
         in_flight=router.in_flight,
         traces=previous.traces if previous is not None else TraceStore(),
+        owners=owners,
     )
+
+
+def _open_bindings(stats: StatsConfig, options: AppOptions) -> tuple[BindingStore, Any]:
+    """The binding store the stats backend implies, and the Redis client it was given (to close), if any."""
+    if stats.backend != "redis":
+        return InMemoryBindingStore(), None
+    client = Redis(connection_pool=open_pool(stats, 2))
+    store = RedisBindingStore(client, stats.key_prefix, lookup_timeout_s=options.binding_lookup_timeout_s)
+    return store, client
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
@@ -150,12 +170,12 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
         error = MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}", headers=headers)
     else:
         error = NotFound(f"no such endpoint: {request.method} {request.url.path}")
-    return api.error_response(error)
+    return api.error_response(error, dialect=dialect_for_path(request.url.path))
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
-    return api.error_response(exc)
+    return api.error_response(exc, dialect=dialect_for_path(request.url.path))
 
 
 class GatewayApp(Starlette):
@@ -214,8 +234,11 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         spend = options.spend or SpendLedger(open_spend_store(config.stats))
         spend.listeners.append(options.metrics.spend)
         access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats), spend)
+        bindings, binding_client = _open_bindings(config.stats, options)
+        await bindings.start()
+        owners = ResponseOwners(bindings)
         try:
-            holder.current = await build_runtime(config, options, keys, client_keys, stats, access_state)
+            holder.current = await build_runtime(config, options, keys, client_keys, stats, access_state, owners=owners)
             loop = asyncio.get_running_loop()
             if options.reload_on_sighup:
                 loop.add_signal_handler(signal.SIGHUP, reloader.reload_in_background)
@@ -231,15 +254,25 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
             # pending limit corrections and buffered stats are flushed last.
             await access_state.aclose()
             await stats.aclose()
+            await bindings.aclose()
+            if binding_client is not None:
+                await binding_client.aclose()
+                await binding_client.connection_pool.disconnect()
 
     proxies = {
         "/v1/chat/completions": api.ProxyEndpoint("chat", "/chat/completions"),
         "/v1/completions": api.ProxyEndpoint("completions", "/completions"),
         "/v1/embeddings": api.ProxyEndpoint("embeddings", "/embeddings"),
+        "/v1/responses": api.ProxyEndpoint("responses", "/responses"),
+        "/v1/messages": api.ProxyEndpoint("messages", "/messages"),
     }
     routes = [
         # Also routed here, so that a GET to them gets Starlette's 405 with its Allow header.
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in proxies.items()),
+        Route("/v1/responses/{response_id}", sidecalls.response_call, methods=["GET", "DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", sidecalls.response_call, methods=["GET"]),
+        Route("/v1/responses/{response_id}/cancel", sidecalls.response_call, methods=["POST"]),
+        Route("/v1/messages/count_tokens", sidecalls.count_tokens, methods=["POST"]),
         Route("/v1/models", api.list_models, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),

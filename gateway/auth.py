@@ -302,14 +302,15 @@ def load_keys(config: GatewayConfig, environ: Mapping[str, str]) -> tuple[KeyRin
 
 
 def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The key a request carries: ``Authorization: Bearer <key>``, else ``api-key: <key>``."""
+    """The key a request carries: ``Authorization: Bearer <key>``, else ``api-key: <key>`` (Azure's) or
+    ``x-api-key: <key>`` (Anthropic's SDK sends its key there)."""
     bearer: str | None = None
     api_key: str | None = None
     for name, value in headers:
         if name == b"authorization" and bearer is None:
             text = value.decode("latin-1")
             bearer = text[7:].strip() if text[:7].lower() == "bearer " else ""
-        elif name == b"api-key" and api_key is None:
+        elif name in (b"api-key", b"x-api-key") and api_key is None:
             api_key = value.decode("latin-1").strip()
     return bearer or api_key or None
 

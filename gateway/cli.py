@@ -324,7 +324,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         url=args.url,
         models=tuple(args.model or ()),
         settings=BenchSettings(
-            requests=args.requests, concurrency=args.concurrency, max_tokens=args.max_tokens, timeout_s=args.timeout
+            requests=args.requests,
+            concurrency=args.concurrency,
+            max_tokens=args.max_tokens,
+            timeout_s=args.timeout,
+            api=args.api,
         ),
         prompts_path=args.prompts,
         out_prefix=args.out,
@@ -448,6 +452,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = _command(
         commands, "bench", "benchmark providers (directly or through a gateway) the way public leaderboards do"
+    )
+    bench.add_argument(
+        "--api",
+        choices=("chat", "responses", "messages"),
+        default="chat",
+        help="the API to benchmark: chat, responses (OpenAI) or messages (Anthropic)",
     )
     bench.add_argument(
         "-c",

@@ -28,6 +28,7 @@ from gateway.policies import BUILTIN_POLICIES as BUILTIN_POLICIES
 from gateway.policies import DEFAULT_POLICY as DEFAULT_POLICY
 from gateway.policies import PolicyConfig as PolicyConfig
 from gateway.policies import parse_policy
+from gateway.samples import DEFAULT_APIS, ENDPOINTS, Endpoint
 from gateway.toml_reader import ConfigError as ConfigError
 from gateway.toml_reader import TableReader as TableReader
 
@@ -157,6 +158,20 @@ class ProviderConfig:
     """How long an idle upstream connection is kept for reuse. Keep it under the provider's own idle
     timeout (5 s for uvicorn-based servers such as vLLM): a request sent on a connection the server
     is closing fails before any answer."""
+    apis: tuple[Endpoint, ...] = DEFAULT_APIS
+    """The APIs this provider speaks; its deployments serve these unless they name their own."""
+    base_urls: tuple[tuple[Endpoint, str], ...] = ()
+    """A base URL per API where it differs from ``base_url`` (e.g. a Messages endpoint under ``/anthropic``)."""
+    stream_usage: bool = True
+    """Ask for the usage chunk of chat and completion streams (``stream_options.include_usage``) when the
+    client did not, so that cost is known; off for a provider that rejects the option. The client never
+    sees a usage chunk it did not ask for."""
+
+    def base_url_for(self, api: Endpoint) -> str:
+        for name, url in self.base_urls:
+            if name == api:
+                return url
+        return self.base_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +197,9 @@ class DeploymentConfig:
     """How a chat prefill is marked: ``plain`` (a last assistant message, nothing more), ``prefix`` (that
     message carries ``"prefix": true``: DeepSeek, Mistral), ``vllm`` (the body carries
     ``continue_final_message: true, add_generation_prompt: false``). Completions append to the prompt."""
+    apis: tuple[Endpoint, ...] = DEFAULT_APIS
+    """The APIs this deployment serves (its own ``apis``, else its provider's): a request reaches only
+    deployments that speak its API."""
 
     def cost_usd(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
         """What ``prompt_tokens`` in (``cached_tokens`` of them from the prompt cache) and ``output_tokens``
@@ -227,6 +245,43 @@ class GatewayConfig:
 
     def policy_for(self, model: ModelConfig) -> PolicyConfig:
         return self.policies[model.policy]
+
+
+def serving(model: ModelConfig, api: Endpoint) -> tuple[DeploymentConfig, ...]:
+    """The model's deployments that speak ``api``."""
+    return tuple(d for d in model.deployments if api in d.apis)
+
+
+def _apis(table: TableReader, default: tuple[Endpoint, ...]) -> tuple[Endpoint, ...]:
+    if not table.has("apis"):
+        table.strings("apis")  # mark the key seen
+        return default
+    names = table.strings("apis")
+    apis: list[Endpoint] = []
+    for index, name in enumerate(names):
+        api = next((e for e in ENDPOINTS if e == name), None)
+        if api is None:
+            raise table.error(f"apis[{index}]", f'expected one of {", ".join(map(repr, ENDPOINTS))}, got "{name}"')
+        if api not in apis:
+            apis.append(api)
+    if not apis:
+        raise table.error("apis", "expected at least one API")
+    return tuple(apis)
+
+
+def _base_urls(table: TableReader) -> tuple[tuple[Endpoint, str], ...]:
+    urls: list[tuple[Endpoint, str]] = []
+    for name, url in table.str_table("base_urls"):
+        api = next((e for e in ENDPOINTS if e == name), None)
+        if api is None:
+            raise table.error(f"base_urls.{name}", f"unknown API (expected one of: {', '.join(ENDPOINTS)})")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.username or parts.password:
+            raise table.error(
+                f"base_urls.{name}", f'expected an http:// or https:// URL without credentials, got "{url}"'
+            )
+        urls.append((api, url.rstrip("/")))
+    return tuple(urls)
 
 
 def _parse_server(table: TableReader) -> ServerConfig:
@@ -324,6 +379,9 @@ def _parse_provider(table: TableReader) -> ProviderConfig:
         max_concurrency=table.integer("max_concurrency", 64, minimum=1),
         headers=table.str_table("headers"),
         keepalive_s=table.number("keepalive_s", DEFAULT_KEEPALIVE_S, positive=True),
+        apis=_apis(table, DEFAULT_APIS),
+        base_urls=_base_urls(table),
+        stream_usage=table.flag("stream_usage", True),
     )
     parts = urlsplit(provider.base_url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -352,6 +410,7 @@ def _parse_deployment(table: TableReader, providers: Mapping[str, ProviderConfig
         name=table.text("name", provider),
         continue_prefill=table.flag("continue_prefill", False),
         prefill_format=table.choice("prefill_format", PREFILL_FORMATS, "plain"),
+        apis=_apis(table, providers[provider].apis),
     )
     if table.has("prefill_format") and not deployment.continue_prefill:
         raise table.error("prefill_format", "only applies with continue_prefill = true")

@@ -34,6 +34,7 @@ from gateway.config import GatewayConfig, parse_config
 from gateway.demo_banner import invocation, relative_to_cwd, try_it_lines
 from gateway.fakes import FakeProvider
 from gateway.fakes.profiles import DEMO_PROFILES, ProviderProfile, ServingFigures
+from gateway.samples import ENDPOINTS
 from gateway.tokens import load_token_counter
 from gateway.toml_writer import dumps
 from gateway.traffic import TrafficGenerator, TrafficMix, shares
@@ -130,7 +131,11 @@ def demo_config_data(fake_urls: Mapping[str, str], host: str = "127.0.0.1", port
         # The demo's output is its status lines; a JSON access line per background request would drown them.
         "server": {"host": host, "port": port, "access_log": False},
         "stats": dict(DEMO_STATS),
-        "providers": [{"name": name, "base_url": url, "max_concurrency": 64} for name, url in fake_urls.items()],
+        "providers": [
+            # The fakes speak every API: Codex-style (Responses) and Claude-Code-style (Messages) clients work too.
+            {"name": name, "base_url": url, "max_concurrency": 64, "apis": list(ENDPOINTS)}
+            for name, url in fake_urls.items()
+        ],
         "models": [
             {
                 "name": model,
@@ -259,7 +264,7 @@ class Demo:
         say = self.say
         say(f"gateway demo: {len(self.fakes)} simulated providers and the gateway, in this one process.")
         say()
-        say(f"  OpenAI base_url  {base}/v1   (no key needed: any api_key works)")
+        say(f"  OpenAI base_url  {base}/v1   (no key needed: any api_key works; also /v1/responses and /v1/messages)")
         for label, path in GATEWAY_PAGES:
             note = "" if available.get(path, False) else "   (not in this build yet)"
             say(f"  {label:<15} {base}{path}{note}")

@@ -225,4 +225,6 @@ def describe_error_body(body: bytes) -> tuple[str, str | None]:
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, dict | str):
         return describe_error(error)
+    if isinstance(data, dict) and data.get("object") == "error" and data.get("message"):
+        return describe_error(data)  # vLLM's error body: {"object": "error", "message", "type", "code"}
     return str(data)[:MAX_ERROR_MESSAGE], None

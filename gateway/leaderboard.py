@@ -50,10 +50,13 @@ class LeaderboardRow:
     """USD per 1M prompt tokens (None when the deployment is not in the config at hand)."""
     price_out: float | None
     in_flight: int
+    apis: tuple[str, ...] = ()
+    """The APIs the deployment serves (empty when it is not in the config at hand)."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LeaderboardRow:
         values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
+        values["apis"] = tuple(values.get("apis") or ())
         return cls(**values)
 
 
@@ -84,6 +87,7 @@ def _row(
         price_in=declared.price_in if declared else None,
         price_out=declared.price_out if declared else None,
         in_flight=in_flight(model, deployment),
+        apis=tuple(declared.apis) if declared else (),
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.config import LimitsConfig
+from gateway.dialects import dialect_for_path
 from gateway.errors import HeadersTooLarge, InvalidRequest
 from gateway.samples import Endpoint
 
@@ -43,7 +44,7 @@ class HeaderSizeLimit:
             size = header_bytes(scope["headers"])
             if size > limit:
                 error = HeadersTooLarge(f"request headers of {size} bytes exceed the limit of {limit} bytes")
-                body = error.to_json()
+                body = dialect_for_path(scope["path"]).render_error(error)
                 headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
                 await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
                 await send({"type": "http.response.body", "body": body})

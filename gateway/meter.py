@@ -9,25 +9,24 @@ events hold answer text, the token count, tokens per second) is worked out once,
 Definitions (DESIGN.md): TTFT runs from sending the upstream request to the first chunk that
 carries output (content, reasoning or a tool-call delta); tokens per second is answer tokens
 ÷ (last answer token − first answer token), undefined under 2 tokens.
+
+Which event carries output, holds answer text, usage or an error is each API's own: the meter asks
+its ``Dialect`` (``gateway.dialects``: chat and completions, Responses, Messages) and is otherwise
+the same for all of them.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from gateway.errors import describe_error
+from gateway.dialects import CHAT, Dialect, Tally
 from gateway.sse import SSESplitter, parse_event
 from gateway.tokens import TokenCounter
 from gateway.types import Clock
-
-DONE = b"[DONE]"
-_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
-"""A finish_reason with a value (not null): found with a scan, so that no chunk is parsed after the first token."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,104 +43,33 @@ class Reading:
     usage_completion_tokens: int | None = None
     usage_cached_tokens: int | None = None
     """Prompt tokens the provider served from its prompt cache (part of ``usage_prompt_tokens``)."""
+    usage_cache_creation_tokens: int | None = None
+    """Prompt tokens the provider wrote to its prompt cache (Messages API; part of ``usage_prompt_tokens``)."""
     finished: bool = False
-    """A ``finish_reason`` arrived: the answer is complete even if ``[DONE]`` did not follow."""
+    """The answer is complete (a ``finish_reason``, ``response.completed``, a ``stop_reason``), even if the
+    stream's own ending did not follow."""
+    incomplete: bool = False
+    """The provider ended the answer early for the request's own reason (Responses ``response.incomplete``:
+    ``max_output_tokens``, a content filter): an outcome of its own, not a clean completion."""
     saw_done: bool = False
     error_message: str | None = None
     """The message of an error event the provider sent inside the stream."""
     response_model: str | None = None
     """The model id the provider reported answering with."""
+    response_id: str | None = None
+    """The id the provider gave the response (Responses API: what ``previous_response_id`` names)."""
     malformed: bool = False
     """An event (or the whole body) was not JSON: the client cannot have read a complete answer."""
     tool_calls: bool = False
     """The answer holds a tool (or function) call: its text is arguments, not content."""
+    provider_timings: dict[str, Any] | None = None
+    """The provider's own figures (llama.cpp ``timings``, vLLM ``metrics``, Groq ``x_groq``, Fireworks
+    ``perf_metrics``), by their name: for the access log, never for routing."""
+    last_sequence: int | None = None
+    """The last ``sequence_number`` seen (Responses API), so that an error event can follow it."""
     chunk_gaps_s: tuple[float, ...] = ()
-    """Seconds between the arrivals of consecutive output-bearing events, after the first (streams only)."""
-
-
-def _choices(event: dict[str, Any]) -> list[dict[str, Any]]:
-    choices = event.get("choices")
-    return [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
-
-
-def _answer_of(choice: dict[str, Any]) -> str:
-    """The visible answer text in one choice of a chunk or a whole response (tool-call arguments included)."""
-    delta = choice.get("delta")
-    if (
-        delta.__class__ is dict
-        and "tool_calls" not in delta
-        and "function_call" not in delta
-        and "text" not in choice
-        and "message" not in choice
-    ):
-        # The common streamed chunk: only delta.content can hold answer text.
-        content = delta.get("content")
-        return content if content.__class__ is str else ""
-    parts: list[str] = []
-    text = choice.get("text")  # /v1/completions
-    if isinstance(text, str):
-        parts.append(text)
-    for holder in (choice.get("delta"), choice.get("message")):
-        if not isinstance(holder, dict):
-            continue
-        content = holder.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        for call in holder.get("tool_calls") or ():
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                parts.append(function["arguments"])
-        function_call = holder.get("function_call")
-        if isinstance(function_call, dict) and isinstance(function_call.get("arguments"), str):
-            parts.append(function_call["arguments"])
-    return "".join(parts)
-
-
-def _reasoning_of(choice: dict[str, Any]) -> str:
-    delta = choice.get("delta")
-    if not isinstance(delta, dict):
-        return ""
-    for key in ("reasoning_content", "reasoning"):
-        value = delta.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return ""
-
-
-def _carries_output(choice: dict[str, Any]) -> bool:
-    if _answer_of(choice) or _reasoning_of(choice):
-        return True
-    delta = choice.get("delta")
-    # A tool call's first delta may carry only its name, no arguments yet: that is output too.
-    return isinstance(delta, dict) and bool(delta.get("tool_calls") or delta.get("function_call"))
-
-
-def _error_message(event: dict[str, Any]) -> str | None:
-    error = event.get("error")
-    return None if error is None else describe_error(error)[0]
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _usage(event: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
-    """Prompt, completion and cached prompt tokens of a ``usage`` object (None where not reported).
-
-    Cached prompt tokens come in each shape providers report them: OpenAI's
-    ``prompt_tokens_details.cached_tokens``, DeepSeek's ``prompt_cache_hit_tokens``, and the
-    Anthropic-style ``cache_read_input_tokens`` some OpenAI-compatible hosts use.
-    """
-    usage = event.get("usage")
-    if not isinstance(usage, dict):
-        return None, None, None
-    details = usage.get("prompt_tokens_details")
-    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
-    if cached is None:
-        cached = _count(usage.get("prompt_cache_hit_tokens"))
-    if cached is None:
-        cached = _count(usage.get("cache_read_input_tokens"))
-    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), cached
+    """Seconds between the arrivals of consecutive events that carried output, after the first (streams only;
+    events that came in one read are 0 apart)."""
 
 
 def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
@@ -166,10 +94,45 @@ def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
     return [event if isinstance(event, dict) else None for event in events]
 
 
+def _reading(tally: Tally, counter: TokenCounter, sent: float, saw_done: bool) -> Reading:
+    text = "".join(tally.answer)
+    tokens = counter.count(text)
+    events = tally.output_events
+    tokens_per_s = None
+    first, last = tally.first_answer_at, tally.last_answer_at
+    if tokens >= 2 and first is not None and last is not None:
+        window = last - first
+        tokens_per_s = tokens / window if window > 0 else None
+    return Reading(
+        ttft_s=None if tally.first_output_at is None else tally.first_output_at - sent,
+        first_answer_s=None if first is None else first - sent,
+        last_answer_s=None if last is None else last - sent,
+        tokens_per_s=tokens_per_s,
+        output_tokens=tokens,
+        answer_text=text,
+        usage_prompt_tokens=tally.usage_prompt,
+        usage_completion_tokens=tally.usage_completion,
+        usage_cached_tokens=tally.usage_cached,
+        usage_cache_creation_tokens=tally.usage_cache_creation,
+        finished=tally.finished,
+        incomplete=tally.incomplete,
+        saw_done=saw_done,
+        error_message=tally.error_message,
+        response_model=tally.response_model,
+        response_id=tally.response_id,
+        malformed=tally.malformed,
+        tool_calls=tally.tool_calls,
+        provider_timings=tally.provider_timings,
+        last_sequence=tally.last_sequence,
+        chunk_gaps_s=tuple(later - earlier for earlier, later in zip(events, events[1:], strict=False)),
+    )
+
+
 class StreamMeter:
     """Watches one streamed response. Created per attempt, not thread-safe.
 
-    ``sent_at`` is the clock reading when the upstream request was sent.
+    ``sent_at`` is the clock reading when the upstream request was sent; ``dialect`` reads the
+    events of the API the stream speaks (chat by default).
     """
 
     __slots__ = (
@@ -177,74 +140,90 @@ class StreamMeter:
         "_sent_at",
         "_splitter",
         "_events",
+        "_dialect",
         "first_output_at",
         "done",
         "malformed",
         "finish_seen",
         "finish_arrived",
         "first_error",
+        "response_id",
     )
 
-    def __init__(self, clock: Clock, sent_at: float) -> None:
+    def __init__(self, clock: Clock, sent_at: float, dialect: Dialect = CHAT) -> None:
         self._clock = clock
         self._sent_at = sent_at
         self._splitter = SSESplitter()
         self._events: list[tuple[float, bytes, bool]] = []
         """(arrival, bytes, whole chunk?): an event's data, or a chunk of whole events to split in ``finish``."""
+        self._dialect = dialect
         self.first_output_at: float | None = None
         self.done = False
-        """``data: [DONE]`` arrived: the stream is over, whatever the connection does next."""
+        """The stream's ending arrived (``data: [DONE]``, ``response.completed``, ``message_stop``): it is over,
+        whatever the connection does next."""
         self.malformed = False
         """An event that is not JSON arrived before the first output."""
         self.finish_seen = False
-        """A ``finish_reason`` arrived before any output: an empty answer, but a complete one."""
+        """The answer finished before any output: an empty answer, but a complete one."""
         self.finish_arrived = False
-        """A non-null ``finish_reason`` arrived: the answer is complete, only usage and ``[DONE]`` may follow."""
+        """The answer is complete (a non-null ``finish_reason``, ...): only usage and the ending may follow."""
         self.first_error: Any = None
         """The ``error`` object of an error event that came before any output (the stream's first word)."""
+        self.response_id: str | None = None
+        """The response's id, when an event before the first output named it (Responses API)."""
 
     def feed(self, chunk: bytes) -> None:
         """Note one relayed chunk. Cheap: no JSON once the first output has been seen.
 
-        After the first output, a chunk of whole events with no ``[DONE]`` is kept as it is: only
-        a ``finish_reason`` matters on the byte path (found with one scan of the chunk), and
-        ``finish`` splits it into events later, each timed by its chunk's arrival as before.
-        Anything else (a chunk that ends mid-event or may hold ``[DONE]``) is split at once.
+        After the first output, a chunk of whole events that cannot hold the stream's ending is kept
+        as it is: only the end of the answer matters on the byte path (found with one scan of the
+        chunk), and ``finish`` splits it into events later, each timed by its chunk's arrival as
+        before. Anything else (a chunk that ends mid-event or may end the stream) is split at once.
         """
         now = self._clock()
         if (
             self.first_output_at is not None
             and chunk.endswith(b"\n\n")
             and not self._splitter.pending
-            and DONE not in chunk
+            and not self._dialect.may_end(chunk)
         ):
             self._events.append((now, chunk, True))
-            if not self.finish_arrived and _FINISH_REASON.search(chunk) is not None:
+            if not self.finish_arrived and self._dialect.may_finish(chunk):
                 self.finish_arrived = True
             return
         for data in self._splitter.feed(chunk):
             self._note(now, data)
 
     def _note(self, now: float, data: bytes) -> None:
-        if data == DONE:
+        dialect = self._dialect
+        if data == dialect.done_data:
             self.done = True
             return
         self._events.append((now, data, False))
-        if not self.finish_arrived and _FINISH_REASON.search(data) is not None:
+        if not self.finish_arrived and dialect.may_finish(data):
             self.finish_arrived = True
-        if self.first_output_at is None:
-            event = parse_event(data)
-            if event is None:
+        ends = dialect.done_data is None and dialect.may_end(data)
+        if self.first_output_at is not None and not ends:
+            return
+        event = parse_event(data)
+        if event is None:
+            if self.first_output_at is None:
                 self.malformed = True
-            elif _error_message(event) is not None:
-                # An error event ends the first-token wait too; the relay decides whether it is
-                # the request's fault (relayed) or the provider's (the next deployment is tried).
-                self.first_output_at = now
-                self.first_error = event["error"]
-            elif any(_carries_output(c) for c in _choices(event)):
-                self.first_output_at = now
-            elif any(c.get("finish_reason") for c in _choices(event)):
-                self.finish_seen = True
+            return
+        if ends and dialect.is_terminal(event):
+            self.done = True
+        if self.first_output_at is not None:
+            return
+        look = dialect.first_look(event)
+        if look.response_id is not None:
+            self.response_id = look.response_id
+        if look.kind == "output":
+            self.first_output_at = now
+        elif look.kind == "error":
+            self.first_output_at = now
+            self.first_error = look.error
+        elif look.kind == "finish":
+            self.finish_seen = True
 
     def end_of_stream(self) -> None:
         """The upstream closed: complete an event that lacked only its closing blank line.
@@ -254,7 +233,7 @@ class StreamMeter:
         """
         now = self._clock()
         for data in self._splitter.flush():
-            if data == DONE or parse_event(data) is not None:
+            if data == self._dialect.done_data or parse_event(data) is not None:
                 self._note(now, data)
 
     @property
@@ -263,112 +242,45 @@ class StreamMeter:
 
     def _timed_events(self) -> Iterator[tuple[float, bytes]]:
         """Every event's data with its arrival, the chunks kept whole split now."""
+        done = self._dialect.done_data
         for at, data, whole_chunk in self._events:
             if whole_chunk:
                 for piece in SSESplitter().feed(data):
-                    yield at, piece
+                    if piece != done:
+                        yield at, piece
             else:
                 yield at, data
 
     def finish(self, counter: TokenCounter) -> Reading:
         """Work out the reading from everything seen. Call once, off the byte path."""
-        answer: list[str] = []
-        first_answer_at: float | None = None
-        last_answer_at: float | None = None
-        first_output_at: float | None = None
-        usage_prompt: int | None = None
-        usage_completion: int | None = None
-        usage_cached: int | None = None
-        finished = False
-        error_message: str | None = None
-        response_model: str | None = None
-        malformed = False
-        tool_calls = False
-        output_at: list[float] = []
         timed = list(self._timed_events())
         parsed = _parse_all([data for _, data in timed])
-        for (at, _), event in zip(timed, parsed, strict=True):
-            if event is None:
-                malformed = True
-                continue
-            if "error" in event:
-                message = _error_message(event)
-                if message is not None:
-                    error_message = message
-                    continue
-            if response_model is None and isinstance(event.get("model"), str):
-                response_model = event["model"]
-            if "usage" in event:
-                prompt, completion, cached = _usage(event)
-                usage_prompt = prompt if prompt is not None else usage_prompt
-                usage_completion = completion if completion is not None else usage_completion
-                usage_cached = cached if cached is not None else usage_cached
-            choices = event.get("choices")
-            if choices.__class__ is not list:
-                continue
-            carried = False
-            for choice in choices:
-                if choice.__class__ is not dict:
-                    continue
-                delta = choice.get("delta")
-                if delta.__class__ is dict and (delta.get("tool_calls") or delta.get("function_call")):
-                    tool_calls = True
-                text = _answer_of(choice)
-                if text:
-                    answer.append(text)
-                    if first_answer_at is None:
-                        first_answer_at = at
-                    last_answer_at = at
-                if text or _carries_output(choice):
-                    if first_output_at is None:
-                        first_output_at = at
-                    carried = True
-                if choice.get("finish_reason"):
-                    finished = True
-            if carried:
-                output_at.append(at)
-        text = "".join(answer)
-        tokens = counter.count(text)
-        tokens_per_s = None
-        if tokens >= 2 and first_answer_at is not None and last_answer_at is not None:
-            window = last_answer_at - first_answer_at
-            tokens_per_s = tokens / window if window > 0 else None
-        sent = self._sent_at
-        return Reading(
-            ttft_s=None if first_output_at is None else first_output_at - sent,
-            first_answer_s=None if first_answer_at is None else first_answer_at - sent,
-            last_answer_s=None if last_answer_at is None else last_answer_at - sent,
-            tokens_per_s=tokens_per_s,
-            output_tokens=tokens,
-            answer_text=text,
-            usage_prompt_tokens=usage_prompt,
-            usage_completion_tokens=usage_completion,
-            usage_cached_tokens=usage_cached,
-            finished=finished,
-            saw_done=self.done,
-            error_message=error_message,
-            response_model=response_model,
-            malformed=malformed,
-            tool_calls=tool_calls,
-            chunk_gaps_s=tuple(later - earlier for earlier, later in zip(output_at, output_at[1:], strict=False)),
-        )
+        tally = self._dialect.tally([(at, event) for (at, _), event in zip(timed, parsed, strict=True)])
+        if tally.response_id is None:
+            tally.response_id = self.response_id
+        return _reading(tally, counter, self._sent_at, self.done)
 
 
-def read_full_reply(body: bytes, counter: TokenCounter) -> Reading:
+def read_full_reply(body: bytes, counter: TokenCounter, dialect: Dialect = CHAT) -> Reading:
     """The reading of a whole (non-streamed) JSON response: tokens and usage, no timings."""
     event = parse_event(body)
     if event is None:
         return Reading(malformed=True)
-    text = "".join(_answer_of(choice) for choice in _choices(event))
-    prompt, completion, cached = _usage(event)
-    model = event.get("model")
+    tally = dialect.tally_body(event)
+    reading = _reading(tally, counter, 0.0, False)
+    # A whole body has no timings: only its text, tokens and usage are read.
     return Reading(
-        output_tokens=counter.count(text),
-        answer_text=text,
-        usage_prompt_tokens=prompt,
-        usage_completion_tokens=completion,
-        usage_cached_tokens=cached,
-        finished=True,
-        error_message=_error_message(event),
-        response_model=model if isinstance(model, str) else None,
+        output_tokens=reading.output_tokens,
+        answer_text=reading.answer_text,
+        usage_prompt_tokens=reading.usage_prompt_tokens,
+        usage_completion_tokens=reading.usage_completion_tokens,
+        usage_cached_tokens=reading.usage_cached_tokens,
+        usage_cache_creation_tokens=reading.usage_cache_creation_tokens,
+        finished=reading.finished,
+        incomplete=reading.incomplete,
+        error_message=reading.error_message,
+        response_model=reading.response_model,
+        response_id=reading.response_id,
+        tool_calls=reading.tool_calls,
+        provider_timings=reading.provider_timings,
     )

@@ -236,6 +236,27 @@ class Metrics:
             ["backend"],
             registry=r,
         )
+        self.bindings_healthy = Gauge(
+            "gateway_bindings_backend_healthy",
+            "1 when the binding store (response id -> deployment) is reachable, 0 when degraded",
+            ["backend"],
+            registry=r,
+        )
+        # The API dimension: which API clients speak, and its first-token time (values: chat,
+        # completions, embeddings, responses, messages).
+        self.api_requests = Counter(
+            "gateway_api_requests_total",
+            "Client requests answered, by model, API and HTTP status class",
+            ["model", "api", "status_class"],
+            registry=r,
+        )
+        self.api_ttft = Histogram(
+            "gateway_api_ttft_seconds",
+            "Upstream request sent to first output-bearing event, by model and API",
+            ["model", "api"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
         self.samples_dropped_total = Counter(
             "gateway_stats_samples_dropped_total", "Samples the stats store could not keep", registry=r
         )
@@ -314,6 +335,7 @@ class Metrics:
         self._series(self.attempts, *labels, sample.outcome).inc()
         if sample.ttft_s is not None:
             self._series(self.ttft, *labels).observe(sample.ttft_s)
+            self._series(self.api_ttft, sample.model, sample.endpoint).observe(sample.ttft_s)
         if sample.first_answer_s is not None:
             self._series(self.first_answer, *labels).observe(sample.first_answer_s)
         if sample.tokens_per_s is not None:
@@ -340,6 +362,10 @@ class Metrics:
     def request_answered(self, model: str, provider: str, status: int | None) -> None:
         """One client request done; ``model``/``provider`` are "" when it never reached one."""
         self._series(self.requests, model, provider, status_class(status)).inc()
+
+    def api_request_answered(self, model: str, api: str, status: int | None) -> None:
+        """One client request done, by the API it spoke; ``model`` is "" when it never reached one."""
+        self._series(self.api_requests, model, api, status_class(status)).inc()
 
     def set_provider_capacity(self, provider: str, max_concurrency: int) -> None:
         self.capacity.labels(provider).set(max_concurrency)
@@ -386,6 +412,9 @@ class Metrics:
             self.circuit.labels(provider, name).set(1 if name == state else 0)
 
     # -- Hooks: the stats store --------------------------------------------------------------
+
+    def set_bindings_backend(self, backend: str, healthy: bool) -> None:
+        self.bindings_healthy.labels(backend).set(1 if healthy else 0)
 
     def set_stats_backend(self, backend: str, healthy: bool) -> None:
         self.stats_healthy.labels(backend).set(1 if healthy else 0)

@@ -18,10 +18,12 @@ from starlette.requests import Request
 
 from gateway.access import AccessControl
 from gateway.accesslog import AccessLog
+from gateway.bindings import BindingStore
 from gateway.config import GatewayConfig
 from gateway.leaderboard import InFlightCounts
 from gateway.metrics import Metrics, deployment_providers
 from gateway.relay import Dispatcher
+from gateway.response_owners import ResponseOwners
 from gateway.routing import MeasuredRouter
 from gateway.routing.trace import TraceStore
 from gateway.stats import StatsStore
@@ -74,10 +76,19 @@ class GatewayRuntime:
     requests: ActiveRequests = field(default_factory=ActiveRequests)
     traces: TraceStore = field(default_factory=TraceStore)
     """Routing traces asked for lately (``x-gateway-trace: 1``); a reload hands them on."""
+    owners: ResponseOwners = field(default_factory=ResponseOwners)
+    """Which deployment created each response (Responses API), over the process-lived binding store."""
+
+    @property
+    def bindings(self) -> BindingStore:
+        return self.owners.store
 
     def degraded_reasons(self) -> list[str]:
         health = self.stats.health()
         reasons = [health.reason or "stats backend degraded"] if health.degraded else []
+        bindings = self.bindings.health()
+        if bindings.degraded:
+            reasons.append(bindings.reason or "binding store degraded")
         return reasons + self.access.degraded_reasons()
 
     def observe_gauges(self, metrics: Metrics) -> None:
@@ -87,6 +98,7 @@ class GatewayRuntime:
         health = self.stats.health()
         metrics.set_stats_backend(self.config.stats.backend, not health.degraded)
         metrics.observe_dropped_total(health.dropped_samples)
+        metrics.set_bindings_backend(self.bindings.backend, not self.bindings.health().degraded)
         metrics.observe_snapshot(self.stats.snapshot(), deployment_providers(self.config))
 
     async def aclose(self) -> None:

@@ -40,7 +40,12 @@ nor its health.
 
 OUTCOMES: tuple[Outcome, ...] = ("ok", "upstream_error", "timeout", "broken_stream", "client_cancelled", "client_error")
 
-Endpoint = Literal["chat", "completions", "embeddings"]
+Endpoint = Literal["chat", "completions", "embeddings", "responses", "messages"]
+"""The API a request speaks: OpenAI's chat completions, completions, embeddings and Responses, and
+Anthropic's Messages. Also the values of a provider's or deployment's ``apis``."""
+ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions", "embeddings", "responses", "messages")
+DEFAULT_APIS: tuple[Endpoint, ...] = ("chat", "completions", "embeddings")
+"""What a provider serves when its config names no ``apis``: the OpenAI-compatible trio."""
 
 
 @dataclass(frozen=True, slots=True)

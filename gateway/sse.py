@@ -27,8 +27,9 @@ class SSESplitter:
         buffer = self._buffer + chunk if self._buffer else chunk
         held = b""
         if b"\r" in buffer:
-            if buffer.endswith(b"\r"):
-                # It may be the first half of a "\r\n" split across chunks: decide next time.
+            if buffer.endswith(b"\r") and not buffer.endswith(b"\r\r"):
+                # It may be the first half of a "\r\n" split across chunks: decide next time. (After
+                # "\r\r" the event is over either way: a "\n" next is only an empty line.)
                 buffer, held = buffer[:-1], b"\r"
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         blocks = buffer.split(b"\n\n")

@@ -7,8 +7,11 @@ held the direct rate at ~0.3 ms CPU per request. Everything outside this module 
 ``UpstreamClient``/``UpstreamResponse`` and the gateway's own error classes: aiohttp's
 exceptions are translated here, at the boundary, to the most specific ``UpstreamError``.
 
-The upstream request carries the provider's key, never the client's; client headers that are
-hop-by-hop or carry credentials are dropped.
+The upstream request carries the provider's key, never the client's, in the header its API
+uses (``Authorization: Bearer`` for OpenAI's APIs, ``x-api-key`` for Anthropic's Messages API);
+client headers that are hop-by-hop or carry credentials are dropped. ``anthropic-version`` and
+``anthropic-beta`` pass through from the client; a Messages request without a version gets
+``DEFAULT_ANTHROPIC_VERSION``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import aiohttp
 from gateway import __version__
 from gateway.config import GatewayConfig, ProviderConfig
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.samples import Endpoint
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus those the gateway sets itself or that carry a
 # client's credentials (which must never reach a provider).
@@ -50,6 +54,7 @@ _DROPPED_HEADERS = frozenset(
     }
 )
 MAX_ERROR_BODY = 64 * 1024
+DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 
 
 def forwardable_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
@@ -159,9 +164,12 @@ class UpstreamClient:
             "user-agent": f"gateway/{__version__}",
         }
         base.update(dict(provider.headers))
+        anthropic = dict(base)
         if api_key:
             base["authorization"] = f"Bearer {api_key}"
+            anthropic["x-api-key"] = api_key
         self._base_headers = base
+        self._anthropic_headers = anthropic
         self._secret = api_key.encode() if api_key else None
 
     def redact(self, data: bytes) -> bytes:
@@ -170,19 +178,52 @@ class UpstreamClient:
             return data.replace(self._secret, b"***")
         return data
 
-    async def send(
-        self, path: str, body: bytes, timeouts: AttemptTimeouts, headers: Iterable[tuple[str, str]] = ()
-    ) -> UpstreamResponse:
-        """POST ``body`` to ``base_url + path``; returns once the response headers are in."""
+    def headers_for(self, api: Endpoint, headers: Iterable[tuple[str, str]] = ()) -> dict[str, str]:
+        """The client's forwardable ``headers`` with this provider's own (and its key, as ``api`` carries it)."""
         merged = dict(headers)
-        merged.update(self._base_headers)
+        if api == "messages":
+            merged.update(self._anthropic_headers)
+            merged.setdefault("anthropic-version", DEFAULT_ANTHROPIC_VERSION)
+        else:
+            merged.update(self._base_headers)
+        return merged
+
+    async def send(
+        self,
+        path: str,
+        body: bytes,
+        timeouts: AttemptTimeouts,
+        headers: Iterable[tuple[str, str]] = (),
+        api: Endpoint = "chat",
+    ) -> UpstreamResponse:
+        """POST ``body`` to the ``api``'s base URL + ``path``; returns once the response headers are in."""
+        return await self.request("POST", path, body, timeouts, headers, api)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        timeouts: AttemptTimeouts,
+        headers: Iterable[tuple[str, str]] = (),
+        api: Endpoint = "chat",
+    ) -> UpstreamResponse:
+        """Any request to the ``api``'s base URL + ``path`` (``send`` is its POST); the caller closes the response."""
+        merged = self.headers_for(api, headers)
+        if body is None:
+            merged.pop("content-type", None)
         timeout = aiohttp.ClientTimeout(
             total=timeouts.total_s, sock_connect=timeouts.connect_s, sock_read=timeouts.read_s
         )
         name = self.provider.name
         try:
-            response = await self._session.post(
-                self.provider.base_url + path, data=body, headers=merged, timeout=timeout, allow_redirects=False
+            response = await self._session.request(
+                method,
+                self.provider.base_url_for(api) + path,
+                data=body,
+                headers=merged,
+                timeout=timeout,
+                allow_redirects=False,
             )
         except TimeoutError as exc:
             raise UpstreamTimeout(f"{name}: upstream did not answer in time", provider=name) from exc

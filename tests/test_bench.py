@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -258,3 +259,24 @@ def test_seed_stats_warms_a_redis_store_that_a_gateway_replica_then_reads(fakes:
         assert down is not None and down.outcomes == {"upstream_error": 4}
     finally:
         redis.stop()
+
+
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_bench_measures_a_responses_or_messages_deployment(fakes: Fakes, start_gateway: Any, api: str) -> None:
+    """The same prompts in the API's own shape, measured by that API's dialect, direct and through a gateway."""
+    quick = fakes.start("quick", QUICK)
+    chat_only = fakes.start("chat-only", QUICK)
+    config = gateway_config([quick, chat_only], provider_options={"quick": {"apis": [api]}})
+    settings = BenchSettings(requests=3, max_tokens=ANSWER_TOKENS, timeout_s=5.0, api=api)  # type: ignore[arg-type]
+    targets = targets_from_config(config, {}, api=api)  # type: ignore[arg-type]
+    assert [t.name for t in targets] == ["m/quick"]  # only the deployment that speaks it
+    gateway = start_gateway(config)
+    targets += asyncio.run(targets_from_gateway(gateway.base_url, None, ["m"]))
+    results = _run(targets, settings)
+    assert [r.outcome for r in results] == ["ok"] * 6
+    assert all(r.output_tokens == ANSWER_TOKENS and r.ttft_s is not None for r in results)
+    sent = quick.app.state.recorded[0]
+    assert sent.path == ("/v1/responses" if api == "responses" else "/v1/messages")
+    limit = "max_output_tokens" if api == "responses" else "max_tokens"
+    assert sent.body is not None and sent.body[limit] == ANSWER_TOKENS and sent.body["stream"] is True
+    assert chat_only.app.state.requests == 0

@@ -205,7 +205,7 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
         (
             MINIMAL.replace('model = "llama-3.3-70b-versatile"', 'model = "x"\n  price = 1'),
             "config.toml: models[0].deployments[0].price: unknown key "
-            "(expected one of: continue_prefill, model, name, prefill_format, price_cached_in, price_in,",
+            "(expected one of: apis, continue_prefill, model, name, prefill_format, price_cached_in, price_in,",
         ),
         (
             MINIMAL.replace('name = "groq"\n', 'name = "groq"\napi_key = "sk-123"\n', 1),
@@ -369,3 +369,43 @@ def test_cached_input_is_priced_apart_when_configured() -> None:
     assert plain.cost_usd(1_000_000, 100_000, 600_000) == pytest.approx(1.4)
     assert cached.cost_usd(1_000_000, 100_000, 600_000) == pytest.approx(0.4 + 0.06 + 0.4)
     assert cached.cost_usd(1_000, 0, 5_000) == pytest.approx(0.1 * 1_000 / 1e6)  # never more cached than sent
+
+
+def test_apis_default_to_the_openai_three_and_a_deployment_narrows_its_providers(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        'base_url = "https://api.groq.com/openai/v1"',
+        'base_url = "https://api.groq.com/openai/v1"\napis = ["chat", "responses", "messages"]\n'
+        'base_urls = { messages = "https://api.groq.com/anthropic/v1/" }\nstream_usage = false',
+    )
+    text += '  [[models.deployments]]\n  provider = "groq"\n  model = "x"\n  name = "groq-msg"\n  apis = ["messages"]\n'
+    text += '  [[models.deployments]]\n  provider = "together"\n  model = "y"\n'
+    config = load_text(tmp_path, text)
+    groq, together = config.providers
+    assert groq.apis == ("chat", "responses", "messages") and together.apis == ("chat", "completions", "embeddings")
+    assert groq.base_url_for("messages") == "https://api.groq.com/anthropic/v1"
+    assert groq.base_url_for("chat") == "https://api.groq.com/openai/v1" and not groq.stream_usage
+    inherited, narrowed, default = config.models[0].deployments
+    assert inherited.apis == groq.apis and narrowed.apis == ("messages",) and default.apis == together.apis
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            'apis = ["chat", "talk"]',
+            "providers[0].apis[1]: expected one of 'chat', 'completions', 'embeddings', 'responses', 'messages', "
+            'got "talk"',
+        ),
+        ("apis = []", "providers[0].apis: expected at least one API"),
+        ('base_urls = { chat2 = "https://x" }', "providers[0].base_urls.chat2: unknown API"),
+        (
+            'base_urls = { messages = "ftp://x" }',
+            "providers[0].base_urls.messages: expected an http:// or https:// URL",
+        ),
+    ],
+)
+def test_bad_apis_name_the_key(tmp_path: Path, line: str, expected: str) -> None:
+    text = MINIMAL.replace(
+        'base_url = "https://api.groq.com/openai/v1"', f'base_url = "https://api.groq.com/openai/v1"\n{line}'
+    )
+    assert expected in error_of(tmp_path, text)

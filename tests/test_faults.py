@@ -44,6 +44,11 @@ fault of issue 6's list is tested (``module::test``; ``tf`` is this module):
 - mid-stream recovery: test_recovery (the whole module)
 - under load (two replicas, Redis restarted, a provider killed): benchmarks/soak/, results in
   benchmarks/results/soak.md
+- the same faults on the Responses and Messages APIs (error before headers, stall before the first
+  token, error event before it: fallback; break, stall and error event after bytes: that API's error
+  event; ``response.incomplete``): test_responses_api and test_messages_api, the
+  ``test_a_failure_before_the_first_token_falls_back`` and ``..._after_bytes_...`` tests
+- every real server's stream shape: test_stream_shapes (one captured stream each)
 """
 
 from __future__ import annotations

@@ -19,18 +19,18 @@ import aiohttp
 from gateway.bench.progress import BenchProgress
 from gateway.bench.report import format_table, summarize, summarize_by_provider, write_outputs
 from gateway.bench.runner import BenchError, BenchRunner, BenchSettings, BenchTarget, RequestResult
-from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets, token_cost_usd
+from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets, serving, token_cost_usd
 from gateway.prompts import PromptsError, builtin_prompts, load_prompts
-from gateway.samples import Sample
+from gateway.samples import Endpoint, Sample
 from gateway.stats import StatsStore, StoreHealth, open_stats_store
 from gateway.tokens import TokenizerError, load_token_counter
 from gateway.upstream import describe_transport_error
 
 
 def targets_from_config(
-    config: GatewayConfig, environ: Mapping[str, str], models: Sequence[str] = ()
+    config: GatewayConfig, environ: Mapping[str, str], models: Sequence[str] = (), api: Endpoint = "chat"
 ) -> list[BenchTarget]:
-    """Every deployment of the config's models (or of ``models`` only), to be called directly."""
+    """Every deployment of the config's models (or of ``models`` only) that speaks ``api``, called directly."""
     keys = resolve_secrets(config, environ)
     known = [m.name for m in config.models]
     unknown = [name for name in models if name not in known]
@@ -40,13 +40,13 @@ def targets_from_config(
     for model in config.models:
         if models and model.name not in models:
             continue
-        for deployment in model.deployments:
+        for deployment in serving(model, api):
             provider = config.provider(deployment.provider)
             targets.append(
                 BenchTarget(
                     name=f"{model.name}/{deployment.name}",
                     kind="direct",
-                    base_url=provider.base_url,
+                    base_url=provider.base_url_for(api),
                     routed_model=deployment.model,
                     api_key=keys.get(provider.name),
                     model=model.name,
@@ -84,7 +84,9 @@ async def targets_from_gateway(url: str, api_key: str | None, models: Sequence[s
     ]
 
 
-def samples_for_store(targets: Sequence[BenchTarget], results: Sequence[RequestResult]) -> list[Sample]:
+def samples_for_store(
+    targets: Sequence[BenchTarget], results: Sequence[RequestResult], api: Endpoint = "chat"
+) -> list[Sample]:
     """The results of direct targets as the gateway's own ``Sample``s (a gateway already recorded its own)."""
     by_name = {t.name: t for t in targets if t.kind == "direct"}
     samples = []
@@ -102,7 +104,7 @@ def samples_for_store(targets: Sequence[BenchTarget], results: Sequence[RequestR
                 model=target.model,
                 deployment=target.deployment,
                 provider=target.provider,
-                endpoint="chat",
+                endpoint=api,
                 stream=True,
                 outcome=result.outcome,
                 started_at=result.started_at,
@@ -170,7 +172,7 @@ def run_bench_command(
         config = load_config(options.config_path) if options.config_path else None
         prompts = load_prompts(options.prompts_path) if options.prompts_path else builtin_prompts()
         counter = load_token_counter(config.stats.tokenizer if config else "o200k_base")
-        targets = targets_from_config(config, environ, options.models) if config else []
+        targets = targets_from_config(config, environ, options.models, options.settings.api) if config else []
         if options.url:
             key = environ.get(options.api_key_env) or None
             targets += asyncio.run(targets_from_gateway(options.url, key, options.models))
@@ -218,7 +220,7 @@ def run_bench_command(
         )
         print(f"\nwrote {', '.join(str(p) for p in paths)}", file=out)
     if options.seed_stats and config is not None:
-        samples = samples_for_store(targets, results)
+        samples = samples_for_store(targets, results, options.settings.api)
         if config.stats.backend == "memory":
             print('warning: [stats] backend is "memory": the samples live only as long as this command', file=out)
         try:

@@ -24,11 +24,12 @@ from typing import Any, Literal
 
 import aiohttp
 
+from gateway.dialects import dialect_for
 from gateway.errors import describe_error_body
 from gateway.meter import StreamMeter
-from gateway.samples import Outcome
+from gateway.samples import Endpoint, Outcome
 from gateway.tokens import TokenCounter
-from gateway.upstream import describe_transport_error
+from gateway.upstream import DEFAULT_ANTHROPIC_VERSION, describe_transport_error
 
 TargetKind = Literal["direct", "gateway"]
 TEMPERATURE = 0
@@ -67,6 +68,13 @@ class BenchSettings:
     max_tokens: int = DEFAULT_MAX_TOKENS
     timeout_s: float = 60.0
     """Per request, from sending it to its last byte."""
+    api: Endpoint = "chat"
+    """The API the requests speak: ``chat``, ``responses`` (OpenAI's Responses API) or ``messages``
+    (Anthropic's Messages API); the same prompts, in that API's shape."""
+
+
+BENCH_APIS: tuple[Endpoint, ...] = ("chat", "responses", "messages")
+_PATHS: dict[Endpoint, str] = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +102,28 @@ class RequestResult:
     """Through a gateway: the provider that answered (its ``x-gateway-provider`` header); None otherwise."""
 
 
-def request_body(prompt: Mapping[str, Any], routed_model: str, max_tokens: int) -> bytes:
-    """The prompt as the benchmark sends it: streamed, temperature 0, output capped at ``max_tokens``."""
+def request_body(prompt: Mapping[str, Any], routed_model: str, max_tokens: int, api: Endpoint = "chat") -> bytes:
+    """The prompt as the benchmark sends it: streamed, temperature 0, output capped at ``max_tokens``.
+
+    Prompts are chat request bodies; for the Responses API their messages become ``input``, for the
+    Messages API their system messages become ``system``.
+    """
     body = dict(prompt)
     body.update(model=routed_model, stream=True, temperature=TEMPERATURE)
+    if api == "responses":
+        limit = body.pop("max_completion_tokens", body.pop("max_tokens", None))
+        body["input"] = body.pop("messages", [])
+        body["max_output_tokens"] = min(_positive(limit, max_tokens), max_tokens)
+        return json.dumps(body, ensure_ascii=False).encode()
+    if api == "messages":
+        limit = body.pop("max_completion_tokens", body.pop("max_tokens", None))
+        messages = [m for m in body.pop("messages", []) if isinstance(m, dict)]
+        system = [str(m.get("content", "")) for m in messages if m.get("role") == "system"]
+        body["messages"] = [m for m in messages if m.get("role") != "system"]
+        if system:
+            body["system"] = "\n".join(system)
+        body["max_tokens"] = min(_positive(limit, max_tokens), max_tokens)
+        return json.dumps(body, ensure_ascii=False).encode()
     if "max_completion_tokens" in body:
         body["max_completion_tokens"] = min(_positive(body["max_completion_tokens"], max_tokens), max_tokens)
     else:
@@ -168,13 +194,18 @@ class BenchRunner:
     async def measure(self, session: aiohttp.ClientSession, target: BenchTarget, index: int) -> RequestResult:
         """Send request ``index`` to ``target`` and measure it; never raises for what the target does."""
         prompt = index % len(self.prompts)
-        body = request_body(self.prompts[prompt], target.routed_model, self.settings.max_tokens)
+        api = self.settings.api
+        body = request_body(self.prompts[prompt], target.routed_model, self.settings.max_tokens, api)
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
-        if target.api_key:
+        if api == "messages":
+            headers["anthropic-version"] = DEFAULT_ANTHROPIC_VERSION
+            if target.api_key:
+                headers["x-api-key"] = target.api_key
+        elif target.api_key:
             headers["authorization"] = f"Bearer {target.api_key}"
         started_at = time.time()
         sent_at = time.perf_counter()
-        meter = StreamMeter(time.perf_counter, sent_at)
+        meter = StreamMeter(time.perf_counter, sent_at, dialect_for(api))
         last_at: float | None = None
         status: int | None = None
         served_by: str | None = None
@@ -182,7 +213,7 @@ class BenchRunner:
         error: str | None = None
         try:
             async with asyncio.timeout(self.settings.timeout_s):
-                async with session.post(target.base_url + "/chat/completions", data=body, headers=headers) as response:
+                async with session.post(target.base_url + _PATHS[api], data=body, headers=headers) as response:
                     status = response.status
                     if target.kind == "gateway":
                         served_by = response.headers.get("x-gateway-provider") or None

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 
-from gateway.fakes.provider import FakeBehavior
+from gateway.fakes.behavior import FakeBehavior
 
 # Standard normal quantiles: p95/p99 upper tails, and the 5th/1st percentile floors below.
 Z95 = 1.6448536269514722

@@ -16,23 +16,30 @@ Layers, each calling only the one below: ``Dispatcher.dispatch`` → ``attempt_i
 from __future__ import annotations
 
 import functools
+import json
 
 from gateway.errors import UpstreamError
-from gateway.relay.attempt import ClientFault, Opened
+from gateway.relay.attempt import Attempt, ClientFault, Opened
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.hedging import race
 from gateway.relay.replies import FullReply, Reply, StreamReply
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
+from gateway.response_owners import Owner, ResponseOwners
 from gateway.routing import RoutePlan
 from gateway.types import Clock
 
 
 class Dispatcher:
-    """Runs the attempts of requests. One per runtime; holds no per-request state."""
+    """Runs the attempts of requests. One per runtime; holds no per-request state.
 
-    def __init__(self, runner: AttemptRunner) -> None:
+    ``owners`` hears which deployment created each Responses answer (bound before its first byte
+    reaches the client, so that the client's next call can find it).
+    """
+
+    def __init__(self, runner: AttemptRunner, owners: ResponseOwners | None = None) -> None:
         self.runner = runner
+        self.owners = owners if owners is not None else ResponseOwners()
 
     @property
     def clock(self) -> Clock:
@@ -50,6 +57,8 @@ class Dispatcher:
                 opened = await attempt_in_order(runner, budget, request, plan)
         except ClientFault as fault:
             return FullReply(fault.status, fault.body, fault.content_type, budget.log)
+        if request.endpoint == "responses":
+            self._bind(request, opened.attempt)
         if request.stream:
             return StreamReply(runner, budget, request, opened.attempt, opened.untried)
         attempt = opened.attempt
@@ -59,6 +68,19 @@ class Dispatcher:
         status = 200 if attempt.status is None else attempt.status
         finish = functools.partial(runner.finish_full, request, attempt)
         return FullReply(status, attempt.body, content_type, budget.log, finish)
+
+    def _bind(self, request: ProxyRequest, attempt: Attempt) -> None:
+        """Remember which deployment holds this response (its id from ``response.created``, or the body)."""
+        response_id = attempt.meter.response_id if attempt.meter is not None else None
+        if response_id is None and attempt.body:
+            try:
+                body = json.loads(attempt.body)
+            except ValueError:
+                body = None
+            if isinstance(body, dict) and isinstance(body.get("id"), str):
+                response_id = body["id"]
+        if response_id:
+            self.owners.remember(response_id, Owner(request.requested_model, attempt.candidate.name))
 
 
 async def attempt_in_order(

@@ -12,32 +12,44 @@ The relay forwards bytes as they come, but three things need the event boundarie
   the answer elsewhere (``gateway.relay.recovery``).
 - **A continuation's opening.** A stream that continues another repeats what opens a stream:
   the assistant role chunk and perhaps a reasoning preamble. Those are dropped until the first
-  content, and the first content chunk loses its ``role``, so the client sees one answer.
+  content, and the first content chunk loses its ``role``, so the client sees one answer
+  (chat and completions; for the Messages API, ``message_start``, ``ping`` and the text block's
+  opening; the Responses API is never continued).
+- **A usage chunk the client did not ask for.** When the gateway asked a chat or completions
+  stream for its usage (``stream_options.include_usage``, for cost) and the client had not, the
+  empty-``choices`` chunk that carries it is not forwarded: a client that did not ask may index
+  ``choices[0]`` and choke on it. A usage field on a chunk with choices is left as it is.
 
-Only a chunk that holds ``"error"`` or belongs to an opening is parsed; others cost a suffix
-check. Created per upstream stream, not thread-safe.
+What an error event is comes from the stream's ``Dialect``. Only a chunk that holds ``"error"``
+(or an empty ``choices`` list, when usage is dropped) or belongs to an opening is parsed; others
+cost a suffix check. Created per upstream stream, not thread-safe.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+from gateway.dialects import CHAT, Dialect
+from gateway.dialects.chat import usage_only
 from gateway.sse import SSESplitter, parse_event
 
 _ERROR_KEY = b'"error"'
-_DONE = b"[DONE]"
+_EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
 
 class EventForwarder:
     """Feed each upstream chunk; send what ``feed`` returns. ``error`` is a held-back error event."""
 
-    __slots__ = ("_tail", "_opening", "error", "error_object")
+    __slots__ = ("_tail", "_opening", "_dialect", "_drop_usage", "error", "error_object")
 
-    def __init__(self, *, continuation: bool = False) -> None:
+    def __init__(self, dialect: Dialect = CHAT, *, continuation: bool = False, drop_usage_only: bool = False) -> None:
         self._tail = b""
         self._opening = continuation
+        self._dialect = dialect
+        self._drop_usage = drop_usage_only
         self.error: bytes | None = None
         """The raw error event that ended this stream (nothing after it is forwarded)."""
         self.error_object: Any = None
@@ -47,7 +59,7 @@ class EventForwarder:
         if self.error is not None:
             return b""
         data = self._tail + chunk if self._tail else chunk
-        if self._opening or _ERROR_KEY in data:
+        if self._opening or _ERROR_KEY in data or (self._drop_usage and b"[]" in data and _EMPTY_CHOICES.search(data)):
             return self._sift(data)
         if data.endswith(b"\n\n"):
             self._tail = b""
@@ -65,7 +77,7 @@ class EventForwarder:
         if not tail.strip() or self.error is not None:
             return b""
         payloads = _flushed(tail)
-        if not payloads or (payloads[0] != _DONE and parse_event(payloads[0]) is None):
+        if not payloads or (payloads[0] != self._dialect.done_data and parse_event(payloads[0]) is None):
             return b""
         return self._sift(tail.rstrip(b"\r\n") + b"\n\n")
 
@@ -79,15 +91,21 @@ class EventForwarder:
             if payload is None:
                 out.append(block)  # a comment or keep-alive
                 continue
-            event = parse_event(payload) if payload != _DONE else None
-            if event is not None and event.get("error") is not None:
+            done = payload == self._dialect.done_data
+            # Only what could be an error, a dropped usage chunk or an opening is parsed.
+            wanted = self._opening or _ERROR_KEY in payload or (self._drop_usage and b"[]" in payload)
+            event = parse_event(payload) if wanted and not done else None
+            error = self._dialect.error_of(event) if event is not None else None
+            if error is not None:
                 self.error = block
-                self.error_object = event["error"]
+                self.error_object = error
                 self._tail = b""
                 break
+            if self._drop_usage and event is not None and usage_only(event):
+                continue  # the usage chunk the gateway asked for: the meter has read it
             if self._opening:
-                if payload != _DONE and event is not None and not _opens_answer(event):
-                    continue  # the continuation's role chunk or reasoning: the client has had them
+                if not done and event is not None and not self._dialect.opens_answer(event):
+                    continue  # the continuation's opening (role chunk, reasoning, message_start): the client has it
                 self._opening = False
                 block = _without_role(event, block)
             out.append(block)
@@ -116,24 +134,6 @@ def _events(data: bytes, splitter: SSESplitter) -> list[tuple[bytes, bytes | Non
         payloads = splitter.feed(block + b"\n\n")
         events.append((block + b"\n\n", payloads[0] if payloads else None))
     return events
-
-
-def _opens_answer(event: dict[str, Any]) -> bool:
-    """Whether this event is where the continuation's answer starts: content, a finish, or usage."""
-    if event.get("usage"):
-        return True
-    choices = event.get("choices")
-    if not isinstance(choices, list):
-        return True  # not a chunk the gateway understands: let the client judge it
-    for choice in choices:
-        if not isinstance(choice, dict):
-            continue
-        if choice.get("finish_reason") or choice.get("text"):
-            return True
-        delta = choice.get("delta")
-        if isinstance(delta, dict) and (delta.get("content") or delta.get("tool_calls")):
-            return True
-    return False
 
 
 def _without_role(event: dict[str, Any] | None, block: bytes) -> bytes:

@@ -13,6 +13,14 @@ on: the client receives one complete answer, under the headers it already has.
 - If nothing of the answer reached the client yet (the break came during reasoning), any
   later deployment may answer anew; its reasoning preamble is dropped like a role chunk.
 - Never for ``n`` > 1, ``echo``, tool calls, or an answer the client could not parse.
+- Messages API: Anthropic continues an assistant prefill natively, so a text answer is continued
+  the same way (the partial text as a last ``assistant`` message; the continuation's
+  ``message_start``, ``ping`` and block opening are dropped, its deltas go on in the same block).
+  Not with extended ``thinking`` (Anthropic refuses a prefill then) or a tool use.
+- Never the Responses API: a stream that breaks after its first byte ends with its error event
+  (fallback before the first byte works as for chat). Its events number items and carry the
+  response's id, so a second provider's stream cannot be spliced in without rewriting every event,
+  and the second response would be a different stored response.
 - Bounded by the request's ``AttemptBudget``: attempts count against ``max_attempts``, and none
   starts after the total deadline. A deployment that refuses (an error status, an error event,
   no first token in time) is recorded like any failed attempt, and the next one is asked; when
@@ -48,8 +56,11 @@ class Partial:
 def can_continue(request: ProxyRequest, reading: Reading) -> bool:
     """Whether the answer broken off in ``reading`` could be continued at all (whatever the deployment)."""
     body = request.body
-    if request.endpoint == "embeddings" or reading.tool_calls or reading.malformed:
+    if request.endpoint not in ("chat", "completions", "messages") or reading.tool_calls or reading.malformed:
         return False
+    if request.endpoint == "messages":
+        thinking = body.get("thinking")
+        return not (isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"))
     n = body.get("n")
     if n is not None and n != 1:
         return False
@@ -86,7 +97,9 @@ def continuation(request: ProxyRequest, partial: Partial, prefill_format: Prefil
         else:
             prefill = {"role": "assistant", "content": partial.text}
             messages.append(prefill)
-        if prefill_format == "prefix":
+        if request.endpoint == "messages":
+            pass  # Anthropic continues a last assistant message as it is
+        elif prefill_format == "prefix":
             prefill["prefix"] = True
         elif prefill_format == "vllm":
             body["continue_final_message"] = True

@@ -4,25 +4,26 @@ A stream is committed to the client when its first output-bearing chunk arrives;
 on, bytes go to the client as they come, each chunk flushed at once and never re-serialised
 (``EventForwarder`` only holds back an unfinished event), while a ``StreamMeter`` watches them
 on the side. If the upstream breaks after that, another deployment may finish the answer
-(``recovery``); if none can, the client's stream ends with an OpenAI-shaped error event,
-never as if the answer were complete.
+(``recovery``: chat, completions, Messages); if none can, the client's stream ends with an error event
+in its API's shape (``Dialect.stream_error``), never as if the answer were complete.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Sequence
 
 from starlette.types import Message, Send
 
+from gateway.dialects import Dialect
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.meter import Reading
 from gateway.relay.attempt import Attempt, AttemptLog, is_request_fault
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.disconnect import DisconnectWatch
 from gateway.relay.forward import EventForwarder
+from gateway.relay.outbound import injects_usage
 from gateway.relay.recovery import Partial, can_continue, resume
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
@@ -30,7 +31,6 @@ from gateway.routing import Candidate
 from gateway.samples import Outcome
 
 logger = logging.getLogger("gateway")
-DONE_EVENT = b"data: [DONE]\n\n"
 FINISH_LINGER_S = 1.0
 """Once a ``finish_reason`` has arrived, how long to wait for the rest (a usage chunk, ``[DONE]``):
 a provider that keeps the connection open without ``[DONE]`` must not hold the client's stream
@@ -120,7 +120,7 @@ class StreamReply(Reply):
         ]
         start: Message | None = {"type": "http.response.start", "status": 200, "headers": headers}
         runner, attempt, request = self.runner, self.attempt, self.request
-        forwarder = EventForwarder()
+        forwarder = _forwarder(request, attempt)
         said: list[str] = []  # the answer text the client has from streams that broke
         while True:
             broken = await self._relay(send, start, request, attempt, forwarder)
@@ -134,7 +134,7 @@ class StreamReply(Reply):
                 watch.disarm()
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             reading = attempt.meter.finish(runner.counter)
-            outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading)
+            outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading, request.dialect)
             if not recoverable:
                 if not closed:
                     watch.disarm()
@@ -156,7 +156,7 @@ class StreamReply(Reply):
                 await send({"type": "http.response.body", "body": tail, "more_body": False})
                 return
             attempt, request = resumed
-            forwarder = EventForwarder(continuation=True)
+            forwarder = _forwarder(request, attempt, continuation=True)
 
     async def _relay(
         self, send: Send, start: Message | None, request: ProxyRequest, attempt: Attempt, forwarder: EventForwarder
@@ -235,8 +235,13 @@ class StreamReply(Reply):
         )
 
 
+def _forwarder(request: ProxyRequest, attempt: Attempt, *, continuation: bool = False) -> EventForwarder:
+    drop = injects_usage(request, attempt.candidate.provider)
+    return EventForwarder(request.dialect, continuation=continuation, drop_usage_only=drop)
+
+
 def _ending(
-    attempt: Attempt, forwarder: EventForwarder, broken: UpstreamError | None, reading: Reading
+    attempt: Attempt, forwarder: EventForwarder, broken: UpstreamError | None, reading: Reading, dialect: Dialect
 ) -> tuple[Outcome, bytes, bool]:
     """How one upstream stream ended: its outcome, the client stream's last bytes, and whether to try recovery."""
     meter = attempt.meter
@@ -244,10 +249,11 @@ def _ending(
     if broken is not None and reading.finished and reading.error_message is None:
         # The answer was complete (finish_reason came); only the provider's [DONE] or its
         # close went missing: end the client's stream cleanly rather than as an error.
-        return "ok", DONE_EVENT, False
+        return "ok", dialect.clean_end, False
     if broken is not None:
         outcome: Outcome = "timeout" if isinstance(broken, UpstreamTimeout) else "broken_stream"
-        return outcome, error_event(broken.message, "upstream_stream_broken"), True
+        tail = dialect.stream_error(broken.message, "upstream_stream_broken", reading.last_sequence)
+        return outcome, tail, True
     if forwarder.error is not None:
         # The provider's own error event, held back: relayed as is, unless another deployment can finish
         # (never when it blames the request: the provider's health is not at stake, and a retry would fail alike).
@@ -255,17 +261,14 @@ def _ending(
         return ("client_error" if fault else "upstream_error"), forwarder.error, not fault
     if reading.error_message is not None:
         return "upstream_error", b"", False
+    if reading.incomplete:
+        # Responses' response.incomplete, relayed as is: the request's limit or filter ended the answer.
+        return "client_error", b"", False
     if not meter.done and not reading.finished:
         name = attempt.candidate.provider.name
         message = f"{name}: upstream stream ended before the answer was complete"
-        return "broken_stream", error_event(message, "upstream_stream_broken"), True
+        return "broken_stream", dialect.stream_error(message, "upstream_stream_broken", reading.last_sequence), True
     # Relayed as is, but a malformed event choked the client's SDK: not a success.
     outcome = "upstream_error" if reading.malformed else "ok"
-    # The answer is complete, but if the provider forgot [DONE], end the stream cleanly.
-    return outcome, b"" if meter.done else DONE_EVENT, False
-
-
-def error_event(message: str, code: str) -> bytes:
-    """An OpenAI-shaped error as one SSE event: how a stream that cannot be completed ends."""
-    error = {"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}
-    return b"data: " + json.dumps(error).encode() + b"\n\n"
+    # The answer is complete, but if the provider forgot its ending ([DONE], message_stop), end the stream cleanly.
+    return outcome, b"" if meter.done else dialect.clean_end, False

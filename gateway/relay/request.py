@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.dialects import Dialect, dialect_for
 from gateway.samples import Endpoint, Sample
 
 
@@ -24,6 +25,8 @@ class RequestTrace:
     """Clock reading when the committed attempt was ready: its first output chunk, or its whole body."""
     answer_text: str | None = None
     """The committed answer's text (only ever logged when ``server.log_bodies`` is on)."""
+    provider_timings: dict[str, Any] | None = None
+    """The answering provider's own timings, as it reported them (for the access log only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,11 @@ class ProxyRequest:
     headers: list[tuple[str, str]] = field(default_factory=list)
     prompt_tokens: int = 0
     trace: RequestTrace = field(default_factory=RequestTrace)
+
+    @property
+    def dialect(self) -> Dialect:
+        """How this request's API reads streams and writes errors."""
+        return dialect_for(self.endpoint)
 
     def body_for(self, routed_model: str) -> bytes:
         """The body as sent upstream: the client's fields untouched but for ``model``."""

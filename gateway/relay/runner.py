@@ -33,6 +33,7 @@ from gateway.events import GatewayEvents, NoEvents
 from gateway.meter import Reading, StreamMeter, read_full_reply
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
 from gateway.relay.budget import AttemptBudget
+from gateway.relay.outbound import upstream_body
 from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate, Router
 from gateway.samples import Outcome, Sample, SampleSink
@@ -95,16 +96,17 @@ class AttemptRunner:
         remaining = budget.remaining_s()
         client = self.upstreams[candidate.provider.name]
         timeouts = AttemptTimeouts(connect_s=policy.connect_timeout_s, read_s=policy.idle_timeout_s, total_s=remaining)
-        body = request.body_for(candidate.deployment.model)
+        body = upstream_body(request, candidate)
+        api = request.endpoint
         first_token_s = min(policy.first_token_timeout_s, remaining)
         try:
             if request.stream:
                 async with asyncio.timeout(first_token_s):
-                    attempt.response = await client.send(request.path, body, timeouts, request.headers)
+                    attempt.response = await client.send(request.path, body, timeouts, request.headers, api)
                     await self._check_status(attempt, client.redact)
-                    await self._await_first_token(attempt)
+                    await self._await_first_token(request, attempt)
             else:
-                attempt.response = await client.send(request.path, body, timeouts, request.headers)
+                attempt.response = await client.send(request.path, body, timeouts, request.headers, api)
                 await self._check_status(attempt, client.redact)
                 attempt.body = client.redact(await attempt.response.read_all())
                 attempt.response.close()  # read to the end: the connection goes back to the pool
@@ -139,11 +141,13 @@ class AttemptRunner:
 
     def finish_full(self, request: ProxyRequest, attempt: Attempt) -> None:
         """Measure and record a whole (non-streamed) answer; called once it has gone to the client."""
-        reading = read_full_reply(attempt.body, self.counter)
+        reading = read_full_reply(attempt.body, self.counter, request.dialect)
         if request.endpoint == "embeddings":
             # Embeddings are measured by latency only: there are no output tokens to count.
             reading = dataclasses.replace(reading, output_tokens=None, answer_text="")
         outcome: Outcome = "upstream_error" if reading.error_message or reading.malformed else "ok"
+        if outcome == "ok" and reading.incomplete:
+            outcome = "client_error"  # cut short by the request's own limit or filter: not a clean answer
         self.record(request, attempt, outcome, reading)
 
     def fail(self, request: ProxyRequest, attempt: Attempt, outcome: Outcome, error: UpstreamError | None) -> None:
@@ -215,6 +219,8 @@ class AttemptRunner:
         request.trace.samples.append(sample)
         if outcome == "ok":
             request.trace.answer_text = reading.answer_text
+        if reading.provider_timings is not None:
+            request.trace.provider_timings = reading.provider_timings
         self.sink.record(sample)
         return sample
 
@@ -241,7 +247,7 @@ class AttemptRunner:
             retry_after_s=retry_after(response.headers.get("retry-after"), self.wall_clock()),
         )
 
-    async def _await_first_token(self, attempt: Attempt) -> None:
+    async def _await_first_token(self, request: ProxyRequest, attempt: Attempt) -> None:
         """Read (and hold back) chunks until one carries output, ``[DONE]`` comes, or the stream ends.
 
         An error event before any output is the provider's failure to start (overloaded, an
@@ -250,7 +256,7 @@ class AttemptRunner:
         """
         response = attempt.response
         assert response is not None
-        meter = attempt.meter = StreamMeter(self.clock, attempt.sent_at)
+        meter = attempt.meter = StreamMeter(self.clock, attempt.sent_at, request.dialect)
         while meter.first_output_at is None and not meter.done:
             chunk = await response.read_chunk()
             if not chunk:

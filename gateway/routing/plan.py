@@ -41,6 +41,8 @@ class RouteRequest:
     """The request's own output ceiling, if it set one."""
     preferences: ProviderPreferences = NO_PREFERENCES
     """The request's ``provider`` object and model suffix, validated."""
+    pinned: str | None = None
+    """Only this deployment may serve (it holds the state the request refers to, e.g. a previous response)."""
 
 
 @dataclass(frozen=True, slots=True)

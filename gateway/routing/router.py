@@ -37,6 +37,7 @@ from typing import Protocol
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, InvalidRequest, NoCapacity, RateLimited
 from gateway.events import GatewayEvents, NoEvents
+from gateway.routing.apis import speaking
 from gateway.routing.health import Answer, RouterState
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
@@ -162,19 +163,24 @@ class MeasuredRouter:
         self,
         model: ModelConfig,
         *,
-        endpoint: Endpoint = "chat",
+        endpoint: Endpoint | None = None,
         prompt_tokens: int = 500,
         max_tokens: int | None = None,
         preferences: ProviderPreferences = NO_PREFERENCES,
         rng: random.Random | None = None,
+        pinned: str | None = None,
     ) -> Ranking:
-        """Score and order ``model``'s deployments for a request of this shape (no side effects but ``rng``)."""
+        """Score and order ``model``'s deployments for a request of this shape (no side effects but ``rng``).
+
+        With an ``endpoint``, only the deployments that speak that API are ranked (``None``: all of them,
+        to explain a model); with ``pinned``, only that deployment.
+        """
         policy = self.config.policy_for(model)
         snapshot = self.stats.snapshot()
-        deployments = _filter(model, preferences, self._providers)
+        deployments = _filter(speaking(model, endpoint, pinned), preferences, self._providers)
         now = self.clock()
         output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
-        shape = RequestShape(endpoint, prompt_tokens, output, source)
+        shape = RequestShape(endpoint or "chat", prompt_tokens, output, source)
         recent = self.state.recent(model.name, now)
         scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, recent)
         rows = [self._ranked(model.name, s, policy, now) for s in scored]
@@ -232,6 +238,7 @@ class MeasuredRouter:
             max_tokens=request.max_tokens,
             preferences=preferences,
             rng=self.rng,
+            pinned=request.pinned,
         )
         policy = ranking.policy
         rows = [r for r in ranking.rows if r.available]

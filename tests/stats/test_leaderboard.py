@@ -17,6 +17,7 @@ from gateway.leaderboard import (
     render_csv,
     render_table,
 )
+from gateway.samples import DEFAULT_APIS
 from gateway.stats import StatsSnapshot
 from tests.support.samples import make_sample
 
@@ -67,9 +68,9 @@ def test_rows_follow_the_definitions() -> None:
     assert (slow.samples, slow.success_rate) == (125, 0.8)
     assert (fast.price_in, fast.price_out, fast.provider, fast.in_flight) == (1.0, 3.0, "fast", 4)
     assert idle == LeaderboardRow(
-        "m", "idle", "idle", 0, None, None, None, None, None, None, None, None, None, None, 0.0, 0.0, 4
+        "m", "idle", "idle", 0, None, None, None, None, None, None, None, None, None, None, 0.0, 0.0, 4, DEFAULT_APIS
     )
-    assert (other.provider, other.price_in, other.tokens_per_s_vs_fastest) == (None, None, 0.0)
+    assert (other.provider, other.price_in, other.tokens_per_s_vs_fastest, other.apis) == (None, None, 0.0, ())
 
 
 def test_table_columns_and_cells() -> None:

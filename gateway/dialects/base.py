@@ -1,0 +1,143 @@
+"""What every API's dialect tells the meter, the relay and the error paths, behind one small interface.
+
+Each API streams its own events: chat and completions send ``choices`` chunks and ``data: [DONE]``,
+the Responses API sends typed ``response.*`` events, the Messages API sends ``message_start``,
+``content_block_delta`` ... ``message_stop``. The meter (``gateway.meter``) and the forwarder
+(``gateway.relay.forward``) are written once, against ``Dialect``; each dialect reads its own
+events. The same object renders the gateway's errors in the shape that API's clients parse.
+
+A dialect is stateless and shared: one instance per API (``gateway.dialects.dialect_for``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple, Protocol
+
+from gateway.errors import GatewayError
+from gateway.samples import Endpoint
+
+LookKind = Literal["output", "error", "finish", "none"]
+
+
+class Look(NamedTuple):
+    """What one event says before the first output: output came, an error, an (empty) finish, or nothing yet."""
+
+    kind: LookKind
+    error: Any = None
+    """For ``error``: the error object (``message``/``code``/``type``), to tell the request's faults apart."""
+    response_id: str | None = None
+    """The id the provider gave the response (Responses API), when this event names it."""
+
+
+NOTHING = Look("none")
+OUTPUT = Look("output")
+FINISH = Look("finish")
+
+
+@dataclass(slots=True)
+class Tally:
+    """What a dialect reads from a whole response (every event, or the body), before tokens are counted."""
+
+    answer: list[str] = field(default_factory=list)
+    first_output_at: float | None = None
+    first_answer_at: float | None = None
+    last_answer_at: float | None = None
+    usage_prompt: int | None = None
+    usage_completion: int | None = None
+    usage_cached: int | None = None
+    usage_cache_creation: int | None = None
+    finished: bool = False
+    incomplete: bool = False
+    error_message: str | None = None
+    response_model: str | None = None
+    response_id: str | None = None
+    malformed: bool = False
+    tool_calls: bool = False
+    provider_timings: dict[str, Any] | None = None
+    last_sequence: int | None = None
+    output_events: list[float] = field(default_factory=list)
+    """Arrival time of each event that carried output (answer, reasoning or a tool call), once per event."""
+    _event_counted: bool = False
+
+    def answered(self, text: str, at: float) -> None:
+        self.answer.append(text)
+        if self.first_answer_at is None:
+            self.first_answer_at = at
+        self.last_answer_at = at
+        self.output(at)
+
+    def next_event(self) -> None:
+        """The dialect moves on to the next event (its choices may each carry output: counted once)."""
+        self._event_counted = False
+
+    def output(self, at: float) -> None:
+        if self.first_output_at is None:
+            self.first_output_at = at
+        if not self._event_counted:
+            self._event_counted = True
+            self.output_events.append(at)
+
+    def timing(self, source: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            if self.provider_timings is None:
+                self.provider_timings = {}
+            self.provider_timings[source] = value
+
+
+class Dialect(Protocol):
+    """One API's events and error shapes. See the module docstring."""
+
+    api: Endpoint
+
+    done_data: bytes | None
+    """An event's whole ``data`` that ends the stream and is no event at all (chat: ``[DONE]``); None if none."""
+
+    clean_end: bytes
+    """What ends the client's stream when the answer is complete but the provider's ending never came."""
+
+    def may_end(self, data: bytes) -> bool:
+        """A cheap scan: these bytes may hold the stream's last event (then they are parsed)."""
+        ...
+
+    def may_finish(self, data: bytes) -> bool:
+        """A cheap scan: these bytes may complete the answer (only usage and the ending may follow)."""
+        ...
+
+    def is_terminal(self, event: dict[str, Any]) -> bool:
+        """Nothing follows this event: the stream is over, whatever the connection does next."""
+        ...
+
+    def first_look(self, event: dict[str, Any]) -> Look:
+        """Read one event before the first output (called on the byte path, so cheap)."""
+        ...
+
+    def tally(self, events: list[tuple[float, dict[str, Any] | None]]) -> Tally:
+        """Read every event of a finished stream (``None``: an event that was not a JSON object)."""
+        ...
+
+    def tally_body(self, body: dict[str, Any]) -> Tally:
+        """Read a whole (non-streamed) response body."""
+        ...
+
+    def error_of(self, event: dict[str, Any]) -> Any:
+        """The error object if this event is an error event (ends the upstream's part), else None."""
+        ...
+
+    def opens_answer(self, event: dict[str, Any]) -> bool:
+        """In a stream that continues another (mid-stream recovery): where its answer starts. What comes
+        before (a role chunk, ``message_start``, a block's opening) the client already has, and is dropped."""
+        ...
+
+    def render_error(self, error: GatewayError) -> bytes:
+        """The gateway's own error as this API's clients expect the body of an error response."""
+        ...
+
+    def stream_error(self, message: str, code: str, last_sequence: int | None) -> bytes:
+        """An error event in this API's shape: how a stream that cannot be completed ends."""
+        ...
+
+
+def count(value: object) -> int | None:
+    """A token count as reported (None for anything that is not a non-negative integer)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

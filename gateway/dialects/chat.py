@@ -1,0 +1,262 @@
+"""Chat and completions streams (and embeddings bodies): ``choices`` chunks, ``data: [DONE]``.
+
+What real servers send and how it is read (each shape has a captured-stream test in
+``tests/test_stream_shapes.py``):
+
+- answer text: ``delta.content`` (chat), ``text`` (completions), tool-call arguments;
+- reasoning: ``delta.reasoning_content`` (DeepSeek, old vLLM), ``delta.reasoning`` (vLLM, OpenRouter),
+  ``delta.reasoning_details`` (OpenRouter: a chunk whose only output is there still starts the clock);
+- usage: the ``usage`` object wherever it comes (an empty-``choices`` chunk, the last content chunk as
+  DeepSeek sends it, every chunk as xAI does): the last one wins, so nothing is counted twice; Groq's
+  ``x_groq.usage`` only when no standard ``usage`` came;
+- errors: a top-level ``error`` (OpenAI, OpenRouter's mid-stream errors with ``finish_reason: "error"``,
+  vLLM's ``{"object": "error", ...}`` inside it);
+- provider timings (``timings``: llama.cpp; ``metrics``: vLLM; ``x_groq.usage`` times; ``perf_metrics``:
+  Fireworks): kept for the access log only, never for routing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally, count
+from gateway.errors import GatewayError, describe_error
+from gateway.samples import Endpoint
+
+DONE = b"[DONE]"
+_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
+"""A finish_reason with a value (not null): found with a scan, so that no chunk is parsed after the first token."""
+_TIMING_SOURCES = ("timings", "metrics", "perf_metrics")
+_TIMING_TAIL = 3
+"""Providers put their timings on the last events: only that many are looked at."""
+
+
+def choices_of(event: dict[str, Any]) -> list[dict[str, Any]]:
+    choices = event.get("choices")
+    return [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
+
+
+def answer_of(choice: dict[str, Any]) -> str:
+    """The visible answer text in one choice of a chunk or a whole response (tool-call arguments included)."""
+    delta = choice.get("delta")
+    if (
+        delta.__class__ is dict
+        and "tool_calls" not in delta
+        and "function_call" not in delta
+        and "text" not in choice
+        and "message" not in choice
+    ):
+        # The common streamed chunk: only delta.content can hold answer text.
+        content = delta.get("content")
+        return content if content.__class__ is str else ""
+    parts: list[str] = []
+    text = choice.get("text")  # /v1/completions
+    if isinstance(text, str):
+        parts.append(text)
+    for holder in (choice.get("delta"), choice.get("message")):
+        if not isinstance(holder, dict):
+            continue
+        content = holder.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        for call in holder.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                parts.append(function["arguments"])
+        function_call = holder.get("function_call")
+        if isinstance(function_call, dict) and isinstance(function_call.get("arguments"), str):
+            parts.append(function_call["arguments"])
+    return "".join(parts)
+
+
+def reasoning_of(choice: dict[str, Any]) -> str:
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return ""
+    for key in ("reasoning_content", "reasoning"):
+        value = delta.get(key)
+        if isinstance(value, str) and value:
+            return value
+    details = delta.get("reasoning_details")
+    if isinstance(details, list):
+        # OpenRouter: [{"type": "reasoning.text", "text": ...}, {"type": "reasoning.summary", "summary": ...},
+        # {"type": "reasoning.encrypted", "data": ...}]; any of them is the model at work.
+        for detail in details:
+            if isinstance(detail, dict):
+                for key in ("text", "summary", "data"):
+                    value = detail.get(key)
+                    if isinstance(value, str) and value:
+                        return value
+    return ""
+
+
+def carries_output(choice: dict[str, Any]) -> bool:
+    if answer_of(choice) or reasoning_of(choice):
+        return True
+    delta = choice.get("delta")
+    # A tool call's first delta may carry only its name, no arguments yet: that is output too.
+    return isinstance(delta, dict) and bool(delta.get("tool_calls") or delta.get("function_call"))
+
+
+def _error_message(event: dict[str, Any]) -> str | None:
+    error = event.get("error")
+    return None if error is None else describe_error(error)[0]
+
+
+def usage_of(usage: object) -> tuple[int | None, int | None, int | None]:
+    """Prompt, completion and cached prompt tokens of a ``usage`` object (None where not reported).
+
+    Cached prompt tokens come in each shape providers report them: OpenAI's
+    ``prompt_tokens_details.cached_tokens``, DeepSeek's ``prompt_cache_hit_tokens``, and the
+    Anthropic-style ``cache_read_input_tokens`` some OpenAI-compatible hosts use.
+    """
+    if not isinstance(usage, dict):
+        return None, None, None
+    details = usage.get("prompt_tokens_details")
+    cached = count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    if cached is None:
+        cached = count(usage.get("prompt_cache_hit_tokens"))
+    if cached is None:
+        cached = count(usage.get("cache_read_input_tokens"))
+    return count(usage.get("prompt_tokens")), count(usage.get("completion_tokens")), cached
+
+
+def _timings(tally: Tally, event: dict[str, Any]) -> None:
+    for source in _TIMING_SOURCES:
+        if source in event:
+            tally.timing(source, event[source])
+    groq = event.get("x_groq")
+    if isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
+        times = {k: v for k, v in groq["usage"].items() if k.endswith("_time")}
+        tally.timing("x_groq", times)
+
+
+class ChatDialect:
+    """Chat completions, completions and embeddings (whole bodies only for embeddings)."""
+
+    done_data: bytes | None = DONE
+    clean_end = b"data: [DONE]\n\n"
+
+    def __init__(self, api: Endpoint) -> None:
+        self.api = api
+
+    def may_end(self, data: bytes) -> bool:
+        return DONE in data
+
+    def may_finish(self, data: bytes) -> bool:
+        return _FINISH_REASON.search(data) is not None
+
+    def is_terminal(self, event: dict[str, Any]) -> bool:
+        return False  # only [DONE] ends a chat stream, and it is no JSON event
+
+    def first_look(self, event: dict[str, Any]) -> Look:
+        error = event.get("error")
+        if error is not None:
+            # An error event ends the first-token wait too; the relay decides whether it is the
+            # request's fault (relayed) or the provider's (the next deployment is tried).
+            return Look("error", error)
+        choices = choices_of(event)
+        if any(carries_output(c) for c in choices):
+            return OUTPUT
+        if any(c.get("finish_reason") for c in choices):
+            return FINISH
+        return NOTHING
+
+    def tally(self, events: list[tuple[float, dict[str, Any] | None]]) -> Tally:
+        tally = Tally()
+        groq_usage: object = None
+        standard_usage = False
+        for at, event in events:
+            tally.next_event()
+            if event is None:
+                tally.malformed = True
+                continue
+            if "error" in event:
+                message = _error_message(event)
+                if message is not None:
+                    tally.error_message = message
+                    continue
+            if tally.response_model is None and isinstance(event.get("model"), str):
+                tally.response_model = event["model"]
+            if "usage" in event and isinstance(event["usage"], dict):
+                standard_usage = True
+                prompt, completion, cached = usage_of(event["usage"])
+                tally.usage_prompt = prompt if prompt is not None else tally.usage_prompt
+                tally.usage_completion = completion if completion is not None else tally.usage_completion
+                tally.usage_cached = cached if cached is not None else tally.usage_cached
+            elif "x_groq" in event:
+                groq = event["x_groq"]
+                groq_usage = groq.get("usage", groq_usage) if isinstance(groq, dict) else groq_usage
+            choices = event.get("choices")
+            if choices.__class__ is not list:
+                continue
+            for choice in choices:
+                if choice.__class__ is not dict:
+                    continue
+                delta = choice.get("delta")
+                if delta.__class__ is dict and (delta.get("tool_calls") or delta.get("function_call")):
+                    tally.tool_calls = True
+                text = answer_of(choice)
+                if text:
+                    tally.answered(text, at)
+                elif carries_output(choice):
+                    tally.output(at)
+                if choice.get("finish_reason"):
+                    tally.finished = True
+        if not standard_usage and groq_usage is not None:
+            # Groq's own usage, when the standard chunk was not asked for: the same numbers, read once.
+            tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(groq_usage)
+        for _, event in events[-_TIMING_TAIL:]:
+            if event is not None:
+                _timings(tally, event)
+        return tally
+
+    def tally_body(self, body: dict[str, Any]) -> Tally:
+        tally = Tally(finished=True)
+        tally.answer = [answer_of(choice) for choice in choices_of(body)]
+        tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(body.get("usage"))
+        tally.error_message = _error_message(body)
+        if body.get("object") == "error" and tally.error_message is None:
+            tally.error_message = describe_error(body)[0]  # vLLM's error body: {"object": "error", "message": ...}
+        model = body.get("model")
+        tally.response_model = model if isinstance(model, str) else None
+        _timings(tally, body)
+        return tally
+
+    def error_of(self, event: dict[str, Any]) -> Any:
+        return event.get("error")
+
+    def opens_answer(self, event: dict[str, Any]) -> bool:
+        return opens_answer(event)
+
+    def render_error(self, error: GatewayError) -> bytes:
+        return error.to_json()
+
+    def stream_error(self, message: str, code: str, last_sequence: int | None) -> bytes:
+        error = {"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}
+        return b"data: " + json.dumps(error).encode() + b"\n\n"
+
+
+def opens_answer(event: dict[str, Any]) -> bool:
+    """Whether this chunk is where a continuation's answer starts: content, a finish, or usage."""
+    if event.get("usage"):
+        return True
+    choices = event.get("choices")
+    if not isinstance(choices, list):
+        return True  # not a chunk the gateway understands: let the client judge it
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        if choice.get("finish_reason") or choice.get("text"):
+            return True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and (delta.get("content") or delta.get("tool_calls")):
+            return True
+    return False
+
+
+def usage_only(event: dict[str, Any]) -> bool:
+    """A chunk that holds usage and no choice (what ``include_usage`` adds at the end)."""
+    return event.get("choices") == [] and isinstance(event.get("usage"), dict)

@@ -1,0 +1,119 @@
+"""What a fake provider does and remembers: its behaviour (speed, faults) and its counters.
+
+``FakeBehavior`` is set per server and overridable per request (``gateway.fakes.provider``); every
+API the fake speaks (chat and completions, Responses, Messages) reads the same fields, so each
+fault can be staged in each API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+WORDS = (
+    "the quick brown fox jumps over lazy dog and then runs far away into forest where it finds "
+    "small river with clear water under bright sun while birds sing songs of joy"
+).split()
+
+
+def answer_words(start: int, count: int) -> list[str]:
+    """Answer tokens ``start .. start+count``: " word" pieces, one token each."""
+    return [" " + WORDS[i % len(WORDS)] for i in range(start, start + count)]
+
+
+@dataclass(frozen=True, slots=True)
+class FakeBehavior:
+    """How a fake provider answers. Times in seconds; ``-1`` means "never" for the *_after fields."""
+
+    ttft_s: float = 0.0
+    """Delay before the first output chunk (the role chunk is sent at once with the headers)."""
+    ttft_jitter: float = 0.0
+    """Log-normal sigma applied to ``ttft_s`` per request (0: fixed)."""
+    tokens_per_s: float = 0.0
+    """Pace of the answer after its first token; 0 streams as fast as possible."""
+    tps_jitter: float = 0.0
+    """Log-normal sigma applied to ``tokens_per_s`` per request (0: fixed)."""
+    output_tokens: int = 32
+    """Answer length, cut to the request's ``max_tokens`` / ``max_completion_tokens``."""
+    chunk_tokens: int = 1
+    reasoning_tokens: int = 0
+    """Reasoning tokens streamed (``delta.reasoning_content``) before the answer."""
+    tool_call: bool = False
+    """Answer with a streamed tool call (the same words, as its arguments) instead of content."""
+    status: int = 200
+    """An error status to answer with (subject to ``fail_first`` and ``error_rate``)."""
+    error_code: str | None = None
+    """The ``error.code`` of an error answer or error event, e.g. ``context_length_exceeded``."""
+    retry_after: str | None = None
+    fail_first: int = 0
+    """Only the first N requests to this server fail with ``status`` (0: every request)."""
+    error_rate: float = 1.0
+    """Share of requests that fail with ``status`` (seeded)."""
+    hang_s: float = 0.0
+    """Wait this long before sending any headers."""
+    stall_after: int = -1
+    """After this many answer chunks, stop sending (for ``stall_s``) without closing."""
+    stall_s: float = 3600.0
+    drop_after: int = -1
+    """After this many answer chunks, drop the connection mid-stream."""
+    malformed_after: int = -1
+    """After this many answer chunks, send a chunk that is not JSON."""
+    error_event_after: int = -1
+    """After this many answer chunks, send an error event and end the stream (Responses: a top-level
+    ``error`` event; Messages: ``event: error``)."""
+    fail_event_after: int = -1
+    """Responses API: after this many answer chunks, end the stream with ``response.failed``."""
+    no_done: bool = False
+    """End the stream without its ending (``data: [DONE]``, ``response.completed``, ``message_stop``)."""
+    no_finish: bool = False
+    """Send no ``finish_reason`` (``stop_reason``; the Responses item's closing events): with ``no_done``,
+    an answer that just stops."""
+    linger_s: float = 0.0
+    """After the finish chunk, keep the stream open this long before the rest (usage, ``[DONE]``)."""
+    reject_prefill: bool = False
+    """Answer 400 to a request that continues a prefill, as a provider that cannot continue one does."""
+    model: str | None = None
+    """The model id to report; by default the one the request named."""
+    embedding_dim: int = 8
+    seed: int | None = None
+
+    def merged(self, overrides: dict[str, Any]) -> FakeBehavior:
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"unknown fake behaviour fields: {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **overrides)
+
+
+@dataclass(slots=True)
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any] | None
+    query: str = ""
+
+
+@dataclass(slots=True)
+class FakeState:
+    requests: int = 0
+    open_streams: int = 0
+    max_open_streams: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    last_request_at: float | None = None
+    """``time.monotonic()`` when the last inference request arrived."""
+    recorded: list[RecordedRequest] = field(default_factory=list)
+    responses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Responses API: the stored responses by id (what ``GET /v1/responses/{id}`` returns)."""
+    response_inputs: dict[str, list[Any]] = field(default_factory=dict)
+    """Responses API: each stored response's input items."""
+
+
+class FakeHost(Protocol):
+    """What an API's answers need of the provider serving them."""
+
+    name: str
+    state: FakeState
+
+    def jittered(self, value: float, sigma: float) -> float: ...

@@ -1,0 +1,224 @@
+"""The fake's OpenAI chat completions, completions and embeddings: whole bodies and ``choices`` streams."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import struct
+import time
+from typing import Any
+
+from starlette.types import Send
+
+from gateway.fakes.asgi import Disconnect, send_json
+from gateway.fakes.behavior import WORDS, FakeBehavior, FakeHost, answer_words
+from gateway.fakes.pacing import play
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    return max(1, len(json.dumps(body.get("messages", body.get("input", body.get("prompt", ""))))) // 4)
+
+
+def prefill_words(body: dict[str, Any], path: str) -> int:
+    """Answer words already given: a chat's last assistant message, or the end of a completion's prompt.
+
+    A chat prefill is taken to be the answer's beginning whatever it says (its words are
+    counted). A prompt is continued only where it ends with the answer's first words, so that
+    ordinary prompts are answered from the start.
+    """
+    if path.endswith(("/chat/completions", "/messages")):
+        messages = body.get("messages")
+        if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+            last = messages[-1]
+            if last.get("role") == "assistant" and isinstance(last.get("content"), str):
+                return len(last["content"].split())
+        return 0
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        return 0
+    words = prompt.split()
+    if not words or prompt[-1].isspace():
+        return 0
+    final = words[-1]
+    # Only lengths whose last answer word is the prompt's last word can match: few to try.
+    for count in range(len(words), 0, -1):
+        if WORDS[(count - 1) % len(WORDS)] == final and prompt.endswith("".join(answer_words(0, count))):
+            return count
+    return 0
+
+
+def answer_plan(
+    body: dict[str, Any],
+    behavior: FakeBehavior,
+    path: str,
+    limit_fields: tuple[str, ...] = ("max_completion_tokens", "max_tokens"),
+) -> tuple[int, int, str]:
+    """Where the answer starts (words given as a prefill), how many words follow, and why it ends.
+
+    The whole answer is ``output_tokens`` words; a prefill that already holds its first words
+    is continued after them, and the request's token limit bounds only the words generated now,
+    as a real model's does.
+    """
+    skip = prefill_words(body, path)
+    remaining = max(0, behavior.output_tokens - skip)
+    limit = next((body[f] for f in limit_fields if body.get(f) is not None), None)
+    if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < remaining:
+        return skip, limit, "length"
+    return skip, remaining, "stop"
+
+
+def _n(body: dict[str, Any]) -> int:
+    n = body.get("n", 1)
+    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 16 else 1
+
+
+def _tool_call(arguments: str) -> dict[str, Any]:
+    return {"id": "call_fake", "type": "function", "function": {"name": "lookup", "arguments": arguments}}
+
+
+def _piece(chat: bool, text: str, tool_call: bool, *, first: bool) -> dict[str, Any]:
+    if not chat:
+        return {"index": 0, "text": text, "finish_reason": None}
+    if tool_call:
+        call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
+        if first:
+            call.update(id="call_fake", type="function")
+            call["function"]["name"] = "lookup"
+        return {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}
+    return {"index": 0, "delta": {"content": text}, "finish_reason": None}
+
+
+async def complete(
+    host: FakeHost,
+    send: Send,
+    body: dict[str, Any],
+    behavior: FakeBehavior,
+    model: str,
+    path: str,
+    disconnect: Disconnect,
+) -> None:
+    skip, length, finish = answer_plan(body, behavior, path)
+    text = "".join(answer_words(skip, length))
+    tps = host.jittered(behavior.tokens_per_s, behavior.tps_jitter)
+    delay = host.jittered(behavior.ttft_s, behavior.ttft_jitter) + (length / tps if tps > 0 else 0.0)
+    if await disconnect.sleep(delay):
+        host.state.cancelled += 1
+        return
+    usage = {"prompt_tokens": prompt_tokens(body), "completion_tokens": length, "total_tokens": 0}
+    usage["total_tokens"] = usage["prompt_tokens"] + length
+    created = int(time.time())
+    choice: dict[str, Any]
+    if path.endswith("/chat/completions"):
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if behavior.tool_call:
+            message = {"role": "assistant", "content": None, "tool_calls": [_tool_call(text)]}
+            finish = "tool_calls"
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        obj = "text_completion"
+    choices = [dict(choice, index=i) for i in range(_n(body))]
+    payload = {"id": f"fake-{host.state.requests}", "object": obj, "created": created, "model": model}
+    payload.update(choices=choices, usage=usage)
+    host.state.completed += 1
+    await send_json(send, 200, payload)
+
+
+async def embeddings(host: FakeHost, send: Send, body: dict[str, Any], behavior: FakeBehavior, model: str) -> None:
+    inputs = body.get("input")
+    items = inputs if isinstance(inputs, list) else [inputs]
+    if behavior.ttft_s > 0:
+        await asyncio.sleep(host.jittered(behavior.ttft_s, behavior.ttft_jitter))
+    data = []
+    for index, item in enumerate(items):
+        vector = [((hash(str(item)) >> (i % 32)) % 1000) / 1000.0 for i in range(behavior.embedding_dim)]
+        embedding: Any = vector
+        if body.get("encoding_format") == "base64":
+            embedding = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"object": "embedding", "index": index, "embedding": embedding})
+    tokens = sum(max(1, len(str(item)) // 4) for item in items)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    host.state.completed += 1
+    await send_json(send, 200, {"object": "list", "data": data, "model": model, "usage": usage})
+
+
+class ChatScript:
+    """``choices`` chunks: a role chunk first, content (or tool-call) deltas, a finish, usage, ``[DONE]``."""
+
+    def __init__(self, host: FakeHost, body: dict[str, Any], behavior: FakeBehavior, model: str, path: str) -> None:
+        self.chat = path.endswith("/chat/completions")
+        self.body = body
+        self.behavior = behavior
+        self.name = host.name
+        _, self.length, self.finish_reason = answer_plan(body, behavior, path)
+        self.head: dict[str, Any] = {
+            "id": f"fake-{host.state.requests}",
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": int(time.time()),
+            "model": model,
+        }
+
+    def _event(self, choice: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps({**self.head, "choices": [choice]}).encode() + b"\n\n"
+
+    def opening(self) -> bytes:
+        if not self.chat:
+            return b""
+        # The role chunk carries no output: TTFT is not over until the first content.
+        return self._event({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
+
+    def reasoning(self, word: str, index: int) -> bytes:
+        return self._event({"index": 0, "delta": {"reasoning_content": word}, "finish_reason": None})
+
+    def prelude(self) -> bytes:
+        return b""
+
+    def piece(self, text: str, first: bool) -> bytes:
+        return self._event(_piece(self.chat, text, self.behavior.tool_call, first=first))
+
+    def finish(self) -> bytes:
+        reason = "tool_calls" if self.behavior.tool_call and self.chat else self.finish_reason
+        done: dict[str, Any] = {"index": 0, "finish_reason": reason}
+        if self.chat:
+            done["delta"] = {}
+        else:
+            done["text"] = ""
+        return self._event(done)
+
+    def end(self, ending: bool) -> bytes:
+        tail = b""
+        options = self.body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            prompt = prompt_tokens(self.body)
+            usage = {"prompt_tokens": prompt, "completion_tokens": self.length, "total_tokens": prompt + self.length}
+            tail += b"data: " + json.dumps({**self.head, "choices": [], "usage": usage}).encode() + b"\n\n"
+        if ending:
+            tail += b"data: [DONE]\n\n"
+        return tail
+
+    def error_event(self) -> bytes:
+        message = f"fake {self.name}: error mid-stream"
+        error = {"error": {"message": message, "type": "server_error", "code": self.behavior.error_code}}
+        return b"data: " + json.dumps(error).encode() + b"\n\n"
+
+    def fail_event(self) -> bytes:
+        return self.error_event()
+
+
+async def stream(
+    host: FakeHost,
+    send: Send,
+    body: dict[str, Any],
+    behavior: FakeBehavior,
+    model: str,
+    path: str,
+    disconnect: Disconnect,
+) -> None:
+    skip, length, _ = answer_plan(body, behavior, path)
+    await play(
+        host, send, ChatScript(host, body, behavior, model, path), answer_words(skip, length), behavior, disconnect
+    )
