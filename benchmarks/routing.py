@@ -1,22 +1,27 @@
-"""Routing quality: the gateway's measured routing against an oracle and against round-robin.
+"""Routing quality: the gateway's default routing against an oracle, round-robin and LiteLLM.
 
-Each scenario starts fake providers (one process each, shaped on the published figures in
-``gateway/fakes/provider-profiles.csv``, times scaled down so that a run takes seconds) and one
-gateway process in front of them, then sends the same request stream three ways:
+Each scenario (``benchmarks/routing_scenarios.py``) starts fake providers (one process each,
+shaped on ``gateway/fakes/provider-profiles.csv``)
+and a fresh gateway process in front of them with its defaults (the ``balanced`` policy, the
+default stats window), then replays one Poisson schedule of streamed requests four ways:
 
-- ``gateway``: the gateway's own routing (the scenario's policy, cold start included);
-- ``oracle``: every request pinned (``provider.order``) to the provider that is truly best
-  for it at that moment, computed from the fakes' known behaviour;
-- ``round-robin``: every request pinned to the next provider in turn.
+- ``gateway``: the gateway's own routing, cold start included;
+- ``oracle``: every request pinned (``provider.order``) to the provider that is truly best for
+  it at that moment, computed from the fakes' known behaviour;
+- ``round-robin``: every request pinned to the next provider in turn;
+- ``litellm``: LiteLLM's ``latency-based-routing`` Router straight to the fakes (if LiteLLM is
+  installed in a separate virtualenv, ``--litellm-python``; it is never a dependency here).
 
-All three go through a fresh gateway with the same fakes and seeds, so gateway overhead and
-fallback behaviour are the same; only the choice differs. Reported per scenario and strategy:
-client-observed end-to-end time (mean, p95), failures, and cost per 1,000 requests.
+Reported per scenario and strategy (``benchmarks/routing_report.py``): mean end-to-end and its
+regret against the oracle of the same run, the share of requests on the truly best provider
+(and, after a change, from 15 s after it on), exploration, attempts per request, failures.
 
 Usage::
 
-    python -m benchmarks.routing                  # all scenarios, writes benchmarks/results/routing.md
-    python -m benchmarks.routing --only market --requests 200
+    python -m benchmarks.routing                       # all scenarios, writes benchmarks/results/routing.md
+    python -m benchmarks.routing --only recovery --strategies gateway,oracle
+    python -m benchmarks.routing --gateway-src /tmp/main --label before --json /tmp/before.json --no-write
+    python -m benchmarks.routing --before /tmp/before.json      # the report gains a before column
 """
 
 from __future__ import annotations
@@ -24,188 +29,57 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import datetime
 import json
-import math
 import os
-import platform
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from benchmarks.routing_scenarios import SCENARIOS, Planned, Profile, Scenario, oracle_choice
+
 RESULTS = Path(__file__).parent / "results" / "routing.md"
-NOTES = """
-Reading the figures:
-
-- Runs of the same strategy differ by a few percent from one another (a 2-core machine shared
-  by the fakes, the gateway and the client); the seeds are pooled to damp that.
-- The gateway pays for what the oracle knows beforehand: its cold start measures every
-  provider (the slow, heavy-tailed ones too: most of the market's p95 gap), and it keeps a
-  small exploration share afterwards.
-- In "market", baseten and modal are within a few percent of each other; modal's lower
-  variance makes it the oracle's pick. Which one the gateway settles on depends on the seed.
-- In "slowdown", the gateway notices within a few answers (its memory of each deployment's
-  last answers); the oracle switches at the very request.
-- In "flaky", a failed attempt costs an instant 503 and a fallback; the failure term of the
-  score and the circuit's majority rule keep the fast provider in use.
-"""
-Z95 = 1.645
+STRATEGIES = ("gateway", "oracle", "round-robin", "litellm")
+ADMIN_KEY = "bench-admin"
+LITELLM_DRIVER = Path(__file__).parent / "litellm_driver.py"
 
 
-@dataclass(frozen=True)
-class Profile:
-    """A fake provider: medians and log-normal spreads of TTFT and tokens/s, a price, a failure rate."""
+@dataclass
+class Outcome:
+    """One request as the client saw it."""
 
-    name: str
-    ttft_s: float
-    tps: float
-    price: float
-    """USD per 1M tokens, prompt and output alike."""
-    ttft_sigma: float = 0.3
-    tps_sigma: float = 0.2
-    error_rate: float = 0.0
-
-    def expected_e2e(self, tokens: int) -> float:
-        """The mean time of an answer of ``tokens`` tokens (log-normal means; a failure costs a retry elsewhere)."""
-        ttft = self.ttft_s * math.exp(self.ttft_sigma**2 / 2)
-        stream = (tokens - 1) / self.tps * math.exp(self.tps_sigma**2 / 2)
-        return ttft + stream
-
-    def behavior(self, scale: float) -> dict[str, Any]:
-        return {
-            "ttft_s": self.ttft_s * scale,
-            "ttft_jitter": self.ttft_sigma,
-            "tokens_per_s": self.tps / scale,
-            "tps_jitter": self.tps_sigma,
-            "output_tokens": 4000,
-            "chunk_tokens": 2,
-            "status": 503 if self.error_rate > 0 else 200,
-            "error_rate": self.error_rate if self.error_rate > 0 else 1.0,
-        }
+    index: int
+    at_s: float
+    tokens: int
+    best: str
+    """The oracle's pick when it was sent."""
+    ok: bool = False
+    e2e_s: float | None = None
+    ttft_s: float | None = None
+    provider: str = "-"
+    route: str = "-"
+    attempts: int = 0
+    cost_usd: float = 0.0
 
 
-def from_p95(
-    name: str, tps_p50: float, tps_p95_floor: float, ttft_p50: float, ttft_p95: float, price: float
-) -> Profile:
-    """A profile from published percentiles.
+@dataclass
+class Run:
+    """One strategy's pass over a scenario's schedule."""
 
-    Log-normal spreads: sigma = ln(p50 / p5) / 1.645 for tokens/s, ln(p95 / p50) / 1.645 for TTFT.
-    """
-    return Profile(
-        name,
-        ttft_s=ttft_p50,
-        tps=tps_p50,
-        price=price,
-        ttft_sigma=math.log(ttft_p95 / ttft_p50) / Z95,
-        tps_sigma=math.log(tps_p50 / tps_p95_floor) / Z95,
-    )
-
-
-@dataclass(frozen=True)
-class Change:
-    """At request ``at`` (in send order), provider ``name`` starts behaving as ``profile``."""
-
-    at: int
-    name: str
-    profile: Profile
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    description: str
-    providers: tuple[Profile, ...]
-    token_mix: tuple[int, ...]
-    """max_tokens of successive requests, cycled."""
-    scale: float
-    """Real seconds per profile second (profiles are in real-world seconds)."""
-    policy: str = "balanced"
-    slow_down: str | None = None
-    """A provider that becomes 5x slower (TTFT and tokens/s) a third of the way through."""
-    concurrency: int = 6
-
-    def changes(self, requests: int) -> list[Change]:
-        if self.slow_down is None:
-            return []
-        best = next(p for p in self.providers if p.name == self.slow_down)
-        slowed = dataclasses.replace(best, ttft_s=best.ttft_s * 5, tps=best.tps / 5)
-        return [Change(requests // 3, best.name, slowed)]
-
-
-def _market() -> tuple[Profile, ...]:
-    # Source A of provider-profiles.csv (one model, 10 providers); TTFT p50 is not published there,
-    # so it is taken as p95 / 2.5. Prices: source B's medians where the provider appears, else near them.
-    return (
-        from_p95("nebius", 269.3, 78.8, 7.11 / 2.5, 7.11, 0.50),
-        from_p95("baseten", 240.5, 61.6, 1.16 / 2.5, 1.16, 0.60),
-        from_p95("modal", 222.2, 84.7, 1.09 / 2.5, 1.09, 0.55),
-        from_p95("together", 151.6, 34.0, 2.26 / 2.5, 2.26, 0.534),
-        from_p95("deepinfra", 69.4, 9.0, 6.41 / 2.5, 6.41, 0.37),
-    )
-
-
-SCENARIOS: tuple[Scenario, ...] = (
-    Scenario(
-        "market",
-        "five providers of one model shaped on source A (256-token answers, as in that benchmark)",
-        _market(),
-        token_mix=(256,),
-        scale=0.1,
-    ),
-    Scenario(
-        "short-vs-long",
-        "a low-latency, slow-streaming provider and a high-latency, fast-streaming one; "
-        "two 16-token answers to one of 1000",
-        (
-            Profile("snappy", ttft_s=0.4, tps=60.0, price=0.45),
-            Profile("bulk", ttft_s=2.3, tps=270.0, price=0.45),
-        ),
-        token_mix=(16, 1000, 16),
-        scale=0.05,
-    ),
-    Scenario(
-        "equal-speed",
-        "two providers with the same speed, one cheaper (source B: Parasail vs Together prices)",
-        (
-            Profile("together", ttft_s=0.45, tps=89.0, price=0.534),
-            Profile("parasail", ttft_s=0.45, tps=89.0, price=0.29),
-        ),
-        token_mix=(128,),
-        scale=0.1,
-    ),
-    Scenario(
-        "slowdown",
-        "the best of three providers becomes 5x slower a third of the way through",
-        (
-            Profile("baseten", ttft_s=0.46, tps=240.0, price=0.6),
-            Profile("modal", ttft_s=0.6, tps=180.0, price=0.55),
-            Profile("telnyx", ttft_s=0.8, tps=184.0, price=0.5),
-        ),
-        token_mix=(256,),
-        scale=0.1,
-        slow_down="baseten",
-    ),
-    Scenario(
-        "flaky",
-        "the fastest provider fails 30% of requests with 503 (each failure costs a fallback)",
-        (
-            Profile("fast-flaky", ttft_s=0.3, tps=250.0, price=0.5, error_rate=0.3),
-            Profile("steady", ttft_s=0.6, tps=150.0, price=0.5),
-            Profile("slow", ttft_s=1.5, tps=60.0, price=0.5),
-        ),
-        token_mix=(256,),
-        scale=0.1,
-    ),
-)
+    scenario: str
+    strategy: str
+    seed: int
+    outcomes: list[Outcome] = field(default_factory=list)
+    probes: int | None = None
+    """Requests the gateway spent on exploring, from its own count (None: not reported)."""
+    seconds: float = 0.0
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -218,7 +92,7 @@ def _free_port() -> int:
         return port
 
 
-def _wait_ready(url: str, deadline_s: float = 20.0) -> None:
+def _wait_ready(url: str, deadline_s: float = 30.0) -> None:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         try:
@@ -232,62 +106,55 @@ def _wait_ready(url: str, deadline_s: float = 20.0) -> None:
 
 @dataclass
 class Stack:
-    """Fake providers and a gateway, each its own process (so that no GIL is shared)."""
+    """Fake providers and (unless ``gateway=False``) a gateway, each its own process."""
 
     scenario: Scenario
-    window_s: int
+    gateway_src: str | None = None
     fakes: dict[str, str] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     gateway_url: str = ""
     workdir: tempfile.TemporaryDirectory[str] = field(default_factory=tempfile.TemporaryDirectory)
 
-    def start(self, seed: int) -> None:
+    def start(self, seed: int, gateway: bool = True) -> None:
         for index, profile in enumerate(self.scenario.providers):
             port = _free_port()
             command = [sys.executable, "-m", "gateway", "fake-provider", "--name", profile.name, "--port", str(port)]
             command += ["--seed", str(seed * 100 + index)]
-            self.processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self.processes.append(self._popen(command, dict(os.environ)))
             self.fakes[profile.name] = f"http://127.0.0.1:{port}"
         for profile in self.scenario.providers:
-            url = self.fakes[profile.name]
-            _wait_ready(url + "/_fake/state")
+            _wait_ready(self.fakes[profile.name] + "/_fake/state")
             self.set_behavior(profile)
+        if not gateway:
+            return
         port = _free_port()
         config = Path(self.workdir.name) / "gateway.toml"
         config.write_text(self._config())
-        env = dict(os.environ, GATEWAY_API_KEYS="", GATEWAY_ADMIN_KEY="bench-admin")
-        self.processes.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gateway",
-                    "serve",
-                    "-c",
-                    str(config),
-                    "--port",
-                    str(port),
-                    "--log-level",
-                    "warning",
-                ],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
+        env = dict(os.environ, GATEWAY_API_KEYS="", GATEWAY_ADMIN_KEY=ADMIN_KEY)
+        command = [sys.executable, "-m", "gateway", "serve", "-c", str(config), "--port", str(port)]
+        command += ["--log-level", "warning"]
+        self.processes.append(self._popen(command, env))
         self.gateway_url = f"http://127.0.0.1:{port}"
         _wait_ready(self.gateway_url + "/healthz")
 
+    def _popen(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """A process of this stack; with ``gateway_src``, it runs that tree's code (``-m`` puts the cwd first)."""
+        if self.gateway_src:
+            env["PYTHONPATH"] = self.gateway_src
+        cwd = self.gateway_src or None
+        return subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
     def set_behavior(self, profile: Profile) -> None:
-        response = httpx.post(self.fakes[profile.name] + "/_fake/behavior", json=profile.behavior(self.scenario.scale))
+        response = httpx.post(self.fakes[profile.name] + "/_fake/behavior", json=profile.behavior())
         response.raise_for_status()
 
     def _config(self) -> str:
-        lines = [f"[stats]\nwindow_s = {self.window_s}\nslice_s = {max(1, self.window_s // 30)}\n"]
+        # Defaults everywhere (policy, stats window): the gateway a user starts.
+        lines = ["[server]\naccess_log = false\n"]
         for profile in self.scenario.providers:
             url = self.fakes[profile.name]
-            lines.append(f'[[providers]]\nname = "{profile.name}"\nbase_url = "{url}/v1"\nmax_concurrency = 256\n')
-        lines.append(f'[[models]]\nname = "m"\npolicy = "{self.scenario.policy}"\n')
+            lines.append(f'[[providers]]\nname = "{profile.name}"\nbase_url = "{url}/v1"\nmax_concurrency = 512\n')
+        lines.append('[[models]]\nname = "m"\n')
         for profile in self.scenario.providers:
             lines.append(
                 f'  [[models.deployments]]\n  provider = "{profile.name}"\n  model = "{profile.name}-m"\n'
@@ -299,197 +166,218 @@ class Stack:
         for process in self.processes:
             process.terminate()
         for process in self.processes:
-            process.wait(10)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
         self.workdir.cleanup()
 
 
-# -- the runs ------------------------------------------------------------------------------------
-
-Chooser = Callable[[int, int, Sequence[Profile]], "str | None"]
-"""(request index, max_tokens, current profiles) → provider to pin, or None to let the gateway choose."""
+# -- one pass over the schedule ------------------------------------------------------------------
 
 
-def oracle(index: int, tokens: int, profiles: Sequence[Profile]) -> str | None:
-    """The provider with the lowest expected time for this request (a failure costs a fallback to the best other)."""
-
-    def expected(p: Profile) -> float:
-        others = [q.expected_e2e(tokens) for q in profiles if q is not p and q.error_rate == 0]
-        fallback = min(others, default=p.expected_e2e(tokens))
-        return (1 - p.error_rate) * p.expected_e2e(tokens) + p.error_rate * fallback
-
-    return min(profiles, key=lambda p: (expected(p), p.price)).name
-
-
-def round_robin(index: int, tokens: int, profiles: Sequence[Profile]) -> str | None:
-    return profiles[index % len(profiles)].name
-
-
-def measured(index: int, tokens: int, profiles: Sequence[Profile]) -> str | None:
+def _pin(strategy: str, planned: Planned, scenario: Scenario) -> str | None:
+    if strategy == "oracle":
+        return oracle_choice(planned.tokens, list(scenario.profiles_at(planned.at_s).values()))
+    if strategy == "round-robin":
+        return scenario.providers[planned.index % len(scenario.providers)].name
     return None
 
 
-@dataclass
-class Result:
-    e2e_s: list[float] = field(default_factory=list)
-    failures: int = 0
-    cost_usd: float = 0.0
-    picks: dict[str, int] = field(default_factory=dict)
-    by_provider: dict[str, list[float]] = field(default_factory=dict)
-
-    def merge(self, other: Result) -> None:
-        self.e2e_s += other.e2e_s
-        self.failures += other.failures
-        self.cost_usd += other.cost_usd
-        for name, times in other.by_provider.items():
-            self.by_provider.setdefault(name, []).extend(times)
-            self.picks[name] = self.picks.get(name, 0) + len(times)
+async def _changes(stack: Stack, started: float) -> None:
+    for change in stack.scenario.changes:
+        await asyncio.sleep(max(0.0, started + change.at_s - time.perf_counter()))
+        profile = Profile(**{**asdict(change.profile), "name": change.name})
+        await asyncio.to_thread(stack.set_behavior, profile)
 
 
-async def _run(stack: Stack, choose: Chooser, requests: int) -> Result:
+async def _one(client: httpx.AsyncClient, stack: Stack, strategy: str, planned: Planned, out: Outcome) -> None:
+    body: dict[str, Any] = {
+        "model": "m",
+        "messages": [{"role": "user", "content": f"request {planned.index}: answer at length"}],
+        "stream": True,
+        "max_tokens": planned.tokens,
+    }
+    pinned = _pin(strategy, planned, stack.scenario)
+    if pinned is not None:
+        body["provider"] = {"order": [pinned]}
+    started = time.perf_counter()
+    words = 0
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            out.provider = response.headers.get("x-gateway-provider", "-")
+            out.route = response.headers.get("x-gateway-route", "-")
+            out.attempts = int(response.headers.get("x-gateway-attempts", "0") or 0)
+            async for line in response.aiter_lines():
+                if line.startswith("data: {"):
+                    event = json.loads(line[6:])
+                    for choice in event.get("choices") or ():
+                        content = (choice.get("delta") or {}).get("content") or ""
+                        if content and out.ttft_s is None:
+                            out.ttft_s = time.perf_counter() - started
+                        words += len(content.split())
+            out.ok = response.status_code == 200 and words > 0
+    except httpx.HTTPError:
+        out.ok = False
+    out.e2e_s = time.perf_counter() - started
+    price = next((p.price for p in stack.scenario.providers if p.name == out.provider), 0.0)
+    out.cost_usd = (len(json.dumps(body["messages"])) // 4 + words) * price / 1e6
+
+
+async def _replay(stack: Stack, strategy: str, schedule: Sequence[Planned]) -> list[Outcome]:
     scenario = stack.scenario
-    profiles = {p.name: p for p in scenario.providers}
-    changes = scenario.changes(requests)
-    result = Result()
-    next_index = 0
-    lock = asyncio.Lock()
-
-    async def worker(client: httpx.AsyncClient) -> None:
-        nonlocal next_index
-        while True:
-            async with lock:
-                index = next_index
-                next_index += 1
-                if index >= requests:
-                    return
-                while changes and changes[0].at <= index:
-                    change = changes.pop(0)
-                    profiles[change.name] = dataclasses.replace(change.profile, name=change.name)
-                    await asyncio.to_thread(stack.set_behavior, profiles[change.name])
-            tokens = scenario.token_mix[index % len(scenario.token_mix)]
-            body: dict[str, Any] = {
-                "model": "m",
-                "messages": [{"role": "user", "content": f"request {index}: answer at length"}],
-                "stream": True,
-                "max_tokens": tokens,
-            }
-            pinned = choose(index, tokens, list(profiles.values()))
-            if pinned is not None:
-                body["provider"] = {"order": [pinned]}
-            started = time.perf_counter()
-            text: list[str] = []
-            provider = "-"
-            try:
-                async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-                    provider = response.headers.get("x-gateway-provider", "-")
-                    async for line in response.aiter_lines():
-                        if line.startswith("data: {"):
-                            event = json.loads(line[6:])
-                            for choice in event.get("choices") or ():
-                                text.append((choice.get("delta") or {}).get("content") or "")
-                    ok = response.status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            elapsed = time.perf_counter() - started
-            if not ok:
-                result.failures += 1
-                continue
-            result.e2e_s.append(elapsed)
-            result.picks[provider] = result.picks.get(provider, 0) + 1
-            result.by_provider.setdefault(provider, []).append(elapsed)
-            price = profiles[provider].price if provider in profiles else 0.0
-            output = len("".join(text).split())
-            result.cost_usd += (len(json.dumps(body["messages"])) // 4 + output) * price / 1e6
-
-    limits = httpx.Limits(max_connections=scenario.concurrency, max_keepalive_connections=scenario.concurrency)
-    async with httpx.AsyncClient(base_url=stack.gateway_url, timeout=120, limits=limits) as client:
-        await asyncio.gather(*(worker(client) for _ in range(scenario.concurrency)))
-    return result
-
-
-def run_scenario(scenario: Scenario, requests: int, window_s: int, seeds: Sequence[int]) -> dict[str, Result]:
-    """Each strategy on a fresh stack per seed; results pooled over the seeds."""
-    results = {name: Result() for name in ("gateway", "oracle", "round-robin")}
-    for seed in seeds:
-        for name, choose in (("gateway", measured), ("oracle", oracle), ("round-robin", round_robin)):
-            stack = Stack(scenario, window_s)
-            try:
-                stack.start(seed)
-                results[name].merge(asyncio.run(_run(stack, choose, requests)))
-            finally:
-                stack.stop()
-    return results
-
-
-# -- the report ----------------------------------------------------------------------------------
-
-
-def _p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)] if ordered else float("nan")
-
-
-def _row(scenario: Scenario, name: str, result: Result, oracle_mean: float) -> str:
-    mean = statistics.fmean(result.e2e_s) if result.e2e_s else float("nan")
-    picks = ", ".join(
-        f"{k} {v} ({statistics.fmean(result.by_provider[k]):.3f})"
-        for k, v in sorted(result.picks.items(), key=lambda kv: -kv[1])
-    )
-    n = max(1, len(result.e2e_s))
-    return (
-        f"| {scenario.name} | {name} | {mean:.3f} | {_p95(result.e2e_s):.3f} | {mean / oracle_mean - 1:+.1%} "
-        f"| {result.failures} | {result.cost_usd / n * 1000:.4f} | {picks} |"
-    )
-
-
-def report(
-    all_results: dict[Scenario, dict[str, Result]], requests: int, window_s: int, seeds: int, seconds: float
-) -> str:
-    cpu = platform.processor() or platform.machine()
-    lines = [
-        "# Routing benchmark: measured routing vs an oracle vs round-robin",
-        "",
-        f"- Date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}",
-        f"- Machine: {platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}",
-        f"- Command: `python -m benchmarks.routing --requests {requests} --window {window_s} --seeds {seeds}` "
-        f"({seconds:.0f} s)",
-        f"- {requests} streamed requests per scenario, strategy and seed ({seeds} seeds, pooled), 6 at a time;",
-        f"  stats window {window_s} s. Each run starts cold: the gateway's numbers include its cold start",
-        "  (every provider explored) and its ongoing exploration.",
-        "- Times are client-observed end-to-end seconds (request sent → last byte), with the fakes' times",
-        "  scaled down from the published figures (see each scenario's scale in `benchmarks/routing.py`).",
-        "- vs oracle: mean end-to-end relative to the oracle's. Cost: USD per 1,000 requests. Picks:",
-        "  requests served by each provider (their mean end-to-end in parentheses).",
-        "",
-        "| scenario | strategy | mean s | p95 s | vs oracle | failed | cost $/1k | picks |",
-        "|---|---|---|---|---|---|---|---|",
+    outcomes = [
+        Outcome(p.index, p.at_s, p.tokens, oracle_choice(p.tokens, list(scenario.profiles_at(p.at_s).values())))
+        for p in schedule
     ]
-    for scenario, results in all_results.items():
-        oracle_mean = statistics.fmean(results["oracle"].e2e_s)
-        for name in ("gateway", "oracle", "round-robin"):
-            lines.append(_row(scenario, name, results[name], oracle_mean))
-    lines += ["", "Scenarios:", ""]
-    for scenario in all_results:
-        lines.append(f"- **{scenario.name}**: {scenario.description}.")
-    return "\n".join(lines) + "\n" + NOTES
+    limits = httpx.Limits(max_connections=2000, max_keepalive_connections=200)
+    timeout = httpx.Timeout(180.0, connect=10.0)
+    async with httpx.AsyncClient(base_url=stack.gateway_url, timeout=timeout, limits=limits) as client:
+        started = time.perf_counter()
+        changer = asyncio.ensure_future(_changes(stack, started))
+        tasks = []
+        for planned, out in zip(schedule, outcomes, strict=True):
+            await asyncio.sleep(max(0.0, started + planned.at_s - time.perf_counter()))
+            tasks.append(asyncio.ensure_future(_one(client, stack, strategy, planned, out)))
+        await asyncio.gather(*tasks)
+        await changer
+    return outcomes
+
+
+def _probes(stack: Stack) -> int | None:
+    """The gateway's own count of exploring requests, where it reports one."""
+    try:
+        response = httpx.get(
+            stack.gateway_url + "/v1/gateway/routes",
+            params={"model": "m"},
+            headers={"authorization": f"Bearer {ADMIN_KEY}"},
+            timeout=10,
+        )
+        exploration = response.json()["data"][0].get("exploration")
+    except (httpx.HTTPError, KeyError, IndexError, ValueError):
+        return None
+    return None if exploration is None else int(exploration["probes"])
+
+
+def _litellm(stack: Stack, schedule: Sequence[Planned], python: str) -> list[Outcome]:
+    """LiteLLM's latency-based Router, run by ``litellm_driver.py`` in LiteLLM's own virtualenv."""
+    scenario = stack.scenario
+    spec = {
+        "providers": [{"name": p.name, "url": stack.fakes[p.name] + "/v1"} for p in scenario.providers],
+        "requests": [asdict(p) for p in schedule],
+        "changes": [
+            {"at_s": c.at_s, "url": stack.fakes[c.name], "behavior": Profile(**asdict(c.profile)).behavior()}
+            for c in scenario.changes
+        ],
+    }
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False")
+    done = subprocess.run(
+        [python, str(LITELLM_DRIVER)],
+        input=json.dumps(spec).encode(),
+        capture_output=True,
+        env=env,
+        timeout=scenario.duration_s + 300,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"litellm driver failed: {done.stderr.decode()[-2000:]}")
+    rows = {row["index"]: row for row in json.loads(done.stdout)}
+    outcomes = []
+    for p in schedule:
+        best = oracle_choice(p.tokens, list(scenario.profiles_at(p.at_s).values()))
+        row = rows.get(p.index, {})
+        out = Outcome(p.index, p.at_s, p.tokens, best, ok=bool(row.get("ok")), e2e_s=row.get("e2e_s"))
+        out.ttft_s, out.provider, out.attempts = row.get("ttft_s"), row.get("provider", "-"), 1
+        price = next((q.price for q in scenario.providers if q.name == out.provider), 0.0)
+        out.cost_usd = (10 + int(row.get("words", 0))) * price / 1e6
+        outcomes.append(out)
+    return outcomes
+
+
+def run_scenario(
+    scenario: Scenario, strategies: Sequence[str], seed: int, gateway_src: str | None, litellm_python: str | None
+) -> list[Run]:
+    """Each strategy on a fresh stack over the same schedule."""
+    schedule = scenario.schedule(seed)
+    runs = []
+    for strategy in strategies:
+        if strategy == "litellm" and litellm_python is None:
+            continue
+        stack = Stack(scenario, gateway_src)
+        run = Run(scenario.name, strategy, seed)
+        started = time.perf_counter()
+        try:
+            stack.start(seed, gateway=strategy != "litellm")
+            if strategy == "litellm":
+                assert litellm_python is not None
+                run.outcomes = _litellm(stack, schedule, litellm_python)
+            else:
+                run.outcomes = asyncio.run(_replay(stack, strategy, schedule))
+                if strategy == "gateway":
+                    run.probes = _probes(stack)
+        finally:
+            stack.stop()
+        run.seconds = time.perf_counter() - started
+        print(f"  {scenario.name} / {strategy}: {run.seconds:.0f} s", file=sys.stderr, flush=True)
+        runs.append(run)
+    return runs
+
+
+def _litellm_python(option: str | None) -> str | None:
+    """The interpreter of a virtualenv where ``import litellm`` works, or None."""
+    candidates = [option] if option else ["/work/litellm-venv/bin/python"]
+    for python in candidates:
+        if python and Path(python).exists():
+            probe = subprocess.run(
+                [python, "-c", "import litellm"],
+                capture_output=True,
+                env=dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True"),
+                timeout=120,
+                check=False,
+            )
+            if probe.returncode == 0:
+                return python
+            print(f"litellm does not import with {python}: {probe.stderr.decode()[-300:]}", file=sys.stderr)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from benchmarks.routing_report import load_runs, report, save_runs
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--window", type=int, default=60, help="stats.window_s of the gateway under test")
-    parser.add_argument("--seeds", type=int, default=2, help="runs per scenario and strategy (seeds 1..N), pooled")
     parser.add_argument("--only", action="append", help="run only these scenarios")
+    parser.add_argument(
+        "--strategies", default=",".join(STRATEGIES), help="comma-separated, of " + ", ".join(STRATEGIES)
+    )
+    parser.add_argument("--seeds", type=int, default=1, help="schedules per scenario (seeds 1..N)")
+    parser.add_argument("--max-duration", type=float, help="cut every scenario to this many seconds (smoke runs)")
+    parser.add_argument("--gateway-src", help="run the gateway from this source tree (e.g. an export of main)")
+    parser.add_argument("--litellm-python", help="python of a virtualenv with litellm (default: /work/litellm-venv)")
+    parser.add_argument("--label", default="after", help="what this run measures (before/after)")
+    parser.add_argument("--json", help="also save every request's outcome here")
+    parser.add_argument("--before", help="a --json file of an earlier run, shown beside this one")
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the report from --json")
     parser.add_argument("--no-write", action="store_true", help="print the report without writing it")
     args = parser.parse_args(argv)
+    strategies = [s for s in args.strategies.split(",") if s]
     scenarios = [s for s in SCENARIOS if not args.only or s.name in args.only]
-    seeds = list(range(1, args.seeds + 1))
+    if args.max_duration:
+        scenarios = [dataclasses.replace(s, duration_s=min(s.duration_s, args.max_duration)) for s in scenarios]
     started = time.perf_counter()
-    all_results: dict[Scenario, dict[str, Result]] = {}
-    for scenario in scenarios:
-        print(f"running {scenario.name} ...", file=sys.stderr, flush=True)
-        all_results[scenario] = run_scenario(scenario, args.requests, args.window, seeds)
-    text = report(all_results, args.requests, args.window, len(seeds), time.perf_counter() - started)
+    if args.report_only:
+        runs = load_runs(args.json)
+    else:
+        litellm = _litellm_python(args.litellm_python) if "litellm" in strategies else None
+        runs = []
+        for scenario in scenarios:
+            for seed in range(1, args.seeds + 1):
+                print(f"running {scenario.name} (seed {seed}) ...", file=sys.stderr, flush=True)
+                runs += run_scenario(scenario, strategies, seed, args.gateway_src, litellm)
+                if args.json:
+                    save_runs(args.json, runs)
+    before = load_runs(args.before) if args.before else None
+    command = "python -m benchmarks.routing " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = report(runs, before, command=command, seconds=time.perf_counter() - started)
     print(text)
     if not args.no_write:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)

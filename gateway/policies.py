@@ -13,7 +13,8 @@ the config define new ones or adjust a preset, every key optional::
 The score (lower is better, 0 = best candidate on every weighted dimension) is a sum of
 log2 ratios against the best candidate, so a weight reads as "how much one doubling costs"::
 
-    score = time_weight       * log2(time  / best time)          time = TTFT(q) + out / tps(q)
+    score = time_weight       * log2(time  / best time)          time = TTFT(q) + out / tps(q), failures'
+                                                                 fallbacks included
           + ttft_weight       * log2(TTFT  / best TTFT)
           + throughput_weight * log2(best tps / tps)
           + price_weight      * log2(money / best money)         money = prompt*in + out*out_price
@@ -59,7 +60,9 @@ class PolicyConfig:
     ttft_weight: float = 0.0
     throughput_weight: float = 0.0
     price_weight: float = 0.3
-    failure_weight: float = 1.0
+    failure_weight: float = 0.25
+    """Aversion to failures beyond their cost in time (which ``time`` already counts: a failure's own time and
+    the fallback's); what a policy without a time weight judges failures by alone."""
 
     estimate: Estimate = "mean"
     """``mean``: predict the expected time (mean TTFT, harmonic-mean tokens/s), so a provider with a slow tail
@@ -82,13 +85,18 @@ class PolicyConfig:
     """Compared with the predicted TTFT (at ``ttft_quantile``)."""
     min_success_rate: float | None = None
 
-    # Exploration and load.
+    # Memory, exploration and load.
+    memory_half_life_s: float = 10.0
+    """How fast the router forgets: its own view of a deployment weighs an answer half as much as one this many
+    seconds newer, and an estimate nobody refreshed loses half its weight of evidence every this many seconds."""
     min_samples: int = 5
-    """Attempts in the stats window below which a deployment is not yet judged (and is explored)."""
+    """Attempts below which a deployment is shown as not judged yet; soft constraints wait for this many."""
     explore_share: float = 0.05
-    """Share of requests that may go to a deployment that is not yet judged (or a close runner-up)."""
-    explore_margin: float = 0.5
-    """A runner-up scoring within this of the best is re-measured until its numbers rest on enough samples."""
+    """Share of requests that may be spent measuring deployments whose estimates are uncertain or stale."""
+    explore_margin: float = 0.0
+    """A deployment is explored while its optimistic score (score - bonus) is within this of the best's."""
+    explore_race: bool = True
+    """Explore a stream by racing: the best and the explored deployment start together, the first token wins."""
     tie_band: float = 0.1
     """Scores within this of the best are near-equal: the one with fewer requests in flight goes first."""
 
@@ -116,16 +124,19 @@ class PolicyConfig:
     """Hedge when the first token is later than the deployment's own TTFT at this quantile (e.g. 0.95)."""
     hedge_min_after_s: float = 0.05
     """Never hedge sooner than this (a floor under the quantile threshold)."""
+    hedge_tail: bool = False
+    """Hedge a deployment whose first-token tail is heavy, from the point where waiting on is expected to take
+    longer than the next candidate's first token (used when neither ``hedge_after_s`` nor ``hedge_quantile`` is)."""
     hedge_budget: float = 0.1
     """Hedges at most this share of the model's streamed requests."""
 
     @property
     def hedging(self) -> bool:
-        return self.hedge_after_s is not None or self.hedge_quantile is not None
+        return self.hedge_after_s is not None or self.hedge_quantile is not None or self.hedge_tail
 
 
 def _presets() -> dict[str, PolicyConfig]:
-    balanced = PolicyConfig(name=DEFAULT_POLICY)
+    balanced = PolicyConfig(name=DEFAULT_POLICY, hedge_tail=True)
     presets = [
         balanced,
         replace(balanced, name="fastest", price_weight=0.0),
@@ -133,6 +144,7 @@ def _presets() -> dict[str, PolicyConfig]:
             balanced,
             name="fastest-first-token",
             time_weight=0.0,
+            failure_weight=1.0,
             ttft_weight=1.0,
             price_weight=0.05,
             estimate="quantile",
@@ -143,11 +155,12 @@ def _presets() -> dict[str, PolicyConfig]:
             balanced,
             name="highest-throughput",
             time_weight=0.0,
+            failure_weight=1.0,
             throughput_weight=1.0,
             price_weight=0.05,
             estimate="quantile",
         ),
-        replace(balanced, name="cheapest", time_weight=0.05, price_weight=1.0),
+        replace(balanced, name="cheapest", time_weight=0.05, price_weight=1.0, failure_weight=1.0),
         replace(balanced, name="fixed-order", ranking="fixed", explore_share=0.0),
     ]
     return {p.name: p for p in presets}
@@ -194,9 +207,11 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
         min_tokens_per_s=optional("min_tokens_per_s", b.min_tokens_per_s, positive=True),
         max_ttft_s=optional("max_ttft_s", b.max_ttft_s, positive=True),
         min_success_rate=optional("min_success_rate", b.min_success_rate),
+        memory_half_life_s=table.number("memory_half_life_s", b.memory_half_life_s, positive=True),
         min_samples=table.integer("min_samples", b.min_samples, minimum=0),
         explore_share=optional("explore_share", b.explore_share) or 0.0,
         explore_margin=weight("explore_margin", b.explore_margin),
+        explore_race=table.flag("explore_race", b.explore_race),
         tie_band=weight("tie_band", b.tie_band),
         failure_threshold=table.integer("failure_threshold", b.failure_threshold, minimum=1),
         cooldown_s=table.number("cooldown_s", b.cooldown_s, positive=True),
@@ -208,6 +223,7 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
         total_timeout_s=table.number("total_timeout_s", b.total_timeout_s, positive=True),
         hedge_after_s=b.hedge_after_s,
         hedge_quantile=b.hedge_quantile,
+        hedge_tail=table.flag("hedge_tail", b.hedge_tail),
         hedge_min_after_s=table.number("hedge_min_after_s", b.hedge_min_after_s, minimum=0.0),
         hedge_budget=optional("hedge_budget", b.hedge_budget) or 0.0,
     )
@@ -228,7 +244,7 @@ def _parse_hedge_after(table: TableReader, policy: PolicyConfig) -> PolicyConfig
         if fixed is not False and quantile is not False:
             raise table.error("hedge_quantile", "set either hedge_after_s or hedge_quantile, not both")
     if fixed is False or quantile is False:
-        policy = replace(policy, hedge_after_s=None, hedge_quantile=None)
+        policy = replace(policy, hedge_after_s=None, hedge_quantile=None, hedge_tail=False)
     if isinstance(fixed, float):
         if fixed <= 0:
             raise table.error("hedge_after_s", f"expected a number of seconds > 0, or false, got {fixed:g}")

@@ -65,7 +65,7 @@ def test_minimal_config_gets_defaults(tmp_path: Path) -> None:
     assert config.auth == AuthConfig()
     (model,) = config.models
     assert model.policy == "balanced"
-    assert config.policy_for(model) == PolicyConfig(name="balanced")
+    assert config.policy_for(model) == PolicyConfig(name="balanced", hedge_tail=True)
     assert model.deployments == (DeploymentConfig(provider="groq", model="llama-3.3-70b-versatile", name="groq"),)
     assert config.model("nope") is None
 
@@ -169,9 +169,10 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
         auth=AuthConfig(api_keys_env="MY_KEYS", admin_key_env="MY_ADMIN"),
         policies={
             **BUILTIN_POLICIES,
-            "balanced": PolicyConfig(name="balanced", max_attempts=5),
+            "balanced": PolicyConfig(name="balanced", max_attempts=5, hedge_tail=True),
             "fast": PolicyConfig(
                 name="fast",
+                hedge_tail=True,
                 max_attempts=2,
                 connect_timeout_s=1.0,
                 first_token_timeout_s=2.5,

@@ -29,13 +29,15 @@ def load(policies: str) -> dict[str, PolicyConfig]:
 
 def test_presets_exist_and_differ_in_what_they_optimise() -> None:
     assert set(BUILTIN_POLICIES) >= {"balanced", "fastest-first-token", "highest-throughput", "cheapest", "fixed-order"}
-    assert BUILTIN_POLICIES["balanced"] == PolicyConfig(name="balanced")
+    assert BUILTIN_POLICIES["balanced"] == PolicyConfig(name="balanced", hedge_tail=True)
     assert BUILTIN_POLICIES["fastest-first-token"].ttft_weight == 1.0
     assert BUILTIN_POLICIES["fastest-first-token"].hedging
     assert BUILTIN_POLICIES["highest-throughput"].throughput_weight == 1.0
     assert BUILTIN_POLICIES["cheapest"].price_weight == 1.0
     assert BUILTIN_POLICIES["fixed-order"].ranking == "fixed"
-    assert not BUILTIN_POLICIES["balanced"].hedging
+    # Balanced hedges only where a first-token tail is heavy; time-led presets count failures in time.
+    assert BUILTIN_POLICIES["balanced"].hedging and BUILTIN_POLICIES["balanced"].hedge_quantile is None
+    assert BUILTIN_POLICIES["balanced"].failure_weight < BUILTIN_POLICIES["fastest-first-token"].failure_weight
 
 
 def test_a_policy_starts_from_balanced_or_from_what_it_extends() -> None:
@@ -58,7 +60,7 @@ min_samples = 3
     p = policies["p"]
     assert (p.name, p.price_weight, p.max_ttft_s, p.explore_share, p.hedge_quantile) == ("p", 1.0, 2.0, 0.1, 0.95)
     assert policies["q"].max_ttft_s == 2.0 and policies["q"].price_weight == 0.5
-    assert policies["plain"] == PolicyConfig(name="plain", min_samples=3)
+    assert policies["plain"] == PolicyConfig(name="plain", min_samples=3, hedge_tail=True)
 
 
 def test_a_table_named_like_a_preset_adjusts_it() -> None:

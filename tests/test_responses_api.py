@@ -198,11 +198,13 @@ def test_previous_response_id_and_id_calls_reach_the_owner(
 ) -> None:
     """Two deployments, each knowing only its own responses: the gateway sends each call to its owner."""
     a, b = fakes.start("a", FakeBehavior(output_tokens=3)), fakes.start("b", FakeBehavior(output_tokens=3))
-    gateway = start_gateway(responses_config(a, b, base_policy={}, policy={"explore_share": 0.5}))
+    gateway = start_gateway(responses_config(a, b, base_policy={}))
     client = clients(gateway.base_url)
-    first = [client.responses.create(model="m", input=f"turn {i}") for i in range(6)]
+    # Each first turn is placed on a deployment of its own (an override); the follow-ups are not.
+    placed = [{"provider": {"order": ["a" if i % 2 else "b"], "allow_fallbacks": False}} for i in range(6)]
+    first = [client.responses.create(model="m", input=f"turn {i}", extra_body=placed[i]) for i in range(6)]
     owners = {r.id: ("a" if r.id in a.app.state.responses else "b") for r in first}
-    assert set(owners.values()) == {"a", "b"}  # the router spread them
+    assert set(owners.values()) == {"a", "b"}
     for response in first:
         follow = client.responses.create(model="m", input="next", previous_response_id=response.id)
         assert follow.id in (a if owners[response.id] == "a" else b).app.state.responses

@@ -86,45 +86,115 @@ def test_best_score_first_then_fallbacks() -> None:
     assert rig.events.events[-1] == ("decision", "m", "fast", "best-score")
 
 
-def test_a_never_judged_deployment_is_explored_until_judged() -> None:
-    rig = Rig(routing_config([("known", 1, 1), ("new", 1, 1)], policy={"min_samples": 3}))
-    judged(rig, "known", ttft=0.5)
-    for _ in range(3):
-        first = rig.first()
-        assert (first.name, first.reason) == ("new", "explore")
-        assert rig.router.attempt_started(first)
-        assert rig.first().name == "known"  # one probe at a time until answers come back
-        result = sample("new", ttft=1.6, started_at=rig.clock.now)
+def answered(rig: Rig, name: str, n: int = 1, ttft: float = 0.5, tps: float = 100.0, every_s: float = 0.0) -> None:
+    """``n`` answers from ``name`` as the relay reports them: to the router (its fast view) and to the store."""
+    for _ in range(n):
+        candidate = rig.candidate_any(name)
+        assert rig.router.attempt_started(candidate)
+        result = sample(name, ttft=ttft, tps=tps, started_at=rig.clock.now)
         rig.store.record(result)
-        rig.router.attempt_finished(first, result)
-    assert all(rig.first().name == "known" for _ in range(20))  # judged: slower, so not chosen
+        rig.router.attempt_finished(candidate, result)
+        rig.clock.now += every_s
+
+
+def test_a_deployment_with_nothing_measured_is_probed_once_then_competes_on_its_answers() -> None:
+    rig = Rig(routing_config([("known", 1, 1), ("new", 1, 1)], policy={"explore_share": 0.0}))
+    judged(rig, "known", ttft=0.5)
+    first = rig.first()
+    assert (first.name, first.reason) == ("new", "explore")  # the cold start needs no budget
+    assert rig.router.attempt_started(first)
+    assert rig.first().name == "known"  # one probe at a time until it answers
+    result = sample("new", ttft=1.6, started_at=rig.clock.now)
+    rig.store.record(result)
+    rig.router.attempt_finished(first, result)
+    assert all(rig.first().name == "known" for _ in range(20))  # measured: slower, so not chosen
 
 
 def test_exploration_share_is_bounded() -> None:
-    rig = Rig(routing_config([("known", 1, 1), ("new", 1, 1)], policy={"explore_share": 0.05}))
-    judged(rig, "new")
-    rig.first()  # both judged once: the cold start is over
-    rig.clock.now += 61  # "new"'s samples age out of the window
-    judged(rig, "known")
-    reasons = Counter((c.name, c.reason) for c in (rig.first() for _ in range(4000)))
-    assert set(reasons) == {("known", "best-score"), ("new", "explore")}
-    assert 0.035 < reasons["new", "explore"] / 4000 < 0.065
+    rig = Rig(routing_config([("known", 1, 1), ("old", 1, 1)], policy={"explore_share": 0.05}))
+    answered(rig, "old", 5, ttft=0.6)
+    rig.clock.now += 60  # "old" has not been heard from for a minute: it may have changed
+    answered(rig, "known", 20, ttft=0.5)
+    firsts = [rig.first() for _ in range(4000)]
+    reasons = Counter((c.name, c.reason) for c in firsts)
+    assert set(reasons) == {("known", "best-score"), ("old", "explore")}
+    assert 0.045 < reasons["old", "explore"] / 4000 <= 0.05 + 2 / 4000  # the share, plus the bucket's burst
+    ranking = rig.router.rank(rig.config.models[0])
+    assert ranking.probes == reasons["old", "explore"] and ranking.requests == 4000
 
 
-def test_a_close_runner_up_with_little_evidence_keeps_a_share() -> None:
-    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("far", 1, 1)], policy={"explore_share": 0.1}))
-    judged(rig, "a", n=40, ttft=0.5, tps=1e4)
-    judged(rig, "b", n=6, ttft=0.7, tps=1e4)  # a little slower, on thin evidence
-    judged(rig, "far", n=6, ttft=5.0, tps=1e4)  # clearly worse: left alone until its samples age out
-    firsts = Counter((c.name, c.reason) for c in (rig.first() for _ in range(2000)))
-    assert set(firsts) == {("a", "best-score"), ("b", "explore")}
-    assert 0.07 < firsts["b", "explore"] / 2000 < 0.13
-    judged(rig, "b", n=20, ttft=0.7, tps=1e4)  # 26 attempts: enough evidence, no more revisits
-    assert all(rig.first().name == "a" for _ in range(200))
+def test_exploration_goes_where_an_estimate_is_stale_or_thin_not_where_it_is_fresh_and_hopeless() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("far", 1, 1), ("thin", 1, 1)], policy={"explore_share": 0.5}))
+    answered(rig, "far", 20, ttft=5.0, tps=1e4)  # ten times slower, measured just now
+    answered(rig, "b", 20, ttft=0.7, tps=1e4)  # a little slower, measured just now
+    answered(rig, "thin", 1, ttft=0.7, tps=1e4)  # as slow, on one answer
+    answered(rig, "a", 20, ttft=0.5, tps=1e4)
+    fresh = Counter(c.name for c in (rig.first() for _ in range(400)) if c.reason == "explore")
+    assert fresh["far"] == fresh["b"] == 0 and fresh["thin"] > 0  # only thin evidence leaves room for doubt
+    rows = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}
+    assert rows["far"].scored.optimistic > rows["a"].scored.ranked_by
+    rig.clock.now += 60  # a minute without news of anyone but "a"
+    answered(rig, "a", 5, ttft=0.5, tps=1e4)
+    stale = Counter(c.name for c in (rig.first() for _ in range(400)) if c.reason == "explore")
+    assert stale["far"] > 0 and stale["b"] > 0  # now even the far one may have recovered
+    rows = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}
+    assert rows["far"].scored.bonus > 4 * rows["a"].scored.bonus
+    assert rows["far"].scored.prediction.age_s == 60.0
 
 
-def test_a_burst_at_cold_start_probes_each_deployment_once_then_waits() -> None:
-    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("c", 1, 1)], policy={"min_samples": 2}))
+def test_exploration_spends_on_short_requests_and_never_races_a_long_answer_to_a_slow_streamer() -> None:
+    rig = Rig(routing_config([("bulk", 1, 1), ("snappy", 1, 1)], policy={"explore_share": 0.5}))
+    answered(rig, "snappy", 20, ttft=0.25, tps=40.0)
+    answered(rig, "bulk", 20, ttft=1.2, tps=260.0)
+    rig.clock.now += 60  # both stale: both worth a look
+    for _ in range(50):  # the traffic: answers of 8 or 800 tokens
+        rig.router.plan(rig.request(max_tokens=8))
+        rig.router.plan(rig.request(max_tokens=800))
+    long = [rig.router.plan(rig.request(max_tokens=800)) for _ in range(200)]
+    assert all(p.candidates[0].name == "bulk" and p.candidates[0].reason == "best-score" for p in long)
+    short = [rig.router.plan(rig.request(max_tokens=8)) for _ in range(200)]
+    assert any(p.candidates[0].reason == "explore" and p.candidates[0].name == "bulk" for p in short)
+
+
+def test_a_probe_races_the_leader_on_a_stream_and_goes_first_otherwise() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.5}))
+    answered(rig, "b", 5, ttft=0.6)
+    rig.clock.now += 60
+    answered(rig, "a", 20, ttft=0.4)
+    plans = [rig.router.plan(rig.request()) for _ in range(40)]
+    raced = next(p for p in plans if p.race_probe is not None)
+    assert [(c.name, c.reason) for c in raced.candidates] == [("b", "explore"), ("a", "fallback")]
+    # The leader joins after a head start of half its first token; the race needs no hedge budget.
+    assert raced.candidates[0].hedge_after_s == pytest.approx(0.2, rel=0.05)
+    assert rig.router.try_hedge(raced)
+    unstreamed = [rig.router.plan(rig.request(stream=False)) for _ in range(40)]
+    probe = next(p for p in unstreamed if p.candidates[0].reason == "explore")
+    assert probe.race_probe is None and probe.candidates[0].name == "b" and probe.candidates[0].hedge_after_s is None
+
+
+def test_a_race_lost_to_the_first_token_refreshes_the_loser_without_an_answer() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.5}))
+    answered(rig, "b", 5, ttft=0.6)
+    rig.clock.now += 60
+    answered(rig, "a", 20, ttft=0.4)
+    stale = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}[
+        "b"
+    ].scored.prediction.uncertainty
+    plan = next(p for p in (rig.router.plan(rig.request()) for _ in range(40)) if p.race_probe)
+    probe = plan.candidates[0]
+    assert rig.router.attempt_started(probe)
+    rig.clock.now += 0.45  # the leader's token came first: the probe is cancelled, still waiting
+    lost = dataclasses.replace(sample("b", outcome="client_cancelled"), hedged=True)
+    rig.router.attempt_finished(probe, lost)
+    row = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}["b"]
+    # Its first token is known to be no faster than that again; of its stream it says nothing.
+    assert row.scored.prediction.uncertainty.ttft < stale.ttft / 2
+    assert row.scored.prediction.uncertainty.tokens_per_s == pytest.approx(stale.tokens_per_s)
+    assert row.scored.prediction.answers == 5
+
+
+def test_a_burst_at_cold_start_probes_each_deployment_once_then_spreads() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("c", 1, 1)]))
     probes = []
     for _ in range(3):
         first = rig.first()
@@ -132,52 +202,94 @@ def test_a_burst_at_cold_start_probes_each_deployment_once_then_waits() -> None:
         assert rig.router.attempt_started(first)
         probes.append(first)
     assert sorted(p.name for p in probes) == ["a", "b", "c"]
-    # Each has an attempt out and no answer yet: the next request follows the ranking.
-    assert rig.first().reason == "best-score"
-    for probe in probes:
-        result = sample(probe.name, started_at=rig.clock.now)
-        rig.store.record(result)
-        rig.router.attempt_finished(probe, result)
-    assert rig.first().reason == "explore"  # answers are back: measuring goes on
+    # Each has an attempt out and no answer yet: nothing to follow, so requests spread by load.
+    spread = []
+    for _ in range(3):
+        first = rig.first()
+        assert first.reason == "best-score"
+        assert rig.router.attempt_started(first)
+        spread.append(first.name)
+    assert sorted(spread) == ["a", "b", "c"]
 
 
-def test_a_hopeless_deployment_is_dismissed_before_min_samples() -> None:
-    rig = Rig(routing_config([("good", 1, 1), ("hopeless", 1, 1)], policy={"min_samples": 5}))
-    judged(rig, "good", ttft=0.2, tps=1e4)
-    rig.feed(samples("hopeless", 2, ttft=2.0, tps=1e4))  # even its fastest answer is 10x slower
-    assert all(rig.first().name == "good" for _ in range(100))
-    assert ("m", "hopeless") in rig.router.state.judged_once
+def test_a_leader_on_a_few_answers_does_not_take_every_request_before_they_come_back() -> None:
+    rig = Rig(routing_config([("steady", 1, 1), ("lucky", 1, 1)]))
+    answered(rig, "steady", 30, ttft=0.5)
+    answered(rig, "lucky", 1, ttft=0.3)  # one fast answer: it leads, on thin evidence
+    assert rig.first().name == "lucky"
+    assert rig.router.attempt_started(rig.candidate_any("lucky"))
+    # One attempt out per answer back: the well-measured one serves until it answers.
+    assert all(rig.first().name == "steady" for _ in range(20))
 
 
-def test_a_deployment_whose_samples_aged_out_is_explored_again() -> None:
-    rig = Rig(routing_config([("known", 1, 1), ("old", 1, 1)], policy={"explore_share": 0.2}))
-    judged(rig, "known")
-    judged(rig, "old", ttft=5.0)
-    assert all(rig.first().reason == "best-score" for _ in range(200))
-    rig.clock.now += 61  # "old"'s samples leave the 60 s window; "known" is measured again
-    judged(rig, "known")
-    firsts = Counter((c.name, c.reason) for c in (rig.first() for _ in range(500)))
-    assert firsts["old", "explore"] > 50
-    assert rig.router.rank(rig.config.models[0]).rows[1].status == "exploring"
-
-
-def test_a_slowdown_shows_in_the_last_answers_before_the_window_moves() -> None:
+def test_a_slowdown_shows_in_the_last_answers_and_the_estimate_holds_until_new_ones_come() -> None:
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)]))
     judged(rig, "a", n=200, ttft=0.2, tps=1e4)  # a long, fast history in the window
     judged(rig, "b", n=200, ttft=0.4, tps=1e4)
-    for _ in range(3):
-        assert rig.first().name == "a"
-        slow = sample("a", ttft=1.0, tps=1e4, started_at=rig.clock.now)
-        rig.store.record(slow)
-        candidate = rig.candidate("a")
-        assert rig.router.attempt_started(candidate)
-        rig.router.attempt_finished(candidate, slow)
-    # Three slow answers against 200 fast ones: the window's mean barely moved, the last answers did.
+    answered(rig, "a", 20, ttft=0.2, tps=1e4)
+    answered(rig, "b", 20, ttft=0.4, tps=1e4)
+    assert rig.first().name == "a"
+    answered(rig, "a", 2, ttft=1.0, tps=1e4)  # five times slower, twice: a change
     row = rig.router.rank(rig.config.models[0]).rows[-1]
     assert row.deployment.name == "a" and row.scored.prediction.drift
     assert rig.first().name == "b"
-    rig.clock.now += 31  # the last answers are too old to trust: back to the window
-    assert rig.first().name == "a"
+    rig.clock.now += 31  # no news of "a" since: it stays where its last answers put it
+    answered(rig, "b", 1, ttft=0.4, tps=1e4)
+    assert all(c.name == "b" for c in (rig.first() for _ in range(50)) if c.reason == "best-score")
+
+
+def test_a_slow_streamer_never_shares_a_tie_for_a_long_answer() -> None:
+    rig = Rig(routing_config([("streamer", 1, 1), ("snappy", 1, 1)]))
+    # For 400 tokens: 0.2 + 400/100 = 4.2 s against 3.0 + 400/400 = 4.0 s, within the tie band.
+    answered(rig, "snappy", 30, ttft=0.2, tps=100.0)
+    answered(rig, "streamer", 30, ttft=3.0, tps=400.0)
+    plans = [rig.router.plan(rig.request(max_tokens=400)).candidates[0] for _ in range(200)]
+    long = Counter(c.name for c in plans if c.reason == "best-score")  # (exploration aside)
+    assert set(long) == {"streamer"} and long["streamer"] > 180
+    # A short answer's tie is about first tokens: spread, and the low latency one leads anyway.
+    short = Counter(rig.router.plan(rig.request(max_tokens=4)).candidates[0].name for _ in range(50))
+    assert short["snappy"] == 50
+
+
+def test_a_replica_that_never_tried_a_deployment_ranks_it_from_the_shared_window() -> None:
+    config = routing_config([("a", 1, 1), ("b", 1, 1)])
+    rig = Rig(config)
+    answered(rig, "a", 30, ttft=0.2)  # this replica's answers reach the shared store too
+    answered(rig, "b", 30, ttft=0.6)
+    other = MeasuredRouter(config, rig.store, rng=random.Random(3), clock=rig.clock)  # same window, no answers
+    rows = other.rank(config.models[0]).rows
+    assert [r.deployment.name for r in rows] == ["a", "b"]
+    assert all(r.scored.prediction.source == "window" for r in rows)
+    assert other.plan(rig.request()).candidates[0].reason == "best-score"  # known: nothing cold to probe
+
+
+def test_attempts_overdue_in_flight_move_traffic_before_their_answers_come() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)]))
+    answered(rig, "b", 20, ttft=0.4, tps=1e4)
+    answered(rig, "a", 20, ttft=0.2, tps=1e4)
+    started = []
+    for _ in range(8):
+        plan = rig.router.plan(rig.request())
+        assert plan.candidates[0].name == "a" and plan.candidates[0].predicted_s is not None
+        assert rig.router.attempt_started(plan.candidates[0])
+        started.append(plan.candidates[0])
+        rig.clock.now += 0.05
+    assert rig.first().name == "a"  # they are not late yet
+    rig.clock.now += 1.0  # five times their predicted time, and not one has answered
+    row = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}["a"]
+    assert row.scored.prediction.overdue > 3
+    assert rig.first().name == "b"
+
+
+def test_a_surprising_answer_from_an_explored_deployment_gets_a_second_look_at_once() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.05}))
+    answered(rig, "b", 3, ttft=2.0, tps=50.0)
+    answered(rig, "a", 20, ttft=0.5, tps=100.0)
+    for _ in range(100):
+        rig.router.plan(rig.request())  # spends the bucket
+    answered(rig, "b", 1, ttft=0.3, tps=300.0)  # b answered a probe: much faster than it was
+    plan = rig.router.plan(rig.request())
+    assert plan.candidates[0].name == "b" and plan.candidates[0].reason == "explore"
 
 
 def test_provider_at_max_concurrency_is_skipped() -> None:
@@ -226,7 +338,7 @@ def test_clearly_better_scores_are_not_spread() -> None:
 def test_circuit_opens_cools_down_probes_and_closes() -> None:
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"failure_threshold": 3, "cooldown_s": 10}))
     judged(rig, "a", ttft=0.1)
-    judged(rig, "b", ttft=1.0)
+    judged(rig, "b", ttft=3.0)  # so much slower that a few failures of "a" do not change the order
     for _ in range(2):
         rig.finish("a", "upstream_error")
     assert rig.first().name == "a"  # two failures: still closed
@@ -406,6 +518,23 @@ def test_hedge_thresholds_fixed_or_from_the_deployments_own_ttft() -> None:
     assert thresholds["a"] == pytest.approx(0.3, rel=0.02)
 
 
+def test_balanced_hedges_only_a_heavy_first_token_tail_and_never_onto_a_slow_stream() -> None:
+    def threshold(a_ttfts: list[float], b_tps: float = 1e4, max_tokens: int = 16) -> float | None:
+        rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)]))  # the balanced policy's defaults
+        rig.feed([sample("a", ttft=t, tps=1e4, started_at=rig.clock.now) for t in a_ttfts])
+        rig.feed(samples("b", 50, ttft=0.4, tps=b_tps, started_at=rig.clock.now))
+        plan = rig.router.plan(rig.request(max_tokens=max_tokens))
+        assert plan.candidates[0].name == "a"
+        return plan.candidates[0].hedge_after_s
+
+    light = [0.15 + 0.01 * (i % 10) for i in range(100)]  # 0.15 .. 0.24 s: a late answer is nearly done
+    heavy = [0.2] * 95 + [3.0] * 5  # one in twenty waits 3 s
+    assert threshold(light) is None
+    assert threshold(heavy) == pytest.approx(0.2, rel=0.02)  # past the body: those still waiting are the tail
+    # A backup that streams far slower would turn a late first token into a long slow answer.
+    assert threshold(heavy, b_tps=40.0, max_tokens=800) is None
+
+
 def test_hedge_budget_caps_hedges_as_a_share_of_requests() -> None:
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"hedge_after_s": 0.5, "hedge_budget": 0.1}))
     hedges = 0
@@ -423,3 +552,21 @@ def test_a_price_led_plan_lists_every_deployment_once() -> None:
     judged(rig, "c", ttft=0.5)
     for _ in range(50):
         assert sorted(rig.order()) == ["a", "b", "c"]
+
+
+def test_unstreamed_traffic_explores_only_what_it_can_measure() -> None:
+    """Whole answers show no stream speed: after each deployment's first answer, they follow the score."""
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)]))
+    reasons = []
+    for _ in range(30):
+        first = rig.router.plan(rig.request(stream=False)).candidates[0]
+        reasons.append(first.reason)
+        assert rig.router.attempt_started(first)
+        whole = dataclasses.replace(
+            sample(first.name, ttft=None, tps=None, e2e=0.4, started_at=rig.clock.now), stream=False
+        )
+        rig.store.record(whole)
+        rig.router.attempt_finished(first, whole)
+        rig.clock.now += 0.1
+    assert reasons[:2] == ["explore", "explore"]  # the cold start: one answer from each
+    assert reasons.count("explore") <= 2 + 30 * 0.05 + 2  # then the budget (its burst included), not every request

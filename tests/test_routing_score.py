@@ -7,8 +7,9 @@ import math
 import pytest
 
 from gateway.policies import BUILTIN_POLICIES, PolicyConfig
+from gateway.routing.estimates import DeploymentView, Observation
 from gateway.routing.overrides import ProviderPreferences
-from gateway.routing.score import Recent, RequestShape, Scored, Weights, expected_output, predict, score_all
+from gateway.routing.score import CAUTION, RequestShape, Scored, Weights, expected_output, predict, score_all
 from gateway.stats import StatsSnapshot
 from tests.support.config import routing_config
 from tests.support.samples import sample, samples
@@ -126,21 +127,69 @@ def test_the_mean_estimate_uses_the_harmonic_mean_of_tokens_per_second() -> None
     assert prediction.time_s == pytest.approx(100 * (0.5 / 10 + 0.5 / 1000), rel=0.02)
 
 
-def test_recent_answers_replace_the_window_only_when_they_disagree() -> None:
+def _view(answers: list[tuple[float, float, float]], half_life_s: float = 10.0) -> DeploymentView:
+    """A fast view fed ``(at, ttft_s, tokens_per_s)`` answers."""
+    view = DeploymentView(half_life_s)
+    for at, ttft, tps in answers:
+        view.add(Observation(at, ttft, 1 / tps, None))
+    return view
+
+
+def test_the_fast_view_stands_in_for_the_window_and_says_how_sure_it_is() -> None:
     snapshot = StatsSnapshot.from_samples(samples("a", 50, ttft=0.2, tps=100.0))
     config = routing_config([("a", 1.0, 1.0)])
     shape = RequestShape("chat", 100, 100, "request")
     deployment = config.models[0].deployments[0]
     window = predict("m", deployment, shape, snapshot, BALANCED)
-    assert window.time_s == pytest.approx(1.2, rel=0.02) and not window.drift
-    close = Recent(((0.25, 0.011, None),) * 3)
-    assert not predict("m", deployment, shape, snapshot, BALANCED, close).drift
-    slow = Recent(((1.0, 0.05, None),) * 3)
-    drifted = predict("m", deployment, shape, snapshot, BALANCED, slow)
-    assert drifted.drift and drifted.time_s == pytest.approx(6.0) and drifted.tokens_per_s == pytest.approx(20.0)
-    assert not predict("m", deployment, shape, snapshot, BALANCED, Recent(((1.0, 0.05, None),) * 2)).drift
-    one_outlier = Recent(((0.2, 0.01, None), (3.0, 0.05, None), (0.2, 0.01, None)))
-    assert not predict("m", deployment, shape, snapshot, BALANCED, one_outlier).drift
+    assert window.time_s == pytest.approx(1.2, rel=0.02) and window.source == "window" and window.age_s is None
+    # Three slow answers: a change (the CUSUM): the window's fifty fast ones stop counting at once.
+    view = _view([(t, 0.2, 100.0) for t in range(10)] + [(10.0, 1.0, 20.0), (10.5, 1.0, 20.0), (11.0, 1.0, 20.0)])
+    slow = predict("m", deployment, shape, snapshot, BALANCED, view, now=11.0)
+    assert slow.source == "recent" and slow.drift
+    assert slow.time_s == pytest.approx(1.0 + 100 / 20, rel=0.01) and slow.tokens_per_s == pytest.approx(20.0)
+    assert slow.age_s == 0.0 and slow.answers == 13
+    # Its uncertainty grows as its newest answer ages, however many answers came before.
+    later = predict("m", deployment, shape, snapshot, BALANCED, view, now=31.0)
+    assert later.time_s == slow.time_s  # the estimate holds: no sliding back to the window's old numbers
+    assert later.uncertainty.time > 2 * slow.uncertainty.time
+    assert later.sampling == slow.sampling and later.age_s == 20.0
+
+
+def test_one_outlier_is_not_a_change_and_the_window_steadies_a_noisy_mean() -> None:
+    snapshot = StatsSnapshot.from_samples(samples("a", 50, ttft=0.2, tps=100.0))
+    config = routing_config([("a", 1.0, 1.0)])
+    deployment = config.models[0].deployments[0]
+    shape = RequestShape("chat", 100, 100, "request")
+    view = _view([(t, 0.2, 100.0) for t in range(10)] + [(10.0, 3.0, 100.0), (10.5, 0.2, 100.0)])
+    assert not view.changed_at
+    p = predict("m", deployment, shape, snapshot, BALANCED, view, now=10.5)
+    assert not p.drift
+    # The outlier weighs less than in the recent answers alone: the window's fifty answers are blended in.
+    alone = predict("m", deployment, shape, StatsSnapshot(), BALANCED, view, now=10.5)
+    assert 1.2 < (p.time_s or 0) < (alone.time_s or 0)
+    assert p.sampling.time < alone.sampling.time
+
+
+def test_bonus_and_caution_follow_the_uncertainty() -> None:
+    config = routing_config([("old", 1.0, 1.0), ("thin", 1.0, 1.0), ("busy", 1.0, 1.0)])
+    views = {
+        "old": _view([(t, 0.5, 100.0) for t in range(40)]),  # many answers, the newest 60 s old at 100
+        "thin": _view([(99.0, 0.5, 100.0)]),  # one answer, just now
+        "busy": _view([(60.0 + t, 0.5, 100.0) for t in range(40)]),  # many answers, just now
+    }
+    shape = RequestShape("chat", 100, 100, "request")
+    rows = {
+        r.deployment.name: r
+        for r in score_all("m", config.models[0].deployments, shape, StatsSnapshot(), BALANCED, views=views, now=100.0)
+    }
+    assert [rows[n].score for n in ("old", "thin", "busy")] == pytest.approx([0.0, 0.0, 0.0], abs=1e-9)
+    # Stale evidence: a large bonus (worth exploring), no caution (it is not demoted for its age).
+    assert rows["old"].bonus > 2 * rows["busy"].bonus
+    assert rows["old"].caution == pytest.approx(rows["busy"].caution, rel=0.05)
+    # Thin evidence: ranked behind its score until more answers come.
+    assert rows["thin"].caution > 2 * rows["busy"].caution
+    assert rows["thin"].ranked_by == pytest.approx(rows["thin"].caution)
+    assert CAUTION > 0 and rows["busy"].optimistic < 0
 
 
 def test_an_unmeasured_deployment_borrows_the_model_average() -> None:
@@ -165,7 +214,9 @@ def test_failures_are_penalised_with_a_prior() -> None:
     snapshot = StatsSnapshot.from_samples(flaky + neutral)
     rows = scored(snapshot, [("flaky", 1.0, 1.0), ("steady", 1.0, 1.0)])
     assert rows["flaky"].prediction.success_rate == pytest.approx(52 / 102)
-    assert rows["flaky"].parts.failure == pytest.approx(math.log2(102 / 52))
+    assert rows["flaky"].parts.failure == pytest.approx(BALANCED.failure_weight * math.log2(102 / 52))
+    # Its time counts the fallbacks its failures cost (instant failures: the other's time).
+    assert rows["flaky"].prediction.expected_s == pytest.approx(rows["steady"].prediction.time_s)
     # A client's own 400s say nothing of the provider.
     assert rows["steady"].prediction.success_rate == 1.0
     assert rows["steady"].parts.failure == 0.0
@@ -213,7 +264,7 @@ def test_request_sort_replaces_the_policy_weights() -> None:
     assert Weights.of(BALANCED, "price").price == 1.0
     assert Weights.of(BALANCED, "throughput").throughput == 1.0
     assert Weights.of(BALANCED, "latency").ttft == 1.0
-    assert Weights.of(BALANCED) == Weights(1.0, 0.0, 0.0, 0.3, 1.0)
+    assert Weights.of(BALANCED) == Weights(1.0, 0.0, 0.0, 0.3, BALANCED.failure_weight)
     snapshot = StatsSnapshot.from_samples(
         samples("quick", 10, ttft=0.1, tps=50.0) + samples("wide", 10, ttft=1.0, tps=500.0)
     )

@@ -194,5 +194,14 @@ def test_routes_endpoint_explains_the_ranking(sims: Sims) -> None:
     assert b["score"] > a["score"] == 0
     assert set(a["score_parts"]) == {"time", "ttft", "throughput", "price", "failure"}
     assert a["in_flight"] == 0 and a["max_concurrency"] == 256
+    # What the router believes of each, how sure it is, how old its newest answer is, what exploring is worth.
+    predicted = a["predicted"]
+    assert predicted["source"] == "recent" and predicted["samples"] > 1
+    assert 0 < predicted["uncertainty"] < 4 and predicted["sampling_uncertainty"] <= predicted["uncertainty"]
+    assert 0 <= predicted["newest_sample_age_s"] < 5
+    assert a["explore_bonus"] > 0 and a["optimistic_score"] == pytest.approx(a["score"] - a["explore_bonus"], abs=1e-3)
+    assert a["ranked_by"] == pytest.approx(a["score"] + a["caution"], abs=1e-3)
+    exploration = model["exploration"]
+    assert exploration["requests"] == 6 and exploration["probes"] >= 2 and exploration["budget"] == 0.05
     bad = httpx.get(url, params={"prompt_tokens": "x"}, headers={"authorization": f"Bearer {ADMIN_KEY}"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_tokens"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gateway.dashboard.text import esc, money, seconds
 from gateway.routing.explain import policy_summary, score_terms
-from gateway.routing.router import Ranking
+from gateway.routing.ranking import Ranking
 
 OUTPUT_FROM = {"observed": "the model's observed median answer", "default": "the policy's default", "request": "given"}
 

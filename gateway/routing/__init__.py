@@ -7,7 +7,8 @@ candidates. The router reads configuration and a stats snapshot; it knows nothin
 from gateway.routing.health import RouterState
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, parse_preferences, split_model_suffix
 from gateway.routing.plan import Candidate, RoutePlan, Router, RouteRequest
-from gateway.routing.router import MeasuredRouter, Ranked, Ranking
+from gateway.routing.ranking import Ranked, Ranking
+from gateway.routing.router import MeasuredRouter
 
 __all__ = [
     "NO_PREFERENCES",

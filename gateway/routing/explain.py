@@ -1,8 +1,10 @@
 """A model's ranking, explained: as JSON (``GET /v1/gateway/routes``) and as a table (``gateway check``).
 
 Every number that decided the order is shown: the predictions (TTFT, tokens/s, time,
-money), the weighted score terms, broken constraints, circuit state and load. Times are
-seconds, money USD for one request of the shape given.
+money) with where they come from, how uncertain they are and how old their newest answer
+is, the weighted score terms, the exploration bonus, broken constraints, circuit state and
+load; per model, how many requests were spent exploring. Times are seconds, money USD for
+one request of the shape given; uncertainties are relative standard errors (0.1 ≈ ±10%).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.policies import PolicyConfig
-from gateway.routing.router import Ranked, Ranking
+from gateway.routing.ranking import Ranked, Ranking
 from gateway.tables import format_table
 
 
@@ -41,7 +43,18 @@ def row_json(rank: int, row: Ranked) -> dict[str, Any]:
             "cost_usd": round(p.cost_usd, 8),
             "from_model_average": p.prior,
             "from_recent_answers": p.drift,
+            "source": p.source,
+            "uncertainty": round(p.uncertainty.time, 4),
+            "ttft_uncertainty": round(p.uncertainty.ttft, 4),
+            "tokens_per_s_uncertainty": round(p.uncertainty.tokens_per_s, 4),
+            "sampling_uncertainty": round(p.sampling.time, 4),
+            "samples": round(p.samples, 2),
+            "newest_sample_age_s": _round(p.age_s, 2),
         },
+        "explore_bonus": round(row.scored.bonus, 4),
+        "optimistic_score": round(row.scored.optimistic, 4),
+        "caution": round(row.scored.caution, 4),
+        "ranked_by": round(row.scored.ranked_by, 4),
         "success_rate": round(p.success_rate, 4),
         "attempts_in_window": p.attempts,
         "judged": row.judged,
@@ -67,6 +80,13 @@ def ranking_json(ranking: Ranking) -> dict[str, Any]:
             "prompt_tokens": shape.prompt_tokens,
             "expected_output_tokens": shape.output_tokens,
             "expected_output_from": shape.output_source,
+        },
+        "exploration": {
+            "requests": ranking.requests,
+            "probes": ranking.probes,
+            "races": ranking.races,
+            "share": round(ranking.probes / ranking.requests, 4) if ranking.requests else 0.0,
+            "budget": policy.explore_share,
         },
         "deployments": [row_json(i, row) for i, row in enumerate(ranking.rows, start=1)],
     }
@@ -96,8 +116,8 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def ranking_table(ranking: Ranking) -> str:
     """The ranking as a fixed-width table, best first."""
-    header = ["#", "deployment", "status", "score", "why", "ttft s", "tok/s", "time s", "cost $", "success", "n"]
-    header.append("in-flight")
+    header = ["#", "deployment", "status", "score", "why", "ttft s", "tok/s", "time s", "±", "age s", "bonus"]
+    header += ["cost $", "success", "n", "in-flight"]
     rows: list[list[str]] = []
     notes: list[str] = []
     for rank, row in enumerate(ranking.rows, start=1):
@@ -113,6 +133,9 @@ def ranking_table(ranking: Ranking) -> str:
                 _fmt(p.ttft_s, ".3f") + mark,
                 _fmt(p.tokens_per_s, ".1f") + mark,
                 _fmt(p.time_s, ".3f") + mark,
+                f"{p.uncertainty.time:.0%}" if p.source in ("recent", "window") else "-",
+                _fmt(p.age_s, ".1f"),
+                f"{row.scored.bonus:.2f}",
                 f"{p.cost_usd:.6f}",
                 f"{p.success_rate:.2f}",
                 str(p.attempts),
@@ -132,7 +155,12 @@ def ranking_table(ranking: Ranking) -> str:
     if any(r.scored.prediction.prior for r in ranking.rows):
         lines.append("  ~ not measured yet: the model's average stands in")
     if any(r.scored.prediction.drift for r in ranking.rows):
-        lines.append("  ! its last answers disagree with the window: they stand in")
+        lines.append("  ! a change was detected in its recent answers: the estimate rests on those since")
+    if ranking.requests:
+        lines.append(
+            f"  explored {ranking.probes} of {ranking.requests} requests ({ranking.probes / ranking.requests:.1%}; "
+            f"{ranking.races} by racing the leader; budget {ranking.policy.explore_share:.0%})"
+        )
     return "\n".join(lines + notes)
 
 
@@ -154,13 +182,15 @@ def policy_summary(policy: PolicyConfig) -> str:
         ]
         order = (
             f"score = {' + '.join(weights)} (log2 ratios to the best); TTFT p{policy.ttft_quantile * 100:g}, "
-            f"tokens/s p{policy.tps_quantile * 100:g} floor; explore {policy.explore_share:.0%} until "
-            f"{policy.min_samples} samples"
+            f"tokens/s p{policy.tps_quantile * 100:g} floor; memory half-life {policy.memory_half_life_s:g}s; "
+            f"explore up to {policy.explore_share:.0%}{' by racing' if policy.explore_race else ''}"
         )
     if policy.hedge_after_s is not None:
         hedge = f"hedge after {policy.hedge_after_s:g}s"
     elif policy.hedge_quantile is not None:
         hedge = f"hedge after own TTFT p{policy.hedge_quantile * 100:g}"
+    elif policy.hedge_tail:
+        hedge = "hedge heavy first-token tails"
     else:
         hedge = "no hedging"
     if policy.hedging:

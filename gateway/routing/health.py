@@ -32,7 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.policies import PolicyConfig
-from gateway.routing.score import Recent
+from gateway.routing.estimates import DeploymentView
+from gateway.routing.explore import ExploreBudget, ExploreCounts, RequestSizes
+from gateway.routing.hedge import TailThresholds
 from gateway.samples import Outcome
 from gateway.types import CircuitState, DeploymentKey
 
@@ -62,18 +64,6 @@ class Circuit:
 
 
 StateChange = Callable[[DeploymentKey, CircuitState], None]
-RECENT_ANSWERS = 5
-RECENT_HORIZON_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """One complete answer's timings, as the router remembers it."""
-
-    at: float
-    ttft_s: float | None
-    tokens_per_s: float | None
-    e2e_s: float | None
 
 
 @dataclass
@@ -209,29 +199,27 @@ class RouterState:
     hedges: HedgeBudget = field(default_factory=HedgeBudget)
     provider_in_flight: dict[str, int] = field(default_factory=dict)
     deployment_in_flight: dict[DeploymentKey, int] = field(default_factory=dict)
-    judged_once: set[DeploymentKey] = field(default_factory=set)
-    """Deployments judged at least once since start: until all are, the router is cold-starting."""
-    answers: dict[DeploymentKey, deque[Answer]] = field(default_factory=dict)
-    """Each deployment's last ``RECENT_ANSWERS`` complete answers on this replica."""
+    views: dict[str, dict[str, DeploymentView]] = field(default_factory=dict)
+    """The router's own fast view of each deployment (by model, then deployment): its recent answers here."""
+    explore: ExploreBudget = field(default_factory=ExploreBudget)
+    sizes: dict[str, RequestSizes] = field(default_factory=dict)
+    """Each model's recent request sizes: what a cheap request to explore on is."""
+    counts: ExploreCounts = field(default_factory=ExploreCounts)
+    tails: TailThresholds = field(default_factory=TailThresholds)
 
-    def remember(self, key: DeploymentKey, answer: Answer) -> None:
-        answers = self.answers.get(key)
-        if answers is None:
-            answers = self.answers[key] = deque(maxlen=RECENT_ANSWERS)
-        answers.append(answer)
+    window_s: float = 300.0
+    """The shared stats window's length (``stats.window_s``)."""
 
-    def recent(self, model: str, now: float) -> dict[str, Recent]:
-        """The recent answers of ``model``'s deployments, those within ``RECENT_HORIZON_S`` only."""
-        views = {}
-        for (m, deployment), answers in self.answers.items():
-            if m != model:
-                continue
-            fresh = [a for a in answers if now - a.at <= RECENT_HORIZON_S]
-            if fresh:
-                views[deployment] = Recent(
-                    tuple((a.ttft_s, 1 / a.tokens_per_s if a.tokens_per_s else None, a.e2e_s) for a in fresh)
-                )
-        return views
+    def view(self, key: DeploymentKey, half_life_s: float) -> DeploymentView:
+        views = self.views.setdefault(key[0], {})
+        view = views.get(key[1])
+        if view is None:
+            view = views[key[1]] = DeploymentView(half_life_s, self.window_s)
+        view.half_life_s = half_life_s  # a reload may change the policy's memory
+        return view
+
+    def views_of(self, model: str) -> dict[str, DeploymentView]:
+        return self.views.get(model, {})
 
     def started(self, provider: str, key: DeploymentKey) -> None:
         self.provider_in_flight[provider] = self.provider_in_flight.get(provider, 0) + 1

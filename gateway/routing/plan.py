@@ -22,6 +22,8 @@ class Candidate:
     """The client-facing model name (with ``deployment.name``, the key of the deployment's stats and health)."""
     hedge_after_s: float | None = None
     """Start a hedge when this candidate's first token is later than this (None: never)."""
+    predicted_s: float | None = None
+    """The router's predicted time for the request on this candidate (None: nothing known)."""
 
     @property
     def name(self) -> str:
@@ -54,6 +56,8 @@ class RoutePlan:
     ranking: object = None
     """The router's ``Ranking`` behind this plan (typed loosely: this module sits below the router),
     for the request's routing trace (``gateway.routing.trace``)."""
+    race_probe: str | None = None
+    """The deployment this plan explores by racing (its first candidate, the leader its hedge), if any."""
 
 
 class Router(Protocol):

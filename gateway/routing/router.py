@@ -1,8 +1,9 @@
 """The measured router: ranks a model's deployments for each request and explains why.
 
 ``plan`` runs on the request path and does no I/O: it reads the stats store's local
-snapshot, scores every deployment for this request (``gateway.routing.score``), and orders
-them:
+snapshot and the router's own fast view of each deployment (``RouterState.views``, fed by
+``attempt_finished``), scores every deployment for this request (``gateway.routing.score``),
+and orders them:
 
 1. The request's overrides: ``only``/``ignore`` and ``max_price`` remove deployments;
    ``order`` puts the named ones first; ``allow_fallbacks = false`` keeps only those.
@@ -10,15 +11,14 @@ them:
    nothing measured yet after those with their own numbers; then by score (or in config
    order for a ``fixed`` policy).
 3. Near-equal scores (within ``tie_band`` of the best) go to the deployment with fewer
-   requests in flight, ties broken at random, so replicas do not stampede one provider.
+   requests in flight, ties broken at random, so replicas do not stampede one provider; for a
+   long answer, only deployments that stream about as fast as the best share such a tie.
 4. A deployment whose circuit is open, or whose provider is at ``max_concurrency``, is left
    out; if nothing is left the request fails fast with 503.
-5. Exploration (``_explore``): a deployment with fewer than ``min_samples`` attempts in the
-   window is not yet judged. At a cold start every request measures the least-measured one;
-   afterwards, with probability ``explore_share``, an unjudged one or a close runner-up on
-   thin evidence goes first. Old samples age out of the window, so a deployment that
-   stopped being chosen becomes unjudged again and is re-measured: that is how a recovery
-   is noticed, at a cost bounded by ``min_samples`` per window.
+5. Exploration (``gateway.routing.explore``): a cold deployment is measured at once; an
+   uncertain or stale one whose optimistic score beats the leader's is measured on a cheap
+   request, within ``explore_share``, racing the leader on a stream.
+6. Hedging thresholds per candidate (``gateway.routing.hedge``).
 
 Randomness comes from an injected ``random.Random`` and time from an injected clock, so
 tests are deterministic.
@@ -26,93 +26,37 @@ tests are deterministic.
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, InvalidRequest, NoCapacity, RateLimited
 from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.apis import speaking
-from gateway.routing.health import Answer, RouterState
+from gateway.routing.estimates import Observation
+from gateway.routing.explore import Probe, RequestSizes, choose_probe
+from gateway.routing.health import FAILURES, RouterState
+from gateway.routing.hedge import hedge_after
+from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
+from gateway.routing.ranking import Ranked, Ranking
 from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
 from gateway.samples import Endpoint, Sample
 from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason
 
-REVISIT_SAMPLES = 4
-"""A close runner-up is re-measured until it has this many times ``min_samples`` attempts in the window."""
-DISMISS_AFTER = 2
 TYPICAL_OUTPUT_TTL_S = 1.0
 """How long a model's observed answer length is reused before it is looked up again."""
-DISMISS_FACTOR = 2.0
 
 
 class SnapshotSource(Protocol):
     """What the router needs of the stats store: its latest local snapshot, without I/O."""
 
     def snapshot(self) -> StatsSnapshot: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Ranked:
-    """A deployment in a model's ranking, with everything that put it there."""
-
-    model: str
-    scored: Scored
-    provider: ProviderConfig
-    circuit: CircuitState
-    in_flight: int
-    provider_in_flight: int
-    judged: bool
-    """It has ``min_samples`` attempts in the window: its score rests on its own measurements."""
-    retry_in_s: float = 0.0
-    rate_limited: bool = False
-    """Its circuit is open because the provider answered 429 with a Retry-After."""
-
-    @property
-    def deployment(self) -> DeploymentConfig:
-        return self.scored.deployment
-
-    @property
-    def known(self) -> bool:
-        """Its prediction rests on its own measurements (perhaps a few), not on the model's average."""
-        return self.judged or not self.scored.prediction.prior
-
-    @property
-    def full(self) -> bool:
-        return self.provider_in_flight >= self.provider.max_concurrency
-
-    @property
-    def available(self) -> bool:
-        return self.circuit != "open" and not self.full
-
-    @property
-    def status(self) -> str:
-        if self.circuit == "open":
-            return "circuit open"
-        if self.full:
-            return "at max_concurrency"
-        if self.scored.violations:
-            return "constraint"
-        return "ready" if self.judged else "exploring"
-
-
-@dataclass(frozen=True, slots=True)
-class Ranking:
-    """A model's deployments in the order a request would try them (unavailable ones included, last)."""
-
-    model: ModelConfig
-    policy: PolicyConfig
-    shape: RequestShape
-    rows: tuple[Ranked, ...]
-    snapshot: StatsSnapshot
 
 
 class MeasuredRouter:
@@ -136,6 +80,7 @@ class MeasuredRouter:
         self.config = config
         self.stats = stats
         self.state = state if state is not None else RouterState()
+        self.state.window_s = config.stats.window_s
         self.rng = rng if rng is not None else random.Random()
         self.clock = clock
         self.events: GatewayEvents = events if events is not None else NoEvents()
@@ -181,8 +126,8 @@ class MeasuredRouter:
         now = self.clock()
         output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
         shape = RequestShape(endpoint or "chat", prompt_tokens, output, source)
-        recent = self.state.recent(model.name, now)
-        scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, recent)
+        views = self.state.views_of(model.name)
+        scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, views, now)
         rows = [self._ranked(model.name, s, policy, now) for s in scored]
         if policy.ranking == "fixed":
             rows.sort(key=lambda r: bool(r.scored.violations))  # stable: score_all kept the config's order
@@ -193,8 +138,14 @@ class MeasuredRouter:
             # competes on them: if they flatter it, the traffic it wins soon corrects them.
             weights = Weights.of(policy, preferences.sort)
             price_led = weights.price > weights.time + weights.ttft + weights.throughput
-            rows.sort(key=lambda r: (bool(r.scored.violations), not (r.known or price_led), r.scored.score))
-            rows = _spread_near_equal(rows, policy.tie_band, rng)
+            if not price_led and all(r.scored.prediction.time_s is None for r in rows):
+                # Nothing measured anywhere yet: no score worth following, so spread the requests that
+                # arrive before the first answers instead of piling them on the cheapest.
+                rows.sort(key=lambda r: (bool(r.scored.violations), r.in_flight, r.scored.ranked_by))
+            else:
+                rows.sort(key=lambda r: (bool(r.scored.violations), not (r.known or price_led), r.scored.ranked_by))
+                rows = spread_near_equal(rows, policy.tie_band, rng, shape)
+                rows = slow_start(rows)
         if preferences.order:
             rows = _apply_order(rows, preferences)
         if not preferences.allow_fallbacks:
@@ -209,7 +160,17 @@ class MeasuredRouter:
                     param="provider.order",
                 )
         rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
-        return Ranking(model, policy, shape, tuple(rows), snapshot)
+        counts = self.state.counts
+        return Ranking(
+            model,
+            policy,
+            shape,
+            tuple(rows),
+            snapshot,
+            requests=counts.requests.get(model.name, 0),
+            probes=counts.probes.get(model.name, 0),
+            races=counts.races.get(model.name, 0),
+        )
 
     def _ranked(self, model: str, scored: Scored, policy: PolicyConfig, now: float) -> Ranked:
         key = (model, scored.deployment.name)
@@ -245,97 +206,104 @@ class MeasuredRouter:
         if not rows:
             raise _no_capacity(model.name, ranking.rows)
         first_reason: RouteReason = "override" if preferences.steers else "best-score"
-        explored = None if preferences.steers else self._explore(rows, policy)
-        if explored is not None:
-            rows.remove(explored)
-            rows.insert(0, explored)
+        probe = None if preferences.steers else self._probe(model.name, rows, policy, ranking.shape, request.stream)
+        race = probe.row if probe is not None and probe.race else None
+        if probe is not None:
+            rows.remove(probe.row)
+            rows.insert(0, probe.row)
             first_reason = "explore"
         hedging = request.stream and policy.hedging
         if hedging:
             self.state.hedges.credit(model.name, policy.hedge_budget)
-        snapshot = ranking.snapshot if hedging else None
-        candidates = tuple(
-            Candidate(
-                deployment=r.deployment,
-                provider=r.provider,
-                reason=first_reason if i == 0 else "fallback",
+        now = self.clock()
+        candidates = []
+        for i, row in enumerate(rows):
+            after = None
+            if race is not None and probe is not None and i == 0:
+                after = probe.head_start_s
+            elif hedging:
+                backup = backup_time(row, rows[i + 1], ranking.shape) if i + 1 < len(rows) else None
+                after = hedge_after(
+                    policy, ranking.snapshot, model.name, row.deployment.name, backup, self.state.tails, now
+                )
+            reason: RouteReason = first_reason if i == 0 else "fallback"
+            candidate = Candidate(
+                row.deployment,
+                row.provider,
+                reason=reason,
                 model=model.name,
-                hedge_after_s=_hedge_after(policy, snapshot, model.name, r) if snapshot is not None else None,
+                hedge_after_s=after,
+                predicted_s=row.scored.prediction.time_s,
             )
-            for i, r in enumerate(rows)
-        )
+            candidates.append(candidate)
         first = candidates[0]
         self.events.decision(model.name, first.name, first.provider.name, first_reason)
-        return RoutePlan(candidates=candidates, policy=policy, ranking=ranking)
+        probed = race.deployment.name if race is not None else None
+        return RoutePlan(candidates=tuple(candidates), policy=policy, race_probe=probed, ranking=ranking)
 
-    def _explore(self, rows: Sequence[Ranked], policy: PolicyConfig) -> Ranked | None:
-        """The deployment to measure instead of following the score, if any.
-
-        Attempts in flight count as samples to come, so a burst of requests at a cold start is
-        spread over all deployments instead of all exploring the same one. At a cold start (some
-        deployment was never judged since the gateway started) and whenever no deployment is
-        judged, there is no comparison worth following, and every request explores: that costs
-        at most ``min_samples`` requests per deployment, and the score is trusted sooner.
-
-        Otherwise, with probability ``explore_share``, the least-sampled of these is measured:
-        deployments not judged yet, and close runners-up (within ``explore_margin`` of the best)
-        resting on fewer than ``REVISIT_SAMPLES`` × ``min_samples`` attempts, so that a few
-        unlucky early samples cannot shut a competitor out for a whole window.
-
-        A deployment whose very fastest answers (after ``DISMISS_AFTER`` attempts) are more than
-        ``DISMISS_FACTOR`` times slower than another's expected time is dismissed without waiting
-        for ``min_samples``: measuring a hopeless provider costs real requests.
-        """
-        if policy.ranking == "fixed" or policy.min_samples == 0:
+    def _probe(
+        self, model: str, rows: Sequence[Ranked], policy: PolicyConfig, shape: RequestShape, stream: bool
+    ) -> Probe | None:
+        """Exploration's choice for this request (``gateway.routing.explore``), with the budget and counts kept."""
+        state = self.state
+        sizes = state.sizes.get(model)
+        if sizes is None:
+            sizes = state.sizes[model] = RequestSizes()
+        sizes.add(shape.output_tokens, shape.prompt_tokens)
+        state.explore.credit(model, policy.explore_share)
+        state.counts.requests[model] = state.counts.requests.get(model, 0) + 1
+        views = state.views_of(model)
+        follow_ups = frozenset(name for name, view in views.items() if view.follow_ups > 0)
+        probe = choose_probe(
+            rows,
+            policy,
+            shape,
+            budget=state.explore.available(model),
+            cheap=sizes.cheap(shape),
+            stream=stream,
+            rng=self.rng,
+            follow_ups=follow_ups,
+            may_borrow=state.explore.may_borrow(model),
+            probed_at={name: view.probed_at for name, view in views.items()},
+            now=self.clock(),
+        )
+        if probe is None:
             return None
-        dismissed = _dismissed(rows)
-        for row in rows:
-            if row.judged or row in dismissed:
-                self.state.judged_once.add((row.model, row.deployment.name))
-        cold = any((r.model, r.deployment.name) not in self.state.judged_once for r in rows)
-        leader = rows[0]
-        pool = []
-        for row in rows:
-            seen = row.scored.prediction.attempts + row.in_flight
-            if row.scored.violations or row in dismissed or seen >= REVISIT_SAMPLES * policy.min_samples:
-                continue
-            if seen < policy.min_samples:
-                # A slow start: no more attempts in flight than answers back, so a burst of traffic does
-                # not pour into a provider before its first answers can show it is hopeless.
-                if row.in_flight < max(1, row.scored.prediction.attempts):
-                    pool.append(row)
-            elif not cold and row is not leader and leader.judged:
-                if row.judged and row.scored.score <= leader.scored.score + policy.explore_margin:
-                    pool.append(row)
-        if not pool:
-            return None
-        if not cold and any(r.judged for r in rows) and self.rng.random() >= policy.explore_share:
-            return None
-        pending = [r for r in pool if r.scored.prediction.attempts + r.in_flight < policy.min_samples]
-        if cold and not pending:
-            return None
-        return min(pending or pool, key=lambda r: (r.scored.prediction.attempts + r.in_flight, self.rng.random()))
+        target = state.view((model, probe.row.deployment.name), policy.memory_half_life_s)
+        target.probed_at = self.clock()
+        if probe.follow_up:
+            target.follow_ups -= 1
+        state.explore.take(model)
+        state.counts.probes[model] = state.counts.probes.get(model, 0) + 1
+        if probe.race:
+            state.counts.races[model] = state.counts.races.get(model, 0) + 1
+        return probe
 
     def attempt_started(self, candidate: Candidate) -> bool:
         provider = candidate.provider
         if self.state.provider_in_flight.get(provider.name, 0) >= provider.max_concurrency:
             return False
         key = (candidate.model, candidate.name)
-        if not self.state.health.admit(key, self.clock(), self._circuit_changed):
+        now = self.clock()
+        if not self.state.health.admit(key, now, self._circuit_changed):
             return False
         self.state.started(provider.name, key)
+        model = self.config.model(candidate.model)
+        if model is not None:
+            view = self.state.view(key, self.config.policy_for(model).memory_half_life_s)
+            view.started(id(candidate), now, candidate.predicted_s)
         return True
 
     def attempt_finished(self, candidate: Candidate, sample: Sample, retry_after_s: float | None = None) -> None:
         key = (candidate.model, candidate.name)
         self.state.finished(candidate.provider.name, key)
-        if sample.outcome == "ok":
-            answer = Answer(self.clock(), sample.ttft_s, sample.tokens_per_s, sample.e2e_s)
-            self.state.remember(key, answer)
+        view = self.state.views_of(candidate.model).get(candidate.name)
+        started_at = view.ended(id(candidate), self.clock()) if view is not None else None
         model = self.config.model(candidate.model)
         if model is None:
-            return
+            return  # a reload removed the model while the attempt ran
         policy = self.config.policy_for(model)
+        self._observe(key, sample, policy, started_at)
         self.state.health.record(
             key,
             sample.outcome,
@@ -346,8 +314,33 @@ class MeasuredRouter:
             rate_limited=sample.status == 429,
         )
 
+    def _observe(self, key: DeploymentKey, sample: Sample, policy: PolicyConfig, started_at: float | None) -> None:
+        """Feed one finished attempt to the deployment's fast view."""
+        now = self.clock()
+        view = self.state.view(key, policy.memory_half_life_s)
+        if sample.outcome == "ok":
+            tps = sample.tokens_per_s
+            view.add(Observation(now, sample.ttft_s, 1.0 / tps if tps else None, sample.e2e_s, ok=True))
+        elif sample.outcome in FAILURES:
+            failed_after = now - started_at if started_at is not None else None
+            view.add(Observation(now, sample.ttft_s, ok=False, failed_after_s=failed_after))
+        elif sample.outcome == "client_cancelled" and sample.hedged:
+            # It lost a race (or a hedge): its first token would have come later than this, at least.
+            waited = sample.ttft_s if sample.ttft_s is not None else (now - started_at if started_at else None)
+            if waited is not None and waited > 0:
+                view.confirm("ttft_s", waited, now)
+        changed = [metric for metric, at in view.changed_at.items() if at == now]
+        if changed:
+            summary = self.stats.snapshot().get(*key)
+            for metric in changed:
+                window = "tokens_per_s" if metric == "seconds_per_token" else metric
+                view.note_window(metric, summary.count(window) if summary is not None else 0)
+
     def try_hedge(self, plan: RoutePlan) -> bool:
-        return bool(plan.candidates) and self.state.hedges.take(plan.candidates[0].model)
+        if not plan.candidates:
+            return False
+        # A race probe's second attempt was paid for from the exploration budget.
+        return plan.race_probe is not None or self.state.hedges.take(plan.candidates[0].model)
 
     def in_flight(self, model: str, deployment: str) -> int:
         return self.state.deployment_in_flight.get((model, deployment), 0)
@@ -358,21 +351,6 @@ class MeasuredRouter:
     def _circuit_changed(self, key: DeploymentKey, state: CircuitState) -> None:
         model, deployment = key
         self.events.circuit_changed(model, deployment, self._provider_of.get(key, deployment), state)
-
-
-def _dismissed(rows: Sequence[Ranked]) -> list[Ranked]:
-    """Deployments not worth measuring further: even their fastest answers lose clearly to another's expected time."""
-    expected = [r.scored.prediction.time_s for r in rows if not r.scored.prediction.prior]
-    reference = min((t for t in expected if t is not None), default=None)
-    if reference is None:
-        return []
-    return [
-        r
-        for r in rows
-        if r.scored.prediction.attempts >= DISMISS_AFTER
-        and r.scored.prediction.best_time_s is not None
-        and r.scored.prediction.best_time_s > DISMISS_FACTOR * reference
-    ]
 
 
 def _matches(deployment: DeploymentConfig, names: Sequence[str]) -> bool:
@@ -429,27 +407,6 @@ def _filter(
     return deployments
 
 
-def _spread_near_equal(rows: list[Ranked], band: float, rng: random.Random | None) -> list[Ranked]:
-    """Among the leaders within ``band`` of the best score, fewer requests in flight go first."""
-    if len(rows) < 2 or rows[0].scored.violations or not rows[0].known:
-        return rows
-    best = rows[0].scored.score
-    # The leading run only: under a price-led sort an unmeasured row can sit between measured
-    # ones, and the leaders must stay a prefix so that ``rest`` is every other row exactly once.
-    head = list(
-        itertools.takewhile(lambda r: not r.scored.violations and r.known and r.scored.score <= best + band, rows)
-    )
-    if len(head) < 2:
-        return rows
-    rest = rows[len(head) :]
-    if rng is None:
-        head.sort(key=lambda r: r.in_flight)  # stable: score order breaks the remaining ties
-    else:
-        keyed = [(r.in_flight, rng.random(), i) for i, r in enumerate(head)]
-        head = [head[k[2]] for k in sorted(keyed)]
-    return head + rest
-
-
 def _listed(rows: Sequence[Ranked], order: Sequence[str]) -> list[Ranked]:
     listed = []
     for name in order:
@@ -462,19 +419,6 @@ def _listed(rows: Sequence[Ranked], order: Sequence[str]) -> list[Ranked]:
 def _apply_order(rows: list[Ranked], preferences: ProviderPreferences) -> list[Ranked]:
     listed = _listed(rows, preferences.order)
     return listed + [r for r in rows if r not in listed]
-
-
-def _hedge_after(policy: PolicyConfig, snapshot: StatsSnapshot, model: str, row: Ranked) -> float | None:
-    """When to hedge this candidate: a fixed delay, or its own TTFT quantile once it is judged."""
-    if policy.hedge_after_s is not None:
-        return policy.hedge_after_s
-    if policy.hedge_quantile is None:
-        return None
-    summary = snapshot.get(model, row.deployment.name)
-    if summary is None or summary.count("ttft_s") < max(1, policy.min_samples):
-        return None
-    value = summary.quantile("ttft_s", policy.hedge_quantile)
-    return None if value is None else max(value, policy.hedge_min_after_s)
 
 
 def _no_capacity(model: str, rows: Sequence[Ranked]) -> GatewayError:

@@ -1,42 +1,61 @@
-"""The request-aware score: predict each deployment's time and money for *this* request.
+"""The request-aware score: each deployment's prediction for *this* request, weighed by the policy.
 
-Pure functions of a stats snapshot, the policy and the request's shape; no state, no clock,
-no randomness, so that a ranking can be explained exactly and unit-tested on a fixed
-snapshot (``StatsSnapshot.from_samples``).
+Pure functions of the predictions (``gateway.routing.predict``), the policy and the request;
+no state, no clock, no randomness, so that a ranking can be explained exactly and unit-tested
+on a fixed snapshot (``StatsSnapshot.from_samples``) and a hand-fed ``DeploymentView``.
 
-For each deployment::
-
-    time  = TTFT(q) + expected_output_tokens / tokens_per_s(q)      (seconds)
-          = E[TTFT] + expected_output_tokens * E[1 / tokens_per_s]  (with ``estimate = "mean"``)
-    money = (prompt_tokens * price_in + expected_output_tokens * price_out) / 1e6   (USD)
-
-``expected_output_tokens`` is the request's ``max_tokens``, else the model's observed median
-answer length, else the policy's ``default_output_tokens``: a 5-token classification is
-thus sent to the lowest first-token latency, a 2,000-token essay to the highest throughput.
-A deployment with no samples of a metric yet borrows the model's pooled value (marked
-``prior``), so it ranks as an average one until it has been measured. The score itself is
-described in ``gateway.policies``: a weighted sum of log2 ratios against the best candidate.
+The score (lower is better, 0 = the best candidate on every weighted dimension) is a sum of
+log2 ratios against the best candidate, described in ``gateway.policies``. Beside it, each
+deployment gets an exploration ``bonus`` in the same units: how much better than predicted it
+might plausibly be (``CONFIDENCE`` standard errors of its uncertain, possibly stale estimate).
+``score - bonus`` is its optimistic score; ``gateway.routing.explore`` decides when that is
+worth a request.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
+from gateway.routing.estimates import DeploymentView
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, Sort
-from gateway.samples import Endpoint
-from gateway.stats import DeploymentSummary, LogHistogram, StatsSnapshot
+from gateway.routing.predict import (
+    MIN_TIME_S,
+    SUCCESS_PRIOR,
+    OutputSource,
+    Prediction,
+    RequestShape,
+    Source,
+    Uncertainty,
+    expected_output,
+    predict,
+)
 
-OutputSource = Literal["request", "observed", "default"]
-MIN_TIME_S = 1e-3
-SUCCESS_PRIOR = 2
-"""Pseudo-successes added to the success rate, so one early failure does not sink a deployment."""
+__all__ = [
+    "MIN_TIME_S",
+    "SUCCESS_PRIOR",
+    "OutputSource",
+    "Prediction",
+    "RequestShape",
+    "Scored",
+    "ScoreParts",
+    "Source",
+    "Weights",
+    "expected_output",
+    "predict",
+    "score_all",
+]
+from gateway.stats import DeploymentSummary, StatsSnapshot
+
 PRICE_RESOLUTION = 0.01
 """Costs within this share of the dearest candidate count as equal (and a free deployment is not infinitely better)."""
+CONFIDENCE = 2.0
+"""Standard errors of optimism in the exploration bonus."""
+CAUTION = 0.5
+"""Share of its speed estimates' sampling error a deployment is ranked behind its score for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,66 +83,6 @@ class Weights:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestShape:
-    """What the score needs of a request."""
-
-    endpoint: Endpoint
-    prompt_tokens: int
-    output_tokens: int
-    output_source: OutputSource
-
-
-@dataclass(frozen=True, slots=True)
-class Prediction:
-    """One deployment's predicted performance for one request; None where nothing is known."""
-
-    ttft_s: float | None
-    tokens_per_s: float | None
-    time_s: float | None
-    cost_usd: float
-    success_rate: float
-    """Smoothed: (ok + 2) / (attempts + 2)."""
-    attempts: int
-    """Attempts in the stats window that say something of the provider."""
-    prior: bool
-    """Some of the prediction is the model's pooled value, not this deployment's own."""
-    best_time_s: float | None = None
-    """The time its fastest measured answers suggest (fastest TTFT, fastest stream): an optimistic bound."""
-    drift: bool = False
-    """Its last answers disagreed with the window by more than ``DRIFT_RATIO``: the prediction is theirs."""
-
-
-@dataclass(frozen=True, slots=True)
-class Recent:
-    """A deployment's last few answers on this replica, newer than the stats window can show.
-
-    Each answer is ``(ttft_s, seconds_per_token, e2e_s)``, oldest first; None where not measured.
-    """
-
-    answers: tuple[tuple[float | None, float | None, float | None], ...]
-
-    def times(self, shape: RequestShape) -> list[float]:
-        """Each answer's time for a request of this shape."""
-        times = []
-        for ttft, seconds_per_token, e2e in self.answers:
-            if ttft is not None and shape.endpoint != "embeddings":
-                times.append(ttft + shape.output_tokens * (seconds_per_token or 0.0))
-            elif e2e is not None:
-                times.append(e2e)
-        return times
-
-    def mean(self, index: int) -> float | None:
-        """The mean of one field (0: TTFT, 1: seconds per token, 2: end-to-end) over the answers that have it."""
-        known = [v for v in (a[index] for a in self.answers) if v is not None]
-        return sum(known) / len(known) if known else None
-
-
-DRIFT_RATIO = 1.5
-"""Recent answers this much slower (or faster) than the window's prediction replace it."""
-DRIFT_MIN_ANSWERS = 3
-
-
-@dataclass(frozen=True, slots=True)
 class ScoreParts:
     """The weighted terms of a score; each is 0 for the best candidate on that dimension."""
 
@@ -146,110 +105,32 @@ class Scored:
     prediction: Prediction
     parts: ScoreParts
     violations: tuple[str, ...]
+    bonus: float = 0.0
+    """How much lower its score might plausibly be (score units): the exploration bonus."""
+    caution: float = 0.0
+    """What it is ranked behind its score for (score units): few or scattered answers, however recent."""
 
     @property
     def score(self) -> float:
         return self.parts.total
 
+    @property
+    def optimistic(self) -> float:
+        """The score if its uncertain estimate erred in its favour by ``CONFIDENCE`` standard errors."""
+        return self.parts.total - self.bonus
 
-def expected_output(
-    model: str, max_tokens: int | None, snapshot: StatsSnapshot, policy: PolicyConfig
-) -> tuple[int, OutputSource]:
-    """The answer length to predict with, and where it came from."""
-    if max_tokens is not None:
-        return max_tokens, "request"
-    observed = snapshot.model_quantile(model, "output_tokens", 0.5)
-    if observed is not None and observed >= 1:
-        return round(observed), "observed"
-    return policy.default_output_tokens, "default"
+    @property
+    def ranked_by(self) -> float:
+        """What it is ranked by: its score plus its caution.
 
-
-def predict(
-    model: str,
-    deployment: DeploymentConfig,
-    shape: RequestShape,
-    snapshot: StatsSnapshot,
-    policy: PolicyConfig,
-    recent: Recent | None = None,
-) -> Prediction:
-    """One deployment's prediction for this request.
-
-    ``recent`` (the router's memory of the deployment's last answers) overrides the window when
-    each of the last ``DRIFT_MIN_ANSWERS`` puts the time more than ``DRIFT_RATIO`` away from it: a
-    provider that just slowed down fivefold is seen after a few answers, not after enough of
-    them to move a five-minute average.
-    """
-    summary = snapshot.get(model, deployment.name)
-    ttft, ttft_prior = _estimate(summary, snapshot, model, "ttft_s", policy)
-    tps, tps_prior = _estimate(summary, snapshot, model, "tokens_per_s", policy)
-    time_s: float | None = None
-    prior = False
-    if shape.endpoint != "embeddings" and ttft is not None:
-        time_s = ttft + (shape.output_tokens / tps if tps else 0.0)
-        prior = ttft_prior or (tps_prior and tps is not None)
-    if time_s is None:
-        # Non-streamed traffic and embeddings carry no first-token timings: end-to-end stands in.
-        time_s, prior = _estimate(summary, snapshot, model, "e2e_s", policy)
-    drift = False
-    if recent is not None and time_s is not None and not prior:
-        times = recent.times(shape)
-        last = [t / max(time_s, MIN_TIME_S) for t in times[-DRIFT_MIN_ANSWERS:]]
-        # Every one of the last answers must disagree, the same way: one slow outlier is not a drift.
-        if len(last) == DRIFT_MIN_ANSWERS and (min(last) > DRIFT_RATIO or max(last) < 1 / DRIFT_RATIO):
-            drift = True
-            time_s = sum(times) / len(times)
-            recent_ttft, seconds_per_token = recent.mean(0), recent.mean(1)
-            ttft = recent_ttft if recent_ttft is not None else ttft
-            tps = 1 / seconds_per_token if seconds_per_token else tps
-    cost = deployment.cost_usd(shape.prompt_tokens, shape.output_tokens)
-    attempts = summary.attempts if summary else 0
-    ok = summary.outcomes.get("ok", 0) if summary else 0
-    return Prediction(
-        ttft_s=ttft,
-        tokens_per_s=tps,
-        time_s=None if time_s is None else max(time_s, MIN_TIME_S),
-        cost_usd=cost,
-        success_rate=(ok + SUCCESS_PRIOR) / (attempts + SUCCESS_PRIOR),
-        attempts=attempts,
-        prior=prior,
-        best_time_s=_best_time(summary, shape),
-        drift=drift,
-    )
-
-
-def _best_time(summary: DeploymentSummary | None, shape: RequestShape) -> float | None:
-    if summary is None:
-        return None
-    ttft = summary.quantile("ttft_s", 0.0)
-    if ttft is not None and shape.endpoint != "embeddings":
-        tps = summary.quantile("tokens_per_s", 1.0)
-        return ttft + (shape.output_tokens / tps if tps else 0.0)
-    return summary.quantile("e2e_s", 0.0)
-
-
-def _estimate(
-    summary: DeploymentSummary | None, snapshot: StatsSnapshot, model: str, metric: MetricName, policy: PolicyConfig
-) -> tuple[float | None, bool]:
-    """The policy's estimate of ``metric``: the deployment's own, else the model's pooled one (a prior)."""
-    histogram = summary.histograms.get(metric) if summary is not None else None
-    prior = histogram is None or histogram.count == 0
-    if prior:
-        pooled = [
-            s.histograms[metric] for (m, _), s in snapshot.summaries.items() if m == model and metric in s.histograms
-        ]
-        histogram = LogHistogram.merged(pooled) if pooled else None
-    if histogram is None or histogram.count == 0:
-        return None, False
-    if policy.estimate == "mean":
-        # Time is linear in seconds per token, so the expected stream time needs the harmonic mean of tokens/s.
-        return (histogram.harmonic_mean() if metric == "tokens_per_s" else histogram.mean()), prior
-    if metric == "tokens_per_s":
-        # Tokens/s is a floor: a "p95" policy predicts with the speed 95% of responses reached.
-        return histogram.quantile(1.0 - policy.tps_quantile), prior
-    return histogram.quantile(policy.ttft_quantile), prior
-
-
-MetricName = Literal["ttft_s", "tokens_per_s", "e2e_s"]
+        A deployment measured on two lucky answers would otherwise win traffic from one measured
+        on fifty (a skewed stream's mean is underestimated by few answers, not over), and a
+        ranking would flap on noise. Only the answers' number and spread count here, not their
+        age: an estimate nobody refreshed is explored, not demoted (that would trap whatever lost
+        the lead behind the new leader). The success rate needs no such care: its prior already
+        leans towards success.
+        """
+        return self.parts.total + self.caution
 
 
 def score_all(
@@ -259,13 +140,19 @@ def score_all(
     snapshot: StatsSnapshot,
     policy: PolicyConfig,
     preferences: ProviderPreferences = NO_PREFERENCES,
-    recent: Mapping[str, Recent] | None = None,
+    views: Mapping[str, DeploymentView] | None = None,
+    now: float = 0.0,
 ) -> list[Scored]:
-    """Every deployment scored against the best of the others, in the given order (not sorted)."""
+    """Every deployment scored against the best of the others, in the given order (not sorted).
+
+    ``views``: the router's fast view of each deployment (by name), read at ``now``.
+    """
     weights = Weights.of(policy, preferences.sort)
-    recent = recent or {}
-    predictions = [predict(model, d, shape, snapshot, policy, recent.get(d.name)) for d in deployments]
-    best_time = _best(p.time_s for p in predictions)
+    views = views or {}
+    predictions = _with_fallbacks(
+        [predict(model, d, shape, snapshot, policy, views.get(d.name), now) for d in deployments]
+    )
+    best_time = _best(p.expected_s for p in predictions)
     best_ttft = _best(p.ttft_s for p in predictions)
     best_tps = max((p.tokens_per_s for p in predictions if p.tokens_per_s), default=None)
     costs = [p.cost_usd for p in predictions]
@@ -274,7 +161,7 @@ def score_all(
     scored = []
     for deployment, p in zip(deployments, predictions, strict=True):
         parts = ScoreParts(
-            time=weights.time * _log_ratio(p.time_s, best_time),
+            time=weights.time * _log_ratio(p.expected_s, best_time),
             ttft=weights.ttft * _log_ratio(p.ttft_s, best_ttft),
             throughput=weights.throughput * _log_ratio(best_tps, p.tokens_per_s),
             price=weights.price * math.log2((p.cost_usd + epsilon) / (best_cost + epsilon)) if epsilon > 0 else 0.0,
@@ -282,8 +169,45 @@ def score_all(
         )
         summary = snapshot.get(model, deployment.name)
         violations = _violations(deployment, p, summary, policy, preferences)
-        scored.append(Scored(deployment, p, parts, violations))
+        # Nothing of its own measured: the cold start explores it, not a bonus.
+        bonus = _bonus(p, p.uncertainty, weights) if p.source in ("recent", "window") else 0.0
+        # Nothing measured: as uncertain as can be, so that a tie (on price, say) goes to the measured one.
+        caution = CAUTION * _speed(p.sampling, weights)
+        scored.append(Scored(deployment, p, parts, violations, bonus, caution))
     return scored
+
+
+def _with_fallbacks(predictions: list[Prediction]) -> list[Prediction]:
+    """Each prediction's ``expected_s``: its time when it answers, and when it fails, the failure's time
+    plus the best other deployment's (what the attempt loop then does): a provider that fails 30% of
+    requests at once costs a fallback on those, not its whole advantage."""
+    result = []
+    for i, p in enumerate(predictions):
+        if p.time_s is None or p.success_rate >= 1.0:
+            result.append(replace(p, expected_s=p.time_s))
+            continue
+        others = [q.time_s for j, q in enumerate(predictions) if j != i and q.time_s is not None]
+        fallback = min(others, default=p.time_s)
+        failure = (p.failure_s or 0.0) + fallback
+        result.append(replace(p, expected_s=p.success_rate * p.time_s + (1 - p.success_rate) * failure))
+    return result
+
+
+def _speed(uncertainty: Uncertainty, weights: Weights) -> float:
+    """``CONFIDENCE`` standard errors of the weighted speed estimates, in log2 (score) units."""
+    spread = weights.time * uncertainty.time + weights.ttft * uncertainty.ttft
+    return CONFIDENCE * (spread + weights.throughput * uncertainty.tokens_per_s) / math.log(2)
+
+
+def _bonus(p: Prediction, uncertainty: Uncertainty, weights: Weights) -> float:
+    """``CONFIDENCE`` standard errors of each weighted estimate, in log2 (score) units.
+
+    The failure term's error comes from a binomial one: sd(rate) = sqrt(rate (1 - rate) / n), and
+    d log2(1 / rate) = d rate / (rate ln 2).
+    """
+    rate = min(max(p.success_rate, 0.01), 0.99)
+    failure = math.sqrt(rate * (1 - rate) / (p.success_samples + SUCCESS_PRIOR)) / rate
+    return _speed(uncertainty, weights) + CONFIDENCE * weights.failure * failure / math.log(2)
 
 
 def _best(values: Iterable[float | None]) -> float | None:

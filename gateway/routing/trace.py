@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.routing.plan import RoutePlan
-from gateway.routing.router import Ranked, Ranking
+from gateway.routing.ranking import Ranked, Ranking
 from gateway.samples import Sample
 from gateway.types import Clock
 

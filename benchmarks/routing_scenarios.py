@@ -1,0 +1,218 @@
+"""The routing benchmark's markets: fake providers whose behaviour is known exactly, and how it moves.
+
+Each scenario is one market a router must keep up with, 60–120 s of open-loop Poisson streaming
+traffic. Providers are shaped on ``gateway/fakes/provider-profiles.csv`` (median and tail tokens/s,
+first-token latency, price), in real time (no scaling), so that a wrong choice costs what it
+would cost in production: an 800-token answer sent to a 40 tokens/s streamer takes 20 s.
+
+The oracle knows every profile at every moment and picks, per request, the provider with the
+lowest expected end-to-end time (a failure costs a fallback to the best healthy other), ties to
+the cheaper; that is what "the truly best provider" means in the report.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+Z95 = 1.645
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A fake provider: medians and log-normal spreads of TTFT and tokens/s, a price, a failure rate."""
+
+    name: str
+    ttft_s: float
+    tps: float
+    price: float
+    """USD per 1M tokens, prompt and output alike."""
+    ttft_sigma: float = 0.3
+    tps_sigma: float = 0.2
+    error_rate: float = 0.0
+
+    def mean_ttft(self) -> float:
+        return self.ttft_s * math.exp(self.ttft_sigma**2 / 2)
+
+    def expected_e2e(self, tokens: int) -> float:
+        """The mean time of an answer of ``tokens`` tokens (log-normal means: E[1/X] = exp(σ²/2) / median)."""
+        stream = max(0, tokens - 1) / self.tps * math.exp(self.tps_sigma**2 / 2)
+        return self.mean_ttft() + stream
+
+    def behavior(self) -> dict[str, Any]:
+        return {
+            "ttft_s": self.ttft_s,
+            "ttft_jitter": self.ttft_sigma,
+            "tokens_per_s": self.tps,
+            "tps_jitter": self.tps_sigma,
+            "output_tokens": 4000,
+            "chunk_tokens": 2,
+            "status": 503 if self.error_rate > 0 else 200,
+            "error_rate": self.error_rate if self.error_rate > 0 else 1.0,
+        }
+
+
+def from_p95(
+    name: str, tps_p50: float, tps_p95_floor: float, ttft_p50: float, ttft_p95: float, price: float
+) -> Profile:
+    """A profile from published percentiles: sigma = ln(p50 / p5) / 1.645 (tokens/s), ln(p95 / p50) / 1.645 (TTFT)."""
+    return Profile(
+        name,
+        ttft_s=ttft_p50,
+        tps=tps_p50,
+        price=price,
+        ttft_sigma=math.log(ttft_p95 / ttft_p50) / Z95,
+        tps_sigma=math.log(tps_p50 / tps_p95_floor) / Z95,
+    )
+
+
+@dataclass(frozen=True)
+class Change:
+    """At ``at_s`` seconds into the run, provider ``name`` starts behaving as ``profile``."""
+
+    at_s: float
+    name: str
+    profile: Profile
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One request of the schedule: when it is sent and how long an answer it asks for."""
+
+    index: int
+    at_s: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    behaviour: str
+    """The routing behaviour the scenario exercises (the report's first column)."""
+    description: str
+    providers: tuple[Profile, ...]
+    lengths: tuple[tuple[int, float], ...]
+    """(max_tokens, weight): each request's answer length is drawn from these."""
+    duration_s: float
+    rate_per_s: float = 4.0
+    changes: tuple[Change, ...] = ()
+
+    def schedule(self, seed: int) -> list[Planned]:
+        """Poisson arrivals at ``rate_per_s`` over ``duration_s``; the same for every strategy of one seed."""
+        rng = random.Random(f"{self.name}:{seed}")
+        tokens = [t for t, _ in self.lengths]
+        weights = [w for _, w in self.lengths]
+        planned: list[Planned] = []
+        at = rng.expovariate(self.rate_per_s)
+        while at < self.duration_s:
+            planned.append(Planned(len(planned), at, rng.choices(tokens, weights)[0]))
+            at += rng.expovariate(self.rate_per_s)
+        return planned
+
+    def profiles_at(self, at_s: float) -> dict[str, Profile]:
+        """Every provider's behaviour at ``at_s`` seconds into the run."""
+        current = {p.name: p for p in self.providers}
+        for change in self.changes:
+            if change.at_s <= at_s:
+                current[change.name] = replace(change.profile, name=change.name)
+        return current
+
+
+def oracle_choice(tokens: int, profiles: Sequence[Profile]) -> str:
+    """The provider with the lowest expected time for this request (a failure costs a fallback to the best other)."""
+
+    def expected(p: Profile) -> float:
+        others = [q.expected_e2e(tokens) for q in profiles if q is not p and q.error_rate == 0]
+        fallback = min(others, default=p.expected_e2e(tokens))
+        return (1 - p.error_rate) * p.expected_e2e(tokens) + p.error_rate * fallback
+
+    return min(profiles, key=lambda p: (round(expected(p), 6), p.price)).name
+
+
+# Source A of provider-profiles.csv: one model, 600 requests per provider. TTFT p50 is not
+# published there; it is taken as p95 / 2.5. Prices: source B's medians where the provider appears.
+MODAL = from_p95("modal", 222.2, 84.7, 1.09 / 2.5, 1.09, 0.55)
+BASETEN = from_p95("baseten", 240.5, 61.6, 1.16 / 2.5, 1.16, 0.60)
+TELNYX = from_p95("telnyx", 184.3, 67.5, 1.34 / 2.5, 1.34, 0.50)
+TOGETHER = from_p95("together", 151.6, 34.0, 2.26 / 2.5, 2.26, 0.534)
+DEEPINFRA = from_p95("deepinfra", 69.4, 9.0, 6.41 / 2.5, 6.41, 0.37)
+NOVITA = from_p95("novita", 60.6, 29.6, 3.41 / 2.5, 3.41, 0.448)
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "stable",
+        "stable market",
+        "five providers of source A, nothing changes; answers of 64, 256 or 512 tokens",
+        (BASETEN, MODAL, TELNYX, TOGETHER, DEEPINFRA),
+        lengths=((64, 1), (256, 2), (512, 1)),
+        duration_s=90,
+    ),
+    Scenario(
+        "recovery",
+        "recovery",
+        "the slowest of three providers (novita-like: 1.4 s, 61 tok/s) becomes the fastest 40 s in",
+        (TELNYX, TOGETHER, NOVITA),
+        lengths=((256, 1),),
+        duration_s=90,
+        changes=(Change(40, "novita", replace(NOVITA, ttft_s=0.3, tps=300.0, ttft_sigma=0.3, tps_sigma=0.2)),),
+    ),
+    Scenario(
+        "mixed-lengths",
+        "mixed 8/800-token answers",
+        "answers of 8 or 800 tokens over a low-latency slow streamer (0.25 s, 40 tok/s) and a "
+        "high-latency fast one (1.2 s, 260 tok/s)",
+        (
+            Profile("snappy", ttft_s=0.25, tps=40.0, price=0.45),
+            Profile("bulk", ttft_s=1.2, tps=260.0, price=0.45),
+        ),
+        lengths=((8, 1), (800, 1)),
+        duration_s=90,
+    ),
+    Scenario(
+        "throughput-drop",
+        "throughput-only degradation",
+        "the best provider's tokens/s fall 5x 40 s in; its first token stays the same",
+        (BASETEN, TELNYX, TOGETHER),
+        lengths=((256, 1),),
+        duration_s=90,
+        changes=(Change(40, "baseten", replace(BASETEN, tps=BASETEN.tps / 5)),),
+    ),
+    Scenario(
+        "heavy-tail",
+        "heavy-tail first tokens",
+        "the best provider by mean (first token p50 0.25 s) has a heavy tail (sigma 1.0: p99 2.6 s); "
+        "the other is steady (0.6 s, sigma 0.2); short answers",
+        (
+            Profile("spiky", ttft_s=0.25, tps=200.0, price=0.5, ttft_sigma=1.0),
+            Profile("steady", ttft_s=0.6, tps=200.0, price=0.5, ttft_sigma=0.2),
+        ),
+        lengths=((32, 1),),
+        duration_s=75,
+    ),
+    Scenario(
+        "flaky",
+        "fast provider failing 30%",
+        "the fastest provider fails 30% of requests with an instant 503 (each failure costs a fallback)",
+        (
+            Profile("fast-flaky", ttft_s=0.3, tps=250.0, price=0.5, error_rate=0.3),
+            Profile("steady", ttft_s=0.6, tps=150.0, price=0.5),
+            Profile("slow", ttft_s=1.5, tps=60.0, price=0.5),
+        ),
+        lengths=((256, 1),),
+        duration_s=75,
+    ),
+    Scenario(
+        "equal-speed",
+        "equal speed, different prices",
+        "two providers with the same speed, one cheaper (source B: Parasail vs Together prices)",
+        (
+            Profile("together", ttft_s=0.45, tps=89.0, price=0.534),
+            Profile("parasail", ttft_s=0.45, tps=89.0, price=0.29),
+        ),
+        lengths=((128, 1),),
+        duration_s=60,
+    ),
+)

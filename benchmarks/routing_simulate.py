@@ -1,0 +1,275 @@
+"""The routing benchmark's scenarios in simulated time: the real router, no processes, seconds per run.
+
+A discrete-event simulation of ``benchmarks/routing_scenarios.py``: Poisson arrivals, each
+request planned by the real ``MeasuredRouter`` over a real in-memory stats store (both on the
+simulation's clock), attempts drawn from the scenario's profiles (log-normal first token and
+speed, failures as instant 503s), fallback, hedges and race probes as the relay runs them, and
+every attempt's sample delivered to the router when that attempt ends. No HTTP, no CPU noise:
+for iterating on routing decisions; ``benchmarks/routing.py`` is the measurement.
+
+Usage::
+
+    python -m benchmarks.routing_simulate                # every scenario, 3 seeds
+    python -m benchmarks.routing_simulate --only recovery --seeds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import heapq
+import itertools
+import json
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks.routing_scenarios import SCENARIOS, Profile, Scenario, oracle_choice
+from gateway.config import GatewayConfig, StatsConfig, parse_config
+from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
+from gateway.routing.plan import Candidate, RoutePlan
+from gateway.samples import Outcome, Sample
+from gateway.stats import InMemoryStatsStore
+
+WALL = 1_000_000.0
+FAIL_S = 0.005
+
+
+def _config(scenario: Scenario, policy: dict[str, Any] | None) -> GatewayConfig:
+    data: dict[str, Any] = {
+        "providers": [{"name": p.name, "base_url": f"http://127.0.0.1:9/{p.name}"} for p in scenario.providers],
+        "models": [
+            {
+                "name": "m",
+                **({"policy": "p"} if policy else {}),
+                "deployments": [
+                    {"provider": p.name, "model": p.name, "price_in": p.price, "price_out": p.price}
+                    for p in scenario.providers
+                ],
+            }
+        ],
+    }
+    if policy:
+        data["policies"] = {"p": policy}
+    return parse_config(data, source="sim.toml")
+
+
+@dataclass
+class Result:
+    times: list[float] = field(default_factory=list)
+    ttfts: list[float] = field(default_factory=list)
+    on_best: list[tuple[float, bool]] = field(default_factory=list)
+    failed: int = 0
+    attempts: int = 0
+
+
+class Simulation:
+    """One scenario, one seed, one strategy ("gateway" or "oracle")."""
+
+    def __init__(self, scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None) -> None:
+        self.scenario = scenario
+        self.seed = seed
+        self.strategy = strategy
+        self.rng = random.Random(f"{scenario.name}:{seed}:draws")
+        self.now = 0.0
+        self.events: list[tuple[float, int, Callable[[], None]]] = []
+        self.counter = itertools.count()
+        self.config = _config(scenario, policy)
+        self.store = InMemoryStatsStore(StatsConfig(), wall_clock=lambda: WALL + self.now)
+        self.router = MeasuredRouter(self.config, self.store, rng=random.Random(seed), clock=lambda: self.now)
+        self.result = Result()
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self.events, (when, next(self.counter), action))
+
+    def run(self) -> Result:
+        for planned in self.scenario.schedule(self.seed):
+            self.at(planned.at_s, functools.partial(self.arrive, planned.at_s, planned.tokens))
+        while self.events:
+            when, _, action = heapq.heappop(self.events)
+            self.now = when
+            action()
+        return self.result
+
+    def profile(self, name: str) -> Profile:
+        return self.scenario.profiles_at(self.now)[name]
+
+    def arrive(self, started: float, tokens: int) -> None:
+        profiles = list(self.scenario.profiles_at(self.now).values())
+        best = oracle_choice(tokens, profiles)
+        preferences = ProviderPreferences(order=(best,) if self.strategy == "oracle" else ())
+        request = RouteRequest(self.config.models[0], "chat", True, 20, tokens, preferences)
+        plan = self.router.plan(request)
+        _Request(self, plan, tokens, started, best).start()
+
+    def sample(
+        self, candidate: Candidate, outcome: Outcome, ttft: float | None, tps: float | None, **extra: Any
+    ) -> None:
+        sample = Sample(
+            model="m",
+            deployment=candidate.name,
+            provider=candidate.provider.name,
+            endpoint="chat",
+            stream=True,
+            outcome=outcome,
+            started_at=WALL + self.now,
+            ttft_s=ttft,
+            tokens_per_s=tps,
+            e2e_s=extra.get("e2e"),
+            output_tokens=extra.get("tokens"),
+            hedged=bool(extra.get("hedged")),
+            status=extra.get("status"),
+        )
+        self.store.record(sample)
+        self.router.attempt_finished(candidate, sample)
+
+
+class _Request:
+    """The relay's attempt loop for one streamed request, in simulated time."""
+
+    def __init__(self, sim: Simulation, plan: RoutePlan, tokens: int, started: float, best: str) -> None:
+        self.sim, self.plan, self.tokens, self.started, self.best = sim, plan, tokens, started, best
+        self.queue = list(plan.candidates)
+        self.attempts = 0
+        self.done = False
+
+    def start(self) -> None:
+        self.next_attempt(hedge_allowed=True)
+
+    def admit(self) -> Candidate | None:
+        while self.queue and self.attempts < self.plan.policy.max_attempts:
+            candidate = self.queue.pop(0)
+            if self.sim.router.attempt_started(candidate):
+                self.attempts += 1
+                return candidate
+        return None
+
+    def draw(self, candidate: Candidate) -> tuple[bool, float, float]:
+        p = self.sim.profile(candidate.name)
+        rng = self.sim.rng
+        fails = p.error_rate > 0 and rng.random() < p.error_rate
+        ttft = p.ttft_s * rng.lognormvariate(0, p.ttft_sigma)
+        tps = p.tps * rng.lognormvariate(0, p.tps_sigma)
+        return fails, ttft, tps
+
+    def next_attempt(self, hedge_allowed: bool) -> None:
+        sim = self.sim
+        primary = self.admit()
+        if primary is None:
+            self.fail()
+            return
+        fails, ttft, tps = self.draw(primary)
+        t0 = sim.now
+        if fails:
+            sim.at(t0 + FAIL_S, lambda: self._failed(primary, hedge_allowed))
+            return
+        after = primary.hedge_after_s
+        if hedge_allowed and after is not None and ttft > after:
+            sim.at(t0 + after, lambda: self._hedge(primary, t0, ttft, tps))
+            return
+        self._commit_at(primary, t0, ttft, tps, hedged=False)
+
+    def _failed(self, candidate: Candidate, hedge_allowed: bool) -> None:
+        self.sim.sample(candidate, "upstream_error", None, None, status=503, e2e=self.sim.now - self.started)
+        self.next_attempt(hedge_allowed)
+
+    def _hedge(self, primary: Candidate, t0: float, ttft: float, tps: float) -> None:
+        sim = self.sim
+        if not (self.queue and self.attempts < self.plan.policy.max_attempts and sim.router.try_hedge(self.plan)):
+            self._commit_at(primary, t0, ttft, tps, hedged=False)
+            return
+        hedge = self.admit()
+        if hedge is None:
+            self._commit_at(primary, t0, ttft, tps, hedged=False)
+            return
+        fails, h_ttft, h_tps = self.draw(hedge)
+        if fails:
+            sim.at(sim.now + FAIL_S, lambda: sim.sample(hedge, "upstream_error", None, None, hedged=True, status=503))
+            self._commit_at(primary, t0, ttft, tps, hedged=True)
+            return
+        primary_first = t0 + ttft
+        hedge_first = sim.now + h_ttft
+        if primary_first <= hedge_first:
+            sim.at(primary_first, lambda: sim.sample(hedge, "client_cancelled", None, None, hedged=True))
+            self._commit_at(primary, t0, ttft, tps, hedged=True)
+        else:
+            waited = hedge_first - t0
+            sim.at(hedge_first, lambda: sim.sample(primary, "client_cancelled", waited, None, hedged=True))
+            self._commit_at(hedge, sim.now, h_ttft, h_tps, hedged=True)
+
+    def _commit_at(self, candidate: Candidate, t0: float, ttft: float, tps: float, hedged: bool) -> None:
+        sim = self.sim
+        end = t0 + ttft + max(0, self.tokens - 1) / tps
+        first = t0 + ttft
+
+        def finish() -> None:
+            e2e = sim.now - self.started
+            sim.sample(
+                candidate, "ok", ttft, tps if self.tokens > 1 else None, e2e=e2e, tokens=self.tokens, hedged=hedged
+            )
+            sim.result.times.append(e2e)
+            sim.result.ttfts.append(first - self.started)
+            sim.result.on_best.append((self.started, candidate.name == self.best))
+            sim.result.attempts += self.attempts
+
+        sim.at(end, finish)
+
+    def fail(self) -> None:
+        self.sim.result.failed += 1
+
+
+def simulate(scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None = None) -> Result:
+    return Simulation(scenario, seed, strategy, policy).run()
+
+
+def _summary(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | None) -> str:
+    regrets, after, probes, fails, attempts, p99 = [], [], [], 0, [], []
+    for seed in seeds:
+        mine = simulate(scenario, seed, "gateway", policy)
+        oracle = simulate(scenario, seed, "oracle", policy)
+        regrets.append(statistics.fmean(mine.times) / statistics.fmean(oracle.times) - 1)
+        fails += mine.failed
+        attempts.append(mine.attempts / max(1, len(mine.times)))
+        p99.append(sorted(mine.ttfts)[int(0.99 * len(mine.ttfts))])
+        if scenario.changes:
+            at = scenario.changes[0].at_s + 15
+            later = [ok for started, ok in mine.on_best if started >= at]
+            after.append(sum(later) / max(1, len(later)))
+        probes.append(_probes(scenario, seed, policy))
+    text = (
+        f"{scenario.name:16} regret {statistics.fmean(regrets):+6.1%} (min {min(regrets):+.1%} max {max(regrets):+.1%})"
+        f"  explore {statistics.fmean(probes):5.1%}  attempts {statistics.fmean(attempts):.2f}  failed {fails}"
+        f"  ttft p99 {statistics.fmean(p99):.2f}"
+    )
+    if after:
+        text += f"  on best from +15 s {statistics.fmean(after):.0%} (min {min(after):.0%})"
+    return text
+
+
+def _probes(scenario: Scenario, seed: int, policy: dict[str, Any] | None) -> float:
+    sim = Simulation(scenario, seed, "gateway", policy)
+    sim.run()
+    ranking = sim.router.rank(sim.config.models[0])
+    if not hasattr(ranking, "probes"):  # older code: no count of its own
+        return float("nan")
+    return ranking.probes / max(1, ranking.requests)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--policy", help="policy keys as JSON, e.g. '{\"memory_half_life_s\": 10}'")
+    args = parser.parse_args(argv)
+    policy = json.loads(args.policy) if args.policy else None
+    for scenario in SCENARIOS:
+        if args.only and scenario.name not in args.only:
+            continue
+        print(_summary(scenario, range(1, args.seeds + 1), policy), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

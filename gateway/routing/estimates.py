@@ -1,0 +1,456 @@
+"""The router's own fast view of each deployment: its recent answers, weighted by recency.
+
+The stats window (``gateway.stats``) keeps exact percentiles over minutes, for the
+leaderboard; a market moves faster than that. Each replica's router also keeps, per
+deployment, what it hears in ``attempt_finished`` (no I/O, nothing shared), and estimates
+each metric with weights that halve
+
+- every ``half_life_s`` seconds between an answer and the newest one (a deployment sampled
+  rarely, e.g. by exploration, is judged by its latest probes), and
+- every ``COUNT_HALF_LIFE`` answers newer than it (a busy deployment's estimate follows its
+  last few dozen answers, however many arrive per second).
+
+The weighted sums are kept incrementally (O(1) per answer); the last ``MAX_ANSWERS`` answers
+are kept too, for quantiles and for starting over after a change.
+
+**Change detection.** Each new value is compared with the estimate it joins: a two-sided
+CUSUM on its log, in units of the answers' own spread (clipped at ``Z_CLIP``, drift
+``CUSUM_DRIFT``, alarm at ``CUSUM_ALARM``). About three answers in a row at twice the estimate
+(or a longer run of smaller shifts) raise the alarm; one slow outlier does not. On an alarm the
+answers before the run that raised it stop counting for that metric: a provider whose tokens/s
+fell fivefold is judged on its new speed after three answers, not once a long average moves.
+
+**Uncertainty.** Each estimate has a relative standard error (log units): the answers'
+spread over the square root of their effective number, where that evidence loses half its
+weight every ``half_life_s`` seconds after the newest answer. An estimate nobody refreshed
+grows uncertain; the exploration bonus (``gateway.routing.explore``) is spent on that.
+
+Values: TTFT and end-to-end in seconds, speed as seconds per token (time is linear in it, so
+its mean gives the expected stream time). Not thread-safe: one event loop owns it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+Metric = Literal["ttft_s", "seconds_per_token", "e2e_s"]
+METRICS: tuple[Metric, ...] = ("ttft_s", "seconds_per_token", "e2e_s")
+MAX_ANSWERS = 64
+COUNT_HALF_LIFE = 16.0
+"""Answers after which an older answer's weight has halved."""
+SPREAD_HALF_LIFE = 256.0
+"""Answers over which the long-run spread of each metric is kept (no decay with time, kept across changes)."""
+PRIOR_SIGMA = 0.35
+"""Spread of single answers (log units) assumed before a deployment has shown its own."""
+PRIOR_WEIGHT = 2.0
+"""Pseudo-answers of ``PRIOR_SIGMA`` blended into the observed spread."""
+MIN_SIGMA = 0.05
+MAX_UNCERTAINTY = 4.0
+DRIFT_SIGMA = PRIOR_SIGMA
+"""How far (log units) a deployment may have drifted one half-life after its newest answer."""
+Z_CLIP = 2.0
+CUSUM_DRIFT = 0.5
+CUSUM_ALARM = 4.0
+CUSUM_MIN_ANSWERS = 3.0
+"""Effective answers an estimate needs before the CUSUM judges a new one (below it, surprises are looked at)."""
+SURPRISE_Z = 2.5
+"""An answer this many spreads from its estimate is a surprise: worth a second look at once."""
+FOLLOW_UP_TRIES = 3
+"""Second looks asked for by a surprise (a race lost to the first token says little; another may be needed)."""
+STALE_WINDOW_SHARE = 0.05
+"""After a change, the shared window is blended in again once its answers from before are at most this share."""
+OVERDUE_RATIO = 1.5
+"""An attempt running this many times longer than predicted, without an answer yet, is overdue."""
+OVERDUE_SHARE = 0.5
+OVERDUE_MIN = 3
+OVERDUE_RECENT = 8
+"""The most recent attempts that should be over by now are the ones judged."""
+ATTEMPTS_KEPT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One finished attempt as the router heard it; None where it measured nothing."""
+
+    at: float
+    ttft_s: float | None = None
+    seconds_per_token: float | None = None
+    e2e_s: float | None = None
+    ok: bool | None = True
+    """True: a complete answer; False: the provider failed; None: it says nothing of the provider."""
+    failed_after_s: float | None = None
+    """For a failure: how long the attempt took to fail."""
+
+    def value(self, metric: Metric) -> float | None:
+        if metric == "ttft_s":
+            return self.ttft_s
+        if metric == "seconds_per_token":
+            return self.seconds_per_token
+        return self.e2e_s
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One metric of one deployment, from its recent answers. Usage::
+
+    estimate.mean                          # recency-weighted mean
+    estimate.uncertainty(now, 10.0)        # relative standard error of that mean, now
+    """
+
+    mean: float
+    sigma: float
+    """Spread of single answers, log units (shrunk towards ``PRIOR_SIGMA`` while they are few)."""
+    samples: float
+    """Effective number of answers behind it (Kish: (Σw)² / Σw²)."""
+    newest_at: float
+    """When its newest answer (or a confirmation of it) arrived."""
+    changed_at: float | None = None
+    """When a change was last detected (the answers before it stopped counting)."""
+    log_center: float = 0.0
+    """The weighted mean of the answers' logs: where a single answer is judged from (a skewed metric's mean is
+    above most of its answers)."""
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.newest_at)
+
+    def sampling(self, extra_samples: float = 0.0) -> float:
+        """Relative standard error of the mean (log units) that the answers' number and spread leave."""
+        return min(MAX_UNCERTAINTY, self.sigma / math.sqrt(self.samples + extra_samples))
+
+    def uncertainty(self, now: float, half_life_s: float, extra_samples: float = 0.0) -> float:
+        """The sampling error, and what the deployment may have drifted since its newest answer.
+
+        The drift is a random walk whose variance doubles every ``half_life_s``, from
+        ``DRIFT_SIGMA`` squared after one half-life: it does not depend on how many answers came
+        before (a provider measured a thousand times a minute ago may have changed as much as one
+        measured once), so every deployment's estimate goes stale at the same pace.
+        """
+        drift = DRIFT_SIGMA**2 * (2.0 ** (self.age(now) / half_life_s) - 1.0) if half_life_s > 0 else 0.0
+        return min(MAX_UNCERTAINTY, math.sqrt(self.sampling(extra_samples) ** 2 + min(drift, MAX_UNCERTAINTY**2)))
+
+
+@dataclass(slots=True)
+class _Sums:
+    """Recency-weighted sums of one metric's values, decayed as answers arrive."""
+
+    at: float = 0.0
+    """Time of the newest value: every weight is relative to it."""
+    weight: float = 0.0
+    squares: float = 0.0
+    values: float = 0.0
+    logs: float = 0.0
+    log_squares: float = 0.0
+
+    def add(self, at: float, value: float, half_life_s: float, count_half_life: float = COUNT_HALF_LIFE) -> None:
+        """Count ``value``; ``half_life_s`` 0: no decay with time (only with the answers that follow)."""
+        if self.weight > 0:
+            by_time = max(0.0, at - self.at) / half_life_s if half_life_s > 0 else 0.0
+            decay = 2.0 ** (-by_time - 1.0 / count_half_life)
+            self.weight *= decay
+            self.squares *= decay * decay
+            self.values *= decay
+            self.logs *= decay
+            self.log_squares *= decay
+        log = math.log(value)
+        self.at = max(self.at, at)
+        self.weight += 1.0
+        self.squares += 1.0
+        self.values += value
+        self.logs += log
+        self.log_squares += log * log
+
+    def estimate(self, confirmed_at: float | None, changed_at: float | None) -> Estimate:
+        samples = self.weight * self.weight / self.squares
+        log_mean = self.logs / self.weight
+        variance = max(0.0, self.log_squares / self.weight - log_mean * log_mean)
+        blended = (samples * variance + PRIOR_WEIGHT * PRIOR_SIGMA**2) / (samples + PRIOR_WEIGHT)
+        return Estimate(
+            mean=self.values / self.weight,
+            log_center=log_mean,
+            sigma=max(MIN_SIGMA, math.sqrt(blended)),
+            samples=samples,
+            newest_at=max(self.at, confirmed_at or self.at),
+            changed_at=changed_at,
+        )
+
+
+@dataclass(slots=True)
+class _Attempt:
+    started_at: float
+    predicted_s: float | None
+    ended_at: float | None = None
+
+
+@dataclass(slots=True)
+class _Cusum:
+    up: float = 0.0
+    down: float = 0.0
+    up_from: int = 0
+    down_from: int = 0
+
+
+@dataclass
+class DeploymentView:
+    """One deployment's recent answers on this replica and what they say. Usage::
+
+    view = DeploymentView(half_life_s=10.0)
+    view.add(Observation(at=now, ttft_s=0.4, seconds_per_token=0.01))
+    view.estimate("ttft_s").mean
+    """
+
+    half_life_s: float
+    window_s: float = 300.0
+    """The shared stats window's length: after a change, the window is stale this long."""
+    answers: deque[tuple[int, Observation]] = field(default_factory=lambda: deque(maxlen=MAX_ANSWERS))
+    seq: int = 0
+    answered: int = 0
+    """Complete answers heard (confirmations of a lost race excluded)."""
+    sums: dict[Metric, _Sums] = field(default_factory=dict)
+    spreads: dict[Metric, _Sums] = field(default_factory=dict)
+    """Each metric's values over many answers: its long-run spread, against which a surprise is judged."""
+    failures: _Sums = field(default_factory=_Sums)
+    """How long failed attempts took to fail."""
+    outcomes: _Sums = field(default_factory=_Sums)
+    """Successes (value 2) and failures (value 1): the weighted count of each gives the success rate."""
+    confirmed_at: dict[Metric, float] = field(default_factory=dict)
+    changed_at: dict[Metric, float] = field(default_factory=dict)
+    restart_seq: dict[Metric, int] = field(default_factory=dict)
+    """Per metric, the first answer that still counts (set by a detected change)."""
+    window_at_change: dict[Metric, int] = field(default_factory=dict)
+    """Per metric, how many answers the shared window held when the change was detected."""
+    cusums: dict[Metric, _Cusum] = field(default_factory=dict)
+    surprises: dict[Metric, tuple[float, float, float, int]] = field(default_factory=dict)
+    """Per metric, a surprising answer waiting for a second look: (log of the estimate it left, its spread,
+    direction, the answer's sequence number)."""
+    follow_ups: int = 0
+    """An answer surprised its estimate: the next requests that can (this many, at most) should measure it again."""
+    probed_at: float = -math.inf
+    """When exploration last chose it."""
+    _estimates: dict[Metric, Estimate | None] = field(default_factory=dict)
+    attempts: deque[_Attempt] = field(default_factory=lambda: deque(maxlen=ATTEMPTS_KEPT))
+    pending: dict[int, _Attempt] = field(default_factory=dict)
+    """Attempts in flight (by the caller's token), oldest first."""
+
+    def started(self, token: int, at: float, predicted_s: float | None) -> None:
+        """An attempt went out, predicted to take ``predicted_s``."""
+        attempt = _Attempt(at, predicted_s)
+        self.pending[token] = attempt
+        self.attempts.append(attempt)
+
+    def ended(self, token: int, at: float) -> float | None:
+        """The attempt is over; returns when it started (None if it was never started here)."""
+        attempt = self.pending.pop(token, None)
+        if attempt is None:
+            return None
+        attempt.ended_at = at
+        return attempt.started_at
+
+    def overdue(self, now: float) -> float:
+        """How much slower than predicted its attempts in flight show it to be (1: not overdue).
+
+        Answers arrive when they end, so a provider that just slowed down fivefold says nothing
+        for a whole slow answer. Its attempts still in flight say it sooner: of the recent
+        attempts that would be over by now had they taken ``OVERDUE_RATIO`` times their
+        prediction, a healthy provider has finished nearly all (a heavy tail keeps a few), a
+        degraded one almost none. When at least ``OVERDUE_MIN`` and ``OVERDUE_SHARE`` of them are
+        still running, the median of their elapsed-to-predicted ratios (a lower bound on how much
+        slower they are) multiplies its predicted time.
+        """
+        if len(self.pending) < OVERDUE_MIN:
+            return 1.0
+        oldest = next(iter(self.pending.values()))
+        if oldest.predicted_s is None or now - oldest.started_at < OVERDUE_RATIO * oldest.predicted_s:
+            return 1.0
+        due = running = 0
+        ratios = []
+        for attempt in reversed(self.attempts):
+            predicted = attempt.predicted_s
+            if predicted is None or predicted <= 0 or now - attempt.started_at < OVERDUE_RATIO * predicted:
+                continue
+            due += 1
+            if attempt.ended_at is None:
+                running += 1
+                ratios.append((now - attempt.started_at) / predicted)
+            if due >= OVERDUE_RECENT:
+                break
+        if running < OVERDUE_MIN or running < OVERDUE_SHARE * due:
+            return 1.0
+        ratios.sort()
+        return ratios[len(ratios) // 2]
+
+    @property
+    def newest_at(self) -> float | None:
+        return self.answers[-1][1].at if self.answers else None
+
+    def add(self, observation: Observation) -> None:
+        """Count one answer, after checking each of its values for a change (and for surprises)."""
+        self.seq += 1
+        self.answers.append((self.seq, observation))
+        for metric in METRICS:
+            value = observation.value(metric)
+            if value is None or value <= 0:
+                continue
+            sums = self.sums.setdefault(metric, _Sums())
+            since = self._detect(metric, value)
+            self.spreads.setdefault(metric, _Sums()).add(observation.at, value, 0.0, SPREAD_HALF_LIFE)
+            if since is not None:
+                self._restart(metric, since, observation.at)
+            else:
+                sums.add(observation.at, value, self.half_life_s)
+            self._estimates.pop(metric, None)
+        if observation.ok is not None:
+            self.outcomes.add(observation.at, 2.0 if observation.ok else 1.0, self.half_life_s)
+        if observation.failed_after_s is not None:
+            self.failures.add(observation.at, max(observation.failed_after_s, 1e-3), self.half_life_s)
+        if observation.ok:
+            self.answered += 1
+            if not self.surprises:
+                self.follow_ups = 0  # the second look came back unsurprising
+
+    def confirm(self, metric: Metric, at_least: float, now: float) -> None:
+        """A lower bound on ``metric`` (a race this deployment lost): news only if the estimate is lower.
+
+        Consistent with the estimate, it only refreshes the estimate's age (it still holds);
+        above it, it counts as an answer of that value (it is at least that slow).
+        """
+        estimate = self.estimate(metric)
+        if estimate is not None and at_least <= estimate.mean:
+            self.confirmed_at[metric] = now
+            self._estimates.pop(metric, None)
+            return
+        if metric == "ttft_s":
+            self.add(Observation(at=now, ttft_s=at_least, ok=None))
+        elif metric == "seconds_per_token":
+            self.add(Observation(at=now, seconds_per_token=at_least, ok=None))
+        else:
+            self.add(Observation(at=now, e2e_s=at_least, ok=None))
+
+    def _detect(self, metric: Metric, value: float) -> int | None:
+        """The first answer of a change this value completes, or None.
+
+        Two ways. An answer ``SURPRISE_Z`` spreads from the estimate is a surprise: a faster one
+        asks for a second look at once (``follow_ups``), and a second answer in a row as far from
+        the same estimate, the same way, is a change (a deployment sampled only by exploration can tell no
+        other way soon). An estimate resting on enough answers also runs the CUSUM, which catches
+        smaller shifts that persist (a busy deployment's answers come quickly).
+        """
+        estimate = self.estimate(metric)
+        if estimate is None:
+            return None
+        log = math.log(value)
+        since = self._surprise(metric, log, estimate, self._long_sigma(metric))
+        if since is not None or estimate.samples < CUSUM_MIN_ANSWERS:
+            self.cusums.pop(metric, None)
+            return since
+        cusum = self.cusums.setdefault(metric, _Cusum())
+        sigma = max(estimate.sigma, self._long_sigma(metric))
+        z = max(-Z_CLIP, min(Z_CLIP, (log - estimate.log_center) / sigma))
+        if cusum.up <= 0:
+            cusum.up_from = self.seq
+        if cusum.down <= 0:
+            cusum.down_from = self.seq
+        cusum.up = max(0.0, cusum.up + z - CUSUM_DRIFT)
+        cusum.down = max(0.0, cusum.down - z - CUSUM_DRIFT)
+        if cusum.up > CUSUM_ALARM or cusum.down > CUSUM_ALARM:
+            since = cusum.up_from if cusum.up > CUSUM_ALARM else cusum.down_from
+            self.cusums[metric] = _Cusum()
+            return since
+        return None
+
+    def _long_sigma(self, metric: Metric) -> float:
+        spread = self.spreads.get(metric)
+        return spread.estimate(None, None).sigma if spread is not None and spread.weight > 0 else PRIOR_SIGMA
+
+    def _surprise(self, metric: Metric, log: float, estimate: Estimate, long_sigma: float) -> int | None:
+        """Two surprising answers in a row, the same way: the first one's sequence number (a change).
+
+        Surprise is judged against the wider of the recent and the long-run spread, so that a
+        heavy tail's outliers (a first token ten times the median, now and then) surprise nobody.
+        """
+        previous = self.surprises.pop(metric, None)
+        if previous is not None:
+            reference, sigma, direction, since = previous
+            if (log - reference) * direction >= SURPRISE_Z * sigma:
+                self.follow_ups = 0
+                return since
+        sigma = max(estimate.sigma, PRIOR_SIGMA, long_sigma)
+        z = (log - estimate.log_center) / sigma
+        if abs(z) >= SURPRISE_Z:
+            self.surprises[metric] = (estimate.log_center, sigma, 1.0 if z > 0 else -1.0, self.seq)
+            if z < 0:
+                # Faster than thought (every metric here is a time): it may be the better one now. A
+                # slower surprise needs no second look from exploration: the deployment's traffic, if it
+                # has any, gives it, and if it has none, slower is no reason to send it any.
+                self.follow_ups = FOLLOW_UP_TRIES
+        return None
+
+    def _restart(self, metric: Metric, since: int, now: float) -> None:
+        """Forget ``metric``'s answers before ``since``: rebuild its sums from the run that showed the change."""
+        sums = self.sums[metric] = _Sums()
+        for seq, observation in self.answers:
+            value = observation.value(metric)
+            if seq >= since and value is not None and value > 0:
+                sums.add(observation.at, value, self.half_life_s)
+        self.changed_at[metric] = now
+        self.restart_seq[metric] = since
+        self.confirmed_at.pop(metric, None)
+
+    def estimate(self, metric: Metric) -> Estimate | None:
+        """The recency-weighted estimate of ``metric``; None before any answer measured it."""
+        if metric in self._estimates:
+            return self._estimates[metric]
+        sums = self.sums.get(metric)
+        result = None
+        if sums is not None and sums.weight > 0:
+            result = sums.estimate(self.confirmed_at.get(metric), self.changed_at.get(metric))
+        self._estimates[metric] = result
+        return result
+
+    def trusts_window(self, metric: Metric, now: float, window_count: int) -> bool:
+        """Whether the shared window can be blended in for ``metric``: no change detected within it, or
+        the answers from before the change are at most ``STALE_WINDOW_SHARE`` of it by now."""
+        changed = self.changed_at.get(metric)
+        if changed is None or now - changed >= self.window_s:
+            return True
+        before = self.window_at_change.get(metric)
+        return before is not None and before <= STALE_WINDOW_SHARE * window_count
+
+    def note_window(self, metric: Metric, window_count: int) -> None:
+        """How many answers the shared window held when a change of ``metric`` was detected."""
+        self.window_at_change[metric] = window_count
+
+    def quantile(self, metric: Metric, q: float) -> float | None:
+        """A recency-weighted quantile of ``metric`` over the kept answers that still count."""
+        since = self.restart_seq.get(metric, 0)
+        points = [(o.at, v) for s, o in self.answers if s >= since and (v := o.value(metric)) is not None and v > 0]
+        if not points:
+            return None
+        newest = points[-1][0]
+        weighted = sorted(
+            (v, 2.0 ** (-(newest - at) / self.half_life_s - rank / COUNT_HALF_LIFE))
+            for rank, (at, v) in enumerate(reversed(points))
+        )
+        total = sum(w for _, w in weighted)
+        seen = 0.0
+        for value, weight in weighted:
+            seen += weight
+            if seen >= q * total:
+                return value
+        return weighted[-1][0]
+
+    def failure_time(self) -> float | None:
+        """The recency-weighted mean time its failed attempts took (None: none failed here)."""
+        return self.failures.values / self.failures.weight if self.failures.weight > 0 else None
+
+    def recent_outcomes(self, now: float, half_life_s: float) -> tuple[float, float, float]:
+        """(weighted successes, weighted attempts, their effective number now) over the attempts that say
+        something of the provider; the effective number halves every ``half_life_s`` after the newest."""
+        sums = self.outcomes
+        if sums.weight <= 0:
+            return 0.0, 0.0, 0.0
+        # Values are 2 (success) and 1 (failure): the weighted successes are values - weight.
+        effective = sums.weight * sums.weight / sums.squares * 2.0 ** (-max(0.0, now - sums.at) / half_life_s)
+        return max(0.0, sums.values - sums.weight), sums.weight, effective

@@ -1,0 +1,245 @@
+"""Exploration: which request, if any, measures a deployment instead of following the score.
+
+A deployment's estimate is only as good as its newest answers. The score gives each deployment
+an exploration bonus (``Scored.bonus``: ``CONFIDENCE`` standard errors of its estimate, which
+grow as its answers age, ``gateway.routing.estimates``); one whose optimistic score
+(score - bonus) beats the leader's might be the better choice now, and is worth measuring.
+
+- **Cold start.** A deployment with nothing measured (no answer here, nothing in the shared
+  window) is probed at once (on a cheap request once another is measured), one attempt at a
+  time, whatever the budget holds: that costs one request per deployment. One whose stream
+  was never measured (its answers were one chunk each) is probed on the next request long
+  enough to measure it.
+- **Afterwards**, a token bucket per model (``ExploreBudget``: ``explore_share`` per request,
+  a burst of ``BURST``) bounds probes as a share of requests. A probe goes to the most
+  neglected deployment (probed longest ago) whose optimistic score is within
+  ``explore_margin`` of the leader's, that has nothing in flight, and only on a *cheap*
+  request: an answer no longer than the model's recent median and a prompt at most twice its
+  recent median. An answer that surprised its estimate gets a second look on the next
+  request that allows one (a *follow-up*, which may borrow from the budget).
+- **Racing.** On a stream (``explore_race``), the probe races the leader: the probe starts,
+  the leader joins it after a head start (half the leader's predicted first token), and the
+  first token wins, the other is cancelled. A probe that loses costs the client at most the
+  head start (its lower bound on the first token still refreshes its estimate); one that wins
+  was the faster. A race is not run where the probe would likely win on its first token and then
+  stream a long answer much slower (``RACE_SLACK``: the chance it wins times that cost; the
+  head start is dropped first), unless it was not probed for ``NEGLECTED_AFTER_S``: then up to
+  one leader's time of expected cost (where every answer is long, a slow streamer has no
+  cheaper race, and its recovery would never be seen).
+  Without racing (or for unstreamed requests) the probe is the request's first attempt.
+
+Requests with overrides never explore; ``explore_share = 0`` leaves only the cold start, and
+``min_samples = 0`` (or a ``fixed`` ranking) not even that.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gateway.policies import PolicyConfig
+from gateway.routing.predict import Prediction, RequestShape
+from gateway.routing.ranking import Ranked
+from gateway.routing.score import CONFIDENCE
+
+BURST = 2.0
+"""Probes the budget may hold in reserve: a probe and a quick second look at what it found."""
+RACE_SLACK = 0.25
+"""A race may cost at most this share of the leader's predicted time (the chance the probe wins on its first
+token, times what its slower stream would then cost)."""
+NEGLECTED_AFTER_S = 10.0
+"""A contender not probed for this long may be raced at an expected cost of up to one leader's time (not
+``RACE_SLACK`` of it): one that streams slowly is otherwise never raced where every answer is long."""
+RACE_HEAD_START = 0.5
+"""A race probe's head start over the leader, as a share of the leader's predicted first token."""
+STREAM_PROBE_TOKENS = 16
+"""A deployment whose tokens/s was never measured is probed for it on a request of at least this many tokens."""
+SIZES_KEPT = 64
+PROMPT_SLACK = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """The deployment a request measures, and how."""
+
+    row: Ranked
+    race: bool
+    """Start the leader beside it after ``head_start_s``; the first token wins."""
+    cold: bool
+    """Nothing of it was measured yet: probed whatever the budget holds (which then pays it back)."""
+    follow_up: bool = False
+    """A second look at a deployment whose last answer surprised its estimate (the budget may go into debt)."""
+    head_start_s: float = 0.0
+    """How long the probe runs alone before the leader joins it (races only)."""
+
+
+@dataclass
+class ExploreBudget:
+    """A token bucket per model: each request that may explore adds ``share`` tokens, each probe spends one."""
+
+    tokens: dict[str, float] = field(default_factory=dict)
+
+    def credit(self, model: str, share: float) -> None:
+        self.tokens[model] = min(BURST, self.tokens.get(model, 1.0) + share)
+
+    def available(self, model: str) -> bool:
+        return self.tokens.get(model, 1.0) >= 1.0
+
+    def may_borrow(self, model: str) -> bool:
+        """A follow-up may spend ahead, down to ``-BURST``: the debt is repaid before the next probe."""
+        return self.tokens.get(model, 1.0) > 1.0 - BURST
+
+    def take(self, model: str) -> None:
+        self.tokens[model] = self.tokens.get(model, 1.0) - 1.0
+
+
+@dataclass
+class RequestSizes:
+    """The recent requests' answer and prompt sizes of one model: what a cheap request is."""
+
+    recent: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=SIZES_KEPT))
+    _medians: tuple[float, float] | None = None
+
+    def add(self, output_tokens: int, prompt_tokens: int) -> None:
+        self.recent.append((output_tokens, prompt_tokens))
+        if len(self.recent) < 8 or len(self.recent) % 8 == 0:
+            self._medians = None
+
+    def medians(self) -> tuple[float, float]:
+        if self._medians is None:
+            outputs = sorted(o for o, _ in self.recent)
+            prompts = sorted(p for _, p in self.recent)
+            middle = (len(outputs) - 1) // 2  # the lower median: with 8 and 800 tokens half each, 8
+            self._medians = (float(outputs[middle]), float(prompts[middle])) if outputs else (math.inf, math.inf)
+        return self._medians
+
+    def cheap(self, shape: RequestShape) -> bool:
+        output, prompt = self.medians()
+        return shape.output_tokens <= output and shape.prompt_tokens <= PROMPT_SLACK * max(prompt, 1.0)
+
+
+@dataclass
+class ExploreCounts:
+    """Requests that could have explored, and those that did (per model), for the explanation endpoint."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    probes: dict[str, int] = field(default_factory=dict)
+    races: dict[str, int] = field(default_factory=dict)
+
+
+def choose_probe(
+    rows: Sequence[Ranked],
+    policy: PolicyConfig,
+    shape: RequestShape,
+    *,
+    budget: bool,
+    cheap: bool,
+    stream: bool,
+    rng: random.Random,
+    follow_ups: frozenset[str] = frozenset(),
+    may_borrow: bool = False,
+    probed_at: Mapping[str, float] | None = None,
+    now: float = 0.0,
+) -> Probe | None:
+    """The deployment this request should measure, if any (``rows``: the available ones, leader first).
+
+    ``budget``: a probe token is available; ``cheap``: the request is small enough to spend it on;
+    ``follow_ups``: deployments whose last answer surprised their estimate; ``may_borrow``: the
+    budget may go into debt for one of those; ``probed_at``: when each deployment was last probed
+    (of the contenders, the one probed longest ago goes first: a deployment that keeps losing its
+    races to the first token learns nothing of its stream, and must not starve the others).
+    """
+    if policy.ranking == "fixed" or policy.min_samples == 0 or not rows:
+        return None
+    leader = rows[0]
+    known_leader = _measured(leader)
+    race_allowed = stream and policy.explore_race and known_leader and len(rows) > 1
+    cold = [r for r in rows if _cold(r, shape, stream) and r.in_flight == 0 and not r.scored.violations]
+    if cold and (cheap or not known_leader or all(r.scored.prediction.answers for r in cold)):
+        # Never by racing: a deployment slower to its first token would lose every race and never
+        # be measured; its first answer is worth one request (a cheap one, once another is measured).
+        return Probe(min(cold, key=lambda r: rng.random()), race=False, cold=True)
+    if policy.explore_share <= 0:
+        return None
+    if follow_ups and may_borrow and known_leader:
+        for row in rows[1:]:
+            if row.deployment.name in follow_ups and row.in_flight == 0 and not row.scored.violations:
+                # A surprise asked for it: the race is run whatever its estimate says of its stream.
+                if race_allowed:
+                    return Probe(row, race=True, cold=False, follow_up=True, head_start_s=_head_start(leader))
+                if not stream and cheap:
+                    return Probe(row, race=False, cold=False, follow_up=True)
+    if not (budget and cheap and known_leader):
+        return None
+    best = leader.scored.ranked_by + policy.explore_margin
+    pool = [
+        r
+        for r in rows[1:]
+        if r.in_flight == 0 and not r.scored.violations and _measured(r) and r.scored.optimistic < best
+    ]
+    if not pool:
+        return None
+    last = probed_at or {}
+    pool.sort(key=lambda r: (last.get(r.deployment.name, -math.inf), r.scored.optimistic, rng.random()))
+    if not race_allowed:
+        return Probe(pool[0], race=False, cold=False)
+    for row in pool:
+        # Not probed for a while: worth a costlier race (a slow streamer on long answers has no cheap one).
+        neglected = now - last.get(row.deployment.name, -math.inf) >= NEGLECTED_AFTER_S
+        head_start = _affordable_head_start(row, leader, shape, 1.0 if neglected else RACE_SLACK)
+        if head_start is not None:
+            return Probe(row, race=True, cold=False, head_start_s=head_start)
+    return None  # a long answer that a slow streamer would likely win: wait for a cheaper request
+
+
+def _cold(row: Ranked, shape: RequestShape, stream: bool) -> bool:
+    """Nothing of its own measured; or its stream never was (one-chunk answers only), and this request,
+    a stream long enough, can measure it (a whole answer never can: its speed is not seen)."""
+    p = row.scored.prediction
+    if p.answers == 0 and p.source in ("model", "none"):
+        return True
+    return stream and p.stream_source in ("model", "none") and shape.output_tokens >= STREAM_PROBE_TOKENS
+
+
+def _measured(row: Ranked) -> bool:
+    return row.scored.prediction.source in ("recent", "window")
+
+
+def _head_start(leader: Ranked) -> float:
+    ttft = leader.scored.prediction.ttft_s
+    return RACE_HEAD_START * ttft if ttft is not None else 0.0
+
+
+def _affordable_head_start(row: Ranked, leader: Ranked, shape: RequestShape, slack: float) -> float | None:
+    """The head start to race ``row`` with, or None when no race is affordable on this request.
+
+    If the probe wins on its first token it streams the answer; where it streams slower than the
+    leader that costs ``extra`` seconds. The race is affordable when the chance that it wins,
+    times that cost, is at most ``slack`` of the leader's predicted time: with the usual head
+    start if that fits, else with none (a probe slower to its first token then rarely wins: a
+    deployment that used to be slow in both is still raced, and if it wins it has changed).
+    """
+    p, q = row.scored.prediction, leader.scored.prediction
+    head_start = _head_start(leader)
+    if p.seconds_per_token is None or q.seconds_per_token is None or q.time_s is None:
+        return head_start
+    # Optimistic by its answers' spread only, not by their age: a stale slow streamer is still a slow streamer
+    # for a long answer until it shows otherwise on a short one.
+    optimistic = p.seconds_per_token * math.exp(-CONFIDENCE * p.sampling.tokens_per_s)
+    extra = shape.output_tokens * max(0.0, optimistic - q.seconds_per_token)
+    for start in (head_start, 0.0):
+        if _win_chance(p, q, start) * extra <= slack * q.time_s:
+            return start
+    return None
+
+
+def _win_chance(probe: Prediction, leader: Prediction, head_start_s: float) -> float:
+    """P(the probe's first token comes before the leader's, started ``head_start_s`` later); log-normal first tokens."""
+    if probe.ttft_s is None or leader.ttft_s is None or probe.ttft_s <= 0 or leader.ttft_s + head_start_s <= 0:
+        return 1.0
+    spread = math.hypot(probe.ttft_spread, leader.ttft_spread)
+    z = math.log((leader.ttft_s + head_start_s) / probe.ttft_s) / max(spread, 1e-6)
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))

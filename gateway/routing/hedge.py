@@ -1,0 +1,105 @@
+"""When a stream's first token is late enough to start a second attempt beside it (a hedge).
+
+Three ways, by policy:
+
+- ``hedge_after_s``: a fixed delay;
+- ``hedge_quantile``: the deployment's own TTFT at that quantile, once it has ``min_samples``;
+- ``hedge_tail``: only where the first-token tail is heavy. From the deployment's window of
+  first tokens, the earliest threshold ``t`` (at or past the quantile ``1 - TAIL_SHARE ×
+  hedge_budget``, so that hedges fit in the budget) at which an answer still waiting is
+  expected to wait longer still than the next candidate takes to its first token:
+  E[TTFT - t | TTFT > t] ≥ the backup's predicted TTFT (plus its stream's extra time, if it
+  streams slower: the race is won on the first token, and the winner streams the answer). A
+  light tail never gets there (a late answer is nearly done), a heavy one does early: the
+  client's slow first tokens become ``t`` + the backup's.
+
+A race probe (``gateway.routing.explore``) is the primary, with the leader as its hedge after
+the probe's head start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.policies import PolicyConfig
+from gateway.stats import LogHistogram, StatsSnapshot
+from gateway.stats.sketch import value_of
+
+TAIL_MIN_SAMPLES = 20
+"""First tokens a deployment needs in the window before its tail is judged."""
+TAIL_SHARE = 0.8
+TAIL_QUANTILES = (0.95, 0.98, 0.99)
+TAIL_REFRESH_S = 1.0
+"""A deployment's tail threshold is recomputed at most this often (it walks the histogram)."""
+
+
+@dataclass
+class TailThresholds:
+    """Each deployment's tail threshold, reused for ``TAIL_REFRESH_S`` (per (model, deployment))."""
+
+    cached: dict[tuple[str, str], tuple[float, float | None]] = field(default_factory=dict)
+
+    def get(
+        self, key: tuple[str, str], histogram: LogHistogram, backup_ttft_s: float, budget: float, now: float
+    ) -> float | None:
+        entry = self.cached.get(key)
+        if entry is not None and now - entry[0] < TAIL_REFRESH_S:
+            return entry[1]
+        threshold = tail_threshold(histogram, backup_ttft_s, budget)
+        self.cached[key] = (now, threshold)
+        return threshold
+
+
+def hedge_after(
+    policy: PolicyConfig,
+    snapshot: StatsSnapshot,
+    model: str,
+    deployment: str,
+    backup_ttft_s: float | None,
+    tails: TailThresholds | None = None,
+    now: float = 0.0,
+) -> float | None:
+    """When to hedge a candidate (None: never).
+
+    ``backup_ttft_s``: what starting the next candidate would cost: its predicted first token (plus, where it
+    streams slower, the extra stream time).
+    """
+    if policy.hedge_after_s is not None:
+        return policy.hedge_after_s
+    summary = snapshot.get(model, deployment)
+    histogram = summary.histograms.get("ttft_s") if summary is not None else None
+    if policy.hedge_quantile is not None:
+        if histogram is None or histogram.count < max(1, policy.min_samples):
+            return None
+        value = histogram.quantile(policy.hedge_quantile)
+        return None if value is None else max(value, policy.hedge_min_after_s)
+    if not policy.hedge_tail or histogram is None or backup_ttft_s is None or policy.hedge_budget <= 0:
+        return None
+    if tails is None:
+        threshold = tail_threshold(histogram, backup_ttft_s, policy.hedge_budget)
+    else:
+        threshold = tails.get((model, deployment), histogram, backup_ttft_s, policy.hedge_budget, now)
+    return None if threshold is None else max(threshold, policy.hedge_min_after_s)
+
+
+def tail_threshold(histogram: LogHistogram, backup_ttft_s: float, budget: float) -> float | None:
+    """The earliest affordable threshold past which waiting on is expected to lose to starting the backup."""
+    if histogram.count < TAIL_MIN_SAMPLES:
+        return None
+    first = max(0.5, 1.0 - TAIL_SHARE * budget)
+    for q in (first, *(q for q in TAIL_QUANTILES if q > first)):
+        threshold = histogram.quantile(q)
+        if threshold is not None and mean_excess(histogram, threshold) >= backup_ttft_s:
+            return threshold
+    return None
+
+
+def mean_excess(histogram: LogHistogram, threshold: float) -> float:
+    """E[value - threshold | value > threshold] over the histogram (0 when nothing is above)."""
+    above = excess = 0.0
+    for bucket, n in histogram.counts.items():
+        value = value_of(bucket)
+        if value > threshold:
+            above += n
+            excess += (value - threshold) * n
+    return excess / above if above else 0.0

@@ -1,0 +1,316 @@
+"""What one request would cost on one deployment: time, money, and how sure the router is.
+
+``predict`` is a pure function of the deployment's recent answers on this replica (its
+``DeploymentView``, the fast view), the shared stats snapshot (the long view), the policy and
+the request's shape. For a request of ``n`` output tokens::
+
+    time  = TTFT + n × seconds_per_token        (means: the expected time; or the policy's quantiles)
+    money = (prompt_tokens × price_in + n × price_out) / 1e6
+
+Each metric comes from the first source that has it:
+
+1. ``recent``: the fast view (recency-weighted, with change detection; ``gateway.routing.estimates``);
+2. ``window``: the deployment's histograms in the shared window (every replica's samples of the
+   last ``stats.window_s``: how a replica that never tried a deployment knows it);
+3. ``model``: the model's pooled histograms (``prior``: an unmeasured deployment ranks as an
+   average one until measured).
+
+Each carries a relative uncertainty (log units) that shrinks as answers accumulate and grows
+as the newest of them ages (``STALE_HALF_LIFE_S``: the evidence halves); the time's combines
+the first token's and the stream's in proportion to their share of this request (an
+800-token answer's is mostly the stream's). ``sampling`` is the same without the growth with
+age: what few or scattered answers alone leave unknown.
+
+Extending the prediction: a term that changes this request's time or money (a warm prompt
+cache's shorter first token and cheaper input, the wait before retrying the same deployment)
+belongs in ``predict``, adjusting ``ttft_s``/``time_s``/``cost_usd`` and recording itself in a
+field of its own; the score (``gateway.routing.score``) reads only these fields.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from gateway.config import DeploymentConfig
+from gateway.policies import PolicyConfig
+from gateway.routing.estimates import MAX_UNCERTAINTY, MIN_SIGMA, PRIOR_SIGMA, PRIOR_WEIGHT, DeploymentView
+from gateway.routing.estimates import Metric as ViewMetric
+from gateway.samples import Endpoint
+from gateway.stats import DeploymentSummary, LogHistogram, StatsSnapshot
+
+OutputSource = Literal["request", "observed", "default"]
+Source = Literal["recent", "window", "model", "none"]
+"""Where a prediction's numbers come from: this replica's recent answers, the shared window, the model's average."""
+MIN_TIME_S = 1e-3
+SUCCESS_PRIOR = 2
+"""Pseudo-successes added to the success rate, so one early failure does not sink a deployment."""
+WINDOW_SAMPLES = 4.0
+"""The weight the shared window's estimate gets when it is all there is: its answers' age is unknown."""
+WINDOW_BLEND = 16.0
+"""The most answers' weight the shared window gets beside the recent ones (when no change was detected)."""
+STALE_HALF_LIFE_S = 5.0
+WindowMetric = Literal["ttft_s", "tokens_per_s", "e2e_s"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestShape:
+    """What the score needs of a request."""
+
+    endpoint: Endpoint
+    prompt_tokens: int
+    output_tokens: int
+    output_source: OutputSource
+
+
+@dataclass(frozen=True, slots=True)
+class Uncertainty:
+    """Relative standard errors (log units; 0.1 ≈ ±10%) of a prediction's time, first token and tokens/s."""
+
+    time: float = MAX_UNCERTAINTY
+    ttft: float = MAX_UNCERTAINTY
+    tokens_per_s: float = MAX_UNCERTAINTY
+
+
+UNKNOWN = Uncertainty()
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One deployment's predicted performance for one request; None where nothing is known."""
+
+    ttft_s: float | None
+    tokens_per_s: float | None
+    time_s: float | None
+    cost_usd: float
+    success_rate: float
+    """Smoothed: (ok + 2) / (attempts + 2), recency-weighted where the fast view has attempts."""
+    attempts: int
+    """Attempts in the stats window that say something of the provider."""
+    prior: bool
+    """Some of the prediction is the model's pooled value, not this deployment's own."""
+    drift: bool = False
+    """A change was detected in its recent answers: the prediction rests on the answers since."""
+    uncertainty: Uncertainty = UNKNOWN
+    """Now: what the answers' number and spread leave, grown with the age of the newest of them."""
+    sampling: Uncertainty = UNKNOWN
+    """What the answers' number and spread alone leave (as if the newest had just arrived)."""
+    samples: float = 0.0
+    """Effective number of answers behind ``time_s`` (recent ones weigh more)."""
+    age_s: float | None = None
+    """Age of the newest answer this replica heard from it (None: none yet)."""
+    source: Source = "none"
+    ttft_spread: float = PRIOR_SIGMA
+    """The spread of single first tokens (log units): how often it would beat another to one, in a race."""
+    stream_source: Source = "none"
+    """Where its tokens/s comes from (a deployment that only sent one-chunk answers has none of its own)."""
+    seconds_per_token: float | None = None
+    """1 / ``tokens_per_s``: the stream's cost per output token, which is what time adds up."""
+    success_samples: float = 0.0
+    """Effective attempts behind ``success_rate`` now (they lose weight as they age, like the time's)."""
+    answers: int = 0
+    """Complete answers this replica heard from it."""
+    overdue: float = 1.0
+    """Its attempts in flight are this many times slower than predicted (1: they are not): ``time_s`` includes it."""
+    failure_s: float | None = None
+    """How long its recent failures took before they failed (None: no failure seen here)."""
+    expected_s: float | None = None
+    """``time_s`` with its failures' cost: (1 - success) × (``failure_s`` + the best other's time) added
+    (set by ``score_all``, which knows the others; the score's time term uses it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Value:
+    value: float
+    uncertainty: float
+    sampling: float
+    samples: float
+    source: Source
+    changed: bool = False
+    spread: float = PRIOR_SIGMA
+
+
+def expected_output(
+    model: str, max_tokens: int | None, snapshot: StatsSnapshot, policy: PolicyConfig
+) -> tuple[int, OutputSource]:
+    """The answer length to predict with, and where it came from."""
+    if max_tokens is not None:
+        return max_tokens, "request"
+    observed = snapshot.model_quantile(model, "output_tokens", 0.5)
+    if observed is not None and observed >= 1:
+        return round(observed), "observed"
+    return policy.default_output_tokens, "default"
+
+
+def predict(
+    model: str,
+    deployment: DeploymentConfig,
+    shape: RequestShape,
+    snapshot: StatsSnapshot,
+    policy: PolicyConfig,
+    view: DeploymentView | None = None,
+    now: float = 0.0,
+) -> Prediction:
+    """One deployment's prediction for this request (``now`` on the clock ``view`` was fed with)."""
+    summary = snapshot.get(model, deployment.name)
+    ttft = _metric(view, summary, snapshot, model, "ttft_s", policy, now)
+    spt = _metric(view, summary, snapshot, model, "seconds_per_token", policy, now)
+    time_s = None
+    uncertainty = sampling = MAX_UNCERTAINTY
+    samples = 0.0
+    prior = False
+    source: Source = "none"
+    if shape.endpoint != "embeddings" and ttft is not None:
+        stream = shape.output_tokens * spt.value if spt is not None else 0.0
+        time_s = ttft.value + stream
+        # The first token's and the stream's errors add up (a provider that changes tends to change both).
+        uncertainty = (ttft.value * ttft.uncertainty + stream * (spt.uncertainty if spt else 0.0)) / time_s
+        sampling = (ttft.value * ttft.sampling + stream * (spt.sampling if spt else 0.0)) / time_s
+        samples = min(ttft.samples, spt.samples) if spt is not None else ttft.samples
+        prior = ttft.source == "model" or (spt is not None and spt.source == "model")
+        source = _weakest(ttft.source, spt.source if spt is not None else ttft.source)
+    if time_s is None:
+        # Non-streamed traffic and embeddings carry no first-token timings: end-to-end stands in.
+        e2e = _metric(view, summary, snapshot, model, "e2e_s", policy, now)
+        if e2e is not None:
+            time_s, samples, source = e2e.value, e2e.samples, e2e.source
+            uncertainty, sampling = e2e.uncertainty, e2e.sampling
+            prior = e2e.source == "model"
+    overdue = view.overdue(now) if view is not None else 1.0
+    if time_s is not None and overdue > 1.0:
+        time_s *= overdue
+    cost = deployment.cost_usd(shape.prompt_tokens, shape.output_tokens)
+    attempts = summary.attempts if summary else 0
+    newest = view.newest_at if view is not None else None
+    success_rate, success_samples = _success_rate(view, summary, now)
+    return Prediction(
+        ttft_s=ttft.value if ttft else None,
+        tokens_per_s=1.0 / spt.value if spt else None,
+        time_s=None if time_s is None else max(time_s, MIN_TIME_S),
+        cost_usd=cost,
+        success_rate=success_rate,
+        attempts=attempts,
+        prior=prior,
+        drift=bool((ttft and ttft.changed) or (spt and spt.changed)),
+        uncertainty=Uncertainty(
+            min(MAX_UNCERTAINTY, uncertainty),
+            ttft.uncertainty if ttft else MAX_UNCERTAINTY,
+            spt.uncertainty if spt else MAX_UNCERTAINTY,
+        ),
+        sampling=Uncertainty(
+            min(MAX_UNCERTAINTY, sampling),
+            ttft.sampling if ttft else MAX_UNCERTAINTY,
+            spt.sampling if spt else MAX_UNCERTAINTY,
+        ),
+        samples=samples,
+        age_s=None if newest is None else max(0.0, now - newest),
+        source=source,
+        seconds_per_token=spt.value if spt else None,
+        stream_source=spt.source if spt else "none",
+        ttft_spread=ttft.spread if ttft else PRIOR_SIGMA,
+        success_samples=success_samples,
+        answers=view.answered if view is not None else 0,
+        overdue=overdue,
+        failure_s=view.failure_time() if view is not None else None,
+        expected_s=None if time_s is None else max(time_s, MIN_TIME_S),
+    )
+
+
+_ORDER: dict[Source, int] = {"recent": 0, "window": 1, "model": 2, "none": 3}
+
+
+def _weakest(a: Source, b: Source) -> Source:
+    return a if _ORDER[a] >= _ORDER[b] else b
+
+
+def _metric(
+    view: DeploymentView | None,
+    summary: DeploymentSummary | None,
+    snapshot: StatsSnapshot,
+    model: str,
+    metric: ViewMetric,
+    policy: PolicyConfig,
+    now: float,
+) -> _Value | None:
+    """``metric`` (TTFT, seconds per token or end-to-end) from the fast view, else the window, else the model."""
+    quantile = policy.tps_quantile if metric == "seconds_per_token" else policy.ttft_quantile
+    window_metric: WindowMetric = "tokens_per_s" if metric == "seconds_per_token" else metric
+    histogram = summary.histograms.get(window_metric) if summary is not None else None
+    if view is not None:
+        estimate = view.estimate(metric)
+        if estimate is not None:
+            value = estimate.mean if policy.estimate == "mean" else view.quantile(metric, quantile)
+            value = value if value is not None else estimate.mean
+            extra = 0.0
+            if histogram is not None and histogram.count and view.trusts_window(metric, now, histogram.count):
+                # No change since the window began: its many answers make a noisy mean (a heavy
+                # tail's) precise, weighted as at most ``WINDOW_BLEND`` answers beside the recent ones.
+                long = _histogram_value(histogram, window_metric, policy)
+                if long is not None and long > 0:
+                    long = 1.0 / long if window_metric == "tokens_per_s" else long
+                    extra = min(float(histogram.count), WINDOW_BLEND)
+                    value = (estimate.samples * value + extra * long) / (estimate.samples + extra)
+            return _Value(
+                value,
+                estimate.uncertainty(now, STALE_HALF_LIFE_S, extra),
+                estimate.sampling(extra),
+                estimate.samples + extra,
+                "recent",
+                changed=estimate.changed_at is not None and now - estimate.changed_at <= view.window_s,
+                spread=estimate.sigma,
+            )
+    source: Source = "window"
+    if histogram is None or histogram.count == 0:
+        pooled = [
+            s.histograms[window_metric]
+            for (m, _), s in snapshot.summaries.items()
+            if m == model and window_metric in s.histograms
+        ]
+        histogram = LogHistogram.merged(pooled) if pooled else None
+        source = "model"
+    if histogram is None or histogram.count == 0:
+        return None
+    value = _histogram_value(histogram, window_metric, policy)
+    if value is None or value < 0 or (value == 0 and window_metric == "tokens_per_s"):
+        return None
+    if window_metric == "tokens_per_s":
+        value = 1.0 / value
+    if source == "model":
+        return _Value(value, MAX_UNCERTAINTY, MAX_UNCERTAINTY, 0.0, "model")
+    samples = min(float(histogram.count), WINDOW_SAMPLES)
+    spread = _spread(histogram, histogram.count)
+    uncertainty = spread / math.sqrt(samples)
+    return _Value(value, uncertainty, uncertainty, samples, "window", spread=spread)
+
+
+def _histogram_value(histogram: LogHistogram, metric: WindowMetric, policy: PolicyConfig) -> float | None:
+    if policy.estimate == "mean":
+        # Time is linear in seconds per token, so the expected stream time needs the harmonic mean of tokens/s.
+        return histogram.harmonic_mean() if metric == "tokens_per_s" else histogram.mean()
+    if metric == "tokens_per_s":
+        # Tokens/s is a floor: a "p95" policy predicts with the speed 95% of responses reached.
+        return histogram.quantile(1.0 - policy.tps_quantile)
+    return histogram.quantile(policy.ttft_quantile)
+
+
+def _spread(histogram: LogHistogram, count: int) -> float:
+    """The spread of single answers in log units (half the 16th–84th percentile range), shrunk to a prior."""
+    low, high = histogram.quantile(0.16), histogram.quantile(0.84)
+    observed = math.log(high / low) / 2 if low and high and low > 0 else PRIOR_SIGMA
+    blended = (count * observed**2 + PRIOR_WEIGHT * PRIOR_SIGMA**2) / (count + PRIOR_WEIGHT)
+    return max(MIN_SIGMA, math.sqrt(blended))
+
+
+def _success_rate(view: DeploymentView | None, summary: DeploymentSummary | None, now: float) -> tuple[float, float]:
+    """(success rate, effective attempts behind it now): the recent attempts' (recency-weighted), with the
+    window's as a prior of a few attempts, and ``SUCCESS_PRIOR`` pseudo-successes."""
+    attempts = summary.attempts if summary else 0
+    ok = summary.outcomes.get("ok", 0) if summary else 0
+    recent_ok, recent, effective = view.recent_outcomes(now, STALE_HALF_LIFE_S) if view else (0.0, 0.0, 0.0)
+    if recent <= 0:
+        return (ok + SUCCESS_PRIOR) / (attempts + SUCCESS_PRIOR), min(float(attempts), WINDOW_SAMPLES)
+    weight = min(float(attempts), WINDOW_SAMPLES)
+    window_ok = weight * ok / attempts if attempts else 0.0
+    rate = (recent_ok + window_ok + SUCCESS_PRIOR) / (recent + weight + SUCCESS_PRIOR)
+    return rate, effective

@@ -1,0 +1,122 @@
+"""The router's fast view of one deployment, fed by hand on a clock the test sets: weights, changes, uncertainty."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gateway.routing.estimates import DRIFT_SIGMA, FOLLOW_UP_TRIES, DeploymentView, Observation
+
+
+def answer(at: float, ttft: float = 0.5, tps: float = 100.0) -> Observation:
+    return Observation(at, ttft, 1 / tps, None)
+
+
+def fed(answers: list[Observation], half_life_s: float = 10.0) -> DeploymentView:
+    view = DeploymentView(half_life_s)
+    for observation in answers:
+        view.add(observation)
+    return view
+
+
+def test_newer_answers_weigh_more_by_time_and_by_count() -> None:
+    # Two answers a half-life apart: the older weighs half (and a little less for the one after it).
+    view = fed([answer(0.0, ttft=1.0), answer(10.0, ttft=2.0)])
+    estimate = view.estimate("ttft_s")
+    assert estimate is not None
+    older = 2 ** (-1 - 1 / 16)
+    assert estimate.mean == pytest.approx((older * 1.0 + 2.0) / (older + 1), rel=1e-9)
+    assert estimate.samples == pytest.approx((1 + older) ** 2 / (1 + older**2))
+    # A busy deployment: its estimate follows the last few dozen answers, not the first hundred.
+    busy = fed([answer(i * 0.01, ttft=1.0) for i in range(100)] + [answer(1 + i * 0.01, ttft=2.0) for i in range(40)])
+    assert busy.estimate("ttft_s").mean == pytest.approx(2.0, rel=0.2)  # type: ignore[union-attr]
+
+
+def test_slow_answers_in_a_row_are_a_change_one_is_not() -> None:
+    steady = [answer(i * 0.25, tps=100.0) for i in range(40)]
+    view = fed([*steady, answer(10.0, tps=20.0), answer(10.2, tps=100.0), answer(10.4, tps=100.0)])
+    assert "seconds_per_token" not in view.changed_at  # one outlier
+    # Five times slower, twice in a row: two surprises are a change.
+    view = fed([*steady, answer(10.0, tps=20.0), answer(10.2, tps=20.0)])
+    assert view.changed_at["seconds_per_token"] == 10.2
+    estimate = view.estimate("seconds_per_token")
+    assert estimate is not None and estimate.mean == pytest.approx(1 / 20)  # the forty fast ones stopped counting
+    assert "ttft_s" not in view.changed_at  # its first token did not change
+    # Twice slower (no surprise against a spread of 0.35): the CUSUM needs three in a row.
+    view = fed([*steady, answer(10.0, tps=50.0), answer(10.2, tps=50.0)])
+    assert "seconds_per_token" not in view.changed_at
+    view.add(answer(10.4, tps=50.0))
+    assert view.changed_at["seconds_per_token"] == 10.4
+    assert view.estimate("seconds_per_token").mean == pytest.approx(1 / 50)  # type: ignore[union-attr]
+
+
+def test_after_a_change_the_window_is_blended_in_again_once_it_holds_mostly_new_answers() -> None:
+    view = fed([answer(i, tps=100.0) for i in range(10)] + [answer(10.0, tps=20.0), answer(10.2, tps=20.0)])
+    assert view.trusts_window("ttft_s", 10.2, 12)  # no change there
+    view.note_window("seconds_per_token", 10)
+    assert not view.trusts_window("seconds_per_token", 20.0, 12)
+    assert view.trusts_window("seconds_per_token", 60.0, 200)  # ten old ones among 200
+    assert view.trusts_window("seconds_per_token", 10.2 + view.window_s, 12)  # they aged out
+
+
+def test_a_surprise_on_thin_evidence_asks_for_a_second_look_and_two_are_a_change() -> None:
+    # A deployment measured twice, long ago (an explored one): 1.5 s to its first token.
+    view = fed([answer(0.0, ttft=1.5, tps=40), answer(5.0, ttft=1.5, tps=40)])
+    view.add(answer(60.0, ttft=0.3, tps=300))  # it recovered?
+    assert view.follow_ups == FOLLOW_UP_TRIES and "ttft_s" not in view.changed_at
+    view.add(answer(62.0, ttft=0.25, tps=320))  # the second look agrees: a change
+    assert view.changed_at["ttft_s"] == 62.0 and view.follow_ups == 0
+    assert view.estimate("ttft_s").mean == pytest.approx(0.275, rel=0.05)  # type: ignore[union-attr]
+    # A second look that disagrees with the surprise: no change, and no more looks asked for.
+    view = fed([answer(0.0, ttft=1.5), answer(5.0, ttft=1.5), answer(60.0, ttft=0.3), answer(61.0, ttft=1.4)])
+    assert not view.changed_at and view.follow_ups == 0
+
+
+def test_a_heavy_tail_surprises_nobody_once_its_spread_is_known() -> None:
+    # First tokens log-normal with sigma 1 (p99 ~ 10x the median): deterministic quantiles of it.
+    z = [-1.5, -0.5, 0.0, 0.5, 1.0, -1.0, 0.3, -0.3, 1.5, -0.8, 0.8, 0.1, -0.1, 2.2, -2.0, 0.6]
+    view = fed([answer(i * 0.25, ttft=0.3 * math.exp(v)) for i, v in enumerate(z * 4)])
+    first = dict(view.changed_at)  # a thin start may take its first answers for a change: no matter
+    view.add(answer(20.0, ttft=0.3 * math.exp(2.4)))  # a 3.3 s first token, twice
+    view.add(answer(20.2, ttft=0.3 * math.exp(2.4)))
+    assert view.changed_at == first
+
+
+def test_uncertainty_grows_with_age_not_with_fewer_answers() -> None:
+    many = fed([answer(i * 0.1) for i in range(60)]).estimate("ttft_s")
+    few = fed([answer(5.9)]).estimate("ttft_s")
+    assert many is not None and few is not None
+    assert many.uncertainty(6.0, 5.0) < few.uncertainty(6.0, 5.0)
+    # After one half-life the drift adds DRIFT_SIGMA (in quadrature) whatever came before.
+    aged = many.uncertainty(5.9 + 5.0, 5.0)
+    assert aged == pytest.approx(math.hypot(many.sampling(), DRIFT_SIGMA), rel=1e-6)
+    assert many.uncertainty(5.9 + 20.0, 5.0) > 3 * DRIFT_SIGMA
+
+
+def test_a_lost_race_refreshes_an_estimate_it_agrees_with_and_corrects_one_it_does_not() -> None:
+    view = fed([answer(0.0, ttft=1.0), answer(1.0, ttft=1.0)])
+    view.confirm("ttft_s", 0.4, now=30.0)  # cancelled at 0.4 s without a token: consistent with 1 s
+    estimate = view.estimate("ttft_s")
+    assert estimate is not None and estimate.mean == 1.0 and estimate.newest_at == 30.0
+    view.confirm("ttft_s", 3.0, now=31.0)  # still waiting at 3 s: slower than thought
+    assert view.estimate("ttft_s").mean > 1.5  # type: ignore[union-attr]
+    assert view.answered == 2  # a bound is not an answer
+
+
+def test_attempts_in_flight_far_past_their_prediction_show_a_slowdown_before_any_answer() -> None:
+    view = DeploymentView(10.0)
+    for i in range(8):  # the last answers were on time
+        view.started(i, i * 0.25, 1.0)
+        view.ended(i, i * 0.25 + 1.0)
+    for i in range(8, 14):  # then six attempts that have not answered
+        view.started(i, 4.0 + (i - 8) * 0.25, 1.0)
+    assert view.overdue(5.0) == 1.0  # not overdue yet
+    assert view.overdue(8.0) == pytest.approx((8.0 - 4.75) / 1.0, rel=0.2)  # the median of the overdue
+    # A heavy tail keeps a few attempts late; most finish: not a slowdown.
+    tail = DeploymentView(10.0)
+    for i in range(16):
+        tail.started(i, i * 0.25, 1.0)
+        if i % 4:
+            tail.ended(i, i * 0.25 + 0.9)
+    assert tail.overdue(10.0) == 1.0
