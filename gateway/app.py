@@ -42,6 +42,7 @@ from gateway.limits import HeaderSizeLimit
 from gateway.meter import Clock
 from gateway.metrics import Metrics, check_single_process, deployment_providers
 from gateway.ratelimit import RateLimiter, open_rate_limiter
+from gateway.redis_client import RedisConnections
 from gateway.relay import Dispatcher
 from gateway.reload import Reloader
 from gateway.routing import CircuitState, MeasuredRouter, NullObserver, RouteReason, RoutingObserver
@@ -265,6 +266,8 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
     if config.server.log_bodies:
         logger.warning("server.log_bodies is on: prompts and answers are written to the access log")
     load_keys(config, options.environ)  # fail at start-up, not at the first request
+    # Redis credentials too; every part that shares state through Redis gets its client from here.
+    redis = RedisConnections(config.stats, options.environ, config.source)
     holder = RuntimeHolder()
 
     async def build(new_config: GatewayConfig, previous: GatewayRuntime) -> GatewayRuntime:
@@ -277,9 +280,9 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        stats = open_stats_store(config.stats)
+        stats = open_stats_store(config.stats, redis=redis)
         await stats.start()
-        access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats))
+        access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats, redis))
         try:
             holder.current = await build_runtime(config, options, keys, stats, access_state)
             loop = asyncio.get_running_loop()
@@ -297,6 +300,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
             # pending limit corrections and buffered stats are flushed last.
             await access_state.aclose()
             await stats.aclose()
+            await redis.aclose()
 
     proxies = {
         "/v1/chat/completions": api.ProxyEndpoint("chat", "/chat/completions"),

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from gateway import __version__
-from gateway.config import ConfigError, GatewayConfig, StatsConfig, load_config, resolve_secrets
+from gateway.config import ConfigError, GatewayConfig, RedisMode, StatsConfig, load_config, resolve_secrets
 from gateway.tables import format_table
 from gateway.tokens import TokenizerError, load_token_counter
 
@@ -121,6 +121,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         print()
         print(auth_summary(config, environ))
         resolve_secrets(config, environ)
+        if config.stats.backend == "redis":
+            from gateway.redis_client import resolve_redis_secrets
+
+            resolve_redis_secrets(config.stats, environ, config.source)
+            print(f"stats: redis at {config.stats.redis_target}")
         load_token_counter(config.stats.tokenizer)
     except (ConfigError, TokenizerError) as exc:
         print()
@@ -137,32 +142,38 @@ def cmd_stats(args: argparse.Namespace) -> int:
     import json
 
     import httpx
-    from redis.exceptions import RedisError
 
     from gateway.leaderboard import LeaderboardRow, leaderboard, leaderboard_json, render_csv, render_table
+    from gateway.redis_client import REDIS_ERRORS
     from gateway.stats import StoreHealth
-    from gateway.stats.redis_store import read_shared_snapshot, redacted_url
+    from gateway.stats.redis_store import read_shared_snapshot
 
     path = _config_path(args)
     try:
         config = load_config(path) if path else None
     except ConfigError as exc:
         return _fail(str(exc))
-    if args.redis:
+    if args.redis is not None:
         stats = config.stats if config else StatsConfig()
         stats = dataclasses.replace(
             stats,
-            redis_url=args.redis,
+            backend="redis",
             key_prefix=args.prefix or stats.key_prefix,
             window_s=args.window or stats.window_s,
             slice_s=args.slice or stats.slice_s,
         )
+        if args.redis:
+            # A URL names one server, or a cluster's seed node when the config says cluster.
+            mode: RedisMode = "cluster" if stats.redis_mode == "cluster" else "standalone"
+            stats = dataclasses.replace(stats, redis_url=args.redis, redis_mode=mode)
         if stats.window_s % stats.slice_s:
             return _fail(f"--window ({stats.window_s}) must be a multiple of --slice ({stats.slice_s})")
         try:
             snapshot = asyncio.run(read_shared_snapshot(stats))
-        except (RedisError, OSError) as exc:
-            return _fail(f"cannot read stats from {redacted_url(args.redis)}: {exc}")
+        except ConfigError as exc:
+            return _fail(str(exc))
+        except REDIS_ERRORS as exc:
+            return _fail(f"cannot read stats from {stats.redis_target}: {exc}")
         rows = leaderboard(snapshot, config.models if config else ())
         document = leaderboard_json(
             rows, window_s=stats.window_s, taken_at=snapshot.taken_at, backend="redis", health=StoreHealth()
@@ -288,7 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("-c", "--config", help="a config: the gateway's address, or the Redis key layout and prices")
     source = stats.add_mutually_exclusive_group()
     source.add_argument("--url", help="a running gateway (default: the config's server, else http://127.0.0.1:8080)")
-    source.add_argument("--redis", metavar="URL", help="read the shared stats straight from this Redis")
+    source.add_argument(
+        "--redis",
+        metavar="URL",
+        nargs="?",
+        const="",
+        help="read the shared stats straight from Redis: this URL, or with no URL the config's Redis "
+        "(standalone, cluster or sentinel)",
+    )
     stats.add_argument("--prefix", help="with --redis: the stats key prefix (default: the config's, else gateway)")
     stats.add_argument("--window", type=int, help="with --redis: window in seconds (default: the config's, else 300)")
     stats.add_argument(

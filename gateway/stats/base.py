@@ -5,11 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.config import StatsConfig
 from gateway.samples import Sample
 from gateway.stats.snapshot import StatsSnapshot
+
+if TYPE_CHECKING:
+    from gateway.redis_client import RedisConnections
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +49,14 @@ class StatsStore(Protocol):
     async def aclose(self) -> None: ...
 
 
-def open_stats_store(config: StatsConfig, wall_clock: Callable[[], float] = time.time) -> StatsStore:
-    """The store the config asks for. Cheap: connections are made in ``start``."""
+def open_stats_store(
+    config: StatsConfig, wall_clock: Callable[[], float] = time.time, redis: RedisConnections | None = None
+) -> StatsStore:
+    """The store the config asks for. Cheap: connections are made in ``start``, with ``redis``'s
+    background client when given (else the store opens and closes its own)."""
     from gateway.stats.memory import InMemoryStatsStore
     from gateway.stats.redis_store import RedisStatsStore
 
     if config.backend == "redis":
-        return RedisStatsStore(config, wall_clock)
+        return RedisStatsStore(config, wall_clock, redis)
     return InMemoryStatsStore(config, wall_clock)
