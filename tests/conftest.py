@@ -14,6 +14,8 @@ from gateway.config import GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior, FakeProvider
 from gateway.metrics import Metrics
 from gateway.samples import SampleLog
+from tests.redis_server import RedisServerMissing
+from tests.redis_topologies import SentinelGroup, TestCluster
 from tests.servers import ServerThread, stop_all
 
 SHARED_TIKTOKEN = Path(__file__).resolve().parents[2] / "shared" / "tiktoken"
@@ -120,3 +122,31 @@ def start_gateway(test_servers: list[ServerThread]) -> Callable[..., Gateway]:
         return Gateway(server, samples, options.metrics)
 
     return start
+
+
+SENTINEL_PASSWORD = "s3nt1nel-pw"
+"""The session Sentinel group's password (master, replica and sentinels), given through the environment."""
+SENTINEL_ENVIRON = {"REDIS_PASSWORD": SENTINEL_PASSWORD, "SENTINEL_PASSWORD": SENTINEL_PASSWORD}
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    """One Redis Cluster (3 masters, 3 replicas) for the session; tests keep apart by key prefix and
+    must leave its topology as they found it (the failover tests start clusters of their own)."""
+    try:
+        cluster = TestCluster(tmp_path_factory.mktemp("cluster")).start()
+    except RedisServerMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
+    """A master, a replica and three sentinels, all requiring ``SENTINEL_PASSWORD``, for the session."""
+    try:
+        group = SentinelGroup(tmp_path_factory.mktemp("sentinel"), password=SENTINEL_PASSWORD).start()
+    except RedisServerMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield group
+    group.stop()
