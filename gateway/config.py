@@ -119,6 +119,11 @@ class StatsConfig:
     """Immediate retries of a request-path Redis call (rate limits) after a connection error or timeout,
     on a fresh connection (a cluster re-reads its topology first). The stats store never retries blindly:
     what it could not write it keeps, and writes again after a back-off."""
+    redis_wait_replicas: int = 0
+    """Stats writes count as done only once this many of the master's connected replicas (all it has,
+    if fewer) confirm them (``WAIT``), so that a failover promoting one cannot lose them; until then
+    they are sent again (Redis applies each once). 0: the master's reply suffices, and a master that
+    dies before its replica caught up takes the last writes with it."""
     redis_backoff_min_s: float = 0.25
     redis_backoff_max_s: float = 5.0
     """After a failed call, Redis is left alone for a jittered, doubling pause between these bounds."""
@@ -431,6 +436,7 @@ def _parse_stats(table: _Table) -> StatsConfig:
             "redis_request_max_connections", default.redis_request_max_connections, minimum=1
         ),
         redis_retries=table.integer("redis_retries", default.redis_retries, minimum=0),
+        redis_wait_replicas=table.integer("redis_wait_replicas", default.redis_wait_replicas, minimum=0),
         redis_backoff_min_s=table.number("redis_backoff_min_s", default.redis_backoff_min_s, positive=True),
         redis_backoff_max_s=table.number("redis_backoff_max_s", default.redis_backoff_max_s, positive=True),
     )

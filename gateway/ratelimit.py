@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gateway.config import StatsConfig
-from gateway.redis_client import REDIS_ERRORS, Backoff, RedisClient, RedisConnections, RequestSlots
+from gateway.redis_client import (
+    REDIS_ERRORS,
+    Backoff,
+    RedisClient,
+    RedisConnections,
+    RequestSlots,
+    after_failure,
+    describe_error,
+)
 
 logger = logging.getLogger("gateway.ratelimit")
 
@@ -252,10 +260,10 @@ class RedisRateLimiter:
 
     def _failed(self, exc: BaseException) -> None:
         if self._reason is None:
-            self._reason = f"rate limiter: Redis unreachable ({_describe(exc)}); limits enforced per replica"
+            self._reason = f"rate limiter: Redis unreachable ({describe_error(exc)}); limits enforced per replica"
             logger.warning(
                 "rate limits: Redis unreachable (%s); each replica enforces the limits on its own until it returns",
-                _describe(exc),
+                describe_error(exc),
             )
         self.backoff.failed()
 
@@ -307,6 +315,7 @@ class RedisRateLimiter:
         except _FAILURES as exc:
             self._failed(exc)
             await self.fallback.adjust(key_id, window, tokens)
+            await after_failure(self.client)
             return
         self._succeeded()
 
@@ -316,13 +325,6 @@ class RedisRateLimiter:
     async def aclose(self) -> None:
         if self._owned is not None:
             await self._owned.aclose()
-
-
-def _describe(exc: BaseException) -> str:
-    """A short description of a Redis failure; redis-py's messages name host and port, never a password."""
-    if isinstance(exc, TimeoutError) and not str(exc):
-        return "timed out"
-    return (str(exc) or type(exc).__name__)[:200]
 
 
 def open_rate_limiter(stats: StatsConfig, redis: RedisConnections | None = None) -> RateLimiter:

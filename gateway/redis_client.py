@@ -214,6 +214,23 @@ def open_redis(config: StatsConfig, secrets: RedisSecrets, role: RedisRole) -> R
     return Redis.from_pool(pool)
 
 
+async def after_failure(client: RedisClient) -> None:
+    """Call after a pipeline failed with one of ``REDIS_ERRORS``: a cluster client then re-reads the
+    topology before its next call. (It does so by itself after a failed single command, but a pipeline
+    that met a dead node, with no retries left, leaves it aiming at that node for good.)"""
+    if isinstance(client, RedisCluster):
+        await client.aclose()
+
+
+def describe_error(exc: BaseException) -> str:
+    """A Redis failure in one short line, for logs and health reasons. redis-py's messages name hosts
+    and ports, never a password; a Sentinel's lists every sentinel client's repr, cut off here."""
+    text = str(exc).split(" : <redis.", 1)[0] or type(exc).__name__
+    if isinstance(exc, TimeoutError) and not str(exc):
+        text = "timed out"
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
 class RedisConnections:
     """The Redis clients of one process, one per role, each opened on first use; ``aclose`` closes all.
 
@@ -312,6 +329,8 @@ __all__ = [
     "RedisRole",
     "RedisSecrets",
     "RequestSlots",
+    "after_failure",
+    "describe_error",
     "open_redis",
     "resolve_redis_secrets",
 ]

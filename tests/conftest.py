@@ -15,7 +15,7 @@ from gateway.fakes import FakeBehavior, FakeProvider
 from gateway.metrics import Metrics
 from gateway.samples import SampleLog
 from tests.redis_server import RedisServerMissing
-from tests.redis_topologies import SentinelGroup, TestCluster
+from tests.redis_topologies import LoopbackCluster, SentinelGroup
 from tests.servers import ServerThread, stop_all
 
 SHARED_TIKTOKEN = Path(__file__).resolve().parents[2] / "shared" / "tiktoken"
@@ -130,11 +130,11 @@ SENTINEL_ENVIRON = {"REDIS_PASSWORD": SENTINEL_PASSWORD, "SENTINEL_PASSWORD": SE
 
 
 @pytest.fixture(scope="session")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackCluster]:
     """One Redis Cluster (3 masters, 3 replicas) for the session; tests keep apart by key prefix and
     must leave its topology as they found it (the failover tests start clusters of their own)."""
     try:
-        cluster = TestCluster(tmp_path_factory.mktemp("cluster")).start()
+        cluster = LoopbackCluster(tmp_path_factory.mktemp("cluster")).start()
     except RedisServerMissing as exc:
         pytest.fail(str(exc), pytrace=False)
     yield cluster

@@ -70,7 +70,7 @@ class ClusterNode:
             return role
 
 
-class TestCluster:
+class LoopbackCluster:
     """``masters`` masters with ``replicas`` replicas each, created with ``redis-cli --cluster create``.
 
     ``url`` is a seed node (``redis://127.0.0.1:<port>``). ``kill_master_of(key)`` kills the master
@@ -111,7 +111,7 @@ class TestCluster:
         ]
         self.url = f"redis://127.0.0.1:{self.nodes[0].port}"
 
-    def start(self) -> TestCluster:
+    def start(self) -> LoopbackCluster:
         for node in self.nodes:
             node.server.start()
         command = [_redis_cli(), "--cluster", "create", *(n.address for n in self.nodes)]
@@ -139,7 +139,7 @@ class TestCluster:
                 info = str(node.call("CLUSTER", "INFO"))
                 if "cluster_state:ok" not in info:
                     return False
-                views.add(tuple(sorted((s[0], s[1], s[2][1]) for s in self._slots(node))))
+                views.add(tuple(sorted((str(s[0]), str(s[1]), str(s[2])) for s in self._slots(node))))
             return len(views) == 1
 
         wait_until(healthy, "the cluster to be healthy", timeout)

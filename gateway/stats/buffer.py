@@ -75,6 +75,9 @@ class WriteBuffer:
                     self.cells += cell_count(target) - before
         self.samples += other.samples
 
+    def pairs(self) -> set[Pair]:
+        return {pair for summaries in self.slices.values() for pair in summaries}
+
     def take(self, pairs: Collection[Pair]) -> WriteBuffer:
         """Move every slice's counts of ``pairs`` out of this buffer, into the one returned."""
         taken = WriteBuffer()

@@ -7,8 +7,8 @@ are serialised in that task, which is what makes the view exact:
 
     view = shared window as last read          (everything written before that read began)
          + ``unseen``   written since that read began
-         + ``inflight`` being written now
-         + ``buffer``   not written yet
+         + ``pending``  sealed into a write that Redis may not have yet (being sent, or to resend)
+         + ``buffer``   not sealed yet
 
 Each of this replica's samples is in exactly one of the four, so it counts at once and never
 twice. If Redis is unreachable, the last read ages out slice by slice while the replica's own
@@ -16,8 +16,10 @@ samples keep counting; the buffer is held (bounded by ``buffer_limit`` cells) an
 Redis answers again, after a jittered exponential back-off.
 
 Redis may be one server, a Redis Cluster or a Sentinel-managed master (``gateway.redis_client``).
-Writes go one script per (model, deployment) (``gateway.stats.redis_writes``): when a cluster
-master fails, or a slot moves, only the pairs whose node did not answer go back to the buffer.
+A flush seals each pair's buffered counts into a numbered write, ``pending`` until Redis has it
+(``gateway.stats.redis_writes``): a write whose reply was lost is sent again and applied once, and
+when a cluster master fails or a slot moves, only the pairs of the node that did not answer wait.
+``buffer_limit`` bounds the buffer and the pending writes together.
 """
 
 from __future__ import annotations
@@ -27,19 +29,27 @@ import dataclasses
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from redis.exceptions import RedisError
 
 from gateway.config import StatsConfig
-from gateway.redis_client import REDIS_ERRORS, Backoff, RedisClient, RedisConnections
+from gateway.redis_client import (
+    REDIS_ERRORS,
+    Backoff,
+    RedisClient,
+    RedisConnections,
+    after_failure,
+    describe_error,
+)
 from gateway.samples import Sample
 from gateway.stats.base import StoreHealth
 from gateway.stats.buffer import WriteBuffer
 from gateway.stats.redis_layout import Pair
 from gateway.stats.redis_reader import SharedWindowReader, late_after_s
-from gateway.stats.redis_writes import IndexDebt, write_batch
+from gateway.stats.redis_writes import IndexDebt, PendingWrites, write_pending
 from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
 from gateway.stats.window import slice_index
 
@@ -88,7 +98,9 @@ class RedisStatsStore:
         self.wall_clock = wall_clock
         self.reader = SharedWindowReader(config, wall_clock)
         self.buffer = WriteBuffer()
-        self.inflight: WriteBuffer | None = None
+        self.pending = PendingWrites()
+        self.writer = uuid.uuid4().hex[:16]
+        """This store's name in each pair's writers hash: its writes' numbers are counted per writer."""
         self.unseen = WriteBuffer()
         self.view: dict[Pair, DeploymentSummary] = {}
         self.dropped = 0
@@ -111,7 +123,7 @@ class RedisStatsStore:
     def record(self, sample: Sample) -> None:
         self.recorded += 1
         index = slice_index(self.wall_clock(), self.config.slice_s)
-        room = self.config.buffer_limit - (self.inflight.cells if self.inflight else 0)
+        room = self.config.buffer_limit - self.pending.cells
         if not self.buffer.add(index, sample, room):
             self.dropped += 1
             return
@@ -127,12 +139,11 @@ class RedisStatsStore:
         return StatsSnapshot(self.view, taken_at=self.wall_clock())
 
     def health(self) -> StoreHealth:
-        inflight = self.inflight.samples if self.inflight else 0
         return StoreHealth(
             degraded=self._degraded_reason is not None,
             reason=self._degraded_reason,
             dropped_samples=self.dropped,
-            buffered_samples=self.buffer.samples + inflight,
+            buffered_samples=self.buffer.samples + self.pending.samples,
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -163,10 +174,14 @@ class RedisStatsStore:
         if self._task is not None:
             await self._task
             self._task = None
-        if self.client is not None and self.buffer and self._degraded_reason is None:
+        # A pair's new samples wait for its pending write: a few flushes may be needed to write all.
+        for _ in range(3):
+            if self.client is None or not (self.buffer or self.pending) or self._degraded_reason is not None:
+                break
             await self._exchange(refresh=False)
-        if self.buffer:
-            logger.warning("stats: %d samples not written to Redis at shutdown", self.buffer.samples)
+        left = self.buffer.samples + self.pending.samples
+        if left:
+            logger.warning("stats: %d samples not written to Redis at shutdown", left)
         if self.redis is not None and self._owns_redis:
             await self.redis.aclose()
 
@@ -220,6 +235,8 @@ class RedisStatsStore:
         except REDIS_ERRORS as exc:
             self._failed(exc)
             self._rebuild_view()
+            assert self.client is not None
+            await after_failure(self.client)
             return False
         if refresh:
             self._rebuild_view()
@@ -228,32 +245,25 @@ class RedisStatsStore:
 
     async def _flush(self) -> None:
         assert self.client is not None
+        oldest = self.reader.settled.oldest_kept()
         batch, self.buffer = self.buffer, WriteBuffer()
-        self.dropped += batch.expire(self.reader.settled.oldest_kept())
-        if not batch and not self.debt:
-            return
+        self.dropped += batch.expire(oldest) + self.pending.expire(oldest)
         config = self.config
         now = self.wall_clock()
         late_before = (now - late_after_s(config)) / config.slice_s - 1
-        late = any(index <= late_before for index in batch.slices)
-        self.inflight = batch
-        try:
-            outcome = await write_batch(self.client, config, batch, self.debt, now, late)
-        except BaseException:
-            # Not written (or not known to be): it goes back in front of what arrived meanwhile.
-            batch.absorb(self.buffer)
-            self.buffer = batch
-            raise
-        finally:
-            self.inflight = None
-        unwritten = batch.take(outcome.not_run)
-        self.unseen.absorb(batch)
-        if unwritten:
-            unwritten.absorb(self.buffer)
-            self.buffer = unwritten
+        self.debt.epoch = self.debt.epoch or any(index <= late_before for index in batch.slices)
+        self.buffer = self.pending.seal(batch)  # nothing can arrive meanwhile: no await in between
+        if not self.pending and not self.debt:
+            return
+        sent = dict(self.pending.writes)
+        outcome = await write_pending(self.client, config, self.writer, self.pending, self.debt, now)
+        for pair in outcome.done:
+            counts = self.pending.done(pair, sent[pair])
+            if counts is not None:
+                self.unseen.absorb(counts)
         self.flushes += 1
         if outcome.refused:
-            # Retrying would add the accepted increments twice; count those pairs as written.
+            # Retrying could not help (and would add what did go in twice): those writes count as done.
             raise _RejectedWrites(f"{len(outcome.refused)} writes rejected: {outcome.refused[0]}")
         if outcome.error is not None:
             raise outcome.error
@@ -261,18 +271,17 @@ class RedisStatsStore:
     def _rebuild_view(self) -> None:
         view = self.reader.window()
         oldest = self.reader.settled.oldest_kept()
-        self.dropped += self.buffer.expire(oldest)
+        self.dropped += self.buffer.expire(oldest) + self.pending.expire(oldest)
         self.unseen.expire(oldest)
-        for part in (self.unseen, self.inflight, self.buffer):
-            if part is not None:
-                part.merge_into(view, oldest)
+        for part in (self.unseen, self.pending, self.buffer):
+            part.merge_into(view, oldest)
         self.view = view
 
     # -- health and back-off ---------------------------------------------------------------------
 
     def _failed(self, exc: BaseException) -> None:
         self.backoff.failed()
-        reason = f"redis at {self.config.redis_target}: {type(exc).__name__}: {exc}"
+        reason = f"redis at {self.config.redis_target}: {type(exc).__name__}: {describe_error(exc)}"
         if self.backoff.failures == 1:
             logger.warning("stats: %s; serving local samples, retrying with back-off", reason)
         self._degraded_reason = reason
