@@ -18,7 +18,8 @@ from gateway.app import AppOptions, create_app
 from gateway.config import StatsConfig, parse_config
 from gateway.fakes.provider import FakeState
 from gateway.ratelimit import WINDOW_S, Counts, InMemoryRateLimiter, RateLimiter, RedisRateLimiter, decide
-from tests.conftest import Fakes, FakeServer
+from gateway.redis_client import RedisConnections
+from tests.conftest import SENTINEL_ENVIRON, Fakes, FakeServer
 from tests.gateways import GatewayServers, RunningGateway
 from tests.redis_server import RedisServer
 
@@ -57,22 +58,46 @@ def test_sliding_window_decisions() -> None:
     assert decide(Counts(previous_tokens=100, current_tokens=50), 40, 0, 150, start + 30)[0] is None
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster", "sentinel"])
 def limiter_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[Clock], RateLimiter]]:
-    """The same test body runs on both backends."""
+    """The same test body runs on every backend: memory, and Redis as one server, a cluster or a Sentinel group."""
     if request.param == "memory":
         yield InMemoryRateLimiter
         return
-    server = RedisServer(tmp_path).start()
+    server: RedisServer | None = None
+    prefix = f"t-{request.param}"
+    if request.param == "cluster":
+        config = StatsConfig(
+            backend="redis",
+            redis_mode="cluster",
+            redis_url=request.getfixturevalue("redis_cluster").url,
+            key_prefix=prefix,
+        )
+    elif request.param == "sentinel":
+        group = request.getfixturevalue("sentinel_group")
+        config = StatsConfig(
+            backend="redis",
+            redis_mode="sentinel",
+            redis_sentinels=tuple(group.addresses),
+            redis_sentinel_service=group.service,
+            redis_password_env="REDIS_PASSWORD",
+            redis_sentinel_password_env="SENTINEL_PASSWORD",
+            key_prefix=prefix,
+        )
+    else:
+        server = RedisServer(tmp_path).start()
+        config = StatsConfig(backend="redis", redis_url=server.url, key_prefix=prefix)
 
     def make(clock: Clock) -> RateLimiter:
-        limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=server.url, key_prefix="t"))
+        connections = RedisConnections(config, SENTINEL_ENVIRON)
+        limiter = RedisRateLimiter(connections.requests(), config, owned=connections)
         limiter.wall_clock = clock
         limiter.fallback.wall_clock = clock
         return limiter
 
     yield make
-    server.stop()
+    if server is not None:
+        server.stop()
 
 
 def test_limits_on_both_backends(limiter_factory: Callable[[Clock], RateLimiter]) -> None:
