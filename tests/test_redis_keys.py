@@ -215,9 +215,9 @@ def test_every_key_family_and_multi_key_operation_is_slot_safe(
     # Keys used together share their tag's slot: every slice and the writers hash of one pair, every
     # minute of one client key.
     groups: dict[tuple[str, str], set[int]] = {}
-    for family, keys in seen.items():
+    for family, family_keys in seen.items():
         if family in TOGETHER:
-            for key in keys:
+            for key in family_keys:
                 tag = key[key.index("{") + 1 : key.index("}")]
                 groups.setdefault((TOGETHER[family], tag), set()).add(slot(key))
     assert groups and all(len(slots) == 1 for slots in groups.values()), groups
