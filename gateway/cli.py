@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Literal
 
 from gateway import __version__
 from gateway.config import ConfigError, GatewayConfig, RedisMode, StatsConfig, load_config, resolve_secrets
@@ -35,23 +36,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.accesslog import configure_access_log
     from gateway.app import AppOptions, create_app
     from gateway.auth import exposure_notice, load_keys
+    from gateway.metrics import WORKER_ENV
     from gateway.server import run, uvicorn_config
+    from gateway.supervisor import MULTIPROC_ENV, WorkerSpec, resolve_workers, serve_workers
 
     path = _config_path(args)
     if path is None:
         return _fail("no config given: use -c FILE (or set GATEWAY_CONFIG), or try `gateway demo`")
-    if args.workers != 1:
-        return _fail(
-            f"--workers {args.workers}: the gateway runs one process per replica (its router state, in-memory "
-            "stats and metrics are per process); run more replicas, one per core, sharing one Redis"
-        )
     host = args.host
     try:
         config = load_config(path)
         host = host or config.server.host
+        workers = resolve_workers(args.workers if args.workers is not None else config.server.workers)
         ring, admin = load_keys(config, os.environ)
         level, notice = exposure_notice(host, ring, admin, config.auth)
-        app = create_app(config, AppOptions(config_path=path, reload_on_sighup=True))
+        # Several workers: each builds its own app; this one only checks that they will be able to.
+        environ = {k: v for k, v in os.environ.items() if k not in (MULTIPROC_ENV, WORKER_ENV)} if workers > 1 else None
+        options = AppOptions(config_path=path, reload_on_sighup=True)
+        app = create_app(config, options if environ is None else AppOptions(environ=environ))
         # Loaded here so that a bad tokenizer is one clear line, not a traceback from the lifespan;
         # the lifespan then finds it in the per-process cache.
         load_token_counter(config.stats.tokenizer)
@@ -61,7 +63,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     configure_access_log()
     logging.getLogger("gateway.auth").log(level, notice)
+    if workers > 1:
+        try:
+            return serve_workers(WorkerSpec(path, host, port, args.log_level, workers), config, os.environ)
+        except OSError as exc:
+            return _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     return run(uvicorn.Server(uvicorn_config(app, config, host, port, args.log_level)))
+
+
+def _workers(value: str) -> int | Literal["auto"]:
+    """``--workers``: a count of at least 1, or ``auto``."""
+    if value == "auto":
+        return "auto"
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f'expected a number of workers >= 1 or "auto", got "{value}"')
+    return int(value)
 
 
 def routing_table(config: GatewayConfig, environ: dict[str, str]) -> str:
@@ -287,7 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("-c", "--config", help=f"the TOML config (default: ${DEFAULT_CONFIG_ENV})")
     serve.add_argument("--host", help="override server.host")
     serve.add_argument("--port", type=int, help="override server.port")
-    serve.add_argument("--workers", type=int, default=1, help="must be 1: scale out with replicas instead")
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        metavar="N",
+        help='worker processes on the port, each a full replica; "auto": one per core (default: server.workers)',
+    )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=cmd_serve)
 
