@@ -28,8 +28,9 @@ demo: install
 serve: install
 	$(BIN)/gateway serve -c config.example.toml
 
+# The whole suite, with the coverage floor of pyproject.toml; PYTEST_ARGS adds pytest options.
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --cov --cov-report=term $(PYTEST_ARGS)
 
 check: install
 	$(BIN)/ruff format --check gateway tests benchmarks deploy

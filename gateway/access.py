@@ -15,7 +15,7 @@ for this request, and ``release`` books the difference. The tally reaches the si
 context variable set in the request's task: samples are recorded in that task or in tasks it
 spawns, which inherit it, so no layer in between has to pass it along.
 
-Admin endpoints call ``require_admin(request)``.
+Admin endpoints call ``gateway.runtime.require_admin(request)``.
 """
 
 from __future__ import annotations
@@ -25,21 +25,15 @@ import contextvars
 import logging
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gateway.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_loopback, load_keys, presented_key
-from gateway.config import AuthConfig, GatewayConfig, LimitsConfig
+from gateway.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_loopback, presented_key
+from gateway.config import AuthConfig, LimitsConfig
 from gateway.errors import AuthenticationFailed, NoCapacity, PermissionDenied, RateLimited
 from gateway.limits import InFlight, check_shape
 from gateway.ratelimit import RateLimiter, retry_after_header
 from gateway.samples import Endpoint, Sample
 
-if TYPE_CHECKING:
-    from starlette.requests import Request
-
-    from gateway.app import GatewayRuntime
-
-Scope = Mapping[str, Any]
 logger = logging.getLogger("gateway.access")
 
 
@@ -148,13 +142,7 @@ class AccessControl:
         self.state = state
         self.anonymous = ClientKey.anonymous(KeyLimits.defaults(limits))
 
-    @classmethod
-    def from_config(cls, config: GatewayConfig, environ: Mapping[str, str], state: AccessState) -> AccessControl:
-        """Read keys from the environment and the keys file. Raises ``ConfigError``."""
-        ring, admin = load_keys(config, environ)
-        return cls(ring, admin, config.auth, config.limits, state)
-
-    def authenticate(self, scope: Scope) -> ClientKey:
+    def authenticate(self, scope: Mapping[str, Any]) -> ClientKey:
         if not self.ring.enabled:
             if self.auth.allow_unauthenticated or _from_loopback(scope):
                 return self.anonymous
@@ -167,7 +155,7 @@ class AccessControl:
             raise AuthenticationFailed("invalid API key")
         return key
 
-    def require_admin(self, scope: Scope) -> None:
+    def require_admin(self, scope: Mapping[str, Any]) -> None:
         """Raise unless the request carries the admin key (or, with no keys at all, comes from loopback)."""
         presented = presented_key(scope["headers"])
         if self.admin.configured:
@@ -242,20 +230,6 @@ class AccessControl:
         return [reason] if reason else []
 
 
-def _from_loopback(scope: Scope) -> bool:
+def _from_loopback(scope: Mapping[str, Any]) -> bool:
     client = scope.get("client")
     return client is not None and is_loopback(client[0])
-
-
-def require_admin(request: Request) -> None:
-    """Guard for admin endpoints (reload, routes, anything revealing configuration).
-
-    Call first thing in a Starlette endpoint; it raises a ``GatewayError`` (401/403) that the
-    app renders OpenAI-shaped::
-
-        async def reload(request: Request) -> Response:
-            require_admin(request)
-            ...
-    """
-    runtime: GatewayRuntime = request.scope["app"].state.runtime.current
-    runtime.access.require_admin(request.scope)

@@ -22,10 +22,10 @@ from typing import IO, Any
 
 import msgspec
 
-from gateway.meter import Clock
 from gateway.metrics import Metrics
 from gateway.relay import AttemptLog, ProxyRequest
 from gateway.samples import Endpoint, Sample
+from gateway.types import Clock
 
 ACCESS_LOGGER = "gateway.access"
 

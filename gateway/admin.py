@@ -14,11 +14,12 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.access import require_admin
-from gateway.api import error_response, runtime_of
+from gateway.api import error_response
 from gateway.config import ConfigError
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound
+from gateway.reload import reloader_of
 from gateway.routing.explain import ranking_json
+from gateway.runtime import require_admin, runtime_of
 from gateway.samples import Endpoint
 from gateway.tokens import TokenizerError
 
@@ -67,7 +68,7 @@ async def routes(request: Request) -> Response:
 
 async def reload_config(request: Request) -> Response:
     require_admin(request)
-    reloader = request.app.state.runtime.reloader
+    reloader = reloader_of(request.scope)
     try:
         new = await reloader.reload()
     except (ConfigError, TokenizerError) as exc:

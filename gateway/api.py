@@ -13,12 +13,13 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
+from gateway.access import Ticket
 from gateway.accesslog import AccessRecord
 from gateway.errors import (
     GatewayError,
@@ -30,20 +31,12 @@ from gateway.errors import (
 )
 from gateway.leaderboard import leaderboard, leaderboard_json
 from gateway.limits import has_unpaired_surrogate, header_bytes
+from gateway.metrics import Metrics
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.routing import RouteRequest, parse_preferences, split_model_suffix
+from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
 from gateway.upstream import forwardable_headers
-
-if TYPE_CHECKING:
-    from gateway.access import Ticket
-    from gateway.app import GatewayRuntime
-    from gateway.metrics import Metrics
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 logger = logging.getLogger("gateway")
 
@@ -53,11 +46,6 @@ _INPUT_FIELDS: dict[Endpoint, tuple[str, tuple[type, ...], str]] = {
     "completions": ("prompt", (str, list), "a string or an array"),
     "embeddings": ("input", (str, list), "a string or an array"),
 }
-
-
-def runtime_of(scope: Scope) -> GatewayRuntime:
-    runtime: GatewayRuntime = scope["app"].state.runtime.current
-    return runtime
 
 
 def error_response(error: GatewayError, request_id: str | None = None) -> Response:
@@ -79,7 +67,7 @@ async def send_error(send: Send, error: GatewayError, request_id: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+async def read_request_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it is known to exceed ``limit``."""
     for name, value in scope["headers"]:
         if name == b"content-length":
@@ -174,7 +162,7 @@ class ProxyEndpoint:
         runtime = runtime_of(scope)
         # Read once, held to the end: a reload swaps in a new runtime, and this one closes its
         # upstream pools only when its last request has left.
-        runtime.enter()
+        runtime.requests.enter()
         # The dispatcher's clock, so that end-to-end and the attempt times share one time base.
         clock = runtime.dispatcher.clock
         record = AccessRecord(uuid.uuid4().hex, self.endpoint, clock(), clock)
@@ -186,7 +174,7 @@ class ProxyEndpoint:
             finally:
                 # Whatever the log line does, the runtime must learn that this request left:
                 # a reloaded runtime closes its pools only once its last request has.
-                runtime.leave()
+                runtime.requests.leave()
 
     async def _serve(
         self, scope: Scope, receive: Receive, send: Send, runtime: GatewayRuntime, record: AccessRecord
@@ -261,7 +249,7 @@ class ProxyEndpoint:
         if size > limit:
             raise HeadersTooLarge(f"request headers of {size} bytes exceed the limit of {limit} bytes")
         key = runtime.access.authenticate(scope)
-        raw = await read_body(scope, receive, runtime.config.server.max_body_bytes)
+        raw = await read_request_body(scope, receive, runtime.config.server.max_body_bytes)
         body = parse_json_body(raw)
         requested, stream, max_tokens = _check_types(body, self.endpoint)
         names = {m.name for m in runtime.config.models}

@@ -4,9 +4,9 @@
 missing key fails at start-up with a clear message). The lifespan does the I/O: it loads the
 tokenizer, opens the upstream connection pools, and closes them on shutdown.
 
-The runtime built from a config (``GatewayRuntime``) sits in a ``RuntimeHolder``; a request
-reads ``holder.current`` once and keeps that runtime to the end, so swapping in a new config
-(``gateway.reload``: ``POST /v1/gateway/reload`` or SIGHUP) never disturbs a request in flight.
+This module is the composition root: only the CLI, the demo and tests import it. The runtime
+built from a config (``gateway.runtime.GatewayRuntime``) sits in a ``RuntimeHolder`` that the
+endpoints reach through ``gateway.runtime.runtime_of``; a reload (``gateway.reload``) swaps it.
 """
 
 from __future__ import annotations
@@ -28,90 +28,31 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ExceptionHandler, Lifespan
+from starlette.types import ExceptionHandler, Lifespan, Receive, Scope, Send
 
 from gateway import admin, api
 from gateway.access import USAGE_TAP, AccessControl, AccessState
 from gateway.accesslog import AccessLog
-from gateway.auth import load_keys
+from gateway.auth import AdminKey, KeyRing, load_keys
 from gateway.config import GatewayConfig, resolve_secrets
 from gateway.dashboard import dashboard
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
-from gateway.leaderboard import InFlightCounts, no_in_flight
+from gateway.events import EventFanout, GatewayEvents
 from gateway.limits import HeaderSizeLimit
-from gateway.meter import Clock
-from gateway.metrics import Metrics, check_single_process, deployment_providers
+from gateway.metrics import Metrics, check_single_process
 from gateway.ratelimit import RateLimiter, open_rate_limiter
 from gateway.redis_client import RedisConnections
-from gateway.relay import Dispatcher
+from gateway.relay import AttemptRunner, Dispatcher
 from gateway.reload import Reloader
-from gateway.routing import CircuitState, MeasuredRouter, NullObserver, RouteReason, RoutingObserver
+from gateway.routing import MeasuredRouter
+from gateway.runtime import GatewayRuntime, RuntimeHolder
 from gateway.samples import SampleFanout, SampleSink
 from gateway.stats import StatsStore, open_stats_store
-from gateway.tokens import TokenCounter, load_token_counter
+from gateway.tokens import load_token_counter
+from gateway.types import Clock
 from gateway.upstream import UpstreamPool
 
 logger = logging.getLogger("gateway")
-
-
-@dataclass
-class GatewayRuntime:
-    """Everything built from one config. Immutable once serving; replaced whole on reload."""
-
-    config: GatewayConfig
-    router: MeasuredRouter
-    dispatcher: Dispatcher
-    upstreams: UpstreamPool
-    counter: TokenCounter
-    stats: StatsStore
-    """Lives as long as the process: a reloaded config keeps the same store (``[stats]`` needs a restart)."""
-    access: AccessControl
-    """Client keys and limits of this config, over counters that live as long as the process."""
-    access_log: AccessLog = field(default_factory=lambda: AccessLog(Metrics(process_metrics=False)))
-    in_flight: InFlightCounts = no_in_flight
-    """Requests in flight per (model, deployment), for the leaderboard; the router provides it."""
-    active: int = 0
-    """Requests being served on this runtime (``enter``/``leave``): a runtime replaced by a reload
-    closes its upstream pools only once its last request is done."""
-    _idle: asyncio.Event | None = None
-
-    def enter(self) -> None:
-        self.active += 1
-
-    def leave(self) -> None:
-        self.active -= 1
-        if self.active == 0 and self._idle is not None:
-            self._idle.set()
-
-    async def drained(self) -> None:
-        """Return once no request is being served on this runtime."""
-        while self.active > 0:
-            self._idle = asyncio.Event()
-            await self._idle.wait()
-
-    def degraded_reasons(self) -> list[str]:
-        health = self.stats.health()
-        reasons = [health.reason or "stats backend degraded"] if health.degraded else []
-        return reasons + self.access.degraded_reasons()
-
-    def observe_gauges(self, metrics: Metrics) -> None:
-        """Set the gauges read at scrape time from this runtime's state (called by ``GET /metrics``)."""
-        for provider in self.config.providers:
-            metrics.set_provider_capacity(provider.name, provider.max_concurrency)
-        health = self.stats.health()
-        metrics.set_stats_backend(self.config.stats.backend, not health.degraded)
-        metrics.observe_dropped_total(health.dropped_samples)
-        metrics.observe_snapshot(self.stats.snapshot(), deployment_providers(self.config))
-
-    async def aclose(self) -> None:
-        await self.upstreams.aclose()
-
-
-class RuntimeHolder:
-    """Holds the runtime currently serving; ``current`` is swapped atomically on reload."""
-
-    current: GatewayRuntime
-    reloader: Reloader
 
 
 @dataclass(frozen=True)
@@ -132,76 +73,54 @@ class AppOptions:
     """Used instead of the one ``[stats] backend`` implies; the app closes it on shutdown."""
     rng: random.Random | None = None
     """The router's randomness (exploration, tie-breaks); seed it for reproducible routing."""
-    observer: RoutingObserver | None = None
-    """Hears routing events (decisions, fallbacks, hedges, circuits), beside the metrics."""
+    events: GatewayEvents | None = None
+    """Hears every routing event (``gateway.events``: decisions, fallbacks, hedges, breaks, circuits),
+    after the metrics."""
     config_path: str | None = None
     reload_on_sighup: bool = False
-
-
-class _MetricsObserver:
-    """Routing events into the Prometheus metrics, then on to the caller's observer.
-
-    Fallbacks, hedges and route decisions are counted by the dispatcher where they happen;
-    circuit changes happen in the router, and reach the metrics here.
-    """
-
-    def __init__(self, metrics: Metrics, config: GatewayConfig, inner: RoutingObserver) -> None:
-        self.metrics = metrics
-        self.inner = inner
-        self.providers = deployment_providers(config)
-
-    def decision(self, model: str, deployment: str, reason: RouteReason) -> None:
-        self.inner.decision(model, deployment, reason)
-
-    def fallback(self, model: str, failed: str, next_deployment: str) -> None:
-        self.inner.fallback(model, failed, next_deployment)
-
-    def hedge_started(self, model: str, primary: str, hedge: str) -> None:
-        self.inner.hedge_started(model, primary, hedge)
-
-    def hedge_won(self, model: str, hedge: str) -> None:
-        self.inner.hedge_won(model, hedge)
-
-    def hedge_lost(self, model: str, hedge: str) -> None:
-        self.inner.hedge_lost(model, hedge)
-
-    def circuit_changed(self, model: str, deployment: str, state: CircuitState) -> None:
-        provider = self.providers.get((model, deployment), deployment)
-        self.metrics.set_circuit_state(provider, "half_open" if state == "half-open" else state)
-        self.inner.circuit_changed(model, deployment, state)
+    client_keys: tuple[KeyRing, AdminKey] | None = None
+    """The config's client keys and admin key, when the caller has loaded them already (``gateway
+    serve`` does, to warn about exposure); otherwise ``create_app`` loads them, once."""
 
 
 async def build_runtime(
     config: GatewayConfig,
     options: AppOptions,
     keys: Mapping[str, str | None],
+    client_keys: tuple[KeyRing, AdminKey],
     stats: StatsStore,
     access_state: AccessState,
     previous: GatewayRuntime | None = None,
 ) -> GatewayRuntime:
-    """The runtime for ``config``; on reload, ``previous`` lends its router state and tokenizer."""
-    access = AccessControl.from_config(config, options.environ, access_state)
+    """The runtime for ``config``; on reload, ``previous`` lends its router state and tokenizer.
+
+    ``keys`` are the providers' (``resolve_secrets``), ``client_keys`` the clients' (``load_keys``).
+    """
+    ring, admin = client_keys
+    access = AccessControl(ring, admin, config.auth, config.limits, access_state)
     if previous is not None and previous.config.stats.tokenizer == config.stats.tokenizer:
         counter = previous.counter
     else:
         counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
     upstreams = UpstreamPool.from_config(config, keys)
-    observer = _MetricsObserver(options.metrics, config, options.observer or NullObserver())
+    events: GatewayEvents = options.metrics
+    if options.events is not None:
+        events = EventFanout([options.metrics, options.events])
     router = MeasuredRouter(
         config,
         stats,
         state=previous.router.state if previous is not None else None,
         rng=options.rng,
         clock=options.clock or time.monotonic,
-        observer=observer,
+        events=events,
     )
+    # Where each attempt's Sample goes: see ``gateway.samples``.
     sink = SampleFanout([stats, USAGE_TAP, options.metrics, *options.sinks])
-    clock = options.clock or time.perf_counter
-    dispatcher = Dispatcher(upstreams, router, sink, counter, clock=clock, metrics=options.metrics, observer=observer)
+    runner = AttemptRunner(upstreams, router, sink, counter, events=events, clock=options.clock or time.perf_counter)
     return GatewayRuntime(
         config=config,
         router=router,
-        dispatcher=dispatcher,
+        dispatcher=Dispatcher(runner),
         upstreams=upstreams,
         counter=counter,
         stats=stats,
@@ -247,7 +166,7 @@ class GatewayApp(Starlette):
         super().__init__(routes=routes, lifespan=lifespan, middleware=middleware, exception_handlers=exception_handlers)
         self.proxies = dict(proxies)
 
-    async def __call__(self, scope: api.Scope, receive: api.Receive, send: api.Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             endpoint = self.proxies.get(scope["path"])
             if endpoint is not None:
@@ -265,18 +184,19 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
     keys = resolve_secrets(config, options.environ)
     if config.server.log_bodies:
         logger.warning("server.log_bodies is on: prompts and answers are written to the access log")
-    load_keys(config, options.environ)  # fail at start-up, not at the first request
+    # Loaded now, once: a bad keys file fails at start-up, not at the first request.
+    client_keys = options.client_keys or load_keys(config, options.environ)
     # Redis credentials too; every part that shares state through Redis gets its client from here.
     redis = RedisConnections(config.stats, options.environ, config.source)
     holder = RuntimeHolder()
 
     async def build(new_config: GatewayConfig, previous: GatewayRuntime) -> GatewayRuntime:
         new_keys = resolve_secrets(new_config, options.environ)
-        load_keys(new_config, options.environ)
+        new_client_keys = load_keys(new_config, options.environ)
         state = previous.access.state
-        return await build_runtime(new_config, options, new_keys, previous.stats, state, previous)
+        return await build_runtime(new_config, options, new_keys, new_client_keys, previous.stats, state, previous)
 
-    holder.reloader = Reloader(holder, options.config_path, build)
+    reloader = Reloader(holder, options.config_path, build)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -284,16 +204,16 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         await stats.start()
         access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats, redis))
         try:
-            holder.current = await build_runtime(config, options, keys, stats, access_state)
+            holder.current = await build_runtime(config, options, keys, client_keys, stats, access_state)
             loop = asyncio.get_running_loop()
             if options.reload_on_sighup:
-                loop.add_signal_handler(signal.SIGHUP, holder.reloader.reload_in_background)
+                loop.add_signal_handler(signal.SIGHUP, reloader.reload_in_background)
             try:
                 yield
             finally:
                 if options.reload_on_sighup:
                     loop.remove_signal_handler(signal.SIGHUP)
-                await holder.reloader.aclose()
+                await reloader.aclose()
                 await holder.current.aclose()
         finally:
             # Runs after in-flight requests have finished (or the shutdown grace ran out):
@@ -323,5 +243,6 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
     handlers = {HTTPException: _http_exception, GatewayError: _gateway_error}
     app = GatewayApp(proxies, routes=routes, lifespan=lifespan, middleware=middleware, exception_handlers=handlers)
     app.state.runtime = holder
+    app.state.reloader = reloader
     app.state.metrics = options.metrics
     return app

@@ -33,7 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.config import AuthConfig, ConfigError, GatewayConfig, LimitsConfig, TableReader
+from gateway.config import AuthConfig, GatewayConfig, LimitsConfig
+from gateway.toml_reader import MISSING, ConfigError, TableReader
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -196,11 +197,9 @@ def _read_key_file(path: Path, defaults: KeyLimits, models: frozenset[str]) -> l
 
 
 def _allowed_models(table: TableReader, models: frozenset[str]) -> frozenset[str] | None:
-    if "models" not in table.data:
-        table.seen.add("models")
+    value = table.raw("models")
+    if value is MISSING:
         return None
-    value = table.data["models"]
-    table.seen.add("models")
     if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
         raise table.error("models", "expected an array of model names")
     for name in value:

@@ -52,8 +52,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         level, notice = exposure_notice(host, ring, admin, config.auth)
         # Several workers: each builds its own app; this one only checks that they will be able to.
         environ = {k: v for k, v in os.environ.items() if k not in (MULTIPROC_ENV, WORKER_ENV)} if workers > 1 else None
-        options = AppOptions(config_path=path, reload_on_sighup=True)
-        app = create_app(config, options if environ is None else AppOptions(environ=environ))
+        options = AppOptions(config_path=path, reload_on_sighup=True, client_keys=(ring, admin))
+        app = create_app(config, options if environ is None else AppOptions(environ=environ, client_keys=(ring, admin)))
         # Loaded here so that a bad tokenizer is one clear line, not a traceback from the lifespan;
         # the lifespan then finds it in the per-process cache.
         load_token_counter(config.stats.tokenizer)

@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 # Policies live in their own module; re-exported here, where every other config type is.
@@ -28,6 +28,9 @@ from gateway.policies import BUILTIN_POLICIES as BUILTIN_POLICIES
 from gateway.policies import DEFAULT_POLICY as DEFAULT_POLICY
 from gateway.policies import PolicyConfig as PolicyConfig
 from gateway.policies import parse_policy
+from gateway.toml_reader import MISSING, describe_value
+from gateway.toml_reader import ConfigError as ConfigError
+from gateway.toml_reader import TableReader as TableReader
 
 PrefillFormat = Literal["plain", "prefix", "vllm"]
 PREFILL_FORMATS: tuple[PrefillFormat, ...] = ("plain", "prefix", "vllm")
@@ -38,10 +41,6 @@ REDIS_MODES: tuple[RedisMode, ...] = ("standalone", "cluster", "sentinel")
 TlsVerify = Literal["full", "ca", "none"]
 TLS_VERIFY: tuple[TlsVerify, ...] = ("full", "ca", "none")
 Workers = int | Literal["auto"]
-
-
-class ConfigError(ValueError):
-    """An invalid config. The message is complete and safe to print: it never holds a secret."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +187,23 @@ class LimitsConfig:
 DEFAULT_KEEPALIVE_S = 4.0
 
 
+def token_cost_usd(
+    price_in: float,
+    price_out: float,
+    prompt_tokens: int,
+    output_tokens: int,
+    cached_tokens: int = 0,
+    price_cached_in: float | None = None,
+) -> float:
+    """The one cost formula: prices are USD per 1M tokens. Scores, samples, budgets and the bench use it.
+
+    ``cached_tokens`` of the prompt are billed at ``price_cached_in`` (None: no discount, ``price_in``).
+    """
+    cached = min(max(cached_tokens, 0), prompt_tokens)
+    cached_price = price_in if price_cached_in is None else price_cached_in
+    return ((prompt_tokens - cached) * price_in + cached * cached_price + output_tokens * price_out) / 1e6
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderConfig:
     """One upstream, OpenAI-compatible API. ``api_key_env`` names the variable holding its key."""
@@ -215,6 +231,8 @@ class DeploymentConfig:
     """USD per 1M prompt tokens."""
     price_out: float = 0.0
     """USD per 1M output tokens."""
+    price_cached_in: float | None = None
+    """USD per 1M prompt tokens served from the provider's prompt cache; None: no discount (``price_in``)."""
     name: str = ""
     """Unique within the model; defaults to the provider's name."""
     continue_prefill: bool = False
@@ -225,6 +243,13 @@ class DeploymentConfig:
     """How a chat prefill is marked: ``plain`` (a last assistant message, nothing more), ``prefix`` (that
     message carries ``"prefix": true``: DeepSeek, Mistral), ``vllm`` (the body carries
     ``continue_final_message: true, add_generation_prompt: false``). Completions append to the prompt."""
+
+    def cost_usd(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
+        """What ``prompt_tokens`` in (``cached_tokens`` of them from the prompt cache) and ``output_tokens``
+        out cost here, in USD (prices are per 1M tokens)."""
+        return token_cost_usd(
+            self.price_in, self.price_out, prompt_tokens, output_tokens, cached_tokens, self.price_cached_in
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,120 +289,7 @@ class GatewayConfig:
         return self.policies[model.policy]
 
 
-# --------------------------------------------------------------------------------------------
-# Parsing: a small reader that tracks the key path and the keys it has not consumed yet.
-
-_T = TypeVar("_T")
-_MISSING: Any = object()
-
-
-class _Table:
-    """A TOML table being read: every ``take`` consumes a key; ``finish`` rejects what is left."""
-
-    def __init__(self, data: Mapping[str, Any], path: str, source: str, *, secret: bool = False) -> None:
-        self.data = data
-        self.path = path
-        self.source = source
-        self.secret = secret
-        """A file that holds secrets (the keys file): errors name a wrong value's kind, never the value."""
-        self.seen: set[str] = set()
-
-    def _got(self, value: object) -> str:
-        return _describe(value) if not self.secret or not isinstance(value, str) else "a string"
-
-    def error(self, key: str | None, message: str) -> ConfigError:
-        where = self.path if key is None else (f"{self.path}.{key}" if self.path else key)
-        return ConfigError(f"{self.source}: {where}: {message}")
-
-    def _take(self, key: str, kinds: tuple[type, ...], expected: str, default: Any) -> Any:
-        self.seen.add(key)
-        if key not in self.data:
-            if default is _MISSING:
-                raise self.error(key, f"missing (expected {expected})")
-            return default
-        value = self.data[key]
-        # bool is an int in Python; a TOML `true` where a number is expected is still a mistake.
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise self.error(key, f"expected {expected}, got {self._got(value)}")
-        return value
-
-    def text(self, key: str, default: Any = _MISSING, *, nonempty: bool = True) -> Any:
-        value = self._take(key, (str,), "a string", default)
-        if nonempty and isinstance(value, str) and not value.strip():
-            raise self.error(key, "expected a non-empty string")
-        return value
-
-    def integer(self, key: str, default: Any = _MISSING, *, minimum: int | None = None) -> Any:
-        value = self._take(key, (int,), "an integer", default)
-        if minimum is not None and value is not None and value < minimum:
-            raise self.error(key, f"expected an integer >= {minimum}, got {value}")
-        return value
-
-    def number(self, key: str, default: Any = _MISSING, *, minimum: float | None = None, positive: bool = False) -> Any:
-        value = self._take(key, (int, float), "a number", default)
-        if value is None:
-            return None
-        if positive and value <= 0:
-            raise self.error(key, f"expected a number > 0, got {value}")
-        if minimum is not None and value < minimum:
-            raise self.error(key, f"expected a number >= {minimum}, got {value}")
-        return float(value)
-
-    def flag(self, key: str, default: Any = _MISSING) -> Any:
-        return self._take(key, (bool,), "true or false", default)
-
-    def choice(self, key: str, choices: tuple[_T, ...], default: Any = _MISSING) -> _T:
-        value = self._take(key, (str,), "one of " + ", ".join(f'"{c}"' for c in choices), default)
-        if value not in choices:
-            raise self.error(key, f'expected one of {", ".join(map(repr, choices))}, got "{value}"')
-        return value  # type: ignore[no-any-return]
-
-    def table(self, key: str) -> _Table:
-        value = self._take(key, (dict,), "a table", {})
-        return _Table(value, f"{self.path}.{key}" if self.path else key, self.source, secret=self.secret)
-
-    def tables(self, key: str, *, required: bool = False) -> list[_Table]:
-        value = self._take(key, (list,), "an array of tables", _MISSING if required else [])
-        tables = []
-        for index, item in enumerate(value):
-            path = f"{self.path}.{key}[{index}]" if self.path else f"{key}[{index}]"
-            if not isinstance(item, dict):
-                raise ConfigError(f"{self.source}: {path}: expected a table, got {self._got(item)}")
-            tables.append(_Table(item, path, self.source, secret=self.secret))
-        return tables
-
-    def str_table(self, key: str) -> tuple[tuple[str, str], ...]:
-        sub = self.table(key)
-        pairs = []
-        for name in sub.data:
-            pairs.append((name, sub.text(name)))
-        sub.finish()
-        return tuple(pairs)
-
-    def finish(self) -> None:
-        unknown = [key for key in self.data if key not in self.seen]
-        if unknown:
-            known = ", ".join(sorted(self.seen)) or "none"
-            raise self.error(unknown[0], f"unknown key (expected one of: {known})")
-
-
-TableReader = _Table
-"""Public name of the table reader, for the other TOML files the gateway reads (the keys file)."""
-
-
-def _describe(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    return repr(value)
-
-
-def _parse_server(table: _Table) -> ServerConfig:
+def _parse_server(table: TableReader) -> ServerConfig:
     default = ServerConfig()
     server = ServerConfig(
         host=table.text("host", default.host),
@@ -396,14 +308,16 @@ def _parse_server(table: _Table) -> ServerConfig:
     return server
 
 
-def _parse_workers(table: _Table) -> Workers:
-    if isinstance(table.data.get("workers"), str):
-        return table.choice("workers", ("auto",))
-    workers: int = table.integer("workers", 1, minimum=1)
-    return workers
+def _parse_workers(table: TableReader) -> Workers:
+    value = table.raw("workers")
+    if value is MISSING:
+        return 1
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value  # checked just above: "auto" or a count
+    raise table.error("workers", f'expected a number of workers >= 1 or "auto", got {describe_value(value)}')
 
 
-def _parse_stats(table: _Table) -> StatsConfig:
+def _parse_stats(table: TableReader) -> StatsConfig:
     default = StatsConfig()
     stats = StatsConfig(
         backend=table.choice("backend", STATS_BACKENDS, default.backend),
@@ -454,19 +368,15 @@ def _parse_stats(table: _Table) -> StatsConfig:
     return stats
 
 
-def _addresses(table: _Table, key: str) -> tuple[str, ...]:
+def _addresses(table: TableReader, key: str) -> tuple[str, ...]:
     """An array of ``host:port`` strings (``[::1]:26379`` for an IPv6 address)."""
-    table.seen.add(key)
-    value = table.data.get(key, [])
-    expected = 'an array of "host:port" strings'
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise table.error(key, f"expected {expected}, got {_describe(value)}")
+    value = table.strings(key)
     for index, item in enumerate(value):
         try:
             split_address(item)
         except ValueError as exc:
             raise table.error(f"{key}[{index}]", str(exc)) from None
-    return tuple(value)
+    return value
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -478,9 +388,9 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _check_redis(table: _Table, stats: StatsConfig) -> StatsConfig:
+def _check_redis(table: TableReader, stats: StatsConfig) -> StatsConfig:
     """The Redis keys must agree with the mode; TLS follows the URL's scheme outside sentinel mode."""
-    given = set(table.data)
+    given = set(table.names())
     mode = stats.redis_mode
     parts = urlsplit(stats.redis_url)
     for key, needed in (
@@ -531,7 +441,7 @@ def _check_redis(table: _Table, stats: StatsConfig) -> StatsConfig:
     return stats
 
 
-def _parse_auth(table: _Table) -> AuthConfig:
+def _parse_auth(table: TableReader) -> AuthConfig:
     default = AuthConfig()
     auth = AuthConfig(
         api_keys_env=table.text("api_keys_env", default.api_keys_env),
@@ -543,7 +453,7 @@ def _parse_auth(table: _Table) -> AuthConfig:
     return auth
 
 
-def _parse_limits(table: _Table) -> LimitsConfig:
+def _parse_limits(table: TableReader) -> LimitsConfig:
     default = LimitsConfig()
     limits = LimitsConfig(
         max_header_bytes=table.integer("max_header_bytes", default.max_header_bytes, minimum=1),
@@ -564,7 +474,7 @@ def _parse_limits(table: _Table) -> LimitsConfig:
     return limits
 
 
-def _parse_provider(table: _Table) -> ProviderConfig:
+def _parse_provider(table: TableReader) -> ProviderConfig:
     provider = ProviderConfig(
         name=table.text("name"),
         base_url=table.text("base_url").rstrip("/"),
@@ -586,7 +496,7 @@ def _parse_provider(table: _Table) -> ProviderConfig:
     return provider
 
 
-def _parse_deployment(table: _Table, providers: Mapping[str, ProviderConfig]) -> DeploymentConfig:
+def _parse_deployment(table: TableReader, providers: Mapping[str, ProviderConfig]) -> DeploymentConfig:
     provider = table.text("provider")
     if provider not in providers:
         known = ", ".join(providers) or "none"
@@ -596,17 +506,20 @@ def _parse_deployment(table: _Table, providers: Mapping[str, ProviderConfig]) ->
         model=table.text("model"),
         price_in=table.number("price_in", 0.0, minimum=0.0),
         price_out=table.number("price_out", 0.0, minimum=0.0),
+        price_cached_in=table.number("price_cached_in", None, minimum=0.0),
         name=table.text("name", provider),
         continue_prefill=table.flag("continue_prefill", False),
         prefill_format=table.choice("prefill_format", PREFILL_FORMATS, "plain"),
     )
-    if "prefill_format" in table.data and not deployment.continue_prefill:
+    if table.has("prefill_format") and not deployment.continue_prefill:
         raise table.error("prefill_format", "only applies with continue_prefill = true")
     table.finish()
     return deployment
 
 
-def _parse_model(table: _Table, providers: Mapping[str, ProviderConfig], policies: Mapping[str, Any]) -> ModelConfig:
+def _parse_model(
+    table: TableReader, providers: Mapping[str, ProviderConfig], policies: Mapping[str, PolicyConfig]
+) -> ModelConfig:
     name = table.text("name")
     policy = table.text("policy", DEFAULT_POLICY)
     if policy not in policies:
@@ -627,7 +540,7 @@ def _parse_model(table: _Table, providers: Mapping[str, ProviderConfig], policie
 
 def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayConfig:
     """Validate an already-parsed TOML document. Raises ``ConfigError`` on the first problem."""
-    root = _Table(data, "", source)
+    root = TableReader(data, "", source)
     server = _parse_server(root.table("server"))
     stats = _parse_stats(root.table("stats"))
     auth = _parse_auth(root.table("auth"))
@@ -635,7 +548,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
 
     policies: dict[str, PolicyConfig] = dict(BUILTIN_POLICIES)
     policy_root = root.table("policies")
-    for name in policy_root.data:
+    for name in policy_root.names():
         policies[name] = parse_policy(name, policy_root.table(name), policies)
     policy_root.finish()
 

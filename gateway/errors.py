@@ -171,3 +171,32 @@ class NoCapacity(GatewayError):
 def internal_error(request_id: str) -> GatewayError:
     """The generic 500 for a bug: nothing of the exception reaches the client, only an id to grep logs for."""
     return GatewayError(f"internal error (request id {request_id})", code="internal_error")
+
+
+# -- Reading a provider's errors ----------------------------------------------------------------
+# The one reader of upstream error bodies and error events, whatever their shape: the relay's
+# attempt loop, the meter and the bench all take message and code from here.
+
+MAX_ERROR_MESSAGE = 500
+
+
+def describe_error(error: object) -> tuple[str, str | None]:
+    """The message and code of an ``error`` member (an object with ``message``/``code``, or a bare string)."""
+    if isinstance(error, dict):
+        code = error.get("code")
+        message = str(error.get("message") or error)[:MAX_ERROR_MESSAGE]
+        return message, None if code is None else str(code)
+    return str(error)[:MAX_ERROR_MESSAGE], None
+
+
+def describe_error_body(body: bytes) -> tuple[str, str | None]:
+    """The message and code of an error response's body: JSON with an ``error`` member, other JSON, or text."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        text = body.decode("utf-8", "replace").strip()
+        return (text[:MAX_ERROR_MESSAGE] or "no error message"), None
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict | str):
+        return describe_error(error)
+    return str(data)[:MAX_ERROR_MESSAGE], None

@@ -13,18 +13,14 @@ The body size limit is ``[server] max_body_bytes`` (413), enforced while the bod
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any, Literal
+
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.config import LimitsConfig
 from gateway.errors import HeadersTooLarge, InvalidRequest
 from gateway.samples import Endpoint
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def header_bytes(headers: list[tuple[bytes, bytes]]) -> int:

@@ -13,18 +13,18 @@ carries output (content, reasoning or a tool-call delta); tokens per second is a
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from gateway.sse import SSESplitter
+from gateway.errors import describe_error
+from gateway.sse import SSESplitter, parse_event
 from gateway.tokens import TokenCounter
+from gateway.types import Clock
 
-Clock = Callable[[], float]
 DONE = b"[DONE]"
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
 """A finish_reason with a value (not null): found with a scan, so that no chunk is parsed after the first token."""
@@ -42,6 +42,8 @@ class Reading:
     answer_text: str = ""
     usage_prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
+    usage_cached_tokens: int | None = None
+    """Prompt tokens the provider served from its prompt cache (part of ``usage_prompt_tokens``)."""
     finished: bool = False
     """A ``finish_reason`` arrived: the answer is complete even if ``[DONE]`` did not follow."""
     saw_done: bool = False
@@ -114,31 +116,30 @@ def _carries_output(choice: dict[str, Any]) -> bool:
 
 def _error_message(event: dict[str, Any]) -> str | None:
     error = event.get("error")
-    if error is None:
-        return None
-    if isinstance(error, dict):
-        return str(error.get("message") or error)
-    return str(error)
+    return None if error is None else describe_error(error)[0]
 
 
-def _usage(event: dict[str, Any]) -> tuple[int | None, int | None]:
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _usage(event: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
+    """Prompt, completion and cached prompt tokens of a ``usage`` object (None where not reported).
+
+    Cached prompt tokens come in each shape providers report them: OpenAI's
+    ``prompt_tokens_details.cached_tokens``, DeepSeek's ``prompt_cache_hit_tokens``, and the
+    Anthropic-style ``cache_read_input_tokens`` some OpenAI-compatible hosts use.
+    """
     usage = event.get("usage")
     if not isinstance(usage, dict):
-        return None, None
-    prompt = usage.get("prompt_tokens")
-    completion = usage.get("completion_tokens")
-    return (
-        prompt if isinstance(prompt, int) and not isinstance(prompt, bool) else None,
-        completion if isinstance(completion, int) and not isinstance(completion, bool) else None,
-    )
-
-
-def _parse(data: bytes) -> dict[str, Any] | None:
-    try:
-        event = json.loads(data)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
+        return None, None, None
+    details = usage.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    if cached is None:
+        cached = _count(usage.get("prompt_cache_hit_tokens"))
+    if cached is None:
+        cached = _count(usage.get("cache_read_input_tokens"))
+    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), cached
 
 
 def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
@@ -156,10 +157,10 @@ def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
     try:
         events = msgspec.json.decode(b"[" + b",".join(datas) + b"]")
     except msgspec.MsgspecError:
-        return [_parse(data) for data in datas]
+        return [parse_event(data) for data in datas]
     if len(events) != len(datas):
         # An event's data held several comma-separated values ("1, 2"): parse one by one.
-        return [_parse(data) for data in datas]
+        return [parse_event(data) for data in datas]
     return [event if isinstance(event, dict) else None for event in events]
 
 
@@ -230,7 +231,7 @@ class StreamMeter:
         if not self.finish_arrived and _FINISH_REASON.search(data) is not None:
             self.finish_arrived = True
         if self.first_output_at is None:
-            event = _parse(data)
+            event = parse_event(data)
             if event is None:
                 self.malformed = True
             elif _error_message(event) is not None:
@@ -251,7 +252,7 @@ class StreamMeter:
         """
         now = self._clock()
         for data in self._splitter.flush():
-            if data == DONE or _parse(data) is not None:
+            if data == DONE or parse_event(data) is not None:
                 self._note(now, data)
 
     @property
@@ -275,6 +276,7 @@ class StreamMeter:
         first_output_at: float | None = None
         usage_prompt: int | None = None
         usage_completion: int | None = None
+        usage_cached: int | None = None
         finished = False
         error_message: str | None = None
         response_model: str | None = None
@@ -294,9 +296,10 @@ class StreamMeter:
             if response_model is None and isinstance(event.get("model"), str):
                 response_model = event["model"]
             if "usage" in event:
-                prompt, completion = _usage(event)
+                prompt, completion, cached = _usage(event)
                 usage_prompt = prompt if prompt is not None else usage_prompt
                 usage_completion = completion if completion is not None else usage_completion
+                usage_cached = cached if cached is not None else usage_cached
             choices = event.get("choices")
             if choices.__class__ is not list:
                 continue
@@ -332,6 +335,7 @@ class StreamMeter:
             answer_text=text,
             usage_prompt_tokens=usage_prompt,
             usage_completion_tokens=usage_completion,
+            usage_cached_tokens=usage_cached,
             finished=finished,
             saw_done=self.done,
             error_message=error_message,
@@ -341,19 +345,20 @@ class StreamMeter:
         )
 
 
-def read_body(body: bytes, counter: TokenCounter) -> Reading:
+def read_full_reply(body: bytes, counter: TokenCounter) -> Reading:
     """The reading of a whole (non-streamed) JSON response: tokens and usage, no timings."""
-    event = _parse(body)
+    event = parse_event(body)
     if event is None:
         return Reading(malformed=True)
     text = "".join(_answer_of(choice) for choice in _choices(event))
-    prompt, completion = _usage(event)
+    prompt, completion, cached = _usage(event)
     model = event.get("model")
     return Reading(
         output_tokens=counter.count(text),
         answer_text=text,
         usage_prompt_tokens=prompt,
         usage_completion_tokens=completion,
+        usage_cached_tokens=cached,
         finished=True,
         error_message=_error_message(event),
         response_model=model if isinstance(model, str) else None,

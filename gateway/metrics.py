@@ -4,7 +4,8 @@
 one process (tests, the demo) never share or collide, and ``create_app`` receives it. It is a
 ``SampleSink``: every finished attempt's ``Sample`` updates the request counters and the
 latency, speed, token and cost series. Everything else arrives through named hooks, listed
-under "Hooks" below, that the relay, the router and the stats store call.
+under "Hooks" below, and it implements ``GatewayEvents`` (``gateway.events``): the router and the relay
+tell it each routing event directly, on the one road every other listener shares.
 
 Labels are bounded by the config only: ``model`` (the client-facing name of a configured
 model), ``provider``, ``deployment``, and small fixed vocabularies (outcome, reason, state).
@@ -32,17 +33,12 @@ from prometheus_client.exposition import choose_encoder
 
 from gateway import __version__
 from gateway.config import ConfigError, GatewayConfig
-from gateway.routing import RouteReason
 from gateway.samples import Sample
 from gateway.stats.snapshot import Metric, StatsSnapshot
+from gateway.types import CIRCUIT_STATES, BreakResult, CircuitState, HedgeResult, RouteReason
 
 _Family = TypeVar("_Family", Counter, Gauge, Histogram)
 
-CircuitState = Literal["closed", "half_open", "open"]
-CIRCUIT_STATES: tuple[CircuitState, ...] = ("closed", "half_open", "open")
-HedgeResult = Literal["won", "lost"]
-BreakResult = Literal["recovered", "failed"]
-"""What followed a stream's break: another deployment finished the answer, or the stream ended in error."""
 OverheadMode = Literal["stream", "full"]
 """``stream``: added to the client's time to first token; ``full``: added to a whole JSON answer."""
 
@@ -309,35 +305,44 @@ class Metrics:
         """One client request done; ``model``/``provider`` are "" when it never reached one."""
         self._series(self.requests, model, provider, status_class(status)).inc()
 
-    def attempt_started(self, provider: str) -> None:
-        self._series(self.inflight, provider).inc()
-
-    def attempt_ended(self, provider: str) -> None:
-        self._series(self.inflight, provider).dec()
-
     def set_provider_capacity(self, provider: str, max_concurrency: int) -> None:
         self.capacity.labels(provider).set(max_concurrency)
 
     def observe_overhead(self, mode: OverheadMode, seconds: float) -> None:
         self._series(self.overhead, mode).observe(max(0.0, seconds))
 
-    # -- Hooks: the router -------------------------------------------------------------------
+    # -- GatewayEvents: the router and the relay ---------------------------------------------
 
-    def route_decided(self, model: str, provider: str, reason: RouteReason) -> None:
+    def decision(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
+        pass  # counted when the request commits (``committed``), under the reason it was served by
+
+    def attempt_started(self, model: str, deployment: str, provider: str) -> None:
+        self._series(self.inflight, provider).inc()
+
+    def attempt_ended(self, model: str, deployment: str, provider: str) -> None:
+        self._series(self.inflight, provider).dec()
+
+    def committed(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
         """A request was committed to ``provider`` (its first token came, or its answer)."""
         self._series(self.route_decisions, model, provider, reason).inc()
 
-    def fallback(self, model: str, provider: str) -> None:
+    def fallback(self, model: str, deployment: str, provider: str, next_deployment: str) -> None:
         """An attempt at ``provider`` failed and the request moved on to the next candidate."""
         self._series(self.fallbacks, model, provider).inc()
 
-    def hedge(self, model: str, provider: str, result: HedgeResult) -> None:
+    def hedge_started(self, model: str, primary: str, hedge: str) -> None:
+        pass  # counted per attempt when each ends (``hedge_ended``)
+
+    def hedge_ended(self, model: str, deployment: str, provider: str, result: HedgeResult, is_hedge: bool) -> None:
         """A hedged attempt at ``provider`` ended: ``won`` (it answered) or ``lost`` (cancelled)."""
         self._series(self.hedges, model, provider, result).inc()
 
-    def stream_broke(self, model: str, provider: str, result: BreakResult) -> None:
+    def stream_broke(self, model: str, deployment: str, provider: str, result: BreakResult) -> None:
         """``provider``'s stream broke mid-answer; ``result`` says whether the answer was still finished."""
         self._series(self.stream_breaks, model, provider, result).inc()
+
+    def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
+        self.set_circuit_state(provider, state)
 
     def set_circuit_state(self, provider: str, state: CircuitState) -> None:
         for name in CIRCUIT_STATES:

@@ -26,13 +26,13 @@ as much costs 0.3: the router accepts being ~23% slower to halve the price, not 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from gateway.config import _Table
+from gateway.toml_reader import MISSING, TableReader
 
-Ranking = Literal["measured", "fixed"]
-RANKINGS: tuple[Ranking, ...] = ("measured", "fixed")
+RankingMode = Literal["measured", "fixed"]
+"""How a policy orders deployments (the ``ranking`` key); ``gateway.routing.Ranking`` is a ranking itself."""
+RANKING_MODES: tuple[RankingMode, ...] = ("measured", "fixed")
 Estimate = Literal["mean", "quantile"]
 ESTIMATES: tuple[Estimate, ...] = ("mean", "quantile")
 DEFAULT_POLICY = "balanced"
@@ -51,7 +51,7 @@ class PolicyConfig:
     """
 
     name: str
-    ranking: Ranking = "measured"
+    ranking: RankingMode = "measured"
     """``measured``: by score; ``fixed``: the config's deployment order (health and capacity still apply)."""
 
     # The score's weights (see the module docstring); each >= 0.
@@ -157,7 +157,7 @@ BUILTIN_POLICIES: dict[str, PolicyConfig] = _presets()
 """balanced, fastest, fastest-first-token, highest-throughput, cheapest, fixed-order."""
 
 
-def parse_policy(name: str, table: _Table, known: dict[str, PolicyConfig]) -> PolicyConfig:
+def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) -> PolicyConfig:
     """One ``[policies.NAME]`` table. A preset's own name adjusts that preset; ``extends`` picks another base."""
     default_base = name if name in BUILTIN_POLICIES else DEFAULT_POLICY
     base_name = table.text("extends", default_base)
@@ -166,22 +166,20 @@ def parse_policy(name: str, table: _Table, known: dict[str, PolicyConfig]) -> Po
     b = known[base_name]
 
     def weight(key: str, default: float) -> float:
-        value: float = table.number(key, default, minimum=0.0)
-        return value
+        return table.number(key, default, minimum=0.0)
 
     def quantile(key: str, default: float | None) -> float | None:
-        value: float | None = table.number(key, default)
+        value = table.number(key, default)
         if value is not None and not 0.0 < value < 1.0:
             raise table.error(key, f"expected a number between 0 and 1 (exclusive), got {value:g}")
         return value
 
     def optional(key: str, default: float | None, positive: bool = False) -> float | None:
-        value: float | None = table.number(key, default, minimum=0.0, positive=positive)
-        return value
+        return table.number(key, default, minimum=0.0, positive=positive)
 
     policy = PolicyConfig(
         name=name,
-        ranking=table.choice("ranking", RANKINGS, b.ranking),
+        ranking=table.choice("ranking", RANKING_MODES, b.ranking),
         estimate=table.choice("estimate", ESTIMATES, b.estimate),
         time_weight=weight("time_weight", b.time_weight),
         ttft_weight=weight("ttft_weight", b.ttft_weight),
@@ -219,7 +217,7 @@ def parse_policy(name: str, table: _Table, known: dict[str, PolicyConfig]) -> Po
     return policy
 
 
-def _parse_hedge_after(table: _Table, policy: PolicyConfig) -> PolicyConfig:
+def _parse_hedge_after(table: TableReader, policy: PolicyConfig) -> PolicyConfig:
     """``hedge_after_s`` (seconds) or ``hedge_quantile`` (of the deployment's own TTFT); ``false`` turns hedging off.
 
     Setting one clears the other, so a policy can switch the way a preset it extends hedges.
@@ -244,11 +242,10 @@ def _parse_hedge_after(table: _Table, policy: PolicyConfig) -> PolicyConfig:
     return policy
 
 
-def _hedge_key(table: _Table, key: str, expected: str) -> float | bool | None:
-    table.seen.add(key)
-    if key not in table.data:
+def _hedge_key(table: TableReader, key: str, expected: str) -> float | bool | None:
+    value = table.raw(key)
+    if value is MISSING:
         return None
-    value = table.data[key]
     if value is False:
         return False
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -256,7 +253,7 @@ def _hedge_key(table: _Table, key: str, expected: str) -> float | bool | None:
     raise table.error(key, f"expected {expected}, got {value!r}")
 
 
-def _check_policy(table: _Table, policy: PolicyConfig) -> None:
+def _check_policy(table: TableReader, policy: PolicyConfig) -> None:
     if policy.ranking == "measured":
         weights = (policy.time_weight, policy.ttft_weight, policy.throughput_weight, policy.price_weight)
         if not any(w > 0 for w in weights):

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig, load_config
-
-if TYPE_CHECKING:
-    from gateway.app import GatewayRuntime, RuntimeHolder
+from gateway.runtime import GatewayRuntime, RuntimeHolder
 
 logger = logging.getLogger("gateway")
 
-Build = Callable[[GatewayConfig, "GatewayRuntime"], Awaitable["GatewayRuntime"]]
+Build = Callable[[GatewayConfig, GatewayRuntime], Awaitable[GatewayRuntime]]
 
 
 class Reloader:
@@ -73,7 +71,7 @@ class Reloader:
     @staticmethod
     async def _retire(old: GatewayRuntime) -> None:
         try:
-            await old.drained()
+            await old.requests.drained()
         finally:
             await old.aclose()
 
@@ -91,3 +89,11 @@ def _check_restart_only(old: GatewayConfig, new: GatewayConfig) -> None:
         raise ConfigError(f"{new.source}: stats: changing [stats] needs a restart (the stats store outlives reloads)")
     if (new.server.host, new.server.port) != (old.server.host, old.server.port):
         raise ConfigError(f"{new.source}: server: changing server.host or server.port needs a restart")
+
+
+def reloader_of(scope: Mapping[str, Any]) -> Reloader:
+    """The app's ``Reloader``, from a request's ASGI scope (``POST /v1/gateway/reload``)."""
+    reloader = scope["app"].state.reloader
+    if not isinstance(reloader, Reloader):
+        raise TypeError("this app has no reloader (it was not built by gateway.app.create_app)")
+    return reloader

@@ -1,7 +1,28 @@
-"""What one attempt at one deployment measured, and the sink that receives it.
+"""What one attempt at one deployment measured, and the sinks that receive it.
 
 A ``Sample`` follows the definitions in DESIGN.md exactly; every field that could not be
 measured is ``None`` (never zero), so that a percentile is never dragged by a missing value.
+
+Where a Sample goes. ``AttemptRunner.record`` (``gateway.relay.runner``) makes exactly one per
+admitted attempt, when it ends, and hands it on::
+
+    AttemptRunner.record(attempt) ─► Sample
+      ├─► router.attempt_finished    circuits, in-flight counts, recent answers: immediate,
+      │                              on this replica (a circuit cannot wait for a snapshot)
+      ├─► request.trace              the access-log line and the overhead metric of this request
+      └─► sink: SampleFanout, in order
+            ├─► StatsStore.record     the rolling window (memory, or buffered to Redis) ─┐
+            ├─► USAGE_TAP             the request's token tally for rate limits          │
+            ├─► Metrics.record        Prometheus counters and histograms                 │
+            └─► AppOptions.sinks      the caller's (tests, the demo)                     │
+                                                                                          │
+    router.plan ◄── StatsStore.snapshot() (every replica's samples, refreshed) ◄─────────┘
+
+So the router learns by two roads on purpose: its own state, at once, from this replica's
+attempts (health must react to the next failure, not the next refresh), and the shared window,
+a second or so later, from every replica's. The window is the only source of percentiles; the
+router's own state holds circuits, in-flight counts and the last few answers (which show a drift
+before the window's percentiles move).
 """
 
 from __future__ import annotations
@@ -35,7 +56,8 @@ class Sample:
     stream: bool
     outcome: Outcome
     started_at: float
-    """Wall-clock (unix) time the upstream request was sent; places the sample in a time slice."""
+    """Wall-clock (unix) time the upstream request was sent. (The sample's time slice is that of
+    the moment it is *recorded*, not this: see ``gateway.stats.window``.)"""
     status: int | None = None
     """The upstream HTTP status; None when no response arrived."""
     ttft_s: float | None = None
@@ -51,6 +73,8 @@ class Sample:
     usage_prompt_tokens: int | None = None
     """As reported by the provider, for cost only. None means the provider did not report."""
     usage_completion_tokens: int | None = None
+    usage_cached_tokens: int | None = None
+    """Prompt tokens the provider reported serving from its prompt cache; None when it did not say."""
     prompt_tokens_estimate: int | None = None
     """The gateway's own estimate of the prompt's size, used when the provider reports no usage."""
     cost_usd: float | None = None

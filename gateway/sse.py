@@ -7,6 +7,9 @@ one partial event between calls.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 
 class SSESplitter:
     """Feed raw bytes in arrival order; get back the ``data`` payload of each completed event.
@@ -60,3 +63,12 @@ def _data_of(block: bytes) -> bytes | None:
             data = line[5:]
             lines.append(data[1:] if data.startswith(b" ") else data)
     return b"\n".join(lines) if lines else None
+
+
+def parse_event(data: bytes) -> dict[str, Any] | None:
+    """One event's data as a JSON object; None when it is not JSON, or not an object."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None

@@ -73,10 +73,11 @@ class AttemptTimeouts:
 
 
 class UpstreamResponse:
-    """A response being received from a provider. Whoever opened it closes it (``aclose``).
+    """A response being received from a provider. Whoever opened it closes it (``close``).
 
-    ``aclose`` before the body was read to the end drops the connection, which cancels the
-    request upstream: that is what a client hanging up must cause.
+    ``close`` before the body was read to the end drops the connection, which cancels the
+    request upstream: that is what a client hanging up must cause. It is synchronous (aiohttp
+    releases or drops a connection without awaiting anything), hence not ``aclose``.
     """
 
     __slots__ = ("_response", "provider", "status", "headers")
@@ -115,7 +116,7 @@ class UpstreamResponse:
             if limit is not None and size >= limit:
                 return b"".join(parts)[:limit]
 
-    def aclose(self) -> None:
+    def close(self) -> None:
         """Release the connection: back to the pool if the body was read, else dropped."""
         if self._response.content.at_eof():
             self._response.release()
@@ -128,7 +129,7 @@ class UpstreamResponse:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.aclose()
+        self.close()
 
 
 class UpstreamClient:

@@ -20,8 +20,8 @@ from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
 from gateway.samples import Sample
 from tests.chromium import screenshot
-from tests.helpers import wait_until
-from tests.servers import ServerThread
+from tests.support.servers import ServerThread
+from tests.support.wait import wait_until
 
 Z95 = 1.645  # standard normal quantile of 0.95: a log-normal's p95 is its median × e^(1.645 σ)
 

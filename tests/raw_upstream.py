@@ -23,7 +23,9 @@ Mode = Literal["reset", "silent", "script"]
 class RawUpstream:
     """A loopback TCP server on a free port; ``connections`` counts the requests it has read."""
 
-    def __init__(self, mode: Mode, script: bytes = b"") -> None:
+    def __init__(self, mode: Mode, script: bytes = b"", name: str = "raw") -> None:
+        self.name = name
+        """Its provider name in a config."""
         self.mode = mode
         self.script = script
         self.connections = 0

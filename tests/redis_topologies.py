@@ -24,6 +24,9 @@ NODE_TIMEOUT_MS = 1000
 busy test machine (shared by other jobs) makes a live node look dead."""
 DOWN_AFTER_MS = 500
 """Sentinel: how long a master may be silent before the sentinels start a failover."""
+SENTINEL_PASSWORD = "s3nt1nel-pw"
+"""The session Sentinel group's password (master, replica and sentinels), given through the environment."""
+SENTINEL_ENVIRON = {"REDIS_PASSWORD": SENTINEL_PASSWORD, "SENTINEL_PASSWORD": SENTINEL_PASSWORD}
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:

@@ -19,11 +19,11 @@ import pytest
 
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig, parse_config
+from gateway.events import EventLog
 from gateway.fakes import FakeBehavior
-from gateway.routing import EventLog
 from gateway.samples import SampleLog
-from tests.conftest import Fakes, FakeServer
-from tests.servers import ServerThread, stop_all
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.servers import ServerThread, stop_all
 
 ADMIN_KEY = "admin-secret-for-tests"
 MESSAGES: list[Any] = [{"role": "user", "content": "hello"}]
@@ -113,7 +113,7 @@ class Sim:
             environ={"GATEWAY_ADMIN_KEY": ADMIN_KEY},
             sinks=[samples],
             rng=random.Random(seed),
-            observer=events,
+            events=events,
             config_path=config_path,
         )
         gateway = ServerThread(create_app(config, options)).start()

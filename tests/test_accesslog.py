@@ -19,8 +19,10 @@ import pytest
 from gateway.accesslog import log_line
 from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior
-from tests.conftest import Fakes, FakeServer, Gateway
-from tests.test_metrics import wait_until
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 CLIENT_KEY = "client-key-CANARY-7f3a"
 PROVIDER_KEY = "sk-provider-CANARY-91bc"
@@ -33,21 +35,14 @@ FIELDS = {
 
 
 def keyed_config(providers: list[FakeServer], server: dict[str, Any] | None = None) -> GatewayConfig:
-    data: dict[str, Any] = {
-        "server": server or {},
-        "providers": [{"name": p.name, "base_url": p.base_url, "api_key_env": "FAKE_KEY"} for p in providers],
-        "models": [
-            {
-                "name": "m",
-                # Config order, so that the story (a failure, then a fallback) is the same every run.
-                "policy": "fixed-order",
-                "deployments": [
-                    {"provider": p.name, "model": "up", "price_in": 1.0, "price_out": 2.0} for p in providers
-                ],
-            }
-        ],
-    }
-    return parse_config(data, source="test.toml")
+    # Config order, so that the story (a failure, then a fallback) is the same every run.
+    return gateway_config(
+        providers,
+        base_policy={"extends": "fixed-order"},
+        deployments={p.name: {"model": "up"} for p in providers},
+        provider_options={p.name: {"api_key_env": "FAKE_KEY"} for p in providers},
+        extra={"server": server or {}},
+    )
 
 
 ENVIRON = {"FAKE_KEY": PROVIDER_KEY, "GATEWAY_API_KEYS": CLIENT_KEY}

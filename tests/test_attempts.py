@@ -11,8 +11,11 @@ import httpx
 import pytest
 
 from gateway.fakes import FakeBehavior
-from tests.conftest import Fakes, Gateway, gateway_config
-from tests.helpers import MESSAGES, sdk, wait_until
+from tests.support.clients import MESSAGES, sdk
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 SHORT = {"first_token_timeout_s": 0.25, "idle_timeout_s": 0.25, "connect_timeout_s": 1.0}

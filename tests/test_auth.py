@@ -16,14 +16,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.access import AccessControl, AccessState, require_admin
+from gateway.access import AccessControl, AccessState
 from gateway.app import AppOptions, create_app
 from gateway.auth import AdminKey, KeyLimits, KeyRing, exposure_notice, is_loopback, load_keys, presented_key
 from gateway.config import AuthConfig, ConfigError, LimitsConfig, load_config, parse_config
 from gateway.errors import PermissionDenied
 from gateway.ratelimit import InMemoryRateLimiter
-from tests.conftest import Fakes
-from tests.gateways import GatewayServers, RunningGateway
+from gateway.runtime import require_admin
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway, GatewayServers
 
 KEY_A = "sk-gw-team-a-0123456789abcdef"
 KEY_B = "sk-gw-team-b-fedcba9876543210"
@@ -193,7 +194,7 @@ def test_without_keys_only_loopback_clients_are_served() -> None:
 
 
 @pytest.fixture
-def keyed_gateway(tmp_path: Path, fakes: Fakes) -> Iterator[Callable[..., RunningGateway]]:
+def keyed_gateway(tmp_path: Path, fakes: Fakes) -> Iterator[Callable[..., Gateway]]:
     """Starts a gateway with models "a" and "b", the keys file above and a probe route behind ``require_admin``."""
     servers = GatewayServers()
 
@@ -201,7 +202,7 @@ def keyed_gateway(tmp_path: Path, fakes: Fakes) -> Iterator[Callable[..., Runnin
         require_admin(request)
         return JSONResponse({"admin": True})
 
-    def start(environ: dict[str, str], *, with_file: bool = True) -> RunningGateway:
+    def start(environ: dict[str, str], *, with_file: bool = True) -> Gateway:
         fake = fakes.start("p")
         config = parse_config(
             {
@@ -213,13 +214,13 @@ def keyed_gateway(tmp_path: Path, fakes: Fakes) -> Iterator[Callable[..., Runnin
         )
         app = create_app(config, AppOptions(environ=environ))
         app.router.routes.append(Route("/admin-probe", probe, methods=["POST"]))
-        return servers.start(app)
+        return servers.serve(app)
 
     yield start
     servers.stop()
 
 
-def _client(gateway: RunningGateway, key: str) -> openai.OpenAI:
+def _client(gateway: Gateway, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0)
 
 
@@ -230,7 +231,7 @@ def _error(response: httpx.Response) -> dict[str, object]:
     return error
 
 
-def test_client_keys_and_models_over_http(keyed_gateway: Callable[..., RunningGateway]) -> None:
+def test_client_keys_and_models_over_http(keyed_gateway: Callable[..., Gateway]) -> None:
     gateway = keyed_gateway({"GATEWAY_API_KEYS": ENV_KEY})
     messages: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
     with (
@@ -273,7 +274,7 @@ def test_client_keys_and_models_over_http(keyed_gateway: Callable[..., RunningGa
         assert response.status_code == 200
 
 
-def test_require_admin_over_http(keyed_gateway: Callable[..., RunningGateway]) -> None:
+def test_require_admin_over_http(keyed_gateway: Callable[..., Gateway]) -> None:
     gateway = keyed_gateway({"GATEWAY_ADMIN_KEY": ADMIN})
     with httpx.Client(base_url=gateway.url) as http:
         assert http.post("/admin-probe", headers={"authorization": f"Bearer {ADMIN}"}).json() == {"admin": True}

@@ -20,8 +20,10 @@ from gateway.fakes import FakeBehavior
 from gateway.prompts import builtin_prompts
 from gateway.stats import InMemoryStatsStore, StatsSnapshot, open_stats_store
 from gateway.tokens import load_token_counter
-from tests.conftest import Fakes, FakeServer, Gateway, gateway_config
 from tests.redis_server import RedisServer, RedisServerMissing
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.gateway import Gateway
 
 QUICK = FakeBehavior(ttft_s=0.05, tokens_per_s=200, output_tokens=100)
 SLOW = FakeBehavior(ttft_s=0.3, tokens_per_s=80, output_tokens=100)

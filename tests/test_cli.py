@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import MESSAGES, sdk, wait_until
+from tests.support.clients import MESSAGES, sdk
+from tests.support.wait import wait_until
 from tests.test_config import EXAMPLE, MINIMAL
 
 ENV = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("GATEWAY_")}

@@ -205,7 +205,7 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
         (
             MINIMAL.replace('model = "llama-3.3-70b-versatile"', 'model = "x"\n  price = 1'),
             "config.toml: models[0].deployments[0].price: unknown key "
-            "(expected one of: continue_prefill, model, name, prefill_format, price_in,",
+            "(expected one of: continue_prefill, model, name, prefill_format, price_cached_in, price_in,",
         ),
         (
             MINIMAL.replace('name = "groq"\n', 'name = "groq"\napi_key = "sk-123"\n', 1),
@@ -360,3 +360,12 @@ def test_prefill_capability_is_validated(tmp_path: Path) -> None:
     assert message.startswith("config.toml: models[0].deployments[0].prefill_format: expected one of 'plain'")
     message = error_of(tmp_path, MINIMAL.replace(upstream, upstream + '\n  continue_prefill = "yes"'))
     assert message == 'config.toml: models[0].deployments[0].continue_prefill: expected true or false, got "yes"'
+
+
+def test_cached_input_is_priced_apart_when_configured() -> None:
+    plain = DeploymentConfig("p", "m", price_in=1.0, price_out=4.0)
+    cached = DeploymentConfig("p", "m", price_in=1.0, price_out=4.0, price_cached_in=0.1)
+    # 1M prompt tokens, 600k of them cached, and 100k out.
+    assert plain.cost_usd(1_000_000, 100_000, 600_000) == pytest.approx(1.4)
+    assert cached.cost_usd(1_000_000, 100_000, 600_000) == pytest.approx(0.4 + 0.06 + 0.4)
+    assert cached.cost_usd(1_000, 0, 5_000) == pytest.approx(0.1 * 1_000 / 1e6)  # never more cached than sent

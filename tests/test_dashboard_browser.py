@@ -23,8 +23,11 @@ import pytest
 
 from gateway.fakes import FakeBehavior
 from tests.chromium import dump_dom, screenshot
-from tests.conftest import Fakes, Gateway, gateway_config
-from tests.helpers import sdk, wait_until
+from tests.support.clients import sdk
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 KEY = "dash-client-key"
 # (TTFT, tokens/s): "early" starts first, "stream" streams fastest, "laggard" is beaten by

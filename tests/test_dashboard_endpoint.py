@@ -8,8 +8,11 @@ from collections.abc import Callable
 
 import httpx
 
-from tests.conftest import Fakes, Gateway, gateway_config
-from tests.helpers import sdk, wait_until
+from tests.support.clients import sdk
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 KEY = "sk-dashboard-test-key"
 WRONG = "sk-not-a-key-0000"

@@ -26,7 +26,9 @@ from gateway.fakes import FakeBehavior
 from gateway.metrics import Metrics
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
-from tests.conftest import Fakes, Gateway, gateway_config
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -48,13 +50,13 @@ def exported_labels() -> dict[str, set[str]]:
     )  # fmt: skip
     metrics.record(sample)
     metrics.request_answered("m", "p", 200)
-    metrics.attempt_started("p")
+    metrics.attempt_started("m", "p", "p")
     metrics.set_provider_capacity("p", 8)
     metrics.observe_overhead("stream", 0.001)
-    metrics.route_decided("m", "p", "best-score")
-    metrics.fallback("m", "p")
-    metrics.hedge("m", "p", "won")
-    metrics.stream_broke("m", "p", "recovered")
+    metrics.committed("m", "p", "p", "best-score")
+    metrics.fallback("m", "p", "p", "q")
+    metrics.hedge_ended("m", "p", "p", "won", True)
+    metrics.stream_broke("m", "p", "p", "recovered")
     metrics.set_circuit_state("p", "closed")
     metrics.set_stats_backend("redis", True)
     metrics.samples_dropped(1)

@@ -13,9 +13,12 @@ import pytest
 from gateway.app import AppOptions, create_app
 from gateway.fakes import FakeBehavior, FakeProvider
 from gateway.samples import SampleLog
-from tests.conftest import Fakes, FakeServer, Gateway, gateway_config
-from tests.helpers import MESSAGES, sdk, wait_until
-from tests.servers import ServerThread, stop_all
+from tests.support.clients import MESSAGES, sdk
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.gateway import Gateway
+from tests.support.servers import ServerThread, stop_all
+from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 MAX_BODY = 4096

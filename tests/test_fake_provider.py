@@ -12,7 +12,7 @@ import pytest
 
 from gateway.fakes import FakeBehavior
 from gateway.fakes.provider import answer_words
-from tests.conftest import Fakes, FakeServer
+from tests.support.fakes import Fakes, FakeServer
 
 MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 

@@ -61,12 +61,15 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.config import GatewayConfig, parse_config
+from gateway.config import GatewayConfig
 from gateway.fakes import FakeBehavior
 from gateway.fakes.provider import answer_words
-from tests.conftest import Fakes, FakeServer, Gateway, gateway_config
-from tests.helpers import MESSAGES, sdk, wait_until
 from tests.raw_upstream import RawUpstream
+from tests.support.clients import MESSAGES, sdk
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 SHORT = {"first_token_timeout_s": 0.3, "idle_timeout_s": 0.3, "connect_timeout_s": 1.0}
@@ -89,23 +92,11 @@ def raw() -> Iterator[Callable[..., RawUpstream]]:
 
 def raw_config(first: RawUpstream, others: list[FakeServer], capable: tuple[str, ...] = ()) -> GatewayConfig:
     """A config whose first deployment is the raw upstream (named "raw"), then the fakes in order."""
-    data: dict[str, Any] = {
-        "providers": [{"name": "raw", "base_url": first.base_url}]
-        + [{"name": p.name, "base_url": p.base_url} for p in others],
-        "models": [
-            {
-                "name": "m",
-                "policy": "test",
-                "deployments": [{"provider": "raw", "model": "raw-upstream"}]
-                + [
-                    {"provider": p.name, "model": f"{p.name}-upstream", "continue_prefill": p.name in capable}
-                    for p in others
-                ],
-            }
-        ],
-        "policies": {"test": {"extends": "fixed-order", **SHORT}},
-    }
-    return parse_config(data, source="test.toml")
+    return gateway_config(
+        [first, *others],
+        base_policy={"extends": "fixed-order", **SHORT},
+        deployments={p.name: {"continue_prefill": True} for p in others if p.name in capable},
+    )
 
 
 def served_by(gateway: Gateway, stream: bool = True, fake: dict[str, Any] | None = None) -> tuple[str, int]:

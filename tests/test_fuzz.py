@@ -23,7 +23,7 @@ from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
 from gateway.fakes import FakeBehavior, FakeProvider
 from gateway.samples import SampleLog
-from tests.servers import ServerThread
+from tests.support.servers import ServerThread
 
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models")
 # Fields the fake provider obeys as instructions (it would fail on purpose) and framing httpx owns.

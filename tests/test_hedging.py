@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,6 +18,7 @@ import pytest
 from gateway.fakes import FakeBehavior
 from gateway.samples import Sample
 from tests.routing_sim import ADMIN_KEY, Reply, Sim, SimProvider, Sims, sims_fixture  # noqa: F401 (the sims fixture)
+from tests.support.wait import wait_until
 
 QUICK = FakeBehavior(ttft_s=0.01, output_tokens=6)
 
@@ -35,16 +34,8 @@ def slow(server: str, ttft_s: float) -> dict[str, Any]:
     return {"fake": {"servers": {server: {"ttft_s": ttft_s}}}}
 
 
-def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
-
-
 def samples_of(sim: Sim, n: int) -> list[Sample]:
-    until(lambda: len(sim.samples.samples) >= n)
+    wait_until(lambda: len(sim.samples.samples) >= n)
     return list(sim.samples.samples)
 
 
@@ -71,8 +62,8 @@ def test_a_late_first_token_is_hedged_and_the_hedge_wins(sims: Sims) -> None:
     assert loser.cost_usd == pytest.approx(loser.prompt_tokens_estimate * 2.0 / 1e6)
     assert ("hedge_started", "m", "a", "b") in sim.events.events
     assert ("hedge_won", "m", "b") in sim.events.events
-    until(lambda: sim.fakes["a"].app.state.cancelled == 1)
-    until(lambda: idle(sim))
+    wait_until(lambda: sim.fakes["a"].app.state.cancelled == 1)
+    wait_until(lambda: idle(sim))
 
 
 def test_the_primary_can_still_win_and_the_hedge_is_cancelled(sims: Sims) -> None:
@@ -84,7 +75,7 @@ def test_the_primary_can_still_win_and_the_hedge_is_cancelled(sims: Sims) -> Non
     assert by_deployment["b"].outcome == "client_cancelled" and by_deployment["b"].hedged
     assert by_deployment["b"].ttft_s is None  # a hedge cut short says nothing of its own first token
     assert ("hedge_lost", "m", "b") in sim.events.events
-    until(lambda: idle(sim))
+    wait_until(lambda: idle(sim))
 
 
 def test_a_failing_primary_leaves_the_hedge_running(sims: Sims) -> None:
@@ -94,7 +85,7 @@ def test_a_failing_primary_leaves_the_hedge_running(sims: Sims) -> None:
     assert (reply.provider, reply.route, reply.attempts) == ("b", "hedge", 2)
     outcomes = {s.deployment: s.outcome for s in samples_of(sim, 2)}
     assert outcomes == {"a": "broken_stream", "b": "ok"}
-    until(lambda: idle(sim))
+    wait_until(lambda: idle(sim))
 
 
 def test_no_hedge_when_the_first_token_is_on_time_or_the_request_is_not_streamed(sims: Sims) -> None:
@@ -111,7 +102,7 @@ def test_the_budget_caps_hedges(sims: Sims) -> None:
     hedged = sum(r.attempts == 2 for r in replies)
     assert 3 <= hedged <= 6  # 20% of 20, plus a burst of at most two
     assert sim.fakes["b"].app.state.requests == hedged
-    until(lambda: idle(sim))
+    wait_until(lambda: idle(sim))
 
 
 def test_a_client_gone_during_the_race_cancels_both(sims: Sims) -> None:
@@ -119,7 +110,7 @@ def test_a_client_gone_during_the_race_cancels_both(sims: Sims) -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True, **slow("a", 5.0)}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(sim.gateway.url + "/v1/chat/completions", json=body, timeout=0.4)
-    until(lambda: idle(sim))
+    wait_until(lambda: idle(sim))
     samples = samples_of(sim, 2)
     assert {(s.deployment, s.outcome, s.hedged) for s in samples} == {
         ("a", "client_cancelled", True),

@@ -18,8 +18,8 @@ from gateway.config import LimitsConfig, parse_config
 from gateway.errors import InvalidRequest
 from gateway.limits import check_shape, nesting_exceeds
 from gateway.server import header_limited_protocol
-from tests.conftest import Fakes, FakeServer
-from tests.gateways import GatewayServers, RunningGateway
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.gateway import Gateway, GatewayServers
 
 MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
@@ -57,12 +57,12 @@ def test_check_shape() -> None:
 
 
 @pytest.fixture
-def limited(fakes: Fakes) -> Iterator[Callable[..., tuple[RunningGateway, FakeServer]]]:
+def limited(fakes: Fakes) -> Iterator[Callable[..., tuple[Gateway, FakeServer]]]:
     servers = GatewayServers()
 
     def start(
         limits: dict[str, int] | None = None, server: dict[str, int] | None = None, *, protocol_limit: int = 0
-    ) -> tuple[RunningGateway, FakeServer]:
+    ) -> tuple[Gateway, FakeServer]:
         fake = fakes.start("p")
         config = parse_config(
             {
@@ -78,7 +78,7 @@ def limited(fakes: Fakes) -> Iterator[Callable[..., tuple[RunningGateway, FakeSe
         app = create_app(config, AppOptions(environ={}))
         # With protocol_limit, the app runs under the protocol class `gateway serve` uses.
         http = header_limited_protocol(protocol_limit) if protocol_limit else None
-        return servers.start(app, http=http), fake
+        return servers.serve(app, http=http), fake
 
     yield start
     servers.stop()
@@ -91,7 +91,7 @@ def _error(response: httpx.Response) -> dict[str, Any]:
     return error
 
 
-def test_shape_limits_over_http(limited: Callable[..., tuple[RunningGateway, FakeServer]]) -> None:
+def test_shape_limits_over_http(limited: Callable[..., tuple[Gateway, FakeServer]]) -> None:
     gateway, fake = limited({"max_n": 2, "max_messages": 3, "max_tokens": 50, "max_json_depth": 8})
     with openai.OpenAI(base_url=gateway.base_url, api_key="x", max_retries=0) as client:
         assert len(client.chat.completions.create(model="m", messages=MESSAGES, n=2, max_tokens=50).choices) == 2
@@ -113,7 +113,7 @@ def test_shape_limits_over_http(limited: Callable[..., tuple[RunningGateway, Fak
     assert fake.app.state.requests == 1
 
 
-def test_body_and_header_size_in_the_app(limited: Callable[..., tuple[RunningGateway, FakeServer]]) -> None:
+def test_body_and_header_size_in_the_app(limited: Callable[..., tuple[Gateway, FakeServer]]) -> None:
     gateway, fake = limited({"max_header_bytes": 2048}, {"max_body_bytes": 1000})
     body = {"model": "m", "messages": [{"role": "user", "content": "x" * 2000}]}
     with httpx.Client(base_url=gateway.base_url) as http:
@@ -148,7 +148,7 @@ def _read_response(sock: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
-def test_header_limit_at_the_protocol(limited: Callable[..., tuple[RunningGateway, FakeServer]]) -> None:
+def test_header_limit_at_the_protocol(limited: Callable[..., tuple[Gateway, FakeServer]]) -> None:
     """An endless header is cut off after about the limit, before the app (or httptools' buffer) holds it."""
     gateway, _ = limited({"max_header_bytes": 4096}, protocol_limit=4096)
     with socket.create_connection(("127.0.0.1", gateway.server.port)) as sock:
@@ -179,7 +179,7 @@ def test_header_limit_at_the_protocol(limited: Callable[..., tuple[RunningGatewa
 
 
 def test_no_request_can_steer_the_upstream_url(
-    fakes: Fakes, limited: Callable[..., tuple[RunningGateway, FakeServer]]
+    fakes: Fakes, limited: Callable[..., tuple[Gateway, FakeServer]]
 ) -> None:
     """Model names, headers and routing fields that look like hosts or paths reach nothing but the configured URL."""
     canary = fakes.start("canary")
@@ -232,7 +232,7 @@ def test_no_request_can_steer_the_upstream_url(
 
 
 def test_bodies_python_accepts_but_json_and_unicode_do_not(
-    limited: Callable[..., tuple[RunningGateway, FakeServer]],
+    limited: Callable[..., tuple[Gateway, FakeServer]],
 ) -> None:
     """NaN and lone surrogate escapes parse in Python but cannot be sent on: 400, not a 500."""
     gateway, fake = limited()

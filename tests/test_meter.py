@@ -10,20 +10,11 @@ from typing import Any
 
 import pytest
 
-from gateway.meter import Reading, StreamMeter, read_body
+from gateway.meter import Reading, StreamMeter, read_full_reply
 from gateway.tokens import TokenCounter, load_token_counter
+from tests.support.clock import FakeClock
 
 SENT_AT = 100.0
-
-
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: float = SENT_AT) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +37,7 @@ DONE = b"data: [DONE]\n\n"
 
 def run(counter: TokenCounter, timeline: list[tuple[float, bytes]], *, end: bool = False) -> Reading:
     """Feed each chunk at its clock reading (seconds after the request was sent)."""
-    clock = FakeClock()
+    clock = FakeClock(SENT_AT)
     meter = StreamMeter(clock, SENT_AT)
     for at, data in timeline:
         clock.now = SENT_AT + at
@@ -169,7 +160,7 @@ def test_no_output_at_all(counter: TokenCounter) -> None:
 def test_an_event_is_timed_when_its_last_byte_arrives(counter: TokenCounter) -> None:
     first = chunk({"content": " the"})
     second = chunk({"content": " quick"})
-    clock = FakeClock()
+    clock = FakeClock(SENT_AT)
     meter = StreamMeter(clock, SENT_AT)
     clock.now = SENT_AT + 0.25
     meter.feed(first[:10])
@@ -184,7 +175,7 @@ def test_an_event_is_timed_when_its_last_byte_arrives(counter: TokenCounter) -> 
 
 
 def test_end_of_stream_completes_an_unterminated_event(counter: TokenCounter) -> None:
-    clock = FakeClock()
+    clock = FakeClock(SENT_AT)
     meter = StreamMeter(clock, SENT_AT)
     clock.now = SENT_AT + 0.5
     meter.feed(chunk({"content": " the"}))
@@ -199,7 +190,7 @@ def test_end_of_stream_completes_an_unterminated_event(counter: TokenCounter) ->
 
 
 def test_error_event_counts_as_first_output_and_is_reported(counter: TokenCounter) -> None:
-    clock = FakeClock()
+    clock = FakeClock(SENT_AT)
     meter = StreamMeter(clock, SENT_AT)
     clock.now = SENT_AT + 0.25
     meter.feed(event({"error": {"message": "overloaded", "type": "server_error"}}))
@@ -211,7 +202,7 @@ def test_error_event_counts_as_first_output_and_is_reported(counter: TokenCounte
 
 
 def test_malformed_event_before_output_is_flagged(counter: TokenCounter) -> None:
-    clock = FakeClock()
+    clock = FakeClock(SENT_AT)
     meter = StreamMeter(clock, SENT_AT)
     meter.feed(b"data: {not json\n\n")
     assert meter.malformed
@@ -230,7 +221,7 @@ def test_malformed_event_after_output_is_reported(counter: TokenCounter) -> None
 
 
 def test_done_is_noted_at_once() -> None:
-    meter = StreamMeter(FakeClock(), SENT_AT)
+    meter = StreamMeter(FakeClock(SENT_AT), SENT_AT)
     meter.feed(DONE[:8])
     assert not meter.done
     meter.feed(DONE[8:])
@@ -249,7 +240,7 @@ def test_several_choices_all_count(counter: TokenCounter) -> None:
     assert reading.tokens_per_s == 6.0
 
 
-def test_read_body_of_a_whole_response(counter: TokenCounter) -> None:
+def test_read_full_reply_of_a_whole_response(counter: TokenCounter) -> None:
     body = {
         "id": "x",
         "object": "chat.completion",
@@ -268,7 +259,7 @@ def test_read_body_of_a_whole_response(counter: TokenCounter) -> None:
         ],
         "usage": {"prompt_tokens": 5, "completion_tokens": 40, "total_tokens": 45},
     }
-    reading = read_body(json.dumps(body).encode(), counter)
+    reading = read_full_reply(json.dumps(body).encode(), counter)
     assert reading == Reading(
         output_tokens=4,
         answer_text=" the quick brown fox",
@@ -279,12 +270,12 @@ def test_read_body_of_a_whole_response(counter: TokenCounter) -> None:
     )
 
 
-def test_read_body_of_an_error_and_of_garbage(counter: TokenCounter) -> None:
-    error = read_body(b'{"error": {"message": "bad", "type": "x"}}', counter)
+def test_read_full_reply_of_an_error_and_of_garbage(counter: TokenCounter) -> None:
+    error = read_full_reply(b'{"error": {"message": "bad", "type": "x"}}', counter)
     assert error.error_message == "bad" and error.output_tokens == 0
-    assert read_body(b"<html>oops</html>", counter) == Reading(malformed=True)
+    assert read_full_reply(b"<html>oops</html>", counter) == Reading(malformed=True)
     # Usage counts that are not integers are ignored rather than trusted.
-    odd = read_body(b'{"choices": [], "usage": {"prompt_tokens": true, "completion_tokens": "7"}}', counter)
+    odd = read_full_reply(b'{"choices": [], "usage": {"prompt_tokens": true, "completion_tokens": "7"}}', counter)
     assert odd.usage_prompt_tokens is None and odd.usage_completion_tokens is None
 
 
@@ -309,10 +300,39 @@ def test_chunks_after_the_first_token_read_the_same_however_they_are_cut(counter
 
 
 def test_a_finish_reason_in_a_chunk_kept_whole_is_seen_at_once() -> None:
-    meter = StreamMeter(FakeClock(), SENT_AT)
+    meter = StreamMeter(FakeClock(SENT_AT), SENT_AT)
     meter.feed(chunk({"content": " the"}))
     assert meter.first_output_at is not None and not meter.finish_arrived
     meter.feed(chunk({"content": " quick"}) + chunk({}, finish="stop"))
     assert meter.finish_arrived and not meter.done
     meter.feed(DONE)
     assert meter.done
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": 1200, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 1024}},  # OpenAI
+        {
+            "prompt_tokens": 1200,
+            "completion_tokens": 3,
+            "prompt_cache_hit_tokens": 1024,
+            "prompt_cache_miss_tokens": 176,
+        },
+        {"prompt_tokens": 1200, "completion_tokens": 3, "cache_read_input_tokens": 1024},  # Anthropic-style
+    ],
+    ids=["openai", "deepseek", "anthropic-style"],
+)
+def test_cached_prompt_tokens_are_read_in_every_shape(counter: TokenCounter, usage: dict[str, object]) -> None:
+    chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}], "usage": usage}
+    meter = StreamMeter(FakeClock(SENT_AT), SENT_AT)
+    meter.feed(b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n")
+    reading = meter.finish(counter)
+    assert (reading.usage_prompt_tokens, reading.usage_cached_tokens) == (1200, 1024)
+    whole = {"choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}], "usage": usage}
+    assert read_full_reply(json.dumps(whole).encode(), counter).usage_cached_tokens == 1024
+
+
+def test_no_cached_tokens_reported_is_none_not_zero(counter: TokenCounter) -> None:
+    whole = {"choices": [{"index": 0, "message": {"content": "hi"}}], "usage": {"prompt_tokens": 9}}
+    assert read_full_reply(json.dumps(whole).encode(), counter).usage_cached_tokens is None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import httpx
@@ -17,19 +16,13 @@ from gateway.fakes import FakeBehavior
 from gateway.metrics import TPS_BUCKETS, TTFT_BUCKETS, Metrics, deployment_providers
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
-from tests.conftest import Fakes, Gateway, gateway_config
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 ANSWER_TOKENS = 12
 FIRST_TOKEN_S = 0.06
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll ``condition`` until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.01)
 
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -66,7 +59,7 @@ def test_metrics_after_real_traffic(fakes: Fakes, start_gateway: Callable[..., G
         assert answer.choices[0].message.content
     total = streams + fulls
     # The access log (and its counter) is written after the last byte: poll, never sleep.
-    wait_until(lambda: gateway.metrics.registry.get_sample_value("gateway_requests_total", _good_2xx()) == total)
+    wait_until(lambda: gateway.metrics.registry.get_sample_value("gateway_requests_total", _good_2xx()) == total, 10)
 
     series = scrape(gateway)
     m_bad, m_good = {"model": "m", "provider": "bad"}, {"model": "m", "provider": "good"}
@@ -116,7 +109,7 @@ def test_window_gauges_from_a_snapshot(fakes: Fakes, start_gateway: Callable[...
             model="m", messages=[{"role": "user", "content": "x"}], stream=True
         ):
             pass
-    wait_until(lambda: len(gateway.samples.samples) == 3)
+    wait_until(lambda: len(gateway.samples.samples) == 3, 10)
 
     # A scrape reads the gateway's own stats window.
     series = scrape(gateway)
@@ -145,12 +138,13 @@ def test_openmetrics_when_the_scraper_asks(fakes: Fakes, start_gateway: Callable
 
 
 def test_hooks_for_router_and_stats() -> None:
+    # Metrics is a GatewayEvents listener: the router and the relay tell it each event directly.
     metrics = Metrics(process_metrics=False)
     get = metrics.registry.get_sample_value
-    metrics.route_decided("m", "groq", "explore")
-    metrics.hedge("m", "groq", "won")
-    metrics.hedge("m", "together", "lost")
-    metrics.fallback("m", "together")
+    metrics.committed("m", "groq", "groq", "explore")
+    metrics.hedge_ended("m", "groq", "groq", "won", True)
+    metrics.hedge_ended("m", "together", "together", "lost", False)
+    metrics.fallback("m", "together", "together", "groq")
     assert get("gateway_routing_decisions_total", {"model": "m", "provider": "groq", "reason": "explore"}) == 1
     assert get("gateway_hedges_total", {"model": "m", "provider": "groq", "result": "won"}) == 1
     assert get("gateway_hedges_total", {"model": "m", "provider": "together", "result": "lost"}) == 1
@@ -170,9 +164,9 @@ def test_hooks_for_router_and_stats() -> None:
     metrics.observe_dropped_total(5)
     assert get("gateway_stats_samples_dropped_total") == 5
 
-    metrics.attempt_started("groq")
-    metrics.attempt_started("groq")
-    metrics.attempt_ended("groq")
+    metrics.attempt_started("m", "groq", "groq")
+    metrics.attempt_started("m", "groq", "groq")
+    metrics.attempt_ended("m", "groq", "groq")
     assert get("gateway_inflight_requests", {"provider": "groq"}) == 1
 
 
@@ -200,7 +194,7 @@ def test_failed_attempt_counts_no_latency_and_no_cost() -> None:
 def test_registries_are_private() -> None:
     # Two apps in one process must not share or collide (the global registry is never used).
     first, second = Metrics(), Metrics()
-    first.attempt_started("p")
+    first.attempt_started("m", "p", "p")
     assert second.registry.get_sample_value("gateway_inflight_requests", {"provider": "p"}) is None
 
 

@@ -13,8 +13,11 @@ import openai
 
 from gateway.config import parse_config
 from gateway.fakes import FakeBehavior
-from tests.conftest import Fakes, Gateway, gateway_config
-from tests.helpers import MESSAGES, async_sdk, sdk, stable, wait_until
+from tests.support.clients import MESSAGES, async_sdk, sdk, stable
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 

@@ -19,9 +19,10 @@ from gateway.config import StatsConfig, parse_config
 from gateway.fakes.provider import FakeState
 from gateway.ratelimit import WINDOW_S, Counts, InMemoryRateLimiter, RateLimiter, RedisRateLimiter, decide
 from gateway.redis_client import RedisConnections
-from tests.conftest import SENTINEL_ENVIRON, Fakes, FakeServer
-from tests.gateways import GatewayServers, RunningGateway
 from tests.redis_server import RedisServer
+from tests.redis_topologies import SENTINEL_ENVIRON
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.gateway import Gateway, GatewayServers
 
 KEY = "sk-gw-limited-0123456789"
 
@@ -160,13 +161,13 @@ def test_redis_failure_fails_open_and_logs_once(redis_server: RedisServer, caplo
 
 
 @pytest.fixture
-def replicas(fakes: Fakes, tmp_path: Path) -> Iterator[Callable[..., tuple[FakeServer, list[RunningGateway]]]]:
+def replicas(fakes: Fakes, tmp_path: Path) -> Iterator[Callable[..., tuple[FakeServer, list[Gateway]]]]:
     """Starts gateways on one fake provider, each with its own rate limiter (Redis or memory)."""
     servers = GatewayServers()
 
     def start(
         count: int, key_limits: str, redis_url: str | None = None, limits: dict[str, int] | None = None
-    ) -> tuple[FakeServer, list[RunningGateway]]:
+    ) -> tuple[FakeServer, list[Gateway]]:
         fake = fakes.start("p")
         keys = tmp_path / "keys.toml"
         keys.write_text(f'[[keys]]\nname = "limited"\nkey = "{KEY}"\n{key_limits}\n')
@@ -184,7 +185,7 @@ def replicas(fakes: Fakes, tmp_path: Path) -> Iterator[Callable[..., tuple[FakeS
             limiter = None
             if redis_url is not None:
                 limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=redis_url))
-            gateways.append(servers.start(create_app(config, AppOptions(environ={}, rate_limiter=limiter))))
+            gateways.append(servers.serve(create_app(config, AppOptions(environ={}, rate_limiter=limiter))))
         return fake, gateways
 
     yield start
@@ -195,7 +196,7 @@ MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user",
 
 
 def test_requests_per_minute_shared_by_replicas(
-    replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]], redis_server: RedisServer
+    replicas: Callable[..., tuple[FakeServer, list[Gateway]]], redis_server: RedisServer
 ) -> None:
     _, (first, second) = replicas(2, "requests_per_minute = 3", redis_server.url)
     with (
@@ -213,7 +214,7 @@ def test_requests_per_minute_shared_by_replicas(
 
 
 def test_redis_outage_keeps_serving(
-    replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]], redis_server: RedisServer
+    replicas: Callable[..., tuple[FakeServer, list[Gateway]]], redis_server: RedisServer
 ) -> None:
     _, (gateway,) = replicas(1, "requests_per_minute = 100", redis_server.url)
     with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
@@ -226,7 +227,7 @@ def test_redis_outage_keeps_serving(
 
 
 def test_tokens_per_minute_counts_actual_output(
-    replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]],
+    replicas: Callable[..., tuple[FakeServer, list[Gateway]]],
 ) -> None:
     """Admission reserves prompt + max_tokens; the fake answers 32 tokens, and the rest is given back.
 
@@ -271,7 +272,7 @@ def _eventually_served(client: openai.OpenAI) -> None:
     pytest.fail("the in-flight slot was not released after the stream closed")
 
 
-def test_in_flight_limit_per_key(replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]]) -> None:
+def test_in_flight_limit_per_key(replicas: Callable[..., tuple[FakeServer, list[Gateway]]]) -> None:
     fake, (gateway,) = replicas(1, "max_in_flight = 1")
     with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
         stream = _hold_a_stream(client, fake.app.state)
@@ -285,7 +286,7 @@ def test_in_flight_limit_per_key(replicas: Callable[..., tuple[FakeServer, list[
         _eventually_served(client)
 
 
-def test_in_flight_limit_overall(replicas: Callable[..., tuple[FakeServer, list[RunningGateway]]]) -> None:
+def test_in_flight_limit_overall(replicas: Callable[..., tuple[FakeServer, list[Gateway]]]) -> None:
     fake, (gateway,) = replicas(1, "", limits={"max_in_flight": 1})
     with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
         stream = _hold_a_stream(client, fake.app.state)

@@ -17,8 +17,11 @@ import pytest
 
 from gateway.fakes import FakeBehavior
 from gateway.fakes.provider import answer_words
-from tests.conftest import Fakes, FakeServer, Gateway, gateway_config
-from tests.helpers import MESSAGES, sdk, wait_until
+from tests.support.clients import MESSAGES, sdk
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 POLICY = {"first_token_timeout_s": 2.0, "idle_timeout_s": 0.3}

@@ -18,7 +18,8 @@ from gateway.ratelimit import RedisRateLimiter
 from gateway.redis_client import Backoff, RedisConnections, describe_error, resolve_redis_secrets
 from gateway.stats import RedisStatsStore
 from tests.redis_server import RedisServer, free_port
-from tests.stats.conftest import make_sample, samples_of
+from tests.support.samples import make_sample
+from tests.support.stats import samples_of
 
 pytestmark = pytest.mark.anyio
 

@@ -25,9 +25,12 @@ import pytest
 from gateway.config import StatsConfig, parse_config
 from gateway.redis_client import RedisConnections
 from gateway.stats import RedisStatsStore
-from tests.conftest import Fakes, Gateway
 from tests.redis_topologies import ClusterNode, LoopbackCluster
-from tests.stats.conftest import FakeClock, make_sample, wait_for
+from tests.support.clock import FakeClock
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.samples import make_sample
+from tests.support.wait import wait_until
 
 PREFIX = "keyfamilies"
 KEY = "sk-gw-keys-test-0123456789"
@@ -146,7 +149,7 @@ def drive_gateway(fakes: Fakes, start_gateway: Callable[..., Gateway], cluster: 
         store = httpx.get(gateway.url + "/v1/gateway/stats", headers={"authorization": f"Bearer {KEY}"}).json()
         return bool(store["store"]["buffered_samples"] == 0 and sum(r["samples"] for r in store["data"]) == 6)
 
-    wait_for(flushed, "the gateway's samples to be written")
+    wait_until(flushed, timeout=15, what="the gateway's samples to be written")
 
 
 async def late_write(cluster: LoopbackCluster) -> None:

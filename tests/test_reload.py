@@ -9,18 +9,19 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from gateway.app import AppOptions, GatewayRuntime, create_app
+from gateway.app import AppOptions, create_app
 from gateway.config import load_config
 from gateway.fakes import FakeBehavior
-from tests.conftest import Fakes, FakeServer
-from tests.servers import ServerThread
+from gateway.runtime import GatewayRuntime, runtime_of
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.servers import ServerThread
+from tests.support.wait import wait_until
 
 ADMIN = "reload-admin-key"
 
@@ -38,14 +39,6 @@ def config_text(a: FakeServer, b: FakeServer, *, first: str = "a", policy: str =
     )
 
 
-def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
-
-
 class Served:
     def __init__(self, path: Path, environ: dict[str, str]) -> None:
         self.app = create_app(load_config(path), AppOptions(environ=environ, config_path=str(path)))
@@ -54,8 +47,7 @@ class Served:
 
     @property
     def runtime(self) -> GatewayRuntime:
-        runtime: GatewayRuntime = self.app.state.runtime.current
-        return runtime
+        return runtime_of({"app": self.app})
 
     def chat(self) -> httpx.Response:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -158,7 +150,7 @@ def test_requests_in_flight_finish_on_their_runtime(fakes: Fakes, serve: Serve, 
 
     thread = threading.Thread(target=stream)
     thread.start()
-    until(lambda: old.active == 1 and a.app.state.open_streams == 1)
+    wait_until(lambda: old.requests.count == 1 and a.app.state.open_streams == 1)
     (tmp_path / "gateway.toml").write_text(config_text(a, b, first="b"))
     assert served.reload().status_code == 200
     assert served.chat().headers["x-gateway-provider"] == "b"  # new requests: the new config
@@ -166,8 +158,8 @@ def test_requests_in_flight_finish_on_their_runtime(fakes: Fakes, serve: Serve, 
     assert not session.closed  # the old runtime's pools stay open for the stream in flight
     thread.join(10)
     assert result["provider"] == "a" and result["body"].rstrip().endswith("data: [DONE]")
-    until(lambda: session.closed)  # ... and close once it is done
-    assert old.active == 0
+    wait_until(lambda: session.closed)  # ... and close once it is done
+    assert old.requests.count == 0
 
 
 def test_sighup_reloads_a_running_gateway(fakes: Fakes, tmp_path: Path) -> None:
@@ -186,15 +178,15 @@ def test_sighup_reloads_a_running_gateway(fakes: Fakes, tmp_path: Path) -> None:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        until(lambda: _ready(url), timeout_s=15)
+        wait_until(lambda: _ready(url), timeout=15)
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         assert httpx.post(url + "/v1/chat/completions", json=body).headers["x-gateway-provider"] == "a"
         path.write_text(config_text(a, b, first="b"))
         process.send_signal(signal.SIGHUP)
-        until(lambda: httpx.post(url + "/v1/chat/completions", json=body).headers["x-gateway-provider"] == "b")
+        wait_until(lambda: httpx.post(url + "/v1/chat/completions", json=body).headers["x-gateway-provider"] == "b")
         path.write_text("broken = [")
         process.send_signal(signal.SIGHUP)
-        until(lambda: b"config reload refused" in _peek(process))
+        wait_until(lambda: b"config reload refused" in _peek(process))
         assert httpx.post(url + "/v1/chat/completions", json=body).status_code == 200
     finally:
         process.terminate()

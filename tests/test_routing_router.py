@@ -11,21 +11,14 @@ import pytest
 
 from gateway.config import GatewayConfig, StatsConfig
 from gateway.errors import InvalidRequest, NoCapacity
-from gateway.routing import EventLog, MeasuredRouter, ProviderPreferences, RouteRequest
+from gateway.events import EventLog
+from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
 from gateway.routing.plan import Candidate
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
-from tests.routing_helpers import routing_config, sample, samples
-
-
-class FakeClock:
-    """A clock the test moves by hand (both monotonic and wall time)."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import FakeClock
+from tests.support.config import routing_config
+from tests.support.samples import sample, samples
 
 
 class Rig:
@@ -36,9 +29,7 @@ class Rig:
         self.config = config
         self.store = InMemoryStatsStore(StatsConfig(window_s=60, slice_s=1), wall_clock=self.clock)
         self.events = EventLog()
-        self.router = MeasuredRouter(
-            config, self.store, rng=random.Random(seed), clock=self.clock, observer=self.events
-        )
+        self.router = MeasuredRouter(config, self.store, rng=random.Random(seed), clock=self.clock, events=self.events)
 
     def feed(self, batch: list[Sample]) -> None:
         for s in batch:
@@ -244,7 +235,7 @@ def test_circuit_opens_cools_down_probes_and_closes() -> None:
     assert ("circuit", "m", "a", "open") in rig.events.events
     rig.clock.now += 10
     assert rig.order()[0] == "a"  # half-open: a real request is the probe
-    assert ("circuit", "m", "a", "half-open") in rig.events.events
+    assert ("circuit", "m", "a", "half_open") in rig.events.events
     probe = rig.candidate("a")
     assert rig.router.attempt_started(probe)
     assert not rig.router.attempt_started(probe)  # one probe at a time

@@ -10,7 +10,8 @@ from gateway.policies import BUILTIN_POLICIES, PolicyConfig
 from gateway.routing.overrides import ProviderPreferences
 from gateway.routing.score import Recent, RequestShape, Scored, Weights, expected_output, predict, score_all
 from gateway.stats import StatsSnapshot
-from tests.routing_helpers import routing_config, sample, samples
+from tests.support.config import routing_config
+from tests.support.samples import sample, samples
 
 BALANCED = BUILTIN_POLICIES["balanced"]
 MEDIAN = PolicyConfig(name="median", estimate="quantile")

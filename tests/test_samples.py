@@ -14,9 +14,12 @@ import pytest
 from gateway.app import AppOptions, create_app
 from gateway.fakes import FakeBehavior
 from gateway.samples import Sample, SampleLog
-from tests.conftest import Fakes, Gateway, gateway_config
-from tests.helpers import MESSAGES, sdk, wait_until
-from tests.servers import ServerThread
+from tests.support.clients import MESSAGES, sdk
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.servers import ServerThread
+from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 

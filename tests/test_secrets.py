@@ -27,13 +27,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.access import require_admin
 from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
 from gateway.fakes import FakeBehavior
+from gateway.runtime import require_admin
 from gateway.samples import SampleLog
-from tests.conftest import Fakes
-from tests.servers import ServerThread
+from tests.support.fakes import Fakes
+from tests.support.servers import ServerThread
 
 PROVIDER_KEY = "sk-prov-LEAKPROV-7f3a9c0d11e2"
 CLIENT_KEY = "sk-gw-client-LEAKCLIENT-1b2c3d4e"

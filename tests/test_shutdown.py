@@ -19,7 +19,8 @@ import pytest
 
 from gateway.fakes import FakeBehavior
 from gateway.fakes.provider import answer_words
-from tests.conftest import Fakes, FakeServer
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.wait import wait_until
 
 MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
@@ -124,15 +125,6 @@ class StreamInThread:
             self.client.close()
 
 
-def _wait_for(condition: object, what: str, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return
-        time.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def test_sigterm_lets_the_stream_in_flight_finish(fakes: Fakes, tmp_path: Path, serve: list[ServeProcess]) -> None:
     fake = fakes.start("p", FakeBehavior(tokens_per_s=20.0, output_tokens=30))  # ~1.5 s of paced answer
     gateway = ServeProcess(_write_config(tmp_path, fake, grace_s=30))
@@ -141,9 +133,9 @@ def test_sigterm_lets_the_stream_in_flight_finish(fakes: Fakes, tmp_path: Path, 
     assert len(notice) == 1 and "only loopback clients are served on 127.0.0.1" in notice[0]
 
     reader = StreamInThread(gateway.base_url)
-    _wait_for(lambda: fake.app.state.open_streams == 1, "the stream to reach the provider")
+    wait_until(lambda: fake.app.state.open_streams == 1, 15, "the stream to reach the provider")
     gateway.process.send_signal(signal.SIGTERM)
-    _wait_for(lambda: not gateway.accepts(), "the gateway to stop accepting connections")
+    wait_until(lambda: not gateway.accepts(), 15, "the gateway to stop accepting connections")
     reader.thread.join(30)
 
     assert reader.error is None
@@ -160,11 +152,11 @@ def test_the_grace_period_bounds_shutdown(fakes: Fakes, tmp_path: Path, serve: l
     gateway = ServeProcess(_write_config(tmp_path, fake, grace_s=0.5))
     serve.append(gateway)
     reader = StreamInThread(gateway.base_url)
-    _wait_for(lambda: fake.app.state.open_streams == 1, "the stream to reach the provider")
+    wait_until(lambda: fake.app.state.open_streams == 1, 15, "the stream to reach the provider")
     gateway.process.send_signal(signal.SIGTERM)
     # Well under the minute the answer would take: the grace period cut it.
     assert gateway.wait(20) == 0
     reader.thread.join(20)
     assert reader.text != "".join(answer_words(0, 300))
-    _wait_for(lambda: fake.app.state.open_streams == 0, "the upstream stream to be dropped")
+    wait_until(lambda: fake.app.state.open_streams == 0, 15, "the upstream stream to be dropped")
     assert "Application shutdown complete" in gateway.log()

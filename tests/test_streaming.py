@@ -14,8 +14,11 @@ import openai
 import pytest
 
 from gateway.fakes import FakeBehavior
-from tests.conftest import Fakes, Gateway, gateway_config
-from tests.helpers import MESSAGES, sdk, wait_until
+from tests.support.clients import MESSAGES, sdk
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 SHORT = {"first_token_timeout_s": 2.0, "idle_timeout_s": 0.3}

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
-from collections.abc import Callable
 
 import pytest
 
@@ -14,7 +12,8 @@ from gateway.config import ProviderConfig, parse_config
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from gateway.fakes import FakeBehavior
 from gateway.upstream import AttemptTimeouts, UpstreamClient, UpstreamPool, forwardable_headers
-from tests.conftest import Fakes, FakeServer
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.wait import wait_until
 
 TIMEOUTS = AttemptTimeouts(connect_s=2.0, read_s=2.0, total_s=10.0)
 CHAT = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
@@ -25,14 +24,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 def provider_for(fake: FakeServer, **headers: str) -> ProviderConfig:
@@ -193,7 +184,7 @@ def test_closing_early_cancels_the_upstream_request(fakes: Fakes) -> None:
         try:
             response = await client.send("/chat/completions", CHAT, TIMEOUTS)
             assert await response.read_chunk()
-            response.aclose()
+            response.close()
             # The fake notices the dropped connection while this loop is still running.
             await asyncio.to_thread(wait_until, lambda: fake.app.state.open_streams == 0)
         finally:

@@ -25,8 +25,8 @@ import pytest
 
 from gateway.fakes import FakeBehavior
 from gateway.supervisor import available_cores, resolve_workers
-from tests.conftest import Fakes, FakeServer
 from tests.redis_server import RedisServer, free_port
+from tests.support.fakes import Fakes, FakeServer
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,7 +18,7 @@ import aiohttp
 
 from gateway.bench.report import ProgressBar, format_table, summarize, write_outputs
 from gateway.bench.runner import BenchError, BenchRunner, BenchSettings, BenchTarget, RequestResult
-from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets
+from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets, token_cost_usd
 from gateway.prompts import PromptsError, builtin_prompts, load_prompts
 from gateway.samples import Sample
 from gateway.stats import StatsStore, StoreHealth, open_stats_store
@@ -92,7 +92,7 @@ def samples_for_store(targets: Sequence[BenchTarget], results: Sequence[RequestR
         output = result.usage_completion_tokens if result.usage_completion_tokens is not None else result.output_tokens
         cost = None
         if result.outcome == "ok" or output:
-            cost = (prompt * target.price_in + (output or 0) * target.price_out) / 1e6
+            cost = token_cost_usd(target.price_in, target.price_out, prompt, output or 0)
         samples.append(
             Sample(
                 model=target.model,

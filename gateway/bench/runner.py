@@ -10,7 +10,7 @@ Each response is measured exactly as the gateway measures what it relays: the sa
 ``StreamMeter`` and the same pinned tokenizer, so TTFT (request sent → first chunk carrying
 output), tokens/s (answer tokens over the answer window) and end-to-end (request sent → last
 byte) mean here what they mean on the leaderboard. Timeouts and errors stay in the
-denominator: see ``gateway.bench_report`` for how they rank in the percentiles.
+denominator: see ``gateway.bench.report`` for how they rank in the percentiles.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from gateway.errors import describe_error_body
 from gateway.meter import StreamMeter
 from gateway.samples import Outcome
 from gateway.tokens import TokenCounter
@@ -217,10 +218,5 @@ class BenchRunner:
 
 
 def _error_text(body: bytes, status: int) -> str:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return f"HTTP {status}: {body.decode('utf-8', 'replace').strip()[:MAX_ERROR_CHARS]}"
-    error = data.get("error") if isinstance(data, dict) else None
-    message = error.get("message") if isinstance(error, dict) else error
-    return f"HTTP {status}: {message or data}"
+    message, _ = describe_error_body(body)
+    return f"HTTP {status}: {message[:MAX_ERROR_CHARS]}"

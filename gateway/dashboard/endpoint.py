@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, unquote
 
 from starlette.requests import Request
@@ -26,9 +26,7 @@ from gateway.dashboard.view import DashboardView, RoutingChoice, model_boards
 from gateway.errors import AuthenticationFailed, GatewayError
 from gateway.leaderboard import leaderboard
 from gateway.routing.explain import policy_summary
-
-if TYPE_CHECKING:
-    from gateway.app import GatewayRuntime
+from gateway.runtime import GatewayRuntime, runtime_of
 
 KEY_COOKIE = "gateway_dashboard_key"
 
@@ -71,7 +69,7 @@ def dashboard_view(runtime: GatewayRuntime, base_url: str) -> DashboardView:
 
 
 async def dashboard(request: Request) -> Response:
-    runtime: GatewayRuntime = request.app.state.runtime.current
+    runtime = runtime_of(request.scope)
     query_key = request.query_params.get("key")
     try:
         if query_key is not None:

@@ -29,14 +29,10 @@ import json
 import random
 import struct
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+from starlette.types import Receive, Scope, Send
 
 WORDS = (
     "the quick brown fox jumps over lazy dog and then runs far away into forest where it finds "

@@ -4,23 +4,31 @@
 ``api.py`` writes to the client. The package, in the order a request meets it:
 
 - ``request``: ``ProxyRequest`` (a validated client request) and its ``RequestTrace``.
-- ``dispatch``: the attempt loop (fallback before the first byte, the sample of every attempt).
+- ``budget``: ``AttemptBudget``, the request's deadline and attempt count, shared by every loop.
+- ``dispatch``: ``Dispatcher`` and the in-order attempt loop (fallback before the first byte).
 - ``hedging``: the attempt loop of hedged streams (a second attempt when the first token is late).
-- ``attempt``: one attempt, the log of a request's attempts, and how failures become errors.
+- ``runner``: ``AttemptRunner``, one attempt from admission to its ``Sample``; the loops call it.
+- ``attempt``: an attempt's state, the log of a request's attempts, and how failures become errors.
 - ``replies``: writing the committed answer, a whole body or a relayed stream.
+- ``recovery``: finishing a stream that broke mid-answer on another deployment.
+- ``forward``: which relayed bytes may go to the client now (whole events, errors held back).
 - ``disconnect``: noticing a client that hangs up.
 """
 
 from __future__ import annotations
 
 from gateway.relay.attempt import AttemptLog
+from gateway.relay.budget import AttemptBudget
 from gateway.relay.disconnect import DisconnectWatch
 from gateway.relay.dispatch import Dispatcher
 from gateway.relay.replies import FullReply, Reply, StreamReply
 from gateway.relay.request import ProxyRequest, RequestTrace
+from gateway.relay.runner import AttemptRunner
 
 __all__ = [
+    "AttemptBudget",
     "AttemptLog",
+    "AttemptRunner",
     "DisconnectWatch",
     "Dispatcher",
     "FullReply",

@@ -1,13 +1,13 @@
 """One attempt at one deployment, the log of a request's attempts, and how failed attempts become errors.
 
-``error_of`` and ``retry_after`` read an upstream's error answer; ``final_error`` picks the
-client's error when no attempt answered (the last upstream's message and status kept).
+``retry_after`` reads an upstream's ``Retry-After``; ``final_error`` picks the client's error when
+no attempt answered (the last upstream's message and status kept). Error bodies and error events
+are read by ``gateway.errors.describe_error_body`` / ``describe_error``.
 """
 
 from __future__ import annotations
 
 import email.utils
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,8 +21,9 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from gateway.meter import Clock, StreamMeter
-from gateway.routing import Candidate, RouteReason
+from gateway.meter import StreamMeter
+from gateway.routing import Candidate
+from gateway.types import Clock, RouteReason
 from gateway.upstream import UpstreamResponse
 
 # Upstream statuses that are the request's fault: relayed to the client, never retried, and
@@ -61,6 +62,7 @@ class AttemptLog:
     """What the attempts of one request did, for the response headers and the access log."""
 
     attempts: int = 0
+    """Attempts started (kept by the request's ``AttemptBudget``)."""
     winner: Candidate | None = None
     route: RouteReason = "best-score"
     clock: Clock = time.perf_counter
@@ -76,6 +78,14 @@ class AttemptLog:
             self.route = "hedge"
         else:
             self.route = attempt.candidate.reason if attempt.number == 1 else "fallback"
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """The attempt a request committed to, and the plan's candidates it did not try (for recovery)."""
+
+    attempt: Attempt
+    untried: tuple[Candidate, ...]
 
 
 class ClientFault(Exception):
@@ -95,30 +105,9 @@ def is_request_fault(error: Any) -> bool:
     return error.get("type") in CLIENT_FAULT_TYPES or error.get("code") in CLIENT_FAULT_CODES
 
 
-def describe_error(error: Any) -> tuple[str, str | None]:
-    """The message and code of an error event's ``error`` object, whatever its shape."""
-    if isinstance(error, dict):
-        code = error.get("code")
-        return str(error.get("message") or error)[:500], str(code) if code is not None else None
-    return str(error)[:500], None
-
-
 def first_output_at(attempt: Attempt) -> float:
     meter = attempt.meter
     return 0.0 if meter is None or meter.first_output_at is None else meter.first_output_at
-
-
-def error_of(body: bytes) -> tuple[str, str | None]:
-    """The message and code of an upstream error body, whatever its shape."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        text = body.decode("utf-8", "replace").strip()
-        return (text[:300] or "no error message"), None
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict | str):
-        return describe_error(error)
-    return str(data)[:300], None
 
 
 def retry_after(value: str | None, now: float) -> float | None:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
+from starlette.types import Receive
 
 
 class DisconnectWatch:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.sse import SSESplitter
+from gateway.sse import SSESplitter, parse_event
 
 _ERROR_KEY = b'"error"'
 _DONE = b"[DONE]"
@@ -65,7 +65,7 @@ class EventForwarder:
         if not tail.strip() or self.error is not None:
             return b""
         payloads = _flushed(tail)
-        if not payloads or (payloads[0] != _DONE and _parse(payloads[0]) is None):
+        if not payloads or (payloads[0] != _DONE and parse_event(payloads[0]) is None):
             return b""
         return self._sift(tail.rstrip(b"\r\n") + b"\n\n")
 
@@ -79,7 +79,7 @@ class EventForwarder:
             if payload is None:
                 out.append(block)  # a comment or keep-alive
                 continue
-            event = _parse(payload) if payload != _DONE else None
+            event = parse_event(payload) if payload != _DONE else None
             if event is not None and event.get("error") is not None:
                 self.error = block
                 self.error_object = event["error"]
@@ -116,14 +116,6 @@ def _events(data: bytes, splitter: SSESplitter) -> list[tuple[bytes, bytes | Non
         payloads = splitter.feed(block + b"\n\n")
         events.append((block + b"\n\n", payloads[0] if payloads else None))
     return events
-
-
-def _parse(payload: bytes) -> dict[str, Any] | None:
-    try:
-        event = json.loads(payload)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
 
 
 def _opens_answer(event: dict[str, Any]) -> bool:

@@ -13,27 +13,26 @@ on: the client receives one complete answer, under the headers it already has.
 - If nothing of the answer reached the client yet (the break came during reasoning), any
   later deployment may answer anew; its reasoning preamble is dropped like a role chunk.
 - Never for ``n`` > 1, ``echo``, tool calls, or an answer the client could not parse.
-- Bounded by the policy: attempts count against ``max_attempts``, and none starts after the
-  total deadline. A deployment that refuses (an error status, an error event, no first token
-  in time) is recorded like any failed attempt, and the next one is asked; when none can
-  continue, the client gets the original break's error event, never the refusal.
+- Bounded by the request's ``AttemptBudget``: attempts count against ``max_attempts``, and none
+  starts after the total deadline. A deployment that refuses (an error status, an error event,
+  no first token in time) is recorded like any failed attempt, and the next one is asked; when
+  none can continue, the client gets the original break's error event, never the refusal.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.config import PrefillFormat
 from gateway.errors import UpstreamError
 from gateway.meter import Reading
-from gateway.relay.attempt import Attempt, AttemptLog, ClientFault
+from gateway.relay.attempt import Attempt, ClientFault
+from gateway.relay.budget import AttemptBudget
 from gateway.relay.request import ProxyRequest
-from gateway.routing import Candidate, RoutePlan
-
-if TYPE_CHECKING:
-    from gateway.relay.dispatch import Dispatcher
+from gateway.relay.runner import AttemptRunner
+from gateway.routing import Candidate
 
 _MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
 
@@ -97,10 +96,9 @@ def continuation(request: ProxyRequest, partial: Partial, prefill_format: Prefil
 
 
 async def resume(
-    dispatcher: Dispatcher,
+    runner: AttemptRunner,
+    budget: AttemptBudget,
     request: ProxyRequest,
-    plan: RoutePlan,
-    log: AttemptLog,
     untried: list[Candidate],
     partial: Partial,
 ) -> tuple[Attempt, ProxyRequest] | None:
@@ -109,11 +107,8 @@ async def resume(
     Candidates are taken from ``untried`` (and removed) in plan order. The returned attempt
     has its first output held, ready for the relay; its request is the one to record it with.
     """
-    policy = plan.policy
-    deadline = request.received_at + policy.total_timeout_s
     while untried:
-        remaining = deadline - dispatcher.clock()
-        if log.attempts >= policy.max_attempts or remaining <= 0:
+        if not budget.allows_another():
             return None
         candidate = untried.pop(0)
         if partial.text and not candidate.deployment.continue_prefill:
@@ -121,19 +116,17 @@ async def resume(
         follow_up = continuation(request, partial, candidate.deployment.prefill_format)
         if follow_up is None:
             return None
-        attempt = dispatcher.admit(follow_up, candidate)
+        attempt = runner.start(follow_up, candidate, budget)
         if attempt is None:
             continue
-        log.attempts += 1
-        attempt.number = log.attempts
         try:
-            await dispatcher.open(follow_up, plan, attempt, remaining)
+            await runner.open(follow_up, attempt, budget)
         except (UpstreamError, ClientFault):
             continue  # recorded by open; the original break still stands
         meter = attempt.meter
         if meter is not None and meter.first_error is not None:
             # An error the provider deems the request's fault: a refusal of the prefill, most likely.
-            dispatcher.fail(follow_up, attempt, "client_error", None)
+            runner.fail(follow_up, attempt, "client_error", None)
             continue
         return attempt, follow_up
     return None

@@ -13,24 +13,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+
+from starlette.types import Message, Send
 
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.meter import Reading
 from gateway.relay.attempt import Attempt, AttemptLog, is_request_fault
+from gateway.relay.budget import AttemptBudget
 from gateway.relay.disconnect import DisconnectWatch
 from gateway.relay.forward import EventForwarder
 from gateway.relay.recovery import Partial, can_continue, resume
 from gateway.relay.request import ProxyRequest
-from gateway.routing import Candidate, RoutePlan
+from gateway.relay.runner import AttemptRunner
+from gateway.routing import Candidate
 from gateway.samples import Outcome
-
-if TYPE_CHECKING:
-    from gateway.relay.dispatch import Dispatcher
-
-Message = MutableMapping[str, Any]
-Send = Callable[[Message], Awaitable[None]]
 
 logger = logging.getLogger("gateway")
 DONE_EVENT = b"data: [DONE]\n\n"
@@ -100,18 +97,17 @@ class StreamReply(Reply):
 
     def __init__(
         self,
-        dispatcher: Dispatcher,
+        runner: AttemptRunner,
+        budget: AttemptBudget,
         request: ProxyRequest,
         attempt: Attempt,
-        log: AttemptLog,
-        plan: RoutePlan,
         untried: Sequence[Candidate] = (),
     ) -> None:
-        self.dispatcher = dispatcher
+        self.runner = runner
+        self.budget = budget
+        self.log = budget.log
         self.request = request
         self.attempt = attempt
-        self.log = log
-        self.plan = plan
         self.untried = list(untried)
 
     async def send_to(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
@@ -123,7 +119,7 @@ class StreamReply(Reply):
             *extra_headers,
         ]
         start: Message | None = {"type": "http.response.start", "status": 200, "headers": headers}
-        dispatcher, attempt, request = self.dispatcher, self.attempt, self.request
+        runner, attempt, request = self.runner, self.attempt, self.request
         forwarder = EventForwarder()
         said: list[str] = []  # the answer text the client has from streams that broke
         while True:
@@ -137,23 +133,23 @@ class StreamReply(Reply):
             if closed:
                 watch.disarm()
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-            reading = attempt.meter.finish(dispatcher.counter)
+            reading = attempt.meter.finish(runner.counter)
             outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading)
             if not recoverable:
                 if not closed:
                     watch.disarm()
                     await send({"type": "http.response.body", "body": tail, "more_body": False})
-                dispatcher.record(request, attempt, outcome, reading)
+                runner.record(request, attempt, outcome, reading)
                 if said and outcome == "ok":
                     request.trace.answer_text = "".join(said) + reading.answer_text
                 return
-            dispatcher.record(request, attempt, outcome, reading)
+            runner.record(request, attempt, outcome, reading)
             said.append(reading.answer_text)
             resumed = None
             if can_continue(self.request, reading):
                 text = "".join(said)
-                partial = Partial(text, dispatcher.counter.count(text))
-                resumed = await resume(dispatcher, self.request, self.plan, self.log, self.untried, partial)
+                partial = Partial(text, runner.counter.count(text))
+                resumed = await resume(runner, self.budget, self.request, self.untried, partial)
             self._note_break(attempt, outcome, resumed[0] if resumed else None, len(said))
             if resumed is None:
                 watch.disarm()
@@ -204,18 +200,19 @@ class StreamReply(Reply):
         except UpstreamError as exc:
             return exc
         except asyncio.CancelledError:
-            self.dispatcher.record(request, attempt, "client_cancelled", meter.finish(self.dispatcher.counter))
+            self.runner.record(request, attempt, "client_cancelled", meter.finish(self.runner.counter))
             raise
         finally:
-            response.aclose()
+            response.close()
         return None
 
     def _note_break(self, broken: Attempt, outcome: Outcome, resumed: Attempt | None, breaks: int) -> None:
-        """Count and log a mid-answer break, and what followed it (headers are gone: metrics and logs only)."""
-        dispatcher, model = self.dispatcher, self.request.requested_model
-        name = broken.candidate.provider.name
+        """Tell and log a mid-answer break, and what followed it (headers are gone: events and logs only)."""
+        events, model = self.runner.events, self.request.requested_model
+        failed = broken.candidate
+        name = failed.provider.name
         if resumed is None:
-            dispatcher.metrics.stream_broke(model, name, "failed")
+            events.stream_broke(model, failed.name, name, "failed")
             logger.warning(
                 "request %s: %s's stream ended mid-answer (%s) and no deployment could continue it",
                 self.request.request_id,
@@ -223,16 +220,17 @@ class StreamReply(Reply):
                 outcome,
             )
             return
-        dispatcher.metrics.stream_broke(model, name, "recovered")
+        events.stream_broke(model, failed.name, name, "recovered")
         self.log.winner = resumed.candidate
         self.log.route = "recovered"
-        dispatcher.metrics.route_decided(model, resumed.candidate.provider.name, "recovered")
+        continued = resumed.candidate
+        events.committed(model, continued.name, continued.provider.name, "recovered")
         logger.info(
             "request %s: %s's stream ended mid-answer (%s); %s continues it (break %d)",
             self.request.request_id,
             name,
             outcome,
-            resumed.candidate.provider.name,
+            continued.provider.name,
             breaks,
         )
 

@@ -30,15 +30,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 from gateway.policies import PolicyConfig
 from gateway.routing.score import Recent
 from gateway.samples import Outcome
+from gateway.types import CircuitState, DeploymentKey
 
-CircuitState = Literal["closed", "open", "half-open"]
-Key = tuple[str, str]
-"""(model, deployment)."""
 FAILURES: frozenset[Outcome] = frozenset({"upstream_error", "timeout", "broken_stream"})
 RECENT = 20
 """How many recent attempts the failure ratio is taken over."""
@@ -64,7 +61,7 @@ class Circuit:
         return sum(self.recent) * 2 > len(self.recent)
 
 
-StateChange = Callable[[Key, CircuitState], None]
+StateChange = Callable[[DeploymentKey, CircuitState], None]
 RECENT_ANSWERS = 5
 RECENT_HORIZON_S = 30.0
 
@@ -83,27 +80,27 @@ class Answer:
 class HealthBoard:
     """Every deployment's circuit. ``on_change`` hears each state change (for metrics and logs)."""
 
-    circuits: dict[Key, Circuit] = field(default_factory=dict)
+    circuits: dict[DeploymentKey, Circuit] = field(default_factory=dict)
 
-    def state(self, key: Key, now: float, on_change: StateChange) -> CircuitState:
+    def state(self, key: DeploymentKey, now: float, on_change: StateChange) -> CircuitState:
         circuit = self.circuits.get(key)
         if circuit is None:
             return "closed"
         if circuit.state == "open" and now >= circuit.open_until:
-            circuit.state = "half-open"
+            circuit.state = "half_open"
             circuit.probing = False
-            on_change(key, "half-open")
+            on_change(key, "half_open")
         return circuit.state
 
-    def rate_limited(self, key: Key) -> bool:
+    def rate_limited(self, key: DeploymentKey) -> bool:
         circuit = self.circuits.get(key)
         return circuit is not None and circuit.state == "open" and circuit.rate_limited
 
-    def retry_in(self, key: Key, now: float) -> float:
+    def retry_in(self, key: DeploymentKey, now: float) -> float:
         circuit = self.circuits.get(key)
         return 0.0 if circuit is None or circuit.state != "open" else max(0.0, circuit.open_until - now)
 
-    def admit(self, key: Key, now: float, on_change: StateChange) -> bool:
+    def admit(self, key: DeploymentKey, now: float, on_change: StateChange) -> bool:
         """Whether an attempt may start now; a half-open circuit admits one probe at a time."""
         state = self.state(key, now, on_change)
         if state == "closed":
@@ -118,7 +115,7 @@ class HealthBoard:
 
     def record(
         self,
-        key: Key,
+        key: DeploymentKey,
         outcome: Outcome,
         retry_after_s: float | None,
         policy: PolicyConfig,
@@ -138,7 +135,7 @@ class HealthBoard:
                 circuit = self.circuits[key] = Circuit()
             circuit.failures = 0
             circuit.recent.append(False)
-            if circuit.state == "half-open":
+            if circuit.state == "half_open":
                 circuit.state = "closed"
                 circuit.probing = False
                 circuit.closed_at = now
@@ -151,7 +148,7 @@ class HealthBoard:
         if circuit.state == "open":
             return  # an attempt that started before the circuit opened: already accounted for
         rate_limited = rate_limited or retry_after_s is not None
-        if circuit.state == "half-open":
+        if circuit.state == "half_open":
             self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=True, rate_limited=rate_limited)
         elif rate_limited or (circuit.failures >= policy.failure_threshold and circuit.mostly_failing()):
             # Re-opening soon after the last close is a repeat: the provider has not recovered.
@@ -160,7 +157,7 @@ class HealthBoard:
 
     @staticmethod
     def _open(
-        key: Key,
+        key: DeploymentKey,
         circuit: Circuit,
         policy: PolicyConfig,
         now: float,
@@ -211,13 +208,13 @@ class RouterState:
     health: HealthBoard = field(default_factory=HealthBoard)
     hedges: HedgeBudget = field(default_factory=HedgeBudget)
     provider_in_flight: dict[str, int] = field(default_factory=dict)
-    deployment_in_flight: dict[Key, int] = field(default_factory=dict)
-    judged_once: set[Key] = field(default_factory=set)
+    deployment_in_flight: dict[DeploymentKey, int] = field(default_factory=dict)
+    judged_once: set[DeploymentKey] = field(default_factory=set)
     """Deployments judged at least once since start: until all are, the router is cold-starting."""
-    answers: dict[Key, deque[Answer]] = field(default_factory=dict)
+    answers: dict[DeploymentKey, deque[Answer]] = field(default_factory=dict)
     """Each deployment's last ``RECENT_ANSWERS`` complete answers on this replica."""
 
-    def remember(self, key: Key, answer: Answer) -> None:
+    def remember(self, key: DeploymentKey, answer: Answer) -> None:
         answers = self.answers.get(key)
         if answers is None:
             answers = self.answers[key] = deque(maxlen=RECENT_ANSWERS)
@@ -236,10 +233,10 @@ class RouterState:
                 )
         return views
 
-    def started(self, provider: str, key: Key) -> None:
+    def started(self, provider: str, key: DeploymentKey) -> None:
         self.provider_in_flight[provider] = self.provider_in_flight.get(provider, 0) + 1
         self.deployment_in_flight[key] = self.deployment_in_flight.get(key, 0) + 1
 
-    def finished(self, provider: str, key: Key) -> None:
+    def finished(self, provider: str, key: DeploymentKey) -> None:
         self.provider_in_flight[provider] = max(0, self.provider_in_flight.get(provider, 0) - 1)
         self.deployment_in_flight[key] = max(0, self.deployment_in_flight.get(key, 0) - 1)

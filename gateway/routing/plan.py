@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, Sample
-
-RouteReason = Literal["best-score", "explore", "fallback", "hedge", "override", "recovered"]
-"""Why the deployment that answered was the one; ``recovered``: it finished a stream that broke elsewhere."""
+from gateway.types import RouteReason
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,21 +30,21 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, InvalidRequest, NoCapacity, RateLimited
-from gateway.routing.health import Answer, CircuitState, Key, RouterState
-from gateway.routing.observer import NullObserver, RoutingObserver
+from gateway.events import GatewayEvents, NoEvents
+from gateway.routing.health import Answer, RouterState
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
-from gateway.routing.plan import Candidate, RoutePlan, RouteReason, RouteRequest
+from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
 from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
 from gateway.samples import Endpoint, Sample
 from gateway.stats import StatsSnapshot
+from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason
 
-Clock = Callable[[], float]
 REVISIT_SAMPLES = 4
 """A close runner-up is re-measured until it has this many times ``min_samples`` attempts in the window."""
 DISMISS_AFTER = 2
@@ -130,15 +130,16 @@ class MeasuredRouter:
         state: RouterState | None = None,
         rng: random.Random | None = None,
         clock: Clock = time.monotonic,
-        observer: RoutingObserver | None = None,
+        events: GatewayEvents | None = None,
     ) -> None:
         self.config = config
         self.stats = stats
         self.state = state if state is not None else RouterState()
         self.rng = rng if rng is not None else random.Random()
         self.clock = clock
-        self.observer: RoutingObserver = observer if observer is not None else NullObserver()
+        self.events: GatewayEvents = events if events is not None else NoEvents()
         self._providers = {p.name: p for p in config.providers}
+        self._provider_of = {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
         self._typical_output: dict[str, tuple[float, int, OutputSource]] = {}
 
     def _expected_output(
@@ -256,7 +257,8 @@ class MeasuredRouter:
             )
             for i, r in enumerate(rows)
         )
-        self.observer.decision(model.name, candidates[0].name, first_reason)
+        first = candidates[0]
+        self.events.decision(model.name, first.name, first.provider.name, first_reason)
         return RoutePlan(candidates=candidates, policy=policy)
 
     def _explore(self, rows: Sequence[Ranked], policy: PolicyConfig) -> Ranked | None:
@@ -346,8 +348,9 @@ class MeasuredRouter:
     def provider_in_flight(self, provider: str) -> int:
         return self.state.provider_in_flight.get(provider, 0)
 
-    def _circuit_changed(self, key: Key, state: CircuitState) -> None:
-        self.observer.circuit_changed(key[0], key[1], state)
+    def _circuit_changed(self, key: DeploymentKey, state: CircuitState) -> None:
+        model, deployment = key
+        self.events.circuit_changed(model, deployment, self._provider_of.get(key, deployment), state)
 
 
 def _dismissed(rows: Sequence[Ranked]) -> list[Ranked]:

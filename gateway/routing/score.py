@@ -201,7 +201,7 @@ def predict(
             recent_ttft, seconds_per_token = recent.mean(0), recent.mean(1)
             ttft = recent_ttft if recent_ttft is not None else ttft
             tps = 1 / seconds_per_token if seconds_per_token else tps
-    cost = (shape.prompt_tokens * deployment.price_in + shape.output_tokens * deployment.price_out) / 1e6
+    cost = deployment.cost_usd(shape.prompt_tokens, shape.output_tokens)
     attempts = summary.attempts if summary else 0
     ok = summary.outcomes.get("ok", 0) if summary else 0
     return Prediction(

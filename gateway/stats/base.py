@@ -1,18 +1,12 @@
-"""The interface every stats backend implements, and the factory that picks one from the config."""
+"""The interface every stats backend implements (``gateway.stats.factory`` picks one from the config)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from gateway.config import StatsConfig
 from gateway.samples import Sample
 from gateway.stats.snapshot import StatsSnapshot
-
-if TYPE_CHECKING:
-    from gateway.redis_client import RedisConnections
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +29,9 @@ class StatsStore(Protocol):
     ``record`` is called on the event loop for every finished attempt and must neither block
     nor raise. ``snapshot`` is called on the request path and must not do I/O: it returns the
     latest local view, in which this replica's own samples count at once. ``start`` launches
-    any background work (flushing, refreshing); ``aclose`` flushes what it can and stops it.
+    any background work (flushing, refreshing); ``sync`` does one round of it now (write what is
+    buffered, re-read the shared window: tests and benchmarks use it instead of waiting for the
+    background task); ``aclose`` flushes what it can and stops it.
     """
 
     def record(self, sample: Sample) -> None: ...
@@ -46,17 +42,6 @@ class StatsStore(Protocol):
 
     async def start(self) -> None: ...
 
+    async def sync(self) -> None: ...
+
     async def aclose(self) -> None: ...
-
-
-def open_stats_store(
-    config: StatsConfig, wall_clock: Callable[[], float] = time.time, redis: RedisConnections | None = None
-) -> StatsStore:
-    """The store the config asks for. Cheap: connections are made in ``start``, with ``redis``'s
-    background client when given (else the store opens and closes its own)."""
-    from gateway.stats.memory import InMemoryStatsStore
-    from gateway.stats.redis_store import RedisStatsStore
-
-    if config.backend == "redis":
-        return RedisStatsStore(config, wall_clock, redis)
-    return InMemoryStatsStore(config, wall_clock)

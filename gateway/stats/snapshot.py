@@ -1,7 +1,10 @@
 """What the router and the leaderboard read: per (model, deployment) summaries over the window.
 
-A ``StatsSnapshot`` is an immutable value, rebuilt in the background by the stats store and
-swapped in whole; reading it never does I/O, so it is safe on the request path.
+A ``StatsSnapshot`` is a read-only *view* of the store's current window: reading it never does
+I/O, so it is safe on the request path. It is not a frozen copy: the stores hand out their live
+summaries (copying them on every request would cost more than the routing decision itself), so
+this replica's next sample shows in it at once. Read what you need from it within one step of
+the event loop, never mutate it, and copy it (``from_samples`` or a deep copy) to keep it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Literal
 
 from gateway.samples import OUTCOMES, Outcome, Sample
 from gateway.stats.sketch import LogHistogram
+from gateway.types import DeploymentKey
 
 Metric = Literal["ttft_s", "first_answer_s", "tokens_per_s", "e2e_s", "output_tokens"]
 METRICS: tuple[Metric, ...] = ("ttft_s", "first_answer_s", "tokens_per_s", "e2e_s", "output_tokens")
@@ -95,9 +99,9 @@ class DeploymentSummary:
 
 @dataclass(frozen=True)
 class StatsSnapshot:
-    """Summaries keyed by (model, deployment). Treat as immutable once published."""
+    """Summaries keyed by (model, deployment): a live, read-only view (see the module docstring)."""
 
-    summaries: Mapping[tuple[str, str], DeploymentSummary] = field(default_factory=dict)
+    summaries: Mapping[DeploymentKey, DeploymentSummary] = field(default_factory=dict)
     taken_at: float = 0.0
     """Wall-clock time the snapshot describes (its window ends here)."""
 
@@ -114,7 +118,7 @@ class StatsSnapshot:
     @classmethod
     def from_samples(cls, samples: Iterable[Sample], taken_at: float = 0.0) -> StatsSnapshot:
         """A snapshot of exactly these samples (no window): for tests, benchmarks and seeding."""
-        summaries: dict[tuple[str, str], DeploymentSummary] = {}
+        summaries: dict[DeploymentKey, DeploymentSummary] = {}
         for sample in samples:
             key = (sample.model, sample.deployment)
             summary = summaries.get(key)

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 
 from gateway.samples import Sample
 from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
+from gateway.types import DeploymentKey
 
-Key = tuple[str, str]
-SliceSummaries = dict[Key, DeploymentSummary]
+SliceSummaries = dict[DeploymentKey, DeploymentSummary]
 
 
 def slice_index(wall_time: float, slice_s: int) -> int:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from gateway.samples import Outcome, Sample
-from gateway.stats import StatsSnapshot
 from tests.redis_server import RedisServer, RedisServerMissing
+from tests.support.clock import FakeClock
 
 _prefixes = itertools.count()
 
@@ -45,74 +42,11 @@ def prefix() -> str:
     return f"test{next(_prefixes)}"
 
 
-class FakeClock:
-    """A wall clock that moves only when told to."""
-
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
-
-
-def make_sample(
-    model: str = "m",
-    deployment: str = "d",
-    *,
-    outcome: Outcome = "ok",
-    ttft_s: float | None = 0.2,
-    tokens_per_s: float | None = 100.0,
-    e2e_s: float | None = 1.0,
-    output_tokens: int | None = 50,
-) -> Sample:
-    return Sample(
-        model=model,
-        deployment=deployment,
-        provider=deployment,
-        endpoint="chat",
-        stream=True,
-        outcome=outcome,
-        started_at=0.0,
-        ttft_s=ttft_s,
-        first_answer_s=ttft_s,
-        tokens_per_s=tokens_per_s,
-        e2e_s=e2e_s,
-        output_tokens=output_tokens,
-    )
-
-
-def samples_of(snapshot: StatsSnapshot, model: str = "m", deployment: str = "d") -> int:
-    """Samples of one deployment in a snapshot (0 when it has none)."""
-    summary = snapshot.get(model, deployment)
-    return 0 if summary is None else summary.samples
+    return FakeClock(1_800_000_000.0)
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.01)
-
-
-def total_outcomes(client: redis.Redis, prefix: str) -> int:
-    """Samples stored in Redis under ``prefix``: every slice's outcome counts, summed."""
-    total = 0
-    for key in client.scan_iter(f"{{{prefix}:*"):
-        fields = client.hgetall(str(key))
-        total += sum(int(v) for f, v in fields.items() if str(f).startswith("outcome:"))
-    return total

@@ -18,8 +18,9 @@ import httpx
 import openai
 
 from gateway.config import GatewayConfig, parse_config
-from tests.conftest import FakeServer, Gateway
-from tests.stats.conftest import wait_for
+from tests.support.fakes import FakeServer
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 KEY = "sk-gw-failover-0123456789"
 MODELS = ("alpha", "beta")
@@ -110,7 +111,7 @@ class Traffic:
     def keep_going(self, more: int, what: str) -> None:
         """Wait until ``more`` further requests have been answered."""
         served = self.ok
-        wait_for(self.served_more_than(served + more), what, timeout=30)
+        wait_until(self.served_more_than(served + more), timeout=30, what=what)
 
 
 def stats_document(gateway: Gateway) -> dict[str, Any]:
@@ -148,7 +149,7 @@ def assert_replicas_converge(gateways: list[Gateway], timeout: float = 20.0) -> 
         return all(b == boards[0] for b in boards) and total_samples(boards[0]) == recorded(gateways)
 
     try:
-        wait_for(converged, "both replicas to show the same leaderboard, counting every sample", timeout=timeout)
+        wait_until(converged, timeout=timeout, what="both replicas to show the same leaderboard, counting every sample")
     except BaseException:
         print(
             {g.url: (total_samples(leaderboard(g)), stats_document(g)["store"]) for g in gateways}, recorded(gateways)

@@ -132,7 +132,7 @@ SENTINEL = {"redis_mode": "sentinel", "redis_sentinels": ["h:26379"], "redis_sen
         ),
         (
             {"redis_mode": "cluster", "redis_cluster_nodes": "h:7000"},
-            'test.toml: stats.redis_cluster_nodes: expected an array of "host:port" strings, got "h:7000"',
+            'test.toml: stats.redis_cluster_nodes: expected an array of strings, got "h:7000"',
         ),
         (
             {"redis_mode": "cluster", "redis_url": "redis://h:7000/2"},

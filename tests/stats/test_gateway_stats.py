@@ -21,7 +21,9 @@ import pytest
 from gateway.fakes import FakeBehavior
 from gateway.leaderboard import TABLE_HEADER
 from gateway.samples import Sample
-from tests.conftest import Fakes, Gateway, gateway_config
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
 
 REQUESTS = 40
 

@@ -10,7 +10,7 @@ import math
 from gateway.config import parse_config
 from gateway.leaderboard import TABLE_HEADER, LeaderboardRow, leaderboard, render_csv, render_table
 from gateway.stats import StatsSnapshot
-from tests.stats.conftest import make_sample
+from tests.support.samples import make_sample
 
 CONFIG = parse_config(
     {

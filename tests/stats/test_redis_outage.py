@@ -11,9 +11,12 @@ import httpx
 import openai
 
 from gateway.fakes import FakeBehavior
-from tests.conftest import Fakes, Gateway, gateway_config
 from tests.redis_server import RedisServer
-from tests.stats.conftest import total_outcomes, wait_for
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.stats import total_outcomes
+from tests.support.wait import wait_until
 
 THREADS = 4
 MAX_REQUESTS = 2_000  # per thread; the test stops the traffic long before
@@ -90,27 +93,31 @@ def test_redis_killed_and_restarted_during_traffic(
     assert readiness(gateway) == "ready"
 
     with Traffic(gateway.base_url) as traffic:
-        wait_for(traffic.served_more_than(20), "traffic before the outage")
+        wait_until(traffic.served_more_than(20), timeout=15, what="traffic before the outage")
         own_redis.stop()
         recorded_at_kill = len(gateway.samples.samples)
-        wait_for(lambda: readiness(gateway) == "degraded", "/readyz to report degraded")
+        wait_until(lambda: readiness(gateway) == "degraded", timeout=15, what="/readyz to report degraded")
         reasons = httpx.get(gateway.url + "/readyz").json()["reasons"]
         assert any("redis at redis://127.0.0.1" in reason for reason in reasons)
         served = traffic.ok
-        wait_for(traffic.served_more_than(served + 40), "traffic during the outage")
+        wait_until(traffic.served_more_than(served + 40), timeout=15, what="traffic during the outage")
         assert store_state(gateway)["buffered_samples"] != 0
 
         own_redis.start()
-        wait_for(lambda: readiness(gateway) == "ready", "/readyz to report ready again")
+        wait_until(lambda: readiness(gateway) == "ready", timeout=15, what="/readyz to report ready again")
         served = traffic.ok
-        wait_for(traffic.served_more_than(served + 20), "traffic after the outage")
+        wait_until(traffic.served_more_than(served + 20), timeout=15, what="traffic after the outage")
 
     assert traffic.failures == []
-    wait_for(lambda: len(gateway.samples.samples) == traffic.ok, "the gateway to record every answer")
-    wait_for(lambda: store_state(gateway)["buffered_samples"] == 0, "the buffer to drain")
+    wait_until(
+        lambda: len(gateway.samples.samples) == traffic.ok, timeout=15, what="the gateway to record every answer"
+    )
+    wait_until(lambda: store_state(gateway)["buffered_samples"] == 0, timeout=15, what="the buffer to drain")
     assert store_state(gateway)["dropped_samples"] == 0
     total = len(gateway.samples.samples)
     # Redis restarted empty: it holds at least every sample recorded since the kill, held through
     # the outage and flushed after; at most all of them (those flushed before the kill were lost).
-    wait_for(lambda: total_outcomes(own_redis.client(), prefix) >= total - recorded_at_kill, "the flush")
+    wait_until(
+        lambda: total_outcomes(own_redis.client(), prefix) >= total - recorded_at_kill, timeout=15, what="the flush"
+    )
     assert total - recorded_at_kill <= total_outcomes(own_redis.client(), prefix) <= total

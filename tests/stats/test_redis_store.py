@@ -16,7 +16,9 @@ from gateway.stats.redis_layout import parse_pair_member
 from gateway.stats.redis_store import read_shared_snapshot
 from gateway.stats.sketch import bucket_of
 from tests.redis_server import RedisServer, free_port
-from tests.stats.conftest import FakeClock, make_sample, samples_of, total_outcomes
+from tests.support.clock import FakeClock
+from tests.support.samples import make_sample
+from tests.support.stats import samples_of, total_outcomes
 
 pytestmark = pytest.mark.anyio
 

@@ -15,9 +15,9 @@ import openai
 import pytest
 
 from gateway.fakes import FakeBehavior
-from tests.conftest import Fakes, FakeServer
 from tests.redis_server import RedisServer, free_port
-from tests.stats.conftest import wait_for
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.wait import wait_until
 
 REFRESH_S = 0.5
 FLUSH_S = 0.1
@@ -103,7 +103,7 @@ def replicas(fakes: Fakes, redis_server: RedisServer, prefix: str, tmp_path: Pat
     processes = [GatewayProcess(config, tmp_path / f"gateway-{i}.log") for i in range(2)]
     try:
         for process in processes:
-            wait_for(process.ready, f"the gateway on port {process.port} to be ready", timeout=30)
+            wait_until(process.ready, timeout=30, what=f"the gateway on port {process.port} to be ready")
         yield processes
     finally:
         for process in processes:
@@ -120,17 +120,17 @@ def send(process: GatewayProcess, count: int) -> None:
 def test_samples_taken_by_one_replica_appear_in_the_other(replicas: list[GatewayProcess]) -> None:
     a, b = replicas
     send(a, 20)
-    wait_for(lambda: a.samples() == 20, "replica A to count its own samples", timeout=5)
+    wait_until(lambda: a.samples() == 20, timeout=5, what="replica A to count its own samples")
     # Visible to B after A's next flush and B's next refresh; the deadline is generous for slow CI.
-    wait_for(lambda: b.samples() == 20, "replica B to see A's samples", timeout=5 * (REFRESH_S + FLUSH_S) + 2)
+    wait_until(lambda: b.samples() == 20, timeout=5 * (REFRESH_S + FLUSH_S) + 2, what="replica B to see A's samples")
 
     send(b, 10)
-    wait_for(lambda: b.samples() == 30, "replica B to count its own samples", timeout=5)
-    wait_for(lambda: a.samples() == 30, "replica A to see B's samples", timeout=5 * (REFRESH_S + FLUSH_S) + 2)
+    wait_until(lambda: b.samples() == 30, timeout=5, what="replica B to count its own samples")
+    wait_until(lambda: a.samples() == 30, timeout=5 * (REFRESH_S + FLUSH_S) + 2, what="replica A to see B's samples")
 
     # Several refreshes later neither has counted anything twice, and both show the same window.
     taken = b.stats()["taken_at"]
-    wait_for(lambda: b.stats()["taken_at"] > taken + 3 * REFRESH_S, "a few more refreshes", timeout=10)
+    wait_until(lambda: b.stats()["taken_at"] > taken + 3 * REFRESH_S, timeout=10, what="a few more refreshes")
     rows_a, rows_b = a.stats()["data"], b.stats()["data"]
     assert rows_a[0]["samples"] == rows_b[0]["samples"] == 30
     keys = ("tokens_per_s_p50", "tokens_per_s_p95_floor", "ttft_p95_s", "e2e_p99_s", "success_rate")

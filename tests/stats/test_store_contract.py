@@ -20,8 +20,10 @@ from gateway.redis_client import RedisConnections
 from gateway.samples import Outcome, Sample
 from gateway.stats import InMemoryStatsStore, RedisStatsStore
 from gateway.stats.snapshot import METRICS, sample_values
-from tests.conftest import SENTINEL_ENVIRON
-from tests.stats.conftest import FakeClock, make_sample, samples_of
+from tests.redis_topologies import SENTINEL_ENVIRON
+from tests.support.clock import FakeClock
+from tests.support.samples import make_sample
+from tests.support.stats import samples_of
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,8 @@ from gateway.config import StatsConfig
 from gateway.stats import InMemoryStatsStore
 from gateway.stats.snapshot import DeploymentSummary
 from gateway.stats.window import SlicedWindow
-from tests.stats.conftest import FakeClock, make_sample
+from tests.support.clock import FakeClock
+from tests.support.samples import make_sample
 
 
 def test_samples_leave_the_window_slice_by_slice(clock: FakeClock) -> None:

@@ -1,0 +1,162 @@
+"""What happens to requests, told once: one events interface for metrics, logs and tests.
+
+The router and the relay report each event to a ``GatewayEvents`` as it happens; nothing else
+carries them. ``Metrics`` implements the interface directly (counters and gauges), and
+``EventFanout`` hands every event to several listeners: the app gives the metrics first, then
+whatever the caller passed in ``AppOptions.events`` (a test's ``EventLog``, a log shipper)::
+
+    event                    told by                  when
+    decision                 router.plan              a request's first choice is made
+    attempt_started / _ended relay (runner)           an upstream attempt takes / frees its slot
+    committed                relay (runner)           the client's answer will come from this deployment
+    fallback                 relay (attempt loops)    an attempt failed before the first byte; the next is tried
+    hedge_started            relay (hedged race)      the first token was late: a second attempt started beside it
+    hedge_ended              relay (hedged race)      one attempt of a hedged race ended, ``won`` or ``lost``
+    stream_broke             relay (replies)          a stream broke mid-answer, then ``recovered`` or ``failed``
+    circuit_changed          router (health)          a deployment's circuit opened, went half-open or closed
+
+Each event names the client-facing ``model``, the ``deployment`` (its name within the model) and
+the ``provider`` serving it, so a listener labels by whichever it needs. Every method is called
+on the event loop and must neither block nor raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from gateway.types import BreakResult, CircuitState, HedgeResult, RouteReason
+
+
+class GatewayEvents(Protocol):
+    def decision(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
+        """The router's first choice for a request (before any attempt)."""
+
+    def attempt_started(self, model: str, deployment: str, provider: str) -> None:
+        """An upstream attempt was admitted and is about to be sent."""
+
+    def attempt_ended(self, model: str, deployment: str, provider: str) -> None:
+        """An admitted attempt ended (answered, failed or cancelled); its slot is free."""
+
+    def committed(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
+        """The client's answer comes from this deployment (its first token arrived, or its whole body)."""
+
+    def fallback(self, model: str, deployment: str, provider: str, next_deployment: str) -> None:
+        """An attempt at ``deployment`` failed before its first byte; ``next_deployment`` is tried next."""
+
+    def hedge_started(self, model: str, primary: str, hedge: str) -> None:
+        """The primary's first token was late: a second attempt (``hedge``) started beside it."""
+
+    def hedge_ended(self, model: str, deployment: str, provider: str, result: HedgeResult, is_hedge: bool) -> None:
+        """One attempt of a hedged race ended; ``is_hedge``: it was the second attempt, not the primary."""
+
+    def stream_broke(self, model: str, deployment: str, provider: str, result: BreakResult) -> None:
+        """The stream from ``deployment`` broke after part of the answer reached the client."""
+
+    def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
+        """A deployment's circuit opened, went half-open, or closed."""
+
+
+class NoEvents:
+    """Hears every event and does nothing; a base for listeners that care about a few."""
+
+    def decision(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
+        pass
+
+    def attempt_started(self, model: str, deployment: str, provider: str) -> None:
+        pass
+
+    def attempt_ended(self, model: str, deployment: str, provider: str) -> None:
+        pass
+
+    def committed(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
+        pass
+
+    def fallback(self, model: str, deployment: str, provider: str, next_deployment: str) -> None:
+        pass
+
+    def hedge_started(self, model: str, primary: str, hedge: str) -> None:
+        pass
+
+    def hedge_ended(self, model: str, deployment: str, provider: str, result: HedgeResult, is_hedge: bool) -> None:
+        pass
+
+    def stream_broke(self, model: str, deployment: str, provider: str, result: BreakResult) -> None:
+        pass
+
+    def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
+        pass
+
+
+class EventFanout:
+    """Hands each event to every listener, in order."""
+
+    def __init__(self, listeners: Sequence[GatewayEvents]) -> None:
+        self.listeners = tuple(listeners)
+
+    def decision(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
+        for listener in self.listeners:
+            listener.decision(model, deployment, provider, reason)
+
+    def attempt_started(self, model: str, deployment: str, provider: str) -> None:
+        for listener in self.listeners:
+            listener.attempt_started(model, deployment, provider)
+
+    def attempt_ended(self, model: str, deployment: str, provider: str) -> None:
+        for listener in self.listeners:
+            listener.attempt_ended(model, deployment, provider)
+
+    def committed(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
+        for listener in self.listeners:
+            listener.committed(model, deployment, provider, reason)
+
+    def fallback(self, model: str, deployment: str, provider: str, next_deployment: str) -> None:
+        for listener in self.listeners:
+            listener.fallback(model, deployment, provider, next_deployment)
+
+    def hedge_started(self, model: str, primary: str, hedge: str) -> None:
+        for listener in self.listeners:
+            listener.hedge_started(model, primary, hedge)
+
+    def hedge_ended(self, model: str, deployment: str, provider: str, result: HedgeResult, is_hedge: bool) -> None:
+        for listener in self.listeners:
+            listener.hedge_ended(model, deployment, provider, result, is_hedge)
+
+    def stream_broke(self, model: str, deployment: str, provider: str, result: BreakResult) -> None:
+        for listener in self.listeners:
+            listener.stream_broke(model, deployment, provider, result)
+
+    def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
+        for listener in self.listeners:
+            listener.circuit_changed(model, deployment, provider, state)
+
+
+class EventLog(NoEvents):
+    """Keeps the routing events as tuples, for tests and the demo to read ``events``::
+
+    ("decision", model, deployment, reason)     ("fallback", model, failed, next_deployment)
+    ("hedge_started", model, primary, hedge)    ("hedge_won", model, hedge) / ("hedge_lost", model, hedge)
+    ("circuit", model, deployment, state)       ("stream_broke", model, deployment, result)
+    """
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, ...]] = []
+
+    def decision(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
+        self.events.append(("decision", model, deployment, reason))
+
+    def fallback(self, model: str, deployment: str, provider: str, next_deployment: str) -> None:
+        self.events.append(("fallback", model, deployment, next_deployment))
+
+    def hedge_started(self, model: str, primary: str, hedge: str) -> None:
+        self.events.append(("hedge_started", model, primary, hedge))
+
+    def hedge_ended(self, model: str, deployment: str, provider: str, result: HedgeResult, is_hedge: bool) -> None:
+        if is_hedge:
+            self.events.append((f"hedge_{result}", model, deployment))
+
+    def stream_broke(self, model: str, deployment: str, provider: str, result: BreakResult) -> None:
+        self.events.append(("stream_broke", model, deployment, result))
+
+    def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
+        self.events.append(("circuit", model, deployment, state))

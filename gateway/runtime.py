@@ -1,0 +1,137 @@
+"""The runtime built from one config, and the one typed way a request finds it.
+
+``app.create_app`` (the composition root) builds a ``GatewayRuntime`` from each config and keeps
+the current one in a ``RuntimeHolder`` on the app. Endpoints never import the app: they call
+``runtime_of(scope)`` (or ``holder_of``) from here. A request reads the runtime once and keeps
+it to the end, so a reload (``gateway.reload``) that swaps in a new one never disturbs a request
+in flight; the old runtime closes its upstream pools once its ``requests`` have all left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+
+from gateway.access import AccessControl
+from gateway.accesslog import AccessLog
+from gateway.config import GatewayConfig
+from gateway.leaderboard import InFlightCounts
+from gateway.metrics import Metrics, deployment_providers
+from gateway.relay import Dispatcher
+from gateway.routing import MeasuredRouter
+from gateway.stats import StatsStore
+from gateway.tokens import TokenCounter
+from gateway.upstream import UpstreamPool
+
+
+class ActiveRequests:
+    """How many requests are being served on one runtime; ``drained`` waits for the last to leave.
+
+    The one mutable part of a runtime. Touched on the event loop only.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle: asyncio.Event | None = None
+
+    def enter(self) -> None:
+        self.count += 1
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        """Return once no request is being served."""
+        while self.count > 0:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
+
+
+@dataclass(frozen=True)
+class GatewayRuntime:
+    """Everything built from one config; replaced whole on reload. Its parts hold their own state
+    (the router its circuits, the stats store its window); the runtime only ties them together."""
+
+    config: GatewayConfig
+    router: MeasuredRouter
+    dispatcher: Dispatcher
+    upstreams: UpstreamPool
+    counter: TokenCounter
+    stats: StatsStore
+    """Lives as long as the process: a reloaded config keeps the same store (``[stats]`` needs a restart)."""
+    access: AccessControl
+    """Client keys and limits of this config, over counters that live as long as the process."""
+    access_log: AccessLog
+    in_flight: InFlightCounts
+    """Requests in flight per (model, deployment), for the leaderboard; the router provides it."""
+    requests: ActiveRequests = field(default_factory=ActiveRequests)
+
+    def degraded_reasons(self) -> list[str]:
+        health = self.stats.health()
+        reasons = [health.reason or "stats backend degraded"] if health.degraded else []
+        return reasons + self.access.degraded_reasons()
+
+    def observe_gauges(self, metrics: Metrics) -> None:
+        """Set the gauges read at scrape time from this runtime's state (called by ``GET /metrics``)."""
+        for provider in self.config.providers:
+            metrics.set_provider_capacity(provider.name, provider.max_concurrency)
+        health = self.stats.health()
+        metrics.set_stats_backend(self.config.stats.backend, not health.degraded)
+        metrics.observe_dropped_total(health.dropped_samples)
+        metrics.observe_snapshot(self.stats.snapshot(), deployment_providers(self.config))
+
+    async def aclose(self) -> None:
+        await self.upstreams.aclose()
+
+
+class RuntimeHolder:
+    """Holds the runtime currently serving; ``current`` is swapped atomically on reload.
+
+    Empty until the app's lifespan has built the first runtime: reading it before then is a bug,
+    and says so.
+    """
+
+    def __init__(self) -> None:
+        self._current: GatewayRuntime | None = None
+
+    @property
+    def current(self) -> GatewayRuntime:
+        if self._current is None:
+            raise RuntimeError("the gateway's runtime is not built yet (its lifespan has not started)")
+        return self._current
+
+    @current.setter
+    def current(self, runtime: GatewayRuntime) -> None:
+        self._current = runtime
+
+
+def holder_of(scope: Mapping[str, Any]) -> RuntimeHolder:
+    """The app's ``RuntimeHolder``, from a request's ASGI scope."""
+    holder = scope["app"].state.runtime
+    if not isinstance(holder, RuntimeHolder):
+        raise TypeError("this app has no gateway runtime (it was not built by gateway.app.create_app)")
+    return holder
+
+
+def runtime_of(scope: Mapping[str, Any]) -> GatewayRuntime:
+    """The runtime serving now, from a request's ASGI scope. Read it once per request."""
+    return holder_of(scope).current
+
+
+def require_admin(request: Request) -> None:
+    """Guard for admin endpoints (reload, routes, anything revealing configuration).
+
+    Call first thing in a Starlette endpoint; it raises a ``GatewayError`` (401/403) that the
+    app renders OpenAI-shaped::
+
+        async def reload(request: Request) -> Response:
+            require_admin(request)
+            ...
+    """
+    runtime_of(request.scope).access.require_admin(request.scope)

@@ -1,0 +1,32 @@
+"""Aliases shared across the gateway's layers, in one place (as ``starlette.types`` is for ASGI).
+
+The ASGI aliases themselves come from ``starlette.types``; this module holds the gateway's own:
+the clock every timed component takes, the key of a deployment's measurements and state, and
+the small vocabularies that routing, the relay and the metrics all speak. It imports nothing of
+the gateway, so any module may import it without creating a cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+Clock = Callable[[], float]
+"""A monotonic clock in seconds (``time.perf_counter`` by default); injected so tests control time."""
+
+DeploymentKey = tuple[str, str]
+"""``(model, deployment)``: the client-facing model name and the deployment's name within it.
+It keys a deployment's stats, circuit, in-flight count and recent answers."""
+
+RouteReason = Literal["best-score", "explore", "fallback", "hedge", "override", "recovered"]
+"""Why the deployment that answered was the one; ``recovered``: it finished a stream that broke elsewhere."""
+
+CircuitState = Literal["closed", "open", "half_open"]
+"""A deployment's circuit (``gateway.routing.health``); also the ``state`` label of ``gateway_circuit_state``."""
+CIRCUIT_STATES: tuple[CircuitState, ...] = ("closed", "half_open", "open")
+
+HedgeResult = Literal["won", "lost"]
+"""How a hedged attempt ended: it answered (``won``), or it was cancelled for the other (``lost``)."""
+
+BreakResult = Literal["recovered", "failed"]
+"""What followed a stream's break: another deployment finished the answer, or the stream ended in error."""
