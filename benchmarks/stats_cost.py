@@ -306,6 +306,7 @@ def report(
             f"{sent_calls(run.commands) / run.samples:.2f} | {total / run.samples:.2f} | {read / run.samples:.2f} | "
             f"{run.server_cpu_s / run.samples * 1e6:.1f} | {run.replica_cpu_s / run.samples * 1e6:.1f} |"
         )
+    lines += ["", *cluster_summary(runs, baseline)]
     lines += [
         "",
         "Commands counted on the masters only (a replica repeats each write). *Commands run* includes",
@@ -343,6 +344,31 @@ def report(
         "",
     ]
     return "\n".join(lines)
+
+
+def cluster_summary(runs: list[Run], baseline: dict[int, float]) -> list[str]:
+    """The cluster's cost per sample as ratios to one Redis's, at each rate, from this run's rows."""
+    by = {(run.backend, run.rate): run for run in runs}
+    lines = ["A Redis Cluster against one Redis, same samples (ratios of this run's figures):", ""]
+    for rate in sorted({run.rate for run in runs}):
+        single, cluster, waiting = by.get(("redis", rate)), by.get(("cluster", rate)), by.get(("cluster+wait", rate))
+        if single is None or cluster is None or waiting is None:
+            continue
+
+        def client(run: Run, rate: int = rate) -> float:
+            return max(1e-9, run.cpu_s - baseline.get(rate, 0.0))
+
+        def servers(run: Run) -> float:
+            return max(1e-9, run.server_cpu_s + run.replica_cpu_s)
+
+        lines.append(
+            f"- {rate}/s: the gateway's CPU ×{client(cluster) / client(single):.2f} "
+            f"(with WAIT ×{client(waiting) / client(single):.2f}); calls sent "
+            f"×{sent_calls(cluster.commands) / max(1, sent_calls(single.commands)):.2f}; Redis CPU, masters and "
+            f"replicas together, ×{servers(cluster) / servers(single):.2f} "
+            f"(with WAIT ×{servers(waiting) / servers(single):.2f}), spread over 3 masters and 3 replicas"
+        )
+    return lines
 
 
 def sent_calls(commands: dict[str, int]) -> int:

@@ -6,10 +6,14 @@ parameters shape the hypothetical request: ``model``, ``prompt_tokens`` (default
 ``max_tokens`` (default: the model's observed answer length), ``endpoint``.
 
 ``POST /v1/gateway/reload`` (admin key) re-reads the config file and swaps it in; an
-invalid config answers 400 with the error, and the old config keeps serving.
+invalid config answers 400 with the error, and the old config keeps serving. Under ``gateway
+serve --workers N`` the worker that answers then has its supervisor reload every worker.
 """
 
 from __future__ import annotations
+
+import os
+import signal
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -17,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.api import error_response
 from gateway.config import ConfigError
 from gateway.errors import GatewayError, InvalidRequest, ModelNotFound
+from gateway.metrics import WORKER_ENV
 from gateway.reload import reloader_of
 from gateway.routing.explain import ranking_json
 from gateway.runtime import require_admin, runtime_of
@@ -75,6 +80,9 @@ async def reload_config(request: Request) -> Response:
         return error_response(
             InvalidRequest(f"config not reloaded, the previous one keeps serving: {exc}", code="invalid_config")
         )
+    if WORKER_ENV in os.environ:
+        # One worker of `gateway serve --workers N`: the supervisor passes the reload on to all of them.
+        os.kill(os.getppid(), signal.SIGHUP)
     return JSONResponse(
         {
             "status": "reloaded",

@@ -4,9 +4,11 @@ Unix socket), missing secrets stop start-up with the key path, and the shared ba
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from gateway.ratelimit import RedisRateLimiter
 from gateway.redis_client import Backoff, RedisConnections, describe_error, resolve_redis_secrets
 from gateway.stats import RedisStatsStore
 from tests.redis_server import RedisServer, free_port
+from tests.redis_topologies import LoopbackCluster
 from tests.support.samples import make_sample
 from tests.support.stats import samples_of
 
@@ -249,3 +252,27 @@ def test_describe_error_is_one_short_line() -> None:
     assert describe_error(error) == "No master found for 'mymaster'"
     assert describe_error(TimeoutError()) == "timed out"
     assert len(describe_error(OSError("x" * 500))) == 200
+
+
+async def test_gateway_stats_reads_the_configs_cluster(redis_cluster: LoopbackCluster, tmp_path: Path) -> None:
+    config = StatsConfig(backend="redis", redis_mode="cluster", redis_url=redis_cluster.url, key_prefix="cli-cluster")
+    redis = RedisConnections(config, {})
+    store = RedisStatsStore(config, redis=redis)
+    await store.start()
+    for _ in range(7):
+        store.record(make_sample("m", "p"))
+    await store.sync()
+    await store.aclose()
+    await redis.aclose()
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        f'[stats]\nbackend = "redis"\nredis_mode = "cluster"\nredis_url = "{redis_cluster.url}"\n'
+        'key_prefix = "cli-cluster"\n'
+        '[[providers]]\nname = "p"\nbase_url = "http://127.0.0.1:1/v1"\n'
+        '[[models]]\nname = "m"\n[[models.deployments]]\nprovider = "p"\nmodel = "u"\n'
+    )
+    command = [sys.executable, "-m", "gateway", "stats", "-c", str(path), "--redis", "--json"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)["data"]
+    assert (row["deployment"], row["samples"]) == ("p", 7)

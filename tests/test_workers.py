@@ -32,6 +32,7 @@ pytestmark = pytest.mark.timeout(120)
 
 REQUESTS = 1_000
 THREADS = 8
+ADMIN_KEY = "admin-key-for-the-workers-test"
 
 
 def write_config(path: Path, fast: FakeServer, slow: FakeServer, stats: str, models: tuple[str, ...] = ("m",)) -> None:
@@ -86,6 +87,7 @@ class Supervised:
         self.log_path = log
         self.log = log.open("wb")
         env = {k: v for k, v in os.environ.items() if k not in ("GATEWAY_API_KEYS", "GATEWAY_CONFIG")}
+        env["GATEWAY_ADMIN_KEY"] = ADMIN_KEY
         command = [sys.executable, "-m", "gateway", "serve", "-c", str(config), "--port", str(self.port), *extra]
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.client = httpx.Client(base_url=self.url, timeout=10, limits=httpx.Limits(max_connections=THREADS * 2))
@@ -248,6 +250,17 @@ def test_two_workers_share_measurements_and_metrics_through_redis(
             "both workers to serve the reloaded config",
         )
         assert stream(gateway.client, "m2") in ("0", "1")
+
+        # POST /v1/gateway/reload reaches one worker; the supervisor then reloads them all.
+        write_config(config, *two_fakes, stats, models=("m", "m2", "m3"))
+        answer = httpx.post(gateway.url + "/v1/gateway/reload", headers={"authorization": f"Bearer {ADMIN_KEY}"})
+        assert answer.status_code == 200 and answer.json()["status"] == "reloaded", answer.text
+        by_worker(
+            gateway,
+            "/v1/models",
+            lambda r: "m3" in [m["id"] for m in r.json()["data"]],
+            "both workers to serve the config one of them reloaded",
+        )
     finally:
         redis.stop()
 
