@@ -31,7 +31,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from redis.exceptions import RedisError
 
@@ -57,16 +56,6 @@ logger = logging.getLogger("gateway.stats")
 
 FLUSH_SAMPLES = 1_000
 """A buffer holding this many samples is flushed at once rather than at the next interval."""
-
-
-def redacted_url(url: str) -> str:
-    """The Redis URL without credentials, for health reasons and logs."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return f"unix://{parts.path}"
-    host = parts.hostname or "localhost"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 class _RejectedWrites(RedisError):
@@ -105,8 +94,6 @@ class RedisStatsStore:
         self.view: dict[Pair, DeploymentSummary] = {}
         self.dropped = 0
         self.flushes = 0
-        self.recorded = 0
-        """Samples this replica recorded (kept or dropped), whoever else writes to the same Redis."""
         self.redis = redis
         self._owns_redis = redis is None
         self.client: RedisClient | None = None
@@ -121,7 +108,6 @@ class RedisStatsStore:
     # -- the request path: no I/O, no await ---------------------------------------------------
 
     def record(self, sample: Sample) -> None:
-        self.recorded += 1
         index = slice_index(self.wall_clock(), self.config.slice_s)
         room = self.config.buffer_limit - self.pending.cells
         if not self.buffer.add(index, sample, room):
