@@ -13,6 +13,7 @@ import concurrent.futures
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -325,3 +326,19 @@ def test_bad_worker_counts_are_refused(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "gateway", "serve", "-c", "deploy/gateway.toml", "--workers", "0"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1])
     assert result.returncode == 2 and 'expected a number of workers >= 1 or "auto", got "0"' in result.stderr
+
+
+def test_a_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "gateway", "serve", "-c", "deploy/gateway.toml", "--workers", "2"]
+        command += ["--host", "127.0.0.1", "--port", str(port)]
+        env = {**os.environ, "GATEWAY_API_KEYS": "k", "GATEWAY_ADMIN_KEY": "a"}
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1], env=env
+        )
+    assert result.returncode == 1, result.stderr
+    assert f"gateway: cannot listen on 127.0.0.1:{port}: Address already in use" in result.stderr
+    assert "Traceback" not in result.stderr
