@@ -18,7 +18,6 @@ and tries Redis again after a jittered back-off (``redis_backoff_min_s`` … ``r
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
@@ -33,7 +32,7 @@ from gateway.redis_client import (
     Backoff,
     RedisClient,
     RedisConnections,
-    RequestSlots,
+    RequestCalls,
     after_failure,
     describe_error,
 )
@@ -239,7 +238,7 @@ class RedisRateLimiter:
         self.wall_clock = wall_clock
         self.fallback = fallback or InMemoryRateLimiter(wall_clock)
         self.backoff = Backoff.from_config(stats)
-        self.slots = RequestSlots(stats)
+        self.calls = RequestCalls(stats)
         self._owned = owned
         self._script = client.register_script(_ACQUIRE)
         self._reason: str | None = None
@@ -283,8 +282,7 @@ class RedisRateLimiter:
         keys = [self._key(key_id, window), self._key(key_id, window - 1)]
         args: list[str | int] = [repr(_weight(now)), tokens, rpm, tpm, _TTL_S]
         try:
-            async with asyncio.timeout(self.timeout_s), self.slots:
-                ok, *raw = await self._script(keys=keys, args=args)
+            ok, *raw = await self.calls.run(lambda: self._script(keys=keys, args=args))
         except _FAILURES as exc:
             self._failed(exc)
             return await self.fallback.acquire(key_id, tokens, rpm, tpm)
@@ -306,12 +304,15 @@ class RedisRateLimiter:
             await self.fallback.adjust(key_id, window, tokens)
             return
         key = self._key(key_id, target)
+
+        async def correct() -> None:
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.hincrby(key, "t", tokens)
+                pipe.expire(key, _TTL_S)
+                await pipe.execute()
+
         try:
-            async with asyncio.timeout(self.timeout_s), self.slots:
-                async with self.client.pipeline(transaction=False) as pipe:
-                    pipe.hincrby(key, "t", tokens)
-                    pipe.expire(key, _TTL_S)
-                    await pipe.execute()
+            await self.calls.run(correct)
         except _FAILURES as exc:
             self._failed(exc)
             await self.fallback.adjust(key_id, window, tokens)
@@ -323,6 +324,7 @@ class RedisRateLimiter:
         return self._reason
 
     async def aclose(self) -> None:
+        await self.calls.aclose()
         if self._owned is not None:
             await self._owned.aclose()
 

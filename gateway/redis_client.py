@@ -19,9 +19,10 @@ Two roles, two pools, because their callers differ:
   drops all its connections and re-reads the topology: neither must stall a request.
 - ``requests()``: everything a client request waits on (rate limits today; session and response-id
   bindings belong here too). Bounded by ``redis_request_timeout_s``, pool of
-  ``redis_request_max_connections``, shared by all request-path parts. Wrap each call in
-  ``asyncio.timeout(config.redis_request_timeout_s)`` and ``RequestSlots``, and fail open (serve from
-  local state) on ``REDIS_ERRORS`` or a timeout, with a ``Backoff`` so a dead Redis costs nothing.
+  ``redis_request_max_connections``, shared by all request-path parts. Run each call through a
+  ``RequestCalls`` (it bounds the wait without cancelling redis-py mid-reply), and fail open (serve
+  from local state) on ``REDIS_ERRORS`` or ``TimeoutError``, with a ``Backoff`` so that a dead Redis
+  costs nothing.
 
 Cluster-correct by construction. A new key family must keep every multi-key operation (a script's
 ``KEYS``, ``MULTI``/``EXEC``, ``MGET``…) inside one hash slot, by giving the keys used together one
@@ -36,20 +37,24 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config import ConfigError, StatsConfig, split_address
+
+_T = TypeVar("_T")
 
 RedisClient: TypeAlias = "Redis | RedisCluster"
 """What every part holds: the same command API whichever the mode (a Sentinel master is a ``Redis``)."""
@@ -130,6 +135,34 @@ class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     """A Sentinel pool that waits (up to its timeout) for a free connection rather than failing at once."""
 
 
+class _Sentinel(Sentinel):
+    """redis-py's Sentinel, with a master discovery that several connections may run at once.
+
+    redis-py's moves the sentinel that answered to the front by swapping it with the first, at an
+    index read before its ``await``: two connections discovering together (a burst of requests
+    after a failover) could drop a sentinel client from the list, never to be tried or closed
+    again, and list another twice. This one moves it by identity, with no ``await`` in between.
+    """
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        errors: list[str] = []
+        for sentinel in list(self.sentinels):
+            try:
+                masters: Any = await sentinel.sentinel_masters()
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                errors.append(f"{describe_error(exc)}")
+                continue
+            state = masters.get(service_name)
+            if state and self.check_master_state(state, service_name):
+                if sentinel in self.sentinels:
+                    self.sentinels.remove(sentinel)
+                    self.sentinels.insert(0, sentinel)
+                ip = self._force_master_ip if self._force_master_ip is not None else state["ip"]
+                return ip, state["port"]
+        detail = f" ({'; '.join(errors)})" if errors else ""
+        raise MasterNotFoundError(f"No master found for {service_name!r}{detail}")
+
+
 class _SentinelRedis(Redis):
     """The master client of a Sentinel: closing it also closes the connections to the sentinels."""
 
@@ -184,6 +217,9 @@ def open_redis(config: StatsConfig, secrets: RedisSecrets, role: RedisRole) -> R
         sentinel_options: dict[str, Any] = {
             "socket_timeout": role.timeout_s,
             "socket_connect_timeout": role.timeout_s,
+            # redis-py's default retries a failed connection 3 times with pauses of 1, 2, 4 s: a
+            # sentinel that is down (often on the failed host) would hold up every discovery.
+            "retry": Retry(NoBackoff(), 0),
             "username": secrets.sentinel_username,
             "password": secrets.sentinel_password,
             "client_name": role.name,
@@ -191,7 +227,7 @@ def open_redis(config: StatsConfig, secrets: RedisSecrets, role: RedisRole) -> R
             **tls,
         }
         addresses = [split_address(a) for a in config.redis_sentinels]
-        sentinel = Sentinel(addresses, sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+        sentinel = _Sentinel(addresses, sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
         assert config.redis_sentinel_service is not None  # the config checks it in sentinel mode
         client: Redis = sentinel.master_for(
             config.redis_sentinel_service,
@@ -263,21 +299,60 @@ class RedisConnections:
             await client.aclose()
 
 
-class RequestSlots:
-    """At most the pool's size of request-path calls at once; the rest wait (inside their timeout).
+class RequestCalls:
+    """Runs the Redis calls a request waits on: at most the pool's size at once, each waited for at
+    most ``redis_request_timeout_s``. Usage::
 
-    A cluster client's per-node pool raises at once when it is exhausted rather than waiting, which
-    under a burst would make requests fail open for no reason; waiting here keeps them in line.
+        calls = RequestCalls(config)
+        try:
+            value = await calls.run(lambda: client.get(key))
+        except (*REDIS_ERRORS, TimeoutError):
+            ...  # go on without Redis (and back off)
+        await calls.aclose()  # at shutdown, before the client is closed
+
+    A call past its time is not cancelled: cancelling redis-py mid-reply can leave a connection
+    unusable, or drop it unclosed. The request stops waiting and the call finishes in the
+    background, bounded by the socket timeouts; one still queued for a connection when its request
+    gave up is not sent at all. The queue itself is needed because a cluster client's per-node pool
+    fails at once when exhausted, rather than waiting.
     """
 
     def __init__(self, config: StatsConfig) -> None:
-        self._semaphore = asyncio.Semaphore(config.redis_request_max_connections)
+        self.timeout_s = config.redis_request_timeout_s
+        self._slots = asyncio.Semaphore(config.redis_request_max_connections)
+        self._running: set[asyncio.Future[Any]] = set()
 
-    async def __aenter__(self) -> None:
-        await self._semaphore.acquire()
+    async def run(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """``call()``'s result; raises what it raised, or ``TimeoutError`` past the timeout."""
+        waiting = [True]
 
-    async def __aexit__(self, *exc: object) -> None:
-        self._semaphore.release()
+        async def bounded() -> _T | None:
+            async with self._slots:
+                if not waiting[0]:
+                    return None  # its request went on without it: nothing to send any more
+                return await call()
+
+        task = asyncio.ensure_future(bounded())
+        self._running.add(task)
+        task.add_done_callback(self._finished)
+        try:
+            done, _ = await asyncio.wait((task,), timeout=self.timeout_s)
+        finally:
+            waiting[0] = False
+        if not done:
+            raise TimeoutError
+        result = task.result()
+        return result  # type: ignore[return-value]  # None only once nobody waits
+
+    def _finished(self, task: asyncio.Future[Any]) -> None:
+        self._running.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a call that failed after its request left is not an error
+
+    async def aclose(self) -> None:
+        """Wait for the calls still running (bounded by the socket timeouts)."""
+        while self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
 
 
 class Backoff:
@@ -328,7 +403,7 @@ __all__ = [
     "RedisConnections",
     "RedisRole",
     "RedisSecrets",
-    "RequestSlots",
+    "RequestCalls",
     "after_failure",
     "describe_error",
     "open_redis",
