@@ -33,7 +33,6 @@ from gateway.redis_client import (
     RedisClient,
     RedisConnections,
     RequestCalls,
-    after_failure,
     describe_error,
 )
 
@@ -263,6 +262,8 @@ class RedisRateLimiter:
             logger.warning(
                 "rate limits: Redis unreachable (%s); each replica enforces the limits on its own until it returns",
                 describe_error(exc),
+                # Not a Redis failure but the client library's own: worth its traceback, once.
+                exc_info=None if isinstance(exc, _FAILURES) else exc,
             )
         self.backoff.failed()
 
@@ -283,7 +284,10 @@ class RedisRateLimiter:
         args: list[str | int] = [repr(_weight(now)), tokens, rpm, tpm, _TTL_S]
         try:
             ok, *raw = await self.calls.run(lambda: self._script(keys=keys, args=args))
-        except _FAILURES as exc:
+        except Exception as exc:
+            # Fail open on anything: redis-py's cluster client, mid-failover, can raise what is no
+            # RedisError (a connection another task disconnected under it), and a client's request
+            # must not fail because the limits' store did.
             self._failed(exc)
             return await self.fallback.acquire(key_id, tokens, rpm, tpm)
         self._succeeded()
@@ -313,10 +317,11 @@ class RedisRateLimiter:
 
         try:
             await self.calls.run(correct)
-        except _FAILURES as exc:
+        except Exception as exc:  # as in acquire: never fails the caller
+            # (No after_failure here: closing the shared cluster client would cut the connections
+            # of every request using it; its next single command re-reads the topology anyway.)
             self._failed(exc)
             await self.fallback.adjust(key_id, window, tokens)
-            await after_failure(self.client)
             return
         self._succeeded()
 

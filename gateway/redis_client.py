@@ -253,7 +253,10 @@ def open_redis(config: StatsConfig, secrets: RedisSecrets, role: RedisRole) -> R
 async def after_failure(client: RedisClient) -> None:
     """Call after a pipeline failed with one of ``REDIS_ERRORS``: a cluster client then re-reads the
     topology before its next call. (It does so by itself after a failed single command, but a pipeline
-    that met a dead node, with no retries left, leaves it aiming at that node for good.)"""
+    that met a dead node, with no retries left, leaves it aiming at that node for good.)
+
+    It closes the client's connections: only for a client that no other task is using at the time
+    (the stats store's background client), never for the request-path one."""
     if isinstance(client, RedisCluster):
         await client.aclose()
 

@@ -299,3 +299,27 @@ def test_in_flight_limit_overall(replicas: Callable[..., tuple[FakeServer, list[
         finally:
             stream.close()
         _eventually_served(client)
+
+
+def test_a_client_library_error_fails_open_too(redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """redis-py's cluster client can raise what is no RedisError mid-failover (a connection that
+    another task disconnected under it); the request still goes on, on the local limits. No real
+    server reproduces that on demand, so the script call is replaced by one that raises it."""
+
+    async def scenario() -> None:
+        limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=redis_server.url))
+
+        async def broken(**_: object) -> object:
+            raise AttributeError("'NoneType' object has no attribute 'writelines'")
+
+        limiter._script = broken  # type: ignore[assignment]
+        try:
+            assert [(await limiter.acquire("k", 1, 2, 0)).allowed for _ in range(3)] == [True, True, False]
+            assert limiter.degraded_reason() is not None
+        finally:
+            await limiter.aclose()
+
+    with caplog.at_level(logging.WARNING, logger="gateway.ratelimit"):
+        asyncio.run(scenario())
+    (record,) = [r for r in caplog.records if r.name == "gateway.ratelimit"]
+    assert record.exc_info is not None and "writelines" in str(record.exc_info[1])

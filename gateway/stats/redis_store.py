@@ -200,9 +200,12 @@ class RedisStatsStore:
             try:
                 await self._exchange(refresh=refresh)
             except Exception as exc:
-                # The task's outermost handler: a bug here must not freeze the stats for good.
+                # The task's outermost handler: a bug here (or in the client library) must not
+                # freeze the stats for good.
                 logger.exception("stats: unexpected error talking to redis")
                 self._failed(exc)
+                if self.client is not None:
+                    await after_failure(self.client)
             next_flush = loop.time() + self.config.flush_interval_s
 
     async def _exchange(self, *, refresh: bool) -> bool:
