@@ -203,6 +203,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         stats = open_stats_store(config.stats, redis=redis)
         await stats.start()
         access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats, redis))
+        await access_state.limiter.start()
         try:
             holder.current = await build_runtime(config, options, keys, client_keys, stats, access_state)
             loop = asyncio.get_running_loop()

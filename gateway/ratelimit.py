@@ -113,6 +113,9 @@ class RateLimiter(Protocol):
 
     def degraded_reason(self) -> str | None: ...
 
+    async def start(self) -> None:
+        """Get ready before the first request (connect, load scripts); never raises."""
+
     async def aclose(self) -> None: ...
 
 
@@ -178,6 +181,9 @@ class InMemoryRateLimiter:
 
     def degraded_reason(self) -> str | None:
         return None
+
+    async def start(self) -> None:
+        pass
 
     async def aclose(self) -> None:
         pass
@@ -327,6 +333,17 @@ class RedisRateLimiter:
 
     def degraded_reason(self) -> str | None:
         return self._reason
+
+    async def start(self) -> None:
+        """Load the script now (a cluster client first reads its topology, a Sentinel's finds the
+        master), so that the first request pays for none of it within its timeout. A failure here
+        only means the first request tries again."""
+        try:
+            await self.client.script_load(_ACQUIRE)
+        except Exception as exc:  # never fails start-up: requests fail open until Redis answers
+            logger.info(
+                "rate limits: Redis not ready at start (%s); the first request tries again", describe_error(exc)
+            )
 
     async def aclose(self) -> None:
         await self.calls.aclose()
