@@ -14,10 +14,14 @@ deployment over the current day, week or month (``window``, default ``month``), 
 ``by`` leaves out (``by=key,model``), and every budget's limit, spent, reserved and reset time.
 
 ``POST /v1/gateway/reload`` (admin key) re-reads the config file and swaps it in; an
-invalid config answers 400 with the error, and the old config keeps serving.
+invalid config answers 400 with the error, and the old config keeps serving. Under ``gateway
+serve --workers N`` the worker that answers then has its supervisor reload every worker.
 """
 
 from __future__ import annotations
+
+import os
+import signal
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,6 +30,7 @@ from gateway.api import error_response
 from gateway.auth import presented_key
 from gateway.config import ConfigError
 from gateway.errors import BudgetUnavailable, GatewayError, InvalidRequest, ModelNotFound, NotFound
+from gateway.metrics import WORKER_ENV
 from gateway.reload import reloader_of
 from gateway.routing.explain import ranking_json
 from gateway.runtime import require_admin, runtime_of
@@ -135,6 +140,9 @@ async def reload_config(request: Request) -> Response:
         return error_response(
             InvalidRequest(f"config not reloaded, the previous one keeps serving: {exc}", code="invalid_config")
         )
+    if WORKER_ENV in os.environ:
+        # One worker of `gateway serve --workers N`: the supervisor passes the reload on to all of them.
+        os.kill(os.getppid(), signal.SIGHUP)
     return JSONResponse(
         {
             "status": "reloaded",

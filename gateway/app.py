@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -45,6 +44,7 @@ from gateway.limits import HeaderSizeLimit
 from gateway.metrics import Metrics, check_single_process
 from gateway.metrics_genai import GenAISink
 from gateway.ratelimit import RateLimiter, open_rate_limiter
+from gateway.redis_client import RedisConnections
 from gateway.relay import AttemptRunner, Dispatcher
 from gateway.reload import Reloader
 from gateway.response_owners import ResponseOwners
@@ -55,7 +55,6 @@ from gateway.samples import SampleFanout, SampleSink
 from gateway.spending import SpendLedger
 from gateway.spending.redis_store import open_spend_store
 from gateway.stats import StatsStore, open_stats_store
-from gateway.stats.redis_store import open_pool
 from gateway.tokens import load_token_counter
 from gateway.types import Clock
 from gateway.upstream import UpstreamPool
@@ -152,13 +151,11 @@ async def build_runtime(
     )
 
 
-def _open_bindings(stats: StatsConfig, options: AppOptions) -> tuple[BindingStore, Any]:
-    """The binding store the stats backend implies, and the Redis client it was given (to close), if any."""
+def _open_bindings(stats: StatsConfig, options: AppOptions, redis: RedisConnections) -> BindingStore:
+    """The binding store the stats backend implies: in Redis on the request-path client, else in memory."""
     if stats.backend != "redis":
-        return InMemoryBindingStore(), None
-    client = Redis(connection_pool=open_pool(stats, 2))
-    store = RedisBindingStore(client, stats.key_prefix, lookup_timeout_s=options.binding_lookup_timeout_s)
-    return store, client
+        return InMemoryBindingStore()
+    return RedisBindingStore(redis.requests(), stats.key_prefix, lookup_timeout_s=options.binding_lookup_timeout_s)
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
@@ -217,6 +214,8 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         logger.warning("server.log_bodies is on: prompts and answers are written to the access log")
     # Loaded now, once: a bad keys file fails at start-up, not at the first request.
     client_keys = options.client_keys or load_keys(config, options.environ)
+    # Redis credentials too; every part that shares state through Redis gets its client from here.
+    redis = RedisConnections(config.stats, options.environ, config.source)
     holder = RuntimeHolder()
 
     async def build(new_config: GatewayConfig, previous: GatewayRuntime) -> GatewayRuntime:
@@ -229,12 +228,13 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        stats = open_stats_store(config.stats)
+        stats = open_stats_store(config.stats, redis=redis)
         await stats.start()
-        spend = options.spend or SpendLedger(open_spend_store(config.stats))
+        spend = options.spend or SpendLedger(open_spend_store(config.stats, redis))
         spend.listeners.append(options.metrics.spend)
-        access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats), spend)
-        bindings, binding_client = _open_bindings(config.stats, options)
+        access_state = AccessState(options.rate_limiter or open_rate_limiter(config.stats, redis), spend)
+        await access_state.limiter.start()
+        bindings = _open_bindings(config.stats, options, redis)
         await bindings.start()
         owners = ResponseOwners(bindings)
         try:
@@ -255,9 +255,8 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
             await access_state.aclose()
             await stats.aclose()
             await bindings.aclose()
-            if binding_client is not None:
-                await binding_client.aclose()
-                await binding_client.connection_pool.disconnect()
+            # Last: every part above has stopped using its Redis client.
+            await redis.aclose()
 
     proxies = {
         "/v1/chat/completions": api.ProxyEndpoint("chat", "/chat/completions"),

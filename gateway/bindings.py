@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 from urllib.parse import quote
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from gateway.redis_client import RedisClient
 from gateway.types import Clock
 
 logger = logging.getLogger("gateway.bindings")
@@ -155,7 +155,7 @@ class RedisBindingStore:
 
     def __init__(
         self,
-        client: Redis,
+        client: RedisClient,
         prefix: str,
         *,
         lookup_timeout_s: float = LOOKUP_TIMEOUT_S,

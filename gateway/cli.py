@@ -10,10 +10,11 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Literal
 
 from gateway import __version__
 from gateway.cli_help import DESCRIPTION, QUICK_START, HelpFormatter, epilog
-from gateway.config import ConfigError, GatewayConfig, StatsConfig, load_config, resolve_secrets
+from gateway.config import ConfigError, GatewayConfig, RedisMode, StatsConfig, load_config, resolve_secrets
 from gateway.tables import format_table
 from gateway.tokens import TokenizerError, load_token_counter
 
@@ -36,24 +37,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.accesslog import configure_access_log
     from gateway.app import AppOptions, create_app
     from gateway.auth import exposure_notice, load_keys
+    from gateway.metrics import WORKER_ENV
     from gateway.server import run, uvicorn_config
+    from gateway.supervisor import MULTIPROC_ENV, WorkerSpec, resolve_workers, serve_workers
 
     path = _config_path(args)
     if path is None:
         return _fail("no config given: use -c FILE (or set GATEWAY_CONFIG), or try `gateway demo`")
-    if args.workers != 1:
-        return _fail(
-            f"--workers {args.workers}: the gateway runs one process per replica (its router state, in-memory "
-            "stats and metrics are per process); run more replicas, one per core, sharing one Redis"
-        )
     host = args.host
     try:
         config = load_config(path)
         host = host or config.server.host
+        workers = resolve_workers(args.workers if args.workers is not None else config.server.workers)
         ring, admin = load_keys(config, os.environ)
         level, notice = exposure_notice(host, ring, admin, config.auth)
+        # Several workers: each builds its own app; this one only checks that they will be able to.
+        environ = {k: v for k, v in os.environ.items() if k not in (MULTIPROC_ENV, WORKER_ENV)} if workers > 1 else None
         options = AppOptions(config_path=path, reload_on_sighup=True, client_keys=(ring, admin))
-        app = create_app(config, options)
+        app = create_app(config, options if environ is None else AppOptions(environ=environ, client_keys=(ring, admin)))
         # Loaded here so that a bad tokenizer is one clear line, not a traceback from the lifespan;
         # the lifespan then finds it in the per-process cache.
         load_token_counter(config.stats.tokenizer)
@@ -63,7 +64,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     configure_access_log()
     logging.getLogger("gateway.auth").log(level, notice)
+    if workers > 1:
+        try:
+            return serve_workers(WorkerSpec(path, host, port, args.log_level, workers), config, os.environ)
+        except OSError as exc:
+            return _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     return run(uvicorn.Server(uvicorn_config(app, config, host, port, args.log_level)))
+
+
+def _workers(value: str) -> int | Literal["auto"]:
+    """``--workers``: a count of at least 1, or ``auto``."""
+    if value == "auto":
+        return "auto"
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f'expected a number of workers >= 1 or "auto", got "{value}"')
+    return int(value)
 
 
 def routing_table(config: GatewayConfig, environ: dict[str, str]) -> str:
@@ -128,6 +143,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         summary = auth_summary(config, environ)
         resolve_secrets(config, environ)
+        if config.stats.backend == "redis":
+            from gateway.redis_client import resolve_redis_secrets
+
+            resolve_redis_secrets(config.stats, environ, config.source)
+            print(f"stats: redis at {config.stats.redis_target}")
         load_token_counter(config.stats.tokenizer)
     except (ConfigError, TokenizerError) as exc:
         print()
@@ -148,7 +168,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
     import json
 
     import httpx
-    from redis.exceptions import RedisError
 
     from gateway.leaderboard import (
         LeaderboardRow,
@@ -158,29 +177,36 @@ def cmd_stats(args: argparse.Namespace) -> int:
         render_csv,
         render_table,
     )
+    from gateway.redis_client import REDIS_ERRORS
     from gateway.stats import StoreHealth
-    from gateway.stats.redis_store import read_shared_snapshot, redacted_url
+    from gateway.stats.redis_store import read_shared_snapshot
 
     path = _config_path(args)
     try:
         config = load_config(path) if path else None
     except ConfigError as exc:
         return _fail(str(exc))
-    if args.redis:
+    if args.redis is not None:
         stats = config.stats if config else StatsConfig()
         stats = dataclasses.replace(
             stats,
-            redis_url=args.redis,
+            backend="redis",
             key_prefix=args.prefix or stats.key_prefix,
             window_s=args.window or stats.window_s,
             slice_s=args.slice or stats.slice_s,
         )
+        if args.redis:
+            # A URL names one server, or a cluster's seed node when the config says cluster.
+            mode: RedisMode = "cluster" if stats.redis_mode == "cluster" else "standalone"
+            stats = dataclasses.replace(stats, redis_url=args.redis, redis_mode=mode)
         if stats.window_s % stats.slice_s:
             return _fail(f"--window ({stats.window_s}) must be a multiple of --slice ({stats.slice_s})")
         try:
             snapshot = asyncio.run(read_shared_snapshot(stats))
-        except (RedisError, OSError) as exc:
-            return _fail(f"cannot read stats from {redacted_url(args.redis)}: {exc}")
+        except ConfigError as exc:
+            return _fail(str(exc))
+        except REDIS_ERRORS as exc:
+            return _fail(f"cannot read stats from {stats.redis_target}: {exc}")
         rows = leaderboard(snapshot, config.models if config else ())
         document = leaderboard_json(
             rows, window_s=stats.window_s, taken_at=snapshot.taken_at, backend="redis", health=StoreHealth()
@@ -359,7 +385,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("-c", "--config", metavar="FILE", help=config_help)
     serve.add_argument("--host", help="listen on this address (default: the config's server.host)")
     serve.add_argument("--port", type=int, help="listen on this port (default: the config's server.port)")
-    serve.add_argument("--workers", type=int, default=1, help="must be 1: scale out with replicas instead")
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        metavar="N",
+        help='worker processes on the port, each a full replica; "auto": one per core (default: server.workers)',
+    )
     serve.add_argument(
         "--log-level",
         default="info",
@@ -384,7 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--redis",
         metavar="URL",
-        help="read the shared stats straight from this Redis (default: ask the gateway, --url)",
+        nargs="?",
+        const="",
+        help="read the shared stats straight from Redis: this URL, or with no URL the config's Redis "
+        "(standalone, cluster or sentinel) (default: ask the gateway, --url)",
     )
     stats.add_argument("--prefix", help="with --redis: the stats key prefix (default: the config's, else gateway)")
     stats.add_argument("--window", type=int, help="with --redis: window in seconds (default: the config's, else 300)")

@@ -29,13 +29,22 @@ from gateway.policies import DEFAULT_POLICY as DEFAULT_POLICY
 from gateway.policies import PolicyConfig as PolicyConfig
 from gateway.policies import parse_policy
 from gateway.samples import DEFAULT_APIS, ENDPOINTS, Endpoint
+
+# So do the stats keys (the store's and Redis's, the largest table).
+from gateway.stats_config import REDIS_MODES as REDIS_MODES
+from gateway.stats_config import STATS_BACKENDS as STATS_BACKENDS
+from gateway.stats_config import RedisMode as RedisMode
+from gateway.stats_config import StatsBackend as StatsBackend
+from gateway.stats_config import StatsConfig as StatsConfig
+from gateway.stats_config import parse_stats, resolve_stats_files
+from gateway.stats_config import split_address as split_address
+from gateway.toml_reader import MISSING, describe_value
 from gateway.toml_reader import ConfigError as ConfigError
 from gateway.toml_reader import TableReader as TableReader
 
 PrefillFormat = Literal["plain", "prefix", "vllm"]
 PREFILL_FORMATS: tuple[PrefillFormat, ...] = ("plain", "prefix", "vllm")
-StatsBackend = Literal["memory", "redis"]
-STATS_BACKENDS: tuple[StatsBackend, ...] = ("memory", "redis")
+Workers = int | Literal["auto"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,32 +59,9 @@ class ServerConfig:
     """Debug only: add the request body and the answer text to each access-log line."""
     shutdown_grace_s: float = 30.0
     """On SIGTERM, how long requests in flight (streams included) may run before they are cut."""
-
-
-@dataclass(frozen=True, slots=True)
-class StatsConfig:
-    backend: StatsBackend = "memory"
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    window_s: int = 300
-    """How far back the rolling percentiles look."""
-    slice_s: int = 10
-    """Width of one histogram time slice; the window is a whole number of slices."""
-    key_prefix: str = "gateway"
-    """Prefix of every Redis key the stats use; replicas that share stats share a prefix."""
-    refresh_interval_s: float = 1.0
-    """How often each replica re-reads the shared store into its local snapshot."""
-    flush_interval_s: float = 0.2
-    """How often buffered samples are written to Redis (sooner when many are waiting)."""
-    buffer_limit: int = 100_000
-    """Most histogram cells (Redis hash fields) held for Redis while it is unreachable. Samples
-    that fit existing cells are always kept; one that needs a new cell past the limit is dropped
-    and counted. A cell takes about 60 bytes (measured), so the default bounds the buffer near 6 MB."""
-    redis_timeout_s: float = 1.0
-    """Connect, read and pool-wait timeout of each Redis call (all off the request path)."""
-    redis_max_connections: int = 4
-    """Size of the store's own connection pool (its one background task needs one at a time)."""
-    tokenizer: str = "o200k_base"
-    """A tiktoken encoding name, or a path to a local ``.tiktoken`` file (air-gapped deployments)."""
+    workers: Workers = 1
+    """Worker processes serving the port, each a full replica (``gateway.workers``); ``"auto"``: one
+    per core available to the process. ``gateway serve --workers N`` overrides it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +279,7 @@ def _parse_server(table: TableReader) -> ServerConfig:
         access_log=table.flag("access_log", default.access_log),
         log_bodies=table.flag("log_bodies", default.log_bodies),
         shutdown_grace_s=table.number("shutdown_grace_s", default.shutdown_grace_s, minimum=0.0),
+        workers=_parse_workers(table),
     )
     if server.port > 65535:
         raise table.error("port", f"expected a port number 0-65535, got {server.port}")
@@ -302,34 +289,13 @@ def _parse_server(table: TableReader) -> ServerConfig:
     return server
 
 
-def _parse_stats(table: TableReader) -> StatsConfig:
-    default = StatsConfig()
-    stats = StatsConfig(
-        backend=table.choice("backend", STATS_BACKENDS, default.backend),
-        redis_url=table.text("redis_url", default.redis_url),
-        window_s=table.integer("window_s", default.window_s, minimum=1),
-        slice_s=table.integer("slice_s", default.slice_s, minimum=1),
-        key_prefix=table.text("key_prefix", default.key_prefix),
-        refresh_interval_s=table.number("refresh_interval_s", default.refresh_interval_s, positive=True),
-        flush_interval_s=table.number("flush_interval_s", default.flush_interval_s, positive=True),
-        buffer_limit=table.integer("buffer_limit", default.buffer_limit, minimum=1),
-        redis_timeout_s=table.number("redis_timeout_s", default.redis_timeout_s, positive=True),
-        redis_max_connections=table.integer("redis_max_connections", default.redis_max_connections, minimum=1),
-        tokenizer=table.text("tokenizer", default.tokenizer),
-    )
-    if stats.window_s % stats.slice_s:
-        raise table.error("window_s", f"expected a multiple of slice_s ({stats.slice_s}), got {stats.window_s}")
-    if any(c in stats.key_prefix for c in "{}"):
-        # The prefix sits inside each key's {hash tag}; a brace would split the tag.
-        raise table.error("key_prefix", f'must not contain "{{" or "}}", got "{stats.key_prefix}"')
-    if stats.flush_interval_s > stats.slice_s:
-        raise table.error(
-            "flush_interval_s", f"expected at most slice_s ({stats.slice_s}), got {stats.flush_interval_s:g}"
-        )
-    if urlsplit(stats.redis_url).scheme not in ("redis", "rediss", "unix"):
-        raise table.error("redis_url", "expected a redis://, rediss:// or unix:// URL")
-    table.finish()
-    return stats
+def _parse_workers(table: TableReader) -> Workers:
+    value = table.raw("workers")
+    if value is MISSING:
+        return 1
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value  # checked just above: "auto" or a count
+    raise table.error("workers", f'expected a number of workers >= 1 or "auto", got {describe_value(value)}')
 
 
 def _parse_auth(table: TableReader) -> AuthConfig:
@@ -443,7 +409,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
     """Validate an already-parsed TOML document. Raises ``ConfigError`` on the first problem."""
     root = TableReader(data, "", source)
     server = _parse_server(root.table("server"))
-    stats = _parse_stats(root.table("stats"))
+    stats = parse_stats(root.table("stats"))
     auth = _parse_auth(root.table("auth"))
     limits = _parse_limits(root.table("limits"))
     metrics = _parse_metrics(root.table("metrics"))
@@ -503,7 +469,7 @@ def load_config(path: str | Path) -> GatewayConfig:
         # Relative to the config file, so that the pair can be moved together.
         auth = dataclasses.replace(config.auth, api_keys_file=str(path.parent / keys_file))
         config = dataclasses.replace(config, auth=auth)
-    return config
+    return dataclasses.replace(config, stats=resolve_stats_files(config.stats, path.parent))
 
 
 def resolve_secrets(config: GatewayConfig, environ: Mapping[str, str]) -> dict[str, str | None]:

@@ -11,11 +11,12 @@ Labels are bounded by the config only: ``model`` (the client-facing name of a co
 model), ``provider``, ``deployment``, and small fixed vocabularies (outcome, reason, state).
 Never a key, a user, a prompt or a request id.
 
-One process per replica: the gateway does not run under ``uvicorn --workers N`` (``gateway
-serve`` refuses ``--workers`` > 1, and ``create_app`` refuses ``PROMETHEUS_MULTIPROC_DIR``).
-Several workers would each keep their own counters, router state and in-memory stats, so the
-numbers would be per worker and the routing would be split-brained; the scale-out path is more
-replicas on one Redis, each scraped on its own. Usage::
+Several workers on one port (``gateway serve --workers N``, ``gateway.supervisor``) keep their
+counters and histograms in prometheus-client's multiprocess files, and any worker's ``/metrics``
+sums them over the host (``gateway.hostmetrics``). So each gauge says how workers combine:
+``livesum`` for what adds up (requests in flight, capacity), ``livemax``/``livemin`` for states
+(a circuit open in any worker; the store healthy in all). ``create_app`` refuses
+``PROMETHEUS_MULTIPROC_DIR`` anywhere else: only the supervisor sets it, and wipes it. Usage::
 
     metrics = Metrics()
     app = create_app(config, AppOptions(metrics=metrics))
@@ -104,12 +105,17 @@ _SAMPLE_LABELS = ("model", "provider")
 _WINDOW_LABELS = ("model", "provider", "deployment")
 
 
+WORKER_ENV = "GATEWAY_WORKER_INDEX"
+"""Set by ``gateway serve --workers N`` in each worker's environment (its index, 0 … N-1)."""
+
+
 def check_single_process(environ: Mapping[str, str]) -> None:
-    """Refuse prometheus-client's multiprocess mode: the gateway is one process per replica."""
-    if environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    """Refuse prometheus-client's multiprocess mode outside the gateway's own workers."""
+    if environ.get("PROMETHEUS_MULTIPROC_DIR") and WORKER_ENV not in environ:
         raise ConfigError(
-            "PROMETHEUS_MULTIPROC_DIR is set, but the gateway runs one process per replica and does not "
-            "support multiprocess metrics: unset it, and scale out with more replicas sharing one Redis"
+            "PROMETHEUS_MULTIPROC_DIR is set, but this process is not a worker of `gateway serve --workers N` "
+            "(which sets it for its workers, and wipes it at start): unset it, and use --workers to run several "
+            "processes on one port"
         )
 
 
@@ -131,7 +137,13 @@ class Metrics:
         r = self.registry
         if process_metrics:
             ProcessCollector(registry=r)
-        build = Gauge("gateway_build_info", "The gateway's version (value is always 1)", ["version"], registry=r)
+        build = Gauge(
+            "gateway_build_info",
+            "The gateway's version (value is always 1)",
+            ["version"],
+            registry=r,
+            multiprocess_mode="max",
+        )
         build.labels(__version__).set(1)
 
         # Client requests, one per HTTP request to an inference endpoint.
@@ -198,10 +210,18 @@ class Metrics:
         )
         self.cost = Counter("gateway_cost_usd_total", "Cost in USD at configured prices", _SAMPLE_LABELS, registry=r)
         self.inflight = Gauge(
-            "gateway_inflight_requests", "Upstream attempts in flight, per provider", ["provider"], registry=r
+            "gateway_inflight_requests",
+            "Upstream attempts in flight, per provider",
+            ["provider"],
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.capacity = Gauge(
-            "gateway_provider_max_concurrency", "The provider's configured max_concurrency", ["provider"], registry=r
+            "gateway_provider_max_concurrency",
+            "The provider's configured max_concurrency (per worker, summed over the workers of a host)",
+            ["provider"],
+            registry=r,
+            multiprocess_mode="livesum",
         )
         # Routing.
         self.route_decisions = Counter(
@@ -228,6 +248,7 @@ class Metrics:
             "1 for the provider's current circuit state, 0 otherwise",
             ["provider", "state"],
             registry=r,
+            multiprocess_mode="livemax",
         )
         # The stats store and its window.
         self.stats_healthy = Gauge(
@@ -235,6 +256,7 @@ class Metrics:
             "1 when the stats backend is reachable, 0 when degraded",
             ["backend"],
             registry=r,
+            multiprocess_mode="livemin",
         )
         self.bindings_healthy = Gauge(
             "gateway_bindings_backend_healthy",

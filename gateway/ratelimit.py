@@ -9,25 +9,32 @@ without being counted.
 
 In Redis each key's minutes are one hash apiece, ``<prefix>:ratelimit:{<key_id>}:<minute>``
 (fields ``r`` and ``t``), hash-tagged per key so that a Redis Cluster keeps a key's two minutes
-in one slot, and expiring two minutes after their last write. If Redis fails, the limiter
-fails open to its in-memory twin (each replica then enforces the limits on its own), logs that
-once, and tries Redis again after a short pause.
+in one slot (the script reads both), and expiring two minutes after their last write. The client
+is the process's request-path one (``gateway.redis_client``): standalone, cluster or Sentinel alike.
+A request waits on Redis at most ``redis_request_timeout_s``. If Redis fails, the limiter fails
+open to its in-memory twin (each replica then enforces the limits on its own), logs that once,
+and tries Redis again after a jittered back-off (``redis_backoff_min_s`` … ``redis_backoff_max_s``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
 from gateway.config import StatsConfig
+from gateway.redis_client import (
+    REDIS_ERRORS,
+    Backoff,
+    RedisClient,
+    RedisConnections,
+    RequestCalls,
+    describe_error,
+)
 
 logger = logging.getLogger("gateway.ratelimit")
 
@@ -106,6 +113,9 @@ class RateLimiter(Protocol):
 
     def degraded_reason(self) -> str | None: ...
 
+    async def start(self) -> None:
+        """Get ready before the first request (connect, load scripts); never raises."""
+
     async def aclose(self) -> None: ...
 
 
@@ -172,6 +182,9 @@ class InMemoryRateLimiter:
     def degraded_reason(self) -> str | None:
         return None
 
+    async def start(self) -> None:
+        pass
+
     async def aclose(self) -> None:
         pass
 
@@ -198,68 +211,73 @@ end
 return {ok, pr, cr, pt, ct}
 """
 _TTL_S = 2 * WINDOW_S
-_OPERATION_TIMEOUT_S = 0.5
+_FAILURES: tuple[type[BaseException], ...] = (*REDIS_ERRORS, TimeoutError)
+
+
+def ratelimit_key(prefix: str, key_id: str, window: int) -> str:
+    """One minute of one client key: the ``{key_id}`` tag keeps a key's minutes in one cluster slot."""
+    return f"{prefix}:ratelimit:{{{key_id}}}:{window}"
 
 
 class RedisRateLimiter:
     """Limits shared by every replica through Redis, failing open to ``fallback`` while Redis is down.
 
-    Owns its client (closed by ``aclose``). The request path waits at most ``_OPERATION_TIMEOUT_S``
-    on Redis, and after a failure skips Redis for ``retry_s`` so a dead Redis costs nothing per request.
+    ``from_config(stats, redis)`` uses ``redis``'s request-path client and leaves closing it to its
+    owner; without ``redis`` it opens connections of its own and closes them in ``aclose``. A request
+    waits at most ``stats.redis_request_timeout_s`` on Redis, and after a failure Redis is skipped for
+    a back-off, so a dead Redis costs nothing per request.
     """
 
     def __init__(
         self,
-        client: aioredis.Redis,
-        prefix: str,
+        client: RedisClient,
+        stats: StatsConfig,
         *,
         fallback: InMemoryRateLimiter | None = None,
         wall_clock: WallClock = time.time,
-        retry_s: float = 2.0,
+        owned: RedisConnections | None = None,
     ) -> None:
         self.client = client
-        self.prefix = prefix
+        self.prefix = stats.key_prefix
+        self.timeout_s = stats.redis_request_timeout_s
         self.wall_clock = wall_clock
         self.fallback = fallback or InMemoryRateLimiter(wall_clock)
-        self.retry_s = retry_s
+        self.backoff = Backoff.from_config(stats)
+        self.calls = RequestCalls(stats)
+        self._owned = owned
         self._script = client.register_script(_ACQUIRE)
-        self._down_since: float | None = None
-        self._retry_at = 0.0
         self._reason: str | None = None
 
     @classmethod
-    def from_config(cls, stats: StatsConfig) -> RedisRateLimiter:
-        pool = aioredis.BlockingConnectionPool.from_url(
-            stats.redis_url,
-            max_connections=32,
-            timeout=_OPERATION_TIMEOUT_S,
-            socket_timeout=_OPERATION_TIMEOUT_S,
-            socket_connect_timeout=_OPERATION_TIMEOUT_S,
-        )
-        # from_pool: the client owns the pool, so closing the client closes its connections.
-        return cls(aioredis.Redis.from_pool(pool), stats.key_prefix)
+    def from_config(cls, stats: StatsConfig, redis: RedisConnections | None = None) -> RedisRateLimiter:
+        """Raises ``ConfigError`` if it opens its own connections and a credential's variable is unset."""
+        if redis is not None:
+            return cls(redis.requests(), stats)
+        owned = RedisConnections(stats, os.environ)
+        return cls(owned.requests(), stats, owned=owned)
 
     def _key(self, key_id: str, window: int) -> str:
-        return f"{self.prefix}:ratelimit:{{{key_id}}}:{window}"
+        return ratelimit_key(self.prefix, key_id, window)
 
     def _usable(self) -> bool:
-        return self._down_since is None or time.monotonic() >= self._retry_at
+        return self.backoff.ready()
 
     def _failed(self, exc: BaseException) -> None:
-        if self._down_since is None:
-            self._down_since = time.monotonic()
-            self._reason = f"rate limiter: Redis unreachable ({_describe(exc)}); limits enforced per replica"
+        if self._reason is None:
+            self._reason = f"rate limiter: Redis unreachable ({describe_error(exc)}); limits enforced per replica"
             logger.warning(
                 "rate limits: Redis unreachable (%s); each replica enforces the limits on its own until it returns",
-                _describe(exc),
+                describe_error(exc),
+                # Not a Redis failure but the client library's own: worth its traceback, once.
+                exc_info=None if isinstance(exc, _FAILURES) else exc,
             )
-        self._retry_at = time.monotonic() + self.retry_s
+        self.backoff.failed()
 
     def _succeeded(self) -> None:
-        if self._down_since is not None:
+        if self._reason is not None:
             logger.info("rate limits: Redis reachable again; limits are shared across replicas")
-            self._down_since = None
             self._reason = None
+        self.backoff.succeeded()
 
     async def acquire(self, key_id: str, tokens: int, rpm: int, tpm: int) -> RateDecision:
         now = self.wall_clock()
@@ -271,9 +289,11 @@ class RedisRateLimiter:
         keys = [self._key(key_id, window), self._key(key_id, window - 1)]
         args: list[str | int] = [repr(_weight(now)), tokens, rpm, tpm, _TTL_S]
         try:
-            async with asyncio.timeout(_OPERATION_TIMEOUT_S):
-                ok, *raw = await self._script(keys=keys, args=args)
-        except (RedisError, OSError, TimeoutError) as exc:
+            ok, *raw = await self.calls.run(lambda: self._script(keys=keys, args=args))
+        except Exception as exc:
+            # Fail open on anything: redis-py's cluster client, mid-failover, can raise what is no
+            # RedisError (a connection another task disconnected under it), and a client's request
+            # must not fail because the limits' store did.
             self._failed(exc)
             return await self.fallback.acquire(key_id, tokens, rpm, tpm)
         self._succeeded()
@@ -294,13 +314,18 @@ class RedisRateLimiter:
             await self.fallback.adjust(key_id, window, tokens)
             return
         key = self._key(key_id, target)
+
+        async def correct() -> None:
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.hincrby(key, "t", tokens)
+                pipe.expire(key, _TTL_S)
+                await pipe.execute()
+
         try:
-            async with asyncio.timeout(_OPERATION_TIMEOUT_S):
-                async with self.client.pipeline(transaction=False) as pipe:
-                    pipe.hincrby(key, "t", tokens)
-                    pipe.expire(key, _TTL_S)
-                    await pipe.execute()
-        except (RedisError, OSError, TimeoutError) as exc:
+            await self.calls.run(correct)
+        except Exception as exc:  # as in acquire: never fails the caller
+            # (No after_failure here: closing the shared cluster client would cut the connections
+            # of every request using it; its next single command re-reads the topology anyway.)
             self._failed(exc)
             await self.fallback.adjust(key_id, window, tokens)
             return
@@ -309,19 +334,25 @@ class RedisRateLimiter:
     def degraded_reason(self) -> str | None:
         return self._reason
 
+    async def start(self) -> None:
+        """Load the script now (a cluster client first reads its topology, a Sentinel's finds the
+        master), so that the first request pays for none of it within its timeout. A failure here
+        only means the first request tries again."""
+        try:
+            await self.client.script_load(_ACQUIRE)
+        except Exception as exc:  # never fails start-up: requests fail open until Redis answers
+            logger.info(
+                "rate limits: Redis not ready at start (%s); the first request tries again", describe_error(exc)
+            )
+
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.calls.aclose()
+        if self._owned is not None:
+            await self._owned.aclose()
 
 
-def _describe(exc: BaseException) -> str:
-    """A short description of a Redis failure; redis-py's messages name host and port, never a password."""
-    if isinstance(exc, TimeoutError) and not str(exc):
-        return "timed out"
-    return (str(exc) or type(exc).__name__)[:200]
-
-
-def open_rate_limiter(stats: StatsConfig) -> RateLimiter:
+def open_rate_limiter(stats: StatsConfig, redis: RedisConnections | None = None) -> RateLimiter:
     """Shared through Redis when the stats are (``[stats] backend = "redis"``), else in this process."""
     if stats.backend == "redis":
-        return RedisRateLimiter.from_config(stats)
+        return RedisRateLimiter.from_config(stats, redis)
     return InMemoryRateLimiter()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+import socket
 from types import FrameType
 from typing import Any
 
@@ -116,12 +117,13 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(GC_THRESHOLDS[0], GC_THRESHOLDS[1], GC_THRESHOLDS[2])
 
 
-def run(server: uvicorn.Server) -> int:
-    """Serve until stopped by a signal or a fatal error; 0 after a graceful stop."""
+def run(server: uvicorn.Server, sockets: list[socket.socket] | None = None) -> int:
+    """Serve until stopped by a signal or a fatal error; 0 after a graceful stop. ``sockets``: already
+    bound listening sockets (a worker's, inherited from its supervisor) instead of binding one."""
     previous = {sig: signal.signal(sig, _stopped) for sig in _STOP_SIGNALS}
     tune_garbage_collector()
     try:
-        server.run()
+        server.run(sockets=sockets)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

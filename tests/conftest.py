@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from gateway.config import GatewayConfig
+from tests.redis_server import RedisServerMissing
+from tests.redis_topologies import SENTINEL_PASSWORD, LoopbackCluster, SentinelGroup
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway, GatewayServers
 from tests.support.servers import ServerThread, stop_all
@@ -37,3 +39,26 @@ def start_gateway(test_servers: list[ServerThread]) -> Callable[..., Gateway]:
         return servers.start(config, environ)
 
     return start
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackCluster]:
+    """One Redis Cluster (3 masters, 3 replicas) for the session; tests keep apart by key prefix and
+    must leave its topology as they found it (the failover tests start clusters of their own)."""
+    try:
+        cluster = LoopbackCluster(tmp_path_factory.mktemp("cluster")).start()
+    except RedisServerMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
+    """A master, a replica and three sentinels, all requiring ``SENTINEL_PASSWORD``, for the session."""
+    try:
+        group = SentinelGroup(tmp_path_factory.mktemp("sentinel"), password=SENTINEL_PASSWORD).start()
+    except RedisServerMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield group
+    group.stop()

@@ -4,7 +4,9 @@ Why: the Redis stats backend is tested against the real thing (pipelines, TTLs, 
 connection loss), never a fake, and each test run gets its own isolated server so that tests
 do not see each other's keys or a developer's Redis. ``stop`` kills by PID (the outage tests
 kill it mid-traffic) and ``start`` brings it back on the same port, empty: it runs with no
-persistence (``--save '' --appendonly no``).
+persistence (``--save '' --appendonly no``). ``extra_args`` and ``config_file`` let the cluster and
+Sentinel fixtures (``tests/redis_topologies.py``) run the same binary as cluster nodes, replicas and
+sentinels.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -37,7 +40,15 @@ def free_port() -> int:
 class RedisServer:
     """One ``redis-server`` process. ``url`` is ``redis://127.0.0.1:<port>/0``."""
 
-    def __init__(self, workdir: Path, port: int | None = None, password: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        port: int | None = None,
+        password: str | None = None,
+        *,
+        extra_args: Sequence[str] = (),
+        config_file: Path | None = None,
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RedisServerMissing(INSTALL_HINT)
@@ -47,14 +58,18 @@ class RedisServer:
         self.password = password
         auth = f":{password}@" if password else ""
         self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
+        self.extra_args = tuple(extra_args)
+        self.config_file = config_file
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = self.workdir / f"redis-{self.port}.log"
+        config = [str(self.config_file)] if self.config_file is not None else []
         self.process = subprocess.Popen(
             [
                 self.binary,
+                *config,
                 "--port",
                 str(self.port),
                 "--bind",
@@ -67,6 +82,7 @@ class RedisServer:
                 str(self.workdir),
                 "--logfile",
                 str(log),
+                *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -89,6 +105,10 @@ class RedisServer:
                 time.sleep(0.01)  # polling for readiness of a process we do not control
         finally:
             client.close()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def stop(self) -> None:
         """Kill the server (SIGKILL: an outage, not a shutdown) and wait for it to be gone."""

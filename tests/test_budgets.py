@@ -21,6 +21,7 @@ import pytest
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig, StatsConfig
 from gateway.fakes import FakeBehavior
+from gateway.redis_client import RedisConnections
 from gateway.samples import Sample, SampleLog
 from gateway.spending import SpendLedger
 from gateway.spending.redis_store import RedisSpendStore
@@ -334,9 +335,16 @@ def test_redis_store_is_used_for_replicas(redis_server: RedisServer) -> None:
     """``[stats] backend = "redis"`` gives the budgets a Redis store (the replicas' shared one)."""
     from gateway.spending.redis_store import open_spend_store
 
-    store = open_spend_store(StatsConfig(backend="redis", redis_url=redis_server.url))
+    config = StatsConfig(backend="redis", redis_url=redis_server.url)
+    redis = RedisConnections(config, {})
+    store = open_spend_store(config, redis)
     assert isinstance(store, RedisSpendStore)
-    asyncio.run(SpendLedger(store).store.aclose())
+
+    async def close() -> None:
+        await SpendLedger(store).store.aclose()
+        await redis.aclose()
+
+    asyncio.run(close())
 
 
 def test_gateway_spend_prints_a_table_json_and_csv(

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 import openai
@@ -268,9 +265,9 @@ def test_registries_are_private() -> None:
     assert second.registry.get_sample_value("gateway_inflight_requests", {"provider": "p"}) is None
 
 
-def test_multiprocess_mode_is_refused(fakes: Fakes) -> None:
+def test_multiprocess_mode_is_refused_outside_the_gateways_own_workers(fakes: Fakes) -> None:
     config = gateway_config([fakes.start("good")])
-    with pytest.raises(ConfigError, match="one process per replica"):
+    with pytest.raises(ConfigError, match="not a worker of `gateway serve --workers N`"):
         create_app(config, AppOptions(environ={"PROMETHEUS_MULTIPROC_DIR": "/tmp/prom"}))
 
 
@@ -282,11 +279,3 @@ def _version() -> str:
     from gateway import __version__
 
     return __version__
-
-
-def test_serve_refuses_several_workers() -> None:
-    command = [sys.executable, "-m", "gateway", "serve", "-c", "deploy/gateway.toml", "--workers", "4"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1])
-    assert result.returncode == 1
-    assert "--workers 4: the gateway runs one process per replica" in result.stderr
-    assert "Traceback" not in result.stderr

@@ -18,7 +18,9 @@ from gateway.app import AppOptions, create_app
 from gateway.config import StatsConfig, parse_config
 from gateway.fakes.provider import FakeState
 from gateway.ratelimit import WINDOW_S, Counts, InMemoryRateLimiter, RateLimiter, RedisRateLimiter, decide
+from gateway.redis_client import RedisConnections
 from tests.redis_server import RedisServer
+from tests.redis_topologies import SENTINEL_ENVIRON
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway, GatewayServers
 
@@ -57,28 +59,53 @@ def test_sliding_window_decisions() -> None:
     assert decide(Counts(previous_tokens=100, current_tokens=50), 40, 0, 150, start + 30)[0] is None
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster", "sentinel"])
 def limiter_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[Clock], RateLimiter]]:
-    """The same test body runs on both backends."""
+    """The same test body runs on every backend: memory, and Redis as one server, a cluster or a Sentinel group."""
     if request.param == "memory":
         yield InMemoryRateLimiter
         return
-    server = RedisServer(tmp_path).start()
+    server: RedisServer | None = None
+    prefix = f"t-{request.param}"
+    if request.param == "cluster":
+        config = StatsConfig(
+            backend="redis",
+            redis_mode="cluster",
+            redis_url=request.getfixturevalue("redis_cluster").url,
+            key_prefix=prefix,
+        )
+    elif request.param == "sentinel":
+        group = request.getfixturevalue("sentinel_group")
+        config = StatsConfig(
+            backend="redis",
+            redis_mode="sentinel",
+            redis_sentinels=tuple(group.addresses),
+            redis_sentinel_service=group.service,
+            redis_password_env="REDIS_PASSWORD",
+            redis_sentinel_password_env="SENTINEL_PASSWORD",
+            key_prefix=prefix,
+        )
+    else:
+        server = RedisServer(tmp_path).start()
+        config = StatsConfig(backend="redis", redis_url=server.url, key_prefix=prefix)
 
     def make(clock: Clock) -> RateLimiter:
-        limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=server.url, key_prefix="t"))
+        connections = RedisConnections(config, SENTINEL_ENVIRON)
+        limiter = RedisRateLimiter(connections.requests(), config, owned=connections)
         limiter.wall_clock = clock
         limiter.fallback.wall_clock = clock
         return limiter
 
     yield make
-    server.stop()
+    if server is not None:
+        server.stop()
 
 
 def test_limits_on_both_backends(limiter_factory: Callable[[Clock], RateLimiter]) -> None:
     async def scenario() -> None:
         clock = Clock()
         limiter = limiter_factory(clock)
+        await limiter.start()  # as the app's lifespan does: the first request pays no connecting
         try:
             results = [await limiter.acquire("k1", 10, 3, 0) for _ in range(4)]
             assert [r.allowed for r in results] == [True, True, True, False]
@@ -110,7 +137,7 @@ def test_limits_on_both_backends(limiter_factory: Callable[[Clock], RateLimiter]
 def test_redis_failure_fails_open_and_logs_once(redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> None:
         limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=redis_server.url))
-        limiter.retry_s = 0.0  # try Redis again on every request, so its return is seen at once
+        limiter.backoff.max_s = limiter.backoff.min_s = 1e-6  # try Redis again at once: its return is seen
         try:
             assert (await limiter.acquire("k", 1, 2, 0)).allowed
             redis_server.stop()
@@ -273,3 +300,27 @@ def test_in_flight_limit_overall(replicas: Callable[..., tuple[FakeServer, list[
         finally:
             stream.close()
         _eventually_served(client)
+
+
+def test_a_client_library_error_fails_open_too(redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """redis-py's cluster client can raise what is no RedisError mid-failover (a connection that
+    another task disconnected under it); the request still goes on, on the local limits. No real
+    server reproduces that on demand, so the script call is replaced by one that raises it."""
+
+    async def scenario() -> None:
+        limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=redis_server.url))
+
+        async def broken(**_: object) -> object:
+            raise AttributeError("'NoneType' object has no attribute 'writelines'")
+
+        limiter._script = broken  # type: ignore[assignment]
+        try:
+            assert [(await limiter.acquire("k", 1, 2, 0)).allowed for _ in range(3)] == [True, True, False]
+            assert limiter.degraded_reason() is not None
+        finally:
+            await limiter.aclose()
+
+    with caplog.at_level(logging.WARNING, logger="gateway.ratelimit"):
+        asyncio.run(scenario())
+    (record,) = [r for r in caplog.records if r.name == "gateway.ratelimit"]
+    assert record.exc_info is not None and "writelines" in str(record.exc_info[1])

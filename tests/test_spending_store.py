@@ -13,6 +13,7 @@ import pytest
 
 from gateway.config import StatsConfig
 from gateway.errors import BudgetExceeded, BudgetUnavailable
+from gateway.redis_client import RedisConnections
 from gateway.samples import Sample
 from gateway.spending import Budget, InMemorySpendStore, Spender, SpendLedger, SpendStore
 from gateway.spending.redis_store import RedisSpendStore
@@ -37,6 +38,11 @@ def test_calendar_windows_in_utc() -> None:
     assert iso_time(day.resets_at) == day.resets_iso
 
 
+def _own_store(config: StatsConfig) -> RedisSpendStore:
+    """A store on a client of its own (closed with the store), as each replica has one."""
+    return RedisSpendStore(RedisConnections(config, {}).requests(), config.key_prefix, owns_client=True)
+
+
 @pytest.fixture(params=["memory", "redis"])
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], SpendStore]]:
     """The same test body runs on both backends."""
@@ -44,7 +50,7 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
         yield InMemorySpendStore
         return
     server = RedisServer(tmp_path).start()
-    yield lambda: RedisSpendStore.from_config(StatsConfig(backend="redis", redis_url=server.url, key_prefix="t"))
+    yield lambda: _own_store(StatsConfig(backend="redis", redis_url=server.url, key_prefix="t"))
     server.stop()
 
 
@@ -149,7 +155,7 @@ def test_64_reservations_race_from_two_replicas(tmp_path: Path) -> None:
 
     async def scenario() -> list[bool]:
         config = StatsConfig(backend="redis", redis_url=server.url, key_prefix="race")
-        ledgers = [SpendLedger(RedisSpendStore.from_config(config)) for _ in range(2)]
+        ledgers = [SpendLedger(_own_store(config)) for _ in range(2)]
         spender = Spender.of("k4", "dave", "t", Budget(0.01, "day"), Budget(1.0, "day"))
 
         async def one(index: int) -> bool:
@@ -176,7 +182,7 @@ def test_redis_down_fails_closed_and_keeps_settlements(tmp_path: Path) -> None:
     server = RedisServer(tmp_path).start()
 
     async def scenario() -> None:
-        store = RedisSpendStore.from_config(StatsConfig(backend="redis", redis_url=server.url, key_prefix="down"))
+        store = _own_store(StatsConfig(backend="redis", redis_url=server.url, key_prefix="down"))
         store.retry_s = 0.0  # try Redis again on every call, so its return is seen at once
         ledger = SpendLedger(store)
         spender = Spender.of("k5", "erin", None, Budget(1.0, "day"), None)

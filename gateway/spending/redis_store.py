@@ -31,11 +31,11 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.config import StatsConfig
+from gateway.redis_client import RedisClient, RedisConnections
 from gateway.spending.store import (
     Balance,
     Booking,
@@ -125,19 +125,6 @@ return 1
 """
 
 
-def open_redis_client(stats: StatsConfig) -> aioredis.Redis:
-    """A client for the budgets, built the way the rate limiter builds its own (one place to swap)."""
-    pool = aioredis.BlockingConnectionPool.from_url(
-        stats.redis_url,
-        max_connections=32,
-        timeout=OPERATION_TIMEOUT_S,
-        socket_timeout=OPERATION_TIMEOUT_S,
-        socket_connect_timeout=OPERATION_TIMEOUT_S,
-    )
-    # from_pool: the client owns the pool, so closing the client closes its connections.
-    return aioredis.Redis.from_pool(pool)
-
-
 _Settlement = tuple[Hold | None, str, float, tuple[Booking, ...]]
 _ERRORS = (RedisError, OSError, TimeoutError)
 
@@ -145,8 +132,10 @@ _ERRORS = (RedisError, OSError, TimeoutError)
 class RedisSpendStore:
     """Implements ``SpendStore`` on a ``redis.asyncio`` client it owns (closed by ``aclose``)."""
 
-    def __init__(self, client: aioredis.Redis, prefix: str, *, retry_s: float = 1.0) -> None:
+    def __init__(self, client: RedisClient, prefix: str, *, retry_s: float = 1.0, owns_client: bool = False) -> None:
         self.client = client
+        self._owns_client = owns_client
+        """Close ``client`` with the store (one made apart from a ``RedisConnections``, e.g. by a tool)."""
         self.prefix = prefix
         self.retry_s = retry_s
         self._reserve = client.register_script(_RESERVE)
@@ -159,8 +148,9 @@ class RedisSpendStore:
         self._drain_task: asyncio.Task[None] | None = None
 
     @classmethod
-    def from_config(cls, stats: StatsConfig) -> RedisSpendStore:
-        return cls(open_redis_client(stats), stats.key_prefix)
+    def from_config(cls, stats: StatsConfig, redis: RedisConnections) -> RedisSpendStore:
+        """On the request-path client of ``redis`` (``gateway.redis_client``), which it never closes."""
+        return cls(redis.requests(), stats.key_prefix)
 
     # -- keys -----------------------------------------------------------------------------------
 
@@ -330,7 +320,9 @@ class RedisSpendStore:
             await self._drain_task
         if self._pending and self._usable():
             await self._drain()
-        await self.client.aclose()
+        if self._owns_client:
+            await self.client.aclose()
+        # Otherwise the client is shared (``RedisConnections.requests``): its owner closes it.
 
 
 def _describe(exc: BaseException) -> str:
@@ -340,8 +332,8 @@ def _describe(exc: BaseException) -> str:
     return (str(exc) or type(exc).__name__)[:200]
 
 
-def open_spend_store(stats: StatsConfig) -> SpendStore:
+def open_spend_store(stats: StatsConfig, redis: RedisConnections) -> SpendStore:
     """Shared through Redis when the stats are (``[stats] backend = "redis"``), else in this process."""
     if stats.backend == "redis":
-        return RedisSpendStore.from_config(stats)
+        return RedisSpendStore.from_config(stats, redis)
     return InMemorySpendStore()

@@ -8,6 +8,8 @@ keeps every sample that falls into a cell it already holds.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from gateway.samples import Sample
 from gateway.stats.redis_layout import Pair, cell_count
 from gateway.stats.sketch import bucket_of
@@ -72,6 +74,26 @@ class WriteBuffer:
                     target.merge(summary)
                     self.cells += cell_count(target) - before
         self.samples += other.samples
+
+    def pairs(self) -> set[Pair]:
+        return {pair for summaries in self.slices.values() for pair in summaries}
+
+    def take(self, pairs: Collection[Pair]) -> WriteBuffer:
+        """Move every slice's counts of ``pairs`` out of this buffer, into the one returned."""
+        taken = WriteBuffer()
+        for index in list(self.slices):
+            summaries = self.slices[index]
+            for pair in [p for p in summaries if p in pairs]:
+                summary = summaries.pop(pair)
+                taken.slices.setdefault(index, {})[pair] = summary
+                cells = cell_count(summary)
+                self.cells -= cells
+                taken.cells += cells
+                self.samples -= summary.samples
+                taken.samples += summary.samples
+            if not summaries:
+                del self.slices[index]
+        return taken
 
     def expire(self, oldest: int) -> int:
         """Drop slices older than ``oldest``; returns how many samples went with them."""

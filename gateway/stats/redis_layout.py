@@ -7,10 +7,12 @@ With prefix ``gateway``, model ``llama-3.3-70b``, deployment ``groq`` and 10 s s
         outcome:timeout   -> 3
         ttft_s:-120       -> 17              <metric>:<LogHistogram bucket index> -> count
         tokens_per_s:463  -> 9
+    {gateway:llama-3.3-70b:groq}:writers    hash: writer id -> sequence number of its last write there
     gateway:pairs       sorted set: "<model>:<deployment>" -> unix time of its last write
     gateway:epoch       a random token, replaced when a writer adds to a slice readers may have cached
 
-The ``{...}`` hash tag puts every slice of one (model, deployment) in one Redis Cluster slot.
+The ``{...}`` hash tag puts every slice of one (model, deployment), and its writers hash, in one Redis
+Cluster slot: one script updates them together (``gateway.stats.redis_writes``).
 Model and deployment names are percent-encoded, so a ``:``, ``{`` or ``}`` in a name can break
 neither the key nor its tag. Every key has a TTL; slices expire a little after the window.
 """
@@ -52,6 +54,10 @@ def parse_pair_member(member: str) -> Pair | None:
 
 def slice_key(prefix: str, pair: Pair, index: int, slice_s: int) -> str:
     return f"{{{prefix}:{pair_member(pair)}}}:{index * slice_s}"
+
+
+def writers_key(prefix: str, pair: Pair) -> str:
+    return f"{{{prefix}:{pair_member(pair)}}}:writers"
 
 
 def pairs_key(prefix: str) -> str:

@@ -16,9 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from redis.asyncio import Redis
-
 from gateway.config import StatsConfig
+from gateway.redis_client import RedisClient
 from gateway.stats.redis_layout import (
     Pair,
     epoch_key,
@@ -66,7 +65,7 @@ class SharedWindowReader:
         self.hash_reads = 0
         """HGETALLs issued so far: what the cache saves is visible in tests and benchmarks."""
 
-    async def read(self, client: Redis) -> None:
+    async def read(self, client: RedisClient) -> None:
         config = self.config
         now = self.wall_clock()
         horizon = now - config.window_s - config.slice_s - CLOCK_SKEW_S

@@ -7,37 +7,48 @@ are serialised in that task, which is what makes the view exact:
 
     view = shared window as last read          (everything written before that read began)
          + ``unseen``   written since that read began
-         + ``inflight`` being written now
-         + ``buffer``   not written yet
+         + ``pending``  sealed into a write that Redis may not have yet (being sent, or to resend)
+         + ``buffer``   not sealed yet
 
 Each of this replica's samples is in exactly one of the four, so it counts at once and never
 twice. If Redis is unreachable, the last read ages out slice by slice while the replica's own
 samples keep counting; the buffer is held (bounded by ``buffer_limit`` cells) and flushed when
 Redis answers again, after a jittered exponential back-off.
+
+Redis may be one server, a Redis Cluster or a Sentinel-managed master (``gateway.redis_client``).
+A flush seals each pair's buffered counts into a numbered write, ``pending`` until Redis has it
+(``gateway.stats.redis_writes``): a write whose reply was lost is sent again and applied once, and
+when a cluster master fails or a slot moves, only the pairs of the node that did not answer wait.
+``buffer_limit`` bounds the buffer and the pending writes together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-import random
+import os
 import time
 import uuid
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.client import Pipeline
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from gateway.config import StatsConfig
+from gateway.redis_client import (
+    REDIS_ERRORS,
+    Backoff,
+    RedisClient,
+    RedisConnections,
+    after_failure,
+    describe_error,
+)
 from gateway.samples import Sample
 from gateway.stats.base import StoreHealth
 from gateway.stats.buffer import WriteBuffer
-from gateway.stats.redis_layout import Pair, epoch_key, pair_member, pairs_key, slice_key, slice_ttl_s, summary_fields
+from gateway.stats.redis_layout import Pair
 from gateway.stats.redis_reader import SharedWindowReader, late_after_s
+from gateway.stats.redis_writes import IndexDebt, PendingWrites, write_pending
 from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
 from gateway.stats.window import slice_index
 
@@ -45,33 +56,6 @@ logger = logging.getLogger("gateway.stats")
 
 FLUSH_SAMPLES = 1_000
 """A buffer holding this many samples is flushed at once rather than at the next interval."""
-BACKOFF_MIN_S = 0.25
-BACKOFF_MAX_S = 5.0
-REDIS_ERRORS = (RedisError, OSError)
-
-
-def redacted_url(url: str) -> str:
-    """The Redis URL without credentials, for health reasons and logs."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return f"unix://{parts.path}"
-    host = parts.hostname or "localhost"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
-def open_pool(config: StatsConfig, max_connections: int) -> BlockingConnectionPool:
-    """A bounded pool with every wait bounded by ``redis_timeout_s``. Connections open lazily."""
-    return BlockingConnectionPool.from_url(
-        config.redis_url,
-        max_connections=max_connections,
-        timeout=config.redis_timeout_s,
-        socket_timeout=config.redis_timeout_s,
-        socket_connect_timeout=config.redis_timeout_s,
-        retry=Retry(NoBackoff(), 0),  # the store backs off itself; a blind retry could double counts
-        decode_responses=True,
-        client_name="gateway-stats",
-    )
 
 
 class _RejectedWrites(RedisError):
@@ -85,38 +69,47 @@ class RedisStatsStore:
     await store.start()          # reads the shared window once (bounded by redis_timeout_s)
     store.record(sample)         # never waits for Redis, never raises
     store.snapshot()             # this replica's samples at once, others' within a refresh
-    await store.aclose()         # flushes what it can; closes the pool it owns
+    await store.aclose()         # flushes what it can; closes the client if it opened it
 
-    One event loop only. The snapshot shares state with the store between refreshes: read it
-    before the next ``record`` (the router reads it within one ``plan``).
+    ``redis`` is the process's ``RedisConnections`` (the store uses its background client and leaves
+    closing it to the owner); without one, the store opens its own from the config and the
+    process environment. One event loop only. The snapshot shares state with the store between
+    refreshes: read it before the next ``record`` (the router reads it within one ``plan``).
     """
 
-    def __init__(self, config: StatsConfig, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: StatsConfig,
+        wall_clock: Callable[[], float] = time.time,
+        redis: RedisConnections | None = None,
+    ) -> None:
         self.config = config
         self.wall_clock = wall_clock
         self.reader = SharedWindowReader(config, wall_clock)
         self.buffer = WriteBuffer()
-        self.inflight: WriteBuffer | None = None
+        self.pending = PendingWrites()
+        self.writer = uuid.uuid4().hex[:16]
+        """This store's name in each pair's writers hash: its writes' numbers are counted per writer."""
         self.unseen = WriteBuffer()
         self.view: dict[Pair, DeploymentSummary] = {}
         self.dropped = 0
         self.flushes = 0
-        self.pool: BlockingConnectionPool | None = None
-        self.client: Redis | None = None
+        self.redis = redis
+        self._owns_redis = redis is None
+        self.client: RedisClient | None = None
+        self.debt = IndexDebt()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._closing = False
-        self._random = random.Random()
-        self._failures = 0
-        self._retry_at = 0.0
+        self.backoff = Backoff.from_config(config, clock=lambda: asyncio.get_running_loop().time())
         self._degraded_reason: str | None = "redis: not contacted yet"
 
     # -- the request path: no I/O, no await ---------------------------------------------------
 
     def record(self, sample: Sample) -> None:
         index = slice_index(self.wall_clock(), self.config.slice_s)
-        room = self.config.buffer_limit - (self.inflight.cells if self.inflight else 0)
+        room = self.config.buffer_limit - self.pending.cells
         if not self.buffer.add(index, sample, room):
             self.dropped += 1
             return
@@ -132,12 +125,11 @@ class RedisStatsStore:
         return StatsSnapshot(self.view, taken_at=self.wall_clock())
 
     def health(self) -> StoreHealth:
-        inflight = self.inflight.samples if self.inflight else 0
         return StoreHealth(
             degraded=self._degraded_reason is not None,
             reason=self._degraded_reason,
             dropped_samples=self.dropped,
-            buffered_samples=self.buffer.samples + inflight,
+            buffered_samples=self.buffer.samples + self.pending.samples,
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -148,8 +140,9 @@ class RedisStatsStore:
         If Redis is down this returns after one failed attempt (bounded by ``redis_timeout_s``)
         with the store degraded; it keeps trying in the background.
         """
-        self.pool = open_pool(self.config, self.config.redis_max_connections)
-        self.client = Redis(connection_pool=self.pool)
+        if self.redis is None:
+            self.redis = RedisConnections(self.config, os.environ)
+        self.client = self.redis.background()
         await self.sync()
         self._task = asyncio.create_task(self._run(), name="stats-redis")
 
@@ -167,14 +160,16 @@ class RedisStatsStore:
         if self._task is not None:
             await self._task
             self._task = None
-        if self.client is not None and self.buffer and self._degraded_reason is None:
+        # A pair's new samples wait for its pending write: a few flushes may be needed to write all.
+        for _ in range(3):
+            if self.client is None or not (self.buffer or self.pending) or self._degraded_reason is not None:
+                break
             await self._exchange(refresh=False)
-        if self.buffer:
-            logger.warning("stats: %d samples not written to Redis at shutdown", self.buffer.samples)
-        if self.client is not None:
-            await self.client.aclose()
-        if self.pool is not None:
-            await self.pool.disconnect()
+        left = self.buffer.samples + self.pending.samples
+        if left:
+            logger.warning("stats: %d samples not written to Redis at shutdown", left)
+        if self.redis is not None and self._owns_redis:
+            await self.redis.aclose()
 
     # -- the background task ---------------------------------------------------------------------
 
@@ -184,8 +179,8 @@ class RedisStatsStore:
         next_refresh = loop.time() + self.config.refresh_interval_s
         while not self._closing:
             now = loop.time()
-            backing_off = self._retry_at > now
-            due = min(self._retry_at, next_refresh) if backing_off else min(next_flush, next_refresh)
+            backing_off = not self.backoff.ready()
+            due = min(self.backoff.retry_at, next_refresh) if backing_off else min(next_flush, next_refresh)
             if due > now:
                 try:
                     await asyncio.wait_for(self._wake.wait(), due - now)
@@ -198,16 +193,19 @@ class RedisStatsStore:
             refresh = now >= next_refresh
             if refresh:
                 next_refresh = now + self.config.refresh_interval_s
-            if self._retry_at > now:
+            if not self.backoff.ready():
                 if refresh:
                     self._rebuild_view()  # age the last read out while Redis is away
                 continue
             try:
                 await self._exchange(refresh=refresh)
             except Exception as exc:
-                # The task's outermost handler: a bug here must not freeze the stats for good.
+                # The task's outermost handler: a bug here (or in the client library) must not
+                # freeze the stats for good.
                 logger.exception("stats: unexpected error talking to redis")
                 self._failed(exc)
+                if self.client is not None:
+                    await after_failure(self.client)
             next_flush = loop.time() + self.config.flush_interval_s
 
     async def _exchange(self, *, refresh: bool) -> bool:
@@ -226,6 +224,8 @@ class RedisStatsStore:
         except REDIS_ERRORS as exc:
             self._failed(exc)
             self._rebuild_view()
+            assert self.client is not None
+            await after_failure(self.client)
             return False
         if refresh:
             self._rebuild_view()
@@ -234,92 +234,67 @@ class RedisStatsStore:
 
     async def _flush(self) -> None:
         assert self.client is not None
+        oldest = self.reader.settled.oldest_kept()
         batch, self.buffer = self.buffer, WriteBuffer()
-        self.dropped += batch.expire(self.reader.settled.oldest_kept())
-        if not batch:
-            return
-        self.inflight = batch
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            self._queue_writes(pipe, batch)
-            results = await pipe.execute(raise_on_error=False)
-        except BaseException:
-            # Not written (or not known to be): it goes back in front of what arrived meanwhile.
-            batch.absorb(self.buffer)
-            self.buffer = batch
-            raise
-        finally:
-            self.inflight = None
-        self.unseen.absorb(batch)
-        self.flushes += 1
-        errors = [r for r in results if isinstance(r, ResponseError)]
-        if errors:
-            # Retrying would add the accepted increments twice; count the batch as written.
-            raise _RejectedWrites(f"{len(errors)} of {len(results)} writes rejected: {errors[0]}")
-
-    def _queue_writes(self, pipe: Pipeline, batch: WriteBuffer) -> None:
+        self.dropped += batch.expire(oldest) + self.pending.expire(oldest)
         config = self.config
         now = self.wall_clock()
-        ttl = slice_ttl_s(config.window_s, config.slice_s)
         late_before = (now - late_after_s(config)) / config.slice_s - 1
-        late = False
-        members: dict[str, float] = {}
-        for index, summaries in batch.slices.items():
-            late = late or index <= late_before
-            for pair, summary in summaries.items():
-                key = slice_key(config.key_prefix, pair, index, config.slice_s)
-                for field, n in summary_fields(summary):
-                    pipe.hincrby(key, field, n)
-                pipe.expire(key, ttl)
-                members[pair_member(pair)] = now
-        index_key = pairs_key(config.key_prefix)
-        pipe.zadd(index_key, members)
-        pipe.expire(index_key, ttl)
-        pipe.zremrangebyscore(index_key, "-inf", now - ttl)
-        if late:
-            # Some of these slices may be cached as closed by readers: make them read again.
-            pipe.set(epoch_key(config.key_prefix), uuid.uuid4().hex, ex=86_400)
+        self.debt.epoch = self.debt.epoch or any(index <= late_before for index in batch.slices)
+        self.buffer = self.pending.seal(batch)  # nothing can arrive meanwhile: no await in between
+        if not self.pending and not self.debt:
+            return
+        sent = dict(self.pending.writes)
+        outcome = await write_pending(self.client, config, self.writer, self.pending, self.debt, now)
+        for pair in outcome.done:
+            counts = self.pending.done(pair, sent[pair])
+            if counts is not None:
+                self.unseen.absorb(counts)
+        self.flushes += 1
+        if outcome.refused:
+            # Retrying could not help (and would add what did go in twice): those writes count as done.
+            raise _RejectedWrites(f"{len(outcome.refused)} writes rejected: {outcome.refused[0]}")
+        if outcome.error is not None:
+            raise outcome.error
 
     def _rebuild_view(self) -> None:
         view = self.reader.window()
         oldest = self.reader.settled.oldest_kept()
-        self.dropped += self.buffer.expire(oldest)
+        self.dropped += self.buffer.expire(oldest) + self.pending.expire(oldest)
         self.unseen.expire(oldest)
-        for part in (self.unseen, self.inflight, self.buffer):
-            if part is not None:
-                part.merge_into(view, oldest)
+        for part in (self.unseen, self.pending, self.buffer):
+            part.merge_into(view, oldest)
         self.view = view
 
     # -- health and back-off ---------------------------------------------------------------------
 
     def _failed(self, exc: BaseException) -> None:
-        self._failures += 1
-        delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * 2 ** (self._failures - 1)) * self._random.uniform(0.8, 1.2)
-        self._retry_at = asyncio.get_running_loop().time() + delay
-        reason = f"redis at {redacted_url(self.config.redis_url)}: {type(exc).__name__}: {exc}"
-        if self._failures == 1:
+        self.backoff.failed()
+        reason = f"redis at {self.config.redis_target}: {type(exc).__name__}: {describe_error(exc)}"
+        if self.backoff.failures == 1:
             logger.warning("stats: %s; serving local samples, retrying with back-off", reason)
         self._degraded_reason = reason
 
     def _succeeded(self) -> None:
-        if self._failures:
-            logger.info("stats: redis reachable again after %d failed attempts", self._failures)
-        self._failures = 0
-        self._retry_at = 0.0
+        failures = self.backoff.succeeded()
+        if failures:
+            logger.info("stats: redis reachable again after %d failed attempts", failures)
         self._degraded_reason = None
 
 
-async def read_shared_snapshot(config: StatsConfig, wall_clock: Callable[[], float] = time.time) -> StatsSnapshot:
+async def read_shared_snapshot(
+    config: StatsConfig, wall_clock: Callable[[], float] = time.time, redis: RedisConnections | None = None
+) -> StatsSnapshot:
     """One read of the shared window, nothing buffered or written (``gateway stats --redis``).
 
-    Raises ``RedisError`` or ``OSError`` if Redis cannot be read.
+    Raises one of ``REDIS_ERRORS`` if Redis cannot be read (and ``ConfigError`` if a credential's
+    variable is unset, when it opens its own connections).
     """
-    pool = open_pool(config, 1)
-    client = Redis(connection_pool=pool)
+    connections = redis or RedisConnections(dataclasses.replace(config, backend="redis"), os.environ)
     try:
         reader = SharedWindowReader(config, wall_clock)
-        await reader.read(client)
+        await reader.read(connections.background())
         return StatsSnapshot(reader.window(), taken_at=wall_clock())
     finally:
-        await client.aclose()
-        await pool.disconnect()
+        if redis is None:
+            await connections.aclose()

@@ -73,7 +73,10 @@ async def test_key_layout(redis_server: RedisServer, prefix: str, stores: list[R
 
     client = redis_server.client()
     key = f"{{{prefix}:llama%3A3%20%7Bx%7D:groq}}:1800000000"
-    assert set(client.keys(f"*{prefix}*")) == {key, f"{prefix}:pairs"}
+    writers = f"{{{prefix}:llama%3A3%20%7Bx%7D:groq}}:writers"
+    assert set(client.keys(f"*{prefix}*")) == {key, writers, f"{prefix}:pairs"}
+    # The store's one write there is numbered 1; a resent copy of it would be skipped.
+    assert hash_of(client, writers) == {store.writer: "1"} and 60 < client.ttl(writers) <= 60 + 10 + 60
     fields = hash_of(client, key)
     assert fields["outcome:ok"] == "1" and fields["outcome:timeout"] == "1"
     assert fields[f"ttft_s:{bucket_of(0.25)}"] == "2"

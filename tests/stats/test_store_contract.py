@@ -8,6 +8,7 @@ the same whenever that happens.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,9 +16,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from gateway.config import StatsConfig
+from gateway.redis_client import RedisConnections
 from gateway.samples import Outcome, Sample
 from gateway.stats import InMemoryStatsStore, RedisStatsStore
 from gateway.stats.snapshot import METRICS, sample_values
+from tests.redis_topologies import SENTINEL_ENVIRON
 from tests.support.clock import FakeClock
 from tests.support.samples import make_sample
 from tests.support.stats import samples_of
@@ -28,24 +31,48 @@ AnyStore = InMemoryStatsStore | RedisStatsStore
 OpenStore = Callable[..., Awaitable[AnyStore]]
 
 
-@pytest.fixture(params=["memory", "redis"])
+def backend_config(request: pytest.FixtureRequest, kind: str) -> StatsConfig:
+    """``[stats]`` for one backend: memory, or Redis as one server, a cluster or a Sentinel group."""
+    if kind == "memory":
+        return StatsConfig(backend="memory")
+    if kind == "cluster":
+        return StatsConfig(
+            backend="redis", redis_mode="cluster", redis_url=request.getfixturevalue("redis_cluster").url
+        )
+    if kind == "sentinel":
+        group = request.getfixturevalue("sentinel_group")
+        return StatsConfig(
+            backend="redis",
+            redis_mode="sentinel",
+            redis_sentinels=tuple(group.addresses),
+            redis_sentinel_service=group.service,
+            redis_password_env="REDIS_PASSWORD",
+            redis_sentinel_password_env="SENTINEL_PASSWORD",
+        )
+    return StatsConfig(backend="redis", redis_url=request.getfixturevalue("redis_server").url)
+
+
+@pytest.fixture(params=["memory", "redis", "cluster", "sentinel"])
 async def open_store(request: pytest.FixtureRequest, prefix: str, clock: FakeClock) -> AsyncIterator[OpenStore]:
     stores: list[AnyStore] = []
-    redis_url = request.getfixturevalue("redis_server").url if request.param == "redis" else "redis://127.0.0.1:1/0"
+    connections: list[RedisConnections] = []
+    base = backend_config(request, request.param)
 
     async def open_store(window_s: int = 60, slice_s: int = 10) -> AnyStore:
-        config = StatsConfig(
-            backend=request.param,
-            redis_url=redis_url,
+        config = dataclasses.replace(
+            base,
             key_prefix=prefix,
             window_s=window_s,
             slice_s=slice_s,
             flush_interval_s=slice_s,
             refresh_interval_s=3600,
         )
-        store: AnyStore = (
-            InMemoryStatsStore(config, clock) if request.param == "memory" else RedisStatsStore(config, clock)
-        )
+        store: AnyStore
+        if request.param == "memory":
+            store = InMemoryStatsStore(config, clock)
+        else:
+            connections.append(RedisConnections(config, SENTINEL_ENVIRON))
+            store = RedisStatsStore(config, clock, connections[-1])
         await store.start()
         stores.append(store)
         return store
@@ -53,6 +80,8 @@ async def open_store(request: pytest.FixtureRequest, prefix: str, clock: FakeClo
     yield open_store
     for store in stores:
         await store.aclose()
+    for redis in connections:
+        await redis.aclose()
 
 
 async def test_own_samples_count_at_once_and_once(open_store: OpenStore) -> None:

@@ -1,0 +1,89 @@
+"""The metrics of one worker among several on a host, and the scrape that sums them all.
+
+Under ``gateway serve --workers N`` every worker records into prometheus-client's multiprocess
+files (``PROMETHEUS_MULTIPROC_DIR``, set and wiped by the supervisor): each counter, histogram and
+gauge value lives in a file of its process. A scrape of any worker builds a fresh registry with a
+``MultiProcessCollector`` over that directory, so it returns the whole host's counts once: a
+counter of a worker that died still counts (its file stays), a gauge of a dead worker does not
+(``live*`` modes, and the supervisor's ``mark_process_dead``).
+
+Two kinds of series cannot live in those files. The rolling window's quantiles are computed from a
+stats snapshot at scrape time, and a series of a deployment that left the window must vanish:
+here they come from the scraping worker's own snapshot (the whole host's with ``backend = "redis"``,
+that worker's samples with the memory backend). And process metrics (CPU, memory) describe one
+process: they are not exported in this mode. Usage (the worker does this)::
+
+    metrics = WorkerMetrics(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    app = create_app(config, AppOptions(metrics=metrics))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from gateway.metrics import _WINDOW_LABELS, _WINDOW_NAMES, WINDOW_QUANTILES, Metrics
+from gateway.stats.snapshot import StatsSnapshot
+
+_SUCCESS = ("gateway_window_success_ratio", "Successful attempts / attempts over the window")
+_SAMPLES = ("gateway_window_samples", "Attempts in the stats window")
+
+
+class _WindowCollector:
+    """Yields the window gauges as last computed (``WorkerMetrics.observe_snapshot``)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+class WorkerMetrics(Metrics):
+    """``Metrics`` for one of several workers: see the module docstring. ``render`` is the host's scrape."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(process_metrics=False)
+        self.directory = directory
+        self._window: list[Metric] = []
+
+    def observe_snapshot(self, snapshot: StatsSnapshot, providers: Mapping[tuple[str, str], str] | None = None) -> None:
+        """Compute the window's series now, on the event loop; ``render`` (in a thread) only reads them."""
+        self._window = list(_window_families(snapshot, providers or {}))
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        registry = CollectorRegistry(auto_describe=False)
+        MultiProcessCollector(registry, path=self.directory)  # type: ignore[no-untyped-call]
+        registry.register(_WindowCollector(self._window))
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(registry), content_type
+
+
+def _window_families(snapshot: StatsSnapshot, providers: Mapping[tuple[str, str], str]) -> Iterator[Metric]:
+    quantile_labels = [*_WINDOW_LABELS, "quantile"]
+    families = {
+        metric: GaugeMetricFamily(name, doc, labels=quantile_labels) for metric, (name, doc) in _WINDOW_NAMES.items()
+    }
+    success = GaugeMetricFamily(*_SUCCESS, labels=list(_WINDOW_LABELS))
+    samples = GaugeMetricFamily(*_SAMPLES, labels=list(_WINDOW_LABELS))
+    for (model, deployment), summary in snapshot.summaries.items():
+        base = [model, providers.get((model, deployment), deployment), deployment]
+        samples.add_metric(base, summary.samples)
+        rate = summary.success_rate()
+        if rate is not None:
+            success.add_metric(base, rate)
+        for metric, quantiles in WINDOW_QUANTILES.items():
+            for q in quantiles:
+                value = summary.quantile(metric, q)
+                if value is not None:
+                    families[metric].add_metric([*base, f"{q:g}"], value)
+    yield from families.values()
+    yield success
+    yield samples
+
+
+__all__ = ["WorkerMetrics"]
