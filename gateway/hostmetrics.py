@@ -28,6 +28,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.metrics import _WINDOW_LABELS, _WINDOW_NAMES, WINDOW_QUANTILES, Metrics
 from gateway.stats.snapshot import StatsSnapshot
+from gateway.types import DeploymentKey
 
 _SUCCESS = ("gateway_window_success_ratio", "Successful attempts / attempts over the window")
 _SAMPLES = ("gateway_window_samples", "Attempts in the stats window")
@@ -51,7 +52,7 @@ class WorkerMetrics(Metrics):
         self.directory = directory
         self._window: list[Metric] = []
 
-    def observe_snapshot(self, snapshot: StatsSnapshot, providers: Mapping[tuple[str, str], str] | None = None) -> None:
+    def observe_snapshot(self, snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str] | None = None) -> None:
         """Compute the window's series now, on the event loop; ``render`` (in a thread) only reads them."""
         self._window = list(_window_families(snapshot, providers or {}))
 
@@ -63,7 +64,7 @@ class WorkerMetrics(Metrics):
         return encoder(registry), content_type
 
 
-def _window_families(snapshot: StatsSnapshot, providers: Mapping[tuple[str, str], str]) -> Iterator[Metric]:
+def _window_families(snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str]) -> Iterator[Metric]:
     quantile_labels = [*_WINDOW_LABELS, "quantile"]
     families = {
         metric: GaugeMetricFamily(name, doc, labels=quantile_labels) for metric, (name, doc) in _WINDOW_NAMES.items()

@@ -37,7 +37,7 @@ from gateway.metrics_genai import GenAIFamilies
 from gateway.samples import Outcome, Sample
 from gateway.spending.metrics import SpendMetrics
 from gateway.stats.snapshot import Metric, StatsSnapshot
-from gateway.types import CIRCUIT_STATES, BreakResult, CircuitState, HedgeResult, RouteReason
+from gateway.types import CIRCUIT_STATES, BreakResult, CircuitState, DeploymentKey, HedgeResult, RouteReason
 
 _Family = TypeVar("_Family", Counter, Gauge, Histogram)
 
@@ -119,7 +119,7 @@ def check_single_process(environ: Mapping[str, str]) -> None:
         )
 
 
-def deployment_providers(config: GatewayConfig) -> dict[tuple[str, str], str]:
+def deployment_providers(config: GatewayConfig) -> dict[DeploymentKey, str]:
     """(model, deployment) → provider name, for labelling the window gauges."""
     return {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
 
@@ -452,7 +452,7 @@ class Metrics:
             self.samples_dropped_total.inc(total - self._dropped_seen)
             self._dropped_seen = total
 
-    def observe_snapshot(self, snapshot: StatsSnapshot, providers: Mapping[tuple[str, str], str] | None = None) -> None:
+    def observe_snapshot(self, snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str] | None = None) -> None:
         """Export the window's quantiles per deployment; series of deployments gone from it are removed.
 
         ``providers`` maps (model, deployment) to the provider's name (see ``deployment_providers``);

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from gateway.policies import PolicyConfig
 from gateway.stats import LogHistogram, StatsSnapshot
 from gateway.stats.sketch import value_of
+from gateway.types import DeploymentKey
 
 TAIL_MIN_SAMPLES = 20
 """First tokens a deployment needs in the window before its tail is judged."""
@@ -37,10 +38,10 @@ TAIL_REFRESH_S = 1.0
 class TailThresholds:
     """Each deployment's tail threshold, reused for ``TAIL_REFRESH_S`` (per (model, deployment))."""
 
-    cached: dict[tuple[str, str], tuple[float, float | None]] = field(default_factory=dict)
+    cached: dict[DeploymentKey, tuple[float, float | None]] = field(default_factory=dict)
 
     def get(
-        self, key: tuple[str, str], histogram: LogHistogram, backup_ttft_s: float, budget: float, now: float
+        self, key: DeploymentKey, histogram: LogHistogram, backup_ttft_s: float, budget: float, now: float
     ) -> float | None:
         entry = self.cached.get(key)
         if entry is not None and now - entry[0] < TAIL_REFRESH_S:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from gateway.samples import Sample
-from gateway.stats.redis_layout import Pair, cell_count
+from gateway.stats.redis_layout import cell_count
 from gateway.stats.sketch import bucket_of
 from gateway.stats.snapshot import DeploymentSummary, sample_values
 from gateway.stats.window import merge_slices
+from gateway.types import DeploymentKey
 
 
 class WriteBuffer:
@@ -27,7 +28,7 @@ class WriteBuffer:
     __slots__ = ("slices", "samples", "cells")
 
     def __init__(self) -> None:
-        self.slices: dict[int, dict[Pair, DeploymentSummary]] = {}
+        self.slices: dict[int, dict[DeploymentKey, DeploymentSummary]] = {}
         self.samples = 0
         self.cells = 0
 
@@ -75,10 +76,10 @@ class WriteBuffer:
                     self.cells += cell_count(target) - before
         self.samples += other.samples
 
-    def pairs(self) -> set[Pair]:
+    def pairs(self) -> set[DeploymentKey]:
         return {pair for summaries in self.slices.values() for pair in summaries}
 
-    def take(self, pairs: Collection[Pair]) -> WriteBuffer:
+    def take(self, pairs: Collection[DeploymentKey]) -> WriteBuffer:
         """Move every slice's counts of ``pairs`` out of this buffer, into the one returned."""
         taken = WriteBuffer()
         for index in list(self.slices):
@@ -105,6 +106,6 @@ class WriteBuffer:
         self.samples -= dropped
         return dropped
 
-    def merge_into(self, totals: dict[Pair, DeploymentSummary], oldest: int) -> None:
+    def merge_into(self, totals: dict[DeploymentKey, DeploymentSummary], oldest: int) -> None:
         """Add the slices from ``oldest`` on to ``totals`` (copying what ``totals`` lacks)."""
         merge_slices(totals, self.slices, oldest)

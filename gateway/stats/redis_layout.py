@@ -25,9 +25,7 @@ from urllib.parse import quote, unquote
 from gateway.samples import OUTCOMES, Outcome
 from gateway.stats.sketch import LogHistogram
 from gateway.stats.snapshot import METRICS, DeploymentSummary, Metric
-
-Pair = tuple[str, str]
-"""(model, deployment)."""
+from gateway.types import DeploymentKey
 
 EXPIRY_SLACK_S = 60
 """Slices outlive the window by this much, so a reader with a slightly late clock still finds them."""
@@ -41,22 +39,22 @@ def _encode(name: str) -> str:
     return quote(name, safe="")
 
 
-def pair_member(pair: Pair) -> str:
+def pair_member(pair: DeploymentKey) -> str:
     return f"{_encode(pair[0])}:{_encode(pair[1])}"
 
 
-def parse_pair_member(member: str) -> Pair | None:
+def parse_pair_member(member: str) -> DeploymentKey | None:
     model, sep, deployment = member.partition(":")
     if not sep or not model or not deployment:
         return None
     return unquote(model), unquote(deployment)
 
 
-def slice_key(prefix: str, pair: Pair, index: int, slice_s: int) -> str:
+def slice_key(prefix: str, pair: DeploymentKey, index: int, slice_s: int) -> str:
     return f"{{{prefix}:{pair_member(pair)}}}:{index * slice_s}"
 
 
-def writers_key(prefix: str, pair: Pair) -> str:
+def writers_key(prefix: str, pair: DeploymentKey) -> str:
     return f"{{{prefix}:{pair_member(pair)}}}:writers"
 
 
@@ -86,7 +84,7 @@ def cell_count(summary: DeploymentSummary) -> int:
     return len(summary.outcomes) + sum(len(h.counts) for h in summary.histograms.values())
 
 
-def summary_from_hash(pair: Pair, fields: Mapping[str, str]) -> DeploymentSummary | None:
+def summary_from_hash(pair: DeploymentKey, fields: Mapping[str, str]) -> DeploymentSummary | None:
     """A slice's hash read back; None if it is empty. Fields this version does not know (or that hold
     no count) are skipped, so that a newer gateway writing a new metric does not break an older one
     reading beside it."""

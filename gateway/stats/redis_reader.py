@@ -19,7 +19,6 @@ from collections.abc import Callable
 from gateway.config import StatsConfig
 from gateway.redis_client import RedisClient
 from gateway.stats.redis_layout import (
-    Pair,
     epoch_key,
     pairs_key,
     parse_pair_member,
@@ -28,6 +27,7 @@ from gateway.stats.redis_layout import (
 )
 from gateway.stats.snapshot import DeploymentSummary
 from gateway.stats.window import SlicedWindow, merge_slices, slice_index
+from gateway.types import DeploymentKey
 
 CLOCK_SKEW_S = 2.0
 """How far replicas' wall clocks may disagree before a late write can be missed by a cache."""
@@ -58,9 +58,9 @@ class SharedWindowReader:
         self.config = config
         self.wall_clock = wall_clock
         self.settled = SlicedWindow(config.window_s, config.slice_s, wall_clock)
-        self.cached: dict[int, set[Pair]] = {}
+        self.cached: dict[int, set[DeploymentKey]] = {}
         """Slices read as settled, per index (empty ones included, so they are not read again)."""
-        self.open: dict[int, dict[Pair, DeploymentSummary]] = {}
+        self.open: dict[int, dict[DeploymentKey, DeploymentSummary]] = {}
         self.epoch: str | None = None
         self.hash_reads = 0
         """HGETALLs issued so far: what the cache saves is visible in tests and benchmarks."""
@@ -96,7 +96,7 @@ class SharedWindowReader:
             results = await pipe.execute()
             self.hash_reads += len(wanted)
 
-        fresh_open: dict[int, dict[Pair, DeploymentSummary]] = {}
+        fresh_open: dict[int, dict[DeploymentKey, DeploymentSummary]] = {}
         for (index, pair), fields in zip(wanted, results, strict=True):
             summary = summary_from_hash(pair, fields)
             if index <= last_settled:
@@ -109,7 +109,7 @@ class SharedWindowReader:
         for index in [i for i in self.cached if i < oldest]:
             del self.cached[index]
 
-    def window(self) -> dict[Pair, DeploymentSummary]:
+    def window(self) -> dict[DeploymentKey, DeploymentSummary]:
         """The last read window, aged to now: settled total plus the open slices still in it."""
         self.settled.expire()
         totals = {pair: summary.copy() for pair, summary in self.settled.total.items()}

@@ -46,11 +46,11 @@ from gateway.redis_client import (
 from gateway.samples import Sample
 from gateway.stats.base import StoreHealth
 from gateway.stats.buffer import WriteBuffer
-from gateway.stats.redis_layout import Pair
 from gateway.stats.redis_reader import SharedWindowReader, late_after_s
 from gateway.stats.redis_writes import IndexDebt, PendingWrites, write_pending
 from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
 from gateway.stats.window import slice_index
+from gateway.types import DeploymentKey
 
 logger = logging.getLogger("gateway.stats")
 
@@ -91,7 +91,7 @@ class RedisStatsStore:
         self.writer = uuid.uuid4().hex[:16]
         """This store's name in each pair's writers hash: its writes' numbers are counted per writer."""
         self.unseen = WriteBuffer()
-        self.view: dict[Pair, DeploymentSummary] = {}
+        self.view: dict[DeploymentKey, DeploymentSummary] = {}
         self.dropped = 0
         self.flushes = 0
         self.redis = redis

@@ -48,7 +48,6 @@ from gateway.redis_client import RedisClient
 from gateway.stats.buffer import WriteBuffer
 from gateway.stats.redis_layout import (
     EPOCH_TTL_S,
-    Pair,
     epoch_key,
     pair_member,
     pairs_key,
@@ -58,6 +57,7 @@ from gateway.stats.redis_layout import (
     writers_key,
 )
 from gateway.stats.snapshot import DeploymentSummary
+from gateway.types import DeploymentKey
 
 AnyPipeline: TypeAlias = "Pipeline | ClusterPipeline"
 
@@ -117,7 +117,7 @@ class PendingWrites:
     """Per pair, the one sealed write on its way to Redis. Not thread-safe (one event loop)."""
 
     def __init__(self) -> None:
-        self.writes: dict[Pair, SealedWrite] = {}
+        self.writes: dict[DeploymentKey, SealedWrite] = {}
         self._seq = itertools.count(1)
 
     def __bool__(self) -> bool:
@@ -139,7 +139,7 @@ class PendingWrites:
             self.writes[pair] = SealedWrite(next(self._seq), batch.take((pair,)))
         return waiting
 
-    def done(self, pair: Pair, write: SealedWrite) -> WriteBuffer | None:
+    def done(self, pair: DeploymentKey, write: SealedWrite) -> WriteBuffer | None:
         """``write`` reached Redis: its counts, unless it had been dropped meanwhile (``expire``)."""
         if self.writes.get(pair) is not write:
             return None
@@ -156,7 +156,7 @@ class PendingWrites:
                 del self.writes[pair]
         return dropped
 
-    def merge_into(self, totals: dict[Pair, DeploymentSummary], oldest: int) -> None:
+    def merge_into(self, totals: dict[DeploymentKey, DeploymentSummary], oldest: int) -> None:
         for write in self.writes.values():
             write.counts.merge_into(totals, oldest)
 
@@ -165,7 +165,7 @@ class PendingWrites:
 class WriteOutcome:
     """What one flush achieved, pair by pair."""
 
-    done: set[Pair] = field(default_factory=set)
+    done: set[DeploymentKey] = field(default_factory=set)
     """Pairs whose write Redis has (applied now or before): no longer pending."""
     refused: list[ResponseError] = field(default_factory=list)
     """Errors Redis would repeat (e.g. a key of another type): those writes count as done."""
@@ -194,13 +194,15 @@ class _Unit:
 
     key: str
     """A key of the unit (all of its keys share its slot)."""
-    write: tuple[Pair, SealedWrite] | None
+    write: tuple[DeploymentKey, SealedWrite] | None
     """The write it carries; None for an index update."""
     queue: Callable[[AnyPipeline], None]
     commands: int
 
 
-def _script_args(config: StatsConfig, writer: str, pair: Pair, write: SealedWrite) -> tuple[list[str], list[str | int]]:
+def _script_args(
+    config: StatsConfig, writer: str, pair: DeploymentKey, write: SealedWrite
+) -> tuple[list[str], list[str | int]]:
     ttl = slice_ttl_s(config.window_s, config.slice_s)
     keys = [writers_key(config.key_prefix, pair)]
     args: list[str | int] = [writer, write.seq, ttl]
