@@ -22,7 +22,6 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -35,12 +34,12 @@ from gateway.redis_client import (
     RequestCalls,
     describe_error,
 )
+from gateway.types import Clock
 
 logger = logging.getLogger("gateway.ratelimit")
 
 WINDOW_S = 60
 LimitKind = Literal["requests", "tokens"]
-WallClock = Callable[[], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +142,7 @@ class InMemoryRateLimiter:
     One small record per key that has made a request; keys come from the config, so this is bounded.
     """
 
-    def __init__(self, wall_clock: WallClock = time.time) -> None:
+    def __init__(self, wall_clock: Clock = time.time) -> None:
         self.wall_clock = wall_clock
         self._keys: dict[str, _KeyCounters] = {}
 
@@ -234,7 +233,7 @@ class RedisRateLimiter:
         stats: StatsConfig,
         *,
         fallback: InMemoryRateLimiter | None = None,
-        wall_clock: WallClock = time.time,
+        wall_clock: Clock = time.time,
         owned: RedisConnections | None = None,
     ) -> None:
         self.client = client

@@ -53,6 +53,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config import ConfigError, StatsConfig, split_address
+from gateway.types import Clock
 
 _T = TypeVar("_T")
 
@@ -370,7 +371,7 @@ class Backoff:
     """
 
     def __init__(
-        self, min_s: float, max_s: float, clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None
+        self, min_s: float, max_s: float, clock: Clock = time.monotonic, rng: random.Random | None = None
     ) -> None:
         self.min_s = min_s
         self.max_s = max_s
@@ -380,7 +381,7 @@ class Backoff:
         self.retry_at = 0.0
 
     @classmethod
-    def from_config(cls, config: StatsConfig, clock: Callable[[], float] = time.monotonic) -> Backoff:
+    def from_config(cls, config: StatsConfig, clock: Clock = time.monotonic) -> Backoff:
         return cls(config.redis_backoff_min_s, config.redis_backoff_max_s, clock)
 
     def ready(self) -> bool:

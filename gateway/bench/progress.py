@@ -12,10 +12,11 @@ import asyncio
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TextIO
 
 from gateway.bench.runner import BenchTarget, RequestResult
+from gateway.types import Clock
 
 REPORT_EVERY_S = 10.0
 
@@ -44,7 +45,7 @@ class BenchProgress:
         stream: TextIO = sys.stderr,
         *,
         every_s: float = REPORT_EVERY_S,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = time.monotonic,
     ) -> None:
         self.names = [t.name for t in targets]
         self.per_target = requests_per_target

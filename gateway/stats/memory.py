@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from gateway.config import StatsConfig
 from gateway.samples import Sample
 from gateway.stats.base import StoreHealth
 from gateway.stats.snapshot import StatsSnapshot
 from gateway.stats.window import SlicedWindow
+from gateway.types import Clock
 
 
 class InMemoryStatsStore:
@@ -20,7 +20,7 @@ class InMemoryStatsStore:
     store.snapshot().get("llama-3.3-70b", "groq").quantile("ttft_s", 0.95)
     """
 
-    def __init__(self, config: StatsConfig, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: StatsConfig, wall_clock: Clock = time.time) -> None:
         self.config = config
         self.window = SlicedWindow(config.window_s, config.slice_s, wall_clock)
 

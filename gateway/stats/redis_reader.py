@@ -14,7 +14,6 @@ sees a new token drops its cache and reads the whole window once more.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from gateway.config import StatsConfig
 from gateway.redis_client import RedisClient
@@ -27,7 +26,7 @@ from gateway.stats.redis_layout import (
 )
 from gateway.stats.snapshot import DeploymentSummary
 from gateway.stats.window import SlicedWindow, merge_slices, slice_index
-from gateway.types import DeploymentKey
+from gateway.types import Clock, DeploymentKey
 
 CLOCK_SKEW_S = 2.0
 """How far replicas' wall clocks may disagree before a late write can be missed by a cache."""
@@ -54,7 +53,7 @@ class SharedWindowReader:
         totals = reader.window()         # fresh copies, safe to extend
     """
 
-    def __init__(self, config: StatsConfig, wall_clock: Callable[[], float]) -> None:
+    def __init__(self, config: StatsConfig, wall_clock: Clock) -> None:
         self.config = config
         self.wall_clock = wall_clock
         self.settled = SlicedWindow(config.window_s, config.slice_s, wall_clock)

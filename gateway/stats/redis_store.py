@@ -30,7 +30,6 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
@@ -50,7 +49,7 @@ from gateway.stats.redis_reader import SharedWindowReader, late_after_s
 from gateway.stats.redis_writes import IndexDebt, PendingWrites, write_pending
 from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
 from gateway.stats.window import slice_index
-from gateway.types import DeploymentKey
+from gateway.types import Clock, DeploymentKey
 
 logger = logging.getLogger("gateway.stats")
 
@@ -80,7 +79,7 @@ class RedisStatsStore:
     def __init__(
         self,
         config: StatsConfig,
-        wall_clock: Callable[[], float] = time.time,
+        wall_clock: Clock = time.time,
         redis: RedisConnections | None = None,
     ) -> None:
         self.config = config
@@ -283,7 +282,7 @@ class RedisStatsStore:
 
 
 async def read_shared_snapshot(
-    config: StatsConfig, wall_clock: Callable[[], float] = time.time, redis: RedisConnections | None = None
+    config: StatsConfig, wall_clock: Clock = time.time, redis: RedisConnections | None = None
 ) -> StatsSnapshot:
     """One read of the shared window, nothing buffered or written (``gateway stats --redis``).
 

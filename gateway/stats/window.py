@@ -14,11 +14,11 @@ Redis backend cache closed slices.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from gateway.samples import Sample
 from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
-from gateway.types import DeploymentKey
+from gateway.types import Clock, DeploymentKey
 
 SliceSummaries = dict[DeploymentKey, DeploymentSummary]
 
@@ -63,7 +63,7 @@ class SlicedWindow:
     ``wall_clock`` is injectable so that expiry can be tested without waiting.
     """
 
-    def __init__(self, window_s: int, slice_s: int, wall_clock: Callable[[], float]) -> None:
+    def __init__(self, window_s: int, slice_s: int, wall_clock: Clock) -> None:
         self.slice_s = slice_s
         self.slices_in_window = max(1, window_s // slice_s)
         self.wall_clock = wall_clock
