@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.metrics import _WINDOW_LABELS, _WINDOW_NAMES, WINDOW_QUANTILES, Metrics
+from gateway.metrics import _WINDOW_LABELS, _WINDOW_NAMES, WINDOW_QUANTILE_LABEL, WINDOW_QUANTILES, Metrics
 from gateway.stats.snapshot import StatsSnapshot
 from gateway.types import DeploymentKey
 
@@ -65,7 +65,7 @@ class WorkerMetrics(Metrics):
 
 
 def _window_families(snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str]) -> Iterator[Metric]:
-    quantile_labels = [*_WINDOW_LABELS, "quantile"]
+    quantile_labels = [*_WINDOW_LABELS, WINDOW_QUANTILE_LABEL]
     families = {
         metric: GaugeMetricFamily(name, doc, labels=quantile_labels) for metric, (name, doc) in _WINDOW_NAMES.items()
     }

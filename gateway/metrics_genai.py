@@ -10,17 +10,18 @@ the OpenTelemetry-to-Prometheus rules render them: dots become underscores, the 
     gen_ai.client.operation.time_per_output_chunk  gen_ai_client_operation_time_per_output_chunk_seconds
     gen_ai.client.token.usage                      gen_ai_client_token_usage
 
-The gateway is the GenAI client here, and each attempt at a provider is one operation: a fallback
-or a hedge is two. Attributes (labels): ``gen_ai_operation_name`` (``chat``, ``text_completion``,
-``embeddings``), ``gen_ai_provider_name`` (the provider's name in the config: name it after the
-conventions' well-known values, e.g. ``groq``, ``openai``, to match dashboards built for them),
-``gen_ai_request_model`` (the upstream model id the attempt asked for), ``server_address`` and
-``server_port`` (of the provider's ``base_url``); ``error_type`` on the duration (the upstream
-status, e.g. ``503``, else ``timeout``, ``broken_stream``, ``upstream_error``, ``client_cancelled``,
-``client_error``; empty on success, which Prometheus reads as absent); ``gen_ai_token_type``
-(``input``, ``output``) on the token usage. ``gen_ai.response.model`` is left out: the provider
-chooses its value, and labels stay bounded by the config. Chunks are output-bearing events; the
-first-chunk and per-chunk times are recorded for streams only, as the conventions ask.
+The gateway is the GenAI client here, and each attempt at a provider is one operation: a fallback or
+a hedge is two. Attributes (labels): ``gen_ai_operation_name`` (``chat``, also for Responses and
+Messages, ``text_completion``, ``embeddings``), ``gen_ai_provider_name`` (the provider's name in the
+config: name it after the conventions' well-known values, e.g. ``groq``, ``openai``, to match
+dashboards built for them), ``gen_ai_request_model`` (the upstream model id the attempt asked for),
+``server_address`` and ``server_port`` (of the provider's ``base_url``); ``error_type`` on the
+duration (the upstream status, e.g. ``503``, else ``timeout``, ``broken_stream``,
+``upstream_error``, ``client_cancelled``, ``client_error``; empty on success, which Prometheus reads
+as absent); ``gen_ai_token_type`` (``input``, ``output``) on the token usage.
+``gen_ai.response.model`` is left out: the provider chooses its value, and labels stay bounded by
+the config. Chunks are output-bearing events; the first-chunk and per-chunk times are recorded for
+streams only, as the conventions ask.
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 
 """The conventions' boundaries for operation duration, time to first chunk and time per output chunk."""
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 """The conventions' boundaries for token usage."""
-OPERATION_NAMES: dict[Endpoint, str] = {"chat": "chat", "completions": "text_completion", "embeddings": "embeddings"}
+OPERATION_NAMES: dict[Endpoint, str] = {
+    "chat": "chat",
+    "completions": "text_completion",
+    "embeddings": "embeddings",
+    "responses": "chat",
+    "messages": "chat",
+}
+"""The conventions' well-known operation names: OpenAI's Responses and Anthropic's Messages are chat
+operations, as the conventions' OpenAI and Anthropic pages name them."""
 
 _COMMON = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "server_address", "server_port")
 

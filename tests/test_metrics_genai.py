@@ -76,6 +76,31 @@ def test_genai_series_follow_the_conventions(fakes: Fakes, start_gateway: Callab
     assert len(used) > 10 and used <= set(families), sorted(used - set(families))
 
 
+def test_responses_and_messages_are_chat_operations(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
+    fake = fakes.start("a", FakeBehavior(output_tokens=5))
+    config = gateway_config(
+        [fake],
+        provider_options={"a": {"apis": ["chat", "responses", "messages"]}},
+        extra={"metrics": {"otel_genai": True}},
+    )
+    gateway = start_gateway(config)
+    with sdk(gateway.base_url) as client:
+        assert client.responses.create(model="m", input="hi").output_text
+    answer = httpx.post(
+        gateway.url + "/v1/messages",
+        headers={"x-api-key": "client-key", "anthropic-version": "2023-06-01"},
+        json={"model": "m", "max_tokens": 16, "messages": MESSAGES},
+        timeout=10,
+    )
+    assert answer.status_code == 200, answer.text
+    wait_until(lambda: len(gateway.samples.samples) == 2, what="both answers recorded")
+    assert [s.endpoint for s in gateway.samples.samples] == ["responses", "messages"]
+    durations = [
+        s for s in scrape(gateway)["gen_ai_client_operation_duration_seconds"].samples if s.name.endswith("_count")
+    ]
+    assert [(s.labels["gen_ai_operation_name"], s.value) for s in durations] == [("chat", 2.0)]
+
+
 def test_genai_series_are_off_by_default(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
     gateway = start_gateway(gateway_config([fakes.start("a")]))
     with sdk(gateway.base_url) as client:

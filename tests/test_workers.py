@@ -26,6 +26,7 @@ import pytest
 
 from gateway.fakes import FakeBehavior
 from gateway.supervisor import available_cores, resolve_workers
+from tests.prometheus import check_metrics
 from tests.redis_server import RedisServer, free_port
 from tests.support.fakes import Fakes, FakeServer
 
@@ -240,6 +241,11 @@ def test_two_workers_share_measurements_and_metrics_through_redis(
             assert series(page, "gateway_stats_backend_healthy") == {(("backend", "redis"),): 1}
             window = series(page, "gateway_window_samples")
             assert window == {(("deployment", "fast"), ("model", "m"), ("provider", "fast")): REQUESTS}
+            # The host-wide scrape is as clean as one worker's: promtool accepts it (the window's
+            # quantiles in the label q, never the summaries' reserved quantile).
+            assert 'q="0.99"' in page and 'quantile="' not in page
+            checked = check_metrics(page)
+            assert checked.returncode == 0, checked.stdout + checked.stderr
 
         # SIGHUP reloads every worker: a model added to the file appears on both.
         write_config(config, *two_fakes, stats, models=("m", "m2"))
