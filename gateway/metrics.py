@@ -263,6 +263,7 @@ class Metrics:
             "1 when the binding store (response id -> deployment) is reachable, 0 when degraded",
             ["backend"],
             registry=r,
+            multiprocess_mode="livemin",
         )
         # The API dimension: which API clients speak, and its first-token time (values: chat,
         # completions, embeddings, responses, messages).

@@ -239,6 +239,7 @@ def test_two_workers_share_measurements_and_metrics_through_redis(
             # Gauges combine as they should: capacity adds up over workers, health holds in all of them.
             assert series(page, "gateway_provider_max_concurrency")[(("provider", "fast"),)] == 2 * 64
             assert series(page, "gateway_stats_backend_healthy") == {(("backend", "redis"),): 1}
+            assert series(page, "gateway_bindings_backend_healthy") == {(("backend", "redis"),): 1}
             window = series(page, "gateway_window_samples")
             assert window == {(("deployment", "fast"), ("model", "m"), ("provider", "fast")): REQUESTS}
             # The host-wide scrape is as clean as one worker's: promtool accepts it (the window's

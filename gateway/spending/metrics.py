@@ -8,6 +8,7 @@ gauges are read from the store at scrape time, so with Redis they show every rep
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -33,18 +34,36 @@ class SpendMetrics:
             ["scope", "name"],
             registry=registry,
         )
-        self.limit = Gauge("gateway_budget_limit_usd", "A budget's limit per window", _BUDGET_LABELS, registry=registry)
+        # Under --workers every worker reads the same shared balances: the host's scrape shows the
+        # newest reading of a live worker, never one per process or a dead worker's stale one.
+        mode: Final = "livemostrecent"
+        self.limit = Gauge(
+            "gateway_budget_limit_usd",
+            "A budget's limit per window",
+            _BUDGET_LABELS,
+            registry=registry,
+            multiprocess_mode=mode,
+        )
         self.spent = Gauge(
-            "gateway_budget_spent_usd", "Spent in the budget's current window", _BUDGET_LABELS, registry=registry
+            "gateway_budget_spent_usd",
+            "Spent in the budget's current window",
+            _BUDGET_LABELS,
+            registry=registry,
+            multiprocess_mode=mode,
         )
         self.reserved = Gauge(
-            "gateway_budget_reserved_usd", "Held by requests in flight", _BUDGET_LABELS, registry=registry
+            "gateway_budget_reserved_usd",
+            "Held by requests in flight",
+            _BUDGET_LABELS,
+            registry=registry,
+            multiprocess_mode=mode,
         )
         self.remaining = Gauge(
             "gateway_budget_remaining_usd",
             "Limit minus spent minus reserved, in the current window",
             _BUDGET_LABELS,
             registry=registry,
+            multiprocess_mode=mode,
         )
         self._series: set[tuple[str, str, str]] = set()
 
