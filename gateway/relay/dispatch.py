@@ -1,8 +1,9 @@
 """From a ``RoutePlan`` to a committed ``Reply``: the request's attempt loop, in order or hedged.
 
 Before any byte has reached the client, a failed attempt (connect error, 5xx, 429, first-token
-timeout, a stream that breaks or errs before its first token) moves on to the next candidate,
-within the policy's attempt count and total deadline (the request's ``AttemptBudget``). An
+timeout, a stream that breaks or errs before its first token) moves on to the next candidate, or
+asks the same one again after a wait when that is predicted to be faster (``retry``), within the
+policy's attempt count and total deadline (the request's ``AttemptBudget``). An
 upstream 4xx that is the request's own fault (400, 413, 422: context length, content filter, bad
 parameters) is relayed as is. Streams whose first candidate carries a hedge threshold go through
 ``hedging.race`` instead of ``attempt_in_order``; both hand back an ``Opened`` attempt, and the
@@ -24,6 +25,7 @@ from gateway.relay.budget import AttemptBudget
 from gateway.relay.hedging import race
 from gateway.relay.replies import FullReply, Reply, StreamReply
 from gateway.relay.request import ProxyRequest
+from gateway.relay.retry import retry_wait
 from gateway.relay.runner import AttemptRunner
 from gateway.response_owners import Owner, ResponseOwners
 from gateway.routing import RoutePlan
@@ -88,24 +90,38 @@ async def attempt_in_order(
 ) -> Opened:
     """The plan's candidates one after another, until one can be committed to.
 
-    Raises ``ClientFault`` (the attempt committed, its error to be relayed) or the budget's
-    final ``GatewayError`` when no attempt answered.
+    A failure safe to repeat may ask the same candidate again first, when the wait is predicted
+    to pay (``gateway.relay.retry``). Raises ``ClientFault`` (the attempt committed, its error to
+    be relayed) or the budget's final ``GatewayError`` when no attempt answered.
     """
-    for index, candidate in enumerate(plan.candidates):
-        if not budget.allows_another():
-            break
-        attempt = runner.start(request, candidate, budget)
+    candidates = plan.candidates
+    lone = len(candidates) == 1
+    index = retries = 0
+    while index < len(candidates) and budget.allows_another():
+        candidate = candidates[index]
+        # A lone deployment's retry passes its open circuit (a 429 opens it at once): waiting was its only choice.
+        attempt = runner.start(request, candidate, budget, retry=retries > 0 and lone)
         if attempt is None:
+            index, retries = index + 1, 0
             continue
         runner.fall_back(budget, candidate)
         try:
             await runner.open(request, attempt, budget)
         except UpstreamError as exc:
             budget.failed(exc, candidate)
+            wait = None
+            if lone or index + 1 < len(candidates):
+                following = None if lone else candidates[index + 1]
+                wait = retry_wait(plan.policy, candidate, exc, retries, following, budget.remaining_s(), runner.rng)
+            if wait is not None and budget.allows_another():
+                retries += 1
+                await runner.wait_to_retry(wait)
+            else:
+                index, retries = index + 1, 0
             continue
         except ClientFault:
             budget.log.commit(attempt)
             raise
         runner.commit(request, budget, attempt)
-        return Opened(attempt, plan.candidates[index + 1 :])
+        return Opened(attempt, candidates[index + 1 :])
     raise budget.exhausted()

@@ -24,6 +24,10 @@ class Candidate:
     """Start a hedge when this candidate's first token is later than this (None: never)."""
     predicted_s: float | None = None
     """The router's predicted time for the request on this candidate (None: nothing known)."""
+    first_token_timeout_s: float | None = None
+    """This attempt's first-token deadline, learned from the deployment's own TTFT (None: the policy's)."""
+    idle_timeout_s: float | None = None
+    """This attempt's longest silence mid-stream, learned from the deployment's own gaps (None: the policy's)."""
 
     @property
     def name(self) -> str:
@@ -71,7 +75,10 @@ class Router(Protocol):
 
     def plan(self, request: RouteRequest) -> RoutePlan: ...
 
-    def attempt_started(self, candidate: Candidate) -> bool: ...
+    def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
+        """``retry``: the request waited to ask ``candidate`` again; admitted through an open circuit (the wait
+        was decided with the provider's ``Retry-After`` or a back-off), not past capacity."""
+        ...
 
     def attempt_finished(self, candidate: Candidate, sample: Sample, retry_after_s: float | None = None) -> None: ...
 

@@ -227,6 +227,8 @@ class MeasuredRouter:
                     policy, ranking.snapshot, model.name, row.deployment.name, backup, self.state.tails, now
                 )
             reason: RouteReason = first_reason if i == 0 else "fallback"
+            key = (model.name, row.deployment.name)
+            deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.get(*key), now)
             candidate = Candidate(
                 row.deployment,
                 row.provider,
@@ -234,6 +236,8 @@ class MeasuredRouter:
                 model=model.name,
                 hedge_after_s=after,
                 predicted_s=row.scored.prediction.time_s,
+                first_token_timeout_s=deadlines.first_token_s if deadlines is not None else None,
+                idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
             )
             candidates.append(candidate)
         first = candidates[0]
@@ -279,13 +283,13 @@ class MeasuredRouter:
             state.counts.races[model] = state.counts.races.get(model, 0) + 1
         return probe
 
-    def attempt_started(self, candidate: Candidate) -> bool:
+    def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
         provider = candidate.provider
         if self.state.provider_in_flight.get(provider.name, 0) >= provider.max_concurrency:
             return False
         key = (candidate.model, candidate.name)
         now = self.clock()
-        if not self.state.health.admit(key, now, self._circuit_changed):
+        if not self.state.health.admit(key, now, self._circuit_changed) and not retry:
             return False
         self.state.started(provider.name, key)
         model = self.config.model(candidate.model)
@@ -320,6 +324,7 @@ class MeasuredRouter:
         view = self.state.view(key, policy.memory_half_life_s)
         if sample.outcome == "ok":
             tps = sample.tokens_per_s
+            self.state.deadlines.observe(key, sample.chunk_gaps_s)
             view.add(Observation(now, sample.ttft_s, 1.0 / tps if tps else None, sample.e2e_s, ok=True))
         elif sample.outcome in FAILURES:
             failed_after = now - started_at if started_at is not None else None

@@ -1,0 +1,134 @@
+"""Retry or fail over, by measurement: faults before the first byte on real loopback servers.
+
+A lone deployment's 500 or 429 is retried (after its ``Retry-After``); on a two-deployment model
+the request goes where the prediction says: back to a much faster deployment after a short
+back-off, to the other one when the wait (a ``Retry-After``) would cost more than it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from gateway.errors import UpstreamStatusError, UpstreamTimeout, UpstreamUnavailable
+from gateway.fakes import FakeBehavior
+from gateway.policies import BUILTIN_POLICIES
+from gateway.relay.retry import backoff_s, retry_wait, safe_to_repeat
+from gateway.routing import Candidate
+from tests.support.clients import MESSAGES
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.gateway import Gateway
+
+StartGateway = Callable[..., Gateway]
+CHAT = {"model": "m", "messages": MESSAGES}
+POLICY = {"extends": "fixed-order", "first_token_timeout_s": 5.0, "idle_timeout_s": 5.0}
+
+
+def ask(gateway: Gateway, stream: bool = True, **extra: Any) -> httpx.Response:
+    response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "stream": stream, **extra}, timeout=15)
+    assert response.status_code == 200, response.text
+    if stream:
+        assert response.content.endswith(b"data: [DONE]\n\n")
+    return response
+
+
+def fail_next(fake: FakeServer, status: int, retry_after: str | None = None) -> None:
+    """The fake's next request (only that one) fails with ``status``."""
+    fake.app.behavior = dataclasses.replace(
+        fake.app.behavior, status=status, retry_after=retry_after, fail_first=fake.app.state.requests + 1
+    )
+
+
+def test_a_lone_deployment_is_retried_after_a_500(fakes: Fakes, start_gateway: StartGateway) -> None:
+    alone = fakes.start("a", FakeBehavior(status=500, fail_first=1))
+    gateway = start_gateway(gateway_config([alone], policy=POLICY))
+    response = ask(gateway)
+    assert response.headers["x-gateway-attempts"] == "2"
+    assert alone.app.state.requests == 2
+    fail_next(alone, 500)
+    assert ask(gateway, stream=False).headers["x-gateway-attempts"] == "2"
+
+
+def test_a_lone_deployment_waits_its_retry_after_then_answers(fakes: Fakes, start_gateway: StartGateway) -> None:
+    alone = fakes.start("a", FakeBehavior(status=429, retry_after="2", fail_first=1))
+    gateway = start_gateway(gateway_config([alone], policy=POLICY))
+    started = time.monotonic()
+    response = ask(gateway)
+    assert response.headers["x-gateway-attempts"] == "2"
+    # Timed at the provider: from the 429's request to the retry's.
+    retried_at = alone.app.state.last_request_at
+    assert retried_at is not None and retried_at - started >= 1.8
+
+
+def test_retries_are_bounded_by_the_policy(fakes: Fakes, start_gateway: StartGateway) -> None:
+    down = fakes.start("a", FakeBehavior(status=503))
+    gateway = start_gateway(gateway_config([down], policy={**POLICY, "retries_per_deployment": 1}))
+    response = httpx.post(gateway.base_url + "/chat/completions", json=CHAT, timeout=10)
+    assert response.status_code == 503
+    assert response.headers["x-gateway-attempts"] == "2"
+    assert down.app.state.requests == 2
+
+
+def measured_pair(fakes: Fakes, start_gateway: StartGateway) -> tuple[FakeServer, FakeServer, Gateway]:
+    """``a`` answers at once, ``b`` after 1 s; both measured (b through requests pinned to it)."""
+    fast, slow = fakes.start("a"), fakes.start("b", FakeBehavior(ttft_s=1.0))
+    gateway = start_gateway(gateway_config([fast, slow], policy={**POLICY, "min_samples": 1}))
+    for _ in range(2):
+        ask(gateway)
+    ask(gateway, provider={"only": ["b"]})
+    return fast, slow, gateway
+
+
+def test_a_500_on_a_much_faster_deployment_is_retried_there(fakes: Fakes, start_gateway: StartGateway) -> None:
+    fast, slow, gateway = measured_pair(fakes, start_gateway)
+    asked = slow.app.state.requests
+    fail_next(fast, 500)
+    response = ask(gateway)
+    assert (response.headers["x-gateway-provider"], response.headers["x-gateway-attempts"]) == ("a", "2")
+    assert slow.app.state.requests == asked  # a short back-off beat b's one second
+
+
+def test_a_429_whose_wait_costs_more_fails_over(fakes: Fakes, start_gateway: StartGateway) -> None:
+    fast, slow, gateway = measured_pair(fakes, start_gateway)
+    fail_next(fast, 429, retry_after="5")
+    started = time.monotonic()
+    response = ask(gateway)
+    assert (response.headers["x-gateway-provider"], response.headers["x-gateway-attempts"]) == ("b", "2")
+    assert time.monotonic() - started < 4  # b's second, not a's five
+
+
+# -- the decision itself ------------------------------------------------------------------------
+
+
+def candidate(predicted_s: float | None) -> Candidate:
+    config = gateway_config(["a"])
+    return Candidate(config.models[0].deployments[0], config.providers[0], model="m", predicted_s=predicted_s)
+
+
+def test_what_is_safe_to_repeat() -> None:
+    assert safe_to_repeat(UpstreamStatusError("x", status=500))
+    assert safe_to_repeat(UpstreamStatusError("x", status=429))
+    assert safe_to_repeat(UpstreamUnavailable("connection reset"))
+    assert not safe_to_repeat(UpstreamStatusError("x", status=404))
+    assert not safe_to_repeat(UpstreamTimeout("silent"))
+    assert not safe_to_repeat(UpstreamUnavailable("error event before the first token", status=200))
+
+
+def test_the_wait_is_jittered_doubled_and_bounded_by_the_deadline() -> None:
+    policy, rng = BUILTIN_POLICIES["balanced"], random.Random(1)
+    waits = [backoff_s(policy, 0, rng) for _ in range(50)]
+    assert policy.retry_backoff_s * 0.5 <= min(waits) < max(waits) <= policy.retry_backoff_s
+    assert all(policy.retry_backoff_s <= backoff_s(policy, 1, rng) <= 2 * policy.retry_backoff_s for _ in range(20))
+    error = UpstreamStatusError("x", status=429, retry_after_s=2.0)
+    assert retry_wait(policy, candidate(0.5), error, 0, None, 10.0, rng) == 2.05
+    assert retry_wait(policy, candidate(0.5), error, 0, None, 2.0, rng) is None  # past the deadline
+    assert retry_wait(policy, candidate(0.5), error, policy.retries_per_deployment, None, 10.0, rng) is None
+    assert retry_wait(policy, candidate(0.5), error, 0, candidate(3.0), 10.0, rng) == 2.05  # 2.55 s beats 3 s
+    assert retry_wait(policy, candidate(0.5), error, 0, candidate(2.0), 10.0, rng) is None
+    assert retry_wait(policy, candidate(None), error, 0, candidate(2.0), 10.0, rng) is None  # nothing known
