@@ -20,10 +20,13 @@ from gateway.fakes import FakeBehavior
 from gateway.policies import BUILTIN_POLICIES
 from gateway.relay.retry import backoff_s, retry_wait, safe_to_repeat
 from gateway.routing import Candidate
+from gateway.routing.deadlines import GapWindow, learn
+from gateway.stats import StatsSnapshot
 from tests.support.clients import MESSAGES
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
+from tests.support.samples import samples
 
 StartGateway = Callable[..., Gateway]
 CHAT = {"model": "m", "messages": MESSAGES}
@@ -132,3 +135,52 @@ def test_the_wait_is_jittered_doubled_and_bounded_by_the_deadline() -> None:
     assert retry_wait(policy, candidate(0.5), error, 0, candidate(3.0), 10.0, rng) == 2.05  # 2.55 s beats 3 s
     assert retry_wait(policy, candidate(0.5), error, 0, candidate(2.0), 10.0, rng) is None
     assert retry_wait(policy, candidate(None), error, 0, candidate(2.0), 10.0, rng) is None  # nothing known
+
+
+# -- learned deadlines ---------------------------------------------------------------------------
+
+DEADLINES = {**POLICY, "first_token_timeout_s": 30.0, "idle_timeout_s": 60.0, "min_samples": 3}
+
+
+def test_a_late_first_token_silence_and_a_stall_are_given_up_on_within_seconds(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    """Once ``a`` has answered in milliseconds, waiting 20 s on it (30 s configured) is not what it gets."""
+    usual, backup = fakes.start("a", FakeBehavior(ttft_s=0.02, tokens_per_s=200)), fakes.start("b")
+    config = gateway_config(
+        [usual, backup], policy={**DEADLINES, "deadline_floor_s": 1.0}, deployments={"b": {"continue_prefill": True}}
+    )
+    gateway = start_gateway(config)
+    for _ in range(4):
+        assert ask(gateway).headers["x-gateway-provider"] == "a"
+    for fault in ({"ttft_s": 20.0}, {"hang_s": 20.0}):
+        started = time.monotonic()
+        response = ask(gateway, fake={"servers": {"a": fault}})
+        assert response.headers["x-gateway-provider"] == "b", fault
+        assert time.monotonic() - started < 4, fault  # the 1 s floor (4 × p99 is less), not 30 s
+    started = time.monotonic()
+    response = ask(gateway, fake={"servers": {"a": {"stall_after": 3}}})
+    assert time.monotonic() - started < 4  # the stall was given up on in about a second, not 60
+    assert response.headers["x-gateway-provider"] == "a"  # headers were a's; b finished the answer
+    assert backup.app.state.requests == 3
+
+
+def test_a_cold_deployment_gets_the_configured_deadlines() -> None:
+    policy = dataclasses.replace(BUILTIN_POLICIES["balanced"], min_samples=3)
+    assert learn(policy, None, None) is None
+    few = StatsSnapshot.from_samples(samples("d", 2, ttft=0.4)).get("m", "d")
+    assert learn(policy, few, None) is None
+    many = StatsSnapshot.from_samples(samples("d", 10, ttft=0.4)).get("m", "d")
+    gaps = GapWindow()
+    for _ in range(5):
+        gaps.add([0.01, 0.02, 0.9])
+    learned = learn(policy, many, gaps)
+    assert learned is not None
+    assert learned.first_token_s == policy.deadline_floor_s  # 4 × 0.4 s is below the 2 s floor
+    floored = learn(dataclasses.replace(policy, deadline_floor_s=0.5), many, gaps)
+    assert floored is not None and 1.5 < floored.first_token_s < 1.7  # 4 × 0.4 s
+    assert learned.idle_s == 3.6  # 4 × the longest usual gap
+    slow = StatsSnapshot.from_samples(samples("d", 10, ttft=20.0)).get("m", "d")
+    capped = learn(policy, slow, None)
+    assert capped is not None and capped.first_token_s == policy.first_token_timeout_s  # the configured ceiling
+    assert capped.idle_s == policy.idle_timeout_s
