@@ -184,3 +184,51 @@ def test_a_cold_deployment_gets_the_configured_deadlines() -> None:
     capped = learn(policy, slow, None)
     assert capped is not None and capped.first_token_s == policy.first_token_timeout_s  # the configured ceiling
     assert capped.idle_s == policy.idle_timeout_s
+
+
+# -- context windows -----------------------------------------------------------------------------
+
+LONG = [{"role": "user", "content": "word " * 12_000}]  # about 15k tokens by the body's size
+
+
+def test_a_prompt_too_long_for_8k_is_answered_by_the_128k_deployment(fakes: Fakes, start_gateway: StartGateway) -> None:
+    small, large = (
+        fakes.start("a", FakeBehavior(context_window=8192)),
+        fakes.start("b", FakeBehavior(context_window=131072)),
+    )
+    gateway = start_gateway(gateway_config([small, large], policy=POLICY))
+    for stream in (True, False):
+        response = ask(gateway, stream=stream, messages=LONG)
+        assert response.headers["x-gateway-provider"] == "b"
+        assert response.headers["x-gateway-attempts"] == ("2" if stream else "1")  # the limit was learned
+    assert (small.app.state.requests, large.app.state.requests) == (1, 2)
+    assert ask(gateway).headers["x-gateway-provider"] == "a"  # a short prompt still goes first to a
+    samples = gateway.samples.samples
+    assert [(s.provider, s.outcome) for s in samples[:2]] == [("a", "client_error"), ("b", "ok")]
+
+
+def test_a_configured_window_is_skipped_and_the_last_400_reaches_the_client_unchanged(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    small, other = (
+        fakes.start("a", FakeBehavior(context_window=8192)),
+        fakes.start("b", FakeBehavior(context_window=8192)),
+    )
+    config = gateway_config([small, other], policy=POLICY, deployments={"a": {"context_window": 8192}})
+    gateway = start_gateway(config)
+    response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "messages": LONG}, timeout=10)
+    assert response.status_code == 400
+    assert response.headers["x-gateway-attempts"] == "1"  # a skipped (8192 configured); b's limit left no other
+    error = response.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert error["message"].startswith("This model's maximum context length is 8192 tokens.")
+    assert (small.app.state.requests, other.app.state.requests) == (0, 1)
+
+
+def test_a_content_filter_400_is_relayed_as_it_is(fakes: Fakes, start_gateway: StartGateway) -> None:
+    refusing = fakes.start("a", FakeBehavior(status=400, error_code="content_filter"))
+    backup = fakes.start("b")
+    gateway = start_gateway(gateway_config([refusing, backup], policy=POLICY))
+    response = httpx.post(gateway.base_url + "/chat/completions", json=CHAT, timeout=10)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "content_filter"
+    assert backup.app.state.requests == 0

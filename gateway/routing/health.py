@@ -38,6 +38,7 @@ from gateway.routing.deadlines import LearnedDeadlines
 from gateway.routing.estimates import DeploymentView
 from gateway.routing.explore import ExploreBudget, ExploreCounts, RequestSizes
 from gateway.routing.hedge import TailThresholds
+from gateway.routing.windows import ContextWindows
 from gateway.samples import Outcome
 from gateway.types import CircuitState, DeploymentKey
 
@@ -212,6 +213,7 @@ class RouterState:
     counts: ExploreCounts = field(default_factory=ExploreCounts)
     tails: TailThresholds = field(default_factory=TailThresholds)
     deadlines: LearnedDeadlines = field(default_factory=LearnedDeadlines)
+    windows: ContextWindows = field(default_factory=ContextWindows)
 
     window_s: float = 300.0
     """The shared stats window's length (``stats.window_s``)."""

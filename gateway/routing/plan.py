@@ -82,6 +82,14 @@ class Router(Protocol):
 
     def attempt_finished(self, candidate: Candidate, sample: Sample, retry_after_s: float | None = None) -> None: ...
 
+    def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
+        """``candidate`` refused the prompt as too long; ``limit``: the window its answer stated, if it did."""
+        ...
+
+    def context_window(self, candidate: Candidate) -> int | None:
+        """The tokens ``candidate`` accepts, configured or learned (None: not known)."""
+        ...
+
     def try_hedge(self, plan: RoutePlan) -> bool:
         """Spend one hedge from the model's budget; False when the budget is used up."""
         ...

@@ -26,6 +26,7 @@ tests are deterministic.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import time
@@ -49,6 +50,7 @@ from gateway.samples import Endpoint, Sample
 from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason
 
+logger = logging.getLogger("gateway")
 TYPICAL_OUTPUT_TTL_S = 1.0
 """How long a model's observed answer length is reused before it is looked up again."""
 
@@ -205,6 +207,10 @@ class MeasuredRouter:
         rows = [r for r in ranking.rows if r.available]
         if not rows:
             raise _no_capacity(model.name, ranking.rows)
+        windows = self.state.windows
+        fitting = [r for r in rows if windows.fits(model.name, r.deployment, request.prompt_tokens)]
+        if fitting:
+            rows = fitting  # else none fits: the provider's own 400 will say why
         first_reason: RouteReason = "override" if preferences.steers else "best-score"
         probe = None if preferences.steers else self._probe(model.name, rows, policy, ranking.shape, request.stream)
         race = probe.row if probe is not None and probe.race else None
@@ -340,6 +346,18 @@ class MeasuredRouter:
             for metric in changed:
                 window = "tokens_per_s" if metric == "seconds_per_token" else metric
                 view.note_window(metric, summary.count(window) if summary is not None else 0)
+
+    def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
+        if limit is not None and self.state.windows.learn((candidate.model, candidate.name), limit):
+            logger.info(
+                "deployment %s of model %s accepts at most %d tokens (learned from its context_length_exceeded)",
+                candidate.name,
+                candidate.model,
+                limit,
+            )
+
+    def context_window(self, candidate: Candidate) -> int | None:
+        return self.state.windows.window(candidate.model, candidate.deployment)
 
     def try_hedge(self, plan: RoutePlan) -> bool:
         if not plan.candidates:
