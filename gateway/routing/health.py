@@ -214,6 +214,8 @@ class RouterState:
     tails: TailThresholds = field(default_factory=TailThresholds)
     deadlines: LearnedDeadlines = field(default_factory=LearnedDeadlines)
     windows: ContextWindows = field(default_factory=ContextWindows)
+    refused_continuation: dict[DeploymentKey, float] = field(default_factory=dict)
+    """Deployments that refused a continuation (a prefill) with a 4xx, until when they are not asked again."""
 
     window_s: float = 300.0
     """The shared stats window's length (``stats.window_s``)."""

@@ -82,6 +82,14 @@ class Router(Protocol):
 
     def attempt_finished(self, candidate: Candidate, sample: Sample, retry_after_s: float | None = None) -> None: ...
 
+    def continuation_refused(self, candidate: Candidate) -> None:
+        """``candidate`` refused a continuation (a prefill) with a 4xx: not asked for one for a while."""
+        ...
+
+    def may_continue(self, candidate: Candidate) -> bool:
+        """Whether ``candidate`` may be asked to continue an answer (it has not refused one lately)."""
+        ...
+
     def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
         """``candidate`` refused the prompt as too long; ``limit``: the window its answer stated, if it did."""
         ...

@@ -51,6 +51,8 @@ from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason
 
 logger = logging.getLogger("gateway")
+NOT_CONTINUABLE_S = 600.0
+"""How long a deployment that refused a continuation (a 4xx to a prefill) is not asked for one again."""
 TYPICAL_OUTPUT_TTL_S = 1.0
 """How long a model's observed answer length is reused before it is looked up again."""
 
@@ -346,6 +348,24 @@ class MeasuredRouter:
             for metric in changed:
                 window = "tokens_per_s" if metric == "seconds_per_token" else metric
                 view.note_window(metric, summary.count(window) if summary is not None else 0)
+
+    def continuation_refused(self, candidate: Candidate) -> None:
+        key = (candidate.model, candidate.name)
+        refused = self.state.refused_continuation
+        now = self.clock()
+        if refused.get(key, float("-inf")) <= now:
+            logger.warning(
+                "deployment %s of model %s is marked continue_prefill but refused a continuation: "
+                "not continuable for the next %.0f s (check its continue_prefill and prefill_format)",
+                candidate.name,
+                candidate.model,
+                NOT_CONTINUABLE_S,
+            )
+        refused[key] = now + NOT_CONTINUABLE_S
+
+    def may_continue(self, candidate: Candidate) -> bool:
+        until = self.state.refused_continuation.get((candidate.model, candidate.name))
+        return until is None or until <= self.clock()
 
     def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
         if limit is not None and self.state.windows.learn((candidate.model, candidate.name), limit):
