@@ -141,10 +141,14 @@ class AccessLog:
         samples = request.trace.samples if request is not None else []
         winner = record.winner()
         costs = [s.cost_usd for s in samples if s.cost_usd is not None]
-        prompt = None
+        prompt = output = None
+        said = request.trace.said_tokens if request is not None else 0
         if winner is not None:
             prompt = winner.usage_prompt_tokens
             prompt = prompt if prompt is not None else winner.prompt_tokens_estimate
+            # After a recovery: the whole answer's tokens, the original prompt once (the prefill is output).
+            prompt = max(0, prompt - said) if prompt is not None else None
+            output = winner.output_tokens + said if winner.output_tokens is not None else None
         entry: dict[str, Any] = {
             "ts": datetime.fromtimestamp(self.wall_clock(), UTC).isoformat(timespec="milliseconds"),
             "request_id": record.request_id,
@@ -161,7 +165,7 @@ class AccessLog:
             "first_answer_s": _round(winner.first_answer_s if winner else None),
             "tokens_per_s": _round(winner.tokens_per_s if winner else None, 2),
             "input_tokens": prompt,
-            "output_tokens": winner.output_tokens if winner is not None else None,
+            "output_tokens": output,
             "cost_usd": _round(sum(costs), 10) if costs else None,
             "key": record.key_name,
             "team": record.team,

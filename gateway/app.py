@@ -46,6 +46,7 @@ from gateway.metrics_genai import GenAISink
 from gateway.ratelimit import RateLimiter, open_rate_limiter
 from gateway.redis_client import RedisConnections
 from gateway.relay import AttemptRunner, Dispatcher
+from gateway.relay.probe import CircuitProber
 from gateway.reload import Reloader
 from gateway.response_owners import ResponseOwners
 from gateway.routing import MeasuredRouter
@@ -92,6 +93,8 @@ class AppOptions:
     """The config's client keys and admin key, when the caller has loaded them already (``gateway
     serve`` does, to warn about exposure); otherwise ``create_app`` loads them, once."""
     binding_lookup_timeout_s: float = LOOKUP_TIMEOUT_S
+    probe_interval_s: float | None = 1.0
+    """How often open circuits past their cool-down are probed in the background (None: only by requests)."""
     """How long a request may wait for Redis to find a binding this replica does not hold."""
 
 
@@ -239,6 +242,10 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         owners = ResponseOwners(bindings)
         try:
             holder.current = await build_runtime(config, options, keys, client_keys, stats, access_state, owners=owners)
+            prober = None
+            if options.probe_interval_s is not None:
+                prober = CircuitProber(lambda: holder.current.dispatcher.runner, options.probe_interval_s)
+                prober.start()
             loop = asyncio.get_running_loop()
             if options.reload_on_sighup:
                 loop.add_signal_handler(signal.SIGHUP, reloader.reload_in_background)
@@ -248,6 +255,8 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
                 if options.reload_on_sighup:
                     loop.remove_signal_handler(signal.SIGHUP)
                 await reloader.aclose()
+                if prober is not None:
+                    await prober.aclose()
                 await holder.current.aclose()
         finally:
             # Runs after in-flight requests have finished (or the shutdown grace ran out):

@@ -186,6 +186,9 @@ class DeploymentConfig:
     apis: tuple[Endpoint, ...] = DEFAULT_APIS
     """The APIs this deployment serves (its own ``apis``, else its provider's): a request reaches only
     deployments that speak its API."""
+    context_window: int | None = None
+    """Tokens this deployment accepts (prompt and answer); None: learned from its ``context_length_exceeded``
+    answers. A request whose estimated prompt does not fit skips it (``gateway.routing.windows``)."""
 
     def cost_usd(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
         """What ``prompt_tokens`` in (``cached_tokens`` of them from the prompt cache) and ``output_tokens``
@@ -377,6 +380,7 @@ def _parse_deployment(table: TableReader, providers: Mapping[str, ProviderConfig
         continue_prefill=table.flag("continue_prefill", False),
         prefill_format=table.choice("prefill_format", PREFILL_FORMATS, "plain"),
         apis=_apis(table, providers[provider].apis),
+        context_window=table.integer("context_window", None, minimum=1),
     )
     if table.has("prefill_format") and not deployment.continue_prefill:
         raise table.error("prefill_format", "only applies with continue_prefill = true")

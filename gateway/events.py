@@ -10,9 +10,11 @@ whatever the caller passed in ``AppOptions.events`` (a test's ``EventLog``, a lo
     attempt_started / _ended relay (runner)           an upstream attempt takes / frees its slot
     committed                relay (runner)           the client's answer will come from this deployment
     fallback                 relay (attempt loops)    an attempt failed before the first byte; the next is tried
+                                                      (``next_deployment`` the same one: a retry)
     hedge_started            relay (hedged race)      the first token was late: a second attempt started beside it
     hedge_ended              relay (hedged race)      one attempt of a hedged race ended, ``won`` or ``lost``
     stream_broke             relay (replies)          a stream broke mid-answer, then ``recovered`` or ``failed``
+    malformed_stream         relay (replies)          a stream completed with an event that was not valid JSON
     circuit_changed          router (health)          a deployment's circuit opened, went half-open or closed
 
 Each event names the client-facing ``model``, the ``deployment`` (its name within the model) and
@@ -53,6 +55,9 @@ class GatewayEvents(Protocol):
     def stream_broke(self, model: str, deployment: str, provider: str, result: BreakResult) -> None:
         """The stream from ``deployment`` broke after part of the answer reached the client."""
 
+    def malformed_stream(self, model: str, deployment: str, provider: str) -> None:
+        """A stream completed although one of its events was not valid JSON (not a health failure)."""
+
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
         """A deployment's circuit opened, went half-open, or closed."""
 
@@ -82,6 +87,9 @@ class NoEvents:
         pass
 
     def stream_broke(self, model: str, deployment: str, provider: str, result: BreakResult) -> None:
+        pass
+
+    def malformed_stream(self, model: str, deployment: str, provider: str) -> None:
         pass
 
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
@@ -125,6 +133,10 @@ class EventFanout:
     def stream_broke(self, model: str, deployment: str, provider: str, result: BreakResult) -> None:
         for listener in self.listeners:
             listener.stream_broke(model, deployment, provider, result)
+
+    def malformed_stream(self, model: str, deployment: str, provider: str) -> None:
+        for listener in self.listeners:
+            listener.malformed_stream(model, deployment, provider)
 
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
         for listener in self.listeners:

@@ -243,6 +243,13 @@ class Metrics:
             [*_SAMPLE_LABELS, "result"],
             registry=r,
         )
+        self.malformed_events = Counter(
+            "gateway_malformed_events_total",
+            "Streams that completed although one of their events was not valid JSON (the client skipped it): "
+            "counted here, not against the provider's health",
+            _SAMPLE_LABELS,
+            registry=r,
+        )
         self.circuit = Gauge(
             "gateway_circuit_state",
             "1 for the provider's current circuit state, 0 otherwise",
@@ -327,6 +334,7 @@ class Metrics:
                 self._series(self.hedges, model, provider, hedge)
             for result in BREAK_RESULTS:
                 self._series(self.stream_breaks, model, provider, result)
+            self._series(self.malformed_events, model, provider)
         for provider_config in config.providers:
             name = provider_config.name
             self._series(self.inflight, name)
@@ -425,6 +433,9 @@ class Metrics:
     def stream_broke(self, model: str, deployment: str, provider: str, result: BreakResult) -> None:
         """``provider``'s stream broke mid-answer; ``result`` says whether the answer was still finished."""
         self._series(self.stream_breaks, model, provider, result).inc()
+
+    def malformed_stream(self, model: str, deployment: str, provider: str) -> None:
+        self._series(self.malformed_events, model, provider).inc()
 
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
         self.set_circuit_state(provider, state)

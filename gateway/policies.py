@@ -105,10 +105,19 @@ class PolicyConfig:
     """Consecutive failures that open the circuit."""
     cooldown_s: float = 5.0
     """How long an opened circuit stays open; doubled on each re-open, up to ``max_cooldown_s``."""
-    max_cooldown_s: float = 120.0
+    max_cooldown_s: float = 15.0
+    """The escalation's cap: a provider that recovers gets its probe (in the background, if no request
+    comes) at most this long after, so it is back within about this long of its recovery. A 429's
+    ``Retry-After`` is honoured up to ``MAX_RETRY_AFTER_S`` whatever this is."""
 
     # Attempts and timeouts.
     max_attempts: int = 3
+    retries_per_deployment: int = 2
+    """Retries of one deployment within a request (a failure before the first byte that is safe to repeat):
+    taken when waiting for it (``Retry-After``, or the back-off) is still predicted to beat the next
+    candidate, and always by a lone deployment; ``max_attempts`` and the total deadline still bound them."""
+    retry_backoff_s: float = 0.25
+    """The first retry's back-off without a ``Retry-After``, doubled per retry, jittered (half to all of it)."""
     connect_timeout_s: float = 5.0
     first_token_timeout_s: float = 30.0
     """From sending the request to the first chunk that carries output; past it, the next deployment is tried."""
@@ -116,6 +125,11 @@ class PolicyConfig:
     """Longest gap between two chunks of a stream."""
     total_timeout_s: float = 600.0
     """Deadline for the whole request, all attempts included."""
+    deadline_multiple: float = 4.0
+    """Learned deadlines: a deployment with ``min_samples`` measured gives up on an attempt's first token
+    after this multiple of its own TTFT p99, and on a stream's silence after this multiple of its longest
+    usual gap (p99), never below ``deadline_floor_s`` nor above the configured timeouts; 0 turns it off."""
+    deadline_floor_s: float = 2.0
 
     # Hedging of streams: a second attempt when the first token is late.
     hedge_after_s: float | None = None
@@ -190,6 +204,7 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
     def optional(key: str, default: float | None, positive: bool = False) -> float | None:
         return table.number(key, default, minimum=0.0, positive=positive)
 
+    cooldown_s = table.number("cooldown_s", b.cooldown_s, positive=True)
     policy = PolicyConfig(
         name=name,
         ranking=table.choice("ranking", RANKING_MODES, b.ranking),
@@ -214,13 +229,18 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
         explore_race=table.flag("explore_race", b.explore_race),
         tie_band=weight("tie_band", b.tie_band),
         failure_threshold=table.integer("failure_threshold", b.failure_threshold, minimum=1),
-        cooldown_s=table.number("cooldown_s", b.cooldown_s, positive=True),
-        max_cooldown_s=table.number("max_cooldown_s", b.max_cooldown_s, positive=True),
+        cooldown_s=cooldown_s,
+        # A cool-down set above the default cap, with no cap of its own, is not escalated (rather than refused).
+        max_cooldown_s=table.number("max_cooldown_s", max(b.max_cooldown_s, cooldown_s), positive=True),
         max_attempts=table.integer("max_attempts", b.max_attempts, minimum=1),
+        retries_per_deployment=table.integer("retries_per_deployment", b.retries_per_deployment, minimum=0),
+        retry_backoff_s=table.number("retry_backoff_s", b.retry_backoff_s, minimum=0.0),
         connect_timeout_s=table.number("connect_timeout_s", b.connect_timeout_s, positive=True),
         first_token_timeout_s=table.number("first_token_timeout_s", b.first_token_timeout_s, positive=True),
         idle_timeout_s=table.number("idle_timeout_s", b.idle_timeout_s, positive=True),
         total_timeout_s=table.number("total_timeout_s", b.total_timeout_s, positive=True),
+        deadline_multiple=table.number("deadline_multiple", b.deadline_multiple, minimum=0.0),
+        deadline_floor_s=table.number("deadline_floor_s", b.deadline_floor_s, positive=True),
         hedge_after_s=b.hedge_after_s,
         hedge_quantile=b.hedge_quantile,
         hedge_tail=table.flag("hedge_tail", b.hedge_tail),

@@ -183,7 +183,10 @@ def test_malformed_chunk_mid_stream_is_relayed_and_recorded(fakes: Fakes, start_
     gateway = start_gateway(gateway_config([fake], policy=SHORT))
     body = post_stream(gateway)
     assert b"data: {not json\n\n" in body  # the gateway never rewrites what it relays
-    assert sample_outcomes(gateway, 1) == ["upstream_error"]
+    # The stream completed: not the provider's health failure, counted apart.
+    assert sample_outcomes(gateway, 1) == ["ok"]
+    malformed = {"model": "m", "provider": "a"}
+    assert gateway.metrics.registry.get_sample_value("gateway_malformed_events_total", malformed) == 1
 
 
 def test_client_hang_up_mid_stream_cancels_upstream(fakes: Fakes, start_gateway: StartGateway) -> None:

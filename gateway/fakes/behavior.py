@@ -71,6 +71,9 @@ class FakeBehavior:
     an answer that just stops."""
     linger_s: float = 0.0
     """After the finish chunk, keep the stream open this long before the rest (usage, ``[DONE]``)."""
+    context_window: int = 0
+    """Refuse (400 ``context_length_exceeded``, stating this limit) a request whose body is more than this
+    many tokens, counted as its bytes / 4; 0: no limit."""
     reject_prefill: bool = False
     """Answer 400 to a request that continues a prefill, as a provider that cannot continue one does."""
     model: str | None = None

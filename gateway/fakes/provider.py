@@ -147,6 +147,14 @@ class FakeProvider:
         except (ValueError, TypeError) as exc:
             await self._error(send, anthropic, 400, f"fake: {exc}", "invalid_request_error")
             return
+        size = len(json.dumps(body)) // 4
+        if behavior.context_window and size > behavior.context_window:
+            message = (
+                f"This model's maximum context length is {behavior.context_window} tokens. "
+                f"However, your messages resulted in {size} tokens."
+            )
+            await self._error(send, anthropic, 400, message, "invalid_request_error", "context_length_exceeded")
+            return
         if behavior.reject_prefill and chat.prefill_words(body, path):
             message = f"fake {self.name}: an assistant prefill cannot be continued here"
             await self._error(send, anthropic, 400, message, "invalid_request_error", "prefill_unsupported")

@@ -1,10 +1,12 @@
 """From a ``RoutePlan`` to a committed ``Reply``: the request's attempt loop, in order or hedged.
 
 Before any byte has reached the client, a failed attempt (connect error, 5xx, 429, first-token
-timeout, a stream that breaks or errs before its first token) moves on to the next candidate,
-within the policy's attempt count and total deadline (the request's ``AttemptBudget``). An
-upstream 4xx that is the request's own fault (400, 413, 422: context length, content filter, bad
-parameters) is relayed as is. Streams whose first candidate carries a hedge threshold go through
+timeout, a stream that breaks or errs before its first token) moves on to the next candidate, or
+asks the same one again after a wait when that is predicted to be faster (``retry``), within the
+policy's attempt count and total deadline (the request's ``AttemptBudget``). An
+upstream 4xx that is the request's own fault (400, 413, 422: content filter, bad parameters) is
+relayed as is; a context length exceeded moves on to a deployment with a larger window while
+one is left (``context``). Streams whose first candidate carries a hedge threshold go through
 ``hedging.race`` instead of ``attempt_in_order``; both hand back an ``Opened`` attempt, and the
 dispatcher wraps it in the reply that writes it to the client.
 
@@ -15,18 +17,21 @@ Layers, each calling only the one below: ``Dispatcher.dispatch`` → ``attempt_i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
 from gateway.errors import UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault, Opened
 from gateway.relay.budget import AttemptBudget
+from gateway.relay.context import context_exceeded, larger_windows
 from gateway.relay.hedging import race
 from gateway.relay.replies import FullReply, Reply, StreamReply
 from gateway.relay.request import ProxyRequest
+from gateway.relay.retry import retry_wait
 from gateway.relay.runner import AttemptRunner
 from gateway.response_owners import Owner, ResponseOwners
-from gateway.routing import RoutePlan
+from gateway.routing import Candidate, RoutePlan
 from gateway.types import Clock
 
 
@@ -49,14 +54,22 @@ class Dispatcher:
         """Try the plan's candidates until one answers; raise the right ``GatewayError`` if none does."""
         runner = self.runner
         budget = AttemptBudget.for_request(plan.policy, request.received_at, runner.clock)
-        hedged = request.stream and bool(plan.candidates) and plan.candidates[0].hedge_after_s is not None
-        try:
-            if hedged:
-                opened = await race(runner, budget, request, plan)
-            else:
-                opened = await attempt_in_order(runner, budget, request, plan)
-        except ClientFault as fault:
-            return FullReply(fault.status, fault.body, fault.content_type, budget.log)
+        remaining = plan
+        too_long: list[str] = []  # deployments that refused the prompt as too long
+        while True:
+            candidates = remaining.candidates
+            hedged = request.stream and bool(candidates) and candidates[0].hedge_after_s is not None
+            try:
+                if hedged:
+                    opened = await race(runner, budget, request, remaining)
+                else:
+                    opened = await attempt_in_order(runner, budget, request, remaining)
+                break
+            except ClientFault as fault:
+                larger = self._larger(fault, budget, plan, too_long)
+                if not larger or not budget.allows_another():
+                    return FullReply(fault.status, fault.body, fault.content_type, budget.log)
+                remaining = dataclasses.replace(plan, candidates=larger)
         if request.endpoint == "responses":
             self._bind(request, opened.attempt)
         if request.stream:
@@ -68,6 +81,19 @@ class Dispatcher:
         status = 200 if attempt.status is None else attempt.status
         finish = functools.partial(runner.finish_full, request, attempt)
         return FullReply(status, attempt.body, content_type, budget.log, finish)
+
+    def _larger(
+        self, fault: ClientFault, budget: AttemptBudget, plan: RoutePlan, too_long: list[str]
+    ) -> tuple[Candidate, ...]:
+        """After a ``context_length_exceeded``, the plan's candidates that may hold the prompt (``context``)."""
+        exceeded, limit = context_exceeded(fault)
+        failed = budget.log.winner
+        if not exceeded or failed is None:
+            return ()
+        self.runner.router.context_exceeded(failed, limit)
+        too_long.append(failed.name)
+        tried = {*too_long, *(c.name for c in budget.failed_at)}
+        return larger_windows(self.runner.router, failed, limit, plan.candidates, tried)
 
     def _bind(self, request: ProxyRequest, attempt: Attempt) -> None:
         """Remember which deployment holds this response (its id from ``response.created``, or the body)."""
@@ -88,24 +114,38 @@ async def attempt_in_order(
 ) -> Opened:
     """The plan's candidates one after another, until one can be committed to.
 
-    Raises ``ClientFault`` (the attempt committed, its error to be relayed) or the budget's
-    final ``GatewayError`` when no attempt answered.
+    A failure safe to repeat may ask the same candidate again first, when the wait is predicted
+    to pay (``gateway.relay.retry``). Raises ``ClientFault`` (the attempt committed, its error to
+    be relayed) or the budget's final ``GatewayError`` when no attempt answered.
     """
-    for index, candidate in enumerate(plan.candidates):
-        if not budget.allows_another():
-            break
-        attempt = runner.start(request, candidate, budget)
+    candidates = plan.candidates
+    lone = len(candidates) == 1
+    index = retries = 0
+    while index < len(candidates) and budget.allows_another():
+        candidate = candidates[index]
+        # A lone deployment's retry passes its open circuit (a 429 opens it at once): waiting was its only choice.
+        attempt = runner.start(request, candidate, budget, retry=retries > 0 and lone)
         if attempt is None:
+            index, retries = index + 1, 0
             continue
         runner.fall_back(budget, candidate)
         try:
             await runner.open(request, attempt, budget)
         except UpstreamError as exc:
             budget.failed(exc, candidate)
+            wait = None
+            if lone or index + 1 < len(candidates):
+                following = None if lone else candidates[index + 1]
+                wait = retry_wait(plan.policy, candidate, exc, retries, following, budget.remaining_s(), runner.rng)
+            if wait is not None and budget.allows_another():
+                retries += 1
+                await runner.wait_to_retry(wait)
+            else:
+                index, retries = index + 1, 0
             continue
         except ClientFault:
             budget.log.commit(attempt)
             raise
         runner.commit(request, budget, attempt)
-        return Opened(attempt, plan.candidates[index + 1 :])
+        return Opened(attempt, candidates[index + 1 :])
     raise budget.exhausted()

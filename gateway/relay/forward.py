@@ -20,6 +20,12 @@ The relay forwards bytes as they come, but three things need the event boundarie
   empty-``choices`` chunk that carries it is not forwarded: a client that did not ask may index
   ``choices[0]`` and choke on it. A usage field on a chunk with choices is left as it is.
 
+- **A continuation's usage.** The continuation's provider counts the prefill (the answer so far)
+  as prompt and only its own part as output; the client bills on ``usage``, which must cover the
+  whole answer. So a continuation's usage moves ``said_tokens`` (the earlier parts' output, counted
+  in the pinned encoding) from its prompt to its output: chat's ``prompt_tokens`` /
+  ``completion_tokens``, the Messages API's ``input_tokens`` / ``output_tokens``; totals stay.
+
 What an error event is comes from the stream's ``Dialect``. Only a chunk that holds ``"error"``
 (or an empty ``choices`` list, when usage is dropped) or belongs to an opening is parsed; others
 cost a suffix check. Created per upstream stream, not thread-safe.
@@ -36,6 +42,7 @@ from gateway.dialects.chat import usage_only
 from gateway.sse import SSESplitter, parse_event
 
 _ERROR_KEY = b'"error"'
+_USAGE_KEY = b'"usage"'
 _EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
@@ -43,13 +50,21 @@ _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 class EventForwarder:
     """Feed each upstream chunk; send what ``feed`` returns. ``error`` is a held-back error event."""
 
-    __slots__ = ("_tail", "_opening", "_dialect", "_drop_usage", "error", "error_object")
+    __slots__ = ("_tail", "_opening", "_dialect", "_drop_usage", "_said", "error", "error_object")
 
-    def __init__(self, dialect: Dialect = CHAT, *, continuation: bool = False, drop_usage_only: bool = False) -> None:
+    def __init__(
+        self,
+        dialect: Dialect = CHAT,
+        *,
+        continuation: bool = False,
+        drop_usage_only: bool = False,
+        said_tokens: int = 0,
+    ) -> None:
         self._tail = b""
         self._opening = continuation
         self._dialect = dialect
         self._drop_usage = drop_usage_only
+        self._said = said_tokens
         self.error: bytes | None = None
         """The raw error event that ended this stream (nothing after it is forwarded)."""
         self.error_object: Any = None
@@ -59,7 +74,12 @@ class EventForwarder:
         if self.error is not None:
             return b""
         data = self._tail + chunk if self._tail else chunk
-        if self._opening or _ERROR_KEY in data or (self._drop_usage and b"[]" in data and _EMPTY_CHOICES.search(data)):
+        if (
+            self._opening
+            or _ERROR_KEY in data
+            or (self._drop_usage and b"[]" in data and _EMPTY_CHOICES.search(data))
+            or (self._said and _USAGE_KEY in data)
+        ):
             return self._sift(data)
         if data.endswith(b"\n\n"):
             self._tail = b""
@@ -93,7 +113,8 @@ class EventForwarder:
                 continue
             done = payload == self._dialect.done_data
             # Only what could be an error, a dropped usage chunk or an opening is parsed.
-            wanted = self._opening or _ERROR_KEY in payload or (self._drop_usage and b"[]" in payload)
+            said = self._said and _USAGE_KEY in payload
+            wanted = self._opening or _ERROR_KEY in payload or (self._drop_usage and b"[]" in payload) or said
             event = parse_event(payload) if wanted and not done else None
             error = self._dialect.error_of(event) if event is not None else None
             if error is not None:
@@ -108,6 +129,8 @@ class EventForwarder:
                     continue  # the continuation's opening (role chunk, reasoning, message_start): the client has it
                 self._opening = False
                 block = _without_role(event, block)
+            if said and event is not None:
+                block = _whole_usage(event, block, self._said)
             out.append(block)
         return b"".join(out)
 
@@ -134,6 +157,31 @@ def _events(data: bytes, splitter: SSESplitter) -> list[tuple[bytes, bytes | Non
         payloads = splitter.feed(block + b"\n\n")
         events.append((block + b"\n\n", payloads[0] if payloads else None))
     return events
+
+
+def _whole_usage(event: dict[str, Any], block: bytes, said: int) -> bytes:
+    """The event with its ``usage`` covering the whole answer: ``said`` tokens moved from prompt to output."""
+    usage = event.get("usage")
+    if not isinstance(usage, dict):
+        inner = event.get("message") if isinstance(event.get("message"), dict) else None
+        usage = inner.get("usage") if inner is not None else None
+    if not isinstance(usage, dict):
+        return block
+    changed = False
+    for prompt_key, output_key in (("prompt_tokens", "completion_tokens"), ("input_tokens", "output_tokens")):
+        output = usage.get(output_key)
+        if isinstance(output, int) and not isinstance(output, bool):
+            usage[output_key] = output + said
+            prompt = usage.get(prompt_key)
+            if isinstance(prompt, int) and not isinstance(prompt, bool):
+                usage[prompt_key] = max(0, prompt - said)
+            changed = True
+    if not changed:
+        return block
+    data = b"data: " + json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode()
+    # Keep the event's other lines (the Messages API's ``event: message_delta``).
+    kept = [line for line in block.split(b"\n") if line and not line.startswith(b"data:")]
+    return b"\n".join([*kept, data]) + b"\n\n"
 
 
 def _without_role(event: dict[str, Any] | None, block: bytes) -> bytes:

@@ -4,7 +4,8 @@ When the primary's first token is later than its ``hedge_after_s`` (and the mode
 budget allows), the next candidate starts beside it. Whichever produces a token first is
 committed; the other is cancelled, which closes its upstream connection and records its
 sample (``hedged=True``, its prompt's cost counted). A failure of either leaves the other
-running; when both have failed, plain fallback goes on.
+running; when both have failed, plain fallback goes on (or a retry of the one that failed last,
+when ``retry`` says waiting for it pays).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from gateway.errors import UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault, Opened, first_output_at
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.request import ProxyRequest
+from gateway.relay.retry import retry_wait
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import RoutePlan
 
@@ -25,11 +27,16 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
     queue = list(plan.candidates)
     pending: dict[asyncio.Task[None], Attempt] = {}
     hedge_tried = False
+    retries: dict[str, int] = {}
+    lone = len(queue) == 1
+    again = False  # the queue's head is a retry of the attempt that just failed
 
     def start_next(as_hedge: bool) -> Attempt | None:
+        nonlocal again
         while queue and budget.allows_another():
             candidate = queue.pop(0)
-            attempt = runner.start(request, candidate, budget, as_hedge=as_hedge)
+            attempt = runner.start(request, candidate, budget, as_hedge=as_hedge, retry=again)
+            again = False
             if attempt is None:
                 continue
             if not as_hedge:
@@ -63,6 +70,19 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
                     answered.append(attempt)
                 elif isinstance(error, UpstreamError):
                     budget.failed(error, attempt.candidate)
+                    failed = attempt.candidate
+                    if not pending and not answered and len(done) == 1 and (lone or queue):
+                        # Alone again: ask it again after a wait, when that is predicted to pay.
+                        following = queue[0] if queue else None
+                        spent = retries.get(failed.name, 0)
+                        wait = retry_wait(
+                            budget.policy, failed, error, spent, following, budget.remaining_s(), runner.rng
+                        )
+                        if wait is not None and budget.allows_another():
+                            retries[failed.name] = spent + 1
+                            await runner.wait_to_retry(wait)
+                            queue.insert(0, failed)
+                            again = lone
                 elif isinstance(error, ClientFault):
                     budget.log.commit(attempt)
                     raise error

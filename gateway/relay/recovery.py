@@ -24,7 +24,9 @@ on: the client receives one complete answer, under the headers it already has.
 - Bounded by the request's ``AttemptBudget``: attempts count against ``max_attempts``, and none
   starts after the total deadline. A deployment that refuses (an error status, an error event,
   no first token in time) is recorded like any failed attempt, and the next one is asked; when
-  none can continue, the client gets the original break's error event, never the refusal.
+  none can continue, the client gets the original break's error event, never the refusal. A
+  deployment that refuses a continuation with a 4xx is not asked for one again for a while (the
+  router's ``may_continue``), and that is logged once, as the configuration problem it is.
 """
 
 from __future__ import annotations
@@ -124,7 +126,8 @@ async def resume(
         if not budget.allows_another():
             return None
         candidate = untried.pop(0)
-        if partial.text and not candidate.deployment.continue_prefill:
+        continuing = bool(partial.text)
+        if continuing and not (candidate.deployment.continue_prefill and runner.router.may_continue(candidate)):
             continue
         follow_up = continuation(request, partial, candidate.deployment.prefill_format)
         if follow_up is None:
@@ -134,12 +137,18 @@ async def resume(
             continue
         try:
             await runner.open(follow_up, attempt, budget)
-        except (UpstreamError, ClientFault):
+        except UpstreamError:
             continue  # recorded by open; the original break still stands
+        except ClientFault:
+            if continuing:
+                runner.router.continuation_refused(candidate)  # a 4xx to a prefill: its config is wrong
+            continue
         meter = attempt.meter
         if meter is not None and meter.first_error is not None:
             # An error the provider deems the request's fault: a refusal of the prefill, most likely.
             runner.fail(follow_up, attempt, "client_error", None)
+            if continuing:
+                runner.router.continuation_refused(candidate)
             continue
         return attempt, follow_up
     return None

@@ -135,6 +135,9 @@ class StreamReply(Reply):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             reading = attempt.meter.finish(runner.counter)
             outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading, request.dialect)
+            if outcome == "ok" and reading.malformed:
+                failed = attempt.candidate
+                runner.events.malformed_stream(request.requested_model, failed.name, failed.provider.name)
             if not recoverable:
                 if not closed:
                     watch.disarm()
@@ -146,9 +149,11 @@ class StreamReply(Reply):
             runner.record(request, attempt, outcome, reading)
             said.append(reading.answer_text)
             resumed = None
+            said_tokens = 0
             if can_continue(self.request, reading):
                 text = "".join(said)
                 partial = Partial(text, runner.counter.count(text))
+                said_tokens = partial.tokens
                 resumed = await resume(runner, self.budget, self.request, self.untried, partial)
             self._note_break(attempt, outcome, resumed[0] if resumed else None, len(said))
             if resumed is None:
@@ -156,7 +161,8 @@ class StreamReply(Reply):
                 await send({"type": "http.response.body", "body": tail, "more_body": False})
                 return
             attempt, request = resumed
-            forwarder = _forwarder(request, attempt, continuation=True)
+            forwarder = _forwarder(request, attempt, continuation=True, said_tokens=said_tokens)
+            request.trace.said_tokens = said_tokens
 
     async def _relay(
         self, send: Send, start: Message | None, request: ProxyRequest, attempt: Attempt, forwarder: EventForwarder
@@ -235,9 +241,11 @@ class StreamReply(Reply):
         )
 
 
-def _forwarder(request: ProxyRequest, attempt: Attempt, *, continuation: bool = False) -> EventForwarder:
+def _forwarder(
+    request: ProxyRequest, attempt: Attempt, *, continuation: bool = False, said_tokens: int = 0
+) -> EventForwarder:
     drop = injects_usage(request, attempt.candidate.provider)
-    return EventForwarder(request.dialect, continuation=continuation, drop_usage_only=drop)
+    return EventForwarder(request.dialect, continuation=continuation, drop_usage_only=drop, said_tokens=said_tokens)
 
 
 def _ending(
@@ -268,7 +276,6 @@ def _ending(
         name = attempt.candidate.provider.name
         message = f"{name}: upstream stream ended before the answer was complete"
         return "broken_stream", dialect.stream_error(message, "upstream_stream_broken", reading.last_sequence), True
-    # Relayed as is, but a malformed event choked the client's SDK: not a success.
-    outcome = "upstream_error" if reading.malformed else "ok"
-    # The answer is complete, but if the provider forgot its ending ([DONE], message_stop), end the stream cleanly.
-    return outcome, b"" if meter.done else dialect.clean_end, False
+    # Complete: a malformed event on the way (relayed as is; SDKs skip it) is counted apart, by the caller,
+    # not held against the provider's health.
+    return "ok", b"" if meter.done else dialect.clean_end, False

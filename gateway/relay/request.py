@@ -27,6 +27,9 @@ class RequestTrace:
     """The committed answer's text (only ever logged when ``server.log_bodies`` is on)."""
     provider_timings: dict[str, Any] | None = None
     """The answering provider's own timings, as it reported them (for the access log only)."""
+    said_tokens: int = 0
+    """After a mid-stream recovery: the output tokens of the answer's earlier parts (pinned encoding), which
+    the continuation's provider counted as prompt; the access log moves them back to the output."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import time
 from collections.abc import Callable
 
@@ -63,14 +64,25 @@ class AttemptRunner:
         self.events: GatewayEvents = events if events is not None else NoEvents()
         self.clock = clock
         self.wall_clock = wall_clock
+        self.rng = random.Random()
+        """The retries' jitter."""
 
     # -- the lifecycle of one attempt -----------------------------------------------------------
 
     def start(
-        self, request: ProxyRequest, candidate: Candidate, budget: AttemptBudget, *, as_hedge: bool = False
+        self,
+        request: ProxyRequest,
+        candidate: Candidate,
+        budget: AttemptBudget,
+        *,
+        as_hedge: bool = False,
+        retry: bool = False,
     ) -> Attempt | None:
-        """Admit an attempt at ``candidate`` and count it; None when the router says not now (circuit, capacity)."""
-        if not self.router.attempt_started(candidate):
+        """Admit an attempt at ``candidate`` and count it; None when the router says not now (circuit, capacity).
+
+        ``retry``: the request asks ``candidate`` again after waiting for it (``gateway.relay.retry``).
+        """
+        if not self.router.attempt_started(candidate, retry=retry):
             return None
         self.events.attempt_started(candidate.model, candidate.name, candidate.provider.name)
         attempt = Attempt(candidate, sent_at=self.clock(), started_wall=self.wall_clock())
@@ -79,6 +91,10 @@ class AttemptRunner:
         if request.trace.upstream_sent_at is None:
             request.trace.upstream_sent_at = attempt.sent_at
         return attempt
+
+    async def wait_to_retry(self, seconds: float) -> None:
+        """Wait before asking a deployment again (its ``Retry-After``, or a back-off): never a tight loop."""
+        await asyncio.sleep(seconds)
 
     def fall_back(self, budget: AttemptBudget, candidate: Candidate) -> None:
         """Tell the events that ``candidate`` is tried because the previous attempt failed (if one did)."""
@@ -95,10 +111,15 @@ class AttemptRunner:
         candidate = attempt.candidate
         remaining = budget.remaining_s()
         client = self.upstreams[candidate.provider.name]
-        timeouts = AttemptTimeouts(connect_s=policy.connect_timeout_s, read_s=policy.idle_timeout_s, total_s=remaining)
+        first_token_s = min(candidate.first_token_timeout_s or policy.first_token_timeout_s, remaining)
+        read_s = policy.idle_timeout_s
+        if request.stream and candidate.idle_timeout_s is not None:
+            # A learned gap, but never shorter than the first-token deadline: a provider that sends its
+            # headers with its first token is silent until then, and that wait is the other deadline's.
+            read_s = max(candidate.idle_timeout_s, first_token_s)
+        timeouts = AttemptTimeouts(connect_s=policy.connect_timeout_s, read_s=read_s, total_s=remaining)
         body = upstream_body(request, candidate)
         api = request.endpoint
-        first_token_s = min(policy.first_token_timeout_s, remaining)
         try:
             if request.stream:
                 async with asyncio.timeout(first_token_s):

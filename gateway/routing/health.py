@@ -18,7 +18,9 @@ open (its failures cost a quick fallback, and its score already pays for them) w
 down opens after ``failure_threshold`` failures.
 
 The cool-down doubles each time a circuit re-opens soon after closing, up to
-``max_cooldown_s``; a 429's ``Retry-After`` sets it directly. A 429 opens the circuit at once,
+``max_cooldown_s`` (15 s by default: a provider that recovers is probed, in the background when
+no request comes, at most that long after); a 429's ``Retry-After`` sets it directly (up to
+``MAX_RETRY_AFTER_S``). A 429 opens the circuit at once,
 with or without ``Retry-After``: the provider asked for fewer requests, and each request that
 tried it first would only add to its load (without the header, the usual cool-down applies).
 Attempts whose outcome is the request's fault (``client_error``) or the client's doing
@@ -32,14 +34,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.policies import PolicyConfig
+from gateway.routing.deadlines import LearnedDeadlines
 from gateway.routing.estimates import DeploymentView
 from gateway.routing.explore import ExploreBudget, ExploreCounts, RequestSizes
 from gateway.routing.hedge import TailThresholds
+from gateway.routing.windows import ContextWindows
 from gateway.samples import Outcome
 from gateway.types import CircuitState, DeploymentKey
 
 FAILURES: frozenset[Outcome] = frozenset({"upstream_error", "timeout", "broken_stream"})
 RECENT = 20
+MAX_RETRY_AFTER_S = 300.0
+"""The longest ``Retry-After`` honoured as a cool-down (a provider asking for more is asked again then)."""
 """How many recent attempts the failure ratio is taken over."""
 
 
@@ -160,7 +166,7 @@ class HealthBoard:
         circuit.level = circuit.level + 1 if escalate else 0
         circuit.rate_limited = rate_limited
         if retry_after_s is not None:
-            cooldown = min(max(retry_after_s, 0.001), policy.max_cooldown_s)
+            cooldown = min(max(retry_after_s, 0.001), MAX_RETRY_AFTER_S)
         else:
             cooldown = min(policy.cooldown_s * 2**circuit.level, policy.max_cooldown_s)
         circuit.state = "open"
@@ -206,6 +212,10 @@ class RouterState:
     """Each model's recent request sizes: what a cheap request to explore on is."""
     counts: ExploreCounts = field(default_factory=ExploreCounts)
     tails: TailThresholds = field(default_factory=TailThresholds)
+    deadlines: LearnedDeadlines = field(default_factory=LearnedDeadlines)
+    windows: ContextWindows = field(default_factory=ContextWindows)
+    refused_continuation: dict[DeploymentKey, float] = field(default_factory=dict)
+    """Deployments that refused a continuation (a prefill) with a 4xx, until when they are not asked again."""
 
     window_s: float = 300.0
     """The shared stats window's length (``stats.window_s``)."""

@@ -24,6 +24,10 @@ class Candidate:
     """Start a hedge when this candidate's first token is later than this (None: never)."""
     predicted_s: float | None = None
     """The router's predicted time for the request on this candidate (None: nothing known)."""
+    first_token_timeout_s: float | None = None
+    """This attempt's first-token deadline, learned from the deployment's own TTFT (None: the policy's)."""
+    idle_timeout_s: float | None = None
+    """This attempt's longest silence mid-stream, learned from the deployment's own gaps (None: the policy's)."""
 
     @property
     def name(self) -> str:
@@ -71,9 +75,28 @@ class Router(Protocol):
 
     def plan(self, request: RouteRequest) -> RoutePlan: ...
 
-    def attempt_started(self, candidate: Candidate) -> bool: ...
+    def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
+        """``retry``: the request waited to ask ``candidate`` again; admitted through an open circuit (the wait
+        was decided with the provider's ``Retry-After`` or a back-off), not past capacity."""
+        ...
 
     def attempt_finished(self, candidate: Candidate, sample: Sample, retry_after_s: float | None = None) -> None: ...
+
+    def continuation_refused(self, candidate: Candidate) -> None:
+        """``candidate`` refused a continuation (a prefill) with a 4xx: not asked for one for a while."""
+        ...
+
+    def may_continue(self, candidate: Candidate) -> bool:
+        """Whether ``candidate`` may be asked to continue an answer (it has not refused one lately)."""
+        ...
+
+    def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
+        """``candidate`` refused the prompt as too long; ``limit``: the window its answer stated, if it did."""
+        ...
+
+    def context_window(self, candidate: Candidate) -> int | None:
+        """The tokens ``candidate`` accepts, configured or learned (None: not known)."""
+        ...
 
     def try_hedge(self, plan: RoutePlan) -> bool:
         """Spend one hedge from the model's budget; False when the budget is used up."""

@@ -26,6 +26,7 @@ tests are deterministic.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import time
@@ -49,6 +50,9 @@ from gateway.samples import Endpoint, Sample
 from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason
 
+logger = logging.getLogger("gateway")
+NOT_CONTINUABLE_S = 600.0
+"""How long a deployment that refused a continuation (a 4xx to a prefill) is not asked for one again."""
 TYPICAL_OUTPUT_TTL_S = 1.0
 """How long a model's observed answer length is reused before it is looked up again."""
 
@@ -205,6 +209,10 @@ class MeasuredRouter:
         rows = [r for r in ranking.rows if r.available]
         if not rows:
             raise _no_capacity(model.name, ranking.rows)
+        windows = self.state.windows
+        fitting = [r for r in rows if windows.fits(model.name, r.deployment, request.prompt_tokens)]
+        if fitting:
+            rows = fitting  # else none fits: the provider's own 400 will say why
         first_reason: RouteReason = "override" if preferences.steers else "best-score"
         probe = None if preferences.steers else self._probe(model.name, rows, policy, ranking.shape, request.stream)
         race = probe.row if probe is not None and probe.race else None
@@ -227,6 +235,8 @@ class MeasuredRouter:
                     policy, ranking.snapshot, model.name, row.deployment.name, backup, self.state.tails, now
                 )
             reason: RouteReason = first_reason if i == 0 else "fallback"
+            key = (model.name, row.deployment.name)
+            deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.get(*key), now)
             candidate = Candidate(
                 row.deployment,
                 row.provider,
@@ -234,6 +244,8 @@ class MeasuredRouter:
                 model=model.name,
                 hedge_after_s=after,
                 predicted_s=row.scored.prediction.time_s,
+                first_token_timeout_s=deadlines.first_token_s if deadlines is not None else None,
+                idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
             )
             candidates.append(candidate)
         first = candidates[0]
@@ -279,13 +291,13 @@ class MeasuredRouter:
             state.counts.races[model] = state.counts.races.get(model, 0) + 1
         return probe
 
-    def attempt_started(self, candidate: Candidate) -> bool:
+    def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
         provider = candidate.provider
         if self.state.provider_in_flight.get(provider.name, 0) >= provider.max_concurrency:
             return False
         key = (candidate.model, candidate.name)
         now = self.clock()
-        if not self.state.health.admit(key, now, self._circuit_changed):
+        if not self.state.health.admit(key, now, self._circuit_changed) and not retry:
             return False
         self.state.started(provider.name, key)
         model = self.config.model(candidate.model)
@@ -320,6 +332,7 @@ class MeasuredRouter:
         view = self.state.view(key, policy.memory_half_life_s)
         if sample.outcome == "ok":
             tps = sample.tokens_per_s
+            self.state.deadlines.observe(key, sample.chunk_gaps_s)
             view.add(Observation(now, sample.ttft_s, 1.0 / tps if tps else None, sample.e2e_s, ok=True))
         elif sample.outcome in FAILURES:
             failed_after = now - started_at if started_at is not None else None
@@ -335,6 +348,36 @@ class MeasuredRouter:
             for metric in changed:
                 window = "tokens_per_s" if metric == "seconds_per_token" else metric
                 view.note_window(metric, summary.count(window) if summary is not None else 0)
+
+    def continuation_refused(self, candidate: Candidate) -> None:
+        key = (candidate.model, candidate.name)
+        refused = self.state.refused_continuation
+        now = self.clock()
+        if refused.get(key, float("-inf")) <= now:
+            logger.warning(
+                "deployment %s of model %s is marked continue_prefill but refused a continuation: "
+                "not continuable for the next %.0f s (check its continue_prefill and prefill_format)",
+                candidate.name,
+                candidate.model,
+                NOT_CONTINUABLE_S,
+            )
+        refused[key] = now + NOT_CONTINUABLE_S
+
+    def may_continue(self, candidate: Candidate) -> bool:
+        until = self.state.refused_continuation.get((candidate.model, candidate.name))
+        return until is None or until <= self.clock()
+
+    def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
+        if limit is not None and self.state.windows.learn((candidate.model, candidate.name), limit):
+            logger.info(
+                "deployment %s of model %s accepts at most %d tokens (learned from its context_length_exceeded)",
+                candidate.name,
+                candidate.model,
+                limit,
+            )
+
+    def context_window(self, candidate: Candidate) -> int | None:
+        return self.state.windows.window(candidate.model, candidate.deployment)
 
     def try_hedge(self, plan: RoutePlan) -> bool:
         if not plan.candidates:

@@ -1,0 +1,66 @@
+"""A prompt too long for one deployment, moved to one with a larger window.
+
+A ``context_length_exceeded`` 400 is the request's fault on *that* deployment only: the same model
+served elsewhere may take 128k tokens where this one takes 8k. So the attempt loop does not relay
+it while a later candidate of the plan may have a larger window: it learns the limit the error
+states (the router skips the deployment for prompts that large from then on) and tries the next
+candidate whose window is larger or not known, never the same one again. Only when none is left
+does the client get the provider's 400, unchanged. Other client faults (a content filter, a bad
+parameter) are relayed as they are: another deployment would refuse them alike.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Sequence
+
+from gateway.relay.attempt import ClientFault
+from gateway.routing import Candidate, Router
+
+CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+# How providers state the limit: OpenAI ("maximum context length is 8192 tokens"), vLLM and others
+# ("maximum context length is 8192", "context window of 8192"), Anthropic ("200019 tokens > 200000 maximum").
+_LIMITS = (
+    re.compile(r"maximum context length (?:is|of) (\d+)", re.IGNORECASE),
+    re.compile(r"context (?:window|length|size) (?:is |of )?(\d+)", re.IGNORECASE),
+    re.compile(r"> ?(\d+) maximum", re.IGNORECASE),
+)
+_MESSAGES = re.compile(r"context.length|context.window|prompt is too long|too many tokens", re.IGNORECASE)
+
+
+def context_exceeded(fault: ClientFault) -> tuple[bool, int | None]:
+    """Whether ``fault`` says the prompt was too long, and the window it states (None: it did not say)."""
+    if fault.status != 400 or len(fault.body) > 16384:
+        return False, None
+    try:
+        body = json.loads(fault.body)
+    except ValueError:
+        return False, None
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return False, None
+    message = error.get("message")
+    message = message if isinstance(message, str) else ""
+    if error.get("code") not in CONTEXT_CODES and not _MESSAGES.search(message):
+        return False, None
+    for pattern in _LIMITS:
+        found = pattern.search(message)
+        if found:
+            return True, int(found.group(1))
+    return True, None
+
+
+def larger_windows(
+    router: Router, failed: Candidate, limit: int | None, candidates: Sequence[Candidate], tried: Collection[str]
+) -> tuple[Candidate, ...]:
+    """The candidates not ``tried`` whose window may hold what ``failed``'s (``limit``, or known) could not."""
+    ceiling = limit if limit is not None else router.context_window(failed)
+    larger = []
+    for candidate in candidates:
+        if candidate.name in tried:
+            continue
+        window = router.context_window(candidate)
+        if window is None or ceiling is None or window > ceiling:
+            larger.append(candidate)
+    return tuple(larger)

@@ -1,0 +1,78 @@
+"""Retry the same deployment, or fail over to the next: decided by the predicted times, within the policy.
+
+A failure before the first byte that is safe to repeat (a 5xx, a 429, a connection that could not
+be made or was reset before the headers) does not have to cost the request its best deployment:
+waiting for it (its ``Retry-After``, else a jittered back-off) and asking again may still be
+faster than the next candidate. The router's prediction of each candidate's time for this
+request (``Candidate.predicted_s``) decides::
+
+    retry  when  wait + predicted(failed)  <  predicted(next)
+
+A lone deployment (no candidate left to fail over to) always retries, within the deadline: the
+client would otherwise get the error. Nothing measured on either side: fail over (the old,
+safe choice). Bounded by ``retries_per_deployment`` per deployment and request, by
+``max_attempts`` (each retry is an attempt) and by the total deadline (a wait that would end
+past it is not taken). Timeouts are never retried here: a provider that did not answer in time
+is not asked to take that long again; nor is anything after the first byte (that is
+``recovery``'s).
+"""
+
+from __future__ import annotations
+
+import random
+
+from gateway.errors import UpstreamError, UpstreamStatusError, UpstreamTimeout
+from gateway.policies import PolicyConfig
+from gateway.routing import Candidate
+
+RETRY_AFTER_MARGIN_S = 0.05
+"""Added to a ``Retry-After``: the retry comes just after the provider's window, not at its edge."""
+
+
+def safe_to_repeat(error: UpstreamError) -> bool:
+    """A failure before any answer that asking again may cure: 5xx, 429, a connection refused or reset."""
+    if isinstance(error, UpstreamTimeout):
+        return False
+    if isinstance(error, UpstreamStatusError):
+        status = error.upstream_status
+        return status is not None and (status == 429 or status >= 500)
+    # UpstreamUnavailable with no status: the connection failed or was reset before the headers. One with a
+    # status (an error event before the first token, an empty stream) is the provider's answer: fail over.
+    return error.upstream_status is None
+
+
+def backoff_s(policy: PolicyConfig, retries: int, rng: random.Random) -> float:
+    """The ``retries``-th (0 = first) back-off: ``retry_backoff_s`` doubled per retry, half to all of it."""
+    full: float = policy.retry_backoff_s * 2.0**retries
+    return full * (0.5 + 0.5 * rng.random())
+
+
+def retry_wait(
+    policy: PolicyConfig,
+    failed: Candidate,
+    error: UpstreamError,
+    retries: int,
+    following: Candidate | None,
+    remaining_s: float,
+    rng: random.Random,
+) -> float | None:
+    """Seconds to wait before asking ``failed`` again, or None to go on to ``following``.
+
+    ``retries``: retries of ``failed`` already spent in this request; ``following``: the next
+    candidate that could be tried (None: ``failed`` is the model's lone deployment, the
+    request's only candidate); ``remaining_s``: until the deadline. The last of several
+    candidates is not retried: the failures before it say more than a wait would cure.
+    """
+    if retries >= policy.retries_per_deployment or not safe_to_repeat(error):
+        return None
+    if error.retry_after_s is not None:
+        wait = error.retry_after_s + RETRY_AFTER_MARGIN_S
+    else:
+        wait = backoff_s(policy, retries, rng)
+    if wait + (failed.predicted_s or 0.0) >= remaining_s:
+        return None  # it would not answer before the deadline
+    if following is None:
+        return wait
+    if failed.predicted_s is None or following.predicted_s is None:
+        return None
+    return wait if wait + failed.predicted_s < following.predicted_s else None
