@@ -26,7 +26,7 @@ from gateway.relay.replies import FullReply, Reply, StreamReply
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
 from gateway.response_owners import Owner, ResponseOwners
-from gateway.routing import RoutePlan
+from gateway.routing import Candidate, RoutePlan
 from gateway.types import Clock
 
 
@@ -86,17 +86,19 @@ class Dispatcher:
 async def attempt_in_order(
     runner: AttemptRunner, budget: AttemptBudget, request: ProxyRequest, plan: RoutePlan
 ) -> Opened:
-    """The plan's candidates one after another, until one can be committed to.
+    """The plan's candidates one after another, until one can be committed to (a full one skipped for
+    the next with room, or waited for when all are: ``AttemptRunner.start_first``).
 
     Raises ``ClientFault`` (the attempt committed, its error to be relayed) or the budget's
     final ``GatewayError`` when no attempt answered.
     """
-    for index, candidate in enumerate(plan.candidates):
-        if not budget.allows_another():
+    candidates: tuple[Candidate, ...] = plan.candidates
+    while candidates and budget.allows_another():
+        started = await runner.start_first(request, candidates, budget)
+        if started is None:
             break
-        attempt = runner.start(request, candidate, budget)
-        if attempt is None:
-            continue
+        attempt, candidates = started
+        candidate = attempt.candidate
         runner.fall_back(budget, candidate)
         try:
             await runner.open(request, attempt, budget)
@@ -107,5 +109,5 @@ async def attempt_in_order(
             budget.log.commit(attempt)
             raise
         runner.commit(request, budget, attempt)
-        return Opened(attempt, plan.candidates[index + 1 :])
+        return Opened(attempt, candidates)
     raise budget.exhausted()

@@ -27,6 +27,10 @@ class RequestTrace:
     """The committed answer's text (only ever logged when ``server.log_bodies`` is on)."""
     provider_timings: dict[str, Any] | None = None
     """The answering provider's own timings, as it reported them (for the access log only)."""
+    queue_wait_s: float = 0.0
+    """Time spent waiting for a free slot (every candidate full): in end-to-end, never in a first token."""
+    queue_wait_before_sent_s: float = 0.0
+    """The part of ``queue_wait_s`` before the first attempt was sent (not the gateway's overhead)."""
 
 
 @dataclass(frozen=True, slots=True)

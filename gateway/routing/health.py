@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.policies import PolicyConfig
+from gateway.routing.capacity import CapacityBoard
 from gateway.routing.estimates import DeploymentView
 from gateway.routing.explore import ExploreBudget, ExploreCounts, RequestSizes
 from gateway.routing.hedge import TailThresholds
@@ -206,6 +207,8 @@ class RouterState:
     """Each model's recent request sizes: what a cheap request to explore on is."""
     counts: ExploreCounts = field(default_factory=ExploreCounts)
     tails: TailThresholds = field(default_factory=TailThresholds)
+    capacity: CapacityBoard = field(default_factory=CapacityBoard)
+    """Each provider's learned concurrency limit and reported rate-limit budget."""
 
     window_s: float = 300.0
     """The shared stats window's length (``stats.window_s``)."""
