@@ -5,6 +5,7 @@ is learned from its refusals; and a provider that says it is out is left alone u
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -181,3 +182,44 @@ def test_a_provider_out_of_budget_is_left_alone_until_its_reset(fakes: Fakes, st
     reset = gauge(gateway, "gateway_provider_ratelimit_reset_seconds", provider="a")
     assert gauge(gateway, "gateway_provider_ratelimit_remaining", provider="a", kind="requests") == 0
     assert reset is not None and 25 < reset <= 30
+
+
+def test_a_client_deadline_bounds_the_wait_and_the_attempt(fakes: Fakes, start_gateway: StartGateway) -> None:
+    fake = fakes.start("a")
+    gateway = start_gateway(gateway_config([fake], max_concurrency=1, policy={"queue_timeout_s": 5}))
+
+    async def scenario() -> list[tuple[httpx.Response, float]]:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as client:
+            holder = asyncio.ensure_future(client.post("/v1/chat/completions", json=HOLD))
+            await until(lambda: fake.app.state.in_flight == 1)
+            answers = []
+            for headers, body in (
+                ({"x-request-timeout": "0.3"}, BODY),
+                ({"x-slo-ttft-ms": "300"}, BODY),
+                ({}, {**BODY, "provider": {"preferred_max_latency": 0.3}}),
+            ):
+                started = time.monotonic()
+                response = await client.post("/v1/chat/completions", json=body, headers=headers)
+                answers.append((response, time.monotonic() - started))
+            holder.cancel()
+            await until(lambda: fake.app.state.in_flight == 0)
+            started = time.monotonic()
+            hung = await client.post(
+                "/v1/chat/completions", json={**BODY, "fake": {"hang_s": 5}}, headers={"x-request-timeout": "0.3"}
+            )
+            answers.append((hung, time.monotonic() - started))
+            return answers
+
+    *waited, (hung, hung_s) = asyncio.run(scenario())
+    for response, seconds in waited:  # not the policy's 5 s: the client's own bound
+        assert (response.status_code, response.json()["error"]["code"]) == (429, "capacity_wait_timeout")
+        assert 0.3 <= seconds < 2.5
+    assert hung.status_code == 504 and 0.3 <= hung_s < 2.5  # the attempt, too, ends at the client's deadline
+
+
+def test_a_malformed_deadline_header_is_the_clients_mistake(fakes: Fakes, start_gateway: StartGateway) -> None:
+    gateway = start_gateway(gateway_config([fakes.start("a")]))
+    for header, value in (("x-request-timeout", "soon"), ("x-slo-ttft-ms", "-5"), ("x-request-timeout", "nan")):
+        response = httpx.post(gateway.base_url + "/chat/completions", json=BODY, headers={header: value})
+        assert response.status_code == 400
+        assert response.json()["error"]["param"] == header

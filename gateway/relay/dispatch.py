@@ -48,7 +48,7 @@ class Dispatcher:
     async def dispatch(self, request: ProxyRequest, plan: RoutePlan) -> Reply:
         """Try the plan's candidates until one answers; raise the right ``GatewayError`` if none does."""
         runner = self.runner
-        budget = AttemptBudget.for_request(plan.policy, request.received_at, runner.clock)
+        budget = AttemptBudget.for_request(plan.policy, request.received_at, runner.clock, request.timeout_s)
         hedged = request.stream and bool(plan.candidates) and plan.candidates[0].hedge_after_s is not None
         try:
             if hedged:

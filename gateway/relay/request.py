@@ -49,6 +49,10 @@ class ProxyRequest:
     headers: list[tuple[str, str]] = field(default_factory=list)
     prompt_tokens: int = 0
     trace: RequestTrace = field(default_factory=RequestTrace)
+    timeout_s: float | None = None
+    """The client's own total deadline (``x-request-timeout``), when it set one."""
+    ttft_slo_s: float | None = None
+    """The client's first-token objective (``x-slo-ttft-ms``): routed within, and never queued past."""
 
     @property
     def dialect(self) -> Dialect:

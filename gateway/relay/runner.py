@@ -103,6 +103,9 @@ class AttemptRunner:
         policy = budget.policy
         model = request.requested_model
         wait = not as_hedge
+        # A request with a first-token objective waits no longer than that: past it, the wait alone broke it.
+        slo = request.ttft_slo_s
+        wait_bound = policy.queue_timeout_s if slo is None else min(policy.queue_timeout_s, slo)
         seq: int | None = None
         entered: float | None = None
         while True:
@@ -130,14 +133,14 @@ class AttemptRunner:
                     raise self._refusal(model, full, "capacity_queue_full", f"{policy.queue_max_length} already wait")
                 entered = now
                 self.events.queue_entered(model)
-            left = min(entered + policy.queue_timeout_s, budget.deadline) - now
+            left = min(entered + wait_bound, budget.deadline) - now
             reopens = self.router.capacity_reopens_in_s()
             try:
                 seq = await self.queue.wait(
                     model, (c.provider.name for c in full), min(left, reopens) if reopens is not None else left, seq=seq
                 )
             except TimeoutError:
-                if self.clock() - entered < policy.queue_timeout_s and budget.remaining_s() > 0:
+                if self.clock() - entered < wait_bound and budget.remaining_s() > 0:
                     continue  # a provider out of budget has reset: look again
                 self._left_queue(request, model, entered, "timeout")
                 waited = self.clock() - entered
