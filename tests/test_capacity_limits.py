@@ -44,12 +44,15 @@ def test_a_refusal_backs_off_below_where_it_happened_once_per_round() -> None:
     assert limit.limit == pytest.approx(before + 1 / before)  # after a back-off: additive
 
 
-def test_a_first_token_climbing_with_load_backs_off() -> None:
-    limit = CapacityBoard().of(OPEN)
-    for _ in range(5):
-        limit.succeeded(1, 0.1, 0.0, 0.5)  # quiet: the baseline
-    limit.succeeded(30, 0.5, 1.0, 1.5)  # five times slower at 30 in flight
-    assert limit.allowed == 26
+def test_a_first_token_climbing_with_load_backs_off_without_a_ceiling_and_holds_under_one() -> None:
+    board = CapacityBoard()
+    for provider, after in ((OPEN, 26), (CAPPED, 8)):
+        limit = board.of(provider)
+        for _ in range(5):
+            limit.succeeded(1, 0.1, 0.0, 0.5)  # quiet: the baseline
+        limit.limit = min(32.0, limit.limit)
+        limit.succeeded(30, 0.5, 1.0, 1.5)  # five times slower at 30 in flight
+        assert limit.allowed == after
 
 
 def test_a_provider_out_of_budget_is_blocked_until_its_reset() -> None:

@@ -15,6 +15,10 @@ provider that refuses above N settle near N instead of collapsing. As TCP backs 
 once per window of data in flight, a refusal of an attempt sent before the last back-off is not
 counted again: it was sent under the old limit, and the back-off already answered it.
 
+A first token that climbs with load is weaker evidence than a refusal (a busy gateway or client
+slows it as well), so under a configured ceiling it only stops the limit growing; without one it
+is the only brake a provider that queues rather than refuses has, and it backs the limit off.
+
 Providers also say what they have left: ``x-ratelimit-remaining-requests`` / ``-tokens`` with
 ``x-ratelimit-reset-requests`` / ``-tokens``. A provider that reports 0 remaining (or a 429 with a
 ``Retry-After``) is out: nothing is sent to it until its reset. Not thread-safe: one event loop
@@ -97,8 +101,9 @@ class ProviderLimit:
                 quiet = self.quiet_ttft_s
                 self.quiet_ttft_s = ttft_s if quiet is None else quiet + 0.1 * (ttft_s - quiet)
             elif self.quiet_ttft_s is not None and ttft_s > TTFT_CLIMB * self.quiet_ttft_s + 0.005:
-                self.overloaded(in_flight, sent_at, now, refused=False)
-                return
+                if self.ceiling is None:
+                    self.overloaded(in_flight, sent_at, now, refused=False)
+                return  # under a ceiling the operator set, a slow first token only holds the limit
         if in_flight * 2 >= self.limit:
             slow_start = self.backed_off_at == -math.inf
             self.limit += 1.0 if slow_start else 1.0 / max(self.limit, 1.0)
