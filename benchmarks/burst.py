@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -63,6 +64,8 @@ class Result:
     peaks: dict[str, int] = field(default_factory=dict)
     learned: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    """CPU seconds each process used during the burst (the client, the fakes, the proxy)."""
 
     @property
     def failed(self) -> int:
@@ -91,7 +94,7 @@ def _fakes(folder: Path, reject: bool) -> Iterator[dict[str, Server]]:
         yield servers
 
 
-def _config(fakes: dict[str, Server], ceilings: bool) -> str:
+def _config(fakes: dict[str, Server], ceilings: bool, queue_timeout_s: float) -> str:
     providers = "".join(
         f'[[providers]]\nname = "{name}"\nbase_url = "{server.base_url}"\n'
         + (f"max_concurrency = {SLOTS[name]}\n" if ceilings else "")
@@ -102,7 +105,8 @@ def _config(fakes: dict[str, Server], ceilings: bool) -> str:
     )
     return (
         '[server]\naccess_log = true\n\n[stats]\nbackend = "memory"\n\n[limits]\nmax_in_flight = 8192\n\n'
-        f'{providers}\n[[models]]\nname = "m"\n\n{deployments}'
+        f'{providers}\n[[models]]\nname = "m"\npolicy = "burst"\n\n{deployments}\n'
+        f"[policies.burst]\nqueue_timeout_s = {queue_timeout_s}\n"
     )
 
 
@@ -130,7 +134,7 @@ async def _drive(url: str, burst: Burst, result: Result) -> None:
                     async for chunk in response.content.iter_any():
                         seen = (seen + chunk)[-64:]
                     status = "ok" if response.status == 200 and DONE in seen else f"http {response.status}"
-                    result.routes[response.headers.get("x-gateway-route", "-")] += 1
+                    result.routes[response.headers.get("x-gateway-route", "refused")] += 1
             except (aiohttp.ClientError, TimeoutError) as exc:
                 status = type(exc).__name__
             result.statuses[status] += 1
@@ -149,10 +153,20 @@ def _peaks(fakes: dict[str, Server]) -> dict[str, int]:
     }
 
 
-def run_gateway(burst: Burst, folder: Path, learn: bool) -> Result:
-    result = Result("gateway, limits learned from 429s" if learn else "gateway, max_concurrency = slots")
-    with _fakes(folder, reject=learn) as fakes, procs.gateway(_config(fakes, not learn), "gateway", folder) as gw:
+def run_gateway(burst: Burst, folder: Path, learn: bool, queue_timeout_s: float) -> Result:
+    how = "no ceilings, limits learned from 429s" if learn else "max_concurrency = slots"
+    result = Result(f"gateway, {how}, queue_timeout_s = {queue_timeout_s:g}")
+    with (
+        _fakes(folder, reject=learn) as fakes,
+        procs.gateway(_config(fakes, not learn, queue_timeout_s), "gateway", folder) as gw,
+    ):
+        pids = {"gateway": gw.pid, **{name: s.pid for name, s in fakes.items()}}
+        before = {name: procs.cpu_seconds(pid) for name, pid in pids.items()}
+        client = resource.getrusage(resource.RUSAGE_SELF)
         asyncio.run(_drive(gw.chat_url, burst, result))
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        result.cpu_s = {name: procs.cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+        result.cpu_s["client"] = after.ru_utime + after.ru_stime - client.ru_utime - client.ru_stime
         result.peaks = _peaks(fakes)
         metrics = httpx.get(gw.base_url.removesuffix("/v1") + "/metrics").text
         for line in metrics.splitlines():
@@ -171,10 +185,12 @@ def run_gateway(burst: Burst, folder: Path, learn: bool) -> Result:
 def run_litellm(burst: Burst, folder: Path, python: str) -> Result:
     result = Result("LiteLLM Router, max_parallel_requests = slots")
     with _fakes(folder, reject=False) as fakes:
+        before = {name: procs.cpu_seconds(s.pid) for name, s in fakes.items()}
         spec = {
             "providers": [{"name": n, "url": s.base_url, "max_parallel_requests": SLOTS[n]} for n, s in fakes.items()],
             **vars(burst),
         }
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(
             [python, str(LITELLM_DRIVER)], input=json.dumps(spec).encode(), capture_output=True, timeout=600
         )
@@ -185,6 +201,10 @@ def run_litellm(burst: Burst, folder: Path, python: str) -> Result:
         result.e2e_s = out["e2e_s"]
         result.wall_s = out["wall_s"]
         result.peaks = _peaks(fakes)
+        result.cpu_s = {name: procs.cpu_seconds(s.pid) - before[name] for name, s in fakes.items()}
+        ended = resource.getrusage(resource.RUSAGE_CHILDREN)
+        used = ended.ru_utime + ended.ru_stime - children.ru_utime - children.ru_stime
+        result.cpu_s["LiteLLM (client and router)"] = used
     return result
 
 
@@ -223,6 +243,9 @@ def render(results: Sequence[Result], burst: Burst, command: str, notes: Sequenc
         if r.learned:
             learned = ", ".join(f"{name} {limit:g}" for name, limit in sorted(r.learned.items()))
             lines.append(f"Learned limits at the end: {learned}.")
+        if r.cpu_s:
+            cpu = ", ".join(f"{name} {seconds:.1f}" for name, seconds in r.cpu_s.items())
+            lines.append(f"CPU seconds during the burst: {cpu}.")
         if r.queue_wait_s:
             waited = sum(1 for w in r.queue_wait_s if w > 0)
             lines.append(
@@ -238,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--over", type=float, default=2.0, help="seconds the requests arrive over")
     parser.add_argument("--learn", action="store_true", help="also run with no ceilings, the fakes refusing above")
     parser.add_argument(
+        "--queue-timeout", type=float, action="append", help="the policy's queue_timeout_s (repeat: one run each)"
+    )
+    parser.add_argument(
         "--litellm-python", help="python of a virtualenv with litellm, to run the same burst through it"
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -247,9 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="burst-") as tmp:
         folder = Path(tmp)
-        results.append(run_gateway(burst, folder, learn=False))
-        if args.learn:
-            results.append(run_gateway(burst, folder, learn=True))
+        for queue_timeout_s in args.queue_timeout or [5.0]:
+            results.append(run_gateway(burst, folder, learn=False, queue_timeout_s=queue_timeout_s))
+            if args.learn:
+                results.append(run_gateway(burst, folder, learn=True, queue_timeout_s=queue_timeout_s))
         if args.litellm_python:
             try:
                 results.append(run_litellm(burst, folder, args.litellm_python))

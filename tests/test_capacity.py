@@ -178,6 +178,12 @@ def test_a_provider_out_of_budget_is_left_alone_until_its_reset(fakes: Fakes, st
             response = http.post("/v1/chat/completions", json=BODY)
             assert (response.headers["x-gateway-provider"], response.headers["x-gateway-attempts"]) == ("b", "1")
         assert http.get("/metrics").status_code == 200  # the scrape sets the provider gauges
+        (ranking,) = http.get("/v1/gateway/routes").json()["data"]  # loopback, no keys: allowed
+    explained = {row["deployment"]: row for row in ranking["deployments"]}
+    assert explained["a"]["status"] == "rate limited" and explained["a"]["full"]
+    assert explained["a"]["rate_limit"]["remaining_requests"] == 0
+    assert 25 < explained["a"]["rate_limit"]["out_for_s"] <= 30
+    assert explained["b"]["concurrency_limit"] == 256 and not explained["b"]["full"]
     assert spent.app.state.requests == 1  # long past the circuit's cool-down: the provider said 30 s
     reset = gauge(gateway, "gateway_provider_ratelimit_reset_seconds", provider="a")
     assert gauge(gateway, "gateway_provider_ratelimit_remaining", provider="a", kind="requests") == 0

@@ -5,8 +5,8 @@ provider has an adaptive limit, AIMD in the style of Netflix's concurrency-limit
 
     ok answer, while at least half the limit was in use       limit += 1 / limit  (about +1 per round;
                                                                +1 per answer until the first back-off)
-    429 or overload 503/529, or a first token that climbed    limit = in flight at the refusal × 0.9
-      with concurrency (over twice the quiet TTFT)             (once per round: see below)
+    429 or overload 503/529                                   limit = in flight at the refusal × 0.9
+                                                               (once per round: see below)
 
 Growth only counts answers that used the limit, so an idle provider's limit does not creep up to
 the ceiling unearned; until the provider first pushes back it grows as fast as TCP's slow start.
@@ -15,9 +15,11 @@ provider that refuses above N settle near N instead of collapsing. As TCP backs 
 once per window of data in flight, a refusal of an attempt sent before the last back-off is not
 counted again: it was sent under the old limit, and the back-off already answered it.
 
-A first token that climbs with load is weaker evidence than a refusal (a busy gateway or client
-slows it as well), so under a configured ceiling it only stops the limit growing; without one it
-is the only brake a provider that queues rather than refuses has, and it backs the limit off.
+First-token times are not a signal here, on purpose: a busy gateway or client slows them as much
+as a queueing provider does. Backing off on a first token over twice the quiet one collapsed two
+healthy providers' limits to 3 and 12 in a burst on a CPU-starved machine, and only holding the
+limit on it kept a provider from ever reaching the concurrency it refuses at; a provider that
+queues rather than refuses needs its ``max_concurrency``.
 
 Providers also say what they have left: ``x-ratelimit-remaining-requests`` / ``-tokens`` with
 ``x-ratelimit-reset-requests`` / ``-tokens``. A provider that reports 0 remaining (or a 429 with a
@@ -36,10 +38,6 @@ INITIAL_LIMIT = 32.0
 """Where a provider without a ceiling starts; it grows while the provider keeps answering."""
 MIN_LIMIT = 1.0
 BACKOFF_RATIO = 0.9
-TTFT_CLIMB = 2.0
-"""A first token this many times the provider's quiet first token, under load, is an overload signal."""
-QUIET_SHARE = 0.25
-"""Answers started with at most this share of the limit in use set the quiet first-token baseline."""
 OVERLOAD_STATUSES = frozenset({429, 503, 529})
 
 
@@ -77,8 +75,6 @@ class ProviderLimit:
     blocked_until: float = 0.0
     """Clock reading before which nothing is sent: the provider said it is out until then."""
     backed_off_at: float = -math.inf
-    quiet_ttft_s: float | None = None
-    """A moving average of first tokens answered while the provider was lightly loaded."""
     remaining_requests: int | None = None
     remaining_tokens: int | None = None
     reset_at: float | None = None
@@ -94,26 +90,17 @@ class ProviderLimit:
     def has_room(self, in_flight: int, now: float) -> bool:
         return now >= self.blocked_until and in_flight < self.allowed
 
-    def succeeded(self, in_flight: int, ttft_s: float | None, sent_at: float, now: float) -> None:
-        """An answer sent at ``sent_at`` that ended with ``in_flight`` attempts at the provider (itself included)."""
-        if ttft_s is not None:
-            if in_flight <= max(2.0, self.limit * QUIET_SHARE):
-                quiet = self.quiet_ttft_s
-                self.quiet_ttft_s = ttft_s if quiet is None else quiet + 0.1 * (ttft_s - quiet)
-            elif self.quiet_ttft_s is not None and ttft_s > TTFT_CLIMB * self.quiet_ttft_s + 0.005:
-                if self.ceiling is None:
-                    self.overloaded(in_flight, sent_at, now, refused=False)
-                return  # under a ceiling the operator set, a slow first token only holds the limit
+    def succeeded(self, in_flight: int) -> None:
+        """An answer that ended with ``in_flight`` attempts at the provider (itself included)."""
         if in_flight * 2 >= self.limit:
             slow_start = self.backed_off_at == -math.inf
             self.limit += 1.0 if slow_start else 1.0 / max(self.limit, 1.0)
             if self.ceiling is not None:
                 self.limit = min(self.limit, float(self.ceiling))
 
-    def overloaded(self, in_flight: int, sent_at: float, now: float, *, refused: bool = True) -> None:
-        """The provider refused (or slowed) an attempt sent at ``sent_at``: back off to just under ``in_flight``."""
-        if refused:
-            self.refusals += 1
+    def overloaded(self, in_flight: int, sent_at: float, now: float) -> None:
+        """The provider refused an attempt sent at ``sent_at``: back off to just under ``in_flight``."""
+        self.refusals += 1
         if sent_at <= self.backed_off_at:
             return  # sent under the limit before the last back-off: already answered
         self.backed_off_at = now
@@ -167,7 +154,6 @@ class CapacityBoard:
         ok: bool,
         status: int | None,
         in_flight: int,
-        ttft_s: float | None,
         limits: RateLimits | None,
         retry_after_s: float | None,
         sent_at: float | None,
@@ -183,5 +169,5 @@ class CapacityBoard:
                 limit.block(retry_after_s, now)
                 out = True
         elif ok:
-            limit.succeeded(in_flight, ttft_s, sent, now)
+            limit.succeeded(in_flight)
         return out

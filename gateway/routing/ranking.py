@@ -34,6 +34,11 @@ class Ranked:
     """Requests its provider may have in flight now (the learned limit under the ceiling); None: no limit known."""
     blocked_in_s: float = 0.0
     """How long its provider said it is out of budget for (0: it is not)."""
+    remaining_requests: int | None = None
+    """What its provider's rate-limit headers last said it has left (None: never reported)."""
+    remaining_tokens: int | None = None
+    reset_in_s: float | None = None
+    """When that budget resets, as last reported."""
 
     @property
     def deployment(self) -> DeploymentConfig:

@@ -192,6 +192,9 @@ class MeasuredRouter:
             rate_limited=self.state.health.rate_limited(key),
             limit=capacity.allowed,
             blocked_in_s=max(0.0, capacity.blocked_until - now),
+            remaining_requests=capacity.remaining_requests,
+            remaining_tokens=capacity.remaining_tokens,
+            reset_in_s=max(0.0, capacity.reset_at - now) if capacity.reset_at is not None else None,
         )
 
     # -- Router ---------------------------------------------------------------------------------
@@ -330,7 +333,6 @@ class MeasuredRouter:
             ok=sample.outcome == "ok",
             status=sample.status,
             in_flight=in_flight,
-            ttft_s=sample.ttft_s,
             limits=limits,
             retry_after_s=retry_after_s,
             sent_at=started_at,
