@@ -145,7 +145,7 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
             f'<tr style="--c:{color}"><td class="num">{rank}</td>'
             f'<td class="name"><span class="swatch"></span>{esc(row.deployment)} {"".join(tags)}</td>'
             f'<td class="num">{_time(row)}</td><td class="num">{money(row.cost_usd)}</td>'
-            f'<td>{esc(row.status)} <small class="load" title="in flight / learned limit">{esc(row.load)}</small></td>'
+            f'<td title="in flight / learned limit: {esc(row.load)}">{esc(row.status)} · {esc(row.load)}</td>'
             f"<td><code>{esc(row.terms)}</code></td></tr>"
         )
     shape = (
