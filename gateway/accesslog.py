@@ -75,14 +75,16 @@ class AccessRecord:
 
         That is: receipt → first upstream request sent (parse, auth, route), plus upstream
         answer ready (first output chunk, or whole body) → first byte handed to the client.
-        Failed attempts before the winner count as upstream time, not as the gateway's.
+        Failed attempts before the winner count as upstream time, not as the gateway's, and so
+        does a wait for a free slot (``queue_wait_s`` in the line): the providers were full.
         """
         if self.request is None or self.first_byte_at is None:
             return None
         trace = self.request.trace
         if trace.upstream_sent_at is None or trace.upstream_ready_at is None:
             return None
-        return (trace.upstream_sent_at - self.received_at) + (self.first_byte_at - trace.upstream_ready_at)
+        before = trace.upstream_sent_at - self.received_at - trace.queue_wait_before_sent_s
+        return before + (self.first_byte_at - trace.upstream_ready_at)
 
 
 def log_line(entry: dict[str, Any]) -> str:
@@ -178,6 +180,7 @@ class AccessLog:
                 }
                 for s in samples
             ],
+            "queue_wait_s": _round(request.trace.queue_wait_s) if request is not None else None,
             "duration_s": _round(duration),
             "overhead_s": _round(overhead),
         }

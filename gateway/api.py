@@ -10,6 +10,7 @@ rendered by the endpoint's dialect: OpenAI's shape, or Anthropic's on ``/v1/mess
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import re
@@ -24,6 +25,7 @@ from gateway.access import Ticket
 from gateway.accesslog import AccessRecord
 from gateway.bindings import Unavailable
 from gateway.config import ModelConfig, serving
+from gateway.deadlines import read_deadlines
 from gateway.dialects import CHAT, Dialect, dialect_for
 from gateway.errors import (
     GatewayError,
@@ -322,6 +324,14 @@ class ProxyEndpoint:
         if self.endpoint == "responses" and body.get("previous_response_id") is not None:
             pinned = await _previous_owner(runtime, model, body["previous_response_id"])
         preferences = parse_preferences(body.pop("provider", None), suffix_sort)
+        deadlines = read_deadlines(scope["headers"])
+        if deadlines.ttft_slo_s is not None and not preferences.max_ttft_s:
+            # A first-token objective routes as ``provider.preferred_max_latency`` would (the body's wins).
+            preferences = dataclasses.replace(preferences, max_ttft_s=((0.5, deadlines.ttft_slo_s),))
+        elif deadlines.ttft_slo_s is None and preferences.max_ttft_s:
+            # ... and a preferred latency bounds the wait for a slot as the objective would.
+            slo = min(ceiling for _, ceiling in preferences.max_ttft_s)
+            deadlines = dataclasses.replace(deadlines, ttft_slo_s=slo)
         prompt_tokens = max(1, len(raw) // 4)
         request = ProxyRequest(
             request_id=request_id,
@@ -333,6 +343,8 @@ class ProxyEndpoint:
             received_at=received_at,
             headers=forwardable_headers(scope["headers"]),
             prompt_tokens=prompt_tokens,
+            timeout_s=deadlines.timeout_s,
+            ttft_slo_s=deadlines.ttft_slo_s,
         )
         route_request = RouteRequest(
             model=model,

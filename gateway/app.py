@@ -136,7 +136,11 @@ async def build_runtime(
     if config.metrics.otel_genai:
         sinks.append(GenAISink(options.metrics.genai(), config))
     sink = SampleFanout([*sinks, *options.sinks])
-    runner = AttemptRunner(upstreams, router, sink, counter, events=events, clock=options.clock or time.perf_counter)
+    # The line of requests waiting for a slot outlives a reload, as the slots it waits for do.
+    queue = previous.dispatcher.runner.queue if previous is not None else None
+    runner = AttemptRunner(
+        upstreams, router, sink, counter, events=events, clock=options.clock or time.perf_counter, queue=queue
+    )
     if owners is None:
         owners = previous.owners if previous is not None else ResponseOwners()
     return GatewayRuntime(

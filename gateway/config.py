@@ -137,7 +137,9 @@ class ProviderConfig:
     name: str
     base_url: str
     api_key_env: str | None = None
-    max_concurrency: int = 64
+    max_concurrency: int | None = None
+    """A ceiling on requests in flight to this provider (None: none); below it the gateway learns the
+    provider's real limit from its refusals (``gateway.routing.capacity``)."""
     headers: tuple[tuple[str, str], ...] = ()
     """Extra, non-secret headers sent with every upstream request (e.g. an org id)."""
     keepalive_s: float = DEFAULT_KEEPALIVE_S
@@ -345,7 +347,7 @@ def _parse_provider(table: TableReader) -> ProviderConfig:
         name=table.text("name"),
         base_url=table.text("base_url").rstrip("/"),
         api_key_env=table.text("api_key_env", None),
-        max_concurrency=table.integer("max_concurrency", 64, minimum=1),
+        max_concurrency=table.integer("max_concurrency", None, minimum=1),
         headers=table.str_table("headers"),
         keepalive_s=table.number("keepalive_s", DEFAULT_KEEPALIVE_S, positive=True),
         apis=_apis(table, DEFAULT_APIS),

@@ -16,6 +16,7 @@ whatever the caller passed in ``AppOptions.events`` (a test's ``EventLog``, a lo
     stream_broke             relay (replies)          a stream broke mid-answer, then ``recovered`` or ``failed``
     malformed_stream         relay (replies)          a stream completed with an event that was not valid JSON
     circuit_changed          router (health)          a deployment's circuit opened, went half-open or closed
+    queue_entered / _left    relay (runner)           every candidate was full: a request waits for a slot / stops
 
 Each event names the client-facing ``model``, the ``deployment`` (its name within the model) and
 the ``provider`` serving it, so a listener labels by whichever it needs. Every method is called
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from gateway.types import BreakResult, CircuitState, HedgeResult, RouteReason
+from gateway.types import BreakResult, CircuitState, HedgeResult, QueueOutcome, RouteReason
 
 
 class GatewayEvents(Protocol):
@@ -61,6 +62,12 @@ class GatewayEvents(Protocol):
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
         """A deployment's circuit opened, went half-open, or closed."""
 
+    def queue_entered(self, model: str) -> None:
+        """Every candidate of a request for ``model`` was full: it waits for a slot."""
+
+    def queue_left(self, model: str, waited_s: float, outcome: QueueOutcome) -> None:
+        """A request stopped waiting (``full``: it never joined, past the length bound)."""
+
 
 class NoEvents:
     """Hears every event and does nothing; a base for listeners that care about a few."""
@@ -93,6 +100,12 @@ class NoEvents:
         pass
 
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
+        pass
+
+    def queue_entered(self, model: str) -> None:
+        pass
+
+    def queue_left(self, model: str, waited_s: float, outcome: QueueOutcome) -> None:
         pass
 
 
@@ -142,6 +155,14 @@ class EventFanout:
         for listener in self.listeners:
             listener.circuit_changed(model, deployment, provider, state)
 
+    def queue_entered(self, model: str) -> None:
+        for listener in self.listeners:
+            listener.queue_entered(model)
+
+    def queue_left(self, model: str, waited_s: float, outcome: QueueOutcome) -> None:
+        for listener in self.listeners:
+            listener.queue_left(model, waited_s, outcome)
+
 
 class EventLog(NoEvents):
     """Keeps the routing events as tuples, for tests and the demo to read ``events``::
@@ -149,6 +170,7 @@ class EventLog(NoEvents):
     ("decision", model, deployment, reason)     ("fallback", model, failed, next_deployment)
     ("hedge_started", model, primary, hedge)    ("hedge_won", model, hedge) / ("hedge_lost", model, hedge)
     ("circuit", model, deployment, state)       ("stream_broke", model, deployment, result)
+    ("queue_left", model, outcome)
     """
 
     def __init__(self) -> None:
@@ -172,3 +194,6 @@ class EventLog(NoEvents):
 
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
         self.events.append(("circuit", model, deployment, state))
+
+    def queue_left(self, model: str, waited_s: float, outcome: QueueOutcome) -> None:
+        self.events.append(("queue_left", model, outcome))

@@ -34,10 +34,19 @@ from prometheus_client.exposition import choose_encoder
 from gateway import __version__
 from gateway.config import ConfigError, GatewayConfig
 from gateway.metrics_genai import GenAIFamilies
+from gateway.routing.capacity import ProviderLimit
 from gateway.samples import Outcome, Sample
 from gateway.spending.metrics import SpendMetrics
 from gateway.stats.snapshot import Metric, StatsSnapshot
-from gateway.types import CIRCUIT_STATES, BreakResult, CircuitState, DeploymentKey, HedgeResult, RouteReason
+from gateway.types import (
+    CIRCUIT_STATES,
+    BreakResult,
+    CircuitState,
+    DeploymentKey,
+    HedgeResult,
+    QueueOutcome,
+    RouteReason,
+)
 
 _Family = TypeVar("_Family", Counter, Gauge, Histogram)
 
@@ -76,6 +85,7 @@ TPS_BUCKETS = (
     7500, 10_000, 15_000, 20_000, 30_000, 50_000, 100_000,
 )  # fmt: skip
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
 OUTPUT_TOKEN_BUCKETS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 # The rolling-window quantiles exported per deployment, in the label ``q``: ``quantile`` is
@@ -223,6 +233,48 @@ class Metrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        self.concurrency_limit = Gauge(
+            "gateway_provider_concurrency_limit",
+            "Requests in flight the gateway allows the provider now: its learned limit, under max_concurrency",
+            ["provider"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.ratelimit_remaining = Gauge(
+            "gateway_provider_ratelimit_remaining",
+            "What the provider's rate-limit headers last said it has left (kind: requests or tokens)",
+            ["provider", "kind"],
+            registry=r,
+            multiprocess_mode="livemin",
+        )
+        self.ratelimit_reset = Gauge(
+            "gateway_provider_ratelimit_reset_seconds",
+            "Seconds until the provider's reported rate-limit budget resets (0: reset, or never reported)",
+            ["provider"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        # Waiting for a slot when every deployment is full.
+        self.queue_depth = Gauge(
+            "gateway_queue_depth",
+            "Requests waiting for a free slot, per model",
+            ["model"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.queue_wait = Histogram(
+            "gateway_queue_wait_seconds",
+            "How long requests waited for a free slot (served or not)",
+            ["model"],
+            buckets=QUEUE_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.queue_refusals = Counter(
+            "gateway_queue_refusals_total",
+            "Requests refused for want of a slot, by reason (timeout: waited too long; full: the line was full)",
+            ["model", "reason"],
+            registry=r,
+        )
         # Routing.
         self.route_decisions = Counter(
             "gateway_routing_decisions_total",
@@ -335,6 +387,10 @@ class Metrics:
             for result in BREAK_RESULTS:
                 self._series(self.stream_breaks, model, provider, result)
             self._series(self.malformed_events, model, provider)
+        for model_config in config.models:
+            self._series(self.queue_depth, model_config.name)
+            for reason in ("timeout", "full"):
+                self._series(self.queue_refusals, model_config.name, reason)
         for provider_config in config.providers:
             name = provider_config.name
             self._series(self.inflight, name)
@@ -398,8 +454,21 @@ class Metrics:
         """One client request done, by the API it spoke; ``model`` is "" when it never reached one."""
         self._series(self.api_requests, model, api, status_class(status)).inc()
 
-    def set_provider_capacity(self, provider: str, max_concurrency: int) -> None:
-        self.capacity.labels(provider).set(max_concurrency)
+    def set_provider_capacity(self, provider: str, max_concurrency: int | None) -> None:
+        """The configured ceiling; a provider without one has no series (there is no number to show)."""
+        if max_concurrency is not None:
+            self.capacity.labels(provider).set(max_concurrency)
+        else:
+            self._remove(self.capacity, (provider,))
+
+    def set_provider_limit(self, provider: str, limit: ProviderLimit, now: float) -> None:
+        """The provider's learned limit and last reported budget (read at scrape time)."""
+        self._series(self.concurrency_limit, provider).set(limit.allowed)
+        for kind, remaining in (("requests", limit.remaining_requests), ("tokens", limit.remaining_tokens)):
+            if remaining is not None:
+                self._series(self.ratelimit_remaining, provider, kind).set(remaining)
+        reset_at = max(limit.reset_at or 0.0, limit.blocked_until)
+        self._series(self.ratelimit_reset, provider).set(max(0.0, reset_at - now))
 
     def observe_overhead(self, mode: OverheadMode, seconds: float) -> None:
         self._series(self.overhead, mode).observe(max(0.0, seconds))
@@ -436,6 +505,16 @@ class Metrics:
 
     def malformed_stream(self, model: str, deployment: str, provider: str) -> None:
         self._series(self.malformed_events, model, provider).inc()
+
+    def queue_entered(self, model: str) -> None:
+        self._series(self.queue_depth, model).inc()
+
+    def queue_left(self, model: str, waited_s: float, outcome: QueueOutcome) -> None:
+        if outcome != "full":
+            self._series(self.queue_depth, model).dec()
+            self._series(self.queue_wait, model).observe(waited_s)
+        if outcome in ("timeout", "full"):
+            self._series(self.queue_refusals, model, outcome).inc()
 
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
         self.set_circuit_state(provider, state)

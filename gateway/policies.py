@@ -131,6 +131,12 @@ class PolicyConfig:
     usual gap (p99), never below ``deadline_floor_s`` nor above the configured timeouts; 0 turns it off."""
     deadline_floor_s: float = 2.0
 
+    # Waiting for a slot when every deployment is full (``gateway.relay.queue``).
+    queue_timeout_s: float = 5.0
+    """Longest a request waits for a free slot (never past its deadline); then a 429 with Retry-After."""
+    queue_max_length: int = 1024
+    """Requests of one model that may wait at once; the next is refused at once (429)."""
+
     # Hedging of streams: a second attempt when the first token is late.
     hedge_after_s: float | None = None
     """Hedge when the first token is later than this many seconds."""
@@ -241,6 +247,8 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
         total_timeout_s=table.number("total_timeout_s", b.total_timeout_s, positive=True),
         deadline_multiple=table.number("deadline_multiple", b.deadline_multiple, minimum=0.0),
         deadline_floor_s=table.number("deadline_floor_s", b.deadline_floor_s, positive=True),
+        queue_timeout_s=table.number("queue_timeout_s", b.queue_timeout_s, minimum=0.0),
+        queue_max_length=table.integer("queue_max_length", b.queue_max_length, minimum=0),
         hedge_after_s=b.hedge_after_s,
         hedge_quantile=b.hedge_quantile,
         hedge_tail=table.flag("hedge_tail", b.hedge_tail),

@@ -95,6 +95,7 @@ class GatewayRuntime:
         """Set the gauges read at scrape time from this runtime's state (called by ``GET /metrics``)."""
         for provider in self.config.providers:
             metrics.set_provider_capacity(provider.name, provider.max_concurrency)
+            metrics.set_provider_limit(provider.name, self.router.capacity_of(provider), self.router.clock())
         health = self.stats.health()
         metrics.set_stats_backend(self.config.stats.backend, not health.degraded)
         metrics.observe_dropped_total(health.dropped_samples)

@@ -18,8 +18,9 @@ DeploymentKey = tuple[str, str]
 """``(model, deployment)``: the client-facing model name and the deployment's name within it.
 It keys a deployment's stats, circuit, in-flight count and recent answers."""
 
-RouteReason = Literal["best-score", "explore", "fallback", "hedge", "override", "recovered"]
-"""Why the deployment that answered was the one; ``recovered``: it finished a stream that broke elsewhere."""
+RouteReason = Literal["best-score", "explore", "fallback", "hedge", "override", "recovered", "overflow"]
+"""Why the deployment that answered was the one; ``recovered``: it finished a stream that broke elsewhere;
+``overflow``: a better-ranked one was full (at its concurrency limit), and this one had room."""
 
 CircuitState = Literal["closed", "open", "half_open"]
 """A deployment's circuit (``gateway.routing.health``); also the ``state`` label of ``gateway_circuit_state``."""
@@ -30,3 +31,7 @@ HedgeResult = Literal["won", "lost"]
 
 BreakResult = Literal["recovered", "failed"]
 """What followed a stream's break: another deployment finished the answer, or the stream ended in error."""
+
+QueueOutcome = Literal["served", "timeout", "full", "gone"]
+"""How a request's wait for a slot ended (``gateway.relay.queue``): it got one; its wait bound (or its
+deadline) passed; the queue was at its length bound, so it never joined; the client hung up."""

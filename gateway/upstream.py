@@ -146,9 +146,10 @@ class UpstreamClient:
     def __init__(self, provider: ProviderConfig, api_key: str | None) -> None:
         self.provider = provider
         connector = aiohttp.TCPConnector(
-            # The router keeps in-flight requests under max_concurrency; the slack covers
-            # hedged and cancelled attempts whose connections are still closing.
-            limit=provider.max_concurrency + 16,
+            # The router keeps in-flight requests under max_concurrency (and its learned limit);
+            # the slack covers hedged and cancelled attempts whose connections are still closing.
+            # No ceiling: no pool limit (0), the learned limit alone bounds the connections.
+            limit=provider.max_concurrency + 16 if provider.max_concurrency is not None else 0,
             limit_per_host=0,
             keepalive_timeout=provider.keepalive_s,
             ttl_dns_cache=300,

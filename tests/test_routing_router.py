@@ -292,25 +292,32 @@ def test_a_surprising_answer_from_an_explored_deployment_gets_a_second_look_at_o
     assert plan.candidates[0].name == "b" and plan.candidates[0].reason == "explore"
 
 
-def test_provider_at_max_concurrency_is_skipped() -> None:
+def test_a_provider_at_max_concurrency_is_refused_an_attempt_but_stays_in_the_plan() -> None:
+    """A full provider is a moment's state: the attempt loop overflows past it (or waits), the plan keeps it."""
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], max_concurrency=1))
     judged(rig, "a", ttft=0.1)
     judged(rig, "b", ttft=1.0)
     a = rig.first()
     assert a.name == "a" and rig.router.attempt_started(a)
-    assert rig.order() == ["b"]
-    assert not rig.router.attempt_started(a)
+    assert rig.order() == ["a", "b"]
+    assert rig.router.at_capacity(a) and not rig.router.attempt_started(a)
+    ranking = rig.router.rank(rig.config.models[0])
+    assert [(r.deployment.name, r.full, r.status) for r in ranking.rows] == [
+        ("a", True, "at capacity"),
+        ("b", False, "ready"),
+    ]
     assert rig.router.in_flight("m", "a") == 1
     assert rig.router.provider_in_flight("a") == 1
     rig.router.attempt_finished(a, sample("a"))
+    assert not rig.router.at_capacity(a)
     assert rig.order() == ["a", "b"]
 
 
-def test_everything_full_is_a_503() -> None:
+def test_everything_full_is_planned_for_the_wait() -> None:
     rig = Rig(routing_config([("a", 1, 1)], max_concurrency=1))
     assert rig.router.attempt_started(rig.first())
-    with pytest.raises(NoCapacity, match="provider at max_concurrency"):
-        rig.first()
+    (candidate,) = rig.router.plan(rig.request()).candidates
+    assert rig.router.at_capacity(candidate)
 
 
 def test_near_equal_scores_go_to_fewer_in_flight() -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gateway.dashboard.text import esc, money, seconds
 from gateway.routing.explain import policy_summary, score_terms
-from gateway.routing.ranking import Ranking
+from gateway.routing.ranking import Ranked, Ranking
 
 OUTPUT_FROM = {"observed": "the model's observed median answer", "default": "the policy's default", "request": "given"}
 
@@ -29,11 +29,13 @@ class Predicted:
     """Predicted seconds to the whole answer (TTFT + tokens ÷ tokens/s); None when nothing is known yet."""
     cost_usd: float
     status: str
-    """``ready``, ``exploring``, ``constraint``, ``circuit open``, ``at max_concurrency``."""
+    """``ready``, ``exploring``, ``constraint``, ``circuit open``, ``at capacity``, ``rate limited``."""
     terms: str
     """The score's terms, e.g. ``time+0.78 price+0.26``; ``best`` for none."""
     estimated: bool
     """Part of the prediction borrows the model's average: this deployment is not measured yet."""
+    load: str = ""
+    """Its provider's requests in flight over its learned limit, and its reported budget, e.g. ``12/40``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,16 @@ class WhyView:
         return min(timed, key=lambda r: r.time_s or 0.0).deployment if timed else None
 
 
+def _load(row: Ranked) -> str:
+    """``in flight/limit``, then what the provider said it has left, and for how long it is out."""
+    load = f"{row.provider_in_flight}/{row.limit}" if row.limit is not None else str(row.provider_in_flight)
+    if row.remaining_requests is not None:
+        load += f", {row.remaining_requests:,} requests left"
+    if row.blocked_in_s > 0:
+        load += f", out for {row.blocked_in_s:.0f}s"
+    return load
+
+
 def why_view(ranking: Ranking) -> WhyView:
     shape = ranking.shape
     rows = tuple(
@@ -71,6 +83,7 @@ def why_view(ranking: Ranking) -> WhyView:
             status=row.status,
             terms=score_terms(row),
             estimated=row.scored.prediction.prior,
+            load=_load(row),
         )
         for row in ranking.rows
     )
@@ -132,7 +145,8 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
             f'<tr style="--c:{color}"><td class="num">{rank}</td>'
             f'<td class="name"><span class="swatch"></span>{esc(row.deployment)} {"".join(tags)}</td>'
             f'<td class="num">{_time(row)}</td><td class="num">{money(row.cost_usd)}</td>'
-            f"<td>{esc(row.status)}</td><td><code>{esc(row.terms)}</code></td></tr>"
+            f'<td title="in flight / learned limit: {esc(row.load)}">{esc(row.status)} · {esc(row.load)}</td>'
+            f"<td><code>{esc(row.terms)}</code></td></tr>"
         )
     shape = (
         f"a typical request: {view.prompt_tokens:,} prompt tokens, {view.output_tokens:,} output tokens "

@@ -50,6 +50,16 @@ class FakeBehavior:
     """Only the first N requests to this server fail with ``status`` (0: every request)."""
     error_rate: float = 1.0
     """Share of requests that fail with ``status`` (seeded)."""
+    slots: int = 0
+    """Requests served at once (0: no limit); past it ``over_slots`` says what happens (``gateway.fakes.capacity``)."""
+    over_slots: str = "queue"
+    """``queue``: wait in line for a slot (the first token comes later under load); ``reject``: answer 429
+    with the rate-limit headers (``ratelimit_remaining`` > 0: the refusal is about load, not budget)."""
+    ratelimit_remaining: int | None = None
+    """``x-ratelimit-remaining-requests`` on a refusal above ``slots`` (None: 1000, budget left). 0: every
+    request is refused with a 429 saying the provider is out of budget until ``ratelimit_reset``."""
+    ratelimit_reset: str = "1s"
+    """``x-ratelimit-reset-requests``: when the budget resets (OpenAI's format: ``1s``, ``6m0s``, ``20ms``)."""
     hang_s: float = 0.0
     """Wait this long before sending any headers."""
     stall_after: int = -1
@@ -100,6 +110,12 @@ class RecordedRequest:
 @dataclass(slots=True)
 class FakeState:
     requests: int = 0
+    in_flight: int = 0
+    """Inference requests being answered or waiting for a slot now."""
+    max_in_flight: int = 0
+    """The most ``in_flight`` ever was: what the gateway sent at once."""
+    refused: int = 0
+    """Requests refused with 429 above ``slots``."""
     open_streams: int = 0
     max_open_streams: int = 0
     completed: int = 0

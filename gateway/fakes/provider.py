@@ -34,6 +34,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.fakes import chat, messages, responses
 from gateway.fakes.asgi import Disconnect, lifespan, quiet_planned_drops, read_body, send_error, send_json
 from gateway.fakes.behavior import WORDS, FakeBehavior, FakeState, RecordedRequest, answer_words
+from gateway.fakes.capacity import Slots
 
 _INFERENCE = ("/chat/completions", "/completions", "/embeddings", "/responses", "/messages")
 
@@ -61,6 +62,7 @@ class FakeProvider:
         self.record = record
         self.models = models
         self.state = FakeState()
+        self.slots = Slots()
         self._rng = random.Random(self.behavior.seed)
         quiet_planned_drops()
 
@@ -111,6 +113,9 @@ class FakeProvider:
             "max_open_streams": self.state.max_open_streams,
             "completed": self.state.completed,
             "cancelled": self.state.cancelled,
+            "in_flight": self.state.in_flight,
+            "max_in_flight": self.state.max_in_flight,
+            "refused": self.state.refused,
         }
 
     def jittered(self, value: float, sigma: float) -> float:
@@ -160,7 +165,22 @@ class FakeProvider:
             await self._error(send, anthropic, 400, message, "invalid_request_error", "prefill_unsupported")
             return
         disconnect = Disconnect(receive)
+        state = self.state
+        state.in_flight += 1
+        state.max_in_flight = max(state.max_in_flight, state.in_flight)
+        slot = False
         try:
+            if behavior.ratelimit_remaining == 0 or (
+                behavior.slots and behavior.over_slots == "reject" and self.slots.full(behavior.slots)
+            ):
+                state.refused += 1
+                await self._refuse(send, anthropic, behavior)
+                return
+            if behavior.slots:
+                slot = await self.slots.take(behavior.slots, disconnect)
+                if not slot:
+                    state.cancelled += 1
+                    return
             if behavior.hang_s > 0 and await disconnect.sleep(behavior.hang_s):
                 self.state.cancelled += 1
                 return
@@ -184,7 +204,24 @@ class FakeProvider:
             else:
                 await chat.complete(self, send, body, behavior, model, path, disconnect)
         finally:
+            state.in_flight -= 1
+            if slot:
+                self.slots.give_back(behavior.slots)
             disconnect.close()
+
+    async def _refuse(self, send: Send, anthropic: bool, behavior: FakeBehavior) -> None:
+        """A 429 above the slots (or out of budget), with the rate-limit headers a provider sends."""
+        remaining = behavior.ratelimit_remaining if behavior.ratelimit_remaining is not None else 1000
+        headers = [
+            (b"x-ratelimit-limit-requests", b"10000"),
+            (b"x-ratelimit-remaining-requests", str(remaining).encode()),
+            (b"x-ratelimit-reset-requests", behavior.ratelimit_reset.encode()),
+        ]
+        if behavior.retry_after:
+            headers.append((b"retry-after", behavior.retry_after.encode()))
+        why = "out of request budget" if remaining == 0 else f"over capacity ({behavior.slots} at once)"
+        message = f"fake {self.name}: {why}"
+        await self._error(send, anthropic, 429, message, "rate_limit_error", "rate_limit_exceeded", headers)
 
     async def _error(
         self,

@@ -23,6 +23,7 @@ from gateway.errors import (
 )
 from gateway.meter import StreamMeter
 from gateway.routing import Candidate
+from gateway.routing.capacity import RateLimits
 from gateway.types import Clock, RouteReason
 from gateway.upstream import UpstreamResponse
 
@@ -55,6 +56,8 @@ class Attempt:
     """This attempt is the hedge, started because the primary's first token was late."""
     number: int = 0
     """1 for the request's first attempt, 2 for the next, ..."""
+    rate_limits: RateLimits | None = None
+    """The budget the provider's response headers reported (None: no response yet)."""
 
 
 @dataclass(slots=True)

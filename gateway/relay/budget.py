@@ -36,9 +36,13 @@ class AttemptBudget:
     _followed: int = 0
 
     @classmethod
-    def for_request(cls, policy: PolicyConfig, received_at: float, clock: Clock) -> AttemptBudget:
+    def for_request(
+        cls, policy: PolicyConfig, received_at: float, clock: Clock, timeout_s: float | None = None
+    ) -> AttemptBudget:
+        """``timeout_s``: the client's own deadline (``x-request-timeout``), kept when shorter than the policy's."""
         log = AttemptLog(clock=clock)
-        return cls(policy=policy, log=log, deadline=received_at + policy.total_timeout_s, clock=clock)
+        total = policy.total_timeout_s if timeout_s is None else min(policy.total_timeout_s, timeout_s)
+        return cls(policy=policy, log=log, deadline=received_at + total, clock=clock)
 
     def remaining_s(self) -> float:
         return self.deadline - self.clock()

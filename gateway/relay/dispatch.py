@@ -53,7 +53,7 @@ class Dispatcher:
     async def dispatch(self, request: ProxyRequest, plan: RoutePlan) -> Reply:
         """Try the plan's candidates until one answers; raise the right ``GatewayError`` if none does."""
         runner = self.runner
-        budget = AttemptBudget.for_request(plan.policy, request.received_at, runner.clock)
+        budget = AttemptBudget.for_request(plan.policy, request.received_at, runner.clock, request.timeout_s)
         remaining = plan
         too_long: list[str] = []  # deployments that refused the prompt as too long
         while True:
@@ -114,38 +114,51 @@ async def attempt_in_order(
 ) -> Opened:
     """The plan's candidates one after another, until one can be committed to.
 
-    A failure safe to repeat may ask the same candidate again first, when the wait is predicted
-    to pay (``gateway.relay.retry``). Raises ``ClientFault`` (the attempt committed, its error to
-    be relayed) or the budget's final ``GatewayError`` when no attempt answered.
+    Each attempt goes to the first candidate with room (``AttemptRunner.start_first``: a full one
+    is overflowed, and when all are full the request waits for a slot). A failure safe to repeat
+    may ask the same candidate again first, when the wait is predicted to pay
+    (``gateway.relay.retry``). Raises ``ClientFault`` (the attempt committed, its error to be
+    relayed) or the budget's final ``GatewayError`` when no attempt answered.
     """
-    candidates = plan.candidates
+    candidates: tuple[Candidate, ...] = plan.candidates
     lone = len(candidates) == 1
-    index = retries = 0
-    while index < len(candidates) and budget.allows_another():
-        candidate = candidates[index]
-        # A lone deployment's retry passes its open circuit (a 429 opens it at once): waiting was its only choice.
-        attempt = runner.start(request, candidate, budget, retry=retries > 0 and lone)
-        if attempt is None:
-            index, retries = index + 1, 0
-            continue
+    again: Candidate | None = None  # the candidate that just failed, to be asked again
+    retries = 0
+    while budget.allows_another():
+        if again is not None:
+            # A lone deployment's retry passes its open circuit (a 429 opens it at once) and waits for
+            # a slot: waiting was its only choice. Another's retry is skipped when it cannot start now.
+            started = await runner.start_first(request, (again,), budget, retry=True) if lone else None
+            attempt = started[0] if started is not None else runner.start(request, again, budget)
+            again = None
+            if attempt is None:
+                retries = 0
+                continue
+        else:
+            if not candidates:
+                break
+            started = await runner.start_first(request, candidates, budget)
+            if started is None:
+                break
+            attempt, candidates = started
+            retries = 0
+        candidate = attempt.candidate
         runner.fall_back(budget, candidate)
         try:
             await runner.open(request, attempt, budget)
         except UpstreamError as exc:
             budget.failed(exc, candidate)
-            wait = None
-            if lone or index + 1 < len(candidates):
-                following = None if lone else candidates[index + 1]
+            if lone or candidates:
+                following = None if lone else candidates[0]
                 wait = retry_wait(plan.policy, candidate, exc, retries, following, budget.remaining_s(), runner.rng)
-            if wait is not None and budget.allows_another():
-                retries += 1
-                await runner.wait_to_retry(wait)
-            else:
-                index, retries = index + 1, 0
+                if wait is not None and budget.allows_another():
+                    retries += 1
+                    await runner.wait_to_retry(wait)
+                    again = candidate
             continue
         except ClientFault:
             budget.log.commit(attempt)
             raise
         runner.commit(request, budget, attempt)
-        return Opened(attempt, candidates[index + 1 :])
+        return Opened(attempt, candidates)
     raise budget.exhausted()

@@ -18,36 +18,39 @@ from gateway.relay.budget import AttemptBudget
 from gateway.relay.request import ProxyRequest
 from gateway.relay.retry import retry_wait
 from gateway.relay.runner import AttemptRunner
-from gateway.routing import RoutePlan
+from gateway.routing import Candidate, RoutePlan
 
 
 async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyRequest, plan: RoutePlan) -> Opened:
     """The attempt loop with hedging; raises ``ClientFault``, or the budget's error if no attempt answers."""
     model = plan.candidates[0].model
-    queue = list(plan.candidates)
+    queue: tuple[Candidate, ...] = plan.candidates
     pending: dict[asyncio.Task[None], Attempt] = {}
     hedge_tried = False
     retries: dict[str, int] = {}
     lone = len(queue) == 1
     again = False  # the queue's head is a retry of the attempt that just failed
 
-    def start_next(as_hedge: bool) -> Attempt | None:
-        nonlocal again
-        while queue and budget.allows_another():
-            candidate = queue.pop(0)
-            attempt = runner.start(request, candidate, budget, as_hedge=as_hedge, retry=again)
-            again = False
-            if attempt is None:
-                continue
+    async def start_next(as_hedge: bool) -> Attempt | None:
+        """The next candidate with room (a primary waits for one when all are full; a hedge does not)."""
+        nonlocal queue, again
+        if not queue or not budget.allows_another():
+            return None
+        started = await runner.start_first(request, queue, budget, as_hedge=as_hedge, retry=again)
+        again = False
+        if started is None:
             if not as_hedge:
-                runner.fall_back(budget, candidate)
-            pending[asyncio.ensure_future(runner.open(request, attempt, budget))] = attempt
-            return attempt
-        return None
+                queue = ()
+            return None
+        attempt, queue = started
+        if not as_hedge:
+            runner.fall_back(budget, attempt.candidate)
+        pending[asyncio.ensure_future(runner.open(request, attempt, budget))] = attempt
+        return attempt
 
     try:
         while True:
-            if not pending and start_next(False) is None:
+            if not pending and await start_next(False) is None:
                 break
             timeout: float | None = None
             primary = next(iter(pending.values()))
@@ -57,7 +60,7 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
             if not done:
                 hedge_tried = True
                 if queue and budget.allows_another() and runner.router.try_hedge(plan):
-                    hedge = start_next(True)
+                    hedge = await start_next(True)
                     if hedge is not None:
                         primary.hedged = True
                         runner.events.hedge_started(model, primary.candidate.name, hedge.candidate.name)
@@ -81,7 +84,7 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
                         if wait is not None and budget.allows_another():
                             retries[failed.name] = spent + 1
                             await runner.wait_to_retry(wait)
-                            queue.insert(0, failed)
+                            queue = (failed, *queue)
                             again = lone
                 elif isinstance(error, ClientFault):
                     budget.log.commit(attempt)
@@ -96,7 +99,7 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
                 runner.commit(request, budget, winner)
                 if winner.hedged:
                     _hedge_ended(runner, model, winner, [*answered[1:], *pending.values()])
-                return Opened(winner, tuple(queue))
+                return Opened(winner, queue)
     finally:
         # Losers (and, on a client disconnect, everyone) are cancelled; each records its own sample.
         for task in pending:

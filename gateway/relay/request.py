@@ -30,6 +30,10 @@ class RequestTrace:
     said_tokens: int = 0
     """After a mid-stream recovery: the output tokens of the answer's earlier parts (pinned encoding), which
     the continuation's provider counted as prompt; the access log moves them back to the output."""
+    queue_wait_s: float = 0.0
+    """Time spent waiting for a free slot (every candidate full): in end-to-end, never in a first token."""
+    queue_wait_before_sent_s: float = 0.0
+    """The part of ``queue_wait_s`` before the first attempt was sent (not the gateway's overhead)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,10 @@ class ProxyRequest:
     headers: list[tuple[str, str]] = field(default_factory=list)
     prompt_tokens: int = 0
     trace: RequestTrace = field(default_factory=RequestTrace)
+    timeout_s: float | None = None
+    """The client's own total deadline (``x-request-timeout``), when it set one."""
+    ttft_slo_s: float | None = None
+    """The client's first-token objective (``x-slo-ttft-ms``): routed within, and never queued past."""
 
     @property
     def dialect(self) -> Dialect:

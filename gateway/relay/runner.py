@@ -4,6 +4,7 @@ The attempt loops (``dispatch.attempt_in_order``, ``hedging.race``, ``recovery.r
 *which* candidate to try next; ``AttemptRunner`` does the rest, the same way for all of them::
 
     attempt = runner.start(request, candidate, budget)   # router admits it (circuit, capacity), counted
+                                                          # (start_first: the first with room, or wait)
     await runner.open(request, attempt, budget)           # sent; waits for headers, and the first token
                                                           # of a stream; a failure is recorded and raised
     runner.commit(request, budget, attempt)               # the client's answer comes from it
@@ -11,7 +12,8 @@ The attempt loops (``dispatch.attempt_in_order``, ``hedging.race``, ``recovery.r
     runner.record(request, attempt, outcome, reading)     # its Sample, once
 
 Every admitted attempt ends in exactly one ``record`` (``fail`` and ``abandon`` call it), which
-hands the ``Sample`` to the router and the sinks (see ``gateway.samples``) and frees its slot.
+hands the ``Sample`` to the router and the sinks (see ``gateway.samples``) and frees its slot,
+waking the oldest request waiting for one (``gateway.relay.queue``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gateway.errors import (
+    RateLimited,
     UpstreamError,
     UpstreamStatusError,
     UpstreamTimeout,
@@ -35,11 +38,13 @@ from gateway.meter import Reading, StreamMeter, read_full_reply
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.outbound import upstream_body
+from gateway.relay.queue import SlotQueue
+from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate, Router
 from gateway.samples import Outcome, Sample, SampleSink
 from gateway.tokens import TokenCounter
-from gateway.types import Clock
+from gateway.types import Clock, QueueOutcome
 from gateway.upstream import MAX_ERROR_BODY, AttemptTimeouts, UpstreamPool
 
 
@@ -56,6 +61,7 @@ class AttemptRunner:
         events: GatewayEvents | None = None,
         clock: Clock = time.perf_counter,
         wall_clock: Clock = time.time,
+        queue: SlotQueue | None = None,
     ) -> None:
         self.upstreams = upstreams
         self.router = router
@@ -66,6 +72,7 @@ class AttemptRunner:
         self.wall_clock = wall_clock
         self.rng = random.Random()
         """The retries' jitter."""
+        self.queue = queue if queue is not None else SlotQueue(clock)
 
     # -- the lifecycle of one attempt -----------------------------------------------------------
 
@@ -95,6 +102,92 @@ class AttemptRunner:
     async def wait_to_retry(self, seconds: float) -> None:
         """Wait before asking a deployment again (its ``Retry-After``, or a back-off): never a tight loop."""
         await asyncio.sleep(seconds)
+
+    async def start_first(
+        self,
+        request: ProxyRequest,
+        candidates: Sequence[Candidate],
+        budget: AttemptBudget,
+        *,
+        as_hedge: bool = False,
+        retry: bool = False,
+    ) -> tuple[Attempt, tuple[Candidate, ...]] | None:
+        """Admit an attempt at the first of ``candidates`` with room, in order; wait for a slot when all are full.
+
+        A full candidate (at its provider's limit, or behind requests already waiting for it) is
+        skipped for the next with room, which then serves as ``overflow``. When every candidate
+        that may be tried is full, the request waits in its model's line (a hedge does not),
+        bounded by the policy's ``queue_timeout_s``, its line's length and the request's
+        deadline; past them it is refused with 429 and ``Retry-After``. Returns the attempt and
+        the candidates left to fall back on (the full ones skipped first, in order), or None
+        when none can be tried (circuits open). ``retry``: the first candidate is asked again after
+        waiting for it (a lone deployment's retry passes its open circuit).
+        """
+        policy = budget.policy
+        model = request.requested_model
+        wait = not as_hedge
+        # A request with a first-token objective waits no longer than that: past it, the wait alone broke it.
+        slo = request.ttft_slo_s
+        wait_bound = policy.queue_timeout_s if slo is None else min(policy.queue_timeout_s, slo)
+        seq: int | None = None
+        entered: float | None = None
+        while True:
+            full: list[Candidate] = []
+            for index, candidate in enumerate(candidates):
+                if seq is None and self.queue.contended(candidate.provider.name):
+                    full.append(candidate)  # others wait for this provider: no slot taken ahead of them
+                    continue
+                tried = dataclasses.replace(candidate, reason="overflow") if full else candidate
+                attempt = self.start(request, tried, budget, as_hedge=as_hedge, retry=retry and index == 0)
+                if attempt is not None:
+                    if entered is not None:
+                        self._left_queue(request, model, entered, "served")
+                    return attempt, (*full, *candidates[index + 1 :])
+                if self.router.at_capacity(candidate):
+                    full.append(candidate)
+            if not full or not wait:
+                if entered is not None:
+                    self._left_queue(request, model, entered, "served")
+                return None
+            now = self.clock()
+            if entered is None:
+                if self.queue.depth(model) >= policy.queue_max_length:
+                    self.events.queue_left(model, 0.0, "full")
+                    raise self._refusal(model, full, "capacity_queue_full", f"{policy.queue_max_length} already wait")
+                entered = now
+                self.events.queue_entered(model)
+            left = min(entered + wait_bound, budget.deadline) - now
+            reopens = self.router.capacity_reopens_in_s()
+            try:
+                seq = await self.queue.wait(
+                    model, (c.provider.name for c in full), min(left, reopens) if reopens is not None else left, seq=seq
+                )
+            except TimeoutError:
+                if self.clock() - entered < wait_bound and budget.remaining_s() > 0:
+                    continue  # a provider out of budget has reset: look again
+                self._left_queue(request, model, entered, "timeout")
+                waited = self.clock() - entered
+                raise self._refusal(model, full, "capacity_wait_timeout", f"waited {waited:.1f}s") from None
+            except asyncio.CancelledError:
+                self._left_queue(request, model, entered, "gone")
+                raise
+
+    def _left_queue(self, request: ProxyRequest, model: str, entered: float, outcome: QueueOutcome) -> None:
+        waited = self.clock() - entered
+        trace = request.trace
+        trace.queue_wait_s += waited
+        if trace.upstream_sent_at is None or trace.upstream_sent_at >= entered:
+            trace.queue_wait_before_sent_s += waited
+        self.events.queue_left(model, waited, outcome)
+
+    def _refusal(self, model: str, full: Sequence[Candidate], code: str, why: str) -> RateLimited:
+        providers = list(dict.fromkeys(c.provider.name for c in full))
+        retry = self.queue.retry_after_s(model, providers)
+        message = (
+            f"every deployment of model '{model}' is at its concurrency limit ({', '.join(providers)}) and "
+            f"no slot freed in time ({why}); retry after {retry}s"
+        )
+        return RateLimited(message, code=code, headers={"retry-after": str(retry)})
 
     def fall_back(self, budget: AttemptBudget, candidate: Candidate) -> None:
         """Tell the events that ``candidate`` is tried because the previous attempt failed (if one did)."""
@@ -235,8 +328,9 @@ class AttemptRunner:
             attempt_s=self.clock() - attempt.sent_at,
             chunk_gaps_s=reading.chunk_gaps_s,
         )
-        self.router.attempt_finished(candidate, sample, retry_after_s)
+        self.router.attempt_finished(candidate, sample, retry_after_s, attempt.rate_limits)
         self.events.attempt_ended(candidate.model, candidate.name, candidate.provider.name)
+        self.queue.released(candidate.provider.name)
         request.trace.samples.append(sample)
         if outcome == "ok":
             request.trace.answer_text = reading.answer_text
@@ -251,6 +345,7 @@ class AttemptRunner:
         response = attempt.response
         assert response is not None
         attempt.status = response.status
+        attempt.rate_limits = read_rate_limits(response.headers, self.wall_clock())
         if response.status < 400:
             return
         provider = attempt.candidate.provider.name

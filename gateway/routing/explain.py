@@ -64,6 +64,14 @@ def row_json(rank: int, row: Ranked) -> dict[str, Any]:
         "in_flight": row.in_flight,
         "provider_in_flight": row.provider_in_flight,
         "max_concurrency": row.provider.max_concurrency,
+        "concurrency_limit": row.limit,
+        "full": row.full,
+        "rate_limit": {
+            "remaining_requests": row.remaining_requests,
+            "remaining_tokens": row.remaining_tokens,
+            "reset_in_s": _round(row.reset_in_s, 2),
+            "out_for_s": round(row.blocked_in_s, 2),
+        },
         "price_in": row.deployment.price_in,
         "price_out": row.deployment.price_out,
     }
@@ -139,7 +147,7 @@ def ranking_table(ranking: Ranking) -> str:
                 f"{p.cost_usd:.6f}",
                 f"{p.success_rate:.2f}",
                 str(p.attempts),
-                f"{row.in_flight}/{row.provider.max_concurrency}",
+                f"{row.in_flight}/{row.limit}",
             ]
         )
         for violation in row.scored.violations:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.policies import PolicyConfig
+from gateway.routing.capacity import CapacityBoard
 from gateway.routing.deadlines import LearnedDeadlines
 from gateway.routing.estimates import DeploymentView
 from gateway.routing.explore import ExploreBudget, ExploreCounts, RequestSizes
@@ -216,6 +217,8 @@ class RouterState:
     windows: ContextWindows = field(default_factory=ContextWindows)
     refused_continuation: dict[DeploymentKey, float] = field(default_factory=dict)
     """Deployments that refused a continuation (a prefill) with a 4xx, until when they are not asked again."""
+    capacity: CapacityBoard = field(default_factory=CapacityBoard)
+    """Each provider's learned concurrency limit and reported rate-limit budget."""
 
     window_s: float = 300.0
     """The shared stats window's length (``stats.window_s``)."""

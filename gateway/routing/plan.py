@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
+from gateway.routing.capacity import RateLimits
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, Sample
 from gateway.types import RouteReason
@@ -69,8 +70,9 @@ class Router(Protocol):
 
     ``plan`` must not do I/O: it runs while the request waits. ``attempt_started`` returns
     False when the candidate may not be tried now (its circuit is open, a half-open probe is
-    already out, or its provider is at ``max_concurrency``); the attempt loop then skips it.
-    Every admitted attempt is closed by exactly one ``attempt_finished``.
+    already out, or its provider is full: ``at_capacity``); the attempt loop then skips it, and
+    waits for a slot when every candidate was full. Every admitted attempt is closed by exactly
+    one ``attempt_finished``, with the rate limits its response reported.
     """
 
     def plan(self, request: RouteRequest) -> RoutePlan: ...
@@ -80,7 +82,21 @@ class Router(Protocol):
         was decided with the provider's ``Retry-After`` or a back-off), not past capacity."""
         ...
 
-    def attempt_finished(self, candidate: Candidate, sample: Sample, retry_after_s: float | None = None) -> None: ...
+    def at_capacity(self, candidate: Candidate) -> bool:
+        """The candidate's provider has no room now (at its concurrency limit, or out of budget)."""
+        ...
+
+    def capacity_reopens_in_s(self) -> float | None:
+        """Seconds until a provider that said it is out opens again (None: none is out), for waiters to look then."""
+        ...
+
+    def attempt_finished(
+        self,
+        candidate: Candidate,
+        sample: Sample,
+        retry_after_s: float | None = None,
+        limits: RateLimits | None = None,
+    ) -> None: ...
 
     def continuation_refused(self, candidate: Candidate) -> None:
         """``candidate`` refused a continuation (a prefill) with a 4xx: not asked for one for a while."""

@@ -30,6 +30,15 @@ class Ranked:
     retry_in_s: float = 0.0
     rate_limited: bool = False
     """Its circuit is open because the provider answered 429 with a Retry-After."""
+    limit: int | None = None
+    """Requests its provider may have in flight now (the learned limit under the ceiling); None: no limit known."""
+    blocked_in_s: float = 0.0
+    """How long its provider said it is out of budget for (0: it is not)."""
+    remaining_requests: int | None = None
+    """What its provider's rate-limit headers last said it has left (None: never reported)."""
+    remaining_tokens: int | None = None
+    reset_in_s: float | None = None
+    """When that budget resets, as last reported."""
 
     @property
     def deployment(self) -> DeploymentConfig:
@@ -42,18 +51,22 @@ class Ranked:
 
     @property
     def full(self) -> bool:
-        return self.provider_in_flight >= self.provider.max_concurrency
+        """Its provider has no room now: at its limit, or out of budget until a reset. A full deployment
+        stays in the plan: the attempt loop overflows past it, or waits for a slot."""
+        return self.blocked_in_s > 0 or (self.limit is not None and self.provider_in_flight >= self.limit)
 
     @property
     def available(self) -> bool:
-        return self.circuit != "open" and not self.full
+        return self.circuit != "open"
 
     @property
     def status(self) -> str:
         if self.circuit == "open":
             return "circuit open"
+        if self.blocked_in_s > 0:
+            return "rate limited"
         if self.full:
-            return "at max_concurrency"
+            return "at capacity"
         if self.scored.violations:
             return "constraint"
         return "ready" if self.judged else "exploring"

@@ -13,8 +13,10 @@ and orders them:
 3. Near-equal scores (within ``tie_band`` of the best) go to the deployment with fewer
    requests in flight, ties broken at random, so replicas do not stampede one provider; for a
    long answer, only deployments that stream about as fast as the best share such a tie.
-4. A deployment whose circuit is open, or whose provider is at ``max_concurrency``, is left
-   out; if nothing is left the request fails fast with 503.
+4. A deployment whose circuit is open is left out; if nothing is left the request fails fast
+   with 503 (429 when every one is rate limited). One whose provider is full (at its learned
+   limit under ``max_concurrency``, ``gateway.routing.capacity``) stays in: the attempt loop
+   overflows past it to one with room, or waits for a slot (``gateway.relay.queue``).
 5. Exploration (``gateway.routing.explore``): a cold deployment is measured at once; an
    uncertain or stale one whose optimistic score beats the leader's is measured on a cheap
    request, within ``explore_share``, racing the leader on a stream.
@@ -37,6 +39,7 @@ from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyC
 from gateway.errors import GatewayError, InvalidRequest, NoCapacity, RateLimited
 from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.apis import speaking
+from gateway.routing.capacity import ProviderLimit, RateLimits
 from gateway.routing.estimates import Observation
 from gateway.routing.explore import Probe, RequestSizes, choose_probe
 from gateway.routing.health import FAILURES, RouterState
@@ -180,6 +183,7 @@ class MeasuredRouter:
         key = (model, scored.deployment.name)
         provider = self._providers[scored.deployment.provider]
         in_flight = self.state.deployment_in_flight.get(key, 0)
+        capacity = self.state.capacity.of(provider)
         return Ranked(
             model=model,
             scored=scored,
@@ -190,6 +194,11 @@ class MeasuredRouter:
             judged=scored.prediction.attempts >= policy.min_samples,
             retry_in_s=self.state.health.retry_in(key, now),
             rate_limited=self.state.health.rate_limited(key),
+            limit=capacity.allowed,
+            blocked_in_s=max(0.0, capacity.blocked_until - now),
+            remaining_requests=capacity.remaining_requests,
+            remaining_tokens=capacity.remaining_tokens,
+            reset_in_s=max(0.0, capacity.reset_at - now) if capacity.reset_at is not None else None,
         )
 
     # -- Router ---------------------------------------------------------------------------------
@@ -291,39 +300,75 @@ class MeasuredRouter:
             state.counts.races[model] = state.counts.races.get(model, 0) + 1
         return probe
 
-    def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
+    def at_capacity(self, candidate: Candidate) -> bool:
         provider = candidate.provider
-        if self.state.provider_in_flight.get(provider.name, 0) >= provider.max_concurrency:
+        limit = self.state.capacity.of(provider)
+        return not limit.has_room(self.state.provider_in_flight.get(provider.name, 0), self.clock())
+
+    def capacity_reopens_in_s(self) -> float | None:
+        now = self.clock()
+        at = self.state.capacity.next_change(now)
+        return at - now if at is not None else None
+
+    def capacity_of(self, provider: ProviderConfig) -> ProviderLimit:
+        """The provider's learned limit and reported budget (for metrics and the explanation)."""
+        return self.state.capacity.of(provider)
+
+    def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
+        if self.at_capacity(candidate):
             return False
         key = (candidate.model, candidate.name)
         now = self.clock()
         if not self.state.health.admit(key, now, self._circuit_changed) and not retry:
             return False
-        self.state.started(provider.name, key)
+        self.state.started(candidate.provider.name, key)
         model = self.config.model(candidate.model)
         if model is not None:
             view = self.state.view(key, self.config.policy_for(model).memory_half_life_s)
             view.started(id(candidate), now, candidate.predicted_s)
         return True
 
-    def attempt_finished(self, candidate: Candidate, sample: Sample, retry_after_s: float | None = None) -> None:
+    def attempt_finished(
+        self,
+        candidate: Candidate,
+        sample: Sample,
+        retry_after_s: float | None = None,
+        limits: RateLimits | None = None,
+    ) -> None:
         key = (candidate.model, candidate.name)
-        self.state.finished(candidate.provider.name, key)
+        provider = candidate.provider
+        in_flight = self.state.provider_in_flight.get(provider.name, 0)
         view = self.state.views_of(candidate.model).get(candidate.name)
         started_at = view.ended(id(candidate), self.clock()) if view is not None else None
+        out = self.state.capacity.observe(
+            provider,
+            ok=sample.outcome == "ok",
+            status=sample.status,
+            in_flight=in_flight,
+            limits=limits,
+            retry_after_s=retry_after_s,
+            sent_at=started_at,
+            now=self.clock(),
+        )
+        self.state.finished(provider.name, key)
         model = self.config.model(candidate.model)
         if model is None:
             return  # a reload removed the model while the attempt ran
         policy = self.config.policy_for(model)
         self._observe(key, sample, policy, started_at)
+        # A 429 that reports budget left refused the load, not the caller: the learned limit has
+        # backed off, and the circuit neither opens nor counts it (it is neutral, as a cancellation
+        # is: it says nothing of the provider's health). Any other 429 (or one saying the provider is
+        # out) opens the circuit at once, as the provider asked.
+        load_refusal = sample.status == 429 and limits is not None and limits.has_budget and not out
         self.state.health.record(
             key,
-            sample.outcome,
+            "client_cancelled" if load_refusal else sample.outcome,
             retry_after_s,
             policy,
             self.clock(),
             self._circuit_changed,
-            rate_limited=sample.status == 429,
+            rate_limited=sample.status == 429 and not load_refusal,
         )
 
     def _observe(self, key: DeploymentKey, sample: Sample, policy: PolicyConfig, started_at: float | None) -> None:
@@ -472,7 +517,7 @@ def _no_capacity(model: str, rows: Sequence[Ranked]) -> GatewayError:
             why = "rate limited" if row.rate_limited else "circuit open"
             parts.append(f"{row.deployment.name}: {why}, retry in {row.retry_in_s:.1f}s")
         else:
-            parts.append(f"{row.deployment.name}: provider at max_concurrency ({row.provider.max_concurrency})")
+            parts.append(f"{row.deployment.name}: provider at its concurrency limit ({row.limit})")
     waits = [r.retry_in_s for r in rows if r.circuit == "open"]
     headers = {"retry-after": str(max(1, math.ceil(min(waits))))} if len(waits) == len(rows) and waits else {}
     message = f"no deployment of model '{model}' can take a request now ({'; '.join(parts)})"

@@ -65,7 +65,7 @@ def candidate_entry(rank: int, row: Ranked, role: str | None) -> dict[str, Any]:
         "terms": _fields(row.scored.parts),
         "pred": _fields(row.scored.prediction),
         "price": [row.deployment.price_in, row.deployment.price_out],
-        "load": [row.in_flight, row.provider_in_flight, row.provider.max_concurrency],
+        "load": [row.in_flight, row.provider_in_flight, row.limit],
     }
     if role is not None:
         entry["role"] = role

@@ -34,12 +34,13 @@ def gateway_config(
     base_policy: Mapping[str, Any] = ATTEMPT_POLICY,
     deployments: Mapping[str, Mapping[str, Any]] | None = None,
     provider_options: Mapping[str, Mapping[str, Any]] | None = None,
-    max_concurrency: int = 256,
+    max_concurrency: int | None = 256,
     extra: Mapping[str, Any] | None = None,
 ) -> GatewayConfig:
     """``model`` deployed on each provider in order, under policy ``test`` (``base_policy`` + ``policy``).
 
-    A provider given as a bare name points at a closed loopback port (for tests that never send).
+    A provider given as a bare name points at a closed loopback port (for tests that never send);
+    ``max_concurrency=None`` gives the providers no ceiling (the gateway learns their limits).
     ``deployments`` / ``provider_options`` add keys to the deployment on / the provider of the named
     provider, e.g. ``{"b": {"continue_prefill": True}}``; ``extra`` sets whole top-level sections.
     """
@@ -49,7 +50,7 @@ def gateway_config(
             {
                 "name": name,
                 "base_url": url,
-                "max_concurrency": max_concurrency,
+                **({"max_concurrency": max_concurrency} if max_concurrency is not None else {}),
                 **(provider_options or {}).get(name, {}),
             }
             for name, url in named

@@ -30,7 +30,7 @@ class Fakes:
         self.servers: list[ServerThread] = [] if servers is None else servers
 
     def start(self, name: str = "fake", behavior: FakeBehavior | None = None, **options: Any) -> FakeServer:
-        app = FakeProvider(name, behavior or FakeBehavior(), record=True, **options)
+        app = FakeProvider(name, behavior or FakeBehavior(), **{"record": True, **options})
         server = ServerThread(app).start()
         self.servers.append(server)
         return FakeServer(app, server)
