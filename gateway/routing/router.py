@@ -43,10 +43,12 @@ from gateway.routing.hedge import hedge_after
 from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
+from gateway.routing.predict import WINDOW_METRIC
 from gateway.routing.ranking import Ranked, Ranking
 from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
 from gateway.samples import Endpoint, Sample
-from gateway.stats import StatsSnapshot
+from gateway.stats import Metric, StatsSnapshot
+from gateway.stats.snapshot import cache_values
 from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason
 
 TYPICAL_OUTPUT_TTL_S = 1.0
@@ -320,7 +322,21 @@ class MeasuredRouter:
         view = self.state.view(key, policy.memory_half_life_s)
         if sample.outcome == "ok":
             tps = sample.tokens_per_s
-            view.add(Observation(now, sample.ttft_s, 1.0 / tps if tps else None, sample.e2e_s, ok=True))
+            cache: dict[Metric, float] = {}
+            cache_values(sample, cache)
+            prefill = cache.get("prefill_tokens_per_s")
+            view.add(
+                Observation(
+                    now,
+                    sample.ttft_s,
+                    1.0 / tps if tps else None,
+                    sample.e2e_s,
+                    ok=True,
+                    warm_ttft_s=cache.get("warm_ttft_s"),
+                    prefill_s_per_token=1.0 / prefill if prefill else None,
+                    cold_ttft_s=cache.get("cold_ttft_s"),
+                )
+            )
         elif sample.outcome in FAILURES:
             failed_after = now - started_at if started_at is not None else None
             view.add(Observation(now, sample.ttft_s, ok=False, failed_after_s=failed_after))
@@ -333,7 +349,7 @@ class MeasuredRouter:
         if changed:
             summary = self.stats.snapshot().get(*key)
             for metric in changed:
-                window = "tokens_per_s" if metric == "seconds_per_token" else metric
+                window = WINDOW_METRIC[metric]
                 view.note_window(metric, summary.count(window) if summary is not None else 0)
 
     def try_hedge(self, plan: RoutePlan) -> bool:
