@@ -14,6 +14,9 @@ whatever the caller passed in ``AppOptions.events`` (a test's ``EventLog``, a lo
     hedge_ended              relay (hedged race)      one attempt of a hedged race ended, ``won`` or ``lost``
     stream_broke             relay (replies)          a stream broke mid-answer, then ``recovered`` or ``failed``
     circuit_changed          router (health)          a deployment's circuit opened, went half-open or closed
+    session_routed           router.plan              a session's request stayed on its deployment, moved, ...
+    cache_used               relay (runner)           an answer's prompt was partly served from the provider's cache
+    session_bound            relay (runner)           a session's answer completed: its next turn is bound there
 
 Each event names the client-facing ``model``, the ``deployment`` (its name within the model) and
 the ``provider`` serving it, so a listener labels by whichever it needs. Every method is called
@@ -25,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from gateway.types import BreakResult, CircuitState, HedgeResult, RouteReason
+from gateway.types import AffinityChoice, BreakResult, CircuitState, HedgeResult, RouteReason
 
 
 class GatewayEvents(Protocol):
@@ -56,6 +59,15 @@ class GatewayEvents(Protocol):
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
         """A deployment's circuit opened, went half-open, or closed."""
 
+    def session_routed(self, model: str, deployment: str, choice: AffinityChoice, reason: str | None) -> None:
+        """A request of a session was routed: it stayed where its prompt is cached, moved (``reason``), ..."""
+
+    def cache_used(self, model: str, deployment: str, cached_tokens: int, saved_usd: float, saved_s: float) -> None:
+        """An answer's provider reported ``cached_tokens`` prompt tokens from its cache: what that saved (estimated)."""
+
+    def session_bound(self, model: str, deployment: str) -> None:
+        """A session's answer completed on ``deployment``: its next turn is bound there."""
+
 
 class NoEvents:
     """Hears every event and does nothing; a base for listeners that care about a few."""
@@ -85,6 +97,15 @@ class NoEvents:
         pass
 
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
+        pass
+
+    def session_routed(self, model: str, deployment: str, choice: AffinityChoice, reason: str | None) -> None:
+        pass
+
+    def cache_used(self, model: str, deployment: str, cached_tokens: int, saved_usd: float, saved_s: float) -> None:
+        pass
+
+    def session_bound(self, model: str, deployment: str) -> None:
         pass
 
 
@@ -129,6 +150,18 @@ class EventFanout:
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
         for listener in self.listeners:
             listener.circuit_changed(model, deployment, provider, state)
+
+    def session_routed(self, model: str, deployment: str, choice: AffinityChoice, reason: str | None) -> None:
+        for listener in self.listeners:
+            listener.session_routed(model, deployment, choice, reason)
+
+    def cache_used(self, model: str, deployment: str, cached_tokens: int, saved_usd: float, saved_s: float) -> None:
+        for listener in self.listeners:
+            listener.cache_used(model, deployment, cached_tokens, saved_usd, saved_s)
+
+    def session_bound(self, model: str, deployment: str) -> None:
+        for listener in self.listeners:
+            listener.session_bound(model, deployment)
 
 
 class EventLog(NoEvents):

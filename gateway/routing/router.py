@@ -35,6 +35,7 @@ from typing import Protocol
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, InvalidRequest, NoCapacity, RateLimited
 from gateway.events import GatewayEvents, NoEvents
+from gateway.routing.affinity import cache_terms, decide, keep_bound_first
 from gateway.routing.apis import speaking
 from gateway.routing.estimates import Observation
 from gateway.routing.explore import Probe, RequestSizes, choose_probe
@@ -42,7 +43,7 @@ from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.hedge import hedge_after
 from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
-from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
+from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SessionRoute
 from gateway.routing.predict import WINDOW_METRIC
 from gateway.routing.ranking import Ranked, Ranking
 from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
@@ -116,11 +117,13 @@ class MeasuredRouter:
         preferences: ProviderPreferences = NO_PREFERENCES,
         rng: random.Random | None = None,
         pinned: str | None = None,
+        session: SessionRoute | None = None,
     ) -> Ranking:
         """Score and order ``model``'s deployments for a request of this shape (no side effects but ``rng``).
 
         With an ``endpoint``, only the deployments that speak that API are ranked (``None``: all of them,
-        to explain a model); with ``pinned``, only that deployment.
+        to explain a model); with ``pinned``, only that deployment. With a ``session`` bound to a
+        deployment, that one is predicted warm and the others cold (``gateway.routing.affinity``).
         """
         policy = self.config.policy_for(model)
         snapshot = self.stats.snapshot()
@@ -129,7 +132,8 @@ class MeasuredRouter:
         output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
         shape = RequestShape(endpoint or "chat", prompt_tokens, output, source)
         views = self.state.views_of(model.name)
-        scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, views, now)
+        cache = cache_terms(session, deployments, preferences)
+        scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, views, now, cache)
         rows = [self._ranked(model.name, s, policy, now) for s in scored]
         if policy.ranking == "fixed":
             rows.sort(key=lambda r: bool(r.scored.violations))  # stable: score_all kept the config's order
@@ -148,6 +152,7 @@ class MeasuredRouter:
                 rows.sort(key=lambda r: (bool(r.scored.violations), not (r.known or price_led), r.scored.ranked_by))
                 rows = spread_near_equal(rows, policy.tie_band, rng, shape)
                 rows = slow_start(rows)
+        rows = keep_bound_first(rows, session, policy, preferences)
         if preferences.order:
             rows = _apply_order(rows, preferences)
         if not preferences.allow_fallbacks:
@@ -202,13 +207,20 @@ class MeasuredRouter:
             preferences=preferences,
             rng=self.rng,
             pinned=request.pinned,
+            session=request.session,
         )
         policy = ranking.policy
         rows = [r for r in ranking.rows if r.available]
         if not rows:
             raise _no_capacity(model.name, ranking.rows)
         first_reason: RouteReason = "override" if preferences.steers else "best-score"
-        probe = None if preferences.steers else self._probe(model.name, rows, policy, ranking.shape, request.stream)
+        affinity = decide(request.session, ranking.rows, rows[0], preferences) if request.session else None
+        staying = affinity is not None and affinity.choice == "stay"
+        if staying:
+            first_reason = "affinity"
+        # A session that stays is not explored away from its cache (that would cost it the cache's worth).
+        explore = not preferences.steers and not staying
+        probe = self._probe(model.name, rows, policy, ranking.shape, request.stream) if explore else None
         race = probe.row if probe is not None and probe.race else None
         if probe is not None:
             rows.remove(probe.row)
@@ -240,8 +252,12 @@ class MeasuredRouter:
             candidates.append(candidate)
         first = candidates[0]
         self.events.decision(model.name, first.name, first.provider.name, first_reason)
+        if affinity is not None:
+            self.events.session_routed(model.name, first.name, affinity.choice, affinity.reason)
         probed = race.deployment.name if race is not None else None
-        return RoutePlan(candidates=tuple(candidates), policy=policy, race_probe=probed, ranking=ranking)
+        return RoutePlan(
+            candidates=tuple(candidates), policy=policy, race_probe=probed, ranking=ranking, affinity=affinity
+        )
 
     def _probe(
         self, model: str, rows: Sequence[Ranked], policy: PolicyConfig, shape: RequestShape, stream: bool
