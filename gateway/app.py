@@ -52,6 +52,7 @@ from gateway.routing import MeasuredRouter
 from gateway.routing.trace import TraceStore
 from gateway.runtime import GatewayRuntime, RuntimeHolder
 from gateway.samples import SampleFanout, SampleSink
+from gateway.session_bindings import SessionBindings
 from gateway.spending import SpendLedger
 from gateway.spending.redis_store import open_spend_store
 from gateway.stats import StatsStore, open_stats_store
@@ -133,9 +134,12 @@ async def build_runtime(
     if config.metrics.otel_genai:
         sinks.append(GenAISink(options.metrics.genai(), config))
     sink = SampleFanout([*sinks, *options.sinks])
-    runner = AttemptRunner(upstreams, router, sink, counter, events=events, clock=options.clock or time.perf_counter)
     if owners is None:
         owners = previous.owners if previous is not None else ResponseOwners()
+    sessions = SessionBindings(owners.store)
+    runner = AttemptRunner(
+        upstreams, router, sink, counter, events=events, clock=options.clock or time.perf_counter, sessions=sessions
+    )
     return GatewayRuntime(
         config=config,
         router=router,
@@ -148,6 +152,7 @@ async def build_runtime(
         in_flight=router.in_flight,
         traces=previous.traces if previous is not None else TraceStore(),
         owners=owners,
+        sessions=sessions,
     )
 
 

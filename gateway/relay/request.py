@@ -45,6 +45,9 @@ class ProxyRequest:
     headers: list[tuple[str, str]] = field(default_factory=list)
     prompt_tokens: int = 0
     trace: RequestTrace = field(default_factory=RequestTrace)
+    session_key: str | None = None
+    """The conversation this request continues (``gateway.sessions``): its answer binds it (None: no session)."""
+    session_ttl_s: float = 300.0
 
     @property
     def dialect(self) -> Dialect:

@@ -25,6 +25,8 @@ class Candidate:
     """Start a hedge when this candidate's first token is later than this (None: never)."""
     predicted_s: float | None = None
     """The router's predicted time for the request on this candidate (None: nothing known)."""
+    prefill_tokens_per_s: float | None = None
+    """Its measured prefill speed: what the prompt tokens its cache served saved in first-token time."""
 
     @property
     def name(self) -> str:

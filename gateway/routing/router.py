@@ -248,6 +248,7 @@ class MeasuredRouter:
                 model=model.name,
                 hedge_after_s=after,
                 predicted_s=row.scored.prediction.time_s,
+                prefill_tokens_per_s=row.scored.prediction.prefill_tokens_per_s,
             )
             candidates.append(candidate)
         first = candidates[0]
