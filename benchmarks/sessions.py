@@ -101,6 +101,11 @@ class Result:
     costs: list[float] = field(default_factory=list)
     failures: int = 0
     moves: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+    def hit_ratio(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     def mean_ttft(self) -> float:
         return sum(self.ttfts) / len(self.ttfts) if self.ttfts else math.nan
@@ -177,7 +182,7 @@ class Oracle:
 
 async def one_turn(
     client: openai.AsyncOpenAI, stack: Stack, session: Session, turn: int, headers: dict[str, str], only: str | None
-) -> tuple[float, float, str, int]:
+) -> tuple[float, float, str, int, int]:
     body: dict[str, Any] = {"stream_options": {"include_usage": True}}
     if only is not None:
         body["provider"] = {"only": [only]}
@@ -201,7 +206,7 @@ async def one_turn(
     cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0
     cached = cached or 0
     cost = ((usage.prompt_tokens - cached) * p_in + cached * p_cached + usage.completion_tokens * p_out) / 1e6
-    return first, cost, deployment, usage.prompt_tokens
+    return first, cost, deployment, usage.prompt_tokens, cached
 
 
 async def run(mode: str, sessions: list[Session]) -> Result:
@@ -235,7 +240,9 @@ async def run(mode: str, sessions: list[Session]) -> Result:
                     prompt = len(str(session.messages(turn))) // 4
                     only = oracle.choose(session.name, prompt)
                 try:
-                    ttft, cost, deployment, prompt_tokens = await one_turn(client, stack, session, turn, headers, only)
+                    ttft, cost, deployment, prompt_tokens, cached = await one_turn(
+                        client, stack, session, turn, headers, only
+                    )
                 except (openai.APIError, AssertionError):
                     result.failures += 1
                     continue
@@ -247,6 +254,8 @@ async def run(mode: str, sessions: list[Session]) -> Result:
                 last[session.name] = deployment
                 oracle.served(session.name, deployment, prompt_tokens)
                 result.ttfts.append(ttft)
+                result.prompt_tokens += prompt_tokens
+                result.cached_tokens += cached
                 result.costs.append(cost)
 
     try:
@@ -284,7 +293,8 @@ def main() -> None:
 def _line(result: Result) -> str:
     return (
         f"turns {len(result.ttfts):4d}  mean TTFT {result.mean_ttft() * 1000:7.1f} ms  "
-        f"mean cost {result.mean_cost() * 1e6:8.1f} µUSD  moves {result.moves:3d}  failures {result.failures}"
+        f"mean cost {result.mean_cost() * 1e6:8.1f} µUSD  hit {result.hit_ratio():.0%}  "
+        f"moves {result.moves:3d}  failures {result.failures}"
     )
 
 
@@ -299,12 +309,13 @@ def _report(results: dict[str, Result], args: argparse.Namespace, sessions: int,
         f"Command: `python -m benchmarks.sessions --sessions {args.sessions} --seed {args.seed}` "
         f"({sessions} sessions, {turns} turns per mode, {CONCURRENCY} at a time; {elapsed:.0f} s in all).",
         "",
-        "| mode | turns | mean TTFT (ms) | mean cost per turn (µUSD) | session moves | failures |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| mode | turns | mean TTFT (ms) | mean cost per turn (µUSD) | cache hit ratio | session moves | failures |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for mode, r in results.items():
         lines.append(
-            f"| {mode} | {len(r.ttfts)} | {r.mean_ttft() * 1000:.1f} | {r.mean_cost() * 1e6:.1f} | {r.moves} | "
+            f"| {mode} | {len(r.ttfts)} | {r.mean_ttft() * 1000:.1f} | {r.mean_cost() * 1e6:.1f} | "
+            f"{r.hit_ratio():.0%} | {r.moves} | "
             f"{r.failures} |"
         )
 

@@ -205,7 +205,9 @@ def predict(
     elif shape.endpoint != "embeddings" and cache.mode == "cold":
         # Prefill of the whole prompt: no part of it is cached here.
         if prefill is not None:
-            ttft = replace(prefill, value=prefill.value * shape.prompt_tokens)
+            # This replica's view keeps the prefill's own speed (its base latency apart, ``router._observe``).
+            base = warm.value if warm is not None and prefill.source == "recent" else 0.0
+            ttft = replace(prefill, value=base + prefill.value * shape.prompt_tokens)
         else:
             cold = _metric(view, summary, snapshot, model, "cold_ttft_s", policy, now, pooled=False)
             ttft = cold if cold is not None else ttft

@@ -342,6 +342,12 @@ class MeasuredRouter:
             cache: dict[Metric, float] = {}
             cache_values(sample, cache)
             prefill = cache.get("prefill_tokens_per_s")
+            warm = view.estimate("warm_ttft_s")
+            if prefill and warm is not None and sample.ttft_s:
+                # The first token is a base latency (what a warm one takes) plus the prefill: this view keeps
+                # the prefill's own speed, so that a cold prediction is base + prompt ÷ speed.
+                uncached = prefill * sample.ttft_s
+                prefill = uncached / max(sample.ttft_s - warm.mean, 0.25 * sample.ttft_s)
             view.add(
                 Observation(
                     now,
