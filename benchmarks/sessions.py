@@ -298,6 +298,11 @@ def _line(result: Result) -> str:
     )
 
 
+def _objective(result: Result, oracle: Result) -> float:
+    ttft = math.log2(result.mean_ttft() / oracle.mean_ttft())
+    return ttft + PRICE_WEIGHT * math.log2(result.mean_cost() / oracle.mean_cost())
+
+
 def _report(results: dict[str, Result], args: argparse.Namespace, sessions: int, turns: int, elapsed: float) -> str:
     oracle, off, auto = results["oracle"], results["off"], results["auto"]
     lines = [
@@ -329,6 +334,9 @@ def _report(results: dict[str, Result], args: argparse.Namespace, sessions: int,
         f"×{ratio(auto.mean_cost(), oracle.mean_cost())} (target ≤ 1.10 each)",
         f"- auto vs off: TTFT ×{ratio(auto.mean_ttft(), off.mean_ttft())}, cost "
         f"×{ratio(auto.mean_cost(), off.mean_cost())} (target ≤ 0.70 each)",
+        f"- the policy's own objective (log2 TTFT + {PRICE_WEIGHT} × log2 cost, which the oracle minimises): "
+        f"auto {_objective(auto, oracle):+.2f}, off {_objective(off, oracle):+.2f}, sticky "
+        f"{_objective(results['sticky'], oracle):+.2f} against the oracle (0 = as good; +0.14 ≈ 10% worse)",
         f"- without sessions, auto vs off: TTFT ×"
         f"{ratio(results['auto-unsessioned'].mean_ttft(), results['off-unsessioned'].mean_ttft())}, cost ×"
         f"{ratio(results['auto-unsessioned'].mean_cost(), results['off-unsessioned'].mean_cost())} "
