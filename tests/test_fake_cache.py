@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, cast
 
@@ -103,3 +104,16 @@ def test_prefixes_grow_with_the_conversation_and_name_their_head() -> None:
     second = prefix_digests({"model": "m", "messages": conversation(2)})
     assert second[: len(first)] == first and second[-1][1] > first[-1][1]
     assert prefix_digests({"model": "m", "tools": [{"x": 1}], "messages": conversation(1)})[0] != first[0]
+
+
+def test_the_demo_traffic_holds_conversations_that_grow_turn_by_turn() -> None:
+    from gateway.traffic import TrafficGenerator, TrafficMix
+
+    generator = TrafficGenerator("http://127.0.0.1:9/v1", TrafficMix(1.0, (("m", 1.0),), conversations=1), seed=3)
+    turns = [generator._conversation("m") for _ in range(4)]
+    bodies = [json.loads(body) for body, _ in turns]
+    assert len({headers["x-session-id"] for _, headers in turns}) == 1
+    sizes = [len(b["messages"]) for b in bodies]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+    for earlier, later in zip(bodies, bodies[1:], strict=False):
+        assert later["messages"][: len(earlier["messages"])] == earlier["messages"], "each turn extends the last"
