@@ -56,6 +56,24 @@ PROVIDERS = {
     "steady": (80_000.0, 0.03, 1.5, 0.3, 3.0),
     "thrifty": (40_000.0, 0.04, 0.8, 0.2, 2.0),
 }
+MARKETS: dict[str, dict[str, tuple[float, float, float, float, float]]] = {
+    # Cold speeds and prices far apart: one provider leads clearly until it degrades.
+    "distinct": dict(PROVIDERS),
+    # Two hosts near-equal on the score (the faster one dearer), a slow cheap one: scoring each turn alone
+    # spreads a conversation over the two.
+    "near-equal": {
+        "swift": (150_000.0, 0.02, 2.0, 0.4, 4.0),
+        "steady": (120_000.0, 0.025, 1.6, 0.32, 3.2),
+        "thrifty": (40_000.0, 0.04, 0.8, 0.2, 2.0),
+    },
+}
+
+
+def use_market(name: str) -> None:
+    PROVIDERS.clear()
+    PROVIDERS.update(MARKETS[name])
+
+
 DEGRADED = "swift"
 DEGRADE_S = 1.2
 SYSTEM_TOKENS = 8_000
@@ -270,21 +288,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=24)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--markets", default="distinct,near-equal", help="comma-separated: " + ", ".join(MARKETS))
     args = parser.parse_args()
-    rng = random.Random(args.seed)
-    sessions = workload(args.sessions, rng)
-    # Unsessioned traffic: conversations sent once each, at one turn's length (8k–30k tokens).
-    unsessioned = [Session(f"u{i}", 1, 1000 + i, at=rng.randint(0, 9)) for i in range(args.sessions * 3)]
-    results: dict[str, Result] = {}
+    sections = []
     started = time.perf_counter()
-    for mode in ("auto", "off", "sticky", "oracle"):
-        results[mode] = asyncio.run(run(mode, sessions))
-        print(f"{mode:18s} {_line(results[mode])}", flush=True)
-    for mode in ("auto-unsessioned", "off-unsessioned"):
-        results[mode] = asyncio.run(run(mode, unsessioned))
-        print(f"{mode:18s} {_line(results[mode])}", flush=True)
+    for market in args.markets.split(","):
+        use_market(market)
+        rng = random.Random(args.seed)
+        sessions = workload(args.sessions, rng)
+        # Unsessioned traffic: conversations sent once each, at one turn's length (8k–30k tokens).
+        unsessioned = [Session(f"u{i}", 1, 1000 + i, at=rng.randint(0, 9)) for i in range(args.sessions * 3)]
+        results: dict[str, Result] = {}
+        for mode in ("auto", "off", "sticky", "oracle"):
+            results[mode] = asyncio.run(run(mode, sessions))
+            print(f"{market:10s} {mode:18s} {_line(results[mode])}", flush=True)
+        for mode in ("auto-unsessioned", "off-unsessioned"):
+            results[mode] = asyncio.run(run(mode, unsessioned))
+            print(f"{market:10s} {mode:18s} {_line(results[mode])}", flush=True)
+        sections.append(_section(market, results, len(sessions), sum(s.turns for s in sessions)))
     elapsed = time.perf_counter() - started
-    report = _report(results, args, len(sessions), sum(s.turns for s in sessions), elapsed)
+    lines = [
+        "# Sessions over caching providers (`benchmarks/sessions.py`)",
+        "",
+        f"Date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC. Machine: {platform.machine()}, "
+        f"{os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()} "
+        "(shared with other jobs: timings are noisy; ratios within the run are what count).",
+        f"Command: `python -m benchmarks.sessions --sessions {args.sessions} --seed {args.seed} "
+        f"--markets {args.markets}` ({CONCURRENCY} sessions at a time; {elapsed:.0f} s in all).",
+        "",
+    ]
+    report = "\n".join(lines) + "\n" + "\n".join(sections)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(report)
     print(report)
@@ -303,16 +336,17 @@ def _objective(result: Result, oracle: Result) -> float:
     return ttft + PRICE_WEIGHT * math.log2(result.mean_cost() / oracle.mean_cost())
 
 
-def _report(results: dict[str, Result], args: argparse.Namespace, sessions: int, turns: int, elapsed: float) -> str:
+def _section(market: str, results: dict[str, Result], sessions: int, turns: int) -> str:
     oracle, off, auto = results["oracle"], results["off"], results["auto"]
+    providers = "; ".join(
+        f"{name} {prefill / 1000:g}k tok/s, {base * 1000:g} ms, ${p_in:g}/{p_cached:g}/{p_out:g}"
+        for name, (prefill, base, p_in, p_cached, p_out) in PROVIDERS.items()
+    )
     lines = [
-        "# Sessions over caching providers (`benchmarks/sessions.py`)",
+        f"## Market `{market}`",
         "",
-        f"Date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC. Machine: {platform.machine()}, "
-        f"{os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()} "
-        "(shared with other jobs: timings are noisy; ratios within the run are what count).",
-        f"Command: `python -m benchmarks.sessions --sessions {args.sessions} --seed {args.seed}` "
-        f"({sessions} sessions, {turns} turns per mode, {CONCURRENCY} at a time; {elapsed:.0f} s in all).",
+        f"{sessions} sessions, {turns} turns per mode. Providers (prefill, base first token, $ in/cached/out per 1M): "
+        f"{providers}. {DEGRADED} gains {DEGRADE_S:g} s of first token halfway.",
         "",
         "| mode | turns | mean TTFT (ms) | mean cost per turn (µUSD) | cache hit ratio | session moves | failures |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -343,7 +377,7 @@ def _report(results: dict[str, Result], args: argparse.Namespace, sessions: int,
         "(target: no worse, ≤ 1.0 within noise)",
         "",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
