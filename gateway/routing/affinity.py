@@ -18,9 +18,10 @@ does not speak). ``affinity = "strict"`` stays unless it cannot serve; ``"off"``
 ``x-gateway-affinity: off`` header, or its ``provider.order`` / ``only``, which take precedence)
 routes the turn as a request without a session: priced by each deployment's observed hit ratio.
 
-A session bound nowhere yet (its first turn, or an expired binding) is predicted ``cold``
-everywhere: the whole prompt is prefilled wherever it goes, so a fast prefill matters. A binding
-that could not be read in time (Redis slow or down) is routed as a request without a session.
+A session bound nowhere yet (its first turn, or an expired binding), or whose binding could not be
+read in time (Redis slow or down), is routed as a request without a session: every deployment is
+as cold for it as for any other request, and routing it alike keeps traffic without sessions (whose
+long prompts are fingerprinted) exactly as it would be with affinity off.
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ def cache_terms(
     session: SessionRoute | None, deployments: Sequence[DeploymentConfig], preferences: ProviderPreferences
 ) -> dict[str, CacheTerms] | None:
     """What the request's prompt may find cached on each deployment (None: no session, priced by hit ratio)."""
-    if session is None or _ignored(session, preferences) or session.lookup == "unavailable":
+    if session is None or _ignored(session, preferences) or session.lookup != "bound":
         return None
     terms = {d.name: COLD for d in deployments}
-    if session.lookup == "bound" and session.deployment in terms:
+    if session.deployment in terms:
         terms[session.deployment] = CacheTerms("warm", session.prompt_tokens)
     return terms
 
