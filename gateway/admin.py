@@ -22,18 +22,22 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.api import error_response
 from gateway.auth import presented_key
-from gateway.config import ConfigError
+from gateway.config import ConfigError, ModelConfig
 from gateway.errors import BudgetUnavailable, GatewayError, InvalidRequest, ModelNotFound, NotFound
 from gateway.metrics import WORKER_ENV
 from gateway.reload import reloader_of
+from gateway.routing.affinity import decide
 from gateway.routing.explain import ranking_json
-from gateway.runtime import require_admin, runtime_of
+from gateway.routing.overrides import NO_PREFERENCES
+from gateway.routing.plan import SessionRoute
+from gateway.runtime import GatewayRuntime, require_admin, runtime_of
 from gateway.samples import ENDPOINTS, Endpoint
 from gateway.spending import BUDGET_WINDOWS
 from gateway.spending.report import budget_json, grouped_rows, parse_by, spend_document
@@ -75,15 +79,50 @@ async def routes(request: Request) -> Response:
             models = tuple(m for m in models if m.name == wanted)
             if not models:
                 raise ModelNotFound(f"model '{wanted}' does not exist", param="model")
-        rankings = [
-            ranking_json(
+        bound = request.query_params.get("session_deployment")
+        cached = _positive_int(request, "cached_tokens", None)
+        rankings = []
+        for model in models:
+            ranking = ranking_json(
                 runtime.router.rank(model, endpoint=endpoint, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
             )
-            for model in models
-        ]
+            if bound is not None:
+                ranking["session"] = _session_ranking(
+                    runtime, model, bound, cached, endpoint, prompt_tokens, max_tokens
+                )
+            rankings.append(ranking)
     except GatewayError as exc:
         return error_response(exc)
     return JSONResponse({"object": "list", "data": rankings})
+
+
+def _session_ranking(
+    runtime: GatewayRuntime,
+    model: ModelConfig,
+    bound: str,
+    cached: int | None,
+    endpoint: Endpoint,
+    prompt_tokens: int,
+    max_tokens: int | None,
+) -> dict[str, Any]:
+    """The same request as a turn of a session bound to ``bound`` (its previous prompt of ``cached`` tokens
+    cached there): the binding, the ranking with the bound deployment warm and the others cold, and the
+    decision (stay or move). Beside the session-less ranking above, both predictions of every deployment."""
+    if all(d.name != bound for d in model.deployments):
+        raise InvalidRequest(f"model '{model.name}' has no deployment '{bound}'", param="session_deployment")
+    policy = runtime.config.policy_for(model)
+    affinity = policy.affinity if policy.affinity != "off" else "auto"
+    session = SessionRoute("explain", "header", affinity, "bound", bound, cached or prompt_tokens)
+    ranking = runtime.router.rank(
+        model, endpoint=endpoint, prompt_tokens=prompt_tokens, max_tokens=max_tokens, session=session
+    )
+    available = [r for r in ranking.rows if r.available]
+    decision = decide(session, ranking.rows, available[0], NO_PREFERENCES) if available else None
+    return {
+        "binding": {"deployment": bound, "cached_tokens": session.prompt_tokens, "affinity": affinity},
+        "decision": decision.header if decision is not None else "no deployment available",
+        "deployments": ranking_json(ranking)["deployments"],
+    }
 
 
 def _trace(request: Request, request_id: str) -> Response:

@@ -15,7 +15,7 @@ import json
 import logging
 import re
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -39,13 +39,20 @@ from gateway.errors import (
 from gateway.leaderboard import leaderboard, leaderboard_json
 from gateway.limits import has_unpaired_surrogate, header_bytes
 from gateway.metrics import Metrics
+from gateway.policies import AFFINITIES, Affinity
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
 from gateway.routing.apis import no_deployment_for
+from gateway.routing.plan import SessionRoute
 from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
+from gateway.sessions import session_of
 from gateway.upstream import forwardable_headers
+
+AFFINITY_HEADER_NAME = "x-gateway-affinity"
+"""Request: ``off`` (or ``strict``/``auto``) for this request; response: what routing did with its session."""
+AFFINITY_HEADER = AFFINITY_HEADER_NAME.encode()
 
 logger = logging.getLogger("gateway")
 
@@ -265,6 +272,8 @@ class ProxyEndpoint:
             record.log = reply.log
             started = True
             headers = [(b"x-request-id", request_id.encode())]
+            if plan.affinity is not None:
+                headers.append((AFFINITY_HEADER, plan.affinity.header.encode()))
             if trace_wanted:
                 winner = reply.log.winner
                 trace = build_trace(
@@ -333,6 +342,10 @@ class ProxyEndpoint:
             slo = min(ceiling for _, ceiling in preferences.max_ttft_s)
             deadlines = dataclasses.replace(deadlines, ttft_slo_s=slo)
         prompt_tokens = max(1, len(raw) // 4)
+        policy = runtime.config.policy_for(model)
+        session = None
+        if policy.affinity != "off":
+            session = await _session(runtime, scope, body, len(raw), model.name, key.key_id)
         request = ProxyRequest(
             request_id=request_id,
             endpoint=self.endpoint,
@@ -345,6 +358,8 @@ class ProxyEndpoint:
             prompt_tokens=prompt_tokens,
             timeout_s=deadlines.timeout_s,
             ttft_slo_s=deadlines.ttft_slo_s,
+            session_key=session.key if session is not None else None,
+            session_ttl_s=policy.session_ttl_s,
         )
         route_request = RouteRequest(
             model=model,
@@ -354,10 +369,52 @@ class ProxyEndpoint:
             max_tokens=max_tokens,
             preferences=preferences,
             pinned=pinned,
+            session=session,
         )
         # Last: from here on the caller owns the ticket and releases it.
         ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)
         return request, route_request, ticket
+
+
+async def _session(
+    runtime: GatewayRuntime, scope: Scope, body: dict[str, Any], size: int, model: str, scope_id: str
+) -> SessionRoute | None:
+    """The conversation this request continues, with its binding if it can be read within the store's deadline.
+
+    ``x-gateway-affinity: off`` (or ``strict``/``auto``) overrides the policy's ``affinity`` for this request.
+    """
+    model_config = runtime.config.model(model)
+    assert model_config is not None
+    policy = runtime.config.policy_for(model_config)
+    headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
+    identity = session_of(
+        headers,
+        body,
+        model=model,
+        scope=scope_id,
+        body_bytes=size,
+        header_names=policy.session_headers,
+        min_cacheable_tokens=policy.session_min_tokens,
+    )
+    if identity is None:
+        return None
+    affinity: Affinity = policy.affinity
+    asked = next((v.strip().lower() for k, v in headers if k == AFFINITY_HEADER_NAME), None)
+    if asked is not None:
+        if asked not in AFFINITIES:
+            raise InvalidRequest(
+                f"header '{AFFINITY_HEADER_NAME}' must be one of {', '.join(AFFINITIES)}, got '{asked[:40]}'",
+                param=AFFINITY_HEADER_NAME,
+            )
+        affinity = cast(Affinity, asked)
+    if affinity == "off":
+        return SessionRoute(identity.key, identity.source, "off")
+    found = await runtime.sessions.lookup(identity.key)
+    if isinstance(found, Unavailable):
+        return SessionRoute(identity.key, identity.source, affinity, "unavailable")
+    if found is None:
+        return SessionRoute(identity.key, identity.source, affinity, "unbound")
+    return SessionRoute(identity.key, identity.source, affinity, "bound", found.deployment, found.prompt_tokens)
 
 
 def _with_query(path: str, scope: Scope) -> str:

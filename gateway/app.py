@@ -53,6 +53,7 @@ from gateway.routing import MeasuredRouter
 from gateway.routing.trace import TraceStore
 from gateway.runtime import GatewayRuntime, RuntimeHolder
 from gateway.samples import SampleFanout, SampleSink
+from gateway.session_bindings import SessionBindings
 from gateway.spending import SpendLedger
 from gateway.spending.redis_store import open_spend_store
 from gateway.stats import StatsStore, open_stats_store
@@ -136,13 +137,21 @@ async def build_runtime(
     if config.metrics.otel_genai:
         sinks.append(GenAISink(options.metrics.genai(), config))
     sink = SampleFanout([*sinks, *options.sinks])
+    if owners is None:
+        owners = previous.owners if previous is not None else ResponseOwners()
+    sessions = SessionBindings(owners.store)
     # The line of requests waiting for a slot outlives a reload, as the slots it waits for do.
     queue = previous.dispatcher.runner.queue if previous is not None else None
     runner = AttemptRunner(
-        upstreams, router, sink, counter, events=events, clock=options.clock or time.perf_counter, queue=queue
+        upstreams,
+        router,
+        sink,
+        counter,
+        events=events,
+        clock=options.clock or time.perf_counter,
+        queue=queue,
+        sessions=sessions,
     )
-    if owners is None:
-        owners = previous.owners if previous is not None else ResponseOwners()
     return GatewayRuntime(
         config=config,
         router=router,
@@ -155,6 +164,7 @@ async def build_runtime(
         in_flight=router.in_flight,
         traces=previous.traces if previous is not None else TraceStore(),
         owners=owners,
+        sessions=sessions,
     )
 
 

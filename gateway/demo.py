@@ -32,7 +32,7 @@ import uvicorn
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig, parse_config
 from gateway.demo_banner import invocation, relative_to_cwd, try_it_lines
-from gateway.fakes import FakeProvider
+from gateway.fakes import FakeBehavior, FakeProvider
 from gateway.fakes.profiles import DEMO_PROFILES, ProviderProfile, ServingFigures
 from gateway.samples import ENDPOINTS
 from gateway.tokens import load_token_counter
@@ -145,6 +145,8 @@ def demo_config_data(fake_urls: Mapping[str, str], host: str = "127.0.0.1", port
                         "model": upstream,
                         "price_in": round(by_name[name].figures.price_in, 2),
                         "price_out": round(by_name[name].figures.price_out, 2),
+                        # Cached input at a quarter of the price, as open-model hosts bill it.
+                        "price_cached_in": round(by_name[name].figures.price_in / 4, 3),
                     }
                     for name in providers
                 ],
@@ -226,7 +228,8 @@ class Demo:
             urls: dict[str, str] = {}
             for index, profile in enumerate(DEMO_PROFILES):
                 seed = None if options.seed is None else options.seed * 100 + index
-                fake = FakeProvider(profile.name, profile.figures.behavior(seed=seed), models=_served_models(profile))
+                behavior = _caching(profile.figures.behavior(seed=seed), index)
+                fake = FakeProvider(profile.name, behavior, models=_served_models(profile))
                 served = _server(profile.name, fake, _bind("127.0.0.1", 0))
                 self.fakes[profile.name] = fake
                 self.served.append(served)
@@ -313,7 +316,7 @@ class Demo:
         tasks: list[asyncio.Task[None]] = []
         options = self.options
         if options.traffic_per_s > 0:
-            mix = TrafficMix(rate_per_s=options.traffic_per_s, models=TRAFFIC_WEIGHTS)
+            mix = TrafficMix(rate_per_s=options.traffic_per_s, models=TRAFFIC_WEIGHTS, conversation_share=0.3)
             self.traffic = TrafficGenerator(self.gateway_url + "/v1", mix, seed=options.seed)
             tasks.append(asyncio.create_task(self.traffic.run(), name="traffic"))
             tasks.append(asyncio.create_task(self._report_traffic(), name="status"))
@@ -339,7 +342,7 @@ class Demo:
             if profile.degraded is None:
                 continue
             seed = None if self.options.seed is None else self.options.seed * 100 + 50 + index
-            self.fakes[profile.name].behavior = profile.degraded.behavior(seed=seed)
+            self.fakes[profile.name].behavior = _caching(profile.degraded.behavior(seed=seed), index)
             self.say(
                 f"{self._stamp()} {profile.name} degrades now: {_describe_change(profile.figures, profile.degraded)}"
             )
@@ -371,6 +374,16 @@ class Demo:
                     with contextlib.suppress(asyncio.CancelledError, SystemExit):
                         await served.task
                 served.sock.close()
+
+
+DEMO_PREFILL_TOKENS_PER_S = (20_000.0, 10_000.0, 6_000.0, 14_000.0, 8_000.0)
+"""Each fake's prefill speed (by position): a conversation's long prompt is quick to start on some, slow on others."""
+
+
+def _caching(behavior: FakeBehavior, index: int) -> FakeBehavior:
+    """The profile's behaviour with a prompt cache: the conversation workload shows affinity at work."""
+    speed = DEMO_PREFILL_TOKENS_PER_S[index % len(DEMO_PREFILL_TOKENS_PER_S)]
+    return behavior.merged({"cache_prompts": 4096, "prefill_tokens_per_s": speed})
 
 
 def _served_models(profile: ProviderProfile) -> tuple[str, ...]:

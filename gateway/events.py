@@ -17,6 +17,9 @@ whatever the caller passed in ``AppOptions.events`` (a test's ``EventLog``, a lo
     malformed_stream         relay (replies)          a stream completed with an event that was not valid JSON
     circuit_changed          router (health)          a deployment's circuit opened, went half-open or closed
     queue_entered / _left    relay (runner)           every candidate was full: a request waits for a slot / stops
+    session_routed           router.plan              a session's request stayed on its deployment, moved, ...
+    cache_used               relay (runner)           an answer's prompt was partly served from the provider's cache
+    session_bound            relay (runner)           a session's answer completed: its next turn is bound there
 
 Each event names the client-facing ``model``, the ``deployment`` (its name within the model) and
 the ``provider`` serving it, so a listener labels by whichever it needs. Every method is called
@@ -28,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from gateway.types import BreakResult, CircuitState, HedgeResult, QueueOutcome, RouteReason
+from gateway.types import AffinityChoice, BreakResult, CircuitState, HedgeResult, QueueOutcome, RouteReason
 
 
 class GatewayEvents(Protocol):
@@ -68,6 +71,15 @@ class GatewayEvents(Protocol):
     def queue_left(self, model: str, waited_s: float, outcome: QueueOutcome) -> None:
         """A request stopped waiting (``full``: it never joined, past the length bound)."""
 
+    def session_routed(self, model: str, deployment: str, choice: AffinityChoice, reason: str | None) -> None:
+        """A request of a session was routed: it stayed where its prompt is cached, moved (``reason``), ..."""
+
+    def cache_used(self, model: str, deployment: str, cached_tokens: int, saved_usd: float, saved_s: float) -> None:
+        """An answer's provider reported ``cached_tokens`` prompt tokens from its cache: what that saved (estimated)."""
+
+    def session_bound(self, model: str, deployment: str) -> None:
+        """A session's answer completed on ``deployment``: its next turn is bound there."""
+
 
 class NoEvents:
     """Hears every event and does nothing; a base for listeners that care about a few."""
@@ -106,6 +118,15 @@ class NoEvents:
         pass
 
     def queue_left(self, model: str, waited_s: float, outcome: QueueOutcome) -> None:
+        pass
+
+    def session_routed(self, model: str, deployment: str, choice: AffinityChoice, reason: str | None) -> None:
+        pass
+
+    def cache_used(self, model: str, deployment: str, cached_tokens: int, saved_usd: float, saved_s: float) -> None:
+        pass
+
+    def session_bound(self, model: str, deployment: str) -> None:
         pass
 
 
@@ -162,6 +183,18 @@ class EventFanout:
     def queue_left(self, model: str, waited_s: float, outcome: QueueOutcome) -> None:
         for listener in self.listeners:
             listener.queue_left(model, waited_s, outcome)
+
+    def session_routed(self, model: str, deployment: str, choice: AffinityChoice, reason: str | None) -> None:
+        for listener in self.listeners:
+            listener.session_routed(model, deployment, choice, reason)
+
+    def cache_used(self, model: str, deployment: str, cached_tokens: int, saved_usd: float, saved_s: float) -> None:
+        for listener in self.listeners:
+            listener.cache_used(model, deployment, cached_tokens, saved_usd, saved_s)
+
+    def session_bound(self, model: str, deployment: str) -> None:
+        for listener in self.listeners:
+            listener.session_bound(model, deployment)
 
 
 class EventLog(NoEvents):

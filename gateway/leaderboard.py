@@ -52,6 +52,14 @@ class LeaderboardRow:
     in_flight: int
     apis: tuple[str, ...] = ()
     """The APIs the deployment serves (empty when it is not in the config at hand)."""
+    cache_hit_ratio: float | None = None
+    """Cached ÷ prompt tokens of its answers whose provider reports cached tokens (None: none did)."""
+    warm_ttft_p50_s: float | None = None
+    """First token when most of the prompt was cached, and when it was not."""
+    cold_ttft_p50_s: float | None = None
+    prefill_tokens_per_s_p50: float | None = None
+    """Uncached prompt tokens per second of first token (long uncached prompts only)."""
+    price_cached_in: float | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LeaderboardRow:
@@ -88,6 +96,11 @@ def _row(
         price_out=declared.price_out if declared else None,
         in_flight=in_flight(model, deployment),
         apis=tuple(declared.apis) if declared else (),
+        cache_hit_ratio=summary.hit_ratio() if summary else None,
+        warm_ttft_p50_s=q("warm_ttft_s", 0.50),
+        cold_ttft_p50_s=q("cold_ttft_s", 0.50),
+        prefill_tokens_per_s_p50=q("prefill_tokens_per_s", 0.50),
+        price_cached_in=declared.price_cached_in if declared else None,
     )
 
 
@@ -156,6 +169,7 @@ TABLE_HEADER = (
     "In flight",
     "$/1M in",
     "$/1M out",
+    "Cache hit · warm/cold TTFT",
 )
 """The first seven measured columns follow a public provider leaderboard's order; the rest follow."""
 
@@ -196,7 +210,15 @@ def table_cells(row: LeaderboardRow) -> list[str]:
         str(row.in_flight),
         _price(row.price_in),
         _price(row.price_out),
+        cache_cell(row),
     ]
+
+
+def cache_cell(row: LeaderboardRow) -> str:
+    """``85% · 40 ms/1.20 s``: the hit ratio, then the warm and cold median first tokens (``-``: not measured)."""
+    if row.cache_hit_ratio is None and row.warm_ttft_p50_s is None and row.cold_ttft_p50_s is None:
+        return "-"
+    return f"{_share(row.cache_hit_ratio)} · {_seconds(row.warm_ttft_p50_s)}/{_seconds(row.cold_ttft_p50_s)}"
 
 
 def render_table(rows: Sequence[LeaderboardRow]) -> str:

@@ -39,7 +39,10 @@ from gateway.samples import Outcome, Sample
 from gateway.spending.metrics import SpendMetrics
 from gateway.stats.snapshot import Metric, StatsSnapshot
 from gateway.types import (
+    AFFINITY_CHOICES,
     CIRCUIT_STATES,
+    MOVE_REASONS,
+    AffinityChoice,
     BreakResult,
     CircuitState,
     DeploymentKey,
@@ -309,6 +312,44 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        # Sessions and prompt caches.
+        self.session_routes = Counter(
+            "gateway_session_routes_total",
+            "Requests of a session by what routing did with it: stay (where its prompt is cached), move (reason: "
+            "slower, unavailable, excluded), new (bound nowhere yet), unknown (binding unreadable), off",
+            ["model", "choice", "reason"],
+            registry=r,
+        )
+        self.session_bindings = Counter(
+            "gateway_session_bindings_total",
+            "Session bindings written (after an answer completed), by the deployment bound",
+            ["model", "deployment"],
+            registry=r,
+        )
+        self.cached_tokens = Counter(
+            "gateway_cached_tokens_total",
+            "Prompt tokens the provider reported serving from its prompt cache",
+            _SAMPLE_LABELS,
+            registry=r,
+        )
+        self.cache_saved_usd = Counter(
+            "gateway_cache_saved_usd_total",
+            "Estimated money the prompt cache saved: cached tokens x (price_in - price_cached_in)",
+            _SAMPLE_LABELS,
+            registry=r,
+        )
+        self.cache_saved_seconds = Counter(
+            "gateway_cache_saved_ttft_seconds_total",
+            "Estimated first-token time the prompt cache saved: cached tokens / the deployment's prefill speed",
+            _SAMPLE_LABELS,
+            registry=r,
+        )
+        self.window_hit_ratio = Gauge(
+            "gateway_window_cache_hit_ratio",
+            "Cached / prompt tokens over the window, of answers whose provider reports cached tokens",
+            _WINDOW_LABELS,
+            registry=r,
+        )
         # The stats store and its window.
         self.stats_healthy = Gauge(
             "gateway_stats_backend_healthy",
@@ -359,6 +400,7 @@ class Metrics:
         self._dropped_seen = 0
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
         self._circuits_known: set[str] = set()
+        self._providers: dict[DeploymentKey, str] = {}
 
     def prepare(self, config: GatewayConfig) -> None:
         """Create, at zero, every series ``config`` bounds: called at start and on each reload.
@@ -371,6 +413,7 @@ class Metrics:
         reload removed stay: a counter must not vanish mid-life.
         """
         pairs = dict.fromkeys((m.name, d.provider) for m in config.models for d in m.deployments)
+        self._providers = deployment_providers(config)
         for model, provider in pairs:
             for status in STATUS_CLASSES:
                 self._series(self.requests, model, provider, status)
@@ -387,10 +430,16 @@ class Metrics:
             for result in BREAK_RESULTS:
                 self._series(self.stream_breaks, model, provider, result)
             self._series(self.malformed_events, model, provider)
+            self._series(self.cached_tokens, model, provider)
+            self._series(self.cache_saved_usd, model, provider)
+            self._series(self.cache_saved_seconds, model, provider)
         for model_config in config.models:
             self._series(self.queue_depth, model_config.name)
             for reason in ("timeout", "full"):
                 self._series(self.queue_refusals, model_config.name, reason)
+            for choice in AFFINITY_CHOICES:
+                for reason in MOVE_REASONS if choice == "move" else ("",):
+                    self._series(self.session_routes, model_config.name, choice, reason)
         for provider_config in config.providers:
             name = provider_config.name
             self._series(self.inflight, name)
@@ -519,6 +568,18 @@ class Metrics:
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
         self.set_circuit_state(provider, state)
 
+    def session_routed(self, model: str, deployment: str, choice: AffinityChoice, reason: str | None) -> None:
+        self._series(self.session_routes, model, choice, reason or "").inc()
+
+    def session_bound(self, model: str, deployment: str) -> None:
+        self._series(self.session_bindings, model, deployment).inc()
+
+    def cache_used(self, model: str, deployment: str, cached_tokens: int, saved_usd: float, saved_s: float) -> None:
+        provider = self._providers.get((model, deployment), deployment)
+        self._series(self.cached_tokens, model, provider).inc(cached_tokens)
+        self._series(self.cache_saved_usd, model, provider).inc(max(0.0, saved_usd))
+        self._series(self.cache_saved_seconds, model, provider).inc(max(0.0, saved_s))
+
     def set_circuit_state(self, provider: str, state: CircuitState) -> None:
         self._circuits_known.add(provider)
         for name in CIRCUIT_STATES:
@@ -555,6 +616,11 @@ class Metrics:
             base: tuple[str, ...] = (model, providers.get((model, deployment), deployment), deployment)
             self.window_samples.labels(*base).set(summary.samples)
             seen.add(base)
+            hit_ratio = summary.hit_ratio()
+            if hit_ratio is not None:
+                self.window_hit_ratio.labels(*base).set(hit_ratio)
+            else:
+                self._remove(self.window_hit_ratio, base)
             success = summary.success_rate()
             if success is not None:
                 self.window_success.labels(*base).set(success)
@@ -570,6 +636,7 @@ class Metrics:
                         self.window[metric].labels(*labels).set(value)
         for gone in self._window_series - seen:
             self._remove(self.window_samples, gone)
+            self._remove(self.window_hit_ratio, gone)
             self._remove(self.window_success, gone)
             for metric, quantiles in WINDOW_QUANTILES.items():
                 for q in quantiles:

@@ -29,11 +29,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from gateway.sessions import DEFAULT_SESSION_HEADERS
 from gateway.toml_reader import MISSING, TableReader
 
 RankingMode = Literal["measured", "fixed"]
 """How a policy orders deployments (the ``ranking`` key); ``gateway.routing.Ranking`` is a ranking itself."""
 RANKING_MODES: tuple[RankingMode, ...] = ("measured", "fixed")
+Affinity = Literal["auto", "strict", "off"]
+"""What a session's binding does (the ``affinity`` key): ``auto``, stay where the prompt is cached while the
+prediction says staying wins; ``strict``, stay unless that deployment cannot serve; ``off``, score every turn
+on its own."""
+AFFINITIES: tuple[Affinity, ...] = ("auto", "strict", "off")
 Estimate = Literal["mean", "quantile"]
 ESTIMATES: tuple[Estimate, ...] = ("mean", "quantile")
 DEFAULT_POLICY = "balanced"
@@ -150,6 +156,15 @@ class PolicyConfig:
     hedge_budget: float = 0.1
     """Hedges at most this share of the model's streamed requests."""
 
+    # Sessions: a conversation's turns and the deployment that holds its prompt in cache.
+    affinity: Affinity = "auto"
+    session_ttl_s: float = 300.0
+    """A session's binding expires this long after its last answer (providers keep a prompt cached ~5 minutes)."""
+    session_min_tokens: int = 1024
+    """A request that names no session is fingerprinted only when its prompt is estimated at least this long."""
+    session_headers: tuple[str, ...] = DEFAULT_SESSION_HEADERS
+    """Request headers that name a session, first found wins (the gateway's ``x-session-id`` and coding agents')."""
+
     @property
     def hedging(self) -> bool:
         return self.hedge_after_s is not None or self.hedge_quantile is not None or self.hedge_tail
@@ -254,6 +269,10 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
         hedge_tail=table.flag("hedge_tail", b.hedge_tail),
         hedge_min_after_s=table.number("hedge_min_after_s", b.hedge_min_after_s, minimum=0.0),
         hedge_budget=optional("hedge_budget", b.hedge_budget) or 0.0,
+        affinity=table.choice("affinity", AFFINITIES, b.affinity),
+        session_ttl_s=table.number("session_ttl_s", b.session_ttl_s, positive=True),
+        session_min_tokens=table.integer("session_min_tokens", b.session_min_tokens, minimum=1),
+        session_headers=tuple(h.lower() for h in table.strings("session_headers", b.session_headers)),
     )
     policy = _parse_hedge_after(table, policy)
     _check_policy(table, policy)

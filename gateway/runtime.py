@@ -26,6 +26,7 @@ from gateway.relay import Dispatcher
 from gateway.response_owners import ResponseOwners
 from gateway.routing import MeasuredRouter
 from gateway.routing.trace import TraceStore
+from gateway.session_bindings import SessionBindings
 from gateway.stats import StatsStore
 from gateway.tokens import TokenCounter
 from gateway.upstream import UpstreamPool
@@ -78,6 +79,8 @@ class GatewayRuntime:
     """Routing traces asked for lately (``x-gateway-trace: 1``); a reload hands them on."""
     owners: ResponseOwners = field(default_factory=ResponseOwners)
     """Which deployment created each response (Responses API), over the process-lived binding store."""
+    sessions: SessionBindings = field(default_factory=SessionBindings)
+    """Which deployment holds each session's prompt in cache, over the same store."""
 
     @property
     def bindings(self) -> BindingStore:
@@ -88,7 +91,8 @@ class GatewayRuntime:
         reasons = [health.reason or "stats backend degraded"] if health.degraded else []
         bindings = self.bindings.health()
         if bindings.degraded:
-            reasons.append(bindings.reason or "binding store degraded")
+            # Responses continuations cannot be placed, and sessions are routed as if unbound.
+            reasons.append((bindings.reason or "binding store degraded") + " (sessions routed unbound)")
         return reasons + self.access.degraded_reasons()
 
     def observe_gauges(self, metrics: Metrics) -> None:

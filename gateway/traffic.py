@@ -6,6 +6,10 @@ are won by the lowest first-token latency and long ones by the highest throughpu
 exactly the trade-off the router has to make. At most ``max_in_flight`` requests are open at
 once; an arrival beyond that is counted as skipped rather than queued, so the load stays
 bounded whatever the providers do.
+
+A ``conversation_share`` of the requests are turns of conversations (``x-session-id``): a few run at
+once, each growing by a question and its answer per turn from a long system prompt, for 5–12 turns,
+so that the providers' prompt caches and the gateway's session affinity show on the dashboard.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ class TrafficMix:
     long_tokens: tuple[int, int] = (200, 300)
     max_in_flight: int = 32
     timeout_s: float = 60.0
+    conversation_share: float = 0.0
+    """Share of requests that are the next turn of a conversation (a session), not a one-off prompt."""
+    conversations: int = 4
+    """Conversations open at once."""
 
 
 @dataclass(slots=True)
@@ -74,6 +82,28 @@ class TrafficGenerator:
         self._rng = random.Random(seed)
         self._prompts = builtin_prompts()
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._talks: dict[int, tuple[int, str, str, list[str]]] = {}
+        """Open conversations by slot: (turns left, session id, model, its user turns after the system prompt)."""
+        self._talk_ids = 0
+
+    def _conversation(self, model: str) -> tuple[bytes, dict[str, str]]:
+        """The next turn of one of the open conversations (a new one replaces one that is over)."""
+        slot = self._rng.randrange(self.mix.conversations)
+        turns = self._talks.get(slot)
+        if turns is None or turns[0] <= 0:
+            self._talk_ids += 1
+            system = f"You are assistant #{self._talk_ids}. Follow the house style guide closely. " * 120
+            turns = self._talks[slot] = (self._rng.randint(5, 12), f"demo-{self._talk_ids}", model, [system])
+        left, name, model, history = turns
+        history.append(f"Question {len(history)}: " + self._rng.choice(self._prompts)["messages"][-1]["content"])
+        messages = [{"role": "system", "content": history[0]}]
+        for index, text in enumerate(history[1:]):
+            messages.append({"role": "user", "content": text})
+            if index < len(history) - 2:
+                messages.append({"role": "assistant", "content": "An earlier answer, kept in the history. " * 30})
+        self._talks[slot] = (left - 1, name, model, history)
+        body = {"model": model, "messages": messages, "stream": True, "max_tokens": self._rng.randint(20, 60)}
+        return json.dumps(body).encode(), {"x-session-id": name}
 
     def _body(self) -> bytes:
         names = [name for name, _ in self.mix.models]
@@ -96,7 +126,14 @@ class TrafficGenerator:
                     if len(self._in_flight) >= self.mix.max_in_flight:
                         self.counts.skipped += 1
                         continue
-                    task = asyncio.create_task(self._send(session, self._body()))
+                    headers = {"content-type": "application/json"}
+                    if self._rng.random() < self.mix.conversation_share:
+                        model = self._rng.choices([n for n, _ in self.mix.models], [w for _, w in self.mix.models])[0]
+                        body, session_headers = self._conversation(model)
+                        headers.update(session_headers)
+                    else:
+                        body = self._body()
+                    task = asyncio.create_task(self._send(session, body, headers))
                     self._in_flight.add(task)
                     task.add_done_callback(self._in_flight.discard)
             finally:
@@ -104,13 +141,13 @@ class TrafficGenerator:
                     task.cancel()
                 await asyncio.gather(*self._in_flight, return_exceptions=True)
 
-    async def _send(self, session: aiohttp.ClientSession, body: bytes) -> None:
+    async def _send(self, session: aiohttp.ClientSession, body: bytes, headers: dict[str, str]) -> None:
         self.counts.sent += 1
         tail = b""
         provider = route = None
         status = None
         try:
-            async with session.post(self.url, data=body, headers={"content-type": "application/json"}) as response:
+            async with session.post(self.url, data=body, headers=headers) as response:
                 status = response.status
                 provider = response.headers.get("x-gateway-provider")
                 route = response.headers.get("x-gateway-route")

@@ -18,9 +18,20 @@ DeploymentKey = tuple[str, str]
 """``(model, deployment)``: the client-facing model name and the deployment's name within it.
 It keys a deployment's stats, circuit, in-flight count and recent answers."""
 
-RouteReason = Literal["best-score", "explore", "fallback", "hedge", "override", "recovered", "overflow"]
+RouteReason = Literal["best-score", "explore", "fallback", "hedge", "override", "recovered", "overflow", "affinity"]
 """Why the deployment that answered was the one; ``recovered``: it finished a stream that broke elsewhere;
-``overflow``: a better-ranked one was full (at its concurrency limit), and this one had room."""
+``overflow``: a better-ranked one was full (at its concurrency limit), and this one had room; ``affinity``:
+its session's prompt is cached there, and staying won."""
+
+AffinityChoice = Literal["stay", "move", "new", "unknown", "off"]
+"""What the router did with a session: stayed on its deployment, moved off it, routed a session bound nowhere
+yet, routed one whose binding could not be read (as if it had none), or ignored it (``affinity = "off"``, the
+``x-gateway-affinity: off`` header, or the request's ``provider.order`` / ``only``)."""
+AFFINITY_CHOICES: tuple[AffinityChoice, ...] = ("stay", "move", "new", "unknown", "off")
+MoveReason = Literal["slower", "unavailable", "excluded"]
+"""Why a session left its deployment: staying no longer won (it slowed, failed, or another got much better);
+its circuit is open or it is full; or the request or config ruled it out (a filter, an API it does not speak)."""
+MOVE_REASONS: tuple[MoveReason, ...] = ("slower", "unavailable", "excluded")
 
 CircuitState = Literal["closed", "open", "half_open"]
 """A deployment's circuit (``gateway.routing.health``); also the ``state`` label of ``gateway_circuit_state``."""

@@ -198,6 +198,7 @@ def test_behavior_and_state_endpoints(fakes: Fakes) -> None:
             "in_flight": 0,
             "max_in_flight": 1,
             "refused": 0,
+            "cache": {"hits": 0, "misses": 0, "cached_tokens": 0, "prompt_tokens": 0},
         }
         assert client.get("/v1/nothing").status_code == 404
         assert client.post("/v1/chat/completions", content=b"{oops").status_code == 400

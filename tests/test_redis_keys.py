@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -47,7 +48,9 @@ FAMILIES: dict[str, re.Pattern[str]] = {
     "budget": re.compile(r"^" + PREFIX + r":budget:\{[tk]:[^{}]+\}:(key|team):[^:{}]+:[^:{}]+(:holds)?$"),
     "spend breakdown": re.compile(r"^" + PREFIX + r":spend:\{[tk]:[^{}]+\}:(day|week|month):[^:{}]+$"),
     # Bindings (gateway/bindings.py): each key is its own hash tag (single-key commands only).
-    "binding": re.compile(r"^\{" + PREFIX + r":bind:[^:{}]+:[^{}]+\}$"),
+    "response binding": re.compile(r"^\{" + PREFIX + r":bind:response:[^{}]+\}$"),
+    # Session bindings (gateway/session_bindings.py): a session key is a 32-hex digest (scoped by key and model).
+    "session binding": re.compile(r"^\{" + PREFIX + r":bind:session:[0-9a-f]{32}\}$"),
 }
 """Every key family, by the pattern of its names."""
 
@@ -159,10 +162,14 @@ def drive_gateway(fakes: Fakes, start_gateway: Callable[..., Gateway], cluster: 
         assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     response = client.responses.create(model="m1", input="hi")  # binds its id to its deployment
     assert client.responses.create(model="m1", input="next", previous_response_id=response.id).output_text
+    for question in ("hi", "and then?"):  # a session: bound after each answer, looked up before the next
+        session = {"x-session-id": "conversation-1"}
+        messages: list[Any] = [{"role": "user", "content": question}]
+        assert client.chat.completions.create(model="m1", messages=messages, extra_headers=session).choices
 
     def flushed() -> bool:
         store = httpx.get(gateway.url + "/v1/gateway/stats", headers={"authorization": f"Bearer {KEY}"}).json()
-        return bool(store["store"]["buffered_samples"] == 0 and sum(r["samples"] for r in store["data"]) == 8)
+        return bool(store["store"]["buffered_samples"] == 0 and sum(r["samples"] for r in store["data"]) == 10)
 
     wait_until(flushed, timeout=15, what="the gateway's samples to be written")
 

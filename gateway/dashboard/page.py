@@ -16,6 +16,7 @@ from gateway.dashboard.chart import render_scatter
 from gateway.dashboard.text import NO_SAMPLES, duration, esc, percent, plural, price, seconds, speed
 from gateway.dashboard.view import PALETTE, DashboardView, DeploymentView, ModelBoard
 from gateway.dashboard.why import render_why
+from gateway.leaderboard import cache_cell
 
 REFRESH_S = 3
 _STYLE = resources.files(__package__).joinpath("page.css").read_text(encoding="utf-8")
@@ -126,7 +127,8 @@ def _card(board: ModelBoard, window_s: int) -> str:
         "<th>Output speed <small>tokens/s p50 · p95 floor</small></th>"
         "<th>First token <small>TTFT p50 · p95</small></th>"
         '<th class="num">Success</th><th class="num">Traffic</th>'
-        '<th class="num">Price <small>$/1M in · out</small></th></tr></thead>'
+        '<th class="num">Price <small>$/1M in · out</small></th>'
+        '<th class="num">Prompt cache <small>hit · warm/cold TTFT</small></th></tr></thead>'
         f'<tbody>{rows}</tbody></table></div><figure class="chart">{render_scatter(board)}'
         "<figcaption><span>● Pareto frontier: nothing else is both sooner and faster</span>"
         "<span>○ beaten on both</span><span>time axis: log scale</span></figcaption></figure>"
@@ -180,7 +182,8 @@ def _row(d: DeploymentView, top_speed: float, top_ttft: float) -> str:
         f'<tr class="{"chosen" if d.chosen else ""}" style="--c:{d.color}">'
         f'<td class="name"><span class="swatch"></span><span class="dep">{esc(row.deployment)}</span>{sub}</td>'
         f'{measured}<td class="num">{share}</td>'
-        f'<td class="num">{price(row.price_in)} · {price(row.price_out)}</td></tr>'
+        f'<td class="num">{price(row.price_in)} · {price(row.price_out)}</td>'
+        f'<td class="num">{esc(cache_cell(row))}</td></tr>'
     )
 
 
@@ -191,5 +194,7 @@ _LEGEND = (
     "request upstream to the first output; dark to the median, light to p95. <b>Success</b>: complete "
     "answers among attempts (timeouts and errors count). <b>Traffic</b>: each deployment's share of the "
     "model's attempts in the window. <b>Cheapest</b>: the lowest predicted cost of a typical request at the "
-    "configured prices. The chart's time axis is logarithmic: equal distances are equal ratios.</p></footer>"
+    "configured prices. <b>Prompt cache</b>: the share of prompt tokens the provider served from its cache, "
+    "and the median first token when most of the prompt was cached (warm) and when it was not (cold). "
+    "The chart's time axis is logarithmic: equal distances are equal ratios.</p></footer>"
 )

@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gateway.fakes.cache import PromptCache
+
 WORDS = (
     "the quick brown fox jumps over lazy dog and then runs far away into forest where it finds "
     "small river with clear water under bright sun while birds sing songs of joy"
@@ -86,6 +88,17 @@ class FakeBehavior:
     many tokens, counted as its bytes / 4; 0: no limit."""
     reject_prefill: bool = False
     """Answer 400 to a request that continues a prefill, as a provider that cannot continue one does."""
+    prefill_tokens_per_s: float = 0.0
+    """Prompt tokens prefilled per second: the first token waits uncached prompt tokens ÷ this on top of
+    ``ttft_s`` (0: prefill takes no time)."""
+    cache_prompts: int = 0
+    """Prompt prefixes the provider keeps cached (least recently used out first; 0: no prompt cache)."""
+    cache_ttl_s: float = 300.0
+    """How long a cached prefix lives after its last use."""
+    cache_min_tokens: int = 1024
+    """Shorter prefixes are never cached (providers cache prompts above ~1k tokens)."""
+    cache_usage: str = "openai"
+    """How usage reports cached tokens: ``openai``, ``deepseek``, ``anthropic`` or ``none``."""
     model: str | None = None
     """The model id to report; by default the one the request named."""
     embedding_dim: int = 8
@@ -96,7 +109,10 @@ class FakeBehavior:
         unknown = set(overrides) - known
         if unknown:
             raise ValueError(f"unknown fake behaviour fields: {', '.join(sorted(unknown))}")
-        return dataclasses.replace(self, **overrides)
+        merged = dataclasses.replace(self, **overrides)
+        if merged.cache_usage not in ("openai", "deepseek", "anthropic", "none"):
+            raise ValueError(f"cache_usage must be openai, deepseek, anthropic or none, got {merged.cache_usage!r}")
+        return merged
 
 
 @dataclass(slots=True)
@@ -126,6 +142,8 @@ class FakeState:
     responses: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Responses API: the stored responses by id (what ``GET /v1/responses/{id}`` returns)."""
     response_inputs: dict[str, list[Any]] = field(default_factory=dict)
+    cache: PromptCache = field(default_factory=PromptCache)
+    """The provider's prompt cache and its hit/miss counters (``gateway.fakes.cache``)."""
     """Responses API: each stored response's input items."""
 
 

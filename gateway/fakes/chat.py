@@ -13,11 +13,21 @@ from starlette.types import Send
 
 from gateway.fakes.asgi import Disconnect, send_json
 from gateway.fakes.behavior import WORDS, FakeBehavior, FakeHost, answer_words
+from gateway.fakes.cache import CURRENT
 from gateway.fakes.pacing import play
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
     return max(1, len(json.dumps(body.get("messages", body.get("input", body.get("prompt", ""))))) // 4)
+
+
+def chat_usage(body: dict[str, Any], completion_tokens: int) -> dict[str, Any]:
+    """The ``usage`` of a chat or completion answer: with the cached part when the prompt cache judged it."""
+    use = CURRENT.get()
+    if use is not None:
+        return use.chat_usage(completion_tokens)
+    prompt = prompt_tokens(body)
+    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
 
 
 def prefill_words(body: dict[str, Any], path: str) -> int:
@@ -107,8 +117,7 @@ async def complete(
     if await disconnect.sleep(delay):
         host.state.cancelled += 1
         return
-    usage = {"prompt_tokens": prompt_tokens(body), "completion_tokens": length, "total_tokens": 0}
-    usage["total_tokens"] = usage["prompt_tokens"] + length
+    usage = chat_usage(body, length)
     created = int(time.time())
     choice: dict[str, Any]
     if path.endswith("/chat/completions"):
@@ -193,8 +202,7 @@ class ChatScript:
         tail = b""
         options = self.body.get("stream_options")
         if isinstance(options, dict) and options.get("include_usage"):
-            prompt = prompt_tokens(self.body)
-            usage = {"prompt_tokens": prompt, "completion_tokens": self.length, "total_tokens": prompt + self.length}
+            usage = chat_usage(self.body, self.length)
             tail += b"data: " + json.dumps({**self.head, "choices": [], "usage": usage}).encode() + b"\n\n"
         if ending:
             tail += b"data: [DONE]\n\n"

@@ -16,6 +16,7 @@ from starlette.types import Send
 
 from gateway.fakes.asgi import Disconnect, send_json, sse
 from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words
+from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prefill_words, prompt_tokens
 from gateway.fakes.pacing import play
 
@@ -27,6 +28,14 @@ ERROR_TYPES = {
     404: "not_found_error",
     429: "rate_limit_error",
 }
+
+
+def input_usage(body: dict[str, Any]) -> dict[str, int]:
+    """Anthropic's input usage: ``input_tokens`` leaves out what was read from the prompt cache."""
+    use = CURRENT.get()
+    prompt = use.prompt_tokens if use is not None else prompt_tokens(body)
+    cached = use.cached_tokens if use is not None and use.usage_shape != "none" else 0
+    return {"input_tokens": prompt - cached, "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
@@ -52,12 +61,7 @@ class MessagesScript:
         self.block = 1 if behavior.reasoning_tokens else 0
 
     def opening(self) -> bytes:
-        usage = {
-            "input_tokens": prompt_tokens(self.body),
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-            "output_tokens": 1,
-        }
+        usage = {**input_usage(self.body), "output_tokens": 1}
         message: dict[str, Any] = {
             "id": self.id,
             "type": "message",
@@ -142,12 +146,7 @@ async def create(
         content.append({"type": "tool_use", "id": "toolu_fake", "name": "lookup", "input": {"q": text}})
     else:
         content.append({"type": "text", "text": text})
-    usage = {
-        "input_tokens": prompt_tokens(body),
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
-        "output_tokens": length + behavior.reasoning_tokens,
-    }
+    usage = {**input_usage(body), "output_tokens": length + behavior.reasoning_tokens}
     message = {
         "id": script.id,
         "type": "message",

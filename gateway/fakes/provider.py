@@ -27,13 +27,14 @@ import dataclasses
 import json
 import random
 import time
-from typing import Any
+from typing import Any, cast
 
 from starlette.types import Receive, Scope, Send
 
 from gateway.fakes import chat, messages, responses
 from gateway.fakes.asgi import Disconnect, lifespan, quiet_planned_drops, read_body, send_error, send_json
 from gateway.fakes.behavior import WORDS, FakeBehavior, FakeState, RecordedRequest, answer_words
+from gateway.fakes.cache import CURRENT, CacheUsage
 from gateway.fakes.capacity import Slots
 
 _INFERENCE = ("/chat/completions", "/completions", "/embeddings", "/responses", "/messages")
@@ -116,6 +117,7 @@ class FakeProvider:
             "in_flight": self.state.in_flight,
             "max_in_flight": self.state.max_in_flight,
             "refused": self.state.refused,
+            "cache": self.state.cache.counters.as_dict(),
         }
 
     def jittered(self, value: float, sigma: float) -> float:
@@ -193,6 +195,7 @@ class FakeProvider:
                 await self._error(send, anthropic, behavior.status, message, kind, behavior.error_code, extra)
                 return
             model = behavior.model or str(body.get("model", "fake-model"))
+            behavior = self._use_prompt(body, behavior, path)
             if path.endswith("/embeddings"):
                 await chat.embeddings(self, send, body, behavior, model)
             elif path.endswith("/responses"):
@@ -251,6 +254,23 @@ class FakeProvider:
             if isinstance(servers, dict) and isinstance(servers.get(self.name), dict):
                 overrides.update(servers[self.name])
         return behavior.merged(overrides) if overrides else behavior
+
+    def _use_prompt(self, body: dict[str, Any], behavior: FakeBehavior, path: str) -> FakeBehavior:
+        """Judge the prompt against the cache: usage reports it (``cache.CURRENT``), the first token waits."""
+        if path.endswith("/embeddings") or (behavior.cache_prompts <= 0 and behavior.prefill_tokens_per_s <= 0):
+            return behavior
+        use = self.state.cache.serve(
+            body,
+            chat.prompt_tokens(body),
+            time.monotonic(),
+            capacity=behavior.cache_prompts,
+            ttl_s=behavior.cache_ttl_s,
+            min_tokens=behavior.cache_min_tokens,
+            prefill_tokens_per_s=behavior.prefill_tokens_per_s,
+            usage_shape=cast(CacheUsage, behavior.cache_usage),
+        )
+        CURRENT.set(use)
+        return dataclasses.replace(behavior, ttft_s=behavior.ttft_s + use.prefill_s) if use.prefill_s else behavior
 
     def _fails(self, behavior: FakeBehavior, number: int) -> bool:
         if behavior.status == 200:

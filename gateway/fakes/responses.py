@@ -20,6 +20,7 @@ from starlette.types import Send
 
 from gateway.fakes.asgi import Disconnect, send_error, send_json, sse
 from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words
+from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prompt_tokens
 from gateway.fakes.pacing import play
 
@@ -76,12 +77,13 @@ class ResponseBuilder:
         return items
 
     def obj(self, status: str, *, final: bool) -> dict[str, Any]:
-        prompt = prompt_tokens(self.body)
+        use = CURRENT.get()
+        prompt = use.prompt_tokens if use is not None else prompt_tokens(self.body)
         usage = None
         if final:
             usage = {
                 "input_tokens": prompt,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": use.cached_tokens if use is not None else 0},
                 "output_tokens": self.length + self.behavior.reasoning_tokens,
                 "output_tokens_details": {"reasoning_tokens": self.behavior.reasoning_tokens},
                 "total_tokens": prompt + self.length + self.behavior.reasoning_tokens,

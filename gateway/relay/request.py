@@ -56,6 +56,9 @@ class ProxyRequest:
     """The client's own total deadline (``x-request-timeout``), when it set one."""
     ttft_slo_s: float | None = None
     """The client's first-token objective (``x-slo-ttft-ms``): routed within, and never queued past."""
+    session_key: str | None = None
+    """The conversation this request continues (``gateway.sessions``): its answer binds it (None: no session)."""
+    session_ttl_s: float = 300.0
 
     @property
     def dialect(self) -> Dialect:

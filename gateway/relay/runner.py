@@ -43,6 +43,7 @@ from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate, Router
 from gateway.samples import Outcome, Sample, SampleSink
+from gateway.session_bindings import SessionBindings
 from gateway.tokens import TokenCounter
 from gateway.types import Clock, QueueOutcome
 from gateway.upstream import MAX_ERROR_BODY, AttemptTimeouts, UpstreamPool
@@ -62,7 +63,9 @@ class AttemptRunner:
         clock: Clock = time.perf_counter,
         wall_clock: Clock = time.time,
         queue: SlotQueue | None = None,
+        sessions: SessionBindings | None = None,
     ) -> None:
+        self.sessions = sessions if sessions is not None else SessionBindings()
         self.upstreams = upstreams
         self.router = router
         self.sink = sink
@@ -331,6 +334,8 @@ class AttemptRunner:
         self.router.attempt_finished(candidate, sample, retry_after_s, attempt.rate_limits)
         self.events.attempt_ended(candidate.model, candidate.name, candidate.provider.name)
         self.queue.released(candidate.provider.name)
+        if outcome == "ok":
+            self._cached(request, candidate, prompt, output or 0, reading.usage_cached_tokens, cost)
         request.trace.samples.append(sample)
         if outcome == "ok":
             request.trace.answer_text = reading.answer_text
@@ -338,6 +343,26 @@ class AttemptRunner:
             request.trace.provider_timings = reading.provider_timings
         self.sink.record(sample)
         return sample
+
+    def _cached(
+        self,
+        request: ProxyRequest,
+        candidate: Candidate,
+        prompt: int,
+        output: int,
+        cached: int | None,
+        cost: float | None,
+    ) -> None:
+        """A complete answer: its session is bound where it came from (the prompt is cached there now), and what
+        the provider's cache served of it is counted with what it saved."""
+        if request.session_key is not None:
+            self.sessions.bind(request.session_key, candidate.name, prompt, request.session_ttl_s)
+            self.events.session_bound(candidate.model, candidate.name)
+        if cached:
+            full = candidate.deployment.cost_usd(prompt, output)
+            speed = candidate.prefill_tokens_per_s
+            saved_s = cached / speed if speed else 0.0
+            self.events.cache_used(candidate.model, candidate.name, cached, full - (cost or full), saved_s)
 
     # -- waiting for an attempt to be safe to commit to -----------------------------------------
 

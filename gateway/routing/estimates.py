@@ -36,8 +36,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
-Metric = Literal["ttft_s", "seconds_per_token", "e2e_s"]
-METRICS: tuple[Metric, ...] = ("ttft_s", "seconds_per_token", "e2e_s")
+Metric = Literal["ttft_s", "seconds_per_token", "e2e_s", "warm_ttft_s", "prefill_s_per_token", "cold_ttft_s"]
+METRICS: tuple[Metric, ...] = (
+    "ttft_s",
+    "seconds_per_token",
+    "e2e_s",
+    "warm_ttft_s",
+    "prefill_s_per_token",
+    "cold_ttft_s",
+)
+"""``warm_ttft_s``: first tokens of prompts mostly served from the provider's cache; ``prefill_s_per_token``:
+first-token seconds per uncached prompt token (of prompts long enough for prefill to dominate). With these the
+router predicts a cached conversation's next first token where it is cached and where it is not."""
 MAX_ANSWERS = 64
 COUNT_HALF_LIFE = 16.0
 """Answers after which an older answer's weight has halved."""
@@ -83,12 +93,21 @@ class Observation:
     """True: a complete answer; False: the provider failed; None: it says nothing of the provider."""
     failed_after_s: float | None = None
     """For a failure: how long the attempt took to fail."""
+    warm_ttft_s: float | None = None
+    prefill_s_per_token: float | None = None
+    cold_ttft_s: float | None = None
 
     def value(self, metric: Metric) -> float | None:
         if metric == "ttft_s":
             return self.ttft_s
         if metric == "seconds_per_token":
             return self.seconds_per_token
+        if metric == "warm_ttft_s":
+            return self.warm_ttft_s
+        if metric == "prefill_s_per_token":
+            return self.prefill_s_per_token
+        if metric == "cold_ttft_s":
+            return self.cold_ttft_s
         return self.e2e_s
 
 
@@ -321,12 +340,7 @@ class DeploymentView:
             self.confirmed_at[metric] = now
             self._estimates.pop(metric, None)
             return
-        if metric == "ttft_s":
-            self.add(Observation(at=now, ttft_s=at_least, ok=None))
-        elif metric == "seconds_per_token":
-            self.add(Observation(at=now, seconds_per_token=at_least, ok=None))
-        else:
-            self.add(Observation(at=now, e2e_s=at_least, ok=None))
+        self.add(Observation(at=now, ok=None, **{metric: at_least}))
 
     def _detect(self, metric: Metric, value: float) -> int | None:
         """The first answer of a change this value completes, or None.

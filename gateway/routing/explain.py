@@ -51,6 +51,13 @@ def row_json(rank: int, row: Ranked) -> dict[str, Any]:
             "samples": round(p.samples, 2),
             "newest_sample_age_s": _round(p.age_s, 2),
         },
+        "cache": {
+            "mode": p.cache,
+            "cached_tokens": p.cached_tokens,
+            "hit_ratio": _round(p.hit_ratio),
+            "warm_ttft_s": _round(p.warm_ttft_s),
+            "prefill_tokens_per_s": _round(p.prefill_tokens_per_s, 1),
+        },
         "explore_bonus": round(row.scored.bonus, 4),
         "optimistic_score": round(row.scored.optimistic, 4),
         "caution": round(row.scored.caution, 4),
@@ -74,6 +81,7 @@ def row_json(rank: int, row: Ranked) -> dict[str, Any]:
         },
         "price_in": row.deployment.price_in,
         "price_out": row.deployment.price_out,
+        "price_cached_in": row.deployment.price_cached_in,
     }
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
+from gateway.policies import Affinity
 from gateway.routing.capacity import RateLimits
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, Sample
-from gateway.types import RouteReason
+from gateway.types import AffinityChoice, MoveReason, RouteReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +30,46 @@ class Candidate:
     """This attempt's first-token deadline, learned from the deployment's own TTFT (None: the policy's)."""
     idle_timeout_s: float | None = None
     """This attempt's longest silence mid-stream, learned from the deployment's own gaps (None: the policy's)."""
+    prefill_tokens_per_s: float | None = None
+    """Its measured prefill speed: what the prompt tokens its cache served saved in first-token time."""
 
     @property
     def name(self) -> str:
         return self.deployment.name
+
+
+SessionLookup = Literal["bound", "unbound", "unavailable"]
+"""What the binding store said of a session: bound to a deployment, bound nowhere, or could not tell in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRoute:
+    """A request's session as the router sees it: the binding, if one could be read, and the policy's mode."""
+
+    key: str
+    source: str
+    affinity: Affinity
+    lookup: SessionLookup = "unbound"
+    deployment: str | None = None
+    """The deployment its previous answer came from (``lookup == "bound"``)."""
+    prompt_tokens: int = 0
+    """That answer's prompt size: the part of this prompt expected in that deployment's cache."""
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityDecision:
+    """What the router did with the request's session, and why (``x-gateway-affinity``, metrics, the trace)."""
+
+    choice: AffinityChoice
+    bound: str | None = None
+    reason: MoveReason | None = None
+
+    @property
+    def header(self) -> str:
+        """``stay``, ``move; reason=slower; from=groq``, ``new``, ``unknown``, ``off``."""
+        if self.choice == "move":
+            return f"move; reason={self.reason}; from={self.bound}"
+        return self.choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +87,8 @@ class RouteRequest:
     """The request's ``provider`` object and model suffix, validated."""
     pinned: str | None = None
     """Only this deployment may serve (it holds the state the request refers to, e.g. a previous response)."""
+    session: SessionRoute | None = None
+    """The conversation this request continues, if it names one or is long enough to be fingerprinted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +102,8 @@ class RoutePlan:
     for the request's routing trace (``gateway.routing.trace``)."""
     race_probe: str | None = None
     """The deployment this plan explores by racing (its first candidate, the leader its hedge), if any."""
+    affinity: AffinityDecision | None = None
+    """What the router did with the request's session (None: it has none)."""
 
 
 class Router(Protocol):

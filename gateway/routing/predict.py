@@ -30,7 +30,7 @@ field of its own; the score (``gateway.routing.score``) reads only these fields.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from gateway.config import DeploymentConfig
@@ -51,7 +51,39 @@ WINDOW_SAMPLES = 4.0
 WINDOW_BLEND = 16.0
 """The most answers' weight the shared window gets beside the recent ones (when no change was detected)."""
 STALE_HALF_LIFE_S = 5.0
-WindowMetric = Literal["ttft_s", "tokens_per_s", "e2e_s"]
+WindowMetric = Literal["ttft_s", "tokens_per_s", "e2e_s", "warm_ttft_s", "prefill_tokens_per_s", "cold_ttft_s"]
+WINDOW_METRIC: dict[ViewMetric, WindowMetric] = {
+    "ttft_s": "ttft_s",
+    "seconds_per_token": "tokens_per_s",
+    "e2e_s": "e2e_s",
+    "warm_ttft_s": "warm_ttft_s",
+    "prefill_s_per_token": "prefill_tokens_per_s",
+    "cold_ttft_s": "cold_ttft_s",
+}
+"""Each fast-view metric's counterpart in the shared window (a speed there where the view keeps its inverse)."""
+RATES: frozenset[WindowMetric] = frozenset({"tokens_per_s", "prefill_tokens_per_s"})
+CacheMode = Literal["warm", "cold", "effective"]
+"""How the prompt cache enters a prediction:
+
+- ``warm``: this deployment holds the conversation's prefix (the session is bound to it): its warm first
+  token, and the cached part of the prompt at ``price_cached_in``;
+- ``cold``: the conversation's prompt is cached elsewhere or nowhere: the whole prompt's prefill
+  (prompt tokens ÷ its prefill speed) and the full price;
+- ``effective``: no session: the usual first token, and the price with the deployment's observed hit
+  ratio (what traffic like this has found cached there: its effective price)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheTerms:
+    """What a request's prompt may find cached on one deployment."""
+
+    mode: CacheMode = "effective"
+    cached_tokens: int | None = None
+    """``warm``: the prompt tokens expected from the cache (the conversation's previous prompt); None: all
+    but what the deployment's hit ratio leaves."""
+
+
+EFFECTIVE = CacheTerms()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +150,16 @@ class Prediction:
     expected_s: float | None = None
     """``time_s`` with its failures' cost: (1 - success) × (``failure_s`` + the best other's time) added
     (set by ``score_all``, which knows the others; the score's time term uses it)."""
+    cache: CacheMode = "effective"
+    """How the prompt cache entered ``ttft_s`` and ``cost_usd`` (see ``CacheMode``)."""
+    cached_tokens: int = 0
+    """Prompt tokens the cost counts at the cached price."""
+    hit_ratio: float | None = None
+    """Its observed share of prompt tokens served from cache (None: its provider reports none)."""
+    warm_ttft_s: float | None = None
+    """Its first token when the prompt is mostly cached (None: not measured)."""
+    prefill_tokens_per_s: float | None = None
+    """Its prefill speed: uncached prompt tokens per second of first token (None: not measured)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +193,24 @@ def predict(
     policy: PolicyConfig,
     view: DeploymentView | None = None,
     now: float = 0.0,
+    cache: CacheTerms = EFFECTIVE,
 ) -> Prediction:
     """One deployment's prediction for this request (``now`` on the clock ``view`` was fed with)."""
     summary = snapshot.get(model, deployment.name)
     ttft = _metric(view, summary, snapshot, model, "ttft_s", policy, now)
+    warm = _metric(view, summary, snapshot, model, "warm_ttft_s", policy, now, pooled=False)
+    prefill = _metric(view, summary, snapshot, model, "prefill_s_per_token", policy, now)
+    if shape.endpoint != "embeddings" and cache.mode == "warm" and warm is not None:
+        ttft = warm
+    elif shape.endpoint != "embeddings" and cache.mode == "cold":
+        # Prefill of the whole prompt: no part of it is cached here.
+        if prefill is not None:
+            # This replica's view keeps the prefill's own speed (its base latency apart, ``router._observe``).
+            base = warm.value if warm is not None and prefill.source == "recent" else 0.0
+            ttft = replace(prefill, value=base + prefill.value * shape.prompt_tokens)
+        else:
+            cold = _metric(view, summary, snapshot, model, "cold_ttft_s", policy, now, pooled=False)
+            ttft = cold if cold is not None else ttft
     spt = _metric(view, summary, snapshot, model, "seconds_per_token", policy, now)
     time_s = None
     uncertainty = sampling = MAX_UNCERTAINTY
@@ -180,7 +236,14 @@ def predict(
     overdue = view.overdue(now) if view is not None else 1.0
     if time_s is not None and overdue > 1.0:
         time_s *= overdue
-    cost = deployment.cost_usd(shape.prompt_tokens, shape.output_tokens)
+    hit_ratio = summary.hit_ratio() if summary is not None else None
+    cached = 0
+    if cache.mode == "warm":
+        share = cache.cached_tokens if cache.cached_tokens is not None else shape.prompt_tokens
+        cached = min(shape.prompt_tokens, share)
+    elif cache.mode == "effective" and hit_ratio:
+        cached = round(shape.prompt_tokens * hit_ratio)
+    cost = deployment.cost_usd(shape.prompt_tokens, shape.output_tokens, cached)
     attempts = summary.attempts if summary else 0
     newest = view.newest_at if view is not None else None
     success_rate, success_samples = _success_rate(view, summary, now)
@@ -214,6 +277,11 @@ def predict(
         overdue=overdue,
         failure_s=view.failure_time() if view is not None else None,
         expected_s=None if time_s is None else max(time_s, MIN_TIME_S),
+        cache=cache.mode,
+        cached_tokens=cached,
+        hit_ratio=hit_ratio,
+        warm_ttft_s=warm.value if warm is not None else None,
+        prefill_tokens_per_s=1.0 / prefill.value if prefill is not None and prefill.value > 0 else None,
     )
 
 
@@ -232,10 +300,14 @@ def _metric(
     metric: ViewMetric,
     policy: PolicyConfig,
     now: float,
+    *,
+    pooled: bool = True,
 ) -> _Value | None:
-    """``metric`` (TTFT, seconds per token or end-to-end) from the fast view, else the window, else the model."""
-    quantile = policy.tps_quantile if metric == "seconds_per_token" else policy.ttft_quantile
-    window_metric: WindowMetric = "tokens_per_s" if metric == "seconds_per_token" else metric
+    """``metric`` (TTFT, seconds per token, end-to-end, ...) from the fast view, else the window, else the
+    model's (unless not ``pooled``: a warm first token is a deployment's own or unknown)."""
+    window_metric = WINDOW_METRIC[metric]
+    rate = window_metric in RATES
+    quantile = policy.tps_quantile if rate else policy.ttft_quantile
     histogram = summary.histograms.get(window_metric) if summary is not None else None
     if view is not None:
         estimate = view.estimate(metric)
@@ -248,7 +320,7 @@ def _metric(
                 # tail's) precise, weighted as at most ``WINDOW_BLEND`` answers beside the recent ones.
                 long = _histogram_value(histogram, window_metric, policy)
                 if long is not None and long > 0:
-                    long = 1.0 / long if window_metric == "tokens_per_s" else long
+                    long = 1.0 / long if rate else long
                     extra = min(float(histogram.count), WINDOW_BLEND)
                     value = (estimate.samples * value + extra * long) / (estimate.samples + extra)
             return _Value(
@@ -261,20 +333,22 @@ def _metric(
                 spread=estimate.sigma,
             )
     source: Source = "window"
+    if (histogram is None or histogram.count == 0) and not pooled:
+        return None
     if histogram is None or histogram.count == 0:
-        pooled = [
+        pooled_histograms = [
             s.histograms[window_metric]
             for (m, _), s in snapshot.summaries.items()
             if m == model and window_metric in s.histograms
         ]
-        histogram = LogHistogram.merged(pooled) if pooled else None
+        histogram = LogHistogram.merged(pooled_histograms) if pooled_histograms else None
         source = "model"
     if histogram is None or histogram.count == 0:
         return None
     value = _histogram_value(histogram, window_metric, policy)
-    if value is None or value < 0 or (value == 0 and window_metric == "tokens_per_s"):
+    if value is None or value < 0 or (value == 0 and rate):
         return None
-    if window_metric == "tokens_per_s":
+    if rate:
         value = 1.0 / value
     if source == "model":
         return _Value(value, MAX_UNCERTAINTY, MAX_UNCERTAINTY, 0.0, "model")
@@ -287,8 +361,8 @@ def _metric(
 def _histogram_value(histogram: LogHistogram, metric: WindowMetric, policy: PolicyConfig) -> float | None:
     if policy.estimate == "mean":
         # Time is linear in seconds per token, so the expected stream time needs the harmonic mean of tokens/s.
-        return histogram.harmonic_mean() if metric == "tokens_per_s" else histogram.mean()
-    if metric == "tokens_per_s":
+        return histogram.harmonic_mean() if metric in RATES else histogram.mean()
+    if metric in RATES:
         # Tokens/s is a floor: a "p95" policy predicts with the speed 95% of responses reached.
         return histogram.quantile(1.0 - policy.tps_quantile)
     return histogram.quantile(policy.ttft_quantile)

@@ -38,6 +38,7 @@ from typing import Protocol
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, InvalidRequest, NoCapacity, RateLimited
 from gateway.events import GatewayEvents, NoEvents
+from gateway.routing.affinity import cache_terms, decide, keep_bound_first
 from gateway.routing.apis import speaking
 from gateway.routing.capacity import ProviderLimit, RateLimits
 from gateway.routing.estimates import Observation
@@ -46,11 +47,13 @@ from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.hedge import hedge_after
 from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
-from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
+from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SessionRoute
+from gateway.routing.predict import WINDOW_METRIC
 from gateway.routing.ranking import Ranked, Ranking
 from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
 from gateway.samples import Endpoint, Sample
-from gateway.stats import StatsSnapshot
+from gateway.stats import Metric, StatsSnapshot
+from gateway.stats.snapshot import cache_values
 from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason
 
 logger = logging.getLogger("gateway")
@@ -121,11 +124,13 @@ class MeasuredRouter:
         preferences: ProviderPreferences = NO_PREFERENCES,
         rng: random.Random | None = None,
         pinned: str | None = None,
+        session: SessionRoute | None = None,
     ) -> Ranking:
         """Score and order ``model``'s deployments for a request of this shape (no side effects but ``rng``).
 
         With an ``endpoint``, only the deployments that speak that API are ranked (``None``: all of them,
-        to explain a model); with ``pinned``, only that deployment.
+        to explain a model); with ``pinned``, only that deployment. With a ``session`` bound to a
+        deployment, that one is predicted warm and the others cold (``gateway.routing.affinity``).
         """
         policy = self.config.policy_for(model)
         snapshot = self.stats.snapshot()
@@ -134,7 +139,8 @@ class MeasuredRouter:
         output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
         shape = RequestShape(endpoint or "chat", prompt_tokens, output, source)
         views = self.state.views_of(model.name)
-        scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, views, now)
+        cache = cache_terms(session, deployments, preferences)
+        scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, views, now, cache)
         rows = [self._ranked(model.name, s, policy, now) for s in scored]
         if policy.ranking == "fixed":
             rows.sort(key=lambda r: bool(r.scored.violations))  # stable: score_all kept the config's order
@@ -153,6 +159,7 @@ class MeasuredRouter:
                 rows.sort(key=lambda r: (bool(r.scored.violations), not (r.known or price_led), r.scored.ranked_by))
                 rows = spread_near_equal(rows, policy.tie_band, rng, shape)
                 rows = slow_start(rows)
+        rows = keep_bound_first(rows, session, policy, preferences)
         if preferences.order:
             rows = _apply_order(rows, preferences)
         if not preferences.allow_fallbacks:
@@ -213,6 +220,7 @@ class MeasuredRouter:
             preferences=preferences,
             rng=self.rng,
             pinned=request.pinned,
+            session=request.session,
         )
         policy = ranking.policy
         rows = [r for r in ranking.rows if r.available]
@@ -223,7 +231,13 @@ class MeasuredRouter:
         if fitting:
             rows = fitting  # else none fits: the provider's own 400 will say why
         first_reason: RouteReason = "override" if preferences.steers else "best-score"
-        probe = None if preferences.steers else self._probe(model.name, rows, policy, ranking.shape, request.stream)
+        affinity = decide(request.session, ranking.rows, rows[0], preferences) if request.session else None
+        staying = affinity is not None and affinity.choice == "stay"
+        if staying:
+            first_reason = "affinity"
+        # A session that stays is not explored away from its cache (that would cost it the cache's worth).
+        explore = not preferences.steers and not staying
+        probe = self._probe(model.name, rows, policy, ranking.shape, request.stream) if explore else None
         race = probe.row if probe is not None and probe.race else None
         if probe is not None:
             rows.remove(probe.row)
@@ -255,12 +269,17 @@ class MeasuredRouter:
                 predicted_s=row.scored.prediction.time_s,
                 first_token_timeout_s=deadlines.first_token_s if deadlines is not None else None,
                 idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
+                prefill_tokens_per_s=row.scored.prediction.prefill_tokens_per_s,
             )
             candidates.append(candidate)
         first = candidates[0]
         self.events.decision(model.name, first.name, first.provider.name, first_reason)
+        if affinity is not None:
+            self.events.session_routed(model.name, first.name, affinity.choice, affinity.reason)
         probed = race.deployment.name if race is not None else None
-        return RoutePlan(candidates=tuple(candidates), policy=policy, race_probe=probed, ranking=ranking)
+        return RoutePlan(
+            candidates=tuple(candidates), policy=policy, race_probe=probed, ranking=ranking, affinity=affinity
+        )
 
     def _probe(
         self, model: str, rows: Sequence[Ranked], policy: PolicyConfig, shape: RequestShape, stream: bool
@@ -378,7 +397,27 @@ class MeasuredRouter:
         if sample.outcome == "ok":
             tps = sample.tokens_per_s
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
-            view.add(Observation(now, sample.ttft_s, 1.0 / tps if tps else None, sample.e2e_s, ok=True))
+            cache: dict[Metric, float] = {}
+            cache_values(sample, cache)
+            prefill = cache.get("prefill_tokens_per_s")
+            warm = view.estimate("warm_ttft_s")
+            if prefill and warm is not None and sample.ttft_s:
+                # The first token is a base latency (what a warm one takes) plus the prefill: this view keeps
+                # the prefill's own speed, so that a cold prediction is base + prompt ÷ speed.
+                uncached = prefill * sample.ttft_s
+                prefill = uncached / max(sample.ttft_s - warm.mean, 0.25 * sample.ttft_s)
+            view.add(
+                Observation(
+                    now,
+                    sample.ttft_s,
+                    1.0 / tps if tps else None,
+                    sample.e2e_s,
+                    ok=True,
+                    warm_ttft_s=cache.get("warm_ttft_s"),
+                    prefill_s_per_token=1.0 / prefill if prefill else None,
+                    cold_ttft_s=cache.get("cold_ttft_s"),
+                )
+            )
         elif sample.outcome in FAILURES:
             failed_after = now - started_at if started_at is not None else None
             view.add(Observation(now, sample.ttft_s, ok=False, failed_after_s=failed_after))
@@ -391,7 +430,7 @@ class MeasuredRouter:
         if changed:
             summary = self.stats.snapshot().get(*key)
             for metric in changed:
-                window = "tokens_per_s" if metric == "seconds_per_token" else metric
+                window = WINDOW_METRIC[metric]
                 view.note_window(metric, summary.count(window) if summary is not None else 0)
 
     def continuation_refused(self, candidate: Candidate) -> None:

@@ -23,8 +23,10 @@ from gateway.policies import PolicyConfig
 from gateway.routing.estimates import DeploymentView
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, Sort
 from gateway.routing.predict import (
+    EFFECTIVE,
     MIN_TIME_S,
     SUCCESS_PRIOR,
+    CacheTerms,
     OutputSource,
     Prediction,
     RequestShape,
@@ -142,15 +144,21 @@ def score_all(
     preferences: ProviderPreferences = NO_PREFERENCES,
     views: Mapping[str, DeploymentView] | None = None,
     now: float = 0.0,
+    cache: Mapping[str, CacheTerms] | None = None,
 ) -> list[Scored]:
     """Every deployment scored against the best of the others, in the given order (not sorted).
 
-    ``views``: the router's fast view of each deployment (by name), read at ``now``.
+    ``views``: the router's fast view of each deployment (by name), read at ``now``; ``cache``: what the
+    request's prompt may find cached on each (by name; absent: ``EFFECTIVE``, priced by its hit ratio).
     """
     weights = Weights.of(policy, preferences.sort)
     views = views or {}
+    cache = cache or {}
     predictions = _with_fallbacks(
-        [predict(model, d, shape, snapshot, policy, views.get(d.name), now) for d in deployments]
+        [
+            predict(model, d, shape, snapshot, policy, views.get(d.name), now, cache.get(d.name, EFFECTIVE))
+            for d in deployments
+        ]
     )
     best_time = _best(p.expected_s for p in predictions)
     best_ttft = _best(p.ttft_s for p in predictions)

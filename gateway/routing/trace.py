@@ -129,6 +129,10 @@ def build_trace(
         )
         if excluded:
             trace["x"] = excluded
+    if plan.affinity is not None:
+        # What routing did with the request's session: the binding it found, and stay/move (why).
+        affinity = plan.affinity
+        trace["session"] = {"choice": affinity.choice, "bound": affinity.bound, "reason": affinity.reason}
     attempts = [attempt_entry(i, sample) for i, sample in enumerate(samples, start=1)]
     if answering is not None:
         attempts.append({"n": len(attempts) + 1, "d": answering, "o": "answering"})

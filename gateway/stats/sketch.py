@@ -151,6 +151,10 @@ class LogHistogram:
     def mean(self) -> float | None:
         return self._sum / self.count if self.count > 0 else None
 
+    def total(self) -> float:
+        """The sum of the values counted (each as its bucket reports it)."""
+        return self._sum
+
     def harmonic_mean(self) -> float | None:
         """count ÷ Σ(n / value): the mean of a rate whose reciprocal (e.g. seconds per token) is what adds up."""
         return self.count / self._inverse_sum if self.count > 0 and self._inverse_sum > 0 else None

@@ -17,8 +17,35 @@ from gateway.samples import OUTCOMES, Outcome, Sample
 from gateway.stats.sketch import LogHistogram
 from gateway.types import DeploymentKey
 
-Metric = Literal["ttft_s", "first_answer_s", "tokens_per_s", "e2e_s", "output_tokens"]
-METRICS: tuple[Metric, ...] = ("ttft_s", "first_answer_s", "tokens_per_s", "e2e_s", "output_tokens")
+Metric = Literal[
+    "ttft_s",
+    "first_answer_s",
+    "tokens_per_s",
+    "e2e_s",
+    "output_tokens",
+    "prompt_tokens",
+    "cached_tokens",
+    "warm_ttft_s",
+    "cold_ttft_s",
+    "prefill_tokens_per_s",
+]
+METRICS: tuple[Metric, ...] = (
+    "ttft_s",
+    "first_answer_s",
+    "tokens_per_s",
+    "e2e_s",
+    "output_tokens",
+    "prompt_tokens",
+    "cached_tokens",
+    "warm_ttft_s",
+    "cold_ttft_s",
+    "prefill_tokens_per_s",
+)
+"""The prompt cache's metrics (``prompt_tokens`` .. ``prefill_tokens_per_s``) are described at ``cache_values``."""
+WARM_SHARE = 0.5
+"""A first token is warm when at least this share of the prompt came from the provider's cache."""
+MIN_PREFILL_TOKENS = 1024
+"""Uncached prompt tokens below which a first token says little of the prefill speed (latency dominates)."""
 
 # Outcomes that say nothing about the provider: the client left, or the request was at fault.
 NEUTRAL_OUTCOMES: frozenset[Outcome] = frozenset({"client_cancelled", "client_error"})
@@ -39,7 +66,37 @@ def sample_values(sample: Sample) -> dict[Metric, float]:
             values["e2e_s"] = sample.e2e_s
         if sample.output_tokens is not None:
             values["output_tokens"] = float(sample.output_tokens)
+    cache_values(sample, values)
     return values
+
+
+def cache_values(sample: Sample, values: dict[Metric, float]) -> None:
+    """What a sample says of the deployment's prompt cache, added to ``values``.
+
+    - ``prompt_tokens`` and ``cached_tokens``: the usage of a complete answer whose provider reports
+      cached tokens (a zero counts: it is a miss). Their sums' ratio is the deployment's hit ratio
+      (``DeploymentSummary.hit_ratio``), weighted by tokens as a bill is.
+    - ``warm_ttft_s`` / ``cold_ttft_s``: the first token when at least ``WARM_SHARE`` of the prompt was
+      cached, or less (known only where cached tokens are reported).
+    - ``prefill_tokens_per_s``: uncached prompt tokens ÷ first token, when at least
+      ``MIN_PREFILL_TOKENS`` were uncached: what predicts a long prompt's first token on a cold
+      deployment. The prompt's size is the usage's, else the gateway's estimate.
+    """
+    prompt = sample.usage_prompt_tokens if sample.usage_prompt_tokens else sample.prompt_tokens_estimate
+    cached = sample.usage_cached_tokens
+    if not prompt or prompt <= 0:
+        return
+    if cached is not None and sample.outcome == "ok":
+        values["prompt_tokens"] = float(prompt)
+        values["cached_tokens"] = float(min(cached, prompt))
+    ttft = sample.ttft_s
+    if ttft is None or ttft <= 0:
+        return
+    if cached is not None:
+        values["warm_ttft_s" if cached >= WARM_SHARE * prompt else "cold_ttft_s"] = ttft
+    uncached = prompt - (cached or 0)
+    if uncached >= MIN_PREFILL_TOKENS:
+        values["prefill_tokens_per_s"] = uncached / ttft
 
 
 @dataclass
@@ -91,6 +148,14 @@ class DeploymentSummary:
     def quantile(self, metric: Metric, q: float) -> float | None:
         histogram = self.histograms.get(metric)
         return None if histogram is None else histogram.quantile(q)
+
+    def hit_ratio(self) -> float | None:
+        """Cached ÷ prompt tokens over the answers that reported them (None: none did)."""
+        prompt = self.histograms.get("prompt_tokens")
+        if prompt is None or prompt.count == 0 or prompt.total() <= 0:
+            return None
+        cached = self.histograms.get("cached_tokens")
+        return 0.0 if cached is None else min(1.0, cached.total() / prompt.total())
 
     def count(self, metric: Metric) -> int:
         histogram = self.histograms.get(metric)

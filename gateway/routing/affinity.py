@@ -1,0 +1,89 @@
+"""Session affinity: a conversation's next turn goes where its prompt is cached, when that wins.
+
+Every serious gateway pins a session to the deployment it first used. Pinning blindly keeps a
+session on a provider that has since slowed down fivefold, and moving blindly (scoring each turn
+on its own) scatters a conversation's turns over providers that each prefill its whole growing
+prompt again. This router measures both sides instead (``gateway.routing.predict``):
+
+- the deployment the session is bound to (its previous answer's) is predicted ``warm``: its warm
+  first token, and the previous prompt's tokens at its ``price_cached_in``;
+- every other deployment ``cold``: the whole prompt's prefill (prompt tokens ÷ its prefill speed)
+  and the full price;
+
+and the usual score ranks them. The session stays when its deployment comes first, or within the
+policy's ``tie_band`` of the first (a near-tie is not worth the cache); it moves when it does not
+(``slower``: it degraded, failed, or another became much better), when it cannot serve
+(``unavailable``: circuit open, provider full) or when it may not (``excluded``: a filter, an API it
+does not speak). ``affinity = "strict"`` stays unless it cannot serve; ``"off"`` (or the request's
+``x-gateway-affinity: off`` header, or its ``provider.order`` / ``only``, which take precedence)
+routes the turn as a request without a session: priced by each deployment's observed hit ratio.
+
+A session bound nowhere yet (its first turn, or an expired binding), or whose binding could not be
+read in time (Redis slow or down), is routed as a request without a session: every deployment is
+as cold for it as for any other request, and routing it alike keeps traffic without sessions (whose
+long prompts are fingerprinted) exactly as it would be with affinity off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.config import DeploymentConfig
+from gateway.policies import PolicyConfig
+from gateway.routing.overrides import ProviderPreferences
+from gateway.routing.plan import AffinityDecision, SessionRoute
+from gateway.routing.predict import CacheTerms
+from gateway.routing.ranking import Ranked
+
+COLD = CacheTerms("cold")
+
+
+def _ignored(session: SessionRoute, preferences: ProviderPreferences) -> bool:
+    return session.affinity == "off" or bool(preferences.order) or preferences.only is not None
+
+
+def cache_terms(
+    session: SessionRoute | None, deployments: Sequence[DeploymentConfig], preferences: ProviderPreferences
+) -> dict[str, CacheTerms] | None:
+    """What the request's prompt may find cached on each deployment (None: no session, priced by hit ratio)."""
+    if session is None or _ignored(session, preferences) or session.lookup != "bound":
+        return None
+    terms = {d.name: COLD for d in deployments}
+    if session.deployment in terms:
+        terms[session.deployment] = CacheTerms("warm", session.prompt_tokens)
+    return terms
+
+
+def keep_bound_first(
+    rows: list[Ranked], session: SessionRoute | None, policy: PolicyConfig, preferences: ProviderPreferences
+) -> list[Ranked]:
+    """``rows`` (ranked) with the session's deployment first where it stays: it is first already, or
+    ``strict``, or within ``tie_band`` of the first without breaking a constraint the first keeps."""
+    if session is None or session.lookup != "bound" or _ignored(session, preferences) or not rows:
+        return rows
+    bound = next((r for r in rows if r.deployment.name == session.deployment), None)
+    if bound is None or bound is rows[0] or not bound.available:
+        return rows
+    first = rows[0]
+    near = bound.scored.ranked_by - first.scored.ranked_by <= policy.tie_band
+    if session.affinity == "strict" or (near and (first.scored.violations or not bound.scored.violations)):
+        return [bound] + [r for r in rows if r is not bound]
+    return rows
+
+
+def decide(
+    session: SessionRoute, rows: Sequence[Ranked], first: Ranked, preferences: ProviderPreferences
+) -> AffinityDecision:
+    """What routing ``first`` means for the session: stayed, moved (and why), or no binding to keep."""
+    if _ignored(session, preferences):
+        return AffinityDecision("off", session.deployment)
+    if session.lookup == "unavailable":
+        return AffinityDecision("unknown")
+    if session.lookup == "unbound" or session.deployment is None:
+        return AffinityDecision("new")
+    if first.deployment.name == session.deployment:
+        return AffinityDecision("stay", session.deployment)
+    bound = next((r for r in rows if r.deployment.name == session.deployment), None)
+    if bound is None:
+        return AffinityDecision("move", session.deployment, "excluded")
+    return AffinityDecision("move", session.deployment, "slower" if bound.available else "unavailable")
