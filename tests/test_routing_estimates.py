@@ -63,14 +63,30 @@ def test_after_a_change_the_window_is_blended_in_again_once_it_holds_mostly_new_
 def test_a_surprise_on_thin_evidence_asks_for_a_second_look_and_two_are_a_change() -> None:
     # A deployment measured twice, long ago (an explored one): 1.5 s to its first token.
     view = fed([answer(0.0, ttft=1.5, tps=40), answer(5.0, ttft=1.5, tps=40)])
-    view.add(answer(60.0, ttft=0.3, tps=300))  # it recovered?
+    view.add(answer(60.0, ttft=0.55, tps=40))  # faster by less than a leap: it recovered?
     assert view.follow_ups == FOLLOW_UP_TRIES and "ttft_s" not in view.changed_at
-    view.add(answer(62.0, ttft=0.25, tps=320))  # the second look agrees: a change
+    view.add(answer(62.0, ttft=0.5, tps=40))  # the second look agrees: a change
     assert view.changed_at["ttft_s"] == 62.0 and view.follow_ups == 0
-    assert view.estimate("ttft_s").mean == pytest.approx(0.275, rel=0.05)  # type: ignore[union-attr]
+    assert view.estimate("ttft_s").mean == pytest.approx(0.525, rel=0.05)  # type: ignore[union-attr]
     # A second look that disagrees with the surprise: no change, and no more looks asked for.
-    view = fed([answer(0.0, ttft=1.5), answer(5.0, ttft=1.5), answer(60.0, ttft=0.3), answer(61.0, ttft=1.4)])
+    view = fed([answer(0.0, ttft=1.5), answer(5.0, ttft=1.5), answer(60.0, ttft=0.55), answer(61.0, ttft=1.4)])
     assert not view.changed_at and view.follow_ups == 0
+
+
+def test_a_leap_far_past_the_spread_is_a_change_at_once_and_still_gets_a_second_look() -> None:
+    # Slow in both (1.5 s, 40 tokens/s), then an answer five times faster in both: a recovery, not luck.
+    view = fed([answer(0.0, ttft=1.5, tps=40), answer(5.0, ttft=1.5, tps=40)])
+    view.add(answer(60.0, ttft=0.3, tps=300))
+    assert view.changed_at == {"ttft_s": 60.0, "seconds_per_token": 60.0}
+    assert view.estimate("ttft_s").mean == pytest.approx(0.3)  # type: ignore[union-attr]
+    assert view.estimate("seconds_per_token").mean == pytest.approx(1 / 300)  # type: ignore[union-attr]
+    assert view.follow_ups == FOLLOW_UP_TRIES  # exploration still looks again if no traffic comes
+    view.add(answer(61.0, ttft=0.28, tps=310))  # it agrees: nothing more to look at
+    assert view.follow_ups == 0 and view.changed_at["ttft_s"] == 60.0
+    # A first token as lucky, its stream as slow as ever (a heavy tail's good draw): a surprise, not a leap.
+    lucky = fed([answer(0.0, ttft=1.5, tps=40), answer(5.0, ttft=1.5, tps=40)])
+    lucky.add(answer(60.0, ttft=0.3, tps=40))
+    assert not lucky.changed_at and lucky.follow_ups == FOLLOW_UP_TRIES
 
 
 def test_a_heavy_tail_surprises_nobody_once_its_spread_is_known() -> None:

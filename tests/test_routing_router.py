@@ -287,9 +287,20 @@ def test_a_surprising_answer_from_an_explored_deployment_gets_a_second_look_at_o
     answered(rig, "a", 20, ttft=0.5, tps=100.0)
     for _ in range(100):
         rig.router.plan(rig.request())  # spends the bucket
-    answered(rig, "b", 1, ttft=0.3, tps=300.0)  # b answered a probe: much faster than it was
+    answered(rig, "b", 1, ttft=0.7, tps=100.0)  # b answered a probe: faster than it was (not by a leap)
     plan = rig.router.plan(rig.request())
     assert plan.candidates[0].name == "b" and plan.candidates[0].reason == "explore"
+
+
+def test_a_leap_from_an_explored_deployment_wins_it_the_traffic_on_its_next_request() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.05}))
+    answered(rig, "b", 3, ttft=2.0, tps=50.0)
+    answered(rig, "a", 20, ttft=0.5, tps=100.0)
+    for _ in range(100):
+        rig.router.plan(rig.request())  # spends the bucket
+    answered(rig, "b", 1, ttft=0.3, tps=300.0)  # b answered a probe: several times faster in both
+    plan = rig.router.plan(rig.request())
+    assert plan.candidates[0].name == "b" and plan.candidates[0].reason == "best-score"
 
 
 def test_a_provider_at_max_concurrency_is_refused_an_attempt_but_stays_in_the_plan() -> None:

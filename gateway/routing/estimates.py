@@ -19,6 +19,9 @@ CUSUM on its log, in units of the answers' own spread (clipped at ``Z_CLIP``, dr
 (or a longer run of smaller shifts) raise the alarm; one slow outlier does not. On an alarm the
 answers before the run that raised it stop counting for that metric: a provider whose tokens/s
 fell fivefold is judged on its new speed after three answers, not once a long average moves.
+A deployment sampled only by exploration is judged by surprises instead: two answers in a row
+``SURPRISE_Z`` spreads off its estimate are a change, and one far faster in both its first
+token and its stream (a *leap*, ``RESET_Z``: a recovered provider's first probe) is a change at once.
 
 **Uncertainty.** Each estimate has a relative standard error (log units): the answers'
 spread over the square root of their effective number, where that evidence loses half its
@@ -68,7 +71,11 @@ CUSUM_MIN_ANSWERS = 3.0
 """Effective answers an estimate needs before the CUSUM judges a new one (below it, surprises are looked at)."""
 SURPRISE_Z = 2.5
 """An answer this many spreads from its estimate is a surprise: worth a second look at once."""
-FOLLOW_UP_TRIES = 3
+RESET_Z = 3.5
+"""An answer faster than its estimates in first token and stream, by ``SURPRISE_Z`` spreads in each and this many
+in one, is a change at once (a *leap*): each metric that surprised restarts from it, without a second look."""
+LEAP_METRICS: tuple[Metric, ...] = ("ttft_s", "seconds_per_token")
+FOLLOW_UP_TRIES = 2
 """Second looks asked for by a surprise (a race lost to the first token says little; another may be needed)."""
 STALE_WINDOW_SHARE = 0.05
 """After a change, the shared window is blended in again once its answers from before are at most this share."""
@@ -308,12 +315,13 @@ class DeploymentView:
         """Count one answer, after checking each of its values for a change (and for surprises)."""
         self.seq += 1
         self.answers.append((self.seq, observation))
+        leap = observation.ok is True and self._leap(observation)
         for metric in METRICS:
             value = observation.value(metric)
             if value is None or value <= 0:
                 continue
             sums = self.sums.setdefault(metric, _Sums())
-            since = self._detect(metric, value)
+            since = self._detect(metric, value, leap)
             self.spreads.setdefault(metric, _Sums()).add(observation.at, value, 0.0, SPREAD_HALF_LIFE)
             if since is not None:
                 self._restart(metric, since, observation.at)
@@ -326,7 +334,7 @@ class DeploymentView:
             self.failures.add(observation.at, max(observation.failed_after_s, 1e-3), self.half_life_s)
         if observation.ok:
             self.answered += 1
-            if not self.surprises:
+            if not self.surprises and not leap:
                 self.follow_ups = 0  # the second look came back unsurprising
 
     def confirm(self, metric: Metric, at_least: float, now: float) -> None:
@@ -342,7 +350,27 @@ class DeploymentView:
             return
         self.add(Observation(at=now, ok=None, **{metric: at_least}))
 
-    def _detect(self, metric: Metric, value: float) -> int | None:
+    def _leap(self, observation: Observation) -> bool:
+        """Whether this answer leapt: faster than its estimates in both its first token and its stream,
+        by ``SURPRISE_Z`` spreads in each and ``RESET_Z`` in one.
+
+        A deployment that recovered is seen by one probe every few seconds at best: waiting for a
+        second look costs a whole answer's time on the old leader. A leap in both (a lucky answer
+        of known spreads almost never lands there; a heavy tail's lucky first token leaves its
+        stream as it was) is taken as the change itself; a flattered estimate is corrected the
+        usual way, by the traffic it then wins (two slower surprises in a row).
+        """
+        zs = []
+        for metric in LEAP_METRICS:
+            value = observation.value(metric)
+            estimate = self.estimate(metric)
+            if value is None or value <= 0 or estimate is None:
+                return False
+            sigma = max(estimate.sigma, PRIOR_SIGMA, self._long_sigma(metric))
+            zs.append((math.log(value) - estimate.log_center) / sigma)
+        return max(zs) <= -SURPRISE_Z and min(zs) <= -RESET_Z
+
+    def _detect(self, metric: Metric, value: float, leap: bool = False) -> int | None:
         """The first answer of a change this value completes, or None.
 
         Two ways. An answer ``SURPRISE_Z`` spreads from the estimate is a surprise: a faster one
@@ -355,7 +383,7 @@ class DeploymentView:
         if estimate is None:
             return None
         log = math.log(value)
-        since = self._surprise(metric, log, estimate, self._long_sigma(metric))
+        since = self._surprise(metric, log, estimate, self._long_sigma(metric), leap)
         if since is not None or estimate.samples < CUSUM_MIN_ANSWERS:
             self.cusums.pop(metric, None)
             return since
@@ -378,7 +406,9 @@ class DeploymentView:
         spread = self.spreads.get(metric)
         return spread.estimate(None, None).sigma if spread is not None and spread.weight > 0 else PRIOR_SIGMA
 
-    def _surprise(self, metric: Metric, log: float, estimate: Estimate, long_sigma: float) -> int | None:
+    def _surprise(
+        self, metric: Metric, log: float, estimate: Estimate, long_sigma: float, leap: bool = False
+    ) -> int | None:
         """Two surprising answers in a row, the same way: the first one's sequence number (a change).
 
         Surprise is judged against the wider of the recent and the long-run spread, so that a
@@ -393,6 +423,11 @@ class DeploymentView:
         sigma = max(estimate.sigma, PRIOR_SIGMA, long_sigma)
         z = (log - estimate.log_center) / sigma
         if abs(z) >= SURPRISE_Z:
+            if z < 0 and leap:
+                # Part of a leap (``_leap``): a change from this answer on; a second look is still asked
+                # for, in case the deployment does not win the traffic that would show it.
+                self.follow_ups = FOLLOW_UP_TRIES
+                return self.seq
             self.surprises[metric] = (estimate.log_center, sigma, 1.0 if z > 0 else -1.0, self.seq)
             if z < 0:
                 # Faster than thought (every metric here is a time): it may be the better one now. A
