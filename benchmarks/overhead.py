@@ -272,6 +272,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per ratio point (default: 3)")
     parser.add_argument("--base", metavar="REF", help="also run the gateway at git REF (A/B of a change)")
+    parser.add_argument("--scale", type=float, help="ratio points: requests per run times this (--quick: 0.1)")
+    parser.add_argument("--at", metavar="REF", help="run the gateway at git REF instead of this checkout")
+    parser.add_argument("--ab-only", action="store_true", help="with --base: only the gateway and the base")
     parser.add_argument("--no-pin", action="store_true", help="do not pin the proxies to their own core")
     parser.add_argument("--target", help=f"comma-separated targets among {', '.join(TARGETS)} (default: all)")
     parser.add_argument("--gateway-config", type=Path, default=DEFAULT_CONFIG, help="a variant of gateway.bench.toml")
@@ -326,7 +329,9 @@ def main(argv: list[str] | None = None) -> None:
             not args.no_pin,
             command,
             quiet,
-            scale=0.1 if args.quick else 1.0,
+            scale=args.scale or (0.1 if args.quick else 1.0),
+            at_ref=args.at,
+            ab_only=args.ab_only,
         )
         output = args.output or RESULTS / "overhead.md"
         write_ratios(ratios, output)

@@ -187,14 +187,14 @@ class RatioBench:
 
 @contextlib.contextmanager
 def servers(
-    names: set[str], bench: RatioBench, config_text: str, base: Path | None, scratch: Path
+    names: set[str], bench: RatioBench, config_text: str, base: Path | None, scratch: Path, here: Path | None = None
 ) -> Iterator[dict[str, Server]]:
     with contextlib.ExitStack() as stack:
         out: dict[str, Server] = {"direct": bench.fake}
         if "passthrough" in names:
             out["passthrough"] = stack.enter_context(procs.passthrough(bench.fake, scratch))
         if "gateway" in names:
-            out["gateway"] = stack.enter_context(procs.gateway(config_text, "gateway", scratch))
+            out["gateway"] = stack.enter_context(procs.gateway(config_text, "gateway", scratch, source=here))
         if "base" in names and base is not None:
             out["base"] = stack.enter_context(procs.gateway(config_text, "base", scratch, source=base))
         rest = [bench.fake.pid, *bench.loadgen.pids]
@@ -223,8 +223,13 @@ def run_ratios(
     command: str,
     quiet: float,
     scale: float = 1.0,
+    at_ref: str | None = None,
+    ab_only: bool = False,
 ) -> RatioResults:
-    """Run the points ``keys`` (their request counts times ``scale``) for ``rounds`` interleaved rounds."""
+    """Run the points ``keys`` (their request counts times ``scale``) for ``rounds`` interleaved rounds.
+
+    ``at_ref``: run ``gateway`` from a worktree of that commit instead of this checkout (so that
+    edits made while it runs change nothing); ``ab_only``: only ``gateway`` and ``base``."""
     results = RatioResults(utc_minute(), procs.machine(), command, rounds, base_ref, pinned, quiet)
     points = [replace(p, requests=max(p.concurrency, int(p.requests * scale))) for p in POINTS if p.key in keys]
     loadgen = LoadGenerator(clients)
@@ -234,9 +239,12 @@ def run_ratios(
             fake = stack.enter_context(procs.fake_provider(scratch))
             config = config_text.replace("{fake_base_url}", fake.base_url)
             base = stack.enter_context(base_checkout(base_ref)) if base_ref else None
+            here = stack.enter_context(base_checkout(at_ref)) if at_ref else None
             bench = RatioBench(scratch, loadgen, fake, pinned)
+            if ab_only:
+                points = [replace(p, targets=("gateway",)) for p in points]
             wanted = {t for p in points for t in targets_of(p, base is not None)}
-            with servers(wanted, bench, config, base, scratch) as running:
+            with servers(wanted, bench, config, base, scratch, here) as running:
                 for point in points:
                     result = PointResult(point.key, point.title, point.concurrency)
                     results.points.append(result)
