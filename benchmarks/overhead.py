@@ -46,7 +46,7 @@ from pathlib import Path
 from benchmarks import procs
 from benchmarks.figures import Measurement, MemoryFigure, Results, Workload, utc_minute
 from benchmarks.loadgen import LoadGenerator, Run
-from benchmarks.overhead_ratios import POINT_KEYS, run_ratios, write_ratios
+from benchmarks.overhead_ratios import POINT_KEYS, run_ratios
 from benchmarks.overhead_report import render
 from benchmarks.procs import MachineCpu, Server
 
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     quiet = quiet_machine(args.wait_quiet)
     if args.ratios:
-        ratios = run_ratios(
+        run_ratios(
             args.ratios,
             args.rounds,
             config_text,
@@ -332,9 +332,8 @@ def main(argv: list[str] | None = None) -> None:
             scale=args.scale or (0.1 if args.quick else 1.0),
             at_ref=args.at,
             ab_only=args.ab_only,
+            output=args.output or RESULTS / "overhead.md",
         )
-        output = args.output or RESULTS / "overhead.md"
-        write_ratios(ratios, output)
         if not args.steps:
             return
     results = Results(
