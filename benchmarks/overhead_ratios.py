@@ -158,8 +158,8 @@ FAILED_SHARE = 0.01
 
 
 def failed_share(point: PointResult) -> float:
-    failed = sum(r[t]["errors"] for r in point.rounds for t in r)
-    done = sum(r[t]["ok"] for r in point.rounds for t in r)
+    failed = sum(int(r[t]["errors"]) for r in point.rounds for t in r)
+    done = sum(int(r[t]["ok"]) for r in point.rounds for t in r)
     return failed / max(1, failed + done)
 
 
