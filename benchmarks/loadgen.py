@@ -46,6 +46,8 @@ class Job:
     start and end in waves (one stream's length keeps a paced load even)."""
     request_timeout_s: float = 120.0
     warm_up: bool = True
+    stream: bool = True
+    """False: a whole JSON answer, complete when it holds ``choices``; its TTFT is its end-to-end."""
 
 
 @dataclass
@@ -128,6 +130,15 @@ async def one_request(session: aiohttp.ClientSession, job: Job, outcome: Outcome
         async with session.post(job.url, data=job.body, headers={"content-type": "application/json"}) as response:
             if response.status != 200:
                 outcome.fail(f"HTTP {response.status}", (await response.read()).decode(errors="replace"))
+                return
+            if not job.stream:
+                body = await response.read()
+                if b'"choices"' not in body:
+                    outcome.fail("incomplete answer", body.decode(errors="replace"))
+                    return
+                e2e = time.monotonic() - started
+                outcome.ok += 1
+                outcome.requests.append((started, e2e, e2e))
                 return
             async for chunk in response.content.iter_any():
                 window = carry + chunk
@@ -254,6 +265,7 @@ class LoadGenerator:
         time_limit_s: float,
         ramp_s: float = 0.0,
         warm_up: bool = True,
+        stream: bool = True,
     ) -> Run:
         """Hand the run to the workers (concurrency and requests split between them) and wait until
         they are warmed up; the run starts with ``Run.go``."""
@@ -269,6 +281,7 @@ class LoadGenerator:
                     time_limit_s=time_limit_s,
                     ramp_s=ramp_s,
                     warm_up=warm_up,
+                    stream=stream,
                 )
             )
         for conn in workers:

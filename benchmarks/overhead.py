@@ -1,6 +1,11 @@
 """What the gateway adds, against going direct and against a bare passthrough of the same stack.
 
-One invocation starts one fake provider, the bare passthrough (``benchmarks/passthrough.py``)
+By default: the issue's ratios (``benchmarks/overhead_ratios.py``): CPU per request and added
+first-token time of the gateway against the passthrough, in interleaved rounds with medians,
+written to ``benchmarks/results/overhead.md``. ``--only unpaced,paced,spread,memory`` runs the
+detailed sweep below instead (``results/overhead-sweep.md``).
+
+The sweep starts one fake provider, the bare passthrough (``benchmarks/passthrough.py``)
 and the full gateway (``python -m gateway serve``, stats in memory, metrics and access log on),
 each its own process, and drives streamed chat requests at them from the same client
 (``benchmarks/loadgen.py``):
@@ -14,10 +19,12 @@ each its own process, and drives streamed chat requests at them from the same cl
 - ``--profile``: py-spy on the gateway during an unpaced run at concurrency 64;
 - ``--soak SECONDS``: paced traffic through the gateway for that long, its RSS every 10 s.
 
-Results go to ``benchmarks/results/overhead.md`` (and ``.json``); see ``benchmarks/README.md``.
+See ``benchmarks/README.md``.
 
-    python -m benchmarks.overhead             # everything but the soak, several minutes
-    python -m benchmarks.overhead --quick     # a smoke run, about a minute
+    python -m benchmarks.overhead             # the ratios, about 10 minutes
+    python -m benchmarks.overhead --only stream-c64 --base HEAD~1 --rounds 5   # one change, A/B
+    python -m benchmarks.overhead --only unpaced,paced,spread,memory          # the sweep, several minutes
+    python -m benchmarks.overhead --quick     # a smoke run of the sweep, about a minute
     python -m benchmarks.overhead --soak      # a 10-minute soak
 """
 
@@ -39,6 +46,7 @@ from pathlib import Path
 from benchmarks import procs
 from benchmarks.figures import Measurement, MemoryFigure, Results, Workload, utc_minute
 from benchmarks.loadgen import LoadGenerator, Run
+from benchmarks.overhead_ratios import POINT_KEYS, run_ratios
 from benchmarks.overhead_report import render
 from benchmarks.procs import MachineCpu, Server
 
@@ -257,7 +265,17 @@ def raise_file_limit() -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute")
-    parser.add_argument("--only", help=f"comma-separated steps among {', '.join(STEPS)} (default: all but profile)")
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated points among {', '.join(POINT_KEYS)} (the issue's ratios, the default: all of "
+        f"them), or steps of the detailed sweep among {', '.join(STEPS)}",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per ratio point (default: 3)")
+    parser.add_argument("--base", metavar="REF", help="also run the gateway at git REF (A/B of a change)")
+    parser.add_argument("--scale", type=float, help="ratio points: requests per run times this (--quick: 0.1)")
+    parser.add_argument("--at", metavar="REF", help="run the gateway at git REF instead of this checkout")
+    parser.add_argument("--ab-only", action="store_true", help="with --base: only the gateway and the base")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin the proxies to their own core")
     parser.add_argument("--target", help=f"comma-separated targets among {', '.join(TARGETS)} (default: all)")
     parser.add_argument("--gateway-config", type=Path, default=DEFAULT_CONFIG, help="a variant of gateway.bench.toml")
     parser.add_argument("--output", type=Path, help="the Markdown report (default: results/overhead.md)")
@@ -272,7 +290,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--soak-concurrency", type=int, default=128, help="paced streams during the soak")
     args = parser.parse_args(argv)
-    steps = (args.only or "unpaced,paced,spread,memory").split(",")
+    steps = (args.only or ",".join(POINT_KEYS)).split(",")
+    # "memory" is both: a ratio point beside other ratio points, else the sweep's step.
+    ratio_points = any(step in POINT_KEYS and step not in STEPS for step in steps)
+    args.ratios = [step for step in steps if step in POINT_KEYS and (ratio_points or step not in STEPS)]
+    steps = [step for step in steps if step not in args.ratios]
     if args.profile:
         steps.append("profile")
     args.targets = (args.target or ",".join(TARGETS)).split(",")
@@ -297,6 +319,23 @@ def main(argv: list[str] | None = None) -> None:
         run_soak(args.soak, args.soak_concurrency, config_text, args.clients, command, args.output)
         return
     quiet = quiet_machine(args.wait_quiet)
+    if args.ratios:
+        run_ratios(
+            args.ratios,
+            args.rounds,
+            config_text,
+            args.base,
+            args.clients,
+            not args.no_pin,
+            command,
+            quiet,
+            scale=args.scale or (0.1 if args.quick else 1.0),
+            at_ref=args.at,
+            ab_only=args.ab_only,
+            output=args.output or RESULTS / "overhead.md",
+        )
+        if not args.steps:
+            return
     results = Results(
         date=utc_minute(),
         machine=procs.machine(),
@@ -308,7 +347,9 @@ def main(argv: list[str] | None = None) -> None:
         contended_idle_cores=CONTENDED_IDLE_CORES,
     )
     plan = QUICK if args.quick else FULL
-    output = args.output or RESULTS / ("overhead-quick.md" if args.quick else "overhead.md")
+    output = args.output or RESULTS / ("overhead-quick.md" if args.quick else "overhead-sweep.md")
+    if args.ratios and args.output:
+        output = output.with_name(output.stem + "-sweep.md")
     loadgen = LoadGenerator(args.clients)
     try:
         with tempfile.TemporaryDirectory(prefix="overhead-") as scratch, procs.fake_provider(Path(scratch)) as fake:

@@ -114,12 +114,18 @@ def tail(path: Path, lines: int = 20) -> str:
 
 @contextlib.contextmanager
 def started(
-    name: str, args: list[str], port: int, ready_path: str, folder: Path, env: dict[str, str] | None = None
+    name: str,
+    args: list[str],
+    port: int,
+    ready_path: str,
+    folder: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Iterator[Server]:
     """Run ``python <args>`` (stdout and stderr to a log file in ``folder``) until the block ends."""
     log_path = folder / f"{name}.log"
     with log_path.open("wb") as log:
-        child = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+        child = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         try:
             wait_ready(f"http://127.0.0.1:{port}{ready_path}", child, log_path)
             yield Server(name, child.pid, f"http://127.0.0.1:{port}/v1", log_path)
@@ -150,16 +156,23 @@ def passthrough(upstream: Server, folder: Path) -> contextlib.AbstractContextMan
     return started("passthrough", args, port, "/healthz", folder)
 
 
-def gateway(config_text: str, name: str, folder: Path) -> contextlib.AbstractContextManager[Server]:
-    """``python -m gateway serve`` with ``config_text``; its access log (stdout) goes to the log file."""
+def gateway(
+    config_text: str, name: str, folder: Path, source: Path | None = None
+) -> contextlib.AbstractContextManager[Server]:
+    """``python -m gateway serve`` with ``config_text``; its access log (stdout) goes to the log file.
+
+    ``source``: a checkout of another version of the gateway (e.g. a ``git worktree`` at an older
+    commit) to run instead of the installed one, for A/B comparisons between versions."""
     port = free_port()
     config = folder / f"{name}.toml"
     config.write_text(config_text)
     # No client keys: the benchmark measures the relay, not key checks, and a key set in the
     # caller's environment would make every request a 401.
     env = {k: v for k, v in os.environ.items() if k not in ("GATEWAY_API_KEYS", "GATEWAY_ADMIN_KEY")}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     args = ["-m", "gateway", "serve", "-c", str(config), "--port", str(port), "--log-level", "warning"]
-    return started(name, args, port, "/healthz", folder, env)
+    return started(name, args, port, "/healthz", folder, env, cwd=source)
 
 
 def fake_open_streams(fake: Server) -> int:

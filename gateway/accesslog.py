@@ -8,13 +8,23 @@ unless ``[server] log_bodies = true`` asks for the bodies while debugging.
 
 The same place feeds the client-level metrics (requests by status class, the gateway's own
 added latency), since it is the one point that sees the request from first to last byte.
+
+Writing: ``gateway serve`` sends the lines to stdout through ``LineWriter``, which writes them in
+batches (one ``write`` and flush per batch, at most ``LineWriter.delay_s`` after a line was
+handed to it) instead of one locked ``StreamHandler.emit`` and flush per request; when the
+logger has no other handler, ``AccessLog`` hands it the line directly, without building a
+``LogRecord``. Nothing is lost on shutdown: closing the handler (``logging.shutdown`` at exit, or
+``AccessLog.flush`` when the app stops) writes what is pending. Anywhere else (an embedding app,
+tests) the lines go through the logger, one record per line, as before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -135,7 +145,17 @@ class AccessLog:
         if overhead is not None and record.request is not None:
             self.metrics.observe_overhead("stream" if record.request.stream else "full", overhead)
         if self.enabled and self.logger.isEnabledFor(logging.INFO):
-            self.logger.info(log_line(self.entry(record, duration, overhead)))
+            line = log_line(self.entry(record, duration, overhead))
+            writer = _sole_writer(self.logger)
+            if writer is not None:
+                writer.add(line)
+            else:
+                self.logger.info(line)
+
+    def flush(self) -> None:
+        """Write every line still pending in a batch (at shutdown)."""
+        for handler in self.logger.handlers:
+            handler.flush()
 
     def entry(self, record: AccessRecord, duration: float, overhead: float | None) -> dict[str, Any]:
         """The line's fields. Numbers only for what was measured; None (null) for what was not."""
@@ -193,13 +213,82 @@ class AccessLog:
         return entry
 
 
+class LineWriter(logging.Handler):
+    """A handler that writes bare lines (the message only) to ``stream`` in batches.
+
+    A line waits at most ``delay_s`` (on the event loop that handed it over), or until
+    ``max_lines`` are pending; outside an event loop it is written at once. ``flush`` and
+    ``close`` write whatever is pending, so ``logging.shutdown`` at exit loses nothing.
+    """
+
+    delay_s = 0.05
+    max_lines = 256
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__()
+        self.stream = stream
+        self._pending: list[str] = []
+        self._scheduled = False
+        self._guard = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.add(record.getMessage())
+        except Exception:
+            self.handleError(record)
+
+    def add(self, line: str) -> None:
+        """Queue one line (no newline) for the next batch."""
+        with self._guard:
+            self._pending.append(line)
+            count = len(self._pending)
+            schedule = not self._scheduled and count < self.max_lines
+            if schedule:
+                self._scheduled = True
+        if count >= self.max_lines:
+            self.flush()
+            return
+        if schedule:
+            try:
+                asyncio.get_running_loop().call_later(self.delay_s, self.flush)
+            except RuntimeError:
+                self.flush()  # no event loop here: nothing would run a later flush
+
+    def flush(self) -> None:
+        with self._guard:
+            lines, self._pending = self._pending, []
+            self._scheduled = False
+        if not lines:
+            return
+        try:
+            self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass  # stdout closed or gone: nobody left to read the log
+
+    def close(self) -> None:
+        self.flush()
+        super().close()
+
+
+def _sole_writer(logger: logging.Logger) -> LineWriter | None:
+    """The ``LineWriter`` that alone receives ``logger``'s lines, if so: then a line skips the
+    ``LogRecord``; any other handler, filter or propagation sends it through ``logger`` instead."""
+    handlers = logger.handlers
+    if len(handlers) == 1 and not logger.propagate and not logger.filters:
+        handler = handlers[0]
+        if isinstance(handler, LineWriter) and not handler.filters and handler.level <= logging.INFO:
+            return handler
+    return None
+
+
 def configure_access_log(stream: IO[str] | None = None) -> None:
-    """Send access-log lines, bare (no level or logger prefix), to ``stream`` (stdout by default).
+    """Send access-log lines, bare (no level or logger prefix), to ``stream`` (stdout by default), in batches.
 
     Called by ``gateway serve``; embedding apps configure the ``gateway.access`` logger themselves.
     """
     logger = logging.getLogger(ACCESS_LOGGER)
-    handler = logging.StreamHandler(stream or sys.stdout)
+    handler = LineWriter(stream or sys.stdout)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger.handlers = [handler]
     logger.setLevel(logging.INFO)

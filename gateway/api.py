@@ -17,6 +17,7 @@ import re
 import uuid
 from typing import Any, cast
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -134,6 +135,24 @@ def _reject_constant(name: str) -> Any:
 
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, exactly as ``json.loads`` reads it, or ``InvalidRequest``.
+
+    msgspec decodes first, in a fraction of ``json``'s time; it is stricter (no NaN, no
+    out-of-range floats, no lone surrogate escapes, no byte-order mark), and whatever it refuses
+    goes to ``json.loads``, which accepts it or gives the error message the client sees.
+    """
+    try:
+        body = msgspec.json.decode(raw)
+    except (msgspec.MsgspecError, RecursionError):
+        body = _parse_with_json(raw)
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object", code="invalid_json")
+    if _SURROGATE_ESCAPE.search(raw) and has_unpaired_surrogate(body):
+        raise InvalidRequest("request body holds an unpaired UTF-16 surrogate escape", code="invalid_json")
+    return body
+
+
+def _parse_with_json(raw: bytes) -> Any:
     try:
         body = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -141,10 +160,6 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
     except RecursionError as exc:
         # A small body can nest deeper than the parser's stack: the client's fault, not a 500.
         raise InvalidRequest("request body is nested too deeply", code="invalid_json") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object", code="invalid_json")
-    if _SURROGATE_ESCAPE.search(raw) and has_unpaired_surrogate(body):
-        raise InvalidRequest("request body holds an unpaired UTF-16 surrogate escape", code="invalid_json")
     return body
 
 

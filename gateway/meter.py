@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from gateway.dialects import CHAT, Dialect, Tally
-from gateway.sse import SSESplitter, parse_event
+from gateway.sse import SSESplitter, parse_event, whole_events
 from gateway.tokens import TokenCounter
 from gateway.types import Clock
 
@@ -245,7 +245,7 @@ class StreamMeter:
         done = self._dialect.done_data
         for at, data, whole_chunk in self._events:
             if whole_chunk:
-                for piece in SSESplitter().feed(data):
+                for piece in whole_events(data):
                     if piece != done:
                         yield at, piece
             else:

@@ -108,6 +108,7 @@ class GatewayRuntime:
 
     async def aclose(self) -> None:
         await self.upstreams.aclose()
+        self.access_log.flush()  # the lines a batch still holds
 
 
 class RuntimeHolder:

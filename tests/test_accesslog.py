@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import logging
 import os
@@ -16,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.accesslog import log_line
+from gateway.accesslog import LineWriter, _sole_writer, log_line
 from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior
 from tests.support.config import gateway_config
@@ -186,3 +188,33 @@ def test_a_line_with_a_lone_surrogate_is_still_written() -> None:
     entry = {"request_id": "r1", "response_text": "a\ud800b", "status": 200}
     assert json.loads(log_line(entry)) == entry
     assert json.loads(log_line({"status": 200, "text": "é"})) == {"status": 200, "text": "é"}
+
+
+def test_line_writer_batches_lines_and_loses_none_on_close() -> None:
+    stream = io.StringIO()
+    writer = LineWriter(stream)
+
+    async def on_the_loop() -> None:
+        writer.add('{"n":1}')
+        writer.add('{"n":2}')
+        assert stream.getvalue() == ""  # held for the batch
+        writer.close()  # shutdown: what is pending is written
+        assert stream.getvalue() == '{"n":1}\n{"n":2}\n'
+        for n in range(writer.max_lines):
+            writer.add(str(n))
+        assert stream.getvalue().count("\n") == 2 + writer.max_lines  # a full batch goes at once
+
+    asyncio.run(on_the_loop())
+    writer.add("off the loop")  # nothing would run a later flush: written at once
+    assert stream.getvalue().endswith("off the loop\n")
+
+
+def test_access_log_hands_lines_to_a_sole_line_writer_else_to_the_logger() -> None:
+    logger = logging.getLogger("gateway.access.test-writer")
+    stream = io.StringIO()
+    logger.handlers = [LineWriter(stream)]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    assert _sole_writer(logger) is logger.handlers[0]
+    logger.propagate = True  # someone else listens too (caplog, an embedding app): through the logger
+    assert _sole_writer(logger) is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.sse import SSESplitter
+from gateway.sse import SSESplitter, whole_events
 
 STREAM = (
     b": keep-alive comment\n\n"
@@ -92,3 +92,22 @@ def test_pending_is_at_most_one_partial_event() -> None:
     splitter = SSESplitter()
     assert splitter.feed(b"data: 1\n\ndata: 2\n\ndata: 3") == [b"1", b"2"]
     assert splitter.pending == len(b"data: 3")
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        b'data: {"a":1}\n\ndata: {"b":2}\n\n',
+        b"data:  two spaces\n\n",
+        b"data:no space\n\n",
+        b'data: {"c":"data: inside"}\n\n',
+        b"data: x\n\n\n\n",
+        b": keep-alive\n\ndata: y\n\n",
+        b"event: delta\ndata: z\n\n",
+        b"data: a\ndata: b\n\n",
+        b"data: crlf\r\n\r\ndata: w\n\n",
+        b"\n\n",
+    ],
+)
+def test_whole_events_reads_a_run_of_whole_events_as_a_splitter_does(chunk: bytes) -> None:
+    assert whole_events(chunk) == SSESplitter().feed(chunk)

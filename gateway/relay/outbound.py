@@ -14,6 +14,9 @@ beside ``upstream_body``: the dialects already read every API's answers.
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import msgspec
 
 from gateway.config import ProviderConfig
 from gateway.relay.request import ProxyRequest
@@ -37,13 +40,22 @@ def injects_usage(request: ProxyRequest, provider: ProviderConfig) -> bool:
 
 def upstream_body(request: ProxyRequest, candidate: Candidate) -> bytes:
     """The body sent to ``candidate``: the client's fields untouched but for ``model`` (and the usage ask)."""
-    if not injects_usage(request, candidate.provider):
-        return request.body_for(candidate.deployment.model)
     body = dict(request.body)
-    options = body.get("stream_options")
-    body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
     body["model"] = candidate.deployment.model
+    if injects_usage(request, candidate.provider):
+        options = body.get("stream_options")
+        body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    return encode_body(body)
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    """Compact JSON, UTF-8: msgspec, a fraction of ``json.dumps``'s time, the same values.
+
+    (Floats may be spelt differently, ``1e16`` for ``1e+16``: the same number.) A lone surrogate
+    ("\\ud800" in the client's JSON) has no UTF-8 form: msgspec refuses it, and ``json`` keeps it
+    escaped instead.
+    """
     try:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        return msgspec.json.encode(body)
     except UnicodeEncodeError:
         return json.dumps(body, separators=(",", ":")).encode()

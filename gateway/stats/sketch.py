@@ -64,7 +64,10 @@ class LogHistogram:
         """Quantiles computed since the last change; only a histogram that changed is sorted again."""
 
     def add(self, value: float, n: int = 1) -> None:
-        bucket = bucket_of(value)
+        self.add_bucket(bucket_of(value), n)
+
+    def add_bucket(self, bucket: int, n: int = 1) -> None:
+        """Count ``n`` values of ``bucket`` (``bucket_of`` of them): one index for several histograms."""
         self.counts[bucket] = self.counts.get(bucket, 0) + n
         self.count += n
         reported = value_of(bucket)

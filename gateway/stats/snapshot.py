@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gateway.samples import OUTCOMES, Outcome, Sample
-from gateway.stats.sketch import LogHistogram
+from gateway.stats.sketch import LogHistogram, bucket_of
 from gateway.types import DeploymentKey
 
 Metric = Literal[
@@ -99,6 +99,11 @@ def cache_values(sample: Sample, values: dict[Metric, float]) -> None:
         values["prefill_tokens_per_s"] = uncached / ttft
 
 
+def sample_buckets(sample: Sample) -> dict[Metric, int]:
+    """The histogram bucket of each value the sample contributes (see ``sample_values``)."""
+    return {metric: bucket_of(value) for metric, value in sample_values(sample).items()}
+
+
 @dataclass
 class DeploymentSummary:
     """One deployment's window: outcome counts and a histogram per metric."""
@@ -109,12 +114,17 @@ class DeploymentSummary:
     histograms: dict[Metric, LogHistogram] = field(default_factory=dict)
 
     def add(self, sample: Sample) -> None:
-        self.outcomes[sample.outcome] = self.outcomes.get(sample.outcome, 0) + 1
-        for metric, value in sample_values(sample).items():
+        self.add_buckets(sample.outcome, sample_buckets(sample))
+
+    def add_buckets(self, outcome: Outcome, buckets: Mapping[Metric, int]) -> None:
+        """Count one sample given as its outcome and ``sample_buckets``: the window adds one sample to
+        two summaries (its slice's and the total) and works its bucket indexes out once."""
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        for metric, bucket in buckets.items():
             histogram = self.histograms.get(metric)
             if histogram is None:
                 histogram = self.histograms[metric] = LogHistogram()
-            histogram.add(value)
+            histogram.add_bucket(bucket)
 
     def merge(self, other: DeploymentSummary) -> None:
         for outcome, n in other.outcomes.items():
@@ -193,4 +203,4 @@ class StatsSnapshot:
         return cls(summaries, taken_at)
 
 
-__all__ = ["METRICS", "OUTCOMES", "DeploymentSummary", "Metric", "StatsSnapshot", "sample_values"]
+__all__ = ["METRICS", "OUTCOMES", "DeploymentSummary", "Metric", "StatsSnapshot", "sample_buckets", "sample_values"]

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 
 from gateway.samples import Sample
-from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
+from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot, sample_buckets
 from gateway.types import Clock, DeploymentKey
 
 SliceSummaries = dict[DeploymentKey, DeploymentSummary]
@@ -69,6 +69,8 @@ class SlicedWindow:
         self.wall_clock = wall_clock
         self.slices: dict[int, SliceSummaries] = {}
         self.total: SliceSummaries = {}
+        self._expired_for: int | None = None
+        """The slice index ``add`` last expired for: within one slice, nothing more can age out."""
 
     def _oldest_kept(self) -> int:
         return slice_index(self.wall_clock(), self.slice_s) - self.slices_in_window + 1
@@ -85,16 +87,21 @@ class SlicedWindow:
                         del self.total[key]
 
     def add(self, sample: Sample) -> None:
-        """Count a sample in the slice of now."""
+        """Count a sample in the slice of now (slices that aged out are dropped once per slice)."""
         index = slice_index(self.wall_clock(), self.slice_s)
-        self.expire()
+        if index != self._expired_for:
+            self.expire()
+            self._expired_for = index
         key = (sample.model, sample.deployment)
-        summaries = self.slices.setdefault(index, {})
+        summaries = self.slices.get(index)
+        if summaries is None:
+            summaries = self.slices[index] = {}
+        buckets = sample_buckets(sample)
         for target in (summaries, self.total):
             summary = target.get(key)
             if summary is None:
                 summary = target[key] = DeploymentSummary(sample.model, sample.deployment)
-            summary.add(sample)
+            summary.add_buckets(sample.outcome, buckets)
 
     def add_summary(self, index: int, part: DeploymentSummary) -> bool:
         """Merge a slice's worth of one deployment (read from elsewhere); False if out of the window."""
