@@ -267,12 +267,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--litellm-python", help="python of a virtualenv with litellm, to run the same burst through it"
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--logs", type=Path, help="keep the processes' logs (access log included) in this folder")
     args = parser.parse_args(argv)
     burst = Burst(requests=args.requests, over_s=args.over)
     notes: list[str] = []
     results = []
     with tempfile.TemporaryDirectory(prefix="burst-") as tmp:
-        folder = Path(tmp)
+        folder = Path(tmp) if args.logs is None else args.logs
+        folder.mkdir(parents=True, exist_ok=True)
         for queue_timeout_s in args.queue_timeout or [5.0]:
             results.append(run_gateway(burst, folder, learn=False, queue_timeout_s=queue_timeout_s))
             if args.learn:

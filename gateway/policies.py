@@ -135,7 +135,7 @@ class PolicyConfig:
     """Learned deadlines: a deployment with ``min_samples`` measured gives up on an attempt's first token
     after this multiple of its own TTFT p99, and on a stream's silence after this multiple of its longest
     usual gap (p99), never below ``deadline_floor_s`` nor above the configured timeouts; 0 turns it off."""
-    deadline_floor_s: float = 2.0
+    deadline_floor_s: float = 4.0
 
     # Waiting for a slot when every deployment is full (``gateway.relay.queue``).
     queue_timeout_s: float = 5.0

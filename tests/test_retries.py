@@ -173,13 +173,13 @@ def test_a_cold_deployment_gets_the_configured_deadlines() -> None:
     many = StatsSnapshot.from_samples(samples("d", 10, ttft=0.4)).get("m", "d")
     gaps = GapWindow()
     for _ in range(5):
-        gaps.add([0.01, 0.02, 0.9])
+        gaps.add([0.01, 0.02, 1.5])
     learned = learn(policy, many, gaps)
     assert learned is not None
-    assert learned.first_token_s == policy.deadline_floor_s  # 4 × 0.4 s is below the 2 s floor
+    assert learned.first_token_s == policy.deadline_floor_s  # 4 × 0.4 s is below the 4 s floor
     floored = learn(dataclasses.replace(policy, deadline_floor_s=0.5), many, gaps)
     assert floored is not None and 1.5 < floored.first_token_s < 1.7  # 4 × 0.4 s
-    assert learned.idle_s == 3.6  # 4 × the longest usual gap
+    assert learned.idle_s == 6.0  # 4 × the longest usual gap (6 s)
     slow = StatsSnapshot.from_samples(samples("d", 10, ttft=20.0)).get("m", "d")
     capped = learn(policy, slow, None)
     assert capped is not None and capped.first_token_s == policy.first_token_timeout_s  # the configured ceiling

@@ -96,6 +96,13 @@ def report(
     ]
     if rss := memory_summary(observed):
         lines.append(f"- Replica memory: {rss}")
+    if slopes := rss_slopes(observed.rss, len(outcomes), wall_s):
+        verdict = "within" if max(slopes) <= RSS_SLOPE_BOUND_MB else "**over**"
+        lines.append(
+            "- RSS slope over the run's second half (stats window full), least squares: "
+            + ", ".join(f"replica {i} {s:+.2f} MB" for i, s in enumerate(slopes))
+            + f" per 100,000 requests: {verdict} the bound of {RSS_SLOPE_BOUND_MB:g} MB."
+        )
     outcomes_shown = ("ok", "upstream_error", "timeout", "broken_stream", "client_cancelled")
     lines += [
         "",
@@ -196,6 +203,39 @@ def report(
     for t, values in observed.rss[::step] + ([observed.rss[-1]] if observed.rss else []):
         lines.append(f"| {t:.0f} | " + " | ".join(f"{v:.1f}" for v in values) + " |")
     return "\n".join(lines) + "\n"
+
+
+RSS_SLOPE_BOUND_MB = 1.0
+"""Memory flat: RSS may grow at most this much per 100,000 requests once the stats window is full."""
+
+
+def rss_slopes(rss: list[tuple[float, list[float]]], requests: int, wall_s: float) -> list[float]:
+    """Each replica's RSS slope in MB per 100,000 requests, fitted over the run's second half.
+
+    Only samples past the middle of the run and past the stats window's filling count (the window's
+    slices are meant to grow until then); empty when fewer than 3 samples remain.
+    """
+    if not rss or requests <= 0 or wall_s <= 0:
+        return []
+    end = rss[-1][0]
+    late = [(t, values) for t, values in rss if t >= max(end / 2, WINDOW_S + 10)]
+    if len(late) < 3:
+        late = [(t, values) for t, values in rss if t >= end / 2]
+    if len(late) < 3:
+        return []
+    times = [t for t, _ in late]
+    mean_t = sum(times) / len(times)
+    spread = sum((t - mean_t) ** 2 for t in times)
+    if spread <= 0:
+        return []
+    per_request_s = wall_s / requests
+    slopes = []
+    for replica in range(len(late[0][1])):
+        values = [v[replica] for _, v in late]
+        mean_v = sum(values) / len(values)
+        mb_per_s = sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / spread
+        slopes.append(mb_per_s * per_request_s * 100_000)
+    return slopes
 
 
 def memory_summary(observed: Watch) -> str:

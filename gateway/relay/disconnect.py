@@ -13,23 +13,33 @@ class DisconnectWatch:
     Must be created inside the task that serves the request, after the body was read, and
     disarmed before the last frame is sent (the server reports a disconnect once the response
     is complete, too).
+
+    ``disarm`` does not cancel the watcher: the server's report of the completed response ends
+    it (uvicorn's ``receive`` returns ``http.disconnect`` then, or when the connection closes).
+    A cancelled watcher would keep a ``CancelledError`` whose traceback holds the watcher's
+    frame, which holds this watch, which holds the watcher: a reference cycle per request, with
+    the server's request cycle inside it, freed only when the cyclic collector runs (which the
+    gateway runs rarely, ``server.GC_THRESHOLDS``), so memory grew with the requests served.
     """
+
+    __slots__ = ("disconnected", "_armed", "_task", "_watcher")
 
     def __init__(self, receive: Receive) -> None:
         self.disconnected = False
         self._armed = True
         self._task = asyncio.current_task()
-        self._watcher = asyncio.ensure_future(self._watch(receive))
+        self._watcher: asyncio.Future[None] | None = asyncio.ensure_future(self._watch(receive))
 
     async def _watch(self, receive: Receive) -> None:
-        while True:
+        while self._armed:
             message = await receive()
             if message["type"] == "http.disconnect":
                 if self._armed and self._task is not None:
                     self.disconnected = True
                     self._task.cancel()
-                return
+                break
+        self._watcher = None
+        self._task = None
 
     def disarm(self) -> None:
         self._armed = False
-        self._watcher.cancel()
