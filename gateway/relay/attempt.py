@@ -58,6 +58,8 @@ class Attempt:
     """1 for the request's first attempt, 2 for the next, ..."""
     rate_limits: RateLimits | None = None
     """The budget the provider's response headers reported (None: no response yet)."""
+    recorded: bool = False
+    """Its Sample was made (``AttemptRunner.record``): it holds no slot any more."""
 
 
 @dataclass(slots=True)

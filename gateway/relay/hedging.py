@@ -106,6 +106,10 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+            for attempt in pending.values():
+                if not attempt.recorded:
+                    # Cancelled before its task first ran: ``open`` never started, so nothing freed its slot.
+                    runner.fail(request, attempt, "client_cancelled", None)
     raise budget.exhausted()
 
 

@@ -298,6 +298,7 @@ class AttemptRunner:
         retry_after_s: float | None = None,
     ) -> Sample:
         """Turn an ended attempt into its ``Sample``: to the router (health, in flight) and the sinks."""
+        attempt.recorded = True
         candidate = attempt.candidate
         deployment = candidate.deployment
         prompt = reading.usage_prompt_tokens if reading.usage_prompt_tokens is not None else request.prompt_tokens
