@@ -134,7 +134,8 @@ async def attempt_in_order(
         except UpstreamError as exc:
             budget.failed(exc, candidate)
             wait = None
-            if lone or index + 1 < len(candidates):
+            # A retry never takes the last attempt from a candidate still waiting to be tried.
+            if lone or (index + 1 < len(candidates) and budget.used + 1 < plan.policy.max_attempts):
                 following = None if lone else candidates[index + 1]
                 wait = retry_wait(plan.policy, candidate, exc, retries, following, budget.remaining_s(), runner.rng)
             if wait is not None and budget.allows_another():
