@@ -223,7 +223,7 @@ def test_all_providers_rate_limited_is_429_with_retry_after(fakes: Fakes, start_
 
 @pytest.mark.parametrize(
     ("status", "code"),
-    [(400, "context_length_exceeded"), (400, "content_filter"), (422, "invalid_value"), (413, None)],
+    [(400, "content_filter"), (422, "invalid_value"), (413, None)],
 )
 @pytest.mark.parametrize("stream", [False, True])
 def test_upstream_client_fault_is_relayed_as_is_and_not_retried(

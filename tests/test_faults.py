@@ -31,8 +31,9 @@ fault of issue 6's list is tested (``module::test``; ``tf`` is this module):
 - malformed chunk: test_streaming::test_malformed_chunk_mid_stream_is_relayed_and_recorded
 - missing [DONE]: test_streaming::test_missing_done_after_finish_reason_ends_cleanly,
   test_streaming::test_missing_done_without_finish_reason_is_an_error
-- context-length and content-filter 400s (not retried, reason propagated):
-  test_errors::test_upstream_client_fault_is_relayed_as_is_and_not_retried,
+- content-filter 400s (not retried, reason propagated):
+  test_errors::test_upstream_client_fault_is_relayed_as_is_and_not_retried; a context-length 400 moves
+  to a larger window: test_retries::test_a_prompt_too_long_for_8k_is_answered_by_the_128k_deployment,
   tf::test_an_error_event_that_blames_the_request_is_relayed_not_retried
 - error event before the first token: tf::test_an_error_event_before_the_first_token_falls_back
 - error event mid-stream: test_streaming::test_error_event_mid_stream_is_relayed,

@@ -7,12 +7,15 @@
 - ``budget``: ``AttemptBudget``, the request's deadline and attempt count, shared by every loop.
 - ``dispatch``: ``Dispatcher`` and the in-order attempt loop (fallback before the first byte).
 - ``hedging``: the attempt loop of hedged streams (a second attempt when the first token is late).
+- ``retry``: whether a failed attempt asks the same deployment again (after a wait) or the next.
+- ``context``: a prompt too long for one deployment, moved to one with a larger window.
 - ``runner``: ``AttemptRunner``, one attempt from admission to its ``Sample``; the loops call it.
 - ``attempt``: an attempt's state, the log of a request's attempts, and how failures become errors.
 - ``replies``: writing the committed answer, a whole body or a relayed stream.
 - ``recovery``: finishing a stream that broke mid-answer on another deployment.
 - ``forward``: which relayed bytes may go to the client now (whole events, errors held back).
 - ``disconnect``: noticing a client that hangs up.
+- ``probe``: background probes of open circuits, so a recovered provider is noticed without traffic.
 """
 
 from __future__ import annotations

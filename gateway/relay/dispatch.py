@@ -148,7 +148,8 @@ async def attempt_in_order(
             await runner.open(request, attempt, budget)
         except UpstreamError as exc:
             budget.failed(exc, candidate)
-            if lone or candidates:
+            # A retry never takes the last attempt from a candidate still waiting to be tried.
+            if lone or (candidates and budget.used + 1 < plan.policy.max_attempts):
                 following = None if lone else candidates[0]
                 wait = retry_wait(plan.policy, candidate, exc, retries, following, budget.remaining_s(), runner.rng)
                 if wait is not None and budget.allows_another():

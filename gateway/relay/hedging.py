@@ -74,7 +74,8 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
                 elif isinstance(error, UpstreamError):
                     budget.failed(error, attempt.candidate)
                     failed = attempt.candidate
-                    if not pending and not answered and len(done) == 1 and (lone or queue):
+                    room = budget.used + 1 < budget.policy.max_attempts  # the fallback keeps its attempt
+                    if not pending and not answered and len(done) == 1 and (lone or (queue and room)):
                         # Alone again: ask it again after a wait, when that is predicted to pay.
                         following = queue[0] if queue else None
                         spent = retries.get(failed.name, 0)
