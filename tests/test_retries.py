@@ -135,6 +135,9 @@ def test_the_wait_is_jittered_doubled_and_bounded_by_the_deadline() -> None:
     assert retry_wait(policy, candidate(0.5), error, 0, candidate(3.0), 10.0, rng) == 2.05  # 2.55 s beats 3 s
     assert retry_wait(policy, candidate(0.5), error, 0, candidate(2.0), 10.0, rng) is None
     assert retry_wait(policy, candidate(None), error, 0, candidate(2.0), 10.0, rng) is None  # nothing known
+    refused = UpstreamStatusError("x", status=429)  # a load refusal: no time given
+    assert retry_wait(policy, candidate(0.5), refused, 0, candidate(3.0), 10.0, rng) is None
+    assert retry_wait(policy, candidate(0.5), refused, 0, None, 10.0, rng) is not None  # alone, it waits
 
 
 # -- learned deadlines ---------------------------------------------------------------------------

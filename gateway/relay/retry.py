@@ -61,7 +61,9 @@ def retry_wait(
     ``retries``: retries of ``failed`` already spent in this request; ``following``: the next
     candidate that could be tried (None: ``failed`` is the model's lone deployment, the
     request's only candidate); ``remaining_s``: until the deadline. The last of several
-    candidates is not retried: the failures before it say more than a wait would cure.
+    candidates is not retried: the failures before it say more than a wait would cure. Nor is a
+    429 without ``Retry-After`` while another candidate is left: the provider refused the load
+    (its learned limit backs off), and overflowing is what the next candidate is for.
     """
     if retries >= policy.retries_per_deployment or not safe_to_repeat(error):
         return None
@@ -73,6 +75,8 @@ def retry_wait(
         return None  # it would not answer before the deadline
     if following is None:
         return wait
+    if error.upstream_status == 429 and error.retry_after_s is None:
+        return None  # "too many" with no time given: a load refusal, and the next candidate may have room
     if failed.predicted_s is None or following.predicted_s is None:
         return None
     return wait if wait + failed.predicted_s < following.predicted_s else None
