@@ -8,24 +8,19 @@ both replicas showing the same leaderboard, which counts every answer.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 
 from gateway.config import GatewayConfig, parse_config
 from tests.support.fakes import FakeServer
 from tests.support.gateway import Gateway
+from tests.support.traffic import Traffic
 from tests.support.wait import wait_until
 
 KEY = "sk-gw-failover-0123456789"
 MODELS = ("alpha", "beta")
-THREADS = 4
-MAX_REQUESTS = 2_000  # per thread; the tests stop the traffic long before
 
 FAST_STATS: dict[str, Any] = {
     "backend": "redis",
@@ -64,54 +59,9 @@ def failover_config(fakes: list[FakeServer], stats: dict[str, Any], keys_dir: Pa
     return parse_config(data, source="failover.toml")
 
 
-class Traffic:
-    """Streaming clients spread over replicas and models until told to stop (bounded in count and time)."""
-
-    def __init__(self, gateways: list[Gateway]) -> None:
-        self.clients = [openai.OpenAI(base_url=g.base_url, api_key=KEY, max_retries=0) for g in gateways]
-        self.ok = 0
-        self.failures: list[BaseException] = []
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._run, args=(t,), daemon=True) for t in range(THREADS)]
-
-    def _run(self, thread: int) -> None:
-        deadline = time.monotonic() + 90
-        for i in range(MAX_REQUESTS):
-            if self.stop.is_set() or time.monotonic() > deadline:
-                return
-            client = self.clients[(thread + i) % len(self.clients)]
-            model = MODELS[(thread // len(self.clients) + i) % len(MODELS)]
-            try:
-                stream = client.chat.completions.create(
-                    model=model, messages=[{"role": "user", "content": f"q{i}"}], stream=True
-                )
-                text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-                assert text, "empty answer"
-            except (openai.APIError, AssertionError) as exc:
-                with self.lock:
-                    self.failures.append(exc)
-            else:
-                with self.lock:
-                    self.ok += 1
-
-    def __enter__(self) -> Traffic:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(30)
-
-    def served_more_than(self, count: int) -> Callable[[], bool]:
-        return lambda: self.ok > count
-
-    def keep_going(self, more: int, what: str) -> None:
-        """Wait until ``more`` further requests have been answered."""
-        served = self.ok
-        wait_until(self.served_more_than(served + more), timeout=30, what=what)
+def failover_traffic(gateways: list[Gateway]) -> Traffic:
+    """Streaming clients over both replicas and both models (each pair's slot written throughout)."""
+    return Traffic([g.base_url for g in gateways], models=MODELS, api_key=KEY, time_limit_s=90.0)
 
 
 def stats_document(gateway: Gateway) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from gateway.stats.redis_layout import slice_key
 from gateway.stats.window import slice_index
 from tests.redis_server import RedisServerMissing
 from tests.redis_topologies import SENTINEL_ENVIRON, LoopbackCluster, SentinelGroup
-from tests.stats.failover import Traffic, assert_replicas_converge, failover_config, stats_document
+from tests.stats.failover import assert_replicas_converge, failover_config, failover_traffic, stats_document
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
 from tests.support.wait import wait_until
@@ -64,7 +64,7 @@ def test_cluster_master_killed_under_traffic(
     gateways = [start_gateway(config) for _ in range(2)]
     slot = slot_of_pair(own_cluster, prefix, "alpha", "a")
 
-    with Traffic(gateways) as traffic:
+    with failover_traffic(gateways) as traffic:
         wait_until(traffic.served_more_than(40), timeout=15, what="traffic before the failover")
         killed, promoted = own_cluster.kill_master_of_slot(slot)
         assert own_cluster.master_of_slot(slot) is promoted and not killed.server.running
@@ -84,7 +84,7 @@ def test_cluster_slot_moved_under_traffic(
     source = redis_cluster.master_of_slot(slot)
     target = next(n for n in redis_cluster.live() if n.role() == "master" and n is not source)
 
-    with Traffic(gateways) as traffic:
+    with failover_traffic(gateways) as traffic:
         wait_until(traffic.served_more_than(40), timeout=15, what="traffic before the move")
         # Keys move one batch at a time, with traffic in between: writes meet ASK and TRYAGAIN.
         redis_cluster.migrate_slot(slot, target, between_batches=lambda: traffic.keep_going(5, "traffic mid-move"))
@@ -121,7 +121,7 @@ def test_sentinel_failover_under_traffic(
     gateways = [start_gateway(config, dict(SENTINEL_ENVIRON)) for _ in range(2)]
     before = own_sentinels.master_port()
 
-    with Traffic(gateways) as traffic:
+    with failover_traffic(gateways) as traffic:
         wait_until(traffic.served_more_than(40), timeout=15, what="traffic before the failover")
         new = own_sentinels.failover() if how == "forced" else own_sentinels.kill_master()
         assert new.port != before and own_sentinels.master_port() == new.port

@@ -3,12 +3,9 @@ says degraded (still 200) and then ready, and the samples held through the outag
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 
 import httpx
-import openai
 
 from gateway.fakes import FakeBehavior
 from tests.redis_server import RedisServer
@@ -16,53 +13,11 @@ from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
 from tests.support.stats import total_outcomes
+from tests.support.traffic import Traffic
 from tests.support.wait import wait_until
 
 THREADS = 4
 MAX_REQUESTS = 2_000  # per thread; the test stops the traffic long before
-
-
-class Traffic:
-    """Clients streaming through the gateway until told to stop (bounded in count and time)."""
-
-    def __init__(self, base_url: str) -> None:
-        self.client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
-        self.ok = 0
-        self.failures: list[BaseException] = []
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(THREADS)]
-
-    def _run(self) -> None:
-        deadline = time.monotonic() + 60
-        for i in range(MAX_REQUESTS):
-            if self.stop.is_set() or time.monotonic() > deadline:
-                return
-            try:
-                stream = self.client.chat.completions.create(
-                    model="m", messages=[{"role": "user", "content": f"q{i}"}], stream=True
-                )
-                text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-                assert text, "empty answer"
-            except (openai.APIError, AssertionError) as exc:
-                with self.lock:
-                    self.failures.append(exc)
-            else:
-                with self.lock:
-                    self.ok += 1
-
-    def __enter__(self) -> Traffic:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(30)
-
-    def served_more_than(self, count: int) -> Callable[[], bool]:
-        return lambda: self.ok > count
 
 
 def readiness(gateway: Gateway) -> str:
@@ -92,7 +47,7 @@ def test_redis_killed_and_restarted_during_traffic(
     gateway = start_gateway(gateway_config([fake], extra={"stats": stats}))
     assert readiness(gateway) == "ready"
 
-    with Traffic(gateway.base_url) as traffic:
+    with Traffic([gateway.base_url]) as traffic:
         wait_until(traffic.served_more_than(20), timeout=15, what="traffic before the outage")
         own_redis.stop()
         recorded_at_kill = len(gateway.samples.samples)
