@@ -46,7 +46,7 @@ from pathlib import Path
 from benchmarks import procs
 from benchmarks.figures import Measurement, MemoryFigure, Results, Workload, utc_minute
 from benchmarks.loadgen import LoadGenerator, Run
-from benchmarks.overhead_ratios import POINT_KEYS, run_ratios
+from benchmarks.overhead_ratios import POINT_KEYS, measured, run_ratios
 from benchmarks.overhead_report import render
 from benchmarks.procs import MachineCpu, Server
 
@@ -164,18 +164,7 @@ class Bench:
         run = self.loadgen.prepare(
             server.chat_url, workload.body(), concurrency, requests, self.plan.time_limit_s, ramp_s=ramp
         )
-        pids = {"fake": [self.fake.pid], "clients": self.loadgen.pids}
-        if server is not self.fake:
-            pids["proxy"] = [server.pid]
-        before = {name: sum(procs.cpu_seconds(p) for p in group) for name, group in pids.items()}
-        machine_before = MachineCpu.read()
-        run.go()
-        run.wait()
-        used = {name: sum(procs.cpu_seconds(p) for p in group) - before[name] for name, group in pids.items()}
-        machine = MachineCpu.read().since(machine_before)
-        wall = max(run.outcome.wall_s, 1e-9)
-        other = max(0.0, machine.busy - sum(used.values()) - machine.softirq) / wall
-        result = Measurement.of(workload, target, concurrency, run.outcome, used, machine.busy / wall, other)
+        result = measured(run, workload, target, concurrency, self.fake, server, self.loadgen)
         print(progress_line(result), flush=True)
         return result
 

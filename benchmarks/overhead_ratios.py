@@ -39,7 +39,7 @@ from typing import Any
 
 from benchmarks import procs
 from benchmarks.figures import Measurement, Workload, utc_minute
-from benchmarks.loadgen import LoadGenerator
+from benchmarks.loadgen import LoadGenerator, Run
 from benchmarks.procs import MachineCpu, Server
 
 HERE = Path(__file__).resolve().parent
@@ -51,6 +51,24 @@ PROXY_CORE = 1
 REST_CORE = 0
 NOTES_HEADING = "## Notes"
 """Everything from this heading on in an existing results file is kept when the file is written again."""
+
+
+def measured(
+    run: Run, workload: Workload, target: str, concurrency: int, fake: Server, server: Server, loadgen: LoadGenerator
+) -> Measurement:
+    """Go, wait, and the run's figures: the CPU each process group used, and what other programs took."""
+    pids = {"fake": [fake.pid], "clients": loadgen.pids}
+    if server is not fake:
+        pids["proxy"] = [server.pid]
+    before = {name: sum(procs.cpu_seconds(p) for p in group) for name, group in pids.items()}
+    machine_before = MachineCpu.read()
+    run.go()
+    run.wait()
+    used = {name: sum(procs.cpu_seconds(p) for p in group) - before[name] for name, group in pids.items()}
+    machine = MachineCpu.read().since(machine_before)
+    wall = max(run.outcome.wall_s, 1e-9)
+    other = max(0.0, machine.busy - sum(used.values()) - machine.softirq) / wall
+    return Measurement.of(workload, target, concurrency, run.outcome, used, machine.busy / wall, other)
 
 
 @dataclass(frozen=True)
@@ -188,18 +206,7 @@ class RatioBench:
             ramp_s=ramp,
             stream=point.stream,
         )
-        pids = {"fake": [self.fake.pid], "clients": self.loadgen.pids}
-        if server is not self.fake:
-            pids["proxy"] = [server.pid]
-        before = {name: sum(procs.cpu_seconds(p) for p in group) for name, group in pids.items()}
-        machine_before = MachineCpu.read()
-        run.go()
-        run.wait()
-        used = {name: sum(procs.cpu_seconds(p) for p in group) - before[name] for name, group in pids.items()}
-        machine = MachineCpu.read().since(machine_before)
-        wall = max(run.outcome.wall_s, 1e-9)
-        other = max(0.0, machine.busy - sum(used.values()) - machine.softirq) / wall
-        m = Measurement.of(workload, target, point.concurrency, run.outcome, used, machine.busy / wall, other)
+        m = measured(run, workload, target, point.concurrency, self.fake, server, self.loadgen)
         cpu = "" if m.proxy_cpu_ms is None else f" proxy {m.proxy_cpu_ms:.3f} ms/req"
         errors = f" ({m.errors} failed: {m.error_kinds} {m.error_samples[:1]})" if m.errors else ""
         print(
