@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from gateway.samples import OUTCOMES, Outcome, Sample
 from gateway.stats.sketch import LogHistogram, bucket_of
@@ -29,18 +29,7 @@ Metric = Literal[
     "cold_ttft_s",
     "prefill_tokens_per_s",
 ]
-METRICS: tuple[Metric, ...] = (
-    "ttft_s",
-    "first_answer_s",
-    "tokens_per_s",
-    "e2e_s",
-    "output_tokens",
-    "prompt_tokens",
-    "cached_tokens",
-    "warm_ttft_s",
-    "cold_ttft_s",
-    "prefill_tokens_per_s",
-)
+METRICS: tuple[Metric, ...] = get_args(Metric)
 """The prompt cache's metrics (``prompt_tokens`` .. ``prefill_tokens_per_s``) are described at ``cache_values``."""
 WARM_SHARE = 0.5
 """A first token is warm when at least this share of the prompt came from the provider's cache."""
