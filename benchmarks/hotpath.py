@@ -13,7 +13,7 @@ worktree of the commit before (``PYTHONPATH=<worktree>``), with the same command
 times, alternating, and prints each piece's best time under both and their ratio.
 
 Pieces: the request body read and the upstream body written; a 32-token stream through the meter
-(fed per event, and in one chunk) and its ``finish``; the access-log line of one request (as
+(fed per event, and in one chunk) and its ``finish`` (with the feeding, and alone); the access-log line of one request (as
 ``gateway serve`` writes it, to a file); one sample into the in-memory stats and the metrics.
 """
 
@@ -164,6 +164,10 @@ def measure() -> None:
 
         return run
 
+    fed = StreamMeter(time.perf_counter, 0.0)
+    for chunk in events:
+        fed.feed(chunk)
+
     metrics = Metrics()
     with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as sink:
         log_path = sink.name
@@ -187,6 +191,7 @@ def measure() -> None:
         timed("meter: 32 tokens fed per event", 3000, feed_only(events)),
         timed("meter: fed per event + finish", 2000, meter(events)),
         timed("meter: one chunk + finish", 2000, meter([whole])),
+        timed("meter: finish (fed per event)", 2000, lambda: fed.finish(counter)),
         timed("access log: one request", 20000, access_line),
         timed("stats (memory): record", 20000, lambda: store.record(one)),
         timed("metrics: record", 20000, lambda: metrics.record(one)),

@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from gateway.dialects import CHAT, Dialect, Tally
-from gateway.sse import SSESplitter, parse_event, whole_events
+from gateway.sse import SSESplitter, joined_events, parse_event, whole_events
 from gateway.tokens import TokenCounter
 from gateway.types import Clock
 
@@ -251,11 +251,62 @@ class StreamMeter:
             else:
                 yield at, data
 
+    def _array(self) -> tuple[bytes, list[float]]:
+        """Every event's data in one JSON array, with each event's arrival; chunks kept whole joined, not split.
+
+        The bytes are those ``_parse_all`` decodes. A run of chunks kept whole is joined at once
+        by ``joined_events`` when together they are one ``data: `` line per event (then each of
+        them is, and holds one event per blank line); otherwise each chunk is split as
+        ``_timed_events`` splits it. (A chunk kept whole cannot hold the chat ending ``[DONE]``:
+        ``feed`` splits any that may.)
+        """
+        done = self._dialect.done_data
+        events = self._events
+        parts: list[bytes] = []
+        times: list[float] = []
+        start, end = 0, len(events)
+        while start < end:
+            at, data, whole_chunk = events[start]
+            if not whole_chunk:
+                parts.append(data)
+                times.append(at)
+                start += 1
+                continue
+            stop = start + 1
+            while stop < end and events[stop][2]:
+                stop += 1
+            run = events[start:stop]
+            chunks = b"".join([chunk for _, chunk, _ in run])
+            joined = joined_events(chunks)
+            if joined is not None:
+                parts.append(joined)
+                if chunks.count(b"\n\n") == len(run):
+                    times += [at for at, _, _ in run]  # each chunk ends an event: one event each
+                else:
+                    for at, chunk, _ in run:
+                        times += [at] * chunk.count(b"\n\n")
+            else:
+                for at, chunk, _ in run:
+                    for piece in whole_events(chunk):
+                        if piece != done:
+                            parts.append(piece)
+                            times.append(at)
+            start = stop
+        return b"[" + b",".join(parts) + b"]", times
+
     def finish(self, counter: TokenCounter) -> Reading:
-        """Work out the reading from everything seen. Call once, off the byte path."""
-        timed = list(self._timed_events())
-        parsed = _parse_all([data for _, data in timed])
-        tally = self._dialect.tally([(at, event) for (at, _), event in zip(timed, parsed, strict=True)])
+        """Work out the reading from everything seen. Call once, off the byte path.
+
+        The dialect's typed read of the events as one array comes first (no dict per event);
+        whatever it does not take (an event that is not JSON, or of a shape it does not read) is
+        read over dicts, as before.
+        """
+        array, times = self._array()
+        tally = self._dialect.tally_array(array, times)
+        if tally is None:
+            timed = list(self._timed_events())
+            parsed = _parse_all([data for _, data in timed])
+            tally = self._dialect.tally([(at, event) for (at, _), event in zip(timed, parsed, strict=True)])
         if tally.response_id is None:
             tally.response_id = self.response_id
         return _reading(tally, counter, self._sent_at, self.done)

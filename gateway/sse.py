@@ -72,6 +72,20 @@ def whole_events(chunk: bytes) -> list[bytes]:
     return SSESplitter().feed(chunk)
 
 
+def joined_events(chunk: bytes) -> bytes | None:
+    """``b",".join(whole_events(chunk))`` when ``chunk`` (a run of whole events) is one ``data: `` line per event.
+
+    Then the separators between events are exactly the ``\n\ndata: `` runs, and replacing them
+    with commas joins the events' data without splitting them; the chunk holds one event per
+    ``\n\n``. None for any other shape (a newline left after the replacement: more lines to an
+    event, another field, a comment; ``\r`` line endings; ``data:`` without its space).
+    """
+    if b"\r" in chunk or not chunk.startswith(b"data: ") or not chunk.endswith(b"\n\n"):
+        return None
+    joined = chunk[6:-2].replace(b"\n\ndata: ", b",")
+    return None if b"\n" in joined else joined
+
+
 def _data_of(block: bytes) -> bytes | None:
     if block.startswith(b"data:") and b"\n" not in block:
         # The common case, one data line per event: no list, no join.

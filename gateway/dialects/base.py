@@ -116,6 +116,11 @@ class Dialect(Protocol):
         """Read every event of a finished stream (``None``: an event that was not a JSON object)."""
         ...
 
+    def tally_array(self, array: bytes, times: list[float]) -> Tally | None:
+        """``tally`` of the events of a finished stream as one JSON array (``times[i]``: event i's arrival),
+        read without building their dicts; None when the dialect has no such read or an event does not fit it."""
+        ...
+
     def tally_body(self, body: dict[str, Any]) -> Tally:
         """Read a whole (non-streamed) response body."""
         ...

@@ -21,7 +21,8 @@ import json
 import re
 from typing import Any
 
-from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally, count
+from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally
+from gateway.dialects.chat_events import decode_chunks, tally_chunks, usage_of
 from gateway.errors import GatewayError, describe_error
 from gateway.samples import Endpoint
 
@@ -103,24 +104,6 @@ def carries_output(choice: dict[str, Any]) -> bool:
 def _error_message(event: dict[str, Any]) -> str | None:
     error = event.get("error")
     return None if error is None else describe_error(error)[0]
-
-
-def usage_of(usage: object) -> tuple[int | None, int | None, int | None]:
-    """Prompt, completion and cached prompt tokens of a ``usage`` object (None where not reported).
-
-    Cached prompt tokens come in each shape providers report them: OpenAI's
-    ``prompt_tokens_details.cached_tokens``, DeepSeek's ``prompt_cache_hit_tokens``, and the
-    Anthropic-style ``cache_read_input_tokens`` some OpenAI-compatible hosts use.
-    """
-    if not isinstance(usage, dict):
-        return None, None, None
-    details = usage.get("prompt_tokens_details")
-    cached = count(details.get("cached_tokens")) if isinstance(details, dict) else None
-    if cached is None:
-        cached = count(usage.get("prompt_cache_hit_tokens"))
-    if cached is None:
-        cached = count(usage.get("cache_read_input_tokens"))
-    return count(usage.get("prompt_tokens")), count(usage.get("completion_tokens")), cached
 
 
 def _timings(tally: Tally, event: dict[str, Any]) -> None:
@@ -212,6 +195,12 @@ class ChatDialect:
             if event is not None:
                 _timings(tally, event)
         return tally
+
+    def tally_array(self, array: bytes, times: list[float]) -> Tally | None:
+        events = decode_chunks(array)
+        if events is None or len(events) != len(times):
+            return None
+        return tally_chunks(events, times, _TIMING_TAIL)
 
     def tally_body(self, body: dict[str, Any]) -> Tally:
         tally = Tally(finished=True)

@@ -1,0 +1,177 @@
+"""The meter's fast read of a finished chat stream: typed events holding only what the tally reads.
+
+``ChatDialect.tally`` reads decoded dicts, and building every event's dict (its ``id``, ``object``,
+``created``, ``index``, ``logprobs`` ...) was most of the cost of ``StreamMeter.finish``. Decoded
+into these ``msgspec`` structs, the fields the tally never reads are skipped by the decoder.
+
+The structs accept only the shapes real streams send (an object per event, ``choices`` a list
+of objects, ``delta`` an object); anything else fails to decode and the stream is read by
+``ChatDialect.tally`` over dicts, which stays the definition. Where this read takes a stream it
+gives the same ``Tally``: each field below is read exactly as the dict path reads its key, an
+absent key and a ``null`` read alike (every check in the dict path treats them the same), and
+the fields read loosely there (``usage``, ``tool_calls``, timings) are kept as decoded values
+(``Any``) and read by the same helpers. ``tests/test_meter_typed.py`` holds the two to each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from gateway.dialects.base import Tally, count
+from gateway.errors import describe_error
+
+
+class ChatDelta(msgspec.Struct):
+    content: str | None = None
+    tool_calls: Any = None
+    function_call: Any = None
+    reasoning_content: Any = None
+    reasoning: Any = None
+    reasoning_details: Any = None
+
+
+class ChatChoice(msgspec.Struct):
+    delta: ChatDelta | None = None
+    finish_reason: Any = None
+    text: Any = None
+    message: Any = None
+
+
+class ChatChunk(msgspec.Struct):
+    choices: list[ChatChoice] | None = None
+    model: Any = None
+    usage: Any = None
+    error: Any = None
+    x_groq: Any = None
+    timings: Any = None
+    metrics: Any = None
+    perf_metrics: Any = None
+
+
+_DECODER = msgspec.json.Decoder(list[ChatChunk])
+
+
+def decode_chunks(array: bytes) -> list[ChatChunk] | None:
+    """A JSON array of chat chunks, or None when any element is not the shape above (or not JSON)."""
+    try:
+        return _DECODER.decode(array)
+    except msgspec.MsgspecError:
+        return None
+
+
+def usage_of(usage: object) -> tuple[int | None, int | None, int | None]:
+    """Prompt, completion and cached prompt tokens of a ``usage`` object (None where not reported).
+
+    Cached prompt tokens come in each shape providers report them: OpenAI's
+    ``prompt_tokens_details.cached_tokens``, DeepSeek's ``prompt_cache_hit_tokens``, and the
+    Anthropic-style ``cache_read_input_tokens`` some OpenAI-compatible hosts use.
+    """
+    if not isinstance(usage, dict):
+        return None, None, None
+    details = usage.get("prompt_tokens_details")
+    cached = count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    if cached is None:
+        cached = count(usage.get("prompt_cache_hit_tokens"))
+    if cached is None:
+        cached = count(usage.get("cache_read_input_tokens"))
+    return count(usage.get("prompt_tokens")), count(usage.get("completion_tokens")), cached
+
+
+def _holder_parts(parts: list[str], content: Any, tool_calls: Any, function_call: Any) -> None:
+    """What a ``delta`` or ``message`` adds to the answer: its content, then tool-call arguments."""
+    if isinstance(content, str):
+        parts.append(content)
+    for call in tool_calls or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+            parts.append(function["arguments"])
+    if isinstance(function_call, dict) and isinstance(function_call.get("arguments"), str):
+        parts.append(function_call["arguments"])
+
+
+def answer_of(choice: ChatChoice) -> str:
+    """``chat.answer_of`` of the same choice."""
+    delta = choice.delta
+    if delta is not None and delta.tool_calls is None and delta.function_call is None:
+        if choice.text is None and choice.message is None:
+            return delta.content or ""
+    parts: list[str] = []
+    if isinstance(choice.text, str):
+        parts.append(choice.text)
+    if delta is not None:
+        _holder_parts(parts, delta.content, delta.tool_calls, delta.function_call)
+    message = choice.message
+    if isinstance(message, dict):
+        _holder_parts(parts, message.get("content"), message.get("tool_calls"), message.get("function_call"))
+    return "".join(parts)
+
+
+def reasoning_of(delta: ChatDelta | None) -> str:
+    """``chat.reasoning_of`` of the same choice."""
+    if delta is None:
+        return ""
+    for value in (delta.reasoning_content, delta.reasoning):
+        if isinstance(value, str) and value:
+            return value
+    details = delta.reasoning_details
+    if isinstance(details, list):
+        for detail in details:
+            if isinstance(detail, dict):
+                for key in ("text", "summary", "data"):
+                    value = detail.get(key)
+                    if isinstance(value, str) and value:
+                        return value
+    return ""
+
+
+def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int) -> Tally:
+    """``ChatDialect.tally`` of the same events, ``times[i]`` the arrival of ``events[i]``."""
+    tally = Tally()
+    groq_usage: object = None
+    standard_usage = False
+    for at, event in zip(times, events, strict=True):
+        tally.next_event()
+        if event.error is not None:
+            message = describe_error(event.error)[0]
+            if message is not None:
+                tally.error_message = message
+                continue
+        if tally.response_model is None and isinstance(event.model, str):
+            tally.response_model = event.model
+        usage = event.usage
+        if isinstance(usage, dict):
+            standard_usage = True
+            prompt, completion, cached = usage_of(usage)
+            tally.usage_prompt = prompt if prompt is not None else tally.usage_prompt
+            tally.usage_completion = completion if completion is not None else tally.usage_completion
+            tally.usage_cached = cached if cached is not None else tally.usage_cached
+        elif isinstance(event.x_groq, dict):
+            groq_usage = event.x_groq.get("usage", groq_usage)
+        if event.choices is None:
+            continue
+        for choice in event.choices:
+            delta = choice.delta
+            if delta is not None and (delta.tool_calls or delta.function_call):
+                tally.tool_calls = True
+            text = answer_of(choice)
+            if text:
+                tally.answered(text, at)
+            elif reasoning_of(delta) or (delta is not None and bool(delta.tool_calls or delta.function_call)):
+                tally.output(at)  # chat.carries_output, its answer_of already found empty
+            if choice.finish_reason:
+                tally.finished = True
+    if not standard_usage and groq_usage is not None:
+        tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(groq_usage)
+    for event in events[-timing_tail:]:
+        for source, value in (
+            ("timings", event.timings),
+            ("metrics", event.metrics),
+            ("perf_metrics", event.perf_metrics),
+        ):
+            tally.timing(source, value)
+        groq = event.x_groq
+        if isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
+            tally.timing("x_groq", {k: v for k, v in groq["usage"].items() if k.endswith("_time")})
+    return tally
