@@ -13,7 +13,8 @@ worktree of the commit before (``PYTHONPATH=<worktree>``), with the same command
 times, alternating, and prints each piece's best time under both and their ratio.
 
 Pieces: the request body read and the upstream body written; a 32-token stream through the meter
-(fed per event, and in one chunk) and its ``finish`` (with the feeding, and alone); the access-log line of one request (as
+(fed per event, and in one chunk) and its ``finish`` (with the feeding, and alone); the same stream
+through the event forwarder hiding its usage chunk; the access-log line of one request (as
 ``gateway serve`` writes it, to a file); one sample into the in-memory stats and the metrics.
 """
 
@@ -37,6 +38,7 @@ from gateway.accesslog import AccessLog, AccessRecord, configure_access_log
 from gateway.api import parse_json_body
 from gateway.meter import StreamMeter
 from gateway.metrics import Metrics
+from gateway.relay.forward import EventForwarder
 from gateway.relay.outbound import upstream_body
 from gateway.relay.request import ProxyRequest
 from gateway.samples import Sample
@@ -164,6 +166,15 @@ def measure() -> None:
 
         return run
 
+    def forward(chunks: list[bytes]) -> Callable[[], Any]:
+        def run() -> None:
+            forwarder = EventForwarder(drop_usage_only=True)  # the gateway asked for usage, the client did not
+            for chunk in chunks:
+                forwarder.feed(chunk)
+            forwarder.flush()
+
+        return run
+
     fed = StreamMeter(time.perf_counter, 0.0)
     for chunk in events:
         fed.feed(chunk)
@@ -192,6 +203,8 @@ def measure() -> None:
         timed("meter: fed per event + finish", 2000, meter(events)),
         timed("meter: one chunk + finish", 2000, meter([whole])),
         timed("meter: finish (fed per event)", 2000, lambda: fed.finish(counter)),
+        timed("forwarder: fed per event", 3000, forward(events)),
+        timed("forwarder: one chunk", 3000, forward([whole])),
         timed("access log: one request", 20000, access_line),
         timed("stats (memory): record", 20000, lambda: store.record(one)),
         timed("metrics: record", 20000, lambda: metrics.record(one)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 from gateway.relay.forward import EventForwarder
@@ -82,3 +83,50 @@ def test_a_continuation_with_nothing_to_add_passes_its_finish_and_done() -> None
     forwarder = EventForwarder(continuation=True)
     finish = b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
     assert forwarder.feed(ROLE + finish + b"data: [DONE]\n\n") == finish + b"data: [DONE]\n\n"
+
+
+USAGE = b'data: {"id": "x", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
+def test_only_the_usage_chunk_is_cut_from_a_chunk_the_rest_goes_as_it_came() -> None:
+    forwarder = EventForwarder(drop_usage_only=True)
+    brackets = chunk({"content": "[] and [ ]"})  # mentions [] but has choices: kept
+    empty_no_usage = b'data: {"id": "x", "choices": []}\n\n'  # no usage: kept
+    extra_blank = THE + b"\n\n"  # a blank line more than needed: relayed as it came
+    data = ROLE + brackets + extra_blank + FOX + empty_no_usage + b": note []\n\n" + USAGE + DONE
+    assert forwarder.feed(data) == ROLE + brackets + extra_blank + FOX + empty_no_usage + b": note []\n\n" + DONE
+
+
+def test_a_usage_chunk_split_across_reads_is_cut_once_it_is_whole() -> None:
+    forwarder = EventForwarder(drop_usage_only=True)
+    assert forwarder.feed(THE + USAGE[:30]) == THE
+    assert forwarder.feed(USAGE[30:] + USAGE + DONE[:5]) == b""
+    assert forwarder.feed(DONE[5:]) == DONE
+
+
+def test_a_usage_chunk_mentioning_error_goes_the_slow_way_with_the_same_result() -> None:
+    forwarder = EventForwarder(drop_usage_only=True)
+    named = b'data: {"choices": [], "usage": {"prompt_tokens": 1}, "note": "\\u0065rror"}\n\n'
+    escaped = b'data: {"choices": [], "usage": {}, "\\u0065rror": {"message": "late"}}\n\n'
+    assert forwarder.feed(THE + named + FOX) == THE + FOX
+    assert forwarder.feed(FOX + escaped + THE) == FOX  # an error event after all: held, nothing after it
+    assert forwarder.error == escaped
+    assert forwarder.error_object == {"message": "late"}
+
+
+def test_a_client_that_asked_for_usage_gets_it() -> None:
+    forwarder = EventForwarder()
+    assert forwarder.feed(THE + USAGE + DONE) == THE + USAGE + DONE
+
+
+def test_a_stream_cut_anywhere_reaches_the_client_as_its_events_less_the_usage_chunks() -> None:
+    events = [ROLE, THE, chunk({"content": "[]"}), USAGE, b": ping\n\n", FOX, b'data: {"choices": []}\n\n', USAGE, DONE]
+    kept = [e for e in events if e != USAGE]
+    stream = b"".join(events)
+    rng = random.Random(20)
+    for _ in range(300):
+        cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(0, 6)))
+        forwarder = EventForwarder(drop_usage_only=True)
+        out = b"".join(forwarder.feed(stream[a:b]) for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True))
+        assert out + forwarder.flush() == b"".join(kept), cuts

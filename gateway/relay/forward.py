@@ -27,8 +27,10 @@ The relay forwards bytes as they come, but three things need the event boundarie
   ``completion_tokens``, the Messages API's ``input_tokens`` / ``output_tokens``; totals stay.
 
 What an error event is comes from the stream's ``Dialect``. Only a chunk that holds ``"error"``
-(or an empty ``choices`` list, when usage is dropped) or belongs to an opening is parsed; others
-cost a suffix check. Created per upstream stream, not thread-safe.
+or belongs to an opening is split and parsed event by event; others cost a suffix check. A chunk
+holding an empty ``choices`` list, when usage is dropped, has only the events around each ``[]``
+parsed, and only a usage chunk cut out: the rest goes on as it came. Created per upstream
+stream, not thread-safe.
 """
 
 from __future__ import annotations
@@ -74,13 +76,10 @@ class EventForwarder:
         if self.error is not None:
             return b""
         data = self._tail + chunk if self._tail else chunk
-        if (
-            self._opening
-            or _ERROR_KEY in data
-            or (self._drop_usage and b"[]" in data and _EMPTY_CHOICES.search(data))
-            or (self._said and _USAGE_KEY in data)
-        ):
+        if self._opening or _ERROR_KEY in data or (self._said and _USAGE_KEY in data):
             return self._sift(data)
+        if self._drop_usage and b"[]" in data and _EMPTY_CHOICES.search(data):
+            return self._sift(data) if b"\r" in data else self._without_usage(data)
         if data.endswith(b"\n\n"):
             self._tail = b""
             return data
@@ -100,6 +99,37 @@ class EventForwarder:
         if not payloads or (payloads[0] != self._dialect.done_data and parse_event(payloads[0]) is None):
             return b""
         return self._sift(tail.rstrip(b"\r\n") + b"\n\n")
+
+    def _without_usage(self, data: bytes) -> bytes:
+        """The complete events of ``data`` (``\n`` line endings) less its usage chunks; other bytes as they came.
+
+        Only an event holding ``[]`` can be one: each is found around its ``[]``, parsed and, when
+        ``usage_only``, cut out; what ``_sift`` would parse and drop, and nothing else. (Should one of
+        them be an error event after all, ``_sift`` takes the whole of ``data``.)
+        """
+        end = data.rfind(b"\n\n")
+        cut = 0 if end < 0 else end + 2
+        self._tail = data[cut:]
+        out: list[bytes] = []
+        kept = 0
+        at = data.find(b"[]", 0, cut)
+        while at >= 0:
+            start = data.rfind(b"\n\n", kept, at)
+            start = kept if start < 0 else start + 2
+            end = data.find(b"\n\n", at) + 2
+            payloads = SSESplitter().feed(data[start:end])
+            payload = payloads[0] if payloads else b""
+            event = parse_event(payload) if b"[]" in payload and payload != self._dialect.done_data else None
+            if event is not None and self._dialect.error_of(event) is not None:
+                return self._sift(data)
+            if event is not None and usage_only(event):
+                out.append(data[kept:start])
+                kept = end
+            at = data.find(b"[]", end, cut)
+        if not kept:
+            return data[:cut]
+        out.append(data[kept:cut])
+        return b"".join(out)
 
     def _sift(self, data: bytes) -> bytes:
         """The slow path: event by event, for an opening to drop or an error event to hold."""
