@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from gateway.dialects import CHAT, Dialect, Tally
-from gateway.sse import SSESplitter, joined_events, parse_event, whole_events
+from gateway.sse import SSESplitter, data_of, joined_events, parse_event, whole_events
 from gateway.tokens import TokenCounter
 from gateway.types import Clock
 
@@ -141,6 +141,7 @@ class StreamMeter:
         "_splitter",
         "_events",
         "_dialect",
+        "_ending",
         "first_output_at",
         "done",
         "malformed",
@@ -157,6 +158,8 @@ class StreamMeter:
         self._events: list[tuple[float, bytes, bool]] = []
         """(arrival, bytes, whole chunk?): an event's data, or a chunk of whole events to split in ``finish``."""
         self._dialect = dialect
+        self._ending = None if dialect.done_data is None else b"data: " + dialect.done_data + b"\n\n"
+        """The ending event as providers send it (chat: ``data: [DONE]``), to find it at a chunk's end."""
         self.first_output_at: float | None = None
         self.done = False
         """The stream's ending arrived (``data: [DONE]``, ``response.completed``, ``message_stop``): it is over,
@@ -175,24 +178,63 @@ class StreamMeter:
     def feed(self, chunk: bytes) -> None:
         """Note one relayed chunk. Cheap: no JSON once the first output has been seen.
 
-        After the first output, a chunk of whole events that cannot hold the stream's ending is kept
-        as it is: only the end of the answer matters on the byte path (found with one scan of the
-        chunk), and ``finish`` splits it into events later, each timed by its chunk's arrival as
-        before. Anything else (a chunk that ends mid-event or may end the stream) is split at once.
+        Until the first output, events are split and read one by one (the first one that carries
+        output is timed). After it, a chunk of whole events that cannot hold the stream's ending
+        is kept as it is: only the end of the answer matters on the byte path (found with one scan
+        of the chunk), and ``finish`` splits it into events later, each timed by its chunk's
+        arrival as before. So is the rest of the chunk that held the first output, and the part of
+        a chunk before the ending event that ends it (chat's ``data: [DONE]``). Anything else (a
+        chunk that ends mid-event, or may end the stream elsewhere) is split at once.
         """
         now = self._clock()
-        if (
-            self.first_output_at is not None
-            and chunk.endswith(b"\n\n")
-            and not self._splitter.pending
-            and not self._dialect.may_end(chunk)
-        ):
-            self._events.append((now, chunk, True))
-            if not self.finish_arrived and self._dialect.may_finish(chunk):
-                self.finish_arrived = True
-            return
+        if self.first_output_at is None:
+            if self._splitter.pending or b"\r" in chunk:
+                for data in self._splitter.feed(chunk):
+                    self._note(now, data)
+                return
+            chunk = self._until_output(now, chunk)
+            if not chunk:
+                return
+            if self.first_output_at is None:
+                self._splitter.feed(chunk)  # the start of an event: held until its end arrives
+                return
+        if chunk.endswith(b"\n\n") and not self._splitter.pending:
+            dialect = self._dialect
+            if not dialect.may_end(chunk):
+                self._keep(now, chunk)
+                return
+            ending = self._ending
+            if ending is not None and chunk.endswith(ending):
+                rest = chunk[: -len(ending)]
+                if (not rest or rest.endswith(b"\n\n")) and not dialect.may_end(rest):
+                    if rest:
+                        self._keep(now, rest)
+                    self.done = True
+                    return
         for data in self._splitter.feed(chunk):
             self._note(now, data)
+
+    def _until_output(self, now: float, chunk: bytes) -> bytes:
+        """Note the whole events of ``chunk`` (no ``\r``, nothing pending) up to the first output; the rest.
+
+        Each event is cut where the splitter would cut it (at each ``\n\n``, from the left).
+        """
+        start = 0
+        while self.first_output_at is None:
+            end = chunk.find(b"\n\n", start)
+            if end < 0:
+                break
+            data = data_of(chunk[start:end])
+            start = end + 2
+            if data is not None:
+                self._note(now, data)
+        return chunk[start:] if start else chunk
+
+    def _keep(self, now: float, chunk: bytes) -> None:
+        """A run of whole events after the first output, none of them the stream's ending: split in ``finish``."""
+        self._events.append((now, chunk, True))
+        if not self.finish_arrived and self._dialect.may_finish(chunk):
+            self.finish_arrived = True
 
     def _note(self, now: float, data: bytes) -> None:
         dialect = self._dialect

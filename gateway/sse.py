@@ -36,7 +36,7 @@ class SSESplitter:
         self._buffer = blocks.pop() + held
         payloads = []
         for block in blocks:
-            data = _data_of(block)
+            data = data_of(block)
             if data is not None:
                 payloads.append(data)
         return payloads
@@ -44,7 +44,7 @@ class SSESplitter:
     def flush(self) -> list[bytes]:
         """The last event when a stream ends without its closing blank line."""
         block, self._buffer = self._buffer, b""
-        data = _data_of(block.replace(b"\r", b"\n").strip(b"\n"))
+        data = data_of(block.replace(b"\r", b"\n").strip(b"\n"))
         return [] if data is None else [data]
 
     @property
@@ -86,7 +86,8 @@ def joined_events(chunk: bytes) -> bytes | None:
     return None if b"\n" in joined else joined
 
 
-def _data_of(block: bytes) -> bytes | None:
+def data_of(block: bytes) -> bytes | None:
+    """The ``data`` of one event's block (its lines, without the blank line that ends it); None if it has none."""
     if block.startswith(b"data:") and b"\n" not in block:
         # The common case, one data line per event: no list, no join.
         data = block[5:]

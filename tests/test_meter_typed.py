@@ -192,3 +192,53 @@ def test_a_stream_the_typed_read_refuses_is_metered_over_dicts(counter: TokenCou
     assert typed.answer_text == " a a b" and typed.chunk_gaps_s == (0.25, 0.0)
     assert over_dicts.answer_text == " a a" and over_dicts.finished and over_dicts.chunk_gaps_s == (0.25,)
     assert over_dicts.response_model == "m" and over_dicts.saw_done
+
+
+def chat_stream(newline: bytes = b"\n", space: bool = True) -> bytes:
+    def event(payload: dict[str, Any]) -> bytes:
+        return b"data:" + (b" " if space else b"") + json.dumps(payload).encode() + newline + newline
+
+    def delta(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return event({"id": "c", "model": "up", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    parts = [b": hello" + newline + newline, delta({"role": "assistant", "content": ""}), delta({"reasoning": " hm"})]
+    parts += [delta({"content": f" w{i}"}) for i in range(6)]
+    parts += [b'data: {"choices": [],' + newline + b'data: "x": 1}' + newline + newline]  # two data lines
+    parts += [delta({}, "stop"), event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 7}})]
+    return b"".join(parts) + b"data: [DONE]" + newline + newline
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        chat_stream(),
+        chat_stream(b"\r\n"),
+        chat_stream(space=False),
+        chat_stream().replace(b"[DONE]\n\n", b"[DONE]"),  # no blank line after the ending: end_of_stream's
+        chat_stream().replace(b"}}\n\ndata: [DONE]", b"}}data: [DONE]"),  # no ending: one malformed event
+    ],
+)
+def test_a_stream_cut_anywhere_reads_as_when_fed_byte_by_byte(counter: TokenCounter, stream: bytes) -> None:
+    """Each event is timed by the chunk that completes it, however the chunks fall: the same reading
+    as feeding the stream one byte at a time (which takes the splitter's path throughout), each byte at
+    the time of the chunk it came in."""
+    rng = random.Random(20)
+    for _ in range(150):
+        cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(0, 8)))
+        chunks = list(zip([0, *cuts], [*cuts, len(stream)], strict=True))
+
+        def read(pieces: list[tuple[float, bytes]]) -> Any:
+            clock = FakeClock(0.0)
+            m = StreamMeter(clock, 0.0)
+            for at, piece in pieces:
+                clock.now = at
+                m.feed(piece)
+            m.end_of_stream()
+            return m.finish(counter), m.done, m.finish_arrived
+
+        fast = read([(float(i + 1), stream[a:b]) for i, (a, b) in enumerate(chunks)])
+        slow = read([(float(i + 1), stream[k : k + 1]) for i, (a, b) in enumerate(chunks) for k in range(a, b)])
+        assert fast == slow, cuts
+        glued = b"}}data: [DONE]" in stream
+        assert fast[0].answer_text == " w0 w1 w2 w3 w4 w5" and fast[0].malformed == glued
+        assert fast[0].usage_completion_tokens == (None if glued else 7) and fast[1] == (not glued)
