@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -46,6 +46,11 @@ class _WindowCollector:
 
 class WorkerMetrics(Metrics):
     """``Metrics`` for one of several workers: see the module docstring. ``render`` is the host's scrape."""
+
+    # prometheus-client's own classes: only their values are written to the multiprocess files.
+    counter_class = Counter
+    histogram_class = Histogram
+    gauge_class = Gauge
 
     def __init__(self, directory: str) -> None:
         super().__init__(process_metrics=False)

@@ -34,6 +34,7 @@ from prometheus_client.exposition import choose_encoder
 from gateway import __version__
 from gateway.config import ConfigError, GatewayConfig
 from gateway.metrics_genai import GenAIFamilies
+from gateway.metrics_plain import PlainCounter, PlainGauge, PlainHistogram
 from gateway.routing.capacity import ProviderLimit
 from gateway.samples import Outcome, Sample
 from gateway.spending.metrics import SpendMetrics
@@ -143,14 +144,23 @@ def status_class(status: int | None) -> str:
 
 
 class Metrics:
-    """The gateway's collectors, in a registry of their own. Thread-safe (prometheus-client locks)."""
+    """The gateway's collectors, in a registry of their own. Updated from the event loop; scraped from any thread.
+
+    Its series keep plain values (``gateway.metrics_plain``); ``WorkerMetrics`` swaps in
+    prometheus-client's own classes, whose values live in the multiprocess files.
+    """
+
+    counter_class: type[Counter] = PlainCounter
+    histogram_class: type[Histogram] = PlainHistogram
+    gauge_class: type[Gauge] = PlainGauge
 
     def __init__(self, registry: CollectorRegistry | None = None, *, process_metrics: bool = True) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
+        counter, histogram, gauge = self.counter_class, self.histogram_class, self.gauge_class
         if process_metrics:
             ProcessCollector(registry=r)
-        build = Gauge(
+        build = gauge(
             "gateway_build_info",
             "The gateway's version (value is always 1)",
             ["version"],
@@ -160,13 +170,13 @@ class Metrics:
         build.labels(__version__).set(1)
 
         # Client requests, one per HTTP request to an inference endpoint.
-        self.requests = Counter(
+        self.requests = counter(
             "gateway_requests_total",
             "Client requests answered, by model, the provider that answered, and HTTP status class",
             ["model", "provider", "status_class"],
             registry=r,
         )
-        self.overhead = Histogram(
+        self.overhead = histogram(
             "gateway_overhead_seconds",
             "Time the gateway itself added: client-seen latency minus time waiting on upstreams",
             ["mode"],
@@ -174,83 +184,83 @@ class Metrics:
             registry=r,
         )
         # Upstream attempts, one per Sample.
-        self.attempts = Counter(
+        self.attempts = counter(
             "gateway_upstream_requests_total",
             "Upstream attempts by outcome (ok, upstream_error, timeout, broken_stream, client_cancelled, client_error)",
             [*_SAMPLE_LABELS, "outcome"],
             registry=r,
         )
-        self.ttft = Histogram(
+        self.ttft = histogram(
             "gateway_ttft_seconds",
             "Upstream request sent to first output-bearing chunk",
             _SAMPLE_LABELS,
             buckets=TTFT_BUCKETS,
             registry=r,
         )
-        self.first_answer = Histogram(
+        self.first_answer = histogram(
             "gateway_time_to_first_answer_token_seconds",
             "Upstream request sent to first visible answer token (reasoning excluded)",
             _SAMPLE_LABELS,
             buckets=TTFT_BUCKETS,
             registry=r,
         )
-        self.tokens_per_second = Histogram(
+        self.tokens_per_second = histogram(
             "gateway_tokens_per_second",
             "Answer tokens / (last answer token - first answer token), pinned tokenizer",
             _SAMPLE_LABELS,
             buckets=TPS_BUCKETS,
             registry=r,
         )
-        self.end_to_end = Histogram(
+        self.end_to_end = histogram(
             "gateway_end_to_end_seconds",
             "Client request received to last byte sent, complete answers only",
             _SAMPLE_LABELS,
             buckets=E2E_BUCKETS,
             registry=r,
         )
-        self.output_tokens_per_answer = Histogram(
+        self.output_tokens_per_answer = histogram(
             "gateway_output_tokens_per_answer",
             "Answer length in tokens (pinned tokenizer), complete answers only",
             _SAMPLE_LABELS,
             buckets=OUTPUT_TOKEN_BUCKETS,
             registry=r,
         )
-        self.tokens = Counter(
+        self.tokens = counter(
             "gateway_tokens_total",
             "Tokens by type: input (provider usage, else the gateway's estimate), output (pinned tokenizer)",
             [*_SAMPLE_LABELS, "type"],
             registry=r,
         )
-        self.cost = Counter("gateway_cost_usd_total", "Cost in USD at configured prices", _SAMPLE_LABELS, registry=r)
-        self.inflight = Gauge(
+        self.cost = counter("gateway_cost_usd_total", "Cost in USD at configured prices", _SAMPLE_LABELS, registry=r)
+        self.inflight = gauge(
             "gateway_inflight_requests",
             "Upstream attempts in flight, per provider",
             ["provider"],
             registry=r,
             multiprocess_mode="livesum",
         )
-        self.capacity = Gauge(
+        self.capacity = gauge(
             "gateway_provider_max_concurrency",
             "The provider's configured max_concurrency (per worker, summed over the workers of a host)",
             ["provider"],
             registry=r,
             multiprocess_mode="livesum",
         )
-        self.concurrency_limit = Gauge(
+        self.concurrency_limit = gauge(
             "gateway_provider_concurrency_limit",
             "Requests in flight the gateway allows the provider now: its learned limit, under max_concurrency",
             ["provider"],
             registry=r,
             multiprocess_mode="livesum",
         )
-        self.ratelimit_remaining = Gauge(
+        self.ratelimit_remaining = gauge(
             "gateway_provider_ratelimit_remaining",
             "What the provider's rate-limit headers last said it has left (kind: requests or tokens)",
             ["provider", "kind"],
             registry=r,
             multiprocess_mode="livemin",
         )
-        self.ratelimit_reset = Gauge(
+        self.ratelimit_reset = gauge(
             "gateway_provider_ratelimit_reset_seconds",
             "Seconds until the provider's reported rate-limit budget resets (0: reset, or never reported)",
             ["provider"],
@@ -258,54 +268,54 @@ class Metrics:
             multiprocess_mode="livemax",
         )
         # Waiting for a slot when every deployment is full.
-        self.queue_depth = Gauge(
+        self.queue_depth = gauge(
             "gateway_queue_depth",
             "Requests waiting for a free slot, per model",
             ["model"],
             registry=r,
             multiprocess_mode="livesum",
         )
-        self.queue_wait = Histogram(
+        self.queue_wait = histogram(
             "gateway_queue_wait_seconds",
             "How long requests waited for a free slot (served or not)",
             ["model"],
             buckets=QUEUE_WAIT_BUCKETS,
             registry=r,
         )
-        self.queue_refusals = Counter(
+        self.queue_refusals = counter(
             "gateway_queue_refusals_total",
             "Requests refused for want of a slot, by reason (timeout: waited too long; full: the line was full)",
             ["model", "reason"],
             registry=r,
         )
         # Routing.
-        self.route_decisions = Counter(
+        self.route_decisions = counter(
             "gateway_routing_decisions_total",
             "Requests committed to a provider, by the reason it was chosen",
             [*_SAMPLE_LABELS, "reason"],
             registry=r,
         )
-        self.fallbacks = Counter(
+        self.fallbacks = counter(
             "gateway_fallbacks_total", "Failed attempts followed by another attempt", _SAMPLE_LABELS, registry=r
         )
-        self.hedges = Counter(
+        self.hedges = counter(
             "gateway_hedges_total", "Hedged attempts by result (won, lost)", [*_SAMPLE_LABELS, "result"], registry=r
         )
-        self.stream_breaks = Counter(
+        self.stream_breaks = counter(
             "gateway_stream_breaks_total",
             "Streams whose upstream failed after part of the answer reached the client, by what followed "
             "(recovered: another deployment finished the answer; failed: the stream ended with an error event)",
             [*_SAMPLE_LABELS, "result"],
             registry=r,
         )
-        self.malformed_events = Counter(
+        self.malformed_events = counter(
             "gateway_malformed_events_total",
             "Streams that completed although one of their events was not valid JSON (the client skipped it): "
             "counted here, not against the provider's health",
             _SAMPLE_LABELS,
             registry=r,
         )
-        self.circuit = Gauge(
+        self.circuit = gauge(
             "gateway_circuit_state",
             "1 for the provider's current circuit state, 0 otherwise",
             ["provider", "state"],
@@ -313,52 +323,52 @@ class Metrics:
             multiprocess_mode="livemax",
         )
         # Sessions and prompt caches.
-        self.session_routes = Counter(
+        self.session_routes = counter(
             "gateway_session_routes_total",
             "Requests of a session by what routing did with it: stay (where its prompt is cached), move (reason: "
             "slower, unavailable, excluded), new (bound nowhere yet), unknown (binding unreadable), off",
             ["model", "choice", "reason"],
             registry=r,
         )
-        self.session_bindings = Counter(
+        self.session_bindings = counter(
             "gateway_session_bindings_total",
             "Session bindings written (after an answer completed), by the deployment bound",
             ["model", "deployment"],
             registry=r,
         )
-        self.cached_tokens = Counter(
+        self.cached_tokens = counter(
             "gateway_cached_tokens_total",
             "Prompt tokens the provider reported serving from its prompt cache",
             _SAMPLE_LABELS,
             registry=r,
         )
-        self.cache_saved_usd = Counter(
+        self.cache_saved_usd = counter(
             "gateway_cache_saved_usd_total",
             "Estimated money the prompt cache saved: cached tokens x (price_in - price_cached_in)",
             _SAMPLE_LABELS,
             registry=r,
         )
-        self.cache_saved_seconds = Counter(
+        self.cache_saved_seconds = counter(
             "gateway_cache_saved_ttft_seconds_total",
             "Estimated first-token time the prompt cache saved: cached tokens / the deployment's prefill speed",
             _SAMPLE_LABELS,
             registry=r,
         )
-        self.window_hit_ratio = Gauge(
+        self.window_hit_ratio = gauge(
             "gateway_window_cache_hit_ratio",
             "Cached / prompt tokens over the window, of answers whose provider reports cached tokens",
             _WINDOW_LABELS,
             registry=r,
         )
         # The stats store and its window.
-        self.stats_healthy = Gauge(
+        self.stats_healthy = gauge(
             "gateway_stats_backend_healthy",
             "1 when the stats backend is reachable, 0 when degraded",
             ["backend"],
             registry=r,
             multiprocess_mode="livemin",
         )
-        self.bindings_healthy = Gauge(
+        self.bindings_healthy = gauge(
             "gateway_bindings_backend_healthy",
             "1 when the binding store (response id -> deployment) is reachable, 0 when degraded",
             ["backend"],
@@ -367,30 +377,30 @@ class Metrics:
         )
         # The API dimension: which API clients speak, and its first-token time (values: chat,
         # completions, embeddings, responses, messages).
-        self.api_requests = Counter(
+        self.api_requests = counter(
             "gateway_api_requests_total",
             "Client requests answered, by model, API and HTTP status class",
             ["model", "api", "status_class"],
             registry=r,
         )
-        self.api_ttft = Histogram(
+        self.api_ttft = histogram(
             "gateway_api_ttft_seconds",
             "Upstream request sent to first output-bearing event, by model and API",
             ["model", "api"],
             buckets=TTFT_BUCKETS,
             registry=r,
         )
-        self.samples_dropped_total = Counter(
+        self.samples_dropped_total = counter(
             "gateway_stats_samples_dropped_total", "Samples the stats store could not keep", registry=r
         )
         self.window = {
-            metric: Gauge(name, doc, [*_WINDOW_LABELS, WINDOW_QUANTILE_LABEL], registry=r)
+            metric: gauge(name, doc, [*_WINDOW_LABELS, WINDOW_QUANTILE_LABEL], registry=r)
             for metric, (name, doc) in _WINDOW_NAMES.items()
         }
-        self.window_success = Gauge(
+        self.window_success = gauge(
             "gateway_window_success_ratio", "Successful attempts / attempts over the window", _WINDOW_LABELS, registry=r
         )
-        self.window_samples = Gauge(
+        self.window_samples = gauge(
             "gateway_window_samples", "Attempts in the stats window", _WINDOW_LABELS, registry=r
         )
         # Spend and budgets by key name and team (``gateway.spending.metrics``).

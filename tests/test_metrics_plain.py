@@ -1,0 +1,111 @@
+"""The single-process metrics' plain values against prometheus-client's own classes: the same scrape.
+
+``Metrics`` keeps plain values (``gateway.metrics_plain``); ``WorkerMetrics`` keeps the stock
+classes for the multiprocess files. The same calls on both must render the same exposition,
+Prometheus text and OpenMetrics, down to each series' order; only the ``_created`` times differ
+(each is when its series was made).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+
+import pytest
+from prometheus_client import Counter, Gauge, Histogram
+
+from gateway.config import GatewayConfig, parse_config
+from gateway.hostmetrics import WorkerMetrics
+from gateway.metrics import TPS_BUCKETS, TTFT_BUCKETS, Metrics
+from gateway.metrics_plain import PlainCounter, PlainHistogram
+from gateway.routing.capacity import ProviderLimit
+from gateway.samples import Sample
+
+
+class StockMetrics(Metrics):
+    counter_class = Counter
+    histogram_class = Histogram
+    gauge_class = Gauge
+
+
+def config() -> GatewayConfig:
+    return parse_config(
+        {
+            "providers": [{"name": p, "base_url": f"http://127.0.0.1:9/{p}", "max_concurrency": 4} for p in "ab"],
+            "models": [{"name": "m", "deployments": [{"provider": p, "model": "x"} for p in "ab"]}],
+        },
+        source="t.toml",
+    )
+
+
+def exercise(metrics: Metrics) -> None:
+    rng = random.Random(20)
+    metrics.prepare(config())
+    edges = [*TTFT_BUCKETS, *TPS_BUCKETS, 0.0, -1.0, math.inf, math.nan, 1e-9]
+    for i in range(400):
+        speed = rng.choice([None, rng.choice(edges), rng.uniform(0, 200_000)])
+        metrics.record(
+            Sample(
+                model=rng.choice(["m", "n"]),
+                deployment="d",
+                provider=rng.choice("abc"),
+                endpoint=rng.choice(["chat", "responses"]),
+                stream=True,
+                outcome=rng.choice(["ok", "ok", "timeout", "upstream_error"]),
+                started_at=0.0,
+                ttft_s=rng.choice([None, rng.choice(edges), rng.expovariate(2.0)]),
+                first_answer_s=rng.choice([None, rng.expovariate(2.0)]),
+                tokens_per_s=speed,
+                e2e_s=rng.choice([None, rng.expovariate(0.1), 600.0]),
+                output_tokens=rng.choice([None, 0, 1, rng.randint(1, 20_000)]),
+                usage_prompt_tokens=rng.choice([None, rng.randint(0, 900)]),
+                prompt_tokens_estimate=rng.randint(0, 50),
+                cost_usd=rng.choice([0.0, rng.random() / 1000]),
+            )
+        )
+        metrics.request_answered("m", rng.choice("ab"), rng.choice([200, 429, 502, None]))
+        metrics.api_request_answered("m", "chat", 200)
+        metrics.observe_overhead(rng.choice(["stream", "full"]), rng.choice([-0.001, rng.expovariate(1000.0)]))
+        metrics.attempt_started("m", "d", "a")
+        if i % 3:
+            metrics.attempt_ended("m", "d", "a")
+        metrics.committed("m", "d", "a", "best-score")
+    metrics.queue_entered("m")
+    metrics.queue_left("m", 0.3, "timeout")
+    metrics.cache_used("m", "a", 120, 0.001, 0.05)
+    metrics.set_provider_limit("a", ProviderLimit(limit=3.0, ceiling=4, remaining_requests=7), 10.0)
+    metrics.samples_dropped(2)
+
+
+def rendered(metrics: Metrics) -> tuple[str, str]:
+    text = metrics.render()[0].decode()
+    open_metrics = metrics.render("application/openmetrics-text; version=1.0.0")[0].decode()
+    created = re.compile(r"^(\S+_created(?:\{[^}]*\})?) \S+$", re.MULTILINE)
+    return created.sub(r"\1 T", text), created.sub(r"\1 T", open_metrics)
+
+
+def test_plain_values_render_what_prometheus_clients_own_classes_render() -> None:
+    plain, stock = Metrics(process_metrics=False), StockMetrics(process_metrics=False)
+    exercise(plain)
+    exercise(stock)
+    assert rendered(plain) == rendered(stock)
+    assert "gateway_tokens_per_second_bucket" in rendered(plain)[0]
+
+
+def test_errors_are_prometheus_clients() -> None:
+    counter = PlainCounter("c_total", "c", ["x"], registry=None)
+    histogram = PlainHistogram("h", "h", ["x"], registry=None)
+    with pytest.raises(ValueError, match="non-negative"):
+        counter.labels("1").inc(-1)
+    with pytest.raises(ValueError, match="missing label values"):
+        counter.inc()
+    with pytest.raises(ValueError, match="missing label values"):
+        histogram.observe(1.0)
+
+
+def test_the_workers_keep_prometheus_clients_own_classes() -> None:
+    # Only prometheus-client's value classes write the multiprocess files that --workers sums.
+    assert WorkerMetrics.counter_class is Counter and WorkerMetrics.histogram_class is Histogram
+    assert WorkerMetrics.gauge_class is Gauge
+    assert isinstance(Metrics(process_metrics=False).requests, PlainCounter)
