@@ -153,13 +153,26 @@ def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int) 
             continue
         for choice in event.choices:
             delta = choice.delta
-            if delta is not None and (delta.tool_calls or delta.function_call):
-                tally.tool_calls = True
-            text = answer_of(choice)
-            if text:
-                tally.answered(text, at)
-            elif reasoning_of(delta) or (delta is not None and bool(delta.tool_calls or delta.function_call)):
-                tally.output(at)  # chat.carries_output, its answer_of already found empty
+            if (
+                delta is not None
+                and delta.tool_calls is None
+                and delta.function_call is None
+                and choice.text is None
+                and choice.message is None
+            ):
+                # The common chunk: only delta.content can be answer text, no tool call.
+                if delta.content:
+                    tally.answered(delta.content, at)
+                elif reasoning_of(delta):
+                    tally.output(at)
+            else:
+                if delta is not None and (delta.tool_calls or delta.function_call):
+                    tally.tool_calls = True
+                text = answer_of(choice)
+                if text:
+                    tally.answered(text, at)
+                elif reasoning_of(delta) or (delta is not None and bool(delta.tool_calls or delta.function_call)):
+                    tally.output(at)  # chat.carries_output, its answer_of already found empty
             if choice.finish_reason:
                 tally.finished = True
     if not standard_usage and groq_usage is not None:
