@@ -17,6 +17,7 @@ the same for all of them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,12 @@ def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
     return [event if isinstance(event, dict) else None for event in events]
 
 
+@functools.cache
+def _ending_event(done_data: bytes | None) -> bytes | None:
+    """The ending event as providers send it; one object per dialect, not one per stream."""
+    return None if done_data is None else b"data: " + done_data + b"\n\n"
+
+
 def _reading(tally: Tally, counter: TokenCounter, sent: float, saw_done: bool) -> Reading:
     text = "".join(tally.answer)
     tokens = counter.count(text)
@@ -158,7 +165,7 @@ class StreamMeter:
         self._events: list[tuple[float, bytes, bool]] = []
         """(arrival, bytes, whole chunk?): an event's data, or a chunk of whole events to split in ``finish``."""
         self._dialect = dialect
-        self._ending = None if dialect.done_data is None else b"data: " + dialect.done_data + b"\n\n"
+        self._ending = _ending_event(dialect.done_data)
         """The ending event as providers send it (chat: ``data: [DONE]``), to find it at a chunk's end."""
         self.first_output_at: float | None = None
         self.done = False
