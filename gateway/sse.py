@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 
 class SSESplitter:
     """Feed raw bytes in arrival order; get back the ``data`` payload of each completed event.
@@ -101,9 +103,17 @@ def data_of(block: bytes) -> bytes | None:
 
 
 def parse_event(data: bytes) -> dict[str, Any] | None:
-    """One event's data as a JSON object; None when it is not JSON, or not an object."""
+    """One event's data as a JSON object, as ``json.loads`` reads it; None when it is not JSON, or not an object.
+
+    msgspec decodes first, in a fraction of ``json``'s time; whatever it refuses (NaN,
+    out-of-range floats, lone surrogates, a byte-order mark, UTF-16, invalid JSON) goes to
+    ``json.loads``, so the result is ``json``'s.
+    """
     try:
-        event = json.loads(data)
-    except ValueError:
-        return None
+        event = msgspec.json.decode(data)
+    except (msgspec.MsgspecError, RecursionError):
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return None
     return event if isinstance(event, dict) else None

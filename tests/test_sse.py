@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from gateway.sse import SSESplitter, whole_events
+from gateway.sse import SSESplitter, parse_event, whole_events
 
 STREAM = (
     b": keep-alive comment\n\n"
@@ -111,3 +113,35 @@ def test_pending_is_at_most_one_partial_event() -> None:
 )
 def test_whole_events_reads_a_run_of_whole_events_as_a_splitter_does(chunk: bytes) -> None:
     assert whole_events(chunk) == SSESplitter().feed(chunk)
+
+
+def _json_read(data: bytes) -> object:
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a": 1, "a": 2, "b": [1.5, -0.0, 5e-324, 123456789012345678901234567890]}',
+        b'{"x": NaN, "y": Infinity}',
+        b'{"big": 1e400}',
+        b'{"s": "\\ud800"}',  # a lone surrogate escape
+        b'{"s": "\\ud83d\\ude00"}',
+        b'{"s": "\xed\xa0\x80"}',  # a surrogate encoded in the bytes
+        b'{"s": "\xff"}',
+        b'\xef\xbb\xbf{"a": 1}',
+        '{"a": 1}'.encode("utf-16"),
+        b' {"a": 1}\n',
+        b'{"a": 1} x',
+        b"[1]",
+        b"1",
+        b"",
+        b"[DONE]",
+    ],
+)
+def test_parse_event_reads_as_json_loads(data: bytes) -> None:
+    assert parse_event(data) == _json_read(data)
