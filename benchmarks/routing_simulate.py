@@ -35,6 +35,8 @@ from gateway.stats import InMemoryStatsStore
 
 WALL = 1_000_000.0
 FAIL_S = 0.005
+BYTES_PER_EVENT = 150
+"""An OpenAI chat chunk of one token, about."""
 
 
 def _config(scenario: Scenario, policy: dict[str, Any] | None) -> GatewayConfig:
@@ -126,6 +128,21 @@ class Simulation:
         self.router.attempt_finished(candidate, sample)
 
 
+@dataclass
+class _Progress:
+    """A stream's bytes so far in simulated time (``StreamProgress``): the relay's meter, as the router reads it."""
+
+    sim: Simulation
+    first_at: float
+    tps: float
+    tokens: int
+
+    @property
+    def received_bytes(self) -> int:
+        streamed = min(max(0, self.tokens - 1), max(0.0, self.sim.now - self.first_at) * self.tps)
+        return BYTES_PER_EVENT * (1 + int(streamed))
+
+
 class _Request:
     """The relay's attempt loop for one streamed request, in simulated time."""
 
@@ -203,6 +220,8 @@ class _Request:
         sim = self.sim
         end = t0 + ttft + max(0, self.tokens - 1) / tps
         first = t0 + ttft
+        progress = _Progress(sim, first, tps, self.tokens)
+        sim.at(max(first, sim.now), lambda: sim.router.attempt_streaming(candidate, progress))
 
         def finish() -> None:
             e2e = sim.now - self.started

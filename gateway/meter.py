@@ -148,6 +148,7 @@ class StreamMeter:
         "finish_arrived",
         "first_error",
         "response_id",
+        "received_bytes",
     )
 
     def __init__(self, clock: Clock, sent_at: float, dialect: Dialect = CHAT) -> None:
@@ -171,6 +172,8 @@ class StreamMeter:
         """The ``error`` object of an error event that came before any output (the stream's first word)."""
         self.response_id: str | None = None
         """The response's id, when an event before the first output named it (Responses API)."""
+        self.received_bytes = 0
+        """Bytes fed so far: the router reads a stream's progress from it while it runs (``StreamProgress``)."""
 
     def feed(self, chunk: bytes) -> None:
         """Note one relayed chunk. Cheap: no JSON once the first output has been seen.
@@ -181,6 +184,7 @@ class StreamMeter:
         before. Anything else (a chunk that ends mid-event or may end the stream) is split at once.
         """
         now = self._clock()
+        self.received_bytes += len(chunk)
         if (
             self.first_output_at is not None
             and chunk.endswith(b"\n\n")

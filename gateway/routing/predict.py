@@ -148,6 +148,8 @@ class Prediction:
     """Complete answers this replica heard from it."""
     overdue: float = 1.0
     """Its attempts in flight are this many times slower than predicted (1: they are not): ``time_s`` includes it."""
+    slow_stream: float = 1.0
+    """Its streams in flight deliver this many times slower than its tokens/s (1: they do not): in ``tokens_per_s``."""
     failure_s: float | None = None
     """How long its recent failures took before they failed (None: no failure seen here)."""
     expected_s: float | None = None
@@ -215,6 +217,9 @@ def predict(
             cold = _metric(view, summary, snapshot, model, "cold_ttft_s", policy, now, pooled=False)
             ttft = cold if cold is not None else ttft
     spt = _metric(view, summary, snapshot, model, "seconds_per_token", policy, now)
+    slow = view.slow_stream(now) if view is not None else 1.0
+    if spt is not None and slow > 1.0:
+        spt = replace(spt, value=spt.value * slow)  # its streams in flight deliver this much slower
     time_s = None
     uncertainty = sampling = MAX_UNCERTAINTY
     samples = 0.0
@@ -283,6 +288,7 @@ def predict(
         success_samples=success_samples,
         answers=view.answered if view is not None else 0,
         overdue=overdue,
+        slow_stream=slow,
         failure_s=view.failure_time() if view is not None else None,
         expected_s=None if time_s is None else max(time_s, MIN_TIME_S),
         cache=cache.mode,
