@@ -88,13 +88,13 @@ OVERDUE_MIN = 3
 OVERDUE_RECENT = 8
 """The most recent attempts that should be over by now are the ones judged."""
 ATTEMPTS_KEPT = 64
-SLOW_STREAM_RATIO = 1.5
+SLOW_STREAM_RATIO = 2.0
 """A stream in flight delivering this many times fewer tokens than its deployment's speed predicts is slow."""
 SLOW_STREAM_MIN = 3
 """Streams it takes to judge a deployment's speed by them."""
 SLOW_STREAM_RECENT = 6
 """The latest streams judged."""
-SLOW_STREAM_Z = 3.0
+SLOW_STREAM_Z = 4.0
 """Standard errors (their mean's, in the answers' spread) by which they must be slower than its estimate."""
 SLOW_STREAM_TOKENS = 24.0
 """A stream is judged once its deployment's speed would have delivered this many tokens since its first."""
