@@ -120,7 +120,8 @@ class Stack:
             port = _free_port()
             command = [sys.executable, "-m", "gateway", "fake-provider", "--name", profile.name, "--port", str(port)]
             command += ["--seed", str(seed * 100 + index)]
-            self.processes.append(self._popen(command, dict(os.environ)))
+            # The fakes are the apparatus, not what is measured: this tree's, whatever gateway runs.
+            self.processes.append(self._popen(command, dict(os.environ), under_test=False))
             self.fakes[profile.name] = f"http://127.0.0.1:{port}"
         for profile in self.scenario.providers:
             _wait_ready(self.fakes[profile.name] + "/_fake/state")
@@ -137,11 +138,13 @@ class Stack:
         self.gateway_url = f"http://127.0.0.1:{port}"
         _wait_ready(self.gateway_url + "/healthz")
 
-    def _popen(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        """A process of this stack; with ``gateway_src``, it runs that tree's code (``-m`` puts the cwd first)."""
-        if self.gateway_src:
-            env["PYTHONPATH"] = self.gateway_src
-        cwd = self.gateway_src or None
+    def _popen(self, command: list[str], env: dict[str, str], under_test: bool = True) -> subprocess.Popen[bytes]:
+        """A process of this stack; with ``gateway_src``, the gateway runs that tree's code (``-m`` puts the cwd
+        first)."""
+        source = self.gateway_src if under_test else None
+        if source:
+            env["PYTHONPATH"] = source
+        cwd = source or None
         return subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def set_behavior(self, profile: Profile) -> None:
@@ -197,6 +200,9 @@ async def _one(client: httpx.AsyncClient, stack: Stack, strategy: str, planned: 
         "messages": [{"role": "user", "content": f"request {planned.index}: answer at length"}],
         "stream": True,
         "max_tokens": planned.tokens,
+        # Common random numbers: request i draws the same first token, speed and failure on the same provider
+        # under every strategy, so that a difference between strategies is their choices', not the draws'.
+        "fake": {"draw_seed": planned.index},
     }
     pinned = _pin(strategy, planned, stack.scenario)
     if pinned is not None:

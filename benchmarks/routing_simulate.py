@@ -35,6 +35,8 @@ from gateway.stats import InMemoryStatsStore
 
 WALL = 1_000_000.0
 FAIL_S = 0.005
+BYTES_PER_EVENT = 150
+"""An OpenAI chat chunk of one token, about."""
 
 
 def _config(scenario: Scenario, policy: dict[str, Any] | None) -> GatewayConfig:
@@ -72,7 +74,6 @@ class Simulation:
         self.scenario = scenario
         self.seed = seed
         self.strategy = strategy
-        self.rng = random.Random(f"{scenario.name}:{seed}:draws")
         self.now = 0.0
         self.events: list[tuple[float, int, Callable[[], None]]] = []
         self.counter = itertools.count()
@@ -86,7 +87,7 @@ class Simulation:
 
     def run(self) -> Result:
         for planned in self.scenario.schedule(self.seed):
-            self.at(planned.at_s, functools.partial(self.arrive, planned.at_s, planned.tokens))
+            self.at(planned.at_s, functools.partial(self.arrive, planned.at_s, planned.tokens, planned.index))
         while self.events:
             when, _, action = heapq.heappop(self.events)
             self.now = when
@@ -96,13 +97,13 @@ class Simulation:
     def profile(self, name: str) -> Profile:
         return self.scenario.profiles_at(self.now)[name]
 
-    def arrive(self, started: float, tokens: int) -> None:
+    def arrive(self, started: float, tokens: int, index: int = 0) -> None:
         profiles = list(self.scenario.profiles_at(self.now).values())
         best = oracle_choice(tokens, profiles)
         preferences = ProviderPreferences(order=(best,) if self.strategy == "oracle" else ())
         request = RouteRequest(self.config.models[0], "chat", True, 20, tokens, preferences)
         plan = self.router.plan(request)
-        _Request(self, plan, tokens, started, best).start()
+        _Request(self, plan, tokens, started, best, index).start()
 
     def sample(
         self, candidate: Candidate, outcome: Outcome, ttft: float | None, tps: float | None, **extra: Any
@@ -126,11 +127,27 @@ class Simulation:
         self.router.attempt_finished(candidate, sample)
 
 
+@dataclass
+class _Progress:
+    """A stream's bytes so far in simulated time (``StreamProgress``): the relay's meter, as the router reads it."""
+
+    sim: Simulation
+    first_at: float
+    tps: float
+    tokens: int
+
+    @property
+    def received_bytes(self) -> int:
+        streamed = min(max(0, self.tokens - 1), max(0.0, self.sim.now - self.first_at) * self.tps)
+        return BYTES_PER_EVENT * (1 + int(streamed))
+
+
 class _Request:
     """The relay's attempt loop for one streamed request, in simulated time."""
 
-    def __init__(self, sim: Simulation, plan: RoutePlan, tokens: int, started: float, best: str) -> None:
+    def __init__(self, sim: Simulation, plan: RoutePlan, tokens: int, started: float, best: str, index: int) -> None:
         self.sim, self.plan, self.tokens, self.started, self.best = sim, plan, tokens, started, best
+        self.index = index
         self.queue = list(plan.candidates)
         self.attempts = 0
         self.done = False
@@ -148,7 +165,9 @@ class _Request:
 
     def draw(self, candidate: Candidate) -> tuple[bool, float, float]:
         p = self.sim.profile(candidate.name)
-        rng = self.sim.rng
+        # Common random numbers: request i draws the same on the same provider under every strategy (its n-th
+        # attempt there, should it be tried there again), so strategies differ by their choices, not their luck.
+        rng = random.Random(f"{self.sim.scenario.name}:{self.sim.seed}:{self.index}:{candidate.name}:{self.attempts}")
         fails = p.error_rate > 0 and rng.random() < p.error_rate
         ttft = p.ttft_s * rng.lognormvariate(0, p.ttft_sigma)
         tps = p.tps * rng.lognormvariate(0, p.tps_sigma)
@@ -203,6 +222,9 @@ class _Request:
         sim = self.sim
         end = t0 + ttft + max(0, self.tokens - 1) / tps
         first = t0 + ttft
+        progress = _Progress(sim, first, tps, self.tokens)
+        if hasattr(sim.router, "attempt_streaming"):  # older routers (a --before tree) do not read streams
+            sim.at(max(first, sim.now), lambda: sim.router.attempt_streaming(candidate, progress))
 
         def finish() -> None:
             e2e = sim.now - self.started

@@ -156,6 +156,7 @@ class StreamMeter:
         "finish_arrived",
         "first_error",
         "response_id",
+        "received_bytes",
     )
 
     def __init__(self, clock: Clock, sent_at: float, dialect: Dialect = CHAT) -> None:
@@ -181,6 +182,8 @@ class StreamMeter:
         """The ``error`` object of an error event that came before any output (the stream's first word)."""
         self.response_id: str | None = None
         """The response's id, when an event before the first output named it (Responses API)."""
+        self.received_bytes = 0
+        """Bytes fed so far: the router reads a stream's progress from it while it runs (``StreamProgress``)."""
 
     def feed(self, chunk: bytes) -> None:
         """Note one relayed chunk. Cheap: no JSON once the first output has been seen.
@@ -194,6 +197,7 @@ class StreamMeter:
         chunk that ends mid-event, or may end the stream elsewhere) is split at once.
         """
         now = self._clock()
+        self.received_bytes += len(chunk)
         if self.first_output_at is None:
             if self._splitter.pending or b"\r" in chunk:
                 for data in self._splitter.feed(chunk):

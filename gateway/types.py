@@ -9,10 +9,19 @@ the gateway, so any module may import it without creating a cycle.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, Protocol
 
 Clock = Callable[[], float]
 """A monotonic clock in seconds (``time.perf_counter`` by default); injected so tests control time."""
+
+
+class StreamProgress(Protocol):
+    """What an attempt's stream has delivered so far (the relay's meter): its bytes, counted as they arrive.
+    The router reads it while the stream runs, to see a provider slow down before its answers end."""
+
+    @property
+    def received_bytes(self) -> int: ...
+
 
 DeploymentKey = tuple[str, str]
 """``(model, deployment)``: the client-facing model name and the deployment's name within it.

@@ -112,6 +112,22 @@ def test_per_request_and_per_server_overrides(fakes: Fakes) -> None:
         sdk(first).chat.completions.create(model="m", messages=MESSAGES, extra_body={"fake": {"colour": 1}})
 
 
+def test_a_draw_seed_makes_a_requests_draws_its_own_and_repeatable(fakes: Fakes) -> None:
+    fake = fakes.start("flaky", FakeBehavior(error_rate=0.5, status=503, output_tokens=2, ttft_jitter=0.5))
+    client = sdk(fake)
+
+    def fails(seed: int) -> bool:
+        try:
+            client.chat.completions.create(model="m", messages=MESSAGES, extra_body={"fake": {"draw_seed": seed}})
+        except openai.InternalServerError:
+            return True
+        return False
+
+    first = [fails(seed) for seed in range(24)]
+    assert any(first) and not all(first)  # each request draws its own failure at the configured rate
+    assert [fails(seed) for seed in range(24)] == first  # and the same again, whatever came in between
+
+
 def _anonymous(events: list[bytes]) -> list[bytes]:
     """Events without what differs between two requests: their id and their creation second."""
     return [re.sub(rb'"id": "fake-\d+"|"created": \d+', b"", event) for event in events]

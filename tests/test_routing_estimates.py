@@ -136,3 +136,48 @@ def test_attempts_in_flight_far_past_their_prediction_show_a_slowdown_before_any
         if i % 4:
             tail.ended(i, i * 0.25 + 0.9)
     assert tail.overdue(10.0) == 1.0
+
+
+class Stream:
+    """A stream's bytes so far, as the relay's meter counts them (``StreamProgress``)."""
+
+    def __init__(self) -> None:
+        self.received_bytes = 0
+
+
+def streamed(view: DeploymentView, token: int, start: float, tps: float, tokens: int, now: float) -> Stream:
+    """An attempt at ``tps`` tokens/s of 100 bytes each, its first token 0.1 s after ``start``, read at ``now``."""
+    stream = Stream()
+    view.started(token, start, 0.1 + tokens / tps)
+    stream.received_bytes = 100
+    view.streaming(token, start + 0.1, stream)
+    stream.received_bytes = 100 + 100 * min(tokens, int((now - start - 0.1) * tps))
+    return stream
+
+
+def test_streams_in_flight_delivering_slower_than_the_estimate_slow_its_speed_before_any_answer() -> None:
+    view = fed([answer(i * 0.25, ttft=0.1, tps=200.0) for i in range(12)])
+    for i in range(8):  # complete streams teach its bytes per token (100) and leave no trace in flight
+        streamed(view, i, i * 0.25, 200.0, 200, i * 0.25 + 1.1)
+        view.ended(i, i * 0.25 + 1.1, output_tokens=201)
+    assert view.bytes_per_token.values / view.bytes_per_token.weight == pytest.approx(100.0)
+    assert view.slow_stream(3.0) == 1.0
+    # Its tokens/s falls fivefold: four streams in flight, first tokens on time, 40 tokens/s since.
+    for i in range(8, 12):
+        streamed(view, i, 3.0 + (i - 8) * 0.25, 40.0, 200, 5.0)
+    assert view.slow_stream(3.9) == 1.0  # too soon to judge: no stream has run long enough
+    # Read at 5.0 s (the streams' bytes were counted for then): about five times slower than the estimate.
+    assert 3.5 < view.slow_stream(5.0) < 6.0
+
+
+def test_a_healthy_deployments_slow_streams_in_flight_are_no_slowdown() -> None:
+    # Streams in flight are the slow ones of a healthy provider (the fast ones ended): its whole recent
+    # streams, ended ones included, are judged, not only the stragglers.
+    view = fed([answer(i * 0.25, ttft=0.1, tps=200.0) for i in range(12)])
+    speeds = [400.0, 300.0, 250.0, 100.0, 400.0, 300.0, 250.0, 100.0]
+    for i, tps in enumerate(speeds):
+        stream = streamed(view, i, i * 0.25, tps, 200, 3.0)
+        if tps > 100.0:
+            view.ended(i, i * 0.25 + 0.1 + 200 / tps, output_tokens=201)
+        del stream
+    assert view.slow_stream(3.0) == 1.0

@@ -201,6 +201,24 @@ def test_an_unmeasured_deployment_borrows_the_model_average() -> None:
     assert 0.4 <= (new.ttft_s or 0) <= 0.81
 
 
+def test_first_tokens_of_its_own_make_a_short_answer_measured_even_with_its_stream_never_seen() -> None:
+    # "b" answered in one chunk each (no tokens/s of its own): its stream is the model's average.
+    snapshot = StatsSnapshot.from_samples(
+        samples("a", 10, ttft=0.08, tps=1000.0) + samples("b", 2, ttft=0.02, tps=None)
+    )
+    config = routing_config([("a", 1.0, 1.0), ("b", 1.0, 1.0)])
+    b = config.models[0].deployments[1]
+    view = DeploymentView(10.0)
+    view.add(Observation(1.0, 0.02, None, 0.021))
+    short = predict("m", b, RequestShape("chat", 100, 8, "request"), snapshot, BALANCED, view, now=1.0)
+    # Eight tokens: its own first token is most of the time, so it is measured (explorable, ranked on it).
+    assert short.source == "recent" and not short.prior and short.stream_source == "model"
+    assert short.uncertainty.time > short.uncertainty.ttft  # the borrowed stream still widens it
+    # A long answer is mostly the borrowed stream: the model's average, to be measured.
+    long = predict("m", b, RequestShape("chat", 100, 800, "request"), snapshot, BALANCED, view, now=1.0)
+    assert long.source == "model" and long.prior
+
+
 def test_nothing_measured_leaves_only_price() -> None:
     rows = scored(StatsSnapshot(), [("a", 3.0, 3.0), ("b", 1.0, 1.0)])
     assert rows["a"].prediction.time_s is None

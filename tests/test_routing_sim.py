@@ -6,6 +6,7 @@ generous; every loop is bounded in count and in time.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 
@@ -15,6 +16,7 @@ import pytest
 
 from gateway.fakes import FakeBehavior
 from tests.routing_sim import ADMIN_KEY, Reply, Sim, SimProvider, Sims, share, sims_fixture  # noqa: F401 (the sims fixture)
+from tests.support.wait import wait_until
 
 FAST = FakeBehavior(ttft_s=0.004, tokens_per_s=0, output_tokens=8)
 
@@ -73,6 +75,33 @@ def test_a_slowdown_moves_traffic_and_exploration_finds_the_recovery(sims: Sims)
     replies = _recent_share(sim, "a", 0.8, deadline_s=10)
     # It was found again by exploring it, not by luck: its old samples aged out first.
     assert any(r.provider == "a" and r.route == "explore" for r in replies), [(r.provider, r.route) for r in replies]
+
+
+def test_a_stream_that_slows_down_moves_traffic_before_its_slow_answers_end(sims: Sims) -> None:
+    # a streams twice as fast as b; then its tokens/s falls tenfold, its first token as before.
+    quick = FakeBehavior(ttft_s=0.01, tokens_per_s=400, output_tokens=120)
+    sim = sims.start(
+        [SimProvider("a", quick), SimProvider("b", dataclasses.replace(quick, ttft_s=0.03, tokens_per_s=200))],
+        policy={"min_samples": 3, "explore_share": 0.05},
+    )
+    _recent_share(sim, "a", 0.8, deadline_s=15)
+    sim.fakes["a"].app.behavior = dataclasses.replace(quick, tokens_per_s=40)  # 3 s per answer now
+    url = sim.gateway.url + "/v1/gateway/routes"
+    headers = {"authorization": f"Bearer {ADMIN_KEY}"}
+
+    def slow_stream() -> float:
+        rows = httpx.get(url, headers=headers).json()["data"][0]["deployments"]
+        return float(next(r for r in rows if r["deployment"] == "a")["predicted"]["slow_stream"])
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        slowed = [pool.submit(sim.chat) for _ in range(4)]
+        wait_until(lambda: slow_stream() > 2, timeout=2.5, what="a's streams in flight judged slow")
+        moved = sim.chat()
+        pending = sum(not f.done() for f in slowed)
+        replies = [f.result() for f in slowed]
+    assert sum(r.provider == "a" for r in replies) >= 3  # sent before anything showed the slowdown
+    assert moved.provider == "b" and moved.route == "best-score"
+    assert pending >= 3  # decided while a's slow answers were still streaming
 
 
 def test_short_and_long_requests_pick_different_providers(sims: Sims) -> None:

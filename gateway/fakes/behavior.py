@@ -103,6 +103,10 @@ class FakeBehavior:
     """The model id to report; by default the one the request named."""
     embedding_dim: int = 8
     seed: int | None = None
+    draw_seed: int | None = None
+    """Per request: draw this request's jitter and failure from a generator seeded by it (and the provider's name),
+    not the provider's own: the same request draws the same wherever it is replayed (a benchmark's common random
+    numbers, so that two routers compared on one schedule differ by their choices, not by their luck)."""
 
     def merged(self, overrides: dict[str, Any]) -> FakeBehavior:
         known = {f.name for f in dataclasses.fields(self)}

@@ -253,7 +253,23 @@ class FakeProvider:
             servers = fake.get("servers")
             if isinstance(servers, dict) and isinstance(servers.get(self.name), dict):
                 overrides.update(servers[self.name])
-        return behavior.merged(overrides) if overrides else behavior
+        behavior = behavior.merged(overrides) if overrides else behavior
+        return self._drawn(behavior) if behavior.draw_seed is not None else behavior
+
+    def _drawn(self, behavior: FakeBehavior) -> FakeBehavior:
+        """The request's own draws (``draw_seed``), made now: its first token, speed and failure, jitter spent."""
+        rng = random.Random(f"{self.name}:{behavior.draw_seed}")
+        ttft = behavior.ttft_s * rng.lognormvariate(0.0, behavior.ttft_jitter) if behavior.ttft_jitter > 0 else None
+        tps = behavior.tokens_per_s * rng.lognormvariate(0.0, behavior.tps_jitter) if behavior.tps_jitter > 0 else None
+        fails = rng.random() < behavior.error_rate
+        return dataclasses.replace(
+            behavior,
+            ttft_s=behavior.ttft_s if ttft is None else ttft,
+            ttft_jitter=0.0,
+            tokens_per_s=behavior.tokens_per_s if tps is None else tps,
+            tps_jitter=0.0,
+            error_rate=(1.0 if fails else 0.0) if 0.0 < behavior.error_rate < 1.0 else behavior.error_rate,
+        )
 
     def _use_prompt(self, body: dict[str, Any], behavior: FakeBehavior, path: str) -> FakeBehavior:
         """Judge the prompt against the cache: usage reports it (``cache.CURRENT``), the first token waits."""

@@ -222,6 +222,8 @@ class AttemptRunner:
                     attempt.response = await client.send(request.path, body, timeouts, request.headers, api)
                     await self._check_status(attempt, client.redact)
                     await self._await_first_token(request, attempt)
+                if attempt.meter is not None:
+                    self.router.attempt_streaming(candidate, attempt.meter)
             else:
                 attempt.response = await client.send(request.path, body, timeouts, request.headers, api)
                 await self._check_status(attempt, client.redact)

@@ -39,6 +39,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gateway.types import StreamProgress
+
 Metric = Literal["ttft_s", "seconds_per_token", "e2e_s", "warm_ttft_s", "prefill_s_per_token", "cold_ttft_s"]
 METRICS: tuple[Metric, ...] = (
     "ttft_s",
@@ -86,6 +88,20 @@ OVERDUE_MIN = 3
 OVERDUE_RECENT = 8
 """The most recent attempts that should be over by now are the ones judged."""
 ATTEMPTS_KEPT = 64
+SLOW_STREAM_RATIO = 2.0
+"""A stream in flight delivering this many times fewer tokens than its deployment's speed predicts is slow."""
+SLOW_STREAM_MIN = 3
+"""Streams it takes to judge a deployment's speed by them."""
+SLOW_STREAM_RECENT = 6
+"""The latest streams judged."""
+SLOW_STREAM_Z = 4.0
+"""Standard errors (their mean's, in the answers' spread) by which they must be slower than its estimate."""
+SLOW_STREAM_TOKENS = 24.0
+"""A stream is judged once its deployment's speed would have delivered this many tokens since its first."""
+SLOW_STREAM_MIN_S = 0.3
+"""... and not before this long after its first token (chunks arrive in bursts)."""
+BYTES_PER_TOKEN_ANSWERS = 8.0
+"""Answers over which a deployment's stream bytes per output token is averaged (its events' envelope)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +224,12 @@ class _Attempt:
     started_at: float
     predicted_s: float | None
     ended_at: float | None = None
+    progress: StreamProgress | None = None
+    """Its stream, once its first token came (``streaming``), until it ended."""
+    streaming_at: float | None = None
+    bytes_at_first: int = 0
+    streamed_bytes: int = 0
+    """Once it ended: the bytes its stream delivered after its first token."""
 
 
 @dataclass(slots=True)
@@ -259,6 +281,8 @@ class DeploymentView:
     attempts: deque[_Attempt] = field(default_factory=lambda: deque(maxlen=ATTEMPTS_KEPT))
     pending: dict[int, _Attempt] = field(default_factory=dict)
     """Attempts in flight (by the caller's token), oldest first."""
+    bytes_per_token: _Sums = field(default_factory=_Sums)
+    """Its streams' bytes after the first token per output token: how a stream in flight's bytes count as tokens."""
 
     def started(self, token: int, at: float, predicted_s: float | None) -> None:
         """An attempt went out, predicted to take ``predicted_s``."""
@@ -266,13 +290,78 @@ class DeploymentView:
         self.pending[token] = attempt
         self.attempts.append(attempt)
 
-    def ended(self, token: int, at: float) -> float | None:
-        """The attempt is over; returns when it started (None if it was never started here)."""
+    def streaming(self, token: int, at: float, progress: StreamProgress) -> None:
+        """The attempt's first token came at ``at``; ``progress`` counts its stream's bytes from then on."""
+        attempt = self.pending.get(token)
+        if attempt is not None:
+            attempt.progress, attempt.streaming_at, attempt.bytes_at_first = progress, at, progress.received_bytes
+
+    def ended(self, token: int, at: float, output_tokens: int | None = None) -> float | None:
+        """The attempt is over; returns when it started (None if it was never started here).
+
+        A complete stream of ``output_tokens`` teaches the deployment's bytes per token (its
+        events' envelope: ids, model, ...), with which ``slow_stream`` reads a stream in flight.
+        """
         attempt = self.pending.pop(token, None)
         if attempt is None:
             return None
         attempt.ended_at = at
+        progress = attempt.progress
+        if progress is not None:
+            attempt.streamed_bytes = streamed = progress.received_bytes - attempt.bytes_at_first
+            attempt.progress = None
+            if output_tokens is not None and output_tokens >= 2 and streamed > 0:
+                self.bytes_per_token.add(at, streamed / (output_tokens - 1), 0.0, BYTES_PER_TOKEN_ANSWERS)
+            elif output_tokens is None:
+                attempt.streaming_at = None  # cut short or failed: its pace says nothing
         return attempt.started_at
+
+    def slow_stream(self, now: float) -> float:
+        """How much slower than its estimated speed its latest streams deliver (1: not slower).
+
+        Answers arrive when they end: a provider whose tokens/s fell fivefold says nothing for a
+        whole slow answer, and its first tokens come as fast as before. Its streams in flight say
+        it within a second: the bytes each has delivered since its first token, read as tokens by
+        the deployment's own bytes per token, give its seconds per token so far. The
+        ``SLOW_STREAM_RECENT`` streams that started last (at least ``SLOW_STREAM_MIN_S`` and
+        ``SLOW_STREAM_TOKENS`` predicted tokens ago), ended ones included with their whole pace
+        (streams still running are the slow ones of a healthy provider: the fast ones ended), are
+        judged against the estimate in units of its answers' spread: when their mean is
+        ``SLOW_STREAM_Z`` standard errors and ``SLOW_STREAM_RATIO`` times slower, the geometric
+        mean ratio of those still running multiplies its seconds per token (a lower bound: they
+        are not done).
+        """
+        if not self.pending or self.bytes_per_token.weight <= 0:
+            return 1.0
+        speed = self.estimate("seconds_per_token")
+        if speed is None:
+            return 1.0
+        per_token = self.bytes_per_token.values / self.bytes_per_token.weight
+        settle_s = max(SLOW_STREAM_MIN_S, SLOW_STREAM_TOKENS * speed.mean)
+        logs = []
+        running = []
+        for attempt in reversed(self.attempts):
+            since = attempt.streaming_at
+            if since is None or now - since < settle_s:
+                continue
+            if attempt.progress is not None:
+                streamed_s, streamed = now - since, attempt.progress.received_bytes - attempt.bytes_at_first
+            else:
+                streamed_s, streamed = (attempt.ended_at or now) - since, attempt.streamed_bytes
+            log = math.log(max(streamed_s, 1e-6) / max(1.0, streamed / per_token)) - speed.log_center
+            logs.append(log)
+            if attempt.progress is not None:
+                running.append(log)
+            if len(logs) >= SLOW_STREAM_RECENT:
+                break
+        if not running or len(logs) < SLOW_STREAM_MIN:
+            return 1.0
+        shift = sum(logs) / len(logs)
+        sigma = max(speed.sigma, self._long_sigma("seconds_per_token"))
+        if shift < math.log(SLOW_STREAM_RATIO) or shift * math.sqrt(len(logs)) < SLOW_STREAM_Z * sigma:
+            return 1.0
+        # How much slower: as its streams still running show (the ended ones judged beside them may predate it).
+        return math.exp(max(shift, sum(running) / len(running)))
 
     def overdue(self, now: float) -> float:
         """How much slower than predicted its attempts in flight show it to be (1: not overdue).

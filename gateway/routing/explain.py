@@ -50,6 +50,8 @@ def row_json(rank: int, row: Ranked) -> dict[str, Any]:
             "sampling_uncertainty": round(p.sampling.time, 4),
             "samples": round(p.samples, 2),
             "newest_sample_age_s": _round(p.age_s, 2),
+            "overdue": round(p.overdue, 3),
+            "slow_stream": round(p.slow_stream, 3),
         },
         "cache": {
             "mode": p.cache,

@@ -102,11 +102,13 @@ class RequestSizes:
 
     recent: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=SIZES_KEPT))
     _medians: tuple[float, float] | None = None
+    _added: int = 0
 
     def add(self, output_tokens: int, prompt_tokens: int) -> None:
         self.recent.append((output_tokens, prompt_tokens))
-        if len(self.recent) < 8 or len(self.recent) % 8 == 0:
-            self._medians = None
+        self._added += 1
+        if self._added < 8 or self._added % 8 == 0:
+            self._medians = None  # recomputed every 8 requests (once full, the length alone would say every one)
 
     def medians(self) -> tuple[float, float]:
         if self._medians is None:

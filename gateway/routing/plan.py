@@ -10,7 +10,7 @@ from gateway.policies import Affinity
 from gateway.routing.capacity import RateLimits
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, Sample
-from gateway.types import AffinityChoice, MoveReason, RouteReason
+from gateway.types import AffinityChoice, MoveReason, RouteReason, StreamProgress
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +129,10 @@ class Router(Protocol):
 
     def capacity_reopens_in_s(self) -> float | None:
         """Seconds until a provider that said it is out opens again (None: none is out), for waiters to look then."""
+        ...
+
+    def attempt_streaming(self, candidate: Candidate, progress: StreamProgress) -> None:
+        """``candidate``'s first token came: ``progress`` counts its stream's bytes until ``attempt_finished``."""
         ...
 
     def attempt_finished(

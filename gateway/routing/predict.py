@@ -51,6 +51,9 @@ WINDOW_SAMPLES = 4.0
 WINDOW_BLEND = 16.0
 """The most answers' weight the shared window gets beside the recent ones (when no change was detected)."""
 STALE_HALF_LIFE_S = 5.0
+STREAM_DOMINATES = 0.5
+"""The share of a request's predicted time above which its stream's source (own, window, the model's) is the
+prediction's: below it the first token's is."""
 WindowMetric = Literal["ttft_s", "tokens_per_s", "e2e_s", "warm_ttft_s", "prefill_tokens_per_s", "cold_ttft_s"]
 WINDOW_METRIC: dict[ViewMetric, WindowMetric] = {
     "ttft_s": "ttft_s",
@@ -145,6 +148,8 @@ class Prediction:
     """Complete answers this replica heard from it."""
     overdue: float = 1.0
     """Its attempts in flight are this many times slower than predicted (1: they are not): ``time_s`` includes it."""
+    slow_stream: float = 1.0
+    """Its streams in flight deliver this many times slower than its tokens/s (1: they do not): in ``tokens_per_s``."""
     failure_s: float | None = None
     """How long its recent failures took before they failed (None: no failure seen here)."""
     expected_s: float | None = None
@@ -212,6 +217,9 @@ def predict(
             cold = _metric(view, summary, snapshot, model, "cold_ttft_s", policy, now, pooled=False)
             ttft = cold if cold is not None else ttft
     spt = _metric(view, summary, snapshot, model, "seconds_per_token", policy, now)
+    slow = view.slow_stream(now) if view is not None else 1.0
+    if spt is not None and slow > 1.0:
+        spt = replace(spt, value=spt.value * slow)  # its streams in flight deliver this much slower
     time_s = None
     uncertainty = sampling = MAX_UNCERTAINTY
     samples = 0.0
@@ -223,9 +231,14 @@ def predict(
         # The first token's and the stream's errors add up (a provider that changes tends to change both).
         uncertainty = (ttft.value * ttft.uncertainty + stream * (spt.uncertainty if spt else 0.0)) / time_s
         sampling = (ttft.value * ttft.sampling + stream * (spt.sampling if spt else 0.0)) / time_s
-        samples = min(ttft.samples, spt.samples) if spt is not None else ttft.samples
-        prior = ttft.source == "model" or (spt is not None and spt.source == "model")
-        source = _weakest(ttft.source, spt.source if spt is not None else ttft.source)
+        # The stream's source counts where the stream is most of the request's time: a deployment whose
+        # answers came in one chunk each (its tokens/s never seen) is still measured for a short answer, by
+        # its own first tokens; with the stream counted it would be neither cold nor measured, so never
+        # explored again (its borrowed stream still widens its uncertainty above, and so its caution).
+        stream_counts = spt is not None and stream >= STREAM_DOMINATES * time_s
+        samples = min(ttft.samples, spt.samples) if spt is not None and stream_counts else ttft.samples
+        prior = ttft.source == "model" or (spt is not None and spt.source == "model" and stream_counts)
+        source = _weakest(ttft.source, spt.source) if spt is not None and stream_counts else ttft.source
     if time_s is None:
         # Non-streamed traffic and embeddings carry no first-token timings: end-to-end stands in.
         e2e = _metric(view, summary, snapshot, model, "e2e_s", policy, now)
@@ -275,6 +288,7 @@ def predict(
         success_samples=success_samples,
         answers=view.answered if view is not None else 0,
         overdue=overdue,
+        slow_stream=slow,
         failure_s=view.failure_time() if view is not None else None,
         expected_s=None if time_s is None else max(time_s, MIN_TIME_S),
         cache=cache.mode,

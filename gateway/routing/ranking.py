@@ -61,10 +61,12 @@ class Ranked:
 
     @property
     def status(self) -> str:
+        if self.blocked_in_s > 0:
+            return (
+                "rate limited"  # out of budget until a reset: the longer, more telling reason (if its circuit is open)
+            )
         if self.circuit == "open":
             return "circuit open"
-        if self.blocked_in_s > 0:
-            return "rate limited"
         if self.full:
             return "at capacity"
         if self.scored.violations:

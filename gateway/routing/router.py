@@ -54,7 +54,7 @@ from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, e
 from gateway.samples import Endpoint, Sample
 from gateway.stats import Metric, StatsSnapshot
 from gateway.stats.snapshot import cache_values
-from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason
+from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason, StreamProgress
 
 logger = logging.getLogger("gateway")
 NOT_CONTINUABLE_S = 600.0
@@ -347,6 +347,11 @@ class MeasuredRouter:
             view.started(id(candidate), now, candidate.predicted_s)
         return True
 
+    def attempt_streaming(self, candidate: Candidate, progress: StreamProgress) -> None:
+        view = self.state.views_of(candidate.model).get(candidate.name)
+        if view is not None:
+            view.streaming(id(candidate), self.clock(), progress)
+
     def attempt_finished(
         self,
         candidate: Candidate,
@@ -358,7 +363,12 @@ class MeasuredRouter:
         provider = candidate.provider
         in_flight = self.state.provider_in_flight.get(provider.name, 0)
         view = self.state.views_of(candidate.model).get(candidate.name)
-        started_at = view.ended(id(candidate), self.clock()) if view is not None else None
+        complete_stream = sample.outcome == "ok" and sample.stream
+        started_at = (
+            view.ended(id(candidate), self.clock(), sample.output_tokens if complete_stream else None)
+            if view is not None
+            else None
+        )
         out = self.state.capacity.observe(
             provider,
             ok=sample.outcome == "ok",

@@ -192,7 +192,7 @@ def _with_fallbacks(predictions: list[Prediction]) -> list[Prediction]:
     result = []
     for i, p in enumerate(predictions):
         if p.time_s is None or p.success_rate >= 1.0:
-            result.append(replace(p, expected_s=p.time_s))
+            result.append(p if p.expected_s == p.time_s else replace(p, expected_s=p.time_s))
             continue
         others = [q.time_s for j, q in enumerate(predictions) if j != i and q.time_s is not None]
         fallback = min(others, default=p.time_s)
