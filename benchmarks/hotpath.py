@@ -15,16 +15,19 @@ times, alternating, and prints each piece's best time under both and their ratio
 Pieces: the request body read and the upstream body written; a 32-token stream through the meter
 (fed per event, and in one chunk) and its ``finish`` (with the feeding, and alone); the same stream
 through the event forwarder hiding its usage chunk; the access-log line of one request (as
-``gateway serve`` writes it, to a file); one sample into the in-memory stats and the metrics.
+``gateway serve`` writes it, to a file); one sample into the in-memory stats and the metrics; a routing
+decision over five measured deployments.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import logging
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -36,11 +39,13 @@ from typing import Any
 import gateway
 from gateway.accesslog import AccessLog, AccessRecord, configure_access_log
 from gateway.api import parse_json_body
+from gateway.config import parse_config
 from gateway.meter import StreamMeter
 from gateway.metrics import Metrics
 from gateway.relay.forward import EventForwarder
 from gateway.relay.outbound import upstream_body
 from gateway.relay.request import ProxyRequest
+from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
 from gateway.stats_config import StatsConfig
@@ -92,6 +97,30 @@ def sample() -> Sample:
         attempt_s=0.0018,
         chunk_gaps_s=(0.0,) * 31,
     )
+
+
+def warm_router(deployments: int = 5) -> tuple[MeasuredRouter, RouteRequest]:
+    """A router over ``deployments`` deployments of one model, each with 40 answers heard, and a request for it."""
+    names = [f"p{i}" for i in range(deployments)]
+    config = parse_config(
+        {
+            "providers": [{"name": n, "base_url": f"http://127.0.0.1:9/{n}"} for n in names],
+            "models": [{"name": "bench", "deployments": [{"provider": n, "model": n} for n in names]}],
+        },
+        source="hotpath.toml",
+    )
+    store = InMemoryStatsStore(StatsConfig())
+    router = MeasuredRouter(config, store, rng=random.Random(1))
+    request = RouteRequest(config.models[0], "chat", True, 30, 256, ProviderPreferences())
+    for n in range(40):
+        for candidate in router.plan(request).candidates:
+            if router.attempt_started(candidate):
+                answer = dataclasses.replace(
+                    sample(), deployment=candidate.name, provider=candidate.provider.name, ttft_s=0.2 + 0.01 * n
+                )
+                store.record(answer)
+                router.attempt_finished(candidate, answer)
+    return router, request
 
 
 def request() -> ProxyRequest:
@@ -196,6 +225,7 @@ def measure() -> None:
 
     store = InMemoryStatsStore(StatsConfig())
     one = sample()
+    router, route = warm_router()
     rows = [
         timed("request body: parse", 20000, lambda: parse_json_body(RAW)),
         timed("upstream body: write", 20000, lambda: upstream_body(proxied, candidate)),  # type: ignore[arg-type]
@@ -208,6 +238,7 @@ def measure() -> None:
         timed("access log: one request", 20000, access_line),
         timed("stats (memory): record", 20000, lambda: store.record(one)),
         timed("metrics: record", 20000, lambda: metrics.record(one)),
+        timed("routing: plan, 5 deployments", 2000, lambda: router.plan(route)),
     ]
     for handler in logging.getLogger("gateway.access").handlers:
         handler.flush()
