@@ -61,6 +61,8 @@ NOT_CONTINUABLE_S = 600.0
 """How long a deployment that refused a continuation (a 4xx to a prefill) is not asked for one again."""
 TYPICAL_OUTPUT_TTL_S = 1.0
 """How long a model's observed answer length is reused before it is looked up again."""
+PREFILL_SHARE = 0.5
+"""A cold answer measures the prefill speed when its first token is at least this much prefill (beyond the base)."""
 
 
 class SnapshotSource(Protocol):
@@ -403,9 +405,12 @@ class MeasuredRouter:
             warm = view.estimate("warm_ttft_s")
             if prefill and warm is not None and sample.ttft_s:
                 # The first token is a base latency (what a warm one takes) plus the prefill: this view keeps
-                # the prefill's own speed, so that a cold prediction is base + prompt ÷ speed.
+                # the prefill's own speed, so that a cold prediction is base + prompt ÷ speed. Where the base is
+                # most of the first token (a short prompt), what is left is mostly noise, and dividing by it
+                # reads as a prefill several times too fast: such an answer says nothing of the speed.
                 uncached = prefill * sample.ttft_s
-                prefill = uncached / max(sample.ttft_s - warm.mean, 0.25 * sample.ttft_s)
+                prefilling = sample.ttft_s - warm.mean
+                prefill = uncached / prefilling if prefilling >= PREFILL_SHARE * sample.ttft_s else None
             view.add(
                 Observation(
                     now,
