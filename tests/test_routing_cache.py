@@ -99,3 +99,26 @@ def test_the_routers_view_keeps_the_prefill_speed_of_long_cold_answers_past_the_
 
 def route(model: ModelConfig) -> RouteRequest:
     return RouteRequest(model=model, endpoint="chat", stream=True, prompt_tokens=100, max_tokens=None)
+
+
+def test_a_warm_turn_is_predicted_at_the_base_plus_the_prefill_of_what_the_previous_turn_did_not_send() -> None:
+    # Base 0.1 s, prefill 20k tokens/s: cold answers of 20k tokens take 1.1 s, warm turns that add 5k 0.35 s.
+    clock = FakeClock()
+    store = InMemoryStatsStore(StatsConfig(window_s=60, slice_s=1), wall_clock=clock)
+    router = MeasuredRouter(CONFIG, store, rng=random.Random(7), clock=clock)
+    model = CONFIG.models[0]
+    for answer in [cached("a", 1.1, 20_000, 0), cached("a", 0.35, 40_000, 35_000)] * 12:
+        candidate = next(c for c in router.plan(route(model)).candidates if c.name == "a")
+        assert router.attempt_started(candidate)
+        router.attempt_finished(candidate, answer)
+        clock.now += 0.1
+    view, snapshot, policy = router.state.views_of("m")["a"], store.snapshot(), CONFIG.policy_for(model)
+    deployment = model.deployments[0]
+
+    def first_token(cache: CacheTerms) -> float | None:
+        return predict("m", deployment, SHAPE, snapshot, policy, view, clock.now, cache).ttft_s
+
+    assert first_token(CacheTerms("warm", 38_000)) == pytest.approx(0.1 + 2_000 / 20_000, rel=0.05)
+    # The next turn pasted a 28k-token file: it is not the usual warm turn.
+    assert first_token(CacheTerms("warm", 12_000)) == pytest.approx(0.1 + 28_000 / 20_000, rel=0.05)
+    assert first_token(CacheTerms("cold")) == pytest.approx(0.1 + 40_000 / 20_000, rel=0.05)

@@ -49,6 +49,7 @@ from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SessionRoute
 from gateway.routing.predict import WINDOW_METRIC
+from gateway.routing.prefill import split
 from gateway.routing.ranking import Ranked, Ranking
 from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
 from gateway.samples import Endpoint, Sample
@@ -61,8 +62,6 @@ NOT_CONTINUABLE_S = 600.0
 """How long a deployment that refused a continuation (a 4xx to a prefill) is not asked for one again."""
 TYPICAL_OUTPUT_TTL_S = 1.0
 """How long a model's observed answer length is reused before it is looked up again."""
-PREFILL_SHARE = 0.5
-"""A cold answer measures the prefill speed when its first token is at least this much prefill (beyond the base)."""
 
 
 class SnapshotSource(Protocol):
@@ -401,16 +400,9 @@ class MeasuredRouter:
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             cache: dict[Metric, float] = {}
             cache_values(sample, cache)
-            prefill = cache.get("prefill_tokens_per_s")
-            warm = view.estimate("warm_ttft_s")
-            if prefill and warm is not None and sample.ttft_s:
-                # The first token is a base latency (what a warm one takes) plus the prefill: this view keeps
-                # the prefill's own speed, so that a cold prediction is base + prompt ÷ speed. Where the base is
-                # most of the first token (a short prompt), what is left is mostly noise, and dividing by it
-                # reads as a prefill several times too fast: such an answer says nothing of the speed.
-                uncached = prefill * sample.ttft_s
-                prefilling = sample.ttft_s - warm.mean
-                prefill = uncached / prefilling if prefilling >= PREFILL_SHARE * sample.ttft_s else None
+            # The view keeps a warm first token's base latency and the prefill's own speed apart
+            # (``gateway.routing.prefill``): a prediction is then base + uncached tokens x seconds per token.
+            terms = split(sample, cache.get("warm_ttft_s"), cache.get("prefill_tokens_per_s"), view)
             view.add(
                 Observation(
                     now,
@@ -418,8 +410,8 @@ class MeasuredRouter:
                     1.0 / tps if tps else None,
                     sample.e2e_s,
                     ok=True,
-                    warm_ttft_s=cache.get("warm_ttft_s"),
-                    prefill_s_per_token=1.0 / prefill if prefill else None,
+                    warm_ttft_s=terms.base_s,
+                    prefill_s_per_token=terms.prefill_s_per_token,
                     cold_ttft_s=cache.get("cold_ttft_s"),
                 )
             )
