@@ -66,7 +66,7 @@ def test_the_prefill_speed_is_measured_on_cold_answers_only() -> None:
     assert cold.ttft_s == pytest.approx(2.0, rel=0.03)
 
 
-def test_a_session_bound_nowhere_is_cold_everywhere_one_whose_binding_is_unknown_is_priced_by_hit_ratio() -> None:
+def test_a_named_session_bound_nowhere_is_cold_everywhere_one_whose_binding_is_unknown_is_priced_by_hit_ratio() -> None:
     deployments = CONFIG.models[0].deployments
     unbound = SessionRoute("k", "header", "auto", "unbound")
     assert cache_terms(unbound, deployments, NO_PREFERENCES) == {d.name: CacheTerms("cold") for d in deployments}
@@ -75,6 +75,8 @@ def test_a_session_bound_nowhere_is_cold_everywhere_one_whose_binding_is_unknown
     unknown = SessionRoute("k", "header", "auto", "unavailable")
     assert cache_terms(unknown, deployments, NO_PREFERENCES) is None
     assert cache_terms(dataclasses.replace(unbound, affinity="off"), deployments, NO_PREFERENCES) is None
+    # A long prompt seen for the first time may be a one-off request: routed as traffic without a session.
+    assert cache_terms(dataclasses.replace(unbound, source="fingerprint"), deployments, NO_PREFERENCES) is None
 
 
 def test_the_routers_view_keeps_the_prefill_speed_of_long_cold_answers_past_the_base_latency() -> None:
