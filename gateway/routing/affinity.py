@@ -18,10 +18,15 @@ does not speak). ``affinity = "strict"`` stays unless it cannot serve; ``"off"``
 ``x-gateway-affinity: off`` header, or its ``provider.order`` / ``only``, which take precedence)
 routes the turn as a request without a session: priced by each deployment's observed hit ratio.
 
-A session bound nowhere yet (its first turn, or an expired binding), or whose binding could not be
-read in time (Redis slow or down), is routed as a request without a session: every deployment is
-as cold for it as for any other request, and routing it alike keeps traffic without sessions (whose
-long prompts are fingerprinted) exactly as it would be with affinity off.
+A named session (a header, ``prompt_cache_key``) bound nowhere yet (its first turn, or an expired
+binding) is predicted ``cold`` everywhere: no deployment holds its prompt, so each would prefill all
+of it at the full price. Its first turn matters most (the session stays wherever it lands, as long
+as staying wins), and the observed hit ratio that prices a request without a session is other
+conversations' luck: it would predict a 60k-token first turn at the first token a warm turn gets
+there. A long prompt fingerprinted for the first time may as well be a one-off request as a
+conversation's first turn: it is routed as a request without a session (priced by each deployment's
+hit ratio), so that traffic without sessions is routed exactly as with affinity off; so is a session
+whose binding could not be read in time (Redis slow or down), which may be bound somewhere.
 """
 
 from __future__ import annotations
@@ -45,10 +50,16 @@ def _ignored(session: SessionRoute, preferences: ProviderPreferences) -> bool:
 def cache_terms(
     session: SessionRoute | None, deployments: Sequence[DeploymentConfig], preferences: ProviderPreferences
 ) -> dict[str, CacheTerms] | None:
-    """What the request's prompt may find cached on each deployment (None: no session, priced by hit ratio)."""
-    if session is None or _ignored(session, preferences) or session.lookup != "bound":
+    """What the request's prompt may find cached on each deployment (None: no session, a fingerprint bound
+    nowhere, or a binding that could not be read: priced by hit ratio; a named session bound nowhere: cold
+    everywhere)."""
+    if session is None or _ignored(session, preferences) or session.lookup == "unavailable":
+        return None
+    if session.lookup == "unbound" and session.source == "fingerprint":
         return None
     terms = {d.name: COLD for d in deployments}
+    if session.lookup != "bound":
+        return terms
     if session.deployment in terms:
         terms[session.deployment] = CacheTerms("warm", session.prompt_tokens)
     return terms

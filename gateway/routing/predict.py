@@ -162,7 +162,8 @@ class Prediction:
     hit_ratio: float | None = None
     """Its observed share of prompt tokens served from cache (None: its provider reports none)."""
     warm_ttft_s: float | None = None
-    """Its first token when the prompt is mostly cached (None: not measured)."""
+    """Its first token when the prompt is mostly cached (None: not measured); from this replica's view, its base
+    latency: a fully cached prompt's first token (``gateway.routing.prefill``)."""
     prefill_tokens_per_s: float | None = None
     """Its prefill speed: uncached prompt tokens per second of first token (None: not measured)."""
 
@@ -207,6 +208,11 @@ def predict(
     prefill = _metric(view, summary, snapshot, model, "prefill_s_per_token", policy, now)
     if shape.endpoint != "embeddings" and cache.mode == "warm" and warm is not None:
         ttft = warm
+        if prefill is not None and warm.source == prefill.source == "recent" and cache.cached_tokens is not None:
+            # This replica's view keeps the base and the prefill apart (``gateway.routing.prefill``): the
+            # turn's first token is the base plus the prefill of what the previous turn did not send.
+            uncached = max(0, shape.prompt_tokens - cache.cached_tokens)
+            ttft = replace(warm, value=warm.value + prefill.value * uncached)
     elif shape.endpoint != "embeddings" and cache.mode == "cold":
         # Prefill of the whole prompt: no part of it is cached here.
         if prefill is not None:

@@ -49,6 +49,7 @@ from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SessionRoute
 from gateway.routing.predict import WINDOW_METRIC
+from gateway.routing.prefill import split
 from gateway.routing.ranking import Ranked, Ranking
 from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
 from gateway.samples import Endpoint, Sample
@@ -409,13 +410,9 @@ class MeasuredRouter:
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             cache: dict[Metric, float] = {}
             cache_values(sample, cache)
-            prefill = cache.get("prefill_tokens_per_s")
-            warm = view.estimate("warm_ttft_s")
-            if prefill and warm is not None and sample.ttft_s:
-                # The first token is a base latency (what a warm one takes) plus the prefill: this view keeps
-                # the prefill's own speed, so that a cold prediction is base + prompt ÷ speed.
-                uncached = prefill * sample.ttft_s
-                prefill = uncached / max(sample.ttft_s - warm.mean, 0.25 * sample.ttft_s)
+            # The view keeps a warm first token's base latency and the prefill's own speed apart
+            # (``gateway.routing.prefill``): a prediction is then base + uncached tokens x seconds per token.
+            terms = split(sample, cache.get("warm_ttft_s"), cache.get("prefill_tokens_per_s"), view)
             view.add(
                 Observation(
                     now,
@@ -423,8 +420,8 @@ class MeasuredRouter:
                     1.0 / tps if tps else None,
                     sample.e2e_s,
                     ok=True,
-                    warm_ttft_s=cache.get("warm_ttft_s"),
-                    prefill_s_per_token=1.0 / prefill if prefill else None,
+                    warm_ttft_s=terms.base_s,
+                    prefill_s_per_token=terms.prefill_s_per_token,
                     cold_ttft_s=cache.get("cold_ttft_s"),
                 )
             )

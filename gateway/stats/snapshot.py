@@ -68,8 +68,8 @@ def cache_values(sample: Sample, values: dict[Metric, float]) -> None:
     - ``warm_ttft_s`` / ``cold_ttft_s``: the first token when at least ``WARM_SHARE`` of the prompt was
       cached, or less (known only where cached tokens are reported).
     - ``prefill_tokens_per_s``: uncached prompt tokens ÷ first token, when at least
-      ``MIN_PREFILL_TOKENS`` were uncached: what predicts a long prompt's first token on a cold
-      deployment. The prompt's size is the usage's, else the gateway's estimate.
+      ``MIN_PREFILL_TOKENS`` were uncached and the answer was cold: what predicts a long prompt's
+      first token on a cold deployment. The prompt's size is the usage's, else the gateway's estimate.
     """
     prompt = sample.usage_prompt_tokens if sample.usage_prompt_tokens else sample.prompt_tokens_estimate
     cached = sample.usage_cached_tokens
@@ -84,7 +84,11 @@ def cache_values(sample: Sample, values: dict[Metric, float]) -> None:
     if cached is not None:
         values["warm_ttft_s" if cached >= WARM_SHARE * prompt else "cold_ttft_s"] = ttft
     uncached = prompt - (cached or 0)
-    if uncached >= MIN_PREFILL_TOKENS:
+    # Only a cold answer's: a warm one's first token is mostly base latency (its few uncached tokens
+    # over it would read as a slow prefill here, and, with that base subtracted, as a wildly fast one in
+    # the router's view), so it says little of how fast a whole long prompt is prefilled.
+    cold = cached is None or cached < WARM_SHARE * prompt
+    if cold and uncached >= MIN_PREFILL_TOKENS:
         values["prefill_tokens_per_s"] = uncached / ttft
 
 
