@@ -83,6 +83,14 @@ def header_limited_protocol(max_head_bytes: int) -> type[asyncio.Protocol]:
     return type("HeadLimitedProtocol", (_HeadLimitedProtocol,), {"max_head_bytes": max_head_bytes})
 
 
+KEEPALIVE_S = 75
+"""How long an idle client connection is kept open. Longer than the clients' own pool expiry (httpx, and so the
+OpenAI SDK: 5 s; load balancers: 60 s), so that the server is never the side that closes a connection a client
+is just reusing: with uvicorn's default, 5 s, both sides expire an idle connection at the same moment, and a request
+sent into one the server is closing fails with no response (the likely cause of the routing benchmark's rare request
+that failed with no attempt made)."""
+
+
 def uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_level: str) -> uvicorn.Config:
     """How ``gateway serve`` runs ``app``; tests run the same configuration."""
     return uvicorn.Config(
@@ -94,6 +102,7 @@ def uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_le
         lifespan="on",
         access_log=False,
         log_level=log_level,
+        timeout_keep_alive=KEEPALIVE_S,
         # uvicorn declares an int but only ever waits on it.
         timeout_graceful_shutdown=config.server.shutdown_grace_s,  # type: ignore[arg-type]
     )

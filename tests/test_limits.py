@@ -17,7 +17,7 @@ from gateway.app import AppOptions, create_app
 from gateway.config import LimitsConfig, parse_config
 from gateway.errors import InvalidRequest
 from gateway.limits import check_shape, nesting_exceeds
-from gateway.server import header_limited_protocol
+from gateway.server import header_limited_protocol, uvicorn_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway, GatewayServers
 
@@ -246,3 +246,18 @@ def test_bodies_python_accepts_but_json_and_unicode_do_not(
         assert http.post("/chat/completions", content=pair).status_code == 200
     assert fake.app.state.recorded[0].body is not None
     assert fake.app.state.recorded[0].body["messages"][0]["content"] == "\U0001f600 \\ud800"
+
+
+def test_idle_client_connections_outlive_the_clients_own_pool_expiry() -> None:
+    # httpx (and so the OpenAI SDK) drops a pooled connection idle for 5 s, load balancers after 60 s: the server
+    # must not close one at the moment a client reuses it (that request fails with no response at all).
+    config = parse_config(
+        {
+            "providers": [{"name": "p", "base_url": "http://127.0.0.1:9/v1"}],
+            "models": [{"name": "m", "deployments": [{"provider": "p", "model": "m"}]}],
+        },
+        source="test.toml",
+    )
+    served = uvicorn_config(object(), config, "127.0.0.1", 0, "warning")
+    assert served.timeout_keep_alive > httpx.Limits().keepalive_expiry  # type: ignore[operator]
+    assert served.timeout_keep_alive >= 60
