@@ -7,6 +7,7 @@ import math
 import pytest
 
 from gateway.routing.estimates import DRIFT_SIGMA, FOLLOW_UP_TRIES, DeploymentView, Observation
+from tests.support.streams import Stream
 
 
 def answer(at: float, ttft: float = 0.5, tps: float = 100.0) -> Observation:
@@ -138,13 +139,6 @@ def test_attempts_in_flight_far_past_their_prediction_show_a_slowdown_before_any
     assert tail.overdue(10.0) == 1.0
 
 
-class Stream:
-    """A stream's bytes so far, as the relay's meter counts them (``StreamProgress``)."""
-
-    def __init__(self) -> None:
-        self.received_bytes = 0
-
-
 def streamed(view: DeploymentView, token: int, start: float, tps: float, tokens: int, now: float) -> Stream:
     """An attempt at ``tps`` tokens/s of 100 bytes each, its first token 0.1 s after ``start``, read at ``now``."""
     stream = Stream()
@@ -181,3 +175,17 @@ def test_a_healthy_deployments_slow_streams_in_flight_are_no_slowdown() -> None:
             view.ended(i, i * 0.25 + 0.1 + 200 / tps, output_tokens=201)
         del stream
     assert view.slow_stream(3.0) == 1.0
+
+
+def test_a_deployment_with_no_answer_yet_is_read_from_its_stream_in_flight() -> None:
+    view = DeploymentView(10.0)
+    assert view.in_flight(1.0, 100.0) is None  # nothing running
+    stream = Stream()
+    view.started(1, 0.0, None)
+    stream.received_bytes = 100
+    view.streaming(1, 1.2, stream)  # its first token after 1.2 s
+    assert view.in_flight(1.3, 100.0) == (1.2, None)  # too soon for its pace
+    stream.received_bytes = 100 + 100 * 130  # 130 tokens of 100 bytes in the next 0.5 s: 260 tokens/s
+    first, pace = view.in_flight(1.7, 100.0)  # type: ignore[misc]
+    assert first == pytest.approx(1.2) and pace == pytest.approx(0.5 / 130)
+    assert view.in_flight(1.7, None) == (1.2, None)  # no bytes per token known anywhere

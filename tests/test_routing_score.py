@@ -13,6 +13,7 @@ from gateway.routing.score import CAUTION, RequestShape, Scored, Weights, expect
 from gateway.stats import StatsSnapshot
 from tests.support.config import routing_config
 from tests.support.samples import sample, samples
+from tests.support.streams import Stream
 
 BALANCED = BUILTIN_POLICIES["balanced"]
 MEDIAN = PolicyConfig(name="median", estimate="quantile")
@@ -217,6 +218,27 @@ def test_first_tokens_of_its_own_make_a_short_answer_measured_even_with_its_stre
     # A long answer is mostly the borrowed stream: the model's average, to be measured.
     long = predict("m", b, RequestShape("chat", 100, 800, "request"), snapshot, BALANCED, view, now=1.0)
     assert long.source == "model" and long.prior
+
+
+def test_a_first_long_answer_still_streaming_is_judged_by_its_stream_not_the_models_average() -> None:
+    # "slow" has finished answers (0.25 s, 40 tokens/s); "bulk" has none yet: its first, an 800-token one,
+    # has streamed 130 tokens in the 0.5 s since its first token came at 1.2 s.
+    snapshot = StatsSnapshot.from_samples(samples("slow", 4, ttft=0.25, tps=40.0, tokens=8))
+    config = routing_config([("slow", 1.0, 1.0), ("bulk", 1.0, 1.0)])
+    slow, bulk = config.models[0].deployments
+    shape = RequestShape("chat", 100, 800, "request")
+    before = predict("m", bulk, shape, snapshot, BALANCED)
+    assert before.prior and before.time_s == pytest.approx(0.25 + 800 / 40, rel=0.05)  # the model's average
+    view = DeploymentView(10.0)
+    stream = Stream()
+    view.started(1, 0.0, None)
+    stream.received_bytes = 100
+    view.streaming(1, 1.2, stream)
+    stream.received_bytes = 100 + 100 * 130
+    early = predict("m", bulk, shape, snapshot, BALANCED, view, now=1.7, bytes_per_token=100.0)
+    assert early.source == "recent" and not early.prior and early.answers == 0
+    assert early.time_s == pytest.approx(1.2 + 800 * 0.5 / 130, rel=0.01)  # 4.3 s, not 20
+    assert early.uncertainty.time >= 0.4  # one partial answer
 
 
 def test_nothing_measured_leaves_only_price() -> None:

@@ -35,6 +35,7 @@ its mean gives the expected stream time). Not thread-safe: one event loop owns i
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
@@ -315,6 +316,35 @@ class DeploymentView:
             elif output_tokens is None:
                 attempt.streaming_at = None  # cut short or failed: its pace says nothing
         return attempt.started_at
+
+    def in_flight(self, now: float, bytes_per_token: float | None) -> tuple[float, float | None] | None:
+        """The median first token and seconds per token of its streams running now, or None when none runs.
+
+        For a deployment that has not finished an answer yet (its first probe, a long one): its first
+        token came already, and its stream shows its pace within ``SLOW_STREAM_MIN_S``; waiting for the
+        answer to end would route every long request meanwhile by the model's average. Its bytes read as
+        tokens by its own bytes per token when known, else by ``bytes_per_token`` (the model's others'):
+        the seconds per token is None when neither is known.
+        """
+        firsts, paces = [], []
+        per_token = (
+            self.bytes_per_token.values / self.bytes_per_token.weight
+            if self.bytes_per_token.weight > 0
+            else bytes_per_token
+        )
+        for attempt in self.pending.values():
+            progress, since = attempt.progress, attempt.streaming_at
+            if progress is None or since is None:
+                continue
+            firsts.append(since - attempt.started_at)
+            streamed_s = now - since
+            if per_token and streamed_s >= SLOW_STREAM_MIN_S:
+                tokens = (progress.received_bytes - attempt.bytes_at_first) / per_token
+                if tokens >= 1.0:
+                    paces.append(streamed_s / tokens)
+        if not firsts:
+            return None
+        return statistics.median(firsts), statistics.median(paces) if paces else None
 
     def slow_stream(self, now: float) -> float:
         """How much slower than its estimated speed its latest streams deliver (1: not slower).

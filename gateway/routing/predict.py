@@ -51,6 +51,8 @@ WINDOW_SAMPLES = 4.0
 WINDOW_BLEND = 16.0
 """The most answers' weight the shared window gets beside the recent ones (when no change was detected)."""
 STALE_HALF_LIFE_S = 5.0
+IN_FLIGHT_UNCERTAINTY = 0.5
+"""A deployment judged by its first stream in flight: one partial answer, of unknown spread."""
 STREAM_DOMINATES = 0.5
 """The share of a request's predicted time above which its stream's source (own, window, the model's) is the
 prediction's: below it the first token's is."""
@@ -200,8 +202,13 @@ def predict(
     view: DeploymentView | None = None,
     now: float = 0.0,
     cache: CacheTerms = EFFECTIVE,
+    bytes_per_token: float | None = None,
 ) -> Prediction:
-    """One deployment's prediction for this request (``now`` on the clock ``view`` was fed with)."""
+    """One deployment's prediction for this request (``now`` on the clock ``view`` was fed with).
+
+    ``bytes_per_token``: the model's other deployments' stream bytes per output token, with which the streams
+    in flight of one that never finished an answer are read (``DeploymentView.in_flight``).
+    """
     summary = snapshot.get(model, deployment.name)
     ttft = _metric(view, summary, snapshot, model, "ttft_s", policy, now)
     warm = _metric(view, summary, snapshot, model, "warm_ttft_s", policy, now, pooled=False)
@@ -226,6 +233,15 @@ def predict(
     slow = view.slow_stream(now) if view is not None else 1.0
     if spt is not None and slow > 1.0:
         spt = replace(spt, value=spt.value * slow)  # its streams in flight deliver this much slower
+    if view is not None and view.answered == 0 and (ttft is None or ttft.source in ("model", "none")):
+        # Nothing of its own finished yet, but a stream of it runs: its first token and its pace so far
+        # are its own, one answer's worth (a long first probe would otherwise leave it the model's average).
+        early = view.in_flight(now, bytes_per_token)
+        if early is not None:
+            first, pace = early
+            ttft = _Value(first, IN_FLIGHT_UNCERTAINTY, IN_FLIGHT_UNCERTAINTY, 1.0, "recent")
+            if pace is not None and (spt is None or spt.source in ("model", "none")):
+                spt = _Value(pace, IN_FLIGHT_UNCERTAINTY, IN_FLIGHT_UNCERTAINTY, 1.0, "recent")
     time_s = None
     uncertainty = sampling = MAX_UNCERTAINTY
     samples = 0.0

@@ -154,9 +154,10 @@ def score_all(
     weights = Weights.of(policy, preferences.sort)
     views = views or {}
     cache = cache or {}
+    envelope = _bytes_per_token(views.values())
     predictions = _with_fallbacks(
         [
-            predict(model, d, shape, snapshot, policy, views.get(d.name), now, cache.get(d.name, EFFECTIVE))
+            predict(model, d, shape, snapshot, policy, views.get(d.name), now, cache.get(d.name, EFFECTIVE), envelope)
             for d in deployments
         ]
     )
@@ -183,6 +184,15 @@ def score_all(
         caution = CAUTION * _speed(p.sampling, weights)
         scored.append(Scored(deployment, p, parts, violations, bonus, caution))
     return scored
+
+
+def _bytes_per_token(views: Iterable[DeploymentView]) -> float | None:
+    """The model's deployments' stream bytes per output token, pooled (None: no stream of any finished yet)."""
+    weight = values = 0.0
+    for view in views:
+        weight += view.bytes_per_token.weight
+        values += view.bytes_per_token.values
+    return values / weight if weight > 0 else None
 
 
 def _with_fallbacks(predictions: list[Prediction]) -> list[Prediction]:
