@@ -136,6 +136,8 @@ class _Progress:
     tps: float
     tokens: int
 
+    api: str = "chat"
+
     @property
     def received_bytes(self) -> int:
         streamed = min(max(0, self.tokens - 1), max(0.0, self.sim.now - self.first_at) * self.tps)

@@ -290,6 +290,10 @@ class StreamMeter:
                 self._note(now, data)
 
     @property
+    def api(self) -> str:
+        return self._dialect.api
+
+    @property
     def ttft_s(self) -> float | None:
         return None if self.first_output_at is None else self.first_output_at - self._sent_at
 

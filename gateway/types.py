@@ -22,6 +22,11 @@ class StreamProgress(Protocol):
     @property
     def received_bytes(self) -> int: ...
 
+    @property
+    def api(self) -> str:
+        """The stream's API (``chat``, ``responses``, ``messages``...): its events' envelope is its own."""
+        ...
+
 
 DeploymentKey = tuple[str, str]
 """``(model, deployment)``: the client-facing model name and the deployment's name within it.

@@ -154,7 +154,7 @@ def test_streams_in_flight_delivering_slower_than_the_estimate_slow_its_speed_be
     for i in range(8):  # complete streams teach its bytes per token (100) and leave no trace in flight
         streamed(view, i, i * 0.25, 200.0, 200, i * 0.25 + 1.1)
         view.ended(i, i * 0.25 + 1.1, output_tokens=201)
-    assert view.bytes_per_token.values / view.bytes_per_token.weight == pytest.approx(100.0)
+    assert view.per_token("chat") == pytest.approx(100.0) and view.per_token("responses") is None
     assert view.slow_stream(3.0) == 1.0
     # Its tokens/s falls fivefold: four streams in flight, first tokens on time, 40 tokens/s since.
     for i in range(8, 12):
@@ -179,13 +179,30 @@ def test_a_healthy_deployments_slow_streams_in_flight_are_no_slowdown() -> None:
 
 def test_a_deployment_with_no_answer_yet_is_read_from_its_stream_in_flight() -> None:
     view = DeploymentView(10.0)
-    assert view.in_flight(1.0, 100.0) is None  # nothing running
+    assert view.in_flight(1.0, {"chat": 100.0}) is None  # nothing running
     stream = Stream()
     view.started(1, 0.0, None)
     stream.received_bytes = 100
     view.streaming(1, 1.2, stream)  # its first token after 1.2 s
-    assert view.in_flight(1.3, 100.0) == (1.2, None)  # too soon for its pace
+    assert view.in_flight(1.3, {"chat": 100.0}) == (1.2, None)  # too soon for its pace
     stream.received_bytes = 100 + 100 * 130  # 130 tokens of 100 bytes in the next 0.5 s: 260 tokens/s
-    first, pace = view.in_flight(1.7, 100.0)  # type: ignore[misc]
+    first, pace = view.in_flight(1.7, {"chat": 100.0})  # type: ignore[misc]
     assert first == pytest.approx(1.2) and pace == pytest.approx(0.5 / 130)
     assert view.in_flight(1.7, None) == (1.2, None)  # no bytes per token known anywhere
+    assert view.in_flight(1.7, {"messages": 60.0}) == (1.2, None)  # nor of this API: another's envelope differs
+
+
+def test_a_stream_is_read_by_its_own_apis_envelope() -> None:
+    # Chat chunks of 100 bytes per token learned; then Messages streams of 25-byte events at the usual speed,
+    # which chat's envelope would read as 4 times slower: they are not judged until their own is learned.
+    view = fed([answer(i * 0.25, ttft=0.1, tps=200.0) for i in range(12)])
+    for i in range(8):
+        streamed(view, i, i * 0.25, 200.0, 200, i * 0.25 + 1.1)
+        view.ended(i, i * 0.25 + 1.1, output_tokens=201)
+    for i in range(8, 12):
+        stream = Stream(api="messages")
+        view.started(i, 3.0 + (i - 8) * 0.25, 1.1)
+        view.streaming(i, 3.1 + (i - 8) * 0.25, stream)
+        stream.received_bytes = 25 * int((5.0 - 3.1 - (i - 8) * 0.25) * 200.0)
+    assert view.per_token("messages") is None
+    assert view.slow_stream(5.0) == 1.0

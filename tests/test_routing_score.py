@@ -235,7 +235,7 @@ def test_a_first_long_answer_still_streaming_is_judged_by_its_stream_not_the_mod
     stream.received_bytes = 100
     view.streaming(1, 1.2, stream)
     stream.received_bytes = 100 + 100 * 130
-    early = predict("m", bulk, shape, snapshot, BALANCED, view, now=1.7, bytes_per_token=100.0)
+    early = predict("m", bulk, shape, snapshot, BALANCED, view, now=1.7, bytes_per_token={"chat": 100.0})
     assert early.source == "recent" and not early.prior and early.answers == 0
     assert early.time_s == pytest.approx(1.2 + 800 * 0.5 / 130, rel=0.01)  # 4.3 s, not 20
     assert early.uncertainty.time >= 0.4  # one partial answer

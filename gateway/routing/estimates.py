@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -227,6 +228,8 @@ class _Attempt:
     ended_at: float | None = None
     progress: StreamProgress | None = None
     """Its stream, once its first token came (``streaming``), until it ended."""
+    api: str = ""
+    """Its stream's API (each has its own envelope of bytes per token)."""
     streaming_at: float | None = None
     bytes_at_first: int = 0
     streamed_bytes: int = 0
@@ -282,8 +285,9 @@ class DeploymentView:
     attempts: deque[_Attempt] = field(default_factory=lambda: deque(maxlen=ATTEMPTS_KEPT))
     pending: dict[int, _Attempt] = field(default_factory=dict)
     """Attempts in flight (by the caller's token), oldest first."""
-    bytes_per_token: _Sums = field(default_factory=_Sums)
-    """Its streams' bytes after the first token per output token: how a stream in flight's bytes count as tokens."""
+    bytes_per_token: dict[str, _Sums] = field(default_factory=dict)
+    """Per API, its streams' bytes after the first token per output token: how a stream in flight's bytes count as
+    tokens (an API's events have their own envelope: a Responses event is twice a chat chunk)."""
 
     def started(self, token: int, at: float, predicted_s: float | None) -> None:
         """An attempt went out, predicted to take ``predicted_s``."""
@@ -296,6 +300,7 @@ class DeploymentView:
         attempt = self.pending.get(token)
         if attempt is not None:
             attempt.progress, attempt.streaming_at, attempt.bytes_at_first = progress, at, progress.received_bytes
+            attempt.api = progress.api
 
     def ended(self, token: int, at: float, output_tokens: int | None = None) -> float | None:
         """The attempt is over; returns when it started (None if it was never started here).
@@ -312,32 +317,36 @@ class DeploymentView:
             attempt.streamed_bytes = streamed = progress.received_bytes - attempt.bytes_at_first
             attempt.progress = None
             if output_tokens is not None and output_tokens >= 2 and streamed > 0:
-                self.bytes_per_token.add(at, streamed / (output_tokens - 1), 0.0, BYTES_PER_TOKEN_ANSWERS)
+                envelope = self.bytes_per_token.setdefault(attempt.api, _Sums())
+                envelope.add(at, streamed / (output_tokens - 1), 0.0, BYTES_PER_TOKEN_ANSWERS)
             elif output_tokens is None:
                 attempt.streaming_at = None  # cut short or failed: its pace says nothing
         return attempt.started_at
 
-    def in_flight(self, now: float, bytes_per_token: float | None) -> tuple[float, float | None] | None:
+    def per_token(self, api: str) -> float | None:
+        """Its ``api`` streams' bytes per output token (None: none of them finished yet)."""
+        envelope = self.bytes_per_token.get(api)
+        return envelope.values / envelope.weight if envelope is not None and envelope.weight > 0 else None
+
+    def in_flight(
+        self, now: float, bytes_per_token: Mapping[str, float] | None = None
+    ) -> tuple[float, float | None] | None:
         """The median first token and seconds per token of its streams running now, or None when none runs.
 
         For a deployment that has not finished an answer yet (its first probe, a long one): its first
         token came already, and its stream shows its pace within ``SLOW_STREAM_MIN_S``; waiting for the
         answer to end would route every long request meanwhile by the model's average. Its bytes read as
-        tokens by its own bytes per token when known, else by ``bytes_per_token`` (the model's others'):
-        the seconds per token is None when neither is known.
+        tokens by its own bytes per token of that API when known, else by ``bytes_per_token`` (the model's
+        others', by API): the seconds per token is None when neither is known.
         """
         firsts, paces = [], []
-        per_token = (
-            self.bytes_per_token.values / self.bytes_per_token.weight
-            if self.bytes_per_token.weight > 0
-            else bytes_per_token
-        )
         for attempt in self.pending.values():
             progress, since = attempt.progress, attempt.streaming_at
             if progress is None or since is None:
                 continue
             firsts.append(since - attempt.started_at)
             streamed_s = now - since
+            per_token = self.per_token(attempt.api) or (bytes_per_token or {}).get(attempt.api)
             if per_token and streamed_s >= SLOW_STREAM_MIN_S:
                 tokens = (progress.received_bytes - attempt.bytes_at_first) / per_token
                 if tokens >= 1.0:
@@ -361,18 +370,18 @@ class DeploymentView:
         mean ratio of those still running multiplies its seconds per token (a lower bound: they
         are not done).
         """
-        if not self.pending or self.bytes_per_token.weight <= 0:
+        if not self.pending or not self.bytes_per_token:
             return 1.0
         speed = self.estimate("seconds_per_token")
         if speed is None:
             return 1.0
-        per_token = self.bytes_per_token.values / self.bytes_per_token.weight
         settle_s = max(SLOW_STREAM_MIN_S, SLOW_STREAM_TOKENS * speed.mean)
         logs = []
         running = []
         for attempt in reversed(self.attempts):
             since = attempt.streaming_at
-            if since is None or now - since < settle_s:
+            per_token = self.per_token(attempt.api) if since is not None else None
+            if since is None or per_token is None or now - since < settle_s:
                 continue
             if attempt.progress is not None:
                 streamed_s, streamed = now - since, attempt.progress.received_bytes - attempt.bytes_at_first

@@ -30,6 +30,7 @@ field of its own; the score (``gateway.routing.score``) reads only these fields.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -202,11 +203,11 @@ def predict(
     view: DeploymentView | None = None,
     now: float = 0.0,
     cache: CacheTerms = EFFECTIVE,
-    bytes_per_token: float | None = None,
+    bytes_per_token: Mapping[str, float] | None = None,
 ) -> Prediction:
     """One deployment's prediction for this request (``now`` on the clock ``view`` was fed with).
 
-    ``bytes_per_token``: the model's other deployments' stream bytes per output token, with which the streams
+    ``bytes_per_token``: the model's other deployments' stream bytes per output token by API, with which the streams
     in flight of one that never finished an answer are read (``DeploymentView.in_flight``).
     """
     summary = snapshot.get(model, deployment.name)

@@ -186,13 +186,15 @@ def score_all(
     return scored
 
 
-def _bytes_per_token(views: Iterable[DeploymentView]) -> float | None:
-    """The model's deployments' stream bytes per output token, pooled (None: no stream of any finished yet)."""
-    weight = values = 0.0
+def _bytes_per_token(views: Iterable[DeploymentView]) -> dict[str, float]:
+    """The model's deployments' stream bytes per output token, pooled by API (an API none finished is absent)."""
+    weights: dict[str, float] = {}
+    values: dict[str, float] = {}
     for view in views:
-        weight += view.bytes_per_token.weight
-        values += view.bytes_per_token.values
-    return values / weight if weight > 0 else None
+        for api, envelope in view.bytes_per_token.items():
+            weights[api] = weights.get(api, 0.0) + envelope.weight
+            values[api] = values.get(api, 0.0) + envelope.values
+    return {api: values[api] / weight for api, weight in weights.items() if weight > 0}
 
 
 def _with_fallbacks(predictions: list[Prediction]) -> list[Prediction]:
