@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally
-from gateway.dialects.chat_events import decode_chunks, tally_chunks, usage_of
+from gateway.dialects.chat_events import decode_chunks, reasoning_in_details, tally_chunks, usage_of
 from gateway.errors import GatewayError, describe_error
 from gateway.samples import Endpoint
 
@@ -80,17 +80,7 @@ def reasoning_of(choice: dict[str, Any]) -> str:
         value = delta.get(key)
         if isinstance(value, str) and value:
             return value
-    details = delta.get("reasoning_details")
-    if isinstance(details, list):
-        # OpenRouter: [{"type": "reasoning.text", "text": ...}, {"type": "reasoning.summary", "summary": ...},
-        # {"type": "reasoning.encrypted", "data": ...}]; any of them is the model at work.
-        for detail in details:
-            if isinstance(detail, dict):
-                for key in ("text", "summary", "data"):
-                    value = detail.get(key)
-                    if isinstance(value, str) and value:
-                        return value
-    return ""
+    return reasoning_in_details(delta.get("reasoning_details"))
 
 
 def carries_output(choice: dict[str, Any]) -> bool:

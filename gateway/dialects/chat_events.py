@@ -115,7 +115,13 @@ def reasoning_of(delta: ChatDelta | None) -> str:
     for value in (delta.reasoning_content, delta.reasoning):
         if isinstance(value, str) and value:
             return value
-    details = delta.reasoning_details
+    return reasoning_in_details(delta.reasoning_details)
+
+
+def reasoning_in_details(details: object) -> str:
+    """The first text of OpenRouter's ``reasoning_details``: [{"type": "reasoning.text", "text": ...},
+    {"type": "reasoning.summary", "summary": ...}, {"type": "reasoning.encrypted", "data": ...}]; any of them
+    is the model at work."""
     if isinstance(details, list):
         for detail in details:
             if isinstance(detail, dict):
