@@ -235,6 +235,14 @@ class _Attempt:
     streamed_bytes: int = 0
     """Once it ended: the bytes its stream delivered after its first token."""
 
+    def streamed(self, now: float) -> tuple[float, int]:
+        """How long its stream has run since its first token, and the bytes it delivered in that time (up to its
+        end, once it ended). Only for an attempt whose first token came (``streaming_at`` set)."""
+        since = self.streaming_at or 0.0
+        if self.progress is not None:
+            return now - since, self.progress.received_bytes - self.bytes_at_first
+        return (self.ended_at or now) - since, self.streamed_bytes
+
 
 @dataclass(slots=True)
 class _Cusum:
@@ -312,9 +320,8 @@ class DeploymentView:
         if attempt is None:
             return None
         attempt.ended_at = at
-        progress = attempt.progress
-        if progress is not None:
-            attempt.streamed_bytes = streamed = progress.received_bytes - attempt.bytes_at_first
+        if attempt.progress is not None:
+            streamed = attempt.streamed_bytes = attempt.streamed(at)[1]
             attempt.progress = None
             if output_tokens is not None and output_tokens >= 2 and streamed > 0:
                 envelope = self.bytes_per_token.setdefault(attempt.api, _Sums())
@@ -341,14 +348,14 @@ class DeploymentView:
         """
         firsts, paces = [], []
         for attempt in self.pending.values():
-            progress, since = attempt.progress, attempt.streaming_at
-            if progress is None or since is None:
+            since = attempt.streaming_at
+            if attempt.progress is None or since is None:
                 continue
             firsts.append(since - attempt.started_at)
-            streamed_s = now - since
+            streamed_s, streamed = attempt.streamed(now)
             per_token = self.per_token(attempt.api) or (bytes_per_token or {}).get(attempt.api)
             if per_token and streamed_s >= SLOW_STREAM_MIN_S:
-                tokens = (progress.received_bytes - attempt.bytes_at_first) / per_token
+                tokens = streamed / per_token
                 if tokens >= 1.0:
                     paces.append(streamed_s / tokens)
         if not firsts:
@@ -383,10 +390,7 @@ class DeploymentView:
             per_token = self.per_token(attempt.api) if since is not None else None
             if since is None or per_token is None or now - since < settle_s:
                 continue
-            if attempt.progress is not None:
-                streamed_s, streamed = now - since, attempt.progress.received_bytes - attempt.bytes_at_first
-            else:
-                streamed_s, streamed = (attempt.ended_at or now) - since, attempt.streamed_bytes
+            streamed_s, streamed = attempt.streamed(now)
             log = math.log(max(streamed_s, 1e-6) / max(1.0, streamed / per_token)) - speed.log_center
             logs.append(log)
             if attempt.progress is not None:

@@ -154,7 +154,8 @@ def score_all(
     weights = Weights.of(policy, preferences.sort)
     views = views or {}
     cache = cache or {}
-    envelope = _bytes_per_token(views.values())
+    # Only a deployment with no answer finished yet reads another's envelope (``DeploymentView.in_flight``).
+    envelope = _bytes_per_token(views.values()) if any(v.answered == 0 for v in views.values()) else None
     predictions = _with_fallbacks(
         [
             predict(model, d, shape, snapshot, policy, views.get(d.name), now, cache.get(d.name, EFFECTIVE), envelope)
