@@ -121,7 +121,7 @@ class FakeProvider:
         }
 
     def jittered(self, value: float, sigma: float) -> float:
-        return value * self._rng.lognormvariate(0.0, sigma) if sigma > 0 and value > 0 else value
+        return _jittered(self._rng, value, sigma)
 
     def _note(self, scope: Scope, path: str, body: dict[str, Any] | None) -> dict[str, str]:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
@@ -259,14 +259,14 @@ class FakeProvider:
     def _drawn(self, behavior: FakeBehavior) -> FakeBehavior:
         """The request's own draws (``draw_seed``), made now: its first token, speed and failure, jitter spent."""
         rng = random.Random(f"{self.name}:{behavior.draw_seed}")
-        ttft = behavior.ttft_s * rng.lognormvariate(0.0, behavior.ttft_jitter) if behavior.ttft_jitter > 0 else None
-        tps = behavior.tokens_per_s * rng.lognormvariate(0.0, behavior.tps_jitter) if behavior.tps_jitter > 0 else None
+        ttft = _jittered(rng, behavior.ttft_s, behavior.ttft_jitter)
+        tps = _jittered(rng, behavior.tokens_per_s, behavior.tps_jitter)
         fails = rng.random() < behavior.error_rate
         return dataclasses.replace(
             behavior,
-            ttft_s=behavior.ttft_s if ttft is None else ttft,
+            ttft_s=ttft,
             ttft_jitter=0.0,
-            tokens_per_s=behavior.tokens_per_s if tps is None else tps,
+            tokens_per_s=tps,
             tps_jitter=0.0,
             error_rate=(1.0 if fails else 0.0) if 0.0 < behavior.error_rate < 1.0 else behavior.error_rate,
         )
@@ -294,6 +294,11 @@ class FakeProvider:
         if behavior.fail_first and number > behavior.fail_first:
             return False
         return behavior.error_rate >= 1.0 or self._rng.random() < behavior.error_rate
+
+
+def _jittered(rng: random.Random, value: float, sigma: float) -> float:
+    """``value`` times a log-normal draw of spread ``sigma`` (as it is when either is 0)."""
+    return value * rng.lognormvariate(0.0, sigma) if sigma > 0 and value > 0 else value
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
