@@ -208,17 +208,24 @@ class _Sums:
 
     def estimate(self, confirmed_at: float | None, changed_at: float | None) -> Estimate:
         samples = self.weight * self.weight / self.squares
-        log_mean = self.logs / self.weight
-        variance = max(0.0, self.log_squares / self.weight - log_mean * log_mean)
-        blended = (samples * variance + PRIOR_WEIGHT * PRIOR_SIGMA**2) / (samples + PRIOR_WEIGHT)
         return Estimate(
             mean=self.values / self.weight,
-            log_center=log_mean,
-            sigma=max(MIN_SIGMA, math.sqrt(blended)),
+            log_center=self.logs / self.weight,
+            sigma=self.sigma(samples),
             samples=samples,
             newest_at=max(self.at, confirmed_at or self.at),
             changed_at=changed_at,
         )
+
+    def sigma(self, samples: float | None = None) -> float:
+        """The spread of single values (log units), shrunk towards ``PRIOR_SIGMA`` while they are few: an
+        ``Estimate``'s ``sigma`` without the rest of it (a long-run spread is read this way on every answer)."""
+        if samples is None:
+            samples = self.weight * self.weight / self.squares
+        log_mean = self.logs / self.weight
+        variance = max(0.0, self.log_squares / self.weight - log_mean * log_mean)
+        blended = (samples * variance + PRIOR_WEIGHT * PRIOR_SIGMA**2) / (samples + PRIOR_WEIGHT)
+        return max(MIN_SIGMA, math.sqrt(blended))
 
 
 @dataclass(slots=True)
@@ -515,12 +522,13 @@ class DeploymentView:
         if estimate is None:
             return None
         log = math.log(value)
-        since = self._surprise(metric, log, estimate, self._long_sigma(metric), leap)
+        long_sigma = self._long_sigma(metric)
+        since = self._surprise(metric, log, estimate, long_sigma, leap)
         if since is not None or estimate.samples < CUSUM_MIN_ANSWERS:
             self.cusums.pop(metric, None)
             return since
         cusum = self.cusums.setdefault(metric, _Cusum())
-        sigma = max(estimate.sigma, self._long_sigma(metric))
+        sigma = max(estimate.sigma, long_sigma)
         z = max(-Z_CLIP, min(Z_CLIP, (log - estimate.log_center) / sigma))
         if cusum.up <= 0:
             cusum.up_from = self.seq
@@ -536,7 +544,7 @@ class DeploymentView:
 
     def _long_sigma(self, metric: Metric) -> float:
         spread = self.spreads.get(metric)
-        return spread.estimate(None, None).sigma if spread is not None and spread.weight > 0 else PRIOR_SIGMA
+        return spread.sigma() if spread is not None and spread.weight > 0 else PRIOR_SIGMA
 
     def _surprise(
         self, metric: Metric, log: float, estimate: Estimate, long_sigma: float, leap: bool = False
