@@ -129,7 +129,8 @@ def oracle_choice(tokens: int, profiles: Sequence[Profile]) -> str:
         fallback = min(others, default=p.expected_e2e(tokens))
         return (1 - p.error_rate) * p.expected_e2e(tokens) + p.error_rate * fallback
 
-    return min(profiles, key=lambda p: (round(expected(p), 6), p.price)).name
+    # Ties go to the more reliable, then the cheaper: a provider failing every request ties with its own fallback.
+    return min(profiles, key=lambda p: (round(expected(p), 6), p.error_rate, p.price)).name
 
 
 # Source A of provider-profiles.csv: one model, 600 requests per provider. TTFT p50 is not
@@ -214,5 +215,90 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         lengths=((128, 1),),
         duration_s=60,
+    ),
+)
+
+# Markets beside the benchmark's own, run in simulated time only (``routing_simulate --stress``): other
+# rates, more providers, other kinds of change. Nothing was tuned on them; they are where a change to the
+# router shows whether it holds for behaviours, not for the seven scenarios above.
+_FAST = Profile("a", ttft_s=0.4, tps=200.0, price=0.5)
+_MIDDLE = Profile("b", ttft_s=0.8, tps=120.0, price=0.5)
+_SLOW = Profile("c", ttft_s=1.5, tps=60.0, price=0.5)
+STRESS: tuple[Scenario, ...] = (
+    Scenario(
+        "recovery-5",
+        "recovery among five",
+        "five providers of source A; the slowest (novita-like) becomes the fastest 30 s in",
+        (BASETEN, MODAL, TELNYX, TOGETHER, NOVITA),
+        lengths=((256, 1),),
+        duration_s=90,
+        changes=(Change(30, "novita", replace(NOVITA, ttft_s=0.2, tps=400.0, ttft_sigma=0.3, tps_sigma=0.2)),),
+    ),
+    Scenario(
+        "ttft-degrade",
+        "first-token-only degradation",
+        "the best provider's first token goes from 0.4 s to 3 s 40 s in; its tokens/s stays",
+        (_FAST, _MIDDLE, _SLOW),
+        lengths=((128, 1),),
+        duration_s=90,
+        changes=(Change(40, "a", replace(_FAST, ttft_s=3.0)),),
+    ),
+    Scenario(
+        "outage",
+        "an outage and its end",
+        "the best provider fails every request from 30 s to 60 s, then is as before",
+        (_FAST, _MIDDLE, _SLOW),
+        lengths=((128, 1),),
+        duration_s=90,
+        changes=(Change(30, "a", replace(_FAST, error_rate=1.0)), Change(60, "a", _FAST)),
+    ),
+    Scenario(
+        "stable-1rps",
+        "stable market, sparse traffic",
+        "the stable market at 1 request/s: a quarter of the answers to learn from",
+        (BASETEN, MODAL, TELNYX, TOGETHER, DEEPINFRA),
+        lengths=((64, 1), (256, 2), (512, 1)),
+        duration_s=120,
+        rate_per_s=1.0,
+    ),
+    Scenario(
+        "recovery-10rps",
+        "recovery, dense traffic",
+        "the recovery scenario at 10 requests/s, the change 30 s in",
+        (TELNYX, TOGETHER, NOVITA),
+        lengths=((256, 1),),
+        duration_s=60,
+        rate_per_s=10.0,
+        changes=(Change(30, "novita", replace(NOVITA, ttft_s=0.3, tps=300.0, ttft_sigma=0.3, tps_sigma=0.2)),),
+    ),
+    Scenario(
+        "long-recovery",
+        "recovery seen only on long answers",
+        "1,024-token answers only; the slow one of two becomes the faster 40 s in",
+        (_FAST, _SLOW),
+        lengths=((1024, 1),),
+        duration_s=120,
+        changes=(Change(40, "c", replace(_SLOW, ttft_s=0.3, tps=400.0)),),
+    ),
+    Scenario(
+        "swap",
+        "two providers trade places",
+        "the faster of two becomes the slower, and the other the faster, at the same moment (30 s in)",
+        (_FAST, _MIDDLE),
+        lengths=((200, 1),),
+        duration_s=90,
+        changes=(
+            Change(30, "a", replace(_FAST, ttft_s=0.8, tps=120.0)),
+            Change(30, "b", replace(_MIDDLE, ttft_s=0.4, tps=200.0)),
+        ),
+    ),
+    Scenario(
+        "gradual",
+        "a gradual slowdown",
+        "the faster of two loses 20% of its tokens/s every 5 s from 20 s to 70 s (6x slower in all)",
+        (_FAST, _MIDDLE),
+        lengths=((200, 1),),
+        duration_s=90,
+        changes=tuple(Change(20 + 5 * i, "a", replace(_FAST, tps=200.0 / 1.2 ** (i + 1))) for i in range(10)),
     ),
 )

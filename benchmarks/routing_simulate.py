@@ -11,6 +11,7 @@ Usage::
 
     python -m benchmarks.routing_simulate                # every scenario, 3 seeds
     python -m benchmarks.routing_simulate --only recovery --seeds 10
+    python -m benchmarks.routing_simulate --stress --seeds 16  # markets nothing was tuned on
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.routing_scenarios import SCENARIOS, Profile, Scenario, oracle_choice
+from benchmarks.routing_scenarios import SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 from gateway.config import GatewayConfig, StatsConfig, parse_config
 from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
 from gateway.routing.plan import Candidate, RoutePlan
@@ -286,9 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", action="append")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--policy", help="policy keys as JSON, e.g. '{\"memory_half_life_s\": 10}'")
+    parser.add_argument("--stress", action="store_true", help="the stress markets (routing_scenarios.STRESS) instead")
     args = parser.parse_args(argv)
     policy = json.loads(args.policy) if args.policy else None
-    for scenario in SCENARIOS:
+    for scenario in STRESS if args.stress else SCENARIOS:
         if args.only and scenario.name not in args.only:
             continue
         print(_summary(scenario, range(1, args.seeds + 1), policy), flush=True)

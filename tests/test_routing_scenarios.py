@@ -1,0 +1,33 @@
+"""The routing benchmark's markets and their oracle (``benchmarks/routing_scenarios.py``); the stress run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from benchmarks import routing_simulate
+from benchmarks.routing_scenarios import STRESS, Profile, oracle_choice
+
+
+def test_the_oracle_never_picks_a_provider_that_fails_every_request() -> None:
+    # A provider failing everything is predicted at its fallback's time: a tie the healthy one must win.
+    down = Profile("a", ttft_s=0.4, tps=200.0, price=0.5, error_rate=1.0)
+    healthy = Profile("b", ttft_s=0.8, tps=120.0, price=0.5)
+    assert oracle_choice(128, [down, healthy]) == "b"
+    assert oracle_choice(128, [replace(down, error_rate=0.0), healthy]) == "a"
+
+
+def test_every_stress_market_changes_a_provider_it_has() -> None:
+    for scenario in STRESS:
+        names = {p.name for p in scenario.providers}
+        assert {change.name for change in scenario.changes} <= names, scenario.name
+        assert scenario.schedule(1), scenario.name
+
+
+@pytest.mark.parametrize("name", ["outage", "swap"])
+def test_the_stress_markets_run_in_simulated_time(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert routing_simulate.main(["--stress", "--only", name, "--seeds", "1"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(name) and "failed 0" in line, line
+    assert "on best from +15 s" in line
