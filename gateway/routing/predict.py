@@ -68,6 +68,8 @@ WINDOW_METRIC: dict[ViewMetric, WindowMetric] = {
 }
 """Each fast-view metric's counterpart in the shared window (a speed there where the view keeps its inverse)."""
 RATES: frozenset[WindowMetric] = frozenset({"tokens_per_s", "prefill_tokens_per_s"})
+PooledHistograms = dict[WindowMetric, "LogHistogram | None"]
+"""A model's pooled histogram of each metric, merged once per request and snapshot (``predict``'s ``pooled``)."""
 CacheMode = Literal["warm", "cold", "effective"]
 """How the prompt cache enters a prediction:
 
@@ -171,8 +173,11 @@ class Prediction:
     """Its prefill speed: uncached prompt tokens per second of first token (None: not measured)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Value:
+    """One metric's estimate inside ``predict`` (never leaves it; not frozen, since four are built per
+    deployment per request and a frozen init pays a ``object.__setattr__`` per field)."""
+
     value: float
     uncertainty: float
     sampling: float
@@ -204,16 +209,18 @@ def predict(
     now: float = 0.0,
     cache: CacheTerms = EFFECTIVE,
     bytes_per_token: Mapping[str, float] | None = None,
+    pooled: PooledHistograms | None = None,
 ) -> Prediction:
     """One deployment's prediction for this request (``now`` on the clock ``view`` was fed with).
 
     ``bytes_per_token``: the model's other deployments' stream bytes per output token by API, with which the streams
-    in flight of one that never finished an answer are read (``DeploymentView.in_flight``).
+    in flight of one that never finished an answer are read (``DeploymentView.in_flight``). ``pooled``: the model's
+    pooled histograms merged so far for this request and snapshot (shared by the calls that predict its deployments).
     """
     summary = snapshot.get(model, deployment.name)
-    ttft = _metric(view, summary, snapshot, model, "ttft_s", policy, now)
-    warm = _metric(view, summary, snapshot, model, "warm_ttft_s", policy, now, pooled=False)
-    prefill = _metric(view, summary, snapshot, model, "prefill_s_per_token", policy, now)
+    ttft = _metric(view, summary, snapshot, model, "ttft_s", policy, now, memo=pooled)
+    warm = _metric(view, summary, snapshot, model, "warm_ttft_s", policy, now, pooled=False, memo=pooled)
+    prefill = _metric(view, summary, snapshot, model, "prefill_s_per_token", policy, now, memo=pooled)
     if shape.endpoint != "embeddings" and cache.mode == "warm" and warm is not None:
         ttft = warm
         if prefill is not None and warm.source == prefill.source == "recent" and cache.cached_tokens is not None:
@@ -228,9 +235,9 @@ def predict(
             base = warm.value if warm is not None and prefill.source == "recent" else 0.0
             ttft = replace(prefill, value=base + prefill.value * shape.prompt_tokens)
         else:
-            cold = _metric(view, summary, snapshot, model, "cold_ttft_s", policy, now, pooled=False)
+            cold = _metric(view, summary, snapshot, model, "cold_ttft_s", policy, now, pooled=False, memo=pooled)
             ttft = cold if cold is not None else ttft
-    spt = _metric(view, summary, snapshot, model, "seconds_per_token", policy, now)
+    spt = _metric(view, summary, snapshot, model, "seconds_per_token", policy, now, memo=pooled)
     slow = view.slow_stream(now) if view is not None else 1.0
     if spt is not None and slow > 1.0:
         spt = replace(spt, value=spt.value * slow)  # its streams in flight deliver this much slower
@@ -264,7 +271,7 @@ def predict(
         source = _weakest(ttft.source, spt.source) if spt is not None and stream_counts else ttft.source
     if time_s is None:
         # Non-streamed traffic and embeddings carry no first-token timings: end-to-end stands in.
-        e2e = _metric(view, summary, snapshot, model, "e2e_s", policy, now)
+        e2e = _metric(view, summary, snapshot, model, "e2e_s", policy, now, memo=pooled)
         if e2e is not None:
             time_s, samples, source = e2e.value, e2e.samples, e2e.source
             uncertainty, sampling = e2e.uncertainty, e2e.sampling
@@ -339,6 +346,7 @@ def _metric(
     now: float,
     *,
     pooled: bool = True,
+    memo: PooledHistograms | None = None,
 ) -> _Value | None:
     """``metric`` (TTFT, seconds per token, end-to-end, ...) from the fast view, else the window, else the
     model's (unless not ``pooled``: a warm first token is a deployment's own or unknown)."""
@@ -373,12 +381,12 @@ def _metric(
     if (histogram is None or histogram.count == 0) and not pooled:
         return None
     if histogram is None or histogram.count == 0:
-        pooled_histograms = [
-            s.histograms[window_metric]
-            for (m, _), s in snapshot.summaries.items()
-            if m == model and window_metric in s.histograms
-        ]
-        histogram = LogHistogram.merged(pooled_histograms) if pooled_histograms else None
+        if memo is not None and window_metric in memo:
+            histogram = memo[window_metric]
+        else:
+            histogram = _pooled(snapshot, model, window_metric)
+            if memo is not None:
+                memo[window_metric] = histogram
         source = "model"
     if histogram is None or histogram.count == 0:
         return None
@@ -393,6 +401,14 @@ def _metric(
     spread = _spread(histogram, histogram.count)
     uncertainty = spread / math.sqrt(samples)
     return _Value(value, uncertainty, uncertainty, samples, "window", spread=spread)
+
+
+def _pooled(snapshot: StatsSnapshot, model: str, metric: WindowMetric) -> LogHistogram | None:
+    """The model's histograms of ``metric`` merged (None: no deployment has one)."""
+    histograms = [
+        s.histograms[metric] for (m, _), s in snapshot.summaries.items() if m == model and metric in s.histograms
+    ]
+    return LogHistogram.merged(histograms) if histograms else None
 
 
 def _histogram_value(histogram: LogHistogram, metric: WindowMetric, policy: PolicyConfig) -> float | None:

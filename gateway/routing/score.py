@@ -28,6 +28,7 @@ from gateway.routing.predict import (
     SUCCESS_PRIOR,
     CacheTerms,
     OutputSource,
+    PooledHistograms,
     Prediction,
     RequestShape,
     Source,
@@ -156,9 +157,21 @@ def score_all(
     cache = cache or {}
     # Only a deployment with no answer finished yet reads another's envelope (``DeploymentView.in_flight``).
     envelope = _bytes_per_token(views.values()) if any(v.answered == 0 for v in views.values()) else None
+    pooled: PooledHistograms = {}  # the model's averages, merged once for all its deployments
     predictions = _with_fallbacks(
         [
-            predict(model, d, shape, snapshot, policy, views.get(d.name), now, cache.get(d.name, EFFECTIVE), envelope)
+            predict(
+                model,
+                d,
+                shape,
+                snapshot,
+                policy,
+                views.get(d.name),
+                now,
+                cache.get(d.name, EFFECTIVE),
+                envelope,
+                pooled,
+            )
             for d in deployments
         ]
     )
