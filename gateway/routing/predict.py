@@ -68,6 +68,8 @@ WINDOW_METRIC: dict[ViewMetric, WindowMetric] = {
 }
 """Each fast-view metric's counterpart in the shared window (a speed there where the view keeps its inverse)."""
 RATES: frozenset[WindowMetric] = frozenset({"tokens_per_s", "prefill_tokens_per_s"})
+_WINDOW_RATE: dict[ViewMetric, tuple[WindowMetric, bool]] = {m: (w, w in RATES) for m, w in WINDOW_METRIC.items()}
+"""Each fast-view metric's window counterpart, and whether that is a rate: looked up four times per prediction."""
 PooledHistograms = dict[WindowMetric, "LogHistogram | None"]
 """A model's pooled histogram of each metric, merged once per request and snapshot (``predict``'s ``pooled``)."""
 CacheMode = Literal["warm", "cold", "effective"]
@@ -287,13 +289,14 @@ def predict(
     elif cache.mode == "effective" and hit_ratio:
         cached = round(shape.prompt_tokens * hit_ratio)
     cost = deployment.cost_usd(shape.prompt_tokens, shape.output_tokens, cached)
-    attempts = summary.attempts if summary else 0
+    attempts = summary.attempts if summary else 0  # a sum over its outcomes: once per prediction
     newest = view.newest_at if view is not None else None
-    success_rate, success_samples = _success_rate(view, summary, now)
+    success_rate, success_samples = _success_rate(view, summary, now, attempts)
+    floored = None if time_s is None else max(time_s, MIN_TIME_S)
     return Prediction(
         ttft_s=ttft.value if ttft else None,
         tokens_per_s=1.0 / spt.value if spt else None,
-        time_s=None if time_s is None else max(time_s, MIN_TIME_S),
+        time_s=floored,
         cost_usd=cost,
         success_rate=success_rate,
         attempts=attempts,
@@ -320,7 +323,7 @@ def predict(
         overdue=overdue,
         slow_stream=slow,
         failure_s=view.failure_time() if view is not None else None,
-        expected_s=None if time_s is None else max(time_s, MIN_TIME_S),
+        expected_s=floored,
         cache=cache.mode,
         cached_tokens=cached,
         hit_ratio=hit_ratio,
@@ -350,14 +353,15 @@ def _metric(
 ) -> _Value | None:
     """``metric`` (TTFT, seconds per token, end-to-end, ...) from the fast view, else the window, else the
     model's (unless not ``pooled``: a warm first token is a deployment's own or unknown)."""
-    window_metric = WINDOW_METRIC[metric]
-    rate = window_metric in RATES
-    quantile = policy.tps_quantile if rate else policy.ttft_quantile
+    window_metric, rate = _WINDOW_RATE[metric]
     histogram = summary.histograms.get(window_metric) if summary is not None else None
     if view is not None:
         estimate = view.estimate(metric)
         if estimate is not None:
-            value = estimate.mean if policy.estimate == "mean" else view.quantile(metric, quantile)
+            if policy.estimate == "mean":
+                value: float | None = estimate.mean
+            else:
+                value = view.quantile(metric, policy.tps_quantile if rate else policy.ttft_quantile)
             value = value if value is not None else estimate.mean
             extra = 0.0
             if histogram is not None and histogram.count and view.trusts_window(metric, now, histogram.count):
@@ -429,10 +433,11 @@ def _spread(histogram: LogHistogram, count: int) -> float:
     return max(MIN_SIGMA, math.sqrt(blended))
 
 
-def _success_rate(view: DeploymentView | None, summary: DeploymentSummary | None, now: float) -> tuple[float, float]:
+def _success_rate(
+    view: DeploymentView | None, summary: DeploymentSummary | None, now: float, attempts: int
+) -> tuple[float, float]:
     """(success rate, effective attempts behind it now): the recent attempts' (recency-weighted), with the
-    window's as a prior of a few attempts, and ``SUCCESS_PRIOR`` pseudo-successes."""
-    attempts = summary.attempts if summary else 0
+    window's as a prior of a few attempts, and ``SUCCESS_PRIOR`` pseudo-successes; ``attempts``: the summary's."""
     ok = summary.outcomes.get("ok", 0) if summary else 0
     recent_ok, recent, effective = view.recent_outcomes(now, STALE_HALF_LIFE_S) if view else (0.0, 0.0, 0.0)
     if recent <= 0:
