@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Literal
 
 from gateway.config import DeploymentConfig
@@ -173,6 +174,17 @@ class Prediction:
     latency: a fully cached prompt's first token (``gateway.routing.prefill``)."""
     prefill_tokens_per_s: float | None = None
     """Its prefill speed: uncached prompt tokens per second of first token (None: not measured)."""
+
+    def with_expected(self, expected_s: float | None) -> Prediction:
+        """A copy with another ``expected_s`` (``dataclasses.replace`` reads and passes each field by name:
+        twice as slow, paid per deployment per request by any that failed lately)."""
+        values = list(_PREDICTION_FIELDS(self))
+        values[_EXPECTED_AT] = expected_s
+        return Prediction(*values)
+
+
+_PREDICTION_FIELDS = attrgetter(*(f.name for f in fields(Prediction)))
+_EXPECTED_AT = [f.name for f in fields(Prediction)].index("expected_s")
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
@@ -218,12 +218,12 @@ def _with_fallbacks(predictions: list[Prediction]) -> list[Prediction]:
     result = []
     for i, p in enumerate(predictions):
         if p.time_s is None or p.success_rate >= 1.0:
-            result.append(p if p.expected_s == p.time_s else replace(p, expected_s=p.time_s))
+            result.append(p if p.expected_s == p.time_s else p.with_expected(p.time_s))
             continue
         others = [q.time_s for j, q in enumerate(predictions) if j != i and q.time_s is not None]
         fallback = min(others, default=p.time_s)
         failure = (p.failure_s or 0.0) + fallback
-        result.append(replace(p, expected_s=p.success_rate * p.time_s + (1 - p.success_rate) * failure))
+        result.append(p.with_expected(p.success_rate * p.time_s + (1 - p.success_rate) * failure))
     return result
 
 
