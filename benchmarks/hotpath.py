@@ -16,7 +16,10 @@ Pieces: the request body read and the upstream body written; a 32-token stream t
 (fed per event, and in one chunk) and its ``finish`` (with the feeding, and alone); the same stream
 through the event forwarder hiding its usage chunk; the access-log line of one request (as
 ``gateway serve`` writes it, to a file); one sample into the in-memory stats and the metrics; a routing
-decision over five measured deployments.
+decision over five measured deployments; and the router's whole part of one request as the c=64 whole run
+has it (one deployment, 63 streams in flight, an answer arriving between decisions: plan, start, first
+token, the sample recorded, finish), which the decision alone understates: every answer drops the view's
+cached estimates, and the in-flight checks read every stream that runs.
 """
 
 from __future__ import annotations
@@ -121,6 +124,39 @@ def warm_router(deployments: int = 5) -> tuple[MeasuredRouter, RouteRequest]:
                 store.record(answer)
                 router.attempt_finished(candidate, answer)
     return router, request
+
+
+class _Progress:
+    """A stream in flight as the router reads it (``StreamProgress``)."""
+
+    def __init__(self) -> None:
+        self.received_bytes = 4000
+        self.api = "chat"
+
+
+def routing_cycle(in_flight: int = 63) -> Callable[[], None]:
+    """One request's routing work with ``in_flight`` others streaming on the one deployment: the oldest
+    one's answer arrives each time (recorded in the stats, then ``attempt_finished``)."""
+    router, route = warm_router(1)
+    store = router.stats
+    assert isinstance(store, InMemoryStatsStore)
+    deployment = route.model.deployments[0]
+    answer = dataclasses.replace(sample(), deployment=deployment.name, provider=deployment.provider)
+    running: list[Any] = []
+
+    def run() -> None:
+        candidate = router.plan(route).candidates[0]
+        router.attempt_started(candidate)
+        router.attempt_streaming(candidate, _Progress())
+        running.append(candidate)
+        if len(running) > in_flight:
+            done = running.pop(0)
+            store.record(answer)
+            router.attempt_finished(done, answer)
+
+    for _ in range(500):
+        run()
+    return run
 
 
 def request() -> ProxyRequest:
@@ -239,6 +275,7 @@ def measure() -> None:
         timed("stats (memory): record", 20000, lambda: store.record(one)),
         timed("metrics: record", 20000, lambda: metrics.record(one)),
         timed("routing: plan, 5 deployments", 2000, lambda: router.plan(route)),
+        timed("routing: request, 1 dep., 63 open", 3000, routing_cycle()),
     ]
     for handler in logging.getLogger("gateway.access").handlers:
         handler.flush()

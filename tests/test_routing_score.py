@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from gateway.policies import BUILTIN_POLICIES, PolicyConfig
 from gateway.routing.estimates import DeploymentView, Observation
 from gateway.routing.overrides import ProviderPreferences
+from gateway.routing.predict import Prediction, Uncertainty
 from gateway.routing.score import CAUTION, RequestShape, Scored, Weights, expected_output, predict, score_all
 from gateway.stats import StatsSnapshot
 from tests.support.config import routing_config
@@ -314,3 +316,15 @@ def test_request_sort_replaces_the_policy_weights() -> None:
     assert best(rows) == "wide"
     rows = scored(snapshot, [("quick", 1.0, 1.0), ("wide", 5.0, 5.0)], preferences=ProviderPreferences(sort="latency"))
     assert best(rows) == "quick"
+
+
+def test_with_expected_copies_every_field_as_replace_does() -> None:
+    """The fallback cost's copy is its own (faster) constructor call: it must miss no field."""
+    values: dict[str, object] = {}
+    for index, field in enumerate(dataclasses.fields(Prediction)):
+        values[field.name] = index + 0.5
+    values["uncertainty"] = Uncertainty(0.1, 0.2, 0.3)
+    values["sampling"] = Uncertainty(0.4, 0.5, 0.6)
+    prediction = Prediction(**values)  # type: ignore[arg-type]
+    for expected in (7.0, None):
+        assert prediction.with_expected(expected) == dataclasses.replace(prediction, expected_s=expected)

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Literal
 
 from gateway.config import DeploymentConfig
@@ -68,6 +69,10 @@ WINDOW_METRIC: dict[ViewMetric, WindowMetric] = {
 }
 """Each fast-view metric's counterpart in the shared window (a speed there where the view keeps its inverse)."""
 RATES: frozenset[WindowMetric] = frozenset({"tokens_per_s", "prefill_tokens_per_s"})
+_WINDOW_RATE: dict[ViewMetric, tuple[WindowMetric, bool]] = {m: (w, w in RATES) for m, w in WINDOW_METRIC.items()}
+"""Each fast-view metric's window counterpart, and whether that is a rate: looked up four times per prediction."""
+PooledHistograms = dict[WindowMetric, "LogHistogram | None"]
+"""A model's pooled histogram of each metric, merged once per request and snapshot (``predict``'s ``pooled``)."""
 CacheMode = Literal["warm", "cold", "effective"]
 """How the prompt cache enters a prediction:
 
@@ -170,9 +175,23 @@ class Prediction:
     prefill_tokens_per_s: float | None = None
     """Its prefill speed: uncached prompt tokens per second of first token (None: not measured)."""
 
+    def with_expected(self, expected_s: float | None) -> Prediction:
+        """A copy with another ``expected_s`` (``dataclasses.replace`` reads and passes each field by name:
+        twice as slow, paid per deployment per request by any that failed lately)."""
+        values = list(_PREDICTION_FIELDS(self))
+        values[_EXPECTED_AT] = expected_s
+        return Prediction(*values)
 
-@dataclass(frozen=True, slots=True)
+
+_PREDICTION_FIELDS = attrgetter(*(f.name for f in fields(Prediction)))
+_EXPECTED_AT = [f.name for f in fields(Prediction)].index("expected_s")
+
+
+@dataclass(slots=True)
 class _Value:
+    """One metric's estimate inside ``predict`` (never leaves it; not frozen, since four are built per
+    deployment per request and a frozen init pays a ``object.__setattr__`` per field)."""
+
     value: float
     uncertainty: float
     sampling: float
@@ -180,6 +199,10 @@ class _Value:
     source: Source
     changed: bool = False
     spread: float = PRIOR_SIGMA
+
+    def with_value(self, value: float) -> _Value:
+        """A copy with another value (``dataclasses.replace`` reads every field by name: 10× slower)."""
+        return _Value(value, self.uncertainty, self.sampling, self.samples, self.source, self.changed, self.spread)
 
 
 def expected_output(
@@ -204,36 +227,38 @@ def predict(
     now: float = 0.0,
     cache: CacheTerms = EFFECTIVE,
     bytes_per_token: Mapping[str, float] | None = None,
+    pooled: PooledHistograms | None = None,
 ) -> Prediction:
     """One deployment's prediction for this request (``now`` on the clock ``view`` was fed with).
 
     ``bytes_per_token``: the model's other deployments' stream bytes per output token by API, with which the streams
-    in flight of one that never finished an answer are read (``DeploymentView.in_flight``).
+    in flight of one that never finished an answer are read (``DeploymentView.in_flight``). ``pooled``: the model's
+    pooled histograms merged so far for this request and snapshot (shared by the calls that predict its deployments).
     """
     summary = snapshot.get(model, deployment.name)
-    ttft = _metric(view, summary, snapshot, model, "ttft_s", policy, now)
-    warm = _metric(view, summary, snapshot, model, "warm_ttft_s", policy, now, pooled=False)
-    prefill = _metric(view, summary, snapshot, model, "prefill_s_per_token", policy, now)
+    ttft = _metric(view, summary, snapshot, model, "ttft_s", policy, now, memo=pooled)
+    warm = _metric(view, summary, snapshot, model, "warm_ttft_s", policy, now, pooled=False, memo=pooled)
+    prefill = _metric(view, summary, snapshot, model, "prefill_s_per_token", policy, now, memo=pooled)
     if shape.endpoint != "embeddings" and cache.mode == "warm" and warm is not None:
         ttft = warm
         if prefill is not None and warm.source == prefill.source == "recent" and cache.cached_tokens is not None:
             # This replica's view keeps the base and the prefill apart (``gateway.routing.prefill``): the
             # turn's first token is the base plus the prefill of what the previous turn did not send.
             uncached = max(0, shape.prompt_tokens - cache.cached_tokens)
-            ttft = replace(warm, value=warm.value + prefill.value * uncached)
+            ttft = warm.with_value(warm.value + prefill.value * uncached)
     elif shape.endpoint != "embeddings" and cache.mode == "cold":
         # Prefill of the whole prompt: no part of it is cached here.
         if prefill is not None:
             # This replica's view keeps the prefill's own speed (its base latency apart, ``router._observe``).
             base = warm.value if warm is not None and prefill.source == "recent" else 0.0
-            ttft = replace(prefill, value=base + prefill.value * shape.prompt_tokens)
+            ttft = prefill.with_value(base + prefill.value * shape.prompt_tokens)
         else:
-            cold = _metric(view, summary, snapshot, model, "cold_ttft_s", policy, now, pooled=False)
+            cold = _metric(view, summary, snapshot, model, "cold_ttft_s", policy, now, pooled=False, memo=pooled)
             ttft = cold if cold is not None else ttft
-    spt = _metric(view, summary, snapshot, model, "seconds_per_token", policy, now)
+    spt = _metric(view, summary, snapshot, model, "seconds_per_token", policy, now, memo=pooled)
     slow = view.slow_stream(now) if view is not None else 1.0
     if spt is not None and slow > 1.0:
-        spt = replace(spt, value=spt.value * slow)  # its streams in flight deliver this much slower
+        spt = spt.with_value(spt.value * slow)  # its streams in flight deliver this much slower
     if view is not None and view.answered == 0 and (ttft is None or ttft.source in ("model", "none")):
         # Nothing of its own finished yet, but a stream of it runs: its first token and its pace so far
         # are its own, one answer's worth (a long first probe would otherwise leave it the model's average).
@@ -264,7 +289,7 @@ def predict(
         source = _weakest(ttft.source, spt.source) if spt is not None and stream_counts else ttft.source
     if time_s is None:
         # Non-streamed traffic and embeddings carry no first-token timings: end-to-end stands in.
-        e2e = _metric(view, summary, snapshot, model, "e2e_s", policy, now)
+        e2e = _metric(view, summary, snapshot, model, "e2e_s", policy, now, memo=pooled)
         if e2e is not None:
             time_s, samples, source = e2e.value, e2e.samples, e2e.source
             uncertainty, sampling = e2e.uncertainty, e2e.sampling
@@ -280,13 +305,14 @@ def predict(
     elif cache.mode == "effective" and hit_ratio:
         cached = round(shape.prompt_tokens * hit_ratio)
     cost = deployment.cost_usd(shape.prompt_tokens, shape.output_tokens, cached)
-    attempts = summary.attempts if summary else 0
+    attempts = summary.attempts if summary else 0  # a sum over its outcomes: once per prediction
     newest = view.newest_at if view is not None else None
-    success_rate, success_samples = _success_rate(view, summary, now)
+    success_rate, success_samples = _success_rate(view, summary, now, attempts)
+    floored = None if time_s is None else max(time_s, MIN_TIME_S)
     return Prediction(
         ttft_s=ttft.value if ttft else None,
         tokens_per_s=1.0 / spt.value if spt else None,
-        time_s=None if time_s is None else max(time_s, MIN_TIME_S),
+        time_s=floored,
         cost_usd=cost,
         success_rate=success_rate,
         attempts=attempts,
@@ -313,7 +339,7 @@ def predict(
         overdue=overdue,
         slow_stream=slow,
         failure_s=view.failure_time() if view is not None else None,
-        expected_s=None if time_s is None else max(time_s, MIN_TIME_S),
+        expected_s=floored,
         cache=cache.mode,
         cached_tokens=cached,
         hit_ratio=hit_ratio,
@@ -339,17 +365,19 @@ def _metric(
     now: float,
     *,
     pooled: bool = True,
+    memo: PooledHistograms | None = None,
 ) -> _Value | None:
     """``metric`` (TTFT, seconds per token, end-to-end, ...) from the fast view, else the window, else the
     model's (unless not ``pooled``: a warm first token is a deployment's own or unknown)."""
-    window_metric = WINDOW_METRIC[metric]
-    rate = window_metric in RATES
-    quantile = policy.tps_quantile if rate else policy.ttft_quantile
+    window_metric, rate = _WINDOW_RATE[metric]
     histogram = summary.histograms.get(window_metric) if summary is not None else None
     if view is not None:
         estimate = view.estimate(metric)
         if estimate is not None:
-            value = estimate.mean if policy.estimate == "mean" else view.quantile(metric, quantile)
+            if policy.estimate == "mean":
+                value: float | None = estimate.mean
+            else:
+                value = view.quantile(metric, policy.tps_quantile if rate else policy.ttft_quantile)
             value = value if value is not None else estimate.mean
             extra = 0.0
             if histogram is not None and histogram.count and view.trusts_window(metric, now, histogram.count):
@@ -373,12 +401,12 @@ def _metric(
     if (histogram is None or histogram.count == 0) and not pooled:
         return None
     if histogram is None or histogram.count == 0:
-        pooled_histograms = [
-            s.histograms[window_metric]
-            for (m, _), s in snapshot.summaries.items()
-            if m == model and window_metric in s.histograms
-        ]
-        histogram = LogHistogram.merged(pooled_histograms) if pooled_histograms else None
+        if memo is not None and window_metric in memo:
+            histogram = memo[window_metric]
+        else:
+            histogram = _pooled(snapshot, model, window_metric)
+            if memo is not None:
+                memo[window_metric] = histogram
         source = "model"
     if histogram is None or histogram.count == 0:
         return None
@@ -393,6 +421,14 @@ def _metric(
     spread = _spread(histogram, histogram.count)
     uncertainty = spread / math.sqrt(samples)
     return _Value(value, uncertainty, uncertainty, samples, "window", spread=spread)
+
+
+def _pooled(snapshot: StatsSnapshot, model: str, metric: WindowMetric) -> LogHistogram | None:
+    """The model's histograms of ``metric`` merged (None: no deployment has one)."""
+    histograms = [
+        s.histograms[metric] for (m, _), s in snapshot.summaries.items() if m == model and metric in s.histograms
+    ]
+    return LogHistogram.merged(histograms) if histograms else None
 
 
 def _histogram_value(histogram: LogHistogram, metric: WindowMetric, policy: PolicyConfig) -> float | None:
@@ -413,10 +449,11 @@ def _spread(histogram: LogHistogram, count: int) -> float:
     return max(MIN_SIGMA, math.sqrt(blended))
 
 
-def _success_rate(view: DeploymentView | None, summary: DeploymentSummary | None, now: float) -> tuple[float, float]:
+def _success_rate(
+    view: DeploymentView | None, summary: DeploymentSummary | None, now: float, attempts: int
+) -> tuple[float, float]:
     """(success rate, effective attempts behind it now): the recent attempts' (recency-weighted), with the
-    window's as a prior of a few attempts, and ``SUCCESS_PRIOR`` pseudo-successes."""
-    attempts = summary.attempts if summary else 0
+    window's as a prior of a few attempts, and ``SUCCESS_PRIOR`` pseudo-successes; ``attempts``: the summary's."""
     ok = summary.outcomes.get("ok", 0) if summary else 0
     recent_ok, recent, effective = view.recent_outcomes(now, STALE_HALF_LIFE_S) if view else (0.0, 0.0, 0.0)
     if recent <= 0:

@@ -98,6 +98,7 @@ class MeasuredRouter:
         self._providers = {p.name: p for p in config.providers}
         self._provider_of = {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
         self._typical_output: dict[str, tuple[float, int, OutputSource]] = {}
+        self._speaking: dict[tuple[str, Endpoint | None], tuple[ModelConfig, ModelConfig]] = {}
 
     def _expected_output(
         self, model: str, max_tokens: int | None, snapshot: StatsSnapshot, policy: PolicyConfig, now: float
@@ -112,6 +113,20 @@ class MeasuredRouter:
         output, source = expected_output(model, None, snapshot, policy)
         self._typical_output[model] = (now, output, source)
         return output, source
+
+    def _speaking_of(self, model: ModelConfig, endpoint: Endpoint | None, pinned: str | None) -> ModelConfig:
+        """``speaking``, kept per model and API: the config is immutable, and narrowing it copies the model's
+        config (``dataclasses.replace``) on every request. Kept only for this very ``model`` object, and not
+        for a pinned request (its deployment names come from stored state, not the config)."""
+        if pinned is not None:
+            return speaking(model, endpoint, pinned)
+        key = (model.name, endpoint)
+        kept = self._speaking.get(key)
+        if kept is not None and kept[0] is model:
+            return kept[1]
+        narrowed = speaking(model, endpoint)
+        self._speaking[key] = (model, narrowed)
+        return narrowed
 
     # -- ranking --------------------------------------------------------------------------------
 
@@ -135,7 +150,7 @@ class MeasuredRouter:
         """
         policy = self.config.policy_for(model)
         snapshot = self.stats.snapshot()
-        deployments = _filter(speaking(model, endpoint, pinned), preferences, self._providers)
+        deployments = _filter(self._speaking_of(model, endpoint, pinned), preferences, self._providers)
         now = self.clock()
         output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
         shape = RequestShape(endpoint or "chat", prompt_tokens, output, source)
@@ -496,7 +511,8 @@ def _filter(
 ) -> list[DeploymentConfig]:
     """The deployments a request allows; a filter that leaves none is the request's mistake (400)."""
     deployments = list(model.deployments)
-    known = {p.lower() for p in providers} | {d.name.lower() for d in deployments}
+    named = preferences.order or preferences.only or preferences.ignore
+    known = {p.lower() for p in providers} | {d.name.lower() for d in deployments} if named else set()
     for field, names in (
         ("order", preferences.order),
         ("only", preferences.only or ()),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
@@ -28,6 +28,7 @@ from gateway.routing.predict import (
     SUCCESS_PRIOR,
     CacheTerms,
     OutputSource,
+    PooledHistograms,
     Prediction,
     RequestShape,
     Source,
@@ -156,9 +157,21 @@ def score_all(
     cache = cache or {}
     # Only a deployment with no answer finished yet reads another's envelope (``DeploymentView.in_flight``).
     envelope = _bytes_per_token(views.values()) if any(v.answered == 0 for v in views.values()) else None
+    pooled: PooledHistograms = {}  # the model's averages, merged once for all its deployments
     predictions = _with_fallbacks(
         [
-            predict(model, d, shape, snapshot, policy, views.get(d.name), now, cache.get(d.name, EFFECTIVE), envelope)
+            predict(
+                model,
+                d,
+                shape,
+                snapshot,
+                policy,
+                views.get(d.name),
+                now,
+                cache.get(d.name, EFFECTIVE),
+                envelope,
+                pooled,
+            )
             for d in deployments
         ]
     )
@@ -205,12 +218,12 @@ def _with_fallbacks(predictions: list[Prediction]) -> list[Prediction]:
     result = []
     for i, p in enumerate(predictions):
         if p.time_s is None or p.success_rate >= 1.0:
-            result.append(p if p.expected_s == p.time_s else replace(p, expected_s=p.time_s))
+            result.append(p if p.expected_s == p.time_s else p.with_expected(p.time_s))
             continue
         others = [q.time_s for j, q in enumerate(predictions) if j != i and q.time_s is not None]
         fallback = min(others, default=p.time_s)
         failure = (p.failure_s or 0.0) + fallback
-        result.append(replace(p, expected_s=p.success_rate * p.time_s + (1 - p.success_rate) * failure))
+        result.append(p.with_expected(p.success_rate * p.time_s + (1 - p.success_rate) * failure))
     return result
 
 
