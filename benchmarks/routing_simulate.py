@@ -178,6 +178,9 @@ class _Request:
 
     def next_attempt(self, hedge_allowed: bool) -> None:
         sim = self.sim
+        if hedge_allowed and getattr(self.plan, "race_partner", None) is not None:  # older routers have none
+            self._race_pair()
+            return
         primary = self.admit()
         if primary is None:
             self.fail()
@@ -192,6 +195,56 @@ class _Request:
             sim.at(t0 + after, lambda: self._hedge(primary, t0, ttft, tps))
             return
         self._commit_at(primary, t0, ttft, tps, hedged=False)
+
+    def _race_pair(self) -> None:
+        """Two probes at once and the leader after the head start (``RoutePlan.race_partner``), as the relay runs
+        them: the first token wins and the others are cancelled (a lower bound on their first token); a failure
+        lets the leader join at once; the leader is never started when a probe's first token comes first."""
+        sim = self.sim
+        t0 = sim.now
+        racers = []
+        for candidate in (self.admit(), self.admit()):
+            if candidate is not None:
+                racers.append((candidate, t0, *self.draw(candidate)))
+        if not racers:
+            self.fail()
+            return
+        for candidate, _, fails, _, _ in racers:
+            if fails:
+                sim.at(t0 + FAIL_S, functools.partial(sim.sample, candidate, "upstream_error", None, None, hedged=True))
+        firsts = [t0 + ttft for _, _, fails, ttft, _ in racers if not fails]
+        join_at = t0 + (racers[-1][0].hedge_after_s or 0.0)
+        if len(firsts) < len(racers):
+            join_at = min(join_at, t0 + FAIL_S)
+        if firsts and min(firsts) <= join_at:
+            self._race_ends(racers)
+        else:
+            sim.at(join_at, lambda: self._leader_joins(racers))
+
+    def _leader_joins(self, racers: list[tuple[Candidate, float, bool, float, float]]) -> None:
+        leader = self.admit()
+        if leader is not None:
+            racers = [*racers, (leader, self.sim.now, *self.draw(leader))]
+            if racers[-1][2]:
+                self.sim.at(self.sim.now + FAIL_S, functools.partial(self._failed, leader, False))
+        self._race_ends(racers)
+
+    def _race_ends(self, racers: list[tuple[Candidate, float, bool, float, float]]) -> None:
+        sim = self.sim
+        ok = sorted(
+            ((start + ttft, c, start, ttft, tps) for c, start, fails, ttft, tps in racers if not fails),
+            key=lambda racer: racer[0],
+        )
+        if not ok:
+            if not racers[-1][2] or racers[-1][0].reason == "explore":  # no leader failed into a fallback of its own
+                sim.at(max(start for _, start, *_ in racers) + FAIL_S, lambda: self.next_attempt(hedge_allowed=False))
+            return
+        first_at, winner, started, ttft, tps = ok[0]
+        for _, loser, start, _, _ in ok[1:]:
+            sim.at(
+                first_at, functools.partial(sim.sample, loser, "client_cancelled", first_at - start, None, hedged=True)
+            )
+        self._commit_at(winner, started, ttft, tps, hedged=True)  # its first token is still to come: events ahead
 
     def _failed(self, candidate: Candidate, hedge_allowed: bool) -> None:
         self.sim.sample(candidate, "upstream_error", None, None, status=503, e2e=self.sim.now - self.started)

@@ -168,3 +168,38 @@ def test_hedging_cuts_the_client_p99_ttft_of_a_heavy_tail(sims: Sims) -> None:
     assert _p99(with_hedging) < 0.75 * _p99(without), diagnosis
     extra = hedged.fakes["b"].app.state.requests
     assert len(tail) <= extra <= 0.1 * n + 2  # the tail requests, within the budget
+
+
+def test_a_race_probe_with_a_partner_runs_three_attempts_and_cancels_the_two_that_lose(sims: Sims) -> None:
+    # Four deployments: a race probe measures two contenders at once, the leader joining after the head start.
+    names = ["a", "b", "c", "d"]
+    streaming = FakeBehavior(ttft_s=0.01, tokens_per_s=1000, output_tokens=20)  # its speed is seen: none stays cold
+    sim = sims.start(
+        [SimProvider(name, streaming, price_in=1.0) for name in names],
+        policy={"explore_share": 0.9, "memory_half_life_s": 0.05, "hedge_tail": False},
+    )
+    # Each measured (the cold start probes them one by one), then the leader's traffic; the same body size as
+    # the race's request below, so that it is as cheap a request to explore on as these were.
+    quick = {"fake": {"servers": {name: {"ttft_s": 0.01} for name in names}}}
+    for _ in range(8):
+        sim.chat(extra_body=quick)
+    wait_until(lambda: idle(sim))  # every warm-up attempt ended, a race's loser too: its sample is in
+    warm = len(samples_of(sim, 8))
+
+    def contenders_stale() -> bool:
+        routes = httpx.get(
+            sim.gateway.url + "/v1/gateway/routes", headers={"authorization": f"Bearer {ADMIN_KEY}"}
+        ).json()
+        rows = routes["data"][0]["deployments"]
+        return sum(1 for row in rows if row["explore_bonus"] > 1.0) >= 3  # three may now be better than the leader
+
+    wait_until(contenders_stale)
+    everyone_slow = {"fake": {"servers": {name: {"ttft_s": 0.25} for name in names}}}
+    reply = sim.chat(extra_body=everyone_slow)
+    assert reply.attempts == 3 and reply.route in ("explore", "hedge")
+    assert reply.text.strip().startswith("the quick brown")
+    wait_until(lambda: idle(sim))
+    race = samples_of(sim, warm + 3)[warm:]
+    outcomes = sorted((s.outcome, s.hedged) for s in race)
+    assert outcomes == [("client_cancelled", True), ("client_cancelled", True), ("ok", True)]
+    assert len({s.deployment for s in race}) == 3

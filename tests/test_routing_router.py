@@ -53,6 +53,10 @@ class Rig:
     def first(self) -> Candidate:
         return self.router.plan(self.request()).candidates[0]
 
+    def explored(self) -> list[str]:
+        """The deployments one request measures: its probe, and the probe racing beside it, if any."""
+        return [c.name for c in self.router.plan(self.request()).candidates if c.reason == "explore"]
+
     def candidate(self, name: str) -> Candidate:
         for c in self.router.plan(self.request()).candidates:
             if c.name == name:
@@ -129,13 +133,13 @@ def test_exploration_goes_where_an_estimate_is_stale_or_thin_not_where_it_is_fre
     answered(rig, "b", 20, ttft=0.7, tps=1e4)  # a little slower, measured just now
     answered(rig, "thin", 1, ttft=0.7, tps=1e4)  # as slow, on one answer
     answered(rig, "a", 20, ttft=0.5, tps=1e4)
-    fresh = Counter(c.name for c in (rig.first() for _ in range(400)) if c.reason == "explore")
+    fresh = Counter(name for _ in range(400) for name in rig.explored())
     assert fresh["far"] == fresh["b"] == 0 and fresh["thin"] > 0  # only thin evidence leaves room for doubt
     rows = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}
     assert rows["far"].scored.optimistic > rows["a"].scored.ranked_by
     rig.clock.now += 60  # a minute without news of anyone but "a"
     answered(rig, "a", 5, ttft=0.5, tps=1e4)
-    stale = Counter(c.name for c in (rig.first() for _ in range(400)) if c.reason == "explore")
+    stale = Counter(name for _ in range(400) for name in rig.explored())
     assert stale["far"] > 0 and stale["b"] > 0  # now even the far one may have recovered
     rows = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}
     assert rows["far"].scored.bonus > 4 * rows["a"].scored.bonus
@@ -170,6 +174,40 @@ def test_a_probe_races_the_leader_on_a_stream_and_goes_first_otherwise() -> None
     unstreamed = [rig.router.plan(rig.request(stream=False)) for _ in range(40)]
     probe = next(p for p in unstreamed if p.candidates[0].reason == "explore")
     assert probe.race_probe is None and probe.candidates[0].name == "b" and probe.candidates[0].hedge_after_s is None
+
+
+def test_among_four_or_more_a_race_probe_measures_two_contenders_at_once() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("c", 1, 1), ("d", 1, 1)], policy={"explore_share": 0.5}))
+    for name in "bcd":
+        answered(rig, name, 5, ttft=0.6)
+    rig.clock.now += 60  # none of them heard from for a minute: each may have become the best
+    answered(rig, "a", 20, ttft=0.4)
+    plans = [rig.router.plan(rig.request()) for _ in range(40)]
+    pair = next(p for p in plans if p.race_partner is not None)
+    first, second, leader = pair.candidates[:3]
+    assert (first.reason, second.reason, leader.name, leader.reason) == ("explore", "explore", "a", "fallback")
+    assert {first.name, second.name} <= {"b", "c", "d"} and first.name != second.name
+    assert (pair.race_probe, pair.race_partner, pair.race_width) == (first.name, second.name, 3)
+    # Both start at once; the leader joins after the head start (half its first token); no hedge budget spent.
+    assert first.hedge_after_s == 0.0
+    assert second.hedge_after_s == pytest.approx(0.2, rel=0.05)
+    assert rig.router.try_hedge(pair)
+    # One request, one probe: the share counts requests; both contenders count as probed (the rotation moves on).
+    measured = Counter(name for p in plans for name in (p.race_probe, p.race_partner) if name)
+    assert set(measured) == {"b", "c", "d"}
+    ranking = rig.router.rank(rig.config.models[0])
+    assert ranking.probes == sum(1 for p in plans if p.race_probe)
+
+
+def test_with_three_deployments_a_race_probe_has_no_partner() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("c", 1, 1)], policy={"explore_share": 0.5}))
+    for name in "bc":
+        answered(rig, name, 5, ttft=0.6)
+    rig.clock.now += 60
+    answered(rig, "a", 20, ttft=0.4)
+    plans = [rig.router.plan(rig.request()) for _ in range(40)]
+    assert any(p.race_probe for p in plans)
+    assert all(p.race_partner is None and p.race_width == 2 for p in plans)
 
 
 def test_a_race_lost_to_the_first_token_refreshes_the_loser_without_an_answer() -> None:

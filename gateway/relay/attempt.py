@@ -79,7 +79,9 @@ class AttemptLog:
     def commit(self, attempt: Attempt) -> None:
         """Note the attempt whose answer goes to the client, and why it was the one."""
         self.winner = attempt.candidate
-        if attempt.is_hedge:
+        if attempt.is_hedge and attempt.candidate.reason == "explore":
+            self.route = "explore"  # the second probe of a race, started beside the first
+        elif attempt.is_hedge:
             self.route = "hedge"
         else:
             self.route = attempt.candidate.reason if attempt.number == 1 else "fallback"

@@ -33,6 +33,8 @@ class AttemptBudget:
     """Failures before the first byte, in the order they happened."""
     failed_at: list[Candidate] = field(default_factory=list)
     """The candidate of each of ``errors``."""
+    extra: int = 0
+    """Attempts allowed beyond ``max_attempts``: a race's second probe (it measures; the fallbacks stay)."""
     _followed: int = 0
 
     @classmethod
@@ -48,7 +50,7 @@ class AttemptBudget:
         return self.deadline - self.clock()
 
     def allows_another(self) -> bool:
-        return self.used < self.policy.max_attempts and self.remaining_s() > 0
+        return self.used < self.policy.max_attempts + self.extra and self.remaining_s() > 0
 
     def spend(self, attempt: Attempt) -> None:
         """Count ``attempt`` against the budget and give it its number (1 for the first)."""

@@ -26,7 +26,9 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
     model = plan.candidates[0].model
     queue: tuple[Candidate, ...] = plan.candidates
     pending: dict[asyncio.Task[None], Attempt] = {}
-    hedge_tried = False
+    hedges_left = plan.race_width - 1
+    if plan.race_partner is not None:
+        budget.extra = 1  # the second probe measures: the request keeps the fallbacks a one-probe race leaves it
     retries: dict[str, int] = {}
     lone = len(queue) == 1
     again = False  # the queue's head is a retry of the attempt that just failed
@@ -36,13 +38,13 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
         nonlocal queue, again
         if not queue or not budget.allows_another():
             return None
-        started = await runner.start_first(request, queue, budget, as_hedge=as_hedge, retry=again)
+        opened = await runner.start_first(request, queue, budget, as_hedge=as_hedge, retry=again)
         again = False
-        if started is None:
+        if opened is None:
             if not as_hedge:
                 queue = ()
             return None
-        attempt, queue = started
+        attempt, queue = opened
         if not as_hedge:
             runner.fall_back(budget, attempt.candidate)
         pending[asyncio.ensure_future(runner.open(request, attempt, budget))] = attempt
@@ -54,16 +56,22 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
                 break
             timeout: float | None = None
             primary = next(iter(pending.values()))
-            if not hedge_tried and len(pending) == 1 and primary.candidate.hedge_after_s is not None:
-                timeout = max(0.0, primary.sent_at + primary.candidate.hedge_after_s - runner.clock())
+            newest = next(reversed(pending.values()))
+            # The next attempt joins when the newest one's first token is later than its hedge_after_s: a hedge
+            # beside the primary, or a race's second probe and then its leader.
+            if hedges_left > 0 and newest.candidate.hedge_after_s is not None:
+                timeout = max(0.0, newest.sent_at + newest.candidate.hedge_after_s - runner.clock())
             done, _ = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if not done:
-                hedge_tried = True
+                hedges_left -= 1
                 if queue and budget.allows_another() and runner.router.try_hedge(plan):
                     hedge = await start_next(True)
                     if hedge is not None:
-                        primary.hedged = True
+                        for running in pending.values():
+                            running.hedged = True
                         runner.events.hedge_started(model, primary.candidate.name, hedge.candidate.name)
+                else:
+                    hedges_left = 0
                 continue
             answered: list[Attempt] = []
             for task in done:
@@ -74,7 +82,7 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
                 elif isinstance(error, UpstreamError):
                     budget.failed(error, attempt.candidate)
                     failed = attempt.candidate
-                    room = budget.used + 1 < budget.policy.max_attempts  # the fallback keeps its attempt
+                    room = budget.used + 1 < budget.policy.max_attempts + budget.extra  # the fallback keeps its attempt
                     if not pending and not answered and len(done) == 1 and (lone or (queue and room)):
                         # Alone again: ask it again after a wait, when that is predicted to pay.
                         following = queue[0] if queue else None

@@ -27,6 +27,11 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
   one leader's time of expected cost (where every answer is long, a slow streamer has no
   cheaper race, and its recovery would never be seen).
   Without racing (or for unstreamed requests) the probe is the request's first attempt.
+- **Pairs.** With ``PAIR_MIN_DEPLOYMENTS`` or more, a race probe takes a second contender with it
+  (``choose_partner``: the next in the same order whose race is affordable): both start at once,
+  the leader after the head start, and the first token of the three wins. 5% of requests spread
+  over N - 1 contenders sees each of five deployments every ~20 s at 4 requests/s; a pair halves
+  that at the same share of requests (the request counts once; a loser costs its prompt).
 
 Requests with overrides never explore; ``explore_share = 0`` leaves only the cold start, and
 ``min_samples = 0`` (or a ``fixed`` ranking) not even that.
@@ -55,6 +60,8 @@ NEGLECTED_AFTER_S = 10.0
 ``RACE_SLACK`` of it): one that streams slowly is otherwise never raced where every answer is long."""
 RACE_HEAD_START = 0.5
 """A race probe's head start over the leader, as a share of the leader's predicted first token."""
+PAIR_MIN_DEPLOYMENTS = 4
+"""From this many deployments on, a race probe measures two contenders at once (``choose_partner``)."""
 STREAM_PROBE_TOKENS = 16
 """A deployment whose tokens/s was never measured is probed for it on a request of at least this many tokens."""
 SIZES_KEPT = 64
@@ -176,25 +183,66 @@ def choose_probe(
                     return Probe(row, race=False, cold=False, follow_up=True)
     if not (budget and cheap and known_leader):
         return None
-    best = leader.scored.ranked_by + policy.explore_margin
+    pool = _contenders(rows, policy, probed_at or {}, rng)
+    if not pool:
+        return None
+    if not race_allowed:
+        return Probe(pool[0], race=False, cold=False)
+    # None: a long answer that a slow streamer would likely win; wait for a cheaper request.
+    return _affordable_race(pool, leader, shape, probed_at or {}, now)
+
+
+def choose_partner(
+    rows: Sequence[Ranked],
+    probe: Probe,
+    policy: PolicyConfig,
+    shape: RequestShape,
+    *,
+    rng: random.Random,
+    probed_at: Mapping[str, float] | None = None,
+    now: float = 0.0,
+) -> Probe | None:
+    """A second contender for ``probe``'s race, where the model has ``PAIR_MIN_DEPLOYMENTS`` or more (None: none).
+
+    With 5% of requests spent measuring, each of N - 1 contenders is probed once every
+    (N - 1) / 0.05 requests: with five deployments, one look at each every ~20 s at 4 requests/s,
+    and a recovery among them waits that long. Both contenders start at once and the leader after
+    the head start; the first token wins. The request still counts once against the budget: it
+    costs the client what one race costs (at most the head start), and the loser's cancelled
+    attempt its prompt.
+    """
+    if not probe.race or probe.cold or len(rows) < PAIR_MIN_DEPLOYMENTS:
+        return None
+    others = [r for r in rows if r is not probe.row]
+    pool = _contenders(others, policy, probed_at or {}, rng)
+    return _affordable_race(pool, others[0], shape, probed_at or {}, now) if pool else None
+
+
+def _contenders(
+    rows: Sequence[Ranked], policy: PolicyConfig, last: Mapping[str, float], rng: random.Random
+) -> list[Ranked]:
+    """The measured deployments behind the leader (``rows[0]``) worth a probe, the one probed longest ago first."""
+    best = rows[0].scored.ranked_by + policy.explore_margin
     pool = [
         r
         for r in rows[1:]
         if r.in_flight == 0 and not r.scored.violations and _measured(r) and r.scored.optimistic < best
     ]
-    if not pool:
-        return None
-    last = probed_at or {}
     pool.sort(key=lambda r: (last.get(r.deployment.name, -math.inf), r.scored.optimistic, rng.random()))
-    if not race_allowed:
-        return Probe(pool[0], race=False, cold=False)
+    return pool
+
+
+def _affordable_race(
+    pool: Sequence[Ranked], leader: Ranked, shape: RequestShape, last: Mapping[str, float], now: float
+) -> Probe | None:
+    """The first of ``pool`` that can race ``leader`` on this request at an affordable cost."""
     for row in pool:
         # Not probed for a while: worth a costlier race (a slow streamer on long answers has no cheap one).
         neglected = now - last.get(row.deployment.name, -math.inf) >= NEGLECTED_AFTER_S
         head_start = _affordable_head_start(row, leader, shape, 1.0 if neglected else RACE_SLACK)
         if head_start is not None:
             return Probe(row, race=True, cold=False, head_start_s=head_start)
-    return None  # a long answer that a slow streamer would likely win: wait for a cheaper request
+    return None
 
 
 def _cold(row: Ranked, shape: RequestShape, stream: bool) -> bool:

@@ -102,8 +102,16 @@ class RoutePlan:
     for the request's routing trace (``gateway.routing.trace``)."""
     race_probe: str | None = None
     """The deployment this plan explores by racing (its first candidate, the leader its hedge), if any."""
+    race_partner: str | None = None
+    """A second deployment explored in the same race (its second candidate, started with the first; the leader,
+    third, joins after the head start), if any."""
     affinity: AffinityDecision | None = None
     """What the router did with the request's session (None: it has none)."""
+
+    @property
+    def race_width(self) -> int:
+        """Attempts its first-token race may hold at once: the primary and a hedge, or two probes and the leader."""
+        return 3 if self.race_partner is not None else 2
 
 
 class Router(Protocol):

@@ -42,7 +42,7 @@ from gateway.routing.affinity import cache_terms, decide, keep_bound_first
 from gateway.routing.apis import speaking
 from gateway.routing.capacity import ProviderLimit, RateLimits
 from gateway.routing.estimates import Observation
-from gateway.routing.explore import Probe, RequestSizes, choose_probe
+from gateway.routing.explore import Probe, RequestSizes, choose_partner, choose_probe
 from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.hedge import hedge_after
 from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
@@ -255,10 +255,14 @@ class MeasuredRouter:
         explore = not preferences.steers and not staying
         probe = self._probe(model.name, rows, policy, ranking.shape, request.stream) if explore else None
         race = probe.row if probe is not None and probe.race else None
+        partner = self._partner(model.name, rows, probe, policy, ranking.shape) if probe is not None else None
         if probe is not None:
             rows.remove(probe.row)
             rows.insert(0, probe.row)
             first_reason = "explore"
+        if partner is not None:
+            rows.remove(partner.row)
+            rows.insert(1, partner.row)
         hedging = request.stream and policy.hedging
         if hedging:
             self.state.hedges.credit(model.name, policy.hedge_budget)
@@ -267,13 +271,18 @@ class MeasuredRouter:
         for i, row in enumerate(rows):
             after = None
             if race is not None and probe is not None and i == 0:
-                after = probe.head_start_s
+                # With a partner: both contenders start at once, the leader after the head start either affords.
+                after = 0.0 if partner is not None else probe.head_start_s
+            elif partner is not None and probe is not None and i == 1:
+                after = min(probe.head_start_s, partner.head_start_s)
             elif hedging:
                 backup = backup_time(row, rows[i + 1], ranking.shape) if i + 1 < len(rows) else None
                 after = hedge_after(
                     policy, ranking.snapshot, model.name, row.deployment.name, backup, self.state.tails, now
                 )
             reason: RouteReason = first_reason if i == 0 else "fallback"
+            if partner is not None and i == 1:
+                reason = "explore"
             key = (model.name, row.deployment.name)
             deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.get(*key), now)
             candidate = Candidate(
@@ -294,8 +303,26 @@ class MeasuredRouter:
             self.events.session_routed(model.name, first.name, affinity.choice, affinity.reason)
         probed = race.deployment.name if race is not None else None
         return RoutePlan(
-            candidates=tuple(candidates), policy=policy, race_probe=probed, ranking=ranking, affinity=affinity
+            candidates=tuple(candidates),
+            policy=policy,
+            race_probe=probed,
+            ranking=ranking,
+            affinity=affinity,
+            race_partner=partner.row.deployment.name if partner is not None else None,
         )
+
+    def _partner(
+        self, model: str, rows: Sequence[Ranked], probe: Probe, policy: PolicyConfig, shape: RequestShape
+    ) -> Probe | None:
+        """A second contender for a race probe (``explore.choose_partner``); the request counts as one probe."""
+        views = self.state.views_of(model)
+        now = self.clock()
+        partner = choose_partner(
+            rows, probe, policy, shape, rng=self.rng, probed_at={n: v.probed_at for n, v in views.items()}, now=now
+        )
+        if partner is not None:
+            self.state.view((model, partner.row.deployment.name), policy.memory_half_life_s).probed_at = now
+        return partner
 
     def _probe(
         self, model: str, rows: Sequence[Ranked], policy: PolicyConfig, shape: RequestShape, stream: bool
