@@ -196,9 +196,12 @@ def test_redis_down_mid_session_fails_no_request(two: list[FakeServer], redis_se
         assert [turn(gateway, conversation(n)).deployment for n in (2, 3)] == [home, home]
         other = turn(gateway, conversation(2, "planes"), "s2")
         assert other.affinity in ("new", "unknown")
-        wait_until(lambda: httpx.get(gateway.url + "/readyz").json()["status"] == "degraded", what="/readyz degraded")
-        reasons = httpx.get(gateway.url + "/readyz").json()["reasons"]
-        assert any("sessions routed unbound" in r for r in reasons)
+        # Another store may see Redis gone first: wait for the binding store's own reason, not just "degraded".
+        wait_until(
+            lambda: any("sessions routed unbound" in r for r in httpx.get(gateway.url + "/readyz").json()["reasons"]),
+            what="/readyz to name the unbound sessions",
+        )
+        assert httpx.get(gateway.url + "/readyz").json()["status"] == "degraded"
         assert 'gateway_bindings_backend_healthy{backend="redis"} 0.0' in httpx.get(gateway.url + "/metrics").text
     finally:
         servers.stop()
