@@ -253,9 +253,10 @@ class MeasuredRouter:
             first_reason = "affinity"
         # A session that stays is not explored away from its cache (that would cost it the cache's worth).
         explore = not preferences.steers and not staying
-        probe = self._probe(model.name, rows, policy, ranking.shape, request.stream) if explore else None
+        probe, partner = (
+            self._probe(model.name, rows, policy, ranking.shape, request.stream) if explore else (None, None)
+        )
         race = probe.row if probe is not None and probe.race else None
-        partner = self._partner(model.name, rows, probe, policy, ranking.shape) if probe is not None else None
         if probe is not None:
             rows.remove(probe.row)
             rows.insert(0, probe.row)
@@ -311,23 +312,11 @@ class MeasuredRouter:
             race_partner=partner.row.deployment.name if partner is not None else None,
         )
 
-    def _partner(
-        self, model: str, rows: Sequence[Ranked], probe: Probe, policy: PolicyConfig, shape: RequestShape
-    ) -> Probe | None:
-        """A second contender for a race probe (``explore.choose_partner``); the request counts as one probe."""
-        views = self.state.views_of(model)
-        now = self.clock()
-        partner = choose_partner(
-            rows, probe, policy, shape, rng=self.rng, probed_at={n: v.probed_at for n, v in views.items()}, now=now
-        )
-        if partner is not None:
-            self.state.view((model, partner.row.deployment.name), policy.memory_half_life_s).probed_at = now
-        return partner
-
     def _probe(
         self, model: str, rows: Sequence[Ranked], policy: PolicyConfig, shape: RequestShape, stream: bool
-    ) -> Probe | None:
-        """Exploration's choice for this request (``gateway.routing.explore``), with the budget and counts kept."""
+    ) -> tuple[Probe | None, Probe | None]:
+        """Exploration's choice for this request (``gateway.routing.explore``), with the budget and counts kept:
+        the probe, and the second contender racing beside it (``choose_partner``; the request counts once)."""
         state = self.state
         sizes = state.sizes.get(model)
         if sizes is None:
@@ -337,6 +326,8 @@ class MeasuredRouter:
         state.counts.requests[model] = state.counts.requests.get(model, 0) + 1
         views = state.views_of(model)
         follow_ups = frozenset(name for name, view in views.items() if view.follow_ups > 0)
+        probed_at = {name: view.probed_at for name, view in views.items()}
+        now = self.clock()
         probe = choose_probe(
             rows,
             policy,
@@ -347,20 +338,23 @@ class MeasuredRouter:
             rng=self.rng,
             follow_ups=follow_ups,
             may_borrow=state.explore.may_borrow(model),
-            probed_at={name: view.probed_at for name, view in views.items()},
-            now=self.clock(),
+            probed_at=probed_at,
+            now=now,
         )
         if probe is None:
-            return None
+            return None, None
+        partner = choose_partner(rows, probe, policy, shape, rng=self.rng, probed_at=probed_at, now=now)
         target = state.view((model, probe.row.deployment.name), policy.memory_half_life_s)
-        target.probed_at = self.clock()
+        target.probed_at = now
+        if partner is not None:
+            state.view((model, partner.row.deployment.name), policy.memory_half_life_s).probed_at = now
         if probe.follow_up:
             target.follow_ups -= 1
         state.explore.take(model)
         state.counts.probes[model] = state.counts.probes.get(model, 0) + 1
         if probe.race:
             state.counts.races[model] = state.counts.races.get(model, 0) + 1
-        return probe
+        return probe, partner
 
     def at_capacity(self, candidate: Candidate) -> bool:
         provider = candidate.provider
