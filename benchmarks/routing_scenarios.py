@@ -142,6 +142,9 @@ TOGETHER = from_p95("together", 151.6, 34.0, 2.26 / 2.5, 2.26, 0.534)
 DEEPINFRA = from_p95("deepinfra", 69.4, 9.0, 6.41 / 2.5, 6.41, 0.37)
 NOVITA = from_p95("novita", 60.6, 29.6, 3.41 / 2.5, 3.41, 0.448)
 
+NOVITA_RECOVERED = replace(NOVITA, ttft_s=0.3, tps=300.0, ttft_sigma=0.3, tps_sigma=0.2)
+"""The slowest provider after its recovery: the fastest of the recovery markets."""
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "stable",
@@ -158,7 +161,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         (TELNYX, TOGETHER, NOVITA),
         lengths=((256, 1),),
         duration_s=90,
-        changes=(Change(40, "novita", replace(NOVITA, ttft_s=0.3, tps=300.0, ttft_sigma=0.3, tps_sigma=0.2)),),
+        changes=(Change(40, "novita", NOVITA_RECOVERED),),
     ),
     Scenario(
         "mixed-lengths",
@@ -232,7 +235,7 @@ STRESS: tuple[Scenario, ...] = (
         (BASETEN, MODAL, TELNYX, TOGETHER, NOVITA),
         lengths=((256, 1),),
         duration_s=90,
-        changes=(Change(30, "novita", replace(NOVITA, ttft_s=0.2, tps=400.0, ttft_sigma=0.3, tps_sigma=0.2)),),
+        changes=(Change(30, "novita", replace(NOVITA_RECOVERED, ttft_s=0.2, tps=400.0)),),
     ),
     Scenario(
         "ttft-degrade",
@@ -269,7 +272,7 @@ STRESS: tuple[Scenario, ...] = (
         lengths=((256, 1),),
         duration_s=60,
         rate_per_s=10.0,
-        changes=(Change(30, "novita", replace(NOVITA, ttft_s=0.3, tps=300.0, ttft_sigma=0.3, tps_sigma=0.2)),),
+        changes=(Change(30, "novita", NOVITA_RECOVERED),),
     ),
     Scenario(
         "long-recovery",
