@@ -211,7 +211,7 @@ class _Request:
             return
         for candidate, _, fails, _, _ in racers:
             if fails:
-                sim.at(t0 + FAIL_S, functools.partial(sim.sample, candidate, "upstream_error", None, None, hedged=True))
+                self._racer_fails(candidate)
         firsts = [t0 + ttft for _, _, fails, ttft, _ in racers if not fails]
         join_at = t0 + (racers[-1][0].hedge_after_s or 0.0)
         if len(firsts) < len(racers):
@@ -226,8 +226,14 @@ class _Request:
         if leader is not None:
             racers = [*racers, (leader, self.sim.now, *self.draw(leader))]
             if racers[-1][2]:
-                self.sim.at(self.sim.now + FAIL_S, functools.partial(self._failed, leader, False))
+                self._racer_fails(leader)
         self._race_ends(racers)
+
+    def _racer_fails(self, candidate: Candidate) -> None:
+        self.sim.at(
+            self.sim.now + FAIL_S,
+            functools.partial(self.sim.sample, candidate, "upstream_error", None, None, hedged=True, status=503),
+        )
 
     def _race_ends(self, racers: list[tuple[Candidate, float, bool, float, float]]) -> None:
         sim = self.sim
@@ -235,9 +241,8 @@ class _Request:
             ((start + ttft, c, start, ttft, tps) for c, start, fails, ttft, tps in racers if not fails),
             key=lambda racer: racer[0],
         )
-        if not ok:
-            if not racers[-1][2] or racers[-1][0].reason == "explore":  # no leader failed into a fallback of its own
-                sim.at(max(start for _, start, *_ in racers) + FAIL_S, lambda: self.next_attempt(hedge_allowed=False))
+        if not ok:  # every racer failed: the plan's next candidate, as a fallback
+            sim.at(max(start for _, start, *_ in racers) + FAIL_S, lambda: self.next_attempt(hedge_allowed=False))
             return
         first_at, winner, started, ttft, tps = ok[0]
         for _, loser, start, _, _ in ok[1:]:
