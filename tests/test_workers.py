@@ -155,8 +155,16 @@ def fresh_stream(gateway: Supervised) -> str:
 
 
 def traffic(gateway: Supervised, count: int) -> collections.Counter[str]:
-    with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
-        return collections.Counter(pool.map(lambda _: stream(gateway.client), range(count)))
+    """``count`` streams from ``THREADS`` threads, each on a connection of its own.
+
+    The kernel spreads connections, not requests, over the workers: a pooled client may open only
+    two or three connections for the whole run, and all of them may land on one worker (CI saw
+    1,000 of 1,000 on worker 0). A connection per request is judged over 1,000 draws."""
+    fresh = httpx.Client(
+        base_url=gateway.url, timeout=10, limits=httpx.Limits(max_connections=THREADS, max_keepalive_connections=0)
+    )
+    with fresh, concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
+        return collections.Counter(pool.map(lambda _: stream(fresh), range(count)))
 
 
 def by_worker(gateway: Supervised, path: str, want: Callable[[httpx.Response], bool], what: str) -> dict[str, Any]:
