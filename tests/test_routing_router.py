@@ -250,6 +250,27 @@ def test_a_burst_at_cold_start_probes_each_deployment_once_then_spreads() -> Non
     assert sorted(spread) == ["a", "b", "c"]
 
 
+def test_answers_in_one_chunk_do_not_run_the_exploration_budget_into_debt() -> None:
+    # Both answer 8 tokens in one chunk: their streams are never measured. Until the model's answers
+    # are known to be short, each request looks long enough to measure one; such a probe spends the
+    # budget like any other, so the cold start stays two probes and exploration resumes afterwards
+    # (it was every request for twenty, then none for the next two hundred).
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.1, "min_samples": 3}))
+    explored = []
+    for index in range(60):
+        first = rig.first()
+        if first.reason == "explore":
+            explored.append(index)
+        assert rig.router.attempt_started(first)
+        ttft = 0.02 if first.name == "a" else 0.05
+        result = sample(first.name, ttft=ttft, tps=None, tokens=8, started_at=rig.clock.now)
+        rig.store.record(result)
+        rig.router.attempt_finished(first, result)
+        rig.clock.now += 0.05
+    assert [i for i in explored if i < 10] == [0, 1], explored
+    assert any(10 <= i < 60 for i in explored), explored
+
+
 def test_a_leader_on_a_few_answers_does_not_take_every_request_before_they_come_back() -> None:
     rig = Rig(routing_config([("steady", 1, 1), ("lucky", 1, 1)]))
     answered(rig, "steady", 30, ttft=0.5)

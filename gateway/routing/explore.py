@@ -9,7 +9,7 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
   window) is probed at once (on a cheap request once another is measured), one attempt at a
   time, whatever the budget holds: that costs one request per deployment. One whose stream
   was never measured (its answers were one chunk each) is probed on the next request long
-  enough to measure it.
+  enough to measure it, if the budget holds a probe (it may come back in one chunk again).
 - **Afterwards**, a token bucket per model (``ExploreBudget``: ``explore_share`` per request,
   a burst of ``BURST``) bounds probes as a share of requests. A probe goes to the most
   neglected deployment (probed longest ago) whose optimistic score is within
@@ -166,7 +166,7 @@ def choose_probe(
     leader = rows[0]
     known_leader = _measured(leader)
     race_allowed = stream and policy.explore_race and known_leader and len(rows) > 1
-    cold = [r for r in rows if _cold(r, shape, stream) and r.in_flight == 0 and not r.scored.violations]
+    cold = [r for r in rows if _cold(r, shape, stream, budget) and r.in_flight == 0 and not r.scored.violations]
     if cold and (cheap or not known_leader or all(r.scored.prediction.answers for r in cold)):
         # Never by racing: a deployment slower to its first token would lose every race and never
         # be measured; its first answer is worth one request (a cheap one, once another is measured).
@@ -245,13 +245,20 @@ def _affordable_race(
     return None
 
 
-def _cold(row: Ranked, shape: RequestShape, stream: bool) -> bool:
-    """Nothing of its own measured; or its stream never was (one-chunk answers only), and this request,
-    a stream long enough, can measure it (a whole answer never can: its speed is not seen)."""
+def _cold(row: Ranked, shape: RequestShape, stream: bool, budget: bool) -> bool:
+    """Nothing of its own measured; or its stream never was (one-chunk answers only), this request, a
+    stream long enough, can measure it (a whole answer never can: its speed is not seen), and the
+    budget holds a probe.
+
+    The first happens once per deployment; the second may repeat on every request, since a request
+    is judged long enough by its expected answer (before any answer is seen, the policy's default of
+    256 tokens) while the answers keep coming in one chunk. Unbudgeted, each repeat ran the budget
+    further into debt: twenty at a cold start silenced exploration for the next two hundred requests.
+    """
     p = row.scored.prediction
     if p.answers == 0 and p.source in ("model", "none"):
         return True
-    return stream and p.stream_source in ("model", "none") and shape.output_tokens >= STREAM_PROBE_TOKENS
+    return budget and stream and p.stream_source in ("model", "none") and shape.output_tokens >= STREAM_PROBE_TOKENS
 
 
 def _measured(row: Ranked) -> bool:
