@@ -45,8 +45,12 @@ def spread_near_equal(
     )
     rest = rows[len(head) :]
     # A deployment measured on a few answers does not share a tie: its few answers are being judged.
-    thin = [r for r in head[1:] if is_thin(r)]
-    head = [r for r in head if r not in thin]
+    # (Partitioned in one pass: ``r not in thin`` compared the frozen rows field by field, recursively.)
+    kept: list[Ranked] = [head[0]]
+    thin: list[Ranked] = []
+    for r in head[1:]:
+        (thin if is_thin(r) else kept).append(r)
+    head = kept
     rest = thin + rest
     if shape is not None and len(head) > 1:
         head, slow = _long_answer_ties(head, shape)
@@ -74,8 +78,12 @@ def _long_answer_ties(head: list[Ranked], shape: RequestShape) -> tuple[list[Ran
     if not any(stream >= ttft for stream, ttft in streams):
         return head, []  # a short answer for all of them: the first token is what matters
     # The fastest streamer is always kept; a slow one goes behind even if it led the tie by a hair.
-    keep = [r for r in head if (r.scored.prediction.seconds_per_token or math.inf) <= TIE_STREAM_RATIO * fastest]
-    return keep, [r for r in head if r not in keep]
+    keep: list[Ranked] = []
+    slow: list[Ranked] = []
+    for r in head:
+        fast_enough = (r.scored.prediction.seconds_per_token or math.inf) <= TIE_STREAM_RATIO * fastest
+        (keep if fast_enough else slow).append(r)
+    return keep, slow
 
 
 def backup_time(primary: Ranked, backup: Ranked, shape: RequestShape) -> float | None:
