@@ -252,23 +252,31 @@ def test_a_burst_at_cold_start_probes_each_deployment_once_then_spreads() -> Non
 
 def test_answers_in_one_chunk_do_not_run_the_exploration_budget_into_debt() -> None:
     # Both answer 8 tokens in one chunk: their streams are never measured. Until the model's answers
-    # are known to be short, each request looks long enough to measure one; such a probe spends the
-    # budget like any other, so the cold start stays two probes and exploration resumes afterwards
-    # (it was every request for twenty, then none for the next two hundred).
+    # are known to be short, each request looks long enough to measure one. Each deployment gets one
+    # such probe free, as it gets its first; later ones spend the budget like any other probe. (Free
+    # every time, they took every request for twenty, and the debt they left silenced exploration for
+    # the next two hundred, whatever happened meanwhile.)
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.1, "min_samples": 3}))
-    explored = []
-    for index in range(60):
-        first = rig.first()
-        if first.reason == "explore":
-            explored.append(index)
-        assert rig.router.attempt_started(first)
-        ttft = 0.02 if first.name == "a" else 0.05
-        result = sample(first.name, ttft=ttft, tps=None, tokens=8, started_at=rig.clock.now)
-        rig.store.record(result)
-        rig.router.attempt_finished(first, result)
-        rig.clock.now += 0.05
-    assert [i for i in explored if i < 10] == [0, 1], explored
-    assert any(10 <= i < 60 for i in explored), explored
+
+    def serve(requests: int) -> list[Candidate]:
+        served = []
+        for _ in range(requests):
+            first = rig.first()
+            served.append(first)
+            assert rig.router.attempt_started(first)
+            ttft = 0.02 if first.name == "a" else 0.05
+            result = sample(first.name, ttft=ttft, tps=None, tokens=8, started_at=rig.clock.now)
+            rig.store.record(result)
+            rig.router.attempt_finished(first, result)
+            rig.clock.now += 0.05
+        return served
+
+    cold_start = serve(40)
+    probes = [(i, c.name) for i, c in enumerate(cold_start) if c.reason == "explore"]
+    assert len(probes) == 4 and {name for _, name in probes} == {"a", "b"}, probes  # measured, then its stream
+    # b not heard of for 30 s: its estimate is stale, and the budget (refilled by now) pays for a look.
+    rig.clock.now += 30
+    assert any(c.name == "b" and c.reason == "explore" for c in serve(5))
 
 
 def test_a_leader_on_a_few_answers_does_not_take_every_request_before_they_come_back() -> None:

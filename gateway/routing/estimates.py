@@ -296,6 +296,8 @@ class DeploymentView:
     """An answer surprised its estimate: the next requests that can (this many, at most) should measure it again."""
     probed_at: float = -math.inf
     """When exploration last chose it."""
+    stream_probed: bool = False
+    """It had its one free probe for a stream never measured (``gateway.routing.explore``); further ones are paid."""
     _estimates: dict[Metric, Estimate | None] = field(default_factory=dict)
     attempts: deque[_Attempt] = field(default_factory=lambda: deque(maxlen=ATTEMPTS_KEPT))
     pending: dict[int, _Attempt] = field(default_factory=dict)

@@ -9,7 +9,8 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
   window) is probed at once (on a cheap request once another is measured), one attempt at a
   time, whatever the budget holds: that costs one request per deployment. One whose stream
   was never measured (its answers were one chunk each) is probed on the next request long
-  enough to measure it, if the budget holds a probe (it may come back in one chunk again).
+  enough to measure it: once whatever the budget holds, afterwards only when it holds a probe
+  (its answers may keep coming whole, and each repeat would run the budget further into debt).
 - **Afterwards**, a token bucket per model (``ExploreBudget``: ``explore_share`` per request,
   a burst of ``BURST``) bounds probes as a share of requests. A probe goes to the most
   neglected deployment (probed longest ago) whose optimistic score is within
@@ -81,6 +82,8 @@ class Probe:
     """A second look at a deployment whose last answer surprised its estimate (the budget may go into debt)."""
     head_start_s: float = 0.0
     """How long the probe runs alone before the leader joins it (races only)."""
+    for_stream: bool = False
+    """A cold probe of a deployment measured but for its stream (its answers came in one chunk each)."""
 
 
 @dataclass
@@ -152,6 +155,7 @@ def choose_probe(
     may_borrow: bool = False,
     probed_at: Mapping[str, float] | None = None,
     now: float = 0.0,
+    stream_probed: frozenset[str] = frozenset(),
 ) -> Probe | None:
     """The deployment this request should measure, if any (``rows``: the available ones, leader first).
 
@@ -159,18 +163,26 @@ def choose_probe(
     ``follow_ups``: deployments whose last answer surprised their estimate; ``may_borrow``: the
     budget may go into debt for one of those; ``probed_at``: when each deployment was last probed
     (of the contenders, the one probed longest ago goes first: a deployment that keeps losing its
-    races to the first token learns nothing of its stream, and must not starve the others).
+    races to the first token learns nothing of its stream, and must not starve the others);
+    ``stream_probed``: deployments that had their free probe for a stream never measured.
     """
     if policy.ranking == "fixed" or policy.min_samples == 0 or not rows:
         return None
     leader = rows[0]
     known_leader = _measured(leader)
     race_allowed = stream and policy.explore_race and known_leader and len(rows) > 1
-    cold = [r for r in rows if _cold(r, shape, stream, budget) and r.in_flight == 0 and not r.scored.violations]
+    cold = [
+        r
+        for r in rows
+        if _cold(r, shape, stream, budget or r.deployment.name not in stream_probed)
+        and r.in_flight == 0
+        and not r.scored.violations
+    ]
     if cold and (cheap or not known_leader or all(r.scored.prediction.answers for r in cold)):
         # Never by racing: a deployment slower to its first token would lose every race and never
         # be measured; its first answer is worth one request (a cheap one, once another is measured).
-        return Probe(min(cold, key=lambda r: rng.random()), race=False, cold=True)
+        row = min(cold, key=lambda r: rng.random())
+        return Probe(row, race=False, cold=True, for_stream=not _unmeasured(row))
     if policy.explore_share <= 0:
         return None
     if follow_ups and may_borrow and known_leader:
@@ -245,20 +257,25 @@ def _affordable_race(
     return None
 
 
-def _cold(row: Ranked, shape: RequestShape, stream: bool, budget: bool) -> bool:
+def _cold(row: Ranked, shape: RequestShape, stream: bool, affordable: bool) -> bool:
     """Nothing of its own measured; or its stream never was (one-chunk answers only), this request, a
     stream long enough, can measure it (a whole answer never can: its speed is not seen), and the
-    budget holds a probe.
+    probe is ``affordable``: its first such probe is free, later ones need the budget.
 
     The first happens once per deployment; the second may repeat on every request, since a request
     is judged long enough by its expected answer (before any answer is seen, the policy's default of
-    256 tokens) while the answers keep coming in one chunk. Unbudgeted, each repeat ran the budget
-    further into debt: twenty at a cold start silenced exploration for the next two hundred requests.
+    256 tokens) while the answers keep coming in one chunk. Free every time, each repeat ran the
+    budget further into debt: twenty at a cold start silenced exploration for two hundred requests.
     """
-    p = row.scored.prediction
-    if p.answers == 0 and p.source in ("model", "none"):
+    if _unmeasured(row):
         return True
-    return budget and stream and p.stream_source in ("model", "none") and shape.output_tokens >= STREAM_PROBE_TOKENS
+    p = row.scored.prediction
+    return affordable and stream and p.stream_source in ("model", "none") and shape.output_tokens >= STREAM_PROBE_TOKENS
+
+
+def _unmeasured(row: Ranked) -> bool:
+    p = row.scored.prediction
+    return p.answers == 0 and p.source in ("model", "none")
 
 
 def _measured(row: Ranked) -> bool:

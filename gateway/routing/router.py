@@ -326,6 +326,7 @@ class MeasuredRouter:
         state.counts.requests[model] = state.counts.requests.get(model, 0) + 1
         views = state.views_of(model)
         follow_ups = frozenset(name for name, view in views.items() if view.follow_ups > 0)
+        stream_probed = frozenset(name for name, view in views.items() if view.stream_probed)
         probed_at = {name: view.probed_at for name, view in views.items()}
         now = self.clock()
         probe = choose_probe(
@@ -340,6 +341,7 @@ class MeasuredRouter:
             may_borrow=state.explore.may_borrow(model),
             probed_at=probed_at,
             now=now,
+            stream_probed=stream_probed,
         )
         if probe is None:
             return None, None
@@ -350,6 +352,8 @@ class MeasuredRouter:
             state.view((model, partner.row.deployment.name), policy.memory_half_life_s).probed_at = now
         if probe.follow_up:
             target.follow_ups -= 1
+        if probe.for_stream:
+            target.stream_probed = True
         state.explore.take(model)
         state.counts.probes[model] = state.counts.probes.get(model, 0) + 1
         if probe.race:
