@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from gateway.policies import PolicyConfig
@@ -151,11 +151,11 @@ def choose_probe(
     cheap: bool,
     stream: bool,
     rng: random.Random,
-    follow_ups: frozenset[str] = frozenset(),
+    follow_ups: Set[str] = frozenset(),
     may_borrow: bool = False,
     probed_at: Mapping[str, float] | None = None,
     now: float = 0.0,
-    stream_probed: frozenset[str] = frozenset(),
+    stream_probed: Set[str] = frozenset(),
 ) -> Probe | None:
     """The deployment this request should measure, if any (``rows``: the available ones, leader first).
 

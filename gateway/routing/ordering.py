@@ -45,7 +45,6 @@ def spread_near_equal(
     )
     rest = rows[len(head) :]
     # A deployment measured on a few answers does not share a tie: its few answers are being judged.
-    # (Partitioned in one pass: ``r not in thin`` compared the frozen rows field by field, recursively.)
     kept: list[Ranked] = [head[0]]
     thin: list[Ranked] = []
     for r in head[1:]:

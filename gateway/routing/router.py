@@ -324,10 +324,15 @@ class MeasuredRouter:
         sizes.add(shape.output_tokens, shape.prompt_tokens)
         state.explore.credit(model, policy.explore_share)
         state.counts.requests[model] = state.counts.requests.get(model, 0) + 1
-        views = state.views_of(model)
-        follow_ups = frozenset(name for name, view in views.items() if view.follow_ups > 0)
-        stream_probed = frozenset(name for name, view in views.items() if view.stream_probed)
-        probed_at = {name: view.probed_at for name, view in views.items()}
+        follow_ups: set[str] = set()
+        stream_probed: set[str] = set()
+        probed_at: dict[str, float] = {}
+        for name, view in state.views_of(model).items():  # one pass over the views, every request
+            probed_at[name] = view.probed_at
+            if view.follow_ups > 0:
+                follow_ups.add(name)
+            if view.stream_probed:
+                stream_probed.add(name)
         now = self.clock()
         probe = choose_probe(
             rows,
