@@ -139,6 +139,34 @@ def test_attempts_in_flight_far_past_their_prediction_show_a_slowdown_before_any
     assert tail.overdue(10.0) == 1.0
 
 
+def test_streams_waiting_far_past_their_predicted_first_token_show_it_late_long_before_they_are_overdue() -> None:
+    view = DeploymentView(10.0)
+    for i in range(8):  # long answers whose first tokens came on time (0.1 s)
+        view.started(i, i * 0.25, 20.0, 0.1)
+        view.streaming(i, i * 0.25 + 0.1, Stream())
+        view.ended(i, i * 0.25 + 20.0, output_tokens=2000)
+    for i in range(8, 12):  # then four that wait for theirs
+        view.started(i, 3.0 + (i - 8) * 0.05, 20.0, 0.1)
+    assert view.late_first_token(3.1) == 1.0  # none waits 1.5 times its prediction yet
+    assert view.late_first_token(4.0) == pytest.approx((4.0 - 3.1) / 0.1, rel=0.1)  # the median of their waits
+    assert view.overdue(4.0) == 1.0  # by their whole predicted time (20 s), they are on time
+    for i in range(8, 12):  # their first tokens come: nothing waits any more
+        view.streaming(i, 4.0, Stream())
+    assert view.late_first_token(4.5) == 1.0
+    # A heavy tail keeps one in four waiting: not late.
+    tail = DeploymentView(10.0)
+    for i in range(16):
+        tail.started(i, i * 0.25, 20.0, 0.1)
+        if i % 4:
+            tail.streaming(i, i * 0.25 + 0.09, Stream())
+    assert tail.late_first_token(4.5) == 1.0
+    # Attempts not streamed predict no first token and are never judged by one.
+    unstreamed = DeploymentView(10.0)
+    for i in range(4):
+        unstreamed.started(i, 0.0, 20.0)
+    assert unstreamed.late_first_token(5.0) == 1.0
+
+
 def streamed(view: DeploymentView, token: int, start: float, tps: float, tokens: int, now: float) -> Stream:
     """An attempt at ``tps`` tokens/s of 100 bytes each, its first token 0.1 s after ``start``, read at ``now``."""
     stream = Stream()

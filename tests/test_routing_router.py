@@ -335,8 +335,8 @@ def test_attempts_overdue_in_flight_move_traffic_before_their_answers_come() -> 
     answered(rig, "b", 20, ttft=0.4, tps=1e4)
     answered(rig, "a", 20, ttft=0.2, tps=1e4)
     started = []
-    for _ in range(8):
-        plan = rig.router.plan(rig.request())
+    for _ in range(8):  # not streamed: no first token to wait for (``late_first_token`` judges those)
+        plan = rig.router.plan(rig.request(stream=False))
         assert plan.candidates[0].name == "a" and plan.candidates[0].predicted_s is not None
         assert rig.router.attempt_started(plan.candidates[0])
         started.append(plan.candidates[0])
@@ -346,6 +346,27 @@ def test_attempts_overdue_in_flight_move_traffic_before_their_answers_come() -> 
     row = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}["a"]
     assert row.scored.prediction.overdue > 3
     assert rig.first().name == "b"
+
+
+def test_streams_waiting_for_a_late_first_token_move_traffic_before_they_are_overdue() -> None:
+    """A first token 0.2 s → seconds, on answers whose streams take 2 s: their whole predicted time is no
+    alarm for seconds more; the first tokens that do not come are one as soon as they are late."""
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.0}))
+    answered(rig, "b", 20, ttft=0.6, tps=100.0)
+    answered(rig, "a", 20, ttft=0.2, tps=100.0)
+    for _ in range(4):
+        plan = rig.router.plan(rig.request(max_tokens=200))
+        first = plan.candidates[0]
+        assert first.name == "a" and first.predicted_first_token_s == pytest.approx(0.2, rel=0.3)
+        assert rig.router.attempt_started(first)
+        rig.clock.now += 0.02
+    assert rig.order(max_tokens=200)[0] == "a"  # not late yet
+    rig.clock.now += 1.5  # several times their predicted first token, within their predicted time
+    row = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}["a"]
+    assert row.scored.prediction.overdue == 1.0 and row.scored.prediction.late_first_token > 5.0
+    assert rig.order(max_tokens=200)[0] == "b"
+    # A request that is not streamed predicts no first token for its attempt.
+    assert rig.router.plan(rig.request(stream=False)).candidates[0].predicted_first_token_s is None
 
 
 def test_a_surprising_answer_from_an_explored_deployment_gets_a_second_look_at_once() -> None:

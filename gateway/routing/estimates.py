@@ -232,6 +232,8 @@ class _Sums:
 class _Attempt:
     started_at: float
     predicted_s: float | None
+    predicted_first_token_s: float | None = None
+    """A streamed attempt's predicted first token (None: not streamed, or nothing predicted)."""
     ended_at: float | None = None
     progress: StreamProgress | None = None
     """Its stream, once its first token came (``streaming``), until it ended."""
@@ -306,9 +308,11 @@ class DeploymentView:
     """Per API, its streams' bytes after the first token per output token: how a stream in flight's bytes count as
     tokens (an API's events have their own envelope: a Responses event is twice a chat chunk)."""
 
-    def started(self, token: int, at: float, predicted_s: float | None) -> None:
-        """An attempt went out, predicted to take ``predicted_s``."""
-        attempt = _Attempt(at, predicted_s)
+    def started(
+        self, token: int, at: float, predicted_s: float | None, predicted_first_token_s: float | None = None
+    ) -> None:
+        """An attempt went out, predicted to take ``predicted_s`` (its first token ``predicted_first_token_s``)."""
+        attempt = _Attempt(at, predicted_s, predicted_first_token_s)
         self.pending[token] = attempt
         self.attempts.append(attempt)
 
@@ -444,6 +448,40 @@ class DeploymentView:
             if due >= OVERDUE_RECENT:
                 break
         if running < OVERDUE_MIN or running < OVERDUE_SHARE * due:
+            return 1.0
+        ratios.sort()
+        return ratios[len(ratios) // 2]
+
+    def late_first_token(self, now: float) -> float:
+        """How much later than predicted its streamed attempts in flight show its first token to be (1: not late).
+
+        ``overdue`` judges an attempt by its whole predicted time, which for a long answer is mostly its
+        stream: a provider whose first token just went from 0.1 s to 1.3 s keeps looking on time for
+        seconds, and every conversation bound to it sends its next turn there meanwhile. A first token
+        has a prediction of its own, and its arrival is a signal of its own (``streaming``): of the
+        recent streamed attempts that should have had it by now (``OVERDUE_RATIO`` times its
+        prediction), a healthy provider has nearly all, a heavy tail keeps a few. When at least
+        ``OVERDUE_MIN`` and ``OVERDUE_SHARE`` of them still wait, the median of their elapsed-to-predicted
+        ratios (a lower bound on how much later it has become) multiplies its predicted first token.
+        """
+        waiting = 0
+        for attempt in self.pending.values():
+            if attempt.predicted_first_token_s is not None and attempt.streaming_at is None:
+                waiting += 1
+        if waiting < OVERDUE_MIN:
+            return 1.0
+        due = 0
+        ratios = []
+        for attempt in reversed(self.attempts):
+            predicted = attempt.predicted_first_token_s
+            if predicted is None or predicted <= 0 or now - attempt.started_at < OVERDUE_RATIO * predicted:
+                continue
+            due += 1
+            if attempt.streaming_at is None and attempt.ended_at is None:
+                ratios.append((now - attempt.started_at) / predicted)
+            if due >= OVERDUE_RECENT:
+                break
+        if len(ratios) < OVERDUE_MIN or len(ratios) < OVERDUE_SHARE * due:
             return 1.0
         ratios.sort()
         return ratios[len(ratios) // 2]

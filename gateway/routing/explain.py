@@ -51,6 +51,7 @@ def row_json(rank: int, row: Ranked) -> dict[str, Any]:
             "samples": round(p.samples, 2),
             "newest_sample_age_s": _round(p.age_s, 2),
             "overdue": round(p.overdue, 3),
+            "late_first_token": round(p.late_first_token, 3),
             "slow_stream": round(p.slow_stream, 3),
         },
         "cache": {

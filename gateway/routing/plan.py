@@ -26,6 +26,8 @@ class Candidate:
     """Start a hedge when this candidate's first token is later than this (None: never)."""
     predicted_s: float | None = None
     """The router's predicted time for the request on this candidate (None: nothing known)."""
+    predicted_first_token_s: float | None = None
+    """Its predicted first token, for a streamed request (None: not streamed, or nothing known)."""
     first_token_timeout_s: float | None = None
     """This attempt's first-token deadline, learned from the deployment's own TTFT (None: the policy's)."""
     idle_timeout_s: float | None = None

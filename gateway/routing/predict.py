@@ -156,6 +156,9 @@ class Prediction:
     """Complete answers this replica heard from it."""
     overdue: float = 1.0
     """Its attempts in flight are this many times slower than predicted (1: they are not): ``time_s`` includes it."""
+    late_first_token: float = 1.0
+    """Its streams in flight wait this many times longer for a first token than predicted (1: they do not):
+    ``ttft_s`` includes it."""
     slow_stream: float = 1.0
     """Its streams in flight deliver this many times slower than its tokens/s (1: they do not): in ``tokens_per_s``."""
     failure_s: float | None = None
@@ -268,6 +271,11 @@ def predict(
             ttft = _Value(first, IN_FLIGHT_UNCERTAINTY, IN_FLIGHT_UNCERTAINTY, 1.0, "recent")
             if pace is not None and (spt is None or spt.source in ("model", "none")):
                 spt = _Value(pace, IN_FLIGHT_UNCERTAINTY, IN_FLIGHT_UNCERTAINTY, 1.0, "recent")
+    late = view.late_first_token(now) if view is not None and ttft is not None else 1.0
+    late_s = 0.0
+    if ttft is not None and late > 1.0:
+        late_s = ttft.value * (late - 1.0)
+        ttft = ttft.with_value(ttft.value + late_s)  # its streams in flight wait this much longer for theirs
     time_s = None
     uncertainty = sampling = MAX_UNCERTAINTY
     samples = 0.0
@@ -296,7 +304,9 @@ def predict(
             prior = e2e.source == "model"
     overdue = view.overdue(now) if view is not None else 1.0
     if time_s is not None and overdue > 1.0:
-        time_s *= overdue
+        # Both are lower bounds on how much slower it has become: a late first token already in ``time_s``
+        # is not multiplied again by the same attempts' overdue time.
+        time_s = max(time_s, (time_s - late_s) * overdue)
     hit_ratio = summary.hit_ratio() if summary is not None else None
     cached = 0
     if cache.mode == "warm":
@@ -337,6 +347,7 @@ def predict(
         success_samples=success_samples,
         answers=view.answered if view is not None else 0,
         overdue=overdue,
+        late_first_token=late,
         slow_stream=slow,
         failure_s=view.failure_time() if view is not None else None,
         expected_s=floored,

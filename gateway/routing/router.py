@@ -293,6 +293,7 @@ class MeasuredRouter:
                 model=model.name,
                 hedge_after_s=after,
                 predicted_s=row.scored.prediction.time_s,
+                predicted_first_token_s=row.scored.prediction.ttft_s if request.stream else None,
                 first_token_timeout_s=deadlines.first_token_s if deadlines is not None else None,
                 idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
                 prefill_tokens_per_s=row.scored.prediction.prefill_tokens_per_s,
@@ -390,7 +391,7 @@ class MeasuredRouter:
         model = self.config.model(candidate.model)
         if model is not None:
             view = self.state.view(key, self.config.policy_for(model).memory_half_life_s)
-            view.started(id(candidate), now, candidate.predicted_s)
+            view.started(id(candidate), now, candidate.predicted_s, candidate.predicted_first_token_s)
         return True
 
     def attempt_streaming(self, candidate: Candidate, progress: StreamProgress) -> None:
