@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -435,22 +435,7 @@ class DeploymentView:
         oldest = next(iter(self.pending.values()))
         if oldest.predicted_s is None or now - oldest.started_at < OVERDUE_RATIO * oldest.predicted_s:
             return 1.0
-        due = running = 0
-        ratios = []
-        for attempt in reversed(self.attempts):
-            predicted = attempt.predicted_s
-            if predicted is None or predicted <= 0 or now - attempt.started_at < OVERDUE_RATIO * predicted:
-                continue
-            due += 1
-            if attempt.ended_at is None:
-                running += 1
-                ratios.append((now - attempt.started_at) / predicted)
-            if due >= OVERDUE_RECENT:
-                break
-        if running < OVERDUE_MIN or running < OVERDUE_SHARE * due:
-            return 1.0
-        ratios.sort()
-        return ratios[len(ratios) // 2]
+        return self._late_share(now, lambda a: a.predicted_s, lambda a: a.ended_at is None)
 
     def late_first_token(self, now: float) -> float:
         """How much later than predicted its streamed attempts in flight show its first token to be (1: not late).
@@ -470,14 +455,24 @@ class DeploymentView:
                 waiting += 1
         if waiting < OVERDUE_MIN:
             return 1.0
+        return self._late_share(
+            now, lambda a: a.predicted_first_token_s, lambda a: a.streaming_at is None and a.ended_at is None
+        )
+
+    def _late_share(
+        self, now: float, predicted_of: Callable[[_Attempt], float | None], waiting: Callable[[_Attempt], bool]
+    ) -> float:
+        """What ``overdue`` and ``late_first_token`` share: of the ``OVERDUE_RECENT`` latest attempts due by
+        now (``OVERDUE_RATIO`` times ``predicted_of`` them), when at least ``OVERDUE_MIN`` and
+        ``OVERDUE_SHARE`` are still ``waiting``, the median of their elapsed-to-predicted ratios (else 1)."""
         due = 0
         ratios = []
         for attempt in reversed(self.attempts):
-            predicted = attempt.predicted_first_token_s
+            predicted = predicted_of(attempt)
             if predicted is None or predicted <= 0 or now - attempt.started_at < OVERDUE_RATIO * predicted:
                 continue
             due += 1
-            if attempt.streaming_at is None and attempt.ended_at is None:
+            if waiting(attempt):
                 ratios.append((now - attempt.started_at) / predicted)
             if due >= OVERDUE_RECENT:
                 break
