@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gateway.routing.estimates import DRIFT_SIGMA, FOLLOW_UP_TRIES, DeploymentView, Observation
+from gateway.routing.estimates import DRIFT_SIGMA, FOLLOW_UP_TRIES, DeploymentView, Observation, change_threshold
 from tests.support.streams import Stream
 
 
@@ -44,12 +44,25 @@ def test_slow_answers_in_a_row_are_a_change_one_is_not() -> None:
     estimate = view.estimate("seconds_per_token")
     assert estimate is not None and estimate.mean == pytest.approx(1 / 20)  # the forty fast ones stopped counting
     assert "ttft_s" not in view.changed_at  # its first token did not change
-    # Twice slower (no surprise against a spread of 0.35): the CUSUM needs three in a row.
-    view = fed([*steady, answer(10.0, tps=50.0), answer(10.2, tps=50.0)])
+    # Twice slower (two spreads of 0.35 per answer): a deployment answering four times a second must show
+    # more than a few (it is tested thousands of times an hour); five in a row are a change.
+    view = fed([*steady, *(answer(10.0 + i * 0.25, tps=50.0) for i in range(3))])
     assert "seconds_per_token" not in view.changed_at
-    view.add(answer(10.4, tps=50.0))
-    assert view.changed_at["seconds_per_token"] == 10.4
+    view.add(answer(10.75, tps=50.0))
+    assert "seconds_per_token" not in view.changed_at
+    view.add(answer(11.0, tps=50.0))
+    assert view.changed_at["seconds_per_token"] == 11.0
     assert view.estimate("seconds_per_token").mean == pytest.approx(1 / 50)  # type: ignore[union-attr]
+
+
+def test_the_bar_for_a_change_falls_with_the_time_a_deployment_went_unheard() -> None:
+    # The same two answers, twice as slow as 20 before them: no change right after them, a change after a
+    # minute unheard (a change is as likely as the time it had to happen in).
+    busy = fed([answer(i * 0.25, tps=100.0) for i in range(20)] + [answer(5.0, tps=40.0), answer(5.2, tps=40.0)])
+    assert "seconds_per_token" not in busy.changed_at
+    idle = fed([answer(i * 0.25, tps=100.0) for i in range(20)] + [answer(65.0, tps=40.0), answer(65.2, tps=40.0)])
+    assert idle.changed_at["seconds_per_token"] == 65.2
+    assert change_threshold(0.25) > 4.0 > change_threshold(5.0) > 3.0 > change_threshold(60.0) >= 2.5
 
 
 def test_after_a_change_the_window_is_blended_in_again_once_it_holds_mostly_new_answers() -> None:
@@ -234,3 +247,36 @@ def test_a_stream_is_read_by_its_own_apis_envelope() -> None:
         stream.received_bytes = 25 * int((5.0 - 3.1 - (i - 8) * 0.25) * 200.0)
     assert view.per_token("messages") is None
     assert view.slow_stream(5.0) == 1.0
+
+
+def test_a_thinly_measured_deployment_is_judged_by_its_models_spread() -> None:
+    # Three answers alone show nothing of a tail. Against its model's heavy tail (the others' spreads), an
+    # answer three times faster in both is a lucky draw worth a second look; against a steady model, a leap.
+    def probed(prior: float) -> DeploymentView:
+        view = DeploymentView(10.0)
+        view.prior_spreads = {"ttft_s": prior, "seconds_per_token": prior}
+        for at, ttft, tps in ((0.0, 1.4, 60.0), (10.0, 1.6, 55.0), (20.0, 1.5, 65.0)):
+            view.add(answer(at, ttft=ttft, tps=tps))
+        view.add(answer(50.0, ttft=0.5, tps=180.0))
+        return view
+
+    assert not probed(1.0).changed_at
+    steady = probed(0.35)
+    assert set(steady.changed_at) == {"ttft_s", "seconds_per_token"}
+
+
+def test_a_change_of_first_token_is_looked_for_in_the_stream_at_the_same_answer() -> None:
+    # Its first token changes first; its stream (as noisy as ever) then leans the same way, by less than a change of
+    # its own: the first token's change point carries the stream along.
+    view = DeploymentView(10.0)
+    for i, tps in enumerate((40.0, 60.0, 45.0, 70.0, 50.0, 55.0)):
+        view.add(answer(i * 2.0, ttft=1.5, tps=tps))
+    view.add(answer(40.0, ttft=0.3, tps=52.0))
+    view.add(answer(42.0, ttft=0.28, tps=55.0))
+    assert view.changed_at == {"ttft_s": 42.0}
+    view.add(answer(44.0, ttft=0.3, tps=110.0))
+    view.add(answer(46.0, ttft=0.3, tps=120.0))
+    assert "seconds_per_token" not in view.changed_at
+    view.add(answer(48.0, ttft=0.3, tps=115.0))
+    assert view.changed_at["seconds_per_token"] == 48.0
+    assert view.restart_seq["seconds_per_token"] == view.restart_seq["ttft_s"]  # from the same answer on

@@ -296,7 +296,8 @@ def test_a_slowdown_shows_in_the_last_answers_and_the_estimate_holds_until_new_o
     answered(rig, "a", 20, ttft=0.2, tps=1e4)
     answered(rig, "b", 20, ttft=0.4, tps=1e4)
     assert rig.first().name == "a"
-    answered(rig, "a", 2, ttft=1.0, tps=1e4)  # five times slower, twice: a change
+    rig.clock.now += 0.5
+    answered(rig, "a", 2, ttft=1.0, tps=1e4, every_s=0.5)  # five times slower, twice: a change
     row = rig.router.rank(rig.config.models[0]).rows[-1]
     assert row.deployment.name == "a" and row.scored.prediction.drift
     assert rig.first().name == "b"

@@ -13,15 +13,22 @@ each metric with weights that halve
 The weighted sums are kept incrementally (O(1) per answer); the last ``MAX_ANSWERS`` answers
 are kept too, for quantiles and for starting over after a change.
 
-**Change detection.** Each new value is compared with the estimate it joins: a two-sided
-CUSUM on its log, in units of the answers' own spread (clipped at ``Z_CLIP``, drift
-``CUSUM_DRIFT``, alarm at ``CUSUM_ALARM``). About three answers in a row at twice the estimate
-(or a longer run of smaller shifts) raise the alarm; one slow outlier does not. On an alarm the
-answers before the run that raised it stop counting for that metric: a provider whose tokens/s
-fell fivefold is judged on its new speed after three answers, not once a long average moves.
-A deployment sampled only by exploration is judged by surprises instead: two answers in a row
-``SURPRISE_Z`` spreads off its estimate are a change, and one far faster in both its first
-token and its stream (a *leap*, ``RESET_Z``: a recovered provider's first probe) is a change at once.
+**Change detection.** Each metric's complete answers since its last change are a run; each new
+answer closes windows of the latest ones (up to ``WINDOW_ANSWERS``), and each window's mean log is
+compared with the answers' before it, in standard errors of the difference. The spread behind
+those errors is the deployment's own long-run one shrunk towards its model's (``spread``): a
+deployment seen three times has shown nothing of its tail, and judged by a small spread, one lucky
+draw of a heavy-tailed provider reads as a recovery. How far a window must be is Bayes' rule on the
+time the deployment went unheard before it (``change_threshold``): changes arrive at random, so a
+deployment answering every second is held to about four standard errors (it is tested thousands of
+times an hour) and one probed after half a minute to about two and a half (a recovered provider's
+second look is enough). Two or more answers are needed in one metric (one outlier never changes
+it); first token and stream are also judged together, and a window far off in both, the same way,
+changes both from a single answer (a *leap*: a recovered provider's first probe). A change found
+in one of them is looked for in the other at the same answer at a lower bar (``SHARED_CHANGE_Z``).
+On a change the answers before it stop counting for that metric: a provider whose tokens/s fell
+fivefold is judged on its new speed after two answers, not once a long average moves. An answer
+far faster than the answers before it (a *surprise*) asks exploration for a second look.
 
 **Uncertainty.** Each estimate has a relative standard error (log units): the answers'
 spread over the square root of their effective number, where that evidence loses half its
@@ -37,7 +44,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -64,21 +71,33 @@ PRIOR_SIGMA = 0.35
 """Spread of single answers (log units) assumed before a deployment has shown its own."""
 PRIOR_WEIGHT = 2.0
 """Pseudo-answers of ``PRIOR_SIGMA`` blended into the observed spread."""
+SPREAD_PRIOR_WEIGHT = 4.0
+"""Pseudo-answers of the model's spread blended into a deployment's long-run spread, for the change test."""
 MIN_SIGMA = 0.05
 MAX_UNCERTAINTY = 4.0
 DRIFT_SIGMA = PRIOR_SIGMA
 """How far (log units) a deployment may have drifted one half-life after its newest answer."""
-Z_CLIP = 2.0
-CUSUM_DRIFT = 0.5
-CUSUM_ALARM = 4.0
-CUSUM_MIN_ANSWERS = 3.0
-"""Effective answers an estimate needs before the CUSUM judges a new one (below it, surprises are looked at)."""
-SURPRISE_Z = 2.5
-"""An answer this many spreads from its estimate is a surprise: worth a second look at once."""
-RESET_Z = 3.5
-"""An answer faster than its estimates in first token and stream, by ``SURPRISE_Z`` spreads in each and this many
-in one, is a change at once (a *leap*): each metric that surprised restarts from it, without a second look."""
-LEAP_METRICS: tuple[Metric, ...] = ("ttft_s", "seconds_per_token")
+Z_CLIP = 3.0
+"""A single answer counts at most this many spreads in a change test (one wild outlier is not a change)."""
+WINDOW_ANSWERS = 12
+"""The latest answers the change test looks back over (since the last change)."""
+CHANGE_EVERY_S = 300.0
+"""How often a deployment's speed is assumed to change, on average: the prior of a change in a gap unheard."""
+CHANGE_PENALTY = 3.0
+"""What a change of unknown size pays in likelihood ratio (``change_threshold``)."""
+CHANGE_MIN_Z = 2.5
+"""Whatever the gap, a shift of fewer standard errors is not a change."""
+SHARED_CHANGE_Z = 2.0
+"""A change of first token (or stream) is a change of the other too from the same answer on, if the other's answers
+since lean the same way by this many standard errors."""
+LEAP_EACH_Z = 1.0
+"""In such a joint change, each metric's own run must lean that way by this many standard errors."""
+SURPRISE_Z = 2.0
+"""An answer this many standard errors faster than the answers before it, in one metric, is a surprise: worth a
+second look at once (a look costs one probe; a missed recovery, every request until the next)."""
+SURPRISE_JOINT_Z = 2.0
+"""... or this many, first token and stream taken together."""
+LEAP_METRICS: tuple[Metric, Metric] = ("ttft_s", "seconds_per_token")
 FOLLOW_UP_TRIES = 2
 """Second looks asked for by a surprise (a race lost to the first token says little; another may be needed)."""
 STALE_WINDOW_SHARE = 0.05
@@ -254,11 +273,70 @@ class _Attempt:
 
 
 @dataclass(slots=True)
-class _Cusum:
-    up: float = 0.0
-    down: float = 0.0
-    up_from: int = 0
-    down_from: int = 0
+class _Run:
+    """One metric's complete answers since its last change: the sum and number of their logs, and the latest."""
+
+    total: float = 0.0
+    count: int = 0
+    latest: deque[tuple[int, float, float]] = field(default_factory=lambda: deque(maxlen=WINDOW_ANSWERS + 1))
+    """(sequence number, log, arrival time) of the latest answers."""
+
+    def add(self, seq: int, log: float, at: float) -> None:
+        self.total += log
+        self.count += 1
+        self.latest.append((seq, log, at))
+
+    def shifts(self, sigma: float) -> list[tuple[int, float, float]]:
+        """For each window of the latest answers, newest first (one answer, two, ...), while answers before it
+        remain: (its first answer's sequence number, how far its mean log is from theirs in standard errors,
+        how long the deployment went unheard between the newest answer before it and its first)."""
+        found: list[tuple[int, float, float]] = []
+        window = 0.0
+        clip = Z_CLIP * sigma
+        latest = list(reversed(self.latest))
+        for length in range(1, len(latest)):
+            before = self.count - length
+            if before < 1:
+                break
+            seq, log, at = latest[length - 1]
+            window += log
+            base = (self.total - window) / before
+            if length == 1:
+                deviation = log - base  # one answer alone is never a change of one metric: no outlier to bound
+            else:
+                deviation = 0.0
+                for _, other, _ in latest[:length]:
+                    deviation += max(-clip, min(clip, other - base))
+            gap = at - latest[length][2]
+            found.append((seq, deviation / length / (sigma * math.sqrt(1.0 / length + 1.0 / before)), gap))
+        return found
+
+    def shift_since(self, since: int, sigma: float) -> float | None:
+        """How far the mean log of its answers from ``since`` on is from theirs before, in standard errors (None:
+        none on one side, or the answers from ``since`` are no longer all among the latest)."""
+        latest = [(seq, log) for seq, log, _ in self.latest if seq >= since]
+        after = len(latest)
+        before = self.count - after
+        if after == 0 or before < 1 or (after == len(self.latest) and self.latest[0][0] > since):
+            return None
+        window = sum(log for _, log in latest)
+        base = (self.total - window) / before
+        return (window / after - base) / (sigma * math.sqrt(1.0 / after + 1.0 / before))
+
+
+def change_threshold(gap_s: float) -> float:
+    """How many standard errors a shift must reach to be taken for a change, after ``gap_s`` unheard.
+
+    Bayes' rule with changes arriving at random, one per ``CHANGE_EVERY_S`` on average: the chance that
+    one came in the gap is its prior, and a shift of z standard errors has a likelihood ratio of about
+    exp(z² / 2) / ``CHANGE_PENALTY`` (a change of unknown size pays for fitting it). A change is taken
+    when its posterior odds pass even: a deployment answering every second must show ~4 standard errors
+    (thousands of tests an hour must not raise false alarms), one probed after half a minute unheard
+    ~2.7 (a recovered provider's second look shows it). Never below ``CHANGE_MIN_Z``.
+    """
+    prior = -math.expm1(-max(gap_s, 1e-3) / CHANGE_EVERY_S)
+    odds = prior / max(1e-12, 1.0 - prior)
+    return max(CHANGE_MIN_Z, math.sqrt(max(0.0, 2.0 * math.log(CHANGE_PENALTY / odds))))
 
 
 @dataclass
@@ -290,10 +368,12 @@ class DeploymentView:
     """Per metric, the first answer that still counts (set by a detected change)."""
     window_at_change: dict[Metric, int] = field(default_factory=dict)
     """Per metric, how many answers the shared window held when the change was detected."""
-    cusums: dict[Metric, _Cusum] = field(default_factory=dict)
-    surprises: dict[Metric, tuple[float, float, float, int]] = field(default_factory=dict)
-    """Per metric, a surprising answer waiting for a second look: (log of the estimate it left, its spread,
-    direction, the answer's sequence number)."""
+    runs: dict[Metric, _Run] = field(default_factory=dict)
+    """Per metric, its complete answers since its last change, for the change test."""
+    _direction: dict[Metric, float] = field(default_factory=dict)
+    """Per metric, which way its last change went (-1 faster, +1 slower)."""
+    prior_spreads: dict[Metric, float] = field(default_factory=dict)
+    """Per metric, the spread of the model's other deployments: this one's until it has shown its own."""
     follow_ups: int = 0
     """An answer surprised its estimate: the next requests that can (this many, at most) should measure it again."""
     probed_at: float = -math.inf
@@ -413,7 +493,7 @@ class DeploymentView:
         if not running or len(logs) < SLOW_STREAM_MIN:
             return 1.0
         shift = sum(logs) / len(logs)
-        sigma = max(speed.sigma, self._long_sigma("seconds_per_token"))
+        sigma = max(speed.sigma, self.spread("seconds_per_token"))
         if shift < math.log(SLOW_STREAM_RATIO) or shift * math.sqrt(len(logs)) < SLOW_STREAM_Z * sigma:
             return 1.0
         # How much slower: as its streams still running show (the ended ones judged beside them may predate it).
@@ -486,17 +566,22 @@ class DeploymentView:
         return self.answers[-1][1].at if self.answers else None
 
     def add(self, observation: Observation) -> None:
-        """Count one answer, after checking each of its values for a change (and for surprises)."""
+        """Count one answer, after checking each of its values for a change (and for a surprise)."""
         self.seq += 1
         self.answers.append((self.seq, observation))
-        leap = observation.ok is True and self._leap(observation)
+        changes: dict[Metric, int] = {}
+        surprised = False
+        if observation.ok is True:
+            tests = self._tests(observation)
+            changes = self._changes(tests)
+            surprised = _surprising(tests)
         for metric in METRICS:
             value = observation.value(metric)
             if value is None or value <= 0:
                 continue
             sums = self.sums.setdefault(metric, _Sums())
-            since = self._detect(metric, value, leap)
             self.spreads.setdefault(metric, _Sums()).add(observation.at, value, 0.0, SPREAD_HALF_LIFE)
+            since = changes.get(metric)
             if since is not None:
                 self._restart(metric, since, observation.at)
             else:
@@ -508,8 +593,16 @@ class DeploymentView:
             self.failures.add(observation.at, max(observation.failed_after_s, 1e-3), self.half_life_s)
         if observation.ok:
             self.answered += 1
-            if not self.surprises and not leap:
-                self.follow_ups = 0  # the second look came back unsurprising
+            leap = any(since == self.seq for since in changes.values())
+            if surprised and not changes or leap:
+                # Faster than thought: it may be the better one now, and a deployment that does not win
+                # the traffic that would show it is only seen again by exploration. A slower surprise
+                # needs no second look: its traffic, if it has any, gives one.
+                self.follow_ups = FOLLOW_UP_TRIES
+            elif not surprised:
+                self.follow_ups = 0  # the second look came back unsurprising (or agreed: a change)
+            if changes and not leap:
+                self.follow_ups = 0
 
     def confirm(self, metric: Metric, at_least: float, now: float) -> None:
         """A lower bound on ``metric`` (a race this deployment lost): news only if the estimate is lower.
@@ -524,100 +617,102 @@ class DeploymentView:
             return
         self.add(Observation(at=now, ok=None, **{metric: at_least}))
 
-    def _leap(self, observation: Observation) -> bool:
-        """Whether this answer leapt: faster than its estimates in both its first token and its stream,
-        by ``SURPRISE_Z`` spreads in each and ``RESET_Z`` in one.
+    def spread(self, metric: Metric) -> float:
+        """The spread of single answers of ``metric`` (log units) a new answer is judged against.
 
-        A deployment that recovered is seen by one probe every few seconds at best: waiting for a
-        second look costs a whole answer's time on the old leader. A leap in both (a lucky answer
-        of known spreads almost never lands there; a heavy tail's lucky first token leaves its
-        stream as it was) is taken as the change itself; a flattered estimate is corrected the
-        usual way, by the traffic it then wins (two slower surprises in a row).
+        Its long-run spread (``SPREAD_HALF_LIFE`` answers, kept across changes), shrunk towards the
+        model's (``prior_spreads``: its other deployments', set by the router) while its own answers
+        are few: a deployment measured twice has shown next to nothing of its tail, and judged by a
+        small spread, one lucky draw of a heavy-tailed provider reads as a recovery.
         """
-        zs = []
-        for metric in LEAP_METRICS:
-            value = observation.value(metric)
-            estimate = self.estimate(metric)
-            if value is None or value <= 0 or estimate is None:
-                return False
-            sigma = max(estimate.sigma, PRIOR_SIGMA, self._long_sigma(metric))
-            zs.append((math.log(value) - estimate.log_center) / sigma)
-        return max(zs) <= -SURPRISE_Z and min(zs) <= -RESET_Z
-
-    def _detect(self, metric: Metric, value: float, leap: bool = False) -> int | None:
-        """The first answer of a change this value completes, or None.
-
-        Two ways. An answer ``SURPRISE_Z`` spreads from the estimate is a surprise: a faster one
-        asks for a second look at once (``follow_ups``), and a second answer in a row as far from
-        the same estimate, the same way, is a change (a deployment sampled only by exploration can tell no
-        other way soon). An estimate resting on enough answers also runs the CUSUM, which catches
-        smaller shifts that persist (a busy deployment's answers come quickly).
-        """
-        estimate = self.estimate(metric)
-        if estimate is None:
-            return None
-        log = math.log(value)
-        long_sigma = self._long_sigma(metric)
-        since = self._surprise(metric, log, estimate, long_sigma, leap)
-        if since is not None or estimate.samples < CUSUM_MIN_ANSWERS:
-            self.cusums.pop(metric, None)
-            return since
-        cusum = self.cusums.setdefault(metric, _Cusum())
-        sigma = max(estimate.sigma, long_sigma)
-        z = max(-Z_CLIP, min(Z_CLIP, (log - estimate.log_center) / sigma))
-        if cusum.up <= 0:
-            cusum.up_from = self.seq
-        if cusum.down <= 0:
-            cusum.down_from = self.seq
-        cusum.up = max(0.0, cusum.up + z - CUSUM_DRIFT)
-        cusum.down = max(0.0, cusum.down - z - CUSUM_DRIFT)
-        if cusum.up > CUSUM_ALARM or cusum.down > CUSUM_ALARM:
-            since = cusum.up_from if cusum.up > CUSUM_ALARM else cusum.down_from
-            self.cusums[metric] = _Cusum()
-            return since
-        return None
-
-    def _long_sigma(self, metric: Metric) -> float:
+        prior = self.prior_spreads.get(metric, PRIOR_SIGMA)
         spread = self.spreads.get(metric)
-        return spread.sigma() if spread is not None and spread.weight > 0 else PRIOR_SIGMA
+        if spread is None or spread.weight <= 0:
+            return prior
+        samples = spread.weight * spread.weight / spread.squares
+        log_mean = spread.logs / spread.weight
+        variance = max(0.0, spread.log_squares / spread.weight - log_mean * log_mean)
+        blended = (samples * variance + SPREAD_PRIOR_WEIGHT * prior * prior) / (samples + SPREAD_PRIOR_WEIGHT)
+        # Never below ``PRIOR_SIGMA``: a provider that looks steady over a few dozen answers may still jitter.
+        return max(PRIOR_SIGMA, math.sqrt(blended))
 
-    def _surprise(
-        self, metric: Metric, log: float, estimate: Estimate, long_sigma: float, leap: bool = False
-    ) -> int | None:
-        """Two surprising answers in a row, the same way: the first one's sequence number (a change).
+    def _tests(self, observation: Observation) -> dict[Metric, list[tuple[int, float, float]]]:
+        """Each value of a complete answer joins its metric's run, and the run's tests are read: for each
+        window of the latest answers, (its first answer's sequence number, its standardised shift)."""
+        found: dict[Metric, list[tuple[int, float, float]]] = {}
+        for metric in METRICS:
+            value = observation.value(metric)
+            if value is None or value <= 0:
+                continue
+            run = self.runs.get(metric)
+            if run is None:
+                run = self.runs[metric] = _Run()
+            run.add(self.seq, math.log(value), observation.at)
+            found[metric] = run.shifts(self.spread(metric))
+        return found
 
-        Surprise is judged against the wider of the recent and the long-run spread, so that a
-        heavy tail's outliers (a first token ten times the median, now and then) surprise nobody.
+    def _changes(self, tests: Mapping[Metric, list[tuple[int, float, float]]]) -> dict[Metric, int]:
+        """The metrics the latest answers show changed, each with the first answer of the change.
+
+        The latest answers of a metric (a window of up to ``WINDOW_ANSWERS``) are compared with its
+        answers before them since its last change: the difference of their mean logs over its standard
+        error (the spread, ``spread``, is the deployment's long-run one, or the model's while it has
+        shown little) is a standard normal while nothing changed. A window of two answers or more past
+        ``change_threshold`` of the time the deployment went unheard before it is a change (each answer
+        counts at most ``Z_CLIP`` spreads: no single outlier makes one). First token and stream are also
+        judged together: a provider that really changed shows it in both (a recovered one: much faster
+        in both on its first probe), where a lucky draw of a heavy tail rarely does. A window whose two
+        shifts, summed, pass the threshold (each leaning that way by ``LEAP_EACH_Z``) changes both, one
+        answer sufficing.
         """
-        previous = self.surprises.pop(metric, None)
-        if previous is not None:
-            reference, sigma, direction, since = previous
-            if (log - reference) * direction >= SURPRISE_Z * sigma:
-                self.follow_ups = 0
-                return since
-        sigma = max(estimate.sigma, PRIOR_SIGMA, long_sigma)
-        z = (log - estimate.log_center) / sigma
-        if abs(z) >= SURPRISE_Z:
-            if z < 0 and leap:
-                # Part of a leap (``_leap``): a change from this answer on; a second look is still asked
-                # for, in case the deployment does not win the traffic that would show it.
-                self.follow_ups = FOLLOW_UP_TRIES
-                return self.seq
-            self.surprises[metric] = (estimate.log_center, sigma, 1.0 if z > 0 else -1.0, self.seq)
-            if z < 0:
-                # Faster than thought (every metric here is a time): it may be the better one now. A
-                # slower surprise needs no second look from exploration: the deployment's traffic, if it
-                # has any, gives it, and if it has none, slower is no reason to send it any.
-                self.follow_ups = FOLLOW_UP_TRIES
-        return None
+        found: dict[Metric, tuple[int, float, float]] = {}
+        for metric, shifts in tests.items():
+            for length, (since, shift, gap) in enumerate(shifts, start=1):
+                excess = abs(shift) - change_threshold(gap)
+                if length >= 2 and excess >= 0 and (metric not in found or excess > found[metric][1]):
+                    found[metric] = (since, excess, math.copysign(1.0, shift))
+        first, stream = (tests.get(m) for m in LEAP_METRICS)
+        if first and stream:
+            for (since, a, gap), (other, b, _) in zip(first, stream, strict=False):
+                if since != other:
+                    break  # an answer measured in one metric only: the windows differ from here on
+                joint = (a + b) / math.sqrt(2.0)
+                lean = min(a * math.copysign(1.0, joint), b * math.copysign(1.0, joint))
+                excess = abs(joint) - change_threshold(gap)
+                if excess >= 0 and lean >= LEAP_EACH_Z:
+                    for metric in LEAP_METRICS:
+                        if metric not in found or found[metric][1] < excess:
+                            found[metric] = (since, excess, math.copysign(1.0, joint))
+        # A change found in first token or stream is looked for in the other at the same answer, at a lower
+        # bar: a provider that changed one has likely changed both (a recovery shows in its first token at
+        # once, in a heavy-tailed stream only over several answers).
+        pairs: tuple[tuple[Metric, Metric], ...] = (LEAP_METRICS, (LEAP_METRICS[1], LEAP_METRICS[0]))
+        for looked, changed in pairs:
+            point = found[changed][0] if changed in found else self.restart_seq.get(changed)
+            run = self.runs.get(looked)
+            if point is None or looked in found or run is None or point <= self.restart_seq.get(looked, 0):
+                continue
+            moved = run.shift_since(point, self.spread(looked))
+            way = found[changed][2] if changed in found else self._direction.get(changed, 0.0)
+            if moved is not None and moved * way >= SHARED_CHANGE_Z:
+                found[looked] = (point, 0.0, way)
+        for metric, (_, _, way) in found.items():
+            self._direction[metric] = way
+        return {metric: since for metric, (since, _, _) in found.items()}
 
     def _restart(self, metric: Metric, since: int, now: float) -> None:
-        """Forget ``metric``'s answers before ``since``: rebuild its sums from the run that showed the change."""
+        """Forget ``metric``'s answers before ``since``: rebuild its estimate, its spread and its change test
+        from the run that showed the change (a spread kept across a change would mix the two regimes)."""
         sums = self.sums[metric] = _Sums()
+        spread = self.spreads[metric] = _Sums()
+        run = self.runs[metric] = _Run()
         for seq, observation in self.answers:
             value = observation.value(metric)
             if seq >= since and value is not None and value > 0:
                 sums.add(observation.at, value, self.half_life_s)
+                spread.add(observation.at, value, 0.0, SPREAD_HALF_LIFE)
+                if observation.ok:
+                    run.add(seq, math.log(value), observation.at)
         self.changed_at[metric] = now
         self.restart_seq[metric] = since
         self.confirmed_at.pop(metric, None)
@@ -678,3 +773,32 @@ class DeploymentView:
         # Values are 2 (success) and 1 (failure): the weighted successes are values - weight.
         effective = sums.weight * sums.weight / sums.squares * 2.0 ** (-max(0.0, now - sums.at) / half_life_s)
         return max(0.0, sums.values - sums.weight), sums.weight, effective
+
+
+def _surprising(tests: Mapping[Metric, list[tuple[int, float, float]]]) -> bool:
+    """Whether the latest answer alone was far faster than the answers before it: in one metric, or in first
+    token and stream together."""
+    if any(shifts and shifts[0][1] <= -SURPRISE_Z for shifts in tests.values()):
+        return True
+    first, stream = (tests.get(m) for m in LEAP_METRICS)
+    return bool(first and stream) and (first[0][1] + stream[0][1]) / math.sqrt(2) <= -SURPRISE_JOINT_Z  # type: ignore[index]
+
+
+def pooled_spreads(views: Iterable[DeploymentView]) -> dict[Metric, float]:
+    """The spread of single answers of each metric over ``views`` (a model's other deployments), each view's
+    long-run variance weighted by its answers, with ``PRIOR_WEIGHT`` pseudo-answers of ``PRIOR_SIGMA``."""
+    weights: dict[Metric, float] = {}
+    variances: dict[Metric, float] = {}
+    for view in views:
+        for metric, spread in view.spreads.items():
+            if spread.weight <= 0:
+                continue
+            samples = spread.weight * spread.weight / spread.squares
+            log_mean = spread.logs / spread.weight
+            variance = max(0.0, spread.log_squares / spread.weight - log_mean * log_mean)
+            weights[metric] = weights.get(metric, 0.0) + samples
+            variances[metric] = variances.get(metric, 0.0) + samples * variance
+    return {
+        metric: max(MIN_SIGMA, math.sqrt((variances[metric] + PRIOR_WEIGHT * PRIOR_SIGMA**2) / (weight + PRIOR_WEIGHT)))
+        for metric, weight in weights.items()
+    }

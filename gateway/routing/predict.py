@@ -393,12 +393,16 @@ def _metric(
             extra = 0.0
             if histogram is not None and histogram.count and view.trusts_window(metric, now, histogram.count):
                 # No change since the window began: its many answers make a noisy mean (a heavy
-                # tail's) precise, weighted as at most ``WINDOW_BLEND`` answers beside the recent ones.
+                # tail's) precise. It weighs as the answers the recent estimate does not already count
+                # (older ones, other replicas'), at most ``WINDOW_BLEND``: a deployment measured on
+                # three answers, all in the window, is not judged on them twice.
                 long = _histogram_value(histogram, window_metric, policy)
-                if long is not None and long > 0:
+                extra = min(max(0.0, histogram.count - estimate.samples), WINDOW_BLEND)
+                if long is not None and long > 0 and extra > 0:
                     long = 1.0 / long if rate else long
-                    extra = min(float(histogram.count), WINDOW_BLEND)
                     value = (estimate.samples * value + extra * long) / (estimate.samples + extra)
+                else:
+                    extra = 0.0
             return _Value(
                 value,
                 estimate.uncertainty(now, STALE_HALF_LIFE_S, extra),

@@ -41,7 +41,7 @@ from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cache_terms, decide, keep_bound_first
 from gateway.routing.apis import speaking
 from gateway.routing.capacity import ProviderLimit, RateLimits
-from gateway.routing.estimates import Observation
+from gateway.routing.estimates import Observation, pooled_spreads
 from gateway.routing.explore import Probe, RequestSizes, choose_partner, choose_probe
 from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.hedge import hedge_after
@@ -452,6 +452,8 @@ class MeasuredRouter:
         now = self.clock()
         view = self.state.view(key, policy.memory_half_life_s)
         if sample.outcome == "ok":
+            views = self.state.views_of(key[0])
+            view.prior_spreads = pooled_spreads(v for name, v in views.items() if name != key[1])
             tps = sample.tokens_per_s
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             cache: dict[Metric, float] = {}
