@@ -278,43 +278,46 @@ class _Run:
 
     total: float = 0.0
     count: int = 0
-    latest: deque[tuple[int, float, float]] = field(default_factory=lambda: deque(maxlen=WINDOW_ANSWERS + 1))
-    """(sequence number, log, arrival time) of the latest answers."""
+    latest: deque[tuple[int, float, float, float]] = field(default_factory=lambda: deque(maxlen=WINDOW_ANSWERS + 1))
+    """(sequence number, log, log clipped to ``Z_CLIP`` spreads of the run's mean before it, arrival time) of the
+    latest answers."""
 
-    def add(self, seq: int, log: float, at: float) -> None:
+    def add(self, seq: int, log: float, at: float, sigma: float) -> None:
+        clip = Z_CLIP * sigma
+        mean = self.total / self.count if self.count else log
         self.total += log
         self.count += 1
-        self.latest.append((seq, log, at))
+        self.latest.append((seq, log, mean + max(-clip, min(clip, log - mean)), at))
 
     def shifts(self, sigma: float) -> list[tuple[int, float, float]]:
         """For each window of the latest answers, newest first (one answer, two, ...), while answers before it
         remain: (its first answer's sequence number, how far its mean log is from theirs in standard errors,
-        how long the deployment went unheard between the newest answer before it and its first)."""
+        how long the deployment went unheard between the newest answer before it and its first).
+
+        A window of two or more counts each answer clipped (no single outlier makes a change); one answer alone
+        counts as it came (it can change first token and stream together only, where a lucky outlier rarely lands).
+        """
         found: list[tuple[int, float, float]] = []
-        window = 0.0
-        clip = Z_CLIP * sigma
-        latest = list(reversed(self.latest))
+        raw = clipped = 0.0
+        latest = self.latest
+        newest = len(latest) - 1
         for length in range(1, len(latest)):
             before = self.count - length
             if before < 1:
                 break
-            seq, log, at = latest[length - 1]
-            window += log
-            base = (self.total - window) / before
-            if length == 1:
-                deviation = log - base  # one answer alone is never a change of one metric: no outlier to bound
-            else:
-                deviation = 0.0
-                for _, other, _ in latest[:length]:
-                    deviation += max(-clip, min(clip, other - base))
-            gap = at - latest[length][2]
+            seq, log, bounded, at = latest[newest - length + 1]
+            raw += log
+            clipped += bounded
+            base = (self.total - raw) / before
+            deviation = (log if length == 1 else clipped) - length * base
+            gap = at - latest[newest - length][3]
             found.append((seq, deviation / length / (sigma * math.sqrt(1.0 / length + 1.0 / before)), gap))
         return found
 
     def shift_since(self, since: int, sigma: float) -> float | None:
         """How far the mean log of its answers from ``since`` on is from theirs before, in standard errors (None:
         none on one side, or the answers from ``since`` are no longer all among the latest)."""
-        latest = [(seq, log) for seq, log, _ in self.latest if seq >= since]
+        latest = [(seq, log) for seq, log, _, _ in self.latest if seq >= since]
         after = len(latest)
         before = self.count - after
         if after == 0 or before < 1 or (after == len(self.latest) and self.latest[0][0] > since):
@@ -647,8 +650,9 @@ class DeploymentView:
             run = self.runs.get(metric)
             if run is None:
                 run = self.runs[metric] = _Run()
-            run.add(self.seq, math.log(value), observation.at)
-            found[metric] = run.shifts(self.spread(metric))
+            spread = self.spread(metric)
+            run.add(self.seq, math.log(value), observation.at, spread)
+            found[metric] = run.shifts(spread)
         return found
 
     def _changes(self, tests: Mapping[Metric, list[tuple[int, float, float]]]) -> dict[Metric, int]:
@@ -668,6 +672,8 @@ class DeploymentView:
         found: dict[Metric, tuple[int, float, float]] = {}
         for metric, shifts in tests.items():
             for length, (since, shift, gap) in enumerate(shifts, start=1):
+                if abs(shift) < CHANGE_MIN_Z:
+                    continue
                 excess = abs(shift) - change_threshold(gap)
                 if length >= 2 and excess >= 0 and (metric not in found or excess > found[metric][1]):
                     found[metric] = (since, excess, math.copysign(1.0, shift))
@@ -677,6 +683,8 @@ class DeploymentView:
                 if since != other:
                     break  # an answer measured in one metric only: the windows differ from here on
                 joint = (a + b) / math.sqrt(2.0)
+                if abs(joint) < CHANGE_MIN_Z:
+                    continue
                 lean = min(a * math.copysign(1.0, joint), b * math.copysign(1.0, joint))
                 excess = abs(joint) - change_threshold(gap)
                 if excess >= 0 and lean >= LEAP_EACH_Z:
@@ -706,13 +714,14 @@ class DeploymentView:
         sums = self.sums[metric] = _Sums()
         spread = self.spreads[metric] = _Sums()
         run = self.runs[metric] = _Run()
+        sigma = self.spread(metric)
         for seq, observation in self.answers:
             value = observation.value(metric)
             if seq >= since and value is not None and value > 0:
                 sums.add(observation.at, value, self.half_life_s)
                 spread.add(observation.at, value, 0.0, SPREAD_HALF_LIFE)
                 if observation.ok:
-                    run.add(seq, math.log(value), observation.at)
+                    run.add(seq, math.log(value), observation.at, sigma)
         self.changed_at[metric] = now
         self.restart_seq[metric] = since
         self.confirmed_at.pop(metric, None)
