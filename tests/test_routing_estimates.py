@@ -280,3 +280,12 @@ def test_a_change_of_first_token_is_looked_for_in_the_stream_at_the_same_answer(
     view.add(answer(48.0, ttft=0.3, tps=115.0))
     assert view.changed_at["seconds_per_token"] == 48.0
     assert view.restart_seq["seconds_per_token"] == view.restart_seq["ttft_s"]  # from the same answer on
+
+
+def test_one_answer_slower_in_both_is_a_stall_not_a_change() -> None:
+    # A whole answer slowed by a stall (first token and stream alike) restarts nothing; a second one would.
+    view = fed([answer(i * 0.5, ttft=0.2, tps=200.0) for i in range(20)])
+    view.add(answer(10.5, ttft=1.0, tps=40.0))
+    assert not view.changed_at
+    view.add(answer(11.0, ttft=1.0, tps=40.0))
+    assert set(view.changed_at) >= {"ttft_s", "seconds_per_token"}

@@ -24,7 +24,8 @@ deployment answering every second is held to about four standard errors (it is t
 times an hour) and one probed after half a minute to about two and a half (a recovered provider's
 second look is enough). Two or more answers are needed in one metric (one outlier never changes
 it); first token and stream are also judged together, and a window far off in both, the same way,
-changes both from a single answer (a *leap*: a recovered provider's first probe). A change found
+changes both from a single answer when faster (a *leap*: a recovered provider's first probe; one answer slower
+in both is a stall, and a slowdown shows in the answers after it and in the attempts in flight). A change found
 in one of them is looked for in the other at the same answer at a lower bar (``SHARED_CHANGE_Z``).
 On a change the answers before it stop counting for that metric: a provider whose tokens/s fell
 fivefold is judged on its new speed after two answers, not once a long average moves. An answer
@@ -679,11 +680,13 @@ class DeploymentView:
                     found[metric] = (since, excess, math.copysign(1.0, shift))
         first, stream = (tests.get(m) for m in LEAP_METRICS)
         if first and stream:
-            for (since, a, gap), (other, b, _) in zip(first, stream, strict=False):
+            for length, ((since, a, gap), (other, b, _)) in enumerate(zip(first, stream, strict=False), start=1):
                 if since != other:
                     break  # an answer measured in one metric only: the windows differ from here on
                 joint = (a + b) / math.sqrt(2.0)
-                if abs(joint) < CHANGE_MIN_Z:
+                if abs(joint) < CHANGE_MIN_Z or (length == 1 and joint > 0):
+                    # One answer slower in both is a hiccup (a stall slows a whole answer), not a change: a
+                    # slowdown shows in the next answers, and sooner in the attempts still in flight.
                     continue
                 lean = min(a * math.copysign(1.0, joint), b * math.copysign(1.0, joint))
                 excess = abs(joint) - change_threshold(gap)
