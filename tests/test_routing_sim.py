@@ -204,8 +204,11 @@ def test_max_concurrency_sends_the_overflow_elsewhere(sims: Sims) -> None:
 
 
 def test_routes_endpoint_explains_the_ranking(sims: Sims) -> None:
+    # Paced streams (8 tokens at 2,000/s): every answer of a measures its speed, on a loaded machine too (unpaced,
+    # its 8 tokens can arrive in one read, and its stream is then the model's average).
+    paced = dataclasses.replace(FAST, tokens_per_s=2000.0)
     sim = sims.start(
-        [SimProvider("a", FAST), SimProvider("b", dataclasses.replace(FAST, ttft_s=0.05), 2.0, 2.0)],
+        [SimProvider("a", paced), SimProvider("b", dataclasses.replace(paced, ttft_s=0.05), 2.0, 2.0)],
         policy={"min_samples": 1, "max_ttft_s": 0.03},  # b is judged on its first complete answer
     )
     sim.run(6)
@@ -225,7 +228,8 @@ def test_routes_endpoint_explains_the_ranking(sims: Sims) -> None:
     assert a["in_flight"] == 0 and a["max_concurrency"] == 256
     # What the router believes of each, how sure it is, how old its newest answer is, what exploring is worth.
     predicted = a["predicted"]
-    assert predicted["source"] == "recent" and predicted["samples"] > 1
+    # (on its own answers only: the window holds the same ones, and it is not counted twice)
+    assert predicted["source"] == "recent" and predicted["samples"] >= 1
     assert 0 < predicted["uncertainty"] < 4 and predicted["sampling_uncertainty"] <= predicted["uncertainty"]
     assert 0 <= predicted["newest_sample_age_s"] < 5
     assert a["explore_bonus"] > 0 and a["optimistic_score"] == pytest.approx(a["score"] - a["explore_bonus"], abs=1e-3)
