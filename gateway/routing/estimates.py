@@ -239,13 +239,17 @@ class _Sums:
 
     def sigma(self, samples: float | None = None) -> float:
         """The spread of single values (log units), shrunk towards ``PRIOR_SIGMA`` while they are few: an
-        ``Estimate``'s ``sigma`` without the rest of it (a long-run spread is read this way on every answer)."""
+        ``Estimate``'s ``sigma`` without the rest of it."""
+        effective, variance = self.log_variance()
         if samples is None:
-            samples = self.weight * self.weight / self.squares
-        log_mean = self.logs / self.weight
-        variance = max(0.0, self.log_squares / self.weight - log_mean * log_mean)
+            samples = effective
         blended = (samples * variance + PRIOR_WEIGHT * PRIOR_SIGMA**2) / (samples + PRIOR_WEIGHT)
         return max(MIN_SIGMA, math.sqrt(blended))
+
+    def log_variance(self) -> tuple[float, float]:
+        """(effective number of values, weighted variance of their logs): what every spread is made of."""
+        log_mean = self.logs / self.weight
+        return self.weight * self.weight / self.squares, max(0.0, self.log_squares / self.weight - log_mean * log_mean)
 
 
 @dataclass(slots=True)
@@ -598,15 +602,11 @@ class DeploymentView:
         if observation.ok:
             self.answered += 1
             leap = any(since == self.seq for since in changes.values())
-            if surprised and not changes or leap:
-                # Faster than thought: it may be the better one now, and a deployment that does not win
-                # the traffic that would show it is only seen again by exploration. A slower surprise
-                # needs no second look: its traffic, if it has any, gives one.
-                self.follow_ups = FOLLOW_UP_TRIES
-            elif not surprised:
-                self.follow_ups = 0  # the second look came back unsurprising (or agreed: a change)
-            if changes and not leap:
-                self.follow_ups = 0
+            # Faster than thought (a surprise, or a leap): it may be the better one now, and a deployment
+            # that does not win the traffic that would show it is only seen again by exploration. Otherwise
+            # the second look came back unsurprising, or agreed (a change): no more looks. A slower
+            # surprise needs none: its traffic, if it has any, gives one.
+            self.follow_ups = FOLLOW_UP_TRIES if leap or (surprised and not changes) else 0
 
     def confirm(self, metric: Metric, at_least: float, now: float) -> None:
         """A lower bound on ``metric`` (a race this deployment lost): news only if the estimate is lower.
@@ -633,9 +633,7 @@ class DeploymentView:
         spread = self.spreads.get(metric)
         if spread is None or spread.weight <= 0:
             return prior
-        samples = spread.weight * spread.weight / spread.squares
-        log_mean = spread.logs / spread.weight
-        variance = max(0.0, spread.log_squares / spread.weight - log_mean * log_mean)
+        samples, variance = spread.log_variance()
         blended = (samples * variance + SPREAD_PRIOR_WEIGHT * prior * prior) / (samples + SPREAD_PRIOR_WEIGHT)
         # Never below ``PRIOR_SIGMA``: a provider that looks steady over a few dozen answers may still jitter.
         return max(PRIOR_SIGMA, math.sqrt(blended))
@@ -717,7 +715,7 @@ class DeploymentView:
         sums = self.sums[metric] = _Sums()
         spread = self.spreads[metric] = _Sums()
         run = self.runs[metric] = _Run()
-        sigma = self.spread(metric)
+        sigma = self.prior_spreads.get(metric, PRIOR_SIGMA)  # its spread starts over too: the model's, until its own
         for seq, observation in self.answers:
             value = observation.value(metric)
             if seq >= since and value is not None and value > 0:
@@ -790,10 +788,11 @@ class DeploymentView:
 def _surprising(tests: Mapping[Metric, list[tuple[int, float, float]]]) -> bool:
     """Whether the latest answer alone was far faster than the answers before it: in one metric, or in first
     token and stream together."""
-    if any(shifts and shifts[0][1] <= -SURPRISE_Z for shifts in tests.values()):
+    alone = {metric: shifts[0][1] for metric, shifts in tests.items() if shifts}
+    if any(shift <= -SURPRISE_Z for shift in alone.values()):
         return True
-    first, stream = (tests.get(m) for m in LEAP_METRICS)
-    return bool(first and stream) and (first[0][1] + stream[0][1]) / math.sqrt(2) <= -SURPRISE_JOINT_Z  # type: ignore[index]
+    first, stream = (alone.get(m) for m in LEAP_METRICS)
+    return first is not None and stream is not None and (first + stream) / math.sqrt(2) <= -SURPRISE_JOINT_Z
 
 
 def pooled_spreads(views: Iterable[DeploymentView]) -> dict[Metric, float]:
@@ -805,9 +804,7 @@ def pooled_spreads(views: Iterable[DeploymentView]) -> dict[Metric, float]:
         for metric, spread in view.spreads.items():
             if spread.weight <= 0:
                 continue
-            samples = spread.weight * spread.weight / spread.squares
-            log_mean = spread.logs / spread.weight
-            variance = max(0.0, spread.log_squares / spread.weight - log_mean * log_mean)
+            samples, variance = spread.log_variance()
             weights[metric] = weights.get(metric, 0.0) + samples
             variances[metric] = variances.get(metric, 0.0) + samples * variance
     return {
