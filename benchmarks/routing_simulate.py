@@ -29,6 +29,7 @@ from typing import Any
 
 from benchmarks.routing_scenarios import SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 from gateway.config import GatewayConfig, StatsConfig, parse_config
+from gateway.relay.drain import DRAIN_EVENTS, DRAIN_MAX_S
 from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
 from gateway.routing.plan import Candidate, RoutePlan
 from gateway.samples import Outcome, Sample
@@ -159,7 +160,9 @@ class _Request:
         self.next_attempt(hedge_allowed=True)
 
     def admit(self) -> Candidate | None:
-        while self.queue and self.attempts < self.plan.policy.max_attempts:
+        # A race of three or more keeps the fallbacks a one-probe race leaves the request (``AttemptBudget.extra``).
+        extra = max(0, self.plan.race_width - 2) if getattr(self.plan, "race", ()) else 0
+        while self.queue and self.attempts < self.plan.policy.max_attempts + extra:
             candidate = self.queue.pop(0)
             if self.sim.router.attempt_started(candidate):
                 self.attempts += 1
@@ -178,8 +181,9 @@ class _Request:
 
     def next_attempt(self, hedge_allowed: bool) -> None:
         sim = self.sim
-        if hedge_allowed and getattr(self.plan, "race_partner", None) is not None:  # older routers have none
-            self._race_pair()
+        race = getattr(self.plan, "race", ())  # older routers have none
+        if hedge_allowed and race and self.plan.candidates[0].hedge_after_s == 0.0:
+            self._race([])
             return
         primary = self.admit()
         if primary is None:
@@ -196,38 +200,30 @@ class _Request:
             return
         self._commit_at(primary, t0, ttft, tps, hedged=False)
 
-    def _race_pair(self) -> None:
-        """Two probes at once and the leader after the head start (``RoutePlan.race_partner``), as the relay runs
-        them: the first token wins and the others are cancelled (a lower bound on their first token); a failure
-        lets the leader join at once; the leader is never started when a probe's first token comes first."""
+    def _race(self, racers: list[tuple[Candidate, float, bool, float, float]]) -> None:
+        """The plan's racers as the relay runs them (``RoutePlan.race``): each joins when the one before it had its
+        ``hedge_after_s`` without a first token (0: at once), the leader after the last, and the first token wins;
+        the others are cancelled (a lower bound on their first token), or drained when they are probes. A racer
+        that fails with none left running lets the next join at once."""
         sim = self.sim
-        t0 = sim.now
-        racers = []
-        for candidate in (self.admit(), self.admit()):
-            if candidate is not None:
-                racers.append((candidate, t0, *self.draw(candidate)))
-        if not racers:
-            self.fail()
+        now = sim.now
+        candidate = self.admit() if len(racers) < self.plan.race_width else None
+        if candidate is None:
+            if racers:
+                self._race_ends(racers)
+            else:
+                self.fail()
             return
-        for candidate, _, fails, _, _ in racers:
-            if fails:
-                self._racer_fails(candidate)
-        firsts = [t0 + ttft for _, _, fails, ttft, _ in racers if not fails]
-        join_at = t0 + (racers[-1][0].hedge_after_s or 0.0)
-        if len(firsts) < len(racers):
-            join_at = min(join_at, t0 + FAIL_S)
-        if firsts and min(firsts) <= join_at:
+        racers.append((candidate, now, *self.draw(candidate)))
+        if racers[-1][2]:
+            self._racer_fails(candidate)
+        after = candidate.hedge_after_s
+        firsts = [start + ttft for _, start, fails, ttft, _ in racers if not fails]
+        if after is None or (firsts and min(firsts) <= now + after):
             self._race_ends(racers)
-        else:
-            sim.at(join_at, lambda: self._leader_joins(racers))
-
-    def _leader_joins(self, racers: list[tuple[Candidate, float, bool, float, float]]) -> None:
-        leader = self.admit()
-        if leader is not None:
-            racers = [*racers, (leader, self.sim.now, *self.draw(leader))]
-            if racers[-1][2]:
-                self._racer_fails(leader)
-        self._race_ends(racers)
+            return
+        join_at = now + after if firsts else now + FAIL_S
+        sim.at(join_at, lambda: self._race(racers))
 
     def _racer_fails(self, candidate: Candidate) -> None:
         self.sim.at(
@@ -245,7 +241,10 @@ class _Request:
             sim.at(max(start for _, start, *_ in racers) + FAIL_S, lambda: self.next_attempt(hedge_allowed=False))
             return
         first_at, winner, started, ttft, tps = ok[0]
-        for _, loser, start, _, _ in ok[1:]:
+        for _, loser, start, l_ttft, l_tps in ok[1:]:
+            if self._drains(loser):
+                self._drain(loser, start, l_ttft, l_tps)
+                continue
             sim.at(
                 first_at, functools.partial(sim.sample, loser, "client_cancelled", first_at - start, None, hedged=True)
             )
@@ -257,7 +256,7 @@ class _Request:
 
     def _hedge(self, primary: Candidate, t0: float, ttft: float, tps: float) -> None:
         sim = self.sim
-        if not (self.queue and self.attempts < self.plan.policy.max_attempts and sim.router.try_hedge(self.plan)):
+        if not (self.queue and sim.router.try_hedge(self.plan)):
             self._commit_at(primary, t0, ttft, tps, hedged=False)
             return
         hedge = self.admit()
@@ -272,12 +271,37 @@ class _Request:
         primary_first = t0 + ttft
         hedge_first = sim.now + h_ttft
         if primary_first <= hedge_first:
-            sim.at(primary_first, lambda: sim.sample(hedge, "client_cancelled", None, None, hedged=True))
+            if self._drains(hedge):
+                self._drain(hedge, sim.now, h_ttft, h_tps)
+            else:
+                sim.at(primary_first, lambda: sim.sample(hedge, "client_cancelled", None, None, hedged=True))
             self._commit_at(primary, t0, ttft, tps, hedged=True)
         else:
             waited = hedge_first - t0
-            sim.at(hedge_first, lambda: sim.sample(primary, "client_cancelled", waited, None, hedged=True))
+            if self._drains(primary):
+                self._drain(primary, t0, ttft, tps)
+            else:
+                sim.at(hedge_first, lambda: sim.sample(primary, "client_cancelled", waited, None, hedged=True))
             self._commit_at(hedge, sim.now, h_ttft, h_tps, hedged=True)
+
+    def _drains(self, loser: Candidate) -> bool:
+        """A race's losing probe is read on to ``DRAIN_TOKENS`` unseen (``gateway.relay.drain``)."""
+        return loser.reason == "explore"
+
+    def _drain(self, loser: Candidate, start: float, ttft: float, tps: float) -> None:
+        tokens = min(self.tokens, DRAIN_EVENTS)
+        end = start + ttft + min((tokens - 1) / tps, DRAIN_MAX_S)
+        read = tokens if end < start + ttft + DRAIN_MAX_S else 1 + int(DRAIN_MAX_S * tps)
+        sim = self.sim
+        first = start + ttft
+        progress = _Progress(sim, first, tps, tokens)
+        sim.at(max(first, sim.now), lambda: sim.router.attempt_streaming(loser, progress))
+        sim.at(
+            end,
+            functools.partial(
+                sim.sample, loser, "client_cancelled", ttft, tps if read > 1 else None, hedged=True, tokens=read
+            ),
+        )
 
     def _commit_at(self, candidate: Candidate, t0: float, ttft: float, tps: float, hedged: bool) -> None:
         sim = self.sim

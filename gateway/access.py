@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,9 @@ class UsageTally:
     attempts: int = 0
     samples: list[Sample] = field(default_factory=list)
     """Every attempt's sample, each once: what the request's spend is settled with."""
+    late: Callable[[Sample], None] | None = None
+    """Once the request is released: books an attempt that ended after it (a race's drained loser,
+    ``gateway.relay.drain``) on its own."""
 
 
 _tally: contextvars.ContextVar[UsageTally | None] = contextvars.ContextVar("gateway_usage_tally", default=None)
@@ -66,6 +69,9 @@ class UsageTap:
     def record(self, sample: Sample) -> None:
         tally = _tally.get()
         if tally is None:
+            return
+        if tally.late is not None:
+            tally.late(sample)
             return
         tally.attempts += 1
         tally.samples.append(sample)
@@ -160,6 +166,18 @@ class Ticket:
                 self.state.spawn(self.state.limiter.adjust(self.key.key_id, self.window, delta))
         if self.hold is not None or self.tally.samples:
             self.state.spawn(self.state.spend.settle(self.spender, self.hold, list(self.tally.samples)))
+        self.tally.late = self._book_late
+
+    def _book_late(self, sample: Sample) -> None:
+        """An attempt that ended after the request did: its tokens and its cost are booked on their own.
+
+        Settled against the request's hold again: the hold was released once (a store releases a hold only
+        while it is held), and its budgets are the ones the attempt's cost is booked to.
+        """
+        output = sample.usage_completion_tokens if sample.usage_completion_tokens is not None else sample.output_tokens
+        if self.key.limits.tokens_per_minute and output:
+            self.state.spawn(self.state.limiter.adjust(self.key.key_id, self.window, output))
+        self.state.spawn(self.state.spend.settle(self.spender, self.hold, [sample]))
 
 
 class AccessControl:

@@ -107,6 +107,7 @@ class GatewayRuntime:
         metrics.observe_snapshot(self.stats.snapshot(), deployment_providers(self.config))
 
     async def aclose(self) -> None:
+        await self.dispatcher.aclose()
         await self.upstreams.aclose()
         self.access_log.flush()  # the lines a batch still holds
 

@@ -275,6 +275,25 @@ def test_a_hedge_books_each_attempt_once(fakes: Fakes, start_gateway: Callable[.
     assert by_outcome["client_cancelled"].cost_usd, "the loser's prompt was billed, and is booked to it"
 
 
+def test_a_drained_race_loser_is_booked_once_after_its_request_ended(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path
+) -> None:
+    # Nothing measured: the cold start races both; b's first token comes after the client has its whole answer,
+    # and b is read on for its stream (``gateway.relay.drain``): its prompt and tokens are booked when it ends.
+    a = fakes.start("a", FakeBehavior(ttft_s=0.01, tokens_per_s=2000))
+    b = fakes.start("b", FakeBehavior(ttft_s=0.5, tokens_per_s=2000))
+    policy = {"extends": "balanced"}  # the default policy, which explores
+    gateway = start_gateway(config_for([a, b], keys_file(tmp_path, BIG), policy=policy), ENVIRON)
+    with sdk(gateway.base_url, KEY) as client:
+        stream = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=40, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    wait_until(lambda: len(gateway.samples.samples) >= 1, what="the answer's sample")
+    assert [s.deployment for s in gateway.samples.samples] == ["a"], "the answer ended before the loser's first token"
+    samples = assert_booked_once(gateway, 2)
+    drained = {s.deployment: s for s in samples}["b"]
+    assert drained.outcome == "client_cancelled" and drained.output_tokens and drained.cost_usd
+
+
 def test_a_recovered_stream_books_each_attempt_once(
     fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path
 ) -> None:

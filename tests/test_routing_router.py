@@ -613,10 +613,15 @@ def test_overrides_that_make_no_sense_are_400s(preferences: ProviderPreferences,
 
 
 def test_hedge_thresholds_fixed_or_from_the_deployments_own_ttft() -> None:
-    fixed = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"hedge_after_s": 0.75}))
+    fixed = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"hedge_after_s": 0.75, "explore_share": 0}))
+    fixed.feed(samples("a", 20, ttft=0.3) + samples("b", 20, ttft=0.3))  # measured, no probes: no races
     assert fixed.first().hedge_after_s == 0.75
     assert fixed.router.plan(fixed.request(stream=False)).candidates[0].hedge_after_s is None
-    own = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"hedge_quantile": 0.9, "hedge_min_after_s": 0.2}))
+    own = Rig(
+        routing_config(
+            [("a", 1, 1), ("b", 1, 1)], policy={"hedge_quantile": 0.9, "hedge_min_after_s": 0.2, "explore_race": False}
+        )
+    )
     assert own.first().hedge_after_s is None  # not judged yet: no threshold to trust
     own.feed(samples("a", 90, ttft=0.3) + samples("a", 10, ttft=4.0) + samples("b", 100, ttft=0.05))
     plan = own.router.plan(own.request())
@@ -643,7 +648,12 @@ def test_balanced_hedges_only_a_heavy_first_token_tail_and_never_onto_a_slow_str
 
 
 def test_hedge_budget_caps_hedges_as_a_share_of_requests() -> None:
-    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"hedge_after_s": 0.5, "hedge_budget": 0.1}))
+    rig = Rig(
+        routing_config(
+            [("a", 1, 1), ("b", 1, 1)], policy={"hedge_after_s": 0.5, "hedge_budget": 0.1, "explore_share": 0}
+        )
+    )
+    rig.feed(samples("a", 20, ttft=0.3) + samples("b", 20, ttft=0.3))  # measured, no probes: no races
     hedges = 0
     for _ in range(300):
         plan = rig.router.plan(rig.request())

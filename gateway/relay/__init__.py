@@ -7,6 +7,7 @@
 - ``budget``: ``AttemptBudget``, the request's deadline and attempt count, shared by every loop.
 - ``dispatch``: ``Dispatcher`` and the in-order attempt loop (fallback before the first byte).
 - ``hedging``: the attempt loop of hedged streams (a second attempt when the first token is late).
+- ``drain``: a race's losing probe, read on unseen until its stream is measured.
 - ``retry``: whether a failed attempt asks the same deployment again (after a wait) or the next.
 - ``context``: a prompt too long for one deployment, moved to one with a larger window.
 - ``runner``: ``AttemptRunner``, one attempt from admission to its ``Sample``; the loops call it.

@@ -25,6 +25,7 @@ from gateway.errors import UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault, Opened
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.context import context_exceeded, larger_windows
+from gateway.relay.drain import Drains
 from gateway.relay.hedging import race
 from gateway.relay.replies import FullReply, Reply, StreamReply
 from gateway.relay.request import ProxyRequest
@@ -45,6 +46,12 @@ class Dispatcher:
     def __init__(self, runner: AttemptRunner, owners: ResponseOwners | None = None) -> None:
         self.runner = runner
         self.owners = owners if owners is not None else ResponseOwners()
+        self.drains = Drains(runner)
+        """Race losers still being read for their streams (``gateway.relay.drain``)."""
+
+    async def aclose(self) -> None:
+        """Stop the drains still reading: the upstream connections close next."""
+        await self.drains.aclose()
 
     @property
     def clock(self) -> Clock:
@@ -61,7 +68,7 @@ class Dispatcher:
             hedged = request.stream and bool(candidates) and candidates[0].hedge_after_s is not None
             try:
                 if hedged:
-                    opened = await race(runner, budget, request, remaining)
+                    opened = await race(runner, budget, request, remaining, self.drains)
                 else:
                     opened = await attempt_in_order(runner, budget, request, remaining)
                 break

@@ -3,7 +3,8 @@
 When the primary's first token is later than its ``hedge_after_s`` (and the model's hedge
 budget allows), the next candidate starts beside it. Whichever produces a token first is
 committed; the other is cancelled, which closes its upstream connection and records its
-sample (``hedged=True``, its prompt's cost counted). A failure of either leaves the other
+sample (``hedged=True``, its prompt's cost counted), or, if it is a probe, drained: read on unseen
+until its stream is measured (``gateway.relay.drain``). A failure of either leaves the other
 running; when both have failed, plain fallback goes on (or a retry of the one that failed last,
 when ``retry`` says waiting for it pays).
 """
@@ -15,20 +16,28 @@ import asyncio
 from gateway.errors import UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault, Opened, first_output_at
 from gateway.relay.budget import AttemptBudget
+from gateway.relay.drain import Drains, is_drained
 from gateway.relay.request import ProxyRequest
 from gateway.relay.retry import retry_wait
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate, RoutePlan
 
 
-async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyRequest, plan: RoutePlan) -> Opened:
-    """The attempt loop with hedging; raises ``ClientFault``, or the budget's error if no attempt answers."""
+async def race(
+    runner: AttemptRunner, budget: AttemptBudget, request: ProxyRequest, plan: RoutePlan, drains: Drains | None = None
+) -> Opened:
+    """The attempt loop with hedging; raises ``ClientFault``, or the budget's error if no attempt answers.
+
+    ``drains``: where a losing probe is read on for its stream (``gateway.relay.drain``); None cancels it.
+    """
     model = plan.candidates[0].model
+    committed = False
     queue: tuple[Candidate, ...] = plan.candidates
     pending: dict[asyncio.Task[None], Attempt] = {}
     hedges_left = plan.race_width - 1
-    if plan.race_partner is not None:
-        budget.extra = 1  # the second probe measures: the request keeps the fallbacks a one-probe race leaves it
+    if len(plan.race) > 1:
+        # The probes beyond the first measure: the request keeps the fallbacks a one-probe race leaves it.
+        budget.extra = plan.race_width - 2
     retries: dict[str, int] = {}
     lone = len(queue) == 1
     again = False  # the queue's head is a retry of the attempt that just failed
@@ -103,14 +112,24 @@ async def race(runner: AttemptRunner, budget: AttemptBudget, request: ProxyReque
             if answered:
                 answered.sort(key=first_output_at)
                 for late in answered[1:]:
-                    runner.abandon(request, late)
+                    if drains is not None and is_drained(late):
+                        drains.start(request, late, None)
+                    else:
+                        runner.abandon(request, late)
                 winner = answered[0]
                 runner.commit(request, budget, winner)
+                committed = True
                 if winner.hedged:
                     _hedge_ended(runner, model, winner, [*answered[1:], *pending.values()])
                 return Opened(winner, queue)
     finally:
-        # Losers (and, on a client disconnect, everyone) are cancelled; each records its own sample.
+        # Losers (and, on a client disconnect, everyone) are cancelled; each records its own sample. A losing
+        # probe of a committed request is drained instead: read on for its stream, unseen.
+        if committed and drains is not None:
+            for task, attempt in list(pending.items()):
+                if is_drained(attempt):
+                    drains.start(request, attempt, task)
+                    del pending[task]
         for task in pending:
             task.cancel()
         if pending:

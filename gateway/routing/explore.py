@@ -84,6 +84,9 @@ class Probe:
     """How long the probe runs alone before the leader joins it (races only)."""
     for_stream: bool = False
     """A cold probe of a deployment measured but for its stream (its answers came in one chunk each)."""
+    others: tuple[Ranked, ...] = ()
+    """A cold race's other unmeasured deployments, started at once beside it (the leader with them, if one is
+    measured)."""
 
 
 @dataclass
@@ -169,7 +172,7 @@ def choose_probe(
     if policy.ranking == "fixed" or policy.min_samples == 0 or not rows:
         return None
     leader = rows[0]
-    known_leader = _measured(leader)
+    known_leader = measured(leader)
     race_allowed = stream and policy.explore_race and known_leader and len(rows) > 1
     cold = [
         r
@@ -179,8 +182,12 @@ def choose_probe(
         and not r.scored.violations
     ]
     if cold and (cheap or not known_leader or all(r.scored.prediction.answers for r in cold)):
-        # Never by racing: a deployment slower to its first token would lose every race and never
-        # be measured; its first answer is worth one request (a cheap one, once another is measured).
+        # A cheap request once another is measured. On a stream every deployment with nothing measured races at
+        # once (with the leader, if one is measured): the first token wins, and each loser is read on unseen for
+        # its stream (``gateway.relay.drain``), so one request measures them all at the cost of the fastest.
+        unmeasured = sorted((r for r in cold if _unmeasured(r)), key=lambda r: rng.random())
+        if stream and policy.explore_race and unmeasured and len(rows) > 1:
+            return Probe(unmeasured[0], race=True, cold=True, others=tuple(unmeasured[1:]))
         row = min(cold, key=lambda r: rng.random())
         return Probe(row, race=False, cold=True, for_stream=not _unmeasured(row))
     if policy.explore_share <= 0:
@@ -238,7 +245,7 @@ def _contenders(
     pool = [
         r
         for r in rows[1:]
-        if r.in_flight == 0 and not r.scored.violations and _measured(r) and r.scored.optimistic < best
+        if r.in_flight == 0 and not r.scored.violations and measured(r) and r.scored.optimistic < best
     ]
     pool.sort(key=lambda r: (last.get(r.deployment.name, -math.inf), r.scored.optimistic, rng.random()))
     return pool
@@ -278,7 +285,8 @@ def _unmeasured(row: Ranked) -> bool:
     return p.answers == 0 and p.source in ("model", "none")
 
 
-def _measured(row: Ranked) -> bool:
+def measured(row: Ranked) -> bool:
+    """Its own answers, or the shared window's, give its estimate (not the model's prior)."""
     return row.scored.prediction.source in ("recent", "window")
 
 

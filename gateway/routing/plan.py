@@ -102,18 +102,28 @@ class RoutePlan:
     ranking: object = None
     """The router's ``Ranking`` behind this plan (typed loosely: this module sits below the router),
     for the request's routing trace (``gateway.routing.trace``)."""
-    race_probe: str | None = None
-    """The deployment this plan explores by racing (its first candidate, the leader its hedge), if any."""
-    race_partner: str | None = None
-    """A second deployment explored in the same race (its second candidate, started with the first; the leader,
-    third, joins after the head start), if any."""
+    race: tuple[str, ...] = ()
+    """The deployments this plan explores by racing, its first candidates in order: each starts when the one
+    before it has had its ``hedge_after_s`` without a first token (0: at once), the leader after the last of
+    them; the first token wins. One probe; a pair (``race_partner``); or every unmeasured deployment at a cold
+    start, all at once. Empty: no race."""
     affinity: AffinityDecision | None = None
     """What the router did with the request's session (None: it has none)."""
 
     @property
+    def race_probe(self) -> str | None:
+        """The deployment this plan explores by racing (its first candidate, the leader its hedge), if any."""
+        return self.race[0] if self.race else None
+
+    @property
+    def race_partner(self) -> str | None:
+        """A second deployment explored in the same race (its second candidate), if any."""
+        return self.race[1] if len(self.race) > 1 else None
+
+    @property
     def race_width(self) -> int:
-        """Attempts its first-token race may hold at once: the primary and a hedge, or two probes and the leader."""
-        return 3 if self.race_partner is not None else 2
+        """Attempts its first-token race may hold at once: the primary and a hedge, or the probes and the leader."""
+        return len(self.race) + 1 if self.race else 2
 
 
 class Router(Protocol):

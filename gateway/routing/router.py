@@ -42,7 +42,7 @@ from gateway.routing.affinity import cache_terms, decide, keep_bound_first
 from gateway.routing.apis import speaking
 from gateway.routing.capacity import ProviderLimit, RateLimits
 from gateway.routing.estimates import Observation, pooled_spreads
-from gateway.routing.explore import Probe, RequestSizes, choose_partner, choose_probe
+from gateway.routing.explore import Probe, RequestSizes, choose_partner, choose_probe, measured
 from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.hedge import hedge_after
 from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
@@ -256,14 +256,25 @@ class MeasuredRouter:
         probe, partner = (
             self._probe(model.name, rows, policy, ranking.shape, request.stream) if explore else (None, None)
         )
-        race = probe.row if probe is not None and probe.race else None
+        race: list[Ranked] = []
         if probe is not None:
-            rows.remove(probe.row)
-            rows.insert(0, probe.row)
+            racing = [probe.row, *probe.others, *([partner.row] if partner is not None else [])]
+            for row in reversed(racing):
+                rows.remove(row)
+                rows.insert(0, row)
+            if probe.race:
+                race = racing
             first_reason = "explore"
-        if partner is not None:
-            rows.remove(partner.row)
-            rows.insert(1, partner.row)
+        # The last racer's wait for the leader: a cold race starts it at once (if it is measured: else it is a
+        # fallback), a pair after the head start either contender affords.
+        leader_after: float | None = None
+        if probe is not None and probe.race:
+            if probe.cold:
+                leader_after = 0.0 if len(rows) > len(race) and measured(rows[len(race)]) else None
+            elif partner is not None:
+                leader_after = min(probe.head_start_s, partner.head_start_s)
+            else:
+                leader_after = probe.head_start_s
         hedging = request.stream and policy.hedging
         if hedging:
             self.state.hedges.credit(model.name, policy.hedge_budget)
@@ -271,18 +282,16 @@ class MeasuredRouter:
         candidates = []
         for i, row in enumerate(rows):
             after = None
-            if race is not None and probe is not None and i == 0:
-                # With a partner: both contenders start at once, the leader after the head start either affords.
-                after = 0.0 if partner is not None else probe.head_start_s
-            elif partner is not None and probe is not None and i == 1:
-                after = min(probe.head_start_s, partner.head_start_s)
+            if i < len(race):
+                # Racers start at once, one after the other; the leader after the last of them.
+                after = 0.0 if i + 1 < len(race) else leader_after
             elif hedging:
                 backup = backup_time(row, rows[i + 1], ranking.shape) if i + 1 < len(rows) else None
                 after = hedge_after(
                     policy, ranking.snapshot, model.name, row.deployment.name, backup, self.state.tails, now
                 )
             reason: RouteReason = first_reason if i == 0 else "fallback"
-            if partner is not None and i == 1:
+            if 0 < i < len(race):
                 reason = "explore"
             key = (model.name, row.deployment.name)
             deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.get(*key), now)
@@ -303,14 +312,12 @@ class MeasuredRouter:
         self.events.decision(model.name, first.name, first.provider.name, first_reason)
         if affinity is not None:
             self.events.session_routed(model.name, first.name, affinity.choice, affinity.reason)
-        probed = race.deployment.name if race is not None else None
         return RoutePlan(
             candidates=tuple(candidates),
             policy=policy,
-            race_probe=probed,
+            race=tuple(row.deployment.name for row in race),
             ranking=ranking,
             affinity=affinity,
-            race_partner=partner.row.deployment.name if partner is not None else None,
         )
 
     def _probe(
@@ -410,7 +417,8 @@ class MeasuredRouter:
         provider = candidate.provider
         in_flight = self.state.provider_in_flight.get(provider.name, 0)
         view = self.state.views_of(candidate.model).get(candidate.name)
-        complete_stream = sample.outcome == "ok" and sample.stream
+        # A drained loser's stream was read as far as it went: its bytes per token are as good as an answer's.
+        complete_stream = sample.stream and (sample.outcome == "ok" or _drained(sample))
         started_at = (
             view.ended(id(candidate), self.clock(), sample.output_tokens if complete_stream else None)
             if view is not None
@@ -451,7 +459,8 @@ class MeasuredRouter:
         """Feed one finished attempt to the deployment's fast view."""
         now = self.clock()
         view = self.state.view(key, policy.memory_half_life_s)
-        if sample.outcome == "ok":
+        drained = _drained(sample)
+        if sample.outcome == "ok" or drained:
             views = self.state.views_of(key[0])
             view.prior_spreads = pooled_spreads(v for name, v in views.items() if name != key[1])
             tps = sample.tokens_per_s
@@ -466,7 +475,7 @@ class MeasuredRouter:
                     now,
                     sample.ttft_s,
                     1.0 / tps if tps else None,
-                    sample.e2e_s,
+                    sample.e2e_s if not drained else None,
                     ok=True,
                     warm_ttft_s=terms.base_s,
                     prefill_s_per_token=terms.prefill_s_per_token,
@@ -533,6 +542,12 @@ class MeasuredRouter:
     def _circuit_changed(self, key: DeploymentKey, state: CircuitState) -> None:
         model, deployment = key
         self.events.circuit_changed(model, deployment, self._provider_of.get(key, deployment), state)
+
+
+def _drained(sample: Sample) -> bool:
+    """A race's loser read on for its stream (``gateway.relay.drain``): its first token (and its stream, if it
+    ran long enough) measured, an answer without an end-to-end."""
+    return sample.outcome == "client_cancelled" and sample.output_tokens is not None and sample.ttft_s is not None
 
 
 def _matches(deployment: DeploymentConfig, names: Sequence[str]) -> bool:

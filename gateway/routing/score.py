@@ -264,29 +264,34 @@ def _violations(
     preferences: ProviderPreferences,
 ) -> tuple[str, ...]:
     """Soft constraints broken. Measured ones are judged on the deployment's own numbers, once it has
-    ``min_samples`` attempts (a prior or a single slow answer proves nothing)."""
+    ``min_samples`` of them (a prior or a single slow answer proves nothing): first tokens and speeds counted
+    as measured (a race's drained loser measured both, and is no attempt that says anything of its health),
+    the success rate by attempts."""
     found: list[str] = []
     if policy.max_price_in is not None and deployment.price_in > policy.max_price_in:
         found.append(f"price_in {deployment.price_in:g} > {policy.max_price_in:g}")
     if policy.max_price_out is not None and deployment.price_out > policy.max_price_out:
         found.append(f"price_out {deployment.price_out:g} > {policy.max_price_out:g}")
-    if summary is None or p.attempts < max(1, policy.min_samples):
+    if summary is None:
         return tuple(found)
-    if policy.max_ttft_s is not None:
+    needed = max(1, policy.min_samples)
+    first_tokens = summary.count("ttft_s") >= needed
+    speeds = summary.count("tokens_per_s") >= needed
+    if policy.max_ttft_s is not None and first_tokens:
         ttft = summary.quantile("ttft_s", policy.ttft_quantile)
         if ttft is not None and ttft > policy.max_ttft_s:
             found.append(f"ttft {ttft:.3g}s > {policy.max_ttft_s:g}s")
-    if policy.min_tokens_per_s is not None:
+    if policy.min_tokens_per_s is not None and speeds:
         tps = summary.quantile("tokens_per_s", 1.0 - policy.tps_quantile)
         if tps is not None and tps < policy.min_tokens_per_s:
             found.append(f"tokens/s {tps:.3g} < {policy.min_tokens_per_s:g}")
-    if policy.min_success_rate is not None and p.success_rate < policy.min_success_rate:
+    if policy.min_success_rate is not None and p.attempts >= needed and p.success_rate < policy.min_success_rate:
         found.append(f"success {p.success_rate:.2f} < {policy.min_success_rate:g}")
-    for q, ceiling in preferences.max_ttft_s:
+    for q, ceiling in preferences.max_ttft_s if first_tokens else ():
         value = summary.quantile("ttft_s", q)
         if value is not None and value > ceiling:
             found.append(f"ttft p{q * 100:g} {value:.3g}s > preferred {ceiling:g}s")
-    for q, floor in preferences.min_tokens_per_s:
+    for q, floor in preferences.min_tokens_per_s if speeds else ():
         # A throughput percentile is a floor: "p90" is the speed 90% of responses reached.
         value = summary.quantile("tokens_per_s", 1.0 - q)
         if value is not None and value < floor:

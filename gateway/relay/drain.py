@@ -1,0 +1,99 @@
+"""Drained losers: a race's losing probe is read on, unseen by the client, until its stream is measured.
+
+A probe that loses its race to the first token would otherwise leave only a lower bound on its
+first token, and nothing of its stream: a deployment slower to its first token but faster to
+stream (or one that recovered while losing on the first token) would never show it, and the
+races it loses bias its estimate towards what it used to be. So when the request commits to
+another attempt, each probe still racing is drained instead of cancelled: its first token is
+waited for (within its first-token deadline), its stream read to ``DRAIN_EVENTS`` events or for
+``DRAIN_MAX_S`` after its first token, whichever comes first, and then it is closed. Its sample
+is a cancelled attempt (``client_cancelled``: neutral for the provider's success rate, no
+end-to-end) carrying its real first token and tokens/s, which the router counts as an answer.
+The provider bills what it produced; the sample's cost says so, and spend settles it once it ends
+(``access.UsageTally.late``, when the request has already been released).
+
+Only probes are drained (``Candidate.reason == "explore"``): exploration is bounded as a share
+of requests, so the extra tokens are too. ``Drains`` holds the tasks, so that a runtime closing
+cancels them instead of leaving them to read from closed connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from gateway.errors import UpstreamError
+from gateway.relay.attempt import Attempt, ClientFault
+from gateway.relay.request import ProxyRequest
+from gateway.relay.runner import AttemptRunner
+
+DRAIN_EVENTS = 64
+"""Events read from a drained loser (most providers send a token or two per event): enough for its tokens/s."""
+DRAIN_MAX_S = 5.0
+"""At most this long past its first token: a slow streamer measured over a few seconds is measured."""
+
+
+def is_drained(attempt: Attempt) -> bool:
+    """Whether a losing ``attempt`` is drained rather than cancelled: it is a probe of a streamed request."""
+    return attempt.candidate.reason == "explore"
+
+
+class Drains:
+    """The drained losers still reading. One per runtime, beside its ``AttemptRunner``."""
+
+    def __init__(self, runner: AttemptRunner) -> None:
+        self.runner = runner
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, request: ProxyRequest, attempt: Attempt, opening: asyncio.Task[None] | None) -> None:
+        """Drain ``attempt`` in the background; ``opening``: its ``AttemptRunner.open`` if it awaits its first token."""
+        task = asyncio.ensure_future(self._drain(request, attempt, opening))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def aclose(self) -> None:
+        """Cancel every drain still reading (each records its sample) and wait for them."""
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _drain(self, request: ProxyRequest, attempt: Attempt, opening: asyncio.Task[None] | None) -> None:
+        runner = self.runner
+        if opening is not None:
+            try:
+                await opening
+            except (UpstreamError, ClientFault):
+                return  # it failed before its first token: ``open`` recorded that
+        meter, response = attempt.meter, attempt.response
+        if meter is None or response is None:
+            runner.abandon(request, attempt)
+            return
+        events = sum(chunk.count(b"\n\n") for chunk in attempt.held)
+        attempt.held = []
+        try:
+            async with asyncio.timeout(DRAIN_MAX_S):
+                while events < DRAIN_EVENTS and not meter.done:
+                    chunk = await response.read_chunk()
+                    if not chunk:
+                        meter.end_of_stream()
+                        break
+                    meter.feed(chunk)
+                    events += chunk.count(b"\n\n")
+        except TimeoutError:
+            pass  # read long enough: what arrived is its measure
+        except UpstreamError as exc:
+            runner.fail(request, attempt, "broken_stream", exc)
+            return
+        except asyncio.CancelledError:
+            self._record(request, attempt)
+            raise
+        self._record(request, attempt)
+
+    def _record(self, request: ProxyRequest, attempt: Attempt) -> None:
+        assert attempt.response is not None and attempt.meter is not None
+        attempt.response.close()
+        reading = attempt.meter.finish(self.runner.counter)
+        # The client's answer came from another attempt: what it says of the provider's own timings is not this one's.
+        reading = dataclasses.replace(reading, provider_timings=None, answer_text="")
+        self.runner.record(request, attempt, "client_cancelled", reading)
