@@ -166,7 +166,7 @@ class Estimate:
 
     mean: float
     sigma: float
-    """Spread of single answers, log units (shrunk towards ``PRIOR_SIGMA`` while they are few)."""
+    """Spread of single answers, log units (shrunk towards the deployment's long-run spread while they are few)."""
     samples: float
     """Effective number of answers behind it (Kish: (Σw)² / Σw²)."""
     newest_at: float
@@ -226,24 +226,24 @@ class _Sums:
         self.logs += log
         self.log_squares += log * log
 
-    def estimate(self, confirmed_at: float | None, changed_at: float | None) -> Estimate:
+    def estimate(self, confirmed_at: float | None, changed_at: float | None, prior: float = PRIOR_SIGMA) -> Estimate:
         samples = self.weight * self.weight / self.squares
         return Estimate(
             mean=self.values / self.weight,
             log_center=self.logs / self.weight,
-            sigma=self.sigma(samples),
+            sigma=self.sigma(samples, prior),
             samples=samples,
             newest_at=max(self.at, confirmed_at or self.at),
             changed_at=changed_at,
         )
 
-    def sigma(self, samples: float | None = None) -> float:
-        """The spread of single values (log units), shrunk towards ``PRIOR_SIGMA`` while they are few: an
+    def sigma(self, samples: float | None = None, prior: float = PRIOR_SIGMA) -> float:
+        """The spread of single values (log units), shrunk towards ``prior`` while they are few: an
         ``Estimate``'s ``sigma`` without the rest of it."""
         effective, variance = self.log_variance()
         if samples is None:
             samples = effective
-        blended = (samples * variance + PRIOR_WEIGHT * PRIOR_SIGMA**2) / (samples + PRIOR_WEIGHT)
+        blended = (samples * variance + PRIOR_WEIGHT * prior**2) / (samples + PRIOR_WEIGHT)
         return max(MIN_SIGMA, math.sqrt(blended))
 
     def log_variance(self) -> tuple[float, float]:
@@ -734,7 +734,11 @@ class DeploymentView:
         sums = self.sums.get(metric)
         result = None
         if sums is not None and sums.weight > 0:
-            result = sums.estimate(self.confirmed_at.get(metric), self.changed_at.get(metric))
+            # Few answers (a cold start, or since a change) are judged by the spread its answers have shown over
+            # the long run: a change moves a deployment's level, not its spread, and one lucky answer of a
+            # heavy-tailed provider must not read as a precise estimate.
+            prior = self.spread(metric)
+            result = sums.estimate(self.confirmed_at.get(metric), self.changed_at.get(metric), prior)
         self._estimates[metric] = result
         return result
 

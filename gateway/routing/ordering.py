@@ -17,7 +17,7 @@ import itertools
 import math
 import random
 
-from gateway.routing.predict import RequestShape
+from gateway.routing.predict import Prediction, RequestShape
 from gateway.routing.ranking import Ranked
 
 SLOW_START_ANSWERS = 4
@@ -101,9 +101,15 @@ def backup_time(primary: Ranked, backup: Ranked, shape: RequestShape) -> float |
 
 
 def is_thin(row: Ranked) -> bool:
-    """Measured here on fewer than ``SLOW_START_ANSWERS`` answers (a deployment known only from the window is not)."""
+    """Measured here on fewer than ``SLOW_START_ANSWERS`` answers (a deployment known only from the window is not),
+    or changed that few answers ago: a leap on one lucky answer is as thin as a cold start."""
     p = row.scored.prediction
-    return p.answers < SLOW_START_ANSWERS and p.source != "window"
+    return answers_behind(p) < SLOW_START_ANSWERS and p.source != "window"
+
+
+def answers_behind(p: Prediction) -> float:
+    """The answers its estimate rests on: those since its last change, if one was detected."""
+    return min(float(p.answers), p.samples) if p.drift else float(p.answers)
 
 
 def slow_start(rows: list[Ranked]) -> list[Ranked]:
@@ -119,7 +125,7 @@ def slow_start(rows: list[Ranked]) -> list[Ranked]:
     if not rows or not is_thin(rows[0]):
         return rows
     leader = rows[0]
-    if leader.in_flight < max(1, leader.scored.prediction.answers):
+    if leader.in_flight < max(1.0, answers_behind(leader.scored.prediction)):
         return rows
     best = leader.scored.ranked_by
     for index, row in enumerate(rows[1:], start=1):
