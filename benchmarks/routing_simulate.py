@@ -157,6 +157,14 @@ class _Request:
         self.done = False
 
     def start(self) -> None:
+        shadow = getattr(self.plan, "shadow", None)  # older routers send none
+        if shadow is not None and self.sim.router.attempt_started(shadow):
+            # Beside the first attempt and never the answer: drained (``Drains.shadow``).
+            fails, ttft, tps = self.draw(shadow, "shadow")
+            if fails:
+                self._racer_fails(shadow)
+            else:
+                self._drain(shadow, self.sim.now, ttft, tps)
         self.next_attempt(hedge_allowed=True)
 
     def admit(self) -> Candidate | None:
@@ -169,11 +177,12 @@ class _Request:
                 return candidate
         return None
 
-    def draw(self, candidate: Candidate) -> tuple[bool, float, float]:
+    def draw(self, candidate: Candidate, tag: str = "") -> tuple[bool, float, float]:
         p = self.sim.profile(candidate.name)
         # Common random numbers: request i draws the same on the same provider under every strategy (its n-th
         # attempt there, should it be tried there again), so strategies differ by their choices, not their luck.
-        rng = random.Random(f"{self.sim.scenario.name}:{self.sim.seed}:{self.index}:{candidate.name}:{self.attempts}")
+        attempt = tag or self.attempts
+        rng = random.Random(f"{self.sim.scenario.name}:{self.sim.seed}:{self.index}:{candidate.name}:{attempt}")
         fails = p.error_rate > 0 and rng.random() < p.error_rate
         ttft = p.ttft_s * rng.lognormvariate(0, p.ttft_sigma)
         tps = p.tps * rng.lognormvariate(0, p.tps_sigma)

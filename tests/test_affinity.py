@@ -158,7 +158,9 @@ def redis_config(fakes: list[FakeServer], redis_server: RedisServer) -> GatewayC
     return gateway_config(
         fakes,
         base_policy={},
-        policy=POLICY,
+        # No cold race: it would measure both equal providers on the first turn, and a replica's one noisy
+        # first token of each (milliseconds apart by chance) would decide a move; these tests are about bindings.
+        policy={**POLICY, "explore_race": False},
         deployments={f.name: {"price_cached_in": 0.1} for f in fakes},
         extra={"stats": stats},
     )

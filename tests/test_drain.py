@@ -111,3 +111,27 @@ def test_closing_the_runtime_cancels_the_drains_still_reading(sims: Sims) -> Non
     assert not runtime.dispatcher.drains.tasks
     stuck = by_deployment(sim, 2)["stuck"]
     assert stuck.outcome == "client_cancelled" and stuck.ttft_s is None
+
+
+def test_a_shadow_probe_measures_a_contender_beside_the_leader_and_never_serves(sims: Sims) -> None:
+    # Every answer is as long, and snappy, close behind, would win the first token and then stream 4x slower: no
+    # race is affordable, so it is sent beside the leader instead, never the client's answer.
+    sim = sims.start(
+        [SimProvider("bulk", paced(0.08, 4000.0, 400)), SimProvider("snappy", paced(0.005, 1000.0, 400))],
+        policy={"explore_share": 0.9},
+    )
+    sim.chat(max_tokens=200)  # the cold race: snappy's first token wins, bulk is drained
+    wait_until(lambda: idle(sim), what="the cold start's attempts ended")
+    warm = len(sim.samples.samples)
+    replies = []
+    for _ in range(6):
+        replies.append(sim.chat(max_tokens=200))
+        if any(s.deployment == "snappy" for s in sim.samples.samples[warm:]):
+            break
+    wait_until(lambda: idle(sim), what="the shadow drained")
+    assert replies[-1].provider == "bulk" and replies[-1].attempts == 1  # the shadow is no attempt of the request
+    assert all(r.provider == "bulk" for r in replies)
+    (shadow,) = [s for s in sim.samples.samples[warm:] if s.deployment == "snappy"]
+    assert (shadow.outcome, shadow.hedged) == ("client_cancelled", True)
+    assert shadow.ttft_s is not None and shadow.tokens_per_s is not None
+    assert shadow.output_tokens is not None and shadow.output_tokens <= DRAIN_EVENTS + 2

@@ -160,6 +160,23 @@ def test_exploration_spends_on_short_requests_and_never_races_a_long_answer_to_a
     assert any(p.candidates[0].reason == "explore" and p.candidates[0].name == "bulk" for p in short)
 
 
+def test_a_contender_no_race_is_affordable_for_is_measured_in_the_leaders_shadow() -> None:
+    # Every answer is long: snappy would win the first token and then stream 800 tokens at 40/s. It is sent beside
+    # the leader instead, never the answer (``gateway.relay.drain``): the leader serves, first, as if unexplored.
+    rig = Rig(routing_config([("bulk", 1, 1), ("snappy", 1, 1)], policy={"explore_share": 0.5}))
+    answered(rig, "snappy", 20, ttft=0.25, tps=40.0)
+    rig.clock.now += 60  # snappy stale: worth a look
+    answered(rig, "bulk", 20, ttft=1.2, tps=260.0)
+    plans = [rig.router.plan(rig.request(max_tokens=800)) for _ in range(40)]
+    assert all(p.race == () and p.candidates[0].name == "bulk" for p in plans)
+    assert all(p.candidates[0].reason == "best-score" for p in plans)
+    shadowed = [p for p in plans if p.shadow is not None]
+    assert shadowed and all(p.shadow.name == "snappy" for p in shadowed if p.shadow is not None)
+    shadow = shadowed[0].shadow
+    assert shadow is not None and (shadow.reason, shadow.hedge_after_s) == ("explore", None)
+    assert rig.router.rank(rig.config.models[0]).probes == len(shadowed)  # each counts as a probe
+
+
 def test_a_probe_races_the_leader_on_a_stream_and_goes_first_otherwise() -> None:
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.5}))
     answered(rig, "b", 5, ttft=0.6)

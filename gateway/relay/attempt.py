@@ -60,6 +60,8 @@ class Attempt:
     """The budget the provider's response headers reported (None: no response yet)."""
     recorded: bool = False
     """Its Sample was made (``AttemptRunner.record``): it holds no slot any more."""
+    unseen: bool = False
+    """A shadow probe (``gateway.relay.drain``): never the client's answer, so the request's timings are not its."""
 
 
 @dataclass(slots=True)

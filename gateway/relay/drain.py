@@ -12,6 +12,11 @@ end-to-end) carrying its real first token and tokens/s, which the router counts 
 The provider bills what it produced; the sample's cost says so, and spend settles it once it ends
 (``access.UsageTally.late``, when the request has already been released).
 
+A *shadow* probe (``RoutePlan.shadow``) is drained from the start: sent beside the request's
+first attempt, it is never its answer. Exploration sends one where no race is affordable (the
+probe would likely win the first token, then stream a long answer much slower): it costs the
+client nothing and still measures the contender.
+
 Only probes are drained (``Candidate.reason == "explore"``): exploration is bounded as a share
 of requests, so the extra tokens are too. ``Drains`` holds the tasks, so that a runtime closing
 cancels them instead of leaving them to read from closed connections.
@@ -23,9 +28,12 @@ import asyncio
 import dataclasses
 
 from gateway.errors import UpstreamError
+from gateway.policies import PolicyConfig
 from gateway.relay.attempt import Attempt, ClientFault
+from gateway.relay.budget import AttemptBudget
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
+from gateway.routing import Candidate
 
 DRAIN_EVENTS = 64
 """Events read from a drained loser (most providers send a token or two per event): enough for its tokens/s."""
@@ -44,6 +52,18 @@ class Drains:
     def __init__(self, runner: AttemptRunner) -> None:
         self.runner = runner
         self.tasks: set[asyncio.Task[None]] = set()
+
+    def shadow(self, request: ProxyRequest, candidate: Candidate, policy: PolicyConfig) -> None:
+        """Send a shadow probe (``RoutePlan.shadow``) beside the request's attempts and drain it: never its answer.
+
+        It has a budget of its own (one attempt, the request's deadline): it counts in none of the request's
+        attempts, and its failure falls back nowhere.
+        """
+        runner = self.runner
+        budget = AttemptBudget.for_request(policy, request.received_at, runner.clock, request.timeout_s)
+        attempt = runner.start(request, candidate, budget, as_hedge=True, unseen=True)
+        if attempt is not None:
+            self.start(request, attempt, asyncio.ensure_future(runner.open(request, attempt, budget)))
 
     def start(self, request: ProxyRequest, attempt: Attempt, opening: asyncio.Task[None] | None) -> None:
         """Drain ``attempt`` in the background; ``opening``: its ``AttemptRunner.open`` if it awaits its first token."""

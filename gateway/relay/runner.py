@@ -87,18 +87,21 @@ class AttemptRunner:
         *,
         as_hedge: bool = False,
         retry: bool = False,
+        unseen: bool = False,
     ) -> Attempt | None:
         """Admit an attempt at ``candidate`` and count it; None when the router says not now (circuit, capacity).
 
-        ``retry``: the request asks ``candidate`` again after waiting for it (``gateway.relay.retry``).
+        ``retry``: the request asks ``candidate`` again after waiting for it (``gateway.relay.retry``);
+        ``unseen``: a shadow probe, never the client's answer (``Attempt.unseen``).
         """
         if not self.router.attempt_started(candidate, retry=retry):
             return None
         self.events.attempt_started(candidate.model, candidate.name, candidate.provider.name)
         attempt = Attempt(candidate, sent_at=self.clock(), started_wall=self.wall_clock())
         attempt.is_hedge = attempt.hedged = as_hedge
+        attempt.unseen = unseen
         budget.spend(attempt)
-        if request.trace.upstream_sent_at is None:
+        if request.trace.upstream_sent_at is None and not unseen:
             request.trace.upstream_sent_at = attempt.sent_at
         return attempt
 
@@ -248,8 +251,8 @@ class AttemptRunner:
         except asyncio.CancelledError:
             self.fail(request, attempt, "client_cancelled", None)
             raise
-        if request.trace.upstream_ready_at is None:
-            # The committed attempt's; a hedge's loser or a continuation must not move it.
+        if request.trace.upstream_ready_at is None and not attempt.unseen:
+            # The committed attempt's; a hedge's loser, a shadow or a continuation must not move it.
             request.trace.upstream_ready_at = attempt.meter.first_output_at if attempt.meter else self.clock()
 
     def commit(self, request: ProxyRequest, budget: AttemptBudget, attempt: Attempt) -> None:

@@ -6,10 +6,10 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
 (score - bonus) beats the leader's might be the better choice now, and is worth measuring.
 
 - **Cold start.** A deployment with nothing measured (no answer here, nothing in the shared
-  window) is probed at once (on a cheap request once another is measured), one attempt at a
-  time, whatever the budget holds: that costs one request per deployment. One whose stream
-  was never measured (its answers were one chunk each) is probed on the next request long
-  enough to measure it: once whatever the budget holds, afterwards only when it holds a probe
+  window) is probed at once (on a cheap request once another is measured), whatever the budget
+  holds: by a cold race on a stream (below), else one attempt at a time, one request per
+  deployment. One whose stream was never measured (its answers were one chunk each) is probed
+  on the next request long enough to measure it: once whatever the budget holds, afterwards only when it holds a probe
   (its answers may keep coming whole, and each repeat would run the budget further into debt).
 - **Afterwards**, a token bucket per model (``ExploreBudget``: ``explore_share`` per request,
   a burst of ``BURST``) bounds probes as a share of requests. A probe goes to the most
@@ -20,14 +20,16 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
   request that allows one (a *follow-up*, which may borrow from the budget).
 - **Racing.** On a stream (``explore_race``), the probe races the leader: the probe starts,
   the leader joins it after a head start (half the leader's predicted first token), and the
-  first token wins, the other is cancelled. A probe that loses costs the client at most the
-  head start (its lower bound on the first token still refreshes its estimate); one that wins
+  first token wins; the loser is drained (``gateway.relay.drain``: read on unseen until its
+  stream is measured). A probe that loses costs the client at most the head start; one that wins
   was the faster. A race is not run where the probe would likely win on its first token and then
   stream a long answer much slower (``RACE_SLACK``: the chance it wins times that cost; the
   head start is dropped first), unless it was not probed for ``NEGLECTED_AFTER_S``: then up to
-  one leader's time of expected cost (where every answer is long, a slow streamer has no
-  cheaper race, and its recovery would never be seen).
+  one leader's time of expected cost. Where no race is affordable, the probe is a *shadow*: sent
+  beside the leader and drained, never the answer (it costs the client nothing).
   Without racing (or for unstreamed requests) the probe is the request's first attempt.
+- **Cold races.** On a stream, every deployment with nothing measured (and nothing in flight)
+  races at once, with the leader if one is measured: one request measures them all.
 - **Pairs.** With ``PAIR_MIN_DEPLOYMENTS`` or more, a race probe takes a second contender with it
   (``choose_partner``: the next in the same order whose race is affordable): both start at once,
   the leader after the head start, and the first token of the three wins. 5% of requests spread
@@ -87,6 +89,10 @@ class Probe:
     others: tuple[Ranked, ...] = ()
     """A cold race's other unmeasured deployments, started at once beside it (the leader with them, if one is
     measured)."""
+    shadow: bool = False
+    """Sent beside the leader but never the client's answer: drained for its measures (``gateway.relay.drain``).
+    For a contender no race is affordable for on this request (it would likely win the first token and then
+    stream a long answer much slower): measuring it costs the client nothing, the provider a prompt."""
 
 
 @dataclass
@@ -207,8 +213,10 @@ def choose_probe(
         return None
     if not race_allowed:
         return Probe(pool[0], race=False, cold=False)
-    # None: a long answer that a slow streamer would likely win; wait for a cheaper request.
-    return _affordable_race(pool, leader, shape, probed_at or {}, now)
+    # The most neglected contender races; where it would likely win the first token and then stream this long
+    # answer much slower, it is measured in the leader's shadow instead (each contender has its turn).
+    race = _affordable_race(pool[:1], leader, shape, probed_at or {}, now)
+    return race if race is not None else Probe(pool[0], race=False, cold=False, shadow=True)
 
 
 def choose_partner(

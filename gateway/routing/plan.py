@@ -109,6 +109,8 @@ class RoutePlan:
     start, all at once. Empty: no race."""
     affinity: AffinityDecision | None = None
     """What the router did with the request's session (None: it has none)."""
+    shadow: Candidate | None = None
+    """A deployment measured beside the first attempt but never the answer (``gateway.relay.drain``), if any."""
 
     @property
     def race_probe(self) -> str | None:

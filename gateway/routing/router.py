@@ -28,6 +28,7 @@ tests are deterministic.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
@@ -257,7 +258,8 @@ class MeasuredRouter:
             self._probe(model.name, rows, policy, ranking.shape, request.stream) if explore else (None, None)
         )
         race: list[Ranked] = []
-        if probe is not None:
+        shadow = probe.row if probe is not None and probe.shadow else None
+        if probe is not None and shadow is None:
             racing = [probe.row, *probe.others, *([partner.row] if partner is not None else [])]
             for row in reversed(racing):
                 rows.remove(row)
@@ -280,6 +282,7 @@ class MeasuredRouter:
             self.state.hedges.credit(model.name, policy.hedge_budget)
         now = self.clock()
         candidates = []
+        shadowed: Candidate | None = None
         for i, row in enumerate(rows):
             after = None
             if i < len(race):
@@ -308,6 +311,8 @@ class MeasuredRouter:
                 prefill_tokens_per_s=row.scored.prediction.prefill_tokens_per_s,
             )
             candidates.append(candidate)
+            if row is shadow:
+                shadowed = dataclasses.replace(candidate, reason="explore", hedge_after_s=None)
         first = candidates[0]
         self.events.decision(model.name, first.name, first.provider.name, first_reason)
         if affinity is not None:
@@ -318,6 +323,7 @@ class MeasuredRouter:
             race=tuple(row.deployment.name for row in race),
             ranking=ranking,
             affinity=affinity,
+            shadow=shadowed,
         )
 
     def _probe(
@@ -361,8 +367,8 @@ class MeasuredRouter:
         partner = choose_partner(rows, probe, policy, shape, rng=self.rng, probed_at=probed_at, now=now)
         target = state.view((model, probe.row.deployment.name), policy.memory_half_life_s)
         target.probed_at = now
-        if partner is not None:
-            state.view((model, partner.row.deployment.name), policy.memory_half_life_s).probed_at = now
+        for other in (*probe.others, *([partner.row] if partner is not None else [])):
+            state.view((model, other.deployment.name), policy.memory_half_life_s).probed_at = now
         if probe.follow_up:
             target.follow_ups -= 1
         if probe.for_stream:
