@@ -75,7 +75,7 @@ class UsageTap:
             return
         tally.attempts += 1
         tally.samples.append(sample)
-        output = sample.usage_completion_tokens if sample.usage_completion_tokens is not None else sample.output_tokens
+        output = sample.billed_output_tokens
         tally.output_tokens += output or 0
         if sample.usage_prompt_tokens is not None:
             tally.prompt_tokens = sample.usage_prompt_tokens
@@ -174,7 +174,7 @@ class Ticket:
         Settled against the request's hold again: the hold was released once (a store releases a hold only
         while it is held), and its budgets are the ones the attempt's cost is booked to.
         """
-        output = sample.usage_completion_tokens if sample.usage_completion_tokens is not None else sample.output_tokens
+        output = sample.billed_output_tokens
         if self.key.limits.tokens_per_minute and output:
             self.state.spawn(self.state.limiter.adjust(self.key.key_id, self.window, output))
         self.state.spawn(self.state.spend.settle(self.spender, self.hold, [sample]))

@@ -126,7 +126,7 @@ class GenAISink:
                 per_chunk = f.per_chunk.labels(*labels)
                 for gap in sample.chunk_gaps_s:
                     per_chunk.observe(gap)
-        output = sample.usage_completion_tokens if sample.usage_completion_tokens is not None else sample.output_tokens
+        output = sample.billed_output_tokens
         # Billable tokens only: an answer, or a failure that produced output (as the cost counts them).
         if sample.outcome == "ok" or output:
             prompt = sample.usage_prompt_tokens

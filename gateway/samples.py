@@ -90,6 +90,11 @@ class Sample:
     chunk_gaps_s: tuple[float, ...] = ()
     """Seconds between consecutive output-bearing chunks after the first (streams; for the GenAI metrics)."""
 
+    @property
+    def billed_output_tokens(self) -> int | None:
+        """Output tokens as the provider bills them: its reported usage, else the gateway's own count."""
+        return self.usage_completion_tokens if self.usage_completion_tokens is not None else self.output_tokens
+
 
 class SampleSink(Protocol):
     """Receives every finished attempt's ``Sample``.

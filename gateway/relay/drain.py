@@ -86,9 +86,7 @@ class Drains:
             except (UpstreamError, ClientFault):
                 return  # it failed before its first token: ``open`` recorded that
         meter, response = attempt.meter, attempt.response
-        if meter is None or response is None:
-            runner.abandon(request, attempt)
-            return
+        assert meter is not None and response is not None  # a stream's ``open`` set both
         events = sum(chunk.count(b"\n\n") for chunk in attempt.held)
         attempt.held = []
         try:
@@ -111,7 +109,7 @@ class Drains:
         self._record(request, attempt)
 
     def _record(self, request: ProxyRequest, attempt: Attempt) -> None:
-        assert attempt.response is not None and attempt.meter is not None
+        assert attempt.response is not None and attempt.meter is not None  # checked by ``_drain``
         attempt.response.close()
         reading = attempt.meter.finish(self.runner.counter)
         # The client's answer came from another attempt: what it says of the provider's own timings is not this one's.
