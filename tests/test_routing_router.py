@@ -249,10 +249,11 @@ def test_a_race_lost_to_the_first_token_refreshes_the_loser_without_an_answer() 
 
 
 def test_a_burst_at_cold_start_probes_each_deployment_once_then_spreads() -> None:
+    # Unstreamed: no race to run, so one probe per deployment, then requests spread by load.
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("c", 1, 1)]))
     probes = []
     for _ in range(3):
-        first = rig.first()
+        first = rig.router.plan(rig.request(stream=False)).candidates[0]
         assert first.reason == "explore"
         assert rig.router.attempt_started(first)
         probes.append(first)
@@ -260,11 +261,37 @@ def test_a_burst_at_cold_start_probes_each_deployment_once_then_spreads() -> Non
     # Each has an attempt out and no answer yet: nothing to follow, so requests spread by load.
     spread = []
     for _ in range(3):
-        first = rig.first()
+        first = rig.router.plan(rig.request(stream=False)).candidates[0]
         assert first.reason == "best-score"
         assert rig.router.attempt_started(first)
         spread.append(first.name)
     assert sorted(spread) == ["a", "b", "c"]
+
+
+@dataclasses.dataclass
+class _Stream:
+    received_bytes: int = 150
+    api: str = "chat"
+
+
+def test_streams_race_every_deployment_until_a_first_token_comes() -> None:
+    # A stream that arrives while the cold race runs, with no first token anywhere yet, is a cold race of
+    # its own: spread blind, a third of such requests would land on the slowest deployment.
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("c", 1, 1)]))
+    started = []
+    for _ in range(3):
+        plan = rig.router.plan(rig.request())
+        assert sorted(plan.race) == ["a", "b", "c"]
+        assert all(c.reason == "explore" for c in plan.candidates)
+        for candidate in plan.candidates:
+            assert rig.router.attempt_started(candidate)
+            started.append(candidate)
+    # The first token of one of them is news: the next requests follow it, no longer racing blind.
+    rig.clock.now += 0.3
+    rig.router.attempt_streaming(started[0], _Stream())
+    plan = rig.router.plan(rig.request())
+    assert plan.race == ()
+    assert plan.candidates[0].name == started[0].name
 
 
 def test_answers_in_one_chunk_do_not_run_the_exploration_budget_into_debt() -> None:

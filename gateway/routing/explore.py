@@ -29,7 +29,8 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
   beside the leader and drained, never the answer (it costs the client nothing).
   Without racing (or for unstreamed requests) the probe is the request's first attempt.
 - **Cold races.** On a stream, every deployment with nothing measured (and nothing in flight)
-  races at once, with the leader if one is measured: one request measures them all.
+  races at once, with the leader if one is measured: one request measures them all. Until any
+  first token came, every stream races them all, busy or not (nothing is known to choose by).
 - **Pairs.** With ``PAIR_MIN_DEPLOYMENTS`` or more, a race probe takes a second contender with it
   (``choose_partner``: the next in the same order whose race is affordable): both start at once,
   the leader after the head start, and the first token of the three wins. 5% of requests spread
@@ -180,11 +181,14 @@ def choose_probe(
     leader = rows[0]
     known_leader = measured(leader)
     race_allowed = stream and policy.explore_race and known_leader and len(rows) > 1
+    # Before any first token anywhere, a stream races every deployment again (busy or not): the requests that
+    # arrive while the first cold race runs would otherwise be spread blind, a third of them on the slowest.
+    blind = stream and policy.explore_race and all(_unmeasured(r) for r in rows)
     cold = [
         r
         for r in rows
         if _cold(r, shape, stream, budget or r.deployment.name not in stream_probed)
-        and r.in_flight == 0
+        and (r.in_flight == 0 or blind)
         and not r.scored.violations
     ]
     if cold and (cheap or not known_leader or all(r.scored.prediction.answers for r in cold)):

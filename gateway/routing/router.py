@@ -170,7 +170,8 @@ class MeasuredRouter:
             price_led = weights.price > weights.time + weights.ttft + weights.throughput
             if not price_led and all(r.scored.prediction.time_s is None for r in rows):
                 # Nothing measured anywhere yet: no score worth following, so spread the requests that
-                # arrive before the first answers instead of piling them on the cheapest.
+                # arrive before the first answers instead of piling them on the cheapest (a stream races
+                # them all instead: ``choose_probe``'s blind cold race).
                 rows.sort(key=lambda r: (bool(r.scored.violations), r.in_flight, r.scored.ranked_by))
             else:
                 rows.sort(key=lambda r: (bool(r.scored.violations), not (r.known or price_led), r.scored.ranked_by))
