@@ -66,6 +66,9 @@ RACE_HEAD_START = 0.5
 """A race probe's head start over the leader, as a share of the leader's predicted first token."""
 PAIR_MIN_DEPLOYMENTS = 4
 """From this many deployments on, a race probe measures two contenders at once (``choose_partner``)."""
+BLIND_RACES = 3
+"""Cold races a deployment joins at once before any first token came (the first, and the streams that arrive while
+it runs: at 4 requests/s and a slow provider's 1.4 s first token, about five)."""
 STREAM_PROBE_TOKENS = 16
 """A deployment whose tokens/s was never measured is probed for it on a request of at least this many tokens."""
 SIZES_KEPT = 64
@@ -181,14 +184,15 @@ def choose_probe(
     leader = rows[0]
     known_leader = measured(leader)
     race_allowed = stream and policy.explore_race and known_leader and len(rows) > 1
-    # Before any first token anywhere, a stream races every deployment again (busy or not): the requests that
-    # arrive while the first cold race runs would otherwise be spread blind, a third of them on the slowest.
+    # Before any first token anywhere, a stream races every deployment again (busy or not, up to ``BLIND_RACES``
+    # each): the requests that arrive while the first cold race runs would otherwise be spread blind, a third of
+    # them on the slowest. A burst beyond that is spread by load: it must not multiply into every provider.
     blind = stream and policy.explore_race and all(_unmeasured(r) for r in rows)
     cold = [
         r
         for r in rows
         if _cold(r, shape, stream, budget or r.deployment.name not in stream_probed)
-        and (r.in_flight == 0 or blind)
+        and (r.in_flight == 0 or (blind and r.in_flight < BLIND_RACES))
         and not r.scored.violations
     ]
     if cold and (cheap or not known_leader or all(r.scored.prediction.answers for r in cold)):
