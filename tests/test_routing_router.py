@@ -19,6 +19,7 @@ from gateway.stats import InMemoryStatsStore
 from tests.support.clock import FakeClock
 from tests.support.config import routing_config
 from tests.support.samples import sample, samples
+from tests.support.streams import Stream
 
 
 class Rig:
@@ -50,8 +51,8 @@ class Rig:
     def order(self, **options: Any) -> list[str]:
         return [c.name for c in self.router.plan(self.request(**options)).candidates]
 
-    def first(self) -> Candidate:
-        return self.router.plan(self.request()).candidates[0]
+    def first(self, *, stream: bool = True) -> Candidate:
+        return self.router.plan(self.request(stream=stream)).candidates[0]
 
     def explored(self) -> list[str]:
         """The deployments one request measures: its probe, and the probe racing beside it, if any."""
@@ -253,7 +254,7 @@ def test_a_burst_at_cold_start_probes_each_deployment_once_then_spreads() -> Non
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("c", 1, 1)]))
     probes = []
     for _ in range(3):
-        first = rig.router.plan(rig.request(stream=False)).candidates[0]
+        first = rig.first(stream=False)
         assert first.reason == "explore"
         assert rig.router.attempt_started(first)
         probes.append(first)
@@ -261,17 +262,11 @@ def test_a_burst_at_cold_start_probes_each_deployment_once_then_spreads() -> Non
     # Each has an attempt out and no answer yet: nothing to follow, so requests spread by load.
     spread = []
     for _ in range(3):
-        first = rig.router.plan(rig.request(stream=False)).candidates[0]
+        first = rig.first(stream=False)
         assert first.reason == "best-score"
         assert rig.router.attempt_started(first)
         spread.append(first.name)
     assert sorted(spread) == ["a", "b", "c"]
-
-
-@dataclasses.dataclass
-class _Stream:
-    received_bytes: int = 150
-    api: str = "chat"
 
 
 def test_streams_race_every_deployment_until_a_first_token_comes() -> None:
@@ -288,7 +283,7 @@ def test_streams_race_every_deployment_until_a_first_token_comes() -> None:
             started.append(candidate)
     # The first token of one of them is news: the next requests follow it, no longer racing blind.
     rig.clock.now += 0.3
-    rig.router.attempt_streaming(started[0], _Stream())
+    rig.router.attempt_streaming(started[0], Stream())
     plan = rig.router.plan(rig.request())
     assert plan.race == ()
     assert plan.candidates[0].name == started[0].name
@@ -720,7 +715,7 @@ def test_unstreamed_traffic_explores_only_what_it_can_measure() -> None:
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)]))
     reasons = []
     for _ in range(30):
-        first = rig.router.plan(rig.request(stream=False)).candidates[0]
+        first = rig.first(stream=False)
         reasons.append(first.reason)
         assert rig.router.attempt_started(first)
         whole = dataclasses.replace(

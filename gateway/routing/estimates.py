@@ -118,7 +118,7 @@ SLOW_STREAM_RECENT = 6
 """The latest streams judged."""
 SLOW_STREAM_Z = 3.0
 """Standard errors (their mean's, in the answers' spread) by which they must be slower than its estimate: with
-``SLOW_STREAM_RATIO`` beside it, three streams of a provider spreading 0.8 that fell fivefold suffice (at 4, five)."""
+``SLOW_STREAM_RATIO`` beside it, three streams of a provider spreading 0.83 that fell fivefold suffice (at 4, five)."""
 SLOW_STREAM_TOKENS = 24.0
 """A stream is judged once its deployment's speed would have delivered this many tokens since its first."""
 SLOW_STREAM_MIN_S = 0.3
