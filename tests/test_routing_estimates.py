@@ -103,6 +103,20 @@ def test_a_leap_far_past_the_spread_is_a_change_at_once_and_still_gets_a_second_
     assert not lucky.changed_at and lucky.follow_ups == FOLLOW_UP_TRIES
 
 
+def test_an_answer_sent_before_a_change_began_does_not_count_for_the_new_speed() -> None:
+    # Slow (1.5 s, 40 tokens/s); a long answer went out at 50 s. It recovered: an answer sent at 60 s is a leap.
+    before = [Observation(t, 1.5, 1 / 40, None, started_at=t - 6.0) for t in (6.0, 11.0)]
+    view = fed([*before, Observation(61.2, 0.3, 1 / 300, None, started_at=60.0)])
+    assert view.changed_at == {"ttft_s": 61.2, "seconds_per_token": 61.2}
+    # The long answer ends after it, as slow as before the recovery: it measured the old speed.
+    view.add(Observation(63.0, 0.4, 1 / 15, None, started_at=50.0))
+    assert view.estimate("seconds_per_token").mean == pytest.approx(1 / 300)  # type: ignore[union-attr]
+    assert view.estimate("ttft_s").mean == pytest.approx(0.3)  # type: ignore[union-attr]
+    # One sent after the change began counts, however it came out.
+    view.add(Observation(64.0, 0.35, 1 / 250, None, started_at=62.5))
+    assert view.estimate("seconds_per_token").mean == pytest.approx((1 / 300 + 1 / 250) / 2, rel=0.1)  # type: ignore[union-attr]
+
+
 def test_a_heavy_tail_surprises_nobody_once_its_spread_is_known() -> None:
     # First tokens log-normal with sigma 1 (p99 ~ 10x the median): deterministic quantiles of it.
     z = [-1.5, -0.5, 0.0, 0.5, 1.0, -1.0, 0.3, -0.3, 1.5, -0.8, 0.8, 0.1, -0.1, 2.2, -2.0, 0.6]

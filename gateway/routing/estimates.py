@@ -142,6 +142,8 @@ class Observation:
     warm_ttft_s: float | None = None
     prefill_s_per_token: float | None = None
     cold_ttft_s: float | None = None
+    started_at: float | None = None
+    """When the attempt went out: an answer that started before a change's first answer measured the old speed."""
 
     def value(self, metric: Metric) -> float | None:
         if metric == "ttft_s":
@@ -375,6 +377,9 @@ class DeploymentView:
     changed_at: dict[Metric, float] = field(default_factory=dict)
     restart_seq: dict[Metric, int] = field(default_factory=dict)
     """Per metric, the first answer that still counts (set by a detected change)."""
+    regime_started_at: dict[Metric, float] = field(default_factory=dict)
+    """Per metric, when the first answer of its last change went out: an answer started before it, finishing later
+    (a long stream from before a recovery), measured the old speed and is left out of the new one."""
     window_at_change: dict[Metric, int] = field(default_factory=dict)
     """Per metric, how many answers the shared window held when the change was detected."""
     runs: dict[Metric, _Run] = field(default_factory=dict)
@@ -585,7 +590,7 @@ class DeploymentView:
             changes = self._changes(tests)
             surprised = _surprising(tests)
         for metric in METRICS:
-            value = observation.value(metric)
+            value = self._value(observation, metric)
             if value is None or value <= 0:
                 continue
             sums = self.sums.setdefault(metric, _Sums())
@@ -608,6 +613,13 @@ class DeploymentView:
             # the second look came back unsurprising, or agreed (a change): no more looks. A slower
             # surprise needs none: its traffic, if it has any, gives one.
             self.follow_ups = FOLLOW_UP_TRIES if leap or (surprised and not changes) else 0
+
+    def _value(self, observation: Observation, metric: Metric) -> float | None:
+        """``observation``'s value of ``metric``, unless it went out before the metric's last change began."""
+        started = observation.started_at
+        if started is not None and started < self.regime_started_at.get(metric, -math.inf):
+            return None
+        return observation.value(metric)
 
     def confirm(self, metric: Metric, at_least: float, now: float) -> None:
         """A lower bound on ``metric`` (a race this deployment lost): news only if the estimate is lower.
@@ -644,7 +656,7 @@ class DeploymentView:
         window of the latest answers, (its first answer's sequence number, its standardised shift)."""
         found: dict[Metric, list[tuple[int, float, float]]] = {}
         for metric in METRICS:
-            value = observation.value(metric)
+            value = self._value(observation, metric)
             if value is None or value <= 0:
                 continue
             run = self.runs.get(metric)
@@ -717,8 +729,11 @@ class DeploymentView:
         spread = self.spreads[metric] = _Sums()
         run = self.runs[metric] = _Run()
         sigma = self.prior_spreads.get(metric, PRIOR_SIGMA)  # its spread starts over too: the model's, until its own
+        first = next((o.started_at for seq, o in self.answers if seq == since), None)
+        if first is not None:
+            self.regime_started_at[metric] = first
         for seq, observation in self.answers:
-            value = observation.value(metric)
+            value = self._value(observation, metric)
             if seq >= since and value is not None and value > 0:
                 sums.add(observation.at, value, self.half_life_s)
                 spread.add(observation.at, value, 0.0, SPREAD_HALF_LIFE)

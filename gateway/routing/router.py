@@ -487,6 +487,7 @@ class MeasuredRouter:
                     warm_ttft_s=terms.base_s,
                     prefill_s_per_token=terms.prefill_s_per_token,
                     cold_ttft_s=cache.get("cold_ttft_s"),
+                    started_at=started_at,
                 )
             )
         elif sample.outcome in FAILURES:
