@@ -102,27 +102,22 @@ class Probe:
 
 @dataclass
 class ExploreBudget:
-    """A token bucket per model: each request that may explore adds ``share`` tokens, each probe spends one.
-
-    It starts empty: the cold start's probes, made whatever it holds, are paid back from the first
-    requests' share, so that probes stay within the share from the first request on (cold starts
-    included). One probe in hand at the start put a 90 s run at 5.1-5.2% of requests with a 5% share.
-    """
+    """A token bucket per model: each request that may explore adds ``share`` tokens, each probe spends one."""
 
     tokens: dict[str, float] = field(default_factory=dict)
 
     def credit(self, model: str, share: float) -> None:
-        self.tokens[model] = min(BURST, self.tokens.get(model, 0.0) + share)
+        self.tokens[model] = min(BURST, self.tokens.get(model, 1.0) + share)
 
     def available(self, model: str) -> bool:
-        return self.tokens.get(model, 0.0) >= 1.0
+        return self.tokens.get(model, 1.0) >= 1.0
 
     def may_borrow(self, model: str) -> bool:
         """A follow-up may spend ahead, down to ``-BURST``: the debt is repaid before the next probe."""
-        return self.tokens.get(model, 0.0) > 1.0 - BURST
+        return self.tokens.get(model, 1.0) > 1.0 - BURST
 
     def take(self, model: str) -> None:
-        self.tokens[model] = self.tokens.get(model, 0.0) - 1.0
+        self.tokens[model] = self.tokens.get(model, 1.0) - 1.0
 
 
 @dataclass
