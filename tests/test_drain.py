@@ -35,8 +35,10 @@ def by_deployment(sim: Sim, n: int) -> dict[str, Sample]:
     return {s.deployment: s for s in sim.samples.samples}
 
 
-def paced(ttft_s: float, tokens_per_s: float, output_tokens: int = 40) -> FakeBehavior:
-    return FakeBehavior(ttft_s=ttft_s, tokens_per_s=tokens_per_s, output_tokens=output_tokens)
+def paced(ttft_s: float, tokens_per_s: float, output_tokens: int = 40, chunk_tokens: int = 1) -> FakeBehavior:
+    return FakeBehavior(
+        ttft_s=ttft_s, tokens_per_s=tokens_per_s, output_tokens=output_tokens, chunk_tokens=chunk_tokens
+    )
 
 
 def test_a_cold_start_races_every_deployment_and_measures_the_losers_streams(sims: Sims) -> None:
@@ -117,9 +119,11 @@ def test_closing_the_runtime_cancels_the_drains_still_reading(sims: Sims) -> Non
 
 def test_a_shadow_probe_measures_a_contender_beside_the_leader_and_never_serves(sims: Sims) -> None:
     # Every answer is as long, and snappy, close behind, would win the first token and then stream 4x slower: no
-    # race is affordable, so it is sent beside the leader instead, never the client's answer.
+    # race is affordable, so it is sent beside the leader instead, never the client's answer. Bulk sends four
+    # tokens an event, so that its drained stream in the cold race is read whole (50 events over 0.1 s): a
+    # stall of the test machine then cannot make its measured speed look slower than snappy's.
     sim = sims.start(
-        [SimProvider("bulk", paced(0.08, 4000.0, 400)), SimProvider("snappy", paced(0.005, 1000.0, 400))],
+        [SimProvider("bulk", paced(0.16, 2000.0, 400, chunk_tokens=4)), SimProvider("snappy", paced(0.01, 500.0, 400))],
         policy={"explore_share": 0.9},
     )
     sim.chat(max_tokens=200)  # the cold race: snappy's first token wins, bulk is drained
