@@ -217,15 +217,26 @@ def test_among_four_or_more_a_race_probe_measures_two_contenders_at_once() -> No
     assert ranking.probes == sum(1 for p in plans if p.race_probe)
 
 
-def test_with_three_deployments_a_race_probe_has_no_partner() -> None:
+def test_with_three_deployments_a_race_probe_takes_the_other_contender_whatever_its_bonus() -> None:
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("c", 1, 1)], policy={"explore_share": 0.5}))
-    for name in "bc":
-        answered(rig, name, 5, ttft=0.6)
-    rig.clock.now += 60
+    answered(rig, "b", 5, ttft=0.6)
+    rig.clock.now += 60  # b unheard for a minute: it may have become the best
     answered(rig, "a", 20, ttft=0.4)
+    answered(rig, "c", 20, ttft=3.0)  # c just measured, far behind: no bonus reaches the leader
     plans = [rig.router.plan(rig.request()) for _ in range(40)]
-    assert any(p.race_probe for p in plans)
-    assert all(p.race_partner is None and p.race_width == 2 for p in plans)
+    pair = next(p for p in plans if p.race_probe is not None)
+    # c rides along: its look costs no budget, and a recovery of c would be seen on b's probes too.
+    assert (pair.race_probe, pair.race_partner, pair.race_width) == ("b", "c", 3)
+    assert [c.reason for c in pair.candidates] == ["explore", "explore", "fallback"]
+    # c still streaming an answer sent just now: the next race does not wait for it, nor take it.
+    assert rig.router.attempt_started(rig.candidate_any("c"))
+    plans = [rig.router.plan(rig.request()) for _ in range(40)]
+    assert any(p.race_probe == "b" for p in plans)
+    assert all(p.race_partner is None for p in plans)
+    # Ten seconds on and still streaming (a slow answer from before a recovery would hide it until it ends): taken.
+    rig.clock.now += 10
+    plans = [rig.router.plan(rig.request()) for _ in range(40)]
+    assert any(p.race_probe == "b" and p.race_partner == "c" for p in plans)
 
 
 def test_a_race_lost_to_the_first_token_refreshes_the_loser_without_an_answer() -> None:

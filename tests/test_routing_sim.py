@@ -39,10 +39,18 @@ def test_after_warm_up_traffic_goes_to_the_best_provider(sims: Sims) -> None:
     assert warm_up[0].route == "explore"
     measured = {s.deployment for s in sim.samples.samples if s.ttft_s is not None and s.output_tokens}
     assert measured == {"slow", "fast", "middling"}
+    warm = len(sim.samples.samples)
     replies = sim.run(100)
     assert share(replies, "fast") >= 0.9, [(r.provider, r.route) for r in replies if r.provider != "fast"]
-    assert all(r.route in ("best-score", "explore") and r.attempts == 1 for r in replies)
-    assert {r.route for r in replies if r.provider == "fast"} <= {"best-score", "explore"}
+    # Nothing failed over: a reply of more than one attempt is an exploration race (a probe, perhaps with the
+    # other contender, and the leader after its head start; the first token won). Races are exploration, and
+    # exploration stays a small share of requests (5%, and a second look at a surprise).
+    assert all(r.route in ("best-score", "explore", "hedge") for r in replies), [r.route for r in replies]
+    assert all(r.attempts == 1 or r.route in ("hedge", "explore") for r in replies)
+    assert sum(r.attempts > 1 for r in replies) <= 12, [(r.provider, r.route, r.attempts) for r in replies]
+    wait_until(lambda: len(sim.samples.samples) >= warm + sum(r.attempts for r in replies), what="every sample")
+    losers = [s for s in sim.samples.samples[warm:] if s.outcome != "ok"]
+    assert all((s.outcome, s.hedged) == ("client_cancelled", True) for s in losers), losers
 
 
 def _recent_share(sim: Sim, provider: str, want: float, deadline_s: float, window: int = 10) -> list[Reply]:
