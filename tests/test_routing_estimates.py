@@ -219,6 +219,28 @@ def test_streams_in_flight_delivering_slower_than_the_estimate_slow_its_speed_be
     assert 3.5 < view.slow_stream(5.0) < 6.0
 
 
+def test_a_widely_spread_provider_that_fell_fivefold_is_judged_slow_by_its_streams_in_flight() -> None:
+    # Its answers spread like baseten's (0.83 in log units: 2.3x either way one time in six), so three streams
+    # five times slower, judged beside its two answers from before, are 2.6 standard errors off its estimate:
+    # slow. Sending it every request until their answers end would cost five times the time; a false alarm, a
+    # second of traffic to the next best.
+    speeds = [200.0 * math.exp(0.83 * (1 if i % 2 else -1)) for i in range(24)]
+    view = fed([answer(i * 0.25, ttft=0.1, tps=tps) for i, tps in enumerate(speeds)])
+    for i in range(2):  # two complete streams at its usual speed: its bytes per token, and the two before
+        streamed(view, i, 6.0 + i * 0.25, 200.0, 200, 7.5)
+        view.ended(i, 6.0 + i * 0.25 + 1.1, output_tokens=201)
+    for i in range(2, 5):
+        streamed(view, i, 7.0 + (i - 2) * 0.1, 40.0, 200, 8.0)
+    assert 3.5 < view.slow_stream(8.0) < 6.0
+    # One of them (an unlucky draw of a wide spread) is no alarm.
+    one = fed([answer(i * 0.25, ttft=0.1, tps=tps) for i, tps in enumerate(speeds)])
+    for i in range(2):
+        streamed(one, i, 6.0 + i * 0.25, 200.0, 200, 7.5)
+        one.ended(i, 6.0 + i * 0.25 + 1.1, output_tokens=201)
+    streamed(one, 2, 7.0, 40.0, 200, 8.0)
+    assert one.slow_stream(8.0) == 1.0
+
+
 def test_a_healthy_deployments_slow_streams_in_flight_are_no_slowdown() -> None:
     # Streams in flight are the slow ones of a healthy provider (the fast ones ended): its whole recent
     # streams, ended ones included, are judged, not only the stragglers.
