@@ -559,6 +559,39 @@ def test_all_open_fails_fast_with_retry_after() -> None:
     assert "a: circuit open, retry in 2.0s" in caught.value.message
 
 
+def test_a_provider_back_from_an_outage_relearns_its_capacity_from_a_slow_start() -> None:
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"failure_threshold": 3, "cooldown_s": 10}))
+    judged(rig, "a", ttft=0.1)
+    judged(rig, "b", ttft=3.0)
+    limit = rig.router.capacity_of(rig.config.provider("a"))
+    # The outage: every attempt refused with a 503 (an overload status), one at a time.
+    for _ in range(3):
+        refused = rig.candidate_any("a")
+        assert rig.router.attempt_started(refused)
+        rig.clock.now += 0.5
+        failure = dataclasses.replace(sample("a", outcome="upstream_error", started_at=rig.clock.now), status=503)
+        rig.router.attempt_finished(refused, failure)
+    assert limit.allowed == 1 and rig.order() == ["b"]  # backed off to one, and its circuit open
+    rig.clock.now += 10
+    probe = rig.candidate_any("a")
+    assert rig.router.attempt_started(probe)  # half-open
+    rig.router.attempt_finished(probe, sample("a", started_at=rig.clock.now))
+    assert ("circuit", "m", "a", "closed") in rig.events.events and limit.allowed == 2
+    # Back: it grows by one an answer again, as at a cold start (after the outage's back-off, by 1 / limit, it took
+    # ten answers to carry four requests at once, each request over it sent to the slower provider).
+    first, second = rig.candidate_any("a"), rig.candidate_any("a")
+    assert rig.router.attempt_started(first) and rig.router.attempt_started(second)
+    assert not rig.router.attempt_started(rig.candidate_any("a"))  # two in flight: full
+    rig.router.attempt_finished(first, sample("a", started_at=rig.clock.now))
+    assert limit.allowed == 3
+    # A provider that refuses above some load still settles under it: the next refusal backs off again.
+    third = rig.candidate_any("a")
+    assert rig.router.attempt_started(third)
+    rig.clock.now += 0.5
+    rig.router.attempt_finished(third, dataclasses.replace(sample("a", outcome="upstream_error"), status=503))
+    assert limit.allowed == 1
+
+
 def test_client_faults_and_cancellations_never_open_a_circuit() -> None:
     rig = Rig(routing_config([("a", 1, 1)], policy={"failure_threshold": 1}))
     for _ in range(5):

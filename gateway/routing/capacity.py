@@ -7,6 +7,7 @@ provider has an adaptive limit, AIMD in the style of Netflix's concurrency-limit
                                                                +1 per answer until the first back-off)
     429 or overload 503/529                                   limit = in flight at the refusal × 0.9
                                                                (once per round: see below)
+    a circuit closes after an outage                          slow start again (``ProviderLimit.restart``)
 
 Growth only counts answers that used the limit, so an idle provider's limit does not creep up to
 the ceiling unearned; until the provider first pushes back it grows as fast as TCP's slow start.
@@ -106,6 +107,18 @@ class ProviderLimit:
         self.backed_off_at = now
         self.limit = max(MIN_LIMIT, min(self.limit, float(max(in_flight - 1, 1))) * BACKOFF_RATIO)
 
+    def restart(self) -> None:
+        """The provider is back after an outage: grow its limit as from a cold start (+1 per answer).
+
+        An outage's refusals come at whatever was in flight when it began, then one half-open probe
+        at a time: they back the limit off to 1, which says nothing of what the provider takes once
+        it answers again. Growing by ``1 / limit`` from there, it took ten answers to carry four
+        requests at once, and every request over the limit went to a slower provider meanwhile (as
+        TCP slow-starts again after a timeout). A provider that really refuses above N backs off
+        to just under N again at its next refusal.
+        """
+        self.backed_off_at = -math.inf
+
     def reported(self, limits: RateLimits, now: float) -> float | None:
         """Note the budget a response reported; the time until reset when it says the provider is out."""
         if limits.remaining_requests is not None:
@@ -141,6 +154,12 @@ class CapacityBoard:
             if ceiling is not None:
                 limit.limit = min(limit.limit, float(ceiling))
         return limit
+
+    def restart(self, provider: str) -> None:
+        """``provider``'s circuit closed after an outage (``ProviderLimit.restart``)."""
+        limit = self.limits.get(provider)
+        if limit is not None:
+            limit.restart()
 
     def next_change(self, now: float) -> float | None:
         """The soonest time a blocked provider opens again (for waiters to look again then)."""

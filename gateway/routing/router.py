@@ -549,7 +549,10 @@ class MeasuredRouter:
 
     def _circuit_changed(self, key: DeploymentKey, state: CircuitState) -> None:
         model, deployment = key
-        self.events.circuit_changed(model, deployment, self._provider_of.get(key, deployment), state)
+        provider = self._provider_of.get(key, deployment)
+        self.events.circuit_changed(model, deployment, provider, state)
+        if state == "closed":
+            self.state.capacity.restart(provider)
 
 
 def _drained(sample: Sample) -> bool:
