@@ -43,7 +43,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.routing_scenarios import SCENARIOS, Planned, Profile, Scenario, oracle_choice
+from benchmarks.routing_scenarios import SCENARIOS, STRESS, Planned, Profile, Scenario, oracle_choice
 
 RESULTS = Path(__file__).parent / "results" / "routing.md"
 STRATEGIES = ("gateway", "oracle", "round-robin", "litellm")
@@ -347,11 +347,19 @@ def _litellm_python(option: str | None) -> str | None:
     return None
 
 
+def chosen(only: Sequence[str] | None) -> list[Scenario]:
+    """The scenarios ``--only`` names (every one of ``SCENARIOS`` without it): a stress market
+    (``routing_scenarios.STRESS``, simulated by ``routing_simulate --stress``) runs in real time when named."""
+    if not only:
+        return list(SCENARIOS)
+    return [s for s in (*SCENARIOS, *STRESS) if s.name in only]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.routing_report import load_runs, report, save_runs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", action="append", help="run only these scenarios")
+    parser.add_argument("--only", action="append", help="run only these scenarios (a stress market too)")
     parser.add_argument(
         "--strategies", default=",".join(STRATEGIES), help="comma-separated, of " + ", ".join(STRATEGIES)
     )
@@ -366,7 +374,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print the report without writing it")
     args = parser.parse_args(argv)
     strategies = [s for s in args.strategies.split(",") if s]
-    scenarios = [s for s in SCENARIOS if not args.only or s.name in args.only]
+    unknown = sorted(set(args.only or ()) - {s.name for s in (*SCENARIOS, *STRESS)})
+    if unknown:
+        parser.error(f"no such scenario: {', '.join(unknown)}")
+    scenarios = chosen(args.only)
     if args.max_duration:
         scenarios = [dataclasses.replace(s, duration_s=min(s.duration_s, args.max_duration)) for s in scenarios]
     started = time.perf_counter()

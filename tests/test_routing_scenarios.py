@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks import routing_simulate
-from benchmarks.routing_scenarios import STRESS, Profile, oracle_choice
+from benchmarks import routing, routing_simulate
+from benchmarks.routing_scenarios import SCENARIOS, STRESS, Profile, oracle_choice
 
 
 def test_the_oracle_never_picks_a_provider_that_fails_every_request() -> None:
@@ -31,3 +31,11 @@ def test_the_stress_markets_run_in_simulated_time(name: str, capsys: pytest.Capt
     line = capsys.readouterr().out.strip()
     assert line.startswith(name) and "failed 0" in line, line
     assert "on best from +15 s" in line
+
+
+def test_the_real_time_benchmark_runs_its_scenarios_or_the_markets_named() -> None:
+    assert routing.chosen(None) == list(SCENARIOS)
+    assert [s.name for s in routing.chosen(["outage", "recovery"])] == ["recovery", "outage"]
+    with pytest.raises(SystemExit) as refused:
+        routing.main(["--only", "no-such-market", "--no-write"])
+    assert refused.value.code == 2  # argparse's usage error, before anything runs
