@@ -134,8 +134,13 @@ def test_exploration_goes_where_an_estimate_is_stale_or_thin_not_where_it_is_fre
     answered(rig, "b", 20, ttft=0.7, tps=1e4)  # a little slower, measured just now
     answered(rig, "thin", 1, ttft=0.7, tps=1e4)  # as slow, on one answer
     answered(rig, "a", 20, ttft=0.5, tps=1e4)
-    fresh = Counter(name for _ in range(400) for name in rig.explored())
+    plans = [rig.router.plan(rig.request()) for _ in range(400)]
+    fresh = Counter(next((c.name for c in p.candidates if c.reason == "explore"), None) for p in plans)
     assert fresh["far"] == fresh["b"] == 0 and fresh["thin"] > 0  # only thin evidence leaves room for doubt
+    # The others ride along in thin's races as its partner, the one probed longest ago first: a look that costs no
+    # probe of the budget, where a recovery would show.
+    partners = Counter(p.race_partner for p in plans if p.race_probe == "thin")
+    assert partners["b"] > 0 and partners["far"] > 0 and set(partners) <= {"b", "far"}
     rows = {r.deployment.name: r for r in rig.router.rank(rig.config.models[0]).rows}
     assert rows["far"].scored.optimistic > rows["a"].scored.ranked_by
     rig.clock.now += 60  # a minute without news of anyone but "a"
