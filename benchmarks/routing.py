@@ -352,7 +352,11 @@ def chosen(only: Sequence[str] | None) -> list[Scenario]:
     (``routing_scenarios.STRESS``, simulated by ``routing_simulate --stress``) runs in real time when named."""
     if not only:
         return list(SCENARIOS)
-    return [s for s in (*SCENARIOS, *STRESS) if s.name in only]
+    known = (*SCENARIOS, *STRESS)
+    unknown = sorted(set(only) - {s.name for s in known})
+    if unknown:
+        raise ValueError(f"no such scenario: {', '.join(unknown)}")
+    return [s for s in known if s.name in only]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -374,10 +378,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print the report without writing it")
     args = parser.parse_args(argv)
     strategies = [s for s in args.strategies.split(",") if s]
-    unknown = sorted(set(args.only or ()) - {s.name for s in (*SCENARIOS, *STRESS)})
-    if unknown:
-        parser.error(f"no such scenario: {', '.join(unknown)}")
-    scenarios = chosen(args.only)
+    try:
+        scenarios = chosen(args.only)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.max_duration:
         scenarios = [dataclasses.replace(s, duration_s=min(s.duration_s, args.max_duration)) for s in scenarios]
     started = time.perf_counter()

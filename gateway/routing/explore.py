@@ -231,7 +231,6 @@ def choose_probe(
 def choose_partner(
     rows: Sequence[Ranked],
     probe: Probe,
-    policy: PolicyConfig,
     shape: RequestShape,
     *,
     rng: random.Random,
@@ -262,11 +261,7 @@ def choose_partner(
     leader, *others = [r for r in rows if r is not probe.row]
     pool = [r for r in others if not r.scored.violations and measured(r) and not _waited_for(r, last, now)]
     pool.sort(key=lambda r: (last.get(r.deployment.name, -math.inf), rng.random()))
-    for row in pool:
-        head_start = _affordable_head_start(row, leader, shape, RACE_SLACK)
-        if head_start is not None:
-            return Probe(row, race=True, cold=False, head_start_s=head_start)
-    return None
+    return _affordable_race(pool, leader, shape, last, now, neglected_slack=RACE_SLACK)
 
 
 def _waited_for(row: Ranked, last: Mapping[str, float], now: float) -> bool:
@@ -289,13 +284,19 @@ def _contenders(
 
 
 def _affordable_race(
-    pool: Sequence[Ranked], leader: Ranked, shape: RequestShape, last: Mapping[str, float], now: float
+    pool: Sequence[Ranked],
+    leader: Ranked,
+    shape: RequestShape,
+    last: Mapping[str, float],
+    now: float,
+    neglected_slack: float = 1.0,
 ) -> Probe | None:
-    """The first of ``pool`` that can race ``leader`` on this request at an affordable cost."""
+    """The first of ``pool`` that can race ``leader`` on this request at an affordable cost: ``RACE_SLACK`` of the
+    leader's time, or ``neglected_slack`` for one not probed for ``NEGLECTED_AFTER_S``."""
     for row in pool:
         # Not probed for a while: worth a costlier race (a slow streamer on long answers has no cheap one).
         neglected = now - last.get(row.deployment.name, -math.inf) >= NEGLECTED_AFTER_S
-        head_start = _affordable_head_start(row, leader, shape, 1.0 if neglected else RACE_SLACK)
+        head_start = _affordable_head_start(row, leader, shape, neglected_slack if neglected else RACE_SLACK)
         if head_start is not None:
             return Probe(row, race=True, cold=False, head_start_s=head_start)
     return None

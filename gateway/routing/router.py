@@ -365,7 +365,7 @@ class MeasuredRouter:
         )
         if probe is None:
             return None, None
-        partner = choose_partner(rows, probe, policy, shape, rng=self.rng, probed_at=probed_at, now=now)
+        partner = choose_partner(rows, probe, shape, rng=self.rng, probed_at=probed_at, now=now)
         target = state.view((model, probe.row.deployment.name), policy.memory_half_life_s)
         target.probed_at = now
         for other in (*probe.others, *([partner.row] if partner is not None else [])):
