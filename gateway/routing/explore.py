@@ -17,7 +17,7 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
   ``explore_margin`` of the leader's, that has nothing in flight, and only on a *cheap*
   request: an answer no longer than the model's recent median and a prompt at most twice its
   recent median. An answer that surprised its estimate gets a second look on the next
-  request that allows one (a *follow-up*, which may borrow from the budget).
+  request that allows one (a *follow-up*: the next probe the budget holds is its).
 - **Racing.** On a stream (``explore_race``), the probe races the leader: the probe starts,
   the leader joins it after a head start (half the leader's predicted first token), and the
   first token wins; the loser is drained (``gateway.relay.drain``: read on unseen until its
@@ -86,7 +86,7 @@ class Probe:
     cold: bool
     """Nothing of it was measured yet: probed whatever the budget holds (which then pays it back)."""
     follow_up: bool = False
-    """A second look at a deployment whose last answer surprised its estimate (the budget may go into debt)."""
+    """A second look at a deployment whose last answer surprised its estimate (it comes before the other contenders)."""
     head_start_s: float = 0.0
     """How long the probe runs alone before the leader joins it (races only)."""
     for_stream: bool = False
@@ -102,22 +102,24 @@ class Probe:
 
 @dataclass
 class ExploreBudget:
-    """A token bucket per model: each request that may explore adds ``share`` tokens, each probe spends one."""
+    """A token bucket per model: each request that may explore adds ``share`` tokens, each probe spends one.
+
+    It starts empty and only a cold probe (a deployment with nothing measured) may spend what it does
+    not hold: the debt is repaid before the next probe. So once the cold start is paid for, probes are
+    at most ``share`` of requests at every moment, not only on average over a long run (a bucket that
+    started with a probe in hand, and follow-ups that borrowed ahead, kept 90 s runs at 5.2% of 5%).
+    """
 
     tokens: dict[str, float] = field(default_factory=dict)
 
     def credit(self, model: str, share: float) -> None:
-        self.tokens[model] = min(BURST, self.tokens.get(model, 1.0) + share)
+        self.tokens[model] = min(BURST, self.tokens.get(model, 0.0) + share)
 
     def available(self, model: str) -> bool:
-        return self.tokens.get(model, 1.0) >= 1.0
-
-    def may_borrow(self, model: str) -> bool:
-        """A follow-up may spend ahead, down to ``-BURST``: the debt is repaid before the next probe."""
-        return self.tokens.get(model, 1.0) > 1.0 - BURST
+        return self.tokens.get(model, 0.0) >= 1.0
 
     def take(self, model: str) -> None:
-        self.tokens[model] = self.tokens.get(model, 1.0) - 1.0
+        self.tokens[model] = self.tokens.get(model, 0.0) - 1.0
 
 
 @dataclass
@@ -166,7 +168,6 @@ def choose_probe(
     stream: bool,
     rng: random.Random,
     follow_ups: Set[str] = frozenset(),
-    may_borrow: bool = False,
     probed_at: Mapping[str, float] | None = None,
     now: float = 0.0,
     stream_probed: Set[str] = frozenset(),
@@ -174,8 +175,8 @@ def choose_probe(
     """The deployment this request should measure, if any (``rows``: the available ones, leader first).
 
     ``budget``: a probe token is available; ``cheap``: the request is small enough to spend it on;
-    ``follow_ups``: deployments whose last answer surprised their estimate; ``may_borrow``: the
-    budget may go into debt for one of those; ``probed_at``: when each deployment was last probed
+    ``follow_ups``: deployments whose last answer surprised their estimate (the next probe is
+    theirs); ``probed_at``: when each deployment was last probed
     (of the contenders, the one probed longest ago goes first: a deployment that keeps losing its
     races to the first token learns nothing of its stream, and must not starve the others);
     ``stream_probed``: deployments that had their free probe for a stream never measured.
@@ -207,7 +208,7 @@ def choose_probe(
         return Probe(row, race=False, cold=True, for_stream=not _unmeasured(row))
     if policy.explore_share <= 0:
         return None
-    if follow_ups and may_borrow and known_leader:
+    if follow_ups and budget and known_leader:
         for row in rows[1:]:
             if row.deployment.name in follow_ups and row.in_flight == 0 and not row.scored.violations:
                 # A surprise asked for it: the race is run whatever its estimate says of its stream.

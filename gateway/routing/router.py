@@ -358,7 +358,6 @@ class MeasuredRouter:
             stream=stream,
             rng=self.rng,
             follow_ups=follow_ups,
-            may_borrow=state.explore.may_borrow(model),
             probed_at=probed_at,
             now=now,
             stream_probed=stream_probed,
