@@ -14,6 +14,7 @@ from gateway.config import GatewayConfig, StatsConfig
 from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import EventLog
 from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
+from gateway.routing.explain import ranking_table
 from gateway.routing.plan import Candidate
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
@@ -308,6 +309,12 @@ def test_streams_race_every_deployment_until_a_first_token_comes() -> None:
     plan = rig.router.plan(rig.request())
     assert plan.race == ()
     assert plan.candidates[0].name == started[0].name
+    # With nothing measured there was no leader to explore away from: these were cold starts, not probes,
+    # and the budget did not pay for them (the explanation says so).
+    ranking = rig.router.rank(rig.config.models[0])
+    assert (ranking.requests, ranking.probes, ranking.races, ranking.cold_starts) == (4, 0, 0, 3)
+    assert "explored 0 of 4 requests" in ranking_table(ranking) and "besides 3 cold starts" in ranking_table(ranking)
+    assert rig.router.state.explore.tokens["m"] == pytest.approx(4 * 0.05)
 
 
 def test_answers_in_one_chunk_do_not_run_the_exploration_budget_into_debt() -> None:

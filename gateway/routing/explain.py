@@ -104,6 +104,7 @@ def ranking_json(ranking: Ranking) -> dict[str, Any]:
             "requests": ranking.requests,
             "probes": ranking.probes,
             "races": ranking.races,
+            "cold_starts": ranking.cold_starts,
             "share": round(ranking.probes / ranking.requests, 4) if ranking.requests else 0.0,
             "budget": policy.explore_share,
         },
@@ -178,7 +179,8 @@ def ranking_table(ranking: Ranking) -> str:
     if ranking.requests:
         lines.append(
             f"  explored {ranking.probes} of {ranking.requests} requests ({ranking.probes / ranking.requests:.1%}; "
-            f"{ranking.races} by racing the leader; budget {ranking.policy.explore_share:.0%})"
+            f"{ranking.races} by racing the leader; budget {ranking.policy.explore_share:.0%}), "
+            f"besides {ranking.cold_starts} cold start{'' if ranking.cold_starts == 1 else 's'}"
         )
     return "\n".join(lines + notes)
 

@@ -104,10 +104,12 @@ class Probe:
 class ExploreBudget:
     """A token bucket per model: each request that may explore adds ``share`` tokens, each probe spends one.
 
-    It starts empty and only a cold probe (a deployment with nothing measured) may spend what it does
-    not hold: the debt is repaid before the next probe. So once the cold start is paid for, probes are
-    at most ``share`` of requests at every moment, not only on average over a long run (a bucket that
-    started with a probe in hand, and follow-ups that borrowed ahead, kept 90 s runs at 5.2% of 5%).
+    It starts empty, and only a cold probe of a deployment added beside measured ones may spend what
+    it does not hold (the debt is repaid before the next probe). A cold start, before anything is
+    measured, spends nothing: there is no leader to explore away from. So probes are at most ``share``
+    of requests at every moment, not only on average over a long run (a bucket that started with a
+    probe in hand, paid for the cold start's races and let follow-ups borrow ahead kept 90 s runs at
+    5.2% of 5%, and its first look after a cold start of five came 45 requests in).
     """
 
     tokens: dict[str, float] = field(default_factory=dict)
@@ -156,6 +158,8 @@ class ExploreCounts:
     requests: dict[str, int] = field(default_factory=dict)
     probes: dict[str, int] = field(default_factory=dict)
     races: dict[str, int] = field(default_factory=dict)
+    cold_starts: dict[str, int] = field(default_factory=dict)
+    """Requests routed while nothing was measured (a race of every deployment, or one at a time): not probes."""
 
 
 def choose_probe(

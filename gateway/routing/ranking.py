@@ -86,5 +86,7 @@ class Ranking:
     requests: int = 0
     """Requests this replica routed for the model by score (no overrides) since it started."""
     probes: int = 0
-    """Of those, the ones spent measuring a deployment (cold starts and races included)."""
+    """Of those, the ones spent measuring a deployment away from a measured leader (races included)."""
     races: int = 0
+    cold_starts: int = 0
+    """Of the requests, the ones routed while nothing was measured: every deployment raced (not probes)."""

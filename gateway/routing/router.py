@@ -202,6 +202,7 @@ class MeasuredRouter:
             requests=counts.requests.get(model.name, 0),
             probes=counts.probes.get(model.name, 0),
             races=counts.races.get(model.name, 0),
+            cold_starts=counts.cold_starts.get(model.name, 0),
         )
 
     def _ranked(self, model: str, scored: Scored, policy: PolicyConfig, now: float) -> Ranked:
@@ -373,6 +374,11 @@ class MeasuredRouter:
             target.follow_ups -= 1
         if probe.for_stream:
             target.stream_probed = True
+        if probe.cold and not measured(rows[0]):
+            # Nothing is measured: there is no score to explore away from, and racing them all is this request's
+            # best route. A cold start, counted apart; the budget is for looks away from a known leader.
+            state.counts.cold_starts[model] = state.counts.cold_starts.get(model, 0) + 1
+            return probe, partner
         state.explore.take(model)
         state.counts.probes[model] = state.counts.probes.get(model, 0) + 1
         if probe.race:
