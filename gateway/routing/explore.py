@@ -8,7 +8,8 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
 - **Cold start.** A deployment with nothing measured (no answer here, nothing in the shared
   window) is probed at once (on a cheap request once another is measured), whatever the budget
   holds: by a cold race on a stream (below), else one attempt at a time, one request per
-  deployment. One whose stream was never measured (its answers were one chunk each) is probed
+  deployment. While nothing at all is measured this is no probe and costs the budget nothing
+  (there is no leader to explore away from): the router counts it apart, as a cold start. One whose stream was never measured (its answers were one chunk each) is probed
   on the next request long enough to measure it: once whatever the budget holds, afterwards only when it holds a probe
   (its answers may keep coming whole, and each repeat would run the budget further into debt).
 - **Afterwards**, a token bucket per model (``ExploreBudget``: ``explore_share`` per request,
