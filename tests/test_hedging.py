@@ -171,7 +171,7 @@ def test_hedging_cuts_the_client_p99_ttft_of_a_heavy_tail(sims: Sims) -> None:
 
 
 def test_a_race_probe_with_a_partner_runs_three_attempts_and_cancels_the_two_that_lose(sims: Sims) -> None:
-    # Four deployments: a race probe measures two contenders at once, the leader joining after the head start.
+    # Four deployments: a race probe measures two contenders at once, the leader racing beside them.
     names = ["a", "b", "c", "d"]
     streaming = FakeBehavior(ttft_s=0.01, tokens_per_s=1000, output_tokens=20)  # its speed is seen: none stays cold
     sim = sims.start(

@@ -197,8 +197,8 @@ def test_a_probe_races_the_leader_on_a_stream_and_goes_first_otherwise() -> None
     plans = [rig.router.plan(rig.request()) for _ in range(40)]
     raced = next(p for p in plans if p.race_probe is not None)
     assert [(c.name, c.reason) for c in raced.candidates] == [("b", "explore"), ("a", "fallback")]
-    # The leader joins after a head start of half its first token; the race needs no hedge budget.
-    assert raced.candidates[0].hedge_after_s == pytest.approx(0.2, rel=0.05)
+    # The leader starts at once beside it (the first token wins); the race needs no hedge budget.
+    assert raced.candidates[0].hedge_after_s == 0.0
     assert rig.router.try_hedge(raced)
     unstreamed = [rig.router.plan(rig.request(stream=False)) for _ in range(40)]
     probe = next(p for p in unstreamed if p.candidates[0].reason == "explore")
@@ -217,9 +217,8 @@ def test_among_four_or_more_a_race_probe_measures_two_contenders_at_once() -> No
     assert (first.reason, second.reason, leader.name, leader.reason) == ("explore", "explore", "a", "fallback")
     assert {first.name, second.name} <= {"b", "c", "d"} and first.name != second.name
     assert (pair.race_probe, pair.race_partner, pair.race_width) == (first.name, second.name, 3)
-    # Both start at once; the leader joins after the head start (half its first token); no hedge budget spent.
-    assert first.hedge_after_s == 0.0
-    assert second.hedge_after_s == pytest.approx(0.2, rel=0.05)
+    # All three start at once (the first token wins); no hedge budget spent.
+    assert first.hedge_after_s == 0.0 and second.hedge_after_s == 0.0
     assert rig.router.try_hedge(pair)
     # One request, one probe: the share counts requests; both contenders count as probed (the rotation moves on).
     measured = Counter(name for p in plans for name in (p.race_probe, p.race_partner) if name)

@@ -9,9 +9,11 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
   window) is probed at once (on a cheap request once another is measured), whatever the budget
   holds: by a cold race on a stream (below), else one attempt at a time, one request per
   deployment. While nothing at all is measured this is no probe and costs the budget nothing
-  (there is no leader to explore away from): the router counts it apart, as a cold start. One whose stream was never measured (its answers were one chunk each) is probed
-  on the next request long enough to measure it: once whatever the budget holds, afterwards only when it holds a probe
-  (its answers may keep coming whole, and each repeat would run the budget further into debt).
+  (there is no leader to explore away from): the router counts it apart, as a cold start. One
+  whose stream was never measured (its answers were one chunk each) is probed on the next
+  request long enough to measure it: once whatever the budget holds, afterwards only when it
+  holds a probe (its answers may keep coming whole, and each repeat would run the budget
+  further into debt).
 - **Afterwards**, a token bucket per model (``ExploreBudget``: ``explore_share`` per request,
   a burst of ``BURST``) bounds probes as a share of requests. A probe goes to the most
   neglected deployment (probed longest ago) whose optimistic score is within
@@ -19,13 +21,15 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
   request: an answer no longer than the model's recent median and a prompt at most twice its
   recent median. An answer that surprised its estimate gets a second look on the next
   request that allows one (a *follow-up*: the next probe the budget holds is its).
-- **Racing.** On a stream (``explore_race``), the probe races the leader: the probe starts,
-  the leader joins it after a head start (half the leader's predicted first token), and the
-  first token wins; the loser is drained (``gateway.relay.drain``: read on unseen until its
-  stream is measured). A probe that loses costs the client at most the head start; one that wins
-  was the faster. A race is not run where the probe would likely win on its first token and then
-  stream a long answer much slower (``RACE_SLACK``: the chance it wins times that cost; the
-  head start is dropped first), unless it was not probed for ``NEGLECTED_AFTER_S``: then up to
+- **Racing.** On a stream (``explore_race``), the probe races the leader: both start at once
+  and the first token wins; the loser is drained (``gateway.relay.drain``: read on unseen until
+  its stream is measured). A probe that loses costs the client nothing; one that wins was the
+  faster to its first token. (The leader used to join after a head start of half its first
+  token, so that the probe would win more often; since a loser is measured all the same, that
+  only delayed the leader: simulated, every market gained 0.1-1.2 points without it.) A race is
+  not run where the probe would likely win on its first token and then stream a long answer
+  much slower (``RACE_SLACK``: the chance it wins times that cost), unless it was not probed for
+  ``NEGLECTED_AFTER_S``: then up to
   one leader's time of expected cost. Where no race is affordable, the probe is a *shadow*: sent
   beside the leader and drained, never the answer (it costs the client nothing).
   Without racing (or for unstreamed requests) the probe is the request's first attempt.
@@ -33,10 +37,10 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
   races at once, with the leader if one is measured: one request measures them all. Until any
   first token came, every stream races them all, busy or not (nothing is known to choose by).
 - **Pairs.** With ``PAIR_MIN_DEPLOYMENTS`` or more, a race probe takes a second contender with it
-  (``choose_partner``): both start at once, the leader after the head start, and the first token
-  of the three wins. 5% of requests spread over N - 1 contenders sees each of five deployments
-  every ~20 s at 4 requests/s; a pair halves that at the same share of requests (the request
-  counts once; a loser costs its prompt). The partner is the other contender probed longest ago,
+  (``choose_partner``): all three start at once, and the first token wins. 5% of requests
+  spread over N - 1 contenders sees each of five deployments every ~20 s at 4 requests/s; a
+  pair halves that at the same share of requests (the request counts once; a loser costs its
+  prompt). The partner is the other contender probed longest ago,
   bonus or not, raced only where that is cheap.
 
 Requests with overrides never explore; ``explore_share = 0`` leaves only the cold start, and
@@ -64,8 +68,6 @@ token, times what its slower stream would then cost)."""
 NEGLECTED_AFTER_S = 10.0
 """A contender not probed for this long may be raced at an expected cost of up to one leader's time (not
 ``RACE_SLACK`` of it): one that streams slowly is otherwise never raced where every answer is long."""
-RACE_HEAD_START = 0.5
-"""A race probe's head start over the leader, as a share of the leader's predicted first token."""
 PAIR_MIN_DEPLOYMENTS = 3
 """From this many deployments on, a race probe measures two contenders at once (``choose_partner``)."""
 BLIND_RACES = 3
@@ -83,13 +85,11 @@ class Probe:
 
     row: Ranked
     race: bool
-    """Start the leader beside it after ``head_start_s``; the first token wins."""
+    """Start the leader beside it; the first token wins."""
     cold: bool
     """Nothing of it was measured yet: probed whatever the budget holds (which then pays it back)."""
     follow_up: bool = False
     """A second look at a deployment whose last answer surprised its estimate (it comes before the other contenders)."""
-    head_start_s: float = 0.0
-    """How long the probe runs alone before the leader joins it (races only)."""
     for_stream: bool = False
     """A cold probe of a deployment measured but for its stream (its answers came in one chunk each)."""
     others: tuple[Ranked, ...] = ()
@@ -218,7 +218,7 @@ def choose_probe(
             if row.deployment.name in follow_ups and row.in_flight == 0 and not row.scored.violations:
                 # A surprise asked for it: the race is run whatever its estimate says of its stream.
                 if race_allowed:
-                    return Probe(row, race=True, cold=False, follow_up=True, head_start_s=_head_start(leader))
+                    return Probe(row, race=True, cold=False, follow_up=True)
                 if not stream and cheap:
                     return Probe(row, race=False, cold=False, follow_up=True)
     if not (budget and cheap and known_leader):
@@ -247,10 +247,9 @@ def choose_partner(
 
     With 5% of requests spent measuring, each of N - 1 contenders is probed once every
     (N - 1) / 0.05 requests: with three deployments, one look at each every ~10 s at 4 requests/s,
-    and a recovery waits that long. Both contenders start at once and the leader after the head
-    start; the first token wins. The request still counts once against the budget: it costs the
-    client what one race costs (at most the head start), and the loser's cancelled attempt its
-    prompt.
+    and a recovery waits that long. Both contenders start at once with the leader; the first token
+    wins. The request still counts once against the budget: it costs the client what one race
+    costs, and the loser's drained attempt its prompt.
 
     The partner is the other contender probed longest ago, whether or not its bonus reaches the
     leader: its look costs no budget, and a recovered provider is seen on the next probe of any
@@ -302,9 +301,8 @@ def _affordable_race(
     for row in pool:
         # Not probed for a while: worth a costlier race (a slow streamer on long answers has no cheap one).
         neglected = now - last.get(row.deployment.name, -math.inf) >= NEGLECTED_AFTER_S
-        head_start = _affordable_head_start(row, leader, shape, neglected_slack if neglected else RACE_SLACK)
-        if head_start is not None:
-            return Probe(row, race=True, cold=False, head_start_s=head_start)
+        if _race_affordable(row, leader, shape, neglected_slack if neglected else RACE_SLACK):
+            return Probe(row, race=True, cold=False)
     return None
 
 
@@ -334,38 +332,29 @@ def measured(row: Ranked) -> bool:
     return row.scored.prediction.source in ("recent", "window")
 
 
-def _head_start(leader: Ranked) -> float:
-    ttft = leader.scored.prediction.ttft_s
-    return RACE_HEAD_START * ttft if ttft is not None else 0.0
-
-
-def _affordable_head_start(row: Ranked, leader: Ranked, shape: RequestShape, slack: float) -> float | None:
-    """The head start to race ``row`` with, or None when no race is affordable on this request.
+def _race_affordable(row: Ranked, leader: Ranked, shape: RequestShape, slack: float) -> bool:
+    """Whether ``row`` may race ``leader`` on this request.
 
     If the probe wins on its first token it streams the answer; where it streams slower than the
     leader that costs ``extra`` seconds. The race is affordable when the chance that it wins,
-    times that cost, is at most ``slack`` of the leader's predicted time: with the usual head
-    start if that fits, else with none (a probe slower to its first token then rarely wins: a
-    deployment that used to be slow in both is still raced, and if it wins it has changed).
+    times that cost, is at most ``slack`` of the leader's predicted time (a probe slower to its
+    first token rarely wins: a deployment that used to be slow in both is still raced, and if it
+    wins it has changed).
     """
     p, q = row.scored.prediction, leader.scored.prediction
-    head_start = _head_start(leader)
     if p.seconds_per_token is None or q.seconds_per_token is None or q.time_s is None:
-        return head_start
+        return True
     # Optimistic by its answers' spread only, not by their age: a stale slow streamer is still a slow streamer
     # for a long answer until it shows otherwise on a short one.
     optimistic = p.seconds_per_token * math.exp(-CONFIDENCE * p.sampling.tokens_per_s)
     extra = shape.output_tokens * max(0.0, optimistic - q.seconds_per_token)
-    for start in (head_start, 0.0):
-        if _win_chance(p, q, start) * extra <= slack * q.time_s:
-            return start
-    return None
+    return _win_chance(p, q) * extra <= slack * q.time_s
 
 
-def _win_chance(probe: Prediction, leader: Prediction, head_start_s: float) -> float:
-    """P(the probe's first token comes before the leader's, started ``head_start_s`` later); log-normal first tokens."""
-    if probe.ttft_s is None or leader.ttft_s is None or probe.ttft_s <= 0 or leader.ttft_s + head_start_s <= 0:
+def _win_chance(probe: Prediction, leader: Prediction) -> float:
+    """P(the probe's first token comes before the leader's, both started at once); log-normal first tokens."""
+    if probe.ttft_s is None or leader.ttft_s is None or probe.ttft_s <= 0 or leader.ttft_s <= 0:
         return 1.0
     spread = math.hypot(probe.ttft_spread, leader.ttft_spread)
-    z = math.log((leader.ttft_s + head_start_s) / probe.ttft_s) / max(spread, 1e-6)
+    z = math.log(leader.ttft_s / probe.ttft_s) / max(spread, 1e-6)
     return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))

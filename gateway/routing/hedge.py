@@ -13,8 +13,8 @@ Three ways, by policy:
   light tail never gets there (a late answer is nearly done), a heavy one does early: the
   client's slow first tokens become ``t`` + the backup's.
 
-A race probe (``gateway.routing.explore``) is the primary, with the leader as its hedge after
-the probe's head start.
+A race probe (``gateway.routing.explore``) is the primary, with the leader as its hedge from
+the start.
 """
 
 from __future__ import annotations

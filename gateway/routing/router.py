@@ -269,16 +269,13 @@ class MeasuredRouter:
             if probe.race:
                 race = racing
             first_reason = "explore"
-        # The last racer's wait for the leader: a cold race starts it at once (if it is measured: else it is a
-        # fallback), a pair after the head start either contender affords.
+        # The leader races at once beside the probes (a cold race's only if it is measured: else it is a fallback).
         leader_after: float | None = None
         if probe is not None and probe.race:
             if probe.cold:
                 leader_after = 0.0 if len(rows) > len(race) and measured(rows[len(race)]) else None
-            elif partner is not None:
-                leader_after = min(probe.head_start_s, partner.head_start_s)
             else:
-                leader_after = probe.head_start_s
+                leader_after = 0.0
         hedging = request.stream and policy.hedging
         if hedging:
             self.state.hedges.credit(model.name, policy.hedge_budget)
