@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
@@ -88,6 +88,8 @@ class Probe:
     """Start the leader beside it; the first token wins."""
     cold: bool
     """Nothing of it was measured yet: probed whatever the budget holds (which then pays it back)."""
+    cold_start: bool = False
+    """Nothing at all is measured (no leader to explore away from): not a probe, and free of the budget."""
     follow_up: bool = False
     """A second look at a deployment whose last answer surprised its estimate (it comes before the other contenders)."""
     for_stream: bool = False
@@ -113,16 +115,16 @@ class ExploreBudget:
     5.2% of 5%, and its first look after a cold start of five came 45 requests in).
     """
 
-    tokens: dict[str, float] = field(default_factory=dict)
+    tokens: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def credit(self, model: str, share: float) -> None:
-        self.tokens[model] = min(BURST, self.tokens.get(model, 0.0) + share)
+        self.tokens[model] = min(BURST, self.tokens[model] + share)
 
     def available(self, model: str) -> bool:
-        return self.tokens.get(model, 0.0) >= 1.0
+        return self.tokens[model] >= 1.0
 
     def take(self, model: str) -> None:
-        self.tokens[model] = self.tokens.get(model, 0.0) - 1.0
+        self.tokens[model] -= 1.0
 
 
 @dataclass
@@ -156,10 +158,10 @@ class RequestSizes:
 class ExploreCounts:
     """Requests that could have explored, and those that did (per model), for the explanation endpoint."""
 
-    requests: dict[str, int] = field(default_factory=dict)
-    probes: dict[str, int] = field(default_factory=dict)
-    races: dict[str, int] = field(default_factory=dict)
-    cold_starts: dict[str, int] = field(default_factory=dict)
+    requests: Counter[str] = field(default_factory=Counter)
+    probes: Counter[str] = field(default_factory=Counter)
+    races: Counter[str] = field(default_factory=Counter)
+    cold_starts: Counter[str] = field(default_factory=Counter)
     """Requests routed while nothing was measured (a race of every deployment, or one at a time): not probes."""
 
 
@@ -208,9 +210,9 @@ def choose_probe(
         # its stream (``gateway.relay.drain``), so one request measures them all at the cost of the fastest.
         unmeasured = sorted((r for r in cold if _unmeasured(r)), key=lambda r: rng.random())
         if stream and policy.explore_race and unmeasured and len(rows) > 1:
-            return Probe(unmeasured[0], race=True, cold=True, others=tuple(unmeasured[1:]))
+            return Probe(unmeasured[0], race=True, cold=True, cold_start=not known_leader, others=tuple(unmeasured[1:]))
         row = min(cold, key=lambda r: rng.random())
-        return Probe(row, race=False, cold=True, for_stream=not _unmeasured(row))
+        return Probe(row, race=False, cold=True, cold_start=not known_leader, for_stream=not _unmeasured(row))
     if policy.explore_share <= 0:
         return None
     if follow_ups and budget and known_leader:

@@ -199,10 +199,10 @@ class MeasuredRouter:
             shape,
             tuple(rows),
             snapshot,
-            requests=counts.requests.get(model.name, 0),
-            probes=counts.probes.get(model.name, 0),
-            races=counts.races.get(model.name, 0),
-            cold_starts=counts.cold_starts.get(model.name, 0),
+            requests=counts.requests[model.name],
+            probes=counts.probes[model.name],
+            races=counts.races[model.name],
+            cold_starts=counts.cold_starts[model.name],
         )
 
     def _ranked(self, model: str, scored: Scored, policy: PolicyConfig, now: float) -> Ranked:
@@ -269,13 +269,10 @@ class MeasuredRouter:
             if probe.race:
                 race = racing
             first_reason = "explore"
-        # The leader races at once beside the probes (a cold race's only if it is measured: else it is a fallback).
         leader_after: float | None = None
-        if probe is not None and probe.race:
-            if probe.cold:
-                leader_after = 0.0 if len(rows) > len(race) and measured(rows[len(race)]) else None
-            else:
-                leader_after = 0.0
+        if probe is not None and probe.race and len(rows) > len(race):
+            # The leader races at once beside the probes (a cold race's only if it is measured: else it is a fallback).
+            leader_after = 0.0 if not probe.cold or measured(rows[len(race)]) else None
         hedging = request.stream and policy.hedging
         if hedging:
             self.state.hedges.credit(model.name, policy.hedge_budget)
@@ -336,7 +333,7 @@ class MeasuredRouter:
             sizes = state.sizes[model] = RequestSizes()
         sizes.add(shape.output_tokens, shape.prompt_tokens)
         state.explore.credit(model, policy.explore_share)
-        state.counts.requests[model] = state.counts.requests.get(model, 0) + 1
+        state.counts.requests[model] += 1
         follow_ups: set[str] = set()
         stream_probed: set[str] = set()
         probed_at: dict[str, float] = {}
@@ -371,15 +368,15 @@ class MeasuredRouter:
             target.follow_ups -= 1
         if probe.for_stream:
             target.stream_probed = True
-        if probe.cold and not measured(rows[0]):
+        if probe.cold_start:
             # Nothing is measured: there is no score to explore away from, and racing them all is this request's
             # best route. A cold start, counted apart; the budget is for looks away from a known leader.
-            state.counts.cold_starts[model] = state.counts.cold_starts.get(model, 0) + 1
+            state.counts.cold_starts[model] += 1
             return probe, partner
         state.explore.take(model)
-        state.counts.probes[model] = state.counts.probes.get(model, 0) + 1
+        state.counts.probes[model] += 1
         if probe.race:
-            state.counts.races[model] = state.counts.races.get(model, 0) + 1
+            state.counts.races[model] += 1
         return probe, partner
 
     def at_capacity(self, candidate: Candidate) -> bool:
