@@ -201,8 +201,9 @@ async def _one(client: httpx.AsyncClient, stack: Stack, strategy: str, planned: 
         "stream": True,
         "max_tokens": planned.tokens,
         # Common random numbers: request i draws the same first token, speed and failure on the same provider
-        # under every strategy, so that a difference between strategies is their choices', not the draws'.
-        "fake": {"draw_seed": planned.index},
+        # under every strategy, so that a difference between strategies is their choices', not the draws'. Another
+        # schedule (seed) draws anew: with the index alone, every seed replayed the same draws.
+        "fake": {"draw_seed": planned.draw_seed},
     }
     pinned = _pin(strategy, planned, stack.scenario)
     if pinned is not None:

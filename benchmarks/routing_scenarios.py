@@ -78,6 +78,10 @@ class Change:
     profile: Profile
 
 
+DRAWS_PER_SCHEDULE = 1_000_000
+"""Apart by this many, two schedules' requests never share the fakes' draws (a schedule holds far fewer)."""
+
+
 @dataclass(frozen=True)
 class Planned:
     """One request of the schedule: when it is sent and how long an answer it asks for."""
@@ -85,6 +89,9 @@ class Planned:
     index: int
     at_s: float
     tokens: int
+    draw_seed: int = 0
+    """What the fakes draw this request's first token, speed and failure from (``FakeBehavior.draw_seed``): the
+    same under every strategy of one schedule, different across schedules (seed 1's is the index)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,9 @@ class Scenario:
         planned: list[Planned] = []
         at = rng.expovariate(self.rate_per_s)
         while at < self.duration_s:
-            planned.append(Planned(len(planned), at, rng.choices(tokens, weights)[0]))
+            index = len(planned)
+            draw_seed = index + (seed - 1) * DRAWS_PER_SCHEDULE
+            planned.append(Planned(index, at, rng.choices(tokens, weights)[0], draw_seed))
             at += rng.expovariate(self.rate_per_s)
         return planned
 

@@ -25,6 +25,16 @@ def test_every_stress_market_changes_a_provider_it_has() -> None:
         assert scenario.schedule(1), scenario.name
 
 
+def test_each_schedule_draws_anew_and_seed_one_as_it_always_did() -> None:
+    """The fakes draw a request's speeds from its ``draw_seed``: were it the index alone, every seed of the real-time
+    benchmark would replay the same draws (request 0 of the recovery among five streamed 18 s in all three)."""
+    scenario = STRESS[0]
+    first, second = scenario.schedule(1), scenario.schedule(2)
+    assert [p.draw_seed for p in first] == [p.index for p in first]  # seed 1's runs stay comparable with older ones
+    assert not {p.draw_seed for p in first} & {p.draw_seed for p in second}
+    assert scenario.schedule(2) == second  # and each strategy of one seed replays the same
+
+
 @pytest.mark.parametrize("name", ["outage", "swap"])
 def test_the_stress_markets_run_in_simulated_time(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert routing_simulate.main(["--stress", "--only", name, "--seeds", "1"]) == 0
