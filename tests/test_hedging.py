@@ -161,9 +161,14 @@ def test_hedging_cuts_the_client_p99_ttft_of_a_heavy_tail(sims: Sims) -> None:
     slowest = sorted(replies, key=lambda r: r.ttft_s or 0.0)[-5:]
     diagnosis = ([(r.ttft_s, r.provider, r.route, r.attempts) for r in slowest], _p99(without))
     assert _p99(without) >= TAIL_TTFT_S
-    assert [(r.provider, r.route) for r in tail] == [("b", "hedge")] * len(tail), [
-        (r.provider, r.route, r.attempts, r.ttft_s) for r in tail
-    ]
+    for i in range(13, n, 20):
+        if (replies[i].provider, replies[i].route) == ("b", "hedge"):
+            continue
+        # Not hedged: only because an ordinary request stalled past the threshold on a busy machine (CI saw
+        # one) and spent the budget since the tail request before (20 requests credit two hedges).
+        spent = [j for j in range(i - 19, i) if j >= 0 and replies[j].route == "hedge"]
+        assert spent, (i, [(r.provider, r.route, r.attempts, r.ttft_s) for r in tail])
+    assert sum(r.route == "hedge" for r in tail) >= len(tail) - 2, [(r.route, r.ttft_s) for r in tail]
     assert statistics.median(r.ttft_s or 0.0 for r in tail) < 0.5 * TAIL_TTFT_S, diagnosis
     assert _p99(with_hedging) < 0.75 * _p99(without), diagnosis
     extra = hedged.fakes["b"].app.state.requests

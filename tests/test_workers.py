@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -159,12 +160,27 @@ def traffic(gateway: Supervised, count: int) -> collections.Counter[str]:
 
     The kernel spreads connections, not requests, over the workers: a pooled client may open only
     two or three connections for the whole run, and all of them may land on one worker (CI saw
-    1,000 of 1,000 on worker 0). A connection per request is judged over 1,000 draws."""
-    fresh = httpx.Client(
-        base_url=gateway.url, timeout=10, limits=httpx.Limits(max_connections=THREADS, max_keepalive_connections=0)
-    )
-    with fresh, concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
-        return collections.Counter(pool.map(lambda _: stream(fresh), range(count)))
+    1,000 of 1,000 on worker 0). A connection per request is judged over 1,000 draws.
+
+    Each thread has a client of its own: one client shared by the threads, keeping no connection
+    alive, once closed a socket one thread was still reading (EBADF in CI)."""
+    local = threading.local()
+    clients: list[httpx.Client] = []
+
+    def one(_: int) -> str:
+        client = getattr(local, "client", None)
+        if client is None:
+            limits = httpx.Limits(max_keepalive_connections=0)  # a new connection each request
+            client = local.client = httpx.Client(base_url=gateway.url, timeout=10, limits=limits)
+            clients.append(client)
+        return stream(client)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
+            return collections.Counter(pool.map(one, range(count)))
+    finally:
+        for client in clients:
+            client.close()
 
 
 def by_worker(gateway: Supervised, path: str, want: Callable[[httpx.Response], bool], what: str) -> dict[str, Any]:
