@@ -124,13 +124,19 @@ def _p99(values: list[float]) -> float:
 
 
 TAIL_TTFT_S = 0.8
+TAIL_EVERY = 20
+
+
+def _in_tail(i: int) -> bool:
+    """Whether request ``i`` of a heavy-tail run meets the slow first token (every 20th, after a warm-up)."""
+    return i % TAIL_EVERY == 13
 
 
 def _heavy_tail_run(sim: Sim, n: int) -> list[Reply]:
     """``n`` requests, 4 at a time; every 20th (after a warm-up) meets a 30x slower first token at "a"."""
 
     def one(i: int) -> Reply:
-        return sim.chat(extra_body=slow("a", TAIL_TTFT_S) if i % 20 == 13 else None)
+        return sim.chat(extra_body=slow("a", TAIL_TTFT_S) if _in_tail(i) else None)
 
     with ThreadPoolExecutor(4) as pool:
         return list(pool.map(one, range(n)))
@@ -157,16 +163,17 @@ def test_hedging_cuts_the_client_p99_ttft_of_a_heavy_tail(sims: Sims) -> None:
     without = [r.ttft_s or 0.0 for r in _heavy_tail_run(plain, n)]
     replies = _heavy_tail_run(hedged, n)
     with_hedging = [r.ttft_s or 0.0 for r in replies]
-    tail = [r for i, r in enumerate(replies) if i % 20 == 13]
+    tail_at = [i for i in range(n) if _in_tail(i)]
+    tail = [replies[i] for i in tail_at]
     slowest = sorted(replies, key=lambda r: r.ttft_s or 0.0)[-5:]
     diagnosis = ([(r.ttft_s, r.provider, r.route, r.attempts) for r in slowest], _p99(without))
     assert _p99(without) >= TAIL_TTFT_S
-    for i in range(13, n, 20):
+    for i in tail_at:
         if (replies[i].provider, replies[i].route) == ("b", "hedge"):
             continue
         # Not hedged: only because an ordinary request stalled past the threshold on a busy machine (CI saw
         # one) and spent the budget since the tail request before (20 requests credit two hedges).
-        spent = [j for j in range(i - 19, i) if j >= 0 and replies[j].route == "hedge"]
+        spent = [j for j in range(max(0, i - TAIL_EVERY + 1), i) if replies[j].route == "hedge"]
         assert spent, (i, [(r.provider, r.route, r.attempts, r.ttft_s) for r in tail])
     assert sum(r.route == "hedge" for r in tail) >= len(tail) - 2, [(r.route, r.ttft_s) for r in tail]
     assert statistics.median(r.ttft_s or 0.0 for r in tail) < 0.5 * TAIL_TTFT_S, diagnosis

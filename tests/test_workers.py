@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -162,25 +161,17 @@ def traffic(gateway: Supervised, count: int) -> collections.Counter[str]:
     two or three connections for the whole run, and all of them may land on one worker (CI saw
     1,000 of 1,000 on worker 0). A connection per request is judged over 1,000 draws.
 
-    Each thread has a client of its own: one client shared by the threads, keeping no connection
-    alive, once closed a socket one thread was still reading (EBADF in CI)."""
-    local = threading.local()
-    clients: list[httpx.Client] = []
+    Each thread has a client of its own and a share of the requests: one client shared by the
+    threads, keeping no connection alive, once closed a socket one thread was still reading (EBADF in CI)."""
 
-    def one(_: int) -> str:
-        client = getattr(local, "client", None)
-        if client is None:
-            limits = httpx.Limits(max_keepalive_connections=0)  # a new connection each request
-            client = local.client = httpx.Client(base_url=gateway.url, timeout=10, limits=limits)
-            clients.append(client)
-        return stream(client)
+    def share(requests: int) -> list[str]:
+        limits = httpx.Limits(max_keepalive_connections=0)  # a new connection each request
+        with httpx.Client(base_url=gateway.url, timeout=10, limits=limits) as client:
+            return [stream(client) for _ in range(requests)]
 
-    try:
-        with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
-            return collections.Counter(pool.map(one, range(count)))
-    finally:
-        for client in clients:
-            client.close()
+    shares = [count // THREADS + (i < count % THREADS) for i in range(THREADS)]
+    with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
+        return collections.Counter(worker for served in pool.map(share, shares) for worker in served)
 
 
 def by_worker(gateway: Supervised, path: str, want: Callable[[httpx.Response], bool], what: str) -> dict[str, Any]:
