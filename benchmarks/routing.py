@@ -369,6 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--strategies", default=",".join(STRATEGIES), help="comma-separated, of " + ", ".join(STRATEGIES)
     )
     parser.add_argument("--seeds", type=int, default=1, help="schedules per scenario (seeds 1..N)")
+    parser.add_argument("--first-seed", type=int, default=1, help="start at this seed (more schedules beside a run's)")
     parser.add_argument("--max-duration", type=float, help="cut every scenario to this many seconds (smoke runs)")
     parser.add_argument("--gateway-src", help="run the gateway from this source tree (e.g. an export of main)")
     parser.add_argument("--litellm-python", help="python of a virtualenv with litellm (default: /work/litellm-venv)")
@@ -392,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         litellm = _litellm_python(args.litellm_python) if "litellm" in strategies else None
         runs = []
         for scenario in scenarios:
-            for seed in range(1, args.seeds + 1):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 print(f"running {scenario.name} (seed {seed}) ...", file=sys.stderr, flush=True)
                 runs += run_scenario(scenario, strategies, seed, args.gateway_src, litellm)
                 if args.json:

@@ -15,6 +15,7 @@ from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import EventLog
 from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
 from gateway.routing.explain import ranking_table
+from gateway.routing.explore import WAITING_MAX
 from gateway.routing.plan import Candidate
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
@@ -314,6 +315,40 @@ def test_streams_race_every_deployment_until_a_first_token_comes() -> None:
     assert (ranking.requests, ranking.probes, ranking.races, ranking.cold_starts) == (4, 0, 0, 3)
     assert "explored 0 of 4 requests" in ranking_table(ranking) and "besides 3 cold starts" in ranking_table(ranking)
     assert rig.router.state.explore.tokens["m"] == pytest.approx(4 * 0.05)
+
+
+def test_long_answers_go_to_an_unmeasured_deployment_while_the_measured_one_streams_slowly() -> None:
+    # A cold start: "snappy" won the cold races on its first token (0.25 s) and has answered, streaming at 40
+    # tokens/s; "bulk" has three attempts out and no first token yet. By the model's average (snappy's, the only
+    # one measured) bulk streams at 40 too, and an 800-token answer would take 20 s wherever it went.
+    rig = Rig(routing_config([("snappy", 1, 1), ("bulk", 1, 1)]))
+    for _ in range(3):
+        assert rig.router.attempt_started(rig.candidate_any("bulk"))
+    answered(rig, "snappy", 2, ttft=0.25, tps=40.0)
+
+    def first(max_tokens: int) -> Candidate:
+        return rig.router.plan(rig.request(max_tokens=max_tokens)).candidates[0]
+
+    long = first(800)
+    assert (long.name, long.reason) == ("bulk", "explore")  # taken at a typical speed, not the slow one's
+    assert first(8).name == "snappy"  # a short answer is its first token: the measured low latency keeps it
+    # A cold start, not a probe: the exploration budget does not pay for it.
+    ranking = rig.router.rank(rig.config.models[0])
+    assert ranking.probes == 0 and ranking.cold_starts == 1
+    # Bounded: once bulk has WAITING_MAX attempts out, long answers stay with the measured one.
+    for _ in range(WAITING_MAX - 4):
+        assert rig.router.attempt_started(rig.candidate_any("bulk"))
+    assert first(800).name == "bulk"
+    assert rig.router.attempt_started(rig.candidate_any("bulk"))
+    assert first(800).name == "snappy"
+
+
+def test_a_measured_leader_that_streams_fast_keeps_long_answers_at_a_cold_start() -> None:
+    rig = Rig(routing_config([("snappy", 1, 1), ("bulk", 1, 1)]))
+    for _ in range(3):
+        assert rig.router.attempt_started(rig.candidate_any("bulk"))
+    answered(rig, "snappy", 2, ttft=0.25, tps=260.0)
+    assert all(rig.router.plan(rig.request(max_tokens=800)).candidates[0].name == "snappy" for _ in range(20))
 
 
 def test_answers_in_one_chunk_do_not_run_the_exploration_budget_into_debt() -> None:

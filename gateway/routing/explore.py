@@ -36,6 +36,11 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
 - **Cold races.** On a stream, every deployment with nothing measured (and nothing in flight)
   races at once, with the leader if one is measured: one request measures them all. Until any
   first token came, every stream races them all, busy or not (nothing is known to choose by).
+- **Beside a slow leader.** At a cold start the first token to come is the first thing known,
+  and a low-latency provider that streams slowly is measured first; the model's average is then
+  its speed. Until another deployment's first stream is read, a long answer on a stream goes to
+  one with nothing measured when the leader streams slower than ``TYPICAL_TOKENS_PER_S``
+  (``_beside_a_slow_leader``); a short one stays with the leader. A cold start, not a probe.
 - **Pairs.** With ``PAIR_MIN_DEPLOYMENTS`` or more, a race probe takes a second contender with it
   (``choose_partner``): all three start at once, and the first token wins. 5% of requests
   spread over N - 1 contenders sees each of five deployments every ~20 s at 4 requests/s; a
@@ -73,6 +78,11 @@ PAIR_MIN_DEPLOYMENTS = 3
 BLIND_RACES = 3
 """Cold races a deployment joins at once before any first token came (the first, and the streams that arrive while
 it runs: at 4 requests/s and a slow provider's 1.4 s first token, about five)."""
+TYPICAL_TOKENS_PER_S = 100.0
+"""What a deployment with nothing measured may be taken to stream at beside a measured leader that streams slower
+(``_beside_a_slow_leader``): hosted models stream ~40-400 tokens/s, most of them upwards of a hundred."""
+WAITING_MAX = 2 * BLIND_RACES
+"""An unmeasured deployment takes long answers beside a slow leader while it has fewer than this many in flight."""
 STREAM_PROBE_TOKENS = 16
 """A deployment whose tokens/s was never measured is probed for it on a request of at least this many tokens."""
 SIZES_KEPT = 64
@@ -213,6 +223,9 @@ def choose_probe(
             return Probe(unmeasured[0], race=True, cold=True, cold_start=not known_leader, others=tuple(unmeasured[1:]))
         row = min(cold, key=lambda r: rng.random())
         return Probe(row, race=False, cold=True, cold_start=not known_leader, for_stream=not _unmeasured(row))
+    waiting = _beside_a_slow_leader(rows, shape) if stream and known_leader else None
+    if waiting is not None:
+        return Probe(waiting, race=False, cold=True, cold_start=True)
     if policy.explore_share <= 0:
         return None
     if follow_ups and budget and known_leader:
@@ -269,6 +282,28 @@ def choose_partner(
     pool = [r for r in others if not r.scored.violations and measured(r) and not _waited_for(r, last, now)]
     pool.sort(key=lambda r: (last.get(r.deployment.name, -math.inf), rng.random()))
     return _affordable_race(pool, leader, shape, last, now, neglected_slack=RACE_SLACK)
+
+
+def _beside_a_slow_leader(rows: Sequence[Ranked], shape: RequestShape) -> Ranked | None:
+    """A deployment with nothing measured (its first attempts out, or none yet) for a long answer that the leader,
+    by its own measured stream, would stream slower than ``TYPICAL_TOKENS_PER_S`` (None: no such deployment, the
+    leader is not slow, or the answer is short).
+
+    At a cold start the first token to come is the first thing known: a low-latency provider that streams at 40
+    tokens/s wins the cold races and is measured first, while a high-latency one that streams at 260 is still
+    waiting for its first token. The model's average is then the slow one, so by it every long answer of the next
+    second or two would go to the slow streamer (an 800-token answer: 20 s instead of 4). Its own first attempts
+    are on their way; meanwhile the unmeasured one is taken at a typical speed, and a long answer goes there when
+    the leader's stream is slower than that. A short one (stream shorter than the leader's first token) stays.
+    """
+    leader = rows[0].scored.prediction
+    spt, ttft = leader.seconds_per_token, leader.ttft_s
+    if spt is None or ttft is None or leader.stream_source not in ("recent", "window"):
+        return None
+    if spt * TYPICAL_TOKENS_PER_S <= 1.0 or shape.output_tokens * spt < ttft:
+        return None
+    waiting = [r for r in rows[1:] if _unmeasured(r) and r.in_flight < WAITING_MAX and not r.scored.violations]
+    return min(waiting, key=lambda r: r.in_flight, default=None)
 
 
 def _waited_for(row: Ranked, last: Mapping[str, float], now: float) -> bool:
