@@ -14,6 +14,7 @@ from gateway.config import GatewayConfig, StatsConfig
 from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import EventLog
 from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
+from gateway.routing.estimates import TYPICAL_BYTES_PER_TOKEN
 from gateway.routing.explain import ranking_table
 from gateway.routing.explore import WAITING_MAX
 from gateway.routing.plan import Candidate
@@ -341,6 +342,29 @@ def test_long_answers_go_to_an_unmeasured_deployment_while_the_measured_one_stre
     assert first(800).name == "bulk"
     assert rig.router.attempt_started(rig.candidate_any("bulk"))
     assert first(800).name == "snappy"
+
+
+def test_before_any_stream_ends_a_slow_leaders_pace_is_guessed_from_its_bytes() -> None:
+    # Six long answers in the first second: snappy's first tokens came, none of its streams has ended, so there is
+    # no envelope to read its bytes as tokens by. Its pace is guessed from them at a typical envelope: 40 tokens/s.
+    rig = Rig(routing_config([("snappy", 1, 1), ("bulk", 1, 1)]))
+    for _ in range(3):
+        assert rig.router.attempt_started(rig.candidate_any("bulk"))
+    stream = Stream()
+    candidate = rig.candidate_any("snappy")
+    assert rig.router.attempt_started(candidate)
+    rig.clock.now += 0.25
+    rig.router.attempt_streaming(candidate, stream)
+    rig.clock.now += 0.5
+    stream.received_bytes = int(0.5 * 40 * TYPICAL_BYTES_PER_TOKEN["chat"])
+    leader = rig.router.rank(rig.config.models[0], max_tokens=800).rows[0]
+    assert leader.deployment.name == "snappy" and leader.scored.prediction.seconds_per_token is None
+    assert leader.scored.prediction.guessed_seconds_per_token == pytest.approx(1 / 40)
+    plan = rig.router.plan(rig.request(max_tokens=800))
+    assert (plan.candidates[0].name, plan.candidates[0].reason) == ("bulk", "explore")
+    # At 150 tokens/s the same bytes say a fast streamer: the long answer stays with it.
+    stream.received_bytes = int(0.5 * 150 * TYPICAL_BYTES_PER_TOKEN["chat"])
+    assert rig.router.plan(rig.request(max_tokens=800)).candidates[0].name == "snappy"
 
 
 def test_a_measured_leader_that_streams_fast_keeps_long_answers_at_a_cold_start() -> None:

@@ -129,6 +129,16 @@ SLOW_STREAM_MIN_S = 0.3
 """... and not before this long after its first token (chunks arrive in bursts)."""
 BYTES_PER_TOKEN_ANSWERS = 8.0
 """Answers over which a deployment's stream bytes per output token is averaged (its events' envelope)."""
+TYPICAL_BYTES_PER_TOKEN: Mapping[str, float] = {
+    "chat": 150.0,
+    "completions": 150.0,
+    "responses": 250.0,
+    "messages": 60.0,
+}
+"""Stream bytes per output token, taken before any stream of the model has ended: a chat chunk is ~150-250 bytes of
+envelope around one or two tokens, a Responses event half as much again, an Anthropic delta ~110 bytes around a
+few. Within twice the truth either way: a guess that tells 40 tokens/s from 250, not one to rank by
+(``gateway.routing.predict.Prediction.guessed_seconds_per_token``)."""
 
 
 @dataclass(frozen=True, slots=True)

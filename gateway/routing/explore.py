@@ -39,8 +39,9 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
 - **Beside a slow leader.** At a cold start the first token to come is the first thing known,
   and a low-latency provider that streams slowly is measured first; the model's average is then
   its speed. Until another deployment's first stream is read, a long answer on a stream goes to
-  one with nothing measured when the leader streams slower than ``TYPICAL_TOKENS_PER_S``
-  (``_beside_a_slow_leader``); a short one stays with the leader. A cold start, not a probe.
+  one with nothing measured when the leader would take twice as long as a stream of
+  ``TYPICAL_TOKENS_PER_S`` (``_beside_a_slow_leader``); a short one stays with the leader. A cold
+  start, not a probe.
 - **Pairs.** With ``PAIR_MIN_DEPLOYMENTS`` or more, a race probe takes a second contender with it
   (``choose_partner``): all three start at once, and the first token wins. 5% of requests
   spread over N - 1 contenders sees each of five deployments every ~20 s at 4 requests/s; a
@@ -81,6 +82,10 @@ it runs: at 4 requests/s and a slow provider's 1.4 s first token, about five).""
 TYPICAL_TOKENS_PER_S = 100.0
 """What a deployment with nothing measured may be taken to stream at beside a measured leader that streams slower
 (``_beside_a_slow_leader``): hosted models stream ~40-400 tokens/s, most of them upwards of a hundred."""
+SLOW_LEADER_RATIO = 2.0
+"""A long answer goes to an unmeasured deployment when the leader's predicted time for it is this many times what a
+typical stream would take (the unmeasured one's first token is unknown: a short answer, or a leader a little slower
+than typical, stays)."""
 WAITING_MAX = 2 * BLIND_RACES
 """An unmeasured deployment takes long answers beside a slow leader while it has fewer than this many in flight."""
 STREAM_PROBE_TOKENS = 16
@@ -285,22 +290,27 @@ def choose_partner(
 
 
 def _beside_a_slow_leader(rows: Sequence[Ranked], shape: RequestShape) -> Ranked | None:
-    """A deployment with nothing measured (its first attempts out, or none yet) for a long answer that the leader,
-    by its own measured stream, would stream slower than ``TYPICAL_TOKENS_PER_S`` (None: no such deployment, the
-    leader is not slow, or the answer is short).
+    """A deployment with nothing measured (its first attempts out, or none yet) for an answer the leader would
+    take ``SLOW_LEADER_RATIO`` times as long to stream as a typical stream would (None: no such deployment, or
+    the leader is not that slow for this answer).
 
     At a cold start the first token to come is the first thing known: a low-latency provider that streams at 40
     tokens/s wins the cold races and is measured first, while a high-latency one that streams at 260 is still
     waiting for its first token. The model's average is then the slow one, so by it every long answer of the next
     second or two would go to the slow streamer (an 800-token answer: 20 s instead of 4). Its own first attempts
-    are on their way; meanwhile the unmeasured one is taken at a typical speed, and a long answer goes there when
-    the leader's stream is slower than that. A short one (stream shorter than the leader's first token) stays.
+    are on their way; meanwhile the unmeasured one is taken at ``TYPICAL_TOKENS_PER_S`` and the leader's first
+    token, and a long answer goes there (at most ``WAITING_MAX`` in flight) where the leader is that much slower.
+    Before any stream of the model ended, the leader's pace is the guess its bytes so far give
+    (``Prediction.guessed_seconds_per_token``).
     """
     leader = rows[0].scored.prediction
     spt, ttft = leader.seconds_per_token, leader.ttft_s
-    if spt is None or ttft is None or leader.stream_source not in ("recent", "window"):
+    if leader.stream_source not in ("recent", "window"):
+        spt = leader.guessed_seconds_per_token  # no stream of the model ended yet: its bytes read by a guess
+    if spt is None or ttft is None:
         return None
-    if spt * TYPICAL_TOKENS_PER_S <= 1.0 or shape.output_tokens * spt < ttft:
+    typical = ttft + shape.output_tokens / TYPICAL_TOKENS_PER_S
+    if ttft + shape.output_tokens * spt < SLOW_LEADER_RATIO * typical:
         return None
     waiting = [r for r in rows[1:] if _unmeasured(r) and r.in_flight < WAITING_MAX and not r.scored.violations]
     return min(waiting, key=lambda r: r.in_flight, default=None)

@@ -37,7 +37,14 @@ from typing import Literal
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
-from gateway.routing.estimates import MAX_UNCERTAINTY, MIN_SIGMA, PRIOR_SIGMA, PRIOR_WEIGHT, DeploymentView
+from gateway.routing.estimates import (
+    MAX_UNCERTAINTY,
+    MIN_SIGMA,
+    PRIOR_SIGMA,
+    PRIOR_WEIGHT,
+    TYPICAL_BYTES_PER_TOKEN,
+    DeploymentView,
+)
 from gateway.routing.estimates import Metric as ViewMetric
 from gateway.samples import Endpoint
 from gateway.stats import DeploymentSummary, LogHistogram, StatsSnapshot
@@ -163,6 +170,10 @@ class Prediction:
     """Its streams in flight wait this many times longer for a first token than predicted (1: they do not):
     ``ttft_s`` includes it."""
     slow_stream: float = 1.0
+    guessed_seconds_per_token: float | None = None
+    """Before any stream of the model ended (no envelope to read bytes as tokens by): its streams in flight's pace
+    read by ``TYPICAL_BYTES_PER_TOKEN``. A guess within twice the truth, not ranked by: it tells a slow streamer
+    from a fast one (``gateway.routing.explore``: long answers beside a slow leader)."""
     """Its streams in flight deliver this many times slower than its tokens/s (1: they do not): in ``tokens_per_s``."""
     failure_s: float | None = None
     """How long its recent failures took before they failed (None: no failure seen here)."""
@@ -265,6 +276,7 @@ def predict(
     slow = view.slow_stream(now) if view is not None else 1.0
     if spt is not None and slow > 1.0:
         spt = spt.with_value(spt.value * slow)  # its streams in flight deliver this much slower
+    guessed = None
     if view is not None and view.answered == 0 and (ttft is None or ttft.source in ("model", "none")):
         # Nothing of its own finished yet, but a stream of it runs: its first token and its pace so far
         # are its own, one answer's worth (a long first probe would otherwise leave it the model's average).
@@ -274,6 +286,8 @@ def predict(
             ttft = _Value(first, IN_FLIGHT_UNCERTAINTY, IN_FLIGHT_UNCERTAINTY, 1.0, "recent")
             if pace is not None and (spt is None or spt.source in ("model", "none")):
                 spt = _Value(pace, IN_FLIGHT_UNCERTAINTY, IN_FLIGHT_UNCERTAINTY, 1.0, "recent")
+            elif pace is None:
+                guessed = view.in_flight(now, TYPICAL_BYTES_PER_TOKEN)
     late = view.late_first_token(now) if view is not None and ttft is not None else 1.0
     late_s = 0.0
     if ttft is not None and late > 1.0:
@@ -352,6 +366,7 @@ def predict(
         overdue=overdue,
         late_first_token=late,
         slow_stream=slow,
+        guessed_seconds_per_token=guessed[1] if guessed is not None else None,
         failure_s=view.failure_time() if view is not None else None,
         expected_s=floored,
         cache=cache.mode,
