@@ -318,13 +318,18 @@ def test_streams_race_every_deployment_until_a_first_token_comes() -> None:
     assert rig.router.state.explore.tokens["m"] == pytest.approx(4 * 0.05)
 
 
+def attempts_out(rig: Rig, name: str, n: int) -> None:
+    """``n`` attempts started at ``name`` and still out: no first token, no answer."""
+    for _ in range(n):
+        assert rig.router.attempt_started(rig.candidate_any(name))
+
+
 def test_long_answers_go_to_an_unmeasured_deployment_while_the_measured_one_streams_slowly() -> None:
     # A cold start: "snappy" won the cold races on its first token (0.25 s) and has answered, streaming at 40
     # tokens/s; "bulk" has three attempts out and no first token yet. By the model's average (snappy's, the only
     # one measured) bulk streams at 40 too, and an 800-token answer would take 20 s wherever it went.
     rig = Rig(routing_config([("snappy", 1, 1), ("bulk", 1, 1)]))
-    for _ in range(3):
-        assert rig.router.attempt_started(rig.candidate_any("bulk"))
+    attempts_out(rig, "bulk", 3)
     answered(rig, "snappy", 2, ttft=0.25, tps=40.0)
 
     def first(max_tokens: int) -> Candidate:
@@ -337,10 +342,9 @@ def test_long_answers_go_to_an_unmeasured_deployment_while_the_measured_one_stre
     ranking = rig.router.rank(rig.config.models[0])
     assert ranking.probes == 0 and ranking.cold_starts == 1
     # Bounded: once bulk has WAITING_MAX attempts out, long answers stay with the measured one.
-    for _ in range(WAITING_MAX - 4):
-        assert rig.router.attempt_started(rig.candidate_any("bulk"))
+    attempts_out(rig, "bulk", WAITING_MAX - 4)
     assert first(800).name == "bulk"
-    assert rig.router.attempt_started(rig.candidate_any("bulk"))
+    attempts_out(rig, "bulk", 1)
     assert first(800).name == "snappy"
 
 
@@ -348,8 +352,7 @@ def test_before_any_stream_ends_a_slow_leaders_pace_is_guessed_from_its_bytes() 
     # Six long answers in the first second: snappy's first tokens came, none of its streams has ended, so there is
     # no envelope to read its bytes as tokens by. Its pace is guessed from them at a typical envelope: 40 tokens/s.
     rig = Rig(routing_config([("snappy", 1, 1), ("bulk", 1, 1)]))
-    for _ in range(3):
-        assert rig.router.attempt_started(rig.candidate_any("bulk"))
+    attempts_out(rig, "bulk", 3)
     stream = Stream()
     candidate = rig.candidate_any("snappy")
     assert rig.router.attempt_started(candidate)
@@ -369,8 +372,7 @@ def test_before_any_stream_ends_a_slow_leaders_pace_is_guessed_from_its_bytes() 
 
 def test_a_measured_leader_that_streams_fast_keeps_long_answers_at_a_cold_start() -> None:
     rig = Rig(routing_config([("snappy", 1, 1), ("bulk", 1, 1)]))
-    for _ in range(3):
-        assert rig.router.attempt_started(rig.candidate_any("bulk"))
+    attempts_out(rig, "bulk", 3)
     answered(rig, "snappy", 2, ttft=0.25, tps=260.0)
     assert all(rig.router.plan(rig.request(max_tokens=800)).candidates[0].name == "snappy" for _ in range(20))
 

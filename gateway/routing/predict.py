@@ -170,11 +170,11 @@ class Prediction:
     """Its streams in flight wait this many times longer for a first token than predicted (1: they do not):
     ``ttft_s`` includes it."""
     slow_stream: float = 1.0
+    """Its streams in flight deliver this many times slower than its tokens/s (1: they do not): in ``tokens_per_s``."""
     guessed_seconds_per_token: float | None = None
     """Before any stream of the model ended (no envelope to read bytes as tokens by): its streams in flight's pace
     read by ``TYPICAL_BYTES_PER_TOKEN``. A guess within twice the truth, not ranked by: it tells a slow streamer
     from a fast one (``gateway.routing.explore``: long answers beside a slow leader)."""
-    """Its streams in flight deliver this many times slower than its tokens/s (1: they do not): in ``tokens_per_s``."""
     failure_s: float | None = None
     """How long its recent failures took before they failed (None: no failure seen here)."""
     expected_s: float | None = None
