@@ -265,6 +265,15 @@ STRESS: tuple[Scenario, ...] = (
         changes=(Change(30, "a", replace(_FAST, error_rate=1.0)), Change(60, "a", _FAST)),
     ),
     Scenario(
+        "dip",
+        "a slowdown and its end",
+        "the best of three streams 5x slower from 30 s to 60 s (its first token unchanged), then as before",
+        (_FAST, _MIDDLE, _SLOW),
+        lengths=((256, 1),),
+        duration_s=100,
+        changes=(Change(30, "a", replace(_FAST, tps=40.0)), Change(60, "a", _FAST)),
+    ),
+    Scenario(
         "stable-1rps",
         "stable market, sparse traffic",
         "the stable market at 1 request/s: a quarter of the answers to learn from",
@@ -282,6 +291,16 @@ STRESS: tuple[Scenario, ...] = (
         duration_s=60,
         rate_per_s=10.0,
         changes=(Change(30, "novita", NOVITA_RECOVERED),),
+    ),
+    Scenario(
+        "recovery-1rps",
+        "recovery, sparse traffic",
+        "the recovery scenario at 1 request/s, the change 50 s in: 5% of requests is one probe every 20 s",
+        (TELNYX, TOGETHER, NOVITA),
+        lengths=((256, 1),),
+        duration_s=150,
+        rate_per_s=1.0,
+        changes=(Change(50, "novita", NOVITA_RECOVERED),),
     ),
     Scenario(
         "long-recovery",

@@ -251,6 +251,24 @@ def test_with_three_deployments_a_race_probe_takes_the_other_contender_whatever_
     assert any(p.race_probe == "b" and p.race_partner == "c" for p in plans)
 
 
+def test_a_partner_with_no_cheap_race_is_measured_in_the_shadow_of_the_probes_race() -> None:
+    # c is the quicker to its first token but streams ten times slower (the shape of a provider whose speed fell):
+    # racing it on a long answer would hand it the answer. It goes beside b's race unseen instead, every time.
+    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1), ("c", 1, 1)], policy={"explore_share": 0.5}))
+    answered(rig, "b", 5, ttft=0.6)
+    answered(rig, "c", 5, ttft=0.1, tps=10.0)
+    rig.clock.now += 60  # neither heard from for a minute
+    answered(rig, "a", 20, ttft=0.4)
+    plans = [rig.router.plan(rig.request(max_tokens=512)) for _ in range(40)]
+    raced = [p for p in plans if p.race_probe is not None]
+    assert raced and all(p.race_probe == "b" and p.race_partner is None and p.race_width == 2 for p in raced)
+    assert all(p.shadow is not None and p.shadow.name == "c" for p in raced)
+    shadow = raced[0].shadow
+    assert shadow is not None and (shadow.reason, shadow.hedge_after_s) == ("explore", None)
+    # The request counts once against the budget, as a pair does.
+    assert rig.router.rank(rig.config.models[0]).probes == len(raced)
+
+
 def test_a_race_lost_to_the_first_token_refreshes_the_loser_without_an_answer() -> None:
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.5}))
     answered(rig, "b", 5, ttft=0.6)

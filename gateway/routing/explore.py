@@ -47,7 +47,7 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
   spread over N - 1 contenders sees each of five deployments every ~20 s at 4 requests/s; a
   pair halves that at the same share of requests (the request counts once; a loser costs its
   prompt). The partner is the other contender probed longest ago,
-  bonus or not, raced only where that is cheap.
+  bonus or not, raced only where that is cheap, else sent as a shadow.
 
 Requests with overrides never explore; ``explore_share = 0`` leaves only the cold start, and
 ``min_samples = 0`` (or a ``fixed`` ranking) not even that.
@@ -263,7 +263,8 @@ def choose_partner(
     probed_at: Mapping[str, float] | None = None,
     now: float = 0.0,
 ) -> Probe | None:
-    """A second contender for ``probe``'s race, where the model has ``PAIR_MIN_DEPLOYMENTS`` or more (None: none).
+    """A second contender for ``probe``'s race, where the model has ``PAIR_MIN_DEPLOYMENTS`` or more (None: none):
+    racing beside it, or a shadow.
 
     With 5% of requests spent measuring, each of N - 1 contenders is probed once every
     (N - 1) / 0.05 requests: with three deployments, one look at each every ~10 s at 4 requests/s,
@@ -279,6 +280,14 @@ def choose_partner(
     that is cheap (``RACE_SLACK``, never a neglected contender's costlier race), and it is not
     waited for: one probed ``NEGLECTED_AFTER_S`` ago whose answer is still streaming (a slow
     stream from before a recovery, which would hide the recovery until it ends) goes again.
+
+    Where no partner's race is cheap, the one probed longest ago goes as a shadow (``Probe.shadow``:
+    beside the request, drained, never its answer). A deployment that streams slowly but is quick
+    to its first token, the shape of one whose speed dropped, never has a cheap race: without it,
+    only the probe itself looked at it, and only once its bonus reached the leader's score, ~10 s
+    after its last look (simulated, 56 schedules: the stress market ``dip`` -2.2 +/- 0.6 points, a
+    recovery at 1 request/s -0.6 +/- 0.3, the same dip of a provider spreading 0.83 -0.3 +/- 0.3;
+    every other market within 0.3 over 32; drained attempts per request at most +0.015).
     """
     if not probe.race or probe.cold or len(rows) < PAIR_MIN_DEPLOYMENTS:
         return None
@@ -286,7 +295,10 @@ def choose_partner(
     leader, *others = [r for r in rows if r is not probe.row]
     pool = [r for r in others if not r.scored.violations and measured(r) and not _waited_for(r, last, now)]
     pool.sort(key=lambda r: (last.get(r.deployment.name, -math.inf), rng.random()))
-    return _affordable_race(pool, leader, shape, last, now, neglected_slack=RACE_SLACK)
+    race = _affordable_race(pool, leader, shape, last, now, neglected_slack=RACE_SLACK)
+    if race is None and pool:
+        return Probe(pool[0], race=False, cold=False, shadow=True)  # no race is cheap: measured unseen instead
+    return race
 
 
 def _beside_a_slow_leader(rows: Sequence[Ranked], shape: RequestShape) -> Ranked | None:

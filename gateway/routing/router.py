@@ -261,7 +261,9 @@ class MeasuredRouter:
         )
         race: list[Ranked] = []
         shadow = probe.row if probe is not None and probe.shadow else None
-        if probe is not None and shadow is None:
+        if partner is not None and partner.shadow:  # beside the race, unseen: no race of it was cheap
+            shadow, partner = partner.row, None
+        if probe is not None and not probe.shadow:
             racing = [probe.row, *probe.others, *([partner.row] if partner is not None else [])]
             for row in reversed(racing):
                 rows.remove(row)
