@@ -228,7 +228,7 @@ def open_redis(config: StatsConfig, secrets: RedisSecrets, role: RedisRole) -> R
             **tls,
         }
         addresses = [split_address(a) for a in config.redis_sentinels]
-        sentinel = _Sentinel(addresses, sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+        sentinel = _Sentinel(addresses, sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2 on
         assert config.redis_sentinel_service is not None  # the config checks it in sentinel mode
         client: Redis = sentinel.master_for(
             config.redis_sentinel_service,

@@ -296,7 +296,7 @@ async def test_concurrent_master_discovery_keeps_every_sentinel(
     down = ("127.0.0.1", free_port())  # listed first, and down: each discovery moves another to the front
     addresses = [down, *(("127.0.0.1", int(a.rsplit(":", 1)[1])) for a in sentinel_group.addresses)]
     options = {"password": SENTINEL_ENVIRON["SENTINEL_PASSWORD"], "retry": Retry(NoBackoff(), 0)}
-    sentinel = cls(addresses, sentinel_kwargs=options)  # type: ignore[no-untyped-call]
+    sentinel = cls(addresses, sentinel_kwargs=options)  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2 on
     clients = list(sentinel.sentinels)
     try:
         masters = await asyncio.gather(*(sentinel.discover_master(sentinel_group.service) for _ in range(20)))
