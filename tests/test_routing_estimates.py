@@ -325,3 +325,15 @@ def test_one_answer_slower_in_both_is_a_stall_not_a_change() -> None:
     assert not view.changed_at
     view.add(answer(11.0, ttft=1.0, tps=40.0))
     assert set(view.changed_at) >= {"ttft_s", "seconds_per_token"}
+
+
+def test_one_far_answer_does_not_stretch_the_yardstick_its_follow_up_is_judged_by() -> None:
+    # A provider at 40 tokens/s, probed every 3 s, is back at full speed: its first fast answer alone (its first
+    # token unchanged) is no change, but it must not widen the spread so far that the second is not one either.
+    slowed = [answer(i * 3.0, tps=40.0 * math.exp(0.2 * (-1) ** i)) for i in range(20)]
+    view = fed([*slowed, answer(60.0, tps=385.0)])
+    assert "seconds_per_token" not in view.changed_at
+    assert view.spread("seconds_per_token") < 0.45  # counted whole, this one answer made it 0.5
+    view.add(answer(63.4, tps=150.0))  # nearly four times its slowed speed: judged by a stretched spread, no change
+    assert view.changed_at["seconds_per_token"] == 63.4
+    assert 1 / view.estimate("seconds_per_token").mean > 150  # type: ignore[union-attr]  # the slow ones stopped counting

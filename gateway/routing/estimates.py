@@ -18,7 +18,9 @@ answer closes windows of the latest ones (up to ``WINDOW_ANSWERS``), and each wi
 compared with the answers' before it, in standard errors of the difference. The spread behind
 those errors is the deployment's own long-run one shrunk towards its model's (``spread``): a
 deployment seen three times has shown nothing of its tail, and judged by a small spread, one lucky
-draw of a heavy-tailed provider reads as a recovery. How far a window must be is Bayes' rule on the
+draw of a heavy-tailed provider reads as a recovery. Each answer counts in that spread at most
+``Z_CLIP`` spreads from the centre of those before it (``_for_spread``): the first answer of a change
+must not stretch the yardstick the next are judged by. How far a window must be is Bayes' rule on the
 time the deployment went unheard before it (``change_threshold``): changes arrive at random, so a
 deployment answering every second is held to about four standard errors (it is tested thousands of
 times an hour) and one probed after half a minute to about two and a half (a recovered provider's
@@ -80,6 +82,8 @@ DRIFT_SIGMA = PRIOR_SIGMA
 """How far (log units) a deployment may have drifted one half-life after its newest answer."""
 Z_CLIP = 3.0
 """A single answer counts at most this many spreads in a change test (one wild outlier is not a change)."""
+SPREAD_CLIP_AFTER = 2.0
+"""Answers a deployment's spread rests on before it bounds a new answer's share in it (``_for_spread``)."""
 WINDOW_ANSWERS = 12
 """The latest answers the change test looks back over (since the last change)."""
 CHANGE_EVERY_S = 300.0
@@ -608,7 +612,8 @@ class DeploymentView:
             if value is None or value <= 0:
                 continue
             sums = self.sums.setdefault(metric, _Sums())
-            self.spreads.setdefault(metric, _Sums()).add(observation.at, value, 0.0, SPREAD_HALF_LIFE)
+            spread = self.spreads.setdefault(metric, _Sums())
+            spread.add(observation.at, self._for_spread(metric, value), 0.0, SPREAD_HALF_LIFE)
             since = changes.get(metric)
             if since is not None:
                 self._restart(metric, since, observation.at)
@@ -627,6 +632,24 @@ class DeploymentView:
             # the second look came back unsurprising, or agreed (a change): no more looks. A slower
             # surprise needs none: its traffic, if it has any, gives one.
             self.follow_ups = FOLLOW_UP_TRIES if leap or (surprised and not changes) else 0
+
+    def _for_spread(self, metric: Metric, value: float) -> float:
+        """``value`` as it counts in the deployment's spread: at most ``Z_CLIP`` spreads from the centre of the
+        answers before it (once there are ``SPREAD_CLIP_AFTER`` of them).
+
+        The spread is the yardstick the next answers are judged by. Counted whole, the first answer of a change
+        stretches it: a provider back from a slowdown (40 tokens/s, its answers spreading 0.35) that streams one
+        answer at 385 tokens/s moved its spread to 0.59, its second fast answer read 2.6 standard errors instead
+        of 4.4, and the end of the slowdown was taken 17 s later (simulated, the stress market ``dip``: -1.2 points
+        over 96 schedules, the other markets within noise). Bounded, one far answer widens the spread a little, as
+        a tail would, and the next ones still show the change.
+        """
+        kept = self.spreads.get(metric)
+        if kept is None or kept.weight < SPREAD_CLIP_AFTER:
+            return value
+        centre = kept.logs / kept.weight
+        clip = Z_CLIP * self.spread(metric)
+        return math.exp(centre + max(-clip, min(clip, math.log(value) - centre)))
 
     def _value(self, observation: Observation, metric: Metric) -> float | None:
         """``observation``'s value of ``metric``, unless it went out before the metric's last change began."""
@@ -750,7 +773,7 @@ class DeploymentView:
             value = self._value(observation, metric)
             if seq >= since and value is not None and value > 0:
                 sums.add(observation.at, value, self.half_life_s)
-                spread.add(observation.at, value, 0.0, SPREAD_HALF_LIFE)
+                spread.add(observation.at, self._for_spread(metric, value), 0.0, SPREAD_HALF_LIFE)
                 if observation.ok:
                     run.add(seq, math.log(value), observation.at, sigma)
         self.changed_at[metric] = now
