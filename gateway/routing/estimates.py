@@ -640,8 +640,8 @@ class DeploymentView:
         The spread is the yardstick the next answers are judged by. Counted whole, the first answer of a change
         stretches it: a provider back from a slowdown (40 tokens/s, its answers spreading 0.35) that streams one
         answer at 385 tokens/s moved its spread to 0.59, its second fast answer read 2.6 standard errors instead
-        of 4.4, and the end of the slowdown was taken 17 s later (simulated, the stress market ``dip``: -1.2 points
-        over 96 schedules, the other markets within noise). Bounded, one far answer widens the spread a little, as
+        of 4.4, and the end of the slowdown was taken 13 s later (simulated, the stress market ``dip``: -1.1 points
+        over 160 schedules, the other markets within noise). Bounded, one far answer widens the spread a little, as
         a tail would, and the next ones still show the change.
         """
         kept = self.spreads.get(metric)
