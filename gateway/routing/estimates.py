@@ -313,7 +313,7 @@ class _Run:
         mean = self.total / self.count if self.count else log
         self.total += log
         self.count += 1
-        self.latest.append((seq, log, mean + max(-clip, min(clip, log - mean)), at))
+        self.latest.append((seq, log, _bounded(log, mean, clip), at))
 
     def shifts(self, sigma: float) -> list[tuple[int, float, float]]:
         """For each window of the latest answers, newest first (one answer, two, ...), while answers before it
@@ -351,6 +351,11 @@ class _Run:
         window = sum(log for _, log in latest)
         base = (self.total - window) / before
         return (window / after - base) / (sigma * math.sqrt(1.0 / after + 1.0 / before))
+
+
+def _bounded(log: float, centre: float, clip: float) -> float:
+    """``log`` moved to within ``clip`` of ``centre``: a far answer counts as far, never as wild (``Z_CLIP``)."""
+    return centre + max(-clip, min(clip, log - centre))
 
 
 def change_threshold(gap_s: float) -> float:
@@ -647,9 +652,7 @@ class DeploymentView:
         kept = self.spreads.get(metric)
         if kept is None or kept.weight < SPREAD_CLIP_AFTER:
             return value
-        centre = kept.logs / kept.weight
-        clip = Z_CLIP * self.spread(metric)
-        return math.exp(centre + max(-clip, min(clip, math.log(value) - centre)))
+        return math.exp(_bounded(math.log(value), kept.logs / kept.weight, Z_CLIP * self.spread(metric)))
 
     def _value(self, observation: Observation, metric: Metric) -> float | None:
         """``observation``'s value of ``metric``, unless it went out before the metric's last change began."""
