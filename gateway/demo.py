@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 import aiohttp
 import uvicorn
+from starlette.applications import Starlette
 
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig, parse_config
@@ -186,6 +187,7 @@ class Demo:
         self.fakes: dict[str, FakeProvider] = {}
         self.served: list[_Served] = []
         self.traffic: TrafficGenerator | None = None
+        self.app: Starlette | None = None
         self._signals = 0
 
     def say(self, line: str = "") -> None:
@@ -243,6 +245,7 @@ class Demo:
             # line rather than a failed lifespan.
             await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
             app = create_app(config, AppOptions(environ={}))
+            self.app = app
         except (DemoError, ValueError) as exc:  # ValueError: TokenizerError, ConfigError
             gateway_sock.close()
             raise DemoError(str(exc)) from exc
@@ -359,8 +362,32 @@ class Demo:
             providers, routes = Counter(counts.by_provider), Counter(counts.by_route)
             self.say(
                 f"{self._stamp()} traffic: {counts.sent} requests ({counts.ok} ok, {counts.failed} failed{skipped}); "
-                f"last {STATUS_EVERY_S:g}s served by {shares(recent_providers)} (routes: {shares(recent_routes)})"
+                f"last {STATUS_EVERY_S:g}s served by {shares(recent_providers)} (routes: {shares(recent_routes)}); "
+                + self._exploration()
             )
+
+    def _exploration(self) -> str:
+        """The gateway's own count of probes so far, as its budget counts them.
+
+        The routes above say which attempt answered: at a cold start every provider races and the
+        first token wins, so ``explore`` answers many of the first requests. Those races are not
+        probes (nothing is measured yet to explore away from) and the budget does not pay for them;
+        this line says what it did pay for.
+        """
+        if self.app is None:
+            return "exploration not known yet"
+        runtime = self.app.state.runtime.current
+        requests = probes = cold_starts = 0
+        for model in runtime.config.models:
+            ranking = runtime.router.rank(model)
+            requests, probes = requests + ranking.requests, probes + ranking.probes
+            cold_starts += ranking.cold_starts
+        share = probes / requests if requests else 0.0
+        policy = runtime.config.policy_for(runtime.config.models[0])
+        return (
+            f"explored {probes} of {requests} requests so far ({share:.1%}; budget {policy.explore_share:.0%}), "
+            f"besides {cold_starts} cold-start race{'' if cold_starts == 1 else 's'}"
+        )
 
     async def _shutdown(self) -> None:
         """Stop the gateway before the fakes (its open streams end first), then wait for every server."""

@@ -27,6 +27,7 @@ from gateway.fakes.profiles import DEMO_PROFILES
 
 BASE_URL = re.compile(r"OpenAI base_url\s+(http://\S+/v1)")
 PROVIDER_LINE = re.compile(r"^\s+(\w+)\s.*\s(http://127\.0\.0\.1:(\d+)/v1)$")
+EXPLORED = re.compile(r"explored (\d+) of (\d+) requests so far .* besides (\d+) cold-start race")
 READY = "Ctrl-C stops everything."
 
 
@@ -193,6 +194,16 @@ def test_demo_traffic_fills_the_providers_and_sigterm_stops_streams_in_flight(
     while served() < 20:
         assert time.monotonic() < deadline, "background traffic did not reach the providers"
         time.sleep(0.1)
+
+    # The status line's exploration is the budget's own count: the cold start's races (which answer the first
+    # requests as "explore" routes) are counted apart from it, and what it paid for stays within its share.
+    demo.wait_for("explored ")
+    status = next(line for line in demo.lines if "explored " in line)
+    match = EXPLORED.search(status)
+    assert match, status
+    probes, requests, cold_starts = map(int, match.groups())
+    assert requests >= 20 and cold_starts >= 1, status
+    assert probes <= 0.05 * requests, status
 
     ports = demo.ports()
     assert demo.stop(signal.SIGTERM) == 0
