@@ -294,8 +294,8 @@ class _Request:
             self._commit_at(hedge, sim.now, h_ttft, h_tps, hedged=True)
 
     def _drains(self, loser: Candidate) -> bool:
-        """A race's losing probe is read on to ``DRAIN_TOKENS`` unseen (``gateway.relay.drain``)."""
-        return loser.reason == "explore"
+        """A losing probe, or a leader on trial, is read on to ``DRAIN_TOKENS`` unseen (``gateway.relay.drain``)."""
+        return loser.drains if hasattr(loser, "drains") else loser.reason == "explore"  # older trees: probes
 
     def _drain(self, loser: Candidate, start: float, ttft: float, tps: float) -> None:
         tokens = min(self.tokens, DRAIN_EVENTS)

@@ -504,11 +504,13 @@ def test_streams_waiting_for_a_late_first_token_move_traffic_before_they_are_ove
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.0}))
     answered(rig, "b", 20, ttft=0.6, tps=100.0)
     answered(rig, "a", 20, ttft=0.2, tps=100.0)
+    in_flight = []  # held, as the relay holds each attempt's candidate: the router knows an attempt by it
     for _ in range(4):
         plan = rig.router.plan(rig.request(max_tokens=200))
         first = plan.candidates[0]
         assert first.name == "a" and first.predicted_first_token_s == pytest.approx(0.2, rel=0.3)
         assert rig.router.attempt_started(first)
+        in_flight.append(first)
         rig.clock.now += 0.02
     assert rig.order(max_tokens=200)[0] == "a"  # not late yet
     rig.clock.now += 1.5  # several times their predicted first token, within their predicted time
@@ -519,26 +521,57 @@ def test_streams_waiting_for_a_late_first_token_move_traffic_before_they_are_ove
     assert rig.router.plan(rig.request(stream=False)).candidates[0].predicted_first_token_s is None
 
 
-def test_a_surprising_answer_from_an_explored_deployment_gets_a_second_look_at_once() -> None:
+def probed_after_its_bucket_is_spent() -> Rig:
+    """``a`` well measured, ``b`` measured slow on three answers, and the exploration bucket spent: ``b``'s next
+    answer (a probe's) is judged on its own."""
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.05}))
     answered(rig, "b", 3, ttft=2.0, tps=50.0)
     answered(rig, "a", 20, ttft=0.5, tps=100.0)
     for _ in range(100):
         rig.router.plan(rig.request())  # spends the bucket
+    return rig
+
+
+def test_a_surprising_answer_from_an_explored_deployment_gets_a_second_look_at_once() -> None:
+    rig = probed_after_its_bucket_is_spent()
     answered(rig, "b", 1, ttft=0.7, tps=100.0)  # b answered a probe: faster than it was (not by a leap)
     plan = rig.router.plan(rig.request())
     assert plan.candidates[0].name == "b" and plan.candidates[0].reason == "explore"
 
 
 def test_a_leap_from_an_explored_deployment_wins_it_the_traffic_on_its_next_request() -> None:
-    rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.05}))
-    answered(rig, "b", 3, ttft=2.0, tps=50.0)
-    answered(rig, "a", 20, ttft=0.5, tps=100.0)
-    for _ in range(100):
-        rig.router.plan(rig.request())  # spends the bucket
+    rig = probed_after_its_bucket_is_spent()
     answered(rig, "b", 1, ttft=0.3, tps=300.0)  # b answered a probe: several times faster in both
     plan = rig.router.plan(rig.request())
     assert plan.candidates[0].name == "b" and plan.candidates[0].reason == "best-score"
+
+
+def test_a_leader_on_one_leap_is_raced_by_the_next_well_measured_deployment_until_confirmed() -> None:
+    rig = probed_after_its_bucket_is_spent()
+    answered(rig, "b", 1, ttft=0.3, tps=300.0)  # a leap: b leads on this one answer
+    plan = rig.router.plan(rig.request())
+    leader, challenger = plan.candidates[:2]
+    # The leap keeps its traffic, but the well-measured one starts beside it at once, and if b loses the first
+    # token it is drained (measured unseen) rather than cancelled.
+    assert (leader.name, leader.reason, leader.on_trial, leader.hedge_after_s) == ("b", "best-score", True, 0.0)
+    assert leader.drains and challenger.name == "a" and not challenger.drains
+    answered(rig, "b", 5, ttft=0.3, tps=300.0)  # confirmed: no longer thin since its change
+    plan = rig.router.plan(rig.request())
+    assert plan.candidates[0].name == "b" and not plan.candidates[0].on_trial
+    assert plan.candidates[0].hedge_after_s != 0.0
+
+
+def test_a_leap_is_not_raced_by_a_slow_streamer_on_a_long_answer() -> None:
+    """A low-latency slow streamer would win the first token and then stream 800 tokens at 40 tokens/s."""
+    rig = Rig(routing_config([("snappy", 1, 1), ("bulk", 1, 1)], policy={"explore_share": 0.05}))
+    answered(rig, "bulk", 3, ttft=3.0, tps=30.0)
+    answered(rig, "snappy", 20, ttft=0.2, tps=40.0)
+    for _ in range(100):
+        rig.router.plan(rig.request(max_tokens=800))
+    answered(rig, "bulk", 1, ttft=1.0, tps=400.0)  # a leap
+    long = rig.router.plan(rig.request(max_tokens=800)).candidates[0]
+    assert long.name == "bulk" and not long.on_trial
+    assert not rig.router.plan(rig.request(stream=False, max_tokens=800)).candidates[0].on_trial
 
 
 def test_a_provider_at_max_concurrency_is_refused_an_attempt_but_stays_in_the_plan() -> None:

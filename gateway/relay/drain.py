@@ -17,8 +17,9 @@ first attempt, it is never its answer. Exploration sends one where no race is af
 probe would likely win the first token, then stream a long answer much slower): it costs the
 client nothing and still measures the contender.
 
-Only probes are drained (``Candidate.reason == "explore"``): exploration is bounded as a share
-of requests, so the extra tokens are too. ``Drains`` holds the tasks, so that a runtime closing
+Only probes (``Candidate.reason == "explore"``) and leaders on trial (``Candidate.on_trial``) are
+drained: exploration is bounded as a share of requests and a trial's race by the hedge budget, so
+the extra tokens are too. ``Drains`` holds the tasks, so that a runtime closing
 cancels them instead of leaving them to read from closed connections.
 """
 
@@ -42,8 +43,8 @@ DRAIN_MAX_S = 5.0
 
 
 def is_drained(attempt: Attempt) -> bool:
-    """Whether a losing ``attempt`` is drained rather than cancelled: it is a probe of a streamed request."""
-    return attempt.candidate.reason == "explore"
+    """Whether a losing ``attempt`` is drained rather than cancelled: a probe, or a leader on trial."""
+    return attempt.candidate.drains
 
 
 class Drains:

@@ -48,6 +48,10 @@ grow as its answers age, ``gateway.routing.estimates``); one whose optimistic sc
   pair halves that at the same share of requests (the request counts once; a loser costs its
   prompt). The partner is the other contender probed longest ago,
   bonus or not, raced only where that is cheap, else sent as a shadow.
+- **Trials.** A leader that leads on a leap (a detected change, one or two answers since) is not
+  probed but served; the next well-measured deployment starts beside it at once and the first
+  token wins, the leader drained if it loses (``on_trial``). Paid from the hedge budget, not this
+  one: the request goes where the score says, and a lucky draw costs it nothing.
 
 Requests with overrides never explore; ``explore_share = 0`` leaves only the cold start, and
 ``min_samples = 0`` (or a ``fixed`` ranking) not even that.
@@ -62,6 +66,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from gateway.policies import PolicyConfig
+from gateway.routing.ordering import is_thin
 from gateway.routing.predict import Prediction, RequestShape
 from gateway.routing.ranking import Ranked
 from gateway.routing.score import CONFIDENCE
@@ -88,6 +93,9 @@ typical stream would take (the unmeasured one's first token is unknown: a short 
 than typical, stays)."""
 WAITING_MAX = 2 * BLIND_RACES
 """An unmeasured deployment takes long answers beside a slow leader while it has fewer than this many in flight."""
+TRIAL_SLACK = 1.0
+"""A leader on trial is raced where the chance its challenger wins the first token, times what the challenger's
+slower stream would then cost, is at most this share of the leader's predicted time (``on_trial``)."""
 STREAM_PROBE_TOKENS = 16
 """A deployment whose tokens/s was never measured is probed for it on a request of at least this many tokens."""
 SIZES_KEPT = 64
@@ -299,6 +307,40 @@ def choose_partner(
     if race is None and pool:
         return Probe(pool[0], race=False, cold=False, shadow=True)  # no race is cheap: measured unseen instead
     return race
+
+
+def on_trial(rows: Sequence[Ranked], shape: RequestShape) -> bool:
+    """Whether the leader (``rows[0]``) leads on a leap still to be confirmed, and the next deployment should race
+    it: both start at once, the first token wins, and the leader is drained if it loses (``Candidate.on_trial``).
+
+    A deployment that rarely serves is seen on single probes, and a single answer from a widely spread
+    provider can be far from its mean: deepinfra-like (tokens/s spreading 1.2 in log units) answered a
+    probe at 1,165 tokens/s, read as a change, and led on that one answer; four of its answers then
+    took ~10 s each against the best's 2. A recovered provider's first look reads the same, so the
+    leap cannot be refused. Raced by the next well-measured deployment instead, the request costs no
+    more than the faster of the two first tokens: a true recovery wins it and streams fast, a lucky
+    draw loses it (a 2.5 s first token against 0.5 s) and is measured all the same, unseen. The race
+    is paid for from the hedge budget, like any second attempt beside a first.
+
+    Only after a detected change (a leap), while the leader is thin since it (``ordering.is_thin``),
+    and only where the race is affordable even if the leap is true: the challenger's chance of the
+    first token, times its stream's extra time over the leader's pessimistic pace (``CONFIDENCE``
+    spreads of its answers slower), at most ``TRIAL_SLACK`` of the leader's time. A low-latency
+    slow streamer never challenges a long answer.
+    """
+    if len(rows) < 2:
+        return False
+    leader, challenger = rows[0], rows[1]
+    p, q = leader.scored.prediction, challenger.scored.prediction
+    if not (p.drift and is_thin(leader) and measured(leader)) or leader.scored.violations:
+        return False
+    if not measured(challenger) or is_thin(challenger) or challenger.scored.violations:
+        return False
+    if p.seconds_per_token is None or q.seconds_per_token is None or p.time_s is None:
+        return True
+    pessimistic = p.seconds_per_token * math.exp(CONFIDENCE * p.sampling.tokens_per_s)
+    extra = shape.output_tokens * max(0.0, q.seconds_per_token - pessimistic)
+    return _win_chance(q, p) * extra <= TRIAL_SLACK * p.time_s
 
 
 def _beside_a_slow_leader(rows: Sequence[Ranked], shape: RequestShape) -> Ranked | None:

@@ -34,10 +34,19 @@ class Candidate:
     """This attempt's longest silence mid-stream, learned from the deployment's own gaps (None: the policy's)."""
     prefill_tokens_per_s: float | None = None
     """Its measured prefill speed: what the prompt tokens its cache served saved in first-token time."""
+    on_trial: bool = False
+    """A leader on one lucky-looking answer, raced by the next well-measured deployment
+    (``gateway.routing.explore.on_trial``): if that one's first token comes first, this attempt is drained."""
 
     @property
     def name(self) -> str:
         return self.deployment.name
+
+    @property
+    def drains(self) -> bool:
+        """Read on unseen if another attempt answers first (``gateway.relay.drain``): a probe, or a leader on
+        trial. Both are measured for what they are being judged on; every other loser is cancelled."""
+        return self.reason == "explore" or self.on_trial
 
 
 SessionLookup = Literal["bound", "unbound", "unavailable"]

@@ -43,7 +43,7 @@ from gateway.routing.affinity import cache_terms, decide, keep_bound_first
 from gateway.routing.apis import speaking
 from gateway.routing.capacity import ProviderLimit, RateLimits
 from gateway.routing.estimates import Observation, pooled_spreads
-from gateway.routing.explore import Probe, RequestSizes, choose_partner, choose_probe, measured
+from gateway.routing.explore import Probe, RequestSizes, choose_partner, choose_probe, measured, on_trial
 from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.hedge import hedge_after
 from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
@@ -278,6 +278,8 @@ class MeasuredRouter:
         hedging = request.stream and policy.hedging
         if hedging:
             self.state.hedges.credit(model.name, policy.hedge_budget)
+        # A leader on one lucky-looking answer races the next well-measured deployment (a hedge at once).
+        trial = hedging and probe is None and explore and policy.explore_race and on_trial(rows, ranking.shape)
         now = self.clock()
         candidates = []
         shadowed: Candidate | None = None
@@ -286,6 +288,8 @@ class MeasuredRouter:
             if i < len(race):
                 # Racers start at once, one after the other; the leader after the last of them.
                 after = 0.0 if i + 1 < len(race) else leader_after
+            elif trial and i == 0:
+                after = 0.0  # the next deployment starts beside it at once (``explore.on_trial``)
             elif hedging:
                 backup = backup_time(row, rows[i + 1], ranking.shape) if i + 1 < len(rows) else None
                 after = hedge_after(
@@ -307,6 +311,7 @@ class MeasuredRouter:
                 first_token_timeout_s=deadlines.first_token_s if deadlines is not None else None,
                 idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
                 prefill_tokens_per_s=row.scored.prediction.prefill_tokens_per_s,
+                on_trial=trial and i == 0,
             )
             candidates.append(candidate)
             if row is shadow:
