@@ -27,7 +27,9 @@ from gateway.fakes.profiles import DEMO_PROFILES
 
 BASE_URL = re.compile(r"OpenAI base_url\s+(http://\S+/v1)")
 PROVIDER_LINE = re.compile(r"^\s+(\w+)\s.*\s(http://127\.0\.0\.1:(\d+)/v1)$")
-EXPLORED = re.compile(r"explored (\d+) of (\d+) requests so far .* besides (\d+) cold-start race")
+EXPLORED = re.compile(
+    r"explored (\d+) of (\d+) requests so far \(\S+, (\d+) of them first looks? .* besides (\d+) cold-start race"
+)
 READY = "Ctrl-C stops everything."
 
 
@@ -201,9 +203,10 @@ def test_demo_traffic_fills_the_providers_and_sigterm_stops_streams_in_flight(
     status = next(line for line in demo.lines if "explored " in line)
     match = EXPLORED.search(status)
     assert match, status
-    probes, requests, cold_starts = map(int, match.groups())
+    probes, requests, first_looks, cold_starts = map(int, match.groups())
     assert requests >= 20 and cold_starts >= 1, status
-    assert probes <= 0.05 * requests, status
+    # Only a first look at a deployment never measured may spend what the budget does not hold yet.
+    assert probes - first_looks <= 0.05 * requests, status
 
     ports = demo.ports()
     assert demo.stop(signal.SIGTERM) == 0

@@ -117,6 +117,10 @@ def test_a_deployment_with_nothing_measured_is_probed_once_then_competes_on_its_
     rig.store.record(result)
     rig.router.attempt_finished(first, result)
     assert all(rig.first().name == "known" for _ in range(20))  # measured: slower, so not chosen
+    # A probe (a leader was measured), but a first look: the one kind the budget pays for whatever it holds.
+    ranking = rig.router.rank(rig.config.models[0])
+    assert (ranking.probes, ranking.first_looks, ranking.cold_starts) == (1, 1, 0)
+    assert "1 first look at deployments never measured" in ranking_table(ranking)
 
 
 def test_exploration_share_is_bounded_at_every_moment() -> None:

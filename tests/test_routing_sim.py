@@ -251,6 +251,14 @@ def test_routes_endpoint_explains_the_ranking(sims: Sims) -> None:
     exploration = model["exploration"]
     # The cold start measured both in one race (a's first token won, b was drained for its stream): not a probe,
     # and free of the budget, which six requests at 5% do not fill.
-    assert exploration == {"requests": 6, "probes": 0, "races": 0, "cold_starts": 1, "share": 0.0, "budget": 0.05}
+    assert exploration == {
+        "requests": 6,
+        "probes": 0,
+        "races": 0,
+        "first_looks": 0,
+        "cold_starts": 1,
+        "share": 0.0,
+        "budget": 0.05,
+    }
     bad = httpx.get(url, params={"prompt_tokens": "x"}, headers={"authorization": f"Bearer {ADMIN_KEY}"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_tokens"

@@ -104,6 +104,7 @@ def ranking_json(ranking: Ranking) -> dict[str, Any]:
             "requests": ranking.requests,
             "probes": ranking.probes,
             "races": ranking.races,
+            "first_looks": ranking.first_looks,
             "cold_starts": ranking.cold_starts,
             "share": round(ranking.probes / ranking.requests, 4) if ranking.requests else 0.0,
             "budget": policy.explore_share,
@@ -177,9 +178,11 @@ def ranking_table(ranking: Ranking) -> str:
     if any(r.scored.prediction.drift for r in ranking.rows):
         lines.append("  ! a change was detected in its recent answers: the estimate rests on those since")
     if ranking.requests:
+        looks = "first look" if ranking.first_looks == 1 else "first looks"
         lines.append(
             f"  explored {ranking.probes} of {ranking.requests} requests ({ranking.probes / ranking.requests:.1%}; "
-            f"{ranking.races} by racing the leader; budget {ranking.policy.explore_share:.0%}), "
+            f"{ranking.races} by racing the leader, {ranking.first_looks} {looks} at deployments never measured; "
+            f"budget {ranking.policy.explore_share:.0%}), "
             f"besides {ranking.cold_starts} cold start{'' if ranking.cold_starts == 1 else 's'}"
         )
     return "\n".join(lines + notes)

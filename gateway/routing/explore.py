@@ -184,6 +184,8 @@ class ExploreCounts:
     requests: Counter[str] = field(default_factory=Counter)
     probes: Counter[str] = field(default_factory=Counter)
     races: Counter[str] = field(default_factory=Counter)
+    first_looks: Counter[str] = field(default_factory=Counter)
+    """Probes of a deployment (or a stream) never measured, beside a measured leader: the budget's only debt."""
     cold_starts: Counter[str] = field(default_factory=Counter)
     """Requests routed while nothing was measured (a race of every deployment, or one at a time): not probes."""
 

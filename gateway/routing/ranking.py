@@ -88,5 +88,8 @@ class Ranking:
     probes: int = 0
     """Of those, the ones spent measuring a deployment away from a measured leader (races included)."""
     races: int = 0
+    first_looks: int = 0
+    """Of the probes, first looks at a deployment (or its stream) never measured: taken whatever the budget
+    holds, which then repays them, so probes can run above ``explore_share`` by this many."""
     cold_starts: int = 0
     """Of the requests, the ones routed while nothing was measured: every deployment raced (not probes)."""

@@ -202,6 +202,7 @@ class MeasuredRouter:
             requests=counts.requests[model.name],
             probes=counts.probes[model.name],
             races=counts.races[model.name],
+            first_looks=counts.first_looks[model.name],
             cold_starts=counts.cold_starts[model.name],
         )
 
@@ -382,6 +383,8 @@ class MeasuredRouter:
             return probe, partner
         state.explore.take(model)
         state.counts.probes[model] += 1
+        if probe.cold:
+            state.counts.first_looks[model] += 1
         if probe.race:
             state.counts.races[model] += 1
         return probe, partner
