@@ -1,4 +1,4 @@
-"""Drained losers: a race's losing probe is read on, unseen, until its stream is measured.
+"""Drained losers: a race's losing probe (or a leader on trial) is read on, unseen, until its stream is measured.
 
 Real gateways on loopback over the fake provider, the OpenAI SDK as the client. A cold start
 races every deployment with nothing measured; the first token wins and the others are drained:
@@ -141,3 +141,28 @@ def test_a_shadow_probe_measures_a_contender_beside_the_leader_and_never_serves(
     assert (shadow.outcome, shadow.hedged) == ("client_cancelled", True)
     assert shadow.ttft_s is not None and shadow.tokens_per_s is not None
     assert shadow.output_tokens is not None and shadow.output_tokens < 200  # drained: not the whole answer
+
+
+def test_a_leader_on_one_lucky_answer_loses_its_trial_race_and_is_measured_unseen(sims: Sims) -> None:
+    """One fast answer from a slower provider makes it the leader; the next request races it against the well-measured
+    one, which answers first: the client gets that one's answer, and the lucky one is read on unseen."""
+    steady, slow = paced(0.1, 400.0), paced(0.2, 300.0)
+    sim = sims.start([SimProvider("steady", steady), SimProvider("lucky", slow)], policy={"explore_share": 0.5})
+    sim.run(20, max_tokens=40)  # the cold race, then steady's answers and probes of lucky (each drained)
+    wait_until(lambda: idle(sim), what="the first attempts ended")
+    sim.fakes["lucky"].app.behavior = paced(0.05, 1000.0)  # its next answer a lucky draw
+    for _ in range(20):
+        if sim.chat(max_tokens=40).provider == "lucky":  # a probe of it won its race
+            break
+    wait_until(lambda: idle(sim), what="the lucky answer ended")
+    rows = routes(sim)
+    assert rows["lucky"]["predicted"]["from_recent_answers"] is True  # type: ignore[index]  # read as a leap
+    sim.fakes["lucky"].app.behavior = slow  # as it really is
+    before = len(sim.samples.samples)
+    reply = sim.chat(max_tokens=40)
+    # It led, and steady raced it at once: steady's first token came first and answered, as a hedge.
+    assert (reply.provider, reply.route, reply.attempts) == ("steady", "hedge", 2)
+    wait_until(lambda: idle(sim), what="the trial's loser drained")
+    loser = next(s for s in sim.samples.samples[before:] if s.deployment == "lucky")
+    assert (loser.outcome, loser.hedged) == ("client_cancelled", True)
+    assert loser.ttft_s is not None and loser.ttft_s >= 0.2 and loser.tokens_per_s is not None  # as it really is
