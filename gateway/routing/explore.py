@@ -318,11 +318,12 @@ def on_trial(rows: Sequence[Ranked], shape: RequestShape) -> bool:
     A deployment that rarely serves is seen on single probes, and a single answer from a widely spread
     provider can be far from its mean: deepinfra-like (tokens/s spreading 1.2 in log units) answered a
     probe at 1,165 tokens/s, read as a change, and led on that one answer; the requests it then took
-    cost ~10 s each against the best's ~2 (simulated stable market: 1.2 of its 5.4 points). A
-    recovered provider's first look reads the same, so the leap cannot be refused. Raced by the next well-measured deployment instead, the request costs no
-    more than the faster of the two first tokens: a true recovery wins it and streams fast, a lucky
-    draw loses it (a 2.5 s first token against 0.5 s) and is measured all the same, unseen. The race
-    is paid for from the hedge budget, like any second attempt beside a first.
+    cost ~10 s each against the best's ~2 (simulated stable market: 1.2 of its 5.4 points). A recovered
+    provider's first look reads the same, so the leap cannot be refused. Raced by the next well-measured
+    deployment instead, the request costs no more than the faster of the two first tokens: a true
+    recovery wins it and streams fast, a lucky draw loses it (a 2.5 s first token against 0.5 s) and is
+    measured all the same, unseen. The race is paid for from the hedge budget, like any second attempt
+    beside a first.
 
     Only after a detected change (a leap), while the leader is thin since it (``ordering.is_thin``),
     and only where the race is affordable even if the leap is true: the challenger's chance of the
