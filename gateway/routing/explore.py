@@ -342,8 +342,7 @@ def on_trial(rows: Sequence[Ranked], shape: RequestShape) -> bool:
     if p.seconds_per_token is None or q.seconds_per_token is None or p.time_s is None:
         return True
     pessimistic = p.seconds_per_token * math.exp(CONFIDENCE * p.sampling.tokens_per_s)
-    extra = shape.output_tokens * max(0.0, q.seconds_per_token - pessimistic)
-    return _win_chance(q, p) * extra <= TRIAL_SLACK * p.time_s
+    return _race_cost(q, p, q.seconds_per_token, pessimistic, shape) <= TRIAL_SLACK * p.time_s
 
 
 def _beside_a_slow_leader(rows: Sequence[Ranked], shape: RequestShape) -> Ranked | None:
@@ -451,8 +450,15 @@ def _race_affordable(row: Ranked, leader: Ranked, shape: RequestShape, slack: fl
     # Optimistic by its answers' spread only, not by their age: a stale slow streamer is still a slow streamer
     # for a long answer until it shows otherwise on a short one.
     optimistic = p.seconds_per_token * math.exp(-CONFIDENCE * p.sampling.tokens_per_s)
-    extra = shape.output_tokens * max(0.0, optimistic - q.seconds_per_token)
-    return _win_chance(p, q) * extra <= slack * q.time_s
+    return _race_cost(p, q, optimistic, q.seconds_per_token, shape) <= slack * q.time_s
+
+
+def _race_cost(
+    runner: Prediction, leader: Prediction, runner_spt: float, leader_spt: float, shape: RequestShape
+) -> float:
+    """What racing ``runner`` beside ``leader`` is expected to cost the client: the chance its first token comes
+    first, times how much longer its stream then takes at these paces (seconds per token)."""
+    return _win_chance(runner, leader) * (shape.output_tokens * max(0.0, runner_spt - leader_spt))
 
 
 def _win_chance(probe: Prediction, leader: Prediction) -> float:
