@@ -42,8 +42,9 @@ from gateway.limits import has_unpaired_surrogate, header_bytes
 from gateway.metrics import Metrics
 from gateway.policies import AFFINITIES, Affinity
 from gateway.relay import DisconnectWatch, ProxyRequest
+from gateway.relay.outbound import eligible
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
-from gateway.routing.apis import no_deployment_for
+from gateway.routing.apis import no_deployment_for, reachable
 from gateway.routing.plan import SessionRoute
 from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
@@ -342,8 +343,12 @@ class ProxyEndpoint:
         if model is None:
             known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
             raise ModelNotFound(f"model '{requested}' does not exist (known: {known})", param="model")
-        if not serving(model, self.endpoint):
+        if not reachable(model, self.endpoint):
             raise no_deployment_for(model, self.endpoint)
+        # Deployments reached by translation that cannot carry this request leave the pool; with none left, 400.
+        model, translations, refusal = eligible(model, self.endpoint, body)
+        if not model.deployments and refusal is not None:
+            raise refusal
         pinned = None
         if self.endpoint == "responses" and body.get("previous_response_id") is not None:
             pinned = await _previous_owner(runtime, model, body["previous_response_id"])
@@ -375,6 +380,7 @@ class ProxyEndpoint:
             ttft_slo_s=deadlines.ttft_slo_s,
             session_key=session.key if session is not None else None,
             session_ttl_s=policy.session_ttl_s,
+            translations=translations,
         )
         route_request = RouteRequest(
             model=model,

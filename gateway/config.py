@@ -191,6 +191,9 @@ class DeploymentConfig:
     context_window: int | None = None
     """Tokens this deployment accepts (prompt and answer); None: learned from its ``context_length_exceeded``
     answers. A request whose estimated prompt does not fit skips it (``gateway.routing.windows``)."""
+    translate: bool = True
+    """Serve requests in the model's other APIs (chat, Responses, Messages) by translating them to one this
+    deployment speaks (``gateway.translate``); its own ``translate``, else its model's, else true."""
 
     def cost_usd(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
         """What ``prompt_tokens`` in (``cached_tokens`` of them from the prompt cache) and ``output_tokens``
@@ -239,7 +242,7 @@ class GatewayConfig:
 
 
 def serving(model: ModelConfig, api: Endpoint) -> tuple[DeploymentConfig, ...]:
-    """The model's deployments that speak ``api``."""
+    """The model's deployments that speak ``api`` natively (``gateway.routing.apis.reachable`` adds translation)."""
     return tuple(d for d in model.deployments if api in d.apis)
 
 
@@ -367,7 +370,9 @@ def _parse_provider(table: TableReader) -> ProviderConfig:
     return provider
 
 
-def _parse_deployment(table: TableReader, providers: Mapping[str, ProviderConfig]) -> DeploymentConfig:
+def _parse_deployment(
+    table: TableReader, providers: Mapping[str, ProviderConfig], translate: bool = True
+) -> DeploymentConfig:
     provider = table.text("provider")
     if provider not in providers:
         known = ", ".join(providers) or "none"
@@ -383,6 +388,7 @@ def _parse_deployment(table: TableReader, providers: Mapping[str, ProviderConfig
         prefill_format=table.choice("prefill_format", PREFILL_FORMATS, "plain"),
         apis=_apis(table, providers[provider].apis),
         context_window=table.integer("context_window", None, minimum=1),
+        translate=table.flag("translate", translate),
     )
     if table.has("prefill_format") and not deployment.continue_prefill:
         raise table.error("prefill_format", "only applies with continue_prefill = true")
@@ -397,10 +403,11 @@ def _parse_model(
     policy = table.text("policy", DEFAULT_POLICY)
     if policy not in policies:
         raise table.error("policy", f'unknown policy "{policy}" (known: {", ".join(policies)})')
+    translate = table.flag("translate", True)
     deployment_tables = table.tables("deployments", required=True)
     if not deployment_tables:
         raise table.error("deployments", "expected at least one deployment")
-    deployments = tuple(_parse_deployment(t, providers) for t in deployment_tables)
+    deployments = tuple(_parse_deployment(t, providers, translate) for t in deployment_tables)
     names = [d.name for d in deployments]
     for index, deployment in enumerate(deployments):
         if names.index(deployment.name) != index:

@@ -149,7 +149,8 @@ def test_no_capacity_and_a_chat_only_model_are_anthropic_shaped(fakes: Fakes, st
     gateway = start_gateway(messages_config(fake))
     response = httpx.post(gateway.base_url + "/messages", json={"model": "m", "max_tokens": 8, "messages": MESSAGES})
     assert response.status_code == 503 and response.json()["error"]["type"] == "overloaded_error"
-    chat_only = start_gateway(gateway_config([fakes.start("b")]))
+    # A chat-only model with translation off (on, it would answer translated: tests/test_translate_messages.py).
+    chat_only = start_gateway(gateway_config([fakes.start("b")], deployments={"b": {"translate": False}}))
     response = httpx.post(chat_only.base_url + "/messages", json={"model": "m", "max_tokens": 8, "messages": MESSAGES})
     assert response.status_code == 404 and "Messages API" in response.json()["error"]["message"]
 

@@ -108,7 +108,8 @@ def test_a_model_without_responses_deployments_is_a_404_naming_the_api(
     fakes: Fakes, start_gateway: StartGateway
 ) -> None:
     fake = fakes.start("a")
-    gateway = start_gateway(gateway_config([fake]))  # chat, completions, embeddings only
+    # Chat, completions, embeddings only, and no translation (with it, chat would serve: test_translate_responses.py).
+    gateway = start_gateway(gateway_config([fake], deployments={"a": {"translate": False}}))
     with pytest.raises(openai.NotFoundError) as raised, closing_sdk(gateway.base_url) as client:
         client.responses.create(model="m", input="hi")
     assert "Responses API" in str(raised.value) and "chat, completions, embeddings" in str(raised.value)
@@ -117,7 +118,11 @@ def test_a_model_without_responses_deployments_is_a_404_naming_the_api(
 
 def test_only_deployments_that_speak_responses_are_tried(fakes: Fakes, start_gateway: StartGateway) -> None:
     chat_only, both = fakes.start("a"), fakes.start("b", FakeBehavior(output_tokens=3))
-    config = gateway_config([chat_only, both], provider_options={"b": {"apis": ["chat", "responses"]}})
+    config = gateway_config(
+        [chat_only, both],
+        provider_options={"b": {"apis": ["chat", "responses"]}},
+        deployments={"a": {"translate": False}},  # with translation on, "a" serves too (translated)
+    )
     gateway = start_gateway(config)
     with closing_sdk(gateway.base_url) as client:
         for _ in range(3):

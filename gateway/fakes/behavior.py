@@ -19,6 +19,10 @@ WORDS = (
 ).split()
 
 
+TOOL_JSON_OPEN = '{"q": "'
+TOOL_JSON_CLOSE = '"}'
+
+
 def answer_words(start: int, count: int) -> list[str]:
     """Answer tokens ``start .. start+count``: " word" pieces, one token each."""
     return [" " + WORDS[i % len(WORDS)] for i in range(start, start + count)]
@@ -43,6 +47,9 @@ class FakeBehavior:
     """Reasoning tokens streamed (``delta.reasoning_content``) before the answer."""
     tool_call: bool = False
     """Answer with a streamed tool call (the same words, as its arguments) instead of content."""
+    tool_json: bool = False
+    """Chat and Responses: the tool call's arguments are a JSON object, ``{"q": "<the words>"}``, as the
+    Messages API's ``input`` always is (else the bare words)."""
     status: int = 200
     """An error status to answer with (subject to ``fail_first`` and ``error_rate``)."""
     error_code: str | None = None

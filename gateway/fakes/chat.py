@@ -12,7 +12,7 @@ from typing import Any
 from starlette.types import Send
 
 from gateway.fakes.asgi import Disconnect, send_json
-from gateway.fakes.behavior import WORDS, FakeBehavior, FakeHost, answer_words
+from gateway.fakes.behavior import TOOL_JSON_CLOSE, TOOL_JSON_OPEN, WORDS, FakeBehavior, FakeHost, answer_words
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.pacing import play
 
@@ -123,7 +123,8 @@ async def complete(
     if path.endswith("/chat/completions"):
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if behavior.tool_call:
-            message = {"role": "assistant", "content": None, "tool_calls": [_tool_call(text)]}
+            arguments = TOOL_JSON_OPEN + text + TOOL_JSON_CLOSE if behavior.tool_json else text
+            message = {"role": "assistant", "content": None, "tool_calls": [_tool_call(arguments)]}
             finish = "tool_calls"
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         obj = "chat.completion"
@@ -186,17 +187,23 @@ class ChatScript:
     def prelude(self) -> bytes:
         return b""
 
+    def _json(self) -> bool:
+        return self.chat and self.behavior.tool_call and self.behavior.tool_json
+
     def piece(self, text: str, first: bool) -> bytes:
+        if first and self._json():
+            text = TOOL_JSON_OPEN + text
         return self._event(_piece(self.chat, text, self.behavior.tool_call, first=first))
 
     def finish(self) -> bytes:
         reason = "tool_calls" if self.behavior.tool_call and self.chat else self.finish_reason
+        closing = self._event(_piece(True, TOOL_JSON_CLOSE, True, first=False)) if self._json() else b""
         done: dict[str, Any] = {"index": 0, "finish_reason": reason}
         if self.chat:
             done["delta"] = {}
         else:
             done["text"] = ""
-        return self._event(done)
+        return closing + self._event(done)
 
     def end(self, ending: bool) -> bytes:
         tail = b""

@@ -19,7 +19,7 @@ from typing import Any
 from starlette.types import Send
 
 from gateway.fakes.asgi import Disconnect, send_error, send_json, sse
-from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words
+from gateway.fakes.behavior import TOOL_JSON_CLOSE, TOOL_JSON_OPEN, FakeBehavior, FakeHost, answer_words
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prompt_tokens
 from gateway.fakes.pacing import play
@@ -185,6 +185,8 @@ class ResponsesScript:
         )
 
     def piece(self, text: str, first: bool) -> bytes:
+        if first and self.r.behavior.tool_call and self.r.behavior.tool_json:
+            text = TOOL_JSON_OPEN + text
         self.r.text += text
         if self.r.behavior.tool_call:
             return self._event(
@@ -200,9 +202,14 @@ class ResponsesScript:
         )
 
     def finish(self) -> bytes:
+        closing = b""
+        if self.r.behavior.tool_call and self.r.behavior.tool_json:
+            self.r.text += TOOL_JSON_CLOSE
+            data = {"item_id": self.r.call_id, "output_index": self._index, "delta": TOOL_JSON_CLOSE}
+            closing = self._event("response.function_call_arguments.delta", **data)
         item = self.r.output()[-1]
         if self.r.behavior.tool_call:
-            done = self._event(
+            done = closing + self._event(
                 "response.function_call_arguments.done",
                 item_id=self.r.call_id,
                 output_index=self._index,
@@ -270,6 +277,8 @@ async def create(
         host.state.cancelled += 1
         return
     builder.text = "".join(words)
+    if behavior.tool_call and behavior.tool_json:
+        builder.text = TOOL_JSON_OPEN + builder.text + TOOL_JSON_CLOSE
     builder.reasoning = "".join(answer_words(0, behavior.reasoning_tokens))
     response = builder.obj("incomplete" if builder.cut else "completed", final=True)
     builder.store(response)

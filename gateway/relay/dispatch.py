@@ -27,12 +27,14 @@ from gateway.relay.budget import AttemptBudget
 from gateway.relay.context import context_exceeded, larger_windows
 from gateway.relay.drain import Drains
 from gateway.relay.hedging import race
+from gateway.relay.outbound import upstream_of
 from gateway.relay.replies import FullReply, Reply, StreamReply
 from gateway.relay.request import ProxyRequest
 from gateway.relay.retry import retry_wait
 from gateway.relay.runner import AttemptRunner
 from gateway.response_owners import Owner, ResponseOwners
 from gateway.routing import Candidate, RoutePlan
+from gateway.translate import TRANSLATABLE, Api, translate_error, translate_reply
 from gateway.types import Clock
 
 
@@ -77,7 +79,7 @@ class Dispatcher:
             except ClientFault as fault:
                 larger = self._larger(fault, budget, plan, too_long)
                 if not larger or not budget.allows_another():
-                    return FullReply(fault.status, fault.body, fault.content_type, budget.log)
+                    return _fault_reply(request, fault, budget)
                 remaining = dataclasses.replace(plan, candidates=larger)
         if request.endpoint == "responses":
             self._bind(request, opened.attempt)
@@ -89,7 +91,14 @@ class Dispatcher:
         content_type = response.headers.get("content-type", "application/json")
         status = 200 if attempt.status is None else attempt.status
         finish = functools.partial(runner.finish_full, request, attempt)
-        return FullReply(status, attempt.body, content_type, budget.log, finish)
+        upstream = upstream_of(request, attempt.candidate)
+        if upstream == request.endpoint:
+            return FullReply(status, attempt.body, content_type, budget.log, finish)
+        # Reached by translation: the client reads its own API's body; the meter reads the upstream's.
+        body = translate_reply(
+            attempt.body, _api(upstream), _api(request.endpoint), request.body, request.requested_model
+        )
+        return FullReply(status, body, "application/json", budget.log, finish)
 
     def _larger(
         self, fault: ClientFault, budget: AttemptBudget, plan: RoutePlan, too_long: list[str]
@@ -116,6 +125,21 @@ class Dispatcher:
                 response_id = body["id"]
         if response_id:
             self.owners.remember(response_id, Owner(request.requested_model, attempt.candidate.name))
+
+
+def _api(api: str) -> Api:
+    assert api in TRANSLATABLE
+    return api
+
+
+def _fault_reply(request: ProxyRequest, fault: ClientFault, budget: AttemptBudget) -> FullReply:
+    """An upstream's 4xx that is the request's fault, relayed: in the client's API shape if it came translated."""
+    winner = budget.log.winner
+    upstream = upstream_of(request, winner) if winner is not None else request.endpoint
+    if upstream == request.endpoint:
+        return FullReply(fault.status, fault.body, fault.content_type, budget.log)
+    body = translate_error(fault.body, fault.status, _api(request.endpoint))
+    return FullReply(fault.status, body, "application/json", budget.log)
 
 
 async def attempt_in_order(

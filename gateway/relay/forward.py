@@ -87,6 +87,14 @@ class EventForwarder:
         self._tail = data[cut:]
         return data[:cut]
 
+    def clean_end(self) -> bytes:
+        """What ends the client's stream when the answer is complete but the provider's ending never came."""
+        return self._dialect.clean_end
+
+    def stream_error(self, message: str, code: str, last_sequence: int | None) -> bytes:
+        """An error event in the client API's shape: how a stream that cannot be completed ends."""
+        return self._dialect.stream_error(message, code, last_sequence)
+
     def flush(self) -> bytes:
         """At a clean end of stream: the last event, if it lacked only its closing blank line, completed.
 

@@ -1,26 +1,32 @@
 """The upstream request, built from the client's: the one seam where a body changes on its way out.
 
-Relay, not translate: the body goes to a deployment that speaks the request's own API, untouched
-but for ``model`` (the deployment's upstream id). The one addition is the usage chunk of chat and
-completions streams: when the provider allows it (``stream_usage``, on by default) and the client
-did not ask, the gateway asks for it (``stream_options.include_usage``), so that the answer's cost
-is known; the forwarder then keeps that chunk from the client, which did not ask for it
-(``gateway.relay.forward``).
+To a deployment that speaks the request's own API, the body goes untouched but for ``model`` (the
+deployment's upstream id). To one reached by translation (``gateway.routing.apis``), it goes in the
+deployment's API (``gateway.translate``): translated once per target API, when the request is admitted
+(``eligible``: what a target cannot carry makes that deployment ineligible for this request, and only
+when none is left is the request refused, naming the field), and sent with the deployment's ``model``.
 
-Translating between APIs (a Messages request to a chat-only deployment) would be built here,
-beside ``upstream_body``: the dialects already read every API's answers.
+The one addition to a native body is the usage chunk of chat and completions streams: when the
+provider allows it (``stream_usage``, on by default) and the client did not ask, the gateway asks for
+it (``stream_options.include_usage``), so that the answer's cost is known; the forwarder then keeps
+that chunk from the client, which did not ask for it (``gateway.relay.forward``). A translated chat
+stream always asks for it (when allowed): the client's own API reports usage at the end.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
-from gateway.config import ProviderConfig
+from gateway.config import DeploymentConfig, ModelConfig, ProviderConfig
 from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate
+from gateway.routing.apis import API_PATHS, reachable, translated_to, upstream_api
+from gateway.samples import Endpoint
+from gateway.translate import Api, Untranslatable, translate_request
 
 
 def client_asked_usage(request: ProxyRequest) -> bool:
@@ -38,8 +44,48 @@ def injects_usage(request: ProxyRequest, provider: ProviderConfig) -> bool:
     )
 
 
+def eligible(
+    model: ModelConfig, api: Endpoint, body: dict[str, Any]
+) -> tuple[ModelConfig, dict[str, dict[str, Any]], Untranslatable | None]:
+    """The model's deployments that can take this request (natively, or translated), the translated bodies,
+    and the refusal that made the others ineligible (the client's 400 when none is left)."""
+    translations: dict[str, dict[str, Any]] = {}
+    refusals: dict[str, Untranslatable] = {}
+    kept: list[DeploymentConfig] = []
+    for deployment in reachable(model, api):
+        target = translated_to(deployment, api)
+        if target is None:
+            kept.append(deployment)
+            continue
+        if target not in translations and target not in refusals:
+            try:
+                translations[target] = translate_request(body, cast(Api, api), target, "")
+            except Untranslatable as exc:
+                refusals[target] = exc
+        if target in translations:
+            kept.append(deployment)
+    refusal = next(iter(refusals.values()), None)
+    if len(kept) == len(model.deployments):
+        return model, translations, refusal
+    return dataclasses.replace(model, deployments=tuple(kept)), translations, refusal
+
+
+def upstream_of(request: ProxyRequest, candidate: Candidate) -> Endpoint:
+    """The API ``candidate`` is sent this request in (the request's own, unless it is reached by translation)."""
+    return upstream_api(candidate.deployment, request.endpoint) or request.endpoint
+
+
+def upstream_path(request: ProxyRequest, api: Endpoint) -> str:
+    """The path below the provider's base URL: the client's (with its query) natively, the API's own translated."""
+    return request.path if api == request.endpoint else API_PATHS[api]
+
+
 def upstream_body(request: ProxyRequest, candidate: Candidate) -> bytes:
-    """The body sent to ``candidate``: the client's fields untouched but for ``model`` (and the usage ask)."""
+    """The body sent to ``candidate``: the client's fields untouched but for ``model`` (and the usage ask), or
+    its translation to the deployment's API."""
+    target = upstream_of(request, candidate)
+    if target != request.endpoint:
+        return encode_body(_translated(request, candidate, cast(Api, target)))
     body = dict(request.body)
     body["model"] = candidate.deployment.model
     if injects_usage(request, candidate.provider):
@@ -59,3 +105,34 @@ def encode_body(body: dict[str, Any]) -> bytes:
         return msgspec.json.encode(body)
     except UnicodeEncodeError:
         return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _translated(request: ProxyRequest, candidate: Candidate, target: Api) -> dict[str, Any]:
+    body = request.translations.get(target)
+    if body is None:
+        # A request rebuilt on the way (a continuation): translated now, refused as any would be.
+        body = translate_request(request.body, cast(Api, request.endpoint), target, "")
+    body = dict(body)
+    body["model"] = candidate.deployment.model
+    if target == "chat":
+        if not candidate.provider.stream_usage:
+            body.pop("stream_options", None)
+        if request.endpoint == "messages":
+            _mark_prefill(body, candidate.deployment)
+    return body
+
+
+def _mark_prefill(body: dict[str, Any], deployment: DeploymentConfig) -> None:
+    """A Messages request that ends with an assistant turn asks for its continuation: on chat, the deployment's
+    way of saying so (``prefill_format``)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return
+    last = messages[-1]
+    if not isinstance(last, dict) or last.get("role") != "assistant" or last.get("tool_calls"):
+        return
+    if deployment.prefill_format == "prefix":
+        body["messages"] = [*messages[:-1], {**last, "prefix": True}]
+    elif deployment.prefill_format == "vllm":
+        body["continue_final_message"] = True
+        body["add_generation_prompt"] = False

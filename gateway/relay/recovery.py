@@ -107,7 +107,10 @@ def continuation(request: ProxyRequest, partial: Partial, prefill_format: Prefil
             body["continue_final_message"] = True
             body["add_generation_prompt"] = False
         body["messages"] = messages
-    return dataclasses.replace(request, body=body, prompt_tokens=request.prompt_tokens + partial.tokens)
+    # A new body: its translations (``ProxyRequest.translations``) are made again, from it.
+    return dataclasses.replace(
+        request, body=body, prompt_tokens=request.prompt_tokens + partial.tokens, translations={}
+    )
 
 
 async def resume(
@@ -129,7 +132,9 @@ async def resume(
         continuing = bool(partial.text)
         if continuing and not (candidate.deployment.continue_prefill and runner.router.may_continue(candidate)):
             continue
-        follow_up = continuation(request, partial, candidate.deployment.prefill_format)
+        # A deployment reached by translation gets the prefill marked by the translator, in its own API.
+        native = candidate.deployment.apis and request.endpoint in candidate.deployment.apis
+        follow_up = continuation(request, partial, candidate.deployment.prefill_format if native else "plain")
         if follow_up is None:
             return None
         attempt = runner.start(follow_up, candidate, budget)

@@ -16,19 +16,22 @@ from collections.abc import Callable, Sequence
 
 from starlette.types import Message, Send
 
-from gateway.dialects import Dialect
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.meter import Reading
 from gateway.relay.attempt import Attempt, AttemptLog, is_request_fault
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.disconnect import DisconnectWatch
 from gateway.relay.forward import EventForwarder
-from gateway.relay.outbound import injects_usage
+from gateway.relay.outbound import injects_usage, upstream_of
 from gateway.relay.recovery import Partial, can_continue, resume
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate
 from gateway.samples import Outcome
+from gateway.translate import Api
+from gateway.translate.stream import StreamTranslator
+
+Forwarder = EventForwarder | StreamTranslator
 
 logger = logging.getLogger("gateway")
 FINISH_LINGER_S = 1.0
@@ -134,7 +137,7 @@ class StreamReply(Reply):
                 watch.disarm()
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             reading = attempt.meter.finish(runner.counter)
-            outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading, request.dialect)
+            outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading)
             if outcome == "ok" and reading.malformed:
                 failed = attempt.candidate
                 runner.events.malformed_stream(request.requested_model, failed.name, failed.provider.name)
@@ -161,11 +164,15 @@ class StreamReply(Reply):
                 await send({"type": "http.response.body", "body": tail, "more_body": False})
                 return
             attempt, request = resumed
-            forwarder = _forwarder(request, attempt, continuation=True, said_tokens=said_tokens)
+            if isinstance(forwarder, StreamTranslator):
+                # The client's stream is the translator's: the continuation is read into it, whatever its API.
+                forwarder.continue_with(_api(upstream_of(request, attempt.candidate)), said_tokens)
+            else:
+                forwarder = _forwarder(request, attempt, continuation=True, said_tokens=said_tokens)
             request.trace.said_tokens = said_tokens
 
     async def _relay(
-        self, send: Send, start: Message | None, request: ProxyRequest, attempt: Attempt, forwarder: EventForwarder
+        self, send: Send, start: Message | None, request: ProxyRequest, attempt: Attempt, forwarder: Forwarder
     ) -> UpstreamError | None:
         """Relay one upstream stream until it ends, breaks (the error is returned) or errs.
 
@@ -241,15 +248,27 @@ class StreamReply(Reply):
         )
 
 
+def _api(api: str) -> Api:
+    assert api in ("chat", "messages", "responses")
+    return api  # type: ignore[return-value]
+
+
 def _forwarder(
     request: ProxyRequest, attempt: Attempt, *, continuation: bool = False, said_tokens: int = 0
-) -> EventForwarder:
+) -> Forwarder:
+    upstream = upstream_of(request, attempt.candidate)
+    if upstream != request.endpoint:
+        # Reached by translation: the upstream's events are rewritten in the client's API.
+        args = (_api(upstream), _api(request.endpoint), request.body, request.requested_model)
+        if continuation:
+            return StreamTranslator.continuing(*args, said_tokens)
+        return StreamTranslator(*args)
     drop = injects_usage(request, attempt.candidate.provider)
     return EventForwarder(request.dialect, continuation=continuation, drop_usage_only=drop, said_tokens=said_tokens)
 
 
 def _ending(
-    attempt: Attempt, forwarder: EventForwarder, broken: UpstreamError | None, reading: Reading, dialect: Dialect
+    attempt: Attempt, forwarder: Forwarder, broken: UpstreamError | None, reading: Reading
 ) -> tuple[Outcome, bytes, bool]:
     """How one upstream stream ended: its outcome, the client stream's last bytes, and whether to try recovery."""
     meter = attempt.meter
@@ -257,10 +276,10 @@ def _ending(
     if broken is not None and reading.finished and reading.error_message is None:
         # The answer was complete (finish_reason came); only the provider's [DONE] or its
         # close went missing: end the client's stream cleanly rather than as an error.
-        return "ok", dialect.clean_end, False
+        return "ok", forwarder.clean_end(), False
     if broken is not None:
         outcome: Outcome = "timeout" if isinstance(broken, UpstreamTimeout) else "broken_stream"
-        tail = dialect.stream_error(broken.message, "upstream_stream_broken", reading.last_sequence)
+        tail = forwarder.stream_error(broken.message, "upstream_stream_broken", reading.last_sequence)
         return outcome, tail, True
     if forwarder.error is not None:
         # The provider's own error event, held back: relayed as is, unless another deployment can finish
@@ -275,7 +294,7 @@ def _ending(
     if not meter.done and not reading.finished:
         name = attempt.candidate.provider.name
         message = f"{name}: upstream stream ended before the answer was complete"
-        return "broken_stream", dialect.stream_error(message, "upstream_stream_broken", reading.last_sequence), True
+        return "broken_stream", forwarder.stream_error(message, "upstream_stream_broken", reading.last_sequence), True
     # Complete: a malformed event on the way (relayed as is; SDKs skip it) is counted apart, by the caller,
     # not held against the provider's health.
-    return "ok", b"" if meter.done else dialect.clean_end, False
+    return "ok", b"" if meter.done else forwarder.clean_end(), False

@@ -59,6 +59,9 @@ class ProxyRequest:
     session_key: str | None = None
     """The conversation this request continues (``gateway.sessions``): its answer binds it (None: no session)."""
     session_ttl_s: float = 300.0
+    translations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """This very body translated to each API a deployment of the plan is reached in (``relay.outbound.eligible``);
+    ``model`` is set per deployment. Empty for a request no deployment takes translated."""
 
     @property
     def dialect(self) -> Dialect:

@@ -24,6 +24,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
+from gateway.dialects import dialect_for
 from gateway.errors import (
     RateLimited,
     UpstreamError,
@@ -37,7 +38,7 @@ from gateway.events import GatewayEvents, NoEvents
 from gateway.meter import Reading, StreamMeter, read_full_reply
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
 from gateway.relay.budget import AttemptBudget
-from gateway.relay.outbound import upstream_body
+from gateway.relay.outbound import upstream_body, upstream_of, upstream_path
 from gateway.relay.queue import SlotQueue
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
@@ -218,17 +219,18 @@ class AttemptRunner:
             read_s = max(candidate.idle_timeout_s, first_token_s)
         timeouts = AttemptTimeouts(connect_s=policy.connect_timeout_s, read_s=read_s, total_s=remaining)
         body = upstream_body(request, candidate)
-        api = request.endpoint
+        api = upstream_of(request, candidate)
+        path = upstream_path(request, api)
         try:
             if request.stream:
                 async with asyncio.timeout(first_token_s):
-                    attempt.response = await client.send(request.path, body, timeouts, request.headers, api)
+                    attempt.response = await client.send(path, body, timeouts, request.headers, api)
                     await self._check_status(attempt, client.redact)
                     await self._await_first_token(request, attempt)
                 if attempt.meter is not None:
                     self.router.attempt_streaming(candidate, attempt.meter)
             else:
-                attempt.response = await client.send(request.path, body, timeouts, request.headers, api)
+                attempt.response = await client.send(path, body, timeouts, request.headers, api)
                 await self._check_status(attempt, client.redact)
                 attempt.body = client.redact(await attempt.response.read_all())
                 attempt.response.close()  # read to the end: the connection goes back to the pool
@@ -263,7 +265,8 @@ class AttemptRunner:
 
     def finish_full(self, request: ProxyRequest, attempt: Attempt) -> None:
         """Measure and record a whole (non-streamed) answer; called once it has gone to the client."""
-        reading = read_full_reply(attempt.body, self.counter, request.dialect)
+        # The upstream's own API reads its body (a translated answer's client got it rewritten).
+        reading = read_full_reply(attempt.body, self.counter, dialect_for(upstream_of(request, attempt.candidate)))
         if request.endpoint == "embeddings":
             # Embeddings are measured by latency only: there are no output tokens to count.
             reading = dataclasses.replace(reading, output_tokens=None, answer_text="")
@@ -403,7 +406,8 @@ class AttemptRunner:
         """
         response = attempt.response
         assert response is not None
-        meter = attempt.meter = StreamMeter(self.clock, attempt.sent_at, request.dialect)
+        dialect = dialect_for(upstream_of(request, attempt.candidate))  # the meter reads the upstream's own events
+        meter = attempt.meter = StreamMeter(self.clock, attempt.sent_at, dialect)
         while meter.first_output_at is None and not meter.done:
             chunk = await response.read_chunk()
             if not chunk:

@@ -1,16 +1,22 @@
-"""Which of a model's deployments may serve a request: those that speak its API (and a pinned one).
+"""Which of a model's deployments may serve a request: those that speak its API, natively or translated.
 
-The router ranks only these; a model with none for the request's API is, for that API, a model
+A deployment serves a request on API X natively when X is among its ``apis``; otherwise, when X is one of
+the three conversational APIs (chat, Responses, Messages), the deployment speaks another of them and
+translation is on for it (``translate``, default true), it serves it translated (``gateway.translate``), in
+the first of its APIs in the order chat, Messages, Responses (chat's mapping is the most complete). The
+router ranks all of them as one pool; a model with none for the request's API is, for that API, a model
 that does not exist: 404, naming the API and what the model does serve.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
-from gateway.config import ModelConfig, serving
+from gateway.config import DeploymentConfig, ModelConfig
 from gateway.errors import ModelNotFound
 from gateway.samples import ENDPOINTS, Endpoint
+from gateway.translate.ir import TRANSLATABLE, Api
 
 API_TITLES: dict[Endpoint, str] = {
     "chat": "Chat Completions API (/v1/chat/completions)",
@@ -19,11 +25,38 @@ API_TITLES: dict[Endpoint, str] = {
     "responses": "Responses API (/v1/responses)",
     "messages": "Messages API (/v1/messages)",
 }
+API_PATHS: dict[Endpoint, str] = {
+    "chat": "/chat/completions",
+    "completions": "/completions",
+    "embeddings": "/embeddings",
+    "responses": "/responses",
+    "messages": "/messages",
+}
+
+
+def upstream_api(deployment: DeploymentConfig, api: Endpoint) -> Endpoint | None:
+    """The API ``deployment`` is sent a request on ``api`` in: ``api`` itself, another by translation, or None."""
+    if api in deployment.apis:
+        return api
+    if not deployment.translate or api not in TRANSLATABLE:
+        return None
+    return next((a for a in TRANSLATABLE if a in deployment.apis), None)
+
+
+def translated_to(deployment: DeploymentConfig, api: Endpoint) -> Api | None:
+    """The API a request on ``api`` is translated to for ``deployment`` (None: native, or not reachable)."""
+    target = upstream_api(deployment, api)
+    return cast(Api, target) if target is not None and target != api else None
+
+
+def reachable(model: ModelConfig, api: Endpoint) -> tuple[DeploymentConfig, ...]:
+    """The model's deployments that serve ``api``, natively or by translation."""
+    return tuple(d for d in model.deployments if upstream_api(d, api) is not None)
 
 
 def no_deployment_for(model: ModelConfig, api: Endpoint) -> ModelNotFound:
     """The 404 for a model that no deployment serves over ``api``."""
-    served = [e for e in ENDPOINTS if any(e in d.apis for d in model.deployments)]
+    served = [e for e in ENDPOINTS if reachable(model, e)]
     return ModelNotFound(
         f"model '{model.name}' has no deployment that serves the {API_TITLES[api]}; "
         f"it is served over: {', '.join(served)}",
@@ -33,12 +66,12 @@ def no_deployment_for(model: ModelConfig, api: Endpoint) -> ModelNotFound:
 
 
 def speaking(model: ModelConfig, api: Endpoint | None, pinned: str | None = None) -> ModelConfig:
-    """``model`` with only the deployments that speak ``api`` (all for None), and only ``pinned`` if given."""
-    deployments = model.deployments if api is None else serving(model, api)
+    """``model`` with only the deployments that serve ``api`` (all for None), and only ``pinned`` if given."""
+    deployments = model.deployments if api is None else reachable(model, api)
     if pinned is not None:
         deployments = tuple(d for d in deployments if d.name == pinned)
     if api is not None and not deployments and pinned is None:
         raise no_deployment_for(model, api)
-    if deployments is model.deployments:
+    if deployments == model.deployments:
         return model
     return dataclasses.replace(model, deployments=deployments)

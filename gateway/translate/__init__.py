@@ -1,0 +1,107 @@
+"""Translation between the Chat Completions, Responses and Messages APIs: any API in, any provider out.
+
+Each API is read into a neutral shape and written from it (``gateway.translate.ir``): requests
+(``translate_request``), whole answers (``translate_reply``), streams (``gateway.translate.stream``) and
+errors (``translate_error``). What a target cannot carry is refused before anything is sent
+(``Untranslatable``, a 400 naming the field), so that the router can prefer a deployment that takes the
+request natively (``gateway.routing.apis``). Every function here is pure; the field table is in
+``docs/translation.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from gateway.dialects.messages import anthropic_error
+from gateway.errors import describe_error_body
+from gateway.translate import chat, messages, responses
+from gateway.translate.ir import TRANSLATABLE, Api, Conversation, Reply, Untranslatable
+
+TITLES: dict[Api, str] = {"chat": "Chat Completions", "messages": "Messages", "responses": "Responses"}
+
+
+def read_request(api: Api, body: dict[str, Any]) -> Conversation:
+    if api == "chat":
+        return chat.read_request(body)
+    if api == "messages":
+        return messages.read_request(body)
+    return responses.read_request(body)
+
+
+def write_request(api: Api, conversation: Conversation, model: str, *, stream_usage: bool = True) -> dict[str, Any]:
+    if api == "chat":
+        return chat.write_request(conversation, model, stream_usage=stream_usage)
+    if api == "messages":
+        return messages.write_request(conversation, model)
+    return responses.write_request(conversation, model)
+
+
+def translate_request(
+    body: dict[str, Any], source: Api, target: Api, model: str, *, stream_usage: bool = True
+) -> dict[str, Any]:
+    """The ``target`` API's request for a ``source`` API's ``body``; ``Untranslatable`` names what it cannot carry."""
+    try:
+        return write_request(target, read_request(source, body), model, stream_usage=stream_usage)
+    except Untranslatable as exc:
+        raise Untranslatable(exc.field_path, TITLES[target], exc.why) from None
+
+
+def new_id(api: Api) -> str:
+    """A fresh id for an answer made by translation, in the client API's spelling (never in a request body)."""
+    prefix = {"chat": "chatcmpl-", "messages": "msg_", "responses": "resp_"}[api]
+    return prefix + uuid.uuid4().hex
+
+
+def read_reply(api: Api, body: dict[str, Any]) -> Reply:
+    if api == "chat":
+        return chat.read_reply(body)
+    if api == "messages":
+        return messages.read_reply(body)
+    return responses.read_reply(body)
+
+
+def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any], model: str) -> bytes:
+    """A whole upstream answer in ``source``'s shape, rewritten in ``target``'s (the client's)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return translate_error(raw, 502, target)
+    if not isinstance(body, dict):
+        return translate_error(raw, 502, target)
+    if "error" in body and body.get("error") is not None and not body.get("choices") and not body.get("output"):
+        return translate_error(raw, 502, target)
+    reply = read_reply(source, body)
+    shown = reply.model or model
+    out: dict[str, Any]
+    if target == "chat":
+        out = chat.write_reply(reply, shown)
+        out["id"] = new_id("chat")
+    elif target == "messages":
+        out = messages.write_reply(reply, shown, new_id("messages"))
+    else:
+        out = responses.write_reply(reply, shown, new_id("responses"), request)
+    return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def translate_error(raw: bytes, status: int, target: Api) -> bytes:
+    """An upstream's error body (any API's shape) in the client API's shape, its message and status kept."""
+    message, code = describe_error_body(raw)
+    if target == "messages":
+        return anthropic_error(status, message)
+    kind = "invalid_request_error" if 400 <= status < 500 else "upstream_error"
+    error = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return json.dumps(error, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+__all__ = [
+    "TITLES",
+    "TRANSLATABLE",
+    "Api",
+    "Untranslatable",
+    "new_id",
+    "translate_error",
+    "translate_reply",
+    "translate_request",
+]

@@ -1,0 +1,462 @@
+"""OpenAI's Chat Completions API in the neutral shape: a request read and written, a whole answer read and written.
+
+Reading refuses what the neutral shape cannot hold (``n`` > 1, logprobs, penalties, audio, files,
+legacy ``functions``): each names its field. Writing follows what open-weights servers (vLLM,
+llama.cpp, SGLang) accept: one leading ``system`` message (several instructions are joined, a
+developer's included), reasoning as the assistant's ``reasoning_content``, and ``cache_control``
+left out (no chat provider caches explicitly; their prefix caches need no marks).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gateway.translate.common import (
+    as_dict,
+    as_list,
+    as_str,
+    bad,
+    count,
+    image_from_url,
+    image_url,
+    obj,
+    opt_bool,
+    opt_int,
+    opt_number,
+    opt_str,
+    refuse_unknown,
+)
+from gateway.translate.ir import (
+    Conversation,
+    Image,
+    Instruction,
+    OutputFormat,
+    Part,
+    Reasoning,
+    ReasoningAsk,
+    Reply,
+    StopReason,
+    Text,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+    Turn,
+    Untranslatable,
+    Usage,
+)
+
+TARGET = "Chat Completions"
+_KNOWN = frozenset(
+    {
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop",
+        "response_format",
+        "user",
+        "safety_identifier",
+        "metadata",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "reasoning_effort",
+        "prompt_cache_key",
+        "n",
+        "store",
+    }
+)
+STOPS: dict[str, StopReason] = {
+    "stop": "end",
+    "length": "length",
+    "tool_calls": "tool",
+    "function_call": "tool",
+    "content_filter": "filter",
+}
+FINISH_OF: dict[StopReason, str] = {
+    "end": "stop",
+    "stop_sequence": "stop",
+    "length": "length",
+    "tool": "tool_calls",
+    "filter": "content_filter",
+}
+
+
+# -- request: chat → neutral -----------------------------------------------------------------
+
+
+def read_request(body: dict[str, Any]) -> Conversation:
+    """A chat request in the neutral shape; ``Untranslatable`` names the first field that has no place there."""
+    refuse_unknown(body, _KNOWN, "other")
+    n = body.get("n")
+    if n not in (None, 1):
+        raise Untranslatable("n", "other", "only one choice can be asked of another API")
+    conversation = Conversation(turns=[], stream=body.get("stream") is True)
+    leading = True
+    for index, raw in enumerate(as_list(body.get("messages"), "messages")):
+        path = f"messages[{index}]"
+        message = as_dict(raw, path)
+        role = message.get("role")
+        if role in ("system", "developer"):
+            text = _joined_text(message.get("content"), f"{path}.content")
+            if not leading:
+                raise Untranslatable(f"{path}.role", "other", f"a {role} message after the conversation began")
+            conversation.system.append(Instruction(text, "developer" if role == "developer" else "system"))
+            continue
+        leading = False
+        if role == "user":
+            parts, plain = _user_content(message.get("content"), f"{path}.content")
+            conversation.turns.append(Turn("user", parts, plain, opt_str(message.get("name"), f"{path}.name")))
+        elif role == "assistant":
+            conversation.turns.append(_assistant(message, path))
+        elif role == "tool":
+            call_id = as_str(message.get("tool_call_id"), f"{path}.tool_call_id")
+            content, plain = _user_content(message.get("content"), f"{path}.content")
+            blocks = [p for p in content if isinstance(p, Text | Image)]
+            result = ToolResult(call_id, blocks, plain=plain)
+            last = conversation.turns[-1] if conversation.turns else None
+            if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
+                last.parts.append(result)
+            else:
+                conversation.turns.append(Turn("user", [result]))
+        else:
+            raise Untranslatable(f"{path}.role", "other", f"role {role!r}")
+    conversation.max_tokens = opt_int(body.get("max_completion_tokens"), "max_completion_tokens")
+    if conversation.max_tokens is None:
+        conversation.max_tokens = opt_int(body.get("max_tokens"), "max_tokens")
+    conversation.temperature = opt_number(body.get("temperature"), "temperature")
+    conversation.top_p = opt_number(body.get("top_p"), "top_p")
+    conversation.top_k = opt_int(body.get("top_k"), "top_k")
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        conversation.stop, conversation.stop_plain = [stop], True
+    elif stop is not None:
+        conversation.stop = [as_str(s, "stop[]") for s in as_list(stop, "stop")]
+    conversation.output = _read_format(body.get("response_format"))
+    conversation.user = opt_str(body.get("user"), "user") or opt_str(body.get("safety_identifier"), "safety_identifier")
+    metadata = body.get("metadata")
+    conversation.metadata = as_dict(metadata, "metadata") if metadata is not None else None
+    conversation.tools = [_read_tool(t, i) for i, t in enumerate(as_list(body.get("tools") or [], "tools"))]
+    conversation.tool_choice = _read_choice(body.get("tool_choice"))
+    conversation.parallel_tool_calls = opt_bool(body.get("parallel_tool_calls"), "parallel_tool_calls")
+    effort = opt_str(body.get("reasoning_effort"), "reasoning_effort")
+    if effort is not None:
+        conversation.reasoning = ReasoningAsk(effort=effort, enabled=effort != "none")
+    conversation.prompt_cache_key = opt_str(body.get("prompt_cache_key"), "prompt_cache_key")
+    return conversation
+
+
+def _joined_text(content: Any, path: str) -> str:
+    if isinstance(content, str):
+        return content
+    texts = []
+    for index, raw in enumerate(as_list(content, path)):
+        part = as_dict(raw, f"{path}[{index}]")
+        if part.get("type") != "text":
+            raise Untranslatable(f"{path}[{index}].type", "other", f"a {part.get('type')!r} part here")
+        texts.append(as_str(part.get("text"), f"{path}[{index}].text"))
+    return "".join(texts)
+
+
+def _user_content(content: Any, path: str) -> tuple[list[Part], bool]:
+    if isinstance(content, str):
+        return [Text(content)], True
+    if content is None:
+        return [], False
+    parts: list[Part] = []
+    for index, raw in enumerate(as_list(content, path)):
+        where = f"{path}[{index}]"
+        part = as_dict(raw, where)
+        kind = part.get("type")
+        cache = part.get("cache_control")
+        if kind == "text":
+            parts.append(Text(as_str(part.get("text"), f"{where}.text"), cache))
+        elif kind == "image_url":
+            image = as_dict(part.get("image_url"), f"{where}.image_url")
+            url = as_str(image.get("url"), f"{where}.image_url.url")
+            read = image_from_url(url, opt_str(image.get("detail"), f"{where}.image_url.detail"))
+            read.cache = cache
+            parts.append(read)
+        else:
+            raise Untranslatable(f"{where}.type", "other", f"a {kind!r} content part")
+    return parts, False
+
+
+def _assistant(message: dict[str, Any], path: str) -> Turn:
+    parts: list[Part] = []
+    reasoning = message.get("reasoning_content", message.get("reasoning"))
+    if isinstance(reasoning, str) and reasoning:
+        parts.append(Reasoning(reasoning))
+    content = message.get("content")
+    plain = isinstance(content, str)
+    if isinstance(content, str):
+        if content:
+            parts.append(Text(content))
+    elif content is not None:
+        for index, raw in enumerate(as_list(content, f"{path}.content")):
+            part = as_dict(raw, f"{path}.content[{index}]")
+            if part.get("type") not in ("text", "refusal"):
+                raise Untranslatable(f"{path}.content[{index}].type", "other", f"a {part.get('type')!r} part")
+            parts.append(Text(as_str(part.get("text", part.get("refusal")), f"{path}.content[{index}].text")))
+    for index, raw in enumerate(as_list(message.get("tool_calls") or [], f"{path}.tool_calls")):
+        where = f"{path}.tool_calls[{index}]"
+        call = as_dict(raw, where)
+        function = as_dict(call.get("function"), f"{where}.function")
+        parts.append(
+            ToolCall(
+                as_str(call.get("id"), f"{where}.id"),
+                as_str(function.get("name"), f"{where}.function.name"),
+                as_str(function.get("arguments") or "{}", f"{where}.function.arguments"),
+            )
+        )
+    if message.get("function_call") is not None:
+        raise Untranslatable(f"{path}.function_call", "other", "the legacy function_call (use tool_calls)")
+    return Turn("assistant", parts, plain and len(parts) == 1, opt_str(message.get("name"), f"{path}.name"))
+
+
+def _read_tool(raw: Any, index: int) -> Tool:
+    path = f"tools[{index}]"
+    tool = as_dict(raw, path)
+    if tool.get("type") != "function":
+        raise Untranslatable(f"{path}.type", "other", f"a {tool.get('type')!r} tool")
+    function = as_dict(tool.get("function"), f"{path}.function")
+    parameters = function.get("parameters")
+    return Tool(
+        as_str(function.get("name"), f"{path}.function.name"),
+        opt_str(function.get("description"), f"{path}.function.description"),
+        as_dict(parameters, f"{path}.function.parameters") if parameters is not None else None,
+        opt_bool(function.get("strict"), f"{path}.function.strict"),
+        tool.get("cache_control"),
+    )
+
+
+def _read_choice(choice: Any) -> ToolChoice | None:
+    if choice is None:
+        return None
+    if choice in ("auto", "none", "required"):
+        return ToolChoice(choice)
+    named = as_dict(choice, "tool_choice")
+    if named.get("type") != "function":
+        raise Untranslatable("tool_choice.type", "other", f"tool choice {named.get('type')!r}")
+    return ToolChoice("tool", as_str(as_dict(named.get("function"), "tool_choice.function").get("name"), "name"))
+
+
+def _read_format(value: Any) -> OutputFormat | None:
+    if value is None:
+        return None
+    spec = as_dict(value, "response_format")
+    kind = spec.get("type")
+    if kind in ("text", "json_object"):
+        return OutputFormat(kind)
+    if kind != "json_schema":
+        raise bad("response_format.type", "text, json_object or json_schema")
+    schema = as_dict(spec.get("json_schema"), "response_format.json_schema")
+    return OutputFormat(
+        "json_schema",
+        opt_str(schema.get("name"), "response_format.json_schema.name"),
+        as_dict(schema.get("schema") or {}, "response_format.json_schema.schema"),
+        opt_bool(schema.get("strict"), "response_format.json_schema.strict"),
+        opt_str(schema.get("description"), "response_format.json_schema.description"),
+    )
+
+
+# -- request: neutral → chat -----------------------------------------------------------------
+
+
+def write_request(conversation: Conversation, model: str, *, stream_usage: bool = True) -> dict[str, Any]:
+    """The chat request for ``conversation``: keys in one fixed order, so each turn's prefix is byte-identical."""
+    body: dict[str, Any] = {"model": model, "messages": _messages(conversation)}
+    if conversation.tools:
+        body["tools"] = [_tool(t) for t in conversation.tools]
+    choice = conversation.tool_choice
+    if choice is not None:
+        named = {"type": "function", "function": {"name": choice.name}}
+        body["tool_choice"] = named if choice.mode == "tool" else choice.mode
+    if conversation.parallel_tool_calls is not None:
+        body["parallel_tool_calls"] = conversation.parallel_tool_calls
+    if conversation.max_tokens is not None:
+        body["max_tokens"] = conversation.max_tokens
+    for name in ("temperature", "top_p", "top_k"):
+        value = getattr(conversation, name)
+        if value is not None:
+            body[name] = value
+    if conversation.stop is not None:
+        body["stop"] = conversation.stop[0] if conversation.stop_plain else conversation.stop
+    output = conversation.output
+    if output is not None:
+        body["response_format"] = _format(output)
+    reasoning = conversation.reasoning
+    if reasoning is not None:
+        body["reasoning_effort"] = reasoning.effort or _effort_of(reasoning)
+    if conversation.user is not None:
+        body["user"] = conversation.user
+    if conversation.metadata is not None:
+        body["metadata"] = conversation.metadata
+    if conversation.prompt_cache_key is not None:
+        body["prompt_cache_key"] = conversation.prompt_cache_key
+    if conversation.stream:
+        body["stream"] = True
+        if stream_usage:
+            body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _effort_of(reasoning: ReasoningAsk) -> str:
+    """An Anthropic thinking budget as an OpenAI effort (an approximation: the scales differ)."""
+    if not reasoning.enabled:
+        return "none"
+    budget = reasoning.budget_tokens or 0
+    return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
+
+
+def _messages(conversation: Conversation) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if conversation.system:
+        messages.append({"role": "system", "content": "\n\n".join(i.text for i in conversation.system)})
+    for turn in conversation.turns:
+        if turn.role == "assistant":
+            messages.append(_assistant_message(turn))
+            continue
+        rest: list[Part] = []
+        for part in turn.parts:
+            if isinstance(part, ToolResult):
+                messages.append({"role": "tool", "tool_call_id": part.call_id, "content": _result_content(part)})
+            else:
+                rest.append(part)
+        if rest or not turn.parts:
+            message: dict[str, Any] = {"role": "user", "content": _user_parts(rest, turn.plain)}
+            if turn.name is not None:
+                message["name"] = turn.name
+            messages.append(message)
+    return messages
+
+
+def _result_content(result: ToolResult) -> str:
+    if any(isinstance(p, Image) for p in result.content):
+        raise Untranslatable("tool result content", TARGET, "a chat tool message holds text only, not an image")
+    text = "".join(p.text for p in result.content if isinstance(p, Text))
+    # Chat has no error flag on a tool result: the model reads it in the text.
+    return f"Error: {text}" if result.is_error else text
+
+
+def _user_parts(parts: list[Part], plain: bool) -> str | list[dict[str, Any]]:
+    if plain and len(parts) == 1 and isinstance(parts[0], Text):
+        return parts[0].text
+    out: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, Text):
+            out.append({"type": "text", "text": part.text})
+        elif isinstance(part, Image):
+            image: dict[str, Any] = {"url": image_url(part)}
+            if part.detail is not None:
+                image["detail"] = part.detail
+            out.append({"type": "image_url", "image_url": image})
+    return out
+
+
+def _assistant_message(turn: Turn) -> dict[str, Any]:
+    texts = [p.text for p in turn.parts if isinstance(p, Text)]
+    calls = [p for p in turn.parts if isinstance(p, ToolCall)]
+    thoughts = [p.text for p in turn.parts if isinstance(p, Reasoning) and p.text]
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if thoughts:
+        message["reasoning_content"] = "\n\n".join(thoughts)
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+        ]
+    if turn.name is not None:
+        message["name"] = turn.name
+    return message
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        function["description"] = tool.description
+    function["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
+    if tool.strict is not None:
+        function["strict"] = tool.strict
+    return {"type": "function", "function": function}
+
+
+def _format(output: OutputFormat) -> dict[str, Any]:
+    if output.kind != "json_schema":
+        return {"type": output.kind}
+    schema: dict[str, Any] = {"name": output.name or "output"}
+    if output.description is not None:
+        schema["description"] = output.description
+    schema["schema"] = output.schema or {}
+    if output.strict is not None:
+        schema["strict"] = output.strict
+    return {"type": "json_schema", "json_schema": schema}
+
+
+# -- a whole answer --------------------------------------------------------------------------
+
+
+def read_usage(usage: Any) -> Usage | None:
+    if not isinstance(usage, dict):
+        return None
+    prompt = usage.get("prompt_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:
+        cached = usage.get("prompt_cache_hit_tokens")  # DeepSeek's spelling
+    completion = usage.get("completion_tokens_details")
+    reasoning = completion.get("reasoning_tokens") if isinstance(completion, dict) else None
+    return Usage(
+        input_tokens=prompt if isinstance(prompt, int) else 0,
+        output_tokens=count(usage.get("completion_tokens")),
+        cached_tokens=cached if isinstance(cached, int) else 0,
+        reasoning_tokens=reasoning if isinstance(reasoning, int) else None,
+    )
+
+
+def write_usage(usage: Usage) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+    if usage.reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
+    return out
+
+
+def read_reply(body: dict[str, Any]) -> Reply:
+    choices = body.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    turn = _assistant(obj(choice.get("message")), "choices[0].message")
+    return Reply(
+        id=str(body.get("id") or ""),
+        model=str(body.get("model") or ""),
+        parts=turn.parts,
+        stop=STOPS.get(str(choice.get("finish_reason")), "end"),
+        usage=read_usage(body.get("usage")),
+        created=count(body.get("created")) or int(time.time()),
+    )
+
+
+def write_reply(reply: Reply, model: str) -> dict[str, Any]:
+    turn = Turn("assistant", reply.parts)
+    message = _assistant_message(turn)
+    message.pop("name", None)
+    body: dict[str, Any] = {
+        "id": "chatcmpl-" + reply.id.removeprefix("chatcmpl-"),
+        "object": "chat.completion",
+        "created": reply.created or int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": FINISH_OF[reply.stop]}],
+    }
+    if reply.usage is not None:
+        body["usage"] = write_usage(reply.usage)
+    return body

@@ -1,0 +1,109 @@
+"""Small readers every API's translator shares: typed field access that refuses what it cannot read."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway.errors import InvalidRequest
+from gateway.translate.ir import Image, Text, Untranslatable
+
+
+def bad(path: str, expected: str) -> InvalidRequest:
+    return InvalidRequest(f"'{path}' must be {expected}", param=path)
+
+
+def as_list(value: Any, path: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise bad(path, "an array")
+    return value
+
+
+def as_dict(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise bad(path, "an object")
+    return value
+
+
+def as_str(value: Any, path: str) -> str:
+    if not isinstance(value, str):
+        raise bad(path, "a string")
+    return value
+
+
+def opt_str(value: Any, path: str) -> str | None:
+    return None if value is None else as_str(value, path)
+
+
+def opt_int(value: Any, path: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise bad(path, "an integer")
+    return value
+
+
+def opt_number(value: Any, path: str) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise bad(path, "a number")
+    return value
+
+
+def opt_bool(value: Any, path: str) -> bool | None:
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise bad(path, "a boolean")
+    return value
+
+
+def refuse_unknown(body: dict[str, Any], known: frozenset[str], target: str, prefix: str = "") -> None:
+    """Refuse, naming it, the first field no mapping knows: a field the target never hears of is a silent drop."""
+    for name in body:
+        if name not in known:
+            raise Untranslatable(prefix + name, target)
+
+
+def data_url(url: str) -> tuple[str, str] | None:
+    """``(media_type, base64 data)`` of a ``data:<type>;base64,<data>`` URL; None for any other URL."""
+    if not url.startswith("data:"):
+        return None
+    head, sep, data = url.partition(",")
+    if not sep or not head.endswith(";base64"):
+        return None
+    return head[5 : -len(";base64")], data
+
+
+def image_url(image: Image) -> str:
+    """An image as one URL: its own, or its bytes as a data URL (what OpenAI's APIs take)."""
+    if image.url is not None:
+        return image.url
+    return f"data:{image.media_type or 'image/png'};base64,{image.data or ''}"
+
+
+def image_from_url(url: str, detail: str | None) -> Image:
+    inline = data_url(url)
+    if inline is not None:
+        return Image(data=inline[1], media_type=inline[0], detail=detail)
+    return Image(url=url, detail=detail)
+
+
+def dump_json(value: Any) -> str:
+    """JSON text as the translators write it everywhere: compact, key order kept, so it is the same every turn."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def result_text(content: list[Text | Image]) -> str:
+    return "".join(part.text for part in content if isinstance(part, Text))
+
+
+def obj(value: Any) -> dict[str, Any]:
+    """``value`` if it is an object, else an empty one (reading an answer: a missing member is an empty one)."""
+    return value if isinstance(value, dict) else {}
+
+
+def count(value: Any) -> int:
+    """``value`` if it is an integer, else 0 (reading a reported token count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,255 @@
+"""The neutral shape every API is read into and written from: a conversation, a reply, a stream's events.
+
+Translating between three APIs pair by pair would take six translators per direction of travel;
+through one neutral shape it takes a reader and a writer per API (``chat``, ``messages``,
+``responses``). The shape holds exactly what the three have in common, and a little more where one
+API's field can ride along to another that has it (``cache_control``, reasoning signatures, ``top_k``).
+Whatever an API says that this shape cannot hold is refused by that API's reader, naming the field
+(``Untranslatable``), never dropped.
+
+Everything here is plain data, built fresh per request: readers and writers are pure functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gateway.errors import InvalidRequest
+
+Api = Literal["chat", "messages", "responses"]
+TRANSLATABLE: tuple[Api, ...] = ("chat", "messages", "responses")
+"""The APIs translated between, in the order a translated request prefers them upstream: chat's mapping is
+the most complete, and the Messages API's next."""
+
+StopReason = Literal["end", "length", "tool", "stop_sequence", "filter"]
+ToolMode = Literal["auto", "none", "required", "tool"]
+
+
+class Untranslatable(InvalidRequest):
+    """A request field the target API cannot carry: a 400 naming the field (``param``), never a silent drop."""
+
+    def __init__(self, field_path: str, target: str, why: str = "") -> None:
+        reason = f": {why}" if why else ""
+        super().__init__(
+            f"'{field_path}' cannot be translated to the {target} API{reason}; send it to a deployment "
+            f"that speaks this API natively",
+            param=field_path,
+            code="untranslatable_field",
+        )
+        self.field_path = field_path
+        self.why = why
+
+
+@dataclass(slots=True)
+class Text:
+    text: str
+    cache: dict[str, Any] | None = None
+    """Anthropic's ``cache_control`` on this block (None: none)."""
+
+
+@dataclass(slots=True)
+class Image:
+    url: str | None = None
+    """An http(s) URL (None for inline data)."""
+    data: str | None = None
+    """Base64 bytes, with ``media_type``."""
+    media_type: str | None = None
+    detail: str | None = None
+    cache: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+    """The arguments as JSON text, exactly as the model wrote them."""
+    cache: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class ToolResult:
+    call_id: str
+    content: list[Text | Image]
+    is_error: bool = False
+    plain: bool = True
+    """The result was given as one string (not a list of blocks)."""
+    cache: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Reasoning:
+    text: str
+    signature: str | None = None
+    """Anthropic's signature of a thinking block (only another Messages call can check it)."""
+    encrypted: str | None = None
+    """Opaque reasoning: a ``redacted_thinking`` block's data, or a Responses item's ``encrypted_content``."""
+    summary: bool = False
+    """The text is a summary of the reasoning (Responses' ``summary_text``), not the reasoning itself."""
+
+
+Part = Text | Image | ToolCall | ToolResult | Reasoning
+
+
+@dataclass(slots=True)
+class Turn:
+    role: Literal["user", "assistant"]
+    parts: list[Part]
+    plain: bool = False
+    """The content was given as one string."""
+    name: str | None = None
+    """Chat's ``name`` of a participant."""
+
+
+@dataclass(slots=True)
+class Instruction:
+    text: str
+    role: Literal["system", "developer"] = "system"
+    cache: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Tool:
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+    cache: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class ToolChoice:
+    mode: ToolMode
+    name: str | None = None
+
+
+@dataclass(slots=True)
+class OutputFormat:
+    kind: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+@dataclass(slots=True)
+class ReasoningAsk:
+    """What the client asked of the model's reasoning: an effort (OpenAI) or a token budget (Anthropic)."""
+
+    effort: str | None = None
+    budget_tokens: int | None = None
+    enabled: bool = True
+    summary: str | None = None
+
+
+@dataclass(slots=True)
+class Conversation:
+    """A request, whatever API it came in: instructions, turns, tools and the sampling options."""
+
+    turns: list[Turn]
+    system: list[Instruction] = field(default_factory=list)
+    system_plain: bool = True
+    """The Messages API's ``system`` was one string (not a list of blocks)."""
+    tools: list[Tool] = field(default_factory=list)
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: list[str] | None = None
+    stop_plain: bool = False
+    """Chat's ``stop`` was one string."""
+    output: OutputFormat | None = None
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
+    reasoning: ReasoningAsk | None = None
+    stream: bool = False
+    prompt_cache_key: str | None = None
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token counts as the provider reported them. ``input_tokens`` is the whole prompt, cached part included."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cache_creation_tokens: int = 0
+    reasoning_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class Reply:
+    """A whole (non-streamed) answer: its parts in order, why it stopped, and its usage."""
+
+    id: str
+    model: str
+    parts: list[Part]
+    stop: StopReason = "end"
+    stop_sequence: str | None = None
+    usage: Usage | None = None
+    created: int = 0
+
+
+# -- a stream's events, in the neutral shape -------------------------------------------------
+
+
+@dataclass(slots=True)
+class Started:
+    id: str
+    model: str
+    usage: Usage | None = None
+
+
+@dataclass(slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(slots=True)
+class ReasoningDelta:
+    text: str
+    signature: str | None = None
+    encrypted: str | None = None
+
+
+@dataclass(slots=True)
+class ToolCallStart:
+    key: int
+    """The upstream's own index of this call (tool-argument deltas name it)."""
+    id: str
+    name: str
+
+
+@dataclass(slots=True)
+class ToolArgsDelta:
+    key: int
+    text: str
+
+
+@dataclass(slots=True)
+class Finished:
+    stop: StopReason
+    stop_sequence: str | None = None
+
+
+@dataclass(slots=True)
+class UsageSeen:
+    usage: Usage
+
+
+@dataclass(slots=True)
+class Ended:
+    """The upstream's stream is over (``[DONE]``, ``message_stop``, ``response.completed``)."""
+
+
+@dataclass(slots=True)
+class Failed:
+    message: str
+    status: int = 500
+    code: str | None = None
+
+
+Event = Started | TextDelta | ReasoningDelta | ToolCallStart | ToolArgsDelta | Finished | UsageSeen | Ended | Failed

@@ -1,0 +1,415 @@
+"""Anthropic's Messages API in the neutral shape: a request read and written, a whole answer read and written.
+
+Reading refuses what other APIs cannot carry: documents, search results, server tools (web search,
+code execution, bash, computer use), MCP servers, containers, context management. Writing keeps
+``cache_control`` where the client put it (Anthropic caches only what is marked), writes a thinking
+block only where it has its signature (Anthropic checks it), and a tool result's error as ``is_error``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from gateway.translate.common import (
+    as_dict,
+    as_list,
+    as_str,
+    dump_json,
+    opt_int,
+    opt_number,
+    opt_str,
+    refuse_unknown,
+)
+from gateway.translate.ir import (
+    Conversation,
+    Image,
+    Instruction,
+    OutputFormat,
+    Part,
+    Reasoning,
+    ReasoningAsk,
+    Reply,
+    StopReason,
+    Text,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+    Turn,
+    Untranslatable,
+    Usage,
+)
+
+TARGET = "Messages"
+_KNOWN = frozenset(
+    {
+        "model",
+        "messages",
+        "system",
+        "max_tokens",
+        "metadata",
+        "stop_sequences",
+        "stream",
+        "temperature",
+        "top_p",
+        "top_k",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "output_format",
+    }
+)
+STOPS: dict[str, StopReason] = {
+    "end_turn": "end",
+    "max_tokens": "length",
+    "tool_use": "tool",
+    "stop_sequence": "stop_sequence",
+    "refusal": "filter",
+    "pause_turn": "end",
+    "model_context_window_exceeded": "length",
+}
+STOP_OF: dict[StopReason, str] = {
+    "end": "end_turn",
+    "length": "max_tokens",
+    "tool": "tool_use",
+    "stop_sequence": "stop_sequence",
+    "filter": "refusal",
+}
+_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+DEFAULT_MAX_TOKENS = 4096
+"""What a Messages request asks when the client set no limit (the Messages API requires one)."""
+
+
+# -- request: Messages → neutral -------------------------------------------------------------
+
+
+def read_request(body: dict[str, Any]) -> Conversation:
+    refuse_unknown(body, _KNOWN, "other")
+    conversation = Conversation(turns=[], stream=body.get("stream") is True)
+    system = body.get("system")
+    if isinstance(system, str):
+        if system:
+            conversation.system.append(Instruction(system))
+    elif system is not None:
+        conversation.system_plain = False
+        for index, raw in enumerate(as_list(system, "system")):
+            block = as_dict(raw, f"system[{index}]")
+            if block.get("type") != "text":
+                raise Untranslatable(f"system[{index}].type", "other", f"a {block.get('type')!r} system block")
+            conversation.system.append(Instruction(as_str(block.get("text"), "text"), cache=block.get("cache_control")))
+    for index, raw in enumerate(as_list(body.get("messages"), "messages")):
+        path = f"messages[{index}]"
+        message = as_dict(raw, path)
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            raise Untranslatable(f"{path}.role", "other", f"role {role!r}")
+        content = message.get("content")
+        if isinstance(content, str):
+            conversation.turns.append(Turn(role, [Text(content)], plain=True))
+            continue
+        parts = [_read_block(b, f"{path}.content[{i}]") for i, b in enumerate(as_list(content, f"{path}.content"))]
+        conversation.turns.append(Turn(role, [p for p in parts if p is not None]))
+    conversation.max_tokens = opt_int(body.get("max_tokens"), "max_tokens")
+    conversation.temperature = opt_number(body.get("temperature"), "temperature")
+    conversation.top_p = opt_number(body.get("top_p"), "top_p")
+    conversation.top_k = opt_int(body.get("top_k"), "top_k")
+    stops = body.get("stop_sequences")
+    if stops is not None:
+        conversation.stop = [as_str(s, "stop_sequences[]") for s in as_list(stops, "stop_sequences")]
+    metadata = body.get("metadata")
+    if metadata is not None:
+        meta = as_dict(metadata, "metadata")
+        refuse_unknown(meta, frozenset({"user_id"}), "other", "metadata.")
+        conversation.user = opt_str(meta.get("user_id"), "metadata.user_id")
+    conversation.tools = [_read_tool(t, i) for i, t in enumerate(as_list(body.get("tools") or [], "tools"))]
+    choice = body.get("tool_choice")
+    if choice is not None:
+        spec = as_dict(choice, "tool_choice")
+        kind = spec.get("type")
+        modes = {"auto": "auto", "any": "required", "none": "none", "tool": "tool"}
+        if kind not in modes:
+            raise Untranslatable("tool_choice.type", "other", f"tool choice {kind!r}")
+        name = opt_str(spec.get("name"), "tool_choice.name") if kind == "tool" else None
+        conversation.tool_choice = ToolChoice(modes[kind], name)  # type: ignore[arg-type]
+        disabled = spec.get("disable_parallel_tool_use")
+        if disabled is not None:
+            conversation.parallel_tool_calls = not disabled
+    thinking = body.get("thinking")
+    if thinking is not None:
+        spec = as_dict(thinking, "thinking")
+        kind = spec.get("type")
+        if kind == "enabled":
+            budget = opt_int(spec.get("budget_tokens"), "thinking.budget_tokens")
+            conversation.reasoning = ReasoningAsk(budget_tokens=budget)
+        elif kind == "disabled":
+            conversation.reasoning = ReasoningAsk(enabled=False)
+        else:
+            raise Untranslatable("thinking.type", "other", f"thinking {kind!r}")
+    output = body.get("output_format")
+    if output is not None:
+        spec = as_dict(output, "output_format")
+        if spec.get("type") != "json_schema":
+            raise Untranslatable("output_format.type", "other", f"output format {spec.get('type')!r}")
+        conversation.output = OutputFormat("json_schema", None, as_dict(spec.get("schema"), "output_format.schema"))
+    return conversation
+
+
+def _read_block(raw: Any, path: str) -> Part | None:
+    block = as_dict(raw, path)
+    kind = block.get("type")
+    cache = block.get("cache_control")
+    if kind == "text":
+        return Text(as_str(block.get("text"), f"{path}.text"), cache)
+    if kind == "image":
+        image = _read_image(block, path)
+        image.cache = cache
+        return image
+    if kind == "tool_use":
+        arguments = dump_json(block.get("input") if block.get("input") is not None else {})
+        return ToolCall(
+            as_str(block.get("id"), f"{path}.id"), as_str(block.get("name"), f"{path}.name"), arguments, cache
+        )
+    if kind == "tool_result":
+        content = block.get("content")
+        call_id = as_str(block.get("tool_use_id"), f"{path}.tool_use_id")
+        is_error = block.get("is_error") is True
+        if content is None or isinstance(content, str):
+            return ToolResult(call_id, [Text(content or "")], is_error, True, cache)
+        blocks: list[Text | Image] = []
+        for index, item in enumerate(as_list(content, f"{path}.content")):
+            part = _read_block(item, f"{path}.content[{index}]")
+            if not isinstance(part, Text | Image):
+                raise Untranslatable(f"{path}.content[{index}].type", "other", "only text and images in a tool result")
+            blocks.append(part)
+        return ToolResult(call_id, blocks, is_error, False, cache)
+    if kind == "thinking":
+        signature = opt_str(block.get("signature"), f"{path}.signature")
+        return Reasoning(as_str(block.get("thinking"), f"{path}.thinking"), signature or None)
+    if kind == "redacted_thinking":
+        return Reasoning("", encrypted=as_str(block.get("data"), f"{path}.data"))
+    raise Untranslatable(f"{path}.type", "other", f"a {kind!r} block")
+
+
+def _read_image(block: dict[str, Any], path: str) -> Image:
+    source = as_dict(block.get("source"), f"{path}.source")
+    kind = source.get("type")
+    if kind == "base64":
+        return Image(
+            data=as_str(source.get("data"), f"{path}.source.data"),
+            media_type=as_str(source.get("media_type"), f"{path}.source.media_type"),
+        )
+    if kind == "url":
+        return Image(url=as_str(source.get("url"), f"{path}.source.url"))
+    raise Untranslatable(f"{path}.source.type", "other", f"an image source {kind!r}")
+
+
+def _read_tool(raw: Any, index: int) -> Tool:
+    path = f"tools[{index}]"
+    tool = as_dict(raw, path)
+    if tool.get("type") not in (None, "custom"):
+        raise Untranslatable(f"{path}.type", "other", f"the server tool {tool.get('type')!r}")
+    refuse_unknown(
+        tool, frozenset({"type", "name", "description", "input_schema", "cache_control", "strict"}), "other", path + "."
+    )
+    schema = tool.get("input_schema")
+    return Tool(
+        as_str(tool.get("name"), f"{path}.name"),
+        opt_str(tool.get("description"), f"{path}.description"),
+        as_dict(schema, f"{path}.input_schema") if schema is not None else None,
+        tool.get("strict") if isinstance(tool.get("strict"), bool) else None,
+        tool.get("cache_control"),
+    )
+
+
+# -- request: neutral → Messages -------------------------------------------------------------
+
+
+def tool_id(value: str) -> str:
+    """A tool-call id as Anthropic accepts it (letters, digits, ``_``, ``-``): the same id every turn."""
+    return _ID_CHARS.sub("_", value) or "toolu_"
+
+
+def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "max_tokens": conversation.max_tokens or DEFAULT_MAX_TOKENS}
+    if conversation.system:
+        refused = [i for i in conversation.system if i.role not in ("system", "developer")]
+        assert not refused
+        if conversation.system_plain and len(conversation.system) == 1 and conversation.system[0].cache is None:
+            body["system"] = conversation.system[0].text
+        else:
+            body["system"] = [_cached({"type": "text", "text": i.text}, i.cache) for i in conversation.system]
+    body["messages"] = [_message(turn) for turn in conversation.turns]
+    if conversation.tools:
+        body["tools"] = [_tool(t) for t in conversation.tools]
+    choice = conversation.tool_choice
+    if choice is not None or conversation.parallel_tool_calls is False:
+        mode = choice.mode if choice is not None else "auto"
+        spec: dict[str, Any] = {"type": {"required": "any"}.get(mode, mode)}
+        if choice is not None and choice.mode == "tool":
+            spec["name"] = choice.name
+        if conversation.parallel_tool_calls is not None and mode != "none":
+            spec["disable_parallel_tool_use"] = not conversation.parallel_tool_calls
+        body["tool_choice"] = spec
+    for name in ("temperature", "top_p", "top_k"):
+        value = getattr(conversation, name)
+        if value is not None:
+            body[name] = value
+    if conversation.stop is not None:
+        body["stop_sequences"] = conversation.stop
+    if conversation.user is not None:
+        body["metadata"] = {"user_id": conversation.user}
+    reasoning = conversation.reasoning
+    if reasoning is not None:
+        body["thinking"] = _thinking(reasoning, body["max_tokens"])
+    output = conversation.output
+    if output is not None and output.kind == "json_schema":
+        body["output_format"] = {"type": "json_schema", "schema": output.schema or {}}
+    elif output is not None and output.kind == "json_object":
+        raise Untranslatable("response_format", TARGET, "JSON mode without a schema")
+    if conversation.stream:
+        body["stream"] = True
+    return body
+
+
+def _thinking(reasoning: ReasoningAsk, max_tokens: int) -> dict[str, Any]:
+    if not reasoning.enabled or reasoning.effort in ("none", "minimal"):
+        return {"type": "disabled"}
+    budget = reasoning.budget_tokens
+    if budget is None:
+        budget = {"low": 2048, "medium": 8192, "high": 24576}.get(reasoning.effort or "medium", 8192)
+    # Anthropic asks for a budget of at least 1024, below max_tokens.
+    return {"type": "enabled", "budget_tokens": max(1024, min(budget, max_tokens - 1))}
+
+
+def _cached(block: dict[str, Any], cache: dict[str, Any] | None) -> dict[str, Any]:
+    if cache is not None:
+        block["cache_control"] = cache
+    return block
+
+
+def _message(turn: Turn) -> dict[str, Any]:
+    if turn.plain and len(turn.parts) == 1 and isinstance(turn.parts[0], Text) and turn.parts[0].cache is None:
+        return {"role": turn.role, "content": turn.parts[0].text}
+    blocks: list[dict[str, Any]] = []
+    for part in sorted(turn.parts, key=lambda p: not isinstance(p, ToolResult)):  # results first, as Anthropic asks
+        block = _block(part)
+        if block is not None:
+            blocks.append(block)
+    return {"role": turn.role, "content": blocks}
+
+
+def _block(part: Part) -> dict[str, Any] | None:
+    if isinstance(part, Text):
+        return _cached({"type": "text", "text": part.text}, part.cache)
+    if isinstance(part, Image):
+        return _cached({"type": "image", "source": _source(part)}, part.cache)
+    if isinstance(part, ToolCall):
+        try:
+            arguments = json.loads(part.arguments) if part.arguments.strip() else {}
+        except ValueError as exc:
+            raise Untranslatable("tool call arguments", TARGET, "arguments that are not a JSON object") from exc
+        if not isinstance(arguments, dict):
+            raise Untranslatable("tool call arguments", TARGET, "arguments that are not a JSON object")
+        block = {"type": "tool_use", "id": tool_id(part.id), "name": part.name, "input": arguments}
+        return _cached(block, part.cache)
+    if isinstance(part, ToolResult):
+        content: str | list[dict[str, Any]]
+        if part.plain and all(isinstance(p, Text) for p in part.content):
+            content = "".join(p.text for p in part.content if isinstance(p, Text))
+        else:
+            content = [b for b in (_block(p) for p in part.content) if b is not None]
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id(part.call_id), "content": content}
+        if part.is_error:
+            result["is_error"] = True
+        return _cached(result, part.cache)
+    if part.signature is not None:
+        return {"type": "thinking", "thinking": part.text, "signature": part.signature}
+    # Reasoning without Anthropic's signature (another API's, or opaque to it) cannot be checked: left out.
+    return None
+
+
+def _source(image: Image) -> dict[str, Any]:
+    if image.url is not None:
+        return {"type": "url", "url": image.url}
+    return {"type": "base64", "media_type": image.media_type or "image/png", "data": image.data or ""}
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        out["description"] = tool.description
+    out["input_schema"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
+    return _cached(out, tool.cache)
+
+
+# -- a whole answer --------------------------------------------------------------------------
+
+
+def read_usage(usage: Any) -> Usage | None:
+    if not isinstance(usage, dict):
+        return None
+
+    def number(key: str) -> int:
+        value = usage.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    cached, created = number("cache_read_input_tokens"), number("cache_creation_input_tokens")
+    return Usage(number("input_tokens") + cached + created, number("output_tokens"), cached, created)
+
+
+def write_usage(usage: Usage) -> dict[str, Any]:
+    fresh = max(0, usage.input_tokens - usage.cached_tokens - usage.cache_creation_tokens)
+    return {
+        "input_tokens": fresh,
+        "cache_creation_input_tokens": usage.cache_creation_tokens,
+        "cache_read_input_tokens": usage.cached_tokens,
+        "output_tokens": usage.output_tokens,
+    }
+
+
+def read_reply(body: dict[str, Any]) -> Reply:
+    parts: list[Part] = []
+    for index, raw in enumerate(body.get("content") or ()):
+        if isinstance(raw, dict) and raw.get("type") in ("text", "tool_use", "thinking", "redacted_thinking"):
+            part = _read_block(raw, f"content[{index}]")
+            if part is not None:
+                parts.append(part)
+    return Reply(
+        id=str(body.get("id") or ""),
+        model=str(body.get("model") or ""),
+        parts=parts,
+        stop=STOPS.get(str(body.get("stop_reason")), "end"),
+        stop_sequence=body.get("stop_sequence") if isinstance(body.get("stop_sequence"), str) else None,
+        usage=read_usage(body.get("usage")),
+    )
+
+
+def reply_block(part: Part) -> dict[str, Any] | None:
+    """One answer block as the client's Messages API shows it (reasoning with the signature it has, or none)."""
+    if isinstance(part, Reasoning):
+        if part.encrypted is not None and not part.text:
+            return None  # another API's opaque reasoning: nothing a Messages client can read or send back
+        return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
+    if isinstance(part, ToolCall):
+        try:
+            arguments = json.loads(part.arguments) if part.arguments.strip() else {}
+        except ValueError:
+            arguments = {}
+        return {"type": "tool_use", "id": part.id, "name": part.name, "input": arguments}
+    return _block(part)
+
+
+def write_reply(reply: Reply, model: str, message_id: str) -> dict[str, Any]:
+    content = [b for b in (reply_block(p) for p in reply.parts) if b is not None]
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": STOP_OF[reply.stop],
+        "stop_sequence": reply.stop_sequence,
+        "usage": write_usage(reply.usage or Usage()),
+    }

@@ -1,0 +1,529 @@
+"""OpenAI's Responses API in the neutral shape: a request read and written, a whole answer read and written.
+
+Reading refuses the built-in tools (web search, file search, computer use, code interpreter, image
+generation, MCP, shell), files, item references, ``previous_response_id`` (the gateway expands it into
+the full input before translating), background mode and stored prompts. ``include`` asks for what a
+translated answer may lack: ``reasoning.encrypted_content`` comes back absent (no other provider makes
+one), which Codex accepts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gateway.translate.common import (
+    as_dict,
+    as_list,
+    as_str,
+    count,
+    image_from_url,
+    image_url,
+    opt_bool,
+    opt_int,
+    opt_number,
+    opt_str,
+    refuse_unknown,
+)
+from gateway.translate.ir import (
+    Conversation,
+    Image,
+    Instruction,
+    OutputFormat,
+    Part,
+    Reasoning,
+    ReasoningAsk,
+    Reply,
+    StopReason,
+    Text,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+    Turn,
+    Untranslatable,
+    Usage,
+)
+
+TARGET = "Responses"
+_KNOWN = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "text",
+        "reasoning",
+        "store",
+        "stream",
+        "include",
+        "metadata",
+        "user",
+        "safety_identifier",
+        "prompt_cache_key",
+        "truncation",
+        "service_tier",
+        "stream_options",
+    }
+)
+_INCLUDES = frozenset({"reasoning.encrypted_content"})
+
+
+# -- request: Responses → neutral ------------------------------------------------------------
+
+
+def read_request(body: dict[str, Any]) -> Conversation:
+    refuse_unknown(body, _KNOWN, "other")
+    for name, allowed in (("truncation", (None, "disabled")), ("service_tier", (None, "auto", "default"))):
+        if body.get(name) not in allowed:
+            raise Untranslatable(name, "other", f"{name} {body.get(name)!r}")
+    for index, value in enumerate(as_list(body.get("include") or [], "include")):
+        if value not in _INCLUDES:
+            raise Untranslatable(f"include[{index}]", "other", f"{value!r}")
+    conversation = Conversation(turns=[], stream=body.get("stream") is True)
+    instructions = opt_str(body.get("instructions"), "instructions")
+    if instructions:
+        conversation.system.append(Instruction(instructions))
+    items = body.get("input")
+    if isinstance(items, str):
+        conversation.turns.append(Turn("user", [Text(items)], plain=True))
+    else:
+        _read_items(conversation, as_list(items if items is not None else [], "input"))
+    conversation.max_tokens = opt_int(body.get("max_output_tokens"), "max_output_tokens")
+    conversation.temperature = opt_number(body.get("temperature"), "temperature")
+    conversation.top_p = opt_number(body.get("top_p"), "top_p")
+    conversation.tools = [_read_tool(t, i) for i, t in enumerate(as_list(body.get("tools") or [], "tools"))]
+    conversation.tool_choice = _read_choice(body.get("tool_choice"))
+    conversation.parallel_tool_calls = opt_bool(body.get("parallel_tool_calls"), "parallel_tool_calls")
+    text = body.get("text")
+    if text is not None:
+        spec = as_dict(text, "text")
+        refuse_unknown(spec, frozenset({"format", "verbosity"}), "other", "text.")
+        if spec.get("format") is not None:
+            conversation.output = _read_format(as_dict(spec["format"], "text.format"))
+    reasoning = body.get("reasoning")
+    if reasoning is not None:
+        spec = as_dict(reasoning, "reasoning")
+        refuse_unknown(spec, frozenset({"effort", "summary", "generate_summary"}), "other", "reasoning.")
+        effort = opt_str(spec.get("effort"), "reasoning.effort")
+        summary = opt_str(spec.get("summary", spec.get("generate_summary")), "reasoning.summary")
+        conversation.reasoning = ReasoningAsk(effort=effort, enabled=effort != "none", summary=summary)
+    metadata = body.get("metadata")
+    conversation.metadata = as_dict(metadata, "metadata") if metadata is not None else None
+    conversation.user = opt_str(body.get("user"), "user") or opt_str(body.get("safety_identifier"), "safety_identifier")
+    conversation.prompt_cache_key = opt_str(body.get("prompt_cache_key"), "prompt_cache_key")
+    return conversation
+
+
+def _turn(conversation: Conversation, role: str) -> Turn:
+    """The last turn if it is ``role``'s (an assistant's text, reasoning and calls are one turn), else a new one."""
+    last = conversation.turns[-1] if conversation.turns else None
+    if last is not None and last.role == role and not last.plain:
+        return last
+    turn = Turn("assistant" if role == "assistant" else "user", [])
+    conversation.turns.append(turn)
+    return turn
+
+
+def _read_items(conversation: Conversation, items: list[Any]) -> None:
+    for index, raw in enumerate(items):
+        path = f"input[{index}]"
+        item = as_dict(raw, path)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            content = item.get("content")
+            if role in ("system", "developer"):
+                if conversation.turns:
+                    raise Untranslatable(f"{path}.role", "other", f"a {role} message after the conversation began")
+                text = content if isinstance(content, str) else "".join(_texts(content, f"{path}.content"))
+                conversation.system.append(Instruction(text, "developer" if role == "developer" else "system"))
+            elif role in ("user", "assistant"):
+                if isinstance(content, str):
+                    conversation.turns.append(Turn(role, [Text(content)], plain=True))
+                else:
+                    parts = _content(content, f"{path}.content")
+                    if role == "assistant":
+                        _turn(conversation, "assistant").parts.extend(parts)
+                    else:
+                        conversation.turns.append(Turn("user", parts))
+            else:
+                raise Untranslatable(f"{path}.role", "other", f"role {role!r}")
+        elif kind == "function_call":
+            call = ToolCall(
+                as_str(item.get("call_id"), f"{path}.call_id"),
+                as_str(item.get("name"), f"{path}.name"),
+                as_str(item.get("arguments"), f"{path}.arguments"),
+            )
+            _turn(conversation, "assistant").parts.append(call)
+        elif kind == "function_call_output":
+            output = item.get("output")
+            call_id = as_str(item.get("call_id"), f"{path}.call_id")
+            if isinstance(output, str):
+                result = ToolResult(call_id, [Text(output)])
+            else:
+                blocks = [p for p in _content(output, f"{path}.output") if isinstance(p, Text | Image)]
+                result = ToolResult(call_id, blocks, plain=False)
+            last = conversation.turns[-1] if conversation.turns else None
+            if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
+                last.parts.append(result)
+            else:
+                conversation.turns.append(Turn("user", [result]))
+        elif kind == "reasoning":
+            summary = "".join(_texts(item.get("summary") or [], f"{path}.summary"))
+            content = "".join(_texts(item.get("content") or [], f"{path}.content"))
+            encrypted = opt_str(item.get("encrypted_content"), f"{path}.encrypted_content")
+            reasoning = Reasoning(content or summary, encrypted=encrypted, summary=not content and bool(summary))
+            _turn(conversation, "assistant").parts.append(reasoning)
+        else:
+            raise Untranslatable(f"{path}.type", "other", f"a {kind!r} item")
+
+
+def _texts(content: Any, path: str) -> list[str]:
+    texts = []
+    for index, raw in enumerate(as_list(content, path)):
+        part = as_dict(raw, f"{path}[{index}]")
+        if part.get("type") not in ("input_text", "output_text", "summary_text", "reasoning_text", "text"):
+            raise Untranslatable(f"{path}[{index}].type", "other", f"a {part.get('type')!r} part here")
+        texts.append(as_str(part.get("text"), f"{path}[{index}].text"))
+    return texts
+
+
+def _content(content: Any, path: str) -> list[Part]:
+    parts: list[Part] = []
+    for index, raw in enumerate(as_list(content, path)):
+        where = f"{path}[{index}]"
+        part = as_dict(raw, where)
+        kind = part.get("type")
+        if kind in ("input_text", "output_text"):
+            parts.append(Text(as_str(part.get("text"), f"{where}.text")))
+        elif kind == "refusal":
+            parts.append(Text(as_str(part.get("refusal"), f"{where}.refusal")))
+        elif kind == "input_image":
+            if part.get("image_url") is None:
+                raise Untranslatable(f"{where}.file_id", "other", "an image by file id")
+            url = as_str(part.get("image_url"), f"{where}.image_url")
+            detail = opt_str(part.get("detail"), f"{where}.detail")
+            parts.append(image_from_url(url, None if detail == "auto" else detail))
+        else:
+            raise Untranslatable(f"{where}.type", "other", f"a {kind!r} part")
+    return parts
+
+
+def _read_tool(raw: Any, index: int) -> Tool:
+    path = f"tools[{index}]"
+    tool = as_dict(raw, path)
+    if tool.get("type") != "function":
+        raise Untranslatable(f"{path}.type", "other", f"the built-in tool {tool.get('type')!r}")
+    parameters = tool.get("parameters")
+    return Tool(
+        as_str(tool.get("name"), f"{path}.name"),
+        opt_str(tool.get("description"), f"{path}.description"),
+        as_dict(parameters, f"{path}.parameters") if parameters is not None else None,
+        opt_bool(tool.get("strict"), f"{path}.strict"),
+    )
+
+
+def _read_choice(choice: Any) -> ToolChoice | None:
+    if choice is None:
+        return None
+    if choice in ("auto", "none", "required"):
+        return ToolChoice(choice)
+    spec = as_dict(choice, "tool_choice")
+    if spec.get("type") != "function":
+        raise Untranslatable("tool_choice.type", "other", f"tool choice {spec.get('type')!r}")
+    return ToolChoice("tool", as_str(spec.get("name"), "tool_choice.name"))
+
+
+def _read_format(spec: dict[str, Any]) -> OutputFormat:
+    kind = spec.get("type")
+    if kind in ("text", "json_object"):
+        return OutputFormat(kind)
+    if kind != "json_schema":
+        raise Untranslatable("text.format.type", "other", f"format {kind!r}")
+    return OutputFormat(
+        "json_schema",
+        opt_str(spec.get("name"), "text.format.name"),
+        as_dict(spec.get("schema") or {}, "text.format.schema"),
+        opt_bool(spec.get("strict"), "text.format.strict"),
+        opt_str(spec.get("description"), "text.format.description"),
+    )
+
+
+# -- request: neutral → Responses ------------------------------------------------------------
+
+
+def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model}
+    if conversation.system:
+        body["instructions"] = "\n\n".join(i.text for i in conversation.system)
+    body["input"] = [item for turn in conversation.turns for item in _items(turn)]
+    if conversation.tools:
+        body["tools"] = [_tool(t) for t in conversation.tools]
+    choice = conversation.tool_choice
+    if choice is not None:
+        body["tool_choice"] = {"type": "function", "name": choice.name} if choice.mode == "tool" else choice.mode
+    if conversation.parallel_tool_calls is not None:
+        body["parallel_tool_calls"] = conversation.parallel_tool_calls
+    if conversation.max_tokens is not None:
+        body["max_output_tokens"] = conversation.max_tokens
+    if conversation.top_k is not None:
+        raise Untranslatable("top_k", TARGET)
+    if conversation.stop is not None:
+        raise Untranslatable("stop", TARGET, "the Responses API has no stop sequences")
+    for name in ("temperature", "top_p"):
+        value = getattr(conversation, name)
+        if value is not None:
+            body[name] = value
+    if conversation.output is not None:
+        body["text"] = {"format": _format(conversation.output)}
+    reasoning = conversation.reasoning
+    if reasoning is not None:
+        spec: dict[str, Any] = {"effort": reasoning.effort or _effort_of(reasoning)}
+        if reasoning.summary is not None:
+            spec["summary"] = reasoning.summary
+        body["reasoning"] = spec
+    if conversation.user is not None:
+        body["user"] = conversation.user
+    if conversation.metadata is not None:
+        body["metadata"] = conversation.metadata
+    if conversation.prompt_cache_key is not None:
+        body["prompt_cache_key"] = conversation.prompt_cache_key
+    body["store"] = False
+    if conversation.stream:
+        body["stream"] = True
+    return body
+
+
+def _effort_of(reasoning: ReasoningAsk) -> str:
+    if not reasoning.enabled:
+        return "minimal"
+    budget = reasoning.budget_tokens or 0
+    return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
+
+
+def _items(turn: Turn) -> list[dict[str, Any]]:
+    if turn.plain and len(turn.parts) == 1 and isinstance(turn.parts[0], Text):
+        return [{"role": turn.role, "content": turn.parts[0].text}]
+    items: list[dict[str, Any]] = []
+    content: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if content:
+            items.append({"role": turn.role, "content": list(content)})
+            content.clear()
+
+    text_type = "output_text" if turn.role == "assistant" else "input_text"
+    for part in turn.parts:
+        if isinstance(part, Text):
+            content.append({"type": text_type, "text": part.text})
+        elif isinstance(part, Image):
+            image: dict[str, Any] = {"type": "input_image", "image_url": image_url(part)}
+            image["detail"] = part.detail or "auto"
+            content.append(image)
+        elif isinstance(part, ToolCall):
+            flush()
+            items.append({"type": "function_call", "call_id": part.id, "name": part.name, "arguments": part.arguments})
+        elif isinstance(part, ToolResult):
+            flush()
+            output: Any = "".join(p.text for p in part.content if isinstance(p, Text))
+            if not (part.plain and all(isinstance(p, Text) for p in part.content)):
+                output = [_input_part(p) for p in part.content]
+            if part.is_error:
+                output = f"Error: {output}" if isinstance(output, str) else output
+            items.append({"type": "function_call_output", "call_id": part.call_id, "output": output})
+        elif part.encrypted is not None:
+            # Only opaque reasoning a Responses provider made can go back to one; plain text has no place.
+            flush()
+            summary = [{"type": "summary_text", "text": part.text}] if part.text and part.summary else []
+            items.append({"type": "reasoning", "summary": summary, "encrypted_content": part.encrypted})
+    flush()
+    return items
+
+
+def _input_part(part: Text | Image) -> dict[str, Any]:
+    if isinstance(part, Text):
+        return {"type": "input_text", "text": part.text}
+    return {"type": "input_image", "image_url": image_url(part), "detail": part.detail or "auto"}
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "function", "name": tool.name}
+    if tool.description is not None:
+        out["description"] = tool.description
+    out["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
+    out["strict"] = tool.strict if tool.strict is not None else False
+    return out
+
+
+def _format(output: OutputFormat) -> dict[str, Any]:
+    if output.kind != "json_schema":
+        return {"type": output.kind}
+    spec: dict[str, Any] = {"type": "json_schema", "name": output.name or "output"}
+    if output.description is not None:
+        spec["description"] = output.description
+    spec["schema"] = output.schema or {}
+    if output.strict is not None:
+        spec["strict"] = output.strict
+    return spec
+
+
+# -- a whole answer --------------------------------------------------------------------------
+
+
+def read_usage(usage: Any) -> Usage | None:
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("input_tokens_details")
+    out_details = usage.get("output_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    reasoning = out_details.get("reasoning_tokens") if isinstance(out_details, dict) else None
+    return Usage(
+        count(usage.get("input_tokens")),
+        count(usage.get("output_tokens")),
+        cached if isinstance(cached, int) else 0,
+        reasoning_tokens=reasoning if isinstance(reasoning, int) else None,
+    )
+
+
+def write_usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    }
+
+
+def read_reply(body: dict[str, Any]) -> Reply:
+    parts: list[Part] = []
+    calls = False
+    for raw in body.get("output") or ():
+        if not isinstance(raw, dict):
+            continue
+        kind = raw.get("type")
+        if kind == "message":
+            parts.extend(_content(raw.get("content") or [], "output[].content"))
+        elif kind == "function_call":
+            calls = True
+            parts.append(ToolCall(str(raw.get("call_id") or ""), str(raw.get("name") or ""), str(raw.get("arguments"))))
+        elif kind == "reasoning":
+            summary = "".join(_texts(raw.get("summary") or [], "summary"))
+            content = "".join(_texts(raw.get("content") or [], "content"))
+            encrypted = raw.get("encrypted_content") if isinstance(raw.get("encrypted_content"), str) else None
+            parts.append(Reasoning(content or summary, encrypted=encrypted, summary=not content and bool(summary)))
+    return Reply(
+        id=str(body.get("id") or ""),
+        model=str(body.get("model") or ""),
+        parts=parts,
+        stop=stop_of(body.get("status"), body.get("incomplete_details"), calls),
+        usage=read_usage(body.get("usage")),
+        created=count(body.get("created_at")) or int(time.time()),
+    )
+
+
+def stop_of(status: Any, details: Any, calls: bool) -> StopReason:
+    if status == "incomplete":
+        reason = details.get("reason") if isinstance(details, dict) else None
+        return "filter" if reason == "content_filter" else "length"
+    return "tool" if calls else "end"
+
+
+def incomplete_of(stop: StopReason) -> dict[str, Any] | None:
+    if stop == "length":
+        return {"reason": "max_output_tokens"}
+    if stop == "filter":
+        return {"reason": "content_filter"}
+    return None
+
+
+def output_item(part: Part, item_id: str) -> dict[str, Any] | None:
+    """One answer part as a Responses output item (finished)."""
+    if isinstance(part, Text):
+        content = [{"type": "output_text", "text": part.text, "annotations": [], "logprobs": []}]
+        return {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": content}
+    if isinstance(part, ToolCall):
+        return {
+            "id": item_id,
+            "type": "function_call",
+            "status": "completed",
+            "call_id": part.id,
+            "name": part.name,
+            "arguments": part.arguments,
+        }
+    if isinstance(part, Reasoning):
+        item: dict[str, Any] = {"id": item_id, "type": "reasoning", "summary": []}
+        if part.text:
+            item["content"] = [{"type": "reasoning_text", "text": part.text}]
+        return item
+    return None
+
+
+def response_object(
+    request: dict[str, Any],
+    response_id: str,
+    model: str,
+    created: int,
+    status: str,
+    output: list[dict[str, Any]],
+    usage: Usage | None,
+    stop: StopReason = "end",
+) -> dict[str, Any]:
+    """The Responses ``response`` object, echoing the client's request as OpenAI's does."""
+    text = request.get("text") if isinstance(request.get("text"), dict) else {"format": {"type": "text"}}
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": None,
+        "incomplete_details": incomplete_of(stop) if status == "incomplete" else None,
+        "instructions": request.get("instructions"),
+        "max_output_tokens": request.get("max_output_tokens"),
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": request.get("parallel_tool_calls", True) is not False,
+        "previous_response_id": None,
+        "reasoning": request.get("reasoning") if isinstance(request.get("reasoning"), dict) else None,
+        "store": request.get("store", True) is not False,
+        "temperature": request.get("temperature", 1.0),
+        "text": text,
+        "tool_choice": request.get("tool_choice", "auto"),
+        "tools": request.get("tools", []),
+        "top_p": request.get("top_p", 1.0),
+        "truncation": request.get("truncation", "disabled"),
+        "usage": write_usage(usage) if usage is not None else None,
+        "user": request.get("user"),
+        "metadata": request.get("metadata") or {},
+    }
+
+
+def write_reply(reply: Reply, model: str, response_id: str, request: dict[str, Any]) -> dict[str, Any]:
+    suffix = response_id.removeprefix("resp_")
+    output = []
+    for index, part in enumerate(_merged(reply.parts)):
+        prefix = {Text: "msg", ToolCall: "fc", Reasoning: "rs"}.get(type(part), "item")
+        item = output_item(part, f"{prefix}_{suffix}_{index}")
+        if item is not None:
+            output.append(item)
+    status = "incomplete" if reply.stop in ("length", "filter") else "completed"
+    return response_object(
+        request, response_id, model, reply.created or int(time.time()), status, output, reply.usage, reply.stop
+    )
+
+
+def _merged(parts: list[Part]) -> list[Part]:
+    """Consecutive texts as one (one message item holds the answer's text)."""
+    out: list[Part] = []
+    for part in parts:
+        if isinstance(part, Text) and out and isinstance(out[-1], Text):
+            out[-1] = Text(out[-1].text + part.text)
+        else:
+            out.append(part)
+    return out

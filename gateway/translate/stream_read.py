@@ -1,0 +1,214 @@
+"""Each API's stream events read into the neutral events (``gateway.translate.ir``), one upstream stream each.
+
+A reader is fed the upstream's events one at a time (already parsed: the dialects and the SSE splitter
+did that) and returns what they mean. Stateful (a chat tool call's first delta names it, later ones
+only carry arguments), created per upstream stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gateway.errors import describe_error
+from gateway.translate import chat, messages, responses
+from gateway.translate.common import count, obj
+from gateway.translate.ir import (
+    Api,
+    Ended,
+    Event,
+    Failed,
+    Finished,
+    ReasoningDelta,
+    Started,
+    TextDelta,
+    ToolArgsDelta,
+    ToolCallStart,
+    Usage,
+    UsageSeen,
+)
+
+
+class StreamReader(Protocol):
+    def read(self, event: dict[str, Any]) -> list[Event]: ...
+
+    def done(self) -> list[Event]:
+        """The stream's ``[DONE]`` (chat); the other APIs end with an event of their own."""
+        ...
+
+
+def _failed(error: Any, status: int = 500) -> Failed:
+    message, code = describe_error(error)
+    return Failed(message, status, code)
+
+
+class ChatReader:
+    def __init__(self) -> None:
+        self._started = False
+        self._calls: set[int] = set()
+
+    def read(self, event: dict[str, Any]) -> list[Event]:
+        if "error" in event and not event.get("choices"):
+            return [_failed(event["error"])]
+        out: list[Event] = []
+        if not self._started:
+            self._started = True
+            out.append(Started(str(event.get("id") or ""), str(event.get("model") or "")))
+        choices = event.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+        if choice is not None:
+            delta = obj(choice.get("delta"))
+            reasoning = delta.get("reasoning_content", delta.get("reasoning"))
+            if isinstance(reasoning, str) and reasoning:
+                out.append(ReasoningDelta(reasoning))
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                out.append(TextDelta(content))
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    out.extend(self._call(call))
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str):
+                out.append(Finished(chat.STOPS.get(finish, "end")))
+        usage = chat.read_usage(event.get("usage"))
+        if usage is not None:
+            out.append(UsageSeen(usage))
+        return out
+
+    def _call(self, call: dict[str, Any]) -> list[Event]:
+        key = count(call.get("index"))
+        function = obj(call.get("function"))
+        out: list[Event] = []
+        if key not in self._calls:
+            self._calls.add(key)
+            given = call.get("id")
+            call_id = given if isinstance(given, str) and given else f"call_{key}"
+            out.append(ToolCallStart(key, call_id, str(function.get("name") or "")))
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            out.append(ToolArgsDelta(key, arguments))
+        return out
+
+    def done(self) -> list[Event]:
+        return [Ended()]
+
+
+class MessagesReader:
+    def __init__(self) -> None:
+        self._usage = Usage()
+
+    def read(self, event: dict[str, Any]) -> list[Event]:
+        kind = event.get("type")
+        if kind == "message_start":
+            message = obj(event.get("message"))
+            self._usage = messages.read_usage(message.get("usage")) or Usage()
+            return [Started(str(message.get("id") or ""), str(message.get("model") or ""))]
+        if kind == "content_block_start":
+            return self._block(event)
+        if kind == "content_block_delta":
+            delta = obj(event.get("delta"))
+            kind = delta.get("type")
+            if kind == "text_delta":
+                return [TextDelta(str(delta.get("text") or ""))]
+            if kind == "thinking_delta":
+                return [ReasoningDelta(str(delta.get("thinking") or ""))]
+            if kind == "signature_delta":
+                return [ReasoningDelta("", signature=str(delta.get("signature") or ""))]
+            if kind == "input_json_delta":
+                return [ToolArgsDelta(_index(event), str(delta.get("partial_json") or ""))]
+            return []
+        if kind == "message_delta":
+            out: list[Event] = []
+            seen = messages.read_usage(event.get("usage"))
+            if seen is not None:
+                usage = event.get("usage") or {}
+                self._usage.output_tokens = seen.output_tokens
+                if "input_tokens" in usage:
+                    self._usage.input_tokens = seen.input_tokens
+                    self._usage.cached_tokens = seen.cached_tokens
+                    self._usage.cache_creation_tokens = seen.cache_creation_tokens
+            delta = obj(event.get("delta"))
+            reason = delta.get("stop_reason")
+            out.append(UsageSeen(self._usage))
+            if isinstance(reason, str):
+                sequence = delta.get("stop_sequence")
+                out.append(Finished(messages.STOPS.get(reason, "end"), sequence if isinstance(sequence, str) else None))
+            return out
+        if kind == "message_stop":
+            return [Ended()]
+        if kind == "error":
+            return [_failed(event.get("error", event))]
+        return []
+
+    def _block(self, event: dict[str, Any]) -> list[Event]:
+        block = obj(event.get("content_block"))
+        kind = block.get("type")
+        if kind == "tool_use":
+            return [ToolCallStart(_index(event), str(block.get("id") or ""), str(block.get("name") or ""))]
+        if kind == "text" and block.get("text"):
+            return [TextDelta(str(block["text"]))]
+        if kind == "redacted_thinking":
+            return [ReasoningDelta("", encrypted=str(block.get("data") or ""))]
+        return []
+
+    def done(self) -> list[Event]:
+        return []
+
+
+def _index(event: dict[str, Any]) -> int:
+    return count(event.get("index"))
+
+
+class ResponsesReader:
+    def __init__(self) -> None:
+        self._calls = False
+
+    def read(self, event: dict[str, Any]) -> list[Event]:
+        kind = event.get("type")
+        if kind == "response.created":
+            response = obj(event.get("response"))
+            return [Started(str(response.get("id") or ""), str(response.get("model") or ""))]
+        if kind == "response.output_item.added":
+            item = obj(event.get("item"))
+            if item.get("type") == "function_call":
+                self._calls = True
+                key = count(event.get("output_index"))
+                return [ToolCallStart(key, str(item.get("call_id") or ""), str(item.get("name") or ""))]
+            return []
+        if kind in ("response.output_text.delta", "response.refusal.delta"):
+            return [TextDelta(str(event.get("delta") or ""))]
+        if kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+            return [ReasoningDelta(str(event.get("delta") or ""))]
+        if kind == "response.function_call_arguments.delta":
+            key = count(event.get("output_index"))
+            return [ToolArgsDelta(key, str(event.get("delta") or ""))]
+        if kind == "response.output_item.done":
+            item = obj(event.get("item"))
+            encrypted = item.get("encrypted_content")
+            if item.get("type") == "reasoning" and isinstance(encrypted, str):
+                return [ReasoningDelta("", encrypted=encrypted)]
+            return []
+        if kind in ("response.completed", "response.incomplete"):
+            response = obj(event.get("response"))
+            out: list[Event] = []
+            usage = responses.read_usage(response.get("usage"))
+            if usage is not None:
+                out.append(UsageSeen(usage))
+            stop = responses.stop_of(response.get("status"), response.get("incomplete_details"), self._calls)
+            return [*out, Finished(stop), Ended()]
+        if kind == "response.failed":
+            response = obj(event.get("response"))
+            return [_failed(response.get("error") or {"message": "the response failed"})]
+        if kind == "error":
+            return [_failed(event.get("error") if isinstance(event.get("error"), dict) else event)]
+        return []
+
+    def done(self) -> list[Event]:
+        return []
+
+
+def reader_for(api: Api) -> StreamReader:
+    if api == "chat":
+        return ChatReader()
+    if api == "messages":
+        return MessagesReader()
+    return ResponsesReader()

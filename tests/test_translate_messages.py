@@ -1,0 +1,159 @@
+"""Messages API clients on chat-only deployments: the real ``anthropic`` SDK, create and stream, tools with a
+round trip, thinking, a system prompt and images, each answer the same as the Messages-native fake gives."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from gateway.fakes import FakeBehavior
+from gateway.fakes.provider import answer_words
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
+
+StartGateway = Callable[..., Gateway]
+TOOLS: list[anthropic.types.ToolParam] = [
+    {
+        "name": "lookup",
+        "description": "Look a word up",
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+    }
+]
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+@pytest.fixture
+def clients() -> Iterator[Callable[[str], anthropic.Anthropic]]:
+    made: list[anthropic.Anthropic] = []
+
+    def make(base_url: str) -> anthropic.Anthropic:
+        made.append(anthropic.Anthropic(base_url=base_url, api_key="client-key", max_retries=0, timeout=10))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
+
+
+def pair(
+    fakes: Fakes, start_gateway: StartGateway, behavior: FakeBehavior
+) -> tuple[Gateway, Gateway, FakeServer, FakeServer]:
+    """One gateway whose only deployment is a chat-only fake, one whose only deployment speaks Messages natively."""
+    chat = fakes.start("chat", behavior, record=True)
+    native = fakes.start("native", behavior, record=True)
+    translated = start_gateway(gateway_config([chat], provider_options={"chat": {"apis": ["chat"]}}))
+    direct = start_gateway(gateway_config([native], provider_options={"native": {"apis": ["messages"]}}))
+    return translated, direct, chat, native
+
+
+def test_create_and_stream_text_as_natively(
+    fakes: Fakes, start_gateway: StartGateway, clients: Callable[[str], anthropic.Anthropic]
+) -> None:
+    translated, direct, chat, _ = pair(fakes, start_gateway, FakeBehavior(output_tokens=6))
+    answers = []
+    for gateway in (translated, direct):
+        client = clients(gateway.url)
+        whole = client.messages.create(
+            model="m", max_tokens=64, system="Be brief.", messages=[{"role": "user", "content": "hi"}]
+        )
+        with client.messages.stream(
+            model="m", max_tokens=64, system="Be brief.", messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            streamed = "".join(stream.text_stream)
+            final = stream.get_final_message()
+        answers.append((whole, streamed, final))
+    (whole, streamed, final), (native_whole, native_streamed, native_final) = answers
+    text = "".join(answer_words(0, 6))
+    assert streamed == native_streamed == text
+    assert [b.model_dump() for b in whole.content] == [b.model_dump() for b in native_whole.content]
+    assert [b.model_dump() for b in final.content] == [b.model_dump() for b in native_final.content]
+    assert whole.stop_reason == final.stop_reason == native_final.stop_reason == "end_turn"
+    assert whole.usage.output_tokens == final.usage.output_tokens == 6
+    assert final.usage.input_tokens > 0  # the chat upstream's prompt, reported at the end
+    # The chat fake got a chat request: the system prompt first, the stream's usage asked for.
+    sent = chat.app.state.recorded[-1]
+    assert sent.path == "/v1/chat/completions"
+    assert sent.body is not None and sent.body["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert sent.body["stream_options"] == {"include_usage": True} and sent.body["max_tokens"] == 64
+    # Measured as the deployment's own traffic: the sample is the chat deployment's, tokens counted.
+    wait_until(lambda: len(translated.samples.samples) == 2, what="both answers recorded")
+    sample = translated.samples.samples[-1]
+    assert sample.deployment == "chat" and sample.outcome == "ok" and sample.output_tokens == 6
+
+
+def test_tool_round_trip_streamed_as_natively(
+    fakes: Fakes, start_gateway: StartGateway, clients: Callable[[str], anthropic.Anthropic]
+) -> None:
+    behavior = FakeBehavior(output_tokens=4, tool_call=True, tool_json=True)
+    translated, direct, chat, _ = pair(fakes, start_gateway, behavior)
+    finals = []
+    for gateway in (translated, direct):
+        client = clients(gateway.url)
+        messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": "look up the fox"}]
+        with client.messages.stream(model="m", max_tokens=64, tools=TOOLS, messages=messages) as stream:
+            final = stream.get_final_message()
+        finals.append(final)
+    final, native = finals
+    assert final.stop_reason == native.stop_reason == "tool_use"
+    call, native_call = final.content[-1], native.content[-1]
+    assert call.type == native_call.type == "tool_use"
+    assert call.type == "tool_use" and native_call.type == "tool_use"
+    assert (call.name, call.input) == (native_call.name, native_call.input) == ("lookup", {"q": "".join(answer_words(0, 4))})
+    # The tool's result goes back, marked as an error: the chat upstream gets the call and its result, ids kept.
+    client = clients(translated.url)
+    follow: list[anthropic.types.MessageParam] = [
+        {"role": "user", "content": "look up the fox"},
+        {"role": "assistant", "content": [c.model_dump() for c in final.content]},  # type: ignore[misc]
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "no such word", "is_error": True}],
+        },
+    ]
+    answer = client.messages.create(model="m", max_tokens=64, tools=TOOLS, messages=follow)
+    assert answer.stop_reason == "tool_use"
+    sent = chat.app.state.recorded[-1].body
+    assert sent is not None
+    assert sent["tools"][0]["function"]["name"] == "lookup"
+    assert sent["tools"][0]["function"]["parameters"] == TOOLS[0]["input_schema"]
+    assistant, result = sent["messages"][1], sent["messages"][2]
+    assert assistant["tool_calls"][0]["id"] == call.id == "call_fake"
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == call.input
+    assert result == {"role": "tool", "tool_call_id": call.id, "content": "Error: no such word"}
+
+
+def test_thinking_and_images(
+    fakes: Fakes, start_gateway: StartGateway, clients: Callable[[str], anthropic.Anthropic]
+) -> None:
+    translated, direct, chat, _ = pair(fakes, start_gateway, FakeBehavior(output_tokens=3, reasoning_tokens=2))
+    content: list[Any] = [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}},
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
+    ]
+    finals = []
+    for gateway in (translated, direct):
+        with clients(gateway.url).messages.stream(
+            model="m",
+            max_tokens=2048,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            messages=[{"role": "user", "content": content}],
+        ) as stream:
+            finals.append(stream.get_final_message())
+    final, native = finals
+    assert [b.type for b in final.content] == [b.type for b in native.content] == ["thinking", "text"]
+    thinking, native_thinking = final.content[0], native.content[0]
+    assert thinking.type == "thinking" and native_thinking.type == "thinking"
+    assert thinking.thinking == native_thinking.thinking == "".join(answer_words(0, 2))
+    assert thinking.signature == ""  # no signature can be made up for a chat provider's reasoning
+    assert final.content[1].model_dump() == native.content[1].model_dump()
+    sent = chat.app.state.recorded[-1].body
+    assert sent is not None and sent["reasoning_effort"] == "low"
+    parts = sent["messages"][0]["content"]
+    assert parts[1] == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}}
+    assert parts[2] == {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
