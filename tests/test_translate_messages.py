@@ -104,7 +104,11 @@ def test_tool_round_trip_streamed_as_natively(
     call, native_call = final.content[-1], native.content[-1]
     assert call.type == native_call.type == "tool_use"
     assert call.type == "tool_use" and native_call.type == "tool_use"
-    assert (call.name, call.input) == (native_call.name, native_call.input) == ("lookup", {"q": "".join(answer_words(0, 4))})
+    assert (
+        (call.name, call.input)
+        == (native_call.name, native_call.input)
+        == ("lookup", {"q": "".join(answer_words(0, 4))})
+    )
     # The tool's result goes back, marked as an error: the chat upstream gets the call and its result, ids kept.
     client = clients(translated.url)
     follow: list[anthropic.types.MessageParam] = [

@@ -128,10 +128,8 @@ class ResponsesWriter:
             data = {"item_id": item.id, "output_index": item.index, "content_index": 0, "delta": event.text}
             return out + self._event({"type": "response.reasoning_text.delta", **data})
         if isinstance(event, ToolCallStart):
-            out += self._open_item("function_call")
-            item = self._current()
-            item.call_id, item.name = event.id, event.name
-            self._tools[event.key] = item
+            out += self._open_item("function_call", event.id, event.name)
+            self._tools[event.key] = self._current()
             return out
         assert isinstance(event, ToolArgsDelta)
         call = self._tools.get(event.key)
@@ -151,11 +149,12 @@ class ResponsesWriter:
             return b""
         return self._open_item(kind)
 
-    def _open_item(self, kind: str) -> bytes:
+    def _open_item(self, kind: str, call_id: str = "", name: str = "") -> bytes:
         out = self._close()
         prefix = {"message": "msg", "function_call": "fc", "reasoning": "rs"}[kind]
         suffix = self.response_id.removeprefix("resp_")
         item = _Item(kind, f"{prefix}_{suffix}_{len(self._items)}", len(self._items))
+        item.call_id, item.name = call_id, name
         self._items.append(item)
         self._open = item
         added: dict[str, Any]
@@ -168,8 +167,8 @@ class ResponsesWriter:
                 "id": item.id,
                 "type": "function_call",
                 "status": "in_progress",
-                "call_id": "",
-                "name": "",
+                "call_id": call_id,
+                "name": name,
                 "arguments": "",
             }
         out += self._event({"type": "response.output_item.added", "output_index": item.index, "item": added})
