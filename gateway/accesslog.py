@@ -34,6 +34,7 @@ import msgspec
 
 from gateway.metrics import Metrics
 from gateway.relay import AttemptLog, ProxyRequest
+from gateway.routing.apis import upstream_api
 from gateway.samples import Endpoint, Sample
 from gateway.types import Clock
 
@@ -79,6 +80,12 @@ class AccessRecord:
                 if sample.deployment == name:
                     return sample
         return samples[-1] if samples else None
+
+    def upstream_api(self) -> Endpoint | None:
+        """The API the answering deployment was sent the request in (the client's own unless translated)."""
+        if self.log is None or self.log.winner is None:
+            return None
+        return upstream_api(self.log.winner.deployment, self.endpoint)
 
     def overhead_s(self) -> float | None:
         """Client-seen time to the answer minus the time spent waiting on upstreams.
@@ -140,7 +147,7 @@ class AccessLog:
         model = record.request.requested_model if record.request is not None else ""
         provider = winner.provider if winner is not None and record.log is not None else ""
         self.metrics.request_answered(model, provider, record.status)
-        self.metrics.api_request_answered(model, record.endpoint, record.status)
+        self.metrics.api_request_answered(model, record.endpoint, record.status, record.upstream_api())
         overhead = record.overhead_s()
         if overhead is not None and record.request is not None:
             self.metrics.observe_overhead("stream" if record.request.stream else "full", overhead)
@@ -175,6 +182,8 @@ class AccessLog:
             "ts": datetime.fromtimestamp(self.wall_clock(), UTC).isoformat(timespec="milliseconds"),
             "request_id": record.request_id,
             "endpoint": record.endpoint,
+            "api": record.endpoint,
+            "upstream_api": record.upstream_api(),
             "model": request.requested_model if request is not None else None,
             "stream": request.stream if request is not None else None,
             "status": record.status,

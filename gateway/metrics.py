@@ -379,8 +379,9 @@ class Metrics:
         # completions, embeddings, responses, messages).
         self.api_requests = counter(
             "gateway_api_requests_total",
-            "Client requests answered, by model, API and HTTP status class",
-            ["model", "api", "status_class"],
+            "Client requests answered, by model, API, the answering upstream's API (translated when it differs;"
+            " none when no upstream answered) and HTTP status class",
+            ["model", "api", "upstream_api", "status_class"],
             registry=r,
         )
         self.api_ttft = histogram(
@@ -509,9 +510,10 @@ class Metrics:
         """One client request done; ``model``/``provider`` are "" when it never reached one."""
         self._series(self.requests, model, provider, status_class(status)).inc()
 
-    def api_request_answered(self, model: str, api: str, status: int | None) -> None:
-        """One client request done, by the API it spoke; ``model`` is "" when it never reached one."""
-        self._series(self.api_requests, model, api, status_class(status)).inc()
+    def api_request_answered(self, model: str, api: str, status: int | None, upstream_api: str | None = None) -> None:
+        """One client request done, by the API it spoke and the one its answer came in (None: no upstream answered);
+        ``model`` is "" when it never reached one."""
+        self._series(self.api_requests, model, api, upstream_api or "none", status_class(status)).inc()
 
     def set_provider_capacity(self, provider: str, max_concurrency: int | None) -> None:
         """The configured ceiling; a provider without one has no series (there is no number to show)."""

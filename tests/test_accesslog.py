@@ -32,7 +32,7 @@ PROMPT = "prompt-text-CANARY-5d2e"
 FIELDS = {
     "ts", "request_id", "endpoint", "model", "stream", "status", "outcome", "provider", "deployment", "attempts",
     "route", "ttft_s", "first_answer_s", "tokens_per_s", "input_tokens", "output_tokens", "cost_usd", "duration_s",
-    "overhead_s", "key", "team", "attempt_costs", "queue_wait_s",
+    "overhead_s", "key", "team", "attempt_costs", "queue_wait_s", "api", "upstream_api",
 }  # fmt: skip
 
 
@@ -73,6 +73,7 @@ def test_one_line_per_request_with_the_story_and_no_secrets(
     assert set(served) == FIELDS
     assert served["status"] == 200 and served["outcome"] == "ok" and served["stream"] is True
     assert (served["model"], served["provider"], served["deployment"]) == ("m", "good", "good")
+    assert (served["api"], served["upstream_api"]) == ("chat", "chat") and refused["upstream_api"] is None
     assert served["attempts"] == 2 and served["route"] == "fallback"
     assert [(a["deployment"], a["outcome"]) for a in served["attempt_costs"]] == [
         ("bad", "upstream_error"),

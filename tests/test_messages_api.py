@@ -72,7 +72,7 @@ def test_create_and_stream_match_going_direct(
     assert all("client-key" not in v for r in fake.app.state.recorded for v in r.headers.values())
     # The API dimension of the metrics.
     value = gateway.metrics.registry.get_sample_value
-    labels = {"model": "m", "api": "messages", "status_class": "2xx"}
+    labels = {"model": "m", "api": "messages", "upstream_api": "messages", "status_class": "2xx"}
     wait_until(lambda: value("gateway_api_requests_total", labels) == 2, what="both requests counted by API")
     assert (
         value("gateway_api_ttft_seconds_count", {"model": "m", "api": "messages"}) == 1

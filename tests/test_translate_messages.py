@@ -111,9 +111,9 @@ def test_tool_round_trip_streamed_as_natively(
     )
     # The tool's result goes back, marked as an error: the chat upstream gets the call and its result, ids kept.
     client = clients(translated.url)
-    follow: list[anthropic.types.MessageParam] = [
+    follow: list[Any] = [
         {"role": "user", "content": "look up the fox"},
-        {"role": "assistant", "content": [c.model_dump() for c in final.content]},  # type: ignore[misc]
+        {"role": "assistant", "content": [c.model_dump() for c in final.content]},
         {
             "role": "user",
             "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "no such word", "is_error": True}],

@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.policies import PolicyConfig
+from gateway.routing.apis import upstream_api
 from gateway.routing.ranking import Ranked, Ranking
+from gateway.samples import Endpoint
 from gateway.tables import format_table
 
 
@@ -20,13 +22,19 @@ def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def row_json(rank: int, row: Ranked) -> dict[str, Any]:
+def row_json(rank: int, row: Ranked, api: Endpoint | None = None) -> dict[str, Any]:
+    """One ranked deployment; with the request's ``api``, the API it is reached in and whether by translation."""
     p = row.scored.prediction
     parts = row.scored.parts
+    reached: dict[str, Any] = {}
+    if api is not None:
+        upstream = upstream_api(row.deployment, api)
+        reached = {"upstream_api": upstream, "translated": upstream is not None and upstream != api}
     return {
         "rank": rank,
         "deployment": row.deployment.name,
         "provider": row.provider.name,
+        **reached,
         "status": row.status,
         "score": round(row.scored.score, 4),
         "score_parts": {
@@ -109,7 +117,7 @@ def ranking_json(ranking: Ranking) -> dict[str, Any]:
             "share": round(ranking.probes / ranking.requests, 4) if ranking.requests else 0.0,
             "budget": policy.explore_share,
         },
-        "deployments": [row_json(i, row) for i, row in enumerate(ranking.rows, start=1)],
+        "deployments": [row_json(i, row, shape.endpoint) for i, row in enumerate(ranking.rows, start=1)],
     }
 
 

@@ -22,9 +22,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.routing.apis import translated_to
 from gateway.routing.plan import RoutePlan
 from gateway.routing.ranking import Ranked, Ranking
-from gateway.samples import Sample
+from gateway.samples import Endpoint, Sample
 from gateway.types import Clock
 
 HEADER_LIMIT = 4096
@@ -54,8 +55,9 @@ def _fields(obj: object) -> dict[str, Any]:
     return out
 
 
-def candidate_entry(rank: int, row: Ranked, role: str | None) -> dict[str, Any]:
-    """One ranked deployment: its status, score, score terms and the measured values behind them."""
+def candidate_entry(rank: int, row: Ranked, role: str | None, api: Endpoint | None = None) -> dict[str, Any]:
+    """One ranked deployment: its status, score, score terms and the measured values behind them; ``via``: the
+    API a deployment reached by translation is sent the request in (absent when it speaks ``api`` itself)."""
     entry: dict[str, Any] = {
         "rank": rank,
         "d": row.deployment.name,
@@ -69,6 +71,9 @@ def candidate_entry(rank: int, row: Ranked, role: str | None) -> dict[str, Any]:
     }
     if role is not None:
         entry["role"] = role
+    translated = translated_to(row.deployment, api) if api is not None else None
+    if translated is not None:
+        entry["via"] = translated
     if row.scored.violations:
         entry["broke"] = list(row.scored.violations)
     return entry
@@ -118,7 +123,7 @@ def build_trace(
         # The plan's order first (exploration may have moved one ahead of the score), then the rest.
         rows = sorted(ranking.rows, key=lambda r: order.get(r.deployment.name, len(order)))
         trace["c"] = [
-            candidate_entry(i, row, roles.get(row.deployment.name))
+            candidate_entry(i, row, roles.get(row.deployment.name), shape.endpoint)
             for i, row in enumerate(rows, start=1)
             if row.deployment.name in roles
         ]

@@ -1,0 +1,133 @@
+"""One pool per model whatever API the client speaks: translated candidates in the plan, the trace, the
+explanation, the access log and the metrics; what cannot be translated is refused, or sent where it is native."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.fakes import FakeBehavior
+from gateway.fakes.provider import answer_words
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
+
+StartGateway = Callable[..., Gateway]
+ASK = {"model": "m", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def mixed(fakes: Fakes, start_gateway: StartGateway, **options: Any) -> tuple[Gateway, FakeServer, FakeServer]:
+    """Model ``m`` on a chat-only deployment (first, in config order) and a Messages-only one."""
+    chat, messages = (
+        fakes.start("chat", FakeBehavior(output_tokens=3)),
+        fakes.start("anth", FakeBehavior(output_tokens=3)),
+    )
+    apis = {"chat": {"apis": ["chat"]}, "anth": {"apis": ["messages"]}}
+    return start_gateway(gateway_config([chat, messages], provider_options=apis, **options)), chat, messages
+
+
+def test_translated_candidates_are_traced_explained_logged_and_counted(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    gateway, chat, _ = mixed(fakes, start_gateway)
+    response = httpx.post(gateway.base_url + "/messages", json=ASK, headers={"x-gateway-trace": "1"})
+    assert response.status_code == 200 and response.json()["content"][0]["text"] == "".join(answer_words(0, 3))
+    assert response.headers["x-gateway-deployment"] == "chat"
+    trace = json.loads(response.headers["x-gateway-trace"])
+    via = {c["d"]: c.get("via") for c in trace["c"]}
+    assert via == {"chat": "chat", "anth": None}  # chat is reached by translation, anth natively
+    explained = httpx.get(gateway.base_url + "/gateway/routes", params={"endpoint": "messages"}).json()
+    rows = {r["deployment"]: r for r in explained["data"][0]["deployments"]}
+    assert (rows["chat"]["upstream_api"], rows["chat"]["translated"]) == ("chat", True)
+    assert (rows["anth"]["upstream_api"], rows["anth"]["translated"]) == ("messages", False)
+    labels = {"model": "m", "api": "messages", "upstream_api": "chat", "status_class": "2xx"}
+    value = gateway.metrics.registry.get_sample_value
+    wait_until(lambda: value("gateway_api_requests_total", labels) == 1, what="counted with its upstream API")
+    assert chat.app.state.requests == 1
+
+
+def test_a_failed_translated_attempt_falls_back_to_a_native_one(fakes: Fakes, start_gateway: StartGateway) -> None:
+    broken = fakes.start("chat", FakeBehavior(status=503))
+    native = fakes.start("anth", FakeBehavior(output_tokens=2))
+    apis = {"chat": {"apis": ["chat"]}, "anth": {"apis": ["messages"]}}
+    gateway = start_gateway(gateway_config([broken, native], provider_options=apis))
+    response = httpx.post(gateway.base_url + "/messages", json={**ASK, "stream": True})
+    assert response.status_code == 200 and response.headers["x-gateway-route"] == "fallback"
+    assert "event: message_stop" in response.text and broken.app.state.requests == 1
+    wait_until(lambda: len(gateway.samples.samples) == 2, what="both attempts recorded")
+    assert [s.deployment for s in gateway.samples.samples] == ["chat", "anth"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        # A Responses built-in tool.
+        ("/responses", {"model": "m", "input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+        # A document block.
+        (
+            "/messages",
+            {
+                "model": "m",
+                "max_tokens": 8,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "document", "source": {"type": "text", "data": "x", "media_type": "text/plain"}}
+                        ],
+                    }
+                ],
+            },
+            "messages[0].content[0].type",
+        ),
+        # An Anthropic server tool.
+        (
+            "/messages",
+            {**ASK, "tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+            "tools[0].type",
+        ),
+        # A sampling option chat has and the others lack.
+        ("/responses", {"model": "m", "input": "hi", "top_logprobs": 2}, "top_logprobs"),
+        # A field no mapping knows.
+        ("/messages", {**ASK, "container": "c1"}, "container"),
+        # Chat's several choices.
+        ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
+    ],
+)
+def test_an_untranslatable_field_is_refused_naming_it(
+    fakes: Fakes, start_gateway: StartGateway, path: str, body: dict[str, Any], field: str
+) -> None:
+    target = "messages" if path == "/chat/completions" else "chat"
+    fake = fakes.start("only", FakeBehavior(output_tokens=2))
+    gateway = start_gateway(gateway_config([fake], provider_options={"only": {"apis": [target]}}))
+    response = httpx.post(gateway.base_url + path, json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert f"'{field}'" in error["message"] and fake.app.state.requests == 0
+    if path == "/messages":
+        assert response.json()["type"] == "error" and error["type"] == "invalid_request_error"
+    else:
+        assert error["param"] == field and error["code"] == "untranslatable_field"
+
+
+def test_an_untranslatable_request_goes_where_it_is_native(fakes: Fakes, start_gateway: StartGateway) -> None:
+    gateway, chat, messages = mixed(fakes, start_gateway)
+    tools = [{"type": "web_search_20250305", "name": "web_search"}]
+    for _ in range(3):
+        response = httpx.post(gateway.base_url + "/messages", json={**ASK, "tools": tools})
+        assert response.status_code == 200 and response.headers["x-gateway-deployment"] == "anth"
+    assert chat.app.state.requests == 0 and messages.app.state.requests == 3
+
+
+def test_translation_can_be_turned_off(fakes: Fakes, start_gateway: StartGateway) -> None:
+    fake = fakes.start("only")
+    config = gateway_config(
+        [fake], provider_options={"only": {"apis": ["chat"]}}, deployments={"only": {"translate": False}}
+    )
+    response = httpx.post(start_gateway(config).base_url + "/messages", json=ASK)
+    assert response.status_code == 404 and "Messages API" in response.json()["error"]["message"]
