@@ -240,6 +240,10 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
             body["system"] = conversation.system[0].text
         else:
             body["system"] = [_cached({"type": "text", "text": i.text}, i.cache) for i in conversation.system]
+    if any(turn.name is not None for turn in conversation.turns):
+        raise Untranslatable("messages[].name", TARGET, "a participant's name")
+    if conversation.metadata is not None:
+        raise Untranslatable("metadata", TARGET, "only metadata.user_id (from user) is carried")
     body["messages"] = [_message(turn) for turn in conversation.turns]
     if conversation.tools:
         body["tools"] = [_tool(t) for t in conversation.tools]
@@ -341,6 +345,8 @@ def _tool(tool: Tool) -> dict[str, Any]:
     if tool.description is not None:
         out["description"] = tool.description
     out["input_schema"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
+    if tool.strict is not None:
+        out["strict"] = tool.strict
     return _cached(out, tool.cache)
 
 

@@ -262,6 +262,8 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model}
     if conversation.system:
         body["instructions"] = "\n\n".join(i.text for i in conversation.system)
+    if any(turn.name is not None for turn in conversation.turns):
+        raise Untranslatable("messages[].name", TARGET, "a participant's name")
     body["input"] = [item for turn in conversation.turns for item in _items(turn)]
     if conversation.tools:
         body["tools"] = [_tool(t) for t in conversation.tools]

@@ -82,6 +82,7 @@ class StreamTranslator:
         return b"".join(out)
 
     def _error_event(self, message: str, code: str) -> bytes:
+        """An error event in the client's API, held: the writer's state stays as if it had not been written."""
         writer = self.writer
         ended = writer.ended
         if isinstance(writer, ResponsesWriter):
@@ -102,13 +103,11 @@ class StreamTranslator:
         return self.writer.end()
 
     def stream_error(self, message: str, code: str, last_sequence: int | None) -> bytes:
-        """How the client's stream ends when the answer cannot be completed: an error event in its API's shape."""
-        writer = self.writer
-        if isinstance(writer, ResponsesWriter):
-            return writer.error(message, code)
-        if isinstance(writer, ChatWriter):
-            return writer.error(message, 500, code)
-        return writer.error(message)
+        """How the client's stream ends when the answer cannot be completed: an error event in its API's shape.
+
+        Made before the relay knows whether another deployment will finish the answer instead: the writer's
+        state is left as it was."""
+        return self._error_event(message, code)
 
     @classmethod
     def continuing(
