@@ -144,3 +144,31 @@ def test_openai_sdk_chat_through_the_gateway(llama: LlamaServer, start_gateway: 
     assert whole.choices[0].message.content
     with pytest.raises(openai.BadRequestError), sdk(gateway.base_url) as client:
         client.chat.completions.create(model="m", messages=[], max_tokens=1)
+
+
+def test_anthropic_sdk_through_translation_to_llama_cpp(llama: LlamaServer, start_gateway: StartGateway) -> None:
+    """llama.cpp declared chat-only: the Messages client is served by translation, with the answer the server's
+    own chat completions give the same prompt (greedy), streamed and whole."""
+    config = gateway_config(
+        [llama],
+        provider_options={"llama": {"apis": ["chat"]}},
+        policy={"first_token_timeout_s": 30, "idle_timeout_s": 30},
+    )
+    gateway = start_gateway(config)
+    messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": PROMPT}]
+    with sdk(llama.base_url) as direct:
+        answer = direct.chat.completions.create(
+            model="x", messages=[{"role": "user", "content": PROMPT}], max_tokens=MAX_TOKENS, temperature=0
+        )
+    expected = answer.choices[0].message.content
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=60) as through:
+        greedy = {"temperature": 0}
+        via = through.messages.create(model="m", max_tokens=MAX_TOKENS, messages=messages, extra_body=greedy)
+        with through.messages.stream(model="m", max_tokens=MAX_TOKENS, messages=messages, extra_body=greedy) as stream:
+            streamed = "".join(stream.text_stream)
+            final = stream.get_final_message()
+    assert expected and [b.text for b in via.content if b.type == "text"] == [expected] and streamed == expected
+    assert via.stop_reason == final.stop_reason == "max_tokens" and final.usage.output_tokens == MAX_TOKENS
+    wait_until(lambda: len(gateway.samples.samples) == 2, what="both answers recorded")
+    sample = gateway.samples.samples[-1]
+    assert sample.deployment == "llama" and sample.outcome == "ok" and sample.output_tokens is not None
