@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from gateway.fakes import FakeBehavior
@@ -161,3 +162,39 @@ def test_thinking_and_images(
     parts = sent["messages"][0]["content"]
     assert parts[1] == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}}
     assert parts[2] == {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+
+
+def test_a_claude_code_request_is_served_by_a_chat_deployment(fakes: Fakes, start_gateway: StartGateway) -> None:
+    """The request shape Claude Code sends (recorded from ``claude -p``): blocks of system prompt with a cache mark,
+    a JSON ``metadata.user_id``, thinking, ``context_management`` clearing old thinking, ``?beta=true``."""
+    chat = fakes.start("chat", FakeBehavior(output_tokens=4), record=True)
+    gateway = start_gateway(gateway_config([chat], provider_options={"chat": {"apis": ["chat"]}}))
+    body = {
+        "model": "m",
+        "max_tokens": 32000,
+        "stream": True,
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1;"},
+            {"type": "text", "text": "You are a Claude agent.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "say hi", "cache_control": {"type": "ephemeral"}}]}
+        ],
+        "tools": TOOLS,
+        "metadata": {"user_id": '{"device_id":"d","session_id":"s"}'},
+        "thinking": {"type": "enabled", "budget_tokens": 31999},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    }
+    with httpx.stream("POST", gateway.base_url + "/messages?beta=true", json=body, timeout=10) as response:
+        assert response.status_code == 200
+        text = response.read().decode()
+    assert text.startswith("event: message_start") and text.endswith(
+        'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    )
+    sent = chat.app.state.recorded[-1]
+    assert sent.path == "/v1/chat/completions" and sent.query == "" and sent.body is not None
+    assert sent.body["messages"][0] == {
+        "role": "system",
+        "content": "x-anthropic-billing-header: cc_version=2.1;\n\nYou are a Claude agent.",
+    }
+    assert sent.body["user"] == body["metadata"]["user_id"] and sent.body["reasoning_effort"] == "high"  # type: ignore[index]

@@ -59,6 +59,7 @@ _KNOWN = frozenset(
         "tool_choice",
         "thinking",
         "output_format",
+        "context_management",
     }
 )
 STOPS: dict[str, StopReason] = {
@@ -87,6 +88,7 @@ DEFAULT_MAX_TOKENS = 4096
 
 def read_request(body: dict[str, Any]) -> Conversation:
     refuse_unknown(body, _KNOWN, "other")
+    _context_management(body.get("context_management"))
     conversation = Conversation(turns=[], stream=body.get("stream") is True)
     system = body.get("system")
     if isinstance(system, str):
@@ -154,6 +156,20 @@ def read_request(body: dict[str, Any]) -> Conversation:
             raise Untranslatable("output_format.type", "other", f"output format {spec.get('type')!r}")
         conversation.output = OutputFormat("json_schema", None, as_dict(spec.get("schema"), "output_format.schema"))
     return conversation
+
+
+def _context_management(value: Any) -> None:
+    """Claude Code asks to clear old thinking (``clear_thinking_*``): a target that keeps no past reasoning in its
+    context has nothing to clear, so that edit needs no carrying. Any other edit (clearing tool results) changes
+    what the model reads: refused."""
+    if value is None:
+        return
+    spec = as_dict(value, "context_management")
+    refuse_unknown(spec, frozenset({"edits"}), "other", "context_management.")
+    for index, raw in enumerate(as_list(spec.get("edits") or [], "context_management.edits")):
+        kind = as_dict(raw, f"context_management.edits[{index}]").get("type")
+        if not isinstance(kind, str) or not kind.startswith("clear_thinking_"):
+            raise Untranslatable(f"context_management.edits[{index}].type", "other", f"the edit {kind!r}")
 
 
 def _read_block(raw: Any, path: str) -> Part | None:
