@@ -131,3 +131,22 @@ def test_translation_can_be_turned_off(fakes: Fakes, start_gateway: StartGateway
     )
     response = httpx.post(start_gateway(config).base_url + "/messages", json=ASK)
     assert response.status_code == 404 and "Messages API" in response.json()["error"]["message"]
+
+
+def test_a_translated_hedge_wins_over_a_late_native_primary(fakes: Fakes, start_gateway: StartGateway) -> None:
+    late = fakes.start("anth", FakeBehavior(output_tokens=3, ttft_s=3.0))
+    quick = fakes.start("chat", FakeBehavior(output_tokens=3))
+    apis = {"anth": {"apis": ["messages"]}, "chat": {"apis": ["chat"]}}
+    policy = {"hedge_after_s": 0.1, "hedge_budget": 1.0}
+    gateway = start_gateway(gateway_config([late, quick], provider_options=apis, policy=policy))
+    response = httpx.post(gateway.base_url + "/messages", json={**ASK, "stream": True}, timeout=10)
+    assert response.status_code == 200 and response.headers["x-gateway-route"] == "hedge"
+    assert response.headers["x-gateway-deployment"] == "chat"
+    assert "".join(answer_words(0, 3)) in "".join(
+        json.loads(line[6:])["delta"].get("text", "")
+        for line in response.text.splitlines()
+        if line.startswith("data: ") and '"content_block_delta"' in line
+    )
+    wait_until(lambda: len(gateway.samples.samples) == 2, what="both attempts recorded")
+    outcomes = {s.deployment: (s.outcome, s.hedged) for s in gateway.samples.samples}
+    assert outcomes == {"anth": ("client_cancelled", True), "chat": ("ok", True)}

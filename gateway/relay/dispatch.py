@@ -81,7 +81,8 @@ class Dispatcher:
                 if not larger or not budget.allows_another():
                     return _fault_reply(request, fault, budget)
                 remaining = dataclasses.replace(plan, candidates=larger)
-        if request.endpoint == "responses":
+        if request.endpoint == "responses" and upstream_of(request, opened.attempt.candidate) == "responses":
+            # (A translated answer's id is the gateway's own: no provider holds it to continue from.)
             self._bind(request, opened.attempt)
         if request.stream:
             return StreamReply(runner, budget, request, opened.attempt, opened.untried)
