@@ -3,9 +3,12 @@ is finished by a ``continue_prefill`` chat deployment, the client reading one me
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from gateway.fakes import FakeBehavior
@@ -49,3 +52,35 @@ def test_a_broken_translated_stream_is_finished_on_a_continue_prefill_deployment
     assert sent.get("continue_final_message") is (True if prefill_format == "vllm" else None)
     wait_until(lambda: len(gateway.samples.samples) == 2, what="both attempts recorded")
     assert [(s.deployment, s.outcome) for s in gateway.samples.samples] == [("a", "broken_stream"), ("b", "ok")]
+
+
+def _events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.split("\n"))
+        out.append((lines["event"], json.loads(lines["data"])))
+    return out
+
+
+@pytest.mark.parametrize(
+    "fault", [FakeBehavior(output_tokens=8, error_event_after=2), FakeBehavior(output_tokens=8, drop_after=2)]
+)
+def test_a_translated_stream_that_cannot_be_finished_ends_with_the_clients_error_event(
+    fakes: Fakes, start_gateway: StartGateway, fault: FakeBehavior
+) -> None:
+    chat = fakes.start("a", fault)
+    config = gateway_config(
+        [chat], policy={"first_token_timeout_s": 2.0, "idle_timeout_s": 0.3}, provider_options={"a": {"apis": ["chat"]}}
+    )
+    gateway = start_gateway(config)
+    ask = {"model": "m", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    messages = _events(httpx.post(gateway.base_url + "/messages", json=ask, timeout=10).text)
+    assert [name for name, _ in messages][:2] == ["message_start", "content_block_start"]
+    assert messages[-1][0] == "error" and messages[-1][1]["error"]["type"] == "api_error"
+    assert "message_stop" not in [name for name, _ in messages]
+    responses = _events(
+        httpx.post(gateway.base_url + "/responses", json={"model": "m", "input": "hi", "stream": True}, timeout=10).text
+    )
+    numbers = [data["sequence_number"] for _, data in responses]
+    assert numbers == list(range(len(numbers)))  # the error event takes the next number
+    assert responses[-1][0] == "error" and "response.completed" not in [name for name, _ in responses]
