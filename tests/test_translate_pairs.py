@@ -24,6 +24,7 @@ def ask(client_api: str, url: str, stream: bool) -> tuple[str, str, int]:
     if client_api == "messages":
         with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=10) as client:
             messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": "hi"}]
+            message: anthropic.types.Message
             if stream:
                 with client.messages.stream(model="m", max_tokens=64, messages=messages) as events:
                     message = events.get_final_message()
@@ -33,6 +34,7 @@ def ask(client_api: str, url: str, stream: bool) -> tuple[str, str, int]:
         return text, str(message.stop_reason), message.usage.output_tokens
     with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=10) as client:
         if client_api == "responses":
+            response: openai.types.responses.Response
             if stream:
                 with client.responses.stream(model="m", input="hi", max_output_tokens=64) as events:
                     response = events.get_final_response()
