@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.dialects.messages import anthropic_error
 from gateway.errors import describe_error_body
-from gateway.translate import chat, messages, responses
+from gateway.translate import chat, chat_reply, messages, messages_reply, responses, responses_reply
 from gateway.translate.ir import TRANSLATABLE, Api, Conversation, Reply, Untranslatable
 
 TITLES: dict[Api, str] = {"chat": "Chat Completions", "messages": "Messages", "responses": "Responses"}
@@ -56,10 +56,10 @@ def new_id(api: Api) -> str:
 
 def read_reply(api: Api, body: dict[str, Any]) -> Reply:
     if api == "chat":
-        return chat.read_reply(body)
+        return chat_reply.read_reply(body)
     if api == "messages":
-        return messages.read_reply(body)
-    return responses.read_reply(body)
+        return messages_reply.read_reply(body)
+    return responses_reply.read_reply(body)
 
 
 def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any], model: str) -> bytes:
@@ -76,12 +76,12 @@ def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any
     shown = reply.model or model
     out: dict[str, Any]
     if target == "chat":
-        out = chat.write_reply(reply, shown)
+        out = chat_reply.write_reply(reply, shown)
         out["id"] = new_id("chat")
     elif target == "messages":
-        out = messages.write_reply(reply, shown, new_id("messages"))
+        out = messages_reply.write_reply(reply, shown, new_id("messages"))
     else:
-        out = responses.write_reply(reply, shown, new_id("responses"), request)
+        out = responses_reply.write_reply(reply, shown, new_id("responses"), request)
     return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
 
 

@@ -1,4 +1,4 @@
-"""OpenAI's Chat Completions API in the neutral shape: a request read and written, a whole answer read and written.
+"""OpenAI's Chat Completions API in the neutral shape: a request read and written (whole answers: ``chat_reply``).
 
 Reading refuses what the neutral shape cannot hold (``n`` > 1, logprobs, penalties, audio, files,
 legacy ``functions``): each names its field. Writing follows what open-weights servers (vLLM,
@@ -9,7 +9,6 @@ left out (no chat provider caches explicitly; their prefix caches need no marks)
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from gateway.translate.common import (
@@ -17,10 +16,8 @@ from gateway.translate.common import (
     as_list,
     as_str,
     bad,
-    count,
     image_from_url,
     image_url,
-    obj,
     opt_bool,
     opt_int,
     opt_number,
@@ -35,7 +32,6 @@ from gateway.translate.ir import (
     Part,
     Reasoning,
     ReasoningAsk,
-    Reply,
     StopReason,
     Text,
     Tool,
@@ -44,7 +40,6 @@ from gateway.translate.ir import (
     ToolResult,
     Turn,
     Untranslatable,
-    Usage,
 )
 
 TARGET = "Chat Completions"
@@ -115,7 +110,7 @@ def read_request(body: dict[str, Any]) -> Conversation:
             parts, plain = _user_content(message.get("content"), f"{path}.content")
             conversation.turns.append(Turn("user", parts, plain, opt_str(message.get("name"), f"{path}.name")))
         elif role == "assistant":
-            conversation.turns.append(_assistant(message, path))
+            conversation.turns.append(read_assistant(message, path))
         elif role == "tool":
             call_id = as_str(message.get("tool_call_id"), f"{path}.tool_call_id")
             content, plain = _user_content(message.get("content"), f"{path}.content")
@@ -189,7 +184,7 @@ def _user_content(content: Any, path: str) -> tuple[list[Part], bool]:
     return parts, False
 
 
-def _assistant(message: dict[str, Any], path: str) -> Turn:
+def read_assistant(message: dict[str, Any], path: str) -> Turn:
     parts: list[Part] = []
     reasoning = message.get("reasoning_content", message.get("reasoning"))
     if isinstance(reasoning, str) and reasoning:
@@ -322,7 +317,7 @@ def _messages(conversation: Conversation) -> list[dict[str, Any]]:
         messages.append({"role": "system", "content": "\n\n".join(i.text for i in conversation.system)})
     for turn in conversation.turns:
         if turn.role == "assistant":
-            messages.append(_assistant_message(turn))
+            messages.append(assistant_message(turn))
             continue
         rest: list[Part] = []
         for part in turn.parts:
@@ -361,7 +356,7 @@ def _user_parts(parts: list[Part], plain: bool) -> str | list[dict[str, Any]]:
     return out
 
 
-def _assistant_message(turn: Turn) -> dict[str, Any]:
+def assistant_message(turn: Turn) -> dict[str, Any]:
     texts = [p.text for p in turn.parts if isinstance(p, Text)]
     calls = [p for p in turn.parts if isinstance(p, ToolCall)]
     thoughts = [p.text for p in turn.parts if isinstance(p, Reasoning) and p.text]
@@ -397,66 +392,3 @@ def _format(output: OutputFormat) -> dict[str, Any]:
     if output.strict is not None:
         schema["strict"] = output.strict
     return {"type": "json_schema", "json_schema": schema}
-
-
-# -- a whole answer --------------------------------------------------------------------------
-
-
-def read_usage(usage: Any) -> Usage | None:
-    if not isinstance(usage, dict):
-        return None
-    prompt = usage.get("prompt_tokens")
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    if cached is None:
-        cached = usage.get("prompt_cache_hit_tokens")  # DeepSeek's spelling
-    completion = usage.get("completion_tokens_details")
-    reasoning = completion.get("reasoning_tokens") if isinstance(completion, dict) else None
-    return Usage(
-        input_tokens=prompt if isinstance(prompt, int) else 0,
-        output_tokens=count(usage.get("completion_tokens")),
-        cached_tokens=cached if isinstance(cached, int) else 0,
-        reasoning_tokens=reasoning if isinstance(reasoning, int) else None,
-    )
-
-
-def write_usage(usage: Usage) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.input_tokens + usage.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
-    }
-    if usage.reasoning_tokens is not None:
-        out["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
-    return out
-
-
-def read_reply(body: dict[str, Any]) -> Reply:
-    choices = body.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    turn = _assistant(obj(choice.get("message")), "choices[0].message")
-    return Reply(
-        id=str(body.get("id") or ""),
-        model=str(body.get("model") or ""),
-        parts=turn.parts,
-        stop=STOPS.get(str(choice.get("finish_reason")), "end"),
-        usage=read_usage(body.get("usage")),
-        created=count(body.get("created")) or int(time.time()),
-    )
-
-
-def write_reply(reply: Reply, model: str) -> dict[str, Any]:
-    turn = Turn("assistant", reply.parts)
-    message = _assistant_message(turn)
-    message.pop("name", None)
-    body: dict[str, Any] = {
-        "id": "chatcmpl-" + reply.id.removeprefix("chatcmpl-"),
-        "object": "chat.completion",
-        "created": reply.created or int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": FINISH_OF[reply.stop]}],
-    }
-    if reply.usage is not None:
-        body["usage"] = write_usage(reply.usage)
-    return body

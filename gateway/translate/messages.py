@@ -1,9 +1,10 @@
-"""Anthropic's Messages API in the neutral shape: a request read and written, a whole answer read and written.
+"""Anthropic's Messages API in the neutral shape: a request read and written (answers: ``messages_reply``).
 
 Reading refuses what other APIs cannot carry: documents, search results, server tools (web search,
-code execution, bash, computer use), MCP servers, containers, context management. Writing keeps
-``cache_control`` where the client put it (Anthropic caches only what is marked), writes a thinking
-block only where it has its signature (Anthropic checks it), and a tool result's error as ``is_error``.
+code execution, bash, computer use), MCP servers, containers, context-management edits other than
+clearing old thinking. Writing keeps ``cache_control`` where the client put it (Anthropic caches only
+what is marked), writes a thinking block only where it has its signature (Anthropic checks it), and a
+tool result's error as ``is_error``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from gateway.translate.ir import (
     Part,
     Reasoning,
     ReasoningAsk,
-    Reply,
     StopReason,
     Text,
     Tool,
@@ -39,7 +39,6 @@ from gateway.translate.ir import (
     ToolResult,
     Turn,
     Untranslatable,
-    Usage,
 )
 
 TARGET = "Messages"
@@ -111,7 +110,7 @@ def read_request(body: dict[str, Any]) -> Conversation:
         if isinstance(content, str):
             conversation.turns.append(Turn(role, [Text(content)], plain=True))
             continue
-        parts = [_read_block(b, f"{path}.content[{i}]") for i, b in enumerate(as_list(content, f"{path}.content"))]
+        parts = [read_block(b, f"{path}.content[{i}]") for i, b in enumerate(as_list(content, f"{path}.content"))]
         conversation.turns.append(Turn(role, [p for p in parts if p is not None]))
     conversation.max_tokens = opt_int(body.get("max_tokens"), "max_tokens")
     conversation.temperature = opt_number(body.get("temperature"), "temperature")
@@ -172,7 +171,7 @@ def _context_management(value: Any) -> None:
             raise Untranslatable(f"context_management.edits[{index}].type", "other", f"the edit {kind!r}")
 
 
-def _read_block(raw: Any, path: str) -> Part | None:
+def read_block(raw: Any, path: str) -> Part | None:
     block = as_dict(raw, path)
     kind = block.get("type")
     cache = block.get("cache_control")
@@ -195,7 +194,7 @@ def _read_block(raw: Any, path: str) -> Part | None:
             return ToolResult(call_id, [Text(content or "")], is_error, True, cache)
         blocks: list[Text | Image] = []
         for index, item in enumerate(as_list(content, f"{path}.content")):
-            part = _read_block(item, f"{path}.content[{index}]")
+            part = read_block(item, f"{path}.content[{index}]")
             if not isinstance(part, Text | Image):
                 raise Untranslatable(f"{path}.content[{index}].type", "other", "only text and images in a tool result")
             blocks.append(part)
@@ -314,13 +313,13 @@ def _message(turn: Turn) -> dict[str, Any]:
         return {"role": turn.role, "content": turn.parts[0].text}
     blocks: list[dict[str, Any]] = []
     for part in sorted(turn.parts, key=lambda p: not isinstance(p, ToolResult)):  # results first, as Anthropic asks
-        block = _block(part)
+        block = write_block(part)
         if block is not None:
             blocks.append(block)
     return {"role": turn.role, "content": blocks}
 
 
-def _block(part: Part) -> dict[str, Any] | None:
+def write_block(part: Part) -> dict[str, Any] | None:
     if isinstance(part, Text):
         return _cached({"type": "text", "text": part.text}, part.cache)
     if isinstance(part, Image):
@@ -339,7 +338,7 @@ def _block(part: Part) -> dict[str, Any] | None:
         if part.plain and all(isinstance(p, Text) for p in part.content):
             content = "".join(p.text for p in part.content if isinstance(p, Text))
         else:
-            content = [b for b in (_block(p) for p in part.content) if b is not None]
+            content = [b for b in (write_block(p) for p in part.content) if b is not None]
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id(part.call_id), "content": content}
         if part.is_error:
             result["is_error"] = True
@@ -364,74 +363,3 @@ def _tool(tool: Tool) -> dict[str, Any]:
     if tool.strict is not None:
         out["strict"] = tool.strict
     return _cached(out, tool.cache)
-
-
-# -- a whole answer --------------------------------------------------------------------------
-
-
-def read_usage(usage: Any) -> Usage | None:
-    if not isinstance(usage, dict):
-        return None
-
-    def number(key: str) -> int:
-        value = usage.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-    cached, created = number("cache_read_input_tokens"), number("cache_creation_input_tokens")
-    return Usage(number("input_tokens") + cached + created, number("output_tokens"), cached, created)
-
-
-def write_usage(usage: Usage) -> dict[str, Any]:
-    fresh = max(0, usage.input_tokens - usage.cached_tokens - usage.cache_creation_tokens)
-    return {
-        "input_tokens": fresh,
-        "cache_creation_input_tokens": usage.cache_creation_tokens,
-        "cache_read_input_tokens": usage.cached_tokens,
-        "output_tokens": usage.output_tokens,
-    }
-
-
-def read_reply(body: dict[str, Any]) -> Reply:
-    parts: list[Part] = []
-    for index, raw in enumerate(body.get("content") or ()):
-        if isinstance(raw, dict) and raw.get("type") in ("text", "tool_use", "thinking", "redacted_thinking"):
-            part = _read_block(raw, f"content[{index}]")
-            if part is not None:
-                parts.append(part)
-    return Reply(
-        id=str(body.get("id") or ""),
-        model=str(body.get("model") or ""),
-        parts=parts,
-        stop=STOPS.get(str(body.get("stop_reason")), "end"),
-        stop_sequence=body.get("stop_sequence") if isinstance(body.get("stop_sequence"), str) else None,
-        usage=read_usage(body.get("usage")),
-    )
-
-
-def reply_block(part: Part) -> dict[str, Any] | None:
-    """One answer block as the client's Messages API shows it (reasoning with the signature it has, or none)."""
-    if isinstance(part, Reasoning):
-        if part.encrypted is not None and not part.text:
-            return None  # another API's opaque reasoning: nothing a Messages client can read or send back
-        return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
-    if isinstance(part, ToolCall):
-        try:
-            arguments = json.loads(part.arguments) if part.arguments.strip() else {}
-        except ValueError:
-            arguments = {}
-        return {"type": "tool_use", "id": part.id, "name": part.name, "input": arguments}
-    return _block(part)
-
-
-def write_reply(reply: Reply, model: str, message_id: str) -> dict[str, Any]:
-    content = [b for b in (reply_block(p) for p in reply.parts) if b is not None]
-    return {
-        "id": message_id,
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": STOP_OF[reply.stop],
-        "stop_sequence": reply.stop_sequence,
-        "usage": write_usage(reply.usage or Usage()),
-    }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.translate import chat
+from gateway.translate import chat, chat_reply
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
     Ended,
@@ -111,7 +111,7 @@ class ChatWriter:
                     usage.output_tokens + self.said_tokens,
                     usage.cached_tokens,
                 )
-            out += self._chunk([], usage=chat.write_usage(usage))
+            out += self._chunk([], usage=chat_reply.write_usage(usage))
         return out + DONE
 
     def error(self, message: str, status: int = 500, code: str | None = None) -> bytes:

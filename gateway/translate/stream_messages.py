@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.dialects.messages import error_type
-from gateway.translate import messages
+from gateway.translate import messages, messages_reply
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
     Ended,
@@ -165,7 +165,9 @@ class MessagesWriter:
                 usage.cache_creation_tokens,
             )
         delta = {"stop_reason": messages.STOP_OF[self._stop], "stop_sequence": self._sequence}
-        out += sse("message_delta", {"type": "message_delta", "delta": delta, "usage": messages.write_usage(usage)})
+        out += sse(
+            "message_delta", {"type": "message_delta", "delta": delta, "usage": messages_reply.write_usage(usage)}
+        )
         return out + sse("message_stop", {"type": "message_stop"})
 
     def error(self, message: str, status: int = 500) -> bytes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from gateway.errors import describe_error
-from gateway.translate import chat, messages, responses
+from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply
 from gateway.translate.common import count, obj
 from gateway.translate.ir import (
     Api,
@@ -69,7 +69,7 @@ class ChatReader:
             finish = choice.get("finish_reason")
             if isinstance(finish, str):
                 out.append(Finished(chat.STOPS.get(finish, "end")))
-        usage = chat.read_usage(event.get("usage"))
+        usage = chat_reply.read_usage(event.get("usage"))
         if usage is not None:
             out.append(UsageSeen(usage))
         return out
@@ -100,7 +100,7 @@ class MessagesReader:
         kind = event.get("type")
         if kind == "message_start":
             message = obj(event.get("message"))
-            self._usage = messages.read_usage(message.get("usage")) or Usage()
+            self._usage = messages_reply.read_usage(message.get("usage")) or Usage()
             return [Started(str(message.get("id") or ""), str(message.get("model") or ""))]
         if kind == "content_block_start":
             return self._block(event)
@@ -118,7 +118,7 @@ class MessagesReader:
             return []
         if kind == "message_delta":
             out: list[Event] = []
-            seen = messages.read_usage(event.get("usage"))
+            seen = messages_reply.read_usage(event.get("usage"))
             if seen is not None:
                 usage = event.get("usage") or {}
                 self._usage.output_tokens = seen.output_tokens
@@ -190,10 +190,10 @@ class ResponsesReader:
         if kind in ("response.completed", "response.incomplete"):
             response = obj(event.get("response"))
             out: list[Event] = []
-            usage = responses.read_usage(response.get("usage"))
+            usage = responses_reply.read_usage(response.get("usage"))
             if usage is not None:
                 out.append(UsageSeen(usage))
-            stop = responses.stop_of(response.get("status"), response.get("incomplete_details"), self._calls)
+            stop = responses_reply.stop_of(response.get("status"), response.get("incomplete_details"), self._calls)
             return [*out, Finished(stop), Ended()]
         if kind == "response.failed":
             response = obj(event.get("response"))

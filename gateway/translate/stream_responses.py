@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.translate import responses
+from gateway.translate import responses_reply
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
     Ended,
@@ -74,7 +74,7 @@ class ResponsesWriter:
     def _response(self, status: str) -> dict[str, Any]:
         output = [self._finished(item) for item in self._items] if status != "in_progress" else []
         usage = self._usage if status != "in_progress" else None
-        return responses.response_object(
+        return responses_reply.response_object(
             self.request, self.response_id, self.model, self.created, status, output, usage, self._stop
         )
 

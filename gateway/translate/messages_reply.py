@@ -1,0 +1,88 @@
+"""A whole Messages answer in the neutral shape, and back: its content blocks, stop reason and usage.
+
+Reasoning goes to a Messages client as a ``thinking`` block with the signature it has (empty when another API
+reasoned: none can be made up); another API's opaque reasoning, which a Messages client could neither read nor
+send anywhere useful, is left out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway.translate.ir import (
+    Part,
+    Reasoning,
+    Reply,
+    ToolCall,
+    Usage,
+)
+from gateway.translate.messages import STOP_OF, STOPS, read_block, write_block
+
+
+def read_usage(usage: Any) -> Usage | None:
+    if not isinstance(usage, dict):
+        return None
+
+    def number(key: str) -> int:
+        value = usage.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    cached, created = number("cache_read_input_tokens"), number("cache_creation_input_tokens")
+    return Usage(number("input_tokens") + cached + created, number("output_tokens"), cached, created)
+
+
+def write_usage(usage: Usage) -> dict[str, Any]:
+    fresh = max(0, usage.input_tokens - usage.cached_tokens - usage.cache_creation_tokens)
+    return {
+        "input_tokens": fresh,
+        "cache_creation_input_tokens": usage.cache_creation_tokens,
+        "cache_read_input_tokens": usage.cached_tokens,
+        "output_tokens": usage.output_tokens,
+    }
+
+
+def read_reply(body: dict[str, Any]) -> Reply:
+    parts: list[Part] = []
+    for index, raw in enumerate(body.get("content") or ()):
+        if isinstance(raw, dict) and raw.get("type") in ("text", "tool_use", "thinking", "redacted_thinking"):
+            part = read_block(raw, f"content[{index}]")
+            if part is not None:
+                parts.append(part)
+    return Reply(
+        id=str(body.get("id") or ""),
+        model=str(body.get("model") or ""),
+        parts=parts,
+        stop=STOPS.get(str(body.get("stop_reason")), "end"),
+        stop_sequence=body.get("stop_sequence") if isinstance(body.get("stop_sequence"), str) else None,
+        usage=read_usage(body.get("usage")),
+    )
+
+
+def reply_block(part: Part) -> dict[str, Any] | None:
+    """One answer block as the client's Messages API shows it (reasoning with the signature it has, or none)."""
+    if isinstance(part, Reasoning):
+        if part.encrypted is not None and not part.text:
+            return None  # another API's opaque reasoning: nothing a Messages client can read or send back
+        return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
+    if isinstance(part, ToolCall):
+        try:
+            arguments = json.loads(part.arguments) if part.arguments.strip() else {}
+        except ValueError:
+            arguments = {}
+        return {"type": "tool_use", "id": part.id, "name": part.name, "input": arguments}
+    return write_block(part)
+
+
+def write_reply(reply: Reply, model: str, message_id: str) -> dict[str, Any]:
+    content = [b for b in (reply_block(p) for p in reply.parts) if b is not None]
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": STOP_OF[reply.stop],
+        "stop_sequence": reply.stop_sequence,
+        "usage": write_usage(reply.usage or Usage()),
+    }
