@@ -345,6 +345,7 @@ class ProxyEndpoint:
             raise ModelNotFound(f"model '{requested}' does not exist (known: {known})", param="model")
         if not reachable(model, self.endpoint):
             raise no_deployment_for(model, self.endpoint)
+        preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         # Deployments reached by translation that cannot carry this request leave the pool; with none left, 400.
         model, translations, refusal = eligible(model, self.endpoint, body)
         if not model.deployments and refusal is not None:
@@ -352,7 +353,6 @@ class ProxyEndpoint:
         pinned = None
         if self.endpoint == "responses" and body.get("previous_response_id") is not None:
             pinned = await _previous_owner(runtime, model, body["previous_response_id"])
-        preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         deadlines = read_deadlines(scope["headers"])
         if deadlines.ttft_slo_s is not None and not preferences.max_ttft_s:
             # A first-token objective routes as ``provider.preferred_max_latency`` would (the body's wins).

@@ -150,3 +150,14 @@ def test_a_translated_hedge_wins_over_a_late_native_primary(fakes: Fakes, start_
     wait_until(lambda: len(gateway.samples.samples) == 2, what="both attempts recorded")
     outcomes = {s.deployment: (s.outcome, s.hedged) for s in gateway.samples.samples}
     assert outcomes == {"anth": ("client_cancelled", True), "chat": ("ok", True)}
+
+
+def test_the_routing_overrides_apply_to_translated_candidates(fakes: Fakes, start_gateway: StartGateway) -> None:
+    gateway, chat, messages = mixed(fakes, start_gateway)
+    for order in (["anth"], ["chat"]):
+        body = {**ASK, "provider": {"order": order, "allow_fallbacks": False}}
+        response = httpx.post(gateway.base_url + "/messages", json=body)
+        assert response.status_code == 200 and response.headers["x-gateway-deployment"] == order[0]
+    assert chat.app.state.requests == messages.app.state.requests == 1
+    sent = chat.app.state.recorded[-1].body if chat.app.state.recorded else None
+    assert sent is None or "provider" not in sent
