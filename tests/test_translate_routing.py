@@ -23,10 +23,8 @@ ASK = {"model": "m", "max_tokens": 32, "messages": [{"role": "user", "content": 
 
 def mixed(fakes: Fakes, start_gateway: StartGateway, **options: Any) -> tuple[Gateway, FakeServer, FakeServer]:
     """Model ``m`` on a chat-only deployment (first, in config order) and a Messages-only one."""
-    chat, messages = (
-        fakes.start("chat", FakeBehavior(output_tokens=3)),
-        fakes.start("anth", FakeBehavior(output_tokens=3)),
-    )
+    chat = fakes.start("chat", FakeBehavior(output_tokens=3), record=True)
+    messages = fakes.start("anth", FakeBehavior(output_tokens=3), record=True)
     apis = {"chat": {"apis": ["chat"]}, "anth": {"apis": ["messages"]}}
     return start_gateway(gateway_config([chat, messages], provider_options=apis, **options)), chat, messages
 
@@ -159,5 +157,5 @@ def test_the_routing_overrides_apply_to_translated_candidates(fakes: Fakes, star
         response = httpx.post(gateway.base_url + "/messages", json=body)
         assert response.status_code == 200 and response.headers["x-gateway-deployment"] == order[0]
     assert chat.app.state.requests == messages.app.state.requests == 1
-    sent = chat.app.state.recorded[-1].body if chat.app.state.recorded else None
-    assert sent is None or "provider" not in sent
+    sent = chat.app.state.recorded[-1].body
+    assert sent is not None and "provider" not in sent and sent["messages"] == ASK["messages"]
