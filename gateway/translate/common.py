@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from gateway.errors import InvalidRequest
-from gateway.translate.ir import Image, Text, Untranslatable
+from gateway.translate.ir import Image, Untranslatable
 
 
 def bad(path: str, expected: str) -> InvalidRequest:
@@ -93,10 +93,6 @@ def image_from_url(url: str, detail: str | None) -> Image:
 def dump_json(value: Any) -> str:
     """JSON text as the translators write it everywhere: compact, key order kept, so it is the same every turn."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def result_text(content: list[Text | Image]) -> str:
-    return "".join(part.text for part in content if isinstance(part, Text))
 
 
 def obj(value: Any) -> dict[str, Any]:

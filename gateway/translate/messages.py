@@ -249,8 +249,6 @@ def tool_id(value: str) -> str:
 def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "max_tokens": conversation.max_tokens or DEFAULT_MAX_TOKENS}
     if conversation.system:
-        refused = [i for i in conversation.system if i.role not in ("system", "developer")]
-        assert not refused
         if conversation.system_plain and len(conversation.system) == 1 and conversation.system[0].cache is None:
             body["system"] = conversation.system[0].text
         else:
