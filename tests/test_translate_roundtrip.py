@@ -55,6 +55,12 @@ def canonical(conversation: Conversation) -> dict[str, Any]:
         "options": (conversation.max_tokens, conversation.temperature, conversation.top_p, conversation.stop),
         "user": conversation.user,
         "stream": conversation.stream,
+        "output": dataclasses.astuple(conversation.output) if conversation.output else None,
+        "metadata": conversation.metadata,
+        "cache_key": conversation.prompt_cache_key,
+        "reasoning": (conversation.reasoning.effort, conversation.reasoning.enabled)
+        if conversation.reasoning
+        else None,
     }
 
 
@@ -64,8 +70,16 @@ def there_and_back(body: dict[str, Any], source: Api, target: Api) -> None:
     assert canonical(read_request(source, back)) == canonical(read_request(source, body))
 
 
+SCHEMA_FORMAT = st.fixed_dictionaries(
+    {"name": st.sampled_from(["answer", "plan"]), "schema": SCHEMA},
+    optional={"strict": st.booleans(), "description": WORDS},
+)
+
+
 @st.composite
 def chat_requests(draw: st.DrawFn, *, stop: bool = True) -> dict[str, Any]:
+    """A chat request of mapped fields; ``stop=False``: for the Responses API (no stop sequences, but output
+    formats, metadata and a cache key, which it carries and the Messages API does not)."""
     messages: list[dict[str, Any]] = []
     if draw(st.booleans()):
         messages.append({"role": "system", "content": draw(WORDS)})
@@ -100,6 +114,21 @@ def chat_requests(draw: st.DrawFn, *, stop: bool = True) -> dict[str, Any]:
             body[name] = draw(values)
     if stop and draw(st.booleans()):
         body["stop"] = draw(st.lists(WORDS, min_size=1, max_size=3))
+    if not stop:
+        if draw(st.booleans()):
+            body["response_format"] = draw(
+                st.one_of(
+                    st.just({"type": "json_object"}),
+                    SCHEMA_FORMAT.map(lambda spec: {"type": "json_schema", "json_schema": spec}),
+                )
+            )
+        if draw(st.booleans()):
+            body["metadata"] = {"team": draw(WORDS)}
+        if draw(st.booleans()):
+            body["prompt_cache_key"] = draw(WORDS)
+    if draw(st.booleans()):
+        body["reasoning_effort"] = draw(st.sampled_from(["low", "medium", "high"]))
+        body["max_tokens"] = draw(st.integers(25_000, 64_000))  # room for every effort's thinking budget
     body["stream"] = draw(st.booleans())
     return body
 
@@ -197,6 +226,9 @@ def responses_requests(draw: st.DrawFn) -> dict[str, Any]:
         if draw(st.booleans()):
             body[name] = draw(values)
     body["store"] = False
+    if draw(st.booleans()):
+        body["reasoning"] = {"effort": draw(st.sampled_from(["low", "medium", "high"]))}
+        body["max_output_tokens"] = draw(st.integers(25_000, 64_000))
     body["stream"] = draw(st.booleans())
     return body
 

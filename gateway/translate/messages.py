@@ -296,7 +296,10 @@ def _thinking(reasoning: ReasoningAsk, max_tokens: int) -> dict[str, Any]:
     budget = reasoning.budget_tokens
     if budget is None:
         budget = {"low": 2048, "medium": 8192, "high": 24576}.get(reasoning.effort or "medium", 8192)
-    # Anthropic asks for a budget of at least 1024, below max_tokens.
+    # Anthropic asks for a budget of at least 1024, below max_tokens: an answer limited to 1024 tokens or less
+    # has no room to think.
+    if max_tokens <= 1024:
+        return {"type": "disabled"}
     return {"type": "enabled", "budget_tokens": max(1024, min(budget, max_tokens - 1))}
 
 
