@@ -10,8 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.config import ConfigError, parse_config
 from gateway.fakes import FakeBehavior
 from gateway.fakes.provider import answer_words
+from gateway.routing.apis import reachable
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
@@ -159,3 +161,25 @@ def test_the_routing_overrides_apply_to_translated_candidates(fakes: Fakes, star
     assert chat.app.state.requests == messages.app.state.requests == 1
     sent = chat.app.state.recorded[-1].body
     assert sent is not None and "provider" not in sent and sent["messages"] == ASK["messages"]
+
+
+def test_translate_is_set_per_model_and_overridden_per_deployment() -> None:
+    data = {
+        "providers": [{"name": "p", "base_url": "http://127.0.0.1:9/v1", "apis": ["chat"]}],
+        "models": [
+            {
+                "name": "m",
+                "translate": False,
+                "deployments": [
+                    {"provider": "p", "model": "a", "name": "a"},
+                    {"provider": "p", "model": "b", "name": "b", "translate": True},
+                ],
+            }
+        ],
+    }
+    model = parse_config(data).models[0]
+    assert [d.translate for d in model.deployments] == [False, True]
+    assert [d.name for d in reachable(model, "messages")] == ["b"] and len(reachable(model, "chat")) == 2
+    data["models"][0]["translate"] = "no"  # type: ignore[index]
+    with pytest.raises(ConfigError, match=r"models\[0\]\.translate"):
+        parse_config(data)
