@@ -34,7 +34,7 @@ from gateway.relay.retry import retry_wait
 from gateway.relay.runner import AttemptRunner
 from gateway.response_owners import Owner, ResponseOwners
 from gateway.routing import Candidate, RoutePlan
-from gateway.translate import TRANSLATABLE, Api, translate_error, translate_reply
+from gateway.translate import as_api, translate_error, translate_reply
 from gateway.types import Clock
 
 
@@ -97,7 +97,7 @@ class Dispatcher:
             return FullReply(status, attempt.body, content_type, budget.log, finish)
         # Reached by translation: the client reads its own API's body; the meter reads the upstream's.
         body = translate_reply(
-            attempt.body, _api(upstream), _api(request.endpoint), request.body, request.requested_model
+            attempt.body, as_api(upstream), as_api(request.endpoint), request.body, request.requested_model
         )
         return FullReply(status, body, "application/json", budget.log, finish)
 
@@ -128,18 +128,13 @@ class Dispatcher:
             self.owners.remember(response_id, Owner(request.requested_model, attempt.candidate.name))
 
 
-def _api(api: str) -> Api:
-    assert api in TRANSLATABLE
-    return api
-
-
 def _fault_reply(request: ProxyRequest, fault: ClientFault, budget: AttemptBudget) -> FullReply:
     """An upstream's 4xx that is the request's fault, relayed: in the client's API shape if it came translated."""
     winner = budget.log.winner
     upstream = upstream_of(request, winner) if winner is not None else request.endpoint
     if upstream == request.endpoint:
         return FullReply(fault.status, fault.body, fault.content_type, budget.log)
-    body = translate_error(fault.body, fault.status, _api(request.endpoint))
+    body = translate_error(fault.body, fault.status, as_api(request.endpoint))
     return FullReply(fault.status, body, "application/json", budget.log)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
@@ -26,7 +26,7 @@ from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate
 from gateway.routing.apis import API_PATHS, reachable, translated_to, upstream_api
 from gateway.samples import Endpoint
-from gateway.translate import Api, Untranslatable, translate_request
+from gateway.translate import Api, Untranslatable, as_api, translate_request
 
 
 def client_asked_usage(request: ProxyRequest) -> bool:
@@ -59,7 +59,7 @@ def eligible(
             continue
         if target not in translations and target not in refusals:
             try:
-                translations[target] = translate_request(body, cast(Api, api), target, "")
+                translations[target] = translate_request(body, as_api(api), target, "")
             except Untranslatable as exc:
                 refusals[target] = exc
         if target in translations:
@@ -85,7 +85,7 @@ def upstream_body(request: ProxyRequest, candidate: Candidate) -> bytes:
     its translation to the deployment's API."""
     target = upstream_of(request, candidate)
     if target != request.endpoint:
-        return encode_body(_translated(request, candidate, cast(Api, target)))
+        return encode_body(_translated(request, candidate, as_api(target)))
     body = dict(request.body)
     body["model"] = candidate.deployment.model
     if injects_usage(request, candidate.provider):
@@ -111,7 +111,7 @@ def _translated(request: ProxyRequest, candidate: Candidate, target: Api) -> dic
     body = request.translations.get(target)
     if body is None:
         # A request rebuilt on the way (a continuation): translated now, refused as any would be.
-        body = translate_request(request.body, cast(Api, request.endpoint), target, "")
+        body = translate_request(request.body, as_api(request.endpoint), target, "")
     body = dict(body)
     body["model"] = candidate.deployment.model
     if target == "chat":

@@ -133,7 +133,7 @@ async def resume(
         if continuing and not (candidate.deployment.continue_prefill and runner.router.may_continue(candidate)):
             continue
         # A deployment reached by translation gets the prefill marked by the translator, in its own API.
-        native = candidate.deployment.apis and request.endpoint in candidate.deployment.apis
+        native = request.endpoint in candidate.deployment.apis
         follow_up = continuation(request, partial, candidate.deployment.prefill_format if native else "plain")
         if follow_up is None:
             return None

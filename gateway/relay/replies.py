@@ -28,7 +28,7 @@ from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate
 from gateway.samples import Outcome
-from gateway.translate import Api
+from gateway.translate import as_api
 from gateway.translate.stream import StreamTranslator
 
 Forwarder = EventForwarder | StreamTranslator
@@ -166,7 +166,7 @@ class StreamReply(Reply):
             attempt, request = resumed
             if isinstance(forwarder, StreamTranslator):
                 # The client's stream is the translator's: the continuation is read into it, whatever its API.
-                forwarder.continue_with(_api(upstream_of(request, attempt.candidate)), said_tokens)
+                forwarder.continue_with(as_api(upstream_of(request, attempt.candidate)), said_tokens)
             else:
                 forwarder = _forwarder(request, attempt, continuation=True, said_tokens=said_tokens)
             request.trace.said_tokens = said_tokens
@@ -248,18 +248,13 @@ class StreamReply(Reply):
         )
 
 
-def _api(api: str) -> Api:
-    assert api in ("chat", "messages", "responses")
-    return api  # type: ignore[return-value]
-
-
 def _forwarder(
     request: ProxyRequest, attempt: Attempt, *, continuation: bool = False, said_tokens: int = 0
 ) -> Forwarder:
     upstream = upstream_of(request, attempt.candidate)
     if upstream != request.endpoint:
         # Reached by translation: the upstream's events are rewritten in the client's API.
-        args = (_api(upstream), _api(request.endpoint), request.body, request.requested_model)
+        args = (as_api(upstream), as_api(request.endpoint), request.body, request.requested_model)
         if continuation:
             return StreamTranslator.continuing(*args, said_tokens)
         return StreamTranslator(*args)

@@ -17,7 +17,7 @@ from typing import Any
 from gateway.dialects.messages import anthropic_error
 from gateway.errors import describe_error_body
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses, responses_reply
-from gateway.translate.ir import TRANSLATABLE, Api, Conversation, Reply, Untranslatable
+from gateway.translate.ir import TRANSLATABLE, Api, Conversation, Reply, Untranslatable, as_api
 
 TITLES: dict[Api, str] = {"chat": "Chat Completions", "messages": "Messages", "responses": "Responses"}
 
@@ -100,6 +100,7 @@ __all__ = [
     "TRANSLATABLE",
     "Api",
     "Untranslatable",
+    "as_api",
     "new_id",
     "translate_error",
     "translate_reply",

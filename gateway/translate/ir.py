@@ -22,6 +22,14 @@ TRANSLATABLE: tuple[Api, ...] = ("chat", "messages", "responses")
 """The APIs translated between, in the order a translated request prefers them upstream: chat's mapping is
 the most complete, and the Messages API's next."""
 
+
+def as_api(name: str) -> Api:
+    """``name`` as one of the translated APIs (the caller knows it is one: a deployment reached by translation)."""
+    if name not in TRANSLATABLE:
+        raise ValueError(f"not a translated API: {name!r}")
+    return name
+
+
 StopReason = Literal["end", "length", "tool", "stop_sequence", "filter"]
 ToolMode = Literal["auto", "none", "required", "tool"]
 
