@@ -341,9 +341,10 @@ class ProxyEndpoint:
         model = runtime.config.model(model_name)
         if model is None:
             known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
-            raise ModelNotFound(f"model '{requested}' does not exist (known: {known})", param="model")
+            missing = ModelNotFound(f"model '{requested}' does not exist (known: {known})", param="model")
+            raise _model_error(missing, self.endpoint)
         if not serving(model, self.endpoint):
-            raise no_deployment_for(model, self.endpoint)
+            raise _model_error(no_deployment_for(model, self.endpoint), self.endpoint)
         pinned = None
         if self.endpoint == "responses" and body.get("previous_response_id") is not None:
             pinned = await _previous_owner(runtime, model, body["previous_response_id"])
@@ -389,6 +390,19 @@ class ProxyEndpoint:
         # Last: from here on the caller owns the ticket and releases it.
         ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)
         return request, route_request, ticket
+
+
+def _model_error(error: ModelNotFound, endpoint: Endpoint) -> GatewayError:
+    """The error for a model this endpoint cannot serve: 404, but 400 on the Responses API.
+
+    Codex, the Responses API's main client, re-sends a request five times on any status but 400 and
+    401 (a 404 included), so a model it can never get would cost five round trips and a minute of
+    back-off; a 400 stops it at once. The code (``model_not_found``, ``model_not_found_for_api``)
+    stays the same.
+    """
+    if endpoint != "responses":
+        return error
+    return InvalidRequest(error.message, param=error.param, code=error.code)
 
 
 async def _session(

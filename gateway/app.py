@@ -49,6 +49,7 @@ from gateway.relay import AttemptRunner, Dispatcher
 from gateway.relay.probe import CircuitProber
 from gateway.reload import Reloader
 from gateway.response_owners import ResponseOwners
+from gateway.retry_hints import wants_retry_hints, with_retry_hints
 from gateway.routing import MeasuredRouter
 from gateway.routing.trace import TraceStore
 from gateway.runtime import GatewayRuntime, RuntimeHolder
@@ -212,6 +213,8 @@ class GatewayApp(Starlette):
         self.proxies = dict(proxies)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and wants_retry_hints(scope["path"]):
+            send = with_retry_hints(send)  # Anthropic's clients read x-should-retry on every error
         if scope["type"] == "http" and scope["method"] == "POST":
             endpoint = self.proxies.get(scope["path"])
             if endpoint is not None:

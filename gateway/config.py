@@ -51,8 +51,9 @@ Workers = int | Literal["auto"]
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
-    max_body_bytes: int = 4 * 1024 * 1024
-    """Request bodies above this are refused with 413 before they are read in full."""
+    max_body_bytes: int = 32_000_000
+    """Request bodies above this are refused with 413 before they are read in full. The default is
+    Anthropic's own limit (32 MB): a long agent session re-sends its whole history every turn."""
     access_log: bool = True
     """One JSON line per request on the ``gateway.access`` logger (no prompt or answer text)."""
     log_bodies: bool = False

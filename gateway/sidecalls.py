@@ -5,7 +5,10 @@
   (``gateway.response_owners``); an id the gateway never bound is a 404, never a guess. A
   successful ``DELETE`` forgets the binding.
 - ``POST /v1/messages/count_tokens`` goes to the first Messages deployment of the model's plan that
-  answers (the next one on a connection error or a 5xx).
+  answers (the next one on a connection error, a 5xx, or a 404: many Anthropic-compatible hosts
+  have no such endpoint), with the client's query (``?beta=true``) kept. When none counts it, the
+  gateway counts the prompt itself with its pinned tokenizer (``gateway.token_estimate``), says so
+  in the ``x-gateway-count: estimated`` header, and logs it.
 
 They produce no answer to time, so they leave no ``Sample``: the stats hold inference only. Their
 bodies are relayed whole (a ``GET ...?stream=true`` of a background response arrives at its end).
@@ -14,9 +17,10 @@ bodies are relayed whole (a ``GET ...?stream=true`` of a background response arr
 from __future__ import annotations
 
 import json
+import logging
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from gateway.api import error_response, parse_json_body
 from gateway.bindings import Unavailable
@@ -35,7 +39,10 @@ from gateway.errors import (
 from gateway.routing import RouteRequest
 from gateway.routing.apis import no_deployment_for
 from gateway.runtime import GatewayRuntime, runtime_of
+from gateway.token_estimate import estimate_input_tokens
 from gateway.upstream import AttemptTimeouts, forwardable_headers
+
+logger = logging.getLogger("gateway")
 
 _RESPONSES = dialect_for("responses")
 _MESSAGES = dialect_for("messages")
@@ -146,23 +153,30 @@ async def _count_tokens(runtime: GatewayRuntime, request: Request) -> Response:
     if not key.allows(model.name):
         raise PermissionDenied(f"this API key may not use model '{model.name}'", code="model_not_allowed")
     plan = runtime.router.plan(RouteRequest(model, "messages", stream=False, prompt_tokens=len(raw) // 4, max_tokens=1))
-    last: UpstreamError | None = None
+    path = "/messages/count_tokens" + (f"?{request.url.query}" if request.url.query else "")
+    missing: list[str] = []  # deployments without the endpoint (404): many Anthropic-compatible hosts lack it
+    failed: list[str] = []
     for candidate in plan.candidates[: plan.policy.max_attempts]:
         sent = dict(body, model=candidate.deployment.model)
         try:
             status, response = await _relay(
-                runtime,
-                request,
-                model,
-                candidate.deployment,
-                "/messages/count_tokens",
-                json.dumps(sent).encode(),
-                _MESSAGES,
+                runtime, request, model, candidate.deployment, path, json.dumps(sent).encode(), _MESSAGES
             )
         except UpstreamError as exc:
-            last = exc
+            failed.append(f"{candidate.name}: {exc.message}")
+            continue
+        if status == 404:
+            missing.append(candidate.name)
             continue
         if status < 500:
             return response
-        last = UpstreamError(f"{candidate.provider.name}: upstream returned {status}", provider=candidate.provider.name)
-    raise last or NoCapacity("no deployment could count the tokens")
+        failed.append(f"{candidate.name}: upstream returned {status}")
+    logger.info(
+        "count_tokens for model %s counted with the pinned tokenizer: no deployment counted it "
+        "(no endpoint: %s; failed: %s)",
+        model.name,
+        ", ".join(missing) or "none",
+        "; ".join(failed) or "none",
+    )
+    counted = estimate_input_tokens(body, runtime.counter)
+    return JSONResponse({"input_tokens": counted}, headers={"x-gateway-count": "estimated"})

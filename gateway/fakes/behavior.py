@@ -99,6 +99,8 @@ class FakeBehavior:
     """Shorter prefixes are never cached (providers cache prompts above ~1k tokens)."""
     cache_usage: str = "openai"
     """How usage reports cached tokens: ``openai``, ``deepseek``, ``anthropic`` or ``none``."""
+    count_tokens: bool = True
+    """Whether ``POST /v1/messages/count_tokens`` exists (False: 404, as on many Anthropic-compatible hosts)."""
     model: str | None = None
     """The model id to report; by default the one the request named."""
     embedding_dim: int = 8

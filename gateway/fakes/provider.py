@@ -99,6 +99,9 @@ class FakeProvider:
         if path.endswith("/messages/count_tokens") and method == "POST":
             body_data = _json_object(await read_body(receive))
             self._note(scope, path, body_data)
+            if not self.behavior.count_tokens:
+                await messages.send_anthropic_error(send, 404, f"fake {self.name}: no count_tokens endpoint")
+                return
             await messages.count_tokens(send, body_data or {})
             return
         if method != "POST" or not path.endswith(_INFERENCE):

@@ -79,7 +79,9 @@ class Dispatcher:
                 if not larger or not budget.allows_another():
                     return FullReply(fault.status, fault.body, fault.content_type, budget.log)
                 remaining = dataclasses.replace(plan, candidates=larger)
-        if request.endpoint == "responses":
+        if request.endpoint == "responses" and request.body.get("store") is not False:
+            # A response created with ``store: false`` (every Codex call) is kept nowhere upstream: its id
+            # can never be continued or fetched, so binding it would only fill the store (and evict).
             self._bind(request, opened.attempt)
         if request.stream:
             return StreamReply(runner, budget, request, opened.attempt, opened.untried)
