@@ -42,6 +42,8 @@ from gateway.limits import has_unpaired_surrogate, header_bytes
 from gateway.metrics import Metrics
 from gateway.policies import AFFINITIES, Affinity
 from gateway.relay import DisconnectWatch, ProxyRequest
+from gateway.relay.keepalive import FirstByteKeepAlive
+from gateway.relay.replies import FullReply
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
 from gateway.routing.apis import no_deployment_for
 from gateway.routing.plan import SessionRoute
@@ -272,6 +274,7 @@ class ProxyEndpoint:
         watch = DisconnectWatch(receive)
         started = False
         plan: RoutePlan | None = None
+        keeper: FirstByteKeepAlive | None = None
         try:
             plan = _plan(runtime, route_request)
             policy = plan.policy
@@ -283,12 +286,36 @@ class ProxyEndpoint:
                 request.endpoint,
                 policy.total_timeout_s,
             )
-            reply = await runtime.dispatcher.dispatch(request, plan)
-            record.log = reply.log
-            started = True
             headers = [(b"x-request-id", request_id.encode())]
             if plan.affinity is not None:
                 headers.append((AFFINITY_HEADER, plan.affinity.header.encode()))
+            if request.stream and policy.first_byte_keepalive_s > 0:
+                keeper = FirstByteKeepAlive(
+                    send,
+                    self.dialect,
+                    policy.first_byte_keepalive_s,
+                    list(headers),
+                    request_id=request_id,
+                    model=request.requested_model,
+                )
+                send = keeper.send
+                keeper.start()
+                try:
+                    reply = await runtime.dispatcher.dispatch(request, plan)
+                finally:
+                    await keeper.stop()
+                    if keeper.started:
+                        record.keepalives = keeper.sent
+            else:
+                reply = await runtime.dispatcher.dispatch(request, plan)
+            record.log = reply.log
+            started = True
+            if keeper is not None and keeper.started and isinstance(reply, FullReply):
+                # An upstream's whole error answer (a request fault), after the 200 went out: as an event.
+                watch.disarm()
+                reply.log.status = 200
+                await keeper.fail_with_body(reply.status, reply.body)
+                return
             if trace_wanted:
                 winner = reply.log.winner
                 trace = build_trace(
@@ -299,7 +326,11 @@ class ProxyEndpoint:
             await reply.send_to(send, headers, watch)
         except GatewayError as exc:
             watch.disarm()
-            if not started:
+            if not started and keeper is not None and keeper.started:
+                # The 200 and keep-alives went out while every attempt failed: the error is the stream's end.
+                record.error_status = exc.status_code
+                await keeper.fail(exc.message, exc.code or "upstream_error")
+            elif not started:
                 record.error_status = exc.status_code
                 if trace_wanted and plan is not None:
                     trace = build_trace(request_id, plan, request.trace.samples, final=True)
@@ -308,7 +339,11 @@ class ProxyEndpoint:
         except Exception:
             watch.disarm()
             logger.exception("unexpected error serving request %s", request_id)
-            if not started:
+            if not started and keeper is not None and keeper.started:
+                error = internal_error(request_id)
+                record.error_status = error.status_code
+                await keeper.fail(error.message, error.code or "internal_error")
+            elif not started:
                 error = internal_error(request_id)
                 record.error_status = error.status_code
                 await send_error(send, error, request_id, self.dialect)
