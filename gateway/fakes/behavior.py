@@ -8,6 +8,7 @@ fault can be staged in each API.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,6 +23,16 @@ WORDS = (
 def answer_words(start: int, count: int) -> list[str]:
     """Answer tokens ``start .. start+count``: " word" pieces, one token each."""
     return [" " + WORDS[i % len(WORDS)] for i in range(start, start + count)]
+
+
+def text_pieces(text: str) -> list[str]:
+    """A given answer's stream pieces: each word with the spaces before it (they join back to ``text``)."""
+    return re.findall(r"\s*\S+\s*$|\s*\S+", text) or [text]
+
+
+def planned_words(behavior: FakeBehavior, start: int, count: int) -> list[str]:
+    """The answer's pieces: the behaviour's own ``text``, else ``count`` words from ``start``."""
+    return text_pieces(behavior.text) if behavior.text is not None else answer_words(start, count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +54,15 @@ class FakeBehavior:
     """Reasoning tokens streamed (``delta.reasoning_content``) before the answer."""
     tool_call: bool = False
     """Answer with a streamed tool call (the same words, as its arguments) instead of content."""
+    tool_name: str = "lookup"
+    """The name of the tool a ``tool_call`` answer calls."""
+    text: str | None = None
+    """The answer given whole instead of ``output_tokens`` words (with ``tool_call``: the call's arguments, JSON),
+    streamed in pieces of one word each; set per request by ``agent`` (``gateway.fakes.agent``)."""
+    agent: bool = False
+    """Play a coding agent's model (``gateway.fakes.agent``): call the shell tool the request offers with
+    ``agent_command`` when the user has the turn, then answer with what the tool returned."""
+    agent_command: str = "echo agent-round-trip"
     status: int = 200
     """An error status to answer with (subject to ``fail_first`` and ``error_rate``)."""
     error_code: str | None = None
