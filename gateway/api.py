@@ -26,6 +26,8 @@ from gateway.access import Ticket
 from gateway.accesslog import AccessRecord
 from gateway.bindings import Unavailable
 from gateway.config import ModelConfig, serving
+from gateway.conversation_flow import ResponseCapture, expand, gateway_keeps, wants_storing
+from gateway.conversations import StoredResponse
 from gateway.deadlines import read_deadlines
 from gateway.dialects import CHAT, Dialect, dialect_for
 from gateway.errors import (
@@ -43,7 +45,7 @@ from gateway.metrics import Metrics
 from gateway.policies import AFFINITIES, Affinity
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.relay.keepalive import FirstByteKeepAlive
-from gateway.relay.replies import FullReply
+from gateway.relay.replies import FullReply, Reply
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
 from gateway.routing.apis import no_deployment_for
 from gateway.routing.plan import SessionRoute
@@ -316,6 +318,9 @@ class ProxyEndpoint:
                 reply.log.status = 200
                 await keeper.fail_with_body(reply.status, reply.body)
                 return
+            capture = _capture_for(runtime, request, reply, send)
+            if capture is not None:
+                send = capture.send
             if trace_wanted:
                 winner = reply.log.winner
                 trace = build_trace(
@@ -324,6 +329,15 @@ class ProxyEndpoint:
                 runtime.traces.put(request_id, ticket.key.key_id, trace)
                 headers.append((TRACE_HEADER.encode(), header_value(trace).encode()))
             await reply.send_to(send, headers, watch)
+            if capture is not None:
+                capture.store(
+                    runtime.conversations,
+                    request.body,
+                    request.requested_model,
+                    ticket.key.key_id,
+                    request.stream,
+                    runtime.config.responses.ttl_s,
+                )
         except GatewayError as exc:
             watch.disarm()
             if not started and keeper is not None and keeper.started:
@@ -381,8 +395,14 @@ class ProxyEndpoint:
         if not serving(model, self.endpoint):
             raise _model_error(no_deployment_for(model, self.endpoint), self.endpoint)
         pinned = None
+        size = len(raw)  # of the whole request as sent upstream: an expanded conversation's included
         if self.endpoint == "responses" and body.get("previous_response_id") is not None:
-            pinned = await _previous_owner(runtime, model, body["previous_response_id"])
+            previous = await _kept_conversation(runtime, body["previous_response_id"], key.key_id)
+            if previous is not None:
+                body = expand(body, previous)  # the whole conversation: any deployment can continue it
+                size += len(previous.encode())
+            else:
+                pinned = await _previous_owner(runtime, model, body["previous_response_id"])
         preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         deadlines = read_deadlines(scope["headers"])
         if deadlines.ttft_slo_s is not None and not preferences.max_ttft_s:
@@ -392,11 +412,11 @@ class ProxyEndpoint:
             # ... and a preferred latency bounds the wait for a slot as the objective would.
             slo = min(ceiling for _, ceiling in preferences.max_ttft_s)
             deadlines = dataclasses.replace(deadlines, ttft_slo_s=slo)
-        prompt_tokens = max(1, len(raw) // 4)
+        prompt_tokens = max(1, size // 4)
         policy = runtime.config.policy_for(model)
         session = None
         if policy.affinity != "off":
-            session = await _session(runtime, scope, body, len(raw), model.name, key.key_id)
+            session = await _session(runtime, scope, body, size, model.name, key.key_id)
         request = ProxyRequest(
             request_id=request_id,
             endpoint=self.endpoint,
@@ -487,6 +507,14 @@ def _with_query(path: str, scope: Scope) -> str:
     return f"{path}?{query.decode('latin-1')}" if query else path
 
 
+def _capture_for(runtime: GatewayRuntime, request: ProxyRequest, reply: Reply, send: Send) -> ResponseCapture | None:
+    """A Responses answer the gateway keeps (``gateway.conversation_flow``) is watched on its way to the client."""
+    winner = reply.log.winner
+    if request.endpoint != "responses" or winner is None or not wants_storing(request.body):
+        return None
+    return ResponseCapture(send) if gateway_keeps(runtime.config.responses, winner.deployment) else None
+
+
 def _plan(runtime: GatewayRuntime, route_request: RouteRequest) -> RoutePlan:
     try:
         return runtime.router.plan(route_request)
@@ -498,6 +526,20 @@ def _plan(runtime: GatewayRuntime, route_request: RouteRequest) -> RoutePlan:
             f"take a request now: {exc.message}"
         )
         raise
+
+
+async def _kept_conversation(runtime: GatewayRuntime, previous: object, scope: str) -> StoredResponse | None:
+    """The conversation the gateway keeps under ``previous`` for this key's scope; None if it keeps none."""
+    if not isinstance(previous, str) or not previous:
+        raise InvalidRequest("'previous_response_id' must be a non-empty string", param="previous_response_id")
+    stored = await runtime.conversations.get(previous)
+    if isinstance(stored, Unavailable):
+        raise NoCapacity(
+            f"cannot read the conversation of response '{previous}' now: its store is unreachable",
+            code="conversation_store_unavailable",
+            headers={"retry-after": "1"},
+        )
+    return stored if stored is not None and stored.scope == scope else None
 
 
 async def _previous_owner(runtime: GatewayRuntime, model: ModelConfig, previous: object) -> str:

@@ -28,6 +28,7 @@ from gateway.policies import BUILTIN_POLICIES as BUILTIN_POLICIES
 from gateway.policies import DEFAULT_POLICY as DEFAULT_POLICY
 from gateway.policies import PolicyConfig as PolicyConfig
 from gateway.policies import parse_policy
+from gateway.responses_config import ResponsesConfig, parse_responses
 from gateway.samples import DEFAULT_APIS, ENDPOINTS, Endpoint
 
 # So do the stats keys (the store's and Redis's, the largest table).
@@ -220,6 +221,7 @@ class GatewayConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    responses: ResponsesConfig = field(default_factory=ResponsesConfig)
     policies: Mapping[str, PolicyConfig] = field(default_factory=lambda: dict(BUILTIN_POLICIES))
     source: str = "<config>"
 
@@ -420,6 +422,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
     auth = _parse_auth(root.table("auth"))
     limits = _parse_limits(root.table("limits"))
     metrics = _parse_metrics(root.table("metrics"))
+    responses = parse_responses(root.table("responses"))
 
     policies: dict[str, PolicyConfig] = dict(BUILTIN_POLICIES)
     policy_root = root.table("policies")
@@ -453,6 +456,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
         auth=auth,
         limits=limits,
         metrics=metrics,
+        responses=responses,
         policies=policies,
         source=source,
     )

@@ -4,6 +4,9 @@
   …/input_items``, ``POST …/cancel``) go to the deployment that created the response
   (``gateway.response_owners``); an id the gateway never bound is a 404, never a guess. A
   successful ``DELETE`` forgets the binding.
+- A response the gateway keeps itself (``gateway.conversations``: by translation, or under
+  ``[responses] state = "gateway"``) is answered from its store: the response, its input items (the
+  whole conversation it answered), its deletion; such a completed response cannot be cancelled.
 - ``POST /v1/messages/count_tokens`` goes to the first Messages deployment of the model's plan that
   answers (the next one on a connection error, a 5xx, or a 404: many Anthropic-compatible hosts
   have no such endpoint), with the client's query (``?beta=true``) kept. When none counts it, the
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -25,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.api import error_response, parse_json_body
 from gateway.bindings import Unavailable
 from gateway.config import DeploymentConfig, ModelConfig, serving
+from gateway.conversations import StoredResponse
 from gateway.dialects import Dialect, dialect_for
 from gateway.errors import (
     GatewayError,
@@ -91,6 +97,15 @@ async def response_call(request: Request) -> Response:
 async def _response_call(runtime: GatewayRuntime, request: Request) -> Response:
     key = runtime.access.authenticate(request.scope)
     response_id: str = request.path_params["response_id"]
+    kept = await runtime.conversations.get(response_id)
+    if isinstance(kept, Unavailable):
+        raise NoCapacity(
+            f"cannot read response '{response_id}' now: the conversation store is unreachable",
+            code="conversation_store_unavailable",
+            headers={"retry-after": "1"},
+        )
+    if kept is not None and kept.scope == key.key_id:
+        return _kept_call(runtime, request, response_id, kept)
     owner = await runtime.owners.owner(response_id)
     if isinstance(owner, Unavailable):
         raise NoCapacity(
@@ -121,6 +136,44 @@ async def _response_call(runtime: GatewayRuntime, request: Request) -> Response:
     if request.method == "DELETE" and status < 300:
         runtime.owners.forget(response_id)
     return response
+
+
+def _kept_call(runtime: GatewayRuntime, request: Request, response_id: str, kept: StoredResponse) -> Response:
+    """A response the gateway keeps itself (``gateway.conversations``), answered from its store."""
+    action = request.url.path.rstrip("/").rsplit("/", 1)[-1]
+    if request.method == "DELETE":
+        runtime.conversations.delete(response_id)
+        runtime.owners.forget(response_id)
+        return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+    if action == "input_items":
+        return JSONResponse(input_item_page(kept.input, request.query_params))
+    if action == "cancel":
+        raise InvalidRequest(
+            "only a background response can be cancelled; this one has completed", code="not_cancellable"
+        )
+    return JSONResponse(kept.response)
+
+
+def input_item_page(items: list[Any], query: Mapping[str, str]) -> dict[str, Any]:
+    """``GET …/input_items``: OpenAI's list page (``order`` desc by default, ``after``, ``limit`` up to 100)."""
+    listed = [
+        {"id": f"item_{i}", **item} if isinstance(item, dict) and "id" not in item else item
+        for i, item in enumerate(items)
+    ]
+    if query.get("order", "desc") != "asc":
+        listed.reverse()
+    after = query.get("after")
+    if after is not None:
+        ids = [item.get("id") if isinstance(item, dict) else None for item in listed]
+        listed = listed[ids.index(after) + 1 :] if after in ids else []
+    try:
+        limit = min(100, max(1, int(query.get("limit", "20"))))
+    except ValueError as exc:
+        raise InvalidRequest("'limit' must be an integer from 1 to 100", param="limit") from exc
+    page = listed[:limit]
+    first = page[0].get("id") if page and isinstance(page[0], dict) else None
+    last = page[-1].get("id") if page and isinstance(page[-1], dict) else None
+    return {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": len(listed) > limit}
 
 
 async def count_tokens(request: Request) -> Response:
