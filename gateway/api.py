@@ -25,9 +25,8 @@ from starlette.types import Receive, Scope, Send
 from gateway.access import Ticket
 from gateway.accesslog import AccessRecord
 from gateway.bindings import Unavailable
-from gateway.config import ModelConfig, serving
-from gateway.conversation_flow import ResponseCapture, expand, gateway_keeps, wants_storing
-from gateway.conversations import StoredResponse
+from gateway.config import serving
+from gateway.conversation_flow import expand
 from gateway.deadlines import read_deadlines
 from gateway.dialects import CHAT, Dialect, dialect_for
 from gateway.errors import (
@@ -35,7 +34,6 @@ from gateway.errors import (
     HeadersTooLarge,
     InvalidRequest,
     ModelNotFound,
-    NoCapacity,
     PayloadTooLarge,
     internal_error,
 )
@@ -45,7 +43,8 @@ from gateway.metrics import Metrics
 from gateway.policies import AFFINITIES, Affinity
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.relay.keepalive import FirstByteKeepAlive
-from gateway.relay.replies import FullReply, Reply
+from gateway.relay.replies import FullReply
+from gateway.responses_state import capture_for, kept_conversation, previous_owner
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
 from gateway.routing.apis import no_deployment_for
 from gateway.routing.plan import SessionRoute
@@ -318,7 +317,7 @@ class ProxyEndpoint:
                 reply.log.status = 200
                 await keeper.fail_with_body(reply.status, reply.body)
                 return
-            capture = _capture_for(runtime, request, reply, send)
+            capture = capture_for(runtime, request, reply, send)
             if capture is not None:
                 send = capture.send
             if trace_wanted:
@@ -397,12 +396,12 @@ class ProxyEndpoint:
         pinned = None
         size = len(raw)  # of the whole request as sent upstream: an expanded conversation's included
         if self.endpoint == "responses" and body.get("previous_response_id") is not None:
-            previous = await _kept_conversation(runtime, body["previous_response_id"], key.key_id)
+            previous = await kept_conversation(runtime, body["previous_response_id"], key.key_id)
             if previous is not None:
                 body = expand(body, previous)  # the whole conversation: any deployment can continue it
                 size += len(previous.encode())
             else:
-                pinned = await _previous_owner(runtime, model, body["previous_response_id"])
+                pinned = await previous_owner(runtime, model, body["previous_response_id"])
         preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         deadlines = read_deadlines(scope["headers"])
         if deadlines.ttft_slo_s is not None and not preferences.max_ttft_s:
@@ -507,14 +506,6 @@ def _with_query(path: str, scope: Scope) -> str:
     return f"{path}?{query.decode('latin-1')}" if query else path
 
 
-def _capture_for(runtime: GatewayRuntime, request: ProxyRequest, reply: Reply, send: Send) -> ResponseCapture | None:
-    """A Responses answer the gateway keeps (``gateway.conversation_flow``) is watched on its way to the client."""
-    winner = reply.log.winner
-    if request.endpoint != "responses" or winner is None or not wants_storing(request.body):
-        return None
-    return ResponseCapture(send) if gateway_keeps(runtime.config.responses, winner.deployment) else None
-
-
 def _plan(runtime: GatewayRuntime, route_request: RouteRequest) -> RoutePlan:
     try:
         return runtime.router.plan(route_request)
@@ -526,56 +517,6 @@ def _plan(runtime: GatewayRuntime, route_request: RouteRequest) -> RoutePlan:
             f"take a request now: {exc.message}"
         )
         raise
-
-
-async def _kept_conversation(runtime: GatewayRuntime, previous: object, scope: str) -> StoredResponse | None:
-    """The conversation the gateway keeps under ``previous`` for this key's scope; None if it keeps none."""
-    if not isinstance(previous, str) or not previous:
-        raise InvalidRequest("'previous_response_id' must be a non-empty string", param="previous_response_id")
-    stored = await runtime.conversations.get(previous)
-    if isinstance(stored, Unavailable):
-        raise NoCapacity(
-            f"cannot read the conversation of response '{previous}' now: its store is unreachable",
-            code="conversation_store_unavailable",
-            headers={"retry-after": "1"},
-        )
-    return stored if stored is not None and stored.scope == scope else None
-
-
-async def _previous_owner(runtime: GatewayRuntime, model: ModelConfig, previous: object) -> str:
-    """The deployment that must serve a Responses call continuing ``previous`` (its ``previous_response_id``)."""
-    if not isinstance(previous, str) or not previous:
-        raise InvalidRequest("'previous_response_id' must be a non-empty string", param="previous_response_id")
-    responders = serving(model, "responses")
-    owner = await runtime.owners.owner(previous)
-    if isinstance(owner, Unavailable):
-        if len(responders) == 1:
-            return responders[0].name  # only one place it can be
-        health = runtime.bindings.health()
-        raise NoCapacity(
-            f"cannot tell which deployment holds response '{previous}' now: the binding store is unreachable"
-            + (f" ({health.reason})" if health.reason else ""),
-            code="binding_store_unavailable",
-            headers={"retry-after": "1"},
-        )
-    if owner is None:
-        if len(responders) == 1:
-            return responders[0].name  # the one deployment decides whether it knows the id
-        raise ModelNotFound(
-            f"previous response '{previous}' is unknown to this gateway (not created through it, or its "
-            f"binding expired), so no deployment of model '{model.name}' can be chosen to continue it",
-            param="previous_response_id",
-            code="previous_response_not_found",
-        )
-    if owner.model != model.name or all(d.name != owner.deployment for d in responders):
-        raise InvalidRequest(
-            f"previous response '{previous}' was created by deployment '{owner.deployment}' of model "
-            f"'{owner.model}', which model '{model.name}' does not serve over the Responses API here; "
-            f"continue it with model '{owner.model}'",
-            param="previous_response_id",
-            code="previous_response_elsewhere",
-        )
-    return owner.deployment
 
 
 async def list_models(request: Request) -> Response:
