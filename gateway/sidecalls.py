@@ -11,7 +11,8 @@
   answers (the next one on a connection error, a 5xx, or a 404: many Anthropic-compatible hosts
   have no such endpoint), with the client's query (``?beta=true``) kept. When none counts it, the
   gateway counts the prompt itself with its pinned tokenizer (``gateway.token_estimate``), says so
-  in the ``x-gateway-count: estimated`` header, and logs it.
+  in the ``x-gateway-count: estimated`` header, and logs it; so it does for a model without Messages
+  deployments (served over another API by translation).
 
 They produce no answer to time, so they leave no ``Sample``: the stats hold inference only. Their
 bodies are relayed whole (a ``GET ...?stream=true`` of a background response arrives at its end).
@@ -42,8 +43,7 @@ from gateway.errors import (
     PermissionDenied,
     UpstreamError,
 )
-from gateway.routing import RouteRequest
-from gateway.routing.apis import no_deployment_for
+from gateway.routing import Candidate, RouteRequest
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.token_estimate import estimate_input_tokens
 from gateway.upstream import AttemptTimeouts, forwardable_headers
@@ -138,6 +138,19 @@ async def _response_call(runtime: GatewayRuntime, request: Request) -> Response:
     return response
 
 
+def _counters(runtime: GatewayRuntime, model: ModelConfig, size: int) -> tuple[Candidate, ...]:
+    """The Messages deployments to ask, in routing order; none when the model has none or none can take it now
+    (the gateway then counts itself: a model served over another API by translation is counted too)."""
+    if not serving(model, "messages"):
+        return ()
+    try:
+        plan = runtime.router.plan(RouteRequest(model, "messages", stream=False, prompt_tokens=size // 4, max_tokens=1))
+    except GatewayError as exc:
+        logger.info("count_tokens for model %s: no deployment to ask (%s)", model.name, exc.message)
+        return ()
+    return plan.candidates[: plan.policy.max_attempts]
+
+
 def _kept_call(runtime: GatewayRuntime, request: Request, response_id: str, kept: StoredResponse) -> Response:
     """A response the gateway keeps itself (``gateway.conversations``), answered from its store."""
     action = request.url.path.rstrip("/").rsplit("/", 1)[-1]
@@ -201,15 +214,12 @@ async def _count_tokens(runtime: GatewayRuntime, request: Request) -> Response:
     model = runtime.config.model(name)
     if model is None:
         raise ModelNotFound(f"model '{name}' does not exist", param="model")
-    if not serving(model, "messages"):
-        raise no_deployment_for(model, "messages")
     if not key.allows(model.name):
         raise PermissionDenied(f"this API key may not use model '{model.name}'", code="model_not_allowed")
-    plan = runtime.router.plan(RouteRequest(model, "messages", stream=False, prompt_tokens=len(raw) // 4, max_tokens=1))
     path = "/messages/count_tokens" + (f"?{request.url.query}" if request.url.query else "")
     missing: list[str] = []  # deployments without the endpoint (404): many Anthropic-compatible hosts lack it
     failed: list[str] = []
-    for candidate in plan.candidates[: plan.policy.max_attempts]:
+    for candidate in _counters(runtime, model, len(raw)):
         sent = dict(body, model=candidate.deployment.model)
         try:
             status, response = await _relay(

@@ -40,8 +40,10 @@ def test_a_wrong_key_is_not_retried_by_the_anthropic_sdk(
 ) -> None:
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
     gateway = start_gateway(messages_config(fakes.start("a")), environ={"GATEWAY_API_KEYS": "right"})
-    client = anthropic.Anthropic(base_url=gateway.url, api_key="wrong", max_retries=3, timeout=10)
-    with pytest.raises(anthropic.AuthenticationError) as raised:
+    with (
+        anthropic.Anthropic(base_url=gateway.url, api_key="wrong", max_retries=3, timeout=10) as client,
+        pytest.raises(anthropic.AuthenticationError) as raised,
+    ):
         client.messages.create(model="m", max_tokens=8, messages=MESSAGES)
     assert [line["status"] for line in access_lines(caplog)] == [401]
     headers = raised.value.response.headers
@@ -100,17 +102,27 @@ def test_count_tokens_is_estimated_when_no_deployment_can_count(
 ) -> None:
     caplog.set_level(logging.INFO, "gateway")
     gateway = start_gateway(messages_config(fakes.start("a", FakeBehavior(count_tokens=False))))
-    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
-    short = client.messages.count_tokens(model="m", messages=MESSAGES)
-    long = client.messages.with_raw_response.count_tokens(
-        model="m",
-        system="You are a careful assistant.",
-        messages=[{"role": "user", "content": "hello there " * 50}],
-        tools=[{"name": "Bash", "description": "run a command", "input_schema": {"type": "object"}}],
-    )
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0) as client:
+        short = client.messages.count_tokens(model="m", messages=MESSAGES)
+        long = client.messages.with_raw_response.count_tokens(
+            model="m",
+            system="You are a careful assistant.",
+            messages=[{"role": "user", "content": "hello there " * 50}],
+            tools=[{"name": "Bash", "description": "run a command", "input_schema": {"type": "object"}}],
+        )
     assert long.headers["x-gateway-count"] == "estimated"
     assert 100 < long.parse().input_tokens < 200 and 0 < short.input_tokens < 10
     assert any("counted with the pinned tokenizer" in r.getMessage() for r in caplog.records)
+
+
+def test_count_tokens_of_a_model_without_messages_deployments_is_estimated(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    fake = fakes.start("a")
+    gateway = start_gateway(gateway_config([fake]))  # chat only: Claude Code may reach it by translation
+    counted = httpx.post(gateway.base_url + "/messages/count_tokens", json={"model": "m", "messages": MESSAGES})
+    assert counted.status_code == 200 and counted.headers["x-gateway-count"] == "estimated"
+    assert counted.json()["input_tokens"] > 0 and fake.app.state.recorded == []
 
 
 def test_the_default_body_limit_takes_a_long_agent_session(fakes: Fakes, start_gateway: StartGateway) -> None:
