@@ -99,3 +99,26 @@ def test_codex_stops_at_once_on_a_model_it_cannot_get(
     run, _ = run_codex(gateway.base_url, KEY, tmp_path)
     assert run.returncode != 0 and "Responses API" in run.stdout + run.stderr
     assert access_paths(caplog) == [("responses", 400)]
+
+
+def test_both_clis_read_through_keep_alives(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A model silent for longer than first_byte_keepalive_s: the CLIs get keep-alives (Messages' ping before
+    # message_start, an SSE comment before response.created), and then the answer, on every turn.
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    slow = FakeBehavior(agent=True, agent_command="echo agent-round-trip", ttft_s=0.8)
+    fake = fakes.start("a", slow)
+    policy = {"first_byte_keepalive_s": 0.2}
+    options = {"a": {"apis": ["messages", "responses"]}}
+    gateway = start_gateway(
+        gateway_config([fake], provider_options=options, policy=policy), environ={"GATEWAY_API_KEYS": KEY}
+    )
+    (tmp_path / "claude").mkdir()
+    (tmp_path / "codex").mkdir()
+    claude = run_claude(gateway.url, KEY, tmp_path / "claude")
+    codex, last = run_codex(gateway.base_url, KEY, tmp_path / "codex")
+    assert claude.returncode == 0 and json.loads(claude.stdout)["result"] == ANSWER, claude.stdout[-2000:]
+    assert codex.returncode == 0 and "agent-round-trip" in last, codex.stdout[-2000:] + codex.stderr[-2000:]
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
+    assert len(lines) == 4 and all(line["status"] == 200 and line["keepalives"] >= 2 for line in lines)
