@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -14,10 +15,11 @@ import openai
 import pytest
 
 from gateway.accesslog import ACCESS_LOGGER
-from gateway.bindings import InMemoryBindingStore
+from gateway.bindings import InMemoryBindingStore, RedisBindingStore
 from gateway.config import GatewayConfig
 from gateway.fakes import FakeBehavior
 from gateway.response_owners import NAMESPACE
+from tests.redis_server import RedisServer
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
@@ -148,3 +150,25 @@ def test_store_false_responses_are_not_bound(fakes: Fakes, start_gateway: StartG
     assert isinstance(store, InMemoryBindingStore)
     assert store.get(NAMESPACE, unstored.id) is None and store.get(NAMESPACE, streamed.id) is None
     assert store.get(NAMESPACE, stored.id) is not None
+
+
+def test_store_false_leaves_no_key_in_redis(fakes: Fakes, start_gateway: StartGateway, tmp_path: Path) -> None:
+    redis = RedisServer(tmp_path / "redis").start()
+    try:
+        fake = fakes.start("a", FakeBehavior(output_tokens=2))
+        stats = {"backend": "redis", "redis_url": redis.url, "key_prefix": "quirks"}
+        gateway = start_gateway(
+            gateway_config([fake], provider_options={"a": {"apis": ["responses"]}}, extra={"stats": stats})
+        )
+        with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+            for _ in range(3):
+                client.responses.create(model="m", input="hi", store=False)
+            stored = client.responses.create(model="m", input="hi")
+        bindings = gateway.runtime.owners.store
+        assert isinstance(bindings, RedisBindingStore)
+        gateway.server.call(bindings.flush())
+        keys = redis.client().keys("{quirks:bind:response:*")
+        assert keys == [f"{{quirks:bind:response:{stored.id}}}"]
+        assert redis.client().ttl(keys[0]) > 29 * 86_400  # a stored one is bound as long as OpenAI keeps it
+    finally:
+        redis.stop()
