@@ -43,7 +43,7 @@ from gateway.metrics import Metrics
 from gateway.policies import AFFINITIES, Affinity
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.relay.keepalive import FirstByteKeepAlive
-from gateway.relay.replies import FullReply
+from gateway.relay.replies import FullReply, Reply
 from gateway.responses_state import capture_for, kept_conversation, previous_owner
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
 from gateway.routing.apis import no_deployment_for
@@ -300,15 +300,7 @@ class ProxyEndpoint:
                     model=request.requested_model,
                 )
                 send = keeper.send
-                keeper.start()
-                try:
-                    reply = await runtime.dispatcher.dispatch(request, plan)
-                finally:
-                    await keeper.stop()
-                    if keeper.started:
-                        record.keepalives = keeper.sent
-            else:
-                reply = await runtime.dispatcher.dispatch(request, plan)
+            reply = await _dispatch(runtime, request, plan, keeper, record)
             record.log = reply.log
             started = True
             if keeper is not None and keeper.started and isinstance(reply, FullReply):
@@ -498,6 +490,24 @@ async def _session(
     if found is None:
         return SessionRoute(identity.key, identity.source, affinity, "unbound")
     return SessionRoute(identity.key, identity.source, affinity, "bound", found.deployment, found.prompt_tokens)
+
+
+async def _dispatch(
+    runtime: GatewayRuntime,
+    request: ProxyRequest,
+    plan: RoutePlan,
+    keeper: FirstByteKeepAlive | None,
+    record: AccessRecord,
+) -> Reply:
+    """The dispatcher's reply, with the stream's keep-alives going out meanwhile when ``keeper`` is given."""
+    if keeper is None:
+        return await runtime.dispatcher.dispatch(request, plan)
+    keeper.start()
+    try:
+        return await runtime.dispatcher.dispatch(request, plan)
+    finally:
+        await keeper.stop()
+        record.keepalives = keeper.sent
 
 
 def _with_query(path: str, scope: Scope) -> str:

@@ -62,13 +62,22 @@ class FirstByteKeepAlive:
         """Whether the 200 went out: from then on, errors are events in the stream."""
         self.sent = 0
         """Keep-alives sent."""
+        self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        # A timer, not a task: most streams start well within the interval, and then cost only this.
+        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
         self._task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
         """Stop sending keep-alives; returns once none is being written."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         task, self._task = self._task, None
         if task is None:
             return
@@ -78,7 +87,6 @@ class FirstByteKeepAlive:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.interval_s)
             if not self.started:
                 # Marked before the await: uvicorn writes the start at once, and a stop that lands
                 # during the await must not let the reply send a second one.
@@ -88,6 +96,7 @@ class FirstByteKeepAlive:
                 )
             self.sent += 1
             await self._send({"type": "http.response.body", "body": self.dialect.keep_alive, "more_body": True})
+            await asyncio.sleep(self.interval_s)
 
     async def send(self, message: Message) -> None:
         """The client's ``send`` for the reply: its ``http.response.start`` is dropped if the keeper sent one."""
