@@ -58,6 +58,9 @@ class AccessRecord:
     key_name: str | None = None
     """The client key's name (from the keys file; never the key), once authenticated and admitted."""
     team: str | None = None
+    keepalives: int = 0
+    """Keep-alives sent before the first byte (``relay.keepalive``); when any was, the client's status was 200
+    and an error status here was an error event at the stream's end."""
 
     @property
     def status(self) -> int | None:
@@ -213,6 +216,8 @@ class AccessLog:
             "duration_s": _round(duration),
             "overhead_s": _round(overhead),
         }
+        if record.keepalives:
+            entry["keepalives"] = record.keepalives
         if request is not None and request.trace.provider_timings is not None:
             # The provider's own figures, beside the gateway's: never used for routing.
             entry["provider_timings"] = request.trace.provider_timings

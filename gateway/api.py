@@ -25,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.access import Ticket
 from gateway.accesslog import AccessRecord
 from gateway.bindings import Unavailable
-from gateway.config import ModelConfig, serving
+from gateway.conversation_flow import expand
 from gateway.deadlines import read_deadlines
 from gateway.dialects import CHAT, Dialect, dialect_for
 from gateway.errors import (
@@ -33,7 +33,6 @@ from gateway.errors import (
     HeadersTooLarge,
     InvalidRequest,
     ModelNotFound,
-    NoCapacity,
     PayloadTooLarge,
     internal_error,
 )
@@ -42,7 +41,10 @@ from gateway.limits import has_unpaired_surrogate, header_bytes
 from gateway.metrics import Metrics
 from gateway.policies import AFFINITIES, Affinity
 from gateway.relay import DisconnectWatch, ProxyRequest
+from gateway.relay.keepalive import FirstByteKeepAlive
 from gateway.relay.outbound import eligible
+from gateway.relay.replies import FullReply, Reply
+from gateway.responses_state import capture_for, kept_conversation, previous_owner
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
 from gateway.routing.apis import no_deployment_for, reachable
 from gateway.routing.plan import SessionRoute
@@ -273,6 +275,7 @@ class ProxyEndpoint:
         watch = DisconnectWatch(receive)
         started = False
         plan: RoutePlan | None = None
+        keeper: FirstByteKeepAlive | None = None
         try:
             plan = _plan(runtime, route_request)
             policy = plan.policy
@@ -284,12 +287,31 @@ class ProxyEndpoint:
                 request.endpoint,
                 policy.total_timeout_s,
             )
-            reply = await runtime.dispatcher.dispatch(request, plan)
-            record.log = reply.log
-            started = True
             headers = [(b"x-request-id", request_id.encode())]
             if plan.affinity is not None:
                 headers.append((AFFINITY_HEADER, plan.affinity.header.encode()))
+            if request.stream and policy.first_byte_keepalive_s > 0:
+                keeper = FirstByteKeepAlive(
+                    send,
+                    self.dialect,
+                    policy.first_byte_keepalive_s,
+                    list(headers),
+                    request_id=request_id,
+                    model=request.requested_model,
+                )
+                send = keeper.send
+            reply = await _dispatch(runtime, request, plan, keeper, record)
+            record.log = reply.log
+            started = True
+            if keeper is not None and keeper.started and isinstance(reply, FullReply):
+                # An upstream's whole error answer (a request fault), after the 200 went out: as an event.
+                watch.disarm()
+                reply.log.status = 200
+                await keeper.fail_with_body(reply.status, reply.body)
+                return
+            capture = capture_for(runtime, request, reply, send)
+            if capture is not None:
+                send = capture.send
             if trace_wanted:
                 winner = reply.log.winner
                 trace = build_trace(
@@ -298,9 +320,22 @@ class ProxyEndpoint:
                 runtime.traces.put(request_id, ticket.key.key_id, trace)
                 headers.append((TRACE_HEADER.encode(), header_value(trace).encode()))
             await reply.send_to(send, headers, watch)
+            if capture is not None:
+                capture.store(
+                    runtime.conversations,
+                    request.body,
+                    request.requested_model,
+                    ticket.key.key_id,
+                    request.stream,
+                    runtime.config.responses.ttl_s,
+                )
         except GatewayError as exc:
             watch.disarm()
-            if not started:
+            if not started and keeper is not None and keeper.started:
+                # The 200 and keep-alives went out while every attempt failed: the error is the stream's end.
+                record.error_status = exc.status_code
+                await keeper.fail(exc.message, exc.code or "upstream_error")
+            elif not started:
                 record.error_status = exc.status_code
                 if trace_wanted and plan is not None:
                     trace = build_trace(request_id, plan, request.trace.samples, final=True)
@@ -309,7 +344,11 @@ class ProxyEndpoint:
         except Exception:
             watch.disarm()
             logger.exception("unexpected error serving request %s", request_id)
-            if not started:
+            if not started and keeper is not None and keeper.started:
+                error = internal_error(request_id)
+                record.error_status = error.status_code
+                await keeper.fail(error.message, error.code or "internal_error")
+            elif not started:
                 error = internal_error(request_id)
                 record.error_status = error.status_code
                 await send_error(send, error, request_id, self.dialect)
@@ -342,17 +381,26 @@ class ProxyEndpoint:
         model = runtime.config.model(model_name)
         if model is None:
             known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
-            raise ModelNotFound(f"model '{requested}' does not exist (known: {known})", param="model")
+            missing = ModelNotFound(f"model '{requested}' does not exist (known: {known})", param="model")
+            raise _model_error(missing, self.endpoint)
         if not reachable(model, self.endpoint):
-            raise no_deployment_for(model, self.endpoint)
+            raise _model_error(no_deployment_for(model, self.endpoint), self.endpoint)
+        pinned = None
+        size = len(raw)  # of the whole request as sent upstream: an expanded conversation's included
+        previous_id = body.get("previous_response_id") if self.endpoint == "responses" else None
+        if previous_id is not None:
+            previous = await kept_conversation(runtime, previous_id, key.key_id)
+            if previous is not None:
+                body = expand(body, previous)  # the whole conversation: any deployment can continue it
+                size += len(previous.encode())
+                previous_id = None
         preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         # Deployments reached by translation that cannot carry this request leave the pool; with none left, 400.
         model, translations, refusal = eligible(model, self.endpoint, body)
         if not model.deployments and refusal is not None:
             raise refusal
-        pinned = None
-        if self.endpoint == "responses" and body.get("previous_response_id") is not None:
-            pinned = await _previous_owner(runtime, model, body["previous_response_id"])
+        if previous_id is not None:
+            pinned = await previous_owner(runtime, model, previous_id)
         deadlines = read_deadlines(scope["headers"])
         if deadlines.ttft_slo_s is not None and not preferences.max_ttft_s:
             # A first-token objective routes as ``provider.preferred_max_latency`` would (the body's wins).
@@ -361,11 +409,11 @@ class ProxyEndpoint:
             # ... and a preferred latency bounds the wait for a slot as the objective would.
             slo = min(ceiling for _, ceiling in preferences.max_ttft_s)
             deadlines = dataclasses.replace(deadlines, ttft_slo_s=slo)
-        prompt_tokens = max(1, len(raw) // 4)
+        prompt_tokens = max(1, size // 4)
         policy = runtime.config.policy_for(model)
         session = None
         if policy.affinity != "off":
-            session = await _session(runtime, scope, body, len(raw), model.name, key.key_id)
+            session = await _session(runtime, scope, body, size, model.name, key.key_id)
         request = ProxyRequest(
             request_id=request_id,
             endpoint=self.endpoint,
@@ -395,6 +443,19 @@ class ProxyEndpoint:
         # Last: from here on the caller owns the ticket and releases it.
         ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)
         return request, route_request, ticket
+
+
+def _model_error(error: ModelNotFound, endpoint: Endpoint) -> GatewayError:
+    """The error for a model this endpoint cannot serve: 404, but 400 on the Responses API.
+
+    Codex, the Responses API's main client, re-sends a request five times on any status but 400 and
+    401 (a 404 included), so a model it can never get would cost five round trips and a minute of
+    back-off; a 400 stops it at once. The code (``model_not_found``, ``model_not_found_for_api``)
+    stays the same.
+    """
+    if endpoint != "responses":
+        return error
+    return InvalidRequest(error.message, param=error.param, code=error.code)
 
 
 async def _session(
@@ -438,6 +499,24 @@ async def _session(
     return SessionRoute(identity.key, identity.source, affinity, "bound", found.deployment, found.prompt_tokens)
 
 
+async def _dispatch(
+    runtime: GatewayRuntime,
+    request: ProxyRequest,
+    plan: RoutePlan,
+    keeper: FirstByteKeepAlive | None,
+    record: AccessRecord,
+) -> Reply:
+    """The dispatcher's reply, with the stream's keep-alives going out meanwhile when ``keeper`` is given."""
+    if keeper is None:
+        return await runtime.dispatcher.dispatch(request, plan)
+    keeper.start()
+    try:
+        return await runtime.dispatcher.dispatch(request, plan)
+    finally:
+        await keeper.stop()
+        record.keepalives = keeper.sent
+
+
 def _with_query(path: str, scope: Scope) -> str:
     """The upstream path with the client's query string (Anthropic's SDK sends ``/v1/messages?beta=true``)."""
     query: bytes = scope.get("query_string", b"")
@@ -455,42 +534,6 @@ def _plan(runtime: GatewayRuntime, route_request: RouteRequest) -> RoutePlan:
             f"take a request now: {exc.message}"
         )
         raise
-
-
-async def _previous_owner(runtime: GatewayRuntime, model: ModelConfig, previous: object) -> str:
-    """The deployment that must serve a Responses call continuing ``previous`` (its ``previous_response_id``)."""
-    if not isinstance(previous, str) or not previous:
-        raise InvalidRequest("'previous_response_id' must be a non-empty string", param="previous_response_id")
-    responders = serving(model, "responses")
-    owner = await runtime.owners.owner(previous)
-    if isinstance(owner, Unavailable):
-        if len(responders) == 1:
-            return responders[0].name  # only one place it can be
-        health = runtime.bindings.health()
-        raise NoCapacity(
-            f"cannot tell which deployment holds response '{previous}' now: the binding store is unreachable"
-            + (f" ({health.reason})" if health.reason else ""),
-            code="binding_store_unavailable",
-            headers={"retry-after": "1"},
-        )
-    if owner is None:
-        if len(responders) == 1:
-            return responders[0].name  # the one deployment decides whether it knows the id
-        raise ModelNotFound(
-            f"previous response '{previous}' is unknown to this gateway (not created through it, or its "
-            f"binding expired), so no deployment of model '{model.name}' can be chosen to continue it",
-            param="previous_response_id",
-            code="previous_response_not_found",
-        )
-    if owner.model != model.name or all(d.name != owner.deployment for d in responders):
-        raise InvalidRequest(
-            f"previous response '{previous}' was created by deployment '{owner.deployment}' of model "
-            f"'{owner.model}', which model '{model.name}' does not serve over the Responses API here; "
-            f"continue it with model '{owner.model}'",
-            param="previous_response_id",
-            code="previous_response_elsewhere",
-        )
-    return owner.deployment
 
 
 async def list_models(request: Request) -> Response:

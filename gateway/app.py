@@ -36,6 +36,7 @@ from gateway.accesslog import AccessLog
 from gateway.auth import AdminKey, KeyRing, load_keys
 from gateway.bindings import LOOKUP_TIMEOUT_S, BindingStore, InMemoryBindingStore, RedisBindingStore
 from gateway.config import GatewayConfig, StatsConfig, resolve_secrets
+from gateway.conversations import ConversationStore, InMemoryConversationStore, RedisConversationStore
 from gateway.dashboard import dashboard, root
 from gateway.dialects import dialect_for_path
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
@@ -49,6 +50,7 @@ from gateway.relay import AttemptRunner, Dispatcher
 from gateway.relay.probe import CircuitProber
 from gateway.reload import Reloader
 from gateway.response_owners import ResponseOwners
+from gateway.retry_hints import wants_retry_hints, with_retry_hints
 from gateway.routing import MeasuredRouter
 from gateway.routing.trace import TraceStore
 from gateway.runtime import GatewayRuntime, RuntimeHolder
@@ -108,6 +110,7 @@ async def build_runtime(
     access_state: AccessState,
     previous: GatewayRuntime | None = None,
     owners: ResponseOwners | None = None,
+    conversations: ConversationStore | None = None,
 ) -> GatewayRuntime:
     """The runtime for ``config``; on reload, ``previous`` lends its router state and tokenizer.
 
@@ -140,6 +143,12 @@ async def build_runtime(
     if owners is None:
         owners = previous.owners if previous is not None else ResponseOwners()
     sessions = SessionBindings(owners.store)
+    if conversations is None:
+        conversations = (
+            previous.conversations
+            if previous is not None
+            else InMemoryConversationStore(config.responses.max_memory_bytes)
+        )
     # The line of requests waiting for a slot outlives a reload, as the slots it waits for do.
     queue = previous.dispatcher.runner.queue if previous is not None else None
     runner = AttemptRunner(
@@ -155,7 +164,7 @@ async def build_runtime(
     return GatewayRuntime(
         config=config,
         router=router,
-        dispatcher=Dispatcher(runner, owners),
+        dispatcher=Dispatcher(runner, owners, providers_keep_responses=config.responses.state == "provider"),
         upstreams=upstreams,
         counter=counter,
         stats=stats,
@@ -165,6 +174,7 @@ async def build_runtime(
         traces=previous.traces if previous is not None else TraceStore(),
         owners=owners,
         sessions=sessions,
+        conversations=conversations,
     )
 
 
@@ -173,6 +183,14 @@ def _open_bindings(stats: StatsConfig, options: AppOptions, redis: RedisConnecti
     if stats.backend != "redis":
         return InMemoryBindingStore()
     return RedisBindingStore(redis.requests(), stats.key_prefix, lookup_timeout_s=options.binding_lookup_timeout_s)
+
+
+def _open_conversations(config: GatewayConfig, redis: RedisConnections) -> ConversationStore:
+    """Where the gateway keeps Responses conversations: Redis when the stats use it, else this process."""
+    limit = config.responses.max_memory_bytes
+    if config.stats.backend != "redis":
+        return InMemoryConversationStore(limit)
+    return RedisConversationStore(redis.requests(), config.stats.key_prefix, limit)
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
@@ -212,6 +230,8 @@ class GatewayApp(Starlette):
         self.proxies = dict(proxies)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and wants_retry_hints(scope["path"]):
+            send = with_retry_hints(send)  # Anthropic's clients read x-should-retry on every error
         if scope["type"] == "http" and scope["method"] == "POST":
             endpoint = self.proxies.get(scope["path"])
             if endpoint is not None:
@@ -254,8 +274,11 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         bindings = _open_bindings(config.stats, options, redis)
         await bindings.start()
         owners = ResponseOwners(bindings)
+        conversations = _open_conversations(config, redis)
         try:
-            holder.current = await build_runtime(config, options, keys, client_keys, stats, access_state, owners=owners)
+            holder.current = await build_runtime(
+                config, options, keys, client_keys, stats, access_state, owners=owners, conversations=conversations
+            )
             prober = None
             if options.probe_interval_s is not None:
                 prober = CircuitProber(lambda: holder.current.dispatcher.runner, options.probe_interval_s)
@@ -278,6 +301,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
             await access_state.aclose()
             await stats.aclose()
             await bindings.aclose()
+            await conversations.aclose()
             # Last: every part above has stopped using its Redis client.
             await redis.aclose()
 

@@ -28,6 +28,7 @@ from gateway.policies import BUILTIN_POLICIES as BUILTIN_POLICIES
 from gateway.policies import DEFAULT_POLICY as DEFAULT_POLICY
 from gateway.policies import PolicyConfig as PolicyConfig
 from gateway.policies import parse_policy
+from gateway.responses_config import ResponsesConfig, parse_responses
 from gateway.samples import DEFAULT_APIS, ENDPOINTS, Endpoint
 
 # So do the stats keys (the store's and Redis's, the largest table).
@@ -51,8 +52,9 @@ Workers = int | Literal["auto"]
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
-    max_body_bytes: int = 4 * 1024 * 1024
-    """Request bodies above this are refused with 413 before they are read in full."""
+    max_body_bytes: int = 32_000_000
+    """Request bodies above this are refused with 413 before they are read in full. The default is
+    Anthropic's own limit (32 MB): a long agent session re-sends its whole history every turn."""
     access_log: bool = True
     """One JSON line per request on the ``gateway.access`` logger (no prompt or answer text)."""
     log_bodies: bool = False
@@ -222,6 +224,7 @@ class GatewayConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    responses: ResponsesConfig = field(default_factory=ResponsesConfig)
     policies: Mapping[str, PolicyConfig] = field(default_factory=lambda: dict(BUILTIN_POLICIES))
     source: str = "<config>"
 
@@ -426,6 +429,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
     auth = _parse_auth(root.table("auth"))
     limits = _parse_limits(root.table("limits"))
     metrics = _parse_metrics(root.table("metrics"))
+    responses = parse_responses(root.table("responses"))
 
     policies: dict[str, PolicyConfig] = dict(BUILTIN_POLICIES)
     policy_root = root.table("policies")
@@ -459,6 +463,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
         auth=auth,
         limits=limits,
         metrics=metrics,
+        responses=responses,
         policies=policies,
         source=source,
     )

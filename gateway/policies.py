@@ -131,6 +131,9 @@ class PolicyConfig:
     """Longest gap between two chunks of a stream."""
     total_timeout_s: float = 600.0
     """Deadline for the whole request, all attempts included."""
+    first_byte_keepalive_s: float = 15.0
+    """A stream still without its first content after this long gets its API's keep-alive (and again at each
+    such interval), so that load balancers do not cut it; the 200 is sent with the first (0: never)."""
     deadline_multiple: float = 4.0
     """Learned deadlines: a deployment with ``min_samples`` measured gives up on an attempt's first token
     after this multiple of its own TTFT p99, and on a stream's silence after this multiple of its longest
@@ -260,6 +263,7 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
         first_token_timeout_s=table.number("first_token_timeout_s", b.first_token_timeout_s, positive=True),
         idle_timeout_s=table.number("idle_timeout_s", b.idle_timeout_s, positive=True),
         total_timeout_s=table.number("total_timeout_s", b.total_timeout_s, positive=True),
+        first_byte_keepalive_s=table.number("first_byte_keepalive_s", b.first_byte_keepalive_s, minimum=0.0),
         deadline_multiple=table.number("deadline_multiple", b.deadline_multiple, minimum=0.0),
         deadline_floor_s=table.number("deadline_floor_s", b.deadline_floor_s, positive=True),
         queue_timeout_s=table.number("queue_timeout_s", b.queue_timeout_s, minimum=0.0),

@@ -20,10 +20,12 @@ from gateway.access import AccessControl
 from gateway.accesslog import AccessLog
 from gateway.bindings import BindingStore
 from gateway.config import GatewayConfig
+from gateway.conversations import ConversationStore, InMemoryConversationStore
 from gateway.leaderboard import InFlightCounts
 from gateway.metrics import Metrics, deployment_providers
 from gateway.relay import Dispatcher
 from gateway.response_owners import ResponseOwners
+from gateway.responses_config import ResponsesConfig
 from gateway.routing import MeasuredRouter
 from gateway.routing.trace import TraceStore
 from gateway.session_bindings import SessionBindings
@@ -57,6 +59,9 @@ class ActiveRequests:
             await self._idle.wait()
 
 
+DEFAULT_CONVERSATION_BYTES = ResponsesConfig().max_memory_bytes
+
+
 @dataclass(frozen=True)
 class GatewayRuntime:
     """Everything built from one config; replaced whole on reload. Its parts hold their own state
@@ -81,6 +86,10 @@ class GatewayRuntime:
     """Which deployment created each response (Responses API), over the process-lived binding store."""
     sessions: SessionBindings = field(default_factory=SessionBindings)
     """Which deployment holds each session's prompt in cache, over the same store."""
+    conversations: ConversationStore = field(
+        default_factory=lambda: InMemoryConversationStore(DEFAULT_CONVERSATION_BYTES)
+    )
+    """The Responses conversations the gateway keeps (``gateway.conversations``); lives as long as the process."""
 
     @property
     def bindings(self) -> BindingStore:

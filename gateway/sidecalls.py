@@ -4,8 +4,15 @@
   …/input_items``, ``POST …/cancel``) go to the deployment that created the response
   (``gateway.response_owners``); an id the gateway never bound is a 404, never a guess. A
   successful ``DELETE`` forgets the binding.
+- A response the gateway keeps itself (``gateway.conversations``: by translation, or under
+  ``[responses] state = "gateway"``) is answered from its store: the response, its input items (the
+  whole conversation it answered), its deletion; such a completed response cannot be cancelled.
 - ``POST /v1/messages/count_tokens`` goes to the first Messages deployment of the model's plan that
-  answers (the next one on a connection error or a 5xx).
+  answers (the next one on a connection error, a 5xx, or a 404: many Anthropic-compatible hosts
+  have no such endpoint), with the client's query (``?beta=true``) kept. When none counts it, the
+  gateway counts the prompt itself with its pinned tokenizer (``gateway.token_estimate``), says so
+  in the ``x-gateway-count: estimated`` header, and logs it; so it does for a model without Messages
+  deployments (served over another API by translation).
 
 They produce no answer to time, so they leave no ``Sample``: the stats hold inference only. Their
 bodies are relayed whole (a ``GET ...?stream=true`` of a background response arrives at its end).
@@ -14,13 +21,17 @@ bodies are relayed whole (a ``GET ...?stream=true`` of a background response arr
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Mapping
+from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from gateway.api import error_response, parse_json_body
 from gateway.bindings import Unavailable
 from gateway.config import DeploymentConfig, ModelConfig, serving
+from gateway.conversations import StoredResponse
 from gateway.dialects import Dialect, dialect_for
 from gateway.errors import (
     GatewayError,
@@ -32,10 +43,12 @@ from gateway.errors import (
     PermissionDenied,
     UpstreamError,
 )
-from gateway.routing import RouteRequest
-from gateway.routing.apis import no_deployment_for
+from gateway.routing import Candidate, RouteRequest
 from gateway.runtime import GatewayRuntime, runtime_of
+from gateway.token_estimate import estimate_input_tokens
 from gateway.upstream import AttemptTimeouts, forwardable_headers
+
+logger = logging.getLogger("gateway")
 
 _RESPONSES = dialect_for("responses")
 _MESSAGES = dialect_for("messages")
@@ -84,6 +97,15 @@ async def response_call(request: Request) -> Response:
 async def _response_call(runtime: GatewayRuntime, request: Request) -> Response:
     key = runtime.access.authenticate(request.scope)
     response_id: str = request.path_params["response_id"]
+    kept = await runtime.conversations.get(response_id)
+    if isinstance(kept, Unavailable):
+        raise NoCapacity(
+            f"cannot read response '{response_id}' now: the conversation store is unreachable",
+            code="conversation_store_unavailable",
+            headers={"retry-after": "1"},
+        )
+    if kept is not None and kept.scope == key.key_id:
+        return _kept_call(runtime, request, response_id, kept)
     owner = await runtime.owners.owner(response_id)
     if isinstance(owner, Unavailable):
         raise NoCapacity(
@@ -116,6 +138,57 @@ async def _response_call(runtime: GatewayRuntime, request: Request) -> Response:
     return response
 
 
+def _counters(runtime: GatewayRuntime, model: ModelConfig, size: int) -> tuple[Candidate, ...]:
+    """The Messages deployments to ask, in routing order; none when the model has none or none can take it now
+    (the gateway then counts itself: a model served over another API by translation is counted too)."""
+    if not serving(model, "messages"):
+        return ()
+    try:
+        plan = runtime.router.plan(RouteRequest(model, "messages", stream=False, prompt_tokens=size // 4, max_tokens=1))
+    except GatewayError as exc:
+        logger.info("count_tokens for model %s: no deployment to ask (%s)", model.name, exc.message)
+        return ()
+    return plan.candidates[: plan.policy.max_attempts]
+
+
+def _kept_call(runtime: GatewayRuntime, request: Request, response_id: str, kept: StoredResponse) -> Response:
+    """A response the gateway keeps itself (``gateway.conversations``), answered from its store."""
+    action = request.url.path.rstrip("/").rsplit("/", 1)[-1]
+    if request.method == "DELETE":
+        runtime.conversations.delete(response_id)
+        runtime.owners.forget(response_id)
+        return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+    if action == "input_items":
+        return JSONResponse(input_item_page(kept.input, request.query_params))
+    if action == "cancel":
+        raise InvalidRequest(
+            "only a background response can be cancelled; this one has completed", code="not_cancellable"
+        )
+    return JSONResponse(kept.response)
+
+
+def input_item_page(items: list[Any], query: Mapping[str, str]) -> dict[str, Any]:
+    """``GET …/input_items``: OpenAI's list page (``order`` desc by default, ``after``, ``limit`` up to 100)."""
+    listed = [
+        {"id": f"item_{i}", **item} if isinstance(item, dict) and "id" not in item else item
+        for i, item in enumerate(items)
+    ]
+    if query.get("order", "desc") != "asc":
+        listed.reverse()
+    after = query.get("after")
+    if after is not None:
+        ids = [item.get("id") if isinstance(item, dict) else None for item in listed]
+        listed = listed[ids.index(after) + 1 :] if after in ids else []
+    try:
+        limit = min(100, max(1, int(query.get("limit", "20"))))
+    except ValueError as exc:
+        raise InvalidRequest("'limit' must be an integer from 1 to 100", param="limit") from exc
+    page = listed[:limit]
+    first = page[0].get("id") if page and isinstance(page[0], dict) else None
+    last = page[-1].get("id") if page and isinstance(page[-1], dict) else None
+    return {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": len(listed) > limit}
+
+
 async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: to a Messages deployment of the model, errors in Anthropic's shape."""
     runtime = runtime_of(request.scope)
@@ -141,28 +214,32 @@ async def _count_tokens(runtime: GatewayRuntime, request: Request) -> Response:
     model = runtime.config.model(name)
     if model is None:
         raise ModelNotFound(f"model '{name}' does not exist", param="model")
-    if not serving(model, "messages"):
-        raise no_deployment_for(model, "messages")
     if not key.allows(model.name):
         raise PermissionDenied(f"this API key may not use model '{model.name}'", code="model_not_allowed")
-    plan = runtime.router.plan(RouteRequest(model, "messages", stream=False, prompt_tokens=len(raw) // 4, max_tokens=1))
-    last: UpstreamError | None = None
-    for candidate in plan.candidates[: plan.policy.max_attempts]:
+    path = "/messages/count_tokens" + (f"?{request.url.query}" if request.url.query else "")
+    missing: list[str] = []  # deployments without the endpoint (404): many Anthropic-compatible hosts lack it
+    failed: list[str] = []
+    for candidate in _counters(runtime, model, len(raw)):
         sent = dict(body, model=candidate.deployment.model)
         try:
             status, response = await _relay(
-                runtime,
-                request,
-                model,
-                candidate.deployment,
-                "/messages/count_tokens",
-                json.dumps(sent).encode(),
-                _MESSAGES,
+                runtime, request, model, candidate.deployment, path, json.dumps(sent).encode(), _MESSAGES
             )
         except UpstreamError as exc:
-            last = exc
+            failed.append(f"{candidate.name}: {exc.message}")
+            continue
+        if status == 404:
+            missing.append(candidate.name)
             continue
         if status < 500:
             return response
-        last = UpstreamError(f"{candidate.provider.name}: upstream returned {status}", provider=candidate.provider.name)
-    raise last or NoCapacity("no deployment could count the tokens")
+        failed.append(f"{candidate.name}: upstream returned {status}")
+    logger.info(
+        "count_tokens for model %s counted with the pinned tokenizer: no deployment counted it "
+        "(no endpoint: %s; failed: %s)",
+        model.name,
+        ", ".join(missing) or "none",
+        "; ".join(failed) or "none",
+    )
+    counted = estimate_input_tokens(body, runtime.counter)
+    return JSONResponse({"input_tokens": counted}, headers={"x-gateway-count": "estimated"})

@@ -17,6 +17,7 @@ client headers that are hop-by-hop or carry credentials are dropped. ``anthropic
 from __future__ import annotations
 
 import errno
+import io
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -55,6 +56,8 @@ _DROPPED_HEADERS = frozenset(
 )
 MAX_ERROR_BODY = 64 * 1024
 DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
+LARGE_BODY_BYTES = 1024 * 1024
+"""Request bodies above this go to aiohttp as a file-like object (it warns on, and copies, larger bytes)."""
 
 
 def forwardable_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
@@ -217,11 +220,14 @@ class UpstreamClient:
             total=timeouts.total_s, sock_connect=timeouts.connect_s, sock_read=timeouts.read_s
         )
         name = self.provider.name
+        # aiohttp warns on a bytes body above 1 MiB (its copy would block the loop); a long agent
+        # session's history is that large: handed over as a file-like object, it is sent in pieces.
+        data = io.BytesIO(body) if body is not None and len(body) > LARGE_BODY_BYTES else body
         try:
             response = await self._session.request(
                 method,
                 self.provider.base_url_for(api) + path,
-                data=body,
+                data=data,
                 headers=merged,
                 timeout=timeout,
                 allow_redirects=False,

@@ -51,6 +51,8 @@ FAMILIES: dict[str, re.Pattern[str]] = {
     "response binding": re.compile(r"^\{" + PREFIX + r":bind:response:[^{}]+\}$"),
     # Session bindings (gateway/session_bindings.py): a session key is a 32-hex digest (scoped by key and model).
     "session binding": re.compile(r"^\{" + PREFIX + r":bind:session:[0-9a-f]{32}\}$"),
+    # Responses conversations the gateway keeps (gateway/conversations.py): each its own hash tag.
+    "conversation": re.compile(r"^\{" + PREFIX + r":conv:[^{}]+\}$"),
 }
 """Every key family, by the pattern of its names."""
 

@@ -104,15 +104,20 @@ def test_first_token_skips_created_and_in_progress(fakes: Fakes, start_gateway: 
     assert sample.output_tokens == 4  # reasoning is not answer text
 
 
-def test_a_model_without_responses_deployments_is_a_404_naming_the_api(
+def test_a_model_without_responses_deployments_is_a_400_naming_the_api(
     fakes: Fakes, start_gateway: StartGateway
 ) -> None:
+    # 400, not 404: Codex re-sends on every status but 400 and 401 (``api._model_error``).
     fake = fakes.start("a")
     # Chat, completions, embeddings only, and no translation (with it, chat would serve: test_translate_responses.py).
     gateway = start_gateway(gateway_config([fake], deployments={"a": {"translate": False}}))
-    with pytest.raises(openai.NotFoundError) as raised, closing_sdk(gateway.base_url) as client:
+    with pytest.raises(openai.BadRequestError) as raised, closing_sdk(gateway.base_url) as client:
         client.responses.create(model="m", input="hi")
     assert "Responses API" in str(raised.value) and "chat, completions, embeddings" in str(raised.value)
+    assert raised.value.code == "model_not_found_for_api"
+    with pytest.raises(openai.BadRequestError) as unknown, closing_sdk(gateway.base_url) as client:
+        client.responses.create(model="nope", input="hi")
+    assert unknown.value.code == "model_not_found"
     assert fake.app.state.requests == 0
 
 

@@ -96,6 +96,9 @@ class Dialect(Protocol):
     clean_end: bytes
     """What ends the client's stream when the answer is complete but the provider's ending never came."""
 
+    keep_alive: bytes
+    """What keeps a silent stream open, which the client's parser skips (an SSE comment; Messages' ``ping``)."""
+
     def may_end(self, data: bytes) -> bool:
         """A cheap scan: these bytes may hold the stream's last event (then they are parsed)."""
         ...
@@ -140,6 +143,11 @@ class Dialect(Protocol):
 
     def stream_error(self, message: str, code: str, last_sequence: int | None) -> bytes:
         """An error event in this API's shape: how a stream that cannot be completed ends."""
+        ...
+
+    def failed_stream(self, message: str, code: str, request_id: str, model: str) -> bytes:
+        """A whole failed stream, for a request whose 200 went out before any attempt answered (keep-alives):
+        what the API's stream readers accept as a failure from the start (Responses: created, then failed)."""
         ...
 
 

@@ -111,6 +111,7 @@ class ChatDialect:
 
     done_data: bytes | None = DONE
     clean_end = b"data: [DONE]\n\n"
+    keep_alive = b": keep-alive\n\n"
 
     def __init__(self, api: Endpoint) -> None:
         self.api = api
@@ -216,6 +217,9 @@ class ChatDialect:
     def stream_error(self, message: str, code: str, last_sequence: int | None) -> bytes:
         error = {"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}
         return b"data: " + json.dumps(error).encode() + b"\n\n"
+
+    def failed_stream(self, message: str, code: str, request_id: str, model: str) -> bytes:
+        return self.stream_error(message, code, None)
 
 
 def opens_answer(event: dict[str, Any]) -> bool:

@@ -73,6 +73,7 @@ class MessagesDialect:
     api: Endpoint = "messages"
     done_data: bytes | None = None
     clean_end = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    keep_alive = b'event: ping\ndata: {"type": "ping"}\n\n'
 
     def may_end(self, data: bytes) -> bool:
         return _STOP.search(data) is not None
@@ -179,3 +180,6 @@ class MessagesDialect:
 
     def stream_error(self, message: str, code: str, last_sequence: int | None) -> bytes:
         return b"event: error\ndata: " + anthropic_error(500, message) + b"\n\n"
+
+    def failed_stream(self, message: str, code: str, request_id: str, model: str) -> bytes:
+        return self.stream_error(message, code, None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally, count
@@ -65,6 +66,7 @@ class ResponsesDialect:
     api: Endpoint = "responses"
     done_data: bytes | None = None
     clean_end = b""
+    keep_alive = b": keep-alive\n\n"
 
     def may_end(self, data: bytes) -> bool:
         return _TERMINAL.search(data) is not None
@@ -172,3 +174,33 @@ class ResponsesDialect:
         event: dict[str, Any] = {"type": "error", "code": code, "message": message, "param": None}
         event["sequence_number"] = 0 if last_sequence is None else last_sequence + 1
         return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
+
+    def failed_stream(self, message: str, code: str, request_id: str, model: str) -> bytes:
+        # The SDKs' stream readers want ``response.created`` first: a created response that failed.
+        response: dict[str, Any] = {
+            "id": f"resp_gw_{request_id}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "in_progress",
+            "model": model,
+            "output": [],
+            "error": None,
+            "incomplete_details": None,
+            "instructions": None,
+            "metadata": {},
+            "parallel_tool_calls": True,
+            "temperature": None,
+            "top_p": None,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+        created = {"type": "response.created", "response": response, "sequence_number": 0}
+        failed_response = {**response, "status": "failed", "error": {"code": code, "message": message}}
+        failed = {"type": "response.failed", "response": failed_response, "sequence_number": 1}
+        return (
+            b"event: response.created\ndata: "
+            + json.dumps(created).encode()
+            + b"\n\nevent: response.failed\ndata: "
+            + json.dumps(failed).encode()
+            + b"\n\n"
+        )

@@ -8,6 +8,7 @@ fault can be staged in each API.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +27,16 @@ TOOL_JSON_CLOSE = '"}'
 def answer_words(start: int, count: int) -> list[str]:
     """Answer tokens ``start .. start+count``: " word" pieces, one token each."""
     return [" " + WORDS[i % len(WORDS)] for i in range(start, start + count)]
+
+
+def text_pieces(text: str) -> list[str]:
+    """A given answer's stream pieces: each word with the spaces before it (they join back to ``text``)."""
+    return re.findall(r"\s*\S+\s*$|\s*\S+", text) or [text]
+
+
+def planned_words(behavior: FakeBehavior, start: int, count: int) -> list[str]:
+    """The answer's pieces: the behaviour's own ``text``, else ``count`` words from ``start``."""
+    return text_pieces(behavior.text) if behavior.text is not None else answer_words(start, count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +61,15 @@ class FakeBehavior:
     tool_json: bool = False
     """Chat and Responses: the tool call's arguments are a JSON object, ``{"q": "<the words>"}``, as the
     Messages API's ``input`` always is (else the bare words)."""
+    tool_name: str = "lookup"
+    """The name of the tool a ``tool_call`` answer calls."""
+    text: str | None = None
+    """The answer given whole instead of ``output_tokens`` words (with ``tool_call``: the call's arguments, JSON),
+    streamed in pieces of one word each; set per request by ``agent`` (``gateway.fakes.agent``)."""
+    agent: bool = False
+    """Play a coding agent's model (``gateway.fakes.agent``): call the shell tool the request offers with
+    ``agent_command`` when the user has the turn, then answer with what the tool returned."""
+    agent_command: str = "echo agent-round-trip"
     status: int = 200
     """An error status to answer with (subject to ``fail_first`` and ``error_rate``)."""
     error_code: str | None = None
@@ -106,6 +126,8 @@ class FakeBehavior:
     """Shorter prefixes are never cached (providers cache prompts above ~1k tokens)."""
     cache_usage: str = "openai"
     """How usage reports cached tokens: ``openai``, ``deepseek``, ``anthropic`` or ``none``."""
+    count_tokens: bool = True
+    """Whether ``POST /v1/messages/count_tokens`` exists (False: 404, as on many Anthropic-compatible hosts)."""
     model: str | None = None
     """The model id to report; by default the one the request named."""
     embedding_dim: int = 8

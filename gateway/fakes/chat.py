@@ -12,7 +12,16 @@ from typing import Any
 from starlette.types import Send
 
 from gateway.fakes.asgi import Disconnect, send_json
-from gateway.fakes.behavior import TOOL_JSON_CLOSE, TOOL_JSON_OPEN, WORDS, FakeBehavior, FakeHost, answer_words
+from gateway.fakes.behavior import (
+    TOOL_JSON_CLOSE,
+    TOOL_JSON_OPEN,
+    WORDS,
+    FakeBehavior,
+    FakeHost,
+    answer_words,
+    planned_words,
+    text_pieces,
+)
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.pacing import play
 
@@ -72,6 +81,8 @@ def answer_plan(
     is continued after them, and the request's token limit bounds only the words generated now,
     as a real model's does.
     """
+    if behavior.text is not None:
+        return 0, len(text_pieces(behavior.text)), "stop"
     skip = prefill_words(body, path)
     remaining = max(0, behavior.output_tokens - skip)
     limit = next((body[f] for f in limit_fields if body.get(f) is not None), None)
@@ -85,18 +96,18 @@ def _n(body: dict[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 16 else 1
 
 
-def _tool_call(arguments: str) -> dict[str, Any]:
-    return {"id": "call_fake", "type": "function", "function": {"name": "lookup", "arguments": arguments}}
+def _tool_call(arguments: str, name: str) -> dict[str, Any]:
+    return {"id": "call_fake", "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _piece(chat: bool, text: str, tool_call: bool, *, first: bool) -> dict[str, Any]:
+def _piece(chat: bool, text: str, behavior: FakeBehavior, *, first: bool) -> dict[str, Any]:
     if not chat:
         return {"index": 0, "text": text, "finish_reason": None}
-    if tool_call:
+    if behavior.tool_call:
         call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
         if first:
             call.update(id="call_fake", type="function")
-            call["function"]["name"] = "lookup"
+            call["function"]["name"] = behavior.tool_name
         return {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}
     return {"index": 0, "delta": {"content": text}, "finish_reason": None}
 
@@ -111,7 +122,7 @@ async def complete(
     disconnect: Disconnect,
 ) -> None:
     skip, length, finish = answer_plan(body, behavior, path)
-    text = "".join(answer_words(skip, length))
+    text = "".join(planned_words(behavior, skip, length))
     tps = host.jittered(behavior.tokens_per_s, behavior.tps_jitter)
     delay = host.jittered(behavior.ttft_s, behavior.ttft_jitter) + (length / tps if tps > 0 else 0.0)
     if await disconnect.sleep(delay):
@@ -124,7 +135,7 @@ async def complete(
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if behavior.tool_call:
             arguments = TOOL_JSON_OPEN + text + TOOL_JSON_CLOSE if behavior.tool_json else text
-            message = {"role": "assistant", "content": None, "tool_calls": [_tool_call(arguments)]}
+            message = {"role": "assistant", "content": None, "tool_calls": [_tool_call(arguments, behavior.tool_name)]}
             finish = "tool_calls"
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         obj = "chat.completion"
@@ -193,11 +204,11 @@ class ChatScript:
     def piece(self, text: str, first: bool) -> bytes:
         if first and self._json():
             text = TOOL_JSON_OPEN + text
-        return self._event(_piece(self.chat, text, self.behavior.tool_call, first=first))
+        return self._event(_piece(self.chat, text, self.behavior, first=first))
 
     def finish(self) -> bytes:
         reason = "tool_calls" if self.behavior.tool_call and self.chat else self.finish_reason
-        closing = self._event(_piece(True, TOOL_JSON_CLOSE, True, first=False)) if self._json() else b""
+        closing = self._event(_piece(True, TOOL_JSON_CLOSE, self.behavior, first=False)) if self._json() else b""
         done: dict[str, Any] = {"index": 0, "finish_reason": reason}
         if self.chat:
             done["delta"] = {}
@@ -235,5 +246,10 @@ async def stream(
 ) -> None:
     skip, length, _ = answer_plan(body, behavior, path)
     await play(
-        host, send, ChatScript(host, body, behavior, model, path), answer_words(skip, length), behavior, disconnect
+        host,
+        send,
+        ChatScript(host, body, behavior, model, path),
+        planned_words(behavior, skip, length),
+        behavior,
+        disconnect,
     )

@@ -10,12 +10,13 @@ expected in ``x-api-key``.
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 from starlette.types import Send
 
 from gateway.fakes.asgi import Disconnect, send_json, sse
-from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words
+from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words, planned_words
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prefill_words, prompt_tokens
 from gateway.fakes.pacing import play
@@ -90,11 +91,16 @@ class MessagesScript:
             out += sse("content_block_stop", {"type": "content_block_stop", "index": 0})
         block: dict[str, Any] = {"type": "text", "text": ""}
         if self.behavior.tool_call:
-            block = {"type": "tool_use", "id": "toolu_fake", "name": "lookup", "input": {}}
+            block = {"type": "tool_use", "id": "toolu_fake", "name": self.behavior.tool_name, "input": {}}
         out += sse("content_block_start", {"type": "content_block_start", "index": self.block, "content_block": block})
-        if self.behavior.tool_call:
+        if self._wrapped:
             out += self._delta({"type": "input_json_delta", "partial_json": '{"q": "'})
         return out
+
+    @property
+    def _wrapped(self) -> bool:
+        """A tool call's words go in ``{"q": ...}``; a given ``text`` is the whole arguments already."""
+        return self.behavior.tool_call and self.behavior.text is None
 
     def _delta(self, delta: dict[str, Any]) -> bytes:
         return sse("content_block_delta", {"type": "content_block_delta", "index": self.block, "delta": delta})
@@ -105,7 +111,7 @@ class MessagesScript:
         return self._delta({"type": "text_delta", "text": text})
 
     def finish(self) -> bytes:
-        out = self._delta({"type": "input_json_delta", "partial_json": '"}'}) if self.behavior.tool_call else b""
+        out = self._delta({"type": "input_json_delta", "partial_json": '"}'}) if self._wrapped else b""
         out += sse("content_block_stop", {"type": "content_block_stop", "index": self.block})
         delta = {"stop_reason": self.stop_reason, "stop_sequence": None}
         usage = {"output_tokens": self.length + self.behavior.reasoning_tokens}
@@ -127,7 +133,7 @@ async def create(
     host: FakeHost, send: Send, body: dict[str, Any], behavior: FakeBehavior, model: str, disconnect: Disconnect
 ) -> None:
     skip, length, _ = answer_plan(body, behavior, "/messages", LIMITS)
-    words = answer_words(skip, length)
+    words = planned_words(behavior, skip, length)
     script = MessagesScript(host, body, behavior, model)
     if body.get("stream") is True:
         await play(host, send, script, words, behavior, disconnect)
@@ -143,7 +149,8 @@ async def create(
         content.append({"type": "thinking", "thinking": thinking, "signature": "fake-signature"})
     text = "".join(words)
     if behavior.tool_call:
-        content.append({"type": "tool_use", "id": "toolu_fake", "name": "lookup", "input": {"q": text}})
+        arguments = json.loads(text) if behavior.text is not None else {"q": text}
+        content.append({"type": "tool_use", "id": "toolu_fake", "name": behavior.tool_name, "input": arguments})
     else:
         content.append({"type": "text", "text": text})
     usage = {**input_usage(body), "output_tokens": length + behavior.reasoning_tokens}

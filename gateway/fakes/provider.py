@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from starlette.types import Receive, Scope, Send
 
-from gateway.fakes import chat, messages, responses
+from gateway.fakes import agent, chat, messages, responses
 from gateway.fakes.asgi import Disconnect, lifespan, quiet_planned_drops, read_body, send_error, send_json
 from gateway.fakes.behavior import WORDS, FakeBehavior, FakeState, RecordedRequest, answer_words
 from gateway.fakes.cache import CURRENT, CacheUsage
@@ -99,6 +99,9 @@ class FakeProvider:
         if path.endswith("/messages/count_tokens") and method == "POST":
             body_data = _json_object(await read_body(receive))
             self._note(scope, path, body_data)
+            if not self.behavior.count_tokens:
+                await messages.send_anthropic_error(send, 404, f"fake {self.name}: no count_tokens endpoint")
+                return
             await messages.count_tokens(send, body_data or {})
             return
         if method != "POST" or not path.endswith(_INFERENCE):
@@ -150,7 +153,7 @@ class FakeProvider:
                 await self._error(send, anthropic, 401, "invalid api key", "invalid_request_error", "invalid_api_key")
                 return
         try:
-            behavior = self._behavior_for(body, headers)
+            behavior = agent.steer(body, path, self._behavior_for(body, headers))
         except (ValueError, TypeError) as exc:
             await self._error(send, anthropic, 400, f"fake: {exc}", "invalid_request_error")
             return

@@ -19,7 +19,7 @@ from typing import Any
 from starlette.types import Send
 
 from gateway.fakes.asgi import Disconnect, send_error, send_json, sse
-from gateway.fakes.behavior import TOOL_JSON_CLOSE, TOOL_JSON_OPEN, FakeBehavior, FakeHost, answer_words
+from gateway.fakes.behavior import TOOL_JSON_CLOSE, TOOL_JSON_OPEN, FakeBehavior, FakeHost, answer_words, planned_words
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prompt_tokens
 from gateway.fakes.pacing import play
@@ -65,7 +65,7 @@ class ResponseBuilder:
                     "id": self.call_id,
                     "type": "function_call",
                     "call_id": "call_fake",
-                    "name": "lookup",
+                    "name": self.behavior.tool_name,
                     "arguments": self.text,
                     "status": "completed",
                 }
@@ -168,7 +168,7 @@ class ResponsesScript:
                 "id": self.r.call_id,
                 "type": "function_call",
                 "call_id": "call_fake",
-                "name": "lookup",
+                "name": self.r.behavior.tool_name,
                 "arguments": "",
                 "status": "in_progress",
             }
@@ -267,7 +267,7 @@ async def create(
         return
     builder = ResponseBuilder(host, body, behavior, model)
     skip, length, _ = answer_plan(body, behavior, "/responses", LIMITS)
-    words = answer_words(skip, length)
+    words = planned_words(behavior, skip, length)
     if body.get("stream") is True:
         await play(host, send, ResponsesScript(builder), words, behavior, disconnect)
         return

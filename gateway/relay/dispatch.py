@@ -45,9 +45,14 @@ class Dispatcher:
     reaches the client, so that the client's next call can find it).
     """
 
-    def __init__(self, runner: AttemptRunner, owners: ResponseOwners | None = None) -> None:
+    def __init__(
+        self, runner: AttemptRunner, owners: ResponseOwners | None = None, *, providers_keep_responses: bool = True
+    ) -> None:
         self.runner = runner
         self.owners = owners if owners is not None else ResponseOwners()
+        self.providers_keep_responses = providers_keep_responses
+        """``[responses] state = "provider"``: a native deployment's stored answer is bound to it (else the
+        gateway keeps the conversation, ``gateway.conversation_flow``, and nothing is bound)."""
         self.drains = Drains(runner)
         """Race losers still being read for their streams (``gateway.relay.drain``)."""
 
@@ -81,8 +86,12 @@ class Dispatcher:
                 if not larger or not budget.allows_another():
                     return _fault_reply(request, fault, budget)
                 remaining = dataclasses.replace(plan, candidates=larger)
-        if request.endpoint == "responses" and upstream_of(request, opened.attempt.candidate) == "responses":
-            # (A translated answer's id is the gateway's own: no provider holds it to continue from.)
+        native = self.providers_keep_responses and upstream_of(request, opened.attempt.candidate) == "responses"
+        if request.endpoint == "responses" and native and request.body.get("store") is not False:
+            # A response created with ``store: false`` (every Codex call) is kept nowhere upstream: its id
+            # can never be continued or fetched, so binding it would only fill the store (and evict). One
+            # by translation (its id is the gateway's own; or any, under state = "gateway") is kept by the
+            # gateway (``conversation_flow``).
             self._bind(request, opened.attempt)
         if request.stream:
             return StreamReply(runner, budget, request, opened.attempt, opened.untried)

@@ -1,0 +1,116 @@
+"""The real agent CLIs (Claude Code, Codex), found and run non-interactively against a gateway on loopback.
+
+Why: agents are most of a gateway's traffic, and they exercise it as no SDK call does (tools, long
+prompts, betas, retries). The binaries come from npm: ``.ci/run`` installs them in
+``.cache/agent-clis`` and exports ``GATEWAY_AGENT_CLIS`` (the ``node_modules/.bin`` that holds them);
+a developer machine may have them in ``/tmp/npmcli``. Missing binaries fail the test with the
+command that installs them: never a silent skip.
+
+Each run is sealed to loopback: a fresh ``HOME`` (and ``CODEX_HOME``), no telemetry, no updater, and
+every proxy variable pointing at a closed loopback port with only ``127.0.0.1``/``localhost`` exempt.
+Both CLIs send all their HTTP through those proxies (checked by hand: with no exemption they never
+reach the gateway), so a request to anywhere but loopback fails instead of leaving the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+CLIS_ENV = "GATEWAY_AGENT_CLIS"
+SEARCHED = (
+    Path(__file__).resolve().parents[2] / ".cache/agent-clis/node_modules/.bin",
+    Path("/tmp/npmcli/node_modules/.bin"),
+)
+INSTALL = (
+    "npm install --prefix .cache/agent-clis @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 "
+    f"(or set {CLIS_ENV} to the node_modules/.bin that holds claude and codex)"
+)
+CLOSED_PROXY = "http://127.0.0.1:9"
+"""A loopback port nothing listens on (discard): whatever goes through the proxy fails at once."""
+PROMPT = "Run the command, then tell me what it printed."
+TIMEOUT_S = 120.0
+
+
+def find_cli(name: str) -> Path:
+    """The CLI's binary, or a test failure saying how to install it."""
+    configured = os.environ.get(CLIS_ENV)
+    places = [Path(configured)] if configured else list(SEARCHED)
+    for place in places:
+        binary = place / name
+        if binary.exists():
+            return binary
+    pytest.fail(f"the {name} CLI is not installed (looked in {', '.join(map(str, places))}): {INSTALL}")
+
+
+@dataclass(frozen=True, slots=True)
+class CliRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def sealed_env(home: Path, **extra: str) -> dict[str, str]:
+    """An environment that lets the CLI reach loopback only (see the module docstring)."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
+        env[name] = CLOSED_PROXY
+    env.update(extra)
+    return env
+
+
+def run(command: list[str], env: dict[str, str], cwd: Path) -> CliRun:
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    return CliRun(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+
+
+def run_claude(base_url: str, api_key: str, tmp: Path, model: str = "m") -> CliRun:
+    """``claude -p`` with the Bash tool allowed, JSON output; the gateway as Anthropic's base URL."""
+    home = tmp / "claude-home"
+    home.mkdir()
+    env = sealed_env(
+        home,
+        ANTHROPIC_BASE_URL=base_url,
+        ANTHROPIC_API_KEY=api_key,
+        DISABLE_TELEMETRY="1",
+        DISABLE_AUTOUPDATER="1",
+        DISABLE_ERROR_REPORTING="1",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+    )
+    command = [str(find_cli("claude")), "-p", PROMPT, "--model", model, "--output-format", "json"]
+    return run([*command, "--allowedTools", "Bash"], env, tmp)
+
+
+def run_codex(base_url: str, api_key: str, tmp: Path, model: str = "m") -> tuple[CliRun, str]:
+    """``codex exec`` with the gateway as a custom Responses provider; returns the run and its last message."""
+    codex_home = tmp / "codex-home"
+    codex_home.mkdir()
+    config = (
+        f"model = {json.dumps(model)}\n"
+        'model_provider = "gateway"\n'
+        "[model_providers.gateway]\n"
+        'name = "gateway"\n'
+        f"base_url = {json.dumps(base_url)}\n"
+        'env_key = "GATEWAY_KEY"\n'
+        'wire_api = "responses"\n'
+    )
+    (codex_home / "config.toml").write_text(config)
+    last = tmp / "codex-last.txt"
+    env = sealed_env(tmp, CODEX_HOME=str(codex_home), GATEWAY_KEY=api_key)
+    command = [str(find_cli("codex")), "exec", "--skip-git-repo-check", "--ephemeral", "-o", str(last), PROMPT]
+    result = run(command, env, tmp)
+    return result, last.read_text() if last.exists() else ""

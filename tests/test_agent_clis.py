@@ -1,0 +1,124 @@
+"""Claude Code and Codex, the real CLIs, run non-interactively through the gateway with a tool round trip.
+
+The fake plays the agent's model (``FakeBehavior.agent``): it calls the CLI's shell tool, the CLI runs
+``echo agent-round-trip`` and sends the result back, and the fake answers with it. Each CLI first works
+against a deployment that speaks its API natively; the chat-only deployment is the same test with one
+parameter changed (``APIS``), which needs translation between the APIs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gateway.accesslog import ACCESS_LOGGER
+from gateway.fakes import FakeBehavior
+from gateway.fakes.agent import RESULT_PREFIX
+from tests.support.agent_clis import run_claude, run_codex
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+
+StartGateway = Callable[..., Gateway]
+KEY = "sk-gateway-client"
+AGENT = FakeBehavior(agent=True, agent_command="echo agent-round-trip")
+ANSWER = f"{RESULT_PREFIX} agent-round-trip"
+NEEDS_TRANSLATION = pytest.mark.xfail(strict=True, reason="needs translation")
+
+
+def access_paths(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int]]:
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
+    return [(line["endpoint"], line["status"]) for line in lines]
+
+
+@pytest.mark.parametrize("apis", [["messages"], pytest.param(["chat"], marks=NEEDS_TRANSLATION)])
+def test_claude_code_runs_a_tool_through_the_gateway(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
+) -> None:
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", AGENT)
+    gateway = start_gateway(
+        gateway_config([fake], provider_options={"a": {"apis": apis}}), environ={"GATEWAY_API_KEYS": KEY}
+    )
+    run = run_claude(gateway.url, KEY, tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
+    result = json.loads(run.stdout)
+    assert result["result"] == ANSWER and result["num_turns"] == 2 and not result["is_error"]
+    # Both turns reached the gateway, and through it the fake: the second carried the command's output.
+    assert access_paths(caplog) == [("messages", 200), ("messages", 200)]
+    sent = [r.body for r in fake.app.state.recorded if r.path.endswith(("/messages", "/chat/completions"))]
+    assert len(sent) == 2 and "agent-round-trip" in json.dumps(sent[1])
+    samples = gateway.samples.samples
+    assert [s.outcome for s in samples] == ["ok", "ok"] and all(s.deployment == "a" for s in samples)
+
+
+@pytest.mark.parametrize("apis", [["responses"], pytest.param(["chat"], marks=NEEDS_TRANSLATION)])
+def test_codex_runs_a_tool_through_the_gateway(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
+) -> None:
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", AGENT)
+    gateway = start_gateway(
+        gateway_config([fake], provider_options={"a": {"apis": apis}}), environ={"GATEWAY_API_KEYS": KEY}
+    )
+    run, last = run_codex(gateway.base_url, KEY, tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
+    assert last.startswith(RESULT_PREFIX) and "agent-round-trip" in last
+    assert access_paths(caplog) == [("responses", 200), ("responses", 200)]
+    sent = [r.body for r in fake.app.state.recorded if r.path.endswith(("/responses", "/chat/completions"))]
+    assert len(sent) == 2 and "agent-round-trip" in json.dumps(sent[1])
+    assert all(body is not None and body.get("store") in (False, None) for body in sent)
+
+
+def test_claude_code_does_not_retry_a_wrong_key(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    gateway = start_gateway(
+        gateway_config([fakes.start("a", AGENT)], provider_options={"a": {"apis": ["messages"]}}),
+        environ={"GATEWAY_API_KEYS": KEY},
+    )
+    run = run_claude(gateway.url, "sk-wrong", tmp_path)
+    assert run.returncode != 0
+    assert access_paths(caplog) == [("messages", 401)]
+
+
+def test_codex_stops_at_once_on_a_model_it_cannot_get(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Codex re-sends five times on any status but 400 and 401; the gateway's 400 stops it (``api._model_error``).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    gateway = start_gateway(
+        gateway_config([fakes.start("a", AGENT)], provider_options={"a": {"apis": ["messages"]}}),
+        environ={"GATEWAY_API_KEYS": KEY},
+    )
+    run, _ = run_codex(gateway.base_url, KEY, tmp_path)
+    assert run.returncode != 0 and "Responses API" in run.stdout + run.stderr
+    assert access_paths(caplog) == [("responses", 400)]
+
+
+def test_both_clis_read_through_keep_alives(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A model silent for longer than first_byte_keepalive_s: the CLIs get keep-alives (Messages' ping before
+    # message_start, an SSE comment before response.created), and then the answer, on every turn.
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    slow = FakeBehavior(agent=True, agent_command="echo agent-round-trip", ttft_s=0.8)
+    fake = fakes.start("a", slow)
+    policy = {"first_byte_keepalive_s": 0.2}
+    options = {"a": {"apis": ["messages", "responses"]}}
+    gateway = start_gateway(
+        gateway_config([fake], provider_options=options, policy=policy), environ={"GATEWAY_API_KEYS": KEY}
+    )
+    (tmp_path / "claude").mkdir()
+    (tmp_path / "codex").mkdir()
+    claude = run_claude(gateway.url, KEY, tmp_path / "claude")
+    codex, last = run_codex(gateway.base_url, KEY, tmp_path / "codex")
+    assert claude.returncode == 0 and json.loads(claude.stdout)["result"] == ANSWER, claude.stdout[-2000:]
+    assert codex.returncode == 0 and "agent-round-trip" in last, codex.stdout[-2000:] + codex.stderr[-2000:]
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
+    assert len(lines) == 4 and all(line["status"] == 200 and line["keepalives"] >= 2 for line in lines)

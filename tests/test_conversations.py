@@ -1,0 +1,156 @@
+"""Stateful Responses kept by the gateway (``gateway.conversations``, ``gateway.conversation_flow``): a follow-up
+is expanded to its whole conversation before routing, so any deployment can continue it; ``GET`` answers from
+the store; ``store: false`` keeps nothing; memory and Redis behave alike. Driven through the real ``openai`` SDK
+against native Responses deployments with ``[responses] state = "gateway"`` (a deployment reached by translation
+takes the same path, with no setting)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from gateway.conversations import InMemoryConversationStore, StoredResponse
+from gateway.fakes import FakeBehavior
+from gateway.fakes.provider import answer_words
+from tests.redis_server import RedisServer
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.gateway import Gateway
+
+StartGateway = Callable[..., Gateway]
+FIRST = "".join(answer_words(0, 3))
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.stop()
+
+
+def kept_config(*fakes: FakeServer, state: str = "gateway", stats: dict[str, Any] | None = None) -> Any:
+    extra: dict[str, Any] = {"responses": {"state": state, "ttl_s": 3600}}
+    if stats is not None:
+        extra["stats"] = stats
+    apis = {f.name: {"apis": ["responses"]} for f in fakes}
+    return gateway_config(list(fakes), provider_options=apis, extra=extra)
+
+
+def sent_inputs(fake: FakeServer) -> list[dict[str, Any]]:
+    return [r.body for r in fake.app.state.recorded if r.path.endswith("/responses") and r.body is not None]
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_a_follow_up_carries_the_whole_conversation_and_get_answers_from_the_store(
+    fakes: Fakes, start_gateway: StartGateway, backend: str, request: pytest.FixtureRequest
+) -> None:
+    fake = fakes.start("a", FakeBehavior(output_tokens=3))
+    stats = None
+    if backend == "redis":
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        stats = {"backend": "redis", "redis_url": redis.url, "key_prefix": "conv"}
+    gateway = start_gateway(kept_config(fake, stats=stats))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+        first = client.responses.create(model="m", input="hello", instructions="be brief")
+        with client.responses.stream(model="m", input="and then?", previous_response_id=first.id) as stream:
+            second = stream.get_final_response()
+        third = client.responses.create(
+            model="m", input=[{"role": "user", "content": "last"}], previous_response_id=second.id
+        )
+        fetched = client.responses.retrieve(second.id)
+        items = client.responses.input_items.list(second.id, order="asc")
+    assert first.output_text == FIRST and third.output_text == FIRST
+    sent = sent_inputs(fake)
+    assert all("previous_response_id" not in body for body in sent)
+    texts = [_texts(body["input"]) for body in sent]
+    assert texts == [["hello"], ["hello", FIRST, "and then?"], ["hello", FIRST, "and then?", FIRST, "last"]]
+    # Answered by the gateway: the fake was never asked for them.
+    assert fetched.id == second.id and fetched.output_text == FIRST
+    assert [_text(item.model_dump()) for item in items.data] == ["hello", FIRST, "and then?"]
+    assert not any("/responses/" in r.path for r in fake.app.state.recorded)
+    if backend == "redis":
+        keys = redis.client().keys("{conv:conv:*")
+        assert len(keys) == 3 and all(0 < redis.client().pttl(k) <= 3_600_000 for k in keys)
+
+
+def test_a_follow_up_may_go_to_another_deployment(fakes: Fakes, start_gateway: StartGateway) -> None:
+    a, b = fakes.start("a", FakeBehavior(output_tokens=3)), fakes.start("b", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(kept_config(a, b))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+        first = client.responses.create(model="m", input="hello")
+        httpx.post(a.url + "/_fake/behavior", json={"status": 503})  # the one that answered is down now
+        second = client.responses.create(model="m", input="more", previous_response_id=first.id)
+    assert second.output_text == FIRST
+    assert _texts(sent_inputs(b)[-1]["input"]) == ["hello", FIRST, "more"]
+
+
+def test_held_by_the_provider_a_follow_up_stays_pinned(fakes: Fakes, start_gateway: StartGateway) -> None:
+    a, b = fakes.start("a", FakeBehavior(output_tokens=3)), fakes.start("b", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(kept_config(a, b, state="provider"))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+        first = client.responses.create(model="m", input="hello")
+        second = client.responses.create(model="m", input="more", previous_response_id=first.id)
+    assert second.output_text == FIRST
+    owner = first.id.split("_")[1]  # the fake names its ids resp_<server>_<n>
+    recorded = a if owner == "a" else b
+    assert sent_inputs(recorded)[-1]["previous_response_id"] == first.id
+    assert gateway.runtime.conversations.lookup(first.id) is None  # type: ignore[attr-defined]
+
+
+def test_store_false_keeps_nothing(fakes: Fakes, start_gateway: StartGateway) -> None:
+    fake = fakes.start("a", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(kept_config(fake))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+        unstored = client.responses.create(model="m", input="hello", store=False)
+        with client.responses.stream(model="m", input="hello", store=False) as stream:
+            streamed = stream.get_final_response()
+        stored = client.responses.create(model="m", input="hello")
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(unstored.id)
+    store = gateway.runtime.conversations
+    assert isinstance(store, InMemoryConversationStore)
+    assert store.lookup(unstored.id) is None and store.lookup(streamed.id) is None
+    assert store.lookup(stored.id) is not None
+
+
+def test_delete_forgets_and_another_key_cannot_read_it(fakes: Fakes, start_gateway: StartGateway) -> None:
+    fake = fakes.start("a", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(kept_config(fake), environ={"GATEWAY_API_KEYS": "one,two"})
+    with openai.OpenAI(base_url=gateway.base_url, api_key="one", max_retries=0) as client:
+        first = client.responses.create(model="m", input="hello")
+        with openai.OpenAI(base_url=gateway.base_url, api_key="two", max_retries=0) as other:
+            with pytest.raises(openai.NotFoundError):
+                other.responses.retrieve(first.id)
+        assert client.responses.retrieve(first.id).id == first.id
+        client.responses.delete(first.id)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(first.id)
+
+
+def test_the_memory_store_is_bounded_by_bytes_and_expires() -> None:
+    now = [0.0]
+    store = InMemoryConversationStore(max_bytes=600, clock=lambda: now[0])
+    stored = StoredResponse("m", "k", [{"role": "user", "content": "x" * 100}], [], {"id": "r"})
+    size = len(stored.encode())
+    for i in range(5):
+        store.put(f"r{i}", stored, ttl_s=10)
+    assert store.size <= 600 and store.size == size * (600 // size)
+    assert store.lookup("r0") is None and store.lookup("r4") is not None  # least recently used out first
+    now[0] = 11.0
+    assert store.lookup("r4") is None
+
+
+def _text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content or () if isinstance(part, dict))
+
+
+def _texts(items: str | list[dict[str, Any]]) -> list[str]:
+    return [items] if isinstance(items, str) else [_text(item) for item in items]
