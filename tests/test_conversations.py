@@ -6,6 +6,7 @@ takes the same path, with no setting)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.conversation_flow import ResponseCapture
 from gateway.conversations import InMemoryConversationStore, StoredResponse
 from gateway.fakes import FakeBehavior
 from gateway.fakes.provider import answer_words
@@ -154,3 +156,26 @@ def _text(item: dict[str, Any]) -> str:
 
 def _texts(items: str | list[dict[str, Any]]) -> list[str]:
     return [items] if isinstance(items, str) else [_text(item) for item in items]
+
+
+def test_only_a_completed_answer_is_captured() -> None:
+    def captured(status: int, chunks: list[bytes]) -> dict[str, Any] | None:
+        capture = ResponseCapture(_discard)
+
+        async def play() -> None:
+            await capture.send({"type": "http.response.start", "status": status, "headers": []})
+            for chunk in chunks:
+                await capture.send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+        asyncio.run(play())
+        return capture.response(streamed=True)
+
+    created = b'event: response.created\ndata: {"type":"response.created","response":{"id":"r1"}}\n\n'
+    done = b'event: response.completed\ndata: {"type":"response.completed","response":{"id":"r1","output":[]}}\n\n'
+    assert captured(200, [created, done[:30], done[30:]]) == {"id": "r1", "output": []}  # split anywhere
+    assert captured(200, [created]) is None  # broke before its end: nothing to keep
+    assert captured(400, [done]) is None
+
+
+async def _discard(message: Any) -> None:
+    pass
