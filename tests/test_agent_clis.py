@@ -27,7 +27,6 @@ StartGateway = Callable[..., Gateway]
 KEY = "sk-gateway-client"
 AGENT = FakeBehavior(agent=True, agent_command="echo agent-round-trip")
 ANSWER = f"{RESULT_PREFIX} agent-round-trip"
-NEEDS_TRANSLATION = pytest.mark.xfail(strict=True, reason="needs translation")
 
 
 def access_paths(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int]]:
@@ -35,7 +34,7 @@ def access_paths(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int]]:
     return [(line["endpoint"], line["status"]) for line in lines]
 
 
-@pytest.mark.parametrize("apis", [["messages"], pytest.param(["chat"], marks=NEEDS_TRANSLATION)])
+@pytest.mark.parametrize("apis", [["messages"], ["chat"]])
 def test_claude_code_runs_a_tool_through_the_gateway(
     fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
 ) -> None:
@@ -56,7 +55,7 @@ def test_claude_code_runs_a_tool_through_the_gateway(
     assert [s.outcome for s in samples] == ["ok", "ok"] and all(s.deployment == "a" for s in samples)
 
 
-@pytest.mark.parametrize("apis", [["responses"], pytest.param(["chat"], marks=NEEDS_TRANSLATION)])
+@pytest.mark.parametrize("apis", [["responses"], ["chat"]])
 def test_codex_runs_a_tool_through_the_gateway(
     fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
 ) -> None:

@@ -58,6 +58,7 @@ _KNOWN = frozenset(
         "tool_choice",
         "thinking",
         "output_format",
+        "output_config",
         "context_management",
     }
 )
@@ -150,11 +151,39 @@ def read_request(body: dict[str, Any]) -> Conversation:
             raise Untranslatable("thinking.type", "other", f"thinking {kind!r}")
     output = body.get("output_format")
     if output is not None:
-        spec = as_dict(output, "output_format")
-        if spec.get("type") != "json_schema":
-            raise Untranslatable("output_format.type", "other", f"output format {spec.get('type')!r}")
-        conversation.output = OutputFormat("json_schema", None, as_dict(spec.get("schema"), "output_format.schema"))
+        conversation.output = _read_output_format(output, "output_format")
+    _read_output_config(body.get("output_config"), conversation)
     return conversation
+
+
+def _read_output_format(value: Any, path: str) -> OutputFormat:
+    spec = as_dict(value, path)
+    if spec.get("type") != "json_schema":
+        raise Untranslatable(f"{path}.type", "other", f"output format {spec.get('type')!r}")
+    return OutputFormat("json_schema", None, as_dict(spec.get("schema"), f"{path}.schema"))
+
+
+_EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+"""``output_config.effort`` as OpenAI's ``reasoning_effort`` spells it: the two levels above ``high``
+(Anthropic's ``xhigh`` and ``max``) have no OpenAI name and are asked as ``high`` (approximated)."""
+
+
+def _read_output_config(value: Any, conversation: Conversation) -> None:
+    """``output_config`` (what Claude Code sends on every call): its effort is the reasoning effort asked of a
+    chat or Responses target, and its ``format`` the structured output, as ``output_format`` is."""
+    if value is None:
+        return
+    spec = as_dict(value, "output_config")
+    refuse_unknown(spec, frozenset({"effort", "format"}), "other", "output_config.")
+    effort = opt_str(spec.get("effort"), "output_config.effort")
+    if effort is not None:
+        if effort not in _EFFORTS:
+            raise Untranslatable("output_config.effort", "other", f"effort {effort!r}")
+        ask = conversation.reasoning if conversation.reasoning is not None else ReasoningAsk()
+        ask.effort = _EFFORTS[effort]
+        conversation.reasoning = ask
+    if spec.get("format") is not None:
+        conversation.output = _read_output_format(spec["format"], "output_config.format")
 
 
 def _context_management(value: Any) -> None:
