@@ -66,3 +66,27 @@ def test_each_turn_starts_with_the_previous_turns_bytes(source: Api, turns: list
     assert encode_body(translate_request(turns[-1], source, "chat", "u")) == encode_body(
         translate_request(turns[-1], source, "chat", "u")
     )
+
+
+def test_cache_marks_go_where_the_upstream_caches_explicitly() -> None:
+    """``cache_control`` reaches a Messages upstream from a chat client that set it (OpenRouter's spelling) and is
+    left out of a chat upstream's request, which caches prefixes without marks."""
+    mark = {"type": "ephemeral"}
+    chat = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "long context", "cache_control": mark}]},
+            {"role": "user", "content": "question"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "t", "parameters": {}}, "cache_control": mark}],
+    }
+    messages = translate_request(chat, "chat", "messages", "u")
+    assert messages["messages"][0]["content"] == [{"type": "text", "text": "long context", "cache_control": mark}]
+    assert messages["tools"][0]["cache_control"] == mark
+    back = translate_request(
+        {"model": "m", "max_tokens": 9, "system": SYSTEM, "tools": TOOLS, "messages": messages["messages"]},
+        "messages",
+        "chat",
+        "u",
+    )
+    assert "cache_control" not in encode_body(back).decode()

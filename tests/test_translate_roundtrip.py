@@ -255,3 +255,41 @@ def test_the_conversation_is_the_same_turn_after_turn() -> None:
     assert b["messages"][: len(a["messages"])] == a["messages"]
     assert list(a) == list(b)  # the same keys in the same order
     assert Turn("user", [Text("x")]) == Turn("user", [Text("x")])
+
+
+def test_an_instruction_between_turns_is_a_user_turn_where_the_target_takes_none() -> None:
+    """Codex adds developer messages between turns: the Responses API takes them anywhere, chat templates of
+    open-weights models and the Messages API only at the start, so there they become the user's words."""
+    body = {
+        "model": "m",
+        "input": [
+            {"role": "developer", "content": "rules"},
+            {"role": "user", "content": "hi"},
+            {"role": "developer", "content": [{"type": "input_text", "text": "now in read-only mode"}]},
+            {"role": "user", "content": "go"},
+        ],
+    }
+    chat = translate_request(body, "responses", "chat", "u")
+    assert chat["messages"] == [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": "now in read-only mode"},
+        {"role": "user", "content": "go"},
+    ]
+    messages = translate_request(body, "responses", "messages", "u")
+    assert messages["system"] == "rules" and messages["messages"][1] == {
+        "role": "user",
+        "content": "now in read-only mode",
+    }
+    back = translate_request(
+        {**chat, "messages": [chat["messages"][0], *chat["messages"][1:]]}, "chat", "responses", "u"
+    )
+    assert back["instructions"] == "rules"
+    chat_mid = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "be terse"}],
+    }
+    assert translate_request(chat_mid, "chat", "responses", "u")["input"][1] == {
+        "role": "system",
+        "content": "be terse",
+    }

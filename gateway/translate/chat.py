@@ -9,7 +9,7 @@ left out (no chat provider caches explicitly; their prefix caches need no marks)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from gateway.translate.common import (
     as_dict,
@@ -101,9 +101,11 @@ def read_request(body: dict[str, Any]) -> Conversation:
         role = message.get("role")
         if role in ("system", "developer"):
             text = _joined_text(message.get("content"), f"{path}.content")
-            if not leading:
-                raise Untranslatable(f"{path}.role", "other", f"a {role} message after the conversation began")
-            conversation.system.append(Instruction(text, "developer" if role == "developer" else "system"))
+            instruction: Literal["system", "developer"] = "developer" if role == "developer" else "system"
+            if leading:
+                conversation.system.append(Instruction(text, instruction))
+            else:
+                conversation.turns.append(Turn("user", [Text(text)], plain=True, instruction=instruction))
             continue
         leading = False
         if role == "user":

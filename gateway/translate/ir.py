@@ -108,6 +108,9 @@ class Turn:
     """The content was given as one string."""
     name: str | None = None
     """Chat's ``name`` of a participant."""
+    instruction: Literal["system", "developer"] | None = None
+    """A system or developer message after the conversation began (Codex adds them between turns): carried as
+    such where the target takes one anywhere (Responses), as a user turn elsewhere."""
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ one), which Codex accepts.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from gateway.translate.common import (
     as_dict,
@@ -134,10 +134,13 @@ def _read_items(conversation: Conversation, items: list[Any]) -> None:
             role = item.get("role")
             content = item.get("content")
             if role in ("system", "developer"):
-                if conversation.turns:
-                    raise Untranslatable(f"{path}.role", "other", f"a {role} message after the conversation began")
                 text = content if isinstance(content, str) else "".join(read_texts(content, f"{path}.content"))
-                conversation.system.append(Instruction(text, "developer" if role == "developer" else "system"))
+                instruction: Literal["system", "developer"] = "developer" if role == "developer" else "system"
+                if conversation.turns:
+                    turn = Turn("user", [Text(text)], plain=True, instruction=instruction)
+                    conversation.turns.append(turn)
+                else:
+                    conversation.system.append(Instruction(text, instruction))
             elif role in ("user", "assistant"):
                 if isinstance(content, str):
                     conversation.turns.append(Turn(role, [Text(content)], plain=True))
@@ -306,7 +309,7 @@ def _effort_of(reasoning: ReasoningAsk) -> str:
 
 def _items(turn: Turn) -> list[dict[str, Any]]:
     if turn.plain and len(turn.parts) == 1 and isinstance(turn.parts[0], Text):
-        return [{"role": turn.role, "content": turn.parts[0].text}]
+        return [{"role": turn.instruction or turn.role, "content": turn.parts[0].text}]
     items: list[dict[str, Any]] = []
     content: list[dict[str, Any]] = []
 
