@@ -8,6 +8,8 @@ fault can be staged in each API.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,9 +21,25 @@ WORDS = (
 ).split()
 
 
+@functools.cache
+def _pass_order(number: int) -> tuple[int, ...]:
+    """The order of ``WORDS`` in the answer's ``number``-th pass over them: as written first, then shuffled
+    (seeded), so that a long answer is text that does not loop (a loop is an invalid answer's mark)."""
+    order = list(range(len(WORDS)))
+    if number:
+        random.Random(number).shuffle(order)
+    return tuple(order)
+
+
 def answer_words(start: int, count: int) -> list[str]:
-    """Answer tokens ``start .. start+count``: " word" pieces, one token each."""
-    return [" " + WORDS[i % len(WORDS)] for i in range(start, start + count)]
+    """Answer tokens ``start .. start+count``: " word" pieces, one token each, the same for the same position."""
+    size = len(WORDS)
+    return [" " + WORDS[_pass_order(i // size)[i % size]] for i in range(start, start + count)]
+
+
+def answer_word(position: int) -> str:
+    """The answer's word at ``position`` (no leading space)."""
+    return answer_words(position, 1)[0][1:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +60,24 @@ class FakeBehavior:
     reasoning_tokens: int = 0
     """Reasoning tokens streamed (``delta.reasoning_content``) before the answer."""
     tool_call: bool = False
-    """Answer with a streamed tool call (the same words, as its arguments) instead of content."""
+    """Answer with a tool call (the same words, as its JSON arguments' string) instead of content. A request that
+    declares tools is answered so whatever this says (``gateway.fakes.quality``)."""
+    tool_name: str = "lookup"
+    tool_args_head: str = '{"q": "'
+    """The call's arguments before the answer's words (set per request from the declared tool's schema) ..."""
+    tool_args_tail: str = '"}'
+    """... and after them."""
+    invalid_tool_json_rate: float = 0.0
+    """Share of tool-call answers whose arguments are not JSON (seeded; ``gateway.fakes.quality``)."""
+    empty_rate: float = 0.0
+    """Share of answers with no text and no call, and a plain stop."""
+    repeat_rate: float = 0.0
+    """Share of answers that loop over their first few words."""
+    truncate_rate: float = 0.0
+    """Share of answers cut with ``length`` at an eighth of their length."""
+    fault: str | None = None
+    """This request's quality fault (``invalid_tool_json``, ``empty``, ``repeat``, ``truncate``): drawn from the
+    rates above, or forced per request."""
     status: int = 200
     """An error status to answer with (subject to ``fail_first`` and ``error_rate``)."""
     error_code: str | None = None
@@ -114,6 +149,8 @@ class FakeBehavior:
         if unknown:
             raise ValueError(f"unknown fake behaviour fields: {', '.join(sorted(unknown))}")
         merged = dataclasses.replace(self, **overrides)
+        if merged.fault not in (None, "invalid_tool_json", "empty", "repeat", "truncate"):
+            raise ValueError(f"fault must be invalid_tool_json, empty, repeat or truncate, got {merged.fault!r}")
         if merged.cache_usage not in ("openai", "deepseek", "anthropic", "none"):
             raise ValueError(f"cache_usage must be openai, deepseek, anthropic or none, got {merged.cache_usage!r}")
         return merged

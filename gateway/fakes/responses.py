@@ -23,6 +23,7 @@ from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prompt_tokens
 from gateway.fakes.pacing import play
+from gateway.fakes.quality import answer_of, args_tail
 
 _ids = itertools.count(1)
 LIMITS = ("max_output_tokens",)
@@ -65,8 +66,8 @@ class ResponseBuilder:
                     "id": self.call_id,
                     "type": "function_call",
                     "call_id": "call_fake",
-                    "name": "lookup",
-                    "arguments": self.text,
+                    "name": self.behavior.tool_name,
+                    "arguments": self.behavior.tool_args_head + self.text + args_tail(self.behavior),
                     "status": "completed",
                 }
             )
@@ -168,7 +169,7 @@ class ResponsesScript:
                 "id": self.r.call_id,
                 "type": "function_call",
                 "call_id": "call_fake",
-                "name": "lookup",
+                "name": self.r.behavior.tool_name,
                 "arguments": "",
                 "status": "in_progress",
             }
@@ -187,8 +188,9 @@ class ResponsesScript:
     def piece(self, text: str, first: bool) -> bytes:
         self.r.text += text
         if self.r.behavior.tool_call:
+            delta = (self.r.behavior.tool_args_head if first else "") + text
             return self._event(
-                "response.function_call_arguments.delta", item_id=self.r.call_id, output_index=self._index, delta=text
+                "response.function_call_arguments.delta", item_id=self.r.call_id, output_index=self._index, delta=delta
             )
         return self._event(
             "response.output_text.delta",
@@ -202,11 +204,20 @@ class ResponsesScript:
     def finish(self) -> bytes:
         item = self.r.output()[-1]
         if self.r.behavior.tool_call:
-            done = self._event(
+            tail = args_tail(self.r.behavior)
+            done = b""
+            if tail:
+                done = self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=self.r.call_id,
+                    output_index=self._index,
+                    delta=tail,
+                )
+            done += self._event(
                 "response.function_call_arguments.done",
                 item_id=self.r.call_id,
                 output_index=self._index,
-                arguments=self.r.text,
+                arguments=item["arguments"],
             )
             return done + self._event("response.output_item.done", output_index=self._index, item=item)
         out = self._event(
@@ -260,7 +271,7 @@ async def create(
         return
     builder = ResponseBuilder(host, body, behavior, model)
     skip, length, _ = answer_plan(body, behavior, "/responses", LIMITS)
-    words = answer_words(skip, length)
+    words = answer_of(behavior, skip, length)
     if body.get("stream") is True:
         await play(host, send, ResponsesScript(builder), words, behavior, disconnect)
         return
