@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.dialects import Dialect, dialect_for
+from gateway.quality import NOT_JUDGED, Expectation
 from gateway.samples import Endpoint, Sample
 
 
@@ -59,6 +60,8 @@ class ProxyRequest:
     session_key: str | None = None
     """The conversation this request continues (``gateway.sessions``): its answer binds it (None: no session)."""
     session_ttl_s: float = 300.0
+    expects: Expectation = NOT_JUDGED
+    """What the request asks of its answer (``gateway.quality``): its kind, and what its answers are judged by."""
 
     @property
     def dialect(self) -> Dialect:

@@ -35,6 +35,7 @@ from gateway.errors import (
 )
 from gateway.events import GatewayEvents, NoEvents
 from gateway.meter import Reading, StreamMeter, read_full_reply
+from gateway.quality import judge
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.outbound import upstream_body
@@ -314,6 +315,11 @@ class AttemptRunner:
         # A hedge's loser was still billed for its prompt once the provider had started on it.
         if outcome == "ok" or output or (attempt.hedged and attempt.status is not None and attempt.status < 400):
             cost = deployment.cost_usd(prompt, output or 0, reading.usage_cached_tokens or 0)
+        expects = request.expects
+        validity = None
+        if expects.judged and (outcome == "ok" or (outcome == "client_error" and reading.incomplete)):
+            # A whole answer arrived (or one the request's limit ended): judged once, its bytes all sent.
+            validity = judge(reading, expects)
         sample = Sample(
             model=request.requested_model,
             deployment=deployment.name,
@@ -336,6 +342,8 @@ class AttemptRunner:
             hedged=attempt.hedged,
             attempt_s=self.clock() - attempt.sent_at,
             chunk_gaps_s=reading.chunk_gaps_s,
+            kind=expects.kind if expects.judged else None,
+            validity=validity,
         )
         self.router.attempt_finished(candidate, sample, retry_after_s, attempt.rate_limits)
         self.events.attempt_ended(candidate.model, candidate.name, candidate.provider.name)

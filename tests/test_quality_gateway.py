@@ -1,0 +1,102 @@
+"""Validity through the gateway: every answer of each API gets its verdict in its Sample, by its request's kind.
+
+The fake provider answers with a forced quality fault (``fake.fault`` in the request body, which the
+gateway relays untouched); the client gets exactly what the fake sent, and the sample says why it is
+invalid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.fakes import FakeBehavior
+from gateway.samples import Sample
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
+
+StartGateway = Callable[..., Gateway]
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+PATHS = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
+
+
+def body(api: str, *, stream: bool, tools: bool = False, fault: str | None = None, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": "m", "stream": stream, **extra}
+    if api == "responses":
+        out["input"] = "weather?"
+    else:
+        out.update(messages=[{"role": "user", "content": "weather?"}], max_tokens=200)
+    if tools:
+        out["tools"] = {
+            "chat": [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}],
+            "responses": [{"type": "function", "name": "get_weather", "parameters": WEATHER}],
+            "messages": [{"name": "get_weather", "input_schema": WEATHER}],
+        }[api]
+    if fault is not None:
+        out["fake"] = {"fault": fault, "output_tokens": 48}
+    return out
+
+
+def sent(gateway: Gateway, api: str, payload: dict[str, Any]) -> httpx.Response:
+    headers = {"anthropic-version": "2023-06-01"} if api == "messages" else {}
+    response = httpx.post(gateway.base_url + PATHS[api], json=payload, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def arguments_of(api: str, answer: dict[str, Any]) -> str:
+    if api == "chat":
+        return str(answer["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
+    return str(next(item for item in answer["output"] if item["type"] == "function_call")["arguments"])
+
+
+def last_sample(gateway: Gateway, count: int) -> Sample:
+    wait_until(lambda: len(gateway.samples.samples) >= count, what=f"{count} samples")
+    return gateway.samples.samples[count - 1]
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_every_answer_gets_a_verdict_by_its_kind(api: str, fakes: Fakes, start_gateway: StartGateway) -> None:
+    fake = fakes.start("a", FakeBehavior(output_tokens=12))
+    gateway = start_gateway(gateway_config([fake], provider_options={"a": {"apis": [api]}}))
+    cases: list[tuple[dict[str, Any], str, str]] = [
+        ({"tools": True}, "tools", "valid"),
+        ({"tools": True, "fault": "invalid_tool_json"}, "tools", "tool_args_not_json"),
+        ({}, "plain", "valid"),
+        ({"fault": "empty"}, "plain", "empty"),
+        ({"fault": "repeat"}, "plain", "degenerate"),
+    ]
+    count = 0
+    for stream in (True, False):
+        for options, kind, verdict in cases:
+            response = sent(gateway, api, body(api, stream=stream, **options))
+            count += 1
+            sample = last_sample(gateway, count)
+            if api == "messages" and not stream and verdict == "tool_args_not_json":
+                verdict = "tool_args_schema"  # a whole Messages body carries broken input as a string, not an object
+            assert (sample.kind, sample.validity, sample.outcome) == (kind, verdict, "ok"), (stream, options)
+            if options.get("fault") == "invalid_tool_json" and not stream and api != "messages":
+                # Never rescued: the client has the broken arguments as the provider sent them.
+                arguments = arguments_of(api, response.json())
+                assert arguments.startswith('{"city": "') and not arguments.endswith("}")
+    summary = gateway.runtime.stats.snapshot().get("m", "a")
+    assert summary is not None
+    assert summary.valid_counts("tools") == (2, 4) and summary.valid_counts("plain") == (2, 6)
+    assert summary.top_reason("plain") in ("empty", "degenerate")
+
+
+def test_failures_and_embeddings_are_not_judged(fakes: Fakes, start_gateway: StartGateway) -> None:
+    fake = fakes.start("a", FakeBehavior(output_tokens=4))
+    gateway = start_gateway(gateway_config([fake]))
+    httpx.post(gateway.base_url + "/embeddings", json={"model": "m", "input": "x"}, timeout=30)
+    sample = last_sample(gateway, 1)
+    assert (sample.kind, sample.validity) == (None, None)
+    payload = body("chat", stream=False, fake={"status": 500})
+    assert httpx.post(gateway.base_url + "/chat/completions", json=payload, timeout=30).status_code >= 500
+    wait_until(lambda: len(gateway.samples.samples) >= 2)
+    assert all(s.validity is None for s in gateway.samples.samples[1:])
