@@ -43,7 +43,7 @@ from gateway.relay.queue import SlotQueue
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate, Router
-from gateway.samples import Outcome, Sample, SampleSink
+from gateway.samples import Outcome, Sample, SampleSink, Validity
 from gateway.session_bindings import SessionBindings
 from gateway.tokens import TokenCounter
 from gateway.types import Clock, QueueOutcome
@@ -263,7 +263,12 @@ class AttemptRunner:
         self.events.committed(request.requested_model, candidate.name, candidate.provider.name, budget.log.route)
 
     def finish_full(self, request: ProxyRequest, attempt: Attempt) -> None:
-        """Measure and record a whole (non-streamed) answer; called once it has gone to the client."""
+        """Measure and record a whole (non-streamed) answer; called once it has gone to the client (or, when it
+        is retried as invalid, once another deployment is asked instead)."""
+        reading, outcome = self._read_full(request, attempt)
+        self.record(request, attempt, outcome, reading)
+
+    def _read_full(self, request: ProxyRequest, attempt: Attempt) -> tuple[Reading, Outcome]:
         reading = read_full_reply(attempt.body, self.counter, request.dialect)
         if request.endpoint == "embeddings":
             # Embeddings are measured by latency only: there are no output tokens to count.
@@ -271,7 +276,12 @@ class AttemptRunner:
         outcome: Outcome = "upstream_error" if reading.error_message or reading.malformed else "ok"
         if outcome == "ok" and reading.incomplete:
             outcome = "client_error"  # cut short by the request's own limit or filter: not a clean answer
-        self.record(request, attempt, outcome, reading)
+        return reading, outcome
+
+    def full_validity(self, request: ProxyRequest, attempt: Attempt) -> Validity | None:
+        """The verdict ``finish_full`` will record for a whole answer (None: not judged), before it is sent."""
+        reading, outcome = self._read_full(request, attempt)
+        return _verdict(request, outcome, reading)
 
     def fail(self, request: ProxyRequest, attempt: Attempt, outcome: Outcome, error: UpstreamError | None) -> None:
         """Close a failed attempt and record its sample."""
@@ -316,10 +326,7 @@ class AttemptRunner:
         if outcome == "ok" or output or (attempt.hedged and attempt.status is not None and attempt.status < 400):
             cost = deployment.cost_usd(prompt, output or 0, reading.usage_cached_tokens or 0)
         expects = request.expects
-        validity = None
-        if expects.judged and (outcome == "ok" or (outcome == "client_error" and reading.incomplete)):
-            # A whole answer arrived (or one the request's limit ended): judged once, its bytes all sent.
-            validity = judge(reading, expects)
+        validity = _verdict(request, outcome, reading)
         sample = Sample(
             model=request.requested_model,
             deployment=deployment.name,
@@ -428,3 +435,11 @@ class AttemptRunner:
             raise UpstreamUnavailable(
                 f"{name}: upstream error before the first token: {message}", provider=name, status=200, code=code
             )
+
+
+def _verdict(request: ProxyRequest, outcome: Outcome, reading: Reading) -> Validity | None:
+    """A whole answer's verdict (or one the request's limit ended); None for anything else, and for embeddings.
+    Judged once per attempt, after its bytes went to the client (``gateway.quality``)."""
+    if not request.expects.judged or not (outcome == "ok" or (outcome == "client_error" and reading.incomplete)):
+        return None
+    return judge(reading, request.expects)
