@@ -7,6 +7,8 @@ invalid.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +16,7 @@ import httpx
 import pytest
 
 from gateway.fakes import FakeBehavior
+from gateway.leaderboard import leaderboard, render_compact, render_table
 from gateway.samples import Sample
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
@@ -100,3 +103,35 @@ def test_failures_and_embeddings_are_not_judged(fakes: Fakes, start_gateway: Sta
     assert httpx.post(gateway.base_url + "/chat/completions", json=payload, timeout=30).status_code >= 500
     wait_until(lambda: len(gateway.samples.samples) >= 2)
     assert all(s.validity is None for s in gateway.samples.samples[1:])
+
+
+def test_shown_in_metrics_access_log_leaderboard_trace_and_stats_table(
+    fakes: Fakes, start_gateway: StartGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    fake = fakes.start("a", FakeBehavior(output_tokens=12))
+    gateway = start_gateway(gateway_config([fake]))
+    trace = {"x-gateway-trace": "1"}
+    for fault in ("invalid_tool_json", "invalid_tool_json", None):
+        payload = body("chat", stream=False, tools=True, fault=fault)
+        response = httpx.post(gateway.base_url + "/chat/completions", json=payload, headers=trace, timeout=30)
+    last_sample(gateway, 3)
+    # The kept trace (the header left before the answer was judged) holds each attempt's verdict.
+    kept = gateway.runtime.traces.get(response.headers["x-request-id"])
+    assert kept is not None and kept[1]["a"][-1]["v"] == "valid" and kept[1]["shape"]["kind"] == "tools"
+    broken = {"model": "m", "deployment": "a", "reason": "tool_args_not_json"}
+    assert gateway.metrics.registry.get_sample_value("gateway_invalid_answers_total", broken) == 2
+    empty = {"model": "m", "deployment": "a", "reason": "empty"}
+    assert gateway.metrics.registry.get_sample_value("gateway_invalid_answers_total", empty) == 0  # at zero
+    wait_until(lambda: len(access_lines(caplog)) == 3)
+    assert [line["validity"] for line in access_lines(caplog)] == ["tool_args_not_json", "tool_args_not_json", "valid"]
+    (row,) = httpx.get(gateway.base_url + "/gateway/stats", timeout=30).json()["data"]
+    assert row["valid_rate"] == pytest.approx(1 / 3) and row["valid_rate_tools"] == pytest.approx(1 / 3)
+    assert row["valid_rate_plain"] is None and row["invalid_reason"] == "tool_args_not_json"
+    rows = leaderboard(gateway.runtime.stats.snapshot(), gateway.runtime.config.models)
+    assert "33.3% tool_args_not_json" in render_table(rows)
+    assert "33.3% tool_args…" in render_compact(rows)
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
