@@ -75,6 +75,9 @@ class FakeBehavior:
     """Share of answers that loop over their first few words."""
     truncate_rate: float = 0.0
     """Share of answers cut with ``length`` at an eighth of their length."""
+    reply: str | None = None
+    """Answer with this text instead of the usual words (for a tool call: these are its whole JSON arguments),
+    so that a task's exact rubric can be met: what a test's task file asks of the fake."""
     fault: str | None = None
     """This request's quality fault (``invalid_tool_json``, ``empty``, ``repeat``, ``truncate``): drawn from the
     rates above, or forced per request."""

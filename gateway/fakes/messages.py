@@ -149,7 +149,10 @@ async def create(
     if behavior.tool_call:
         arguments = behavior.tool_args_head + text + script.tail
         # A whole body carries the input decoded: broken arguments arrive as a string where an object belongs.
-        tool_input = json.loads(arguments) if script.tail else arguments
+        try:
+            tool_input: Any = json.loads(arguments)
+        except ValueError:
+            tool_input = arguments
         content.append({"type": "tool_use", "id": "toolu_fake", "name": behavior.tool_name, "input": tool_input})
     else:
         content.append({"type": "text", "text": text})

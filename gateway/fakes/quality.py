@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 from typing import Any
 
 from gateway.fakes.behavior import FakeBehavior, answer_words
@@ -112,14 +113,27 @@ def prepared(behavior: FakeBehavior, body: dict[str, Any], path: str, rng: rando
         changes["fault"] = fault
     if fault == "empty":
         changes["tool_call"] = False
+    if behavior.reply is not None:
+        changes.update(output_tokens=len(reply_pieces(behavior.reply)), tool_args_head="", tool_args_tail="")
     return dataclasses.replace(behavior, **changes) if changes else behavior
+
+
+def reply_pieces(reply: str) -> list[str]:
+    """A set reply cut into stream pieces: each word with the space before it."""
+    return re.findall(r"\s*\S+", reply) or [reply]
 
 
 def answer_of(behavior: FakeBehavior, skip: int, length: int) -> list[str]:
     """The answer's words: the usual ones, or a loop over the first few (``repeat``)."""
+    words = reply_pieces(behavior.reply) if behavior.reply is not None else None
     if behavior.fault == "repeat":
-        loop = answer_words(skip, LOOP_WORDS)
-        return [loop[i % LOOP_WORDS] for i in range(length)]
+        loop = words[:LOOP_WORDS] if words else answer_words(skip, LOOP_WORDS)
+        return [loop[i % len(loop)] for i in range(length)]
+    if words is not None:
+        said = words[skip : skip + length]
+        if behavior.fault == "invalid_tool_json" and behavior.tool_call and said:
+            said[-1] = said[-1][:-1]  # the arguments lose their last character: their closing
+        return said
     return answer_words(skip, length)
 
 
