@@ -88,7 +88,7 @@ class Stack:
 
     def tools(self, on: bool) -> None:
         """The next answers are tool calls (JSON arguments) or text."""
-        self.fake.behavior = self.fake.behavior.merged({"tool_call": on, "tool_json": on})
+        self.fake.behavior = self.fake.behavior.merged({"tool_call": on})
 
     def counters(self) -> dict[str, int]:
         return dict(httpx.get(self.fake_server.url + "/_fake/state").json()["cache"])

@@ -191,6 +191,8 @@ class AccessLog:
             "stream": request.stream if request is not None else None,
             "status": record.status,
             "outcome": winner.outcome if winner is not None else None,
+            # The answer's verdict (gateway.quality): "valid", or why not; null when none was judged.
+            "validity": winner.validity if winner is not None else None,
             "provider": winner.provider if winner is not None else None,
             "deployment": winner.deployment if winner is not None else None,
             "attempts": len(samples),
@@ -208,6 +210,7 @@ class AccessLog:
                     "deployment": s.deployment,
                     "provider": s.provider,
                     "outcome": s.outcome,
+                    "validity": s.validity,
                     "cost_usd": _round(s.cost_usd, 10),
                 }
                 for s in samples

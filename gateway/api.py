@@ -40,6 +40,7 @@ from gateway.leaderboard import leaderboard, leaderboard_json
 from gateway.limits import has_unpaired_surrogate, header_bytes
 from gateway.metrics import Metrics
 from gateway.policies import AFFINITIES, Affinity
+from gateway.quality import expectation_of
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.relay.keepalive import FirstByteKeepAlive
 from gateway.relay.outbound import eligible
@@ -410,6 +411,7 @@ class ProxyEndpoint:
             slo = min(ceiling for _, ceiling in preferences.max_ttft_s)
             deadlines = dataclasses.replace(deadlines, ttft_slo_s=slo)
         prompt_tokens = max(1, size // 4)
+        expects = expectation_of(self.endpoint, body)
         policy = runtime.config.policy_for(model)
         session = None
         if policy.affinity != "off":
@@ -429,6 +431,7 @@ class ProxyEndpoint:
             session_key=session.key if session is not None else None,
             session_ttl_s=policy.session_ttl_s,
             translations=translations,
+            expects=expects,
         )
         route_request = RouteRequest(
             model=model,
@@ -439,6 +442,7 @@ class ProxyEndpoint:
             preferences=preferences,
             pinned=pinned,
             session=session,
+            kind=expects.kind if expects.judged else None,
         )
         # Last: from here on the caller owns the ticket and releases it.
         ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)

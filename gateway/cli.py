@@ -360,6 +360,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         out_prefix=args.out,
         seed_stats=args.seed_stats,
         api_key_env=args.api_key_env,
+        tasks=args.tasks is not None,
+        tasks_path=args.tasks or None,
     )
     return run_bench_command(options, dict(os.environ), sys.stdout)
 
@@ -517,6 +519,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed-stats", action="store_true", help="record the results into the config's stats store (default: off)"
     )
     bench.add_argument("--api-key-env", default="GATEWAY_API_KEY", help="env var with the client key for --url")
+    bench.add_argument(
+        "--tasks",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="structured tasks with exact rubrics, each once per target: accuracy beside speed (FILE: JSONL tasks, "
+        "docs/quality.md; default: the built-in ten)",
+    )
     bench.set_defaults(func=cmd_bench)
     return parser
 

@@ -6,9 +6,10 @@ HTTP server on loopback (a ``uvicorn.Server`` per socket, each a task on the sam
 gateway measures and routes exactly as it would in front of real providers.
 
 The fake providers follow ``gateway.fakes.profiles``: realistic, distinct trade-offs (fast
-first token but slow stream, slow start but fast stream, cheap but flaky, expensive and
-steady) and one, ``fading``, that turns slow and flaky after ``degrade_after_s``, so the
-leaderboard and the routing visibly react.
+first token but slow stream and broken tool calls, slow start but fast stream, cheap but flaky,
+expensive and steady) and one, ``fading``, that turns slow and flaky after ``degrade_after_s``, so
+the leaderboard and the routing visibly react. A fifth of the background requests declare a tool:
+the provider that breaks tool calls loses those and keeps its plain chat.
 """
 
 from __future__ import annotations
@@ -319,7 +320,9 @@ class Demo:
         tasks: list[asyncio.Task[None]] = []
         options = self.options
         if options.traffic_per_s > 0:
-            mix = TrafficMix(rate_per_s=options.traffic_per_s, models=TRAFFIC_WEIGHTS, conversation_share=0.3)
+            mix = TrafficMix(
+                rate_per_s=options.traffic_per_s, models=TRAFFIC_WEIGHTS, conversation_share=0.3, tool_share=0.2
+            )
             self.traffic = TrafficGenerator(self.gateway_url + "/v1", mix, seed=options.seed)
             tasks.append(asyncio.create_task(self.traffic.run(), name="traffic"))
             tasks.append(asyncio.create_task(self._report_traffic(), name="status"))
@@ -355,15 +358,18 @@ class Demo:
         assert self.traffic is not None
         counts = self.traffic.counts
         providers, routes = Counter(counts.by_provider), Counter(counts.by_route)
+        tools = Counter(counts.tools_by_provider)
         while True:
             await asyncio.sleep(STATUS_EVERY_S)
             skipped = f", {counts.skipped} skipped at the in-flight cap" if counts.skipped else ""
             recent_providers, recent_routes = counts.by_provider - providers, counts.by_route - routes
+            recent_tools = counts.tools_by_provider - tools
             providers, routes = Counter(counts.by_provider), Counter(counts.by_route)
+            tools = Counter(counts.tools_by_provider)
             self.say(
                 f"{self._stamp()} traffic: {counts.sent} requests ({counts.ok} ok, {counts.failed} failed{skipped}); "
                 f"last {STATUS_EVERY_S:g}s served by {shares(recent_providers)} (routes: {shares(recent_routes)}); "
-                + self._exploration()
+                f"tool calls by {shares(recent_tools)}; " + self._exploration()
             )
 
     def _exploration(self) -> str:

@@ -60,6 +60,14 @@ class LeaderboardRow:
     prefill_tokens_per_s_p50: float | None = None
     """Uncached prompt tokens per second of first token (long uncached prompts only)."""
     price_cached_in: float | None = None
+    valid_rate: float | None = None
+    """Valid ÷ judged answers (``gateway.quality``), every request kind together (None: none judged)."""
+    valid_rate_tools: float | None = None
+    """The same for tool-using requests, JSON-mode requests and plain ones: a deployment is routed by its kind's."""
+    valid_rate_json: float | None = None
+    valid_rate_plain: float | None = None
+    invalid_reason: str | None = None
+    """The most frequent reason its answers were invalid (None: none was)."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LeaderboardRow:
@@ -101,6 +109,11 @@ def _row(
         cold_ttft_p50_s=q("cold_ttft_s", 0.50),
         prefill_tokens_per_s_p50=q("prefill_tokens_per_s", 0.50),
         price_cached_in=declared.price_cached_in if declared else None,
+        valid_rate=summary.valid_rate() if summary else None,
+        valid_rate_tools=summary.valid_rate("tools") if summary else None,
+        valid_rate_json=summary.valid_rate("json") if summary else None,
+        valid_rate_plain=summary.valid_rate("plain") if summary else None,
+        invalid_reason=summary.top_reason() if summary else None,
     )
 
 
@@ -170,6 +183,7 @@ TABLE_HEADER = (
     "$/1M in",
     "$/1M out",
     "Cache hit · warm/cold TTFT",
+    "Valid answers",
 )
 """The first seven measured columns follow a public provider leaderboard's order; the rest follow."""
 
@@ -211,7 +225,24 @@ def table_cells(row: LeaderboardRow) -> list[str]:
         _price(row.price_in),
         _price(row.price_out),
         cache_cell(row),
+        valid_cell(row),
     ]
+
+
+def valid_cell(row: LeaderboardRow, width: int = 40) -> str:
+    """``93.0% tool_args_not_json``: the valid share of judged answers and the top reason (``-``: none judged);
+    the kinds apart when they differ (``tools 70.0%``), most broken first."""
+    if row.valid_rate is None:
+        return "-"
+    cell = _share(row.valid_rate)
+    rates = {"tools": row.valid_rate_tools, "json": row.valid_rate_json, "plain": row.valid_rate_plain}
+    judged = {kind: rate for kind, rate in rates.items() if rate is not None}
+    worst = min(judged, key=lambda kind: judged[kind], default=None)
+    if len(judged) > 1 and worst is not None and judged[worst] < row.valid_rate:
+        cell += f" ({worst} {_share(judged[worst])})"  # the kinds differ: the one it breaks
+    if row.invalid_reason:
+        cell += f" {row.invalid_reason}"
+    return cell if len(cell) <= width else cell[: width - 1] + "…"
 
 
 def cache_cell(row: LeaderboardRow) -> str:
@@ -226,8 +257,18 @@ def render_table(rows: Sequence[LeaderboardRow]) -> str:
     return format_table(TABLE_HEADER, [table_cells(row) for row in rows], numeric_from=2)
 
 
-COMPACT_HEADER = ("Deployment", "Tok/s p50", "vs fastest", "p95 floor", "TTFT p95", "E2E p99", "Success", "Samples")
-"""``gateway stats``'s default: the leaderboard's order, without the p99 floor, load and prices."""
+COMPACT_HEADER = (
+    "Deployment",
+    "Tok/s p50",
+    "vs fastest",
+    "TTFT p95",
+    "E2E p99",
+    "Success",
+    "Samples",
+    "Valid answers",
+)
+"""``gateway stats``'s default: the leaderboard's order, without the floors, load and prices (``--wide`` has them);
+valid answers last, with their top reason cut to fit."""
 
 
 def render_compact(rows: Sequence[LeaderboardRow]) -> str:
@@ -240,7 +281,8 @@ def render_compact(rows: Sequence[LeaderboardRow]) -> str:
         cells = []
         for row in group:
             full = table_cells(row)
-            cells.append([row.deployment, full[2], full[3], full[4], full[6], full[7], full[8], full[9]])
+            valid = valid_cell(row, width=16)
+            cells.append([row.deployment, full[2], full[3], full[6], full[7], full[8], full[9], valid])
         blocks.append(f"{model}\n" + format_table(COMPACT_HEADER, cells, numeric_from=1))
     return "\n\n".join(blocks)
 

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from gateway.dialects import CHAT, Dialect, Tally
+from gateway.dialects.base import StopReason, ToolCall
 from gateway.sse import SSESplitter, data_of, joined_events, parse_event, whole_events
 from gateway.tokens import TokenCounter
 from gateway.types import Clock
@@ -71,6 +72,10 @@ class Reading:
     chunk_gaps_s: tuple[float, ...] = ()
     """Seconds between the arrivals of consecutive events that carried output, after the first (streams only;
     events that came in one read are 0 apart)."""
+    calls: tuple[ToolCall, ...] = ()
+    """The answer's tool calls, each with its name and its arguments as sent (what the validity check parses)."""
+    stop: StopReason | None = None
+    """Why the answer ended, in the shared vocabulary (None: the provider did not say)."""
 
 
 def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
@@ -132,6 +137,8 @@ def _reading(tally: Tally, counter: TokenCounter, sent: float, saw_done: bool) -
         provider_timings=tally.provider_timings,
         last_sequence=tally.last_sequence,
         chunk_gaps_s=tuple(later - earlier for earlier, later in zip(events, events[1:], strict=False)),
+        calls=tally.tool_call_list() if tally.calls else (),
+        stop=tally.stop,
     )
 
 
@@ -391,4 +398,6 @@ def read_full_reply(body: bytes, counter: TokenCounter, dialect: Dialect = CHAT)
         response_id=reading.response_id,
         tool_calls=reading.tool_calls,
         provider_timings=reading.provider_timings,
+        calls=reading.calls,
+        stop=reading.stop,
     )

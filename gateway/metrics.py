@@ -36,7 +36,7 @@ from gateway.config import ConfigError, GatewayConfig
 from gateway.metrics_genai import GenAIFamilies
 from gateway.metrics_plain import PlainCounter, PlainGauge, PlainHistogram
 from gateway.routing.capacity import ProviderLimit
-from gateway.samples import Outcome, Sample
+from gateway.samples import VALIDITIES, Outcome, Sample
 from gateway.spending.metrics import SpendMetrics
 from gateway.stats.snapshot import Metric, StatsSnapshot
 from gateway.types import (
@@ -308,6 +308,13 @@ class Metrics:
             [*_SAMPLE_LABELS, "result"],
             registry=r,
         )
+        self.invalid_answers = counter(
+            "gateway_invalid_answers_total",
+            "Complete answers judged invalid (gateway.quality), by reason: tool_args_not_json, tool_args_schema, "
+            "json_invalid, json_schema, empty, truncated, degenerate, wrong_stop",
+            ["model", "deployment", "reason"],
+            registry=r,
+        )
         self.malformed_events = counter(
             "gateway_malformed_events_total",
             "Streams that completed although one of their events was not valid JSON (the client skipped it): "
@@ -445,6 +452,9 @@ class Metrics:
             self._series(self.cache_saved_usd, model, provider)
             self._series(self.cache_saved_seconds, model, provider)
         for model_config in config.models:
+            for deployment in model_config.deployments:
+                for reason in VALIDITIES[1:]:
+                    self._series(self.invalid_answers, model_config.name, deployment.name, reason)
             self._series(self.queue_depth, model_config.name)
             for reason in ("timeout", "full"):
                 self._series(self.queue_refusals, model_config.name, reason)
@@ -503,6 +513,8 @@ class Metrics:
             self._series(self.tokens, *labels, "output").inc(output)
         if sample.cost_usd:
             self._series(self.cost, *labels).inc(sample.cost_usd)
+        if sample.validity is not None and sample.validity != "valid":
+            self._series(self.invalid_answers, sample.model, sample.deployment, sample.validity).inc()
 
     # -- Hooks: the api and the relay --------------------------------------------------------
 

@@ -18,7 +18,8 @@ log2 ratios against the best candidate, so a weight reads as "how much one doubl
           + ttft_weight       * log2(TTFT  / best TTFT)
           + throughput_weight * log2(best tps / tps)
           + price_weight      * log2(money / best money)         money = prompt*in + out*out_price
-          + failure_weight    * log2(1 / success rate)
+          + failure_weight    * (log2(1 / success rate)
+                                 + quality_weight * log2(1 / valid rate))   valid rate: of this request's kind
 
 With the balanced preset (time 1, price 0.3) taking twice as long costs 1.0 and paying twice
 as much costs 0.3: the router accepts being ~23% slower to halve the price, not more.
@@ -70,6 +71,11 @@ class PolicyConfig:
     """Aversion to failures beyond their cost in time (which ``time`` already counts: a failure's own time and
     the fallback's); what a policy without a time weight judges failures by alone."""
 
+    quality_weight: float = 1.0
+    """How much an invalid answer counts against a deployment, inside the failure term: the term reads
+    log2(1 / (success × valid^quality_weight)), the valid rate being the deployment's for this request's kind
+    (tools, JSON, plain). 1: an invalid answer counts as a failure does; 0: validity is ignored."""
+
     estimate: Estimate = "mean"
     """``mean``: predict the expected time (mean TTFT, harmonic-mean tokens/s), so a provider with a slow tail
     pays for it; ``quantile``: predict at ``ttft_quantile``/``tps_quantile`` (e.g. a p90 for tail-averse traffic)."""
@@ -90,6 +96,9 @@ class PolicyConfig:
     max_ttft_s: float | None = None
     """Compared with the predicted TTFT (at ``ttft_quantile``)."""
     min_success_rate: float | None = None
+    min_valid_rate: float | None = 0.9
+    """Valid answers of the request's kind (``gateway.quality``), once ``min_samples`` of them were judged; below
+    it the deployment goes after those that keep it, for that kind of request only (0 or None: no constraint)."""
 
     # Memory, exploration and load.
     memory_half_life_s: float = 10.0
@@ -118,6 +127,9 @@ class PolicyConfig:
 
     # Attempts and timeouts.
     max_attempts: int = 3
+    retry_invalid: bool = False
+    """Retry a non-streamed answer judged invalid on the next deployment, within ``max_attempts`` (the client then
+    gets the retry's answer; if none answers, the invalid one). Streams are never retried: their bytes are gone."""
     retries_per_deployment: int = 2
     """Retries of one deployment within a request (a failure before the first byte that is safe to repeat):
     taken when waiting for it (``Retry-After``, or the back-off) is still predicted to beat the next
@@ -238,6 +250,7 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
         throughput_weight=weight("throughput_weight", b.throughput_weight),
         price_weight=weight("price_weight", b.price_weight),
         failure_weight=weight("failure_weight", b.failure_weight),
+        quality_weight=weight("quality_weight", b.quality_weight),
         ttft_quantile=quantile("ttft_quantile", b.ttft_quantile) or b.ttft_quantile,
         tps_quantile=quantile("tps_quantile", b.tps_quantile) or b.tps_quantile,
         default_output_tokens=table.integer("default_output_tokens", b.default_output_tokens, minimum=1),
@@ -246,6 +259,7 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
         min_tokens_per_s=optional("min_tokens_per_s", b.min_tokens_per_s, positive=True),
         max_ttft_s=optional("max_ttft_s", b.max_ttft_s, positive=True),
         min_success_rate=optional("min_success_rate", b.min_success_rate),
+        min_valid_rate=optional("min_valid_rate", b.min_valid_rate),
         memory_half_life_s=table.number("memory_half_life_s", b.memory_half_life_s, positive=True),
         min_samples=table.integer("min_samples", b.min_samples, minimum=0),
         explore_share=optional("explore_share", b.explore_share) or 0.0,
@@ -257,6 +271,7 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
         # A cool-down set above the default cap, with no cap of its own, is not escalated (rather than refused).
         max_cooldown_s=table.number("max_cooldown_s", max(b.max_cooldown_s, cooldown_s), positive=True),
         max_attempts=table.integer("max_attempts", b.max_attempts, minimum=1),
+        retry_invalid=table.flag("retry_invalid", b.retry_invalid),
         retries_per_deployment=table.integer("retries_per_deployment", b.retries_per_deployment, minimum=0),
         retry_backoff_s=table.number("retry_backoff_s", b.retry_backoff_s, minimum=0.0),
         connect_timeout_s=table.number("connect_timeout_s", b.connect_timeout_s, positive=True),
@@ -332,7 +347,8 @@ def _check_policy(table: TableReader, policy: PolicyConfig) -> None:
             raise table.error(key, f"expected a share between 0 and 1, got {value:g}")
     if policy.explore_share >= 1.0:
         raise table.error("explore_share", "expected a share below 1 (some requests must follow the score)")
-    if policy.min_success_rate is not None and policy.min_success_rate > 1.0:
-        raise table.error("min_success_rate", f"expected a share between 0 and 1, got {policy.min_success_rate:g}")
+    for key, share in (("min_success_rate", policy.min_success_rate), ("min_valid_rate", policy.min_valid_rate)):
+        if share is not None and share > 1.0:
+            raise table.error(key, f"expected a share between 0 and 1, got {share:g}")
     if policy.max_cooldown_s < policy.cooldown_s:
         raise table.error("max_cooldown_s", f"expected at least cooldown_s ({policy.cooldown_s:g})")

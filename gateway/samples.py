@@ -40,6 +40,35 @@ nor its health.
 
 OUTCOMES: tuple[Outcome, ...] = ("ok", "upstream_error", "timeout", "broken_stream", "client_cancelled", "client_error")
 
+RequestKind = Literal["tools", "json", "plain"]
+"""What a request asks of its answer, for validity kept per kind: tool calls (it declares tools), JSON (a JSON or
+schema response format), or plain text. A deployment that breaks tool calls loses tool-using requests only."""
+REQUEST_KINDS: tuple[RequestKind, ...] = ("tools", "json", "plain")
+
+Validity = Literal[
+    "valid",
+    "tool_args_not_json",
+    "tool_args_schema",
+    "json_invalid",
+    "json_schema",
+    "empty",
+    "truncated",
+    "degenerate",
+    "wrong_stop",
+]
+"""An answer's verdict (``gateway.quality``): ``valid``, or why it is not."""
+VALIDITIES: tuple[Validity, ...] = (
+    "valid",
+    "tool_args_not_json",
+    "tool_args_schema",
+    "json_invalid",
+    "json_schema",
+    "empty",
+    "truncated",
+    "degenerate",
+    "wrong_stop",
+)
+
 Endpoint = Literal["chat", "completions", "embeddings", "responses", "messages"]
 """The API a request speaks: OpenAI's chat completions, completions, embeddings and Responses, and
 Anthropic's Messages. Also the values of a provider's or deployment's ``apis``."""
@@ -89,6 +118,10 @@ class Sample:
     """Upstream request sent → the attempt ended (answered, failed or cancelled): the client operation's duration."""
     chunk_gaps_s: tuple[float, ...] = ()
     """Seconds between consecutive output-bearing chunks after the first (streams; for the GenAI metrics)."""
+    kind: RequestKind | None = None
+    """What the request asked of its answer (tools, JSON, plain); None for embeddings."""
+    validity: Validity | None = None
+    """The answer's verdict; None when there was no answer to judge (a failure, a cancellation, embeddings)."""
 
     @property
     def billed_output_tokens(self) -> int | None:

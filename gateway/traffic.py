@@ -26,6 +26,14 @@ import aiohttp
 from gateway.prompts import builtin_prompts
 
 DONE_TAIL = b"data: [DONE]\n\n"
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,9 @@ class TrafficMix:
     """Share of requests that are the next turn of a conversation (a session), not a one-off prompt."""
     conversations: int = 4
     """Conversations open at once."""
+    tool_share: float = 0.0
+    """Share of one-off requests that declare a tool (``get_weather``): what a provider that breaks tool calls
+    loses, while it keeps its plain chat."""
 
 
 @dataclass(slots=True)
@@ -58,6 +69,8 @@ class TrafficCounts:
     """Answered requests per provider (``x-gateway-provider``)."""
     by_route: Counter[str] = field(default_factory=Counter)
     """Answered requests per routing reason (``x-gateway-route``: best-score, explore, fallback, hedge)."""
+    tools_by_provider: Counter[str] = field(default_factory=Counter)
+    """Answered tool-using requests per provider."""
 
 
 def shares(counts: Counter[str]) -> str:
@@ -105,14 +118,20 @@ class TrafficGenerator:
         body = {"model": model, "messages": messages, "stream": True, "max_tokens": self._rng.randint(20, 60)}
         return json.dumps(body).encode(), {"x-session-id": name}
 
-    def _body(self) -> bytes:
+    def _body(self) -> tuple[bytes, bool]:
+        """A one-off request, and whether it declares a tool."""
         names = [name for name, _ in self.mix.models]
         weights = [weight for _, weight in self.mix.models]
         model = self._rng.choices(names, weights)[0]
         low, high = self.mix.short_tokens if self._rng.random() < self.mix.short_share else self.mix.long_tokens
         body = dict(self._rng.choice(self._prompts))
         body.update(model=model, stream=True, max_tokens=self._rng.randint(low, high))
-        return json.dumps(body).encode()
+        # Drawn only when asked for: a mix without tools draws the same sequence as before.
+        tools = self.mix.tool_share > 0 and self._rng.random() < self.mix.tool_share
+        if tools:
+            body.pop("response_format", None)
+            body.update(tools=[WEATHER_TOOL], max_tokens=max(body["max_tokens"], 32))
+        return json.dumps(body).encode(), tools
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.mix.timeout_s)
@@ -127,13 +146,14 @@ class TrafficGenerator:
                         self.counts.skipped += 1
                         continue
                     headers = {"content-type": "application/json"}
+                    tools = False
                     if self._rng.random() < self.mix.conversation_share:
                         model = self._rng.choices([n for n, _ in self.mix.models], [w for _, w in self.mix.models])[0]
                         body, session_headers = self._conversation(model)
                         headers.update(session_headers)
                     else:
-                        body = self._body()
-                    task = asyncio.create_task(self._send(session, body, headers))
+                        body, tools = self._body()
+                    task = asyncio.create_task(self._send(session, body, headers, tools))
                     self._in_flight.add(task)
                     task.add_done_callback(self._in_flight.discard)
             finally:
@@ -141,7 +161,9 @@ class TrafficGenerator:
                     task.cancel()
                 await asyncio.gather(*self._in_flight, return_exceptions=True)
 
-    async def _send(self, session: aiohttp.ClientSession, body: bytes, headers: dict[str, str]) -> None:
+    async def _send(
+        self, session: aiohttp.ClientSession, body: bytes, headers: dict[str, str], tools: bool = False
+    ) -> None:
         self.counts.sent += 1
         tail = b""
         provider = route = None
@@ -160,6 +182,8 @@ class TrafficGenerator:
             self.counts.ok += 1
             if provider:
                 self.counts.by_provider[provider] += 1
+                if tools:
+                    self.counts.tools_by_provider[provider] += 1
             if route:
                 self.counts.by_route[route] += 1
         else:

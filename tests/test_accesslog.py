@@ -32,7 +32,7 @@ PROMPT = "prompt-text-CANARY-5d2e"
 FIELDS = {
     "ts", "request_id", "endpoint", "model", "stream", "status", "outcome", "provider", "deployment", "attempts",
     "route", "ttft_s", "first_answer_s", "tokens_per_s", "input_tokens", "output_tokens", "cost_usd", "duration_s",
-    "overhead_s", "key", "team", "attempt_costs", "queue_wait_s", "api", "upstream_api",
+    "overhead_s", "key", "team", "attempt_costs", "queue_wait_s", "api", "upstream_api", "validity",
 }  # fmt: skip
 
 
@@ -75,10 +75,11 @@ def test_one_line_per_request_with_the_story_and_no_secrets(
     assert (served["model"], served["provider"], served["deployment"]) == ("m", "good", "good")
     assert (served["api"], served["upstream_api"]) == ("chat", "chat") and refused["upstream_api"] is None
     assert served["attempts"] == 2 and served["route"] == "fallback"
-    assert [(a["deployment"], a["outcome"]) for a in served["attempt_costs"]] == [
-        ("bad", "upstream_error"),
-        ("good", "ok"),
+    assert [(a["deployment"], a["outcome"], a["validity"]) for a in served["attempt_costs"]] == [
+        ("bad", "upstream_error", None),  # a failure has no answer to judge
+        ("good", "ok", "valid"),
     ]
+    assert served["validity"] == "valid"
     assert served["attempt_costs"][1]["cost_usd"] == served["cost_usd"] and served["key"].startswith("k")
     assert served["output_tokens"] == 8 and served["input_tokens"] > 0
     assert served["ttft_s"] > 0 and served["tokens_per_s"] > 0 and served["cost_usd"] > 0

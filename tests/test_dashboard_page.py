@@ -140,7 +140,7 @@ def test_a_model_without_samples_says_so_in_words_and_draws_no_chart() -> None:
     busy, quiet = page[page.index("<h2>busy</h2>") : page.index("<h2>quiet</h2>")], page[page.index("<h2>quiet</h2>") :]
     assert "1 sample in 5 min" in busy and "1 samples" not in page
     assert "0 samples in 5 min" in quiet and "No speed samples yet" in quiet
-    assert '<td class="none" colspan="3">no samples in the window</td>' in quiet
+    assert '<td class="none" colspan="4">no samples in the window</td>' in quiet
     assert "–" not in Elements(page).text_content() and "<b>–</b>" not in page  # no dash that reads as zero
     assert page.count('<svg class="scatter"') == 1
 

@@ -81,7 +81,11 @@ def test_tool_call_and_reasoning(fakes: Fakes) -> None:
     assert [r for r in reasoning if r] == answer_words(0, 2)
     calls = [call for d in deltas for call in d.tool_calls or []]
     assert calls[0].function is not None and calls[0].function.name == "lookup"
-    assert "".join((c.function.arguments or "") for c in calls if c.function) == "".join(answer_words(0, 3))
+    # The words as the JSON arguments' string, as Messages and the Responses API carry them too.
+    assert (
+        "".join((c.function.arguments or "") for c in calls if c.function)
+        == '{"q": "' + "".join(answer_words(0, 3)) + '"}'
+    )
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gateway.dialects.base import ToolCall
 from gateway.meter import Reading, StreamMeter, read_full_reply
 from gateway.tokens import TokenCounter, load_token_counter
 from tests.support.clock import FakeClock
@@ -76,6 +77,7 @@ def test_chat_stream_with_reasoning(counter: TokenCounter) -> None:
         saw_done=True,
         response_model="up-model",
         chunk_gaps_s=(0.125, 0.125, 0.125, 0.375),  # between output chunks: not the role chunk, not the finish
+        stop="stop",
     )
 
 
@@ -268,6 +270,9 @@ def test_read_full_reply_of_a_whole_response(counter: TokenCounter) -> None:
         usage_completion_tokens=40,
         finished=True,
         response_model="up-model",
+        tool_calls=True,
+        calls=(ToolCall("f", " fox"),),
+        stop="tool",  # the last choice's reason
     )
 
 

@@ -13,7 +13,9 @@ import pytest
 
 from gateway.app import AppOptions, create_app
 from gateway.fakes import FakeBehavior
+from gateway.fakes.behavior import answer_words
 from gateway.samples import Sample, SampleLog
+from gateway.tokens import load_token_counter
 from tests.support.clients import MESSAGES, sdk
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
@@ -117,7 +119,9 @@ def test_tool_call_stream_counts_its_arguments(fakes: Fakes, start_gateway: Star
     gateway = start_gateway(gateway_config([fake]))
     list(sdk(gateway.base_url).chat.completions.create(model="m", messages=MESSAGES, stream=True))
     (sample,) = settled(gateway, 1)
-    assert sample.outcome == "ok" and sample.output_tokens == 6
+    # The arguments are counted whole: the six words inside their JSON frame, {"q": " ... "}.
+    expected = load_token_counter("o200k_base").count('{"q": "' + "".join(answer_words(0, 6)) + '"}')
+    assert sample.outcome == "ok" and sample.output_tokens == expected
     assert sample.ttft_s is not None and sample.ttft_s >= 0.1
 
 

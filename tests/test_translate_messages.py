@@ -91,7 +91,7 @@ def test_create_and_stream_text_as_natively(
 def test_tool_round_trip_streamed_as_natively(
     fakes: Fakes, start_gateway: StartGateway, clients: Callable[[str], anthropic.Anthropic]
 ) -> None:
-    behavior = FakeBehavior(output_tokens=4, tool_call=True, tool_json=True)
+    behavior = FakeBehavior(output_tokens=4, tool_call=True)
     translated, direct, chat, _ = pair(fakes, start_gateway, behavior)
     finals = []
     for gateway in (translated, direct):

@@ -81,7 +81,7 @@ def test_responses_text_streamed_and_whole_as_natively(
 def test_responses_function_call_round_trip(
     fakes: Fakes, start_gateway: StartGateway, clients: Callable[[str], openai.OpenAI]
 ) -> None:
-    behavior = FakeBehavior(output_tokens=3, tool_call=True, tool_json=True)
+    behavior = FakeBehavior(output_tokens=3, tool_call=True)
     translated, natively, chat = pair(fakes, start_gateway, behavior)
     finals = []
     for gateway in (translated, natively):

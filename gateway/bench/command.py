@@ -9,6 +9,7 @@ so that a gateway sharing that store routes on warm statistics from its first re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,9 +17,11 @@ from typing import TextIO
 
 import aiohttp
 
+from gateway.bench.accuracy import format_accuracy, summarize_accuracy
 from gateway.bench.progress import BenchProgress
 from gateway.bench.report import format_table, summarize, summarize_by_provider, write_outputs
 from gateway.bench.runner import BenchError, BenchRunner, BenchSettings, BenchTarget, RequestResult
+from gateway.bench.tasks import Task, TaskError, builtin_tasks, load_tasks
 from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets, serving, token_cost_usd
 from gateway.prompts import PromptsError, builtin_prompts, load_prompts
 from gateway.samples import Endpoint, Sample
@@ -151,6 +154,10 @@ class BenchOptions:
     seed_stats: bool = False
     api_key_env: str = "GATEWAY_API_KEY"
     """Names the variable holding the key sent to ``url`` (a gateway's client key), if it needs one."""
+    tasks: bool = False
+    """Run structured tasks with exact rubrics (``gateway.bench.tasks``) and report accuracy beside speed."""
+    tasks_path: str | None = None
+    """The task file (JSONL); None: the built-in tasks."""
 
 
 async def _run_with_progress(runner: BenchRunner, progress: BenchProgress) -> list[RequestResult]:
@@ -170,20 +177,26 @@ def run_bench_command(
         return _fail("--seed-stats needs -c CONFIG: its [stats] section names the store")
     try:
         config = load_config(options.config_path) if options.config_path else None
-        prompts = load_prompts(options.prompts_path) if options.prompts_path else builtin_prompts()
+        tasks: list[Task] = []
+        settings = options.settings
+        if options.tasks:
+            tasks = load_tasks(options.tasks_path) if options.tasks_path else builtin_tasks()
+            settings = dataclasses.replace(settings, requests=len(tasks))  # each task once per target
+        prompts = load_prompts(options.prompts_path) if options.prompts_path and not tasks else builtin_prompts()
         counter = load_token_counter(config.stats.tokenizer if config else "o200k_base")
         targets = targets_from_config(config, environ, options.models, options.settings.api) if config else []
         if options.url:
             key = environ.get(options.api_key_env) or None
             targets += asyncio.run(targets_from_gateway(options.url, key, options.models))
-        settings = options.settings
         progress = BenchProgress(targets, settings.requests, progress_stream)
         runner = BenchRunner(
-            targets, prompts, settings, counter, on_result=progress.finished, on_start=progress.started
+            targets, prompts, settings, counter, on_result=progress.finished, on_start=progress.started, tasks=tasks
         )
-    except (ConfigError, PromptsError, TokenizerError, BenchError) as exc:
+    except (ConfigError, PromptsError, TokenizerError, BenchError, TaskError) as exc:
         return _fail(str(exc))
     source = options.prompts_path or f"built-in ({len(prompts)} short structured tasks)"
+    if tasks:
+        source = f"{options.tasks_path or 'built-in'} tasks ({len(tasks)}, exact rubrics)"
     print(
         f"gateway bench: {len(targets)} target{'' if len(targets) == 1 else 's'} x {settings.requests} requests, "
         f"concurrency {settings.concurrency}, "
@@ -203,7 +216,11 @@ def run_bench_command(
         print(f"interrupted: reporting the {len(results)} requests that finished", file=out)
     summaries = summarize(targets, results)
     print(file=out)
-    print(format_table(summaries), file=out, flush=True)
+    if tasks:
+        accuracy = summarize_accuracy(targets, results, [task.name for task in tasks])
+        print(format_accuracy(accuracy), file=out, flush=True)
+    else:
+        print(format_table(summaries), file=out, flush=True)
     by_provider = summarize_by_provider(targets, results)
     if by_provider:
         print("\nThrough the gateway, by the provider that served each request (x-gateway-provider):", file=out)

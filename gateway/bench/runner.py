@@ -24,10 +24,12 @@ from typing import Any, Literal
 
 import aiohttp
 
+from gateway.bench.tasks import Task
 from gateway.dialects import dialect_for
 from gateway.errors import describe_error_body
 from gateway.meter import StreamMeter
-from gateway.samples import Endpoint, Outcome
+from gateway.quality import expectation_of, judge
+from gateway.samples import Endpoint, Outcome, RequestKind, Validity
 from gateway.tokens import TokenCounter
 from gateway.upstream import DEFAULT_ANTHROPIC_VERSION, describe_transport_error
 
@@ -100,6 +102,12 @@ class RequestResult:
     error: str | None = None
     served_by: str | None = None
     """Through a gateway: the provider that answered (its ``x-gateway-provider`` header); None otherwise."""
+    correct: bool | None = None
+    """With tasks (``gateway.bench.tasks``): the answer was exactly right (a failure is wrong); None without."""
+    validity: Validity | None = None
+    """A complete answer's verdict (``gateway.quality``); None when there was no complete answer."""
+    kind: RequestKind | None = None
+    """What the request asked of its answer (tools, JSON, plain)."""
 
 
 def request_body(prompt: Mapping[str, Any], routed_model: str, max_tokens: int, api: Endpoint = "chat") -> bytes:
@@ -150,11 +158,16 @@ class BenchRunner:
         counter: TokenCounter,
         on_result: Callable[[RequestResult], None] | None = None,
         on_start: Callable[[BenchTarget], None] | None = None,
+        tasks: Sequence[Task] = (),
     ) -> None:
         if not targets:
             raise BenchError("nothing to benchmark: give -c CONFIG and/or --url URL")
+        if tasks:
+            # Each task's request in the benchmark's API, graded by its own rubric (``prompts`` index the tasks).
+            prompts = [task.request_for(settings.api) for task in tasks]
         if not prompts:
             raise BenchError("no prompts")
+        self.tasks = list(tasks)
         self.targets = list(targets)
         self.prompts = list(prompts)
         self.settings = settings
@@ -240,6 +253,11 @@ class BenchRunner:
                 outcome, error = "broken_stream", "the stream ended before the answer was complete"
         if error and target.api_key:
             error = error.replace(target.api_key, "***")
+        expects = expectation_of(api, json.loads(body))
+        validity = judge(reading, expects) if outcome == "ok" and expects.judged else None
+        correct = None
+        if self.tasks:
+            correct = outcome == "ok" and self.tasks[prompt].grade(reading)
         return RequestResult(
             target=target.name,
             index=index,
@@ -257,6 +275,9 @@ class BenchRunner:
             prompt_tokens_estimate=max(1, len(body) // 4),
             error=None if error is None else error[:MAX_ERROR_CHARS],
             served_by=served_by,
+            correct=correct,
+            validity=validity,
+            kind=expects.kind if expects.judged else None,
         )
 
 

@@ -126,7 +126,8 @@ def _card(board: ModelBoard, window_s: int) -> str:
         '<div class="card-body"><div class="table-wrap"><table class="rows"><thead><tr><th>Deployment</th>'
         "<th>Output speed <small>tokens/s p50 · p95 floor</small></th>"
         "<th>First token <small>TTFT p50 · p95</small></th>"
-        '<th class="num">Success</th><th class="num">Traffic</th>'
+        '<th class="num">Success</th><th class="num">Valid answers <small>top reason</small></th>'
+        '<th class="num">Traffic</th>'
         '<th class="num">Price <small>$/1M in · out</small></th>'
         '<th class="num">Prompt cache <small>hit · warm/cold TTFT</small></th></tr></thead>'
         f'<tbody>{rows}</tbody></table></div><figure class="chart">{render_scatter(board)}'
@@ -171,12 +172,16 @@ def _row(d: DeploymentView, top_speed: float, top_ttft: float) -> str:
         f'<div class="share"><span style="width:{_width(d.share, 1.0)}"></span></div>{percent(d.share or 0.0)}'
         f'<div class="muted">{plural(row.samples, "sample")}</div>'
     )
-    if row.samples == 0:  # one honest cell, not three dashes that could read as zero
-        measured = f'<td class="none" colspan="3">{NO_SAMPLES}</td>'
+    valid_class = "" if row.valid_rate is None or row.valid_rate >= 0.95 else " warn"
+    reason = f'<div class="muted">{esc(row.invalid_reason)}</div>' if row.invalid_reason else ""
+    valid = percent(row.valid_rate)
+    if row.samples == 0:  # one honest cell, not four dashes that could read as zero
+        measured = f'<td class="none" colspan="4">{NO_SAMPLES}</td>'
     else:
         measured = (
             f'<td class="bar-cell">{speed_bar}</td><td class="bar-cell">{ttft_bar}</td>'
             f'<td class="num{success_class}">{percent(row.success_rate)}</td>'
+            f'<td class="num{valid_class}">{valid}{reason}</td>'
         )
     return (
         f'<tr class="{"chosen" if d.chosen else ""}" style="--c:{d.color}">'
@@ -192,7 +197,9 @@ _LEGEND = (
     "(counted by the gateway with one tokenizer for every provider); the bar's dark part is the speed 95% of "
     "answers reached (the p95 floor), its full length the median. <b>First token</b>: from sending the "
     "request upstream to the first output; dark to the median, light to p95. <b>Success</b>: complete "
-    "answers among attempts (timeouts and errors count). <b>Traffic</b>: each deployment's share of the "
+    "answers among attempts (timeouts and errors count). <b>Valid answers</b>: complete answers judged "
+    "usable (tool-call arguments that parse and fit the tool, JSON that parses, not empty, not cut short, not "
+    "looping), with the most frequent reason for the others. <b>Traffic</b>: each deployment's share of the "
     "model's attempts in the window. <b>Cheapest</b>: the lowest predicted cost of a typical request at the "
     "configured prices. <b>Prompt cache</b>: the share of prompt tokens the provider served from its cache, "
     "and the median first token when most of the prompt was cached (warm) and when it was not (cold). "

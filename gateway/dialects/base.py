@@ -18,6 +18,10 @@ from gateway.errors import GatewayError
 from gateway.samples import Endpoint
 
 LookKind = Literal["output", "error", "finish", "none"]
+StopReason = Literal["stop", "length", "tool", "filter", "other"]
+"""Why an answer ended, in one vocabulary for every API: ``stop`` (chat ``stop``, Messages ``end_turn`` /
+``stop_sequence``), ``length`` (the token limit), ``tool`` (it calls a tool and waits for the result), ``filter``
+(a content filter or refusal), ``other`` (anything else a provider says)."""
 
 
 class Look(NamedTuple):
@@ -33,6 +37,22 @@ class Look(NamedTuple):
 NOTHING = Look("none")
 OUTPUT = Look("output")
 FINISH = Look("finish")
+
+
+@dataclass(slots=True)
+class CallParts:
+    """One tool call as it arrives: its name (from the call's first part) and its argument pieces."""
+
+    name: str | None = None
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call of a finished answer: the function's name and its arguments as the provider wrote them."""
+
+    name: str | None
+    arguments: str
 
 
 @dataclass(slots=True)
@@ -58,7 +78,25 @@ class Tally:
     last_sequence: int | None = None
     output_events: list[float] = field(default_factory=list)
     """Arrival time of each event that carried output (answer, reasoning or a tool call), once per event."""
+    calls: dict[tuple[int, int], CallParts] = field(default_factory=dict)
+    """The answer's tool calls by (choice, call) index, in order of arrival: what the validity check reads."""
+    stop: StopReason | None = None
+    """Why the answer ended, when the provider said (None: it did not)."""
     _event_counted: bool = False
+
+    def call(self, key: tuple[int, int], name: object, arguments: object) -> None:
+        """A tool call's part: its name (the first that names it wins) and a piece of its arguments."""
+        parts = self.calls.get(key)
+        if parts is None:
+            parts = self.calls[key] = CallParts()
+        if parts.name is None and isinstance(name, str) and name:
+            parts.name = name
+        if isinstance(arguments, str) and arguments:
+            parts.arguments.append(arguments)
+
+    def tool_call_list(self) -> tuple[ToolCall, ...]:
+        """The answer's tool calls, each with its arguments joined."""
+        return tuple(ToolCall(parts.name, "".join(parts.arguments)) for parts in self.calls.values())
 
     def answered(self, text: str, at: float) -> None:
         self.answer.append(text)

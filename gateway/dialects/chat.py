@@ -22,7 +22,14 @@ import re
 from typing import Any
 
 from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally
-from gateway.dialects.chat_events import decode_chunks, reasoning_in_details, tally_chunks, usage_of
+from gateway.dialects.chat_events import (
+    chat_stop,
+    decode_chunks,
+    note_calls,
+    reasoning_in_details,
+    tally_chunks,
+    usage_of,
+)
 from gateway.errors import GatewayError, describe_error
 from gateway.samples import Endpoint
 
@@ -172,6 +179,7 @@ class ChatDialect:
                 delta = choice.get("delta")
                 if delta.__class__ is dict and (delta.get("tool_calls") or delta.get("function_call")):
                     tally.tool_calls = True
+                    note_calls(tally, choice.get("index"), delta.get("tool_calls"), delta.get("function_call"))
                 text = answer_of(choice)
                 if text:
                     tally.answered(text, at)
@@ -179,6 +187,7 @@ class ChatDialect:
                     tally.output(at)
                 if choice.get("finish_reason"):
                     tally.finished = True
+                    tally.stop = chat_stop(choice["finish_reason"])
         if not standard_usage and groq_usage is not None:
             # Groq's own usage, when the standard chunk was not asked for: the same numbers, read once.
             tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(groq_usage)
@@ -195,7 +204,15 @@ class ChatDialect:
 
     def tally_body(self, body: dict[str, Any]) -> Tally:
         tally = Tally(finished=True)
-        tally.answer = [answer_of(choice) for choice in choices_of(body)]
+        choices = choices_of(body)
+        tally.answer = [answer_of(choice) for choice in choices]
+        for choice in choices:
+            message = choice.get("message")
+            if isinstance(message, dict) and (message.get("tool_calls") or message.get("function_call")):
+                tally.tool_calls = True
+                note_calls(tally, choice.get("index"), message.get("tool_calls"), message.get("function_call"))
+            stop = chat_stop(choice.get("finish_reason"))
+            tally.stop = stop if stop is not None else tally.stop
         tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(body.get("usage"))
         tally.error_message = _error_message(body)
         if body.get("object") == "error" and tally.error_message is None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.dialects.base import Tally, count
+from gateway.dialects.base import StopReason, Tally, count
 from gateway.errors import describe_error
 
 
@@ -34,6 +34,7 @@ class ChatDelta(msgspec.Struct):
 
 class ChatChoice(msgspec.Struct):
     delta: ChatDelta | None = None
+    index: Any = None
     finish_reason: Any = None
     text: Any = None
     message: Any = None
@@ -51,6 +52,41 @@ class ChatChunk(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(list[ChatChunk])
+CHAT_STOPS: dict[str, StopReason] = {
+    "stop": "stop",
+    "eos": "stop",
+    "end_turn": "stop",
+    "length": "length",
+    "tool_calls": "tool",
+    "function_call": "tool",
+    "content_filter": "filter",
+}
+"""``finish_reason`` values in the shared vocabulary (OpenAI's, and the few others OpenAI-compatible hosts send)."""
+
+
+def chat_stop(value: object) -> StopReason | None:
+    """A ``finish_reason`` read into ``StopReason`` (None: not a reason at all)."""
+    if not isinstance(value, str) or not value:
+        return None
+    return CHAT_STOPS.get(value, "other")
+
+
+def note_calls(tally: Tally, choice_index: object, tool_calls: object, function_call: object) -> None:
+    """The tool-call parts of one ``delta`` or ``message`` (``tool_calls``, or the legacy ``function_call``)."""
+    choice = choice_index if isinstance(choice_index, int) else 0
+    if isinstance(tool_calls, list):
+        for position, call in enumerate(tool_calls):
+            if not isinstance(call, dict):
+                continue
+            index = call.get("index")
+            key = (choice, index if isinstance(index, int) else position)
+            function = call.get("function")
+            if isinstance(function, dict):
+                tally.call(key, function.get("name"), function.get("arguments"))
+            else:
+                tally.call(key, None, None)
+    if isinstance(function_call, dict):
+        tally.call((choice, -1), function_call.get("name"), function_call.get("arguments"))
 
 
 def decode_chunks(array: bytes) -> list[ChatChunk] | None:
@@ -174,6 +210,7 @@ def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int) 
             else:
                 if delta is not None and (delta.tool_calls or delta.function_call):
                     tally.tool_calls = True
+                    note_calls(tally, choice.index, delta.tool_calls, delta.function_call)
                 text = answer_of(choice)
                 if text:
                     tally.answered(text, at)
@@ -181,6 +218,7 @@ def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int) 
                     tally.output(at)  # chat.carries_output, its answer_of already found empty
             if choice.finish_reason:
                 tally.finished = True
+                tally.stop = chat_stop(choice.finish_reason)
     if not standard_usage and groq_usage is not None:
         tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(groq_usage)
     for event in events[-timing_tail:]:

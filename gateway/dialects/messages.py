@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any
 
-from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally, count
+from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, StopReason, Tally, count
 from gateway.errors import GatewayError, describe_error
 from gateway.samples import Endpoint
 
@@ -39,6 +39,25 @@ ERROR_TYPES: dict[int, str] = {
     529: "overloaded_error",
 }
 """Anthropic's error types by status; anything else is an ``api_error`` (5xx) or ``invalid_request_error``."""
+MESSAGES_STOPS: dict[str, StopReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool",
+    "refusal": "filter",
+}
+"""``stop_reason`` values in the shared vocabulary (``pause_turn`` and anything newer: ``other``)."""
+
+
+def messages_stop(value: object) -> StopReason | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return MESSAGES_STOPS.get(value, "other")
+
+
+def _block_index(event: dict[str, Any]) -> int:
+    index = event.get("index")
+    return index if isinstance(index, int) else 0
 
 
 def error_type(status: int) -> str:
@@ -124,7 +143,13 @@ class MessagesDialect:
                     tally.output(at)
                 else:
                     tally.answered(text, at)
-                    tally.tool_calls = tally.tool_calls or delta_type == "input_json_delta"
+                    if delta_type == "input_json_delta":
+                        tally.tool_calls = True
+                        tally.call((0, _block_index(event)), None, text)
+            elif kind == "content_block_start":
+                block = event.get("content_block")
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    tally.call((0, _block_index(event)), block.get("name"), None)
             elif kind == "message_start":
                 message = event.get("message")
                 if isinstance(message, dict):
@@ -138,6 +163,7 @@ class MessagesDialect:
                 delta = event.get("delta")
                 if isinstance(delta, dict) and delta.get("stop_reason"):
                     tally.finished = True
+                    tally.stop = messages_stop(delta["stop_reason"])
             elif kind == "error":
                 tally.error_message = describe_error(event.get("error", event))[0]
         _prompt_total(tally)
@@ -156,14 +182,17 @@ class MessagesDialect:
         _prompt_total(tally)
         if isinstance(body.get("model"), str):
             tally.response_model = body["model"]
-        for block in body.get("content") or ():
+        for index, block in enumerate(body.get("content") or ()):
             if not isinstance(block, dict):
                 continue
             if block.get("type") == "text" and isinstance(block.get("text"), str):
                 tally.answer.append(block["text"])
             elif block.get("type") == "tool_use":
-                tally.answer.append(json.dumps(block.get("input", {}), ensure_ascii=False))
+                arguments = json.dumps(block.get("input", {}), ensure_ascii=False)
+                tally.answer.append(arguments)
                 tally.tool_calls = True
+                tally.call((0, index), block.get("name"), arguments)
+        tally.stop = messages_stop(body.get("stop_reason"))
         return tally
 
     def opens_answer(self, event: dict[str, Any]) -> bool:

@@ -18,7 +18,7 @@ import re
 import time
 from typing import Any
 
-from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally, count
+from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, StopReason, Tally, count
 from gateway.errors import GatewayError, describe_error
 from gateway.samples import Endpoint
 
@@ -48,6 +48,25 @@ def _usage(tally: Tally, response: object) -> None:
         tally.response_model = response["model"]
     if tally.response_id is None and isinstance(response.get("id"), str):
         tally.response_id = response["id"]
+
+
+def _stop_of(kind: object, response: object, tally: Tally) -> StopReason | None:
+    """The stop reason a terminal status says: the Responses API has none of its own for a completed answer,
+    so a completed one that calls a tool stopped for it (``wrong_stop`` cannot be told here)."""
+    if kind in ("response.completed", "completed"):
+        return "tool" if tally.calls else "stop"
+    if kind in ("response.incomplete", "incomplete"):
+        details = response.get("incomplete_details") if isinstance(response, dict) else None
+        reason = details.get("reason") if isinstance(details, dict) else None
+        if reason == "max_output_tokens":
+            return "length"
+        return "filter" if reason == "content_filter" else "other"
+    return None
+
+
+def _output_index(event: dict[str, Any]) -> int:
+    index = event.get("output_index")
+    return index if isinstance(index, int) else 0
 
 
 def failure_of(event: dict[str, Any]) -> Any:
@@ -117,13 +136,19 @@ class ResponsesDialect:
                     tally.output(at)
                 if kind in TOOL_DELTAS:
                     tally.tool_calls = True
+                    tally.call((0, _output_index(event)), None, text)
                 continue
-            if kind == "response.created":
+            if kind == "response.output_item.added":
+                item = event.get("item")
+                if isinstance(item, dict) and item.get("type") == "function_call":
+                    tally.call((0, _output_index(event)), item.get("name"), None)
+            elif kind == "response.created":
                 _usage(tally, event.get("response"))
             elif kind in TERMINAL_TYPES:
                 _usage(tally, event.get("response"))
                 tally.finished = kind == "response.completed"
                 tally.incomplete = kind == "response.incomplete"
+                tally.stop = _stop_of(kind, event.get("response"), tally)
                 tally.timing("timings", event.get("timings"))  # llama.cpp's own figures
             failure = failure_of(event)
             if failure is not None:
@@ -147,17 +172,20 @@ class ResponsesDialect:
         elif status == "incomplete":
             tally.incomplete = True
             tally.finished = False
-        for item in body.get("output") or ():
+        for index, item in enumerate(body.get("output") or ()):
             if not isinstance(item, dict):
                 continue
             if item.get("type") == "function_call" and isinstance(item.get("arguments"), str):
                 tally.answer.append(item["arguments"])
                 tally.tool_calls = True
+                tally.call((0, index), item.get("name"), item["arguments"])
             for part in item.get("content") or ():
                 if isinstance(part, dict) and part.get("type") in ("output_text", "refusal"):
                     text = part.get("text", part.get("refusal"))
                     if isinstance(text, str):
                         tally.answer.append(text)
+        if error is None and status != "failed":
+            tally.stop = _stop_of(status, body, tally)
         tally.timing("timings", body.get("timings"))
         return tally
 

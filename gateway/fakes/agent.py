@@ -12,7 +12,7 @@ agent traffic is made of. With ``FakeBehavior.agent`` on, each request is steere
 - anything else: the usual answer.
 
 System turns (Claude Code sends ``role: system`` messages mid-conversation) do not count as the last
-turn. The steering only sets ``tool_call``, ``tool_name`` and ``text`` on the request's behaviour:
+turn. The steering only sets ``tool_call``, ``tool_name`` and ``reply`` on the request's behaviour:
 the API modules stream it as any other answer.
 """
 
@@ -38,12 +38,12 @@ def steer(body: dict[str, Any], path: str, behavior: FakeBehavior) -> FakeBehavi
         return behavior
     kind, value = last
     if kind == "result":
-        return dataclasses.replace(behavior, tool_call=False, text=f"{RESULT_PREFIX} {value.strip()}")
+        return dataclasses.replace(behavior, tool_call=False, reply=f"{RESULT_PREFIX} {value.strip()}")
     tool = next((name for name in _offered(body) if name in SHELL_TOOLS), None)
     if tool is None:
         return behavior
     arguments = json.dumps({SHELL_TOOLS[tool]: behavior.agent_command})
-    return dataclasses.replace(behavior, tool_call=True, tool_name=tool, text=arguments)
+    return dataclasses.replace(behavior, tool_call=True, tool_name=tool, reply=arguments)
 
 
 def _offered(body: dict[str, Any]) -> list[str]:

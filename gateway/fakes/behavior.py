@@ -8,7 +8,8 @@ fault can be staged in each API.
 from __future__ import annotations
 
 import dataclasses
-import re
+import functools
+import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,23 +21,25 @@ WORDS = (
 ).split()
 
 
-TOOL_JSON_OPEN = '{"q": "'
-TOOL_JSON_CLOSE = '"}'
+@functools.cache
+def _pass_order(number: int) -> tuple[int, ...]:
+    """The order of ``WORDS`` in the answer's ``number``-th pass over them: as written first, then shuffled
+    (seeded), so that a long answer is text that does not loop (a loop is an invalid answer's mark)."""
+    order = list(range(len(WORDS)))
+    if number:
+        random.Random(number).shuffle(order)
+    return tuple(order)
 
 
 def answer_words(start: int, count: int) -> list[str]:
-    """Answer tokens ``start .. start+count``: " word" pieces, one token each."""
-    return [" " + WORDS[i % len(WORDS)] for i in range(start, start + count)]
+    """Answer tokens ``start .. start+count``: " word" pieces, one token each, the same for the same position."""
+    size = len(WORDS)
+    return [" " + WORDS[_pass_order(i // size)[i % size]] for i in range(start, start + count)]
 
 
-def text_pieces(text: str) -> list[str]:
-    """A given answer's stream pieces: each word with the spaces before it (they join back to ``text``)."""
-    return re.findall(r"\s*\S+\s*$|\s*\S+", text) or [text]
-
-
-def planned_words(behavior: FakeBehavior, start: int, count: int) -> list[str]:
-    """The answer's pieces: the behaviour's own ``text``, else ``count`` words from ``start``."""
-    return text_pieces(behavior.text) if behavior.text is not None else answer_words(start, count)
+def answer_word(position: int) -> str:
+    """The answer's word at ``position`` (no leading space)."""
+    return answer_words(position, 1)[0][1:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,18 +60,30 @@ class FakeBehavior:
     reasoning_tokens: int = 0
     """Reasoning tokens streamed (``delta.reasoning_content``) before the answer."""
     tool_call: bool = False
-    """Answer with a streamed tool call (the same words, as its arguments) instead of content."""
-    tool_json: bool = False
-    """Chat and Responses: the tool call's arguments are a JSON object, ``{"q": "<the words>"}``, as the
-    Messages API's ``input`` always is (else the bare words)."""
+    """Answer with a tool call (the same words, as its JSON arguments' string) instead of content. A request that
+    declares tools is answered so whatever this says (``gateway.fakes.quality``)."""
     tool_name: str = "lookup"
-    """The name of the tool a ``tool_call`` answer calls."""
-    text: str | None = None
-    """The answer given whole instead of ``output_tokens`` words (with ``tool_call``: the call's arguments, JSON),
-    streamed in pieces of one word each; set per request by ``agent`` (``gateway.fakes.agent``)."""
+    tool_args_head: str = '{"q": "'
+    """The call's arguments before the answer's words (set per request from the declared tool's schema) ..."""
+    tool_args_tail: str = '"}'
+    """... and after them."""
+    invalid_tool_json_rate: float = 0.0
+    """Share of tool-call answers whose arguments are not JSON (seeded; ``gateway.fakes.quality``)."""
+    empty_rate: float = 0.0
+    """Share of answers with no text and no call, and a plain stop."""
+    repeat_rate: float = 0.0
+    """Share of answers that loop over their first few words."""
+    truncate_rate: float = 0.0
+    """Share of answers cut with ``length`` at an eighth of their length."""
+    reply: str | None = None
+    """Answer with this text instead of the usual words (for a tool call: these are its whole JSON arguments),
+    so that a task's exact rubric can be met: what a test's task file asks of the fake."""
+    fault: str | None = None
+    """This request's quality fault (``invalid_tool_json``, ``empty``, ``repeat``, ``truncate``): drawn from the
+    rates above, or forced per request."""
     agent: bool = False
     """Play a coding agent's model (``gateway.fakes.agent``): call the shell tool the request offers with
-    ``agent_command`` when the user has the turn, then answer with what the tool returned."""
+    ``agent_command`` when the user has the turn, then answer with what the tool returned (as ``reply``)."""
     agent_command: str = "echo agent-round-trip"
     status: int = 200
     """An error status to answer with (subject to ``fail_first`` and ``error_rate``)."""
@@ -143,6 +158,8 @@ class FakeBehavior:
         if unknown:
             raise ValueError(f"unknown fake behaviour fields: {', '.join(sorted(unknown))}")
         merged = dataclasses.replace(self, **overrides)
+        if merged.fault not in (None, "invalid_tool_json", "empty", "repeat", "truncate"):
+            raise ValueError(f"fault must be invalid_tool_json, empty, repeat or truncate, got {merged.fault!r}")
         if merged.cache_usage not in ("openai", "deepseek", "anthropic", "none"):
             raise ValueError(f"cache_usage must be openai, deepseek, anthropic or none, got {merged.cache_usage!r}")
         return merged

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import struct
 import time
@@ -12,18 +13,10 @@ from typing import Any
 from starlette.types import Send
 
 from gateway.fakes.asgi import Disconnect, send_json
-from gateway.fakes.behavior import (
-    TOOL_JSON_CLOSE,
-    TOOL_JSON_OPEN,
-    WORDS,
-    FakeBehavior,
-    FakeHost,
-    answer_words,
-    planned_words,
-    text_pieces,
-)
+from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_word, answer_words
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.pacing import play
+from gateway.fakes.quality import TRUNCATED_SHARE, answer_of, args_tail
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
@@ -64,7 +57,7 @@ def prefill_words(body: dict[str, Any], path: str) -> int:
     final = words[-1]
     # Only lengths whose last answer word is the prompt's last word can match: few to try.
     for count in range(len(words), 0, -1):
-        if WORDS[(count - 1) % len(WORDS)] == final and prompt.endswith("".join(answer_words(0, count))):
+        if answer_word(count - 1) == final and prompt.endswith("".join(answer_words(0, count))):
             return count
     return 0
 
@@ -81,11 +74,14 @@ def answer_plan(
     is continued after them, and the request's token limit bounds only the words generated now,
     as a real model's does.
     """
-    if behavior.text is not None:
-        return 0, len(text_pieces(behavior.text)), "stop"
     skip = prefill_words(body, path)
     remaining = max(0, behavior.output_tokens - skip)
+    if behavior.fault == "empty":
+        return skip, 0, "stop"
     limit = next((body[f] for f in limit_fields if body.get(f) is not None), None)
+    if behavior.fault == "truncate":
+        said = min(remaining, limit) if isinstance(limit, int) and limit > 0 else remaining
+        return skip, max(1, said // TRUNCATED_SHARE), "length"
     if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < remaining:
         return skip, limit, "length"
     return skip, remaining, "stop"
@@ -96,15 +92,19 @@ def _n(body: dict[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 16 else 1
 
 
-def _tool_call(arguments: str, name: str) -> dict[str, Any]:
-    return {"id": "call_fake", "type": "function", "function": {"name": name, "arguments": arguments}}
+def _tool_call(behavior: FakeBehavior, text: str) -> dict[str, Any]:
+    arguments = behavior.tool_args_head + text + args_tail(behavior)
+    return {"id": "call_fake", "type": "function", "function": {"name": behavior.tool_name, "arguments": arguments}}
 
 
 def _piece(chat: bool, text: str, behavior: FakeBehavior, *, first: bool) -> dict[str, Any]:
     if not chat:
         return {"index": 0, "text": text, "finish_reason": None}
     if behavior.tool_call:
-        call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
+        call: dict[str, Any] = {
+            "index": 0,
+            "function": {"arguments": (behavior.tool_args_head if first else "") + text},
+        }
         if first:
             call.update(id="call_fake", type="function")
             call["function"]["name"] = behavior.tool_name
@@ -122,7 +122,7 @@ async def complete(
     disconnect: Disconnect,
 ) -> None:
     skip, length, finish = answer_plan(body, behavior, path)
-    text = "".join(planned_words(behavior, skip, length))
+    text = "".join(answer_of(behavior, skip, length))
     tps = host.jittered(behavior.tokens_per_s, behavior.tps_jitter)
     delay = host.jittered(behavior.ttft_s, behavior.ttft_jitter) + (length / tps if tps > 0 else 0.0)
     if await disconnect.sleep(delay):
@@ -134,9 +134,8 @@ async def complete(
     if path.endswith("/chat/completions"):
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if behavior.tool_call:
-            arguments = TOOL_JSON_OPEN + text + TOOL_JSON_CLOSE if behavior.tool_json else text
-            message = {"role": "assistant", "content": None, "tool_calls": [_tool_call(arguments, behavior.tool_name)]}
-            finish = "tool_calls"
+            message = {"role": "assistant", "content": None, "tool_calls": [_tool_call(behavior, text)]}
+            finish = "tool_calls" if finish != "length" else finish
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         obj = "chat.completion"
     else:
@@ -198,17 +197,18 @@ class ChatScript:
     def prelude(self) -> bytes:
         return b""
 
-    def _json(self) -> bool:
-        return self.chat and self.behavior.tool_call and self.behavior.tool_json
-
     def piece(self, text: str, first: bool) -> bytes:
-        if first and self._json():
-            text = TOOL_JSON_OPEN + text
         return self._event(_piece(self.chat, text, self.behavior, first=first))
 
     def finish(self) -> bytes:
-        reason = "tool_calls" if self.behavior.tool_call and self.chat else self.finish_reason
-        closing = self._event(_piece(True, TOOL_JSON_CLOSE, self.behavior, first=False)) if self._json() else b""
+        calls = self.behavior.tool_call and self.chat
+        reason = "tool_calls" if calls and self.finish_reason != "length" else self.finish_reason
+        closing = b""
+        tail = args_tail(self.behavior)
+        if calls and tail:
+            closing = self._event(
+                _piece(self.chat, tail, dataclasses.replace(self.behavior, tool_args_head=""), first=False)
+            )
         done: dict[str, Any] = {"index": 0, "finish_reason": reason}
         if self.chat:
             done["delta"] = {}
@@ -249,7 +249,7 @@ async def stream(
         host,
         send,
         ChatScript(host, body, behavior, model, path),
-        planned_words(behavior, skip, length),
+        answer_of(behavior, skip, length),
         behavior,
         disconnect,
     )

@@ -16,10 +16,11 @@ from typing import Any
 from starlette.types import Send
 
 from gateway.fakes.asgi import Disconnect, send_json, sse
-from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words, planned_words
+from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prefill_words, prompt_tokens
 from gateway.fakes.pacing import play
+from gateway.fakes.quality import answer_of, args_tail
 
 _ids = itertools.count(1)
 LIMITS = ("max_tokens",)
@@ -59,6 +60,7 @@ class MessagesScript:
         self.id = f"msg_{host.name}_{next(_ids)}"
         _, self.length, finish = answer_plan(body, behavior, "/messages", LIMITS)
         self.stop_reason = "max_tokens" if finish == "length" else ("tool_use" if behavior.tool_call else "end_turn")
+        self.tail = args_tail(behavior)
         self.block = 1 if behavior.reasoning_tokens else 0
 
     def opening(self) -> bytes:
@@ -93,14 +95,9 @@ class MessagesScript:
         if self.behavior.tool_call:
             block = {"type": "tool_use", "id": "toolu_fake", "name": self.behavior.tool_name, "input": {}}
         out += sse("content_block_start", {"type": "content_block_start", "index": self.block, "content_block": block})
-        if self._wrapped:
-            out += self._delta({"type": "input_json_delta", "partial_json": '{"q": "'})
+        if self.behavior.tool_call:
+            out += self._delta({"type": "input_json_delta", "partial_json": self.behavior.tool_args_head})
         return out
-
-    @property
-    def _wrapped(self) -> bool:
-        """A tool call's words go in ``{"q": ...}``; a given ``text`` is the whole arguments already."""
-        return self.behavior.tool_call and self.behavior.text is None
 
     def _delta(self, delta: dict[str, Any]) -> bytes:
         return sse("content_block_delta", {"type": "content_block_delta", "index": self.block, "delta": delta})
@@ -111,7 +108,8 @@ class MessagesScript:
         return self._delta({"type": "text_delta", "text": text})
 
     def finish(self) -> bytes:
-        out = self._delta({"type": "input_json_delta", "partial_json": '"}'}) if self._wrapped else b""
+        closes = self.behavior.tool_call and self.tail
+        out = self._delta({"type": "input_json_delta", "partial_json": self.tail}) if closes else b""
         out += sse("content_block_stop", {"type": "content_block_stop", "index": self.block})
         delta = {"stop_reason": self.stop_reason, "stop_sequence": None}
         usage = {"output_tokens": self.length + self.behavior.reasoning_tokens}
@@ -133,7 +131,7 @@ async def create(
     host: FakeHost, send: Send, body: dict[str, Any], behavior: FakeBehavior, model: str, disconnect: Disconnect
 ) -> None:
     skip, length, _ = answer_plan(body, behavior, "/messages", LIMITS)
-    words = planned_words(behavior, skip, length)
+    words = answer_of(behavior, skip, length)
     script = MessagesScript(host, body, behavior, model)
     if body.get("stream") is True:
         await play(host, send, script, words, behavior, disconnect)
@@ -149,8 +147,13 @@ async def create(
         content.append({"type": "thinking", "thinking": thinking, "signature": "fake-signature"})
     text = "".join(words)
     if behavior.tool_call:
-        arguments = json.loads(text) if behavior.text is not None else {"q": text}
-        content.append({"type": "tool_use", "id": "toolu_fake", "name": behavior.tool_name, "input": arguments})
+        arguments = behavior.tool_args_head + text + script.tail
+        # A whole body carries the input decoded: broken arguments arrive as a string where an object belongs.
+        try:
+            tool_input: Any = json.loads(arguments)
+        except ValueError:
+            tool_input = arguments
+        content.append({"type": "tool_use", "id": "toolu_fake", "name": behavior.tool_name, "input": tool_input})
     else:
         content.append({"type": "text", "text": text})
     usage = {**input_usage(body), "output_tokens": length + behavior.reasoning_tokens}

@@ -62,6 +62,8 @@ class ServingFigures:
     """Blended USD per 1M tokens (3 input : 1 output, as public indexes blend)."""
     error_rate: float = 0.0
     """Share of requests answered with a 503. Not published by either source: chosen per profile."""
+    invalid_tool_json_rate: float = 0.0
+    """Share of tool calls whose arguments are not JSON (a quality fault: fast and whole, but broken)."""
 
     @property
     def tps_sigma(self) -> float:
@@ -90,6 +92,7 @@ class ServingFigures:
             output_tokens=output_tokens,
             status=503 if self.error_rate > 0 else 200,
             error_rate=self.error_rate,
+            invalid_tool_json_rate=self.invalid_tool_json_rate,
             seed=seed,
         )
 
@@ -147,7 +150,7 @@ _B_GOOGLE_AI_STUDIO = _b("Google AI Studio")
 DEMO_PROFILES: tuple[ProviderProfile, ...] = (
     ProviderProfile(
         name="nimble",
-        trait="fast first token, slow stream",
+        trait="fast start, slow stream, bad tool calls",
         # TTFT: B DeepInfra (fastest median), A Modal (lowest p95). Speed: A Novita AI. Price: B DeepInfra.
         figures=ServingFigures(
             tps_p50=_A_NOVITA[0],
@@ -156,6 +159,8 @@ DEMO_PROFILES: tuple[ProviderProfile, ...] = (
             ttft_p50_s=_B_DEEPINFRA[0],
             ttft_p95_s=_A_MODAL_TTFT_P95,
             price_per_1m=_B_DEEPINFRA[1],
+            # Not published either: the fast-but-broken provider that loses tool-using traffic, not plain chat.
+            invalid_tool_json_rate=0.3,
         ),
     ),
     ProviderProfile(

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from starlette.types import Receive, Scope, Send
 
-from gateway.fakes import agent, chat, messages, responses
+from gateway.fakes import agent, chat, messages, quality, responses
 from gateway.fakes.asgi import Disconnect, lifespan, quiet_planned_drops, read_body, send_error, send_json
 from gateway.fakes.behavior import WORDS, FakeBehavior, FakeState, RecordedRequest, answer_words
 from gateway.fakes.cache import CURRENT, CacheUsage
@@ -199,6 +199,8 @@ class FakeProvider:
                 return
             model = behavior.model or str(body.get("model", "fake-model"))
             behavior = self._use_prompt(body, behavior, path)
+            if not path.endswith("/embeddings"):
+                behavior = quality.prepared(behavior, body, path, self._rng)
             if path.endswith("/embeddings"):
                 await chat.embeddings(self, send, body, behavior, model)
             elif path.endswith("/responses"):

@@ -19,10 +19,11 @@ from typing import Any
 from starlette.types import Send
 
 from gateway.fakes.asgi import Disconnect, send_error, send_json, sse
-from gateway.fakes.behavior import TOOL_JSON_CLOSE, TOOL_JSON_OPEN, FakeBehavior, FakeHost, answer_words, planned_words
+from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prompt_tokens
 from gateway.fakes.pacing import play
+from gateway.fakes.quality import answer_of, args_tail
 
 _ids = itertools.count(1)
 LIMITS = ("max_output_tokens",)
@@ -66,7 +67,7 @@ class ResponseBuilder:
                     "type": "function_call",
                     "call_id": "call_fake",
                     "name": self.behavior.tool_name,
-                    "arguments": self.text,
+                    "arguments": self.behavior.tool_args_head + self.text + args_tail(self.behavior),
                     "status": "completed",
                 }
             )
@@ -185,12 +186,11 @@ class ResponsesScript:
         )
 
     def piece(self, text: str, first: bool) -> bytes:
-        if first and self.r.behavior.tool_call and self.r.behavior.tool_json:
-            text = TOOL_JSON_OPEN + text
         self.r.text += text
         if self.r.behavior.tool_call:
+            delta = (self.r.behavior.tool_args_head if first else "") + text
             return self._event(
-                "response.function_call_arguments.delta", item_id=self.r.call_id, output_index=self._index, delta=text
+                "response.function_call_arguments.delta", item_id=self.r.call_id, output_index=self._index, delta=delta
             )
         return self._event(
             "response.output_text.delta",
@@ -202,18 +202,22 @@ class ResponsesScript:
         )
 
     def finish(self) -> bytes:
-        closing = b""
-        if self.r.behavior.tool_call and self.r.behavior.tool_json:
-            self.r.text += TOOL_JSON_CLOSE
-            data = {"item_id": self.r.call_id, "output_index": self._index, "delta": TOOL_JSON_CLOSE}
-            closing = self._event("response.function_call_arguments.delta", **data)
         item = self.r.output()[-1]
         if self.r.behavior.tool_call:
-            done = closing + self._event(
+            tail = args_tail(self.r.behavior)
+            done = b""
+            if tail:
+                done = self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=self.r.call_id,
+                    output_index=self._index,
+                    delta=tail,
+                )
+            done += self._event(
                 "response.function_call_arguments.done",
                 item_id=self.r.call_id,
                 output_index=self._index,
-                arguments=self.r.text,
+                arguments=item["arguments"],
             )
             return done + self._event("response.output_item.done", output_index=self._index, item=item)
         out = self._event(
@@ -267,7 +271,7 @@ async def create(
         return
     builder = ResponseBuilder(host, body, behavior, model)
     skip, length, _ = answer_plan(body, behavior, "/responses", LIMITS)
-    words = planned_words(behavior, skip, length)
+    words = answer_of(behavior, skip, length)
     if body.get("stream") is True:
         await play(host, send, ResponsesScript(builder), words, behavior, disconnect)
         return
@@ -277,8 +281,6 @@ async def create(
         host.state.cancelled += 1
         return
     builder.text = "".join(words)
-    if behavior.tool_call and behavior.tool_json:
-        builder.text = TOOL_JSON_OPEN + builder.text + TOOL_JSON_CLOSE
     builder.reasoning = "".join(answer_words(0, behavior.reasoning_tokens))
     response = builder.obj("incomplete" if builder.cut else "completed", final=True)
     builder.store(response)

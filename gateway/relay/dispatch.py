@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import json
 
-from gateway.errors import UpstreamError
+from gateway.errors import GatewayError, UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault, Opened
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.context import context_exceeded, larger_windows
@@ -96,11 +96,13 @@ class Dispatcher:
         if request.stream:
             return StreamReply(runner, budget, request, opened.attempt, opened.untried)
         attempt = opened.attempt
+        if plan.policy.retry_invalid:
+            attempt = await retry_invalid(runner, budget, request, plan, opened)
         response = attempt.response
         assert response is not None
         content_type = response.headers.get("content-type", "application/json")
         status = 200 if attempt.status is None else attempt.status
-        finish = functools.partial(runner.finish_full, request, attempt)
+        finish = None if attempt.recorded else functools.partial(runner.finish_full, request, attempt)
         upstream = upstream_of(request, attempt.candidate)
         if upstream == request.endpoint:
             return FullReply(status, attempt.body, content_type, budget.log, finish)
@@ -145,6 +147,27 @@ def _fault_reply(request: ProxyRequest, fault: ClientFault, budget: AttemptBudge
         return FullReply(fault.status, fault.body, fault.content_type, budget.log)
     body = translate_error(fault.body, fault.status, as_api(request.endpoint))
     return FullReply(fault.status, body, "application/json", budget.log)
+
+
+async def retry_invalid(
+    runner: AttemptRunner, budget: AttemptBudget, request: ProxyRequest, plan: RoutePlan, opened: Opened
+) -> Attempt:
+    """A whole answer judged invalid, retried on the plan's next candidates within the attempt budget (the
+    policy's ``retry_invalid``). The invalid answer is recorded with its verdict as it is left; the client gets
+    the first valid answer, or the last answer there was when no other came (never none; already recorded
+    then)."""
+    attempt, untried = opened.attempt, opened.untried
+    while untried and budget.allows_another():
+        if runner.full_validity(request, attempt) in (None, "valid"):
+            break
+        runner.finish_full(request, attempt)
+        try:
+            retried = await attempt_in_order(runner, budget, request, dataclasses.replace(plan, candidates=untried))
+        except (GatewayError, ClientFault):
+            budget.log.commit(attempt)  # nobody else answered: the invalid answer is the client's after all
+            break
+        attempt, untried = retried.attempt, retried.untried
+    return attempt
 
 
 async def attempt_in_order(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.dialects import Dialect, dialect_for
+from gateway.quality import NOT_JUDGED, Expectation
 from gateway.samples import Endpoint, Sample
 
 
@@ -62,6 +63,8 @@ class ProxyRequest:
     translations: dict[str, dict[str, Any]] = field(default_factory=dict)
     """This very body translated to each API a deployment of the plan is reached in (``relay.outbound.eligible``);
     ``model`` is set per deployment. Empty for a request no deployment takes translated."""
+    expects: Expectation = NOT_JUDGED
+    """What the request asks of its answer (``gateway.quality``): its kind, and what its answers are judged by."""
 
     @property
     def dialect(self) -> Dialect:

@@ -36,6 +36,7 @@ from gateway.errors import (
 )
 from gateway.events import GatewayEvents, NoEvents
 from gateway.meter import Reading, StreamMeter, read_full_reply
+from gateway.quality import judge
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.outbound import upstream_body, upstream_of, upstream_path
@@ -43,7 +44,7 @@ from gateway.relay.queue import SlotQueue
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate, Router
-from gateway.samples import Outcome, Sample, SampleSink
+from gateway.samples import Outcome, Sample, SampleSink, Validity
 from gateway.session_bindings import SessionBindings
 from gateway.tokens import TokenCounter
 from gateway.types import Clock, QueueOutcome
@@ -264,7 +265,12 @@ class AttemptRunner:
         self.events.committed(request.requested_model, candidate.name, candidate.provider.name, budget.log.route)
 
     def finish_full(self, request: ProxyRequest, attempt: Attempt) -> None:
-        """Measure and record a whole (non-streamed) answer; called once it has gone to the client."""
+        """Measure and record a whole (non-streamed) answer; called once it has gone to the client (or, when it
+        is retried as invalid, once another deployment is asked instead)."""
+        reading, outcome = self._read_full(request, attempt)
+        self.record(request, attempt, outcome, reading)
+
+    def _read_full(self, request: ProxyRequest, attempt: Attempt) -> tuple[Reading, Outcome]:
         # The upstream's own API reads its body (a translated answer's client got it rewritten).
         reading = read_full_reply(attempt.body, self.counter, dialect_for(upstream_of(request, attempt.candidate)))
         if request.endpoint == "embeddings":
@@ -273,7 +279,12 @@ class AttemptRunner:
         outcome: Outcome = "upstream_error" if reading.error_message or reading.malformed else "ok"
         if outcome == "ok" and reading.incomplete:
             outcome = "client_error"  # cut short by the request's own limit or filter: not a clean answer
-        self.record(request, attempt, outcome, reading)
+        return reading, outcome
+
+    def full_validity(self, request: ProxyRequest, attempt: Attempt) -> Validity | None:
+        """The verdict ``finish_full`` will record for a whole answer (None: not judged), before it is sent."""
+        reading, outcome = self._read_full(request, attempt)
+        return _verdict(request, outcome, reading)
 
     def fail(self, request: ProxyRequest, attempt: Attempt, outcome: Outcome, error: UpstreamError | None) -> None:
         """Close a failed attempt and record its sample."""
@@ -317,6 +328,8 @@ class AttemptRunner:
         # A hedge's loser was still billed for its prompt once the provider had started on it.
         if outcome == "ok" or output or (attempt.hedged and attempt.status is not None and attempt.status < 400):
             cost = deployment.cost_usd(prompt, output or 0, reading.usage_cached_tokens or 0)
+        expects = request.expects
+        validity = _verdict(request, outcome, reading)
         sample = Sample(
             model=request.requested_model,
             deployment=deployment.name,
@@ -339,6 +352,8 @@ class AttemptRunner:
             hedged=attempt.hedged,
             attempt_s=self.clock() - attempt.sent_at,
             chunk_gaps_s=reading.chunk_gaps_s,
+            kind=expects.kind if expects.judged else None,
+            validity=validity,
         )
         self.router.attempt_finished(candidate, sample, retry_after_s, attempt.rate_limits)
         self.events.attempt_ended(candidate.model, candidate.name, candidate.provider.name)
@@ -424,3 +439,11 @@ class AttemptRunner:
             raise UpstreamUnavailable(
                 f"{name}: upstream error before the first token: {message}", provider=name, status=200, code=code
             )
+
+
+def _verdict(request: ProxyRequest, outcome: Outcome, reading: Reading) -> Validity | None:
+    """A whole answer's verdict (or one the request's limit ended); None for anything else, and for embeddings.
+    Judged once per attempt, after its bytes went to the client (``gateway.quality``)."""
+    if not request.expects.judged or not (outcome == "ok" or (outcome == "client_error" and reading.incomplete)):
+        return None
+    return judge(reading, request.expects)

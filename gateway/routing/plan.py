@@ -9,7 +9,7 @@ from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, Provider
 from gateway.policies import Affinity
 from gateway.routing.capacity import RateLimits
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
-from gateway.samples import Endpoint, Sample
+from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.types import AffinityChoice, MoveReason, RouteReason, StreamProgress
 
 
@@ -100,6 +100,8 @@ class RouteRequest:
     """Only this deployment may serve (it holds the state the request refers to, e.g. a previous response)."""
     session: SessionRoute | None = None
     """The conversation this request continues, if it names one or is long enough to be fingerprinted."""
+    kind: RequestKind | None = None
+    """What it asks of its answer (tools, JSON, plain): deployments are judged by their valid rate for it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,7 @@ from gateway.routing.estimates import (
     DeploymentView,
 )
 from gateway.routing.estimates import Metric as ViewMetric
-from gateway.samples import Endpoint
+from gateway.samples import Endpoint, RequestKind
 from gateway.stats import DeploymentSummary, LogHistogram, StatsSnapshot
 
 OutputSource = Literal["request", "observed", "default"]
@@ -55,6 +55,11 @@ Source = Literal["recent", "window", "model", "none"]
 MIN_TIME_S = 1e-3
 SUCCESS_PRIOR = 2
 """Pseudo-successes added to the success rate, so one early failure does not sink a deployment."""
+VALID_PRIOR = 5
+"""Pseudo-valid answers added to the valid rate: one invalid answer in the first few does not break
+``min_valid_rate`` (0.9) alone, three in ten do (an answer's validity is judged on every answer, so there
+are more of them to go on than failures, and an honest provider's rare miss must not cost it a kind of
+traffic for a whole window)."""
 WINDOW_SAMPLES = 4.0
 """The weight the shared window's estimate gets when it is all there is: its answers' age is unknown."""
 WINDOW_BLEND = 64.0
@@ -115,6 +120,8 @@ class RequestShape:
     prompt_tokens: int
     output_tokens: int
     output_source: OutputSource
+    kind: RequestKind | None = None
+    """What it asks of its answer (tools, JSON, plain): the valid rate is read for that kind (None: every kind)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +169,10 @@ class Prediction:
     """1 / ``tokens_per_s``: the stream's cost per output token, which is what time adds up."""
     success_samples: float = 0.0
     """Effective attempts behind ``success_rate`` now (they lose weight as they age, like the time's)."""
+    valid_rate: float = 1.0
+    """Smoothed share of its judged answers of this request's kind that were valid: (valid + 5) / (judged + 5)."""
+    valid_judged: int = 0
+    """Answers of this request's kind judged in the stats window."""
     answers: int = 0
     """Complete answers this replica heard from it."""
     overdue: float = 1.0
@@ -335,6 +346,7 @@ def predict(
     attempts = summary.attempts if summary else 0  # a sum over its outcomes: once per prediction
     newest = view.newest_at if view is not None else None
     success_rate, success_samples = _success_rate(view, summary, now, attempts)
+    valid, judged = summary.valid_counts(shape.kind) if summary is not None else (0, 0)
     floored = None if time_s is None else max(time_s, MIN_TIME_S)
     return Prediction(
         ttft_s=ttft.value if ttft else None,
@@ -362,6 +374,8 @@ def predict(
         stream_source=spt.source if spt else "none",
         ttft_spread=ttft.spread if ttft else PRIOR_SIGMA,
         success_samples=success_samples,
+        valid_rate=(valid + VALID_PRIOR) / (judged + VALID_PRIOR),
+        valid_judged=judged,
         answers=view.answered if view is not None else 0,
         overdue=overdue,
         late_first_token=late,

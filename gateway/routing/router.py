@@ -53,7 +53,7 @@ from gateway.routing.predict import WINDOW_METRIC
 from gateway.routing.prefill import split
 from gateway.routing.ranking import Ranked, Ranking
 from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
-from gateway.samples import Endpoint, Sample
+from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.stats import Metric, StatsSnapshot
 from gateway.stats.snapshot import cache_values
 from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason, StreamProgress
@@ -142,19 +142,21 @@ class MeasuredRouter:
         rng: random.Random | None = None,
         pinned: str | None = None,
         session: SessionRoute | None = None,
+        kind: RequestKind | None = None,
     ) -> Ranking:
         """Score and order ``model``'s deployments for a request of this shape (no side effects but ``rng``).
 
         With an ``endpoint``, only the deployments that speak that API are ranked (``None``: all of them,
         to explain a model); with ``pinned``, only that deployment. With a ``session`` bound to a
-        deployment, that one is predicted warm and the others cold (``gateway.routing.affinity``).
+        deployment, that one is predicted warm and the others cold (``gateway.routing.affinity``). ``kind``: what
+        the request asks of its answer (tools, JSON, plain), whose valid rate judges each deployment (None: all).
         """
         policy = self.config.policy_for(model)
         snapshot = self.stats.snapshot()
         deployments = _filter(self._speaking_of(model, endpoint, pinned), preferences, self._providers)
         now = self.clock()
         output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
-        shape = RequestShape(endpoint or "chat", prompt_tokens, output, source)
+        shape = RequestShape(endpoint or "chat", prompt_tokens, output, source, kind)
         views = self.state.views_of(model.name)
         cache = cache_terms(session, deployments, preferences)
         scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, views, now, cache)
@@ -241,6 +243,7 @@ class MeasuredRouter:
             rng=self.rng,
             pinned=request.pinned,
             session=request.session,
+            kind=request.kind,
         )
         policy = ranking.policy
         rows = [r for r in ranking.rows if r.available]

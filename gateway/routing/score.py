@@ -51,6 +51,7 @@ __all__ = [
     "predict",
     "score_all",
 ]
+from gateway.samples import RequestKind
 from gateway.stats import DeploymentSummary, StatsSnapshot
 
 PRICE_RESOLUTION = 0.01
@@ -70,18 +71,26 @@ class Weights:
     throughput: float
     price: float
     failure: float
+    quality: float = 1.0
+    """The valid rate's exponent inside the failure term (the policy's ``quality_weight``)."""
 
     @classmethod
     def of(cls, policy: PolicyConfig, sort: Sort | None = None) -> Weights:
         """The policy's weights, or those of a request's ``sort`` (a small price term breaks ties)."""
+        failure, quality = policy.failure_weight, policy.quality_weight
         if sort == "price":
-            return cls(time=0.05, ttft=0.0, throughput=0.0, price=1.0, failure=policy.failure_weight)
+            return cls(time=0.05, ttft=0.0, throughput=0.0, price=1.0, failure=failure, quality=quality)
         if sort == "throughput":
-            return cls(time=0.0, ttft=0.0, throughput=1.0, price=0.05, failure=policy.failure_weight)
+            return cls(time=0.0, ttft=0.0, throughput=1.0, price=0.05, failure=failure, quality=quality)
         if sort == "latency":
-            return cls(time=0.0, ttft=1.0, throughput=0.0, price=0.05, failure=policy.failure_weight)
+            return cls(time=0.0, ttft=1.0, throughput=0.0, price=0.05, failure=failure, quality=quality)
         return cls(
-            policy.time_weight, policy.ttft_weight, policy.throughput_weight, policy.price_weight, policy.failure_weight
+            policy.time_weight,
+            policy.ttft_weight,
+            policy.throughput_weight,
+            policy.price_weight,
+            failure,
+            quality,
         )
 
 
@@ -188,16 +197,23 @@ def score_all(
             ttft=weights.ttft * _log_ratio(p.ttft_s, best_ttft),
             throughput=weights.throughput * _log_ratio(best_tps, p.tokens_per_s),
             price=weights.price * math.log2((p.cost_usd + epsilon) / (best_cost + epsilon)) if epsilon > 0 else 0.0,
-            failure=weights.failure * math.log2(1.0 / max(p.success_rate, 0.01)),
+            failure=weights.failure * _failure(p, weights.quality),
         )
         summary = snapshot.get(model, deployment.name)
-        violations = _violations(deployment, p, summary, policy, preferences)
+        violations = _violations(deployment, p, summary, policy, preferences, shape.kind)
         # Nothing of its own measured: the cold start explores it, not a bonus.
         bonus = _bonus(p, p.uncertainty, weights) if p.source in ("recent", "window") else 0.0
         # Nothing measured: as uncertain as can be, so that a tie (on price, say) goes to the measured one.
         caution = CAUTION * _speed(p.sampling, weights)
         scored.append(Scored(deployment, p, parts, violations, bonus, caution))
     return scored
+
+
+def _failure(p: Prediction, quality: float) -> float:
+    """log2 of 1 / the chance of a good answer: it arrives (success) and it is valid for this request's kind,
+    the valid rate weighed by ``quality`` (0: ignored; 1: an invalid answer counts as a failure does)."""
+    good = max(p.success_rate, 0.01) * max(p.valid_rate, 0.01) ** quality
+    return math.log2(1.0 / good)
 
 
 def _bytes_per_token(views: Iterable[DeploymentView]) -> dict[str, float]:
@@ -262,6 +278,7 @@ def _violations(
     summary: DeploymentSummary | None,
     policy: PolicyConfig,
     preferences: ProviderPreferences,
+    kind: RequestKind | None = None,
 ) -> tuple[str, ...]:
     """Soft constraints broken. Measured ones are judged on the deployment's own numbers, once it has
     ``min_samples`` of them (a prior or a single slow answer proves nothing): first tokens and speeds counted
@@ -287,6 +304,11 @@ def _violations(
             found.append(f"tokens/s {tps:.3g} < {policy.min_tokens_per_s:g}")
     if policy.min_success_rate is not None and p.attempts >= needed and p.success_rate < policy.min_success_rate:
         found.append(f"success {p.success_rate:.2f} < {policy.min_success_rate:g}")
+    floor = policy.min_valid_rate
+    if floor and p.valid_judged >= needed and p.valid_rate < floor:
+        # Judged by the request's kind: a deployment that breaks tool calls loses tool-using requests only.
+        reason = summary.top_reason(kind)
+        found.append(f"valid {p.valid_rate:.2f} < {floor:g}" + (f" ({reason})" if reason else ""))
     for q, ceiling in preferences.max_ttft_s if first_tokens else ():
         value = summary.quantile("ttft_s", q)
         if value is not None and value > ceiling:

@@ -96,6 +96,8 @@ def attempt_entry(number: int, sample: Sample) -> dict[str, Any]:
         entry["usd"] = round(sample.cost_usd, 9)
     if sample.hedged:
         entry["hedged"] = True
+    if sample.validity is not None:
+        entry["v"] = sample.validity  # the answer's verdict: valid, or why not
     return entry
 
 
@@ -119,6 +121,8 @@ def build_trace(
         trace["policy"] = policy.name
         trace["q"] = {"ttft": policy.ttft_quantile, "tps": policy.tps_quantile, "estimate": policy.estimate}
         trace["shape"] = {"prompt": shape.prompt_tokens, "output": shape.output_tokens, "from": shape.output_source}
+        if shape.kind is not None:
+            trace["shape"]["kind"] = shape.kind
         order = {c.deployment.name: i for i, c in enumerate(plan.candidates)}
         # The plan's order first (exploration may have moved one ahead of the score), then the rest.
         rows = sorted(ranking.rows, key=lambda r: order.get(r.deployment.name, len(order)))

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from gateway.samples import Sample
 from gateway.stats.redis_layout import cell_count
 from gateway.stats.sketch import bucket_of
-from gateway.stats.snapshot import DeploymentSummary, sample_values
+from gateway.stats.snapshot import DeploymentSummary, sample_values, validity_key
 from gateway.stats.window import merge_slices
 from gateway.types import DeploymentKey
 
@@ -42,10 +42,12 @@ class WriteBuffer:
         summaries = self.slices.setdefault(index, {})
         summary = summaries.get(pair)
         values = sample_values(sample)
+        validity = validity_key(sample)
         if summary is None:
-            new = 1 + len(values)
+            new = 1 + len(values) + (validity is not None)
         else:
             new = 0 if sample.outcome in summary.outcomes else 1
+            new += validity is not None and validity not in summary.validity
             for metric, value in values.items():
                 histogram = summary.histograms.get(metric)
                 if histogram is None or bucket_of(value) not in histogram.counts:

@@ -5,6 +5,8 @@ With prefix ``gateway``, model ``llama-3.3-70b``, deployment ``groq`` and 10 s s
     {gateway:llama-3.3-70b:groq}:1750000000    hash, one per slice (named by its start, unix seconds)
         outcome:ok        -> 812             outcome counts
         outcome:timeout   -> 3
+        validity:tools:valid -> 40           judged answers by request kind and verdict
+        validity:tools:tool_args_not_json -> 2
         ttft_s:-120       -> 17              <metric>:<LogHistogram bucket index> -> count
         tokens_per_s:463  -> 9
     {gateway:llama-3.3-70b:groq}:writers    hash: writer id -> sequence number of its last write there
@@ -24,7 +26,7 @@ from urllib.parse import quote, unquote
 
 from gateway.samples import OUTCOMES, Outcome
 from gateway.stats.sketch import LogHistogram
-from gateway.stats.snapshot import METRICS, DeploymentSummary, Metric
+from gateway.stats.snapshot import METRICS, VALIDITY_KEYS, DeploymentSummary, Metric
 from gateway.types import DeploymentKey
 
 EXPIRY_SLACK_S = 60
@@ -33,6 +35,7 @@ EPOCH_TTL_S = 86_400
 
 _OUTCOME_FIELDS: dict[str, Outcome] = {f"outcome:{o}": o for o in OUTCOMES}
 _METRIC_NAMES: dict[str, Metric] = {m: m for m in METRICS}
+_VALIDITY_FIELDS: dict[str, str] = {f"validity:{key}": key for key in VALIDITY_KEYS}
 
 
 def _encode(name: str) -> str:
@@ -74,6 +77,8 @@ def summary_fields(summary: DeploymentSummary) -> Iterator[tuple[str, int]]:
     """The (field, increment) pairs that add ``summary`` to a slice's hash."""
     for outcome, n in summary.outcomes.items():
         yield f"outcome:{outcome}", n
+    for key, n in summary.validity.items():
+        yield f"validity:{key}", n
     for metric, histogram in summary.histograms.items():
         for bucket, n in histogram.counts.items():
             yield f"{metric}:{bucket}", n
@@ -81,7 +86,7 @@ def summary_fields(summary: DeploymentSummary) -> Iterator[tuple[str, int]]:
 
 def cell_count(summary: DeploymentSummary) -> int:
     """How many hash fields ``summary`` occupies."""
-    return len(summary.outcomes) + sum(len(h.counts) for h in summary.histograms.values())
+    return len(summary.outcomes) + len(summary.validity) + sum(len(h.counts) for h in summary.histograms.values())
 
 
 def summary_from_hash(pair: DeploymentKey, fields: Mapping[str, str]) -> DeploymentSummary | None:
@@ -101,6 +106,10 @@ def summary_from_hash(pair: DeploymentKey, fields: Mapping[str, str]) -> Deploym
         outcome = _OUTCOME_FIELDS.get(name)
         if outcome is not None:
             summary.outcomes[outcome] = n
+            continue
+        validity = _VALIDITY_FIELDS.get(name)
+        if validity is not None:
+            summary.validity[validity] = n
             continue
         name, _, bucket = name.partition(":")
         metric = _METRIC_NAMES.get(name)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from gateway.samples import OUTCOMES, Outcome, Sample
+from gateway.samples import OUTCOMES, VALIDITIES, Outcome, RequestKind, Sample
 from gateway.stats.sketch import LogHistogram, bucket_of
 from gateway.types import DeploymentKey
 
@@ -92,6 +92,17 @@ def cache_values(sample: Sample, values: dict[Metric, float]) -> None:
         values["prefill_tokens_per_s"] = uncached / ttft
 
 
+VALIDITY_KEYS: frozenset[str] = frozenset(f"{k}:{v}" for k in ("tools", "json", "plain") for v in VALIDITIES)
+"""Every ``kind:verdict`` a summary counts validity by (``tools:valid``, ``plain:empty`` ...)."""
+
+
+def validity_key(sample: Sample) -> str | None:
+    """Where a sample counts in its summary's validity: ``kind:verdict``; None when its answer was not judged."""
+    if sample.kind is None or sample.validity is None:
+        return None
+    return f"{sample.kind}:{sample.validity}"
+
+
 def sample_buckets(sample: Sample) -> dict[Metric, int]:
     """The histogram bucket of each value the sample contributes (see ``sample_values``)."""
     return {metric: bucket_of(value) for metric, value in sample_values(sample).items()}
@@ -105,14 +116,19 @@ class DeploymentSummary:
     deployment: str
     outcomes: dict[Outcome, int] = field(default_factory=dict)
     histograms: dict[Metric, LogHistogram] = field(default_factory=dict)
+    validity: dict[str, int] = field(default_factory=dict)
+    """Judged answers by ``kind:verdict`` (``tools:valid``, ``tools:tool_args_not_json`` ...): the valid rate
+    per request kind, beside the success rate (``validity_key``)."""
 
     def add(self, sample: Sample) -> None:
-        self.add_buckets(sample.outcome, sample_buckets(sample))
+        self.add_buckets(sample.outcome, sample_buckets(sample), validity_key(sample))
 
-    def add_buckets(self, outcome: Outcome, buckets: Mapping[Metric, int]) -> None:
-        """Count one sample given as its outcome and ``sample_buckets``: the window adds one sample to
-        two summaries (its slice's and the total) and works its bucket indexes out once."""
+    def add_buckets(self, outcome: Outcome, buckets: Mapping[Metric, int], validity: str | None = None) -> None:
+        """Count one sample given as its outcome, ``sample_buckets`` and ``validity_key``: the window adds one
+        sample to two summaries (its slice's and the total) and works its bucket indexes out once."""
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if validity is not None:
+            self.validity[validity] = self.validity.get(validity, 0) + 1
         for metric, bucket in buckets.items():
             histogram = self.histograms.get(metric)
             if histogram is None:
@@ -122,6 +138,8 @@ class DeploymentSummary:
     def merge(self, other: DeploymentSummary) -> None:
         for outcome, n in other.outcomes.items():
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
+        for key, n in other.validity.items():
+            self.validity[key] = self.validity.get(key, 0) + n
         for metric, histogram in other.histograms.items():
             mine = self.histograms.get(metric)
             if mine is None:
@@ -132,6 +150,7 @@ class DeploymentSummary:
     def copy(self) -> DeploymentSummary:
         copy = DeploymentSummary(self.model, self.deployment, dict(self.outcomes))
         copy.histograms = {m: h.copy() for m, h in self.histograms.items()}
+        copy.validity = dict(self.validity)
         return copy
 
     @property
@@ -147,6 +166,35 @@ class DeploymentSummary:
     def success_rate(self) -> float | None:
         attempts = self.attempts
         return None if attempts == 0 else self.outcomes.get("ok", 0) / attempts
+
+    def valid_counts(self, kind: RequestKind | None = None) -> tuple[int, int]:
+        """(valid, judged) answers of one request kind, or of all kinds (None)."""
+        valid = judged = 0
+        for key, n in self.validity.items():
+            key_kind, _, verdict = key.partition(":")
+            if kind is None or key_kind == kind:
+                judged += n
+                if verdict == "valid":
+                    valid += n
+        return valid, judged
+
+    def valid_rate(self, kind: RequestKind | None = None) -> float | None:
+        """Valid ÷ judged answers of one request kind, or of all (None: none judged)."""
+        valid, judged = self.valid_counts(kind)
+        return None if judged == 0 else valid / judged
+
+    def invalid_reasons(self, kind: RequestKind | None = None) -> dict[str, int]:
+        """Invalid answers by reason, most frequent first."""
+        reasons: dict[str, int] = {}
+        for key, n in self.validity.items():
+            key_kind, _, verdict = key.partition(":")
+            if verdict != "valid" and (kind is None or key_kind == kind):
+                reasons[verdict] = reasons.get(verdict, 0) + n
+        return dict(sorted(reasons.items(), key=lambda item: -item[1]))
+
+    def top_reason(self, kind: RequestKind | None = None) -> str | None:
+        """The most frequent reason an answer was invalid (None: none was)."""
+        return next(iter(self.invalid_reasons(kind)), None)
 
     def quantile(self, metric: Metric, q: float) -> float | None:
         histogram = self.histograms.get(metric)
@@ -196,4 +244,14 @@ class StatsSnapshot:
         return cls(summaries, taken_at)
 
 
-__all__ = ["METRICS", "OUTCOMES", "DeploymentSummary", "Metric", "StatsSnapshot", "sample_buckets", "sample_values"]
+__all__ = [
+    "METRICS",
+    "OUTCOMES",
+    "VALIDITY_KEYS",
+    "DeploymentSummary",
+    "Metric",
+    "StatsSnapshot",
+    "sample_buckets",
+    "sample_values",
+    "validity_key",
+]

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 
 from gateway.samples import Sample
-from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot, sample_buckets
+from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot, sample_buckets, validity_key
 from gateway.types import Clock, DeploymentKey
 
 SliceSummaries = dict[DeploymentKey, DeploymentSummary]
@@ -48,6 +48,12 @@ def subtract(total: DeploymentSummary, part: DeploymentSummary) -> None:
             total.outcomes[outcome] = left
         else:
             total.outcomes.pop(outcome, None)
+    for key, n in part.validity.items():
+        left = total.validity.get(key, 0) - n
+        if left > 0:
+            total.validity[key] = left
+        else:
+            total.validity.pop(key, None)
     for metric, histogram in part.histograms.items():
         mine = total.histograms.get(metric)
         if mine is None:
@@ -97,11 +103,12 @@ class SlicedWindow:
         if summaries is None:
             summaries = self.slices[index] = {}
         buckets = sample_buckets(sample)
+        validity = validity_key(sample)
         for target in (summaries, self.total):
             summary = target.get(key)
             if summary is None:
                 summary = target[key] = DeploymentSummary(sample.model, sample.deployment)
-            summary.add_buckets(sample.outcome, buckets)
+            summary.add_buckets(sample.outcome, buckets, validity)
 
     def add_summary(self, index: int, part: DeploymentSummary) -> bool:
         """Merge a slice's worth of one deployment (read from elsewhere); False if out of the window."""

@@ -17,7 +17,7 @@ import pytest
 
 from gateway.config import StatsConfig
 from gateway.redis_client import RedisConnections
-from gateway.samples import Outcome, Sample
+from gateway.samples import Outcome, RequestKind, Sample, Validity
 from gateway.stats import InMemoryStatsStore, RedisStatsStore
 from gateway.stats.snapshot import METRICS, sample_values
 from tests.redis_topologies import SENTINEL_ENVIRON
@@ -182,3 +182,29 @@ async def test_samples_leave_the_window(open_store: OpenStore, clock: FakeClock)
     assert store.snapshot().get("m", "d") is None
     store.record(make_sample())
     assert samples_of(store.snapshot()) == 1
+
+
+async def test_validity_is_counted_per_kind_and_leaves_the_window(open_store: OpenStore, clock: FakeClock) -> None:
+    """Every backend keeps judged answers by request kind and verdict, beside the outcomes, and ages them out."""
+    store = await open_store(window_s=60, slice_s=10)
+    clock.now = 1_800_000_000.0
+    valid: tuple[RequestKind, Validity] = ("tools", "valid")
+    broken: tuple[RequestKind, Validity] = ("tools", "tool_args_not_json")
+    plain: tuple[RequestKind, Validity] = ("plain", "valid")
+    judged = [valid] * 7 + [broken] * 3 + [plain] * 5
+    for kind, verdict in judged:
+        store.record(dataclasses.replace(make_sample(), kind=kind, validity=verdict))
+    store.record(make_sample(outcome="timeout"))  # a failure is not judged
+    for synced in (False, True):
+        if synced:
+            await store.sync()
+        summary = store.snapshot().get("m", "d")
+        assert summary is not None
+        assert summary.valid_counts("tools") == (7, 10) and summary.valid_rate("plain") == 1.0
+        assert summary.valid_counts() == (12, 15) and summary.valid_rate("json") is None
+        assert summary.top_reason("tools") == "tool_args_not_json" and summary.top_reason("plain") is None
+    clock.advance(70)
+    store.record(dataclasses.replace(make_sample(), kind="json", validity="json_invalid"))
+    await store.sync()
+    summary = store.snapshot().get("m", "d")
+    assert summary is not None and summary.validity == {"json:json_invalid": 1}

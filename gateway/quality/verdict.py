@@ -1,0 +1,120 @@
+"""One verdict per answer: ``valid``, or the first reason it is not.
+
+A pure function of what the meter read of the answer (``gateway.meter.Reading``: its text, its
+tool calls with their arguments, its stop reason, its token count) and of what the request asked
+(``gateway.quality.expect.Expectation``). It runs once per answer, after the answer's last byte
+has gone to the client, and never changes what the client got. In order:
+
+1. ``truncated``: stopped by ``length`` well below the request's own limit (under ``TRUNCATED_SHARE`` of it);
+   a request that set no limit is never called truncated (there is no limit to be well below).
+2. ``empty``: no text and no tool call, with a stop that is not the limit or a filter.
+3. ``tool_args_not_json`` / ``tool_args_schema``: a call's arguments do not parse, are not an object, name an
+   undeclared tool, or break its declared schema (``gateway.quality.schema``: required keys, types, enums).
+   Empty arguments read as ``{}`` (what a call with no parameters means).
+4. ``wrong_stop``: tool calls with a plain ``stop``, or a tool stop with no call (APIs that state it).
+5. ``json_invalid`` / ``json_schema``: a JSON-mode answer that does not parse, or breaks its schema.
+6. ``degenerate``: the same ``DEGENERATE_N``-word sequence at least ``DEGENERATE_REPEATS`` times, with most of
+   the answer's tail repeating what came before it: a loop.
+
+An answer stopped by the request's own limit is not held to JSON or a tool's schema (the limit cut it),
+but it can still be a loop (a loop usually runs to the limit).
+"""
+
+from __future__ import annotations
+
+import json
+
+from gateway.meter import Reading
+from gateway.quality.expect import Expectation
+from gateway.quality.schema import schema_problem
+from gateway.samples import Validity
+
+TRUNCATED_SHARE = 0.5
+"""A length stop below this share of the request's limit is a truncation, not the limit."""
+DEGENERATE_N = 4
+"""Words per n-gram in the loop check."""
+DEGENERATE_REPEATS = 8
+"""The most frequent n-gram must occur at least this often ..."""
+DEGENERATE_SHARE = 0.5
+"""... and at least this share of the examined n-grams must repeat an earlier one."""
+DEGENERATE_TAIL = 2048
+"""Words examined, from the end (a loop runs to the end of the answer): bounds the check's cost."""
+CHAR_GRAM = 8
+"""Text with few spaces (Chinese, Japanese, a run of symbols) is read by characters, this many per n-gram."""
+
+
+def judge(reading: Reading, expects: Expectation) -> Validity:
+    """The verdict on one complete answer (see the module docstring for the order of the checks)."""
+    calls = reading.calls
+    stop = reading.stop
+    # With tool calls the answer text holds their arguments too: only a call-free answer's text is content.
+    text = "" if calls else reading.answer_text
+    limit = expects.max_tokens
+    if stop == "length" and limit is not None:
+        tokens = reading.usage_completion_tokens
+        if tokens is None:
+            tokens = reading.output_tokens
+        if tokens is not None and tokens < TRUNCATED_SHARE * limit:
+            return "truncated"
+    if not calls and not text.strip():
+        return "valid" if stop in ("length", "filter") else "empty"
+    if calls and stop != "length":
+        for call in calls:
+            problem = _call_problem(call.name, call.arguments, expects)
+            if problem is not None:
+                return problem
+    if expects.tool_stop and stop is not None:
+        if (calls and stop == "stop") or (not calls and stop == "tool"):
+            return "wrong_stop"
+    if expects.json_mode and not calls and stop != "length":
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return "json_invalid"
+        if expects.schema is not None and schema_problem(value, expects.schema) is not None:
+            return "json_schema"
+    if text and degenerate(text):
+        return "degenerate"
+    return "valid"
+
+
+def _call_problem(name: str | None, arguments: str, expects: Expectation) -> Validity | None:
+    raw = arguments.strip() or "{}"
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return "tool_args_not_json"
+    if not isinstance(value, dict):
+        return "tool_args_schema"
+    if not expects.tools:
+        return None  # nothing declared to hold it to (a tool the provider has of its own)
+    if name is None or name not in expects.tools:
+        return "tool_args_schema"
+    return "tool_args_schema" if schema_problem(value, expects.tools[name]) is not None else None
+
+
+def degenerate(text: str) -> bool:
+    """Whether ``text`` ends in a loop: one n-gram ``DEGENERATE_REPEATS`` times or more, and at least
+    ``DEGENERATE_SHARE`` of the (last ``DEGENERATE_TAIL``) n-grams seen before. Ordinary prose repeats few
+    4-word sequences; a list or a table repeats its separators but not its words."""
+    words: list[str] | str = text.split()
+    n = DEGENERATE_N
+    if len(text) > 20 * max(1, len(words)):
+        words, n = text[-DEGENERATE_TAIL * 4 :], CHAR_GRAM
+    else:
+        words = words[-DEGENERATE_TAIL:]
+    grams = len(words) - n + 1
+    if grams < n * DEGENERATE_REPEATS:
+        return False
+    seen: dict[object, int] = {}
+    repeated = 0
+    top = 0
+    for i in range(grams):
+        gram = tuple(words[i : i + n]) if isinstance(words, list) else words[i : i + n]
+        count = seen.get(gram, 0) + 1
+        seen[gram] = count
+        if count > 1:
+            repeated += 1
+            if count > top:
+                top = count
+    return top >= DEGENERATE_REPEATS and repeated >= DEGENERATE_SHARE * grams
