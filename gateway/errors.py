@@ -10,6 +10,7 @@ class at the boundary where they happen (``raise ... from exc``)::
     │   ├── AuthenticationFailed      401
     │   ├── PermissionDenied          403
     │   ├── ModelNotFound             404
+    │   ├── RequestTimeout            408 (a request's head or body arrived too slowly)
     │   ├── PayloadTooLarge           413
     │   ├── HeadersTooLarge           431
     │   └── RateLimited               429 (the gateway's own limits)
@@ -93,6 +94,11 @@ class NotFound(ClientError):
 class MethodNotAllowed(ClientError):
     status_code = 405
     code = "method_not_allowed"
+
+
+class RequestTimeout(ClientError):
+    status_code = 408
+    code = "request_timeout"
 
 
 class PayloadTooLarge(ClientError):

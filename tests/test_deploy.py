@@ -174,6 +174,9 @@ def test_compose_stack_holds_together() -> None:
     for service in services.values():
         for volume in service.get("volumes", []):
             assert (DEPLOY / volume.split(":")[0]).exists(), volume
+    for name, service in services.items():  # published on loopback only: nothing reachable from other hosts
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
     prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     targets = [t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]]
     assert "gateway:8080" in targets and prometheus["rule_files"] == ["/etc/prometheus/alerts.yml"]
