@@ -31,6 +31,7 @@ from gateway.errors import (
     PayloadTooLarge,
     PermissionDenied,
     UpstreamError,
+    clip,
 )
 from gateway.routing import RouteRequest
 from gateway.routing.apis import no_deployment_for
@@ -140,7 +141,7 @@ async def _count_tokens(runtime: GatewayRuntime, request: Request) -> Response:
         raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
     model = runtime.config.model(name)
     if model is None:
-        raise ModelNotFound(f"model '{name}' does not exist", param="model")
+        raise ModelNotFound(f"model '{clip(name)}' does not exist", param="model")
     if not serving(model, "messages"):
         raise no_deployment_for(model, "messages")
     if not key.allows(model.name):
