@@ -80,7 +80,7 @@ def test_dashboard_in_chromium(fakes: Fakes, start_gateway: Callable[..., Gatewa
 
     empty = dump_dom(page)
     assert "No traffic measured yet" in empty and "gateway demo --traffic 5" in empty
-    assert "Authorization: Bearer $GATEWAY_CLIENT_KEY" in empty  # keys are on: the example says so
+    assert "Authorization: Bearer $GATEWAY_API_KEY" in empty  # keys are on: the example says so
     assert '<svg class="scatter"' not in empty
     screenshot(page, tmp_path / "dashboard-empty.png", height=720)
 

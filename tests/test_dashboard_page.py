@@ -156,7 +156,7 @@ def test_empty_state_says_what_to_do() -> None:
     assert re.search(r"<b>llama-3.3-70b</b><span class=\"arrow\">→</span><span class=\"chip\"[^>]*>groq</span>", page)
 
     with_keys = render_page(view(cfg, [], keys_required=True), nonce=NONCE)
-    assert "-H &quot;Authorization: Bearer $GATEWAY_CLIENT_KEY&quot;" in with_keys
+    assert "-H &quot;Authorization: Bearer $GATEWAY_API_KEY&quot;" in with_keys
 
 
 def test_degraded_store_shows_a_banner() -> None:

@@ -75,7 +75,7 @@ def _status(view: DashboardView) -> str:
 def _empty(view: DashboardView) -> str:
     model = json.dumps(view.boards[0].model if view.boards else "my-model")
     base = view.base_url.rstrip("/")
-    auth = '  -H "Authorization: Bearer $GATEWAY_CLIENT_KEY" \\\n' if view.keys_required else ""
+    auth = '  -H "Authorization: Bearer $GATEWAY_API_KEY" \\\n' if view.keys_required else ""
     curl = (
         f"curl -N {base}/v1/chat/completions \\\n{auth}"
         '  -H "Content-Type: application/json" \\\n'
