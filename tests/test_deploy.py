@@ -145,6 +145,24 @@ def test_dashboard_is_templated_by_model_and_has_the_panels() -> None:
     assert len(ids) == len(set(ids))
 
 
+STREAM_ONLY = ("gateway_ttft_seconds", "gateway_tokens_per_second", "gateway_window_ttft", "gateway_window_tokens_per")
+"""Metrics measured on streamed answers only: a non-streamed one arrives whole, with no first token or speed."""
+
+
+def test_panels_of_stream_only_metrics_say_so() -> None:
+    # A panel that stays empty on a gateway whose clients never stream must say why, on the panel itself.
+    dashboard = json.loads(DASHBOARD.read_text())
+    checked = 0
+    for panel in dashboard["panels"]:
+        exprs = " ".join(target.get("expr", "") for target in panel.get("targets", []))
+        if any(name in exprs for name in STREAM_ONLY):
+            assert "Streamed requests only" in panel.get("description", ""), panel["title"]
+            checked += 1
+        if "gateway_hedges" in exprs:
+            assert "streamed requests only" in panel.get("description", ""), panel["title"]
+    assert checked >= 6
+
+
 def test_alert_rules_cover_the_failure_modes() -> None:
     rules = {rule["alert"]: rule for rule in alert_rules()}
     assert {
