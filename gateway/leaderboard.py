@@ -60,6 +60,9 @@ class LeaderboardRow:
     prefill_tokens_per_s_p50: float | None = None
     """Uncached prompt tokens per second of first token (long uncached prompts only)."""
     price_cached_in: float | None = None
+    judged: int | None = None
+    """Of ``samples``, the attempts that say something of the provider: ``success_rate``'s denominator (client
+    cancellations and the request's own 4xx are left out). None in documents of gateways before it."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LeaderboardRow:
@@ -101,6 +104,7 @@ def _row(
         cold_ttft_p50_s=q("cold_ttft_s", 0.50),
         prefill_tokens_per_s_p50=q("prefill_tokens_per_s", 0.50),
         price_cached_in=declared.price_cached_in if declared else None,
+        judged=summary.attempts if summary else 0,
     )
 
 
