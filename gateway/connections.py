@@ -27,6 +27,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.config import GatewayConfig
 from gateway.dialects import CHAT, dialect_for_path
 from gateway.errors import GatewayError, HeadersTooLarge, NoCapacity, RequestTimeout
 
@@ -41,6 +42,17 @@ class ConnectionLimits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     max_connections: int = 10_000
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig) -> ConnectionLimits:
+        """``[limits] max_header_bytes`` and the ``[server]`` deadlines and cap."""
+        server = config.server
+        return cls(
+            max_head_bytes=config.limits.max_header_bytes,
+            header_timeout_s=server.header_timeout_s,
+            body_timeout_s=server.body_timeout_s,
+            max_connections=server.max_connections,
+        )
 
 
 class GuardedProtocol(HttpToolsProtocol):

@@ -36,17 +36,6 @@ def header_limited_protocol(max_head_bytes: int) -> type[asyncio.Protocol]:
     return guarded_protocol(ConnectionLimits(max_head_bytes=max_head_bytes))
 
 
-def connection_limits(config: GatewayConfig) -> ConnectionLimits:
-    """The per-connection limits of ``config`` (``[limits] max_header_bytes`` and the ``[server]`` deadlines)."""
-    server = config.server
-    return ConnectionLimits(
-        max_head_bytes=config.limits.max_header_bytes,
-        header_timeout_s=server.header_timeout_s,
-        body_timeout_s=server.body_timeout_s,
-        max_connections=server.max_connections,
-    )
-
-
 def uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_level: str) -> uvicorn.Config:
     """How ``gateway serve`` runs ``app``; tests run the same configuration."""
     return uvicorn.Config(
@@ -54,7 +43,7 @@ def uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_le
         host=host,
         port=port,
         loop="uvloop",
-        http=guarded_protocol(connection_limits(config)),
+        http=guarded_protocol(ConnectionLimits.from_config(config)),
         lifespan="on",
         access_log=False,
         log_level=log_level,

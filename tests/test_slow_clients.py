@@ -19,9 +19,8 @@ import pytest
 
 from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
-from gateway.connections import guarded_protocol
+from gateway.connections import ConnectionLimits, guarded_protocol
 from gateway.fakes import FakeBehavior
-from gateway.server import connection_limits
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway, GatewayServers
 
@@ -50,7 +49,7 @@ def guarded(fakes: Fakes) -> Iterator[Callable[..., Gateway]]:
             source="test.toml",
         )
         gateway = servers.serve(
-            create_app(config, AppOptions(environ={})), http=guarded_protocol(connection_limits(config))
+            create_app(config, AppOptions(environ={})), http=guarded_protocol(ConnectionLimits.from_config(config))
         )
         gateway.server.server.config.timeout_keep_alive = config.server.keepalive_timeout_s  # type: ignore[assignment]
         return gateway
