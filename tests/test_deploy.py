@@ -333,7 +333,7 @@ def test_docker_compose_rejects_what_it_should(tmp_path: Path) -> None:
 def test_the_compose_notes_say_which_key_clients_need() -> None:
     compose = (DEPLOY / "docker-compose.yml").read_text()
     readme = (DEPLOY / "README.md").read_text()
-    stack = (ROOT / "README.md").read_text().split("**Docker Compose**")[1].split("\n- **")[0]
+    stack = (ROOT / "docs" / "deploying.md").read_text().split("**Docker Compose**")[1].split("\n- **")[0]
     for text in (compose, readme, stack):  # the stack requires a client key: the notes say which
         assert "no API key" not in text.replace("\n", " ") and "No API key" not in text
         assert "demo-key" in text
