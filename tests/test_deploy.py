@@ -399,3 +399,16 @@ def test_nothing_in_the_repository_points_outside_the_checkout() -> None:
     assert not offenders
     # What the docs cite as the published figures is in the repository.
     assert (ROOT / "gateway" / "fakes" / "provider-profiles.csv").is_file()
+
+
+def test_the_image_and_the_demo_install_the_runtime_not_the_test_toolchain() -> None:
+    # The image holds the gateway's runtime dependencies only; `make demo` the runtime and the demo extra.
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    installs = re.findall(r"pip install (\S+)", dockerfile)
+    assert installs == ["."], installs
+    makefile = (ROOT / "Makefile").read_text()
+    assert "pip install --quiet -e '.[demo]'" in makefile and "pip install --quiet -e '.[dev]'" in makefile
+    demo_target = makefile[makefile.index("\ndemo:") :].split("\n\n")[0]
+    assert "$(DEMO_BIN)/gateway demo" in demo_target and "install-demo" in demo_target
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert len(extras["demo"]) <= 2 and not set(extras["demo"]) & {"pytest>=8", "mypy>=1.11"}
