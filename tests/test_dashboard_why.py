@@ -6,6 +6,7 @@ that ``GET /v1/gateway/routes`` explains), never a second estimate: the tests co
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from collections.abc import Callable
@@ -154,6 +155,14 @@ def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
         # The same number, to the page's rounding (the JSON rounds to 0.1 ms first).
         assert _seconds_of(cells.group(1).removeprefix("≈ ")) == _approx_seconds(predicted["time_s"])
         assert cells.group(2) == money(predicted["cost_usd"])
+        # Each prediction's basis: the answers behind it and the age of the newest, as the routes endpoint says.
+        basis = re.search(rf'{row["deployment"]} {tags}</td>(?:<td class="num">[^<]*</td>){{2}}'
+                          r'<td class="basis-cell">([^<]*)</td>', page)  # fmt: skip
+        heard = predicted["samples"] >= 0.5 or predicted["newest_sample_age_s"] is not None
+        expected = f"{predicted['samples']:.0f} answer" if heard else "no answer yet"
+        assert basis is not None and basis.group(1).startswith(expected), (basis, predicted)
+    exploration = ranking["exploration"]
+    assert f"explored {exploration['probes']} of {exploration['requests']} requests" in page
 
 
 def _seconds_of(text: str) -> float:
@@ -199,6 +208,9 @@ def test_each_prediction_shows_its_basis_and_the_cheapest_names_its_cache_discou
     assert "cheapest · cache" in html and "$0.00011*" in html and "the prompt cache lowers the cost" in html
     assert "40 answers · newest 3 s ago · ±12%" in html and ">exploring<" in html
     assert "first token (p95)" in html
+    assert "This replica" not in html  # no requests routed yet: nothing to say about exploring
+    explored = dataclasses.replace(view, explored="explored 3 of 60 requests (5.0%; budget 5%)")
+    assert "This replica explored 3 of 60 requests (5.0%; budget 5%)." in render_why(explored, {}, "listed")
 
 
 def test_a_leader_on_trial_says_so() -> None:

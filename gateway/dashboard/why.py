@@ -91,6 +91,9 @@ class WhyView:
     ttft_quantile: float = 0.5
     tps_quantile: float = 0.5
     """The quantiles the predictions use (a TTFT tail, a tokens/s floor), for the note under the table."""
+    explored: str = ""
+    """How many of this replica's requests went to measuring rather than to the leader, e.g.
+    ``explored 12 of 300 requests (4.0%; budget 5%)``; empty before any request."""
 
     @property
     def cheapest(self) -> str | None:
@@ -155,6 +158,17 @@ def why_view(ranking: Ranking) -> WhyView:
         rows=rows,
         ttft_quantile=ranking.policy.ttft_quantile,
         tps_quantile=ranking.policy.tps_quantile,
+        explored=_explored(ranking),
+    )
+
+
+def _explored(ranking: Ranking) -> str:
+    if not ranking.requests or ranking.policy.ranking == "fixed":
+        return ""
+    share = ranking.probes / ranking.requests
+    return (
+        f"explored {ranking.probes:,} of {ranking.requests:,} requests ({share:.1%}; "
+        f"budget {ranking.policy.explore_share:.0%})"
     )
 
 
@@ -256,6 +270,7 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
         "<th>Score terms (0 = best)</th></tr></thead>"
         f"<tbody>{''.join(lines)}</tbody></table></div>"
         f'<p class="muted why-note">The router\'s own ranking for {shape}; policy {esc(view.policy)}. {tails}'
+        + (f"This replica {esc(view.explored)}. " if view.explored else "")
         + ("*: the prompt cache lowers the cost (cached input at its own price). " if cached else "")
         + "≈: not measured yet, the model's average stands in. Every number: GET /v1/gateway/routes.</p></div>"
     )
