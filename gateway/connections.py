@@ -123,6 +123,11 @@ class GuardedProtocol(HttpToolsProtocol):
         self._head_timer = None
         if self.transport.is_closing():
             return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined request's head, behind a response still being sent (a long stream): its
+            # deadline starts once the connection is free, never cutting the response under way.
+            self._arm_head_timer()
+            return
         if not self._begun and self._head_bytes == 0:  # nothing of a request arrived: nobody to answer
             self.transport.close()
             return

@@ -232,3 +232,34 @@ def test_connections_past_the_cap_are_refused_and_the_cap_frees_up(guarded: Call
                 break
             except openai.APIStatusError as error:
                 assert error.status_code == 503 and time.monotonic() < deadline
+
+
+def test_a_pipelined_head_behind_a_long_stream_does_not_cut_the_stream(
+    guarded: Callable[..., Gateway], fakes: Fakes
+) -> None:
+    # The first request streams for longer than the header deadline; the next one's first bytes arrive
+    # meanwhile (pipelined). The stream must finish whole; the slow head is judged once the connection is free.
+    gateway = guarded()
+    body = json.dumps(
+        {
+            "model": "m",
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+            "fake": {"tokens_per_s": 10, "output_tokens": 25},
+        }
+    ).encode()
+    first = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    first += f"content-length: {len(body)}\r\n\r\n".encode() + body
+    with _connect(gateway) as sock:
+        started = time.monotonic()
+        sock.sendall(first)
+        head = sock.recv(65536)  # the stream has begun ...
+        sock.sendall(b"GET /hea")  # ... when the next request's head begins, never to be finished
+        response, seconds = _until_closed(sock, started)
+        response = head + response
+    assert seconds > HEADER_S + 0.5  # the stream ran past the deadline ...
+    end = b"data: [DONE]\n\n\r\n0\r\n\r\n"
+    assert response.startswith(b"HTTP/1.1 200 ") and end in response  # ... and finished whole,
+    after = response.split(end, 1)[1]
+    assert after == b"" or after.startswith(b"HTTP/1.1 408 "), after  # the stalled head answered only after it
+    assert seconds < 2.5 + max(HEADER_S, KEEPALIVE_S) + SLACK_S  # then the stalled head was cut (no 408 mid-stream)
