@@ -1,17 +1,30 @@
 # The two commands of the README's first screen are `make demo` and `make test`; both build
-# the virtualenv on first use, so they work on a fresh machine with Python 3.11+.
+# their virtualenv on first use (the demo's: .venv-demo, runtime + demo extra; the tests': .venv,
+# + dev extra), so they work on a fresh machine with Python 3.11+.
 
 PYTHON ?= python3
 # e.g. make demo DEMO_ARGS='--traffic 10 --port 9000'
 DEMO_ARGS ?=
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The demo's own virtualenv: the package and its demo extra only (no test toolchain), so a first
+# `make demo` installs what the gateway runs on and little else.
+DEMO_VENV ?= .venv-demo
+DEMO_BIN := $(DEMO_VENV)/bin
 # Nothing outside the checkout is needed: the tokenizer's rank files ship inside the package
 # (gateway/data/encodings), so the demo and the tests run offline once the venv is built.
 
-.PHONY: install demo serve test check format bench clean docker
+.PHONY: install install-demo demo serve test check format bench clean docker
 
 install: $(VENV)/.installed
+
+install-demo: $(DEMO_VENV)/.installed
+
+$(DEMO_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_BIN)/pip install --quiet --upgrade pip
+	$(DEMO_BIN)/pip install --quiet -e '.[demo]'
+	touch $@
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +32,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-demo: install
-	$(BIN)/gateway demo $(DEMO_ARGS)
+demo: install-demo
+	$(DEMO_BIN)/gateway demo $(DEMO_ARGS)
 
-serve: install
-	$(BIN)/gateway serve -c config.example.toml
+serve: install-demo
+	$(DEMO_BIN)/gateway serve -c config.example.toml
 
 # The whole suite, with the coverage floor of pyproject.toml; PYTEST_ARGS adds pytest options.
 test: install
@@ -45,4 +58,4 @@ docker:
 	docker build -t $(IMAGE) .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache

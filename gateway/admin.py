@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.api import error_response
 from gateway.auth import presented_key
 from gateway.config import ConfigError, ModelConfig
-from gateway.errors import BudgetUnavailable, GatewayError, InvalidRequest, ModelNotFound, NotFound
+from gateway.errors import BudgetUnavailable, GatewayError, InvalidRequest, ModelNotFound, NotFound, clip
 from gateway.metrics import WORKER_ENV
 from gateway.reload import reloader_of
 from gateway.routing.affinity import decide
@@ -78,7 +78,7 @@ async def routes(request: Request) -> Response:
         if wanted is not None:
             models = tuple(m for m in models if m.name == wanted)
             if not models:
-                raise ModelNotFound(f"model '{wanted}' does not exist", param="model")
+                raise ModelNotFound(f"model '{clip(wanted)}' does not exist", param="model")
         bound = request.query_params.get("session_deployment")
         cached = _positive_int(request, "cached_tokens", None)
         rankings = []

@@ -34,6 +34,7 @@ from gateway.errors import (
     InvalidRequest,
     ModelNotFound,
     PayloadTooLarge,
+    clip,
     internal_error,
 )
 from gateway.leaderboard import leaderboard, leaderboard_json
@@ -53,6 +54,7 @@ from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
 from gateway.sessions import session_of
+from gateway.shapes import check_content_type, check_shape
 from gateway.upstream import forwardable_headers
 
 AFFINITY_HEADER_NAME = "x-gateway-affinity"
@@ -374,15 +376,17 @@ class ProxyEndpoint:
         if size > limit:
             raise HeadersTooLarge(f"request headers of {size} bytes exceed the limit of {limit} bytes")
         key = runtime.access.authenticate(scope)
+        check_content_type(scope["headers"])
         raw = await read_request_body(scope, receive, runtime.config.server.max_body_bytes)
         body = parse_json_body(raw)
         requested, stream, max_tokens = _check_types(body, self.endpoint)
+        check_shape(body, self.endpoint)
         names = {m.name for m in runtime.config.models}
         model_name, suffix_sort = split_model_suffix(requested, names)
         model = runtime.config.model(model_name)
         if model is None:
             known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
-            missing = ModelNotFound(f"model '{requested}' does not exist (known: {known})", param="model")
+            missing = ModelNotFound(f"model '{clip(requested)}' does not exist (known: {known})", param="model")
             raise _model_error(missing, self.endpoint)
         if not reachable(model, self.endpoint):
             raise _model_error(no_deployment_for(model, self.endpoint), self.endpoint)
@@ -548,6 +552,16 @@ async def list_models(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": data})
 
 
+async def retrieve_model(request: Request) -> Response:
+    """``GET /v1/models/{id}``: one model of ``/v1/models`` (the SDKs' ``models.retrieve``), else 404."""
+    runtime = runtime_of(request.scope)
+    key = runtime.access.authenticate(request.scope)
+    wanted = request.path_params["model_id"]
+    if wanted in runtime.access.visible_models(key, [m.name for m in runtime.config.models]):
+        return JSONResponse({"id": wanted, "object": "model", "created": 0, "owned_by": "gateway"})
+    raise ModelNotFound(f"model '{clip(wanted)}' does not exist", param="model", code="model_not_found")
+
+
 async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
@@ -593,4 +607,5 @@ __all__ = [
     "list_models",
     "metrics",
     "readyz",
+    "retrieve_model",
 ]

@@ -320,6 +320,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
         Route("/v1/responses/{response_id}/cancel", sidecalls.response_call, methods=["POST"]),
         Route("/v1/messages/count_tokens", sidecalls.count_tokens, methods=["POST"]),
         Route("/v1/models", api.list_models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", api.retrieve_model, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),

@@ -233,6 +233,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"window {document['window_s']} s, {store['backend']} store ({state})")
         print()
         print(render_table(rows) if args.wide else render_compact(rows))
+        if not any(row.samples for row in rows):
+            print()
+            print(f"no samples yet in the last {document['window_s']} s: the table fills as requests are answered")
     return 0
 
 
@@ -537,5 +540,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:  # a bare `gateway`: what it can do, not an error
         parser.print_help()
         return 0
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+        sys.stdout.flush()  # inside the try: a reader that left (`gateway stats | head`) is seen here
+    except BrokenPipeError:
+        # Python would print a traceback while flushing at exit; point stdout at /dev/null and stop quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return result

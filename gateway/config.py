@@ -61,6 +61,18 @@ class ServerConfig:
     """Debug only: add the request body and the answer text to each access-log line."""
     shutdown_grace_s: float = 30.0
     """On SIGTERM, how long requests in flight (streams included) may run before they are cut."""
+    header_timeout_s: float = 10.0
+    """A client's request head must be complete this long after its first byte (or its connection opened); else
+    the socket closes. ``0``: no deadline."""
+    body_timeout_s: float = 30.0
+    """A request's whole body must have arrived this long after its head, else 408 in the client API's shape."""
+    max_connections: int = 10_000
+    """Open client connections per worker process; past it a new one is answered 503 and closed."""
+    keepalive_timeout_s: float = 75.0
+    """How long an idle kept-alive client connection stays open. Longer than the clients' own pool expiry
+    (httpx, and so the OpenAI SDK: 5 s; load balancers: 60 s), so that the server is never the side that closes a
+    connection a client is just reusing: when both sides expire it at the same moment (uvicorn's default, 5 s), a
+    request sent into a connection the server is closing fails with no response."""
     workers: Workers = 1
     """Worker processes serving the port, each a full replica (``gateway.workers``); ``"auto"``: one
     per core available to the process. ``gateway serve --workers N`` overrides it."""
@@ -290,6 +302,10 @@ def _parse_server(table: TableReader) -> ServerConfig:
         access_log=table.flag("access_log", default.access_log),
         log_bodies=table.flag("log_bodies", default.log_bodies),
         shutdown_grace_s=table.number("shutdown_grace_s", default.shutdown_grace_s, minimum=0.0),
+        header_timeout_s=table.number("header_timeout_s", default.header_timeout_s, minimum=0.0),
+        body_timeout_s=table.number("body_timeout_s", default.body_timeout_s, minimum=0.0),
+        max_connections=table.integer("max_connections", default.max_connections, minimum=0),
+        keepalive_timeout_s=table.number("keepalive_timeout_s", default.keepalive_timeout_s, positive=True),
         workers=_parse_workers(table),
     )
     if server.port > 65535:

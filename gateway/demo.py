@@ -33,6 +33,7 @@ from starlette.applications import Starlette
 
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig, parse_config
+from gateway.connections import ConnectionLimits, guarded_protocol
 from gateway.demo_banner import invocation, relative_to_cwd, try_it_lines
 from gateway.fakes import FakeBehavior, FakeProvider
 from gateway.fakes.profiles import DEMO_PROFILES, ProviderProfile, ServingFigures
@@ -112,10 +113,11 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _server(name: str, app: Any, sock: socket.socket) -> _Served:
+def _server(name: str, app: Any, sock: socket.socket, gateway: GatewayConfig | None = None) -> _Served:
+    """A server on ``sock``; the gateway's (``gateway`` given) with ``gateway serve``'s connection limits."""
     config = uvicorn.Config(
         app,
-        http="httptools",
+        http=guarded_protocol(ConnectionLimits.from_config(gateway)) if gateway is not None else "httptools",
         ws="none",
         lifespan="on",
         access_log=False,
@@ -123,6 +125,8 @@ def _server(name: str, app: Any, sock: socket.socket) -> _Served:
         log_level="warning",
         timeout_graceful_shutdown=3,
     )
+    if gateway is not None:
+        config.timeout_keep_alive = gateway.server.keepalive_timeout_s  # type: ignore[assignment]
     return _Served(name, _SharedLoopServer(config), sock)
 
 
@@ -250,7 +254,7 @@ class Demo:
         except (DemoError, ValueError) as exc:  # ValueError: TokenizerError, ConfigError
             gateway_sock.close()
             raise DemoError(str(exc)) from exc
-        self.served.append(_server("gateway", app, gateway_sock))
+        self.served.append(_server("gateway", app, gateway_sock, config))
         for served in self.served:
             served.task = asyncio.create_task(served.server.serve(sockets=[served.sock]), name=served.name)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -10,6 +10,7 @@ class at the boundary where they happen (``raise ... from exc``)::
     │   ├── AuthenticationFailed      401
     │   ├── PermissionDenied          403
     │   ├── ModelNotFound             404
+    │   ├── RequestTimeout            408 (a request's head or body arrived too slowly)
     │   ├── PayloadTooLarge           413
     │   ├── HeadersTooLarge           431
     │   └── RateLimited               429 (the gateway's own limits)
@@ -28,6 +29,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+ECHO_LIMIT = 256
+"""Longest client value an error message repeats (a 50 KB model name comes back clipped, not whole)."""
+MESSAGE_LIMIT = 4096
+"""Longest error message sent: the last guard against an echo that was not clipped where it was made."""
+
+
+def clip(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``value`` as text for an error message, cut to ``limit`` characters with the full length said."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters)"
+
 
 class GatewayError(Exception):
     """Base of every error that reaches a client with a deliberate status and message."""
@@ -44,9 +58,10 @@ class GatewayError(Exception):
         code: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        message = clip(message, MESSAGE_LIMIT)
         super().__init__(message)
         self.message = message
-        self.param = param
+        self.param = clip(param) if param is not None else None
         if code is not None:
             self.code = code
         self.headers: dict[str, str] = dict(headers or {})
@@ -95,6 +110,11 @@ class MethodNotAllowed(ClientError):
     code = "method_not_allowed"
 
 
+class RequestTimeout(ClientError):
+    status_code = 408
+    code = "request_timeout"
+
+
 class PayloadTooLarge(ClientError):
     status_code = 413
     code = "request_too_large"
@@ -112,11 +132,15 @@ class RateLimited(ClientError):
 
 
 class UpstreamError(GatewayError):
-    """One attempt at one provider failed. ``provider`` names it; the message never holds a key."""
+    """One attempt at one provider failed. ``provider`` names it; the message never holds a key.
+
+    ``cooldown_s``: how long the router keeps the deployment out after this failure, when the provider
+    said nothing (no ``Retry-After``); the client's ``Retry-After`` is made from it."""
 
     status_code = 502
     error_type = "upstream_error"
     code = "upstream_error"
+    cooldown_s: float | None = None
 
     def __init__(
         self,

@@ -68,6 +68,9 @@ class LeaderboardRow:
     valid_rate_plain: float | None = None
     invalid_reason: str | None = None
     """The most frequent reason its answers were invalid (None: none was)."""
+    judged: int | None = None
+    """Of ``samples``, the attempts that say something of the provider: ``success_rate``'s denominator (client
+    cancellations and the request's own 4xx are left out). None in documents of gateways before it."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LeaderboardRow:
@@ -114,6 +117,7 @@ def _row(
         valid_rate_json=summary.valid_rate("json") if summary else None,
         valid_rate_plain=summary.valid_rate("plain") if summary else None,
         invalid_reason=summary.top_reason() if summary else None,
+        judged=summary.attempts if summary else 0,
     )
 
 

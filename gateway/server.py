@@ -1,11 +1,10 @@
-"""Running the app under uvicorn: header-size limit at the protocol, graceful shutdown, clean exit.
+"""Running the app under uvicorn: connection limits at the protocol, graceful shutdown, clean exit.
 
 Why a protocol subclass: uvicorn's httptools protocol (the fast one ``gateway serve`` uses) has
-no limit on the size of a request head, and httptools buffers an unfinished header in full, so
-a client could grow the process by streaming one endless header. ``_HeadLimitedProtocol``
-counts the bytes received before the head is complete and answers 431 once they pass
-``[limits] max_header_bytes``. (``h11_max_incomplete_event_size`` only applies to the h11
-protocol.) The app's ``HeaderSizeLimit`` middleware checks again the head that did complete.
+no limit on the size of a request head, no deadline for a head or a body, and no cap on open
+connections; ``gateway.connections.GuardedProtocol`` adds them, from ``[limits] max_header_bytes``
+and ``[server] header_timeout_s``, ``body_timeout_s``, ``max_connections``. The app's
+``HeaderSizeLimit`` middleware checks again the head that did complete.
 
 Shutdown: on SIGTERM (or Ctrl-C) uvicorn stops accepting, lets requests in flight, streams
 included, run for up to ``[server] shutdown_grace_s``, then runs the lifespan's shutdown, which
@@ -23,72 +22,18 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config import GatewayConfig
-from gateway.errors import HeadersTooLarge
+from gateway.connections import ConnectionLimits, guarded_protocol
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GC_THRESHOLDS = (20_000, 50, 1_000)
 """Allocations before a young collection, then young collections per middle one, middle per full."""
 
 
-class _HeadLimitedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, refusing request heads larger than ``max_head_bytes``."""
-
-    max_head_bytes = 32 * 1024
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._in_head = True
-        self._head_bytes = 0
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._in_head = True
-        self._head_bytes = 0
-
-    def on_headers_complete(self) -> None:
-        self._in_head = False
-        super().on_headers_complete()
-
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._in_head = True
-        self._head_bytes = 0
-
-    def data_received(self, data: bytes) -> None:
-        if self._in_head:
-            self._head_bytes += len(data)
-        super().data_received(data)
-        if self._in_head and self._head_bytes > self.max_head_bytes and not self.transport.is_closing():
-            self._refuse_head()
-
-    def _refuse_head(self) -> None:
-        if self.cycle is None or self.cycle.response_complete:
-            error = HeadersTooLarge(f"request headers exceed the limit of {self.max_head_bytes} bytes")
-            body = error.to_json()
-            head = (
-                f"HTTP/1.1 {error.status_code} Request Header Fields Too Large\r\n"
-                "content-type: application/json\r\n"
-                f"content-length: {len(body)}\r\n"
-                "connection: close\r\n\r\n"
-            )
-            self.transport.write(head.encode("latin-1") + body)
-        self.transport.close()
-
-
 def header_limited_protocol(max_head_bytes: int) -> type[asyncio.Protocol]:
-    """The httptools protocol class with the given head limit (uvicorn instantiates it per connection)."""
-    return type("HeadLimitedProtocol", (_HeadLimitedProtocol,), {"max_head_bytes": max_head_bytes})
-
-
-KEEPALIVE_S = 75
-"""How long an idle client connection is kept open. Longer than the clients' own pool expiry (httpx, and so the
-OpenAI SDK: 5 s; load balancers: 60 s), so that the server is never the side that closes a connection a client
-is just reusing: with uvicorn's default, 5 s, both sides expire an idle connection at the same moment, and a request
-sent into one the server is closing fails with no response (the likely cause of the routing benchmark's rare request
-that failed with no attempt made)."""
+    """The guarded protocol with the given head limit and the default deadlines (tests of the head limit)."""
+    return guarded_protocol(ConnectionLimits(max_head_bytes=max_head_bytes))
 
 
 def uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_level: str) -> uvicorn.Config:
@@ -98,11 +43,12 @@ def uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_le
         host=host,
         port=port,
         loop="uvloop",
-        http=header_limited_protocol(config.limits.max_header_bytes),
+        http=guarded_protocol(ConnectionLimits.from_config(config)),
         lifespan="on",
         access_log=False,
         log_level=log_level,
-        timeout_keep_alive=KEEPALIVE_S,
+        # uvicorn declares an int but only ever passes it to call_later.
+        timeout_keep_alive=config.server.keepalive_timeout_s,  # type: ignore[arg-type]
         # uvicorn declares an int but only ever waits on it.
         timeout_graceful_shutdown=config.server.shutdown_grace_s,  # type: ignore[arg-type]
     )

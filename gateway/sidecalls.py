@@ -42,6 +42,7 @@ from gateway.errors import (
     PayloadTooLarge,
     PermissionDenied,
     UpstreamError,
+    clip,
 )
 from gateway.routing import Candidate, RouteRequest
 from gateway.runtime import GatewayRuntime, runtime_of
@@ -213,7 +214,7 @@ async def _count_tokens(runtime: GatewayRuntime, request: Request) -> Response:
         raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
     model = runtime.config.model(name)
     if model is None:
-        raise ModelNotFound(f"model '{name}' does not exist", param="model")
+        raise ModelNotFound(f"model '{clip(name)}' does not exist", param="model")
     if not key.allows(model.name):
         raise PermissionDenied(f"this API key may not use model '{model.name}'", code="model_not_allowed")
     path = "/messages/count_tokens" + (f"?{request.url.query}" if request.url.query else "")

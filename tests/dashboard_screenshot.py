@@ -1,6 +1,12 @@
 """Makes ``docs/dashboard.png``: the page of a real gateway whose store holds samples shaped on
 published provider figures (``gateway/fakes/provider-profiles.csv``: median and floor speeds, TTFT,
-prices), at a desktop width, and ``docs/dashboard-narrow.png`` at a phone's.
+prices), at a wide desktop width, and ``docs/dashboard-narrow.png`` at a phone's; and
+``docs/dashboard.layout``, the digest of the files that decide the page's layout, which
+``tests/test_dashboard_page.py`` compares so that a layout change without new pictures fails.
+
+The store's half-hour history is seeded too, with a story a reader should spot on the sparklines:
+``nebius`` led the GLM model's speed until twelve minutes ago, then degraded, and ``baseten`` took
+the lead (the rank changes are marked).
 
 Why seeded samples rather than traffic: every row fills at once, with realistic spreads, and
 the page looks the same on every run (``gateway bench --seed-stats`` seeds a store the same
@@ -13,6 +19,7 @@ root::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import random
 import sys
@@ -38,12 +45,15 @@ GLM = {
     "deepinfra": (69.4, 9.0, 2.1, 6.41, 0.06, 0.08, 0.25, 0.12),
 }
 LLAMA = {
-    "together": (89.0, 41.0, 0.446, 1.10, 0.01, 0.54, 0.54, 0.40),
+    "together": (89.0, 41.0, 0.446, 1.10, 0.01, 0.30, 0.38, 0.40),
     "deepinfra": (73.0, 30.0, 0.377, 0.95, 0.03, 0.23, 0.40, 0.25),
     "parasail": (72.0, 35.0, 0.414, 1.30, 0.01, 0.20, 0.38, 0.20),
     "novita": (72.0, 28.0, 0.512, 1.60, 0.02, 0.30, 0.45, 0.15),
 }
 MODELS = {"glm-5.3-flash": GLM, "llama-3.3-70b": LLAMA}
+CACHED = {("llama-3.3-70b", "together"): (0.03, 0.8)}
+"""(model, deployment): its cached-input price ($/1M) and the share of prompt tokens its answers had cached:
+cheapest on a typical request thanks to its cache, though its list input price is not the lowest."""
 SAMPLES_PER_MODEL = {"glm-5.3-flash": 640, "llama-3.3-70b": 380}
 
 
@@ -57,6 +67,7 @@ def _config() -> object:
                     "name": model,
                     "deployments": [
                         {"provider": p, "model": model, "price_in": f[5], "price_out": f[6]}
+                        | ({"price_cached_in": CACHED[(model, p)][0]} if (model, p) in CACHED else {})
                         for p, f in deployments.items()
                     ],
                 }
@@ -81,6 +92,7 @@ def _samples(rng: random.Random, now: float) -> list[Sample]:
                 first = ttft * math.exp(rng.gauss(0, ttft_sigma))
                 speed = tps * math.exp(rng.gauss(0, tps_sigma))
                 tokens = rng.randint(80, 256)
+                cached = CACHED.get((model, name))
                 samples.append(
                     Sample(
                         model,
@@ -96,13 +108,71 @@ def _samples(rng: random.Random, now: float) -> list[Sample]:
                         tokens_per_s=speed,
                         e2e_s=first + tokens / speed,
                         output_tokens=tokens,
+                        usage_prompt_tokens=500 if cached else None,
+                        usage_cached_tokens=round(500 * cached[1]) if cached else None,
                     )  # fmt: skip
                 )
     return samples
 
 
-WIDE, NARROW = (1280, 960), (390, 844)
-"""A desktop browser, and a phone (CSS pixels)."""
+WIDE, NARROW = (1600, 1000), (390, 844)
+"""A wide desktop browser, and a phone (CSS pixels)."""
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYOUT_FILES = (
+    "gateway/dashboard/page.css",
+    "gateway/dashboard/page.py",
+    "gateway/dashboard/chart.py",
+    "gateway/dashboard/spark.py",
+    "gateway/dashboard/why.py",
+    "tests/dashboard_screenshot.py",
+)
+"""What decides how the page looks (its CSS, its HTML, its charts) and the data it is drawn with."""
+LAYOUT_RECORD = ROOT / "docs" / "dashboard.layout"
+
+
+def layout_digest() -> str:
+    """sha256 over ``LAYOUT_FILES``, each path with its content (line endings as stored)."""
+    digest = hashlib.sha256()
+    for name in LAYOUT_FILES:
+        digest.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+# Per minute of the last half hour, GLM's deployments' (tokens/s, TTFT) factors against their profile:
+# nebius leads until it degrades twelve minutes ago; modal briefly leads in between.
+STORY: dict[str, list[tuple[int, float, float]]] = {
+    "nebius": [(30, 1.45, 1.0), (12, 0.55, 1.8), (0, 0.55, 1.8)],
+    "modal": [(30, 1.0, 1.0), (14, 1.5, 0.9), (11, 1.0, 1.0), (0, 1.0, 1.0)],
+}
+
+
+def _factors(name: str, minutes_ago: int) -> tuple[float, float]:
+    steps = STORY.get(name, [])
+    for since, tps, ttft in steps:  # the first step that began at or before this minute
+        if minutes_ago <= since and not any(s < since and minutes_ago <= s for s, _, _ in steps):
+            return tps, ttft
+    return 1.0, 1.0
+
+
+def _history(rng: random.Random, now: float) -> list[Sample]:
+    """Six answers per deployment and minute over the last 30 minutes, shaped on ``MODELS`` and ``STORY``."""
+    samples: list[Sample] = []
+    for model, deployments in MODELS.items():
+        for name, (tps, floor, ttft, ttft95, _, _, _, _) in deployments.items():
+            tps_sigma = math.log(tps / floor) / Z95 / 3
+            ttft_sigma = math.log(ttft95 / ttft) / Z95 / 3
+            for minutes_ago in range(29, -1, -1):
+                tps_factor, ttft_factor = _factors(name, minutes_ago) if model == "glm-5.3-flash" else (1.0, 1.0)
+                for _ in range(6):
+                    first = ttft * ttft_factor * math.exp(rng.gauss(0, ttft_sigma))
+                    speed = tps * tps_factor * math.exp(rng.gauss(0, tps_sigma))
+                    at = now - minutes_ago * 60 - rng.uniform(0, 50)
+                    samples.append(
+                        Sample(model, name, name, "chat", True, "ok", at, status=200, ttft_s=first,
+                               first_answer_s=first, tokens_per_s=speed, e2e_s=first + 200 / speed, output_tokens=200)
+                    )  # fmt: skip
+    return samples
 
 
 @contextlib.contextmanager
@@ -112,9 +182,13 @@ def seeded_dashboard() -> Iterator[str]:
     server = ServerThread(app).start()
     try:
         store = app.state.runtime.current.stats
-        samples = _samples(random.Random(8), time.time())
+        now = time.time()
+        samples = _samples(random.Random(8), now)
+        history = _history(random.Random(9), now)
         assert server.loop is not None
         server.loop.call_soon_threadsafe(lambda: [store.record(s) for s in samples])
+        # The half hour before: straight into the store's minutes (the window holds only its last 5 minutes).
+        server.loop.call_soon_threadsafe(lambda: [store.minutes.add(s, s.started_at) for s in history])
         wait_until(lambda: sum(s.samples for s in store.snapshot().summaries.values()) == len(samples))
         yield f"{server.url}/dashboard"
     finally:
@@ -128,6 +202,8 @@ def main(target: Path) -> None:
             browser.open(url, width, height)
             browser.screenshot(path)
             print(f"wrote {path} ({path.stat().st_size:,} bytes, {width} px wide)")
+    LAYOUT_RECORD.write_text(f"sha256 {layout_digest()}\n")
+    print(f"wrote {LAYOUT_RECORD} (the layout these pictures show)")
 
 
 if __name__ == "__main__":

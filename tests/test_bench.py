@@ -133,7 +133,8 @@ def test_bench_through_a_gateway_splits_results_by_the_provider_that_served(
     assert set(rows) == {"gateway/m flaky", "gateway/m steady"}
     assert flaky.app.state.completed + steady.app.state.completed == 8
     for line in rows.values():  # what each served, it served whole, at its measured speed
-        assert line.rstrip().endswith("100.0") and 500 < float(line.split()[3]) < 1500, line
+        assert line.split()[-2] == "100.0" and 500 < float(line.split()[3]) < 1500, line
+    assert sum(int(line.split()[-1]) for line in rows.values()) == 8  # each provider's share of the requests
     assert "gateway bench: 1 target x 8 requests" in text
 
 
@@ -192,6 +193,7 @@ def test_bench_command_prints_the_table_writes_files_and_seeds(fakes: Fakes, tmp
     for column in ("Tokens/s p50", "Δ vs fastest", "Tokens/s p95 floor", "TTFT p95", "End-to-end p99", "Success %"):
         assert column in lines[header]
     assert lines[header + 2].startswith("m/quick") and lines[header + 3].startswith("m/slow")
+    assert lines[header].split()[-1] == "Requests" and lines[header + 2].split()[-1] == "3"
     assert "seeded 6 samples into the memory stats store" in result.stdout
 
     document = json.loads(out.with_suffix(".json").read_text())

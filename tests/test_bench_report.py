@@ -46,7 +46,7 @@ def test_summaries_are_sorted_by_speed_with_the_distance_to_the_fastest() -> Non
     assert c.success_rate == 0.0 and c.tps_p50 == 0.0
     table = format_table(summaries).splitlines()
     assert table[0].split()[:2] == ["Target", "Tokens/s"]
-    assert table[2].split() == ["b", "100.0", "fastest", "0.0", "0.0", "fail", "fail", "75.0"]
+    assert table[2].split() == ["b", "100.0", "fastest", "0.0", "0.0", "fail", "fail", "75.0", "4"]
     assert table[3].split()[:3] == ["a", "50.0", "-50%"]
 
 
@@ -119,3 +119,6 @@ def test_results_through_a_gateway_split_by_the_provider_that_served() -> None:
     ]
     assert rows[1].delta_vs_fastest is not None and rows[1].delta_vs_fastest < 0
     assert summarize_by_provider([direct], results) == []
+    table = format_table(rows).splitlines()  # each provider's share of the requests, beside its figures
+    assert table[0].split()[-1] == "Requests"
+    assert [line.split()[-1] for line in table[2:]] == ["2", "1", "1"]

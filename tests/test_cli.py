@@ -271,13 +271,14 @@ def test_every_command_has_two_or_three_examples_that_parse() -> None:
 
 
 def test_every_gateway_command_in_the_readmes_parses() -> None:
-    """What a newcomer copies from the READMEs names only commands and options that exist."""
+    """What a newcomer copies from the READMEs and docs/ names only commands and options that exist."""
     root = Path(__file__).resolve().parents[1]
     found = 0
-    for readme in (root / "README.md", root / "deploy" / "README.md", root / "benchmarks" / "README.md"):
+    documents = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    for readme in (*documents, root / "deploy" / "README.md", root / "benchmarks" / "README.md"):
         for block in re.findall(r"```(?:bash|sh)\n(.*?)```", readme.read_text(), re.DOTALL):
             for line in block.splitlines():
-                command = line.split("  #")[0].strip()
+                command = line.split("  #")[0].split(" > ")[0].split(" | ")[0].strip()  # the command, not the shell's
                 if not command.startswith((".venv/bin/gateway ", "gateway ", "make demo")):
                     continue
                 words = shlex.split(command)

@@ -197,7 +197,7 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
         # unknown keys, at every level, name the key and what was expected
         (
             MINIMAL + "\n[server]\nprot = 1\n",
-            "config.toml: server.prot: unknown key (expected one of: access_log, host, log_bodies, max_bod",
+            "config.toml: server.prot: unknown key (expected one of: access_log, body_timeout_s, header_timeout_s",
         ),
         (
             "colour = 1\n" + MINIMAL,

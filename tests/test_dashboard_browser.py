@@ -80,7 +80,7 @@ def test_dashboard_in_chromium(fakes: Fakes, start_gateway: Callable[..., Gatewa
 
     empty = dump_dom(page)
     assert "No traffic measured yet" in empty and "gateway demo --traffic 5" in empty
-    assert "Authorization: Bearer $GATEWAY_CLIENT_KEY" in empty  # keys are on: the example says so
+    assert "Authorization: Bearer $GATEWAY_API_KEY" in empty  # keys are on: the example says so
     assert '<svg class="scatter"' not in empty
     screenshot(page, tmp_path / "dashboard-empty.png", height=720)
 
@@ -125,8 +125,11 @@ LAYOUT = """JSON.stringify((() => {
     ticks: [...svg.querySelectorAll("text.tick")].map((t) => t.textContent),
   }));
   const why = [...document.querySelectorAll(".why")].map((w) => ({box: box(w), text: w.innerText}));
-  return {width: window.innerWidth, scrollWidth: document.documentElement.scrollWidth, charts, why,
-          text: document.body.innerText};
+  const tables = [...document.querySelectorAll(".table-wrap")].map(box);
+  const cards = [...document.querySelectorAll(".card")].map(box);
+  const sparks = document.querySelectorAll("svg.spark").length;
+  return {width: window.innerWidth, scrollWidth: document.documentElement.scrollWidth, charts, why, tables, cards,
+          sparks, text: document.body.innerText};
 })())"""
 
 
@@ -134,7 +137,10 @@ def _overlap(a: list[float], b: list[float]) -> bool:
     return a[0] < b[2] - 0.5 and b[0] < a[2] - 0.5 and a[1] < b[3] - 0.5 and b[1] < a[3] - 0.5
 
 
-@pytest.mark.parametrize(("width", "height"), [WIDE, NARROW], ids=["desktop", "phone"])
+LAPTOP = (1280, 900)
+
+
+@pytest.mark.parametrize(("width", "height"), [WIDE, LAPTOP, NARROW], ids=["wide", "laptop", "phone"])
 def test_the_dashboard_lays_out_at_a_desktop_and_a_phone_width(width: int, height: int, tmp_path: Path) -> None:
     """The seeded page of ``tests.dashboard_screenshot``, measured where Chromium drew it."""
     with seeded_dashboard() as url, devtools() as browser:
@@ -158,6 +164,15 @@ def test_the_dashboard_lays_out_at_a_desktop_and_a_phone_width(width: int, heigh
         assert why["box"][3] > why["box"][1] and "WHY THE NEXT REQUEST GOES WHERE IT GOES" in why["text"].upper()
         assert "Predicted time" in why["text"] and "CHEAPEST" in why["text"].upper()
     assert "–" not in layout["text"]  # "no samples" in words, never a dash
+    assert layout["sparks"] == 9  # every deployment's half hour
+    for chart, table, card in zip(layout["charts"], layout["tables"], layout["cards"], strict=True):
+        svg = chart["svg"]
+        assert svg[2] - svg[0] >= 300 or width < 640, "the chart is squeezed"
+        if width >= 1400:  # beside the table, and the card uses the screen's width
+            assert svg[0] >= table[2] - 1 and svg[1] < table[3], (svg, table)
+            assert card[2] - card[0] >= 0.9 * width - 60, card
+        else:  # under it
+            assert svg[1] >= table[3] - 1, (svg, table)
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == width
     assert shot.stat().st_size > 50_000  # a drawn page, not a blank one

@@ -64,7 +64,7 @@ def test_with_client_keys_a_browser_hands_over_its_key_once(
 
         page = browser.get("/dashboard")  # the cookie now stands for the key
         assert page.status_code == 200 and 'id="board"' in page.text and KEY not in page.text
-        assert "Authorization: Bearer $GATEWAY_CLIENT_KEY" in page.text
+        assert "Authorization: Bearer $GATEWAY_API_KEY" in page.text
 
     # Tools send the key as a header, like for /v1/gateway/stats; a stale cookie is refused.
     assert httpx.get(gateway.url + "/dashboard", headers={"authorization": "Bearer other"}).status_code == 200

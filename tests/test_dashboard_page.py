@@ -8,6 +8,7 @@ attributes it holds, not just that some string is absent.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from html.parser import HTMLParser
@@ -156,7 +157,7 @@ def test_empty_state_says_what_to_do() -> None:
     assert re.search(r"<b>llama-3.3-70b</b><span class=\"arrow\">→</span><span class=\"chip\"[^>]*>groq</span>", page)
 
     with_keys = render_page(view(cfg, [], keys_required=True), nonce=NONCE)
-    assert "-H &quot;Authorization: Bearer $GATEWAY_CLIENT_KEY&quot;" in with_keys
+    assert "-H &quot;Authorization: Bearer $GATEWAY_API_KEY&quot;" in with_keys
 
 
 def test_degraded_store_shows_a_banner() -> None:
@@ -182,3 +183,75 @@ def test_every_name_is_escaped_in_rows_chart_choice_and_empty_state() -> None:
     populated = render_page(view(cfg, samples), nonce=NONCE)
     titles = [attrs["aria-label"] for tag, attrs in Elements(populated).tags if tag == "svg" and "aria-label" in attrs]
     assert titles == [f"Tokens per second against time to first token, {EVIL}"]
+
+
+def _minute_samples(deployment: str, minute: int, speed: float, count: int = 3) -> list[tuple[Sample, float]]:
+    return [(sample(deployment, 0.2, speed), 1_800_000_000.0 + minute * 60 + i) for i in range(count)]
+
+
+def test_each_row_has_its_half_hour_and_the_rank_changes_are_marked() -> None:
+    from gateway.dashboard.spark import rank_changes
+    from gateway.stats.history import MinuteBuckets
+
+    cfg = config({"m": [("a", "pa"), ("b", "pb"), ("c", "pc")]})
+    buckets = MinuteBuckets()
+    # a leads, b overtakes it clearly at minute 10, a takes the lead back at minute 20; a wobble within the
+    # margin at minute 5 is not a change. c never streamed.
+    story = [("a", m, 100.0) for m in range(30)]
+    story += [("b", m, 105.0 if m == 5 else 95.0 if m < 10 else 150.0) for m in range(20)]
+    story += [("b", m, 60.0) for m in range(20, 30)]
+    for deployment, minute, tps in story:
+        for s, at in _minute_samples(deployment, minute, tps):
+            buckets.add(s, at)
+    buckets.add(sample("c", None, None, ok=False), 1_800_000_000.0 + 29 * 60)
+    now = 1_800_000_000.0 + 29 * 60 + 30
+    history = buckets.points(now, [("m", "a"), ("m", "b"), ("m", "c")])
+    assert rank_changes({"a": history[("m", "a")], "b": history[("m", "b")]}) == (
+        1_800_000_000 + 10 * 60,
+        1_800_000_000 + 20 * 60,
+    )
+    rows = leaderboard(StatsSnapshot.from_samples([sample("a", 0.2, 100.0), sample("b", 0.3, 60.0)]), cfg.models)
+    shown = DashboardView(
+        boards=model_boards(rows, cfg.models, config_order_choices(cfg.models), history=history, now=now),
+        window_s=300,
+        taken_at=now,
+        backend="memory",
+        health=StoreHealth(),
+        base_url="http://127.0.0.1:8080/",
+        keys_required=False,
+    )
+    page = render_page(shown, nonce=NONCE)
+    assert page.count('<svg class="spark"') == 2  # a and b; c has no streamed answer to draw
+    assert "no streamed answer in 30 min" in page
+    assert page.count('class="rank-change"') == 2 * 2  # both changes, on both sparklines
+    assert "fastest changed 2 times in 30 min" in page
+    assert "tokens/s p50 per minute: 100 to 100" in page  # the range each line is drawn on (1% histogram buckets)
+    assert re.search(r"tokens/s p50 per minute: (59|60)\.\d to 150", page)
+
+
+def test_success_and_traffic_count_the_same_samples_and_say_what_differs() -> None:
+    cfg = config({"m": [("a", "pa"), ("b", "pb")]})
+    cancelled = Sample("m", "b", "b", "chat", True, "client_cancelled", 0.0)
+    samples = [sample("a", 0.1, 50.0), sample("a", 0.1, 50.0), sample("a", 0.1, 50.0, ok=False), cancelled]
+    samples += [dataclasses.replace(cancelled), dataclasses.replace(cancelled)]
+    page = render_page(view(cfg, samples), nonce=NONCE)
+    a = page[page.index('<span class="dep">a</span>') : page.index('<span class="dep">b</span>')]
+    b = page[page.index('<span class="dep">b</span>') :]
+    assert "66.7%" in a and "of 3<" in a and "3 samples" in a
+    # b's three samples were all cancelled: Traffic counts them, Success says why it has no rate.
+    assert "none judged" in b and "3 cancelled or refused" in b and "3 samples" in b
+
+
+def test_the_pictures_in_docs_show_the_current_layout() -> None:
+    # docs/dashboard*.png are made by `python -m tests.dashboard_screenshot docs/dashboard.png`, which records
+    # the digest of the files that decide the layout: a change to them needs new pictures.
+    from tests.dashboard_screenshot import LAYOUT_RECORD, NARROW, ROOT, WIDE, layout_digest
+
+    recorded = LAYOUT_RECORD.read_text().split()
+    assert recorded == ["sha256", layout_digest()], (
+        "the dashboard's layout changed since docs/dashboard*.png were made: run "
+        "`python -m tests.dashboard_screenshot docs/dashboard.png` and commit the pictures"
+    )
+    for name, (width, _) in (("dashboard.png", WIDE), ("dashboard-narrow.png", NARROW)):
+        png = (ROOT / "docs" / name).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == width, name

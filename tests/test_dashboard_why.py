@@ -6,9 +6,11 @@ that ``GET /v1/gateway/routes`` explains), never a second estimate: the tests co
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -17,7 +19,7 @@ from gateway.config import GatewayConfig, parse_config
 from gateway.dashboard.page import render_page
 from gateway.dashboard.text import money, seconds
 from gateway.dashboard.view import DashboardView, RoutingChoice, model_boards
-from gateway.dashboard.why import why_sentence, why_view
+from gateway.dashboard.why import Predicted, WhyView, render_why, why_sentence, why_view
 from gateway.fakes import FakeBehavior
 from gateway.leaderboard import leaderboard
 from gateway.routing import MeasuredRouter
@@ -146,12 +148,21 @@ def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
     (ranking,) = httpx.get(gateway.url + "/v1/gateway/routes").json()["data"]  # loopback, no keys: allowed
     for row in ranking["deployments"]:
         predicted = row["predicted"]
-        cells = re.search(rf'{row["deployment"]} (?:<span class="tag[^"]*">[^<]*</span>)*</td><td class="num">([^<]*)'
+        tags = r'(?:<span class="tag[^"]*"[^>]*>[^<]*</span>)*'
+        cells = re.search(rf'{row["deployment"]} {tags}</td><td class="num">([^<]*)'
                           rf'</td><td class="num">([^<]*)</td>', page)  # fmt: skip
         assert cells is not None, row["deployment"]
         # The same number, to the page's rounding (the JSON rounds to 0.1 ms first).
         assert _seconds_of(cells.group(1).removeprefix("≈ ")) == _approx_seconds(predicted["time_s"])
         assert cells.group(2) == money(predicted["cost_usd"])
+        # Each prediction's basis: the answers behind it and the age of the newest, as the routes endpoint says.
+        basis = re.search(rf'{row["deployment"]} {tags}</td>(?:<td class="num">[^<]*</td>){{2}}'
+                          r'<td class="basis-cell">([^<]*)</td>', page)  # fmt: skip
+        heard = predicted["samples"] >= 0.5 or predicted["newest_sample_age_s"] is not None
+        expected = f"{predicted['samples']:.0f} answer" if heard else "no answer yet"
+        assert basis is not None and basis.group(1).startswith(expected), (basis, predicted)
+    exploration = ranking["exploration"]
+    assert f"explored {exploration['probes']} of {exploration['requests']} requests" in page
 
 
 def _seconds_of(text: str) -> float:
@@ -170,3 +181,42 @@ def test_an_unmeasured_model_is_said_to_be_measuring() -> None:
     why = why_view(router.rank(config.models[0]))
     assert all(r.time_s is None for r in why.rows)
     assert "not measured" in why_sentence(why)
+
+
+def _predicted(name: str, time_s: float, cost: float, **fields: Any) -> Predicted:
+    return Predicted(name, time_s, cost, fields.pop("status", "ready"), "best", False, **fields)
+
+
+def test_each_prediction_shows_its_basis_and_the_cheapest_names_its_cache_discount() -> None:
+    listed_cheap = _predicted(
+        "listed", 1.0, 0.00020, answers=40.2, age_s=3.0, spread=0.12, prompt_tokens=500, price_in=0.2
+    )
+    cached = _predicted(
+        "cached", 1.2, 0.00011, answers=1.0, age_s=400.0, spread=0.5, prompt_tokens=500,
+        cached_tokens=400, price_in=0.30, price_cached_in=0.03,
+    )  # fmt: skip
+    new = _predicted("new", 2.0, 0.0003, status="exploring", answers=0.0)
+    view = WhyView(500, 100, "given", "balanced", False, (listed_cheap, cached, new), ttft_quantile=0.95)
+    assert listed_cheap.basis == "40 answers · newest 3 s ago · ±12%"
+    assert cached.basis == "1 answer · newest 7 min ago · ±50%"
+    assert new.basis == "no answer yet: the model's average"
+    assert view.cheapest == "cached" and listed_cheap.cache_discount == ""
+    assert cached.cache_discount == "80% of the prompt cached at $0.03/1M instead of $0.30"
+    sentence = why_sentence(view)
+    assert "cached is cheapest ($0.00011, with 80% of the prompt cached at $0.03/1M instead of $0.30)" in sentence
+    html = render_why(view, {}, "listed")
+    assert "cheapest · cache" in html and "$0.00011*" in html and "the prompt cache lowers the cost" in html
+    assert "40 answers · newest 3 s ago · ±12%" in html and ">exploring<" in html
+    assert "first token (p95)" in html
+    assert "This replica" not in html  # no requests routed yet: nothing to say about exploring
+    explored = dataclasses.replace(view, explored="explored 3 of 60 requests (5.0%; budget 5%)")
+    assert "This replica explored 3 of 60 requests (5.0%; budget 5%)." in render_why(explored, {}, "listed")
+
+
+def test_a_leader_on_trial_says_so() -> None:
+    leader = _predicted("lucky", 0.8, 0.0001, answers=2.0, age_s=1.0, spread=0.6, changed=True, trial=True)
+    challenger = _predicted("steady", 1.0, 0.0001, answers=50.0, age_s=2.0, spread=0.1)
+    view = WhyView(500, 100, "given", "balanced", False, (leader, challenger))
+    assert "a new leader on trial" in why_sentence(view) and "steady races it" in why_sentence(view)
+    html = render_why(view, {}, "lucky")
+    assert ">on trial<" in html and ">changed<" in html

@@ -145,6 +145,24 @@ def test_dashboard_is_templated_by_model_and_has_the_panels() -> None:
     assert len(ids) == len(set(ids))
 
 
+STREAM_ONLY = ("gateway_ttft_seconds", "gateway_tokens_per_second", "gateway_window_ttft", "gateway_window_tokens_per")
+"""Metrics measured on streamed answers only: a non-streamed one arrives whole, with no first token or speed."""
+
+
+def test_panels_of_stream_only_metrics_say_so() -> None:
+    # A panel that stays empty on a gateway whose clients never stream must say why, on the panel itself.
+    dashboard = json.loads(DASHBOARD.read_text())
+    checked = 0
+    for panel in dashboard["panels"]:
+        exprs = " ".join(target.get("expr", "") for target in panel.get("targets", []))
+        if any(name in exprs for name in STREAM_ONLY):
+            assert "Streamed requests only" in panel.get("description", ""), panel["title"]
+            checked += 1
+        if "gateway_hedges" in exprs:
+            assert "streamed requests only" in panel.get("description", ""), panel["title"]
+    assert checked >= 6
+
+
 def test_alert_rules_cover_the_failure_modes() -> None:
     rules = {rule["alert"]: rule for rule in alert_rules()}
     assert {
@@ -174,6 +192,9 @@ def test_compose_stack_holds_together() -> None:
     for service in services.values():
         for volume in service.get("volumes", []):
             assert (DEPLOY / volume.split(":")[0]).exists(), volume
+    for name, service in services.items():  # published on loopback only: nothing reachable from other hosts
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
     prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     targets = [t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]]
     assert "gateway:8080" in targets and prometheus["rule_files"] == ["/etc/prometheus/alerts.yml"]
@@ -312,7 +333,7 @@ def test_docker_compose_rejects_what_it_should(tmp_path: Path) -> None:
 def test_the_compose_notes_say_which_key_clients_need() -> None:
     compose = (DEPLOY / "docker-compose.yml").read_text()
     readme = (DEPLOY / "README.md").read_text()
-    stack = (ROOT / "README.md").read_text().split("**Docker Compose**")[1].split("\n- **")[0]
+    stack = (ROOT / "docs" / "deploying.md").read_text().split("**Docker Compose**")[1].split("\n- **")[0]
     for text in (compose, readme, stack):  # the stack requires a client key: the notes say which
         assert "no API key" not in text.replace("\n", " ") and "No API key" not in text
         assert "demo-key" in text
@@ -378,3 +399,16 @@ def test_nothing_in_the_repository_points_outside_the_checkout() -> None:
     assert not offenders
     # What the docs cite as the published figures is in the repository.
     assert (ROOT / "gateway" / "fakes" / "provider-profiles.csv").is_file()
+
+
+def test_the_image_and_the_demo_install_the_runtime_not_the_test_toolchain() -> None:
+    # The image holds the gateway's runtime dependencies only; `make demo` the runtime and the demo extra.
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    installs = re.findall(r"pip install (\S+)", dockerfile)
+    assert installs == ["."], installs
+    makefile = (ROOT / "Makefile").read_text()
+    assert "pip install --quiet -e '.[demo]'" in makefile and "pip install --quiet -e '.[dev]'" in makefile
+    demo_target = makefile[makefile.index("\ndemo:") :].split("\n\n")[0]
+    assert "$(DEMO_BIN)/gateway demo" in demo_target and "install-demo" in demo_target
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert len(extras["demo"]) <= 2 and not set(extras["demo"]) & {"pytest>=8", "mypy>=1.11"}

@@ -40,6 +40,8 @@ FAMILIES: dict[str, re.Pattern[str]] = {
     # Stats (gateway/stats/redis_layout.py): one hash tag per (model, deployment).
     "stats slice": re.compile(r"^\{" + PREFIX + r":[^:{}]+:[^:{}]+\}:\d+$"),
     "stats writers": re.compile(r"^\{" + PREFIX + r":[^:{}]+:[^:{}]+\}:writers$"),
+    # The dashboard's history (gateway/stats/history.py): one hash per (model, deployment) and minute.
+    "stats history minute": re.compile(r"^\{" + PREFIX + r":[^:{}]+:[^:{}]+\}:m:\d+$"),
     "stats pair index": re.compile(r"^" + PREFIX + r":pairs$"),
     "stats epoch": re.compile(r"^" + PREFIX + r":epoch$"),
     # Rate limits (gateway/ratelimit.py): one hash tag per client key.
@@ -59,6 +61,7 @@ FAMILIES: dict[str, re.Pattern[str]] = {
 TOGETHER = {
     "stats slice": "pair",
     "stats writers": "pair",
+    "stats history minute": "pair",
     "rate-limit minute": "client",
     "budget": "spender",
     "spend breakdown": "spender",

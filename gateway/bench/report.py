@@ -146,6 +146,7 @@ TABLE_HEADER = (
     "TTFT p95",
     "End-to-end p99",
     "Success %",
+    "Requests",
 )
 
 
@@ -175,6 +176,7 @@ def table_rows(summaries: Sequence[TargetSummary]) -> list[list[str]]:
             _seconds(s.ttft_p95_s),
             _seconds(s.e2e_p99_s),
             "-" if s.success_rate is None else f"{100 * s.success_rate:.1f}",
+            str(s.requests),
         ]
         for s in summaries
     ]

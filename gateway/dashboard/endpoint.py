@@ -12,6 +12,7 @@ refreshes after one hop, and page scripts cannot read it. Header keys work too (
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote
@@ -61,12 +62,13 @@ def routing_views(runtime: GatewayRuntime) -> tuple[dict[str, RoutingChoice], di
     return choices, why
 
 
-def dashboard_view(runtime: GatewayRuntime, base_url: str) -> DashboardView:
+async def dashboard_view(runtime: GatewayRuntime, base_url: str) -> DashboardView:
     snapshot = runtime.stats.snapshot()
     rows = leaderboard(snapshot, runtime.config.models, runtime.in_flight)
     choices, why = routing_views(runtime)
+    history = await runtime.stats.history([(row.model, row.deployment) for row in rows])
     return DashboardView(
-        boards=model_boards(rows, runtime.config.models, choices, why),
+        boards=model_boards(rows, runtime.config.models, choices, why, history, now=snapshot.taken_at or time.time()),
         window_s=runtime.config.stats.window_s,
         taken_at=snapshot.taken_at,
         backend=runtime.config.stats.backend,
@@ -87,7 +89,7 @@ async def dashboard(request: Request) -> Response:
     except GatewayError as exc:
         return _refused(exc)
     nonce = secrets.token_urlsafe(16)
-    page = render_page(dashboard_view(runtime, str(request.base_url)), nonce=nonce)
+    page = render_page(await dashboard_view(runtime, str(request.base_url)), nonce=nonce)
     return HTMLResponse(page, headers=_headers(nonce))
 
 

@@ -13,10 +13,11 @@ import time
 from importlib import resources
 
 from gateway.dashboard.chart import render_scatter
+from gateway.dashboard.spark import render_sparkline
 from gateway.dashboard.text import NO_SAMPLES, duration, esc, percent, plural, price, seconds, speed
 from gateway.dashboard.view import PALETTE, DashboardView, DeploymentView, ModelBoard
 from gateway.dashboard.why import render_why
-from gateway.leaderboard import cache_cell
+from gateway.leaderboard import LeaderboardRow, cache_cell
 
 REFRESH_S = 3
 _STYLE = resources.files(__package__).joinpath("page.css").read_text(encoding="utf-8")
@@ -75,7 +76,7 @@ def _status(view: DashboardView) -> str:
 def _empty(view: DashboardView) -> str:
     model = json.dumps(view.boards[0].model if view.boards else "my-model")
     base = view.base_url.rstrip("/")
-    auth = '  -H "Authorization: Bearer $GATEWAY_CLIENT_KEY" \\\n' if view.keys_required else ""
+    auth = '  -H "Authorization: Bearer $GATEWAY_API_KEY" \\\n' if view.keys_required else ""
     curl = (
         f"curl -N {base}/v1/chat/completions \\\n{auth}"
         '  -H "Content-Type: application/json" \\\n'
@@ -117,22 +118,36 @@ def _card(board: ModelBoard, window_s: int) -> str:
         )
     top_speed = max((d.row.tokens_per_s_p50 or 0.0 for d in board.deployments), default=0.0)
     top_ttft = max((d.row.ttft_p95_s or d.row.ttft_p50_s or 0.0 for d in board.deployments), default=0.0)
-    rows = "".join(_row(d, top_speed, top_ttft) for d in board.deployments)
+    rows = "".join(_row(d, top_speed, top_ttft, board) for d in board.deployments)
     chosen = board.choice.deployment if board.choice is not None else None
     why = render_why(board.why, board.colors, chosen) if board.why is not None else ""
+    changes = len(board.rank_changes)
+    flips = (
+        f'<span class="meta flips">fastest changed {changes} time{"" if changes == 1 else "s"} in 30 min</span>'
+        if changes
+        else ""
+    )
+    dominated = (
+        "<span>the next deployment is beaten on both medians here: it leads on its predicted time for a typical "
+        "request (tails, success, price), below</span>"
+        if board.next_is_dominated
+        else ""
+    )
     return (
         f'<section class="card"><header class="card-head"><h2>{esc(board.model)}</h2>'
-        f'<span class="meta">{plural(board.samples, "sample")} in {duration(window_s)}</span>{route}</header>'
+        f'<span class="meta">{plural(board.samples, "sample")} in {duration(window_s)}</span>{flips}{route}</header>'
         '<div class="card-body"><div class="table-wrap"><table class="rows"><thead><tr><th>Deployment</th>'
         "<th>Output speed <small>tokens/s p50 · p95 floor</small></th>"
         "<th>First token <small>TTFT p50 · p95</small></th>"
-        '<th class="num">Success</th><th class="num">Valid answers <small>top reason</small></th>'
-        '<th class="num">Traffic</th>'
+        '<th class="num">Success <small>of judged attempts</small></th>'
+        '<th class="num">Valid answers <small>top reason</small></th>'
+        '<th class="num">Traffic <small>share of samples</small></th>'
+        "<th>Last 30 min <small>tokens/s · first token</small></th>"
         '<th class="num">Price <small>$/1M in · out</small></th>'
         '<th class="num">Prompt cache <small>hit · warm/cold TTFT</small></th></tr></thead>'
         f'<tbody>{rows}</tbody></table></div><figure class="chart">{render_scatter(board)}'
-        "<figcaption><span>● Pareto frontier: nothing else is both sooner and faster</span>"
-        "<span>○ beaten on both</span><span>time axis: log scale</span></figcaption></figure>"
+        "<figcaption><span>● Pareto frontier: nothing else is both sooner and faster (medians)</span>"
+        f"<span>○ beaten on both</span><span>time axis: log scale</span>{dominated}</figcaption></figure>"
         f"{why}</div></section>"
     )
 
@@ -141,13 +156,27 @@ def _width(value: float | None, top: float) -> str:
     return f"{0.0 if value is None or top <= 0 else min(100.0, value / top * 100):.1f}%"
 
 
-def _row(d: DeploymentView, top_speed: float, top_ttft: float) -> str:
+def _success(row: LeaderboardRow) -> str:
+    """The success rate and its denominator, which may be fewer than the samples: cancellations and the
+    request's own 4xx say nothing of the provider, so they are counted in Traffic and not judged here."""
+    judged = row.judged if row.judged is not None else row.samples
+    left_out = row.samples - judged
+    note = f" ({left_out} cancelled or refused)" if left_out else ""
+    if row.success_rate is None:
+        return f'<span class="muted">none judged</span><div class="muted">{left_out} cancelled or refused</div>'
+    return f'{percent(row.success_rate)}<div class="muted">of {judged:,}{note}</div>'
+
+
+def _row(d: DeploymentView, top_speed: float, top_ttft: float, board: ModelBoard) -> str:
     row = d.row
     notes = []
     if d.chosen:
         notes.append('<span class="tag next">next</span>')
     if d.cheapest:
-        notes.append('<span class="tag cheapest">cheapest</span>')
+        if d.cheapest_note:  # the discount in words: the tag's title, and the why panel's sentence
+            notes.append(f'<span class="tag cheapest" title="{esc(d.cheapest_note)}">cheapest · cache</span>')
+        else:
+            notes.append('<span class="tag cheapest">cheapest</span>')
     if d.on_frontier and d.plotted:
         notes.append('<span class="tag on-frontier">frontier</span>')
     if row.provider and row.provider != row.deployment:
@@ -180,13 +209,14 @@ def _row(d: DeploymentView, top_speed: float, top_ttft: float) -> str:
     else:
         measured = (
             f'<td class="bar-cell">{speed_bar}</td><td class="bar-cell">{ttft_bar}</td>'
-            f'<td class="num{success_class}">{percent(row.success_rate)}</td>'
+            f'<td class="num{success_class}">{_success(row)}</td>'
             f'<td class="num{valid_class}">{valid}{reason}</td>'
         )
+    spark = render_sparkline(d.history, board.rank_changes, board.history_until, d.color)
     return (
         f'<tr class="{"chosen" if d.chosen else ""}" style="--c:{d.color}">'
         f'<td class="name"><span class="swatch"></span><span class="dep">{esc(row.deployment)}</span>{sub}</td>'
-        f'{measured}<td class="num">{share}</td>'
+        f'{measured}<td class="num">{share}</td><td class="spark-cell">{spark}</td>'
         f'<td class="num">{price(row.price_in)} · {price(row.price_out)}</td>'
         f'<td class="num">{esc(cache_cell(row))}</td></tr>'
     )
@@ -197,11 +227,16 @@ _LEGEND = (
     "(counted by the gateway with one tokenizer for every provider); the bar's dark part is the speed 95% of "
     "answers reached (the p95 floor), its full length the median. <b>First token</b>: from sending the "
     "request upstream to the first output; dark to the median, light to p95. <b>Success</b>: complete "
-    "answers among attempts (timeouts and errors count). <b>Valid answers</b>: complete answers judged "
+    "answers among the attempts judged (timeouts and errors count; cancellations and the request's own 4xx say "
+    "nothing of the provider and are left out). <b>Valid answers</b>: complete answers judged "
     "usable (tool-call arguments that parse and fit the tool, JSON that parses, not empty, not cut short, not "
-    "looping), with the most frequent reason for the others. <b>Traffic</b>: each deployment's share of the "
-    "model's attempts in the window. <b>Cheapest</b>: the lowest predicted cost of a typical request at the "
-    "configured prices. <b>Prompt cache</b>: the share of prompt tokens the provider served from its cache, "
+    "looping), with the most frequent reason for the others. <b>Traffic</b>: each deployment's share of all "
+    "the model's samples in the window, those included. <b>Last 30 min</b>: tokens/s (top) and first token (bottom) "
+    "medians per minute, every replica's, each line on its own scale; a dotted mark where the model's fastest "
+    "deployment changed. <b>Cheapest</b>: the lowest predicted cost of a typical request at the "
+    'configured prices, cached input at its own price ("cheapest · cache" names the discount). '
+    "<b>Streamed requests only</b> have a first token and a speed; non-streamed ones count in success and "
+    "traffic. <b>Prompt cache</b>: the share of prompt tokens the provider served from its cache, "
     "and the median first token when most of the prompt was cached (warm) and when it was not (cold). "
     "The chart's time axis is logarithmic: equal distances are equal ratios.</p></footer>"
 )

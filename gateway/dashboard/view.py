@@ -10,9 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.config import ModelConfig
+from gateway.dashboard.spark import rank_changes
 from gateway.dashboard.why import WhyView
 from gateway.leaderboard import LeaderboardRow
 from gateway.stats import StoreHealth
+from gateway.stats.history import BUCKET_S, History, HistoryPoint
 
 PALETTE = ("#2563eb", "#ea580c", "#059669", "#9333ea", "#db2777", "#0891b2", "#ca8a04", "#4b5563")
 """One colour per deployment name, by its first place in the config, so that it keeps its colour
@@ -47,6 +49,10 @@ class DeploymentView:
     chosen: bool
     cheapest: bool = False
     """The router predicts the lowest cost for a typical request here (see ``WhyView``)."""
+    cheapest_note: str = ""
+    """The prompt-cache discount that made it cheapest, if one did (``Predicted.cache_discount``)."""
+    history: tuple[HistoryPoint, ...] = ()
+    """Its last half hour, one point a minute (from the stats store, every replica's samples)."""
 
     @property
     def plotted(self) -> bool:
@@ -63,6 +69,15 @@ class ModelBoard:
     choice: RoutingChoice | None
     why: WhyView | None = None
     """The router's ranking for a typical request: why ``choice`` leads."""
+    history_until: int = 0
+    """The start of the newest minute of the history (the sparklines' right edge)."""
+    rank_changes: tuple[int, ...] = ()
+    """Minutes at which the model's fastest deployment changed, in the last half hour."""
+
+    @property
+    def next_is_dominated(self) -> bool:
+        """The next deployment is plotted but beaten on both medians (the chart alone would say it should not be)."""
+        return any(d.chosen and d.plotted and not d.on_frontier for d in self.deployments)
 
     @property
     def colors(self) -> dict[str, str]:
@@ -124,8 +139,11 @@ def _board(
     colors: Mapping[str, str],
     choice: RoutingChoice | None,
     why: WhyView | None,
+    history: History,
+    until: int,
 ) -> ModelBoard:
     total = sum(row.samples for row in rows)
+    predicted = {p.deployment: p for p in why.rows} if why is not None else {}
     points = {
         r.deployment: (r.ttft_p50_s, r.tokens_per_s_p50)
         for r in rows
@@ -140,10 +158,25 @@ def _board(
             on_frontier=row.deployment in frontier,
             chosen=choice is not None and choice.deployment == row.deployment,
             cheapest=why is not None and why.cheapest == row.deployment,
+            cheapest_note=(
+                predicted[row.deployment].cache_discount
+                if why is not None and why.cheapest == row.deployment and row.deployment in predicted
+                else ""
+            ),
+            history=history.get((model, row.deployment), ()),
         )
         for row in rows
     )
-    return ModelBoard(model=model, deployments=views, samples=total, choice=choice, why=why)
+    changes = rank_changes({d.row.deployment: d.history for d in views})
+    return ModelBoard(
+        model=model,
+        deployments=views,
+        samples=total,
+        choice=choice,
+        why=why,
+        history_until=until,
+        rank_changes=changes,
+    )
 
 
 def model_boards(
@@ -151,11 +184,19 @@ def model_boards(
     models: Sequence[ModelConfig],
     choices: Mapping[str, RoutingChoice],
     why: Mapping[str, WhyView] | None = None,
+    history: History | None = None,
+    now: float = 0.0,
 ) -> tuple[ModelBoard, ...]:
-    """The leaderboard's rows (grouped per model, fastest first) as one board per model, in their order."""
+    """The leaderboard's rows (grouped per model, fastest first) as one board per model, in their order;
+    ``history`` (``StatsStore.history``) up to ``now`` gives each deployment its sparkline."""
     why = why or {}
+    history = history or {}
+    until = int(now // BUCKET_S) * BUCKET_S
     grouped: dict[str, list[LeaderboardRow]] = {}
     for row in rows:
         grouped.setdefault(row.model, []).append(row)
     colors = _colors(rows, models)
-    return tuple(_board(model, group, colors, choices.get(model), why.get(model)) for model, group in grouped.items())
+    return tuple(
+        _board(model, group, colors, choices.get(model), why.get(model), history, until)
+        for model, group in grouped.items()
+    )

@@ -4,17 +4,20 @@ Nothing here scores anything. ``why_view`` takes the ``Ranking`` that ``Measured
 builds (the same call that plans real requests, for a typical request: 500 prompt tokens and
 the model's observed answer length) and keeps what a reader needs: each deployment's predicted
 time and money for that request, its status and the score's terms (``score_terms``, the column
-``gateway check`` prints). ``render_why`` draws it as a small table under the model's rows,
-with a sentence that names the trade-off: the fastest and the cheapest, and what the chosen one
-gives up against each.
+``gateway check`` prints), and the basis of each prediction: how many answers are behind it, how
+old the newest is, how uncertain it is, and whether the deployment is being explored, changed
+lately, or leads on a leap still on trial. ``render_why`` draws it as a small table under the
+model's rows, with a sentence that names the trade-off: the fastest and the cheapest (and the
+cache discount that made it cheapest), and what the chosen one gives up against each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.dashboard.text import esc, money, seconds
+from gateway.dashboard.text import esc, money, price, seconds
 from gateway.routing.explain import policy_summary, score_terms
+from gateway.routing.explore import on_trial
 from gateway.routing.ranking import Ranked, Ranking
 
 OUTPUT_FROM = {"observed": "the model's observed median answer", "default": "the policy's default", "request": "given"}
@@ -36,6 +39,41 @@ class Predicted:
     """Part of the prediction borrows the model's average: this deployment is not measured yet."""
     load: str = ""
     """Its provider's requests in flight over its learned limit, and its reported budget, e.g. ``12/40``."""
+    answers: float = 0.0
+    """Effective number of its own answers behind ``time_s`` (recent ones weigh more)."""
+    age_s: float | None = None
+    """Age of the newest of them (None: none yet)."""
+    spread: float | None = None
+    """The prediction's relative uncertainty (0.15 ≈ ±15%); None when it rests on the model's average."""
+    changed: bool = False
+    """A change was detected in its recent answers: the prediction rests on those since."""
+    trial: bool = False
+    """It leads on a leap still to be confirmed: the next deployment races it (``routing.explore.on_trial``)."""
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens predicted to come from its cache (its observed hit ratio, or a session's warm prompt)."""
+    price_in: float = 0.0
+    price_cached_in: float | None = None
+
+    @property
+    def cache_discount(self) -> str:
+        """``60% of the prompt cached at $0.07/1M instead of $0.59``, when the cache lowered its predicted cost."""
+        if not self.cached_tokens or self.price_cached_in is None or self.price_cached_in >= self.price_in:
+            return ""
+        share = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 1.0
+        return f"{share:.0%} of the prompt cached at {price(self.price_cached_in)}/1M instead of {price(self.price_in)}"
+
+    @property
+    def basis(self) -> str:
+        """``12 answers · newest 4 s ago · ±15%``: what the prediction rests on."""
+        if self.answers < 0.5 and self.age_s is None:
+            return "no answer yet: the model's average"
+        parts = [f"{self.answers:.0f} answer{'' if round(self.answers) == 1 else 's'}"]
+        if self.age_s is not None:
+            parts.append(f"newest {_age(self.age_s)} ago")
+        if self.spread is not None:
+            parts.append(f"±{self.spread:.0%}")
+        return " · ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +88,12 @@ class WhyView:
     fixed: bool
     """The policy keeps the config's order, whatever the numbers."""
     rows: tuple[Predicted, ...]
+    ttft_quantile: float = 0.5
+    tps_quantile: float = 0.5
+    """The quantiles the predictions use (a TTFT tail, a tokens/s floor), for the note under the table."""
+    explored: str = ""
+    """How many of this replica's requests went to measuring rather than to the leader, e.g.
+    ``explored 12 of 300 requests (4.0%; budget 5%)``; empty before any request."""
 
     @property
     def cheapest(self) -> str | None:
@@ -73,20 +117,38 @@ def _load(row: Ranked) -> str:
     return load
 
 
+def _age(seconds_ago: float) -> str:
+    if seconds_ago < 90:
+        return f"{seconds_ago:.0f} s"
+    return f"{seconds_ago / 60:.0f} min" if seconds_ago < 5400 else f"{seconds_ago / 3600:.1f} h"
+
+
+def _predicted(row: Ranked, shape_prompt: int, trial: bool) -> Predicted:
+    p = row.scored.prediction
+    return Predicted(
+        deployment=row.deployment.name,
+        time_s=p.time_s,
+        cost_usd=p.cost_usd,
+        status=row.status,
+        terms=score_terms(row),
+        estimated=p.prior,
+        load=_load(row),
+        answers=p.samples,
+        age_s=p.age_s,
+        spread=p.uncertainty.time if p.source in ("recent", "window") and not p.prior else None,
+        changed=p.drift,
+        trial=trial,
+        prompt_tokens=shape_prompt,
+        cached_tokens=p.cached_tokens,
+        price_in=row.deployment.price_in,
+        price_cached_in=row.deployment.price_cached_in,
+    )
+
+
 def why_view(ranking: Ranking) -> WhyView:
     shape = ranking.shape
-    rows = tuple(
-        Predicted(
-            deployment=row.deployment.name,
-            time_s=row.scored.prediction.time_s,
-            cost_usd=row.scored.prediction.cost_usd,
-            status=row.status,
-            terms=score_terms(row),
-            estimated=row.scored.prediction.prior,
-            load=_load(row),
-        )
-        for row in ranking.rows
-    )
+    trial = ranking.policy.ranking != "fixed" and on_trial(ranking.rows, shape)
+    rows = tuple(_predicted(row, shape.prompt_tokens, trial and index == 0) for index, row in enumerate(ranking.rows))
     return WhyView(
         prompt_tokens=shape.prompt_tokens,
         output_tokens=shape.output_tokens,
@@ -94,6 +156,19 @@ def why_view(ranking: Ranking) -> WhyView:
         policy=f"{ranking.policy.name}: {policy_summary(ranking.policy)}",
         fixed=ranking.policy.ranking == "fixed",
         rows=rows,
+        ttft_quantile=ranking.policy.ttft_quantile,
+        tps_quantile=ranking.policy.tps_quantile,
+        explored=_explored(ranking),
+    )
+
+
+def _explored(ranking: Ranking) -> str:
+    if not ranking.requests or ranking.policy.ranking == "fixed":
+        return ""
+    share = ranking.probes / ranking.requests
+    return (
+        f"explored {ranking.probes:,} of {ranking.requests:,} requests ({share:.1%}; "
+        f"budget {ranking.policy.explore_share:.0%})"
     )
 
 
@@ -116,35 +191,61 @@ def why_sentence(view: WhyView) -> str:
         return f"{head}; the policy keeps the config's order, whatever the figures."
     if first.status == "exploring" and first.estimated:
         return f"{head}, estimated from the model's average: it is being measured (a bounded share of requests)."
+    if first.trial and len(view.rows) > 1:
+        return (
+            f"{head}: a new leader on trial, after a leap in its recent answers; {view.rows[1].deployment} races it "
+            "(the first token wins) until the lead is confirmed."
+        )
     fastest, cheapest = rows.get(view.fastest or ""), rows.get(view.cheapest or "")
     wins = [word for word, best in (("fastest", fastest), ("cheapest", cheapest)) if best is first]
     parts = [f"{head}{' — ' + ' and '.join(wins) if wins else ''}"]
     if fastest is not None and fastest is not first and fastest.time_s is not None:
         parts.append(f"{fastest.deployment} is faster ({_time(fastest)}) but costs {money(fastest.cost_usd)}")
+    if cheapest is not None and cheapest is first and cheapest.cache_discount:
+        parts[0] += f" ({cheapest.cache_discount})"
     if cheapest is not None and cheapest is not first and cheapest.cost_usd < first.cost_usd:
-        parts.append(f"{cheapest.deployment} is cheapest ({money(cheapest.cost_usd)}) but takes {_time(cheapest)}")
+        discount = f", with {cheapest.cache_discount}" if cheapest.cache_discount else ""
+        parts.append(
+            f"{cheapest.deployment} is cheapest ({money(cheapest.cost_usd)}{discount}) but takes {_time(cheapest)}"
+        )
     if len(parts) == 1:
         return parts[0] + "."
     return parts[0] + "; " + "; ".join(parts[1:]) + "."
 
 
+def _tags(row: Predicted, view: WhyView, chosen: str | None) -> str:
+    tags = []
+    if row.deployment == chosen:
+        tags.append('<span class="tag next">next</span>')
+    if row.deployment == view.fastest and not view.fixed:
+        tags.append('<span class="tag fastest">fastest</span>')
+    if row.deployment == view.cheapest:
+        discount = f' title="{esc(row.cache_discount)}"' if row.cache_discount else ""
+        label = "cheapest · cache" if row.cache_discount else "cheapest"
+        tags.append(f'<span class="tag cheapest"{discount}>{label}</span>')
+    if row.trial:
+        tags.append('<span class="tag trial" title="leads on a leap still to be confirmed: raced">on trial</span>')
+    elif row.status == "exploring":
+        tags.append('<span class="tag exploring" title="too few answers of its own: measured">exploring</span>')
+    if row.changed:
+        tags.append(
+            '<span class="tag changed" title="a change in its recent answers: the prediction rests on '
+            'those since">changed</span>'
+        )
+    return "".join(tags)
+
+
 def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str:
     """The ``<details>``-free, always-visible panel: the sentence, then one line per deployment."""
-    cheapest, fastest = view.cheapest, view.fastest
     lines = []
     for rank, row in enumerate(view.rows, start=1):
-        tags = []
-        if row.deployment == chosen:
-            tags.append('<span class="tag next">next</span>')
-        if row.deployment == fastest and not view.fixed:
-            tags.append('<span class="tag fastest">fastest</span>')
-        if row.deployment == cheapest:
-            tags.append('<span class="tag cheapest">cheapest</span>')
         color = colors.get(row.deployment, "#4b5563")
+        cost = money(row.cost_usd) + ("*" if row.cache_discount else "")
         lines.append(
             f'<tr style="--c:{color}"><td class="num">{rank}</td>'
-            f'<td class="name"><span class="swatch"></span>{esc(row.deployment)} {"".join(tags)}</td>'
-            f'<td class="num">{_time(row)}</td><td class="num">{money(row.cost_usd)}</td>'
+            f'<td class="name"><span class="swatch"></span>{esc(row.deployment)} {_tags(row, view, chosen)}</td>'
+            f'<td class="num">{_time(row)}</td><td class="num">{cost}</td>'
+            f'<td class="basis-cell">{esc(row.basis)}</td>'
             f'<td title="in flight / learned limit: {esc(row.load)}">{esc(row.status)} · {esc(row.load)}</td>'
             f"<td><code>{esc(row.terms)}</code></td></tr>"
         )
@@ -152,13 +253,24 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
         f"a typical request: {view.prompt_tokens:,} prompt tokens, {view.output_tokens:,} output tokens "
         f"({esc(view.output_from)})"
     )
+    cached = any(row.cache_discount for row in view.rows)
+    tails = (
+        f"Predicted time = first token (p{view.ttft_quantile * 100:g}) + {view.output_tokens:,} tokens at the "
+        f"tokens/s p{view.tps_quantile * 100:g} floor, widened by its uncertainty: longer than the medians above "
+        "when the policy plans for the tail. "
+        if not view.fixed
+        else ""
+    )
     return (
         '<div class="why"><h3>Why the next request goes where it goes</h3>'
         f'<p class="why-sentence">{esc(why_sentence(view))}</p>'
-        '<table class="why-rows"><thead><tr><th class="num">#</th><th>Deployment</th>'
-        '<th class="num">Predicted time</th><th class="num">Predicted cost</th><th>Status</th>'
+        '<div class="why-wrap"><table class="why-rows"><thead><tr><th class="num">#</th><th>Deployment</th>'
+        '<th class="num">Predicted time</th><th class="num">Predicted cost</th>'
+        "<th>Basis <small>answers · newest · spread</small></th><th>Status</th>"
         "<th>Score terms (0 = best)</th></tr></thead>"
-        f"<tbody>{''.join(lines)}</tbody></table>"
-        f'<p class="muted why-note">The router\'s own ranking for {shape}; policy {esc(view.policy)}. '
-        "≈: not measured yet, the model's average stands in. Every number: GET /v1/gateway/routes.</p></div>"
+        f"<tbody>{''.join(lines)}</tbody></table></div>"
+        f'<p class="muted why-note">The router\'s own ranking for {shape}; policy {esc(view.policy)}. {tails}'
+        + (f"This replica {esc(view.explored)}. " if view.explored else "")
+        + ("*: the prompt cache lowers the cost (cached input at its own price). " if cached else "")
+        + "≈: not measured yet, the model's average stands in. Every number: GET /v1/gateway/routes.</p></div>"
     )

@@ -8,6 +8,7 @@ are read by ``gateway.errors.describe_error_body`` / ``describe_error``.
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,9 +144,11 @@ def final_error(errors: list[UpstreamError], attempts: int, *, deadline_passed: 
     last = errors[-1]
     summary = f"no provider could answer ({attempts} attempt{'s' if attempts != 1 else ''}); last error: {last.message}"
     if all(isinstance(e, UpstreamStatusError) and e.upstream_status == 429 for e in errors):
-        waits = [e.retry_after_s for e in errors if e.retry_after_s is not None]
-        headers = {"retry-after": str(max(1, int(min(waits) + 0.999)))} if waits else {}
-        return RateLimited(summary, code="upstream_rate_limited", headers=headers)
+        # The provider's own wait, else the cool-down the router gave the deployment; a 429 always says when.
+        waits = [e.retry_after_s if e.retry_after_s is not None else e.cooldown_s for e in errors]
+        known = [wait for wait in waits if wait is not None]
+        retry = max(1, math.ceil(min(known))) if known else 1
+        return RateLimited(summary, code="upstream_rate_limited", headers={"retry-after": str(retry)})
     if isinstance(last, UpstreamTimeout):
         return UpstreamTimeout(summary, provider=last.provider)
     if isinstance(last, UpstreamStatusError) and last.upstream_status == 503:

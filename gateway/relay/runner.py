@@ -299,6 +299,9 @@ class AttemptRunner:
             ttft = self.clock() - attempt.sent_at
         retry_after_s = error.retry_after_s if error is not None else None
         self.record(request, attempt, outcome, Reading(ttft_s=ttft), status, retry_after_s)
+        if error is not None and retry_after_s is None and status == 429:
+            # The provider named no wait: the client's Retry-After is the cool-down the router just chose.
+            error.cooldown_s = self.router.cooldown_s(attempt.candidate)
 
     def abandon(self, request: ProxyRequest, attempt: Attempt) -> None:
         """Drop an attempt that answered but lost the race (both produced a token at once)."""

@@ -164,6 +164,10 @@ class Router(Protocol):
         """Seconds until a provider that said it is out opens again (None: none is out), for waiters to look then."""
         ...
 
+    def cooldown_s(self, candidate: Candidate) -> float:
+        """Seconds until ``candidate`` is tried again after a failure (0: it may be tried now)."""
+        ...
+
     def attempt_streaming(self, candidate: Candidate, progress: StreamProgress) -> None:
         """``candidate``'s first token came: ``progress`` counts its stream's bytes until ``attempt_finished``."""
         ...

@@ -402,6 +402,9 @@ class MeasuredRouter:
         at = self.state.capacity.next_change(now)
         return at - now if at is not None else None
 
+    def cooldown_s(self, candidate: Candidate) -> float:
+        return self.state.health.retry_in((candidate.model, candidate.name), self.clock())
+
     def capacity_of(self, provider: ProviderConfig) -> ProviderLimit:
         """The provider's learned limit and reported budget (for metrics and the explanation)."""
         return self.state.capacity.of(provider)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.samples import Sample
+from gateway.stats.history import History
 from gateway.stats.snapshot import StatsSnapshot
+from gateway.types import DeploymentKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +34,9 @@ class StatsStore(Protocol):
     latest local view, in which this replica's own samples count at once. ``start`` launches
     any background work (flushing, refreshing); ``sync`` does one round of it now (write what is
     buffered, re-read the shared window: tests and benchmarks use it instead of waiting for the
-    background task); ``aclose`` flushes what it can and stops it.
+    background task); ``aclose`` flushes what it can and stops it. ``history`` reads the last half
+    hour of the given deployments in one-minute points (``gateway.stats.history``), shared by every
+    replica with Redis: for people reading the dashboard, never on a request's path.
     """
 
     def record(self, sample: Sample) -> None: ...
@@ -39,6 +44,8 @@ class StatsStore(Protocol):
     def snapshot(self) -> StatsSnapshot: ...
 
     def health(self) -> StoreHealth: ...
+
+    async def history(self, pairs: Sequence[DeploymentKey]) -> History: ...
 
     async def start(self) -> None: ...
 

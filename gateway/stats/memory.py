@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from gateway.config import StatsConfig
 from gateway.samples import Sample
 from gateway.stats.base import StoreHealth
+from gateway.stats.history import History, MinuteBuckets
 from gateway.stats.snapshot import StatsSnapshot
 from gateway.stats.window import SlicedWindow
-from gateway.types import Clock
+from gateway.types import Clock, DeploymentKey
 
 
 class InMemoryStatsStore:
@@ -22,10 +24,16 @@ class InMemoryStatsStore:
 
     def __init__(self, config: StatsConfig, wall_clock: Clock = time.time) -> None:
         self.config = config
+        self.wall_clock = wall_clock
         self.window = SlicedWindow(config.window_s, config.slice_s, wall_clock)
+        self.minutes = MinuteBuckets()
 
     def record(self, sample: Sample) -> None:
         self.window.add(sample)
+        self.minutes.add(sample, self.wall_clock())
+
+    async def history(self, pairs: Sequence[DeploymentKey]) -> History:
+        return self.minutes.points(self.wall_clock(), pairs)
 
     def snapshot(self) -> StatsSnapshot:
         return self.window.snapshot()

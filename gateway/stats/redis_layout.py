@@ -10,6 +10,8 @@ With prefix ``gateway``, model ``llama-3.3-70b``, deployment ``groq`` and 10 s s
         ttft_s:-120       -> 17              <metric>:<LogHistogram bucket index> -> count
         tokens_per_s:463  -> 9
     {gateway:llama-3.3-70b:groq}:writers    hash: writer id -> sequence number of its last write there
+    {gateway:llama-3.3-70b:groq}:m:1750000020  hash, one per minute for 30 minutes: outcomes, ttft_s and
+                                            tokens_per_s buckets (the dashboard's history, ``gateway.stats.history``)
     gateway:pairs       sorted set: "<model>:<deployment>" -> unix time of its last write
     gateway:epoch       a random token, replaced when a writer adds to a slice readers may have cached
 

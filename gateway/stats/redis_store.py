@@ -30,6 +30,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Sequence
 
 from redis.exceptions import RedisError
 
@@ -45,6 +46,7 @@ from gateway.redis_client import (
 from gateway.samples import Sample
 from gateway.stats.base import StoreHealth
 from gateway.stats.buffer import WriteBuffer
+from gateway.stats.history import History, RedisHistory
 from gateway.stats.redis_reader import SharedWindowReader, late_after_s
 from gateway.stats.redis_writes import IndexDebt, PendingWrites, write_pending
 from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
@@ -55,6 +57,9 @@ logger = logging.getLogger("gateway.stats")
 
 FLUSH_SAMPLES = 1_000
 """A buffer holding this many samples is flushed at once rather than at the next interval."""
+
+
+_HISTORY_ERRORS: tuple[type[BaseException], ...] = (*REDIS_ERRORS, TimeoutError)
 
 
 class _RejectedWrites(RedisError):
@@ -91,6 +96,7 @@ class RedisStatsStore:
         """This store's name in each pair's writers hash: its writes' numbers are counted per writer."""
         self.unseen = WriteBuffer()
         self.view: dict[DeploymentKey, DeploymentSummary] = {}
+        self.minutes = RedisHistory(config.key_prefix)
         self.dropped = 0
         self.flushes = 0
         self.redis = redis
@@ -107,6 +113,7 @@ class RedisStatsStore:
     # -- the request path: no I/O, no await ---------------------------------------------------
 
     def record(self, sample: Sample) -> None:
+        self.minutes.add(sample, self.wall_clock())
         index = slice_index(self.wall_clock(), self.config.slice_s)
         room = self.config.buffer_limit - self.pending.cells
         if not self.buffer.add(index, sample, room):
@@ -122,6 +129,16 @@ class RedisStatsStore:
 
     def snapshot(self) -> StatsSnapshot:
         return StatsSnapshot(self.view, taken_at=self.wall_clock())
+
+    async def history(self, pairs: Sequence[DeploymentKey]) -> History:
+        """Every replica's last half hour; with Redis away, this replica's minutes not yet written."""
+        now = self.wall_clock()
+        if self.client is None or self._degraded_reason is not None:
+            return self.minutes.pending.points(now, pairs)
+        try:
+            return await asyncio.wait_for(self.minutes.read(self.client, pairs, now), self.config.redis_timeout_s)
+        except _HISTORY_ERRORS:
+            return self.minutes.pending.points(now, pairs)
 
     def health(self) -> StoreHealth:
         return StoreHealth(
@@ -216,6 +233,8 @@ class RedisStatsStore:
     async def _exchange_locked(self, *, refresh: bool) -> bool:
         try:
             await self._flush()
+            assert self.client is not None
+            await self.minutes.write(self.client, self.wall_clock())
             if refresh:
                 assert self.client is not None
                 await self.reader.read(self.client)

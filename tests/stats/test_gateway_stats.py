@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -167,3 +168,31 @@ def test_stats_need_a_client_key_when_keys_are_set(fakes: Fakes, start_gateway: 
     accepted = httpx.get(gateway.url + "/v1/gateway/stats", headers={"authorization": "Bearer k2"})
     assert accepted.status_code == 200 and [r["samples"] for r in accepted.json()["data"]] == [0]
     assert json.loads(run_stats("--url", gateway.url, "--api-key", "k1", "--json"))["data"][0]["deployment"] == "steady"
+
+
+def test_stats_with_no_samples_says_so(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
+    gateway = start_gateway(gateway_config([fakes.start("steady")]))
+    printed = run_stats("--url", gateway.url)
+    assert "steady" in printed and "no samples yet in the last 300 s" in printed
+    with openai.OpenAI(base_url=gateway.base_url, api_key="x", max_retries=0) as client:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert "no samples yet" not in run_stats("--url", gateway.url)
+
+
+def test_stats_into_a_reader_that_leaves_ends_quietly(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
+    # `gateway stats | head`: the reader is gone before the table is written.
+    gateway = start_gateway(gateway_config([fakes.start("steady")]))
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "gateway", "stats", "--url", gateway.url, "--wide"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        os.close(write)
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr
+    assert result.returncode == 1

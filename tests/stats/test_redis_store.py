@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 import redis
+import redis.asyncio
 
 from gateway.config import StatsConfig
 from gateway.stats import RedisStatsStore, open_stats_store
+from gateway.stats.history import SPAN_S
 from gateway.stats.redis_layout import parse_pair_member
 from gateway.stats.redis_store import read_shared_snapshot
 from gateway.stats.sketch import bucket_of
@@ -74,7 +76,15 @@ async def test_key_layout(redis_server: RedisServer, prefix: str, stores: list[R
     client = redis_server.client()
     key = f"{{{prefix}:llama%3A3%20%7Bx%7D:groq}}:1800000000"
     writers = f"{{{prefix}:llama%3A3%20%7Bx%7D:groq}}:writers"
-    assert set(client.keys(f"*{prefix}*")) == {key, writers, f"{prefix}:pairs"}
+    minute = f"{{{prefix}:llama%3A3%20%7Bx%7D:groq}}:m:1800000000"  # the dashboard's history, same hash tag
+    assert set(client.keys(f"*{prefix}*")) == {key, writers, f"{prefix}:pairs", minute}
+    assert hash_of(client, minute) == {
+        "outcome:ok": "1",
+        "outcome:timeout": "1",
+        f"ttft_s:{bucket_of(0.25)}": "2",
+        f"tokens_per_s:{bucket_of(120.0)}": "1",
+    }
+    assert SPAN_S < client.ttl(minute) <= SPAN_S + 60 + 60
     # The store's one write there is numbered 1; a resent copy of it would be skipped.
     assert hash_of(client, writers) == {store.writer: "1"} and 60 < client.ttl(writers) <= 60 + 10 + 60
     fields = hash_of(client, key)
@@ -232,3 +242,28 @@ async def test_the_buffer_is_bounded_and_drops_are_counted(
     assert store.health().buffered_samples == kept + 100
     assert store.buffer.cells <= 40
     assert samples_of(store.snapshot()) == kept + 100
+
+
+async def test_history_is_shared_by_replicas_and_expires(redis_server: RedisServer, prefix: str) -> None:
+    config = StatsConfig(backend="redis", redis_url=redis_server.url, key_prefix=prefix, refresh_interval_s=3600)
+    one, two = RedisStatsStore(config), RedisStatsStore(config)
+    await one.start()
+    await two.start()
+    try:
+        for _ in range(4):
+            one.record(make_sample(ttft_s=0.3, tokens_per_s=80.0))
+        two.record(make_sample(ttft_s=0.3, tokens_per_s=80.0))
+        assert [p.samples for p in (await two.history([("m", "d")]))[("m", "d")]] == [1]  # its own, not yet written
+        await one.sync()
+        await two.sync()
+        for store in (one, two):
+            points = (await store.history([("m", "d")]))[("m", "d")]
+            assert sum(p.samples for p in points) == 5
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        keys = [k async for k in client.scan_iter(match=f"{{{prefix}:*}}:m:*")]
+        ttls = [await client.ttl(k) for k in keys]
+        assert ttls and all(0 < ttl <= SPAN_S + 120 for ttl in ttls), ttls
+        await client.aclose()
+    finally:
+        await one.aclose()
+        await two.aclose()

@@ -208,3 +208,28 @@ async def test_validity_is_counted_per_kind_and_leaves_the_window(open_store: Op
     await store.sync()
     summary = store.snapshot().get("m", "d")
     assert summary is not None and summary.validity == {"json:json_invalid": 1}
+
+
+async def test_history_keeps_half_an_hour_in_minutes(open_store: OpenStore, clock: FakeClock) -> None:
+    store = await open_store()
+    clock.now = 1_800_000_000.0  # a minute's start: the samples below fall in two whole minutes
+    for _ in range(3):
+        store.record(make_sample(ttft_s=0.2, tokens_per_s=100.0))
+    clock.advance(60)
+    for _ in range(2):
+        store.record(make_sample(ttft_s=1.5, tokens_per_s=20.0))
+    store.record(make_sample(deployment="e", outcome="timeout", ttft_s=None, tokens_per_s=None))
+    pairs = [("m", "d"), ("m", "e"), ("m", "never")]
+    for _ in range(2):  # before and after the minutes reach Redis (and read again: settled ones cached)
+        history = await store.history(pairs)
+        d = history[("m", "d")]
+        assert [(p.start, p.samples) for p in d] == [(1_800_000_000, 3), (1_800_000_060, 2)]
+        assert d[0].ttft_p50_s == pytest.approx(0.2, rel=0.02) and d[0].tokens_per_s_p50 == pytest.approx(100, rel=0.02)
+        assert d[1].ttft_p50_s == pytest.approx(1.5, rel=0.02) and d[1].tokens_per_s_p50 == pytest.approx(20, rel=0.02)
+        assert [(p.samples, p.ttft_p50_s) for p in history[("m", "e")]] == [(1, None)]
+        assert history[("m", "never")] == ()
+        await store.sync()
+    clock.advance(29 * 60)  # the first minute is now 30 minutes back: out
+    assert [p.samples for p in (await store.history(pairs))[("m", "d")]] == [2]
+    clock.advance(60)
+    assert (await store.history(pairs))[("m", "d")] == ()

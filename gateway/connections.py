@@ -1,0 +1,182 @@
+"""Slow, idle and surplus client connections, cut at the protocol before they cost a file descriptor for good.
+
+uvicorn's httptools protocol waits forever for a request head that arrives one byte a second, for a
+body that never ends, and for a connection that opens and says nothing; each one holds a socket, and
+a few thousand exhaust the process's file descriptors. ``GuardedProtocol`` adds, per connection:
+
+- a head size limit: bytes received before the head completes, 431 past ``[limits] max_header_bytes``
+  (httptools buffers an unfinished header in full, so one endless header would grow the process);
+- a header deadline: from the connection's first moment (or the first byte of a next request on a
+  kept-alive one) the head must be complete within ``[server] header_timeout_s``, else the socket
+  closes (with a 408 when some of a request had arrived);
+- a body deadline: the whole body must have arrived ``[server] body_timeout_s`` after the head, else
+  408 in the client API's shape (OpenAI's, or Anthropic's on ``/v1/messages``) and the socket closes;
+  a deadline for the whole body rather than per gap, so that a body trickled a byte at a time is cut too;
+- a connection cap: past ``[server] max_connections`` open connections in this process, a new one is
+  answered 503 and closed at once, so the descriptors in use stay bounded.
+
+Idle kept-alive connections are uvicorn's own ``timeout_keep_alive`` (``[server] keepalive_timeout_s``).
+The timers are the event loop's ``call_later`` handles: nothing runs while a connection behaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.config import GatewayConfig
+from gateway.dialects import CHAT, dialect_for_path
+from gateway.errors import GatewayError, HeadersTooLarge, NoCapacity, RequestTimeout
+
+_REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """What one client connection may take; ``0`` disables a deadline or the cap."""
+
+    max_head_bytes: int = 32 * 1024
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 10_000
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig) -> ConnectionLimits:
+        """``[limits] max_header_bytes`` and the ``[server]`` deadlines and cap."""
+        server = config.server
+        return cls(
+            max_head_bytes=config.limits.max_header_bytes,
+            header_timeout_s=server.header_timeout_s,
+            body_timeout_s=server.body_timeout_s,
+            max_connections=server.max_connections,
+        )
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits of ``ConnectionLimits`` (one instance per connection)."""
+
+    limits = ConnectionLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True
+        self._head_bytes = 0
+        self._begun = False
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        cap = self.limits.max_connections
+        if cap and len(self.connections) > cap:
+            self._refuse(
+                NoCapacity(f"the gateway holds its limit of {cap} client connections", code="too_many_connections")
+            )
+            return
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            self._head_bytes += len(data)
+            if self._head_timer is None:  # the first byte of a next request on a kept-alive connection
+                self._arm_head_timer()
+        super().data_received(data)
+        if self._in_head and self._head_bytes > self.limits.max_head_bytes and not self.transport.is_closing():
+            limit = self.limits.max_head_bytes
+            if self.cycle is None or self.cycle.response_complete:
+                self._refuse(HeadersTooLarge(f"request headers exceed the limit of {limit} bytes"))
+            else:
+                self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._begun = True
+        self._head_bytes = 0
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._cancel_head_timer()
+        super().on_headers_complete()
+        if self.limits.body_timeout_s and not self.transport.is_closing():
+            self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_overdue)
+
+    def on_message_complete(self) -> None:
+        self._cancel_body_timer()
+        super().on_message_complete()
+        self._in_head = True
+        self._begun = False
+        self._head_bytes = 0
+
+    def _arm_head_timer(self) -> None:
+        if self.limits.header_timeout_s:
+            self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_overdue)
+
+    def _head_overdue(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined request's head, behind a response still being sent (a long stream): its
+            # deadline starts once the connection is free, never cutting the response under way.
+            self._arm_head_timer()
+            return
+        if not self._begun and self._head_bytes == 0:  # nothing of a request arrived: nobody to answer
+            self.transport.close()
+            return
+        timeout = self.limits.header_timeout_s
+        self._refuse(RequestTimeout(f"request headers did not arrive within {timeout:g} s"))
+
+    def _body_overdue(self) -> None:
+        self._body_timer = None
+        cycle = self.cycle
+        if self.transport.is_closing():
+            return
+        if cycle is not None and not cycle.response_started:
+            timeout = self.limits.body_timeout_s
+            path = str(cycle.scope.get("path", ""))
+            error = RequestTimeout(f"request body did not arrive within {timeout:g} s", code="body_timeout")
+            # The app waiting on this body sees the client gone, and whatever it sends next is dropped.
+            cycle.disconnected = True
+            cycle.message_event.set()
+            self._refuse(error, path)
+            return
+        self.transport.close()  # answered already (e.g. 401 before the body was read): just stop reading
+
+    def _refuse(self, error: GatewayError, path: str = "") -> None:
+        """Answer ``error`` in the API's shape of ``path`` (OpenAI's when unknown) and close the connection."""
+        body = (dialect_for_path(path) if path else CHAT).render_error(error)
+        head = (
+            f"HTTP/1.1 {error.status_code} {_REASONS.get(error.status_code, 'Error')}\r\n"
+            "content-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n"
+        )
+        self.transport.write(head.encode("latin-1") + body)
+        self.transport.close()
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _cancel_timers(self) -> None:
+        self._cancel_head_timer()
+        self._cancel_body_timer()
+
+
+def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
+    """The protocol class uvicorn instantiates per connection, bound to ``limits``."""
+    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
