@@ -13,6 +13,8 @@ Usage::
     python -m benchmarks.routing_simulate --only recovery --seeds 10
     python -m benchmarks.routing_simulate --stress --seeds 16  # markets nothing was tuned on
     python -m benchmarks.routing_simulate --held-out          # the held-out set: run once, at the end
+    python -m benchmarks.routing_simulate --router new        # the belief-based router (gateway.routing.belief)
+    python -m benchmarks.routing_simulate --compare --seeds 64  # old and new, paired, as a markdown table
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, S
 from gateway.config import GatewayConfig, StatsConfig, parse_config
 from gateway.relay.drain import DRAIN_EVENTS, DRAIN_MAX_S
 from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
-from gateway.routing.plan import Candidate, RoutePlan
+from gateway.routing.belief_router import BeliefRouter, exploration
+from gateway.routing.plan import Candidate, RoutePlan, Router
 from gateway.samples import Outcome, Sample
 from gateway.stats import InMemoryStatsStore
 
@@ -71,9 +74,12 @@ class Result:
 
 
 class Simulation:
-    """One scenario, one seed, one strategy ("gateway" or "oracle")."""
+    """One scenario, one seed, one strategy ("gateway" or "oracle"), one router ("old" or "new"; the oracle's is
+    always the old one: it only follows the oracle's order)."""
 
-    def __init__(self, scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None) -> None:
+    def __init__(
+        self, scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None, router: str = "old"
+    ) -> None:
         self.scenario = scenario
         self.seed = seed
         self.strategy = strategy
@@ -83,10 +89,9 @@ class Simulation:
         self.config = _config(scenario, policy)
         self.store = InMemoryStatsStore(StatsConfig(), wall_clock=lambda: WALL + self.now)
         # Replicas share the window (the store) and keep their own state; the first keeps the seed's own rng.
-        self.routers = [
-            MeasuredRouter(
-                self.config, self.store, rng=random.Random(seed if i == 0 else f"{seed}:{i}"), clock=self.clock
-            )
+        kind = BeliefRouter if router == "new" and strategy != "oracle" else MeasuredRouter
+        self.routers: list[Router] = [
+            kind(self.config, self.store, rng=random.Random(seed if i == 0 else f"{seed}:{i}"), clock=self.clock)
             for i in range(scenario.replicas)
         ]
         self.router = self.routers[0]
@@ -125,7 +130,7 @@ class Simulation:
 
     def sample(
         self,
-        router: MeasuredRouter,
+        router: Router,
         candidate: Candidate,
         outcome: Outcome,
         ttft: float | None,
@@ -179,7 +184,7 @@ class _Request:
         started: float,
         best: str,
         index: int,
-        router: MeasuredRouter,
+        router: Router,
     ) -> None:
         self.sim, self.plan, self.tokens, self.started, self.best = sim, plan, tokens, started, best
         self.index = index
@@ -396,14 +401,16 @@ class _Request:
         self.sim.result.failed += 1
 
 
-def simulate(scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None = None) -> Result:
-    return Simulation(scenario, seed, strategy, policy).run()
+def simulate(
+    scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None = None, router: str = "old"
+) -> Result:
+    return Simulation(scenario, seed, strategy, policy, router).run()
 
 
-def _summary(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | None) -> str:
+def _summary(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | None, router: str = "old") -> str:
     regrets, after, probes, fails, attempts, p99 = [], [], [], 0, [], []
     for seed in seeds:
-        mine = simulate(scenario, seed, "gateway", policy)
+        mine = simulate(scenario, seed, "gateway", policy, router)
         oracle = simulate(scenario, seed, "oracle", policy)
         regrets.append(statistics.fmean(mine.times) / statistics.fmean(oracle.times) - 1)
         fails += mine.failed
@@ -413,7 +420,7 @@ def _summary(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | 
             at = scenario.changes[0].at_s + 15
             later = [ok for started, ok in mine.on_best if started >= at]
             after.append(sum(later) / max(1, len(later)))
-        probes.append(_probes(scenario, seed, policy))
+        probes.append(_probes(scenario, seed, policy) if router == "old" else _explored(scenario, seed, policy))
     text = (
         f"{scenario.name:16} regret {statistics.fmean(regrets):+6.1%} (min {min(regrets):+.1%} max {max(regrets):+.1%})"
         f"  explore {statistics.fmean(probes):5.1%}  attempts {statistics.fmean(attempts):.2f}  failed {fails}"
@@ -427,10 +434,61 @@ def _summary(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | 
 def _probes(scenario: Scenario, seed: int, policy: dict[str, Any] | None) -> float:
     sim = Simulation(scenario, seed, "gateway", policy)
     sim.run()
+    assert isinstance(sim.router, MeasuredRouter)
     ranking = sim.router.rank(sim.config.models[0])
     if not hasattr(ranking, "probes"):  # older code: no count of its own
         return float("nan")
-    return ranking.probes / max(1, ranking.requests)
+    return float(ranking.probes / max(1, ranking.requests))
+
+
+def _explored(scenario: Scenario, seed: int, policy: dict[str, Any] | None) -> float:
+    sim = Simulation(scenario, seed, "gateway", policy, "new")
+    sim.run()
+    router = sim.router
+    assert isinstance(router, BeliefRouter)
+    return exploration(router, sim.config.models[0])[0]
+
+
+@dataclass
+class Paired:
+    """One market's paired comparison: per schedule, each router's regret against the same oracle."""
+
+    old: list[float] = field(default_factory=list)
+    new: list[float] = field(default_factory=list)
+    explored: list[float] = field(default_factory=list)
+    extra: list[float] = field(default_factory=list)
+
+    def row(self, scenario: Scenario) -> str:
+        diffs = [n - o for n, o in zip(self.new, self.old, strict=True)]
+        se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+        mean = statistics.fmean(diffs)
+        verdict = "better" if mean < -2 * se else "worse" if mean > 2 * se else "parity"
+        return (
+            f"| {scenario.name} | {statistics.fmean(self.old):+.1%} | {statistics.fmean(self.new):+.1%} "
+            f"| {mean * 100:+.2f} ± {se * 100:.2f} | {verdict} | {statistics.fmean(self.explored):.1%} "
+            f"| {statistics.fmean(self.extra):.3f} |"
+        )
+
+
+PAIRED_HEADER = (
+    "| market | old regret | new regret | new − old (points, ± s.e.) | within 2 s.e. | new: explored | "
+    "new: extra attempts/request |\n|---|---|---|---|---|---|---|"
+)
+
+
+def compare(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | None) -> Paired:
+    """Old and new over the same schedules (same arrivals, same draws), each against the same oracle run."""
+    paired = Paired()
+    for seed in seeds:
+        oracle = statistics.fmean(simulate(scenario, seed, "oracle", policy).times)
+        paired.old.append(statistics.fmean(simulate(scenario, seed, "gateway", policy, "old").times) / oracle - 1)
+        sim = Simulation(scenario, seed, "gateway", policy, "new")
+        result = sim.run()
+        paired.new.append(statistics.fmean(result.times) / oracle - 1)
+        shares = [exploration(r, sim.config.models[0]) for r in sim.routers if isinstance(r, BeliefRouter)]
+        paired.explored.append(statistics.fmean(s[0] for s in shares))
+        paired.extra.append(statistics.fmean(s[1] for s in shares))
+    return paired
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -440,12 +498,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", help="policy keys as JSON, e.g. '{\"memory_half_life_s\": 10}'")
     parser.add_argument("--stress", action="store_true", help="the stress markets (routing_scenarios.STRESS) instead")
     parser.add_argument("--held-out", action="store_true", help="the held-out set (routing_scenarios.HELD_OUT): once")
+    parser.add_argument(
+        "--router", choices=("old", "new"), default="old", help="old: MeasuredRouter; new: BeliefRouter"
+    )
+    parser.add_argument("--compare", action="store_true", help="old and new paired over the same schedules (markdown)")
     args = parser.parse_args(argv)
     policy = json.loads(args.policy) if args.policy else None
+    if args.compare:
+        print(PAIRED_HEADER, flush=True)
     for scenario in HELD_OUT if args.held_out else STRESS if args.stress else SCENARIOS:
         if args.only and scenario.name not in args.only:
             continue
-        print(_summary(scenario, range(1, args.seeds + 1), policy), flush=True)
+        if args.compare:
+            print(compare(scenario, range(1, args.seeds + 1), policy).row(scenario), flush=True)
+        else:
+            print(_summary(scenario, range(1, args.seeds + 1), policy, args.router), flush=True)
     return 0
 
 

@@ -1,0 +1,346 @@
+"""One belief per deployment: what its first token and its seconds per token are now, and how sure that is.
+
+The model, in one pass:
+
+- A deployment's answers are log-normal: ``log ttft`` and ``log seconds-per-token`` are its
+  current level plus noise of a spread ``s`` (the deployment's own, learned, starting from
+  ``SPREAD``). First token and speed come as a pair from one answer and are judged together.
+- The level moves in two ways. It drifts: while nothing is heard, the level's variance grows by
+  ``DRIFT`` per second, so an estimate nobody refreshed becomes uncertain again and a draw from
+  it (``gateway.routing.choose``) sometimes favours it. And it jumps: a provider changes about
+  once every ``HAZARD_S`` seconds. Jumps are found by Bayesian online change-point detection: a
+  few run-length hypotheses ("the level has been the same since answer k"), each with its own
+  normal posterior on the level, weighted by how well it predicted each answer under a
+  Student-t (``TAIL_NU`` degrees of freedom) so one wild answer neither triggers a change nor
+  drags the level far. A new run starts from the prior.
+- The prior is pooled from the model's other deployments (their levels' mean, widened by their
+  spread), counting as ``PRIOR_WEIGHT`` answers' worth of certainty at most; the shared window's
+  median for this deployment (every replica's answers), aged by half the window, sharpens the
+  first run's prior.
+- Censored evidence is one rule: "the value is at least t" (a race lost, an attempt overdue, a
+  stream slower than believed). Each hypothesis is weighted by the probability it gave that
+  and its posterior is moment-matched to the truncated likelihood.
+- Prefill is a small regression beside it: first token = base + uncached prompt tokens ×
+  seconds per prompt token; the base is what the level describes.
+- Failures: a beta posterior on the failure chance whose evidence fades with ``HAZARD_S``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+HAZARD_S = 120.0
+"""A provider changes (its first token or its speed jumps) about once every this many seconds."""
+DRIFT = 0.002
+"""Variance of a log level gained per second unheard: unheard for 1/DRIFT s, it is e-fold uncertain."""
+TAIL_NU = 4.0
+"""Degrees of freedom of an answer's Student-t noise: how heavy a tail one wild answer is read as."""
+PRIOR_WEIGHT = 2.0
+"""The pooled prior counts as at most this many answers of the deployment's own."""
+SPREAD = 0.4
+"""An answer's log spread around its level before the deployment's own is learned (p95 ≈ 1.9× the median)."""
+RUNS = 5
+"""Run-length hypotheses kept per deployment (the cost of change-point detection, not a knob of the world)."""
+
+TTFT, SPT = 0, 1
+METRICS = (TTFT, SPT)
+_MIN_PREFILL_TOKENS = 1024
+_SQRT2 = math.sqrt(2.0)
+_NORMAL = NormalDist()
+_FAIL_PRIOR = (0.2, 1.8)
+"""A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """Where a new run's level starts, per metric: mean and variance of the log level (None: unknown)."""
+
+    mean: tuple[float | None, float | None] = (None, None)
+    var: tuple[float, float] = (4.0, 4.0)
+
+
+NO_PRIOR = Prior()
+_DEFAULT_LEVEL = (math.log(1.0), math.log(1 / 50.0))
+"""Where a model with nothing measured anywhere starts: 1 s to first token, 50 tokens/s (wide)."""
+
+
+@dataclass(slots=True)
+class Run:
+    """One hypothesis: the level has stayed the same since this run began."""
+
+    weight: float
+    mean: list[float]
+    var: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """One plausible present for a deployment: median first token, seconds per token, failure chance."""
+
+    ttft_s: float
+    s_per_token: float
+    failure: float
+    spread: tuple[float, float]
+    """The answers' log spread around those medians (for means and quantiles)."""
+
+
+@dataclass(slots=True)
+class Belief:
+    """The posterior for one deployment of one model."""
+
+    runs: list[Run] = field(default_factory=list)
+    heard_at: float | None = None
+    noise: list[float] = field(default_factory=lambda: [SPREAD**2, SPREAD**2])
+    noise_n: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    answers: int = 0
+    """Answers (or censored bounds) heard: 0 means measured never."""
+    prefill: tuple[float, float] = (0.0, 1e-8)
+    """Seconds per uncached prompt token: mean and variance."""
+    fails: float = _FAIL_PRIOR[0]
+    oks: float = _FAIL_PRIOR[1]
+    failed_at: float = 0.0
+
+    # -- evidence ---------------------------------------------------------------------------
+
+    def observe(
+        self,
+        now: float,
+        prior: Prior,
+        ttft_s: float | None = None,
+        s_per_token: float | None = None,
+        *,
+        at_least: tuple[float | None, float | None] = (None, None),
+        uncached_tokens: int = 0,
+    ) -> None:
+        """One answer's pair (either may be missing), or lower bounds on them (``at_least``)."""
+        if ttft_s is not None and uncached_tokens >= _MIN_PREFILL_TOKENS and self.runs:
+            self._prefill(ttft_s, uncached_tokens)
+        if ttft_s is not None:
+            ttft_s = max(ttft_s - self.prefill[0] * uncached_tokens, 0.2 * ttft_s)
+        values = (_log(ttft_s), _log(s_per_token))
+        bounds = (_log(at_least[0]), _log(at_least[1]))
+        if all(v is None for v in (*values, *bounds)):
+            return
+        self._age(now, prior)
+        hazard = 1.0 - math.exp(-(now - self.heard_at) / HAZARD_S) if self.heard_at is not None else 0.0
+        fresh = _start(prior)
+        total = sum(r.weight for r in self.runs)
+        born = hazard * total * _likelihood(fresh, values, bounds, self.noise)
+        for run in self.runs:
+            run.weight *= (1.0 - hazard) * _likelihood(run, values, bounds, self.noise)
+        fresh.weight = born
+        self.runs.append(fresh)
+        for metric in METRICS:
+            self._learn_noise(metric, values[metric])
+        for run in self.runs:
+            _update(run, values, bounds, self.noise)
+        self._prune()
+        self.heard_at = now
+        self.answers += 1
+
+    def failed(self, now: float, failed: bool) -> None:
+        """An attempt's health: failed, or answered."""
+        fade = math.exp(-(now - self.failed_at) / HAZARD_S)
+        self.fails = _FAIL_PRIOR[0] + (self.fails - _FAIL_PRIOR[0]) * fade + (1.0 if failed else 0.0)
+        self.oks = _FAIL_PRIOR[1] + (self.oks - _FAIL_PRIOR[1]) * fade + (0.0 if failed else 1.0)
+        self.failed_at = now
+
+    def bounded(self, now: float, prior: Prior, ttft_at_least: float) -> Belief:
+        """A copy told the first token is at least ``ttft_at_least`` (an attempt still waiting): for one plan only."""
+        copy = Belief(
+            [Run(r.weight, list(r.mean), list(r.var)) for r in self.runs],
+            self.heard_at,
+            list(self.noise),
+            list(self.noise_n),
+            self.answers,
+            self.prefill,
+            self.fails,
+            self.oks,
+            self.failed_at,
+        )
+        heard = copy.heard_at
+        copy.observe(now, prior, at_least=(ttft_at_least, None))
+        copy.heard_at = heard
+        return copy
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def level(self, now: float, metric: int) -> tuple[float, float]:
+        """The log level's mixture mean and variance now (drift included)."""
+        if not self.runs:
+            return _DEFAULT_LEVEL[metric], 4.0
+        age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
+        mean = sum(r.weight * r.mean[metric] for r in self.runs)
+        var = sum(r.weight * (r.var[metric] + (r.mean[metric] - mean) ** 2) for r in self.runs)
+        return mean, var + age
+
+    def expected(self, now: float) -> Draw:
+        """The posterior means, for explaining and for the leader (no randomness)."""
+        (t, _), (s, _) = self.level(now, TTFT), self.level(now, SPT)
+        return Draw(math.exp(t), math.exp(s), self.fails / (self.fails + self.oks), self.spread())
+
+    def draw(self, now: float, rng: random.Random, prior: Prior) -> Draw:
+        """One sample of the present from the posterior: a run by its weight, then its level with drift."""
+        runs = self.runs or [_start(prior)]
+        pick = rng.random() * sum(r.weight for r in runs)
+        run = runs[-1]
+        for candidate in runs:
+            pick -= candidate.weight
+            if pick <= 0:
+                run = candidate
+                break
+        age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
+        ttft = rng.gauss(run.mean[TTFT], math.sqrt(run.var[TTFT] + age))
+        spt = rng.gauss(run.mean[SPT], math.sqrt(run.var[SPT] + age))
+        failure = rng.betavariate(self.fails, self.oks)
+        return Draw(math.exp(ttft), math.exp(spt), failure, self.spread())
+
+    def spread(self) -> tuple[float, float]:
+        return math.sqrt(self.noise[TTFT]), math.sqrt(self.noise[SPT])
+
+    def quantile(self, now: float, q: float) -> float:
+        """The first token's predictive quantile ``q`` in seconds (level's uncertainty and the answers' spread)."""
+        mean, var = self.level(now, TTFT)
+        return math.exp(mean + _z(q) * math.sqrt(var + self.noise[TTFT]))
+
+    # -- inside -----------------------------------------------------------------------------
+
+    def _age(self, now: float, prior: Prior) -> None:
+        if not self.runs:
+            self.runs.append(_start(prior))
+            return
+        if self.heard_at is None:
+            return
+        grow = DRIFT * max(0.0, now - self.heard_at)
+        for run in self.runs:
+            run.var[TTFT] += grow
+            run.var[SPT] += grow
+
+    def _learn_noise(self, metric: int, value: float | None) -> None:
+        """The answers' own spread: squared residuals against the best run, robustly, with a prior of ``SPREAD``."""
+        if value is None:
+            return
+        best = max(self.runs, key=lambda r: r.weight)
+        residual = (value - best.mean[metric]) ** 2
+        scale = self.noise[metric]
+        robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)
+        n = min(self.noise_n[metric], 50.0)
+        self.noise[metric] = (PRIOR_WEIGHT * SPREAD**2 + n * scale + robust) / (PRIOR_WEIGHT + n + 1)
+        self.noise_n[metric] = n + 1
+
+    def _prune(self) -> None:
+        total = sum(r.weight for r in self.runs)
+        if total <= 0 or not math.isfinite(total):
+            keep = self.runs[-1]
+            keep.weight = 1.0
+            self.runs = [keep]
+            return
+        for run in self.runs:
+            run.weight /= total
+        if len(self.runs) > RUNS:
+            self.runs.sort(key=lambda r: r.weight, reverse=True)
+            del self.runs[RUNS:]
+            total = sum(r.weight for r in self.runs)
+            for run in self.runs:
+                run.weight /= total
+
+    def _prefill(self, ttft_s: float, uncached: int) -> None:
+        base = math.exp(self.level(self.heard_at or 0.0, TTFT)[0])
+        slope = max(0.0, ttft_s - base) / uncached
+        mean, var = self.prefill
+        noise = (slope * SPREAD) ** 2 + 1e-12
+        gain = var / (var + noise)
+        self.prefill = (mean + gain * (slope - mean), (1 - gain) * var + 1e-12)
+
+
+def pooled(beliefs: list[Belief], now: float) -> Prior:
+    """The prior a deployment borrows from the model's others: their levels' mean, widened by their spread."""
+    means: list[float | None] = []
+    variances: list[float] = []
+    for metric in METRICS:
+        levels = [b.level(now, metric)[0] for b in beliefs if b.answers]
+        if not levels:
+            means.append(None)
+            variances.append(4.0)
+            continue
+        mean = sum(levels) / len(levels)
+        between = sum((x - mean) ** 2 for x in levels) / len(levels)
+        means.append(mean)
+        # At most PRIOR_WEIGHT answers' worth; never tighter than the spread between the model's deployments.
+        variances.append(max(SPREAD**2 / PRIOR_WEIGHT, between + SPREAD**2))
+    return Prior((means[0], means[1]), (variances[0], variances[1]))
+
+
+def with_window(prior: Prior, median: tuple[float | None, float | None], n: int, age_s: float) -> Prior:
+    """``prior`` sharpened by the shared window's medians over ``n`` answers, aged ``age_s`` like any evidence."""
+    means = list(prior.mean)
+    variances = list(prior.var)
+    for metric in METRICS:
+        value = _log(median[metric])
+        if value is None or n <= 0:
+            continue
+        evidence = SPREAD**2 / n + DRIFT * age_s
+        mean = means[metric]
+        if mean is None:
+            means[metric], variances[metric] = value, evidence
+            continue
+        gain = variances[metric] / (variances[metric] + evidence)
+        means[metric] = mean + gain * (value - mean)
+        variances[metric] = (1 - gain) * variances[metric]
+    return Prior((means[0], means[1]), (variances[0], variances[1]))
+
+
+def _start(prior: Prior) -> Run:
+    mean = [m if m is not None else _DEFAULT_LEVEL[i] for i, m in enumerate(prior.mean)]
+    return Run(1.0, mean, list(prior.var))
+
+
+def _likelihood(
+    run: Run, values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
+) -> float:
+    """How well ``run`` predicted this evidence: Student-t densities of values, normal tails of bounds."""
+    p = 1.0
+    for metric in METRICS:
+        scale2 = run.var[metric] + noise[metric]
+        value, bound = values[metric], bounds[metric]
+        if value is not None:
+            z2 = (value - run.mean[metric]) ** 2 / scale2
+            p *= (1.0 + z2 / TAIL_NU) ** (-(TAIL_NU + 1) / 2) / math.sqrt(scale2)
+        elif bound is not None:
+            p *= max(1e-12, 1.0 - _phi((bound - run.mean[metric]) / math.sqrt(scale2)))
+    return p
+
+
+def _update(run: Run, values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]) -> None:
+    """The run's posterior after the evidence: a robust Kalman step per value, moment matching per bound."""
+    for metric in METRICS:
+        mean, var = run.mean[metric], run.var[metric]
+        value, bound = values[metric], bounds[metric]
+        if value is not None:
+            z2 = (value - mean) ** 2 / (var + noise[metric])
+            weight = (TAIL_NU + 1) / (TAIL_NU + z2)  # Student-t: a far answer counts for less
+            obs = noise[metric] / weight
+            gain = var / (var + obs)
+            run.mean[metric], run.var[metric] = mean + gain * (value - mean), (1 - gain) * var
+        elif bound is not None:
+            s = math.sqrt(var + noise[metric])
+            alpha = (bound - mean) / s
+            tail = max(1e-12, 1.0 - _phi(alpha))
+            mills = math.exp(-0.5 * alpha * alpha) / math.sqrt(2 * math.pi) / tail
+            run.mean[metric] = mean + var / s * mills
+            run.var[metric] = max(1e-6, var * (1.0 - var / (s * s) * mills * (mills - alpha)))
+
+
+def _log(value: float | None) -> float | None:
+    return math.log(value) if value is not None and value > 0 else None
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / _SQRT2))
+
+
+def _z(q: float) -> float:
+    return _NORMAL.inv_cdf(min(max(q, 1e-6), 1 - 1e-6))

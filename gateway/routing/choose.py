@@ -1,0 +1,132 @@
+"""One draw per request: the order of a request's deployments, and what it explores.
+
+For each request every deployment's belief is drawn once (``Belief.draw``) and the request's cost
+computed from that draw (``gateway.routing.cost``); the deployments are tried in the order of those
+scores. This is Thompson sampling: a deployment is first as often as it is plausibly the best, so a
+stale or thinly measured one gets looked at in proportion to its chance, near-equal ones share the
+traffic (concurrent requests and replicas draw apart instead of herding), and a clear loser is
+left alone.
+
+When the draw puts first a deployment that is not the leader (the best at the beliefs' means),
+the request explores. A stream then explores cheaply, under one budget (``RACE_BUDGET``):
+
+- a **race** when the explored deployment streams at least as fast as the leader is believed
+  to: both start at once, the first token wins, the explored one is drained if it loses;
+- a **shadow** otherwise: the leader answers, the explored one runs beside it unseen and is
+  drained (racing it would hand a long answer to a slower stream on a quicker first token).
+
+Without budget (or not a stream), the draw's order stands. A **cold start**: deployments never
+measured and not being measured are raced all at once (up to ``COLD_RACE``), beside the leader.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gateway.config import DeploymentConfig
+from gateway.routing.belief import Belief, Prior
+from gateway.routing.cost import Cost, Shape, Weights, cost, scores
+
+RACE_BUDGET = 0.05
+"""Share of streamed requests that may carry one extra attempt to explore (a race or a shadow)."""
+COLD_RACE = 4
+"""Deployments never measured that one request may race at once (the rest follow on the next ones)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A deployment the request may go to, with what the router believes of it now."""
+
+    deployment: DeploymentConfig
+    belief: Belief
+    prior: Prior
+    measuring: bool = False
+    """An attempt is out there now that will measure it (not cold any more)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The request's order (indexes into the options), and how it explores."""
+
+    order: tuple[int, ...]
+    costs: tuple[Cost, ...]
+    """Each option's cost at the posterior means (the prediction shown and used for deadlines)."""
+    race: tuple[int, ...] = ()
+    """Options that start at once, the first token wins (the order's first ones)."""
+    shadow: int | None = None
+    """An option measured beside the first, never the answer."""
+    explored: bool = False
+    """The draw put first another than the leader."""
+    cold: bool = False
+
+
+@dataclass
+class Budget:
+    """A token bucket per model: each streamed request adds ``RACE_BUDGET``, each race or shadow spends one."""
+
+    burst: float = 2.0
+    tokens: dict[str, float] = field(default_factory=dict)
+
+    def credit(self, model: str) -> None:
+        self.tokens[model] = min(self.burst, self.tokens.get(model, 1.0) + RACE_BUDGET)
+
+    def take(self, model: str) -> bool:
+        tokens = self.tokens.get(model, 1.0)
+        if tokens < 1.0:
+            return False
+        self.tokens[model] = tokens - 1.0
+        return True
+
+
+def choose(
+    options: Sequence[Option],
+    shape: Shape,
+    weights: Weights,
+    now: float,
+    rng: random.Random,
+    *,
+    may_race: bool,
+    budget: Budget | None = None,
+    model: str = "",
+) -> Choice:
+    """Order ``options`` for this request by one draw of each belief; decide its race, shadow or cold start."""
+    means = [cost(o.belief.expected(now), o.deployment, shape, weights, o.belief.prefill[0]) for o in options]
+    drawn = [cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill[0]) for o in options]
+    by_draw = scores(drawn, weights)
+    order = sorted(range(len(options)), key=by_draw.__getitem__)
+    measured = [i for i in range(len(options)) if options[i].belief.answers]
+    cold = [i for i in order if not options[i].belief.answers and not options[i].measuring]
+    if cold and may_race and len(options) > 1:
+        racers = cold[:COLD_RACE]
+        joins = [i for i in order if i in measured and i not in racers][:1]  # a measured leader joins at once
+        rest = [i for i in order if i not in racers and i not in joins]
+        race = (*racers, *joins) if len(racers) + len(joins) > 1 else ()
+        return Choice((*racers, *joins, *rest), tuple(means), race=race, cold=True)
+    if not measured:
+        return Choice(tuple(order), tuple(means))
+    by_mean = scores(means, weights)
+    leader = min(measured, key=by_mean.__getitem__)
+    first = order[0]
+    if first == leader:
+        return Choice(tuple(order), tuple(means))
+    if not (may_race and budget is not None and budget.take(model)):
+        return Choice(tuple(order), tuple(means), explored=True)
+    if means[first].s_per_token <= means[leader].s_per_token or not options[first].belief.answers:
+        rest = [i for i in order if i not in (first, leader)]
+        return Choice((first, leader, *rest), tuple(means), race=(first, leader), explored=True)
+    rest = [i for i in order if i not in (first, leader)]
+    return Choice((leader, *rest, first), tuple(means), shadow=first, explored=True)
+
+
+def chance_best(
+    options: Sequence[Option], shape: Shape, weights: Weights, now: float, rng: random.Random, draws: int = 64
+) -> list[float]:
+    """The probability each option is the best for a request of ``shape`` (for explaining, not for routing)."""
+    wins = [0] * len(options)
+    for _ in range(draws):
+        drawn = [cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights) for o in options]
+        by_draw = scores(drawn, weights)
+        wins[min(range(len(options)), key=by_draw.__getitem__)] += 1
+    return [w / draws for w in wins]
