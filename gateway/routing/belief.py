@@ -39,10 +39,13 @@ DRIFT = 0.002
 TAIL_NU = 4.0
 """Degrees of freedom of an answer's Student-t noise: how heavy a tail one wild answer is read as."""
 PRIOR_WEIGHT = 2.0
-"""The pooled prior counts as at most this many answers of the deployment's own."""
+"""What the defaults below count as: ``SPREAD`` as this many answers, ``BETWEEN`` as this many deployments."""
+BETWEEN = 1.0
+"""How far (log sd) a model's deployments' levels lie apart before they are measured: a factor e."""
 SPREAD = 0.4
 """An answer's log spread around its level before the deployment's own is learned (p95 ≈ 1.9× the median)."""
 RUNS = 5
+NOISE_MEMORY = 50
 """Run-length hypotheses kept per deployment (the cost of change-point detection, not a knob of the world)."""
 
 TTFT, SPT = 0, 1
@@ -50,6 +53,7 @@ METRICS = (TTFT, SPT)
 _MIN_PREFILL_TOKENS = 1024
 _SQRT2 = math.sqrt(2.0)
 _NORMAL = NormalDist()
+_T_VARIANCE = TAIL_NU / (TAIL_NU - 2)
 _FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
 
@@ -59,7 +63,7 @@ class Prior:
     """Where a new run's level starts, per metric: mean and variance of the log level (None: unknown)."""
 
     mean: tuple[float | None, float | None] = (None, None)
-    var: tuple[float, float] = (4.0, 4.0)
+    var: tuple[float, float] = (BETWEEN**2, BETWEEN**2)
 
 
 NO_PRIOR = Prior()
@@ -84,6 +88,10 @@ class Draw:
     s_per_token: float
     failure: float
     spread: tuple[float, float]
+    failure_s: float = 0.0
+    """What a failure costs before the fallback starts."""
+    changed: bool = False
+    """Drawn as a level new since it was last heard (from the prior, by the hazard), not from its own answers."""
     """The answers' log spread around those medians (for means and quantiles)."""
 
 
@@ -102,6 +110,8 @@ class Belief:
     fails: float = _FAIL_PRIOR[0]
     oks: float = _FAIL_PRIOR[1]
     failed_at: float = 0.0
+    failure_s: float = 0.0
+    """How long its failures took to say so (a running mean): what one costs before the fallback starts."""
 
     # -- evidence ---------------------------------------------------------------------------
 
@@ -141,8 +151,10 @@ class Belief:
         self.heard_at = now
         self.answers += 1
 
-    def failed(self, now: float, failed: bool) -> None:
-        """An attempt's health: failed, or answered."""
+    def failed(self, now: float, failed: bool, after_s: float | None = None) -> None:
+        """An attempt's health: failed (after ``after_s``), or answered."""
+        if failed and after_s is not None:
+            self.failure_s += (after_s - self.failure_s) / min(self.fails + 1.0, 10.0)
         fade = math.exp(-(now - self.failed_at) / HAZARD_S)
         self.fails = _FAIL_PRIOR[0] + (self.fails - _FAIL_PRIOR[0]) * fade + (1.0 if failed else 0.0)
         self.oks = _FAIL_PRIOR[1] + (self.oks - _FAIL_PRIOR[1]) * fade + (0.0 if failed else 1.0)
@@ -160,6 +172,7 @@ class Belief:
             self.fails,
             self.oks,
             self.failed_at,
+            self.failure_s,
         )
         heard = copy.heard_at
         copy.observe(now, prior, at_least=(ttft_at_least, None))
@@ -171,20 +184,33 @@ class Belief:
     def level(self, now: float, metric: int) -> tuple[float, float]:
         """The log level's mixture mean and variance now (drift included)."""
         if not self.runs:
-            return _DEFAULT_LEVEL[metric], 4.0
+            return _DEFAULT_LEVEL[metric], BETWEEN**2
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         mean = sum(r.weight * r.mean[metric] for r in self.runs)
         var = sum(r.weight * (r.var[metric] + (r.mean[metric] - mean) ** 2) for r in self.runs)
         return mean, var + age
 
-    def expected(self, now: float) -> Draw:
-        """The posterior means, for explaining and for the leader (no randomness)."""
+    def expected(self, now: float, prior: Prior | None = None) -> Draw:
+        """The posterior means, for explaining and for the leader (no randomness): the belief's own, blended
+        towards the prior by the chance it changed since last heard."""
         (t, _), (s, _) = self.level(now, TTFT), self.level(now, SPT)
-        return Draw(math.exp(t), math.exp(s), self.fails / (self.fails + self.oks), self.spread())
+        changed = self.changed(now) if self.runs and prior is not None else 0.0
+        if prior is not None and changed:
+            t += changed * ((prior.mean[TTFT] or t) - t)
+            s += changed * ((prior.mean[SPT] or s) - s)
+        return Draw(math.exp(t), math.exp(s), self.fails / (self.fails + self.oks), self.spread(), self.failure_s)
+
+    def changed(self, now: float) -> float:
+        """The chance the level has jumped since it was last heard (``HAZARD_S``)."""
+        if self.heard_at is None:
+            return 1.0
+        return 1.0 - math.exp(-(now - self.heard_at) / HAZARD_S)
 
     def draw(self, now: float, rng: random.Random, prior: Prior) -> Draw:
-        """One sample of the present from the posterior: a run by its weight, then its level with drift."""
-        runs = self.runs or [_start(prior)]
+        """One sample of the present from the posterior: a run by its weight, then its level with drift; or, with
+        the chance it changed since last heard, a new level from the prior (a stale belief is looked at again)."""
+        changed = not self.runs or rng.random() < self.changed(now)
+        runs = [_start(prior)] if changed else self.runs
         pick = rng.random() * sum(r.weight for r in runs)
         run = runs[-1]
         for candidate in runs:
@@ -196,15 +222,16 @@ class Belief:
         ttft = rng.gauss(run.mean[TTFT], math.sqrt(run.var[TTFT] + age))
         spt = rng.gauss(run.mean[SPT], math.sqrt(run.var[SPT] + age))
         failure = rng.betavariate(self.fails, self.oks)
-        return Draw(math.exp(ttft), math.exp(spt), failure, self.spread())
+        return Draw(math.exp(ttft), math.exp(spt), failure, self.spread(), self.failure_s, changed)
 
     def spread(self) -> tuple[float, float]:
-        return math.sqrt(self.noise[TTFT]), math.sqrt(self.noise[SPT])
+        """The answers' log standard deviation around the level (a Student-t's: scale × sqrt(ν / (ν − 2)))."""
+        return math.sqrt(self.noise[TTFT] * _T_VARIANCE), math.sqrt(self.noise[SPT] * _T_VARIANCE)
 
     def quantile(self, now: float, q: float) -> float:
         """The first token's predictive quantile ``q`` in seconds (level's uncertainty and the answers' spread)."""
         mean, var = self.level(now, TTFT)
-        return math.exp(mean + _z(q) * math.sqrt(var + self.noise[TTFT]))
+        return math.exp(mean + _z(q) * math.sqrt(var + self.noise[TTFT] * _T_VARIANCE))
 
     # -- inside -----------------------------------------------------------------------------
 
@@ -227,8 +254,11 @@ class Belief:
         residual = (value - best.mean[metric]) ** 2
         scale = self.noise[metric]
         robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)
-        n = min(self.noise_n[metric], 50.0)
-        self.noise[metric] = (PRIOR_WEIGHT * SPREAD**2 + n * scale + robust) / (PRIOR_WEIGHT + n + 1)
+        # Sums over the last ~NOISE_MEMORY answers: n counts them, the sum of squares is ``(noise - prior) ...``.
+        n = self.noise_n[metric] * (1 - 1 / NOISE_MEMORY)
+        total = self.noise[metric] * (PRIOR_WEIGHT + self.noise_n[metric]) - PRIOR_WEIGHT * SPREAD**2
+        total = total * (1 - 1 / NOISE_MEMORY) + robust
+        self.noise[metric] = (PRIOR_WEIGHT * SPREAD**2 + total) / (PRIOR_WEIGHT + n + 1)
         self.noise_n[metric] = n + 1
 
     def _prune(self) -> None:
@@ -256,21 +286,23 @@ class Belief:
         self.prefill = (mean + gain * (slope - mean), (1 - gain) * var + 1e-12)
 
 
-def pooled(beliefs: list[Belief], now: float) -> Prior:
-    """The prior a deployment borrows from the model's others: their levels' mean, widened by their spread."""
+def pooled(others: list[Belief], now: float) -> Prior:
+    """The prior a deployment borrows from the model's others: a hierarchical normal. Their levels' mean, and
+    around it the spread between deployments (``BETWEEN`` counted as ``PRIOR_WEIGHT`` deployments, then theirs),
+    plus the uncertainty of that mean."""
     means: list[float | None] = []
     variances: list[float] = []
     for metric in METRICS:
-        levels = [b.level(now, metric)[0] for b in beliefs if b.answers]
+        levels = [b.level(now, metric)[0] for b in others if b.answers]
         if not levels:
             means.append(None)
-            variances.append(4.0)
+            variances.append(BETWEEN**2)
             continue
-        mean = sum(levels) / len(levels)
-        between = sum((x - mean) ** 2 for x in levels) / len(levels)
+        k = len(levels)
+        mean = sum(levels) / k
+        between = (PRIOR_WEIGHT * BETWEEN**2 + sum((x - mean) ** 2 for x in levels)) / (PRIOR_WEIGHT + k)
         means.append(mean)
-        # At most PRIOR_WEIGHT answers' worth; never tighter than the spread between the model's deployments.
-        variances.append(max(SPREAD**2 / PRIOR_WEIGHT, between + SPREAD**2))
+        variances.append(between * (1 + 1 / k))
     return Prior((means[0], means[1]), (variances[0], variances[1]))
 
 

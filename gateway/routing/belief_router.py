@@ -40,7 +40,8 @@ from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason, Strea
 class _Attempt:
     key: DeploymentKey
     started_at: float
-    length: LengthKey | None
+    length: tuple[LengthKey, int | None] | None
+    """The request's shape and ``max_tokens``, for its answer's length."""
     first_at: float | None = None
 
 
@@ -79,14 +80,15 @@ class BeliefRouter:
         self._providers = {p.name: p for p in config.providers}
         self._provider_of = {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
         self.beliefs: dict[DeploymentKey, Belief] = {}
-        self.priors: dict[str, Prior] = {}
+        self.priors: dict[DeploymentKey, Prior] = {}
+        """Each deployment's prior, pooled from its model's others (refreshed on every answer to the model)."""
         self.lengths = Lengths()
         self.budget = Budget()
         self.counts: dict[str, Counts] = {}
         self._attempts: dict[int, _Attempt] = {}
         self._open: dict[DeploymentKey, dict[int, _Attempt]] = {}
         """Attempts running now, per deployment (what an overdue first token is read from)."""
-        self._lengths_of: dict[int, LengthKey] = {}
+        self._lengths_of: dict[int, tuple[LengthKey, int | None]] = {}
 
     def belief(self, model: str, deployment: str) -> Belief:
         key = (model, deployment)
@@ -152,12 +154,12 @@ class BeliefRouter:
         race = choice.race if list(choice.race) == order[: len(choice.race)] else ()
         candidates = self._candidates(request, policy, options, choice, order, race, snapshot, now)
         for candidate in candidates:
-            self._lengths_of[id(candidate)] = length
+            self._lengths_of[id(candidate)] = (length, request.max_tokens)
         shadow = None
         if choice.shadow is not None and choice.shadow != order[0]:
             d = deployments[choice.shadow]
             shadow = Candidate(d, self._providers[d.provider], reason="explore", model=model.name)
-            self._lengths_of[id(shadow)] = length
+            self._lengths_of[id(shadow)] = (length, request.max_tokens)
         if len(self._lengths_of) > 100_000:
             self._lengths_of.clear()  # plans whose candidates were never tried
         first = candidates[0]
@@ -174,7 +176,7 @@ class BeliefRouter:
     ) -> Option:
         """The deployment's belief as this request should see it: its prior, the window, any overdue attempt."""
         belief = self.belief(model, name)
-        prior = self.priors.get(model, Prior())
+        prior = self.priors.get((model, name), Prior())
         running = self._open.get((model, name))
         measuring = bool(running)
         if not belief.answers:
@@ -220,8 +222,8 @@ class BeliefRouter:
             reason: RouteReason = "best-score" if position == 0 else "fallback"
             if request.preferences.steers and position == 0:
                 reason = "override"
-            if (choice.explored or choice.cold) and position < max(1, len(race) - 1):
-                reason = "explore"
+            if (choice.explored and position < max(1, len(race) - 1)) or (choice.cold and position < len(race)):
+                reason = "explore"  # measured to the end if it loses: drained
             deadlines = self.state.deadlines.of(
                 (model, deployment.name), policy, snapshot.get(model, deployment.name), now
             )
@@ -313,7 +315,7 @@ class BeliefRouter:
     def _evidence(self, key: DeploymentKey, sample: Sample, attempt: _Attempt | None, now: float) -> None:
         """One finished attempt as evidence: an answer's pair, a failure, or a lower bound on its first token."""
         belief = self.belief(*key)
-        prior = self.priors.get(key[0], Prior())
+        prior = self.priors.get(key, Prior())
         drained = (
             sample.outcome == "client_cancelled" and sample.output_tokens is not None and sample.ttft_s is not None
         )
@@ -324,9 +326,9 @@ class BeliefRouter:
             belief.failed(now, False)
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:
-                self.lengths.heard(attempt.length, sample.output_tokens)
+                self.lengths.heard(attempt.length[0], sample.output_tokens, attempt.length[1])
         elif sample.outcome in FAILURES:
-            belief.failed(now, True)
+            belief.failed(now, True, now - attempt.started_at if attempt is not None else None)
         elif sample.outcome == "client_cancelled" and sample.hedged:
             waited = sample.ttft_s
             if waited is None and attempt is not None:
@@ -336,7 +338,9 @@ class BeliefRouter:
         else:
             return
         model = key[0]
-        self.priors[model] = pooled([b for (m, _), b in self.beliefs.items() if m == model], now)
+        beliefs = [(k, b) for k, b in self.beliefs.items() if k[0] == model]
+        for k, _ in beliefs:
+            self.priors[k] = pooled([b for other, b in beliefs if other != k], now)
 
     # -- the rest of ``Router`` -------------------------------------------------------------
 

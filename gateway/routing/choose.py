@@ -92,12 +92,13 @@ def choose(
     model: str = "",
 ) -> Choice:
     """Order ``options`` for this request by one draw of each belief; decide its race, shadow or cold start."""
-    means = [cost(o.belief.expected(now), o.deployment, shape, weights, o.belief.prefill[0]) for o in options]
+    means = [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill[0]) for o in options]
     drawn = [cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill[0]) for o in options]
     by_draw = scores(drawn, weights)
     order = sorted(range(len(options)), key=by_draw.__getitem__)
     measured = [i for i in range(len(options)) if options[i].belief.answers]
-    cold = [i for i in order if not options[i].belief.answers and not options[i].measuring]
+    # Never measured and nobody measuring it; at the very start (nothing measured at all) every one.
+    cold = [i for i in order if not options[i].belief.answers and not (measured and options[i].measuring)]
     if cold and may_race and len(options) > 1:
         racers = cold[:COLD_RACE]
         joins = [i for i in order if i in measured and i not in racers][:1]  # a measured leader joins at once
@@ -107,17 +108,25 @@ def choose(
     if not measured:
         return Choice(tuple(order), tuple(means))
     by_mean = scores(means, weights)
-    leader = min(measured, key=by_mean.__getitem__)
+    # The draw decides who goes first; the fallbacks are what the beliefs expect best (exploiting, not exploring).
+    ranked = sorted(range(len(options)), key=by_mean.__getitem__)
+    leader = next(i for i in ranked if i in measured)
     first = order[0]
     if first == leader:
-        return Choice(tuple(order), tuple(means))
-    if not (may_race and budget is not None and budget.take(model)):
-        return Choice(tuple(order), tuple(means), explored=True)
+        return Choice(_first(leader, ranked), tuple(means))
+    if not may_race:
+        return Choice(_first(first, ranked), tuple(means), explored=True)  # not a stream: the draw goes first
+    if budget is None or not budget.take(model):
+        # A stream explores only by a race or a shadow: without budget, the leader goes first.
+        return Choice(_first(leader, ranked), tuple(means))
     if means[first].s_per_token <= means[leader].s_per_token or not options[first].belief.answers:
-        rest = [i for i in order if i not in (first, leader)]
-        return Choice((first, leader, *rest), tuple(means), race=(first, leader), explored=True)
-    rest = [i for i in order if i not in (first, leader)]
-    return Choice((leader, *rest, first), tuple(means), shadow=first, explored=True)
+        rest = [i for i in _first(leader, ranked) if i != first]
+        return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
+    return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
+
+
+def _first(index: int, ranked: list[int]) -> tuple[int, ...]:
+    return (index, *[i for i in ranked if i != index])
 
 
 def chance_best(

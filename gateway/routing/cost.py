@@ -19,8 +19,6 @@ from gateway.policies import PolicyConfig
 from gateway.routing.belief import Draw
 from gateway.routing.overrides import Sort
 
-FAILURE_S = 0.5
-"""What a failed attempt costs in time before the fallback starts (failures are mostly fast refusals)."""
 _Z = NormalDist()
 
 
@@ -80,6 +78,9 @@ class Cost:
     """If it answers."""
     money_usd: float
     failure: float
+    failure_s: float = 0.0
+    changed: bool = False
+    """From a draw of a level new since last heard (``Draw.changed``)."""
 
 
 def cost(draw: Draw, deployment: DeploymentConfig, shape: Shape, weights: Weights, prefill_s: float = 0.0) -> Cost:
@@ -100,7 +101,7 @@ def cost(draw: Draw, deployment: DeploymentConfig, shape: Shape, weights: Weight
     money = (
         uncached * deployment.price_in + shape.cached_tokens * cached_price + shape.output_tokens * deployment.price_out
     ) / 1e6
-    return Cost(ttft, spt, time, money, draw.failure)
+    return Cost(ttft, spt, time, money, draw.failure, draw.failure_s, draw.changed)
 
 
 def scores(costs: list[Cost], weights: Weights) -> list[float]:
@@ -110,7 +111,7 @@ def scores(costs: list[Cost], weights: Weights) -> list[float]:
     result = []
     for i, c in enumerate(costs):
         fallback = min((t for j, t in enumerate(times) if j != i), default=c.time_s)
-        expected = (1 - c.failure) * c.time_s + c.failure * (FAILURE_S + fallback)
+        expected = (1 - c.failure) * c.time_s + c.failure * (c.failure_s + fallback)
         score = weights.time * math.log2(expected)
         if weights.ttft:
             score += weights.ttft * math.log2(c.ttft_s)
