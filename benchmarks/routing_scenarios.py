@@ -336,6 +336,22 @@ STRESS: tuple[Scenario, ...] = (
         ),
     ),
     Scenario(
+        "oscillate",
+        "two leaders trading places",
+        "the faster of two (0.4 s, 200 tok/s) and the slower (0.8 s, 120 tok/s) trade profiles every 30 s",
+        (_FAST, _MIDDLE),
+        lengths=((200, 1),),
+        duration_s=120,
+        changes=tuple(
+            change
+            for k in range(1, 4)
+            for change in (
+                Change(30 * k, "a", replace(_FAST if k % 2 == 0 else _MIDDLE, name="a")),
+                Change(30 * k, "b", replace(_MIDDLE if k % 2 == 0 else _FAST, name="b")),
+            )
+        ),
+    ),
+    Scenario(
         "gradual",
         "a gradual slowdown",
         "the faster of two loses 20% of its tokens/s every 5 s from 20 s to 70 s (6x slower in all)",

@@ -136,13 +136,13 @@ class Belief:
             return
         self._age(now, prior)
         hazard = 1.0 - math.exp(-(now - self.heard_at) / HAZARD_S) if self.heard_at is not None else 0.0
-        fresh = _start(prior)
         total = sum(r.weight for r in self.runs)
-        born = hazard * total * _likelihood(fresh, values, bounds, self.noise)
+        fresh = self._new_runs(prior)
+        for run in fresh:
+            run.weight = hazard * total * run.weight * _likelihood(run, values, bounds, self.noise)
         for run in self.runs:
             run.weight *= (1.0 - hazard) * _likelihood(run, values, bounds, self.noise)
-        fresh.weight = born
-        self.runs.append(fresh)
+        self.runs.extend(fresh)
         for metric in METRICS:
             self._learn_noise(metric, values[metric])
         for run in self.runs:
@@ -210,7 +210,7 @@ class Belief:
         """One sample of the present from the posterior: a run by its weight, then its level with drift; or, with
         the chance it changed since last heard, a new level from the prior (a stale belief is looked at again)."""
         changed = not self.runs or rng.random() < self.changed(now)
-        runs = [_start(prior)] if changed else self.runs
+        runs = self._new_runs(prior) if changed else self.runs
         pick = rng.random() * sum(r.weight for r in runs)
         run = runs[-1]
         for candidate in runs:
@@ -224,6 +224,17 @@ class Belief:
         failure = rng.betavariate(self.fails, self.oks)
         return Draw(math.exp(ttft), math.exp(spt), failure, self.spread(), self.failure_s, changed)
 
+    def uncertainty(self, now: float, prior: Prior) -> float:
+        """How unsure the present level is (first token and speed, log variance summed): its own posterior,
+        mixed with the prior by the chance it changed since last heard. What a look at it would teach."""
+        p = self.changed(now) if self.runs else 1.0
+        total = 0.0
+        for metric in METRICS:
+            mean, var = self.level(now, metric)
+            other = prior.mean[metric] if prior.mean[metric] is not None else mean
+            total += (1 - p) * var + p * prior.var[metric] + p * (1 - p) * (mean - other) ** 2
+        return total
+
     def spread(self) -> tuple[float, float]:
         """The answers' log standard deviation around the level (a Student-t's: scale × sqrt(ν / (ν − 2)))."""
         return math.sqrt(self.noise[TTFT] * _T_VARIANCE), math.sqrt(self.noise[SPT] * _T_VARIANCE)
@@ -234,6 +245,17 @@ class Belief:
         return math.exp(mean + _z(q) * math.sqrt(var + self.noise[TTFT] * _T_VARIANCE))
 
     # -- inside -----------------------------------------------------------------------------
+
+    def _new_runs(self, prior: Prior) -> list[Run]:
+        """Where a level that changed may now be, as two equally likely runs: anywhere among the model's
+        deployments (the pooled prior), or a jump from where it was, as far as those deployments lie apart."""
+        if not self.runs:
+            return [_start(prior)]
+        total = sum(r.weight for r in self.runs) or 1.0
+        mean = [sum(r.weight * r.mean[m] for r in self.runs) / total for m in METRICS]
+        pooled = _start(prior)
+        pooled.weight = 0.5
+        return [pooled, Run(0.5, mean, [prior.var[TTFT], prior.var[SPT]])]
 
     def _age(self, now: float, prior: Prior) -> None:
         if not self.runs:

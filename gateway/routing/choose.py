@@ -29,6 +29,7 @@ from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief, Prior
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
 
+_LEAST_KNOWN = "least-known:"
 RACE_BUDGET = 0.05
 """Share of streamed requests that may carry one extra attempt to explore (a race or a shadow)."""
 COLD_RACE = 4
@@ -70,7 +71,8 @@ class Budget:
     tokens: dict[str, float] = field(default_factory=dict)
 
     def credit(self, model: str) -> None:
-        self.tokens[model] = min(self.burst, self.tokens.get(model, 1.0) + RACE_BUDGET)
+        for key in (model, _LEAST_KNOWN + model):
+            self.tokens[key] = min(self.burst, self.tokens.get(key, 1.0) + RACE_BUDGET / 2)
 
     def take(self, model: str) -> bool:
         tokens = self.tokens.get(model, 1.0)
@@ -112,14 +114,21 @@ def choose(
     ranked = sorted(range(len(options)), key=by_mean.__getitem__)
     leader = next(i for i in ranked if i in measured)
     first = order[0]
+    looked = False
+    if first == leader and may_race and budget is not None and len(order) > 1 and budget.take(_LEAST_KNOWN + model):
+        # Half the budget looks where the present is least known (a change is likeliest to be found there).
+        first = max(
+            (i for i in ranked if i != leader), key=lambda i: options[i].belief.uncertainty(now, options[i].prior)
+        )
+        looked = True
     if first == leader:
         return Choice(_first(leader, ranked), tuple(means))
     if not may_race:
         return Choice(_first(first, ranked), tuple(means), explored=True)  # not a stream: the draw goes first
-    if budget is None or not budget.take(model):
+    if not looked and (budget is None or not budget.take(model)):
         # A stream explores only by a race or a shadow: without budget, the leader goes first.
         return Choice(_first(leader, ranked), tuple(means))
-    if means[first].s_per_token <= means[leader].s_per_token or not options[first].belief.answers:
+    if not looked and (means[first].s_per_token <= means[leader].s_per_token or not options[first].belief.answers):
         rest = [i for i in _first(leader, ranked) if i != first]
         return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
