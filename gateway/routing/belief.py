@@ -231,7 +231,8 @@ class Belief:
         total = 0.0
         for metric in METRICS:
             mean, var = self.level(now, metric)
-            other = prior.mean[metric] if prior.mean[metric] is not None else mean
+            pooled = prior.mean[metric]
+            other = mean if pooled is None else pooled
             total += (1 - p) * var + p * prior.var[metric] + p * (1 - p) * (mean - other) ** 2
         return total
 
