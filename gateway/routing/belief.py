@@ -51,9 +51,9 @@ NOISE_MEMORY = 50
 TTFT, SPT = 0, 1
 METRICS = (TTFT, SPT)
 _MIN_PREFILL_TOKENS = 1024
-_SQRT2 = math.sqrt(2.0)
 _NORMAL = NormalDist()
 _T_VARIANCE = TAIL_NU / (TAIL_NU - 2)
+_T_NORM = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
 _FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
 
@@ -78,6 +78,7 @@ class Run:
     weight: float
     mean: list[float]
     var: list[float]
+    born: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,10 @@ class Belief:
     failed_at: float = 0.0
     failure_s: float = 0.0
     """How long its failures took to say so (a running mean): what one costs before the fallback starts."""
+    before: tuple[float, float] | None = None
+    """The level it held before its latest change: where a change may return to (a dip's end, a swap back)."""
+    leading: tuple[float, tuple[float, float]] | None = None
+    """The most likely run's birth and level, as of the last answer."""
 
     # -- evidence ---------------------------------------------------------------------------
 
@@ -139,6 +144,7 @@ class Belief:
         total = sum(r.weight for r in self.runs)
         fresh = self._new_runs(prior)
         for run in fresh:
+            run.born = now
             run.weight = hazard * total * run.weight * _likelihood(run, values, bounds, self.noise)
         for run in self.runs:
             run.weight *= (1.0 - hazard) * _likelihood(run, values, bounds, self.noise)
@@ -148,6 +154,7 @@ class Belief:
         for run in self.runs:
             _update(run, values, bounds, self.noise)
         self._prune()
+        self._remember()
         self.heard_at = now
         self.answers += 1
 
@@ -160,10 +167,13 @@ class Belief:
         self.oks = _FAIL_PRIOR[1] + (self.oks - _FAIL_PRIOR[1]) * fade + (0.0 if failed else 1.0)
         self.failed_at = now
 
-    def bounded(self, now: float, prior: Prior, ttft_at_least: float) -> Belief:
-        """A copy told the first token is at least ``ttft_at_least`` (an attempt still waiting): for one plan only."""
+    def bounded(
+        self, now: float, prior: Prior, ttft_at_least: float | None, spt_at_least: float | None = None
+    ) -> Belief:
+        """A copy told the first token is at least ``ttft_at_least`` (an attempt still waiting for it) and the
+        seconds per token at least ``spt_at_least`` (a stream running slow): for one plan only."""
         copy = Belief(
-            [Run(r.weight, list(r.mean), list(r.var)) for r in self.runs],
+            [Run(r.weight, list(r.mean), list(r.var), r.born) for r in self.runs],
             self.heard_at,
             list(self.noise),
             list(self.noise_n),
@@ -173,9 +183,11 @@ class Belief:
             self.oks,
             self.failed_at,
             self.failure_s,
+            self.before,
+            self.leading,
         )
         heard = copy.heard_at
-        copy.observe(now, prior, at_least=(ttft_at_least, None))
+        copy.observe(now, prior, at_least=(ttft_at_least, spt_at_least))
         copy.heard_at = heard
         return copy
 
@@ -248,15 +260,26 @@ class Belief:
     # -- inside -----------------------------------------------------------------------------
 
     def _new_runs(self, prior: Prior) -> list[Run]:
-        """Where a level that changed may now be, as two equally likely runs: anywhere among the model's
-        deployments (the pooled prior), or a jump from where it was, as far as those deployments lie apart."""
+        """Where a level that changed may now be, as equally likely runs: anywhere among the model's deployments
+        (the pooled prior); a jump from where it is, as far as those deployments lie apart; and, once it has
+        changed before, back where it was before that change."""
         if not self.runs:
             return [_start(prior)]
         total = sum(r.weight for r in self.runs) or 1.0
         mean = [sum(r.weight * r.mean[m] for r in self.runs) / total for m in METRICS]
-        pooled = _start(prior)
-        pooled.weight = 0.5
-        return [pooled, Run(0.5, mean, [prior.var[TTFT], prior.var[SPT]])]
+        runs = [_start(prior), Run(1.0, mean, [prior.var[TTFT], prior.var[SPT]])]
+        if self.before is not None:
+            runs.append(Run(1.0, list(self.before), [SPREAD**2, SPREAD**2]))
+        for run in runs:
+            run.weight = 1.0 / len(runs)
+        return runs
+
+    def _remember(self) -> None:
+        """When a newer run becomes the most likely, the level the older one held is what it changed from."""
+        top = max(self.runs, key=lambda r: r.weight)
+        if self.leading is not None and top.born > self.leading[0]:
+            self.before = self.leading[1]
+        self.leading = (top.born, (top.mean[TTFT], top.mean[SPT]))
 
     def _age(self, now: float, prior: Prior) -> None:
         if not self.runs:
@@ -356,7 +379,7 @@ def _start(prior: Prior) -> Run:
 def _likelihood(
     run: Run, values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
 ) -> float:
-    """How well ``run`` predicted this evidence: Student-t densities of values, normal tails of bounds."""
+    """How well ``run`` predicted this evidence: Student-t densities of values, Student-t tails of bounds."""
     p = 1.0
     for metric in METRICS:
         scale2 = run.var[metric] + noise[metric]
@@ -365,12 +388,13 @@ def _likelihood(
             z2 = (value - run.mean[metric]) ** 2 / scale2
             p *= (1.0 + z2 / TAIL_NU) ** (-(TAIL_NU + 1) / 2) / math.sqrt(scale2)
         elif bound is not None:
-            p *= max(1e-12, 1.0 - _phi((bound - run.mean[metric]) / math.sqrt(scale2)))
+            p *= max(1e-12, _t_tail((bound - run.mean[metric]) / math.sqrt(scale2)))
     return p
 
 
 def _update(run: Run, values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]) -> None:
-    """The run's posterior after the evidence: a robust Kalman step per value, moment matching per bound."""
+    """The run's posterior after the evidence: a robust Kalman step per value, and per bound the assumed-density
+    step of a Student-t tail (its hazard moves the mean; a far bound moves it a bounded amount)."""
     for metric in METRICS:
         mean, var = run.mean[metric], run.var[metric]
         value, bound = values[metric], bounds[metric]
@@ -383,18 +407,52 @@ def _update(run: Run, values: tuple[float | None, ...], bounds: tuple[float | No
         elif bound is not None:
             s = math.sqrt(var + noise[metric])
             alpha = (bound - mean) / s
-            tail = max(1e-12, 1.0 - _phi(alpha))
-            mills = math.exp(-0.5 * alpha * alpha) / math.sqrt(2 * math.pi) / tail
-            run.mean[metric] = mean + var / s * mills
-            run.var[metric] = max(1e-6, var * (1.0 - var / (s * s) * mills * (mills - alpha)))
+            hazard = _t_pdf(alpha) / max(1e-12, _t_tail(alpha))
+            slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
+            run.mean[metric] = mean + var / s * hazard
+            run.var[metric] = min(var, max(1e-6, var * (1.0 - var / (s * s) * hazard * (hazard - slope))))
 
 
 def _log(value: float | None) -> float | None:
     return math.log(value) if value is not None and value > 0 else None
 
 
-def _phi(x: float) -> float:
-    return 0.5 * (1.0 + math.erf(x / _SQRT2))
+def _t_pdf(x: float) -> float:
+    return float(_T_NORM * (1.0 + x * x / TAIL_NU) ** (-(TAIL_NU + 1) / 2))
+
+
+def _t_tail(x: float) -> float:
+    """P(T > x) for a Student-t of ``TAIL_NU`` degrees of freedom."""
+    half = 0.5 * _beta_inc(TAIL_NU / 2, 0.5, TAIL_NU / (TAIL_NU + x * x))
+    return half if x >= 0 else 1.0 - half
+
+
+def _beta_inc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta I_x(a, b), by its continued fraction (Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _beta_inc(b, a, 1.0 - x)
+    tiny = 1e-30
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 100):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= c * d
+        if abs(c * d - 1.0) < 1e-10:
+            break
+    return front * result / a
 
 
 def _z(q: float) -> float:

@@ -43,6 +43,7 @@ class _Attempt:
     length: tuple[LengthKey, int | None] | None
     """The request's shape and ``max_tokens``, for its answer's length."""
     first_at: float | None = None
+    progress: StreamProgress | None = None
 
 
 @dataclass(slots=True)
@@ -89,6 +90,8 @@ class BeliefRouter:
         self._open: dict[DeploymentKey, dict[int, _Attempt]] = {}
         """Attempts running now, per deployment (what an overdue first token is read from)."""
         self._lengths_of: dict[int, tuple[LengthKey, int | None]] = {}
+        self._bytes_per_token: dict[str, float] = {}
+        """Each API's stream bytes per output token (its events' envelope), from finished streams."""
 
     def belief(self, model: str, deployment: str) -> Belief:
         key = (model, deployment)
@@ -187,11 +190,27 @@ class BeliefRouter:
                 prior = with_window(prior, medians, n, self.state.window_s / 2)
                 measuring = True
         if running and belief.answers:
-            # The longest an attempt there is waiting for its first token now: "it is at least this".
+            # Attempts there now: one still waiting for its first token says "the first token is at least this
+            # long", one streaming slowly "the seconds per token are at least this many".
+            expected = belief.expected(now)
             waited = max((now - a.started_at for a in running.values() if a.first_at is None), default=0.0)
-            if waited > belief.expected(now).ttft_s:
-                belief = belief.bounded(now, prior, waited)
+            slow = max((self._slowness(a, now) for a in running.values()), default=0.0)
+            ttft_bound = waited if waited > expected.ttft_s else None
+            spt_bound = slow if slow > expected.s_per_token else None
+            if ttft_bound is not None or spt_bound is not None:
+                belief = belief.bounded(now, prior, ttft_bound, spt_bound)
         return Option(deployment, belief, prior, measuring)
+
+    def _slowness(self, attempt: _Attempt, now: float) -> float:
+        """A lower bound on a running stream's seconds per token: its time since the first token over the tokens
+        its bytes hold, plus the one under way (0: not streaming, or its API's envelope not learned yet)."""
+        progress = attempt.progress
+        if progress is None or attempt.first_at is None:
+            return 0.0
+        per_token = self._bytes_per_token.get(progress.api)
+        if not per_token:
+            return 0.0
+        return (now - attempt.first_at) / (progress.received_bytes / per_token + 1.0)
 
     def _candidates(
         self,
@@ -272,6 +291,7 @@ class BeliefRouter:
         attempt = self._attempts.get(id(candidate))
         if attempt is not None:
             attempt.first_at = self.clock()
+            attempt.progress = progress
 
     def attempt_finished(
         self,
@@ -327,6 +347,11 @@ class BeliefRouter:
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:
                 self.lengths.heard(attempt.length[0], sample.output_tokens, attempt.length[1])
+            if attempt is not None and attempt.progress is not None and sample.output_tokens:
+                api = attempt.progress.api
+                seen = attempt.progress.received_bytes / sample.output_tokens
+                known = self._bytes_per_token.get(api)
+                self._bytes_per_token[api] = seen if known is None else known + (seen - known) / 20
         elif sample.outcome in FAILURES:
             belief.failed(now, True, now - attempt.started_at if attempt is not None else None)
         elif sample.outcome == "client_cancelled" and sample.hedged:
