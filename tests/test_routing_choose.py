@@ -100,7 +100,7 @@ def test_a_look_at_a_slower_streamer_is_a_shadow_at_a_faster_one_a_race() -> Non
     races, shadows = looks([_measured(0.6, 250.0), _measured(0.3, 60.0, n=3)])
     assert shadows > 0 and races == 0
     # The second streams faster (it starts later) and is thinly measured: racing it costs the request nothing.
-    races, _ = looks([_measured(0.3, 200.0), _measured(1.0, 260.0, n=2)])
+    races, _ = looks([_measured(0.3, 200.0), _measured(2.0, 800.0, n=3)])
     assert races > 0
 
 

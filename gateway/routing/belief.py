@@ -52,7 +52,6 @@ TTFT, SPT = 0, 1
 METRICS = (TTFT, SPT)
 _MIN_PREFILL_TOKENS = 1024
 _NORMAL = NormalDist()
-_T_VARIANCE = TAIL_NU / (TAIL_NU - 2)
 _T_NORM = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
 _FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
@@ -104,6 +103,8 @@ class Belief:
     heard_at: float | None = None
     noise: list[float] = field(default_factory=lambda: [SPREAD**2, SPREAD**2])
     noise_n: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    spread2: list[float] = field(default_factory=lambda: [SPREAD**2, SPREAD**2])
+    """The answers' plain log variance around the level (for means and quantiles; ``noise`` is the t's scale)."""
     answers: int = 0
     """Answers (or censored bounds) heard: 0 means measured never."""
     prefill: tuple[float, float] = (0.0, 1e-8)
@@ -177,6 +178,7 @@ class Belief:
             self.heard_at,
             list(self.noise),
             list(self.noise_n),
+            list(self.spread2),
             self.answers,
             self.prefill,
             self.fails,
@@ -249,13 +251,13 @@ class Belief:
         return total
 
     def spread(self) -> tuple[float, float]:
-        """The answers' log standard deviation around the level (a Student-t's: scale × sqrt(ν / (ν − 2)))."""
-        return math.sqrt(self.noise[TTFT] * _T_VARIANCE), math.sqrt(self.noise[SPT] * _T_VARIANCE)
+        """The answers' log standard deviation around the level."""
+        return math.sqrt(self.spread2[TTFT]), math.sqrt(self.spread2[SPT])
 
     def quantile(self, now: float, q: float) -> float:
         """The first token's predictive quantile ``q`` in seconds (level's uncertainty and the answers' spread)."""
         mean, var = self.level(now, TTFT)
-        return math.exp(mean + _z(q) * math.sqrt(var + self.noise[TTFT] * _T_VARIANCE))
+        return math.exp(mean + _z(q) * math.sqrt(var + self.spread2[TTFT]))
 
     # -- inside -----------------------------------------------------------------------------
 
@@ -297,14 +299,16 @@ class Belief:
         if value is None:
             return
         best = max(self.runs, key=lambda r: r.weight)
-        residual = (value - best.mean[metric]) ** 2
+        # E[(y - m)^2] = the answers' variance + the level's own: only the first is the answers' spread.
+        residual = max(0.0, (value - best.mean[metric]) ** 2 - best.var[metric])
         scale = self.noise[metric]
         robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)
         # Sums over the last ~NOISE_MEMORY answers: n counts them, the sum of squares is ``(noise - prior) ...``.
         n = self.noise_n[metric] * (1 - 1 / NOISE_MEMORY)
-        total = self.noise[metric] * (PRIOR_WEIGHT + self.noise_n[metric]) - PRIOR_WEIGHT * SPREAD**2
-        total = total * (1 - 1 / NOISE_MEMORY) + robust
-        self.noise[metric] = (PRIOR_WEIGHT * SPREAD**2 + total) / (PRIOR_WEIGHT + n + 1)
+        for sums, added in ((self.noise, robust), (self.spread2, residual)):
+            total = sums[metric] * (PRIOR_WEIGHT + self.noise_n[metric]) - PRIOR_WEIGHT * SPREAD**2
+            total = total * (1 - 1 / NOISE_MEMORY) + added
+            sums[metric] = (PRIOR_WEIGHT * SPREAD**2 + total) / (PRIOR_WEIGHT + n + 1)
         self.noise_n[metric] = n + 1
 
     def _prune(self) -> None:
