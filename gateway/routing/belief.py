@@ -118,6 +118,8 @@ class Belief:
     """The level it held before its latest change: where a change may return to (a dip's end, a swap back)."""
     leading: tuple[float, tuple[float, float]] | None = None
     """The most likely run's birth and level, as of the last answer."""
+    mixture: tuple[tuple[float, float], tuple[float, float]] | None = None
+    """The runs' mixture (mean, variance) per metric as of the last answer (drift is added when read)."""
 
     # -- evidence ---------------------------------------------------------------------------
 
@@ -156,6 +158,7 @@ class Belief:
             _update(run, values, bounds, self.noise)
         self._prune()
         self._remember()
+        self.mixture = (_mix(self.runs, TTFT), _mix(self.runs, SPT))
         self.heard_at = now
         self.answers += 1
 
@@ -187,6 +190,7 @@ class Belief:
             self.failure_s,
             self.before,
             self.leading,
+            self.mixture,
         )
         heard = copy.heard_at
         copy.observe(now, prior, at_least=(ttft_at_least, spt_at_least))
@@ -200,8 +204,7 @@ class Belief:
         if not self.runs:
             return _DEFAULT_LEVEL[metric], BETWEEN**2
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        mean = sum(r.weight * r.mean[metric] for r in self.runs)
-        var = sum(r.weight * (r.var[metric] + (r.mean[metric] - mean) ** 2) for r in self.runs)
+        mean, var = self.mixture[metric] if self.mixture is not None else _mix(self.runs, metric)
         return mean, var + age
 
     def expected(self, now: float, prior: Prior | None = None) -> Draw:
@@ -225,7 +228,7 @@ class Belief:
         the chance it changed since last heard, a new level from the prior (a stale belief is looked at again)."""
         changed = not self.runs or rng.random() < self.changed(now)
         runs = self._new_runs(prior) if changed else self.runs
-        pick = rng.random() * sum(r.weight for r in runs)
+        pick = rng.random()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
         run = runs[-1]
         for candidate in runs:
             pick -= candidate.weight
@@ -235,7 +238,10 @@ class Belief:
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         ttft = rng.gauss(run.mean[TTFT], math.sqrt(run.var[TTFT] + age))
         spt = rng.gauss(run.mean[SPT], math.sqrt(run.var[SPT] + age))
-        failure = rng.betavariate(self.fails, self.oks)
+        # The beta posterior of the failure chance, drawn by its moments (cheaper than two gamma draws).
+        a, b = self.fails, self.oks
+        mean = a / (a + b)
+        failure = min(0.99, max(0.0, rng.gauss(mean, math.sqrt(mean * (1 - mean) / (a + b + 1)))))
         return Draw(math.exp(ttft), math.exp(spt), failure, self.spread(), self.failure_s, changed)
 
     def uncertainty(self, now: float, prior: Prior) -> float:
@@ -373,6 +379,11 @@ def with_window(prior: Prior, median: tuple[float | None, float | None], n: int,
         means[metric] = mean + gain * (value - mean)
         variances[metric] = (1 - gain) * variances[metric]
     return Prior((means[0], means[1]), (variances[0], variances[1]))
+
+
+def _mix(runs: list[Run], metric: int) -> tuple[float, float]:
+    mean = sum(r.weight * r.mean[metric] for r in runs)
+    return mean, sum(r.weight * (r.var[metric] + (r.mean[metric] - mean) ** 2) for r in runs)
 
 
 def _start(prior: Prior) -> Run:

@@ -106,11 +106,12 @@ def cost(draw: Draw, deployment: DeploymentConfig, shape: Shape, weights: Weight
 
 def scores(costs: list[Cost], weights: Weights) -> list[float]:
     """Each cost as the policy scores it, against the others (a failure falls back to the best other)."""
-    times = [c.time_s for c in costs]
+    times = sorted(range(len(costs)), key=lambda i: costs[i].time_s)
     epsilon = max((c.money_usd for c in costs), default=0.0) * 0.01 + 1e-12
     result = []
     for i, c in enumerate(costs):
-        fallback = min((t for j, t in enumerate(times) if j != i), default=c.time_s)
+        others = [j for j in times[:2] if j != i]
+        fallback = costs[others[0]].time_s if others else c.time_s
         expected = (1 - c.failure) * c.time_s + c.failure * (c.failure_s + fallback)
         score = weights.time * math.log2(expected)
         if weights.ttft:
