@@ -193,7 +193,13 @@ class Belief:
             self.mixture,
         )
         heard = copy.heard_at
-        copy.observe(now, prior, at_least=(ttft_at_least, spt_at_least))
+        # Attempts still running are a length-biased sample: a slow one stays in flight longer, in proportion to its
+        # value, and a log-normal biased by its value is the same shifted up by its variance. Shift the bound back.
+        bounds = (
+            ttft_at_least * math.exp(-self.spread2[TTFT]) if ttft_at_least is not None else None,
+            spt_at_least * math.exp(-self.spread2[SPT]) if spt_at_least is not None else None,
+        )
+        copy.observe(now, prior, at_least=bounds)
         copy.heard_at = heard
         return copy
 
@@ -208,14 +214,20 @@ class Belief:
         return mean, var + age
 
     def expected(self, now: float, prior: Prior | None = None) -> Draw:
-        """The posterior means, for explaining and for the leader (no randomness): the belief's own, blended
-        towards the prior by the chance it changed since last heard."""
-        (t, _), (s, _) = self.level(now, TTFT), self.level(now, SPT)
-        changed = self.changed(now) if self.runs and prior is not None else 0.0
-        if prior is not None and changed:
-            t += changed * ((prior.mean[TTFT] or t) - t)
-            s += changed * ((prior.mean[SPT] or s) - s)
-        return Draw(math.exp(t), math.exp(s), self.fails / (self.fails + self.oks), self.spread(), self.failure_s)
+        """The posterior predictive, for the leader and for explaining (no randomness): the belief's own level,
+        mixed with the prior by the chance it changed since last heard (never heard: the prior alone), and the
+        answers' spread widened by how unsure that level is."""
+        changed = (self.changed(now) if self.runs else 1.0) if prior is not None else 0.0
+        levels = []
+        for metric in METRICS:
+            mean, var = self.level(now, metric)
+            pooled = prior.mean[metric] if prior is not None else None
+            if changed and prior is not None and pooled is not None:
+                var = (1 - changed) * var + changed * prior.var[metric] + changed * (1 - changed) * (mean - pooled) ** 2
+                mean += changed * (pooled - mean)
+            levels.append((mean, math.sqrt(var + self.spread2[metric])))
+        (t, st), (s, ss) = levels
+        return Draw(math.exp(t), math.exp(s), self.fails / (self.fails + self.oks), (st, ss), self.failure_s)
 
     def changed(self, now: float) -> float:
         """The chance the level has jumped since it was last heard (``HAZARD_S``)."""
