@@ -34,7 +34,7 @@ from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, S
 from gateway.config import GatewayConfig, StatsConfig, parse_config
 from gateway.relay.drain import DRAIN_EVENTS, DRAIN_MAX_S
 from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
-from gateway.routing.belief_router import BeliefRouter, exploration
+from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate, RoutePlan, Router
 from gateway.samples import Outcome, Sample
 from gateway.stats import InMemoryStatsStore
@@ -446,7 +446,7 @@ def _explored(scenario: Scenario, seed: int, policy: dict[str, Any] | None) -> f
     sim.run()
     router = sim.router
     assert isinstance(router, BeliefRouter)
-    return exploration(router, sim.config.models[0])[0]
+    return router.exploration(sim.config.models[0].name)[0]
 
 
 @dataclass
@@ -485,7 +485,7 @@ def compare(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | N
         sim = Simulation(scenario, seed, "gateway", policy, "new")
         result = sim.run()
         paired.new.append(statistics.fmean(result.times) / oracle - 1)
-        shares = [exploration(r, sim.config.models[0]) for r in sim.routers if isinstance(r, BeliefRouter)]
+        shares = [r.exploration(sim.config.models[0].name) for r in sim.routers if isinstance(r, BeliefRouter)]
         paired.explored.append(statistics.fmean(s[0] for s in shares))
         paired.extra.append(statistics.fmean(s[1] for s in shares))
     return paired

@@ -5,14 +5,8 @@ from __future__ import annotations
 import math
 import random
 
-from gateway.routing.belief import (
-    BETWEEN,
-    HAZARD_S,
-    Belief,
-    Prior,
-    pooled,
-    with_window,
-)
+from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.priors import BETWEEN, Prior, pooled, with_window
 
 NO_PRIOR = Prior()
 

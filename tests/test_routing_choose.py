@@ -7,10 +7,11 @@ import random
 
 from gateway.config import DeploymentConfig, parse_config
 from gateway.policies import BUILTIN_POLICIES
-from gateway.routing.belief import Belief, Prior
+from gateway.routing.belief import Belief
 from gateway.routing.choose import COLD_RACE, RACE_BUDGET, Budget, Option, chance_best, choose
 from gateway.routing.cost import Shape, Weights
 from gateway.routing.lengths import Lengths, shape_of
+from gateway.routing.priors import Prior
 
 POLICY = BUILTIN_POLICIES["balanced"]
 WEIGHTS = Weights.of(POLICY)

@@ -32,18 +32,11 @@ import random
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+from gateway.routing.priors import BETWEEN, DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
+from gateway.routing.student import TAIL_NU, likelihood, update
+
 HAZARD_S = 120.0
 """A provider changes (its first token or its speed jumps) about once every this many seconds."""
-DRIFT = 0.002
-"""Variance of a log level gained per second unheard: unheard for 1/DRIFT s, it is e-fold uncertain."""
-TAIL_NU = 4.0
-"""Degrees of freedom of an answer's Student-t noise: how heavy a tail one wild answer is read as."""
-PRIOR_WEIGHT = 2.0
-"""What the defaults below count as: ``SPREAD`` as this many answers, ``BETWEEN`` as this many deployments."""
-BETWEEN = 1.0
-"""How far (log sd) a model's deployments' levels lie apart before they are measured: a factor e."""
-SPREAD = 0.4
-"""An answer's log spread around its level before the deployment's own is learned (p95 ≈ 1.9× the median)."""
 RUNS = 5
 NOISE_MEMORY = 50
 """Run-length hypotheses kept per deployment (the cost of change-point detection, not a knob of the world)."""
@@ -52,17 +45,8 @@ TTFT, SPT = 0, 1
 METRICS = (TTFT, SPT)
 _MIN_PREFILL_TOKENS = 1024
 _NORMAL = NormalDist()
-_T_NORM = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
 _FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
-
-
-@dataclass(frozen=True, slots=True)
-class Prior:
-    """Where a new run's level starts, per metric: mean and variance of the log level (None: unknown)."""
-
-    mean: tuple[float | None, float | None] = (None, None)
-    var: tuple[float, float] = (BETWEEN**2, BETWEEN**2)
 
 
 NO_PRIOR = Prior()
@@ -138,8 +122,8 @@ class Belief:
             self._prefill(ttft_s, uncached_tokens)
         if ttft_s is not None:
             ttft_s = max(ttft_s - self.prefill[0] * uncached_tokens, 0.2 * ttft_s)
-        values = (_log(ttft_s), _log(s_per_token))
-        bounds = (_log(at_least[0]), _log(at_least[1]))
+        values = (log_of(ttft_s), log_of(s_per_token))
+        bounds = (log_of(at_least[0]), log_of(at_least[1]))
         if all(v is None for v in (*values, *bounds)):
             return
         self._age(now, prior)
@@ -148,14 +132,14 @@ class Belief:
         fresh = self._new_runs(prior)
         for run in fresh:
             run.born = now
-            run.weight = hazard * total * run.weight * _likelihood(run, values, bounds, self.noise)
+            run.weight = hazard * total * run.weight * likelihood(run, values, bounds, self.noise)
         for run in self.runs:
-            run.weight *= (1.0 - hazard) * _likelihood(run, values, bounds, self.noise)
+            run.weight *= (1.0 - hazard) * likelihood(run, values, bounds, self.noise)
         self.runs.extend(fresh)
         for metric in METRICS:
             self._learn_noise(metric, values[metric])
         for run in self.runs:
-            _update(run, values, bounds, self.noise)
+            update(run, values, bounds, self.noise)
         self._prune()
         self._remember()
         self.mixture = (_mix(self.runs, TTFT), _mix(self.runs, SPT))
@@ -354,45 +338,6 @@ class Belief:
         self.prefill = (mean + gain * (slope - mean), (1 - gain) * var + 1e-12)
 
 
-def pooled(others: list[Belief], now: float) -> Prior:
-    """The prior a deployment borrows from the model's others: a hierarchical normal. Their levels' mean, and
-    around it the spread between deployments (``BETWEEN`` counted as ``PRIOR_WEIGHT`` deployments, then theirs),
-    plus the uncertainty of that mean."""
-    means: list[float | None] = []
-    variances: list[float] = []
-    for metric in METRICS:
-        levels = [b.level(now, metric)[0] for b in others if b.answers]
-        if not levels:
-            means.append(None)
-            variances.append(BETWEEN**2)
-            continue
-        k = len(levels)
-        mean = sum(levels) / k
-        between = (PRIOR_WEIGHT * BETWEEN**2 + sum((x - mean) ** 2 for x in levels)) / (PRIOR_WEIGHT + k)
-        means.append(mean)
-        variances.append(between * (1 + 1 / k))
-    return Prior((means[0], means[1]), (variances[0], variances[1]))
-
-
-def with_window(prior: Prior, median: tuple[float | None, float | None], n: int, age_s: float) -> Prior:
-    """``prior`` sharpened by the shared window's medians over ``n`` answers, aged ``age_s`` like any evidence."""
-    means = list(prior.mean)
-    variances = list(prior.var)
-    for metric in METRICS:
-        value = _log(median[metric])
-        if value is None or n <= 0:
-            continue
-        evidence = SPREAD**2 / n + DRIFT * age_s
-        mean = means[metric]
-        if mean is None:
-            means[metric], variances[metric] = value, evidence
-            continue
-        gain = variances[metric] / (variances[metric] + evidence)
-        means[metric] = mean + gain * (value - mean)
-        variances[metric] = (1 - gain) * variances[metric]
-    return Prior((means[0], means[1]), (variances[0], variances[1]))
-
-
 def _mix(runs: list[Run], metric: int) -> tuple[float, float]:
     mean = sum(r.weight * r.mean[metric] for r in runs)
     return mean, sum(r.weight * (r.var[metric] + (r.mean[metric] - mean) ** 2) for r in runs)
@@ -401,85 +346,6 @@ def _mix(runs: list[Run], metric: int) -> tuple[float, float]:
 def _start(prior: Prior) -> Run:
     mean = [m if m is not None else _DEFAULT_LEVEL[i] for i, m in enumerate(prior.mean)]
     return Run(1.0, mean, list(prior.var))
-
-
-def _likelihood(
-    run: Run, values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
-) -> float:
-    """How well ``run`` predicted this evidence: Student-t densities of values, Student-t tails of bounds."""
-    p = 1.0
-    for metric in METRICS:
-        scale2 = run.var[metric] + noise[metric]
-        value, bound = values[metric], bounds[metric]
-        if value is not None:
-            z2 = (value - run.mean[metric]) ** 2 / scale2
-            p *= (1.0 + z2 / TAIL_NU) ** (-(TAIL_NU + 1) / 2) / math.sqrt(scale2)
-        elif bound is not None:
-            p *= max(1e-12, _t_tail((bound - run.mean[metric]) / math.sqrt(scale2)))
-    return p
-
-
-def _update(run: Run, values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]) -> None:
-    """The run's posterior after the evidence: a robust Kalman step per value, and per bound the assumed-density
-    step of a Student-t tail (its hazard moves the mean; a far bound moves it a bounded amount)."""
-    for metric in METRICS:
-        mean, var = run.mean[metric], run.var[metric]
-        value, bound = values[metric], bounds[metric]
-        if value is not None:
-            z2 = (value - mean) ** 2 / (var + noise[metric])
-            weight = (TAIL_NU + 1) / (TAIL_NU + z2)  # Student-t: a far answer counts for less
-            obs = noise[metric] / weight
-            gain = var / (var + obs)
-            run.mean[metric], run.var[metric] = mean + gain * (value - mean), (1 - gain) * var
-        elif bound is not None:
-            s = math.sqrt(var + noise[metric])
-            alpha = (bound - mean) / s
-            hazard = _t_pdf(alpha) / max(1e-12, _t_tail(alpha))
-            slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
-            run.mean[metric] = mean + var / s * hazard
-            run.var[metric] = min(var, max(1e-6, var * (1.0 - var / (s * s) * hazard * (hazard - slope))))
-
-
-def _log(value: float | None) -> float | None:
-    return math.log(value) if value is not None and value > 0 else None
-
-
-def _t_pdf(x: float) -> float:
-    return float(_T_NORM * (1.0 + x * x / TAIL_NU) ** (-(TAIL_NU + 1) / 2))
-
-
-def _t_tail(x: float) -> float:
-    """P(T > x) for a Student-t of ``TAIL_NU`` degrees of freedom."""
-    half = 0.5 * _beta_inc(TAIL_NU / 2, 0.5, TAIL_NU / (TAIL_NU + x * x))
-    return half if x >= 0 else 1.0 - half
-
-
-def _beta_inc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta I_x(a, b), by its continued fraction (Lentz)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - _beta_inc(b, a, 1.0 - x)
-    tiny = 1e-30
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    result = d
-    for m in range(1, 100):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            result *= c * d
-        if abs(c * d - 1.0) < 1e-10:
-            break
-    return front * result / a
 
 
 def _z(q: float) -> float:

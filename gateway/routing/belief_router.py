@@ -17,19 +17,20 @@ import random
 import time
 from dataclasses import dataclass
 
-from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig
+from gateway.config import DeploymentConfig, GatewayConfig, PolicyConfig
 from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.apis import speaking
-from gateway.routing.belief import Belief, Prior, pooled, with_window
+from gateway.routing.belief import Belief
 from gateway.routing.capacity import RateLimits
-from gateway.routing.choose import Budget, Choice, Option, choose
+from gateway.routing.choose import Budget, Choice, Counts, Option, choose
 from gateway.routing.cost import Shape, Weights
 from gateway.routing.filters import allowed, apply_order, listed
 from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.hedge import hedge_after
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
+from gateway.routing.priors import Prior, pooled, with_window
 from gateway.routing.router import SnapshotSource
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
@@ -44,18 +45,6 @@ class _Attempt:
     """The request's shape and ``max_tokens``, for its answer's length."""
     first_at: float | None = None
     progress: StreamProgress | None = None
-
-
-@dataclass(slots=True)
-class Counts:
-    """What exploration cost, per model: requests, those that explored, and the attempts they added."""
-
-    requests: int = 0
-    explored: int = 0
-    races: int = 0
-    shadows: int = 0
-    cold_starts: int = 0
-    attempts: int = 0
 
 
 class BeliefRouter:
@@ -92,6 +81,10 @@ class BeliefRouter:
         self._lengths_of: dict[int, tuple[LengthKey, int | None]] = {}
         self._bytes_per_token: dict[str, float] = {}
         """Each API's stream bytes per output token (its events' envelope), from finished streams."""
+
+    def exploration(self, model: str) -> tuple[float, float]:
+        """Share of ``model``'s requests that explored, and attempts per request beyond one (for reports)."""
+        return self.counts.get(model, Counts()).shares()
 
     def belief(self, model: str, deployment: str) -> Belief:
         key = (model, deployment)
@@ -403,10 +396,3 @@ class BeliefRouter:
 
 def _inverse(value: float | None) -> float | None:
     return 1.0 / value if value else None
-
-
-def exploration(router: BeliefRouter, model: ModelConfig) -> tuple[float, float]:
-    """Share of requests that explored, and extra attempts per request beyond one (for reports)."""
-    counts = router.counts.get(model.name, Counts())
-    requests = max(1, counts.requests)
-    return counts.explored / requests, counts.attempts / requests - 1.0

@@ -26,8 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gateway.config import DeploymentConfig
-from gateway.routing.belief import Belief, Prior
+from gateway.routing.belief import Belief
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
+from gateway.routing.priors import Prior
 
 _LEAST_KNOWN = "least-known:"
 RACE_BUDGET = 0.05
@@ -61,6 +62,23 @@ class Choice:
     explored: bool = False
     """The draw put first another than the leader."""
     cold: bool = False
+
+
+@dataclass(slots=True)
+class Counts:
+    """What exploration cost, per model: requests, those that explored, and the attempts they added."""
+
+    requests: int = 0
+    explored: int = 0
+    races: int = 0
+    shadows: int = 0
+    cold_starts: int = 0
+    attempts: int = 0
+
+    def shares(self) -> tuple[float, float]:
+        """The share of requests that explored, and attempts per request beyond one."""
+        requests = max(1, self.requests)
+        return self.explored / requests, self.attempts / requests - 1.0
 
 
 @dataclass
