@@ -49,6 +49,7 @@ from gateway.relay.forward import EventForwarder
 from gateway.relay.outbound import upstream_body
 from gateway.relay.request import ProxyRequest
 from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
+from gateway.routing.belief_router import BeliefRouter
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
 from gateway.stats_config import StatsConfig
@@ -102,8 +103,9 @@ def sample() -> Sample:
     )
 
 
-def warm_router(deployments: int = 5) -> tuple[MeasuredRouter, RouteRequest]:
-    """A router over ``deployments`` deployments of one model, each with 40 answers heard, and a request for it."""
+def warm_router(deployments: int = 5, kind: type[Any] = MeasuredRouter) -> tuple[Any, RouteRequest]:
+    """A router (``MeasuredRouter``, or ``kind``) over ``deployments`` deployments of one model, each with 40 answers
+    heard, and a request for it."""
     names = [f"p{i}" for i in range(deployments)]
     config = parse_config(
         {
@@ -113,7 +115,7 @@ def warm_router(deployments: int = 5) -> tuple[MeasuredRouter, RouteRequest]:
         source="hotpath.toml",
     )
     store = InMemoryStatsStore(StatsConfig())
-    router = MeasuredRouter(config, store, rng=random.Random(1))
+    router = kind(config, store, rng=random.Random(1))
     request = RouteRequest(config.models[0], "chat", True, 30, 256, ProviderPreferences())
     for n in range(40):
         for candidate in router.plan(request).candidates:
@@ -262,6 +264,7 @@ def measure() -> None:
     store = InMemoryStatsStore(StatsConfig())
     one = sample()
     router, route = warm_router()
+    belief_router, _ = warm_router(kind=BeliefRouter)
     rows = [
         timed("request body: parse", 20000, lambda: parse_json_body(RAW)),
         timed("upstream body: write", 20000, lambda: upstream_body(proxied, candidate)),  # type: ignore[arg-type]
@@ -275,6 +278,7 @@ def measure() -> None:
         timed("stats (memory): record", 20000, lambda: store.record(one)),
         timed("metrics: record", 20000, lambda: metrics.record(one)),
         timed("routing: plan, 5 deployments", 2000, lambda: router.plan(route)),
+        timed("routing (belief): plan, 5 dep.", 2000, lambda: belief_router.plan(route)),
         timed("routing: request, 1 dep., 63 open", 3000, routing_cycle()),
     ]
     for handler in logging.getLogger("gateway.access").handlers:

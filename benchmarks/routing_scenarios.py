@@ -92,6 +92,13 @@ class Planned:
     draw_seed: int = 0
     """What the fakes draw this request's first token, speed and failure from (``FakeBehavior.draw_seed``): the
     same under every strategy of one schedule, different across schedules (seed 1's is the index)."""
+    max_tokens: int | None = None
+    """The request's ``max_tokens`` when it is not its answer's length (an agent's fixed ceiling); None: ``tokens``."""
+
+    @property
+    def ceiling(self) -> int:
+        """What the request sends as ``max_tokens``."""
+        return self.max_tokens if self.max_tokens is not None else self.tokens
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,11 @@ class Scenario:
     duration_s: float
     rate_per_s: float = 4.0
     changes: tuple[Change, ...] = ()
+    max_tokens: int | None = None
+    """Every request's ``max_tokens`` when fixed whatever its answer (an agent sends 32,000); None: the answer's
+    length, as the lengths above were written."""
+    replicas: int = 1
+    """Gateway replicas sharing one stats window; request *i* is planned by replica *i* mod ``replicas``."""
 
     def schedule(self, seed: int) -> list[Planned]:
         """Poisson arrivals at ``rate_per_s`` over ``duration_s``; the same for every strategy of one seed."""
@@ -117,7 +129,7 @@ class Scenario:
         while at < self.duration_s:
             index = len(planned)
             draw_seed = index + (seed - 1) * DRAWS_PER_SCHEDULE
-            planned.append(Planned(index, at, rng.choices(tokens, weights)[0], draw_seed))
+            planned.append(Planned(index, at, rng.choices(tokens, weights)[0], draw_seed, self.max_tokens))
             at += rng.expovariate(self.rate_per_s)
         return planned
 
@@ -324,6 +336,22 @@ STRESS: tuple[Scenario, ...] = (
         ),
     ),
     Scenario(
+        "oscillate",
+        "two leaders trading places",
+        "the faster of two (0.4 s, 200 tok/s) and the slower (0.8 s, 120 tok/s) trade profiles every 30 s",
+        (_FAST, _MIDDLE),
+        lengths=((200, 1),),
+        duration_s=120,
+        changes=tuple(
+            change
+            for k in range(1, 4)
+            for change in (
+                Change(30 * k, "a", replace(_FAST if k % 2 == 0 else _MIDDLE, name="a")),
+                Change(30 * k, "b", replace(_MIDDLE if k % 2 == 0 else _FAST, name="b")),
+            )
+        ),
+    ),
+    Scenario(
         "gradual",
         "a gradual slowdown",
         "the faster of two loses 20% of its tokens/s every 5 s from 20 s to 70 s (6x slower in all)",
@@ -331,5 +359,140 @@ STRESS: tuple[Scenario, ...] = (
         lengths=((200, 1),),
         duration_s=90,
         changes=tuple(Change(20 + 5 * i, "a", replace(_FAST, tps=200.0 / 1.2 ** (i + 1))) for i in range(10)),
+    ),
+)
+
+# The held-out set: written before the belief-based router (``gateway.routing.belief``) was built, and run on it
+# once, at the end (``routing_simulate --held-out``). Never tune anything on these. Each names a behaviour the
+# benchmark's markets and the stress markets do not hold, or hold in another form.
+_QUICK = Profile("a", ttft_s=0.35, tps=220.0, price=0.5)
+_LAGGING = Profile("b", ttft_s=1.2, tps=70.0, price=0.5)
+_STEADY = Profile("c", ttft_s=0.7, tps=130.0, price=0.5)
+
+
+def _drift(name: str, start: Profile, end: Profile, from_s: float, to_s: float, steps: int) -> tuple[Change, ...]:
+    """``name`` moves from ``start`` to ``end`` in ``steps`` geometric steps between ``from_s`` and ``to_s``."""
+    changes = []
+    for i in range(1, steps + 1):
+        f = i / steps
+        changes.append(
+            Change(
+                from_s + (to_s - from_s) * f,
+                name,
+                replace(
+                    start,
+                    ttft_s=start.ttft_s * (end.ttft_s / start.ttft_s) ** f,
+                    tps=start.tps * (end.tps / start.tps) ** f,
+                ),
+            )
+        )
+    return tuple(changes)
+
+
+def _oscillation(period_s: float, until_s: float) -> tuple[Change, ...]:
+    """``a`` and ``b`` trade the quick and the lagging profile every ``period_s``."""
+    changes = []
+    k = 1
+    while k * period_s < until_s:
+        quick, lagging = ("b", "a") if k % 2 else ("a", "b")
+        changes.append(Change(k * period_s, quick, _QUICK))
+        changes.append(Change(k * period_s, lagging, _LAGGING))
+        k += 1
+    return tuple(changes)
+
+
+HELD_OUT: tuple[Scenario, ...] = (
+    Scenario(
+        "ho-drift",
+        "gradual drift, crossing",
+        "over 100 s the quickest of three slows step by step (0.35 s, 220 tok/s → 1.2 s, 90 tok/s) while the "
+        "laggard improves (1.2 s, 70 tok/s → 0.4 s, 210 tok/s); the third stays",
+        (_QUICK, _LAGGING, _STEADY),
+        lengths=((256, 1),),
+        duration_s=120,
+        changes=(
+            *_drift("a", _QUICK, replace(_QUICK, ttft_s=1.2, tps=90.0), 10, 110, 20),
+            *_drift("b", _LAGGING, replace(_LAGGING, ttft_s=0.4, tps=210.0), 10, 110, 20),
+        ),
+    ),
+    Scenario(
+        "ho-oscillate",
+        "oscillating leaders",
+        "two providers trade the quick (0.35 s, 220 tok/s) and the lagging (1.2 s, 70 tok/s) profile every 20 s; "
+        "a third stays in the middle (0.7 s, 130 tok/s)",
+        (_QUICK, _LAGGING, _STEADY),
+        lengths=((200, 1),),
+        duration_s=150,
+        changes=_oscillation(20, 150),
+    ),
+    Scenario(
+        "ho-many",
+        "eight providers, one slows",
+        "the six providers of source A and two more; the fastest (0.25 s, 400 tok/s) streams at 100 tok/s from "
+        "50 s on; answers of 64, 256 or 512 tokens",
+        (
+            BASETEN,
+            MODAL,
+            TELNYX,
+            TOGETHER,
+            DEEPINFRA,
+            NOVITA,
+            Profile("fireworks", ttft_s=0.3, tps=180.0, price=0.6),
+            Profile("groq", ttft_s=0.25, tps=400.0, price=0.8),
+        ),
+        lengths=((64, 1), (256, 2), (512, 1)),
+        duration_s=110,
+        changes=(Change(50, "groq", Profile("groq", ttft_s=0.25, tps=100.0, price=0.8)),),
+    ),
+    Scenario(
+        "ho-ttft-spike",
+        "a first-token spike and its end",
+        "the quickest of three answers its first token in 2.5 s instead of 0.35 s from 35 s to 70 s, then as "
+        "before; its tokens/s never change",
+        (_QUICK, _LAGGING, _STEADY),
+        lengths=((128, 1),),
+        duration_s=110,
+        changes=(Change(35, "a", replace(_QUICK, ttft_s=2.5)), Change(70, "a", _QUICK)),
+    ),
+    Scenario(
+        "ho-down-at-start",
+        "a provider down at start",
+        "the quickest of three fails every request for the first 40 s, then is the quickest",
+        (replace(_QUICK, error_rate=1.0), _LAGGING, _STEADY),
+        lengths=((128, 1),),
+        duration_s=100,
+        changes=(Change(40, "a", _QUICK),),
+    ),
+    Scenario(
+        "ho-agent",
+        "agent traffic: max_tokens 32000, short answers",
+        "every request asks for max_tokens 32000 and is answered in 16 to 400 tokens; a quick starter that "
+        "streams slowly (0.45 s, 70 tok/s), a slow starter that streams fast (2.4 s, 280 tok/s), and a middle",
+        (
+            Profile("quick", ttft_s=0.45, tps=70.0, price=0.5),
+            Profile("streamer", ttft_s=2.4, tps=280.0, price=0.5),
+            Profile("middle", ttft_s=1.2, tps=130.0, price=0.5),
+        ),
+        lengths=((16, 3), (60, 3), (150, 2), (400, 1)),
+        duration_s=90,
+        rate_per_s=3.0,
+        max_tokens=32000,
+    ),
+    Scenario(
+        "ho-replicas",
+        "two replicas sharing a window",
+        "two gateway replicas over one stats window, 6 requests/s between them; two near-equal leaders "
+        "(0.5 s, 180 tok/s and 0.55 s, 170 tok/s) and a slow third; the second becomes clearly the fastest "
+        "(0.3 s, 260 tok/s) 40 s in",
+        (
+            Profile("a", ttft_s=0.5, tps=180.0, price=0.5),
+            Profile("b", ttft_s=0.55, tps=170.0, price=0.5),
+            Profile("c", ttft_s=1.0, tps=90.0, price=0.5),
+        ),
+        lengths=((256, 1),),
+        duration_s=90,
+        rate_per_s=6.0,
+        changes=(Change(40, "b", Profile("b", ttft_s=0.3, tps=260.0, price=0.5)),),
+        replicas=2,
     ),
 )

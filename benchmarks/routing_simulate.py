@@ -12,6 +12,9 @@ Usage::
     python -m benchmarks.routing_simulate                # every scenario, 3 seeds
     python -m benchmarks.routing_simulate --only recovery --seeds 10
     python -m benchmarks.routing_simulate --stress --seeds 16  # markets nothing was tuned on
+    python -m benchmarks.routing_simulate --held-out          # the held-out set: run once, at the end
+    python -m benchmarks.routing_simulate --router new        # the belief-based router (gateway.routing.belief)
+    python -m benchmarks.routing_simulate --compare --seeds 64  # old and new, paired, as a markdown table
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.routing_scenarios import SCENARIOS, STRESS, Profile, Scenario, oracle_choice
+from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 from gateway.config import GatewayConfig, StatsConfig, parse_config
 from gateway.relay.drain import DRAIN_EVENTS, DRAIN_MAX_S
 from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
-from gateway.routing.plan import Candidate, RoutePlan
+from gateway.routing.belief_router import BeliefRouter
+from gateway.routing.plan import Candidate, RoutePlan, Router
 from gateway.samples import Outcome, Sample
 from gateway.stats import InMemoryStatsStore
 
@@ -70,9 +74,12 @@ class Result:
 
 
 class Simulation:
-    """One scenario, one seed, one strategy ("gateway" or "oracle")."""
+    """One scenario, one seed, one strategy ("gateway" or "oracle"), one router ("old" or "new"; the oracle's is
+    always the old one: it only follows the oracle's order)."""
 
-    def __init__(self, scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None) -> None:
+    def __init__(
+        self, scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None, router: str = "old"
+    ) -> None:
         self.scenario = scenario
         self.seed = seed
         self.strategy = strategy
@@ -81,15 +88,27 @@ class Simulation:
         self.counter = itertools.count()
         self.config = _config(scenario, policy)
         self.store = InMemoryStatsStore(StatsConfig(), wall_clock=lambda: WALL + self.now)
-        self.router = MeasuredRouter(self.config, self.store, rng=random.Random(seed), clock=lambda: self.now)
+        # Replicas share the window (the store) and keep their own state; the first keeps the seed's own rng.
+        kind = BeliefRouter if router == "new" and strategy != "oracle" else MeasuredRouter
+        self.routers: list[Router] = [
+            kind(self.config, self.store, rng=random.Random(seed if i == 0 else f"{seed}:{i}"), clock=self.clock)
+            for i in range(scenario.replicas)
+        ]
+        self.router = self.routers[0]
         self.result = Result()
+
+    def clock(self) -> float:
+        return self.now
 
     def at(self, when: float, action: Callable[[], None]) -> None:
         heapq.heappush(self.events, (when, next(self.counter), action))
 
     def run(self) -> Result:
         for planned in self.scenario.schedule(self.seed):
-            self.at(planned.at_s, functools.partial(self.arrive, planned.at_s, planned.tokens, planned.index))
+            self.at(
+                planned.at_s,
+                functools.partial(self.arrive, planned.at_s, planned.tokens, planned.index, planned.ceiling),
+            )
         while self.events:
             when, _, action = heapq.heappop(self.events)
             self.now = when
@@ -99,16 +118,24 @@ class Simulation:
     def profile(self, name: str) -> Profile:
         return self.scenario.profiles_at(self.now)[name]
 
-    def arrive(self, started: float, tokens: int, index: int = 0) -> None:
+    def arrive(self, started: float, tokens: int, index: int = 0, ceiling: int | None = None) -> None:
         profiles = list(self.scenario.profiles_at(self.now).values())
         best = oracle_choice(tokens, profiles)
         preferences = ProviderPreferences(order=(best,) if self.strategy == "oracle" else ())
-        request = RouteRequest(self.config.models[0], "chat", True, 20, tokens, preferences)
-        plan = self.router.plan(request)
-        _Request(self, plan, tokens, started, best, index).start()
+        max_tokens = ceiling if ceiling is not None else tokens
+        request = RouteRequest(self.config.models[0], "chat", True, 20, max_tokens, preferences)
+        router = self.routers[index % len(self.routers)]
+        plan = router.plan(request)
+        _Request(self, plan, tokens, started, best, index, router).start()
 
     def sample(
-        self, candidate: Candidate, outcome: Outcome, ttft: float | None, tps: float | None, **extra: Any
+        self,
+        router: Router,
+        candidate: Candidate,
+        outcome: Outcome,
+        ttft: float | None,
+        tps: float | None,
+        **extra: Any,
     ) -> None:
         sample = Sample(
             model="m",
@@ -126,7 +153,7 @@ class Simulation:
             status=extra.get("status"),
         )
         self.store.record(sample)
-        self.router.attempt_finished(candidate, sample)
+        router.attempt_finished(candidate, sample)
 
 
 @dataclass
@@ -149,16 +176,26 @@ class _Progress:
 class _Request:
     """The relay's attempt loop for one streamed request, in simulated time."""
 
-    def __init__(self, sim: Simulation, plan: RoutePlan, tokens: int, started: float, best: str, index: int) -> None:
+    def __init__(
+        self,
+        sim: Simulation,
+        plan: RoutePlan,
+        tokens: int,
+        started: float,
+        best: str,
+        index: int,
+        router: Router,
+    ) -> None:
         self.sim, self.plan, self.tokens, self.started, self.best = sim, plan, tokens, started, best
         self.index = index
+        self.router = router
         self.queue = list(plan.candidates)
         self.attempts = 0
         self.done = False
 
     def start(self) -> None:
         shadow = getattr(self.plan, "shadow", None)  # older routers send none
-        if shadow is not None and self.sim.router.attempt_started(shadow):
+        if shadow is not None and self.router.attempt_started(shadow):
             # Beside the first attempt and never the answer: drained (``Drains.shadow``).
             fails, ttft, tps = self.draw(shadow, "shadow")
             if fails:
@@ -172,7 +209,7 @@ class _Request:
         extra = max(0, self.plan.race_width - 2) if getattr(self.plan, "race", ()) else 0
         while self.queue and self.attempts < self.plan.policy.max_attempts + extra:
             candidate = self.queue.pop(0)
-            if self.sim.router.attempt_started(candidate):
+            if self.router.attempt_started(candidate):
                 self.attempts += 1
                 return candidate
         return None
@@ -237,7 +274,9 @@ class _Request:
     def _racer_fails(self, candidate: Candidate) -> None:
         self.sim.at(
             self.sim.now + FAIL_S,
-            functools.partial(self.sim.sample, candidate, "upstream_error", None, None, hedged=True, status=503),
+            functools.partial(
+                self.sim.sample, self.router, candidate, "upstream_error", None, None, hedged=True, status=503
+            ),
         )
 
     def _race_ends(self, racers: list[tuple[Candidate, float, bool, float, float]]) -> None:
@@ -255,17 +294,22 @@ class _Request:
                 self._drain(loser, start, l_ttft, l_tps)
                 continue
             sim.at(
-                first_at, functools.partial(sim.sample, loser, "client_cancelled", first_at - start, None, hedged=True)
+                first_at,
+                functools.partial(
+                    sim.sample, self.router, loser, "client_cancelled", first_at - start, None, hedged=True
+                ),
             )
         self._commit_at(winner, started, ttft, tps, hedged=True)  # its first token is still to come: events ahead
 
     def _failed(self, candidate: Candidate, hedge_allowed: bool) -> None:
-        self.sim.sample(candidate, "upstream_error", None, None, status=503, e2e=self.sim.now - self.started)
+        self.sim.sample(
+            self.router, candidate, "upstream_error", None, None, status=503, e2e=self.sim.now - self.started
+        )
         self.next_attempt(hedge_allowed)
 
     def _hedge(self, primary: Candidate, t0: float, ttft: float, tps: float) -> None:
         sim = self.sim
-        if not (self.queue and sim.router.try_hedge(self.plan)):
+        if not (self.queue and self.router.try_hedge(self.plan)):
             self._commit_at(primary, t0, ttft, tps, hedged=False)
             return
         hedge = self.admit()
@@ -274,7 +318,10 @@ class _Request:
             return
         fails, h_ttft, h_tps = self.draw(hedge)
         if fails:
-            sim.at(sim.now + FAIL_S, lambda: sim.sample(hedge, "upstream_error", None, None, hedged=True, status=503))
+            sim.at(
+                sim.now + FAIL_S,
+                lambda: sim.sample(self.router, hedge, "upstream_error", None, None, hedged=True, status=503),
+            )
             self._commit_at(primary, t0, ttft, tps, hedged=True)
             return
         primary_first = t0 + ttft
@@ -283,14 +330,18 @@ class _Request:
             if self._drains(hedge):
                 self._drain(hedge, sim.now, h_ttft, h_tps)
             else:
-                sim.at(primary_first, lambda: sim.sample(hedge, "client_cancelled", None, None, hedged=True))
+                sim.at(
+                    primary_first, lambda: sim.sample(self.router, hedge, "client_cancelled", None, None, hedged=True)
+                )
             self._commit_at(primary, t0, ttft, tps, hedged=True)
         else:
             waited = hedge_first - t0
             if self._drains(primary):
                 self._drain(primary, t0, ttft, tps)
             else:
-                sim.at(hedge_first, lambda: sim.sample(primary, "client_cancelled", waited, None, hedged=True))
+                sim.at(
+                    hedge_first, lambda: sim.sample(self.router, primary, "client_cancelled", waited, None, hedged=True)
+                )
             self._commit_at(hedge, sim.now, h_ttft, h_tps, hedged=True)
 
     def _drains(self, loser: Candidate) -> bool:
@@ -304,11 +355,18 @@ class _Request:
         sim = self.sim
         first = start + ttft
         progress = _Progress(sim, first, tps, tokens)
-        sim.at(max(first, sim.now), lambda: sim.router.attempt_streaming(loser, progress))
+        sim.at(max(first, sim.now), lambda: self.router.attempt_streaming(loser, progress))
         sim.at(
             end,
             functools.partial(
-                sim.sample, loser, "client_cancelled", ttft, tps if read > 1 else None, hedged=True, tokens=read
+                sim.sample,
+                self.router,
+                loser,
+                "client_cancelled",
+                ttft,
+                tps if read > 1 else None,
+                hedged=True,
+                tokens=read,
             ),
         )
 
@@ -318,12 +376,19 @@ class _Request:
         first = t0 + ttft
         progress = _Progress(sim, first, tps, self.tokens)
         if hasattr(sim.router, "attempt_streaming"):  # older routers (a --before tree) do not read streams
-            sim.at(max(first, sim.now), lambda: sim.router.attempt_streaming(candidate, progress))
+            sim.at(max(first, sim.now), lambda: self.router.attempt_streaming(candidate, progress))
 
         def finish() -> None:
             e2e = sim.now - self.started
             sim.sample(
-                candidate, "ok", ttft, tps if self.tokens > 1 else None, e2e=e2e, tokens=self.tokens, hedged=hedged
+                self.router,
+                candidate,
+                "ok",
+                ttft,
+                tps if self.tokens > 1 else None,
+                e2e=e2e,
+                tokens=self.tokens,
+                hedged=hedged,
             )
             sim.result.times.append(e2e)
             sim.result.ttfts.append(first - self.started)
@@ -336,14 +401,16 @@ class _Request:
         self.sim.result.failed += 1
 
 
-def simulate(scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None = None) -> Result:
-    return Simulation(scenario, seed, strategy, policy).run()
+def simulate(
+    scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None = None, router: str = "old"
+) -> Result:
+    return Simulation(scenario, seed, strategy, policy, router).run()
 
 
-def _summary(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | None) -> str:
+def _summary(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | None, router: str = "old") -> str:
     regrets, after, probes, fails, attempts, p99 = [], [], [], 0, [], []
     for seed in seeds:
-        mine = simulate(scenario, seed, "gateway", policy)
+        mine = simulate(scenario, seed, "gateway", policy, router)
         oracle = simulate(scenario, seed, "oracle", policy)
         regrets.append(statistics.fmean(mine.times) / statistics.fmean(oracle.times) - 1)
         fails += mine.failed
@@ -353,7 +420,7 @@ def _summary(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | 
             at = scenario.changes[0].at_s + 15
             later = [ok for started, ok in mine.on_best if started >= at]
             after.append(sum(later) / max(1, len(later)))
-        probes.append(_probes(scenario, seed, policy))
+        probes.append(_probes(scenario, seed, policy) if router == "old" else _explored(scenario, seed, policy))
     text = (
         f"{scenario.name:16} regret {statistics.fmean(regrets):+6.1%} (min {min(regrets):+.1%} max {max(regrets):+.1%})"
         f"  explore {statistics.fmean(probes):5.1%}  attempts {statistics.fmean(attempts):.2f}  failed {fails}"
@@ -367,10 +434,61 @@ def _summary(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | 
 def _probes(scenario: Scenario, seed: int, policy: dict[str, Any] | None) -> float:
     sim = Simulation(scenario, seed, "gateway", policy)
     sim.run()
+    assert isinstance(sim.router, MeasuredRouter)
     ranking = sim.router.rank(sim.config.models[0])
     if not hasattr(ranking, "probes"):  # older code: no count of its own
         return float("nan")
-    return ranking.probes / max(1, ranking.requests)
+    return float(ranking.probes / max(1, ranking.requests))
+
+
+def _explored(scenario: Scenario, seed: int, policy: dict[str, Any] | None) -> float:
+    sim = Simulation(scenario, seed, "gateway", policy, "new")
+    sim.run()
+    router = sim.router
+    assert isinstance(router, BeliefRouter)
+    return router.exploration(sim.config.models[0].name)[0]
+
+
+@dataclass
+class Paired:
+    """One market's paired comparison: per schedule, each router's regret against the same oracle."""
+
+    old: list[float] = field(default_factory=list)
+    new: list[float] = field(default_factory=list)
+    explored: list[float] = field(default_factory=list)
+    extra: list[float] = field(default_factory=list)
+
+    def row(self, scenario: Scenario) -> str:
+        diffs = [n - o for n, o in zip(self.new, self.old, strict=True)]
+        se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+        mean = statistics.fmean(diffs)
+        verdict = "better" if mean < -2 * se else "worse" if mean > 2 * se else "parity"
+        return (
+            f"| {scenario.name} | {statistics.fmean(self.old):+.1%} | {statistics.fmean(self.new):+.1%} "
+            f"| {mean * 100:+.2f} ± {se * 100:.2f} | {verdict} | {statistics.fmean(self.explored):.1%} "
+            f"| {statistics.fmean(self.extra):.3f} |"
+        )
+
+
+PAIRED_HEADER = (
+    "| market | old regret | new regret | new − old (points, ± s.e.) | within 2 s.e. | new: explored | "
+    "new: extra attempts/request |\n|---|---|---|---|---|---|---|"
+)
+
+
+def compare(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | None) -> Paired:
+    """Old and new over the same schedules (same arrivals, same draws), each against the same oracle run."""
+    paired = Paired()
+    for seed in seeds:
+        oracle = statistics.fmean(simulate(scenario, seed, "oracle", policy).times)
+        paired.old.append(statistics.fmean(simulate(scenario, seed, "gateway", policy, "old").times) / oracle - 1)
+        sim = Simulation(scenario, seed, "gateway", policy, "new")
+        result = sim.run()
+        paired.new.append(statistics.fmean(result.times) / oracle - 1)
+        shares = [r.exploration(sim.config.models[0].name) for r in sim.routers if isinstance(r, BeliefRouter)]
+        paired.explored.append(statistics.fmean(s[0] for s in shares))
+        paired.extra.append(statistics.fmean(s[1] for s in shares))
+    return paired
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -379,12 +497,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--policy", help="policy keys as JSON, e.g. '{\"memory_half_life_s\": 10}'")
     parser.add_argument("--stress", action="store_true", help="the stress markets (routing_scenarios.STRESS) instead")
+    parser.add_argument("--held-out", action="store_true", help="the held-out set (routing_scenarios.HELD_OUT): once")
+    parser.add_argument(
+        "--router", choices=("old", "new"), default="old", help="old: MeasuredRouter; new: BeliefRouter"
+    )
+    parser.add_argument("--compare", action="store_true", help="old and new paired over the same schedules (markdown)")
     args = parser.parse_args(argv)
     policy = json.loads(args.policy) if args.policy else None
-    for scenario in STRESS if args.stress else SCENARIOS:
+    if args.compare:
+        print(PAIRED_HEADER, flush=True)
+    for scenario in HELD_OUT if args.held_out else STRESS if args.stress else SCENARIOS:
         if args.only and scenario.name not in args.only:
             continue
-        print(_summary(scenario, range(1, args.seeds + 1), policy), flush=True)
+        if args.compare:
+            print(compare(scenario, range(1, args.seeds + 1), policy).row(scenario), flush=True)
+        else:
+            print(_summary(scenario, range(1, args.seeds + 1), policy, args.router), flush=True)
     return 0
 
 

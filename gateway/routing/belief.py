@@ -1,0 +1,352 @@
+"""One belief per deployment: what its first token and its seconds per token are now, and how sure that is.
+
+The model, in one pass:
+
+- A deployment's answers are log-normal: ``log ttft`` and ``log seconds-per-token`` are its
+  current level plus noise of a spread ``s`` (the deployment's own, learned, starting from
+  ``SPREAD``). First token and speed come as a pair from one answer and are judged together.
+- The level moves in two ways. It drifts: while nothing is heard, the level's variance grows by
+  ``DRIFT`` per second, so an estimate nobody refreshed becomes uncertain again and a draw from
+  it (``gateway.routing.choose``) sometimes favours it. And it jumps: a provider changes about
+  once every ``HAZARD_S`` seconds. Jumps are found by Bayesian online change-point detection: a
+  few run-length hypotheses ("the level has been the same since answer k"), each with its own
+  normal posterior on the level, weighted by how well it predicted each answer under a
+  Student-t (``TAIL_NU`` degrees of freedom) so one wild answer neither triggers a change nor
+  drags the level far. A new run starts from the prior.
+- The prior is pooled from the model's other deployments (their levels' mean, widened by their
+  spread), counting as ``PRIOR_WEIGHT`` answers' worth of certainty at most; the shared window's
+  median for this deployment (every replica's answers), aged by half the window, sharpens the
+  first run's prior.
+- Censored evidence is one rule: "the value is at least t" (a race lost, an attempt overdue, a
+  stream slower than believed). Each hypothesis is weighted by the probability it gave that
+  and its posterior is moment-matched to the truncated likelihood.
+- Prefill is a small regression beside it: first token = base + uncached prompt tokens ×
+  seconds per prompt token; the base is what the level describes.
+- Failures: a beta posterior on the failure chance whose evidence fades with ``HAZARD_S``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+from gateway.routing.priors import BETWEEN, DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
+from gateway.routing.student import TAIL_NU, likelihood, update
+
+HAZARD_S = 120.0
+"""A provider changes (its first token or its speed jumps) about once every this many seconds."""
+RUNS = 5
+NOISE_MEMORY = 50
+"""Run-length hypotheses kept per deployment (the cost of change-point detection, not a knob of the world)."""
+
+TTFT, SPT = 0, 1
+METRICS = (TTFT, SPT)
+_MIN_PREFILL_TOKENS = 1024
+_NORMAL = NormalDist()
+_FAIL_PRIOR = (0.2, 1.8)
+"""A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
+
+
+NO_PRIOR = Prior()
+_DEFAULT_LEVEL = (math.log(1.0), math.log(1 / 50.0))
+"""Where a model with nothing measured anywhere starts: 1 s to first token, 50 tokens/s (wide)."""
+
+
+@dataclass(slots=True)
+class Run:
+    """One hypothesis: the level has stayed the same since this run began."""
+
+    weight: float
+    mean: list[float]
+    var: list[float]
+    born: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """One plausible present for a deployment: median first token, seconds per token, failure chance."""
+
+    ttft_s: float
+    s_per_token: float
+    failure: float
+    spread: tuple[float, float]
+    failure_s: float = 0.0
+    """What a failure costs before the fallback starts."""
+    changed: bool = False
+    """Drawn as a level new since it was last heard (from the prior, by the hazard), not from its own answers."""
+    """The answers' log spread around those medians (for means and quantiles)."""
+
+
+@dataclass(slots=True)
+class Belief:
+    """The posterior for one deployment of one model."""
+
+    runs: list[Run] = field(default_factory=list)
+    heard_at: float | None = None
+    noise: list[float] = field(default_factory=lambda: [SPREAD**2, SPREAD**2])
+    noise_n: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    spread2: list[float] = field(default_factory=lambda: [SPREAD**2, SPREAD**2])
+    """The answers' plain log variance around the level (for means and quantiles; ``noise`` is the t's scale)."""
+    answers: int = 0
+    """Answers (or censored bounds) heard: 0 means measured never."""
+    prefill: tuple[float, float] = (0.0, 1e-8)
+    """Seconds per uncached prompt token: mean and variance."""
+    fails: float = _FAIL_PRIOR[0]
+    oks: float = _FAIL_PRIOR[1]
+    failed_at: float = 0.0
+    failure_s: float = 0.0
+    """How long its failures took to say so (a running mean): what one costs before the fallback starts."""
+    before: tuple[float, float] | None = None
+    """The level it held before its latest change: where a change may return to (a dip's end, a swap back)."""
+    leading: tuple[float, tuple[float, float]] | None = None
+    """The most likely run's birth and level, as of the last answer."""
+    mixture: tuple[tuple[float, float], tuple[float, float]] | None = None
+    """The runs' mixture (mean, variance) per metric as of the last answer (drift is added when read)."""
+
+    # -- evidence ---------------------------------------------------------------------------
+
+    def observe(
+        self,
+        now: float,
+        prior: Prior,
+        ttft_s: float | None = None,
+        s_per_token: float | None = None,
+        *,
+        at_least: tuple[float | None, float | None] = (None, None),
+        uncached_tokens: int = 0,
+    ) -> None:
+        """One answer's pair (either may be missing), or lower bounds on them (``at_least``)."""
+        if ttft_s is not None and uncached_tokens >= _MIN_PREFILL_TOKENS and self.runs:
+            self._prefill(ttft_s, uncached_tokens)
+        if ttft_s is not None:
+            ttft_s = max(ttft_s - self.prefill[0] * uncached_tokens, 0.2 * ttft_s)
+        values = (log_of(ttft_s), log_of(s_per_token))
+        bounds = (log_of(at_least[0]), log_of(at_least[1]))
+        if all(v is None for v in (*values, *bounds)):
+            return
+        self._age(now, prior)
+        hazard = 1.0 - math.exp(-(now - self.heard_at) / HAZARD_S) if self.heard_at is not None else 0.0
+        total = sum(r.weight for r in self.runs)
+        fresh = self._new_runs(prior)
+        for run in fresh:
+            run.born = now
+            run.weight = hazard * total * run.weight * likelihood(run, values, bounds, self.noise)
+        for run in self.runs:
+            run.weight *= (1.0 - hazard) * likelihood(run, values, bounds, self.noise)
+        self.runs.extend(fresh)
+        for metric in METRICS:
+            self._learn_noise(metric, values[metric])
+        for run in self.runs:
+            update(run, values, bounds, self.noise)
+        self._prune()
+        self._remember()
+        self.mixture = (_mix(self.runs, TTFT), _mix(self.runs, SPT))
+        self.heard_at = now
+        self.answers += 1
+
+    def failed(self, now: float, failed: bool, after_s: float | None = None) -> None:
+        """An attempt's health: failed (after ``after_s``), or answered."""
+        if failed and after_s is not None:
+            self.failure_s += (after_s - self.failure_s) / min(self.fails + 1.0, 10.0)
+        fade = math.exp(-(now - self.failed_at) / HAZARD_S)
+        self.fails = _FAIL_PRIOR[0] + (self.fails - _FAIL_PRIOR[0]) * fade + (1.0 if failed else 0.0)
+        self.oks = _FAIL_PRIOR[1] + (self.oks - _FAIL_PRIOR[1]) * fade + (0.0 if failed else 1.0)
+        self.failed_at = now
+
+    def bounded(
+        self, now: float, prior: Prior, ttft_at_least: float | None, spt_at_least: float | None = None
+    ) -> Belief:
+        """A copy told the first token is at least ``ttft_at_least`` (an attempt still waiting for it) and the
+        seconds per token at least ``spt_at_least`` (a stream running slow): for one plan only."""
+        copy = Belief(
+            [Run(r.weight, list(r.mean), list(r.var), r.born) for r in self.runs],
+            self.heard_at,
+            list(self.noise),
+            list(self.noise_n),
+            list(self.spread2),
+            self.answers,
+            self.prefill,
+            self.fails,
+            self.oks,
+            self.failed_at,
+            self.failure_s,
+            self.before,
+            self.leading,
+            self.mixture,
+        )
+        heard = copy.heard_at
+        # Attempts still running are a length-biased sample: a slow one stays in flight longer, in proportion to its
+        # value, and a log-normal biased by its value is the same shifted up by its variance. Shift the bound back.
+        bounds = (
+            ttft_at_least * math.exp(-self.spread2[TTFT]) if ttft_at_least is not None else None,
+            spt_at_least * math.exp(-self.spread2[SPT]) if spt_at_least is not None else None,
+        )
+        copy.observe(now, prior, at_least=bounds)
+        copy.heard_at = heard
+        return copy
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def level(self, now: float, metric: int) -> tuple[float, float]:
+        """The log level's mixture mean and variance now (drift included)."""
+        if not self.runs:
+            return _DEFAULT_LEVEL[metric], BETWEEN**2
+        age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
+        mean, var = self.mixture[metric] if self.mixture is not None else _mix(self.runs, metric)
+        return mean, var + age
+
+    def expected(self, now: float, prior: Prior | None = None) -> Draw:
+        """The posterior predictive, for the leader and for explaining (no randomness): the belief's own level,
+        mixed with the prior by the chance it changed since last heard (never heard: the prior alone), and the
+        answers' spread widened by how unsure that level is."""
+        changed = (self.changed(now) if self.runs else 1.0) if prior is not None else 0.0
+        levels = []
+        for metric in METRICS:
+            mean, var = self.level(now, metric)
+            pooled = prior.mean[metric] if prior is not None else None
+            if changed and prior is not None and pooled is not None:
+                var = (1 - changed) * var + changed * prior.var[metric] + changed * (1 - changed) * (mean - pooled) ** 2
+                mean += changed * (pooled - mean)
+            levels.append((mean, math.sqrt(var + self.spread2[metric])))
+        (t, st), (s, ss) = levels
+        return Draw(math.exp(t), math.exp(s), self.fails / (self.fails + self.oks), (st, ss), self.failure_s)
+
+    def changed(self, now: float) -> float:
+        """The chance the level has jumped since it was last heard (``HAZARD_S``)."""
+        if self.heard_at is None:
+            return 1.0
+        return 1.0 - math.exp(-(now - self.heard_at) / HAZARD_S)
+
+    def draw(self, now: float, rng: random.Random, prior: Prior) -> Draw:
+        """One sample of the present from the posterior: a run by its weight, then its level with drift; or, with
+        the chance it changed since last heard, a new level from the prior (a stale belief is looked at again)."""
+        changed = not self.runs or rng.random() < self.changed(now)
+        runs = self._new_runs(prior) if changed else self.runs
+        pick = rng.random()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
+        run = runs[-1]
+        for candidate in runs:
+            pick -= candidate.weight
+            if pick <= 0:
+                run = candidate
+                break
+        age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
+        ttft = rng.gauss(run.mean[TTFT], math.sqrt(run.var[TTFT] + age))
+        spt = rng.gauss(run.mean[SPT], math.sqrt(run.var[SPT] + age))
+        # The beta posterior of the failure chance, drawn by its moments (cheaper than two gamma draws).
+        a, b = self.fails, self.oks
+        mean = a / (a + b)
+        failure = min(0.99, max(0.0, rng.gauss(mean, math.sqrt(mean * (1 - mean) / (a + b + 1)))))
+        return Draw(math.exp(ttft), math.exp(spt), failure, self.spread(), self.failure_s, changed)
+
+    def uncertainty(self, now: float, prior: Prior) -> float:
+        """How unsure the present level is (first token and speed, log variance summed): its own posterior,
+        mixed with the prior by the chance it changed since last heard. What a look at it would teach."""
+        p = self.changed(now) if self.runs else 1.0
+        total = 0.0
+        for metric in METRICS:
+            mean, var = self.level(now, metric)
+            pooled = prior.mean[metric]
+            other = mean if pooled is None else pooled
+            total += (1 - p) * var + p * prior.var[metric] + p * (1 - p) * (mean - other) ** 2
+        return total
+
+    def spread(self) -> tuple[float, float]:
+        """The answers' log standard deviation around the level."""
+        return math.sqrt(self.spread2[TTFT]), math.sqrt(self.spread2[SPT])
+
+    def quantile(self, now: float, q: float) -> float:
+        """The first token's predictive quantile ``q`` in seconds (level's uncertainty and the answers' spread)."""
+        mean, var = self.level(now, TTFT)
+        return math.exp(mean + _z(q) * math.sqrt(var + self.spread2[TTFT]))
+
+    # -- inside -----------------------------------------------------------------------------
+
+    def _new_runs(self, prior: Prior) -> list[Run]:
+        """Where a level that changed may now be, as equally likely runs: anywhere among the model's deployments
+        (the pooled prior); a jump from where it is, as far as those deployments lie apart; and, once it has
+        changed before, back where it was before that change."""
+        if not self.runs:
+            return [_start(prior)]
+        total = sum(r.weight for r in self.runs) or 1.0
+        mean = [sum(r.weight * r.mean[m] for r in self.runs) / total for m in METRICS]
+        runs = [_start(prior), Run(1.0, mean, [prior.var[TTFT], prior.var[SPT]])]
+        if self.before is not None:
+            runs.append(Run(1.0, list(self.before), [SPREAD**2, SPREAD**2]))
+        for run in runs:
+            run.weight = 1.0 / len(runs)
+        return runs
+
+    def _remember(self) -> None:
+        """When a newer run becomes the most likely, the level the older one held is what it changed from."""
+        top = max(self.runs, key=lambda r: r.weight)
+        if self.leading is not None and top.born > self.leading[0]:
+            self.before = self.leading[1]
+        self.leading = (top.born, (top.mean[TTFT], top.mean[SPT]))
+
+    def _age(self, now: float, prior: Prior) -> None:
+        if not self.runs:
+            self.runs.append(_start(prior))
+            return
+        if self.heard_at is None:
+            return
+        grow = DRIFT * max(0.0, now - self.heard_at)
+        for run in self.runs:
+            run.var[TTFT] += grow
+            run.var[SPT] += grow
+
+    def _learn_noise(self, metric: int, value: float | None) -> None:
+        """The answers' own spread: squared residuals against the best run, robustly, with a prior of ``SPREAD``."""
+        if value is None:
+            return
+        best = max(self.runs, key=lambda r: r.weight)
+        # E[(y - m)^2] = the answers' variance + the level's own: only the first is the answers' spread.
+        residual = max(0.0, (value - best.mean[metric]) ** 2 - best.var[metric])
+        scale = self.noise[metric]
+        robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)
+        # Sums over the last ~NOISE_MEMORY answers: n counts them, the sum of squares is ``(noise - prior) ...``.
+        n = self.noise_n[metric] * (1 - 1 / NOISE_MEMORY)
+        for sums, added in ((self.noise, robust), (self.spread2, residual)):
+            total = sums[metric] * (PRIOR_WEIGHT + self.noise_n[metric]) - PRIOR_WEIGHT * SPREAD**2
+            total = total * (1 - 1 / NOISE_MEMORY) + added
+            sums[metric] = (PRIOR_WEIGHT * SPREAD**2 + total) / (PRIOR_WEIGHT + n + 1)
+        self.noise_n[metric] = n + 1
+
+    def _prune(self) -> None:
+        total = sum(r.weight for r in self.runs)
+        if total <= 0 or not math.isfinite(total):
+            keep = self.runs[-1]
+            keep.weight = 1.0
+            self.runs = [keep]
+            return
+        for run in self.runs:
+            run.weight /= total
+        if len(self.runs) > RUNS:
+            self.runs.sort(key=lambda r: r.weight, reverse=True)
+            del self.runs[RUNS:]
+            total = sum(r.weight for r in self.runs)
+            for run in self.runs:
+                run.weight /= total
+
+    def _prefill(self, ttft_s: float, uncached: int) -> None:
+        base = math.exp(self.level(self.heard_at or 0.0, TTFT)[0])
+        slope = max(0.0, ttft_s - base) / uncached
+        mean, var = self.prefill
+        noise = (slope * SPREAD) ** 2 + 1e-12
+        gain = var / (var + noise)
+        self.prefill = (mean + gain * (slope - mean), (1 - gain) * var + 1e-12)
+
+
+def _mix(runs: list[Run], metric: int) -> tuple[float, float]:
+    mean = sum(r.weight * r.mean[metric] for r in runs)
+    return mean, sum(r.weight * (r.var[metric] + (r.mean[metric] - mean) ** 2) for r in runs)
+
+
+def _start(prior: Prior) -> Run:
+    mean = [m if m is not None else _DEFAULT_LEVEL[i] for i, m in enumerate(prior.mean)]
+    return Run(1.0, mean, list(prior.var))
+
+
+def _z(q: float) -> float:
+    return _NORMAL.inv_cdf(min(max(q, 1e-6), 1 - 1e-6))

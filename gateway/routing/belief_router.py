@@ -1,0 +1,398 @@
+"""The belief-based router: orchestrates the beliefs, the draw and the control loops that stay.
+
+``plan`` reads, for each deployment the request may go to (``gateway.routing.filters``), its
+belief (``gateway.routing.belief``), told of any attempt overdue there now, and lets one draw per
+request order them (``gateway.routing.choose``, ``gateway.routing.cost``). Around the draw it
+keeps the loops that are not beliefs: circuits and capacity (``gateway.routing.health``,
+``gateway.routing.capacity``), context windows, learned deadlines, and the tail hedge
+(``gateway.routing.hedge``). ``attempt_finished`` turns each attempt into evidence: an answer's
+pair, a failure, or a lower bound (a race or a hedge lost).
+
+Beside ``MeasuredRouter`` while the two are compared (``benchmarks/routing_simulate.py --router``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+from gateway.config import DeploymentConfig, GatewayConfig, PolicyConfig
+from gateway.errors import InvalidRequest, NoCapacity
+from gateway.events import GatewayEvents, NoEvents
+from gateway.routing.apis import speaking
+from gateway.routing.belief import Belief
+from gateway.routing.capacity import RateLimits
+from gateway.routing.choose import Budget, Choice, Counts, Option, choose
+from gateway.routing.cost import Shape, Weights
+from gateway.routing.filters import allowed, apply_order, listed
+from gateway.routing.health import FAILURES, RouterState
+from gateway.routing.hedge import hedge_after
+from gateway.routing.lengths import LengthKey, Lengths, shape_of
+from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
+from gateway.routing.priors import Prior, pooled, with_window
+from gateway.routing.router import SnapshotSource
+from gateway.samples import Sample
+from gateway.stats import StatsSnapshot
+from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason, StreamProgress
+
+
+@dataclass(slots=True)
+class _Attempt:
+    key: DeploymentKey
+    started_at: float
+    length: tuple[LengthKey, int | None] | None
+    """The request's shape and ``max_tokens``, for its answer's length."""
+    first_at: float | None = None
+    progress: StreamProgress | None = None
+
+
+class BeliefRouter:
+    """Implements ``Router`` with one belief per deployment and one draw per request."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        stats: SnapshotSource,
+        *,
+        state: RouterState | None = None,
+        rng: random.Random | None = None,
+        clock: Clock = time.monotonic,
+        events: GatewayEvents | None = None,
+    ) -> None:
+        self.config = config
+        self.stats = stats
+        self.state = state if state is not None else RouterState()
+        self.state.window_s = config.stats.window_s
+        self.rng = rng if rng is not None else random.Random()
+        self.clock = clock
+        self.events: GatewayEvents = events if events is not None else NoEvents()
+        self._providers = {p.name: p for p in config.providers}
+        self._provider_of = {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
+        self.beliefs: dict[DeploymentKey, Belief] = {}
+        self.priors: dict[DeploymentKey, Prior] = {}
+        """Each deployment's prior, pooled from its model's others (refreshed on every answer to the model)."""
+        self.lengths = Lengths()
+        self.budget = Budget()
+        self.counts: dict[str, Counts] = {}
+        self._attempts: dict[int, _Attempt] = {}
+        self._open: dict[DeploymentKey, dict[int, _Attempt]] = {}
+        """Attempts running now, per deployment (what an overdue first token is read from)."""
+        self._lengths_of: dict[int, tuple[LengthKey, int | None]] = {}
+        self._bytes_per_token: dict[str, float] = {}
+        """Each API's stream bytes per output token (its events' envelope), from finished streams."""
+
+    def exploration(self, model: str) -> tuple[float, float]:
+        """Share of ``model``'s requests that explored, and attempts per request beyond one (for reports)."""
+        return self.counts.get(model, Counts()).shares()
+
+    def belief(self, model: str, deployment: str) -> Belief:
+        key = (model, deployment)
+        belief = self.beliefs.get(key)
+        if belief is None:
+            belief = self.beliefs[key] = Belief()
+        return belief
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def plan(self, request: RouteRequest) -> RoutePlan:
+        model, preferences = request.model, request.preferences
+        policy = self.config.policy_for(model)
+        now = self.clock()
+        narrowed = speaking(model, request.endpoint, request.pinned)
+        deployments = [
+            d
+            for d in allowed(narrowed, preferences, self._providers)
+            if self.state.health.state((model.name, d.name), now, self._circuit_changed) != "open"
+        ]
+        if not deployments:
+            raise NoCapacity(f"no deployment of model '{model.name}' can take a request now (circuits open)")
+        fitting = [d for d in deployments if self.state.windows.fits(model.name, d, request.prompt_tokens)]
+        deployments = fitting or deployments
+        snapshot = self.stats.snapshot()
+        options = [self._option(model.name, d.name, d, snapshot, now) for d in deployments]
+        length = shape_of(model.name, request.max_tokens)
+        expected = self.lengths.expected(length, request.max_tokens, policy.default_output_tokens)
+        shape = Shape(request.prompt_tokens, expected)
+        weights = Weights.of(policy, preferences.sort)
+        counts = self.counts.setdefault(model.name, Counts())
+        counts.requests += 1
+        steered = preferences.steers
+        if request.stream and not steered:
+            self.budget.credit(model.name)
+        if request.stream and policy.hedging:
+            self.state.hedges.credit(model.name, policy.hedge_budget)
+        choice = choose(
+            options,
+            shape,
+            weights,
+            now,
+            self.rng,
+            may_race=request.stream and policy.explore_race and not steered,
+            budget=self.budget,
+            model=model.name,
+        )
+        counts.explored += choice.explored
+        counts.races += bool(choice.race) and not choice.cold
+        counts.shadows += choice.shadow is not None
+        counts.cold_starts += choice.cold
+        order = list(choice.order)
+        if preferences.order:
+            order = apply_order(order, deployments, preferences.order)
+        if not preferences.allow_fallbacks:
+            if preferences.order:
+                names = {d.name for d in listed(deployments, preferences.order)}
+                order = [i for i in order if deployments[i].name in names]
+            else:
+                order = order[:1]
+        if not order:
+            raise InvalidRequest(f"'provider.order' names no deployment of model '{model.name}'", param="provider")
+        race = choice.race if list(choice.race) == order[: len(choice.race)] else ()
+        candidates = self._candidates(request, policy, options, choice, order, race, snapshot, now)
+        for candidate in candidates:
+            self._lengths_of[id(candidate)] = (length, request.max_tokens)
+        shadow = None
+        if choice.shadow is not None and choice.shadow != order[0]:
+            d = deployments[choice.shadow]
+            shadow = Candidate(d, self._providers[d.provider], reason="explore", model=model.name)
+            self._lengths_of[id(shadow)] = (length, request.max_tokens)
+        if len(self._lengths_of) > 100_000:
+            self._lengths_of.clear()  # plans whose candidates were never tried
+        first = candidates[0]
+        self.events.decision(model.name, first.name, first.provider.name, first.reason)
+        return RoutePlan(
+            candidates=tuple(candidates),
+            policy=policy,
+            race=tuple(deployments[i].name for i in race[:-1]),
+            shadow=shadow,
+        )
+
+    def _option(
+        self, model: str, name: str, deployment: DeploymentConfig, snapshot: StatsSnapshot, now: float
+    ) -> Option:
+        """The deployment's belief as this request should see it: its prior, the window, any overdue attempt."""
+        belief = self.belief(model, name)
+        prior = self.priors.get((model, name), Prior())
+        running = self._open.get((model, name))
+        measuring = bool(running)
+        if not belief.answers:
+            summary = snapshot.get(model, name)
+            n = summary.count("ttft_s") if summary is not None else 0
+            if summary is not None and n:
+                medians = (summary.quantile("ttft_s", 0.5), _inverse(summary.quantile("tokens_per_s", 0.5)))
+                prior = with_window(prior, medians, n, self.state.window_s / 2)
+                measuring = True
+        if running and belief.answers:
+            # Attempts there now: one still waiting for its first token says "the first token is at least this
+            # long", one streaming slowly "the seconds per token are at least this many".
+            expected = belief.expected(now)
+            waited = max((now - a.started_at for a in running.values() if a.first_at is None), default=0.0)
+            slow = max((self._slowness(a, now) for a in running.values()), default=0.0)
+            ttft_bound = waited if waited > expected.ttft_s else None
+            spt_bound = slow if slow > expected.s_per_token else None
+            if ttft_bound is not None or spt_bound is not None:
+                belief = belief.bounded(now, prior, ttft_bound, spt_bound)
+        return Option(deployment, belief, prior, measuring)
+
+    def _slowness(self, attempt: _Attempt, now: float) -> float:
+        """A lower bound on a running stream's seconds per token: its time since the first token over the tokens
+        its bytes hold, plus the one under way (0: not streaming, or its API's envelope not learned yet)."""
+        progress = attempt.progress
+        if progress is None or attempt.first_at is None:
+            return 0.0
+        per_token = self._bytes_per_token.get(progress.api)
+        if not per_token:
+            return 0.0
+        return (now - attempt.first_at) / (progress.received_bytes / per_token + 1.0)
+
+    def _candidates(
+        self,
+        request: RouteRequest,
+        policy: PolicyConfig,
+        options: list[Option],
+        choice: Choice,
+        order: list[int],
+        race: tuple[int, ...],
+        snapshot: StatsSnapshot,
+        now: float,
+    ) -> list[Candidate]:
+        model = request.model.name
+        hedging = request.stream and policy.hedging
+        candidates = []
+        for position, i in enumerate(order):
+            deployment = options[i].deployment
+            predicted = choice.costs[i]
+            after: float | None = None
+            if position < len(race):
+                after = 0.0 if position + 1 < len(race) else None
+            elif hedging and position + 1 < len(order):
+                backup = choice.costs[order[position + 1]]
+                extra = max(0.0, backup.time_s - backup.ttft_s - (predicted.time_s - predicted.ttft_s))
+                after = hedge_after(
+                    policy, snapshot, model, deployment.name, backup.ttft_s + extra, self.state.tails, now
+                )
+            reason: RouteReason = "best-score" if position == 0 else "fallback"
+            if request.preferences.steers and position == 0:
+                reason = "override"
+            if (choice.explored and position < max(1, len(race) - 1)) or (choice.cold and position < len(race)):
+                reason = "explore"  # measured to the end if it loses: drained
+            deadlines = self.state.deadlines.of(
+                (model, deployment.name), policy, snapshot.get(model, deployment.name), now
+            )
+            candidates.append(
+                Candidate(
+                    deployment,
+                    self._providers[deployment.provider],
+                    reason=reason,
+                    model=model,
+                    hedge_after_s=after,
+                    predicted_s=predicted.time_s,
+                    predicted_first_token_s=predicted.ttft_s if request.stream else None,
+                    first_token_timeout_s=deadlines.first_token_s if deadlines is not None else None,
+                    idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
+                )
+            )
+        return candidates
+
+    # -- attempts ---------------------------------------------------------------------------
+
+    def at_capacity(self, candidate: Candidate) -> bool:
+        provider = candidate.provider
+        limit = self.state.capacity.of(provider)
+        return not limit.has_room(self.state.provider_in_flight.get(provider.name, 0), self.clock())
+
+    def capacity_reopens_in_s(self) -> float | None:
+        now = self.clock()
+        at = self.state.capacity.next_change(now)
+        return at - now if at is not None else None
+
+    def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
+        if self.at_capacity(candidate):
+            return False
+        key = (candidate.model, candidate.name)
+        now = self.clock()
+        if not self.state.health.admit(key, now, self._circuit_changed) and not retry:
+            return False
+        self.state.started(candidate.provider.name, key)
+        attempt = _Attempt(key, now, self._lengths_of.pop(id(candidate), None))
+        self._attempts[id(candidate)] = attempt
+        self._open.setdefault(key, {})[id(candidate)] = attempt
+        self.counts.setdefault(candidate.model, Counts()).attempts += 1
+        return True
+
+    def attempt_streaming(self, candidate: Candidate, progress: StreamProgress) -> None:
+        attempt = self._attempts.get(id(candidate))
+        if attempt is not None:
+            attempt.first_at = self.clock()
+            attempt.progress = progress
+
+    def attempt_finished(
+        self,
+        candidate: Candidate,
+        sample: Sample,
+        retry_after_s: float | None = None,
+        limits: RateLimits | None = None,
+    ) -> None:
+        key = (candidate.model, candidate.name)
+        now = self.clock()
+        attempt = self._attempts.pop(id(candidate), None)
+        self._open.get(key, {}).pop(id(candidate), None)
+        in_flight = self.state.provider_in_flight.get(candidate.provider.name, 0)
+        out = self.state.capacity.observe(
+            candidate.provider,
+            ok=sample.outcome == "ok",
+            status=sample.status,
+            in_flight=in_flight,
+            limits=limits,
+            retry_after_s=retry_after_s,
+            sent_at=attempt.started_at if attempt is not None else None,
+            now=now,
+        )
+        self.state.finished(candidate.provider.name, key)
+        model = self.config.model(candidate.model)
+        if model is None:
+            return
+        policy = self.config.policy_for(model)
+        self._evidence(key, sample, attempt, now)
+        load_refusal = sample.status == 429 and limits is not None and limits.has_budget and not out
+        self.state.health.record(
+            key,
+            "client_cancelled" if load_refusal else sample.outcome,
+            retry_after_s,
+            policy,
+            now,
+            self._circuit_changed,
+            rate_limited=sample.status == 429 and not load_refusal,
+        )
+
+    def _evidence(self, key: DeploymentKey, sample: Sample, attempt: _Attempt | None, now: float) -> None:
+        """One finished attempt as evidence: an answer's pair, a failure, or a lower bound on its first token."""
+        belief = self.belief(*key)
+        prior = self.priors.get(key, Prior())
+        drained = (
+            sample.outcome == "client_cancelled" and sample.output_tokens is not None and sample.ttft_s is not None
+        )
+        if sample.outcome == "ok" or drained:
+            tps = sample.tokens_per_s
+            uncached = max(0, (sample.usage_prompt_tokens or 0) - (sample.usage_cached_tokens or 0))
+            belief.observe(now, prior, sample.ttft_s, 1.0 / tps if tps else None, uncached_tokens=uncached)
+            belief.failed(now, False)
+            self.state.deadlines.observe(key, sample.chunk_gaps_s)
+            if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:
+                self.lengths.heard(attempt.length[0], sample.output_tokens, attempt.length[1])
+            if attempt is not None and attempt.progress is not None and sample.output_tokens:
+                api = attempt.progress.api
+                seen = attempt.progress.received_bytes / sample.output_tokens
+                known = self._bytes_per_token.get(api)
+                self._bytes_per_token[api] = seen if known is None else known + (seen - known) / 20
+        elif sample.outcome in FAILURES:
+            belief.failed(now, True, now - attempt.started_at if attempt is not None else None)
+        elif sample.outcome == "client_cancelled" and sample.hedged:
+            waited = sample.ttft_s
+            if waited is None and attempt is not None:
+                waited = now - attempt.started_at
+            if waited:
+                belief.observe(now, prior, at_least=(waited, None))
+        else:
+            return
+        model = key[0]
+        beliefs = [(k, b) for k, b in self.beliefs.items() if k[0] == model]
+        for k, _ in beliefs:
+            self.priors[k] = pooled([b for other, b in beliefs if other != k], now)
+
+    # -- the rest of ``Router`` -------------------------------------------------------------
+
+    def continuation_refused(self, candidate: Candidate) -> None:
+        self.state.refused_continuation[(candidate.model, candidate.name)] = self.clock() + 600.0
+
+    def may_continue(self, candidate: Candidate) -> bool:
+        until = self.state.refused_continuation.get((candidate.model, candidate.name))
+        return until is None or until <= self.clock()
+
+    def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
+        if limit is not None:
+            self.state.windows.learn((candidate.model, candidate.name), limit)
+
+    def context_window(self, candidate: Candidate) -> int | None:
+        return self.state.windows.window(candidate.model, candidate.deployment)
+
+    def try_hedge(self, plan: RoutePlan) -> bool:
+        if not plan.candidates:
+            return False
+        return bool(plan.race) or self.state.hedges.take(plan.candidates[0].model)
+
+    def in_flight(self, model: str, deployment: str) -> int:
+        return self.state.deployment_in_flight.get((model, deployment), 0)
+
+    def provider_in_flight(self, provider: str) -> int:
+        return self.state.provider_in_flight.get(provider, 0)
+
+    def _circuit_changed(self, key: DeploymentKey, state: CircuitState) -> None:
+        provider = self._provider_of.get(key, key[1])
+        self.events.circuit_changed(key[0], key[1], provider, state)
+        if state == "closed":
+            self.state.capacity.restart(provider)
+
+
+def _inverse(value: float | None) -> float | None:
+    return 1.0 / value if value else None

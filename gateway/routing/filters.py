@@ -1,0 +1,86 @@
+"""Which deployments a request may go to: its overrides, its API, circuits and context windows.
+
+The request's ``provider`` object (``only``/``ignore``/``max_price`` remove deployments, ``order``
+puts the named ones first, ``allow_fallbacks = false`` keeps only those); a filter that leaves none
+is the request's mistake (400). What is left is ordered by the draw (``gateway.routing.choose``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.config import DeploymentConfig, ModelConfig, ProviderConfig
+from gateway.errors import InvalidRequest
+from gateway.routing.overrides import ProviderPreferences
+
+
+def matches(deployment: DeploymentConfig, names: Sequence[str]) -> bool:
+    return deployment.name.lower() in names or deployment.provider.lower() in names
+
+
+def allowed(
+    model: ModelConfig, preferences: ProviderPreferences, providers: dict[str, ProviderConfig]
+) -> list[DeploymentConfig]:
+    """The deployments a request allows; a filter that leaves none is the request's mistake (400)."""
+    deployments = list(model.deployments)
+    named = preferences.order or preferences.only or preferences.ignore
+    known = {p.lower() for p in providers} | {d.name.lower() for d in deployments} if named else set()
+    for field, names in (
+        ("order", preferences.order),
+        ("only", preferences.only or ()),
+        ("ignore", preferences.ignore),
+    ):
+        for index, name in enumerate(names):
+            if name not in known:
+                raise InvalidRequest(
+                    f"'provider.{field}[{index}]': unknown provider \"{name}\" (known: {', '.join(sorted(known))})",
+                    param=f"provider.{field}",
+                )
+    served = ", ".join(d.name for d in deployments)
+    if preferences.only is not None:
+        deployments = [d for d in deployments if matches(d, preferences.only)]
+        if not deployments:
+            raise InvalidRequest(
+                f"'provider.only' leaves no deployment of model '{model.name}' (deployments: {served})",
+                param="provider.only",
+            )
+    if preferences.ignore:
+        deployments = [d for d in deployments if not matches(d, preferences.ignore)]
+        if not deployments:
+            raise InvalidRequest(
+                f"'provider.ignore' leaves no deployment of model '{model.name}' (deployments: {served})",
+                param="provider.ignore",
+            )
+    max_in, max_out = preferences.max_price_in, preferences.max_price_out
+    if max_in is not None or max_out is not None:
+        within = [
+            d
+            for d in deployments
+            if (max_in is None or d.price_in <= max_in) and (max_out is None or d.price_out <= max_out)
+        ]
+        if not within:
+            cheapest = min(deployments, key=lambda d: (d.price_in, d.price_out))
+            raise InvalidRequest(
+                f"no deployment of model '{model.name}' is within 'provider.max_price' "
+                f"(cheapest: {cheapest.name} at {cheapest.price_in:g}/{cheapest.price_out:g} USD per 1M tokens)",
+                param="provider.max_price",
+            )
+        deployments = within
+    return deployments
+
+
+def listed(deployments: Sequence[DeploymentConfig], order: Sequence[str]) -> list[DeploymentConfig]:
+    """The deployments ``order`` names, in its order."""
+    found: list[DeploymentConfig] = []
+    for name in order:
+        for deployment in deployments:
+            if matches(deployment, (name,)) and deployment not in found:
+                found.append(deployment)
+    return found
+
+
+def apply_order(order: Sequence[int], deployments: Sequence[DeploymentConfig], names: Sequence[str]) -> list[int]:
+    """``order`` (indexes into ``deployments``) with the ones ``names`` lists first, in its order."""
+    named = listed([deployments[i] for i in order], names)
+    first = [i for d in named for i in order if deployments[i] is d]
+    return first + [i for i in order if i not in first]

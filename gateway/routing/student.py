@@ -1,0 +1,102 @@
+"""Reading answers through a Student-t: how well a hypothesis predicted an answer or a bound, and its posterior after.
+
+An answer is the level plus noise of a Student-t (``TAIL_NU`` degrees of freedom): a far answer is read
+as one far answer, neither proof of a change nor a pull on the level. A bound ("the value is at least t": a
+race lost, an attempt overdue, a stream running slow) is read through the same t's tail (its regularized
+incomplete beta), and the hypothesis's normal posterior is moved by the assumed-density step of that tail.
+Used by ``gateway.routing.belief``; pure functions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+TAIL_NU = 4.0
+"""Degrees of freedom of an answer's Student-t noise: how heavy a tail one wild answer is read as."""
+_T_NORM = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
+METRICS = (0, 1)
+
+
+class Hypothesis(Protocol):
+    """A normal posterior on each metric's log level (``belief.Run``)."""
+
+    mean: list[float]
+    var: list[float]
+
+
+def likelihood(
+    run: Hypothesis, values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
+) -> float:
+    """How well ``run`` predicted this evidence: Student-t densities of values, Student-t tails of bounds."""
+    p = 1.0
+    for metric in METRICS:
+        scale2 = run.var[metric] + noise[metric]
+        value, bound = values[metric], bounds[metric]
+        if value is not None:
+            z2 = (value - run.mean[metric]) ** 2 / scale2
+            p *= (1.0 + z2 / TAIL_NU) ** (-(TAIL_NU + 1) / 2) / math.sqrt(scale2)
+        elif bound is not None:
+            p *= max(1e-12, _t_tail((bound - run.mean[metric]) / math.sqrt(scale2)))
+    return p
+
+
+def update(
+    run: Hypothesis, values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
+) -> None:
+    """The run's posterior after the evidence: a robust Kalman step per value, and per bound the assumed-density
+    step of a Student-t tail (its hazard moves the mean; a far bound moves it a bounded amount)."""
+    for metric in METRICS:
+        mean, var = run.mean[metric], run.var[metric]
+        value, bound = values[metric], bounds[metric]
+        if value is not None:
+            z2 = (value - mean) ** 2 / (var + noise[metric])
+            weight = (TAIL_NU + 1) / (TAIL_NU + z2)  # Student-t: a far answer counts for less
+            obs = noise[metric] / weight
+            gain = var / (var + obs)
+            run.mean[metric], run.var[metric] = mean + gain * (value - mean), (1 - gain) * var
+        elif bound is not None:
+            s = math.sqrt(var + noise[metric])
+            alpha = (bound - mean) / s
+            hazard = _t_pdf(alpha) / max(1e-12, _t_tail(alpha))
+            slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
+            run.mean[metric] = mean + var / s * hazard
+            run.var[metric] = min(var, max(1e-6, var * (1.0 - var / (s * s) * hazard * (hazard - slope))))
+
+
+def _t_pdf(x: float) -> float:
+    return float(_T_NORM * (1.0 + x * x / TAIL_NU) ** (-(TAIL_NU + 1) / 2))
+
+
+def _t_tail(x: float) -> float:
+    """P(T > x) for a Student-t of ``TAIL_NU`` degrees of freedom."""
+    half = 0.5 * _beta_inc(TAIL_NU / 2, 0.5, TAIL_NU / (TAIL_NU + x * x))
+    return half if x >= 0 else 1.0 - half
+
+
+def _beta_inc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta I_x(a, b), by its continued fraction (Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _beta_inc(b, a, 1.0 - x)
+    tiny = 1e-30
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 100):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= c * d
+        if abs(c * d - 1.0) < 1e-10:
+            break
+    return front * result / a

@@ -1,0 +1,156 @@
+"""The belief (``gateway.routing.belief``) on its own: answers in, a posterior out, no router around it."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.priors import BETWEEN, Prior, pooled, with_window
+
+NO_PRIOR = Prior()
+
+
+def _feed(
+    belief: Belief,
+    rng: random.Random,
+    n: int,
+    *,
+    start: float,
+    ttft: float,
+    tps: float,
+    sigma: float = 0.3,
+    every: float = 0.25,
+) -> float:
+    """``n`` log-normal answers, one every ``every`` seconds from ``start``; returns the time of the last."""
+    now = start
+    for _ in range(n):
+        now += every
+        belief.observe(now, NO_PRIOR, ttft * math.exp(rng.gauss(0, sigma)), 1 / (tps * math.exp(rng.gauss(0, sigma))))
+    return now
+
+
+def test_a_steady_deployment_is_learned_with_its_spread() -> None:
+    belief = Belief()
+    now = _feed(belief, random.Random(1), 200, start=0.0, ttft=0.5, tps=200.0, sigma=0.3)
+    expected = belief.expected(now)
+    assert abs(expected.ttft_s / 0.5 - 1) < 0.1
+    assert abs(expected.s_per_token * 200.0 - 1) < 0.1
+    s_ttft, s_spt = belief.spread()
+    assert 0.2 < s_ttft < 0.45 and 0.2 < s_spt < 0.45
+
+
+def test_a_jump_is_followed_within_a_few_answers() -> None:
+    belief = Belief()
+    rng = random.Random(2)
+    now = _feed(belief, rng, 80, start=0.0, ttft=0.4, tps=200.0)
+    # Four times slower, both first token and speed: a few answers move the level there.
+    now = _feed(belief, rng, 4, start=now + 5.0, ttft=1.6, tps=50.0)
+    expected = belief.expected(now)
+    assert expected.ttft_s > 1.0
+    assert expected.s_per_token * 200.0 > 2.5
+
+
+def test_one_wild_answer_neither_triggers_a_change_nor_drags_the_level() -> None:
+    belief = Belief()
+    rng = random.Random(3)
+    now = _feed(belief, rng, 80, start=0.0, ttft=0.4, tps=200.0)
+    before = belief.expected(now).ttft_s
+    belief.observe(now + 0.25, NO_PRIOR, 6.0, 1 / 200.0)  # fifteen times the median, once
+    after = belief.expected(now + 0.25).ttft_s
+    assert after / before < 1.2
+    now = _feed(belief, rng, 3, start=now + 0.25, ttft=0.4, tps=200.0)
+    assert belief.expected(now).ttft_s / before < 1.1
+
+
+def test_uncertainty_grows_while_nothing_is_heard() -> None:
+    belief = Belief()
+    now = _feed(belief, random.Random(4), 50, start=0.0, ttft=0.4, tps=200.0)
+    _, fresh = belief.level(now, 0)
+    _, stale = belief.level(now + 300.0, 0)
+    assert stale > fresh
+    assert belief.changed(now) < 0.01
+    assert abs(belief.changed(now + HAZARD_S) - (1 - math.exp(-1))) < 1e-9
+
+
+def test_a_stale_belief_is_sometimes_drawn_from_the_prior() -> None:
+    belief = Belief()
+    now = _feed(belief, random.Random(5), 50, start=0.0, ttft=2.0, tps=50.0)
+    prior = Prior((math.log(0.3), math.log(1 / 300)), (0.01, 0.01))  # the model's others: much faster
+    rng = random.Random(6)
+    fresh = [belief.draw(now + 1.0, rng, prior) for _ in range(400)]
+    stale = [belief.draw(now + 2 * HAZARD_S, rng, prior) for _ in range(400)]
+    assert sum(d.changed for d in fresh) < 20
+    assert 200 < sum(d.changed for d in stale) < 400
+    assert min(d.ttft_s for d in stale) < 0.6  # a look at whether it caught up is plausible
+    assert belief.uncertainty(now + 2 * HAZARD_S, prior) > belief.uncertainty(now + 1.0, prior)
+
+
+def test_a_lower_bound_above_the_level_raises_it_one_far_below_does_not() -> None:
+    belief = Belief()
+    now = _feed(belief, random.Random(7), 40, start=0.0, ttft=0.5, tps=200.0)
+    level = belief.expected(now).ttft_s
+    high = belief.bounded(now + 0.1, NO_PRIOR, 3.0)
+    low = belief.bounded(now + 0.1, NO_PRIOR, 0.05)
+    assert high.expected(now + 0.1).ttft_s > 1.05 * level  # as one slow answer would, no more (a t tail)
+    assert abs(low.expected(now + 0.1).ttft_s / level - 1) < 0.05
+    assert belief.expected(now + 0.1).ttft_s == level  # ``bounded`` is a copy: the belief itself is untouched
+
+
+def test_lost_races_in_a_row_move_the_level_past_them() -> None:
+    belief = Belief()
+    now = _feed(belief, random.Random(8), 40, start=0.0, ttft=0.5, tps=200.0)
+    for i in range(6):
+        belief.observe(now + i, NO_PRIOR, at_least=(2.0, None))
+    assert belief.expected(now + 6).ttft_s > 1.5
+
+
+def test_the_pooled_prior_is_the_others_levels_widened_by_their_spread() -> None:
+    rng = random.Random(9)
+    others = []
+    for ttft in (0.4, 0.8):
+        belief = Belief()
+        _feed(belief, rng, 60, start=0.0, ttft=ttft, tps=100.0)
+        others.append(belief)
+    prior = pooled(others, 15.0)
+    assert prior.mean[0] is not None and abs(math.exp(prior.mean[0]) / math.sqrt(0.4 * 0.8) - 1) < 0.15
+    assert prior.var[0] > 0.1
+    nothing = pooled([Belief()], 0.0)
+    assert nothing.mean == (None, None) and nothing.var == (BETWEEN**2, BETWEEN**2)
+    newcomer = Belief()
+    assert abs(newcomer.expected(0.0).ttft_s - 1.0) < 1e-9  # nothing at all: the default level
+    newcomer.observe(16.0, prior, 0.6, 0.01)
+    assert 0.45 < newcomer.expected(16.0).ttft_s < 0.7
+
+
+def test_the_shared_window_sharpens_the_prior_as_evidence_aged_by_its_age() -> None:
+    prior = Prior((math.log(1.0), math.log(0.02)), (1.0, 1.0))
+    fresh = with_window(prior, (0.3, 1 / 250.0), 40, 1.0)
+    aged = with_window(prior, (0.3, 1 / 250.0), 40, 3000.0)
+    assert fresh.mean[0] is not None and aged.mean[0] is not None
+    assert abs(math.exp(fresh.mean[0]) - 0.3) < 0.05
+    assert fresh.var[0] < aged.var[0]
+    assert math.exp(aged.mean[0]) > math.exp(fresh.mean[0])  # older evidence counts for less
+    assert with_window(prior, (None, None), 40, 1.0) == prior
+
+
+def test_prefill_is_learned_as_seconds_per_uncached_token() -> None:
+    belief = Belief()
+    rng = random.Random(10)
+    now = _feed(belief, rng, 30, start=0.0, ttft=0.3, tps=100.0, sigma=0.1)
+    for _ in range(30):
+        now += 0.5
+        belief.observe(now, NO_PRIOR, 0.3 + 8000 * 1e-4, 0.01, uncached_tokens=8000)
+    slope, _ = belief.prefill
+    assert 0.6e-4 < slope < 1.4e-4
+    assert belief.expected(now).ttft_s < 0.45  # the level is the base latency, not the long prompts' first token
+
+
+def test_failures_raise_the_failure_chance_and_fade() -> None:
+    belief = Belief()
+    for i in range(10):
+        belief.failed(float(i), i % 2 == 0, 0.01)
+    assert 0.35 < belief.expected(10.0).failure < 0.65
+    assert belief.failure_s < 0.05
+    belief.failed(10.0 + 5 * HAZARD_S, False)
+    assert belief.expected(10.0 + 5 * HAZARD_S).failure < 0.15

@@ -1,0 +1,140 @@
+"""The choice (``gateway.routing.choose``, ``cost``, ``lengths``) on hand-made beliefs: one draw per request."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from gateway.config import DeploymentConfig, parse_config
+from gateway.policies import BUILTIN_POLICIES
+from gateway.routing.belief import Belief
+from gateway.routing.choose import COLD_RACE, RACE_BUDGET, Budget, Option, chance_best, choose
+from gateway.routing.cost import Shape, Weights
+from gateway.routing.lengths import Lengths, shape_of
+from gateway.routing.priors import Prior
+
+POLICY = BUILTIN_POLICIES["balanced"]
+WEIGHTS = Weights.of(POLICY)
+
+
+def _deployments(n: int) -> list[DeploymentConfig]:
+    config = parse_config(
+        {
+            "providers": [{"name": f"p{i}", "base_url": f"http://127.0.0.1:9/p{i}"} for i in range(n)],
+            "models": [
+                {
+                    "name": "m",
+                    "deployments": [
+                        {"provider": f"p{i}", "model": "x", "price_in": 0.5, "price_out": 0.5} for i in range(n)
+                    ],
+                }
+            ],
+        },
+        source="test.toml",
+    )
+    return list(config.models[0].deployments)
+
+
+def _measured(ttft: float, tps: float, n: int = 60, *, at: float = 100.0, sigma: float = 0.3) -> Belief:
+    belief = Belief()
+    rng = random.Random(f"{ttft}:{tps}")
+    now = at - n * 0.25
+    for _ in range(n):
+        now += 0.25
+        belief.observe(now, Prior(), ttft * math.exp(rng.gauss(0, sigma)), 1 / (tps * math.exp(rng.gauss(0, sigma))))
+    return belief
+
+
+def _options(beliefs: list[Belief]) -> list[Option]:
+    deployments = _deployments(len(beliefs))
+    return [Option(d, b, Prior()) for d, b in zip(deployments, beliefs, strict=True)]
+
+
+def test_a_clear_leader_goes_first_and_exploration_stays_within_its_budget() -> None:
+    options = _options([_measured(0.4, 200.0), _measured(1.5, 60.0), _measured(0.9, 120.0)])
+    rng, budget = random.Random(1), Budget()
+    firsts, extra = [], 0
+    for _ in range(400):
+        budget.credit("m")
+        choice = choose(options, Shape(20, 256), WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
+        firsts.append(choice.order[0])
+        extra += bool(choice.race) or choice.shadow is not None
+    assert firsts.count(0) >= 380
+    assert extra <= 400 * RACE_BUDGET + Budget().burst
+
+
+def test_near_equal_deployments_share_requests_instead_of_herding() -> None:
+    options = _options([_measured(0.5, 180.0, n=8), _measured(0.5, 180.0, n=8)])
+    rng = random.Random(2)
+    firsts = [
+        choose(options, Shape(20, 256), WEIGHTS, 100.0, rng, may_race=False).order[0] for _ in range(200)
+    ]  # not a stream: the draw's order stands
+    assert 50 < firsts.count(0) < 150
+
+
+def test_a_cold_start_races_the_unmeasured_at_once() -> None:
+    options = _options([Belief() for _ in range(COLD_RACE + 2)])
+    choice = choose(options, Shape(20, 256), WEIGHTS, 0.0, random.Random(3), may_race=True, budget=Budget())
+    assert choice.cold and len(choice.race) == COLD_RACE
+    assert choice.order[:COLD_RACE] == choice.race
+    # Once one is measured, an unmeasured one races beside it (the measured leader joins at once).
+    options = _options([_measured(0.5, 150.0), Belief()])
+    choice = choose(options, Shape(20, 256), WEIGHTS, 100.0, random.Random(4), may_race=True, budget=Budget())
+    assert choice.cold and choice.race == (1, 0)
+
+
+def test_a_look_at_a_slower_streamer_is_a_shadow_at_a_faster_one_a_race() -> None:
+    def looks(beliefs: list[Belief]) -> tuple[int, int]:
+        options = _options(beliefs)
+        rng, budget = random.Random(5), Budget()
+        races = shadows = 0
+        for _ in range(2000):
+            budget.credit("m")
+            choice = choose(options, Shape(20, 512), WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
+            races += bool(choice.race)
+            shadows += choice.shadow is not None
+            if choice.shadow is not None:
+                assert choice.order[0] == 0  # the leader answers; the shadow is measured beside it
+        return races, shadows
+
+    # The second starts sooner but streams slower: a race would hand it long answers on its first token.
+    races, shadows = looks([_measured(0.6, 250.0), _measured(0.3, 60.0, n=3)])
+    assert shadows > 0 and races == 0
+    # The second streams faster (it starts later) and is thinly measured: racing it costs the request nothing.
+    races, _ = looks([_measured(0.3, 200.0), _measured(2.0, 800.0, n=3)])
+    assert races > 0
+
+
+def test_the_chance_of_being_best_follows_the_beliefs() -> None:
+    options = _options([_measured(0.4, 200.0), _measured(1.5, 60.0)])
+    chances = chance_best(options, Shape(20, 256), WEIGHTS, 100.0, random.Random(6))
+    assert chances[0] > 0.9 and abs(sum(chances) - 1) < 1e-9
+
+
+def test_an_agents_short_answers_favour_the_quick_starter_whatever_its_max_tokens() -> None:
+    """max_tokens 32000 with answers of ~100 tokens: plan for the answers, not the ceiling."""
+    quick, streamer = _measured(0.45, 70.0), _measured(2.4, 280.0)
+    lengths = Lengths()
+    key = shape_of("m", 32000)
+    for tokens in (16, 60, 150, 60, 16, 400, 60, 150):
+        lengths.heard(key, tokens, 32000)
+    expected = lengths.expected(key, 32000, POLICY.default_output_tokens)
+    assert 80 < expected < 150
+    options = _options([quick, streamer])
+    planned = choose(options, Shape(20, expected), WEIGHTS, 100.0, random.Random(7), may_race=False)
+    ceiling = choose(options, Shape(20, 32000), WEIGHTS, 100.0, random.Random(7), may_race=False)
+    assert planned.order[0] == 0 and ceiling.order[0] == 1
+
+
+def test_answer_lengths_are_predicted_per_shape_and_capped_by_max_tokens() -> None:
+    lengths = Lengths()
+    assert lengths.expected(shape_of("m", None), None, 256) == 256  # nothing heard: the policy's default
+    assert lengths.expected(shape_of("m", 100), 100, 256) == 100  # never above the ceiling
+    for _ in range(5):
+        lengths.heard(shape_of("m", 8), 8, 8)
+    assert lengths.expected(shape_of("m", 8), 8, 256) == 8
+    # A shape never answered borrows the share of max_tokens the model's answers used (all of it here).
+    assert lengths.expected(shape_of("m", 800), 800, 256) == 800
+    for _ in range(5):
+        lengths.heard(shape_of("m", 800), 800, 800)
+    assert lengths.expected(shape_of("m", 800), 800, 256) == 800
