@@ -266,6 +266,9 @@ class BeliefRouter:
         at = self.state.capacity.next_change(now)
         return at - now if at is not None else None
 
+    def cooldown_s(self, candidate: Candidate) -> float:
+        return self.state.health.retry_in((candidate.model, candidate.name), self.clock())
+
     def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
         if self.at_capacity(candidate):
             return False
