@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from gateway.canary_config import CanaryConfig as CanaryConfig
+from gateway.canary_config import parse_canary
+
 # Policies live in their own module; re-exported here, where every other config type is.
 from gateway.policies import BUILTIN_POLICIES as BUILTIN_POLICIES
 from gateway.policies import DEFAULT_POLICY as DEFAULT_POLICY
@@ -221,6 +224,8 @@ class GatewayConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     policies: Mapping[str, PolicyConfig] = field(default_factory=lambda: dict(BUILTIN_POLICIES))
     source: str = "<config>"
+    canary: CanaryConfig | None = None
+    """Scheduled task checks per deployment (``[canary]``); None: none."""
 
     def provider(self, name: str) -> ProviderConfig:
         for provider in self.providers:
@@ -419,6 +424,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
     auth = _parse_auth(root.table("auth"))
     limits = _parse_limits(root.table("limits"))
     metrics = _parse_metrics(root.table("metrics"))
+    canary = parse_canary(root.table("canary")) if root.has("canary") else None
 
     policies: dict[str, PolicyConfig] = dict(BUILTIN_POLICIES)
     policy_root = root.table("policies")
@@ -454,6 +460,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
         metrics=metrics,
         policies=policies,
         source=source,
+        canary=canary,
     )
 
 
