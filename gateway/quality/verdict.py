@@ -104,13 +104,13 @@ def degenerate(text: str) -> bool:
         words, n = text[-DEGENERATE_TAIL * 4 :], CHAR_GRAM
     else:
         words = words[-DEGENERATE_TAIL:]
+    if len(words) - n + 1 < n * DEGENERATE_REPEATS:
+        return False  # too short to call a loop (most answers): nothing built
     grams: list[object]
     if isinstance(words, list):
         grams = list(zip(*(words[i:] for i in range(n)), strict=False))  # the n-grams as tuples, built in C
     else:
         grams = [words[i : i + n] for i in range(len(words) - n + 1)]
-    if len(grams) < n * DEGENERATE_REPEATS:
-        return False
     counts = Counter(grams)
     # An n-gram seen before: every occurrence but the first of each distinct one.
     repeated = len(grams) - len(counts)
