@@ -35,6 +35,7 @@ from gateway.access import USAGE_TAP, AccessControl, AccessState
 from gateway.accesslog import AccessLog
 from gateway.auth import AdminKey, KeyRing, load_keys
 from gateway.bindings import LOOKUP_TIMEOUT_S, BindingStore, InMemoryBindingStore, RedisBindingStore
+from gateway.canary import Canary
 from gateway.config import GatewayConfig, StatsConfig, resolve_secrets
 from gateway.conversations import ConversationStore, InMemoryConversationStore, RedisConversationStore
 from gateway.dashboard import dashboard, root
@@ -283,6 +284,16 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
             if options.probe_interval_s is not None:
                 prober = CircuitProber(lambda: holder.current.dispatcher.runner, options.probe_interval_s)
                 prober.start()
+            canary = None
+            if config.canary is not None:
+                # Reads the current runtime at each round: a reload changes its settings (adding it needs a restart).
+                canary = Canary(
+                    lambda: holder.current.config,
+                    lambda: holder.current.dispatcher.runner.sink,
+                    lambda: holder.current.dispatcher.runner.counter,
+                    options.environ,
+                )
+                canary.start()
             loop = asyncio.get_running_loop()
             if options.reload_on_sighup:
                 loop.add_signal_handler(signal.SIGHUP, reloader.reload_in_background)
@@ -294,6 +305,8 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
                 await reloader.aclose()
                 if prober is not None:
                     await prober.aclose()
+                if canary is not None:
+                    await canary.aclose()
                 await holder.current.aclose()
         finally:
             # Runs after in-flight requests have finished (or the shutdown grace ran out):

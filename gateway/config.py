@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from gateway.canary_config import CanaryConfig as CanaryConfig
+from gateway.canary_config import parse_canary
+
 # Policies live in their own module; re-exported here, where every other config type is.
 from gateway.policies import BUILTIN_POLICIES as BUILTIN_POLICIES
 from gateway.policies import DEFAULT_POLICY as DEFAULT_POLICY
@@ -239,6 +242,8 @@ class GatewayConfig:
     responses: ResponsesConfig = field(default_factory=ResponsesConfig)
     policies: Mapping[str, PolicyConfig] = field(default_factory=lambda: dict(BUILTIN_POLICIES))
     source: str = "<config>"
+    canary: CanaryConfig | None = None
+    """Scheduled task checks per deployment (``[canary]``); None: none."""
 
     def provider(self, name: str) -> ProviderConfig:
         for provider in self.providers:
@@ -446,6 +451,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
     limits = _parse_limits(root.table("limits"))
     metrics = _parse_metrics(root.table("metrics"))
     responses = parse_responses(root.table("responses"))
+    canary = parse_canary(root.table("canary")) if root.has("canary") else None
 
     policies: dict[str, PolicyConfig] = dict(BUILTIN_POLICIES)
     policy_root = root.table("policies")
@@ -482,6 +488,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
         responses=responses,
         policies=policies,
         source=source,
+        canary=canary,
     )
 
 

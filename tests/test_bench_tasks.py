@@ -7,6 +7,7 @@ that answers 500 gets none and counts them as failures, in the denominator.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import subprocess
@@ -17,12 +18,14 @@ from typing import Any
 import pytest
 
 from gateway.bench.command import BenchOptions, run_bench_command
-from gateway.bench.runner import BenchSettings
+from gateway.bench.runner import BenchRunner, BenchSettings, BenchTarget
 from gateway.bench.tasks import TaskError, builtin_tasks, load_tasks, normalized, parse_task
 from gateway.dialects.base import ToolCall
 from gateway.fakes import FakeBehavior
 from gateway.meter import Reading
 from gateway.samples import Endpoint
+from gateway.tokens import load_token_counter
+from tests.raw_upstream import RawUpstream
 from tests.support.fakes import Fakes, FakeServer
 
 
@@ -125,3 +128,18 @@ def test_a_bad_task_file_fails_clearly(tmp_path: Path) -> None:
     finally:
         sys.stderr = sys_stderr
     assert "bad.jsonl:2: not JSON" in err.getvalue()
+
+
+def test_a_connection_closed_before_the_answer_is_asked_again_once_then_counted(fakes: Fakes) -> None:
+    """A server that closes a pooled connection (llama.cpp's does between requests) gets the request again on a new
+    one, once; one that resets every connection is still a failure, in the denominator."""
+    upstream = RawUpstream("reset").start()
+    try:
+        target = BenchTarget(name="raw", kind="direct", base_url=upstream.base_url, routed_model="m")
+        runner = BenchRunner([target], [], BenchSettings(requests=1, timeout_s=5), load_token_counter("o200k_base"),
+                             tasks=builtin_tasks()[:1])  # fmt: skip
+        (result,) = asyncio.run(runner.run())
+    finally:
+        upstream.stop()
+    assert result.outcome == "upstream_error" and result.correct is False
+    assert upstream.connections == 2

@@ -28,8 +28,12 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "requir
 PATHS = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
 
 
-def body(api: str, *, stream: bool, tools: bool = False, fault: str | None = None, **extra: Any) -> dict[str, Any]:
+def body(
+    api: str, *, stream: bool, tools: bool = False, fault: str | None = None, tools_value: object = None, **extra: Any
+) -> dict[str, Any]:
     out: dict[str, Any] = {"model": "m", "stream": stream, **extra}
+    if tools_value is not None:
+        out["tools"] = tools_value
     if api == "responses":
         out["input"] = "weather?"
     else:
@@ -135,3 +139,13 @@ def test_shown_in_metrics_access_log_leaderboard_trace_and_stats_table(
 
 def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
     return [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
+
+
+def test_malformed_tools_are_relayed_not_a_crash(fakes: Fakes, start_gateway: StartGateway) -> None:
+    """What a request declares is read leniently: a ``tools`` that is no list is the provider's to refuse."""
+    fake = fakes.start("a", FakeBehavior(output_tokens=4))
+    gateway = start_gateway(gateway_config([fake]))
+    for tools in (5, "x", [5, {"function": 3}], [{"type": "function", "function": {"name": "f", "parameters": 7}}]):
+        payload = body("chat", stream=False, tools=False, tools_value=tools)
+        response = httpx.post(gateway.base_url + "/chat/completions", json=payload, timeout=30)
+        assert response.status_code == 200, (tools, response.text)

@@ -121,6 +121,8 @@ def samples_for_store(
                 usage_completion_tokens=result.usage_completion_tokens,
                 prompt_tokens_estimate=result.prompt_tokens_estimate,
                 cost_usd=cost,
+                kind=result.kind,
+                validity=result.validity,
             )
         )
     return samples

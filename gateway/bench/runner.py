@@ -216,32 +216,36 @@ class BenchRunner:
                 headers["x-api-key"] = target.api_key
         elif target.api_key:
             headers["authorization"] = f"Bearer {target.api_key}"
-        started_at = time.time()
-        sent_at = time.perf_counter()
-        meter = StreamMeter(time.perf_counter, sent_at, dialect_for(api))
-        last_at: float | None = None
-        status: int | None = None
-        served_by: str | None = None
-        outcome: Outcome | None = None
-        error: str | None = None
-        try:
-            async with asyncio.timeout(self.settings.timeout_s):
-                async with session.post(target.base_url + _PATHS[api], data=body, headers=headers) as response:
-                    status = response.status
-                    if target.kind == "gateway":
-                        served_by = response.headers.get("x-gateway-provider") or None
-                    if status != 200:
-                        outcome, error = "upstream_error", _error_text(await response.content.read(4096), status)
-                    else:
-                        async for chunk in response.content.iter_any():
-                            meter.feed(chunk)
-                            last_at = time.perf_counter()
-                        meter.end_of_stream()
-        except TimeoutError:
-            outcome, error = "timeout", f"no complete answer within {self.settings.timeout_s:g}s"
-        except aiohttp.ClientError as exc:
-            outcome = "broken_stream" if meter.first_output_at is not None else "upstream_error"
-            error = describe_transport_error(exc, mid_answer=status == 200)
+        for last_try in (False, True):
+            started_at = time.time()
+            sent_at = time.perf_counter()
+            meter = StreamMeter(time.perf_counter, sent_at, dialect_for(api))
+            last_at: float | None = None
+            status: int | None = None
+            served_by: str | None = None
+            outcome: Outcome | None = None
+            error: str | None = None
+            try:
+                async with asyncio.timeout(self.settings.timeout_s):
+                    async with session.post(target.base_url + _PATHS[api], data=body, headers=headers) as response:
+                        status = response.status
+                        if target.kind == "gateway":
+                            served_by = response.headers.get("x-gateway-provider") or None
+                        if status != 200:
+                            outcome, error = "upstream_error", _error_text(await response.content.read(4096), status)
+                        else:
+                            async for chunk in response.content.iter_any():
+                                meter.feed(chunk)
+                                last_at = time.perf_counter()
+                            meter.end_of_stream()
+            except TimeoutError:
+                outcome, error = "timeout", f"no complete answer within {self.settings.timeout_s:g}s"
+            except aiohttp.ClientError as exc:
+                if not last_try and status is None and _stale(exc):
+                    continue  # a kept-alive connection the server had closed: asked again on a new one
+                outcome = "broken_stream" if meter.first_output_at is not None else "upstream_error"
+                error = describe_transport_error(exc, mid_answer=status == 200)
+            break
         reading = meter.finish(self.counter)
         if outcome is None:
             if reading.error_message is not None:
@@ -279,6 +283,13 @@ class BenchRunner:
             validity=validity,
             kind=expects.kind if expects.judged else None,
         )
+
+
+def _stale(exc: aiohttp.ClientError) -> bool:
+    """The server closed a pooled connection before this request's answer began (it never started on it):
+    a new connection is the client's to try, not a failure of the provider. A new connection refused is not."""
+    stale = isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
+    return stale and not isinstance(exc, aiohttp.ClientConnectorError)
 
 
 def _error_text(body: bytes, status: int) -> str:

@@ -36,7 +36,8 @@ def declared_tool(body: dict[str, Any], path: str) -> tuple[str, object] | None:
     choice = body.get("tool_choice")
     if choice == "none" or (isinstance(choice, dict) and choice.get("type") == "none"):
         return None
-    for tool in body.get("tools") or ():
+    tools = body.get("tools")
+    for tool in tools if isinstance(tools, list) else ():
         if not isinstance(tool, dict):
             continue
         function = tool.get("function")
@@ -52,6 +53,11 @@ def _properties(schema: dict[str, Any]) -> dict[str, Any]:
     return properties if isinstance(properties, dict) else {}
 
 
+def _required(schema: dict[str, Any]) -> list[Any]:
+    required = schema.get("required")
+    return required if isinstance(required, list) else []
+
+
 def placeholder(schema: object) -> Any:
     """A value of the schema's type (its first enum value if it has one)."""
     if not isinstance(schema, dict):
@@ -63,7 +69,7 @@ def placeholder(schema: object) -> Any:
     kind = kind[0] if isinstance(kind, list) and kind else kind
     if kind == "object":
         properties = _properties(schema)
-        required = [k for k in schema.get("required") or () if isinstance(k, str)]
+        required = [k for k in _required(schema) if isinstance(k, str)]
         return {key: placeholder(properties.get(key)) for key in required}
     return {"integer": 1, "number": 1.5, "boolean": True, "array": [], "null": None}.get(str(kind), "x")
 
@@ -75,7 +81,7 @@ def arguments_frame(schema: object) -> tuple[str, str]:
     required: list[str] = []
     if isinstance(schema, dict):
         properties = _properties(schema)
-        required = [k for k in schema.get("required") or () if isinstance(k, str)]
+        required = [k for k in _required(schema) if isinstance(k, str)]
     holder = next(
         (k for k, v in properties.items() if isinstance(v, dict) and v.get("type") == "string" and "enum" not in v),
         "q",

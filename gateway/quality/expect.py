@@ -63,13 +63,18 @@ def _limit(body: Mapping[str, Any], *keys: str) -> int | None:
     return None
 
 
+def _listed(value: object) -> list[Any]:
+    """A list as sent, or nothing: a malformed ``tools`` is the provider's to refuse, not the verdict's to read."""
+    return value if isinstance(value, list) else []
+
+
 def _chat_tools(body: Mapping[str, Any]) -> dict[str, object]:
     tools: dict[str, object] = {}
-    for tool in body.get("tools") or ():
+    for tool in _listed(body.get("tools")):
         function = tool.get("function") if isinstance(tool, dict) else None
         if isinstance(function, dict) and isinstance(function.get("name"), str):
             tools[function["name"]] = function.get("parameters") or {}
-    for function in body.get("functions") or ():
+    for function in _listed(body.get("functions")):
         if isinstance(function, dict) and isinstance(function.get("name"), str):
             tools[function["name"]] = function.get("parameters") or {}
     return tools
@@ -78,7 +83,7 @@ def _chat_tools(body: Mapping[str, Any]) -> dict[str, object]:
 def _named_tools(body: Mapping[str, Any], schema_key: str) -> dict[str, object]:
     """Responses (``parameters``) and Messages (``input_schema``) tools: the name and schema at the top."""
     tools: dict[str, object] = {}
-    for tool in body.get("tools") or ():
+    for tool in _listed(body.get("tools")):
         if isinstance(tool, dict) and isinstance(tool.get("name"), str):
             tools[tool["name"]] = tool.get(schema_key) or {}
     return tools

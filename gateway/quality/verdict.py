@@ -23,6 +23,7 @@ but it can still be a loop (a loop usually runs to the limit).
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 from gateway.meter import Reading
 from gateway.quality.expect import Expectation
@@ -103,18 +104,14 @@ def degenerate(text: str) -> bool:
         words, n = text[-DEGENERATE_TAIL * 4 :], CHAR_GRAM
     else:
         words = words[-DEGENERATE_TAIL:]
-    grams = len(words) - n + 1
-    if grams < n * DEGENERATE_REPEATS:
-        return False
-    seen: dict[object, int] = {}
-    repeated = 0
-    top = 0
-    for i in range(grams):
-        gram = tuple(words[i : i + n]) if isinstance(words, list) else words[i : i + n]
-        count = seen.get(gram, 0) + 1
-        seen[gram] = count
-        if count > 1:
-            repeated += 1
-            if count > top:
-                top = count
-    return top >= DEGENERATE_REPEATS and repeated >= DEGENERATE_SHARE * grams
+    if len(words) - n + 1 < n * DEGENERATE_REPEATS:
+        return False  # too short to call a loop (most answers): nothing built
+    grams: list[object]
+    if isinstance(words, list):
+        grams = list(zip(*(words[i:] for i in range(n)), strict=False))  # the n-grams as tuples, built in C
+    else:
+        grams = [words[i : i + n] for i in range(len(words) - n + 1)]
+    counts = Counter(grams)
+    # An n-gram seen before: every occurrence but the first of each distinct one.
+    repeated = len(grams) - len(counts)
+    return repeated >= DEGENERATE_SHARE * len(grams) and max(counts.values()) >= DEGENERATE_REPEATS
