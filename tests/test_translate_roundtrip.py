@@ -299,7 +299,7 @@ def test_an_instruction_between_turns_is_a_user_turn_where_the_target_takes_none
 def test_what_claude_code_and_codex_send_beside_the_conversation() -> None:
     """Claude Code: a system message inside ``messages`` (its mid-conversation-system beta), adaptive thinking at an
     effort; Codex: ``client_metadata`` (its session and turn ids), which no model reads and is not sent on."""
-    claude = {
+    claude: dict[str, Any] = {
         "model": "m",
         "max_tokens": 32000,
         "system": [{"type": "text", "text": "rules", "cache_control": {"type": "ephemeral"}}],

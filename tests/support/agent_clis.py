@@ -95,18 +95,26 @@ def run_claude(base_url: str, api_key: str, tmp: Path, model: str = "m") -> CliR
     return run([*command, "--allowedTools", "Bash"], env, tmp)
 
 
-def run_codex(base_url: str, api_key: str, tmp: Path, model: str = "m") -> tuple[CliRun, str]:
-    """``codex exec`` with the gateway as a custom Responses provider; returns the run and its last message."""
+CHAT_ONLY_CODEX = 'web_search = "disabled"\n[features]\nmulti_agent = false\n'
+"""Codex's config for a model served only over chat: its two tools that no chat provider can run are turned off
+(OpenAI's server-side web search, and the ``namespace`` tool grouping the sub-agent tools), which the gateway
+would otherwise refuse naming them (docs/agents.md)."""
+
+
+def run_codex(base_url: str, api_key: str, tmp: Path, model: str = "m", config: str = "") -> tuple[CliRun, str]:
+    """``codex exec`` with the gateway as a custom Responses provider; returns the run and its last message.
+    ``config`` is more of Codex's ``config.toml`` (top-level keys first, then tables)."""
     codex_home = tmp / "codex-home"
     codex_home.mkdir()
+    top, _, tables = config.partition("\n[")
     config = (
-        f"model = {json.dumps(model)}\n"
+        (top + "\n" if top else "") + f"model = {json.dumps(model)}\n"
         'model_provider = "gateway"\n'
         "[model_providers.gateway]\n"
         'name = "gateway"\n'
         f"base_url = {json.dumps(base_url)}\n"
         'env_key = "GATEWAY_KEY"\n'
-        'wire_api = "responses"\n'
+        'wire_api = "responses"\n' + ("[" + tables if tables else "")
     )
     (codex_home / "config.toml").write_text(config)
     last = tmp / "codex-last.txt"
