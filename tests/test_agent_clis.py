@@ -20,7 +20,7 @@ import pytest
 from gateway.accesslog import ACCESS_LOGGER
 from gateway.fakes import FakeBehavior
 from gateway.fakes.agent import RESULT_PREFIX
-from tests.support.agent_clis import CHAT_ONLY_CODEX, run_claude, run_codex
+from tests.support.agent_clis import run_claude, run_codex
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
@@ -60,6 +60,7 @@ def test_claude_code_runs_a_tool_through_the_gateway(
     )
     run = run_claude(gateway.url, KEY, tmp_path)
     assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
+    assert run.escapes == ()  # nothing but loopback was reached for
     result = json.loads(run.stdout)
     assert result["result"] == ANSWER and result["num_turns"] == 2 and not result["is_error"]
     # Both turns reached the gateway, and through it the fake: the second carried the command's output.
@@ -79,8 +80,9 @@ def test_codex_runs_a_tool_through_the_gateway(
     gateway = start_gateway(
         gateway_config([fake], provider_options={"a": {"apis": apis}}), environ={"GATEWAY_API_KEYS": KEY}
     )
-    run, last = run_codex(gateway.base_url, KEY, tmp_path, config=CHAT_ONLY_CODEX if apis == ["chat"] else "")
+    run, last = run_codex(gateway.base_url, KEY, tmp_path, chat_only=apis == ["chat"])
     assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
+    assert run.escapes == ()  # nothing but loopback was reached for
     assert last.startswith(RESULT_PREFIX) and "agent-round-trip" in last
     assert access_paths(caplog) == [("responses", 200), ("responses", 200)]
     sent = [r.body for r in fake.app.state.recorded if r.path.endswith(("/responses", "/chat/completions"))]
@@ -154,5 +156,6 @@ def test_both_clis_read_through_keep_alives(
     codex, last = run_codex(gateway.base_url, KEY, tmp_path / "codex")
     assert claude.returncode == 0 and json.loads(claude.stdout)["result"] == ANSWER, claude.stdout[-2000:]
     assert codex.returncode == 0 and "agent-round-trip" in last, codex.stdout[-2000:] + codex.stderr[-2000:]
+    assert claude.escapes == codex.escapes == ()
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
     assert len(lines) == 4 and all(line["status"] == 200 and line["keepalives"] >= 2 for line in lines)
