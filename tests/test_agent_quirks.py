@@ -23,6 +23,7 @@ from tests.redis_server import RedisServer
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 MESSAGES: list[anthropic.types.MessageParam] = [{"role": "user", "content": "hi"}]
@@ -192,6 +193,7 @@ def test_translation_refusals_and_translated_upstream_errors_carry_retry_hints(
     assert headers["x-should-retry"] == "false" and headers["request-id"] == raised.value.request_id
     assert "'messages[0].content[0].type' cannot be translated to the Chat Completions API" in raised.value.message
     assert isinstance(raised.value.body, dict) and raised.value.body["error"]["type"] == "invalid_request_error"
+    wait_until(lambda: len(access_lines(caplog)) == 1, what="the request logged (after its last byte)")
     assert [line["status"] for line in access_lines(caplog)] == [400] and not fake.app.state.recorded
     for status, retry in ((422, "false"), (503, "true"), (429, "true")):
         httpx.post(fake.url + "/_fake/behavior", json={"status": status})
