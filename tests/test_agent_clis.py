@@ -137,25 +137,28 @@ def test_codex_stops_at_once_on_a_tool_a_chat_model_cannot_run(
     assert access_paths(caplog) == [("responses", 400)] and not fake.app.state.recorded
 
 
+@pytest.mark.parametrize("apis", [["messages", "responses"], ["chat"]])
 def test_both_clis_read_through_keep_alives(
-    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
 ) -> None:
     # A model silent for longer than first_byte_keepalive_s: the CLIs get keep-alives (Messages' ping before
-    # message_start, an SSE comment before response.created), and then the answer, on every turn.
+    # message_start, an SSE comment before response.created), and then the answer, on every turn; natively, and
+    # from a chat-only deployment through translation.
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
     slow = FakeBehavior(agent=True, agent_command="echo agent-round-trip", ttft_s=0.8)
     fake = fakes.start("a", slow)
     policy = {"first_byte_keepalive_s": 0.2}
-    options = {"a": {"apis": ["messages", "responses"]}}
+    options = {"a": {"apis": apis}}
     gateway = start_gateway(
         gateway_config([fake], provider_options=options, policy=policy), environ={"GATEWAY_API_KEYS": KEY}
     )
     (tmp_path / "claude").mkdir()
     (tmp_path / "codex").mkdir()
     claude = run_claude(gateway.url, KEY, tmp_path / "claude")
-    codex, last = run_codex(gateway.base_url, KEY, tmp_path / "codex")
+    codex, last = run_codex(gateway.base_url, KEY, tmp_path / "codex", chat_only=apis == ["chat"])
     assert claude.returncode == 0 and json.loads(claude.stdout)["result"] == ANSWER, claude.stdout[-2000:]
     assert codex.returncode == 0 and "agent-round-trip" in last, codex.stdout[-2000:] + codex.stderr[-2000:]
     assert claude.escapes == codex.escapes == ()
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
     assert len(lines) == 4 and all(line["status"] == 200 and line["keepalives"] >= 2 for line in lines)
+    assert {line["upstream_api"] for line in lines} == ({"chat"} if apis == ["chat"] else {"messages", "responses"})
