@@ -3,7 +3,9 @@
 The fake plays the agent's model (``FakeBehavior.agent``): it calls the CLI's shell tool, the CLI runs
 ``echo agent-round-trip`` and sends the result back, and the fake answers with it. Each CLI first works
 against a deployment that speaks its API natively; the chat-only deployment is the same test with one
-parameter changed (``APIS``), which needs translation between the APIs.
+parameter changed (``apis``), which needs translation between the APIs. Either way the requests are measured
+(a sample per turn, for the deployment, with its first token) and the second turn's prompt is served from the
+fake's prompt cache: the translated prefix is the same bytes turn after turn.
 """
 
 from __future__ import annotations
@@ -25,13 +27,26 @@ from tests.support.gateway import Gateway
 
 StartGateway = Callable[..., Gateway]
 KEY = "sk-gateway-client"
-AGENT = FakeBehavior(agent=True, agent_command="echo agent-round-trip")
+AGENT = FakeBehavior(agent=True, agent_command="echo agent-round-trip", cache_prompts=8)
 ANSWER = f"{RESULT_PREFIX} agent-round-trip"
 
 
 def access_paths(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int]]:
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
     return [(line["endpoint"], line["status"]) for line in lines]
+
+
+def assert_measured(gateway: Gateway, caplog: pytest.LogCaptureFixture, upstream_api: str) -> None:
+    """Two turns measured as native ones are: each a sample for deployment ``a`` with its first token and usage, the
+    access log naming the upstream's API, and the second turn's prompt mostly read from the provider's cache."""
+    samples = gateway.samples.samples
+    assert [(s.deployment, s.outcome) for s in samples] == [("a", "ok"), ("a", "ok")]
+    assert all(s.ttft_s is not None and s.usage_prompt_tokens and s.output_tokens for s in samples)
+    second = samples[1]
+    assert second.usage_cached_tokens is not None and second.usage_prompt_tokens is not None
+    assert second.usage_cached_tokens / second.usage_prompt_tokens > 0.8
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
+    assert [line["upstream_api"] for line in lines] == [upstream_api, upstream_api]
 
 
 @pytest.mark.parametrize("apis", [["messages"], ["chat"]])
@@ -45,14 +60,15 @@ def test_claude_code_runs_a_tool_through_the_gateway(
     )
     run = run_claude(gateway.url, KEY, tmp_path)
     assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
+    assert run.escapes == ()  # nothing but loopback was reached for
     result = json.loads(run.stdout)
     assert result["result"] == ANSWER and result["num_turns"] == 2 and not result["is_error"]
     # Both turns reached the gateway, and through it the fake: the second carried the command's output.
     assert access_paths(caplog) == [("messages", 200), ("messages", 200)]
     sent = [r.body for r in fake.app.state.recorded if r.path.endswith(("/messages", "/chat/completions"))]
     assert len(sent) == 2 and "agent-round-trip" in json.dumps(sent[1])
-    samples = gateway.samples.samples
-    assert [s.outcome for s in samples] == ["ok", "ok"] and all(s.deployment == "a" for s in samples)
+    assert all(body is not None and body.get("stream") is True for body in sent)
+    assert_measured(gateway, caplog, apis[0])
 
 
 @pytest.mark.parametrize("apis", [["responses"], ["chat"]])
@@ -64,13 +80,15 @@ def test_codex_runs_a_tool_through_the_gateway(
     gateway = start_gateway(
         gateway_config([fake], provider_options={"a": {"apis": apis}}), environ={"GATEWAY_API_KEYS": KEY}
     )
-    run, last = run_codex(gateway.base_url, KEY, tmp_path)
+    run, last = run_codex(gateway.base_url, KEY, tmp_path, chat_only=apis == ["chat"])
     assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
+    assert run.escapes == ()  # nothing but loopback was reached for
     assert last.startswith(RESULT_PREFIX) and "agent-round-trip" in last
     assert access_paths(caplog) == [("responses", 200), ("responses", 200)]
     sent = [r.body for r in fake.app.state.recorded if r.path.endswith(("/responses", "/chat/completions"))]
     assert len(sent) == 2 and "agent-round-trip" in json.dumps(sent[1])
-    assert all(body is not None and body.get("store") in (False, None) for body in sent)
+    assert all(body is not None and body.get("store") in (False, None) and body["stream"] is True for body in sent)
+    assert_measured(gateway, caplog, apis[0])
 
 
 def test_claude_code_does_not_retry_a_wrong_key(
@@ -90,34 +108,57 @@ def test_codex_stops_at_once_on_a_model_it_cannot_get(
     fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Codex re-sends five times on any status but 400 and 401; the gateway's 400 stops it (``api._model_error``).
+    # With translation on, a Messages-only deployment would serve Codex: turned off here, none can.
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
-    gateway = start_gateway(
-        gateway_config([fakes.start("a", AGENT)], provider_options={"a": {"apis": ["messages"]}}),
-        environ={"GATEWAY_API_KEYS": KEY},
+    config = gateway_config(
+        [fakes.start("a", AGENT)],
+        provider_options={"a": {"apis": ["messages"]}},
+        deployments={"a": {"translate": False}},
     )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
     run, _ = run_codex(gateway.base_url, KEY, tmp_path)
     assert run.returncode != 0 and "Responses API" in run.stdout + run.stderr
     assert access_paths(caplog) == [("responses", 400)]
 
 
-def test_both_clis_read_through_keep_alives(
+def test_codex_stops_at_once_on_a_tool_a_chat_model_cannot_run(
     fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Codex as installed offers OpenAI's server-side web search and a ``namespace`` of sub-agent tools, which no
+    # chat provider runs: refused naming the tool, never dropped, and Codex does not re-send the 400.
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", AGENT)
+    gateway = start_gateway(
+        gateway_config([fake], provider_options={"a": {"apis": ["chat"]}}), environ={"GATEWAY_API_KEYS": KEY}
+    )
+    run, _ = run_codex(gateway.base_url, KEY, tmp_path)
+    assert run.returncode != 0 and "untranslatable_field" in run.stderr
+    assert "cannot be translated to the Chat Completions API: the built-in tool" in run.stderr
+    assert access_paths(caplog) == [("responses", 400)] and not fake.app.state.recorded
+
+
+@pytest.mark.parametrize("apis", [["messages", "responses"], ["chat"]])
+def test_both_clis_read_through_keep_alives(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
+) -> None:
     # A model silent for longer than first_byte_keepalive_s: the CLIs get keep-alives (Messages' ping before
-    # message_start, an SSE comment before response.created), and then the answer, on every turn.
+    # message_start, an SSE comment before response.created), and then the answer, on every turn; natively, and
+    # from a chat-only deployment through translation.
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
     slow = FakeBehavior(agent=True, agent_command="echo agent-round-trip", ttft_s=0.8)
     fake = fakes.start("a", slow)
     policy = {"first_byte_keepalive_s": 0.2}
-    options = {"a": {"apis": ["messages", "responses"]}}
+    options = {"a": {"apis": apis}}
     gateway = start_gateway(
         gateway_config([fake], provider_options=options, policy=policy), environ={"GATEWAY_API_KEYS": KEY}
     )
     (tmp_path / "claude").mkdir()
     (tmp_path / "codex").mkdir()
     claude = run_claude(gateway.url, KEY, tmp_path / "claude")
-    codex, last = run_codex(gateway.base_url, KEY, tmp_path / "codex")
+    codex, last = run_codex(gateway.base_url, KEY, tmp_path / "codex", chat_only=apis == ["chat"])
     assert claude.returncode == 0 and json.loads(claude.stdout)["result"] == ANSWER, claude.stdout[-2000:]
     assert codex.returncode == 0 and "agent-round-trip" in last, codex.stdout[-2000:] + codex.stderr[-2000:]
+    assert claude.escapes == codex.escapes == ()
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
     assert len(lines) == 4 and all(line["status"] == 200 and line["keepalives"] >= 2 for line in lines)
+    assert {line["upstream_api"] for line in lines} == ({"chat"} if apis == ["chat"] else {"messages", "responses"})

@@ -23,6 +23,7 @@ from tests.redis_server import RedisServer
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 MESSAGES: list[anthropic.types.MessageParam] = [{"role": "user", "content": "hi"}]
@@ -172,3 +173,32 @@ def test_store_false_leaves_no_key_in_redis(fakes: Fakes, start_gateway: StartGa
         assert redis.client().ttl(keys[0]) > 29 * 86_400  # a stored one is bound as long as OpenAI keeps it
     finally:
         redis.stop()
+
+
+def test_translation_refusals_and_translated_upstream_errors_carry_retry_hints(
+    fakes: Fakes, start_gateway: StartGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a chat-only model: a block the chat API cannot take is a 400 naming it, which Anthropic's SDK (as Claude
+    Code) does not re-send; a translated deployment's own errors keep their status, and their hint follows it."""
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a")
+    gateway = start_gateway(gateway_config([fake], provider_options={"a": {"apis": ["chat"]}}))
+    document: Any = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}
+    with (
+        anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=3, timeout=10) as client,
+        pytest.raises(anthropic.BadRequestError) as raised,
+    ):
+        client.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": [document]}])
+    headers = raised.value.response.headers
+    assert headers["x-should-retry"] == "false" and headers["request-id"] == raised.value.request_id
+    assert "'messages[0].content[0].type' cannot be translated to the Chat Completions API" in raised.value.message
+    assert isinstance(raised.value.body, dict) and raised.value.body["error"]["type"] == "invalid_request_error"
+    wait_until(lambda: len(access_lines(caplog)) == 1, what="the request logged (after its last byte)")
+    assert [line["status"] for line in access_lines(caplog)] == [400] and not fake.app.state.recorded
+    for status, retry in ((422, "false"), (503, "true"), (429, "true")):
+        httpx.post(fake.url + "/_fake/behavior", json={"status": status})
+        response = httpx.post(
+            gateway.base_url + "/messages", json={"model": "m", "max_tokens": 8, "messages": MESSAGES}
+        )
+        assert response.status_code == status and response.json()["type"] == "error"
+        assert response.headers["x-should-retry"] == retry and response.headers["request-id"]

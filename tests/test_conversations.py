@@ -7,6 +7,7 @@ takes the same path, with no setting)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from gateway.conversation_flow import ResponseCapture
 from gateway.conversations import InMemoryConversationStore, StoredResponse
 from gateway.fakes import FakeBehavior
+from gateway.fakes.agent import RESULT_PREFIX
 from gateway.fakes.provider import answer_words
 from tests.redis_server import RedisServer
 from tests.support.config import gateway_config
@@ -26,6 +28,7 @@ from tests.support.gateway import Gateway
 
 StartGateway = Callable[..., Gateway]
 FIRST = "".join(answer_words(0, 3))
+FIRST_OF_AGENT = "".join(answer_words(0, FakeBehavior().output_tokens))
 
 
 @pytest.fixture
@@ -179,3 +182,45 @@ def test_only_a_completed_answer_is_captured() -> None:
 
 async def _discard(message: Any) -> None:
     pass
+
+
+EXEC_COMMAND: Any = {
+    "type": "function",
+    "name": "exec_command",
+    "description": "Run a shell command.",
+    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+    "strict": False,
+}
+
+
+def test_a_conversation_on_a_chat_only_deployment_is_kept_by_the_gateway(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    """Translation and the store together, with no setting: responses created through a chat deployment (``store``
+    defaults to true) are kept; a follow-up's ``previous_response_id`` is expanded into the whole conversation, tool
+    call and result included, before it is translated; ``GET`` answers from the store."""
+    fake = fakes.start("a", FakeBehavior(agent=True, agent_command="echo kept"))
+    gateway = start_gateway(gateway_config([fake], provider_options={"a": {"apis": ["chat"]}}))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+        first = client.responses.create(model="m", input="run it", instructions="be brief", tools=[EXEC_COMMAND])
+        call = first.output[0]
+        assert call.type == "function_call" and json.loads(call.arguments) == {"cmd": "echo kept"}
+        output: Any = {"type": "function_call_output", "call_id": call.call_id, "output": "kept"}
+        with client.responses.stream(
+            model="m", input=[output], previous_response_id=first.id, tools=[EXEC_COMMAND]
+        ) as stream:
+            second = stream.get_final_response()
+        third = client.responses.create(model="m", input="thanks", previous_response_id=second.id)
+        fetched = client.responses.retrieve(second.id)
+    assert second.output_text == f"{RESULT_PREFIX} kept" and third.output_text == FIRST_OF_AGENT
+    sent = [r.body for r in fake.app.state.recorded if r.path.endswith("/chat/completions") and r.body]
+    assert all("previous_response_id" not in body and "store" not in body for body in sent)
+    # A follow-up's instructions are its own (OpenAI does not carry them over): the first turn's stay with it.
+    assert sent[0]["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "run it"}]
+    roles = [m["role"] for m in sent[2]["messages"]]
+    assert roles == ["user", "assistant", "tool", "assistant", "user"]
+    assert sent[2]["messages"][1]["tool_calls"][0]["id"] == call.call_id == sent[2]["messages"][2]["tool_call_id"]
+    assert sent[2]["messages"][3]["content"] == f"{RESULT_PREFIX} kept"
+    assert fetched.id == second.id and fetched.output_text == f"{RESULT_PREFIX} kept"
+    assert not any("/responses" in r.path for r in fake.app.state.recorded)
+    assert [(s.deployment, s.outcome) for s in gateway.samples.samples] == [("a", "ok")] * 3

@@ -27,9 +27,17 @@ KEEP_ALIVES = {"chat": b": keep-alive\n\n", "responses": b": keep-alive\n\n", "m
 PATHS = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
 
 
-def config(api: str, *fakes: FakeServer, first_token_timeout_s: float = 5.0, keepalive_s: float = KEEPALIVE_S) -> Any:
+def config(
+    api: str,
+    *fakes: FakeServer,
+    first_token_timeout_s: float = 5.0,
+    keepalive_s: float = KEEPALIVE_S,
+    upstream: str | None = None,
+) -> Any:
+    """Deployments on ``fakes`` speaking ``upstream`` (``api`` itself unless said: else reached by translation)."""
     policy = {"first_byte_keepalive_s": keepalive_s, "first_token_timeout_s": first_token_timeout_s}
-    return gateway_config(list(fakes), policy=policy, provider_options={f.name: {"apis": [api]} for f in fakes})
+    options = {f.name: {"apis": [upstream or api]} for f in fakes}
+    return gateway_config(list(fakes), policy=policy, provider_options=options)
 
 
 def body(api: str) -> dict[str, Any]:
@@ -116,3 +124,52 @@ def test_a_quick_answer_gets_no_keep_alive_and_keeps_its_headers(fakes: Fakes, s
     with httpx.stream("POST", gateway.base_url + "/chat/completions", json=body("chat"), timeout=10) as response:
         raw = response.read()
     assert b"keep-alive" not in raw and response.headers["x-gateway-provider"] == "a"
+
+
+def events(raw: bytes) -> list[str]:
+    """The stream's named events but keep-alives (Messages' ``ping``), in order."""
+    names = [line.removeprefix(b"event: ").decode() for line in raw.split(b"\n") if line.startswith(b"event: ")]
+    return [name for name in names if name != "ping"]
+
+
+TRANSLATED = pytest.mark.parametrize("api", ["responses", "messages"])
+"""The agents' APIs, answered by chat-only deployments through translation."""
+
+
+@TRANSLATED
+def test_a_translated_stream_gets_the_clients_keep_alives_then_its_answer(
+    fakes: Fakes, start_gateway: StartGateway, api: str
+) -> None:
+    slow = fakes.start("a", SLOW)
+    gateway = start_gateway(config(api, slow, upstream="chat"))
+    status, raw = raw_stream(gateway, api)
+    assert status == 200 and raw.startswith(KEEP_ALIVES[api]) and raw.count(KEEP_ALIVES[api]) >= 3
+    assert events(raw)[0] == ("message_start" if api == "messages" else "response.created")
+    assert sdk_answer(gateway, api) == ANSWER
+    assert all(r.path.endswith("/chat/completions") for r in slow.app.state.recorded)
+
+
+@TRANSLATED
+def test_fallback_after_a_keep_alive_still_answers_a_translated_stream(
+    fakes: Fakes, start_gateway: StartGateway, api: str
+) -> None:
+    slow, fast = fakes.start("a", SLOW), fakes.start("b", FAST)
+    gateway = start_gateway(config(api, slow, fast, first_token_timeout_s=0.4, upstream="chat"))
+    status, raw = raw_stream(gateway, api)
+    assert status == 200 and raw.startswith(KEEP_ALIVES[api])
+    assert sdk_answer(gateway, api) == ANSWER
+    assert slow.app.state.requests == fast.app.state.requests == 2
+
+
+@TRANSLATED
+def test_a_translated_stream_failing_after_a_keep_alive_ends_with_the_clients_error_event(
+    fakes: Fakes, start_gateway: StartGateway, api: str
+) -> None:
+    slow = (fakes.start("a", SLOW), fakes.start("b", SLOW))
+    gateway = start_gateway(config(api, *slow, first_token_timeout_s=0.3, upstream="chat"))
+    status, raw = raw_stream(gateway, api)
+    assert status == 200 and raw.startswith(KEEP_ALIVES[api])
+    assert b"no first token within" in raw and b"chat.completion" not in raw
+    assert events(raw) == (["error"] if api == "messages" else ["response.created", "response.failed"])
+    with pytest.raises((anthropic.APIError, ResponseFailed), match="no first token within"):
+        sdk_answer(gateway, api)

@@ -12,11 +12,12 @@ import dataclasses
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.translate import read_request, translate_request
-from gateway.translate.ir import Api, Conversation, Image, Text, ToolCall, ToolChoice, ToolResult, Turn
+from gateway.translate.ir import Api, Conversation, Image, Text, ToolCall, ToolChoice, ToolResult, Turn, Untranslatable
 
 WORDS = st.text(alphabet="abc xyz!é\n", min_size=1, max_size=12)
 IDS = st.sampled_from(["call_1", "call_2", "toolu_abc", "fc-9"])
@@ -293,3 +294,39 @@ def test_an_instruction_between_turns_is_a_user_turn_where_the_target_takes_none
         "role": "system",
         "content": "be terse",
     }
+
+
+def test_what_claude_code_and_codex_send_beside_the_conversation() -> None:
+    """Claude Code: a system message inside ``messages`` (its mid-conversation-system beta), adaptive thinking at an
+    effort; Codex: ``client_metadata`` (its session and turn ids), which no model reads and is not sent on."""
+    claude: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 32000,
+        "system": [{"type": "text", "text": "rules", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "agents: "}, {"type": "text", "text": "none"}]},
+            {"role": "assistant", "content": "ok"},
+        ],
+        "thinking": {"type": "adaptive"},
+    }
+    chat = translate_request(claude, "messages", "chat", "u")
+    assert chat["messages"] == [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": "agents: none"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    assert chat["reasoning_effort"] == "high"  # adaptive thinking at Anthropic's default effort
+    low = translate_request({**claude, "output_config": {"effort": "low"}}, "messages", "responses", "u")
+    assert low["reasoning"] == {"effort": "low"} and low["input"][1] == {"role": "system", "content": "agents: none"}
+    first = translate_request({**claude, "messages": claude["messages"][1:]}, "messages", "chat", "u")
+    assert first["messages"][0] == {"role": "system", "content": "rules\n\nagents: none"}
+    with pytest.raises(Untranslatable) as refused:
+        bad = {**claude, "messages": [{"role": "system", "content": [{"type": "image", "source": {}}]}]}
+        translate_request(bad, "messages", "chat", "u")
+    assert refused.value.field_path == "messages[0].content[0].type"
+    codex = {"model": "m", "input": "hi", "client_metadata": {"session_id": "s", "turn_id": "t"}}
+    assert translate_request(codex, "responses", "chat", "u") == translate_request(
+        {"model": "m", "input": "hi"}, "responses", "chat", "u"
+    )

@@ -183,3 +183,29 @@ def test_translate_is_set_per_model_and_overridden_per_deployment() -> None:
     data["models"][0]["translate"] = "no"  # type: ignore[index]
     with pytest.raises(ConfigError, match=r"models\[0\]\.translate"):
         parse_config(data)
+
+
+def test_every_api_measures_one_deployment_once_on_the_leaderboard(fakes: Fakes, start_gateway: StartGateway) -> None:
+    """A sample belongs to the deployment whatever API the client spoke: each sample keeps its first token, speed,
+    usage and cost, and the leaderboard (``GET /v1/gateway/stats``) shows each deployment once."""
+    paced = FakeBehavior(output_tokens=3, tokens_per_s=400.0)  # paced, so that a speed can be measured
+    chat, anth = fakes.start("chat", paced), fakes.start("anth", paced)
+    apis = {"chat": {"apis": ["chat"]}, "anth": {"apis": ["messages"]}}
+    gateway = start_gateway(gateway_config([chat, anth], provider_options=apis))
+    only_chat = {"only": ["chat"]}
+    asks = [
+        ("/chat/completions", {"model": "m", "messages": ASK["messages"], "stream": True, "provider": only_chat}),
+        ("/messages", {**ASK, "stream": True, "provider": only_chat}),
+        ("/responses", {"model": "m", "input": "hi", "stream": True, "provider": only_chat}),
+        ("/messages", {**ASK, "provider": {"only": ["anth"]}}),
+    ]
+    for path, body in asks:
+        assert httpx.post(gateway.base_url + path, json=body).status_code == 200
+    wait_until(lambda: len(gateway.samples.samples) == 4, what="every request measured")
+    on_chat = [s for s in gateway.samples.samples if s.deployment == "chat"]
+    assert len(on_chat) == 3 and chat.app.state.requests == 3 and anth.app.state.requests == 1
+    for sample in on_chat:
+        assert sample.outcome == "ok" and sample.ttft_s is not None and sample.tokens_per_s is not None
+        assert sample.usage_prompt_tokens and sample.usage_completion_tokens == 3 and sample.cost_usd
+    rows = [r for r in httpx.get(gateway.base_url + "/gateway/stats").json()["data"] if r["model"] == "m"]
+    assert sorted((r["deployment"], r["samples"]) for r in rows) == [("anth", 1), ("chat", 3)]

@@ -165,4 +165,14 @@ def prefix_digests(body: dict[str, Any]) -> list[tuple[str, int]]:
 
 
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return json.dumps(_unmarked(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _unmarked(value: Any) -> Any:
+    """``value`` without Anthropic's ``cache_control`` marks: they say where to cache, not what the prompt is, and
+    Claude Code moves its mark to the newest block every turn (Anthropic still reads the earlier prefix)."""
+    if isinstance(value, dict):
+        return {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_unmarked(v) for v in value]
+    return value

@@ -291,7 +291,7 @@ def write_request(conversation: Conversation, model: str, *, stream_usage: bool 
         body["response_format"] = _format(output)
     reasoning = conversation.reasoning
     if reasoning is not None:
-        body["reasoning_effort"] = reasoning.effort or _effort_of(reasoning)
+        body["reasoning_effort"] = reasoning.openai_effort("none")
     if conversation.user is not None:
         body["user"] = conversation.user
     if conversation.metadata is not None:
@@ -303,14 +303,6 @@ def write_request(conversation: Conversation, model: str, *, stream_usage: bool 
         if stream_usage:
             body["stream_options"] = {"include_usage": True}
     return body
-
-
-def _effort_of(reasoning: ReasoningAsk) -> str:
-    """An Anthropic thinking budget as an OpenAI effort (an approximation: the scales differ)."""
-    if not reasoning.enabled:
-        return "none"
-    budget = reasoning.budget_tokens or 0
-    return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
 
 
 def _messages(conversation: Conversation) -> list[dict[str, Any]]:

@@ -152,6 +152,21 @@ class ReasoningAsk:
     budget_tokens: int | None = None
     enabled: bool = True
     summary: str | None = None
+    adaptive: bool = False
+    """Anthropic's ``thinking: {type: adaptive}``: the model decides how much to think, at the asked effort."""
+
+    def openai_effort(self, off: str) -> str:
+        """The effort an OpenAI API is asked: the client's own, else one from a thinking budget (an approximation:
+        the scales differ), ``high`` for adaptive thinking without one (Anthropic's default effort), and ``off``
+        (the target's lowest) when thinking is disabled."""
+        if self.effort is not None:
+            return self.effort
+        if not self.enabled:
+            return off
+        if self.adaptive and self.budget_tokens is None:
+            return "high"
+        budget = self.budget_tokens or 0
+        return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
 
 
 @dataclass(slots=True)

@@ -105,9 +105,12 @@ def read_request(body: dict[str, Any]) -> Conversation:
         path = f"messages[{index}]"
         message = as_dict(raw, path)
         role = message.get("role")
+        content = message.get("content")
+        if role == "system":
+            _read_system_message(conversation, content, path)
+            continue
         if role not in ("user", "assistant"):
             raise Untranslatable(f"{path}.role", "other", f"role {role!r}")
-        content = message.get("content")
         if isinstance(content, str):
             conversation.turns.append(Turn(role, [Text(content)], plain=True))
             continue
@@ -147,6 +150,8 @@ def read_request(body: dict[str, Any]) -> Conversation:
             conversation.reasoning = ReasoningAsk(budget_tokens=budget)
         elif kind == "disabled":
             conversation.reasoning = ReasoningAsk(enabled=False)
+        elif kind == "adaptive":
+            conversation.reasoning = ReasoningAsk(adaptive=True)
         else:
             raise Untranslatable("thinking.type", "other", f"thinking {kind!r}")
     output = body.get("output_format")
@@ -154,6 +159,26 @@ def read_request(body: dict[str, Any]) -> Conversation:
         conversation.output = _read_output_format(output, "output_format")
     _read_output_config(body.get("output_config"), conversation)
     return conversation
+
+
+def _read_system_message(conversation: Conversation, content: Any, path: str) -> None:
+    """A ``role: "system"`` message in ``messages`` (Claude Code's ``mid-conversation-system`` beta): an instruction
+    where the conversation has not begun, else a turn that keeps its role (``Turn.instruction``), written as each
+    target takes instructions after the first turn."""
+    if isinstance(content, str):
+        text = content
+    else:
+        texts = []
+        for index, raw in enumerate(as_list(content, f"{path}.content")):
+            block = as_dict(raw, f"{path}.content[{index}]")
+            if block.get("type") != "text":
+                raise Untranslatable(f"{path}.content[{index}].type", "other", f"a {block.get('type')!r} system block")
+            texts.append(as_str(block.get("text"), f"{path}.content[{index}].text"))
+        text = "".join(texts)
+    if conversation.turns:
+        conversation.turns.append(Turn("user", [Text(text)], plain=True, instruction="system"))
+    else:
+        conversation.system.append(Instruction(text))
 
 
 def _read_output_format(value: Any, path: str) -> OutputFormat:
@@ -322,6 +347,8 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
 def _thinking(reasoning: ReasoningAsk, max_tokens: int) -> dict[str, Any]:
     if not reasoning.enabled or reasoning.effort in ("none", "minimal"):
         return {"type": "disabled"}
+    if reasoning.adaptive:
+        return {"type": "adaptive"}
     budget = reasoning.budget_tokens
     if budget is None:
         budget = {"low": 2048, "medium": 8192, "high": 24576}.get(reasoning.effort or "medium", 8192)

@@ -64,8 +64,11 @@ _KNOWN = frozenset(
         "truncation",
         "service_tier",
         "stream_options",
+        "client_metadata",
     }
 )
+"""``client_metadata`` (Codex's session, thread and turn ids) is read by nobody but OpenAI's logs: dropped, as it
+has no effect on the answer (docs/translation.md)."""
 _INCLUDES = frozenset({"reasoning.encrypted_content"})
 
 
@@ -284,7 +287,7 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         body["text"] = {"format": _format(conversation.output)}
     reasoning = conversation.reasoning
     if reasoning is not None:
-        spec: dict[str, Any] = {"effort": reasoning.effort or _effort_of(reasoning)}
+        spec: dict[str, Any] = {"effort": reasoning.openai_effort("minimal")}
         if reasoning.summary is not None:
             spec["summary"] = reasoning.summary
         body["reasoning"] = spec
@@ -298,13 +301,6 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
     if conversation.stream:
         body["stream"] = True
     return body
-
-
-def _effort_of(reasoning: ReasoningAsk) -> str:
-    if not reasoning.enabled:
-        return "minimal"
-    budget = reasoning.budget_tokens or 0
-    return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
 
 
 def _items(turn: Turn) -> list[dict[str, Any]]:

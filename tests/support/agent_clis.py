@@ -7,17 +7,23 @@ a developer machine may have them in ``/tmp/npmcli``. Missing binaries fail the 
 command that installs them: never a silent skip.
 
 Each run is sealed to loopback: a fresh ``HOME`` (and ``CODEX_HOME``), no telemetry, no updater, and
-every proxy variable pointing at a closed loopback port with only ``127.0.0.1``/``localhost`` exempt.
-Both CLIs send all their HTTP through those proxies (checked by hand: with no exemption they never
-reach the gateway), so a request to anywhere but loopback fails instead of leaving the machine.
+every proxy variable pointing at a trap on loopback (``ProxyTrap``) with only ``127.0.0.1``/``localhost``
+exempt. Both CLIs send all their HTTP through those proxies (checked by hand: with no exemption they never
+reach the gateway), so a request to anywhere but loopback reaches the trap, which counts it and closes
+it: the request fails instead of leaving the machine, and the run says how many tried (``CliRun.escapes``,
+which the tests assert is 0).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +38,6 @@ INSTALL = (
     "npm install --prefix .cache/agent-clis @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 "
     f"(or set {CLIS_ENV} to the node_modules/.bin that holds claude and codex)"
 )
-CLOSED_PROXY = "http://127.0.0.1:9"
-"""A loopback port nothing listens on (discard): whatever goes through the proxy fails at once."""
 PROMPT = "Run the command, then tell me what it printed."
 TIMEOUT_S = 120.0
 
@@ -55,10 +59,50 @@ class CliRun:
     stdout: str
     stderr: str
     seconds: float
+    escapes: tuple[str, ...] = ()
+    """What the CLI asked its proxy for (each an attempt to reach beyond loopback): the first line of each."""
+
+
+class ProxyTrap:
+    """A loopback listener standing in for every proxy: it counts each connection and closes it unanswered."""
+
+    def __init__(self) -> None:
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self._socket.settimeout(0.05)
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        self.connections = 0
+        self.requests: list[str] = []
+        """Each connection's first line (``CONNECT host:port HTTP/1.1``): where the CLI tried to go."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._socket.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            connection.settimeout(1.0)
+            try:
+                self.requests.append(connection.recv(512).split(b"\r\n", 1)[0].decode("latin-1"))
+            except OSError:
+                self.requests.append("")
+            connection.close()
+
+    @contextmanager
+    def running(self) -> Iterator[ProxyTrap]:
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join()
+            self._socket.close()
 
 
 def sealed_env(home: Path, **extra: str) -> dict[str, str]:
-    """An environment that lets the CLI reach loopback only (see the module docstring)."""
+    """An environment that lets the CLI reach loopback only (see the module docstring); ``run`` sets the proxy."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
@@ -66,16 +110,22 @@ def sealed_env(home: Path, **extra: str) -> dict[str, str]:
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
     }
-    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
-        env[name] = CLOSED_PROXY
     env.update(extra)
     return env
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
+
+
 def run(command: list[str], env: dict[str, str], cwd: Path) -> CliRun:
+    """``command`` with every proxy variable pointing at a fresh ``ProxyTrap``; the run counts what reached it."""
     started = time.monotonic()
-    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-    return CliRun(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+    with ProxyTrap().running() as trap:
+        trapped = {**env, **dict.fromkeys(PROXY_VARIABLES, trap.url)}
+        done = subprocess.run(
+            command, env=trapped, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+        )
+    return CliRun(done.returncode, done.stdout, done.stderr, time.monotonic() - started, tuple(trap.requests))
 
 
 def run_claude(base_url: str, api_key: str, tmp: Path, model: str = "m") -> CliRun:
@@ -95,18 +145,32 @@ def run_claude(base_url: str, api_key: str, tmp: Path, model: str = "m") -> CliR
     return run([*command, "--allowedTools", "Bash"], env, tmp)
 
 
-def run_codex(base_url: str, api_key: str, tmp: Path, model: str = "m") -> tuple[CliRun, str]:
-    """``codex exec`` with the gateway as a custom Responses provider; returns the run and its last message."""
+CHAT_ONLY_SETTINGS = 'web_search = "disabled"\n'
+CHAT_ONLY_FEATURES = "multi_agent = false\n"
+"""Codex's config for a model served only over chat: its two tools that no chat provider can run are turned off
+(OpenAI's server-side web search, and the ``namespace`` tool grouping the sub-agent tools), which the gateway
+would otherwise refuse naming them (docs/agents.md)."""
+SEALED = "[analytics]\nenabled = false\n[features]\nplugins = false\n"
+"""Codex exports usage metrics to OpenAI (``ab.chatgpt.com``) and syncs OpenAI's curated plugin marketplace from
+github.com when it starts: both off, as Claude Code's telemetry and updater are. Ends in ``[features]``."""
+
+
+def run_codex(base_url: str, api_key: str, tmp: Path, model: str = "m", chat_only: bool = False) -> tuple[CliRun, str]:
+    """``codex exec`` with the gateway as a custom Responses provider; returns the run and its last message.
+    ``chat_only``: configured for a model whose deployments speak only chat (``CHAT_ONLY_SETTINGS``)."""
     codex_home = tmp / "codex-home"
     codex_home.mkdir()
     config = (
-        f"model = {json.dumps(model)}\n"
-        'model_provider = "gateway"\n'
-        "[model_providers.gateway]\n"
-        'name = "gateway"\n'
-        f"base_url = {json.dumps(base_url)}\n"
-        'env_key = "GATEWAY_KEY"\n'
-        'wire_api = "responses"\n'
+        (CHAT_ONLY_SETTINGS if chat_only else "")
+        + f"model = {json.dumps(model)}\n"
+        + 'model_provider = "gateway"\n'
+        + "[model_providers.gateway]\n"
+        + 'name = "gateway"\n'
+        + f"base_url = {json.dumps(base_url)}\n"
+        + 'env_key = "GATEWAY_KEY"\n'
+        + 'wire_api = "responses"\n'
+        + SEALED
+        + (CHAT_ONLY_FEATURES if chat_only else "")
     )
     (codex_home / "config.toml").write_text(config)
     last = tmp / "codex-last.txt"
