@@ -80,7 +80,8 @@ _FIELDS: dict[Endpoint, dict[str, str]] = {
 }
 _CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _RESPONSES_ROLES = ("system", "developer", "user", "assistant")
-_MESSAGES_ROLES = ("user", "assistant")
+_MESSAGES_ROLES = ("user", "assistant", "system")
+"""Anthropic's SDK types a system message among ``messages`` too (Claude Code sends them between turns)."""
 _MAY_OMIT_CONTENT = ("assistant", "function")
 """Roles whose content may be null or absent (an assistant turn that only calls tools)."""
 

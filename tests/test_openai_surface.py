@@ -138,7 +138,7 @@ def test_other_apis_refuse_their_malformed_shapes(start_gateway: Callable[..., G
     gateway, fake = _start(start_gateway, fakes)
     wizard: Any = [{"role": "wizard", "content": "hi"}]
     untyped: Any = [{"call_id": "c1"}]
-    system_turn: Any = [{"role": "system", "content": "hi"}]
+    wizard_turn: Any = [{"role": "wizard", "content": "hi"}]
     numeric: Any = [{"role": "user", "content": 7}]
     hot: Any = "hot"
     with openai.OpenAI(base_url=gateway.base_url, api_key="x", max_retries=0) as client:
@@ -156,7 +156,7 @@ def test_other_apis_refuse_their_malformed_shapes(start_gateway: Callable[..., G
         assert caught.value.param == "input[0].type"
     with anthropic.Anthropic(base_url=gateway.url, api_key="x", max_retries=0) as claude:
         with pytest.raises(anthropic.BadRequestError) as refused:
-            claude.messages.create(model="m", max_tokens=8, messages=system_turn)
+            claude.messages.create(model="m", max_tokens=8, messages=wizard_turn)
         assert refused.value.body["type"] == "error"  # type: ignore[index]
         assert "'messages[0].role'" in refused.value.message
         with pytest.raises(anthropic.BadRequestError) as refused:
