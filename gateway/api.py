@@ -394,7 +394,7 @@ class ProxyEndpoint:
         size = len(raw)  # of the whole request as sent upstream: an expanded conversation's included
         previous_id = body.get("previous_response_id") if self.endpoint == "responses" else None
         if previous_id is not None:
-            previous = await kept_conversation(runtime, previous_id, key.key_id)
+            previous = await kept_conversation(runtime, model, previous_id, key.key_id)
             if previous is not None:
                 body = expand(body, previous)  # the whole conversation: any deployment can continue it
                 size += len(previous.encode())

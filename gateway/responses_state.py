@@ -20,12 +20,21 @@ from gateway.relay.replies import Reply
 from gateway.runtime import GatewayRuntime
 
 
-async def kept_conversation(runtime: GatewayRuntime, previous: object, scope: str) -> StoredResponse | None:
-    """The conversation the gateway keeps under ``previous`` for this key's scope; None if it keeps none."""
+async def kept_conversation(
+    runtime: GatewayRuntime, model: ModelConfig, previous: object, scope: str
+) -> StoredResponse | None:
+    """The conversation the gateway keeps under ``previous`` for this key's scope; None if it keeps none.
+
+    With its store unreachable, a model whose native Responses deployments keep their own answers
+    (``[responses] state = "provider"``) is asked as if the gateway kept none: the owner binding, which
+    has its own fallbacks, decides. Elsewhere only the gateway could hold the conversation: 503.
+    """
     if not isinstance(previous, str) or not previous:
         raise InvalidRequest("'previous_response_id' must be a non-empty string", param="previous_response_id")
     stored = await runtime.conversations.get(previous)
     if isinstance(stored, Unavailable):
+        if runtime.config.responses.state == "provider" and serving(model, "responses"):
+            return None
         raise NoCapacity(
             f"cannot read the conversation of response '{previous}' now: its store is unreachable",
             code="conversation_store_unavailable",

@@ -142,10 +142,16 @@ def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
 
 
 def test_malformed_tools_are_relayed_not_a_crash(fakes: Fakes, start_gateway: StartGateway) -> None:
-    """What a request declares is read leniently: a ``tools`` that is no list is the provider's to refuse."""
+    """What a request declares is read leniently: a ``tools`` that is no list is refused by the request's shape
+    check (400 naming it); a list with odd entries is the provider's to judge, and its answer is judged without
+    a crash."""
     fake = fakes.start("a", FakeBehavior(output_tokens=4))
     gateway = start_gateway(gateway_config([fake]))
-    for tools in (5, "x", [5, {"function": 3}], [{"type": "function", "function": {"name": "f", "parameters": 7}}]):
+    for tools in (5, "x"):
+        payload = body("chat", stream=False, tools=False, tools_value=tools)
+        response = httpx.post(gateway.base_url + "/chat/completions", json=payload, timeout=30)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "tools", (tools, response.text)
+    for tools in ([5, {"function": 3}], [{"type": "function", "function": {"name": "f", "parameters": 7}}]):
         payload = body("chat", stream=False, tools=False, tools_value=tools)
         response = httpx.post(gateway.base_url + "/chat/completions", json=payload, timeout=30)
         assert response.status_code == 200, (tools, response.text)
