@@ -157,3 +157,10 @@ def test_flat_names_are_valid_distinct_and_reversible() -> None:
     for (namespace, function), name in names.items():
         assert split(name, request) == (function, namespace)
     assert split("ns__f", request) == ("ns__f", None)  # the top-level function stays itself
+
+
+def test_a_forced_namespaced_function_is_forced_under_its_flat_name() -> None:
+    sent = translate_request(
+        codex_request(tool_choice={"type": "function", "name": "spawn_agent"}), "responses", "chat", "up"
+    )
+    assert sent["tool_choice"] == {"type": "function", "function": {"name": "multi_agent_v1__spawn_agent"}}

@@ -111,6 +111,12 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
         else:
             conversation.tools.append(_read_tool(tool, index))
     conversation.tool_choice = _read_choice(body.get("tool_choice"))
+    choice = conversation.tool_choice
+    if choice is not None and choice.mode == "tool" and all(t.name != choice.name for t in conversation.tools):
+        # A forced function named as the model calls it within its namespace: the one flat function of that name.
+        matches = [name for (_, function), name in flat.items() if function == choice.name]
+        if len(matches) == 1:
+            choice.name = matches[0]
     if conversation.omitted_tools and not conversation.tools and _forces_a_tool(conversation.tool_choice):
         raise Untranslatable("tool_choice", "other", "it requires a tool, and the only ones offered are omitted")
     conversation.parallel_tool_calls = opt_bool(body.get("parallel_tool_calls"), "parallel_tool_calls")
