@@ -31,12 +31,14 @@ def measure(cli: str, api: str, tmp: Path) -> str:
     servers: list[ServerThread] = []
     try:
         fake = Fakes(servers).start("a", AGENT)
-        config = gateway_config([fake], provider_options={"a": {"apis": [api]}})
+        # Codex offers OpenAI's web search, which a chat provider cannot run: left out (``builtin_tools``).
+        deployments = {"a": {"builtin_tools": "omit"}} if api == "chat" else None
+        config = gateway_config([fake], provider_options={"a": {"apis": [api]}}, deployments=deployments)
         gateway = GatewayServers(servers).start(config, environ={"GATEWAY_API_KEYS": KEY})
         if cli == "claude":
             run = run_claude(gateway.url, KEY, tmp)
         else:
-            run, _ = run_codex(gateway.base_url, KEY, tmp, chat_only=api == "chat")
+            run, _ = run_codex(gateway.base_url, KEY, tmp)
         samples = gateway.samples.samples
         if run.returncode != 0 or len(samples) != 2:
             return f"| {cli} | {api} | failed: exit {run.returncode}, {len(samples)} requests | | |"

@@ -34,6 +34,7 @@ import msgspec
 
 from gateway.metrics import Metrics
 from gateway.relay import AttemptLog, ProxyRequest
+from gateway.relay.outbound import omitted_tools
 from gateway.routing.apis import upstream_api
 from gateway.samples import Endpoint, Sample
 from gateway.types import Clock
@@ -89,6 +90,12 @@ class AccessRecord:
         if self.log is None or self.log.winner is None:
             return None
         return upstream_api(self.log.winner.deployment, self.endpoint)
+
+    def omitted_tools(self) -> list[str] | None:
+        """The built-in tools left out of the request the answering deployment was sent (None: none)."""
+        if self.request is None or self.log is None or self.log.winner is None:
+            return None
+        return list(omitted_tools(self.request, self.log.winner.deployment)) or None
 
     def overhead_s(self) -> float | None:
         """Client-seen time to the answer minus the time spent waiting on upstreams.
@@ -187,6 +194,7 @@ class AccessLog:
             "endpoint": record.endpoint,
             "api": record.endpoint,
             "upstream_api": record.upstream_api(),
+            "omitted_tools": record.omitted_tools(),
             "model": request.requested_model if request is not None else None,
             "stream": request.stream if request is not None else None,
             "status": record.status,

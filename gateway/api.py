@@ -44,7 +44,7 @@ from gateway.policies import AFFINITIES, Affinity
 from gateway.quality import expectation_of
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.relay.keepalive import FirstByteKeepAlive
-from gateway.relay.outbound import eligible
+from gateway.relay.outbound import eligible, omitted_tools
 from gateway.relay.replies import FullReply, Reply
 from gateway.responses_state import capture_for, kept_conversation, previous_owner
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
@@ -60,6 +60,8 @@ from gateway.upstream import forwardable_headers
 AFFINITY_HEADER_NAME = "x-gateway-affinity"
 """Request: ``off`` (or ``strict``/``auto``) for this request; response: what routing did with its session."""
 AFFINITY_HEADER = AFFINITY_HEADER_NAME.encode()
+OMITTED_TOOLS_HEADER = b"x-gateway-omitted-tools"
+"""The built-in tools left out of a translated request (``builtin_tools = "omit"``), comma-separated."""
 
 logger = logging.getLogger("gateway")
 
@@ -306,6 +308,8 @@ class ProxyEndpoint:
             reply = await _dispatch(runtime, request, plan, keeper, record)
             record.log = reply.log
             started = True
+            if reply.log.winner is not None and (omitted := omitted_tools(request, reply.log.winner.deployment)):
+                headers.append((OMITTED_TOOLS_HEADER, ",".join(omitted).encode()))
             if keeper is not None and keeper.started and isinstance(reply, FullReply):
                 # An upstream's whole error answer (a request fault), after the 200 went out: as an event.
                 watch.disarm()
@@ -401,9 +405,10 @@ class ProxyEndpoint:
                 previous_id = None
         preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         # Deployments reached by translation that cannot carry this request leave the pool; with none left, 400.
-        model, translations, refusal = eligible(model, self.endpoint, body)
-        if not model.deployments and refusal is not None:
-            raise refusal
+        able = eligible(model, self.endpoint, body)
+        model = able.model
+        if not model.deployments and able.refusal is not None:
+            raise able.refusal
         if previous_id is not None:
             pinned = await previous_owner(runtime, model, previous_id)
         deadlines = read_deadlines(scope["headers"])
@@ -434,7 +439,8 @@ class ProxyEndpoint:
             ttft_slo_s=deadlines.ttft_slo_s,
             session_key=session.key if session is not None else None,
             session_ttl_s=policy.session_ttl_s,
-            translations=translations,
+            translations=able.translations,
+            omitted_tools=able.omitted_tools,
             expects=expects,
         )
         route_request = RouteRequest(

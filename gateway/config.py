@@ -45,6 +45,7 @@ from gateway.stats_config import split_address as split_address
 from gateway.toml_reader import MISSING, describe_value
 from gateway.toml_reader import ConfigError as ConfigError
 from gateway.toml_reader import TableReader as TableReader
+from gateway.translate.ir import BUILTIN_TOOLS, BuiltinTools
 
 PrefillFormat = Literal["plain", "prefix", "vllm"]
 PREFILL_FORMATS: tuple[PrefillFormat, ...] = ("plain", "prefix", "vllm")
@@ -211,6 +212,10 @@ class DeploymentConfig:
     translate: bool = True
     """Serve requests in the model's other APIs (chat, Responses, Messages) by translating them to one this
     deployment speaks (``gateway.translate``); its own ``translate``, else its model's, else true."""
+    builtin_tools: BuiltinTools = "refuse"
+    """A translated request offering a built-in tool this deployment's API cannot run (Responses' web search,
+    Messages' server tools): ``refuse`` it naming the tool, or ``omit`` the tool and serve the rest, saying so
+    (``x-gateway-omitted-tools``, the access log). Its own, else its model's, else ``refuse``."""
 
     def cost_usd(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
         """What ``prompt_tokens`` in (``cached_tokens`` of them from the prompt cache) and ``output_tokens``
@@ -395,7 +400,10 @@ def _parse_provider(table: TableReader) -> ProviderConfig:
 
 
 def _parse_deployment(
-    table: TableReader, providers: Mapping[str, ProviderConfig], translate: bool = True
+    table: TableReader,
+    providers: Mapping[str, ProviderConfig],
+    translate: bool = True,
+    builtin_tools: BuiltinTools = "refuse",
 ) -> DeploymentConfig:
     provider = table.text("provider")
     if provider not in providers:
@@ -413,6 +421,7 @@ def _parse_deployment(
         apis=_apis(table, providers[provider].apis),
         context_window=table.integer("context_window", None, minimum=1),
         translate=table.flag("translate", translate),
+        builtin_tools=table.choice("builtin_tools", BUILTIN_TOOLS, builtin_tools),
     )
     if table.has("prefill_format") and not deployment.continue_prefill:
         raise table.error("prefill_format", "only applies with continue_prefill = true")
@@ -428,10 +437,11 @@ def _parse_model(
     if policy not in policies:
         raise table.error("policy", f'unknown policy "{policy}" (known: {", ".join(policies)})')
     translate = table.flag("translate", True)
+    builtin_tools = table.choice("builtin_tools", BUILTIN_TOOLS, "refuse")
     deployment_tables = table.tables("deployments", required=True)
     if not deployment_tables:
         raise table.error("deployments", "expected at least one deployment")
-    deployments = tuple(_parse_deployment(t, providers, translate) for t in deployment_tables)
+    deployments = tuple(_parse_deployment(t, providers, translate, builtin_tools) for t in deployment_tables)
     names = [d.name for d in deployments]
     for index, deployment in enumerate(deployments):
         if names.index(deployment.name) != index:

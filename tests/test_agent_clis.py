@@ -75,12 +75,17 @@ def test_claude_code_runs_a_tool_through_the_gateway(
 def test_codex_runs_a_tool_through_the_gateway(
     fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
 ) -> None:
+    # Codex unchanged (its web search and sub-agent tools on). A chat-only deployment gets the sub-agent
+    # namespace as flat functions, and, with the one gateway-side line (``builtin_tools = "omit"``), the request
+    # without the web search it cannot run, which the access log names.
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
     fake = fakes.start("a", AGENT)
-    gateway = start_gateway(
-        gateway_config([fake], provider_options={"a": {"apis": apis}}), environ={"GATEWAY_API_KEYS": KEY}
+    chat = apis == ["chat"]
+    config = gateway_config(
+        [fake], provider_options={"a": {"apis": apis}}, deployments={"a": {"builtin_tools": "omit"}} if chat else None
     )
-    run, last = run_codex(gateway.base_url, KEY, tmp_path, chat_only=apis == ["chat"])
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    run, last = run_codex(gateway.base_url, KEY, tmp_path)
     assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
     assert run.escapes == ()  # nothing but loopback was reached for
     assert last.startswith(RESULT_PREFIX) and "agent-round-trip" in last
@@ -89,6 +94,11 @@ def test_codex_runs_a_tool_through_the_gateway(
     assert len(sent) == 2 and "agent-round-trip" in json.dumps(sent[1])
     assert all(body is not None and body.get("store") in (False, None) and body["stream"] is True for body in sent)
     assert_measured(gateway, caplog, apis[0])
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
+    assert [line["omitted_tools"] for line in lines] == ([["web_search"]] * 2 if chat else [None, None])
+    if chat:
+        names = [t["function"]["name"] for t in sent[0]["tools"]]  # type: ignore[index]
+        assert "multi_agent_v1__spawn_agent" in names and "web_search" not in json.dumps(sent[0]["tools"])  # type: ignore[index]
 
 
 def test_claude_code_does_not_retry_a_wrong_key(
@@ -124,8 +134,8 @@ def test_codex_stops_at_once_on_a_model_it_cannot_get(
 def test_codex_stops_at_once_on_a_tool_a_chat_model_cannot_run(
     fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Codex as installed offers OpenAI's server-side web search and a ``namespace`` of sub-agent tools, which no
-    # chat provider runs: refused naming the tool, never dropped, and Codex does not re-send the 400.
+    # Codex as installed offers OpenAI's server-side web search, which no chat provider runs: by default refused
+    # naming the tool, never dropped, and Codex does not re-send the 400.
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
     fake = fakes.start("a", AGENT)
     gateway = start_gateway(
@@ -133,7 +143,7 @@ def test_codex_stops_at_once_on_a_tool_a_chat_model_cannot_run(
     )
     run, _ = run_codex(gateway.base_url, KEY, tmp_path)
     assert run.returncode != 0 and "untranslatable_field" in run.stderr
-    assert "cannot be translated to the Chat Completions API: the built-in tool" in run.stderr
+    assert "cannot be translated to the Chat Completions API: the built-in tool 'web_search'" in run.stderr
     assert access_paths(caplog) == [("responses", 400)] and not fake.app.state.recorded
 
 
@@ -149,13 +159,15 @@ def test_both_clis_read_through_keep_alives(
     fake = fakes.start("a", slow)
     policy = {"first_byte_keepalive_s": 0.2}
     options = {"a": {"apis": apis}}
+    deployments = {"a": {"builtin_tools": "omit"}} if apis == ["chat"] else None
     gateway = start_gateway(
-        gateway_config([fake], provider_options=options, policy=policy), environ={"GATEWAY_API_KEYS": KEY}
+        gateway_config([fake], provider_options=options, policy=policy, deployments=deployments),
+        environ={"GATEWAY_API_KEYS": KEY},
     )
     (tmp_path / "claude").mkdir()
     (tmp_path / "codex").mkdir()
     claude = run_claude(gateway.url, KEY, tmp_path / "claude")
-    codex, last = run_codex(gateway.base_url, KEY, tmp_path / "codex", chat_only=apis == ["chat"])
+    codex, last = run_codex(gateway.base_url, KEY, tmp_path / "codex")
     assert claude.returncode == 0 and json.loads(claude.stdout)["result"] == ANSWER, claude.stdout[-2000:]
     assert codex.returncode == 0 and "agent-round-trip" in last, codex.stdout[-2000:] + codex.stderr[-2000:]
     assert claude.escapes == codex.escapes == ()

@@ -206,7 +206,8 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
         (
             MINIMAL.replace('model = "llama-3.3-70b-versatile"', 'model = "x"\n  price = 1'),
             "config.toml: models[0].deployments[0].price: unknown key "
-            "(expected one of: apis, context_window, continue_prefill, model, name, prefill_format, price_cached_in,",
+            "(expected one of: apis, builtin_tools, context_window, continue_prefill, model, name, prefill_format, "
+            "price_cached_in,",
         ),
         (
             MINIMAL.replace('name = "groq"\n', 'name = "groq"\napi_key = "sk-123"\n', 1),

@@ -5,6 +5,8 @@ deployment's upstream id). To one reached by translation (``gateway.routing.apis
 deployment's API (``gateway.translate``): translated once per target API, when the request is admitted
 (``eligible``: what a target cannot carry makes that deployment ineligible for this request, and only
 when none is left is the request refused, naming the field), and sent with the deployment's ``model``.
+A deployment that allows it (``builtin_tools = "omit"``) is sent the request without the built-in tools
+it cannot run, when no deployment can take the request whole; the client is told which were left out.
 
 The one addition to a native body is the usage chunk of chat and completions streams: when the
 provider allows it (``stream_usage``, on by default) and the client did not ask, the gateway asks for
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -26,7 +29,7 @@ from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate
 from gateway.routing.apis import API_PATHS, reachable, translated_to, upstream_api
 from gateway.samples import Endpoint
-from gateway.translate import Api, Untranslatable, as_api, translate_request
+from gateway.translate import Api, Untranslatable, as_api, translate
 
 
 def client_asked_usage(request: ProxyRequest) -> bool:
@@ -44,30 +47,64 @@ def injects_usage(request: ProxyRequest, provider: ProviderConfig) -> bool:
     )
 
 
-def eligible(
-    model: ModelConfig, api: Endpoint, body: dict[str, Any]
-) -> tuple[ModelConfig, dict[str, dict[str, Any]], Untranslatable | None]:
+@dataclass(frozen=True, slots=True)
+class Eligible:
+    """The deployments that can take a request, what it is sent to each in, and why the others cannot."""
+
+    model: ModelConfig
+    translations: dict[str, dict[str, Any]]
+    """The body per translation (``translation_key``)."""
+    omitted_tools: dict[str, tuple[str, ...]]
+    """Per translation, the built-in tools left out of it (only where the deployment allows ``omit``)."""
+    refusal: Untranslatable | None
+    """What made a deployment ineligible (the client's 400 when none is left)."""
+
+
+def translation_key(target: Api, deployment: DeploymentConfig) -> str:
+    """Which of a request's translations ``deployment`` is sent: one per target API and built-in tool choice."""
+    return target if deployment.builtin_tools == "refuse" else f"{target}+{deployment.builtin_tools}"
+
+
+def eligible(model: ModelConfig, api: Endpoint, body: dict[str, Any]) -> Eligible:
     """The model's deployments that can take this request (natively, or translated), the translated bodies,
-    and the refusal that made the others ineligible (the client's 400 when none is left)."""
+    and the refusal that made the others ineligible.
+
+    A deployment that could take it only by leaving out a built-in tool (``builtin_tools = "omit"``) is kept
+    only when none can take it whole: a native deployment (or a translation that loses nothing) is preferred.
+    """
     translations: dict[str, dict[str, Any]] = {}
+    omitted: dict[str, tuple[str, ...]] = {}
     refusals: dict[str, Untranslatable] = {}
-    kept: list[DeploymentConfig] = []
+    whole: list[DeploymentConfig] = []
+    partial: list[DeploymentConfig] = []
     for deployment in reachable(model, api):
         target = translated_to(deployment, api)
         if target is None:
-            kept.append(deployment)
+            whole.append(deployment)
             continue
-        if target not in translations and target not in refusals:
+        key = translation_key(target, deployment)
+        if key not in translations and key not in refusals:
             try:
-                translations[target] = translate_request(body, as_api(api), target, "")
+                translation = translate(body, as_api(api), target, "", builtin_tools=deployment.builtin_tools)
             except Untranslatable as exc:
-                refusals[target] = exc
-        if target in translations:
-            kept.append(deployment)
+                refusals[key] = exc
+            else:
+                translations[key] = translation.body
+                if translation.omitted_tools:
+                    omitted[key] = translation.omitted_tools
+        if key in translations:
+            (partial if key in omitted else whole).append(deployment)
     refusal = next(iter(refusals.values()), None)
+    kept = whole or partial
     if len(kept) == len(model.deployments):
-        return model, translations, refusal
-    return dataclasses.replace(model, deployments=tuple(kept)), translations, refusal
+        return Eligible(model, translations, omitted, refusal)
+    return Eligible(dataclasses.replace(model, deployments=tuple(kept)), translations, omitted, refusal)
+
+
+def omitted_tools(request: ProxyRequest, deployment: DeploymentConfig) -> tuple[str, ...]:
+    """The built-in tools left out of the request ``deployment`` was sent (none for a native one)."""
+    target = translated_to(deployment, request.endpoint)
+    return () if target is None else request.omitted_tools.get(translation_key(target, deployment), ())
 
 
 def upstream_of(request: ProxyRequest, candidate: Candidate) -> Endpoint:
@@ -108,10 +145,12 @@ def encode_body(body: dict[str, Any]) -> bytes:
 
 
 def _translated(request: ProxyRequest, candidate: Candidate, target: Api) -> dict[str, Any]:
-    body = request.translations.get(target)
+    deployment = candidate.deployment
+    body = request.translations.get(translation_key(target, deployment))
     if body is None:
         # A request rebuilt on the way (a continuation): translated now, refused as any would be.
-        body = translate_request(request.body, as_api(request.endpoint), target, "")
+        builtin_tools = deployment.builtin_tools
+        body = translate(request.body, as_api(request.endpoint), target, "", builtin_tools=builtin_tools).body
     body = dict(body)
     body["model"] = candidate.deployment.model
     if target == "chat":

@@ -63,6 +63,8 @@ class ProxyRequest:
     translations: dict[str, dict[str, Any]] = field(default_factory=dict)
     """This very body translated to each API a deployment of the plan is reached in (``relay.outbound.eligible``);
     ``model`` is set per deployment. Empty for a request no deployment takes translated."""
+    omitted_tools: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per translation, the built-in tools left out of it (``relay.outbound.omitted_tools``)."""
     expects: Expectation = NOT_JUDGED
     """What the request asks of its answer (``gateway.quality``): its kind, and what its answers are judged by."""
 

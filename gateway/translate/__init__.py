@@ -12,22 +12,32 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.dialects.messages import anthropic_error
 from gateway.errors import describe_error_body
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses, responses_reply
-from gateway.translate.ir import TRANSLATABLE, Api, Conversation, Reply, Untranslatable, as_api
+from gateway.translate.ir import (
+    BUILTIN_TOOLS,
+    TRANSLATABLE,
+    Api,
+    BuiltinTools,
+    Conversation,
+    Reply,
+    Untranslatable,
+    as_api,
+)
 
 TITLES: dict[Api, str] = {"chat": "Chat Completions", "messages": "Messages", "responses": "Responses"}
 
 
-def read_request(api: Api, body: dict[str, Any]) -> Conversation:
+def read_request(api: Api, body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -> Conversation:
     if api == "chat":
-        return chat.read_request(body)
+        return chat.read_request(body)  # chat has no built-in tools
     if api == "messages":
-        return messages.read_request(body)
-    return responses.read_request(body)
+        return messages.read_request(body, builtin_tools)
+    return responses.read_request(body, builtin_tools)
 
 
 def write_request(api: Api, conversation: Conversation, model: str, *, stream_usage: bool = True) -> dict[str, Any]:
@@ -38,14 +48,38 @@ def write_request(api: Api, conversation: Conversation, model: str, *, stream_us
     return responses.write_request(conversation, model)
 
 
+@dataclass(frozen=True, slots=True)
+class Translation:
+    body: dict[str, Any]
+    """The request in the target API."""
+    omitted_tools: tuple[str, ...] = ()
+    """Built-in tools left out of it (``builtin_tools = "omit"``): the client is told (``x-gateway-omitted-tools``)."""
+
+
+def translate(
+    body: dict[str, Any],
+    source: Api,
+    target: Api,
+    model: str,
+    *,
+    stream_usage: bool = True,
+    builtin_tools: BuiltinTools = "refuse",
+) -> Translation:
+    """The ``target`` API's request for a ``source`` API's ``body``; ``Untranslatable`` names what it cannot carry.
+    Built-in tools the target cannot run are refused, or with ``builtin_tools="omit"`` left out and named."""
+    try:
+        conversation = read_request(source, body, builtin_tools)
+        written = write_request(target, conversation, model, stream_usage=stream_usage)
+    except Untranslatable as exc:
+        raise Untranslatable(exc.field_path, TITLES[target], exc.why) from None
+    return Translation(written, tuple(conversation.omitted_tools))
+
+
 def translate_request(
     body: dict[str, Any], source: Api, target: Api, model: str, *, stream_usage: bool = True
 ) -> dict[str, Any]:
-    """The ``target`` API's request for a ``source`` API's ``body``; ``Untranslatable`` names what it cannot carry."""
-    try:
-        return write_request(target, read_request(source, body), model, stream_usage=stream_usage)
-    except Untranslatable as exc:
-        raise Untranslatable(exc.field_path, TITLES[target], exc.why) from None
+    """``translate``'s body, every built-in tool refused."""
+    return translate(body, source, target, model, stream_usage=stream_usage).body
 
 
 def new_id(api: Api) -> str:
@@ -96,12 +130,16 @@ def translate_error(raw: bytes, status: int, target: Api) -> bytes:
 
 
 __all__ = [
+    "BUILTIN_TOOLS",
     "TITLES",
     "TRANSLATABLE",
     "Api",
+    "BuiltinTools",
+    "Translation",
     "Untranslatable",
     "as_api",
     "new_id",
+    "translate",
     "translate_error",
     "translate_reply",
     "translate_request",

@@ -32,6 +32,10 @@ def as_api(name: str) -> Api:
 
 StopReason = Literal["end", "length", "tool", "stop_sequence", "filter"]
 ToolMode = Literal["auto", "none", "required", "tool"]
+BuiltinTools = Literal["refuse", "omit"]
+BUILTIN_TOOLS: tuple[BuiltinTools, ...] = ("refuse", "omit")
+"""What a translation does with a built-in tool the target cannot run (web search, code interpreter, ...):
+refuse the request naming it (the default), or omit the tool and say so (``omitted_tools``)."""
 
 
 class Untranslatable(InvalidRequest):
@@ -193,6 +197,9 @@ class Conversation:
     reasoning: ReasoningAsk | None = None
     stream: bool = False
     prompt_cache_key: str | None = None
+    omitted_tools: list[str] = field(default_factory=list)
+    """Built-in tools the client offered that were left out (``builtin_tools = "omit"``), by name: the target
+    cannot run them, and the operator chose to serve the request without them rather than refuse it."""
 
 
 @dataclass(slots=True)

@@ -24,6 +24,7 @@ from gateway.translate.common import (
     refuse_unknown,
 )
 from gateway.translate.ir import (
+    BuiltinTools,
     Conversation,
     Image,
     Instruction,
@@ -86,7 +87,9 @@ DEFAULT_MAX_TOKENS = 4096
 # -- request: Messages → neutral -------------------------------------------------------------
 
 
-def read_request(body: dict[str, Any]) -> Conversation:
+def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -> Conversation:
+    """The request in the neutral shape; a server tool is refused, or with ``builtin_tools="omit"`` left out and
+    named in ``omitted_tools`` (a ``tool_choice`` naming it is still refused)."""
     refuse_unknown(body, _KNOWN, "other")
     _context_management(body.get("context_management"))
     conversation = Conversation(turns=[], stream=body.get("stream") is True)
@@ -128,7 +131,12 @@ def read_request(body: dict[str, Any]) -> Conversation:
         meta = as_dict(metadata, "metadata")
         refuse_unknown(meta, frozenset({"user_id"}), "other", "metadata.")
         conversation.user = opt_str(meta.get("user_id"), "metadata.user_id")
-    conversation.tools = [_read_tool(t, i) for i, t in enumerate(as_list(body.get("tools") or [], "tools"))]
+    for index, raw in enumerate(as_list(body.get("tools") or [], "tools")):
+        tool = as_dict(raw, f"tools[{index}]")
+        if tool.get("type") not in (None, "custom") and builtin_tools == "omit":
+            conversation.omitted_tools.append(str(tool.get("name") or tool.get("type")))
+        else:
+            conversation.tools.append(_read_tool(tool, index))
     choice = body.get("tool_choice")
     if choice is not None:
         spec = as_dict(choice, "tool_choice")
@@ -137,6 +145,10 @@ def read_request(body: dict[str, Any]) -> Conversation:
         if kind not in modes:
             raise Untranslatable("tool_choice.type", "other", f"tool choice {kind!r}")
         name = opt_str(spec.get("name"), "tool_choice.name") if kind == "tool" else None
+        if name in conversation.omitted_tools or (
+            kind == "any" and conversation.omitted_tools and not conversation.tools
+        ):
+            raise Untranslatable("tool_choice", "other", "it forces a server tool, which is omitted")
         conversation.tool_choice = ToolChoice(modes[kind], name)  # type: ignore[arg-type]
         disabled = spec.get("disable_parallel_tool_use")
         if disabled is not None:

@@ -1,10 +1,11 @@
 """OpenAI's Responses API in the neutral shape: a request read and written (answers: ``responses_reply``).
 
 Reading refuses the built-in tools (web search, file search, computer use, code interpreter, image
-generation, MCP, shell), files, item references, ``previous_response_id`` (the gateway expands it into
-the full input before translating), background mode and stored prompts. ``include`` asks for what a
-translated answer may lack: ``reasoning.encrypted_content`` comes back absent (no other provider makes
-one), which Codex accepts.
+generation, MCP, shell) unless the operator chose to omit them (``builtin_tools``), files, item
+references, ``previous_response_id`` (the gateway expands it into the full input before translating),
+background mode and stored prompts. ``include`` asks for what a translated answer may lack:
+``reasoning.encrypted_content`` comes back absent (no other provider makes one), which Codex accepts.
+``namespace`` tools are flattened (``gateway.translate.namespaces``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gateway.translate.common import (
     refuse_unknown,
 )
 from gateway.translate.ir import (
+    BuiltinTools,
     Conversation,
     Image,
     Instruction,
@@ -39,6 +41,7 @@ from gateway.translate.ir import (
     Turn,
     Untranslatable,
 )
+from gateway.translate.namespaces import flat_name, flat_names
 
 TARGET = "Responses"
 _KNOWN = frozenset(
@@ -75,7 +78,9 @@ _INCLUDES = frozenset({"reasoning.encrypted_content"})
 # -- request: Responses → neutral ------------------------------------------------------------
 
 
-def read_request(body: dict[str, Any]) -> Conversation:
+def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -> Conversation:
+    """The request in the neutral shape; a built-in tool is refused, or with ``builtin_tools="omit"`` left out
+    and named in ``omitted_tools``. Namespaced functions become flat ones (``gateway.translate.namespaces``)."""
     refuse_unknown(body, _KNOWN, "other")
     for name, allowed in (("truncation", (None, "disabled")), ("service_tier", (None, "auto", "default"))):
         if body.get(name) not in allowed:
@@ -87,16 +92,33 @@ def read_request(body: dict[str, Any]) -> Conversation:
     instructions = opt_str(body.get("instructions"), "instructions")
     if instructions:
         conversation.system.append(Instruction(instructions))
+    tools = as_list(body.get("tools") or [], "tools")
+    flat = flat_names(tools)
     items = body.get("input")
     if isinstance(items, str):
         conversation.turns.append(Turn("user", [Text(items)], plain=True))
     else:
-        _read_items(conversation, as_list(items if items is not None else [], "input"))
+        _read_items(conversation, as_list(items if items is not None else [], "input"), flat, tools)
     conversation.max_tokens = opt_int(body.get("max_output_tokens"), "max_output_tokens")
     conversation.temperature = opt_number(body.get("temperature"), "temperature")
     conversation.top_p = opt_number(body.get("top_p"), "top_p")
-    conversation.tools = [_read_tool(t, i) for i, t in enumerate(as_list(body.get("tools") or [], "tools"))]
+    for index, raw in enumerate(tools):
+        tool = as_dict(raw, f"tools[{index}]")
+        if tool.get("type") == "namespace":
+            conversation.tools.extend(_read_namespace(tool, index, flat))
+        elif tool.get("type") != "function" and builtin_tools == "omit":
+            conversation.omitted_tools.append(str(tool.get("type")))
+        else:
+            conversation.tools.append(_read_tool(tool, index))
     conversation.tool_choice = _read_choice(body.get("tool_choice"))
+    choice = conversation.tool_choice
+    if choice is not None and choice.mode == "tool" and all(t.name != choice.name for t in conversation.tools):
+        # A forced function named as the model calls it within its namespace: the one flat function of that name.
+        matches = [name for (_, function), name in flat.items() if function == choice.name]
+        if len(matches) == 1:
+            choice.name = matches[0]
+    if conversation.omitted_tools and not conversation.tools and _forces_a_tool(conversation.tool_choice):
+        raise Untranslatable("tool_choice", "other", "it requires a tool, and the only ones offered are omitted")
     conversation.parallel_tool_calls = opt_bool(body.get("parallel_tool_calls"), "parallel_tool_calls")
     text = body.get("text")
     if text is not None:
@@ -128,7 +150,13 @@ def _turn(conversation: Conversation, role: str) -> Turn:
     return turn
 
 
-def _read_items(conversation: Conversation, items: list[Any]) -> None:
+def _forces_a_tool(choice: ToolChoice | None) -> bool:
+    return choice is not None and choice.mode in ("required", "tool")
+
+
+def _read_items(
+    conversation: Conversation, items: list[Any], flat: dict[tuple[str, str], str], tools: list[Any]
+) -> None:
     for index, raw in enumerate(items):
         path = f"input[{index}]"
         item = as_dict(raw, path)
@@ -156,10 +184,13 @@ def _read_items(conversation: Conversation, items: list[Any]) -> None:
             else:
                 raise Untranslatable(f"{path}.role", "other", f"role {role!r}")
         elif kind == "function_call":
+            name = as_str(item.get("name"), f"{path}.name")
+            namespace = opt_str(item.get("namespace"), f"{path}.namespace")
+            if namespace is not None:
+                taken = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "function"}
+                name = flat.get((namespace, name)) or flat_name(namespace, name, taken | set(flat.values()))
             call = ToolCall(
-                as_str(item.get("call_id"), f"{path}.call_id"),
-                as_str(item.get("name"), f"{path}.name"),
-                as_str(item.get("arguments"), f"{path}.arguments"),
+                as_str(item.get("call_id"), f"{path}.call_id"), name, as_str(item.get("arguments"), f"{path}.arguments")
             )
             _turn(conversation, "assistant").parts.append(call)
         elif kind == "function_call_output":
@@ -216,8 +247,23 @@ def read_content(content: Any, path: str) -> list[Part]:
     return parts
 
 
-def _read_tool(raw: Any, index: int) -> Tool:
+def _read_namespace(tool: dict[str, Any], index: int, flat: dict[tuple[str, str], str]) -> list[Tool]:
+    """A namespace's functions as flat tools; the namespace's description leads each function's own."""
     path = f"tools[{index}]"
+    namespace = as_str(tool.get("name"), f"{path}.name")
+    about = opt_str(tool.get("description"), f"{path}.description")
+    out = []
+    for inner, raw in enumerate(as_list(tool.get("tools") or [], f"{path}.tools")):
+        function = _read_tool(raw, inner, f"{path}.tools[{inner}]")
+        function.name = flat[(namespace, function.name)]
+        if about:
+            function.description = f"{about}\n\n{function.description}" if function.description else about
+        out.append(function)
+    return out
+
+
+def _read_tool(raw: Any, index: int, path: str = "") -> Tool:
+    path = path or f"tools[{index}]"
     tool = as_dict(raw, path)
     if tool.get("type") != "function":
         raise Untranslatable(f"{path}.type", "other", f"the built-in tool {tool.get('type')!r}")

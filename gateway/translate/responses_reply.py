@@ -18,6 +18,7 @@ from gateway.translate.ir import (
     ToolCall,
     Usage,
 )
+from gateway.translate.namespaces import split
 from gateway.translate.responses import read_content, read_texts
 
 
@@ -88,20 +89,14 @@ def incomplete_of(stop: StopReason) -> dict[str, Any] | None:
     return None
 
 
-def output_item(part: Part, item_id: str) -> dict[str, Any] | None:
-    """One answer part as a Responses output item (finished)."""
+def output_item(part: Part, item_id: str, request: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """One answer part as a Responses output item (finished); a call to a flattened namespaced function of the
+    client's ``request`` is written with its ``namespace`` and own name."""
     if isinstance(part, Text):
         content = [{"type": "output_text", "text": part.text, "annotations": [], "logprobs": []}]
         return {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": content}
     if isinstance(part, ToolCall):
-        return {
-            "id": item_id,
-            "type": "function_call",
-            "status": "completed",
-            "call_id": part.id,
-            "name": part.name,
-            "arguments": part.arguments,
-        }
+        return function_call(item_id, "completed", part.id, part.name, part.arguments, request or {})
     if isinstance(part, Reasoning):
         item: dict[str, Any] = {"id": item_id, "type": "reasoning", "summary": []}
         if part.text:
@@ -149,12 +144,24 @@ def response_object(
     }
 
 
+def function_call(
+    item_id: str, status: str, call_id: str, name: str, arguments: str, request: dict[str, Any]
+) -> dict[str, Any]:
+    """A ``function_call`` item; ``name`` as the upstream called it, unflattened if it is a namespaced function."""
+    own, namespace = split(name, request)
+    item = {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": own}
+    if namespace is not None:
+        item["namespace"] = namespace
+    item["arguments"] = arguments
+    return item
+
+
 def write_reply(reply: Reply, model: str, response_id: str, request: dict[str, Any]) -> dict[str, Any]:
     suffix = response_id.removeprefix("resp_")
     output = []
     for index, part in enumerate(_merged(reply.parts)):
         prefix = {Text: "msg", ToolCall: "fc", Reasoning: "rs"}.get(type(part), "item")
-        item = output_item(part, f"{prefix}_{suffix}_{index}")
+        item = output_item(part, f"{prefix}_{suffix}_{index}", request)
         if item is not None:
             output.append(item)
     status = "incomplete" if reply.stop in ("length", "filter") else "completed"

@@ -29,6 +29,7 @@ from gateway.translate.ir import (
     Usage,
     UsageSeen,
 )
+from gateway.translate.namespaces import split
 
 
 class _Item:
@@ -163,14 +164,7 @@ class ResponsesWriter:
         elif kind == "reasoning":
             added = {"id": item.id, "type": "reasoning", "summary": []}
         else:
-            added = {
-                "id": item.id,
-                "type": "function_call",
-                "status": "in_progress",
-                "call_id": call_id,
-                "name": name,
-                "arguments": "",
-            }
+            added = responses_reply.function_call(item.id, "in_progress", call_id, name, "", self.request)
         out += self._event({"type": "response.output_item.added", "output_index": item.index, "item": added})
         if kind == "message":
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
@@ -189,14 +183,7 @@ class ResponsesWriter:
             if item.encrypted is not None:
                 done["encrypted_content"] = item.encrypted
             return done
-        return {
-            "id": item.id,
-            "type": "function_call",
-            "status": "completed",
-            "call_id": item.call_id,
-            "name": item.name,
-            "arguments": item.text,
-        }
+        return responses_reply.function_call(item.id, "completed", item.call_id, item.name, item.text, self.request)
 
     def _close(self) -> bytes:
         item = self._open
@@ -214,7 +201,8 @@ class ResponsesWriter:
         elif item.kind == "reasoning" and item.text:
             out += self._event({"type": "response.reasoning_text.done", **where, "content_index": 0, "text": item.text})
         elif item.kind == "function_call":
-            done = {"type": "response.function_call_arguments.done", **where, "name": item.name, "arguments": item.text}
+            name = split(item.name, self.request)[0]
+            done = {"type": "response.function_call_arguments.done", **where, "name": name, "arguments": item.text}
             out += self._event(done)
         return out + self._event(
             {"type": "response.output_item.done", "output_index": item.index, "item": self._finished(item)}

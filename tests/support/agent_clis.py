@@ -145,24 +145,18 @@ def run_claude(base_url: str, api_key: str, tmp: Path, model: str = "m") -> CliR
     return run([*command, "--allowedTools", "Bash"], env, tmp)
 
 
-CHAT_ONLY_SETTINGS = 'web_search = "disabled"\n'
-CHAT_ONLY_FEATURES = "multi_agent = false\n"
-"""Codex's config for a model served only over chat: its two tools that no chat provider can run are turned off
-(OpenAI's server-side web search, and the ``namespace`` tool grouping the sub-agent tools), which the gateway
-would otherwise refuse naming them (docs/agents.md)."""
 SEALED = "[analytics]\nenabled = false\n[features]\nplugins = false\n"
 """Codex exports usage metrics to OpenAI (``ab.chatgpt.com``) and syncs OpenAI's curated plugin marketplace from
-github.com when it starts: both off, as Claude Code's telemetry and updater are. Ends in ``[features]``."""
+github.com when it starts: both off, as Claude Code's telemetry and updater are."""
 
 
-def run_codex(base_url: str, api_key: str, tmp: Path, model: str = "m", chat_only: bool = False) -> tuple[CliRun, str]:
-    """``codex exec`` with the gateway as a custom Responses provider; returns the run and its last message.
-    ``chat_only``: configured for a model whose deployments speak only chat (``CHAT_ONLY_SETTINGS``)."""
+def run_codex(base_url: str, api_key: str, tmp: Path, model: str = "m") -> tuple[CliRun, str]:
+    """``codex exec`` with the gateway as a custom Responses provider, in Codex's default configuration otherwise
+    (its web search and sub-agent tools on); returns the run and its last message."""
     codex_home = tmp / "codex-home"
     codex_home.mkdir()
     config = (
-        (CHAT_ONLY_SETTINGS if chat_only else "")
-        + f"model = {json.dumps(model)}\n"
+        f"model = {json.dumps(model)}\n"
         + 'model_provider = "gateway"\n'
         + "[model_providers.gateway]\n"
         + 'name = "gateway"\n'
@@ -170,7 +164,6 @@ def run_codex(base_url: str, api_key: str, tmp: Path, model: str = "m", chat_onl
         + 'env_key = "GATEWAY_KEY"\n'
         + 'wire_api = "responses"\n'
         + SEALED
-        + (CHAT_ONLY_FEATURES if chat_only else "")
     )
     (codex_home / "config.toml").write_text(config)
     last = tmp / "codex-last.txt"

@@ -1,0 +1,67 @@
+"""Responses ``namespace`` tools, flattened for APIs that have none, and unflattened on the way back.
+
+A Responses ``namespace`` tool groups function tools under a name (Codex offers its sub-agent tools as the
+namespace ``multi_agent_v1``); the model calls one as a ``function_call`` carrying both ``namespace`` and
+``name``. Chat and Messages have flat tool lists whose names must match ``^[a-zA-Z0-9_-]{1,64}$``, so each
+namespaced function becomes one flat function named ``<namespace>__<name>``. When that name is taken by a
+top-level function, too long, or not made of those characters, it becomes a safe prefix of it and a digest
+of the pair instead. The mapping depends only on the request's ``tools``, so it is the same every turn (the
+translated prefix stays byte-identical for the provider's prompt cache), and a call coming back under a
+flat name is written as the namespaced call the client offered (``split``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from gateway.translate.ir import Untranslatable
+
+SEPARATOR = "__"
+MAX_NAME = 64
+_VALID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_INVALID = re.compile(r"[^a-zA-Z0-9_-]")
+_DIGEST = 8
+
+
+def flat_names(tools: Any) -> dict[tuple[str, str], str]:
+    """(namespace, function name) → the flat name each namespaced function of a Responses ``tools`` list gets."""
+    if not isinstance(tools, list):
+        return {}
+    taken = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "function"}
+    names: dict[tuple[str, str], str] = {}
+    for tool in tools:
+        if not isinstance(tool, dict) or tool.get("type") != "namespace":
+            continue
+        namespace, inner = tool.get("name"), tool.get("tools")
+        if not isinstance(namespace, str) or not isinstance(inner, list):
+            continue
+        for function in inner:
+            name = function.get("name") if isinstance(function, dict) else None
+            if isinstance(name, str) and (namespace, name) not in names:
+                flat = flat_name(namespace, name, taken)
+                names[(namespace, name)] = flat
+                taken.add(flat)
+    return names
+
+
+def flat_name(namespace: str, name: str, taken: set[Any]) -> str:
+    """The flat name of ``namespace``'s function ``name``, distinct from every name in ``taken``."""
+    plain = f"{namespace}{SEPARATOR}{name}"
+    if _VALID.match(plain) and plain not in taken:
+        return plain
+    digest = hashlib.sha256(f"{namespace}\0{name}".encode()).hexdigest()[:_DIGEST]
+    flat = f"{_INVALID.sub('_', plain)[: MAX_NAME - _DIGEST - 1]}_{digest}"
+    if flat in taken:
+        raise Untranslatable("tools", "other", f"the namespaced function {namespace}.{name} has no free flat name")
+    return flat
+
+
+def split(name: str, request: dict[str, Any]) -> tuple[str, str | None]:
+    """A called function's (name, namespace) as the client offered it: the flat name of a namespaced function
+    unflattened, any other name as it is (namespace None)."""
+    for (namespace, function), flat in flat_names(request.get("tools")).items():
+        if flat == name:
+            return function, namespace
+    return name, None
