@@ -147,10 +147,10 @@ def test_malformed_tools_are_relayed_not_a_crash(fakes: Fakes, start_gateway: St
     a crash."""
     fake = fakes.start("a", FakeBehavior(output_tokens=4))
     gateway = start_gateway(gateway_config([fake]))
-    for tools in (5, "x"):
-        payload = body("chat", stream=False, tools=False, tools_value=tools)
+    for scalar in (5, "x"):
+        payload = body("chat", stream=False, tools=False, tools_value=scalar)
         response = httpx.post(gateway.base_url + "/chat/completions", json=payload, timeout=30)
-        assert response.status_code == 400 and response.json()["error"]["param"] == "tools", (tools, response.text)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "tools", (scalar, response.text)
     for tools in ([5, {"function": 3}], [{"type": "function", "function": {"name": "f", "parameters": 7}}]):
         payload = body("chat", stream=False, tools=False, tools_value=tools)
         response = httpx.post(gateway.base_url + "/chat/completions", json=payload, timeout=30)
