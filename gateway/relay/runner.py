@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -38,7 +39,7 @@ from gateway.meter import Reading, StreamMeter, read_full_reply
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.outbound import upstream_body
-from gateway.relay.queue import SlotQueue
+from gateway.relay.queue import SlotQueue, slot_key
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate, Router
@@ -47,6 +48,13 @@ from gateway.session_bindings import SessionBindings
 from gateway.tokens import TokenCounter
 from gateway.types import Clock, QueueOutcome
 from gateway.upstream import MAX_ERROR_BODY, AttemptTimeouts, UpstreamPool
+
+logger = logging.getLogger("gateway")
+
+
+def _slots(full: Sequence[Candidate]) -> list[str]:
+    """What a request whose every candidate is full waits for: each one's deployment, or its provider's ceiling."""
+    return [name for c in full for name in (slot_key((c.model, c.name)), c.provider.name)]
 
 
 class AttemptRunner:
@@ -140,7 +148,7 @@ class AttemptRunner:
         while True:
             full: list[Candidate] = []
             for index, candidate in enumerate(candidates):
-                if seq is None and self.queue.contended(candidate.provider.name):
+                if seq is None and self.queue.contended(slot_key((candidate.model, candidate.name))):
                     full.append(candidate)  # others wait for this provider: no slot taken ahead of them
                     continue
                 tried = dataclasses.replace(candidate, reason="overflow") if full else candidate
@@ -159,21 +167,27 @@ class AttemptRunner:
             if entered is None:
                 if self.queue.depth(model) >= policy.queue_max_length:
                     self.events.queue_left(model, 0.0, "full")
-                    raise self._refusal(model, full, "capacity_queue_full", f"{policy.queue_max_length} already wait")
+                    refusal = self._refusal(
+                        model, full, "capacity_queue_full", f"{policy.queue_max_length} already wait"
+                    )
+                    logger.warning("request for model %s refused for capacity: %s", model, refusal)
+                    raise refusal
                 entered = now
                 self.events.queue_entered(model)
             left = min(entered + wait_bound, budget.deadline) - now
             reopens = self.router.capacity_reopens_in_s()
             try:
                 seq = await self.queue.wait(
-                    model, (c.provider.name for c in full), min(left, reopens) if reopens is not None else left, seq=seq
+                    model, _slots(full), min(left, reopens) if reopens is not None else left, seq=seq
                 )
             except TimeoutError:
                 if self.clock() - entered < wait_bound and budget.remaining_s() > 0:
                     continue  # a provider out of budget has reset: look again
                 self._left_queue(request, model, entered, "timeout")
                 waited = self.clock() - entered
-                raise self._refusal(model, full, "capacity_wait_timeout", f"waited {waited:.1f}s") from None
+                refusal = self._refusal(model, full, "capacity_wait_timeout", f"waited {waited:.1f}s")
+                logger.warning("request for model %s refused for capacity: %s", model, refusal)
+                raise refusal from None
             except asyncio.CancelledError:
                 self._left_queue(request, model, entered, "gone")
                 raise
@@ -188,7 +202,7 @@ class AttemptRunner:
 
     def _refusal(self, model: str, full: Sequence[Candidate], code: str, why: str) -> RateLimited:
         providers = list(dict.fromkeys(c.provider.name for c in full))
-        retry = self.queue.retry_after_s(model, providers)
+        retry = self.queue.retry_after_s(model, [slot_key((c.model, c.name)) for c in full])
         message = (
             f"every deployment of model '{model}' is at its concurrency limit ({', '.join(providers)}) and "
             f"no slot freed in time ({why}); retry after {retry}s"
@@ -339,7 +353,7 @@ class AttemptRunner:
         )
         self.router.attempt_finished(candidate, sample, retry_after_s, attempt.rate_limits)
         self.events.attempt_ended(candidate.model, candidate.name, candidate.provider.name)
-        self.queue.released(candidate.provider.name)
+        self.queue.released(slot_key((candidate.model, candidate.name)), candidate.provider.name)
         if outcome == "ok":
             self._cached(request, candidate, prompt, output or 0, reading.usage_cached_tokens, cost)
         request.trace.samples.append(sample)
