@@ -80,3 +80,21 @@ def test_a_retry_after_on_model_a_leaves_model_b_unaffected(fakes: Fakes, start_
     assert answered.status_code == 200 and answered.headers["x-gateway-provider"] == "shared" and took < 2.0
     assert again.status_code == 429  # model a's own block stands: 30 s, as its provider asked
     assert shared.app.state.requests == 2  # a's second request was never sent
+
+
+def test_a_lone_deployments_first_429_is_retried_whatever_another_model_was_told(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    """Failover Bench's S01 after an earlier scenario on the same provider: nothing measured, one deployment."""
+    shared = fakes.start("shared")
+    gateway = start_gateway(two_models(shared))
+    with httpx.Client(base_url=gateway.url, timeout=20) as client:
+        # (its client's deadline is shorter than the wait: model a's request is not retried)
+        limited = body("a", status=429, retry_after="30")
+        earlier = client.post("/v1/chat/completions", json=limited, headers={"x-request-timeout": "1"})
+        started = time.monotonic()
+        retried = client.post("/v1/chat/completions", json=body("b", status=429, retry_after="2", fail_first=2))
+        took = time.monotonic() - started
+    assert earlier.status_code == 429
+    assert retried.status_code == 200 and retried.headers["x-gateway-attempts"] == "2"
+    assert 1.9 <= took < 4.0  # its own Retry-After, not model a's 30 s
