@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,18 +58,10 @@ class ProxyRequest:
     session_key: str | None = None
     """The conversation this request continues (``gateway.sessions``): its answer binds it (None: no session)."""
     session_ttl_s: float = 300.0
+    probe: bool = False
+    """A background circuit probe (``gateway.relay.probe``): its samples go to the router and the events only."""
 
     @property
     def dialect(self) -> Dialect:
         """How this request's API reads streams and writes errors."""
         return dialect_for(self.endpoint)
-
-    def body_for(self, routed_model: str) -> bytes:
-        """The body as sent upstream: the client's fields untouched but for ``model``."""
-        body = dict(self.body)
-        body["model"] = routed_model
-        try:
-            return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        except UnicodeEncodeError:
-            # A lone surrogate ("\ud800" in the client's JSON) has no UTF-8 form: keep it escaped.
-            return json.dumps(body, separators=(",", ":")).encode()

@@ -361,7 +361,8 @@ class AttemptRunner:
             request.trace.answer_text = reading.answer_text
         if reading.provider_timings is not None:
             request.trace.provider_timings = reading.provider_timings
-        self.sink.record(sample)
+        if not request.probe:
+            self.sink.record(sample)  # a probe's one token says nothing of speed, and costs no client
         return sample
 
     def _cached(

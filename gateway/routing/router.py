@@ -233,6 +233,7 @@ class MeasuredRouter:
 
     def plan(self, request: RouteRequest) -> RoutePlan:
         model, preferences = request.model, request.preferences
+        self.state.asked[model.name] += 1
         ranking = self.rank(
             model,
             endpoint=request.endpoint,
