@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from gateway.fakes import FakeBehavior
+from gateway.relay.drain import LOSER_HOLD_MIN_S
+from gateway.routing.explore import COLD_RACE_WIDTH
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
@@ -60,3 +62,29 @@ def test_a_context_length_race_bills_one_attempt_on_the_larger_deployment(
         ("large", "ok"),
     ]
     assert line["cost_usd"] == line["attempt_costs"][1]["cost_usd"]  # one attempt billed
+
+
+def test_a_silent_cold_race_loser_frees_its_slot_within_a_bounded_hold(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    fast = fakes.start("fast", FakeBehavior(output_tokens=4))
+    silent = fakes.start("silent", FakeBehavior(hang_s=30))
+    gateway = start_gateway(gateway_config([fast, silent], base_policy={}))
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=BODY, timeout=10)
+    assert response.status_code == 200 and response.headers["x-gateway-provider"] == "fast"
+    assert silent.app.state.requests == 1  # it raced
+    router = gateway.runtime.router
+    # Not its 30 s first-token deadline: about LOSER_HOLD_MIN_S past a winner that answered in milliseconds.
+    wait_until(lambda: router.in_flight("m", "silent") == 0, timeout=3, what="the loser's slot freed")
+    held = gateway.metrics.registry.get_sample_value(
+        "gateway_race_loser_seconds_total", {"model": "m", "provider": "silent"}
+    )
+    assert held is not None and LOSER_HOLD_MIN_S * 0.9 <= held < 2.5
+
+
+def test_a_cold_race_is_at_most_three_wide(fakes: Fakes, start_gateway: StartGateway) -> None:
+    servers = [fakes.start(name, FakeBehavior(ttft_s=0.3, output_tokens=4)) for name in "abcde"]
+    gateway = start_gateway(gateway_config(servers, base_policy={}))
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=BODY, timeout=10)
+    assert response.status_code == 200
+    assert sum(server.app.state.requests for server in servers) == COLD_RACE_WIDTH
