@@ -32,7 +32,7 @@ PROMPT = "prompt-text-CANARY-5d2e"
 FIELDS = {
     "ts", "request_id", "endpoint", "model", "stream", "status", "outcome", "provider", "deployment", "attempts",
     "route", "ttft_s", "first_answer_s", "tokens_per_s", "input_tokens", "output_tokens", "cost_usd", "duration_s",
-    "overhead_s", "key", "team", "attempt_costs", "queue_wait_s",
+    "overhead_s", "key", "team", "attempt_costs", "queue_wait_s", "usage_source",
 }  # fmt: skip
 
 

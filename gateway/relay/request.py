@@ -29,6 +29,9 @@ class RequestTrace:
     said_tokens: int = 0
     """After a mid-stream recovery: the output tokens of the answer's earlier parts (pinned encoding), which
     the continuation's provider counted as prompt; the access log moves them back to the output."""
+    prompt_tokens_counted: int | None = None
+    """The prompt counted with the pinned tokenizer (``gateway.relay.prompt_count``), once an attempt without
+    usage needed it (None: not yet)."""
     queue_wait_s: float = 0.0
     """Time spent waiting for a free slot (every candidate full): in end-to-end, never in a first token."""
     queue_wait_before_sent_s: float = 0.0

@@ -39,6 +39,7 @@ from gateway.meter import Reading, StreamMeter, read_full_reply
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.outbound import upstream_body
+from gateway.relay.prompt_count import count_prompt
 from gateway.relay.queue import SlotQueue, slot_key
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
@@ -327,6 +328,8 @@ class AttemptRunner:
         cost = None
         # A hedge's loser was still billed for its prompt once the provider had started on it.
         if outcome == "ok" or output or (attempt.hedged and attempt.status is not None and attempt.status < 400):
+            if reading.usage_prompt_tokens is None:
+                prompt = self._counted_prompt(request)
             cost = deployment.cost_usd(prompt, output or 0, reading.usage_cached_tokens or 0)
         sample = Sample(
             model=request.requested_model,
@@ -364,6 +367,13 @@ class AttemptRunner:
         if not request.probe:
             self.sink.record(sample)  # a probe's one token says nothing of speed, and costs no client
         return sample
+
+    def _counted_prompt(self, request: ProxyRequest) -> int:
+        """The prompt by the pinned tokenizer, counted once per request (an attempt without usage is billed it)."""
+        trace = request.trace
+        if trace.prompt_tokens_counted is None:
+            trace.prompt_tokens_counted = count_prompt(request.body, self.counter)
+        return trace.prompt_tokens_counted
 
     def _cached(
         self,
