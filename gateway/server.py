@@ -29,8 +29,10 @@ from gateway.config import GatewayConfig
 from gateway.errors import HeadersTooLarge
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-GC_THRESHOLDS = (20_000, 50, 1_000)
-"""Allocations before a young collection, then young collections per middle one, middle per full."""
+GC_THRESHOLDS = (20_000, 10, 10)
+"""Allocations before a young collection, then young collections per middle one, middle per full (CPython's
+own 10 and 10: a full pass also waits until a quarter more objects survived since the last, so its cost stays
+in proportion to growth)."""
 
 
 class _HeadLimitedProtocol(HttpToolsProtocol):
@@ -118,8 +120,9 @@ def tune_garbage_collector() -> None:
     With a thousand streams open, CPython's default thresholds ran full collections over every
     stream's objects often enough to add ~10 ms to the gateway's TTFT p99 and ~140 ms to its
     end-to-end p99 (benchmarks/overhead.py, spread step, c=1000); with these, +3 ms and +25 ms.
-    The gateway makes few reference cycles, so young collections can be rarer without memory
-    growing (the soak in benchmarks/results/overhead-soak.md stays flat).
+    Only the young collections are rarer: the older generations keep CPython's ratios. A cycle that
+    outlives a young pass (one made while a request still runs) is then freed within ten more, not
+    after the thousand middle passes a full one used to wait for, which let cycles live for minutes.
     """
     gc.collect()
     gc.freeze()  # modules, config, the tokenizer: alive for good, never worth scanning again

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -31,7 +32,19 @@ async def run(args: argparse.Namespace) -> str:
                 timeline.events.append(
                     (wall, f"replica {index} logged {len(errors)} error lines, first: {errors[0][:160]}")
                 )
+        if any(not o.ok for o in outcomes):
+            kept = keep_logs(fleet.workdir)
+            timeline.events.append((wall, f"a request was lost: the replicas' and providers' logs kept in {kept}"))
         return report(outcomes, timeline, observed, marks, scraped, boards, command, wall, args.concurrency)
+
+
+def keep_logs(workdir: Path) -> Path:
+    """Copy the run's logs out of its temporary folder (deleted at the end) so a lost request's cause can be found."""
+    kept = Path(tempfile.gettempdir()) / f"soak-logs-{time.strftime('%Y%m%d-%H%M%S')}"
+    kept.mkdir(parents=True, exist_ok=True)
+    for log in workdir.glob("*.log"):
+        shutil.copy2(log, kept / log.name)
+    return kept
 
 
 def main() -> None:
