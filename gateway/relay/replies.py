@@ -31,6 +31,10 @@ from gateway.routing import Candidate
 from gateway.samples import Outcome
 
 logger = logging.getLogger("gateway")
+SEND_GRACE_S = 1.0
+"""How long past the request's total deadline a stream's relay may still be waiting on its client: the upstream's
+own total timeout (the same deadline) ends a stream still being read first; this one ends a client that stopped
+reading, whose sends block while the upstream stream and its slot are held."""
 FINISH_LINGER_S = 1.0
 """Once a ``finish_reason`` has arrived, how long to wait for the rest (a usage chunk, ``[DONE]``):
 a provider that keeps the connection open without ``[DONE]`` must not hold the client's stream
@@ -109,8 +113,30 @@ class StreamReply(Reply):
         self.request = request
         self.attempt = attempt
         self.untried = list(untried)
+        self._relaying = (attempt, request)
+        """The attempt being relayed now (a continuation's, after a recovery), and its request."""
 
     async def send_to(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
+        """Relay the stream, within the request's total deadline: a client that stops reading blocks the sends, and
+        past the deadline its upstream stream is closed and its slot freed (the attempt recorded as cancelled)."""
+        try:
+            async with asyncio.timeout(self.budget.remaining_s() + SEND_GRACE_S):
+                await self._send_all(send, extra_headers, watch)
+        except TimeoutError:
+            watch.disarm()
+            attempt, request = self._relaying
+            if not attempt.recorded:  # cut between its relay and its sample (its last bytes were being sent)
+                if attempt.response is not None:
+                    attempt.response.close()
+                reading = attempt.meter.finish(self.runner.counter) if attempt.meter is not None else Reading()
+                self.runner.record(request, attempt, "client_cancelled", reading)
+            logger.warning(
+                "request %s: the client stopped reading; its stream was cut at the request's total deadline "
+                "(total_timeout_s), the upstream stream closed and its slot freed",
+                self.request.request_id,
+            )
+
+    async def _send_all(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
         headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache"),
@@ -161,6 +187,7 @@ class StreamReply(Reply):
                 await send({"type": "http.response.body", "body": tail, "more_body": False})
                 return
             attempt, request = resumed
+            self._relaying = (attempt, request)
             forwarder = _forwarder(request, attempt, continuation=True, said_tokens=said_tokens)
             request.trace.said_tokens = said_tokens
 
