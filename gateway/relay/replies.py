@@ -161,6 +161,7 @@ class StreamReply(Reply):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             reading = attempt.meter.finish(runner.counter)
             outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading, request.dialect)
+            tail = runner.upstreams[attempt.candidate.provider.name].redact(tail)
             if outcome == "ok" and reading.malformed:
                 failed = attempt.candidate
                 runner.events.malformed_stream(request.requested_model, failed.name, failed.provider.name)
@@ -200,6 +201,8 @@ class StreamReply(Reply):
         """
         response, meter = attempt.response, attempt.meter
         assert response is not None and meter is not None
+        # Whole events only go out (``EventForwarder``): a key split across the upstream's reads is whole here.
+        redact = self.runner.upstreams[attempt.candidate.provider.name].redact
         try:
             if start is not None:
                 self.log.status = 200
@@ -207,7 +210,7 @@ class StreamReply(Reply):
             out = forwarder.feed(b"".join(attempt.held))
             attempt.held.clear()
             if out:
-                await send({"type": "http.response.body", "body": out, "more_body": True})
+                await send({"type": "http.response.body", "body": redact(out), "more_body": True})
                 if self.log.first_byte_at is None:
                     self.log.first_byte_at = self.log.clock()
             while not meter.done and forwarder.error is None:
@@ -224,12 +227,12 @@ class StreamReply(Reply):
                     meter.end_of_stream()
                     out = forwarder.flush()
                     if out:
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                        await send({"type": "http.response.body", "body": redact(out), "more_body": True})
                     break
                 meter.feed(chunk)
                 out = forwarder.feed(chunk)
                 if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    await send({"type": "http.response.body", "body": redact(out), "more_body": True})
         except UpstreamError as exc:
             return exc
         except asyncio.CancelledError:
