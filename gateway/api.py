@@ -328,12 +328,18 @@ class ProxyEndpoint:
     async def _prepare(
         self, scope: Scope, receive: Receive, runtime: GatewayRuntime, received_at: float, request_id: str
     ) -> tuple[ProxyRequest, RouteRequest, Ticket]:
-        limit = runtime.config.limits.max_header_bytes
-        size = header_bytes(scope["headers"])
-        if size > limit:
-            raise HeadersTooLarge(f"request headers of {size} bytes exceed the limit of {limit} bytes")
-        key = runtime.access.authenticate(scope)
-        raw = await read_request_body(scope, receive, runtime.config.server.max_body_bytes)
+        try:
+            limit = runtime.config.limits.max_header_bytes
+            size = header_bytes(scope["headers"])
+            if size > limit:
+                raise HeadersTooLarge(f"request headers of {size} bytes exceed the limit of {limit} bytes")
+            key = runtime.access.authenticate(scope)
+            raw = await read_request_body(scope, receive, runtime.config.server.max_body_bytes)
+        except GatewayError as exc:
+            # Answered before its body was read (a 401, a 413): the rest of the body may still be trickling in,
+            # and the connection would be held open while it does. The server closes it after this answer.
+            exc.headers["connection"] = "close"
+            raise
         body = parse_json_body(raw)
         requested, stream, max_tokens = _check_types(body, self.endpoint)
         names = {m.name for m in runtime.config.models}

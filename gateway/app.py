@@ -37,6 +37,7 @@ from gateway.auth import AdminKey, KeyRing, load_keys
 from gateway.bindings import LOOKUP_TIMEOUT_S, BindingStore, InMemoryBindingStore, RedisBindingStore
 from gateway.config import GatewayConfig, StatsConfig, resolve_secrets
 from gateway.dashboard import dashboard, root
+from gateway.descriptors import DescriptorWatch
 from gateway.dialects import dialect_for_path
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.events import EventFanout, GatewayEvents
@@ -260,6 +261,8 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
             if options.probe_interval_s is not None:
                 prober = CircuitProber(lambda: holder.current.dispatcher.runner, options.probe_interval_s)
                 prober.start()
+            descriptors = DescriptorWatch()
+            descriptors.start()
             loop = asyncio.get_running_loop()
             if options.reload_on_sighup:
                 loop.add_signal_handler(signal.SIGHUP, reloader.reload_in_background)
@@ -271,6 +274,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
                 await reloader.aclose()
                 if prober is not None:
                     await prober.aclose()
+                await descriptors.aclose()
                 await holder.current.aclose()
         finally:
             # Runs after in-flight requests have finished (or the shutdown grace ran out):

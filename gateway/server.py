@@ -26,6 +26,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config import GatewayConfig
+from gateway.descriptors import raise_open_file_limit
 from gateway.errors import HeadersTooLarge
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -134,6 +135,7 @@ def run(server: uvicorn.Server, sockets: list[socket.socket] | None = None) -> i
     bound listening sockets (a worker's, inherited from its supervisor) instead of binding one."""
     previous = {sig: signal.signal(sig, _stopped) for sig in _STOP_SIGNALS}
     tune_garbage_collector()
+    raise_open_file_limit()
     try:
         server.run(sockets=sockets)
     finally:
