@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import json
 import logging
 import re
@@ -24,11 +25,13 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.access import Ticket
 from gateway.accesslog import AccessRecord
+from gateway.auth import presented_key
 from gateway.bindings import Unavailable
 from gateway.config import ModelConfig, serving
 from gateway.deadlines import read_deadlines
 from gateway.dialects import CHAT, Dialect, dialect_for
 from gateway.errors import (
+    AuthenticationFailed,
     GatewayError,
     HeadersTooLarge,
     InvalidRequest,
@@ -509,6 +512,11 @@ async def metrics(request: Request) -> Response:
     """``GET /metrics``: Prometheus text (or OpenMetrics, if the scraper asks for it)."""
     registry: Metrics = request.app.state.metrics
     runtime = runtime_of(request.scope)
+    if runtime.metrics_key is not None:
+        presented = presented_key(request.scope["headers"])
+        if presented is None or not hmac.compare_digest(presented.encode(), runtime.metrics_key.encode()):
+            error = AuthenticationFailed("/metrics needs the metrics key (send 'Authorization: Bearer <key>')")
+            return Response(error.to_json(), status_code=401, media_type="application/json")
     runtime.observe_gauges(registry)
     await runtime.access.observe_budgets(registry.spend)
     # Rendering takes milliseconds with many series: off the loop, so streams keep flowing.

@@ -35,7 +35,7 @@ from gateway.access import USAGE_TAP, AccessControl, AccessState
 from gateway.accesslog import AccessLog
 from gateway.auth import AdminKey, KeyRing, load_keys
 from gateway.bindings import LOOKUP_TIMEOUT_S, BindingStore, InMemoryBindingStore, RedisBindingStore
-from gateway.config import GatewayConfig, StatsConfig, resolve_secrets
+from gateway.config import GatewayConfig, StatsConfig, resolve_metrics_key, resolve_secrets
 from gateway.dashboard import dashboard, root
 from gateway.descriptors import DescriptorWatch
 from gateway.dialects import dialect_for_path
@@ -166,6 +166,7 @@ async def build_runtime(
         traces=previous.traces if previous is not None else TraceStore(),
         owners=owners,
         sessions=sessions,
+        metrics_key=resolve_metrics_key(config, options.environ),
     )
 
 

@@ -434,6 +434,7 @@ class Metrics:
         capacity gauges, and a provider not seen before a closed circuit. Series of providers a
         reload removed stay: a counter must not vanish mid-life.
         """
+        self.spend.named = config.server.metrics_key_env is not None
         pairs = dict.fromkeys((m.name, d.provider) for m in config.models for d in m.deployments)
         self._providers = deployment_providers(config)
         for model, provider in pairs:

@@ -106,6 +106,9 @@ def uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_le
         access_log=False,
         log_level=log_level,
         timeout_keep_alive=KEEPALIVE_S,
+        # X-Forwarded-For is believed only from the proxies the config names (``[server] trusted_proxies``).
+        proxy_headers=bool(config.server.trusted_proxies),
+        forwarded_allow_ips=list(config.server.trusted_proxies),
         # uvicorn declares an int but only ever waits on it.
         timeout_graceful_shutdown=config.server.shutdown_grace_s,  # type: ignore[arg-type]
     )
