@@ -59,6 +59,10 @@ class Tally:
     output_events: list[float] = field(default_factory=list)
     """Arrival time of each event that carried output (answer, reasoning or a tool call), once per event."""
     _event_counted: bool = False
+    _standard_usage: bool = False
+    """Chat: a standard usage object was seen (Groq's own usage is then not read)."""
+    _groq_usage: Any = None
+    """Chat: Groq's own usage, as last seen (read at the end when no standard usage came)."""
 
     def answered(self, text: str, at: float) -> None:
         self.answer.append(text)
@@ -112,13 +116,19 @@ class Dialect(Protocol):
         """Read one event before the first output (called on the byte path, so cheap)."""
         ...
 
-    def tally(self, events: list[tuple[float, dict[str, Any] | None]]) -> Tally:
-        """Read every event of a finished stream (``None``: an event that was not a JSON object)."""
+    def tally(
+        self, events: list[tuple[float, dict[str, Any] | None]], into: Tally | None = None, final: bool = True
+    ) -> Tally:
+        """Read events of a stream (``None``: an event that was not a JSON object), in order, on from ``into`` (the
+        tally of the events before them; None: these are the first). ``final``: they are the last (what is read
+        from a stream's end, its timings, is read from them); else the stream goes on, and so will the read."""
         ...
 
-    def tally_array(self, array: bytes, times: list[float]) -> Tally | None:
-        """``tally`` of the events of a finished stream as one JSON array (``times[i]``: event i's arrival),
-        read without building their dicts; None when the dialect has no such read or an event does not fit it."""
+    def tally_array(
+        self, array: bytes, times: list[float], into: Tally | None = None, final: bool = True
+    ) -> Tally | None:
+        """``tally`` of events as one JSON array (``times[i]``: event i's arrival), read without building their
+        dicts; None (``into`` untouched) when the dialect has no such read or an event does not fit it."""
         ...
 
     def tally_body(self, body: dict[str, Any]) -> Tally:
