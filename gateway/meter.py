@@ -24,6 +24,7 @@ the same for all of them.
 from __future__ import annotations
 
 import functools
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -378,7 +379,13 @@ class StreamMeter:
     def _fold(self) -> None:
         """Read all but the last ``FOLD_KEEP`` kept chunks into the running tally, and let their bytes go."""
         older, self._events = self._events[:-FOLD_KEEP], self._events[-FOLD_KEEP:]
-        self._tally = self._read(older, self._tally, final=False)
+        tally = self._tally = self._read(older, self._tally, final=False)
+        # Held compactly until the finish: the text as one string (counted whole then, as it must be: a token
+        # may span two pieces), the output times as machine floats (8 bytes each, not a 32-byte object).
+        if len(tally.answer) > 1:
+            tally.answer = ["".join(tally.answer)]
+        if not isinstance(tally.output_events, array):
+            tally.output_events = array("d", tally.output_events)
 
     def _read(self, entries: list[tuple[float, bytes, bool]], into: Tally | None, final: bool) -> Tally:
         """The dialect's read of ``entries``, on from ``into``: typed over one array first; whatever it does not

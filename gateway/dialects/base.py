@@ -11,6 +11,7 @@ A dialect is stateless and shared: one instance per API (``gateway.dialects.dial
 
 from __future__ import annotations
 
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -56,7 +57,7 @@ class Tally:
     tool_calls: bool = False
     provider_timings: dict[str, Any] | None = None
     last_sequence: int | None = None
-    output_events: list[float] = field(default_factory=list)
+    output_events: MutableSequence[float] = field(default_factory=list)
     """Arrival time of each event that carried output (answer, reasoning or a tool call), once per event."""
     _event_counted: bool = False
     _standard_usage: bool = False
