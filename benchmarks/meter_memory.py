@@ -16,7 +16,8 @@ from gateway.tokens import load_token_counter
 
 counter = load_token_counter("o200k_base")
 piece = bytearray(
-    b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}\n\n'
+    b'data: {"id":"c","object":"chat.completion.chunk","model":"m",'
+    b'"choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}\n\n'
 )
 N = 200_000
 tracemalloc.start()
