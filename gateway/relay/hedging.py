@@ -122,7 +122,7 @@ async def race(
                 elif isinstance(error, ClientFault):
                     if _deployments_refusal(runner, attempt, error) and (pending or answered):
                         continue  # too long for it alone: a racer still running took the prompt
-                    budget.log.commit(attempt)
+                    runner.commit_refusal(budget, attempt)
                     raise error
                 else:
                     raise error
@@ -131,7 +131,7 @@ async def race(
                 if refused is not None:
                     for late in answered:
                         runner.abandon(request, late)
-                    budget.log.commit(refused[0])
+                    runner.commit_refusal(budget, refused[0])
                     raise refused[1]
             if answered:
                 answered.sort(key=first_output_at)

@@ -276,6 +276,13 @@ class AttemptRunner:
         candidate = attempt.candidate
         self.events.committed(request.requested_model, candidate.name, candidate.provider.name, budget.log.route)
 
+    def commit_refusal(self, budget: AttemptBudget, attempt: Attempt) -> None:
+        """The client's answer is ``attempt``'s own 4xx, relayed as is (``ClientFault``): note it as the answer.
+
+        Its sample is already recorded (``open`` recorded it as a client error); no route is counted for it.
+        """
+        budget.log.commit(attempt)
+
     def finish_full(self, request: ProxyRequest, attempt: Attempt) -> None:
         """Measure and record a whole (non-streamed) answer; called once it has gone to the client."""
         reading = read_full_reply(attempt.body, self.counter, request.dialect)
