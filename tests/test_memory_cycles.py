@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import gc
+import types
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -79,3 +80,30 @@ def test_a_released_ticket_is_freed_by_reference_counting(collector_off: None) -
 
     contextvars.copy_context().run(admitted_and_released)  # the request's own context, dropped with it
     assert in_cycles() == {}
+
+
+def test_a_broken_stream_leaves_no_exception_cycle(
+    fakes: Fakes, start_gateway: StartGateway, collector_off: None
+) -> None:
+    """aiohttp keeps a broken response's error on its reader, whose frames the error's traceback keeps."""
+    broken = fakes.start("a", FakeBehavior(output_tokens=8, drop_after=3))
+    backup = fakes.start("b", FakeBehavior(output_tokens=8))
+    gateway = start_gateway(gateway_config([broken, backup], deployments={"b": {"continue_prefill": True}}))
+    body = {"model": "m", "messages": MESSAGES, "stream": True}
+    with httpx.Client(base_url=gateway.base_url, timeout=10) as client:
+        for _ in range(3):
+            assert client.post("/chat/completions", json=body).status_code == 200
+    wait_until(lambda: gateway.runtime.access.state.in_flight.total == 0, what="every ticket released")
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        errors = [type(t).__name__ for t in gc.garbage if isinstance(t, Exception)]
+        frames = [
+            t.f_code.co_filename
+            for t in gc.garbage
+            if isinstance(t, types.FrameType) and "/gateway/fakes/" not in t.f_code.co_filename
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert errors == [] and frames == []  # (the fake provider's own cancelled watchers aside)
