@@ -131,8 +131,9 @@ def report(
             f"{sum(not o.ok for o in during)} lost. Both replicas reported `degraded` on `/readyz` "
             + (f"from {min(degraded):.1f} s " if degraded else "")
             + (f"until {max(ready):.1f} s" if ready else "to the end")
-            + " (the stats store and the rate limiter each name Redis; the limiter fell back to per-replica "
-            "counting, the router kept routing on each replica's own recent samples). Samples were buffered "
+            + " (the stats store and the rate limiter each name Redis; each replica's limiter counted on its own "
+            "and pushed its counts when Redis returned, the router kept routing on each replica's own recent "
+            "samples). Samples were buffered "
             f"and flushed on reconnect: {total(scraped, 'gateway_stats_samples_dropped_total'):.0f} dropped. "
             "At the end both replicas read the same shared window:",
             "",
