@@ -19,9 +19,9 @@ round trip), so a key may pass its limit by what the other replicas admit for it
 In Redis each key's minutes are one hash apiece, ``<prefix>:ratelimit:{<key_id>}:<minute>``
 (fields ``r`` and ``t``), hash-tagged per key so that a Redis Cluster keeps a key's two minutes
 in one slot, and expiring two minutes after their last write. The client is the process's
-request-path one (``gateway.redis_client``): standalone, cluster or Sentinel alike. A
-reconciliation waits on Redis at most ``redis_request_timeout_s``. If Redis fails, the replica
-keeps counting on its own (each then enforces the limits alone, from what it knew), logs that once,
+background one (``gateway.redis_client``, the stats store's: nothing here is on a request's path),
+standalone, cluster or Sentinel alike, each call bounded by ``redis_timeout_s``. If Redis fails, the
+replica keeps counting on its own (each then enforces the limits alone, from what it knew), logs that once,
 tries Redis again after a jittered back-off (``redis_backoff_min_s`` … ``redis_backoff_max_s``), and
 pushes what it counted meanwhile when Redis is back.
 """
@@ -43,7 +43,6 @@ from gateway.redis_client import (
     Backoff,
     RedisClient,
     RedisConnections,
-    RequestCalls,
     describe_error,
 )
 from gateway.types import Clock
@@ -218,10 +217,11 @@ def ratelimit_key(prefix: str, key_id: str, window: int) -> str:
 class RedisRateLimiter:
     """Limits shared by every replica through Redis, counted here and reconciled in the background.
 
-    ``from_config(stats, redis)`` uses ``redis``'s request-path client and leaves closing it to its
-    owner; without ``redis`` it opens connections of its own and closes them in ``aclose``. ``local``
-    holds this replica's view (its own admissions and the others' as last read); ``start`` begins
-    the reconciliation every ``flush_interval_s``, ``sync`` runs one.
+    ``from_config(stats, redis)`` uses ``redis``'s background client (the stats store's pool and
+    timeouts: nothing here is on a request's path) and leaves closing it to its owner; without
+    ``redis`` it opens connections of its own and closes them in ``aclose``. ``fallback`` holds this
+    replica's view (its own admissions and the others' as last read); ``start`` begins the
+    reconciliation every ``flush_interval_s``, ``sync`` runs one.
     """
 
     def __init__(
@@ -240,7 +240,6 @@ class RedisRateLimiter:
         self.fallback = fallback or InMemoryRateLimiter(wall_clock)
         """The local view every decision is made on (the name is the old one: it was the fallback)."""
         self.backoff = Backoff.from_config(stats)
-        self.calls = RequestCalls(stats)
         self._owned = owned
         self._reason: str | None = None
         self._pending: dict[tuple[str, int], list[int]] = {}
@@ -253,9 +252,9 @@ class RedisRateLimiter:
     def from_config(cls, stats: StatsConfig, redis: RedisConnections | None = None) -> RedisRateLimiter:
         """Raises ``ConfigError`` if it opens its own connections and a credential's variable is unset."""
         if redis is not None:
-            return cls(redis.requests(), stats)
+            return cls(redis.background(), stats)
         owned = RedisConnections(stats, os.environ)
-        return cls(owned.requests(), stats, owned=owned)
+        return cls(owned.background(), stats, owned=owned)
 
     def _key(self, key_id: str, window: int) -> str:
         return ratelimit_key(self.prefix, key_id, window)
@@ -303,14 +302,17 @@ class RedisRateLimiter:
 
     async def sync(self) -> None:
         """One reconciliation: push what this replica counted since the last, read the active keys' totals back."""
-        if not self.backoff.ready():
-            return
         current = int(self.wall_clock() // WINDOW_S)
+        if not self.backoff.ready():
+            self._pending = {slot: owed for slot, owed in self._pending.items() if slot[1] >= current - 1}
+            return
         self._active = {key: window for key, window in self._active.items() if window >= current - 1}
         keys = list(self._active)
-        pending, self._pending = self._pending, {}
+        # Minutes that no longer count are not pushed (nor kept through a long outage).
+        pending = {slot: owed for slot, owed in self._pending.items() if slot[1] >= current - 1}
+        self._pending = {}
         try:
-            replies = await self.calls.run(lambda: self._exchange(pending, keys, current))
+            replies = await self._exchange(pending, keys, current)  # bounded by the client's socket timeouts
         except Exception as exc:  # never fails a caller: the counts stay here, pushed at the next try
             # (Fail open on anything: redis-py's cluster client, mid-failover, can raise what is no RedisError.)
             self._failed(exc)
@@ -361,7 +363,6 @@ class RedisRateLimiter:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.sync()  # what this replica counted last still counts for the others
-        await self.calls.aclose()
         if self._owned is not None:
             await self._owned.aclose()
 
