@@ -236,15 +236,20 @@ class UpstreamClient:
             total=timeouts.total_s, sock_connect=timeouts.connect_s, sock_read=timeouts.read_s
         )
         name = self.provider.name
+        url = self.provider.base_url_for(api) + path
         try:
-            response = await self._session.request(
-                method,
-                self.provider.base_url_for(api) + path,
-                data=body,
-                headers=merged,
-                timeout=timeout,
-                allow_redirects=False,
-            )
+            try:
+                response = await self._session.request(
+                    method, url, data=body, headers=merged, timeout=timeout, allow_redirects=False
+                )
+            except aiohttp.ServerDisconnectedError:
+                # Closed before any byte of an answer: almost always a kept-alive connection the provider
+                # closed as it went idle, just as it was reused (the request was never read). Sent again
+                # once, at once, as HTTP allows for a request no response was started for (RFC 9110
+                # 9.2.2); a provider that really went away refuses the next connection.
+                response = await self._session.request(
+                    method, url, data=body, headers=merged, timeout=timeout, allow_redirects=False
+                )
         except TimeoutError as exc:
             raise UpstreamTimeout(f"{name}: upstream did not answer in time", provider=name) from exc
         except aiohttp.ClientError as exc:
