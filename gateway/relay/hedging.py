@@ -98,7 +98,8 @@ async def race(
                     hedges_left = 0
                 continue
             answered: list[Attempt] = []
-            for task in done:
+            # Answers first: a racer's context-length refusal that ended with another's answer is that racer's.
+            for task in sorted(done, key=lambda t: t.exception() is not None):
                 attempt = pending.pop(task)
                 error = task.exception()
                 if error is None:
