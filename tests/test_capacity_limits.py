@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from gateway.config import ProviderConfig
@@ -140,3 +142,14 @@ def test_a_budget_is_shared_only_when_the_counts_say_so() -> None:
     assert report(together, "a", 0, reset_s=20.0)
     assert not together.has_room(OPEN, ("b", "p"), 0, 0, 11.0)  # one budget: out for every model
     assert together.has_room(OPEN, ("b", "p"), 0, 0, 30.0)
+
+
+def test_reaching_the_floor_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    board = CapacityBoard()
+    with caplog.at_level(logging.WARNING, logger="gateway"):
+        for now in (1.0, 2.0, 3.0):  # three back-offs, each after the last: the limit stays at its floor
+            board.observe(
+                OPEN, KEY, ok=False, status=429, in_flight=1, limits=None, retry_after_s=None, sent_at=now, now=now
+            )
+    lines = [r.getMessage() for r in caplog.records if "floor" in r.getMessage()]
+    assert lines == ["deployment p of model m: concurrency limit backed off to its floor (4) after a 429"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -51,6 +52,8 @@ from gateway.types import Clock, QueueOutcome
 from gateway.upstream import MAX_ERROR_BODY, AttemptTimeouts, UpstreamPool
 
 logger = logging.getLogger("gateway")
+REFUSAL_LOG_S = 10.0
+"""A model's capacity refusals are logged at most this often (each line counts the ones in between)."""
 
 
 def _slots(full: Sequence[Candidate]) -> list[str]:
@@ -85,6 +88,8 @@ class AttemptRunner:
         self.rng = random.Random()
         """The retries' jitter."""
         self.queue = queue if queue is not None else SlotQueue(clock)
+        self._refusals: dict[str, tuple[float, int]] = {}
+        """Per model: when a capacity refusal was last logged, and how many were refused since."""
 
     # -- the lifecycle of one attempt -----------------------------------------------------------
 
@@ -171,7 +176,7 @@ class AttemptRunner:
                     refusal = self._refusal(
                         model, full, "capacity_queue_full", f"{policy.queue_max_length} already wait"
                     )
-                    logger.warning("request for model %s refused for capacity: %s", model, refusal)
+                    self._log_refusal(model, refusal)
                     raise refusal
                 entered = now
                 self.events.queue_entered(model)
@@ -187,11 +192,23 @@ class AttemptRunner:
                 self._left_queue(request, model, entered, "timeout")
                 waited = self.clock() - entered
                 refusal = self._refusal(model, full, "capacity_wait_timeout", f"waited {waited:.1f}s")
-                logger.warning("request for model %s refused for capacity: %s", model, refusal)
+                self._log_refusal(model, refusal)
                 raise refusal from None
             except asyncio.CancelledError:
                 self._left_queue(request, model, entered, "gone")
                 raise
+
+    def _log_refusal(self, model: str, refusal: RateLimited) -> None:
+        """Say why a request was refused for capacity: at once, then at most every ``REFUSAL_LOG_S`` per model
+        (with how many were refused meanwhile), so a burst is one line, not one per request."""
+        now = self.clock()
+        last, count = self._refusals.get(model, (-math.inf, 0))
+        if now - last < REFUSAL_LOG_S:
+            self._refusals[model] = (last, count + 1)
+            return
+        more = f" ({count} more refused in the last {now - last:.0f} s)" if count else ""
+        logger.warning("request for model %s refused for capacity: %s%s", model, refusal.message, more)
+        self._refusals[model] = (now, 0)
 
     def _left_queue(self, request: ProxyRequest, model: str, entered: float, outcome: QueueOutcome) -> None:
         waited = self.clock() - entered
