@@ -144,8 +144,8 @@ class ProviderConfig:
     base_url: str
     api_key_env: str | None = None
     max_concurrency: int | None = None
-    """A ceiling on requests in flight to this provider (None: none); below it the gateway learns the
-    provider's real limit from its refusals (``gateway.routing.capacity``)."""
+    """A ceiling on requests in flight to this provider, all its models together (None: none); below it the
+    gateway learns each deployment's real limit from its refusals (``gateway.routing.capacity``)."""
     headers: tuple[tuple[str, str], ...] = ()
     """Extra, non-secret headers sent with every upstream request (e.g. an org id)."""
     keepalive_s: float = DEFAULT_KEEPALIVE_S
