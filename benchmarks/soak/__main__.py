@@ -25,6 +25,12 @@ async def run(args: argparse.Namespace) -> str:
         )
         wall = time.monotonic() - started
         command = "python -m benchmarks.soak" + (" --quick" if args.quick else "")
+        defaults = {"requests": 24000, "concurrency": 240, "time_limit": 300.0, "outage": 4.0}
+        if not args.quick:
+            changed = [
+                f" --{k.replace('_', '-')} {getattr(args, k):g}" for k, v in defaults.items() if getattr(args, k) != v
+            ]
+            command += "".join(changed)
         for index in range(len(fleet.replicas)):
             log = (fleet.workdir / f"replica-{index}.log").read_text(errors="replace")
             errors = [line for line in log.splitlines() if " ERROR " in line or "Traceback" in line]

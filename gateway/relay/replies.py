@@ -115,6 +115,9 @@ class StreamReply(Reply):
         self.untried = list(untried)
         self._relaying = (attempt, request)
         """The attempt being relayed now (a continuation's, after a recovery), and its request."""
+        self._offered: list[str] = []
+        """The deployments a recovery could still ask, as the last break found them (for its log line)."""
+        self._continuable = False
 
     async def send_to(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
         """Relay the stream, within the request's total deadline: a client that stops reading blocks the sends, and
@@ -177,7 +180,9 @@ class StreamReply(Reply):
             said.append(reading.answer_text)
             resumed = None
             said_tokens = 0
-            if can_continue(self.request, reading):
+            self._offered = [c.name for c in self.untried]
+            self._continuable = can_continue(self.request, reading)
+            if self._continuable:
                 text = "".join(said)
                 partial = Partial(text, runner.counter.count(text))
                 said_tokens = partial.tokens
@@ -249,11 +254,21 @@ class StreamReply(Reply):
         name = failed.provider.name
         if resumed is None:
             events.stream_broke(model, failed.name, name, "failed")
+            # Why, for whoever reads this after a lost request: what was left to ask, and what the budget allowed.
+            budget = self.budget
+            tried = [f"{s.deployment} {s.outcome}" for s in self.request.trace.samples[-4:]]
             logger.warning(
-                "request %s: %s's stream ended mid-answer (%s) and no deployment could continue it",
+                "request %s: %s's stream ended mid-answer (%s) and no deployment could continue it "
+                "(%s; left to ask: %s; attempts %d of %d%s; the last attempts: %s)",
                 self.request.request_id,
                 name,
                 outcome,
+                "the answer could be continued" if self._continuable else "the answer cannot be continued",
+                ", ".join(self._offered) or "none",
+                budget.used,
+                budget.policy.max_attempts + budget.extra,
+                ", deadline passed" if budget.remaining_s() <= 0 else "",
+                ", ".join(tried) or "none",
             )
             return
         events.stream_broke(model, failed.name, name, "recovered")
