@@ -166,14 +166,26 @@ class Ticket:
                 self.state.spawn(self.state.limiter.adjust(self.key.key_id, self.window, delta))
         if self.hold is not None or self.tally.samples:
             self.state.spawn(self.state.spend.settle(self.spender, self.hold, list(self.tally.samples)))
-        self.tally.late = self._book_late
+        # Not a bound method of the ticket: the tally would then hold the ticket that holds it, a cycle per
+        # request that only the collector's rare full passes free.
+        self.tally.late = LateBooking(self.state, self.key, self.window, self.spender, self.hold)
 
-    def _book_late(self, sample: Sample) -> None:
-        """An attempt that ended after the request did: its tokens and its cost are booked on their own.
 
-        Settled against the request's hold again: the hold was released once (a store releases a hold only
-        while it is held), and its budgets are the ones the attempt's cost is booked to.
-        """
+@dataclass(frozen=True, slots=True)
+class LateBooking:
+    """Books an attempt that ended after its request was released (a race's drained loser) on its own.
+
+    Settled against the request's hold again: the hold was released once (a store releases a hold only
+    while it is held), and its budgets are the ones the attempt's cost is booked to.
+    """
+
+    state: AccessState
+    key: ClientKey
+    window: int
+    spender: Spender
+    hold: Hold | None
+
+    def __call__(self, sample: Sample) -> None:
         output = sample.billed_output_tokens
         if self.key.limits.tokens_per_minute and output:
             self.state.spawn(self.state.limiter.adjust(self.key.key_id, self.window, output))

@@ -180,11 +180,16 @@ class AccessLog:
         samples = request.trace.samples if request is not None else []
         winner = record.winner()
         costs = [s.cost_usd for s in samples if s.cost_usd is not None]
-        prompt = output = None
+        prompt = output = usage_source = None
         said = request.trace.said_tokens if request is not None else 0
         if winner is not None:
             prompt = winner.usage_prompt_tokens
-            prompt = prompt if prompt is not None else winner.prompt_tokens_estimate
+            # Where the split came from: the provider's usage, or the gateway's pinned tokenizer (no usage came, or
+            # a recovery's earlier parts were counted by it and moved from the continuation's prompt to the output).
+            usage_source = "provider" if prompt is not None and not said else "gateway_tokenizer"
+            if prompt is None:
+                counted = request.trace.prompt_tokens_counted if request is not None else None
+                prompt = counted if counted is not None else winner.prompt_tokens_estimate
             # After a recovery: the whole answer's tokens, the original prompt once (the prefill is output).
             prompt = max(0, prompt - said) if prompt is not None else None
             output = winner.output_tokens + said if winner.output_tokens is not None else None
@@ -210,6 +215,7 @@ class AccessLog:
             "tokens_per_s": _round(winner.tokens_per_s if winner else None, 2),
             "input_tokens": prompt,
             "output_tokens": output,
+            "usage_source": usage_source,
             "cost_usd": _round(sum(costs), 10) if costs else None,
             "key": record.key_name,
             "team": record.team,

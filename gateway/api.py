@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import json
 import logging
 import re
@@ -24,11 +25,13 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.access import Ticket
 from gateway.accesslog import AccessRecord
+from gateway.auth import presented_key
 from gateway.bindings import Unavailable
 from gateway.conversation_flow import expand
 from gateway.deadlines import read_deadlines
 from gateway.dialects import CHAT, Dialect, dialect_for
 from gateway.errors import (
+    AuthenticationFailed,
     GatewayError,
     HeadersTooLarge,
     InvalidRequest,
@@ -375,13 +378,19 @@ class ProxyEndpoint:
     async def _prepare(
         self, scope: Scope, receive: Receive, runtime: GatewayRuntime, received_at: float, request_id: str
     ) -> tuple[ProxyRequest, RouteRequest, Ticket]:
-        limit = runtime.config.limits.max_header_bytes
-        size = header_bytes(scope["headers"])
-        if size > limit:
-            raise HeadersTooLarge(f"request headers of {size} bytes exceed the limit of {limit} bytes")
-        key = runtime.access.authenticate(scope)
-        check_content_type(scope["headers"])
-        raw = await read_request_body(scope, receive, runtime.config.server.max_body_bytes)
+        try:
+            limit = runtime.config.limits.max_header_bytes
+            size = header_bytes(scope["headers"])
+            if size > limit:
+                raise HeadersTooLarge(f"request headers of {size} bytes exceed the limit of {limit} bytes")
+            key = runtime.access.authenticate(scope)
+            check_content_type(scope["headers"])
+            raw = await read_request_body(scope, receive, runtime.config.server.max_body_bytes)
+        except GatewayError as exc:
+            # Answered before its body was read (a 401, a 413): the rest of the body may still be trickling in,
+            # and the connection would be held open while it does. The server closes it after this answer.
+            exc.headers["connection"] = "close"
+            raise
         body = parse_json_body(raw)
         requested, stream, max_tokens = _check_types(body, self.endpoint)
         check_shape(body, self.endpoint)
@@ -576,6 +585,11 @@ async def metrics(request: Request) -> Response:
     """``GET /metrics``: Prometheus text (or OpenMetrics, if the scraper asks for it)."""
     registry: Metrics = request.app.state.metrics
     runtime = runtime_of(request.scope)
+    if runtime.metrics_key is not None:
+        presented = presented_key(request.scope["headers"])
+        if presented is None or not hmac.compare_digest(presented.encode(), runtime.metrics_key.encode()):
+            error = AuthenticationFailed("/metrics needs the metrics key (send 'Authorization: Bearer <key>')")
+            return Response(error.to_json(), status_code=401, media_type="application/json")
     runtime.observe_gauges(registry)
     await runtime.access.observe_budgets(registry.spend)
     # Rendering takes milliseconds with many series: off the loop, so streams keep flowing.

@@ -36,9 +36,10 @@ from gateway.accesslog import AccessLog
 from gateway.auth import AdminKey, KeyRing, load_keys
 from gateway.bindings import LOOKUP_TIMEOUT_S, BindingStore, InMemoryBindingStore, RedisBindingStore
 from gateway.canary import Canary
-from gateway.config import GatewayConfig, StatsConfig, resolve_secrets
+from gateway.config import GatewayConfig, StatsConfig, resolve_metrics_key, resolve_secrets
 from gateway.conversations import ConversationStore, InMemoryConversationStore, RedisConversationStore
 from gateway.dashboard import dashboard, root
+from gateway.descriptors import DescriptorWatch
 from gateway.dialects import dialect_for_path
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.events import EventFanout, GatewayEvents
@@ -176,6 +177,7 @@ async def build_runtime(
         owners=owners,
         sessions=sessions,
         conversations=conversations,
+        metrics_key=resolve_metrics_key(config, options.environ),
     )
 
 
@@ -294,6 +296,8 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
                     options.environ,
                 )
                 canary.start()
+            descriptors = DescriptorWatch()
+            descriptors.start()
             loop = asyncio.get_running_loop()
             if options.reload_on_sighup:
                 loop.add_signal_handler(signal.SIGHUP, reloader.reload_in_background)
@@ -307,6 +311,7 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
                     await prober.aclose()
                 if canary is not None:
                     await canary.aclose()
+                await descriptors.aclose()
                 await holder.current.aclose()
         finally:
             # Runs after in-flight requests have finished (or the shutdown grace ran out):

@@ -16,6 +16,7 @@ Unknown keys are errors: a typo must never be silently ignored. Usage::
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,6 +81,11 @@ class ServerConfig:
     workers: Workers = 1
     """Worker processes serving the port, each a full replica (``gateway.workers``); ``"auto"``: one
     per core available to the process. ``gateway serve --workers N`` overrides it."""
+    metrics_key_env: str | None = None
+    """The environment variable holding the key ``GET /metrics`` needs (``Authorization: Bearer``); None: /metrics
+    is open, and its spend and budget series carry no key or team names."""
+    trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")
+    """Addresses (or networks) whose ``X-Forwarded-For`` is believed as the client's address; () believes none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +162,8 @@ class ProviderConfig:
     base_url: str
     api_key_env: str | None = None
     max_concurrency: int | None = None
-    """A ceiling on requests in flight to this provider (None: none); below it the gateway learns the
-    provider's real limit from its refusals (``gateway.routing.capacity``)."""
+    """A ceiling on requests in flight to this provider, all its models together (None: none); below it the
+    gateway learns each deployment's real limit from its refusals (``gateway.routing.capacity``)."""
     headers: tuple[tuple[str, str], ...] = ()
     """Extra, non-secret headers sent with every upstream request (e.g. an org id)."""
     keepalive_s: float = DEFAULT_KEEPALIVE_S
@@ -317,13 +323,37 @@ def _parse_server(table: TableReader) -> ServerConfig:
         max_connections=table.integer("max_connections", default.max_connections, minimum=0),
         keepalive_timeout_s=table.number("keepalive_timeout_s", default.keepalive_timeout_s, positive=True),
         workers=_parse_workers(table),
+        metrics_key_env=table.text("metrics_key_env", None),
+        trusted_proxies=table.strings("trusted_proxies", default.trusted_proxies),
     )
+    for address in server.trusted_proxies:
+        if address != "*" and not _is_network(address):
+            raise table.error("trusted_proxies", f'expected IP addresses or networks (or "*"), got "{address}"')
     if server.port > 65535:
         raise table.error("port", f"expected a port number 0-65535, got {server.port}")
     if server.log_bodies and not server.access_log:
         raise table.error("log_bodies", "needs access_log = true (bodies are written to the access log)")
     table.finish()
     return server
+
+
+def _is_network(address: str) -> bool:
+    try:
+        ipaddress.ip_network(address, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+def resolve_metrics_key(config: GatewayConfig, environ: Mapping[str, str]) -> str | None:
+    """The key ``GET /metrics`` needs (``[server] metrics_key_env``); a named but unset variable is an error."""
+    name = config.server.metrics_key_env
+    if name is None:
+        return None
+    value = environ.get(name, "").strip()
+    if not value:
+        raise ConfigError(f"{config.source}: server.metrics_key_env: environment variable {name} is not set")
+    return value
 
 
 def _parse_workers(table: TableReader) -> Workers:

@@ -3,8 +3,14 @@
 The relay calls ``StreamMeter.feed`` with each chunk as it forwards it. On that hot path the
 meter only splits events and notes arrival times; it parses JSON only until the first chunk
 that carries output (so the relay knows the first token has come). Everything else (which
-events hold answer text, the token count, tokens per second) is worked out once, in
-``finish``, after the last byte has gone to the client.
+events hold answer text, the token count, tokens per second) is read in batches: every
+``FOLD_ENTRIES`` kept chunks, the older ones are read into a running ``Tally`` (answer text,
+usage, output times: what the finish needs) and their bytes let go, so a long stream holds its
+text, not its JSON; the last batch and the token count are worked out in ``finish``, after the
+last byte has gone to the client. A batch is read exactly as the whole stream was (one typed read
+of a JSON array, else over dicts), each dialect's read going on from where the last stopped, and
+what comes from a stream's end (timings, Groq's usage) read once, at the finish: the readings are
+the same whatever the batches.
 
 Definitions (DESIGN.md): TTFT runs from sending the upstream request to the first chunk that
 carries output (content, reasoning or a tool-call delta); tokens per second is answer tokens
@@ -18,9 +24,10 @@ the same for all of them.
 from __future__ import annotations
 
 import functools
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -76,6 +83,14 @@ class Reading:
     """The answer's tool calls, each with its name and its arguments as sent (what the validity check parses)."""
     stop: StopReason | None = None
     """Why the answer ended, in the shared vocabulary (None: the provider did not say)."""
+
+
+FOLD_ENTRIES = 256
+"""Kept chunks (or events) past which the older ones are read into the running tally and their bytes dropped:
+with one event a chunk, a few hundred events' JSON held at a time, not a 200k-token stream's 4 MB."""
+FOLD_KEEP = 8
+"""Chunks left unread at a fold: what a stream's end is read from (chat's timings: its last 3 events) is never
+folded before the finish."""
 
 
 def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
@@ -154,6 +169,7 @@ class StreamMeter:
         "_sent_at",
         "_splitter",
         "_events",
+        "_tally",
         "_dialect",
         "_ending",
         "first_output_at",
@@ -166,12 +182,17 @@ class StreamMeter:
         "received_bytes",
     )
 
+    fold_at: ClassVar[int] = FOLD_ENTRIES
+    """Kept chunks that trigger a fold (a class attribute: a test's subclass folds sooner, or never)."""
+
     def __init__(self, clock: Clock, sent_at: float, dialect: Dialect = CHAT) -> None:
         self._clock = clock
         self._sent_at = sent_at
         self._splitter = SSESplitter()
         self._events: list[tuple[float, bytes, bool]] = []
         """(arrival, bytes, whole chunk?): an event's data, or a chunk of whole events to split in ``finish``."""
+        self._tally: Tally | None = None
+        """What the chunks read so far said (``FOLD_ENTRIES``); None while none was."""
         self._dialect = dialect
         self._ending = _ending_event(dialect.done_data)
         """The ending event as providers send it (chat: ``data: [DONE]``), to find it at a chunk's end."""
@@ -253,6 +274,8 @@ class StreamMeter:
         self._events.append((now, chunk, True))
         if not self.finish_arrived and self._dialect.may_finish(chunk):
             self.finish_arrived = True
+        if len(self._events) >= self.fold_at:
+            self._fold()
 
     def _note(self, now: float, data: bytes) -> None:
         dialect = self._dialect
@@ -262,6 +285,8 @@ class StreamMeter:
         self._events.append((now, data, False))
         if not self.finish_arrived and dialect.may_finish(data):
             self.finish_arrived = True
+        if len(self._events) >= self.fold_at:
+            self._fold()
         ends = dialect.done_data is None and dialect.may_end(data)
         if self.first_output_at is not None and not ends:
             return
@@ -304,10 +329,10 @@ class StreamMeter:
     def ttft_s(self) -> float | None:
         return None if self.first_output_at is None else self.first_output_at - self._sent_at
 
-    def _timed_events(self) -> Iterator[tuple[float, bytes]]:
-        """Every event's data with its arrival, the chunks kept whole split now."""
+    def _timed_events(self, entries: list[tuple[float, bytes, bool]]) -> Iterator[tuple[float, bytes]]:
+        """Every event's data in ``entries`` with its arrival, the chunks kept whole split now."""
         done = self._dialect.done_data
-        for at, data, whole_chunk in self._events:
+        for at, data, whole_chunk in entries:
             if whole_chunk:
                 for piece in whole_events(data):
                     if piece != done:
@@ -315,7 +340,7 @@ class StreamMeter:
             else:
                 yield at, data
 
-    def _array(self) -> tuple[bytes, list[float]]:
+    def _array(self, entries: list[tuple[float, bytes, bool]]) -> tuple[bytes, list[float]]:
         """Every event's data in one JSON array, with each event's arrival; chunks kept whole joined, not split.
 
         The bytes are those ``_parse_all`` decodes. A run of chunks kept whole is joined at once
@@ -325,7 +350,7 @@ class StreamMeter:
         ``feed`` splits any that may.)
         """
         done = self._dialect.done_data
-        events = self._events
+        events = entries
         parts: list[bytes] = []
         times: list[float] = []
         start, end = 0, len(events)
@@ -358,19 +383,32 @@ class StreamMeter:
             start = stop
         return b"[" + b",".join(parts) + b"]", times
 
-    def finish(self, counter: TokenCounter) -> Reading:
-        """Work out the reading from everything seen. Call once, off the byte path.
+    def _fold(self) -> None:
+        """Read all but the last ``FOLD_KEEP`` kept chunks into the running tally, and let their bytes go."""
+        older, self._events = self._events[:-FOLD_KEEP], self._events[-FOLD_KEEP:]
+        tally = self._tally = self._read(older, self._tally, final=False)
+        # Held compactly until the finish: the text as one string (counted whole then, as it must be: a token
+        # may span two pieces), the output times as machine floats (8 bytes each, not a 32-byte object).
+        if len(tally.answer) > 1:
+            tally.answer = ["".join(tally.answer)]
+        if not isinstance(tally.output_events, array):
+            tally.output_events = array("d", tally.output_events)
 
-        The dialect's typed read of the events as one array comes first (no dict per event);
-        whatever it does not take (an event that is not JSON, or of a shape it does not read) is
-        read over dicts, as before.
-        """
-        array, times = self._array()
-        tally = self._dialect.tally_array(array, times)
+    def _read(self, entries: list[tuple[float, bytes, bool]], into: Tally | None, final: bool) -> Tally:
+        """The dialect's read of ``entries``, on from ``into``: typed over one array first; whatever it does not
+        take (an event that is not JSON, or of a shape it does not read) over dicts, as before."""
+        array, times = self._array(entries)
+        tally = self._dialect.tally_array(array, times, into, final)
         if tally is None:
-            timed = list(self._timed_events())
+            timed = list(self._timed_events(entries))
             parsed = _parse_all([data for _, data in timed])
-            tally = self._dialect.tally([(at, event) for (at, _), event in zip(timed, parsed, strict=True)])
+            pairs = [(at, event) for (at, _), event in zip(timed, parsed, strict=True)]
+            tally = self._dialect.tally(pairs, into, final)
+        return tally
+
+    def finish(self, counter: TokenCounter) -> Reading:
+        """Work out the reading from everything seen. Call once, off the byte path."""
+        tally = self._read(self._events, self._tally, final=True)
         if tally.response_id is None:
             tally.response_id = self.response_id
         return _reading(tally, counter, self._sent_at, self.done)

@@ -301,6 +301,18 @@ class Metrics:
         self.hedges = counter(
             "gateway_hedges_total", "Hedged attempts by result (won, lost)", [*_SAMPLE_LABELS, "result"], registry=r
         )
+        self.race_loser_seconds = counter(
+            "gateway_race_loser_seconds_total",
+            "Seconds race and hedge losers held their slots (cancelled or drained attempts beside the answer)",
+            _SAMPLE_LABELS,
+            registry=r,
+        )
+        self.race_loser_cost = counter(
+            "gateway_race_loser_cost_usd_total",
+            "What race and hedge losers cost (their prompts, and the tokens a drained loser read)",
+            _SAMPLE_LABELS,
+            registry=r,
+        )
         self.stream_breaks = counter(
             "gateway_stream_breaks_total",
             "Streams whose upstream failed after part of the answer reached the client, by what followed "
@@ -430,6 +442,7 @@ class Metrics:
         capacity gauges, and a provider not seen before a closed circuit. Series of providers a
         reload removed stay: a counter must not vanish mid-life.
         """
+        self.spend.named = config.server.metrics_key_env is not None
         pairs = dict.fromkeys((m.name, d.provider) for m in config.models for d in m.deployments)
         self._providers = deployment_providers(config)
         for model, provider in pairs:
@@ -443,6 +456,8 @@ class Metrics:
                 self._series(self.tokens, model, provider, kind)
             self._series(self.cost, model, provider)
             self._series(self.fallbacks, model, provider)
+            self._series(self.race_loser_seconds, model, provider)
+            self._series(self.race_loser_cost, model, provider)
             for hedge in HEDGE_RESULTS:
                 self._series(self.hedges, model, provider, hedge)
             for result in BREAK_RESULTS:
@@ -515,6 +530,11 @@ class Metrics:
             self._series(self.cost, *labels).inc(sample.cost_usd)
         if sample.validity is not None and sample.validity != "valid":
             self._series(self.invalid_answers, sample.model, sample.deployment, sample.validity).inc()
+        if sample.hedged and sample.outcome == "client_cancelled":
+            if sample.attempt_s is not None:
+                self._series(self.race_loser_seconds, *labels).inc(sample.attempt_s)
+            if sample.cost_usd:
+                self._series(self.race_loser_cost, *labels).inc(sample.cost_usd)
 
     # -- Hooks: the api and the relay --------------------------------------------------------
 

@@ -7,23 +7,35 @@ has no burst at minute boundaries the way fixed windows do, and is what one atom
 can check and increment in a single round trip. A request that would pass a limit is refused
 without being counted.
 
+Shared by replicas, a request never waits on Redis. Each replica decides on its own counters (what
+it admitted, plus what the others had admitted as of the last reconciliation) and reconciles in
+the background every ``flush_interval_s`` (as the stats do): one pipeline pushes what it admitted
+since, and reads back every active key's two minutes, the replicas' total. The error bound: a
+replica sees the others' admissions at most one reconciliation late (``flush_interval_s`` plus a
+round trip), so a key may pass its limit by what the other replicas admit for it in that time
+(``(replicas - 1) × rate × flush_interval_s``: a key at 10 requests/s on 4 replicas at the default
+0.2 s, about 6 requests); on one replica, never.
+
 In Redis each key's minutes are one hash apiece, ``<prefix>:ratelimit:{<key_id>}:<minute>``
 (fields ``r`` and ``t``), hash-tagged per key so that a Redis Cluster keeps a key's two minutes
-in one slot (the script reads both), and expiring two minutes after their last write. The client
-is the process's request-path one (``gateway.redis_client``): standalone, cluster or Sentinel alike.
-A request waits on Redis at most ``redis_request_timeout_s``. If Redis fails, the limiter fails
-open to its in-memory twin (each replica then enforces the limits on its own), logs that once,
-and tries Redis again after a jittered back-off (``redis_backoff_min_s`` … ``redis_backoff_max_s``).
+in one slot, and expiring two minutes after their last write. The client is the process's
+background one (``gateway.redis_client``, the stats store's: nothing here is on a request's path),
+standalone, cluster or Sentinel alike, each call bounded by ``redis_timeout_s``. If Redis fails, the
+replica keeps counting on its own (each then enforces the limits alone, from what it knew), logs that once,
+tries Redis again after a jittered back-off (``redis_backoff_min_s`` … ``redis_backoff_max_s``), and
+pushes what it counted meanwhile when Redis is back.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from gateway.config import StatsConfig
 from gateway.redis_client import (
@@ -31,7 +43,6 @@ from gateway.redis_client import (
     Backoff,
     RedisClient,
     RedisConnections,
-    RequestCalls,
     describe_error,
 )
 from gateway.types import Clock
@@ -178,6 +189,12 @@ class InMemoryRateLimiter:
         elif window == current - 1:
             c.previous_tokens = max(0, c.previous_tokens + tokens)
 
+    def replace(self, key_id: str, window: int, counts: Counts) -> None:
+        """Set ``key_id``'s minutes (``window`` and the one before) to ``counts``: the replicas' totals."""
+        c = self._counters(key_id, window)
+        c.previous_requests, c.current_requests = counts.previous_requests, counts.current_requests
+        c.previous_tokens, c.current_tokens = counts.previous_tokens, counts.current_tokens
+
     def degraded_reason(self) -> str | None:
         return None
 
@@ -188,27 +205,6 @@ class InMemoryRateLimiter:
         pass
 
 
-# KEYS: this minute's hash, the previous minute's hash.
-# ARGV: the previous minute's weight, tokens, rpm (0: none), tpm (0: none), ttl in seconds.
-_ACQUIRE = """
-local w = tonumber(ARGV[1])
-local tokens = tonumber(ARGV[2])
-local rpm = tonumber(ARGV[3])
-local tpm = tonumber(ARGV[4])
-local cur = redis.call('HMGET', KEYS[1], 'r', 't')
-local prev = redis.call('HMGET', KEYS[2], 'r', 't')
-local cr, ct = tonumber(cur[1]) or 0, tonumber(cur[2]) or 0
-local pr, pt = tonumber(prev[1]) or 0, tonumber(prev[2]) or 0
-local ok = 1
-if rpm > 0 and pr * w + cr + 1 > rpm then ok = 0 end
-if ok == 1 and tpm > 0 and pt * w + ct + tokens > tpm then ok = 0 end
-if ok == 1 then
-  redis.call('HINCRBY', KEYS[1], 'r', 1)
-  redis.call('HINCRBY', KEYS[1], 't', tokens)
-  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
-end
-return {ok, pr, cr, pt, ct}
-"""
 _TTL_S = 2 * WINDOW_S
 _FAILURES: tuple[type[BaseException], ...] = (*REDIS_ERRORS, TimeoutError)
 
@@ -219,12 +215,13 @@ def ratelimit_key(prefix: str, key_id: str, window: int) -> str:
 
 
 class RedisRateLimiter:
-    """Limits shared by every replica through Redis, failing open to ``fallback`` while Redis is down.
+    """Limits shared by every replica through Redis, counted here and reconciled in the background.
 
-    ``from_config(stats, redis)`` uses ``redis``'s request-path client and leaves closing it to its
-    owner; without ``redis`` it opens connections of its own and closes them in ``aclose``. A request
-    waits at most ``stats.redis_request_timeout_s`` on Redis, and after a failure Redis is skipped for
-    a back-off, so a dead Redis costs nothing per request.
+    ``from_config(stats, redis)`` uses ``redis``'s background client (the stats store's pool and
+    timeouts: nothing here is on a request's path) and leaves closing it to its owner; without
+    ``redis`` it opens connections of its own and closes them in ``aclose``. ``fallback`` holds this
+    replica's view (its own admissions and the others' as last read); ``start`` begins the
+    reconciliation every ``flush_interval_s``, ``sync`` runs one.
     """
 
     def __init__(
@@ -238,28 +235,29 @@ class RedisRateLimiter:
     ) -> None:
         self.client = client
         self.prefix = stats.key_prefix
-        self.timeout_s = stats.redis_request_timeout_s
+        self.interval_s = stats.flush_interval_s
         self.wall_clock = wall_clock
         self.fallback = fallback or InMemoryRateLimiter(wall_clock)
+        """The local view every decision is made on (the name is the old one: it was the fallback)."""
         self.backoff = Backoff.from_config(stats)
-        self.calls = RequestCalls(stats)
         self._owned = owned
-        self._script = client.register_script(_ACQUIRE)
         self._reason: str | None = None
+        self._pending: dict[tuple[str, int], list[int]] = {}
+        """(key, minute) → [requests, tokens] counted here and not yet pushed to Redis."""
+        self._active: dict[str, int] = {}
+        """Keys limited lately → the last minute they were used in: whose totals each reconciliation reads."""
+        self._task: asyncio.Task[None] | None = None
 
     @classmethod
     def from_config(cls, stats: StatsConfig, redis: RedisConnections | None = None) -> RedisRateLimiter:
         """Raises ``ConfigError`` if it opens its own connections and a credential's variable is unset."""
         if redis is not None:
-            return cls(redis.requests(), stats)
+            return cls(redis.background(), stats)
         owned = RedisConnections(stats, os.environ)
-        return cls(owned.requests(), stats, owned=owned)
+        return cls(owned.background(), stats, owned=owned)
 
     def _key(self, key_id: str, window: int) -> str:
         return ratelimit_key(self.prefix, key_id, window)
-
-    def _usable(self) -> bool:
-        return self.backoff.ready()
 
     def _failed(self, exc: BaseException) -> None:
         if self._reason is None:
@@ -278,30 +276,20 @@ class RedisRateLimiter:
             self._reason = None
         self.backoff.succeeded()
 
+    def _owe(self, key_id: str, window: int, requests: int, tokens: int) -> None:
+        owed = self._pending.get((key_id, window))
+        if owed is None:
+            owed = self._pending[(key_id, window)] = [0, 0]
+        owed[0] += requests
+        owed[1] += tokens
+
     async def acquire(self, key_id: str, tokens: int, rpm: int, tpm: int) -> RateDecision:
-        now = self.wall_clock()
-        window = int(now // WINDOW_S)
-        if not rpm and not tpm:
-            return RateDecision(True, window)
-        if not self._usable():
-            return await self.fallback.acquire(key_id, tokens, rpm, tpm)
-        keys = [self._key(key_id, window), self._key(key_id, window - 1)]
-        args: list[str | int] = [repr(_weight(now)), tokens, rpm, tpm, _TTL_S]
-        try:
-            ok, *raw = await self.calls.run(lambda: self._script(keys=keys, args=args))
-        except Exception as exc:
-            # Fail open on anything: redis-py's cluster client, mid-failover, can raise what is no
-            # RedisError (a connection another task disconnected under it), and a client's request
-            # must not fail because the limits' store did.
-            self._failed(exc)
-            return await self.fallback.acquire(key_id, tokens, rpm, tpm)
-        self._succeeded()
-        if ok:
-            return RateDecision(True, window)
-        counts = Counts(*(int(value) for value in raw))
-        limit, wait = decide(counts, tokens, rpm, tpm, now)
-        # Float rounding may differ from the script's by a hair; the script's refusal stands.
-        return RateDecision(False, window, limit or "requests", wait or 1.0)
+        decision = await self.fallback.acquire(key_id, tokens, rpm, tpm)
+        if rpm or tpm:
+            self._active[key_id] = decision.window
+            if decision.allowed:
+                self._owe(key_id, decision.window, 1, tokens)
+        return decision
 
     async def adjust(self, key_id: str, window: int, tokens: int) -> None:
         current = int(self.wall_clock() // WINDOW_S)
@@ -309,45 +297,81 @@ class RedisRateLimiter:
         target = current if tokens > 0 else window
         if tokens == 0 or target < current - 1:
             return
-        if not self._usable():
-            await self.fallback.adjust(key_id, window, tokens)
+        await self.fallback.adjust(key_id, window, tokens)
+        self._owe(key_id, target, 0, tokens)
+
+    async def sync(self) -> None:
+        """One reconciliation: push what this replica counted since the last, read the active keys' totals back."""
+        current = int(self.wall_clock() // WINDOW_S)
+        if not self.backoff.ready():
+            self._pending = {slot: owed for slot, owed in self._pending.items() if slot[1] >= current - 1}
             return
-        key = self._key(key_id, target)
-
-        async def correct() -> None:
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.hincrby(key, "t", tokens)
-                pipe.expire(key, _TTL_S)
-                await pipe.execute()
-
+        self._active = {key: window for key, window in self._active.items() if window >= current - 1}
+        keys = list(self._active)
+        # Minutes that no longer count are not pushed (nor kept through a long outage).
+        pending = {slot: owed for slot, owed in self._pending.items() if slot[1] >= current - 1}
+        self._pending = {}
         try:
-            await self.calls.run(correct)
-        except Exception as exc:  # as in acquire: never fails the caller
-            # (No after_failure here: closing the shared cluster client would cut the connections
-            # of every request using it; its next single command re-reads the topology anyway.)
+            replies = await self._exchange(pending, keys, current)  # bounded by the client's socket timeouts
+        except Exception as exc:  # never fails a caller: the counts stay here, pushed at the next try
+            # (Fail open on anything: redis-py's cluster client, mid-failover, can raise what is no RedisError.)
             self._failed(exc)
-            await self.fallback.adjust(key_id, window, tokens)
+            for (key_id, window), (requests, tokens) in pending.items():
+                self._owe(key_id, window, requests, tokens)
             return
         self._succeeded()
+        for index, key_id in enumerate(keys):
+            now_r, now_t = _pair(replies[2 * index])
+            before_r, before_t = _pair(replies[2 * index + 1])
+            # What was admitted here during the round trip is not in Redis yet: it stays counted.
+            late_now = self._pending.get((key_id, current), [0, 0])
+            late_before = self._pending.get((key_id, current - 1), [0, 0])
+            counts = Counts(
+                before_r + late_before[0], now_r + late_now[0], before_t + late_before[1], now_t + late_now[1]
+            )
+            self.fallback.replace(key_id, current, counts)
+
+    async def _exchange(self, pending: dict[tuple[str, int], list[int]], keys: list[str], current: int) -> list[Any]:
+        """One pipeline: the increments, then each key's two minutes (the reads' replies, in order)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for (key_id, window), (requests, tokens) in pending.items():
+                name = self._key(key_id, window)
+                pipe.hincrby(name, "r", requests)
+                pipe.hincrby(name, "t", tokens)
+                pipe.expire(name, _TTL_S)
+            for key_id in keys:
+                pipe.hmget(self._key(key_id, current), ["r", "t"])
+                pipe.hmget(self._key(key_id, current - 1), ["r", "t"])
+            replies = await pipe.execute()
+        return list(replies[3 * len(pending) :])
 
     def degraded_reason(self) -> str | None:
         return self._reason
 
     async def start(self) -> None:
-        """Load the script now (a cluster client first reads its topology, a Sentinel's finds the
-        master), so that the first request pays for none of it within its timeout. A failure here
-        only means the first request tries again."""
-        try:
-            await self.client.script_load(_ACQUIRE)
-        except Exception as exc:  # never fails start-up: requests fail open until Redis answers
-            logger.info(
-                "rate limits: Redis not ready at start (%s); the first request tries again", describe_error(exc)
-            )
+        """Begin reconciling in the background; never raises (a Redis not ready yet is tried again)."""
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            await self.sync()
 
     async def aclose(self) -> None:
-        await self.calls.aclose()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.sync()  # what this replica counted last still counts for the others
         if self._owned is not None:
             await self._owned.aclose()
+
+
+def _pair(reply: Any) -> tuple[int, int]:
+    """An ``HMGET r t`` reply as (requests, tokens); a missing hash or field is 0."""
+    values = [int(v) if v is not None else 0 for v in (reply or ())]
+    values += [0, 0]
+    return values[0], values[1]
 
 
 def open_rate_limiter(stats: StatsConfig, redis: RedisConnections | None = None) -> RateLimiter:

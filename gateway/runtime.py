@@ -85,6 +85,8 @@ class GatewayRuntime:
     owners: ResponseOwners = field(default_factory=ResponseOwners)
     """Which deployment created each response (Responses API), over the process-lived binding store."""
     sessions: SessionBindings = field(default_factory=SessionBindings)
+    metrics_key: str | None = None
+    """What ``GET /metrics`` needs (``[server] metrics_key_env``); None: it is open."""
     """Which deployment holds each session's prompt in cache, over the same store."""
     conversations: ConversationStore = field(
         default_factory=lambda: InMemoryConversationStore(DEFAULT_CONVERSATION_BYTES)

@@ -25,10 +25,13 @@ import uvicorn
 
 from gateway.config import GatewayConfig
 from gateway.connections import ConnectionLimits, guarded_protocol
+from gateway.descriptors import raise_open_file_limit
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-GC_THRESHOLDS = (20_000, 50, 1_000)
-"""Allocations before a young collection, then young collections per middle one, middle per full."""
+GC_THRESHOLDS = (20_000, 10, 10)
+"""Allocations before a young collection, then young collections per middle one, middle per full (CPython's
+own 10 and 10: a full pass also waits until a quarter more objects survived since the last, so its cost stays
+in proportion to growth)."""
 
 
 def header_limited_protocol(max_head_bytes: int) -> type[asyncio.Protocol]:
@@ -49,6 +52,9 @@ def uvicorn_config(app: Any, config: GatewayConfig, host: str, port: int, log_le
         log_level=log_level,
         # uvicorn declares an int but only ever passes it to call_later.
         timeout_keep_alive=config.server.keepalive_timeout_s,  # type: ignore[arg-type]
+        # X-Forwarded-For is believed only from the proxies the config names (``[server] trusted_proxies``).
+        proxy_headers=bool(config.server.trusted_proxies),
+        forwarded_allow_ips=list(config.server.trusted_proxies),
         # uvicorn declares an int but only ever waits on it.
         timeout_graceful_shutdown=config.server.shutdown_grace_s,  # type: ignore[arg-type]
     )
@@ -64,8 +70,9 @@ def tune_garbage_collector() -> None:
     With a thousand streams open, CPython's default thresholds ran full collections over every
     stream's objects often enough to add ~10 ms to the gateway's TTFT p99 and ~140 ms to its
     end-to-end p99 (benchmarks/overhead.py, spread step, c=1000); with these, +3 ms and +25 ms.
-    The gateway makes few reference cycles, so young collections can be rarer without memory
-    growing (the soak in benchmarks/results/overhead-soak.md stays flat).
+    Only the young collections are rarer: the older generations keep CPython's ratios. A cycle that
+    outlives a young pass (one made while a request still runs) is then freed within ten more, not
+    after the thousand middle passes a full one used to wait for, which let cycles live for minutes.
     """
     gc.collect()
     gc.freeze()  # modules, config, the tokenizer: alive for good, never worth scanning again
@@ -77,6 +84,7 @@ def run(server: uvicorn.Server, sockets: list[socket.socket] | None = None) -> i
     bound listening sockets (a worker's, inherited from its supervisor) instead of binding one."""
     previous = {sig: signal.signal(sig, _stopped) for sig in _STOP_SIGNALS}
     tune_garbage_collector()
+    raise_open_file_limit()
     try:
         server.run(sockets=sockets)
     finally:

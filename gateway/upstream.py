@@ -108,6 +108,7 @@ class UpstreamResponse:
                 status=self.status,
             ) from exc
         except aiohttp.ClientError as exc:
+            _shed_frames(exc)
             raise UpstreamUnavailable(
                 f"{self.provider}: {describe_transport_error(exc, mid_answer=True)}",
                 provider=self.provider,
@@ -141,6 +142,24 @@ class UpstreamResponse:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _shed_frames(exc: BaseException) -> None:
+    """Drop the tracebacks of an aiohttp error and of the errors it chains.
+
+    aiohttp keeps a broken response's error on its reader, and the error's traceback keeps the reader's
+    frames: a cycle per broken stream (about 2 MB per provider death, left to the collector's rare full
+    passes). Its message and type are all the gateway reads of it.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        error.__traceback__ = None
+        pending += [error.__cause__, error.__context__]
 
 
 class UpstreamClient:
@@ -220,21 +239,24 @@ class UpstreamClient:
             total=timeouts.total_s, sock_connect=timeouts.connect_s, sock_read=timeouts.read_s
         )
         name = self.provider.name
-        # aiohttp warns on a bytes body above 1 MiB (its copy would block the loop); a long agent
-        # session's history is that large: handed over as a file-like object, it is sent in pieces.
-        data = io.BytesIO(body) if body is not None and len(body) > LARGE_BODY_BYTES else body
+        url = self.provider.base_url_for(api) + path
         try:
-            response = await self._session.request(
-                method,
-                self.provider.base_url_for(api) + path,
-                data=data,
-                headers=merged,
-                timeout=timeout,
-                allow_redirects=False,
-            )
+            try:
+                response = await self._session.request(
+                    method, url, data=_sendable(body), headers=merged, timeout=timeout, allow_redirects=False
+                )
+            except aiohttp.ServerDisconnectedError:
+                # Closed before any byte of an answer: almost always a kept-alive connection the provider
+                # closed as it went idle, just as it was reused (the request was never read). Sent again
+                # once, at once, as HTTP allows for a request no response was started for (RFC 9110
+                # 9.2.2); a provider that really went away refuses the next connection.
+                response = await self._session.request(
+                    method, url, data=_sendable(body), headers=merged, timeout=timeout, allow_redirects=False
+                )
         except TimeoutError as exc:
             raise UpstreamTimeout(f"{name}: upstream did not answer in time", provider=name) from exc
         except aiohttp.ClientError as exc:
+            _shed_frames(exc)
             raise UpstreamUnavailable(
                 f"{name}: cannot reach upstream ({describe_transport_error(exc)})", provider=name
             ) from exc
@@ -312,3 +334,9 @@ __all__ = [
     "describe_transport_error",
     "forwardable_headers",
 ]
+
+
+def _sendable(body: bytes | None) -> bytes | io.BytesIO | None:
+    """aiohttp warns on a bytes body above 1 MiB (its copy would block the loop); a long agent session's
+    history is that large: handed over as a file-like object (a new one per send), it is sent in pieces."""
+    return io.BytesIO(body) if body is not None and len(body) > LARGE_BODY_BYTES else body

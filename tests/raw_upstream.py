@@ -7,7 +7,9 @@ Each accepted connection has its request read in full, then gets what the mode s
 
 - ``reset``: an RST (SO_LINGER 0) before any response byte;
 - ``silent``: nothing, the connection held open until ``stop``;
-- ``script``: the given bytes (status line, headers, part of a body), then an RST.
+- ``script``: the given bytes (status line, headers, part of a body), then an RST;
+- ``stale``: the given bytes (a whole keep-alive response), then the connection's next request is read
+  and the connection closed without an answer: a kept-alive connection the server closed as it was reused.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import struct
 import threading
 from typing import Literal
 
-Mode = Literal["reset", "silent", "script"]
+Mode = Literal["reset", "silent", "script", "stale"]
 
 
 class RawUpstream:
@@ -66,6 +68,15 @@ class RawUpstream:
             self.connections += 1
             if self.mode == "silent":
                 self._held.append(conn)
+                continue
+            if self.mode == "stale":
+                conn.sendall(self.script)
+                try:
+                    _read_request(conn)  # the reuse: read, and never answered
+                    self.connections += 1
+                except OSError:
+                    pass
+                conn.close()
                 continue
             if self.mode == "script":
                 conn.sendall(self.script)

@@ -33,7 +33,7 @@ FIELDS = {
     "ts", "request_id", "endpoint", "model", "stream", "status", "outcome", "provider", "deployment", "attempts",
     "route", "ttft_s", "first_answer_s", "tokens_per_s", "input_tokens", "output_tokens", "cost_usd", "duration_s",
     "overhead_s", "key", "team", "attempt_costs", "queue_wait_s", "api", "upstream_api", "validity",
-    "omitted_tools",
+    "omitted_tools", "usage_source",
 }  # fmt: skip
 
 

@@ -34,7 +34,8 @@ from tests.support.wait import wait_until
 
 KEY = "sk-gw-budgeted-0123456789"
 ADMIN = "sk-gw-admin-0123456789"
-ENVIRON = {"GATEWAY_ADMIN_KEY": ADMIN}
+ENVIRON = {"GATEWAY_ADMIN_KEY": ADMIN, "METRICS_KEY": "metrics-key-1"}
+SCRAPE = {"authorization": "Bearer metrics-key-1"}
 
 
 def keys_file(tmp_path: Path, body: str) -> str:
@@ -52,13 +53,17 @@ def config_for(
     policy: dict[str, Any] | None = None,
     deployments: dict[str, dict[str, Any]] | None = None,
     stats: dict[str, Any] | None = None,
+    named_metrics: bool = False,
 ) -> GatewayConfig:
+    """``named_metrics``: /metrics needs ``METRICS_KEY`` (``[server] metrics_key_env``), and names keys and teams."""
     options = {
         u.name: {"price_in": price_in, "price_out": price_out, **(deployments or {}).get(u.name, {})} for u in upstreams
     }
     extra: dict[str, Any] = {"auth": {"api_keys_file": keys}}
     if stats:
         extra["stats"] = stats
+    if named_metrics:
+        extra["server"] = {"metrics_key_env": "METRICS_KEY"}
     return gateway_config(upstreams, policy=policy, deployments=options, extra=extra)
 
 
@@ -84,7 +89,7 @@ def test_refused_exactly_when_the_next_reservation_no_longer_fits(
     fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path
 ) -> None:
     fake = fakes.start("p")
-    config = config_for([fake], keys_file(tmp_path, 'budget_usd = 0.01\nbudget_window = "day"'))
+    config = config_for([fake], keys_file(tmp_path, 'budget_usd = 0.01\nbudget_window = "day"'), named_metrics=True)
     gateway = start_gateway(config, ENVIRON)
     served = 0
     with sdk(gateway.base_url, KEY) as client:
@@ -119,8 +124,9 @@ def test_refused_exactly_when_the_next_reservation_no_longer_fits(
     assert document["total_usd"] == pytest.approx(spent, abs=1e-9)
     registry = gateway.metrics.registry
     assert registry.get_sample_value("gateway_budget_refusals_total", {"scope": "key", "name": "alice"}) == 1
-    # The budget gauges are read from the store at scrape time.
-    assert httpx.get(gateway.url + "/metrics").status_code == 200
+    # The budget gauges are read from the store at scrape time, by a scraper with the metrics key.
+    assert httpx.get(gateway.url + "/metrics").status_code == 401
+    assert httpx.get(gateway.url + "/metrics", headers=SCRAPE).status_code == 200
     labels = {"scope": "key", "name": "alice", "window": "day"}
     assert registry.get_sample_value("gateway_budget_limit_usd", labels) == 0.01
     assert registry.get_sample_value("gateway_budget_spent_usd", labels) == pytest.approx(spent, abs=1e-9)
@@ -317,7 +323,7 @@ def test_the_access_log_carries_each_attempts_cost(
     fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     a, b = fakes.start("a", FakeBehavior(status=503)), fakes.start("b")
-    gateway = start_gateway(config_for([a, b], keys_file(tmp_path, 'team = "search"')), ENVIRON)
+    gateway = start_gateway(config_for([a, b], keys_file(tmp_path, 'team = "search"'), named_metrics=True), ENVIRON)
     with caplog.at_level(logging.INFO, logger="gateway.access"):
         with sdk(gateway.base_url, KEY) as client:
             client.chat.completions.create(model="m", messages=MESSAGES)
@@ -429,3 +435,19 @@ def test_the_window_resets_at_the_time_the_refusal_states(fakes: Fakes, tmp_path
             assert client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=50).choices
     finally:
         servers.stop()
+
+
+def test_an_open_metrics_page_names_no_key_or_team(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path
+) -> None:
+    body = 'team = "search"\nbudget_usd = 5.0\nbudget_window = "day"'
+    gateway = start_gateway(config_for([fakes.start("a")], keys_file(tmp_path, body)), ENVIRON)
+    with sdk(gateway.base_url, KEY) as client:
+        client.chat.completions.create(model="m", messages=MESSAGES)
+    settled(gateway)
+    page = httpx.get(gateway.url + "/metrics")
+    assert page.status_code == 200  # no metrics_key_env: open
+    assert "alice" not in page.text and "search" not in page.text
+    registry = gateway.metrics.registry
+    labels = {"key": "", "team": "", "model": "m", "provider": "a"}
+    assert (registry.get_sample_value("gateway_spend_usd_total", labels) or 0) > 0  # by model and provider only

@@ -5,12 +5,14 @@ is learned from its refusals; and a provider that says it is out is left alone u
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 
 from gateway.fakes import FakeBehavior
 from tests.support.config import gateway_config
@@ -87,7 +89,10 @@ def test_a_full_provider_overflows_to_the_next_with_room(fakes: Fakes, start_gat
     assert first.app.state.requests == 1
 
 
-def test_the_bounds_answer_429_with_retry_after(fakes: Fakes, start_gateway: StartGateway) -> None:
+def test_the_bounds_answer_429_with_retry_after(
+    fakes: Fakes, start_gateway: StartGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gateway")
     fake = fakes.start("a")
     policy = {"queue_timeout_s": 0.3, "queue_max_length": 1}
     gateway = start_gateway(
@@ -118,6 +123,9 @@ def test_the_bounds_answer_429_with_retry_after(fakes: Fakes, start_gateway: Sta
     assert fake.app.state.requests == 1  # nothing past the ceiling reached the provider
     assert gauge(gateway, "gateway_queue_refusals_total", model="m", reason="timeout") == 1
     assert gauge(gateway, "gateway_queue_refusals_total", model="m", reason="full") == 2
+    # Said in the log, once for the burst (the next line, 10 s on, would count the others).
+    (line,) = [r.getMessage() for r in caplog.records if "refused for capacity" in r.getMessage()]
+    assert "every deployment of model 'm' is at its concurrency limit (a)" in line
 
 
 def test_a_client_that_hangs_up_while_queued_frees_its_place(fakes: Fakes, start_gateway: StartGateway) -> None:

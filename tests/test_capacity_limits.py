@@ -2,27 +2,30 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from gateway.config import ProviderConfig
 from gateway.relay.ratelimit_headers import parse_duration, read_rate_limits
-from gateway.routing.capacity import INITIAL_LIMIT, CapacityBoard, RateLimits
+from gateway.routing.capacity import BACKOFF_FLOOR, INITIAL_LIMIT, CapacityBoard, RateLimits
 
 OPEN = ProviderConfig(name="p", base_url="http://127.0.0.1:9/v1")
 CAPPED = ProviderConfig(name="q", base_url="http://127.0.0.1:9/v1", max_concurrency=8)
+KEY = ("m", "p")
 
 
 def test_a_ceiling_caps_the_limit_and_no_ceiling_starts_at_the_initial_limit() -> None:
     board = CapacityBoard()
-    assert board.of(CAPPED).allowed == 8
-    assert board.of(OPEN).allowed == int(INITIAL_LIMIT)
+    assert board.of(CAPPED, ("m", "q")).allowed == 8
+    assert board.of(OPEN, KEY).allowed == int(INITIAL_LIMIT)
     for _ in range(50):
-        board.of(CAPPED).succeeded(8)
-    assert board.of(CAPPED).allowed == 8  # a ceiling, whatever the answers say
+        board.of(CAPPED, ("m", "q")).succeeded(8)
+    assert board.of(CAPPED, ("m", "q")).allowed == 8  # a ceiling, whatever the answers say
 
 
 def test_growth_needs_the_limit_in_use() -> None:
-    limit = CapacityBoard().of(OPEN)
+    limit = CapacityBoard().of(OPEN, KEY)
     for _ in range(100):
         limit.succeeded(1)  # one at a time: nothing learned about 32 at once
     assert limit.allowed == int(INITIAL_LIMIT)
@@ -31,7 +34,7 @@ def test_growth_needs_the_limit_in_use() -> None:
 
 
 def test_a_refusal_backs_off_below_where_it_happened_once_per_round() -> None:
-    limit = CapacityBoard().of(OPEN)
+    limit = CapacityBoard().of(OPEN, KEY)
     limit.limit = 60
     limit.overloaded(41, sent_at=1.0, now=1.2)
     assert limit.allowed == 36  # just under the 40 it took, times 0.9
@@ -48,6 +51,7 @@ def test_a_provider_out_of_budget_is_blocked_until_its_reset() -> None:
     board = CapacityBoard()
     out = board.observe(
         OPEN,
+        KEY,
         ok=False,
         status=429,
         in_flight=3,
@@ -56,7 +60,7 @@ def test_a_provider_out_of_budget_is_blocked_until_its_reset() -> None:
         sent_at=9.9,
         now=10.0,
     )
-    limit = board.of(OPEN)
+    limit = board.of(OPEN, KEY)
     assert out and not limit.has_room(0, 12.4) and limit.has_room(0, 12.5)
     assert board.next_change(10.0) == 12.5
 
@@ -86,3 +90,66 @@ def test_rate_limit_headers() -> None:
 )
 def test_durations(text: str, seconds: float | None) -> None:
     assert parse_duration(text) == (pytest.approx(seconds) if seconds is not None else None)
+
+
+def test_limits_are_per_deployment_and_a_lone_refusal_stops_at_the_floor() -> None:
+    board = CapacityBoard()
+    for _ in range(3):
+        board.observe(
+            OPEN, ("a", "p"), ok=False, status=503, in_flight=1, limits=None, retry_after_s=None, sent_at=None, now=1.0
+        )
+    assert board.of(OPEN, ("a", "p")).allowed == int(BACKOFF_FLOOR)  # not 1: one in flight says nothing of load
+    assert board.of(OPEN, ("b", "p")).allowed == int(INITIAL_LIMIT)  # model b on the same provider: untouched
+    board.observe(
+        OPEN, ("a", "p"), ok=False, status=429, in_flight=1, limits=None, retry_after_s=30.0, sent_at=2.0, now=2.0
+    )
+    assert not board.has_room(OPEN, ("a", "p"), 0, 0, 3.0) and board.has_room(OPEN, ("b", "p"), 0, 0, 3.0)
+    assert board.provider_view(OPEN).allowed == int(BACKOFF_FLOOR + INITIAL_LIMIT)
+
+
+def test_a_provider_ceiling_bounds_its_models_together() -> None:
+    board = CapacityBoard()
+    assert board.has_room(CAPPED, ("a", "q"), 0, 7, 0.0) and not board.has_room(CAPPED, ("b", "q"), 0, 8, 0.0)
+
+
+def report(board: CapacityBoard, model: str, remaining: int, *, reset_s: float | None = None) -> bool:
+    limits = RateLimits(remaining_requests=remaining, reset_requests_s=reset_s)
+    return board.observe(
+        OPEN,
+        (model, "p"),
+        ok=remaining > 0,
+        status=None if remaining else 429,
+        in_flight=1,
+        limits=limits,
+        retry_after_s=None,
+        sent_at=None,
+        now=10.0,
+    )
+
+
+def test_a_budget_is_shared_only_when_the_counts_say_so() -> None:
+    apart = CapacityBoard()
+    for remaining in (99, 98, 97):  # each model counts its own requests: OpenAI's per-model budgets
+        report(apart, "a", remaining)
+        report(apart, "b", remaining)
+    assert report(apart, "a", 0, reset_s=20.0)
+    assert not apart.budget("p").shared and apart.has_room(OPEN, ("b", "p"), 0, 0, 11.0)
+
+    together = CapacityBoard()
+    for model, remaining in (("a", 99), ("b", 98), ("a", 97)):  # a's count fell by b's request too
+        report(together, model, remaining)
+    assert together.budget("p").shared
+    assert report(together, "a", 0, reset_s=20.0)
+    assert not together.has_room(OPEN, ("b", "p"), 0, 0, 11.0)  # one budget: out for every model
+    assert together.has_room(OPEN, ("b", "p"), 0, 0, 30.0)
+
+
+def test_reaching_the_floor_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    board = CapacityBoard()
+    with caplog.at_level(logging.WARNING, logger="gateway"):
+        for now in (1.0, 2.0, 3.0):  # three back-offs, each after the last: the limit stays at its floor
+            board.observe(
+                OPEN, KEY, ok=False, status=429, in_flight=1, limits=None, retry_after_s=None, sent_at=now, now=now
+            )
+    lines = [r.getMessage() for r in caplog.records if "floor" in r.getMessage()]
+    assert lines == ["deployment p of model m: concurrency limit backed off to its floor (4) after a 429"]

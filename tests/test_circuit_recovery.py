@@ -13,13 +13,15 @@ from collections.abc import Callable
 
 import httpx
 
+from gateway.app import AppOptions, create_app
 from gateway.fakes import FakeBehavior
 from gateway.policies import BUILTIN_POLICIES
-from gateway.routing.health import HealthBoard
+from gateway.routing.health import IDLE_PROBES, HealthBoard
 from tests.support.clients import MESSAGES
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
-from tests.support.gateway import Gateway
+from tests.support.gateway import Gateway, GatewayServers
+from tests.support.servers import ServerThread
 from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
@@ -105,3 +107,24 @@ def test_a_probe_that_fails_keeps_the_circuit_open(fakes: Fakes, start_gateway: 
         what="two probes, the last one's failure recorded",
     )
     assert circuits[("m", "a")].level >= 1  # each failed probe escalated the cool-down (up to its cap)
+
+
+def test_an_idle_open_circuit_is_probed_a_bounded_number_of_times(
+    fakes: Fakes, test_servers: list[ServerThread]
+) -> None:
+    down = fakes.start("a", FakeBehavior(status=503))
+    backup = fakes.start("b")
+    app = create_app(gateway_config([down, backup], policy=POLICY), AppOptions(environ={}, probe_interval_s=0.05))
+    gateway = GatewayServers(test_servers).serve(app)
+    state = gateway.runtime.router.state
+    circuits = state.health.circuits
+    while circuits.get(("m", "a")) is None or circuits[("m", "a")].state != "open":
+        provider_of(gateway)
+    asked = down.app.state.requests
+    # Nobody asks for model m now: a few probes, then none however long the circuit stays open.
+    skipped = state.idle_probes.skipped
+    wait_until(lambda: skipped.get(("m", "a"), 0) >= 20, timeout=10, what="ticks with the probe left out")
+    assert down.app.state.requests == asked + IDLE_PROBES
+    # Demand returns: probing starts again.
+    assert provider_of(gateway) == "b"
+    wait_until(lambda: down.app.state.requests > asked + IDLE_PROBES + 1, timeout=5, what="probes again")

@@ -16,8 +16,10 @@ import httpx
 import pytest
 
 from gateway.fakes import FakeBehavior
+from gateway.relay.prompt_count import count_prompt
 from gateway.samples import Sample
-from tests.routing_sim import ADMIN_KEY, Reply, Sim, SimProvider, Sims, sims_fixture  # noqa: F401 (the sims fixture)
+from gateway.tokens import load_token_counter
+from tests.routing_sim import ADMIN_KEY, MESSAGES, Reply, Sim, SimProvider, Sims, sims_fixture  # noqa: F401 (the sims fixture)
 from tests.support.wait import wait_until
 
 QUICK = FakeBehavior(ttft_s=0.01, output_tokens=6)
@@ -57,9 +59,9 @@ def test_a_late_first_token_is_hedged_and_the_hedge_wins(sims: Sims) -> None:
     assert (winner.deployment, winner.outcome, winner.hedged) == ("b", "ok", True)
     # The loser waited past the threshold without a token: that wait is its TTFT's lower bound.
     assert loser.ttft_s is not None and 0.1 <= loser.ttft_s < 1.5
-    # Its prompt was billed even though it was cancelled.
-    assert loser.prompt_tokens_estimate
-    assert loser.cost_usd == pytest.approx(loser.prompt_tokens_estimate * 2.0 / 1e6)
+    # Its prompt was billed even though it was cancelled: no usage came, so as the pinned tokenizer counts it.
+    counted = count_prompt({"messages": MESSAGES}, load_token_counter("o200k_base"))
+    assert loser.cost_usd == pytest.approx(counted * 2.0 / 1e6)
     assert ("hedge_started", "m", "a", "b") in sim.events.events
     assert ("hedge_won", "m", "b") in sim.events.events
     wait_until(lambda: sim.fakes["a"].app.state.cancelled == 1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from tests.redis_server import RedisServer
 from tests.redis_topologies import SENTINEL_ENVIRON
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway, GatewayServers
+from tests.support.wait import wait_until
 
 KEY = "sk-gw-limited-0123456789"
 
@@ -134,20 +137,26 @@ def test_limits_on_both_backends(limiter_factory: Callable[[Clock], RateLimiter]
     asyncio.run(scenario())
 
 
-def test_redis_failure_fails_open_and_logs_once(redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_redis_failure_keeps_counting_here_and_logs_once(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
     async def scenario() -> None:
         limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=redis_server.url))
         limiter.backoff.max_s = limiter.backoff.min_s = 1e-6  # try Redis again at once: its return is seen
         try:
             assert (await limiter.acquire("k", 1, 2, 0)).allowed
+            await limiter.sync()
             redis_server.stop()
-            # The local twin takes over with the same limits, counting from zero.
-            assert [(await limiter.acquire("k", 1, 2, 0)).allowed for _ in range(3)] == [True, True, False]
+            # The replica goes on with what it counted: one more fits under 2.
+            assert [(await limiter.acquire("k", 1, 2, 0)).allowed for _ in range(3)] == [True, False, False]
+            await limiter.sync()
             reason = limiter.degraded_reason()
             assert reason is not None and "Redis unreachable" in reason
             redis_server.start()
-            assert (await limiter.acquire("fresh", 1, 2, 0)).allowed
+            await limiter.sync()  # what was counted meanwhile is pushed to the (empty) Redis
             assert limiter.degraded_reason() is None
+            raw = await limiter.client.hget(limiter._key("k", int(limiter.wall_clock() // WINDOW_S)), "r")
+            assert raw is not None and int(raw) >= 1
         finally:
             await limiter.aclose()
 
@@ -200,12 +209,21 @@ def test_requests_per_minute_shared_by_replicas(
     replicas: Callable[..., tuple[FakeServer, list[Gateway]]], redis_server: RedisServer
 ) -> None:
     _, (first, second) = replicas(2, "requests_per_minute = 3", redis_server.url)
+
+    def reconcile() -> None:
+        """Each replica's background reconciliation, run now: pushed by both, then read by both."""
+        for gateway in (first, second, first, second):
+            limiter = gateway.runtime.access.state.limiter
+            assert isinstance(limiter, RedisRateLimiter)
+            gateway.server.call(limiter.sync())
+
     with (
         openai.OpenAI(base_url=first.base_url, api_key=KEY, max_retries=0) as one,
         openai.OpenAI(base_url=second.base_url, api_key=KEY, max_retries=0) as two,
     ):
         for client in (one, two, one):
             assert client.chat.completions.create(model="m", messages=MESSAGES).choices
+            reconcile()
         with pytest.raises(openai.RateLimitError) as refused:
             two.chat.completions.create(model="m", messages=MESSAGES)
     error = refused.value
@@ -223,8 +241,10 @@ def test_redis_outage_keeps_serving(
         redis_server.stop()
         for _ in range(3):
             assert client.chat.completions.create(model="m", messages=MESSAGES).choices
+    # The next background reconciliation finds Redis gone: the replica says it counts alone.
+    wait_until(lambda: httpx.get(gateway.url + "/readyz").json()["status"] == "degraded", what="degraded")
     ready = httpx.get(gateway.url + "/readyz").json()
-    assert ready["status"] == "degraded" and any("Redis unreachable" in r for r in ready["reasons"])
+    assert any("Redis unreachable" in r for r in ready["reasons"])
 
 
 def test_tokens_per_minute_counts_actual_output(
@@ -304,23 +324,46 @@ def test_in_flight_limit_overall(replicas: Callable[..., tuple[FakeServer, list[
 
 def test_a_client_library_error_fails_open_too(redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     """redis-py's cluster client can raise what is no RedisError mid-failover (a connection that
-    another task disconnected under it); the request still goes on, on the local limits. No real
-    server reproduces that on demand, so the script call is replaced by one that raises it."""
+    another task disconnected under it); the limits still hold, on this replica's counts. No real
+    server reproduces that on demand, so the reconciliation's exchange is replaced by one that raises it."""
 
     async def scenario() -> None:
         limiter = RedisRateLimiter.from_config(StatsConfig(backend="redis", redis_url=redis_server.url))
 
-        async def broken(**_: object) -> object:
+        async def broken(*_: object) -> list[object]:
             raise AttributeError("'NoneType' object has no attribute 'writelines'")
 
-        limiter._script = broken  # type: ignore[assignment]
+        limiter._exchange = broken  # type: ignore[method-assign, assignment]
         try:
             assert [(await limiter.acquire("k", 1, 2, 0)).allowed for _ in range(3)] == [True, True, False]
+            await limiter.sync()
             assert limiter.degraded_reason() is not None
         finally:
+            limiter._task = None
             await limiter.aclose()
 
     with caplog.at_level(logging.WARNING, logger="gateway.ratelimit"):
         asyncio.run(scenario())
     (record,) = [r for r in caplog.records if r.name == "gateway.ratelimit"]
     assert record.exc_info is not None and "writelines" in str(record.exc_info[1])
+
+
+def test_a_hung_redis_adds_no_latency_to_limited_requests(
+    replicas: Callable[..., tuple[FakeServer, list[Gateway]]], redis_server: RedisServer
+) -> None:
+    _, (gateway,) = replicas(1, "requests_per_minute = 1000", redis_server.url)
+    assert redis_server.process is not None
+    pid = redis_server.process.pid
+    with openai.OpenAI(base_url=gateway.base_url, api_key=KEY, max_retries=0) as client:
+        assert client.chat.completions.create(model="m", messages=MESSAGES).choices
+        os.kill(pid, signal.SIGSTOP)  # hung: connections open, nothing answered
+        try:
+            took = []
+            for _ in range(5):
+                started = time.monotonic()
+                assert client.chat.completions.create(model="m", messages=MESSAGES).choices
+                took.append(time.monotonic() - started)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    # Not the 0.5 s a request used to wait on Redis (redis_request_timeout_s) before going on without it.
+    assert max(took) < 0.4, took

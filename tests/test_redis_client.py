@@ -105,7 +105,9 @@ async def test_tls_with_a_private_ca_and_a_client_certificate(
         store.record(make_sample())
         await store.sync()
         assert not store.health().degraded and samples_of(store.snapshot()) == 1
-        assert (await limiter.acquire("k", 1, 10, 0)).allowed and limiter.degraded_reason() is None
+        assert (await limiter.acquire("k", 1, 10, 0)).allowed
+        await limiter.sync()  # the limiter's background reconciliation, run now
+        assert limiter.degraded_reason() is None
         with server.client() as plain:  # the same server, over its plain port: the writes are there
             assert plain.exists("{tls:m:d}:writers") and any(plain.scan_iter("tls:ratelimit:*"))
     finally:

@@ -14,6 +14,7 @@ from gateway.config import GatewayConfig, StatsConfig
 from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import EventLog
 from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
+from gateway.routing.capacity import BACKOFF_FLOOR
 from gateway.routing.estimates import TYPICAL_BYTES_PER_TOKEN
 from gateway.routing.explain import ranking_table
 from gateway.routing.explore import WAITING_MAX
@@ -699,7 +700,7 @@ def test_a_provider_back_from_an_outage_relearns_its_capacity_from_a_slow_start(
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"failure_threshold": 3, "cooldown_s": 10}))
     judged(rig, "a", ttft=0.1)
     judged(rig, "b", ttft=3.0)
-    limit = rig.router.capacity_of(rig.config.provider("a"))
+    limit = rig.router.state.capacity.of(rig.config.provider("a"), ("m", "a"))
     # The outage: every attempt refused with a 503 (an overload status), one at a time.
     for _ in range(3):
         refused = rig.candidate_any("a")
@@ -707,25 +708,28 @@ def test_a_provider_back_from_an_outage_relearns_its_capacity_from_a_slow_start(
         rig.clock.now += 0.5
         failure = dataclasses.replace(sample("a", outcome="upstream_error", started_at=rig.clock.now), status=503)
         rig.router.attempt_finished(refused, failure)
-    assert limit.allowed == 1 and rig.order() == ["b"]  # backed off to one, and its circuit open
+    # Backed off to the floor, not to the one at a time it was refused at; its circuit open.
+    assert limit.allowed == BACKOFF_FLOOR and rig.order() == ["b"]
     rig.clock.now += 10
     probe = rig.candidate_any("a")
     assert rig.router.attempt_started(probe)  # half-open
     rig.router.attempt_finished(probe, sample("a", started_at=rig.clock.now))
-    assert ("circuit", "m", "a", "closed") in rig.events.events and limit.allowed == 2
+    assert ("circuit", "m", "a", "closed") in rig.events.events
     # Back: it grows by one an answer again, as at a cold start (after the outage's back-off, by 1 / limit, it took
     # ten answers to carry four requests at once, each request over it sent to the slower provider).
-    first, second = rig.candidate_any("a"), rig.candidate_any("a")
-    assert rig.router.attempt_started(first) and rig.router.attempt_started(second)
-    assert not rig.router.attempt_started(rig.candidate_any("a"))  # two in flight: full
-    rig.router.attempt_finished(first, sample("a", started_at=rig.clock.now))
-    assert limit.allowed == 3
-    # A provider that refuses above some load still settles under it: the next refusal backs off again.
+    running = [rig.candidate_any("a") for _ in range(int(BACKOFF_FLOOR))]
+    assert all(rig.router.attempt_started(c) for c in running)
+    assert not rig.router.attempt_started(rig.candidate_any("a"))  # at its limit: full
+    rig.router.attempt_finished(running[0], sample("a", started_at=rig.clock.now))
+    assert limit.allowed == BACKOFF_FLOOR + 1
+    for candidate in running[1:]:
+        rig.router.attempt_finished(candidate, sample("a", started_at=rig.clock.now))
+    # A provider that refuses above some load still settles under it; a lone refusal never below the floor.
     third = rig.candidate_any("a")
     assert rig.router.attempt_started(third)
     rig.clock.now += 0.5
     rig.router.attempt_finished(third, dataclasses.replace(sample("a", outcome="upstream_error"), status=503))
-    assert limit.allowed == 1
+    assert limit.allowed == BACKOFF_FLOOR
 
 
 def test_client_faults_and_cancellations_never_open_a_circuit() -> None:

@@ -19,3 +19,13 @@ def test_the_slope_is_fitted_over_the_second_half_per_100k_requests() -> None:
 def test_too_few_samples_give_no_slope() -> None:
     assert rss_slopes([(0.0, [1.0]), (10.0, [2.0])], 100, 10.0) == []
     assert rss_slopes([], 100, 10.0) == []
+
+
+def test_a_step_at_the_provider_kill_is_not_read_as_growth() -> None:
+    # Flat on both sides, 6 MB more from the kill at 150 s on (its connections, its streams' recoveries): a line
+    # straddling the step reads that as growth; one slope with an intercept per side does not.
+    rss = [(float(t), [140.0 + (6.0 if t >= 150 else 0.0) + t / 1000]) for t in range(0, 201, 5)]
+    (straddled,) = rss_slopes(rss, 20_000, 200.0)
+    (stepped,) = rss_slopes(rss, 20_000, 200.0, steps=[150.0])
+    assert straddled > RSS_SLOPE_BOUND_MB
+    assert stepped == pytest.approx(1.0)  # 0.001 MB/s over 100 requests/s: 1 MB per 100,000 requests

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +25,12 @@ async def run(args: argparse.Namespace) -> str:
         )
         wall = time.monotonic() - started
         command = "python -m benchmarks.soak" + (" --quick" if args.quick else "")
+        defaults = {"requests": 24000, "concurrency": 240, "time_limit": 300.0, "outage": 4.0}
+        if not args.quick:
+            changed = [
+                f" --{k.replace('_', '-')} {getattr(args, k):g}" for k, v in defaults.items() if getattr(args, k) != v
+            ]
+            command += "".join(changed)
         for index in range(len(fleet.replicas)):
             log = (fleet.workdir / f"replica-{index}.log").read_text(errors="replace")
             errors = [line for line in log.splitlines() if " ERROR " in line or "Traceback" in line]
@@ -31,7 +38,19 @@ async def run(args: argparse.Namespace) -> str:
                 timeline.events.append(
                     (wall, f"replica {index} logged {len(errors)} error lines, first: {errors[0][:160]}")
                 )
+        if any(not o.ok for o in outcomes):
+            kept = keep_logs(fleet.workdir)
+            timeline.events.append((wall, f"a request was lost: the replicas' and providers' logs kept in {kept}"))
         return report(outcomes, timeline, observed, marks, scraped, boards, command, wall, args.concurrency)
+
+
+def keep_logs(workdir: Path) -> Path:
+    """Copy the run's logs out of its temporary folder (deleted at the end) so a lost request's cause can be found."""
+    kept = Path(tempfile.gettempdir()) / f"soak-logs-{time.strftime('%Y%m%d-%H%M%S')}"
+    kept.mkdir(parents=True, exist_ok=True)
+    for log in workdir.glob("*.log"):
+        shutil.copy2(log, kept / log.name)
+    return kept
 
 
 def main() -> None:

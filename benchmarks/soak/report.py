@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.figures import quantile, utc_minute
@@ -96,10 +97,12 @@ def report(
     ]
     if rss := memory_summary(observed):
         lines.append(f"- Replica memory: {rss}")
-    if slopes := rss_slopes(observed.rss, len(outcomes), wall_s):
+    steps = [t for t in (kill_at, redis_down) if t is not None]
+    if slopes := rss_slopes(observed.rss, len(outcomes), wall_s, steps):
         verdict = "within" if max(slopes) <= RSS_SLOPE_BOUND_MB else "**over**"
         lines.append(
-            "- RSS slope over the run's second half (stats window full), least squares: "
+            "- RSS slope over the run's second half (stats window full), least squares on each side of the "
+            "Redis restart and the provider kill (one slope, an intercept per side): "
             + ", ".join(f"replica {i} {s:+.2f} MB" for i, s in enumerate(slopes))
             + f" per 100,000 requests: {verdict} the bound of {RSS_SLOPE_BOUND_MB:g} MB."
         )
@@ -128,8 +131,9 @@ def report(
             f"{sum(not o.ok for o in during)} lost. Both replicas reported `degraded` on `/readyz` "
             + (f"from {min(degraded):.1f} s " if degraded else "")
             + (f"until {max(ready):.1f} s" if ready else "to the end")
-            + " (the stats store and the rate limiter each name Redis; the limiter fell back to per-replica "
-            "counting, the router kept routing on each replica's own recent samples). Samples were buffered "
+            + " (the stats store and the rate limiter each name Redis; each replica's limiter counted on its own "
+            "and pushed its counts when Redis returned, the router kept routing on each replica's own recent "
+            "samples). Samples were buffered "
             f"and flushed on reconnect: {total(scraped, 'gateway_stats_samples_dropped_total'):.0f} dropped. "
             "At the end both replicas read the same shared window:",
             "",
@@ -209,11 +213,16 @@ RSS_SLOPE_BOUND_MB = 1.0
 """Memory flat: RSS may grow at most this much per 100,000 requests once the stats window is full."""
 
 
-def rss_slopes(rss: list[tuple[float, list[float]]], requests: int, wall_s: float) -> list[float]:
+def rss_slopes(
+    rss: list[tuple[float, list[float]]], requests: int, wall_s: float, steps: Sequence[float] = ()
+) -> list[float]:
     """Each replica's RSS slope in MB per 100,000 requests, fitted over the run's second half.
 
     Only samples past the middle of the run and past the stats window's filling count (the window's
-    slices are meant to grow until then); empty when fewer than 3 samples remain.
+    slices are meant to grow until then); empty when fewer than 3 samples remain. ``steps``: times of
+    events that move memory once (a provider killed: its connections, its streams' recoveries): the
+    slope is fitted on each side of them with one slope and an intercept per side, so a step is not
+    read as growth per request.
     """
     if not rss or requests <= 0 or wall_s <= 0:
         return []
@@ -223,19 +232,31 @@ def rss_slopes(rss: list[tuple[float, list[float]]], requests: int, wall_s: floa
         late = [(t, values) for t, values in rss if t >= end / 2]
     if len(late) < 3:
         return []
-    times = [t for t, _ in late]
-    mean_t = sum(times) / len(times)
-    spread = sum((t - mean_t) ** 2 for t in times)
+    cuts = sorted(step for step in steps if late[0][0] < step <= late[-1][0])
+    sides: list[list[tuple[float, list[float]]]] = [[] for _ in range(len(cuts) + 1)]
+    for t, values in late:
+        sides[sum(t >= cut for cut in cuts)].append((t, values))
+    sides = [side for side in sides if len(side) >= 2]
+    spread = sum(_spread([t for t, _ in side]) for side in sides)
     if spread <= 0:
         return []
     per_request_s = wall_s / requests
     slopes = []
     for replica in range(len(late[0][1])):
-        values = [v[replica] for _, v in late]
-        mean_v = sum(values) / len(values)
-        mb_per_s = sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / spread
-        slopes.append(mb_per_s * per_request_s * 100_000)
+        covariance = sum(_covariance([(t, v[replica]) for t, v in side]) for side in sides)
+        slopes.append(covariance / spread * per_request_s * 100_000)
     return slopes
+
+
+def _spread(times: list[float]) -> float:
+    mean = sum(times) / len(times)
+    return sum((t - mean) ** 2 for t in times)
+
+
+def _covariance(points: list[tuple[float, float]]) -> float:
+    mean_t = sum(t for t, _ in points) / len(points)
+    mean_v = sum(v for _, v in points) / len(points)
+    return sum((t - mean_t) * (v - mean_v) for t, v in points)
 
 
 def memory_summary(observed: Watch) -> str:

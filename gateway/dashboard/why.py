@@ -109,7 +109,7 @@ class WhyView:
 
 def _load(row: Ranked) -> str:
     """``in flight/limit``, then what the provider said it has left, and for how long it is out."""
-    load = f"{row.provider_in_flight}/{row.limit}" if row.limit is not None else str(row.provider_in_flight)
+    load = f"{row.in_flight}/{row.limit}" if row.limit is not None else str(row.in_flight)
     if row.remaining_requests is not None:
         load += f", {row.remaining_requests:,} requests left"
     if row.blocked_in_s > 0:

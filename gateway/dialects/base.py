@@ -11,6 +11,7 @@ A dialect is stateless and shared: one instance per API (``gateway.dialects.dial
 
 from __future__ import annotations
 
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -76,13 +77,17 @@ class Tally:
     tool_calls: bool = False
     provider_timings: dict[str, Any] | None = None
     last_sequence: int | None = None
-    output_events: list[float] = field(default_factory=list)
+    output_events: MutableSequence[float] = field(default_factory=list)
     """Arrival time of each event that carried output (answer, reasoning or a tool call), once per event."""
     calls: dict[tuple[int, int], CallParts] = field(default_factory=dict)
     """The answer's tool calls by (choice, call) index, in order of arrival: what the validity check reads."""
     stop: StopReason | None = None
     """Why the answer ended, when the provider said (None: it did not)."""
     _event_counted: bool = False
+    _standard_usage: bool = False
+    """Chat: a standard usage object was seen (Groq's own usage is then not read)."""
+    _groq_usage: Any = None
+    """Chat: Groq's own usage, as last seen (read at the end when no standard usage came)."""
 
     def call(self, key: tuple[int, int], name: object, arguments: object) -> None:
         """A tool call's part: its name (the first that names it wins) and a piece of its arguments."""
@@ -153,13 +158,19 @@ class Dialect(Protocol):
         """Read one event before the first output (called on the byte path, so cheap)."""
         ...
 
-    def tally(self, events: list[tuple[float, dict[str, Any] | None]]) -> Tally:
-        """Read every event of a finished stream (``None``: an event that was not a JSON object)."""
+    def tally(
+        self, events: list[tuple[float, dict[str, Any] | None]], into: Tally | None = None, final: bool = True
+    ) -> Tally:
+        """Read events of a stream (``None``: an event that was not a JSON object), in order, on from ``into`` (the
+        tally of the events before them; None: these are the first). ``final``: they are the last (what is read
+        from a stream's end, its timings, is read from them); else the stream goes on, and so will the read."""
         ...
 
-    def tally_array(self, array: bytes, times: list[float]) -> Tally | None:
-        """``tally`` of the events of a finished stream as one JSON array (``times[i]``: event i's arrival),
-        read without building their dicts; None when the dialect has no such read or an event does not fit it."""
+    def tally_array(
+        self, array: bytes, times: list[float], into: Tally | None = None, final: bool = True
+    ) -> Tally | None:
+        """``tally`` of events as one JSON array (``times[i]``: event i's arrival), read without building their
+        dicts; None (``into`` untouched) when the dialect has no such read or an event does not fit it."""
         ...
 
     def tally_body(self, body: dict[str, Any]) -> Tally:

@@ -145,10 +145,10 @@ class ChatDialect:
             return FINISH
         return NOTHING
 
-    def tally(self, events: list[tuple[float, dict[str, Any] | None]]) -> Tally:
-        tally = Tally()
-        groq_usage: object = None
-        standard_usage = False
+    def tally(
+        self, events: list[tuple[float, dict[str, Any] | None]], into: Tally | None = None, final: bool = True
+    ) -> Tally:
+        tally = into if into is not None else Tally()
         for at, event in events:
             tally.next_event()
             if event is None:
@@ -162,14 +162,15 @@ class ChatDialect:
             if tally.response_model is None and isinstance(event.get("model"), str):
                 tally.response_model = event["model"]
             if "usage" in event and isinstance(event["usage"], dict):
-                standard_usage = True
+                tally._standard_usage = True
                 prompt, completion, cached = usage_of(event["usage"])
                 tally.usage_prompt = prompt if prompt is not None else tally.usage_prompt
                 tally.usage_completion = completion if completion is not None else tally.usage_completion
                 tally.usage_cached = cached if cached is not None else tally.usage_cached
             elif "x_groq" in event:
                 groq = event["x_groq"]
-                groq_usage = groq.get("usage", groq_usage) if isinstance(groq, dict) else groq_usage
+                if isinstance(groq, dict):
+                    tally._groq_usage = groq.get("usage", tally._groq_usage)
             choices = event.get("choices")
             if choices.__class__ is not list:
                 continue
@@ -188,19 +189,23 @@ class ChatDialect:
                 if choice.get("finish_reason"):
                     tally.finished = True
                     tally.stop = chat_stop(choice["finish_reason"])
-        if not standard_usage and groq_usage is not None:
+        if not final:
+            return tally
+        if not tally._standard_usage and tally._groq_usage is not None:
             # Groq's own usage, when the standard chunk was not asked for: the same numbers, read once.
-            tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(groq_usage)
+            tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(tally._groq_usage)
         for _, event in events[-_TIMING_TAIL:]:
             if event is not None:
                 _timings(tally, event)
         return tally
 
-    def tally_array(self, array: bytes, times: list[float]) -> Tally | None:
+    def tally_array(
+        self, array: bytes, times: list[float], into: Tally | None = None, final: bool = True
+    ) -> Tally | None:
         events = decode_chunks(array)
         if events is None or len(events) != len(times):
             return None
-        return tally_chunks(events, times, _TIMING_TAIL)
+        return tally_chunks(events, times, _TIMING_TAIL if final else 0, into)
 
     def tally_body(self, body: dict[str, Any]) -> Tally:
         tally = Tally(finished=True)

@@ -168,11 +168,10 @@ def reasoning_in_details(details: object) -> str:
     return ""
 
 
-def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int) -> Tally:
-    """``ChatDialect.tally`` of the same events, ``times[i]`` the arrival of ``events[i]``."""
-    tally = Tally()
-    groq_usage: object = None
-    standard_usage = False
+def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int, into: Tally | None = None) -> Tally:
+    """``ChatDialect.tally`` of the same events, ``times[i]`` the arrival of ``events[i]``, on from ``into``;
+    ``timing_tail`` 0: the stream goes on (``final=False``: nothing read from its end yet)."""
+    tally = into if into is not None else Tally()
     for at, event in zip(times, events, strict=True):
         tally.next_event()
         if event.error is not None:
@@ -184,13 +183,13 @@ def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int) 
             tally.response_model = event.model
         usage = event.usage
         if isinstance(usage, dict):
-            standard_usage = True
+            tally._standard_usage = True
             prompt, completion, cached = usage_of(usage)
             tally.usage_prompt = prompt if prompt is not None else tally.usage_prompt
             tally.usage_completion = completion if completion is not None else tally.usage_completion
             tally.usage_cached = cached if cached is not None else tally.usage_cached
         elif isinstance(event.x_groq, dict):
-            groq_usage = event.x_groq.get("usage", groq_usage)
+            tally._groq_usage = event.x_groq.get("usage", tally._groq_usage)
         if event.choices is None:
             continue
         for choice in event.choices:
@@ -219,8 +218,10 @@ def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int) 
             if choice.finish_reason:
                 tally.finished = True
                 tally.stop = chat_stop(choice.finish_reason)
-    if not standard_usage and groq_usage is not None:
-        tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(groq_usage)
+    if not timing_tail:
+        return tally
+    if not tally._standard_usage and tally._groq_usage is not None:
+        tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(tally._groq_usage)
     for event in events[-timing_tail:]:
         for source, value in (
             ("timings", event.timings),

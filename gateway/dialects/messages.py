@@ -122,8 +122,10 @@ class MessagesDialect:
                 return FINISH
         return NOTHING
 
-    def tally(self, events: list[tuple[float, dict[str, Any] | None]]) -> Tally:
-        tally = Tally()
+    def tally(
+        self, events: list[tuple[float, dict[str, Any] | None]], into: Tally | None = None, final: bool = True
+    ) -> Tally:
+        tally = into if into is not None else Tally()
         for at, event in events:
             tally.next_event()
             if event is None:
@@ -166,10 +168,13 @@ class MessagesDialect:
                     tally.stop = messages_stop(delta["stop_reason"])
             elif kind == "error":
                 tally.error_message = describe_error(event.get("error", event))[0]
-        _prompt_total(tally)
+        if final:
+            _prompt_total(tally)
         return tally
 
-    def tally_array(self, array: bytes, times: list[float]) -> Tally | None:
+    def tally_array(
+        self, array: bytes, times: list[float], into: Tally | None = None, final: bool = True
+    ) -> Tally | None:
         return None  # read over dicts (``tally``): no typed read of these events
 
     def tally_body(self, body: dict[str, Any]) -> Tally:

@@ -113,8 +113,10 @@ class ResponsesDialect:
             return FINISH
         return NOTHING
 
-    def tally(self, events: list[tuple[float, dict[str, Any] | None]]) -> Tally:
-        tally = Tally()
+    def tally(
+        self, events: list[tuple[float, dict[str, Any] | None]], into: Tally | None = None, final: bool = True
+    ) -> Tally:
+        tally = into if into is not None else Tally()
         for at, event in events:
             tally.next_event()
             if event is None:
@@ -155,7 +157,9 @@ class ResponsesDialect:
                 tally.error_message = describe_error(failure)[0]
         return tally
 
-    def tally_array(self, array: bytes, times: list[float]) -> Tally | None:
+    def tally_array(
+        self, array: bytes, times: list[float], into: Tally | None = None, final: bool = True
+    ) -> Tally | None:
         return None  # read over dicts (``tally``): no typed read of these events
 
     def tally_body(self, body: dict[str, Any]) -> Tally:

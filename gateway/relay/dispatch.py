@@ -219,7 +219,7 @@ async def attempt_in_order(
                     again = candidate
             continue
         except ClientFault:
-            budget.log.commit(attempt)
+            runner.commit_refusal(budget, attempt)
             raise
         runner.commit(request, budget, attempt)
         return Opened(attempt, candidates)

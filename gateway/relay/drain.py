@@ -5,8 +5,11 @@ first token, and nothing of its stream: a deployment slower to its first token b
 stream (or one that recovered while losing on the first token) would never show it, and the
 races it loses bias its estimate towards what it used to be. So when the request commits to
 another attempt, each probe still racing is drained instead of cancelled: its first token is
-waited for (within its first-token deadline), its stream read to ``DRAIN_EVENTS`` events or for
-``DRAIN_MAX_S`` after its first token, whichever comes first, and then it is closed. Its sample
+waited for (within its first-token deadline, and within ``LOSER_HOLD_RATIO`` times what the winner
+took, at least ``LOSER_HOLD_MIN_S``: past that it has lost clearly, and what it waited is its
+censored measure), its stream read to ``DRAIN_EVENTS`` events or for ``DRAIN_MAX_S`` after its first
+token, whichever comes first, and then it is closed. A silent loser so holds its slot (and its
+provider's connection) for about a second, not its 30 s first-token deadline. Its sample
 is a cancelled attempt (``client_cancelled``: neutral for the provider's success rate, no
 end-to-end) carrying its real first token and tokens/s, which the router counts as an answer.
 The provider bills what it produced; the sample's cost says so, and spend settles it once it ends
@@ -40,6 +43,11 @@ DRAIN_EVENTS = 64
 """Events read from a drained loser (most providers send a token or two per event): enough for its tokens/s."""
 DRAIN_MAX_S = 5.0
 """At most this long past its first token: a slow streamer measured over a few seconds is measured."""
+LOSER_HOLD_RATIO = 4.0
+"""A drained loser waits for its first token at most this many times what it had waited when the race was decided
+(about the winner's first token): four times slower has lost clearly, whatever its exact first token."""
+LOSER_HOLD_MIN_S = 1.0
+"""... and at least this long: a winner on a warm connection answers in milliseconds."""
 
 
 def is_drained(attempt: Attempt) -> bool:
@@ -82,10 +90,12 @@ class Drains:
     async def _drain(self, request: ProxyRequest, attempt: Attempt, opening: asyncio.Task[None] | None) -> None:
         runner = self.runner
         if opening is not None:
+            waited = runner.clock() - attempt.sent_at
             try:
-                await opening
-            except (UpstreamError, ClientFault):
-                return  # it failed before its first token: ``open`` recorded that
+                async with asyncio.timeout(max(LOSER_HOLD_MIN_S, LOSER_HOLD_RATIO * waited) - waited):
+                    await opening  # (cancelled at the timeout: ``open`` records it as cancelled)
+            except (UpstreamError, ClientFault, TimeoutError):
+                return  # it failed (or lost clearly) before its first token: ``open`` recorded that
         meter, response = attempt.meter, attempt.response
         assert meter is not None and response is not None  # a stream's ``open`` set both
         events = sum(chunk.count(b"\n\n") for chunk in attempt.held)

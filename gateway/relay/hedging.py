@@ -7,6 +7,15 @@ sample (``hedged=True``, its prompt's cost counted), or, if it is a probe, drain
 until its stream is measured (``gateway.relay.drain``). A failure of either leaves the other
 running; when both have failed, plain fallback goes on (or a retry of the one that failed last,
 when ``retry`` says waiting for it pays).
+
+A refusal decides a race. A request-blaming 4xx (a content filter, a bad parameter) is relayed as
+is, as it would be without a race: another deployment's answer must not reach the client around
+it because it happened to come first. So the winner's first bytes are held for up to
+``REFUSAL_GRACE_S`` while any other racer has no status yet (or an error status still being
+read); a refusal within it ends the request in that refusal. A ``context_length_exceeded`` is
+the one refusal that is the deployment's, not the request's (``gateway.relay.context``): a racer
+still running beside it (on a deployment that took the prompt, so a larger window) is kept, and
+the refused deployment's window learned, instead of cancelling it and calling it again.
 """
 
 from __future__ import annotations
@@ -16,11 +25,17 @@ import asyncio
 from gateway.errors import UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault, Opened, first_output_at
 from gateway.relay.budget import AttemptBudget
+from gateway.relay.context import context_exceeded
 from gateway.relay.drain import Drains, is_drained
 from gateway.relay.request import ProxyRequest
 from gateway.relay.retry import retry_wait
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate, RoutePlan
+
+REFUSAL_GRACE_S = 0.05
+"""How long a race's winner waits, at most, for the other racers' statuses before its first bytes go out: a
+request-blaming refusal among them decides the request. Tens of ms: about one status's latency spread on a
+warm connection, small beside any first token."""
 
 
 async def race(
@@ -83,7 +98,8 @@ async def race(
                     hedges_left = 0
                 continue
             answered: list[Attempt] = []
-            for task in done:
+            # Answers first: a racer's context-length refusal that ended with another's answer is that racer's.
+            for task in sorted(done, key=lambda t: t.exception() is not None):
                 attempt = pending.pop(task)
                 error = task.exception()
                 if error is None:
@@ -105,10 +121,19 @@ async def race(
                             queue = (failed, *queue)
                             again = lone
                 elif isinstance(error, ClientFault):
-                    budget.log.commit(attempt)
+                    if _deployments_refusal(runner, attempt, error) and (pending or answered):
+                        continue  # too long for it alone: a racer still running took the prompt
+                    runner.commit_refusal(budget, attempt)
                     raise error
                 else:
                     raise error
+            if answered and pending:
+                refused = await _hold_for_refusals(runner, budget, pending, answered)
+                if refused is not None:
+                    for late in answered:
+                        runner.abandon(request, late)
+                    runner.commit_refusal(budget, refused[0])
+                    raise refused[1]
             if answered:
                 answered.sort(key=first_output_at)
                 for late in answered[1:]:
@@ -147,3 +172,47 @@ def _hedge_ended(runner: AttemptRunner, model: str, winner: Attempt, losers: lis
     for loser in losers:
         lost = loser.candidate
         runner.events.hedge_ended(model, lost.name, lost.provider.name, "lost", loser.is_hedge)
+
+
+def _deployments_refusal(runner: AttemptRunner, attempt: Attempt, fault: ClientFault) -> bool:
+    """Whether ``fault`` refused the prompt as too long for this deployment only (its window is learned)."""
+    exceeded, limit = context_exceeded(fault)
+    if exceeded:
+        runner.router.context_exceeded(attempt.candidate, limit)
+    return exceeded
+
+
+def _unsettled(attempt: Attempt) -> bool:
+    """No status yet, or an error status whose body is still being read: it may yet refuse the request."""
+    return attempt.status is None or attempt.status >= 400
+
+
+async def _hold_for_refusals(
+    runner: AttemptRunner,
+    budget: AttemptBudget,
+    pending: dict[asyncio.Task[None], Attempt],
+    answered: list[Attempt],
+) -> tuple[Attempt, ClientFault] | None:
+    """Wait up to ``REFUSAL_GRACE_S`` for the racers without a status; the first request-blaming refusal, if any.
+
+    Racers that answer meanwhile join ``answered``; those that fail are the budget's, as in the race.
+    """
+    ends = runner.clock() + REFUSAL_GRACE_S
+    while any(_unsettled(a) for a in pending.values()):
+        left = ends - runner.clock()
+        if left <= 0:
+            return None
+        done, _ = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            attempt = pending.pop(task)
+            error = task.exception()
+            if error is None:
+                answered.append(attempt)
+            elif isinstance(error, ClientFault):
+                if not _deployments_refusal(runner, attempt, error):
+                    return attempt, error
+            elif isinstance(error, UpstreamError):
+                budget.failed(error, attempt.candidate)
+            else:
+                raise error
+    return None

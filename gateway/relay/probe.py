@@ -4,28 +4,37 @@ A circuit's half-open probe used to be the next real request after the cool-down
 traffic (or none for that model) a provider that had recovered stayed shunned until one came,
 and the request that probed paid for a failure if it had not. ``CircuitProber`` instead looks
 every ``interval_s`` for circuits whose cool-down is over and asks each deployment a cheap
-question (a one-token, non-streamed chat or Messages request): the half-open slot is taken as
-for any attempt (so no real request probes beside it), and its outcome closes the circuit or
-re-opens it, exactly as a request's would. Bounded: one probe per deployment per cool-down (the
-circuit admits one), at most ``MAX_PROBES`` per tick. The probe's answer goes to the router
-only, not to the stats window: a one-token answer says nothing of a deployment's speed.
+question (a one-token, non-streamed chat or Messages request). The probe is an attempt like any
+other, through ``AttemptRunner`` (admitted, sent, recorded, with its events): the half-open slot
+is taken as for any attempt (so no real request probes beside it), and its outcome closes the
+circuit or re-opens it, exactly as a request's would. Bounded: one probe per deployment per
+cool-down (the circuit admits one), at most ``MAX_PROBES`` per tick. Its sample goes to the router
+and the events only (``ProxyRequest.probe``), not the stats window nor spend: a one-token answer
+says nothing of a deployment's speed.
+
+Probes follow demand (``gateway.routing.health.IdleProbes``): a deployment whose model nobody asked
+for since is probed at most ``IDLE_PROBES`` times in a row while they fail, then left alone until a
+request for its model comes; then probing starts again. A provider down for good costs a few
+requests, not one every 2-15 s for as long as the process lives. A probe's ``Retry-After`` blocks
+its own deployment only (``gateway.routing.capacity``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import time
+import uuid
 from collections.abc import Callable
 
 from gateway.errors import UpstreamError
-from gateway.relay.attempt import retry_after
+from gateway.relay.attempt import Attempt, ClientFault
+from gateway.relay.budget import AttemptBudget
+from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate, MeasuredRouter
-from gateway.samples import Endpoint, Outcome, Sample
-from gateway.upstream import MAX_ERROR_BODY, AttemptTimeouts
+from gateway.routing.health import IdleProbes
+from gateway.samples import Endpoint
 
 logger = logging.getLogger("gateway")
 MAX_PROBES = 4
@@ -53,7 +62,9 @@ class CircuitProber:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            await probe_due(self.current())
+            runner = self.current()
+            if isinstance(runner.router, MeasuredRouter):
+                await probe_due(runner, runner.router.state.idle_probes)
 
 
 def due(router: MeasuredRouter) -> list[Candidate]:
@@ -73,15 +84,23 @@ def due(router: MeasuredRouter) -> list[Candidate]:
     return found
 
 
-async def probe_due(runner: AttemptRunner) -> int:
-    """Probe the circuits that are due (at most ``MAX_PROBES``); returns how many were probed."""
+async def probe_due(runner: AttemptRunner, idle: IdleProbes | None = None) -> int:
+    """Probe the circuits that are due (at most ``MAX_PROBES``, only those with demand when ``idle`` is given);
+    returns how many were probed."""
     router = runner.router
     if not isinstance(router, MeasuredRouter):
         return 0
-    candidates = [c for c in due(router) if _api(c) is not None][:MAX_PROBES]
-    admitted = [c for c in candidates if router.attempt_started(c)]
+    candidates = [c for c in due(router) if _api(c) is not None]
+    if idle is not None:
+        asked = router.state.asked
+        candidates = [c for c in candidates if idle.wanted((c.model, c.name), asked[c.model])]
+    started = [_start(runner, router, c) for c in candidates[:MAX_PROBES]]
+    admitted = [s for s in started if s is not None]
     if admitted:
-        await asyncio.gather(*(_probe(runner, router, c) for c in admitted))
+        results = await asyncio.gather(*(_probe(runner, *s) for s in admitted))
+        if idle is not None:
+            for (_, _, attempt), ok in zip(admitted, results, strict=True):
+                idle.probed((attempt.candidate.model, attempt.candidate.name), ok)
     return len(admitted)
 
 
@@ -90,56 +109,48 @@ def _api(candidate: Candidate) -> Endpoint | None:
     return "chat" if "chat" in apis else "messages" if "messages" in apis else None
 
 
-async def _probe(runner: AttemptRunner, router: MeasuredRouter, candidate: Candidate) -> None:
-    """One cheap request; its outcome is the circuit's probe result (recorded once, whatever happens)."""
+def _start(
+    runner: AttemptRunner, router: MeasuredRouter, candidate: Candidate
+) -> tuple[ProxyRequest, AttemptBudget, Attempt] | None:
+    """Admit one probe: a cheap request (one token, not streamed) and its attempt; None when not admitted."""
     api = _api(candidate)
     assert api is not None
-    body = {
-        "model": candidate.deployment.model,
-        "messages": [{"role": "user", "content": "ping"}],
-        "max_tokens": 1,
-    }
-    client = runner.upstreams[candidate.provider.name]
+    request = ProxyRequest(
+        request_id=f"probe-{uuid.uuid4().hex}",
+        endpoint=api,
+        path="/messages" if api == "messages" else "/chat/completions",
+        body={"model": candidate.model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1},
+        stream=False,
+        requested_model=candidate.model,
+        received_at=runner.clock(),
+        timeout_s=PROBE_TIMEOUT_S,
+        probe=True,
+    )
     model = router.config.model(candidate.model)
-    connect_s = router.config.policy_for(model).connect_timeout_s if model is not None else PROBE_TIMEOUT_S
-    timeouts = AttemptTimeouts(connect_s=connect_s, read_s=PROBE_TIMEOUT_S, total_s=PROBE_TIMEOUT_S)
-    path = "/messages" if api == "messages" else "/chat/completions"
-    started, wall = time.perf_counter(), time.time()
-    outcome: Outcome = "upstream_error"
-    status: int | None = None
-    wait: float | None = None
+    if model is None:
+        return None
+    budget = AttemptBudget.for_request(
+        router.config.policy_for(model), request.received_at, runner.clock, PROBE_TIMEOUT_S
+    )
+    attempt = runner.start(request, candidate, budget)
+    return (request, budget, attempt) if attempt is not None else None
+
+
+async def _probe(runner: AttemptRunner, request: ProxyRequest, budget: AttemptBudget, attempt: Attempt) -> bool:
+    """Send one admitted probe; its outcome is the circuit's probe result (recorded once, by the runner)."""
+    candidate = attempt.candidate
     try:
-        response = await client.send(path, json.dumps(body).encode(), timeouts, (), api)
-        async with response:
-            status = response.status
-            await response.read_all(MAX_ERROR_BODY)
-            if status < 400:
-                outcome = "ok"
-            elif status in (400, 404, 413, 422):
-                outcome = "client_error"  # our question was refused, not the provider broken: no verdict
-            wait = retry_after(response.headers.get("retry-after"), time.time())
-    except UpstreamError:
-        outcome = "upstream_error"
-    except asyncio.CancelledError:
-        outcome = "client_cancelled"
-        raise
-    finally:
-        sample = Sample(
-            model=candidate.model,
-            deployment=candidate.name,
-            provider=candidate.provider.name,
-            endpoint=api,
-            stream=False,
-            outcome=outcome,
-            started_at=wall,
-            status=status,
-            attempt_s=time.perf_counter() - started,
-        )
-        router.attempt_finished(candidate, sample, wait)
-        logger.info(
-            "circuit probe of %s (model %s): %s%s",
-            candidate.name,
-            candidate.model,
-            outcome,
-            f" ({status})" if status is not None else "",
-        )
+        await runner.open(request, attempt, budget)
+    except (UpstreamError, ClientFault):
+        pass  # ``open`` recorded it: a client fault (our question refused) is no verdict on the provider
+    else:
+        runner.finish_full(request, attempt)
+    sample = request.trace.samples[-1]
+    logger.info(
+        "circuit probe of %s (model %s): %s%s",
+        candidate.name,
+        candidate.model,
+        sample.outcome,
+        f" ({sample.status})" if sample.status is not None else "",
+    )
+    return sample.outcome == "ok"

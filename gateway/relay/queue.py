@@ -1,11 +1,13 @@
 """Waiting for a slot: requests whose every candidate is full, in line per model, woken as slots free.
 
-A burst larger than the providers' limits is not refused: the requests past the limits wait here,
+A burst larger than the deployments' limits is not refused: the requests past the limits wait here,
 first come first served, and each freed slot (``AttemptRunner.record``) wakes the oldest waiter
-that could use that provider, whatever its model. The waiter then tries its candidates again
-(``AttemptRunner.start_first``); one that finds its slot taken by then goes back to the head of the
-line. While anyone waits for a provider, a fresh request does not take that provider's free slot
-ahead of them (it joins the line instead), so the line stays fair under a steady stream.
+that could use that deployment (``slot_key``), or else the oldest waiting on its provider's ceiling,
+whatever its model. The waiter then tries its candidates again (``AttemptRunner.start_first``); one
+that finds its slot taken by then goes back to the head of the line. While anyone waits for a
+deployment, a fresh request does not take that deployment's free slot ahead of them (it joins the
+line instead), so the line stays fair under a steady stream. Lines are per deployment, not per
+provider: a model whose deployment is full never queues another model on the same provider.
 
 The wait is bounded by the policy's ``queue_timeout_s`` and the request's own deadline, the line
 by ``queue_max_length``; a client that hangs up leaves at once (its task is cancelled). Refusals
@@ -23,11 +25,16 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gateway.types import Clock
+from gateway.types import Clock, DeploymentKey
 
 TURNOVER_HALF_LIFE_S = 2.0
 """How quickly the slot-turnover rate forgets: a few seconds, the scale of a burst."""
 MAX_RETRY_AFTER_S = 60
+
+
+def slot_key(key: DeploymentKey) -> str:
+    """The name a deployment's slots go by in the line (a provider's ceiling goes by the provider's name)."""
+    return f"{key[0]}\x00{key[1]}"
 
 
 @dataclass(slots=True)
@@ -58,9 +65,9 @@ class _Turnover:
 class SlotQueue:
     """One per gateway process (carried over config reloads, as the router's state is). Usage::
 
-    if not await queue.wait(model, providers, timeout_s):   # woken for a freed slot, or timed out
-        ...
-    queue.released(provider)                                 # an attempt at provider ended
+    seq = await queue.wait(model, slots, timeout_s)   # woken for a freed slot (raises TimeoutError)
+    ...
+    queue.released(slot, provider)                    # an attempt at a deployment of provider ended
     """
 
     clock: Clock = time.perf_counter
@@ -73,15 +80,13 @@ class SlotQueue:
         line = self._lines.get(model)
         return len(line) if line else 0
 
-    def depths(self) -> dict[str, int]:
-        return {model: len(line) for model, line in self._lines.items()}
-
-    def contended(self, provider: str) -> bool:
-        """Someone waits for a slot at ``provider``: a fresh request must not take one ahead of them."""
-        return self._waiting_for.get(provider, 0) > 0
+    def contended(self, slot: str) -> bool:
+        """Someone waits for a slot at ``slot``: a fresh request must not take one ahead of them."""
+        return self._waiting_for.get(slot, 0) > 0
 
     async def wait(self, model: str, providers: Iterable[str], timeout_s: float, *, seq: int | None = None) -> int:
-        """Wait for a slot at one of ``providers`` for up to ``timeout_s``; returns the waiter's place.
+        """Wait for a slot at one of ``providers`` (slot keys, and provider names for a ceiling) for up to
+        ``timeout_s``; returns the waiter's place.
 
         Raises ``TimeoutError`` when the time is up. A waiter woken but beaten to the slot passes
         its place back (``seq``) to rejoin at the head of the line. Cancellation (the client hung
@@ -116,17 +121,19 @@ class SlotQueue:
                 self._leave(waiter)
         return waiter.seq
 
-    def released(self, provider: str) -> None:
-        """A slot at ``provider`` freed: wake the oldest waiter, of any model, that can use it."""
-        turnover = self._turnover.get(provider)
+    def released(self, slot: str, provider: str) -> None:
+        """A slot at ``slot`` (a deployment of ``provider``) freed: wake the oldest waiter, of any model, that can
+        use that deployment, or else the oldest waiting for room under the provider's ceiling."""
+        turnover = self._turnover.get(slot)
         if turnover is None:
-            turnover = self._turnover[provider] = _Turnover()
+            turnover = self._turnover[slot] = _Turnover()
         turnover.add(self.clock())
-        self._wake_oldest(provider)
+        if not self._wake_oldest(slot):
+            self._wake_oldest(provider)
 
-    def _wake_oldest(self, provider: str) -> None:
+    def _wake_oldest(self, provider: str) -> bool:
         if not self._waiting_for.get(provider):
-            return
+            return False
         oldest: _Waiter | None = None
         for line in self._lines.values():
             for waiter in line:
@@ -134,9 +141,11 @@ class SlotQueue:
                     if oldest is None or waiter.seq < oldest.seq:
                         oldest = waiter
                     break
-        if oldest is not None:
-            self._leave(oldest)
-            oldest.woken.set_result(None)
+        if oldest is None:
+            return False
+        self._leave(oldest)
+        oldest.woken.set_result(None)
+        return True
 
     def retry_after_s(self, model: str, providers: Iterable[str]) -> int:
         """Seconds until a request refused now would likely find a slot: those waiting ahead of it over

@@ -34,6 +34,10 @@ from gateway.translate.stream import StreamTranslator
 Forwarder = EventForwarder | StreamTranslator
 
 logger = logging.getLogger("gateway")
+SEND_GRACE_S = 1.0
+"""How long past the request's total deadline a stream's relay may still be waiting on its client: the upstream's
+own total timeout (the same deadline) ends a stream still being read first; this one ends a client that stopped
+reading, whose sends block while the upstream stream and its slot are held."""
 FINISH_LINGER_S = 1.0
 """Once a ``finish_reason`` has arrived, how long to wait for the rest (a usage chunk, ``[DONE]``):
 a provider that keeps the connection open without ``[DONE]`` must not hold the client's stream
@@ -112,8 +116,33 @@ class StreamReply(Reply):
         self.request = request
         self.attempt = attempt
         self.untried = list(untried)
+        self._relaying = (attempt, request)
+        """The attempt being relayed now (a continuation's, after a recovery), and its request."""
+        self._offered: list[str] = []
+        """The deployments a recovery could still ask, as the last break found them (for its log line)."""
+        self._continuable = False
 
     async def send_to(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
+        """Relay the stream, within the request's total deadline: a client that stops reading blocks the sends, and
+        past the deadline its upstream stream is closed and its slot freed (the attempt recorded as cancelled)."""
+        try:
+            async with asyncio.timeout(self.budget.remaining_s() + SEND_GRACE_S):
+                await self._send_all(send, extra_headers, watch)
+        except TimeoutError:
+            watch.disarm()
+            attempt, request = self._relaying
+            if not attempt.recorded:  # cut between its relay and its sample (its last bytes were being sent)
+                if attempt.response is not None:
+                    attempt.response.close()
+                reading = attempt.meter.finish(self.runner.counter) if attempt.meter is not None else Reading()
+                self.runner.record(request, attempt, "client_cancelled", reading)
+            logger.warning(
+                "request %s: the client stopped reading; its stream was cut at the request's total deadline "
+                "(total_timeout_s), the upstream stream closed and its slot freed",
+                self.request.request_id,
+            )
+
+    async def _send_all(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
         headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache"),
@@ -138,6 +167,7 @@ class StreamReply(Reply):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             reading = attempt.meter.finish(runner.counter)
             outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading)
+            tail = runner.upstreams[attempt.candidate.provider.name].redact(tail)
             if outcome == "ok" and reading.malformed:
                 failed = attempt.candidate
                 runner.events.malformed_stream(request.requested_model, failed.name, failed.provider.name)
@@ -153,7 +183,9 @@ class StreamReply(Reply):
             said.append(reading.answer_text)
             resumed = None
             said_tokens = 0
-            if can_continue(self.request, reading):
+            self._offered = [c.name for c in self.untried]
+            self._continuable = can_continue(self.request, reading)
+            if self._continuable:
                 text = "".join(said)
                 partial = Partial(text, runner.counter.count(text))
                 said_tokens = partial.tokens
@@ -164,6 +196,7 @@ class StreamReply(Reply):
                 await send({"type": "http.response.body", "body": tail, "more_body": False})
                 return
             attempt, request = resumed
+            self._relaying = (attempt, request)
             if isinstance(forwarder, StreamTranslator):
                 # The client's stream is the translator's: the continuation is read into it, whatever its API.
                 forwarder.continue_with(as_api(upstream_of(request, attempt.candidate)), said_tokens)
@@ -180,6 +213,8 @@ class StreamReply(Reply):
         """
         response, meter = attempt.response, attempt.meter
         assert response is not None and meter is not None
+        # Whole events only go out (``EventForwarder``): a key split across the upstream's reads is whole here.
+        redact = self.runner.upstreams[attempt.candidate.provider.name].redact
         try:
             if start is not None:
                 self.log.status = 200
@@ -187,7 +222,7 @@ class StreamReply(Reply):
             out = forwarder.feed(b"".join(attempt.held))
             attempt.held.clear()
             if out:
-                await send({"type": "http.response.body", "body": out, "more_body": True})
+                await send({"type": "http.response.body", "body": redact(out), "more_body": True})
                 if self.log.first_byte_at is None:
                     self.log.first_byte_at = self.log.clock()
             while not meter.done and forwarder.error is None:
@@ -204,12 +239,12 @@ class StreamReply(Reply):
                     meter.end_of_stream()
                     out = forwarder.flush()
                     if out:
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                        await send({"type": "http.response.body", "body": redact(out), "more_body": True})
                     break
                 meter.feed(chunk)
                 out = forwarder.feed(chunk)
                 if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    await send({"type": "http.response.body", "body": redact(out), "more_body": True})
         except UpstreamError as exc:
             return exc
         except asyncio.CancelledError:
@@ -226,11 +261,21 @@ class StreamReply(Reply):
         name = failed.provider.name
         if resumed is None:
             events.stream_broke(model, failed.name, name, "failed")
+            # Why, for whoever reads this after a lost request: what was left to ask, and what the budget allowed.
+            budget = self.budget
+            tried = [f"{s.deployment} {s.outcome}" for s in self.request.trace.samples[-4:]]
             logger.warning(
-                "request %s: %s's stream ended mid-answer (%s) and no deployment could continue it",
+                "request %s: %s's stream ended mid-answer (%s) and no deployment could continue it "
+                "(%s; left to ask: %s; attempts %d of %d%s; the last attempts: %s)",
                 self.request.request_id,
                 name,
                 outcome,
+                "the answer could be continued" if self._continuable else "the answer cannot be continued",
+                ", ".join(self._offered) or "none",
+                budget.used,
+                budget.policy.max_attempts + budget.extra,
+                ", deadline passed" if budget.remaining_s() <= 0 else "",
+                ", ".join(tried) or "none",
             )
             return
         events.stream_broke(model, failed.name, name, "recovered")

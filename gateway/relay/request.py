@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +30,9 @@ class RequestTrace:
     said_tokens: int = 0
     """After a mid-stream recovery: the output tokens of the answer's earlier parts (pinned encoding), which
     the continuation's provider counted as prompt; the access log moves them back to the output."""
+    prompt_tokens_counted: int | None = None
+    """The prompt counted with the pinned tokenizer (``gateway.relay.prompt_count``), once an attempt without
+    usage needed it (None: not yet)."""
     queue_wait_s: float = 0.0
     """Time spent waiting for a free slot (every candidate full): in end-to-end, never in a first token."""
     queue_wait_before_sent_s: float = 0.0
@@ -67,18 +69,10 @@ class ProxyRequest:
     """Per translation, the built-in tools left out of it (``relay.outbound.omitted_tools``)."""
     expects: Expectation = NOT_JUDGED
     """What the request asks of its answer (``gateway.quality``): its kind, and what its answers are judged by."""
+    probe: bool = False
+    """A background circuit probe (``gateway.relay.probe``): its samples go to the router and the events only."""
 
     @property
     def dialect(self) -> Dialect:
         """How this request's API reads streams and writes errors."""
         return dialect_for(self.endpoint)
-
-    def body_for(self, routed_model: str) -> bytes:
-        """The body as sent upstream: the client's fields untouched but for ``model``."""
-        body = dict(self.body)
-        body["model"] = routed_model
-        try:
-            return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        except UnicodeEncodeError:
-            # A lone surrogate ("\ud800" in the client's JSON) has no UTF-8 form: keep it escaped.
-            return json.dumps(body, separators=(",", ":")).encode()

@@ -8,9 +8,12 @@ request (``Candidate.predicted_s``) decides::
 
     retry  when  wait + predicted(failed)  <  predicted(next)
 
-A lone deployment (no candidate left to fail over to) always retries, within the deadline: the
-client would otherwise get the error. Nothing measured on either side: fail over (the old,
-safe choice). Bounded by ``retries_per_deployment`` per deployment and request, by
+A lone deployment (no candidate left to fail over to) always retries, within the deadline, from
+its very first request: the client would otherwise get the error, and its own ``Retry-After`` (never
+another model's on the same provider: ``gateway.routing.capacity`` keeps blocks per deployment) is
+the wait. Between two candidates, one without a prediction of its own has the model's pooled one
+(``gateway.routing.predict``); nothing measured on either side, both have the same prior, and a
+wait is then pure loss: fail over. Bounded by ``retries_per_deployment`` per deployment and request, by
 ``max_attempts`` (each retry is an attempt) and by the total deadline (a wait that would end
 past it is not taken). Timeouts are never retried here: a provider that did not answer in time
 is not asked to take that long again; nor is anything after the first byte (that is

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -40,7 +42,8 @@ from gateway.quality import judge
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.outbound import upstream_body, upstream_of, upstream_path
-from gateway.relay.queue import SlotQueue
+from gateway.relay.prompt_count import count_prompt
+from gateway.relay.queue import SlotQueue, slot_key
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate, Router
@@ -49,6 +52,15 @@ from gateway.session_bindings import SessionBindings
 from gateway.tokens import TokenCounter
 from gateway.types import Clock, QueueOutcome
 from gateway.upstream import MAX_ERROR_BODY, AttemptTimeouts, UpstreamPool
+
+logger = logging.getLogger("gateway")
+REFUSAL_LOG_S = 10.0
+"""A model's capacity refusals are logged at most this often (each line counts the ones in between)."""
+
+
+def _slots(full: Sequence[Candidate]) -> list[str]:
+    """What a request whose every candidate is full waits for: each one's deployment, or its provider's ceiling."""
+    return [name for c in full for name in (slot_key((c.model, c.name)), c.provider.name)]
 
 
 class AttemptRunner:
@@ -78,6 +90,8 @@ class AttemptRunner:
         self.rng = random.Random()
         """The retries' jitter."""
         self.queue = queue if queue is not None else SlotQueue(clock)
+        self._refusals: dict[str, tuple[float, int]] = {}
+        """Per model: when a capacity refusal was last logged, and how many were refused since."""
 
     # -- the lifecycle of one attempt -----------------------------------------------------------
 
@@ -142,7 +156,7 @@ class AttemptRunner:
         while True:
             full: list[Candidate] = []
             for index, candidate in enumerate(candidates):
-                if seq is None and self.queue.contended(candidate.provider.name):
+                if seq is None and self.queue.contended(slot_key((candidate.model, candidate.name))):
                     full.append(candidate)  # others wait for this provider: no slot taken ahead of them
                     continue
                 tried = dataclasses.replace(candidate, reason="overflow") if full else candidate
@@ -161,24 +175,42 @@ class AttemptRunner:
             if entered is None:
                 if self.queue.depth(model) >= policy.queue_max_length:
                     self.events.queue_left(model, 0.0, "full")
-                    raise self._refusal(model, full, "capacity_queue_full", f"{policy.queue_max_length} already wait")
+                    refusal = self._refusal(
+                        model, full, "capacity_queue_full", f"{policy.queue_max_length} already wait"
+                    )
+                    self._log_refusal(model, refusal)
+                    raise refusal
                 entered = now
                 self.events.queue_entered(model)
             left = min(entered + wait_bound, budget.deadline) - now
             reopens = self.router.capacity_reopens_in_s()
             try:
                 seq = await self.queue.wait(
-                    model, (c.provider.name for c in full), min(left, reopens) if reopens is not None else left, seq=seq
+                    model, _slots(full), min(left, reopens) if reopens is not None else left, seq=seq
                 )
             except TimeoutError:
                 if self.clock() - entered < wait_bound and budget.remaining_s() > 0:
                     continue  # a provider out of budget has reset: look again
                 self._left_queue(request, model, entered, "timeout")
                 waited = self.clock() - entered
-                raise self._refusal(model, full, "capacity_wait_timeout", f"waited {waited:.1f}s") from None
+                refusal = self._refusal(model, full, "capacity_wait_timeout", f"waited {waited:.1f}s")
+                self._log_refusal(model, refusal)
+                raise refusal from None
             except asyncio.CancelledError:
                 self._left_queue(request, model, entered, "gone")
                 raise
+
+    def _log_refusal(self, model: str, refusal: RateLimited) -> None:
+        """Say why a request was refused for capacity: at once, then at most every ``REFUSAL_LOG_S`` per model
+        (with how many were refused meanwhile), so a burst is one line, not one per request."""
+        now = self.clock()
+        last, count = self._refusals.get(model, (-math.inf, 0))
+        if now - last < REFUSAL_LOG_S:
+            self._refusals[model] = (last, count + 1)
+            return
+        more = f" ({count} more refused in the last {now - last:.0f} s)" if count else ""
+        logger.warning("request for model %s refused for capacity: %s%s", model, refusal.message, more)
+        self._refusals[model] = (now, 0)
 
     def _left_queue(self, request: ProxyRequest, model: str, entered: float, outcome: QueueOutcome) -> None:
         waited = self.clock() - entered
@@ -190,7 +222,7 @@ class AttemptRunner:
 
     def _refusal(self, model: str, full: Sequence[Candidate], code: str, why: str) -> RateLimited:
         providers = list(dict.fromkeys(c.provider.name for c in full))
-        retry = self.queue.retry_after_s(model, providers)
+        retry = self.queue.retry_after_s(model, [slot_key((c.model, c.name)) for c in full])
         message = (
             f"every deployment of model '{model}' is at its concurrency limit ({', '.join(providers)}) and "
             f"no slot freed in time ({why}); retry after {retry}s"
@@ -264,6 +296,13 @@ class AttemptRunner:
         candidate = attempt.candidate
         self.events.committed(request.requested_model, candidate.name, candidate.provider.name, budget.log.route)
 
+    def commit_refusal(self, budget: AttemptBudget, attempt: Attempt) -> None:
+        """The client's answer is ``attempt``'s own 4xx, relayed as is (``ClientFault``): note it as the answer.
+
+        Its sample is already recorded (``open`` recorded it as a client error); no route is counted for it.
+        """
+        budget.log.commit(attempt)
+
     def finish_full(self, request: ProxyRequest, attempt: Attempt) -> None:
         """Measure and record a whole (non-streamed) answer; called once it has gone to the client (or, when it
         is retried as invalid, once another deployment is asked instead)."""
@@ -330,6 +369,8 @@ class AttemptRunner:
         cost = None
         # A hedge's loser was still billed for its prompt once the provider had started on it.
         if outcome == "ok" or output or (attempt.hedged and attempt.status is not None and attempt.status < 400):
+            if reading.usage_prompt_tokens is None:
+                prompt = self._counted_prompt(request)
             cost = deployment.cost_usd(prompt, output or 0, reading.usage_cached_tokens or 0)
         expects = request.expects
         validity = _verdict(request, outcome, reading)
@@ -360,7 +401,7 @@ class AttemptRunner:
         )
         self.router.attempt_finished(candidate, sample, retry_after_s, attempt.rate_limits)
         self.events.attempt_ended(candidate.model, candidate.name, candidate.provider.name)
-        self.queue.released(candidate.provider.name)
+        self.queue.released(slot_key((candidate.model, candidate.name)), candidate.provider.name)
         if outcome == "ok":
             self._cached(request, candidate, prompt, output or 0, reading.usage_cached_tokens, cost)
         request.trace.samples.append(sample)
@@ -368,8 +409,16 @@ class AttemptRunner:
             request.trace.answer_text = reading.answer_text
         if reading.provider_timings is not None:
             request.trace.provider_timings = reading.provider_timings
-        self.sink.record(sample)
+        if not request.probe:
+            self.sink.record(sample)  # a probe's one token says nothing of speed, and costs no client
         return sample
+
+    def _counted_prompt(self, request: ProxyRequest) -> int:
+        """The prompt by the pinned tokenizer, counted once per request (an attempt without usage is billed it)."""
+        trace = request.trace
+        if trace.prompt_tokens_counted is None:
+            trace.prompt_tokens_counted = count_prompt(request.body, self.counter)
+        return trace.prompt_tokens_counted
 
     def _cached(
         self,

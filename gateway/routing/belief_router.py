@@ -257,9 +257,11 @@ class BeliefRouter:
     # -- attempts ---------------------------------------------------------------------------
 
     def at_capacity(self, candidate: Candidate) -> bool:
-        provider = candidate.provider
-        limit = self.state.capacity.of(provider)
-        return not limit.has_room(self.state.provider_in_flight.get(provider.name, 0), self.clock())
+        provider, key = candidate.provider, (candidate.model, candidate.name)
+        state = self.state
+        in_flight = state.deployment_in_flight.get(key, 0)
+        provider_in_flight = state.provider_in_flight.get(provider.name, 0)
+        return not state.capacity.has_room(provider, key, in_flight, provider_in_flight, self.clock())
 
     def capacity_reopens_in_s(self) -> float | None:
         now = self.clock()
@@ -300,9 +302,10 @@ class BeliefRouter:
         now = self.clock()
         attempt = self._attempts.pop(id(candidate), None)
         self._open.get(key, {}).pop(id(candidate), None)
-        in_flight = self.state.provider_in_flight.get(candidate.provider.name, 0)
+        in_flight = self.state.deployment_in_flight.get(key, 0)
         out = self.state.capacity.observe(
             candidate.provider,
+            key,
             ok=sample.outcome == "ok",
             status=sample.status,
             in_flight=in_flight,
@@ -394,7 +397,7 @@ class BeliefRouter:
         provider = self._provider_of.get(key, key[1])
         self.events.circuit_changed(key[0], key[1], provider, state)
         if state == "closed":
-            self.state.capacity.restart(provider)
+            self.state.capacity.restart(key)
 
 
 def _inverse(value: float | None) -> float | None:

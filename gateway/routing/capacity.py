@@ -1,11 +1,13 @@
-"""How much each provider takes: a learned concurrency limit under its ceiling, and its rate-limit budget.
+"""How much each deployment takes: a learned concurrency limit under its provider's ceiling, and its budget.
 
-A configured ``max_concurrency`` is a ceiling, never a target (absent: no ceiling). Below it each
-provider has an adaptive limit, AIMD in the style of Netflix's concurrency-limits::
+A configured ``max_concurrency`` is the provider's ceiling, never a target (absent: no ceiling): it
+bounds every model's attempts at that provider together. Below it each *deployment* (provider ×
+model) has an adaptive limit, AIMD in the style of Netflix's concurrency-limits::
 
     ok answer, while at least half the limit was in use       limit += 1 / limit  (about +1 per round;
                                                                +1 per answer until the first back-off)
-    429 or overload 503/529                                   limit = in flight at the refusal × 0.9
+    429 or overload 503/529                                   limit = in flight at the refusal × 0.9,
+                                                               never below ``BACKOFF_FLOOR``
                                                                (once per round: see below)
     a circuit closes after an outage                          slow start again (``ProviderLimit.restart``)
 
@@ -22,22 +24,36 @@ healthy providers' limits to 3 and 12 in a burst on a CPU-starved machine, and o
 limit on it kept a provider from ever reaching the concurrency it refuses at; a provider that
 queues rather than refuses needs its ``max_concurrency``.
 
+Why per deployment: one model's trouble (a 503, a silent stream holding its slot) says nothing of
+another model on the same provider; a limit per provider let one model's refusal starve them all.
+Why the floor: a refusal at one or two in flight is an outage or a per-request refusal (the
+circuit's business), not a concurrency the provider takes; backing off to it left the limit at 1,
+and it grows back only while half the limit is in use. A provider that really takes fewer than
+``BACKOFF_FLOOR`` at once needs its ``max_concurrency``.
+
 Providers also say what they have left: ``x-ratelimit-remaining-requests`` / ``-tokens`` with
-``x-ratelimit-reset-requests`` / ``-tokens``. A provider that reports 0 remaining (or a 429 with a
-``Retry-After``) is out: nothing is sent to it until its reset. Not thread-safe: one event loop
-owns it, inside ``RouterState``.
+``x-ratelimit-reset-requests`` / ``-tokens``. A deployment that reports 0 remaining (or a 429 with a
+``Retry-After``) is out: nothing is sent to it until its reset. Those blocks are the deployment's
+too, unless the provider's own counts show one budget for all its models (``SharedBudget``): then a
+block is the provider's. Not thread-safe: one event loop owns it, inside ``RouterState``.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
 from gateway.config import ProviderConfig
+from gateway.types import DeploymentKey
+
+logger = logging.getLogger("gateway")
 
 INITIAL_LIMIT = 32.0
 """Where a provider without a ceiling starts; it grows while the provider keeps answering."""
 MIN_LIMIT = 1.0
+BACKOFF_FLOOR = 4.0
+"""No refusal backs a learned limit off below this (a ceiling below it still caps it): see the module docstring."""
 BACKOFF_RATIO = 0.9
 OVERLOAD_STATUSES = frozenset({429, 503, 529})
 
@@ -69,7 +85,8 @@ class RateLimits:
 
 @dataclass(slots=True)
 class ProviderLimit:
-    """One provider's learned concurrency limit and last reported budget."""
+    """One deployment's learned concurrency limit and last reported budget (named for the provider it
+    measures; one per provider × model, ``CapacityBoard``)."""
 
     limit: float
     ceiling: int | None
@@ -99,13 +116,19 @@ class ProviderLimit:
             if self.ceiling is not None:
                 self.limit = min(self.limit, float(self.ceiling))
 
-    def overloaded(self, in_flight: int, sent_at: float, now: float) -> None:
-        """The provider refused an attempt sent at ``sent_at``: back off to just under ``in_flight``."""
+    def overloaded(self, in_flight: int, sent_at: float, now: float) -> bool:
+        """The provider refused an attempt sent at ``sent_at``: back off to just under ``in_flight``.
+
+        True when this back-off took the limit down to ``BACKOFF_FLOOR`` (from above it).
+        """
         self.refusals += 1
         if sent_at <= self.backed_off_at:
-            return  # sent under the limit before the last back-off: already answered
+            return False  # sent under the limit before the last back-off: already answered
         self.backed_off_at = now
-        self.limit = max(MIN_LIMIT, min(self.limit, float(max(in_flight - 1, 1))) * BACKOFF_RATIO)
+        before = self.limit
+        self.limit = max(BACKOFF_FLOOR, min(self.limit, float(max(in_flight - 1, 1))) * BACKOFF_RATIO)
+        self.limit = min(self.limit, before)  # a floor, never a raise
+        return self.limit <= BACKOFF_FLOOR < before
 
     def restart(self) -> None:
         """The provider is back after an outage: grow its limit as from a cold start (+1 per answer).
@@ -137,38 +160,118 @@ class ProviderLimit:
         self.blocked_until = max(self.blocked_until, now + max(seconds, 0.0))
 
 
+@dataclass(slots=True)
+class SharedBudget:
+    """Whether one provider's rate-limit counts are one budget for all its models, and that budget's block.
+
+    Shared is learned from the counts themselves: when a deployment's ``remaining-requests`` fell, between
+    two of its own reports with nothing else of its own in flight, by more than its own one request and
+    by the other models' requests reported meanwhile, the other models' requests were counted against
+    it (within twice that, for the requests of theirs still in flight). Independent budgets (OpenAI counts
+    per model) never fall by another model's requests.
+    """
+
+    shared: bool = False
+    blocked_until: float = 0.0
+    reports: int = 0
+    """Reports of remaining requests seen at this provider, any model: a clock of its own."""
+    last: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per model: (its last remaining-requests, ``reports`` when it came)."""
+
+    def heard(self, model: str, remaining: int, alone: bool) -> bool:
+        """Note a report; True when it just showed the budget is shared."""
+        self.reports += 1
+        previous = self.last.get(model)
+        self.last[model] = (remaining, self.reports)
+        if previous is None or not alone or self.shared or remaining == 0:
+            return False  # (an exhausted count says nothing of what was counted)
+        before, at = previous
+        others = self.reports - at - 1
+        if others >= 1 and 1 + others <= before - remaining <= 2 * (1 + others):
+            self.shared = True
+            return True
+        return False
+
+
 @dataclass
 class CapacityBoard:
-    """Every provider's ``ProviderLimit``, created on first use from its config."""
+    """Every deployment's ``ProviderLimit`` (created on first use from its provider's config), and each
+    provider's ``SharedBudget``."""
 
-    limits: dict[str, ProviderLimit] = field(default_factory=dict)
+    limits: dict[DeploymentKey, ProviderLimit] = field(default_factory=dict)
+    budgets: dict[str, SharedBudget] = field(default_factory=dict)
+    providers: dict[DeploymentKey, str] = field(default_factory=dict)
+    """Each deployment's provider (as last seen): which limits a provider's metrics sum."""
 
-    def of(self, provider: ProviderConfig) -> ProviderLimit:
-        limit = self.limits.get(provider.name)
+    def of(self, provider: ProviderConfig, key: DeploymentKey) -> ProviderLimit:
+        limit = self.limits.get(key)
         ceiling = provider.max_concurrency
         if limit is None:
+            self.providers[key] = provider.name
             start = float(ceiling) if ceiling is not None else INITIAL_LIMIT
-            limit = self.limits[provider.name] = ProviderLimit(limit=start, ceiling=ceiling)
+            limit = self.limits[key] = ProviderLimit(limit=start, ceiling=ceiling)
         elif limit.ceiling != ceiling:
             limit.ceiling = ceiling  # a reload changed it
             if ceiling is not None:
                 limit.limit = min(limit.limit, float(ceiling))
         return limit
 
-    def restart(self, provider: str) -> None:
-        """``provider``'s circuit closed after an outage (``ProviderLimit.restart``)."""
-        limit = self.limits.get(provider)
+    def budget(self, provider: str) -> SharedBudget:
+        budget = self.budgets.get(provider)
+        if budget is None:
+            budget = self.budgets[provider] = SharedBudget()
+        return budget
+
+    def blocked_until(self, provider: ProviderConfig, key: DeploymentKey) -> float:
+        """Before when nothing is sent to ``key``: its own block, or its provider's when the budget is shared."""
+        shared = self.budgets.get(provider.name)
+        own = self.of(provider, key).blocked_until
+        return max(own, shared.blocked_until) if shared is not None and shared.shared else own
+
+    def has_room(
+        self, provider: ProviderConfig, key: DeploymentKey, in_flight: int, provider_in_flight: int, now: float
+    ) -> bool:
+        """Room for one more attempt at ``key``: not blocked, under its limit, and its provider under its ceiling."""
+        if now < self.blocked_until(provider, key) or in_flight >= self.of(provider, key).allowed:
+            return False
+        return provider.max_concurrency is None or provider_in_flight < provider.max_concurrency
+
+    def provider_view(self, provider: ProviderConfig) -> ProviderLimit:
+        """One provider's deployments taken together (for its metrics): their limits summed under its ceiling,
+        the least budget any reported left, and the latest reset and block."""
+        mine = [limit for (_, _), limit in self._of_provider(provider)]
+        ceiling = provider.max_concurrency
+        total = sum(limit.allowed for limit in mine) if mine else (ceiling if ceiling is not None else INITIAL_LIMIT)
+        view = ProviderLimit(limit=float(total), ceiling=ceiling)
+        view.remaining_requests = min(
+            (m.remaining_requests for m in mine if m.remaining_requests is not None), default=None
+        )
+        view.remaining_tokens = min((m.remaining_tokens for m in mine if m.remaining_tokens is not None), default=None)
+        view.reset_at = max((m.reset_at for m in mine if m.reset_at is not None), default=None)
+        shared = self.budgets.get(provider.name)
+        view.blocked_until = max([m.blocked_until for m in mine] + [shared.blocked_until if shared else 0.0])
+        view.refusals = sum(m.refusals for m in mine)
+        return view
+
+    def _of_provider(self, provider: ProviderConfig) -> list[tuple[DeploymentKey, ProviderLimit]]:
+        return [(key, limit) for key, limit in self.limits.items() if self.providers.get(key) == provider.name]
+
+    def restart(self, key: DeploymentKey) -> None:
+        """``key``'s circuit closed after an outage (``ProviderLimit.restart``)."""
+        limit = self.limits.get(key)
         if limit is not None:
             limit.restart()
 
     def next_change(self, now: float) -> float | None:
-        """The soonest time a blocked provider opens again (for waiters to look again then)."""
+        """The soonest time a blocked deployment (or provider) opens again (for waiters to look again then)."""
         times = [limit.blocked_until for limit in self.limits.values() if limit.blocked_until > now]
+        times += [b.blocked_until for b in self.budgets.values() if b.shared and b.blocked_until > now]
         return min(times) if times else None
 
     def observe(
         self,
         provider: ProviderConfig,
+        key: DeploymentKey,
         *,
         ok: bool,
         status: int | None,
@@ -178,15 +281,29 @@ class CapacityBoard:
         sent_at: float | None,
         now: float,
     ) -> bool:
-        """Learn from one finished attempt; True when the provider said it is out (its budget, not its load)."""
-        limit = self.of(provider)
-        out = limit.reported(limits, now) is not None if limits is not None else False
+        """Learn from one finished attempt at ``key`` (``in_flight``: the deployment's, itself included);
+        True when the deployment said it is out (its budget, not its load)."""
+        limit = self.of(provider, key)
+        budget = self.budget(provider.name)
+        out_for = limit.reported(limits, now) if limits is not None else None
+        if limits is not None and limits.remaining_requests is not None:
+            if budget.heard(key[0], limits.remaining_requests, alone=in_flight <= 1):
+                logger.info("provider %s: its rate-limit counts are one budget for all its models", provider.name)
         sent = sent_at if sent_at is not None else now
         if status in OVERLOAD_STATUSES:
-            limit.overloaded(in_flight, sent, now)
+            if limit.overloaded(in_flight, sent, now):
+                logger.warning(
+                    "deployment %s of model %s: concurrency limit backed off to its floor (%d) after a %d",
+                    key[1],
+                    key[0],
+                    limit.allowed,
+                    status,
+                )
             if retry_after_s is not None:
                 limit.block(retry_after_s, now)
-                out = True
+                out_for = max(out_for or 0.0, retry_after_s)
         elif ok:
             limit.succeeded(in_flight)
-        return out
+        if out_for is not None and budget.shared:
+            budget.blocked_until = max(budget.blocked_until, now + out_for)
+        return out_for is not None

@@ -81,6 +81,9 @@ NEGLECTED_AFTER_S = 10.0
 ``RACE_SLACK`` of it): one that streams slowly is otherwise never raced where every answer is long."""
 PAIR_MIN_DEPLOYMENTS = 3
 """From this many deployments on, a race probe measures two contenders at once (``choose_partner``)."""
+COLD_RACE_WIDTH = 3
+"""Deployments that join one cold race at most: each loser is drained and billed, so a model deployed on ten
+providers measures three per request, not ten at once."""
 BLIND_RACES = 3
 """Cold races a deployment joins at once before any first token came (the first, and the streams that arrive while
 it runs: at 4 requests/s and a slow provider's 1.4 s first token, about five)."""
@@ -235,7 +238,8 @@ def choose_probe(
         # its stream (``gateway.relay.drain``), so one request measures them all at the cost of the fastest.
         unmeasured = sorted((r for r in cold if _unmeasured(r)), key=lambda r: rng.random())
         if stream and policy.explore_race and unmeasured and len(rows) > 1:
-            return Probe(unmeasured[0], race=True, cold=True, cold_start=not known_leader, others=tuple(unmeasured[1:]))
+            others = tuple(unmeasured[1 : COLD_RACE_WIDTH - (1 if known_leader else 0)])
+            return Probe(unmeasured[0], race=True, cold=True, cold_start=not known_leader, others=others)
         row = min(cold, key=lambda r: rng.random())
         return Probe(row, race=False, cold=True, cold_start=not known_leader, for_stream=not _unmeasured(row))
     waiting = _beside_a_slow_leader(rows, shape) if stream and known_leader else None

@@ -29,7 +29,8 @@ Attempts whose outcome is the request's fault (``client_error``) or the client's
 
 from __future__ import annotations
 
-from collections import deque
+import logging
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,6 +43,10 @@ from gateway.routing.hedge import TailThresholds
 from gateway.routing.windows import ContextWindows
 from gateway.samples import Outcome
 from gateway.types import CircuitState, DeploymentKey
+
+logger = logging.getLogger("gateway")
+IDLE_PROBES = 3
+"""Failed background probes in a row of a deployment whose model nobody asked for since, before they stop."""
 
 FAILURES: frozenset[Outcome] = frozenset({"upstream_error", "timeout", "broken_stream"})
 RECENT = 20
@@ -199,6 +204,46 @@ class HedgeBudget:
 
 
 @dataclass
+class IdleProbes:
+    """Which open circuits are worth a background probe (``gateway.relay.probe``).
+
+    Per deployment: its failed probes since its model was last asked for, and what the demand count was.
+
+    ``asked``: a model's requests so far (the router's ``RouterState.asked``); a change is demand returning.
+    """
+
+    failed: dict[DeploymentKey, int] = field(default_factory=dict)
+    asked_at: dict[DeploymentKey, int] = field(default_factory=dict)
+    skipped: dict[DeploymentKey, int] = field(default_factory=dict)
+    """Ticks a due probe was left out for want of demand (for the explanation and the tests)."""
+
+    def wanted(self, key: DeploymentKey, asked: int) -> bool:
+        """Whether ``key`` may be probed now: demand came since its last failed probes, or they are few."""
+        if self.asked_at.get(key) != asked:
+            self.asked_at[key] = asked
+            self.failed.pop(key, None)
+        if self.failed.get(key, 0) < IDLE_PROBES:
+            return True
+        self.skipped[key] = self.skipped.get(key, 0) + 1
+        if self.skipped[key] == 1:
+            logger.info(
+                "circuit probes of %s (model %s) stopped after %d failures: nobody asked for the model since; "
+                "they start again with its next request",
+                key[1],
+                key[0],
+                IDLE_PROBES,
+            )
+        return False
+
+    def probed(self, key: DeploymentKey, ok: bool) -> None:
+        if ok:
+            self.failed.pop(key, None)
+        else:
+            self.failed[key] = self.failed.get(key, 0) + 1
+        self.skipped.pop(key, None)
+
+
+@dataclass
 class RouterState:
     """What the router remembers between requests; carried over from one config to the next."""
 
@@ -218,7 +263,10 @@ class RouterState:
     refused_continuation: dict[DeploymentKey, float] = field(default_factory=dict)
     """Deployments that refused a continuation (a prefill) with a 4xx, until when they are not asked again."""
     capacity: CapacityBoard = field(default_factory=CapacityBoard)
-    """Each provider's learned concurrency limit and reported rate-limit budget."""
+    """Each deployment's learned concurrency limit and reported rate-limit budget."""
+    asked: Counter[str] = field(default_factory=Counter)
+    """Requests planned per model so far: the demand that keeps background probes going."""
+    idle_probes: IdleProbes = field(default_factory=IdleProbes)
 
     window_s: float = 300.0
     """The shared stats window's length (``stats.window_s``)."""

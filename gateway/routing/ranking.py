@@ -31,9 +31,9 @@ class Ranked:
     rate_limited: bool = False
     """Its circuit is open because the provider answered 429 with a Retry-After."""
     limit: int | None = None
-    """Requests its provider may have in flight now (the learned limit under the ceiling); None: no limit known."""
+    """Requests it may have in flight now (its learned limit under its provider's ceiling); None: no limit known."""
     blocked_in_s: float = 0.0
-    """How long its provider said it is out of budget for (0: it is not)."""
+    """How long it (or its provider, for a shared budget) said it is out of budget for (0: it is not)."""
     remaining_requests: int | None = None
     """What its provider's rate-limit headers last said it has left (None: never reported)."""
     remaining_tokens: int | None = None
@@ -51,9 +51,12 @@ class Ranked:
 
     @property
     def full(self) -> bool:
-        """Its provider has no room now: at its limit, or out of budget until a reset. A full deployment
-        stays in the plan: the attempt loop overflows past it, or waits for a slot."""
-        return self.blocked_in_s > 0 or (self.limit is not None and self.provider_in_flight >= self.limit)
+        """No room now: at its own limit, its provider at its ceiling, or out of budget until a reset. A full
+        deployment stays in the plan: the attempt loop overflows past it, or waits for a slot."""
+        if self.blocked_in_s > 0 or (self.limit is not None and self.in_flight >= self.limit):
+            return True
+        ceiling = self.provider.max_concurrency
+        return ceiling is not None and self.provider_in_flight >= ceiling
 
     @property
     def available(self) -> bool:

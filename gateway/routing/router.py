@@ -212,7 +212,8 @@ class MeasuredRouter:
         key = (model, scored.deployment.name)
         provider = self._providers[scored.deployment.provider]
         in_flight = self.state.deployment_in_flight.get(key, 0)
-        capacity = self.state.capacity.of(provider)
+        capacity = self.state.capacity.of(provider, key)
+        blocked_until = self.state.capacity.blocked_until(provider, key)
         return Ranked(
             model=model,
             scored=scored,
@@ -224,7 +225,7 @@ class MeasuredRouter:
             retry_in_s=self.state.health.retry_in(key, now),
             rate_limited=self.state.health.rate_limited(key),
             limit=capacity.allowed,
-            blocked_in_s=max(0.0, capacity.blocked_until - now),
+            blocked_in_s=max(0.0, blocked_until - now),
             remaining_requests=capacity.remaining_requests,
             remaining_tokens=capacity.remaining_tokens,
             reset_in_s=max(0.0, capacity.reset_at - now) if capacity.reset_at is not None else None,
@@ -234,6 +235,7 @@ class MeasuredRouter:
 
     def plan(self, request: RouteRequest) -> RoutePlan:
         model, preferences = request.model, request.preferences
+        self.state.asked[model.name] += 1
         ranking = self.rank(
             model,
             endpoint=request.endpoint,
@@ -393,9 +395,11 @@ class MeasuredRouter:
         return probe, partner
 
     def at_capacity(self, candidate: Candidate) -> bool:
-        provider = candidate.provider
-        limit = self.state.capacity.of(provider)
-        return not limit.has_room(self.state.provider_in_flight.get(provider.name, 0), self.clock())
+        provider, key = candidate.provider, (candidate.model, candidate.name)
+        state = self.state
+        in_flight = state.deployment_in_flight.get(key, 0)
+        provider_in_flight = state.provider_in_flight.get(provider.name, 0)
+        return not state.capacity.has_room(provider, key, in_flight, provider_in_flight, self.clock())
 
     def capacity_reopens_in_s(self) -> float | None:
         now = self.clock()
@@ -406,8 +410,8 @@ class MeasuredRouter:
         return self.state.health.retry_in((candidate.model, candidate.name), self.clock())
 
     def capacity_of(self, provider: ProviderConfig) -> ProviderLimit:
-        """The provider's learned limit and reported budget (for metrics and the explanation)."""
-        return self.state.capacity.of(provider)
+        """The provider's deployments' learned limits and reported budgets, taken together (for metrics)."""
+        return self.state.capacity.provider_view(provider)
 
     def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
         if self.at_capacity(candidate):
@@ -437,7 +441,7 @@ class MeasuredRouter:
     ) -> None:
         key = (candidate.model, candidate.name)
         provider = candidate.provider
-        in_flight = self.state.provider_in_flight.get(provider.name, 0)
+        in_flight = self.state.deployment_in_flight.get(key, 0)
         view = self.state.views_of(candidate.model).get(candidate.name)
         # A drained loser's stream was read as far as it went: its bytes per token are as good as an answer's.
         complete_stream = sample.stream and (sample.outcome == "ok" or _drained(sample))
@@ -448,6 +452,7 @@ class MeasuredRouter:
         )
         out = self.state.capacity.observe(
             provider,
+            key,
             ok=sample.outcome == "ok",
             status=sample.status,
             in_flight=in_flight,
@@ -567,7 +572,7 @@ class MeasuredRouter:
         provider = self._provider_of.get(key, deployment)
         self.events.circuit_changed(model, deployment, provider, state)
         if state == "closed":
-            self.state.capacity.restart(provider)
+            self.state.capacity.restart(key)
 
 
 def _drained(sample: Sample) -> bool:

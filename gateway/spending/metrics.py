@@ -1,6 +1,9 @@
 """Prometheus series of spend and budgets, by key name and team (from the config, never a key).
 
 Labels stay bounded: keys and teams come from the keys file, models and providers from the config.
+Key and team names are shown only where ``/metrics`` needs a key (``[server] metrics_key_env``,
+``named``): an open ``/metrics`` has spend by model and provider, with empty ``key`` and ``team``,
+and no budget series (each names its key or team).
 ``gateway_spend_usd_total`` counts what this replica booked (sum it over replicas); the budget
 gauges are read from the store at scrape time, so with Redis they show every replica's spend.
 """
@@ -66,17 +69,21 @@ class SpendMetrics:
             multiprocess_mode=mode,
         )
         self._series: set[tuple[str, str, str]] = set()
+        self.named = False
+        """Key and team names may be shown (``/metrics`` needs a key): set from the config at each (re)load."""
 
     def booked(self, key: str, team: str, bookings: Sequence[Booking]) -> None:
+        if not self.named:
+            key = team = ""
         for booking in bookings:
             self.spend.labels(key, team, booking.model, booking.provider).inc(to_usd(booking.cost))
 
     def refused(self, scope: str, name: str) -> None:
-        self.refusals.labels(scope, name).inc()
+        self.refusals.labels(scope, name if self.named else "").inc()
 
     def observe_balances(self, balances: Sequence[Balance]) -> None:
         seen: set[tuple[str, str, str]] = set()
-        for balance in balances:
+        for balance in balances if self.named else ():
             scope = balance.held.scope
             labels = (scope.kind, scope.name, scope.budget.window)
             seen.add(labels)
