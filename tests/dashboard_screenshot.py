@@ -110,6 +110,8 @@ def _samples(rng: random.Random, now: float) -> list[Sample]:
                         output_tokens=tokens,
                         usage_prompt_tokens=500 if cached else None,
                         usage_cached_tokens=round(500 * cached[1]) if cached else None,
+                        kind="plain",
+                        validity="degenerate" if rng.random() < fail else "valid",
                     )  # fmt: skip
                 )
     return samples

@@ -203,7 +203,8 @@ def _row(d: DeploymentView, top_speed: float, top_ttft: float, board: ModelBoard
     )
     valid_class = "" if row.valid_rate is None or row.valid_rate >= 0.95 else " warn"
     reason = f'<div class="muted">{esc(row.invalid_reason)}</div>' if row.invalid_reason else ""
-    valid = percent(row.valid_rate)
+    # Success's "none judged" and Traffic's count say the rest; an unjudged deployment is no sign of a bad one.
+    valid = percent(row.valid_rate) if row.valid_rate is not None else '<span class="muted">none judged</span>'
     if row.samples == 0:  # one honest cell, not four dashes that could read as zero
         measured = f'<td class="none" colspan="4">{NO_SAMPLES}</td>'
     else:
