@@ -36,7 +36,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
+from gateway.config import GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, InvalidRequest, NoCapacity, RateLimited
 from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cache_terms, decide, keep_bound_first
@@ -44,6 +44,7 @@ from gateway.routing.apis import speaking
 from gateway.routing.capacity import ProviderLimit, RateLimits
 from gateway.routing.estimates import Observation, pooled_spreads
 from gateway.routing.explore import Probe, RequestSizes, choose_partner, choose_probe, measured, on_trial
+from gateway.routing.filters import allowed, matches
 from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.hedge import hedge_after
 from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
@@ -153,7 +154,7 @@ class MeasuredRouter:
         """
         policy = self.config.policy_for(model)
         snapshot = self.stats.snapshot()
-        deployments = _filter(self._speaking_of(model, endpoint, pinned), preferences, self._providers)
+        deployments = allowed(self._speaking_of(model, endpoint, pinned), preferences, self._providers)
         now = self.clock()
         output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
         shape = RequestShape(endpoint or "chat", prompt_tokens, output, source, kind)
@@ -581,66 +582,11 @@ def _drained(sample: Sample) -> bool:
     return sample.outcome == "client_cancelled" and sample.output_tokens is not None and sample.ttft_s is not None
 
 
-def _matches(deployment: DeploymentConfig, names: Sequence[str]) -> bool:
-    return deployment.name.lower() in names or deployment.provider.lower() in names
-
-
-def _filter(
-    model: ModelConfig, preferences: ProviderPreferences, providers: dict[str, ProviderConfig]
-) -> list[DeploymentConfig]:
-    """The deployments a request allows; a filter that leaves none is the request's mistake (400)."""
-    deployments = list(model.deployments)
-    named = preferences.order or preferences.only or preferences.ignore
-    known = {p.lower() for p in providers} | {d.name.lower() for d in deployments} if named else set()
-    for field, names in (
-        ("order", preferences.order),
-        ("only", preferences.only or ()),
-        ("ignore", preferences.ignore),
-    ):
-        for index, name in enumerate(names):
-            if name not in known:
-                raise InvalidRequest(
-                    f"'provider.{field}[{index}]': unknown provider \"{name}\" (known: {', '.join(sorted(known))})",
-                    param=f"provider.{field}",
-                )
-    served = ", ".join(d.name for d in deployments)
-    if preferences.only is not None:
-        deployments = [d for d in deployments if _matches(d, preferences.only)]
-        if not deployments:
-            raise InvalidRequest(
-                f"'provider.only' leaves no deployment of model '{model.name}' (deployments: {served})",
-                param="provider.only",
-            )
-    if preferences.ignore:
-        deployments = [d for d in deployments if not _matches(d, preferences.ignore)]
-        if not deployments:
-            raise InvalidRequest(
-                f"'provider.ignore' leaves no deployment of model '{model.name}' (deployments: {served})",
-                param="provider.ignore",
-            )
-    max_in, max_out = preferences.max_price_in, preferences.max_price_out
-    if max_in is not None or max_out is not None:
-        within = [
-            d
-            for d in deployments
-            if (max_in is None or d.price_in <= max_in) and (max_out is None or d.price_out <= max_out)
-        ]
-        if not within:
-            cheapest = min(deployments, key=lambda d: (d.price_in, d.price_out))
-            raise InvalidRequest(
-                f"no deployment of model '{model.name}' is within 'provider.max_price' "
-                f"(cheapest: {cheapest.name} at {cheapest.price_in:g}/{cheapest.price_out:g} USD per 1M tokens)",
-                param="provider.max_price",
-            )
-        deployments = within
-    return deployments
-
-
 def _listed(rows: Sequence[Ranked], order: Sequence[str]) -> list[Ranked]:
     listed = []
     for name in order:
         for row in rows:
-            if _matches(row.deployment, (name,)) and row not in listed:
+            if matches(row.deployment, (name,)) and row not in listed:
                 listed.append(row)
     return listed
 
