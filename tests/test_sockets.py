@@ -31,7 +31,12 @@ def refused_early(url: str, headers: str, sent_body: bytes) -> tuple[bytes, byte
             received += sock.recv(65536)
         head, _, rest = received.partition(b"\r\n\r\n")
         while True:
-            data = sock.recv(65536)  # a socket left open times out here (3 s): the test fails
+            try:
+                data = sock.recv(65536)  # a socket left open times out here (3 s): the test fails
+            except ConnectionResetError:
+                # Closed with the unread body still in the server's buffer: the kernel resets rather than
+                # ends the connection. Closed all the same (the answer was read above).
+                return head, rest
             if not data:
                 return head, rest
             rest += data
