@@ -14,6 +14,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,7 @@ from tests.support.agent_clis import run_claude, run_codex
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 KEY = "sk-gateway-client"
@@ -31,8 +33,14 @@ AGENT = FakeBehavior(agent=True, agent_command="echo agent-round-trip", cache_pr
 ANSWER = f"{RESULT_PREFIX} agent-round-trip"
 
 
-def access_paths(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int]]:
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
+def access_lines(caplog: pytest.LogCaptureFixture, count: int) -> list[dict[str, Any]]:
+    """The access log's lines, once ``count`` are there (each is written as its request ends, after the answer)."""
+    wait_until(lambda: sum(r.name == ACCESS_LOGGER for r in caplog.records) >= count, what=f"{count} access lines")
+    return [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
+
+
+def access_paths(caplog: pytest.LogCaptureFixture, count: int) -> list[tuple[object, object]]:
+    lines = access_lines(caplog, count)
     return [(line["endpoint"], line["status"]) for line in lines]
 
 
@@ -45,7 +53,7 @@ def assert_measured(gateway: Gateway, caplog: pytest.LogCaptureFixture, upstream
     second = samples[1]
     assert second.usage_cached_tokens is not None and second.usage_prompt_tokens is not None
     assert second.usage_cached_tokens / second.usage_prompt_tokens > 0.8
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
+    lines = access_lines(caplog, 2)
     assert [line["upstream_api"] for line in lines] == [upstream_api, upstream_api]
 
 
@@ -64,7 +72,7 @@ def test_claude_code_runs_a_tool_through_the_gateway(
     result = json.loads(run.stdout)
     assert result["result"] == ANSWER and result["num_turns"] == 2 and not result["is_error"]
     # Both turns reached the gateway, and through it the fake: the second carried the command's output.
-    assert access_paths(caplog) == [("messages", 200), ("messages", 200)]
+    assert access_paths(caplog, 2) == [("messages", 200), ("messages", 200)]
     sent = [r.body for r in fake.app.state.recorded if r.path.endswith(("/messages", "/chat/completions"))]
     assert len(sent) == 2 and "agent-round-trip" in json.dumps(sent[1])
     assert all(body is not None and body.get("stream") is True for body in sent)
@@ -89,12 +97,12 @@ def test_codex_runs_a_tool_through_the_gateway(
     assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
     assert run.escapes == ()  # nothing but loopback was reached for
     assert last.startswith(RESULT_PREFIX) and "agent-round-trip" in last
-    assert access_paths(caplog) == [("responses", 200), ("responses", 200)]
+    assert access_paths(caplog, 2) == [("responses", 200), ("responses", 200)]
     sent = [r.body for r in fake.app.state.recorded if r.path.endswith(("/responses", "/chat/completions"))]
     assert len(sent) == 2 and "agent-round-trip" in json.dumps(sent[1])
     assert all(body is not None and body.get("store") in (False, None) and body["stream"] is True for body in sent)
     assert_measured(gateway, caplog, apis[0])
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
+    lines = access_lines(caplog, 2)
     assert [line["omitted_tools"] for line in lines] == ([["web_search"]] * 2 if chat else [None, None])
     if chat:
         names = [t["function"]["name"] for t in sent[0]["tools"]]  # type: ignore[index]
@@ -111,7 +119,7 @@ def test_claude_code_does_not_retry_a_wrong_key(
     )
     run = run_claude(gateway.url, "sk-wrong", tmp_path)
     assert run.returncode != 0
-    assert access_paths(caplog) == [("messages", 401)]
+    assert access_paths(caplog, 1) == [("messages", 401)]
 
 
 def test_codex_stops_at_once_on_a_model_it_cannot_get(
@@ -128,7 +136,7 @@ def test_codex_stops_at_once_on_a_model_it_cannot_get(
     gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
     run, _ = run_codex(gateway.base_url, KEY, tmp_path)
     assert run.returncode != 0 and "Responses API" in run.stdout + run.stderr
-    assert access_paths(caplog) == [("responses", 400)]
+    assert access_paths(caplog, 1) == [("responses", 400)]
 
 
 def test_codex_stops_at_once_on_a_tool_a_chat_model_cannot_run(
@@ -144,7 +152,7 @@ def test_codex_stops_at_once_on_a_tool_a_chat_model_cannot_run(
     run, _ = run_codex(gateway.base_url, KEY, tmp_path)
     assert run.returncode != 0 and "untranslatable_field" in run.stderr
     assert "cannot be translated to the Chat Completions API: the built-in tool 'web_search'" in run.stderr
-    assert access_paths(caplog) == [("responses", 400)] and not fake.app.state.recorded
+    assert access_paths(caplog, 1) == [("responses", 400)] and not fake.app.state.recorded
 
 
 @pytest.mark.parametrize("apis", [["messages", "responses"], ["chat"]])
@@ -171,6 +179,6 @@ def test_both_clis_read_through_keep_alives(
     assert claude.returncode == 0 and json.loads(claude.stdout)["result"] == ANSWER, claude.stdout[-2000:]
     assert codex.returncode == 0 and "agent-round-trip" in last, codex.stdout[-2000:] + codex.stderr[-2000:]
     assert claude.escapes == codex.escapes == ()
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
+    lines = access_lines(caplog, 4)
     assert len(lines) == 4 and all(line["status"] == 200 and line["keepalives"] >= 2 for line in lines)
     assert {line["upstream_api"] for line in lines} == ({"chat"} if apis == ["chat"] else {"messages", "responses"})

@@ -23,6 +23,7 @@ from gateway.fakes import FakeBehavior
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 SHELL = {"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}}
@@ -47,6 +48,8 @@ def test_omitted_tools_are_left_out_and_named(
     assert raw.parse().status == "completed" and raw.parse().output
     (sent,) = [r.body for r in fake.app.state.recorded]
     assert sent is not None and [t["function"]["name"] for t in sent["tools"]] == ["shell"]
+    # The access log's line is written as the request ends, just after the client has its answer.
+    wait_until(lambda: any(r.name == ACCESS_LOGGER for r in caplog.records), what="the access log's line")
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
     assert [line["omitted_tools"] for line in lines] == [["web_search"]]
 
