@@ -21,6 +21,7 @@ import pytest
 from gateway.accesslog import LineWriter, _sole_writer, log_line
 from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior
+from tests.support.access import access_lines
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
@@ -49,10 +50,6 @@ def keyed_config(providers: list[FakeServer], server: dict[str, Any] | None = No
 
 
 ENVIRON = {"FAKE_KEY": PROVIDER_KEY, "GATEWAY_API_KEYS": CLIENT_KEY}
-
-
-def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
 
 
 def test_one_line_per_request_with_the_story_and_no_secrets(

@@ -4,7 +4,6 @@ came from the gateway's tokenizer rather than the provider."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from gateway.fakes import FakeBehavior
 from gateway.relay.prompt_count import count_prompt
 from gateway.tokens import load_token_counter
+from tests.support.access import access_lines
 from tests.support.clients import MESSAGES
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
@@ -23,10 +23,6 @@ from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 BODY: dict[str, Any] = {"model": "m", "messages": MESSAGES, "stream": True}
-
-
-def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
 
 
 def test_a_broken_attempts_prompt_is_billed_by_the_pinned_tokenizer(

@@ -14,29 +14,22 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gateway.accesslog import ACCESS_LOGGER
 from gateway.fakes import FakeBehavior
 from gateway.fakes.agent import RESULT_PREFIX
+from tests.support.access import access_lines
 from tests.support.agent_clis import run_claude, run_codex
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
-from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 KEY = "sk-gateway-client"
 AGENT = FakeBehavior(agent=True, agent_command="echo agent-round-trip", cache_prompts=8)
 ANSWER = f"{RESULT_PREFIX} agent-round-trip"
-
-
-def access_lines(caplog: pytest.LogCaptureFixture, count: int) -> list[dict[str, Any]]:
-    """The access log's lines, once ``count`` are there (each is written as its request ends, after the answer)."""
-    wait_until(lambda: sum(r.name == ACCESS_LOGGER for r in caplog.records) >= count, what=f"{count} access lines")
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
 
 
 def access_paths(caplog: pytest.LogCaptureFixture, count: int) -> list[tuple[object, object]]:

@@ -3,7 +3,6 @@ without the endpoint upstream, the body limit, ``store: false`` responses left u
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from gateway.config import GatewayConfig
 from gateway.fakes import FakeBehavior
 from gateway.response_owners import NAMESPACE
 from tests.redis_server import RedisServer
+from tests.support.access import access_lines
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
@@ -33,11 +33,6 @@ def messages_config(*fakes: FakeServer, **options: Any) -> GatewayConfig:
     return gateway_config(list(fakes), provider_options={f.name: {"apis": ["messages"]} for f in fakes}, **options)
 
 
-def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
-    """The access log's lines so far: one per request that reached the gateway's endpoints."""
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
-
-
 def test_a_wrong_key_is_not_retried_by_the_anthropic_sdk(
     fakes: Fakes, start_gateway: StartGateway, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -48,7 +43,7 @@ def test_a_wrong_key_is_not_retried_by_the_anthropic_sdk(
         pytest.raises(anthropic.AuthenticationError) as raised,
     ):
         client.messages.create(model="m", max_tokens=8, messages=MESSAGES)
-    assert [line["status"] for line in access_lines(caplog)] == [401]
+    assert [line["status"] for line in access_lines(caplog, 1)] == [401]
     headers = raised.value.response.headers
     assert headers["x-should-retry"] == "false"
     assert headers["request-id"] == headers["x-request-id"]

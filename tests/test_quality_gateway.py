@@ -7,7 +7,6 @@ invalid.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from gateway.fakes import FakeBehavior
 from gateway.leaderboard import leaderboard, render_compact, render_table
 from gateway.samples import Sample
+from tests.support.access import access_lines
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
@@ -135,10 +135,6 @@ def test_shown_in_metrics_access_log_leaderboard_trace_and_stats_table(
     rows = leaderboard(gateway.runtime.stats.snapshot(), gateway.runtime.config.models)
     assert "33.3% tool_args_not_json" in render_table(rows)
     assert "33.3% tool_args…" in render_compact(rows)
-
-
-def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
 
 
 def test_malformed_tools_are_relayed_not_a_crash(fakes: Fakes, start_gateway: StartGateway) -> None:

@@ -5,7 +5,6 @@ larger window instead of cancelling it and calling it again."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 from gateway.fakes import FakeBehavior
 from gateway.relay.drain import LOSER_HOLD_MIN_S
 from gateway.routing.explore import COLD_RACE_WIDTH
+from tests.support.access import access_lines
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
@@ -23,10 +23,6 @@ from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 BODY: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-
-
-def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
 
 
 def test_a_race_against_a_content_filter_ends_in_its_400(fakes: Fakes, start_gateway: StartGateway) -> None:
