@@ -25,8 +25,13 @@ class Disconnect:
                 return
 
     async def sleep(self, seconds: float) -> bool:
-        """Sleep, or return True early if the client went away."""
+        """Sleep, or return True early if the client went away.
+
+        Nothing to wait for still yields once: a stream sent faster than its pace never waits, and a send
+        into a closed connection returns at once, so without it the watch on ``receive`` would never run
+        and a stream whose client left would be played to its end."""
         if seconds <= 0:
+            await asyncio.sleep(0)
             return self.event.is_set()
         try:
             await asyncio.wait_for(self.event.wait(), seconds)
