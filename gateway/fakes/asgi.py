@@ -25,19 +25,19 @@ class Disconnect:
                 return
 
     async def sleep(self, seconds: float) -> bool:
-        """Sleep, or return True early if the client went away.
-
-        Nothing to wait for still yields once: a stream sent faster than its pace never waits, and a send
-        into a closed connection returns at once, so without it the watch on ``receive`` would never run
-        and a stream whose client left would be played to its end."""
+        """Sleep, or return True early if the client went away."""
         if seconds <= 0:
-            await asyncio.sleep(0)
             return self.event.is_set()
         try:
             await asyncio.wait_for(self.event.wait(), seconds)
         except TimeoutError:
             return False
         return True
+
+    async def sleep_briefly(self) -> bool:
+        """Yield to the loop once (the watch may run); True if the client went away."""
+        await asyncio.sleep(0)
+        return self.event.is_set()
 
     def close(self) -> None:
         self.task.cancel()

@@ -17,6 +17,9 @@ from gateway.fakes.asgi import Disconnect, Drop, start_stream
 from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words
 
 MALFORMED = b"data: {not json\n\n"
+UNPACED_YIELD_EVERY = 256
+"""An unpaced stream never waits, and a send into a closed connection returns at once: every this many chunks it
+yields to the loop, so that the watch on its client's hang-up runs and a long stream whose client left stops."""
 
 
 class StreamScript(Protocol):
@@ -89,6 +92,9 @@ async def play(
                 if await disconnect.sleep(due - time.perf_counter()):
                     state.cancelled += 1
                     return
+            elif chunks and chunks % UNPACED_YIELD_EVERY == 0 and await disconnect.sleep_briefly():
+                state.cancelled += 1
+                return
             text = "".join(words[start : start + step])
             body = (script.prelude() if start == 0 else b"") + script.piece(text, start == 0)
             await send({"type": "http.response.body", "body": body, "more_body": True})
