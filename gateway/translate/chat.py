@@ -22,6 +22,7 @@ from gateway.translate.common import (
     opt_int,
     opt_number,
     opt_str,
+    read_function_choice,
     refuse_unknown,
 )
 from gateway.translate.ir import (
@@ -36,7 +37,6 @@ from gateway.translate.ir import (
     Text,
     Tool,
     ToolCall,
-    ToolChoice,
     ToolResult,
     Turn,
     Untranslatable,
@@ -141,7 +141,7 @@ def read_request(body: dict[str, Any]) -> Conversation:
     metadata = body.get("metadata")
     conversation.metadata = as_dict(metadata, "metadata") if metadata is not None else None
     conversation.tools = [_read_tool(t, i) for i, t in enumerate(as_list(body.get("tools") or [], "tools"))]
-    conversation.tool_choice = _read_choice(body.get("tool_choice"))
+    conversation.tool_choice = read_function_choice(body.get("tool_choice"), nested=True)
     conversation.parallel_tool_calls = opt_bool(body.get("parallel_tool_calls"), "parallel_tool_calls")
     effort = opt_str(body.get("reasoning_effort"), "reasoning_effort")
     if effort is not None:
@@ -232,17 +232,6 @@ def _read_tool(raw: Any, index: int) -> Tool:
         opt_bool(function.get("strict"), f"{path}.function.strict"),
         tool.get("cache_control"),
     )
-
-
-def _read_choice(choice: Any) -> ToolChoice | None:
-    if choice is None:
-        return None
-    if choice in ("auto", "none", "required"):
-        return ToolChoice(choice)
-    named = as_dict(choice, "tool_choice")
-    if named.get("type") != "function":
-        raise Untranslatable("tool_choice.type", "other", f"tool choice {named.get('type')!r}")
-    return ToolChoice("tool", as_str(as_dict(named.get("function"), "tool_choice.function").get("name"), "name"))
 
 
 def _read_format(value: Any) -> OutputFormat | None:

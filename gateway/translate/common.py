@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from gateway.errors import InvalidRequest
-from gateway.translate.ir import Image, Untranslatable
+from gateway.translate.ir import Image, ToolChoice, Untranslatable
 
 
 def bad(path: str, expected: str) -> InvalidRequest:
@@ -103,3 +103,18 @@ def obj(value: Any) -> dict[str, Any]:
 def count(value: Any) -> int:
     """``value`` if it is an integer, else 0 (reading a reported token count)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def read_function_choice(choice: Any, *, nested: bool) -> ToolChoice | None:
+    """OpenAI's ``tool_choice``: a mode, or a named function (chat nests its name in ``function``, the
+    Responses API does not: ``nested``)."""
+    if choice is None:
+        return None
+    if choice in ("auto", "none", "required"):
+        return ToolChoice(choice)
+    spec = as_dict(choice, "tool_choice")
+    if spec.get("type") != "function":
+        raise Untranslatable("tool_choice.type", "other", f"tool choice {spec.get('type')!r}")
+    if nested:
+        return ToolChoice("tool", as_str(as_dict(spec.get("function"), "tool_choice.function").get("name"), "name"))
+    return ToolChoice("tool", as_str(spec.get("name"), "tool_choice.name"))

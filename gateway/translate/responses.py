@@ -22,6 +22,7 @@ from gateway.translate.common import (
     opt_int,
     opt_number,
     opt_str,
+    read_function_choice,
     refuse_unknown,
 )
 from gateway.translate.ir import (
@@ -110,7 +111,7 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
             conversation.omitted_tools.append(str(tool.get("type")))
         else:
             conversation.tools.append(_read_tool(tool, index))
-    conversation.tool_choice = _read_choice(body.get("tool_choice"))
+    conversation.tool_choice = read_function_choice(body.get("tool_choice"), nested=False)
     choice = conversation.tool_choice
     if choice is not None and choice.mode == "tool" and all(t.name != choice.name for t in conversation.tools):
         # A forced function named as the model calls it within its namespace: the one flat function of that name.
@@ -274,17 +275,6 @@ def _read_tool(raw: Any, index: int, path: str = "") -> Tool:
         as_dict(parameters, f"{path}.parameters") if parameters is not None else None,
         opt_bool(tool.get("strict"), f"{path}.strict"),
     )
-
-
-def _read_choice(choice: Any) -> ToolChoice | None:
-    if choice is None:
-        return None
-    if choice in ("auto", "none", "required"):
-        return ToolChoice(choice)
-    spec = as_dict(choice, "tool_choice")
-    if spec.get("type") != "function":
-        raise Untranslatable("tool_choice.type", "other", f"tool choice {spec.get('type')!r}")
-    return ToolChoice("tool", as_str(spec.get("name"), "tool_choice.name"))
 
 
 def _read_format(spec: dict[str, Any]) -> OutputFormat:
