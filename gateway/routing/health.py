@@ -34,6 +34,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gateway.config import ProviderConfig
 from gateway.policies import PolicyConfig
 from gateway.routing.capacity import CapacityBoard
 from gateway.routing.deadlines import LearnedDeadlines
@@ -289,3 +290,8 @@ class RouterState:
     def finished(self, provider: str, key: DeploymentKey) -> None:
         self.provider_in_flight[provider] = max(0, self.provider_in_flight.get(provider, 0) - 1)
         self.deployment_in_flight[key] = max(0, self.deployment_in_flight.get(key, 0) - 1)
+
+    def has_room(self, provider: ProviderConfig, key: DeploymentKey, now: float) -> bool:
+        """Room for one more attempt at ``key`` (its learned limit) and at its provider (its ceiling)."""
+        in_flight = self.deployment_in_flight.get(key, 0)
+        return self.capacity.has_room(provider, key, in_flight, self.provider_in_flight.get(provider.name, 0), now)

@@ -396,11 +396,7 @@ class MeasuredRouter:
         return probe, partner
 
     def at_capacity(self, candidate: Candidate) -> bool:
-        provider, key = candidate.provider, (candidate.model, candidate.name)
-        state = self.state
-        in_flight = state.deployment_in_flight.get(key, 0)
-        provider_in_flight = state.provider_in_flight.get(provider.name, 0)
-        return not state.capacity.has_room(provider, key, in_flight, provider_in_flight, self.clock())
+        return not self.state.has_room(candidate.provider, (candidate.model, candidate.name), self.clock())
 
     def capacity_reopens_in_s(self) -> float | None:
         now = self.clock()
