@@ -57,4 +57,6 @@ def test_a_client_that_stops_reading_frees_the_upstream_at_the_deadline(
     wait_until(lambda: fake.app.state.open_streams == 0, timeout=6, what="the upstream stream closed")
     wait_until(lambda: router.in_flight("m", "a") == 0, timeout=2, what="the slot freed")
     (sample,) = gateway.samples.samples
-    assert sample.outcome == "client_cancelled"
+    # Both ends of the stream carry the same deadline: the relay's blocked send (the client gone quiet) or the
+    # upstream's total timeout (its stream no longer read) may fire first; either frees the stream and the slot.
+    assert sample.outcome in ("client_cancelled", "timeout")
