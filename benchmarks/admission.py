@@ -16,11 +16,11 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from gateway.access import AccessControl, AccessState
-from gateway.auth import AdminKey, ClientKey, KeyLimits, KeyRing, digest_of
+from gateway.admission.access import AccessControl, AccessState
+from gateway.admission.auth import AdminKey, ClientKey, KeyLimits, KeyRing, digest_of
+from gateway.admission.limits import check_shape, has_unpaired_surrogate
+from gateway.admission.ratelimit import InMemoryRateLimiter, RateLimiter, RedisRateLimiter
 from gateway.config import AuthConfig, LimitsConfig, StatsConfig
-from gateway.limits import check_shape, has_unpaired_surrogate
-from gateway.ratelimit import InMemoryRateLimiter, RateLimiter, RedisRateLimiter
 from tests.redis_server import RedisServer
 
 ROUNDS = 5

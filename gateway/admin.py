@@ -27,8 +27,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from gateway.admission.auth import presented_key
+from gateway.admission.spending import BUDGET_WINDOWS
+from gateway.admission.spending.report import budget_json, grouped_rows, parse_by, spend_document
+from gateway.admission.spending.store import SpendStoreDown
 from gateway.api import error_response
-from gateway.auth import presented_key
 from gateway.config import ConfigError, ModelConfig
 from gateway.errors import BudgetUnavailable, GatewayError, InvalidRequest, ModelNotFound, NotFound, clip
 from gateway.metrics import WORKER_ENV
@@ -39,9 +42,6 @@ from gateway.routing.overrides import NO_PREFERENCES
 from gateway.routing.plan import SessionRoute
 from gateway.runtime import GatewayRuntime, require_admin, runtime_of
 from gateway.samples import ENDPOINTS, Endpoint
-from gateway.spending import BUDGET_WINDOWS
-from gateway.spending.report import budget_json, grouped_rows, parse_by, spend_document
-from gateway.spending.store import SpendStoreDown
 from gateway.tokens import TokenizerError
 
 _ENDPOINTS: tuple[Endpoint, ...] = ENDPOINTS

@@ -23,9 +23,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.access import Ticket
 from gateway.accesslog import AccessRecord
-from gateway.auth import presented_key
+from gateway.admission.access import Ticket
+from gateway.admission.auth import presented_key
+from gateway.admission.limits import has_unpaired_surrogate, header_bytes
 from gateway.bindings import Unavailable
 from gateway.conversation_flow import expand
 from gateway.deadlines import read_deadlines
@@ -41,7 +42,6 @@ from gateway.errors import (
     internal_error,
 )
 from gateway.leaderboard import leaderboard, leaderboard_json
-from gateway.limits import has_unpaired_surrogate, header_bytes
 from gateway.metrics import Metrics
 from gateway.policies import AFFINITIES, Affinity
 from gateway.quality import expectation_of

@@ -31,9 +31,13 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ExceptionHandler, Lifespan, Receive, Scope, Send
 
 from gateway import admin, api, sidecalls
-from gateway.access import USAGE_TAP, AccessControl, AccessState
 from gateway.accesslog import AccessLog
-from gateway.auth import AdminKey, KeyRing, load_keys
+from gateway.admission.access import USAGE_TAP, AccessControl, AccessState
+from gateway.admission.auth import AdminKey, KeyRing, load_keys
+from gateway.admission.limits import HeaderSizeLimit
+from gateway.admission.ratelimit import RateLimiter, open_rate_limiter
+from gateway.admission.spending import SpendLedger
+from gateway.admission.spending.redis_store import open_spend_store
 from gateway.bindings import LOOKUP_TIMEOUT_S, BindingStore, InMemoryBindingStore, RedisBindingStore
 from gateway.canary import Canary
 from gateway.config import GatewayConfig, StatsConfig, resolve_metrics_key, resolve_secrets
@@ -43,10 +47,8 @@ from gateway.descriptors import DescriptorWatch
 from gateway.dialects import dialect_for_path
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.events import EventFanout, GatewayEvents
-from gateway.limits import HeaderSizeLimit
 from gateway.metrics import Metrics, check_single_process
 from gateway.metrics_genai import GenAISink
-from gateway.ratelimit import RateLimiter, open_rate_limiter
 from gateway.redis_client import RedisConnections
 from gateway.relay import AttemptRunner, Dispatcher
 from gateway.relay.probe import CircuitProber
@@ -58,8 +60,6 @@ from gateway.routing.trace import TraceStore
 from gateway.runtime import GatewayRuntime, RuntimeHolder
 from gateway.samples import SampleFanout, SampleSink
 from gateway.session_bindings import SessionBindings
-from gateway.spending import SpendLedger
-from gateway.spending.redis_store import open_spend_store
 from gateway.stats import StatsStore, open_stats_store
 from gateway.tokens import load_token_counter
 from gateway.types import Clock

@@ -35,8 +35,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.accesslog import configure_access_log
+    from gateway.admission.auth import exposure_notice, load_keys
     from gateway.app import AppOptions, create_app
-    from gateway.auth import exposure_notice, load_keys
     from gateway.metrics import WORKER_ENV
     from gateway.server import run, uvicorn_config
     from gateway.supervisor import MULTIPROC_ENV, WorkerSpec, resolve_workers, serve_workers
@@ -245,7 +245,7 @@ def cmd_spend(args: argparse.Namespace) -> int:
 
     import httpx
 
-    from gateway.spending.report import render_csv, render_table
+    from gateway.admission.spending.report import render_csv, render_table
 
     path = _config_path(args)
     try:
@@ -281,7 +281,7 @@ def cmd_spend(args: argparse.Namespace) -> int:
 
 def auth_summary(config: GatewayConfig, environ: dict[str, str]) -> str:
     """Who may call the gateway, as counts and variable names: never a key. Raises ``ConfigError``."""
-    from gateway.auth import load_keys
+    from gateway.admission.auth import load_keys
 
     ring, admin = load_keys(config, environ)
     if ring.enabled:

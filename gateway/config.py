@@ -93,7 +93,7 @@ class AuthConfig:
     api_keys_env: str | None = "GATEWAY_API_KEYS"
     """Names the env var holding comma-separated client keys; unset or empty means no client auth."""
     api_keys_file: str | None = None
-    """A TOML file of named client keys with per-key models and limits (see ``gateway.auth``).
+    """A TOML file of named client keys with per-key models and limits (see ``gateway.admission.auth``).
     Relative paths are read from the config file's directory."""
     admin_key_env: str | None = "GATEWAY_ADMIN_KEY"
     allow_unauthenticated: bool = False

@@ -32,12 +32,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.exposition import choose_encoder
 
 from gateway import __version__
+from gateway.admission.spending.metrics import SpendMetrics
 from gateway.config import ConfigError, GatewayConfig
 from gateway.metrics_genai import GenAIFamilies
 from gateway.metrics_plain import PlainCounter, PlainGauge, PlainHistogram
 from gateway.routing.capacity import ProviderLimit
 from gateway.samples import VALIDITIES, Outcome, Sample
-from gateway.spending.metrics import SpendMetrics
 from gateway.stats.snapshot import Metric, StatsSnapshot
 from gateway.types import (
     AFFINITY_CHOICES,
@@ -423,7 +423,7 @@ class Metrics:
         self.window_samples = gauge(
             "gateway_window_samples", "Attempts in the stats window", _WINDOW_LABELS, registry=r
         )
-        # Spend and budgets by key name and team (``gateway.spending.metrics``).
+        # Spend and budgets by key name and team (``gateway.admission.spending.metrics``).
         self.spend = SpendMetrics(r)
         self._genai: GenAIFamilies | None = None
         self._window_series: set[tuple[str, ...]] = set()

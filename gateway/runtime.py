@@ -16,8 +16,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from gateway.access import AccessControl
 from gateway.accesslog import AccessLog
+from gateway.admission.access import AccessControl
 from gateway.bindings import BindingStore
 from gateway.config import GatewayConfig
 from gateway.conversations import ConversationStore, InMemoryConversationStore

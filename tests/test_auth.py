@@ -16,14 +16,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.access import AccessControl, AccessState
+from gateway.admission.access import AccessControl, AccessState
+from gateway.admission.auth import AdminKey, KeyLimits, KeyRing, exposure_notice, is_loopback, load_keys, presented_key
+from gateway.admission.ratelimit import InMemoryRateLimiter
+from gateway.admission.spending import Budget
 from gateway.app import AppOptions, create_app
-from gateway.auth import AdminKey, KeyLimits, KeyRing, exposure_notice, is_loopback, load_keys, presented_key
 from gateway.config import AuthConfig, ConfigError, LimitsConfig, load_config, parse_config
 from gateway.errors import PermissionDenied
-from gateway.ratelimit import InMemoryRateLimiter
 from gateway.runtime import require_admin
-from gateway.spending import Budget
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway, GatewayServers
 

@@ -18,13 +18,13 @@ import httpx
 import openai
 import pytest
 
+from gateway.admission.spending import SpendLedger
+from gateway.admission.spending.redis_store import RedisSpendStore
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig, StatsConfig
 from gateway.fakes import FakeBehavior
 from gateway.redis_client import RedisConnections
 from gateway.samples import Sample, SampleLog
-from gateway.spending import SpendLedger
-from gateway.spending.redis_store import RedisSpendStore
 from tests.redis_server import RedisServer
 from tests.support.clients import MESSAGES, async_sdk, sdk
 from tests.support.config import gateway_config
@@ -358,7 +358,7 @@ def test_spend_needs_the_admin_key_and_valid_parameters(
 
 def test_redis_store_is_used_for_replicas(redis_server: RedisServer) -> None:
     """``[stats] backend = "redis"`` gives the budgets a Redis store (the replicas' shared one)."""
-    from gateway.spending.redis_store import open_spend_store
+    from gateway.admission.spending.redis_store import open_spend_store
 
     config = StatsConfig(backend="redis", redis_url=redis_server.url)
     redis = RedisConnections(config, {})
@@ -410,7 +410,7 @@ def test_gateway_spend_prints_a_table_json_and_csv(
 def test_the_window_resets_at_the_time_the_refusal_states(fakes: Fakes, tmp_path: Path) -> None:
     from datetime import datetime
 
-    from gateway.spending import InMemorySpendStore
+    from gateway.admission.spending import InMemorySpendStore
     from tests.support.clock import FakeClock
 
     fake = fakes.start("p")

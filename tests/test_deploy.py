@@ -22,7 +22,7 @@ import promql_parser
 import pytest
 import yaml
 
-from gateway.auth import load_keys
+from gateway.admission.auth import load_keys
 from gateway.cli import build_parser
 from gateway.config import load_config, parse_config, resolve_secrets
 from gateway.fakes import FakeBehavior

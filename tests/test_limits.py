@@ -13,10 +13,10 @@ import httpx
 import openai
 import pytest
 
+from gateway.admission.limits import check_shape, nesting_exceeds
 from gateway.app import AppOptions, create_app
 from gateway.config import LimitsConfig, parse_config
 from gateway.errors import InvalidRequest
-from gateway.limits import check_shape, nesting_exceeds
 from gateway.server import header_limited_protocol, uvicorn_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway, GatewayServers

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from gateway.access import AccessState, Ticket, UsageTally
-from gateway.auth import ClientKey, KeyLimits
+from gateway.admission.access import AccessState, Ticket, UsageTally
+from gateway.admission.auth import ClientKey, KeyLimits
+from gateway.admission.ratelimit import InMemoryRateLimiter
 from gateway.fakes import FakeBehavior
 from gateway.meter import StreamMeter
-from gateway.ratelimit import InMemoryRateLimiter
 from gateway.relay.attempt import Attempt
 from gateway.relay.request import ProxyRequest
 from gateway.samples import Sample

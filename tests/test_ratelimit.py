@@ -16,10 +16,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
+from gateway.admission.ratelimit import WINDOW_S, Counts, InMemoryRateLimiter, RateLimiter, RedisRateLimiter, decide
 from gateway.app import AppOptions, create_app
 from gateway.config import StatsConfig, parse_config
 from gateway.fakes.provider import FakeState
-from gateway.ratelimit import WINDOW_S, Counts, InMemoryRateLimiter, RateLimiter, RedisRateLimiter, decide
 from gateway.redis_client import RedisConnections
 from tests.redis_server import RedisServer
 from tests.redis_topologies import SENTINEL_ENVIRON

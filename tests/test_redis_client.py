@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.admission.ratelimit import RedisRateLimiter
 from gateway.app import AppOptions, create_app
 from gateway.config import ConfigError, StatsConfig, load_config, parse_config
-from gateway.ratelimit import RedisRateLimiter
 from gateway.redis_client import Backoff, RedisConnections, describe_error, resolve_redis_secrets
 from gateway.stats import RedisStatsStore
 from tests.redis_server import RedisServer, free_port

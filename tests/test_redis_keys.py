@@ -44,9 +44,9 @@ FAMILIES: dict[str, re.Pattern[str]] = {
     "stats history minute": re.compile(r"^\{" + PREFIX + r":[^:{}]+:[^:{}]+\}:m:\d+$"),
     "stats pair index": re.compile(r"^" + PREFIX + r":pairs$"),
     "stats epoch": re.compile(r"^" + PREFIX + r":epoch$"),
-    # Rate limits (gateway/ratelimit.py): one hash tag per client key.
+    # Rate limits (gateway/admission/ratelimit.py): one hash tag per client key.
     "rate-limit minute": re.compile(r"^" + PREFIX + r":ratelimit:\{k[0-9a-f]{16}\}:\d+$"),
-    # Budgets and spend (gateway/spending/redis_store.py): one hash tag per team, or per key without one.
+    # Budgets and spend (gateway/admission/spending/redis_store.py): one hash tag per team, or per key without one.
     "budget": re.compile(r"^" + PREFIX + r":budget:\{[tk]:[^{}]+\}:(key|team):[^:{}]+:[^:{}]+(:holds)?$"),
     "spend breakdown": re.compile(r"^" + PREFIX + r":spend:\{[tk]:[^{}]+\}:(day|week|month):[^:{}]+$"),
     # Bindings (gateway/bindings.py): each key is its own hash tag (single-key commands only).

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from gateway.admission.spending import Budget, InMemorySpendStore, Spender, SpendLedger, SpendStore
+from gateway.admission.spending.redis_store import RedisSpendStore
+from gateway.admission.spending.windows import iso_time, period_of, to_nanos
 from gateway.config import StatsConfig
 from gateway.errors import BudgetExceeded, BudgetUnavailable
 from gateway.redis_client import RedisConnections
 from gateway.samples import Sample
-from gateway.spending import Budget, InMemorySpendStore, Spender, SpendLedger, SpendStore
-from gateway.spending.redis_store import RedisSpendStore
-from gateway.spending.windows import iso_time, period_of, to_nanos
 from tests.redis_server import RedisServer
 from tests.support.clock import FakeClock
 

@@ -20,7 +20,7 @@ from urllib.parse import quote, unquote
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from gateway.auth import presented_key
+from gateway.admission.auth import presented_key
 from gateway.dashboard.page import render_page
 from gateway.dashboard.text import esc
 from gateway.dashboard.view import DashboardView, RoutingChoice, model_boards

@@ -5,9 +5,9 @@ backend), ``redis_store`` (shared by replicas), ``ledger`` (reserve and settle f
 ``report`` (the spend endpoint's and the CLI's rows), ``metrics`` (Prometheus series).
 """
 
-from gateway.spending.ledger import Spender, SpendLedger, worst_case_usd
-from gateway.spending.store import InMemorySpendStore, SpendStore
-from gateway.spending.windows import BUDGET_WINDOWS, Budget, BudgetWindow
+from gateway.admission.spending.ledger import Spender, SpendLedger, worst_case_usd
+from gateway.admission.spending.store import InMemorySpendStore, SpendStore
+from gateway.admission.spending.windows import BUDGET_WINDOWS, Budget, BudgetWindow
 
 __all__ = [
     "BUDGET_WINDOWS",

@@ -15,7 +15,7 @@ The inference endpoints call, cheapest refusal first::
 ``admit`` reserves ``prompt estimate + max_tokens × n`` tokens against the key's per-minute
 budget. The attempts' samples (``USAGE_TAP``, a sample sink) add up what was actually produced
 for this request, and ``release`` books the difference; it also settles the request's dollar
-hold (``gateway.spending``) with the cost of every attempt. The tally reaches the sink through a
+hold (``gateway.admission.spending``) with the cost of every attempt. The tally reaches the sink through a
 context variable set in the request's task: samples are recorded in that task or in tasks it
 spawns, which inherit it, so no layer in between has to pass it along.
 
@@ -31,16 +31,16 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_loopback, presented_key
+from gateway.admission.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_loopback, presented_key
+from gateway.admission.limits import InFlight, check_shape
+from gateway.admission.ratelimit import RateLimiter, retry_after_header
+from gateway.admission.spending import InMemorySpendStore, Spender, SpendLedger, worst_case_usd
+from gateway.admission.spending.ledger import HOLD_MARGIN_S
+from gateway.admission.spending.metrics import SpendMetrics
+from gateway.admission.spending.store import Hold, SpendStoreDown
 from gateway.config import AuthConfig, DeploymentConfig, LimitsConfig
 from gateway.errors import AuthenticationFailed, NoCapacity, PermissionDenied, RateLimited
-from gateway.limits import InFlight, check_shape
-from gateway.ratelimit import RateLimiter, retry_after_header
 from gateway.samples import Endpoint, Sample
-from gateway.spending import InMemorySpendStore, Spender, SpendLedger, worst_case_usd
-from gateway.spending.ledger import HOLD_MARGIN_S
-from gateway.spending.metrics import SpendMetrics
-from gateway.spending.store import Hold, SpendStoreDown
 
 logger = logging.getLogger("gateway.access")
 

@@ -34,9 +34,7 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from gateway.config import StatsConfig
-from gateway.redis_client import RedisClient, RedisConnections
-from gateway.spending.store import (
+from gateway.admission.spending.store import (
     Balance,
     Booking,
     HeldScope,
@@ -48,7 +46,9 @@ from gateway.spending.store import (
     SpendStoreDown,
     breakdown_periods,
 )
-from gateway.spending.windows import Period
+from gateway.admission.spending.windows import Period
+from gateway.config import StatsConfig
+from gateway.redis_client import RedisClient, RedisConnections
 
 logger = logging.getLogger("gateway.spending")
 

@@ -15,8 +15,8 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gateway.spending.store import Balance, Booking
-from gateway.spending.windows import to_usd
+from gateway.admission.spending.store import Balance, Booking
+from gateway.admission.spending.windows import to_usd
 
 _BUDGET_LABELS = ("scope", "name", "window")
 

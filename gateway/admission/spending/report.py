@@ -12,8 +12,8 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.spending.store import Balance, SpendRow
-from gateway.spending.windows import Period, iso_time, to_usd
+from gateway.admission.spending.store import Balance, SpendRow
+from gateway.admission.spending.windows import Period, iso_time, to_usd
 from gateway.tables import format_table
 
 DIMENSIONS = ("key", "team", "model", "provider", "deployment")

@@ -41,8 +41,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.admission.spending.windows import BUDGET_WINDOWS, Budget
 from gateway.config import AuthConfig, GatewayConfig, LimitsConfig
-from gateway.spending.windows import BUDGET_WINDOWS, Budget
 from gateway.toml_reader import MISSING, ConfigError, TableReader
 
 _HEX = frozenset("0123456789abcdef")

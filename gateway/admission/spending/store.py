@@ -1,6 +1,6 @@
 """Where spend is counted: the store protocol, its values, and the in-memory backend.
 
-Two kinds of counters, both per calendar period (``gateway.spending.windows``):
+Two kinds of counters, both per calendar period (``gateway.admission.spending.windows``):
 
 - a budget's: ``spent`` and ``reserved`` of one key or one team, checked and raised together by
   ``reserve`` (refused when ``spent + reserved + amount > limit``), and settled by ``settle``
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gateway.spending.windows import BUDGET_WINDOWS, Budget, BudgetWindow, Period, period_of
+from gateway.admission.spending.windows import BUDGET_WINDOWS, Budget, BudgetWindow, Period, period_of
 
 ScopeKind = Literal["key", "team"]
 PERIODS_KEPT = 3
@@ -40,7 +40,7 @@ class BudgetScope:
     """Shown in errors, the API and metrics: the key's name from the keys file, or the team's."""
     budget: Budget
     tag: str
-    """The shard tag a key and its team share (``gateway.spending.redis_store``)."""
+    """The shard tag a key and its team share (``gateway.admission.spending.redis_store``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class Hold:
     amount: int
     scopes: tuple[HeldScope, ...]
     tag: str
-    """The shard tag a key and its team share (``gateway.spending.redis_store``)."""
+    """The shard tag a key and its team share (``gateway.admission.spending.redis_store``)."""
     expires_at: float
 
 

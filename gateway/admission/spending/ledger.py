@@ -20,10 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.config import DeploymentConfig
-from gateway.errors import BudgetExceeded, BudgetUnavailable
-from gateway.samples import Sample
-from gateway.spending.store import (
+from gateway.admission.spending.store import (
     Balance,
     Booking,
     BudgetScope,
@@ -34,7 +31,10 @@ from gateway.spending.store import (
     SpendStore,
     SpendStoreDown,
 )
-from gateway.spending.windows import Budget, BudgetWindow, Period, period_of, to_nanos, to_usd
+from gateway.admission.spending.windows import Budget, BudgetWindow, Period, period_of, to_nanos, to_usd
+from gateway.config import DeploymentConfig
+from gateway.errors import BudgetExceeded, BudgetUnavailable
+from gateway.samples import Sample
 from gateway.types import Clock
 
 logger = logging.getLogger("gateway.spending")
@@ -88,7 +88,7 @@ def bookings_of(spender: Spender, samples: Iterable[Sample]) -> list[Booking]:
 
 
 class SpendListener(Protocol):
-    """Hears each settlement's bookings and each refusal (``gateway.spending.metrics.SpendMetrics``)."""
+    """Hears each settlement's bookings and each refusal (``gateway.admission.spending.metrics.SpendMetrics``)."""
 
     def booked(self, key: str, team: str, bookings: Sequence[Booking]) -> None: ...
 
