@@ -27,7 +27,6 @@ from gateway.accesslog import AccessRecord
 from gateway.admission.access import Ticket
 from gateway.admission.auth import presented_key
 from gateway.admission.limits import has_unpaired_surrogate, header_bytes
-from gateway.bindings import Unavailable
 from gateway.conversation_flow import expand
 from gateway.deadlines import read_deadlines
 from gateway.dialects import CHAT, Dialect, dialect_for
@@ -56,7 +55,8 @@ from gateway.routing.plan import SessionRoute
 from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
-from gateway.sessions import session_of
+from gateway.sessions.bindings import Unavailable
+from gateway.sessions.identity import session_of
 from gateway.shapes import check_content_type, check_shape
 from gateway.upstream import forwardable_headers
 

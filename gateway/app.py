@@ -38,7 +38,6 @@ from gateway.admission.limits import HeaderSizeLimit
 from gateway.admission.ratelimit import RateLimiter, open_rate_limiter
 from gateway.admission.spending import SpendLedger
 from gateway.admission.spending.redis_store import open_spend_store
-from gateway.bindings import LOOKUP_TIMEOUT_S, BindingStore, InMemoryBindingStore, RedisBindingStore
 from gateway.canary import Canary
 from gateway.config import GatewayConfig, StatsConfig, resolve_metrics_key, resolve_secrets
 from gateway.conversations import ConversationStore, InMemoryConversationStore, RedisConversationStore
@@ -53,13 +52,14 @@ from gateway.redis_client import RedisConnections
 from gateway.relay import AttemptRunner, Dispatcher
 from gateway.relay.probe import CircuitProber
 from gateway.reload import Reloader
-from gateway.response_owners import ResponseOwners
 from gateway.retry_hints import wants_retry_hints, with_retry_hints
 from gateway.routing import MeasuredRouter
 from gateway.routing.trace import TraceStore
 from gateway.runtime import GatewayRuntime, RuntimeHolder
 from gateway.samples import SampleFanout, SampleSink
-from gateway.session_bindings import SessionBindings
+from gateway.sessions.bindings import LOOKUP_TIMEOUT_S, BindingStore, InMemoryBindingStore, RedisBindingStore
+from gateway.sessions.response_owners import ResponseOwners
+from gateway.sessions.session_bindings import SessionBindings
 from gateway.stats import StatsStore, open_stats_store
 from gateway.tokens import load_token_counter
 from gateway.types import Clock

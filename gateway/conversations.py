@@ -6,7 +6,7 @@ keeps what the provider would: the response object, the whole input it answered 
 included) and its output items (``gateway.conversation_flow`` expands a follow-up from them before
 routing, and captures each answer after it). ``store: false`` keeps nothing.
 
-Two backends behind one Protocol, as the bindings are (``gateway.bindings``): in this process,
+Two backends behind one Protocol, as the bindings are (``gateway.sessions.bindings``): in this process,
 bounded by bytes (least recently used out first), or in Redis (``SET key value PX ttl``; one
 hash-tagged key per response, ``{<prefix>:conv:<id>}``) over a local cache of the same kind. A write
 goes to the local cache at once and to Redis in a background task; a read asks the local cache, then
@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from gateway.bindings import REDIS_ERRORS, UNAVAILABLE, BackendName, Unavailable
 from gateway.redis_client import RedisClient
+from gateway.sessions.bindings import REDIS_ERRORS, UNAVAILABLE, BackendName, Unavailable
 from gateway.types import Clock
 
 logger = logging.getLogger("gateway.conversations")

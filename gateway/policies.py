@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from gateway.sessions import DEFAULT_SESSION_HEADERS
+from gateway.sessions.identity import DEFAULT_SESSION_HEADERS
 from gateway.toml_reader import MISSING, TableReader
 
 RankingMode = Literal["measured", "fixed"]

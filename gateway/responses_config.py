@@ -2,7 +2,7 @@
 
 The Responses API is stateful: ``store: true`` (its default) keeps each response, and a follow-up
 names it by ``previous_response_id``. A deployment that speaks the Responses API keeps that state
-itself (the gateway binds the id to it, ``gateway.response_owners``); one reached by translation
+itself (the gateway binds the id to it, ``gateway.sessions.response_owners``); one reached by translation
 cannot, so the gateway keeps the conversation (``gateway.conversations``). ``state = "gateway"``
 keeps it in the gateway for native deployments too, so that a follow-up may go to any deployment
 rather than back to the one that holds it.

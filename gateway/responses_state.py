@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from starlette.types import Send
 
-from gateway.bindings import Unavailable
 from gateway.config import ModelConfig, serving
 from gateway.conversation_flow import ResponseCapture, gateway_keeps, wants_storing
 from gateway.conversations import StoredResponse
@@ -18,6 +17,7 @@ from gateway.errors import InvalidRequest, ModelNotFound, NoCapacity
 from gateway.relay import ProxyRequest
 from gateway.relay.replies import Reply
 from gateway.runtime import GatewayRuntime
+from gateway.sessions.bindings import Unavailable
 
 
 async def kept_conversation(

@@ -18,17 +18,17 @@ from starlette.requests import Request
 
 from gateway.accesslog import AccessLog
 from gateway.admission.access import AccessControl
-from gateway.bindings import BindingStore
 from gateway.config import GatewayConfig
 from gateway.conversations import ConversationStore, InMemoryConversationStore
 from gateway.leaderboard import InFlightCounts
 from gateway.metrics import Metrics, deployment_providers
 from gateway.relay import Dispatcher
-from gateway.response_owners import ResponseOwners
 from gateway.responses_config import ResponsesConfig
 from gateway.routing import MeasuredRouter
 from gateway.routing.trace import TraceStore
-from gateway.session_bindings import SessionBindings
+from gateway.sessions.bindings import BindingStore
+from gateway.sessions.response_owners import ResponseOwners
+from gateway.sessions.session_bindings import SessionBindings
 from gateway.stats import StatsStore
 from gateway.tokens import TokenCounter
 from gateway.upstream import UpstreamPool

@@ -2,7 +2,7 @@
 
 - The Responses API's id-addressed calls (``GET``/``DELETE /v1/responses/{id}``, ``GET
   …/input_items``, ``POST …/cancel``) go to the deployment that created the response
-  (``gateway.response_owners``); an id the gateway never bound is a 404, never a guess. A
+  (``gateway.sessions.response_owners``); an id the gateway never bound is a 404, never a guess. A
   successful ``DELETE`` forgets the binding.
 - A response the gateway keeps itself (``gateway.conversations``: by translation, or under
   ``[responses] state = "gateway"``) is answered from its store: the response, its input items (the
@@ -29,7 +29,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.api import error_response, parse_json_body
-from gateway.bindings import Unavailable
 from gateway.config import DeploymentConfig, ModelConfig, serving
 from gateway.conversations import StoredResponse
 from gateway.dialects import Dialect, dialect_for
@@ -46,6 +45,7 @@ from gateway.errors import (
 )
 from gateway.routing import Candidate, RouteRequest
 from gateway.runtime import GatewayRuntime, runtime_of
+from gateway.sessions.bindings import Unavailable
 from gateway.token_estimate import estimate_input_tokens
 from gateway.upstream import AttemptTimeouts, forwardable_headers
 

@@ -14,10 +14,10 @@ import openai
 import pytest
 
 from gateway.accesslog import ACCESS_LOGGER
-from gateway.bindings import InMemoryBindingStore, RedisBindingStore
 from gateway.config import GatewayConfig
 from gateway.fakes import FakeBehavior
-from gateway.response_owners import NAMESPACE
+from gateway.sessions.bindings import InMemoryBindingStore, RedisBindingStore
+from gateway.sessions.response_owners import NAMESPACE
 from tests.redis_server import RedisServer
 from tests.support.access import access_lines
 from tests.support.config import gateway_config

@@ -49,9 +49,9 @@ FAMILIES: dict[str, re.Pattern[str]] = {
     # Budgets and spend (gateway/admission/spending/redis_store.py): one hash tag per team, or per key without one.
     "budget": re.compile(r"^" + PREFIX + r":budget:\{[tk]:[^{}]+\}:(key|team):[^:{}]+:[^:{}]+(:holds)?$"),
     "spend breakdown": re.compile(r"^" + PREFIX + r":spend:\{[tk]:[^{}]+\}:(day|week|month):[^:{}]+$"),
-    # Bindings (gateway/bindings.py): each key is its own hash tag (single-key commands only).
+    # Bindings (gateway/sessions/bindings.py): each key is its own hash tag (single-key commands only).
     "response binding": re.compile(r"^\{" + PREFIX + r":bind:response:[^{}]+\}$"),
-    # Session bindings (gateway/session_bindings.py): a session key is a 32-hex digest (scoped by key and model).
+    # Session bindings (gateway/sessions/session_bindings.py): a session key is a 32-hex digest (per key and model).
     "session binding": re.compile(r"^\{" + PREFIX + r":bind:session:[0-9a-f]{32}\}$"),
     # Responses conversations the gateway keeps (gateway/conversations.py): each its own hash tag.
     "conversation": re.compile(r"^\{" + PREFIX + r":conv:[^{}]+\}$"),

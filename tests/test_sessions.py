@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.sessions import DEFAULT_SESSION_HEADERS, SessionId, session_of, stable_prefix
+from gateway.sessions.identity import DEFAULT_SESSION_HEADERS, SessionId, session_of, stable_prefix
 
 LONG = "x" * 5000  # about 1,250 tokens: long enough to be cached
 

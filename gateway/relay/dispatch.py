@@ -32,8 +32,8 @@ from gateway.relay.replies import FullReply, Reply, StreamReply
 from gateway.relay.request import ProxyRequest
 from gateway.relay.retry import retry_wait
 from gateway.relay.runner import AttemptRunner
-from gateway.response_owners import Owner, ResponseOwners
 from gateway.routing import Candidate, RoutePlan
+from gateway.sessions.response_owners import Owner, ResponseOwners
 from gateway.translate import as_api, translate_error, translate_reply
 from gateway.types import Clock
 

@@ -60,7 +60,7 @@ class ProxyRequest:
     ttft_slo_s: float | None = None
     """The client's first-token objective (``x-slo-ttft-ms``): routed within, and never queued past."""
     session_key: str | None = None
-    """The conversation this request continues (``gateway.sessions``): its answer binds it (None: no session)."""
+    """The conversation this request continues (``gateway.sessions.identity``); None: no session."""
     session_ttl_s: float = 300.0
     translations: dict[str, dict[str, Any]] = field(default_factory=dict)
     """This very body translated to each API a deployment of the plan is reached in (``relay.outbound.eligible``);

@@ -48,7 +48,7 @@ from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate, Router
 from gateway.samples import Outcome, Sample, SampleSink, Validity
-from gateway.session_bindings import SessionBindings
+from gateway.sessions.session_bindings import SessionBindings
 from gateway.tokens import TokenCounter
 from gateway.types import Clock, QueueOutcome
 from gateway.upstream import MAX_ERROR_BODY, AttemptTimeouts, UpstreamPool

@@ -12,8 +12,8 @@ import httpx
 from redis.asyncio import Redis
 
 from gateway.app import AppOptions, create_app
-from gateway.bindings import UNAVAILABLE, InMemoryBindingStore, RedisBindingStore, binding_key
 from gateway.fakes import FakeBehavior
+from gateway.sessions.bindings import UNAVAILABLE, InMemoryBindingStore, RedisBindingStore, binding_key
 from tests.redis_server import RedisServer
 from tests.support.clock import FakeClock
 from tests.support.config import gateway_config

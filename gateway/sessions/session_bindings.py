@@ -3,11 +3,11 @@
 A session's binding is written when one of its answers completes (``AttemptRunner.record``), never
 mid-stream: an answer that failed or was cut short may have left nothing cached. Each answer
 rewrites it, so it expires ``session_ttl_s`` after the conversation's last turn, as a provider's
-cache does. It lives in the shared binding store (``gateway.bindings``): in Redis under
+cache does. It lives in the shared binding store (``gateway.sessions.bindings``): in Redis under
 ``{<prefix>:bind:session:<key>}`` when the stats are there, so every replica routes a session's next
 turn alike; the request path reads the local cache, and Redis only on a local miss within the
 store's lookup deadline (``LOOKUP_TIMEOUT_S``). The key is a digest scoped to the client key and
-the model (``gateway.sessions``); the value names the deployment and the prompt's size, which is
+the model (``gateway.sessions.identity``); the value names the deployment and the prompt's size, which is
 what the next turn expects to find cached there.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from gateway.bindings import BindingStore, InMemoryBindingStore, Unavailable
+from gateway.sessions.bindings import BindingStore, InMemoryBindingStore, Unavailable
 
 NAMESPACE = "session"
 

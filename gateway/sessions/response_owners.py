@@ -3,7 +3,7 @@
 The Responses API keeps state at the provider: a response's id means something only to the
 deployment that created it. Each response the gateway relays is bound, when its attempt commits
 (before the client can have read its id), to its (model, deployment) in the shared binding store
-(``gateway.bindings``), for ``RESPONSE_TTL_S`` (30 days, as long as OpenAI stores responses).
+(``gateway.sessions.bindings``), for ``RESPONSE_TTL_S`` (30 days, as long as OpenAI stores responses).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from gateway.bindings import UNAVAILABLE, BindingStore, InMemoryBindingStore, Unavailable
+from gateway.sessions.bindings import UNAVAILABLE, BindingStore, InMemoryBindingStore, Unavailable
 
 NAMESPACE = "response"
 RESPONSE_TTL_S = 30 * 86_400
