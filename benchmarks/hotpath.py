@@ -44,7 +44,7 @@ from gateway.accesslog import AccessLog, AccessRecord, configure_access_log
 from gateway.api import parse_json_body
 from gateway.config import parse_config
 from gateway.meter import StreamMeter
-from gateway.metrics import Metrics
+from gateway.metrics.series import Metrics
 from gateway.relay.forward import EventForwarder
 from gateway.relay.outbound import upstream_body
 from gateway.relay.request import ProxyRequest

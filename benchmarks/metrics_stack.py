@@ -28,7 +28,7 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import Metrics
+from gateway.metrics.series import Metrics
 from gateway.samples import Sample
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,7 +32,7 @@ from typing import IO, Any
 
 import msgspec
 
-from gateway.metrics import Metrics
+from gateway.metrics.series import Metrics
 from gateway.relay import AttemptLog, ProxyRequest
 from gateway.relay.outbound import omitted_tools
 from gateway.routing.apis import upstream_api

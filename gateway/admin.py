@@ -34,7 +34,7 @@ from gateway.admission.spending.store import SpendStoreDown
 from gateway.api import error_response
 from gateway.config import ConfigError, ModelConfig
 from gateway.errors import BudgetUnavailable, GatewayError, InvalidRequest, ModelNotFound, NotFound, clip
-from gateway.metrics import WORKER_ENV
+from gateway.metrics.series import WORKER_ENV
 from gateway.reload import reloader_of
 from gateway.routing.affinity import decide
 from gateway.routing.explain import ranking_json

@@ -41,7 +41,7 @@ from gateway.errors import (
     internal_error,
 )
 from gateway.leaderboard import leaderboard, leaderboard_json
-from gateway.metrics import Metrics
+from gateway.metrics.series import Metrics
 from gateway.policies import AFFINITIES, Affinity
 from gateway.quality import expectation_of
 from gateway.relay import DisconnectWatch, ProxyRequest

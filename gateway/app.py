@@ -46,8 +46,8 @@ from gateway.descriptors import DescriptorWatch
 from gateway.dialects import dialect_for_path
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.events import EventFanout, GatewayEvents
-from gateway.metrics import Metrics, check_single_process
-from gateway.metrics_genai import GenAISink
+from gateway.metrics.genai import GenAISink
+from gateway.metrics.series import Metrics, check_single_process
 from gateway.redis_client import RedisConnections
 from gateway.relay import AttemptRunner, Dispatcher
 from gateway.relay.probe import CircuitProber

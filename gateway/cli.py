@@ -37,7 +37,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.accesslog import configure_access_log
     from gateway.admission.auth import exposure_notice, load_keys
     from gateway.app import AppOptions, create_app
-    from gateway.metrics import WORKER_ENV
+    from gateway.metrics.series import WORKER_ENV
     from gateway.server import run, uvicorn_config
     from gateway.supervisor import MULTIPROC_ENV, WorkerSpec, resolve_workers, serve_workers
 

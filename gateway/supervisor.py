@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.config import GatewayConfig, Workers
-from gateway.metrics import WORKER_ENV
+from gateway.metrics.series import WORKER_ENV
 
 logger = logging.getLogger("gateway.workers")
 

@@ -11,7 +11,7 @@ clients: a replica like any other), and beyond that:
   since a SIGHUP that reaches a process before its app handles it would end the process;
 - adds ``x-gateway-worker: <index>`` to its responses, so a client can tell which worker answered;
 - every second publishes what its metrics otherwise set only when scraped (samples dropped, store
-  health, capacity), so that a scrape answered by another worker sees them (``gateway.hostmetrics``);
+  health, capacity), so that a scrape answered by another worker sees them (``gateway.metrics.host``);
 - ends with its supervisor (``PR_SET_PDEATHSIG`` on Linux, and a check of its parent at start):
   a worker never keeps serving a port alone.
 """
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from gateway.accesslog import configure_access_log
     from gateway.app import AppOptions, create_app
-    from gateway.hostmetrics import WorkerMetrics
+    from gateway.metrics.host import WorkerMetrics
     from gateway.server import run, uvicorn_config
     from gateway.supervisor import bind_socket
     from gateway.tokens import TokenizerError, load_token_counter

@@ -26,7 +26,7 @@ from gateway.admission.auth import load_keys
 from gateway.cli import build_parser
 from gateway.config import load_config, parse_config, resolve_secrets
 from gateway.fakes import FakeBehavior
-from gateway.metrics import Metrics
+from gateway.metrics.series import Metrics
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from tests.support.config import gateway_config

@@ -13,7 +13,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.fakes import FakeBehavior
-from gateway.metrics_genai import DURATION_BUCKETS, TOKEN_BUCKETS
+from gateway.metrics.genai import DURATION_BUCKETS, TOKEN_BUCKETS
 from tests.support.clients import MESSAGES, sdk
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes

@@ -1,6 +1,6 @@
 """The single-process metrics' plain values against prometheus-client's own classes: the same scrape.
 
-``Metrics`` keeps plain values (``gateway.metrics_plain``); ``WorkerMetrics`` keeps the stock
+``Metrics`` keeps plain values (``gateway.metrics.plain``); ``WorkerMetrics`` keeps the stock
 classes for the multiprocess files. The same calls on both must render the same exposition,
 Prometheus text and OpenMetrics, down to each series' order; only the ``_created`` times differ
 (each is when its series was made).
@@ -16,9 +16,9 @@ import pytest
 from prometheus_client import Counter, Gauge, Histogram
 
 from gateway.config import GatewayConfig, parse_config
-from gateway.hostmetrics import WorkerMetrics
-from gateway.metrics import TPS_BUCKETS, TTFT_BUCKETS, Metrics
-from gateway.metrics_plain import PlainCounter, PlainHistogram
+from gateway.metrics.host import WorkerMetrics
+from gateway.metrics.plain import PlainCounter, PlainHistogram
+from gateway.metrics.series import TPS_BUCKETS, TTFT_BUCKETS, Metrics
 from gateway.routing.capacity import ProviderLimit
 from gateway.samples import Sample
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig
-from gateway.metrics import Metrics
+from gateway.metrics.series import Metrics
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import SampleLog
 from tests.support.servers import ServerThread

@@ -22,7 +22,7 @@ _BUDGET_LABELS = ("scope", "name", "window")
 
 
 class SpendMetrics:
-    """Registered in the gateway's own registry by ``gateway.metrics.Metrics``."""
+    """Registered in the gateway's own registry by ``gateway.metrics.series.Metrics``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.spend = Counter(

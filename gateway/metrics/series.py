@@ -13,7 +13,7 @@ Never a key, a user, a prompt or a request id.
 
 Several workers on one port (``gateway serve --workers N``, ``gateway.supervisor``) keep their
 counters and histograms in prometheus-client's multiprocess files, and any worker's ``/metrics``
-sums them over the host (``gateway.hostmetrics``). So each gauge says how workers combine:
+sums them over the host (``gateway.metrics.host``). So each gauge says how workers combine:
 ``livesum`` for what adds up (requests in flight, capacity), ``livemax``/``livemin`` for states
 (a circuit open in any worker; the store healthy in all). ``create_app`` refuses
 ``PROMETHEUS_MULTIPROC_DIR`` anywhere else: only the supervisor sets it, and wipes it. Usage::
@@ -34,8 +34,8 @@ from prometheus_client.exposition import choose_encoder
 from gateway import __version__
 from gateway.admission.spending.metrics import SpendMetrics
 from gateway.config import ConfigError, GatewayConfig
-from gateway.metrics_genai import GenAIFamilies
-from gateway.metrics_plain import PlainCounter, PlainGauge, PlainHistogram
+from gateway.metrics.genai import GenAIFamilies
+from gateway.metrics.plain import PlainCounter, PlainGauge, PlainHistogram
 from gateway.routing.capacity import ProviderLimit
 from gateway.samples import VALIDITIES, Outcome, Sample
 from gateway.stats.snapshot import Metric, StatsSnapshot
@@ -146,7 +146,7 @@ def status_class(status: int | None) -> str:
 class Metrics:
     """The gateway's collectors, in a registry of their own. Updated from the event loop; scraped from any thread.
 
-    Its series keep plain values (``gateway.metrics_plain``); ``WorkerMetrics`` swaps in
+    Its series keep plain values (``gateway.metrics.plain``); ``WorkerMetrics`` swaps in
     prometheus-client's own classes, whose values live in the multiprocess files.
     """
 
@@ -494,7 +494,7 @@ class Metrics:
         return cast(_Family, child)
 
     def genai(self) -> GenAIFamilies:
-        """OpenTelemetry's GenAI client histograms (``gateway.metrics_genai``), registered on first use."""
+        """OpenTelemetry's GenAI client histograms (``gateway.metrics.genai``), registered on first use."""
         if self._genai is None:
             self._genai = GenAIFamilies(self.registry)
         return self._genai

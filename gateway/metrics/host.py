@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.metrics import _WINDOW_LABELS, _WINDOW_NAMES, WINDOW_QUANTILE_LABEL, WINDOW_QUANTILES, Metrics
+from gateway.metrics.series import _WINDOW_LABELS, _WINDOW_NAMES, WINDOW_QUANTILE_LABEL, WINDOW_QUANTILES, Metrics
 from gateway.stats.snapshot import StatsSnapshot
 from gateway.types import DeploymentKey
 

@@ -9,7 +9,7 @@ bucket by bisection. Everything else is prometheus-client's own: the families, `
 ``_created`` times, ``collect`` and the exposition, so what a scrape shows is unchanged.
 
 Only for one process: under ``--workers N`` the values must live in prometheus-client's
-multiprocess files, which only its own value classes write, so ``gateway.hostmetrics`` keeps the
+multiprocess files, which only its own value classes write, so ``gateway.metrics.host`` keeps the
 stock classes.
 """
 
