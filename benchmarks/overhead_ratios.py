@@ -39,8 +39,9 @@ from typing import Any
 
 from benchmarks import procs
 from benchmarks.figures import Measurement, Workload, utc_minute
-from benchmarks.loadgen import LoadGenerator, Run
-from benchmarks.procs import MachineCpu, Server
+from benchmarks.loadgen import LoadGenerator
+from benchmarks.overhead_sweep import Bench, Plan, measured
+from benchmarks.procs import Server
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -51,24 +52,6 @@ PROXY_CORE = 1
 REST_CORE = 0
 NOTES_HEADING = "## Notes"
 """Everything from this heading on in an existing results file is kept when the file is written again."""
-
-
-def measured(
-    run: Run, workload: Workload, target: str, concurrency: int, fake: Server, server: Server, loadgen: LoadGenerator
-) -> Measurement:
-    """Go, wait, and the run's figures: the CPU each process group used, and what other programs took."""
-    pids = {"fake": [fake.pid], "clients": loadgen.pids}
-    if server is not fake:
-        pids["proxy"] = [server.pid]
-    before = {name: sum(procs.cpu_seconds(p) for p in group) for name, group in pids.items()}
-    machine_before = MachineCpu.read()
-    run.go()
-    run.wait()
-    used = {name: sum(procs.cpu_seconds(p) for p in group) - before[name] for name, group in pids.items()}
-    machine = MachineCpu.read().since(machine_before)
-    wall = max(run.outcome.wall_s, 1e-9)
-    other = max(0.0, machine.busy - sum(used.values()) - machine.softirq) / wall
-    return Measurement.of(workload, target, concurrency, run.outcome, used, machine.busy / wall, other)
 
 
 @dataclass(frozen=True)
@@ -325,8 +308,6 @@ def targets_of(point: Point, with_base: bool) -> list[str]:
 
 def hold_memory(bench: RatioBench, config: str, base: Path | None, scratch: Path) -> list[dict[str, Any]]:
     """RSS per open stream of each proxy (one at a time, alone on its core), ``MEMORY_STREAMS`` held open."""
-    from benchmarks.overhead import Bench, Plan
-
     plan = Plan((), (), (), MEMORY_STREAMS, TIME_LIMIT_S)
     old = Bench(scratch, bench.fake, bench.loadgen, config, plan, attempts=1)
     figures = []
