@@ -43,43 +43,13 @@ from typing import Any
 
 import httpx
 
+from benchmarks.routing_report import Outcome, Run, load_runs, report, save_runs
 from benchmarks.routing_scenarios import SCENARIOS, STRESS, Planned, Profile, Scenario, oracle_choice
 
 RESULTS = Path(__file__).parent / "results" / "routing.md"
 STRATEGIES = ("gateway", "oracle", "round-robin", "litellm")
 ADMIN_KEY = "bench-admin"
 LITELLM_DRIVER = Path(__file__).parent / "litellm_driver.py"
-
-
-@dataclass
-class Outcome:
-    """One request as the client saw it."""
-
-    index: int
-    at_s: float
-    tokens: int
-    best: str
-    """The oracle's pick when it was sent."""
-    ok: bool = False
-    e2e_s: float | None = None
-    ttft_s: float | None = None
-    provider: str = "-"
-    route: str = "-"
-    attempts: int = 0
-    cost_usd: float = 0.0
-
-
-@dataclass
-class Run:
-    """One strategy's pass over a scenario's schedule."""
-
-    scenario: str
-    strategy: str
-    seed: int
-    outcomes: list[Outcome] = field(default_factory=list)
-    probes: int | None = None
-    """Requests the gateway spent on exploring, from its own count (None: not reported)."""
-    seconds: float = 0.0
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -361,8 +331,6 @@ def chosen(only: Sequence[str] | None) -> list[Scenario]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from benchmarks.routing_report import load_runs, report, save_runs
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="run only these scenarios (a stress market too)")
     parser.add_argument(

@@ -13,16 +13,46 @@ import os
 import platform
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.routing import Outcome, Run
 from benchmarks.routing_scenarios import SCENARIOS, Scenario
 
 AFTER_CHANGE_S = 15.0
 """The share on the new best is counted from this long after a change on."""
 SWITCH_WINDOW = 20
 """Requests in the sliding window whose share on the best tells when the router switched."""
+
+
+@dataclass
+class Outcome:
+    """One request as the client saw it."""
+
+    index: int
+    at_s: float
+    tokens: int
+    best: str
+    """The oracle's pick when it was sent."""
+    ok: bool = False
+    e2e_s: float | None = None
+    ttft_s: float | None = None
+    provider: str = "-"
+    route: str = "-"
+    attempts: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass
+class Run:
+    """One strategy's pass over a scenario's schedule."""
+
+    scenario: str
+    strategy: str
+    seed: int
+    outcomes: list[Outcome] = field(default_factory=list)
+    probes: int | None = None
+    """Requests the gateway spent on exploring, from its own count (None: not reported)."""
+    seconds: float = 0.0
 
 
 def save_runs(path: str, runs: Sequence[Run]) -> None:
