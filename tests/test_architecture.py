@@ -1,4 +1,5 @@
-"""The layering holds: the gateway's import graph has no cycles, type-only and lazy imports included.
+"""The layering holds: the import graphs of the gateway and of the benchmarks have no cycles,
+type-only and lazy imports included.
 
 Why a test: each layer calls only the one below it (DESIGN.md "How data flows"); a module that
 imports its caller back, even under ``TYPE_CHECKING`` or inside a function, is where that starts
@@ -11,18 +12,19 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gateway"
+BENCHMARKS = PACKAGE.parent / "benchmarks"
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def _module_name(path: Path, package: Path) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Every gateway module and the gateway modules it imports, anywhere in its source."""
-    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Every module of the package at ``root`` and the modules of it that it imports, anywhere in its source."""
+    modules = {_module_name(p, root): p for p in root.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -78,6 +80,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_import_graph_has_no_cycles() -> None:
     graph = import_graph()
     assert "gateway.relay.runner" in graph["gateway.relay.dispatch"], "the graph builder found no imports"
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_benchmarks_import_graph_has_no_cycles() -> None:
+    graph = import_graph(BENCHMARKS)
+    assert "benchmarks.figures" in graph["benchmarks.overhead"], "the graph builder found no imports"
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
