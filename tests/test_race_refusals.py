@@ -60,6 +60,25 @@ def test_a_context_length_race_bills_one_attempt_on_the_larger_deployment(
     assert line["cost_usd"] == line["attempt_costs"][1]["cost_usd"]  # one attempt billed
 
 
+def test_a_deployment_that_refused_in_the_race_is_not_its_fallback(
+    fakes: Fakes, start_gateway: StartGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Both too small. The one that refuses last states no limit: a fallback chosen by "a window larger than the
+    # last refusal's" used to include the racer that had refused first, and called it again.
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    small = fakes.start("small", FakeBehavior(context_window=16))
+    unsaid = FakeBehavior(status=400, error_code="context_length_exceeded", hang_s=0.2)
+    smaller = fakes.start("smaller", unsaid)
+    gateway = start_gateway(gateway_config([small, smaller], base_policy={}))
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=BODY, timeout=10)
+    assert (small.app.state.requests, smaller.app.state.requests) == (1, 1)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert response.headers["x-gateway-attempts"] == "2"
+    (line,) = access_lines(caplog, count=1)
+    assert line["attempts"] == 2
+
+
 def test_a_silent_cold_race_loser_frees_its_slot_within_a_bounded_hold(
     fakes: Fakes, start_gateway: StartGateway
 ) -> None:

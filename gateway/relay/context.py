@@ -16,6 +16,7 @@ import re
 from collections.abc import Collection, Sequence
 
 from gateway.relay.attempt import ClientFault
+from gateway.relay.budget import AttemptBudget
 from gateway.routing import Candidate, Router
 
 CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
@@ -49,6 +50,21 @@ def context_exceeded(fault: ClientFault) -> tuple[bool, int | None]:
         if found:
             return True, int(found.group(1))
     return True, None
+
+
+def refused_as_too_long(
+    router: Router, budget: AttemptBudget, candidate: Candidate, fault: ClientFault
+) -> tuple[bool, int | None]:
+    """Whether ``fault`` refused the prompt as too long for ``candidate`` only, and the window it states.
+
+    If so, the window is learned (once per request and deployment) and ``candidate`` joins the request's
+    ``too_long``: no later fallback of this request asks it again.
+    """
+    exceeded, limit = context_exceeded(fault)
+    if exceeded and candidate.name not in budget.too_long:
+        router.context_exceeded(candidate, limit)
+        budget.too_long.append(candidate.name)
+    return exceeded, limit
 
 
 def larger_windows(

@@ -24,7 +24,7 @@ import json
 from gateway.errors import GatewayError, UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault, Opened
 from gateway.relay.budget import AttemptBudget
-from gateway.relay.context import context_exceeded, larger_windows
+from gateway.relay.context import larger_windows, refused_as_too_long
 from gateway.relay.drain import Drains
 from gateway.relay.hedging import race
 from gateway.relay.outbound import upstream_of
@@ -71,7 +71,6 @@ class Dispatcher:
         if plan.shadow is not None and request.stream:
             self.drains.shadow(request, plan.shadow, plan.policy)
         remaining = plan
-        too_long: list[str] = []  # deployments that refused the prompt as too long
         while True:
             candidates = remaining.candidates
             hedged = request.stream and bool(candidates) and candidates[0].hedge_after_s is not None
@@ -82,7 +81,7 @@ class Dispatcher:
                     opened = await attempt_in_order(runner, budget, request, remaining)
                 break
             except ClientFault as fault:
-                larger = self._larger(fault, budget, plan, too_long)
+                larger = self._larger(fault, budget, plan)
                 if not larger or not budget.allows_another():
                     return _fault_reply(request, fault, budget)
                 remaining = dataclasses.replace(plan, candidates=larger)
@@ -112,17 +111,15 @@ class Dispatcher:
         )
         return FullReply(status, body, "application/json", budget.log, finish)
 
-    def _larger(
-        self, fault: ClientFault, budget: AttemptBudget, plan: RoutePlan, too_long: list[str]
-    ) -> tuple[Candidate, ...]:
+    def _larger(self, fault: ClientFault, budget: AttemptBudget, plan: RoutePlan) -> tuple[Candidate, ...]:
         """After a ``context_length_exceeded``, the plan's candidates that may hold the prompt (``context``)."""
-        exceeded, limit = context_exceeded(fault)
         failed = budget.log.winner
-        if not exceeded or failed is None:
+        if failed is None:
             return ()
-        self.runner.router.context_exceeded(failed, limit)
-        too_long.append(failed.name)
-        tried = {*too_long, *(c.name for c in budget.failed_at)}
+        exceeded, limit = refused_as_too_long(self.runner.router, budget, failed, fault)
+        if not exceeded:
+            return ()
+        tried = {*budget.too_long, *(c.name for c in budget.failed_at)}
         return larger_windows(self.runner.router, failed, limit, plan.candidates, tried)
 
     def _bind(self, request: ProxyRequest, attempt: Attempt) -> None:

@@ -25,7 +25,7 @@ import asyncio
 from gateway.errors import UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault, Opened, first_output_at
 from gateway.relay.budget import AttemptBudget
-from gateway.relay.context import context_exceeded
+from gateway.relay.context import refused_as_too_long
 from gateway.relay.drain import Drains, is_drained
 from gateway.relay.request import ProxyRequest
 from gateway.relay.retry import retry_wait
@@ -121,7 +121,9 @@ async def race(
                             queue = (failed, *queue)
                             again = lone
                 elif isinstance(error, ClientFault):
-                    if _deployments_refusal(runner, attempt, error) and (pending or answered):
+                    if refused_as_too_long(runner.router, budget, attempt.candidate, error)[0] and (
+                        pending or answered
+                    ):
                         continue  # too long for it alone: a racer still running took the prompt
                     runner.commit_refusal(budget, attempt)
                     raise error
@@ -174,14 +176,6 @@ def _hedge_ended(runner: AttemptRunner, model: str, winner: Attempt, losers: lis
         runner.events.hedge_ended(model, lost.name, lost.provider.name, "lost", loser.is_hedge)
 
 
-def _deployments_refusal(runner: AttemptRunner, attempt: Attempt, fault: ClientFault) -> bool:
-    """Whether ``fault`` refused the prompt as too long for this deployment only (its window is learned)."""
-    exceeded, limit = context_exceeded(fault)
-    if exceeded:
-        runner.router.context_exceeded(attempt.candidate, limit)
-    return exceeded
-
-
 def _unsettled(attempt: Attempt) -> bool:
     """No status yet, or an error status whose body is still being read: it may yet refuse the request."""
     return attempt.status is None or attempt.status >= 400
@@ -209,7 +203,7 @@ async def _hold_for_refusals(
             if error is None:
                 answered.append(attempt)
             elif isinstance(error, ClientFault):
-                if not _deployments_refusal(runner, attempt, error):
+                if not refused_as_too_long(runner.router, budget, attempt.candidate, error)[0]:
                     return attempt, error
             elif isinstance(error, UpstreamError):
                 budget.failed(error, attempt.candidate)
