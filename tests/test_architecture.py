@@ -96,6 +96,21 @@ def test_the_cycle_finder_finds_one() -> None:
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+def test_only_the_runner_commits_an_attempt() -> None:
+    # docs/architecture.md: AttemptRunner is the only place an attempt is admitted, sent, committed or recorded.
+    committing = sorted(
+        str(path.relative_to(PACKAGE.parent))
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "commit"
+        and isinstance(node.func.value, ast.Attribute)
+        and node.func.value.attr == "log"
+    )
+    assert committing and set(committing) == {"gateway/relay/runner.py"}, committing
+
+
 def test_only_the_entry_points_import_the_app() -> None:
     # The CLI, the demo, and the entry point of each worker of `gateway serve --workers N`.
     importers = sorted(name for name, imports in import_graph().items() if "gateway.app" in imports)

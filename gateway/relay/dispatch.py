@@ -161,7 +161,7 @@ async def retry_invalid(
         try:
             retried = await attempt_in_order(runner, budget, request, dataclasses.replace(plan, candidates=untried))
         except (GatewayError, ClientFault):
-            budget.log.commit(attempt)  # nobody else answered: the invalid answer is the client's after all
+            runner.recommit(budget, attempt)  # nobody else answered: the invalid answer is the client's after all
             break
         attempt, untried = retried.attempt, retried.untried
     return attempt

@@ -303,6 +303,11 @@ class AttemptRunner:
         """
         budget.log.commit(attempt)
 
+    def recommit(self, budget: AttemptBudget, attempt: Attempt) -> None:
+        """``attempt``, committed before, is the client's answer again: an invalid whole answer that no retry
+        bettered (``dispatch.retry_invalid``). Its route was counted when it was first committed."""
+        budget.log.commit(attempt)
+
     def finish_full(self, request: ProxyRequest, attempt: Attempt) -> None:
         """Measure and record a whole (non-streamed) answer; called once it has gone to the client (or, when it
         is retried as invalid, once another deployment is asked instead)."""
