@@ -30,7 +30,7 @@ from gateway.relay.hedging import race
 from gateway.relay.outbound import upstream_of
 from gateway.relay.replies import FullReply, Reply, StreamReply
 from gateway.relay.request import ProxyRequest
-from gateway.relay.retry import retry_wait
+from gateway.relay.retry import Retries
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate, RoutePlan
 from gateway.sessions.response_owners import Owner, ResponseOwners
@@ -181,7 +181,7 @@ async def attempt_in_order(
     candidates: tuple[Candidate, ...] = plan.candidates
     lone = len(candidates) == 1
     again: Candidate | None = None  # the candidate that just failed, to be asked again
-    retries = 0
+    retries = Retries()
     while budget.allows_another():
         if again is not None:
             # A lone deployment's retry passes its open circuit (a 429 opens it at once) and waits for
@@ -190,7 +190,6 @@ async def attempt_in_order(
             attempt = started[0] if started is not None else runner.start(request, again, budget)
             again = None
             if attempt is None:
-                retries = 0
                 continue
         else:
             if not candidates:
@@ -199,21 +198,14 @@ async def attempt_in_order(
             if started is None:
                 break
             attempt, candidates = started
-            retries = 0
         candidate = attempt.candidate
         runner.fall_back(budget, candidate)
         try:
             await runner.open(request, attempt, budget)
         except UpstreamError as exc:
             budget.failed(exc, candidate)
-            # A retry never takes the last attempt from a candidate still waiting to be tried.
-            if lone or (candidates and budget.used + 1 < plan.policy.max_attempts):
-                following = None if lone else candidates[0]
-                wait = retry_wait(plan.policy, candidate, exc, retries, following, budget.remaining_s(), runner.rng)
-                if wait is not None and budget.allows_another():
-                    retries += 1
-                    await runner.wait_to_retry(wait)
-                    again = candidate
+            if await retries.ask_again(runner, budget, candidate, exc, candidates, lone):
+                again = candidate
             continue
         except ClientFault:
             runner.commit_refusal(budget, attempt)

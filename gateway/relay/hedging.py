@@ -28,7 +28,7 @@ from gateway.relay.budget import AttemptBudget
 from gateway.relay.context import refused_as_too_long
 from gateway.relay.drain import Drains, is_drained
 from gateway.relay.request import ProxyRequest
-from gateway.relay.retry import retry_wait
+from gateway.relay.retry import Retries
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate, RoutePlan
 
@@ -53,7 +53,7 @@ async def race(
     if len(plan.race) > 1:
         # The probes beyond the first measure: the request keeps the fallbacks a one-probe race leaves it.
         budget.extra = plan.race_width - 2
-    retries: dict[str, int] = {}
+    retries = Retries()
     lone = len(queue) == 1
     again = False  # the queue's head is a retry of the attempt that just failed
 
@@ -105,21 +105,13 @@ async def race(
                 if error is None:
                     answered.append(attempt)
                 elif isinstance(error, UpstreamError):
-                    budget.failed(error, attempt.candidate)
                     failed = attempt.candidate
-                    room = budget.used + 1 < budget.policy.max_attempts + budget.extra  # the fallback keeps its attempt
-                    if not pending and not answered and len(done) == 1 and (lone or (queue and room)):
-                        # Alone again: ask it again after a wait, when that is predicted to pay.
-                        following = queue[0] if queue else None
-                        spent = retries.get(failed.name, 0)
-                        wait = retry_wait(
-                            budget.policy, failed, error, spent, following, budget.remaining_s(), runner.rng
-                        )
-                        if wait is not None and budget.allows_another():
-                            retries[failed.name] = spent + 1
-                            await runner.wait_to_retry(wait)
-                            queue = (failed, *queue)
-                            again = lone
+                    budget.failed(error, failed)
+                    # Alone again: ask it again after a wait, when that is predicted to pay.
+                    alone = not pending and not answered and len(done) == 1
+                    if alone and await retries.ask_again(runner, budget, failed, error, queue, lone):
+                        queue = (failed, *queue)
+                        again = lone
                 elif isinstance(error, ClientFault):
                     if refused_as_too_long(runner.router, budget, attempt.candidate, error)[0] and (
                         pending or answered

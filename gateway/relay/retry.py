@@ -23,9 +23,13 @@ is not asked to take that long again; nor is anything after the first byte (that
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from gateway.errors import UpstreamError, UpstreamStatusError, UpstreamTimeout
 from gateway.policies import PolicyConfig
+from gateway.relay.budget import AttemptBudget
+from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate
 
 RETRY_AFTER_MARGIN_S = 0.05
@@ -83,3 +87,38 @@ def retry_wait(
     if failed.predicted_s is None or following.predicted_s is None:
         return None
     return wait if wait + failed.predicted_s < following.predicted_s else None
+
+
+@dataclass(slots=True)
+class Retries:
+    """One request's retries of the same deployment, for whichever attempt loop runs it (in order, or a race).
+
+    Created per request, not shared. ``spent``: retries taken so far, per deployment.
+    """
+
+    spent: dict[str, int] = field(default_factory=dict)
+
+    async def ask_again(
+        self,
+        runner: AttemptRunner,
+        budget: AttemptBudget,
+        failed: Candidate,
+        error: UpstreamError,
+        untried: Sequence[Candidate],
+        lone: bool,
+    ) -> bool:
+        """After ``failed``'s ``error`` (already the budget's): whether to ask it again, once the wait that
+        ``retry_wait`` predicts pays has passed (waited here). ``untried``: the candidates left to fall back on;
+        ``lone``: ``failed`` is the request's only candidate. A retry never takes the last attempt from a
+        candidate still untried."""
+        room = budget.used + 1 < budget.policy.max_attempts + budget.extra
+        if not (lone or (untried and room)):
+            return False
+        following = None if lone else untried[0]
+        spent = self.spent.get(failed.name, 0)
+        wait = retry_wait(budget.policy, failed, error, spent, following, budget.remaining_s(), runner.rng)
+        if wait is None or not budget.allows_another():
+            return False
+        self.spent[failed.name] = spent + 1
+        await runner.wait_to_retry(wait)
+        return True
