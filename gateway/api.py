@@ -27,8 +27,8 @@ from gateway.accesslog import AccessRecord
 from gateway.admission.access import Ticket
 from gateway.admission.auth import presented_key
 from gateway.admission.limits import has_unpaired_surrogate, header_bytes
+from gateway.client_deadlines import read_deadlines
 from gateway.conversation_flow import expand
-from gateway.deadlines import read_deadlines
 from gateway.dialects import CHAT, Dialect, dialect_for
 from gateway.errors import (
     AuthenticationFailed,
