@@ -123,7 +123,7 @@ class PolicyConfig:
     max_cooldown_s: float = 15.0
     """The escalation's cap: a provider that recovers gets its probe (in the background, if no request
     comes) at most this long after, so it is back within about this long of its recovery. A 429's
-    ``Retry-After`` is honoured up to ``MAX_RETRY_AFTER_S`` whatever this is."""
+    ``Retry-After`` is honoured up to ``routing.health.MAX_RETRY_AFTER_S`` whatever this is."""
 
     # Attempts and timeouts.
     max_attempts: int = 3

@@ -29,7 +29,9 @@ from gateway.types import Clock, DeploymentKey
 
 TURNOVER_HALF_LIFE_S = 2.0
 """How quickly the slot-turnover rate forgets: a few seconds, the scale of a burst."""
-MAX_RETRY_AFTER_S = 60
+MAX_CLIENT_RETRY_AFTER_S = 60
+"""The longest ``Retry-After`` told to a client refused for capacity (an upstream's own is capped apart:
+``gateway.routing.health.MAX_RETRY_AFTER_S``)."""
 
 
 def slot_key(key: DeploymentKey) -> str:
@@ -154,7 +156,7 @@ class SlotQueue:
         rate = sum(t.per_s(now) for name in providers if (t := self._turnover.get(name)) is not None)
         if rate <= 0:
             return 1
-        return max(1, min(MAX_RETRY_AFTER_S, math.ceil((self.depth(model) + 1) / rate)))
+        return max(1, min(MAX_CLIENT_RETRY_AFTER_S, math.ceil((self.depth(model) + 1) / rate)))
 
     def _leave(self, waiter: _Waiter) -> None:
         line = self._lines.get(waiter.model)
