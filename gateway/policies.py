@@ -41,8 +41,8 @@ Affinity = Literal["auto", "strict", "off"]
 prediction says staying wins; ``strict``, stay unless that deployment cannot serve; ``off``, score every turn
 on its own."""
 AFFINITIES: tuple[Affinity, ...] = ("auto", "strict", "off")
-Estimate = Literal["mean", "quantile"]
-ESTIMATES: tuple[Estimate, ...] = ("mean", "quantile")
+EstimateKind = Literal["mean", "quantile"]
+ESTIMATE_KINDS: tuple[EstimateKind, ...] = ("mean", "quantile")
 DEFAULT_POLICY = "balanced"
 
 
@@ -76,7 +76,7 @@ class PolicyConfig:
     log2(1 / (success × valid^quality_weight)), the valid rate being the deployment's for this request's kind
     (tools, JSON, plain). 1: an invalid answer counts as a failure does; 0: validity is ignored."""
 
-    estimate: Estimate = "mean"
+    estimate: EstimateKind = "mean"
     """``mean``: predict the expected time (mean TTFT, harmonic-mean tokens/s), so a provider with a slow tail
     pays for it; ``quantile``: predict at ``ttft_quantile``/``tps_quantile`` (e.g. a p90 for tail-averse traffic)."""
     ttft_quantile: float = 0.5
@@ -244,7 +244,7 @@ def parse_policy(name: str, table: TableReader, known: dict[str, PolicyConfig]) 
     policy = PolicyConfig(
         name=name,
         ranking=table.choice("ranking", RANKING_MODES, b.ranking),
-        estimate=table.choice("estimate", ESTIMATES, b.estimate),
+        estimate=table.choice("estimate", ESTIMATE_KINDS, b.estimate),
         time_weight=weight("time_weight", b.time_weight),
         ttft_weight=weight("ttft_weight", b.ttft_weight),
         throughput_weight=weight("throughput_weight", b.throughput_weight),
