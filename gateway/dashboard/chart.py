@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 
 from gateway.dashboard.text import clip, esc, seconds, speed
-from gateway.dashboard.view import DeploymentView, ModelBoard
+from gateway.dashboard.view import BoardRow, ModelBoard
 
 WIDTH, HEIGHT = 400, 260
 LEFT, RIGHT, TOP, BOTTOM = 52, 26, 16, 44
@@ -141,11 +141,11 @@ def render_scatter(board: ModelBoard) -> str:
     return "".join(parts)
 
 
-def _ttft(d: DeploymentView) -> float:
+def _ttft(d: BoardRow) -> float:
     return d.row.ttft_p50_s or 0.0
 
 
-def _speed(d: DeploymentView) -> float:
+def _speed(d: BoardRow) -> float:
     return d.row.tokens_per_s_p50 or 0.0
 
 
@@ -156,7 +156,7 @@ def _area(a: Box, b: Box) -> float:
 
 
 def place_labels(
-    plotted: Sequence[DeploymentView], at: dict[str, tuple[float, float]]
+    plotted: Sequence[BoardRow], at: dict[str, tuple[float, float]]
 ) -> dict[str, tuple[float, float, str]]:
     """Label positions (x, baseline y, text-anchor): one for every point, never left out.
 
@@ -203,7 +203,7 @@ def _inside(box: Box) -> bool:
     return box[0] >= LEFT + 2 and box[2] <= WIDTH - 2 and box[1] >= TOP and box[3] <= TOP + PLOT_H
 
 
-def _point(d: DeploymentView, cx: float, cy: float, label: tuple[float, float, str] | None) -> str:
+def _point(d: BoardRow, cx: float, cy: float, label: tuple[float, float, str] | None) -> str:
     name = d.row.deployment
     tip = f"{name}: first token {seconds(d.row.ttft_p50_s)}, {speed(d.row.tokens_per_s_p50)} tokens/s (p50)"
     if d.on_frontier:

@@ -15,7 +15,7 @@ from importlib import resources
 from gateway.dashboard.chart import render_scatter
 from gateway.dashboard.spark import render_sparkline
 from gateway.dashboard.text import NO_SAMPLES, duration, esc, percent, plural, price, seconds, speed
-from gateway.dashboard.view import PALETTE, DashboardView, DeploymentView, ModelBoard
+from gateway.dashboard.view import PALETTE, BoardRow, DashboardView, ModelBoard
 from gateway.dashboard.why import render_why
 from gateway.leaderboard import LeaderboardRow, cache_cell
 
@@ -167,7 +167,7 @@ def _success(row: LeaderboardRow) -> str:
     return f'{percent(row.success_rate)}<div class="muted">of {judged:,}{note}</div>'
 
 
-def _row(d: DeploymentView, top_speed: float, top_ttft: float, board: ModelBoard) -> str:
+def _row(d: BoardRow, top_speed: float, top_ttft: float, board: ModelBoard) -> str:
     row = d.row
     notes = []
     if d.chosen:

@@ -37,7 +37,7 @@ class RoutingChoice:
 
 
 @dataclass(frozen=True, slots=True)
-class DeploymentView:
+class BoardRow:
     """One leaderboard row as the page draws it."""
 
     row: LeaderboardRow
@@ -64,7 +64,7 @@ class ModelBoard:
     """One model's card: its deployments fastest first, as the leaderboard orders them."""
 
     model: str
-    deployments: tuple[DeploymentView, ...]
+    deployments: tuple[BoardRow, ...]
     samples: int
     choice: RoutingChoice | None
     why: WhyView | None = None
@@ -151,7 +151,7 @@ def _board(
     }
     frontier = pareto_frontier(points)
     views = tuple(
-        DeploymentView(
+        BoardRow(
             row=row,
             color=colors[row.deployment],
             share=row.samples / total if total else None,
