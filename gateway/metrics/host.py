@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import Metric as MetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -37,10 +38,10 @@ _SAMPLES = ("gateway_window_samples", "Attempts in the stats window")
 class _WindowCollector:
     """Yields the window gauges as last computed (``WorkerMetrics.observe_snapshot``)."""
 
-    def __init__(self, families: list[Metric]) -> None:
+    def __init__(self, families: list[MetricFamily]) -> None:
         self.families = families
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Iterable[MetricFamily]:
         return self.families
 
 
@@ -55,7 +56,7 @@ class WorkerMetrics(Metrics):
     def __init__(self, directory: str) -> None:
         super().__init__(process_metrics=False)
         self.directory = directory
-        self._window: list[Metric] = []
+        self._window: list[MetricFamily] = []
 
     def observe_snapshot(self, snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str] | None = None) -> None:
         """Compute the window's series now, on the event loop; ``render`` (in a thread) only reads them."""
@@ -69,7 +70,7 @@ class WorkerMetrics(Metrics):
         return encoder(registry), content_type
 
 
-def _window_families(snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str]) -> Iterator[Metric]:
+def _window_families(snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str]) -> Iterator[MetricFamily]:
     quantile_labels = [*_WINDOW_LABELS, WINDOW_QUANTILE_LABEL]
     families = {
         metric: GaugeMetricFamily(name, doc, labels=quantile_labels) for metric, (name, doc) in _WINDOW_NAMES.items()

@@ -53,8 +53,8 @@ from typing import Literal
 
 from gateway.types import StreamProgress
 
-Metric = Literal["ttft_s", "seconds_per_token", "e2e_s", "warm_ttft_s", "prefill_s_per_token", "cold_ttft_s"]
-METRICS: tuple[Metric, ...] = (
+ViewMetric = Literal["ttft_s", "seconds_per_token", "e2e_s", "warm_ttft_s", "prefill_s_per_token", "cold_ttft_s"]
+VIEW_METRICS: tuple[ViewMetric, ...] = (
     "ttft_s",
     "seconds_per_token",
     "e2e_s",
@@ -102,7 +102,7 @@ SURPRISE_Z = 2.0
 second look at once (a look costs one probe; a missed recovery, every request until the next)."""
 SURPRISE_JOINT_Z = 2.0
 """... or this many, first token and stream taken together."""
-LEAP_METRICS: tuple[Metric, Metric] = ("ttft_s", "seconds_per_token")
+LEAP_METRICS: tuple[ViewMetric, ViewMetric] = ("ttft_s", "seconds_per_token")
 FOLLOW_UP_TRIES = 2
 """Second looks asked for by a surprise (a race lost to the first token says little; another may be needed)."""
 STALE_WINDOW_SHARE = 0.05
@@ -163,7 +163,7 @@ class Observation:
     started_at: float | None = None
     """When the attempt went out: an answer that started before a change's first answer measured the old speed."""
 
-    def value(self, metric: Metric) -> float | None:
+    def value(self, metric: ViewMetric) -> float | None:
         if metric == "ttft_s":
             return self.ttft_s
         if metric == "seconds_per_token":
@@ -389,27 +389,27 @@ class DeploymentView:
     seq: int = 0
     answered: int = 0
     """Complete answers heard (confirmations of a lost race excluded)."""
-    sums: dict[Metric, _Sums] = field(default_factory=dict)
-    spreads: dict[Metric, _Sums] = field(default_factory=dict)
+    sums: dict[ViewMetric, _Sums] = field(default_factory=dict)
+    spreads: dict[ViewMetric, _Sums] = field(default_factory=dict)
     """Each metric's values over many answers: its long-run spread, against which a surprise is judged."""
     failures: _Sums = field(default_factory=_Sums)
     """How long failed attempts took to fail."""
     outcomes: _Sums = field(default_factory=_Sums)
     """Successes (value 2) and failures (value 1): the weighted count of each gives the success rate."""
-    confirmed_at: dict[Metric, float] = field(default_factory=dict)
-    changed_at: dict[Metric, float] = field(default_factory=dict)
-    restart_seq: dict[Metric, int] = field(default_factory=dict)
+    confirmed_at: dict[ViewMetric, float] = field(default_factory=dict)
+    changed_at: dict[ViewMetric, float] = field(default_factory=dict)
+    restart_seq: dict[ViewMetric, int] = field(default_factory=dict)
     """Per metric, the first answer that still counts (set by a detected change)."""
-    regime_started_at: dict[Metric, float] = field(default_factory=dict)
+    regime_started_at: dict[ViewMetric, float] = field(default_factory=dict)
     """Per metric, when the first answer of its last change went out: an answer started before it, finishing later
     (a long stream from before a recovery), measured the old speed and is left out of the new one."""
-    window_at_change: dict[Metric, int] = field(default_factory=dict)
+    window_at_change: dict[ViewMetric, int] = field(default_factory=dict)
     """Per metric, how many answers the shared window held when the change was detected."""
-    runs: dict[Metric, _Run] = field(default_factory=dict)
+    runs: dict[ViewMetric, _Run] = field(default_factory=dict)
     """Per metric, its complete answers since its last change, for the change test."""
-    _direction: dict[Metric, float] = field(default_factory=dict)
+    _direction: dict[ViewMetric, float] = field(default_factory=dict)
     """Per metric, which way its last change went (-1 faster, +1 slower)."""
-    prior_spreads: dict[Metric, float] = field(default_factory=dict)
+    prior_spreads: dict[ViewMetric, float] = field(default_factory=dict)
     """Per metric, the spread of the model's other deployments: this one's until it has shown its own."""
     follow_ups: int = 0
     """An answer surprised its estimate: the next requests that can (this many, at most) should measure it again."""
@@ -417,7 +417,7 @@ class DeploymentView:
     """When exploration last chose it."""
     stream_probed: bool = False
     """It had its one free probe for a stream never measured (``gateway.routing.explore``); further ones are paid."""
-    _estimates: dict[Metric, Estimate | None] = field(default_factory=dict)
+    _estimates: dict[ViewMetric, Estimate | None] = field(default_factory=dict)
     attempts: deque[_Attempt] = field(default_factory=lambda: deque(maxlen=ATTEMPTS_KEPT))
     pending: dict[int, _Attempt] = field(default_factory=dict)
     """Attempts in flight (by the caller's token), oldest first."""
@@ -606,13 +606,13 @@ class DeploymentView:
         """Count one answer, after checking each of its values for a change (and for a surprise)."""
         self.seq += 1
         self.answers.append((self.seq, observation))
-        changes: dict[Metric, int] = {}
+        changes: dict[ViewMetric, int] = {}
         surprised = False
         if observation.ok is True:
             tests = self._tests(observation)
             changes = self._changes(tests)
             surprised = _surprising(tests)
-        for metric in METRICS:
+        for metric in VIEW_METRICS:
             value = self._value(observation, metric)
             if value is None or value <= 0:
                 continue
@@ -638,7 +638,7 @@ class DeploymentView:
             # surprise needs none: its traffic, if it has any, gives one.
             self.follow_ups = FOLLOW_UP_TRIES if leap or (surprised and not changes) else 0
 
-    def _for_spread(self, metric: Metric, value: float) -> float:
+    def _for_spread(self, metric: ViewMetric, value: float) -> float:
         """``value`` as it counts in the deployment's spread: at most ``Z_CLIP`` spreads from the centre of the
         answers before it (once there are ``SPREAD_CLIP_AFTER`` of them).
 
@@ -654,14 +654,14 @@ class DeploymentView:
             return value
         return math.exp(_bounded(math.log(value), kept.logs / kept.weight, Z_CLIP * self.spread(metric)))
 
-    def _value(self, observation: Observation, metric: Metric) -> float | None:
+    def _value(self, observation: Observation, metric: ViewMetric) -> float | None:
         """``observation``'s value of ``metric``, unless it went out before the metric's last change began."""
         started = observation.started_at
         if started is not None and started < self.regime_started_at.get(metric, -math.inf):
             return None
         return observation.value(metric)
 
-    def confirm(self, metric: Metric, at_least: float, now: float) -> None:
+    def confirm(self, metric: ViewMetric, at_least: float, now: float) -> None:
         """A lower bound on ``metric`` (a race this deployment lost): news only if the estimate is lower.
 
         Consistent with the estimate, it only refreshes the estimate's age (it still holds);
@@ -674,7 +674,7 @@ class DeploymentView:
             return
         self.add(Observation(at=now, ok=None, **{metric: at_least}))
 
-    def spread(self, metric: Metric) -> float:
+    def spread(self, metric: ViewMetric) -> float:
         """The spread of single answers of ``metric`` (log units) a new answer is judged against.
 
         Its long-run spread (``SPREAD_HALF_LIFE`` answers, kept across changes), shrunk towards the
@@ -691,11 +691,11 @@ class DeploymentView:
         # Never below ``PRIOR_SIGMA``: a provider that looks steady over a few dozen answers may still jitter.
         return max(PRIOR_SIGMA, math.sqrt(blended))
 
-    def _tests(self, observation: Observation) -> dict[Metric, list[tuple[int, float, float]]]:
+    def _tests(self, observation: Observation) -> dict[ViewMetric, list[tuple[int, float, float]]]:
         """Each value of a complete answer joins its metric's run, and the run's tests are read: for each
         window of the latest answers, (its first answer's sequence number, its standardised shift)."""
-        found: dict[Metric, list[tuple[int, float, float]]] = {}
-        for metric in METRICS:
+        found: dict[ViewMetric, list[tuple[int, float, float]]] = {}
+        for metric in VIEW_METRICS:
             value = self._value(observation, metric)
             if value is None or value <= 0:
                 continue
@@ -707,7 +707,7 @@ class DeploymentView:
             found[metric] = run.shifts(spread)
         return found
 
-    def _changes(self, tests: Mapping[Metric, list[tuple[int, float, float]]]) -> dict[Metric, int]:
+    def _changes(self, tests: Mapping[ViewMetric, list[tuple[int, float, float]]]) -> dict[ViewMetric, int]:
         """The metrics the latest answers show changed, each with the first answer of the change.
 
         The latest answers of a metric (a window of up to ``WINDOW_ANSWERS``) are compared with its
@@ -721,7 +721,7 @@ class DeploymentView:
         shifts, summed, pass the threshold (each leaning that way by ``LEAP_EACH_Z``) changes both, one
         answer sufficing.
         """
-        found: dict[Metric, tuple[int, float, float]] = {}
+        found: dict[ViewMetric, tuple[int, float, float]] = {}
         for metric, shifts in tests.items():
             for length, (since, shift, gap) in enumerate(shifts, start=1):
                 if abs(shift) < CHANGE_MIN_Z:
@@ -748,7 +748,7 @@ class DeploymentView:
         # A change found in first token or stream is looked for in the other at the same answer, at a lower
         # bar: a provider that changed one has likely changed both (a recovery shows in its first token at
         # once, in a heavy-tailed stream only over several answers).
-        pairs: tuple[tuple[Metric, Metric], ...] = (LEAP_METRICS, (LEAP_METRICS[1], LEAP_METRICS[0]))
+        pairs: tuple[tuple[ViewMetric, ViewMetric], ...] = (LEAP_METRICS, (LEAP_METRICS[1], LEAP_METRICS[0]))
         for looked, changed in pairs:
             point = found[changed][0] if changed in found else self.restart_seq.get(changed)
             run = self.runs.get(looked)
@@ -762,7 +762,7 @@ class DeploymentView:
             self._direction[metric] = way
         return {metric: since for metric, (since, _, _) in found.items()}
 
-    def _restart(self, metric: Metric, since: int, now: float) -> None:
+    def _restart(self, metric: ViewMetric, since: int, now: float) -> None:
         """Forget ``metric``'s answers before ``since``: rebuild its estimate, its spread and its change test
         from the run that showed the change (a spread kept across a change would mix the two regimes)."""
         sums = self.sums[metric] = _Sums()
@@ -783,7 +783,7 @@ class DeploymentView:
         self.restart_seq[metric] = since
         self.confirmed_at.pop(metric, None)
 
-    def estimate(self, metric: Metric) -> Estimate | None:
+    def estimate(self, metric: ViewMetric) -> Estimate | None:
         """The recency-weighted estimate of ``metric``; None before any answer measured it."""
         if metric in self._estimates:
             return self._estimates[metric]
@@ -798,7 +798,7 @@ class DeploymentView:
         self._estimates[metric] = result
         return result
 
-    def trusts_window(self, metric: Metric, now: float, window_count: int) -> bool:
+    def trusts_window(self, metric: ViewMetric, now: float, window_count: int) -> bool:
         """Whether the shared window can be blended in for ``metric``: no change detected within it, or
         the answers from before the change are at most ``STALE_WINDOW_SHARE`` of it by now."""
         changed = self.changed_at.get(metric)
@@ -807,11 +807,11 @@ class DeploymentView:
         before = self.window_at_change.get(metric)
         return before is not None and before <= STALE_WINDOW_SHARE * window_count
 
-    def note_window(self, metric: Metric, window_count: int) -> None:
+    def note_window(self, metric: ViewMetric, window_count: int) -> None:
         """How many answers the shared window held when a change of ``metric`` was detected."""
         self.window_at_change[metric] = window_count
 
-    def quantile(self, metric: Metric, q: float) -> float | None:
+    def quantile(self, metric: ViewMetric, q: float) -> float | None:
         """A recency-weighted quantile of ``metric`` over the kept answers that still count."""
         since = self.restart_seq.get(metric, 0)
         points = [(o.at, v) for s, o in self.answers if s >= since and (v := o.value(metric)) is not None and v > 0]
@@ -845,7 +845,7 @@ class DeploymentView:
         return max(0.0, sums.values - sums.weight), sums.weight, effective
 
 
-def _surprising(tests: Mapping[Metric, list[tuple[int, float, float]]]) -> bool:
+def _surprising(tests: Mapping[ViewMetric, list[tuple[int, float, float]]]) -> bool:
     """Whether the latest answer alone was far faster than the answers before it: in one metric, or in first
     token and stream together."""
     alone = {metric: shifts[0][1] for metric, shifts in tests.items() if shifts}
@@ -855,11 +855,11 @@ def _surprising(tests: Mapping[Metric, list[tuple[int, float, float]]]) -> bool:
     return first is not None and stream is not None and (first + stream) / math.sqrt(2) <= -SURPRISE_JOINT_Z
 
 
-def pooled_spreads(views: Iterable[DeploymentView]) -> dict[Metric, float]:
+def pooled_spreads(views: Iterable[DeploymentView]) -> dict[ViewMetric, float]:
     """The spread of single answers of each metric over ``views`` (a model's other deployments), each view's
     long-run variance weighted by its answers, with ``PRIOR_WEIGHT`` pseudo-answers of ``PRIOR_SIGMA``."""
-    weights: dict[Metric, float] = {}
-    variances: dict[Metric, float] = {}
+    weights: dict[ViewMetric, float] = {}
+    variances: dict[ViewMetric, float] = {}
     for view in views:
         for metric, spread in view.spreads.items():
             if spread.weight <= 0:

@@ -44,8 +44,8 @@ from gateway.routing.estimates import (
     PRIOR_WEIGHT,
     TYPICAL_BYTES_PER_TOKEN,
     DeploymentView,
+    ViewMetric,
 )
-from gateway.routing.estimates import Metric as ViewMetric
 from gateway.samples import Endpoint, RequestKind
 from gateway.stats import DeploymentSummary, LogHistogram, StatsSnapshot
 
