@@ -40,14 +40,11 @@ from typing import Any
 from benchmarks import procs
 from benchmarks.figures import Measurement, Workload, utc_minute
 from benchmarks.loadgen import LoadGenerator
-from benchmarks.overhead_sweep import Bench, Plan, measured
+from benchmarks.overhead_sweep import HOLD, PACED, UNPACED, Bench, Plan, measured
 from benchmarks.procs import Server
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-UNPACED = Workload("unpaced", ttft_s=0.0, tokens_per_s=0.0, tokens=32)
-PACED = Workload("paced", ttft_s=0.05, tokens_per_s=100.0, tokens=32)
-HOLD = Workload("hold", ttft_s=0.0, tokens_per_s=4.0, tokens=48)
 PROXY_CORE = 1
 REST_CORE = 0
 NOTES_HEADING = "## Notes"
