@@ -294,6 +294,7 @@ class ProxyEndpoint:
                 policy.default_output_tokens,
                 request.endpoint,
                 policy.total_timeout_s,
+                length=plan.length,
             )
             headers = [(b"x-request-id", request_id.encode())]
             if plan.affinity is not None:

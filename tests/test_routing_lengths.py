@@ -9,6 +9,7 @@ import pytest
 
 from gateway.policies import BUILTIN_POLICIES
 from gateway.routing.lengths import MEMORY, SESSIONS_KEPT, Lengths, answer_tokens, planned_length, shape_of
+from gateway.spending.ledger import LIKELY_ANSWERS, LIKELY_QUANTILE, likely_output_tokens
 from tests.support.samples import sample
 
 AGENT = 32000
@@ -130,3 +131,17 @@ def test_a_complete_answer_counts_its_billed_tokens() -> None:
     assert answer_tokens(billed) == 90
     assert answer_tokens(sample("a", outcome="upstream_error")) is None
 
+
+def test_a_budgets_likely_output_needs_enough_answers_and_stays_under_the_ceiling() -> None:
+    lengths = Lengths()
+    key = shape_of("m", AGENT)
+    assert likely_output_tokens(None, AGENT) is None
+    for _ in range(LIKELY_ANSWERS - 1):
+        lengths.heard(key, 32, AGENT)
+    assert likely_output_tokens(lengths.forecast(key, AGENT, float(AGENT)), AGENT) is None  # too few
+    lengths.heard(key, 32, AGENT)
+    forecast = lengths.forecast(key, AGENT, float(AGENT))
+    likely = likely_output_tokens(forecast, AGENT)
+    assert likely is not None and 32 < likely < 400  # the tail of few equal answers is still wide, not the ceiling
+    assert likely == math.ceil(forecast.at(LIKELY_QUANTILE))
+    assert likely_output_tokens(forecast, 50) == 50
