@@ -33,7 +33,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from gateway.policies import PolicyConfig
 from gateway.samples import Sample
@@ -53,9 +53,9 @@ of the model), the shared window's observed length, or the policy's default."""
 _Z = NormalDist()
 
 
-@dataclass(frozen=True, slots=True)
-class LengthKey:
-    """A request's shape, as far as its answer's length goes (``shape_of``)."""
+class LengthKey(NamedTuple):
+    """A request's shape, as far as its answer's length goes (``shape_of``). A tuple: built and hashed per request,
+    and its first five fields (the model's cell) and six (the key's) are its slices."""
 
     model: str
     magnitude: int
@@ -101,8 +101,7 @@ class _Cell:
         self.log_var += ((log - before) * (log - self.log_mean) - self.log_var) / self.n
 
 
-@dataclass(frozen=True, slots=True)
-class Forecast:
+class Forecast(NamedTuple):
     """One request's predicted answer length: its mean, its log-normal spread, and the cap."""
 
     key: LengthKey
@@ -127,8 +126,8 @@ class Forecast:
 class Lengths:
     """Answer lengths per shape (model, key, session) and the model's share of ``max_tokens`` used."""
 
-    shapes: dict[LengthKey, _Cell] = field(default_factory=dict)
-    """The model's cells (client "" and no session) and each key's (no session)."""
+    shapes: dict[tuple[object, ...], _Cell] = field(default_factory=dict)
+    """The model's cells (the key's first five fields) and each key's (its first six)."""
     sessions: OrderedDict[LengthKey, _Cell] = field(default_factory=OrderedDict)
     shares: dict[str, _Cell] = field(default_factory=dict)
     """Per model: the share of ``max_tokens`` its answers used."""
@@ -136,10 +135,9 @@ class Lengths:
     def heard(self, key: LengthKey, tokens: int, max_tokens: int | None) -> None:
         """A complete answer of ``tokens`` output tokens to a request of shape ``key``."""
         x = float(max(tokens, 0))
-        general = _general(key)
-        self.shapes.setdefault(general, _Cell()).add(x)
+        self.shapes.setdefault(key[:5], _Cell()).add(x)
         if key.client:
-            self.shapes.setdefault(_keyed(key), _Cell()).add(x)
+            self.shapes.setdefault(key[:6], _Cell()).add(x)
         if key.session is not None:
             cell = self.sessions.get(key)
             if cell is None:
@@ -194,18 +192,10 @@ class Lengths:
 
     def _cells(self, key: LengthKey) -> tuple[_Cell | None, ...]:
         """The cells that know this shape, from the model's to the session's."""
-        model = self.shapes.get(_general(key))
-        client = self.shapes.get(_keyed(key)) if key.client else None
+        model = self.shapes.get(key[:5])
+        client = self.shapes.get(key[:6]) if key.client else None
         session = self.sessions.get(key) if key.session is not None else None
         return model, client, session
-
-
-def _general(key: LengthKey) -> LengthKey:
-    return LengthKey(key.model, key.magnitude, key.api, key.stream, key.kind)
-
-
-def _keyed(key: LengthKey) -> LengthKey:
-    return LengthKey(key.model, key.magnitude, key.api, key.stream, key.kind, key.client)
 
 
 def planned_length(forecast: Forecast, policy: PolicyConfig) -> float:
