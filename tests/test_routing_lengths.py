@@ -8,8 +8,11 @@ import random
 import pytest
 
 from gateway.policies import BUILTIN_POLICIES
+from gateway.routing import MeasuredRouter, RouteRequest
 from gateway.routing.lengths import MEMORY, SESSIONS_KEPT, Lengths, answer_tokens, planned_length, shape_of
 from gateway.spending.ledger import LIKELY_ANSWERS, LIKELY_QUANTILE, likely_output_tokens
+from gateway.stats import InMemoryStatsStore
+from tests.support.config import routing_config
 from tests.support.samples import sample
 
 AGENT = 32000
@@ -145,3 +148,16 @@ def test_a_budgets_likely_output_needs_enough_answers_and_stays_under_the_ceilin
     assert likely is not None and 32 < likely < 400  # the tail of few equal answers is still wide, not the ceiling
     assert likely == math.ceil(forecast.at(LIKELY_QUANTILE))
     assert likely_output_tokens(forecast, 50) == 50
+
+
+def test_a_reloaded_router_keeps_what_the_answers_taught() -> None:
+    config = routing_config([("a", 1, 1), ("b", 1, 1)])
+    router = MeasuredRouter(config, InMemoryStatsStore(config.stats))
+    request = RouteRequest(config.models[0], "chat", True, 10, AGENT, client="k")
+    (candidate, *_) = router.plan(request).candidates
+    assert candidate.length is not None and candidate.length.source == "request"  # nothing heard: the ceiling
+    assert router.attempt_started(candidate)
+    router.attempt_finished(candidate, sample(candidate.name, tokens=64))
+    reloaded = MeasuredRouter(config, InMemoryStatsStore(config.stats), state=router.state)
+    forecast = reloaded.forecast(request)
+    assert forecast.source == "learned" and forecast.mean == 64

@@ -47,7 +47,7 @@ from gateway.routing.explore import Probe, RequestSizes, choose_partner, choose_
 from gateway.routing.filters import allowed, matches
 from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.hedge import hedge_after
-from gateway.routing.lengths import Forecast, Lengths, answer_tokens, planned_length, shape_of
+from gateway.routing.lengths import Forecast, answer_tokens, planned_length, shape_of
 from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SessionRoute
@@ -101,7 +101,7 @@ class MeasuredRouter:
         self._providers = {p.name: p for p in config.providers}
         self._provider_of = {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
         self._typical_output: dict[str, tuple[float, int, OutputSource]] = {}
-        self.lengths = Lengths()
+        self.lengths = self.state.lengths
         """What this model's answers actually were, per request shape, key and session (``gateway.routing.lengths``)."""
         self._speaking: dict[tuple[str, Endpoint | None], tuple[ModelConfig, ModelConfig]] = {}
 
