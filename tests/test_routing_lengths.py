@@ -95,6 +95,7 @@ def test_a_key_and_a_session_pull_the_prediction_toward_their_own_answers() -> N
     for _ in range(6):
         lengths.heard(session, 3000, AGENT)
     assert lengths.forecast(session, AGENT, 1.0).mean > 1500
+    assert lengths.forecast(session, AGENT, 1.0).answers == 46  # each answer once, in whichever cells know it
     assert lengths.forecast(shape_of("m", AGENT, client="k1", session="s2"), AGENT, 1.0).mean < 1500
 
 

@@ -112,7 +112,8 @@ class Forecast(NamedTuple):
     log_sigma: float
     """The predictive spread of one answer's log length (the cells' spread, widened for few answers)."""
     answers: float
-    """Answers of this shape behind it (the model's, the key's, the session's cells summed; 0: a prior only)."""
+    """Answers of this shape behind it (its model's cell: the key's and the session's are among them; 0: a prior
+    only), at most ``MEMORY``."""
     source: LengthSource
 
     def at(self, quantile: float) -> float:
@@ -177,7 +178,7 @@ class Lengths:
                 # on other traffic may be a hundred times off, and would take hundreds of answers to wash out.
                 mean, log_mean = cell.mean, cell.log_mean
             log_var = (n * cell.log_var + k * log_var) / (n + k)
-            answers += n
+            answers = max(answers, n)  # the model's cell counts the key's and the session's answers too
         if answers:
             source = "learned"
         # One answer's spread, plus the mean's own uncertainty while there are few answers behind it.

@@ -155,8 +155,8 @@ class MeasuredRouter:
         to explain a model); with ``pinned``, only that deployment. With a ``session`` bound to a
         deployment, that one is predicted warm and the others cold (``gateway.routing.affinity``). ``kind``: what
         the request asks of its answer (tools, JSON, plain), whose valid rate judges each deployment (None: all).
-        ``length``: the request's predicted answer (``forecast``), planned for instead of ``max_tokens``, which
-        then means "an answer of exactly this length" (to explain a ranking for it).
+        ``length``: the request's predicted answer (``forecast``), planned for; without it, ``max_tokens`` is taken
+        as the answer's length (to explain a ranking for answers of that length), else the model's observed one.
         """
         policy = self.config.policy_for(model)
         snapshot = self.stats.snapshot()
