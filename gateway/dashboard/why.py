@@ -20,13 +20,7 @@ from gateway.routing.explain import policy_summary, score_terms
 from gateway.routing.explore import on_trial
 from gateway.routing.ranking import Ranked, Ranking
 
-OUTPUT_FROM = {
-    "learned": "predicted from this traffic's answers",
-    "share": "the share of max_tokens the model's answers use",
-    "observed": "the model's observed median answer",
-    "default": "the policy's default",
-    "request": "given",
-}
+OUTPUT_FROM = {"observed": "the model's observed median answer", "default": "the policy's default", "request": "given"}
 
 
 @dataclass(frozen=True, slots=True)
