@@ -294,6 +294,7 @@ class ProxyEndpoint:
                 policy.default_output_tokens,
                 request.endpoint,
                 policy.total_timeout_s,
+                length=plan.length,
             )
             headers = [(b"x-request-id", request_id.encode())]
             if plan.affinity is not None:
@@ -462,6 +463,7 @@ class ProxyEndpoint:
             pinned=pinned,
             session=session,
             kind=expects.kind if expects.judged else None,
+            client=key.key_id,
         )
         # Last: from here on the caller owns the ticket and releases it.
         ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)

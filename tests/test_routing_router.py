@@ -402,10 +402,11 @@ def test_a_measured_leader_that_streams_fast_keeps_long_answers_at_a_cold_start(
 
 def test_answers_in_one_chunk_do_not_run_the_exploration_budget_into_debt() -> None:
     # Both answer 8 tokens in one chunk: their streams are never measured. Until the model's answers
-    # are known to be short, each request looks long enough to measure one. Each deployment gets one
-    # such probe free, as it gets its first; later ones spend the budget like any other probe. (Free
+    # are known to be short, a request looks long enough to measure one; each deployment would get one
+    # such probe free, as it gets its first, later ones spending the budget like any other probe. (Free
     # every time, they took every request for twenty, and the debt they left silenced exploration for
-    # the next two hundred, whatever happened meanwhile.)
+    # the next two hundred, whatever happened meanwhile.) The answers' length is learned from the first
+    # answer (``gateway.routing.lengths``): after the cold start no request looks long.
     rig = Rig(routing_config([("a", 1, 1), ("b", 1, 1)], policy={"explore_share": 0.1, "min_samples": 3}))
 
     def serve(requests: int) -> list[Candidate]:
@@ -423,9 +424,9 @@ def test_answers_in_one_chunk_do_not_run_the_exploration_budget_into_debt() -> N
 
     cold_start = serve(40)
     probes = [(i, c.name) for i, c in enumerate(cold_start) if c.reason == "explore"]
-    assert len(probes) == 4 and {name for _, name in probes} == {"a", "b"}, probes  # measured, then its stream
-    # b not heard of for 30 s: its estimate is stale. The budget started empty and the four cold probes
-    # spent four requests' worth ahead: forty requests at 10% repaid them, ten more pay for a look.
+    assert len(probes) == 2 and {name for _, name in probes} == {"a", "b"}, probes  # each measured once
+    # b not heard of for 30 s: its estimate is stale. The budget started empty: forty requests at 10%
+    # filled it, and no long-looking request spent it meanwhile, so a look is paid for.
     rig.clock.now += 30
     assert any(c.name == "b" and c.reason == "explore" for c in serve(10))
 

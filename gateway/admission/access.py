@@ -35,11 +35,12 @@ from gateway.admission.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_l
 from gateway.admission.limits import InFlight, check_shape
 from gateway.admission.ratelimit import RateLimiter, retry_after_header
 from gateway.admission.spending import InMemorySpendStore, Spender, SpendLedger, worst_case_usd
-from gateway.admission.spending.ledger import HOLD_MARGIN_S
+from gateway.admission.spending.ledger import HOLD_MARGIN_S, likely_output_tokens
 from gateway.admission.spending.metrics import SpendMetrics
 from gateway.admission.spending.store import Hold, SpendStoreDown
 from gateway.config import AuthConfig, DeploymentConfig, LimitsConfig
 from gateway.errors import AuthenticationFailed, NoCapacity, PermissionDenied, RateLimited
+from gateway.routing.lengths import Forecast
 from gateway.samples import Endpoint, Sample
 
 logger = logging.getLogger("gateway.access")
@@ -144,9 +145,10 @@ class Ticket:
         self._released = False
         _tally.set(self.tally)
 
-    async def reserve(self, amount_usd: float, ttl_s: float) -> None:
-        """Hold ``amount_usd`` against the key's and team's budgets (``BudgetExceeded`` if it does not fit)."""
-        self.hold = await self.state.spend.reserve(self.spender, amount_usd, ttl_s)
+    async def reserve(self, amount_usd: float, ttl_s: float, likely_usd: float | None = None) -> None:
+        """Hold ``amount_usd`` against the key's and team's budgets, else ``likely_usd`` (``SpendLedger.reserve``;
+        ``BudgetExceeded`` if neither fits)."""
+        self.hold = await self.state.spend.reserve(self.spender, amount_usd, ttl_s, likely_usd)
 
     def used_tokens(self) -> int:
         if not self.tally.attempts:
@@ -306,6 +308,7 @@ class AccessControl:
         default_output_tokens: int,
         endpoint: Endpoint,
         total_timeout_s: float,
+        length: Forecast | None = None,
     ) -> None:
         """Hold the request's worst case against its budgets, before any provider is called.
 
@@ -314,16 +317,24 @@ class AccessControl:
         or continuation goes to one of them). The output ceiling is the request's ``max_tokens``,
         else the gateway's ``[limits] max_tokens``, else the policy's ``default_output_tokens``
         (a request without a ceiling can then cost more than it held: settled at its real cost).
+        When the worst case does not fit but the router's ``length`` forecast rests on enough answers,
+        its likely cost (``gateway.admission.spending.ledger.likely_output_tokens``) is held instead.
         """
         if not ticket.spender.scopes:
             return
         if endpoint == "embeddings":
             output = 0
+            likely_output = None
         else:
             ceiling = max_tokens or self.limits.max_tokens or default_output_tokens
             output = ceiling * ticket.choices
+            likely = likely_output_tokens(length, ceiling)
+            likely_output = likely * ticket.choices if likely is not None else None
         amount = worst_case_usd(deployments, ticket.prompt_estimate, output)
-        await ticket.reserve(amount, total_timeout_s + HOLD_MARGIN_S)
+        likely_usd = None
+        if likely_output is not None and likely_output < output:
+            likely_usd = worst_case_usd(deployments, ticket.prompt_estimate, likely_output)
+        await ticket.reserve(amount, total_timeout_s + HOLD_MARGIN_S, likely_usd)
 
     async def observe_budgets(self, metrics: SpendMetrics) -> None:
         """Set the budget gauges from the store (at scrape time); left as they were if it cannot be read."""

@@ -41,6 +41,7 @@ from gateway.routing.deadlines import LearnedDeadlines
 from gateway.routing.estimates import DeploymentView
 from gateway.routing.explore import ExploreBudget, ExploreCounts, RequestSizes
 from gateway.routing.hedge import TailThresholds
+from gateway.routing.lengths import Lengths
 from gateway.routing.windows import ContextWindows
 from gateway.samples import Outcome
 from gateway.types import CircuitState, DeploymentKey
@@ -268,6 +269,8 @@ class RouterState:
     asked: Counter[str] = field(default_factory=Counter)
     """Requests planned per model so far: the demand that keeps background probes going."""
     idle_probes: IdleProbes = field(default_factory=IdleProbes)
+    lengths: Lengths = field(default_factory=Lengths)
+    """What the answers' lengths were, per request shape, key and session (kept across a reload, as the rest)."""
 
     window_s: float = 300.0
     """The shared stats window's length (``stats.window_s``)."""

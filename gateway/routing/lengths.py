@@ -1,63 +1,216 @@
 """How long this request's answer will be: predicted from what this model's answers actually were.
 
 An agent sends ``max_tokens: 32000`` on every call and is answered in a few hundred tokens; planning
-for the ceiling would judge every deployment by its speed alone. So the router keeps, per model and
-request shape (the order of magnitude of ``max_tokens``, none counting as its own shape), a running
-mean of the answers' lengths, and predicts that, capped by the request's ``max_tokens``. A shape
-never answered borrows the model's mean share of ``max_tokens`` its answers used (an agent's are a
-small share of 32,000; a benchmark asking for exactly its length uses all of it); a model never
-answered, the policy's ``default_output_tokens``.
+for the ceiling would judge every deployment by its speed alone, and a budget would hold the price
+of 32,000 tokens for each call. So the router learns, in process, the lengths of the answers it
+relayed (``heard``: the billed output tokens of each complete answer) in cells from the general to
+the particular:
+
+1. the model and the request's shape (``shape_of``: its API, streamed or not, its kind — tools, JSON,
+   plain — and the order of magnitude of its ``max_tokens``, none counting as its own magnitude);
+2. the same for this client key;
+3. the same for this session (a conversation's turns resemble each other).
+
+Each cell keeps a running mean of the lengths and of their logarithms and the logs' variance over
+its last ``MEMORY`` answers. A prediction (``forecast``) starts from a prior: the share of
+``max_tokens`` the model's answers used (an agent's are a small share of 32,000, a benchmark asking
+for exactly its length uses all of it), else the caller's (the live router: the request's
+``max_tokens`` while nothing of the model was heard, the ceiling being all there is; without one,
+the model's observed length or the policy's default). The shape's own answers replace that prior,
+and the key's and the session's pull the prediction toward theirs, each by its answers against
+``PRIOR_ANSWERS``. ``max_tokens`` caps every prediction. Answers are log-normal-ish with a long
+tail: the mean (what an expected time needs, since time is linear in the length) lies above the
+median, and ``Forecast.at(q)`` reads a quantile from the logs (a quantile policy's length, a
+budget's likely cost), with the spread widened while few answers are behind it.
+
+Cost: a few dictionary lookups per request and per answer, no I/O. Session cells are kept for the
+``SESSIONS_KEPT`` most recent sessions.
 """
 
 from __future__ import annotations
 
+import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Literal, NamedTuple
+
+from gateway.policies import PolicyConfig
+from gateway.samples import Sample
 
 MEMORY = 50
-"""Answers a shape's mean remembers (the older fade): request lengths change with the traffic, not the provider."""
+"""Answers a cell remembers (the older fade): request lengths change with the traffic, not the provider."""
+PRIOR_ANSWERS = 3.0
+"""A cell's answers weigh against its parent's estimate as if the parent were this many answers: a key's third
+answer moves its prediction halfway from the model's toward its own."""
+PRIOR_SIGMA = 1.0
+"""The log spread of answer lengths before any is heard: the p95 is about five times the median."""
+SESSIONS_KEPT = 10_000
+LengthSource = Literal["learned", "share", "request", "observed", "default"]
+"""Where a prediction's prior came from before the cells pulled it: answers to this shape were heard
+(``learned``), the share of ``max_tokens`` the model's answers used, the request's ``max_tokens`` (nothing heard
+of the model), the shared window's observed length, or the policy's default."""
+_Z = NormalDist()
 
-LengthKey = tuple[str, int]
+
+class LengthKey(NamedTuple):
+    """A request's shape, as far as its answer's length goes (``shape_of``). A tuple: built and hashed per request,
+    and its first five fields (the model's cell) and six (the key's) are its slices."""
+
+    model: str
+    magnitude: int
+    """``max_tokens``'s power of two (0: none set)."""
+    api: str = "chat"
+    stream: bool = True
+    kind: str | None = None
+    """What it asks of its answer: tools, JSON, plain (None: not said)."""
+    client: str = ""
+    """The client key's id ("": not known)."""
+    session: str | None = None
 
 
-def shape_of(model: str, max_tokens: int | None) -> LengthKey:
-    """The request's shape: its model and ``max_tokens``'s power of two (0: none set)."""
-    return model, max_tokens.bit_length() if max_tokens else 0
+def shape_of(
+    model: str,
+    max_tokens: int | None,
+    *,
+    api: str = "chat",
+    stream: bool = True,
+    kind: str | None = None,
+    client: str = "",
+    session: str | None = None,
+) -> LengthKey:
+    """The request's shape: its model, ``max_tokens``'s power of two (0: none set), API, stream, kind, key, session."""
+    return LengthKey(model, max_tokens.bit_length() if max_tokens else 0, api, stream, kind, client, session)
 
 
 @dataclass(slots=True)
-class _Mean:
-    value: float = 0.0
+class _Cell:
+    """Running mean of lengths, and mean and variance of their logs, over the last ``MEMORY`` answers."""
+
     n: int = 0
+    mean: float = 0.0
+    log_mean: float = 0.0
+    log_var: float = 0.0
 
     def add(self, x: float) -> None:
         self.n = min(self.n + 1, MEMORY)
-        self.value += (x - self.value) / self.n
+        self.mean += (x - self.mean) / self.n
+        log = math.log(max(x, 1.0))
+        before = self.log_mean
+        self.log_mean += (log - before) / self.n
+        self.log_var += ((log - before) * (log - self.log_mean) - self.log_var) / self.n
+
+
+class Forecast(NamedTuple):
+    """One request's predicted answer length: its mean, its log-normal spread, and the cap."""
+
+    key: LengthKey
+    max_tokens: int | None
+    mean: float
+    """The expected length (at least one token, never above ``max_tokens``)."""
+    log_mean: float
+    log_sigma: float
+    """The predictive spread of one answer's log length (the cells' spread, widened for few answers)."""
+    answers: float
+    """Answers of this shape behind it (its model's cell: the key's and the session's are among them; 0: a prior
+    only), at most ``MEMORY``."""
+    source: LengthSource
+
+    def at(self, quantile: float) -> float:
+        """The length that ``quantile`` of such answers stay within (capped by ``max_tokens``)."""
+        z = _Z.inv_cdf(min(max(quantile, 0.001), 0.999))
+        value = max(1.0, math.exp(self.log_mean + z * self.log_sigma))
+        return min(value, float(self.max_tokens)) if self.max_tokens else value
 
 
 @dataclass
 class Lengths:
-    """Running means of answer lengths, per shape and per model."""
+    """Answer lengths per shape (model, key, session) and the model's share of ``max_tokens`` used."""
 
-    shapes: dict[LengthKey, _Mean] = field(default_factory=dict)
-    shares: dict[str, _Mean] = field(default_factory=dict)
+    shapes: dict[tuple[object, ...], _Cell] = field(default_factory=dict)
+    """The model's cells (the key's first five fields) and each key's (its first six)."""
+    sessions: OrderedDict[LengthKey, _Cell] = field(default_factory=OrderedDict)
+    shares: dict[str, _Cell] = field(default_factory=dict)
     """Per model: the share of ``max_tokens`` its answers used."""
 
     def heard(self, key: LengthKey, tokens: int, max_tokens: int | None) -> None:
         """A complete answer of ``tokens`` output tokens to a request of shape ``key``."""
-        self.shapes.setdefault(key, _Mean()).add(float(tokens))
+        x = float(max(tokens, 0))
+        self.shapes.setdefault(key[:5], _Cell()).add(x)
+        if key.client:
+            self.shapes.setdefault(key[:6], _Cell()).add(x)
+        if key.session is not None:
+            cell = self.sessions.get(key)
+            if cell is None:
+                cell = self.sessions[key] = _Cell()
+                if len(self.sessions) > SESSIONS_KEPT:
+                    self.sessions.popitem(last=False)
+            else:
+                self.sessions.move_to_end(key)
+            cell.add(x)
         if max_tokens:
-            self.shares.setdefault(key[0], _Mean()).add(min(1.0, tokens / max_tokens))
+            self.shares.setdefault(key.model, _Cell()).add(min(1.0, x / max_tokens))
+
+    def forecast(
+        self, key: LengthKey, max_tokens: int | None, default: float, source: LengthSource = "default"
+    ) -> Forecast:
+        """The answer length to plan for. ``default`` (from ``source``) is the prior when the model has no
+        answers with a ``max_tokens`` to take a share of, or the request sets none; ``max_tokens`` caps it."""
+        share = self.shares.get(key.model)
+        if max_tokens and share is not None and share.n:
+            prior, source = share.mean * max_tokens, "share"
+        else:
+            prior = min(default, float(max_tokens)) if max_tokens else default
+        prior = max(1.0, prior)
+        mean = prior
+        log_mean = math.log(prior) - PRIOR_SIGMA * PRIOR_SIGMA / 2  # a log-normal of mean ``prior``
+        log_var = PRIOR_SIGMA * PRIOR_SIGMA
+        answers = 0.0
+        for cell in self._cells(key):
+            if cell is None or not cell.n:
+                continue
+            n, k = float(cell.n), PRIOR_ANSWERS
+            if answers:
+                mean = (n * cell.mean + k * mean) / (n + k)
+                log_mean = (n * cell.log_mean + k * log_mean) / (n + k)
+            else:
+                # The shape's own answers replace a prior from elsewhere outright: a share of max_tokens learned
+                # on other traffic may be a hundred times off, and would take hundreds of answers to wash out.
+                mean, log_mean = cell.mean, cell.log_mean
+            log_var = (n * cell.log_var + k * log_var) / (n + k)
+            answers = max(answers, n)  # the model's cell counts the key's and the session's answers too
+        if answers:
+            source = "learned"
+        # One answer's spread, plus the mean's own uncertainty while there are few answers behind it.
+        sigma = math.sqrt(log_var * (1.0 + 1.0 / (answers + PRIOR_ANSWERS)))
+        if max_tokens:
+            mean = min(mean, float(max_tokens))
+        return Forecast(key, max_tokens, max(1.0, mean), log_mean, sigma, answers, source)
 
     def expected(self, key: LengthKey, max_tokens: int | None, default: int) -> float:
-        """The answer length to plan for (at least one token, never above ``max_tokens``)."""
-        mean = self.shapes.get(key)
-        share = self.shares.get(key[0])
-        if mean is not None and mean.n:
-            value = mean.value
-        elif max_tokens and share is not None and share.n:
-            value = share.value * max_tokens
-        else:
-            value = float(default)
-        if max_tokens is not None:
-            value = min(value, float(max_tokens))
-        return max(1.0, value)
+        """The mean answer length to plan for, with the policy's ``default`` as the prior (``forecast``)."""
+        return self.forecast(key, max_tokens, float(default)).mean
+
+    def _cells(self, key: LengthKey) -> tuple[_Cell | None, ...]:
+        """The cells that know this shape, from the model's to the session's."""
+        model = self.shapes.get(key[:5])
+        client = self.shapes.get(key[:6]) if key.client else None
+        session = self.sessions.get(key) if key.session is not None else None
+        return model, client, session
+
+
+def planned_length(forecast: Forecast, policy: PolicyConfig) -> float:
+    """The length a policy plans for: the mean (time is linear in it, so the expected time needs the mean, which
+    a long tail lifts above the median), or the policy's ``tps_quantile`` of lengths when it predicts at quantiles
+    (the answer's length multiplies the seconds per token read at that quantile)."""
+    if policy.estimate == "quantile":
+        return forecast.at(policy.tps_quantile)
+    return forecast.mean
+
+
+def answer_tokens(sample: Sample) -> int | None:
+    """A complete answer's length: its billed output tokens (reasoning included: they stream, and they are paid for),
+    else the gateway's own count; None when it is not a complete answer."""
+    if sample.outcome != "ok":
+        return None
+    return sample.billed_output_tokens

@@ -8,6 +8,7 @@ from typing import Literal, Protocol
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.policies import Affinity
 from gateway.routing.capacity import RateLimits
+from gateway.routing.lengths import Forecast
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.types import AffinityChoice, MoveReason, RouteReason, StreamProgress
@@ -37,6 +38,8 @@ class Candidate:
     on_trial: bool = False
     """A leader on one lucky-looking answer, raced by the next well-measured deployment
     (``gateway.routing.explore.on_trial``): if that one's first token comes first, this attempt is drained."""
+    length: Forecast | None = None
+    """The request's predicted answer length (``gateway.routing.lengths``), whose shape its answer teaches."""
 
     @property
     def name(self) -> str:
@@ -102,6 +105,8 @@ class RouteRequest:
     """The conversation this request continues, if it names one or is long enough to be fingerprinted."""
     kind: RequestKind | None = None
     """What it asks of its answer (tools, JSON, plain): deployments are judged by their valid rate for it."""
+    client: str = ""
+    """The client key's id ("": none): its answers' lengths are learned apart (``gateway.routing.lengths``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,8 @@ class RoutePlan:
     """What the router did with the request's session (None: it has none)."""
     shadow: Candidate | None = None
     """A deployment measured beside the first attempt but never the answer (``gateway.relay.drain``), if any."""
+    length: Forecast | None = None
+    """The answer length the router predicted (None: it predicts none), for a budget's likely cost."""
 
     @property
     def race_probe(self) -> str | None:

@@ -46,10 +46,12 @@ from gateway.routing.estimates import (
     DeploymentView,
     ViewMetric,
 )
+from gateway.routing.lengths import LengthSource
 from gateway.samples import Endpoint, RequestKind
 from gateway.stats import DeploymentSummary, LogHistogram, StatsSnapshot
 
-OutputSource = Literal["request", "observed", "default"]
+OutputSource = LengthSource
+"""Where a request's expected answer length came from (``gateway.routing.lengths``)."""
 Source = Literal["recent", "window", "model", "none"]
 """Where a prediction's numbers come from: this replica's recent answers, the shared window, the model's average."""
 MIN_TIME_S = 1e-3

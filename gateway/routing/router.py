@@ -47,6 +47,7 @@ from gateway.routing.explore import Probe, RequestSizes, choose_partner, choose_
 from gateway.routing.filters import allowed, matches
 from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.hedge import hedge_after
+from gateway.routing.lengths import Forecast, answer_tokens, planned_length, shape_of
 from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SessionRoute
@@ -100,6 +101,8 @@ class MeasuredRouter:
         self._providers = {p.name: p for p in config.providers}
         self._provider_of = {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
         self._typical_output: dict[str, tuple[float, int, OutputSource]] = {}
+        self.lengths = self.state.lengths
+        """What this model's answers actually were, per request shape, key and session (``gateway.routing.lengths``)."""
         self._speaking: dict[tuple[str, Endpoint | None], tuple[ModelConfig, ModelConfig]] = {}
 
     def _expected_output(
@@ -144,6 +147,7 @@ class MeasuredRouter:
         pinned: str | None = None,
         session: SessionRoute | None = None,
         kind: RequestKind | None = None,
+        length: Forecast | None = None,
     ) -> Ranking:
         """Score and order ``model``'s deployments for a request of this shape (no side effects but ``rng``).
 
@@ -151,12 +155,17 @@ class MeasuredRouter:
         to explain a model); with ``pinned``, only that deployment. With a ``session`` bound to a
         deployment, that one is predicted warm and the others cold (``gateway.routing.affinity``). ``kind``: what
         the request asks of its answer (tools, JSON, plain), whose valid rate judges each deployment (None: all).
+        ``length``: the request's predicted answer (``forecast``), planned for; without it, ``max_tokens`` is taken
+        as the answer's length (to explain a ranking for answers of that length), else the model's observed one.
         """
         policy = self.config.policy_for(model)
         snapshot = self.stats.snapshot()
         deployments = allowed(self._speaking_of(model, endpoint, pinned), preferences, self._providers)
         now = self.clock()
-        output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
+        if length is not None:
+            output, source = max(1, round(planned_length(length, policy))), length.source
+        else:
+            output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
         shape = RequestShape(endpoint or "chat", prompt_tokens, output, source, kind)
         views = self.state.views_of(model.name)
         cache = cache_terms(session, deployments, preferences)
@@ -234,9 +243,30 @@ class MeasuredRouter:
 
     # -- Router ---------------------------------------------------------------------------------
 
+    def forecast(self, request: RouteRequest) -> Forecast:
+        """The request's answer length, predicted from what its model's answers to requests like it were (for this
+        key and session); ``max_tokens`` caps it. Before the model's first answer with a ``max_tokens``, that ceiling
+        is all there is; without one, the model's observed length (the shared window), else the policy's default."""
+        model = request.model
+        key = shape_of(
+            model.name,
+            request.max_tokens,
+            api=request.endpoint,
+            stream=request.stream,
+            kind=request.kind,
+            client=request.client,
+            session=request.session.key if request.session is not None else None,
+        )
+        if request.max_tokens is not None:
+            return self.lengths.forecast(key, request.max_tokens, float(request.max_tokens), "request")
+        policy = self.config.policy_for(model)
+        typical, source = self._expected_output(model.name, None, self.stats.snapshot(), policy, self.clock())
+        return self.lengths.forecast(key, None, float(typical), source)
+
     def plan(self, request: RouteRequest) -> RoutePlan:
         model, preferences = request.model, request.preferences
         self.state.asked[model.name] += 1
+        length = self.forecast(request)
         ranking = self.rank(
             model,
             endpoint=request.endpoint,
@@ -247,6 +277,7 @@ class MeasuredRouter:
             pinned=request.pinned,
             session=request.session,
             kind=request.kind,
+            length=length,
         )
         policy = ranking.policy
         rows = [r for r in ranking.rows if r.available]
@@ -319,6 +350,7 @@ class MeasuredRouter:
                 idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
                 prefill_tokens_per_s=row.scored.prediction.prefill_tokens_per_s,
                 on_trial=trial and i == 0,
+                length=length,
             )
             candidates.append(candidate)
             if row is shadow:
@@ -334,6 +366,7 @@ class MeasuredRouter:
             ranking=ranking,
             affinity=affinity,
             shadow=shadowed,
+            length=length,
         )
 
     def _probe(
@@ -459,6 +492,9 @@ class MeasuredRouter:
             now=self.clock(),
         )
         self.state.finished(provider.name, key)
+        tokens = answer_tokens(sample)
+        if tokens is not None and candidate.length is not None:
+            self.lengths.heard(candidate.length.key, tokens, candidate.length.max_tokens)
         model = self.config.model(candidate.model)
         if model is None:
             return  # a reload removed the model while the attempt ran

@@ -9,11 +9,21 @@ booked: each attempt once, to the deployment that produced it (``Booking``), the
 budgets. So the settled total of a budget never passes its limit while every request costs at
 most what it reserved; a request that costs more (a provider that counts more prompt tokens
 than the estimate, a hedge's second prompt, a continuation's prompt) overshoots by that excess only.
+
+An agent asks for ``max_tokens: 32000`` on every call and is answered in a few hundred tokens: its
+worst case can exceed a budget that its real answers fit many times over. When the worst case does
+not fit, the request's *likely* cost is held instead: the same prompt, and as output the
+``LIKELY_QUANTILE`` of the lengths this key's (else this model's) answers to requests of this shape
+actually had (``likely_output_tokens``), once ``LIKELY_ANSWERS`` of them were heard. The rule's error
+bound: the settled total passes the limit by at most the excesses of the requests in flight when the
+last one was admitted, and one request held at its likely cost exceeds it by at most
+``(max_tokens - likely tokens) x price_out``, which about one answer in a hundred does.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -34,6 +44,7 @@ from gateway.admission.spending.store import (
 from gateway.admission.spending.windows import Budget, BudgetWindow, Period, period_of, to_nanos, to_usd
 from gateway.config import DeploymentConfig
 from gateway.errors import BudgetExceeded, BudgetUnavailable
+from gateway.routing.lengths import Forecast
 from gateway.samples import Sample
 from gateway.types import Clock
 
@@ -41,6 +52,10 @@ logger = logging.getLogger("gateway.spending")
 
 HOLD_MARGIN_S = 60.0
 """A hold outlives the request's deadline by this much before it expires on its own."""
+LIKELY_QUANTILE = 0.99
+"""A request whose worst case does not fit holds the length that 99% of its kind of answers stay within."""
+LIKELY_ANSWERS = 8
+"""... once this many answers of its shape were heard (fewer say too little of the tail)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +94,14 @@ def worst_case_usd(deployments: Iterable[DeploymentConfig], prompt_tokens: int, 
     return max((d.cost_usd(prompt_tokens, output_tokens) for d in deployments), default=0.0)
 
 
+def likely_output_tokens(length: Forecast | None, ceiling: int) -> int | None:
+    """The output a request likely costs at most: ``LIKELY_QUANTILE`` of the predicted lengths, within ``ceiling``
+    (None: the router predicted none, or on fewer than ``LIKELY_ANSWERS`` answers)."""
+    if length is None or length.answers < LIKELY_ANSWERS:
+        return None
+    return min(ceiling, math.ceil(length.at(LIKELY_QUANTILE)))
+
+
 def bookings_of(spender: Spender, samples: Iterable[Sample]) -> list[Booking]:
     """One booking per attempt, to the deployment that produced it (a failure that cost nothing books 0)."""
     return [
@@ -107,30 +130,35 @@ class SpendLedger:
         at = self.wall_clock() if now is None else now
         return tuple(HeldScope(scope, period_of(scope.budget.window, at)) for scope in spender.scopes)
 
-    async def reserve(self, spender: Spender, amount_usd: float, ttl_s: float) -> Hold | None:
-        """Hold ``amount_usd`` against every budget of ``spender``; None when no budget applies.
+    async def reserve(
+        self, spender: Spender, amount_usd: float, ttl_s: float, likely_usd: float | None = None
+    ) -> Hold | None:
+        """Hold ``amount_usd`` against every budget of ``spender``, or ``likely_usd`` when that does not fit (a
+        second round trip, on that path only); None when no budget applies.
 
-        Raises ``BudgetExceeded`` (402) when it does not fit, ``BudgetUnavailable`` (503) when the
-        store cannot be reached.
+        Raises ``BudgetExceeded`` (402) when neither fits, ``BudgetUnavailable`` (503) when the store cannot be
+        reached.
         """
         if not spender.scopes:
             return None
         now = self.wall_clock()
-        hold = Hold(
-            uuid.uuid4().hex, to_nanos(amount_usd, round_up=True), self.held(spender, now), spender.tag, now + ttl_s
-        )
-        try:
-            refusal = await self.store.reserve(hold, now)
-        except SpendStoreDown as exc:
-            raise BudgetUnavailable(
-                f"the budget of key '{spender.key_name}' cannot be checked right now ({exc}); retry shortly",
-                headers={"retry-after": "1"},
-            ) from exc
-        if refusal is not None:
-            for listener in self.listeners:
-                listener.refused(refusal.held.scope.kind, refusal.held.scope.name)
-            raise refused(refusal)
-        return hold
+        held = self.held(spender, now)
+        amounts = [amount_usd] if likely_usd is None or likely_usd >= amount_usd else [amount_usd, likely_usd]
+        for amount in amounts:
+            hold = Hold(uuid.uuid4().hex, to_nanos(amount, round_up=True), held, spender.tag, now + ttl_s)
+            try:
+                refusal = await self.store.reserve(hold, now)
+            except SpendStoreDown as exc:
+                raise BudgetUnavailable(
+                    f"the budget of key '{spender.key_name}' cannot be checked right now ({exc}); retry shortly",
+                    headers={"retry-after": "1"},
+                ) from exc
+            if refusal is None:
+                return hold
+        assert refusal is not None
+        for listener in self.listeners:
+            listener.refused(refusal.held.scope.kind, refusal.held.scope.name)
+        raise refused(refusal)
 
     async def settle(self, spender: Spender, hold: Hold | None, samples: Sequence[Sample]) -> None:
         """Release ``hold`` and book every attempt's cost. Never raises (the store keeps what it cannot write)."""

@@ -1,0 +1,115 @@
+"""An agent's ``max_tokens: 32000`` end to end: real gateways on loopback, the fake provider.
+
+Why: an agent asks for 32,000 tokens on every call and is answered in a few dozen. Planned for the ceiling,
+every deployment is judged by its speed alone and a provider with a five times slower first token wins; a
+budget under the ceiling's price refuses every call. Both should follow what the answers actually were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from gateway.admission.spending.ledger import LIKELY_ANSWERS
+from gateway.fakes import FakeBehavior
+from gateway.routing import MeasuredRouter, RouteRequest
+from tests.redis_server import RedisServer
+from tests.support.clients import MESSAGES, sdk
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.test_budgets import ENVIRON, KEY, config_for, costs, settled, spend
+
+AGENT_MAX_TOKENS = 32000
+ANSWER_TOKENS = 20
+
+
+def _stream(gateway: Gateway, client: httpx.Client) -> tuple[str, str]:
+    """One streamed agent-shaped request: its provider and route reason."""
+    body = {"model": "m", "messages": MESSAGES, "stream": True, "max_tokens": AGENT_MAX_TOKENS}
+    with client.stream("POST", gateway.base_url + "/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        response.read()
+        return response.headers["x-gateway-provider"], response.headers["x-gateway-route"]
+
+
+def test_short_answers_to_a_32000_token_ceiling_go_to_the_quick_starter(
+    fakes: Fakes, start_gateway: Callable[..., Gateway]
+) -> None:
+    # "starter": a first token five times later, twice the tokens/s. For 32,000 tokens it is the faster by
+    # 40 s; for the 20 tokens actually written, "quick" is (0.07 s against 0.125 s).
+    quick = fakes.start("quick", FakeBehavior(ttft_s=0.02, tokens_per_s=400, output_tokens=ANSWER_TOKENS))
+    starter = fakes.start("starter", FakeBehavior(ttft_s=0.1, tokens_per_s=800, output_tokens=ANSWER_TOKENS))
+    gateway = start_gateway(gateway_config([quick, starter], policy={"extends": "balanced"}))
+    served = []
+    with httpx.Client(timeout=10) as client:
+        for _ in range(30):
+            served.append(_stream(gateway, client))
+    router = gateway.runtime.router
+    assert isinstance(router, MeasuredRouter)
+    model = gateway.runtime.config.models[0]
+    request = RouteRequest(model, "chat", True, 10, AGENT_MAX_TOKENS, kind="plain", client="anonymous")
+    forecast = router.forecast(request)
+    assert forecast.source == "learned" and forecast.mean == pytest.approx(ANSWER_TOKENS, rel=0.2)
+    # Planned for the ceiling, the same measurements put the slow starter first ...
+    assert router.rank(model, endpoint="chat", max_tokens=AGENT_MAX_TOKENS).rows[0].deployment.name == "starter"
+    # ... and for the predicted answer, the quick starter.
+    predicted = router.rank(model, endpoint="chat", max_tokens=AGENT_MAX_TOKENS, length=forecast)
+    assert predicted.rows[0].deployment.name == "quick"
+    best = [provider for provider, route in served[-10:] if route == "best-score"]
+    assert len(best) >= 5, served  # exploration takes a share, not most
+    assert set(best) == {"quick"}, served
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_a_budget_under_the_ceilings_price_serves_a_key_whose_answers_fit(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path, backend: str
+) -> None:
+    # $10 per 1M output tokens: the ceiling's worst case is $0.32 of output, the answers' real cost well under
+    # $0.001 each. A $0.05 budget holds dozens of such answers, and not one worst case.
+    stats = None
+    if backend == "redis":
+        redis = RedisServer(tmp_path / "redis").start()
+        stats = {"backend": "redis", "redis_url": redis.url}
+    try:
+        _serve_a_budgeted_agent(fakes, start_gateway, tmp_path, stats)
+    finally:
+        if backend == "redis":
+            redis.stop()
+
+
+def _serve_a_budgeted_agent(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path, stats: dict[str, str] | None
+) -> None:
+    fake = fakes.start("p", FakeBehavior(output_tokens=ANSWER_TOKENS))
+    keys = tmp_path / "keys.toml"
+    keys.write_text(
+        f'[[keys]]\nname = "alice"\nkey = "{KEY}"\nbudget_usd = 0.05\nbudget_window = "day"\n\n'
+        '[[keys]]\nname = "bob"\nkey = "sk-gw-unbudgeted-0123456789"\n'
+    )
+    gateway = start_gateway(config_for([fake], str(keys), price_in=1.0, price_out=10.0, stats=stats), ENVIRON)
+    with sdk(gateway.base_url, KEY) as alice, sdk(gateway.base_url, "sk-gw-unbudgeted-0123456789") as bob:
+        # Nothing is known of the answers yet: only the worst case can be held, and it does not fit.
+        with pytest.raises(openai.APIStatusError) as refused:
+            alice.chat.completions.create(model="m", messages=MESSAGES, max_tokens=AGENT_MAX_TOKENS)
+        assert refused.value.status_code == 402
+        assert fake.app.state.requests == 0
+        for _ in range(LIKELY_ANSWERS):  # another key's answers teach the model's lengths for this shape
+            bob.chat.completions.create(model="m", messages=MESSAGES, max_tokens=AGENT_MAX_TOKENS)
+        settled(gateway)
+        before = len(gateway.samples.samples)
+        for _ in range(12):
+            answer = alice.chat.completions.create(model="m", messages=MESSAGES, max_tokens=AGENT_MAX_TOKENS)
+            assert answer.choices[0].message.content
+            settled(gateway)
+    alices = gateway.samples.samples[before:]
+    assert len(alices) == 12 and all(s.outcome == "ok" for s in alices)
+    (budget,) = [b for b in spend(gateway)["budgets"] if b["name"] == "alice"]
+    # The spend afterwards is what the answers cost, to the nano-dollar, and nothing is left held.
+    assert budget["spent_usd"] == pytest.approx(costs(alices), abs=1e-8)
+    assert budget["reserved_usd"] == 0
+    assert 0 < budget["spent_usd"] < 0.05 < AGENT_MAX_TOKENS * 10.0 / 1e6  # under one request's worst case
