@@ -1,372 +1,40 @@
-"""The ``gateway`` command: serve, check, stats, spend, and the fake provider.
+"""The ``gateway`` command: the argument parser and the dispatch to each subcommand.
 
-Start-up failures are operator errors: one clear line on stderr, exit status 1, no traceback.
+The subcommands themselves live in ``gateway/commands/`` (serve, check, stats and spend, the fake
+provider, demo and bench). ``main`` is the console script's entry point and ``python -m gateway``'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Literal
 
 from gateway import __version__
 from gateway.cli_help import DESCRIPTION, QUICK_START, HelpFormatter, epilog
-from gateway.config import ConfigError, GatewayConfig, RedisMode, StatsConfig, load_config, resolve_secrets
-from gateway.tables import format_table
-from gateway.tokens import TokenizerError, load_token_counter
+from gateway.commands.check import auth_summary, cmd_check, cold_rankings, counted, routing_table
+from gateway.commands.common import DEFAULT_CONFIG_ENV
+from gateway.commands.reports import cmd_spend, cmd_stats
+from gateway.commands.serve import cmd_serve, workers_arg
+from gateway.commands.tools import cmd_bench, cmd_demo, cmd_fake_provider
 
-DEFAULT_CONFIG_ENV = "GATEWAY_CONFIG"
-
-
-def _fail(message: str) -> int:
-    print(f"gateway: {message}", file=sys.stderr)
-    return 1
-
-
-def _config_path(args: argparse.Namespace) -> str | None:
-    path: str | None = args.config or os.environ.get(DEFAULT_CONFIG_ENV)
-    return path
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway.accesslog import configure_access_log
-    from gateway.admission.auth import exposure_notice, load_keys
-    from gateway.app import AppOptions, create_app
-    from gateway.metrics.series import WORKER_ENV
-    from gateway.server import run, uvicorn_config
-    from gateway.supervisor import MULTIPROC_ENV, WorkerSpec, resolve_workers, serve_workers
-
-    path = _config_path(args)
-    if path is None:
-        return _fail("no config given: use -c FILE (or set GATEWAY_CONFIG), or try `gateway demo`")
-    host = args.host
-    try:
-        config = load_config(path)
-        host = host or config.server.host
-        workers = resolve_workers(args.workers if args.workers is not None else config.server.workers)
-        ring, admin = load_keys(config, os.environ)
-        level, notice = exposure_notice(host, ring, admin, config.auth)
-        # Several workers: each builds its own app; this one only checks that they will be able to.
-        environ = {k: v for k, v in os.environ.items() if k not in (MULTIPROC_ENV, WORKER_ENV)} if workers > 1 else None
-        options = AppOptions(config_path=path, reload_on_sighup=True, client_keys=(ring, admin))
-        app = create_app(config, options if environ is None else AppOptions(environ=environ, client_keys=(ring, admin)))
-        # Loaded here so that a bad tokenizer is one clear line, not a traceback from the lifespan;
-        # the lifespan then finds it in the per-process cache.
-        load_token_counter(config.stats.tokenizer)
-    except (ConfigError, TokenizerError) as exc:
-        return _fail(str(exc))
-    port = args.port if args.port is not None else config.server.port
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    configure_access_log()
-    logging.getLogger("gateway.auth").log(level, notice)
-    if workers > 1:
-        try:
-            return serve_workers(WorkerSpec(path, host, port, args.log_level, workers), config, os.environ)
-        except OSError as exc:
-            return _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-    return run(uvicorn.Server(uvicorn_config(app, config, host, port, args.log_level)))
-
-
-def _workers(value: str) -> int | Literal["auto"]:
-    """``--workers``: a count of at least 1, or ``auto``."""
-    if value == "auto":
-        return "auto"
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f'expected a number of workers >= 1 or "auto", got "{value}"')
-    return int(value)
-
-
-def routing_table(config: GatewayConfig, environ: dict[str, str]) -> str:
-    """The resolved model → deployments table; key variables shown as set/missing, never their values."""
-    header = ["model", "policy", "#", "deployment", "provider", "upstream model", "in $/1M", "out $/1M", "key"]
-    rows = []
-    for model in config.models:
-        for index, deployment in enumerate(model.deployments, start=1):
-            provider = config.provider(deployment.provider)
-            if provider.api_key_env is None:
-                key = "none"
-            else:
-                key = f"${provider.api_key_env} " + ("set" if environ.get(provider.api_key_env) else "MISSING")
-            rows.append(
-                [
-                    model.name if index == 1 else "",
-                    model.policy if index == 1 else "",
-                    str(index),
-                    deployment.name,
-                    provider.name,
-                    deployment.model,
-                    f"{deployment.price_in:g}",
-                    f"{deployment.price_out:g}",
-                    key,
-                ]
-            )
-    return format_table(header, rows)
-
-
-def cold_rankings(config: GatewayConfig) -> str:
-    """Each model's ranking as a freshly started gateway sees it: prices and policy, nothing measured yet.
-
-    ``GET /v1/gateway/routes`` shows the same with live measurements.
-    """
-    from gateway.routing import MeasuredRouter
-    from gateway.routing.explain import ranking_table
-    from gateway.stats import InMemoryStatsStore
-
-    router = MeasuredRouter(config, InMemoryStatsStore(config.stats))
-    tables = [ranking_table(router.rank(model)) for model in config.models]
-    return "Current ranking (no measurements yet: live ones at GET /v1/gateway/routes)\n\n" + "\n\n".join(tables)
-
-
-def counted(count: int, noun: str) -> str:
-    """``1 provider``, ``2 providers``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    """Validate in full (config, keys, tokenizer), print what was found, and say "valid" only if all of it passed."""
-    path = _config_path(args)
-    if path is None:
-        return _fail("no config given: use -c FILE")
-    try:
-        config = load_config(path)
-    except ConfigError as exc:
-        return _fail(str(exc))
-    environ = dict(os.environ)
-    print(f"{path}: {counted(len(config.providers), 'provider')}, {counted(len(config.models), 'model')}")
-    print()
-    print(routing_table(config, environ))
-    try:
-        summary = auth_summary(config, environ)
-        resolve_secrets(config, environ)
-        if config.stats.backend == "redis":
-            from gateway.redis_client import resolve_redis_secrets
-
-            resolve_redis_secrets(config.stats, environ, config.source)
-            print(f"stats: redis at {config.stats.redis_target}")
-        load_token_counter(config.stats.tokenizer)
-    except (ConfigError, TokenizerError) as exc:
-        print()
-        return _fail(str(exc))
-    print()
-    print(summary)
-    print()
-    print(cold_rankings(config))
-    print()
-    print(f"{path}: valid (config, provider keys, client and admin keys, tokenizer {config.stats.tokenizer})")
-    return 0
-
-
-def cmd_stats(args: argparse.Namespace) -> int:
-    """The leaderboard, from a running gateway (``--url``) or straight from Redis (``--redis``)."""
-    import asyncio
-    import dataclasses
-    import json
-
-    import httpx
-
-    from gateway.leaderboard import (
-        LeaderboardRow,
-        leaderboard,
-        leaderboard_json,
-        render_compact,
-        render_csv,
-        render_table,
-    )
-    from gateway.redis_client import REDIS_ERRORS
-    from gateway.stats import StoreHealth
-    from gateway.stats.redis_store import read_shared_snapshot
-
-    path = _config_path(args)
-    try:
-        config = load_config(path) if path else None
-    except ConfigError as exc:
-        return _fail(str(exc))
-    if args.redis is not None:
-        stats = config.stats if config else StatsConfig()
-        stats = dataclasses.replace(
-            stats,
-            backend="redis",
-            key_prefix=args.prefix or stats.key_prefix,
-            window_s=args.window or stats.window_s,
-            slice_s=args.slice or stats.slice_s,
-        )
-        if args.redis:
-            # A URL names one server, or a cluster's seed node when the config says cluster.
-            mode: RedisMode = "cluster" if stats.redis_mode == "cluster" else "standalone"
-            stats = dataclasses.replace(stats, redis_url=args.redis, redis_mode=mode)
-        if stats.window_s % stats.slice_s:
-            return _fail(f"--window ({stats.window_s}) must be a multiple of --slice ({stats.slice_s})")
-        try:
-            snapshot = asyncio.run(read_shared_snapshot(stats))
-        except ConfigError as exc:
-            return _fail(str(exc))
-        except REDIS_ERRORS as exc:
-            return _fail(f"cannot read stats from {stats.redis_target}: {exc}")
-        rows = leaderboard(snapshot, config.models if config else ())
-        document = leaderboard_json(
-            rows, window_s=stats.window_s, taken_at=snapshot.taken_at, backend="redis", health=StoreHealth()
-        )
-    else:
-        base = args.url or (f"http://{config.server.host}:{config.server.port}" if config else "http://127.0.0.1:8080")
-        api_key = args.api_key or os.environ.get("GATEWAY_API_KEY")
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        try:
-            response = httpx.get(base.rstrip("/") + "/v1/gateway/stats", headers=headers, timeout=10.0)
-        except httpx.HTTPError as exc:
-            return _fail(f"cannot reach the gateway at {base}: {exc}")
-        if response.status_code != 200:
-            return _fail(f"{base} answered {response.status_code}: {response.text[:300]}")
-        document = response.json()
-        rows = [LeaderboardRow.from_json(row) for row in document["data"]]
-    if args.json:
-        print(json.dumps(document, indent=2))
-    elif args.csv:
-        print(render_csv(rows), end="")
-    else:
-        store = document["store"]
-        state = f"degraded: {store['reason']}" if store["degraded"] else "ok"
-        print(f"window {document['window_s']} s, {store['backend']} store ({state})")
-        print()
-        print(render_table(rows) if args.wide else render_compact(rows))
-        if not any(row.samples for row in rows):
-            print()
-            print(f"no samples yet in the last {document['window_s']} s: the table fills as requests are answered")
-    return 0
-
-
-def cmd_spend(args: argparse.Namespace) -> int:
-    """Where the money went, from a running gateway's ``GET /v1/gateway/spend`` (admin key)."""
-    import json
-
-    import httpx
-
-    from gateway.admission.spending.report import render_csv, render_table
-
-    path = _config_path(args)
-    try:
-        config = load_config(path) if path else None
-    except ConfigError as exc:
-        return _fail(str(exc))
-    base = args.url or (f"http://{config.server.host}:{config.server.port}" if config else "http://127.0.0.1:8080")
-    variable = config.auth.admin_key_env if config and config.auth.admin_key_env else "GATEWAY_ADMIN_KEY"
-    admin_key = args.admin_key or os.environ.get(variable)
-    if not admin_key:
-        return _fail(f"spend needs the gateway's admin key: pass --admin-key or set ${variable}")
-    params = {"window": args.window, **({"by": args.by} if args.by else {})}
-    try:
-        response = httpx.get(
-            base.rstrip("/") + "/v1/gateway/spend",
-            params=params,
-            headers={"authorization": f"Bearer {admin_key}"},
-            timeout=10.0,
-        )
-    except httpx.HTTPError as exc:
-        return _fail(f"cannot reach the gateway at {base}: {exc}")
-    if response.status_code != 200:
-        return _fail(f"{base} answered {response.status_code}: {response.text[:300]}")
-    document = response.json()
-    if args.json:
-        print(json.dumps(document, indent=2))
-    elif args.csv:
-        print(render_csv(document), end="")
-    else:
-        print(render_table(document))
-    return 0
-
-
-def auth_summary(config: GatewayConfig, environ: dict[str, str]) -> str:
-    """Who may call the gateway, as counts and variable names: never a key. Raises ``ConfigError``."""
-    from gateway.admission.auth import load_keys
-
-    ring, admin = load_keys(config, environ)
-    if ring.enabled:
-        clients = ring.describe()
-    elif config.auth.allow_unauthenticated:
-        clients = "no client keys: open to anyone (allow_unauthenticated = true)"
-    else:
-        clients = "no client keys: loopback clients only"
-    variable = f"${config.auth.admin_key_env}" if config.auth.admin_key_env else "[auth] admin_key_env"
-    # As ``AccessControl.require_admin`` decides: the admin key when there is one; without it,
-    # loopback callers while there are no client keys, and nobody once there are.
-    if admin.configured:
-        admin_text = f"admin key {variable} set"
-    elif ring.enabled:
-        admin_text = f"admin endpoints: disabled (set {variable} to enable them)"
-    else:
-        admin_text = f"admin endpoints: loopback only (no admin key; set {variable} to require one)"
-    return f"auth: {clients}; {admin_text}"
-
-
-def cmd_fake_provider(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway.fakes import FakeBehavior, FakeProvider
-
-    behavior = FakeBehavior(
-        ttft_s=args.ttft,
-        tokens_per_s=args.tps,
-        output_tokens=args.tokens,
-        status=args.status,
-        error_rate=args.error_rate,
-        ttft_jitter=args.jitter,
-        tps_jitter=args.jitter,
-        seed=args.seed,
-    )
-    app = FakeProvider(args.name, behavior)
-    uvicorn.run(
-        app, host=args.host, port=args.port, loop="uvloop", http="httptools", access_log=False, log_level="warning"
-    )
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from gateway.demo import DemoOptions, run_demo
-
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = DemoOptions(
-        host=args.host,
-        port=args.port,
-        traffic_per_s=args.traffic,
-        duration_s=args.duration,
-        degrade_after_s=None if args.degrade_after < 0 else args.degrade_after,
-        seed=args.seed,
-        write_config=args.write_config,
-    )
-    try:
-        return run_demo(options)
-    except KeyboardInterrupt:  # Ctrl-C before the demo took over the signal (while starting up)
-        return 130
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    from gateway.bench import BenchOptions, BenchSettings, run_bench_command
-
-    if args.requests < 1 or args.concurrency < 1 or args.max_tokens < 1 or args.timeout <= 0:
-        return _fail("bench: -n, --concurrency, --max-tokens and --timeout must be positive")
-    options = BenchOptions(
-        config_path=_config_path(args),
-        url=args.url,
-        models=tuple(args.model or ()),
-        settings=BenchSettings(
-            requests=args.requests,
-            concurrency=args.concurrency,
-            max_tokens=args.max_tokens,
-            timeout_s=args.timeout,
-            api=args.api,
-        ),
-        prompts_path=args.prompts,
-        out_prefix=args.out,
-        seed_stats=args.seed_stats,
-        api_key_env=args.api_key_env,
-        tasks=args.tasks is not None,
-        tasks_path=args.tasks or None,
-    )
-    return run_bench_command(options, dict(os.environ), sys.stdout)
+__all__ = [
+    "DEFAULT_CONFIG_ENV",
+    "auth_summary",
+    "build_parser",
+    "cmd_bench",
+    "cmd_check",
+    "cmd_demo",
+    "cmd_fake_provider",
+    "cmd_serve",
+    "cmd_spend",
+    "cmd_stats",
+    "cold_rankings",
+    "counted",
+    "main",
+    "routing_table",
+]
 
 
 def _command(
@@ -392,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="listen on this port (default: the config's server.port)")
     serve.add_argument(
         "--workers",
-        type=_workers,
+        type=workers_arg,
         metavar="N",
         help='worker processes on the port, each a full replica; "auto": one per core (default: server.workers)',
     )

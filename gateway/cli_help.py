@@ -2,7 +2,7 @@
 
 Why a module of its own: the help is what a newcomer reads first, and it is tested as such
 (every option explained with its default, every example parses); keeping the words here keeps
-``cli.py`` about what the commands do.
+``cli.py`` about the arguments and ``gateway/commands/`` about what the commands do.
 """
 
 from __future__ import annotations

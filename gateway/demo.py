@@ -18,47 +18,42 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import aiohttp
-import uvicorn
 from starlette.applications import Starlette
 
 from gateway.app import AppOptions, create_app
-from gateway.config import GatewayConfig, parse_config
-from gateway.connections import ConnectionLimits, guarded_protocol
+from gateway.config import parse_config
 from gateway.demo_banner import invocation, relative_to_cwd, try_it_lines
-from gateway.fakes import FakeBehavior, FakeProvider
-from gateway.fakes.profiles import DEMO_PROFILES, ProviderProfile, ServingFigures
-from gateway.samples import ENDPOINTS
+from gateway.demo_servers import DemoError as DemoError
+from gateway.demo_servers import Served, bind_socket, loopback_server
+
+# The demo's models and config live in demo_setup.py and its servers in demo_servers.py; the names
+# callers imported from here still are.
+from gateway.demo_setup import DEMO_MODELS as DEMO_MODELS
+from gateway.demo_setup import DEMO_PREFILL_TOKENS_PER_S as DEMO_PREFILL_TOKENS_PER_S
+from gateway.demo_setup import DEMO_STATS as DEMO_STATS
+from gateway.demo_setup import demo_config as demo_config
+from gateway.demo_setup import demo_config_data as demo_config_data
+from gateway.demo_setup import served_models, with_prompt_cache
+from gateway.demo_setup import write_demo_config as write_demo_config
+from gateway.fakes import FakeProvider
+from gateway.fakes.profiles import DEMO_PROFILES, ServingFigures
 from gateway.tokens import load_token_counter
-from gateway.toml_writer import dumps
 from gateway.traffic import TrafficGenerator, TrafficMix, shares
 
-# Client-facing model → the demo providers that serve it, in config order.
-DEMO_MODELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("glm-5.3-flash", "glm-5.3-flash", ("fading", "torrent", "steady", "nimble", "bargain")),
-    ("llama-3.3-70b", "llama-3.3-70b-instruct", ("bargain", "nimble", "steady")),
-)
 TRAFFIC_WEIGHTS = (("glm-5.3-flash", 0.7), ("llama-3.3-70b", 0.3))
-# A one-minute window so that the leaderboard shows the fading provider's decline within a minute.
-DEMO_STATS = {"backend": "memory", "window_s": 60, "slice_s": 5}
 GATEWAY_PAGES = (("dashboard", "/dashboard"), ("metrics", "/metrics"), ("stats JSON", "/v1/gateway/stats"))
 STATUS_EVERY_S = 10.0
 START_TIMEOUT_S = 20.0
 
 logger = logging.getLogger("gateway.demo")
-
-
-class DemoError(Exception):
-    """The demo cannot start (port taken, tokenizer missing); the message says what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,109 +73,6 @@ class DemoOptions:
     """Write the gateway's config (over the running providers) to this file, for ``gateway bench -c``."""
 
 
-class _SharedLoopServer(uvicorn.Server):
-    """A uvicorn server that leaves signals to the demo: several of them share one process and loop."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-@dataclass(slots=True)
-class _Served:
-    name: str
-    server: _SharedLoopServer
-    sock: socket.socket
-    task: asyncio.Task[None] | None = None
-
-    @property
-    def port(self) -> int:
-        port: int = self.sock.getsockname()[1]
-        return port
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY on accepted connections only when the
-    # listening socket says it is TCP, and without it Nagle holds back each small SSE write for ~40 ms.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        hint = " (try --port 0 for any free port)" if exc.errno in (98, 48) else ""
-        raise DemoError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from exc
-    return sock
-
-
-def _server(name: str, app: Any, sock: socket.socket, gateway: GatewayConfig | None = None) -> _Served:
-    """A server on ``sock``; the gateway's (``gateway`` given) with ``gateway serve``'s connection limits."""
-    config = uvicorn.Config(
-        app,
-        http=guarded_protocol(ConnectionLimits.from_config(gateway)) if gateway is not None else "httptools",
-        ws="none",
-        lifespan="on",
-        access_log=False,
-        log_config=None,
-        log_level="warning",
-        timeout_graceful_shutdown=3,
-    )
-    if gateway is not None:
-        config.timeout_keep_alive = gateway.server.keepalive_timeout_s  # type: ignore[assignment]
-    return _Served(name, _SharedLoopServer(config), sock)
-
-
-def demo_config_data(fake_urls: Mapping[str, str], host: str = "127.0.0.1", port: int = 8080) -> dict[str, Any]:
-    """The gateway's config over the running fakes (``name → base URL``), as the data a TOML file holds."""
-    by_name = {profile.name: profile for profile in DEMO_PROFILES}
-    return {
-        # The demo's output is its status lines; a JSON access line per background request would drown them.
-        "server": {"host": host, "port": port, "access_log": False},
-        "stats": dict(DEMO_STATS),
-        "providers": [
-            # The fakes speak every API: Codex-style (Responses) and Claude-Code-style (Messages) clients work too.
-            {"name": name, "base_url": url, "max_concurrency": 64, "apis": list(ENDPOINTS)}
-            for name, url in fake_urls.items()
-        ],
-        "models": [
-            {
-                "name": model,
-                "deployments": [
-                    {
-                        "provider": name,
-                        "model": upstream,
-                        "price_in": round(by_name[name].figures.price_in, 2),
-                        "price_out": round(by_name[name].figures.price_out, 2),
-                        # Cached input at a quarter of the price, as open-model hosts bill it.
-                        "price_cached_in": round(by_name[name].figures.price_in / 4, 3),
-                    }
-                    for name in providers
-                ],
-            }
-            for model, upstream, providers in DEMO_MODELS
-        ],
-    }
-
-
-def demo_config(fake_urls: Mapping[str, str], host: str = "127.0.0.1", port: int = 8080) -> GatewayConfig:
-    """``demo_config_data``, validated."""
-    return parse_config(demo_config_data(fake_urls, host, port), source="<gateway demo>")
-
-
-def write_demo_config(path: str, data: Mapping[str, Any]) -> None:
-    """The demo's config as a TOML file that ``gateway bench -c``, ``check -c`` and ``stats -c`` read."""
-    header = (
-        f"Written by `gateway demo` at {time.strftime('%Y-%m-%d %H:%M:%S')}: the config of the gateway it runs.\n"
-        "The simulated providers' ports change every run: this file is good while that demo runs.\n"
-        "  gateway bench -c THIS_FILE -n 60 --concurrency 4   # benchmark the providers directly\n"
-        "  gateway stats -c THIS_FILE                         # the demo gateway's leaderboard"
-    )
-    try:
-        Path(path).write_text(dumps(data, header=header), encoding="utf-8")
-    except OSError as exc:
-        raise DemoError(f"cannot write the config to {path}: {exc.strerror or exc}") from exc
-
-
 class Demo:
     """The running demo. ``run`` returns the exit status once everything it started has stopped."""
 
@@ -190,7 +82,7 @@ class Demo:
         self.stop = asyncio.Event()
         self.started_at = time.monotonic()
         self.fakes: dict[str, FakeProvider] = {}
-        self.served: list[_Served] = []
+        self.served: list[Served] = []
         self.traffic: TrafficGenerator | None = None
         self.app: Starlette | None = None
         self._signals = 0
@@ -230,14 +122,14 @@ class Demo:
     async def _start(self) -> None:
         options = self.options
         # A taken port fails here, with one clear line, before anything runs.
-        gateway_sock = _bind(options.host, options.port)
+        gateway_sock = bind_socket(options.host, options.port)
         try:
             urls: dict[str, str] = {}
             for index, profile in enumerate(DEMO_PROFILES):
                 seed = None if options.seed is None else options.seed * 100 + index
-                behavior = _caching(profile.figures.behavior(seed=seed), index)
-                fake = FakeProvider(profile.name, behavior, models=_served_models(profile))
-                served = _server(profile.name, fake, _bind("127.0.0.1", 0))
+                behavior = with_prompt_cache(profile.figures.behavior(seed=seed), index)
+                fake = FakeProvider(profile.name, behavior, models=served_models(profile))
+                served = loopback_server(profile.name, fake, bind_socket("127.0.0.1", 0))
                 self.fakes[profile.name] = fake
                 self.served.append(served)
                 urls[profile.name] = f"http://127.0.0.1:{served.port}/v1"
@@ -254,7 +146,7 @@ class Demo:
         except (DemoError, ValueError) as exc:  # ValueError: TokenizerError, ConfigError
             gateway_sock.close()
             raise DemoError(str(exc)) from exc
-        self.served.append(_server("gateway", app, gateway_sock, config))
+        self.served.append(loopback_server("gateway", app, gateway_sock, config))
         for served in self.served:
             served.task = asyncio.create_task(served.server.serve(sockets=[served.sock]), name=served.name)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -317,7 +209,7 @@ class Demo:
         say()
         say(f"{self._stamp()} running: {traffic}{fading}. Ctrl-C stops everything.")
 
-    def _served(self, name: str) -> _Served:
+    def _served(self, name: str) -> Served:
         return next(s for s in self.served if s.name == name)
 
     async def _serve_until_stopped(self) -> None:
@@ -352,7 +244,7 @@ class Demo:
             if profile.degraded is None:
                 continue
             seed = None if self.options.seed is None else self.options.seed * 100 + 50 + index
-            self.fakes[profile.name].behavior = _caching(profile.degraded.behavior(seed=seed), index)
+            self.fakes[profile.name].behavior = with_prompt_cache(profile.degraded.behavior(seed=seed), index)
             self.say(
                 f"{self._stamp()} {profile.name} degrades now: {_describe_change(profile.figures, profile.degraded)}"
             )
@@ -415,20 +307,6 @@ class Demo:
                     with contextlib.suppress(asyncio.CancelledError, SystemExit):
                         await served.task
                 served.sock.close()
-
-
-DEMO_PREFILL_TOKENS_PER_S = (20_000.0, 10_000.0, 6_000.0, 14_000.0, 8_000.0)
-"""Each fake's prefill speed (by position): a conversation's long prompt is quick to start on some, slow on others."""
-
-
-def _caching(behavior: FakeBehavior, index: int) -> FakeBehavior:
-    """The profile's behaviour with a prompt cache: the conversation workload shows affinity at work."""
-    speed = DEMO_PREFILL_TOKENS_PER_S[index % len(DEMO_PREFILL_TOKENS_PER_S)]
-    return behavior.merged({"cache_prompts": 4096, "prefill_tokens_per_s": speed})
-
-
-def _served_models(profile: ProviderProfile) -> tuple[str, ...]:
-    return tuple(upstream for _, upstream, providers in DEMO_MODELS if profile.name in providers)
 
 
 def _describe_change(before: ServingFigures, after: ServingFigures) -> str:

@@ -112,6 +112,6 @@ def test_only_the_runner_commits_an_attempt() -> None:
 
 
 def test_only_the_entry_points_import_the_app() -> None:
-    # The CLI, the demo, and the entry point of each worker of `gateway serve --workers N`.
+    # `gateway serve` (commands/serve.py), the demo, and the entry point of each worker of `gateway serve --workers N`.
     importers = sorted(name for name, imports in import_graph().items() if "gateway.app" in imports)
-    assert importers == ["gateway.cli", "gateway.demo", "gateway.worker"]
+    assert importers == ["gateway.commands.serve", "gateway.demo", "gateway.worker"]

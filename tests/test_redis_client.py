@@ -292,7 +292,7 @@ async def test_concurrent_master_discovery_keeps_every_sentinel(
     from redis.asyncio.sentinel import Sentinel
     from redis.backoff import NoBackoff
 
-    from gateway.redis_client import _Sentinel
+    from gateway.redis_topology import _Sentinel
 
     cls = _Sentinel if sentinel_class == "gateway" else Sentinel
     down = ("127.0.0.1", free_port())  # listed first, and down: each discovery moves another to the front

@@ -17,7 +17,8 @@ from gateway.translate.ir import (
     ToolCall,
     Usage,
 )
-from gateway.translate.messages import STOP_OF, STOPS, read_block, write_block
+from gateway.translate.messages import STOP_OF, STOPS, read_block
+from gateway.translate.messages_write import write_block
 
 
 def read_usage(usage: Any) -> Usage | None:

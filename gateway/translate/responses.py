@@ -1,4 +1,5 @@
-"""OpenAI's Responses API in the neutral shape: a request read and written (answers: ``responses_reply``).
+"""OpenAI's Responses API in the neutral shape: a request read here, written in ``responses_write``
+(answers: ``responses_reply``); both are reached from this module.
 
 Reading refuses the built-in tools (web search, file search, computer use, code interpreter, image
 generation, MCP, shell) unless the operator chose to omit them (``builtin_tools``), files, item
@@ -17,7 +18,6 @@ from gateway.translate.common import (
     as_list,
     as_str,
     image_from_url,
-    image_url,
     opt_bool,
     opt_int,
     opt_number,
@@ -44,7 +44,10 @@ from gateway.translate.ir import (
 )
 from gateway.translate.namespaces import flat_name, flat_names
 
-TARGET = "Responses"
+# Writing lives in responses_write.py; re-exported so that both halves are reached from here.
+from gateway.translate.responses_write import TARGET as TARGET
+from gateway.translate.responses_write import write_request as write_request
+
 _KNOWN = frozenset(
     {
         "model",
@@ -290,116 +293,3 @@ def _read_format(spec: dict[str, Any]) -> OutputFormat:
         opt_bool(spec.get("strict"), "text.format.strict"),
         opt_str(spec.get("description"), "text.format.description"),
     )
-
-
-# -- request: neutral → Responses ------------------------------------------------------------
-
-
-def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model}
-    if conversation.system:
-        body["instructions"] = "\n\n".join(i.text for i in conversation.system)
-    if any(turn.name is not None for turn in conversation.turns):
-        raise Untranslatable("messages[].name", TARGET, "a participant's name")
-    body["input"] = [item for turn in conversation.turns for item in _items(turn)]
-    if conversation.tools:
-        body["tools"] = [_tool(t) for t in conversation.tools]
-    choice = conversation.tool_choice
-    if choice is not None:
-        body["tool_choice"] = {"type": "function", "name": choice.name} if choice.mode == "tool" else choice.mode
-    if conversation.parallel_tool_calls is not None:
-        body["parallel_tool_calls"] = conversation.parallel_tool_calls
-    if conversation.max_tokens is not None:
-        body["max_output_tokens"] = conversation.max_tokens
-    if conversation.top_k is not None:
-        raise Untranslatable("top_k", TARGET)
-    if conversation.stop is not None:
-        raise Untranslatable("stop", TARGET, "the Responses API has no stop sequences")
-    for name in ("temperature", "top_p"):
-        value = getattr(conversation, name)
-        if value is not None:
-            body[name] = value
-    if conversation.output is not None:
-        body["text"] = {"format": _format(conversation.output)}
-    reasoning = conversation.reasoning
-    if reasoning is not None:
-        spec: dict[str, Any] = {"effort": reasoning.openai_effort("minimal")}
-        if reasoning.summary is not None:
-            spec["summary"] = reasoning.summary
-        body["reasoning"] = spec
-    if conversation.user is not None:
-        body["user"] = conversation.user
-    if conversation.metadata is not None:
-        body["metadata"] = conversation.metadata
-    if conversation.prompt_cache_key is not None:
-        body["prompt_cache_key"] = conversation.prompt_cache_key
-    body["store"] = False
-    if conversation.stream:
-        body["stream"] = True
-    return body
-
-
-def _items(turn: Turn) -> list[dict[str, Any]]:
-    if turn.plain and len(turn.parts) == 1 and isinstance(turn.parts[0], Text):
-        return [{"role": turn.instruction or turn.role, "content": turn.parts[0].text}]
-    items: list[dict[str, Any]] = []
-    content: list[dict[str, Any]] = []
-
-    def flush() -> None:
-        if content:
-            items.append({"role": turn.role, "content": list(content)})
-            content.clear()
-
-    text_type = "output_text" if turn.role == "assistant" else "input_text"
-    for part in turn.parts:
-        if isinstance(part, Text):
-            content.append({"type": text_type, "text": part.text})
-        elif isinstance(part, Image):
-            image: dict[str, Any] = {"type": "input_image", "image_url": image_url(part)}
-            image["detail"] = part.detail or "auto"
-            content.append(image)
-        elif isinstance(part, ToolCall):
-            flush()
-            items.append({"type": "function_call", "call_id": part.id, "name": part.name, "arguments": part.arguments})
-        elif isinstance(part, ToolResult):
-            flush()
-            output: Any = "".join(p.text for p in part.content if isinstance(p, Text))
-            if not (part.plain and all(isinstance(p, Text) for p in part.content)):
-                output = [_input_part(p) for p in part.content]
-            if part.is_error:
-                output = f"Error: {output}" if isinstance(output, str) else output
-            items.append({"type": "function_call_output", "call_id": part.call_id, "output": output})
-        elif part.encrypted is not None:
-            # Only opaque reasoning a Responses provider made can go back to one; plain text has no place.
-            flush()
-            summary = [{"type": "summary_text", "text": part.text}] if part.text and part.summary else []
-            items.append({"type": "reasoning", "summary": summary, "encrypted_content": part.encrypted})
-    flush()
-    return items
-
-
-def _input_part(part: Text | Image) -> dict[str, Any]:
-    if isinstance(part, Text):
-        return {"type": "input_text", "text": part.text}
-    return {"type": "input_image", "image_url": image_url(part), "detail": part.detail or "auto"}
-
-
-def _tool(tool: Tool) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "function", "name": tool.name}
-    if tool.description is not None:
-        out["description"] = tool.description
-    out["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
-    out["strict"] = tool.strict if tool.strict is not None else False
-    return out
-
-
-def _format(output: OutputFormat) -> dict[str, Any]:
-    if output.kind != "json_schema":
-        return {"type": output.kind}
-    spec: dict[str, Any] = {"type": "json_schema", "name": output.name or "output"}
-    if output.description is not None:
-        spec["description"] = output.description
-    spec["schema"] = output.schema or {}
-    if output.strict is not None:
-        spec["strict"] = output.strict
-    return spec

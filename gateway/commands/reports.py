@@ -1,0 +1,127 @@
+"""``gateway stats`` and ``gateway spend``: reports read from a running gateway (or, for stats, from Redis)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from gateway.commands.common import config_path, fail
+from gateway.config import ConfigError, RedisMode, StatsConfig, load_config
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """The leaderboard, from a running gateway (``--url``) or straight from Redis (``--redis``)."""
+    import asyncio
+    import dataclasses
+    import json
+
+    import httpx
+
+    from gateway.leaderboard import (
+        LeaderboardRow,
+        leaderboard,
+        leaderboard_json,
+        render_compact,
+        render_csv,
+        render_table,
+    )
+    from gateway.redis_client import REDIS_ERRORS
+    from gateway.stats import StoreHealth
+    from gateway.stats.redis_store import read_shared_snapshot
+
+    path = config_path(args)
+    try:
+        config = load_config(path) if path else None
+    except ConfigError as exc:
+        return fail(str(exc))
+    if args.redis is not None:
+        stats = config.stats if config else StatsConfig()
+        stats = dataclasses.replace(
+            stats,
+            backend="redis",
+            key_prefix=args.prefix or stats.key_prefix,
+            window_s=args.window or stats.window_s,
+            slice_s=args.slice or stats.slice_s,
+        )
+        if args.redis:
+            # A URL names one server, or a cluster's seed node when the config says cluster.
+            mode: RedisMode = "cluster" if stats.redis_mode == "cluster" else "standalone"
+            stats = dataclasses.replace(stats, redis_url=args.redis, redis_mode=mode)
+        if stats.window_s % stats.slice_s:
+            return fail(f"--window ({stats.window_s}) must be a multiple of --slice ({stats.slice_s})")
+        try:
+            snapshot = asyncio.run(read_shared_snapshot(stats))
+        except ConfigError as exc:
+            return fail(str(exc))
+        except REDIS_ERRORS as exc:
+            return fail(f"cannot read stats from {stats.redis_target}: {exc}")
+        rows = leaderboard(snapshot, config.models if config else ())
+        document = leaderboard_json(
+            rows, window_s=stats.window_s, taken_at=snapshot.taken_at, backend="redis", health=StoreHealth()
+        )
+    else:
+        base = args.url or (f"http://{config.server.host}:{config.server.port}" if config else "http://127.0.0.1:8080")
+        api_key = args.api_key or os.environ.get("GATEWAY_API_KEY")
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        try:
+            response = httpx.get(base.rstrip("/") + "/v1/gateway/stats", headers=headers, timeout=10.0)
+        except httpx.HTTPError as exc:
+            return fail(f"cannot reach the gateway at {base}: {exc}")
+        if response.status_code != 200:
+            return fail(f"{base} answered {response.status_code}: {response.text[:300]}")
+        document = response.json()
+        rows = [LeaderboardRow.from_json(row) for row in document["data"]]
+    if args.json:
+        print(json.dumps(document, indent=2))
+    elif args.csv:
+        print(render_csv(rows), end="")
+    else:
+        store = document["store"]
+        state = f"degraded: {store['reason']}" if store["degraded"] else "ok"
+        print(f"window {document['window_s']} s, {store['backend']} store ({state})")
+        print()
+        print(render_table(rows) if args.wide else render_compact(rows))
+        if not any(row.samples for row in rows):
+            print()
+            print(f"no samples yet in the last {document['window_s']} s: the table fills as requests are answered")
+    return 0
+
+
+def cmd_spend(args: argparse.Namespace) -> int:
+    """Where the money went, from a running gateway's ``GET /v1/gateway/spend`` (admin key)."""
+    import json
+
+    import httpx
+
+    from gateway.admission.spending.report import render_csv, render_table
+
+    path = config_path(args)
+    try:
+        config = load_config(path) if path else None
+    except ConfigError as exc:
+        return fail(str(exc))
+    base = args.url or (f"http://{config.server.host}:{config.server.port}" if config else "http://127.0.0.1:8080")
+    variable = config.auth.admin_key_env if config and config.auth.admin_key_env else "GATEWAY_ADMIN_KEY"
+    admin_key = args.admin_key or os.environ.get(variable)
+    if not admin_key:
+        return fail(f"spend needs the gateway's admin key: pass --admin-key or set ${variable}")
+    params = {"window": args.window, **({"by": args.by} if args.by else {})}
+    try:
+        response = httpx.get(
+            base.rstrip("/") + "/v1/gateway/spend",
+            params=params,
+            headers={"authorization": f"Bearer {admin_key}"},
+            timeout=10.0,
+        )
+    except httpx.HTTPError as exc:
+        return fail(f"cannot reach the gateway at {base}: {exc}")
+    if response.status_code != 200:
+        return fail(f"{base} answered {response.status_code}: {response.text[:300]}")
+    document = response.json()
+    if args.json:
+        print(json.dumps(document, indent=2))
+    elif args.csv:
+        print(render_csv(document), end="")
+    else:
+        print(render_table(document))
+    return 0

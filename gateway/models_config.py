@@ -1,0 +1,240 @@
+"""The ``[[providers]]`` and ``[[models]]`` tables: which upstream serves which model, under which id, at what price.
+
+Also the one cost formula (``token_cost_usd``) every part that prices tokens uses. A model's
+deployments are checked against the providers and policies already parsed (``gateway.config``
+parses those first and passes them in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+from gateway.policies import DEFAULT_POLICY, PolicyConfig
+from gateway.samples import DEFAULT_APIS, ENDPOINTS, Endpoint
+from gateway.toml_reader import TableReader
+from gateway.translate.ir import BUILTIN_TOOLS, BuiltinTools
+
+PrefillFormat = Literal["plain", "prefix", "vllm"]
+PREFILL_FORMATS: tuple[PrefillFormat, ...] = ("plain", "prefix", "vllm")
+
+DEFAULT_KEEPALIVE_S = 4.0
+
+
+def token_cost_usd(
+    price_in: float,
+    price_out: float,
+    prompt_tokens: int,
+    output_tokens: int,
+    cached_tokens: int = 0,
+    price_cached_in: float | None = None,
+) -> float:
+    """The one cost formula: prices are USD per 1M tokens. Scores, samples, budgets and the bench use it.
+
+    ``cached_tokens`` of the prompt are billed at ``price_cached_in`` (None: no discount, ``price_in``).
+    """
+    cached = min(max(cached_tokens, 0), prompt_tokens)
+    cached_price = price_in if price_cached_in is None else price_cached_in
+    return ((prompt_tokens - cached) * price_in + cached * cached_price + output_tokens * price_out) / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """One upstream, OpenAI-compatible API. ``api_key_env`` names the variable holding its key."""
+
+    name: str
+    base_url: str
+    api_key_env: str | None = None
+    max_concurrency: int | None = None
+    """A ceiling on requests in flight to this provider, all its models together (None: none); below it the
+    gateway learns each deployment's real limit from its refusals (``gateway.routing.capacity``)."""
+    headers: tuple[tuple[str, str], ...] = ()
+    """Extra, non-secret headers sent with every upstream request (e.g. an org id)."""
+    keepalive_s: float = DEFAULT_KEEPALIVE_S
+    """How long an idle upstream connection is kept for reuse. Keep it under the provider's own idle
+    timeout (5 s for uvicorn-based servers such as vLLM): a request sent on a connection the server
+    is closing fails before any answer."""
+    apis: tuple[Endpoint, ...] = DEFAULT_APIS
+    """The APIs this provider speaks; its deployments serve these unless they name their own."""
+    base_urls: tuple[tuple[Endpoint, str], ...] = ()
+    """A base URL per API where it differs from ``base_url`` (e.g. a Messages endpoint under ``/anthropic``)."""
+    stream_usage: bool = True
+    """Ask for the usage chunk of chat and completion streams (``stream_options.include_usage``) when the
+    client did not, so that cost is known; off for a provider that rejects the option. The client never
+    sees a usage chunk it did not ask for."""
+
+    def base_url_for(self, api: Endpoint) -> str:
+        for name, url in self.base_urls:
+            if name == api:
+                return url
+        return self.base_url
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentConfig:
+    """A model served by one provider under that provider's own model id."""
+
+    provider: str
+    model: str
+    """The upstream's model id, sent as ``model`` in the forwarded body."""
+    price_in: float = 0.0
+    """USD per 1M prompt tokens."""
+    price_out: float = 0.0
+    """USD per 1M output tokens."""
+    price_cached_in: float | None = None
+    """USD per 1M prompt tokens served from the provider's prompt cache; None: no discount (``price_in``)."""
+    name: str = ""
+    """Unique within the model; defaults to the provider's name."""
+    continue_prefill: bool = False
+    """This deployment continues an assistant prefill (a last ``assistant`` message, or for completions
+    the prompt's end) rather than answering it anew: a stream that broke elsewhere after part of the
+    answer reached the client may be finished here (``gateway.relay.recovery``)."""
+    prefill_format: PrefillFormat = "plain"
+    """How a chat prefill is marked: ``plain`` (a last assistant message, nothing more), ``prefix`` (that
+    message carries ``"prefix": true``: DeepSeek, Mistral), ``vllm`` (the body carries
+    ``continue_final_message: true, add_generation_prompt: false``). Completions append to the prompt."""
+    apis: tuple[Endpoint, ...] = DEFAULT_APIS
+    """The APIs this deployment serves (its own ``apis``, else its provider's): a request reaches only
+    deployments that speak its API."""
+    context_window: int | None = None
+    """Tokens this deployment accepts (prompt and answer); None: learned from its ``context_length_exceeded``
+    answers. A request whose estimated prompt does not fit skips it (``gateway.routing.windows``)."""
+    translate: bool = True
+    """Serve requests in the model's other APIs (chat, Responses, Messages) by translating them to one this
+    deployment speaks (``gateway.translate``); its own ``translate``, else its model's, else true."""
+    builtin_tools: BuiltinTools = "refuse"
+    """A translated request offering a built-in tool this deployment's API cannot run (Responses' web search,
+    Messages' server tools): ``refuse`` it naming the tool, or ``omit`` the tool and serve the rest, saying so
+    (``x-gateway-omitted-tools``, the access log). Its own, else its model's, else ``refuse``."""
+
+    def cost_usd(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
+        """What ``prompt_tokens`` in (``cached_tokens`` of them from the prompt cache) and ``output_tokens``
+        out cost here, in USD (prices are per 1M tokens)."""
+        return token_cost_usd(
+            self.price_in, self.price_out, prompt_tokens, output_tokens, cached_tokens, self.price_cached_in
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    name: str
+    """What clients send as ``model``."""
+    deployments: tuple[DeploymentConfig, ...]
+    policy: str = DEFAULT_POLICY
+
+
+def serving(model: ModelConfig, api: Endpoint) -> tuple[DeploymentConfig, ...]:
+    """The model's deployments that speak ``api`` natively (``gateway.routing.apis.reachable`` adds translation)."""
+    return tuple(d for d in model.deployments if api in d.apis)
+
+
+def _apis(table: TableReader, default: tuple[Endpoint, ...]) -> tuple[Endpoint, ...]:
+    if not table.has("apis"):
+        table.strings("apis")  # mark the key seen
+        return default
+    names = table.strings("apis")
+    apis: list[Endpoint] = []
+    for index, name in enumerate(names):
+        api = next((e for e in ENDPOINTS if e == name), None)
+        if api is None:
+            raise table.error(f"apis[{index}]", f'expected one of {", ".join(map(repr, ENDPOINTS))}, got "{name}"')
+        if api not in apis:
+            apis.append(api)
+    if not apis:
+        raise table.error("apis", "expected at least one API")
+    return tuple(apis)
+
+
+def _base_urls(table: TableReader) -> tuple[tuple[Endpoint, str], ...]:
+    urls: list[tuple[Endpoint, str]] = []
+    for name, url in table.str_table("base_urls"):
+        api = next((e for e in ENDPOINTS if e == name), None)
+        if api is None:
+            raise table.error(f"base_urls.{name}", f"unknown API (expected one of: {', '.join(ENDPOINTS)})")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.username or parts.password:
+            raise table.error(
+                f"base_urls.{name}", f'expected an http:// or https:// URL without credentials, got "{url}"'
+            )
+        urls.append((api, url.rstrip("/")))
+    return tuple(urls)
+
+
+def parse_provider(table: TableReader) -> ProviderConfig:
+    provider = ProviderConfig(
+        name=table.text("name"),
+        base_url=table.text("base_url").rstrip("/"),
+        api_key_env=table.text("api_key_env", None),
+        max_concurrency=table.integer("max_concurrency", None, minimum=1),
+        headers=table.str_table("headers"),
+        keepalive_s=table.number("keepalive_s", DEFAULT_KEEPALIVE_S, positive=True),
+        apis=_apis(table, DEFAULT_APIS),
+        base_urls=_base_urls(table),
+        stream_usage=table.flag("stream_usage", True),
+    )
+    parts = urlsplit(provider.base_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise table.error("base_url", f'expected an http:// or https:// URL, got "{provider.base_url}"')
+    if parts.username or parts.password:
+        # A key in the URL would end up in logs; keys belong in api_key_env.
+        raise table.error("base_url", "must not contain credentials (name them with api_key_env)")
+    for name, _ in provider.headers:
+        if name.lower() in ("authorization", "api-key", "x-api-key"):
+            raise table.error(f"headers.{name}", "secrets must come from the environment (use api_key_env)")
+    table.finish()
+    return provider
+
+
+def parse_deployment(
+    table: TableReader,
+    providers: Mapping[str, ProviderConfig],
+    translate: bool = True,
+    builtin_tools: BuiltinTools = "refuse",
+) -> DeploymentConfig:
+    provider = table.text("provider")
+    if provider not in providers:
+        known = ", ".join(providers) or "none"
+        raise table.error("provider", f'unknown provider "{provider}" (known: {known})')
+    deployment = DeploymentConfig(
+        provider=provider,
+        model=table.text("model"),
+        price_in=table.number("price_in", 0.0, minimum=0.0),
+        price_out=table.number("price_out", 0.0, minimum=0.0),
+        price_cached_in=table.number("price_cached_in", None, minimum=0.0),
+        name=table.text("name", provider),
+        continue_prefill=table.flag("continue_prefill", False),
+        prefill_format=table.choice("prefill_format", PREFILL_FORMATS, "plain"),
+        apis=_apis(table, providers[provider].apis),
+        context_window=table.integer("context_window", None, minimum=1),
+        translate=table.flag("translate", translate),
+        builtin_tools=table.choice("builtin_tools", BUILTIN_TOOLS, builtin_tools),
+    )
+    if table.has("prefill_format") and not deployment.continue_prefill:
+        raise table.error("prefill_format", "only applies with continue_prefill = true")
+    table.finish()
+    return deployment
+
+
+def parse_model(
+    table: TableReader, providers: Mapping[str, ProviderConfig], policies: Mapping[str, PolicyConfig]
+) -> ModelConfig:
+    name = table.text("name")
+    policy = table.text("policy", DEFAULT_POLICY)
+    if policy not in policies:
+        raise table.error("policy", f'unknown policy "{policy}" (known: {", ".join(policies)})')
+    translate = table.flag("translate", True)
+    builtin_tools = table.choice("builtin_tools", BUILTIN_TOOLS, "refuse")
+    deployment_tables = table.tables("deployments", required=True)
+    if not deployment_tables:
+        raise table.error("deployments", "expected at least one deployment")
+    deployments = tuple(parse_deployment(t, providers, translate, builtin_tools) for t in deployment_tables)
+    names = [d.name for d in deployments]
+    for index, deployment in enumerate(deployments):
+        if names.index(deployment.name) != index:
+            raise deployment_tables[index].error(
+                "name", f'duplicate deployment name "{deployment.name}" (set a distinct name)'
+            )
+    table.finish()
+    return ModelConfig(name=name, deployments=deployments, policy=policy)

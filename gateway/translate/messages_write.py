@@ -1,0 +1,160 @@
+"""A request in the neutral shape written as Anthropic's Messages API (reading it: ``gateway.translate.messages``).
+
+Writing keeps ``cache_control`` where the client put it (Anthropic caches only what is marked), writes a
+thinking block only where it has its signature (Anthropic checks it), a tool result's error as
+``is_error``, and tool-call ids as Anthropic accepts them (``tool_id``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from gateway.translate.ir import (
+    Conversation,
+    Image,
+    Part,
+    ReasoningAsk,
+    Text,
+    Tool,
+    ToolCall,
+    ToolResult,
+    Turn,
+    Untranslatable,
+)
+
+TARGET = "Messages"
+_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+DEFAULT_MAX_TOKENS = 4096
+"""What a Messages request asks when the client set no limit (the Messages API requires one)."""
+
+
+# -- request: neutral → Messages -------------------------------------------------------------
+
+
+def tool_id(value: str) -> str:
+    """A tool-call id as Anthropic accepts it (letters, digits, ``_``, ``-``): the same id every turn."""
+    return _ID_CHARS.sub("_", value) or "toolu_"
+
+
+def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "max_tokens": conversation.max_tokens or DEFAULT_MAX_TOKENS}
+    if conversation.system:
+        if conversation.system_plain and len(conversation.system) == 1 and conversation.system[0].cache is None:
+            body["system"] = conversation.system[0].text
+        else:
+            body["system"] = [_cached({"type": "text", "text": i.text}, i.cache) for i in conversation.system]
+    if any(turn.name is not None for turn in conversation.turns):
+        raise Untranslatable("messages[].name", TARGET, "a participant's name")
+    if conversation.metadata is not None:
+        raise Untranslatable("metadata", TARGET, "only metadata.user_id (from user) is carried")
+    body["messages"] = [_message(turn) for turn in conversation.turns]
+    if conversation.tools:
+        body["tools"] = [_tool(t) for t in conversation.tools]
+    choice = conversation.tool_choice
+    if choice is not None or conversation.parallel_tool_calls is False:
+        mode = choice.mode if choice is not None else "auto"
+        spec: dict[str, Any] = {"type": {"required": "any"}.get(mode, mode)}
+        if choice is not None and choice.mode == "tool":
+            spec["name"] = choice.name
+        if conversation.parallel_tool_calls is not None and mode != "none":
+            spec["disable_parallel_tool_use"] = not conversation.parallel_tool_calls
+        body["tool_choice"] = spec
+    for name in ("temperature", "top_p", "top_k"):
+        value = getattr(conversation, name)
+        if value is not None:
+            body[name] = value
+    if conversation.stop is not None:
+        body["stop_sequences"] = conversation.stop
+    if conversation.user is not None:
+        body["metadata"] = {"user_id": conversation.user}
+    reasoning = conversation.reasoning
+    if reasoning is not None:
+        body["thinking"] = _thinking(reasoning, body["max_tokens"])
+    output = conversation.output
+    if output is not None and output.kind == "json_schema":
+        body["output_format"] = {"type": "json_schema", "schema": output.schema or {}}
+    elif output is not None and output.kind == "json_object":
+        raise Untranslatable("response_format", TARGET, "JSON mode without a schema")
+    if conversation.stream:
+        body["stream"] = True
+    return body
+
+
+def _thinking(reasoning: ReasoningAsk, max_tokens: int) -> dict[str, Any]:
+    if not reasoning.enabled or reasoning.effort in ("none", "minimal"):
+        return {"type": "disabled"}
+    if reasoning.adaptive:
+        return {"type": "adaptive"}
+    budget = reasoning.budget_tokens
+    if budget is None:
+        budget = {"low": 2048, "medium": 8192, "high": 24576}.get(reasoning.effort or "medium", 8192)
+    # Anthropic asks for a budget of at least 1024, below max_tokens: an answer limited to 1024 tokens or less
+    # has no room to think.
+    if max_tokens <= 1024:
+        return {"type": "disabled"}
+    return {"type": "enabled", "budget_tokens": max(1024, min(budget, max_tokens - 1))}
+
+
+def _cached(block: dict[str, Any], cache: dict[str, Any] | None) -> dict[str, Any]:
+    if cache is not None:
+        block["cache_control"] = cache
+    return block
+
+
+def _message(turn: Turn) -> dict[str, Any]:
+    if turn.plain and len(turn.parts) == 1 and isinstance(turn.parts[0], Text) and turn.parts[0].cache is None:
+        return {"role": turn.role, "content": turn.parts[0].text}
+    blocks: list[dict[str, Any]] = []
+    for part in sorted(turn.parts, key=lambda p: not isinstance(p, ToolResult)):  # results first, as Anthropic asks
+        block = write_block(part)
+        if block is not None:
+            blocks.append(block)
+    return {"role": turn.role, "content": blocks}
+
+
+def write_block(part: Part) -> dict[str, Any] | None:
+    if isinstance(part, Text):
+        return _cached({"type": "text", "text": part.text}, part.cache)
+    if isinstance(part, Image):
+        return _cached({"type": "image", "source": _source(part)}, part.cache)
+    if isinstance(part, ToolCall):
+        try:
+            arguments = json.loads(part.arguments) if part.arguments.strip() else {}
+        except ValueError as exc:
+            raise Untranslatable("tool call arguments", TARGET, "arguments that are not a JSON object") from exc
+        if not isinstance(arguments, dict):
+            raise Untranslatable("tool call arguments", TARGET, "arguments that are not a JSON object")
+        block = {"type": "tool_use", "id": tool_id(part.id), "name": part.name, "input": arguments}
+        return _cached(block, part.cache)
+    if isinstance(part, ToolResult):
+        content: str | list[dict[str, Any]]
+        if part.plain and all(isinstance(p, Text) for p in part.content):
+            content = "".join(p.text for p in part.content if isinstance(p, Text))
+        else:
+            content = [b for b in (write_block(p) for p in part.content) if b is not None]
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id(part.call_id), "content": content}
+        if part.is_error:
+            result["is_error"] = True
+        return _cached(result, part.cache)
+    if part.signature is not None:
+        return {"type": "thinking", "thinking": part.text, "signature": part.signature}
+    # Reasoning without Anthropic's signature (another API's, or opaque to it) cannot be checked: left out.
+    return None
+
+
+def _source(image: Image) -> dict[str, Any]:
+    if image.url is not None:
+        return {"type": "url", "url": image.url}
+    return {"type": "base64", "media_type": image.media_type or "image/png", "data": image.data or ""}
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        out["description"] = tool.description
+    out["input_schema"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
+    if tool.strict is not None:
+        out["strict"] = tool.strict
+    return _cached(out, tool.cache)
