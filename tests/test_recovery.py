@@ -305,3 +305,57 @@ def test_a_hedged_stream_is_recovered_from_the_candidates_the_race_left(
     )
     assert_one_clean_answer(stream(gateway))
     assert outcomes(gateway, 2) == [("a", "broken_stream"), ("b", "ok")]
+
+
+def test_a_stream_that_won_a_hedge_is_continued_by_the_deployment_it_beat(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    """The hedge that lost the race was cancelled, not failed: when the winner's stream breaks, it may finish it.
+
+    Two deployments: ``a`` is late past the hedge threshold, so ``b`` starts beside it; ``a``'s first token still
+    comes first (``b`` is later still), ``b`` is cancelled, and then ``a`` breaks. No candidate was left unstarted.
+    """
+    gateway, (_, b) = start(
+        fakes,
+        start_gateway,
+        FakeBehavior(output_tokens=8, drop_after=3),
+        policy={"hedge_after_s": 0.1, "hedge_budget": 1.0, "idle_timeout_s": 3.0},
+    )
+    steer = {"servers": {"a": {"ttft_s": 0.4}, "b": {"ttft_s": 1.2}}}
+    parsed = stream(gateway, {"model": "m", "messages": MESSAGES, "stream": True, "fake": steer})
+    assert_one_clean_answer(parsed)
+    assert outcomes(gateway, 3) == [("b", "client_cancelled"), ("a", "broken_stream"), ("b", "ok")]
+    assert b.app.state.requests == 2  # the hedge, then the continuation
+    prefill = b.app.state.recorded[1].body
+    assert prefill is not None and prefill["messages"][-1] == {
+        "role": "assistant",
+        "content": "".join(answer_words(0, 3)),
+    }
+    assert breaks(gateway, "a", "recovered") == 1
+
+
+def test_a_stream_that_won_a_cold_race_is_continued_by_a_racer_it_beat(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    """A model's first stream races every deployment at once: none is left unstarted. The losers are drained
+    (read on, unseen), not failed, so when the winner breaks one of them finishes the answer."""
+    gateway, (_, b, c) = start(
+        fakes,
+        start_gateway,
+        FakeBehavior(output_tokens=8, drop_after=3),
+        capable=("b", "c"),
+        others=("b", "c"),
+        policy={"extends": "balanced", "idle_timeout_s": 3.0},
+    )
+    steer = {"servers": {"a": {"ttft_s": 0.05}, "b": {"ttft_s": 0.5}, "c": {"ttft_s": 0.8}}}
+    parsed = stream(gateway, {"model": "m", "messages": MESSAGES, "stream": True, "fake": steer})
+    assert_one_clean_answer(parsed)
+    # The racers' order among unmeasured deployments is the router's draw: the first of them continues.
+    (continued,) = [server for server in (b, c) if server.app.state.requests == 2]
+    raced = [("a", "broken_stream"), ("b", "client_cancelled"), ("c", "client_cancelled")]
+    assert sorted(outcomes(gateway, 4)) == sorted([*raced, (continued.name, "ok")])
+    prefill = continued.app.state.recorded[1].body
+    assert prefill is not None and prefill["messages"][-1] == {
+        "role": "assistant",
+        "content": "".join(answer_words(0, 3)),
+    }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,10 +97,12 @@ async def one_request(session: aiohttp.ClientSession, url: str, replica: int, ti
 
 @dataclass
 class Watch:
-    """Samples taken beside the load: each replica's RSS and readiness, once per interval."""
+    """Samples taken beside the load: each replica's RSS and readiness, and the host's load, once per interval."""
 
     rss: list[tuple[float, list[float]]] = field(default_factory=list)
     ready: list[tuple[float, list[str]]] = field(default_factory=list)
+    host_load: list[float] = field(default_factory=list)
+    """The 1-minute load average: above the core count, other work shared the cores with the soak."""
 
 
 def rss_mb(pid: int) -> float:
@@ -127,6 +130,7 @@ async def watch(fleet: Fleet, timeline: Timeline, observed: Watch, stopping: asy
         while not stopping.is_set():
             now = timeline.now()
             observed.rss.append((now, [rss_mb(p.pid) for p in fleet.replicas]))
+            observed.host_load.append(os.getloadavg()[0])
             for index, url in enumerate(fleet.replica_urls):
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                     async with session.get(url + "/metrics") as response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -95,6 +96,20 @@ def report(
         f"- Fallbacks before the first byte: {total(scraped, 'gateway_fallbacks_total'):.0f}.",
         f"- Stats samples dropped by the replicas: {total(scraped, 'gateway_stats_samples_dropped_total'):.0f}.",
     ]
+    if observed.host_load:
+        loads = sorted(observed.host_load)
+        cores = os.cpu_count() or 1
+        median = loads[len(loads) // 2]
+        shared = (
+            " Well above the core count: other work shared the cores, every process here (the providers too) ran "
+            "late, and timeouts fired that an unshared host does not see."
+            if median > 2 * cores
+            else ""
+        )
+        lines.append(
+            f"- Host load (1-minute load average, sampled beside the load, {cores} cores): median {median:.1f}, "
+            f"max {loads[-1]:.1f}.{shared}"
+        )
     if rss := memory_summary(observed):
         lines.append(f"- Replica memory: {rss}")
     steps = [t for t in (kill_at, redis_down) if t is not None]

@@ -92,10 +92,14 @@ class AttemptLog:
 
 @dataclass(frozen=True, slots=True)
 class Opened:
-    """The attempt a request committed to, and the plan's candidates it did not try (for recovery)."""
+    """The attempt a request committed to, and the plan's candidates that may still serve it (for recovery).
+
+    ``spare``: those not tried, and a race's losers (stopped because another answered first, not failed);
+    never one that failed this request.
+    """
 
     attempt: Attempt
-    untried: tuple[Candidate, ...]
+    spare: tuple[Candidate, ...]
 
 
 class ClientFault(Exception):

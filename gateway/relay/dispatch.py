@@ -93,7 +93,7 @@ class Dispatcher:
             # gateway (``conversation_flow``).
             self._bind(request, opened.attempt)
         if request.stream:
-            return StreamReply(runner, budget, request, opened.attempt, opened.untried)
+            return StreamReply(runner, budget, request, opened.attempt, opened.spare)
         attempt = opened.attempt
         if plan.policy.retry_invalid:
             attempt = await retry_invalid(runner, budget, request, plan, opened)
@@ -153,7 +153,7 @@ async def retry_invalid(
     policy's ``retry_invalid``). The invalid answer is recorded with its verdict as it is left; the client gets
     the first valid answer, or the last answer there was when no other came (never none; already recorded
     then)."""
-    attempt, untried = opened.attempt, opened.untried
+    attempt, untried = opened.attempt, opened.spare
     while untried and budget.allows_another():
         if runner.full_validity(request, attempt) in (None, "valid"):
             break
@@ -163,7 +163,7 @@ async def retry_invalid(
         except (GatewayError, ClientFault):
             runner.recommit(budget, attempt)  # nobody else answered: the invalid answer is the client's after all
             break
-        attempt, untried = retried.attempt, retried.untried
+        attempt, untried = retried.attempt, retried.spare
     return attempt
 
 

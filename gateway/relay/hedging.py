@@ -138,9 +138,10 @@ async def race(
                 winner = answered[0]
                 runner.commit(request, budget, winner)
                 committed = True
+                beaten = [*answered[1:], *pending.values()]
                 if winner.hedged:
-                    _hedge_ended(runner, model, winner, [*answered[1:], *pending.values()])
-                return Opened(winner, queue)
+                    _hedge_ended(runner, model, winner, beaten)
+                return Opened(winner, _spare(plan, winner, queue, beaten))
     finally:
         # Losers (and, on a client disconnect, everyone) are cancelled; each records its own sample. A losing
         # probe of a committed request is drained instead: read on for its stream, unseen.
@@ -158,6 +159,18 @@ async def race(
                     # Cancelled before its task first ran: ``open`` never started, so nothing freed its slot.
                     runner.fail(request, attempt, "client_cancelled", None)
     raise budget.exhausted()
+
+
+def _spare(
+    plan: RoutePlan, winner: Attempt, queue: tuple[Candidate, ...], beaten: list[Attempt]
+) -> tuple[Candidate, ...]:
+    """Who may still serve the request if the winner's stream breaks, in the plan's order: the candidates not
+    started (``queue``) and the racers the winner beat. Those were stopped (cancelled or drained), not failed: a
+    race that started every candidate must not leave a broken stream nobody may continue."""
+    names = {c.name for c in queue} | {a.candidate.name for a in beaten}
+    names.discard(winner.candidate.name)
+    queued = {c.name: c for c in queue}
+    return tuple(queued.get(c.name, c) for c in plan.candidates if c.name in names)
 
 
 def _hedge_ended(runner: AttemptRunner, model: str, winner: Attempt, losers: list[Attempt]) -> None:

@@ -3,9 +3,11 @@
 Once part of an answer has reached the client, a fallback cannot start over: the client
 would read the beginning twice. But a model asked to continue its own partial answer (an
 assistant prefill) produces exactly the rest. So when a stream breaks (a cut connection, a
-stall past the idle timeout, an error event, an end before the finish) and a later deployment
+stall past the idle timeout, an error event, an end before the finish) and another deployment
 of the plan is marked ``continue_prefill``, the gateway asks it for the rest and streams that
-on: the client receives one complete answer, under the headers it already has.
+on: the client receives one complete answer, under the headers it already has. Any deployment
+that did not fail this request may be asked: one not tried yet, or one the first-token race
+(a hedge, an exploring race) stopped because this stream's first token came first.
 
 - Chat: the partial text becomes a last ``{"role": "assistant"}`` message (or extends the
   client's own prefill), marked as the deployment's ``prefill_format`` says. Completions: it
@@ -117,18 +119,18 @@ async def resume(
     runner: AttemptRunner,
     budget: AttemptBudget,
     request: ProxyRequest,
-    untried: list[Candidate],
+    spare: list[Candidate],
     partial: Partial,
 ) -> tuple[Attempt, ProxyRequest] | None:
     """Open a continuation on the next deployment that can give one; None when none can.
 
-    Candidates are taken from ``untried`` (and removed) in plan order. The returned attempt
+    Candidates are taken from ``spare`` (and removed) in plan order. The returned attempt
     has its first output held, ready for the relay; its request is the one to record it with.
     """
-    while untried:
+    while spare:
         if not budget.allows_another():
             return None
-        candidate = untried.pop(0)
+        candidate = spare.pop(0)
         continuing = bool(partial.text)
         if continuing and not (candidate.deployment.continue_prefill and runner.router.may_continue(candidate)):
             continue

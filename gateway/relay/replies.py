@@ -98,8 +98,9 @@ class FullReply(Reply):
 class StreamReply(Reply):
     """A stream committed to one attempt: held chunks first, then the rest as it arrives.
 
-    If that upstream breaks mid-answer, ``recovery.resume`` may find a later deployment of the
-    plan (``untried``) to finish the answer; its stream is then relayed on under the same headers.
+    If that upstream breaks mid-answer, ``recovery.resume`` may find another deployment of the plan
+    (``spare``: not tried, or beaten in the first-token race; never one that failed) to finish the answer;
+    its stream is then relayed on under the same headers.
     """
 
     def __init__(
@@ -108,14 +109,14 @@ class StreamReply(Reply):
         budget: AttemptBudget,
         request: ProxyRequest,
         attempt: Attempt,
-        untried: Sequence[Candidate] = (),
+        spare: Sequence[Candidate] = (),
     ) -> None:
         self.runner = runner
         self.budget = budget
         self.log = budget.log
         self.request = request
         self.attempt = attempt
-        self.untried = list(untried)
+        self.spare = list(spare)
         self._relaying = (attempt, request)
         """The attempt being relayed now (a continuation's, after a recovery), and its request."""
         self._offered: list[str] = []
@@ -183,13 +184,13 @@ class StreamReply(Reply):
             said.append(reading.answer_text)
             resumed = None
             said_tokens = 0
-            self._offered = [c.name for c in self.untried]
+            self._offered = [c.name for c in self.spare]
             self._continuable = can_continue(self.request, reading)
             if self._continuable:
                 text = "".join(said)
                 partial = Partial(text, runner.counter.count(text))
                 said_tokens = partial.tokens
-                resumed = await resume(runner, self.budget, self.request, self.untried, partial)
+                resumed = await resume(runner, self.budget, self.request, self.spare, partial)
             self._note_break(attempt, outcome, resumed[0] if resumed else None, len(said))
             if resumed is None:
                 watch.disarm()
