@@ -240,7 +240,12 @@ class StreamMeter:
         if chunk.endswith(b"\n\n") and not self._splitter.pending:
             dialect = self._dialect
             if not dialect.may_end(chunk):
-                self._keep(now, chunk)
+                # ``_keep``, inlined: this is every chunk of a stream after its first token.
+                self._events.append((now, chunk, True))
+                if not self.finish_arrived and dialect.may_finish(chunk):
+                    self.finish_arrived = True
+                if len(self._events) >= self.fold_at:
+                    self._fold()
                 return
             ending = self._ending
             if ending is not None and chunk.endswith(ending):
