@@ -296,10 +296,14 @@ class Driver:
             "raw_path": b"/v1/chat/completions",
         }
         self.sent_bytes = 0
+        self.phases = [0.0, 0.0, 0.0]
+        """CPU seconds, summed over requests: before the first body byte, then to the end of the client's
+        response, then after it (the request's tail: what a next request arriving meanwhile waits for)."""
 
     async def one(self) -> None:
         done = asyncio.get_running_loop().create_future()
         body_read = False
+        marks = [time.thread_time(), 0.0, 0.0]
 
         async def receive() -> dict[str, Any]:
             nonlocal body_read
@@ -311,12 +315,19 @@ class Driver:
 
         async def send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.body":
+                if not marks[1]:
+                    marks[1] = time.thread_time()
                 self.sent_bytes += len(message.get("body", b""))
                 if not message.get("more_body", False) and not done.done():
+                    marks[2] = time.thread_time()
                     done.set_result(None)
 
         await self.endpoint(dict(self.scope), receive, send)
         await asyncio.sleep(0)  # the hang-up watch hears the end, as it would under uvicorn
+        end = time.thread_time()
+        self.phases[0] += marks[1] - marks[0]
+        self.phases[1] += marks[2] - marks[1]
+        self.phases[2] += end - marks[2]
 
 
 async def bare_relay_us(chunks: list[bytes], rounds: int) -> float:
@@ -432,12 +443,15 @@ async def measure_stages(deployments: int, requests: int, repeats: int, profile:
             for _ in range(300):  # warm: the router has samples, caches are filled
                 await driver.one()
             whole = float("inf")
+            phases = [float("inf")] * 3
             for _ in range(repeats):
                 gc.collect()
+                driver.phases = [0.0, 0.0, 0.0]
                 start = time.process_time()
                 for _ in range(requests):
                     await driver.one()
                 whole = min(whole, (time.process_time() - start) / requests)
+                phases = [min(best, spent / requests * 1e6) for best, spent in zip(phases, driver.phases, strict=True)]
             best: dict[str, float] = {}
             for _ in range(repeats):
                 clock = StageClock()
@@ -450,7 +464,7 @@ async def measure_stages(deployments: int, requests: int, repeats: int, profile:
                     clock.unwrap()
                 for stage, total in clock.corrected(per_call).items():
                     best[stage] = min(best.get(stage, float("inf")), total / requests * 1e6)
-            results[label] = {"whole_us": whole * 1e6, "stages": best}
+            results[label] = {"whole_us": whole * 1e6, "stages": best, "phases_us": phases}
             if profile and stream:
                 profiler = cProfile.Profile()
                 profiler.enable()
@@ -517,6 +531,12 @@ def render(results: dict[str, Any], deployments: int) -> str:
                 summed += us
                 print(f"| {stage} | {us:.2f} | – | – |", file=out)
         print(f"| sum of stages | {summed:.1f} | | |", file=out)
+        before, during, after = result["phases_us"]
+        print(
+            f"\nCPU (µs) before the first body byte: {before:.1f}; from it to the end of the client's response: "
+            f"{during:.1f}; after that (the tail, which a request arriving meanwhile waits for): {after:.1f}.",
+            file=out,
+        )
     if "profile" in results:
         print("\ncProfile, streamed requests, top 30 by own time:\n", file=out)
         print("```", file=out)
