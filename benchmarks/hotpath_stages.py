@@ -1,6 +1,6 @@
 """µs per request stage of the whole gateway, in process: one app, its real runtime, an upstream in memory.
 
-``benchmarks.hotpath`` times pieces alone; this drives whole requests through the app built by
+``benchmarks.hotpath`` times pieces alone; this drives whole requests (``hotpath_memory``) through the app built by
 ``create_app`` from ``gateway.bench.toml`` (stats in memory, metrics and the access log on, to a
 file), with the provider's client swapped for one that answers from memory, so that what is
 timed is the gateway's own work and nothing else: no sockets, no uvicorn, no fake provider. Each
@@ -22,29 +22,21 @@ each one (the least a passthrough does per chunk).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import cProfile
 import gc
 import io
-import json
 import os
 import pstats
 import tempfile
 import time
-import tomllib
-from collections.abc import AsyncIterator
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import uvloop
 
-from benchmarks import passthrough
+from benchmarks.hotpath_memory import Driver, MemoryResponse, running_app, running_passthrough, stream_chunks
 from gateway.access import AccessControl, Ticket
 from gateway.accesslog import AccessLog, configure_access_log
 from gateway.api import ProxyEndpoint
-from gateway.app import create_app
-from gateway.config import GatewayConfig, parse_config
 from gateway.meter import StreamMeter
 from gateway.metrics import Metrics
 from gateway.relay.dispatch import Dispatcher
@@ -53,7 +45,6 @@ from gateway.relay.runner import AttemptRunner
 from gateway.runtime import runtime_of
 from gateway.samples import SampleFanout
 
-BENCH_CONFIG = Path(__file__).resolve().parent / "gateway.bench.toml"
 BUDGETS_US: dict[str, float] = {
     "intake": 25.0,
     "plan": 40.0,
@@ -66,90 +57,6 @@ BUDGETS_US: dict[str, float] = {
 }
 """What each stage may cost, µs per request: the gateway's own work within ~160 µs (issue 41's guide); routing
 bookkeeping (attempt started, streaming, finished) and request glue are not named by the issue and get their own."""
-
-
-def chat_body(stream: bool) -> bytes:
-    return json.dumps(
-        {
-            "model": "bench",
-            "messages": [
-                {"role": "system", "content": "You are a helpful assistant. " * 4},
-                {"role": "user", "content": "Say something."},
-            ],
-            "stream": stream,
-            "temperature": 0.7,
-        }
-    ).encode()
-
-
-def stream_chunks() -> list[bytes]:
-    """A 32-token chat stream as the fake provider sends it, one event per chunk."""
-    head = '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"fake-model","choices":['
-    events = [head + '{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}']
-    events += [head + f'{{"index":0,"delta":{{"content":" word{i}"}},"finish_reason":null}}]}}' for i in range(32)]
-    events.append(head + '{"index":0,"delta":{},"finish_reason":"stop"}]}')
-    events.append(head[: -len('"choices":[')] + '"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":32}}')
-    return [f"data: {e}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
-
-
-def full_body() -> bytes:
-    """The non-streamed answer of the same 32 words."""
-    text = "".join(f" word{i}" for i in range(32))
-    return json.dumps(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "fake-model",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 20, "completion_tokens": 32, "total_tokens": 52},
-        }
-    ).encode()
-
-
-class MemoryResponse:
-    """An upstream response read from memory (``UpstreamResponse``'s interface)."""
-
-    __slots__ = ("_chunks", "_at", "provider", "status", "headers")
-
-    def __init__(self, chunks: list[bytes], content_type: str) -> None:
-        self._chunks = chunks
-        self._at = 0
-        self.provider = "fake"
-        self.status = 200
-        self.headers = {"content-type": content_type}
-
-    async def read_chunk(self) -> bytes:
-        if self._at == len(self._chunks):
-            return b""
-        self._at += 1
-        return self._chunks[self._at - 1]
-
-    async def read_all(self, limit: int | None = None) -> bytes:
-        rest, self._at = self._chunks[self._at :], len(self._chunks)
-        return b"".join(rest)
-
-    def close(self) -> None:
-        pass
-
-
-class MemoryUpstream:
-    """A provider's client answering every request from memory: the stream, or the whole body."""
-
-    def __init__(self) -> None:
-        self.chunks = stream_chunks()
-        self.body = full_body()
-
-    async def send(self, path: str, body: bytes, timeouts: Any, headers: Any = (), api: str = "chat") -> MemoryResponse:
-        if b'"stream":true' in body:
-            return MemoryResponse(self.chunks, "text/event-stream")
-        return MemoryResponse([self.body], "application/json")
-
-    def redact(self, data: bytes) -> bytes:
-        return data
-
-    async def aclose(self) -> None:
-        pass
 
 
 class StageClock:
@@ -262,74 +169,6 @@ def _instrument(clock: StageClock, router_type: type) -> None:
         clock.wrap(Metrics, name, "sinks")
 
 
-def bench_config(deployments: int) -> GatewayConfig:
-    raw = tomllib.loads(BENCH_CONFIG.read_text())
-    raw["providers"][0]["base_url"] = "http://127.0.0.1:9/v1"
-    if deployments > 1:
-        raw["providers"] = [{**raw["providers"][0], "name": f"fake{i}"} for i in range(deployments)]
-        raw["models"][0]["deployments"] = [{"provider": f"fake{i}", "model": "fake-model"} for i in range(deployments)]
-    return parse_config(raw, source=str(BENCH_CONFIG))
-
-
-class Driver:
-    """Whole requests through the app's chat endpoint, client side in memory."""
-
-    def __init__(self, app: Any, stream: bool) -> None:
-        self.app = app
-        proxies = getattr(app, "proxies", None)
-        self.endpoint: Any = proxies["/v1/chat/completions"] if proxies is not None else app
-        body = chat_body(stream)
-        self.body = body
-        self.scope: dict[str, Any] = {
-            "type": "http",
-            "method": "POST",
-            "path": "/v1/chat/completions",
-            "query_string": b"",
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            "client": ("127.0.0.1", 50000),
-            "server": ("127.0.0.1", 8080),
-            "app": app,
-            "asgi": {"version": "3.0", "spec_version": "2.3"},  # what uvicorn's httptools protocol says
-            "http_version": "1.1",
-            "scheme": "http",
-            "root_path": "",
-            "raw_path": b"/v1/chat/completions",
-        }
-        self.sent_bytes = 0
-        self.phases = [0.0, 0.0, 0.0]
-        """CPU seconds, summed over requests: before the first body byte, then to the end of the client's
-        response, then after it (the request's tail: what a next request arriving meanwhile waits for)."""
-
-    async def one(self) -> None:
-        done = asyncio.get_running_loop().create_future()
-        body_read = False
-        marks = [time.thread_time(), 0.0, 0.0]
-
-        async def receive() -> dict[str, Any]:
-            nonlocal body_read
-            if not body_read:
-                body_read = True
-                return {"type": "http.request", "body": self.body, "more_body": False}
-            await done
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.body":
-                if not marks[1]:
-                    marks[1] = time.thread_time()
-                self.sent_bytes += len(message.get("body", b""))
-                if not message.get("more_body", False) and not done.done():
-                    marks[2] = time.thread_time()
-                    done.set_result(None)
-
-        await self.endpoint(dict(self.scope), receive, send)
-        await asyncio.sleep(0)  # the hang-up watch hears the end, as it would under uvicorn
-        end = time.thread_time()
-        self.phases[0] += marks[1] - marks[0]
-        self.phases[1] += marks[2] - marks[1]
-        self.phases[2] += end - marks[2]
-
-
 async def bare_relay_us(chunks: list[bytes], rounds: int) -> float:
     """µs per chunk of the least a passthrough does: read a chunk, send it."""
 
@@ -347,61 +186,6 @@ async def bare_relay_us(chunks: list[bytes], rounds: int) -> float:
     return best * 1e6
 
 
-class _MemoryContent:
-    def __init__(self, chunks: list[bytes]) -> None:
-        self._chunks = chunks
-
-    async def iter_any(self) -> AsyncIterator[bytes]:
-        for chunk in self._chunks:
-            yield chunk
-
-
-class _MemoryAiohttpResponse:
-    def __init__(self, chunks: list[bytes], content_type: str) -> None:
-        self.status = 200
-        self.headers = {"content-type": content_type}
-        self.content = _MemoryContent(chunks)
-
-    def release(self) -> None:
-        pass
-
-
-class _MemorySession:
-    """aiohttp's ``ClientSession`` as the passthrough uses it, answering from memory."""
-
-    def __init__(self, **_: Any) -> None:
-        self.upstream = MemoryUpstream()
-
-    async def post(self, url: str, data: bytes, headers: Any) -> _MemoryAiohttpResponse:
-        if b'"stream":true' in data:
-            return _MemoryAiohttpResponse(self.upstream.chunks, "text/event-stream")
-        return _MemoryAiohttpResponse([self.upstream.body], "application/json")
-
-    async def close(self) -> None:
-        pass
-
-
-@contextlib.asynccontextmanager
-async def running_passthrough(chunks: list[bytes] | None = None) -> AsyncIterator[Any]:
-    """``benchmarks.passthrough``'s app, its aiohttp session answering from memory."""
-
-    def session(**_: Any) -> _MemorySession:
-        made = _MemorySession()
-        if chunks is not None:
-            made.upstream.chunks = chunks
-        return made
-
-    module: Any = passthrough  # its ``aiohttp`` swapped while the app starts (the lifespan opens the session)
-    real = module.aiohttp
-    module.aiohttp = SimpleNamespace(TCPConnector=lambda **_: None, ClientSession=session)
-    try:
-        app = passthrough.create_app("http://127.0.0.1:9/v1")
-        async with app.router.lifespan_context(app):
-            yield app
-    finally:
-        module.aiohttp = real
-
-
 async def passthrough_us(stream: bool, requests: int, repeats: int, chunks: list[bytes] | None = None) -> float:
     """µs per request of the passthrough app, whole requests in process (``chunks``: the stream's, if not the usual)."""
     async with running_passthrough(chunks) as app:
@@ -416,18 +200,6 @@ async def passthrough_us(stream: bool, requests: int, repeats: int, chunks: list
                 await driver.one()
             best = min(best, (time.process_time() - start) / requests)
     return best * 1e6
-
-
-@contextlib.asynccontextmanager
-async def running_app(deployments: int) -> AsyncIterator[Any]:
-    app = create_app(bench_config(deployments))
-    async with app.router.lifespan_context(app):
-        runtime = runtime_of({"app": app})
-        memory = MemoryUpstream()
-        for name in list(runtime.upstreams.clients):
-            await runtime.upstreams.clients[name].aclose()
-            runtime.upstreams.clients[name] = memory  # type: ignore[assignment]
-        yield app
 
 
 async def measure_stages(deployments: int, requests: int, repeats: int, profile: bool) -> dict[str, Any]:
@@ -556,4 +328,4 @@ def run(deployments: int, requests: int, repeats: int, profile: bool) -> str:
     return render(results, deployments)
 
 
-__all__ = ["BUDGETS_US", "MemoryUpstream", "StageClock", "run", "stream_chunks"]
+__all__ = ["BUDGETS_US", "StageClock", "calibrate", "run"]
