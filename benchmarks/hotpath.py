@@ -200,7 +200,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--compare", metavar="CHECKOUT", help="another checkout of the gateway to compare with")
     parser.add_argument("--runs", type=int, default=5, help="alternating runs per checkout with --compare (5)")
+    parser.add_argument("--stages", action="store_true", help="µs per request stage, whole requests in process")
+    parser.add_argument("--deployments", type=int, default=1, help="with --stages: deployments of the model (1)")
+    parser.add_argument("--requests", type=int, default=2000, help="with --stages: requests per repeat (2000)")
+    parser.add_argument("--repeats", type=int, default=5, help="with --stages: repeats, best of (5)")
+    parser.add_argument("--profile", action="store_true", help="with --stages: cProfile the streamed requests")
     args = parser.parse_args()
+    if args.stages:
+        from benchmarks.hotpath_stages import run
+
+        print(run(args.deployments, args.requests, args.repeats, args.profile), end="")
+        return
     if args.compare:
         compare(args.compare, args.runs)
         return
@@ -212,7 +222,8 @@ def measure() -> None:
     events = stream_events()
     whole = b"".join(events)
     candidate = SimpleNamespace(
-        provider=SimpleNamespace(stream_usage=True, name="fake"), deployment=SimpleNamespace(model="fake-model")
+        provider=SimpleNamespace(stream_usage=True, name="fake"),
+        deployment=SimpleNamespace(model="fake-model", apis=("chat",), translate=True),
     )
     proxied = request()
 

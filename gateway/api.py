@@ -312,6 +312,10 @@ class ProxyEndpoint:
             reply = await _dispatch(runtime, request, plan, keeper, record)
             record.log = reply.log
             started = True
+            if keeper is not None and not keeper.started:
+                # Stopped before its first keep-alive: it can no longer send one, and the reply's every chunk
+                # would pass through its ``send`` for nothing.
+                send, keeper = keeper.client_send, None
             if reply.log.winner is not None and (omitted := omitted_tools(request, reply.log.winner.deployment)):
                 headers.append((OMITTED_TOOLS_HEADER, ",".join(omitted).encode()))
             if keeper is not None and keeper.started and isinstance(reply, FullReply):

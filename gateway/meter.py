@@ -240,7 +240,12 @@ class StreamMeter:
         if chunk.endswith(b"\n\n") and not self._splitter.pending:
             dialect = self._dialect
             if not dialect.may_end(chunk):
-                self._keep(now, chunk)
+                # ``_keep``, inlined: this is every chunk of a stream after its first token.
+                self._events.append((now, chunk, True))
+                if not self.finish_arrived and dialect.may_finish(chunk):
+                    self.finish_arrived = True
+                if len(self._events) >= self.fold_at:
+                    self._fold()
                 return
             ending = self._ending
             if ending is not None and chunk.endswith(ending):
@@ -364,18 +369,20 @@ class StreamMeter:
             stop = start + 1
             while stop < end and events[stop][2]:
                 stop += 1
-            run = events[start:stop]
-            chunks = b"".join([chunk for _, chunk, _ in run])
+            arrivals, datas, _ = zip(*events[start:stop], strict=True)  # one pass in C, not one per column
+            chunks = b"".join(datas)
             joined = joined_events(chunks)
             if joined is not None:
                 parts.append(joined)
-                if chunks.count(b"\n\n") == len(run):
-                    times += [at for at, _, _ in run]  # each chunk ends an event: one event each
+                # Its events, without a scan: ``joined_events`` dropped the first "data: " and the last blank line
+                # (8 bytes) and made each "\n\ndata: " between two events a comma (7 fewer); no other newline is left.
+                if (len(chunks) - len(joined) - 8) // 7 + 1 == len(datas):
+                    times += arrivals  # each chunk ends an event: one event each
                 else:
-                    for at, chunk, _ in run:
+                    for at, chunk in zip(arrivals, datas, strict=True):
                         times += [at] * chunk.count(b"\n\n")
             else:
-                for at, chunk, _ in run:
+                for at, chunk in zip(arrivals, datas, strict=True):
                     for piece in whole_events(chunk):
                         if piece != done:
                             parts.append(piece)

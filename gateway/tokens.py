@@ -76,9 +76,15 @@ class TokenizerError(ValueError):
 
 
 class TokenCounter:
-    """Counts tokens of text with one encoding. Thread-safe; create once per process."""
+    """Counts tokens of text with one encoding. Thread-safe; create once per process.
+
+    The encoding is made lean: its Python copy of the rank table (a dict of every token's bytes, which
+    tiktoken keeps only to pickle an encoding by value) is dropped, the compiled tokenizer keeps its own. The
+    counts are the same; what stays resident is smaller (``benchmarks/results``: the idle RSS).
+    """
 
     def __init__(self, encoding: tiktoken.Encoding) -> None:
+        _drop_python_ranks(encoding)
         self.encoding = encoding
         self.name: str = encoding.name
 
@@ -86,6 +92,13 @@ class TokenCounter:
         # encode_ordinary: text that happens to contain "<|endoftext|>" is counted as plain text
         # instead of raising, as a model's answer may well quote it.
         return len(self.encoding.encode_ordinary(text)) if text else 0
+
+
+def _drop_python_ranks(encoding: tiktoken.Encoding) -> None:
+    """Let go of ``encoding``'s Python rank table: encoding reads only the compiled one (``_core_bpe``), built from
+    it when the encoding was made. Only pickling an unregistered encoding by value reads it; the gateway never does.
+    """
+    encoding._mergeable_ranks = {}
 
 
 def _is_path(spec: str) -> bool:

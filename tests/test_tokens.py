@@ -200,3 +200,18 @@ def test_file_of_unknown_encoding_is_a_clear_error(tmp_path: Path) -> None:
     tiny.write_text("YQ== 0\nYg== 1\n")
     with pytest.raises(TokenizerError, match=r"cannot tell which encoding .*mine\.tiktoken holds \(2 ranks\)"):
         load_token_counter(str(tiny))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_lean_counter_counts_as_tiktokens_whole_encoding(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fresh_loads: None
+) -> None:
+    """The counter lets go of tiktoken's Python rank table (a resident dict of every token); its counts stay."""
+    counter = load_token_counter(name)
+    assert counter.encoding._mergeable_ranks == {}  # the table is gone from the counter's encoding
+    reference = tiktokens_own(name, monkeypatch, tmp_path)
+    assert len(reference._mergeable_ranks) > 100_000  # the whole encoding, as tiktoken builds it
+    long_text = " ".join(TEXTS) * 20
+    for text in [*TEXTS, long_text, "".join(answer_words(0, len(WORDS)))]:
+        assert counter.encoding.encode_ordinary(text) == reference.encode_ordinary(text)
+        assert counter.count(text) == len(reference.encode_ordinary(text))

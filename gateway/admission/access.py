@@ -33,12 +33,13 @@ from typing import Any
 
 from gateway.admission.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_loopback, presented_key
 from gateway.admission.limits import InFlight, check_shape
-from gateway.admission.ratelimit import RateLimiter, retry_after_header
+from gateway.admission.ratelimit import InMemoryRateLimiter, RateLimiter, retry_after_header
 from gateway.admission.spending import InMemorySpendStore, Spender, SpendLedger, worst_case_usd
 from gateway.admission.spending.ledger import HOLD_MARGIN_S, likely_output_tokens
 from gateway.admission.spending.metrics import SpendMetrics
 from gateway.admission.spending.store import Hold, SpendStoreDown
 from gateway.config import AuthConfig, DeploymentConfig, LimitsConfig
+from gateway.eager import start_eagerly
 from gateway.errors import AuthenticationFailed, NoCapacity, PermissionDenied, RateLimited
 from gateway.routing.lengths import Forecast
 from gateway.samples import Endpoint, Sample
@@ -97,11 +98,26 @@ class AccessState:
         self.spend = spend if spend is not None else SpendLedger(InMemorySpendStore())
         self.in_flight = InFlight()
         self._pending: set[asyncio.Task[None]] = set()
+        self.local_limits = isinstance(limiter, InMemoryRateLimiter)
+        self.local_spend = isinstance(self.spend.store, InMemorySpendStore)
+        """The limiter, the spend store: this process's own (their bookings never wait)."""
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._pending.add(task)
-        task.add_done_callback(self._finished)
+    def spawn(self, work: Coroutine[Any, Any, None], *, local: bool = False) -> None:
+        """Book ``work`` in the background. ``local``: it is an in-memory store's, which never waits: run at once
+        (``gateway.eager``), no task. A Redis store's is not: its first steps would run in the caller's task, and
+        a timeout entered there (redis-py's) would be bound to that task, not to the one that finishes it."""
+        task: asyncio.Task[None] | None
+        if local:
+            try:
+                task = start_eagerly(work)
+            except Exception:
+                logger.exception("access: a token correction or a settlement failed")
+                return
+        else:
+            task = asyncio.ensure_future(work)
+        if task is not None:
+            self._pending.add(task)
+            task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._pending.discard(task)
@@ -165,9 +181,12 @@ class Ticket:
         if self.key.limits.tokens_per_minute:
             delta = self.used_tokens() - self.reserved
             if delta:
-                self.state.spawn(self.state.limiter.adjust(self.key.key_id, self.window, delta))
+                self.state.spawn(
+                    self.state.limiter.adjust(self.key.key_id, self.window, delta), local=self.state.local_limits
+                )
         if self.hold is not None or self.tally.samples:
-            self.state.spawn(self.state.spend.settle(self.spender, self.hold, list(self.tally.samples)))
+            settle = self.state.spend.settle(self.spender, self.hold, list(self.tally.samples))
+            self.state.spawn(settle, local=self.state.local_spend)
         # Not a bound method of the ticket: the tally would then hold the ticket that holds it, a cycle per
         # request that only the collector's rare full passes free.
         self.tally.late = LateBooking(self.state, self.key, self.window, self.spender, self.hold)
@@ -190,8 +209,10 @@ class LateBooking:
     def __call__(self, sample: Sample) -> None:
         output = sample.billed_output_tokens
         if self.key.limits.tokens_per_minute and output:
-            self.state.spawn(self.state.limiter.adjust(self.key.key_id, self.window, output))
-        self.state.spawn(self.state.spend.settle(self.spender, self.hold, [sample]))
+            self.state.spawn(
+                self.state.limiter.adjust(self.key.key_id, self.window, output), local=self.state.local_limits
+            )
+        self.state.spawn(self.state.spend.settle(self.spender, self.hold, [sample]), local=self.state.local_spend)
 
 
 class AccessControl:

@@ -23,7 +23,7 @@ from gateway.dialects.base import StopReason, Tally, count
 from gateway.errors import describe_error
 
 
-class ChatDelta(msgspec.Struct):
+class ChatDelta(msgspec.Struct, gc=False):
     content: str | None = None
     tool_calls: Any = None
     function_call: Any = None
@@ -32,7 +32,7 @@ class ChatDelta(msgspec.Struct):
     reasoning_details: Any = None
 
 
-class ChatChoice(msgspec.Struct):
+class ChatChoice(msgspec.Struct, gc=False):
     delta: ChatDelta | None = None
     index: Any = None
     finish_reason: Any = None
@@ -40,7 +40,7 @@ class ChatChoice(msgspec.Struct):
     message: Any = None
 
 
-class ChatChunk(msgspec.Struct):
+class ChatChunk(msgspec.Struct, gc=False):
     choices: list[ChatChoice] | None = None
     model: Any = None
     usage: Any = None
@@ -172,6 +172,7 @@ def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int, 
     """``ChatDialect.tally`` of the same events, ``times[i]`` the arrival of ``events[i]``, on from ``into``;
     ``timing_tail`` 0: the stream goes on (``final=False``: nothing read from its end yet)."""
     tally = into if into is not None else Tally()
+    answer, output_events = tally.answer, tally.output_events  # never replaced while a batch is read
     for at, event in zip(times, events, strict=True):
         tally.next_event()
         if event.error is not None:
@@ -203,7 +204,16 @@ def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int, 
             ):
                 # The common chunk: only delta.content can be answer text, no tool call.
                 if delta.content:
-                    tally.answered(delta.content, at)
+                    # ``tally.answered(delta.content, at)``, inlined: every answer event of a stream comes here.
+                    answer.append(delta.content)
+                    if tally.first_answer_at is None:
+                        tally.first_answer_at = at
+                    tally.last_answer_at = at
+                    if tally.first_output_at is None:
+                        tally.first_output_at = at
+                    if not tally._event_counted:
+                        tally._event_counted = True
+                        output_events.append(at)
                 elif reasoning_of(delta):
                     tally.output(at)
             else:

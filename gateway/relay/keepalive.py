@@ -98,6 +98,11 @@ class FirstByteKeepAlive:
             await self._send({"type": "http.response.body", "body": self.dialect.keep_alive, "more_body": True})
             await asyncio.sleep(self.interval_s)
 
+    @property
+    def client_send(self) -> Send:
+        """The client's own ``send``, for a reply once the keeper has stopped without sending anything."""
+        return self._send
+
     async def send(self, message: Message) -> None:
         """The client's ``send`` for the reply: its ``http.response.start`` is dropped if the keeper sent one."""
         if self.started and message["type"] == "http.response.start":

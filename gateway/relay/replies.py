@@ -122,6 +122,8 @@ class StreamReply(Reply):
         self._offered: list[str] = []
         """The deployments a recovery could still ask, as the last break found them (for its log line)."""
         self._continuable = False
+        self._ended = False
+        """The client's stream was ended with the upstream's last bytes, in the same ``send``."""
 
     async def send_to(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
         """Relay the stream, within the request's total deadline: a client that stops reading blocks the sends, and
@@ -156,14 +158,14 @@ class StreamReply(Reply):
         forwarder = _forwarder(request, attempt)
         said: list[str] = []  # the answer text the client has from streams that broke
         while True:
-            broken = await self._relay(send, start, request, attempt, forwarder)
+            broken = await self._relay(send, start, request, attempt, forwarder, watch)
             start = None
             assert attempt.meter is not None
             # A [DONE] relayed as is, with nothing held back: nothing can follow it (``_ending``
             # adds no bytes and tries no recovery), so the client's stream ends before the
-            # measuring (a parse and a token count) starts.
+            # measuring (a parse and a token count) starts; ``_relay`` ended it with the last bytes.
             closed = broken is None and forwarder.error is None and attempt.meter.done
-            if closed:
+            if closed and not self._ended:
                 watch.disarm()
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             reading = attempt.meter.finish(runner.counter)
@@ -206,11 +208,20 @@ class StreamReply(Reply):
             request.trace.said_tokens = said_tokens
 
     async def _relay(
-        self, send: Send, start: Message | None, request: ProxyRequest, attempt: Attempt, forwarder: Forwarder
+        self,
+        send: Send,
+        start: Message | None,
+        request: ProxyRequest,
+        attempt: Attempt,
+        forwarder: Forwarder,
+        watch: DisconnectWatch,
     ) -> UpstreamError | None:
         """Relay one upstream stream until it ends, breaks (the error is returned) or errs.
 
-        On a client hang-up the attempt is recorded as cancelled and the cancellation goes on.
+        Each read goes out in one ``send`` (all the events the upstream had buffered: never held to wait for
+        more). The read that brings the stream's ending (chat's ``[DONE]``) also ends the client's stream, in
+        the same ``send``, when nothing can follow it (see ``_send_all``). On a client hang-up the attempt is
+        recorded as cancelled and the cancellation goes on.
         """
         response, meter = attempt.response, attempt.meter
         assert response is not None and meter is not None
@@ -223,7 +234,7 @@ class StreamReply(Reply):
             out = forwarder.feed(b"".join(attempt.held))
             attempt.held.clear()
             if out:
-                await send({"type": "http.response.body", "body": redact(out), "more_body": True})
+                await self._send_body(send, redact(out), meter.done and forwarder.error is None, watch)
                 if self.log.first_byte_at is None:
                     self.log.first_byte_at = self.log.clock()
             while not meter.done and forwarder.error is None:
@@ -245,7 +256,10 @@ class StreamReply(Reply):
                 meter.feed(chunk)
                 out = forwarder.feed(chunk)
                 if out:
-                    await send({"type": "http.response.body", "body": redact(out), "more_body": True})
+                    if meter.done and forwarder.error is None:
+                        await self._send_body(send, redact(out), True, watch)
+                    else:
+                        await send({"type": "http.response.body", "body": redact(out), "more_body": True})
         except UpstreamError as exc:
             return exc
         except asyncio.CancelledError:
@@ -254,6 +268,16 @@ class StreamReply(Reply):
         finally:
             response.close()
         return None
+
+    async def _send_body(self, send: Send, body: bytes, last: bool, watch: DisconnectWatch) -> None:
+        """Relay ``body``; ``last``: it holds the stream's ending and nothing may follow, so it ends the client's
+        stream too (one write: uvicorn sends the chunk and the chunked body's end together)."""
+        if not last:
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+            return
+        watch.disarm()  # before the last frame: the server reports a completed response as a disconnect
+        self._ended = True
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
     def _note_break(self, broken: Attempt, outcome: Outcome, resumed: Attempt | None, breaks: int) -> None:
         """Tell and log a mid-answer break, and what followed it (headers are gone: events and logs only)."""
