@@ -32,10 +32,10 @@ import time
 from typing import Any
 
 import uvloop
-from gateway.admission.access import AccessControl, Ticket
 
 from benchmarks.hotpath_memory import Driver, MemoryResponse, running_app, running_passthrough, stream_chunks
 from gateway.accesslog import AccessLog, configure_access_log
+from gateway.admission.access import AccessControl, Ticket
 from gateway.api import ProxyEndpoint
 from gateway.meter import StreamMeter
 from gateway.metrics.series import Metrics
