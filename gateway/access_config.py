@@ -48,7 +48,7 @@ class LimitsConfig:
     """Default for keys that set no ``requests_per_minute`` of their own."""
     tokens_per_minute_per_key: int = 0
     """Default for keys that set no ``tokens_per_minute``: prompt estimate + ``max_tokens`` × ``n``
-    at admission, corrected with the output actually produced."""
+    at admission (else its likely size, docs/limits.md), corrected with the output actually produced."""
 
 
 def parse_auth(table: TableReader) -> AuthConfig:

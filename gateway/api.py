@@ -469,8 +469,10 @@ class ProxyEndpoint:
             kind=expects.kind if expects.judged else None,
             client=key.key_id,
         )
+        # A key's tokens per minute may hold the answer's likely length (the router's forecast) instead of max_tokens.
+        length = runtime.router.forecast(route_request) if key.limits.tokens_per_minute and max_tokens else None
         # Last: from here on the caller owns the ticket and releases it.
-        ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)
+        ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens, length)
         return request, route_request, ticket
 
 

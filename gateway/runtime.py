@@ -21,7 +21,8 @@ from gateway.admission.access import AccessControl
 from gateway.config import GatewayConfig
 from gateway.conversations import ConversationStore, InMemoryConversationStore
 from gateway.leaderboard import InFlightCounts
-from gateway.metrics.series import Metrics, deployment_providers
+from gateway.metrics.family import deployment_providers
+from gateway.metrics.series import Metrics
 from gateway.relay import Dispatcher
 from gateway.responses_config import ResponsesConfig
 from gateway.routing import MeasuredRouter

@@ -13,7 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.app import AppOptions, create_app
 from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior
-from gateway.metrics.series import TPS_BUCKETS, TTFT_BUCKETS, Metrics, deployment_providers
+from gateway.metrics.attempts import TPS_BUCKETS, TTFT_BUCKETS
+from gateway.metrics.family import deployment_providers
+from gateway.metrics.series import Metrics
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from tests.support.config import gateway_config

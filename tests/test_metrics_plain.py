@@ -16,9 +16,10 @@ import pytest
 from prometheus_client import Counter, Gauge, Histogram
 
 from gateway.config import GatewayConfig, parse_config
+from gateway.metrics.attempts import TPS_BUCKETS, TTFT_BUCKETS
 from gateway.metrics.host import WorkerMetrics
 from gateway.metrics.plain import PlainCounter, PlainHistogram
-from gateway.metrics.series import TPS_BUCKETS, TTFT_BUCKETS, Metrics
+from gateway.metrics.series import Metrics
 from gateway.routing.capacity import ProviderLimit
 from gateway.samples import Sample
 

@@ -137,6 +137,34 @@ def test_limits_on_both_backends(limiter_factory: Callable[[Clock], RateLimiter]
     asyncio.run(scenario())
 
 
+def test_tokens_hold_the_worst_case_while_it_fits_else_the_likely_use(
+    limiter_factory: Callable[[Clock], RateLimiter],
+) -> None:
+    async def scenario() -> None:
+        limiter = limiter_factory(Clock())
+        await limiter.start()
+        try:
+            worst = await limiter.acquire("a", 400, 0, 1000, likely_tokens=50)
+            assert worst.allowed and worst.tokens == 400, "the worst case fits: it is what is held"
+            assert (await limiter.acquire("a", 400, 0, 1000, likely_tokens=50)).tokens == 400
+            likely = await limiter.acquire("a", 400, 0, 1000, likely_tokens=50)
+            assert likely.allowed and likely.tokens == 50, "800 + 400 > 1000: the likely use is held"
+            refused = await limiter.acquire("a", 400, 0, 1000)
+            assert not refused.allowed and refused.limit == "tokens", "without a likely use, nothing changes"
+            # 850 held: even the likely use no longer fits, and the wait is the likely use's.
+            full = await limiter.acquire("a", 400, 0, 900, likely_tokens=60)
+            assert not full.allowed and full.limit == "tokens" and full.tokens == 0
+            await limiter.adjust("a", likely.window, 30 - 50)  # settled to its real use
+            assert (await limiter.acquire("a", 400, 0, 900, likely_tokens=60)).tokens == 60
+            # A request refused on requests is not retried on its likely tokens.
+            assert (await limiter.acquire("r", 400, 1, 1000, likely_tokens=5)).allowed
+            assert (await limiter.acquire("r", 400, 1, 1000, likely_tokens=5)).limit == "requests"
+        finally:
+            await limiter.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_redis_failure_keeps_counting_here_and_logs_once(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:

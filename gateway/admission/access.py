@@ -13,8 +13,9 @@ The inference endpoints call, cheapest refusal first::
     finally: ticket.release()
 
 ``admit`` reserves ``prompt estimate + max_tokens × n`` tokens against the key's per-minute
-budget. The attempts' samples (``USAGE_TAP``, a sample sink) add up what was actually produced
-for this request, and ``release`` books the difference; it also settles the request's dollar
+budget, or, when that does not fit, ``prompt estimate + likely tokens × n`` (``likely_output_tokens``,
+as for the dollar budget). The attempts' samples (``USAGE_TAP``, a sample sink) add up what was
+actually produced for this request, and ``release`` books the difference; it also settles the request's dollar
 hold (``gateway.admission.spending``) with the cost of every attempt. The tally reaches the sink through a
 context variable set in the request's task: samples are recorded in that task or in tasks it
 spawns, which inherit it, so no layer in between has to pass it along.
@@ -266,16 +267,24 @@ class AccessControl:
         endpoint: Endpoint,
         prompt_tokens: int,
         max_tokens: int | None,
+        length: Forecast | None = None,
     ) -> Ticket:
-        """Hold a place for this request within its key's and the replica's limits, or refuse it."""
+        """Hold a place for this request within its key's and the replica's limits, or refuse it.
+
+        Its tokens per minute hold its worst case while it fits, else, once the router's ``length`` forecast
+        rests on enough answers, its likely use (``likely_output_tokens``); both are settled to the real count.
+        """
         if not key.allows(model):
             raise PermissionDenied(f"this API key may not use model '{model}'", param="model", code="model_not_allowed")
         choices = check_shape(body, endpoint, max_tokens, self.limits)
         reserved = prompt_tokens + (max_tokens or 0) * choices
+        likely = likely_output_tokens(length, max_tokens, choices) if max_tokens else None
+        likely_reserved = prompt_tokens + likely if likely is not None else None
         tpm = key.limits.tokens_per_minute
-        if tpm and reserved > tpm:
+        needed = min(reserved, likely_reserved) if likely_reserved is not None else reserved
+        if tpm and needed > tpm:
             raise RateLimited(
-                f"this request needs about {reserved} tokens, more than the {tpm} tokens per minute "
+                f"this request needs about {needed} tokens, more than the {tpm} tokens per minute "
                 f"allowed to key '{key.name}'; send a smaller prompt or max_tokens",
                 code="tokens_exceed_limit",
             )
@@ -293,8 +302,9 @@ class AccessControl:
                 code="too_many_requests_in_flight",
                 headers={"retry-after": "1"},
             )
+        rpm = key.limits.requests_per_minute
         try:
-            decision = await self.state.limiter.acquire(key.key_id, reserved, key.limits.requests_per_minute, tpm)
+            decision = await self.state.limiter.acquire(key.key_id, reserved, rpm, tpm, likely_reserved)
         except BaseException:
             in_flight.release(key.key_id)
             raise
@@ -303,13 +313,13 @@ class AccessControl:
             if decision.limit == "tokens":
                 what = f"{tpm} tokens per minute"
             else:
-                what = f"{key.limits.requests_per_minute} requests per minute"
+                what = f"{rpm} requests per minute"
             retry = retry_after_header(decision.retry_after_s)
             raise RateLimited(
                 f"rate limit of {what} reached for key '{key.name}'; retry in {retry}s",
                 headers={"retry-after": retry},
             )
-        return Ticket(self.state, key, decision.window, reserved, prompt_tokens, self.spender_of(key), choices)
+        return Ticket(self.state, key, decision.window, decision.tokens, prompt_tokens, self.spender_of(key), choices)
 
     def spender_of(self, key: ClientKey) -> Spender:
         """Who pays for ``key``'s requests, with its budget and its team's."""
@@ -349,8 +359,7 @@ class AccessControl:
         else:
             ceiling = max_tokens or self.limits.max_tokens or default_output_tokens
             output = ceiling * ticket.choices
-            likely = likely_output_tokens(length, ceiling)
-            likely_output = likely * ticket.choices if likely is not None else None
+            likely_output = likely_output_tokens(length, ceiling, ticket.choices)
         amount = worst_case_usd(deployments, ticket.prompt_estimate, output)
         likely_usd = None
         if likely_output is not None and likely_output < output:

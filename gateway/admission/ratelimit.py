@@ -24,6 +24,12 @@ standalone, cluster or Sentinel alike, each call bounded by ``redis_timeout_s``.
 replica keeps counting on its own (each then enforces the limits alone, from what it knew), logs that once,
 tries Redis again after a jittered back-off (``redis_backoff_min_s`` … ``redis_backoff_max_s``), and
 pushes what it counted meanwhile when Redis is back.
+
+Tokens are counted at admission as what the request may use, and corrected to what it did use once
+its answer is measured (``adjust``). What it may use is its worst case (prompt + ``max_tokens``) while
+that fits, else its likely use (``acquire``'s ``likely_tokens``: prompt + the length most answers of
+its kind stay within, the rule the budgets use, ``gateway.admission.access``): an agent's
+``max_tokens: 32000`` then weighs what its answers weigh, not 32,000 tokens a call.
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ class RateDecision:
     """The minute (unix time // 60) the request was counted in; token corrections name it."""
     limit: LimitKind | None = None
     retry_after_s: float = 0.0
+    tokens: int = 0
+    """The tokens counted for an allowed request: its worst case, or its likely use when only that fit."""
 
 
 def _weight(now: float) -> float:
@@ -113,11 +121,15 @@ def retry_after_header(seconds: float) -> str:
 class RateLimiter(Protocol):
     """Counts requests and tokens per key. ``rpm``/``tpm`` of 0 mean unlimited.
 
-    ``acquire`` counts the request if it fits and says so; ``adjust`` corrects the tokens
-    counted at admission once the actual usage is known (negative: a refund). Neither raises.
+    ``acquire`` counts the request if it fits and says so: with ``tokens`` (its worst case) if they
+    fit, else with ``likely_tokens`` when given (``RateDecision.tokens`` says which); ``adjust``
+    corrects the tokens counted at admission once the actual usage is known (negative: a refund).
+    Neither raises.
     """
 
-    async def acquire(self, key_id: str, tokens: int, rpm: int, tpm: int) -> RateDecision: ...
+    async def acquire(
+        self, key_id: str, tokens: int, rpm: int, tpm: int, likely_tokens: int | None = None
+    ) -> RateDecision: ...
 
     async def adjust(self, key_id: str, window: int, tokens: int) -> None: ...
 
@@ -164,19 +176,24 @@ class InMemoryRateLimiter:
         counters.roll(window)
         return counters
 
-    async def acquire(self, key_id: str, tokens: int, rpm: int, tpm: int) -> RateDecision:
+    async def acquire(
+        self, key_id: str, tokens: int, rpm: int, tpm: int, likely_tokens: int | None = None
+    ) -> RateDecision:
         now = self.wall_clock()
         window = int(now // WINDOW_S)
         if not rpm and not tpm:
-            return RateDecision(True, window)
+            return RateDecision(True, window, tokens=tokens)
         c = self._counters(key_id, window)
         counts = Counts(c.previous_requests, c.current_requests, c.previous_tokens, c.current_tokens)
         limit, wait = decide(counts, tokens, rpm, tpm, now)
+        if limit == "tokens" and likely_tokens is not None and likely_tokens < tokens:
+            tokens = likely_tokens
+            limit, wait = decide(counts, tokens, rpm, tpm, now)
         if limit is not None:
             return RateDecision(False, window, limit, wait)
         c.current_requests += 1
         c.current_tokens += tokens
-        return RateDecision(True, window)
+        return RateDecision(True, window, tokens=tokens)
 
     async def adjust(self, key_id: str, window: int, tokens: int) -> None:
         current = int(self.wall_clock() // WINDOW_S)
@@ -283,12 +300,14 @@ class RedisRateLimiter:
         owed[0] += requests
         owed[1] += tokens
 
-    async def acquire(self, key_id: str, tokens: int, rpm: int, tpm: int) -> RateDecision:
-        decision = await self.fallback.acquire(key_id, tokens, rpm, tpm)
+    async def acquire(
+        self, key_id: str, tokens: int, rpm: int, tpm: int, likely_tokens: int | None = None
+    ) -> RateDecision:
+        decision = await self.fallback.acquire(key_id, tokens, rpm, tpm, likely_tokens)
         if rpm or tpm:
             self._active[key_id] = decision.window
             if decision.allowed:
-                self._owe(key_id, decision.window, 1, tokens)
+                self._owe(key_id, decision.window, 1, decision.tokens)
         return decision
 
     async def adjust(self, key_id: str, window: int, tokens: int) -> None:

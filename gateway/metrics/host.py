@@ -27,7 +27,8 @@ from prometheus_client.core import Metric as MetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.metrics.series import _WINDOW_LABELS, _WINDOW_NAMES, WINDOW_QUANTILE_LABEL, WINDOW_QUANTILES, Metrics
+from gateway.metrics.series import Metrics
+from gateway.metrics.window import _WINDOW_LABELS, _WINDOW_NAMES, WINDOW_QUANTILE_LABEL, WINDOW_QUANTILES
 from gateway.stats.snapshot import StatsSnapshot
 from gateway.types import DeploymentKey
 

@@ -94,12 +94,15 @@ def worst_case_usd(deployments: Iterable[DeploymentConfig], prompt_tokens: int, 
     return max((d.cost_usd(prompt_tokens, output_tokens) for d in deployments), default=0.0)
 
 
-def likely_output_tokens(length: Forecast | None, ceiling: int) -> int | None:
-    """The output a request likely costs at most: ``LIKELY_QUANTILE`` of the predicted lengths, within ``ceiling``
-    (None: the router predicted none, or on fewer than ``LIKELY_ANSWERS`` answers)."""
+def likely_output_tokens(length: Forecast | None, ceiling: int, choices: int = 1) -> int | None:
+    """The output a request likely costs at most: ``LIKELY_QUANTILE`` of the predicted lengths, within ``ceiling``,
+    for each of its ``choices`` (None: the router predicted none, or on fewer than ``LIKELY_ANSWERS`` answers).
+
+    One rule for both of a key's holds: its dollar budget (``SpendLedger.reserve``'s ``likely_usd``) and its
+    tokens per minute (``RateLimiter.acquire``'s ``likely_tokens``)."""
     if length is None or length.answers < LIKELY_ANSWERS:
         return None
-    return min(ceiling, math.ceil(length.at(LIKELY_QUANTILE)))
+    return min(ceiling, math.ceil(length.at(LIKELY_QUANTILE))) * choices
 
 
 def bookings_of(spender: Spender, samples: Iterable[Sample]) -> list[Booking]:

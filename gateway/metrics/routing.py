@@ -1,0 +1,274 @@
+"""The routing and provider-health series: where requests went, why, and what each provider can take.
+
+Fed by the router and the relay as ``GatewayEvents`` (decisions, fallbacks, hedges, broken
+streams, the queue, circuits, sessions and prompt caches), and by the capacity controller at
+scrape time (concurrency limits, the providers' reported rate-limit budgets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import get_args
+
+from prometheus_client import CollectorRegistry
+
+from gateway.config import GatewayConfig
+from gateway.metrics.family import SAMPLE_LABELS, SeriesFamilies, deployment_providers
+from gateway.routing.capacity import ProviderLimit
+from gateway.types import (
+    AFFINITY_CHOICES,
+    CIRCUIT_STATES,
+    MOVE_REASONS,
+    AffinityChoice,
+    BreakResult,
+    CircuitState,
+    DeploymentKey,
+    HedgeResult,
+    QueueOutcome,
+    RouteReason,
+)
+
+QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
+HEDGE_RESULTS: tuple[HedgeResult, ...] = get_args(HedgeResult)
+BREAK_RESULTS: tuple[BreakResult, ...] = get_args(BreakResult)
+
+
+class RoutingSeries(SeriesFamilies):
+    """Routing decisions, provider capacity and health, the queue, sessions and caches (a part of ``Metrics``)."""
+
+    def _register_routing_series(self, r: CollectorRegistry) -> None:
+        counter, histogram, gauge = self.counter_class, self.histogram_class, self.gauge_class
+        self.inflight = gauge(
+            "gateway_inflight_requests",
+            "Upstream attempts in flight, per provider",
+            ["provider"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.capacity = gauge(
+            "gateway_provider_max_concurrency",
+            "The provider's configured max_concurrency (per worker, summed over the workers of a host)",
+            ["provider"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.concurrency_limit = gauge(
+            "gateway_provider_concurrency_limit",
+            "Requests in flight the gateway allows the provider now: its learned limit, under max_concurrency",
+            ["provider"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.ratelimit_remaining = gauge(
+            "gateway_provider_ratelimit_remaining",
+            "What the provider's rate-limit headers last said it has left (kind: requests or tokens)",
+            ["provider", "kind"],
+            registry=r,
+            multiprocess_mode="livemin",
+        )
+        self.ratelimit_reset = gauge(
+            "gateway_provider_ratelimit_reset_seconds",
+            "Seconds until the provider's reported rate-limit budget resets (0: reset, or never reported)",
+            ["provider"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        # Waiting for a slot when every deployment is full.
+        self.queue_depth = gauge(
+            "gateway_queue_depth",
+            "Requests waiting for a free slot, per model",
+            ["model"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.queue_wait = histogram(
+            "gateway_queue_wait_seconds",
+            "How long requests waited for a free slot (served or not)",
+            ["model"],
+            buckets=QUEUE_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.queue_refusals = counter(
+            "gateway_queue_refusals_total",
+            "Requests refused for want of a slot, by reason (timeout: waited too long; full: the line was full)",
+            ["model", "reason"],
+            registry=r,
+        )
+        # Routing.
+        self.route_decisions = counter(
+            "gateway_routing_decisions_total",
+            "Requests committed to a provider, by the reason it was chosen",
+            [*SAMPLE_LABELS, "reason"],
+            registry=r,
+        )
+        self.fallbacks = counter(
+            "gateway_fallbacks_total", "Failed attempts followed by another attempt", SAMPLE_LABELS, registry=r
+        )
+        self.hedges = counter(
+            "gateway_hedges_total", "Hedged attempts by result (won, lost)", [*SAMPLE_LABELS, "result"], registry=r
+        )
+        self.stream_breaks = counter(
+            "gateway_stream_breaks_total",
+            "Streams whose upstream failed after part of the answer reached the client, by what followed "
+            "(recovered: another deployment finished the answer; failed: the stream ended with an error event)",
+            [*SAMPLE_LABELS, "result"],
+            registry=r,
+        )
+        self.malformed_events = counter(
+            "gateway_malformed_events_total",
+            "Streams that completed although one of their events was not valid JSON (the client skipped it): "
+            "counted here, not against the provider's health",
+            SAMPLE_LABELS,
+            registry=r,
+        )
+        self.circuit = gauge(
+            "gateway_circuit_state",
+            "1 for the provider's current circuit state, 0 otherwise",
+            ["provider", "state"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        # Sessions and prompt caches.
+        self.session_routes = counter(
+            "gateway_session_routes_total",
+            "Requests of a session by what routing did with it: stay (where its prompt is cached), move (reason: "
+            "slower, unavailable, excluded), new (bound nowhere yet), unknown (binding unreadable), off",
+            ["model", "choice", "reason"],
+            registry=r,
+        )
+        self.session_bindings = counter(
+            "gateway_session_bindings_total",
+            "Session bindings written (after an answer completed), by the deployment bound",
+            ["model", "deployment"],
+            registry=r,
+        )
+        self.cached_tokens = counter(
+            "gateway_cached_tokens_total",
+            "Prompt tokens the provider reported serving from its prompt cache",
+            SAMPLE_LABELS,
+            registry=r,
+        )
+        self.cache_saved_usd = counter(
+            "gateway_cache_saved_usd_total",
+            "Estimated money the prompt cache saved: cached tokens x (price_in - price_cached_in)",
+            SAMPLE_LABELS,
+            registry=r,
+        )
+        self.cache_saved_seconds = counter(
+            "gateway_cache_saved_ttft_seconds_total",
+            "Estimated first-token time the prompt cache saved: cached tokens / the deployment's prefill speed",
+            SAMPLE_LABELS,
+            registry=r,
+        )
+        self._circuits_known: set[str] = set()
+        self._providers: dict[DeploymentKey, str] = {}
+
+    def _prepare_routing_series(self, pairs: Iterable[tuple[str, str]], config: GatewayConfig) -> None:
+        """The series ``prepare`` creates at zero: per (model, provider) pair, model and provider."""
+        self._providers = deployment_providers(config)
+        for model, provider in pairs:
+            for reason in get_args(RouteReason):
+                self._series(self.route_decisions, model, provider, reason)
+            self._series(self.fallbacks, model, provider)
+            for hedge in HEDGE_RESULTS:
+                self._series(self.hedges, model, provider, hedge)
+            for result in BREAK_RESULTS:
+                self._series(self.stream_breaks, model, provider, result)
+            self._series(self.malformed_events, model, provider)
+            self._series(self.cached_tokens, model, provider)
+            self._series(self.cache_saved_usd, model, provider)
+            self._series(self.cache_saved_seconds, model, provider)
+        for model_config in config.models:
+            self._series(self.queue_depth, model_config.name)
+            for reason in ("timeout", "full"):
+                self._series(self.queue_refusals, model_config.name, reason)
+            for choice in AFFINITY_CHOICES:
+                for reason in MOVE_REASONS if choice == "move" else ("",):
+                    self._series(self.session_routes, model_config.name, choice, reason)
+        for provider_config in config.providers:
+            name = provider_config.name
+            self._series(self.inflight, name)
+            self.set_provider_capacity(name, provider_config.max_concurrency)
+            if name not in self._circuits_known:
+                self.set_circuit_state(name, "closed")
+
+    # -- Hooks: the capacity controller ------------------------------------------------------
+
+    def set_provider_capacity(self, provider: str, max_concurrency: int | None) -> None:
+        """The configured ceiling; a provider without one has no series (there is no number to show)."""
+        if max_concurrency is not None:
+            self.capacity.labels(provider).set(max_concurrency)
+        else:
+            self._remove(self.capacity, (provider,))
+
+    def set_provider_limit(self, provider: str, limit: ProviderLimit, now: float) -> None:
+        """The provider's learned limit and last reported budget (read at scrape time)."""
+        self._series(self.concurrency_limit, provider).set(limit.allowed)
+        for kind, remaining in (("requests", limit.remaining_requests), ("tokens", limit.remaining_tokens)):
+            if remaining is not None:
+                self._series(self.ratelimit_remaining, provider, kind).set(remaining)
+        reset_at = max(limit.reset_at or 0.0, limit.blocked_until)
+        self._series(self.ratelimit_reset, provider).set(max(0.0, reset_at - now))
+
+    # -- GatewayEvents: the router and the relay ---------------------------------------------
+
+    def decision(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
+        pass  # counted when the request commits (``committed``), under the reason it was served by
+
+    def attempt_started(self, model: str, deployment: str, provider: str) -> None:
+        self._series(self.inflight, provider).inc()
+
+    def attempt_ended(self, model: str, deployment: str, provider: str) -> None:
+        self._series(self.inflight, provider).dec()
+
+    def committed(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
+        """A request was committed to ``provider`` (its first token came, or its answer)."""
+        self._series(self.route_decisions, model, provider, reason).inc()
+
+    def fallback(self, model: str, deployment: str, provider: str, next_deployment: str) -> None:
+        """An attempt at ``provider`` failed and the request moved on to the next candidate."""
+        self._series(self.fallbacks, model, provider).inc()
+
+    def hedge_started(self, model: str, primary: str, hedge: str) -> None:
+        pass  # counted per attempt when each ends (``hedge_ended``)
+
+    def hedge_ended(self, model: str, deployment: str, provider: str, result: HedgeResult, is_hedge: bool) -> None:
+        """A hedged attempt at ``provider`` ended: ``won`` (it answered) or ``lost`` (cancelled)."""
+        self._series(self.hedges, model, provider, result).inc()
+
+    def stream_broke(self, model: str, deployment: str, provider: str, result: BreakResult) -> None:
+        """``provider``'s stream broke mid-answer; ``result`` says whether the answer was still finished."""
+        self._series(self.stream_breaks, model, provider, result).inc()
+
+    def malformed_stream(self, model: str, deployment: str, provider: str) -> None:
+        self._series(self.malformed_events, model, provider).inc()
+
+    def queue_entered(self, model: str) -> None:
+        self._series(self.queue_depth, model).inc()
+
+    def queue_left(self, model: str, waited_s: float, outcome: QueueOutcome) -> None:
+        if outcome != "full":
+            self._series(self.queue_depth, model).dec()
+            self._series(self.queue_wait, model).observe(waited_s)
+        if outcome in ("timeout", "full"):
+            self._series(self.queue_refusals, model, outcome).inc()
+
+    def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
+        self.set_circuit_state(provider, state)
+
+    def session_routed(self, model: str, deployment: str, choice: AffinityChoice, reason: str | None) -> None:
+        self._series(self.session_routes, model, choice, reason or "").inc()
+
+    def session_bound(self, model: str, deployment: str) -> None:
+        self._series(self.session_bindings, model, deployment).inc()
+
+    def cache_used(self, model: str, deployment: str, cached_tokens: int, saved_usd: float, saved_s: float) -> None:
+        provider = self._providers.get((model, deployment), deployment)
+        self._series(self.cached_tokens, model, provider).inc(cached_tokens)
+        self._series(self.cache_saved_usd, model, provider).inc(max(0.0, saved_usd))
+        self._series(self.cache_saved_seconds, model, provider).inc(max(0.0, saved_s))
+
+    def set_circuit_state(self, provider: str, state: CircuitState) -> None:
+        self._circuits_known.add(provider)
+        for name in CIRCUIT_STATES:
+            self.circuit.labels(provider, name).set(1 if name == state else 0)
