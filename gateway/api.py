@@ -462,6 +462,7 @@ class ProxyEndpoint:
             pinned=pinned,
             session=session,
             kind=expects.kind if expects.judged else None,
+            explain=_wants_trace(scope["headers"]),
         )
         # Last: from here on the caller owns the ticket and releases it.
         ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens)

@@ -26,7 +26,7 @@ from gateway.metrics import Metrics, deployment_providers
 from gateway.relay import Dispatcher
 from gateway.response_owners import ResponseOwners
 from gateway.responses_config import ResponsesConfig
-from gateway.routing import MeasuredRouter
+from gateway.routing.serving import ServingRouter
 from gateway.routing.trace import TraceStore
 from gateway.session_bindings import SessionBindings
 from gateway.stats import StatsStore
@@ -68,7 +68,7 @@ class GatewayRuntime:
     (the router its circuits, the stats store its window); the runtime only ties them together."""
 
     config: GatewayConfig
-    router: MeasuredRouter
+    router: ServingRouter
     dispatcher: Dispatcher
     upstreams: UpstreamPool
     counter: TokenCounter

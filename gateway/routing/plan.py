@@ -102,6 +102,8 @@ class RouteRequest:
     """The conversation this request continues, if it names one or is long enough to be fingerprinted."""
     kind: RequestKind | None = None
     """What it asks of its answer (tools, JSON, plain): deployments are judged by their valid rate for it."""
+    explain: bool = False
+    """The caller asked for the routing trace: the plan carries its ``ranking`` even where that costs extra."""
 
 
 @dataclass(frozen=True, slots=True)

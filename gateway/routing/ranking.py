@@ -16,6 +16,30 @@ from gateway.types import CircuitState
 
 
 @dataclass(frozen=True, slots=True)
+class BeliefView:
+    """What the belief router believes of one deployment now, for people (``GET /v1/gateway/routes``, the trace,
+    the dashboard). Medians are of single answers; a spread is their log standard deviation (0.4: about 68% of
+    answers within ×1.5 of the median), the uncertainty of the level itself included."""
+
+    ttft_s: float
+    """Median first token, seconds."""
+    ttft_spread: float
+    tokens_per_s: float
+    """Median output speed."""
+    tokens_per_s_spread: float
+    age_s: float | None
+    """Since it was last heard from (an answer, or a bound from a race lost); None: never."""
+    answers: int
+    """Answers (and lower bounds) it heard."""
+    changed: float
+    """The chance its level changed since it was last heard (the hazard)."""
+    failure: float
+    """Its believed failure chance."""
+    best: float
+    """The probability it is the best deployment for a typical request (of the ranking's shape), by its draws."""
+
+
+@dataclass(frozen=True, slots=True)
 class Ranked:
     """A deployment in a model's ranking, with everything that put it there."""
 
@@ -39,6 +63,8 @@ class Ranked:
     remaining_tokens: int | None = None
     reset_in_s: float | None = None
     """When that budget resets, as last reported."""
+    belief: BeliefView | None = None
+    """The belief router's belief behind the prediction (None: ranked by the measured router)."""
 
     @property
     def deployment(self) -> DeploymentConfig:
@@ -96,3 +122,7 @@ class Ranking:
     holds, which then repays them, so probes can run above ``explore_share`` by this many."""
     cold_starts: int = 0
     """Of the requests, the ones routed while nothing was measured: every deployment raced (not probes)."""
+    shadows: int = 0
+    """Of the probes, the ones measured beside the leader, unseen (the belief router)."""
+    extra_attempts: float | None = None
+    """Attempts per request beyond one, exploration's cost (the belief router; None: not counted)."""
