@@ -13,12 +13,13 @@ import logging
 from dataclasses import replace
 
 from gateway.config import ModelConfig, ProviderConfig
+from gateway.errors import NoCapacity
 from gateway.routing.belief_rank import rank_beliefs
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.capacity import ProviderLimit
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
-from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SessionRoute
-from gateway.routing.ranking import Ranking
+from gateway.routing.plan import AffinityDecision, Candidate, RoutePlan, RouteRequest, SessionRoute
+from gateway.routing.ranking import Ranking, no_capacity
 from gateway.samples import Endpoint, RequestKind
 
 logger = logging.getLogger("gateway")
@@ -36,10 +37,43 @@ class LiveBeliefRouter(BeliefRouter):
 
     def plan(self, request: RouteRequest) -> RoutePlan:
         self.state.asked[request.model.name] += 1
-        plan = super().plan(request)
-        if not request.explain:
-            return plan
-        ranking = self.rank(
+        try:
+            plan = super().plan(request)
+        except NoCapacity:
+            # Every circuit is open: say why per deployment, and answer 429 with the wait when all were rate limited.
+            raise no_capacity(request.model.name, self._ranking(request).rows) from None
+        affinity = self._affinity(request, plan) if request.session is not None else None
+        if affinity is not None:
+            first = plan.candidates[0]
+            self.events.session_routed(first.model, first.name, affinity.choice, affinity.reason)
+            plan = replace(plan, affinity=affinity)
+        return replace(plan, ranking=self._ranking(request)) if request.explain else plan
+
+    def _affinity(self, request: RouteRequest, plan: RoutePlan) -> AffinityDecision:
+        """What the plan did with the request's session (``affinity.decide``'s reading: the beliefs hold no cache
+        terms yet, so this reports where the session went and does not steer it)."""
+        session, preferences = request.session, request.preferences
+        assert session is not None
+        if session.affinity == "off" or preferences.order or preferences.only is not None:
+            return AffinityDecision("off", session.deployment)
+        if session.lookup == "unavailable":
+            return AffinityDecision("unknown")
+        if session.lookup == "unbound" or session.deployment is None:
+            return AffinityDecision("new")
+        if plan.candidates[0].name == session.deployment:
+            return AffinityDecision("stay", session.deployment)
+        if any(c.name == session.deployment for c in plan.candidates):
+            return AffinityDecision("move", session.deployment, "slower")
+        model = request.model.name
+        bound = next((d for d in request.model.deployments if d.name == session.deployment), None)
+        open_now = (
+            bound is not None
+            and self.state.health.state((model, bound.name), self.clock(), self._circuit_changed) == "open"
+        )
+        return AffinityDecision("move", session.deployment, "unavailable" if open_now else "excluded")
+
+    def _ranking(self, request: RouteRequest) -> Ranking:
+        return self.rank(
             request.model,
             endpoint=request.endpoint,
             prompt_tokens=request.prompt_tokens,
@@ -48,7 +82,6 @@ class LiveBeliefRouter(BeliefRouter):
             pinned=request.pinned,
             kind=request.kind,
         )
-        return replace(plan, ranking=ranking)
 
     def rank(
         self,

@@ -7,9 +7,12 @@ import it without importing the router back.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
+from gateway.errors import GatewayError, NoCapacity, RateLimited
 from gateway.routing.score import RequestShape, Scored
 from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState
@@ -126,3 +129,21 @@ class Ranking:
     """Of the probes, the ones measured beside the leader, unseen (the belief router)."""
     extra_attempts: float | None = None
     """Attempts per request beyond one, exploration's cost (the belief router; None: not counted)."""
+
+
+def no_capacity(model: str, rows: Sequence[Ranked]) -> GatewayError:
+    """The error of a request no deployment can take now, failing fast: 429 when every deployment asked to wait
+    (Retry-After), else 503 (``rows``: the model's ranking, none available)."""
+    parts = []
+    for row in rows:
+        if row.circuit == "open":
+            why = "rate limited" if row.rate_limited else "circuit open"
+            parts.append(f"{row.deployment.name}: {why}, retry in {row.retry_in_s:.1f}s")
+        else:
+            parts.append(f"{row.deployment.name}: provider at its concurrency limit ({row.limit})")
+    waits = [r.retry_in_s for r in rows if r.circuit == "open"]
+    headers = {"retry-after": str(max(1, math.ceil(min(waits))))} if len(waits) == len(rows) and waits else {}
+    message = f"no deployment of model '{model}' can take a request now ({'; '.join(parts)})"
+    if rows and all(r.rate_limited for r in rows):
+        return RateLimited(message, code="upstream_rate_limited", headers=headers)
+    return NoCapacity(message, headers=headers)
