@@ -43,6 +43,11 @@ BELIEF_E2E = (
     "tests/test_overrides.py",
     "tests/test_reload.py",
     "tests/test_dashboard_endpoint.py",
+    "tests/test_faults.py",
+    "tests/test_quality_routing.py",
+    "tests/test_translate_routing.py",
+    "tests/test_translate_recovery.py",
+    "tests/test_routing_belief_explained.py",
 )
 """The end-to-end routing, hedging, affinity, recovery, fallback, capacity, drain, queue and trace tests: run them
 with ``--router belief`` to check the belief router serves the live gateway."""

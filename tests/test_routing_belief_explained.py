@@ -18,7 +18,7 @@ from gateway.dashboard.why import render_why, why_view
 from gateway.fakes import FakeBehavior
 from gateway.routing import Candidate, MeasuredRouter, RouteRequest
 from gateway.routing.belief_live import LiveBeliefRouter
-from gateway.routing.explain import ranking_json
+from gateway.routing.explain import ranking_json, ranking_table
 from gateway.routing.ranking import Ranking
 from gateway.routing.serving import ServingRouter, build_router, router_kind
 from gateway.routing.trace import build_trace
@@ -89,6 +89,15 @@ def test_the_routes_json_carries_each_belief_and_what_exploring_cost() -> None:
     # The prediction the order rests on is the belief's, for this request's shape.
     assert fast["predicted"]["time_s"] < slow["predicted"]["time_s"]
     assert {"shadows", "extra_attempts_per_request"} <= set(body["exploration"])
+
+
+def test_the_table_shows_each_chance_of_being_best() -> None:
+    router, _ = _taught()
+    table = ranking_table(router.rank(CONFIG.models[0]))
+    header = next(line for line in table.splitlines() if line.startswith("#"))
+    assert header.rstrip().endswith("p best")
+    fast = next(line for line in table.splitlines() if line.startswith("1 "))
+    assert fast.rstrip().endswith("%")
 
 
 def test_the_measured_routers_json_has_no_belief() -> None:

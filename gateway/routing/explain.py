@@ -171,6 +171,9 @@ def ranking_table(ranking: Ranking) -> str:
     """The ranking as a fixed-width table, best first."""
     header = ["#", "deployment", "status", "score", "why", "ttft s", "tok/s", "time s", "±", "age s", "bonus"]
     header += ["cost $", "success", "n", "in-flight"]
+    believed = any(row.belief is not None for row in ranking.rows)
+    if believed:
+        header.append("p best")  # the belief router's: the chance each is the best for this request
     rows: list[list[str]] = []
     notes: list[str] = []
     for rank, row in enumerate(ranking.rows, start=1):
@@ -193,6 +196,7 @@ def ranking_table(ranking: Ranking) -> str:
                 f"{p.success_rate:.2f}",
                 str(p.attempts),
                 f"{row.in_flight}/{row.limit}",
+                *([f"{row.belief.best:.0%}" if row.belief is not None else "-"] if believed else []),
             ]
         )
         for violation in row.scored.violations:
