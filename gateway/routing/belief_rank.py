@@ -31,8 +31,8 @@ from gateway.routing.score import Scored, ScoreParts
 from gateway.samples import Endpoint, RequestKind
 from gateway.stats import StatsSnapshot
 
-BEST_DRAWS = 128
-"""Draws behind each deployment's chance of being best (its resolution: 1/128)."""
+BEST_DRAWS = 64
+"""Draws behind each deployment's chance of being best (its resolution: 1/64; each draws every deployment once)."""
 
 
 def rank_beliefs(
