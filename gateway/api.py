@@ -468,6 +468,7 @@ class ProxyEndpoint:
             session=session,
             kind=expects.kind if expects.judged else None,
             client=key.key_id,
+            explain=_wants_trace(scope["headers"]),
         )
         # A key's tokens per minute may hold the answer's likely length (the router's forecast) instead of max_tokens.
         length = runtime.router.forecast(route_request) if key.limits.tokens_per_minute and max_tokens else None

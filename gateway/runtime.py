@@ -25,7 +25,7 @@ from gateway.metrics.family import deployment_providers
 from gateway.metrics.series import Metrics
 from gateway.relay import Dispatcher
 from gateway.responses_config import ResponsesConfig
-from gateway.routing import MeasuredRouter
+from gateway.routing.serving import ServingRouter
 from gateway.routing.trace import TraceStore
 from gateway.sessions.bindings import BindingStore
 from gateway.sessions.response_owners import ResponseOwners
@@ -69,7 +69,7 @@ class GatewayRuntime:
     (the router its circuits, the stats store its window); the runtime only ties them together."""
 
     config: GatewayConfig
-    router: MeasuredRouter
+    router: ServingRouter
     dispatcher: Dispatcher
     upstreams: UpstreamPool
     counter: TokenCounter

@@ -8,17 +8,20 @@ time and money for that request, its status and the score's terms (``score_terms
 old the newest is, how uncertain it is, and whether the deployment is being explored, changed
 lately, or leads on a leap still on trial. ``render_why`` draws it as a small table under the
 model's rows, with a sentence that names the trade-off: the fastest and the cheapest (and the
-cache discount that made it cheapest), and what the chosen one gives up against each.
+cache discount that made it cheapest), and what the chosen one gives up against each. Under the belief
+router a row's basis is its belief instead (``Predicted.believed``): the medians and spreads of its first
+token and speed, how long ago it was heard from, and its chance of being the best.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gateway.dashboard.text import esc, money, price, seconds
 from gateway.routing.explain import policy_summary, score_terms
 from gateway.routing.explore import on_trial
-from gateway.routing.ranking import Ranked, Ranking
+from gateway.routing.ranking import BeliefView, Ranked, Ranking
 
 OUTPUT_FROM = {"observed": "the model's observed median answer", "default": "the policy's default", "request": "given"}
 
@@ -54,6 +57,8 @@ class Predicted:
     """Prompt tokens predicted to come from its cache (its observed hit ratio, or a session's warm prompt)."""
     price_in: float = 0.0
     price_cached_in: float | None = None
+    belief: BeliefView | None = None
+    """The belief router's belief behind the prediction (None: the measured router ranked it)."""
 
     @property
     def cache_discount(self) -> str:
@@ -62,6 +67,21 @@ class Predicted:
             return ""
         share = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 1.0
         return f"{share:.0%} of the prompt cached at {price(self.price_cached_in)}/1M instead of {price(self.price_in)}"
+
+    @property
+    def believed(self) -> str:
+        """``first token 0.42 s ×1.5 · 85 tok/s ×1.3 · heard 4 s ago · best 72%``: the belief, in words (medians,
+        the factor one answer's spread spans, how long ago it was heard from, its chance of being the best)."""
+        b = self.belief
+        if b is None:
+            return ""
+        parts = [
+            f"first token {seconds(b.ttft_s)} ×{math.exp(b.ttft_spread):.1f}",
+            f"{b.tokens_per_s:.0f} tok/s ×{math.exp(b.tokens_per_s_spread):.1f}",
+            f"heard {_age(b.age_s)} ago" if b.age_s is not None else "never heard",
+            f"best {b.best:.0%}",
+        ]
+        return " · ".join(parts)
 
     @property
     def basis(self) -> str:
@@ -142,6 +162,7 @@ def _predicted(row: Ranked, shape_prompt: int, trial: bool) -> Predicted:
         cached_tokens=p.cached_tokens,
         price_in=row.deployment.price_in,
         price_cached_in=row.deployment.price_cached_in,
+        belief=row.belief,
     )
 
 
@@ -245,7 +266,7 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
             f'<tr style="--c:{color}"><td class="num">{rank}</td>'
             f'<td class="name"><span class="swatch"></span>{esc(row.deployment)} {_tags(row, view, chosen)}</td>'
             f'<td class="num">{_time(row)}</td><td class="num">{cost}</td>'
-            f'<td class="basis-cell">{esc(row.basis)}</td>'
+            f'<td class="basis-cell">{esc(row.believed or row.basis)}</td>'
             f'<td title="in flight / learned limit: {esc(row.load)}">{esc(row.status)} · {esc(row.load)}</td>'
             f"<td><code>{esc(row.terms)}</code></td></tr>"
         )
@@ -266,7 +287,12 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
         f'<p class="why-sentence">{esc(why_sentence(view))}</p>'
         '<div class="why-wrap"><table class="why-rows"><thead><tr><th class="num">#</th><th>Deployment</th>'
         '<th class="num">Predicted time</th><th class="num">Predicted cost</th>'
-        "<th>Basis <small>answers · newest · spread</small></th><th>Status</th>"
+        + (
+            "<th>Belief <small>median ×spread · heard · chance best</small></th>"
+            if any(row.belief is not None for row in view.rows)
+            else "<th>Basis <small>answers · newest · spread</small></th>"
+        )
+        + "<th>Status</th>"
         "<th>Score terms (0 = best)</th></tr></thead>"
         f"<tbody>{''.join(lines)}</tbody></table></div>"
         f'<p class="muted why-note">The router\'s own ranking for {shape}; policy {esc(view.policy)}. {tails}'

@@ -32,8 +32,9 @@ from gateway.relay.attempt import Attempt, ClientFault
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
-from gateway.routing import Candidate, MeasuredRouter
+from gateway.routing import Candidate
 from gateway.routing.health import IdleProbes
+from gateway.routing.serving import ServingRouter
 from gateway.samples import Endpoint
 
 logger = logging.getLogger("gateway")
@@ -63,11 +64,11 @@ class CircuitProber:
         while True:
             await asyncio.sleep(self.interval_s)
             runner = self.current()
-            if isinstance(runner.router, MeasuredRouter):
+            if isinstance(runner.router, ServingRouter):
                 await probe_due(runner, runner.router.state.idle_probes)
 
 
-def due(router: MeasuredRouter) -> list[Candidate]:
+def due(router: ServingRouter) -> list[Candidate]:
     """The deployments whose circuit is open past its cool-down (each would admit one probe now)."""
     now = router.clock()
     circuits = router.state.health.circuits
@@ -88,7 +89,7 @@ async def probe_due(runner: AttemptRunner, idle: IdleProbes | None = None) -> in
     """Probe the circuits that are due (at most ``MAX_PROBES``, only those with demand when ``idle`` is given);
     returns how many were probed."""
     router = runner.router
-    if not isinstance(router, MeasuredRouter):
+    if not isinstance(router, ServingRouter):
         return 0
     candidates = [c for c in due(router) if _api(c) is not None]
     if idle is not None:
@@ -110,7 +111,7 @@ def _api(candidate: Candidate) -> Endpoint | None:
 
 
 def _start(
-    runner: AttemptRunner, router: MeasuredRouter, candidate: Candidate
+    runner: AttemptRunner, router: ServingRouter, candidate: Candidate
 ) -> tuple[ProxyRequest, AttemptBudget, Attempt] | None:
     """Admit one probe: a cheap request (one token, not streamed) and its attempt; None when not admitted."""
     api = _api(candidate)

@@ -132,6 +132,7 @@ class BeliefRouter:
             budget=self.budget,
             model=model.name,
         )
+        choice = Choice(tuple(range(len(options))), choice.costs) if policy.ranking == "fixed" else choice
         counts.explored += choice.explored
         counts.races += bool(choice.race) and not choice.cold
         counts.shadows += choice.shadow is not None

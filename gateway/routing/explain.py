@@ -3,7 +3,9 @@
 Every number that decided the order is shown: the predictions (TTFT, tokens/s, time,
 money) with where they come from, how uncertain they are and how old their newest answer
 is, the weighted score terms, the exploration bonus, broken constraints, circuit state and
-load; per model, how many requests were spent exploring. Times are seconds, money USD for
+load; per model, how many requests were spent exploring. Under the belief router each deployment also
+shows its ``belief``: the median and spread of its first token and speed, its age, and its chance of
+being the best for the request shown. Times are seconds, money USD for
 one request of the shape given; uncertainties are relative standard errors (0.1 ≈ ±10%).
 """
 
@@ -13,7 +15,7 @@ from typing import Any
 
 from gateway.policies import PolicyConfig
 from gateway.routing.apis import upstream_api
-from gateway.routing.ranking import Ranked, Ranking
+from gateway.routing.ranking import BeliefView, Ranked, Ranking
 from gateway.samples import Endpoint
 from gateway.tables import format_table
 
@@ -93,6 +95,23 @@ def row_json(rank: int, row: Ranked, api: Endpoint | None = None) -> dict[str, A
         "price_in": row.deployment.price_in,
         "price_out": row.deployment.price_out,
         "price_cached_in": row.deployment.price_cached_in,
+        **({"belief": belief_json(row.belief)} if row.belief is not None else {}),
+    }
+
+
+def belief_json(belief: BeliefView) -> dict[str, Any]:
+    """The belief router's belief of one deployment: medians and spreads (log sd of one answer), its age, and
+    its chance of being the best for the ranking's request."""
+    return {
+        "ttft_median_s": round(belief.ttft_s, 4),
+        "ttft_spread": round(belief.ttft_spread, 4),
+        "tokens_per_s_median": round(belief.tokens_per_s, 1),
+        "tokens_per_s_spread": round(belief.tokens_per_s_spread, 4),
+        "age_s": _round(belief.age_s, 2),
+        "answers": belief.answers,
+        "changed_since_heard": round(belief.changed, 4),
+        "failure": round(belief.failure, 4),
+        "p_best": round(belief.best, 4),
     }
 
 
@@ -116,6 +135,11 @@ def ranking_json(ranking: Ranking) -> dict[str, Any]:
             "cold_starts": ranking.cold_starts,
             "share": round(ranking.probes / ranking.requests, 4) if ranking.requests else 0.0,
             "budget": policy.explore_share,
+            **(
+                {"shadows": ranking.shadows, "extra_attempts_per_request": round(ranking.extra_attempts, 4)}
+                if ranking.extra_attempts is not None
+                else {}
+            ),
         },
         "deployments": [row_json(i, row, shape.endpoint) for i, row in enumerate(ranking.rows, start=1)],
     }
@@ -147,6 +171,9 @@ def ranking_table(ranking: Ranking) -> str:
     """The ranking as a fixed-width table, best first."""
     header = ["#", "deployment", "status", "score", "why", "ttft s", "tok/s", "time s", "±", "age s", "bonus"]
     header += ["cost $", "success", "n", "in-flight"]
+    believed = any(row.belief is not None for row in ranking.rows)
+    if believed:
+        header.append("p best")  # the belief router's: the chance each is the best for this request
     rows: list[list[str]] = []
     notes: list[str] = []
     for rank, row in enumerate(ranking.rows, start=1):
@@ -169,6 +196,7 @@ def ranking_table(ranking: Ranking) -> str:
                 f"{p.success_rate:.2f}",
                 str(p.attempts),
                 f"{row.in_flight}/{row.limit}",
+                *([f"{row.belief.best:.0%}" if row.belief is not None else "-"] if believed else []),
             ]
         )
         for violation in row.scored.violations:

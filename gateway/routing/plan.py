@@ -107,6 +107,8 @@ class RouteRequest:
     """What it asks of its answer (tools, JSON, plain): deployments are judged by their valid rate for it."""
     client: str = ""
     """The client key's id ("": none): its answers' lengths are learned apart (``gateway.routing.lengths``)."""
+    explain: bool = False
+    """The caller asked for the routing trace: the plan carries its ``ranking`` even where that costs extra."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,39 @@ import it without importing the router back.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
+from gateway.errors import GatewayError, NoCapacity, RateLimited
 from gateway.routing.score import RequestShape, Scored
 from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState
+
+
+@dataclass(frozen=True, slots=True)
+class BeliefView:
+    """What the belief router believes of one deployment now, for people (``GET /v1/gateway/routes``, the trace,
+    the dashboard). Medians are of single answers; a spread is their log standard deviation (0.4: about 68% of
+    answers within ×1.5 of the median), the uncertainty of the level itself included."""
+
+    ttft_s: float
+    """Median first token, seconds."""
+    ttft_spread: float
+    tokens_per_s: float
+    """Median output speed."""
+    tokens_per_s_spread: float
+    age_s: float | None
+    """Since it was last heard from (an answer, or a bound from a race lost); None: never."""
+    answers: int
+    """Answers (and lower bounds) it heard."""
+    changed: float
+    """The chance its level changed since it was last heard (the hazard)."""
+    failure: float
+    """Its believed failure chance."""
+    best: float
+    """The probability it is the best deployment for a typical request (of the ranking's shape), by its draws."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +66,8 @@ class Ranked:
     remaining_tokens: int | None = None
     reset_in_s: float | None = None
     """When that budget resets, as last reported."""
+    belief: BeliefView | None = None
+    """The belief router's belief behind the prediction (None: ranked by the measured router)."""
 
     @property
     def deployment(self) -> DeploymentConfig:
@@ -96,3 +125,25 @@ class Ranking:
     holds, which then repays them, so probes can run above ``explore_share`` by this many."""
     cold_starts: int = 0
     """Of the requests, the ones routed while nothing was measured: every deployment raced (not probes)."""
+    shadows: int = 0
+    """Of the probes, the ones measured beside the leader, unseen (the belief router)."""
+    extra_attempts: float | None = None
+    """Attempts per request beyond one, exploration's cost (the belief router; None: not counted)."""
+
+
+def no_capacity(model: str, rows: Sequence[Ranked]) -> GatewayError:
+    """The error of a request no deployment can take now, failing fast: 429 when every deployment asked to wait
+    (Retry-After), else 503 (``rows``: the model's ranking, none available)."""
+    parts = []
+    for row in rows:
+        if row.circuit == "open":
+            why = "rate limited" if row.rate_limited else "circuit open"
+            parts.append(f"{row.deployment.name}: {why}, retry in {row.retry_in_s:.1f}s")
+        else:
+            parts.append(f"{row.deployment.name}: provider at its concurrency limit ({row.limit})")
+    waits = [r.retry_in_s for r in rows if r.circuit == "open"]
+    headers = {"retry-after": str(max(1, math.ceil(min(waits))))} if len(waits) == len(rows) and waits else {}
+    message = f"no deployment of model '{model}' can take a request now ({'; '.join(parts)})"
+    if rows and all(r.rate_limited for r in rows):
+        return RateLimited(message, code="upstream_rate_limited", headers=headers)
+    return NoCapacity(message, headers=headers)

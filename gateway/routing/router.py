@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import random
 import time
 from collections.abc import Sequence
 from typing import Protocol
 
 from gateway.config import GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
-from gateway.errors import GatewayError, InvalidRequest, NoCapacity, RateLimited
+from gateway.errors import InvalidRequest
 from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cache_terms, decide, keep_bound_first
 from gateway.routing.apis import speaking
@@ -53,7 +52,7 @@ from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SessionRoute
 from gateway.routing.predict import WINDOW_METRIC
 from gateway.routing.prefill import split
-from gateway.routing.ranking import Ranked, Ranking
+from gateway.routing.ranking import Ranked, Ranking, no_capacity
 from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
 from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.stats import Metric, StatsSnapshot
@@ -282,7 +281,7 @@ class MeasuredRouter:
         policy = ranking.policy
         rows = [r for r in ranking.rows if r.available]
         if not rows:
-            raise _no_capacity(model.name, ranking.rows)
+            raise no_capacity(model.name, ranking.rows)
         windows = self.state.windows
         fitting = [r for r in rows if windows.fits(model.name, r.deployment, request.prompt_tokens)]
         if fitting:
@@ -626,20 +625,3 @@ def _listed(rows: Sequence[Ranked], order: Sequence[str]) -> list[Ranked]:
 def _apply_order(rows: list[Ranked], preferences: ProviderPreferences) -> list[Ranked]:
     listed = _listed(rows, preferences.order)
     return listed + [r for r in rows if r not in listed]
-
-
-def _no_capacity(model: str, rows: Sequence[Ranked]) -> GatewayError:
-    """Fail fast: 429 when every deployment asked to wait (Retry-After), else 503."""
-    parts = []
-    for row in rows:
-        if row.circuit == "open":
-            why = "rate limited" if row.rate_limited else "circuit open"
-            parts.append(f"{row.deployment.name}: {why}, retry in {row.retry_in_s:.1f}s")
-        else:
-            parts.append(f"{row.deployment.name}: provider at its concurrency limit ({row.limit})")
-    waits = [r.retry_in_s for r in rows if r.circuit == "open"]
-    headers = {"retry-after": str(max(1, math.ceil(min(waits))))} if len(waits) == len(rows) and waits else {}
-    message = f"no deployment of model '{model}' can take a request now ({'; '.join(parts)})"
-    if rows and all(r.rate_limited for r in rows):
-        return RateLimited(message, code="upstream_rate_limited", headers=headers)
-    return NoCapacity(message, headers=headers)

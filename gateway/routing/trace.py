@@ -5,10 +5,11 @@ response header, and kept for a while to be read back through the explanation en
 
 Built from the router's own ranking (``Ranking``/``Ranked``) and the attempts' samples, and
 rendered generically: every field of a ``Prediction`` and of its ``ScoreParts`` appears under its
-own name, so a field added to either shows up without a change here.
+own name, so a field added to either shows up without a change here. Under the belief router a candidate
+also carries its ``belief`` (``belief_entry``).
 
 The header is compact JSON (ASCII only). When it would pass ``HEADER_LIMIT`` bytes it is cut, in
-this order, until it fits: the predictions and terms of candidates after the first
+this order, until it fits: the predictions, terms and beliefs of candidates after the first
 ``DETAILED_CANDIDATES``, then trailing candidates, then the oldest attempts; a cut header says
 ``"cut": true`` and the full trace stays at the endpoint.
 """
@@ -24,7 +25,7 @@ from typing import Any
 
 from gateway.routing.apis import translated_to
 from gateway.routing.plan import RoutePlan
-from gateway.routing.ranking import Ranked, Ranking
+from gateway.routing.ranking import BeliefView, Ranked, Ranking
 from gateway.samples import Endpoint, Sample
 from gateway.types import Clock
 
@@ -69,6 +70,8 @@ def candidate_entry(rank: int, row: Ranked, role: str | None, api: Endpoint | No
         "price": [row.deployment.price_in, row.deployment.price_out],
         "load": [row.in_flight, row.provider_in_flight, row.limit],
     }
+    if row.belief is not None:
+        entry["belief"] = belief_entry(row.belief)
     if role is not None:
         entry["role"] = role
     translated = translated_to(row.deployment, api) if api is not None else None
@@ -76,6 +79,20 @@ def candidate_entry(rank: int, row: Ranked, role: str | None, api: Endpoint | No
         entry["via"] = translated
     if row.scored.violations:
         entry["broke"] = list(row.scored.violations)
+    return entry
+
+
+def belief_entry(belief: BeliefView) -> dict[str, Any]:
+    """The belief behind a candidate, compact: medians and spreads of first token (``ttft``) and tokens/s
+    (``tps``) as [median, spread], seconds since heard (absent: never), answers, and the chance of being best."""
+    entry: dict[str, Any] = {
+        "ttft": [_compact(belief.ttft_s), _compact(belief.ttft_spread)],
+        "tps": [_compact(belief.tokens_per_s), _compact(belief.tokens_per_s_spread)],
+        "n": belief.answers,
+        "best": _compact(belief.best),
+    }
+    if belief.age_s is not None:
+        entry["age_s"] = _compact(belief.age_s)
     return entry
 
 
@@ -163,6 +180,7 @@ def header_value(trace: dict[str, Any], limit: int = HEADER_LIMIT) -> str:
     for entry in candidates[DETAILED_CANDIDATES:]:
         entry.pop("pred", None)
         entry.pop("terms", None)
+        entry.pop("belief", None)
     cut["c"] = candidates
     text = _encode(cut)
     while len(text) > limit and len(cut["c"]) > 1:

@@ -1,0 +1,158 @@
+"""The belief router as the live gateway serves it: what the app reads of a router beyond ``Router``.
+
+``BeliefRouter`` plans, admits and learns; serving also asks a router to explain itself (``rank``, the
+ranking behind ``GET /v1/gateway/routes``, the dashboard and a plan's trace), for its providers'
+capacity (metrics), for the demand behind each model (``RouterState.asked``: background circuit
+probes stop when nobody asks), and to hand its beliefs to the router a config reload builds. Those
+live here, beside the model rather than in it, so the model's module holds only its decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from gateway.config import ModelConfig, ProviderConfig
+from gateway.errors import NoCapacity
+from gateway.routing.belief_rank import rank_beliefs
+from gateway.routing.belief_router import BeliefRouter
+from gateway.routing.capacity import ProviderLimit
+from gateway.routing.lengths import Forecast, LengthSource, shape_of
+from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
+from gateway.routing.plan import AffinityDecision, Candidate, RoutePlan, RouteRequest, SessionRoute
+from gateway.routing.ranking import Ranking, no_capacity
+from gateway.samples import Endpoint, RequestKind
+
+logger = logging.getLogger("gateway")
+
+
+class LiveBeliefRouter(BeliefRouter):
+    """``BeliefRouter`` with what the live gateway reads of its router (``gateway.routing.serving.ServingRouter``).
+
+    Usage::
+
+        router = LiveBeliefRouter(config, stats_store, state=previous.state)
+        router.inherit(previous)          # on a reload: the same beliefs, lengths and budgets
+        router.rank(model)                # the ranking, explained
+    """
+
+    def plan(self, request: RouteRequest) -> RoutePlan:
+        self.state.asked[request.model.name] += 1
+        try:
+            plan = super().plan(request)
+        except NoCapacity:
+            # Every circuit is open: say why per deployment, and answer 429 with the wait when all were rate limited.
+            raise no_capacity(request.model.name, self._ranking(request).rows) from None
+        affinity = self._affinity(request, plan) if request.session is not None else None
+        if affinity is not None:
+            first = plan.candidates[0]
+            self.events.session_routed(first.model, first.name, affinity.choice, affinity.reason)
+            plan = replace(plan, affinity=affinity)
+        return replace(plan, ranking=self._ranking(request)) if request.explain else plan
+
+    def forecast(self, request: RouteRequest) -> Forecast:
+        """The answer length the belief router plans for (its shape: the model and ``max_tokens``)."""
+        default = request.max_tokens or self.config.policy_for(request.model).default_output_tokens
+        source: LengthSource = "request" if request.max_tokens else "default"
+        return self.lengths.forecast(
+            shape_of(request.model.name, request.max_tokens), request.max_tokens, default, source
+        )
+
+    def _affinity(self, request: RouteRequest, plan: RoutePlan) -> AffinityDecision:
+        """What the plan did with the request's session (``affinity.decide``'s reading: the beliefs hold no cache
+        terms yet, so this reports where the session went and does not steer it)."""
+        session, preferences = request.session, request.preferences
+        assert session is not None
+        if session.affinity == "off" or preferences.order or preferences.only is not None:
+            return AffinityDecision("off", session.deployment)
+        if session.lookup == "unavailable":
+            return AffinityDecision("unknown")
+        if session.lookup == "unbound" or session.deployment is None:
+            return AffinityDecision("new")
+        if plan.candidates[0].name == session.deployment:
+            return AffinityDecision("stay", session.deployment)
+        if any(c.name == session.deployment for c in plan.candidates):
+            return AffinityDecision("move", session.deployment, "slower")
+        model = request.model.name
+        bound = next((d for d in request.model.deployments if d.name == session.deployment), None)
+        open_now = (
+            bound is not None
+            and self.state.health.state((model, bound.name), self.clock(), self._circuit_changed) == "open"
+        )
+        return AffinityDecision("move", session.deployment, "unavailable" if open_now else "excluded")
+
+    def _ranking(self, request: RouteRequest) -> Ranking:
+        return self.rank(
+            request.model,
+            endpoint=request.endpoint,
+            prompt_tokens=request.prompt_tokens,
+            max_tokens=request.max_tokens,
+            preferences=request.preferences,
+            pinned=request.pinned,
+            kind=request.kind,
+        )
+
+    def rank(
+        self,
+        model: ModelConfig,
+        *,
+        endpoint: Endpoint | None = None,
+        prompt_tokens: int = 500,
+        max_tokens: int | None = None,
+        preferences: ProviderPreferences = NO_PREFERENCES,
+        pinned: str | None = None,
+        session: SessionRoute | None = None,
+        kind: RequestKind | None = None,
+    ) -> Ranking:
+        """``model``'s deployments for a request of this shape, each with its belief (``rank_beliefs``)."""
+        return rank_beliefs(
+            self,
+            model,
+            endpoint=endpoint,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            preferences=preferences,
+            pinned=pinned,
+            session=session,
+            kind=kind,
+        )
+
+    def capacity_of(self, provider: ProviderConfig) -> ProviderLimit:
+        """The provider's deployments' learned limits and reported budgets, taken together (for metrics)."""
+        return self.state.capacity.provider_view(provider)
+
+    def inherit(self, previous: BeliefRouter) -> None:
+        """Carry on from the router of the config before a reload: the very same beliefs, priors, answer lengths,
+        budget and counts (shared, not copied: the old router's attempts still running report to them)."""
+        self.beliefs = previous.beliefs
+        self.priors = previous.priors
+        self.lengths = previous.lengths
+        self.budget = previous.budget
+        self.counts = previous.counts
+        self._attempts = previous._attempts
+        self._open = previous._open
+        self._lengths_of = previous._lengths_of
+        self._bytes_per_token = previous._bytes_per_token
+
+    def continuation_refused(self, candidate: Candidate) -> None:
+        until = self.state.refused_continuation.get((candidate.model, candidate.name), float("-inf"))
+        if until <= self.clock():
+            logger.warning(
+                "deployment %s of model %s is marked continue_prefill but refused a continuation: "
+                "not continuable for a while (check its continue_prefill and prefill_format)",
+                candidate.name,
+                candidate.model,
+            )
+        super().continuation_refused(candidate)
+
+    def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
+        key = (candidate.model, candidate.name)
+        known = self.state.windows.learned.get(key)
+        super().context_exceeded(candidate, limit)
+        if limit is not None and self.state.windows.learned.get(key) != known:
+            logger.info(
+                "deployment %s of model %s accepts at most %d tokens (learned from its context_length_exceeded)",
+                candidate.name,
+                candidate.model,
+                limit,
+            )
