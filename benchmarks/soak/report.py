@@ -98,17 +98,9 @@ def report(
     ]
     if observed.host_load:
         loads = sorted(observed.host_load)
-        cores = os.cpu_count() or 1
-        median = loads[len(loads) // 2]
-        shared = (
-            " Well above the core count: other work shared the cores, every process here (the providers too) ran "
-            "late, and timeouts fired that an unshared host does not see."
-            if median > 2 * cores
-            else ""
-        )
         lines.append(
-            f"- Host load (1-minute load average, sampled beside the load, {cores} cores): median {median:.1f}, "
-            f"max {loads[-1]:.1f}.{shared}"
+            f"- Host load (1-minute load average, sampled beside the load, {os.cpu_count()} cores; the soak's own "
+            f"processes count in it): median {loads[len(loads) // 2]:.1f}, max {loads[-1]:.1f}."
         )
     if rss := memory_summary(observed):
         lines.append(f"- Replica memory: {rss}")
