@@ -196,15 +196,14 @@ class _Request:
         self.done = False
 
     def start(self) -> None:
-        for name in ("shadow", "second_shadow"):
-            shadow = getattr(self.plan, name, None)  # older routers send none
-            if shadow is not None and self.router.attempt_started(shadow):
-                # Beside the first attempt and never the answer: drained (``Drains.shadow``).
-                fails, ttft, tps = self.draw(shadow, "shadow")
-                if fails:
-                    self._racer_fails(shadow)
-                else:
-                    self._drain(shadow, self.sim.now, ttft, tps)
+        shadow = getattr(self.plan, "shadow", None)  # older routers send none
+        if shadow is not None and self.router.attempt_started(shadow):
+            # Beside the first attempt and never the answer: drained (``Drains.shadow``).
+            fails, ttft, tps = self.draw(shadow, "shadow")
+            if fails:
+                self._racer_fails(shadow)
+            else:
+                self._drain(shadow, self.sim.now, ttft, tps)
         self.next_attempt(hedge_allowed=True)
 
     def admit(self) -> Candidate | None:

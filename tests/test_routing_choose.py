@@ -8,7 +8,7 @@ import random
 from gateway.config import DeploymentConfig, parse_config
 from gateway.policies import BUILTIN_POLICIES
 from gateway.routing.belief import HAZARD_S, Belief
-from gateway.routing.choose import COLD_RACE, RACE_BUDGET, Budget, Choice, Option, chance_best, choose, gain
+from gateway.routing.choose import COLD_RACE, RACE_BUDGET, Budget, Option, chance_best, choose, gain
 from gateway.routing.cost import Shape, Weights, cost
 from gateway.routing.lengths import Lengths, shape_of
 from gateway.routing.priors import Prior, pooled
@@ -143,60 +143,6 @@ def test_a_look_goes_where_it_may_teach_most() -> None:
         assert choice.explored
         looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
     assert looked.count(2) >= 18
-
-
-def _looked(choice: Choice) -> set[int]:
-    """The deployments a request looks at beside the leader (its race's contenders, its shadows)."""
-    shadows = {i for i in (choice.shadow, choice.second_shadow) if i is not None}
-    return set(choice.race[:-1]) | shadows
-
-
-def test_a_look_measures_two_contenders_when_both_may_teach_about_as_much() -> None:
-    """Two deployments unheard for as long beside a fresh leader: one look measures both, and the bucket pays for
-    each attempt it adds. With one of them heard a moment ago, the look measures only the stale one."""
-    leader = _measured(0.4, 200.0, at=300.0)
-    stale = [_measured(1.5, 60.0), _measured(1.5, 60.0)]
-    options = _options([leader, *stale])
-    options = [
-        Option(o.deployment, o.belief, pooled([p.belief for p in options if p is not o], 300.0)) for o in options
-    ]
-    for seed in range(10):
-        budget = Budget()
-        before = budget.tokens.get("m", 1.0)
-        choice = choose(
-            options, Shape(20, 256), WEIGHTS, 300.0, random.Random(seed), may_race=True, budget=budget, model="m"
-        )
-        assert choice.explored and choice.order[0] == 0
-        assert _looked(choice) == {1, 2}
-        assert before - budget.tokens["m"] == 2.0
-        assert not budget.ready("m")  # the next look waits until the second attempt is repaid
-    heard = _measured(1.5, 60.0, at=300.0)
-    options = _options([leader, heard, stale[0]])
-    options = [
-        Option(o.deployment, o.belief, pooled([p.belief for p in options if p is not o], 300.0)) for o in options
-    ]
-    for seed in range(10):
-        budget = Budget()
-        choice = choose(
-            options, Shape(20, 256), WEIGHTS, 300.0, random.Random(seed), may_race=True, budget=budget, model="m"
-        )
-        assert _looked(choice) == {2}
-        assert budget.tokens["m"] == 0.0
-
-
-def test_looks_at_two_contenders_add_no_more_attempts_than_the_budget() -> None:
-    """Four near-equal thin contenders beside a leader, 1000 streams: the attempts the looks add (two for a look at
-    two) stay within the budget's share of the requests plus its burst."""
-    options = _options([_measured(0.4, 200.0)] + [_measured(0.5, 190.0, n=3) for _ in range(4)])
-    rng, budget = random.Random(7), Budget()
-    added = pairs = 0
-    for _ in range(1000):
-        budget.credit("m")
-        choice = choose(options, Shape(20, 256), WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
-        added += len(_looked(choice))
-        pairs += len(_looked(choice)) == 2
-    assert pairs > 0
-    assert added <= 1000 * RACE_BUDGET + Budget().burst
 
 
 def test_the_chance_of_being_best_follows_the_beliefs() -> None:

@@ -68,9 +68,8 @@ class Dispatcher:
         """Try the plan's candidates until one answers; raise the right ``GatewayError`` if none does."""
         runner = self.runner
         budget = AttemptBudget.for_request(plan.policy, request.received_at, runner.clock, request.timeout_s)
-        for shadow in (plan.shadow, plan.second_shadow):
-            if shadow is not None and request.stream:
-                self.drains.shadow(request, shadow, plan.policy)
+        if plan.shadow is not None and request.stream:
+            self.drains.shadow(request, plan.shadow, plan.policy)
         remaining = plan
         too_long: list[str] = []  # deployments that refused the prompt as too long
         while True:

@@ -138,7 +138,7 @@ class BeliefRouter:
         )
         counts.explored += choice.explored
         counts.races += bool(choice.race) and not choice.cold
-        counts.shadows += (choice.shadow is not None) + (choice.second_shadow is not None)
+        counts.shadows += choice.shadow is not None
         counts.cold_starts += choice.cold
         order = list(choice.order)
         if preferences.order:
@@ -155,14 +155,11 @@ class BeliefRouter:
         candidates = self._candidates(request, policy, options, choice, order, race, snapshot, now)
         for candidate in candidates:
             self._lengths_of[id(candidate)] = (length, request.max_tokens)
-        shadows: list[Candidate | None] = []
-        for index in (choice.shadow, choice.second_shadow):
-            shadow = None
-            if index is not None and index != order[0]:
-                d = deployments[index]
-                shadow = Candidate(d, self._providers[d.provider], reason="explore", model=model.name)
-                self._lengths_of[id(shadow)] = (length, request.max_tokens)
-            shadows.append(shadow)
+        shadow = None
+        if choice.shadow is not None and choice.shadow != order[0]:
+            d = deployments[choice.shadow]
+            shadow = Candidate(d, self._providers[d.provider], reason="explore", model=model.name)
+            self._lengths_of[id(shadow)] = (length, request.max_tokens)
         if len(self._lengths_of) > 100_000:
             self._lengths_of.clear()  # plans whose candidates were never tried
         first = candidates[0]
@@ -171,8 +168,7 @@ class BeliefRouter:
             candidates=tuple(candidates),
             policy=policy,
             race=tuple(deployments[i].name for i in race[:-1]),
-            shadow=shadows[0],
-            second_shadow=shadows[1],
+            shadow=shadow,
         )
 
     def _option(

@@ -15,10 +15,6 @@ the request explores. A stream then explores cheaply, under one budget (``RACE_B
 - a **shadow** otherwise: the leader answers, the explored one runs beside it unseen and is
   drained (racing it would hand a long answer to a slower stream on a quicker first token).
 
-When the runner-up may teach about as much (``PAIR_CLOSE``), the look measures both: a race of the
-two with the leader, or a race and a shadow, or two shadows. The second attempt is spent from the same
-bucket (into debt: the next look waits), so looks add at most ``RACE_BUDGET`` attempts per request.
-
 Without budget (or not a stream), the draw's order stands. A **cold start**: deployments never
 measured and not being measured are raced all at once (up to ``COLD_RACE``), beside the leader.
 """
@@ -39,12 +35,8 @@ RACE_BUDGET = 0.10
 """Share of streamed requests that may carry one extra attempt to look at another deployment (a race or a shadow)."""
 COLD_RACE = 4
 """Deployments never measured that one request may race at once (the rest follow on the next ones)."""
-PAIR_CLOSE = 0.5
-"""A look measures the runner-up too when its worth (``gain``) is at least this share of the first's."""
 GAIN_DRAWS = 16
 """Draws that estimate what a look may teach (the cost of the estimate, not a knob of the world)."""
-PAIR_DRAWS = 64
-"""Draws that re-estimate the two worth most, to tell whether the second is close to the first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +61,6 @@ class Choice:
     """Options that start at once, the first token wins (the order's first ones)."""
     shadow: int | None = None
     """An option measured beside the first, never the answer."""
-    second_shadow: int | None = None
-    """Another measured the same way, when a look measures two contenders."""
     explored: bool = False
     """The draw put first another than the leader."""
     cold: bool = False
@@ -111,11 +101,6 @@ class Budget:
             return False
         self.tokens[model] = self.tokens.get(model, 1.0) - 1.0
         return True
-
-    def owe(self, model: str) -> None:
-        """A second attempt on a look already taken: spent from the same bucket, into debt if need be (the next
-        look waits until it is repaid, so the attempts the looks add stay at ``RACE_BUDGET`` per request)."""
-        self.tokens[model] = self.tokens.get(model, 1.0) - 1.0
 
 
 def choose(
@@ -158,39 +143,17 @@ def choose(
         return Choice(_first(first, ranked), tuple(means), explored=first != leader)
     if budget is None or len(options) < 2 or not budget.take(model):
         return Choice(_first(leader, ranked), tuple(means))
-    # A look, beside the leader: where it may teach most (a stale belief's chance of a change included); the
-    # runner-up too when it may teach nearly as much, one more attempt owed to the same bucket.
-    worth = {i: gain(options[i], means[leader], shape, weights, now, rng) for i in ranked if i != leader}
-    looks = sorted(worth, key=lambda i: -worth[i])[:2]
-    if len(looks) > 1:
-        # Compared on more draws, the same for both (common random numbers): the worth of a rare change is a rare
-        # draw, and apart from each other two estimates of 16 differ by a factor of several on equal beliefs.
-        seed = rng.random()
-        closer = [gain(options[i], means[leader], shape, weights, now, random.Random(seed), PAIR_DRAWS) for i in looks]
-        if closer[1] > closer[0]:
-            looks, closer = looks[::-1], closer[::-1]
-        if closer[1] <= 0.0 or closer[1] < PAIR_CLOSE * closer[0]:
-            looks = looks[:1]
-    racers = [i for i in looks if means[i].s_per_token <= means[leader].s_per_token or not options[i].belief.answers]
-    shadows = [i for i in looks if i not in racers]
-    if len(looks) > 1:
-        budget.owe(model)
-    shadow, second = (shadows + [None, None])[:2]
-    if racers:
-        rest = [i for i in _first(leader, ranked) if i not in racers]
-        return Choice((*racers, *rest), tuple(means), race=(*racers, leader), shadow=shadow, explored=True)
-    return Choice(_first(leader, ranked), tuple(means), shadow=shadow, second_shadow=second, explored=True)
+    # A look, beside the leader: where it may teach most (a stale belief's chance of a change included).
+    first = max(
+        (i for i in ranked if i != leader), key=lambda i: gain(options[i], means[leader], shape, weights, now, rng)
+    )
+    if means[first].s_per_token <= means[leader].s_per_token or not options[first].belief.answers:
+        rest = [i for i in _first(leader, ranked) if i != first]
+        return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
+    return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
 
 
-def gain(
-    option: Option,
-    leader: Cost,
-    shape: Shape,
-    weights: Weights,
-    now: float,
-    rng: random.Random,
-    draws: int = GAIN_DRAWS,
-) -> float:
+def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: float, rng: random.Random) -> float:
     """What one look at ``option`` may teach (the knowledge gradient): the expected improvement over the leader's
     score of where the belief would stand after one answer. Its level is where it was (drifted since) or, by the
     hazard, changed; one answer tells those apart when they lie far apart (a stale belief is worth a look) and
@@ -199,7 +162,7 @@ def gain(
     branches = belief.branches(now, option.prior)
     spread2 = [s * s for s in belief.spread()]
     total = 0.0
-    for k in range(draws):
+    for k in range(GAIN_DRAWS):
         branch = k % 2  # half the draws from each branch, weighted by its chance: rare changes are not missed
         draw = belief.draw(now, rng, option.prior, branch == 1)
         answer = [math.log(v) + rng.gauss(0.0, math.sqrt(spread2[m])) for m, v in enumerate(draw.levels)]
@@ -207,7 +170,7 @@ def gain(
         drawn = cost(replace(draw, ttft_s=moved[0], s_per_token=moved[1]), option.deployment, shape, weights)
         mine, theirs = scores([drawn, leader], weights)
         total += max(0.0, theirs - mine) * branches[branch][0]
-    return 2 * total / draws
+    return 2 * total / GAIN_DRAWS
 
 
 def _posterior_mean(branches: Branches, answer: list[float], spread2: list[float]) -> tuple[float, float]:

@@ -122,8 +122,6 @@ class RoutePlan:
     """What the router did with the request's session (None: it has none)."""
     shadow: Candidate | None = None
     """A deployment measured beside the first attempt but never the answer (``gateway.relay.drain``), if any."""
-    second_shadow: Candidate | None = None
-    """Another measured the same way, when one look measures two deployments."""
 
     @property
     def race_probe(self) -> str | None:
