@@ -12,7 +12,8 @@ Usage::
     python -m benchmarks.routing_simulate                # every scenario, 3 seeds
     python -m benchmarks.routing_simulate --only recovery --seeds 10
     python -m benchmarks.routing_simulate --stress --seeds 16  # markets nothing was tuned on
-    python -m benchmarks.routing_simulate --held-out          # the held-out set: run once, at the end
+    python -m benchmarks.routing_simulate --held-out          # the first held-out set (seen once: no longer held out)
+    python -m benchmarks.routing_simulate --held-out-2        # the second held-out set: run once, at the end
     python -m benchmarks.routing_simulate --router new        # the belief-based router (gateway.routing.belief)
     python -m benchmarks.routing_simulate --compare --seeds 64  # old and new, paired, as a markdown table
 """
@@ -30,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.routing_held_out import HELD_OUT_2
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 from gateway.config import GatewayConfig, StatsConfig, parse_config
 from gateway.relay.drain import DRAIN_EVENTS, DRAIN_MAX_S
@@ -499,6 +501,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stress", action="store_true", help="the stress markets (routing_scenarios.STRESS) instead")
     parser.add_argument("--held-out", action="store_true", help="the held-out set (routing_scenarios.HELD_OUT): once")
     parser.add_argument(
+        "--held-out-2", action="store_true", help="the second held-out set (routing_held_out.HELD_OUT_2): once"
+    )
+    parser.add_argument(
         "--router", choices=("old", "new"), default="old", help="old: MeasuredRouter; new: BeliefRouter"
     )
     parser.add_argument("--compare", action="store_true", help="old and new paired over the same schedules (markdown)")
@@ -506,7 +511,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     policy = json.loads(args.policy) if args.policy else None
     if args.compare:
         print(PAIRED_HEADER, flush=True)
-    for scenario in HELD_OUT if args.held_out else STRESS if args.stress else SCENARIOS:
+    markets = HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else STRESS if args.stress else SCENARIOS
+    for scenario in markets:
         if args.only and scenario.name not in args.only:
             continue
         if args.compare:

@@ -51,6 +51,18 @@ def test_a_jump_is_followed_within_a_few_answers() -> None:
     assert expected.s_per_token * 200.0 > 2.5
 
 
+def test_a_first_answer_far_from_a_rough_prior_says_where_the_level_is_not_how_far_answers_scatter() -> None:
+    """Nothing measured anywhere: the level starts at 50 tokens/s, a factor e either way. An answer at 400 tokens/s
+    moves the level there; counted as a residual of the spread, it would read answers as scattering by a factor 3."""
+    belief = Belief()
+    belief.observe(1.0, NO_PRIOR, 0.8, 1 / 400.0)
+    assert belief.expected(1.0).s_per_token * 400.0 < 2.0
+    assert belief.spread()[1] < 0.7  # read as a full residual, 1.1
+    rng = random.Random(12)
+    _feed(belief, rng, 60, start=1.0, ttft=0.8, tps=400.0, sigma=0.8)
+    assert 0.6 < belief.spread()[1] < 1.0  # a wide spread is still learned from answers that scatter widely
+
+
 def test_one_wild_answer_neither_triggers_a_change_nor_drags_the_level() -> None:
     belief = Belief()
     rng = random.Random(3)

@@ -7,11 +7,11 @@ import random
 
 from gateway.config import DeploymentConfig, parse_config
 from gateway.policies import BUILTIN_POLICIES
-from gateway.routing.belief import Belief
-from gateway.routing.choose import COLD_RACE, RACE_BUDGET, Budget, Option, chance_best, choose
-from gateway.routing.cost import Shape, Weights
+from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.choose import COLD_RACE, RACE_BUDGET, Budget, Option, chance_best, choose, gain
+from gateway.routing.cost import Shape, Weights, cost
 from gateway.routing.lengths import Lengths, shape_of
-from gateway.routing.priors import Prior
+from gateway.routing.priors import Prior, pooled
 
 POLICY = BUILTIN_POLICIES["balanced"]
 WEIGHTS = Weights.of(POLICY)
@@ -103,6 +103,46 @@ def test_a_look_at_a_slower_streamer_is_a_shadow_at_a_faster_one_a_race() -> Non
     # The second streams faster (it starts later) and is thinly measured: racing it costs the request nothing.
     races, _ = looks([_measured(0.3, 200.0), _measured(2.0, 800.0, n=3)])
     assert races > 0
+
+
+def _gain(beliefs: list[Belief], index: int, now: float, draws: int = 20) -> float:
+    """Option ``index``'s knowledge gradient against option 0 as the leader, its priors pooled from the others."""
+    options = _options(beliefs)
+    options = [Option(o.deployment, o.belief, pooled([p.belief for p in options if p is not o], now)) for o in options]
+    shape = Shape(20, 256)
+    leader = cost(options[0].belief.expected(now, options[0].prior), options[0].deployment, shape, WEIGHTS)
+    rng = random.Random(11)
+    return sum(gain(options[index], leader, shape, WEIGHTS, now, rng) for _ in range(draws)) / draws
+
+
+def test_a_look_is_worth_more_the_longer_a_slower_deployment_went_unheard() -> None:
+    """The knowledge gradient of a deployment known to be 3x slower: nothing just after it was heard, then growing
+    with the chance that it changed since (the hazard), so a look finds a recovery in a time the hazard sets."""
+    beliefs = [_measured(0.4, 200.0), _measured(1.5, 60.0)]
+    fresh = _gain(beliefs, 1, 101.0)
+    later = _gain(beliefs, 1, 100.0 + HAZARD_S / 2)
+    stale = _gain(beliefs, 1, 100.0 + HAZARD_S)
+    assert fresh < 0.005
+    assert fresh < later < stale
+    assert stale > 0.1
+
+
+def test_a_look_goes_where_it_may_teach_most() -> None:
+    """With the budget ready, the look goes to the deployment unheard for long (it may have changed), not to the one
+    as slow but heard a moment ago."""
+    leader, heard, unheard = _measured(0.4, 200.0, at=300.0), _measured(1.5, 60.0, at=300.0), _measured(1.5, 60.0)
+    options = _options([leader, heard, unheard])
+    options = [
+        Option(o.deployment, o.belief, pooled([p.belief for p in options if p is not o], 300.0)) for o in options
+    ]
+    looked = []
+    for seed in range(20):
+        choice = choose(
+            options, Shape(20, 256), WEIGHTS, 300.0, random.Random(seed), may_race=True, budget=Budget(), model="m"
+        )
+        assert choice.explored
+        looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
+    assert looked.count(2) >= 18
 
 
 def test_the_chance_of_being_best_follows_the_beliefs() -> None:

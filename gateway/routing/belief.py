@@ -76,7 +76,12 @@ class Draw:
     """What a failure costs before the fallback starts."""
     changed: bool = False
     """Drawn as a level new since it was last heard (from the prior, by the hazard), not from its own answers."""
-    """The answers' log spread around those medians (for means and quantiles)."""
+    levels: tuple[float, float] = (0.0, 0.0)
+    """The drawn levels themselves (seconds; ``ttft_s`` and ``s_per_token`` again, kept apart from any later change)."""
+
+
+Branches = tuple[tuple[float, tuple[float, float], tuple[float, float]], ...]
+"""(chance, log means, log variances) of a level that stayed (drifted) and of one that changed since last heard."""
 
 
 @dataclass(slots=True)
@@ -156,10 +161,17 @@ class Belief:
         self.failed_at = now
 
     def bounded(
-        self, now: float, prior: Prior, ttft_at_least: float | None, spt_at_least: float | None = None
+        self,
+        now: float,
+        prior: Prior,
+        ttft_at_least: float | None,
+        spt_at_least: float | None = None,
+        *,
+        streaming: tuple[tuple[float, float | None], ...] = (),
     ) -> Belief:
-        """A copy told the first token is at least ``ttft_at_least`` (an attempt still waiting for it) and the
-        seconds per token at least ``spt_at_least`` (a stream running slow): for one plan only."""
+        """A copy told the first token is at least ``ttft_at_least`` (an attempt still waiting for it), the seconds
+        per token at least ``spt_at_least`` (a stream running slow), and the pairs of ``streaming`` (streams begun
+        since it was last heard: their first token, and their pace so far): for one plan only."""
         copy = Belief(
             [Run(r.weight, list(r.mean), list(r.var), r.born) for r in self.runs],
             self.heard_at,
@@ -184,6 +196,8 @@ class Belief:
             spt_at_least * math.exp(-self.spread2[SPT]) if spt_at_least is not None else None,
         )
         copy.observe(now, prior, at_least=bounds)
+        for ttft_s, s_per_token in streaming:
+            copy.observe(now, prior, ttft_s, s_per_token)
         copy.heard_at = heard
         return copy
 
@@ -219,10 +233,13 @@ class Belief:
             return 1.0
         return 1.0 - math.exp(-(now - self.heard_at) / HAZARD_S)
 
-    def draw(self, now: float, rng: random.Random, prior: Prior) -> Draw:
+    def draw(self, now: float, rng: random.Random, prior: Prior, changed: bool | None = None) -> Draw:
         """One sample of the present from the posterior: a run by its weight, then its level with drift; or, with
-        the chance it changed since last heard, a new level from the prior (a stale belief is looked at again)."""
-        changed = not self.runs or rng.random() < self.changed(now)
+        the chance it changed since last heard, a new level from the prior (a stale belief is looked at again).
+        ``changed`` given: that branch only (for expectations over both, weighted by ``changed(now)``)."""
+        if changed is None:
+            changed = rng.random() < self.changed(now)
+        changed = changed or not self.runs
         runs = self._new_runs(prior) if changed else self.runs
         pick = rng.random()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
         run = runs[-1]
@@ -238,7 +255,27 @@ class Belief:
         a, b = self.fails, self.oks
         mean = a / (a + b)
         failure = min(0.99, max(0.0, rng.gauss(mean, math.sqrt(mean * (1 - mean) / (a + b + 1)))))
-        return Draw(math.exp(ttft), math.exp(spt), failure, self.spread(), self.failure_s, changed)
+        return Draw(
+            math.exp(ttft),
+            math.exp(spt),
+            failure,
+            self.spread(),
+            self.failure_s,
+            changed,
+            (math.exp(ttft), math.exp(spt)),
+        )
+
+    def branches(self, now: float, prior: Prior) -> Branches:
+        """The level now as two normals (moments of each branch's runs): stayed since last heard, drift included, and
+        changed since, with the hazard's chance. What a look would tell apart."""
+        p = self.changed(now) if self.runs else 1.0
+        stayed = [self.level(now, m) for m in METRICS]
+        runs = self._new_runs(prior)
+        fresh = [_mix(runs, m) for m in METRICS]
+        return (
+            (1.0 - p, (stayed[0][0], stayed[1][0]), (stayed[0][1], stayed[1][1])),
+            (p, (fresh[0][0], fresh[1][0]), (fresh[0][1], fresh[1][1])),
+        )
 
     def uncertainty(self, now: float, prior: Prior) -> float:
         """How unsure the present level is (first token and speed, log variance summed): its own posterior,
@@ -301,17 +338,20 @@ class Belief:
         if value is None:
             return
         best = max(self.runs, key=lambda r: r.weight)
-        # E[(y - m)^2] = the answers' variance + the level's own: only the first is the answers' spread.
+        # E[(y - m)^2] = the answers' variance + the level's own: only the first is the answers' spread, and an
+        # answer tells of it only in the share the answers' variance has of the two (the first answer of a level
+        # known only roughly says where the level is, hardly how far answers scatter around it).
         residual = max(0.0, (value - best.mean[metric]) ** 2 - best.var[metric])
         scale = self.noise[metric]
+        counts = scale / (scale + best.var[metric])
         robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)
         # Sums over the last ~NOISE_MEMORY answers: n counts them, the sum of squares is ``(noise - prior) ...``.
         n = self.noise_n[metric] * (1 - 1 / NOISE_MEMORY)
         for sums, added in ((self.noise, robust), (self.spread2, residual)):
             total = sums[metric] * (PRIOR_WEIGHT + self.noise_n[metric]) - PRIOR_WEIGHT * SPREAD**2
-            total = total * (1 - 1 / NOISE_MEMORY) + added
-            sums[metric] = (PRIOR_WEIGHT * SPREAD**2 + total) / (PRIOR_WEIGHT + n + 1)
-        self.noise_n[metric] = n + 1
+            total = total * (1 - 1 / NOISE_MEMORY) + counts * added
+            sums[metric] = (PRIOR_WEIGHT * SPREAD**2 + total) / (PRIOR_WEIGHT + n + counts)
+        self.noise_n[metric] = n + counts
 
     def _prune(self) -> None:
         total = sum(r.weight for r in self.runs)

@@ -13,6 +13,7 @@ Beside ``MeasuredRouter`` while the two are compared (``benchmarks/routing_simul
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ from gateway.routing.router import SnapshotSource
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason, StreamProgress
+
+_PACE_TOKENS = 8
+"""Tokens a running stream must have sent before its pace so far counts as its speed."""
 
 
 @dataclass(slots=True)
@@ -183,17 +187,36 @@ class BeliefRouter:
                 medians = (summary.quantile("ttft_s", 0.5), _inverse(summary.quantile("tokens_per_s", 0.5)))
                 prior = with_window(prior, medians, n, self.state.window_s / 2)
                 measuring = True
-        if running and belief.answers:
-            # Attempts there now: one still waiting for its first token says "the first token is at least this
-            # long", one streaming slowly "the seconds per token are at least this many".
-            expected = belief.expected(now)
-            waited = max((now - a.started_at for a in running.values() if a.first_at is None), default=0.0)
-            slow = max((self._slowness(a, now) for a in running.values()), default=0.0)
-            ttft_bound = waited if waited > expected.ttft_s else None
-            spt_bound = slow if slow > expected.s_per_token else None
-            if ttft_bound is not None or spt_bound is not None:
-                belief = belief.bounded(now, prior, ttft_bound, spt_bound)
+        if running:
+            # Attempts there now. Those begun since it was last heard are all still running (none has ended, or it
+            # would have been heard): not picked by their length, so each streaming one tells its first token and
+            # its pace so far as an answer would. Of the rest, one still waiting for its first token says "the
+            # first token is at least this long", one streaming slowly "the seconds per token are at least this".
+            heard = belief.heard_at if belief.heard_at is not None else -math.inf
+            streaming = tuple(
+                pair for a in running.values() if a.started_at >= heard and (pair := self._so_far(a, now)) is not None
+            )
+            ttft_bound = spt_bound = None
+            if belief.answers:
+                expected = belief.expected(now)
+                waited = max((now - a.started_at for a in running.values() if a.first_at is None), default=0.0)
+                slow = max((self._slowness(a, now) for a in running.values()), default=0.0)
+                ttft_bound = waited if waited > expected.ttft_s else None
+                spt_bound = slow if slow > expected.s_per_token else None
+            if ttft_bound is not None or spt_bound is not None or streaming:
+                belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming)
         return Option(deployment, belief, prior, measuring)
+
+    def _so_far(self, attempt: _Attempt, now: float) -> tuple[float, float | None] | None:
+        """A stream's first token, and its seconds per token so far once a few tokens are in (None: no first token)."""
+        if attempt.first_at is None:
+            return None
+        ttft = attempt.first_at - attempt.started_at
+        per_token = self._bytes_per_token.get(attempt.progress.api) if attempt.progress is not None else None
+        if attempt.progress is None or not per_token:
+            return ttft, None
+        tokens = attempt.progress.received_bytes / per_token - 1.0
+        return ttft, (now - attempt.first_at) / tokens if tokens >= _PACE_TOKENS else None
 
     def _slowness(self, attempt: _Attempt, now: float) -> float:
         """A lower bound on a running stream's seconds per token: its time since the first token over the tokens

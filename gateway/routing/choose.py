@@ -21,20 +21,22 @@ measured and not being measured are raced all at once (up to ``COLD_RACE``), bes
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gateway.config import DeploymentConfig
-from gateway.routing.belief import Belief
+from gateway.routing.belief import Belief, Branches
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
 from gateway.routing.priors import Prior
 
-_LEAST_KNOWN = "least-known:"
-RACE_BUDGET = 0.05
-"""Share of streamed requests that may carry one extra attempt to explore (a race or a shadow)."""
+RACE_BUDGET = 0.10
+"""Share of streamed requests that may carry one extra attempt to look at another deployment (a race or a shadow)."""
 COLD_RACE = 4
 """Deployments never measured that one request may race at once (the rest follow on the next ones)."""
+GAIN_DRAWS = 16
+"""Draws that estimate what a look may teach (the cost of the estimate, not a knob of the world)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +91,15 @@ class Budget:
     tokens: dict[str, float] = field(default_factory=dict)
 
     def credit(self, model: str) -> None:
-        for key in (model, _LEAST_KNOWN + model):
-            self.tokens[key] = min(self.burst, self.tokens.get(key, 1.0) + RACE_BUDGET / 2)
+        self.tokens[model] = min(self.burst, self.tokens.get(model, 1.0) + RACE_BUDGET)
+
+    def ready(self, model: str) -> bool:
+        return self.tokens.get(model, 1.0) >= 1.0
 
     def take(self, model: str) -> bool:
-        tokens = self.tokens.get(model, 1.0)
-        if tokens < 1.0:
+        if not self.ready(model):
             return False
-        self.tokens[model] = tokens - 1.0
+        self.tokens[model] = self.tokens.get(model, 1.0) - 1.0
         return True
 
 
@@ -111,45 +114,85 @@ def choose(
     budget: Budget | None = None,
     model: str = "",
 ) -> Choice:
-    """Order ``options`` for this request by one draw of each belief; decide its race, shadow or cold start."""
+    """Order ``options`` for this request: a stream by the beliefs' means, with a look where it may teach most when
+    the budget has one; any other request by one draw of each belief. Decide its race, shadow or cold start."""
     means = [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill[0]) for o in options]
-    drawn = [cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill[0]) for o in options]
-    by_draw = scores(drawn, weights)
-    order = sorted(range(len(options)), key=by_draw.__getitem__)
     measured = [i for i in range(len(options)) if options[i].belief.answers]
     # Never measured and nobody measuring it; at the very start (nothing measured at all) every one.
-    cold = [i for i in order if not options[i].belief.answers and not (measured and options[i].measuring)]
-    if cold and may_race and len(options) > 1:
-        racers = cold[:COLD_RACE]
-        joins = [i for i in order if i in measured and i not in racers][:1]  # a measured leader joins at once
-        rest = [i for i in order if i not in racers and i not in joins]
-        race = (*racers, *joins) if len(racers) + len(joins) > 1 else ()
-        return Choice((*racers, *joins, *rest), tuple(means), race=race, cold=True)
-    if not measured:
-        return Choice(tuple(order), tuple(means))
+    cold = [i for i in range(len(options)) if not options[i].belief.answers and not (measured and options[i].measuring)]
+    if (cold and may_race and len(options) > 1) or not measured or not may_race:
+        drawn = [
+            cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill[0]) for o in options
+        ]
+        by_draw = scores(drawn, weights)
+        order = sorted(range(len(options)), key=by_draw.__getitem__)
+        if cold and may_race and len(options) > 1:
+            racers = [i for i in order if i in cold][:COLD_RACE]
+            joins = [i for i in order if i in measured and i not in racers][:1]  # a measured leader joins at once
+            rest = [i for i in order if i not in racers and i not in joins]
+            race = (*racers, *joins) if len(racers) + len(joins) > 1 else ()
+            return Choice((*racers, *joins, *rest), tuple(means), race=race, cold=True)
+        if not measured:
+            return Choice(tuple(order), tuple(means))
     by_mean = scores(means, weights)
-    # The draw decides who goes first; the fallbacks are what the beliefs expect best (exploiting, not exploring).
+    # The fallbacks are what the beliefs expect best (exploiting, not exploring).
     ranked = sorted(range(len(options)), key=by_mean.__getitem__)
     leader = next(i for i in ranked if i in measured)
-    first = order[0]
-    looked = False
-    if first == leader and may_race and budget is not None and len(order) > 1 and budget.take(_LEAST_KNOWN + model):
-        # Half the budget looks where the present is least known (a change is likeliest to be found there).
-        first = max(
-            (i for i in ranked if i != leader), key=lambda i: options[i].belief.uncertainty(now, options[i].prior)
-        )
-        looked = True
-    if first == leader:
-        return Choice(_first(leader, ranked), tuple(means))
     if not may_race:
-        return Choice(_first(first, ranked), tuple(means), explored=True)  # not a stream: the draw goes first
-    if not looked and (budget is None or not budget.take(model)):
-        # A stream explores only by a race or a shadow: without budget, the leader goes first.
+        first = order[0]  # not a stream: the draw goes first (Thompson sampling)
+        return Choice(_first(first, ranked), tuple(means), explored=first != leader)
+    if budget is None or len(options) < 2 or not budget.take(model):
         return Choice(_first(leader, ranked), tuple(means))
-    if not looked and (means[first].s_per_token <= means[leader].s_per_token or not options[first].belief.answers):
+    # A look, beside the leader: where it may teach most (a stale belief's chance of a change included).
+    first = max(
+        (i for i in ranked if i != leader), key=lambda i: gain(options[i], means[leader], shape, weights, now, rng)
+    )
+    if means[first].s_per_token <= means[leader].s_per_token or not options[first].belief.answers:
         rest = [i for i in _first(leader, ranked) if i != first]
         return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
+
+
+def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: float, rng: random.Random) -> float:
+    """What one look at ``option`` may teach (the knowledge gradient): the expected improvement over the leader's
+    score of where the belief would stand after one answer. Its level is where it was (drifted since) or, by the
+    hazard, changed; one answer tells those apart when they lie far apart (a stale belief is worth a look) and
+    moves a narrow level little against a wide spread (a thin near-equal one is worth little)."""
+    belief = option.belief
+    branches = belief.branches(now, option.prior)
+    spread2 = [s * s for s in belief.spread()]
+    total = 0.0
+    for k in range(GAIN_DRAWS):
+        branch = k % 2  # half the draws from each branch, weighted by its chance: rare changes are not missed
+        draw = belief.draw(now, rng, option.prior, branch == 1)
+        answer = [math.log(v) + rng.gauss(0.0, math.sqrt(spread2[m])) for m, v in enumerate(draw.levels)]
+        moved = _posterior_mean(branches, answer, spread2)
+        drawn = cost(replace(draw, ttft_s=moved[0], s_per_token=moved[1]), option.deployment, shape, weights)
+        mine, theirs = scores([drawn, leader], weights)
+        total += max(0.0, theirs - mine) * branches[branch][0]
+    return 2 * total / GAIN_DRAWS
+
+
+def _posterior_mean(branches: Branches, answer: list[float], spread2: list[float]) -> tuple[float, float]:
+    """The level's posterior mean (seconds, per metric) after one answer, over the two branches (normal each)."""
+    logs = []
+    for weight, means, variances in branches:
+        log_p = math.log(max(weight, 1e-12))
+        for m in (0, 1):
+            v = variances[m] + spread2[m]
+            log_p -= 0.5 * ((answer[m] - means[m]) ** 2 / v + math.log(v))
+        logs.append(log_p)
+    top = max(logs)
+    odds = [math.exp(x - top) for x in logs]
+    total = sum(odds)
+    moved = []
+    for m in (0, 1):
+        value = 0.0
+        for (_, means, variances), w in zip(branches, odds, strict=True):
+            learn = variances[m] / (variances[m] + spread2[m])
+            value += w / total * (means[m] + learn * (answer[m] - means[m]))
+        moved.append(math.exp(value))
+    return moved[0], moved[1]
 
 
 def _first(index: int, ranked: list[int]) -> tuple[int, ...]:
