@@ -106,7 +106,7 @@ def test_store_works_bucket_indexes_out_once_with_the_same_counts(clock: FakeClo
         make_sample(ttft_s=0.1),
         make_sample("m", "e", outcome="timeout", ttft_s=None, e2e_s=3.0),
         make_sample(ttft_s=0.7, tokens_per_s=None, output_tokens=None),
-        make_sample("n", "d", outcome="upstream_5xx", ttft_s=0.2, output_tokens=9),
+        make_sample("n", "d", outcome="upstream_error", ttft_s=0.2, output_tokens=9),
     ]
     for sample in samples:
         store.record(sample)
