@@ -261,3 +261,20 @@ def test_idle_client_connections_outlive_the_clients_own_pool_expiry() -> None:
     served = uvicorn_config(object(), config, "127.0.0.1", 0, "warning")
     assert served.timeout_keep_alive > httpx.Limits().keepalive_expiry  # type: ignore[operator]
     assert served.timeout_keep_alive >= 60
+
+
+def test_nesting_depth_is_the_deepest_container_of_any_branch() -> None:
+    """The depth counts containers only (scalars inside the deepest do not add a level), takes the deepest
+    branch wherever it is, and a scalar body nests nowhere."""
+    body: dict[str, Any] = {
+        "model": "m",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}, {"role": "assistant"}],
+        "tools": [{"function": {"parameters": {"properties": {"a": {"type": "string"}}}}}],
+    }
+    # tools → [ → {function → {parameters → {properties → {a → {type}: 7 containers deep.
+    assert not nesting_exceeds(body, 7)
+    assert nesting_exceeds(body, 6)
+    assert not nesting_exceeds([[], {}, [1, "x"]], 2)
+    assert nesting_exceeds([[], {}, [1, ["x"]]], 2)
+    assert not nesting_exceeds(None, 0)
+    assert nesting_exceeds({}, 0)

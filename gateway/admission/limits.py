@@ -53,19 +53,22 @@ class HeaderSizeLimit:
 
 
 def nesting_exceeds(value: object, limit: int) -> bool:
-    """True if arrays/objects nest deeper than ``limit``. Iterative: a hostile body cannot blow the stack."""
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
+    """True if arrays/objects nest deeper than ``limit``. Iterative: a hostile body cannot blow the stack.
+
+    Walks one level of containers at a time (no (item, depth) pair per child) and stops at the first
+    level past ``limit``, so a body nested far deeper is not walked to its bottom."""
+    level: list[Any] = [value] if isinstance(value, dict | list) else []
+    depth = 1
+    while level:
         if depth > limit:
             return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+        below: list[Any] = []
+        for item in level:
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, dict | list):
+                    below.append(child)
+        level = below
+        depth += 1
     return False
 
 

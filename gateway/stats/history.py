@@ -75,8 +75,10 @@ class MinuteBuckets:
     def __bool__(self) -> bool:
         return bool(self.minutes)
 
-    def add(self, sample: Sample, now: float) -> None:
-        buckets = {metric: b for metric, b in sample_buckets(sample).items() if metric in HISTORY_METRICS}
+    def add(self, sample: Sample, now: float, buckets: Mapping[Metric, int] | None = None) -> None:
+        """Count a sample in the minute of ``now``; ``buckets``: its ``sample_buckets``, if already worked out."""
+        every = sample_buckets(sample) if buckets is None else buckets
+        buckets = {metric: b for metric, b in every.items() if metric in HISTORY_METRICS}
         self._summary((sample.model, sample.deployment), minute_of(now)).add_buckets(sample.outcome, buckets)
 
     def add_summary(self, pair: DeploymentKey, minute: int, summary: DeploymentSummary) -> None:

@@ -9,7 +9,7 @@ from gateway.config import StatsConfig
 from gateway.samples import Sample
 from gateway.stats.base import StoreHealth
 from gateway.stats.history import History, MinuteBuckets
-from gateway.stats.snapshot import StatsSnapshot
+from gateway.stats.snapshot import StatsSnapshot, sample_buckets
 from gateway.stats.window import SlicedWindow
 from gateway.types import Clock, DeploymentKey
 
@@ -29,8 +29,9 @@ class InMemoryStatsStore:
         self.minutes = MinuteBuckets()
 
     def record(self, sample: Sample) -> None:
-        self.window.add(sample)
-        self.minutes.add(sample, self.wall_clock())
+        buckets = sample_buckets(sample)  # once for both: the bucket indexes are a log per value
+        self.window.add(sample, buckets)
+        self.minutes.add(sample, self.wall_clock(), buckets)
 
     async def history(self, pairs: Sequence[DeploymentKey]) -> History:
         return self.minutes.points(self.wall_clock(), pairs)

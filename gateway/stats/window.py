@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 
 from gateway.samples import Sample
-from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot, sample_buckets, validity_key
+from gateway.stats.snapshot import DeploymentSummary, Metric, StatsSnapshot, sample_buckets, validity_key
 from gateway.types import Clock, DeploymentKey
 
 SliceSummaries = dict[DeploymentKey, DeploymentSummary]
@@ -92,8 +92,11 @@ class SlicedWindow:
                     if not total.outcomes:
                         del self.total[key]
 
-    def add(self, sample: Sample) -> None:
-        """Count a sample in the slice of now (slices that aged out are dropped once per slice)."""
+    def add(self, sample: Sample, buckets: Mapping[Metric, int] | None = None) -> None:
+        """Count a sample in the slice of now (slices that aged out are dropped once per slice).
+
+        ``buckets``: the sample's ``sample_buckets`` when the caller already worked them out (the store
+        hands the same ones to the minute history)."""
         index = slice_index(self.wall_clock(), self.slice_s)
         if index != self._expired_for:
             self.expire()
@@ -102,7 +105,8 @@ class SlicedWindow:
         summaries = self.slices.get(index)
         if summaries is None:
             summaries = self.slices[index] = {}
-        buckets = sample_buckets(sample)
+        if buckets is None:
+            buckets = sample_buckets(sample)
         validity = validity_key(sample)
         for target in (summaries, self.total):
             summary = target.get(key)

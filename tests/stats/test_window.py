@@ -3,11 +3,14 @@ the window whole slices at a time, and the incremental total always equals the s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.config import StatsConfig
 from gateway.stats import InMemoryStatsStore
+from gateway.stats.history import MinuteBuckets
 from gateway.stats.snapshot import DeploymentSummary
 from gateway.stats.window import SlicedWindow
 from tests.support.clock import FakeClock
@@ -90,3 +93,33 @@ def test_summaries_older_than_the_window_are_refused(clock: FakeClock) -> None:
     assert window.add_summary(current, part)
     assert not window.add_summary(window.oldest_kept() - 1, part)
     assert window.total[("m", "d")].samples == 1
+
+
+def test_store_works_bucket_indexes_out_once_with_the_same_counts(clock: FakeClock) -> None:
+    """The store hands one ``sample_buckets`` to the window and the minute history: each counts what it
+    counts when it works the buckets out itself."""
+    clock.now = 1_800_000_000.0
+    store = InMemoryStatsStore(StatsConfig(window_s=60, slice_s=10), clock)
+    window = SlicedWindow(60, 10, clock)
+    minutes = MinuteBuckets()
+    samples = [
+        make_sample(ttft_s=0.1),
+        make_sample("m", "e", outcome="timeout", ttft_s=None, e2e_s=3.0),
+        make_sample(ttft_s=0.7, tokens_per_s=None, output_tokens=None),
+        make_sample("n", "d", outcome="upstream_error", ttft_s=0.2, output_tokens=9),
+    ]
+    for sample in samples:
+        store.record(sample)
+        window.add(sample)
+        minutes.add(sample, clock())
+        clock.advance(7)
+
+    def counts(summaries: Mapping[tuple[str, str], DeploymentSummary]) -> dict[object, object]:
+        return {
+            key: (s.outcomes, s.validity, {m: (h.counts, h.count) for m, h in s.histograms.items()})
+            for key, s in summaries.items()
+        }
+
+    assert counts(store.snapshot().summaries) == counts(window.snapshot().summaries)
+    assert store.minutes.points(clock()) == minutes.points(clock())
+    assert store.minutes.points(clock())  # something was compared

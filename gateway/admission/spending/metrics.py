@@ -69,14 +69,22 @@ class SpendMetrics:
             multiprocess_mode=mode,
         )
         self._series: set[tuple[str, str, str]] = set()
+        self._spend_children: dict[tuple[str, str, str, str], Counter] = {}
+        """``spend``'s series by label values, bound once: ``labels`` validates and locks on every call, and a
+        settlement books every request. The series are never removed, and the labels stay bounded (above)."""
         self.named = False
         """Key and team names may be shown (``/metrics`` needs a key): set from the config at each (re)load."""
 
     def booked(self, key: str, team: str, bookings: Sequence[Booking]) -> None:
         if not self.named:
             key = team = ""
+        children = self._spend_children
         for booking in bookings:
-            self.spend.labels(key, team, booking.model, booking.provider).inc(to_usd(booking.cost))
+            labels = (key, team, booking.model, booking.provider)
+            child = children.get(labels)
+            if child is None:
+                child = children[labels] = self.spend.labels(*labels)
+            child.inc(to_usd(booking.cost))
 
     def refused(self, scope: str, name: str) -> None:
         self.refusals.labels(scope, name if self.named else "").inc()
