@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.events import GatewayEvents, NoEvents
-from gateway.meter import Reading
+from gateway.reading import Reading
 from gateway.relay.attempt import Attempt, ClientFault
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.first_token import await_first_token, check_status

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 from gateway.dialects import dialect_for
-from gateway.meter import Reading, read_full_reply
 from gateway.quality import judge
+from gateway.reading import Reading, read_full_reply
 from gateway.relay.attempt import Attempt
 from gateway.relay.outbound import upstream_of
 from gateway.relay.request import ProxyRequest
