@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 from gateway.dialects.base import ToolCall
 from gateway.fakes.behavior import answer_words
-from gateway.meter import Reading, StreamMeter
+from gateway.meter import StreamMeter
 from gateway.quality import expectation_of, judge
+from gateway.reading import Reading
 from gateway.tokens import load_token_counter
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["q"]}}}]

@@ -22,7 +22,7 @@ from gateway.bench.runner import BenchRunner, BenchSettings, BenchTarget
 from gateway.bench.tasks import TaskError, builtin_tasks, load_tasks, normalized, parse_task
 from gateway.dialects.base import ToolCall
 from gateway.fakes import FakeBehavior
-from gateway.meter import Reading
+from gateway.reading import Reading
 from gateway.samples import Endpoint
 from gateway.tokens import load_token_counter
 from tests.raw_upstream import RawUpstream

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from gateway.dialects.base import ToolCall
-from gateway.meter import Reading, StreamMeter, read_full_reply
+from gateway.meter import StreamMeter
+from gateway.reading import Reading, read_full_reply
 from gateway.tokens import TokenCounter, load_token_counter
 from tests.support.clock import FakeClock
 

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from gateway.dialects import dialect_for
-from gateway.meter import Reading, StreamMeter, read_full_reply
+from gateway.meter import StreamMeter
 from gateway.quality import degenerate, expectation_of, judge, schema_problem
+from gateway.reading import Reading, read_full_reply
 from gateway.samples import Endpoint
 from gateway.tokens import TokenCounter, load_token_counter
 

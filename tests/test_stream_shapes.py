@@ -19,7 +19,8 @@ import pytest
 
 from gateway.dialects import dialect_for
 from gateway.errors import describe_error_body
-from gateway.meter import Reading, StreamMeter, read_full_reply
+from gateway.meter import StreamMeter
+from gateway.reading import Reading, read_full_reply
 from gateway.samples import Endpoint
 from gateway.tokens import TokenCounter, load_token_counter
 from tests.support.clock import FakeClock

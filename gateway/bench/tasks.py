@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.meter import Reading
+from gateway.reading import Reading
 from gateway.samples import Endpoint
 
 RUBRICS = ("answer", "json", "tool")

@@ -1,6 +1,6 @@
 """One verdict per answer: ``valid``, or the first reason it is not.
 
-A pure function of what the meter read of the answer (``gateway.meter.Reading``: its text, its
+A pure function of what the meter read of the answer (``gateway.reading.Reading``: its text, its
 tool calls with their arguments, its stop reason, its token count) and of what the request asked
 (``gateway.quality.expect.Expectation``). It runs once per answer, after the answer's last byte
 has gone to the client, and never changes what the client got. In order:
@@ -25,9 +25,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from gateway.meter import Reading
 from gateway.quality.expect import Expectation
 from gateway.quality.schema import schema_problem
+from gateway.reading import Reading
 from gateway.samples import Validity
 
 TRUNCATED_SHARE = 0.5

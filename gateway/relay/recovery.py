@@ -39,7 +39,7 @@ from typing import Any
 
 from gateway.config import PrefillFormat
 from gateway.errors import UpstreamError
-from gateway.meter import Reading
+from gateway.reading import Reading
 from gateway.relay.attempt import Attempt, ClientFault
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.request import ProxyRequest

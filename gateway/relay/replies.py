@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from starlette.types import Message, Send
 
 from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.meter import Reading
+from gateway.reading import Reading
 from gateway.relay.attempt import Attempt, AttemptLog, is_request_fault
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.disconnect import DisconnectWatch

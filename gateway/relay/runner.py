@@ -20,47 +20,28 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
-import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from gateway.dialects import dialect_for
-from gateway.errors import (
-    RateLimited,
-    UpstreamError,
-    UpstreamStatusError,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-    describe_error,
-    describe_error_body,
-)
+from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.events import GatewayEvents, NoEvents
-from gateway.meter import Reading, StreamMeter, read_full_reply
-from gateway.quality import judge
-from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
+from gateway.reading import Reading
+from gateway.relay.attempt import Attempt, ClientFault
 from gateway.relay.budget import AttemptBudget
+from gateway.relay.first_token import await_first_token, check_status
 from gateway.relay.outbound import upstream_body, upstream_of, upstream_path
 from gateway.relay.prompt_count import count_prompt
 from gateway.relay.queue import SlotQueue, slot_key
-from gateway.relay.ratelimit_headers import read_rate_limits
+from gateway.relay.refusals import RefusalLog, capacity_refusal, waited_slots
 from gateway.relay.request import ProxyRequest
+from gateway.relay.verdict import read_whole, verdict
 from gateway.routing import Candidate, Router
 from gateway.samples import Outcome, Sample, SampleSink, Validity
 from gateway.sessions.session_bindings import SessionBindings
 from gateway.tokens import TokenCounter
 from gateway.types import Clock, QueueOutcome
-from gateway.upstream import MAX_ERROR_BODY, AttemptTimeouts, UpstreamPool
-
-logger = logging.getLogger("gateway")
-REFUSAL_LOG_S = 10.0
-"""A model's capacity refusals are logged at most this often (each line counts the ones in between)."""
-
-
-def _slots(full: Sequence[Candidate]) -> list[str]:
-    """What a request whose every candidate is full waits for: each one's deployment, or its provider's ceiling."""
-    return [name for c in full for name in (slot_key((c.model, c.name)), c.provider.name)]
+from gateway.upstream import AttemptTimeouts, UpstreamPool
 
 
 class AttemptRunner:
@@ -90,8 +71,7 @@ class AttemptRunner:
         self.rng = random.Random()
         """The retries' jitter."""
         self.queue = queue if queue is not None else SlotQueue(clock)
-        self._refusals: dict[str, tuple[float, int]] = {}
-        """Per model: when a capacity refusal was last logged, and how many were refused since."""
+        self._refusal_log = RefusalLog(clock)
 
     # -- the lifecycle of one attempt -----------------------------------------------------------
 
@@ -175,10 +155,10 @@ class AttemptRunner:
             if entered is None:
                 if self.queue.depth(model) >= policy.queue_max_length:
                     self.events.queue_left(model, 0.0, "full")
-                    refusal = self._refusal(
-                        model, full, "capacity_queue_full", f"{policy.queue_max_length} already wait"
+                    refusal = capacity_refusal(
+                        self.queue, model, full, "capacity_queue_full", f"{policy.queue_max_length} already wait"
                     )
-                    self._log_refusal(model, refusal)
+                    self._refusal_log.log(model, refusal)
                     raise refusal
                 entered = now
                 self.events.queue_entered(model)
@@ -186,31 +166,19 @@ class AttemptRunner:
             reopens = self.router.capacity_reopens_in_s()
             try:
                 seq = await self.queue.wait(
-                    model, _slots(full), min(left, reopens) if reopens is not None else left, seq=seq
+                    model, waited_slots(full), min(left, reopens) if reopens is not None else left, seq=seq
                 )
             except TimeoutError:
                 if self.clock() - entered < wait_bound and budget.remaining_s() > 0:
                     continue  # a provider out of budget has reset: look again
                 self._left_queue(request, model, entered, "timeout")
                 waited = self.clock() - entered
-                refusal = self._refusal(model, full, "capacity_wait_timeout", f"waited {waited:.1f}s")
-                self._log_refusal(model, refusal)
+                refusal = capacity_refusal(self.queue, model, full, "capacity_wait_timeout", f"waited {waited:.1f}s")
+                self._refusal_log.log(model, refusal)
                 raise refusal from None
             except asyncio.CancelledError:
                 self._left_queue(request, model, entered, "gone")
                 raise
-
-    def _log_refusal(self, model: str, refusal: RateLimited) -> None:
-        """Say why a request was refused for capacity: at once, then at most every ``REFUSAL_LOG_S`` per model
-        (with how many were refused meanwhile), so a burst is one line, not one per request."""
-        now = self.clock()
-        last, count = self._refusals.get(model, (-math.inf, 0))
-        if now - last < REFUSAL_LOG_S:
-            self._refusals[model] = (last, count + 1)
-            return
-        more = f" ({count} more refused in the last {now - last:.0f} s)" if count else ""
-        logger.warning("request for model %s refused for capacity: %s%s", model, refusal.message, more)
-        self._refusals[model] = (now, 0)
 
     def _left_queue(self, request: ProxyRequest, model: str, entered: float, outcome: QueueOutcome) -> None:
         waited = self.clock() - entered
@@ -219,15 +187,6 @@ class AttemptRunner:
         if trace.upstream_sent_at is None or trace.upstream_sent_at >= entered:
             trace.queue_wait_before_sent_s += waited
         self.events.queue_left(model, waited, outcome)
-
-    def _refusal(self, model: str, full: Sequence[Candidate], code: str, why: str) -> RateLimited:
-        providers = list(dict.fromkeys(c.provider.name for c in full))
-        retry = self.queue.retry_after_s(model, [slot_key((c.model, c.name)) for c in full])
-        message = (
-            f"every deployment of model '{model}' is at its concurrency limit ({', '.join(providers)}) and "
-            f"no slot freed in time ({why}); retry after {retry}s"
-        )
-        return RateLimited(message, code=code, headers={"retry-after": str(retry)})
 
     def fall_back(self, budget: AttemptBudget, candidate: Candidate) -> None:
         """Tell the events that ``candidate`` is tried because the previous attempt failed (if one did)."""
@@ -258,13 +217,13 @@ class AttemptRunner:
             if request.stream:
                 async with asyncio.timeout(first_token_s):
                     attempt.response = await client.send(path, body, timeouts, request.headers, api)
-                    await self._check_status(attempt, client.redact)
-                    await self._await_first_token(request, attempt)
+                    await check_status(attempt, client.redact, self.wall_clock)
+                    await await_first_token(request, attempt, self.clock)
                 if attempt.meter is not None:
                     self.router.attempt_streaming(candidate, attempt.meter)
             else:
                 attempt.response = await client.send(path, body, timeouts, request.headers, api)
-                await self._check_status(attempt, client.redact)
+                await check_status(attempt, client.redact, self.wall_clock)
                 attempt.body = client.redact(await attempt.response.read_all())
                 attempt.response.close()  # read to the end: the connection goes back to the pool
         except TimeoutError as exc:
@@ -311,24 +270,13 @@ class AttemptRunner:
     def finish_full(self, request: ProxyRequest, attempt: Attempt) -> None:
         """Measure and record a whole (non-streamed) answer; called once it has gone to the client (or, when it
         is retried as invalid, once another deployment is asked instead)."""
-        reading, outcome = self._read_full(request, attempt)
+        reading, outcome = read_whole(request, attempt, self.counter)
         self.record(request, attempt, outcome, reading)
-
-    def _read_full(self, request: ProxyRequest, attempt: Attempt) -> tuple[Reading, Outcome]:
-        # The upstream's own API reads its body (a translated answer's client got it rewritten).
-        reading = read_full_reply(attempt.body, self.counter, dialect_for(upstream_of(request, attempt.candidate)))
-        if request.endpoint == "embeddings":
-            # Embeddings are measured by latency only: there are no output tokens to count.
-            reading = dataclasses.replace(reading, output_tokens=None, answer_text="")
-        outcome: Outcome = "upstream_error" if reading.error_message or reading.malformed else "ok"
-        if outcome == "ok" and reading.incomplete:
-            outcome = "client_error"  # cut short by the request's own limit or filter: not a clean answer
-        return reading, outcome
 
     def full_validity(self, request: ProxyRequest, attempt: Attempt) -> Validity | None:
         """The verdict ``finish_full`` will record for a whole answer (None: not judged), before it is sent."""
-        reading, outcome = self._read_full(request, attempt)
-        return _verdict(request, outcome, reading)
+        reading, outcome = read_whole(request, attempt, self.counter)
+        return verdict(request, outcome, reading)
 
     def fail(self, request: ProxyRequest, attempt: Attempt, outcome: Outcome, error: UpstreamError | None) -> None:
         """Close a failed attempt and record its sample."""
@@ -378,7 +326,7 @@ class AttemptRunner:
                 prompt = self._counted_prompt(request)
             cost = deployment.cost_usd(prompt, output or 0, reading.usage_cached_tokens or 0)
         expects = request.expects
-        validity = _verdict(request, outcome, reading)
+        validity = verdict(request, outcome, reading)
         sample = Sample(
             model=request.requested_model,
             deployment=deployment.name,
@@ -444,63 +392,3 @@ class AttemptRunner:
             speed = candidate.prefill_tokens_per_s
             saved_s = cached / speed if speed else 0.0
             self.events.cache_used(candidate.model, candidate.name, cached, full - (cost or full), saved_s)
-
-    # -- waiting for an attempt to be safe to commit to -----------------------------------------
-
-    async def _check_status(self, attempt: Attempt, redact: Callable[[bytes], bytes]) -> None:
-        response = attempt.response
-        assert response is not None
-        attempt.status = response.status
-        attempt.rate_limits = read_rate_limits(response.headers, self.wall_clock())
-        if response.status < 400:
-            return
-        provider = attempt.candidate.provider.name
-        body = redact(await response.read_all(MAX_ERROR_BODY))
-        response.close()
-        content_type = response.headers.get("content-type", "application/json")
-        if response.status in CLIENT_FAULT_STATUSES:
-            raise ClientFault(response.status, body, content_type)
-        message, code = describe_error_body(body)
-        raise UpstreamStatusError(
-            f"{provider}: upstream returned {response.status}: {message}",
-            provider=provider,
-            status=response.status,
-            code=code,
-            retry_after_s=retry_after(response.headers.get("retry-after"), self.wall_clock()),
-        )
-
-    async def _await_first_token(self, request: ProxyRequest, attempt: Attempt) -> None:
-        """Read (and hold back) chunks until one carries output, ``[DONE]`` comes, or the stream ends.
-
-        An error event before any output is the provider's failure to start (overloaded, an
-        internal error): nothing has reached the client, so the next deployment is tried. Only
-        an error that blames the request (context length, content filter) is relayed as is.
-        """
-        response = attempt.response
-        assert response is not None
-        dialect = dialect_for(upstream_of(request, attempt.candidate))  # the meter reads the upstream's own events
-        meter = attempt.meter = StreamMeter(self.clock, attempt.sent_at, dialect)
-        while meter.first_output_at is None and not meter.done:
-            chunk = await response.read_chunk()
-            if not chunk:
-                meter.end_of_stream()
-                if meter.first_output_at is None and not meter.done and not meter.finish_seen:
-                    name = attempt.candidate.provider.name
-                    raise UpstreamUnavailable(f"{name}: stream ended before any output", provider=name)
-                break
-            meter.feed(chunk)
-            attempt.held.append(chunk)
-        if meter.first_error is not None and not is_request_fault(meter.first_error):
-            name = attempt.candidate.provider.name
-            message, code = describe_error(meter.first_error)
-            raise UpstreamUnavailable(
-                f"{name}: upstream error before the first token: {message}", provider=name, status=200, code=code
-            )
-
-
-def _verdict(request: ProxyRequest, outcome: Outcome, reading: Reading) -> Validity | None:
-    """A whole answer's verdict (or one the request's limit ended); None for anything else, and for embeddings.
-    Judged once per attempt, after its bytes went to the client (``gateway.quality``)."""
-    if not request.expects.judged or not (outcome == "ok" or (outcome == "client_error" and reading.incomplete)):
-        return None
-    return judge(reading, request.expects)

@@ -7,6 +7,8 @@ keeps the loops that are not beliefs: circuits and capacity (``gateway.routing.h
 ``gateway.routing.capacity``), context windows, learned deadlines, and the tail hedge
 (``gateway.routing.hedge``). ``attempt_finished`` turns each attempt into evidence: an answer's
 pair, a failure, or a lower bound (a race or a hedge lost).
+The attempts under way are kept as ``gateway.routing.belief_attempts`` defines them, and the
+plan's candidates are built by ``gateway.routing.belief_candidates``.
 
 Beside ``MeasuredRouter`` while the two are compared (``benchmarks/routing_simulate.py --router``).
 """
@@ -16,39 +18,26 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
 
-from gateway.config import DeploymentConfig, GatewayConfig, PolicyConfig
+from gateway.config import DeploymentConfig, GatewayConfig
 from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.apis import speaking
 from gateway.routing.belief import Belief
+from gateway.routing.belief_attempts import RunningAttempt, pace_so_far, slowness_of
+from gateway.routing.belief_candidates import candidates_of
 from gateway.routing.capacity import RateLimits
 from gateway.routing.choose import Budget, Choice, Counts, Option, choose
 from gateway.routing.cost import Shape, Weights
 from gateway.routing.filters import allowed, apply_order, listed
 from gateway.routing.health import FAILURES, RouterState
-from gateway.routing.hedge import hedge_after
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
 from gateway.routing.priors import Prior, pooled, with_window
 from gateway.routing.router import SnapshotSource
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
-from gateway.types import CircuitState, Clock, DeploymentKey, RouteReason, StreamProgress
-
-_PACE_TOKENS = 8
-"""Tokens a running stream must have sent before its pace so far counts as its speed."""
-
-
-@dataclass(slots=True)
-class _Attempt:
-    key: DeploymentKey
-    started_at: float
-    length: tuple[LengthKey, int | None] | None
-    """The request's shape and ``max_tokens``, for its answer's length."""
-    first_at: float | None = None
-    progress: StreamProgress | None = None
+from gateway.types import CircuitState, Clock, DeploymentKey, StreamProgress
 
 
 class BeliefRouter:
@@ -79,8 +68,8 @@ class BeliefRouter:
         self.lengths = Lengths()
         self.budget = Budget()
         self.counts: dict[str, Counts] = {}
-        self._attempts: dict[int, _Attempt] = {}
-        self._open: dict[DeploymentKey, dict[int, _Attempt]] = {}
+        self._attempts: dict[int, RunningAttempt] = {}
+        self._open: dict[DeploymentKey, dict[int, RunningAttempt]] = {}
         """Attempts running now, per deployment (what an overdue first token is read from)."""
         self._lengths_of: dict[int, tuple[LengthKey, int | None]] = {}
         self._bytes_per_token: dict[str, float] = {}
@@ -153,7 +142,9 @@ class BeliefRouter:
         if not order:
             raise InvalidRequest(f"'provider.order' names no deployment of model '{model.name}'", param="provider")
         race = choice.race if list(choice.race) == order[: len(choice.race)] else ()
-        candidates = self._candidates(request, policy, options, choice, order, race, snapshot, now)
+        candidates = candidates_of(
+            request, policy, options, choice, order, race, snapshot, now, providers=self._providers, state=self.state
+        )
         for candidate in candidates:
             self._lengths_of[id(candidate)] = (length, request.max_tokens)
         shadow = None
@@ -194,89 +185,20 @@ class BeliefRouter:
             # first token is at least this long", one streaming slowly "the seconds per token are at least this".
             heard = belief.heard_at if belief.heard_at is not None else -math.inf
             streaming = tuple(
-                pair for a in running.values() if a.started_at >= heard and (pair := self._so_far(a, now)) is not None
+                pair
+                for a in running.values()
+                if a.started_at >= heard and (pair := pace_so_far(a, now, self._bytes_per_token)) is not None
             )
             ttft_bound = spt_bound = None
             if belief.answers:
                 expected = belief.expected(now)
                 waited = max((now - a.started_at for a in running.values() if a.first_at is None), default=0.0)
-                slow = max((self._slowness(a, now) for a in running.values()), default=0.0)
+                slow = max((slowness_of(a, now, self._bytes_per_token) for a in running.values()), default=0.0)
                 ttft_bound = waited if waited > expected.ttft_s else None
                 spt_bound = slow if slow > expected.s_per_token else None
             if ttft_bound is not None or spt_bound is not None or streaming:
                 belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming)
         return Option(deployment, belief, prior, measuring)
-
-    def _so_far(self, attempt: _Attempt, now: float) -> tuple[float, float | None] | None:
-        """A stream's first token, and its seconds per token so far once a few tokens are in (None: no first token)."""
-        if attempt.first_at is None:
-            return None
-        ttft = attempt.first_at - attempt.started_at
-        per_token = self._bytes_per_token.get(attempt.progress.api) if attempt.progress is not None else None
-        if attempt.progress is None or not per_token:
-            return ttft, None
-        tokens = attempt.progress.received_bytes / per_token - 1.0
-        return ttft, (now - attempt.first_at) / tokens if tokens >= _PACE_TOKENS else None
-
-    def _slowness(self, attempt: _Attempt, now: float) -> float:
-        """A lower bound on a running stream's seconds per token: its time since the first token over the tokens
-        its bytes hold, plus the one under way (0: not streaming, or its API's envelope not learned yet)."""
-        progress = attempt.progress
-        if progress is None or attempt.first_at is None:
-            return 0.0
-        per_token = self._bytes_per_token.get(progress.api)
-        if not per_token:
-            return 0.0
-        return (now - attempt.first_at) / (progress.received_bytes / per_token + 1.0)
-
-    def _candidates(
-        self,
-        request: RouteRequest,
-        policy: PolicyConfig,
-        options: list[Option],
-        choice: Choice,
-        order: list[int],
-        race: tuple[int, ...],
-        snapshot: StatsSnapshot,
-        now: float,
-    ) -> list[Candidate]:
-        model = request.model.name
-        hedging = request.stream and policy.hedging
-        candidates = []
-        for position, i in enumerate(order):
-            deployment = options[i].deployment
-            predicted = choice.costs[i]
-            after: float | None = None
-            if position < len(race):
-                after = 0.0 if position + 1 < len(race) else None
-            elif hedging and position + 1 < len(order):
-                backup = choice.costs[order[position + 1]]
-                extra = max(0.0, backup.time_s - backup.ttft_s - (predicted.time_s - predicted.ttft_s))
-                after = hedge_after(
-                    policy, snapshot, model, deployment.name, backup.ttft_s + extra, self.state.tails, now
-                )
-            reason: RouteReason = "best-score" if position == 0 else "fallback"
-            if request.preferences.steers and position == 0:
-                reason = "override"
-            if (choice.explored and position < max(1, len(race) - 1)) or (choice.cold and position < len(race)):
-                reason = "explore"  # measured to the end if it loses: drained
-            deadlines = self.state.deadlines.of(
-                (model, deployment.name), policy, snapshot.get(model, deployment.name), now
-            )
-            candidates.append(
-                Candidate(
-                    deployment,
-                    self._providers[deployment.provider],
-                    reason=reason,
-                    model=model,
-                    hedge_after_s=after,
-                    predicted_s=predicted.time_s,
-                    predicted_first_token_s=predicted.ttft_s if request.stream else None,
-                    first_token_timeout_s=deadlines.first_token_s if deadlines is not None else None,
-                    idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
-                )
-            )
-        return candidates
 
     # -- attempts ---------------------------------------------------------------------------
 
@@ -299,7 +221,7 @@ class BeliefRouter:
         if not self.state.health.admit(key, now, self._circuit_changed) and not retry:
             return False
         self.state.started(candidate.provider.name, key)
-        attempt = _Attempt(key, now, self._lengths_of.pop(id(candidate), None))
+        attempt = RunningAttempt(key, now, self._lengths_of.pop(id(candidate), None))
         self._attempts[id(candidate)] = attempt
         self._open.setdefault(key, {})[id(candidate)] = attempt
         self.counts.setdefault(candidate.model, Counts()).attempts += 1
@@ -351,7 +273,7 @@ class BeliefRouter:
             rate_limited=sample.status == 429 and not load_refusal,
         )
 
-    def _evidence(self, key: DeploymentKey, sample: Sample, attempt: _Attempt | None, now: float) -> None:
+    def _evidence(self, key: DeploymentKey, sample: Sample, attempt: RunningAttempt | None, now: float) -> None:
         """One finished attempt as evidence: an answer's pair, a failure, or a lower bound on its first token."""
         belief = self.belief(*key)
         prior = self.priors.get(key, Prior())

@@ -1,0 +1,127 @@
+"""What the meter read of one response (``Reading``), and how a tally or a whole body becomes one.
+
+``gateway.meter.StreamMeter`` builds a ``Reading`` at a stream's finish; ``read_full_reply`` reads a
+whole (non-streamed) JSON body. Both go through ``reading_of``, so a stream and a whole body are
+read alike: the token count is the pinned tokenizer's, tokens per second as DESIGN.md defines it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.dialects import CHAT, Dialect, Tally
+from gateway.dialects.base import StopReason, ToolCall
+from gateway.sse import parse_event
+from gateway.tokens import TokenCounter
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What the meter saw of one response; times are seconds from the upstream request."""
+
+    ttft_s: float | None = None
+    first_answer_s: float | None = None
+    last_answer_s: float | None = None
+    tokens_per_s: float | None = None
+    output_tokens: int | None = None
+    answer_text: str = ""
+    usage_prompt_tokens: int | None = None
+    usage_completion_tokens: int | None = None
+    usage_cached_tokens: int | None = None
+    """Prompt tokens the provider served from its prompt cache (part of ``usage_prompt_tokens``)."""
+    usage_cache_creation_tokens: int | None = None
+    """Prompt tokens the provider wrote to its prompt cache (Messages API; part of ``usage_prompt_tokens``)."""
+    finished: bool = False
+    """The answer is complete (a ``finish_reason``, ``response.completed``, a ``stop_reason``), even if the
+    stream's own ending did not follow."""
+    incomplete: bool = False
+    """The provider ended the answer early for the request's own reason (Responses ``response.incomplete``:
+    ``max_output_tokens``, a content filter): an outcome of its own, not a clean completion."""
+    saw_done: bool = False
+    error_message: str | None = None
+    """The message of an error event the provider sent inside the stream."""
+    response_model: str | None = None
+    """The model id the provider reported answering with."""
+    response_id: str | None = None
+    """The id the provider gave the response (Responses API: what ``previous_response_id`` names)."""
+    malformed: bool = False
+    """An event (or the whole body) was not JSON: the client cannot have read a complete answer."""
+    tool_calls: bool = False
+    """The answer holds a tool (or function) call: its text is arguments, not content."""
+    provider_timings: dict[str, Any] | None = None
+    """The provider's own figures (llama.cpp ``timings``, vLLM ``metrics``, Groq ``x_groq``, Fireworks
+    ``perf_metrics``), by their name: for the access log, never for routing."""
+    last_sequence: int | None = None
+    """The last ``sequence_number`` seen (Responses API), so that an error event can follow it."""
+    chunk_gaps_s: tuple[float, ...] = ()
+    """Seconds between the arrivals of consecutive events that carried output, after the first (streams only;
+    events that came in one read are 0 apart)."""
+    calls: tuple[ToolCall, ...] = ()
+    """The answer's tool calls, each with its name and its arguments as sent (what the validity check parses)."""
+    stop: StopReason | None = None
+    """Why the answer ended, in the shared vocabulary (None: the provider did not say)."""
+
+
+def reading_of(tally: Tally, counter: TokenCounter, sent: float, saw_done: bool) -> Reading:
+    """The reading of what a dialect tallied of one response; times are made relative to ``sent``."""
+    text = "".join(tally.answer)
+    tokens = counter.count(text)
+    events = tally.output_events
+    tokens_per_s = None
+    first, last = tally.first_answer_at, tally.last_answer_at
+    if tokens >= 2 and first is not None and last is not None:
+        window = last - first
+        tokens_per_s = tokens / window if window > 0 else None
+    return Reading(
+        ttft_s=None if tally.first_output_at is None else tally.first_output_at - sent,
+        first_answer_s=None if first is None else first - sent,
+        last_answer_s=None if last is None else last - sent,
+        tokens_per_s=tokens_per_s,
+        output_tokens=tokens,
+        answer_text=text,
+        usage_prompt_tokens=tally.usage_prompt,
+        usage_completion_tokens=tally.usage_completion,
+        usage_cached_tokens=tally.usage_cached,
+        usage_cache_creation_tokens=tally.usage_cache_creation,
+        finished=tally.finished,
+        incomplete=tally.incomplete,
+        saw_done=saw_done,
+        error_message=tally.error_message,
+        response_model=tally.response_model,
+        response_id=tally.response_id,
+        malformed=tally.malformed,
+        tool_calls=tally.tool_calls,
+        provider_timings=tally.provider_timings,
+        last_sequence=tally.last_sequence,
+        chunk_gaps_s=tuple(later - earlier for earlier, later in zip(events, events[1:], strict=False)),
+        calls=tally.tool_call_list() if tally.calls else (),
+        stop=tally.stop,
+    )
+
+
+def read_full_reply(body: bytes, counter: TokenCounter, dialect: Dialect = CHAT) -> Reading:
+    """The reading of a whole (non-streamed) JSON response: tokens and usage, no timings."""
+    event = parse_event(body)
+    if event is None:
+        return Reading(malformed=True)
+    tally = dialect.tally_body(event)
+    reading = reading_of(tally, counter, 0.0, False)
+    # A whole body has no timings: only its text, tokens and usage are read.
+    return Reading(
+        output_tokens=reading.output_tokens,
+        answer_text=reading.answer_text,
+        usage_prompt_tokens=reading.usage_prompt_tokens,
+        usage_completion_tokens=reading.usage_completion_tokens,
+        usage_cached_tokens=reading.usage_cached_tokens,
+        usage_cache_creation_tokens=reading.usage_cache_creation_tokens,
+        finished=reading.finished,
+        incomplete=reading.incomplete,
+        error_message=reading.error_message,
+        response_model=reading.response_model,
+        response_id=reading.response_id,
+        tool_calls=reading.tool_calls,
+        provider_timings=reading.provider_timings,
+        calls=reading.calls,
+        stop=reading.stop,
+    )

@@ -1,0 +1,72 @@
+"""Waiting until an attempt is safe to commit to: its status, then (for a stream) its first token.
+
+``AttemptRunner.open`` calls these once per attempt, between sending it and committing to it:
+nothing has reached the client yet, so a failure here can still fall back to another deployment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.dialects import dialect_for
+from gateway.errors import UpstreamStatusError, UpstreamUnavailable, describe_error, describe_error_body
+from gateway.meter import StreamMeter
+from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
+from gateway.relay.outbound import upstream_of
+from gateway.relay.ratelimit_headers import read_rate_limits
+from gateway.relay.request import ProxyRequest
+from gateway.types import Clock
+from gateway.upstream import MAX_ERROR_BODY
+
+
+async def check_status(attempt: Attempt, redact: Callable[[bytes], bytes], wall_clock: Clock) -> None:
+    """Note the attempt's status and rate-limit headers; raise for an error status (the body read, redacted)."""
+    response = attempt.response
+    assert response is not None
+    attempt.status = response.status
+    attempt.rate_limits = read_rate_limits(response.headers, wall_clock())
+    if response.status < 400:
+        return
+    provider = attempt.candidate.provider.name
+    body = redact(await response.read_all(MAX_ERROR_BODY))
+    response.close()
+    content_type = response.headers.get("content-type", "application/json")
+    if response.status in CLIENT_FAULT_STATUSES:
+        raise ClientFault(response.status, body, content_type)
+    message, code = describe_error_body(body)
+    raise UpstreamStatusError(
+        f"{provider}: upstream returned {response.status}: {message}",
+        provider=provider,
+        status=response.status,
+        code=code,
+        retry_after_s=retry_after(response.headers.get("retry-after"), wall_clock()),
+    )
+
+
+async def await_first_token(request: ProxyRequest, attempt: Attempt, clock: Clock) -> None:
+    """Read (and hold back) chunks until one carries output, ``[DONE]`` comes, or the stream ends.
+
+    An error event before any output is the provider's failure to start (overloaded, an
+    internal error): nothing has reached the client, so the next deployment is tried. Only
+    an error that blames the request (context length, content filter) is relayed as is.
+    """
+    response = attempt.response
+    assert response is not None
+    dialect = dialect_for(upstream_of(request, attempt.candidate))  # the meter reads the upstream's own events
+    meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect)
+    while meter.first_output_at is None and not meter.done:
+        chunk = await response.read_chunk()
+        if not chunk:
+            meter.end_of_stream()
+            if meter.first_output_at is None and not meter.done and not meter.finish_seen:
+                name = attempt.candidate.provider.name
+                raise UpstreamUnavailable(f"{name}: stream ended before any output", provider=name)
+            break
+        meter.feed(chunk)
+        attempt.held.append(chunk)
+    if meter.first_error is not None and not is_request_fault(meter.first_error):
+        name = attempt.candidate.provider.name
+        message, code = describe_error(meter.first_error)
+        raise UpstreamUnavailable(
+            f"{name}: upstream error before the first token: {message}", provider=name, status=200, code=code
+        )
