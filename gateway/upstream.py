@@ -16,13 +16,17 @@ client headers that are hop-by-hop or carry credentials are dropped. ``anthropic
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import io
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 
 from gateway import __version__
 from gateway.config import GatewayConfig, ProviderConfig
@@ -162,12 +166,53 @@ def _shed_frames(exc: BaseException) -> None:
         pending += [error.__cause__, error.__context__]
 
 
+_REUSED: contextvars.ContextVar[bool] = contextvars.ContextVar("gateway_upstream_reused", default=False)
+"""Whether the connection the current task's last upstream request went out on had served one before."""
+
+STALE_RESENDS = 2
+"""How many times one request is sent again after a reused connection failed before any answer byte."""
+
+
+class _ReuseMarkingConnector(aiohttp.TCPConnector):
+    """A ``TCPConnector`` that tells its caller whether the connection it handed out was reused from the pool.
+
+    aiohttp says so only through a ``TraceConfig`` (``on_connection_reuseconn``), which costs every request
+    its whole trace machinery; here the connection's protocol is remembered once it has been handed out, and
+    the answer goes to ``_REUSED`` (the connect runs in the requesting task, so the caller reads it there).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._handed_out: weakref.WeakSet[ResponseHandler] = weakref.WeakSet()
+
+    async def connect(
+        self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.connector.Connection:
+        connection = await super().connect(req, traces, timeout)
+        protocol = connection.protocol
+        if protocol is not None:
+            reused = protocol in self._handed_out
+            if not reused:
+                self._handed_out.add(protocol)
+            _REUSED.set(reused)
+        return connection
+
+
+def _never_read(exc: aiohttp.ClientError) -> bool:
+    """A failure that says the provider closed or reset the connection before any byte of an answer."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return False  # no connection was made: not a pooled connection's failure
+    return isinstance(exc, ConnectionResetError) or (isinstance(exc, OSError) and exc.errno == errno.ECONNRESET)
+
+
 class UpstreamClient:
     """One provider's pooled client. Create inside the running event loop; close with ``aclose``."""
 
     def __init__(self, provider: ProviderConfig, api_key: str | None) -> None:
         self.provider = provider
-        connector = aiohttp.TCPConnector(
+        connector = _ReuseMarkingConnector(
             # The router keeps in-flight requests under max_concurrency (and its learned limit);
             # the slack covers hedged and cancelled attempts whose connections are still closing.
             # No ceiling: no pool limit (0), the learned limit alone bounds the connections.
@@ -241,18 +286,23 @@ class UpstreamClient:
         name = self.provider.name
         url = self.provider.base_url_for(api) + path
         try:
-            try:
-                response = await self._session.request(
-                    method, url, data=_sendable(body), headers=merged, timeout=timeout, allow_redirects=False
-                )
-            except aiohttp.ServerDisconnectedError:
-                # Closed before any byte of an answer: almost always a kept-alive connection the provider
-                # closed as it went idle, just as it was reused (the request was never read). Sent again
-                # once, at once, as HTTP allows for a request no response was started for (RFC 9110
-                # 9.2.2); a provider that really went away refuses the next connection.
-                response = await self._session.request(
-                    method, url, data=_sendable(body), headers=merged, timeout=timeout, allow_redirects=False
-                )
+            resends = 0
+            while True:
+                _REUSED.set(False)
+                try:
+                    response = await self._session.request(
+                        method, url, data=_sendable(body), headers=merged, timeout=timeout, allow_redirects=False
+                    )
+                    break
+                except aiohttp.ClientError as exc:
+                    # Closed or reset before any byte of an answer on a connection kept alive from an earlier
+                    # request: almost always the provider closing it as it went idle, just as it was reused (the
+                    # request was never read). Sent again at once, as HTTP allows for a request no response was
+                    # started for (RFC 9110 9.2.2). A fresh connection's failure is the provider's answer: it
+                    # may have read the request, and the relay decides (fail over, or retry after a wait).
+                    if resends >= STALE_RESENDS or not _REUSED.get() or not _never_read(exc):
+                        raise
+                    resends += 1
         except TimeoutError as exc:
             raise UpstreamTimeout(f"{name}: upstream did not answer in time", provider=name) from exc
         except aiohttp.ClientError as exc:

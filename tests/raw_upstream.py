@@ -9,7 +9,8 @@ Each accepted connection has its request read in full, then gets what the mode s
 - ``silent``: nothing, the connection held open until ``stop``;
 - ``script``: the given bytes (status line, headers, part of a body), then an RST;
 - ``stale``: the given bytes (a whole keep-alive response), then the connection's next request is read
-  and the connection closed without an answer: a kept-alive connection the server closed as it was reused.
+  and the connection closed without an answer: a kept-alive connection the server closed as it was reused;
+- ``stale-reset``: as ``stale``, but the reused connection is reset (an RST, SO_LINGER 0) as its request arrives.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import struct
 import threading
 from typing import Literal
 
-Mode = Literal["reset", "silent", "script", "stale"]
+Mode = Literal["reset", "silent", "script", "stale", "stale-reset"]
 
 
 class RawUpstream:
@@ -69,13 +70,15 @@ class RawUpstream:
             if self.mode == "silent":
                 self._held.append(conn)
                 continue
-            if self.mode == "stale":
+            if self.mode in ("stale", "stale-reset"):
                 conn.sendall(self.script)
                 try:
                     _read_request(conn)  # the reuse: read, and never answered
                     self.connections += 1
                 except OSError:
                     pass
+                if self.mode == "stale-reset":
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 conn.close()
                 continue
             if self.mode == "script":

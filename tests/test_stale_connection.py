@@ -1,6 +1,7 @@
-"""A kept-alive upstream connection the provider closed just as it was reused, on a raw loopback socket: the
-request was never read, so it is sent again at once on a new connection, and the client is answered (the soak's
-lost requests were these: "the provider closed the connection before answering", twice in one request)."""
+"""A kept-alive upstream connection the provider closed (or reset) just as it was reused, on a raw loopback socket:
+the request was never read, so it is sent again at once on a new connection, and the client is answered (the soak's
+lost requests were these: "the provider closed the connection before answering", twice in one request, and "the
+connection to the provider was reset"). A fresh connection's reset is not sent again here (``test_faults``)."""
 
 from __future__ import annotations
 
@@ -31,14 +32,14 @@ RESPONSE = (
 )
 
 
-@pytest.fixture
-def stale() -> Iterator[RawUpstream]:
-    upstream = RawUpstream("stale", RESPONSE, name="stale").start()
+@pytest.fixture(params=["stale", "stale-reset"])
+def stale(request: pytest.FixtureRequest) -> Iterator[RawUpstream]:
+    upstream = RawUpstream(request.param, RESPONSE, name="stale").start()
     yield upstream
     upstream.stop()
 
 
-def test_a_reused_connection_closed_before_answering_is_sent_again(
+def test_a_reused_connection_closed_or_reset_before_answering_is_sent_again(
     stale: RawUpstream, start_gateway: StartGateway
 ) -> None:
     gateway = start_gateway(gateway_config([stale], policy={"max_attempts": 1}))
@@ -47,4 +48,6 @@ def test_a_reused_connection_closed_before_answering_is_sent_again(
         answers = [client.post("/chat/completions", json=body) for _ in range(3)]
     assert [a.status_code for a in answers] == [200, 200, 200], answers[-1].text
     assert all(a.headers["x-gateway-attempts"] == "1" for a in answers)
-    assert stale.connections >= 4  # the reuses were read and dropped, and each was sent again on a new connection
+    # Three requests, each on a connection of its own: the second and third were each read first on the previous
+    # request's kept-alive connection, dropped (closed or reset) there, and sent again on a new one.
+    assert stale.connections == 5

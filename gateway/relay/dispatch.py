@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 
 from gateway.errors import GatewayError, UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault, Opened
@@ -36,6 +37,8 @@ from gateway.routing import Candidate, RoutePlan
 from gateway.sessions.response_owners import Owner, ResponseOwners
 from gateway.translate import as_api, translate_error, translate_reply
 from gateway.types import Clock
+
+logger = logging.getLogger("gateway")
 
 
 class Dispatcher:
@@ -85,6 +88,9 @@ class Dispatcher:
                 if not larger or not budget.allows_another():
                     return _fault_reply(request, fault, budget)
                 remaining = dataclasses.replace(plan, candidates=larger)
+            except GatewayError as error:
+                _log_unanswered(request, plan, budget, error)
+                raise
         native = self.providers_keep_responses and upstream_of(request, opened.attempt.candidate) == "responses"
         if request.endpoint == "responses" and native and request.body.get("store") is not False:
             # A response created with ``store: false`` (every Codex call) is kept nowhere upstream: its id
@@ -134,6 +140,27 @@ class Dispatcher:
                 response_id = body["id"]
         if response_id:
             self.owners.remember(response_id, Owner(request.requested_model, attempt.candidate.name))
+
+
+def _log_unanswered(request: ProxyRequest, plan: RoutePlan, budget: AttemptBudget, error: GatewayError) -> None:
+    """One line for a request that failed before its first byte: what it tried, and what was left to ask.
+
+    The plan holds the deployments the router offered (one whose circuit is open is left out of it), so a
+    reader can tell "the rest were out of the plan" from "the attempts ran out" or "the deadline passed".
+    """
+    failed = {c.name for c in budget.failed_at}
+    logger.warning(
+        "request %s: no deployment answered before the first byte (HTTP %d; attempts %d of %d%s; the plan: %s; "
+        "left to ask: %s; the attempts: %s)",
+        request.request_id,
+        error.status_code,
+        budget.used,
+        budget.policy.max_attempts + budget.extra,
+        ", deadline passed" if budget.remaining_s() <= 0 else "",
+        ", ".join(c.name for c in plan.candidates) or "none",
+        ", ".join(c.name for c in plan.candidates if c.name not in failed) or "none",
+        "; ".join(e.message for e in budget.errors) or "none",
+    )
 
 
 def _fault_reply(request: ProxyRequest, fault: ClientFault, budget: AttemptBudget) -> FullReply:
