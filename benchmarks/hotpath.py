@@ -40,6 +40,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import gateway
+from benchmarks.hotpath_memory import stream_chunks
 from gateway.accesslog import AccessLog, AccessRecord, configure_access_log
 from gateway.api import parse_json_body
 from gateway.config import parse_config
@@ -67,16 +68,6 @@ RAW = json.dumps(
         "fake": {"ttft_s": 0.0, "tokens_per_s": 0.0, "output_tokens": 32},
     }
 ).encode()
-
-
-def stream_events() -> list[bytes]:
-    """A chat stream as the fake sends it: role, 32 content events, finish, usage, [DONE]."""
-    head = '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"fake-model","choices":['
-    events = [head + '{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}']
-    events += [head + f'{{"index":0,"delta":{{"content":" word{i}"}},"finish_reason":null}}]}}' for i in range(32)]
-    events.append(head + '{"index":0,"delta":{},"finish_reason":"stop"}]}')
-    events.append(head[: -len('"choices":[')] + '"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":32}}')
-    return [f"data: {e}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
 
 
 def sample() -> Sample:
@@ -219,7 +210,7 @@ def main() -> None:
 
 def measure() -> None:
     counter = load_token_counter("o200k_base")
-    events = stream_events()
+    events = stream_chunks()
     whole = b"".join(events)
     candidate = SimpleNamespace(
         provider=SimpleNamespace(stream_usage=True, name="fake"),

@@ -88,6 +88,8 @@ class StageClock:
             self.children[parent[0]] = self.children.get(parent[0], 0) + 1
 
     def wrap(self, owner: type, name: str, stage: str) -> None:
+        # Wrapped where it is defined: Metrics takes its methods from mixins.
+        owner = next(c for c in owner.__mro__ if name in c.__dict__)
         original = owner.__dict__[name]
         enter, leave = self._enter, self._exit
         if asyncio.iscoroutinefunction(original):

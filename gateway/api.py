@@ -1,211 +1,61 @@
-"""The HTTP endpoints: inference over every API, model list, health; errors in each API's shape.
+"""The inference endpoints over every API; errors in each API's shape.
 
 The inference endpoints (chat, completions, embeddings, Responses, Messages) are plain ASGI
 callables (``ProxyEndpoint``), not Starlette request handlers: they read the body with a size cap,
 validate just what routing needs, and hand a ``ProxyRequest`` to the dispatcher, whose reply
 writes straight to ``send``. Nothing on that path re-serialises an upstream chunk. Errors are
 rendered by the endpoint's dialect: OpenAI's shape, or Anthropic's on ``/v1/messages``.
+
+Beside it: ``request_body`` (read, parse, check), ``session_route`` (the session a request continues),
+``error_responses`` (errors as answers) and ``info_api`` (the read-only endpoints, re-exported here
+for ``app``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hmac
-import json
 import logging
-import re
 import uuid
-from typing import Any, cast
 
-import msgspec
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.accesslog import AccessRecord
 from gateway.admission.access import Ticket
-from gateway.admission.auth import presented_key
-from gateway.admission.limits import has_unpaired_surrogate, header_bytes
+from gateway.admission.limits import header_bytes
 from gateway.client_deadlines import read_deadlines
 from gateway.conversation_flow import expand
-from gateway.dialects import CHAT, Dialect, dialect_for
+from gateway.dialects import dialect_for
+from gateway.error_responses import error_response, send_error
 from gateway.errors import (
-    AuthenticationFailed,
     GatewayError,
     HeadersTooLarge,
     InvalidRequest,
     ModelNotFound,
-    PayloadTooLarge,
     clip,
     internal_error,
 )
-from gateway.leaderboard import leaderboard, leaderboard_json
-from gateway.metrics.series import Metrics
-from gateway.policies import AFFINITIES, Affinity
+from gateway.info_api import gateway_stats, healthz, list_models, metrics, readyz, retrieve_model
 from gateway.quality import expectation_of
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.relay.keepalive import FirstByteKeepAlive
 from gateway.relay.outbound import eligible, omitted_tools
 from gateway.relay.replies import FullReply, Reply
+from gateway.request_body import ClientGone, check_types, parse_json_body, read_request_body
 from gateway.responses_state import capture_for, kept_conversation, previous_owner
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
 from gateway.routing.apis import no_deployment_for, reachable
-from gateway.routing.plan import SessionRoute
 from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
-from gateway.sessions.bindings import Unavailable
-from gateway.sessions.identity import session_of
+from gateway.session_route import AFFINITY_HEADER, lookup_session
 from gateway.shapes import check_content_type, check_shape
 from gateway.upstream import forwardable_headers
 
-AFFINITY_HEADER_NAME = "x-gateway-affinity"
-"""Request: ``off`` (or ``strict``/``auto``) for this request; response: what routing did with its session."""
-AFFINITY_HEADER = AFFINITY_HEADER_NAME.encode()
 OMITTED_TOOLS_HEADER = b"x-gateway-omitted-tools"
 """The built-in tools left out of a translated request (``builtin_tools = "omit"``), comma-separated."""
 
 logger = logging.getLogger("gateway")
-
-# Which body field holds the input of each endpoint, the type it must have, and whether it is required
-# (a Responses call may continue a previous response, or use a stored prompt, without new input).
-_INPUT_FIELDS: dict[Endpoint, tuple[str, tuple[type, ...], str, bool]] = {
-    "chat": ("messages", (list,), "an array of messages", True),
-    "completions": ("prompt", (str, list), "a string or an array", True),
-    "embeddings": ("input", (str, list), "a string or an array", True),
-    "responses": ("input", (str, list), "a string or an array of input items", False),
-    "messages": ("messages", (list,), "an array of messages", True),
-}
-# The fields that bound an answer's length, per endpoint.
-_MAX_TOKEN_FIELDS: dict[Endpoint, tuple[str, ...]] = {
-    "chat": ("max_completion_tokens", "max_tokens"),
-    "completions": ("max_tokens",),
-    "embeddings": (),
-    "responses": ("max_output_tokens",),
-    "messages": ("max_tokens",),
-}
-
-
-def error_response(error: GatewayError, request_id: str | None = None, dialect: Dialect = CHAT) -> Response:
-    headers = dict(error.headers)
-    if request_id:
-        headers["x-request-id"] = request_id
-    body = dialect.render_error(error)
-    return Response(body, status_code=error.status_code, headers=headers, media_type="application/json")
-
-
-async def send_error(send: Send, error: GatewayError, request_id: str, dialect: Dialect = CHAT) -> None:
-    body = dialect.render_error(error)
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"x-request-id", request_id.encode()),
-        *((k.encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()),
-    ]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def read_request_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it is known to exceed ``limit``."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            try:
-                declared = int(value)
-            except ValueError as exc:
-                raise InvalidRequest("invalid Content-Length header") from exc
-            if declared > limit:
-                raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-class _ClientGone(Exception):
-    """The client hung up before its request was read: nobody to answer."""
-
-
-# A surrogate escape (\\ud800-\\udfff); only bodies holding one need the slower check for unpaired ones.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def _reject_constant(name: str) -> Any:
-    # Python's json accepts NaN and Infinity; JSON does not, and the provider would choke on them.
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def parse_json_body(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object, exactly as ``json.loads`` reads it, or ``InvalidRequest``.
-
-    msgspec decodes first, in a fraction of ``json``'s time; it is stricter (no NaN, no
-    out-of-range floats, no lone surrogate escapes, no byte-order mark), and whatever it refuses
-    goes to ``json.loads``, which accepts it or gives the error message the client sees.
-    """
-    try:
-        body = msgspec.json.decode(raw)
-    except (msgspec.MsgspecError, RecursionError):
-        body = _parse_with_json(raw)
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object", code="invalid_json")
-    if _SURROGATE_ESCAPE.search(raw) and has_unpaired_surrogate(body):
-        raise InvalidRequest("request body holds an unpaired UTF-16 surrogate escape", code="invalid_json")
-    return body
-
-
-def _parse_with_json(raw: bytes) -> Any:
-    try:
-        body = json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from exc
-    except RecursionError as exc:
-        # A small body can nest deeper than the parser's stack: the client's fault, not a 500.
-        raise InvalidRequest("request body is nested too deeply", code="invalid_json") from exc
-    return body
-
-
-def _check_types(body: dict[str, Any], endpoint: Endpoint) -> tuple[str, bool, int | None]:
-    """Validate the fields the gateway itself relies on; the provider validates the rest."""
-    model = body.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise InvalidRequest("'stream' must be a boolean", param="stream")
-    if stream and endpoint == "embeddings":
-        raise InvalidRequest("embeddings cannot be streamed", param="stream")
-    field, kinds, expected, required = _INPUT_FIELDS[endpoint]
-    value = body.get(field)
-    if value is None:
-        if required:
-            raise InvalidRequest(f"'{field}' is required", param=field)
-    elif not isinstance(value, kinds):
-        raise InvalidRequest(f"'{field}' must be {expected}", param=field)
-    if endpoint in ("chat", "messages") and not value:
-        raise InvalidRequest("'messages' must not be empty", param="messages")
-    if endpoint == "messages" and body.get("max_tokens") is None:
-        raise InvalidRequest("'max_tokens' is required", param="max_tokens")
-    max_tokens: int | None = None
-    for name in _MAX_TOKEN_FIELDS[endpoint]:
-        limit = body.get(name)
-        if limit is None:
-            continue
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise InvalidRequest(f"'{name}' must be a positive integer", param=name)
-        max_tokens = limit if max_tokens is None else min(max_tokens, limit)
-    return model, stream, max_tokens
 
 
 def _wants_trace(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -245,7 +95,7 @@ class ProxyEndpoint:
         received_at, request_id = record.received_at, record.request_id
         try:
             request, route_request, ticket = await self._prepare(scope, receive, runtime, received_at, request_id)
-        except _ClientGone:
+        except ClientGone:
             return
         except GatewayError as exc:
             record.error_status = exc.status_code
@@ -397,7 +247,7 @@ class ProxyEndpoint:
             exc.headers["connection"] = "close"
             raise
         body = parse_json_body(raw)
-        requested, stream, max_tokens = _check_types(body, self.endpoint)
+        requested, stream, max_tokens = check_types(body, self.endpoint)
         check_shape(body, self.endpoint)
         names = {m.name for m in runtime.config.models}
         model_name, suffix_sort = split_model_suffix(requested, names)
@@ -438,7 +288,7 @@ class ProxyEndpoint:
         policy = runtime.config.policy_for(model)
         session = None
         if policy.affinity != "off":
-            session = await _session(runtime, scope, body, size, model.name, key.key_id)
+            session = await lookup_session(runtime, scope, body, size, model.name, key.key_id)
         request = ProxyRequest(
             request_id=request_id,
             endpoint=self.endpoint,
@@ -490,47 +340,6 @@ def _model_error(error: ModelNotFound, endpoint: Endpoint) -> GatewayError:
     return InvalidRequest(error.message, param=error.param, code=error.code)
 
 
-async def _session(
-    runtime: GatewayRuntime, scope: Scope, body: dict[str, Any], size: int, model: str, scope_id: str
-) -> SessionRoute | None:
-    """The conversation this request continues, with its binding if it can be read within the store's deadline.
-
-    ``x-gateway-affinity: off`` (or ``strict``/``auto``) overrides the policy's ``affinity`` for this request.
-    """
-    model_config = runtime.config.model(model)
-    assert model_config is not None
-    policy = runtime.config.policy_for(model_config)
-    headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
-    identity = session_of(
-        headers,
-        body,
-        model=model,
-        scope=scope_id,
-        body_bytes=size,
-        header_names=policy.session_headers,
-        min_cacheable_tokens=policy.session_min_tokens,
-    )
-    if identity is None:
-        return None
-    affinity: Affinity = policy.affinity
-    asked = next((v.strip().lower() for k, v in headers if k == AFFINITY_HEADER_NAME), None)
-    if asked is not None:
-        if asked not in AFFINITIES:
-            raise InvalidRequest(
-                f"header '{AFFINITY_HEADER_NAME}' must be one of {', '.join(AFFINITIES)}, got '{asked[:40]}'",
-                param=AFFINITY_HEADER_NAME,
-            )
-        affinity = cast(Affinity, asked)
-    if affinity == "off":
-        return SessionRoute(identity.key, identity.source, "off")
-    found = await runtime.sessions.lookup(identity.key)
-    if isinstance(found, Unavailable):
-        return SessionRoute(identity.key, identity.source, affinity, "unavailable")
-    if found is None:
-        return SessionRoute(identity.key, identity.source, affinity, "unbound")
-    return SessionRoute(identity.key, identity.source, affinity, "bound", found.deployment, found.prompt_tokens)
-
-
 async def _dispatch(
     runtime: GatewayRuntime,
     request: ProxyRequest,
@@ -568,68 +377,9 @@ def _plan(runtime: GatewayRuntime, route_request: RouteRequest) -> RoutePlan:
         raise
 
 
-async def list_models(request: Request) -> Response:
-    runtime = runtime_of(request.scope)
-    key = runtime.access.authenticate(request.scope)
-    names = runtime.access.visible_models(key, [m.name for m in runtime.config.models])
-    data = [{"id": name, "object": "model", "created": 0, "owned_by": "gateway"} for name in names]
-    return JSONResponse({"object": "list", "data": data})
-
-
-async def retrieve_model(request: Request) -> Response:
-    """``GET /v1/models/{id}``: one model of ``/v1/models`` (the SDKs' ``models.retrieve``), else 404."""
-    runtime = runtime_of(request.scope)
-    key = runtime.access.authenticate(request.scope)
-    wanted = request.path_params["model_id"]
-    if wanted in runtime.access.visible_models(key, [m.name for m in runtime.config.models]):
-        return JSONResponse({"id": wanted, "object": "model", "created": 0, "owned_by": "gateway"})
-    raise ModelNotFound(f"model '{clip(wanted)}' does not exist", param="model", code="model_not_found")
-
-
-async def healthz(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
-
-
-async def metrics(request: Request) -> Response:
-    """``GET /metrics``: Prometheus text (or OpenMetrics, if the scraper asks for it)."""
-    registry: Metrics = request.app.state.metrics
-    runtime = runtime_of(request.scope)
-    if runtime.metrics_key is not None:
-        presented = presented_key(request.scope["headers"])
-        if presented is None or not hmac.compare_digest(presented.encode(), runtime.metrics_key.encode()):
-            error = AuthenticationFailed("/metrics needs the metrics key (send 'Authorization: Bearer <key>')")
-            return Response(error.to_json(), status_code=401, media_type="application/json")
-    runtime.observe_gauges(registry)
-    await runtime.access.observe_budgets(registry.spend)
-    # Rendering takes milliseconds with many series: off the loop, so streams keep flowing.
-    body, content_type = await asyncio.to_thread(registry.render, request.headers.get("accept"))
-    return Response(body, headers={"content-type": content_type})
-
-
-async def readyz(request: Request) -> Response:
-    runtime = runtime_of(request.scope)
-    reasons = runtime.degraded_reasons()
-    return JSONResponse({"status": "degraded" if reasons else "ready", "reasons": reasons})
-
-
-async def gateway_stats(request: Request) -> Response:
-    """``GET /v1/gateway/stats``: the live leaderboard, per model and deployment, over the window."""
-    runtime = runtime_of(request.scope)
-    runtime.access.authenticate(request.scope)
-    snapshot = runtime.stats.snapshot()
-    rows = leaderboard(snapshot, runtime.config.models, runtime.in_flight)
-    body = leaderboard_json(
-        rows,
-        window_s=runtime.config.stats.window_s,
-        taken_at=snapshot.taken_at,
-        backend=runtime.config.stats.backend,
-        health=runtime.stats.health(),
-    )
-    return JSONResponse(body)
-
-
 __all__ = [
     "ProxyEndpoint",
+    "parse_json_body",
     "error_response",
     "gateway_stats",
     "healthz",

@@ -8,7 +8,7 @@ the fourth call in flight. All three should follow what the answers actually wer
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -69,21 +69,25 @@ def test_short_answers_to_a_32000_token_ceiling_go_to_the_quick_starter(
     assert set(best) == {"quick"}, served
 
 
-@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.fixture(params=["memory", "redis"])
+def stats(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str] | None]:
+    """The gateway's ``[stats]`` table per backend: the default (in memory), or a Redis server of its own."""
+    if request.param == "memory":
+        yield None
+        return
+    redis = RedisServer(tmp_path / "redis").start()
+    try:
+        yield {"backend": "redis", "redis_url": redis.url}
+    finally:
+        redis.stop()
+
+
 def test_a_budget_under_the_ceilings_price_serves_a_key_whose_answers_fit(
-    fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path, backend: str
+    fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path, stats: dict[str, str] | None
 ) -> None:
     # $10 per 1M output tokens: the ceiling's worst case is $0.32 of output, the answers' real cost well under
     # $0.001 each. A $0.05 budget holds dozens of such answers, and not one worst case.
-    stats = None
-    if backend == "redis":
-        redis = RedisServer(tmp_path / "redis").start()
-        stats = {"backend": "redis", "redis_url": redis.url}
-    try:
-        _serve_a_budgeted_agent(fakes, start_gateway, tmp_path, stats)
-    finally:
-        if backend == "redis":
-            redis.stop()
+    _serve_a_budgeted_agent(fakes, start_gateway, tmp_path, stats)
 
 
 def _serve_a_budgeted_agent(
@@ -126,19 +130,10 @@ AGENT_TPM = 100_000
 their real size."""
 
 
-@pytest.mark.parametrize("backend", ["memory", "redis"])
 def test_a_tokens_per_minute_limit_of_three_ceilings_serves_twelve_calls_in_flight(
-    fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path, backend: str
+    fakes: Fakes, start_gateway: Callable[..., Gateway], tmp_path: Path, stats: dict[str, str] | None
 ) -> None:
-    stats = None
-    if backend == "redis":
-        redis = RedisServer(tmp_path / "redis").start()
-        stats = {"backend": "redis", "redis_url": redis.url}
-    try:
-        _serve_an_agent_under_a_tpm_limit(fakes, start_gateway, tmp_path, stats)
-    finally:
-        if backend == "redis":
-            redis.stop()
+    _serve_an_agent_under_a_tpm_limit(fakes, start_gateway, tmp_path, stats)
 
 
 def _serve_an_agent_under_a_tpm_limit(

@@ -1,0 +1,60 @@
+"""The conversation an inference request continues, for routing: its session key, the affinity asked for
+(the policy's, or ``x-gateway-affinity``), and the deployment bound to it in the session store."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from starlette.types import Scope
+
+from gateway.errors import InvalidRequest
+from gateway.policies import AFFINITIES, Affinity
+from gateway.routing.plan import SessionRoute
+from gateway.runtime import GatewayRuntime
+from gateway.sessions.bindings import Unavailable
+from gateway.sessions.identity import session_of
+
+AFFINITY_HEADER_NAME = "x-gateway-affinity"
+"""Request: ``off`` (or ``strict``/``auto``) for this request; response: what routing did with its session."""
+AFFINITY_HEADER = AFFINITY_HEADER_NAME.encode()
+
+
+async def lookup_session(
+    runtime: GatewayRuntime, scope: Scope, body: dict[str, Any], size: int, model: str, scope_id: str
+) -> SessionRoute | None:
+    """The conversation this request continues, with its binding if it can be read within the store's deadline.
+
+    ``x-gateway-affinity: off`` (or ``strict``/``auto``) overrides the policy's ``affinity`` for this request.
+    """
+    model_config = runtime.config.model(model)
+    assert model_config is not None
+    policy = runtime.config.policy_for(model_config)
+    headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
+    identity = session_of(
+        headers,
+        body,
+        model=model,
+        scope=scope_id,
+        body_bytes=size,
+        header_names=policy.session_headers,
+        min_cacheable_tokens=policy.session_min_tokens,
+    )
+    if identity is None:
+        return None
+    affinity: Affinity = policy.affinity
+    asked = next((v.strip().lower() for k, v in headers if k == AFFINITY_HEADER_NAME), None)
+    if asked is not None:
+        if asked not in AFFINITIES:
+            raise InvalidRequest(
+                f"header '{AFFINITY_HEADER_NAME}' must be one of {', '.join(AFFINITIES)}, got '{asked[:40]}'",
+                param=AFFINITY_HEADER_NAME,
+            )
+        affinity = cast(Affinity, asked)
+    if affinity == "off":
+        return SessionRoute(identity.key, identity.source, "off")
+    found = await runtime.sessions.lookup(identity.key)
+    if isinstance(found, Unavailable):
+        return SessionRoute(identity.key, identity.source, affinity, "unavailable")
+    if found is None:
+        return SessionRoute(identity.key, identity.source, affinity, "unbound")
+    return SessionRoute(identity.key, identity.source, affinity, "bound", found.deployment, found.prompt_tokens)
