@@ -173,9 +173,10 @@ def test_a_provider_that_refuses_above_40_is_learned_and_the_rest_overflows(
     assert roomy.app.state.requests - elsewhere > 20  # past a's learned limit, b took the rest
     assert httpx.get(gateway.url + "/metrics").status_code == 200  # the scrape sets the provider gauges
     limit = gauge(gateway, "gateway_provider_concurrency_limit", provider="a")
-    # Near the 40 it serves, not the ceiling's 100 nor the 80 offered (the gateway's count includes
-    # requests on their way).
-    assert limit is not None and 24 <= limit <= 60  # (a busy machine backs it off a round or two more)
+    # Learned from the refusals, not the ceiling's 100 nor the 80 offered (the gateway's count includes
+    # requests on their way). Read at one instant: a busy machine backs it off a round or two more, and the
+    # additive increase climbs past 40 in the rounds since the last refusal (65 was read once in a loaded CI run).
+    assert limit is not None and 24 <= limit < 80
     # Its circuit stayed closed: a refusal that reports budget left is about load, not health.
     assert gauge(gateway, "gateway_circuit_state", provider="a", state="open") == 0
 
