@@ -32,6 +32,7 @@ from typing import IO, Any
 
 import msgspec
 
+from gateway.metrics.attempts import OverheadMode
 from gateway.metrics.series import Metrics
 from gateway.relay import AttemptLog, ProxyRequest
 from gateway.relay.outbound import omitted_tools
@@ -152,17 +153,22 @@ class AccessLog:
         self.wall_clock = wall_clock
 
     def write(self, record: AccessRecord) -> None:
+        """Count the request in the metrics and write its line: the winner, the status and the upstream API worked
+        out once and handed to both (each used to find its own)."""
         duration = record.clock() - record.received_at
+        request = record.request
         winner = record.winner()
-        model = record.request.requested_model if record.request is not None else ""
+        status = record.status
+        upstream = record.upstream_api()
+        model = request.requested_model if request is not None else ""
         provider = winner.provider if winner is not None and record.log is not None else ""
-        self.metrics.request_answered(model, provider, record.status)
-        self.metrics.api_request_answered(model, record.endpoint, record.status, record.upstream_api())
         overhead = record.overhead_s()
-        if overhead is not None and record.request is not None:
-            self.metrics.observe_overhead("stream" if record.request.stream else "full", overhead)
+        mode: OverheadMode | None = None
+        if overhead is not None and request is not None:
+            mode = "stream" if request.stream else "full"
+        self.metrics.request_done(model, provider, record.endpoint, upstream, status, mode, overhead)
         if self.enabled and self.logger.isEnabledFor(logging.INFO):
-            line = log_line(self.entry(record, duration, overhead))
+            line = log_line(self._entry(record, duration, overhead, winner, status, upstream))
             writer = _sole_writer(self.logger)
             if writer is not None:
                 writer.add(line)
@@ -176,9 +182,19 @@ class AccessLog:
 
     def entry(self, record: AccessRecord, duration: float, overhead: float | None) -> dict[str, Any]:
         """The line's fields. Numbers only for what was measured; None (null) for what was not."""
+        return self._entry(record, duration, overhead, record.winner(), record.status, record.upstream_api())
+
+    def _entry(
+        self,
+        record: AccessRecord,
+        duration: float,
+        overhead: float | None,
+        winner: Sample | None,
+        status: int | None,
+        upstream: Endpoint | None,
+    ) -> dict[str, Any]:
         request = record.request
         samples = request.trace.samples if request is not None else []
-        winner = record.winner()
         costs = [s.cost_usd for s in samples if s.cost_usd is not None]
         prompt = output = usage_source = None
         said = request.trace.said_tokens if request is not None else 0
@@ -198,11 +214,11 @@ class AccessLog:
             "request_id": record.request_id,
             "endpoint": record.endpoint,
             "api": record.endpoint,
-            "upstream_api": record.upstream_api(),
+            "upstream_api": upstream,
             "omitted_tools": record.omitted_tools(),
             "model": request.requested_model if request is not None else None,
             "stream": request.stream if request is not None else None,
-            "status": record.status,
+            "status": status,
             "outcome": winner.outcome if winner is not None else None,
             # The answer's verdict (gateway.quality): "valid", or why not; null when none was judged.
             "validity": winner.validity if winner is not None else None,

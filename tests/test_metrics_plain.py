@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import Counter, Gauge, Histogram
 
 from gateway.config import GatewayConfig, parse_config
-from gateway.metrics.attempts import TPS_BUCKETS, TTFT_BUCKETS
+from gateway.metrics.attempts import TPS_BUCKETS, TTFT_BUCKETS, OverheadMode
 from gateway.metrics.host import WorkerMetrics
 from gateway.metrics.plain import PlainCounter, PlainHistogram
 from gateway.metrics.series import Metrics
@@ -110,3 +110,27 @@ def test_the_workers_keep_prometheus_clients_own_classes() -> None:
     assert WorkerMetrics.counter_class is Counter and WorkerMetrics.histogram_class is Histogram
     assert WorkerMetrics.gauge_class is Gauge
     assert isinstance(Metrics(process_metrics=False).requests, PlainCounter)
+
+
+def test_request_done_counts_what_the_three_client_hooks_count() -> None:
+    # The access log's one call per request (one look-up for the three series) against the hooks it replaced.
+    rng = random.Random(7)
+    one, three = Metrics(process_metrics=False), Metrics(process_metrics=False)
+    for metrics in (one, three):
+        metrics.prepare(config())
+    for _ in range(500):
+        model, provider = rng.choice([("m", "a"), ("m", "b"), ("", "")])
+        api, upstream = rng.choice([("chat", "chat"), ("messages", "chat"), ("chat", None)])
+        status = rng.choice([200, 429, 502, None])
+        mode: OverheadMode | None = rng.choice(["stream", "full", None])
+        overhead = None if mode is None else rng.choice([-0.001, rng.expovariate(1000.0)])
+        one.request_done(model, provider, api, upstream, status, mode, overhead)
+        three.request_answered(model, provider, status)
+        three.api_request_answered(model, api, status, upstream)
+        if mode is not None and overhead is not None:
+            three.observe_overhead(mode, overhead)
+    assert rendered(one) == rendered(three)
+    assert (
+        'gateway_api_requests_total{api="messages",model="m",status_class="2xx",upstream_api="chat"}'
+        in (rendered(one)[0])
+    )

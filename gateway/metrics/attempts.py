@@ -8,7 +8,7 @@ count per answered client request, by status class and by API, and the gateway's
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from prometheus_client import CollectorRegistry
 
@@ -67,6 +67,8 @@ class AttemptSeries(SeriesFamilies):
 
     def _register_attempt_series(self, r: CollectorRegistry) -> None:
         counter, histogram = self.counter_class, self.histogram_class
+        self._request_series: dict[tuple[object, ...], tuple[Any, Any, Any]] = {}
+        """``request_done``'s children by (model, provider, api, upstream api, status, overhead mode)."""
         # Client requests, one per HTTP request to an inference endpoint.
         self.requests = counter(
             "gateway_requests_total",
@@ -233,3 +235,30 @@ class AttemptSeries(SeriesFamilies):
 
     def observe_overhead(self, mode: OverheadMode, seconds: float) -> None:
         self._series(self.overhead, mode).observe(max(0.0, seconds))
+
+    def request_done(
+        self,
+        model: str,
+        provider: str,
+        api: str,
+        upstream_api: str | None,
+        status: int | None,
+        mode: OverheadMode | None,
+        overhead_s: float | None,
+    ) -> None:
+        """``request_answered``, ``api_request_answered`` and (with a ``mode``) ``observe_overhead`` of one request,
+        the three series found with one look-up: the access log's every request, the same few label sets."""
+        key = (model, provider, api, upstream_api, status, mode)
+        series = self._request_series.get(key)
+        if series is None:
+            cls = status_class(status)
+            series = self._request_series[key] = (
+                self._series(self.requests, model, provider, cls),
+                self._series(self.api_requests, model, api, upstream_api or "none", cls),
+                self._series(self.overhead, mode) if mode is not None else None,
+            )
+        requests, api_requests, overhead = series
+        requests.inc()
+        api_requests.inc()
+        if overhead is not None and overhead_s is not None:
+            overhead.observe(max(0.0, overhead_s))
