@@ -86,6 +86,8 @@ class StreamMeter:
         "_events",
         "_tally",
         "_dialect",
+        "_may_end",
+        "_may_finish",
         "_ending",
         "first_output_at",
         "done",
@@ -109,6 +111,9 @@ class StreamMeter:
         self._tally: Tally | None = None
         """What the chunks read so far said (``FOLD_ENTRIES``); None while none was."""
         self._dialect = dialect
+        self._may_end = dialect.may_end
+        self._may_finish = dialect.may_finish
+        """The dialect's two scans, bound once: ``feed`` calls them on every chunk."""
         self._ending = _ending_event(dialect.done_data)
         """The ending event as providers send it (chat: ``data: [DONE]``), to find it at a chunk's end."""
         self.first_output_at: float | None = None
@@ -142,7 +147,7 @@ class StreamMeter:
         now = self._clock()
         self.received_bytes += len(chunk)
         if self.first_output_at is None:
-            if self._splitter.pending or b"\r" in chunk:
+            if self._splitter.buffer or b"\r" in chunk:
                 for data in self._splitter.feed(chunk):
                     self._note(now, data)
                 return
@@ -152,20 +157,20 @@ class StreamMeter:
             if self.first_output_at is None:
                 self._splitter.feed(chunk)  # the start of an event: held until its end arrives
                 return
-        if chunk.endswith(b"\n\n") and not self._splitter.pending:
-            dialect = self._dialect
-            if not dialect.may_end(chunk):
+        if chunk.endswith(b"\n\n") and not self._splitter.buffer:
+            if not self._may_end(chunk):
                 # ``_keep``, inlined: this is every chunk of a stream after its first token.
-                self._events.append((now, chunk, True))
-                if not self.finish_arrived and dialect.may_finish(chunk):
+                events = self._events
+                events.append((now, chunk, True))
+                if not self.finish_arrived and self._may_finish(chunk):
                     self.finish_arrived = True
-                if len(self._events) >= self.fold_at:
+                if len(events) >= self.fold_at:
                     self._fold()
                 return
             ending = self._ending
             if ending is not None and chunk.endswith(ending):
                 rest = chunk[: -len(ending)]
-                if (not rest or rest.endswith(b"\n\n")) and not dialect.may_end(rest):
+                if (not rest or rest.endswith(b"\n\n")) and not self._may_end(rest):
                     if rest:
                         self._keep(now, rest)
                     self.done = True

@@ -20,13 +20,15 @@ class SSESplitter:
     are dropped. Multiple ``data`` lines of one event are joined with ``\\n``, as the SSE spec says.
     """
 
-    __slots__ = ("_buffer",)
+    __slots__ = ("buffer",)
 
     def __init__(self) -> None:
-        self._buffer = b""
+        self.buffer = b""
+        """The bytes of an event not completed yet (empty between events): read, never written, by the meter's
+        per-chunk check (an attribute, not ``pending``'s call)."""
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        buffer = self._buffer + chunk if self._buffer else chunk
+        buffer = self.buffer + chunk if self.buffer else chunk
         held = b""
         if b"\r" in buffer:
             if buffer.endswith(b"\r") and not buffer.endswith(b"\r\r"):
@@ -35,7 +37,7 @@ class SSESplitter:
                 buffer, held = buffer[:-1], b"\r"
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         blocks = buffer.split(b"\n\n")
-        self._buffer = blocks.pop() + held
+        self.buffer = blocks.pop() + held
         payloads = []
         for block in blocks:
             data = data_of(block)
@@ -45,14 +47,14 @@ class SSESplitter:
 
     def flush(self) -> list[bytes]:
         """The last event when a stream ends without its closing blank line."""
-        block, self._buffer = self._buffer, b""
+        block, self.buffer = self.buffer, b""
         data = data_of(block.replace(b"\r", b"\n").strip(b"\n"))
         return [] if data is None else [data]
 
     @property
     def pending(self) -> int:
         """Bytes of an event not completed yet."""
-        return len(self._buffer)
+        return len(self.buffer)
 
 
 def whole_events(chunk: bytes) -> list[bytes]:

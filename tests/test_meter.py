@@ -306,6 +306,24 @@ def test_chunks_after_the_first_token_read_the_same_however_they_are_cut(counter
     assert expected.finished and expected.saw_done and expected.usage_completion_tokens == 5
 
 
+def test_a_stream_cut_at_any_byte_reads_the_same(counter: TokenCounter) -> None:
+    """``feed`` keeps a chunk whole only when the splitter holds nothing (``SSESplitter.buffer``) and the chunk
+    ends an event: whichever byte the stream is cut at, that check sends the halves down the right paths."""
+    words = [" one", " two", " three"]
+    stream = chunk({"role": "assistant", "content": ""}) + b"".join(chunk({"content": w}) for w in words)
+    stream += chunk({}, finish="stop") + DONE
+    expected = run(counter, [(0.5, stream)])
+    assert expected.output_tokens == 3 and expected.finished and expected.saw_done
+    for at in range(1, len(stream)):
+        cut = run(counter, [(0.5, stream[:at]), (0.5, stream[at:])])
+        assert (cut.output_tokens, cut.answer_text, cut.finished, cut.saw_done) == (
+            expected.output_tokens,
+            expected.answer_text,
+            expected.finished,
+            expected.saw_done,
+        ), at
+
+
 def test_a_finish_reason_in_a_chunk_kept_whole_is_seen_at_once() -> None:
     meter = StreamMeter(FakeClock(SENT_AT), SENT_AT)
     meter.feed(chunk({"content": " the"}))
