@@ -6,13 +6,15 @@ Clock readings are binary fractions, so every difference is exact and compared w
 from __future__ import annotations
 
 import json
+import random
+from array import array
 from typing import Any
 
 import pytest
 
-from gateway.dialects.base import ToolCall
+from gateway.dialects.base import Tally, ToolCall
 from gateway.meter import StreamMeter
-from gateway.reading import Reading, read_full_reply
+from gateway.reading import Reading, read_full_reply, reading_of
 from gateway.tokens import TokenCounter, load_token_counter
 from tests.support.clock import FakeClock
 
@@ -361,3 +363,16 @@ def test_cached_prompt_tokens_are_read_in_every_shape(counter: TokenCounter, usa
 def test_no_cached_tokens_reported_is_none_not_zero(counter: TokenCounter) -> None:
     whole = {"choices": [{"index": 0, "message": {"content": "hi"}}], "usage": {"prompt_tokens": 9}}
     assert read_full_reply(json.dumps(whole).encode(), counter).usage_cached_tokens is None
+
+
+@pytest.mark.parametrize("kept", [list, lambda times: array("d", times)], ids=["list", "folded array"])
+def test_chunk_gaps_are_each_arrival_less_the_one_before(counter: TokenCounter, kept: Any) -> None:
+    # The gaps come from the output events' arrivals as kept: a list, or (after a fold) machine floats.
+    rng = random.Random(3)
+    for size in (0, 1, 2, 33):
+        times = sorted(rng.uniform(100.0, 200.0) for _ in range(size))
+        tally = Tally()
+        tally.output_events = kept(times)
+        gaps = reading_of(tally, counter, SENT_AT, True).chunk_gaps_s
+        assert gaps == tuple(later - earlier for earlier, later in zip(times, times[1:], strict=False))
+        assert len(gaps) == max(0, size - 1) and all(isinstance(gap, float) for gap in gaps)
