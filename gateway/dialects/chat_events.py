@@ -174,7 +174,7 @@ def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int, 
     tally = into if into is not None else Tally()
     answer, output_events = tally.answer, tally.output_events  # never replaced while a batch is read
     for at, event in zip(times, events, strict=True):
-        tally.next_event()
+        tally._event_counted = False  # ``tally.next_event()``, inlined: once per event of every stream
         if event.error is not None:
             message = describe_error(event.error)[0]
             if message is not None:
