@@ -7,10 +7,12 @@ import io
 import json
 import logging
 import os
+import random
 import socket
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,10 @@ import httpx
 import openai
 import pytest
 
-from gateway.accesslog import LineWriter, _sole_writer, log_line
+from gateway.accesslog import AccessLog, LineWriter, _sole_writer, log_line
 from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior
+from gateway.metrics.series import Metrics
 from tests.support.access import access_lines
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
@@ -218,3 +221,17 @@ def test_access_log_hands_lines_to_a_sole_line_writer_else_to_the_logger() -> No
     assert _sole_writer(logger) is logger.handlers[0]
     logger.propagate = True  # someone else listens too (caplog, an embedding app): through the logger
     assert _sole_writer(logger) is None
+
+
+def test_the_line_timestamp_is_datetimes_own_to_the_millisecond() -> None:
+    # The second's text is cached; the milliseconds must still be datetime's: microseconds rounded half to even
+    # (a carry into the next second included), then truncated.
+    log = AccessLog(Metrics(process_metrics=False))
+    rng = random.Random(5)
+    instants = [rng.uniform(0.0, 4.1e9) for _ in range(20_000)]
+    instants += sorted(rng.uniform(1.7649e9, 1.7649e9 + 3) for _ in range(20_000))  # many in one second
+    for second in (0, 1_764_910_000, 1_767_225_599):  # the epoch, a day, a year's last second
+        for fraction in (0.0, 5e-7, 1.5e-6, 0.0005, 0.1234565, 0.9994999, 0.9995, 0.9999994, 0.9999995, 0.99999999):
+            instants.append(second + fraction)
+    for at in instants:
+        assert log.timestamp(at) == datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds"), repr(at)
