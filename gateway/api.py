@@ -112,7 +112,7 @@ class ProxyEndpoint:
         record.request = request
         record.key_name = ticket.key.name
         record.team = ticket.key.team
-        trace_wanted = _wants_trace(scope["headers"])
+        trace_wanted = route_request.explain  # ``_wants_trace`` of these headers, walked once in ``_prepare``
         try:
             await self._respond(request, route_request, runtime, send, receive, record, ticket, trace_wanted)
         finally:
