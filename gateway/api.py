@@ -41,7 +41,7 @@ from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.relay.keepalive import FirstByteKeepAlive
 from gateway.relay.outbound import eligible, omitted_tools
 from gateway.relay.replies import FullReply, Reply
-from gateway.request_body import ClientGone, check_types, parse_json_body, read_request_body
+from gateway.request_body import ClientGone, check_types, decoded_headers, parse_json_body, read_request_body
 from gateway.responses_state import capture_for, kept_conversation, previous_owner
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
 from gateway.routing.apis import no_deployment_for, reachable
@@ -50,7 +50,7 @@ from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
 from gateway.session_route import AFFINITY_HEADER, lookup_session
 from gateway.shapes import check_content_type, check_shape
-from gateway.upstream import forwardable_headers
+from gateway.upstream import forwardable_of
 
 OMITTED_TOOLS_HEADER = b"x-gateway-omitted-tools"
 """The built-in tools left out of a translated request (``builtin_tools = "omit"``), comma-separated."""
@@ -284,11 +284,12 @@ class ProxyEndpoint:
             slo = min(ceiling for _, ceiling in preferences.max_ttft_s)
             deadlines = dataclasses.replace(deadlines, ttft_slo_s=slo)
         prompt_tokens = max(1, size // 4)
+        headers = decoded_headers(scope["headers"])  # once, for the session and the upstream
         expects = expectation_of(self.endpoint, body)
         policy = runtime.config.policy_for(model)
         session = None
         if policy.affinity != "off":
-            session = await lookup_session(runtime, scope, body, size, model.name, key.key_id)
+            session = await lookup_session(runtime, headers, body, size, model.name, key.key_id)
         request = ProxyRequest(
             request_id=request_id,
             endpoint=self.endpoint,
@@ -297,7 +298,7 @@ class ProxyEndpoint:
             stream=stream,
             requested_model=model_name,
             received_at=received_at,
-            headers=forwardable_headers(scope["headers"]),
+            headers=forwardable_of(headers),
             prompt_tokens=prompt_tokens,
             timeout_s=deadlines.timeout_s,
             ttft_slo_s=deadlines.ttft_slo_s,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -16,6 +17,13 @@ from starlette.types import Receive, Scope
 from gateway.admission.limits import has_unpaired_surrogate
 from gateway.errors import InvalidRequest, PayloadTooLarge
 from gateway.samples import Endpoint
+
+
+def decoded_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """ASGI headers as text, names lower-cased: decoded once per request for all that reads them by name (the
+    session look-up, the headers forwarded upstream)."""
+    return [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in headers]
+
 
 # Which body field holds the input of each endpoint, the type it must have, and whether it is required
 # (a Responses call may continue a previous response, or use a stored prompt, without new input).

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
-
-from starlette.types import Scope
+from typing import Any
 
 from gateway.errors import InvalidRequest
 from gateway.policies import AFFINITIES, Affinity
@@ -20,16 +18,21 @@ AFFINITY_HEADER = AFFINITY_HEADER_NAME.encode()
 
 
 async def lookup_session(
-    runtime: GatewayRuntime, scope: Scope, body: dict[str, Any], size: int, model: str, scope_id: str
+    runtime: GatewayRuntime,
+    headers: list[tuple[str, str]],
+    body: dict[str, Any],
+    size: int,
+    model: str,
+    scope_id: str,
 ) -> SessionRoute | None:
     """The conversation this request continues, with its binding if it can be read within the store's deadline.
 
-    ``x-gateway-affinity: off`` (or ``strict``/``auto``) overrides the policy's ``affinity`` for this request.
+    ``headers``: the request's, decoded (``gateway.upstream.decoded_headers``). ``x-gateway-affinity: off`` (or
+    ``strict``/``auto``) overrides the policy's ``affinity`` for this request.
     """
     model_config = runtime.config.model(model)
     assert model_config is not None
     policy = runtime.config.policy_for(model_config)
-    headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
     identity = session_of(
         headers,
         body,
@@ -49,7 +52,7 @@ async def lookup_session(
                 f"header '{AFFINITY_HEADER_NAME}' must be one of {', '.join(AFFINITIES)}, got '{asked[:40]}'",
                 param=AFFINITY_HEADER_NAME,
             )
-        affinity = cast(Affinity, asked)
+        affinity = asked  # narrowed by the check above
     if affinity == "off":
         return SessionRoute(identity.key, identity.source, "off")
     found = await runtime.sessions.lookup(identity.key)

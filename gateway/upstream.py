@@ -31,6 +31,7 @@ from aiohttp.client_proto import ResponseHandler
 from gateway import __version__
 from gateway.config import GatewayConfig, ProviderConfig
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.request_body import decoded_headers
 from gateway.samples import Endpoint
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus those the gateway sets itself or that carry a
@@ -66,7 +67,11 @@ LARGE_BODY_BYTES = 1024 * 1024
 
 def forwardable_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     """The client's headers that may go upstream (end-to-end, non-credential ones)."""
-    decoded = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in headers]
+    return forwardable_of(decoded_headers(headers))
+
+
+def forwardable_of(decoded: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``forwardable_headers`` of headers already decoded (``gateway.request_body.decoded_headers``)."""
     # Headers a client names in Connection are hop-by-hop for this connection only (RFC 9110 §7.6.1).
     listed = {token.strip().lower() for name, value in decoded if name == "connection" for token in value.split(",")}
     return [
@@ -383,6 +388,7 @@ __all__ = [
     "UpstreamResponse",
     "describe_transport_error",
     "forwardable_headers",
+    "forwardable_of",
 ]
 
 
