@@ -9,30 +9,29 @@ unless ``[server] log_bodies = true`` asks for the bodies while debugging.
 The same place feeds the client-level metrics (requests by status class, the gateway's own
 added latency), since it is the one point that sees the request from first to last byte.
 
-Writing: ``gateway serve`` sends the lines to stdout through ``LineWriter``, which writes them in
-batches (one ``write`` and flush per batch, at most ``LineWriter.delay_s`` after a line was
-handed to it) instead of one locked ``StreamHandler.emit`` and flush per request; when the
-logger has no other handler, ``AccessLog`` hands it the line directly, without building a
-``LogRecord``. Nothing is lost on shutdown: closing the handler (``logging.shutdown`` at exit, or
-``AccessLog.flush`` when the app stops) writes what is pending. Anywhere else (an embedding app,
-tests) the lines go through the logger, one record per line, as before.
+Writing: ``gateway serve`` sends the lines to stdout through ``LineWriter`` (``gateway.access_lines``),
+which writes them in batches (one ``write`` and flush per batch, at most ``LineWriter.delay_s`` after a
+line was handed to it) instead of one locked ``StreamHandler.emit`` and flush per request; when the
+logger has no other handler, ``AccessLog`` hands it the line unbuilt, without a ``LogRecord``, and the
+line is made with its batch, after the request has gone. Nothing is lost on shutdown: closing the
+handler (``logging.shutdown`` at exit, or ``AccessLog.flush`` when the app stops) writes what is
+pending. Anywhere else (an embedding app, tests) the lines go through the logger, one record per line.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import msgspec
 
+from gateway.access_lines import ACCESS_LOGGER, LineWriter, configure_access_log, sole_writer
 from gateway.metrics.attempts import OverheadMode
 from gateway.metrics.series import Metrics
 from gateway.relay import AttemptLog, ProxyRequest
@@ -40,8 +39,6 @@ from gateway.relay.outbound import omitted_tools
 from gateway.routing.apis import upstream_api
 from gateway.samples import Endpoint, Sample
 from gateway.types import Clock
-
-ACCESS_LOGGER = "gateway.access"
 
 
 @dataclass(slots=True)
@@ -132,6 +129,26 @@ def _round(value: float | None, digits: int = 6) -> float | None:
     return None if value is None else round(value, digits)
 
 
+class _Facts(NamedTuple):
+    """What one request's line says, taken when the request ends (``AccessLog.write``); the line is made from it,
+    maybe later. The record's own fields are final by then; the trace's that can still change are copied."""
+
+    record: AccessRecord
+    at: float
+    """Wall-clock time the line is written (its ``ts``)."""
+    duration: float
+    overhead: float | None
+    winner: Sample | None
+    status: int | None
+    upstream: Endpoint | None
+    samples: list[Sample]
+    said: int
+    counted: int | None
+    trace: tuple[float, dict[str, Any] | None, str | None] | None
+    """The trace's queue wait, provider timings and answer text (None: the request never passed validation)."""
+    route: str | None
+
+
 class AccessLog:
     """Writes the access-log line of each request and counts it in the metrics.
 
@@ -152,9 +169,9 @@ class AccessLog:
         self.log_bodies = log_bodies
         self.logger = logger or logging.getLogger(ACCESS_LOGGER)
         self.wall_clock = wall_clock
-        self._second: int | None = None
-        self._second_iso = ""
-        """``timestamp``'s last whole second and its ISO form up to the seconds: one ``datetime`` a second."""
+        self._second: tuple[int | None, str] = (None, "")
+        """``timestamp``'s last whole second and its ISO form up to the seconds: one ``datetime`` a second (one
+        attribute, replaced whole: a batch written at exit, from another thread, reads a matching pair)."""
 
     def timestamp(self, at: float) -> str:
         """``datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")``, in half its time.
@@ -169,14 +186,19 @@ class AccessLog:
             second, micros = second + 1, micros - 1_000_000
         if at < 0 or micros < 0:
             return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")  # before 1970: never here
-        if second != self._second:
-            self._second = second
-            self._second_iso = datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[: -len("+00:00")]
-        return f"{self._second_iso}.{micros // 1000:03d}+00:00"
+        cached = self._second
+        if second != cached[0]:
+            cached = self._second = (second, datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[:-6])
+        return f"{cached[1]}.{micros // 1000:03d}+00:00"
 
     def write(self, record: AccessRecord) -> None:
         """Count the request in the metrics and write its line: the winner, the status and the upstream API worked
-        out once and handed to both (each used to find its own)."""
+        out once and handed to both (each used to find its own).
+
+        To a sole ``LineWriter`` the line goes unbuilt: what it says is taken now (``_Facts``: the request's
+        trace may still change, a race's drained loser adds its sample to it), and the line is made from that
+        when its batch is written, many lines together, after the request has gone.
+        """
         duration = record.clock() - record.received_at
         request = record.request
         winner = record.winner()
@@ -190,12 +212,12 @@ class AccessLog:
             mode = "stream" if request.stream else "full"
         self.metrics.request_done(model, provider, record.endpoint, upstream, status, mode, overhead)
         if self.enabled and self.logger.isEnabledFor(logging.INFO):
-            line = log_line(self._entry(record, duration, overhead, winner, status, upstream))
-            writer = _sole_writer(self.logger)
+            facts = self._facts(record, duration, overhead, winner, status, upstream)
+            writer = sole_writer(self.logger)
             if writer is not None:
-                writer.add(line)
+                writer.add(partial(self._line, facts))
             else:
-                self.logger.info(line)
+                self.logger.info(self._line(facts))
 
     def flush(self) -> None:
         """Write every line still pending in a batch (at shutdown)."""
@@ -204,9 +226,10 @@ class AccessLog:
 
     def entry(self, record: AccessRecord, duration: float, overhead: float | None) -> dict[str, Any]:
         """The line's fields. Numbers only for what was measured; None (null) for what was not."""
-        return self._entry(record, duration, overhead, record.winner(), record.status, record.upstream_api())
+        winner, status, upstream = record.winner(), record.status, record.upstream_api()
+        return self._entry(self._facts(record, duration, overhead, winner, status, upstream))
 
-    def _entry(
+    def _facts(
         self,
         record: AccessRecord,
         duration: float,
@@ -214,40 +237,55 @@ class AccessLog:
         winner: Sample | None,
         status: int | None,
         upstream: Endpoint | None,
-    ) -> dict[str, Any]:
+    ) -> _Facts:
         request = record.request
-        samples = request.trace.samples if request is not None else []
+        if request is None:
+            return _Facts(
+                record, self.wall_clock(), duration, overhead, winner, status, upstream, [], 0, None, None, None
+            )
+        trace = request.trace
+        said, counted = trace.said_tokens, trace.prompt_tokens_counted
+        return _Facts(
+            record, self.wall_clock(), duration, overhead, winner, status, upstream, list(trace.samples), said, counted,
+            (trace.queue_wait_s, trace.provider_timings, trace.answer_text),
+            record.log.route if record.log is not None else None,
+        )  # fmt: skip
+
+    def _line(self, facts: _Facts) -> str:
+        return log_line(self._entry(facts))
+
+    def _entry(self, facts: _Facts) -> dict[str, Any]:
+        record, winner, samples, said = facts.record, facts.winner, facts.samples, facts.said
+        request = record.request
         costs = [s.cost_usd for s in samples if s.cost_usd is not None]
         prompt = output = usage_source = None
-        said = request.trace.said_tokens if request is not None else 0
         if winner is not None:
             prompt = winner.usage_prompt_tokens
             # Where the split came from: the provider's usage, or the gateway's pinned tokenizer (no usage came, or
             # a recovery's earlier parts were counted by it and moved from the continuation's prompt to the output).
             usage_source = "provider" if prompt is not None and not said else "gateway_tokenizer"
             if prompt is None:
-                counted = request.trace.prompt_tokens_counted if request is not None else None
-                prompt = counted if counted is not None else winner.prompt_tokens_estimate
+                prompt = facts.counted if facts.counted is not None else winner.prompt_tokens_estimate
             # After a recovery: the whole answer's tokens, the original prompt once (the prefill is output).
             prompt = max(0, prompt - said) if prompt is not None else None
             output = winner.output_tokens + said if winner.output_tokens is not None else None
         entry: dict[str, Any] = {
-            "ts": self.timestamp(self.wall_clock()),
+            "ts": self.timestamp(facts.at),
             "request_id": record.request_id,
             "endpoint": record.endpoint,
             "api": record.endpoint,
-            "upstream_api": upstream,
+            "upstream_api": facts.upstream,
             "omitted_tools": record.omitted_tools(),
             "model": request.requested_model if request is not None else None,
             "stream": request.stream if request is not None else None,
-            "status": status,
+            "status": facts.status,
             "outcome": winner.outcome if winner is not None else None,
             # The answer's verdict (gateway.quality): "valid", or why not; null when none was judged.
             "validity": winner.validity if winner is not None else None,
             "provider": winner.provider if winner is not None else None,
             "deployment": winner.deployment if winner is not None else None,
             "attempts": len(samples),
-            "route": record.log.route if record.log is not None else None,
+            "route": facts.route,
             "ttft_s": _round(winner.ttft_s if winner else None),
             "first_answer_s": _round(winner.first_answer_s if winner else None),
             "tokens_per_s": _round(winner.tokens_per_s if winner else None, 2),
@@ -267,98 +305,27 @@ class AccessLog:
                 }
                 for s in samples
             ],
-            "queue_wait_s": _round(request.trace.queue_wait_s) if request is not None else None,
-            "duration_s": _round(duration),
-            "overhead_s": _round(overhead),
+            "queue_wait_s": _round(facts.trace[0]) if facts.trace is not None else None,
+            "duration_s": _round(facts.duration),
+            "overhead_s": _round(facts.overhead),
         }
         if record.keepalives:
             entry["keepalives"] = record.keepalives
-        if request is not None and request.trace.provider_timings is not None:
+        if facts.trace is not None and facts.trace[1] is not None:
             # The provider's own figures, beside the gateway's: never used for routing.
-            entry["provider_timings"] = request.trace.provider_timings
-        if self.log_bodies and request is not None:
+            entry["provider_timings"] = facts.trace[1]
+        if self.log_bodies and request is not None and facts.trace is not None:
             entry["request_body"] = request.body
-            entry["response_text"] = request.trace.answer_text
+            entry["response_text"] = facts.trace[2]
         return entry
 
 
-class LineWriter(logging.Handler):
-    """A handler that writes bare lines (the message only) to ``stream`` in batches.
-
-    A line waits at most ``delay_s`` (on the event loop that handed it over), or until
-    ``max_lines`` are pending; outside an event loop it is written at once. ``flush`` and
-    ``close`` write whatever is pending, so ``logging.shutdown`` at exit loses nothing.
-    """
-
-    delay_s = 0.05
-    max_lines = 256
-
-    def __init__(self, stream: IO[str]) -> None:
-        super().__init__()
-        self.stream = stream
-        self._pending: list[str] = []
-        self._scheduled = False
-        self._guard = threading.Lock()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.add(record.getMessage())
-        except Exception:
-            self.handleError(record)
-
-    def add(self, line: str) -> None:
-        """Queue one line (no newline) for the next batch."""
-        with self._guard:
-            self._pending.append(line)
-            count = len(self._pending)
-            schedule = not self._scheduled and count < self.max_lines
-            if schedule:
-                self._scheduled = True
-        if count >= self.max_lines:
-            self.flush()
-            return
-        if schedule:
-            try:
-                asyncio.get_running_loop().call_later(self.delay_s, self.flush)
-            except RuntimeError:
-                self.flush()  # no event loop here: nothing would run a later flush
-
-    def flush(self) -> None:
-        with self._guard:
-            lines, self._pending = self._pending, []
-            self._scheduled = False
-        if not lines:
-            return
-        try:
-            self.stream.write("\n".join(lines) + "\n")
-            self.stream.flush()
-        except (OSError, ValueError):
-            pass  # stdout closed or gone: nobody left to read the log
-
-    def close(self) -> None:
-        self.flush()
-        super().close()
-
-
-def _sole_writer(logger: logging.Logger) -> LineWriter | None:
-    """The ``LineWriter`` that alone receives ``logger``'s lines, if so: then a line skips the
-    ``LogRecord``; any other handler, filter or propagation sends it through ``logger`` instead."""
-    handlers = logger.handlers
-    if len(handlers) == 1 and not logger.propagate and not logger.filters:
-        handler = handlers[0]
-        if isinstance(handler, LineWriter) and not handler.filters and handler.level <= logging.INFO:
-            return handler
-    return None
-
-
-def configure_access_log(stream: IO[str] | None = None) -> None:
-    """Send access-log lines, bare (no level or logger prefix), to ``stream`` (stdout by default), in batches.
-
-    Called by ``gateway serve``; embedding apps configure the ``gateway.access`` logger themselves.
-    """
-    logger = logging.getLogger(ACCESS_LOGGER)
-    handler = LineWriter(stream or sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger.handlers = [handler]
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
+__all__ = [
+    "ACCESS_LOGGER",
+    "AccessLog",
+    "AccessRecord",
+    "LineWriter",
+    "configure_access_log",
+    "log_line",
+    "sole_writer",
+]

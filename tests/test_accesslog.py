@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import logging
@@ -20,10 +21,12 @@ import httpx
 import openai
 import pytest
 
-from gateway.accesslog import AccessLog, LineWriter, _sole_writer, log_line
+from gateway.accesslog import AccessLog, AccessRecord, LineWriter, log_line, sole_writer
 from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.fakes import FakeBehavior
 from gateway.metrics.series import Metrics
+from gateway.relay import AttemptLog, ProxyRequest
+from gateway.samples import Sample
 from tests.support.access import access_lines
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
@@ -218,9 +221,9 @@ def test_access_log_hands_lines_to_a_sole_line_writer_else_to_the_logger() -> No
     logger.handlers = [LineWriter(stream)]
     logger.propagate = False
     logger.setLevel(logging.INFO)
-    assert _sole_writer(logger) is logger.handlers[0]
+    assert sole_writer(logger) is logger.handlers[0]
     logger.propagate = True  # someone else listens too (caplog, an embedding app): through the logger
-    assert _sole_writer(logger) is None
+    assert sole_writer(logger) is None
 
 
 def test_the_line_timestamp_is_datetimes_own_to_the_millisecond() -> None:
@@ -235,3 +238,71 @@ def test_the_line_timestamp_is_datetimes_own_to_the_millisecond() -> None:
             instants.append(second + fraction)
     for at in instants:
         assert log.timestamp(at) == datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds"), repr(at)
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_line_made_with_its_batch_is_the_line_of_the_request_as_it_ended() -> None:
+    # Handed to a sole LineWriter, the line is made when its batch is written; by then a race's drained loser may
+    # have added its sample to the trace (and had the prompt counted): the line must still be the one of the
+    # request as it ended, the same as the logger's, made at once.
+    answer = Sample(
+        model="m", deployment="a", provider="pa", endpoint="chat", stream=True, outcome="ok", started_at=0.0,
+        ttft_s=0.1234567, output_tokens=5, prompt_tokens_estimate=9, cost_usd=0.002, kind="plain", validity="valid",
+    )  # fmt: skip
+    loser = dataclasses.replace(answer, deployment="b", provider="pb", outcome="client_cancelled", hedged=True)
+    request = ProxyRequest("r1", "chat", "/chat/completions", {"model": "m"}, True, "m", 0.0)
+    request.trace.samples.append(answer)
+    request.trace.queue_wait_s = 0.25
+    record = AccessRecord("r1", "chat", 0.0, lambda: 1.5, request=request, log=AttemptLog(status=200))
+    at = 1_764_910_000.4567
+
+    at_once = _Lines()
+    logger = logging.getLogger("gateway.access.test-at-once")
+    logger.handlers, logger.propagate = [at_once], False
+    logger.setLevel(logging.INFO)
+    AccessLog(Metrics(process_metrics=False), logger=logger, wall_clock=lambda: at).write(record)
+
+    stream = io.StringIO()
+    batched = logging.getLogger("gateway.access.test-batched")
+    batched.handlers, batched.propagate = [LineWriter(stream)], False
+    batched.setLevel(logging.INFO)
+
+    async def on_the_loop() -> None:
+        AccessLog(Metrics(process_metrics=False), logger=batched, wall_clock=lambda: at).write(record)
+        assert stream.getvalue() == ""  # not made yet
+        request.trace.samples.append(loser)
+        request.trace.prompt_tokens_counted = 77
+        request.trace.queue_wait_s = 9.0
+        batched.handlers[0].flush()
+
+    asyncio.run(on_the_loop())
+    assert stream.getvalue() == at_once.lines[0] + "\n"
+    line = json.loads(at_once.lines[0])
+    assert (line["deployment"], line["attempts"], line["input_tokens"], line["queue_wait_s"]) == ("a", 1, 9, 0.25)
+    assert line["ts"] == "2025-12-05T04:46:40.456+00:00"
+
+
+def test_a_line_that_cannot_be_made_loses_only_itself(caplog: pytest.LogCaptureFixture) -> None:
+    stream = io.StringIO()
+    writer = LineWriter(stream)
+
+    def broken() -> str:
+        raise RuntimeError("no line")
+
+    async def on_the_loop() -> None:
+        writer.add('{"n":1}')
+        writer.add(broken)
+        writer.add(lambda: '{"n":3}')
+        writer.flush()
+
+    asyncio.run(on_the_loop())
+    assert stream.getvalue() == '{"n":1}\n{"n":3}\n'
+    assert "could not be made" in caplog.text
