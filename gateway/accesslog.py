@@ -131,9 +131,11 @@ def _round(value: float | None, digits: int = 6) -> float | None:
 
 class _Facts(NamedTuple):
     """What one request's line says, taken when the request ends (``AccessLog.write``); the line is made from it,
-    maybe later. The record's own fields are final by then; the trace's that can still change are copied."""
+    maybe later. Copied, not referred to: the trace can still change (a race's drained loser adds its sample),
+    and a pending line must not hold the request's body (unless the line logs it)."""
 
-    record: AccessRecord
+    request_id: str
+    endpoint: Endpoint
     at: float
     """Wall-clock time the line is written (its ``ts``)."""
     duration: float
@@ -141,12 +143,17 @@ class _Facts(NamedTuple):
     winner: Sample | None
     status: int | None
     upstream: Endpoint | None
+    route: str | None
+    omitted: list[str] | None
+    key: str | None
+    team: str | None
+    keepalives: int
     samples: list[Sample]
     said: int
     counted: int | None
-    trace: tuple[float, dict[str, Any] | None, str | None] | None
-    """The trace's queue wait, provider timings and answer text (None: the request never passed validation)."""
-    route: str | None
+    request: tuple[str, bool, float, dict[str, Any] | None, str | None, dict[str, Any] | None] | None
+    """The request's model, stream, queue wait, provider timings, and (with ``log_bodies``) answer text and body;
+    None when it never passed validation."""
 
 
 class AccessLog:
@@ -238,25 +245,26 @@ class AccessLog:
         status: int | None,
         upstream: Endpoint | None,
     ) -> _Facts:
-        request = record.request
-        if request is None:
-            return _Facts(
-                record, self.wall_clock(), duration, overhead, winner, status, upstream, [], 0, None, None, None
-            )
-        trace = request.trace
-        said, counted = trace.said_tokens, trace.prompt_tokens_counted
+        request, log = record.request, record.log
+        samples: list[Sample] = []
+        said, counted, about = 0, None, None
+        if request is not None:
+            trace = request.trace
+            samples, said, counted = list(trace.samples), trace.said_tokens, trace.prompt_tokens_counted
+            bodies = self.log_bodies  # else neither the body nor the answer is held by a pending line
+            about = (request.requested_model, request.stream, trace.queue_wait_s, trace.provider_timings,
+                     trace.answer_text if bodies else None, request.body if bodies else None)  # fmt: skip
         return _Facts(
-            record, self.wall_clock(), duration, overhead, winner, status, upstream, list(trace.samples), said, counted,
-            (trace.queue_wait_s, trace.provider_timings, trace.answer_text),
-            record.log.route if record.log is not None else None,
+            record.request_id, record.endpoint, self.wall_clock(), duration, overhead, winner, status, upstream,
+            log.route if log is not None else None, record.omitted_tools(), record.key_name, record.team,
+            record.keepalives, samples, said, counted, about,
         )  # fmt: skip
 
     def _line(self, facts: _Facts) -> str:
         return log_line(self._entry(facts))
 
     def _entry(self, facts: _Facts) -> dict[str, Any]:
-        record, winner, samples, said = facts.record, facts.winner, facts.samples, facts.said
-        request = record.request
+        winner, samples, said, about = facts.winner, facts.samples, facts.said, facts.request
         costs = [s.cost_usd for s in samples if s.cost_usd is not None]
         prompt = output = usage_source = None
         if winner is not None:
@@ -271,13 +279,13 @@ class AccessLog:
             output = winner.output_tokens + said if winner.output_tokens is not None else None
         entry: dict[str, Any] = {
             "ts": self.timestamp(facts.at),
-            "request_id": record.request_id,
-            "endpoint": record.endpoint,
-            "api": record.endpoint,
+            "request_id": facts.request_id,
+            "endpoint": facts.endpoint,
+            "api": facts.endpoint,
             "upstream_api": facts.upstream,
-            "omitted_tools": record.omitted_tools(),
-            "model": request.requested_model if request is not None else None,
-            "stream": request.stream if request is not None else None,
+            "omitted_tools": facts.omitted,
+            "model": about[0] if about is not None else None,
+            "stream": about[1] if about is not None else None,
             "status": facts.status,
             "outcome": winner.outcome if winner is not None else None,
             # The answer's verdict (gateway.quality): "valid", or why not; null when none was judged.
@@ -293,8 +301,8 @@ class AccessLog:
             "output_tokens": output,
             "usage_source": usage_source,
             "cost_usd": _round(sum(costs), 10) if costs else None,
-            "key": record.key_name,
-            "team": record.team,
+            "key": facts.key,
+            "team": facts.team,
             "attempt_costs": [
                 {
                     "deployment": s.deployment,
@@ -305,18 +313,18 @@ class AccessLog:
                 }
                 for s in samples
             ],
-            "queue_wait_s": _round(facts.trace[0]) if facts.trace is not None else None,
+            "queue_wait_s": _round(about[2]) if about is not None else None,
             "duration_s": _round(facts.duration),
             "overhead_s": _round(facts.overhead),
         }
-        if record.keepalives:
-            entry["keepalives"] = record.keepalives
-        if facts.trace is not None and facts.trace[1] is not None:
+        if facts.keepalives:
+            entry["keepalives"] = facts.keepalives
+        if about is not None and about[3] is not None:
             # The provider's own figures, beside the gateway's: never used for routing.
-            entry["provider_timings"] = facts.trace[1]
-        if self.log_bodies and request is not None and facts.trace is not None:
-            entry["request_body"] = request.body
-            entry["response_text"] = facts.trace[2]
+            entry["provider_timings"] = about[3]
+        if self.log_bodies and about is not None:
+            entry["request_body"] = about[5]
+            entry["response_text"] = about[4]
         return entry
 
 
