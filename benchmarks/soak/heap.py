@@ -201,10 +201,9 @@ def compare(first: Path, second: Path, top: int = 25) -> str:
         "bytes lost to arena alignment",
     ):
         if key in a.get("pymalloc", {}):
-            lines.append(
-                f"pymalloc {key}: {a['pymalloc'][key] / mib:.2f} -> {b['pymalloc'][key] / mib:.2f} MB-or-count "
-                f"({(b['pymalloc'][key] - a['pymalloc'][key]) / mib:+.3f})"
-            )
+            scale, unit = (1, "") if key.startswith("arenas") else (mib, " MB")
+            before, after = a["pymalloc"][key] / scale, b["pymalloc"][key] / scale
+            lines.append(f"pymalloc {key}: {before:.2f} -> {after:.2f}{unit} ({after - before:+.3f})")
     for key in ("arena", "uordblks", "fordblks", "hblkhd", "keepcost"):
         if key in a["malloc"]:
             lines.append(
