@@ -14,6 +14,13 @@ Redis is killed (SIGKILL) and started again, empty, on the same port a few secon
 the provider with the most traffic is killed for good. Results go to
 ``benchmarks/results/soak.md``.
 
+Memory: each replica runs under ``benchmarks.soak.heap`` (the plain ``gateway serve`` plus a signal
+handler) and records its heap three times once the kill has settled (``load.HEAP_SHARES``). RSS keeps
+the allocators' high-water mark, so an event that briefly holds more than before (the kill's broken
+streams and their exception cycles, waiting for the collector) raises it once. The bound (1 MB per
+100,000 requests) is judged on the RSS slope from the first record to the end, fitted against the
+requests done. The live memory the records read (in use after a full collection) is reported beside it.
+
     python -m benchmarks.soak                 # the recorded run (about three minutes)
     python -m benchmarks.soak --quick         # a smoke run
 """

@@ -105,12 +105,16 @@ cooldown_s = 2.0
 """
 
 
-def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(args: list[str], log: Path, heap_dir: Path | None = None) -> subprocess.Popen[bytes]:
+    """``python -m gateway ARGS``; with ``heap_dir``, through ``benchmarks.soak.heap`` (a record of its heap
+    written there on each SIGUSR1, nothing else)."""
     env = {**os.environ, "SOAK_CLIENT_KEYS": CLIENT_KEY, "SOAK_ADMIN_KEY": "soak-admin-key"}
+    module = "gateway"
+    if heap_dir is not None:
+        module = "benchmarks.soak.heap"
+        env["SOAK_HEAP_DIR"] = str(heap_dir)
     with log.open("wb") as sink:
-        return subprocess.Popen(
-            [sys.executable, "-m", "gateway", *args], stdout=subprocess.DEVNULL, stderr=sink, env=env
-        )
+        return subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.DEVNULL, stderr=sink, env=env)
 
 
 def stop(process: subprocess.Popen[bytes], how: signal.Signals = signal.SIGTERM) -> None:
@@ -124,7 +128,9 @@ def stop(process: subprocess.Popen[bytes], how: signal.Signals = signal.SIGTERM)
 
 
 @contextlib.contextmanager
-def fleet_up(workdir: Path) -> Iterator[Fleet]:
+def fleet_up(workdir: Path, heap_dir: Path) -> Iterator[Fleet]:
+    """Start the fleet; the replicas write their heap records (``benchmarks.soak.heap``) to ``heap_dir``."""
+    heap_dir.mkdir(parents=True, exist_ok=True)
     fleet = Fleet(workdir, RedisServer(workdir / "redis").start())
     try:
         for index, spec in enumerate(FAKES):
@@ -154,7 +160,7 @@ def fleet_up(workdir: Path) -> Iterator[Fleet]:
             port = free_port()
             config = workdir / f"replica-{index}.toml"
             config.write_text(config_text(fleet, port))
-            fleet.replicas.append(spawn(["serve", "-c", str(config)], workdir / f"replica-{index}.log"))
+            fleet.replicas.append(spawn(["serve", "-c", str(config)], workdir / f"replica-{index}.log", heap_dir))
             fleet.replica_urls.append(f"http://127.0.0.1:{port}")
         yield fleet
     finally:

@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,6 +166,8 @@ class Marks:
     victim: str = ""
     at_redis_kill: list[Any] = field(default_factory=list)
     at_provider_kill: list[Any] = field(default_factory=list)
+    heap_at: list[tuple[float, int]] = field(default_factory=list)
+    """When each heap record was asked for: seconds into the load, requests done."""
 
 
 async def events(
@@ -218,8 +222,32 @@ def busiest(scraped: list[dict[tuple[str, tuple[tuple[str, str], ...]], float]])
     return max(counts, key=lambda name: counts[name])
 
 
+HEAP_SHARES = (0.72, 0.86, 0.99)
+"""When each replica's heap is recorded (``benchmarks.soak.heap``), as shares of the requests done: once the
+provider kill (at 60%) has settled (at 80,000 requests, 9,600 requests or 70-90 s after it: the stats window,
+60 s, holds only what followed it, and the broken streams' recoveries have ended), midway, and before the last
+requests in flight wind down. Each record collects in full: three in a run."""
+
+
+async def heap_records(
+    fleet: Fleet, timeline: Timeline, progress: list[int], total: int, shares: Sequence[float], marks: Marks
+) -> None:
+    """Ask each replica for a heap record (SIGUSR1) as the load reaches each share; note the requests done then."""
+    for share in sorted(shares):
+        while progress[0] < share * total:
+            await asyncio.sleep(0.05)
+        for process in fleet.replicas:
+            process.send_signal(signal.SIGUSR1)
+        marks.heap_at.append((timeline.now(), progress[0]))
+
+
 async def load(
-    fleet: Fleet, requests: int, concurrency: int, time_limit_s: float, outage_s: float
+    fleet: Fleet,
+    requests: int,
+    concurrency: int,
+    time_limit_s: float,
+    outage_s: float,
+    heap_at: Sequence[float] = HEAP_SHARES,
 ) -> tuple[list[Outcome], Timeline, Watch, Marks, list[Any], list[Any]]:
     timeline = Timeline()
     marks = Marks()
@@ -244,11 +272,13 @@ async def load(
         watcher = asyncio.ensure_future(watch(fleet, timeline, observed, stopping))
         timeline.note(f"load starts: {requests} streamed requests at concurrency {concurrency}")
         faults = asyncio.ensure_future(events(fleet, timeline, progress, requests, outage_s, marks))
+        heaps = asyncio.ensure_future(heap_records(fleet, timeline, progress, requests, heap_at, marks))
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         timeline.note(f"load ends: {len(outcomes)} requests done")
         if not faults.done():
             faults.cancel()
             timeline.note("the run ended before every fault had fired")
+        heaps.cancel()
         stopping.set()
         await watcher
     final = await scrape(fleet)
