@@ -80,8 +80,9 @@ class Draw:
     """The drawn levels themselves (seconds; ``ttft_s`` and ``s_per_token`` again, kept apart from any later change)."""
 
 
-Branches = tuple[tuple[float, tuple[float, float], tuple[float, float]], ...]
-"""(chance, log means, log variances) of a level that stayed (drifted) and of one that changed since last heard."""
+Branches = tuple[tuple[float, tuple[float, float], tuple[float, float], bool], ...]
+"""(chance, log means, log variances, changed) of each hypothesis of the level now: each run, stayed (drifted) since
+last heard, and each place a change since may have landed."""
 
 
 @dataclass(slots=True)
@@ -266,16 +267,21 @@ class Belief:
         )
 
     def branches(self, now: float, prior: Prior) -> Branches:
-        """The level now as two normals (moments of each branch's runs): stayed since last heard, drift included, and
-        changed since, with the hazard's chance. What a look would tell apart."""
+        """The level now as a mixture of normals, one per hypothesis, each marked changed or not: every run it holds
+        (stayed since last heard, drift included), weighted ``(1 − p) ×`` the run's weight, and every place a change
+        may land (``_new_runs``), weighted ``p ×`` its share, ``p`` the hazard's chance of a change since last
+        heard. What a look would tell apart: one answer re-weights the runs as well as moving each (a young run
+        from one wild answer is confirmed or dropped by the next, it does not make the level one wide normal)."""
         p = self.changed(now) if self.runs else 1.0
-        stayed = [self.level(now, m) for m in METRICS]
-        runs = self._new_runs(prior)
-        fresh = [_mix(runs, m) for m in METRICS]
-        return (
-            (1.0 - p, (stayed[0][0], stayed[1][0]), (stayed[0][1], stayed[1][1])),
-            (p, (fresh[0][0], fresh[1][0]), (fresh[0][1], fresh[1][1])),
+        age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
+        stayed = tuple(
+            ((1.0 - p) * r.weight, (r.mean[TTFT], r.mean[SPT]), (r.var[TTFT] + age, r.var[SPT] + age), False)
+            for r in self.runs
         )
+        changed = tuple(
+            (p * r.weight, (r.mean[TTFT], r.mean[SPT]), (r.var[TTFT], r.var[SPT]), True) for r in self._new_runs(prior)
+        )
+        return stayed + changed
 
     def uncertainty(self, now: float, prior: Prior) -> float:
         """How unsure the present level is (first token and speed, log variance summed): its own posterior,
