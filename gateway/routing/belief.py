@@ -199,7 +199,9 @@ class Belief:
         copy.observe(now, prior, at_least=bounds)
         for ttft_s, s_per_token in streaming:
             copy.observe(now, prior, ttft_s, s_per_token)
-        copy.heard_at = heard
+        # Heard before: the chance it changed still runs from its last answer. Never heard: what its attempts say now
+        # is all there is of it (read as "changed since last heard", it would be the prior again, the evidence lost).
+        copy.heard_at = heard if heard is not None else copy.heard_at
         return copy
 
     # -- reading ----------------------------------------------------------------------------
