@@ -124,6 +124,24 @@ def test_a_belief_never_heard_keeps_what_its_running_attempts_say() -> None:
     assert belief.answers == 0 and belief.heard_at is None  # a copy, for one plan
 
 
+def test_the_spread_is_learned_from_the_answers_hedges_cut_short_too() -> None:
+    """First tokens scatter by a factor e^0.5; every one slower than 1.6x the median is cut short (a hedge won, a
+    race was lost) and heard only as "at least 1.6x". Read from the answers alone, the spread would be the
+    truncated one (about 0.35), and the deployment's mean first token too short; the bounds give the tail back."""
+    belief = Belief()
+    rng = random.Random(21)
+    now, median, cut = 0.0, 0.5, 0.5 * 1.6
+    for _ in range(300):
+        now += 0.25
+        ttft = median * math.exp(rng.gauss(0, 0.5))
+        if ttft > cut:
+            belief.observe(now, NO_PRIOR, at_least=(cut, None))
+        else:
+            belief.observe(now, NO_PRIOR, ttft, 1 / 200.0)
+    assert 0.42 < belief.spread()[0] < 0.6
+    assert abs(math.log(belief.expected(now).ttft_s / median)) < 0.15
+
+
 def test_lost_races_in_a_row_move_the_level_past_them() -> None:
     belief = Belief()
     now = _feed(belief, random.Random(8), 40, start=0.0, ttft=0.5, tps=200.0)
