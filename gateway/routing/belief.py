@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from gateway.routing.priors import BETWEEN, DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
-from gateway.routing.student import TAIL_NU, likelihood, update
+from gateway.routing.student import TAIL_NU, censored_square, likelihood, update
 
 HAZARD_S = 120.0
 """A provider changes (its first token or its speed jumps) about once every this many seconds."""
@@ -81,8 +81,7 @@ class Draw:
 
 
 Branches = tuple[tuple[float, tuple[float, float], tuple[float, float], bool], ...]
-"""(chance, log means, log variances, changed) of each hypothesis of the level now: each run, stayed (drifted) since
-last heard, and each place a change since may have landed."""
+"""(chance, log means, log variances, changed) per hypothesis: each run (stayed, drifted), each place a change lands."""
 
 
 @dataclass(slots=True)
@@ -199,8 +198,7 @@ class Belief:
         copy.observe(now, prior, at_least=bounds)
         for ttft_s, s_per_token in streaming:
             copy.observe(now, prior, ttft_s, s_per_token)
-        # Heard before: the chance it changed still runs from its last answer. Never heard: what its attempts say now
-        # is all there is of it (read as "changed since last heard", it would be the prior again, the evidence lost).
+        # Never heard: what its attempts say now is all there is of it (read as "changed since", the prior again).
         copy.heard_at = heard if heard is not None else copy.heard_at
         return copy
 
@@ -269,11 +267,9 @@ class Belief:
         )
 
     def branches(self, now: float, prior: Prior) -> Branches:
-        """The level now as a mixture of normals, one per hypothesis, each marked changed or not: every run it holds
-        (stayed since last heard, drift included), weighted ``(1 − p) ×`` the run's weight, and every place a change
-        may land (``_new_runs``), weighted ``p ×`` its share, ``p`` the hazard's chance of a change since last
-        heard. What a look would tell apart: one answer re-weights the runs as well as moving each (a young run
-        from one wild answer is confirmed or dropped by the next, it does not make the level one wide normal)."""
+        """The level now as one normal per hypothesis: each run (stayed, drift included; ``(1 − p) ×`` its weight) and
+        each place a change may land (``p ×`` its share; ``p`` the hazard's chance since last heard). One answer
+        re-weights them as well as moving each: what a look would tell apart."""
         p = self.changed(now) if self.runs else 1.0
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         stayed = tuple(
@@ -342,21 +338,15 @@ class Belief:
             run.var[SPT] += grow
 
     def _learn_noise(self, metric: int, value: float | None, bound: float | None = None) -> None:
-        """The answers' own spread: squared residuals against the best run, robustly, with a prior of ``SPREAD``.
-        A bound ("at least t": a race lost, a hedge that won) is an answer censored above t, and counts by its
-        expected squared residual beyond t: the slow tail is what hedges and races cut off, and answers read
-        without it would show the deployment scattering less (and its mean time shorter) than it does."""
+        """The answers' own spread: squared residuals against the best run, robustly, with a prior of ``SPREAD``; a
+        bound (a race lost, a hedge won: the slow tail hedges cut off) by its expected squared residual beyond it."""
         best = max(self.runs, key=lambda r: r.weight)
-        # E[(y - m)^2] = the answers' variance + the level's own: only the first is the answers' spread, and an
-        # answer tells of it only in the share the answers' variance has of the two (the first answer of a level
-        # known only roughly says where the level is, hardly how far answers scatter around it).
+        # E[(y - m)^2] = the answers' variance + the level's own; an answer tells of the first only in its share of the
+        # two (the first answer of a level known roughly says where the level is, hardly how far answers scatter).
         if value is not None:
             square = (value - best.mean[metric]) ** 2
         elif bound is not None:
-            around = self.spread2[metric] + best.var[metric]
-            alpha = (bound - best.mean[metric]) / math.sqrt(around)
-            tail = max(1e-12, 1.0 - _NORMAL.cdf(alpha))
-            square = around * (1.0 + alpha * _NORMAL.pdf(alpha) / tail)  # E[(y - m)^2 | y >= bound], normal
+            square = censored_square(bound, best.mean[metric], self.spread2[metric] + best.var[metric])
         else:
             return
         residual = max(0.0, square - best.var[metric])
