@@ -13,7 +13,8 @@ Usage::
     python -m benchmarks.routing_simulate --only recovery --seeds 10
     python -m benchmarks.routing_simulate --stress --seeds 16  # markets nothing was tuned on
     python -m benchmarks.routing_simulate --held-out          # the first held-out set (seen once: no longer held out)
-    python -m benchmarks.routing_simulate --held-out-2        # the second held-out set: run once, at the end
+    python -m benchmarks.routing_simulate --held-out-2        # the second held-out set (seen once: no longer held out)
+    python -m benchmarks.routing_simulate --held-out-3        # the third held-out set: run once, at the end
     python -m benchmarks.routing_simulate --router new        # the belief-based router (gateway.routing.belief)
     python -m benchmarks.routing_simulate --compare --seeds 64  # old and new, paired, as a markdown table
 """
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.routing_held_out import HELD_OUT_2
+from benchmarks.routing_held_out_3 import HELD_OUT_3
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 from gateway.config import GatewayConfig, StatsConfig, parse_config
 from gateway.relay.drain import DRAIN_EVENTS, DRAIN_MAX_S
@@ -504,6 +506,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--held-out-2", action="store_true", help="the second held-out set (routing_held_out.HELD_OUT_2): once"
     )
     parser.add_argument(
+        "--held-out-3", action="store_true", help="the third held-out set (routing_held_out_3.HELD_OUT_3): once"
+    )
+    parser.add_argument(
         "--router", choices=("old", "new"), default="old", help="old: MeasuredRouter; new: BeliefRouter"
     )
     parser.add_argument("--compare", action="store_true", help="old and new paired over the same schedules (markdown)")
@@ -511,7 +516,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     policy = json.loads(args.policy) if args.policy else None
     if args.compare:
         print(PAIRED_HEADER, flush=True)
-    markets = HELD_OUT_2 if args.held_out_2 else HELD_OUT if args.held_out else STRESS if args.stress else SCENARIOS
+    markets = (
+        HELD_OUT_3
+        if args.held_out_3
+        else HELD_OUT_2
+        if args.held_out_2
+        else HELD_OUT
+        if args.held_out
+        else STRESS
+        if args.stress
+        else SCENARIOS
+    )
     for scenario in markets:
         if args.only and scenario.name not in args.only:
             continue

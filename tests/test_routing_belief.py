@@ -109,6 +109,39 @@ def test_a_lower_bound_above_the_level_raises_it_one_far_below_does_not() -> Non
     assert belief.expected(now + 0.1).ttft_s == level  # ``bounded`` is a copy: the belief itself is untouched
 
 
+def test_a_belief_never_heard_keeps_what_its_running_attempts_say() -> None:
+    """Never heard, a deployment is its prior. A stream running there now (its first token, its pace so far) or an
+    attempt overdue is what there is of it, for the plan: read as "changed since last heard" it would be the
+    prior again and the evidence lost."""
+    prior = Prior((math.log(0.3), math.log(1 / 200.0)), (0.5, 0.5))
+    belief = Belief()
+    assert abs(belief.expected(10.0, prior).ttft_s / 0.3 - 1) < 1e-9
+    streaming = belief.bounded(10.0, prior, None, streaming=((1.5, 1 / 50.0),))
+    seen = streaming.expected(10.0, prior)
+    assert seen.ttft_s > 0.7 and seen.s_per_token * 200.0 > 2.0  # most of the way (in logs) to 1.5 s, 50 tokens/s
+    overdue = belief.bounded(10.0, prior, 3.0)
+    assert overdue.expected(10.0, prior).ttft_s > 0.5
+    assert belief.answers == 0 and belief.heard_at is None  # a copy, for one plan
+
+
+def test_the_spread_is_learned_from_the_answers_hedges_cut_short_too() -> None:
+    """First tokens scatter by a factor e^0.5; every one slower than 1.6x the median is cut short (a hedge won, a
+    race was lost) and heard only as "at least 1.6x". Read from the answers alone, the spread would be the
+    truncated one (about 0.35), and the deployment's mean first token too short; the bounds give the tail back."""
+    belief = Belief()
+    rng = random.Random(21)
+    now, median, cut = 0.0, 0.5, 0.5 * 1.6
+    for _ in range(300):
+        now += 0.25
+        ttft = median * math.exp(rng.gauss(0, 0.5))
+        if ttft > cut:
+            belief.observe(now, NO_PRIOR, at_least=(cut, None))
+        else:
+            belief.observe(now, NO_PRIOR, ttft, 1 / 200.0)
+    assert 0.42 < belief.spread()[0] < 0.6
+    assert abs(math.log(belief.expected(now).ttft_s / median)) < 0.15
+
+
 def test_lost_races_in_a_row_move_the_level_past_them() -> None:
     belief = Belief()
     now = _feed(belief, random.Random(8), 40, start=0.0, ttft=0.5, tps=200.0)

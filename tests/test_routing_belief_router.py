@@ -7,10 +7,17 @@ seconds late.
 
 from __future__ import annotations
 
+import random
+
 from benchmarks.routing_scenarios import STRESS
 from benchmarks.routing_simulate import Simulation
+from gateway.routing.belief_rank import rank_beliefs
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate
+from gateway.stats import InMemoryStatsStore
+from tests.support.clock import FakeClock
+from tests.support.config import gateway_config
+from tests.support.samples import make_sample
 
 
 def _served_after(seed: int, name: str, at_s: float) -> tuple[float, float]:
@@ -43,3 +50,34 @@ def test_a_recovery_at_one_request_a_second_is_found_in_the_time_its_belief_sets
         look, led = _served_after(seed, change.name, change.at_s)
         assert look < 20.0, (seed, look)
         assert led < 25.0, (seed, led)
+
+
+def _first_tokens(router: BeliefRouter) -> dict[str, float]:
+    """Each deployment's predicted first token as the plan sees it now (its belief, told of attempts running)."""
+    rows = rank_beliefs(router, router.config.models[0]).rows
+    return {row.scored.deployment.name: row.scored.prediction.ttft_s or 0.0 for row in rows}
+
+
+def test_an_attempt_overdue_at_a_deployment_never_heard_counts_against_it() -> None:
+    """``a`` and ``b`` answer in about 0.3 s; ``c``, never heard, has kept a request waiting 3 s without a first
+    token. That is evidence like a lost race ("its first token is at least this long"), read against the prior it
+    borrows from the others: the plan sees ``c`` slow to start, not the others' 0.3 s it would borrow otherwise."""
+    config = gateway_config(["a", "b", "c"], policy={"extends": "balanced"})
+    clock = FakeClock()
+    router = BeliefRouter(config, InMemoryStatsStore(config.stats), rng=random.Random(1), clock=clock)
+    model = config.models[0]
+    a, b, c = (Candidate(d, config.provider(d.provider), model=model.name) for d in model.deployments)
+    rank_beliefs(router, model)  # as a first plan does: a belief for each, its prior pooled from each answer on
+    for _ in range(10):
+        for candidate in (a, b):
+            clock.advance(0.5)
+            assert router.attempt_started(candidate)
+            router.attempt_finished(candidate, make_sample(deployment=candidate.name, ttft_s=0.3, tokens_per_s=200.0))
+    fresh = _first_tokens(router)
+    assert fresh["c"] < 0.6  # the others' level, borrowed
+    assert router.attempt_started(c)
+    clock.advance(3.0)
+    waited = _first_tokens(router)
+    assert waited["c"] > 0.9  # three times the level it borrows
+    assert waited["a"] < 0.6
+    assert router.beliefs[(model.name, "c")].answers == 0  # for the plan only: nothing was heard from it

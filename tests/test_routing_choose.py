@@ -8,7 +8,16 @@ import random
 from gateway.config import DeploymentConfig, parse_config
 from gateway.policies import BUILTIN_POLICIES
 from gateway.routing.belief import HAZARD_S, Belief
-from gateway.routing.choose import COLD_RACE, RACE_BUDGET, Budget, Option, chance_best, choose, gain
+from gateway.routing.choose import (
+    COLD_RACE,
+    RACE_BUDGET,
+    Budget,
+    Option,
+    _posterior_mean,
+    chance_best,
+    choose,
+    gain,
+)
 from gateway.routing.cost import Shape, Weights, cost
 from gateway.routing.lengths import Lengths, shape_of
 from gateway.routing.priors import Prior, pooled
@@ -143,6 +152,25 @@ def test_a_look_goes_where_it_may_teach_most() -> None:
         assert choice.explored
         looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
     assert looked.count(2) >= 18
+
+
+def test_a_look_weighs_each_run_not_one_wide_normal() -> None:
+    """A level held by a well-measured run and a young run from one wild answer: what one more answer would teach
+    is which of the two holds, so an answer at the old level brings the belief back to it and one at the young
+    run's level moves it there. Read as one wide normal (their moments), either answer would land in between."""
+    belief = _measured(0.4, 200.0)
+    belief.observe(100.1, Prior(), 2.0, 1 / 60.0)  # wild in both: a young run, not yet a change
+    branches = belief.branches(100.1, Prior())
+    assert [c[3] for c in branches].count(False) == len(belief.runs) > 1
+    assert abs(sum(c[0] for c in branches) - 1.0) < 1e-9
+    young = max((c for c in branches if not c[3]), key=lambda c: c[1][0])
+    assert 0.01 < young[0] < 0.9
+    spread2 = [s * s for s in belief.spread()]
+    old_level = [math.log(0.4), math.log(1 / 200.0)]
+    back = _posterior_mean(branches, old_level, spread2)
+    assert abs(math.log(back[0]) - old_level[0]) < 0.1
+    there = _posterior_mean(branches, list(young[1]), spread2)
+    assert abs(math.log(there[0]) - young[1][0]) < 0.1
 
 
 def test_the_chance_of_being_best_follows_the_beliefs() -> None:

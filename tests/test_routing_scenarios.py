@@ -8,7 +8,8 @@ import pytest
 
 from benchmarks import routing, routing_simulate
 from benchmarks.routing_held_out import HELD_OUT_2
-from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, oracle_choice
+from benchmarks.routing_held_out_3 import HELD_OUT_3
+from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 
 
 def test_the_oracle_never_picks_a_provider_that_fails_every_request() -> None:
@@ -26,12 +27,14 @@ def test_every_stress_market_changes_a_provider_it_has() -> None:
         assert scenario.schedule(1), scenario.name
 
 
-def test_the_second_held_out_set_names_new_markets_that_move_their_best() -> None:
-    """Each market of ``HELD_OUT_2`` is new by name, changes only providers it has, and (but the stable-by-design
-    ones) moves the oracle's best provider at least once: a held-out market where nothing moves tests nothing."""
-    earlier = {s.name for s in (*SCENARIOS, *STRESS, *HELD_OUT)}
-    for scenario in HELD_OUT_2:
-        assert scenario.name not in earlier, scenario.name
+def _assert_new_markets_that_move_their_best(
+    markets: tuple[Scenario, ...], earlier: tuple[Scenario, ...], stable_by_design: set[str]
+) -> None:
+    """Each market is new by name, changes only providers it has, and (but the stable-by-design ones) moves the
+    oracle's best provider at least once: a held-out market where nothing moves tests nothing."""
+    earlier_names = {s.name for s in earlier}
+    for scenario in markets:
+        assert scenario.name not in earlier_names, scenario.name
         names = {p.name for p in scenario.providers}
         assert {change.name for change in scenario.changes} <= names, scenario.name
         planned = scenario.schedule(1)
@@ -41,10 +44,23 @@ def test_the_second_held_out_set_names_new_markets_that_move_their_best() -> Non
             oracle_choice(tokens, list(scenario.profiles_at(at).values()))
             for at in range(0, int(scenario.duration_s), 5)
         }
-        assert len(bests) > 1 or scenario.name == "ho2-agent", (scenario.name, bests)
-    assert len({s.name for s in HELD_OUT_2}) == len(HELD_OUT_2)
-    assert any(s.replicas > 1 for s in HELD_OUT_2)
-    assert any(s.max_tokens is not None and s.max_tokens >= 16384 for s in HELD_OUT_2)
+        assert len(bests) > 1 or scenario.name in stable_by_design, (scenario.name, bests)
+    assert len({s.name for s in markets}) == len(markets)
+    assert any(s.replicas > 1 for s in markets)
+    assert any(s.max_tokens is not None and s.max_tokens >= 16384 for s in markets)
+
+
+def test_the_second_held_out_set_names_new_markets_that_move_their_best() -> None:
+    _assert_new_markets_that_move_their_best(HELD_OUT_2, (*SCENARIOS, *STRESS, *HELD_OUT), {"ho2-agent"})
+
+
+def test_the_third_held_out_set_names_new_markets_that_move_their_best() -> None:
+    """Set three holds every behaviour the gate names, under names and parameters of its own."""
+    _assert_new_markets_that_move_their_best(HELD_OUT_3, (*SCENARIOS, *STRESS, *HELD_OUT, *HELD_OUT_2), set())
+    assert len(HELD_OUT_3) == 7
+    assert all(s.name.startswith("ho3-") for s in HELD_OUT_3)
+    earlier_providers = {p for s in (*SCENARIOS, *STRESS, *HELD_OUT, *HELD_OUT_2) for p in s.providers}
+    assert not earlier_providers & {p for s in HELD_OUT_3 for p in s.providers}  # fresh parameters throughout
 
 
 def test_each_schedule_draws_anew_and_seed_one_as_it_always_did() -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from gateway.routing.priors import BETWEEN, DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
-from gateway.routing.student import TAIL_NU, likelihood, update
+from gateway.routing.student import TAIL_NU, censored_square, likelihood, update
 
 HAZARD_S = 120.0
 """A provider changes (its first token or its speed jumps) about once every this many seconds."""
@@ -80,8 +80,8 @@ class Draw:
     """The drawn levels themselves (seconds; ``ttft_s`` and ``s_per_token`` again, kept apart from any later change)."""
 
 
-Branches = tuple[tuple[float, tuple[float, float], tuple[float, float]], ...]
-"""(chance, log means, log variances) of a level that stayed (drifted) and of one that changed since last heard."""
+Branches = tuple[tuple[float, tuple[float, float], tuple[float, float], bool], ...]
+"""(chance, log means, log variances, changed) per hypothesis: each run (stayed, drifted), each place a change lands."""
 
 
 @dataclass(slots=True)
@@ -142,7 +142,7 @@ class Belief:
             run.weight *= (1.0 - hazard) * likelihood(run, values, bounds, self.noise)
         self.runs.extend(fresh)
         for metric in METRICS:
-            self._learn_noise(metric, values[metric])
+            self._learn_noise(metric, values[metric], bounds[metric])
         for run in self.runs:
             update(run, values, bounds, self.noise)
         self._prune()
@@ -198,7 +198,8 @@ class Belief:
         copy.observe(now, prior, at_least=bounds)
         for ttft_s, s_per_token in streaming:
             copy.observe(now, prior, ttft_s, s_per_token)
-        copy.heard_at = heard
+        # Never heard: what its attempts say now is all there is of it (read as "changed since", the prior again).
+        copy.heard_at = heard if heard is not None else copy.heard_at
         return copy
 
     # -- reading ----------------------------------------------------------------------------
@@ -266,16 +267,19 @@ class Belief:
         )
 
     def branches(self, now: float, prior: Prior) -> Branches:
-        """The level now as two normals (moments of each branch's runs): stayed since last heard, drift included, and
-        changed since, with the hazard's chance. What a look would tell apart."""
+        """The level now as one normal per hypothesis: each run (stayed, drift included; ``(1 − p) ×`` its weight) and
+        each place a change may land (``p ×`` its share; ``p`` the hazard's chance since last heard). One answer
+        re-weights them as well as moving each: what a look would tell apart."""
         p = self.changed(now) if self.runs else 1.0
-        stayed = [self.level(now, m) for m in METRICS]
-        runs = self._new_runs(prior)
-        fresh = [_mix(runs, m) for m in METRICS]
-        return (
-            (1.0 - p, (stayed[0][0], stayed[1][0]), (stayed[0][1], stayed[1][1])),
-            (p, (fresh[0][0], fresh[1][0]), (fresh[0][1], fresh[1][1])),
+        age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
+        stayed = tuple(
+            ((1.0 - p) * r.weight, (r.mean[TTFT], r.mean[SPT]), (r.var[TTFT] + age, r.var[SPT] + age), False)
+            for r in self.runs
         )
+        changed = tuple(
+            (p * r.weight, (r.mean[TTFT], r.mean[SPT]), (r.var[TTFT], r.var[SPT]), True) for r in self._new_runs(prior)
+        )
+        return stayed + changed
 
     def uncertainty(self, now: float, prior: Prior) -> float:
         """How unsure the present level is (first token and speed, log variance summed): its own posterior,
@@ -333,15 +337,19 @@ class Belief:
             run.var[TTFT] += grow
             run.var[SPT] += grow
 
-    def _learn_noise(self, metric: int, value: float | None) -> None:
-        """The answers' own spread: squared residuals against the best run, robustly, with a prior of ``SPREAD``."""
-        if value is None:
-            return
+    def _learn_noise(self, metric: int, value: float | None, bound: float | None = None) -> None:
+        """The answers' own spread: squared residuals against the best run, robustly, with a prior of ``SPREAD``; a
+        bound (a race lost, a hedge won: the slow tail hedges cut off) by its expected squared residual beyond it."""
         best = max(self.runs, key=lambda r: r.weight)
-        # E[(y - m)^2] = the answers' variance + the level's own: only the first is the answers' spread, and an
-        # answer tells of it only in the share the answers' variance has of the two (the first answer of a level
-        # known only roughly says where the level is, hardly how far answers scatter around it).
-        residual = max(0.0, (value - best.mean[metric]) ** 2 - best.var[metric])
+        # E[(y - m)^2] = the answers' variance + the level's own; an answer tells of the first only in its share of the
+        # two (the first answer of a level known roughly says where the level is, hardly how far answers scatter).
+        if value is not None:
+            square = (value - best.mean[metric]) ** 2
+        elif bound is not None:
+            square = censored_square(bound, best.mean[metric], self.spread2[metric] + best.var[metric])
+        else:
+            return
+        residual = max(0.0, square - best.var[metric])
         scale = self.noise[metric]
         counts = scale / (scale + best.var[metric])
         robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)

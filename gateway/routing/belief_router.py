@@ -189,13 +189,12 @@ class BeliefRouter:
                 for a in running.values()
                 if a.started_at >= heard and (pair := pace_so_far(a, now, self._bytes_per_token)) is not None
             )
-            ttft_bound = spt_bound = None
-            if belief.answers:
-                expected = belief.expected(now)
-                waited = max((now - a.started_at for a in running.values() if a.first_at is None), default=0.0)
-                slow = max((slowness_of(a, now, self._bytes_per_token) for a in running.values()), default=0.0)
-                ttft_bound = waited if waited > expected.ttft_s else None
-                spt_bound = slow if slow > expected.s_per_token else None
+            # Past what is expected of it (its own level, or the prior while it was never heard): a bound either way.
+            expected = belief.expected(now, None if belief.answers else prior)
+            waited = max((now - a.started_at for a in running.values() if a.first_at is None), default=0.0)
+            slow = max((slowness_of(a, now, self._bytes_per_token) for a in running.values()), default=0.0)
+            ttft_bound = waited if waited > expected.ttft_s else None
+            spt_bound = slow if slow > expected.s_per_token else None
             if ttft_bound is not None or spt_bound is not None or streaming:
                 belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming)
         return Option(deployment, belief, prior, measuring)

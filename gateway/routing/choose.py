@@ -160,6 +160,7 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
     moves a narrow level little against a wide spread (a thin near-equal one is worth little)."""
     belief = option.belief
     branches = belief.branches(now, option.prior)
+    chance = (sum(c[0] for c in branches if not c[3]), sum(c[0] for c in branches if c[3]))
     spread2 = [s * s for s in belief.spread()]
     total = 0.0
     for k in range(GAIN_DRAWS):
@@ -169,14 +170,14 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
         moved = _posterior_mean(branches, answer, spread2)
         drawn = cost(replace(draw, ttft_s=moved[0], s_per_token=moved[1]), option.deployment, shape, weights)
         mine, theirs = scores([drawn, leader], weights)
-        total += max(0.0, theirs - mine) * branches[branch][0]
+        total += max(0.0, theirs - mine) * chance[branch]
     return 2 * total / GAIN_DRAWS
 
 
 def _posterior_mean(branches: Branches, answer: list[float], spread2: list[float]) -> tuple[float, float]:
-    """The level's posterior mean (seconds, per metric) after one answer, over the two branches (normal each)."""
+    """The level's posterior mean (seconds, per metric) after one answer, over every hypothesis (normal each)."""
     logs = []
-    for weight, means, variances in branches:
+    for weight, means, variances, _ in branches:
         log_p = math.log(max(weight, 1e-12))
         for m in (0, 1):
             v = variances[m] + spread2[m]
@@ -188,7 +189,7 @@ def _posterior_mean(branches: Branches, answer: list[float], spread2: list[float
     moved = []
     for m in (0, 1):
         value = 0.0
-        for (_, means, variances), w in zip(branches, odds, strict=True):
+        for (_, means, variances, _), w in zip(branches, odds, strict=True):
             learn = variances[m] / (variances[m] + spread2[m])
             value += w / total * (means[m] + learn * (answer[m] - means[m]))
         moved.append(math.exp(value))

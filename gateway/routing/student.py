@@ -10,12 +10,14 @@ Used by ``gateway.routing.belief``; pure functions.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Protocol
 
 TAIL_NU = 4.0
 """Degrees of freedom of an answer's Student-t noise: how heavy a tail one wild answer is read as."""
 _T_NORM = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
 METRICS = (0, 1)
+_NORMAL = NormalDist()
 
 
 class Hypothesis(Protocol):
@@ -62,6 +64,14 @@ def update(
             slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
             run.mean[metric] = mean + var / s * hazard
             run.var[metric] = min(var, max(1e-6, var * (1.0 - var / (s * s) * hazard * (hazard - slope))))
+
+
+def censored_square(bound: float, mean: float, variance: float) -> float:
+    """E[(y − mean)²] of a normal answer (``mean``, ``variance``) known only to be at least ``bound``: what a bound
+    hides of the answers' spread (a hedge or a race cuts off the slow tail)."""
+    alpha = (bound - mean) / math.sqrt(variance)
+    tail = max(1e-12, 1.0 - _NORMAL.cdf(alpha))
+    return variance * (1.0 + alpha * _NORMAL.pdf(alpha) / tail)
 
 
 def _t_pdf(x: float) -> float:
