@@ -13,6 +13,7 @@ from gateway.config import GatewayConfig
 from gateway.routing import Candidate, RouteRequest
 from gateway.routing.affinity import cached_on, decided, staying
 from gateway.routing.belief import Belief
+from gateway.routing.belief_attempts import answer_pair
 from gateway.routing.belief_candidates import choose_for
 from gateway.routing.belief_live import LiveBeliefRouter
 from gateway.routing.choose import Option
@@ -184,3 +185,29 @@ class _Snapshots:
 
     def snapshot(self) -> StatsSnapshot:
         return self._snapshot
+
+
+def test_a_models_first_answer_far_from_one_second_is_believed_not_read_as_wild() -> None:
+    """Nothing measured anywhere: a first token of 5 ms and 2,000 tokens/s (far from 1 s and 50 tokens/s) is where the
+    level is, and says little of how far answers scatter (held a factor e wide, that prior believed 80 ms and 490
+    tokens/s, and an answers' spread of 1.4 and 1.0)."""
+    belief = Belief()
+    belief.observe(1.0, Prior(), 0.005, 1 / 2000.0)
+    expected = belief.expected(1.0)
+    assert 0.5 < expected.ttft_s / 0.005 < 1.5 and 0.5 < expected.s_per_token * 2000.0 < 1.5
+    assert max(belief.spread()) < 0.6
+
+
+def test_an_answer_that_came_whole_says_how_quick_its_deployment_was() -> None:
+    expected = Belief().expected(0.0)  # 1 s to a first token, 50 tokens/s
+    streamed = dataclasses.replace(make_sample(ttft_s=0.2, tokens_per_s=100.0, output_tokens=50), attempt_s=0.7)
+    assert answer_pair(streamed, expected) == (0.2, 0.01)
+    # Its 50 tokens in one piece, 10 ms after the first token: 5 ms per 25 tokens, not the prior's 20 ms a token.
+    piece = dataclasses.replace(streamed, tokens_per_s=None, attempt_s=0.21)
+    ttft, spt = answer_pair(piece, expected)
+    assert ttft == 0.2 and spt is not None and math.isclose(spt, 0.01 / 49)
+    # Not streamed: 0.49 s for the whole, split as the belief expects (1 s + 49 × 20 ms), both scaled to it.
+    whole = dataclasses.replace(piece, stream=False, ttft_s=None, attempt_s=0.49)
+    ttft, spt = answer_pair(whole, expected)
+    assert ttft is not None and spt is not None
+    assert math.isclose(ttft + 49 * spt, 0.49) and math.isclose(ttft / spt, expected.ttft_s / expected.s_per_token)

@@ -25,7 +25,7 @@ from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cached_on, staying
 from gateway.routing.apis import speaking
 from gateway.routing.belief import Belief
-from gateway.routing.belief_attempts import RunningAttempt, pace_so_far, slowness_of
+from gateway.routing.belief_attempts import RunningAttempt, answer_pair, pace_so_far, slowness_of
 from gateway.routing.belief_candidates import candidates_of, choose_for, kind_terms
 from gateway.routing.capacity import RateLimits
 from gateway.routing.choose import Budget, Choice, Counts, Option
@@ -303,9 +303,9 @@ class BeliefRouter:
             sample.outcome == "client_cancelled" and sample.output_tokens is not None and sample.ttft_s is not None
         )
         if sample.outcome == "ok" or drained:
-            tps = sample.tokens_per_s
+            ttft, spt = answer_pair(sample, belief.expected(now, prior))
             uncached = max(0, (sample.usage_prompt_tokens or 0) - (sample.usage_cached_tokens or 0))
-            belief.observe(now, prior, sample.ttft_s, 1.0 / tps if tps else None, uncached_tokens=uncached)
+            belief.observe(now, prior, ttft, spt, uncached_tokens=uncached)
             belief.failed(now, False)
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:
