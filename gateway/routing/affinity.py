@@ -27,6 +27,10 @@ there. A long prompt fingerprinted for the first time may as well be a one-off r
 conversation's first turn: it is routed as a request without a session (priced by each deployment's
 hit ratio), so that traffic without sessions is routed exactly as with affinity off; so is a session
 whose binding could not be read in time (Redis slow or down), which may be bound somewhere.
+
+The belief router reads the same terms as prompt tokens cached per deployment (``cached_on``,
+entering its ``cost``); it orders a turn that may stay (``staying``) by the beliefs' means, with no
+draw and no look, and reads the outcome with ``decided``.
 """
 
 from __future__ import annotations
