@@ -27,20 +27,29 @@ there. A long prompt fingerprinted for the first time may as well be a one-off r
 conversation's first turn: it is routed as a request without a session (priced by each deployment's
 hit ratio), so that traffic without sessions is routed exactly as with affinity off; so is a session
 whose binding could not be read in time (Redis slow or down), which may be bound somewhere.
+
+The belief router reads the same terms as prompt tokens cached per deployment (``cached_on``,
+entering its ``cost``); it orders a turn that may stay (``staying``) by the beliefs' means, with no
+draw and no look, and reads the outcome with ``decided``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
+from gateway.routing.cost import EFFECTIVE, CacheTerms, cached_tokens
 from gateway.routing.overrides import ProviderPreferences
 from gateway.routing.plan import AffinityDecision, SessionRoute
-from gateway.routing.predict import CacheTerms
 from gateway.routing.ranking import Ranked
+from gateway.stats import StatsSnapshot
 
 COLD = CacheTerms("cold")
+BoundState = Literal["available", "unavailable", "excluded"]
+"""Where the session's deployment stands for this turn: it may serve, it cannot (circuit open, provider full), or it
+may not (a filter, an API it does not speak)."""
 
 
 def _ignored(session: SessionRoute, preferences: ProviderPreferences) -> bool:
@@ -65,6 +74,35 @@ def cache_terms(
     return terms
 
 
+def cached_on(
+    model: str,
+    session: SessionRoute | None,
+    deployments: Sequence[DeploymentConfig],
+    preferences: ProviderPreferences,
+    prompt_tokens: int,
+    snapshot: StatsSnapshot,
+) -> dict[str, int]:
+    """The prompt tokens the request is expected to find cached on each deployment (``cache_terms``; without a
+    session's terms, each deployment's observed hit ratio in the shared window)."""
+    terms = cache_terms(session, deployments, preferences)
+    cached = {}
+    for d in deployments:
+        summary = snapshot.get(model, d.name)
+        hit_ratio = summary.hit_ratio() if summary is not None else None
+        cached[d.name] = cached_tokens(terms.get(d.name, EFFECTIVE) if terms else EFFECTIVE, prompt_tokens, hit_ratio)
+    return cached
+
+
+def staying(
+    session: SessionRoute | None, deployments: Sequence[DeploymentConfig], preferences: ProviderPreferences
+) -> str | None:
+    """The deployment whose cache holds the session's prompt, when this turn may stay there (None: no binding to
+    keep, or its deployment may not serve this request): a turn there is not explored away from its cache."""
+    if session is None or session.lookup != "bound" or _ignored(session, preferences):
+        return None
+    return session.deployment if any(d.name == session.deployment for d in deployments) else None
+
+
 def keep_bound_first(
     rows: list[Ranked], session: SessionRoute | None, policy: PolicyConfig, preferences: ProviderPreferences
 ) -> list[Ranked]:
@@ -86,15 +124,20 @@ def decide(
     session: SessionRoute, rows: Sequence[Ranked], first: Ranked, preferences: ProviderPreferences
 ) -> AffinityDecision:
     """What routing ``first`` means for the session: stayed, moved (and why), or no binding to keep."""
+    bound = next((r for r in rows if r.deployment.name == session.deployment), None)
+    state: BoundState = "excluded" if bound is None else "available" if bound.available else "unavailable"
+    return decided(session, first.deployment.name, state, preferences)
+
+
+def decided(session: SessionRoute, first: str, bound: BoundState, preferences: ProviderPreferences) -> AffinityDecision:
+    """What routing to ``first`` means for the session, its deployment being ``bound`` for this turn: stayed, moved
+    (slower: it could serve but another came first; or it could not, or may not), or no binding to keep."""
     if _ignored(session, preferences):
         return AffinityDecision("off", session.deployment)
     if session.lookup == "unavailable":
         return AffinityDecision("unknown")
     if session.lookup == "unbound" or session.deployment is None:
         return AffinityDecision("new")
-    if first.deployment.name == session.deployment:
+    if first == session.deployment:
         return AffinityDecision("stay", session.deployment)
-    bound = next((r for r in rows if r.deployment.name == session.deployment), None)
-    if bound is None:
-        return AffinityDecision("move", session.deployment, "excluded")
-    return AffinityDecision("move", session.deployment, "slower" if bound.available else "unavailable")
+    return AffinityDecision("move", session.deployment, "slower" if bound == "available" else bound)

@@ -32,7 +32,7 @@ import random
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from gateway.routing.priors import BETWEEN, DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
+from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
 from gateway.routing.student import TAIL_NU, censored_square, likelihood, update
 
 HAZARD_S = 120.0
@@ -41,17 +41,17 @@ RUNS = 5
 NOISE_MEMORY = 50
 """Run-length hypotheses kept per deployment (the cost of change-point detection, not a knob of the world)."""
 
-TTFT, SPT = 0, 1
-METRICS = (TTFT, SPT)
+METRICS = (TTFT, SPT) = (0, 1)
 _MIN_PREFILL_TOKENS = 1024
 _NORMAL = NormalDist()
 _FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
-
-
 NO_PRIOR = Prior()
 _DEFAULT_LEVEL = (math.log(1.0), math.log(1 / 50.0))
-"""Where a model with nothing measured anywhere starts: 1 s to first token, 50 tokens/s (wide)."""
+"""Where a model with nothing measured anywhere starts: 1 s to first token, 50 tokens/s (``UNKNOWN`` wide)."""
+UNKNOWN = 3.0
+"""How far (log sd) a model's first token and speed may lie from ``_DEFAULT_LEVEL`` before any of its deployments
+is measured: a factor 20 either way. Wider than ``BETWEEN``: a far first answer (5 ms) moves the level."""
 
 
 @dataclass(slots=True)
@@ -207,7 +207,7 @@ class Belief:
     def level(self, now: float, metric: int) -> tuple[float, float]:
         """The log level's mixture mean and variance now (drift included)."""
         if not self.runs:
-            return _DEFAULT_LEVEL[metric], BETWEEN**2
+            return _DEFAULT_LEVEL[metric], UNKNOWN**2
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         mean, var = self.mixture[metric] if self.mixture is not None else _mix(self.runs, metric)
         return mean, var + age
@@ -393,7 +393,7 @@ def _mix(runs: list[Run], metric: int) -> tuple[float, float]:
 
 def _start(prior: Prior) -> Run:
     mean = [m if m is not None else _DEFAULT_LEVEL[i] for i, m in enumerate(prior.mean)]
-    return Run(1.0, mean, list(prior.var))
+    return Run(1.0, mean, [v if m is not None else UNKNOWN**2 for m, v in zip(prior.mean, prior.var, strict=True)])
 
 
 def _z(q: float) -> float:

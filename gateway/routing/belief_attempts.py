@@ -4,17 +4,22 @@
 runs, ``plan`` reads from it a lower bound on the deployment's seconds per token (``slowness_of``),
 or, for one begun since the deployment was last heard, its first token and pace so far
 (``pace_so_far``). A stream's tokens are estimated from its bytes, by its API's bytes per token.
+``answer_pair`` reads a finished answer's pair, also where it came whole.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.routing.belief import Draw
 from gateway.routing.lengths import LengthKey
+from gateway.samples import Sample
 from gateway.types import DeploymentKey, StreamProgress
 
 PACE_TOKENS = 8
 """Tokens a running stream must have sent before its pace so far counts as its speed."""
+BODY_RESOLUTION_S = 1e-3
+"""The shortest time an answer's body is read as taking: one sent in one piece took about this, not zero."""
 
 
 @dataclass(slots=True)
@@ -53,3 +58,27 @@ def slowness_of(attempt: RunningAttempt, now: float, bytes_per_token: dict[str, 
     if not per_token:
         return 0.0
     return (now - attempt.first_at) / (progress.received_bytes / per_token + 1.0)
+
+
+def answer_pair(sample: Sample, expected: Draw) -> tuple[float | None, float | None]:
+    """A finished answer's first token and seconds per token, for its deployment's belief.
+
+    A stream's, as measured. One whose tokens all came in one piece (no speed measured) streamed them in the
+    time from its first token to its end: its speed is that, not unknown (left unknown, the belief's prior speed
+    would add a stream time the deployment never takes to every prediction of it). An answer that was not
+    streamed tells its whole time only: it is split as the belief expects it to be (``expected``, its median
+    first token and speed), both parts scaled by how much slower or quicker the whole came."""
+    n = sample.output_tokens or 0
+    ended = sample.attempt_s
+    if sample.ttft_s is not None:
+        if sample.tokens_per_s:
+            return sample.ttft_s, 1.0 / sample.tokens_per_s
+        if n >= 2 and ended is not None:
+            return sample.ttft_s, max(ended - sample.ttft_s, BODY_RESOLUTION_S) / (n - 1)
+        return sample.ttft_s, None
+    if ended is None or ended <= 0 or sample.stream:
+        return None, None
+    if n < 2:
+        return ended, None
+    scale = ended / (expected.ttft_s + (n - 1) * expected.s_per_token)
+    return expected.ttft_s * scale, expected.s_per_token * scale

@@ -1,19 +1,106 @@
 """The belief router's candidates: a drawn order of deployments made into the plan's ``Candidate`` list.
 
-``BeliefRouter.plan`` draws the order (``gateway.routing.choose``); ``candidates_of`` dresses each
-deployment in it for the relay: why it is tried (best, fallback, explore, override), what it is
-predicted to take, its learned first-token and idle deadlines, and when a hedge should follow it.
+``BeliefRouter.plan`` draws the order (``choose_for``, around ``gateway.routing.choose``);
+``candidates_of`` dresses each deployment in it for the relay: why it is tried (best, fallback,
+explore, override, affinity), what it is predicted to take, its learned first-token and idle
+deadlines, and when a hedge should follow it.
+
+Two rules sit around the draw, as the policy and the session ask:
+
+- **Constraints.** A deployment that breaks one of the policy's soft constraints (a price cap, a
+  measured first token or speed, success or valid rate for this request's kind: ``score.broken``)
+  is neither drawn nor explored; it follows the others as a fallback (unless every one breaks one).
+- **A session's cache.** A turn whose session is bound to a deployment that may serve it goes where
+  the beliefs expect it best, its prompt's cache counted (``affinity.cached_on``): no draw, no look.
+  Exploring it away would cost the cache's worth, which no look at another repays.
 """
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
+
 from gateway.config import PolicyConfig, ProviderConfig
-from gateway.routing.choose import Choice, Option
+from gateway.routing.choose import Budget, Choice, Option, choose
+from gateway.routing.cost import Shape, Weights, cost, scores, valid_rate
 from gateway.routing.health import RouterState
 from gateway.routing.hedge import hedge_after
+from gateway.routing.overrides import ProviderPreferences
 from gateway.routing.plan import Candidate, RouteRequest
+from gateway.routing.score import broken
+from gateway.samples import RequestKind
 from gateway.stats import StatsSnapshot
 from gateway.types import RouteReason
+
+
+def kind_terms(
+    options: Sequence[Option],
+    snapshot: StatsSnapshot,
+    model: str,
+    policy: PolicyConfig,
+    preferences: ProviderPreferences,
+    kind: RequestKind | None,
+) -> tuple[dict[str, float], list[bool]]:
+    """Each deployment's chance of an answer valid for this request's kind (the shared window's verdicts of that
+    kind), and whether it breaks one of the policy's soft constraints for this request."""
+    valid: dict[str, float] = {}
+    breaks = []
+    for option in options:
+        d = option.deployment
+        summary = snapshot.get(model, d.name)
+        counts = summary.valid_counts(kind) if summary is not None else (0, 0)
+        rate = valid[d.name] = valid_rate(*counts)
+        belief = option.belief
+        success = belief.oks / (belief.fails + belief.oks)
+        attempts = summary.attempts if summary is not None else 0
+        found = broken(d, summary, policy, preferences, kind, success=(success, attempts), valid=(rate, counts[1]))
+        breaks.append(bool(found))
+    return valid, breaks
+
+
+def choose_for(
+    options: Sequence[Option],
+    breaks: Sequence[bool],
+    shape: Shape,
+    weights: Weights,
+    now: float,
+    rng: random.Random,
+    *,
+    may_race: bool,
+    budget: Budget | None,
+    model: str,
+    explore: bool = True,
+) -> Choice:
+    """``choose`` over the deployments that keep the constraints, those that break one after them as fallbacks (best
+    expected first); without ``explore`` (a session's turn that may stay on its cache), the order the beliefs
+    expect, no draw and no look."""
+    keep = [i for i, b in enumerate(breaks) if not b] or list(range(len(options)))
+    inner = [options[i] for i in keep]
+    if explore:
+        kept = choose(inner, shape, weights, now, rng, may_race=may_race, budget=budget, model=model)
+    else:
+        means = [
+            cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill[0]) for o in inner
+        ]
+        by_mean = scores(means, weights)
+        kept = Choice(tuple(sorted(range(len(inner)), key=by_mean.__getitem__)), tuple(means))
+    if len(keep) == len(options):
+        return kept
+    rest = [i for i in range(len(options)) if i not in keep]
+    costs = {keep[j]: c for j, c in enumerate(kept.costs)}
+    for i in rest:
+        o = options[i]
+        costs[i] = cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill[0])
+    by_cost = dict(zip(rest, scores([costs[i] for i in rest], weights), strict=True))
+    rest.sort(key=by_cost.__getitem__)
+    return Choice(
+        (*(keep[j] for j in kept.order), *rest),
+        tuple(costs[i] for i in range(len(options))),
+        race=tuple(keep[j] for j in kept.race),
+        shadow=keep[kept.shadow] if kept.shadow is not None else None,
+        explored=kept.explored,
+        cold=kept.cold,
+    )
 
 
 def candidates_of(
@@ -28,9 +115,11 @@ def candidates_of(
     *,
     providers: dict[str, ProviderConfig],
     state: RouterState,
+    stay: str | None = None,
 ) -> list[Candidate]:
     """The plan's candidates in ``order``: each with its reason, its predicted times, its learned deadlines, and
-    when to hedge it (a race's members at once, a streamed request's others at the tail ``hedge_after`` reads)."""
+    when to hedge it (a race's members at once, a streamed request's others at the tail ``hedge_after`` reads).
+    ``stay``: the deployment holding the session's cache (first: the turn stayed there)."""
     model = request.model.name
     hedging = request.stream and policy.hedging
     candidates = []
@@ -47,6 +136,8 @@ def candidates_of(
         reason: RouteReason = "best-score" if position == 0 else "fallback"
         if request.preferences.steers and position == 0:
             reason = "override"
+        elif position == 0 and deployment.name == stay:
+            reason = "affinity"
         if (choice.explored and position < max(1, len(race) - 1)) or (choice.cold and position < len(race)):
             reason = "explore"  # measured to the end if it loses: drained
         deadlines = state.deadlines.of((model, deployment.name), policy, snapshot.get(model, deployment.name), now)

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from gateway.config import ModelConfig, ProviderConfig
 from gateway.errors import NoCapacity
+from gateway.routing.affinity import BoundState, decided
 from gateway.routing.belief_rank import rank_beliefs
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.capacity import ProviderLimit
@@ -59,27 +60,17 @@ class LiveBeliefRouter(BeliefRouter):
         )
 
     def _affinity(self, request: RouteRequest, plan: RoutePlan) -> AffinityDecision:
-        """What the plan did with the request's session (``affinity.decide``'s reading: the beliefs hold no cache
-        terms yet, so this reports where the session went and does not steer it)."""
-        session, preferences = request.session, request.preferences
+        """What the plan did with the request's session (``affinity.decided``): its deployment may serve this turn
+        (a candidate), cannot (its circuit is open) or may not (filtered out, or an API it does not speak)."""
+        session = request.session
         assert session is not None
-        if session.affinity == "off" or preferences.order or preferences.only is not None:
-            return AffinityDecision("off", session.deployment)
-        if session.lookup == "unavailable":
-            return AffinityDecision("unknown")
-        if session.lookup == "unbound" or session.deployment is None:
-            return AffinityDecision("new")
-        if plan.candidates[0].name == session.deployment:
-            return AffinityDecision("stay", session.deployment)
-        if any(c.name == session.deployment for c in plan.candidates):
-            return AffinityDecision("move", session.deployment, "slower")
-        model = request.model.name
-        bound = next((d for d in request.model.deployments if d.name == session.deployment), None)
-        open_now = (
-            bound is not None
-            and self.state.health.state((model, bound.name), self.clock(), self._circuit_changed) == "open"
-        )
-        return AffinityDecision("move", session.deployment, "unavailable" if open_now else "excluded")
+        bound: BoundState = "available"
+        if not any(c.name == session.deployment for c in plan.candidates):
+            key = (request.model.name, session.deployment or "")
+            known = any(d.name == key[1] for d in request.model.deployments)
+            open_now = known and self.state.health.state(key, self.clock(), self._circuit_changed) == "open"
+            bound = "unavailable" if open_now else "excluded"
+        return decided(session, plan.candidates[0].name, bound, request.preferences)
 
     def _ranking(self, request: RouteRequest) -> Ranking:
         return self.rank(

@@ -22,12 +22,13 @@ import time
 from gateway.config import DeploymentConfig, GatewayConfig
 from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import GatewayEvents, NoEvents
+from gateway.routing.affinity import cached_on, staying
 from gateway.routing.apis import speaking
 from gateway.routing.belief import Belief
-from gateway.routing.belief_attempts import RunningAttempt, pace_so_far, slowness_of
-from gateway.routing.belief_candidates import candidates_of
+from gateway.routing.belief_attempts import RunningAttempt, answer_pair, pace_so_far, slowness_of
+from gateway.routing.belief_candidates import candidates_of, choose_for, kind_terms
 from gateway.routing.capacity import RateLimits
-from gateway.routing.choose import Budget, Choice, Counts, Option, choose
+from gateway.routing.choose import Budget, Choice, Counts, Option
 from gateway.routing.cost import Shape, Weights
 from gateway.routing.filters import allowed, apply_order, listed
 from gateway.routing.health import FAILURES, RouterState
@@ -106,7 +107,11 @@ class BeliefRouter:
         options = [self._option(model.name, d.name, d, snapshot, now) for d in deployments]
         length = shape_of(model.name, request.max_tokens)
         expected = self.lengths.expected(length, request.max_tokens, policy.default_output_tokens)
-        shape = Shape(request.prompt_tokens, expected)
+        session = request.session
+        valid, breaks = kind_terms(options, snapshot, model.name, policy, preferences, request.kind)
+        cached = cached_on(model.name, session, deployments, preferences, request.prompt_tokens, snapshot)
+        shape = Shape(request.prompt_tokens, expected, cached, valid)
+        stay = staying(session, deployments, preferences)
         weights = Weights.of(policy, preferences.sort)
         counts = self.counts.setdefault(model.name, Counts())
         counts.requests += 1
@@ -115,15 +120,20 @@ class BeliefRouter:
             self.budget.credit(model.name)
         if request.stream and policy.hedging:
             self.state.hedges.credit(model.name, policy.hedge_budget)
-        choice = choose(
+        # ``explore_share = 0``: no look, no draw; only a stream's cold start (and its race) remains.
+        looks = policy.explore_share > 0
+        may_race = request.stream and policy.explore_race and not steered
+        choice = choose_for(
             options,
+            breaks,
             shape,
             weights,
             now,
             self.rng,
-            may_race=request.stream and policy.explore_race and not steered,
-            budget=self.budget,
+            may_race=may_race,
+            budget=self.budget if looks else None,
             model=model.name,
+            explore=stay is None and (looks or may_race),
         )
         choice = Choice(tuple(range(len(options))), choice.costs) if policy.ranking == "fixed" else choice
         counts.explored += choice.explored
@@ -131,6 +141,8 @@ class BeliefRouter:
         counts.shadows += choice.shadow is not None
         counts.cold_starts += choice.cold
         order = list(choice.order)
+        if stay is not None and session is not None and session.affinity == "strict":
+            order.sort(key=lambda i: deployments[i].name != stay)  # it stays unless it cannot serve
         if preferences.order:
             order = apply_order(order, deployments, preferences.order)
         if not preferences.allow_fallbacks:
@@ -143,7 +155,17 @@ class BeliefRouter:
             raise InvalidRequest(f"'provider.order' names no deployment of model '{model.name}'", param="provider")
         race = choice.race if list(choice.race) == order[: len(choice.race)] else ()
         candidates = candidates_of(
-            request, policy, options, choice, order, race, snapshot, now, providers=self._providers, state=self.state
+            request,
+            policy,
+            options,
+            choice,
+            order,
+            race,
+            snapshot,
+            now,
+            providers=self._providers,
+            state=self.state,
+            stay=stay,
         )
         for candidate in candidates:
             self._lengths_of[id(candidate)] = (length, request.max_tokens)
@@ -280,9 +302,9 @@ class BeliefRouter:
             sample.outcome == "client_cancelled" and sample.output_tokens is not None and sample.ttft_s is not None
         )
         if sample.outcome == "ok" or drained:
-            tps = sample.tokens_per_s
+            ttft, spt = answer_pair(sample, belief.expected(now, prior))
             uncached = max(0, (sample.usage_prompt_tokens or 0) - (sample.usage_cached_tokens or 0))
-            belief.observe(now, prior, sample.ttft_s, 1.0 / tps if tps else None, uncached_tokens=uncached)
+            belief.observe(now, prior, ttft, spt, uncached_tokens=uncached)
             belief.failed(now, False)
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:

@@ -16,7 +16,8 @@ the request explores. A stream then explores cheaply, under one budget (``RACE_B
   drained (racing it would hand a long answer to a slower stream on a quicker first token).
 
 Without budget (or not a stream), the draw's order stands. A **cold start**: deployments never
-measured and not being measured are raced all at once (up to ``COLD_RACE``), beside the leader.
+measured and not being measured are raced all at once, beside the measured leader if there is one: at most
+``COLD_RACE`` attempts, the leader counted (the rest follow on the next requests).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from gateway.routing.priors import Prior
 
 RACE_BUDGET = 0.10
 """Share of streamed requests that may carry one extra attempt to look at another deployment (a race or a shadow)."""
-COLD_RACE = 4
-"""Deployments never measured that one request may race at once (the rest follow on the next ones)."""
+COLD_RACE = 3
+"""Attempts one cold start may race at once, a measured leader joining them counted: each loser is drained and billed,
+so a model deployed on ten providers measures a few per request, not ten at once."""
 GAIN_DRAWS = 16
 """Draws that estimate what a look may teach (the cost of the estimate, not a knob of the world)."""
 
@@ -127,8 +129,8 @@ def choose(
         by_draw = scores(drawn, weights)
         order = sorted(range(len(options)), key=by_draw.__getitem__)
         if cold and may_race and len(options) > 1:
-            racers = [i for i in order if i in cold][:COLD_RACE]
-            joins = [i for i in order if i in measured and i not in racers][:1]  # a measured leader joins at once
+            joins = [i for i in order if i in measured][:1]  # a measured leader joins at once
+            racers = [i for i in order if i in cold][: COLD_RACE - len(joins)]
             rest = [i for i in order if i not in racers and i not in joins]
             race = (*racers, *joins) if len(racers) + len(joins) > 1 else ()
             return Choice((*racers, *joins, *rest), tuple(means), race=race, cold=True)

@@ -3,7 +3,12 @@
 ``time ≈ first token + prefill of the uncached prompt + (expected output tokens − 1) × seconds per token``,
 at the policy's estimate: the mean of the log-normal answers (``estimate = "mean"``) or its quantiles
 (``ttft_quantile``, ``tps_quantile``). ``money`` is the request's price at the deployment's rates.
-A failure costs its own moment and the best other deployment's time (the attempt loop's fallback).
+The prompt's cached part is the request's on that deployment (``CacheTerms``: a session's warm
+deployment holds its previous prompt, the others none; without a session, the deployment's
+observed hit ratio): it is neither prefilled nor priced at the full rate.
+A failure costs its own moment and the best other deployment's time (the attempt loop's fallback);
+an answer invalid for the request's kind (tools, JSON) counts against it as a failure does, by
+the policy's ``quality_weight``.
 The score is the policy's weighted sum of log2 of each (``gateway.policies``): lower is better, and
 only differences between deployments matter.
 """
@@ -11,8 +16,10 @@ only differences between deployments matter.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from statistics import NormalDist
+from typing import Literal
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
@@ -20,16 +27,64 @@ from gateway.routing.belief import Draw
 from gateway.routing.overrides import Sort
 
 _Z = NormalDist()
+VALID_PRIOR = 5
+"""Pseudo-valid answers added to the valid rate: one invalid answer in the first few does not break
+``min_valid_rate`` (0.9) alone, three in ten do (an answer's validity is judged on every answer, so there
+are more of them to go on than failures, and an honest provider's rare miss must not cost it a kind of
+traffic for a whole window)."""
+
+CacheMode = Literal["warm", "cold", "effective"]
+"""How the prompt cache enters a prediction:
+
+- ``warm``: this deployment holds the conversation's prefix (the session is bound to it): its warm first
+  token, and the cached part of the prompt at ``price_cached_in``;
+- ``cold``: the conversation's prompt is cached elsewhere or nowhere: the whole prompt's prefill
+  (prompt tokens ÷ its prefill speed) and the full price;
+- ``effective``: no session: the usual first token, and the price with the deployment's observed hit
+  ratio (what traffic like this has found cached there: its effective price)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheTerms:
+    """What a request's prompt may find cached on one deployment."""
+
+    mode: CacheMode = "effective"
+    cached_tokens: int | None = None
+    """``warm``: the prompt tokens expected from the cache (the conversation's previous prompt); None: all
+    but what the deployment's hit ratio leaves."""
+
+
+EFFECTIVE = CacheTerms()
+
+
+def cached_tokens(terms: CacheTerms, prompt_tokens: int, hit_ratio: float | None) -> int:
+    """The prompt tokens a request is expected to find cached on a deployment: a warm one's previous prompt (all of
+    it when unknown), a cold one's none, else its observed hit ratio's share."""
+    if terms.mode == "warm":
+        share = terms.cached_tokens if terms.cached_tokens is not None else prompt_tokens
+        return min(prompt_tokens, share)
+    if terms.mode == "effective" and hit_ratio:
+        return round(prompt_tokens * hit_ratio)
+    return 0
+
+
+def valid_rate(valid: int, judged: int) -> float:
+    """The chance an answer is valid for a request's kind, from the kind's judged answers (``VALID_PRIOR``)."""
+    return (valid + VALID_PRIOR) / (judged + VALID_PRIOR)
 
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """What the cost of a request depends on: its prompt (uncached part), its expected answer, streamed or not."""
+    """What the cost of a request depends on: its prompt, its expected answer, and per deployment (by name) what
+    of the prompt is cached there and how likely an answer valid for the request's kind is."""
 
     prompt_tokens: int
     output_tokens: float
     """The predicted answer length (``gateway.routing.lengths``), capped by ``max_tokens``."""
-    cached_tokens: int = 0
+    cached: Mapping[str, int] = field(default_factory=dict)
+    """Prompt tokens expected from each deployment's cache (``cached_tokens``; absent: none)."""
+    valid: Mapping[str, float] = field(default_factory=dict)
+    """Each deployment's chance of an answer valid for this request's kind (``valid_rate``; absent: 1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +99,21 @@ class Weights:
     ttft_z: float | None
     """None: predict means; else the standard normal quantile of ``ttft_quantile``."""
     spt_z: float | None
+    quality: float = 1.0
+    """The valid rate's exponent inside the failure term (the policy's ``quality_weight``)."""
 
     @classmethod
     def of(cls, policy: PolicyConfig, sort: Sort | None = None) -> Weights:
         quantiles = policy.estimate == "quantile"
         ttft_z = _Z.inv_cdf(min(max(policy.ttft_quantile, 0.01), 0.99)) if quantiles else None
         spt_z = _Z.inv_cdf(min(max(policy.tps_quantile, 0.01), 0.99)) if quantiles else None
-        failure = policy.failure_weight
+        failure, quality = policy.failure_weight, policy.quality_weight
         if sort == "price":
-            return cls(0.05, 0.0, 0.0, 1.0, failure, ttft_z, spt_z)
+            return cls(0.05, 0.0, 0.0, 1.0, failure, ttft_z, spt_z, quality)
         if sort == "throughput":
-            return cls(0.0, 0.0, 1.0, 0.05, failure, ttft_z, spt_z)
+            return cls(0.0, 0.0, 1.0, 0.05, failure, ttft_z, spt_z, quality)
         if sort == "latency":
-            return cls(0.0, 1.0, 0.0, 0.05, failure, ttft_z, spt_z)
+            return cls(0.0, 1.0, 0.0, 0.05, failure, ttft_z, spt_z, quality)
         return cls(
             policy.time_weight,
             policy.ttft_weight,
@@ -65,6 +122,7 @@ class Weights:
             failure,
             ttft_z,
             spt_z,
+            quality,
         )
 
 
@@ -81,6 +139,8 @@ class Cost:
     failure_s: float = 0.0
     changed: bool = False
     """From a draw of a level new since last heard (``Draw.changed``)."""
+    valid: float = 1.0
+    """The chance its answer is valid for the request's kind."""
 
 
 def cost(draw: Draw, deployment: DeploymentConfig, shape: Shape, weights: Weights, prefill_s: float = 0.0) -> Cost:
@@ -94,14 +154,14 @@ def cost(draw: Draw, deployment: DeploymentConfig, shape: Shape, weights: Weight
         spt = draw.s_per_token * math.exp(s_spt * s_spt / 2)
     else:
         spt = draw.s_per_token * math.exp(weights.spt_z * s_spt)
-    uncached = max(0, shape.prompt_tokens - shape.cached_tokens)
+    cached = min(shape.prompt_tokens, shape.cached.get(deployment.name, 0))
+    uncached = shape.prompt_tokens - cached
     ttft += prefill_s * uncached
     time = ttft + max(0.0, shape.output_tokens - 1) * spt
     cached_price = deployment.price_in if deployment.price_cached_in is None else deployment.price_cached_in
-    money = (
-        uncached * deployment.price_in + shape.cached_tokens * cached_price + shape.output_tokens * deployment.price_out
-    ) / 1e6
-    return Cost(ttft, spt, time, money, draw.failure, draw.failure_s, draw.changed)
+    money = (uncached * deployment.price_in + cached * cached_price + shape.output_tokens * deployment.price_out) / 1e6
+    valid = shape.valid.get(deployment.name, 1.0)
+    return Cost(ttft, spt, time, money, draw.failure, draw.failure_s, draw.changed, valid)
 
 
 def scores(costs: list[Cost], weights: Weights) -> list[float]:
@@ -119,6 +179,7 @@ def scores(costs: list[Cost], weights: Weights) -> list[float]:
         if weights.throughput:
             score += weights.throughput * math.log2(c.s_per_token)
         score += weights.price * math.log2(c.money_usd + epsilon)
-        score += weights.failure * math.log2(1.0 / max(1.0 - c.failure, 0.01))
+        good = max(1.0 - c.failure, 0.01) * max(c.valid, 0.01) ** weights.quality
+        score += weights.failure * math.log2(1.0 / good)
         result.append(score)
     return result

@@ -66,6 +66,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from gateway.policies import PolicyConfig
+from gateway.routing.choose import COLD_RACE
 from gateway.routing.ordering import is_thin
 from gateway.routing.predict import Prediction, RequestShape
 from gateway.routing.ranking import Ranked
@@ -81,9 +82,8 @@ NEGLECTED_AFTER_S = 10.0
 ``RACE_SLACK`` of it): one that streams slowly is otherwise never raced where every answer is long."""
 PAIR_MIN_DEPLOYMENTS = 3
 """From this many deployments on, a race probe measures two contenders at once (``choose_partner``)."""
-COLD_RACE_WIDTH = 3
-"""Deployments that join one cold race at most: each loser is drained and billed, so a model deployed on ten
-providers measures three per request, not ten at once."""
+COLD_RACE_WIDTH = COLD_RACE
+"""Deployments that join one cold race at most (the belief router's rule, ``choose.COLD_RACE``, shared)."""
 BLIND_RACES = 3
 """Cold races a deployment joins at once before any first token came (the first, and the streams that arrive while
 it runs: at 4 requests/s and a slow provider's 1.4 s first token, about five)."""

@@ -37,6 +37,10 @@ from typing import Literal
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
+from gateway.routing.cost import EFFECTIVE as EFFECTIVE
+from gateway.routing.cost import CacheMode as CacheMode
+from gateway.routing.cost import CacheTerms as CacheTerms
+from gateway.routing.cost import cached_tokens, valid_rate
 from gateway.routing.estimates import (
     MAX_UNCERTAINTY,
     MIN_SIGMA,
@@ -57,11 +61,6 @@ Source = Literal["recent", "window", "model", "none"]
 MIN_TIME_S = 1e-3
 SUCCESS_PRIOR = 2
 """Pseudo-successes added to the success rate, so one early failure does not sink a deployment."""
-VALID_PRIOR = 5
-"""Pseudo-valid answers added to the valid rate: one invalid answer in the first few does not break
-``min_valid_rate`` (0.9) alone, three in ten do (an answer's validity is judged on every answer, so there
-are more of them to go on than failures, and an honest provider's rare miss must not cost it a kind of
-traffic for a whole window)."""
 WINDOW_SAMPLES = 4.0
 """The weight the shared window's estimate gets when it is all there is: its answers' age is unknown."""
 WINDOW_BLEND = 64.0
@@ -90,28 +89,6 @@ _WINDOW_RATE: dict[ViewMetric, tuple[WindowMetric, bool]] = {m: (w, w in RATES) 
 """Each fast-view metric's window counterpart, and whether that is a rate: looked up four times per prediction."""
 PooledHistograms = dict[WindowMetric, "LogHistogram | None"]
 """A model's pooled histogram of each metric, merged once per request and snapshot (``predict``'s ``pooled``)."""
-CacheMode = Literal["warm", "cold", "effective"]
-"""How the prompt cache enters a prediction:
-
-- ``warm``: this deployment holds the conversation's prefix (the session is bound to it): its warm first
-  token, and the cached part of the prompt at ``price_cached_in``;
-- ``cold``: the conversation's prompt is cached elsewhere or nowhere: the whole prompt's prefill
-  (prompt tokens ÷ its prefill speed) and the full price;
-- ``effective``: no session: the usual first token, and the price with the deployment's observed hit
-  ratio (what traffic like this has found cached there: its effective price)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CacheTerms:
-    """What a request's prompt may find cached on one deployment."""
-
-    mode: CacheMode = "effective"
-    cached_tokens: int | None = None
-    """``warm``: the prompt tokens expected from the cache (the conversation's previous prompt); None: all
-    but what the deployment's hit ratio leaves."""
-
-
-EFFECTIVE = CacheTerms()
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,12 +315,7 @@ def predict(
         # is not multiplied again by the same attempts' overdue time.
         time_s = max(time_s, (time_s - late_s) * overdue)
     hit_ratio = summary.hit_ratio() if summary is not None else None
-    cached = 0
-    if cache.mode == "warm":
-        share = cache.cached_tokens if cache.cached_tokens is not None else shape.prompt_tokens
-        cached = min(shape.prompt_tokens, share)
-    elif cache.mode == "effective" and hit_ratio:
-        cached = round(shape.prompt_tokens * hit_ratio)
+    cached = cached_tokens(cache, shape.prompt_tokens, hit_ratio)
     cost = deployment.cost_usd(shape.prompt_tokens, shape.output_tokens, cached)
     attempts = summary.attempts if summary else 0  # a sum over its outcomes: once per prediction
     newest = view.newest_at if view is not None else None
@@ -376,7 +348,7 @@ def predict(
         stream_source=spt.source if spt else "none",
         ttft_spread=ttft.spread if ttft else PRIOR_SIGMA,
         success_samples=success_samples,
-        valid_rate=(valid + VALID_PRIOR) / (judged + VALID_PRIOR),
+        valid_rate=valid_rate(valid, judged),
         valid_judged=judged,
         answers=view.answered if view is not None else 0,
         overdue=overdue,

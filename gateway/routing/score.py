@@ -200,7 +200,15 @@ def score_all(
             failure=weights.failure * _failure(p, weights.quality),
         )
         summary = snapshot.get(model, deployment.name)
-        violations = _violations(deployment, p, summary, policy, preferences, shape.kind)
+        violations = broken(
+            deployment,
+            summary,
+            policy,
+            preferences,
+            shape.kind,
+            success=(p.success_rate, p.attempts),
+            valid=(p.valid_rate, p.valid_judged),
+        )
         # Nothing of its own measured: the cold start explores it, not a bonus.
         bonus = _bonus(p, p.uncertainty, weights) if p.source in ("recent", "window") else 0.0
         # Nothing measured: as uncertain as can be, so that a tie (on price, say) goes to the measured one.
@@ -272,18 +280,21 @@ def _log_ratio(value: float | None, best: float | None) -> float:
     return max(0.0, math.log2(value / best))
 
 
-def _violations(
+def broken(
     deployment: DeploymentConfig,
-    p: Prediction,
     summary: DeploymentSummary | None,
     policy: PolicyConfig,
     preferences: ProviderPreferences,
     kind: RequestKind | None = None,
+    *,
+    success: tuple[float, int],
+    valid: tuple[float, int],
 ) -> tuple[str, ...]:
-    """Soft constraints broken. Measured ones are judged on the deployment's own numbers, once it has
-    ``min_samples`` of them (a prior or a single slow answer proves nothing): first tokens and speeds counted
+    """Soft constraints broken (by either router). Measured ones are judged on the deployment's own numbers, once
+    it has ``min_samples`` of them (a prior or a single slow answer proves nothing): first tokens and speeds counted
     as measured (a race's drained loser measured both, and is no attempt that says anything of its health),
-    the success rate by attempts."""
+    the success rate by attempts. ``success``: its success rate and attempts; ``valid``: its valid rate for
+    ``kind`` and the answers of that kind judged."""
     found: list[str] = []
     if policy.max_price_in is not None and deployment.price_in > policy.max_price_in:
         found.append(f"price_in {deployment.price_in:g} > {policy.max_price_in:g}")
@@ -302,13 +313,14 @@ def _violations(
         tps = summary.quantile("tokens_per_s", 1.0 - policy.tps_quantile)
         if tps is not None and tps < policy.min_tokens_per_s:
             found.append(f"tokens/s {tps:.3g} < {policy.min_tokens_per_s:g}")
-    if policy.min_success_rate is not None and p.attempts >= needed and p.success_rate < policy.min_success_rate:
-        found.append(f"success {p.success_rate:.2f} < {policy.min_success_rate:g}")
+    (success_rate, attempts), (valid_rate, judged) = success, valid
+    if policy.min_success_rate is not None and attempts >= needed and success_rate < policy.min_success_rate:
+        found.append(f"success {success_rate:.2f} < {policy.min_success_rate:g}")
     floor = policy.min_valid_rate
-    if floor and p.valid_judged >= needed and p.valid_rate < floor:
+    if floor and judged >= needed and valid_rate < floor:
         # Judged by the request's kind: a deployment that breaks tool calls loses tool-using requests only.
         reason = summary.top_reason(kind)
-        found.append(f"valid {p.valid_rate:.2f} < {floor:g}" + (f" ({reason})" if reason else ""))
+        found.append(f"valid {valid_rate:.2f} < {floor:g}" + (f" ({reason})" if reason else ""))
     for q, ceiling in preferences.max_ttft_s if first_tokens else ():
         value = summary.quantile("ttft_s", q)
         if value is not None and value > ceiling:
