@@ -5,7 +5,7 @@
 Three aiohttp sessions send the same small POST to a keep-alive server in another process, 3,000 requests a
 run, in turn, five rounds: a plain ``TCPConnector``; a plain one with a ``TraceConfig`` whose
 ``on_connection_reuseconn`` marks a per-request cell (aiohttp's public way to say it); and the gateway's own
-connector (``gateway.upstream``), which marks the connections it hands out. Client CPU per request (the server
+connector (``gateway.upstream_reuse``), which marks the connections it hands out. Client CPU per request (the server
 runs in its own process) is the figure, best of the rounds; the ratio is to the plain connector's.
 """
 
