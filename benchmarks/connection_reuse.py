@@ -5,7 +5,7 @@
 Three aiohttp sessions send the same small POST to a keep-alive server in another process, 3,000 requests a
 run, in turn, five rounds: a plain ``TCPConnector``; a plain one with a ``TraceConfig`` whose
 ``on_connection_reuseconn`` marks a per-request cell (aiohttp's public way to say it); and the gateway's own
-connector (``gateway.upstream``), which marks the connections it hands out. Client CPU per request (the server
+connector (``gateway.upstream_reuse``), which marks the connections it hands out. Client CPU per request (the server
 runs in its own process) is the figure, best of the rounds; the ratio is to the plain connector's.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.upstream import _REUSED, _ReuseMarkingConnector
+from gateway.upstream_reuse import REUSED, ReuseMarkingConnector
 
 RESPONSE = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\nok"
 REQUESTS = 3000
@@ -58,7 +58,7 @@ async def _on_reuse(session: aiohttp.ClientSession, context: types.SimpleNamespa
 async def run(kind: str, url: str) -> tuple[float, int]:
     """Client CPU µs per request, and how many requests went out on a reused connection."""
     if kind == "marking":
-        session = aiohttp.ClientSession(connector=_ReuseMarkingConnector())
+        session = aiohttp.ClientSession(connector=ReuseMarkingConnector())
     elif kind == "trace":
         trace = aiohttp.TraceConfig()
         trace.on_connection_reuseconn.append(_on_reuse)
@@ -72,10 +72,10 @@ async def run(kind: str, url: str) -> tuple[float, int]:
             if index == 50:
                 reused, started = 0, time.process_time()
             cell = types.SimpleNamespace(reused=False)
-            _REUSED.set(False)
+            REUSED.set(False)
             async with session.post(url, data=b"{}", trace_request_ctx=cell) as response:
                 await response.read()
-            reused += cell.reused if kind == "trace" else _REUSED.get()
+            reused += cell.reused if kind == "trace" else REUSED.get()
         return (time.process_time() - started) / REQUESTS * 1e6, reused
 
 

@@ -1,9 +1,9 @@
-"""Pooled HTTP clients for the upstream providers, and the one place aiohttp is known.
+"""Pooled HTTP clients for the upstream providers, and (with ``gateway.upstream_reuse``) the one place aiohttp is known.
 
 Why aiohttp: measured on a 2-core machine, a passthrough built on httpx fell from ~570 to ~150
 streamed requests/s between concurrency 1 and 64 and added seconds to first-token time at 256
 paced streams (its connection pool serialises under load); the same passthrough on aiohttp
-held the direct rate at ~0.3 ms CPU per request. Everything outside this module sees only
+held the direct rate at ~0.3 ms CPU per request. Everything outside these modules sees only
 ``UpstreamClient``/``UpstreamResponse`` and the gateway's own error classes: aiohttp's
 exceptions are translated here, at the boundary, to the most specific ``UpstreamError``.
 
@@ -16,23 +16,20 @@ client headers that are hop-by-hop or carry credentials are dropped. ``anthropic
 
 from __future__ import annotations
 
-import contextvars
 import errno
 import io
-import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
 
 import aiohttp
-from aiohttp.client_proto import ResponseHandler
 
 from gateway import __version__
 from gateway.config import GatewayConfig, ProviderConfig
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.request_body import decoded_headers
 from gateway.samples import Endpoint
+from gateway.upstream_reuse import REUSED, STALE_RESENDS, ReuseMarkingConnector, never_read, unwritten
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus those the gateway sets itself or that carry a
 # client's credentials (which must never reach a provider).
@@ -171,53 +168,12 @@ def _shed_frames(exc: BaseException) -> None:
         pending += [error.__cause__, error.__context__]
 
 
-_REUSED: contextvars.ContextVar[bool] = contextvars.ContextVar("gateway_upstream_reused", default=False)
-"""Whether the connection the current task's last upstream request went out on had served one before."""
-
-STALE_RESENDS = 2
-"""How many times one request is sent again after a reused connection failed before any answer byte."""
-
-
-class _ReuseMarkingConnector(aiohttp.TCPConnector):
-    """A ``TCPConnector`` that tells its caller whether the connection it handed out was reused from the pool.
-
-    aiohttp says so only through a ``TraceConfig`` (``on_connection_reuseconn``), which costs every request
-    its whole trace machinery; here the connection's protocol is remembered once it has been handed out, and
-    the answer goes to ``_REUSED`` (the connect runs in the requesting task, so the caller reads it there).
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._handed_out: weakref.WeakSet[ResponseHandler] = weakref.WeakSet()
-
-    async def connect(
-        self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout
-    ) -> aiohttp.connector.Connection:
-        connection = await super().connect(req, traces, timeout)
-        protocol = connection.protocol
-        if protocol is not None:
-            reused = protocol in self._handed_out
-            if not reused:
-                self._handed_out.add(protocol)
-            _REUSED.set(reused)
-        return connection
-
-
-def _never_read(exc: aiohttp.ClientError) -> bool:
-    """A failure that says the provider closed or reset the connection before any byte of an answer."""
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return True
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return False  # no connection was made: not a pooled connection's failure
-    return isinstance(exc, ConnectionResetError) or (isinstance(exc, OSError) and exc.errno == errno.ECONNRESET)
-
-
 class UpstreamClient:
     """One provider's pooled client. Create inside the running event loop; close with ``aclose``."""
 
     def __init__(self, provider: ProviderConfig, api_key: str | None) -> None:
         self.provider = provider
-        connector = _ReuseMarkingConnector(
+        connector = ReuseMarkingConnector(
             # The router keeps in-flight requests under max_concurrency (and its learned limit);
             # the slack covers hedged and cancelled attempts whose connections are still closing.
             # No ceiling: no pool limit (0), the learned limit alone bounds the connections.
@@ -293,7 +249,7 @@ class UpstreamClient:
         try:
             resends = 0
             while True:
-                _REUSED.set(False)
+                REUSED.set(False)
                 try:
                     response = await self._session.request(
                         method, url, data=_sendable(body), headers=merged, timeout=timeout, allow_redirects=False
@@ -305,7 +261,7 @@ class UpstreamClient:
                     # request was never read). Sent again at once, as HTTP allows for a request no response was
                     # started for (RFC 9110 9.2.2). A fresh connection's failure is the provider's answer: it
                     # may have read the request, and the relay decides (fail over, or retry after a wait).
-                    if resends >= STALE_RESENDS or not _REUSED.get() or not _never_read(exc):
+                    if resends >= STALE_RESENDS or not REUSED.get() or not never_read(exc):
                         raise
                     resends += 1
         except TimeoutError as exc:
@@ -371,6 +327,8 @@ def describe_transport_error(exc: BaseException, *, mid_answer: bool = False) ->
         return "the provider closed the stream mid-answer"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "the provider closed the connection " + ("mid-answer" if mid_answer else "before answering")
+    if unwritten(exc):
+        return "the provider closed the connection before the request was sent"
     if isinstance(exc, ConnectionResetError) or (isinstance(exc, OSError) and exc.errno == errno.ECONNRESET):
         return "the connection to the provider was reset" + (" mid-answer" if mid_answer else "")
     if isinstance(exc, aiohttp.ClientResponseError):

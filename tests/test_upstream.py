@@ -246,6 +246,13 @@ def test_pool_has_one_client_per_provider(fakes: Fakes) -> None:
     assert "authorization" not in second.app.state.recorded[0].headers
 
 
+def unwritten_request() -> aiohttp.ClientOSError:
+    """What aiohttp raises when its writer finds the connection closing: no errno, its writer's error as the cause."""
+    error = aiohttp.ClientOSError(None, "Can not write request body for http://127.0.0.1:9/v1/chat/completions")
+    error.__cause__ = aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+    return error
+
+
 @pytest.mark.parametrize(
     ("error", "mid_answer", "expected"),
     [
@@ -269,6 +276,7 @@ def test_pool_has_one_client_per_provider(fakes: Fakes) -> None:
             False,
             "the connection to the provider was reset",
         ),
+        (unwritten_request(), False, "the provider closed the connection before the request was sent"),
         (
             aiohttp.ClientResponseError(None, (), status=400, message="Invalid header"),  # type: ignore[arg-type]
             False,
