@@ -39,8 +39,12 @@ serve: install-demo
 	$(DEMO_BIN)/gateway serve -c config.example.toml
 
 # The whole suite, with the coverage floor of pyproject.toml; PYTEST_ARGS adds pytest options.
+# Two workers (pytest-xdist), whole modules each (--dist loadfile: a module's shared servers start
+# once): most of the suite's time is waiting on loopback servers, which two cores overlap
+# (benchmarks/testing_notes.md). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest --cov --cov-report=term $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
 
 check: install
 	$(BIN)/ruff format --check gateway tests benchmarks deploy
