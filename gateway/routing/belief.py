@@ -241,7 +241,12 @@ class Belief:
         if changed is None:
             changed = rng.random() < self.changed(now)
         changed = changed or not self.runs
-        runs = self._new_runs(prior) if changed else self.runs
+        ttft, spt, failure = self.sample(self._new_runs(prior) if changed else self.runs, now, rng)
+        return Draw(ttft, spt, failure, self.spread(), self.failure_s, changed, (ttft, spt))
+
+    def sample(self, runs: list[Run], now: float, rng: random.Random) -> tuple[float, float, float]:
+        """``draw``'s numbers from ``runs`` (``self.runs``, or ``_new_runs``: made once for many draws): a run by its
+        weight, its level with drift (first token and seconds per token, in seconds), and a failure chance."""
         pick = rng.random()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
         run = runs[-1]
         for candidate in runs:
@@ -256,15 +261,7 @@ class Belief:
         a, b = self.fails, self.oks
         mean = a / (a + b)
         failure = min(0.99, max(0.0, rng.gauss(mean, math.sqrt(mean * (1 - mean) / (a + b + 1)))))
-        return Draw(
-            math.exp(ttft),
-            math.exp(spt),
-            failure,
-            self.spread(),
-            self.failure_s,
-            changed,
-            (math.exp(ttft), math.exp(spt)),
-        )
+        return math.exp(ttft), math.exp(spt), failure
 
     def branches(self, now: float, prior: Prior) -> Branches:
         """The level now as one normal per hypothesis: each run (stayed, drift included; ``(1 − p) ×`` its weight) and
