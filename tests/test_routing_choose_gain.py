@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import replace
 
 import pytest
 
@@ -34,7 +33,7 @@ def _reference_gain(
         draw = belief.draw(now, rng, option.prior, branch == 1)
         answer = [math.log(v) + rng.gauss(0.0, math.sqrt(spread2[m])) for m, v in enumerate(draw.levels)]
         moved = _reference_mean(branches, answer, spread2)
-        drawn = cost(replace(draw, ttft_s=moved[0], s_per_token=moved[1]), option.deployment, shape, weights)
+        drawn = cost(draw._replace(ttft_s=moved[0], s_per_token=moved[1]), option.deployment, shape, weights)
         mine, theirs = scores([drawn, leader], weights)
         total += max(0.0, theirs - mine) * chance[branch]
     return 2 * total / GAIN_DRAWS

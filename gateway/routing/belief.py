@@ -31,6 +31,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from statistics import NormalDist
+from typing import NamedTuple
 
 from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
 from gateway.routing.student import TAIL_NU, censored_square, likelihood, update
@@ -64,8 +65,7 @@ class Run:
     born: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Draw:
+class Draw(NamedTuple):
     """One plausible present for a deployment: median first token, seconds per token, failure chance."""
 
     ttft_s: float

@@ -26,6 +26,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief, Branches
@@ -41,8 +42,7 @@ GAIN_DRAWS = 16
 """Draws that estimate what a look may teach (the cost of the estimate, not a knob of the world)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
+class Option(NamedTuple):
     """A deployment the request may go to, with what the router believes of it now."""
 
     deployment: DeploymentConfig
@@ -52,8 +52,7 @@ class Option:
     """An attempt is out there now that will measure it (not cold any more)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Choice:
+class Choice(NamedTuple):
     """The request's order (indexes into the options), and how it explores."""
 
     order: tuple[int, ...]

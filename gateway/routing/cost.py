@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
@@ -126,8 +126,7 @@ class Weights:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Cost:
+class Cost(NamedTuple):
     """One draw's prediction for this request."""
 
     ttft_s: float
