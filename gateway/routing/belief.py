@@ -80,6 +80,9 @@ class Draw(NamedTuple):
     """The drawn levels themselves (seconds; ``ttft_s`` and ``s_per_token`` again, kept apart from any later change)."""
 
 
+Sampling = tuple[list[tuple[float, float, float, float, float]], float, float]
+"""(weight, log mean and sd of first token, of seconds per token) per run, drift included; the failure chance's mean
+and sd (``Belief.sampling``)."""
 Branches = tuple[tuple[float, tuple[float, float], tuple[float, float], bool], ...]
 """(chance, log means, log variances, changed) per hypothesis: each run (stayed, drifted), each place a change lands."""
 
@@ -241,27 +244,21 @@ class Belief:
         if changed is None:
             changed = rng.random() < self.changed(now)
         changed = changed or not self.runs
-        ttft, spt, failure = self.sample(self._new_runs(prior) if changed else self.runs, now, rng)
+        ttft, spt, failure = sample(self.sampling(self._new_runs(prior) if changed else self.runs, now), rng)
         return Draw(ttft, spt, failure, self.spread(), self.failure_s, changed, (ttft, spt))
 
-    def sample(self, runs: list[Run], now: float, rng: random.Random) -> tuple[float, float, float]:
-        """``draw``'s numbers from ``runs`` (``self.runs``, or ``_new_runs``: made once for many draws): a run by its
-        weight, its level with drift (first token and seconds per token, in seconds), and a failure chance."""
-        pick = rng.random()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
-        run = runs[-1]
-        for candidate in runs:
-            pick -= candidate.weight
-            if pick <= 0:
-                run = candidate
-                break
+    def sampling(self, runs: list[Run], now: float) -> Sampling:
+        """What ``draw`` draws from, for ``runs`` (``self.runs``, or ``_new_runs``) now: each run's weight and its
+        level's normal with drift, and the failure chance's (found once for many draws: ``choose.gain``)."""
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        ttft = rng.gauss(run.mean[TTFT], math.sqrt(run.var[TTFT] + age))
-        spt = rng.gauss(run.mean[SPT], math.sqrt(run.var[SPT] + age))
+        levels = [
+            (r.weight, r.mean[TTFT], math.sqrt(r.var[TTFT] + age), r.mean[SPT], math.sqrt(r.var[SPT] + age))
+            for r in runs
+        ]
         # The beta posterior of the failure chance, drawn by its moments (cheaper than two gamma draws).
         a, b = self.fails, self.oks
         mean = a / (a + b)
-        failure = min(0.99, max(0.0, rng.gauss(mean, math.sqrt(mean * (1 - mean) / (a + b + 1)))))
-        return math.exp(ttft), math.exp(spt), failure
+        return levels, mean, math.sqrt(mean * (1 - mean) / (a + b + 1))
 
     def branches(self, now: float, prior: Prior) -> Branches:
         """The level now as one normal per hypothesis: each run (stayed, drift included; ``(1 − p) ×`` its weight) and
@@ -381,6 +378,23 @@ class Belief:
         noise = (slope * SPREAD) ** 2 + 1e-12
         gain = var / (var + noise)
         self.prefill = (mean + gain * (slope - mean), (1 - gain) * var + 1e-12)
+
+
+def sample(sampling: Sampling, rng: random.Random) -> tuple[float, float, float]:
+    """One draw from ``Belief.sampling``: a run by its weight, its level (first token and seconds per token, in
+    seconds), and a failure chance."""
+    levels, failure_mean, failure_sd = sampling
+    pick = rng.random()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
+    run = levels[-1]
+    for candidate in levels:
+        pick -= candidate[0]
+        if pick <= 0:
+            run = candidate
+            break
+    ttft = rng.gauss(run[1], run[2])
+    spt = rng.gauss(run[3], run[4])
+    failure = min(0.99, max(0.0, rng.gauss(failure_mean, failure_sd)))
+    return math.exp(ttft), math.exp(spt), failure
 
 
 def _mix(runs: list[Run], metric: int) -> tuple[float, float]:

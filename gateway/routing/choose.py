@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
-from gateway.routing.belief import Belief, Branches
+from gateway.routing.belief import Belief, Branches, sample
 from gateway.routing.cost import Cost, Shape, Weights, cost, factors, score, scores, terms
 from gateway.routing.priors import Prior
 
@@ -170,7 +170,7 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
     sds = [math.sqrt(v) for v in spread2]
     terms_of = _branch_terms(branches, spread2)
     changed_runs = belief._new_runs(prior)
-    runs = (belief.runs or changed_runs, changed_runs)
+    sampling = (belief.sampling(belief.runs or changed_runs, now), belief.sampling(changed_runs, now))
     _, money, valid = terms(option.deployment, shape)
     f_ttft, f_spt = factors(spread, weights)
     tokens = max(0.0, shape.output_tokens - 1)
@@ -179,7 +179,7 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
     total = 0.0
     for k in range(GAIN_DRAWS):
         branch = k % 2  # half the draws from each branch, weighted by its chance: rare changes are not missed
-        ttft, spt, failure = belief.sample(runs[branch], now, rng)
+        ttft, spt, failure = sample(sampling[branch], rng)
         a0 = math.log(ttft) + rng.gauss(0.0, sds[0])
         a1 = math.log(spt) + rng.gauss(0.0, sds[1])
         moved_ttft, moved_spt = _posterior_mean(terms_of, a0, a1)
