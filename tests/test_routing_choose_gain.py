@@ -13,9 +13,10 @@ import random
 import pytest
 
 from gateway.policies import BUILTIN_POLICIES
-from gateway.routing.belief import Belief, Branches, Draw
+from gateway.routing.belief import Belief, Branches
 from gateway.routing.choose import GAIN_DRAWS, Option, gain
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
+from gateway.routing.draws import Draw
 from gateway.routing.priors import DRIFT, Prior, pooled
 from tests.test_routing_choose import _deployments
 

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
-from gateway.routing.belief import Belief, Branches, sample
+from gateway.routing.belief import Belief, Branches
 from gateway.routing.cost import Cost, Shape, Weights, cost, factors, score, scores, terms
+from gateway.routing.draws import sample
 from gateway.routing.priors import Prior
 
 RACE_BUDGET = 0.10

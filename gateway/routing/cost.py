@@ -23,7 +23,7 @@ from typing import Literal, NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
-from gateway.routing.belief import Draw
+from gateway.routing.draws import Draw
 from gateway.routing.overrides import Sort
 
 _Z = NormalDist()
@@ -176,9 +176,10 @@ def scores(costs: list[Cost], weights: Weights) -> list[float]:
     times = sorted(range(len(costs)), key=lambda i: costs[i].time_s)
     epsilon = max((c.money_usd for c in costs), default=0.0) * 0.01 + 1e-12
     result = []
+    quickest, second = times[0] if times else 0, times[1] if len(times) > 1 else None
     for i, c in enumerate(costs):
-        others = [j for j in times[:2] if j != i]
-        fallback = costs[others[0]].time_s if others else c.time_s
+        other = quickest if quickest != i else second  # the quickest other
+        fallback = costs[other].time_s if other is not None else c.time_s
         result.append(
             score(
                 c.time_s,
