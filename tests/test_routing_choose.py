@@ -13,6 +13,7 @@ from gateway.routing.choose import (
     RACE_BUDGET,
     Budget,
     Option,
+    _branch_terms,
     _posterior_mean,
     chance_best,
     choose,
@@ -167,9 +168,9 @@ def test_a_look_weighs_each_run_not_one_wide_normal() -> None:
     assert 0.01 < young[0] < 0.9
     spread2 = [s * s for s in belief.spread()]
     old_level = [math.log(0.4), math.log(1 / 200.0)]
-    back = _posterior_mean(branches, old_level, spread2)
+    back = _posterior_mean(_branch_terms(branches, spread2), *old_level)
     assert abs(math.log(back[0]) - old_level[0]) < 0.1
-    there = _posterior_mean(branches, list(young[1]), spread2)
+    there = _posterior_mean(_branch_terms(branches, spread2), *young[1])
     assert abs(math.log(there[0]) - young[1][0]) < 0.1
 
 

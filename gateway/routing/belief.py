@@ -32,6 +32,7 @@ import random
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+from gateway.routing.draws import Draw, Sampling, sample
 from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
 from gateway.routing.student import TAIL_NU, censored_square, likelihood, update
 
@@ -62,22 +63,6 @@ class Run:
     mean: list[float]
     var: list[float]
     born: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Draw:
-    """One plausible present for a deployment: median first token, seconds per token, failure chance."""
-
-    ttft_s: float
-    s_per_token: float
-    failure: float
-    spread: tuple[float, float]
-    failure_s: float = 0.0
-    """What a failure costs before the fallback starts."""
-    changed: bool = False
-    """Drawn as a level new since it was last heard (from the prior, by the hazard), not from its own answers."""
-    levels: tuple[float, float] = (0.0, 0.0)
-    """The drawn levels themselves (seconds; ``ttft_s`` and ``s_per_token`` again, kept apart from any later change)."""
 
 
 Branches = tuple[tuple[float, tuple[float, float], tuple[float, float], bool], ...]
@@ -241,30 +226,21 @@ class Belief:
         if changed is None:
             changed = rng.random() < self.changed(now)
         changed = changed or not self.runs
-        runs = self._new_runs(prior) if changed else self.runs
-        pick = rng.random()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
-        run = runs[-1]
-        for candidate in runs:
-            pick -= candidate.weight
-            if pick <= 0:
-                run = candidate
-                break
+        ttft, spt, failure = sample(self.sampling(self._new_runs(prior) if changed else self.runs, now), rng)
+        return Draw(ttft, spt, failure, self.spread(), self.failure_s, changed, (ttft, spt))
+
+    def sampling(self, runs: list[Run], now: float) -> Sampling:
+        """What ``draw`` draws from, for ``runs`` (``self.runs``, or ``_new_runs``) now: each run's weight and its
+        level's normal with drift, and the failure chance's (found once for many draws: ``choose.gain``)."""
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        ttft = rng.gauss(run.mean[TTFT], math.sqrt(run.var[TTFT] + age))
-        spt = rng.gauss(run.mean[SPT], math.sqrt(run.var[SPT] + age))
+        levels = [
+            (r.weight, r.mean[TTFT], math.sqrt(r.var[TTFT] + age), r.mean[SPT], math.sqrt(r.var[SPT] + age))
+            for r in runs
+        ]
         # The beta posterior of the failure chance, drawn by its moments (cheaper than two gamma draws).
         a, b = self.fails, self.oks
         mean = a / (a + b)
-        failure = min(0.99, max(0.0, rng.gauss(mean, math.sqrt(mean * (1 - mean) / (a + b + 1)))))
-        return Draw(
-            math.exp(ttft),
-            math.exp(spt),
-            failure,
-            self.spread(),
-            self.failure_s,
-            changed,
-            (math.exp(ttft), math.exp(spt)),
-        )
+        return levels, mean, math.sqrt(mean * (1 - mean) / (a + b + 1))
 
     def branches(self, now: float, prior: Prior) -> Branches:
         """The level now as one normal per hypothesis: each run (stayed, drift included; ``(1 − p) ×`` its weight) and

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.routing.belief import Draw
+from gateway.routing.draws import Draw
 from gateway.routing.lengths import LengthKey
 from gateway.samples import Sample
 from gateway.types import DeploymentKey, StreamProgress

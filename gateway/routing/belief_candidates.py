@@ -122,6 +122,7 @@ def candidates_of(
     ``stay``: the deployment holding the session's cache (first: the turn stayed there)."""
     model = request.model.name
     hedging = request.stream and policy.hedging
+    steered = request.preferences.steers
     candidates = []
     for position, i in enumerate(order):
         deployment = options[i].deployment
@@ -134,7 +135,7 @@ def candidates_of(
             extra = max(0.0, backup.time_s - backup.ttft_s - (predicted.time_s - predicted.ttft_s))
             after = hedge_after(policy, snapshot, model, deployment.name, backup.ttft_s + extra, state.tails, now)
         reason: RouteReason = "best-score" if position == 0 else "fallback"
-        if request.preferences.steers and position == 0:
+        if steered and position == 0:
             reason = "override"
         elif position == 0 and deployment.name == stay:
             reason = "affinity"

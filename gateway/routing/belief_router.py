@@ -24,7 +24,7 @@ from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cached_on, staying
 from gateway.routing.apis import speaking
-from gateway.routing.belief import Belief
+from gateway.routing.belief import NO_PRIOR, Belief
 from gateway.routing.belief_attempts import RunningAttempt, answer_pair, pace_so_far, slowness_of
 from gateway.routing.belief_candidates import candidates_of, choose_for, kind_terms
 from gateway.routing.capacity import RateLimits
@@ -190,7 +190,7 @@ class BeliefRouter:
     ) -> Option:
         """The deployment's belief as this request should see it: its prior, the window, any overdue attempt."""
         belief = self.belief(model, name)
-        prior = self.priors.get((model, name), Prior())
+        prior = self.priors.get((model, name), NO_PRIOR)
         running = self._open.get((model, name))
         measuring = bool(running)
         if not belief.answers:
@@ -297,7 +297,7 @@ class BeliefRouter:
     def _evidence(self, key: DeploymentKey, sample: Sample, attempt: RunningAttempt | None, now: float) -> None:
         """One finished attempt as evidence: an answer's pair, a failure, or a lower bound on its first token."""
         belief = self.belief(*key)
-        prior = self.priors.get(key, Prior())
+        prior = self.priors.get(key, NO_PRIOR)
         drained = (
             sample.outcome == "client_cancelled" and sample.output_tokens is not None and sample.ttft_s is not None
         )

@@ -25,11 +25,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief, Branches
-from gateway.routing.cost import Cost, Shape, Weights, cost, scores
+from gateway.routing.cost import Cost, Shape, Weights, cost, factors, score, scores, terms
+from gateway.routing.draws import sample
 from gateway.routing.priors import Prior
 
 RACE_BUDGET = 0.10
@@ -41,8 +43,7 @@ GAIN_DRAWS = 16
 """Draws that estimate what a look may teach (the cost of the estimate, not a knob of the world)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
+class Option(NamedTuple):
     """A deployment the request may go to, with what the router believes of it now."""
 
     deployment: DeploymentConfig
@@ -52,8 +53,7 @@ class Option:
     """An attempt is out there now that will measure it (not cold any more)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Choice:
+class Choice(NamedTuple):
     """The request's order (indexes into the options), and how it explores."""
 
     order: tuple[int, ...]
@@ -159,43 +159,82 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
     """What one look at ``option`` may teach (the knowledge gradient): the expected improvement over the leader's
     score of where the belief would stand after one answer. Its level is where it was (drifted since) or, by the
     hazard, changed; one answer tells those apart when they lie far apart (a stale belief is worth a look) and
-    moves a narrow level little against a wide spread (a thin near-equal one is worth little)."""
-    belief = option.belief
-    branches = belief.branches(now, option.prior)
+    moves a narrow level little against a wide spread (a thin near-equal one is worth little).
+
+    What no draw changes is found once per look (the branches' terms, the places a change lands, the request's
+    price and valid chance there): each draw then costs its random numbers and a few floats, no objects."""
+    belief, prior = option.belief, option.prior
+    branches = belief.branches(now, prior)
     chance = (sum(c[0] for c in branches if not c[3]), sum(c[0] for c in branches if c[3]))
-    spread2 = [s * s for s in belief.spread()]
+    spread = belief.spread()
+    spread2 = [s * s for s in spread]
+    sds = [math.sqrt(v) for v in spread2]
+    terms_of = _branch_terms(branches, spread2)
+    changed_runs = belief._new_runs(prior)
+    sampling = (belief.sampling(belief.runs or changed_runs, now), belief.sampling(changed_runs, now))
+    _, money, valid = terms(option.deployment, shape)
+    f_ttft, f_spt = factors(spread, weights)
+    tokens = max(0.0, shape.output_tokens - 1)
+    epsilon = max(money, leader.money_usd) * 0.01 + 1e-12
+    failure_s, lead = belief.failure_s, leader
     total = 0.0
     for k in range(GAIN_DRAWS):
         branch = k % 2  # half the draws from each branch, weighted by its chance: rare changes are not missed
-        draw = belief.draw(now, rng, option.prior, branch == 1)
-        answer = [math.log(v) + rng.gauss(0.0, math.sqrt(spread2[m])) for m, v in enumerate(draw.levels)]
-        moved = _posterior_mean(branches, answer, spread2)
-        drawn = cost(replace(draw, ttft_s=moved[0], s_per_token=moved[1]), option.deployment, shape, weights)
-        mine, theirs = scores([drawn, leader], weights)
+        ttft, spt, failure = sample(sampling[branch], rng)
+        a0 = math.log(ttft) + rng.gauss(0.0, sds[0])
+        a1 = math.log(spt) + rng.gauss(0.0, sds[1])
+        moved_ttft, moved_spt = _posterior_mean(terms_of, a0, a1)
+        ttft = moved_ttft * f_ttft
+        spt = moved_spt * f_spt
+        time = ttft + tokens * spt
+        mine = score(time, ttft, spt, money, failure, failure_s, valid, lead.time_s, epsilon, weights)
+        theirs = score(
+            lead.time_s,
+            lead.ttft_s,
+            lead.s_per_token,
+            lead.money_usd,
+            lead.failure,
+            lead.failure_s,
+            lead.valid,
+            time,
+            epsilon,
+            weights,
+        )
         total += max(0.0, theirs - mine) * chance[branch]
     return 2 * total / GAIN_DRAWS
 
 
-def _posterior_mean(branches: Branches, answer: list[float], spread2: list[float]) -> tuple[float, float]:
-    """The level's posterior mean (seconds, per metric) after one answer, over every hypothesis (normal each)."""
-    logs = []
+_Terms = tuple[float, float, float, float, float, float, float, float, float]
+"""Per hypothesis: log weight, then per metric its mean, its variance with the answers', that variance's log, and the
+share of an answer's distance its mean moves by."""
+
+
+def _branch_terms(branches: Branches, spread2: list[float]) -> list[_Terms]:
+    result = []
     for weight, means, variances, _ in branches:
-        log_p = math.log(max(weight, 1e-12))
-        for m in (0, 1):
-            v = variances[m] + spread2[m]
-            log_p -= 0.5 * ((answer[m] - means[m]) ** 2 / v + math.log(v))
-        logs.append(log_p)
+        v0, v1 = variances[0] + spread2[0], variances[1] + spread2[1]
+        learn0, learn1 = variances[0] / (variances[0] + spread2[0]), variances[1] / (variances[1] + spread2[1])
+        result.append(
+            (math.log(max(weight, 1e-12)), means[0], means[1], v0, v1, math.log(v0), math.log(v1), learn0, learn1)
+        )
+    return result
+
+
+def _posterior_mean(branches: list[_Terms], a0: float, a1: float) -> tuple[float, float]:
+    """The level's posterior mean (seconds, per metric) after one answer ``(a0, a1)`` (logs), over every hypothesis
+    (normal each; ``_branch_terms``)."""
+    logs = [
+        log_w - 0.5 * ((a0 - m0) ** 2 / v0 + lv0) - 0.5 * ((a1 - m1) ** 2 / v1 + lv1)
+        for log_w, m0, m1, v0, v1, lv0, lv1, _, _ in branches
+    ]
     top = max(logs)
     odds = [math.exp(x - top) for x in logs]
     total = sum(odds)
-    moved = []
-    for m in (0, 1):
-        value = 0.0
-        for (_, means, variances, _), w in zip(branches, odds, strict=True):
-            learn = variances[m] / (variances[m] + spread2[m])
-            value += w / total * (means[m] + learn * (answer[m] - means[m]))
-        moved.append(math.exp(value))
-    return moved[0], moved[1]
+    value0 = value1 = 0.0
+    for (_, m0, m1, _, _, _, _, learn0, learn1), w in zip(branches, odds, strict=True):
+        value0 += w / total * (m0 + learn0 * (a0 - m0))
+        value1 += w / total * (m1 + learn1 * (a1 - m1))
+    return math.exp(value0), math.exp(value1)
 
 
 def _first(index: int, ranked: list[int]) -> tuple[int, ...]:

@@ -19,11 +19,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
-from gateway.routing.belief import Draw
+from gateway.routing.draws import Draw
 from gateway.routing.overrides import Sort
 
 _Z = NormalDist()
@@ -126,8 +126,7 @@ class Weights:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Cost:
+class Cost(NamedTuple):
     """One draw's prediction for this request."""
 
     ttft_s: float
@@ -145,23 +144,31 @@ class Cost:
 
 def cost(draw: Draw, deployment: DeploymentConfig, shape: Shape, weights: Weights, prefill_s: float = 0.0) -> Cost:
     """The request's first token, speed, time, price and failure chance on ``deployment`` if ``draw`` is true."""
-    s_ttft, s_spt = draw.spread
-    if weights.ttft_z is None:
-        ttft = draw.ttft_s * math.exp(s_ttft * s_ttft / 2)
-    else:
-        ttft = draw.ttft_s * math.exp(weights.ttft_z * s_ttft)
-    if weights.spt_z is None:
-        spt = draw.s_per_token * math.exp(s_spt * s_spt / 2)
-    else:
-        spt = draw.s_per_token * math.exp(weights.spt_z * s_spt)
-    cached = min(shape.prompt_tokens, shape.cached.get(deployment.name, 0))
-    uncached = shape.prompt_tokens - cached
+    f_ttft, f_spt = factors(draw.spread, weights)
+    ttft = draw.ttft_s * f_ttft
+    spt = draw.s_per_token * f_spt
+    uncached, money, valid = terms(deployment, shape)
     ttft += prefill_s * uncached
     time = ttft + max(0.0, shape.output_tokens - 1) * spt
+    return Cost(ttft, spt, time, money, draw.failure, draw.failure_s, draw.changed, valid)
+
+
+def terms(deployment: DeploymentConfig, shape: Shape) -> tuple[int, float, float]:
+    """What of the request's cost on ``deployment`` no draw changes: its uncached prompt tokens, its price, and its
+    chance of a valid answer."""
+    cached = min(shape.prompt_tokens, shape.cached.get(deployment.name, 0))
+    uncached = shape.prompt_tokens - cached
     cached_price = deployment.price_in if deployment.price_cached_in is None else deployment.price_cached_in
     money = (uncached * deployment.price_in + cached * cached_price + shape.output_tokens * deployment.price_out) / 1e6
-    valid = shape.valid.get(deployment.name, 1.0)
-    return Cost(ttft, spt, time, money, draw.failure, draw.failure_s, draw.changed, valid)
+    return uncached, money, shape.valid.get(deployment.name, 1.0)
+
+
+def factors(spread: tuple[float, float], weights: Weights) -> tuple[float, float]:
+    """What the policy's estimate multiplies a drawn median first token and seconds per token by (``cost``)."""
+    s_ttft, s_spt = spread
+    ttft = math.exp(s_ttft * s_ttft / 2) if weights.ttft_z is None else math.exp(weights.ttft_z * s_ttft)
+    spt = math.exp(s_spt * s_spt / 2) if weights.spt_z is None else math.exp(weights.spt_z * s_spt)
+    return ttft, spt
 
 
 def scores(costs: list[Cost], weights: Weights) -> list[float]:
@@ -169,17 +176,47 @@ def scores(costs: list[Cost], weights: Weights) -> list[float]:
     times = sorted(range(len(costs)), key=lambda i: costs[i].time_s)
     epsilon = max((c.money_usd for c in costs), default=0.0) * 0.01 + 1e-12
     result = []
+    quickest, second = times[0] if times else 0, times[1] if len(times) > 1 else None
     for i, c in enumerate(costs):
-        others = [j for j in times[:2] if j != i]
-        fallback = costs[others[0]].time_s if others else c.time_s
-        expected = (1 - c.failure) * c.time_s + c.failure * (c.failure_s + fallback)
-        score = weights.time * math.log2(expected)
-        if weights.ttft:
-            score += weights.ttft * math.log2(c.ttft_s)
-        if weights.throughput:
-            score += weights.throughput * math.log2(c.s_per_token)
-        score += weights.price * math.log2(c.money_usd + epsilon)
-        good = max(1.0 - c.failure, 0.01) * max(c.valid, 0.01) ** weights.quality
-        score += weights.failure * math.log2(1.0 / good)
-        result.append(score)
+        other = quickest if quickest != i else second  # the quickest other
+        fallback = costs[other].time_s if other is not None else c.time_s
+        result.append(
+            score(
+                c.time_s,
+                c.ttft_s,
+                c.s_per_token,
+                c.money_usd,
+                c.failure,
+                c.failure_s,
+                c.valid,
+                fallback,
+                epsilon,
+                weights,
+            )
+        )
     return result
+
+
+def score(
+    time_s: float,
+    ttft_s: float,
+    s_per_token: float,
+    money_usd: float,
+    failure: float,
+    failure_s: float,
+    valid: float,
+    fallback_s: float,
+    epsilon: float,
+    weights: Weights,
+) -> float:
+    """One cost's score (``scores``), its fields given apart: a failure falls back to a deployment taking
+    ``fallback_s``; ``epsilon`` keeps a free one's price finite. For loops that need no ``Cost`` built."""
+    expected = (1 - failure) * time_s + failure * (failure_s + fallback_s)
+    total = weights.time * math.log2(expected)
+    if weights.ttft:
+        total += weights.ttft * math.log2(ttft_s)
+    if weights.throughput:
+        total += weights.throughput * math.log2(s_per_token)
+    total += weights.price * math.log2(money_usd + epsilon)
+    good = max(1.0 - failure, 0.01) * max(valid, 0.01) ** weights.quality
+    return total + weights.failure * math.log2(1.0 / good)
