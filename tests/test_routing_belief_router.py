@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from benchmarks.routing_scenarios import STRESS
 from benchmarks.routing_simulate import Simulation
 from gateway.routing.belief_rank import rank_beliefs
@@ -81,3 +83,43 @@ def test_an_attempt_overdue_at_a_deployment_never_heard_counts_against_it() -> N
     assert waited["c"] > 0.9  # three times the level it borrows
     assert waited["a"] < 0.6
     assert router.beliefs[(model.name, "c")].answers == 0  # for the plan only: nothing was heard from it
+
+
+class _Meter:
+    """A stream's meter (``StreamProgress``): its bytes so far, of the chat API."""
+
+    def __init__(self) -> None:
+        self.received_bytes = 0
+        self.api = "chat"
+
+
+def test_a_stream_running_slow_is_read_once_as_its_pace_not_again_as_a_bound() -> None:
+    """``a`` answers at 200 tokens/s; a stream begun there since it was last heard runs at 40. The plan reads that
+    stream as one answer, its first token and its pace so far, as the belief would read it. Also taken as the bound
+    "at least this slow", the same stream would count twice, and one slow answer would read as a likely change."""
+    config = gateway_config(["a", "b"], policy={"extends": "balanced"})
+    clock = FakeClock()
+    router = BeliefRouter(config, InMemoryStatsStore(config.stats), rng=random.Random(1), clock=clock)
+    model = config.models[0]
+    a, b = (Candidate(d, config.provider(d.provider), model=model.name) for d in model.deployments)
+    rank_beliefs(router, model)
+    for _ in range(10):
+        for candidate in (a, b):
+            clock.advance(0.5)
+            assert router.attempt_started(candidate)
+            meter = _Meter()
+            router.attempt_streaming(candidate, meter)
+            meter.received_bytes = 400  # 100 tokens of 4 bytes
+            router.attempt_finished(
+                candidate, make_sample(deployment=candidate.name, ttft_s=0.3, tokens_per_s=200.0, output_tokens=100)
+            )
+    assert router.attempt_started(a)
+    clock.advance(0.3)
+    meter = _Meter()
+    router.attempt_streaming(a, meter)
+    clock.advance(2.0)
+    meter.received_bytes = 4 * 81  # 80 tokens after the first in 2 s: 40 tokens/s
+    belief, prior = router.beliefs[(model.name, "a")], router.priors[(model.name, "a")]
+    once = belief.bounded(clock(), prior, None, streaming=((0.3, 2.0 / 80),)).expected(clock()).s_per_token
+    seen = router._option(model.name, "a", a.deployment, router.stats.snapshot(), clock()).belief
+    assert seen.expected(clock()).s_per_token == pytest.approx(once, rel=1e-9)

@@ -206,15 +206,24 @@ class BeliefRouter:
             # its pace so far as an answer would. Of the rest, one still waiting for its first token says "the
             # first token is at least this long", one streaming slowly "the seconds per token are at least this".
             heard = belief.heard_at if belief.heard_at is not None else -math.inf
-            streaming = tuple(
-                pair
-                for a in running.values()
+            paces = {
+                key: pair
+                for key, a in running.items()
                 if a.started_at >= heard and (pair := pace_so_far(a, now, self._bytes_per_token)) is not None
-            )
+            }
+            streaming = tuple(paces.values())
             # Past what is expected of it (its own level, or the prior while it was never heard): a bound either way.
+            # A stream already read by its pace is one answer, not a bound besides (its evidence would count twice).
             expected = belief.expected(now, None if belief.answers else prior)
             waited = max((now - a.started_at for a in running.values() if a.first_at is None), default=0.0)
-            slow = max((slowness_of(a, now, self._bytes_per_token) for a in running.values()), default=0.0)
+            slow = max(
+                (
+                    slowness_of(a, now, self._bytes_per_token)
+                    for key, a in running.items()
+                    if key not in paces or paces[key][1] is None
+                ),
+                default=0.0,
+            )
             ttft_bound = waited if waited > expected.ttft_s else None
             spt_bound = slow if slow > expected.s_per_token else None
             if ttft_bound is not None or spt_bound is not None or streaming:
