@@ -186,7 +186,7 @@ def test_prefill_is_learned_as_seconds_per_uncached_token() -> None:
     for _ in range(30):
         now += 0.5
         belief.observe(now, NO_PRIOR, 0.3 + 8000 * 1e-4, 0.01, uncached_tokens=8000)
-    slope, _ = belief.prefill
+    slope = belief.prefill_s()
     assert 0.6e-4 < slope < 1.4e-4
     assert belief.expected(now).ttft_s < 0.45  # the level is the base latency, not the long prompts' first token
 

@@ -120,7 +120,7 @@ def test_the_fast_gain_is_the_reference_gain_exactly(seed: int, policy: str) -> 
     options = [Option(d, b, prior) for d, b in zip(deployments, beliefs, strict=True)]
     weights = Weights.of(BUILTIN_POLICIES[policy])
     shape = Shape(300 + seed, 64.0 + 40 * seed, {deployments[1].name: 100}, {deployments[2].name: 0.8})
-    leader = cost(beliefs[0].expected(now, prior), deployments[0], shape, weights, beliefs[0].prefill[0])
+    leader = cost(beliefs[0].expected(now, prior), deployments[0], shape, weights, beliefs[0].prefill_s())
     for option in options[1:]:
         fast, slow = random.Random(seed), random.Random(seed)
         got = gain(option, leader, shape, weights, now, fast)

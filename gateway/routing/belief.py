@@ -20,8 +20,8 @@ The model, in one pass:
 - Censored evidence is one rule: "the value is at least t" (a race lost, an attempt overdue, a
   stream slower than believed). Each hypothesis is weighted by the probability it gave that
   and its posterior is moment-matched to the truncated likelihood.
-- Prefill is a small regression beside it: first token = base + uncached prompt tokens ×
-  seconds per prompt token; the base is what the level describes.
+- Prefill is a small regression beside it (``gateway.routing.belief_prefill``): first token = base + uncached
+  prompt tokens × seconds per prompt token; the base is what the level describes.
 - Failures: a beta posterior on the failure chance whose evidence fades with ``HAZARD_S``.
 """
 
@@ -32,6 +32,7 @@ import random
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+from gateway.routing.belief_prefill import SLOPE, Prefill
 from gateway.routing.draws import Draw, Sampling, sample
 from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
 from gateway.routing.student import TAIL_NU, censored_square, likelihood, update
@@ -43,7 +44,6 @@ NOISE_MEMORY = 50
 """Run-length hypotheses kept per deployment (the cost of change-point detection, not a knob of the world)."""
 
 METRICS = (TTFT, SPT) = (0, 1)
-_MIN_PREFILL_TOKENS = 1024
 _NORMAL = NormalDist()
 _FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
@@ -81,8 +81,8 @@ class Belief:
     """The answers' plain log variance around the level (for means and quantiles; ``noise`` is the t's scale)."""
     answers: int = 0
     """Answers (or censored bounds) heard: 0 means measured never."""
-    prefill: tuple[float, float] = (0.0, 1e-8)
-    """Seconds per uncached prompt token: mean and variance."""
+    prefill: Prefill | None = None
+    """First token on uncached prompt tokens (None: no answer with a known prompt yet)."""
     fails: float = _FAIL_PRIOR[0]
     oks: float = _FAIL_PRIOR[1]
     failed_at: float = 0.0
@@ -105,13 +105,15 @@ class Belief:
         s_per_token: float | None = None,
         *,
         at_least: tuple[float | None, float | None] = (None, None),
-        uncached_tokens: int = 0,
+        uncached_tokens: int | None = 0,
     ) -> None:
-        """One answer's pair (either may be missing), or lower bounds on them (``at_least``)."""
-        if ttft_s is not None and uncached_tokens >= _MIN_PREFILL_TOKENS and self.runs:
-            self._prefill(ttft_s, uncached_tokens)
-        if ttft_s is not None:
-            ttft_s = max(ttft_s - self.prefill[0] * uncached_tokens, 0.2 * ttft_s)
+        """One answer's pair (either may be missing), or lower bounds on them (``at_least``); ``uncached_tokens``:
+        its prompt tokens not found cached (None: not known, the prefill regression does not hear it)."""
+        if ttft_s is not None and uncached_tokens is not None:
+            fit = self.prefill or Prefill.start(math.exp(self.level(now, TTFT)[0]))
+            self.prefill = fit.observe(now, uncached_tokens, ttft_s)
+        if ttft_s is not None and uncached_tokens:
+            ttft_s = max(ttft_s - self.prefill_s() * uncached_tokens, 0.2 * ttft_s)
         values = (log_of(ttft_s), log_of(s_per_token))
         bounds = (log_of(at_least[0]), log_of(at_least[1]))
         if all(v is None for v in (*values, *bounds)):
@@ -182,7 +184,7 @@ class Belief:
         )
         copy.observe(now, prior, at_least=bounds)
         for ttft_s, s_per_token in streaming:
-            copy.observe(now, prior, ttft_s, s_per_token)
+            copy.observe(now, prior, ttft_s, s_per_token, uncached_tokens=None)
         # Never heard: what its attempts say now is all there is of it (read as "changed since", the prior again).
         copy.heard_at = heard if heard is not None else copy.heard_at
         return copy
@@ -269,6 +271,10 @@ class Belief:
             total += (1 - p) * var + p * prior.var[metric] + p * (1 - p) * (mean - other) ** 2
         return total
 
+    def prefill_s(self) -> float:
+        """Seconds of first token per uncached prompt token (the regression's slope; ``SLOPE`` before it hears)."""
+        return self.prefill.s_per_token if self.prefill is not None else SLOPE
+
     def spread(self) -> tuple[float, float]:
         """The answers' log standard deviation around the level."""
         return math.sqrt(self.spread2[TTFT]), math.sqrt(self.spread2[SPT])
@@ -352,14 +358,6 @@ class Belief:
             total = sum(r.weight for r in self.runs)
             for run in self.runs:
                 run.weight /= total
-
-    def _prefill(self, ttft_s: float, uncached: int) -> None:
-        base = math.exp(self.level(self.heard_at or 0.0, TTFT)[0])
-        slope = max(0.0, ttft_s - base) / uncached
-        mean, var = self.prefill
-        noise = (slope * SPREAD) ** 2 + 1e-12
-        gain = var / (var + noise)
-        self.prefill = (mean + gain * (slope - mean), (1 - gain) * var + 1e-12)
 
 
 def _mix(runs: list[Run], metric: int) -> tuple[float, float]:

@@ -80,7 +80,7 @@ def choose_for(
         kept = choose(inner, shape, weights, now, rng, may_race=may_race, budget=budget, model=model)
     else:
         means = [
-            cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill[0]) for o in inner
+            cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in inner
         ]
         by_mean = scores(means, weights)
         kept = Choice(tuple(sorted(range(len(inner)), key=by_mean.__getitem__)), tuple(means))
@@ -90,7 +90,7 @@ def choose_for(
     costs = {keep[j]: c for j, c in enumerate(kept.costs)}
     for i in rest:
         o = options[i]
-        costs[i] = cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill[0])
+        costs[i] = cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s())
     by_cost = dict(zip(rest, scores([costs[i] for i in rest], weights), strict=True))
     rest.sort(key=by_cost.__getitem__)
     return Choice(

@@ -61,7 +61,7 @@ def rank_beliefs(
     shape = Shape(prompt_tokens, expected)
     weights = Weights.of(policy, preferences.sort)
     options = [router._option(model.name, d.name, d, snapshot, now) for d in deployments]
-    means = [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill[0]) for o in options]
+    means = [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options]
     totals = scores(means, weights) if means else []
     parts = _parts(means, weights)
     best = chance_best(options, shape, weights, now, random.Random(0), BEST_DRAWS) if options else []

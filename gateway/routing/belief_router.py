@@ -312,7 +312,8 @@ class BeliefRouter:
         )
         if sample.outcome == "ok" or drained:
             ttft, spt = answer_pair(sample, belief.expected(now, prior))
-            uncached = max(0, (sample.usage_prompt_tokens or 0) - (sample.usage_cached_tokens or 0))
+            prompt = sample.usage_prompt_tokens
+            uncached = None if prompt is None else max(0, prompt - (sample.usage_cached_tokens or 0))
             belief.observe(now, prior, ttft, spt, uncached_tokens=uncached)
             belief.failed(now, False)
             self.state.deadlines.observe(key, sample.chunk_gaps_s)

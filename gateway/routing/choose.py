@@ -118,13 +118,13 @@ def choose(
 ) -> Choice:
     """Order ``options`` for this request: a stream by the beliefs' means, with a look where it may teach most when
     the budget has one; any other request by one draw of each belief. Decide its race, shadow or cold start."""
-    means = [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill[0]) for o in options]
+    means = [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options]
     measured = [i for i in range(len(options)) if options[i].belief.answers]
     # Never measured and nobody measuring it; at the very start (nothing measured at all) every one.
     cold = [i for i in range(len(options)) if not options[i].belief.answers and not (measured and options[i].measuring)]
     if (cold and may_race and len(options) > 1) or not measured or not may_race:
         drawn = [
-            cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill[0]) for o in options
+            cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options
         ]
         by_draw = scores(drawn, weights)
         order = sorted(range(len(options)), key=by_draw.__getitem__)
