@@ -21,7 +21,7 @@ from gateway.routing.apis import speaking
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.choose import Counts, Option, chance_best
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
-from gateway.routing.filters import allowed, apply_order, listed
+from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.lengths import shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import SessionRoute
@@ -66,19 +66,12 @@ def rank_beliefs(
     parts = _parts(means, weights)
     best = chance_best(options, shape, weights, now, random.Random(0), BEST_DRAWS) if options else []
     order = sorted(range(len(options)), key=lambda i: (not options[i].belief.answers, totals[i]))
-    if preferences.order:
-        order = apply_order(order, deployments, preferences.order)
-    if not preferences.allow_fallbacks:
-        if preferences.order:
-            names = {d.name for d in listed(deployments, preferences.order)}
-            order = [i for i in order if deployments[i].name in names]
-        else:
-            order = order[:1]
-        if not order:
-            raise InvalidRequest(
-                f"'provider.order' names no deployment of model '{model.name}' and allow_fallbacks is false",
-                param="provider.order",
-            )
+    order = as_preferred(order, deployments, preferences)
+    if not order and not preferences.allow_fallbacks:
+        raise InvalidRequest(
+            f"'provider.order' names no deployment of model '{model.name}' and allow_fallbacks is false",
+            param="provider.order",
+        )
     rows = [_ranked(router, model.name, options[i], means[i], parts[i], best[i], policy, snapshot, now) for i in order]
     rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
     counts = router.counts.get(model.name, Counts())

@@ -30,7 +30,7 @@ from gateway.routing.belief_candidates import candidates_of, choose_for, kind_te
 from gateway.routing.capacity import RateLimits
 from gateway.routing.choose import Budget, Choice, Counts, Option
 from gateway.routing.cost import Shape, Weights
-from gateway.routing.filters import allowed, apply_order, listed
+from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
@@ -143,14 +143,7 @@ class BeliefRouter:
         order = list(choice.order)
         if stay is not None and session is not None and session.affinity == "strict":
             order.sort(key=lambda i: deployments[i].name != stay)  # it stays unless it cannot serve
-        if preferences.order:
-            order = apply_order(order, deployments, preferences.order)
-        if not preferences.allow_fallbacks:
-            if preferences.order:
-                names = {d.name for d in listed(deployments, preferences.order)}
-                order = [i for i in order if deployments[i].name in names]
-            else:
-                order = order[:1]
+        order = as_preferred(order, deployments, preferences)
         if not order:
             raise InvalidRequest(f"'provider.order' names no deployment of model '{model.name}'", param="provider")
         race = choice.race if list(choice.race) == order[: len(choice.race)] else ()

@@ -84,3 +84,17 @@ def apply_order(order: Sequence[int], deployments: Sequence[DeploymentConfig], n
     named = listed([deployments[i] for i in order], names)
     first = [i for d in named for i in order if deployments[i] is d]
     return first + [i for i in order if i not in first]
+
+
+def as_preferred(
+    order: Sequence[int], deployments: Sequence[DeploymentConfig], preferences: ProviderPreferences
+) -> list[int]:
+    """``order`` as the request's ``provider`` object steers it: the deployments ``order`` names first, and without
+    fallbacks only those (only the first when it names none). Empty when nothing listed is left."""
+    ordered = apply_order(order, deployments, preferences.order) if preferences.order else list(order)
+    if preferences.allow_fallbacks:
+        return ordered
+    if not preferences.order:
+        return ordered[:1]
+    names = {d.name for d in listed(deployments, preferences.order)}
+    return [i for i in ordered if deployments[i].name in names]
