@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import uuid
+import os
 
 from starlette.types import Receive, Scope, Send
 
@@ -58,6 +58,17 @@ OMITTED_TOOLS_HEADER = b"x-gateway-omitted-tools"
 logger = logging.getLogger("gateway")
 
 
+def new_request_id() -> str:
+    """A random request id: the 32 hex digits of a version-4 UUID, as ``uuid.uuid4().hex`` writes them.
+
+    Made from the same 16 random bytes with the version and variant bits set as ``uuid.UUID`` sets them, without
+    building the ``UUID`` object (its validation and its 128-bit integer), once per request."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
+    return raw.hex()
+
+
 def _wants_trace(headers: list[tuple[bytes, bytes]]) -> bool:
     """``x-gateway-trace: 1`` (or ``true``) asks for the routing trace."""
     return any(name == b"x-gateway-trace" and value.strip().lower() in (b"1", b"true") for name, value in headers)
@@ -78,7 +89,7 @@ class ProxyEndpoint:
         runtime.requests.enter()
         # The dispatcher's clock, so that end-to-end and the attempt times share one time base.
         clock = runtime.dispatcher.clock
-        record = AccessRecord(uuid.uuid4().hex, self.endpoint, clock(), clock)
+        record = AccessRecord(new_request_id(), self.endpoint, clock(), clock)
         try:
             await self._serve(scope, receive, send, runtime, record)
         finally:
