@@ -140,11 +140,15 @@ def check_content_type(headers: list[tuple[bytes, bytes]]) -> None:
 
 
 def check_shape(body: Mapping[str, Any], endpoint: Endpoint) -> None:
-    """Refuse, naming the param, a body whose fields do not have the types ``endpoint``'s API defines."""
-    for field, expected in _FIELDS[endpoint].items():
-        value = body.get(field)
-        if value is not None and not _is(value, expected):
-            raise _refuse(field, expected, value)
+    """Refuse, naming the param, a body whose fields do not have the types ``endpoint``'s API defines.
+
+    Walks the body's own fields (a request sends a few of the API's many); a body with a field of the wrong type
+    is walked again in the API's order, so that of several wrong fields the same one is named as always."""
+    fields = _FIELDS[endpoint]
+    for field, value in body.items():
+        expected = fields.get(field)
+        if expected is not None and value is not None and not _is(value, expected):
+            _refuse_first(body, fields)
     if endpoint == "chat":
         _check_messages(body["messages"], "messages", _CHAT_ROLES)
     elif endpoint == "messages":
@@ -153,8 +157,19 @@ def check_shape(body: Mapping[str, Any], endpoint: Endpoint) -> None:
         _check_input_items(body["input"])
 
 
+def _refuse_first(body: Mapping[str, Any], fields: dict[str, str]) -> None:
+    """Raise for the first field, in the API's order, whose type is wrong (``check_shape`` found one)."""
+    for field, expected in fields.items():
+        value = body.get(field)
+        if value is not None and not _is(value, expected):
+            raise _refuse(field, expected, value)
+
+
 def _check_messages(messages: list[Any], name: str, roles: tuple[str, ...]) -> None:
     for index, message in enumerate(messages):
+        # The usual message (an object, a known role, text content) passes without its param being written.
+        if isinstance(message, dict) and message.get("role") in roles and isinstance(message.get("content"), str):
+            continue
         param = f"{name}[{index}]"
         if not isinstance(message, dict):
             raise _refuse(param, _OBJECT, message)
