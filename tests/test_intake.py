@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -13,6 +13,8 @@ import pytest
 from gateway import api, shapes
 from gateway.errors import InvalidRequest
 from gateway.samples import Endpoint
+from gateway.sessions import identity
+from gateway.sessions.identity import SessionId, session_of
 
 
 def test_request_id_is_uuid4_hex_of_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,3 +94,37 @@ def test_check_shape_refuses_as_before(endpoint: Endpoint) -> None:
         assert _outcome(shapes.check_shape, body, endpoint) == before, body
         refused += before is not None
     assert 1000 < refused < 4000  # both verdicts, many times over
+
+
+def _old_session_of(
+    headers: list[tuple[str, str]], body: dict[str, Any], *, body_bytes: int, header_names: Sequence[str]
+) -> SessionId | None:
+    """``session_of`` as it was: the wanted names' set and each name's lower case made per request."""
+    if header_names:
+        wanted = {name.lower() for name in header_names}
+        found = {name: value.strip() for name, value in headers if name in wanted}
+        for name in header_names:
+            value = found.get(name.lower())
+            if value and len(value) <= identity.MAX_SESSION_VALUE:
+                return SessionId(identity._digest("k", "m", "header", value), "header")
+    return session_of(headers, body, model="m", scope="k", body_bytes=body_bytes, header_names=())
+
+
+def test_session_of_finds_the_same_session() -> None:
+    rng = random.Random(7)
+    names = ["x-session-id", "X-Session-Id", "session_id", "x-amp-thread-id", "x-other", "Session-ID"]
+    values = ["", "  ", "abc", " abc ", "z" * 300, "conv-1", "conv-2"]
+    found = 0
+    for round_ in range(3000):
+        chosen = rng.sample(names, rng.randint(0, 4))
+        header_names: Sequence[str] = tuple(chosen) if round_ % 3 else list(chosen)
+        headers = [(rng.choice(names).lower(), rng.choice(values)) for _ in range(rng.randint(0, 5))]
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}]}
+        if rng.random() < 0.3:
+            body["prompt_cache_key"] = rng.choice(values)
+        size = rng.choice([100, 10_000])
+        before = _old_session_of(headers, body, body_bytes=size, header_names=header_names)
+        after = session_of(headers, body, model="m", scope="k", body_bytes=size, header_names=header_names)
+        assert after == before, (headers, header_names)
+        found += before is not None and before.source == "header"
+    assert 300 < found < 3000

@@ -68,12 +68,13 @@ def session_of(
     stay apart); ``body_bytes`` the body's size, for the cheap length estimate.
     """
     if header_names:
-        wanted = {name.lower() for name in header_names}
+        lowered, wanted = _lowered(header_names)
         found = {name: value.strip() for name, value in headers if name in wanted}
-        for name in header_names:
-            value = found.get(name.lower())
-            if value and len(value) <= MAX_SESSION_VALUE:
-                return SessionId(_digest(scope, model, "header", value), "header")
+        if found:
+            for name in lowered:
+                value = found.get(name)
+                if value and len(value) <= MAX_SESSION_VALUE:
+                    return SessionId(_digest(scope, model, "header", value), "header")
     cache_key = body.get("prompt_cache_key")
     if isinstance(cache_key, str) and cache_key.strip() and len(cache_key) <= MAX_SESSION_VALUE:
         return SessionId(_digest(scope, model, "prompt_cache_key", cache_key), "prompt_cache_key")
@@ -83,6 +84,24 @@ def session_of(
     if prefix is None:
         return None
     return SessionId(_digest(scope, model, "fingerprint", _canonical(prefix)), "fingerprint")
+
+
+_LOWERED: dict[tuple[str, ...], tuple[tuple[str, ...], frozenset[str]]] = {}
+"""Each list of session header names seen (a policy's: a handful per config), lower-cased, and as a set."""
+
+
+def _lowered(header_names: Sequence[str]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """``header_names`` lower-cased in their order, and the set of them: made once per list, not per request."""
+    if not isinstance(header_names, tuple):
+        lowered = tuple(name.lower() for name in header_names)
+        return lowered, frozenset(lowered)
+    known = _LOWERED.get(header_names)
+    if known is None:
+        lowered = tuple(name.lower() for name in header_names)
+        if len(_LOWERED) >= 64:  # a bound, for a caller making up lists: policies hold a few
+            _LOWERED.clear()
+        known = _LOWERED[header_names] = (lowered, frozenset(lowered))
+    return known
 
 
 def stable_prefix(body: Mapping[str, Any]) -> dict[str, Any] | None:
