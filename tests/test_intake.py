@@ -12,6 +12,7 @@ import pytest
 
 from gateway import api, shapes
 from gateway.errors import InvalidRequest
+from gateway.quality import PLAIN, Expectation, expect, expectation_of
 from gateway.samples import Endpoint
 from gateway.sessions import identity
 from gateway.sessions.identity import SessionId, session_of
@@ -128,3 +129,36 @@ def test_session_of_finds_the_same_session() -> None:
         assert after == before, (headers, header_names)
         found += before is not None and before.source == "header"
     assert 300 < found < 3000
+
+
+def _old_chat_expectation(body: dict[str, Any]) -> Expectation:
+    """``expectation_of("chat", body)`` as it was: every field read, a new ``Expectation`` each time."""
+    tools = expect._chat_tools(body)
+    json_mode, schema = expect._format(body.get("response_format"), "json_schema")
+    limit = expect._limit(body, "max_completion_tokens", "max_tokens")
+    choice_none = body.get("tool_choice") == "none" or body.get("function_call") == "none"
+    return Expectation(expect._kind(tools, choice_none, json_mode), tools, json_mode, schema, limit)
+
+
+def test_chat_expectation_as_before() -> None:
+    rng = random.Random(3)
+    options: dict[str, list[Any]] = {
+        "tools": [None, [], [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}], "x"],
+        "functions": [None, [], [{"name": "g"}]],
+        "response_format": [None, {"type": "json_object"}, {"type": "json_schema", "json_schema": {"schema": {}}}],
+        "max_completion_tokens": [None, 0, 50, True],
+        "max_tokens": [None, 100, -1],
+        "tool_choice": [None, "none", "auto"],
+        "function_call": [None, "none"],
+        "temperature": [0.5],
+    }
+    shared = 0
+    for _ in range(3000):
+        body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        for name in rng.sample(sorted(options), rng.randint(0, 4)):
+            body[name] = rng.choice(options[name])
+        after = expectation_of("chat", body)
+        assert after == _old_chat_expectation(body), body
+        shared += after is PLAIN
+    assert 100 < shared < 3000
+    assert expectation_of("completions", {"prompt": "x"}).max_tokens == expect.COMPLETIONS_DEFAULT_MAX_TOKENS

@@ -55,6 +55,10 @@ PLAIN = Expectation()
 NOT_JUDGED = Expectation(judged=False)
 
 
+_CHAT_ASKS = frozenset(("tools", "functions", "response_format", "max_completion_tokens", "max_tokens"))
+"""The chat fields ``expectation_of`` reads an expectation from (``tool_choice`` matters only beside tools)."""
+
+
 def _limit(body: Mapping[str, Any], *keys: str) -> int | None:
     for key in keys:
         value = body.get(key)
@@ -113,6 +117,9 @@ def expectation_of(endpoint: Endpoint, body: Mapping[str, Any]) -> Expectation:
     """What a request of this API with this body asks of its answer (cheap: a few key lookups)."""
     if endpoint == "embeddings":
         return NOT_JUDGED
+    if endpoint == "chat" and body.keys().isdisjoint(_CHAT_ASKS):
+        # Nothing that makes an answer tools, JSON or bounded: what the reading below comes to, shared.
+        return PLAIN
     if endpoint in ("chat", "completions"):
         tools = _chat_tools(body) if endpoint == "chat" else {}
         json_mode, schema = _format(body.get("response_format"), "json_schema")
