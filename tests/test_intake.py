@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gateway import api, shapes
+from gateway.admission import limits
 from gateway.errors import InvalidRequest
 from gateway.quality import PLAIN, Expectation, expect, expectation_of
 from gateway.samples import Endpoint
@@ -162,3 +163,47 @@ def test_chat_expectation_as_before() -> None:
         shared += after is PLAIN
     assert 100 < shared < 3000
     assert expectation_of("completions", {"prompt": "x"}).max_tokens == expect.COMPLETIONS_DEFAULT_MAX_TOKENS
+
+
+def _old_nesting_exceeds(value: object, limit: int) -> bool:
+    """``limits.nesting_exceeds`` as it was (a ``dict | list`` union built per child)."""
+    level: list[Any] = [value] if isinstance(value, dict | list) else []
+    depth = 1
+    while level:
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for item in level:
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, dict | list):
+                    below.append(child)
+        level = below
+        depth += 1
+    return False
+
+
+class _Dict(dict[str, Any]):
+    pass
+
+
+def _random_tree(rng: random.Random, depth: int) -> Any:
+    roll = rng.random()
+    if depth <= 0 or roll < 0.3:
+        return rng.choice([None, 1, 2.5, "s", True, (1, [2])])  # a tuple does not nest, as before
+    children = [_random_tree(rng, depth - 1) for _ in range(rng.randint(0, 3))]
+    if roll < 0.6:
+        return children
+    kind = _Dict if roll > 0.95 else dict
+    return kind((f"k{i}", child) for i, child in enumerate(children))
+
+
+def test_nesting_exceeds_as_before() -> None:
+    rng = random.Random(11)
+    verdicts = set()
+    for _ in range(3000):
+        tree = _random_tree(rng, rng.randint(0, 9))
+        for limit in (0, 1, 2, 4, 8):
+            verdict = limits.nesting_exceeds(tree, limit)
+            assert verdict == _old_nesting_exceeds(tree, limit), (tree, limit)
+            verdicts.add(verdict)
+    assert verdicts == {True, False}

@@ -52,12 +52,17 @@ class HeaderSizeLimit:
         await self.app(scope, receive, send)
 
 
+_CONTAINERS = (dict, list)
+"""What nests, as a tuple: ``isinstance`` against a ``dict | list`` written in the loop would build the union per
+child."""
+
+
 def nesting_exceeds(value: object, limit: int) -> bool:
     """True if arrays/objects nest deeper than ``limit``. Iterative: a hostile body cannot blow the stack.
 
     Walks one level of containers at a time (no (item, depth) pair per child) and stops at the first
     level past ``limit``, so a body nested far deeper is not walked to its bottom."""
-    level: list[Any] = [value] if isinstance(value, dict | list) else []
+    level: list[Any] = [value] if isinstance(value, _CONTAINERS) else []
     depth = 1
     while level:
         if depth > limit:
@@ -65,7 +70,7 @@ def nesting_exceeds(value: object, limit: int) -> bool:
         below: list[Any] = []
         for item in level:
             for child in item.values() if isinstance(item, dict) else item:
-                if isinstance(child, dict | list):
+                if isinstance(child, _CONTAINERS):
                     below.append(child)
         level = below
         depth += 1
