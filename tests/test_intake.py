@@ -12,6 +12,8 @@ import pytest
 
 from gateway import api, shapes
 from gateway.admission import limits
+from gateway.dialects import chat
+from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look
 from gateway.errors import InvalidRequest
 from gateway.quality import PLAIN, Expectation, expect, expectation_of
 from gateway.samples import Endpoint
@@ -207,3 +209,57 @@ def test_nesting_exceeds_as_before() -> None:
             assert verdict == _old_nesting_exceeds(tree, limit), (tree, limit)
             verdicts.add(verdict)
     assert verdicts == {True, False}
+
+
+def _old_first_look(event: dict[str, Any]) -> Look:
+    """``ChatDialect.first_look`` as it was: ``choices_of``, then two ``any`` over the choices."""
+    error = event.get("error")
+    if error is not None:
+        return Look("error", error)
+    choices = chat.choices_of(event)
+    if any(chat.carries_output(c) for c in choices):
+        return OUTPUT
+    if any(c.get("finish_reason") for c in choices):
+        return FINISH
+    return NOTHING
+
+
+def _random_choice(rng: random.Random) -> Any:
+    if rng.random() < 0.1:
+        return rng.choice([None, "x", 3, []])
+    choice: dict[str, Any] = {"index": 0}
+    delta: dict[str, Any] = {}
+    for name, values in (
+        ("role", ["assistant"]),
+        ("content", ["", "hi", None, 3]),
+        ("reasoning_content", ["", "think"]),
+        ("tool_calls", [[], [{"function": {"name": "f"}}]]),
+        ("function_call", [None, {"arguments": "{}"}]),
+    ):
+        if rng.random() < 0.3:
+            delta[name] = rng.choice(values)
+    choice["delta"] = delta if rng.random() < 0.9 else rng.choice([None, "d"])
+    if rng.random() < 0.5:
+        choice["finish_reason"] = rng.choice([None, "", "stop", "length"])
+    if rng.random() < 0.1:
+        choice["text"] = rng.choice(["", "t"])
+    return choice
+
+
+def test_chat_first_look_as_before() -> None:
+    rng = random.Random(5)
+    dialect = chat.ChatDialect("chat")
+    kinds = set()
+    for _ in range(5000):
+        event: dict[str, Any] = {"id": "c"}
+        if rng.random() < 0.05:
+            event["error"] = rng.choice([None, {"message": "boom"}])
+        roll = rng.random()
+        if roll < 0.9:
+            event["choices"] = [_random_choice(rng) for _ in range(rng.randint(0, 3))]
+        elif roll < 0.95:
+            event["choices"] = rng.choice([None, {}, "x"])
+        look = dialect.first_look(event)
+        assert look == _old_first_look(event), event
+        kinds.add(look.kind)
+    assert kinds == {"error", "output", "finish", "none"}

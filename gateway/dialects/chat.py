@@ -138,12 +138,17 @@ class ChatDialect:
             # An error event ends the first-token wait too; the relay decides whether it is the
             # request's fault (relayed) or the provider's (the next deployment is tried).
             return Look("error", error)
-        choices = choices_of(event)
-        if any(carries_output(c) for c in choices):
-            return OUTPUT
-        if any(c.get("finish_reason") for c in choices):
-            return FINISH
-        return NOTHING
+        # ``choices_of`` and two ``any`` walked in one loop (read before every stream's first token).
+        choices = event.get("choices")
+        if not isinstance(choices, list):
+            return NOTHING
+        finish = False
+        for choice in choices:
+            if isinstance(choice, dict):
+                if carries_output(choice):
+                    return OUTPUT
+                finish = finish or bool(choice.get("finish_reason"))
+        return FINISH if finish else NOTHING
 
     def tally(
         self, events: list[tuple[float, dict[str, Any] | None]], into: Tally | None = None, final: bool = True
