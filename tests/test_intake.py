@@ -12,6 +12,11 @@ import pytest
 
 from gateway import api, shapes
 from gateway.admission import limits
+from gateway.admission.access import AccessControl, AccessState
+from gateway.admission.auth import AdminKey, ClientKey, KeyLimits, KeyRing
+from gateway.admission.ratelimit import InMemoryRateLimiter
+from gateway.admission.spending import Budget, Spender
+from gateway.config import AuthConfig, LimitsConfig
 from gateway.dialects import chat
 from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look
 from gateway.errors import InvalidRequest
@@ -263,3 +268,32 @@ def test_chat_first_look_as_before() -> None:
         assert look == _old_first_look(event), event
         kinds.add(look.kind)
     assert kinds == {"error", "output", "finish", "none"}
+
+
+def test_spender_of_is_what_spender_of_made_each_time() -> None:
+    limits_config = LimitsConfig()
+    defaults = KeyLimits.defaults(limits_config)
+    team_budget = Budget(50.0)
+    keys = [
+        ClientKey("alice", "k1", defaults, team="eng", budget=Budget(10.0, "day")),
+        ClientKey("bob", "k2", defaults, team="eng"),
+        ClientKey("carol", "k3", defaults),
+        ClientKey("dave", "k4", defaults, team="ops", budget=Budget(5.0)),
+    ]
+    ring = KeyRing(keys, teams={"eng": team_budget})
+    access = AccessControl(ring, AdminKey(), AuthConfig(), limits_config, AccessState(InMemoryRateLimiter()))
+
+    def made(key: ClientKey) -> Spender:
+        team = ring.teams.get(key.team) if key.team else None
+        return Spender.of(key.key_id, key.name, key.team, key.budget, team)
+
+    for _ in range(3):
+        for key in [*keys, access.anonymous]:
+            assert access.spender_of(key) == made(key)
+    assert access.spender_of(keys[0]) is access.spender_of(keys[0])
+    # Another key object under the same id, or another team budget: made again, not the one kept.
+    renewed = ClientKey("alice", "k1", defaults, team="eng", budget=Budget(20.0))
+    assert access.spender_of(renewed) == made(renewed) != made(keys[0])
+    ring.teams["eng"] = Budget(70.0)
+    assert access.spender_of(keys[1]) == made(keys[1])
+    assert access.spender_of(keys[1]).scopes[0].budget.limit_usd == 70.0

@@ -39,6 +39,7 @@ from gateway.admission.spending import InMemorySpendStore, Spender, SpendLedger,
 from gateway.admission.spending.ledger import HOLD_MARGIN_S, likely_output_tokens
 from gateway.admission.spending.metrics import SpendMetrics
 from gateway.admission.spending.store import Hold, SpendStoreDown
+from gateway.admission.spending.windows import Budget
 from gateway.config import AuthConfig, DeploymentConfig, LimitsConfig
 from gateway.eager import start_eagerly
 from gateway.errors import AuthenticationFailed, NoCapacity, PermissionDenied, RateLimited
@@ -228,6 +229,8 @@ class AccessControl:
         self.limits = limits
         self.state = state
         self.anonymous = ClientKey.anonymous(KeyLimits.defaults(limits))
+        self._spenders: dict[str, tuple[ClientKey, Budget | None, Spender]] = {}
+        """The ``Spender`` last made per key id, with the key and team budget it was made of."""
 
     def authenticate(self, scope: Mapping[str, Any]) -> ClientKey:
         if not self.ring.enabled:
@@ -322,9 +325,17 @@ class AccessControl:
         return Ticket(self.state, key, decision.window, decision.tokens, prompt_tokens, self.spender_of(key), choices)
 
     def spender_of(self, key: ClientKey) -> Spender:
-        """Who pays for ``key``'s requests, with its budget and its team's."""
+        """Who pays for ``key``'s requests, with its budget and its team's.
+
+        Made once per key (a ``Spender`` is immutable) and made again should the key or its team's budget be
+        another object than the one it was made of."""
         team_budget = self.ring.teams.get(key.team) if key.team else None
-        return Spender.of(key.key_id, key.name, key.team, key.budget, team_budget)
+        known = self._spenders.get(key.key_id)
+        if known is not None and known[0] is key and known[1] is team_budget:
+            return known[2]
+        spender = Spender.of(key.key_id, key.name, key.team, key.budget, team_budget)
+        self._spenders[key.key_id] = (key, team_budget, spender)
+        return spender
 
     def spenders(self) -> list[Spender]:
         """Every configured key's (and the anonymous caller's, when there are none)."""
