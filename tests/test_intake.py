@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import uuid
@@ -16,14 +17,17 @@ from gateway.admission.access import AccessControl, AccessState
 from gateway.admission.auth import AdminKey, ClientKey, KeyLimits, KeyRing
 from gateway.admission.ratelimit import InMemoryRateLimiter
 from gateway.admission.spending import Budget, Spender
-from gateway.config import AuthConfig, LimitsConfig
+from gateway.config import AuthConfig, DeploymentConfig, LimitsConfig, ModelConfig, parse_config
 from gateway.dialects import chat
 from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look
 from gateway.errors import InvalidRequest
 from gateway.quality import PLAIN, Expectation, expect, expectation_of
+from gateway.relay import outbound
+from gateway.routing.apis import reachable, translated_to
 from gateway.samples import Endpoint
 from gateway.sessions import identity
 from gateway.sessions.identity import SessionId, session_of
+from gateway.translate import Untranslatable, as_api, translate
 
 
 def test_request_id_is_uuid4_hex_of_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -297,3 +301,86 @@ def test_spender_of_is_what_spender_of_made_each_time() -> None:
     ring.teams["eng"] = Budget(70.0)
     assert access.spender_of(keys[1]) == made(keys[1])
     assert access.spender_of(keys[1]).scopes[0].budget.limit_usd == 70.0
+
+
+def _old_eligible(model: ModelConfig, api: Endpoint, body: dict[str, Any]) -> outbound.Eligible:
+    """``relay.outbound.eligible`` as it was: ``reachable``, then ``translated_to`` for each deployment."""
+    translations: dict[str, dict[str, Any]] = {}
+    omitted: dict[str, tuple[str, ...]] = {}
+    refusals: dict[str, Untranslatable] = {}
+    whole: list[DeploymentConfig] = []
+    partial: list[DeploymentConfig] = []
+    for deployment in reachable(model, api):
+        target = translated_to(deployment, api)
+        if target is None:
+            whole.append(deployment)
+            continue
+        key = outbound.translation_key(target, deployment)
+        if key not in translations and key not in refusals:
+            try:
+                translation = translate(body, as_api(api), target, "", builtin_tools=deployment.builtin_tools)
+            except Untranslatable as exc:
+                refusals[key] = exc
+            else:
+                translations[key] = translation.body
+                if translation.omitted_tools:
+                    omitted[key] = translation.omitted_tools
+        if key in translations:
+            (partial if key in omitted else whole).append(deployment)
+    refusal = next(iter(refusals.values()), None)
+    kept = whole or partial
+    if len(kept) == len(model.deployments):
+        return outbound.Eligible(model, translations, omitted, refusal)
+    return outbound.Eligible(dataclasses.replace(model, deployments=tuple(kept)), translations, omitted, refusal)
+
+
+_BODIES: dict[Endpoint, list[dict[str, Any]]] = {
+    "chat": [
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2},  # no Messages API form
+    ],
+    "messages": [
+        {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]},
+        {
+            "model": "m",
+            "max_tokens": 9,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+        },
+    ],
+    "responses": [{"model": "m", "input": "hi"}, {"model": "m", "input": "hi", "tools": [{"type": "web_search"}]}],
+    "completions": [{"model": "m", "prompt": "hi"}],
+    "embeddings": [{"model": "m", "input": "hi"}],
+}
+
+
+def _facts(able: outbound.Eligible) -> tuple[Any, ...]:
+    """What an ``Eligible`` says, its refusal by type and message (an exception equals only itself)."""
+    refusal = able.refusal
+    return able.model, able.translations, able.omitted_tools, None if refusal is None else (type(refusal), str(refusal))
+
+
+def test_eligible_as_before() -> None:
+    rng = random.Random(9)
+    apis = [["chat"], ["messages"], ["responses"], ["chat", "messages"], ["embeddings"], ["completions", "chat"]]
+    narrowed = translated = 0
+    for _ in range(300):
+        providers = [{"name": f"p{i}", "base_url": "http://127.0.0.1:9/v1", "apis": rng.choice(apis)} for i in range(4)]
+        deployments = [
+            {
+                "provider": f"p{rng.randrange(4)}",
+                "model": f"u{i}",
+                "name": f"d{i}",
+                "translate": rng.random() < 0.8,
+                "builtin_tools": rng.choice(["refuse", "omit"]),
+            }
+            for i in range(rng.randint(1, 5))
+        ]
+        model = parse_config({"providers": providers, "models": [{"name": "m", "deployments": deployments}]}).models[0]
+        for endpoint, bodies in _BODIES.items():
+            for body in bodies:
+                after = outbound.eligible(model, endpoint, body)
+                assert _facts(after) == _facts(_old_eligible(model, endpoint, body)), (endpoint, body, model)
+                narrowed += after.model is not model
+                translated += bool(after.translations)
+    assert narrowed > 50 and translated > 50

@@ -20,14 +20,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from gateway.config import DeploymentConfig, ModelConfig, ProviderConfig
 from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate
-from gateway.routing.apis import API_PATHS, reachable, translated_to, upstream_api
+from gateway.routing.apis import API_PATHS, translated_to, upstream_api
 from gateway.samples import Endpoint
 from gateway.translate import Api, Untranslatable, as_api, translate
 
@@ -77,11 +77,15 @@ def eligible(model: ModelConfig, api: Endpoint, body: dict[str, Any]) -> Eligibl
     refusals: dict[str, Untranslatable] = {}
     whole: list[DeploymentConfig] = []
     partial: list[DeploymentConfig] = []
-    for deployment in reachable(model, api):
-        target = translated_to(deployment, api)
-        if target is None:
+    for deployment in model.deployments:
+        # ``reachable`` and ``translated_to`` in one look at each deployment's APIs.
+        upstream = upstream_api(deployment, api)
+        if upstream is None:
+            continue
+        if upstream == api:
             whole.append(deployment)
             continue
+        target = cast(Api, upstream)
         key = translation_key(target, deployment)
         if key not in translations and key not in refusals:
             try:
