@@ -24,6 +24,7 @@ from gateway.accesslog import AccessRecord
 from gateway.admission.access import Ticket
 from gateway.admission.limits import header_bytes
 from gateway.client_deadlines import read_deadlines
+from gateway.config import GatewayConfig, ModelConfig
 from gateway.conversation_flow import expand
 from gateway.dialects import dialect_for
 from gateway.error_responses import error_response, send_error
@@ -45,6 +46,7 @@ from gateway.request_body import ClientGone, check_types, decoded_headers, parse
 from gateway.responses_state import capture_for, kept_conversation, previous_owner
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
 from gateway.routing.apis import no_deployment_for, reachable
+from gateway.routing.overrides import Sort
 from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
@@ -260,9 +262,7 @@ class ProxyEndpoint:
         body = parse_json_body(raw)
         requested, stream, max_tokens = check_types(body, self.endpoint)
         check_shape(body, self.endpoint)
-        names = {m.name for m in runtime.config.models}
-        model_name, suffix_sort = split_model_suffix(requested, names)
-        model = runtime.config.model(model_name)
+        model_name, suffix_sort, model = _resolve_model(runtime.config, requested)
         if model is None:
             known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
             missing = ModelNotFound(f"model '{clip(requested)}' does not exist (known: {known})", param="model")
@@ -337,6 +337,18 @@ class ProxyEndpoint:
         # Last: from here on the caller owns the ticket and releases it.
         ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens, length)
         return request, route_request, ticket
+
+
+def _resolve_model(config: GatewayConfig, requested: str) -> tuple[str, Sort | None, ModelConfig | None]:
+    """The model asked for: its name, the sort its suffix asks for (``m:nitro``), and its config (None: unknown).
+
+    A configured model named as asked wins over a suffix, as ``split_model_suffix`` says; that look-up is the
+    model's own, so no set of the config's names is made per request."""
+    model = config.model(requested)
+    if model is not None:
+        return requested, None, model
+    model_name, suffix_sort = split_model_suffix(requested, ())
+    return model_name, suffix_sort, config.model(model_name) if model_name != requested else None
 
 
 def _model_error(error: ModelNotFound, endpoint: Endpoint) -> GatewayError:

@@ -23,6 +23,7 @@ from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look
 from gateway.errors import InvalidRequest
 from gateway.quality import PLAIN, Expectation, expect, expectation_of
 from gateway.relay import outbound
+from gateway.routing import split_model_suffix
 from gateway.routing.apis import reachable, translated_to
 from gateway.samples import Endpoint
 from gateway.sessions import identity
@@ -384,3 +385,18 @@ def test_eligible_as_before() -> None:
                 narrowed += after.model is not model
                 translated += bool(after.translations)
     assert narrowed > 50 and translated > 50
+
+
+def test_the_model_asked_for_resolves_as_before() -> None:
+    provider = {"name": "p", "base_url": "http://127.0.0.1:9/v1"}
+    names = ["m", "m:nitro", "x:floor", "other"]
+    config = parse_config(
+        {
+            "providers": [provider],
+            "models": [{"name": n, "deployments": [{"provider": "p", "model": "u"}]} for n in names],
+        }
+    )
+    asked = [*names, "m:floor", "x", "x:floor:nitro", ":nitro", "nope:nitro", "nope", "other:nitro", "m:nitro:nitro"]
+    for requested in asked:
+        model_name, suffix_sort = split_model_suffix(requested, {m.name for m in config.models})
+        assert api._resolve_model(config, requested) == (model_name, suffix_sort, config.model(model_name))
