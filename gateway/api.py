@@ -300,7 +300,7 @@ class ProxyEndpoint:
         policy = runtime.config.policy_for(model)
         session = None
         if policy.affinity != "off":
-            session = await lookup_session(runtime, headers, body, size, model.name, key.key_id)
+            session = await lookup_session(runtime, headers, body, size, model.name, key.key_id, policy)
         request = ProxyRequest(
             request_id=request_id,
             endpoint=self.endpoint,

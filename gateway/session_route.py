@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import InvalidRequest
-from gateway.policies import AFFINITIES, Affinity
+from gateway.policies import AFFINITIES, Affinity, PolicyConfig
 from gateway.routing.plan import SessionRoute
 from gateway.runtime import GatewayRuntime
 from gateway.sessions.bindings import Unavailable
@@ -24,15 +24,14 @@ async def lookup_session(
     size: int,
     model: str,
     scope_id: str,
+    policy: PolicyConfig,
 ) -> SessionRoute | None:
     """The conversation this request continues, with its binding if it can be read within the store's deadline.
 
-    ``headers``: the request's, decoded (``gateway.upstream.decoded_headers``). ``x-gateway-affinity: off`` (or
-    ``strict``/``auto``) overrides the policy's ``affinity`` for this request.
+    ``headers``: the request's, decoded (``gateway.upstream.decoded_headers``); ``policy``: the model's, as the
+    caller found it. ``x-gateway-affinity: off`` (or ``strict``/``auto``) overrides the policy's ``affinity`` for
+    this request.
     """
-    model_config = runtime.config.model(model)
-    assert model_config is not None
-    policy = runtime.config.policy_for(model_config)
     identity = session_of(
         headers,
         body,

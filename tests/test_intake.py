@@ -400,3 +400,21 @@ def test_the_model_asked_for_resolves_as_before() -> None:
     for requested in asked:
         model_name, suffix_sort = split_model_suffix(requested, {m.name for m in config.models})
         assert api._resolve_model(config, requested) == (model_name, suffix_sort, config.model(model_name))
+
+
+def test_the_policy_handed_to_the_session_look_up_is_the_one_it_found() -> None:
+    """``lookup_session`` is given the policy of the model the request kept (``eligible`` may narrow its
+    deployments); it used to find it again from the configured model of that name: the same policy object."""
+    providers = [
+        {"name": "c", "base_url": "http://127.0.0.1:9/v1", "apis": ["chat"]},
+        {"name": "a", "base_url": "http://127.0.0.1:9/v1", "apis": ["messages"]},
+    ]
+    deployments = [{"provider": "c", "model": "u"}, {"provider": "a", "model": "v"}]
+    models = [{"name": f"m{i}", "policy": p, "deployments": deployments} for i, p in enumerate(["fastest", "cheapest"])]
+    config = parse_config({"providers": providers, "models": models})
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2}  # the Messages API cannot take n
+    for model in config.models:
+        kept = outbound.eligible(model, "chat", body).model
+        assert kept is not model and len(kept.deployments) == 1
+        found = config.model(kept.name)
+        assert found is not None and config.policy_for(kept) is config.policy_for(found)
