@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import random
@@ -10,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
+import uvloop
 
 from gateway import api, shapes
 from gateway.admission import limits
@@ -22,7 +24,7 @@ from gateway.dialects import chat
 from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look
 from gateway.errors import InvalidRequest
 from gateway.quality import PLAIN, Expectation, expect, expectation_of
-from gateway.relay import outbound
+from gateway.relay import DisconnectWatch, outbound
 from gateway.routing import split_model_suffix
 from gateway.routing.apis import reachable, translated_to
 from gateway.samples import Endpoint
@@ -418,3 +420,50 @@ def test_the_policy_handed_to_the_session_look_up_is_the_one_it_found() -> None:
         assert kept is not model and len(kept.deployments) == 1
         found = config.model(kept.name)
         assert found is not None and config.policy_for(kept) is config.policy_for(found)
+
+
+def _watch_run(disarm_first: bool, loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> tuple[bool, bool, bool]:
+    """(the serving task was cancelled, the watch says disconnected, the watcher let go of the task)."""
+
+    async def main() -> tuple[bool, bool, bool]:
+        hang_up = asyncio.get_running_loop().create_future()
+
+        async def receive() -> dict[str, Any]:
+            await hang_up
+            return {"type": "http.disconnect"}
+
+        async def serve() -> DisconnectWatch:
+            watch = DisconnectWatch(receive)
+            if disarm_first:
+                watch.disarm()
+            hang_up.set_result(None)
+            await asyncio.sleep(0.05)
+            return watch
+
+        task = asyncio.get_running_loop().create_task(serve())
+        try:
+            watch = await task
+        except asyncio.CancelledError:
+            return True, True, True
+        await asyncio.sleep(0)
+        return False, watch.disconnected, watch._task is None
+
+    runner = asyncio.Runner(loop_factory=loop_factory)
+    try:
+        return runner.run(main())
+    finally:
+        runner.close()
+
+
+@pytest.mark.parametrize("loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop])
+def test_disconnect_watch_cancels_only_while_armed(loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    assert _watch_run(False, loop_factory) == (True, True, True)
+    assert _watch_run(True, loop_factory) == (False, False, True)
+
+
+def test_disconnect_watch_needs_a_running_loop() -> None:
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        DisconnectWatch(receive)

@@ -27,8 +27,10 @@ class DisconnectWatch:
     def __init__(self, receive: Receive) -> None:
         self.disconnected = False
         self._armed = True
-        self._task = asyncio.current_task()
-        self._watcher: asyncio.Future[None] | None = asyncio.ensure_future(self._watch(receive))
+        # The running loop's own ``create_task``: what ``ensure_future`` comes to for a coroutine, without its checks.
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task(loop)
+        self._watcher: asyncio.Future[None] | None = loop.create_task(self._watch(receive))
 
     async def _watch(self, receive: Receive) -> None:
         while self._armed:
