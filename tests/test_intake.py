@@ -467,3 +467,48 @@ def test_disconnect_watch_needs_a_running_loop() -> None:
 
     with pytest.raises(RuntimeError, match="no running event loop"):
         DisconnectWatch(receive)
+
+
+def _old_carries_output(choice: dict[str, Any]) -> bool:
+    """``chat.carries_output`` as it was: the answer, then the reasoning, then a tool call's first delta."""
+    if chat.answer_of(choice) or chat.reasoning_of(choice):
+        return True
+    delta = choice.get("delta")
+    return isinstance(delta, dict) and bool(delta.get("tool_calls") or delta.get("function_call"))
+
+
+class _Str(str):
+    pass
+
+
+def test_carries_output_as_before() -> None:
+    rng = random.Random(8)
+    fields: list[tuple[str, list[Any]]] = [
+        ("role", ["assistant", None]),
+        ("content", ["", "hi", None, 3, _Str("sub"), _Str(""), ["x"]]),
+        ("refusal", [None, "no"]),
+        ("reasoning_content", ["", "think", None]),
+        ("reasoning", ["", "r", 1]),
+        ("reasoning_details", [None, [], [{"type": "reasoning.text", "text": "t"}], [{"data": ""}]]),
+        ("tool_calls", [None, [], [{"function": {"name": "f"}}], [{"function": {"arguments": "{}"}}]]),
+        ("function_call", [None, {}, {"arguments": "{}"}]),
+    ]
+    seen = set()
+    for _ in range(20000):
+        delta: dict[str, Any] = {name: rng.choice(values) for name, values in fields if rng.random() < 0.3}
+        choice: dict[str, Any] = {"index": 0}
+        roll = rng.random()
+        if roll < 0.85:
+            choice["delta"] = delta
+        elif roll < 0.9:
+            choice["delta"] = _Dict(delta)
+        elif roll < 0.95:
+            choice["delta"] = rng.choice([None, "d", []])
+        if rng.random() < 0.1:
+            choice["text"] = rng.choice(["", "t", None])
+        if rng.random() < 0.1:
+            choice["message"] = rng.choice([{"content": "m"}, {"content": ""}, None])
+        before = _old_carries_output(choice)
+        assert chat.carries_output(choice) == before, choice
+        seen.add(before)
+    assert seen == {True, False}

@@ -90,10 +90,24 @@ def reasoning_of(choice: dict[str, Any]) -> str:
     return reasoning_in_details(delta.get("reasoning_details"))
 
 
+_NOT_PLAIN_DELTA = frozenset(("tool_calls", "function_call", "reasoning_content", "reasoning", "reasoning_details"))
+"""The delta's fields besides ``content`` that ``carries_output`` reads."""
+
+
 def carries_output(choice: dict[str, Any]) -> bool:
+    delta = choice.get("delta")
+    if (
+        delta.__class__ is dict
+        and _NOT_PLAIN_DELTA.isdisjoint(delta)
+        and "text" not in choice
+        and "message" not in choice
+    ):
+        # The common streamed chunk (a role, text content): only non-empty text is output, what the reading
+        # below comes to for it.
+        content = delta.get("content")
+        return content.__class__ is str and content != ""
     if answer_of(choice) or reasoning_of(choice):
         return True
-    delta = choice.get("delta")
     # A tool call's first delta may carry only its name, no arguments yet: that is output too.
     return isinstance(delta, dict) and bool(delta.get("tool_calls") or delta.get("function_call"))
 
