@@ -512,3 +512,17 @@ def test_carries_output_as_before() -> None:
         assert chat.carries_output(choice) == before, choice
         seen.add(before)
     assert seen == {True, False}
+
+
+def test_header_walks_as_before() -> None:
+    rng = random.Random(2)
+    names = [b"x-gateway-trace", b"X-Gateway-Trace", b"content-type", b"x-stainless-os", b"authorization", b""]
+    values = [b"1", b" true ", b"TRUE", b"0", b"yes", b"", b"1 ", b"application/json", b"x" * 300]
+    wanted = set()
+    for _ in range(5000):
+        headers = [(rng.choice(names), rng.choice(values)) for _ in range(rng.randint(0, 20))]
+        before = any(n == b"x-gateway-trace" and v.strip().lower() in (b"1", b"true") for n, v in headers)
+        assert api._wants_trace(headers) == before
+        assert limits.header_bytes(headers) == sum(len(n) + len(v) for n, v in headers)
+        wanted.add(before)
+    assert wanted == {True, False}

@@ -25,7 +25,11 @@ from gateway.samples import Endpoint
 
 
 def header_bytes(headers: list[tuple[bytes, bytes]]) -> int:
-    return sum(len(name) + len(value) for name, value in headers)
+    """The header names' and values' bytes. A plain loop: no generator per request."""
+    size = 0
+    for name, value in headers:
+        size += len(name) + len(value)
+    return size
 
 
 class HeaderSizeLimit:
