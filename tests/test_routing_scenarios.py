@@ -10,6 +10,7 @@ from benchmarks import routing, routing_simulate
 from benchmarks.routing_held_out import HELD_OUT_2
 from benchmarks.routing_held_out_3 import HELD_OUT_3
 from benchmarks.routing_held_out_4 import HELD_OUT_4
+from benchmarks.routing_held_out_5 import HELD_OUT_5
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 
 
@@ -72,6 +73,16 @@ def test_the_fourth_held_out_set_names_new_markets_that_move_their_best() -> Non
     assert all(s.name.startswith("ho4-") for s in HELD_OUT_4)
     earlier_providers = {p for s in earlier for p in s.providers}
     assert not earlier_providers & {p for s in HELD_OUT_4 for p in s.providers}  # fresh parameters throughout
+
+
+def test_the_fifth_held_out_set_names_new_markets_that_move_their_best() -> None:
+    """Set five holds every behaviour the gate names, under names and parameters of its own."""
+    earlier = (*SCENARIOS, *STRESS, *HELD_OUT, *HELD_OUT_2, *HELD_OUT_3, *HELD_OUT_4)
+    _assert_new_markets_that_move_their_best(HELD_OUT_5, earlier, set())
+    assert len(HELD_OUT_5) == 7
+    assert all(s.name.startswith("ho5-") for s in HELD_OUT_5)
+    earlier_providers = {p for s in earlier for p in s.providers}
+    assert not earlier_providers & {p for s in HELD_OUT_5 for p in s.providers}  # fresh parameters throughout
 
 
 def test_each_schedule_draws_anew_and_seed_one_as_it_always_did() -> None:
