@@ -107,9 +107,9 @@ async def _serve(
             runtime.upstreams.clients[name] = upstream  # type: ignore[assignment]
         original = runtime.dispatcher.runner.record
 
-        def record(request: Any, attempt: Any, outcome: str, *args: Any, **kwargs: Any) -> None:
+        def record(request: Any, attempt: Any, outcome: Any, *args: Any, **kwargs: Any) -> Any:
             outcomes.append(outcome)
-            original(request, attempt, outcome, *args, **kwargs)
+            return original(request, attempt, outcome, *args, **kwargs)
 
         runtime.dispatcher.runner.record = record  # type: ignore[method-assign]
         driver = Driver(app, stream=True)
@@ -204,6 +204,14 @@ def test_a_client_that_stops_reading_is_cut_the_same(with_scope: Any, caplog: py
     assert new == old, (old, new)
     assert old["outcomes"] == ["client_cancelled"] and old["ended"] == "returned"
     assert any("stopped reading" in line for line in old["logged"])
+
+
+def test_a_stream_without_done_ends_after_the_linger_the_same(
+    with_scope: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    old, new = _both(with_scope, caplog, {}, stream_chunks()[:-1], True)
+    assert new == old, (old, new)
+    assert old["outcomes"] == ["ok"] and old["ends"] == [False] and old["took"] >= replies.FINISH_LINGER_S
 
 
 def test_a_hang_up_inside_a_deadline_is_a_cancel_not_a_timeout(

@@ -241,7 +241,7 @@ class StreamReply(Reply):
             while not meter.done and forwarder.error is None:
                 if meter.finish_arrived:
                     try:
-                        async with asyncio.timeout(FINISH_LINGER_S):
+                        with Deadline(FINISH_LINGER_S):
                             chunk = await response.read_chunk()
                     except TimeoutError:
                         # The answer is complete; what never came was only [DONE].
