@@ -41,7 +41,7 @@ from gateway.quality import expectation_of
 from gateway.relay import DisconnectWatch, ProxyRequest
 from gateway.relay.keepalive import FirstByteKeepAlive
 from gateway.relay.outbound import eligible, omitted_tools
-from gateway.relay.replies import FullReply, Reply
+from gateway.relay.replies import FullReply
 from gateway.request_body import ClientGone, check_types, decoded_headers, parse_json_body, read_request_body
 from gateway.responses_state import capture_for, kept_conversation, previous_owner
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
@@ -175,7 +175,17 @@ class ProxyEndpoint:
                     model=request.requested_model,
                 )
                 send = keeper.send
-            reply = await _dispatch(runtime, request, plan, keeper, record)
+            if keeper is None:
+                reply = await runtime.dispatcher.dispatch(request, plan)
+            else:
+                # The dispatcher's reply, with the stream's keep-alives going out meanwhile (inline: no coroutine).
+                keeper.start()
+                try:
+                    reply = await runtime.dispatcher.dispatch(request, plan)
+                finally:
+                    if not keeper.stop_waiting():  # keep-alives are being sent: wait until none is being written
+                        await keeper.stop()
+                    record.keepalives = keeper.sent
             record.log = reply.log
             started = True
             if keeper is not None and not keeper.started:
@@ -365,24 +375,6 @@ def _model_error(error: ModelNotFound, endpoint: Endpoint) -> GatewayError:
     if endpoint != "responses":
         return error
     return InvalidRequest(error.message, param=error.param, code=error.code)
-
-
-async def _dispatch(
-    runtime: GatewayRuntime,
-    request: ProxyRequest,
-    plan: RoutePlan,
-    keeper: FirstByteKeepAlive | None,
-    record: AccessRecord,
-) -> Reply:
-    """The dispatcher's reply, with the stream's keep-alives going out meanwhile when ``keeper`` is given."""
-    if keeper is None:
-        return await runtime.dispatcher.dispatch(request, plan)
-    keeper.start()
-    try:
-        return await runtime.dispatcher.dispatch(request, plan)
-    finally:
-        await keeper.stop()
-        record.keepalives = keeper.sent
 
 
 def _with_query(path: str, scope: Scope) -> str:

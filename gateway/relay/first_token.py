@@ -7,6 +7,7 @@ nothing has reached the client yet, so a failure here can still fall back to ano
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NoReturn
 
 from gateway.dialects import dialect_for
 from gateway.errors import UpstreamStatusError, UpstreamUnavailable, describe_error, describe_error_body
@@ -19,14 +20,22 @@ from gateway.types import Clock
 from gateway.upstream import MAX_ERROR_BODY
 
 
-async def check_status(attempt: Attempt, redact: Callable[[bytes], bytes], wall_clock: Clock) -> None:
-    """Note the attempt's status and rate-limit headers; raise for an error status (the body read, redacted)."""
+def note_status(attempt: Attempt, wall_clock: Clock) -> bool:
+    """Note the attempt's status and rate-limit headers; True for an error status, which ``status_error`` raises.
+
+    Apart from ``status_error`` so that an answer's usual status costs no coroutine: nothing is awaited for it.
+    """
     response = attempt.response
     assert response is not None
     attempt.status = response.status
     attempt.rate_limits = read_rate_limits(response.headers, wall_clock())
-    if response.status < 400:
-        return
+    return response.status >= 400
+
+
+async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_clock: Clock) -> NoReturn:
+    """Raise for the error status ``note_status`` found: its body read (redacted), as a client fault or an error."""
+    response = attempt.response
+    assert response is not None
     provider = attempt.candidate.provider.name
     body = redact(await response.read_all(MAX_ERROR_BODY))
     response.close()

@@ -12,7 +12,8 @@ then one more per interval, until the loop hands back a reply. Usage::
     try:
         reply = await dispatcher.dispatch(request, plan)
     finally:
-        await keeper.stop()
+        if not keeper.stop_waiting():          # the usual case: no keep-alive was due, nothing to await
+            await keeper.stop()
     await reply.send_to(keeper.send, ...)      # its own start is dropped if the keeper sent one
 
 Once the 200 is out, the request can no longer fail with an error status: a loop that gives up, or
@@ -72,6 +73,16 @@ class FirstByteKeepAlive:
     def _wake(self) -> None:
         self._timer = None
         self._task = asyncio.ensure_future(self._run())
+
+    def stop_waiting(self) -> bool:
+        """Stop a keeper whose first keep-alive is not due yet (its timer cancelled), without a coroutine; False
+        once keep-alives are being sent, which only ``stop``, awaited, ends."""
+        if self._task is not None:
+            return False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return True
 
     async def stop(self) -> None:
         """Stop sending keep-alives; returns once none is being written."""

@@ -20,6 +20,7 @@ from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.reading import Reading
 from gateway.relay.attempt import Attempt, AttemptLog, is_request_fault
 from gateway.relay.budget import AttemptBudget
+from gateway.relay.deadline import Deadline
 from gateway.relay.disconnect import DisconnectWatch
 from gateway.relay.forward import EventForwarder
 from gateway.relay.outbound import injects_usage, upstream_of
@@ -129,7 +130,7 @@ class StreamReply(Reply):
         """Relay the stream, within the request's total deadline: a client that stops reading blocks the sends, and
         past the deadline its upstream stream is closed and its slot freed (the attempt recorded as cancelled)."""
         try:
-            async with asyncio.timeout(self.budget.remaining_s() + SEND_GRACE_S):
+            with Deadline(self.budget.remaining_s() + SEND_GRACE_S):  # ``asyncio.timeout``'s rules
                 await self._send_all(send, extra_headers, watch)
         except TimeoutError:
             watch.disarm()
@@ -240,7 +241,7 @@ class StreamReply(Reply):
             while not meter.done and forwarder.error is None:
                 if meter.finish_arrived:
                     try:
-                        async with asyncio.timeout(FINISH_LINGER_S):
+                        with Deadline(FINISH_LINGER_S):
                             chunk = await response.read_chunk()
                     except TimeoutError:
                         # The answer is complete; what never came was only [DONE].

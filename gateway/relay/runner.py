@@ -29,7 +29,8 @@ from gateway.events import GatewayEvents, NoEvents
 from gateway.reading import Reading
 from gateway.relay.attempt import Attempt, ClientFault
 from gateway.relay.budget import AttemptBudget
-from gateway.relay.first_token import await_first_token, check_status
+from gateway.relay.deadline import Deadline
+from gateway.relay.first_token import await_first_token, note_status, status_error
 from gateway.relay.outbound import upstream_body, upstream_of, upstream_path
 from gateway.relay.prompt_count import count_prompt
 from gateway.relay.queue import SlotQueue, slot_key
@@ -215,15 +216,17 @@ class AttemptRunner:
         path = upstream_path(request, api)
         try:
             if request.stream:
-                async with asyncio.timeout(first_token_s):
+                with Deadline(first_token_s):  # ``asyncio.timeout``'s rules, without its two coroutines
                     attempt.response = await client.send(path, body, timeouts, request.headers, api)
-                    await check_status(attempt, client.redact, self.wall_clock)
+                    if note_status(attempt, self.wall_clock):
+                        await status_error(attempt, client.redact, self.wall_clock)
                     await await_first_token(request, attempt, self.clock)
                 if attempt.meter is not None:
                     self.router.attempt_streaming(candidate, attempt.meter)
             else:
                 attempt.response = await client.send(path, body, timeouts, request.headers, api)
-                await check_status(attempt, client.redact, self.wall_clock)
+                if note_status(attempt, self.wall_clock):
+                    await status_error(attempt, client.redact, self.wall_clock)
                 attempt.body = client.redact(await attempt.response.read_all())
                 attempt.response.close()  # read to the end: the connection goes back to the pool
         except TimeoutError as exc:
