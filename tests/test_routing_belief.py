@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from gateway.routing.belief import HAZARD_S, Belief
 from gateway.routing.priors import BETWEEN, Prior, pooled, with_window
 
@@ -61,6 +63,26 @@ def test_a_first_answer_far_from_a_rough_prior_says_where_the_level_is_not_how_f
     rng = random.Random(12)
     _feed(belief, rng, 60, start=1.0, ttft=0.8, tps=400.0, sigma=0.8)
     assert 0.6 < belief.spread()[1] < 1.0  # a wide spread is still learned from answers that scatter widely
+
+
+def test_a_change_starts_a_new_run_from_the_prior_not_from_the_level_it_left() -> None:
+    """Bayesian online change-point detection: after a change the level is a fresh draw from the prior (the model's
+    other deployments), or back where it was before its last change; never anchored where it is now. A slow
+    deployment that recovers lands among its siblings, so a look at it is worth what that change would bring."""
+    belief = Belief()
+    _feed(belief, random.Random(3), 40, start=0.0, ttft=1.2, tps=70.0)
+    prior = Prior((math.log(0.3), math.log(1 / 300.0)), (0.25, 0.25))
+    landing = belief._new_runs(prior)
+    assert [run.mean for run in landing] == [[math.log(0.3), math.log(1 / 300.0)]]
+    assert landing[0].weight == 1.0
+    # Once it changed, where it was before is the other place a change may land (a dip's end, a swap back).
+    now = _feed(belief, random.Random(4), 30, start=20.0, ttft=0.3, tps=300.0)
+    assert belief.before is not None and math.exp(belief.before[0]) > 0.9
+    assert sorted(math.exp(run.mean[0]) for run in belief._new_runs(prior)) == [
+        pytest.approx(0.3),
+        pytest.approx(math.exp(belief.before[0])),
+    ]
+    assert belief.expected(now).ttft_s < 0.45
 
 
 def test_one_wild_answer_neither_triggers_a_change_nor_drags_the_level() -> None:

@@ -115,6 +115,21 @@ def test_a_look_at_a_slower_streamer_is_a_shadow_at_a_faster_one_a_race() -> Non
     assert races > 0
 
 
+def test_a_look_at_a_near_equal_that_streams_a_little_slower_is_a_race() -> None:
+    """Two deployments alike but for a slightly slower stream: a race hands the client the earlier of two first
+    tokens, which saves more than the slower stream it sometimes hands over costs. A look there is a race (it
+    helps the request it rides on), not a shadow (which only measures)."""
+    options = _options([_measured(0.45, 220.0, sigma=0.55), _measured(0.45, 200.0, sigma=0.55)])
+    rng, budget = random.Random(5), Budget()
+    races = shadows = 0
+    for _ in range(500):
+        budget.credit("m")
+        choice = choose(options, Shape(20, 256), WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
+        races += bool(choice.race)
+        shadows += choice.shadow is not None
+    assert races > 0 and shadows == 0
+
+
 def _gain(beliefs: list[Belief], index: int, now: float, draws: int = 20) -> float:
     """Option ``index``'s knowledge gradient against option 0 as the leader, its priors pooled from the others."""
     options = _options(beliefs)

@@ -287,15 +287,11 @@ class Belief:
     # -- inside -----------------------------------------------------------------------------
 
     def _new_runs(self, prior: Prior) -> list[Run]:
-        """Where a level that changed may now be, as equally likely runs: anywhere among the model's deployments
-        (the pooled prior); a jump from where it is, as far as those deployments lie apart; and, once it has
-        changed before, back where it was before that change."""
-        if not self.runs:
-            return [_start(prior)]
-        total = sum(r.weight for r in self.runs) or 1.0
-        mean = [sum(r.weight * r.mean[m] for r in self.runs) / total for m in METRICS]
-        runs = [_start(prior), Run(1.0, mean, [prior.var[TTFT], prior.var[SPT]])]
-        if self.before is not None:
+        """Where a level that changed may now be, as equally likely runs: anywhere among the model's deployments (the
+        pooled prior: a new run of change-point detection starts from the prior, not from the level it left); and,
+        once it has changed before, back where it was before that change (a dip's end, a swap back)."""
+        runs = [_start(prior)]
+        if self.runs and self.before is not None:
             runs.append(Run(1.0, list(self.before), [SPREAD**2, SPREAD**2]))
         for run in runs:
             run.weight = 1.0 / len(runs)

@@ -10,8 +10,10 @@ left alone.
 When the draw puts first a deployment that is not the leader (the best at the beliefs' means),
 the request explores. A stream then explores cheaply, under one budget (``RACE_BUDGET``):
 
-- a **race** when the explored deployment streams at least as fast as the leader is believed
-  to: both start at once, the first token wins, the explored one is drained if it loses;
+- a **race** when racing costs the request no time in expectation: both start at once, the first
+  token wins and its stream answers, the explored one is drained if it loses. The request gets
+  the earlier of two first tokens; it pays the explored one's slower stream as often as that one
+  starts first;
 - a **shadow** otherwise: the leader answers, the explored one runs beside it unseen and is
   drained (racing it would hand a long answer to a slower stream on a quicker first token).
 
@@ -26,6 +28,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
@@ -39,6 +42,7 @@ RACE_BUDGET = 0.10
 COLD_RACE = 3
 """Attempts one cold start may race at once, a measured leader joining them counted: each loser is drained and billed,
 so a model deployed on ten providers measures a few per request, not ten at once."""
+_NORMAL = NormalDist()
 GAIN_DRAWS = 16
 """Draws that estimate what a look may teach (the cost of the estimate, not a knob of the world)."""
 
@@ -149,10 +153,30 @@ def choose(
     first = max(
         (i for i in ranked if i != leader), key=lambda i: gain(options[i], means[leader], shape, weights, now, rng)
     )
-    if means[first].s_per_token <= means[leader].s_per_token or not options[first].belief.answers:
+    if not options[first].belief.answers or _race_helps(
+        options[first], options[leader], means[first], means[leader], now
+    ):
         rest = [i for i in _first(leader, ranked) if i != first]
         return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
+
+
+def _race_helps(explored: Option, leader: Option, e: Cost, lead: Cost, now: float) -> bool:
+    """Whether racing the explored deployment against the leader costs the client no time, in expectation: both
+    start at once, the first token wins and its stream answers. The race's first token is the earlier of two
+    log-normals (``E[min]``, Margrabe's exchange formula); the answer streams on the explored deployment as often as
+    it starts first. Race when the first token it saves pays for the slower stream it may hand over; else shadow."""
+    s_e = explored.belief.expected(now, explored.prior).spread[0]
+    s_l = leader.belief.expected(now, leader.prior).spread[0]
+    sigma = math.sqrt(s_e * s_e + s_l * s_l)
+    if sigma <= 0.0 or e.ttft_s <= 0.0 or lead.ttft_s <= 0.0:
+        return e.s_per_token <= lead.s_per_token
+    d1 = (math.log(lead.ttft_s / e.ttft_s) + sigma * sigma / 2) / sigma
+    first_token = lead.ttft_s * _NORMAL.cdf(-d1) + e.ttft_s * _NORMAL.cdf(d1 - sigma)
+    # Medians' log difference over the spread: the chance the explored one's first token comes first.
+    explored_first = _NORMAL.cdf((math.log(lead.ttft_s) - s_l * s_l / 2 - math.log(e.ttft_s) + s_e * s_e / 2) / sigma)
+    stream_e, stream_l = e.time_s - e.ttft_s, lead.time_s - lead.ttft_s
+    return explored_first * (stream_e - stream_l) <= lead.ttft_s - first_token
 
 
 def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: float, rng: random.Random) -> float:
