@@ -213,6 +213,27 @@ def test_prefill_is_learned_as_seconds_per_uncached_token() -> None:
     assert belief.expected(now).ttft_s < 0.45  # the level is the base latency, not the long prompts' first token
 
 
+def test_a_run_of_failures_is_believed_and_so_is_the_recovery_after_it() -> None:
+    """Failures have change points as levels do: a hundred answers then ten failures in a row read as a provider
+    that now fails, not as 9% of its attempts; and a few answers after the failures stopped read as a recovery,
+    not as three successes against ten failures."""
+    belief = Belief()
+    for i in range(100):
+        belief.failed(i * 0.25, False)
+    for i in range(10):
+        belief.failed(25.0 + i * 0.25, True, 0.01)
+    assert belief.expected(27.5).failure > 0.5
+    for i in range(3):
+        belief.failed(40.0 + i * 0.25, False)
+    assert belief.expected(40.5).failure < 0.25
+    # Unheard, a failing deployment drifts back toward the prior with the hazard: worth a look again in time.
+    failing = Belief()
+    for i in range(20):
+        failing.failed(i * 0.25, True, 0.01)
+    assert failing.expected(5.0).failure > 0.8
+    assert failing.expected(5.0 + HAZARD_S).failure < failing.expected(5.0).failure - 0.2
+
+
 def test_failures_raise_the_failure_chance_and_fade() -> None:
     belief = Belief()
     for i in range(10):

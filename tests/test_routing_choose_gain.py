@@ -14,6 +14,7 @@ import pytest
 
 from gateway.policies import BUILTIN_POLICIES
 from gateway.routing.belief import Belief, Branches
+from gateway.routing.belief_failures import FAIL_PRIOR
 from gateway.routing.choose import GAIN_DRAWS, Option, gain
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
 from gateway.routing.draws import Draw
@@ -53,7 +54,7 @@ def _reference_draw(belief: Belief, now: float, rng: random.Random, prior: Prior
     age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
     ttft = rng.gauss(run.mean[0], math.sqrt(run.var[0] + age))
     spt = rng.gauss(run.mean[1], math.sqrt(run.var[1] + age))
-    a, b = belief.fails, belief.oks
+    a, b = FAIL_PRIOR if changed else belief.failure(now)
     mean = a / (a + b)
     failure = min(0.99, max(0.0, rng.gauss(mean, math.sqrt(mean * (1 - mean) / (a + b + 1)))))
     levels = (math.exp(ttft), math.exp(spt))

@@ -22,7 +22,8 @@ The model, in one pass:
   and its posterior is moment-matched to the truncated likelihood.
 - Prefill is a small regression beside it (``gateway.routing.belief_prefill``): first token = base + uncached
   prompt tokens × seconds per prompt token; the base is what the level describes.
-- Failures: a beta posterior on the failure chance whose evidence fades with ``HAZARD_S``.
+- Failures: the failure chance with the same change points (``gateway.routing.belief_failures``): a long run of
+  failures is not held against a deployment that has answered again since.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import random
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+from gateway.routing.belief_failures import FAIL_PRIOR, Failures
 from gateway.routing.belief_prefill import SLOPE, Prefill
 from gateway.routing.draws import Draw, Sampling, sample
 from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
@@ -45,8 +47,6 @@ NOISE_MEMORY = 50
 
 METRICS = (TTFT, SPT) = (0, 1)
 _NORMAL = NormalDist()
-_FAIL_PRIOR = (0.2, 1.8)
-"""A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
 NO_PRIOR = Prior()
 _DEFAULT_LEVEL = (math.log(1.0), math.log(1 / 50.0))
 """Where a model with nothing measured anywhere starts: 1 s to first token, 50 tokens/s (``UNKNOWN`` wide)."""
@@ -83,11 +83,8 @@ class Belief:
     """Answers (or censored bounds) heard: 0 means measured never."""
     prefill: Prefill | None = None
     """First token on uncached prompt tokens (None: no answer with a known prompt yet)."""
-    fails: float = _FAIL_PRIOR[0]
-    oks: float = _FAIL_PRIOR[1]
-    failed_at: float = 0.0
-    failure_s: float = 0.0
-    """How long its failures took to say so (a running mean): what one costs before the fallback starts."""
+    failures: Failures = field(default_factory=Failures)
+    """The failure chance, with change points as the level has (``gateway.routing.belief_failures``)."""
     before: tuple[float, float] | None = None
     """The level it held before its latest change: where a change may return to (a dip's end, a swap back)."""
     leading: tuple[float, tuple[float, float]] | None = None
@@ -140,12 +137,16 @@ class Belief:
 
     def failed(self, now: float, failed: bool, after_s: float | None = None) -> None:
         """An attempt's health: failed (after ``after_s``), or answered."""
-        if failed and after_s is not None:
-            self.failure_s += (after_s - self.failure_s) / min(self.fails + 1.0, 10.0)
-        fade = math.exp(-(now - self.failed_at) / HAZARD_S)
-        self.fails = _FAIL_PRIOR[0] + (self.fails - _FAIL_PRIOR[0]) * fade + (1.0 if failed else 0.0)
-        self.oks = _FAIL_PRIOR[1] + (self.oks - _FAIL_PRIOR[1]) * fade + (0.0 if failed else 1.0)
-        self.failed_at = now
+        self.failures.observe(now, failed, HAZARD_S, after_s)
+
+    @property
+    def failure_s(self) -> float:
+        """How long its failures took to say so: what one costs before the fallback starts."""
+        return self.failures.failure_s
+
+    def failure(self, now: float) -> tuple[float, float]:
+        """The failure chance now as one beta posterior (failures, successes), a change since last heard included."""
+        return self.failures.counts(now, HAZARD_S)
 
     def bounded(
         self,
@@ -167,10 +168,7 @@ class Belief:
             list(self.spread2),
             self.answers,
             self.prefill,
-            self.fails,
-            self.oks,
-            self.failed_at,
-            self.failure_s,
+            self.failures,  # not told anything for the plan: shared
             self.before,
             self.leading,
             self.mixture,
@@ -213,7 +211,8 @@ class Belief:
                 mean += changed * (pooled - mean)
             levels.append((mean, math.sqrt(var + self.spread2[metric])))
         (t, st), (s, ss) = levels
-        return Draw(math.exp(t), math.exp(s), self.fails / (self.fails + self.oks), (st, ss), self.failure_s)
+        fails, oks = self.failure(now)
+        return Draw(math.exp(t), math.exp(s), fails / (fails + oks), (st, ss), self.failure_s)
 
     def changed(self, now: float) -> float:
         """The chance the level has jumped since it was last heard (``HAZARD_S``)."""
@@ -228,10 +227,10 @@ class Belief:
         if changed is None:
             changed = rng.random() < self.changed(now)
         changed = changed or not self.runs
-        ttft, spt, failure = sample(self.sampling(self._new_runs(prior) if changed else self.runs, now), rng)
+        ttft, spt, failure = sample(self.sampling(self._new_runs(prior) if changed else self.runs, now, changed), rng)
         return Draw(ttft, spt, failure, self.spread(), self.failure_s, changed, (ttft, spt))
 
-    def sampling(self, runs: list[Run], now: float) -> Sampling:
+    def sampling(self, runs: list[Run], now: float, changed: bool = False) -> Sampling:
         """What ``draw`` draws from, for ``runs`` (``self.runs``, or ``_new_runs``) now: each run's weight and its
         level's normal with drift, and the failure chance's (found once for many draws: ``choose.gain``)."""
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
@@ -240,7 +239,7 @@ class Belief:
             for r in runs
         ]
         # The beta posterior of the failure chance, drawn by its moments (cheaper than two gamma draws).
-        a, b = self.fails, self.oks
+        a, b = FAIL_PRIOR if changed else self.failure(now)  # a provider that changed may have recovered too
         mean = a / (a + b)
         return levels, mean, math.sqrt(mean * (1 - mean) / (a + b + 1))
 

@@ -40,6 +40,7 @@ def kind_terms(
     policy: PolicyConfig,
     preferences: ProviderPreferences,
     kind: RequestKind | None,
+    now: float,
 ) -> tuple[dict[str, float], list[bool]]:
     """Each deployment's chance of an answer valid for this request's kind (the shared window's verdicts of that
     kind), and whether it breaks one of the policy's soft constraints for this request."""
@@ -51,7 +52,8 @@ def kind_terms(
         counts = summary.valid_counts(kind) if summary is not None else (0, 0)
         rate = valid[d.name] = valid_rate(*counts)
         belief = option.belief
-        success = belief.oks / (belief.fails + belief.oks)
+        fails, oks = belief.failure(now)
+        success = oks / (fails + oks)
         attempts = summary.attempts if summary is not None else 0
         found = broken(d, summary, policy, preferences, kind, success=(success, attempts), valid=(rate, counts[1]))
         breaks.append(bool(found))

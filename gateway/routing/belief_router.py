@@ -108,7 +108,7 @@ class BeliefRouter:
         length = shape_of(model.name, request.max_tokens)
         expected = self.lengths.expected(length, request.max_tokens, policy.default_output_tokens)
         session = request.session
-        valid, breaks = kind_terms(options, snapshot, model.name, policy, preferences, request.kind)
+        valid, breaks = kind_terms(options, snapshot, model.name, policy, preferences, request.kind, now)
         cached = cached_on(model.name, session, deployments, preferences, request.prompt_tokens, snapshot)
         shape = Shape(request.prompt_tokens, expected, cached, valid)
         stay = staying(session, deployments, preferences)

@@ -195,7 +195,7 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
     sds = [math.sqrt(v) for v in spread2]
     terms_of = _branch_terms(branches, spread2)
     changed_runs = belief._new_runs(prior)
-    sampling = (belief.sampling(belief.runs or changed_runs, now), belief.sampling(changed_runs, now))
+    sampling = (belief.sampling(belief.runs or changed_runs, now), belief.sampling(changed_runs, now, True))
     _, money, valid = terms(option.deployment, shape)
     f_ttft, f_spt = factors(spread, weights)
     tokens = max(0.0, shape.output_tokens - 1)

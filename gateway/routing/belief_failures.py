@@ -1,0 +1,83 @@
+"""A deployment's failure chance, with change points as its levels have.
+
+A provider that fails every request for a minute and then recovers has changed, as a provider whose first token
+jumps has; a fading average would hold the minute's failures against it long after. So the failure chance is read
+the way the levels are (``gateway.routing.belief``): a few run-length hypotheses ("the chance has been the same since
+attempt k"), each a beta posterior, weighted by how well it predicted each outcome, a new run starting from the prior
+with the hazard's chance since the last attempt. While nothing is heard the chance it changed grows, so a deployment
+that failed long ago reads as the prior again and is worth a look, and once answers come back a few of them are
+believed over a long run of failures.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+FAIL_PRIOR = (0.2, 1.8)
+"""A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
+RUNS = 5
+"""Run-length hypotheses kept (the cost of change-point detection, not a knob of the world)."""
+
+
+@dataclass(slots=True)
+class FailureRun:
+    """One hypothesis: the failure chance has stayed the same since this run began (a beta posterior)."""
+
+    weight: float
+    fails: float
+    oks: float
+
+
+@dataclass(slots=True)
+class Failures:
+    """The failure chance's posterior, and how long failures take to say so."""
+
+    runs: list[FailureRun] = field(default_factory=lambda: [FailureRun(1.0, *FAIL_PRIOR)])
+    heard_at: float | None = None
+    failure_s: float = 0.0
+    """How long its failures took to say so (a running mean): what one costs before the fallback starts."""
+    failed: float = 0.0
+    """Failures heard (faded as the runs are): how much the running mean of ``failure_s`` rests on."""
+
+    def observe(self, now: float, failed: bool, hazard_s: float, after_s: float | None = None) -> None:
+        """One attempt's outcome: failed (after ``after_s``) or answered."""
+        if failed and after_s is not None:
+            self.failure_s += (after_s - self.failure_s) / min(self.failed + 1.0, 10.0)
+        p = self.changed(now, hazard_s)
+        a0, b0 = FAIL_PRIOR
+        fresh = FailureRun(p * (a0 if failed else b0) / (a0 + b0), a0, b0)
+        for run in self.runs:
+            run.weight *= (1.0 - p) * (run.fails if failed else run.oks) / (run.fails + run.oks)
+        self.runs.append(fresh)
+        for run in self.runs:
+            run.fails += 1.0 if failed else 0.0
+            run.oks += 0.0 if failed else 1.0
+        self.runs.sort(key=lambda r: r.weight, reverse=True)
+        del self.runs[RUNS:]
+        total = sum(r.weight for r in self.runs)
+        if total <= 0.0 or not math.isfinite(total):
+            self.runs = [FailureRun(1.0, a0 + failed, b0 + (not failed))]
+            total = 1.0
+        for run in self.runs:
+            run.weight /= total
+        self.failed = self.failed * (1.0 - p) + (1.0 if failed else 0.0)
+        self.heard_at = now
+
+    def changed(self, now: float, hazard_s: float) -> float:
+        """The chance the failure chance has changed since the last attempt was heard."""
+        if self.heard_at is None:
+            return 0.0
+        return 1.0 - math.exp(-max(0.0, now - self.heard_at) / hazard_s)
+
+    def counts(self, now: float, hazard_s: float) -> tuple[float, float]:
+        """The posterior now as one beta (failures, successes): the runs' mixture, and the prior in the share the
+        hazard gives a change since the last attempt, matched by mean and variance."""
+        p = self.changed(now, hazard_s)
+        a0, b0 = FAIL_PRIOR
+        parts = [((1.0 - p) * r.weight, r.fails, r.oks) for r in self.runs] + [(p, a0, b0)]
+        mean = sum(w * a / (a + b) for w, a, b in parts)
+        var = sum(w * ((a / (a + b)) * (b / (a + b)) / (a + b + 1) + (a / (a + b) - mean) ** 2) for w, a, b in parts)
+        mean = min(max(mean, 1e-6), 1 - 1e-6)
+        n = max(mean * (1 - mean) / max(var, 1e-12) - 1.0, 1e-3)
+        return mean * n, (1 - mean) * n
