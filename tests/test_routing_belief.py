@@ -234,6 +234,20 @@ def test_a_run_of_failures_is_believed_and_so_is_the_recovery_after_it() -> None
     assert failing.expected(5.0 + HAZARD_S).failure < failing.expected(5.0).failure - 0.2
 
 
+def test_a_circuit_that_closes_again_restarts_the_failure_chance_from_the_prior() -> None:
+    """An outage of a few hundred milliseconds is two changes far quicker than the hazard expects: the failure chance
+    believes the failures, and the circuit breaker, having seen the deployment fail and then answer its probe, says
+    the recovery. From then the failure chance is the prior's, not the outage's."""
+    belief = Belief()
+    for i in range(12):
+        belief.failed(i * 0.01, False)
+    for i in range(12):
+        belief.failed(0.12 + i * 0.01, True, 0.005)
+    assert belief.expected(0.3).failure > 0.6
+    belief.failures.recovered(0.5)
+    assert abs(belief.expected(0.5).failure - 0.1) < 0.01
+
+
 def test_failures_raise_the_failure_chance_and_fade() -> None:
     belief = Belief()
     for i in range(10):

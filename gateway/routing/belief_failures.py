@@ -64,6 +64,12 @@ class Failures:
         self.failed = self.failed * (1.0 - p) + (1.0 if failed else 0.0)
         self.heard_at = now
 
+    def recovered(self, now: float) -> None:
+        """The circuit breaker saw it fail and then answer its probe: a change point it detected, so the failure
+        chance starts again from the prior (a change-point test on failures alone needs a few answers to say so)."""
+        self.runs = [FailureRun(1.0, *FAIL_PRIOR)]
+        self.heard_at = now
+
     def changed(self, now: float, hazard_s: float) -> float:
         """The chance the failure chance has changed since the last attempt was heard."""
         if self.heard_at is None:

@@ -364,6 +364,9 @@ class BeliefRouter:
         self.events.circuit_changed(key[0], key[1], provider, state)
         if state == "closed":
             self.state.capacity.restart(key)
+            belief = self.beliefs.get(key)
+            if belief is not None:
+                belief.failures.recovered(self.clock())
 
 
 def _inverse(value: float | None) -> float | None:
