@@ -248,6 +248,20 @@ def test_a_circuit_that_closes_again_restarts_the_failure_chance_from_the_prior(
     assert abs(belief.expected(0.5).failure - 0.1) < 0.01
 
 
+def test_the_failure_chance_read_twice_at_one_time_is_read_once_and_forgotten_on_news() -> None:
+    """A plan reads each deployment's failure chance several times at one time: the second read is the first's, and
+    an attempt heard (or a circuit's close) at that same time is read afresh."""
+    belief = Belief()
+    for i in range(5):
+        belief.failed(float(i), i == 4, 0.01)
+    first = belief.failure(10.0)
+    assert belief.failure(10.0) == first == belief.failures.counts(10.0, HAZARD_S)
+    belief.failed(10.0, True, 0.01)
+    assert belief.failure(10.0)[0] / sum(belief.failure(10.0)) > first[0] / sum(first)
+    belief.failures.recovered(10.0)
+    assert belief.failure(10.0) == pytest.approx((0.2, 1.8))
+
+
 def test_failures_raise_the_failure_chance_and_fade() -> None:
     belief = Belief()
     for i in range(10):

@@ -39,6 +39,8 @@ class Failures:
     """How long its failures took to say so (a running mean): what one costs before the fallback starts."""
     failed: float = 0.0
     """Failures heard (faded as the runs are): how much the running mean of ``failure_s`` rests on."""
+    read: tuple[float, float, float] | None = None
+    """The last ``counts`` read (its time, and the beta): a plan reads each deployment's several times at one time."""
 
     def observe(self, now: float, failed: bool, hazard_s: float, after_s: float | None = None) -> None:
         """One attempt's outcome: failed (after ``after_s``) or answered."""
@@ -63,12 +65,14 @@ class Failures:
             run.weight /= total
         self.failed = self.failed * (1.0 - p) + (1.0 if failed else 0.0)
         self.heard_at = now
+        self.read = None
 
     def recovered(self, now: float) -> None:
         """The circuit breaker saw it fail and then answer its probe: a change point it detected, so the failure
         chance starts again from the prior (a change-point test on failures alone needs a few answers to say so)."""
         self.runs = [FailureRun(1.0, *FAIL_PRIOR)]
         self.heard_at = now
+        self.read = None
 
     def changed(self, now: float, hazard_s: float) -> float:
         """The chance the failure chance has changed since the last attempt was heard."""
@@ -79,6 +83,8 @@ class Failures:
     def counts(self, now: float, hazard_s: float) -> tuple[float, float]:
         """The posterior now as one beta (failures, successes): the runs' mixture, and the prior in the share the
         hazard gives a change since the last attempt, matched by mean and variance."""
+        if self.read is not None and self.read[0] == now:
+            return self.read[1], self.read[2]
         p = self.changed(now, hazard_s)
         a0, b0 = FAIL_PRIOR
         parts = [((1.0 - p) * r.weight, r.fails, r.oks) for r in self.runs] + [(p, a0, b0)]
@@ -86,4 +92,5 @@ class Failures:
         var = sum(w * ((a / (a + b)) * (b / (a + b)) / (a + b + 1) + (a / (a + b) - mean) ** 2) for w, a, b in parts)
         mean = min(max(mean, 1e-6), 1 - 1e-6)
         n = max(mean * (1 - mean) / max(var, 1e-12) - 1.0, 1e-3)
+        self.read = (now, mean * n, (1 - mean) * n)
         return mean * n, (1 - mean) * n
