@@ -93,25 +93,28 @@ def test_a_cold_start_races_the_unmeasured_at_once() -> None:
     assert choice.cold and choice.race == (1, 0)
 
 
-def test_a_look_at_a_slower_streamer_is_a_shadow_at_a_faster_one_a_race() -> None:
-    def looks(beliefs: list[Belief]) -> tuple[int, int]:
-        options = _options(beliefs)
-        rng, budget = random.Random(5), Budget()
-        races = shadows = 0
-        for _ in range(2000):
-            budget.credit("m")
-            choice = choose(options, Shape(20, 512), WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
-            races += bool(choice.race)
-            shadows += choice.shadow is not None
-            if choice.shadow is not None:
-                assert choice.order[0] == 0  # the leader answers; the shadow is measured beside it
-        return races, shadows
+def _looks(beliefs: list[Belief], output_tokens: int, requests: int) -> tuple[int, int]:
+    """Races and shadows over ``requests`` streamed requests, the budget credited each time; a shadow always rides
+    beside the leader (option 0), which answers."""
+    options = _options(beliefs)
+    rng, budget = random.Random(5), Budget()
+    races = shadows = 0
+    for _ in range(requests):
+        budget.credit("m")
+        choice = choose(options, Shape(20, output_tokens), WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
+        races += bool(choice.race)
+        shadows += choice.shadow is not None
+        if choice.shadow is not None:
+            assert choice.order[0] == 0  # the leader answers; the shadow is measured beside it
+    return races, shadows
 
+
+def test_a_look_at_a_slower_streamer_is_a_shadow_at_a_faster_one_a_race() -> None:
     # The second starts sooner but streams slower: a race would hand it long answers on its first token.
-    races, shadows = looks([_measured(0.6, 250.0), _measured(0.3, 60.0, n=3)])
+    races, shadows = _looks([_measured(0.6, 250.0), _measured(0.3, 60.0, n=3)], 512, 2000)
     assert shadows > 0 and races == 0
     # The second streams faster (it starts later) and is thinly measured: racing it costs the request nothing.
-    races, _ = looks([_measured(0.3, 200.0), _measured(2.0, 800.0, n=3)])
+    races, _ = _looks([_measured(0.3, 200.0), _measured(2.0, 800.0, n=3)], 512, 2000)
     assert races > 0
 
 
@@ -119,14 +122,7 @@ def test_a_look_at_a_near_equal_that_streams_a_little_slower_is_a_race() -> None
     """Two deployments alike but for a slightly slower stream: a race hands the client the earlier of two first
     tokens, which saves more than the slower stream it sometimes hands over costs. A look there is a race (it
     helps the request it rides on), not a shadow (which only measures)."""
-    options = _options([_measured(0.45, 220.0, sigma=0.55), _measured(0.45, 200.0, sigma=0.55)])
-    rng, budget = random.Random(5), Budget()
-    races = shadows = 0
-    for _ in range(500):
-        budget.credit("m")
-        choice = choose(options, Shape(20, 256), WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
-        races += bool(choice.race)
-        shadows += choice.shadow is not None
+    races, shadows = _looks([_measured(0.45, 220.0, sigma=0.55), _measured(0.45, 200.0, sigma=0.55)], 256, 500)
     assert races > 0 and shadows == 0
 
 
