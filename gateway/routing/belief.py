@@ -33,7 +33,7 @@ import random
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from gateway.routing.belief_failures import FAIL_PRIOR, Failures
+from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
 from gateway.routing.belief_prefill import SLOPE, Prefill
 from gateway.routing.draws import Draw, Sampling, sample
 from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
@@ -116,7 +116,7 @@ class Belief:
         if all(v is None for v in (*values, *bounds)):
             return
         self._age(now, prior)
-        hazard = 1.0 - math.exp(-(now - self.heard_at) / HAZARD_S) if self.heard_at is not None else 0.0
+        hazard = change_chance(now - self.heard_at, HAZARD_S) if self.heard_at is not None else 0.0
         total = sum(r.weight for r in self.runs)
         fresh = self._new_runs(prior)
         for run in fresh:
@@ -218,7 +218,7 @@ class Belief:
         """The chance the level has jumped since it was last heard (``HAZARD_S``)."""
         if self.heard_at is None:
             return 1.0
-        return 1.0 - math.exp(-(now - self.heard_at) / HAZARD_S)
+        return change_chance(now - self.heard_at, HAZARD_S)
 
     def draw(self, now: float, rng: random.Random, prior: Prior, changed: bool | None = None) -> Draw:
         """One sample of the present from the posterior: a run by its weight, then its level with drift; or, with

@@ -20,6 +20,11 @@ RUNS = 5
 """Run-length hypotheses kept (the cost of change-point detection, not a knob of the world)."""
 
 
+def change_chance(elapsed_s: float, hazard_s: float) -> float:
+    """The chance of at least one change in ``elapsed_s`` seconds when changes come once every ``hazard_s``."""
+    return 1.0 - math.exp(-elapsed_s / hazard_s)
+
+
 @dataclass(slots=True)
 class FailureRun:
     """One hypothesis: the failure chance has stayed the same since this run began (a beta posterior)."""
@@ -78,7 +83,7 @@ class Failures:
         """The chance the failure chance has changed since the last attempt was heard."""
         if self.heard_at is None:
             return 0.0
-        return 1.0 - math.exp(-max(0.0, now - self.heard_at) / hazard_s)
+        return change_chance(max(0.0, now - self.heard_at), hazard_s)
 
     def counts(self, now: float, hazard_s: float) -> tuple[float, float]:
         """The posterior now as one beta (failures, successes): the runs' mixture, and the prior in the share the
