@@ -11,6 +11,7 @@ from benchmarks.routing_held_out import HELD_OUT_2
 from benchmarks.routing_held_out_3 import HELD_OUT_3
 from benchmarks.routing_held_out_4 import HELD_OUT_4
 from benchmarks.routing_held_out_5 import HELD_OUT_5
+from benchmarks.routing_held_out_6 import HELD_OUT_6
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 
 
@@ -83,6 +84,22 @@ def test_the_fifth_held_out_set_names_new_markets_that_move_their_best() -> None
     assert all(s.name.startswith("ho5-") for s in HELD_OUT_5)
     earlier_providers = {p for s in earlier for p in s.providers}
     assert not earlier_providers & {p for s in HELD_OUT_5 for p in s.providers}  # fresh parameters throughout
+
+
+def test_the_sixth_held_out_set_names_new_markets_that_move_their_best() -> None:
+    """Set six holds every behaviour the gate names, a short outage of the leader and a stable market at a low rate,
+    under names and parameters of its own; only the stable market keeps its best."""
+    earlier = (*SCENARIOS, *STRESS, *HELD_OUT, *HELD_OUT_2, *HELD_OUT_3, *HELD_OUT_4, *HELD_OUT_5)
+    _assert_new_markets_that_move_their_best(HELD_OUT_6, earlier, {"ho6-slow-rate"})
+    assert len(HELD_OUT_6) == 9
+    assert all(s.name.startswith("ho6-") for s in HELD_OUT_6)
+    earlier_providers = {p for s in earlier for p in s.providers}
+    assert not earlier_providers & {p for s in HELD_OUT_6 for p in s.providers}  # fresh parameters throughout
+    markets = {s.name: s for s in HELD_OUT_6}
+    assert 8 <= len(markets["ho6-many"].providers) <= 12
+    assert markets["ho6-slow-rate"].rate_per_s <= 1.0 and not markets["ho6-slow-rate"].changes
+    down, back = markets["ho6-outage"].changes  # the leader fails every request for 20-40 s, then is as before
+    assert down.profile.error_rate == 1.0 and back.profile.error_rate == 0.0 and 20 <= back.at_s - down.at_s <= 40
 
 
 def test_each_schedule_draws_anew_and_seed_one_as_it_always_did() -> None:
