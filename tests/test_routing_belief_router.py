@@ -123,3 +123,52 @@ def test_a_stream_running_slow_is_read_once_as_its_pace_not_again_as_a_bound() -
     once = belief.bounded(clock(), prior, None, streaming=((0.3, 2.0 / 80),)).expected(clock()).s_per_token
     seen = router._option(model.name, "a", a.deployment, router.stats.snapshot(), clock()).belief
     assert seen.expected(clock()).s_per_token == pytest.approx(once, rel=1e-9)
+
+
+def _answered_then_failing(answers: int) -> tuple[BeliefRouter, FakeClock, Candidate]:
+    """``a`` (beside ``b``) answers ``answers`` times, then starts failing: the router and ``a``'s candidate."""
+    config = gateway_config(["a", "b"], policy={"extends": "balanced"})
+    clock = FakeClock()
+    router = BeliefRouter(config, InMemoryStatsStore(config.stats), rng=random.Random(1), clock=clock)
+    model = config.models[0]
+    a = Candidate(model.deployments[0], config.provider(model.deployments[0].provider), model=model.name)
+    rank_beliefs(router, model)
+    for _ in range(answers):
+        clock.advance(0.2)
+        assert router.attempt_started(a)
+        router.attempt_finished(a, make_sample(deployment="a", ttft_s=0.3, tokens_per_s=200.0))
+    return router, clock, a
+
+
+def _fail(router: BeliefRouter, clock: FakeClock, a: Candidate) -> None:
+    clock.advance(0.2)
+    assert router.attempt_started(a)
+    router.attempt_finished(a, make_sample(deployment="a", outcome="upstream_error", ttft_s=None, tokens_per_s=None))
+
+
+def test_a_deployment_that_goes_down_after_many_answers_opens_its_circuit_at_the_threshold() -> None:
+    """Forty answers, then every attempt fails. The circuit opens on ``failure_threshold`` (5) failures in a row
+    while most attempts fail now; its own reading of "most" (more than half of its last twenty) would wait for
+    eleven, and once the belief turns requests away they may never come. The belief says whether most fail now."""
+    router, clock, a = _answered_then_failing(40)
+    key = ("m", "a")
+    for _ in range(4):
+        _fail(router, clock, a)
+        assert router.state.health.state(key, clock(), router._circuit_changed) == "closed"
+    _fail(router, clock, a)
+    assert router.state.health.state(key, clock(), router._circuit_changed) == "open"
+
+
+def test_a_circuit_that_goes_half_open_reads_the_failure_chance_from_the_prior() -> None:
+    """While its circuit is open a deployment gets no attempt, so its failure chance keeps the outage's failures; the
+    circuit's cool-down is when a recovery is worth trying. Half-open, the failure chance is the prior's again, so
+    the plan sends the probe the circuit admits rather than leaving it behind the others."""
+    router, clock, a = _answered_then_failing(40)
+    key = ("m", "a")
+    for _ in range(5):
+        _fail(router, clock, a)
+    belief = router.beliefs[key]
+    assert belief.expected(clock()).failure > 0.6
+    clock.advance(router.config.policy_for(router.config.models[0]).cooldown_s)
+    assert router.state.health.state(key, clock(), router._circuit_changed) == "half_open"
+    assert belief.expected(clock()).failure == pytest.approx(0.1, abs=0.01)

@@ -294,7 +294,15 @@ class BeliefRouter:
             now,
             self._circuit_changed,
             rate_limited=sample.status == 429 and not load_refusal,
+            mostly_failing=self._mostly_failing(key, now),
         )
+
+    def _mostly_failing(self, key: DeploymentKey, now: float) -> bool:
+        """Whether the failure chance, this attempt included, is believed over one half. The circuit's own test
+        (most of its last attempts failed) lags behind a change once requests stop going there: a provider that
+        went down after a hundred answers opens only when twenty attempts have mostly failed."""
+        fails, oks = self.belief(*key).failure(now)
+        return fails > oks
 
     def _evidence(self, key: DeploymentKey, sample: Sample, attempt: RunningAttempt | None, now: float) -> None:
         """One finished attempt as evidence: an answer's pair, a failure, or a lower bound on its first token."""
@@ -364,6 +372,7 @@ class BeliefRouter:
         self.events.circuit_changed(key[0], key[1], provider, state)
         if state == "closed":
             self.state.capacity.restart(key)
+        if state != "open":
             belief = self.beliefs.get(key)
             if belief is not None:
                 belief.failures.recovered(self.clock())

@@ -15,7 +15,8 @@ Circuits (per model and deployment)::
 instant 503) complete before the slower successes started beside them, so a provider failing
 30% of requests shows streaks of failures by completion order; the ratio keeps such a provider
 open (its failures cost a quick fallback, and its score already pays for them) while one that is
-down opens after ``failure_threshold`` failures.
+down opens after ``failure_threshold`` failures. A router with its own reading of the failure chance
+(``BeliefRouter``) gives it in place of the ratio, which lags once requests stop going there.
 
 The cool-down doubles each time a circuit re-opens soon after closing, up to
 ``max_cooldown_s`` (15 s by default: a provider that recovers is probed, in the background when
@@ -127,8 +128,10 @@ class HealthBoard:
         on_change: StateChange,
         *,
         rate_limited: bool = False,
+        mostly_failing: bool | None = None,
     ) -> None:
-        """Account for one finished attempt; ``rate_limited``: it was refused with a 429."""
+        """Account for one finished attempt; ``rate_limited``: it was refused with a 429; ``mostly_failing``: the
+        router's own reading of whether most attempts there fail now (by default, the circuit's recent ratio)."""
         circuit = self.circuits.get(key)
         if outcome not in FAILURES:
             if outcome != "ok":
@@ -154,7 +157,10 @@ class HealthBoard:
         rate_limited = rate_limited or retry_after_s is not None
         if circuit.state == "half_open":
             self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=True, rate_limited=rate_limited)
-        elif rate_limited or (circuit.failures >= policy.failure_threshold and circuit.mostly_failing()):
+        elif rate_limited or (
+            circuit.failures >= policy.failure_threshold
+            and (circuit.mostly_failing() if mostly_failing is None else mostly_failing)
+        ):
             # Re-opening soon after the last close is a repeat: the provider has not recovered.
             repeat = now - circuit.closed_at < policy.max_cooldown_s
             self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=repeat, rate_limited=rate_limited)
