@@ -21,8 +21,8 @@ import random
 from collections.abc import Sequence
 
 from gateway.config import PolicyConfig, ProviderConfig
-from gateway.routing.choose import Budget, Choice, Option, choose
-from gateway.routing.cost import Shape, Weights, cost, scores, valid_rate
+from gateway.routing.choose import Budget, Choice, Option, choose, mean_costs
+from gateway.routing.cost import Shape, Weights, scores, valid_rate
 from gateway.routing.health import RouterState
 from gateway.routing.hedge import hedge_after
 from gateway.routing.overrides import ProviderPreferences
@@ -77,27 +77,22 @@ def choose_for(
     expected first); without ``explore`` (a session's turn that may stay on its cache), the order the beliefs
     expect, no draw and no look."""
     keep = [i for i, b in enumerate(breaks) if not b] or list(range(len(options)))
+    means = mean_costs(options, shape, weights, now)
     inner = [options[i] for i in keep]
+    inner_means = [means[i] for i in keep]
     if explore:
-        kept = choose(inner, shape, weights, now, rng, may_race=may_race, budget=budget, model=model)
+        kept = choose(inner, shape, weights, now, rng, may_race=may_race, budget=budget, model=model, means=inner_means)
     else:
-        means = [
-            cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in inner
-        ]
-        by_mean = scores(means, weights)
-        kept = Choice(tuple(sorted(range(len(inner)), key=by_mean.__getitem__)), tuple(means))
+        by_mean = scores(inner_means, weights)
+        kept = Choice(tuple(sorted(range(len(inner)), key=by_mean.__getitem__)), tuple(inner_means))
     if len(keep) == len(options):
         return kept
     rest = [i for i in range(len(options)) if i not in keep]
-    costs = {keep[j]: c for j, c in enumerate(kept.costs)}
-    for i in rest:
-        o = options[i]
-        costs[i] = cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s())
-    by_cost = dict(zip(rest, scores([costs[i] for i in rest], weights), strict=True))
+    by_cost = dict(zip(rest, scores([means[i] for i in rest], weights), strict=True))
     rest.sort(key=by_cost.__getitem__)
     return Choice(
         (*(keep[j] for j in kept.order), *rest),
-        tuple(costs[i] for i in range(len(options))),
+        tuple(means),
         race=tuple(keep[j] for j in kept.race),
         shadow=keep[kept.shadow] if kept.shadow is not None else None,
         explored=kept.explored,

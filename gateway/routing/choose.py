@@ -118,10 +118,12 @@ def choose(
     may_race: bool,
     budget: Budget | None = None,
     model: str = "",
+    means: Sequence[Cost] | None = None,
 ) -> Choice:
     """Order ``options`` for this request: a stream by the beliefs' means, with a look where it may teach most when
-    the budget has one; any other request by one draw of each belief. Decide its race, shadow or cold start."""
-    means = [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options]
+    the budget has one; any other request by one draw of each belief. Decide its race, shadow or cold start.
+    ``means``: the options' ``mean_costs``, when the caller has them already."""
+    means = list(means) if means is not None else mean_costs(options, shape, weights, now)
     measured = [i for i in range(len(options)) if options[i].belief.answers]
     # Never measured and nobody measuring it; at the very start (nothing measured at all) every one.
     cold = [i for i in range(len(options)) if not options[i].belief.answers and not (measured and options[i].measuring)]
@@ -158,6 +160,11 @@ def choose(
         rest = [i for i in _first(leader, ranked) if i != first]
         return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
+
+
+def mean_costs(options: Sequence[Option], shape: Shape, weights: Weights, now: float) -> list[Cost]:
+    """Each option's cost at its belief's means: what the router predicts, and how it ranks the fallbacks."""
+    return [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options]
 
 
 def _race_helps(explored: Option, leader: Option, e: Cost, lead: Cost, now: float) -> bool:
