@@ -113,32 +113,39 @@ def candidates_of(
     providers: dict[str, ProviderConfig],
     state: RouterState,
     stay: str | None = None,
+    steered: bool | None = None,
 ) -> list[Candidate]:
     """The plan's candidates in ``order``: each with its reason, its predicted times, its learned deadlines, and
     when to hedge it (a race's members at once, a streamed request's others at the tail ``hedge_after`` reads).
-    ``stay``: the deployment holding the session's cache (first: the turn stayed there)."""
+    ``stay``: the deployment holding the session's cache (first: the turn stayed there); ``steered``: whether the
+    request's preferences steer it (None: read from them)."""
     model = request.model.name
-    hedging = request.stream and policy.hedging
-    steered = request.preferences.steers
+    stream = request.stream
+    hedging = stream and policy.hedging
+    if steered is None:
+        steered = request.preferences.steers
+    costs, racing, last = choice.costs, len(race), len(order) - 1
+    # Measured to the end if it loses (drained): a look's first, or every racer of a cold start.
+    explored = max(max(1, racing - 1) if choice.explored else 0, racing if choice.cold else 0)
+    deadlines_of, tails = state.deadlines.of, state.tails
     candidates = []
     for position, i in enumerate(order):
         deployment = options[i].deployment
-        predicted = choice.costs[i]
+        name = deployment.name
+        predicted = costs[i]
         after: float | None = None
-        if position < len(race):
-            after = 0.0 if position + 1 < len(race) else None
-        elif hedging and position + 1 < len(order):
-            backup = choice.costs[order[position + 1]]
+        if position < racing:
+            after = 0.0 if position + 1 < racing else None
+        elif hedging and position < last:
+            backup = costs[order[position + 1]]
             extra = max(0.0, backup.time_s - backup.ttft_s - (predicted.time_s - predicted.ttft_s))
-            after = hedge_after(policy, snapshot, model, deployment.name, backup.ttft_s + extra, state.tails, now)
-        reason: RouteReason = "best-score" if position == 0 else "fallback"
-        if steered and position == 0:
-            reason = "override"
-        elif position == 0 and deployment.name == stay:
-            reason = "affinity"
-        if (choice.explored and position < max(1, len(race) - 1)) or (choice.cold and position < len(race)):
-            reason = "explore"  # measured to the end if it loses: drained
-        deadlines = state.deadlines.of((model, deployment.name), policy, snapshot.get(model, deployment.name), now)
+            after = hedge_after(policy, snapshot, model, name, backup.ttft_s + extra, tails, now)
+        reason: RouteReason = "fallback"
+        if position < explored:
+            reason = "explore"
+        elif position == 0:
+            reason = "override" if steered else "affinity" if name == stay else "best-score"
+        deadlines = deadlines_of((model, name), policy, snapshot.get(model, name), now)
         candidates.append(
             Candidate(
                 deployment,
@@ -147,7 +154,7 @@ def candidates_of(
                 model=model,
                 hedge_after_s=after,
                 predicted_s=predicted.time_s,
-                predicted_first_token_s=predicted.ttft_s if request.stream else None,
+                predicted_first_token_s=predicted.ttft_s if stream else None,
                 first_token_timeout_s=deadlines.first_token_s if deadlines is not None else None,
                 idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
             )
