@@ -34,6 +34,7 @@ from typing import NamedTuple
 from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief, Branches
 from gateway.routing.cost import Cost, Shape, Weights, cost, factors, scores, terms
+from gateway.routing.draws import standard_normals
 from gateway.routing.priors import Prior
 
 RACE_BUDGET = 0.10
@@ -214,7 +215,9 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
         leader, weights, epsilon
     )
     w_time, w_ttft, w_throughput, w_failure = weights.time, weights.ttft, weights.throughput, weights.failure
-    uniform, gauss, exp, log, log2 = rng.random, rng.gauss, math.exp, math.log, math.log2
+    uniform, exp, log, log2 = rng.random, math.exp, math.log, math.log2
+    state = vars(rng)  # ``rng.gauss``'s kept normal: each draw's five are ``standard_normals``, as gauss makes them
+    carry: float | None = state["gauss_next"]
     total = 0.0
     for k in range(GAIN_DRAWS):
         branch = k % 2  # half the draws from each branch, weighted by its chance: rare changes are not missed
@@ -226,10 +229,13 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
             if pick <= 0:
                 run = candidate
                 break
-        ttft = exp(gauss(run[1], run[2]))
-        spt = exp(gauss(run[3], run[4]))
-        failure = min(0.99, max(0.0, gauss(failure_mean, failure_sd)))
-        moved_ttft, moved_spt = _posterior_mean(terms_of, log(ttft) + gauss(0.0, sd0), log(spt) + gauss(0.0, sd1))
+        z = standard_normals(uniform, carry, 5)
+        carry = z[5] if len(z) > 5 else None
+        ttft = exp(run[1] + z[0] * run[2])
+        spt = exp(run[3] + z[1] * run[4])
+        failure = min(0.99, max(0.0, failure_mean + z[2] * failure_sd))
+        a0, a1 = log(ttft) + (0.0 + z[3] * sd0), log(spt) + (0.0 + z[4] * sd1)
+        moved_ttft, moved_spt = _posterior_mean(terms_of, a0, a1)
         ttft = moved_ttft * f_ttft
         spt = moved_spt * f_spt
         time = ttft + tokens * spt
@@ -246,6 +252,7 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
         mine += w_failure * log2(1.0 / (max(1.0 - failure, 0.01) * valid_term))
         theirs += lead_failure
         total += max(0.0, theirs - mine) * chance[branch]
+    state["gauss_next"] = carry
     return 2 * total / GAIN_DRAWS
 
 
