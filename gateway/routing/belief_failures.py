@@ -46,7 +46,7 @@ class Failures:
     """Failures heard (faded as the runs are): how much the running mean of ``failure_s`` rests on."""
     read: tuple[float, float, float] | None = None
     """The last ``counts`` read (its time, and the beta): a plan reads each deployment's several times at one time."""
-    terms: list[tuple[float, float, float, float, float]] | None = None
+    terms: list[tuple[float, float, float, float, float]] | None = field(default=None, compare=False, repr=False)
     """Each run's terms of ``counts`` that only an outcome heard changes (None: not found since)."""
 
     def observe(self, now: float, failed: bool, hazard_s: float, after_s: float | None = None) -> None:

@@ -194,8 +194,8 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
 
     What no draw changes is found once per look (the branches' terms, the places a change lands, the request's
     price and valid chance there, the leader's score but for its fallback): each draw then costs its random
-    numbers and a few floats, no objects and no calls but the random numbers' and the logs'. ``draws.sample`` and
-    ``cost.score`` are written out in the loop, the same arithmetic in the same order."""
+    numbers and a few floats, no objects. ``draws.sample`` and ``cost.score`` are written out in the loop, and the
+    normals come five at a time (``draws.standard_normals``): the same numbers and arithmetic in the same order."""
     belief, prior = option.belief, option.prior
     branches = belief.branches(now, prior)
     chance = (sum(c[0] for c in branches if not c[3]), sum(c[0] for c in branches if c[3]))
@@ -265,8 +265,8 @@ def _leader_terms(lead: Cost, weights: Weights, epsilon: float) -> tuple[float, 
         (1 - lead.failure) * lead.time_s,
         lead.failure,
         lead.failure_s,
-        weights.ttft * math.log2(lead.ttft_s),
-        weights.throughput * math.log2(lead.s_per_token),
+        weights.ttft * math.log2(lead.ttft_s) if weights.ttft else 0.0,  # read only where weighed, as ``score``
+        weights.throughput * math.log2(lead.s_per_token) if weights.throughput else 0.0,
         weights.price * math.log2(lead.money_usd + epsilon),
         weights.failure * math.log2(1.0 / good),
     )
