@@ -17,7 +17,7 @@ from gateway.routing.belief import Belief, Branches
 from gateway.routing.belief_failures import FAIL_PRIOR
 from gateway.routing.choose import GAIN_DRAWS, Option, gain
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
-from gateway.routing.draws import Draw
+from gateway.routing.draws import Draw, standard_normals
 from gateway.routing.priors import DRIFT, Prior, pooled
 from tests.test_routing_choose import _deployments
 
@@ -128,6 +128,38 @@ def test_the_fast_gain_is_the_reference_gain_exactly(seed: int, policy: str) -> 
         want = _reference_gain(option, leader, shape, weights, now, slow)
         assert got == want
         assert fast.random() == slow.random()  # the same random numbers used, none more
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_look_leaves_gauss_as_its_calls_would(seed: int) -> None:
+    """``gain`` makes its normals as ``rng.gauss`` does (``draws.standard_normals``): a pair's kept half before the
+    look is used by it, and one it leaves is the next ``gauss``'s."""
+    beliefs = _beliefs(seed)
+    now = 90.0 + seed * 41.0
+    prior = pooled(beliefs, now)
+    deployments = _deployments(len(beliefs))
+    weights = Weights.of(BUILTIN_POLICIES["balanced"])
+    shape = Shape(300, 200.0)
+    leader = cost(beliefs[0].expected(now, prior), deployments[0], shape, weights, beliefs[0].prefill_s())
+    fast, slow = random.Random(seed), random.Random(seed)
+    for rng in (fast, slow):
+        rng.gauss(0.0, 1.0)  # a normal kept over
+    for d, b in zip(deployments[1:], beliefs[1:], strict=True):
+        got = gain(Option(d, b, prior), leader, shape, weights, now, fast)
+        assert got == _reference_gain(Option(d, b, prior), leader, shape, weights, now, slow)
+        assert fast.gauss(0.0, 1.0) == slow.gauss(0.0, 1.0)  # leaves one kept over, then none, then one...
+    assert fast.random() == slow.random()
+
+
+def test_standard_normals_are_gauss_exactly() -> None:
+    for seed in range(6):
+        fast, slow = random.Random(seed), random.Random(seed)
+        carry = None
+        for count in (5, 1, 2, 5, 3, 4):
+            normals = standard_normals(fast.random, carry, count)
+            assert normals[:count] == [slow.gauss(0.0, 1.0) for _ in range(count)]
+            carry = normals[count] if len(normals) > count else None
+        assert carry == vars(slow)["gauss_next"]
 
 
 def test_the_reference_holds_the_fast_gain_to_something() -> None:

@@ -53,6 +53,7 @@ _DEFAULT_LEVEL = (math.log(1.0), math.log(1 / 50.0))
 UNKNOWN = 3.0
 """How far (log sd) a model's first token and speed may lie from ``_DEFAULT_LEVEL`` before any of its deployments
 is measured: a factor 20 either way. Wider than ``BETWEEN``: a far first answer (5 ms) moves the level."""
+_UNKNOWN2 = UNKNOWN**2
 
 
 @dataclass(slots=True)
@@ -200,19 +201,32 @@ class Belief:
     def expected(self, now: float, prior: Prior | None = None) -> Draw:
         """The posterior predictive, for the leader and for explaining (no randomness): the belief's own level,
         mixed with the prior by the chance it changed since last heard (never heard: the prior alone), and the
-        answers' spread widened by how unsure that level is."""
-        changed = (self.changed(now) if self.runs else 1.0) if prior is not None else 0.0
-        levels = []
-        for metric in METRICS:
-            mean, var = self.level(now, metric)
-            pooled = prior.mean[metric] if prior is not None else None
-            if changed and prior is not None and pooled is not None:
-                var = (1 - changed) * var + changed * prior.var[metric] + changed * (1 - changed) * (mean - pooled) ** 2
-                mean += changed * (pooled - mean)
-            levels.append((mean, math.sqrt(var + self.spread2[metric])))
-        (t, st), (s, ss) = levels
-        fails, oks = self.failure(now)
-        return Draw(math.exp(t), math.exp(s), fails / (fails + oks), (st, ss), self.failure_s)
+        answers' spread widened by how unsure that level is.
+
+        Read for every deployment of every plan: ``level`` and ``changed`` are written out here for both metrics
+        at once (the same arithmetic)."""
+        runs, heard = self.runs, self.heard_at
+        if runs:
+            mixture = self.mixture if self.mixture is not None else (_mix(runs, TTFT), _mix(runs, SPT))
+            (m0, v0), (m1, v1) = mixture
+            age = DRIFT * (now - heard) if heard is not None else 0.0
+            v0, v1 = v0 + age, v1 + age
+            changed = (change_chance(now - heard, HAZARD_S) if heard is not None else 1.0) if prior is not None else 0.0
+        else:
+            (m0, m1), v0, v1 = _DEFAULT_LEVEL, _UNKNOWN2, _UNKNOWN2
+            changed = 1.0 if prior is not None else 0.0
+        if changed and prior is not None:
+            (p0, p1), (w0, w1) = prior.mean, prior.var
+            if p0 is not None:
+                v0 = (1 - changed) * v0 + changed * w0 + changed * (1 - changed) * (m0 - p0) ** 2
+                m0 += changed * (p0 - m0)
+            if p1 is not None:
+                v1 = (1 - changed) * v1 + changed * w1 + changed * (1 - changed) * (m1 - p1) ** 2
+                m1 += changed * (p1 - m1)
+        spread2, failures = self.spread2, self.failures
+        fails, oks = failures.counts(now, HAZARD_S)
+        spread = (math.sqrt(v0 + spread2[TTFT]), math.sqrt(v1 + spread2[SPT]))
+        return Draw(math.exp(m0), math.exp(m1), fails / (fails + oks), spread, failures.failure_s)
 
     def changed(self, now: float) -> float:
         """The chance the level has jumped since it was last heard (``HAZARD_S``)."""

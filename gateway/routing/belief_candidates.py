@@ -21,8 +21,8 @@ import random
 from collections.abc import Sequence
 
 from gateway.config import PolicyConfig, ProviderConfig
-from gateway.routing.choose import Budget, Choice, Option, choose
-from gateway.routing.cost import Shape, Weights, cost, scores, valid_rate
+from gateway.routing.choose import Budget, Choice, Option, choose, mean_costs
+from gateway.routing.cost import Shape, Weights, scores, valid_rate
 from gateway.routing.health import RouterState
 from gateway.routing.hedge import hedge_after
 from gateway.routing.overrides import ProviderPreferences
@@ -77,27 +77,22 @@ def choose_for(
     expected first); without ``explore`` (a session's turn that may stay on its cache), the order the beliefs
     expect, no draw and no look."""
     keep = [i for i, b in enumerate(breaks) if not b] or list(range(len(options)))
+    means = mean_costs(options, shape, weights, now)
     inner = [options[i] for i in keep]
+    inner_means = [means[i] for i in keep]
     if explore:
-        kept = choose(inner, shape, weights, now, rng, may_race=may_race, budget=budget, model=model)
+        kept = choose(inner, shape, weights, now, rng, may_race=may_race, budget=budget, model=model, means=inner_means)
     else:
-        means = [
-            cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in inner
-        ]
-        by_mean = scores(means, weights)
-        kept = Choice(tuple(sorted(range(len(inner)), key=by_mean.__getitem__)), tuple(means))
+        by_mean = scores(inner_means, weights)
+        kept = Choice(tuple(sorted(range(len(inner)), key=by_mean.__getitem__)), tuple(inner_means))
     if len(keep) == len(options):
         return kept
     rest = [i for i in range(len(options)) if i not in keep]
-    costs = {keep[j]: c for j, c in enumerate(kept.costs)}
-    for i in rest:
-        o = options[i]
-        costs[i] = cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s())
-    by_cost = dict(zip(rest, scores([costs[i] for i in rest], weights), strict=True))
+    by_cost = dict(zip(rest, scores([means[i] for i in rest], weights), strict=True))
     rest.sort(key=by_cost.__getitem__)
     return Choice(
         (*(keep[j] for j in kept.order), *rest),
-        tuple(costs[i] for i in range(len(options))),
+        tuple(means),
         race=tuple(keep[j] for j in kept.race),
         shadow=keep[kept.shadow] if kept.shadow is not None else None,
         explored=kept.explored,
@@ -118,32 +113,39 @@ def candidates_of(
     providers: dict[str, ProviderConfig],
     state: RouterState,
     stay: str | None = None,
+    steered: bool | None = None,
 ) -> list[Candidate]:
     """The plan's candidates in ``order``: each with its reason, its predicted times, its learned deadlines, and
     when to hedge it (a race's members at once, a streamed request's others at the tail ``hedge_after`` reads).
-    ``stay``: the deployment holding the session's cache (first: the turn stayed there)."""
+    ``stay``: the deployment holding the session's cache (first: the turn stayed there); ``steered``: whether the
+    request's preferences steer it (None: read from them)."""
     model = request.model.name
-    hedging = request.stream and policy.hedging
-    steered = request.preferences.steers
+    stream = request.stream
+    hedging = stream and policy.hedging
+    if steered is None:
+        steered = request.preferences.steers
+    costs, racing, last = choice.costs, len(race), len(order) - 1
+    # Measured to the end if it loses (drained): a look's first, or every racer of a cold start.
+    explored = max(max(1, racing - 1) if choice.explored else 0, racing if choice.cold else 0)
+    deadlines_of, tails = state.deadlines.of, state.tails
     candidates = []
     for position, i in enumerate(order):
         deployment = options[i].deployment
-        predicted = choice.costs[i]
+        name = deployment.name
+        predicted = costs[i]
         after: float | None = None
-        if position < len(race):
-            after = 0.0 if position + 1 < len(race) else None
-        elif hedging and position + 1 < len(order):
-            backup = choice.costs[order[position + 1]]
+        if position < racing:
+            after = 0.0 if position + 1 < racing else None
+        elif hedging and position < last:
+            backup = costs[order[position + 1]]
             extra = max(0.0, backup.time_s - backup.ttft_s - (predicted.time_s - predicted.ttft_s))
-            after = hedge_after(policy, snapshot, model, deployment.name, backup.ttft_s + extra, state.tails, now)
-        reason: RouteReason = "best-score" if position == 0 else "fallback"
-        if steered and position == 0:
-            reason = "override"
-        elif position == 0 and deployment.name == stay:
-            reason = "affinity"
-        if (choice.explored and position < max(1, len(race) - 1)) or (choice.cold and position < len(race)):
-            reason = "explore"  # measured to the end if it loses: drained
-        deadlines = state.deadlines.of((model, deployment.name), policy, snapshot.get(model, deployment.name), now)
+            after = hedge_after(policy, snapshot, model, name, backup.ttft_s + extra, tails, now)
+        reason: RouteReason = "fallback"
+        if position < explored:
+            reason = "explore"
+        elif position == 0:
+            reason = "override" if steered else "affinity" if name == stay else "best-score"
+        deadlines = deadlines_of((model, name), policy, snapshot.get(model, name), now)
         candidates.append(
             Candidate(
                 deployment,
@@ -152,7 +154,7 @@ def candidates_of(
                 model=model,
                 hedge_after_s=after,
                 predicted_s=predicted.time_s,
-                predicted_first_token_s=predicted.ttft_s if request.stream else None,
+                predicted_first_token_s=predicted.ttft_s if stream else None,
                 first_token_timeout_s=deadlines.first_token_s if deadlines is not None else None,
                 idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
             )

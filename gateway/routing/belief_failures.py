@@ -46,6 +46,8 @@ class Failures:
     """Failures heard (faded as the runs are): how much the running mean of ``failure_s`` rests on."""
     read: tuple[float, float, float] | None = None
     """The last ``counts`` read (its time, and the beta): a plan reads each deployment's several times at one time."""
+    terms: list[tuple[float, float, float, float, float]] | None = field(default=None, compare=False, repr=False)
+    """Each run's terms of ``counts`` that only an outcome heard changes (None: not found since)."""
 
     def observe(self, now: float, failed: bool, hazard_s: float, after_s: float | None = None) -> None:
         """One attempt's outcome: failed (after ``after_s``) or answered."""
@@ -70,14 +72,14 @@ class Failures:
             run.weight /= total
         self.failed = self.failed * (1.0 - p) + (1.0 if failed else 0.0)
         self.heard_at = now
-        self.read = None
+        self.read = self.terms = None
 
     def recovered(self, now: float) -> None:
         """The circuit breaker saw it fail and then answer its probe: a change point it detected, so the failure
         chance starts again from the prior (a change-point test on failures alone needs a few answers to say so)."""
         self.runs = [FailureRun(1.0, *FAIL_PRIOR)]
         self.heard_at = now
-        self.read = None
+        self.read = self.terms = None
 
     def changed(self, now: float, hazard_s: float) -> float:
         """The chance the failure chance has changed since the last attempt was heard."""
@@ -87,15 +89,38 @@ class Failures:
 
     def counts(self, now: float, hazard_s: float) -> tuple[float, float]:
         """The posterior now as one beta (failures, successes): the runs' mixture, and the prior in the share the
-        hazard gives a change since the last attempt, matched by mean and variance."""
-        if self.read is not None and self.read[0] == now:
-            return self.read[1], self.read[2]
-        p = self.changed(now, hazard_s)
-        a0, b0 = FAIL_PRIOR
-        parts = [((1.0 - p) * r.weight, r.fails, r.oks) for r in self.runs] + [(p, a0, b0)]
-        mean = sum(w * a / (a + b) for w, a, b in parts)
-        var = sum(w * ((a / (a + b)) * (b / (a + b)) / (a + b + 1) + (a / (a + b) - mean) ** 2) for w, a, b in parts)
+        hazard gives a change since the last attempt, matched by mean and variance.
+
+        Each run's beta terms (its mean and variance) change only when an outcome is heard, so they are found then
+        (``_terms``), not on every read; what ``now`` moves (the hazard's share) is weighed here, with the same
+        arithmetic in the same order as the plain sums over every part."""
+        read = self.read
+        if read is not None and read[0] == now:
+            return read[1], read[2]
+        heard = self.heard_at
+        p = 0.0 if heard is None else 1.0 - math.exp(-max(0.0, now - heard) / hazard_s)
+        terms = self.terms if self.terms is not None else self._terms()
+        stayed = 1.0 - p
+        mean = sum([stayed * t[0] * t[1] / t[2] for t in terms] + [p * _A0 / _S0])
+        var = sum([stayed * t[0] * (t[4] + (t[3] - mean) ** 2) for t in terms] + [p * (_V0 + (_M0 - mean) ** 2)])
         mean = min(max(mean, 1e-6), 1 - 1e-6)
         n = max(mean * (1 - mean) / max(var, 1e-12) - 1.0, 1e-3)
         self.read = (now, mean * n, (1 - mean) * n)
         return mean * n, (1 - mean) * n
+
+    def _terms(self) -> list[tuple[float, float, float, float, float]]:
+        """Per run: its weight, ``a``, ``a + b``, its mean ``a / (a + b)`` and its beta's variance (``counts``)."""
+        terms = []
+        for r in self.runs:
+            a, b = r.fails, r.oks
+            s = a + b
+            m = a / s
+            terms.append((r.weight, a, s, m, m * (b / s) / (s + 1)))
+        self.terms = terms
+        return terms
+
+
+_A0, _B0 = FAIL_PRIOR
+_S0 = _A0 + _B0
+_M0 = _A0 / _S0
+_V0 = _M0 * (_B0 / _S0) / (_S0 + 1)

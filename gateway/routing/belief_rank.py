@@ -19,8 +19,8 @@ from gateway.config import ModelConfig, PolicyConfig
 from gateway.errors import InvalidRequest
 from gateway.routing.apis import speaking
 from gateway.routing.belief_router import BeliefRouter
-from gateway.routing.choose import Counts, Option, chance_best
-from gateway.routing.cost import Cost, Shape, Weights, cost, scores
+from gateway.routing.choose import Counts, Option, chance_best, mean_costs
+from gateway.routing.cost import Cost, Shape, Weights, scores
 from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.lengths import shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
@@ -61,7 +61,7 @@ def rank_beliefs(
     shape = Shape(prompt_tokens, expected)
     weights = Weights.of(policy, preferences.sort)
     options = [router._option(model.name, d.name, d, snapshot, now) for d in deployments]
-    means = [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options]
+    means = mean_costs(options, shape, weights, now)
     totals = scores(means, weights) if means else []
     parts = _parts(means, weights)
     best = chance_best(options, shape, weights, now, random.Random(0), BEST_DRAWS) if options else []

@@ -19,7 +19,7 @@ import math
 import random
 import time
 
-from gateway.config import DeploymentConfig, GatewayConfig
+from gateway.config import DeploymentConfig, GatewayConfig, PolicyConfig
 from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cached_on, staying
@@ -33,6 +33,7 @@ from gateway.routing.cost import Shape, Weights
 from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
+from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
 from gateway.routing.priors import Prior, pooled, with_window
 from gateway.routing.router import SnapshotSource
@@ -75,6 +76,8 @@ class BeliefRouter:
         self._lengths_of: dict[int, tuple[LengthKey, int | None]] = {}
         self._bytes_per_token: dict[str, float] = {}
         """Each API's stream bytes per output token (its events' envelope), from finished streams."""
+        self._weights: dict[tuple[int, Sort | None], tuple[PolicyConfig, Weights]] = {}
+        """``Weights.of`` each policy (by identity: policies are frozen) and sort, found once."""
 
     def exploration(self, model: str) -> tuple[float, float]:
         """Share of ``model``'s requests that explored, and attempts per request beyond one (for reports)."""
@@ -112,8 +115,10 @@ class BeliefRouter:
         cached = cached_on(model.name, session, deployments, preferences, request.prompt_tokens, snapshot)
         shape = Shape(request.prompt_tokens, expected, cached, valid)
         stay = staying(session, deployments, preferences)
-        weights = Weights.of(policy, preferences.sort)
-        counts = self.counts.setdefault(model.name, Counts())
+        weights = self._weights_of(policy, preferences.sort)
+        counts = self.counts.get(model.name)
+        if counts is None:
+            counts = self.counts[model.name] = Counts()
         counts.requests += 1
         steered = preferences.steers
         if request.stream and not steered:
@@ -159,6 +164,7 @@ class BeliefRouter:
             providers=self._providers,
             state=self.state,
             stay=stay,
+            steered=steered,
         )
         for candidate in candidates:
             self._lengths_of[id(candidate)] = (length, request.max_tokens)
@@ -177,6 +183,14 @@ class BeliefRouter:
             race=tuple(deployments[i].name for i in race[:-1]),
             shadow=shadow,
         )
+
+    def _weights_of(self, policy: PolicyConfig, sort: Sort | None) -> Weights:
+        entry = self._weights.get((id(policy), sort))
+        if entry is None or entry[0] is not policy:
+            if len(self._weights) > 64:
+                self._weights.clear()  # policies replaced by reloads
+            entry = self._weights[(id(policy), sort)] = (policy, Weights.of(policy, sort))
+        return entry[1]
 
     def _option(
         self, model: str, name: str, deployment: DeploymentConfig, snapshot: StatsSnapshot, now: float

@@ -33,8 +33,8 @@ from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief, Branches
-from gateway.routing.cost import Cost, Shape, Weights, cost, factors, score, scores, terms
-from gateway.routing.draws import sample
+from gateway.routing.cost import Cost, Shape, Weights, cost, factors, scores, terms
+from gateway.routing.draws import standard_normals
 from gateway.routing.priors import Prior
 
 RACE_BUDGET = 0.10
@@ -119,10 +119,12 @@ def choose(
     may_race: bool,
     budget: Budget | None = None,
     model: str = "",
+    means: Sequence[Cost] | None = None,
 ) -> Choice:
     """Order ``options`` for this request: a stream by the beliefs' means, with a look where it may teach most when
-    the budget has one; any other request by one draw of each belief. Decide its race, shadow or cold start."""
-    means = [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options]
+    the budget has one; any other request by one draw of each belief. Decide its race, shadow or cold start.
+    ``means``: the options' ``mean_costs``, when the caller has them already."""
+    means = list(means) if means is not None else mean_costs(options, shape, weights, now)
     measured = [i for i in range(len(options)) if options[i].belief.answers]
     # Never measured and nobody measuring it; at the very start (nothing measured at all) every one.
     cold = [i for i in range(len(options)) if not options[i].belief.answers and not (measured and options[i].measuring)]
@@ -161,6 +163,11 @@ def choose(
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
 
 
+def mean_costs(options: Sequence[Option], shape: Shape, weights: Weights, now: float) -> list[Cost]:
+    """Each option's cost at its belief's means: what the router predicts, and how it ranks the fallbacks."""
+    return [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options]
+
+
 def _race_helps(explored: Option, leader: Option, e: Cost, lead: Cost, now: float) -> bool:
     """Whether racing the explored deployment against the leader costs the client no time, in expectation: both
     start at once, the first token wins and its stream answers. The race's first token is the earlier of two
@@ -186,13 +193,15 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
     moves a narrow level little against a wide spread (a thin near-equal one is worth little).
 
     What no draw changes is found once per look (the branches' terms, the places a change lands, the request's
-    price and valid chance there): each draw then costs its random numbers and a few floats, no objects."""
+    price and valid chance there, the leader's score but for its fallback): each draw then costs its random
+    numbers and a few floats, no objects. ``draws.sample`` and ``cost.score`` are written out in the loop, and the
+    normals come five at a time (``draws.standard_normals``): the same numbers and arithmetic in the same order."""
     belief, prior = option.belief, option.prior
     branches = belief.branches(now, prior)
     chance = (sum(c[0] for c in branches if not c[3]), sum(c[0] for c in branches if c[3]))
     spread = belief.spread()
     spread2 = [s * s for s in spread]
-    sds = [math.sqrt(v) for v in spread2]
+    sd0, sd1 = (math.sqrt(v) for v in spread2)
     terms_of = _branch_terms(branches, spread2)
     changed_runs = belief._new_runs(prior)
     sampling = (belief.sampling(belief.runs or changed_runs, now), belief.sampling(changed_runs, now, True))
@@ -200,32 +209,67 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
     f_ttft, f_spt = factors(spread, weights)
     tokens = max(0.0, shape.output_tokens - 1)
     epsilon = max(money, leader.money_usd) * 0.01 + 1e-12
-    failure_s, lead = belief.failure_s, leader
+    fallback = belief.failure_s + leader.time_s
+    price, valid_term = weights.price * math.log2(money + epsilon), max(valid, 0.01) ** weights.quality
+    stays, fails, lead_failure_s, lead_ttft, lead_spt, lead_price, lead_failure = _leader_terms(
+        leader, weights, epsilon
+    )
+    w_time, w_ttft, w_throughput, w_failure = weights.time, weights.ttft, weights.throughput, weights.failure
+    uniform, exp, log, log2 = rng.random, math.exp, math.log, math.log2
+    state = vars(rng)  # ``rng.gauss``'s kept normal: each draw's five are ``standard_normals``, as gauss makes them
+    carry: float | None = state["gauss_next"]
     total = 0.0
     for k in range(GAIN_DRAWS):
         branch = k % 2  # half the draws from each branch, weighted by its chance: rare changes are not missed
-        ttft, spt, failure = sample(sampling[branch], rng)
-        a0 = math.log(ttft) + rng.gauss(0.0, sds[0])
-        a1 = math.log(spt) + rng.gauss(0.0, sds[1])
+        levels, failure_mean, failure_sd = sampling[branch]
+        pick = uniform()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
+        run = levels[-1]
+        for candidate in levels:
+            pick -= candidate[0]
+            if pick <= 0:
+                run = candidate
+                break
+        z = standard_normals(uniform, carry, 5)
+        carry = z[5] if len(z) > 5 else None
+        ttft = exp(run[1] + z[0] * run[2])
+        spt = exp(run[3] + z[1] * run[4])
+        failure = min(0.99, max(0.0, failure_mean + z[2] * failure_sd))
+        a0, a1 = log(ttft) + (0.0 + z[3] * sd0), log(spt) + (0.0 + z[4] * sd1)
         moved_ttft, moved_spt = _posterior_mean(terms_of, a0, a1)
         ttft = moved_ttft * f_ttft
         spt = moved_spt * f_spt
         time = ttft + tokens * spt
-        mine = score(time, ttft, spt, money, failure, failure_s, valid, lead.time_s, epsilon, weights)
-        theirs = score(
-            lead.time_s,
-            lead.ttft_s,
-            lead.s_per_token,
-            lead.money_usd,
-            lead.failure,
-            lead.failure_s,
-            lead.valid,
-            time,
-            epsilon,
-            weights,
-        )
+        mine = w_time * log2((1 - failure) * time + failure * fallback)
+        theirs = w_time * log2(stays + fails * (lead_failure_s + time))
+        if w_ttft:
+            mine += w_ttft * log2(ttft)
+            theirs += lead_ttft
+        if w_throughput:
+            mine += w_throughput * log2(spt)
+            theirs += lead_spt
+        mine += price
+        theirs += lead_price
+        mine += w_failure * log2(1.0 / (max(1.0 - failure, 0.01) * valid_term))
+        theirs += lead_failure
         total += max(0.0, theirs - mine) * chance[branch]
+    state["gauss_next"] = carry
     return 2 * total / GAIN_DRAWS
+
+
+def _leader_terms(lead: Cost, weights: Weights, epsilon: float) -> tuple[float, ...]:
+    """The leader's score against a look's draw (``cost.score`` with the draw's time as its fallback), in the parts
+    no draw changes: its expected time's (``stays + fails * (failure_s + time)``), then its first token's, speed's,
+    price's and failure's terms."""
+    good = max(1.0 - lead.failure, 0.01) * max(lead.valid, 0.01) ** weights.quality
+    return (
+        (1 - lead.failure) * lead.time_s,
+        lead.failure,
+        lead.failure_s,
+        weights.ttft * math.log2(lead.ttft_s) if weights.ttft else 0.0,  # read only where weighed, as ``score``
+        weights.throughput * math.log2(lead.s_per_token) if weights.throughput else 0.0,
+        weights.price * math.log2(lead.money_usd + epsilon),
+        weights.failure * math.log2(1.0 / good),
+    )
 
 
 _Terms = tuple[float, float, float, float, float, float, float, float, float]
@@ -247,17 +291,16 @@ def _branch_terms(branches: Branches, spread2: list[float]) -> list[_Terms]:
 def _posterior_mean(branches: list[_Terms], a0: float, a1: float) -> tuple[float, float]:
     """The level's posterior mean (seconds, per metric) after one answer ``(a0, a1)`` (logs), over every hypothesis
     (normal each; ``_branch_terms``)."""
-    logs = [
-        log_w - 0.5 * ((a0 - m0) ** 2 / v0 + lv0) - 0.5 * ((a1 - m1) ** 2 / v1 + lv1)
-        for log_w, m0, m1, v0, v1, lv0, lv1, _, _ in branches
-    ]
+    logs = [t[0] - 0.5 * ((a0 - t[1]) ** 2 / t[3] + t[5]) - 0.5 * ((a1 - t[2]) ** 2 / t[4] + t[6]) for t in branches]
     top = max(logs)
     odds = [math.exp(x - top) for x in logs]
     total = sum(odds)
     value0 = value1 = 0.0
-    for (_, m0, m1, _, _, _, _, learn0, learn1), w in zip(branches, odds, strict=True):
-        value0 += w / total * (m0 + learn0 * (a0 - m0))
-        value1 += w / total * (m1 + learn1 * (a1 - m1))
+    for i, w in enumerate(odds):
+        _, m0, m1, _, _, _, _, learn0, learn1 = branches[i]
+        share = w / total
+        value0 += share * (m0 + learn0 * (a0 - m0))
+        value1 += share * (m1 + learn1 * (a1 - m1))
     return math.exp(value0), math.exp(value1)
 
 

@@ -143,14 +143,23 @@ class Cost(NamedTuple):
 
 
 def cost(draw: Draw, deployment: DeploymentConfig, shape: Shape, weights: Weights, prefill_s: float = 0.0) -> Cost:
-    """The request's first token, speed, time, price and failure chance on ``deployment`` if ``draw`` is true."""
-    f_ttft, f_spt = factors(draw.spread, weights)
-    ttft = draw.ttft_s * f_ttft
-    spt = draw.s_per_token * f_spt
-    uncached, money, valid = terms(deployment, shape)
+    """The request's first token, speed, time, price and failure chance on ``deployment`` if ``draw`` is true.
+
+    Read for every deployment of every plan: ``factors`` and ``terms`` are written out here (the same arithmetic)."""
+    s_ttft, s_spt = draw.spread
+    ttft_z, spt_z = weights.ttft_z, weights.spt_z
+    ttft = draw.ttft_s * (math.exp(s_ttft * s_ttft / 2) if ttft_z is None else math.exp(ttft_z * s_ttft))
+    spt = draw.s_per_token * (math.exp(s_spt * s_spt / 2) if spt_z is None else math.exp(spt_z * s_spt))
+    name, prompt, output = deployment.name, shape.prompt_tokens, shape.output_tokens
+    cached = min(prompt, shape.cached.get(name, 0))
+    uncached = prompt - cached
+    price_in, cached_in = deployment.price_in, deployment.price_cached_in
+    money = (
+        uncached * price_in + cached * (price_in if cached_in is None else cached_in) + output * deployment.price_out
+    ) / 1e6
     ttft += prefill_s * uncached
-    time = ttft + max(0.0, shape.output_tokens - 1) * spt
-    return Cost(ttft, spt, time, money, draw.failure, draw.failure_s, draw.changed, valid)
+    time = ttft + max(0.0, output - 1) * spt
+    return Cost(ttft, spt, time, money, draw.failure, draw.failure_s, draw.changed, shape.valid.get(name, 1.0))
 
 
 def terms(deployment: DeploymentConfig, shape: Shape) -> tuple[int, float, float]:
@@ -172,28 +181,28 @@ def factors(spread: tuple[float, float], weights: Weights) -> tuple[float, float
 
 
 def scores(costs: list[Cost], weights: Weights) -> list[float]:
-    """Each cost as the policy scores it, against the others (a failure falls back to the best other)."""
-    times = sorted(range(len(costs)), key=lambda i: costs[i].time_s)
-    epsilon = max((c.money_usd for c in costs), default=0.0) * 0.01 + 1e-12
+    """Each cost as the policy scores it, against the others (a failure falls back to the best other).
+
+    ``score`` written out over the list (the same arithmetic): a plan scores every deployment's mean."""
+    times = [c.time_s for c in costs]
+    by_time = sorted(range(len(costs)), key=times.__getitem__)
+    epsilon = max([c.money_usd for c in costs], default=0.0) * 0.01 + 1e-12
+    quickest, second = by_time[0] if by_time else 0, by_time[1] if len(by_time) > 1 else None
+    w_time, w_ttft, w_throughput, w_price = weights.time, weights.ttft, weights.throughput, weights.price
+    w_failure, quality, log2 = weights.failure, weights.quality, math.log2
     result = []
-    quickest, second = times[0] if times else 0, times[1] if len(times) > 1 else None
     for i, c in enumerate(costs):
         other = quickest if quickest != i else second  # the quickest other
-        fallback = costs[other].time_s if other is not None else c.time_s
-        result.append(
-            score(
-                c.time_s,
-                c.ttft_s,
-                c.s_per_token,
-                c.money_usd,
-                c.failure,
-                c.failure_s,
-                c.valid,
-                fallback,
-                epsilon,
-                weights,
-            )
-        )
+        time_s, failure = c.time_s, c.failure
+        fallback = times[other] if other is not None else time_s
+        total = w_time * log2((1 - failure) * time_s + failure * (c.failure_s + fallback))
+        if w_ttft:
+            total += w_ttft * log2(c.ttft_s)
+        if w_throughput:
+            total += w_throughput * log2(c.s_per_token)
+        total += w_price * log2(c.money_usd + epsilon)
+        good = max(1.0 - failure, 0.01) * max(c.valid, 0.01) ** quality
+        result.append(total + w_failure * log2(1.0 / good))
     return result
 
 
