@@ -12,6 +12,7 @@ from benchmarks.routing_held_out_3 import HELD_OUT_3
 from benchmarks.routing_held_out_4 import HELD_OUT_4
 from benchmarks.routing_held_out_5 import HELD_OUT_5
 from benchmarks.routing_held_out_6 import HELD_OUT_6
+from benchmarks.routing_held_out_7 import HELD_OUT_7
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 
 
@@ -100,6 +101,30 @@ def test_the_sixth_held_out_set_names_new_markets_that_move_their_best() -> None
     assert markets["ho6-slow-rate"].rate_per_s <= 1.0 and not markets["ho6-slow-rate"].changes
     down, back = markets["ho6-outage"].changes  # the leader fails every request for 20-40 s, then is as before
     assert down.profile.error_rate == 1.0 and back.profile.error_rate == 0.0 and 20 <= back.at_s - down.at_s <= 40
+
+
+def test_the_seventh_held_out_set_names_new_markets_that_move_their_best() -> None:
+    """Set seven holds every behaviour the gate names, mixed answer lengths and a provider failing a share all
+    through, under names and parameters of its own; every market moves its best."""
+    earlier = (*SCENARIOS, *STRESS, *HELD_OUT, *HELD_OUT_2, *HELD_OUT_3, *HELD_OUT_4, *HELD_OUT_5, *HELD_OUT_6)
+    _assert_new_markets_that_move_their_best(HELD_OUT_7, earlier, set())
+    assert len(HELD_OUT_7) == 10
+    assert all(s.name.startswith("ho7-") for s in HELD_OUT_7)
+    earlier_providers = {p for s in earlier for p in s.providers}
+    assert not earlier_providers & {p for s in HELD_OUT_7 for p in s.providers}  # fresh parameters throughout
+    markets = {s.name: s for s in HELD_OUT_7}
+    many = markets["ho7-many"]
+    assert 8 <= len(many.providers) <= 12
+    (change,) = many.changes  # the one that becomes the quickest is neither the cheapest nor the dearest
+    prices = [p.price for p in many.providers]
+    assert min(prices) < next(p.price for p in many.providers if p.name == change.name) < max(prices)
+    down, back = markets["ho7-outage"].changes  # the leader fails every request for 10-50 s (not ~30 s), then is back
+    assert down.profile.error_rate == 1.0 and back.profile.error_rate == 0.0
+    assert 10 <= back.at_s - down.at_s <= 50 and abs(back.at_s - down.at_s - 30) > 2
+    flaky = markets["ho7-flaky"]  # the quickest fails a share of its requests from start to end
+    (failing,) = [p for p in flaky.providers if p.error_rate > 0]
+    assert 0.2 <= failing.error_rate <= 0.4 and failing.name not in {c.name for c in flaky.changes}
+    assert 2 <= markets["ho7-replicas"].replicas <= 3
 
 
 def test_each_schedule_draws_anew_and_seed_one_as_it_always_did() -> None:
