@@ -91,15 +91,16 @@ def test_the_stream_ends_in_the_send_that_carries_its_last_bytes(fakes: Fakes) -
 
 
 def test_a_paced_stream_goes_out_event_by_event_as_it_arrives(fakes: Fakes) -> None:
-    fake = fakes.start("fake", FakeBehavior(output_tokens=6, tokens_per_s=40.0))  # an event every 25 ms
+    # An event every 100 ms: a loaded machine that stalls the gateway for 25 ms must not make two reads one.
+    fake = fakes.start("fake", FakeBehavior(output_tokens=6, tokens_per_s=10.0))
     body = _body({})
     sent = asyncio.run(_sends_through_gateway(fake, body, {}))
     bodies = _bodies(sent)
     assert _normalised(b"".join(m["body"] for m in bodies)) == _direct(fake, body)
     times = [at for at, m in sent if m["type"] == "http.response.body"]
-    # Each token is its own read (25 ms apart): each goes out on its own, at once, never held for the next one.
+    # Each token is its own read (100 ms apart): each goes out on its own, at once, never held for the next one.
     words = [m for m in bodies if b'"content": " ' in m["body"] and b'"role"' not in m["body"]]
     assert len(words) >= 5  # the first word goes out with the role event it was held with
     assert all(m["body"].count(b"\n\n") == 1 for m in words[:-1])
     gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
-    assert sum(1 for gap in gaps if gap >= 0.015) >= 4  # the pace survives the relay
+    assert sum(1 for gap in gaps if gap >= 0.06) >= 4  # the pace survives the relay
