@@ -152,6 +152,8 @@ def drive_gateway(fakes: Fakes, start_gateway: Callable[..., Gateway], cluster: 
                 "flush_interval_s": 0.05,
                 "refresh_interval_s": 0.1,
                 "redis_wait_replicas": 1,
+                # MONITOR on every node slows each command; this test reads key slots, not how long a request waits.
+                "redis_request_timeout_s": 5.0,
             },
             "auth": {"api_keys_file": str(keys)},
             "providers": [{"name": "p", "base_url": fake.base_url, "apis": ["chat", "responses"]}],
