@@ -165,7 +165,12 @@ class StreamMeter:
                 kept = self._events
                 kept.times.append(now)
                 datas = kept.datas
-                datas.append(chunk)
+                head = kept.head
+                if head and chunk.startswith(head):  # held without the beginning it shares with the stream's others
+                    datas.append(chunk[len(head) :])
+                    kept.heads.append(head)
+                else:
+                    kept.keep_unshared(chunk)
                 if not self.finish_arrived and self._may_finish(chunk):
                     self.finish_arrived = True
                 if len(datas) >= self.fold_at:
@@ -279,14 +284,14 @@ class StreamMeter:
         ``feed`` splits any that may.)
         """
         done = self._dialect.done_data
-        datas, arrivals = entries.datas, entries.times
+        arrivals = entries.times
         parts: list[bytes] = []
         times: list[float] = []
-        start, end = 0, len(datas)
+        start, end = 0, len(entries)
         for single in (*entries.parts, end):
             # The run of chunks kept whole before the next entry that is one event's data (or the end).
             if start < single:
-                run = datas if start == 0 and single == end else datas[start:single]
+                run = entries.full(start, single)
                 chunks = b"".join(run)
                 joined = joined_events(chunks)
                 if joined is not None:
@@ -306,7 +311,7 @@ class StreamMeter:
                                 parts.append(piece)
                                 times.append(at)
             if single < end:
-                parts.append(datas[single])
+                parts.append(entries.datas[single])  # one event's data: kept without a head
                 times.append(arrivals[single])
             start = single + 1
         return b"[" + b",".join(parts) + b"]", times
