@@ -166,33 +166,7 @@ def _encoding_from_file(path: Path) -> tiktoken.Encoding:
 
 @functools.lru_cache(maxsize=8)
 def load_token_counter(spec: str) -> TokenCounter:
-    """Load the encoding named by ``spec`` (a tiktoken name or a file path); cached per process.
-
-    Building it takes some 40 MiB of Python objects (the rank table parsed, then handed to the compiled
-    tokenizer) that are freed at once; ``_return_freed_memory`` hands their pages back to the system.
-    """
-    counter = _load_token_counter(spec)
-    _return_freed_memory()
-    return counter
-
-
-def _return_freed_memory() -> None:
-    """Ask glibc's allocator to give back the free pages it holds (``malloc_trim``); elsewhere, nothing.
-
-    Without it the pages freed after the tokenizer was built stay in the process's heap (measured: the
-    idle gateway's RSS is ~3.5 MiB lower with it); the allocator reuses them either way.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
-
-
-def _load_token_counter(spec: str) -> TokenCounter:
+    """Load the encoding named by ``spec`` (a tiktoken name or a file path); cached per process."""
     if _is_path(spec):
         path = Path(spec).expanduser()
         if not path.is_file():
