@@ -37,7 +37,7 @@ from gateway.admission.auth import AdminKey, KeyRing, load_keys
 from gateway.admission.limits import HeaderSizeLimit
 from gateway.admission.ratelimit import RateLimiter, open_rate_limiter
 from gateway.admission.spending import SpendLedger
-from gateway.admission.spending.redis_store import open_spend_store
+from gateway.admission.spending.factory import open_spend_store
 from gateway.canary import Canary
 from gateway.config import GatewayConfig, StatsConfig, resolve_metrics_key, resolve_secrets
 from gateway.conversations import ConversationStore, InMemoryConversationStore, RedisConversationStore

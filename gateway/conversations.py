@@ -24,16 +24,23 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
-from gateway.redis_client import RedisClient
-from gateway.sessions.bindings import REDIS_ERRORS, UNAVAILABLE, BackendName, Unavailable
+from gateway.sessions.bindings import UNAVAILABLE, BackendName, Unavailable, binding_errors
 from gateway.types import Clock
+
+if TYPE_CHECKING:
+    from gateway.redis_client import RedisClient
 
 logger = logging.getLogger("gateway.conversations")
 LOOKUP_TIMEOUT_S = 0.5
 """How long a follow-up may wait for Redis on a local miss: without its conversation it cannot be served."""
+
+
+def _timeout_or_redis_errors() -> tuple[type[BaseException], ...]:
+    """``TimeoutError`` or a Redis failure (``binding_errors``), read when an exception reaches the ``except``."""
+    return (TimeoutError, *binding_errors())
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +175,7 @@ class RedisConversationStore:
                         pipe.get(key)
                         pipe.pttl(key)
                         found, ttl_ms = await pipe.execute()
-            except (TimeoutError, *REDIS_ERRORS) as exc:
+            except _timeout_or_redis_errors() as exc:
                 logger.warning("conversations: cannot read %s from redis: %s", response_id, exc)
                 return UNAVAILABLE
             if found is None:
@@ -195,7 +202,7 @@ class RedisConversationStore:
     async def _run(self, command: Any) -> None:
         try:
             await command
-        except REDIS_ERRORS as exc:
+        except binding_errors() as exc:
             # The local cache still has it: this replica serves its follow-ups; others will not find it.
             logger.warning("conversations: write to redis failed: %s", exc)
 

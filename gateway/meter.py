@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from gateway.dialects import CHAT, Dialect, Tally
+from gateway.kept_chunks import KeptChunks
 from gateway.reading import Reading, reading_of
 from gateway.sse import SSESplitter, data_of, joined_events, parse_event, whole_events
 from gateway.tokens import TokenCounter
@@ -106,8 +107,9 @@ class StreamMeter:
         self._clock = clock
         self._sent_at = sent_at
         self._splitter = SSESplitter()
-        self._events: list[tuple[float, bytes, bool]] = []
-        """(arrival, bytes, whole chunk?): an event's data, or a chunk of whole events to split in ``finish``."""
+        self._events = KeptChunks()
+        """(arrival, bytes, whole chunk?): an event's data, or a chunk of whole events to split in ``finish``; held
+        column by column (``gateway.kept_chunks``): a held-open stream keeps each chunk's bytes, not a tuple more."""
         self._tally: Tally | None = None
         """What the chunks read so far said (``FOLD_ENTRIES``); None while none was."""
         self._dialect = dialect
@@ -160,11 +162,18 @@ class StreamMeter:
         if chunk.endswith(b"\n\n") and not self._splitter.buffer:
             if not self._may_end(chunk):
                 # ``_keep``, inlined: this is every chunk of a stream after its first token.
-                events = self._events
-                events.append((now, chunk, True))
+                kept = self._events
+                kept.times.append(now)
+                datas = kept.datas
+                head = kept.head
+                if head and chunk.startswith(head):  # held without the beginning it shares with the stream's others
+                    datas.append(chunk[len(head) :])
+                    kept.heads.append(head)
+                else:
+                    kept.keep_unshared(chunk)
                 if not self.finish_arrived and self._may_finish(chunk):
                     self.finish_arrived = True
-                if len(events) >= self.fold_at:
+                if len(datas) >= self.fold_at:
                     self._fold()
                 return
             ending = self._ending
@@ -196,7 +205,7 @@ class StreamMeter:
 
     def _keep(self, now: float, chunk: bytes) -> None:
         """A run of whole events after the first output, none of them the stream's ending: split in ``finish``."""
-        self._events.append((now, chunk, True))
+        self._events.append(now, chunk, True)
         if not self.finish_arrived and self._dialect.may_finish(chunk):
             self.finish_arrived = True
         if len(self._events) >= self.fold_at:
@@ -207,7 +216,7 @@ class StreamMeter:
         if data == dialect.done_data:
             self.done = True
             return
-        self._events.append((now, data, False))
+        self._events.append(now, data, False)
         if not self.finish_arrived and dialect.may_finish(data):
             self.finish_arrived = True
         if len(self._events) >= self.fold_at:
@@ -254,7 +263,7 @@ class StreamMeter:
     def ttft_s(self) -> float | None:
         return None if self.first_output_at is None else self.first_output_at - self._sent_at
 
-    def _timed_events(self, entries: list[tuple[float, bytes, bool]]) -> Iterator[tuple[float, bytes]]:
+    def _timed_events(self, entries: KeptChunks) -> Iterator[tuple[float, bytes]]:
         """Every event's data in ``entries`` with its arrival, the chunks kept whole split now."""
         done = self._dialect.done_data
         for at, data, whole_chunk in entries:
@@ -265,7 +274,7 @@ class StreamMeter:
             else:
                 yield at, data
 
-    def _array(self, entries: list[tuple[float, bytes, bool]]) -> tuple[bytes, list[float]]:
+    def _array(self, entries: KeptChunks) -> tuple[bytes, list[float]]:
         """Every event's data in one JSON array, with each event's arrival; chunks kept whole joined, not split.
 
         The bytes are those ``_parse_all`` decodes. A run of chunks kept whole is joined at once
@@ -275,44 +284,41 @@ class StreamMeter:
         ``feed`` splits any that may.)
         """
         done = self._dialect.done_data
-        events = entries
+        arrivals = entries.times
         parts: list[bytes] = []
         times: list[float] = []
-        start, end = 0, len(events)
-        while start < end:
-            at, data, whole_chunk = events[start]
-            if not whole_chunk:
-                parts.append(data)
-                times.append(at)
-                start += 1
-                continue
-            stop = start + 1
-            while stop < end and events[stop][2]:
-                stop += 1
-            arrivals, datas, _ = zip(*events[start:stop], strict=True)  # one pass in C, not one per column
-            chunks = b"".join(datas)
-            joined = joined_events(chunks)
-            if joined is not None:
-                parts.append(joined)
-                # Its events, without a scan: ``joined_events`` dropped the first "data: " and the last blank line
-                # (8 bytes) and made each "\n\ndata: " between two events a comma (7 fewer); no other newline is left.
-                if (len(chunks) - len(joined) - 8) // 7 + 1 == len(datas):
-                    times += arrivals  # each chunk ends an event: one event each
+        start, end = 0, len(entries)
+        for single in (*entries.parts, end):
+            # The run of chunks kept whole before the next entry that is one event's data (or the end).
+            if start < single:
+                run = entries.full(start, single)
+                chunks = b"".join(run)
+                joined = joined_events(chunks)
+                if joined is not None:
+                    parts.append(joined)
+                    # Its events, without a scan: ``joined_events`` dropped the first "data: " and the last blank line
+                    # (8 bytes) and made each "\n\ndata: " between two events a comma (7 fewer); no other newline is
+                    # left.
+                    if (len(chunks) - len(joined) - 8) // 7 + 1 == len(run):
+                        times += arrivals[start:single]  # each chunk ends an event: one event each
+                    else:
+                        for at, chunk in zip(arrivals[start:single], run, strict=True):
+                            times += [at] * chunk.count(b"\n\n")
                 else:
-                    for at, chunk in zip(arrivals, datas, strict=True):
-                        times += [at] * chunk.count(b"\n\n")
-            else:
-                for at, chunk in zip(arrivals, datas, strict=True):
-                    for piece in whole_events(chunk):
-                        if piece != done:
-                            parts.append(piece)
-                            times.append(at)
-            start = stop
+                    for at, chunk in zip(arrivals[start:single], run, strict=True):
+                        for piece in whole_events(chunk):
+                            if piece != done:
+                                parts.append(piece)
+                                times.append(at)
+            if single < end:
+                parts.append(entries.datas[single])  # one event's data: kept without a head
+                times.append(arrivals[single])
+            start = single + 1
         return b"[" + b",".join(parts) + b"]", times
 
     def _fold(self) -> None:
         """Read all but the last ``FOLD_KEEP`` kept chunks into the running tally, and let their bytes go."""
-        older, self._events = self._events[:-FOLD_KEEP], self._events[-FOLD_KEEP:]
+        older = self._events.split(FOLD_KEEP)
         tally = self._tally = self._read(older, self._tally, final=False)
         # Held compactly until the finish: the text as one string (counted whole then, as it must be: a token
         # may span two pieces), the output times as machine floats (8 bytes each, not a 32-byte object).
@@ -321,7 +327,7 @@ class StreamMeter:
         if not isinstance(tally.output_events, array):
             tally.output_events = array("d", tally.output_events)
 
-    def _read(self, entries: list[tuple[float, bytes, bool]], into: Tally | None, final: bool) -> Tally:
+    def _read(self, entries: KeptChunks, into: Tally | None, final: bool) -> Tally:
         """The dialect's read of ``entries``, on from ``into``: typed over one array first; whatever it does not
         take (an event that is not JSON, or of a shape it does not read) over dicts, as before."""
         array, times = self._array(entries)

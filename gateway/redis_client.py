@@ -36,17 +36,33 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.config import StatsConfig
 
 # How a client is opened per topology, the credentials, and the failure vocabulary each live in
-# their own module; every name callers have imported from here still is.
-from gateway.redis_failures import REDIS_ERRORS, Backoff, describe_error
+# their own module; every name callers have imported from here still is. Those that need redis-py
+# (the topology's, ``REDIS_ERRORS``) are read on first use (``__getattr__``): a gateway whose stats are
+# in memory never imports it (~8 MiB resident). Import ``RedisClient`` under ``TYPE_CHECKING`` only.
+from gateway.redis_failures import Backoff, describe_error, redis_errors
 from gateway.redis_secrets import RedisSecrets, resolve_redis_secrets
-from gateway.redis_topology import RedisClient, RedisRole, after_failure, open_redis
+
+if TYPE_CHECKING:
+    from gateway.redis_failures import REDIS_ERRORS
+    from gateway.redis_topology import RedisClient, RedisRole, after_failure, open_redis
 
 _T = TypeVar("_T")
+_FROM_TOPOLOGY = frozenset({"RedisClient", "RedisRole", "after_failure", "open_redis"})
+
+
+def __getattr__(name: str) -> object:
+    if name == "REDIS_ERRORS":
+        return redis_errors()
+    if name in _FROM_TOPOLOGY:
+        from gateway import redis_topology
+
+        return getattr(redis_topology, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RedisConnections:
@@ -62,6 +78,8 @@ class RedisConnections:
         self._clients: dict[str, RedisClient] = {}
 
     def _client(self, role: RedisRole) -> RedisClient:
+        from gateway.redis_topology import open_redis
+
         client = self._clients.get(role.name)
         if client is None:
             client = self._clients[role.name] = open_redis(self.config, self.secrets, role)
@@ -69,10 +87,14 @@ class RedisConnections:
 
     def background(self) -> RedisClient:
         """The stats store's client (see the module docstring)."""
+        from gateway.redis_topology import RedisRole
+
         return self._client(RedisRole.background(self.config))
 
     def requests(self) -> RedisClient:
         """The client shared by everything a request waits on (see the module docstring)."""
+        from gateway.redis_topology import RedisRole
+
         return self._client(RedisRole.requests(self.config))
 
     async def aclose(self) -> None:
@@ -148,5 +170,6 @@ __all__ = [
     "after_failure",
     "describe_error",
     "open_redis",
+    "redis_errors",
     "resolve_redis_secrets",
 ]

@@ -6,17 +6,37 @@ Every part that calls Redis fails open on ``REDIS_ERRORS`` (serving from local s
 
 from __future__ import annotations
 
+import functools
 import random
 import time
-
-from redis.exceptions import RedisClusterException, RedisError
+from typing import TYPE_CHECKING
 
 from gateway.config import StatsConfig
 from gateway.types import Clock
 
-REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError, RedisClusterException, OSError)
-"""Everything a Redis call may raise when Redis (or the network) fails. ``RedisClusterException``
-is not a ``RedisError``: a cluster client raises it when no node answers the topology query."""
+if TYPE_CHECKING:
+    REDIS_ERRORS: tuple[type[BaseException], ...]
+
+
+@functools.cache
+def redis_errors() -> tuple[type[BaseException], ...]:
+    """Everything a Redis call may raise when Redis (or the network) fails: ``REDIS_ERRORS``.
+    ``RedisClusterException`` is not a ``RedisError``: a cluster client raises it when no node answers
+    the topology query.
+
+    A function, and ``REDIS_ERRORS`` read through the module's ``__getattr__``, so that redis-py (~8 MiB
+    resident, 0.1 s to import: its ``__init__`` loads all of it) is imported only by a gateway that uses
+    Redis; an ``except redis_errors():`` clause calls it only once an exception reaches it.
+    """
+    from redis.exceptions import RedisClusterException, RedisError
+
+    return (RedisError, RedisClusterException, OSError)
+
+
+def __getattr__(name: str) -> object:
+    if name == "REDIS_ERRORS":
+        return redis_errors()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def describe_error(exc: BaseException) -> str:

@@ -358,7 +358,7 @@ def test_spend_needs_the_admin_key_and_valid_parameters(
 
 def test_redis_store_is_used_for_replicas(redis_server: RedisServer) -> None:
     """``[stats] backend = "redis"`` gives the budgets a Redis store (the replicas' shared one)."""
-    from gateway.admission.spending.redis_store import open_spend_store
+    from gateway.admission.spending.factory import open_spend_store
 
     config = StatsConfig(backend="redis", redis_url=redis_server.url)
     redis = RedisConnections(config, {})

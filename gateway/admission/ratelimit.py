@@ -41,17 +41,14 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gateway.config import StatsConfig
-from gateway.redis_client import (
-    REDIS_ERRORS,
-    Backoff,
-    RedisClient,
-    RedisConnections,
-    describe_error,
-)
+from gateway.redis_client import Backoff, RedisConnections, describe_error, redis_errors
 from gateway.types import Clock
+
+if TYPE_CHECKING:
+    from gateway.redis_client import RedisClient
 
 logger = logging.getLogger("gateway.ratelimit")
 
@@ -223,7 +220,6 @@ class InMemoryRateLimiter:
 
 
 _TTL_S = 2 * WINDOW_S
-_FAILURES: tuple[type[BaseException], ...] = (*REDIS_ERRORS, TimeoutError)
 
 
 def ratelimit_key(prefix: str, key_id: str, window: int) -> str:
@@ -283,7 +279,7 @@ class RedisRateLimiter:
                 "rate limits: Redis unreachable (%s); each replica enforces the limits on its own until it returns",
                 describe_error(exc),
                 # Not a Redis failure but the client library's own: worth its traceback, once.
-                exc_info=None if isinstance(exc, _FAILURES) else exc,
+                exc_info=None if isinstance(exc, (*redis_errors(), TimeoutError)) else exc,
             )
         self.backoff.failed()
 

@@ -29,17 +29,18 @@ caller encodes (e.g. ``model`` and ``deployment``). Usage::
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 from urllib.parse import quote
 
-from redis.exceptions import RedisError
-
-from gateway.redis_client import RedisClient
 from gateway.types import Clock
+
+if TYPE_CHECKING:
+    from gateway.redis_client import RedisClient
 
 logger = logging.getLogger("gateway.bindings")
 
@@ -60,7 +61,22 @@ PENDING_LIMIT = 50_000
 """Writes held for Redis while it is unreachable; past this, the oldest are dropped and counted."""
 FLUSH_INTERVAL_S = 0.05
 BACKOFF_MAX_S = 5.0
-REDIS_ERRORS = (RedisError, OSError)
+
+
+@functools.cache
+def binding_errors() -> tuple[type[BaseException], ...]:
+    """What a binding store's Redis call raises when Redis fails (``REDIS_ERRORS``): read at the ``except``,
+    so that redis-py is imported only by a gateway that uses Redis (``gateway.redis_failures``)."""
+    from redis.exceptions import RedisError
+
+    return (RedisError, OSError)
+
+
+def __getattr__(name: str) -> object:
+    if name == "REDIS_ERRORS":
+        return binding_errors()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 BackendName = Literal["memory", "redis"]
 
@@ -199,7 +215,7 @@ class RedisBindingStore:
                     found, ttl_ms = await pipe.execute()
         except TimeoutError:
             return UNAVAILABLE
-        except REDIS_ERRORS as exc:
+        except binding_errors() as exc:
             self._failed(exc)
             return UNAVAILABLE
         if found is None:
@@ -242,7 +258,7 @@ class RedisBindingStore:
         if self._pending and self._reason is None:
             try:
                 await self.flush()
-            except REDIS_ERRORS as exc:
+            except binding_errors() as exc:
                 self._failed(exc)
         if self._pending:
             logger.warning("bindings: %d writes not made to Redis at shutdown", len(self._pending))
@@ -288,7 +304,7 @@ class RedisBindingStore:
             await asyncio.sleep(FLUSH_INTERVAL_S)  # gather the writes of a burst into one pipeline
             try:
                 await self.flush()
-            except REDIS_ERRORS as exc:
+            except binding_errors() as exc:
                 self._failed(exc)
             except Exception as exc:
                 # The task's outermost handler: a bug here must not stop the writes for good.

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from gateway.config import StatsConfig
-from gateway.redis_client import RedisConnections
 from gateway.stats.base import StatsStore
 from gateway.stats.memory import InMemoryStatsStore
-from gateway.stats.redis_store import RedisStatsStore
 from gateway.types import Clock
+
+if TYPE_CHECKING:
+    from gateway.redis_client import RedisConnections
 
 
 def open_stats_store(
@@ -18,5 +20,8 @@ def open_stats_store(
     """The store the config asks for. Cheap: connections are made in ``start``, with ``redis``'s
     background client when given (else the store opens and closes its own)."""
     if config.backend == "redis":
+        # Imported here: a gateway whose stats are in memory never imports redis-py (~8 MiB resident).
+        from gateway.stats.redis_store import RedisStatsStore
+
         return RedisStatsStore(config, wall_clock, redis)
     return InMemoryStatsStore(config, wall_clock)

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gateway.redis_client import RedisClient
 from gateway.samples import Sample
 from gateway.stats.redis_layout import EXPIRY_SLACK_S, pair_member, summary_fields, summary_from_hash
 from gateway.stats.snapshot import DeploymentSummary, Metric, sample_buckets
 from gateway.types import DeploymentKey
+
+if TYPE_CHECKING:
+    from gateway.redis_client import RedisClient
 
 BUCKET_S = 60
 SPAN_S = 30 * 60

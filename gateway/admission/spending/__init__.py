@@ -1,8 +1,9 @@
 """Dollar budgets and spend: per key and per team, reserved before a request is sent, settled after.
 
 ``windows`` (UTC calendar periods, nano-dollars), ``store`` (the protocol and the in-memory
-backend), ``redis_store`` (shared by replicas), ``ledger`` (reserve and settle for a request),
-``report`` (the spend endpoint's and the CLI's rows), ``metrics`` (Prometheus series).
+backend), ``redis_store`` (shared by replicas), ``factory`` (the store a config asks for),
+``ledger`` (reserve and settle for a request), ``report`` (the spend endpoint's and the CLI's
+rows), ``metrics`` (Prometheus series).
 """
 
 from gateway.admission.spending.ledger import Spender, SpendLedger, worst_case_usd

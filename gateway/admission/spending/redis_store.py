@@ -39,10 +39,8 @@ from gateway.admission.spending.store import (
     Booking,
     HeldScope,
     Hold,
-    InMemorySpendStore,
     Refusal,
     SpendRow,
-    SpendStore,
     SpendStoreDown,
     breakdown_periods,
 )
@@ -330,10 +328,3 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError) and not str(exc):
         return "timed out"
     return (str(exc) or type(exc).__name__)[:200]
-
-
-def open_spend_store(stats: StatsConfig, redis: RedisConnections) -> SpendStore:
-    """Shared through Redis when the stats are (``[stats] backend = "redis"``), else in this process."""
-    if stats.backend == "redis":
-        return RedisSpendStore.from_config(stats, redis)
-    return InMemorySpendStore()
