@@ -53,9 +53,9 @@ IDLE_PROBES = 3
 
 FAILURES: frozenset[Outcome] = frozenset({"upstream_error", "timeout", "broken_stream"})
 RECENT = 20
+"""How many recent attempts the failure ratio is taken over."""
 MAX_RETRY_AFTER_S = 300.0
 """The longest ``Retry-After`` honoured as a cool-down (a provider asking for more is asked again then)."""
-"""How many recent attempts the failure ratio is taken over."""
 
 
 @dataclass(slots=True)
