@@ -153,7 +153,8 @@ def choose(
         return Choice(_first(leader, ranked), tuple(means))
     # A look, beside the leader: where it may teach most (a stale belief's chance of a change included).
     first = max(
-        (i for i in ranked if i != leader), key=lambda i: gain(options[i], means[leader], shape, weights, now, rng)
+        (i for i in ranked if i != leader),
+        key=lambda i: gain(options[i], means[leader], shape, weights, now, rng) * _unheard_s(options[i].belief, now),
     )
     if not options[first].belief.answers or _race_helps(
         options[first], options[leader], means[first], means[leader], now
@@ -161,6 +162,11 @@ def choose(
         rest = [i for i in _first(leader, ranked) if i != first]
         return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
+
+
+def _unheard_s(belief: Belief, now: float) -> float:
+    """How long a deployment has gone unheard: the time a look tells what traffic would tell only later."""
+    return max(now - belief.heard_at, 1e-3) if belief.heard_at is not None else 1e6
 
 
 def mean_costs(options: Sequence[Option], shape: Shape, weights: Weights, now: float) -> list[Cost]:
