@@ -218,3 +218,24 @@ def test_answer_lengths_are_predicted_per_shape_and_capped_by_max_tokens() -> No
     for _ in range(5):
         lengths.heard(shape_of("m", 800), 800, 800)
     assert lengths.expected(shape_of("m", 800), 800, 256) == 800
+
+
+def test_a_look_goes_where_traffic_will_not_tell() -> None:
+    """``b`` is as near the leader as it is thinly told apart from it, but it serves requests and is heard every
+    moment: what a look would teach of it, traffic tells a moment later anyway. ``c``, three times slower and
+    unheard for ten seconds, is heard only when a look goes there, so a look is worth what it teaches times how
+    much sooner than traffic would: the looks go to ``c``."""
+    leader = _measured(0.4, 200.0, at=300.0, sigma=0.6, n=12)
+    near = _measured(0.42, 195.0, at=300.0, sigma=0.6, n=12)
+    unheard = _measured(1.2, 80.0, at=290.0)
+    options = _options([leader, near, unheard])
+    options = [
+        Option(o.deployment, o.belief, pooled([p.belief for p in options if p is not o], 300.0)) for o in options
+    ]
+    looked = []
+    for seed in range(40):
+        choice = choose(
+            options, Shape(20, 256), WEIGHTS, 300.0, random.Random(seed), may_race=True, budget=Budget(), model="m"
+        )
+        looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
+    assert looked.count(2) >= 36, looked

@@ -151,7 +151,8 @@ def choose(
         return Choice(_first(first, ranked), tuple(means), explored=first != leader)
     if budget is None or len(options) < 2 or not budget.take(model):
         return Choice(_first(leader, ranked), tuple(means))
-    # A look, beside the leader: where it may teach most (a stale belief's chance of a change included).
+    # A look, beside the leader: where it may teach most (a stale belief's chance of a change included), and
+    # soonest against traffic, which tells of a deployment it serves a moment later anyway (``_unheard_s``).
     first = max(
         (i for i in ranked if i != leader),
         key=lambda i: gain(options[i], means[leader], shape, weights, now, rng) * _unheard_s(options[i].belief, now),
