@@ -134,3 +134,88 @@ def test_request_done_counts_what_the_three_client_hooks_count() -> None:
         'gateway_api_requests_total{api="messages",model="m",status_class="2xx",upstream_api="chat"}'
         in (rendered(one)[0])
     )
+
+
+class SeriesPerCall(Metrics):
+    """``record`` as it was before its children were kept per (model, provider, deployment, API): every series
+    found through ``_series`` on every call. The reference the kept children must render the same as."""
+
+    def record(self, sample: Sample) -> None:
+        labels = (sample.model, sample.provider)
+        self._series(self.attempts, *labels, sample.outcome).inc()
+        if sample.ttft_s is not None:
+            self._series(self.ttft, *labels).observe(sample.ttft_s)
+            self._series(self.api_ttft, sample.model, sample.endpoint).observe(sample.ttft_s)
+        if sample.first_answer_s is not None:
+            self._series(self.first_answer, *labels).observe(sample.first_answer_s)
+        if sample.tokens_per_s is not None:
+            self._series(self.tokens_per_second, *labels).observe(sample.tokens_per_s)
+        if sample.outcome == "ok":
+            if sample.e2e_s is not None:
+                self._series(self.end_to_end, *labels).observe(sample.e2e_s)
+            if sample.output_tokens is not None:
+                self._series(self.output_tokens_per_answer, *labels).observe(sample.output_tokens)
+        output = sample.output_tokens if sample.output_tokens is not None else sample.usage_completion_tokens
+        if sample.outcome == "ok" or output:
+            prompt = sample.usage_prompt_tokens
+            prompt = prompt if prompt is not None else sample.prompt_tokens_estimate
+            if prompt:
+                self._series(self.tokens, *labels, "input").inc(prompt)
+        if output:
+            self._series(self.tokens, *labels, "output").inc(output)
+        if sample.cost_usd:
+            self._series(self.cost, *labels).inc(sample.cost_usd)
+        if sample.validity is not None and sample.validity != "valid":
+            self._series(self.invalid_answers, sample.model, sample.deployment, sample.validity).inc()
+        if sample.hedged and sample.outcome == "client_cancelled":
+            if sample.attempt_s is not None:
+                self._series(self.race_loser_seconds, *labels).inc(sample.attempt_s)
+            if sample.cost_usd:
+                self._series(self.race_loser_cost, *labels).inc(sample.cost_usd)
+
+
+def varied_samples(count: int, seed: int) -> list[Sample]:
+    """Samples over every branch of ``record``: outcomes, missing values, validity, hedges, two APIs."""
+    rng = random.Random(seed)
+    samples = []
+    for _ in range(count):
+        outcome = rng.choice(["ok", "ok", "timeout", "upstream_error", "client_cancelled", "broken_stream"])
+        samples.append(
+            Sample(
+                model=rng.choice(["m", "n"]),
+                deployment=rng.choice(["a", "b", "b2"]),
+                provider=rng.choice("ab"),
+                endpoint=rng.choice(["chat", "responses", "messages"]),
+                stream=rng.random() < 0.5,
+                outcome=outcome,  # type: ignore[arg-type]
+                started_at=0.0,
+                ttft_s=rng.choice([None, rng.expovariate(2.0), 0.0]),
+                first_answer_s=rng.choice([None, rng.expovariate(2.0)]),
+                tokens_per_s=rng.choice([None, rng.uniform(0, 5000)]),
+                e2e_s=rng.choice([None, rng.expovariate(0.1)]),
+                output_tokens=rng.choice([None, 0, rng.randint(1, 2000)]),
+                usage_prompt_tokens=rng.choice([None, 0, rng.randint(1, 900)]),
+                usage_completion_tokens=rng.choice([None, rng.randint(0, 900)]),
+                prompt_tokens_estimate=rng.choice([None, rng.randint(0, 50)]),
+                cost_usd=rng.choice([None, 0.0, rng.random() / 1000]),
+                hedged=rng.random() < 0.2,
+                attempt_s=rng.choice([None, rng.expovariate(1.0)]),
+                kind=rng.choice([None, "plain", "tools"]),
+                validity=rng.choice([None, "valid", "valid", "empty", "truncated"]),
+            )
+        )
+    return samples
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_records_kept_children_render_what_series_per_call_renders(prepared: bool) -> None:
+    # The same samples through both: the same values, the same series, made in the same order.
+    kept, per_call = Metrics(process_metrics=False), SeriesPerCall(process_metrics=False)
+    for metrics in (kept, per_call):
+        if prepared:
+            metrics.prepare(config())
+        for sample in varied_samples(600, seed=11):
+            metrics.record(sample)
+    assert rendered(kept) == rendered(per_call)
+    assert 'gateway_invalid_answers_total{deployment="b2",model="n",reason="empty"}' in rendered(kept)[0]
+    assert "gateway_race_loser_seconds_total" in rendered(kept)[0]
