@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 BUCKET_S = 60
 SPAN_S = 30 * 60
 HISTORY_METRICS: frozenset[Metric] = frozenset({"ttft_s", "tokens_per_s"})
+_HISTORY_ORDER: tuple[Metric, ...] = ("ttft_s", "tokens_per_s")
 SETTLED_AFTER_BUCKETS = 2
 """A minute this many buckets back takes no more writes (a flush lands within seconds): read once, cached."""
 
@@ -74,6 +75,8 @@ class MinuteBuckets:
 
     def __init__(self) -> None:
         self.minutes: dict[DeploymentKey, dict[int, DeploymentSummary]] = {}
+        self._last: tuple[int, DeploymentKey, DeploymentSummary] | None = None
+        """The minute, pair and summary ``add`` last counted in: the next sample is mostly of the same."""
 
     def __bool__(self) -> bool:
         return bool(self.minutes)
@@ -81,8 +84,16 @@ class MinuteBuckets:
     def add(self, sample: Sample, now: float, buckets: Mapping[Metric, int] | None = None) -> None:
         """Count a sample in the minute of ``now``; ``buckets``: its ``sample_buckets``, if already worked out."""
         every = sample_buckets(sample) if buckets is None else buckets
-        buckets = {metric: b for metric, b in every.items() if metric in HISTORY_METRICS}
-        self._summary((sample.model, sample.deployment), minute_of(now)).add_buckets(sample.outcome, buckets)
+        # ``sample_buckets`` puts ``ttft_s`` before ``tokens_per_s``: the two kept in that order.
+        buckets = {metric: every[metric] for metric in _HISTORY_ORDER if metric in every}
+        pair, minute = (sample.model, sample.deployment), int(now // BUCKET_S)
+        last = self._last
+        if last is not None and last[0] == minute and last[1] == pair:
+            summary = last[2]
+        else:
+            summary = self._summary(pair, minute)
+            self._last = (minute, pair, summary)
+        summary.add_buckets(sample.outcome, buckets)
 
     def add_summary(self, pair: DeploymentKey, minute: int, summary: DeploymentSummary) -> None:
         self._summary(pair, minute).merge(summary)
@@ -93,6 +104,7 @@ class MinuteBuckets:
                 self.add_summary(pair, minute, summary)
 
     def expire(self, now: float) -> None:
+        self._last = None
         oldest = oldest_minute(now)
         for pair in list(self.minutes):
             minutes = self.minutes[pair]

@@ -17,7 +17,8 @@ import math
 from collections.abc import Mapping
 
 from gateway.samples import Sample
-from gateway.stats.snapshot import DeploymentSummary, Metric, StatsSnapshot, sample_buckets, validity_key
+from gateway.stats.sketch import count_buckets_twice
+from gateway.stats.snapshot import DeploymentSummary, Metric, StatsSnapshot, sample_buckets
 from gateway.types import Clock, DeploymentKey
 
 SliceSummaries = dict[DeploymentKey, DeploymentSummary]
@@ -97,7 +98,7 @@ class SlicedWindow:
 
         ``buckets``: the sample's ``sample_buckets`` when the caller already worked them out (the store
         hands the same ones to the minute history)."""
-        index = slice_index(self.wall_clock(), self.slice_s)
+        index = math.floor(self.wall_clock() / self.slice_s)  # slice_index, inline
         if index != self._expired_for:
             self.expire()
             self._expired_for = index
@@ -107,12 +108,21 @@ class SlicedWindow:
             summaries = self.slices[index] = {}
         if buckets is None:
             buckets = sample_buckets(sample)
-        validity = validity_key(sample)
-        for target in (summaries, self.total):
-            summary = target.get(key)
-            if summary is None:
-                summary = target[key] = DeploymentSummary(sample.model, sample.deployment)
-            summary.add_buckets(sample.outcome, buckets, validity)
+        kind, verdict = sample.kind, sample.validity
+        validity = None if kind is None or verdict is None else f"{kind}:{verdict}"  # validity_key, inline
+        outcome = sample.outcome
+        part = summaries.get(key)
+        if part is None:
+            part = summaries[key] = DeploymentSummary(sample.model, sample.deployment)
+        total = self.total.get(key)
+        if total is None:
+            total = self.total[key] = DeploymentSummary(sample.model, sample.deployment)
+        for summary in (part, total):
+            outcomes = summary.outcomes
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            if validity is not None:
+                summary.validity[validity] = summary.validity.get(validity, 0) + 1
+        count_buckets_twice(part.histograms, total.histograms, buckets)
 
     def add_summary(self, index: int, part: DeploymentSummary) -> bool:
         """Merge a slice's worth of one deployment (read from elsewhere); False if out of the window."""
