@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import openai
 import pytest
 
@@ -306,3 +307,48 @@ def test_a_line_that_cannot_be_made_loses_only_itself(caplog: pytest.LogCaptureF
     asyncio.run(on_the_loop())
     assert stream.getvalue() == '{"n":1}\n{"n":3}\n'
     assert "could not be made" in caplog.text
+
+
+def test_the_lines_numbers_are_rounded_as_round_rounds_them() -> None:
+    # The line's numbers rounded inline (no helper call per field), each as ``round(value, digits)`` of the value,
+    # null where it was not measured; and the encoder kept for every line writes what ``msgspec.json.encode`` does.
+    rng = random.Random(3)
+    log = AccessLog(Metrics(process_metrics=False), wall_clock=lambda: 1_796_468_520.6114106)
+    for i in range(300):
+        request = ProxyRequest(f"r{i}", "chat", "/chat/completions", {"model": "m"}, True, "m", 0.0)
+        samples = [
+            Sample(
+                model="m",
+                deployment="d",
+                provider="p",
+                endpoint="chat",
+                stream=True,
+                outcome=rng.choice(["ok", "timeout"]),
+                started_at=0.0,
+                ttft_s=rng.choice([None, rng.expovariate(3.0), 1e-9]),
+                first_answer_s=rng.choice([None, rng.random()]),
+                tokens_per_s=rng.choice([None, rng.uniform(0, 1e5)]),
+                cost_usd=rng.choice([None, 0.0, rng.random() / 1e3]),
+            )  # fmt: skip
+            for _ in range(rng.randint(0, 3))
+        ]
+        request.trace.samples.extend(samples)
+        request.trace.queue_wait_s = rng.choice([0.0, rng.random()])
+        record = AccessRecord(f"r{i}", "chat", 0.0, lambda: 0.0)
+        record.request = request
+        duration, overhead = rng.expovariate(10.0), rng.choice([None, rng.random() / 1e3])
+        entry = log.entry(record, duration, overhead)
+        winner = record.winner()
+
+        def rounded(value: float | None, digits: int = 6) -> float | None:
+            return None if value is None else round(value, digits)
+
+        assert entry["ttft_s"] == rounded(winner.ttft_s if winner else None)
+        assert entry["first_answer_s"] == rounded(winner.first_answer_s if winner else None)
+        assert entry["tokens_per_s"] == rounded(winner.tokens_per_s if winner else None, 2)
+        costs = [s.cost_usd for s in samples if s.cost_usd is not None]
+        assert entry["cost_usd"] == (rounded(sum(costs), 10) if costs else None)
+        assert [c["cost_usd"] for c in entry["attempt_costs"]] == [rounded(s.cost_usd, 10) for s in samples]
+        assert (entry["queue_wait_s"], entry["duration_s"]) == (rounded(request.trace.queue_wait_s), rounded(duration))
+        assert entry["overhead_s"] == rounded(overhead)
+        assert log_line(entry) == msgspec.json.encode(entry).decode()
