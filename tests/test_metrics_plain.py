@@ -15,6 +15,7 @@ import re
 import pytest
 from prometheus_client import Counter, Gauge, Histogram
 
+from gateway.admission.spending.store import Booking
 from gateway.config import GatewayConfig, parse_config
 from gateway.metrics.attempts import TPS_BUCKETS, TTFT_BUCKETS, OverheadMode
 from gateway.metrics.host import WorkerMetrics
@@ -77,6 +78,8 @@ def exercise(metrics: Metrics) -> None:
     metrics.cache_used("m", "a", 120, 0.001, 0.05)
     metrics.set_provider_limit("a", ProviderLimit(limit=3.0, ceiling=4, remaining_requests=7), 10.0)
     metrics.samples_dropped(2)
+    for cost in (0, 12_345, 7):  # the spend counter: plain values too (``SpendMetrics``' counter_class)
+        metrics.spend.booked("k", "t", [Booking("k1", "t", "m", "a", "a", cost), Booking("k1", "t", "m", "b", "b", 3)])
 
 
 def rendered(metrics: Metrics) -> tuple[str, str]:
@@ -92,6 +95,8 @@ def test_plain_values_render_what_prometheus_clients_own_classes_render() -> Non
     exercise(stock)
     assert rendered(plain) == rendered(stock)
     assert "gateway_tokens_per_second_bucket" in rendered(plain)[0]
+    assert 'gateway_spend_usd_total{key="",model="m",provider="a",team=""} 1.2352e-05' in rendered(plain)[0]
+    assert isinstance(plain.spend.spend, PlainCounter) and not isinstance(stock.spend.spend, PlainCounter)
 
 
 def test_errors_are_prometheus_clients() -> None:

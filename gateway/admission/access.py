@@ -204,7 +204,6 @@ class Ticket:
         self.tally.late = LateBooking(self.state, self.key, self.window, self.spender, self.hold)
 
 
-@dataclass(frozen=True, slots=True)
 class LateBooking:
     """Books an attempt that ended after its request was released (a race's drained loser) on its own.
 
@@ -212,11 +211,16 @@ class LateBooking:
     while it is held), and its budgets are the ones the attempt's cost is booked to.
     """
 
-    state: AccessState
-    key: ClientKey
-    window: int
-    spender: Spender
-    hold: Hold | None
+    __slots__ = ("state", "key", "window", "spender", "hold")
+
+    def __init__(self, state: AccessState, key: ClientKey, window: int, spender: Spender, hold: Hold | None) -> None:
+        # A plain class, not a frozen dataclass: one is made per request, and a frozen one sets each field through
+        # ``object.__setattr__``. Nothing changes them after.
+        self.state = state
+        self.key = key
+        self.window = window
+        self.spender = spender
+        self.hold = hold
 
     def __call__(self, sample: Sample) -> None:
         output = sample.billed_output_tokens

@@ -208,12 +208,13 @@ class InMemorySpendStore:
                 starts.append(period.starts_at)
                 resets.append(period.resets_at)
             self._current = (max(starts), min(resets), tables)
-        for rows in tables:
-            for booking in bookings:
-                row = rows.get(booking.row)
+        for booking in bookings:
+            ident, cost = booking.row, booking.cost
+            for rows in tables:
+                row = rows.get(ident)
                 if row is None:
-                    row = rows[booking.row] = [0, 0]
-                row[0] += booking.cost
+                    row = rows[ident] = [0, 0]
+                row[0] += cost
                 row[1] += 1
 
     def _prune(self, window: BudgetWindow) -> None:
