@@ -129,6 +129,19 @@ def log_line(entry: dict[str, Any]) -> str:
         return json.dumps(entry)
 
 
+def _as_entry(line: _Line) -> dict[str, Any]:
+    """A ``_Line`` as ``AccessLog._entry``'s dict (for ``json.dumps``, which writes what msgspec refuses)."""
+    entry = {name: getattr(line, name) for name in line.__struct_fields__}
+    entry["attempt_costs"] = [
+        {name: getattr(cost, name) for name in cost.__struct_fields__} for cost in line.attempt_costs
+    ]
+    if not line.keepalives:
+        del entry["keepalives"]
+    if line.provider_timings is None:
+        del entry["provider_timings"]
+    return entry
+
+
 class _Facts(NamedTuple):
     """What one request's line says, taken when the request ends (``AccessLog.write``); the line is made from it,
     maybe later. Copied, not referred to: the trace can still change (a race's drained loser adds its sample),
@@ -154,6 +167,55 @@ class _Facts(NamedTuple):
     request: tuple[str, bool, float, dict[str, Any] | None, str | None, dict[str, Any] | None] | None
     """The request's model, stream, queue wait, provider timings, and (with ``log_bodies``) answer text and body;
     None when it never passed validation."""
+
+
+class _AttemptCost(msgspec.Struct):
+    """One entry of the line's ``attempt_costs`` (its keys, in their order)."""
+
+    deployment: Any
+    provider: Any
+    outcome: Any
+    validity: Any
+    cost_usd: Any
+
+
+class _Line(msgspec.Struct, omit_defaults=True):
+    """The line as msgspec encodes it: each field a key of ``AccessLog._entry``'s dict, in its order, so the
+    encoded bytes are that dict's (a struct is made and encoded in a fraction of a dict's time: its keys are
+    encoded once, with the type). ``keepalives`` and ``provider_timings`` are left out at their defaults, as
+    ``_entry`` leaves them out; ``ts`` holds the wall-clock time until the line is made. Without ``log_bodies``
+    only (the bodies' keys are written even when null: ``_entry`` makes those lines)."""
+
+    ts: Any
+    request_id: Any
+    endpoint: Any
+    api: Any
+    upstream_api: Any
+    omitted_tools: Any
+    model: Any
+    stream: Any
+    status: Any
+    outcome: Any
+    validity: Any
+    provider: Any
+    deployment: Any
+    attempts: Any
+    route: Any
+    ttft_s: Any
+    first_answer_s: Any
+    tokens_per_s: Any
+    input_tokens: Any
+    output_tokens: Any
+    usage_source: Any
+    cost_usd: Any
+    key: Any
+    team: Any
+    attempt_costs: Any
+    queue_wait_s: Any
+    duration_s: Any
+    overhead_s: Any
+    keepalives: Any = 0
+    provider_timings: Any = None
 
 
 class AccessLog:
@@ -219,12 +281,19 @@ class AccessLog:
             mode = "stream" if request.stream else "full"
         self.metrics.request_done(model, provider, record.endpoint, upstream, status, mode, overhead)
         if self.enabled and self.logger.isEnabledFor(logging.INFO):
-            facts = self._facts(record, duration, overhead, winner, status, upstream)
             writer = sole_writer(self.logger)
+            if self.log_bodies:
+                facts = self._facts(record, duration, overhead, winner, status, upstream)
+                if writer is not None:
+                    writer.add(partial(self._line, facts))
+                else:
+                    self.logger.info(self._line(facts))
+                return
+            line = self._line_struct(record, duration, overhead, winner, status, upstream)
             if writer is not None:
-                writer.add(partial(self._line, facts))
+                writer.add(partial(self._encoded, line))
             else:
-                self.logger.info(self._line(facts))
+                self.logger.info(self._encoded(line))
 
     def flush(self) -> None:
         """Write every line still pending in a batch (at shutdown)."""
@@ -259,6 +328,74 @@ class AccessLog:
             log.route if log is not None else None, record.omitted_tools(), record.key_name, record.team,
             record.keepalives, samples, said, counted, about,
         )  # fmt: skip
+
+    def _line_struct(
+        self,
+        record: AccessRecord,
+        duration: float,
+        overhead: float | None,
+        winner: Sample | None,
+        status: int | None,
+        upstream: Endpoint | None,
+    ) -> _Line:
+        """What ``_entry(_facts(...))`` says, as a ``_Line``, taken now (the samples' list copied, as ``_facts``
+        copies it): the same values, worked out the same way, without the facts' tuple or the dict."""
+        request, log = record.request, record.log
+        samples: list[Sample] = []
+        said, counted = 0, None
+        model = stream = queue_wait = timings = None
+        if request is not None:
+            trace = request.trace
+            samples, said, counted = list(trace.samples), trace.said_tokens, trace.prompt_tokens_counted
+            model, stream, queue_wait, timings = (
+                request.requested_model,
+                request.stream,
+                trace.queue_wait_s,
+                trace.provider_timings,
+            )
+            if queue_wait is not None:
+                queue_wait = round(queue_wait, 6)
+        prompt = output = usage_source = ttft = first = speed = outcome = validity = provider = deployment = None
+        if winner is not None:
+            prompt = winner.usage_prompt_tokens
+            usage_source = "provider" if prompt is not None and not said else "gateway_tokenizer"
+            if prompt is None:
+                prompt = counted if counted is not None else winner.prompt_tokens_estimate
+            prompt = max(0, prompt - said) if prompt is not None else None
+            output = winner.output_tokens + said if winner.output_tokens is not None else None
+            ttft, first, speed = winner.ttft_s, winner.first_answer_s, winner.tokens_per_s
+            ttft = None if ttft is None else round(ttft, 6)
+            first = None if first is None else round(first, 6)
+            speed = None if speed is None else round(speed, 2)
+            outcome, validity, provider, deployment = (
+                winner.outcome,
+                winner.validity,
+                winner.provider,
+                winner.deployment,
+            )
+        costs = [s.cost_usd for s in samples if s.cost_usd is not None]
+        endpoint = record.endpoint
+        return _Line(
+            self.wall_clock(), record.request_id, endpoint, endpoint, upstream, record.omitted_tools(), model, stream,
+            status, outcome, validity, provider, deployment, len(samples), log.route if log is not None else None,
+            ttft, first, speed, prompt, output, usage_source, round(sum(costs), 10) if costs else None,
+            record.key_name, record.team,
+            [
+                _AttemptCost(s.deployment, s.provider, s.outcome, s.validity, c if c is None else round(c, 10))
+                for s in samples
+                for c in (s.cost_usd,)
+            ],
+            queue_wait, round(duration, 6), None if overhead is None else round(overhead, 6),
+            record.keepalives, timings,
+        )  # fmt: skip
+
+    def _encoded(self, line: _Line) -> str:
+        """The line, made: its time as ``timestamp`` writes it, encoded as ``log_line`` encodes its dict."""
+        line.ts = self.timestamp(line.ts)
+        try:
+            return _ENCODE(line).decode()
+        except UnicodeEncodeError:
+            return log_line(_as_entry(line))
 
     def _line(self, facts: _Facts) -> str:
         return log_line(self._entry(facts))

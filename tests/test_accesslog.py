@@ -352,3 +352,45 @@ def test_the_lines_numbers_are_rounded_as_round_rounds_them() -> None:
         assert (entry["queue_wait_s"], entry["duration_s"]) == (rounded(request.trace.queue_wait_s), rounded(duration))
         assert entry["overhead_s"] == rounded(overhead)
         assert log_line(entry) == msgspec.json.encode(entry).decode()
+
+
+def test_the_struct_made_line_is_the_dict_made_line_byte_for_byte() -> None:
+    # Without log_bodies the line is encoded from a msgspec struct (``_Line``), with them from ``_entry``'s dict:
+    # over varied requests (races, recoveries, keep-alives, provider timings, quotes, non-ASCII, a lone surrogate
+    # that sends the line through json.dumps) both make the same bytes.
+    rng = random.Random(4)
+    log = AccessLog(Metrics(process_metrics=False), wall_clock=lambda: 1_796_468_520.6114106)
+    for i in range(600):
+        request = ProxyRequest(f"r{i}", "chat", "/chat/completions", {"model": "m"}, rng.random() < 0.5, "m\u00e9", 0.0)
+        for _ in range(rng.randint(0, 3)):
+            request.trace.samples.append(
+                Sample(
+                    model=rng.choice(["m", 'q"x']),
+                    deployment=rng.choice("ab"),
+                    provider="p",
+                    endpoint="chat",
+                    stream=True,
+                    outcome=rng.choice(["ok", "timeout"]),
+                    started_at=0.0,
+                    ttft_s=rng.choice([None, rng.expovariate(3.0)]),
+                    first_answer_s=rng.choice([None, rng.random()]),
+                    tokens_per_s=rng.choice([None, rng.uniform(0, 1e5)]),
+                    output_tokens=rng.choice([None, 5]),
+                    usage_prompt_tokens=rng.choice([None, 20]),
+                    prompt_tokens_estimate=rng.choice([None, 9]),
+                    cost_usd=rng.choice([None, 0.0, rng.random() / 1e3]),
+                    validity=rng.choice([None, "valid", "empty"]),
+                )  # fmt: skip
+            )
+        trace = request.trace
+        trace.queue_wait_s = rng.choice([0.0, rng.random()])
+        trace.said_tokens, trace.prompt_tokens_counted = rng.choice([0, 7]), rng.choice([None, 33])
+        trace.provider_timings = rng.choice([None, {}, {"queue": 0.1, "note": "\ud800" if i % 50 == 0 else "x"}])
+        record = AccessRecord(f"r{i}\u2028", rng.choice(["chat", "responses"]), 0.0, lambda: 0.0)
+        record.request = request if rng.random() < 0.9 else None
+        record.log = rng.choice([None, AttemptLog(status=200, route="best-score")])
+        record.error_status = rng.choice([None, 429])
+        record.key_name, record.team = rng.choice([(None, None), ("alice", "t1")])
+        record.keepalives = rng.choice([0, 3])
+        args = (record, rng.expovariate(10.0), rng.choice([None, rng.random()]), record.winner(), record.status, None)
+        assert log._encoded(log._line_struct(*args)) == log._line(log._facts(*args))
