@@ -65,28 +65,6 @@ def count_buckets(histograms: dict[K, LogHistogram], buckets: Mapping[K, int]) -
         histogram._memo = None
 
 
-def count_buckets_twice(first: dict[K, LogHistogram], second: dict[K, LogHistogram], buckets: Mapping[K, int]) -> None:
-    """``count_buckets`` into two sets of histograms at once (a window's slice and its total): each bucket's
-    reported value found once for both."""
-    values = _VALUES
-    for key, bucket in buckets.items():
-        reported = values.get(bucket)
-        if reported is None:
-            reported = value_of(bucket)
-        inverse = 1 / reported if bucket != ZERO_BUCKET else 0.0
-        for histograms in (first, second):
-            histogram = histograms.get(key)
-            if histogram is None:
-                histogram = histograms[key] = LogHistogram()
-            counts = histogram.counts
-            counts[bucket] = counts.get(bucket, 0) + 1
-            histogram.count += 1
-            histogram._sum += reported
-            if bucket != ZERO_BUCKET:
-                histogram._inverse_sum += inverse
-            histogram._memo = None
-
-
 class LogHistogram:
     """Counts per bucket. Not thread-safe; merge copies instead of sharing.
 

@@ -184,8 +184,10 @@ def _fingerprint(summaries: Mapping[tuple[str, str], DeploymentSummary]) -> list
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_the_fused_record_keeps_what_sample_by_sample_counting_kept(seed: int) -> None:
-    # The same samples, the same clock: the same snapshots (sums and quantiles to the last bit) and minutes.
+    # The same samples, the same clock: the same snapshots (sums and quantiles to the last bit) and minutes,
+    # whether a slice's and the minutes' samples wait to be counted in a batch or not.
     rng = random.Random(seed)
+    steps = rng.choice([[0.0, 0.3, 2.0, 13.0], [0.0, 0.01, 0.05]])  # slices come and go; or 64 wait in one
     clock = FakeClock()
     store, reference = InMemoryStatsStore(StatsConfig(window_s=60, slice_s=10), clock), _ReferenceStore(60, 10, clock)
     for _ in range(300):
@@ -208,10 +210,14 @@ def test_the_fused_record_keeps_what_sample_by_sample_counting_kept(seed: int) -
         )
         store.record(sample)
         reference.record(sample)
-        clock.advance(rng.choice([0.0, 0.3, 2.0, 13.0]))
+        clock.advance(rng.choice(steps))
         if rng.random() < 0.2:
             reference.expire()
             assert _fingerprint(store.snapshot().summaries) == _fingerprint(reference.total)
+        if rng.random() < 0.02:  # reading the slices counts what waits: the same counts, whenever read
+            assert [_fingerprint(s) for s in store.window.slices.values()] == [
+                _fingerprint(s) for s in reference.slices.values()
+            ]
     reference.expire()
     assert _fingerprint(store.snapshot().summaries) == _fingerprint(reference.total)
     assert [(i, _fingerprint(s)) for i, s in store.window.slices.items()] == [
