@@ -183,8 +183,9 @@ class _Line(msgspec.Struct, omit_defaults=True):
     """The line as msgspec encodes it: each field a key of ``AccessLog._entry``'s dict, in its order, so the
     encoded bytes are that dict's (a struct is made and encoded in a fraction of a dict's time: its keys are
     encoded once, with the type). ``keepalives`` and ``provider_timings`` are left out at their defaults, as
-    ``_entry`` leaves them out; ``ts`` holds the wall-clock time until the line is made. Without ``log_bodies``
-    only (the bodies' keys are written even when null: ``_entry`` makes those lines)."""
+    ``_entry`` leaves them out. Without ``log_bodies``
+    only (the bodies' keys are written even when null: ``_entry`` makes those lines). Made with its batch
+    (``AccessLog._made``)."""
 
     ts: Any
     request_id: Any
@@ -216,6 +217,16 @@ class _Line(msgspec.Struct, omit_defaults=True):
     overhead_s: Any
     keepalives: Any = 0
     provider_timings: Any = None
+
+
+_Taken = tuple[
+    float, str, Endpoint, Endpoint | None, list[str] | None, str | None, str | None, str | None, int, int | None,
+    float, float | None, Sample | None, list[Sample], int, int | None, str | None, bool | None, float | None,
+    dict[str, Any] | None,
+]  # fmt: skip
+"""``AccessLog._taken``: the wall-clock time, request id, endpoint, upstream API, omitted tools, route, key, team,
+keep-alives, status, duration, overhead, winner, samples, said and counted tokens, model, stream, queue wait and
+provider timings (the last five None, the samples empty, when the request never passed validation)."""
 
 
 class AccessLog:
@@ -289,11 +300,11 @@ class AccessLog:
                 else:
                     self.logger.info(self._line(facts))
                 return
-            line = self._line_struct(record, duration, overhead, winner, status, upstream)
+            taken = self._taken(record, duration, overhead, winner, status, upstream)
             if writer is not None:
-                writer.add(partial(self._encoded, line))
+                writer.add(partial(self._made, taken))
             else:
-                self.logger.info(self._encoded(line))
+                self.logger.info(self._made(taken))
 
     def flush(self) -> None:
         """Write every line still pending in a batch (at shutdown)."""
@@ -329,7 +340,7 @@ class AccessLog:
             record.keepalives, samples, said, counted, about,
         )  # fmt: skip
 
-    def _line_struct(
+    def _taken(
         self,
         record: AccessRecord,
         duration: float,
@@ -337,27 +348,33 @@ class AccessLog:
         winner: Sample | None,
         status: int | None,
         upstream: Endpoint | None,
-    ) -> _Line:
-        """What ``_entry(_facts(...))`` says, as a ``_Line``, taken now (the samples' list copied, as ``_facts``
-        copies it): the same values, worked out the same way, without the facts' tuple or the dict."""
+    ) -> _Taken:
+        """What the line will say, taken now (``_facts``' values, the samples' list copied, in a plain tuple):
+        the line is made from it by ``_made``, with its batch."""
         request, log = record.request, record.log
-        samples: list[Sample] = []
-        said, counted = 0, None
-        model = stream = queue_wait = timings = None
-        if request is not None:
-            trace = request.trace
-            samples, said, counted = list(trace.samples), trace.said_tokens, trace.prompt_tokens_counted
-            model, stream, queue_wait, timings = (
-                request.requested_model,
-                request.stream,
-                trace.queue_wait_s,
-                trace.provider_timings,
-            )
-            if queue_wait is not None:
-                queue_wait = round(queue_wait, 6)
+        if request is None:
+            return (
+                self.wall_clock(), record.request_id, record.endpoint, upstream, record.omitted_tools(),
+                log.route if log is not None else None, record.key_name, record.team, record.keepalives, status,
+                duration, overhead, winner, [], 0, None, None, None, None, None,
+            )  # fmt: skip
+        trace = request.trace
+        return (
+            self.wall_clock(), record.request_id, record.endpoint, upstream, record.omitted_tools(),
+            log.route if log is not None else None, record.key_name, record.team, record.keepalives, status,
+            duration, overhead, winner, list(trace.samples), trace.said_tokens, trace.prompt_tokens_counted,
+            request.requested_model, request.stream, trace.queue_wait_s, trace.provider_timings,
+        )  # fmt: skip
+
+    def _made(self, taken: _Taken) -> str:
+        """The line of ``_taken``'s tuple: what ``_line(_facts(...))`` makes, worked out the same way, encoded from
+        a ``_Line`` (no dict)."""
+        (at, request_id, endpoint, upstream, omitted, route, key, team, keepalives, status, duration, overhead,
+         winner, samples, said, counted, model, stream, queue_wait, timings) = taken  # fmt: skip
         prompt = output = usage_source = ttft = first = speed = outcome = validity = provider = deployment = None
         if winner is not None:
             prompt = winner.usage_prompt_tokens
+            # As ``_entry``: the provider's usage, or the gateway's own count (see there).
             usage_source = "provider" if prompt is not None and not said else "gateway_tokenizer"
             if prompt is None:
                 prompt = counted if counted is not None else winner.prompt_tokens_estimate
@@ -373,25 +390,23 @@ class AccessLog:
                 winner.provider,
                 winner.deployment,
             )
-        costs = [s.cost_usd for s in samples if s.cost_usd is not None]
-        endpoint = record.endpoint
-        return _Line(
-            self.wall_clock(), record.request_id, endpoint, endpoint, upstream, record.omitted_tools(), model, stream,
-            status, outcome, validity, provider, deployment, len(samples), log.route if log is not None else None,
-            ttft, first, speed, prompt, output, usage_source, round(sum(costs), 10) if costs else None,
-            record.key_name, record.team,
-            [
-                _AttemptCost(s.deployment, s.provider, s.outcome, s.validity, c if c is None else round(c, 10))
-                for s in samples
-                for c in (s.cost_usd,)
-            ],
-            queue_wait, round(duration, 6), None if overhead is None else round(overhead, 6),
-            record.keepalives, timings,
+        costs = []
+        attempt_costs = []
+        for sample in samples:
+            cost = sample.cost_usd
+            if cost is not None:
+                costs.append(cost)
+                cost = round(cost, 10)
+            attempt_costs.append(
+                _AttemptCost(sample.deployment, sample.provider, sample.outcome, sample.validity, cost)
+            )
+        line = _Line(
+            self.timestamp(at), request_id, endpoint, endpoint, upstream, omitted, model, stream, status, outcome,
+            validity, provider, deployment, len(samples), route, ttft, first, speed, prompt, output, usage_source,
+            round(sum(costs), 10) if costs else None, key, team, attempt_costs,
+            None if queue_wait is None else round(queue_wait, 6), round(duration, 6),
+            None if overhead is None else round(overhead, 6), keepalives, timings,
         )  # fmt: skip
-
-    def _encoded(self, line: _Line) -> str:
-        """The line, made: its time as ``timestamp`` writes it, encoded as ``log_line`` encodes its dict."""
-        line.ts = self.timestamp(line.ts)
         try:
             return _ENCODE(line).decode()
         except UnicodeEncodeError:

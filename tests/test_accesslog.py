@@ -393,4 +393,4 @@ def test_the_struct_made_line_is_the_dict_made_line_byte_for_byte() -> None:
         record.key_name, record.team = rng.choice([(None, None), ("alice", "t1")])
         record.keepalives = rng.choice([0, 3])
         args = (record, rng.expovariate(10.0), rng.choice([None, rng.random()]), record.winner(), record.status, None)
-        assert log._encoded(log._line_struct(*args)) == log._line(log._facts(*args))
+        assert log._made(log._taken(*args)) == log._line(log._facts(*args))
