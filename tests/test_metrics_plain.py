@@ -19,7 +19,7 @@ from gateway.admission.spending.store import Booking
 from gateway.config import GatewayConfig, parse_config
 from gateway.metrics.attempts import TPS_BUCKETS, TTFT_BUCKETS, OverheadMode
 from gateway.metrics.host import WorkerMetrics
-from gateway.metrics.plain import PlainCounter, PlainHistogram
+from gateway.metrics.plain import PlainCounter, PlainGauge, PlainHistogram
 from gateway.metrics.series import Metrics
 from gateway.routing.capacity import ProviderLimit
 from gateway.samples import Sample
@@ -224,3 +224,20 @@ def test_records_kept_children_render_what_series_per_call_renders(prepared: boo
     assert rendered(kept) == rendered(per_call)
     assert 'gateway_invalid_answers_total{deployment="b2",model="n",reason="empty"}' in rendered(kept)[0]
     assert "gateway_race_loser_seconds_total" in rendered(kept)[0]
+
+
+def test_plain_gauges_inc_and_dec_as_prometheus_clients_own() -> None:
+    plain, stock = PlainGauge("g", "g", ["x"], registry=None), Gauge("g", "g", ["x"], registry=None)
+    rng = random.Random(2)
+    for _ in range(200):
+        amount = rng.choice([1, 0.1, 3.7, -2.2])
+        for gauge in (plain, stock):
+            child = gauge.labels("a")
+            child.inc(amount) if amount > 0 else child.dec(-amount)
+            child.dec(0.3)
+    assert plain.labels("a")._value.get() == stock.labels("a")._value.get()
+    with pytest.raises(ValueError, match="missing label values"):
+        plain.inc()
+    recent = PlainGauge("r", "r", registry=None, multiprocess_mode="mostrecent")
+    with pytest.raises(RuntimeError, match="mostrecent"):
+        recent.dec()
