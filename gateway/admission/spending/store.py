@@ -185,8 +185,8 @@ class InMemorySpendStore:
 
     def settle_now(self, hold: Hold | None, at: float, bookings: Sequence[Booking]) -> None:
         """``settle``, without a coroutine: it never waits (``SpendLedger.settle_now``, every request)."""
-        total = sum(b.cost for b in bookings)
         if hold is not None:
+            total = sum(b.cost for b in bookings)
             for held in hold.scopes:
                 key = self._key(held)
                 counters = self._counters.setdefault(key, [0, 0])
