@@ -18,7 +18,8 @@ K = TypeVar("K")
 
 RELATIVE_ACCURACY = 0.01
 GAMMA = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
-_LOG_GAMMA = math.log(GAMMA)
+LOG_GAMMA = math.log(GAMMA)
+
 MIN_VALUE = 1e-6
 """Values at or below this (zero included) are counted in one "zero" bucket, reported as 0."""
 ZERO_BUCKET = -(2**31)
@@ -28,7 +29,7 @@ def bucket_of(value: float) -> int:
     """The bucket index of ``value``."""
     if value <= MIN_VALUE or math.isnan(value):
         return ZERO_BUCKET
-    return math.ceil(math.log(value) / _LOG_GAMMA)
+    return math.ceil(math.log(value) / LOG_GAMMA)
 
 
 _VALUES: dict[int, float] = {}

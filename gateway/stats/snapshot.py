@@ -9,12 +9,13 @@ the event loop, never mutate it, and copy it (``from_samples`` or a deep copy) t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from gateway.samples import OUTCOMES, VALIDITIES, Outcome, RequestKind, Sample
-from gateway.stats.sketch import LogHistogram, bucket_of, count_buckets
+from gateway.stats.sketch import LOG_GAMMA, MIN_VALUE, ZERO_BUCKET, LogHistogram, bucket_of, count_buckets
 from gateway.types import DeploymentKey
 
 Metric = Literal[
@@ -106,27 +107,32 @@ def validity_key(sample: Sample) -> str | None:
 def sample_buckets(sample: Sample) -> dict[Metric, int]:
     """The histogram bucket of each value the sample contributes (see ``sample_values``), in the same order.
 
-    Worked out from the sample directly, not through ``sample_values``' dict: the stores call it per sample, and
-    the prompt cache's values exist only where a prompt and cached tokens were reported, or a long prompt."""
+    Worked out from the sample directly, not through ``sample_values``' dict, each bucket as ``bucket_of`` works
+    it out (inline: the stores call this per sample); the prompt cache's values exist only where a prompt and
+    cached tokens were reported, or a long prompt."""
     buckets: dict[Metric, int] = {}
-    ttft = sample.ttft_s
-    if ttft is not None:
-        buckets["ttft_s"] = bucket_of(ttft)
-    if sample.first_answer_s is not None:
-        buckets["first_answer_s"] = bucket_of(sample.first_answer_s)
-    if sample.tokens_per_s is not None:
-        buckets["tokens_per_s"] = bucket_of(sample.tokens_per_s)
+    log, ceil, isnan = math.log, math.ceil, math.isnan
+    value = sample.ttft_s
+    if value is not None:
+        buckets["ttft_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
+    value = sample.first_answer_s
+    if value is not None:
+        buckets["first_answer_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
+    value = sample.tokens_per_s
+    if value is not None:
+        buckets["tokens_per_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
     if sample.outcome == "ok":
-        if sample.e2e_s is not None:
-            buckets["e2e_s"] = bucket_of(sample.e2e_s)
+        value = sample.e2e_s
+        if value is not None:
+            buckets["e2e_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
         if sample.output_tokens is not None:
             buckets["output_tokens"] = bucket_of(float(sample.output_tokens))
     prompt = sample.usage_prompt_tokens or sample.prompt_tokens_estimate
     if prompt and (sample.usage_cached_tokens is not None or prompt >= MIN_PREFILL_TOKENS):
         values: dict[Metric, float] = {}
         cache_values(sample, values)
-        for metric, value in values.items():
-            buckets[metric] = bucket_of(value)
+        for metric, cached in values.items():
+            buckets[metric] = bucket_of(cached)
     return buckets
 
 

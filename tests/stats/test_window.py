@@ -15,8 +15,8 @@ from gateway.config import StatsConfig
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
 from gateway.stats.history import HISTORY_METRICS, MinuteBuckets
-from gateway.stats.sketch import LogHistogram
-from gateway.stats.snapshot import DeploymentSummary, sample_values, validity_key
+from gateway.stats.sketch import LogHistogram, bucket_of
+from gateway.stats.snapshot import DeploymentSummary, sample_buckets, sample_values, validity_key
 from gateway.stats.window import SlicedWindow, subtract
 from tests.support.clock import FakeClock
 from tests.support.samples import make_sample
@@ -226,3 +226,26 @@ def test_the_fused_record_keeps_what_sample_by_sample_counting_kept(seed: int) -
     assert {p: [(m, _fingerprint({p: s})) for m, s in ms.items()] for p, ms in store.minutes.minutes.items()} == {
         p: [(m, _fingerprint({p: s})) for m, s in ms.items()] for p, ms in reference.minutes.items()
     }
+
+
+def test_sample_buckets_are_bucket_of_each_sample_value() -> None:
+    # Worked out inline, in the order ``sample_values`` lists the values: the same buckets, edges included.
+    rng = random.Random(9)
+    edges = [None, 0.0, -1.0, 1e-6, 1.0000001e-6, math.nan, 1e-300, 0.5, 1.0, 123.456, 1e12]
+    for _ in range(2000):
+        prompt = rng.choice([None, 0, 30, 1024, 40_000])
+        sample = dataclasses.replace(
+            make_sample(
+                outcome=rng.choice(["ok", "timeout"]),
+                ttft_s=rng.choice([*edges, rng.expovariate(1.0)]),
+                tokens_per_s=rng.choice([*edges, rng.uniform(0, 1e5)]),
+                e2e_s=rng.choice(edges),
+                output_tokens=rng.choice([None, 0, 1, rng.randint(2, 10**6)]),
+            ),
+            first_answer_s=rng.choice(edges),
+            usage_prompt_tokens=prompt,
+            usage_cached_tokens=rng.choice([None, 0, 2000]),
+            prompt_tokens_estimate=rng.choice([None, 25, 2048]),
+        )
+        expected = {metric: bucket_of(value) for metric, value in sample_values(sample).items()}
+        assert list(sample_buckets(sample).items()) == list(expected.items())
