@@ -104,13 +104,16 @@ class AccessRecord:
         Failed attempts before the winner count as upstream time, not as the gateway's, and so
         does a wait for a free slot (``queue_wait_s`` in the line): the providers were full.
         """
-        if self.request is None or self.first_byte_at is None:
+        if self.request is None:
+            return None
+        first_byte_at = self.first_byte_at
+        if first_byte_at is None:
             return None
         trace = self.request.trace
         if trace.upstream_sent_at is None or trace.upstream_ready_at is None:
             return None
         before = trace.upstream_sent_at - self.received_at - trace.queue_wait_before_sent_s
-        return before + (self.first_byte_at - trace.upstream_ready_at)
+        return before + (first_byte_at - trace.upstream_ready_at)
 
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -275,17 +278,21 @@ class AccessLog:
         """Count the request in the metrics and write its line: the winner, the status and the upstream API worked
         out once and handed to both (each used to find its own).
 
-        To a sole ``LineWriter`` the line goes unbuilt: what it says is taken now (``_Facts``: the request's
-        trace may still change, a race's drained loser adds its sample to it), and the line is made from that
-        when its batch is written, many lines together, after the request has gone.
+        To a sole ``LineWriter`` the line goes unbuilt: what it says is taken now (``_taken``, or ``_Facts`` with
+        ``log_bodies``: the request's trace may still change, a race's drained loser adds its sample to it), and
+        the line is made from that when its batch is written, many lines together, after the request has gone.
         """
         duration = record.clock() - record.received_at
-        request = record.request
+        request, log = record.request, record.log
         winner = record.winner()
-        status = record.status
-        upstream = record.upstream_api()
+        # ``record.status`` and ``record.upstream_api()``, inline: read once, here.
+        status = record.error_status
+        if status is None and log is not None:
+            status = log.status
+        answered = log.winner if log is not None else None
+        upstream = upstream_api(answered.deployment, record.endpoint) if answered is not None else None
         model = request.requested_model if request is not None else ""
-        provider = winner.provider if winner is not None and record.log is not None else ""
+        provider = winner.provider if winner is not None and log is not None else ""
         overhead = record.overhead_s()
         mode: OverheadMode | None = None
         if overhead is not None and request is not None:
