@@ -104,13 +104,20 @@ class AccessRecord:
         Failed attempts before the winner count as upstream time, not as the gateway's, and so
         does a wait for a free slot (``queue_wait_s`` in the line): the providers were full.
         """
-        if self.request is None or self.first_byte_at is None:
+        if self.request is None:
+            return None
+        first_byte_at = self.first_byte_at
+        if first_byte_at is None:
             return None
         trace = self.request.trace
         if trace.upstream_sent_at is None or trace.upstream_ready_at is None:
             return None
         before = trace.upstream_sent_at - self.received_at - trace.queue_wait_before_sent_s
-        return before + (self.first_byte_at - trace.upstream_ready_at)
+        return before + (first_byte_at - trace.upstream_ready_at)
+
+
+_ENCODE = msgspec.json.Encoder().encode
+"""``msgspec.json.encode`` without making its default encoder's look-up per line (the same bytes)."""
 
 
 def log_line(entry: dict[str, Any]) -> str:
@@ -120,13 +127,22 @@ def log_line(entry: dict[str, Any]) -> str:
     refuses it, and ``json.dumps`` keeps it escaped instead.
     """
     try:
-        return msgspec.json.encode(entry).decode()
+        return _ENCODE(entry).decode()
     except UnicodeEncodeError:
         return json.dumps(entry)
 
 
-def _round(value: float | None, digits: int = 6) -> float | None:
-    return None if value is None else round(value, digits)
+def _as_entry(line: _Line) -> dict[str, Any]:
+    """A ``_Line`` as ``AccessLog._entry``'s dict (for ``json.dumps``, which writes what msgspec refuses)."""
+    entry = {name: getattr(line, name) for name in line.__struct_fields__}
+    entry["attempt_costs"] = [
+        {name: getattr(cost, name) for name in cost.__struct_fields__} for cost in line.attempt_costs
+    ]
+    if not line.keepalives:
+        del entry["keepalives"]
+    if line.provider_timings is None:
+        del entry["provider_timings"]
+    return entry
 
 
 class _Facts(NamedTuple):
@@ -154,6 +170,66 @@ class _Facts(NamedTuple):
     request: tuple[str, bool, float, dict[str, Any] | None, str | None, dict[str, Any] | None] | None
     """The request's model, stream, queue wait, provider timings, and (with ``log_bodies``) answer text and body;
     None when it never passed validation."""
+
+
+class _AttemptCost(msgspec.Struct):
+    """One entry of the line's ``attempt_costs`` (its keys, in their order)."""
+
+    deployment: Any
+    provider: Any
+    outcome: Any
+    validity: Any
+    cost_usd: Any
+
+
+class _Line(msgspec.Struct, omit_defaults=True):
+    """The line as msgspec encodes it: each field a key of ``AccessLog._entry``'s dict, in its order, so the
+    encoded bytes are that dict's (a struct is made and encoded in a fraction of a dict's time: its keys are
+    encoded once, with the type). ``keepalives`` and ``provider_timings`` are left out at their defaults, as
+    ``_entry`` leaves them out. Without ``log_bodies``
+    only (the bodies' keys are written even when null: ``_entry`` makes those lines). Made with its batch
+    (``AccessLog._made``)."""
+
+    ts: Any
+    request_id: Any
+    endpoint: Any
+    api: Any
+    upstream_api: Any
+    omitted_tools: Any
+    model: Any
+    stream: Any
+    status: Any
+    outcome: Any
+    validity: Any
+    provider: Any
+    deployment: Any
+    attempts: Any
+    route: Any
+    ttft_s: Any
+    first_answer_s: Any
+    tokens_per_s: Any
+    input_tokens: Any
+    output_tokens: Any
+    usage_source: Any
+    cost_usd: Any
+    key: Any
+    team: Any
+    attempt_costs: Any
+    queue_wait_s: Any
+    duration_s: Any
+    overhead_s: Any
+    keepalives: Any = 0
+    provider_timings: Any = None
+
+
+_Taken = tuple[
+    float, str, Endpoint, Endpoint | None, list[str] | None, str | None, str | None, str | None, int, int | None,
+    float, float | None, Sample | None, list[Sample], int, int | None, str | None, bool | None, float | None,
+    dict[str, Any] | None,
+]  # fmt: skip
+"""``AccessLog._taken``: the wall-clock time, request id, endpoint, upstream API, omitted tools, route, key, team,
+keep-alives, status, duration, overhead, winner, samples, said and counted tokens, model, stream, queue wait and
+provider timings (the last five None, the samples empty, when the request never passed validation)."""
 
 
 class AccessLog:
@@ -202,29 +278,40 @@ class AccessLog:
         """Count the request in the metrics and write its line: the winner, the status and the upstream API worked
         out once and handed to both (each used to find its own).
 
-        To a sole ``LineWriter`` the line goes unbuilt: what it says is taken now (``_Facts``: the request's
-        trace may still change, a race's drained loser adds its sample to it), and the line is made from that
-        when its batch is written, many lines together, after the request has gone.
+        To a sole ``LineWriter`` the line goes unbuilt: what it says is taken now (``_taken``, or ``_Facts`` with
+        ``log_bodies``: the request's trace may still change, a race's drained loser adds its sample to it), and
+        the line is made from that when its batch is written, many lines together, after the request has gone.
         """
         duration = record.clock() - record.received_at
-        request = record.request
+        request, log = record.request, record.log
         winner = record.winner()
-        status = record.status
-        upstream = record.upstream_api()
+        # ``record.status`` and ``record.upstream_api()``, inline: read once, here.
+        status = record.error_status
+        if status is None and log is not None:
+            status = log.status
+        answered = log.winner if log is not None else None
+        upstream = upstream_api(answered.deployment, record.endpoint) if answered is not None else None
         model = request.requested_model if request is not None else ""
-        provider = winner.provider if winner is not None and record.log is not None else ""
+        provider = winner.provider if winner is not None and log is not None else ""
         overhead = record.overhead_s()
         mode: OverheadMode | None = None
         if overhead is not None and request is not None:
             mode = "stream" if request.stream else "full"
         self.metrics.request_done(model, provider, record.endpoint, upstream, status, mode, overhead)
         if self.enabled and self.logger.isEnabledFor(logging.INFO):
-            facts = self._facts(record, duration, overhead, winner, status, upstream)
             writer = sole_writer(self.logger)
+            if self.log_bodies:
+                facts = self._facts(record, duration, overhead, winner, status, upstream)
+                if writer is not None:
+                    writer.add(partial(self._line, facts))
+                else:
+                    self.logger.info(self._line(facts))
+                return
+            taken = self._taken(record, duration, overhead, winner, status, upstream)
             if writer is not None:
-                writer.add(partial(self._line, facts))
+                writer.add(partial(self._made, taken))
             else:
-                self.logger.info(self._line(facts))
+                self.logger.info(self._made(taken))
 
     def flush(self) -> None:
         """Write every line still pending in a batch (at shutdown)."""
@@ -260,14 +347,87 @@ class AccessLog:
             record.keepalives, samples, said, counted, about,
         )  # fmt: skip
 
+    def _taken(
+        self,
+        record: AccessRecord,
+        duration: float,
+        overhead: float | None,
+        winner: Sample | None,
+        status: int | None,
+        upstream: Endpoint | None,
+    ) -> _Taken:
+        """What the line will say, taken now (``_facts``' values, the samples' list copied, in a plain tuple):
+        the line is made from it by ``_made``, with its batch."""
+        request, log = record.request, record.log
+        if request is None:
+            return (
+                self.wall_clock(), record.request_id, record.endpoint, upstream, record.omitted_tools(),
+                log.route if log is not None else None, record.key_name, record.team, record.keepalives, status,
+                duration, overhead, winner, [], 0, None, None, None, None, None,
+            )  # fmt: skip
+        trace = request.trace
+        return (
+            self.wall_clock(), record.request_id, record.endpoint, upstream, record.omitted_tools(),
+            log.route if log is not None else None, record.key_name, record.team, record.keepalives, status,
+            duration, overhead, winner, list(trace.samples), trace.said_tokens, trace.prompt_tokens_counted,
+            request.requested_model, request.stream, trace.queue_wait_s, trace.provider_timings,
+        )  # fmt: skip
+
+    def _made(self, taken: _Taken) -> str:
+        """The line of ``_taken``'s tuple: what ``_line(_facts(...))`` makes, worked out the same way, encoded from
+        a ``_Line`` (no dict)."""
+        (at, request_id, endpoint, upstream, omitted, route, key, team, keepalives, status, duration, overhead,
+         winner, samples, said, counted, model, stream, queue_wait, timings) = taken  # fmt: skip
+        prompt = output = usage_source = ttft = first = speed = outcome = validity = provider = deployment = None
+        if winner is not None:
+            prompt = winner.usage_prompt_tokens
+            # As ``_entry``: the provider's usage, or the gateway's own count (see there).
+            usage_source = "provider" if prompt is not None and not said else "gateway_tokenizer"
+            if prompt is None:
+                prompt = counted if counted is not None else winner.prompt_tokens_estimate
+            prompt = max(0, prompt - said) if prompt is not None else None
+            output = winner.output_tokens + said if winner.output_tokens is not None else None
+            ttft, first, speed = winner.ttft_s, winner.first_answer_s, winner.tokens_per_s
+            ttft = None if ttft is None else round(ttft, 6)
+            first = None if first is None else round(first, 6)
+            speed = None if speed is None else round(speed, 2)
+            outcome, validity, provider, deployment = (
+                winner.outcome,
+                winner.validity,
+                winner.provider,
+                winner.deployment,
+            )
+        costs = []
+        attempt_costs = []
+        for sample in samples:
+            cost = sample.cost_usd
+            if cost is not None:
+                costs.append(cost)
+                cost = round(cost, 10)
+            attempt_costs.append(
+                _AttemptCost(sample.deployment, sample.provider, sample.outcome, sample.validity, cost)
+            )
+        line = _Line(
+            self.timestamp(at), request_id, endpoint, endpoint, upstream, omitted, model, stream, status, outcome,
+            validity, provider, deployment, len(samples), route, ttft, first, speed, prompt, output, usage_source,
+            round(sum(costs), 10) if costs else None, key, team, attempt_costs,
+            None if queue_wait is None else round(queue_wait, 6), round(duration, 6),
+            None if overhead is None else round(overhead, 6), keepalives, timings,
+        )  # fmt: skip
+        try:
+            return _ENCODE(line).decode()
+        except UnicodeEncodeError:
+            return log_line(_as_entry(line))
+
     def _line(self, facts: _Facts) -> str:
         return log_line(self._entry(facts))
 
     def _entry(self, facts: _Facts) -> dict[str, Any]:
         winner, samples, said, about = facts.winner, facts.samples, facts.said, facts.request
         costs = [s.cost_usd for s in samples if s.cost_usd is not None]
-        prompt = output = usage_source = None
+        prompt = output = usage_source = ttft = first = speed = None
         if winner is not None:
+            ttft, first, speed = winner.ttft_s, winner.first_answer_s, winner.tokens_per_s
             prompt = winner.usage_prompt_tokens
             # Where the split came from: the provider's usage, or the gateway's pinned tokenizer (no usage came, or
             # a recovery's earlier parts were counted by it and moved from the continuation's prompt to the output).
@@ -294,13 +454,13 @@ class AccessLog:
             "deployment": winner.deployment if winner is not None else None,
             "attempts": len(samples),
             "route": facts.route,
-            "ttft_s": _round(winner.ttft_s if winner else None),
-            "first_answer_s": _round(winner.first_answer_s if winner else None),
-            "tokens_per_s": _round(winner.tokens_per_s if winner else None, 2),
+            "ttft_s": None if ttft is None else round(ttft, 6),
+            "first_answer_s": None if first is None else round(first, 6),
+            "tokens_per_s": None if speed is None else round(speed, 2),
             "input_tokens": prompt,
             "output_tokens": output,
             "usage_source": usage_source,
-            "cost_usd": _round(sum(costs), 10) if costs else None,
+            "cost_usd": round(sum(costs), 10) if costs else None,
             "key": facts.key,
             "team": facts.team,
             "attempt_costs": [
@@ -309,13 +469,13 @@ class AccessLog:
                     "provider": s.provider,
                     "outcome": s.outcome,
                     "validity": s.validity,
-                    "cost_usd": _round(s.cost_usd, 10),
+                    "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 10),
                 }
                 for s in samples
             ],
-            "queue_wait_s": _round(about[2]) if about is not None else None,
-            "duration_s": _round(facts.duration),
-            "overhead_s": _round(facts.overhead),
+            "queue_wait_s": None if about is None or about[2] is None else round(about[2], 6),
+            "duration_s": round(facts.duration, 6),
+            "overhead_s": None if facts.overhead is None else round(facts.overhead, 6),
         }
         if facts.keepalives:
             entry["keepalives"] = facts.keepalives

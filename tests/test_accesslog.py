@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import openai
 import pytest
 
@@ -306,3 +307,90 @@ def test_a_line_that_cannot_be_made_loses_only_itself(caplog: pytest.LogCaptureF
     asyncio.run(on_the_loop())
     assert stream.getvalue() == '{"n":1}\n{"n":3}\n'
     assert "could not be made" in caplog.text
+
+
+def test_the_lines_numbers_are_rounded_as_round_rounds_them() -> None:
+    # The line's numbers rounded inline (no helper call per field), each as ``round(value, digits)`` of the value,
+    # null where it was not measured; and the encoder kept for every line writes what ``msgspec.json.encode`` does.
+    rng = random.Random(3)
+    log = AccessLog(Metrics(process_metrics=False), wall_clock=lambda: 1_796_468_520.6114106)
+    for i in range(300):
+        request = ProxyRequest(f"r{i}", "chat", "/chat/completions", {"model": "m"}, True, "m", 0.0)
+        samples = [
+            Sample(
+                model="m",
+                deployment="d",
+                provider="p",
+                endpoint="chat",
+                stream=True,
+                outcome=rng.choice(["ok", "timeout"]),
+                started_at=0.0,
+                ttft_s=rng.choice([None, rng.expovariate(3.0), 1e-9]),
+                first_answer_s=rng.choice([None, rng.random()]),
+                tokens_per_s=rng.choice([None, rng.uniform(0, 1e5)]),
+                cost_usd=rng.choice([None, 0.0, rng.random() / 1e3]),
+            )  # fmt: skip
+            for _ in range(rng.randint(0, 3))
+        ]
+        request.trace.samples.extend(samples)
+        request.trace.queue_wait_s = rng.choice([0.0, rng.random()])
+        record = AccessRecord(f"r{i}", "chat", 0.0, lambda: 0.0)
+        record.request = request
+        duration, overhead = rng.expovariate(10.0), rng.choice([None, rng.random() / 1e3])
+        entry = log.entry(record, duration, overhead)
+        winner = record.winner()
+
+        def rounded(value: float | None, digits: int = 6) -> float | None:
+            return None if value is None else round(value, digits)
+
+        assert entry["ttft_s"] == rounded(winner.ttft_s if winner else None)
+        assert entry["first_answer_s"] == rounded(winner.first_answer_s if winner else None)
+        assert entry["tokens_per_s"] == rounded(winner.tokens_per_s if winner else None, 2)
+        costs = [s.cost_usd for s in samples if s.cost_usd is not None]
+        assert entry["cost_usd"] == (rounded(sum(costs), 10) if costs else None)
+        assert [c["cost_usd"] for c in entry["attempt_costs"]] == [rounded(s.cost_usd, 10) for s in samples]
+        assert (entry["queue_wait_s"], entry["duration_s"]) == (rounded(request.trace.queue_wait_s), rounded(duration))
+        assert entry["overhead_s"] == rounded(overhead)
+        assert log_line(entry) == msgspec.json.encode(entry).decode()
+
+
+def test_the_struct_made_line_is_the_dict_made_line_byte_for_byte() -> None:
+    # Without log_bodies the line is encoded from a msgspec struct (``_Line``), with them from ``_entry``'s dict:
+    # over varied requests (races, recoveries, keep-alives, provider timings, quotes, non-ASCII, a lone surrogate
+    # that sends the line through json.dumps) both make the same bytes.
+    rng = random.Random(4)
+    log = AccessLog(Metrics(process_metrics=False), wall_clock=lambda: 1_796_468_520.6114106)
+    for i in range(600):
+        request = ProxyRequest(f"r{i}", "chat", "/chat/completions", {"model": "m"}, rng.random() < 0.5, "m\u00e9", 0.0)
+        for _ in range(rng.randint(0, 3)):
+            request.trace.samples.append(
+                Sample(
+                    model=rng.choice(["m", 'q"x']),
+                    deployment=rng.choice("ab"),
+                    provider="p",
+                    endpoint="chat",
+                    stream=True,
+                    outcome=rng.choice(["ok", "timeout"]),
+                    started_at=0.0,
+                    ttft_s=rng.choice([None, rng.expovariate(3.0)]),
+                    first_answer_s=rng.choice([None, rng.random()]),
+                    tokens_per_s=rng.choice([None, rng.uniform(0, 1e5)]),
+                    output_tokens=rng.choice([None, 5]),
+                    usage_prompt_tokens=rng.choice([None, 20]),
+                    prompt_tokens_estimate=rng.choice([None, 9]),
+                    cost_usd=rng.choice([None, 0.0, rng.random() / 1e3]),
+                    validity=rng.choice([None, "valid", "empty"]),
+                )  # fmt: skip
+            )
+        trace = request.trace
+        trace.queue_wait_s = rng.choice([0.0, rng.random()])
+        trace.said_tokens, trace.prompt_tokens_counted = rng.choice([0, 7]), rng.choice([None, 33])
+        trace.provider_timings = rng.choice([None, {}, {"queue": 0.1, "note": "\ud800" if i % 50 == 0 else "x"}])
+        record = AccessRecord(f"r{i}\u2028", rng.choice(["chat", "responses"]), 0.0, lambda: 0.0)
+        record.request = request if rng.random() < 0.9 else None
+        record.log = rng.choice([None, AttemptLog(status=200, route="best-score")])
+        record.error_status = rng.choice([None, 429])
+        record.key_name, record.team = rng.choice([(None, None), ("alice", "t1")])
+        record.keepalives = rng.choice([0, 3])
+        args = (record, rng.expovariate(10.0), rng.choice([None, rng.random()]), record.winner(), record.status, None)
+        assert log._made(log._taken(*args)) == log._line(log._facts(*args))

@@ -211,3 +211,51 @@ def test_redis_down_fails_closed_and_keeps_settlements(tmp_path: Path) -> None:
         asyncio.run(scenario())
     finally:
         server.stop()
+
+
+def test_settle_books_the_rows_settling_one_by_one_books() -> None:
+    """The in-memory store keeps the day's, week's and month's rows it last booked into: across period ends, and a
+    clock that goes back, its counters and rows are those of finding each period per settlement, as it did."""
+    import random
+
+    from gateway.admission.spending.store import PERIODS_KEPT, Booking, HeldScope, Hold, breakdown_periods
+
+    def settle_by_periods(store: InMemorySpendStore, hold: Hold | None, at: float, bookings: list[Booking]) -> None:
+        total = sum(b.cost for b in bookings)
+        if hold is not None:
+            for held in hold.scopes:
+                key = store._key(held)
+                counters = store._counters.setdefault(key, [0, 0])
+                if store._holds.get(key, {}).pop(hold.id, None) is not None:
+                    counters[1] -= hold.amount
+                counters[0] += total
+        for period in breakdown_periods(at):
+            rows = store._rows.get((period.window, period.id))
+            if rows is None:
+                rows = store._rows[(period.window, period.id)] = {}
+                store._prune(period.window)
+            for booking in bookings:
+                row = rows.setdefault(booking.row, [0, 0])
+                row[0] += booking.cost
+                row[1] += 1
+
+    rng = random.Random(5)
+    kept, reference = InMemorySpendStore(), InMemorySpendStore()
+    spender = Spender.of("k1", "alice", "t", Budget(10.0, "day"), Budget(50.0, "month"))
+    at = _at("2026-12-30T22:00:00")
+    for i in range(400):
+        at += rng.choice([1.0, 600.0, 3600.0 * 7, -3600.0 * 30])
+        held = tuple(HeldScope(scope, period_of(scope.budget.window, at)) for scope in spender.scopes)
+        hold = rng.choice([None, Hold(f"h{i}", 1000, held, spender.tag, at + 60)])
+        bookings = [
+            Booking("k1", "t", "m", rng.choice("ab"), rng.choice(["a", "a2"]), rng.randint(0, 5000))
+            for _ in range(rng.randint(0, 2))
+        ]
+        for store in (kept, reference):
+            if hold is not None:
+                asyncio.run(store.reserve(hold, at))
+        kept.settle_now(hold, at, bookings)
+        settle_by_periods(reference, hold, at, bookings)
+        assert kept._counters == reference._counters and kept._holds == reference._holds
+        assert list(kept._rows.items()) == list(reference._rows.items())
+    assert len([w for w, _ in kept._rows if w == "day"]) == PERIODS_KEPT

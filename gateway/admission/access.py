@@ -121,6 +121,17 @@ class AccessState:
             self._pending.add(task)
             task.add_done_callback(self._finished)
 
+    def settle(self, spender: Spender, hold: Hold | None, samples: list[Sample]) -> None:
+        """Settle a request's spend (``SpendLedger.settle``): at once, without a coroutine, in this process's own
+        store, else in the background (``spawn``)."""
+        if self.local_spend:
+            try:
+                self.spend.settle_now(spender, hold, samples)
+            except Exception:
+                logger.exception("access: a token correction or a settlement failed")
+        else:
+            self.spawn(self.spend.settle(spender, hold, samples))
+
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._pending.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -187,14 +198,12 @@ class Ticket:
                     self.state.limiter.adjust(self.key.key_id, self.window, delta), local=self.state.local_limits
                 )
         if self.hold is not None or self.tally.samples:
-            settle = self.state.spend.settle(self.spender, self.hold, list(self.tally.samples))
-            self.state.spawn(settle, local=self.state.local_spend)
+            self.state.settle(self.spender, self.hold, list(self.tally.samples))
         # Not a bound method of the ticket: the tally would then hold the ticket that holds it, a cycle per
         # request that only the collector's rare full passes free.
         self.tally.late = LateBooking(self.state, self.key, self.window, self.spender, self.hold)
 
 
-@dataclass(frozen=True, slots=True)
 class LateBooking:
     """Books an attempt that ended after its request was released (a race's drained loser) on its own.
 
@@ -202,11 +211,16 @@ class LateBooking:
     while it is held), and its budgets are the ones the attempt's cost is booked to.
     """
 
-    state: AccessState
-    key: ClientKey
-    window: int
-    spender: Spender
-    hold: Hold | None
+    __slots__ = ("state", "key", "window", "spender", "hold")
+
+    def __init__(self, state: AccessState, key: ClientKey, window: int, spender: Spender, hold: Hold | None) -> None:
+        # A plain class, not a frozen dataclass: one is made per request, and a frozen one sets each field through
+        # ``object.__setattr__``. Nothing changes them after.
+        self.state = state
+        self.key = key
+        self.window = window
+        self.spender = spender
+        self.hold = hold
 
     def __call__(self, sample: Sample) -> None:
         output = sample.billed_output_tokens
@@ -214,7 +228,7 @@ class LateBooking:
             self.state.spawn(
                 self.state.limiter.adjust(self.key.key_id, self.window, output), local=self.state.local_limits
             )
-        self.state.spawn(self.state.spend.settle(self.spender, self.hold, [sample]), local=self.state.local_spend)
+        self.state.settle(self.spender, self.hold, [sample])
 
 
 class AccessControl:

@@ -69,6 +69,8 @@ class AttemptSeries(SeriesFamilies):
         counter, histogram = self.counter_class, self.histogram_class
         self._request_series: dict[tuple[object, ...], tuple[Any, Any, Any]] = {}
         """``request_done``'s children by (model, provider, api, upstream api, status, overhead mode)."""
+        self._sample_children: dict[tuple[str, str, str, str], _SampleChildren] = {}
+        """``record``'s children by (model, provider, deployment, API)."""
         # Client requests, one per HTTP request to an inference endpoint.
         self.requests = counter(
             "gateway_requests_total",
@@ -188,35 +190,51 @@ class AttemptSeries(SeriesFamilies):
     # -- SampleSink -------------------------------------------------------------------------
 
     def record(self, sample: Sample) -> None:
-        """One finished attempt. Missing values are skipped, never counted as zero."""
-        labels = (sample.model, sample.provider)
-        self._series(self.attempts, *labels, sample.outcome).inc()
-        if sample.ttft_s is not None:
-            self._series(self.ttft, *labels).observe(sample.ttft_s)
-            self._series(self.api_ttft, sample.model, sample.endpoint).observe(sample.ttft_s)
+        """One finished attempt. Missing values are skipped, never counted as zero.
+
+        The sample's children are found with one look-up (``_SampleChildren``, per model, provider, deployment
+        and API), each made on its first use, as ``_series`` would: a series shows only once it was touched."""
+        key = (sample.model, sample.provider, sample.deployment, sample.endpoint)
+        children = self._sample_children.get(key)
+        if children is None:
+            children = self._sample_children[key] = _SampleChildren(self, *key)
+        outcome = sample.outcome
+        child = children.attempts.get(outcome)
+        if child is None:
+            child = children.attempts[outcome] = self._series(self.attempts, key[0], key[1], outcome)
+        child.inc()
+        ttft = sample.ttft_s
+        if ttft is not None:
+            (children.ttft or children.make("ttft")).observe(ttft)
+            (children.api_ttft or children.make("api_ttft")).observe(ttft)
         if sample.first_answer_s is not None:
-            self._series(self.first_answer, *labels).observe(sample.first_answer_s)
+            (children.first_answer or children.make("first_answer")).observe(sample.first_answer_s)
         if sample.tokens_per_s is not None:
-            self._series(self.tokens_per_second, *labels).observe(sample.tokens_per_s)
-        if sample.outcome == "ok":
+            (children.tokens_per_second or children.make("tokens_per_second")).observe(sample.tokens_per_s)
+        ok = outcome == "ok"
+        output = sample.output_tokens
+        if ok:
             if sample.e2e_s is not None:
-                self._series(self.end_to_end, *labels).observe(sample.e2e_s)
-            if sample.output_tokens is not None:
-                self._series(self.output_tokens_per_answer, *labels).observe(sample.output_tokens)
-        output = sample.output_tokens if sample.output_tokens is not None else sample.usage_completion_tokens
+                (children.end_to_end or children.make("end_to_end")).observe(sample.e2e_s)
+            if output is not None:
+                (children.output_tokens_per_answer or children.make("output_tokens_per_answer")).observe(output)
+        if output is None:
+            output = sample.usage_completion_tokens
         # Input counts where the relay charges for it: answers, and failures that produced output.
-        if sample.outcome == "ok" or output:
+        if ok or output:
             prompt = sample.usage_prompt_tokens
             prompt = prompt if prompt is not None else sample.prompt_tokens_estimate
             if prompt:
-                self._series(self.tokens, *labels, "input").inc(prompt)
+                (children.input_tokens or children.make("input_tokens")).inc(prompt)
         if output:
-            self._series(self.tokens, *labels, "output").inc(output)
+            (children.output_tokens or children.make("output_tokens")).inc(output)
         if sample.cost_usd:
-            self._series(self.cost, *labels).inc(sample.cost_usd)
-        if sample.validity is not None and sample.validity != "valid":
-            self._series(self.invalid_answers, sample.model, sample.deployment, sample.validity).inc()
-        if sample.hedged and sample.outcome == "client_cancelled":
+            (children.cost or children.make("cost")).inc(sample.cost_usd)
+        validity = sample.validity
+        if validity is not None and validity != "valid":
+            self._series(self.invalid_answers, sample.model, sample.deployment, validity).inc()
+        if sample.hedged and outcome == "client_cancelled":
+            labels = (sample.model, sample.provider)
             if sample.attempt_s is not None:
                 self._series(self.race_loser_seconds, *labels).inc(sample.attempt_s)
             if sample.cost_usd:
@@ -262,3 +280,42 @@ class AttemptSeries(SeriesFamilies):
         api_requests.inc()
         if overhead is not None and overhead_s is not None:
             overhead.observe(max(0.0, overhead_s))
+
+
+class _SampleChildren:
+    """The children ``AttemptSeries.record`` updates for one (model, provider, deployment, API), each None until
+    ``make`` asks ``_series`` for it (when the series is first touched, as before: no series shows earlier)."""
+
+    __slots__ = (
+        "_owner", "_model", "_provider", "_endpoint", "attempts", "ttft", "api_ttft", "first_answer",
+        "tokens_per_second", "end_to_end", "output_tokens_per_answer", "input_tokens", "output_tokens", "cost",
+    )  # fmt: skip
+
+    def __init__(self, owner: AttemptSeries, model: str, provider: str, deployment: str, endpoint: str) -> None:
+        self._owner = owner
+        self._model, self._provider, self._endpoint = model, provider, endpoint
+        self.attempts: dict[str, Any] = {}
+        self.ttft: Any = None
+        self.api_ttft: Any = None
+        self.first_answer: Any = None
+        self.tokens_per_second: Any = None
+        self.end_to_end: Any = None
+        self.output_tokens_per_answer: Any = None
+        self.input_tokens: Any = None
+        self.output_tokens: Any = None
+        self.cost: Any = None
+
+    def make(self, name: str) -> Any:
+        """The child ``name`` stands for, made (or found) by ``_series`` and kept."""
+        owner, model, provider = self._owner, self._model, self._provider
+        child: Any
+        if name == "api_ttft":
+            child = owner._series(owner.api_ttft, model, self._endpoint)
+        elif name == "input_tokens":
+            child = owner._series(owner.tokens, model, provider, "input")
+        elif name == "output_tokens":
+            child = owner._series(owner.tokens, model, provider, "output")
+        else:
+            child = owner._series(getattr(owner, name), model, provider)
+        setattr(self, name, child)
+        return child

@@ -9,7 +9,7 @@ classes for prometheus-client's own, whose values live in the multiprocess files
 
 from __future__ import annotations
 
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -49,7 +49,7 @@ class SeriesFamilies:
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = family.labels(*values)
-        return cast(_Family, child)
+        return child  # a child of ``family``, of its class (no ``cast``: a call per series asked for)
 
     @staticmethod
     def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:

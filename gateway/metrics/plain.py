@@ -79,3 +79,15 @@ class PlainHistogram(Histogram):
 class PlainGauge(Gauge):
     def _metric_init(self) -> None:
         self._value = PlainValue()
+
+    def inc(self, amount: float = 1) -> None:
+        if self._is_most_recent or not self._labelvalues and self._labelnames:
+            super().inc(amount)  # its errors
+            return
+        self._value._value += amount
+
+    def dec(self, amount: float = 1) -> None:
+        if self._is_most_recent or not self._labelvalues and self._labelnames:
+            super().dec(amount)
+            return
+        self._value._value += -amount  # as prometheus-client's dec: inc(-amount)

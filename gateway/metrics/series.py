@@ -84,7 +84,7 @@ class Metrics(AttemptSeries, RoutingSeries, WindowSeries):
         self._register_routing_series(r)
         self._register_window_series(r)
         # Spend and budgets by key name and team (``gateway.admission.spending.metrics``).
-        self.spend = SpendMetrics(r)
+        self.spend = SpendMetrics(r, self.counter_class)
         self._genai: GenAIFamilies | None = None
 
     def prepare(self, config: GatewayConfig) -> None:

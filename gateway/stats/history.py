@@ -18,9 +18,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.samples import Sample
+from gateway.samples import Outcome, Sample
 from gateway.stats.redis_layout import EXPIRY_SLACK_S, pair_member, summary_fields, summary_from_hash
 from gateway.stats.snapshot import DeploymentSummary, Metric, sample_buckets
+from gateway.stats.window import PENDING_SAMPLES
 from gateway.types import DeploymentKey
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 BUCKET_S = 60
 SPAN_S = 30 * 60
 HISTORY_METRICS: frozenset[Metric] = frozenset({"ttft_s", "tokens_per_s"})
+_HISTORY_ORDER: tuple[Metric, ...] = ("ttft_s", "tokens_per_s")
 SETTLED_AFTER_BUCKETS = 2
 """A minute this many buckets back takes no more writes (a flush lands within seconds): read once, cached."""
 
@@ -70,10 +72,23 @@ class MinuteBuckets:
     buckets = MinuteBuckets()
     buckets.add(sample, now=time.time())
     buckets.points(now=time.time())    # {("m", "groq"): (HistoryPoint(...), ...)}
+
+    ``add`` keeps up to ``PENDING_SAMPLES`` samples uncounted and counts them in one pass, in the order they came,
+    when that many wait or before anything reads the minutes (``minutes``, ``points``, ``expire``, merges): the
+    dashboard reads them now and then, the samples come with every request.
     """
 
     def __init__(self) -> None:
-        self.minutes: dict[DeploymentKey, dict[int, DeploymentSummary]] = {}
+        self._minutes: dict[DeploymentKey, dict[int, DeploymentSummary]] = {}
+        self._pending: list[tuple[DeploymentKey, int, Outcome, Mapping[Metric, int]]] = []
+        self._last: tuple[int, DeploymentKey, DeploymentSummary] | None = None
+        """The minute, pair and summary last counted in: the next sample is mostly of the same."""
+
+    @property
+    def minutes(self) -> dict[DeploymentKey, dict[int, DeploymentSummary]]:
+        """Per (model, deployment), its minutes' summaries, every sample counted."""
+        self._count_pending()
+        return self._minutes
 
     def __bool__(self) -> bool:
         return bool(self.minutes)
@@ -81,10 +96,29 @@ class MinuteBuckets:
     def add(self, sample: Sample, now: float, buckets: Mapping[Metric, int] | None = None) -> None:
         """Count a sample in the minute of ``now``; ``buckets``: its ``sample_buckets``, if already worked out."""
         every = sample_buckets(sample) if buckets is None else buckets
-        buckets = {metric: b for metric, b in every.items() if metric in HISTORY_METRICS}
-        self._summary((sample.model, sample.deployment), minute_of(now)).add_buckets(sample.outcome, buckets)
+        pending = self._pending
+        pending.append(((sample.model, sample.deployment), int(now // BUCKET_S), sample.outcome, every))
+        if len(pending) >= PENDING_SAMPLES:
+            self._count_pending()
+
+    def _count_pending(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        last = self._last
+        for pair, minute, outcome, every in pending:
+            if last is not None and last[0] == minute and last[1] == pair:
+                summary = last[2]
+            else:
+                summary = self._summary(pair, minute)
+                last = (minute, pair, summary)
+            # ``sample_buckets`` puts ``ttft_s`` before ``tokens_per_s``: the two kept in that order.
+            summary.add_buckets(outcome, {metric: every[metric] for metric in _HISTORY_ORDER if metric in every})
+        self._last = last
 
     def add_summary(self, pair: DeploymentKey, minute: int, summary: DeploymentSummary) -> None:
+        self._count_pending()
         self._summary(pair, minute).merge(summary)
 
     def merge(self, other: MinuteBuckets) -> None:
@@ -93,24 +127,26 @@ class MinuteBuckets:
                 self.add_summary(pair, minute, summary)
 
     def expire(self, now: float) -> None:
+        self._count_pending()
+        self._last = None
         oldest = oldest_minute(now)
-        for pair in list(self.minutes):
-            minutes = self.minutes[pair]
+        for pair in list(self._minutes):
+            minutes = self._minutes[pair]
             for minute in [m for m in minutes if m < oldest]:
                 del minutes[minute]
             if not minutes:
-                del self.minutes[pair]
+                del self._minutes[pair]
 
     def points(self, now: float, pairs: Iterable[DeploymentKey] | None = None) -> History:
         self.expire(now)
-        wanted = self.minutes if pairs is None else {p: self.minutes.get(p, {}) for p in pairs}
+        wanted = self._minutes if pairs is None else {p: self._minutes.get(p, {}) for p in pairs}
         return {
             pair: tuple(point(minute, minutes[minute]) for minute in sorted(minutes))
             for pair, minutes in wanted.items()
         }
 
     def _summary(self, pair: DeploymentKey, minute: int) -> DeploymentSummary:
-        minutes = self.minutes.setdefault(pair, {})
+        minutes = self._minutes.setdefault(pair, {})
         summary = minutes.get(minute)
         if summary is None:
             summary = minutes[minute] = DeploymentSummary(pair[0], pair[1])

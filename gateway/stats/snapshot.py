@@ -9,12 +9,13 @@ the event loop, never mutate it, and copy it (``from_samples`` or a deep copy) t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from gateway.samples import OUTCOMES, VALIDITIES, Outcome, RequestKind, Sample
-from gateway.stats.sketch import LogHistogram, bucket_of
+from gateway.stats.sketch import LOG_GAMMA, MIN_VALUE, ZERO_BUCKET, LogHistogram, bucket_of, count_buckets
 from gateway.types import DeploymentKey
 
 Metric = Literal[
@@ -104,8 +105,35 @@ def validity_key(sample: Sample) -> str | None:
 
 
 def sample_buckets(sample: Sample) -> dict[Metric, int]:
-    """The histogram bucket of each value the sample contributes (see ``sample_values``)."""
-    return {metric: bucket_of(value) for metric, value in sample_values(sample).items()}
+    """The histogram bucket of each value the sample contributes (see ``sample_values``), in the same order.
+
+    Worked out from the sample directly, not through ``sample_values``' dict, each bucket as ``bucket_of`` works
+    it out (inline: the stores call this per sample); the prompt cache's values exist only where a prompt and
+    cached tokens were reported, or a long prompt."""
+    buckets: dict[Metric, int] = {}
+    log, ceil, isnan = math.log, math.ceil, math.isnan
+    value = sample.ttft_s
+    if value is not None:
+        buckets["ttft_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
+    value = sample.first_answer_s
+    if value is not None:
+        buckets["first_answer_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
+    value = sample.tokens_per_s
+    if value is not None:
+        buckets["tokens_per_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
+    if sample.outcome == "ok":
+        value = sample.e2e_s
+        if value is not None:
+            buckets["e2e_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
+        if sample.output_tokens is not None:
+            buckets["output_tokens"] = bucket_of(float(sample.output_tokens))
+    prompt = sample.usage_prompt_tokens or sample.prompt_tokens_estimate
+    if prompt and (sample.usage_cached_tokens is not None or prompt >= MIN_PREFILL_TOKENS):
+        values: dict[Metric, float] = {}
+        cache_values(sample, values)
+        for metric, cached in values.items():
+            buckets[metric] = bucket_of(cached)
+    return buckets
 
 
 @dataclass
@@ -126,14 +154,11 @@ class DeploymentSummary:
     def add_buckets(self, outcome: Outcome, buckets: Mapping[Metric, int], validity: str | None = None) -> None:
         """Count one sample given as its outcome, ``sample_buckets`` and ``validity_key``: the window adds one
         sample to two summaries (its slice's and the total) and works its bucket indexes out once."""
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        outcomes = self.outcomes
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
         if validity is not None:
             self.validity[validity] = self.validity.get(validity, 0) + 1
-        for metric, bucket in buckets.items():
-            histogram = self.histograms.get(metric)
-            if histogram is None:
-                histogram = self.histograms[metric] = LogHistogram()
-            histogram.add_bucket(bucket)
+        count_buckets(self.histograms, buckets)
 
     def merge(self, other: DeploymentSummary) -> None:
         for outcome, n in other.outcomes.items():

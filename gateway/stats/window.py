@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from gateway.samples import Sample
-from gateway.stats.snapshot import DeploymentSummary, Metric, StatsSnapshot, sample_buckets, validity_key
+from gateway.samples import Outcome, Sample
+from gateway.stats.sketch import count_buckets
+from gateway.stats.snapshot import DeploymentSummary, Metric, StatsSnapshot, sample_buckets
 from gateway.types import Clock, DeploymentKey
 
 SliceSummaries = dict[DeploymentKey, DeploymentSummary]
@@ -63,20 +64,60 @@ def subtract(total: DeploymentSummary, part: DeploymentSummary) -> None:
             del total.histograms[metric]
 
 
+PENDING_SAMPLES = 64
+"""Samples a window's open slice holds uncounted, at most: counted in one pass when this many wait, when the slice
+closes, or when it is read (``SlicedWindow.slices``, expiry, a merged summary)."""
+
+_Pending = tuple[DeploymentKey, Outcome, Mapping[Metric, int], str | None]
+
+
 class SlicedWindow:
     """The last ``window_s`` seconds of samples, in ``slice_s`` slices. Not thread-safe (one event loop).
 
     ``wall_clock`` is injectable so that expiry can be tested without waiting.
+
+    ``add`` counts a sample in the total at once (the router reads it on every request) and in its slice later,
+    up to ``PENDING_SAMPLES`` at a time: a slice is read only when it leaves the window, and counting a batch
+    in one pass touches each of its histograms once, not once per sample. Counted in the order they came, the
+    slice's sums are the ones counting each at once made, so the total's, once the slice is subtracted, are too.
     """
 
     def __init__(self, window_s: int, slice_s: int, wall_clock: Clock) -> None:
         self.slice_s = slice_s
         self.slices_in_window = max(1, window_s // slice_s)
         self.wall_clock = wall_clock
-        self.slices: dict[int, SliceSummaries] = {}
+        self._slices: dict[int, SliceSummaries] = {}
         self.total: SliceSummaries = {}
         self._expired_for: int | None = None
         """The slice index ``add`` last expired for: within one slice, nothing more can age out."""
+        self._pending: list[_Pending] = []
+        """Samples of slice ``_pending_index`` counted in the total, not yet in the slice."""
+        self._pending_index: int | None = None
+
+    @property
+    def slices(self) -> dict[int, SliceSummaries]:
+        """Each slice's summaries by index, every sample counted."""
+        self._count_pending()
+        return self._slices
+
+    def _count_pending(self) -> None:
+        """Count the pending samples in their slice, in the order they came."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        summaries = self._slices.get(self._pending_index)  # type: ignore[arg-type]
+        if summaries is None:
+            summaries = self._slices[self._pending_index] = {}  # type: ignore[index]
+        for key, outcome, buckets, validity in pending:
+            summary = summaries.get(key)
+            if summary is None:
+                summary = summaries[key] = DeploymentSummary(key[0], key[1])
+            outcomes = summary.outcomes
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            if validity is not None:
+                summary.validity[validity] = summary.validity.get(validity, 0) + 1
+            count_buckets(summary.histograms, buckets)
 
     def _oldest_kept(self) -> int:
         return slice_index(self.wall_clock(), self.slice_s) - self.slices_in_window + 1
@@ -84,8 +125,11 @@ class SlicedWindow:
     def expire(self) -> None:
         """Drop slices that fell out of the window, subtracting them from the total."""
         oldest = self._oldest_kept()
-        for index in [i for i in self.slices if i < oldest]:
-            for key, part in self.slices.pop(index).items():
+        if self._pending and self._pending_index < oldest:  # type: ignore[operator]
+            self._count_pending()
+        slices = self._slices
+        for index in [i for i in slices if i < oldest]:
+            for key, part in slices.pop(index).items():
                 total = self.total.get(key)
                 if total is not None:
                     subtract(total, part)
@@ -97,29 +141,42 @@ class SlicedWindow:
 
         ``buckets``: the sample's ``sample_buckets`` when the caller already worked them out (the store
         hands the same ones to the minute history)."""
-        index = slice_index(self.wall_clock(), self.slice_s)
+        index = math.floor(self.wall_clock() / self.slice_s)  # slice_index, inline
         if index != self._expired_for:
             self.expire()
             self._expired_for = index
+        if index != self._pending_index:
+            self._count_pending()
+            self._pending_index = index
+        if index not in self._slices:
+            self._slices[index] = {}  # made now: the slices keep the order they began in
         key = (sample.model, sample.deployment)
-        summaries = self.slices.get(index)
-        if summaries is None:
-            summaries = self.slices[index] = {}
         if buckets is None:
             buckets = sample_buckets(sample)
-        validity = validity_key(sample)
-        for target in (summaries, self.total):
-            summary = target.get(key)
-            if summary is None:
-                summary = target[key] = DeploymentSummary(sample.model, sample.deployment)
-            summary.add_buckets(sample.outcome, buckets, validity)
+        kind, verdict = sample.kind, sample.validity
+        validity = None if kind is None or verdict is None else f"{kind}:{verdict}"  # validity_key, inline
+        outcome = sample.outcome
+        pending = self._pending
+        pending.append((key, outcome, buckets, validity))
+        if len(pending) >= PENDING_SAMPLES:
+            self._count_pending()
+        total = self.total.get(key)
+        if total is None:
+            total = self.total[key] = DeploymentSummary(sample.model, sample.deployment)
+        outcomes = total.outcomes
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        if validity is not None:
+            total.validity[validity] = total.validity.get(validity, 0) + 1
+        count_buckets(total.histograms, buckets)
 
     def add_summary(self, index: int, part: DeploymentSummary) -> bool:
         """Merge a slice's worth of one deployment (read from elsewhere); False if out of the window."""
         if index < self._oldest_kept():
             return False
+        if index == self._pending_index:
+            self._count_pending()
         key = (part.model, part.deployment)
-        summaries = self.slices.setdefault(index, {})
+        summaries = self._slices.setdefault(index, {})
         for target in (summaries, self.total):
             summary = target.get(key)
             if summary is None:
@@ -133,7 +190,8 @@ class SlicedWindow:
         return self._oldest_kept()
 
     def clear(self) -> None:
-        self.slices.clear()
+        self._pending = []
+        self._slices.clear()
         self.total.clear()
 
     def snapshot(self) -> StatsSnapshot:

@@ -36,6 +36,7 @@ from gateway.admission.spending.store import (
     BudgetScope,
     HeldScope,
     Hold,
+    InMemorySpendStore,
     Refusal,
     SpendRow,
     SpendStore,
@@ -170,6 +171,19 @@ class SpendLedger:
             return
         at = self.wall_clock()
         await self.store.settle(hold, spender.tag, at, bookings)
+        for listener in self.listeners:
+            listener.booked(spender.key_name, spender.team, bookings)
+
+    def settle_now(self, spender: Spender, hold: Hold | None, samples: Sequence[Sample]) -> None:
+        """``settle`` over an ``InMemorySpendStore``, without a coroutine (it never waits): the same bookings, the
+        same listeners told. ``AccessState.settle`` chooses."""
+        bookings = bookings_of(spender, samples)
+        if hold is None and not bookings:
+            return
+        at = self.wall_clock()
+        store = self.store
+        assert isinstance(store, InMemorySpendStore)
+        store.settle_now(hold, at, bookings)
         for listener in self.listeners:
             listener.booked(spender.key_name, spender.team, bookings)
 

@@ -24,8 +24,10 @@ _BUDGET_LABELS = ("scope", "name", "window")
 class SpendMetrics:
     """Registered in the gateway's own registry by ``gateway.metrics.series.Metrics``."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.spend = Counter(
+    def __init__(self, registry: CollectorRegistry, counter_class: type[Counter] = Counter) -> None:
+        """``counter_class``: the gateway's own (``Metrics.counter_class``: plain values in one process, as its
+        other counters; prometheus-client's under ``--workers``)."""
+        self.spend = counter_class(
             "gateway_spend_usd",
             "Cost booked to client keys, at configured prices, by key name, team, model and provider",
             ["key", "team", "model", "provider"],

@@ -151,6 +151,9 @@ class InMemorySpendStore:
         self._counters: dict[_CounterKey, list[int]] = {}
         self._holds: dict[_CounterKey, dict[str, tuple[int, float]]] = {}
         self._rows: dict[tuple[BudgetWindow, str], dict[tuple[str, str, str, str, str], list[int]]] = {}
+        self._current: tuple[float, float, list[dict[tuple[str, str, str, str, str], list[int]]]] | None = None
+        """The rows of the day, week and month ``settle`` last booked into, and the span they all hold: every
+        settlement books into the same three until one of them ends."""
 
     @staticmethod
     def _key(held: HeldScope) -> _CounterKey:
@@ -178,22 +181,40 @@ class InMemorySpendStore:
         return None
 
     async def settle(self, hold: Hold | None, tag: str, at: float, bookings: Sequence[Booking]) -> None:
-        total = sum(b.cost for b in bookings)
+        self.settle_now(hold, at, bookings)
+
+    def settle_now(self, hold: Hold | None, at: float, bookings: Sequence[Booking]) -> None:
+        """``settle``, without a coroutine: it never waits (``SpendLedger.settle_now``, every request)."""
         if hold is not None:
+            total = sum(b.cost for b in bookings)
             for held in hold.scopes:
                 key = self._key(held)
                 counters = self._counters.setdefault(key, [0, 0])
                 if self._holds.get(key, {}).pop(hold.id, None) is not None:
                     counters[1] -= hold.amount
                 counters[0] += total
-        for period in breakdown_periods(at):
-            rows = self._rows.get((period.window, period.id))
-            if rows is None:
-                rows = self._rows[(period.window, period.id)] = {}
-                self._prune(period.window)
-            for booking in bookings:
-                row = rows.setdefault(booking.row, [0, 0])
-                row[0] += booking.cost
+        current = self._current
+        if current is not None and current[0] <= at < current[1]:
+            tables = current[2]
+        else:
+            tables = []
+            starts, resets = [], []
+            for period in breakdown_periods(at):
+                rows = self._rows.get((period.window, period.id))
+                if rows is None:
+                    rows = self._rows[(period.window, period.id)] = {}
+                    self._prune(period.window)
+                tables.append(rows)
+                starts.append(period.starts_at)
+                resets.append(period.resets_at)
+            self._current = (max(starts), min(resets), tables)
+        for booking in bookings:
+            ident, cost = booking.row, booking.cost
+            for rows in tables:
+                row = rows.get(ident)
+                if row is None:
+                    row = rows[ident] = [0, 0]
+                row[0] += cost
                 row[1] += 1
 
     def _prune(self, window: BudgetWindow) -> None:
