@@ -83,23 +83,28 @@ def _texts(pieces: list[bytes], lead: bytes) -> bytes | None:
 def _datas(entries: KeptChunks, start: int, stop: int, parts: list[bytes], times: list[float]) -> bool:
     """Add entries ``start`` to ``stop`` to the array's ``parts`` as their events' data (each whole chunk one
     ``data: {`` line per event), their arrivals to ``times``; False when one is of another form."""
-    indices = entries.parts
+    indices, datas, heads, arrivals = entries.parts, entries.datas, entries.heads, entries.times
     for index in range(start, stop):
-        data = entries.datas[index]
+        data = datas[index]
         if index in indices:
             if not data.startswith(b"{"):
                 return False  # may decode as a string: a text's place
             parts.append(data)
-            times.append(entries.times[index])
+            times.append(arrivals[index])
             continue
-        chunk = entries.heads[index] + data
+        chunk = heads[index] + data
         if not chunk.startswith(b"data: {") or not chunk.endswith(b"\n\n") or b"\r" in chunk:
             return False
-        between = chunk.count(b"\n\ndata: ")
-        if chunk.count(b"\n") != 2 * (between + 1) or chunk.count(b"\n\ndata: {") != between:
+        lines = chunk.count(b"\n")
+        if lines == 2:  # one event (its line and the blank one): the common chunk
+            parts.append(chunk[6:-2])
+            times.append(arrivals[index])
+            continue
+        between = chunk.count(b"\n\ndata: {")
+        if lines != 2 * (between + 1) or chunk.count(b"\n\ndata: ") != between:
             return False
         parts.append(chunk[6:-2].replace(b"\n\ndata: ", b","))
-        times += [entries.times[index]] * (between + 1)
+        times += [arrivals[index]] * (between + 1)
     return True
 
 
