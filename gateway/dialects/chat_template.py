@@ -108,6 +108,20 @@ def _datas(entries: KeptChunks, start: int, stop: int, parts: list[bytes], times
     return True
 
 
+def _shaped(entries: KeptChunks, index: int, prefix: bytes, suffix: bytes) -> bool:
+    """Entry ``index`` is one event of the shape: ``prefix``, a string's body on one line, ``suffix`` (or, an entry
+    that is one event's data, the same without ``data: `` and the blank line)."""
+    data = entries.datas[index]
+    if index in entries.parts:
+        prefix, suffix = prefix[6:], suffix[:-2]
+    else:
+        data = entries.heads[index] + data
+    if len(data) < len(prefix) + len(suffix) or not data.startswith(prefix) or not data.endswith(suffix):
+        return False
+    text = data[len(prefix) : len(data) - len(suffix)]
+    return b"\n" not in text and _texts([text], b"") is not None
+
+
 def tally_kept(entries: KeptChunks, into: Tally | None, timing_tail: int) -> Tally | None:
     """``ChatDialect.tally`` of the kept entries, on from ``into``, reading the answer events of the stream's
     shape as their text; None (``into`` untouched) when the entries do not fit this read (then they are read as
@@ -136,17 +150,25 @@ def tally_kept(entries: KeptChunks, into: Tally | None, timing_tail: int) -> Tal
     # event (a piece that held another newline fails the decode: a text holds no raw newline).
     if len(pieces) != count + 1 or pieces.pop() or b"\r" in suffix:
         return None
-    texts = _texts(pieces, lead)  # the first two too: their events are the shape's check
+    texts = _texts(pieces, lead)
     if texts is None:
         return None
-    texts = texts[2 * len(lead) + len(pieces[0]) + len(pieces[1]) + 6 :]  # the first two are decoded whole
+    # The shape's check: two events of it decoded whole, just before the texts. The two entries before the run
+    # when they are of the shape (a stream's first answer events, kept before its head was learnt), else the
+    # run's first two.
+    prefix = head[: key + len(_CONTENT)]
+    whole = (
+        0 if low >= 2 and _shaped(entries, low - 2, prefix, suffix) and _shaped(entries, low - 1, prefix, suffix) else 2
+    )
+    if whole:
+        texts = texts[2 * len(lead) + len(pieces[0]) + len(pieces[1]) + 6 :]
     parts: list[bytes] = []
     times: list[float] = []
-    if not _datas(entries, 0, low + 2, parts, times):
+    if not _datas(entries, 0, low + whole, parts, times):
         return None
-    start = len(times)  # the run's texts, after its first two events decoded whole
+    start = len(times)  # the run's texts, after the two events decoded whole
     parts.append(b'"' + texts + b'"')
-    times += entries.times[low + 2 : high]
+    times += entries.times[low + whole : high]
     stop = len(times)
     if not _datas(entries, high, len(datas), parts, times):
         return None
