@@ -3,13 +3,15 @@
 A provider sends every answer event of a stream alike: ``data: {"id": …, "model": …, "choices":
 [{"index": 0, "delta": {"content": "`` *text* ``"}, "finish_reason": null}]}``, only the text
 changing. Decoding each of them into a ``ChatChunk`` (``chat_events``) was most of the cost of
-``StreamMeter.finish``. Here the shape is taken from the meter's kept chunks: the longest run of chunks kept without
-one head (``gateway.kept_chunks``: the beginning the stream's chunks share) is read when each of
-them is the head, a text and one suffix, the head holding the ``"content":"`` key. The run's
-first two events are decoded whole, as before, and check the shape: they must differ in their
-``delta.content`` alone, and say nothing else that counts (no error, usage, tool call, finish,
-timings). Every later event of the run is decoded as its text alone (``"text"`` in the same JSON
-array as the other events), and read as the event it stands for (``answered_texts``).
+``StreamMeter.finish``. Here the shape is taken from the meter's kept chunks: the longest run of
+chunks kept without one head (``gateway.kept_chunks``: the beginning the stream's chunks share) is read when each of
+them is the head, a text and one suffix, the head holding the ``"content":"`` key. Two events of
+that shape are decoded whole, as before, and check it: they must differ in their ``delta.content``
+alone, and say nothing else that counts (no error, usage, tool call, finish, timings, second
+choice). They are the two entries just before the run when those are of the shape (a stream's
+first answer events are kept before its head is learnt), else the run's first two. Every other
+event of the run is decoded as its text alone (``"text"`` in the same JSON array as the other
+events), and read as the event it stands for (``answered_texts``).
 
 Exactness: a text is taken only when it is one whole JSON string's body in place (no unescaped
 quote, no escape left open at its end; its escapes and UTF-8 are then msgspec's to read, as in the
