@@ -328,8 +328,12 @@ class StreamMeter:
             tally.output_events = array("d", tally.output_events)
 
     def _read(self, entries: KeptChunks, into: Tally | None, final: bool) -> Tally:
-        """The dialect's read of ``entries``, on from ``into``: typed over one array first; whatever it does not
+        """The dialect's read of ``entries``, on from ``into``: from their bytes as kept first (chat: the answer
+        events of one shape as their text, ``chat_template``), else typed over one array; whatever that does not
         take (an event that is not JSON, or of a shape it does not read) over dicts, as before."""
+        tally = self._dialect.tally_kept(entries, into, final)
+        if tally is not None:
+            return tally
         array, times = self._array(entries)
         tally = self._dialect.tally_array(array, times, into, final)
         if tally is None:

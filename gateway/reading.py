@@ -7,9 +7,10 @@ read alike: the token count is the pinned tokenizer's, tokens per second as DESI
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from operator import sub
 from typing import Any
+
+import msgspec
 
 from gateway.dialects import CHAT, Dialect, Tally
 from gateway.dialects.base import StopReason, ToolCall
@@ -17,9 +18,13 @@ from gateway.sse import parse_event
 from gateway.tokens import TokenCounter
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """What the meter saw of one response; times are seconds from the upstream request."""
+class Reading(msgspec.Struct, frozen=True, gc=False):
+    """What the meter saw of one response; times are seconds from the upstream request.
+
+    A frozen ``msgspec.Struct`` rather than a frozen dataclass: one is built per attempt, and the dataclass's
+    ``__init__`` (an ``object.__setattr__`` per field) cost five times as much. Change one with
+    ``msgspec.structs.replace``.
+    """
 
     ttft_s: float | None = None
     first_answer_s: float | None = None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
 from gateway.errors import GatewayError
+from gateway.kept_chunks import KeptChunks
 from gateway.samples import Endpoint
 
 LookKind = Literal["output", "error", "finish", "none"]
@@ -171,6 +172,12 @@ class Dialect(Protocol):
     ) -> Tally | None:
         """``tally`` of events as one JSON array (``times[i]``: event i's arrival), read without building their
         dicts; None (``into`` untouched) when the dialect has no such read or an event does not fit it."""
+        ...
+
+    def tally_kept(self, entries: KeptChunks, into: Tally | None = None, final: bool = True) -> Tally | None:
+        """``tally`` of a meter's kept entries, read from their bytes as they are (chat: its answer events of one
+        shape as their text alone); None (``into`` untouched) when the dialect has no such read or the entries do
+        not fit it (then ``tally_array`` reads them)."""
         ...
 
     def tally_body(self, body: dict[str, Any]) -> Tally:

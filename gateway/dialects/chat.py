@@ -30,7 +30,9 @@ from gateway.dialects.chat_events import (
     tally_chunks,
     usage_of,
 )
+from gateway.dialects.chat_template import tally_kept
 from gateway.errors import GatewayError, describe_error
+from gateway.kept_chunks import KeptChunks
 from gateway.samples import Endpoint
 
 DONE = b"[DONE]"
@@ -225,6 +227,9 @@ class ChatDialect:
         if events is None or len(events) != len(times):
             return None
         return tally_chunks(events, times, _TIMING_TAIL if final else 0, into)
+
+    def tally_kept(self, entries: KeptChunks, into: Tally | None = None, final: bool = True) -> Tally | None:
+        return tally_kept(entries, into, _TIMING_TAIL if final else 0)
 
     def tally_body(self, body: dict[str, Any]) -> Tally:
         tally = Tally(finished=True)

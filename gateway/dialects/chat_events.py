@@ -15,6 +15,7 @@ the fields read loosely there (``usage``, ``tool_calls``, timings) are kept as d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -168,12 +169,42 @@ def reasoning_in_details(details: object) -> str:
     return ""
 
 
-def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int, into: Tally | None = None) -> Tally:
+def tally_chunks(
+    events: Sequence[ChatChunk | str],
+    times: list[float],
+    timing_tail: int,
+    into: Tally | None = None,
+    model: str | None = None,
+    reasoning: bool = False,
+) -> Tally:
     """``ChatDialect.tally`` of the same events, ``times[i]`` the arrival of ``events[i]``, on from ``into``;
-    ``timing_tail`` 0: the stream goes on (``final=False``: nothing read from its end yet)."""
+    ``timing_tail`` 0: the stream goes on (``final=False``: nothing read from its end yet).
+
+    An event given as a string is an answer event of the stream's one shape (``chat_template``), given as its
+    ``delta.content`` alone: its ``model`` is ``model``, and ``reasoning`` says whether its delta holds reasoning;
+    it says nothing else (no error, usage, tool call, finish or timings).
+    """
     tally = into if into is not None else Tally()
     answer, output_events = tally.answer, tally.output_events  # never replaced while a batch is read
     for at, event in zip(times, events, strict=True):
+        if isinstance(event, str):
+            # The common chunk below, its checks made once for its shape: only its text can be output.
+            if tally.response_model is None:
+                tally.response_model = model
+            if event:
+                answer.append(event)
+                if tally.first_answer_at is None:
+                    tally.first_answer_at = at
+                tally.last_answer_at = at
+                if tally.first_output_at is None:
+                    tally.first_output_at = at
+                tally._event_counted = True
+                output_events.append(at)
+            else:
+                tally._event_counted = False
+                if reasoning:
+                    tally.output(at)
+            continue
         tally._event_counted = False  # ``tally.next_event()``, inlined: once per event of every stream
         if event.error is not None:
             message = describe_error(event.error)[0]
@@ -228,11 +259,33 @@ def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int, 
             if choice.finish_reason:
                 tally.finished = True
                 tally.stop = chat_stop(choice.finish_reason)
-    if not timing_tail:
-        return tally
+    if timing_tail:
+        read_end(tally, events[-timing_tail:])
+    return tally
+
+
+def answered_texts(tally: Tally, texts: list[str], times: list[float], model: str | None) -> None:
+    """``tally_chunks`` of answer events of the stream's one shape whose texts are all non-empty, at once."""
+    if tally.response_model is None:
+        tally.response_model = model
+    tally.answer += texts
+    if tally.first_answer_at is None:
+        tally.first_answer_at = times[0]
+    tally.last_answer_at = times[-1]
+    if tally.first_output_at is None:
+        tally.first_output_at = times[0]
+    tally._event_counted = True
+    tally.output_events.extend(times)
+
+
+def read_end(tally: Tally, last: Sequence[ChatChunk | str]) -> None:
+    """What is read from a stream's end: Groq's usage when no standard usage came, the timings of its ``last``
+    events."""
     if not tally._standard_usage and tally._groq_usage is not None:
         tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(tally._groq_usage)
-    for event in events[-timing_tail:]:
+    for event in last:
+        if isinstance(event, str):
+            continue  # an answer event of the stream's shape: no timings
         for source, value in (
             ("timings", event.timings),
             ("metrics", event.metrics),
@@ -242,4 +295,3 @@ def tally_chunks(events: list[ChatChunk], times: list[float], timing_tail: int, 
         groq = event.x_groq
         if isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
             tally.timing("x_groq", {k: v for k, v in groq["usage"].items() if k.endswith("_time")})
-    return tally

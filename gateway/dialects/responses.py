@@ -20,6 +20,7 @@ from typing import Any
 
 from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, StopReason, Tally, count
 from gateway.errors import GatewayError, describe_error
+from gateway.kept_chunks import KeptChunks
 from gateway.samples import Endpoint
 
 _TERMINAL = re.compile(rb'"response\.(?:completed|incomplete|failed)"')
@@ -156,6 +157,9 @@ class ResponsesDialect:
             if failure is not None:
                 tally.error_message = describe_error(failure)[0]
         return tally
+
+    def tally_kept(self, entries: KeptChunks, into: Tally | None = None, final: bool = True) -> Tally | None:
+        return None  # no read of the kept bytes as they are: ``tally_array`` reads them
 
     def tally_array(
         self, array: bytes, times: list[float], into: Tally | None = None, final: bool = True

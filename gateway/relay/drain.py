@@ -29,7 +29,8 @@ cancels them instead of leaving them to read from closed connections.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+
+import msgspec
 
 from gateway.errors import UpstreamError
 from gateway.policies import PolicyConfig
@@ -124,5 +125,5 @@ class Drains:
         attempt.response.close()
         reading = attempt.meter.finish(self.runner.counter)
         # The client's answer came from another attempt: what it says of the provider's own timings is not this one's.
-        reading = dataclasses.replace(reading, provider_timings=None, answer_text="")
+        reading = msgspec.structs.replace(reading, provider_timings=None, answer_text="")
         self.runner.record(request, attempt, "client_cancelled", reading)

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 
 from gateway.dialects import dialect_for
 from gateway.quality import judge
@@ -23,7 +23,7 @@ def read_whole(request: ProxyRequest, attempt: Attempt, counter: TokenCounter) -
     reading = read_full_reply(attempt.body, counter, dialect_for(upstream_of(request, attempt.candidate)))
     if request.endpoint == "embeddings":
         # Embeddings are measured by latency only: there are no output tokens to count.
-        reading = dataclasses.replace(reading, output_tokens=None, answer_text="")
+        reading = msgspec.structs.replace(reading, output_tokens=None, answer_text="")
     outcome: Outcome = "upstream_error" if reading.error_message or reading.malformed else "ok"
     if outcome == "ok" and reading.incomplete:
         outcome = "client_error"  # cut short by the request's own limit or filter: not a clean answer
