@@ -95,7 +95,14 @@ class LoopbackCluster:
             "--repl-diskless-sync-delay",
             "0",
         )
-        self.nodes = [
+        self.args = args
+        self.nodes = self._fresh_nodes()
+        self.url = f"redis://127.0.0.1:{self.nodes[0].port}"
+
+    def _fresh_nodes(self) -> list[ClusterNode]:
+        """Nodes on free ports now (a port found free may be taken before the node binds it)."""
+        workdir, args = self.workdir, self.args
+        return [
             ClusterNode(
                 RedisServer(
                     workdir,
@@ -110,13 +117,25 @@ class LoopbackCluster:
                     ),
                 )
             )
-            for port in (free_port() for _ in range(masters * (1 + replicas)))
+            for port in (free_port() for _ in range(self.masters * (1 + self.replicas)))
         ]
-        self.url = f"redis://127.0.0.1:{self.nodes[0].port}"
 
-    def start(self) -> LoopbackCluster:
-        for node in self.nodes:
-            node.server.start()
+    def start(self, attempts: int = 3) -> LoopbackCluster:
+        """Start every node and create the cluster. A node that cannot bind its port (another process took it
+        between ``free_port`` and the bind) stops the ones started, and the nodes start again on fresh ports."""
+        for attempt in range(attempts):
+            try:
+                for node in self.nodes:
+                    node.server.start()
+                break
+            except RedisServerMissing:
+                raise
+            except RuntimeError:
+                self.stop()
+                if attempt == attempts - 1:
+                    raise
+                self.nodes = self._fresh_nodes()
+                self.url = f"redis://127.0.0.1:{self.nodes[0].port}"
         command = [_redis_cli(), "--cluster", "create", *(n.address for n in self.nodes)]
         command += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
         result = subprocess.run(command, capture_output=True, text=True, timeout=60)
