@@ -20,17 +20,23 @@ pending. Anywhere else (an embedding app, tests) the lines go through the logger
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
-import msgspec
-
+from gateway.access_format import (
+    ENCODE,
+    EncodedAttemptCost,
+    EncodedLine,
+    LineFacts,
+    TakenFacts,
+    entry_of,
+    log_line,
+)
 from gateway.access_lines import ACCESS_LOGGER, LineWriter, configure_access_log, sole_writer
 from gateway.metrics.attempts import OverheadMode
 from gateway.metrics.series import Metrics
@@ -116,122 +122,6 @@ class AccessRecord:
         return before + (first_byte_at - trace.upstream_ready_at)
 
 
-_ENCODE = msgspec.json.Encoder().encode
-"""``msgspec.json.encode`` without making its default encoder's look-up per line (the same bytes)."""
-
-
-def log_line(entry: dict[str, Any]) -> str:
-    """The entry as one JSON line: msgspec, a fraction of ``json.dumps``'s time (a line per request).
-
-    A lone surrogate (a body logged with ``log_bodies`` may hold one) has no UTF-8 form: msgspec
-    refuses it, and ``json.dumps`` keeps it escaped instead.
-    """
-    try:
-        return _ENCODE(entry).decode()
-    except UnicodeEncodeError:
-        return json.dumps(entry)
-
-
-def _as_entry(line: _Line) -> dict[str, Any]:
-    """A ``_Line`` as ``AccessLog._entry``'s dict (for ``json.dumps``, which writes what msgspec refuses)."""
-    entry = {name: getattr(line, name) for name in line.__struct_fields__}
-    entry["attempt_costs"] = [
-        {name: getattr(cost, name) for name in cost.__struct_fields__} for cost in line.attempt_costs
-    ]
-    if not line.keepalives:
-        del entry["keepalives"]
-    if line.provider_timings is None:
-        del entry["provider_timings"]
-    return entry
-
-
-class _Facts(NamedTuple):
-    """What one request's line says, taken when the request ends (``AccessLog.write``); the line is made from it,
-    maybe later. Copied, not referred to: the trace can still change (a race's drained loser adds its sample),
-    and a pending line must not hold the request's body (unless the line logs it)."""
-
-    request_id: str
-    endpoint: Endpoint
-    at: float
-    """Wall-clock time the line is written (its ``ts``)."""
-    duration: float
-    overhead: float | None
-    winner: Sample | None
-    status: int | None
-    upstream: Endpoint | None
-    route: str | None
-    omitted: list[str] | None
-    key: str | None
-    team: str | None
-    keepalives: int
-    samples: list[Sample]
-    said: int
-    counted: int | None
-    request: tuple[str, bool, float, dict[str, Any] | None, str | None, dict[str, Any] | None] | None
-    """The request's model, stream, queue wait, provider timings, and (with ``log_bodies``) answer text and body;
-    None when it never passed validation."""
-
-
-class _AttemptCost(msgspec.Struct):
-    """One entry of the line's ``attempt_costs`` (its keys, in their order)."""
-
-    deployment: Any
-    provider: Any
-    outcome: Any
-    validity: Any
-    cost_usd: Any
-
-
-class _Line(msgspec.Struct, omit_defaults=True):
-    """The line as msgspec encodes it: each field a key of ``AccessLog._entry``'s dict, in its order, so the
-    encoded bytes are that dict's (a struct is made and encoded in a fraction of a dict's time: its keys are
-    encoded once, with the type). ``keepalives`` and ``provider_timings`` are left out at their defaults, as
-    ``_entry`` leaves them out. Without ``log_bodies``
-    only (the bodies' keys are written even when null: ``_entry`` makes those lines). Made with its batch
-    (``AccessLog._made``)."""
-
-    ts: Any
-    request_id: Any
-    endpoint: Any
-    api: Any
-    upstream_api: Any
-    omitted_tools: Any
-    model: Any
-    stream: Any
-    status: Any
-    outcome: Any
-    validity: Any
-    provider: Any
-    deployment: Any
-    attempts: Any
-    route: Any
-    ttft_s: Any
-    first_answer_s: Any
-    tokens_per_s: Any
-    input_tokens: Any
-    output_tokens: Any
-    usage_source: Any
-    cost_usd: Any
-    key: Any
-    team: Any
-    attempt_costs: Any
-    queue_wait_s: Any
-    duration_s: Any
-    overhead_s: Any
-    keepalives: Any = 0
-    provider_timings: Any = None
-
-
-_Taken = tuple[
-    float, str, Endpoint, Endpoint | None, list[str] | None, str | None, str | None, str | None, int, int | None,
-    float, float | None, Sample | None, list[Sample], int, int | None, str | None, bool | None, float | None,
-    dict[str, Any] | None,
-]  # fmt: skip
-"""``AccessLog._taken``: the wall-clock time, request id, endpoint, upstream API, omitted tools, route, key, team,
-keep-alives, status, duration, overhead, winner, samples, said and counted tokens, model, stream, queue wait and
-provider timings (the last five None, the samples empty, when the request never passed validation)."""
-
-
 class AccessLog:
     """Writes the access-log line of each request and counts it in the metrics.
 
@@ -278,7 +168,7 @@ class AccessLog:
         """Count the request in the metrics and write its line: the winner, the status and the upstream API worked
         out once and handed to both (each used to find its own).
 
-        To a sole ``LineWriter`` the line goes unbuilt: what it says is taken now (``_taken``, or ``_Facts`` with
+        To a sole ``LineWriter`` the line goes unbuilt: what it says is taken now (``_taken``, or ``LineFacts`` with
         ``log_bodies``: the request's trace may still change, a race's drained loser adds its sample to it), and
         the line is made from that when its batch is written, many lines together, after the request has gone.
         """
@@ -331,7 +221,7 @@ class AccessLog:
         winner: Sample | None,
         status: int | None,
         upstream: Endpoint | None,
-    ) -> _Facts:
+    ) -> LineFacts:
         request, log = record.request, record.log
         samples: list[Sample] = []
         said, counted, about = 0, None, None
@@ -341,7 +231,7 @@ class AccessLog:
             bodies = self.log_bodies  # else neither the body nor the answer is held by a pending line
             about = (request.requested_model, request.stream, trace.queue_wait_s, trace.provider_timings,
                      trace.answer_text if bodies else None, request.body if bodies else None)  # fmt: skip
-        return _Facts(
+        return LineFacts(
             record.request_id, record.endpoint, self.wall_clock(), duration, overhead, winner, status, upstream,
             log.route if log is not None else None, record.omitted_tools(), record.key_name, record.team,
             record.keepalives, samples, said, counted, about,
@@ -355,7 +245,7 @@ class AccessLog:
         winner: Sample | None,
         status: int | None,
         upstream: Endpoint | None,
-    ) -> _Taken:
+    ) -> TakenFacts:
         """What the line will say, taken now (``_facts``' values, the samples' list copied, in a plain tuple):
         the line is made from it by ``_made``, with its batch."""
         request, log = record.request, record.log
@@ -373,9 +263,9 @@ class AccessLog:
             request.requested_model, request.stream, trace.queue_wait_s, trace.provider_timings,
         )  # fmt: skip
 
-    def _made(self, taken: _Taken) -> str:
+    def _made(self, taken: TakenFacts) -> str:
         """The line of ``_taken``'s tuple: what ``_line(_facts(...))`` makes, worked out the same way, encoded from
-        a ``_Line`` (no dict)."""
+        a ``EncodedLine`` (no dict)."""
         (at, request_id, endpoint, upstream, omitted, route, key, team, keepalives, status, duration, overhead,
          winner, samples, said, counted, model, stream, queue_wait, timings) = taken  # fmt: skip
         prompt = output = usage_source = ttft = first = speed = outcome = validity = provider = deployment = None
@@ -405,9 +295,9 @@ class AccessLog:
                 costs.append(cost)
                 cost = round(cost, 10)
             attempt_costs.append(
-                _AttemptCost(sample.deployment, sample.provider, sample.outcome, sample.validity, cost)
+                EncodedAttemptCost(sample.deployment, sample.provider, sample.outcome, sample.validity, cost)
             )
-        line = _Line(
+        line = EncodedLine(
             self.timestamp(at), request_id, endpoint, endpoint, upstream, omitted, model, stream, status, outcome,
             validity, provider, deployment, len(samples), route, ttft, first, speed, prompt, output, usage_source,
             round(sum(costs), 10) if costs else None, key, team, attempt_costs,
@@ -415,14 +305,14 @@ class AccessLog:
             None if overhead is None else round(overhead, 6), keepalives, timings,
         )  # fmt: skip
         try:
-            return _ENCODE(line).decode()
+            return ENCODE(line).decode()
         except UnicodeEncodeError:
-            return log_line(_as_entry(line))
+            return log_line(entry_of(line))
 
-    def _line(self, facts: _Facts) -> str:
+    def _line(self, facts: LineFacts) -> str:
         return log_line(self._entry(facts))
 
-    def _entry(self, facts: _Facts) -> dict[str, Any]:
+    def _entry(self, facts: LineFacts) -> dict[str, Any]:
         winner, samples, said, about = facts.winner, facts.samples, facts.said, facts.request
         costs = [s.cost_usd for s in samples if s.cost_usd is not None]
         prompt = output = usage_source = ttft = first = speed = None
