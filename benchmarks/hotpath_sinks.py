@@ -15,7 +15,6 @@ A piece missing from the checkout (a method another version does not have) is le
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import os
 import tempfile
@@ -24,7 +23,7 @@ from typing import Any
 import uvloop
 
 from benchmarks.hotpath_memory import Driver, running_app
-from benchmarks.hotpath_stages import StageClock, _flush_lines, _instrument, calibrate
+from benchmarks.hotpath_stages import StageClock, _flush_lines, _instrument, best_stages, calibrate
 from gateway.accesslog import configure_access_log
 from gateway.runtime import runtime_of
 
@@ -64,20 +63,12 @@ async def measure(requests: int, repeats: int) -> dict[str, dict[str, float]]:
             for _ in range(300):
                 await driver.one()
             _flush_lines()
-            best: dict[str, float] = {}
-            for _ in range(repeats):
-                clock = StageClock()
+
+            def instrument(clock: StageClock) -> None:
                 _instrument(clock, router_type)
                 _wrap_pieces(clock)
-                try:
-                    gc.collect()
-                    for _ in range(requests):
-                        await driver.one()
-                    _flush_lines()
-                finally:
-                    clock.unwrap()
-                for stage, total in clock.corrected(per_call).items():
-                    best[stage] = min(best.get(stage, float("inf")), total / requests * 1e6)
+
+            best = await best_stages(driver, instrument, requests, repeats, per_call)
             pieces = {p for *_, p in PIECES}
             results[label] = {s: us for s, us in best.items() if s in pieces or s == "sinks"}
     return results

@@ -30,6 +30,7 @@ import os
 import pstats
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import uvloop
@@ -222,6 +223,27 @@ def _flush_lines() -> None:
         handler.flush()
 
 
+async def best_stages(
+    driver: Driver, instrument: Callable[[StageClock], None], requests: int, repeats: int, per_call: float
+) -> dict[str, float]:
+    """µs per request of each stage ``instrument`` wraps on a fresh clock, the best of ``repeats`` runs of
+    ``requests`` requests (the clocks' own cost per wrapped call, ``per_call``, taken off)."""
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        clock = StageClock()
+        instrument(clock)
+        try:
+            gc.collect()
+            for _ in range(requests):
+                await driver.one()
+            _flush_lines()
+        finally:
+            clock.unwrap()
+        for stage, total in clock.corrected(per_call).items():
+            best[stage] = min(best.get(stage, float("inf")), total / requests * 1e6)
+    return best
+
+
 async def measure_stages(deployments: int, requests: int, repeats: int, profile: bool) -> dict[str, Any]:
     results: dict[str, Any] = {}
     async with running_app(deployments) as app:
@@ -246,19 +268,7 @@ async def measure_stages(deployments: int, requests: int, repeats: int, profile:
                 _flush_lines()
                 whole = min(whole, (time.process_time() - start) / requests)
                 phases = [min(best, spent / requests * 1e6) for best, spent in zip(phases, driver.phases, strict=True)]
-            best: dict[str, float] = {}
-            for _ in range(repeats):
-                clock = StageClock()
-                _instrument(clock, router_type)
-                try:
-                    gc.collect()
-                    for _ in range(requests):
-                        await driver.one()
-                    _flush_lines()
-                finally:
-                    clock.unwrap()
-                for stage, total in clock.corrected(per_call).items():
-                    best[stage] = min(best.get(stage, float("inf")), total / requests * 1e6)
+            best = await best_stages(driver, lambda clock: _instrument(clock, router_type), requests, repeats, per_call)
             results[label] = {"whole_us": whole * 1e6, "stages": best, "phases_us": phases}
             if profile and stream:
                 profiler = cProfile.Profile()
