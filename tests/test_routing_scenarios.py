@@ -13,6 +13,7 @@ from benchmarks.routing_held_out_4 import HELD_OUT_4
 from benchmarks.routing_held_out_5 import HELD_OUT_5
 from benchmarks.routing_held_out_6 import HELD_OUT_6
 from benchmarks.routing_held_out_7 import HELD_OUT_7
+from benchmarks.routing_held_out_8 import HELD_OUT_8
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 
 
@@ -125,6 +126,43 @@ def test_the_seventh_held_out_set_names_new_markets_that_move_their_best() -> No
     (failing,) = [p for p in flaky.providers if p.error_rate > 0]
     assert 0.2 <= failing.error_rate <= 0.4 and failing.name not in {c.name for c in flaky.changes}
     assert 2 <= markets["ho7-replicas"].replicas <= 3
+
+
+def test_the_eighth_held_out_set_names_new_markets_that_move_their_best() -> None:
+    """Set eight holds every behaviour the gate names under names and parameters of its own; every market moves its
+    best, and none copies set seven's outage length, flaky share or replica count."""
+    earlier = (
+        *SCENARIOS,
+        *STRESS,
+        *HELD_OUT,
+        *HELD_OUT_2,
+        *HELD_OUT_3,
+        *HELD_OUT_4,
+        *HELD_OUT_5,
+        *HELD_OUT_6,
+        *HELD_OUT_7,
+    )
+    _assert_new_markets_that_move_their_best(HELD_OUT_8, earlier, set())
+    assert len(HELD_OUT_8) == 10
+    assert all(s.name.startswith("ho8-") for s in HELD_OUT_8)
+    earlier_providers = {p for s in earlier for p in s.providers}
+    assert not earlier_providers & {p for s in HELD_OUT_8 for p in s.providers}  # fresh parameters throughout
+    markets = {s.name: s for s in HELD_OUT_8}
+    assert 6 <= len(markets["ho8-many"].providers) <= 8
+    (change,) = markets["ho8-many"].changes  # one provider changes, once
+    assert change.name in {p.name for p in markets["ho8-many"].providers}
+    down, back = markets["ho8-outage"].changes  # the leader fails every request for 10-50 s, then is back
+    assert down.profile.error_rate == 1.0 and back.profile.error_rate == 0.0
+    assert 10 <= back.at_s - down.at_s <= 50 and back.at_s - down.at_s not in {17, 29}
+    flaky = markets["ho8-flaky"]  # the quickest fails a share of its requests from start to end
+    (failing,) = [p for p in flaky.providers if p.error_rate > 0]
+    assert 0.2 <= failing.error_rate <= 0.4 and failing.name not in {c.name for c in flaky.changes}
+    assert markets["ho8-replicas"].replicas == 2
+    agent = markets["ho8-agent"]
+    assert agent.max_tokens is not None and agent.max_tokens >= 16384
+    assert max(t for t, _ in agent.lengths) * 100 < agent.max_tokens  # short answers under a large ceiling
+    (started_down,) = [p for p in markets["ho8-down-at-start"].providers if p.error_rate == 1.0]
+    assert started_down.name in {c.name for c in markets["ho8-down-at-start"].changes}
 
 
 def test_each_schedule_draws_anew_and_seed_one_as_it_always_did() -> None:
