@@ -239,3 +239,28 @@ def test_a_look_goes_where_traffic_will_not_tell() -> None:
         )
         looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
     assert looked.count(2) >= 36, looked
+
+
+def test_a_look_goes_to_one_answered_once_after_a_silence() -> None:
+    """``back`` led, failed a dozen times in a row, and then answered once just now: whether it is back is worth
+    knowing, and nobody sends it requests while its failure chance reads near a half. Heard a moment ago, it is
+    still not heard again until a look goes there (its last two answers lay forty seconds apart), so the looks go to
+    it rather than to ``slow``, three times slower and unheard for ten seconds."""
+    leader = _measured(0.5, 180.0, at=300.0, n=40)
+    back = _measured(0.3, 240.0, at=262.0)
+    for k in range(12):
+        back.failed(264.0 + 2 * k, True)
+    back.observe(299.5, Prior(), 0.3, 1 / 240.0)
+    back.failed(299.5, False)
+    slow = _measured(1.2, 80.0, at=290.0)
+    options = _options([leader, back, slow])
+    options = [
+        Option(o.deployment, o.belief, pooled([p.belief for p in options if p is not o], 300.0)) for o in options
+    ]
+    looked = []
+    for seed in range(40):
+        choice = choose(
+            options, Shape(20, 256), WEIGHTS, 300.0, random.Random(seed), may_race=True, budget=Budget(), model="m"
+        )
+        looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
+    assert looked.count(1) >= 36, looked

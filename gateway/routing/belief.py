@@ -92,6 +92,8 @@ class Belief:
     """The most likely run's birth and level, as of the last answer."""
     mixture: tuple[tuple[float, float], tuple[float, float]] | None = None
     """The runs' mixture (mean, variance) per metric as of the last answer (drift is added when read)."""
+    gap_s: float | None = None
+    """The time between its last two answers: how long, by its traffic of late, until it is heard again."""
 
     # -- evidence ---------------------------------------------------------------------------
 
@@ -133,6 +135,8 @@ class Belief:
         self._prune()
         self._remember()
         self.mixture = (_mix(self.runs, TTFT), _mix(self.runs, SPT))
+        if self.heard_at is not None:
+            self.gap_s = now - self.heard_at
         self.heard_at = now
         self.answers += 1
 
@@ -173,6 +177,7 @@ class Belief:
             self.before,
             self.leading,
             self.mixture,
+            self.gap_s,
         )
         heard = copy.heard_at
         # Attempts still running are a length-biased sample: a slow one stays in flight longer, in proportion to its
@@ -186,6 +191,7 @@ class Belief:
             copy.observe(now, prior, ttft_s, s_per_token, uncached_tokens=None)
         # Never heard: what its attempts say now is all there is of it (read as "changed since", the prior again).
         copy.heard_at = heard if heard is not None else copy.heard_at
+        copy.gap_s = self.gap_s
         return copy
 
     # -- reading ----------------------------------------------------------------------------

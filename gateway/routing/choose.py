@@ -152,10 +152,10 @@ def choose(
     if budget is None or len(options) < 2 or not budget.take(model):
         return Choice(_first(leader, ranked), tuple(means))
     # A look, beside the leader: where it may teach most (a stale belief's chance of a change included), and
-    # soonest against traffic, which tells of a deployment it serves a moment later anyway (``_unheard_s``).
+    # soonest against traffic, which tells of a deployment it serves a moment later anyway (``_news_in_s``).
     first = max(
         (i for i in ranked if i != leader),
-        key=lambda i: gain(options[i], means[leader], shape, weights, now, rng) * _unheard_s(options[i].belief, now),
+        key=lambda i: gain(options[i], means[leader], shape, weights, now, rng) * _news_in_s(options[i].belief, now),
     )
     if not options[first].belief.answers or _race_helps(
         options[first], options[leader], means[first], means[leader], now
@@ -165,9 +165,14 @@ def choose(
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
 
 
-def _unheard_s(belief: Belief, now: float) -> float:
-    """How long a deployment has gone unheard: the time a look tells what traffic would tell only later."""
-    return max(now - belief.heard_at, 1e-3) if belief.heard_at is not None else 1e6
+def _news_in_s(belief: Belief, now: float) -> float:
+    """How long until traffic would tell of a deployment: the time a look tells it sooner. As long as it has gone
+    unheard, and as long as between its last two answers: one answered once after a long silence (a look's answer,
+    the first after an outage) is not heard again soon because it was heard just now, while one serving requests
+    is heard within moments."""
+    if belief.heard_at is None:
+        return 1e6
+    return max(now - belief.heard_at, belief.gap_s or 0.0, 1e-3)
 
 
 def mean_costs(options: Sequence[Option], shape: Shape, weights: Weights, now: float) -> list[Cost]:
