@@ -172,3 +172,19 @@ def test_a_circuit_that_goes_half_open_reads_the_failure_chance_from_the_prior()
     clock.advance(router.config.policy_for(router.config.models[0]).cooldown_s)
     assert router.state.health.state(key, clock(), router._circuit_changed) == "half_open"
     assert belief.expected(clock()).failure == pytest.approx(0.1, abs=0.01)
+
+
+def test_a_half_open_circuit_closes_when_its_probe_begins_to_answer() -> None:
+    """The probe of a half-open circuit sent its first token: the provider is back. The circuit closes then, not
+    when a long answer ends, so the next requests may go there while the probe still streams."""
+    router, clock, a = _answered_then_failing(40)
+    key = ("m", "a")
+    for _ in range(5):
+        _fail(router, clock, a)
+    clock.advance(router.config.policy_for(router.config.models[0]).cooldown_s)
+    assert router.attempt_started(a)
+    assert not router.attempt_started(a)  # half-open: one probe at a time
+    clock.advance(0.3)
+    router.attempt_streaming(a, _Meter())
+    assert router.state.health.state(key, clock(), router._circuit_changed) == "closed"
+    assert router.attempt_started(a)

@@ -118,6 +118,17 @@ class HealthBoard:
         circuit.probing = True
         return True
 
+    def answering(self, key: DeploymentKey, now: float, on_change: StateChange) -> None:
+        """A half-open circuit's probe began to answer (its first token): the provider is back, so the circuit closes
+        now rather than when the answer ends, which for a long stream is seconds in which nothing else is sent."""
+        circuit = self.circuits.get(key)
+        if circuit is not None and circuit.state == "half_open":
+            circuit.state = "closed"
+            circuit.probing = False
+            circuit.failures = 0
+            circuit.closed_at = now
+            on_change(key, "closed")
+
     def record(
         self,
         key: DeploymentKey,
