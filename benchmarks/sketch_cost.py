@@ -11,8 +11,8 @@ nothing ages out while timing). Rows, best µs per loop of several repeats (proc
 - ``reads``: the quantiles a plan may read of every deployment's totals (``READS``: the predictions' window
   value and spread, the filters', the hedge's, the learned deadlines'), nothing recorded in between;
 - ``record + reads``: one sample recorded, then those reads: the loop the hot path runs;
-- ``model_quantile``: the model's answer length (a merged histogram, made afresh each plan without
-  ``max_tokens``);
+- ``model_quantile``: the model's answer length, from the deployments' histograms merged afresh (the measured
+  router reuses it for a second; ``predict`` merges the same way for a deployment it has no window of);
 - ``plan`` and ``record + plan``: a real ``plan`` of the measured and the belief router, by policy.
 
     python -m benchmarks.sketch_cost [--repeats 7] [--calls 2000]
@@ -171,7 +171,7 @@ def main() -> None:
     print(f"buckets per deployment's total: {spread}")
     for name, us in rows(args.calls, args.repeats):
         print(f"{name:46} {us:8.2f} µs")
-    print("* without max_tokens (the model's answer length read) and with a TTFT p90 preference")
+    print("* without max_tokens, with a TTFT p90 preference")
 
 
 if __name__ == "__main__":
