@@ -6,12 +6,20 @@ which is within ``a`` of every value in it. With ``a = 1%`` the quantiles of 1 m
 0.1 .. 100,000 tokens/s need a few hundred buckets at most, and merging two histograms (across
 time slices or replicas) is adding counts bucket by bucket. The bucket indices are plain
 integers, so a Redis hash can hold a histogram with one ``HINCRBY`` per sample.
+
+The router reads quantiles of the window's totals on every plan, and every sample changes one of them. So a
+histogram keeps its buckets in order once a quantile asked for them (a sample of a new bucket puts it in its
+place; a merge or a subtraction that adds or empties buckets has them sorted again at the next read), and a
+quantile after a change is the cumulative counts summed in C (``itertools.accumulate``) and a ``bisect`` for
+the rank, not a sort and a walk in Python.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right, insort
 from collections.abc import Iterable, Mapping
+from itertools import accumulate
 from typing import TypeVar
 
 K = TypeVar("K")
@@ -23,6 +31,10 @@ LOG_GAMMA = math.log(GAMMA)
 MIN_VALUE = 1e-6
 """Values at or below this (zero included) are counted in one "zero" bucket, reported as 0."""
 ZERO_BUCKET = -(2**31)
+
+
+_Memo = tuple[list[int], list[int], dict[float, float | None]]
+"""A histogram's buckets in order, its counts summed in that order, and the quantiles answered from them."""
 
 
 def bucket_of(value: float) -> int:
@@ -55,7 +67,13 @@ def count_buckets(histograms: dict[K, LogHistogram], buckets: Mapping[K, int]) -
         if histogram is None:
             histogram = histograms[key] = LogHistogram()
         counts = histogram.counts
-        counts[bucket] = counts.get(bucket, 0) + 1
+        old = counts.get(bucket)
+        if old is None:
+            counts[bucket] = 1
+            if histogram._keys is not None:
+                insort(histogram._keys, bucket)
+        else:
+            counts[bucket] = old + 1
         histogram.count += 1
         reported = values.get(bucket)
         if reported is None:
@@ -74,9 +92,13 @@ class LogHistogram:
         h = LogHistogram()
         h.add(0.250)
         h.quantile(0.95)   # within 1% of the exact 95th percentile
+
+    Invariant: no count is negative (``subtract`` drops a bucket it empties), and ``_keys``, when kept, is
+    ``sorted(counts)``: whatever changes ``counts`` goes through this class or ``count_buckets``, which keep
+    ``_keys`` so or drop it.
     """
 
-    __slots__ = ("counts", "count", "_sum", "_inverse_sum", "_memo")
+    __slots__ = ("counts", "count", "_sum", "_inverse_sum", "_keys", "_memo")
 
     def __init__(self, counts: Mapping[int, int] | None = None) -> None:
         self.counts: dict[int, int] = dict(counts) if counts else {}
@@ -85,15 +107,24 @@ class LogHistogram:
         # mean and the harmonic mean on every request, and these make both O(1).
         self._sum = sum(value_of(b) * n for b, n in self.counts.items())
         self._inverse_sum = sum(n / value_of(b) for b, n in self.counts.items() if b != ZERO_BUCKET)
-        self._memo: dict[object, float | None] | None = None
-        """Quantiles computed since the last change; only a histogram that changed is sorted again."""
+        self._keys: list[int] | None = None
+        """The buckets in order, kept up to date from the first quantile on (None: not asked for yet)."""
+        self._memo: _Memo | None = None
+        """The cumulative counts and the quantiles answered since the last change (None: changed since)."""
 
     def add(self, value: float, n: int = 1) -> None:
         self.add_bucket(bucket_of(value), n)
 
     def add_bucket(self, bucket: int, n: int = 1) -> None:
         """Count ``n`` values of ``bucket`` (``bucket_of`` of them): one index for several histograms."""
-        self.counts[bucket] = self.counts.get(bucket, 0) + n
+        counts = self.counts
+        old = counts.get(bucket)
+        if old is None:
+            counts[bucket] = n
+            if self._keys is not None:
+                insort(self._keys, bucket)
+        else:
+            counts[bucket] = old + n
         self.count += n
         reported = value_of(bucket)
         self._sum += reported * n
@@ -102,8 +133,12 @@ class LogHistogram:
         self._memo = None
 
     def merge(self, other: LogHistogram) -> None:
+        counts = self.counts
+        buckets = len(counts)
         for bucket, n in other.counts.items():
-            self.counts[bucket] = self.counts.get(bucket, 0) + n
+            counts[bucket] = counts.get(bucket, 0) + n
+        if len(counts) != buckets:
+            self._keys = None  # new buckets (a merge is rare, a sample is not): sorted again at the next quantile
         self.count += other.count
         self._sum += other._sum
         self._inverse_sum += other._inverse_sum
@@ -111,12 +146,16 @@ class LogHistogram:
 
     def subtract(self, other: LogHistogram) -> None:
         """Remove ``other``'s counts (it must have been merged in): how a window drops an old slice."""
+        counts = self.counts
+        buckets = len(counts)
         for bucket, n in other.counts.items():
-            left = self.counts.get(bucket, 0) - n
+            left = counts.get(bucket, 0) - n
             if left > 0:
-                self.counts[bucket] = left
+                counts[bucket] = left
             else:
-                self.counts.pop(bucket, None)
+                counts.pop(bucket, None)
+        if len(counts) != buckets:
+            self._keys = None  # buckets emptied (once per slice that ages out): sorted again at the next quantile
         self.count -= other.count
         if self.count > 0:
             self._sum -= other._sum
@@ -135,24 +174,15 @@ class LogHistogram:
             total.merge(histogram)
         return total
 
-    def _cached(self) -> dict[object, float | None]:
-        if self._memo is None:
-            self._memo = {}
-        return self._memo
-
-    def _sorted(self) -> list[tuple[int, int]]:
-        """(bucket, cumulative count) in bucket order; computed once per change."""
-        memo = self._cached()
-        key = "sorted"
-        cumulative: list[tuple[int, int]] | None = memo.get(key)  # type: ignore[assignment]
-        if cumulative is None:
-            seen = 0
-            cumulative = []
-            for bucket in sorted(self.counts):
-                seen += self.counts[bucket]
-                cumulative.append((bucket, seen))
-            memo[key] = cumulative  # type: ignore[assignment]
-        return cumulative
+    def _cumulative(self) -> _Memo:
+        """The memo: the buckets in order, the counts summed in that order (once per change), the answers so far."""
+        memo = self._memo
+        if memo is None:
+            keys = self._keys
+            if keys is None:
+                keys = self._keys = sorted(self.counts)
+            memo = self._memo = (keys, list(accumulate(map(self.counts.__getitem__, keys))), {})
+        return memo
 
     def quantile(self, q: float) -> float | None:
         """The value at rank ``floor(q * (count - 1))`` of the sorted samples, within 1%; None if empty."""
@@ -164,16 +194,13 @@ class LogHistogram:
             return value_of(min(self.counts))
         if q == 1.0:
             return value_of(max(self.counts))
-        memo = self._cached()
-        if q in memo:
-            return memo[q]
-        rank = math.floor(q * (self.count - 1))
-        result = None
-        for bucket, seen in self._sorted():
-            if seen > rank:
-                result = value_of(bucket)
-                break
-        memo[q] = result
+        keys, cumulative, answers = self._cumulative()
+        if q in answers:
+            return answers[q]
+        # The first bucket whose cumulative count passes the rank (no count is negative: the sums never fall).
+        index = bisect_right(cumulative, math.floor(q * (self.count - 1)))
+        result = value_of(keys[index]) if index < len(keys) else None
+        answers[q] = result
         return result
 
     def mean(self) -> float | None:
