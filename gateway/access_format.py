@@ -8,7 +8,7 @@ request's facts and decides when its line is made.
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -31,7 +31,8 @@ def log_line(entry: dict[str, Any]) -> str:
 
 
 def entry_of(line: EncodedLine) -> dict[str, Any]:
-    """A ``EncodedLine`` as ``AccessLog._entry``'s dict (for ``json.dumps``, which writes what msgspec refuses)."""
+    """An ``EncodedLine`` as a dict of the same keys (for ``json.dumps``, which writes what msgspec refuses, and for
+    lines that add the bodies)."""
     entry = {name: getattr(line, name) for name in line.__struct_fields__}
     entry["attempt_costs"] = [
         {name: getattr(cost, name) for name in cost.__struct_fields__} for cost in line.attempt_costs
@@ -54,12 +55,10 @@ class EncodedAttemptCost(msgspec.Struct):
 
 
 class EncodedLine(msgspec.Struct, omit_defaults=True):
-    """The line as msgspec encodes it: each field a key of ``AccessLog._entry``'s dict, in its order, so the
-    encoded bytes are that dict's (a struct is made and encoded in a fraction of a dict's time: its keys are
-    encoded once, with the type). ``keepalives`` and ``provider_timings`` are left out at their defaults, as
-    ``_entry`` leaves them out. Without ``log_bodies``
-    only (the bodies' keys are written even when null: ``_entry`` makes those lines). Made with its batch
-    (``AccessLog._made``)."""
+    """The line as msgspec encodes it: each field one of the line's keys, in its order (a struct is made and encoded
+    in a fraction of a dict's time: its keys are encoded once, with the type). ``keepalives`` and
+    ``provider_timings`` are left out at their defaults. Made with its batch (``AccessLog._encoded``); a line that
+    carries the bodies (``log_bodies``) is its dict (``entry_of``) with two keys more."""
 
     ts: Any
     request_id: Any
@@ -93,38 +92,12 @@ class EncodedLine(msgspec.Struct, omit_defaults=True):
     provider_timings: Any = None
 
 
-class LineFacts(NamedTuple):
-    """What one request's line says, taken when the request ends (``AccessLog.write``); the line is made from it,
-    maybe later. Copied, not referred to: the trace can still change (a race's drained loser adds its sample),
-    and a pending line must not hold the request's body (unless the line logs it)."""
-
-    request_id: str
-    endpoint: Endpoint
-    at: float
-    """Wall-clock time the line is written (its ``ts``)."""
-    duration: float
-    overhead: float | None
-    winner: Sample | None
-    status: int | None
-    upstream: Endpoint | None
-    route: str | None
-    omitted: list[str] | None
-    key: str | None
-    team: str | None
-    keepalives: int
-    samples: list[Sample]
-    said: int
-    counted: int | None
-    request: tuple[str, bool, float, dict[str, Any] | None, str | None, dict[str, Any] | None] | None
-    """The request's model, stream, queue wait, provider timings, and (with ``log_bodies``) answer text and body;
-    None when it never passed validation."""
-
-
 TakenFacts = tuple[
     float, str, Endpoint, Endpoint | None, list[str] | None, str | None, str | None, str | None, int, int | None,
     float, float | None, Sample | None, list[Sample], int, int | None, str | None, bool | None, float | None,
-    dict[str, Any] | None,
+    dict[str, Any] | None, tuple[str | None, dict[str, Any] | None] | None,
 ]  # fmt: skip
 """``AccessLog._taken``: the wall-clock time, request id, endpoint, upstream API, omitted tools, route, key, team,
 keep-alives, status, duration, overhead, winner, samples, said and counted tokens, model, stream, queue wait and
-provider timings (the last five None, the samples empty, when the request never passed validation)."""
+provider timings (these five None, the samples empty, when the request never passed validation), and with
+``log_bodies`` the answer text and the request body (else None)."""

@@ -32,7 +32,6 @@ from gateway.access_format import (
     ENCODE,
     EncodedAttemptCost,
     EncodedLine,
-    LineFacts,
     TakenFacts,
     entry_of,
     log_line,
@@ -168,9 +167,9 @@ class AccessLog:
         """Count the request in the metrics and write its line: the winner, the status and the upstream API worked
         out once and handed to both (each used to find its own).
 
-        To a sole ``LineWriter`` the line goes unbuilt: what it says is taken now (``_taken``, or ``LineFacts`` with
-        ``log_bodies``: the request's trace may still change, a race's drained loser adds its sample to it), and
-        the line is made from that when its batch is written, many lines together, after the request has gone.
+        What the line says is taken now (``_taken``: the request's trace may still change, a race's drained loser
+        adds its sample to it); to a sole ``LineWriter`` the line goes unbuilt, made from what was taken when its
+        batch is written, many lines together, after the request has gone.
         """
         duration = record.clock() - record.received_at
         request, log = record.request, record.log
@@ -189,15 +188,8 @@ class AccessLog:
             mode = "stream" if request.stream else "full"
         self.metrics.request_done(model, provider, record.endpoint, upstream, status, mode, overhead)
         if self.enabled and self.logger.isEnabledFor(logging.INFO):
-            writer = sole_writer(self.logger)
-            if self.log_bodies:
-                facts = self._facts(record, duration, overhead, winner, status, upstream)
-                if writer is not None:
-                    writer.add(partial(self._line, facts))
-                else:
-                    self.logger.info(self._line(facts))
-                return
             taken = self._taken(record, duration, overhead, winner, status, upstream)
+            writer = sole_writer(self.logger)
             if writer is not None:
                 writer.add(partial(self._made, taken))
             else:
@@ -211,31 +203,8 @@ class AccessLog:
     def entry(self, record: AccessRecord, duration: float, overhead: float | None) -> dict[str, Any]:
         """The line's fields. Numbers only for what was measured; None (null) for what was not."""
         winner, status, upstream = record.winner(), record.status, record.upstream_api()
-        return self._entry(self._facts(record, duration, overhead, winner, status, upstream))
-
-    def _facts(
-        self,
-        record: AccessRecord,
-        duration: float,
-        overhead: float | None,
-        winner: Sample | None,
-        status: int | None,
-        upstream: Endpoint | None,
-    ) -> LineFacts:
-        request, log = record.request, record.log
-        samples: list[Sample] = []
-        said, counted, about = 0, None, None
-        if request is not None:
-            trace = request.trace
-            samples, said, counted = list(trace.samples), trace.said_tokens, trace.prompt_tokens_counted
-            bodies = self.log_bodies  # else neither the body nor the answer is held by a pending line
-            about = (request.requested_model, request.stream, trace.queue_wait_s, trace.provider_timings,
-                     trace.answer_text if bodies else None, request.body if bodies else None)  # fmt: skip
-        return LineFacts(
-            record.request_id, record.endpoint, self.wall_clock(), duration, overhead, winner, status, upstream,
-            log.route if log is not None else None, record.omitted_tools(), record.key_name, record.team,
-            record.keepalives, samples, said, counted, about,
-        )  # fmt: skip
+        taken = self._taken(record, duration, overhead, winner, status, upstream)
+        return self._with_bodies(entry_of(self._encoded(taken)), taken)
 
     def _taken(
         self,
@@ -246,41 +215,66 @@ class AccessLog:
         status: int | None,
         upstream: Endpoint | None,
     ) -> TakenFacts:
-        """What the line will say, taken now (``_facts``' values, the samples' list copied, in a plain tuple):
-        the line is made from it by ``_made``, with its batch."""
+        """What the line will say, taken now, in a plain tuple (the samples' list copied; with ``log_bodies`` the
+        answer text and the request body, else neither is held by a pending line): the line is made from it by
+        ``_made``, with its batch."""
         request, log = record.request, record.log
         if request is None:
             return (
                 self.wall_clock(), record.request_id, record.endpoint, upstream, record.omitted_tools(),
                 log.route if log is not None else None, record.key_name, record.team, record.keepalives, status,
-                duration, overhead, winner, [], 0, None, None, None, None, None,
+                duration, overhead, winner, [], 0, None, None, None, None, None, None,
             )  # fmt: skip
         trace = request.trace
+        bodies = (trace.answer_text, request.body) if self.log_bodies else None
         return (
             self.wall_clock(), record.request_id, record.endpoint, upstream, record.omitted_tools(),
             log.route if log is not None else None, record.key_name, record.team, record.keepalives, status,
             duration, overhead, winner, list(trace.samples), trace.said_tokens, trace.prompt_tokens_counted,
-            request.requested_model, request.stream, trace.queue_wait_s, trace.provider_timings,
+            request.requested_model, request.stream, trace.queue_wait_s, trace.provider_timings, bodies,
         )  # fmt: skip
 
     def _made(self, taken: TakenFacts) -> str:
-        """The line of ``_taken``'s tuple: what ``_line(_facts(...))`` makes, worked out the same way, encoded from
-        a ``EncodedLine`` (no dict)."""
+        """The line of ``_taken``'s tuple, encoded from its ``EncodedLine`` (no dict), or from the line's dict with
+        the bodies when ``log_bodies`` asked for them."""
+        line = self._encoded(taken)
+        if taken[-1] is None:
+            try:
+                return ENCODE(line).decode()
+            except UnicodeEncodeError:
+                pass  # a lone surrogate has no UTF-8 form: ``log_line`` writes it escaped
+        return log_line(self._with_bodies(entry_of(line), taken))
+
+    @staticmethod
+    def _with_bodies(entry: dict[str, Any], taken: TakenFacts) -> dict[str, Any]:
+        """The line's dict with the request's body and answer text (``log_bodies``; their keys written when null)."""
+        bodies = taken[-1]
+        if bodies is not None:
+            entry["request_body"] = bodies[1]
+            entry["response_text"] = bodies[0]
+        return entry
+
+    def _encoded(self, taken: TakenFacts) -> EncodedLine:
+        """The line's fields, worked out from ``_taken``'s tuple. Numbers only for what was measured; None (null)
+        for what was not."""
         (at, request_id, endpoint, upstream, omitted, route, key, team, keepalives, status, duration, overhead,
-         winner, samples, said, counted, model, stream, queue_wait, timings) = taken  # fmt: skip
+         winner, samples, said, counted, model, stream, queue_wait, timings, _) = taken  # fmt: skip
         prompt = output = usage_source = ttft = first = speed = outcome = validity = provider = deployment = None
         if winner is not None:
             prompt = winner.usage_prompt_tokens
-            # As ``_entry``: the provider's usage, or the gateway's own count (see there).
+            # Where the split came from: the provider's usage, or the gateway's pinned tokenizer (no usage came, or
+            # a recovery's earlier parts were counted by it and moved from the continuation's prompt to the output).
             usage_source = "provider" if prompt is not None and not said else "gateway_tokenizer"
             if prompt is None:
                 prompt = counted if counted is not None else winner.prompt_tokens_estimate
+            # After a recovery: the whole answer's tokens, the original prompt once (the prefill is output).
             prompt = max(0, prompt - said) if prompt is not None else None
             output = winner.output_tokens + said if winner.output_tokens is not None else None
             ttft, first, speed = winner.ttft_s, winner.first_answer_s, winner.tokens_per_s
             ttft = None if ttft is None else round(ttft, 6)
             first = None if first is None else round(first, 6)
             speed = None if speed is None else round(speed, 2)
+            # The answer's verdict (gateway.quality): "valid", or why not; null when none was judged.
             outcome, validity, provider, deployment = (
                 winner.outcome,
                 winner.validity,
@@ -297,85 +291,14 @@ class AccessLog:
             attempt_costs.append(
                 EncodedAttemptCost(sample.deployment, sample.provider, sample.outcome, sample.validity, cost)
             )
-        line = EncodedLine(
+        # ``provider_timings``: the provider's own figures, beside the gateway's; never used for routing.
+        return EncodedLine(
             self.timestamp(at), request_id, endpoint, endpoint, upstream, omitted, model, stream, status, outcome,
             validity, provider, deployment, len(samples), route, ttft, first, speed, prompt, output, usage_source,
             round(sum(costs), 10) if costs else None, key, team, attempt_costs,
             None if queue_wait is None else round(queue_wait, 6), round(duration, 6),
             None if overhead is None else round(overhead, 6), keepalives, timings,
         )  # fmt: skip
-        try:
-            return ENCODE(line).decode()
-        except UnicodeEncodeError:
-            return log_line(entry_of(line))
-
-    def _line(self, facts: LineFacts) -> str:
-        return log_line(self._entry(facts))
-
-    def _entry(self, facts: LineFacts) -> dict[str, Any]:
-        winner, samples, said, about = facts.winner, facts.samples, facts.said, facts.request
-        costs = [s.cost_usd for s in samples if s.cost_usd is not None]
-        prompt = output = usage_source = ttft = first = speed = None
-        if winner is not None:
-            ttft, first, speed = winner.ttft_s, winner.first_answer_s, winner.tokens_per_s
-            prompt = winner.usage_prompt_tokens
-            # Where the split came from: the provider's usage, or the gateway's pinned tokenizer (no usage came, or
-            # a recovery's earlier parts were counted by it and moved from the continuation's prompt to the output).
-            usage_source = "provider" if prompt is not None and not said else "gateway_tokenizer"
-            if prompt is None:
-                prompt = facts.counted if facts.counted is not None else winner.prompt_tokens_estimate
-            # After a recovery: the whole answer's tokens, the original prompt once (the prefill is output).
-            prompt = max(0, prompt - said) if prompt is not None else None
-            output = winner.output_tokens + said if winner.output_tokens is not None else None
-        entry: dict[str, Any] = {
-            "ts": self.timestamp(facts.at),
-            "request_id": facts.request_id,
-            "endpoint": facts.endpoint,
-            "api": facts.endpoint,
-            "upstream_api": facts.upstream,
-            "omitted_tools": facts.omitted,
-            "model": about[0] if about is not None else None,
-            "stream": about[1] if about is not None else None,
-            "status": facts.status,
-            "outcome": winner.outcome if winner is not None else None,
-            # The answer's verdict (gateway.quality): "valid", or why not; null when none was judged.
-            "validity": winner.validity if winner is not None else None,
-            "provider": winner.provider if winner is not None else None,
-            "deployment": winner.deployment if winner is not None else None,
-            "attempts": len(samples),
-            "route": facts.route,
-            "ttft_s": None if ttft is None else round(ttft, 6),
-            "first_answer_s": None if first is None else round(first, 6),
-            "tokens_per_s": None if speed is None else round(speed, 2),
-            "input_tokens": prompt,
-            "output_tokens": output,
-            "usage_source": usage_source,
-            "cost_usd": round(sum(costs), 10) if costs else None,
-            "key": facts.key,
-            "team": facts.team,
-            "attempt_costs": [
-                {
-                    "deployment": s.deployment,
-                    "provider": s.provider,
-                    "outcome": s.outcome,
-                    "validity": s.validity,
-                    "cost_usd": None if s.cost_usd is None else round(s.cost_usd, 10),
-                }
-                for s in samples
-            ],
-            "queue_wait_s": None if about is None or about[2] is None else round(about[2], 6),
-            "duration_s": round(facts.duration, 6),
-            "overhead_s": None if facts.overhead is None else round(facts.overhead, 6),
-        }
-        if facts.keepalives:
-            entry["keepalives"] = facts.keepalives
-        if about is not None and about[3] is not None:
-            # The provider's own figures, beside the gateway's: never used for routing.
-            entry["provider_timings"] = about[3]
-        if self.log_bodies and about is not None:
-            entry["request_body"] = about[5]
-            entry["response_text"] = about[4]
-        return entry
 
 
 __all__ = [

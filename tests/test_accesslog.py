@@ -354,12 +354,81 @@ def test_the_lines_numbers_are_rounded_as_round_rounds_them() -> None:
         assert log_line(entry) == msgspec.json.encode(entry).decode()
 
 
-def test_the_struct_made_line_is_the_dict_made_line_byte_for_byte() -> None:
-    # Without log_bodies the line is encoded from a msgspec struct (``_Line``), with them from ``_entry``'s dict:
-    # over varied requests (races, recoveries, keep-alives, provider timings, quotes, non-ASCII, a lone surrogate
-    # that sends the line through json.dumps) both make the same bytes.
+def _expected_entry(log: AccessLog, record: AccessRecord, duration: float, overhead: float | None) -> dict[str, Any]:
+    """What the line says, worked out field by field from the record as the log's documentation says it."""
+    request, winner = record.request, record.winner()
+    samples = list(request.trace.samples) if request is not None else []
+    said, counted = (request.trace.said_tokens, request.trace.prompt_tokens_counted) if request else (0, None)
+    prompt = output = usage_source = None
+    if winner is not None:
+        # The provider's usage, else the gateway's own count; after a recovery the earlier parts are output.
+        prompt = winner.usage_prompt_tokens
+        usage_source = "provider" if prompt is not None and not said else "gateway_tokenizer"
+        if prompt is None:
+            prompt = counted if counted is not None else winner.prompt_tokens_estimate
+        prompt = max(0, prompt - said) if prompt is not None else None
+        output = winner.output_tokens + said if winner.output_tokens is not None else None
+
+    def rounded(value: float | None, digits: int = 6) -> float | None:
+        return None if value is None else round(value, digits)
+
+    costs = [s.cost_usd for s in samples if s.cost_usd is not None]
+    entry: dict[str, Any] = {
+        "ts": log.timestamp(log.wall_clock()),
+        "request_id": record.request_id,
+        "endpoint": record.endpoint,
+        "api": record.endpoint,
+        "upstream_api": record.upstream_api(),
+        "omitted_tools": record.omitted_tools(),
+        "model": request.requested_model if request is not None else None,
+        "stream": request.stream if request is not None else None,
+        "status": record.status,
+        "outcome": winner.outcome if winner else None,
+        "validity": winner.validity if winner else None,
+        "provider": winner.provider if winner else None,
+        "deployment": winner.deployment if winner else None,
+        "attempts": len(samples),
+        "route": record.log.route if record.log is not None else None,
+        "ttft_s": rounded(winner.ttft_s if winner else None),
+        "first_answer_s": rounded(winner.first_answer_s if winner else None),
+        "tokens_per_s": rounded(winner.tokens_per_s if winner else None, 2),
+        "input_tokens": prompt,
+        "output_tokens": output,
+        "usage_source": usage_source,
+        "cost_usd": rounded(sum(costs), 10) if costs else None,
+        "key": record.key_name,
+        "team": record.team,
+        "attempt_costs": [
+            {
+                "deployment": s.deployment,
+                "provider": s.provider,
+                "outcome": s.outcome,
+                "validity": s.validity,
+                "cost_usd": rounded(s.cost_usd, 10),
+            }
+            for s in samples
+        ],  # fmt: skip
+        "queue_wait_s": rounded(request.trace.queue_wait_s) if request is not None else None,
+        "duration_s": rounded(duration),
+        "overhead_s": rounded(overhead),
+    }
+    if record.keepalives:
+        entry["keepalives"] = record.keepalives
+    if request is not None and request.trace.provider_timings is not None:
+        entry["provider_timings"] = request.trace.provider_timings
+    if log.log_bodies and request is not None:
+        entry["request_body"] = request.body
+        entry["response_text"] = request.trace.answer_text
+    return entry
+
+
+@pytest.mark.parametrize("bodies", [False, True])
+def test_the_line_says_each_field_as_documented_byte_for_byte(bodies: bool) -> None:
+    # The line is encoded from a msgspec struct (with log_bodies: its dict and the bodies): over varied requests
+    # (races, recoveries, keep-alives, provider timings, quotes, non-ASCII, a lone surrogate that sends the line
+    # through json.dumps) it is the bytes of the documented fields' dict, worked out here on its own.
     rng = random.Random(4)
-    log = AccessLog(Metrics(process_metrics=False), wall_clock=lambda: 1_796_468_520.6114106)
+    log = AccessLog(Metrics(process_metrics=False), wall_clock=lambda: 1_796_468_520.6114106, log_bodies=bodies)
     for i in range(600):
         request = ProxyRequest(f"r{i}", "chat", "/chat/completions", {"model": "m"}, rng.random() < 0.5, "m\u00e9", 0.0)
         for _ in range(rng.randint(0, 3)):
@@ -392,5 +461,7 @@ def test_the_struct_made_line_is_the_dict_made_line_byte_for_byte() -> None:
         record.error_status = rng.choice([None, 429])
         record.key_name, record.team = rng.choice([(None, None), ("alice", "t1")])
         record.keepalives = rng.choice([0, 3])
-        args = (record, rng.expovariate(10.0), rng.choice([None, rng.random()]), record.winner(), record.status, None)
-        assert log._made(log._taken(*args)) == log._line(log._facts(*args))
+        request.trace.answer_text = rng.choice([None, "the answer \u00e9"])
+        duration, overhead = rng.expovariate(10.0), rng.choice([None, rng.random()])
+        args = (record, duration, overhead, record.winner(), record.status, record.upstream_api())
+        assert log._made(log._taken(*args)) == log_line(_expected_entry(log, record, duration, overhead))
