@@ -24,11 +24,10 @@ import argparse
 import dataclasses
 import itertools
 import random
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from benchmarks.hotpath import sample
+from benchmarks.hotpath import sample, timed
 from gateway.config import parse_config
 from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
 from gateway.routing.belief_router import BeliefRouter
@@ -100,13 +99,7 @@ def build(kind: type[Any], policy: str, max_tokens: int | None) -> tuple[Any, Ro
 
 def best_us(work: Callable[[], object], calls: int, repeats: int) -> float:
     """Best µs per call of ``work`` over ``repeats`` runs of ``calls`` calls (process CPU time)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.process_time()
-        for _ in range(calls):
-            work()
-        best = min(best, (time.process_time() - start) / calls)
-    return best * 1e6
+    return timed("", calls, work, repeats)[1]
 
 
 def reads(store: InMemoryStatsStore) -> None:

@@ -220,15 +220,9 @@ def test_answer_lengths_are_predicted_per_shape_and_capped_by_max_tokens() -> No
     assert lengths.expected(shape_of("m", 800), 800, 256) == 800
 
 
-def test_a_look_goes_where_traffic_will_not_tell() -> None:
-    """``b`` is as near the leader as it is thinly told apart from it, but it serves requests and is heard every
-    moment: what a look would teach of it, traffic tells a moment later anyway. ``c``, three times slower and
-    unheard for ten seconds, is heard only when a look goes there, so a look is worth what it teaches times how
-    much sooner than traffic would: the looks go to ``c``."""
-    leader = _measured(0.4, 200.0, at=300.0, sigma=0.6, n=12)
-    near = _measured(0.42, 195.0, at=300.0, sigma=0.6, n=12)
-    unheard = _measured(1.2, 80.0, at=290.0)
-    options = _options([leader, near, unheard])
+def _looks_at_300(beliefs: list[Belief]) -> list[int]:
+    """Where the look of each of 40 streams goes at 300 s (race or shadow), each prior pooled from the others."""
+    options = _options(beliefs)
     options = [
         Option(o.deployment, o.belief, pooled([p.belief for p in options if p is not o], 300.0)) for o in options
     ]
@@ -238,6 +232,17 @@ def test_a_look_goes_where_traffic_will_not_tell() -> None:
             options, Shape(20, 256), WEIGHTS, 300.0, random.Random(seed), may_race=True, budget=Budget(), model="m"
         )
         looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
+    return looked
+
+
+def test_a_look_goes_where_traffic_will_not_tell() -> None:
+    """``b`` is as near the leader as it is thinly told apart from it, but it serves requests and is heard every
+    moment: what a look would teach of it, traffic tells a moment later anyway. ``c``, three times slower and
+    unheard for ten seconds, is heard only when a look goes there, so a look is worth what it teaches times how
+    much sooner than traffic would: the looks go to ``c``."""
+    leader = _measured(0.4, 200.0, at=300.0, sigma=0.6, n=12)
+    near = _measured(0.42, 195.0, at=300.0, sigma=0.6, n=12)
+    looked = _looks_at_300([leader, near, _measured(1.2, 80.0, at=290.0)])
     assert looked.count(2) >= 36, looked
 
 
@@ -252,15 +257,5 @@ def test_a_look_goes_to_one_answered_once_after_a_silence() -> None:
         back.failed(264.0 + 2 * k, True)
     back.observe(299.5, Prior(), 0.3, 1 / 240.0)
     back.failed(299.5, False)
-    slow = _measured(1.2, 80.0, at=290.0)
-    options = _options([leader, back, slow])
-    options = [
-        Option(o.deployment, o.belief, pooled([p.belief for p in options if p is not o], 300.0)) for o in options
-    ]
-    looked = []
-    for seed in range(40):
-        choice = choose(
-            options, Shape(20, 256), WEIGHTS, 300.0, random.Random(seed), may_race=True, budget=Budget(), model="m"
-        )
-        looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
+    looked = _looks_at_300([leader, back, _measured(1.2, 80.0, at=290.0)])
     assert looked.count(1) >= 36, looked
