@@ -127,14 +127,12 @@ class _Progress:
         self.api = "chat"
 
 
-def routing_cycle(in_flight: int = 63) -> Callable[[], None]:
-    """One request's routing work with ``in_flight`` others streaming on the one deployment: the oldest
-    one's answer arrives each time (recorded in the stats, then ``attempt_finished``)."""
-    router, route = warm_router(1)
+def routing_cycle(in_flight: int = 63, deployments: int = 1, kind: type[Any] = MeasuredRouter) -> Callable[[], None]:
+    """One request's routing work with ``in_flight`` others streaming: the oldest one's answer arrives each time
+    (recorded in the stats, then ``attempt_finished``)."""
+    router, route = warm_router(deployments, kind)
     store = router.stats
     assert isinstance(store, InMemoryStatsStore)
-    deployment = route.model.deployments[0]
-    answer = dataclasses.replace(sample(), deployment=deployment.name, provider=deployment.provider)
     running: list[Any] = []
 
     def run() -> None:
@@ -144,6 +142,7 @@ def routing_cycle(in_flight: int = 63) -> Callable[[], None]:
         running.append(candidate)
         if len(running) > in_flight:
             done = running.pop(0)
+            answer = dataclasses.replace(sample(), deployment=done.name, provider=done.provider.name)
             store.record(answer)
             router.attempt_finished(done, answer)
 
@@ -282,6 +281,8 @@ def measure() -> None:
         timed("routing: plan, 5 deployments", 2000, lambda: router.plan(route)),
         timed("routing (belief): plan, 5 dep.", 2000, lambda: belief_router.plan(route)),
         timed("routing: request, 1 dep., 63 open", 3000, routing_cycle()),
+        timed("routing: request, 5 dep., 63 open", 3000, routing_cycle(deployments=5)),
+        timed("routing (belief): request, 5 dep.", 3000, routing_cycle(deployments=5, kind=BeliefRouter)),
     ]
     for handler in logging.getLogger("gateway.access").handlers:
         handler.flush()
