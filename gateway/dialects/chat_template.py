@@ -34,7 +34,6 @@ dicts).
 from __future__ import annotations
 
 import re
-from itertools import chain, repeat
 from typing import Any
 
 import msgspec
@@ -143,10 +142,11 @@ def _padded_run(joined: bytes, stem: bytes, tail: bytes, count: int) -> tuple[li
     pieces = strings[: -len(_SEPARATOR)].split(_SEPARATOR)
     if len(pieces) != 2 * count:
         return None
-    texts, paddings = pieces[::2], pieces[1::2]
-    if b"".join(chain.from_iterable(zip(texts, repeat(stem), paddings, repeat(tail)))) != joined:
+    rebuilt = [b"", stem, b"", tail] * count
+    rebuilt[::2] = pieces  # text, stem, padding, tail, text, ...
+    if b"".join(rebuilt) != joined:
         return None
-    return texts, paddings
+    return pieces[::2], pieces[1::2]
 
 
 def _datas(entries: KeptChunks, start: int, stop: int, parts: list[bytes], times: list[float]) -> bool:
