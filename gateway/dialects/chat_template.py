@@ -229,7 +229,10 @@ def tally_kept(entries: KeptChunks, into: Tally | None, timing_tail: int) -> Tal
     # when they are of the shape (a stream's first answer events, kept before its head was learnt), else the
     # run's first two.
     prefix = head[: key + len(_CONTENT)]
-    whole = 0 if low >= 2 and all(_shaped(entries, low - n, prefix, stem, tail) for n in (2, 1)) else 2
+    shaped = (
+        low >= 2 and _shaped(entries, low - 2, prefix, stem, tail) and _shaped(entries, low - 1, prefix, stem, tail)
+    )
+    whole = 0 if shaped else 2
     strings = _texts(texts[whole:], lead)
     padded = _texts(paddings[whole:], b"") if stem else b""
     if strings is None or padded is None:
