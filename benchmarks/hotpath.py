@@ -13,7 +13,8 @@ worktree of the commit before (``PYTHONPATH=<worktree>``), with the same command
 times, alternating, and prints each piece's best time under both and their ratio.
 
 Pieces: the request body read and the upstream body written; a 32-token stream through the meter
-(fed per event, and in one chunk) and its ``finish`` (with the feeding, and alone); the same stream
+(fed per event, and in one chunk) and its ``finish`` (with the feeding, and alone), and the same answer as
+OpenAI streams it (each chunk padded with its own ``obfuscation`` string: ``openai_stream_chunks``); the same stream
 through the event forwarder hiding its usage chunk; the access-log line of one request (as
 ``gateway serve`` writes it, to a file); one sample into the in-memory stats and the metrics; a routing
 decision over five measured deployments; and the router's whole part of one request as the c=64 whole run
@@ -40,7 +41,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import gateway
-from benchmarks.hotpath_memory import stream_chunks
+from benchmarks.hotpath_memory import openai_stream_chunks, stream_chunks
 from gateway.accesslog import AccessLog, AccessRecord, configure_access_log
 from gateway.api import parse_json_body
 from gateway.config import parse_config
@@ -246,6 +247,10 @@ def measure() -> None:
     fed = StreamMeter(time.perf_counter, 0.0)
     for chunk in events:
         fed.feed(chunk)
+    openai = openai_stream_chunks()
+    fed_openai = StreamMeter(time.perf_counter, 0.0)
+    for chunk in openai:
+        fed_openai.feed(chunk)
 
     metrics = Metrics()
     with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as sink:
@@ -273,6 +278,8 @@ def measure() -> None:
         timed("meter: fed per event + finish", 2000, meter(events)),
         timed("meter: one chunk + finish", 2000, meter([whole])),
         timed("meter: finish (fed per event)", 2000, lambda: fed.finish(counter)),
+        timed("meter: OpenAI fed + finish", 2000, meter(openai)),
+        timed("meter: OpenAI finish", 2000, lambda: fed_openai.finish(counter)),
         timed("forwarder: fed per event", 3000, forward(events)),
         timed("forwarder: one chunk", 3000, forward([whole])),
         timed("access log: one request", 20000, access_line),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import time
 import tomllib
 from collections.abc import AsyncIterator
@@ -47,6 +48,40 @@ def stream_chunks() -> list[bytes]:
     events += [head + f'{{"index":0,"delta":{{"content":" word{i}"}},"finish_reason":null}}]}}' for i in range(32)]
     events.append(head + '{"index":0,"delta":{},"finish_reason":"stop"}]}')
     events.append(head[: -len('"choices":[')] + '"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":32}}')
+    return [f"data: {e}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
+
+
+OBFUSCATION_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def openai_stream_chunks(seed: int = 1) -> list[bytes]:
+    """The same 32 words as OpenAI streams them with ``stream_options.include_usage``: every chunk carries
+    ``service_tier``, ``system_fingerprint``, ``logprobs``, ``"usage":null`` and an ``obfuscation`` string of
+    its own (random letters and digits, 1 to 15 of them, as captured streams show), the usage chunk too."""
+    rng = random.Random(seed)
+    head = (
+        '{"id":"chatcmpl-C4Hq5a6K3RaPMymUv70btQNYv6SvY","object":"chat.completion.chunk","created":1755137921,'
+        '"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_34a54111",'
+    )
+
+    def padding() -> str:
+        return "".join(rng.choice(OBFUSCATION_ALPHABET) for _ in range(rng.randint(1, 15)))
+
+    def choice(delta: str, finish: str) -> str:
+        return (
+            f'"choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish}}}],'
+            f'"usage":null,"obfuscation":"{padding()}"}}'
+        )
+
+    events = [head + choice('{"role":"assistant","content":"","refusal":null}', "null")]
+    events += [head + choice(f'{{"content":" word{i}"}}', "null") for i in range(32)]
+    events.append(head + choice("{}", '"stop"'))
+    usage = (
+        '{"prompt_tokens":20,"completion_tokens":32,"total_tokens":52,"prompt_tokens_details":{"cached_tokens":0,'
+        '"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,'
+        '"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}'
+    )
+    events.append(head + f'"choices":[],"usage":{usage},"obfuscation":"{padding()}"}}')
     return [f"data: {e}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
 
 
