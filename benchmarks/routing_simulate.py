@@ -19,7 +19,8 @@ Usage::
     python -m benchmarks.routing_simulate --held-out-5        # the fifth held-out set (seen once: no longer held out)
     python -m benchmarks.routing_simulate --held-out-6        # the sixth held-out set (seen once: no longer held out)
     python -m benchmarks.routing_simulate --held-out-7        # the seventh held-out set (seen once: no longer held out)
-    python -m benchmarks.routing_simulate --held-out-8        # the eighth held-out set: run once, at the end
+    python -m benchmarks.routing_simulate --held-out-8        # the eighth held-out set (seen once: no longer held out)
+    python -m benchmarks.routing_simulate --held-out-9        # the ninth held-out set: run once, at the end
     python -m benchmarks.routing_simulate --router new        # the belief-based router (gateway.routing.belief)
     python -m benchmarks.routing_simulate --compare --seeds 64  # old and new, paired, as a markdown table
 """
@@ -44,6 +45,7 @@ from benchmarks.routing_held_out_5 import HELD_OUT_5
 from benchmarks.routing_held_out_6 import HELD_OUT_6
 from benchmarks.routing_held_out_7 import HELD_OUT_7
 from benchmarks.routing_held_out_8 import HELD_OUT_8
+from benchmarks.routing_held_out_9 import HELD_OUT_9
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 from gateway.config import GatewayConfig, StatsConfig, parse_config
 from gateway.relay.drain import DRAIN_EVENTS, DRAIN_MAX_S
@@ -534,6 +536,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--held-out-8", action="store_true", help="the eighth held-out set (routing_held_out_8.HELD_OUT_8): once"
     )
     parser.add_argument(
+        "--held-out-9", action="store_true", help="the ninth held-out set (routing_held_out_9.HELD_OUT_9): once"
+    )
+    parser.add_argument(
         "--router", choices=("old", "new"), default="old", help="old: MeasuredRouter; new: BeliefRouter"
     )
     parser.add_argument("--compare", action="store_true", help="old and new paired over the same schedules (markdown)")
@@ -542,7 +547,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.compare:
         print(PAIRED_HEADER, flush=True)
     markets = (
-        HELD_OUT_8
+        HELD_OUT_9
+        if args.held_out_9
+        else HELD_OUT_8
         if args.held_out_8
         else HELD_OUT_7
         if args.held_out_7

@@ -14,6 +14,7 @@ from benchmarks.routing_held_out_5 import HELD_OUT_5
 from benchmarks.routing_held_out_6 import HELD_OUT_6
 from benchmarks.routing_held_out_7 import HELD_OUT_7
 from benchmarks.routing_held_out_8 import HELD_OUT_8
+from benchmarks.routing_held_out_9 import HELD_OUT_9
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 
 
@@ -163,6 +164,47 @@ def test_the_eighth_held_out_set_names_new_markets_that_move_their_best() -> Non
     assert max(t for t, _ in agent.lengths) * 100 < agent.max_tokens  # short answers under a large ceiling
     (started_down,) = [p for p in markets["ho8-down-at-start"].providers if p.error_rate == 1.0]
     assert started_down.name in {c.name for c in markets["ho8-down-at-start"].changes}
+
+
+def test_the_ninth_held_out_set_names_new_markets_that_move_their_best() -> None:
+    """Set nine holds every behaviour the gate names and a cold start over a quick starter and a fast streamer alone,
+    under names and parameters of its own; every market moves its best, and none copies set eight's outage length,
+    flaky share or replica count."""
+    earlier = (
+        *SCENARIOS,
+        *STRESS,
+        *HELD_OUT,
+        *HELD_OUT_2,
+        *HELD_OUT_3,
+        *HELD_OUT_4,
+        *HELD_OUT_5,
+        *HELD_OUT_6,
+        *HELD_OUT_7,
+        *HELD_OUT_8,
+    )
+    _assert_new_markets_that_move_their_best(HELD_OUT_9, earlier, set())
+    assert len(HELD_OUT_9) == 11
+    assert all(s.name.startswith("ho9-") for s in HELD_OUT_9)
+    earlier_providers = {p for s in earlier for p in s.providers}
+    assert not earlier_providers & {p for s in HELD_OUT_9 for p in s.providers}  # fresh parameters throughout
+    markets = {s.name: s for s in HELD_OUT_9}
+    assert 6 <= len(markets["ho9-many"].providers) <= 9
+    (change,) = markets["ho9-many"].changes  # one provider changes, once
+    assert change.name in {p.name for p in markets["ho9-many"].providers}
+    down, back = markets["ho9-outage"].changes  # the leader fails every request for 10-50 s, then is back
+    assert down.profile.error_rate == 1.0 and back.profile.error_rate == 0.0
+    assert 10 <= back.at_s - down.at_s <= 50 and back.at_s - down.at_s not in {17, 24, 29}
+    flaky = markets["ho9-flaky"]  # the quickest fails a share of its requests from start to end
+    (failing,) = [p for p in flaky.providers if p.error_rate > 0]
+    assert 0.2 <= failing.error_rate <= 0.4 and failing.error_rate not in {0.27, 0.31}
+    assert failing.name not in {c.name for c in flaky.changes}
+    assert markets["ho9-replicas"].replicas == 3
+    agent = markets["ho9-agent"]
+    assert agent.max_tokens is not None and agent.max_tokens >= 16384
+    assert max(t for t, _ in agent.lengths) * 100 < agent.max_tokens  # short answers under a large ceiling
+    (started_down,) = [p for p in markets["ho9-down-at-start"].providers if p.error_rate == 1.0]
+    assert started_down.name in {c.name for c in markets["ho9-down-at-start"].changes}
+    assert len(markets["ho9-cold"].providers) == 2  # the quick starter and the fast streamer, both new at the start
 
 
 def test_each_schedule_draws_anew_and_seed_one_as_it_always_did() -> None:
