@@ -36,13 +36,12 @@ from statistics import NormalDist
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
 from gateway.routing.belief_prefill import SLOPE, Prefill
 from gateway.routing.draws import Draw, Sampling, sample
-from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
+from gateway.routing.priors import DRIFT, MEMORY, PRIOR_WEIGHT, SPREAD, Prior, log_of
 from gateway.routing.student import TAIL_NU, censored_square, likelihood, update
 
 HAZARD_S = 120.0
 """A provider changes (its first token or its speed jumps) about once every this many seconds."""
 RUNS = 5
-NOISE_MEMORY = 50
 """Run-length hypotheses kept per deployment (the cost of change-point detection, not a knob of the world)."""
 
 METRICS = (TTFT, SPT) = (0, 1)
@@ -350,11 +349,11 @@ class Belief:
         scale = self.noise[metric]
         counts = scale / (scale + best.var[metric])
         robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)
-        # Sums over the last ~NOISE_MEMORY answers: n counts them, the sum of squares is ``(noise - prior) ...``.
-        n = self.noise_n[metric] * (1 - 1 / NOISE_MEMORY)
+        # Sums over the last ~MEMORY answers: n counts them, the sum of squares is ``(noise - prior) ...``.
+        n = self.noise_n[metric] * (1 - 1 / MEMORY)
         for sums, added in ((self.noise, robust), (self.spread2, residual)):
             total = sums[metric] * (PRIOR_WEIGHT + self.noise_n[metric]) - PRIOR_WEIGHT * SPREAD**2
-            total = total * (1 - 1 / NOISE_MEMORY) + counts * added
+            total = total * (1 - 1 / MEMORY) + counts * added
             sums[metric] = (PRIOR_WEIGHT * SPREAD**2 + total) / (PRIOR_WEIGHT + n + counts)
         self.noise_n[metric] = n + counts
 

@@ -36,10 +36,9 @@ from statistics import NormalDist
 from typing import Literal, NamedTuple
 
 from gateway.policies import PolicyConfig
+from gateway.routing.priors import MEMORY
 from gateway.samples import Sample
 
-MEMORY = 50
-"""Answers a cell remembers (the older fade): request lengths change with the traffic, not the provider."""
 PRIOR_ANSWERS = 3.0
 """A cell's answers weigh against its parent's estimate as if the parent were this many answers: a key's third
 answer moves its prediction halfway from the model's toward its own."""

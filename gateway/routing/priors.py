@@ -20,6 +20,9 @@ SPREAD = 0.4
 """An answer's log spread around its level before the deployment's own is learned (p95 ≈ 1.9× the median)."""
 DRIFT = 0.002
 """Variance of a log level gained per second unheard: unheard for 1/DRIFT s, it is e-fold uncertain."""
+MEMORY = 50
+"""Answers a running average remembers (the older fade): the answers' spread around a level, and an answer length
+per request shape, are the last ~50 answers'."""
 
 
 @dataclass(frozen=True, slots=True)
