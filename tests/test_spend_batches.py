@@ -187,3 +187,27 @@ def test_a_flushed_script_cache_is_loaded_again(server: RedisServer) -> None:
             await ledger.store.aclose()
 
     asyncio.run(settle_twice())
+
+
+def test_a_settlement_written_after_an_outage_ends_it(server: RedisServer) -> None:
+    """With no budget in use nothing but settlements reaches Redis: their writer must see it back."""
+    spender = Spender.of("k1", "ann", None, None, None)
+
+    async def outage() -> None:
+        config = StatsConfig(backend="redis", redis_url=server.url, key_prefix="outage")
+        store = RedisSpendStore(RedisConnections(config, {}).requests(), "outage", owns_client=True)
+        store.retry_s = 0.0  # try Redis again on every settlement
+        ledger = SpendLedger(store)
+        try:
+            server.stop()
+            await ledger.settle(spender, None, [_sample(0.00001)])  # kept
+            assert store.degraded_reason() is not None
+            server.start()
+            await ledger.settle(spender, None, [_sample(0.00001)])  # written, with the one kept
+            assert store.degraded_reason() is None
+            _, rows = await ledger.rows("day", [spender.tag])
+            assert [(row.cost, row.attempts) for row in rows] == [(2 * to_nanos(0.00001), 2)]
+        finally:
+            await store.aclose()
+
+    asyncio.run(outage())

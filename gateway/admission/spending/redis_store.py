@@ -152,11 +152,14 @@ class RedisSpendStore:
             )
         self._retry_at = time.monotonic() + self.retry_s
 
-    async def _succeeded(self) -> None:
+    def _reachable(self) -> None:
         if self._down_since is not None:
             logger.info("budgets: Redis reachable again")
             self._down_since = None
             self._reason = None
+
+    async def _succeeded(self) -> None:
+        self._reachable()
         if self._pending and self._drain_task is None:
             # In the background: a reservation must not wait for an outage's backlog to be written.
             self._drain_task = asyncio.ensure_future(self._drain())
@@ -248,6 +251,7 @@ class RedisSpendStore:
                 raise
             self._failed(exc)
             return False
+        self._reachable()  # it answered (a call it refused is no outage)
         failed: set[int] = set()
         errors = []
         for call, result in zip(calls, results, strict=True):
