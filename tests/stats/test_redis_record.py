@@ -1,0 +1,149 @@
+"""The Redis store's ``record`` and history write count exactly what they did before they were made cheaper:
+``record`` works a sample's buckets out once for the minutes, the buffer and the view (it used to, three
+times over), and a flush writes the minutes as one ``ADD_MINUTES`` per deployment (it used to send an
+``HINCRBY`` per field and an ``EXPIRE`` per key). Each is checked against the former code, copied here."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import redis
+import redis.asyncio
+
+from gateway.config import StatsConfig
+from gateway.samples import Sample
+from gateway.stats import RedisStatsStore
+from gateway.stats.buffer import WriteBuffer
+from gateway.stats.history import BUCKET_S, SPAN_S, MinuteBuckets, RedisHistory, history_key
+from gateway.stats.redis_layout import EXPIRY_SLACK_S, summary_fields
+from gateway.stats.sketch import bucket_of
+from gateway.stats.snapshot import DeploymentSummary, sample_values, validity_key
+from gateway.stats.window import slice_index
+from tests.redis_server import RedisServer
+from tests.support.clock import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+
+def _samples(count: int, seed: int = 7) -> list[Sample]:
+    """Varied samples: four deployments, failures, missing values, judged answers, cached and long prompts."""
+    rng = random.Random(seed)
+    samples = []
+    for _ in range(count):
+        ok = rng.random() < 0.85
+        cached = rng.choice([None, 0, rng.randint(0, 3000)])
+        samples.append(
+            Sample(
+                model=rng.choice(["m1", "m2"]),
+                deployment=rng.choice(["a", "b:c"]),
+                provider="p",
+                endpoint="chat",
+                stream=True,
+                outcome="ok" if ok else rng.choice(["timeout", "upstream_error", "client_cancelled"]),
+                started_at=0.0,
+                ttft_s=rng.choice([None, 0.0, rng.lognormvariate(-1.5, 0.8)]),
+                first_answer_s=rng.choice([None, rng.lognormvariate(-1.2, 0.8)]),
+                tokens_per_s=rng.lognormvariate(4.0, 0.6) if ok else None,
+                e2e_s=rng.lognormvariate(1.0, 0.7),
+                output_tokens=rng.randint(0, 900) if ok else None,
+                usage_prompt_tokens=rng.choice([None, rng.randint(10, 5000)]),
+                usage_cached_tokens=cached,
+                prompt_tokens_estimate=rng.randint(10, 6000),
+                kind=rng.choice([None, "tools", "json", "plain"]),
+                validity=rng.choice([None, "valid", "empty"]),
+            )
+        )
+    return samples
+
+
+def _old_add(buffer: WriteBuffer, index: int, sample: Sample, room: int) -> bool:
+    """``WriteBuffer.add`` as it was: its values and validity worked out from the sample, then counted again."""
+    pair = (sample.model, sample.deployment)
+    summaries = buffer.slices.setdefault(index, {})
+    summary = summaries.get(pair)
+    values = sample_values(sample)
+    validity = validity_key(sample)
+    if summary is None:
+        new = 1 + len(values) + (validity is not None)
+    else:
+        new = 0 if sample.outcome in summary.outcomes else 1
+        new += validity is not None and validity not in summary.validity
+        for metric, value in values.items():
+            histogram = summary.histograms.get(metric)
+            if histogram is None or bucket_of(value) not in histogram.counts:
+                new += 1
+    if buffer.cells + new > room:
+        if not summaries:
+            del buffer.slices[index]
+        return False
+    if summary is None:
+        summary = summaries[pair] = DeploymentSummary(sample.model, sample.deployment)
+    summary.add(sample)
+    buffer.samples += 1
+    buffer.cells += new
+    return True
+
+
+def test_record_counts_what_it_counted_before() -> None:
+    """Buffer (cells and refusals included: a small ``buffer_limit``), view and minutes, sample by sample."""
+    clock = FakeClock(1_800_000_000.0)
+    config = StatsConfig(backend="redis", redis_url="redis://127.0.0.1:1/0", buffer_limit=600)
+    store = RedisStatsStore(config, clock)  # not started: recording needs no Redis
+    buffer, view, minutes, dropped = WriteBuffer(), dict[tuple[str, str], DeploymentSummary](), MinuteBuckets(), 0
+    for number, sample in enumerate(_samples(3000)):
+        clock.advance(0.37 if number % 50 else 11.0)  # several slices and minutes
+        store.record(sample)
+        minutes.add(sample, clock())
+        if _old_add(buffer, slice_index(clock(), config.slice_s), sample, config.buffer_limit):
+            view.setdefault((sample.model, sample.deployment), DeploymentSummary(sample.model, sample.deployment))
+            view[(sample.model, sample.deployment)].add(sample)
+        else:
+            dropped += 1
+    assert dropped > 0, "the buffer's bound was reached"
+    assert (store.dropped, store.buffer.samples, store.buffer.cells) == (dropped, buffer.samples, buffer.cells)
+    assert store.buffer.slices == buffer.slices
+    assert store.view == view
+    assert store.minutes.pending.minutes == minutes.minutes
+
+
+def _old_history_write(client: redis.Redis, prefix: str, batch: MinuteBuckets) -> None:
+    """``RedisHistory.write`` as it was: an ``HINCRBY`` per field and an ``EXPIRE`` per key, pipelined."""
+    pipe = client.pipeline(transaction=False)
+    for pair, minutes in batch.minutes.items():
+        for minute, summary in minutes.items():
+            key = history_key(prefix, pair, minute)
+            for name, n in summary_fields(summary):
+                pipe.hincrby(key, name, n)
+            pipe.expire(key, SPAN_S + BUCKET_S + EXPIRY_SLACK_S)
+    pipe.execute()
+
+
+async def test_history_written_as_hincrby_per_field_wrote_it(redis_server: RedisServer, prefix: str) -> None:
+    """Two flushes of four deployments over several minutes: the same hashes, fields, counts and TTLs."""
+    sync = redis_server.client()
+    client = redis.asyncio.Redis(port=redis_server.port, decode_responses=True)
+    history = RedisHistory(f"{prefix}-new")
+    now = 1_800_000_000.0
+    try:
+        for flush in range(2):
+            batch = MinuteBuckets()
+            for number, sample in enumerate(_samples(400, seed=11 + flush)):
+                at = now + number * 0.5  # 200 s: four minutes
+                history.add(sample, at)
+                batch.add(sample, at)
+            await history.write(client, now + 200)
+            _old_history_write(sync, f"{prefix}-old", batch)
+        assert not history.pending
+        found, ttls = {}, {}
+        for side in ("new", "old"):
+            keys = sorted(sync.scan_iter(match=f"{{{prefix}-{side}:*", count=1000))
+            found[side] = {key.replace(f"{prefix}-{side}", "P"): sync.hgetall(key) for key in keys}
+            ttls[side] = {key.replace(f"{prefix}-{side}", "P"): sync.ttl(key) for key in keys}
+        assert len(found["new"]) >= 4 * 4, sorted(found["new"])  # four deployments, four minutes or more
+        assert found["new"] == found["old"]
+        assert ttls["new"].keys() == ttls["old"].keys()
+        assert all(abs(ttls["new"][key] - ttls["old"][key]) <= 2 for key in ttls["new"])
+    finally:
+        await client.aclose()
+        sync.close()
