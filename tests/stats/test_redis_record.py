@@ -1,24 +1,28 @@
-"""The Redis store's ``record`` and history write count exactly what they did before they were made cheaper:
-``record`` works a sample's buckets out once for the minutes, the buffer and the view (it used to, three
-times over), and a flush writes the minutes as one ``ADD_MINUTES`` per deployment (it used to send an
-``HINCRBY`` per field and an ``EXPIRE`` per key). Each is checked against the former code, copied here."""
+"""The Redis store's ``record``, history write and refresh count and read exactly what they did before they were
+made cheaper: ``record`` works a sample's buckets out once for the minutes, the buffer and the view (it used to,
+three times over), a flush writes the minutes as one ``ADD_MINUTES`` per deployment (it used to send an
+``HINCRBY`` per field and an ``EXPIRE`` per key), and a refresh reads the slices as one ``READ_SLICES`` per
+deployment (it used to send an ``HGETALL`` per slice). Each is checked against the former code, copied here."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
 import pytest
 import redis
 import redis.asyncio
 
 from gateway.config import StatsConfig
+from gateway.redis_client import RedisClient
 from gateway.samples import Sample
 from gateway.stats import RedisStatsStore
 from gateway.stats.buffer import WriteBuffer
 from gateway.stats.history import BUCKET_S, SPAN_S, MinuteBuckets, RedisHistory, history_key
-from gateway.stats.redis_layout import EXPIRY_SLACK_S, summary_fields
+from gateway.stats.redis_layout import EXPIRY_SLACK_S, slice_key, summary_fields
+from gateway.stats.redis_reader import SharedWindowReader
 from gateway.stats.sketch import bucket_of
-from gateway.stats.snapshot import DeploymentSummary, sample_values, validity_key
+from gateway.stats.snapshot import METRICS, DeploymentSummary, sample_values, validity_key
 from gateway.stats.window import slice_index
 from tests.redis_server import RedisServer
 from tests.support.clock import FakeClock
@@ -147,3 +151,65 @@ async def test_history_written_as_hincrby_per_field_wrote_it(redis_server: Redis
     finally:
         await client.aclose()
         sync.close()
+
+
+class _OldReader(SharedWindowReader):
+    """The reader as it was: an ``HGETALL`` per wanted slice, pipelined."""
+
+    async def _read_slices(
+        self, client: RedisClient, wanted: list[tuple[int, tuple[str, str]]]
+    ) -> list[Mapping[str, str]]:
+        if not wanted:
+            return []
+        pipe = client.pipeline(transaction=False)
+        for index, pair in wanted:
+            pipe.hgetall(slice_key(self.config.key_prefix, pair, index, self.config.slice_s))
+        results: list[Mapping[str, str]] = await pipe.execute()
+        self.hash_reads += len(wanted)
+        return results
+
+
+def _readings(summaries: Mapping[tuple[str, str], DeploymentSummary]) -> dict[tuple[str, str], tuple[object, ...]]:
+    """What the router reads of each summary: its counts, and each metric's mean and quantiles (float sums too)."""
+    return {
+        pair: (
+            summary,
+            *((s.mean(), s.harmonic_mean(), s.quantile(0.5), s.quantile(0.95)) for s in summary.histograms.values()),
+            tuple(m for m in METRICS if m in summary.histograms),
+        )
+        for pair, summary in summaries.items()
+    }
+
+
+async def test_refresh_reads_what_hgetall_per_slice_read(redis_server: RedisServer, prefix: str) -> None:
+    """Four deployments written over two minutes of 10 s slices (some settled, some open, some empty), read twice
+    (the second from the cache of settled slices): the same window, settled slices, open slices and reads."""
+    clock = FakeClock(1_800_000_000.0)
+    config = StatsConfig(
+        backend="redis", redis_url=redis_server.url, key_prefix=prefix, window_s=60, slice_s=10, redis_timeout_s=0.5
+    )
+    writer = RedisStatsStore(config, clock)
+    await writer.start()
+    client = redis.asyncio.Redis(port=redis_server.port, decode_responses=True)
+    try:
+        samples = _samples(1200, seed=21)
+        for number, sample in enumerate(samples):
+            if (number // 100) % 4 != 3 or sample.deployment == "a":  # some slices of some deployments stay empty
+                writer.record(sample)
+            clock.advance(0.1)
+            if number % 100 == 99:
+                await writer.flush()
+        new, old = SharedWindowReader(config, clock), _OldReader(config, clock)
+        seen_open = seen_cached = False
+        for _ in range(2):
+            for reader in (new, old):
+                await reader.read(client)
+            assert _readings(new.window()) == _readings(old.window())
+            assert new.open == old.open and new.cached == old.cached and new.hash_reads == old.hash_reads
+            assert _readings(new.settled.total) == _readings(old.settled.total)
+            seen_open, seen_cached = seen_open or bool(new.open), seen_cached or bool(new.cached)
+            clock.advance(15)
+        assert seen_open and seen_cached, "both open and settled slices were read"
+    finally:
+        await client.aclose()
+        await writer.aclose()
