@@ -14,6 +14,7 @@ samples twice in a sparkline, never in the window the router reads.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -160,20 +161,20 @@ def history_key(prefix: str, pair: DeploymentKey, minute: int) -> str:
 
 ADD_MINUTES = """
 -- KEYS: minute hashes of one (model, deployment): one hash tag, one slot.
--- ARGV: TTL in seconds, then for each key the number n of its fields, then n field/increment pairs.
-local at = 2
+-- ARGV: TTL in seconds, then a JSON array holding, for each key, the array of its fields and increments.
+local minutes = cjson.decode(ARGV[2])
 for k = 1, #KEYS do
-  local n = tonumber(ARGV[at])
-  for j = 1, n do
-    redis.call('HINCRBY', KEYS[k], ARGV[at + 2 * j - 1], ARGV[at + 2 * j])
+  local fields = minutes[k]
+  for j = 1, #fields, 2 do
+    redis.call('HINCRBY', KEYS[k], fields[j], fields[j + 1])
   end
   redis.call('EXPIRE', KEYS[k], ARGV[1])
-  at = at + 1 + 2 * n
 end
 return 1
 """
 """What a flush's ``HINCRBY`` per field and ``EXPIRE`` per key did, as one call per (model, deployment): a
-command per field cost the client more (packing it, parsing its reply) than all the rest of a flush."""
+command per field cost the client more (packing it, parsing its reply) than all the rest of a flush. The
+fields go as one JSON argument (``gateway.stats.redis_writes.ADD_SLICES`` says why)."""
 
 
 class RedisHistory:
@@ -200,15 +201,9 @@ class RedisHistory:
         pipe = client.pipeline(transaction=False)
         ttl = SPAN_S + BUCKET_S + EXPIRY_SLACK_S
         for pair, minutes in batch.minutes.items():
-            keys: list[str] = []
-            args: list[str | int] = [ttl]
-            for minute, summary in minutes.items():
-                keys.append(history_key(self.prefix, pair, minute))
-                fields = list(summary_fields(summary))
-                args.append(len(fields))
-                for name, n in fields:
-                    args += (name, n)
-            pipe.eval(ADD_MINUTES, len(keys), *keys, *args)
+            keys = [history_key(self.prefix, pair, minute) for minute in minutes]
+            fields = [[part for field in summary_fields(summary) for part in field] for summary in minutes.values()]
+            pipe.eval(ADD_MINUTES, len(keys), *keys, ttl, json.dumps(fields, separators=(",", ":")))
         try:
             await pipe.execute()
         except BaseException:

@@ -1,7 +1,8 @@
 """The Redis store's ``record``, history write and refresh count and read exactly what they did before they were
 made cheaper: ``record`` works a sample's buckets out once for the minutes, the buffer and the view (it used to,
 three times over), a flush writes the minutes as one ``ADD_MINUTES`` per deployment (it used to send an
-``HINCRBY`` per field and an ``EXPIRE`` per key), and a refresh reads the slices as one ``READ_SLICES`` per
+``HINCRBY`` per field and an ``EXPIRE`` per key), its slices' counts go to ``ADD_SLICES`` as one JSON argument
+(they went as two arguments per field), and a refresh reads the slices as one ``READ_SLICES`` per
 deployment (it used to send an ``HGETALL`` per slice). Each is checked against the former code, copied here."""
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from gateway.samples import Sample
 from gateway.stats import RedisStatsStore
 from gateway.stats.buffer import WriteBuffer
 from gateway.stats.history import BUCKET_S, SPAN_S, MinuteBuckets, RedisHistory, history_key
-from gateway.stats.redis_layout import EXPIRY_SLACK_S, slice_key, summary_fields
+from gateway.stats.redis_layout import EXPIRY_SLACK_S, slice_key, slice_ttl_s, summary_fields, writers_key
 from gateway.stats.redis_reader import SharedWindowReader
+from gateway.stats.redis_writes import IndexDebt, PendingWrites, write_pending
 from gateway.stats.sketch import bucket_of
 from gateway.stats.snapshot import METRICS, DeploymentSummary, sample_values, validity_key
 from gateway.stats.window import slice_index
@@ -213,3 +215,78 @@ async def test_refresh_reads_what_hgetall_per_slice_read(redis_server: RedisServ
     finally:
         await client.aclose()
         await writer.aclose()
+
+
+_OLD_ADD_SLICES = """
+local seq = tonumber(ARGV[2])
+local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if seq <= last then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+local at = 4
+for k = 2, #KEYS do
+  local n = tonumber(ARGV[at])
+  for j = 1, n do
+    redis.call('HINCRBY', KEYS[k], ARGV[at + 2 * j - 1], ARGV[at + 2 * j])
+  end
+  redis.call('EXPIRE', KEYS[k], ARGV[3])
+  at = at + 1 + 2 * n
+end
+return 1
+"""
+"""``ADD_SLICES`` as it was, its counts as a count of fields then two arguments per field."""
+
+
+def _old_write_pending(client: redis.Redis, config: StatsConfig, writer: str, pending: PendingWrites) -> None:
+    for pair, write in pending.writes.items():
+        keys = [writers_key(config.key_prefix, pair)]
+        args: list[str | int] = [writer, write.seq, slice_ttl_s(config.window_s, config.slice_s)]
+        for index, summaries in sorted(write.counts.slices.items()):
+            summary = summaries.get(pair)
+            if summary is None:
+                continue
+            keys.append(slice_key(config.key_prefix, pair, index, config.slice_s))
+            fields = list(summary_fields(summary))
+            args.append(len(fields))
+            for name, n in fields:
+                args += (name, n)
+        client.eval(_OLD_ADD_SLICES, len(keys), *keys, *args)
+
+
+async def test_slices_written_as_the_former_script_wrote_them(redis_server: RedisServer, prefix: str) -> None:
+    """Three sealed writes of four deployments over several slices, each sent twice (a lost reply: applied once):
+    the same slice hashes, writers hashes and TTLs as the former argument layout."""
+    sync = redis_server.client()
+    client = redis.asyncio.Redis(port=redis_server.port, decode_responses=True)
+    configs = {
+        side: StatsConfig(backend="redis", redis_url=redis_server.url, key_prefix=f"{prefix}-{side}")
+        for side in ("new", "old")
+    }
+    pending = PendingWrites()
+    now = 1_800_000_000.0
+    try:
+        for flush in range(3):
+            batch = WriteBuffer()
+            for number, sample in enumerate(_samples(300, seed=31 + flush)):
+                batch.add(slice_index(now + number * 0.1, 10), sample, room=10**9)
+            assert not pending.seal(batch)
+            for _ in range(2):
+                outcome = await write_pending(client, configs["new"], "w1", pending, IndexDebt(), now)
+                assert outcome.error is None and outcome.done == set(pending.writes)
+                _old_write_pending(sync, configs["old"], "w1", pending)
+            for pair, write in list(pending.writes.items()):
+                pending.done(pair, write)
+            now += 30
+        found, ttls = {}, {}
+        for side in ("new", "old"):
+            keys = sorted(sync.scan_iter(match=f"{{{prefix}-{side}:*", count=1000))
+            found[side] = {key.replace(f"{prefix}-{side}", "P"): sync.hgetall(key) for key in keys}
+            ttls[side] = {key.replace(f"{prefix}-{side}", "P"): sync.ttl(key) for key in keys}
+        assert sum(key.endswith(":writers") for key in found["new"]) == 4
+        assert len(found["new"]) > 4 * 3, sorted(found["new"])
+        assert found["new"] == found["old"]
+        assert ttls["new"].keys() == ttls["old"].keys()
+        assert all(abs(ttls["new"][key] - ttls["old"][key]) <= 2 for key in ttls["new"])
+    finally:
+        await client.aclose()
+        sync.close()
