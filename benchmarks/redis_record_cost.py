@@ -10,7 +10,9 @@ Against a real ``redis-server`` of its own (a free loopback port, stopped by PID
   sample sets: *bench*, the overhead run's (one model, one deployment, a 32-token stream, values jittered), and
   *mixed* (``benchmarks.stats_cost``'s: 12 deployments, 5% failures).
 - *settle*: the spend store's settlement of one request without a budget (what every request books to the spend
-  breakdown), as ``AccessState`` hands it over, 64 at a time.
+  breakdown), as ``AccessState`` hands it over, 64 at a time. Settlements written in batches wait ``BATCH_S`` for
+  each other with nothing else to do, and a write after the loop sat idle costs several times a write from a busy
+  one (cold caches): this overstates what a loaded gateway pays; the *whole* table is the one to trust.
 - *whole*: whole streamed requests through the app (``benchmarks.hotpath_memory``: the provider answers from
   memory), with the stats in memory, in Redis, and in Redis with the settlement or ``record`` made to do
   nothing: what each part adds to a request, including its background work.
