@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import dataclasses
 import datetime
+import json
 import os
 import platform
 import random
@@ -227,7 +228,7 @@ async def compare_write_encodings(server: RedisServer, flushes: int = 50, per_fl
                         else:
                             fields = [part for field, n in summary_fields(summary) for part in (field, n)]
                             keys = [writers_key("bench-encoding", pair), key]
-                            pipe.eval(ADD_SLICES, 2, *keys, "bench", seq, 400, len(fields) // 2, *fields)
+                            pipe.eval(ADD_SLICES, 2, *keys, "bench", seq, 400, json.dumps([fields]))
                 await pipe.execute()
             results[mode] = (time.process_time() - started) / len(samples) * 1e6
     finally:

@@ -8,12 +8,11 @@ keeps every sample that falls into a cell it already holds.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from gateway.samples import Sample
 from gateway.stats.redis_layout import cell_count
-from gateway.stats.sketch import bucket_of
-from gateway.stats.snapshot import DeploymentSummary, sample_values, validity_key
+from gateway.stats.snapshot import DeploymentSummary, Metric, sample_buckets, validity_key
 from gateway.stats.window import merge_slices
 from gateway.types import DeploymentKey
 
@@ -35,22 +34,32 @@ class WriteBuffer:
     def __bool__(self) -> bool:
         return self.samples > 0
 
-    def add(self, index: int, sample: Sample, room: int) -> bool:
+    def add(
+        self,
+        index: int,
+        sample: Sample,
+        room: int,
+        buckets: Mapping[Metric, int] | None = None,
+        validity: str | None = None,
+    ) -> bool:
         """Count ``sample`` in slice ``index``; False (and nothing counted) if it needs more than
-        ``room`` new cells beyond those held."""
+        ``room`` new cells beyond those held. ``buckets`` and ``validity``: the sample's ``sample_buckets``
+        and ``validity_key`` when the caller has them already (the store counts one sample in three places)."""
+        if buckets is None:
+            buckets = sample_buckets(sample)
+            validity = validity_key(sample)
         pair = (sample.model, sample.deployment)
         summaries = self.slices.setdefault(index, {})
         summary = summaries.get(pair)
-        values = sample_values(sample)
-        validity = validity_key(sample)
         if summary is None:
-            new = 1 + len(values) + (validity is not None)
+            new = 1 + len(buckets) + (validity is not None)
         else:
             new = 0 if sample.outcome in summary.outcomes else 1
             new += validity is not None and validity not in summary.validity
-            for metric, value in values.items():
-                histogram = summary.histograms.get(metric)
-                if histogram is None or bucket_of(value) not in histogram.counts:
+            histograms = summary.histograms
+            for metric, bucket in buckets.items():
+                histogram = histograms.get(metric)
+                if histogram is None or bucket not in histogram.counts:
                     new += 1
         if self.cells + new > room:
             if not summaries:
@@ -58,7 +67,7 @@ class WriteBuffer:
             return False
         if summary is None:
             summary = summaries[pair] = DeploymentSummary(sample.model, sample.deployment)
-        summary.add(sample)
+        summary.add_buckets(sample.outcome, buckets, validity)
         self.samples += 1
         self.cells += new
         return True

@@ -14,6 +14,7 @@ samples twice in a sparkline, never in the window the router reads.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -158,12 +159,30 @@ def history_key(prefix: str, pair: DeploymentKey, minute: int) -> str:
     return f"{{{prefix}:{pair_member(pair)}}}:m:{minute * BUCKET_S}"
 
 
+ADD_MINUTES = """
+-- KEYS: minute hashes of one (model, deployment): one hash tag, one slot.
+-- ARGV: TTL in seconds, then a JSON array holding, for each key, the array of its fields and increments.
+local minutes = cjson.decode(ARGV[2])
+for k = 1, #KEYS do
+  local fields = minutes[k]
+  for j = 1, #fields, 2 do
+    redis.call('HINCRBY', KEYS[k], fields[j], fields[j + 1])
+  end
+  redis.call('EXPIRE', KEYS[k], ARGV[1])
+end
+return 1
+"""
+"""What a flush's ``HINCRBY`` per field and ``EXPIRE`` per key did, as one call per (model, deployment): a
+command per field cost the client more (packing it, parsing its reply) than all the rest of a flush. The
+fields go as one JSON argument (``gateway.stats.redis_writes.ADD_SLICES`` says why)."""
+
+
 class RedisHistory:
     """The shared half hour: this replica's minutes written to Redis, everyone's read back.
 
-    ``write`` sends what ``pending`` holds in one pipeline (``HINCRBY`` per field, ``EXPIRE`` per key);
-    on a Redis error the minutes stay pending for the next flush. ``read`` re-reads only the open
-    minutes: settled ones are cached.
+    ``write`` sends what ``pending`` holds in one pipeline (one ``ADD_MINUTES`` per deployment, adding each
+    field and renewing each key's TTL); on a Redis error the minutes stay pending for the next flush.
+    ``read`` re-reads only the open minutes: settled ones are cached.
     """
 
     def __init__(self, prefix: str) -> None:
@@ -171,8 +190,8 @@ class RedisHistory:
         self.pending = MinuteBuckets()
         self.settled: dict[tuple[DeploymentKey, int], DeploymentSummary | None] = {}
 
-    def add(self, sample: Sample, now: float) -> None:
-        self.pending.add(sample, now)
+    def add(self, sample: Sample, now: float, buckets: Mapping[Metric, int] | None = None) -> None:
+        self.pending.add(sample, now, buckets)
 
     async def write(self, client: RedisClient, now: float) -> None:
         self.pending.expire(now)
@@ -180,12 +199,11 @@ class RedisHistory:
             return
         batch, self.pending = self.pending, MinuteBuckets()
         pipe = client.pipeline(transaction=False)
+        ttl = SPAN_S + BUCKET_S + EXPIRY_SLACK_S
         for pair, minutes in batch.minutes.items():
-            for minute, summary in minutes.items():
-                key = history_key(self.prefix, pair, minute)
-                for name, n in summary_fields(summary):
-                    pipe.hincrby(key, name, n)
-                pipe.expire(key, SPAN_S + BUCKET_S + EXPIRY_SLACK_S)
+            keys = [history_key(self.prefix, pair, minute) for minute in minutes]
+            fields = [[part for field in summary_fields(summary) for part in field] for summary in minutes.values()]
+            pipe.eval(ADD_MINUTES, len(keys), *keys, ttl, json.dumps(fields, separators=(",", ":")))
         try:
             await pipe.execute()
         except BaseException:

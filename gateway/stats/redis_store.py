@@ -49,7 +49,7 @@ from gateway.stats.buffer import WriteBuffer
 from gateway.stats.history import History, RedisHistory
 from gateway.stats.redis_reader import SharedWindowReader, late_after_s
 from gateway.stats.redis_writes import IndexDebt, PendingWrites, write_pending
-from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot
+from gateway.stats.snapshot import DeploymentSummary, StatsSnapshot, sample_buckets, validity_key
 from gateway.stats.window import slice_index
 from gateway.types import Clock, DeploymentKey
 
@@ -113,17 +113,22 @@ class RedisStatsStore:
     # -- the request path: no I/O, no await ---------------------------------------------------
 
     def record(self, sample: Sample) -> None:
-        self.minutes.add(sample, self.wall_clock())
-        index = slice_index(self.wall_clock(), self.config.slice_s)
+        # The sample's buckets (a log per value) and validity worked out once, for the minutes, the buffer
+        # and the view alike.
+        buckets = sample_buckets(sample)
+        validity = validity_key(sample)
+        now = self.wall_clock()
+        self.minutes.add(sample, now, buckets)
+        index = slice_index(now, self.config.slice_s)
         room = self.config.buffer_limit - self.pending.cells
-        if not self.buffer.add(index, sample, room):
+        if not self.buffer.add(index, sample, room, buckets, validity):
             self.dropped += 1
             return
         pair = (sample.model, sample.deployment)
         summary = self.view.get(pair)
         if summary is None:
             summary = self.view[pair] = DeploymentSummary(sample.model, sample.deployment)
-        summary.add(sample)
+        summary.add_buckets(sample.outcome, buckets, validity)
         if self.buffer.samples >= FLUSH_SAMPLES and self._degraded_reason is None:
             self._wake.set()
 

@@ -19,11 +19,17 @@ refused with 503 ``budget_unavailable`` (a budget is a promise about money; an o
 turn it into unlimited spend on every replica at once), while keys without a budget are served
 as usual. Settlements that cannot be written are kept (up to ``PENDING_LIMIT``) and written, in
 order, once Redis answers again; holds they would have released expire on their own.
+
+Settlements are written by one background writer, never on a request's path: what is queued goes
+in one pipeline per round trip, the settlements without a hold summed per spender
+(``gateway.admission.spending.redis_settle``); a settlement waits up to ``BATCH_S`` for others to
+share its round trip.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -32,18 +38,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
-from gateway.admission.spending.store import (
-    Balance,
-    Booking,
-    HeldScope,
-    Hold,
-    Refusal,
-    SpendRow,
-    SpendStoreDown,
-    breakdown_periods,
+from gateway.admission.spending.redis_settle import (
+    COUNTER_GRACE_S,
+    SETTLE,
+    SettleCall,
+    Settlement,
+    breakdown_key,
+    budget_keys,
+    settle_calls,
 )
+from gateway.admission.spending.store import Balance, Booking, HeldScope, Hold, Refusal, SpendRow, SpendStoreDown
 from gateway.admission.spending.windows import Period
 from gateway.config import StatsConfig
 from gateway.redis_client import RedisClient, RedisConnections
@@ -53,11 +59,11 @@ logger = logging.getLogger("gateway.spending")
 OPERATION_TIMEOUT_S = 1.0
 """The longest a request waits on Redis for its reservation (a connection from the pool included)."""
 PENDING_LIMIT = 10_000
-COUNTER_GRACE_S = 86_400
-"""Budget counters outlive their period by a day (they are no longer read after it)."""
-BREAKDOWN_RETENTION_S = {"day": 7 * 86_400, "week": 35 * 86_400, "month": 100 * 86_400}
-"""How long past its end a period's breakdown stays readable."""
-
+BATCH_S = 0.02
+"""How long a settlement waits for others to share its round trip (its hold is released that much later)."""
+BATCH_LIMIT = 512
+"""Settlements written in one pipeline at most."""
+_SETTLE_SHA = hashlib.sha1(SETTLE.encode()).hexdigest()
 # KEYS: per scope, its counters hash and its holds zset.
 # ARGV: now, expiry, member ("" = only read), amount, then per scope: limit (-1 = no check), ttl.
 # Returns {ok, refused scope (1-based, 0 if none), then spent, reserved per scope as read}.
@@ -93,37 +99,6 @@ end
 return out
 """
 
-# KEYS: per scope, its counters hash and holds zset; then the day, week and month breakdown hashes.
-# ARGV: member ("" = no hold), amount, total, scope count, per scope ttl, per breakdown ttl (3),
-# row count, then per row: field, cost, attempts.
-_SETTLE = """
-local member, amount, total, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-for i = 1, n do
-  local h, z = KEYS[2 * i - 1], KEYS[2 * i]
-  if member ~= '' and redis.call('ZREM', z, member) == 1 then
-    redis.call('HINCRBY', h, 'reserved', -amount)
-  end
-  if total ~= 0 then redis.call('HINCRBY', h, 'spent', total) end
-  redis.call('EXPIRE', h, ARGV[4 + i])
-end
-local base = 4 + n
-local m = tonumber(ARGV[base + 4])
-if m > 0 then
-  for j = 1, 3 do
-    local key = KEYS[2 * n + j]
-    for r = 0, m - 1 do
-      local field = ARGV[base + 5 + 3 * r]
-      redis.call('HINCRBY', key, 'c|' .. field, ARGV[base + 6 + 3 * r])
-      redis.call('HINCRBY', key, 'n|' .. field, ARGV[base + 7 + 3 * r])
-    end
-    redis.call('EXPIRE', key, ARGV[base + j])
-  end
-end
-return 1
-"""
-
-
-_Settlement = tuple[Hold | None, str, float, tuple[Booking, ...]]
 _ERRORS = (RedisError, OSError, TimeoutError)
 
 
@@ -137,8 +112,8 @@ class RedisSpendStore:
         self.prefix = prefix
         self.retry_s = retry_s
         self._reserve = client.register_script(_RESERVE)
-        self._settle = client.register_script(_SETTLE)
-        self._pending: deque[_Settlement] = deque(maxlen=PENDING_LIMIT)
+        self._pending: deque[tuple[Settlement, asyncio.Future[None] | None]] = deque()
+        """Settlements not written yet, oldest first, each with the future its ``settle`` waits on (None: none)."""
         self._lost = 0
         self._down_since: float | None = None
         self._retry_at = 0.0
@@ -153,12 +128,10 @@ class RedisSpendStore:
     # -- keys -----------------------------------------------------------------------------------
 
     def _budget_keys(self, held: HeldScope) -> tuple[str, str]:
-        scope = held.scope
-        base = f"{self.prefix}:budget:{{{scope.tag}}}:{scope.kind}:{scope.ident}:{held.period.id}"
-        return base, base + ":holds"
+        return budget_keys(self.prefix, held)
 
     def _breakdown_key(self, tag: str, period: Period) -> str:
-        return f"{self.prefix}:spend:{{{tag}}}:{period.window}:{period.id}"
+        return breakdown_key(self.prefix, tag, period)
 
     # -- health ---------------------------------------------------------------------------------
 
@@ -179,11 +152,14 @@ class RedisSpendStore:
             )
         self._retry_at = time.monotonic() + self.retry_s
 
-    async def _succeeded(self) -> None:
+    def _reachable(self) -> None:
         if self._down_since is not None:
             logger.info("budgets: Redis reachable again")
             self._down_since = None
             self._reason = None
+
+    async def _succeeded(self) -> None:
+        self._reachable()
         if self._pending and self._drain_task is None:
             # In the background: a reservation must not wait for an outage's backlog to be written.
             self._drain_task = asyncio.ensure_future(self._drain())
@@ -227,65 +203,99 @@ class RedisSpendStore:
         return [Balance(one, raw[2 + 2 * i], raw[3 + 2 * i]) for i, one in enumerate(held)]
 
     async def settle(self, hold: Hold | None, tag: str, at: float, bookings: Sequence[Booking]) -> None:
-        settlement: _Settlement = (hold, tag, at, tuple(bookings))
+        """Queue the settlement for the writer; return once it is written, or kept (Redis away: at once)."""
+        settlement: Settlement = (hold, tag, at, tuple(bookings))
         if not self._usable():
-            self._keep(settlement)
+            self._keep(settlement, None)
             return
-        try:
-            await self._write(settlement)
-        except _ERRORS as exc:
-            self._failed(exc)
-            self._keep(settlement)
-            return
-        await self._succeeded()
+        done = asyncio.get_running_loop().create_future()
+        self._keep(settlement, done)
+        if self._drain_task is None:
+            self._drain_task = asyncio.ensure_future(self._drain())
+        await done
 
-    def _keep(self, settlement: _Settlement) -> None:
-        if len(self._pending) == self._pending.maxlen:
-            self._lost += 1
-            logger.error("budgets: %d settlements could not be kept while Redis was down", self._lost)
-        self._pending.append(settlement)
+    def _keep(self, settlement: Settlement, done: asyncio.Future[None] | None) -> None:
+        if len(self._pending) >= PENDING_LIMIT:
+            self._lose_oldest()
+        self._pending.append((settlement, done))
+
+    def _lose_oldest(self) -> None:
+        _, done = self._pending.popleft()
+        if done is not None and not done.done():
+            done.set_result(None)
+        self._lost += 1
+        logger.error("budgets: %d settlements could not be kept while Redis was down", self._lost)
 
     async def _drain(self) -> None:
+        """Write what is queued, a batch per round trip, until nothing is left or a write fails."""
         try:
-            while self._pending:
-                try:
-                    await self._write(self._pending[0])
-                except _ERRORS as exc:
-                    self._failed(exc)
+            while self._pending and self._usable():
+                if len(self._pending) < BATCH_LIMIT:
+                    await asyncio.sleep(BATCH_S)  # let the settlements of the next few requests join
+                count = min(BATCH_LIMIT, len(self._pending))
+                batch = [self._pending.popleft() for _ in range(count)]
+                if not await self._write_batch(batch):
                     return
-                self._pending.popleft()
         finally:
             self._drain_task = None
 
-    async def _write(self, settlement: _Settlement) -> None:
-        hold, tag, at, bookings = settlement
-        now = time.time()
-        keys: list[str] = []
-        scope_ttls: list[int] = []
-        for held in hold.scopes if hold is not None else ():
-            counters, holds = self._budget_keys(held)
-            keys.extend([counters, holds])
-            scope_ttls.append(max(1, int(held.period.resets_at - now) + COUNTER_GRACE_S))
-        periods = breakdown_periods(at)
-        keys.extend(self._breakdown_key(tag, period) for period in periods)
-        rows: dict[str, list[int]] = {}
-        for booking in bookings:
-            row = rows.setdefault(json.dumps(booking.row, separators=(",", ":")), [0, 0])
-            row[0] += booking.cost
-            row[1] += 1
-        args: list[Any] = [
-            f"{hold.id}:{hold.amount}" if hold is not None else "",
-            hold.amount if hold is not None else 0,
-            sum(b.cost for b in bookings),
-            len(scope_ttls),
-            *scope_ttls,
-            *(max(1, int(p.resets_at - now) + BREAKDOWN_RETENTION_S[p.window]) for p in periods),
-            len(rows),
-        ]
-        for field, (cost, attempts) in rows.items():
-            args.extend([field, cost, attempts])
-        async with asyncio.timeout(OPERATION_TIMEOUT_S):
-            await self._settle(keys=keys, args=args)
+    async def _write_batch(self, batch: list[tuple[Settlement, asyncio.Future[None] | None]]) -> bool:
+        """Send ``batch``; what did not go in is put back in front, in order. False if anything failed."""
+        calls = settle_calls(self.prefix, [settlement for settlement, _ in batch], time.time())
+        try:
+            async with asyncio.timeout(OPERATION_TIMEOUT_S):
+                results = await self._send(calls)
+        except BaseException as exc:
+            self._put_back(batch, set(range(len(batch))))  # cancelled too: nothing is known, all is kept
+            if not isinstance(exc, _ERRORS):
+                raise
+            self._failed(exc)
+            return False
+        self._reachable()  # it answered (a call it refused is no outage)
+        failed: set[int] = set()
+        errors = []
+        for call, result in zip(calls, results, strict=True):
+            if isinstance(result, BaseException):
+                failed.update(call.carries)
+                errors.append(result)
+        self._put_back(batch, failed)
+        if errors:
+            self._failed(errors[0])
+        return not errors
+
+    def _put_back(self, batch: list[tuple[Settlement, asyncio.Future[None] | None]], failed: set[int]) -> None:
+        """Put the ``failed`` of ``batch`` back in front of the queue, and let every ``settle`` that waits on
+        the batch return; if anything failed, those that wait on settlements queued meanwhile return too
+        (kept, as when Redis is away)."""
+        kept = [(settlement, None) for index, (settlement, _) in enumerate(batch) if index in failed]
+        self._pending.extendleft(reversed(kept))
+        while len(self._pending) > PENDING_LIMIT:
+            self._lose_oldest()
+        waiting = [done for _, done in batch]
+        if failed:
+            waiting += [done for _, done in self._pending]
+            self._pending = deque((settlement, None) for settlement, _ in self._pending)
+        for done in waiting:
+            if done is not None and not done.done():
+                done.set_result(None)
+
+    async def _send(self, calls: list[SettleCall]) -> list[Any]:
+        """Each call's reply (an error as its exception), in one pipeline; the script loaded if Redis lacks it."""
+        results = await self._pipeline(calls)
+        missing = [index for index, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:
+            await self.client.script_load(SETTLE)
+            again = await self._pipeline([calls[index] for index in missing])
+            for index, result in zip(missing, again, strict=True):
+                results[index] = result
+        return results
+
+    async def _pipeline(self, calls: list[SettleCall]) -> list[Any]:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for call in calls:
+                pipe.evalsha(_SETTLE_SHA, len(call.keys), *call.keys, *call.args)
+            results: list[Any] = await pipe.execute(raise_on_error=False)
+        return results
 
     async def rows(self, period: Period, tags: Sequence[str]) -> list[SpendRow]:
         if not self._usable():
@@ -318,6 +328,9 @@ class RedisSpendStore:
             await self._drain_task
         if self._pending and self._usable():
             await self._drain()
+        for _, done in self._pending:
+            if done is not None and not done.done():
+                done.set_result(None)  # left unwritten: their ``settle`` returns
         if self._owns_client:
             await self.client.aclose()
         # Otherwise the client is shared (``RedisConnections.requests``): its owner closes it.
