@@ -319,7 +319,9 @@ def test_a_flapping_provider_is_avoided_then_returns(fakes: Fakes, start_gateway
         while served_by(gateway)[0] != "a":  # after the cool-down a half-open probe finds it healthy
             assert time.monotonic() < deadline, f"a did not return in cycle {cycle}"
             time.sleep(0.05)  # pacing the traffic, not waiting for a condition
-        assert [served_by(gateway) for _ in range(3)] == [("a", 1)] * 3  # closed again: a is first again
+        # Closed again: a answers again. A recovered leader on thin evidence may be raced by the next one (a second
+        # attempt that a wins), so the attempts are not counted here; a answering is what closed means.
+        assert [served_by(gateway)[0] for _ in range(3)] == ["a"] * 3
 
 
 @pytest.mark.parametrize("stream", [False, True])
