@@ -35,7 +35,14 @@ from typing import Any
 
 import uvloop
 
-from benchmarks.hotpath_memory import Driver, MemoryResponse, running_app, running_passthrough, stream_chunks
+from benchmarks.hotpath_memory import (
+    Driver,
+    MemoryResponse,
+    driven_us,
+    running_app,
+    running_passthrough,
+    stream_chunks,
+)
 from gateway.accesslog import ACCESS_LOGGER, AccessLog, LineWriter, configure_access_log
 from gateway.admission.access import AccessControl, Ticket
 from gateway.api import ProxyEndpoint
@@ -204,17 +211,7 @@ async def bare_relay_us(chunks: list[bytes], rounds: int) -> float:
 async def passthrough_us(stream: bool, requests: int, repeats: int, chunks: list[bytes] | None = None) -> float:
     """µs per request of the passthrough app, whole requests in process (``chunks``: the stream's, if not the usual)."""
     async with running_passthrough(chunks) as app:
-        driver = Driver(app, stream)
-        for _ in range(200):
-            await driver.one()
-        best = float("inf")
-        for _ in range(repeats):
-            gc.collect()
-            start = time.process_time()
-            for _ in range(requests):
-                await driver.one()
-            best = min(best, (time.process_time() - start) / requests)
-    return best * 1e6
+        return await driven_us(app, stream, requests, repeats, warm=200)
 
 
 def _flush_lines() -> None:

@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import dataclasses
 import gc
 import io
 import os
@@ -35,21 +34,19 @@ import pstats
 import random
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from benchmarks.hotpath_memory import Driver, MemoryUpstream, bench_config
+from benchmarks.hotpath_memory import driven_us, running_app
 from benchmarks.stats_cost import make_samples
 from gateway.accesslog import configure_access_log
 from gateway.admission.spending.ledger import Spender, SpendLedger
 from gateway.admission.spending.redis_store import RedisSpendStore
-from gateway.app import create_app
 from gateway.config import StatsConfig
 from gateway.redis_client import RedisConnections
-from gateway.runtime import runtime_of
 from gateway.samples import Sample
 from gateway.stats.redis_store import RedisStatsStore
 from tests.redis_server import RedisServer
@@ -222,23 +219,6 @@ async def settle_table(server: RedisServer, count: int, repeats: int, profiles: 
     )
 
 
-@contextlib.asynccontextmanager
-async def gateway_app(redis_url: str | None) -> AsyncIterator[Any]:
-    """The overhead run's gateway in process (one deployment), its stats in Redis when ``redis_url`` is given."""
-    config = bench_config(1)
-    if redis_url is not None:
-        stats = dataclasses.replace(config.stats, backend="redis", redis_url=redis_url)
-        config = dataclasses.replace(config, stats=stats)
-    app = create_app(config)
-    async with app.router.lifespan_context(app):
-        runtime = runtime_of({"app": app})
-        memory = MemoryUpstream()
-        for name in list(runtime.upstreams.clients):
-            await runtime.upstreams.clients[name].aclose()
-            runtime.upstreams.clients[name] = memory  # type: ignore[assignment]
-        yield app
-
-
 async def _nothing(*_: Any) -> None:
     return None
 
@@ -256,18 +236,8 @@ def replaced(owner: type, name: str, value: Callable[..., Any] | None) -> Iterat
 
 
 async def whole_us(redis_url: str | None, requests: int, repeats: int) -> float:
-    async with gateway_app(redis_url) as app:
-        driver = Driver(app, stream=True)
-        for _ in range(300):
-            await driver.one()
-        best = float("inf")
-        for _ in range(repeats):
-            gc.collect()
-            start = time.process_time()
-            for _ in range(requests):
-                await driver.one()
-            best = min(best, (time.process_time() - start) / requests)
-    return best * 1e6
+    async with running_app(1, redis_url) as app:
+        return await driven_us(app, True, requests, repeats, warm=300)
 
 
 async def whole_table(server: RedisServer, requests: int, repeats: int) -> str:
