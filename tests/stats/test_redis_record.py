@@ -125,6 +125,20 @@ def _old_history_write(client: redis.Redis, prefix: str, batch: MinuteBuckets) -
     pipe.execute()
 
 
+def _same_on_both_sides(sync: redis.Redis, prefix: str) -> dict[str, dict[bytes | str, bytes | str]]:
+    """The hashes the new code wrote under ``{prefix}-new`` and the old under ``{prefix}-old``: the same keys, fields
+    and counts, and TTLs within two seconds of each other. The new side's, by key with the prefix as ``P``."""
+    found, ttls = {}, {}
+    for side in ("new", "old"):
+        keys = sorted(sync.scan_iter(match=f"{{{prefix}-{side}:*", count=1000))
+        found[side] = {key.replace(f"{prefix}-{side}", "P"): sync.hgetall(key) for key in keys}
+        ttls[side] = {key.replace(f"{prefix}-{side}", "P"): sync.ttl(key) for key in keys}
+    assert found["new"] == found["old"]
+    assert ttls["new"].keys() == ttls["old"].keys()
+    assert all(abs(ttls["new"][key] - ttls["old"][key]) <= 2 for key in ttls["new"])
+    return found["new"]
+
+
 async def test_history_written_as_hincrby_per_field_wrote_it(redis_server: RedisServer, prefix: str) -> None:
     """Two flushes of four deployments over several minutes: the same hashes, fields, counts and TTLs."""
     sync = redis_server.client()
@@ -141,15 +155,8 @@ async def test_history_written_as_hincrby_per_field_wrote_it(redis_server: Redis
             await history.write(client, now + 200)
             _old_history_write(sync, f"{prefix}-old", batch)
         assert not history.pending
-        found, ttls = {}, {}
-        for side in ("new", "old"):
-            keys = sorted(sync.scan_iter(match=f"{{{prefix}-{side}:*", count=1000))
-            found[side] = {key.replace(f"{prefix}-{side}", "P"): sync.hgetall(key) for key in keys}
-            ttls[side] = {key.replace(f"{prefix}-{side}", "P"): sync.ttl(key) for key in keys}
-        assert len(found["new"]) >= 4 * 4, sorted(found["new"])  # four deployments, four minutes or more
-        assert found["new"] == found["old"]
-        assert ttls["new"].keys() == ttls["old"].keys()
-        assert all(abs(ttls["new"][key] - ttls["old"][key]) <= 2 for key in ttls["new"])
+        found = _same_on_both_sides(sync, prefix)
+        assert len(found) >= 4 * 4, sorted(found)  # four deployments, four minutes or more
     finally:
         await client.aclose()
         sync.close()
@@ -277,16 +284,9 @@ async def test_slices_written_as_the_former_script_wrote_them(redis_server: Redi
             for pair, write in list(pending.writes.items()):
                 pending.done(pair, write)
             now += 30
-        found, ttls = {}, {}
-        for side in ("new", "old"):
-            keys = sorted(sync.scan_iter(match=f"{{{prefix}-{side}:*", count=1000))
-            found[side] = {key.replace(f"{prefix}-{side}", "P"): sync.hgetall(key) for key in keys}
-            ttls[side] = {key.replace(f"{prefix}-{side}", "P"): sync.ttl(key) for key in keys}
-        assert sum(key.endswith(":writers") for key in found["new"]) == 4
-        assert len(found["new"]) > 4 * 3, sorted(found["new"])
-        assert found["new"] == found["old"]
-        assert ttls["new"].keys() == ttls["old"].keys()
-        assert all(abs(ttls["new"][key] - ttls["old"][key]) <= 2 for key in ttls["new"])
+        found = _same_on_both_sides(sync, prefix)
+        assert sum(key.endswith(":writers") for key in found) == 4
+        assert len(found) > 4 * 3, sorted(found)
     finally:
         await client.aclose()
         sync.close()
