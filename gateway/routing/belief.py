@@ -31,13 +31,15 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from operator import attrgetter
 from statistics import NormalDist
 
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
+from gateway.routing.belief_noise import learn_noise
 from gateway.routing.belief_prefill import SLOPE, Prefill
 from gateway.routing.draws import Draw, Sampling, sample
-from gateway.routing.priors import DRIFT, MEMORY, PRIOR_WEIGHT, SPREAD, Prior, log_of
-from gateway.routing.student import TAIL_NU, censored_square, likelihood, update
+from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
+from gateway.routing.student import likelihoods, update_all
 
 HAZARD_S = 120.0
 """A provider changes (its first token or its speed jumps) about once every this many seconds."""
@@ -53,6 +55,7 @@ UNKNOWN = 3.0
 """How far (log sd) a model's first token and speed may lie from ``_DEFAULT_LEVEL`` before any of its deployments
 is measured: a factor 20 either way. Wider than ``BETWEEN``: a far first answer (5 ms) moves the level."""
 _UNKNOWN2 = UNKNOWN**2
+_WEIGHT = attrgetter("weight")
 
 
 @dataclass(slots=True)
@@ -115,22 +118,28 @@ class Belief:
             ttft_s = max(ttft_s - self.prefill_s() * uncached_tokens, 0.2 * ttft_s)
         values = (log_of(ttft_s), log_of(s_per_token))
         bounds = (log_of(at_least[0]), log_of(at_least[1]))
-        if all(v is None for v in (*values, *bounds)):
+        if values[0] is None and values[1] is None and bounds[0] is None and bounds[1] is None:
             return
         self._age(now, prior)
-        hazard = change_chance(now - self.heard_at, HAZARD_S) if self.heard_at is not None else 0.0
-        total = sum(r.weight for r in self.runs)
+        heard, runs = self.heard_at, self.runs
+        hazard = change_chance(now - heard, HAZARD_S) if heard is not None else 0.0
+        total = sum([r.weight for r in runs])
         fresh = self._new_runs(prior)
-        for run in fresh:
+        kept = len(runs)
+        runs.extend(fresh)
+        # Every run's likelihood at once (the noise is the one before this answer), then the stayed and the fresh.
+        fits = likelihoods(runs, values, bounds, self.noise)
+        stayed, changed = 1.0 - hazard, hazard * total
+        for i in range(kept):
+            runs[i].weight *= stayed * fits[i]
+        for i in range(kept, len(runs)):
+            run = runs[i]
             run.born = now
-            run.weight = hazard * total * run.weight * likelihood(run, values, bounds, self.noise)
-        for run in self.runs:
-            run.weight *= (1.0 - hazard) * likelihood(run, values, bounds, self.noise)
-        self.runs.extend(fresh)
+            run.weight = changed * run.weight * fits[i]
+        best = _heaviest(runs)
         for metric in METRICS:
-            self._learn_noise(metric, values[metric], bounds[metric])
-        for run in self.runs:
-            update(run, values, bounds, self.noise)
+            learn_noise(self.noise, self.spread2, self.noise_n, best, metric, values[metric], bounds[metric])
+        update_all(runs, values, bounds, self.noise)
         self._prune()
         self._remember()
         self.mixture = (_mix(self.runs, TTFT), _mix(self.runs, SPT))
@@ -165,7 +174,7 @@ class Belief:
         per token at least ``spt_at_least`` (a stream running slow), and the pairs of ``streaming`` (streams begun
         since it was last heard: their first token, and their pace so far): for one plan only."""
         copy = Belief(
-            [Run(r.weight, list(r.mean), list(r.var), r.born) for r in self.runs],
+            [Run(r.weight, r.mean[:], r.var[:], r.born) for r in self.runs],
             self.heard_at,
             list(self.noise),
             list(self.noise_n),
@@ -317,7 +326,7 @@ class Belief:
 
     def _remember(self) -> None:
         """When a newer run becomes the most likely, the level the older one held is what it changed from."""
-        top = max(self.runs, key=lambda r: r.weight)
+        top = _heaviest(self.runs)
         if self.leading is not None and top.born > self.leading[0]:
             self.before = self.leading[1]
         self.leading = (top.born, (top.mean[TTFT], top.mean[SPT]))
@@ -329,59 +338,50 @@ class Belief:
         if self.heard_at is None:
             return
         grow = DRIFT * max(0.0, now - self.heard_at)
-        for run in self.runs:
-            run.var[TTFT] += grow
-            run.var[SPT] += grow
-
-    def _learn_noise(self, metric: int, value: float | None, bound: float | None = None) -> None:
-        """The answers' own spread: squared residuals against the best run, robustly, with a prior of ``SPREAD``; a
-        bound (a race lost, a hedge won: the slow tail hedges cut off) by its expected squared residual beyond it."""
-        best = max(self.runs, key=lambda r: r.weight)
-        # E[(y - m)^2] = the answers' variance + the level's own; an answer tells of the first only in its share of the
-        # two (the first answer of a level known roughly says where the level is, hardly how far answers scatter).
-        if value is not None:
-            square = (value - best.mean[metric]) ** 2
-        elif bound is not None:
-            square = censored_square(bound, best.mean[metric], self.spread2[metric] + best.var[metric])
-        else:
+        if not grow:  # heard at this very time (a plan's streams, one by one): x + 0.0 is x, no variance is -0.0
             return
-        residual = max(0.0, square - best.var[metric])
-        scale = self.noise[metric]
-        counts = scale / (scale + best.var[metric])
-        robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)
-        # Sums over the last ~MEMORY answers: n counts them, the sum of squares is ``(noise - prior) ...``.
-        n = self.noise_n[metric] * (1 - 1 / MEMORY)
-        for sums, added in ((self.noise, robust), (self.spread2, residual)):
-            total = sums[metric] * (PRIOR_WEIGHT + self.noise_n[metric]) - PRIOR_WEIGHT * SPREAD**2
-            total = total * (1 - 1 / MEMORY) + counts * added
-            sums[metric] = (PRIOR_WEIGHT * SPREAD**2 + total) / (PRIOR_WEIGHT + n + counts)
-        self.noise_n[metric] = n + counts
+        for run in self.runs:
+            var = run.var
+            var[TTFT] += grow
+            var[SPT] += grow
 
     def _prune(self) -> None:
-        total = sum(r.weight for r in self.runs)
+        runs = self.runs
+        total = sum([r.weight for r in runs])
         if total <= 0 or not math.isfinite(total):
-            keep = self.runs[-1]
+            keep = runs[-1]
             keep.weight = 1.0
             self.runs = [keep]
             return
-        for run in self.runs:
+        for run in runs:
             run.weight /= total
-        if len(self.runs) > RUNS:
-            self.runs.sort(key=lambda r: r.weight, reverse=True)
-            del self.runs[RUNS:]
-            total = sum(r.weight for r in self.runs)
-            for run in self.runs:
+        if len(runs) > RUNS:
+            runs.sort(key=_WEIGHT, reverse=True)
+            del runs[RUNS:]
+            total = sum([r.weight for r in runs])
+            for run in runs:
                 run.weight /= total
 
 
 def _mix(runs: list[Run], metric: int) -> tuple[float, float]:
-    mean = sum(r.weight * r.mean[metric] for r in runs)
-    return mean, sum(r.weight * (r.var[metric] + (r.mean[metric] - mean) ** 2) for r in runs)
+    mean = sum([r.weight * r.mean[metric] for r in runs])
+    return mean, sum([r.weight * (r.var[metric] + (r.mean[metric] - mean) ** 2) for r in runs])
+
+
+def _heaviest(runs: list[Run]) -> Run:
+    """``max(runs, key=weight)`` written out (read several times per answer): the first of the heaviest."""
+    best = runs[0]
+    top = best.weight
+    for run in runs:
+        if run.weight > top:
+            best, top = run, run.weight
+    return best
 
 
 def _start(prior: Prior) -> Run:
-    mean = [m if m is not None else _DEFAULT_LEVEL[i] for i, m in enumerate(prior.mean)]
-    return Run(1.0, mean, [v if m is not None else UNKNOWN**2 for m, v in zip(prior.mean, prior.var, strict=True)])
+    (m0, m1), (v0, v1) = prior.mean, prior.var
+    mean = [m0 if m0 is not None else _DEFAULT_LEVEL[TTFT], m1 if m1 is not None else _DEFAULT_LEVEL[SPT]]
+    return Run(1.0, mean, [v0 if m0 is not None else _UNKNOWN2, v1 if m1 is not None else _UNKNOWN2])
 
 
 def _z(q: float) -> float:

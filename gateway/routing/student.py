@@ -10,6 +10,7 @@ Used by ``gateway.routing.belief``; pure functions.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from statistics import NormalDist
 from typing import Protocol
 
@@ -17,6 +18,8 @@ TAIL_NU = 4.0
 """Degrees of freedom of an answer's Student-t noise: how heavy a tail one wild answer is read as."""
 _T_NORM = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
 METRICS = (0, 1)
+_POWER = -(TAIL_NU + 1) / 2
+"""The Student-t density's exponent."""
 _NORMAL = NormalDist()
 
 
@@ -27,43 +30,59 @@ class Hypothesis(Protocol):
     var: list[float]
 
 
-def likelihood(
-    run: Hypothesis, values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
-) -> float:
-    """How well ``run`` predicted this evidence: Student-t densities of values, Student-t tails of bounds."""
-    p = 1.0
+def likelihoods(
+    runs: Sequence[Hypothesis], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
+) -> list[float]:
+    """How well each of ``runs`` predicted this evidence: Student-t densities of values, Student-t tails of bounds.
+    Read for every hypothesis of every running stream on every plan: each metric's evidence is looked at once for
+    all runs (a run's product is still taken metric by metric)."""
+    ps = [1.0] * len(runs)
     for metric in METRICS:
-        scale2 = run.var[metric] + noise[metric]
-        value, bound = values[metric], bounds[metric]
+        value, bound, n = values[metric], bounds[metric], noise[metric]
         if value is not None:
-            z2 = (value - run.mean[metric]) ** 2 / scale2
-            p *= (1.0 + z2 / TAIL_NU) ** (-(TAIL_NU + 1) / 2) / math.sqrt(scale2)
+            for i, run in enumerate(runs):
+                scale2 = run.var[metric] + n
+                z2 = (value - run.mean[metric]) ** 2 / scale2
+                ps[i] *= (1.0 + z2 / TAIL_NU) ** _POWER / math.sqrt(scale2)
         elif bound is not None:
-            p *= max(1e-12, _t_tail((bound - run.mean[metric]) / math.sqrt(scale2)))
-    return p
+            for i, run in enumerate(runs):
+                tail = _t_tail((bound - run.mean[metric]) / math.sqrt(run.var[metric] + n))
+                ps[i] *= tail if tail > 1e-12 else 1e-12  # max(1e-12, tail), a NaN included
+    return ps
 
 
-def update(
-    run: Hypothesis, values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
+def update_all(
+    runs: Sequence[Hypothesis], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
 ) -> None:
-    """The run's posterior after the evidence: a robust Kalman step per value, and per bound the assumed-density
-    step of a Student-t tail (its hazard moves the mean; a far bound moves it a bounded amount)."""
+    """Each run's posterior after the evidence: a robust Kalman step per value, and per bound the assumed-density
+    step of a Student-t tail (its hazard moves the mean; a far bound moves it a bounded amount). Each metric's
+    evidence is looked at once for all runs (the metrics' posteriors are independent)."""
     for metric in METRICS:
-        mean, var = run.mean[metric], run.var[metric]
-        value, bound = values[metric], bounds[metric]
+        value, bound, n = values[metric], bounds[metric], noise[metric]
         if value is not None:
-            z2 = (value - mean) ** 2 / (var + noise[metric])
-            weight = (TAIL_NU + 1) / (TAIL_NU + z2)  # Student-t: a far answer counts for less
-            obs = noise[metric] / weight
-            gain = var / (var + obs)
-            run.mean[metric], run.var[metric] = mean + gain * (value - mean), (1 - gain) * var
+            for run in runs:  # a robust Kalman step: a far answer (Student-t) counts for less
+                means, variances = run.mean, run.var
+                mean, var = means[metric], variances[metric]
+                weight = (TAIL_NU + 1) / (TAIL_NU + (value - mean) ** 2 / (var + n))
+                gain = var / (var + n / weight)
+                means[metric], variances[metric] = mean + gain * (value - mean), (1 - gain) * var
         elif bound is not None:
-            s = math.sqrt(var + noise[metric])
-            alpha = (bound - mean) / s
-            hazard = _t_pdf(alpha) / max(1e-12, _t_tail(alpha))
-            slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
-            run.mean[metric] = mean + var / s * hazard
-            run.var[metric] = min(var, max(1e-6, var * (1.0 - var / (s * s) * hazard * (hazard - slope))))
+            for run in runs:
+                _truncate(run.mean, run.var, metric, bound, n)
+
+
+def _truncate(means: list[float], variances: list[float], metric: int, bound: float, noise: float) -> None:
+    """The assumed-density step of a Student-t tail: its hazard moves the mean, a far bound a bounded amount."""
+    mean, var = means[metric], variances[metric]
+    s = math.sqrt(var + noise)
+    alpha = (bound - mean) / s
+    tail = _t_tail(alpha)
+    hazard = _t_pdf(alpha) / (tail if tail > 1e-12 else 1e-12)
+    slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
+    means[metric] = mean + var / s * hazard
+    shrunk = var * (1.0 - var / (s * s) * hazard * (hazard - slope))
+    shrunk = shrunk if shrunk > 1e-6 else 1e-6  # max(1e-6, shrunk), a NaN included
+    variances[metric] = shrunk if shrunk < var else var  # min(var, shrunk), a NaN included
 
 
 def censored_square(bound: float, mean: float, variance: float) -> float:
@@ -75,7 +94,7 @@ def censored_square(bound: float, mean: float, variance: float) -> float:
 
 
 def _t_pdf(x: float) -> float:
-    return float(_T_NORM * (1.0 + x * x / TAIL_NU) ** (-(TAIL_NU + 1) / 2))
+    return float(_T_NORM * (1.0 + x * x / TAIL_NU) ** _POWER)
 
 
 _EVEN_TERMS = (
