@@ -67,22 +67,18 @@ def update_all(
                 gain = var / (var + n / weight)
                 means[metric], variances[metric] = mean + gain * (value - mean), (1 - gain) * var
         elif bound is not None:
-            for run in runs:
-                _truncate(run.mean, run.var, metric, bound, n)
-
-
-def _truncate(means: list[float], variances: list[float], metric: int, bound: float, noise: float) -> None:
-    """The assumed-density step of a Student-t tail: its hazard moves the mean, a far bound a bounded amount."""
-    mean, var = means[metric], variances[metric]
-    s = math.sqrt(var + noise)
-    alpha = (bound - mean) / s
-    tail = _t_tail(alpha)
-    hazard = _t_pdf(alpha) / (tail if tail > 1e-12 else 1e-12)
-    slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
-    means[metric] = mean + var / s * hazard
-    shrunk = var * (1.0 - var / (s * s) * hazard * (hazard - slope))
-    shrunk = shrunk if shrunk > 1e-6 else 1e-6  # max(1e-6, shrunk), a NaN included
-    variances[metric] = shrunk if shrunk < var else var  # min(var, shrunk), a NaN included
+            for run in runs:  # the assumed-density step of a Student-t tail: its hazard moves the mean
+                means, variances = run.mean, run.var
+                mean, var = means[metric], variances[metric]
+                s = math.sqrt(var + n)
+                alpha = (bound - mean) / s
+                tail = _t_tail(alpha)
+                hazard = _T_NORM * (1.0 + alpha * alpha / TAIL_NU) ** _POWER / (tail if tail > 1e-12 else 1e-12)
+                slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
+                means[metric] = mean + var / s * hazard
+                shrunk = var * (1.0 - var / (s * s) * hazard * (hazard - slope))
+                shrunk = shrunk if shrunk > 1e-6 else 1e-6  # max(1e-6, shrunk), a NaN included
+                variances[metric] = shrunk if shrunk < var else var  # min(var, shrunk), a NaN included
 
 
 def censored_square(bound: float, mean: float, variance: float) -> float:
@@ -91,10 +87,6 @@ def censored_square(bound: float, mean: float, variance: float) -> float:
     alpha = (bound - mean) / math.sqrt(variance)
     tail = max(1e-12, 1.0 - _NORMAL.cdf(alpha))
     return variance * (1.0 + alpha * _NORMAL.pdf(alpha) / tail)
-
-
-def _t_pdf(x: float) -> float:
-    return float(_T_NORM * (1.0 + x * x / TAIL_NU) ** _POWER)
 
 
 _EVEN_TERMS = (
