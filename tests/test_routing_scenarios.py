@@ -105,27 +105,46 @@ def test_the_sixth_held_out_set_names_new_markets_that_move_their_best() -> None
     assert down.profile.error_rate == 1.0 and back.profile.error_rate == 0.0 and 20 <= back.at_s - down.at_s <= 40
 
 
+def _fresh_set(
+    markets: tuple[Scenario, ...], earlier: tuple[Scenario, ...], prefix: str, count: int
+) -> dict[str, Scenario]:
+    """A held-out set of ``count`` markets named ``prefix``-…, new (``_assert_new_markets_that_move_their_best``) and
+    with no provider profile of an earlier market: its markets by name."""
+    _assert_new_markets_that_move_their_best(markets, earlier, set())
+    assert len(markets) == count
+    assert all(s.name.startswith(prefix) for s in markets)
+    earlier_providers = {p for s in earlier for p in s.providers}
+    assert not earlier_providers & {p for s in markets for p in s.providers}  # fresh parameters throughout
+    return {s.name: s for s in markets}
+
+
+def _outage_s(market: Scenario) -> float:
+    """How long the leader fails every request before it is back as before."""
+    down, back = market.changes
+    assert down.profile.error_rate == 1.0 and back.profile.error_rate == 0.0
+    return back.at_s - down.at_s
+
+
+def _flaky_share(market: Scenario) -> float:
+    """The share the quickest fails from start to end (it never changes)."""
+    (failing,) = [p for p in market.providers if p.error_rate > 0]
+    assert 0.2 <= failing.error_rate <= 0.4 and failing.name not in {c.name for c in market.changes}
+    return failing.error_rate
+
+
 def test_the_seventh_held_out_set_names_new_markets_that_move_their_best() -> None:
     """Set seven holds every behaviour the gate names, mixed answer lengths and a provider failing a share all
     through, under names and parameters of its own; every market moves its best."""
     earlier = (*SCENARIOS, *STRESS, *HELD_OUT, *HELD_OUT_2, *HELD_OUT_3, *HELD_OUT_4, *HELD_OUT_5, *HELD_OUT_6)
-    _assert_new_markets_that_move_their_best(HELD_OUT_7, earlier, set())
-    assert len(HELD_OUT_7) == 10
-    assert all(s.name.startswith("ho7-") for s in HELD_OUT_7)
-    earlier_providers = {p for s in earlier for p in s.providers}
-    assert not earlier_providers & {p for s in HELD_OUT_7 for p in s.providers}  # fresh parameters throughout
-    markets = {s.name: s for s in HELD_OUT_7}
+    markets = _fresh_set(HELD_OUT_7, earlier, "ho7-", 10)
     many = markets["ho7-many"]
     assert 8 <= len(many.providers) <= 12
     (change,) = many.changes  # the one that becomes the quickest is neither the cheapest nor the dearest
     prices = [p.price for p in many.providers]
     assert min(prices) < next(p.price for p in many.providers if p.name == change.name) < max(prices)
-    down, back = markets["ho7-outage"].changes  # the leader fails every request for 10-50 s (not ~30 s), then is back
-    assert down.profile.error_rate == 1.0 and back.profile.error_rate == 0.0
-    assert 10 <= back.at_s - down.at_s <= 50 and abs(back.at_s - down.at_s - 30) > 2
-    flaky = markets["ho7-flaky"]  # the quickest fails a share of its requests from start to end
-    (failing,) = [p for p in flaky.providers if p.error_rate > 0]
-    assert 0.2 <= failing.error_rate <= 0.4 and failing.name not in {c.name for c in flaky.changes}
+    outage = _outage_s(markets["ho7-outage"])
+    assert 10 <= outage <= 50 and abs(outage - 30) > 2  # not set six's ~30 s
+    _flaky_share(markets["ho7-flaky"])
     assert 2 <= markets["ho7-replicas"].replicas <= 3
 
 
@@ -143,21 +162,12 @@ def test_the_eighth_held_out_set_names_new_markets_that_move_their_best() -> Non
         *HELD_OUT_6,
         *HELD_OUT_7,
     )
-    _assert_new_markets_that_move_their_best(HELD_OUT_8, earlier, set())
-    assert len(HELD_OUT_8) == 10
-    assert all(s.name.startswith("ho8-") for s in HELD_OUT_8)
-    earlier_providers = {p for s in earlier for p in s.providers}
-    assert not earlier_providers & {p for s in HELD_OUT_8 for p in s.providers}  # fresh parameters throughout
-    markets = {s.name: s for s in HELD_OUT_8}
+    markets = _fresh_set(HELD_OUT_8, earlier, "ho8-", 10)
     assert 6 <= len(markets["ho8-many"].providers) <= 8
     (change,) = markets["ho8-many"].changes  # one provider changes, once
     assert change.name in {p.name for p in markets["ho8-many"].providers}
-    down, back = markets["ho8-outage"].changes  # the leader fails every request for 10-50 s, then is back
-    assert down.profile.error_rate == 1.0 and back.profile.error_rate == 0.0
-    assert 10 <= back.at_s - down.at_s <= 50 and back.at_s - down.at_s not in {17, 29}
-    flaky = markets["ho8-flaky"]  # the quickest fails a share of its requests from start to end
-    (failing,) = [p for p in flaky.providers if p.error_rate > 0]
-    assert 0.2 <= failing.error_rate <= 0.4 and failing.name not in {c.name for c in flaky.changes}
+    assert 10 <= _outage_s(markets["ho8-outage"]) <= 50 and _outage_s(markets["ho8-outage"]) not in {17, 29}
+    _flaky_share(markets["ho8-flaky"])
     assert markets["ho8-replicas"].replicas == 2
     agent = markets["ho8-agent"]
     assert agent.max_tokens is not None and agent.max_tokens >= 16384
@@ -182,22 +192,12 @@ def test_the_ninth_held_out_set_names_new_markets_that_move_their_best() -> None
         *HELD_OUT_7,
         *HELD_OUT_8,
     )
-    _assert_new_markets_that_move_their_best(HELD_OUT_9, earlier, set())
-    assert len(HELD_OUT_9) == 11
-    assert all(s.name.startswith("ho9-") for s in HELD_OUT_9)
-    earlier_providers = {p for s in earlier for p in s.providers}
-    assert not earlier_providers & {p for s in HELD_OUT_9 for p in s.providers}  # fresh parameters throughout
-    markets = {s.name: s for s in HELD_OUT_9}
+    markets = _fresh_set(HELD_OUT_9, earlier, "ho9-", 11)
     assert 6 <= len(markets["ho9-many"].providers) <= 9
     (change,) = markets["ho9-many"].changes  # one provider changes, once
     assert change.name in {p.name for p in markets["ho9-many"].providers}
-    down, back = markets["ho9-outage"].changes  # the leader fails every request for 10-50 s, then is back
-    assert down.profile.error_rate == 1.0 and back.profile.error_rate == 0.0
-    assert 10 <= back.at_s - down.at_s <= 50 and back.at_s - down.at_s not in {17, 24, 29}
-    flaky = markets["ho9-flaky"]  # the quickest fails a share of its requests from start to end
-    (failing,) = [p for p in flaky.providers if p.error_rate > 0]
-    assert 0.2 <= failing.error_rate <= 0.4 and failing.error_rate not in {0.27, 0.31}
-    assert failing.name not in {c.name for c in flaky.changes}
+    assert 10 <= _outage_s(markets["ho9-outage"]) <= 50 and _outage_s(markets["ho9-outage"]) not in {17, 24, 29}
+    assert _flaky_share(markets["ho9-flaky"]) not in {0.27, 0.31}
     assert markets["ho9-replicas"].replicas == 3
     agent = markets["ho9-agent"]
     assert agent.max_tokens is not None and agent.max_tokens >= 16384
