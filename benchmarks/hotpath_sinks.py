@@ -36,9 +36,7 @@ PIECES: tuple[tuple[str, str, str, str], ...] = (
     ("gateway.admission.access", "UsageTap", "record", "usage tap"),
     ("gateway.admission.spending.ledger", "SpendLedger", "settle", "spend: settle"),
     ("gateway.admission.spending.ledger", "SpendLedger", "settle_now", "spend: settle"),
-    ("gateway.accesslog", "AccessLog", "_facts", "access log: take"),
     ("gateway.accesslog", "AccessLog", "_taken", "access log: take"),
-    ("gateway.accesslog", "AccessLog", "_line", "access log: make"),
     ("gateway.accesslog", "AccessLog", "_made", "access log: make"),
     ("gateway.access_lines", "LineWriter", "add", "access log: hand over"),
 )

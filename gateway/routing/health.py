@@ -123,11 +123,8 @@ class HealthBoard:
         now rather than when the answer ends, which for a long stream is seconds in which nothing else is sent."""
         circuit = self.circuits.get(key)
         if circuit is not None and circuit.state == "half_open":
-            circuit.state = "closed"
-            circuit.probing = False
             circuit.failures = 0
-            circuit.closed_at = now
-            on_change(key, "closed")
+            self._close(key, circuit, now, on_change)
 
     def record(
         self,
@@ -154,10 +151,7 @@ class HealthBoard:
             circuit.failures = 0
             circuit.recent.append(False)
             if circuit.state == "half_open":
-                circuit.state = "closed"
-                circuit.probing = False
-                circuit.closed_at = now
-                on_change(key, "closed")
+                self._close(key, circuit, now, on_change)
             return
         if circuit is None:
             circuit = self.circuits[key] = Circuit()
@@ -175,6 +169,14 @@ class HealthBoard:
             # Re-opening soon after the last close is a repeat: the provider has not recovered.
             repeat = now - circuit.closed_at < policy.max_cooldown_s
             self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=repeat, rate_limited=rate_limited)
+
+    @staticmethod
+    def _close(key: DeploymentKey, circuit: Circuit, now: float, on_change: StateChange) -> None:
+        """A half-open circuit's probe answered: the deployment is back."""
+        circuit.state = "closed"
+        circuit.probing = False
+        circuit.closed_at = now
+        on_change(key, "closed")
 
     @staticmethod
     def _open(
