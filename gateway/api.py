@@ -24,7 +24,6 @@ from gateway.accesslog import AccessRecord
 from gateway.admission.access import Ticket
 from gateway.admission.limits import header_bytes
 from gateway.client_deadlines import read_deadlines
-from gateway.config import GatewayConfig, ModelConfig
 from gateway.conversation_flow import expand
 from gateway.dialects import dialect_for
 from gateway.error_responses import error_response, send_error
@@ -44,9 +43,9 @@ from gateway.relay.outbound import eligible, omitted_tools
 from gateway.relay.replies import FullReply
 from gateway.request_body import ClientGone, check_types, decoded_headers, parse_json_body, read_request_body
 from gateway.responses_state import capture_for, kept_conversation, previous_owner
-from gateway.routing import RoutePlan, RouteRequest, parse_preferences, split_model_suffix
+from gateway.routing import RoutePlan, RouteRequest, parse_preferences
 from gateway.routing.apis import no_deployment_for, reachable
-from gateway.routing.overrides import Sort
+from gateway.routing.overrides import resolve_model
 from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
@@ -275,7 +274,7 @@ class ProxyEndpoint:
         body = parse_json_body(raw)
         requested, stream, max_tokens = check_types(body, self.endpoint)
         check_shape(body, self.endpoint)
-        model_name, suffix_sort, model = _resolve_model(runtime.config, requested)
+        model_name, suffix_sort, model = resolve_model(runtime.config, requested)
         if model is None:
             known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
             missing = ModelNotFound(f"model '{clip(requested)}' does not exist (known: {known})", param="model")
@@ -350,18 +349,6 @@ class ProxyEndpoint:
         # Last: from here on the caller owns the ticket and releases it.
         ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens, length)
         return request, route_request, ticket
-
-
-def _resolve_model(config: GatewayConfig, requested: str) -> tuple[str, Sort | None, ModelConfig | None]:
-    """The model asked for: its name, the sort its suffix asks for (``m:nitro``), and its config (None: unknown).
-
-    A configured model named as asked wins over a suffix, as ``split_model_suffix`` says; that look-up is the
-    model's own, so no set of the config's names is made per request."""
-    model = config.model(requested)
-    if model is not None:
-        return requested, None, model
-    model_name, suffix_sort = split_model_suffix(requested, ())
-    return model_name, suffix_sort, config.model(model_name) if model_name != requested else None
 
 
 def _model_error(error: ModelNotFound, endpoint: Endpoint) -> GatewayError:

@@ -27,6 +27,7 @@ from gateway.quality import PLAIN, Expectation, expect, expectation_of
 from gateway.relay import DisconnectWatch, outbound
 from gateway.routing import split_model_suffix
 from gateway.routing.apis import reachable, translated_to
+from gateway.routing.overrides import resolve_model
 from gateway.samples import Endpoint
 from gateway.sessions import identity
 from gateway.sessions.identity import SessionId, session_of
@@ -401,7 +402,7 @@ def test_the_model_asked_for_resolves_as_before() -> None:
     asked = [*names, "m:floor", "x", "x:floor:nitro", ":nitro", "nope:nitro", "nope", "other:nitro", "m:nitro:nitro"]
     for requested in asked:
         model_name, suffix_sort = split_model_suffix(requested, {m.name for m in config.models})
-        assert api._resolve_model(config, requested) == (model_name, suffix_sort, config.model(model_name))
+        assert resolve_model(config, requested) == (model_name, suffix_sort, config.model(model_name))
 
 
 def test_the_policy_handed_to_the_session_look_up_is_the_one_it_found() -> None:

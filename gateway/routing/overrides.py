@@ -22,6 +22,7 @@ from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gateway.config import GatewayConfig, ModelConfig
 from gateway.errors import InvalidRequest
 
 Sort = Literal["price", "throughput", "latency"]
@@ -75,6 +76,18 @@ def split_model_suffix(model: str, known: Container[str]) -> tuple[str, Sort | N
         if model.endswith(suffix) and len(model) > len(suffix):
             return model[: -len(suffix)], sort
     return model, None
+
+
+def resolve_model(config: GatewayConfig, requested: str) -> tuple[str, Sort | None, ModelConfig | None]:
+    """The model asked for: its name, the sort its suffix asks for (``m:nitro``), and its config (None: unknown).
+
+    A configured model named as asked wins over a suffix, as ``split_model_suffix`` says; that look-up is the
+    model's own, so no set of the config's names is made per request."""
+    model = config.model(requested)
+    if model is not None:
+        return requested, None, model
+    model_name, suffix_sort = split_model_suffix(requested, ())
+    return model_name, suffix_sort, config.model(model_name) if model_name != requested else None
 
 
 def parse_preferences(value: Any, suffix_sort: Sort | None = None) -> ProviderPreferences:
