@@ -33,7 +33,7 @@ PIECES: tuple[tuple[str, str, str, str], ...] = (
     ("gateway.stats.history", "MinuteBuckets", "add", "stats: minutes"),
     ("gateway.metrics.attempts", "AttemptSeries", "record", "metrics: record"),
     ("gateway.metrics.attempts", "AttemptSeries", "request_done", "metrics: request_done"),
-    ("gateway.admission.access", "UsageTap", "record", "usage tap"),
+    ("gateway.admission.usage", "UsageTap", "record", "usage tap"),
     ("gateway.admission.spending.ledger", "SpendLedger", "settle", "spend: settle"),
     ("gateway.admission.spending.ledger", "SpendLedger", "settle_now", "spend: settle"),
     ("gateway.accesslog", "AccessLog", "_taken", "access log: take"),

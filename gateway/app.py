@@ -32,12 +32,13 @@ from starlette.types import ExceptionHandler, Lifespan, Receive, Scope, Send
 
 from gateway import admin, api, sidecalls
 from gateway.accesslog import AccessLog
-from gateway.admission.access import USAGE_TAP, AccessControl, AccessState
+from gateway.admission.access import AccessControl, AccessState
 from gateway.admission.auth import AdminKey, KeyRing, load_keys
 from gateway.admission.limits import HeaderSizeLimit
 from gateway.admission.ratelimit import RateLimiter, open_rate_limiter
 from gateway.admission.spending import SpendLedger
 from gateway.admission.spending.factory import open_spend_store
+from gateway.admission.usage import USAGE_TAP
 from gateway.canary import Canary
 from gateway.config import GatewayConfig, StatsConfig, resolve_metrics_key, resolve_secrets
 from gateway.conversations import ConversationStore, InMemoryConversationStore, RedisConversationStore

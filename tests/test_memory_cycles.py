@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from gateway.admission.access import AccessState, Ticket, UsageTally
+from gateway.admission.access import AccessState, Ticket
 from gateway.admission.auth import ClientKey, KeyLimits
 from gateway.admission.ratelimit import InMemoryRateLimiter
+from gateway.admission.usage import UsageTally
 from gateway.fakes import FakeBehavior
 from gateway.meter import StreamMeter
 from gateway.relay.attempt import Attempt

@@ -14,7 +14,7 @@ The inference endpoints call, cheapest refusal first::
 
 ``admit`` reserves ``prompt estimate + max_tokens × n`` tokens against the key's per-minute
 budget, or, when that does not fit, ``prompt estimate + likely tokens × n`` (``likely_output_tokens``,
-as for the dollar budget). The attempts' samples (``USAGE_TAP``, a sample sink) add up what was
+as for the dollar budget). The attempts' samples (``gateway.admission.usage.USAGE_TAP``, a sample sink) add up what was
 actually produced for this request, and ``release`` books the difference; it also settles the request's dollar
 hold (``gateway.admission.spending``) with the cost of every attempt. The tally reaches the sink through a
 context variable set in the request's task: samples are recorded in that task or in tasks it
@@ -26,10 +26,8 @@ Admin endpoints call ``gateway.runtime.require_admin(request)``.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from gateway.admission.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_loopback, presented_key
@@ -40,6 +38,7 @@ from gateway.admission.spending.ledger import HOLD_MARGIN_S, likely_output_token
 from gateway.admission.spending.metrics import SpendMetrics
 from gateway.admission.spending.store import Hold, SpendStoreDown
 from gateway.admission.spending.windows import Budget
+from gateway.admission.usage import TALLY, UsageTally
 from gateway.config import AuthConfig, DeploymentConfig, LimitsConfig
 from gateway.eager import start_eagerly
 from gateway.errors import AuthenticationFailed, NoCapacity, PermissionDenied, RateLimited
@@ -47,45 +46,6 @@ from gateway.routing.lengths import Forecast
 from gateway.samples import Endpoint, Sample
 
 logger = logging.getLogger("gateway.access")
-
-
-@dataclass(slots=True)
-class UsageTally:
-    """Tokens one request actually used, summed over its attempts."""
-
-    output_tokens: int = 0
-    prompt_tokens: int | None = None
-    """As the provider reported it; None when none did."""
-    attempts: int = 0
-    samples: list[Sample] = field(default_factory=list)
-    """Every attempt's sample, each once: what the request's spend is settled with."""
-    late: Callable[[Sample], None] | None = None
-    """Once the request is released: books an attempt that ended after it (a race's drained loser,
-    ``gateway.relay.drain``) on its own."""
-
-
-_tally: contextvars.ContextVar[UsageTally | None] = contextvars.ContextVar("gateway_usage_tally", default=None)
-
-
-class UsageTap:
-    """A sample sink that adds each attempt's usage to the tally of the request it belongs to."""
-
-    def record(self, sample: Sample) -> None:
-        tally = _tally.get()
-        if tally is None:
-            return
-        if tally.late is not None:
-            tally.late(sample)
-            return
-        tally.attempts += 1
-        tally.samples.append(sample)
-        output = sample.billed_output_tokens
-        tally.output_tokens += output or 0
-        if sample.usage_prompt_tokens is not None:
-            tally.prompt_tokens = sample.usage_prompt_tokens
-
-
-USAGE_TAP = UsageTap()
 
 
 class AccessState:
@@ -172,7 +132,7 @@ class Ticket:
         self.hold: Hold | None = None
         self.tally = UsageTally()
         self._released = False
-        _tally.set(self.tally)
+        TALLY.set(self.tally)
 
     async def reserve(self, amount_usd: float, ttl_s: float, likely_usd: float | None = None) -> None:
         """Hold ``amount_usd`` against the key's and team's budgets, else ``likely_usd`` (``SpendLedger.reserve``;
@@ -189,7 +149,7 @@ class Ticket:
         if self._released:
             return
         self._released = True
-        _tally.set(None)
+        TALLY.set(None)
         self.state.in_flight.release(self.key.key_id)
         if self.key.limits.tokens_per_minute:
             delta = self.used_tokens() - self.reserved

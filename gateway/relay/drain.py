@@ -13,7 +13,7 @@ provider's connection) for about a second, not its 30 s first-token deadline. It
 is a cancelled attempt (``client_cancelled``: neutral for the provider's success rate, no
 end-to-end) carrying its real first token and tokens/s, which the router counts as an answer.
 The provider bills what it produced; the sample's cost says so, and spend settles it once it ends
-(``access.UsageTally.late``, when the request has already been released).
+(``usage.UsageTally.late``, when the request has already been released).
 
 A *shadow* probe (``RoutePlan.shadow``) is drained from the start: sent beside the request's
 first attempt, it is never its answer. Exploration sends one where no race is affordable (the
