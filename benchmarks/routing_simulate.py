@@ -32,6 +32,7 @@ import functools
 import heapq
 import itertools
 import json
+import math
 import random
 import statistics
 from collections.abc import Callable, Sequence
@@ -87,10 +88,17 @@ class Result:
     on_best: list[tuple[float, bool]] = field(default_factory=list)
     failed: int = 0
     attempts: int = 0
+    money: float = 0.0
+    """What every attempt was billed (USD): answers, drained probes, and the prompts of those cancelled."""
+
+
+PROMPT_TOKENS = 20
+"""Every simulated request's prompt."""
 
 
 class Simulation:
-    """One scenario, one seed, one strategy ("gateway" or "oracle"), one router ("old" or "new"; the oracle's is
+    """One scenario, one seed, one strategy ("gateway"; "oracle", the fastest provider for each request; or
+    "policy-oracle", the one the policy's score picks knowing the truth), one router ("old" or "new"; an oracle's is
     always the old one: it only follows the oracle's order)."""
 
     def __init__(
@@ -112,6 +120,8 @@ class Simulation:
         ]
         self.router = self.routers[0]
         self.result = Result()
+        policy_config = self.config.policy_for(self.config.models[0])
+        self.price_weight = policy_config.price_weight / max(policy_config.time_weight, 1e-9)
 
     def clock(self) -> float:
         return self.now
@@ -137,9 +147,10 @@ class Simulation:
     def arrive(self, started: float, tokens: int, index: int = 0, ceiling: int | None = None) -> None:
         profiles = list(self.scenario.profiles_at(self.now).values())
         best = oracle_choice(tokens, profiles)
-        preferences = ProviderPreferences(order=(best,) if self.strategy == "oracle" else ())
+        order = {"oracle": (best,), "policy-oracle": (oracle_choice(tokens, profiles, self.price_weight),)}
+        preferences = ProviderPreferences(order=order.get(self.strategy, ()))
         max_tokens = ceiling if ceiling is not None else tokens
-        request = RouteRequest(self.config.models[0], "chat", True, 20, max_tokens, preferences)
+        request = RouteRequest(self.config.models[0], "chat", True, PROMPT_TOKENS, max_tokens, preferences)
         router = self.routers[index % len(self.routers)]
         plan = router.plan(request)
         _Request(self, plan, tokens, started, best, index, router).start()
@@ -170,6 +181,9 @@ class Simulation:
         )
         self.store.record(sample)
         router.attempt_finished(candidate, sample)
+        if outcome != "upstream_error":  # billed: the prompt, and what was read of the answer
+            tokens = int(extra.get("tokens") or 0)
+            self.result.money += (PROMPT_TOKENS + tokens) * self.profile(candidate.name).price / 1e6
 
 
 @dataclass
@@ -473,34 +487,61 @@ class Paired:
     new: list[float] = field(default_factory=list)
     explored: list[float] = field(default_factory=list)
     extra: list[float] = field(default_factory=list)
+    old_policy: list[float] = field(default_factory=list)
+    new_policy: list[float] = field(default_factory=list)
 
     def row(self, scenario: Scenario) -> str:
-        diffs = [n - o for n, o in zip(self.new, self.old, strict=True)]
-        se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
-        mean = statistics.fmean(diffs)
-        verdict = "better" if mean < -2 * se else "worse" if mean > 2 * se else "parity"
+        time, verdict = _paired(self.new, self.old)
+        policy, policy_verdict = _paired(self.new_policy, self.old_policy)
         return (
             f"| {scenario.name} | {statistics.fmean(self.old):+.1%} | {statistics.fmean(self.new):+.1%} "
-            f"| {mean * 100:+.2f} ± {se * 100:.2f} | {verdict} | {statistics.fmean(self.explored):.1%} "
+            f"| {time} | {verdict} | {policy} | {policy_verdict} | {statistics.fmean(self.explored):.1%} "
             f"| {statistics.fmean(self.extra):.3f} |"
         )
 
 
+def _paired(new: Sequence[float], old: Sequence[float]) -> tuple[str, str]:
+    """The mean paired difference in points with its standard error, and its verdict at two standard errors."""
+    diffs = [n - o for n, o in zip(new, old, strict=True)]
+    se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+    mean = statistics.fmean(diffs)
+    verdict = "better" if mean < -2 * se else "worse" if mean > 2 * se else "parity"
+    return f"{mean * 100:+.2f} ± {se * 100:.2f}", verdict
+
+
+def policy_regret(mine: Result, oracle: Result, price_weight: float) -> float:
+    """How much worse the run scores than the policy's oracle, by the policy's own score (``gateway.policies``: log2 of
+    time, plus ``price_weight`` × log2 of money), as the time that would score the same at the oracle's money: with no
+    price weight, the mean time's regret. Failures count by the fallbacks' time, as in the time regret."""
+    time = math.log2(statistics.fmean(mine.times) / statistics.fmean(oracle.times))
+    money = math.log2(mine.money / oracle.money) if price_weight and mine.money > 0 and oracle.money > 0 else 0.0
+    return 2 ** (time + price_weight * money) - 1
+
+
 PAIRED_HEADER = (
-    "| market | old regret | new regret | new − old (points, ± s.e.) | within 2 s.e. | new: explored | "
-    "new: extra attempts/request |\n|---|---|---|---|---|---|---|"
+    "| market | old regret | new regret | new − old (points, ± s.e.) | within 2 s.e. "
+    "| new − old, policy regret | within 2 s.e. | new: explored | new: extra attempts/request |"
+    "\n|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def compare(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | None) -> Paired:
-    """Old and new over the same schedules (same arrivals, same draws), each against the same oracle run."""
+    """Old and new over the same schedules (same arrivals, same draws), each against the same oracle runs: the fastest
+    provider for each request (the time regret), and the provider the policy's score would pick knowing the truth
+    (the policy regret)."""
     paired = Paired()
     for seed in seeds:
-        oracle = statistics.fmean(simulate(scenario, seed, "oracle", policy).times)
-        paired.old.append(statistics.fmean(simulate(scenario, seed, "gateway", policy, "old").times) / oracle - 1)
+        fastest = simulate(scenario, seed, "oracle", policy)
+        oracle = statistics.fmean(fastest.times)
+        policy_sim = Simulation(scenario, seed, "policy-oracle", policy)
+        best = policy_sim.run()
+        old = simulate(scenario, seed, "gateway", policy, "old")
+        paired.old.append(statistics.fmean(old.times) / oracle - 1)
+        paired.old_policy.append(policy_regret(old, best, policy_sim.price_weight))
         sim = Simulation(scenario, seed, "gateway", policy, "new")
         result = sim.run()
         paired.new.append(statistics.fmean(result.times) / oracle - 1)
+        paired.new_policy.append(policy_regret(result, best, policy_sim.price_weight))
         shares = [r.exploration(sim.config.models[0].name) for r in sim.routers if isinstance(r, BeliefRouter)]
         paired.explored.append(statistics.fmean(s[0] for s in shares))
         paired.extra.append(statistics.fmean(s[1] for s in shares))

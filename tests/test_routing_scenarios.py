@@ -26,6 +26,27 @@ def test_the_oracle_never_picks_a_provider_that_fails_every_request() -> None:
     assert oracle_choice(128, [replace(down, error_rate=0.0), healthy]) == "a"
 
 
+def test_the_policy_oracle_trades_time_for_price_as_the_policy_score_does() -> None:
+    # 10% faster for twice the price: the fastest provider for time alone; under balanced's weights (a doubling of
+    # price costs 0.3 of a doubling of time) the cheaper one, and the dear one again once it is 30% faster.
+    dear = Profile("dear", ttft_s=0.4, tps=110.0, price=1.0)
+    cheap = Profile("cheap", ttft_s=0.4, tps=100.0, price=0.5)
+    assert oracle_choice(256, [dear, cheap]) == "dear"
+    assert oracle_choice(256, [dear, cheap], price_weight=0.3) == "cheap"
+    assert oracle_choice(256, [replace(dear, tps=140.0), cheap], price_weight=0.3) == "dear"
+
+
+def test_the_policy_regret_is_the_time_regret_without_a_price_weight_and_counts_money_with_one() -> None:
+    oracle = routing_simulate.Result(times=[1.0, 3.0], money=1.0)
+    slower = routing_simulate.Result(times=[1.5, 3.5], money=1.0)
+    assert routing_simulate.policy_regret(slower, oracle, 0.0) == pytest.approx(0.25)
+    assert routing_simulate.policy_regret(slower, oracle, 0.3) == pytest.approx(0.25)
+    # As fast at half the money scores 0.3 doublings better: the time that scores the same is 2**-0.3 of the oracle's.
+    cheaper = routing_simulate.Result(times=[1.0, 3.0], money=0.5)
+    assert routing_simulate.policy_regret(cheaper, oracle, 0.3) == pytest.approx(2**-0.3 - 1)
+    assert routing_simulate.policy_regret(cheaper, oracle, 0.0) == pytest.approx(0.0)
+
+
 def test_every_stress_market_changes_a_provider_it_has() -> None:
     for scenario in STRESS:
         names = {p.name for p in scenario.providers}
