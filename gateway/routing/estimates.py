@@ -44,6 +44,7 @@ its mean gives the expected stream time). Not thread-safe: one event loop owns i
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import deque
@@ -315,30 +316,35 @@ class _Run:
         self.count += 1
         self.latest.append((seq, log, _bounded(log, mean, clip), at))
 
-    def shifts(self, sigma: float) -> list[tuple[int, float, float]]:
+    def shifts(self, sigma: float) -> list[float]:
         """For each window of the latest answers, newest first (one answer, two, ...), while answers before it
-        remain: (its first answer's sequence number, how far its mean log is from theirs in standard errors,
-        how long the deployment went unheard between the newest answer before it and its first).
+        remain: how far its mean log is from theirs in standard errors (``window`` gives its first answer and the
+        gap before it).
 
         A window of two or more counts each answer clipped (no single outlier makes a change); one answer alone
         counts as it came (it can change first token and stream together only, where a lucky outlier rarely lands).
         """
-        found: list[tuple[int, float, float]] = []
+        shifts: list[float] = []
         raw = clipped = 0.0
-        latest = self.latest
-        newest = len(latest) - 1
-        for length in range(1, len(latest)):
-            before = self.count - length
+        count, total, sqrt = self.count, self.total, math.sqrt
+        # Newest first, every answer but the oldest kept (the newest before a window must be there too).
+        for length, (_, log, bounded, _) in enumerate(itertools.islice(reversed(self.latest), len(self.latest) - 1), 1):
+            before = count - length
             if before < 1:
                 break
-            seq, log, bounded, at = latest[newest - length + 1]
             raw += log
             clipped += bounded
-            base = (self.total - raw) / before
+            base = (total - raw) / before
             deviation = (log if length == 1 else clipped) - length * base
-            gap = at - latest[newest - length][3]
-            found.append((seq, deviation / length / (sigma * math.sqrt(1.0 / length + 1.0 / before)), gap))
-        return found
+            shifts.append(deviation / length / (sigma * sqrt(1.0 / length + 1.0 / before)))
+        return shifts
+
+    def window(self, index: int) -> tuple[int, float]:
+        """The ``index``-th window of ``shifts`` (0: the newest answer alone): its first answer's sequence number,
+        and how long the deployment went unheard between the newest answer before it and that one."""
+        latest = self.latest
+        first = latest[len(latest) - 1 - index]
+        return first[0], first[3] - latest[len(latest) - 2 - index][3]
 
     def shift_since(self, since: int, sigma: float) -> float | None:
         """How far the mean log of its answers from ``since`` on is from theirs before, in standard errors (None:
@@ -351,6 +357,11 @@ class _Run:
         window = sum(log for _, log in latest)
         base = (self.total - window) / before
         return (window / after - base) / (sigma * math.sqrt(1.0 / after + 1.0 / before))
+
+
+def _awaits_first(attempt: _Attempt) -> bool:
+    """Whether an attempt in flight still waits for a first token it was predicted to have (``awaiting_first``)."""
+    return attempt.predicted_first_token_s is not None and attempt.streaming_at is None
 
 
 def _bounded(log: float, centre: float, clip: float) -> float:
@@ -421,6 +432,9 @@ class DeploymentView:
     attempts: deque[_Attempt] = field(default_factory=lambda: deque(maxlen=ATTEMPTS_KEPT))
     pending: dict[int, _Attempt] = field(default_factory=dict)
     """Attempts in flight (by the caller's token), oldest first."""
+    awaiting_first: int = 0
+    """Attempts in ``pending`` with a predicted first token that has not come yet: kept as they start, stream and
+    end, so that ``late_first_token`` need not walk every attempt in flight on every plan."""
     bytes_per_token: dict[str, _Sums] = field(default_factory=dict)
     """Per API, its streams' bytes after the first token per output token: how a stream in flight's bytes count as
     tokens (an API's events have their own envelope: a Responses event is twice a chat chunk)."""
@@ -430,6 +444,11 @@ class DeploymentView:
     ) -> None:
         """An attempt went out, predicted to take ``predicted_s`` (its first token ``predicted_first_token_s``)."""
         attempt = _Attempt(at, predicted_s, predicted_first_token_s)
+        replaced = self.pending.get(token)
+        if replaced is not None and _awaits_first(replaced):
+            self.awaiting_first -= 1
+        if predicted_first_token_s is not None:
+            self.awaiting_first += 1
         self.pending[token] = attempt
         self.attempts.append(attempt)
 
@@ -437,6 +456,8 @@ class DeploymentView:
         """The attempt's first token came at ``at``; ``progress`` counts its stream's bytes from then on."""
         attempt = self.pending.get(token)
         if attempt is not None:
+            if _awaits_first(attempt):
+                self.awaiting_first -= 1
             attempt.progress, attempt.streaming_at, attempt.bytes_at_first = progress, at, progress.received_bytes
             attempt.api = progress.api
 
@@ -449,6 +470,8 @@ class DeploymentView:
         attempt = self.pending.pop(token, None)
         if attempt is None:
             return None
+        if _awaits_first(attempt):
+            self.awaiting_first -= 1
         attempt.ended_at = at
         if attempt.progress is not None:
             streamed = attempt.streamed_bytes = attempt.streamed(at)[1]
@@ -566,11 +589,7 @@ class DeploymentView:
         ``OVERDUE_MIN`` and ``OVERDUE_SHARE`` of them still wait, the median of their elapsed-to-predicted
         ratios (a lower bound on how much later it has become) multiplies its predicted first token.
         """
-        waiting = 0
-        for attempt in self.pending.values():
-            if attempt.predicted_first_token_s is not None and attempt.streaming_at is None:
-                waiting += 1
-        if waiting < OVERDUE_MIN:
+        if self.awaiting_first < OVERDUE_MIN:
             return 1.0
         return self._late_share(
             now, lambda a: a.predicted_first_token_s, lambda a: a.streaming_at is None and a.ended_at is None
@@ -608,17 +627,18 @@ class DeploymentView:
         self.answers.append((self.seq, observation))
         changes: dict[ViewMetric, int] = {}
         surprised = False
+        # Each value once (a restart below moves only its own metric's regime), and each metric's spread as it
+        # stood before this answer: the tests, the shared change and ``_for_spread`` all read that one.
+        values = [(m, v) for m in VIEW_METRICS if (v := self._value(observation, m)) is not None and v > 0]
+        spreads: dict[ViewMetric, float] = {}
         if observation.ok is True:
-            tests = self._tests(observation)
-            changes = self._changes(tests)
+            tests = self._tests(values, observation.at, spreads)
+            changes = self._changes(tests, spreads)
             surprised = _surprising(tests)
-        for metric in VIEW_METRICS:
-            value = self._value(observation, metric)
-            if value is None or value <= 0:
-                continue
-            sums = self.sums.setdefault(metric, _Sums())
-            spread = self.spreads.setdefault(metric, _Sums())
-            spread.add(observation.at, self._for_spread(metric, value), 0.0, SPREAD_HALF_LIFE)
+        for metric, value in values:
+            sums = self.sums.get(metric) or self.sums.setdefault(metric, _Sums())
+            spread = self.spreads.get(metric) or self.spreads.setdefault(metric, _Sums())
+            spread.add(observation.at, self._for_spread(metric, value, spreads.get(metric)), 0.0, SPREAD_HALF_LIFE)
             since = changes.get(metric)
             if since is not None:
                 self._restart(metric, since, observation.at)
@@ -638,7 +658,7 @@ class DeploymentView:
             # surprise needs none: its traffic, if it has any, gives one.
             self.follow_ups = FOLLOW_UP_TRIES if leap or (surprised and not changes) else 0
 
-    def _for_spread(self, metric: ViewMetric, value: float) -> float:
+    def _for_spread(self, metric: ViewMetric, value: float, spread: float | None = None) -> float:
         """``value`` as it counts in the deployment's spread: at most ``Z_CLIP`` spreads from the centre of the
         answers before it (once there are ``SPREAD_CLIP_AFTER`` of them).
 
@@ -647,12 +667,14 @@ class DeploymentView:
         answer at 385 tokens/s moved its spread to 0.59, its second fast answer read 2.6 standard errors instead
         of 4.4, and the end of the slowdown was taken 13 s later (simulated, the stress market ``dip``: -1.1 points
         over 160 schedules, the other markets within noise). Bounded, one far answer widens the spread a little, as
-        a tail would, and the next ones still show the change.
+        a tail would, and the next ones still show the change. ``spread``: ``spread(metric)``, if already known.
         """
         kept = self.spreads.get(metric)
         if kept is None or kept.weight < SPREAD_CLIP_AFTER:
             return value
-        return math.exp(_bounded(math.log(value), kept.logs / kept.weight, Z_CLIP * self.spread(metric)))
+        if spread is None:
+            spread = self.spread(metric)
+        return math.exp(_bounded(math.log(value), kept.logs / kept.weight, Z_CLIP * spread))
 
     def _value(self, observation: Observation, metric: ViewMetric) -> float | None:
         """``observation``'s value of ``metric``, unless it went out before the metric's last change began."""
@@ -691,23 +713,25 @@ class DeploymentView:
         # Never below ``PRIOR_SIGMA``: a provider that looks steady over a few dozen answers may still jitter.
         return max(PRIOR_SIGMA, math.sqrt(blended))
 
-    def _tests(self, observation: Observation) -> dict[ViewMetric, list[tuple[int, float, float]]]:
+    def _tests(
+        self, values: Iterable[tuple[ViewMetric, float]], at: float, spreads: dict[ViewMetric, float]
+    ) -> dict[ViewMetric, list[float]]:
         """Each value of a complete answer joins its metric's run, and the run's tests are read: for each
-        window of the latest answers, (its first answer's sequence number, its standardised shift)."""
-        found: dict[ViewMetric, list[tuple[int, float, float]]] = {}
-        for metric in VIEW_METRICS:
-            value = self._value(observation, metric)
-            if value is None or value <= 0:
-                continue
+        window of the latest answers, its standardised shift (``_Run.shifts``). Each metric's spread, read for its
+        test, is left in ``spreads``."""
+        found: dict[ViewMetric, list[float]] = {}
+        for metric, value in values:
             run = self.runs.get(metric)
             if run is None:
                 run = self.runs[metric] = _Run()
-            spread = self.spread(metric)
-            run.add(self.seq, math.log(value), observation.at, spread)
+            spread = spreads[metric] = self.spread(metric)
+            run.add(self.seq, math.log(value), at, spread)
             found[metric] = run.shifts(spread)
         return found
 
-    def _changes(self, tests: Mapping[ViewMetric, list[tuple[int, float, float]]]) -> dict[ViewMetric, int]:
+    def _changes(
+        self, tests: Mapping[ViewMetric, list[float]], spreads: Mapping[ViewMetric, float]
+    ) -> dict[ViewMetric, int]:
         """The metrics the latest answers show changed, each with the first answer of the change.
 
         The latest answers of a metric (a window of up to ``WINDOW_ANSWERS``) are compared with its
@@ -723,16 +747,22 @@ class DeploymentView:
         """
         found: dict[ViewMetric, tuple[int, float, float]] = {}
         for metric, shifts in tests.items():
-            for length, (since, shift, gap) in enumerate(shifts, start=1):
+            if not shifts or (max(shifts) < CHANGE_MIN_Z and min(shifts) > -CHANGE_MIN_Z):
+                continue  # no window is that far (a NaN, which max and min may pass over, never is)
+            for i in range(1, len(shifts)):  # windows of two answers or more
+                shift = shifts[i]
                 if abs(shift) < CHANGE_MIN_Z:
                     continue
+                since, gap = self.runs[metric].window(i)
                 excess = abs(shift) - change_threshold(gap)
-                if length >= 2 and excess >= 0 and (metric not in found or excess > found[metric][1]):
+                if excess >= 0 and (metric not in found or excess > found[metric][1]):
                     found[metric] = (since, excess, math.copysign(1.0, shift))
         first, stream = (tests.get(m) for m in LEAP_METRICS)
-        if first and stream:
-            for length, ((since, a, gap), (other, b, _)) in enumerate(zip(first, stream, strict=False), start=1):
-                if since != other:
+        if first and stream and _may_leap(first, stream):
+            first_run, stream_run = (self.runs[m] for m in LEAP_METRICS)
+            for length, (a, b) in enumerate(zip(first, stream, strict=False), start=1):
+                since, gap = first_run.window(length - 1)
+                if since != stream_run.window(length - 1)[0]:
                     break  # an answer measured in one metric only: the windows differ from here on
                 joint = (a + b) / math.sqrt(2.0)
                 if abs(joint) < CHANGE_MIN_Z or (length == 1 and joint > 0):
@@ -754,7 +784,8 @@ class DeploymentView:
             run = self.runs.get(looked)
             if point is None or looked in found or run is None or point <= self.restart_seq.get(looked, 0):
                 continue
-            moved = run.shift_since(point, self.spread(looked))
+            spread = spreads.get(looked)
+            moved = run.shift_since(point, spread if spread is not None else self.spread(looked))
             way = found[changed][2] if changed in found else self._direction.get(changed, 0.0)
             if moved is not None and moved * way >= SHARED_CHANGE_Z:
                 found[looked] = (point, 0.0, way)
@@ -845,10 +876,17 @@ class DeploymentView:
         return max(0.0, sums.values - sums.weight), sums.weight, effective
 
 
-def _surprising(tests: Mapping[ViewMetric, list[tuple[int, float, float]]]) -> bool:
+def _may_leap(first: list[float], stream: list[float]) -> bool:
+    """Whether any window of first token and stream together may pass ``CHANGE_MIN_Z`` (else ``_changes``' joint
+    test would pass over every one): |a + b| / √2 is at most (max |a| + max |b|) / √2, and 1.4 < √2 leaves a
+    margin far above rounding. Both lists hold one window at least."""
+    return max(max(first), -min(first)) + max(max(stream), -min(stream)) >= 1.4 * CHANGE_MIN_Z
+
+
+def _surprising(tests: Mapping[ViewMetric, list[float]]) -> bool:
     """Whether the latest answer alone was far faster than the answers before it: in one metric, or in first
     token and stream together."""
-    alone = {metric: shifts[0][1] for metric, shifts in tests.items() if shifts}
+    alone = {metric: shifts[0] for metric, shifts in tests.items() if shifts}
     if any(shift <= -SURPRISE_Z for shift in alone.values()):
         return True
     first, stream = (alone.get(m) for m in LEAP_METRICS)
