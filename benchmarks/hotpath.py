@@ -195,7 +195,7 @@ def main() -> None:
     parser.add_argument("--deployments", type=int, default=1, help="with --stages: deployments of the model (1)")
     parser.add_argument("--requests", type=int, default=2000, help="with --stages: requests per repeat (2000)")
     parser.add_argument("--repeats", type=int, default=5, help="with --stages: repeats, best of (5)")
-    parser.add_argument("--profile", action="store_true", help="with --stages: cProfile the streamed requests")
+    parser.add_argument("--profile", action="store_true", help="with --stages: cProfile each kind of request")
     args = parser.parse_args()
     if args.stages:
         from benchmarks.hotpath_stages import run
