@@ -14,14 +14,18 @@ import asyncio
 import dataclasses
 import json
 import random
+import tomllib
 from typing import Any
 
 import pytest
 
-from benchmarks.hotpath_memory import Driver, full_body, running_app
+from benchmarks.hotpath_memory import BENCH_CONFIG, Driver, MemoryUpstream, full_body, running_app
+from gateway.app import create_app
+from gateway.config import parse_config
 from gateway.dialects import CHAT, Dialect, dialect_for
 from gateway.dialects.chat_body import tally_whole
 from gateway.reading import Reading, read_full_reply, reading_of
+from gateway.relay import runner as runner_module
 from gateway.relay import verdict
 from gateway.runtime import runtime_of
 from gateway.samples import Sample
@@ -366,3 +370,40 @@ def test_whole_requests_relay_the_same_bytes_and_record_the_same_samples(monkeyp
     assert [_untimed(s) for s in samples] == [_untimed(s) for s in samples_before]
     assert len(samples) == len(bodies)
     assert any(s.outcome == "ok" and s.output_tokens for s in samples)
+
+
+def test_an_answer_judged_before_it_is_sent_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``retry_invalid`` judges a whole answer before sending it; its sample is recorded from that same reading."""
+    raw = tomllib.loads(BENCH_CONFIG.read_text())
+    # Two deployments: a whole answer is judged before it is sent only while another is left to retry it on.
+    raw["providers"] = [{**raw["providers"][0], "name": n, "base_url": "http://127.0.0.1:9/v1"} for n in ("a", "b")]
+    raw["models"][0]["deployments"] = [{"provider": n, "model": "fake-model"} for n in ("a", "b")]
+    raw["policies"] = {"judged": {"extends": "balanced", "retry_invalid": True}}
+    raw["models"][0]["policy"] = "judged"
+    config = parse_config(raw, source=str(BENCH_CONFIG))
+    reads: list[bytes] = []
+    real = verdict.read_whole
+
+    def counted(request: Any, attempt: Any, counter: TokenCounter) -> Any:
+        reads.append(attempt.body)
+        return real(request, attempt, counter)
+
+    monkeypatch.setattr(runner_module, "read_whole", counted)
+
+    async def run() -> tuple[list[bytes], list[Sample]]:
+        app = create_app(config)
+        async with app.router.lifespan_context(app):
+            runtime = runtime_of({"app": app})
+            for name in ("a", "b"):
+                await runtime.upstreams.clients[name].aclose()
+                runtime.upstreams.clients[name] = MemoryUpstream()  # type: ignore[assignment]
+            runner = runtime.dispatcher.runner
+            recorded = Recorded(runner.sink)
+            runner.sink = recorded
+            driver = Driver(app, stream=False)
+            return [await _one(driver) for _ in range(3)], recorded.samples
+
+    received, samples = asyncio.run(run())
+    assert received == [full_body()] * 3
+    assert [s.validity for s in samples] == ["valid"] * 3
+    assert reads == [full_body()] * 3
