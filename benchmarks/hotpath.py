@@ -14,8 +14,9 @@ times, alternating, and prints each piece's best time under both and their ratio
 
 Pieces: the request body read and the upstream body written; a 32-token stream through the meter
 (fed per event, and in one chunk) and its ``finish`` (with the feeding, and alone), and the same answer as
-OpenAI streams it (each chunk padded with its own ``obfuscation`` string: ``openai_stream_chunks``); the same stream
-through the event forwarder hiding its usage chunk; the access-log line of one request (as
+OpenAI streams it (each chunk padded with its own ``obfuscation`` string: ``openai_stream_chunks``); the same
+answer whole, read (``read_full_reply``: its tally, token count and ``Reading``); the same stream through the event
+forwarder hiding its usage chunk; the access-log line of one request (as
 ``gateway serve`` writes it, to a file); one sample into the in-memory stats and the metrics; a routing
 decision over five measured deployments; and the router's whole part of one request as the c=64 whole run
 has it (one deployment, 63 streams in flight, an answer arriving between decisions: plan, start, first
@@ -41,12 +42,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import gateway
-from benchmarks.hotpath_memory import openai_stream_chunks, stream_chunks
+from benchmarks.hotpath_memory import full_body, openai_stream_chunks, stream_chunks
 from gateway.accesslog import AccessLog, AccessRecord, configure_access_log
 from gateway.api import parse_json_body
 from gateway.config import parse_config
 from gateway.meter import StreamMeter
 from gateway.metrics.series import Metrics
+from gateway.reading import read_full_reply
 from gateway.relay.forward import EventForwarder
 from gateway.relay.outbound import upstream_body
 from gateway.relay.request import ProxyRequest
@@ -195,7 +197,7 @@ def main() -> None:
     parser.add_argument("--deployments", type=int, default=1, help="with --stages: deployments of the model (1)")
     parser.add_argument("--requests", type=int, default=2000, help="with --stages: requests per repeat (2000)")
     parser.add_argument("--repeats", type=int, default=5, help="with --stages: repeats, best of (5)")
-    parser.add_argument("--profile", action="store_true", help="with --stages: cProfile the streamed requests")
+    parser.add_argument("--profile", action="store_true", help="with --stages: cProfile each kind of request")
     args = parser.parse_args()
     if args.stages:
         from benchmarks.hotpath_stages import run
@@ -217,6 +219,7 @@ def measure() -> None:
         deployment=SimpleNamespace(model="fake-model", apis=("chat",), translate=True),
     )
     proxied = request()
+    whole_answer = full_body()
 
     def meter(chunks: list[bytes]) -> Callable[[], Any]:
         def run() -> Any:
@@ -280,6 +283,7 @@ def measure() -> None:
         timed("meter: finish (fed per event)", 2000, lambda: fed.finish(counter)),
         timed("meter: OpenAI fed + finish", 2000, meter(openai)),
         timed("meter: OpenAI finish", 2000, lambda: fed_openai.finish(counter)),
+        timed("whole answer: read", 20000, lambda: read_full_reply(whole_answer, counter)),
         timed("forwarder: fed per event", 3000, forward(events)),
         timed("forwarder: one chunk", 3000, forward([whole])),
         timed("access log: one request", 20000, access_line),

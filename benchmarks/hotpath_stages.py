@@ -12,11 +12,13 @@ as the difference).
 
     python -m benchmarks.hotpath --stages                 # the table, streamed and non-streamed
     python -m benchmarks.hotpath --stages --deployments 5 # the same model served by five deployments
-    python -m benchmarks.hotpath --stages --profile       # and cProfile's top functions of the streamed request
+    python -m benchmarks.hotpath --stages --profile       # and cProfile's top functions of each kind of request
 
 *Per chunk* is the relay loop's CPU per upstream chunk (36 chunks, one event each: the role, 32
 words, the finish, usage, ``[DONE]``) less that of a bare loop reading the same chunks and sending
-each one (the least a passthrough does per chunk).
+each one (the least a passthrough does per chunk). A non-streamed request's *body relay* is ``FullReply.send_to``'s
+own work (its headers, the two messages to the client); the whole answer's read, token count and ``Sample`` are its
+*meter finish*, as a stream's are.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from gateway.api import ProxyEndpoint
 from gateway.meter import StreamMeter
 from gateway.metrics.series import Metrics
 from gateway.relay.dispatch import Dispatcher
-from gateway.relay.replies import StreamReply
+from gateway.relay.replies import FullReply, StreamReply
 from gateway.relay.runner import AttemptRunner
 from gateway.runtime import runtime_of
 from gateway.samples import SampleFanout
@@ -170,6 +172,7 @@ def _instrument(clock: StageClock, router_type: type) -> None:
     clock.wrap(AccessControl, "reserve_spend", "attempt set-up")
     clock.wrap(Dispatcher, "dispatch", "attempt set-up")
     clock.wrap(StreamReply, "_relay", "relay")
+    clock.wrap(FullReply, "send_to", "relay")  # a whole answer's relay (its finish is the meter's stage)
     clock.wrap(StreamMeter, "finish", "meter finish")
     clock.wrap(AttemptRunner, "record", "meter finish")
     clock.wrap(AttemptRunner, "finish_full", "meter finish")
@@ -267,7 +270,7 @@ async def measure_stages(deployments: int, requests: int, repeats: int, profile:
                 phases = [min(best, spent / requests * 1e6) for best, spent in zip(phases, driver.phases, strict=True)]
             best = await best_stages(driver, lambda clock: _instrument(clock, router_type), requests, repeats, per_call)
             results[label] = {"whole_us": whole * 1e6, "stages": best, "phases_us": phases}
-            if profile and stream:
+            if profile:
                 profiler = cProfile.Profile()
                 profiler.enable()
                 for _ in range(requests):
@@ -275,7 +278,7 @@ async def measure_stages(deployments: int, requests: int, repeats: int, profile:
                 profiler.disable()
                 out = io.StringIO()
                 pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
-                results["profile"] = out.getvalue()
+                results.setdefault("profile", {})[label] = out.getvalue()
         results["bare_chunk_us"] = await bare_relay_us(stream_chunks(), requests)
         for label, stream in (("streamed", True), ("non-streamed", False)):
             results[label]["passthrough_us"] = await passthrough_us(stream, requests, repeats)
@@ -298,6 +301,8 @@ def _rows(result: dict[str, Any], bare_chunk_us: float, chunks: int, stream: boo
     order += ["meter finish", "sinks", "request glue"]
     for stage in order:
         rows.append((stage, stages.get(stage, 0.0), BUDGETS_US[stage]))
+        if stage == "attempt set-up" and not stream:
+            rows.append(("body relay (the whole answer sent)", relay, float("nan")))
     if stream:
         rows.append(("relay, all chunks", relay, float("nan")))
     return rows
@@ -339,10 +344,10 @@ def render(results: dict[str, Any], deployments: int) -> str:
             f"{during:.1f}; after that (the tail, which a request arriving meanwhile waits for): {after:.1f}.",
             file=out,
         )
-    if "profile" in results:
-        print("\ncProfile, streamed requests, top 30 by own time:\n", file=out)
+    for label, profile in results.get("profile", {}).items():
+        print(f"\ncProfile, {label} requests, top 30 by own time:\n", file=out)
         print("```", file=out)
-        print(results["profile"].strip(), file=out)
+        print(profile.strip(), file=out)
         print("```", file=out)
     return out.getvalue()
 

@@ -16,7 +16,8 @@ each its own process, and drives streamed chat requests at them from the same cl
 - paced: TTFT 50 ms, 100 tokens/s, 32 tokens, at 1, 64, 256 and 1,000 concurrent streams:
   added TTFT and end-to-end, which should not grow with concurrency;
 - memory: RSS of each proxy with 1,000 slow streams held open, minus its idle RSS;
-- ``--profile``: py-spy on the gateway during an unpaced run at concurrency 64;
+- ``--profile``: py-spy on the gateway during an unpaced run at concurrency 64 (``--only profile-full``: of
+  the same answers not streamed);
 - ``--soak SECONDS``: paced traffic through the gateway for that long, its RSS every 10 s.
 
 See ``benchmarks/README.md``.
@@ -52,7 +53,7 @@ DEFAULT_CONFIG = HERE / "gateway.bench.toml"
 SPREAD_RATE = 170.0
 """Requests/s of the constant-rate paced runs: what 64 paced streams ask for, well within the machine."""
 TARGETS = ("direct", "passthrough", "gateway", "gateway-nolog")
-STEPS = ("unpaced", "paced", "spread", "memory", "profile")
+STEPS = ("unpaced", "paced", "spread", "memory", "profile", "profile-full")
 
 
 def spread(concurrency: int) -> Workload:
@@ -211,13 +212,22 @@ def main(argv: list[str] | None = None) -> None:
                 results.workloads["hold"] = HOLD.describe()
                 names = [name for name in args.targets if name in ("passthrough", "gateway")]
                 results.memory += bench.memory(names)
-            if "profile" in args.steps:
+            if "profile" in args.steps or "profile-full" in args.steps:
+                from benchmarks.overhead_ratios import body
                 from benchmarks.profile import profile_gateway
 
                 with bench.targets(["gateway"]) as servers:
-                    results.profile = profile_gateway(
-                        servers["gateway"], loadgen, UNPACED.body(), output.parent, plan.time_limit_s
-                    )
+                    results.profile = []
+                    for stream in (True, False):
+                        if ("profile" if stream else "profile-full") in args.steps:
+                            results.profile += profile_gateway(
+                                servers["gateway"],
+                                loadgen,
+                                body(UNPACED, stream),
+                                output.parent,
+                                plan.time_limit_s,
+                                stream,
+                            )
     finally:
         loadgen.close()
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,13 @@
 """Where the gateway's CPU goes: py-spy on the gateway process during an unpaced run at concurrency 64.
 
-Two recordings of the same run shape, one after the other: a flame graph (SVG) to look at, and
-raw collapsed stacks from which a text summary is computed, self and inclusive time per
-function, so that a profile can be read in a terminal or a diff. py-spy samples from outside
-the process (200 times a second, idle time excluded), so the gateway runs unmodified.
+Of streams (``profile``), or of the same answers whole (``profile-full``: ``profile-gateway-full.*``). Two
+recordings of the same run shape, one after the other: a flame graph (SVG) to look at, and raw collapsed stacks
+from which a text summary is computed, self and inclusive time per function, so that a profile can be read in a
+terminal or a diff. py-spy samples from outside the process (200 times a second, idle time excluded), so the
+gateway runs unmodified.
 
     python -m benchmarks.overhead --only profile
+    python -m benchmarks.overhead --only profile-full   # non-streamed answers
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ def py_spy() -> str:
     return found
 
 
-def record(gateway: Server, loadgen: LoadGenerator, body: bytes, fmt: str, path: Path, time_limit_s: float) -> float:
+def record(
+    gateway: Server, loadgen: LoadGenerator, body: bytes, fmt: str, path: Path, time_limit_s: float, stream: bool = True
+) -> float:
     """Record the gateway with py-spy in ``fmt`` while one run goes; returns the run's requests/s."""
-    run = loadgen.prepare(gateway.chat_url, body, CONCURRENCY, REQUESTS, time_limit_s)
+    run = loadgen.prepare(gateway.chat_url, body, CONCURRENCY, REQUESTS, time_limit_s, stream=stream)
     args = [py_spy(), "record", "--pid", str(gateway.pid), "--format", fmt, "--function", "-o", str(path)]
     args += ["--rate", str(RATE_HZ)]
     spy = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -107,12 +111,15 @@ def summarise(raw: str) -> tuple[int, Counter[str], Counter[str]]:
     return total, own, inclusive
 
 
-def summary_text(raw: str, rate: float) -> str:
+def summary_text(raw: str, rate: float, stream: bool = True) -> str:
     total, own, inclusive = summarise(raw)
+    answers, svg = (
+        ("streams", "profile-gateway.svg") if stream else ("answers, not streamed", "profile-gateway-full.svg")
+    )
     lines = [
-        f"py-spy on the gateway, unpaced 32-token streams at concurrency {CONCURRENCY} ({rate:.0f} req/s while "
+        f"py-spy on the gateway, unpaced 32-token {answers} at concurrency {CONCURRENCY} ({rate:.0f} req/s while "
         f"recorded), {total} samples at {RATE_HZ} Hz, idle excluded (also the executor thread waiting on its queue,",
-        "which py-spy counts as busy). The flame graph (profile-gateway.svg) is a separate recording of the same run.",
+        f"which py-spy counts as busy). The flame graph ({svg}) is a separate recording of the same run.",
         "Self time of Runner.run is uvloop's own C code (polling, socket reads and writes, callbacks); self time of",
         "RequestResponseCycle.send includes uvicorn's transport.write, a system call per relayed event.",
         "",
@@ -132,16 +139,18 @@ def summary_text(raw: str, rate: float) -> str:
 
 
 def profile_gateway(
-    gateway: Server, loadgen: LoadGenerator, body: bytes, folder: Path, time_limit_s: float
+    gateway: Server, loadgen: LoadGenerator, body: bytes, folder: Path, time_limit_s: float, stream: bool = True
 ) -> list[str]:
-    """Write ``profile-gateway.svg`` and ``profile-gateway.txt`` into ``folder``; returns their names."""
+    """Write ``profile-gateway.svg`` and ``profile-gateway.txt`` into ``folder`` (``profile-gateway-full.*`` for
+    answers not streamed); returns their names."""
     folder.mkdir(parents=True, exist_ok=True)
-    svg, text = folder / "profile-gateway.svg", folder / "profile-gateway.txt"
-    raw = folder / "profile-gateway.raw.tmp"
-    rate = record(gateway, loadgen, body, "flamegraph", svg, time_limit_s)
+    stem = "profile-gateway" if stream else "profile-gateway-full"
+    svg, text = folder / f"{stem}.svg", folder / f"{stem}.txt"
+    raw = folder / f"{stem}.raw.tmp"
+    rate = record(gateway, loadgen, body, "flamegraph", svg, time_limit_s, stream)
     print(f"profile  flame graph recorded at {rate:.0f} req/s: {svg}", flush=True)
-    rate = record(gateway, loadgen, body, "raw", raw, time_limit_s)
-    text.write_text(summary_text(raw.read_text(), rate))
+    rate = record(gateway, loadgen, body, "raw", raw, time_limit_s, stream)
+    text.write_text(summary_text(raw.read_text(), rate, stream))
     raw.unlink()
     print(f"profile  summary recorded at {rate:.0f} req/s: {text}", flush=True)
     return [svg.name, text.name]

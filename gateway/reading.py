@@ -1,8 +1,8 @@
 """What the meter read of one response (``Reading``), and how a tally or a whole body becomes one.
 
 ``gateway.meter.StreamMeter`` builds a ``Reading`` at a stream's finish; ``read_full_reply`` reads a
-whole (non-streamed) JSON body. Both go through ``reading_of``, so a stream and a whole body are
-read alike: the token count is the pinned tokenizer's, tokens per second as DESIGN.md defines it.
+whole (non-streamed) JSON body. Both read a dialect's ``Tally`` alike (``read_full_reply`` is ``reading_of``
+with no times, written out): the token count is the pinned tokenizer's, tokens per second as DESIGN.md defines it.
 """
 
 from __future__ import annotations
@@ -108,27 +108,32 @@ def reading_of(tally: Tally, counter: TokenCounter, sent: float, saw_done: bool)
 
 
 def read_full_reply(body: bytes, counter: TokenCounter, dialect: Dialect = CHAT) -> Reading:
-    """The reading of a whole (non-streamed) JSON response: tokens and usage, no timings."""
-    event = parse_event(body)
-    if event is None:
-        return Reading(malformed=True)
-    tally = dialect.tally_body(event)
-    reading = reading_of(tally, counter, 0.0, False)
-    # A whole body has no timings: only its text, tokens and usage are read.
+    """The reading of a whole (non-streamed) JSON response: tokens and usage, no timings.
+
+    ``reading_of`` of the body's tally with no times in it (a whole body has none), built at once: the same
+    fields, no ``Reading`` with empty timings made first and copied.
+    """
+    tally = dialect.tally_whole(body)
+    if tally is None:
+        event = parse_event(body)
+        if event is None:
+            return Reading(malformed=True)
+        tally = dialect.tally_body(event)
+    text = "".join(tally.answer)
     return Reading(
-        output_tokens=reading.output_tokens,
-        answer_text=reading.answer_text,
-        usage_prompt_tokens=reading.usage_prompt_tokens,
-        usage_completion_tokens=reading.usage_completion_tokens,
-        usage_cached_tokens=reading.usage_cached_tokens,
-        usage_cache_creation_tokens=reading.usage_cache_creation_tokens,
-        finished=reading.finished,
-        incomplete=reading.incomplete,
-        error_message=reading.error_message,
-        response_model=reading.response_model,
-        response_id=reading.response_id,
-        tool_calls=reading.tool_calls,
-        provider_timings=reading.provider_timings,
-        calls=reading.calls,
-        stop=reading.stop,
+        output_tokens=counter.count(text),
+        answer_text=text,
+        usage_prompt_tokens=tally.usage_prompt,
+        usage_completion_tokens=tally.usage_completion,
+        usage_cached_tokens=tally.usage_cached,
+        usage_cache_creation_tokens=tally.usage_cache_creation,
+        finished=tally.finished,
+        incomplete=tally.incomplete,
+        error_message=tally.error_message,
+        response_model=tally.response_model,
+        response_id=tally.response_id,
+        tool_calls=tally.tool_calls,
+        provider_timings=tally.provider_timings,
+        calls=tally.tool_call_list() if tally.calls else (),
+        stop=tally.stop,
     )

@@ -184,6 +184,11 @@ class Dialect(Protocol):
         """Read a whole (non-streamed) response body."""
         ...
 
+    def tally_whole(self, body: bytes) -> Tally | None:
+        """``tally_body`` of a whole body read from its bytes as they are (chat: decoded into the fields it reads
+        alone); None when the dialect has no such read or the body does not fit it (then it is decoded whole)."""
+        ...
+
     def error_of(self, event: dict[str, Any]) -> Any:
         """The error object if this event is an error event (ends the upstream's part), else None."""
         ...

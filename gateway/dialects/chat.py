@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally
+from gateway.dialects.chat_body import tally_whole
 from gateway.dialects.chat_events import (
     chat_stop,
     decode_chunks,
@@ -250,6 +251,9 @@ class ChatDialect:
         tally.response_model = model if isinstance(model, str) else None
         _timings(tally, body)
         return tally
+
+    def tally_whole(self, body: bytes) -> Tally | None:
+        return tally_whole(body)
 
     def error_of(self, event: dict[str, Any]) -> Any:
         return event.get("error")

@@ -181,6 +181,9 @@ class MessagesDialect:
     ) -> Tally | None:
         return None  # read over dicts (``tally``): no typed read of these events
 
+    def tally_whole(self, body: bytes) -> Tally | None:
+        return None  # decoded whole (``tally_body``): no typed read of these bodies
+
     def tally_body(self, body: dict[str, Any]) -> Tally:
         tally = Tally(finished=True)
         if body.get("type") == "error":

@@ -23,8 +23,10 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.meter import StreamMeter
+from gateway.reading import Reading
 from gateway.routing import Candidate
 from gateway.routing.capacity import RateLimits
+from gateway.samples import Outcome
 from gateway.types import Clock, RouteReason
 from gateway.upstream import UpstreamResponse
 
@@ -63,6 +65,9 @@ class Attempt:
     """Its Sample was made (``AttemptRunner.record``): it holds no slot any more."""
     unseen: bool = False
     """A shadow probe (``gateway.relay.drain``): never the client's answer, so the request's timings are not its."""
+    whole: tuple[Reading, Outcome] | None = None
+    """A whole answer's reading and outcome, once read (``AttemptRunner.read_whole``): an answer judged before it is
+    sent (``retry_invalid``) is recorded from the same reading, not read twice."""
 
 
 @dataclass(slots=True)

@@ -273,13 +273,19 @@ class AttemptRunner:
     def finish_full(self, request: ProxyRequest, attempt: Attempt) -> None:
         """Measure and record a whole (non-streamed) answer; called once it has gone to the client (or, when it
         is retried as invalid, once another deployment is asked instead)."""
-        reading, outcome = read_whole(request, attempt, self.counter)
+        reading, outcome = self.read_whole(request, attempt)
         self.record(request, attempt, outcome, reading)
 
     def full_validity(self, request: ProxyRequest, attempt: Attempt) -> Validity | None:
         """The verdict ``finish_full`` will record for a whole answer (None: not judged), before it is sent."""
-        reading, outcome = read_whole(request, attempt, self.counter)
+        reading, outcome = self.read_whole(request, attempt)
         return verdict(request, outcome, reading)
+
+    def read_whole(self, request: ProxyRequest, attempt: Attempt) -> tuple[Reading, Outcome]:
+        """A whole answer's reading and outcome, read once per attempt (its body does not change once read)."""
+        if attempt.whole is None:
+            attempt.whole = read_whole(request, attempt, self.counter)
+        return attempt.whole
 
     def fail(self, request: ProxyRequest, attempt: Attempt, outcome: Outcome, error: UpstreamError | None) -> None:
         """Close a failed attempt and record its sample."""
