@@ -50,6 +50,10 @@ fault of issue 6's list is tested (``module::test``; ``tf`` is this module):
   event; ``response.incomplete``): test_responses_api and test_messages_api, the
   ``test_a_failure_before_the_first_token_falls_back`` and ``..._after_bytes_...`` tests
 - every real server's stream shape: test_stream_shapes (one captured stream each)
+- an answer whose fields hold what its API never allows there (a number for ``tool_calls``): relayed as it came,
+  or a 502 in the client's API when a translation cannot read it, its attempt recorded either way:
+  tf::test_a_whole_answer_of_an_odd_shape_is_relayed_and_its_attempt_recorded; every reader over any JSON:
+  test_odd_answers
 """
 
 from __future__ import annotations
@@ -262,6 +266,54 @@ def test_a_cut_in_the_middle_of_an_event_never_garbles_the_stream(
             "raw: the connection to the provider was reset mid-answer",
             "raw: upstream stream ended before the answer was complete",
         )
+
+
+def _whole(body: dict[str, Any]) -> bytes:
+    """A whole keep-alive HTTP response carrying ``body`` as JSON."""
+    data = json.dumps(body).encode()
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data)
+
+
+ODD_SHAPES = {
+    "tool_calls-a-number": {"role": "assistant", "content": "hi", "tool_calls": 5},
+    "tool_calls-a-string": {"role": "assistant", "content": None, "tool_calls": "call"},
+    "function_call-a-list": {"role": "assistant", "content": "hi", "function_call": [1, 2]},
+    "content-a-number": {"role": "assistant", "content": 7},
+}
+
+
+@pytest.mark.parametrize("shape", sorted(ODD_SHAPES))
+@pytest.mark.parametrize("api", ["chat", "messages"])
+def test_a_whole_answer_of_an_odd_shape_is_relayed_and_its_attempt_recorded(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream], shape: str, api: str
+) -> None:
+    # A provider's whole answer whose fields hold what no API allows there: the client gets an answer (its own
+    # API's, the odd field left out where a translation cannot carry it) or an error in its API's shape, and the
+    # attempt is recorded either way: its slot and in-flight count are given back.
+    body = {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [{"index": 0, "message": ODD_SHAPES[shape], "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+    }
+    odd = raw("stale", _whole(body))
+    gateway = start_gateway(raw_config(odd, []))
+    if api == "chat":
+        response = httpx.post(gateway.base_url + "/chat/completions", json=CHAT, timeout=10)
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["message"] == ODD_SHAPES[shape]  # relayed as it came
+    else:
+        request = {"model": "m", "max_tokens": 64, "messages": MESSAGES}
+        response = httpx.post(gateway.base_url + "/messages", json=request, timeout=10)
+        # Not the client's fault (no 400): the provider's answer holds what the chat API never allows there.
+        assert response.status_code == 502, response.text
+        error = response.json()
+        assert error["type"] == "error" and error["error"]["type"] == "api_error"
+        assert error["error"]["message"].startswith("the provider's answer could not be read as the chat API")
+    wait_until(lambda: len(gateway.samples.samples) >= 1, what="the attempt's sample")
+    routes = httpx.get(gateway.base_url + "/gateway/routes", timeout=10).json()
+    assert sum(d["in_flight"] for m in routes["data"] for d in m["deployments"]) == 0
 
 
 # -- Error events before the first token ---------------------------------------------------------

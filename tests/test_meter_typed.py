@@ -123,12 +123,13 @@ def test_the_typed_read_gives_the_dict_read_of_every_stream_it_takes() -> None:
     assert taken > 1000 and refused > 300  # both sides of the read are exercised
 
 
-def test_crashes_alike_on_a_tool_call_list_that_is_not_iterable() -> None:
-    datas = [b'{"choices":[{"delta":{"tool_calls":5}}]}']
-    with pytest.raises(TypeError):
-        dict_tally(datas, [0.0])
-    with pytest.raises(TypeError):
-        typed_tally(datas, [0.0])
+@pytest.mark.parametrize("calls", [b"5", b"true", b'"call"', b'{"a":1}'])
+def test_a_tool_call_list_that_is_no_list_is_read_alike_as_none(calls: bytes) -> None:
+    datas = [b'{"choices":[{"delta":{"content":"hi","tool_calls":' + calls + b"}}]}"]
+    expected = dict_tally(datas, [0.0])
+    assert expected.answer == ["hi"] and not expected.calls
+    tally = typed_tally(datas, [0.0])
+    assert tally is None or tally == expected
 
 
 @pytest.mark.parametrize(

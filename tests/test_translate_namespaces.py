@@ -60,7 +60,9 @@ def test_namespaced_functions_go_out_flat_and_the_call_comes_back_namespaced() -
         ],
         "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
     }
-    reply = json.loads(translate_reply(json.dumps(answer).encode(), "chat", "responses", request, "m"))
+    body, readable = translate_reply(json.dumps(answer).encode(), "chat", "responses", request, "m")
+    assert readable
+    reply = json.loads(body)
     (output,) = reply["output"]
     item = ResponseFunctionToolCall.model_validate(output)  # the SDK's own type of the item
     assert (item.name, item.namespace, item.call_id, item.arguments) == (

@@ -215,3 +215,9 @@ class Dialect(Protocol):
 def count(value: object) -> int | None:
     """A token count as reported (None for anything that is not a non-negative integer)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def listed(value: object) -> list[Any]:
+    """An array a provider sent, or an empty one for anything else: a field that should hold a list (choices, content
+    blocks, tool calls) is read as one whatever the provider put there, never iterated as a string or a number."""
+    return value if isinstance(value, list) else []

@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any
 
-from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally
+from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally, listed
 from gateway.dialects.chat_body import tally_whole
 from gateway.dialects.chat_events import (
     chat_stop,
@@ -72,7 +72,7 @@ def answer_of(choice: dict[str, Any]) -> str:
         content = holder.get("content")
         if isinstance(content, str):
             parts.append(content)
-        for call in holder.get("tool_calls") or ():
+        for call in listed(holder.get("tool_calls")):
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
                 parts.append(function["arguments"])

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.dialects.base import StopReason, Tally, count
+from gateway.dialects.base import StopReason, Tally, count, listed
 from gateway.errors import describe_error
 
 
@@ -120,7 +120,7 @@ def _holder_parts(parts: list[str], content: Any, tool_calls: Any, function_call
     """What a ``delta`` or ``message`` adds to the answer: its content, then tool-call arguments."""
     if isinstance(content, str):
         parts.append(content)
-    for call in tool_calls or ():
+    for call in listed(tool_calls):
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict) and isinstance(function.get("arguments"), str):
             parts.append(function["arguments"])

@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any
 
-from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, StopReason, Tally, count
+from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, StopReason, Tally, count, listed
 from gateway.errors import GatewayError, describe_error
 from gateway.kept_chunks import KeptChunks
 from gateway.samples import Endpoint
@@ -109,7 +109,8 @@ class MessagesDialect:
         if kind == "content_block_delta":
             delta = event.get("delta")
             if isinstance(delta, dict):
-                key = _DELTA_TEXT.get(delta.get("type", ""))
+                kind = delta.get("type")
+                key = _DELTA_TEXT.get(kind) if isinstance(kind, str) else None
                 if key is not None and delta.get(key):
                     return OUTPUT
             return NOTHING
@@ -194,7 +195,7 @@ class MessagesDialect:
         _prompt_total(tally)
         if isinstance(body.get("model"), str):
             tally.response_model = body["model"]
-        for index, block in enumerate(body.get("content") or ()):
+        for index, block in enumerate(listed(body.get("content"))):
             if not isinstance(block, dict):
                 continue
             if block.get("type") == "text" and isinstance(block.get("text"), str):

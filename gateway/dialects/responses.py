@@ -18,7 +18,7 @@ import re
 import time
 from typing import Any
 
-from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, StopReason, Tally, count
+from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, StopReason, Tally, count, listed
 from gateway.errors import GatewayError, describe_error
 from gateway.kept_chunks import KeptChunks
 from gateway.samples import Endpoint
@@ -183,14 +183,14 @@ class ResponsesDialect:
         elif status == "incomplete":
             tally.incomplete = True
             tally.finished = False
-        for index, item in enumerate(body.get("output") or ()):
+        for index, item in enumerate(listed(body.get("output"))):
             if not isinstance(item, dict):
                 continue
             if item.get("type") == "function_call" and isinstance(item.get("arguments"), str):
                 tally.answer.append(item["arguments"])
                 tally.tool_calls = True
                 tally.call((0, index), item.get("name"), item["arguments"])
-            for part in item.get("content") or ():
+            for part in listed(item.get("content")):
                 if isinstance(part, dict) and part.get("type") in ("output_text", "refusal"):
                     text = part.get("text", part.get("refusal"))
                     if isinstance(text, str):

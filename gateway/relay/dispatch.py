@@ -112,10 +112,10 @@ class Dispatcher:
         if upstream == request.endpoint:
             return FullReply(status, attempt.body, content_type, budget.log, finish)
         # Reached by translation: the client reads its own API's body; the meter reads the upstream's.
-        body = translate_reply(
+        body, readable = translate_reply(
             attempt.body, as_api(upstream), as_api(request.endpoint), request.body, request.requested_model
         )
-        return FullReply(status, body, "application/json", budget.log, finish)
+        return FullReply(status if readable else 502, body, "application/json", budget.log, finish)
 
     def _larger(self, fault: ClientFault, budget: AttemptBudget, plan: RoutePlan) -> tuple[Candidate, ...]:
         """After a ``context_length_exceeded``, the plan's candidates that may hold the prompt (``context``)."""

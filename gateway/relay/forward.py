@@ -40,6 +40,7 @@ import re
 from typing import Any
 
 from gateway.dialects import CHAT, Dialect
+from gateway.dialects.base import listed
 from gateway.dialects.chat import usage_only
 from gateway.sse import SSESplitter, parse_event
 
@@ -227,7 +228,7 @@ def _without_role(event: dict[str, Any] | None, block: bytes) -> bytes:
     if event is None:
         return block
     changed = False
-    for choice in event.get("choices") or ():
+    for choice in listed(event.get("choices")):
         delta = choice.get("delta") if isinstance(choice, dict) else None
         if isinstance(delta, dict) and "role" in delta:
             del delta["role"]

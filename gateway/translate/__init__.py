@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.dialects.messages import anthropic_error
-from gateway.errors import describe_error_body
+from gateway.errors import InvalidRequest, describe_error_body
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses, responses_reply
 from gateway.translate.ir import (
     BUILTIN_TOOLS,
@@ -96,17 +96,24 @@ def read_reply(api: Api, body: dict[str, Any]) -> Reply:
     return responses_reply.read_reply(body)
 
 
-def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any], model: str) -> bytes:
-    """A whole upstream answer in ``source``'s shape, rewritten in ``target``'s (the client's)."""
+def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any], model: str) -> tuple[bytes, bool]:
+    """A whole upstream answer in ``source``'s shape, rewritten in ``target``'s (the client's), and whether it could
+    be: an answer that is no JSON object, an error body, or one whose fields hold what ``source`` never allows
+    there (``read_reply`` refuses it) becomes a 502 error in ``target``'s shape, since it is the provider's
+    answer, not the client's request, that is wrong."""
     try:
         body = json.loads(raw)
     except ValueError:
-        return translate_error(raw, 502, target)
+        return translate_error(raw, 502, target), False
     if not isinstance(body, dict):
-        return translate_error(raw, 502, target)
+        return translate_error(raw, 502, target), False
     if "error" in body and body.get("error") is not None and not body.get("choices") and not body.get("output"):
-        return translate_error(raw, 502, target)
-    reply = read_reply(source, body)
+        return translate_error(raw, 502, target), False
+    try:
+        reply = read_reply(source, body)
+    except InvalidRequest as error:
+        message = f"the provider's answer could not be read as the {source} API: {error.message}"
+        return unreadable_error(message, target), False
     shown = reply.model or model
     out: dict[str, Any]
     if target == "chat":
@@ -116,7 +123,15 @@ def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any
         out = messages_reply.write_reply(reply, shown, new_id("messages"))
     else:
         out = responses_reply.write_reply(reply, shown, new_id("responses"), request)
-    return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
+    return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode(), True
+
+
+def unreadable_error(message: str, target: Api) -> bytes:
+    """A 502's body in the client API's shape, for an upstream answer the gateway could not read."""
+    if target == "messages":
+        return anthropic_error(502, message)
+    error = {"error": {"message": message, "type": "upstream_error", "param": None, "code": "upstream_unreadable"}}
+    return json.dumps(error, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def translate_error(raw: bytes, status: int, target: Api) -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.dialects.base import listed
 from gateway.translate.ir import (
     Part,
     Reasoning,
@@ -45,7 +46,7 @@ def write_usage(usage: Usage) -> dict[str, Any]:
 
 def read_reply(body: dict[str, Any]) -> Reply:
     parts: list[Part] = []
-    for index, raw in enumerate(body.get("content") or ()):
+    for index, raw in enumerate(listed(body.get("content"))):
         if isinstance(raw, dict) and raw.get("type") in ("text", "tool_use", "thinking", "redacted_thinking"):
             part = read_block(raw, f"content[{index}]")
             if part is not None:

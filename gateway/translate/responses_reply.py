@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gateway.dialects.base import listed
 from gateway.translate.common import (
     count,
 )
@@ -50,7 +51,7 @@ def write_usage(usage: Usage) -> dict[str, Any]:
 def read_reply(body: dict[str, Any]) -> Reply:
     parts: list[Part] = []
     calls = False
-    for raw in body.get("output") or ():
+    for raw in listed(body.get("output")):
         if not isinstance(raw, dict):
             continue
         kind = raw.get("type")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from gateway.dialects.base import listed
 from gateway.errors import describe_error
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply
 from gateway.translate.common import count, obj
@@ -63,7 +64,7 @@ class ChatReader:
             content = delta.get("content")
             if isinstance(content, str) and content:
                 out.append(TextDelta(content))
-            for call in delta.get("tool_calls") or ():
+            for call in listed(delta.get("tool_calls")):
                 if isinstance(call, dict):
                     out.extend(self._call(call))
             finish = choice.get("finish_reason")
