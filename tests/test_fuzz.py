@@ -1,5 +1,8 @@
 """Property-based fuzz of request bodies and headers against a running gateway: never a 5xx, never a crash.
 
+Agent traffic too: Messages and Responses requests in the shape Claude Code and Codex send, odd values at random
+places, translated to a chat deployment (``test_fuzzed_agent_requests_never_get_a_5xx``).
+
 The gateway fronts a healthy fake provider, so every 5xx would be the gateway's own failure.
 Bodies range from raw bytes and arbitrary JSON to OpenAI-shaped requests with hostile field
 values; headers are arbitrary names and values (credentials, content types, forwarding hints).
@@ -23,6 +26,7 @@ from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
 from gateway.fakes import FakeBehavior, FakeProvider
 from gateway.samples import SampleLog
+from tests.support.odd_json import mutated
 from tests.support.servers import ServerThread
 
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models")
@@ -144,6 +148,61 @@ def test_fuzzed_requests_never_get_a_5xx(
     if response.status_code >= 400:
         error = response.json()["error"]
         assert set(error) == {"message", "type", "param", "code"} and "Traceback" not in error["message"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+TOOL = {"name": "f", "description": "d", "input_schema": {"type": "object", "properties": {"a": {"type": "string"}}}}
+AGENT_REQUESTS: dict[str, dict[str, Any]] = {
+    # What Claude Code sends, in small: a system prompt, tools, a tool call and its result, thinking.
+    "/v1/messages": {
+        "model": "m",
+        "max_tokens": 64,
+        "stream": False,
+        "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        "tools": [TOOL],
+        "tool_choice": {"type": "auto"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"a": "x"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+        ],
+    },
+    # What Codex sends, in small: instructions, input items with a call and its output, tools, reasoning.
+    "/v1/responses": {
+        "model": "m",
+        "stream": False,
+        "store": False,
+        "instructions": "be brief",
+        "reasoning": {"effort": "low", "summary": "auto"},
+        "tools": [{"type": "function", "name": "f", "parameters": TOOL["input_schema"]}],
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        ],
+    },
+}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), path=st.sampled_from(sorted(AGENT_REQUESTS)))
+def test_fuzzed_agent_requests_never_get_a_5xx(
+    http: httpx.Client, caplog: pytest.LogCaptureFixture, data: st.DataObject, path: str
+) -> None:
+    # Translated to the chat deployment: every odd value is refused in the client's own API's error shape, or carried.
+    stream = data.draw(st.booleans(), label="stream")
+    body = data.draw(mutated({**AGENT_REQUESTS[path], "stream": stream}), label="body")
+    with caplog.at_level(logging.ERROR):
+        response = http.post(path, content=json.dumps(body, allow_nan=True).encode())
+    assert response.status_code < 500, (response.status_code, response.text[:500])
+    if response.status_code >= 400:
+        error = response.json()
+        if path == "/v1/messages":
+            assert error["type"] == "error" and set(error["error"]) == {"type", "message"}, error
+        else:
+            assert set(error["error"]) == {"message", "type", "param", "code"}, error
+        assert "Traceback" not in json.dumps(error)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 

@@ -9,13 +9,11 @@ random paths by scalars, lists and objects of the wrong kind.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from gateway.dialects import dialect_for
 from gateway.meter import StreamMeter
@@ -23,6 +21,7 @@ from gateway.reading import read_full_reply
 from gateway.tokens import TokenCounter, load_token_counter
 from gateway.translate import translate_reply
 from gateway.translate.stream import StreamTranslator
+from tests.support.odd_json import mutated
 
 APIS = ("chat", "responses", "messages")
 CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
@@ -90,41 +89,6 @@ STREAM: dict[str, list[dict[str, Any]]] = {
         {"type": "message_stop"},
     ],
 }
-
-scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=8)
-)
-odd_values = st.recursive(
-    scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=6,
-)
-
-
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every path to a value inside ``value`` (object keys and list indexes), the root's children first."""
-    found: list[tuple[Any, ...]] = []
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, child in items:
-        found.append((*prefix, key))
-        found.extend(_paths(child, (*prefix, key)))
-    return found
-
-
-@st.composite
-def mutated(draw: st.DrawFn, template: Any) -> Any:
-    """``template`` with one to three of its values replaced by odd ones."""
-    value = copy.deepcopy(template)
-    paths = _paths(value)
-    for path in draw(st.lists(st.sampled_from(paths), min_size=1, max_size=3)):
-        holder = value
-        try:
-            for key in path[:-1]:
-                holder = holder[key]
-            holder[path[-1]] = draw(odd_values)
-        except (KeyError, IndexError, TypeError):
-            continue  # an earlier replacement took this path away
-    return value
 
 
 def _sse(api: str, events: list[Any]) -> bytes:

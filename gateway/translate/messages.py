@@ -142,7 +142,7 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
         spec = as_dict(choice, "tool_choice")
         kind = spec.get("type")
         modes = {"auto": "auto", "any": "required", "none": "none", "tool": "tool"}
-        if kind not in modes:
+        if not isinstance(kind, str) or kind not in modes:
             raise Untranslatable("tool_choice.type", "other", f"tool choice {kind!r}")
         name = opt_str(spec.get("name"), "tool_choice.name") if kind == "tool" else None
         if name in conversation.omitted_tools or (

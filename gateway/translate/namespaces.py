@@ -29,7 +29,11 @@ def flat_names(tools: Any) -> dict[tuple[str, str], str]:
     """(namespace, function name) → the flat name each namespaced function of a Responses ``tools`` list gets."""
     if not isinstance(tools, list):
         return {}
-    taken = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "function"}
+    taken = {
+        name
+        for t in tools
+        if isinstance(t, dict) and t.get("type") == "function" and isinstance(name := t.get("name"), str)
+    }
     names: dict[tuple[str, str], str] = {}
     for tool in tools:
         if not isinstance(tool, dict) or tool.get("type") != "namespace":

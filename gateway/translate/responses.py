@@ -90,7 +90,7 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
         if body.get(name) not in allowed:
             raise Untranslatable(name, "other", f"{name} {body.get(name)!r}")
     for index, value in enumerate(as_list(body.get("include") or [], "include")):
-        if value not in _INCLUDES:
+        if not isinstance(value, str) or value not in _INCLUDES:
             raise Untranslatable(f"include[{index}]", "other", f"{value!r}")
     conversation = Conversation(turns=[], stream=body.get("stream") is True)
     instructions = opt_str(body.get("instructions"), "instructions")
