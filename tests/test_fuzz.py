@@ -1,7 +1,7 @@
 """Property-based fuzz of request bodies and headers against a running gateway: never a 5xx, never a crash.
 
 Agent traffic too: Messages and Responses requests in the shape Claude Code and Codex send, odd values at random
-places, translated to a chat deployment (``test_fuzzed_agent_requests_never_get_a_5xx``).
+places, to a deployment of each API (``test_fuzzed_agent_requests_never_get_a_5xx``).
 
 The gateway fronts a healthy fake provider, so every 5xx would be the gateway's own failure.
 Bodies range from raw bytes and arbitrary JSON to OpenAI-shaped requests with hostile field
@@ -115,8 +115,16 @@ def gateway_url() -> Iterator[str]:
     fake = ServerThread(FakeProvider("p", FakeBehavior(output_tokens=8))).start()
     config = parse_config(
         {
-            "providers": [{"name": "p", "base_url": fake.url + "/v1"}],
-            "models": [{"name": "m", "deployments": [{"provider": "p", "model": "up"}]}],
+            "providers": [
+                {"name": "p", "base_url": fake.url + "/v1"},
+                {"name": "pm", "base_url": fake.url + "/v1", "apis": ["messages"]},
+                {"name": "pr", "base_url": fake.url + "/v1", "apis": ["responses"]},
+            ],
+            "models": [
+                {"name": "m", "deployments": [{"provider": "p", "model": "up"}]},
+                {"name": "to-messages", "deployments": [{"provider": "pm", "model": "up"}]},
+                {"name": "to-responses", "deployments": [{"provider": "pr", "model": "up"}]},
+            ],
             "limits": {"max_n": 4, "max_tokens": 10**9},
         },
         source="fuzz.toml",
@@ -153,6 +161,24 @@ def test_fuzzed_requests_never_get_a_5xx(
 
 TOOL = {"name": "f", "description": "d", "input_schema": {"type": "object", "properties": {"a": {"type": "string"}}}}
 AGENT_REQUESTS: dict[str, dict[str, Any]] = {
+    # A chat client's tool loop: tools, an assistant's call and the tool's result.
+    "/v1/chat/completions": {
+        "model": "m",
+        "stream": False,
+        "max_tokens": 64,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": TOOL["input_schema"]}}],
+        "tool_choice": "auto",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ],
+    },
     # What Claude Code sends, in small: a system prompt, tools, a tool call and its result, thinking.
     "/v1/messages": {
         "model": "m",
@@ -186,13 +212,18 @@ AGENT_REQUESTS: dict[str, dict[str, Any]] = {
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), path=st.sampled_from(sorted(AGENT_REQUESTS)))
+@given(
+    data=st.data(),
+    path=st.sampled_from(sorted(AGENT_REQUESTS)),
+    model=st.sampled_from(["m", "to-messages", "to-responses"]),
+)
 def test_fuzzed_agent_requests_never_get_a_5xx(
-    http: httpx.Client, caplog: pytest.LogCaptureFixture, data: st.DataObject, path: str
+    http: httpx.Client, caplog: pytest.LogCaptureFixture, data: st.DataObject, path: str, model: str
 ) -> None:
-    # Translated to the chat deployment: every odd value is refused in the client's own API's error shape, or carried.
+    # To a deployment of each API (translated, or not): every odd value is refused in the client's own API's error
+    # shape, or carried.
     stream = data.draw(st.booleans(), label="stream")
-    body = data.draw(mutated({**AGENT_REQUESTS[path], "stream": stream}), label="body")
+    body = data.draw(mutated({**AGENT_REQUESTS[path], "stream": stream, "model": model}), label="body")
     with caplog.at_level(logging.ERROR):
         response = http.post(path, content=json.dumps(body, allow_nan=True).encode())
     assert response.status_code < 500, (response.status_code, response.text[:500])
@@ -204,6 +235,14 @@ def test_fuzzed_agent_requests_never_get_a_5xx(
             assert set(error["error"]) == {"message", "type", "param", "code"}, error
         assert "Traceback" not in json.dumps(error)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+@pytest.mark.parametrize("model", ["m", "to-messages", "to-responses"])
+@pytest.mark.parametrize("path", sorted(AGENT_REQUESTS))
+def test_the_agent_requests_unfuzzed_are_answered(http: httpx.Client, path: str, model: str) -> None:
+    # What the fuzz above starts from reaches each deployment and is answered: its 4xx are the odd values' doing.
+    response = http.post(path, json={**AGENT_REQUESTS[path], "model": model})
+    assert response.status_code == 200, response.text
 
 
 def test_still_healthy_after_the_fuzz(http: httpx.Client) -> None:
