@@ -39,7 +39,8 @@ def test_replies_are_parsed_by_hiredis_and_read_the_same_without_it(server: Redi
     with_hiredis = _round_trip(server, "with")
     without = _round_trip(server, "without", "--no-hiredis")
     parsers = {part: (with_hiredis[part].pop("parser"), without[part].pop("parser")) for part in ("stats", "spend")}
-    assert parsers["stats"][0] == parsers["spend"][0] == "_AsyncHiredisParser", parsers  # the dependency is in use
+    # hiredis is a dependency (pyproject: redis[hiredis]); an environment made before it was: `make install`.
+    assert parsers["stats"][0] == parsers["spend"][0] == "_AsyncHiredisParser", parsers
     assert "Hiredis" not in parsers["stats"][1] and "Hiredis" not in parsers["spend"][1], parsers
     assert with_hiredis == without
     summaries = with_hiredis["stats"]["summaries"]
