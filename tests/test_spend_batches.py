@@ -14,9 +14,17 @@ from typing import Any
 import pytest
 import redis
 
+from gateway.admission.access import AccessState
+from gateway.admission.ratelimit import InMemoryRateLimiter
 from gateway.admission.spending import Budget, Spender, SpendLedger
 from gateway.admission.spending.ledger import bookings_of
-from gateway.admission.spending.redis_settle import BREAKDOWN_RETENTION_S, COUNTER_GRACE_S, SETTLE, Settlement
+from gateway.admission.spending.redis_settle import (
+    BREAKDOWN_RETENTION_S,
+    COUNTER_GRACE_S,
+    SETTLE,
+    SettleCall,
+    Settlement,
+)
 from gateway.admission.spending.redis_store import RedisSpendStore
 from gateway.admission.spending.store import Booking, HeldScope, Hold, breakdown_periods
 from gateway.admission.spending.windows import period_of, to_nanos
@@ -118,20 +126,35 @@ def server(tmp_path: Path) -> Any:
     server.stop()
 
 
-def test_batched_settlements_leave_redis_as_one_by_one(server: RedisServer) -> None:
+async def _queued(store: RedisSpendStore, settlements: list[Settlement]) -> None:
+    """``settlements`` handed over as requests do (``queue``: no task, no wait), a Redis round trip after every
+    tenth (the writer takes a batch meanwhile, still on its way when ``flushed`` is called), then waited for."""
+    for index, settlement in enumerate(settlements):
+        store.queue(*settlement)
+        if index % 10 == 9:
+            await store.client.ping()
+    await store.flushed()
+
+
+@pytest.mark.parametrize("entry", ["settle", "queue"])
+def test_batched_settlements_leave_redis_as_one_by_one(server: RedisServer, entry: str) -> None:
     settlements, holds, _ = _settlements()
     client = server.client()
 
     async def batched() -> None:
-        config = StatsConfig(backend="redis", redis_url=server.url, key_prefix="new")
-        store = RedisSpendStore(RedisConnections(config, {}).requests(), "new", owns_client=True)
-        reference_config = StatsConfig(backend="redis", redis_url=server.url, key_prefix="old")
-        reference = RedisSpendStore(RedisConnections(reference_config, {}).requests(), "old", owns_client=True)
+        config = StatsConfig(backend="redis", redis_url=server.url, key_prefix=f"new{entry}")
+        store = RedisSpendStore(RedisConnections(config, {}).requests(), f"new{entry}", owns_client=True)
+        reference_config = StatsConfig(backend="redis", redis_url=server.url, key_prefix=f"old{entry}")
+        reference = RedisSpendStore(RedisConnections(reference_config, {}).requests(), f"old{entry}", owns_client=True)
         try:
             for hold in holds:
                 for one in (store, reference):
                     assert await one.reserve(hold, hold.expires_at - 60) is None
-            await asyncio.gather(*(store.settle(*settlement) for settlement in settlements))
+            if entry == "settle":
+                await asyncio.gather(*(store.settle(*settlement) for settlement in settlements))
+            else:
+                await _queued(store, settlements)
+            assert not store._pending  # all written before ``aclose``
         finally:
             await store.aclose()
             await reference.aclose()
@@ -139,8 +162,8 @@ def test_batched_settlements_leave_redis_as_one_by_one(server: RedisServer) -> N
     asyncio.run(batched())
     now = time.time()
     for settlement in settlements:
-        _old_write(client, "old", settlement, now)
-    (old, old_ttls), (new, new_ttls) = _contents(client, "old"), _contents(client, "new")
+        _old_write(client, f"old{entry}", settlement, now)
+    (old, old_ttls), (new, new_ttls) = _contents(client, f"old{entry}"), _contents(client, f"new{entry}")
     client.close()
     assert sum(":spend:" in key for key in new) >= 2 * 4, sorted(new)  # two tags, two days, a week, a month
     assert sum(":budget:" in key for key in new) >= 3, sorted(new)  # the key's two days, the team's month
@@ -211,3 +234,69 @@ def test_a_settlement_written_after_an_outage_ends_it(server: RedisServer) -> No
             await store.aclose()
 
     asyncio.run(outage())
+
+
+class _GatedStore(RedisSpendStore):
+    """A store whose writer stops before each round trip until ``gate`` is set (``sending`` tells it got there)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sending = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def _send(self, calls: list[SettleCall]) -> list[Any]:
+        self.sending.set()
+        await self.gate.wait()
+        return await super()._send(calls)
+
+
+def test_flushed_waits_for_the_batch_on_its_way(server: RedisServer) -> None:
+    """Nothing left in the queue, one batch being written: ``flushed`` returns once it is."""
+    spender = Spender.of("k1", "ann", None, None, None)
+
+    async def in_flight() -> None:
+        config = StatsConfig(backend="redis", redis_url=server.url, key_prefix="flight")
+        store = _GatedStore(RedisConnections(config, {}).requests(), "flight", owns_client=True)
+        ledger = SpendLedger(store)
+        try:
+            for _ in range(5):
+                ledger.settle_now(spender, None, [_sample(0.00001)])
+            await store.sending.wait()  # the writer took all five
+            waiting = asyncio.ensure_future(store.flushed())
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert not waiting.done()
+            store.gate.set()
+            await waiting
+            with server.client() as client:  # read apart from the store: written before ``flushed`` returned
+                written = client.hgetall(f"flight:spend:{{{spender.tag}}}:day:{breakdown_periods(time.time())[0].id}")
+            assert sorted(written.values()) == ["5", str(5 * to_nanos(0.00001))]
+        finally:
+            store.gate.set()
+            await store.aclose()
+
+    asyncio.run(in_flight())
+
+
+def test_a_request_settlement_makes_no_task_and_settled_waits_for_the_writer(server: RedisServer) -> None:
+    """``AccessState.settle`` (every request) queues: one writer task for 300 settlements, and ``settled`` returns
+    once Redis holds all of them, as when each settlement waited in a task of its own."""
+    spender = Spender.of("k1", "ann", None, None, None)
+
+    async def requests() -> None:
+        config = StatsConfig(backend="redis", redis_url=server.url, key_prefix="access")
+        store = RedisSpendStore(RedisConnections(config, {}).requests(), "access", owns_client=True)
+        state = AccessState(InMemoryRateLimiter(), SpendLedger(store))
+        try:
+            before = len(asyncio.all_tasks())
+            for _ in range(300):
+                state.settle(spender, None, [_sample(0.00001)])
+            assert len(asyncio.all_tasks()) - before == 1  # the writer
+            await state.settled()
+            with server.client() as client:
+                written = client.hgetall(f"access:spend:{{{spender.tag}}}:day:{breakdown_periods(time.time())[0].id}")
+            assert sorted(written.values()) == ["300", str(300 * to_nanos(0.00001))]
+        finally:
+            await state.aclose()
+
+    asyncio.run(requests())

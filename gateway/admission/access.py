@@ -61,8 +61,7 @@ class AccessState:
         self.in_flight = InFlight()
         self._pending: set[asyncio.Task[None]] = set()
         self.local_limits = isinstance(limiter, InMemoryRateLimiter)
-        self.local_spend = isinstance(self.spend.store, InMemorySpendStore)
-        """The limiter, the spend store: this process's own (their bookings never wait)."""
+        """The limiter is this process's own (its bookings never wait)."""
 
     def spawn(self, work: Coroutine[Any, Any, None], *, local: bool = False) -> None:
         """Book ``work`` in the background. ``local``: it is an in-memory store's, which never waits: run at once
@@ -82,15 +81,12 @@ class AccessState:
             task.add_done_callback(self._finished)
 
     def settle(self, spender: Spender, hold: Hold | None, samples: list[Sample]) -> None:
-        """Settle a request's spend (``SpendLedger.settle``): at once, without a coroutine, in this process's own
-        store, else in the background (``spawn``)."""
-        if self.local_spend:
-            try:
-                self.spend.settle_now(spender, hold, samples)
-            except Exception:
-                logger.exception("access: a token correction or a settlement failed")
-        else:
-            self.spawn(self.spend.settle(spender, hold, samples))
+        """Settle a request's spend without waiting (``SpendLedger.settle_now``): booked at once in this process's
+        own store, queued for its writer in Redis (no task of its own; ``settled`` waits for the writer)."""
+        try:
+            self.spend.settle_now(spender, hold, samples)
+        except Exception:
+            logger.exception("access: a token correction or a settlement failed")
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._pending.discard(task)
@@ -98,9 +94,11 @@ class AccessState:
             logger.error("access: a token correction or a settlement failed", exc_info=task.exception())
 
     async def settled(self) -> None:
-        """Wait until every token correction handed to ``spawn`` so far is booked."""
+        """Wait until every token correction handed to ``spawn`` so far is booked, and every settlement is written
+        (or kept while Redis is away: ``SpendStore.flushed``)."""
         while self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
+        await self.spend.store.flushed()
 
     async def aclose(self) -> None:
         await self.settled()

@@ -36,7 +36,6 @@ from gateway.admission.spending.store import (
     BudgetScope,
     HeldScope,
     Hold,
-    InMemorySpendStore,
     Refusal,
     SpendRow,
     SpendStore,
@@ -175,15 +174,13 @@ class SpendLedger:
             listener.booked(spender.key_name, spender.team, bookings)
 
     def settle_now(self, spender: Spender, hold: Hold | None, samples: Sequence[Sample]) -> None:
-        """``settle`` over an ``InMemorySpendStore``, without a coroutine (it never waits): the same bookings, the
-        same listeners told. ``AccessState.settle`` chooses."""
+        """``settle`` without waiting (``SpendStore.queue``: booked at once in memory, queued for the writer in
+        Redis; ``SpendStore.flushed`` waits for it): the same bookings, the same listeners told, at once rather
+        than once written. Every request's settlement (``AccessState.settle``): no coroutine, no task."""
         bookings = bookings_of(spender, samples)
         if hold is None and not bookings:
             return
-        at = self.wall_clock()
-        store = self.store
-        assert isinstance(store, InMemorySpendStore)
-        store.settle_now(hold, at, bookings)
+        self.store.queue(hold, spender.tag, self.wall_clock(), bookings)
         for listener in self.listeners:
             listener.booked(spender.key_name, spender.team, bookings)
 

@@ -20,7 +20,8 @@ turn it into unlimited spend on every replica at once), while keys without a bud
 as usual. Settlements that cannot be written are kept (up to ``PENDING_LIMIT``) and written, in
 order, once Redis answers again; holds they would have released expire on their own.
 
-Settlements are written by one background writer, never on a request's path: what is queued goes
+Settlements are written by one background writer, never on a request's path: a request queues its
+settlement (``queue``: no task, no wait; ``flushed`` waits for the writer), what is queued goes
 in one pipeline per round trip, the settlements without a hold summed per spender
 (``gateway.admission.spending.redis_settle``); a settlement waits up to ``BATCH_S`` for others to
 share its round trip.
@@ -34,7 +35,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -119,6 +120,8 @@ class RedisSpendStore:
         self._retry_at = 0.0
         self._reason: str | None = None
         self._drain_task: asyncio.Task[None] | None = None
+        self._writing: asyncio.Future[None] | None = None
+        """Released once the batch being written is written, or kept."""
 
     @classmethod
     def from_config(cls, stats: StatsConfig, redis: RedisConnections) -> RedisSpendStore:
@@ -204,15 +207,40 @@ class RedisSpendStore:
 
     async def settle(self, hold: Hold | None, tag: str, at: float, bookings: Sequence[Booking]) -> None:
         """Queue the settlement for the writer; return once it is written, or kept (Redis away: at once)."""
-        settlement: Settlement = (hold, tag, at, tuple(bookings))
-        if not self._usable():
-            self._keep(settlement, None)
-            return
-        done = asyncio.get_running_loop().create_future()
-        self._keep(settlement, done)
-        if self._drain_task is None:
+        self.queue(hold, tag, at, bookings)
+        await self.flushed()
+
+    def queue(self, hold: Hold | None, tag: str, at: float, bookings: Sequence[Booking]) -> None:
+        """Queue the settlement for the writer, started if it is not running (Redis away: kept for later)."""
+        self._keep((hold, tag, at, tuple(bookings)), None)
+        if self._drain_task is None and self._usable():
             self._drain_task = asyncio.ensure_future(self._drain())
-        await done
+
+    async def flushed(self) -> None:
+        """Return once every settlement queued so far is written, or kept (Redis away: at once).
+
+        Batches are taken from the front of the queue, one at a time, and a failed write releases every waiter
+        (what it did not write is kept): the newest entry's future is done when all before it are too, the batch
+        being written included (its newest entry's future, ``_writing``, when nothing is queued behind it). Only
+        this and the writer make futures (the writer one per batch): ``queue`` makes none."""
+        done = self._writing if self._writing is not None and not self._writing.done() else None
+        if self._pending and self._usable():
+            if self._drain_task is None:  # after an outage's retry time: nothing started the writer since
+                self._drain_task = asyncio.ensure_future(self._drain())
+            done = self._future_of_newest(self._pending)
+        if done is not None:
+            await asyncio.shield(done)  # shared by every waiter: one cancelled leaves the others waiting
+
+    @staticmethod
+    def _future_of_newest(
+        queued: MutableSequence[tuple[Settlement, asyncio.Future[None] | None]],
+    ) -> asyncio.Future[None]:
+        """The future the newest of ``queued`` is released by, made if it has none yet."""
+        settlement, done = queued[-1]
+        if done is None:
+            done = asyncio.get_running_loop().create_future()
+            queued[-1] = (settlement, done)
+        return done
 
     def _keep(self, settlement: Settlement, done: asyncio.Future[None] | None) -> None:
         if len(self._pending) >= PENDING_LIMIT:
@@ -234,6 +262,7 @@ class RedisSpendStore:
                     await asyncio.sleep(BATCH_S)  # let the settlements of the next few requests join
                 count = min(BATCH_LIMIT, len(self._pending))
                 batch = [self._pending.popleft() for _ in range(count)]
+                self._writing = self._future_of_newest(batch)  # for ``flushed``: the batch on its way
                 if not await self._write_batch(batch):
                     return
         finally:

@@ -116,12 +116,17 @@ class SpendStore(Protocol):
 
     ``reserve`` raises ``SpendStoreDown`` when it cannot check; ``settle`` never raises (a store
     that cannot book now keeps the booking and books it later); ``rows`` and ``balances`` raise
-    ``SpendStoreDown``.
+    ``SpendStoreDown``. ``queue`` is ``settle`` without waiting (every request's settlement: no coroutine,
+    no task), and ``flushed`` waits until what was queued so far is written, or kept.
     """
 
     async def reserve(self, hold: Hold, now: float) -> Refusal | None: ...
 
     async def settle(self, hold: Hold | None, tag: str, at: float, bookings: Sequence[Booking]) -> None: ...
+
+    def queue(self, hold: Hold | None, tag: str, at: float, bookings: Sequence[Booking]) -> None: ...
+
+    async def flushed(self) -> None: ...
 
     async def balances(self, held: Sequence[HeldScope], now: float) -> list[Balance]: ...
 
@@ -183,8 +188,15 @@ class InMemorySpendStore:
     async def settle(self, hold: Hold | None, tag: str, at: float, bookings: Sequence[Booking]) -> None:
         self.settle_now(hold, at, bookings)
 
+    def queue(self, hold: Hold | None, tag: str, at: float, bookings: Sequence[Booking]) -> None:
+        """Booked at once: nothing is ever left queued."""
+        self.settle_now(hold, at, bookings)
+
+    async def flushed(self) -> None:
+        """Nothing to wait for (``queue`` books at once)."""
+
     def settle_now(self, hold: Hold | None, at: float, bookings: Sequence[Booking]) -> None:
-        """``settle``, without a coroutine: it never waits (``SpendLedger.settle_now``, every request)."""
+        """``settle``, without a coroutine: it never waits (``queue``, every request)."""
         if hold is not None:
             total = sum(b.cost for b in bookings)
             for held in hold.scopes:
