@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gateway.quick_init import quick_init
 from gateway.types import StreamProgress
 
 ViewMetric = Literal["ttft_s", "seconds_per_token", "e2e_s", "warm_ttft_s", "prefill_s_per_token", "cold_ttft_s"]
@@ -146,6 +147,7 @@ few. Within twice the truth either way: a guess that tells 40 tokens/s from 250,
 (``gateway.routing.predict.Prediction.guessed_seconds_per_token``)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Observation:
     """One finished attempt as the router heard it; None where it measured nothing."""
@@ -178,6 +180,7 @@ class Observation:
         return self.e2e_s
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """One metric of one deployment, from its recent answers. Usage::

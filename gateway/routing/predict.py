@@ -37,6 +37,7 @@ from typing import Literal
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
+from gateway.quick_init import quick_init
 from gateway.routing.cost import EFFECTIVE as EFFECTIVE
 from gateway.routing.cost import CacheMode as CacheMode
 from gateway.routing.cost import CacheTerms as CacheTerms
@@ -91,6 +92,7 @@ PooledHistograms = dict[WindowMetric, "LogHistogram | None"]
 """A model's pooled histogram of each metric, merged once per request and snapshot (``predict``'s ``pooled``)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RequestShape:
     """What the score needs of a request."""
@@ -103,6 +105,7 @@ class RequestShape:
     """What it asks of its answer (tools, JSON, plain): the valid rate is read for that kind (None: every kind)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Uncertainty:
     """Relative standard errors (log units; 0.1 ≈ ±10%) of a prediction's time, first token and tokens/s."""
@@ -115,6 +118,7 @@ class Uncertainty:
 UNKNOWN = Uncertainty()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Prediction:
     """One deployment's predicted performance for one request; None where nothing is known."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
+from gateway.quick_init import quick_init
 from gateway.routing.estimates import DeploymentView
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, Sort
 from gateway.routing.predict import (
@@ -62,6 +63,7 @@ CAUTION = 0.5
 """Share of its speed estimates' sampling error a deployment is ranked behind its score for."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Weights:
     """The score's weights (see ``gateway.policies``)."""
@@ -94,6 +96,7 @@ class Weights:
         )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ScoreParts:
     """The weighted terms of a score; each is 0 for the best candidate on that dimension."""
@@ -109,6 +112,7 @@ class ScoreParts:
         return self.time + self.ttft + self.throughput + self.price + self.failure
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Scored:
     """A deployment with its prediction, score (lower is better) and broken soft constraints."""
