@@ -16,7 +16,7 @@ from gateway.routing.predict import Prediction
 
 def _both(cls: type, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
     quick = cls(*args, **kwargs)
-    generated = object.__new__(cls)
+    generated: Any = object.__new__(cls)
     GENERATED[cls](generated, *args, **kwargs)
     return quick, generated
 
