@@ -82,6 +82,8 @@ MIN_SIGMA = 0.05
 MAX_UNCERTAINTY = 4.0
 DRIFT_SIGMA = PRIOR_SIGMA
 """How far (log units) a deployment may have drifted one half-life after its newest answer."""
+_DRIFT_VARIANCE = DRIFT_SIGMA**2
+_MAX_VARIANCE = MAX_UNCERTAINTY**2
 Z_CLIP = 3.0
 """A single answer counts at most this many spreads in a change test (one wild outlier is not a change)."""
 SPREAD_CLIP_AFTER = 2.0
@@ -217,8 +219,15 @@ class Estimate:
         before (a provider measured a thousand times a minute ago may have changed as much as one
         measured once), so every deployment's estimate goes stale at the same pace.
         """
-        drift = DRIFT_SIGMA**2 * (2.0 ** (self.age(now) / half_life_s) - 1.0) if half_life_s > 0 else 0.0
-        return min(MAX_UNCERTAINTY, math.sqrt(self.sampling(extra_samples) ** 2 + min(drift, MAX_UNCERTAINTY**2)))
+        return self.errors(now, half_life_s, extra_samples)[0]
+
+    def errors(self, now: float, half_life_s: float, extra_samples: float = 0.0) -> tuple[float, float]:
+        """(``uncertainty``, ``sampling``) at once, the same arithmetic inline: a prediction reads both of each
+        metric, on every plan."""
+        sampling = min(MAX_UNCERTAINTY, self.sigma / math.sqrt(self.samples + extra_samples))
+        age = max(0.0, now - self.newest_at)
+        drift = _DRIFT_VARIANCE * (2.0 ** (age / half_life_s) - 1.0) if half_life_s > 0 else 0.0
+        return min(MAX_UNCERTAINTY, math.sqrt(sampling**2 + min(drift, _MAX_VARIANCE))), sampling
 
 
 @dataclass(slots=True)

@@ -326,46 +326,47 @@ def predict(
     success_rate, success_samples = _success_rate(view, summary, now, attempts)
     valid, judged = summary.valid_counts(shape.kind) if summary is not None else (0, 0)
     floored = None if time_s is None else max(time_s, MIN_TIME_S)
+    # Positional, in the fields' order (keywords cost a name match each, 31 per deployment per plan).
     return Prediction(
-        ttft_s=ttft.value if ttft else None,
-        tokens_per_s=1.0 / spt.value if spt else None,
-        time_s=floored,
-        cost_usd=cost,
-        success_rate=success_rate,
-        attempts=attempts,
-        prior=prior,
-        drift=bool((ttft and ttft.changed) or (spt and spt.changed)),
-        uncertainty=Uncertainty(
+        ttft.value if ttft else None,  # ttft_s
+        1.0 / spt.value if spt else None,  # tokens_per_s
+        floored,  # time_s
+        cost,  # cost_usd
+        success_rate,
+        attempts,
+        prior,
+        bool((ttft and ttft.changed) or (spt and spt.changed)),  # drift
+        Uncertainty(  # uncertainty
             min(MAX_UNCERTAINTY, uncertainty),
             ttft.uncertainty if ttft else MAX_UNCERTAINTY,
             spt.uncertainty if spt else MAX_UNCERTAINTY,
         ),
-        sampling=Uncertainty(
+        Uncertainty(  # sampling
             min(MAX_UNCERTAINTY, sampling),
             ttft.sampling if ttft else MAX_UNCERTAINTY,
             spt.sampling if spt else MAX_UNCERTAINTY,
         ),
-        samples=samples,
-        age_s=None if newest is None else max(0.0, now - newest),
-        source=source,
-        seconds_per_token=spt.value if spt else None,
-        stream_source=spt.source if spt else "none",
-        ttft_spread=ttft.spread if ttft else PRIOR_SIGMA,
-        success_samples=success_samples,
-        valid_rate=valid_rate(valid, judged),
-        valid_judged=judged,
-        answers=view.answered if view is not None else 0,
-        overdue=overdue,
-        late_first_token=late,
-        slow_stream=slow,
-        guessed_seconds_per_token=guessed[1] if guessed is not None else None,
-        failure_s=view.failure_time() if view is not None else None,
-        expected_s=floored,
-        cache=cache.mode,
-        cached_tokens=cached,
-        hit_ratio=hit_ratio,
-        warm_ttft_s=warm.value if warm is not None else None,
-        prefill_tokens_per_s=1.0 / prefill.value if prefill is not None and prefill.value > 0 else None,
+        samples,
+        None if newest is None else max(0.0, now - newest),  # age_s
+        source,
+        ttft.spread if ttft else PRIOR_SIGMA,  # ttft_spread
+        spt.source if spt else "none",  # stream_source
+        spt.value if spt else None,  # seconds_per_token
+        success_samples,
+        valid_rate(valid, judged),  # valid_rate
+        judged,  # valid_judged
+        view.answered if view is not None else 0,  # answers
+        overdue,
+        late,  # late_first_token
+        slow,  # slow_stream
+        guessed[1] if guessed is not None else None,  # guessed_seconds_per_token
+        view.failure_time() if view is not None else None,  # failure_s
+        floored,  # expected_s
+        cache.mode,  # cache
+        cached,  # cached_tokens
+        hit_ratio,
+        warm.value if warm is not None else None,  # warm_ttft_s
+        1.0 / prefill.value if prefill is not None and prefill.value > 0 else None,  # prefill_tokens_per_s
     )
 
 
@@ -413,14 +414,16 @@ def _metric(
                     value = (estimate.samples * value + extra * long) / (estimate.samples + extra)
                 else:
                     extra = 0.0
+            uncertainty, sampling = estimate.errors(now, STALE_HALF_LIFE_S, extra)
+            changed_at = estimate.changed_at
             return _Value(
                 value,
-                estimate.uncertainty(now, STALE_HALF_LIFE_S, extra),
-                estimate.sampling(extra),
+                uncertainty,
+                sampling,
                 estimate.samples + extra,
                 "recent",
-                changed=estimate.changed_at is not None and now - estimate.changed_at <= view.window_s,
-                spread=estimate.sigma,
+                changed_at is not None and now - changed_at <= view.window_s,
+                estimate.sigma,
             )
     source: Source = "window"
     if (histogram is None or histogram.count == 0) and not pooled:
