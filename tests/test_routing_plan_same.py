@@ -6,10 +6,14 @@ these pin each shortcut on its own, over random and edge values.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
+from gateway.policies import PolicyConfig
 from gateway.routing.estimates import DRIFT_SIGMA, MAX_UNCERTAINTY, Estimate
+from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
+from gateway.routing.score import Weights
 from gateway.samples import OUTCOMES
 from gateway.stats.snapshot import NEUTRAL_OUTCOMES, DeploymentSummary
 
@@ -51,3 +55,21 @@ def test_attempts_leave_out_the_neutral_outcomes() -> None:
         for outcome in rng.sample(OUTCOMES, rng.randint(0, len(OUTCOMES))):
             summary.outcomes[outcome] = rng.randint(1, 10_000)
         assert summary.attempts == sum(n for o, n in summary.outcomes.items() if o not in NEUTRAL_OUTCOMES)
+
+
+def test_weights_kept_per_policy_object() -> None:
+    base = PolicyConfig("p")
+    policies = [base, dataclasses.replace(base, time_weight=2.0), dataclasses.replace(base, price_weight=3.0), base]
+    for policy in policies:
+        for sort in (None, "price", "throughput", "latency"):
+            assert Weights.of(policy, sort) == Weights._of(policy, sort)
+            assert Weights.of(policy, sort) is Weights.of(policy, sort)
+    # An equal policy that is another object gets its own entry, with the same weights.
+    twin = dataclasses.replace(base)
+    assert twin is not base and Weights.of(twin) == Weights.of(base)
+
+
+def test_steers_as_before() -> None:
+    assert not NO_PREFERENCES.steers
+    assert not ProviderPreferences().steers  # equal to the default, another object
+    assert ProviderPreferences(sort="price").steers and ProviderPreferences(order=("a",)).steers

@@ -78,7 +78,20 @@ class Weights:
 
     @classmethod
     def of(cls, policy: PolicyConfig, sort: Sort | None = None) -> Weights:
-        """The policy's weights, or those of a request's ``sort`` (a small price term breaks ties)."""
+        """The policy's weights, or those of a request's ``sort`` (a small price term breaks ties).
+
+        Kept per policy object and sort (a policy is immutable; the entry holds it, so its id is not reused while
+        kept): every plan reads them twice."""
+        kept = _WEIGHTS.get((id(policy), sort))
+        if kept is not None and kept[0] is policy:
+            return kept[1]
+        if len(_WEIGHTS) >= WEIGHTS_KEPT:
+            _WEIGHTS.clear()  # policies replaced by reloads
+        weights = _WEIGHTS[(id(policy), sort)] = (policy, cls._of(policy, sort))
+        return weights[1]
+
+    @classmethod
+    def _of(cls, policy: PolicyConfig, sort: Sort | None) -> Weights:
         failure, quality = policy.failure_weight, policy.quality_weight
         if sort == "price":
             return cls(time=0.05, ttft=0.0, throughput=0.0, price=1.0, failure=failure, quality=quality)
@@ -94,6 +107,11 @@ class Weights:
             failure,
             quality,
         )
+
+
+WEIGHTS_KEPT = 256
+"""Policies (objects) whose weights are kept: a reload makes new ones; past this many the old are dropped."""
+_WEIGHTS: dict[tuple[int, Sort | None], tuple[PolicyConfig, Weights]] = {}
 
 
 @quick_init
@@ -197,11 +215,11 @@ def score_all(
     scored = []
     for deployment, p in zip(deployments, predictions, strict=True):
         parts = ScoreParts(
-            time=weights.time * _log_ratio(p.expected_s, best_time),
-            ttft=weights.ttft * _log_ratio(p.ttft_s, best_ttft),
-            throughput=weights.throughput * _log_ratio(best_tps, p.tokens_per_s),
-            price=weights.price * math.log2((p.cost_usd + epsilon) / (best_cost + epsilon)) if epsilon > 0 else 0.0,
-            failure=weights.failure * _failure(p, weights.quality),
+            weights.time * _log_ratio(p.expected_s, best_time),  # time
+            weights.ttft * _log_ratio(p.ttft_s, best_ttft),  # ttft
+            weights.throughput * _log_ratio(best_tps, p.tokens_per_s),  # throughput
+            weights.price * math.log2((p.cost_usd + epsilon) / (best_cost + epsilon)) if epsilon > 0 else 0.0,  # price
+            weights.failure * _failure(p, weights.quality),  # failure
         )
         summary = snapshot.get(model, deployment.name)
         violations = broken(
