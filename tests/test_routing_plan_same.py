@@ -10,12 +10,19 @@ import dataclasses
 import math
 import random
 
+from gateway.config import StatsConfig
 from gateway.policies import PolicyConfig
+from gateway.routing import MeasuredRouter, RouteRequest
 from gateway.routing.estimates import DRIFT_SIGMA, MAX_UNCERTAINTY, Estimate
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
+from gateway.routing.predict import EFFECTIVE, CacheTerms, PooledHistograms, RequestShape, _metric, predict
 from gateway.routing.score import Weights
-from gateway.samples import OUTCOMES
+from gateway.samples import OUTCOMES, Sample
+from gateway.stats import InMemoryStatsStore
 from gateway.stats.snapshot import NEUTRAL_OUTCOMES, DeploymentSummary
+from tests.support.clock import FakeClock
+from tests.support.config import routing_config
+from tests.support.samples import sample
 
 
 def _former_uncertainty(e: Estimate, now: float, half_life_s: float, extra: float) -> float:
@@ -73,3 +80,43 @@ def test_steers_as_before() -> None:
     assert not NO_PREFERENCES.steers
     assert not ProviderPreferences().steers  # equal to the default, another object
     assert ProviderPreferences(sort="price").steers and ProviderPreferences(order=("a",)).steers
+
+
+def test_a_warm_first_token_and_a_prefill_speed_where_known_and_the_models_where_not() -> None:
+    # "a": cached answers heard by the router (its view and the window); "b": in the window only; "c": nothing (its
+    # prefill speed is the model's pooled one, its warm first token unknown). Predicted in either order, each
+    # reads what ``_metric`` finds for it.
+    config = routing_config([("a", 1.0, 2.0), ("b", 1.0, 2.0), ("c", 1.0, 2.0)])
+    clock = FakeClock()
+    store = InMemoryStatsStore(StatsConfig(window_s=60, slice_s=1), wall_clock=clock)
+    router = MeasuredRouter(config, store, rng=random.Random(7), clock=clock)
+    model = config.models[0]
+    request = RouteRequest(model=model, endpoint="chat", stream=True, prompt_tokens=100, max_tokens=None)
+    for answer in [_cached("a", 1.1, 20_000, 0), _cached("a", 0.35, 40_000, 35_000)] * 6:
+        candidate = next(c for c in router.plan(request).candidates if c.name == "a")
+        assert router.attempt_started(candidate)
+        router.attempt_finished(candidate, answer)
+        store.record(_cached("b", 2.0, 30_000, 0))
+        store.record(_cached("b", 0.5, 30_000, 29_000))
+        clock.now += 0.1
+    snapshot, policy, views = store.snapshot(), config.policy_for(model), router.state.views_of("m")
+    shape = RequestShape("chat", 40_000, 20, "request")
+    for cache in (EFFECTIVE, CacheTerms("warm", 38_000), CacheTerms("cold")):
+        for order in (model.deployments, model.deployments[::-1]):
+            pooled: PooledHistograms = {}
+            for deployment in order:
+                view = views.get(deployment.name)
+                p = predict("m", deployment, shape, snapshot, policy, view, clock.now, cache, None, pooled)
+                summary = snapshot.get("m", deployment.name)
+                warm = _metric(view, summary, snapshot, "m", "warm_ttft_s", policy, clock.now, pooled=False, memo={})
+                prefill = _metric(view, summary, snapshot, "m", "prefill_s_per_token", policy, clock.now, memo={})
+                assert p.warm_ttft_s == (warm.value if warm is not None else None)
+                assert p.prefill_tokens_per_s == (1.0 / prefill.value if prefill is not None else None)
+                assert (warm is None) == (deployment.name == "c")
+                assert prefill is not None
+                fresh = predict("m", deployment, shape, snapshot, policy, view, clock.now, cache, None, {})
+                assert repr(p) == repr(fresh)
+
+
+def _cached(deployment: str, ttft: float, prompt: int, hit: int) -> Sample:
+    return dataclasses.replace(sample(deployment, ttft=ttft), usage_prompt_tokens=prompt, usage_cached_tokens=hit)

@@ -90,6 +90,9 @@ _WINDOW_RATE: dict[ViewMetric, tuple[WindowMetric, bool]] = {m: (w, w in RATES) 
 """Each fast-view metric's window counterpart, and whether that is a rate: looked up four times per prediction."""
 PooledHistograms = dict[WindowMetric, "LogHistogram | None"]
 """A model's pooled histogram of each metric, merged once per request and snapshot (``predict``'s ``pooled``)."""
+_NONE: Mapping[str, LogHistogram] = {}
+_UNSEEN = LogHistogram()
+"""Not in ``pooled`` yet (a histogram of its own: ``None`` there means merged, and nothing was found)."""
 
 
 @quick_init
@@ -248,8 +251,22 @@ def predict(
     """
     summary = snapshot.get(model, deployment.name)
     ttft = _metric(view, summary, snapshot, model, "ttft_s", policy, now, memo=pooled)
-    warm = _metric(view, summary, snapshot, model, "warm_ttft_s", policy, now, pooled=False, memo=pooled)
-    prefill = _metric(view, summary, snapshot, model, "prefill_s_per_token", policy, now, memo=pooled)
+    # A warm first token and a prefill speed are unknown for most deployments (their provider reports no cached
+    # tokens, their prompts are short): ``_metric`` is not asked where it would find nothing.
+    histograms = summary.histograms if summary is not None else _NONE
+    warm = (
+        _metric(view, summary, snapshot, model, "warm_ttft_s", policy, now, pooled=False, memo=pooled)
+        if "warm_ttft_s" in histograms or (view is not None and view.estimate("warm_ttft_s") is not None)
+        else None
+    )
+    prefill = (
+        None
+        if "prefill_tokens_per_s" not in histograms
+        and (view is None or view.estimate("prefill_s_per_token") is None)
+        and pooled is not None
+        and pooled.get("prefill_tokens_per_s", _UNSEEN) is None  # the model's, merged for an earlier deployment
+        else _metric(view, summary, snapshot, model, "prefill_s_per_token", policy, now, memo=pooled)
+    )
     if shape.endpoint != "embeddings" and cache.mode == "warm" and warm is not None:
         ttft = warm
         if prefill is not None and warm.source == prefill.source == "recent" and cache.cached_tokens is not None:
