@@ -325,8 +325,12 @@ def broken(
     if summary is None:
         return tuple(found)
     needed = max(1, policy.min_samples)
-    first_tokens = summary.count("ttft_s") >= needed
-    speeds = summary.count("tokens_per_s") >= needed
+    # Counted only where a bound on first tokens or speeds asks (none by default): read per deployment per plan.
+    first_tokens = speeds = False
+    if policy.max_ttft_s is not None or preferences.max_ttft_s:
+        first_tokens = summary.count("ttft_s") >= needed
+    if policy.min_tokens_per_s is not None or preferences.min_tokens_per_s:
+        speeds = summary.count("tokens_per_s") >= needed
     if policy.max_ttft_s is not None and first_tokens:
         ttft = summary.quantile("ttft_s", policy.ttft_quantile)
         if ttft is not None and ttft > policy.max_ttft_s:
