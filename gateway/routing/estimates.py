@@ -262,13 +262,13 @@ class _Sums:
 
     def estimate(self, confirmed_at: float | None, changed_at: float | None, prior: float = PRIOR_SIGMA) -> Estimate:
         samples = self.weight * self.weight / self.squares
-        return Estimate(
-            mean=self.values / self.weight,
-            log_center=self.logs / self.weight,
-            sigma=self.sigma(samples, prior),
-            samples=samples,
-            newest_at=max(self.at, confirmed_at or self.at),
-            changed_at=changed_at,
+        return Estimate(  # positional, in the fields' order: rebuilt on the plan after each answer
+            self.values / self.weight,  # mean
+            self.sigma(samples, prior),  # sigma
+            samples,
+            max(self.at, confirmed_at or self.at),  # newest_at
+            changed_at,
+            self.logs / self.weight,  # log_center
         )
 
     def sigma(self, samples: float | None = None, prior: float = PRIOR_SIGMA) -> float:

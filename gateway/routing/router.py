@@ -204,17 +204,18 @@ class MeasuredRouter:
                 )
         rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
         counts = self.state.counts
-        return Ranking(
+        name = model.name
+        return Ranking(  # positional, in the fields' order
             model,
             policy,
             shape,
             tuple(rows),
             snapshot,
-            requests=counts.requests[model.name],
-            probes=counts.probes[model.name],
-            races=counts.races[model.name],
-            first_looks=counts.first_looks[model.name],
-            cold_starts=counts.cold_starts[model.name],
+            counts.requests[name],
+            counts.probes[name],
+            counts.races[name],
+            counts.first_looks[name],
+            counts.cold_starts[name],
         )
 
     def _ranked(self, model: str, scored: Scored, policy: PolicyConfig, now: float) -> Ranked:
@@ -368,14 +369,14 @@ class MeasuredRouter:
         self.events.decision(model.name, first.name, first.provider.name, first_reason)
         if affinity is not None:
             self.events.session_routed(model.name, first.name, affinity.choice, affinity.reason)
-        return RoutePlan(
-            candidates=tuple(candidates),
-            policy=policy,
-            race=tuple(row.deployment.name for row in race),
-            ranking=ranking,
-            affinity=affinity,
-            shadow=shadowed,
-            length=length,
+        return RoutePlan(  # positional, in the fields' order
+            tuple(candidates),
+            policy,
+            ranking,
+            tuple(row.deployment.name for row in race),  # race
+            affinity,
+            shadowed,  # shadow
+            length,
         )
 
     def _probe(
