@@ -14,6 +14,7 @@ from gateway.config import StatsConfig
 from gateway.policies import PolicyConfig
 from gateway.routing import MeasuredRouter, RouteRequest
 from gateway.routing.estimates import DRIFT_SIGMA, MAX_UNCERTAINTY, Estimate
+from gateway.routing.explore import RequestSizes
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.predict import EFFECTIVE, CacheTerms, PooledHistograms, RequestShape, _metric, predict
 from gateway.routing.score import Weights
@@ -120,3 +121,16 @@ def test_a_warm_first_token_and_a_prefill_speed_where_known_and_the_models_where
 
 def _cached(deployment: str, ttft: float, prompt: int, hit: int) -> Sample:
     return dataclasses.replace(sample(deployment, ttft=ttft), usage_prompt_tokens=prompt, usage_cached_tokens=hit)
+
+
+def test_request_sizes_medians_as_before() -> None:
+    rng = random.Random(11)
+    sizes = RequestSizes()
+    assert sizes.medians() == (math.inf, math.inf)
+    for _ in range(300):
+        sizes.add(rng.choice([1, 8, 256, rng.randint(1, 4000)]), rng.randint(1, 100_000))
+        sizes._medians = None
+        outputs = sorted(o for o, _ in sizes.recent)
+        prompts = sorted(p for _, p in sizes.recent)
+        middle = (len(outputs) - 1) // 2
+        assert sizes.medians() == (float(outputs[middle]), float(prompts[middle]))
