@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gateway.quick_init import quick_init
 from gateway.types import StreamProgress
 
 ViewMetric = Literal["ttft_s", "seconds_per_token", "e2e_s", "warm_ttft_s", "prefill_s_per_token", "cold_ttft_s"]
@@ -81,6 +82,8 @@ MIN_SIGMA = 0.05
 MAX_UNCERTAINTY = 4.0
 DRIFT_SIGMA = PRIOR_SIGMA
 """How far (log units) a deployment may have drifted one half-life after its newest answer."""
+_DRIFT_VARIANCE = DRIFT_SIGMA**2
+_MAX_VARIANCE = MAX_UNCERTAINTY**2
 Z_CLIP = 3.0
 """A single answer counts at most this many spreads in a change test (one wild outlier is not a change)."""
 SPREAD_CLIP_AFTER = 2.0
@@ -146,6 +149,7 @@ few. Within twice the truth either way: a guess that tells 40 tokens/s from 250,
 (``gateway.routing.predict.Prediction.guessed_seconds_per_token``)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Observation:
     """One finished attempt as the router heard it; None where it measured nothing."""
@@ -178,6 +182,7 @@ class Observation:
         return self.e2e_s
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """One metric of one deployment, from its recent answers. Usage::
@@ -214,8 +219,15 @@ class Estimate:
         before (a provider measured a thousand times a minute ago may have changed as much as one
         measured once), so every deployment's estimate goes stale at the same pace.
         """
-        drift = DRIFT_SIGMA**2 * (2.0 ** (self.age(now) / half_life_s) - 1.0) if half_life_s > 0 else 0.0
-        return min(MAX_UNCERTAINTY, math.sqrt(self.sampling(extra_samples) ** 2 + min(drift, MAX_UNCERTAINTY**2)))
+        return self.errors(now, half_life_s, extra_samples)[0]
+
+    def errors(self, now: float, half_life_s: float, extra_samples: float = 0.0) -> tuple[float, float]:
+        """(``uncertainty``, ``sampling``) at once, the same arithmetic inline: a prediction reads both of each
+        metric, on every plan."""
+        sampling = min(MAX_UNCERTAINTY, self.sigma / math.sqrt(self.samples + extra_samples))
+        age = max(0.0, now - self.newest_at)
+        drift = _DRIFT_VARIANCE * (2.0 ** (age / half_life_s) - 1.0) if half_life_s > 0 else 0.0
+        return min(MAX_UNCERTAINTY, math.sqrt(sampling**2 + min(drift, _MAX_VARIANCE))), sampling
 
 
 @dataclass(slots=True)
@@ -250,13 +262,13 @@ class _Sums:
 
     def estimate(self, confirmed_at: float | None, changed_at: float | None, prior: float = PRIOR_SIGMA) -> Estimate:
         samples = self.weight * self.weight / self.squares
-        return Estimate(
-            mean=self.values / self.weight,
-            log_center=self.logs / self.weight,
-            sigma=self.sigma(samples, prior),
-            samples=samples,
-            newest_at=max(self.at, confirmed_at or self.at),
-            changed_at=changed_at,
+        return Estimate(  # positional, in the fields' order: rebuilt on the plan after each answer
+            self.values / self.weight,  # mean
+            self.sigma(samples, prior),  # sigma
+            samples,
+            max(self.at, confirmed_at or self.at),  # newest_at
+            changed_at,
+            self.logs / self.weight,  # log_center
         )
 
     def sigma(self, samples: float | None = None, prior: float = PRIOR_SIGMA) -> float:

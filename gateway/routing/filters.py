@@ -23,6 +23,9 @@ def allowed(
 ) -> list[DeploymentConfig]:
     """The deployments a request allows; a filter that leaves none is the request's mistake (400)."""
     deployments = list(model.deployments)
+    if not preferences.order and preferences.only is None and not preferences.ignore:
+        if preferences.max_price_in is None and preferences.max_price_out is None:
+            return deployments  # nothing named, nothing filtered (most requests): all of them
     named = preferences.order or preferences.only or preferences.ignore
     known = {p.lower() for p in providers} | {d.name.lower() for d in deployments} if named else set()
     for field, names in (
@@ -36,7 +39,7 @@ def allowed(
                     f"'provider.{field}[{index}]': unknown provider \"{name}\" (known: {', '.join(sorted(known))})",
                     param=f"provider.{field}",
                 )
-    served = ", ".join(d.name for d in deployments)
+    served = ", ".join(d.name for d in model.deployments)  # for the errors below
     if preferences.only is not None:
         deployments = [d for d in deployments if matches(d, preferences.only)]
         if not deployments:

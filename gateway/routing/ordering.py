@@ -13,7 +13,6 @@ and on load (requests in flight), kept apart from the router so that each reads 
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 
@@ -40,9 +39,12 @@ def spread_near_equal(
     best = rows[0].scored.ranked_by
     # The leading run only: under a price-led sort an unmeasured row can sit between measured
     # ones, and the leaders must stay a prefix so that ``rest`` is every other row exactly once.
-    head = list(
-        itertools.takewhile(lambda r: not r.scored.violations and r.known and r.scored.ranked_by <= best + band, rows)
-    )
+    head = []
+    for r in rows:
+        scored = r.scored
+        if scored.violations or not r.known or not scored.ranked_by <= best + band:
+            break
+        head.append(r)
     rest = rows[len(head) :]
     # A deployment measured on a few answers does not share a tie: its few answers are being judged.
     kept: list[Ranked] = [head[0]]

@@ -62,7 +62,7 @@ class ProviderPreferences:
     @property
     def steers(self) -> bool:
         """Whether anything here changes which deployment goes first (the route is then "override")."""
-        return self != NO_PREFERENCES
+        return self is not NO_PREFERENCES and self != NO_PREFERENCES  # most requests carry the shared default
 
 
 NO_PREFERENCES = ProviderPreferences()

@@ -7,6 +7,7 @@ from typing import Literal, Protocol
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.policies import Affinity
+from gateway.quick_init import quick_init
 from gateway.routing.capacity import RateLimits
 from gateway.routing.lengths import Forecast
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
@@ -14,6 +15,7 @@ from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.types import AffinityChoice, MoveReason, RouteReason, StreamProgress
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One deployment the request may be sent to, and why it is in the plan where it is."""
@@ -111,6 +113,7 @@ class RouteRequest:
     """The caller asked for the routing trace: the plan carries its ``ranking`` even where that costs extra."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RoutePlan:
     """Candidates in the order to try them; the policy bounds attempts, timeouts and hedging."""

@@ -37,6 +37,7 @@ from typing import Literal
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
+from gateway.quick_init import quick_init
 from gateway.routing.cost import EFFECTIVE as EFFECTIVE
 from gateway.routing.cost import CacheMode as CacheMode
 from gateway.routing.cost import CacheTerms as CacheTerms
@@ -89,8 +90,12 @@ _WINDOW_RATE: dict[ViewMetric, tuple[WindowMetric, bool]] = {m: (w, w in RATES) 
 """Each fast-view metric's window counterpart, and whether that is a rate: looked up four times per prediction."""
 PooledHistograms = dict[WindowMetric, "LogHistogram | None"]
 """A model's pooled histogram of each metric, merged once per request and snapshot (``predict``'s ``pooled``)."""
+_NONE: Mapping[str, LogHistogram] = {}
+_UNSEEN = LogHistogram()
+"""Not in ``pooled`` yet (a histogram of its own: ``None`` there means merged, and nothing was found)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RequestShape:
     """What the score needs of a request."""
@@ -103,6 +108,7 @@ class RequestShape:
     """What it asks of its answer (tools, JSON, plain): the valid rate is read for that kind (None: every kind)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Uncertainty:
     """Relative standard errors (log units; 0.1 ≈ ±10%) of a prediction's time, first token and tokens/s."""
@@ -115,6 +121,7 @@ class Uncertainty:
 UNKNOWN = Uncertainty()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Prediction:
     """One deployment's predicted performance for one request; None where nothing is known."""
@@ -244,8 +251,22 @@ def predict(
     """
     summary = snapshot.get(model, deployment.name)
     ttft = _metric(view, summary, snapshot, model, "ttft_s", policy, now, memo=pooled)
-    warm = _metric(view, summary, snapshot, model, "warm_ttft_s", policy, now, pooled=False, memo=pooled)
-    prefill = _metric(view, summary, snapshot, model, "prefill_s_per_token", policy, now, memo=pooled)
+    # A warm first token and a prefill speed are unknown for most deployments (their provider reports no cached
+    # tokens, their prompts are short): ``_metric`` is not asked where it would find nothing.
+    histograms = summary.histograms if summary is not None else _NONE
+    warm = (
+        _metric(view, summary, snapshot, model, "warm_ttft_s", policy, now, pooled=False, memo=pooled)
+        if "warm_ttft_s" in histograms or (view is not None and view.estimate("warm_ttft_s") is not None)
+        else None
+    )
+    prefill = (
+        None
+        if "prefill_tokens_per_s" not in histograms
+        and (view is None or view.estimate("prefill_s_per_token") is None)
+        and pooled is not None
+        and pooled.get("prefill_tokens_per_s", _UNSEEN) is None  # the model's, merged for an earlier deployment
+        else _metric(view, summary, snapshot, model, "prefill_s_per_token", policy, now, memo=pooled)
+    )
     if shape.endpoint != "embeddings" and cache.mode == "warm" and warm is not None:
         ttft = warm
         if prefill is not None and warm.source == prefill.source == "recent" and cache.cached_tokens is not None:
@@ -322,46 +343,47 @@ def predict(
     success_rate, success_samples = _success_rate(view, summary, now, attempts)
     valid, judged = summary.valid_counts(shape.kind) if summary is not None else (0, 0)
     floored = None if time_s is None else max(time_s, MIN_TIME_S)
+    # Positional, in the fields' order (keywords cost a name match each, 31 per deployment per plan).
     return Prediction(
-        ttft_s=ttft.value if ttft else None,
-        tokens_per_s=1.0 / spt.value if spt else None,
-        time_s=floored,
-        cost_usd=cost,
-        success_rate=success_rate,
-        attempts=attempts,
-        prior=prior,
-        drift=bool((ttft and ttft.changed) or (spt and spt.changed)),
-        uncertainty=Uncertainty(
+        ttft.value if ttft else None,  # ttft_s
+        1.0 / spt.value if spt else None,  # tokens_per_s
+        floored,  # time_s
+        cost,  # cost_usd
+        success_rate,
+        attempts,
+        prior,
+        bool((ttft and ttft.changed) or (spt and spt.changed)),  # drift
+        Uncertainty(  # uncertainty
             min(MAX_UNCERTAINTY, uncertainty),
             ttft.uncertainty if ttft else MAX_UNCERTAINTY,
             spt.uncertainty if spt else MAX_UNCERTAINTY,
         ),
-        sampling=Uncertainty(
+        Uncertainty(  # sampling
             min(MAX_UNCERTAINTY, sampling),
             ttft.sampling if ttft else MAX_UNCERTAINTY,
             spt.sampling if spt else MAX_UNCERTAINTY,
         ),
-        samples=samples,
-        age_s=None if newest is None else max(0.0, now - newest),
-        source=source,
-        seconds_per_token=spt.value if spt else None,
-        stream_source=spt.source if spt else "none",
-        ttft_spread=ttft.spread if ttft else PRIOR_SIGMA,
-        success_samples=success_samples,
-        valid_rate=valid_rate(valid, judged),
-        valid_judged=judged,
-        answers=view.answered if view is not None else 0,
-        overdue=overdue,
-        late_first_token=late,
-        slow_stream=slow,
-        guessed_seconds_per_token=guessed[1] if guessed is not None else None,
-        failure_s=view.failure_time() if view is not None else None,
-        expected_s=floored,
-        cache=cache.mode,
-        cached_tokens=cached,
-        hit_ratio=hit_ratio,
-        warm_ttft_s=warm.value if warm is not None else None,
-        prefill_tokens_per_s=1.0 / prefill.value if prefill is not None and prefill.value > 0 else None,
+        samples,
+        None if newest is None else max(0.0, now - newest),  # age_s
+        source,
+        ttft.spread if ttft else PRIOR_SIGMA,  # ttft_spread
+        spt.source if spt else "none",  # stream_source
+        spt.value if spt else None,  # seconds_per_token
+        success_samples,
+        valid_rate(valid, judged),  # valid_rate
+        judged,  # valid_judged
+        view.answered if view is not None else 0,  # answers
+        overdue,
+        late,  # late_first_token
+        slow,  # slow_stream
+        guessed[1] if guessed is not None else None,  # guessed_seconds_per_token
+        view.failure_time() if view is not None else None,  # failure_s
+        floored,  # expected_s
+        cache.mode,  # cache
+        cached,  # cached_tokens
+        hit_ratio,
+        warm.value if warm is not None else None,  # warm_ttft_s
+        1.0 / prefill.value if prefill is not None and prefill.value > 0 else None,  # prefill_tokens_per_s
     )
 
 
@@ -409,14 +431,16 @@ def _metric(
                     value = (estimate.samples * value + extra * long) / (estimate.samples + extra)
                 else:
                     extra = 0.0
+            uncertainty, sampling = estimate.errors(now, STALE_HALF_LIFE_S, extra)
+            changed_at = estimate.changed_at
             return _Value(
                 value,
-                estimate.uncertainty(now, STALE_HALF_LIFE_S, extra),
-                estimate.sampling(extra),
+                uncertainty,
+                sampling,
                 estimate.samples + extra,
                 "recent",
-                changed=estimate.changed_at is not None and now - estimate.changed_at <= view.window_s,
-                spread=estimate.sigma,
+                changed_at is not None and now - changed_at <= view.window_s,
+                estimate.sigma,
             )
     source: Source = "window"
     if (histogram is None or histogram.count == 0) and not pooled:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, NoCapacity, RateLimited
+from gateway.quick_init import quick_init
 from gateway.routing.score import RequestShape, Scored
 from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState
@@ -42,6 +43,7 @@ class BeliefView:
     """The probability it is the best deployment for a typical request (of the ranking's shape), by its draws."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Ranked:
     """A deployment in a model's ranking, with everything that put it there."""
@@ -106,6 +108,7 @@ class Ranked:
         return "ready" if self.judged else "exploring"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Ranking:
     """A model's deployments in the order a request would try them (unavailable ones included, last)."""

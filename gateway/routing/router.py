@@ -204,40 +204,50 @@ class MeasuredRouter:
                 )
         rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
         counts = self.state.counts
-        return Ranking(
+        name = model.name
+        return Ranking(  # positional, in the fields' order
             model,
             policy,
             shape,
             tuple(rows),
             snapshot,
-            requests=counts.requests[model.name],
-            probes=counts.probes[model.name],
-            races=counts.races[model.name],
-            first_looks=counts.first_looks[model.name],
-            cold_starts=counts.cold_starts[model.name],
+            counts.requests[name],
+            counts.probes[name],
+            counts.races[name],
+            counts.first_looks[name],
+            counts.cold_starts[name],
         )
 
     def _ranked(self, model: str, scored: Scored, policy: PolicyConfig, now: float) -> Ranked:
         key = (model, scored.deployment.name)
         provider = self._providers[scored.deployment.provider]
-        in_flight = self.state.deployment_in_flight.get(key, 0)
-        capacity = self.state.capacity.of(provider, key)
-        blocked_until = self.state.capacity.blocked_until(provider, key)
+        state = self.state
+        in_flight = state.deployment_in_flight.get(key, 0)
+        capacity = state.capacity.of(provider, key)
+        blocked_until = state.capacity.blocked_until(provider, key)
+        health = state.health
+        if key in health.circuits:
+            circuit = health.state(key, now, self._circuit_changed)
+            retry_in, rate_limited = health.retry_in(key, now), health.rate_limited(key)
+        else:
+            circuit, retry_in, rate_limited = "closed", 0.0, False  # never failed: what those three say of no circuit
+        reset_at = capacity.reset_at
+        # Positional, in the fields' order (a name match per keyword, per deployment per plan).
         return Ranked(
-            model=model,
-            scored=scored,
-            provider=provider,
-            circuit=self.state.health.state(key, now, self._circuit_changed),
-            in_flight=in_flight,
-            provider_in_flight=self.state.provider_in_flight.get(provider.name, 0),
-            judged=scored.prediction.attempts >= policy.min_samples,
-            retry_in_s=self.state.health.retry_in(key, now),
-            rate_limited=self.state.health.rate_limited(key),
-            limit=capacity.allowed,
-            blocked_in_s=max(0.0, blocked_until - now),
-            remaining_requests=capacity.remaining_requests,
-            remaining_tokens=capacity.remaining_tokens,
-            reset_in_s=max(0.0, capacity.reset_at - now) if capacity.reset_at is not None else None,
+            model,
+            scored,
+            provider,
+            circuit,
+            in_flight,
+            state.provider_in_flight.get(provider.name, 0),  # provider_in_flight
+            scored.prediction.attempts >= policy.min_samples,  # judged
+            retry_in,  # retry_in_s
+            rate_limited,
+            capacity.allowed,  # limit
+            max(0.0, blocked_until - now),  # blocked_in_s
+            capacity.remaining_requests,
+            capacity.remaining_tokens,
+            max(0.0, reset_at - now) if reset_at is not None else None,  # reset_in_s
         )
 
     # -- Router ---------------------------------------------------------------------------------
@@ -337,19 +347,20 @@ class MeasuredRouter:
                 reason = "explore"
             key = (model.name, row.deployment.name)
             deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.get(*key), now)
-            candidate = Candidate(
+            prediction = row.scored.prediction
+            candidate = Candidate(  # positional, in the fields' order
                 row.deployment,
                 row.provider,
-                reason=reason,
-                model=model.name,
-                hedge_after_s=after,
-                predicted_s=row.scored.prediction.time_s,
-                predicted_first_token_s=row.scored.prediction.ttft_s if request.stream else None,
-                first_token_timeout_s=deadlines.first_token_s if deadlines is not None else None,
-                idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
-                prefill_tokens_per_s=row.scored.prediction.prefill_tokens_per_s,
-                on_trial=trial and i == 0,
-                length=length,
+                reason,
+                model.name,
+                after,  # hedge_after_s
+                prediction.time_s,  # predicted_s
+                prediction.ttft_s if request.stream else None,  # predicted_first_token_s
+                deadlines.first_token_s if deadlines is not None else None,  # first_token_timeout_s
+                deadlines.idle_s if deadlines is not None else None,  # idle_timeout_s
+                prediction.prefill_tokens_per_s,
+                trial and i == 0,  # on_trial
+                length,
             )
             candidates.append(candidate)
             if row is shadow:
@@ -358,14 +369,14 @@ class MeasuredRouter:
         self.events.decision(model.name, first.name, first.provider.name, first_reason)
         if affinity is not None:
             self.events.session_routed(model.name, first.name, affinity.choice, affinity.reason)
-        return RoutePlan(
-            candidates=tuple(candidates),
-            policy=policy,
-            race=tuple(row.deployment.name for row in race),
-            ranking=ranking,
-            affinity=affinity,
-            shadow=shadowed,
-            length=length,
+        return RoutePlan(  # positional, in the fields' order
+            tuple(candidates),
+            policy,
+            ranking,
+            tuple(row.deployment.name for row in race),  # race
+            affinity,
+            shadowed,  # shadow
+            length,
         )
 
     def _probe(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
+from gateway.quick_init import quick_init
 from gateway.routing.estimates import DeploymentView
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, Sort
 from gateway.routing.predict import (
@@ -62,6 +63,7 @@ CAUTION = 0.5
 """Share of its speed estimates' sampling error a deployment is ranked behind its score for."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Weights:
     """The score's weights (see ``gateway.policies``)."""
@@ -76,7 +78,20 @@ class Weights:
 
     @classmethod
     def of(cls, policy: PolicyConfig, sort: Sort | None = None) -> Weights:
-        """The policy's weights, or those of a request's ``sort`` (a small price term breaks ties)."""
+        """The policy's weights, or those of a request's ``sort`` (a small price term breaks ties).
+
+        Kept per policy object and sort (a policy is immutable; the entry holds it, so its id is not reused while
+        kept): every plan reads them twice."""
+        kept = _WEIGHTS.get((id(policy), sort))
+        if kept is not None and kept[0] is policy:
+            return kept[1]
+        if len(_WEIGHTS) >= WEIGHTS_KEPT:
+            _WEIGHTS.clear()  # policies replaced by reloads
+        weights = _WEIGHTS[(id(policy), sort)] = (policy, cls._of(policy, sort))
+        return weights[1]
+
+    @classmethod
+    def _of(cls, policy: PolicyConfig, sort: Sort | None) -> Weights:
         failure, quality = policy.failure_weight, policy.quality_weight
         if sort == "price":
             return cls(time=0.05, ttft=0.0, throughput=0.0, price=1.0, failure=failure, quality=quality)
@@ -94,6 +109,12 @@ class Weights:
         )
 
 
+WEIGHTS_KEPT = 256
+"""Policies (objects) whose weights are kept: a reload makes new ones; past this many the old are dropped."""
+_WEIGHTS: dict[tuple[int, Sort | None], tuple[PolicyConfig, Weights]] = {}
+
+
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ScoreParts:
     """The weighted terms of a score; each is 0 for the best candidate on that dimension."""
@@ -109,6 +130,7 @@ class ScoreParts:
         return self.time + self.ttft + self.throughput + self.price + self.failure
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Scored:
     """A deployment with its prediction, score (lower is better) and broken soft constraints."""
@@ -193,11 +215,11 @@ def score_all(
     scored = []
     for deployment, p in zip(deployments, predictions, strict=True):
         parts = ScoreParts(
-            time=weights.time * _log_ratio(p.expected_s, best_time),
-            ttft=weights.ttft * _log_ratio(p.ttft_s, best_ttft),
-            throughput=weights.throughput * _log_ratio(best_tps, p.tokens_per_s),
-            price=weights.price * math.log2((p.cost_usd + epsilon) / (best_cost + epsilon)) if epsilon > 0 else 0.0,
-            failure=weights.failure * _failure(p, weights.quality),
+            weights.time * _log_ratio(p.expected_s, best_time),  # time
+            weights.ttft * _log_ratio(p.ttft_s, best_ttft),  # ttft
+            weights.throughput * _log_ratio(best_tps, p.tokens_per_s),  # throughput
+            weights.price * math.log2((p.cost_usd + epsilon) / (best_cost + epsilon)) if epsilon > 0 else 0.0,  # price
+            weights.failure * _failure(p, weights.quality),  # failure
         )
         summary = snapshot.get(model, deployment.name)
         violations = broken(
@@ -303,8 +325,12 @@ def broken(
     if summary is None:
         return tuple(found)
     needed = max(1, policy.min_samples)
-    first_tokens = summary.count("ttft_s") >= needed
-    speeds = summary.count("tokens_per_s") >= needed
+    # Counted only where a bound on first tokens or speeds asks (none by default): read per deployment per plan.
+    first_tokens = speeds = False
+    if policy.max_ttft_s is not None or preferences.max_ttft_s:
+        first_tokens = summary.count("ttft_s") >= needed
+    if policy.min_tokens_per_s is not None or preferences.min_tokens_per_s:
+        speeds = summary.count("tokens_per_s") >= needed
     if policy.max_ttft_s is not None and first_tokens:
         ttft = summary.quantile("ttft_s", policy.ttft_quantile)
         if ttft is not None and ttft > policy.max_ttft_s:

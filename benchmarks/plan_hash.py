@@ -1,0 +1,138 @@
+"""A digest of every plan the measured router makes over simulated markets: run it before and after a change that
+must not change a decision or a float, and compare the digests.
+
+Each request of ``benchmarks.routing_simulate``'s markets (the real ``MeasuredRouter`` on the simulation's clock) is
+planned as the simulation plans it, and its plan is hashed: every candidate (reason, hedge, predictions, deadlines,
+length), the race, the shadow, the session's decision, every ranking row (prediction, score parts, violations, bonus,
+caution, circuit, load, capacity) and the router's random state and counts after it. Before it, the same router ranks
+the request again under overrides and shapes the market never sends (each ``sort``, ``order`` with and without
+fallbacks, ``ignore``, ``max_price``, quantile preferences, a session bound warm and a named one cold, a tools
+request, no ``max_tokens``, no endpoint, embeddings, a non-streamed plan's predictions), each with a random
+generator of its own so the plan's draws are not moved: the router's arithmetic under every branch the market reaches.
+
+    python -m benchmarks.plan_hash                        # stable, recovery, flaky, ... x 2 seeds
+    python -m benchmarks.plan_hash --only stable --seeds 3 --verbose
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from benchmarks.routing_scenarios import SCENARIOS, STRESS, Scenario
+from benchmarks.routing_simulate import Simulation
+from gateway.errors import GatewayError
+from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
+from gateway.routing.plan import RoutePlan, SessionRoute
+from gateway.routing.ranking import Ranking
+
+MARKETS = ("stable", "recovery", "mixed-lengths", "flaky", "heavy-tail", "outage", "dip", "oscillate", "swap")
+
+
+def _ranking(ranking: Ranking) -> str:
+    counts = (ranking.requests, ranking.probes, ranking.races, ranking.first_looks, ranking.cold_starts)
+    return repr((ranking.shape, counts, ranking.rows))
+
+
+def _plan(plan: RoutePlan) -> str:
+    ranking = plan.ranking
+    assert isinstance(ranking, Ranking)
+    return repr((plan.candidates, plan.race, plan.affinity, plan.shadow, plan.length, _ranking(ranking)))
+
+
+def _variants(router: MeasuredRouter, request: RouteRequest, index: int) -> list[str]:
+    """The request ranked again under other overrides and shapes (own random generators: no draw of the router's)."""
+    model = request.model
+    names = [d.name for d in model.deployments]
+    preferences = [
+        ProviderPreferences(sort="price"),
+        ProviderPreferences(sort="throughput"),
+        ProviderPreferences(sort="latency"),
+        ProviderPreferences(order=(names[-1],)),
+        ProviderPreferences(order=(names[-1],), allow_fallbacks=False),
+        ProviderPreferences(allow_fallbacks=False),
+        ProviderPreferences(ignore=(names[0],)),
+        ProviderPreferences(max_price_out=1.0),
+        ProviderPreferences(min_tokens_per_s=((0.5, 80.0),), max_ttft_s=((0.9, 0.5),)),
+    ]
+    bound = names[index % len(names)]
+    sessions = [
+        SessionRoute("s", "header", "auto", "bound", bound, 800),
+        SessionRoute("s", "header", "auto", "unbound"),
+    ]
+    out = []
+    calls: list[Callable[[random.Random], Any]] = [
+        *(
+            lambda rng, p=p: router.rank(model, endpoint="chat", prompt_tokens=900, preferences=p, rng=rng)
+            for p in preferences
+        ),
+        *(
+            lambda rng, s=s: router.rank(model, endpoint="chat", prompt_tokens=2000, session=s, rng=rng, kind="tools")
+            for s in sessions
+        ),
+        lambda rng: router.rank(model, prompt_tokens=50, rng=rng),
+        lambda rng: router.rank(model, endpoint="embeddings", prompt_tokens=50, max_tokens=1, rng=rng),
+        lambda rng: router.rank(model, endpoint="chat", prompt_tokens=50, max_tokens=64, rng=rng, kind="json"),
+    ]
+    for k, call in enumerate(calls):
+        try:
+            out.append(_ranking(call(random.Random(index * 100 + k))))
+        except GatewayError as error:
+            out.append(f"{type(error).__name__}: {error}")
+    return out
+
+
+def digest(scenarios: Sequence[Scenario], seeds: Sequence[int], verbose: bool = False) -> str:
+    total = hashlib.sha256()
+    original = MeasuredRouter.plan
+    plans = 0
+
+    def hashed(self: MeasuredRouter, request: RouteRequest) -> RoutePlan:
+        nonlocal plans
+        for text in _variants(self, request, plans):
+            step.update(text.encode())
+        try:
+            plan = original(self, request)
+        except GatewayError as error:
+            step.update(f"{type(error).__name__}: {error}".encode())
+            raise
+        step.update(_plan(plan).encode())
+        step.update(repr((self.rng.getstate(), self.state.counts, self.state.explore)).encode())
+        plans += 1
+        return plan
+
+    MeasuredRouter.plan = hashed  # type: ignore[method-assign]
+    logging.disable(logging.WARNING)  # the markets' circuit and limit warnings
+    try:
+        for scenario in scenarios:
+            for seed in seeds:
+                step = hashlib.sha256()
+                before = plans
+                Simulation(scenario, seed, "gateway", None).run()
+                total.update(step.digest())
+                if verbose:
+                    print(f"{scenario.name:16} seed {seed}: {plans - before:5d} plans  {step.hexdigest()[:16]}")
+    finally:
+        MeasuredRouter.plan = original  # type: ignore[method-assign]
+        logging.disable(logging.NOTSET)
+    return f"{plans} plans  {total.hexdigest()}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--only", action="append", help="a market's name (repeatable)")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--verbose", action="store_true", help="each market and seed's digest")
+    args = parser.parse_args(argv)
+    names = args.only or MARKETS
+    by_name = {s.name: s for s in (*SCENARIOS, *STRESS)}
+    print(digest([by_name[n] for n in names], range(1, args.seeds + 1), args.verbose))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
