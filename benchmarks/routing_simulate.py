@@ -21,6 +21,7 @@ Usage::
     python -m benchmarks.routing_simulate --held-out-7        # the seventh held-out set (seen once: no longer held out)
     python -m benchmarks.routing_simulate --held-out-8        # the eighth held-out set (seen once: no longer held out)
     python -m benchmarks.routing_simulate --held-out-9        # the ninth held-out set: run once, at the end
+    python -m benchmarks.routing_simulate --held-out-10       # the tenth held-out set: run once, at the end
     python -m benchmarks.routing_simulate --router new        # the belief-based router (gateway.routing.belief)
     python -m benchmarks.routing_simulate --compare --seeds 64  # old and new, paired, as a markdown table
 """
@@ -47,6 +48,7 @@ from benchmarks.routing_held_out_6 import HELD_OUT_6
 from benchmarks.routing_held_out_7 import HELD_OUT_7
 from benchmarks.routing_held_out_8 import HELD_OUT_8
 from benchmarks.routing_held_out_9 import HELD_OUT_9
+from benchmarks.routing_held_out_10 import HELD_OUT_10
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 from gateway.config import GatewayConfig, StatsConfig, parse_config
 from gateway.relay.drain import DRAIN_EVENTS, DRAIN_MAX_S
@@ -580,6 +582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--held-out-9", action="store_true", help="the ninth held-out set (routing_held_out_9.HELD_OUT_9): once"
     )
     parser.add_argument(
+        "--held-out-10", action="store_true", help="the tenth held-out set (routing_held_out_10.HELD_OUT_10): once"
+    )
+    parser.add_argument(
         "--router", choices=("old", "new"), default="old", help="old: MeasuredRouter; new: BeliefRouter"
     )
     parser.add_argument("--compare", action="store_true", help="old and new paired over the same schedules (markdown)")
@@ -588,7 +593,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.compare:
         print(PAIRED_HEADER, flush=True)
     markets = (
-        HELD_OUT_9
+        HELD_OUT_10
+        if args.held_out_10
+        else HELD_OUT_9
         if args.held_out_9
         else HELD_OUT_8
         if args.held_out_8

@@ -15,6 +15,7 @@ from benchmarks.routing_held_out_6 import HELD_OUT_6
 from benchmarks.routing_held_out_7 import HELD_OUT_7
 from benchmarks.routing_held_out_8 import HELD_OUT_8
 from benchmarks.routing_held_out_9 import HELD_OUT_9
+from benchmarks.routing_held_out_10 import HELD_OUT_10
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 
 
@@ -226,6 +227,44 @@ def test_the_ninth_held_out_set_names_new_markets_that_move_their_best() -> None
     (started_down,) = [p for p in markets["ho9-down-at-start"].providers if p.error_rate == 1.0]
     assert started_down.name in {c.name for c in markets["ho9-down-at-start"].changes}
     assert len(markets["ho9-cold"].providers) == 2  # the quick starter and the fast streamer, both new at the start
+
+
+def test_the_tenth_held_out_set_names_new_markets_that_move_their_best() -> None:
+    """Set ten holds every behaviour the gate names, a cold start over three correlated providers and a first-token
+    tail that widens with its median unchanged, under names and parameters of its own; every market moves its best,
+    and none copies an earlier set's outage length, flaky share or agent ceiling."""
+    earlier = (
+        *SCENARIOS,
+        *STRESS,
+        *HELD_OUT,
+        *HELD_OUT_2,
+        *HELD_OUT_3,
+        *HELD_OUT_4,
+        *HELD_OUT_5,
+        *HELD_OUT_6,
+        *HELD_OUT_7,
+        *HELD_OUT_8,
+        *HELD_OUT_9,
+    )
+    markets = _fresh_set(HELD_OUT_10, earlier, "ho10-", 12)
+    assert 8 <= len(markets["ho10-many"].providers) <= 12
+    assert {c.name for c in markets["ho10-many"].changes} == {"m6"}  # one provider changes, and comes back
+    assert 10 <= _outage_s(markets["ho10-outage"]) <= 50 and _outage_s(markets["ho10-outage"]) not in {17, 24, 29, 37}
+    assert _flaky_share(markets["ho10-flaky"]) not in {0.23, 0.27, 0.31}
+    assert markets["ho10-replicas"].replicas == 2
+    agent = markets["ho10-agent"]
+    assert agent.max_tokens is not None and agent.max_tokens >= 16384
+    assert max(t for t, _ in agent.lengths) * 100 < agent.max_tokens  # short answers under a large ceiling
+    assert agent.max_tokens not in {s.max_tokens for s in earlier}
+    (started_down,) = [p for p in markets["ho10-down-at-start"].providers if p.error_rate == 1.0]
+    assert started_down.name in {c.name for c in markets["ho10-down-at-start"].changes}
+    cold = sorted(markets["ho10-cold"].providers, key=lambda p: p.ttft_s)
+    assert len(cold) == 3 and [p.tps for p in cold] == sorted((p.tps for p in cold), reverse=True)  # correlated
+    tail = markets["ho10-tail"]
+    wide, narrow = tail.changes  # only the first-token spread moves, and comes back
+    before = next(p for p in tail.providers if p.name == wide.name)
+    assert wide.profile == replace(before, ttft_sigma=wide.profile.ttft_sigma) and wide.profile.ttft_sigma >= 1.0
+    assert narrow.profile == before
 
 
 def test_each_schedule_draws_anew_and_seed_one_as_it_always_did() -> None:
