@@ -12,16 +12,8 @@ Usage::
     python -m benchmarks.routing_simulate                # every scenario, 3 seeds
     python -m benchmarks.routing_simulate --only recovery --seeds 10
     python -m benchmarks.routing_simulate --stress --seeds 16  # markets nothing was tuned on
-    python -m benchmarks.routing_simulate --held-out          # the first held-out set (seen once: no longer held out)
-    python -m benchmarks.routing_simulate --held-out-2        # the second held-out set (seen once: no longer held out)
-    python -m benchmarks.routing_simulate --held-out-3        # the third held-out set (seen once: no longer held out)
-    python -m benchmarks.routing_simulate --held-out-4        # the fourth held-out set (seen once: no longer held out)
-    python -m benchmarks.routing_simulate --held-out-5        # the fifth held-out set (seen once: no longer held out)
-    python -m benchmarks.routing_simulate --held-out-6        # the sixth held-out set (seen once: no longer held out)
-    python -m benchmarks.routing_simulate --held-out-7        # the seventh held-out set (seen once: no longer held out)
-    python -m benchmarks.routing_simulate --held-out-8        # the eighth held-out set (seen once: no longer held out)
-    python -m benchmarks.routing_simulate --held-out-9        # the ninth held-out set: run once, at the end
-    python -m benchmarks.routing_simulate --held-out-10       # the tenth held-out set: run once, at the end
+    python -m benchmarks.routing_simulate --held-out-9        # a held-out set (1-10; --held-out: the first); sets
+                                                              # 1-9 are seen, set 10 is run once, at the end
     python -m benchmarks.routing_simulate --router new        # the belief-based router (gateway.routing.belief)
     python -m benchmarks.routing_simulate --compare --seeds 64  # old and new, paired, as a markdown table
 """
@@ -58,6 +50,28 @@ from gateway.routing.plan import Candidate, RoutePlan, Router
 from gateway.samples import Outcome, Sample
 from gateway.stats import InMemoryStatsStore
 
+MARKETS: dict[int, Sequence[Scenario]] = {
+    1: HELD_OUT,
+    2: HELD_OUT_2,
+    3: HELD_OUT_3,
+    4: HELD_OUT_4,
+    5: HELD_OUT_5,
+    6: HELD_OUT_6,
+    7: HELD_OUT_7,
+    8: HELD_OUT_8,
+    9: HELD_OUT_9,
+    10: HELD_OUT_10,
+}
+"""The held-out sets by number (``--held-out-N``; ``--held-out`` is the first)."""
+HELD_OUT_SETS = (
+    ("first", "routing_scenarios.HELD_OUT"),
+    ("second", "routing_held_out.HELD_OUT_2"),
+    *(
+        (ordinal, f"routing_held_out_{n}.HELD_OUT_{n}")
+        for n, ordinal in enumerate(("third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"), 3)
+    ),
+)
+"""Each set's ordinal and where it is written, for ``--help``."""
 WALL = 1_000_000.0
 FAIL_S = 0.005
 BYTES_PER_EVENT = 150
@@ -556,34 +570,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--policy", help="policy keys as JSON, e.g. '{\"memory_half_life_s\": 10}'")
     parser.add_argument("--stress", action="store_true", help="the stress markets (routing_scenarios.STRESS) instead")
-    parser.add_argument("--held-out", action="store_true", help="the held-out set (routing_scenarios.HELD_OUT): once")
-    parser.add_argument(
-        "--held-out-2", action="store_true", help="the second held-out set (routing_held_out.HELD_OUT_2): once"
-    )
-    parser.add_argument(
-        "--held-out-3", action="store_true", help="the third held-out set (routing_held_out_3.HELD_OUT_3): once"
-    )
-    parser.add_argument(
-        "--held-out-4", action="store_true", help="the fourth held-out set (routing_held_out_4.HELD_OUT_4): once"
-    )
-    parser.add_argument(
-        "--held-out-5", action="store_true", help="the fifth held-out set (routing_held_out_5.HELD_OUT_5): once"
-    )
-    parser.add_argument(
-        "--held-out-6", action="store_true", help="the sixth held-out set (routing_held_out_6.HELD_OUT_6): once"
-    )
-    parser.add_argument(
-        "--held-out-7", action="store_true", help="the seventh held-out set (routing_held_out_7.HELD_OUT_7): once"
-    )
-    parser.add_argument(
-        "--held-out-8", action="store_true", help="the eighth held-out set (routing_held_out_8.HELD_OUT_8): once"
-    )
-    parser.add_argument(
-        "--held-out-9", action="store_true", help="the ninth held-out set (routing_held_out_9.HELD_OUT_9): once"
-    )
-    parser.add_argument(
-        "--held-out-10", action="store_true", help="the tenth held-out set (routing_held_out_10.HELD_OUT_10): once"
-    )
+    for number, (ordinal, where) in enumerate(HELD_OUT_SETS, start=1):
+        flag = "--held-out" if number == 1 else f"--held-out-{number}"
+        parser.add_argument(flag, action="store_true", help=f"the {ordinal} held-out set ({where}): once")
     parser.add_argument(
         "--router", choices=("old", "new"), default="old", help="old: MeasuredRouter; new: BeliefRouter"
     )
@@ -592,31 +581,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     policy = json.loads(args.policy) if args.policy else None
     if args.compare:
         print(PAIRED_HEADER, flush=True)
-    markets = (
-        HELD_OUT_10
-        if args.held_out_10
-        else HELD_OUT_9
-        if args.held_out_9
-        else HELD_OUT_8
-        if args.held_out_8
-        else HELD_OUT_7
-        if args.held_out_7
-        else HELD_OUT_6
-        if args.held_out_6
-        else HELD_OUT_5
-        if args.held_out_5
-        else HELD_OUT_4
-        if args.held_out_4
-        else HELD_OUT_3
-        if args.held_out_3
-        else HELD_OUT_2
-        if args.held_out_2
-        else HELD_OUT
-        if args.held_out
-        else STRESS
-        if args.stress
-        else SCENARIOS
-    )
+    chosen = [n for n in range(1, len(HELD_OUT_SETS) + 1) if getattr(args, "held_out" if n == 1 else f"held_out_{n}")]
+    markets = MARKETS[chosen[-1]] if chosen else STRESS if args.stress else SCENARIOS
     for scenario in markets:
         if args.only and scenario.name not in args.only:
             continue
