@@ -94,8 +94,34 @@ class ProxyEndpoint:
         # The dispatcher's clock, so that end-to-end and the attempt times share one time base.
         clock = runtime.dispatcher.clock
         record = AccessRecord(new_request_id(), self.endpoint, clock(), clock)
+        received_at, request_id = record.received_at, record.request_id
+        # One coroutine from here to the reply (the intake's errors answered inline): each wait for the upstream
+        # resumes through one frame fewer.
         try:
-            await self._serve(scope, receive, send, runtime, record)
+            try:
+                request, route_request, ticket = await self._prepare(scope, receive, runtime, received_at, request_id)
+            except ClientGone:
+                return
+            except GatewayError as exc:
+                record.error_status = exc.status_code
+                await send_error(send, exc, request_id, self.dialect)
+                return
+            except Exception:
+                # This endpoint is reached outside Starlette's error middleware: a bug still gets a
+                # clean 500 with an id to find this log line by.
+                logger.exception("unexpected error reading request %s", request_id)
+                error = internal_error(request_id)
+                record.error_status = error.status_code
+                await send_error(send, error, request_id, self.dialect)
+                return
+            record.request = request
+            record.key_name = ticket.key.name
+            record.team = ticket.key.team
+            trace_wanted = route_request.explain  # ``_wants_trace`` of these headers, walked once in ``_prepare``
+            try:
+                await self._respond(request, route_request, runtime, send, receive, record, ticket, trace_wanted)
+            finally:
+                ticket.release()
         finally:
             try:
                 runtime.access_log.write(record)
@@ -103,35 +129,6 @@ class ProxyEndpoint:
                 # Whatever the log line does, the runtime must learn that this request left:
                 # a reloaded runtime closes its pools only once its last request has.
                 runtime.requests.leave()
-
-    async def _serve(
-        self, scope: Scope, receive: Receive, send: Send, runtime: GatewayRuntime, record: AccessRecord
-    ) -> None:
-        received_at, request_id = record.received_at, record.request_id
-        try:
-            request, route_request, ticket = await self._prepare(scope, receive, runtime, received_at, request_id)
-        except ClientGone:
-            return
-        except GatewayError as exc:
-            record.error_status = exc.status_code
-            await send_error(send, exc, request_id, self.dialect)
-            return
-        except Exception:
-            # This endpoint is reached outside Starlette's error middleware: a bug still gets a
-            # clean 500 with an id to find this log line by.
-            logger.exception("unexpected error reading request %s", request_id)
-            error = internal_error(request_id)
-            record.error_status = error.status_code
-            await send_error(send, error, request_id, self.dialect)
-            return
-        record.request = request
-        record.key_name = ticket.key.name
-        record.team = ticket.key.team
-        trace_wanted = route_request.explain  # ``_wants_trace`` of these headers, walked once in ``_prepare``
-        try:
-            await self._respond(request, route_request, runtime, send, receive, record, ticket, trace_wanted)
-        finally:
-            ticket.release()
 
     async def _respond(
         self,
@@ -152,15 +149,16 @@ class ProxyEndpoint:
         try:
             plan = _plan(runtime, route_request)
             policy = plan.policy
-            await runtime.access.reserve_spend(
-                ticket,
-                [c.deployment for c in plan.candidates],
-                route_request.max_tokens,
-                policy.default_output_tokens,
-                request.endpoint,
-                policy.total_timeout_s,
-                length=plan.length,
-            )
+            if ticket.spender.scopes:  # a budget to hold the worst case against (none: nothing to hold, no coroutine)
+                await runtime.access.reserve_spend(
+                    ticket,
+                    [c.deployment for c in plan.candidates],
+                    route_request.max_tokens,
+                    policy.default_output_tokens,
+                    request.endpoint,
+                    policy.total_timeout_s,
+                    length=plan.length,
+                )
             headers = [(b"x-request-id", request_id.encode())]
             if plan.affinity is not None:
                 headers.append((AFFINITY_HEADER, plan.affinity.header.encode()))

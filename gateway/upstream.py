@@ -19,8 +19,8 @@ from __future__ import annotations
 import errno
 import io
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from types import TracebackType
+from typing import NamedTuple
 
 import aiohttp
 
@@ -78,9 +78,11 @@ def forwardable_of(decoded: list[tuple[str, str]]) -> list[tuple[str, str]]:
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptTimeouts:
-    """Timeouts of one upstream attempt: ``read_s`` bounds each gap between chunks, ``total_s`` the whole."""
+class AttemptTimeouts(NamedTuple):
+    """Timeouts of one upstream attempt: ``read_s`` bounds each gap between chunks, ``total_s`` the whole.
+
+    Immutable; a ``NamedTuple``, not a frozen dataclass: one is made per attempt, and a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``."""
 
     connect_s: float
     read_s: float

@@ -11,7 +11,7 @@ import email.utils
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.errors import (
     GatewayError,
@@ -95,8 +95,7 @@ class AttemptLog:
             self.route = attempt.candidate.reason if attempt.number == 1 else "fallback"
 
 
-@dataclass(frozen=True, slots=True)
-class Opened:
+class Opened(NamedTuple):
     """The attempt a request committed to, and the plan's candidates that may still serve it (for recovery).
 
     ``spare``: those not tried, and a race's losers (stopped because another answered first, not failed);

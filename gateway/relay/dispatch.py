@@ -91,8 +91,12 @@ class Dispatcher:
             except GatewayError as error:
                 _log_unanswered(request, plan, budget, error)
                 raise
-        native = self.providers_keep_responses and upstream_of(request, opened.attempt.candidate) == "responses"
-        if request.endpoint == "responses" and native and request.body.get("store") is not False:
+        if (
+            request.endpoint == "responses"  # first: a chat request needs no look at the upstream's API
+            and self.providers_keep_responses
+            and upstream_of(request, opened.attempt.candidate) == "responses"
+            and request.body.get("store") is not False
+        ):
             # A response created with ``store: false`` (every Codex call) is kept nowhere upstream: its id
             # can never be continued or fetched, so binding it would only fill the store (and evict). One
             # by translation (its id is the gateway's own; or any, under state = "gateway") is kept by the

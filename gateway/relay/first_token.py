@@ -13,9 +13,9 @@ from gateway.dialects import dialect_for
 from gateway.errors import UpstreamStatusError, UpstreamUnavailable, describe_error, describe_error_body
 from gateway.meter import StreamMeter
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
-from gateway.relay.outbound import upstream_of
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
+from gateway.samples import Endpoint
 from gateway.types import Clock
 from gateway.upstream import MAX_ERROR_BODY
 
@@ -52,17 +52,17 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
     )
 
 
-async def await_first_token(request: ProxyRequest, attempt: Attempt, clock: Clock) -> None:
+async def await_first_token(request: ProxyRequest, attempt: Attempt, clock: Clock, api: Endpoint) -> None:
     """Read (and hold back) chunks until one carries output, ``[DONE]`` comes, or the stream ends.
 
     An error event before any output is the provider's failure to start (overloaded, an
     internal error): nothing has reached the client, so the next deployment is tried. Only
-    an error that blames the request (context length, content filter) is relayed as is.
+    an error that blames the request (context length, content filter) is relayed as is. ``api``: the one the
+    attempt was sent in (``upstream_of``), whose events the meter reads.
     """
     response = attempt.response
     assert response is not None
-    dialect = dialect_for(upstream_of(request, attempt.candidate))  # the meter reads the upstream's own events
-    meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect)
+    meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect_for(api))
     while meter.first_output_at is None and not meter.done:
         chunk = await response.read_chunk()
         if not chunk:

@@ -121,10 +121,11 @@ def upstream_path(request: ProxyRequest, api: Endpoint) -> str:
     return request.path if api == request.endpoint else API_PATHS[api]
 
 
-def upstream_body(request: ProxyRequest, candidate: Candidate) -> bytes:
+def upstream_body(request: ProxyRequest, candidate: Candidate, target: Endpoint | None = None) -> bytes:
     """The body sent to ``candidate``: the client's fields untouched but for ``model`` (and the usage ask), or
-    its translation to the deployment's API."""
-    target = upstream_of(request, candidate)
+    its translation to the deployment's API (``target``: ``upstream_of(request, candidate)``, if the caller has it)."""
+    if target is None:
+        target = upstream_of(request, candidate)
     if target != request.endpoint:
         return encode_body(_translated(request, candidate, as_api(target)))
     body = dict(request.body)

@@ -23,6 +23,7 @@ from gateway.relay.budget import AttemptBudget
 from gateway.relay.deadline import Deadline
 from gateway.relay.disconnect import DisconnectWatch
 from gateway.relay.forward import EventForwarder
+from gateway.relay.keepalive import SSE_HEADERS
 from gateway.relay.outbound import injects_usage, upstream_of
 from gateway.relay.recovery import Partial, can_continue, resume
 from gateway.relay.request import ProxyRequest
@@ -128,10 +129,66 @@ class StreamReply(Reply):
 
     async def send_to(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
         """Relay the stream, within the request's total deadline: a client that stops reading blocks the sends, and
-        past the deadline its upstream stream is closed and its slot freed (the attempt recorded as cancelled)."""
+        past the deadline its upstream stream is closed and its slot freed (the attempt recorded as cancelled).
+
+        One coroutine for the whole relay (the loop over a stream and its continuations is written here, not in a
+        coroutine of its own): every upstream read that waits resumes through one frame fewer."""
         try:
             with Deadline(self.budget.remaining_s() + SEND_GRACE_S):  # ``asyncio.timeout``'s rules
-                await self._send_all(send, extra_headers, watch)
+                headers = [*SSE_HEADERS, *self.headers(), *extra_headers]
+                start: Message | None = {"type": "http.response.start", "status": 200, "headers": headers}
+                runner, attempt, request = self.runner, self.attempt, self.request
+                forwarder = _forwarder(request, attempt)
+                said: list[str] = []  # the answer text the client has from streams that broke
+                while True:
+                    broken = await self._relay(send, start, request, attempt, forwarder, watch)
+                    start = None
+                    assert attempt.meter is not None
+                    # A [DONE] relayed as is, with nothing held back: nothing can follow it (``_ending``
+                    # adds no bytes and tries no recovery), so the client's stream ends before the
+                    # measuring (a parse and a token count) starts; ``_relay`` ended it with the last bytes.
+                    closed = broken is None and forwarder.error is None and attempt.meter.done
+                    if closed and not self._ended:
+                        watch.disarm()
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    reading = attempt.meter.finish(runner.counter)
+                    outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading)
+                    tail = runner.upstreams[attempt.candidate.provider.name].redact(tail)
+                    if outcome == "ok" and reading.malformed:
+                        failed = attempt.candidate
+                        runner.events.malformed_stream(request.requested_model, failed.name, failed.provider.name)
+                    if not recoverable:
+                        if not closed:
+                            watch.disarm()
+                            await send({"type": "http.response.body", "body": tail, "more_body": False})
+                        runner.record(request, attempt, outcome, reading)
+                        if said and outcome == "ok":
+                            request.trace.answer_text = "".join(said) + reading.answer_text
+                        return
+                    runner.record(request, attempt, outcome, reading)
+                    said.append(reading.answer_text)
+                    resumed = None
+                    said_tokens = 0
+                    self._offered = [c.name for c in self.spare]
+                    self._continuable = can_continue(self.request, reading)
+                    if self._continuable:
+                        text = "".join(said)
+                        partial = Partial(text, runner.counter.count(text))
+                        said_tokens = partial.tokens
+                        resumed = await resume(runner, self.budget, self.request, self.spare, partial)
+                    self._note_break(attempt, outcome, resumed[0] if resumed else None, len(said))
+                    if resumed is None:
+                        watch.disarm()
+                        await send({"type": "http.response.body", "body": tail, "more_body": False})
+                        return
+                    attempt, request = resumed
+                    self._relaying = (attempt, request)
+                    if isinstance(forwarder, StreamTranslator):
+                        # The client's stream is the translator's: the continuation is read into it, whatever its API.
+                        forwarder.continue_with(as_api(upstream_of(request, attempt.candidate)), said_tokens)
+                    else:
+                        forwarder = _forwarder(request, attempt, continuation=True, said_tokens=said_tokens)
+                    request.trace.said_tokens = said_tokens
         except TimeoutError:
             watch.disarm()
             attempt, request = self._relaying
@@ -145,68 +202,6 @@ class StreamReply(Reply):
                 "(total_timeout_s), the upstream stream closed and its slot freed",
                 self.request.request_id,
             )
-
-    async def _send_all(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
-        headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-            *self.headers(),
-            *extra_headers,
-        ]
-        start: Message | None = {"type": "http.response.start", "status": 200, "headers": headers}
-        runner, attempt, request = self.runner, self.attempt, self.request
-        forwarder = _forwarder(request, attempt)
-        said: list[str] = []  # the answer text the client has from streams that broke
-        while True:
-            broken = await self._relay(send, start, request, attempt, forwarder, watch)
-            start = None
-            assert attempt.meter is not None
-            # A [DONE] relayed as is, with nothing held back: nothing can follow it (``_ending``
-            # adds no bytes and tries no recovery), so the client's stream ends before the
-            # measuring (a parse and a token count) starts; ``_relay`` ended it with the last bytes.
-            closed = broken is None and forwarder.error is None and attempt.meter.done
-            if closed and not self._ended:
-                watch.disarm()
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            reading = attempt.meter.finish(runner.counter)
-            outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading)
-            tail = runner.upstreams[attempt.candidate.provider.name].redact(tail)
-            if outcome == "ok" and reading.malformed:
-                failed = attempt.candidate
-                runner.events.malformed_stream(request.requested_model, failed.name, failed.provider.name)
-            if not recoverable:
-                if not closed:
-                    watch.disarm()
-                    await send({"type": "http.response.body", "body": tail, "more_body": False})
-                runner.record(request, attempt, outcome, reading)
-                if said and outcome == "ok":
-                    request.trace.answer_text = "".join(said) + reading.answer_text
-                return
-            runner.record(request, attempt, outcome, reading)
-            said.append(reading.answer_text)
-            resumed = None
-            said_tokens = 0
-            self._offered = [c.name for c in self.spare]
-            self._continuable = can_continue(self.request, reading)
-            if self._continuable:
-                text = "".join(said)
-                partial = Partial(text, runner.counter.count(text))
-                said_tokens = partial.tokens
-                resumed = await resume(runner, self.budget, self.request, self.spare, partial)
-            self._note_break(attempt, outcome, resumed[0] if resumed else None, len(said))
-            if resumed is None:
-                watch.disarm()
-                await send({"type": "http.response.body", "body": tail, "more_body": False})
-                return
-            attempt, request = resumed
-            self._relaying = (attempt, request)
-            if isinstance(forwarder, StreamTranslator):
-                # The client's stream is the translator's: the continuation is read into it, whatever its API.
-                forwarder.continue_with(as_api(upstream_of(request, attempt.candidate)), said_tokens)
-            else:
-                forwarder = _forwarder(request, attempt, continuation=True, said_tokens=said_tokens)
-            request.trace.said_tokens = said_tokens
 
     async def _relay(
         self,

@@ -214,8 +214,8 @@ class AttemptRunner:
             # headers with its first token is silent until then, and that wait is the other deadline's.
             read_s = max(candidate.idle_timeout_s, first_token_s)
         timeouts = AttemptTimeouts(connect_s=policy.connect_timeout_s, read_s=read_s, total_s=remaining)
-        body = upstream_body(request, candidate)
-        api = upstream_of(request, candidate)
+        api = upstream_of(request, candidate)  # once per attempt: the body, the path and the stream's reader
+        body = upstream_body(request, candidate, api)
         path = upstream_path(request, api)
         try:
             if request.stream:
@@ -223,7 +223,7 @@ class AttemptRunner:
                     attempt.response = await client.send(path, body, timeouts, request.headers, api)
                     if note_status(attempt, self.wall_clock):
                         await status_error(attempt, client.redact, self.wall_clock)
-                    await await_first_token(request, attempt, self.clock)
+                    await await_first_token(request, attempt, self.clock, api)
                 if attempt.meter is not None:
                     self.router.attempt_streaming(candidate, attempt.meter)
             else:
