@@ -283,7 +283,7 @@ ODD_SHAPES = {
 
 
 @pytest.mark.parametrize("shape", sorted(ODD_SHAPES))
-@pytest.mark.parametrize("api", ["chat", "messages"])
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
 def test_a_whole_answer_of_an_odd_shape_is_relayed_and_its_attempt_recorded(
     start_gateway: StartGateway, raw: Callable[..., RawUpstream], shape: str, api: str
 ) -> None:
@@ -303,7 +303,7 @@ def test_a_whole_answer_of_an_odd_shape_is_relayed_and_its_attempt_recorded(
         response = httpx.post(gateway.base_url + "/chat/completions", json=CHAT, timeout=10)
         assert response.status_code == 200, response.text
         assert response.json()["choices"][0]["message"] == ODD_SHAPES[shape]  # relayed as it came
-    else:
+    elif api == "messages":
         request = {"model": "m", "max_tokens": 64, "messages": MESSAGES}
         response = httpx.post(gateway.base_url + "/messages", json=request, timeout=10)
         # Not the client's fault (no 400): the provider's answer holds what the chat API never allows there.
@@ -311,6 +311,12 @@ def test_a_whole_answer_of_an_odd_shape_is_relayed_and_its_attempt_recorded(
         error = response.json()
         assert error["type"] == "error" and error["error"]["type"] == "api_error"
         assert error["error"]["message"].startswith("the provider's answer could not be read as the chat API")
+    else:
+        response = httpx.post(gateway.base_url + "/responses", json={"model": "m", "input": "hi"}, timeout=10)
+        assert response.status_code == 502, response.text
+        error = response.json()["error"]
+        assert (error["type"], error["code"]) == ("upstream_error", "upstream_unreadable")
+        assert error["message"].startswith("the provider's answer could not be read as the chat API")
     wait_until(lambda: len(gateway.samples.samples) >= 1, what="the attempt's sample")
     routes = httpx.get(gateway.base_url + "/gateway/routes", timeout=10).json()
     assert sum(d["in_flight"] for m in routes["data"] for d in m["deployments"]) == 0
