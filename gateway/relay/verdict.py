@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import msgspec
 
 from gateway.dialects import dialect_for
@@ -16,11 +18,20 @@ from gateway.relay.request import ProxyRequest
 from gateway.samples import Outcome, Validity
 from gateway.tokens import TokenCounter
 
+logger = logging.getLogger("gateway")
+
 
 def read_whole(request: ProxyRequest, attempt: Attempt, counter: TokenCounter) -> tuple[Reading, Outcome]:
     """A whole (non-streamed) answer's reading, and the outcome it makes."""
-    # The upstream's own API reads its body (a translated answer's client got it rewritten).
-    reading = read_full_reply(attempt.body, counter, dialect_for(upstream_of(request, attempt.candidate)))
+    try:
+        # The upstream's own API reads its body (a translated answer's client got it rewritten).
+        reading = read_full_reply(attempt.body, counter, dialect_for(upstream_of(request, attempt.candidate)))
+    except Exception:
+        # Every reader takes any JSON (tests/test_odd_answers.py); should one still fail, the answer is
+        # unreadable, not lost: its attempt is recorded and its slot given back.
+        name = attempt.candidate.name
+        logger.exception("request %s: the answer of %s could not be read", request.request_id, name)
+        return Reading(malformed=True), "upstream_error"
     if request.endpoint == "embeddings":
         # Embeddings are measured by latency only: there are no output tokens to count.
         reading = msgspec.structs.replace(reading, output_tokens=None, answer_text="")
