@@ -21,21 +21,10 @@ import pytest
 from benchmarks.hotpath_memory import Driver, chat_body, full_body, running_app, stream_chunks
 from gateway.runtime import runtime_of
 from gateway.samples import Sample
+from tests.support.samples import KeptSamples
 
 TIMED_SAMPLE_FIELDS = ("started_at", "ttft_s", "first_answer_s", "tokens_per_s", "e2e_s", "attempt_s")
 TIMED_LINE_FIELDS = ("ts", "ttft_s", "first_answer_s", "tokens_per_s", "duration_s", "overhead_s")
-
-
-class Recording:
-    """The runner's sink, with every ``Sample`` kept."""
-
-    def __init__(self, sink: Any) -> None:
-        self.sink = sink
-        self.samples: list[Sample] = []
-
-    def record(self, sample: Sample) -> None:
-        self.samples.append(sample)
-        self.sink.record(sample)
 
 
 def _masked_sample(sample: Sample) -> dict[str, Any]:
@@ -49,7 +38,7 @@ def _masked_sample(sample: Sample) -> dict[str, Any]:
 async def _served(body: dict[str, Any], extra_headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
     async with running_app(1) as app:
         runtime = runtime_of({"app": app})
-        recording = Recording(runtime.dispatcher.runner.sink)
+        recording = KeptSamples(runtime.dispatcher.runner.sink)
         runtime.dispatcher.runner.sink = recording
         driver = Driver(app, bool(body.get("stream")))
         raw = json.dumps(body).encode()

@@ -31,6 +31,7 @@ from gateway.runtime import runtime_of
 from gateway.samples import Sample
 from gateway.sse import parse_event
 from gateway.tokens import TokenCounter, load_token_counter
+from tests.support.samples import KeptSamples
 
 COUNTER = load_token_counter("o200k_base")
 
@@ -298,18 +299,6 @@ def test_other_apis_are_read_as_before() -> None:
         assert read_full_reply(raw, COUNTER, dialect) == reference_read(raw, COUNTER, dialect)
 
 
-class Recorded:
-    """The runtime's own sample sink, with each ``Sample`` it is handed kept on the way."""
-
-    def __init__(self, sink: Any) -> None:
-        self.sink = sink
-        self.samples: list[Sample] = []
-
-    def record(self, sample: Sample) -> None:
-        self.samples.append(sample)
-        self.sink.record(sample)
-
-
 async def _one(driver: Driver) -> bytes:
     """One request through the driver's endpoint: the body bytes its client received."""
     sent: list[bytes] = []
@@ -340,7 +329,7 @@ async def _relay(bodies: list[bytes]) -> tuple[list[bytes], list[Sample]]:
     async with running_app(1) as app:
         runtime = runtime_of({"app": app})
         runner = runtime.dispatcher.runner
-        recorded = Recorded(runner.sink)
+        recorded = KeptSamples(runner.sink)
         runner.sink = recorded
         upstream = runtime.upstreams.clients["fake"]
         driver = Driver(app, stream=False)
@@ -398,7 +387,7 @@ def test_an_answer_judged_before_it_is_sent_is_read_once(monkeypatch: pytest.Mon
                 await runtime.upstreams.clients[name].aclose()
                 runtime.upstreams.clients[name] = MemoryUpstream()  # type: ignore[assignment]
             runner = runtime.dispatcher.runner
-            recorded = Recorded(runner.sink)
+            recorded = KeptSamples(runner.sink)
             runner.sink = recorded
             driver = Driver(app, stream=False)
             return [await _one(driver) for _ in range(3)], recorded.samples

@@ -6,6 +6,8 @@ these builders let each test state exactly the measurements it is about.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.samples import Outcome, Sample
 
 
@@ -74,3 +76,16 @@ def make_sample(
         e2e_s=e2e_s,
         output_tokens=output_tokens,
     )
+
+
+class KeptSamples:
+    """A sample sink that keeps every ``Sample`` it is handed on the way to the sink it wraps (a runner's, in a test
+    of what one request records)."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.samples: list[Sample] = []
+
+    def record(self, sample: Sample) -> None:
+        self.samples.append(sample)
+        self.sink.record(sample)
