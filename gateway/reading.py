@@ -79,31 +79,32 @@ def reading_of(tally: Tally, counter: TokenCounter, sent: float, saw_done: bool)
     if tokens >= 2 and first is not None and last is not None:
         window = last - first
         tokens_per_s = tokens / window if window > 0 else None
+    # Every field in order, positionally: matching two dozen keywords cost more than building the struct.
     return Reading(
-        ttft_s=None if tally.first_output_at is None else tally.first_output_at - sent,
-        first_answer_s=None if first is None else first - sent,
-        last_answer_s=None if last is None else last - sent,
-        tokens_per_s=tokens_per_s,
-        output_tokens=tokens,
-        answer_text=text,
-        usage_prompt_tokens=tally.usage_prompt,
-        usage_completion_tokens=tally.usage_completion,
-        usage_cached_tokens=tally.usage_cached,
-        usage_cache_creation_tokens=tally.usage_cache_creation,
-        finished=tally.finished,
-        incomplete=tally.incomplete,
-        saw_done=saw_done,
-        error_message=tally.error_message,
-        response_model=tally.response_model,
-        response_id=tally.response_id,
-        malformed=tally.malformed,
-        tool_calls=tally.tool_calls,
-        provider_timings=tally.provider_timings,
-        last_sequence=tally.last_sequence,
+        None if tally.first_output_at is None else tally.first_output_at - sent,  # ttft_s
+        None if first is None else first - sent,  # first_answer_s
+        None if last is None else last - sent,  # last_answer_s
+        tokens_per_s,  # tokens_per_s
+        tokens,  # output_tokens
+        text,  # answer_text
+        tally.usage_prompt,  # usage_prompt_tokens
+        tally.usage_completion,  # usage_completion_tokens
+        tally.usage_cached,  # usage_cached_tokens
+        tally.usage_cache_creation,  # usage_cache_creation_tokens
+        tally.finished,  # finished
+        tally.incomplete,  # incomplete
+        saw_done,  # saw_done
+        tally.error_message,  # error_message
+        tally.response_model,  # response_model
+        tally.response_id,  # response_id
+        tally.malformed,  # malformed
+        tally.tool_calls,  # tool_calls
+        tally.provider_timings,  # provider_timings
+        tally.last_sequence,  # last_sequence
         # Each later arrival less the one before it, in C (a generator frame per stream cost several µs).
-        chunk_gaps_s=tuple(map(sub, events[1:], events)),
-        calls=tally.tool_call_list() if tally.calls else (),
-        stop=tally.stop,
+        tuple(map(sub, events[1:], events)),  # chunk_gaps_s
+        tally.tool_call_list() if tally.calls else (),  # calls
+        tally.stop,  # stop
     )
 
 
@@ -120,20 +121,29 @@ def read_full_reply(body: bytes, counter: TokenCounter, dialect: Dialect = CHAT)
             return Reading(malformed=True)
         tally = dialect.tally_body(event)
     text = "".join(tally.answer)
+    # Every field in order, positionally (as ``reading_of``): no times in a whole body.
     return Reading(
-        output_tokens=counter.count(text),
-        answer_text=text,
-        usage_prompt_tokens=tally.usage_prompt,
-        usage_completion_tokens=tally.usage_completion,
-        usage_cached_tokens=tally.usage_cached,
-        usage_cache_creation_tokens=tally.usage_cache_creation,
-        finished=tally.finished,
-        incomplete=tally.incomplete,
-        error_message=tally.error_message,
-        response_model=tally.response_model,
-        response_id=tally.response_id,
-        tool_calls=tally.tool_calls,
-        provider_timings=tally.provider_timings,
-        calls=tally.tool_call_list() if tally.calls else (),
-        stop=tally.stop,
+        None,  # ttft_s
+        None,  # first_answer_s
+        None,  # last_answer_s
+        None,  # tokens_per_s
+        counter.count(text),  # output_tokens
+        text,  # answer_text
+        tally.usage_prompt,  # usage_prompt_tokens
+        tally.usage_completion,  # usage_completion_tokens
+        tally.usage_cached,  # usage_cached_tokens
+        tally.usage_cache_creation,  # usage_cache_creation_tokens
+        tally.finished,  # finished
+        tally.incomplete,  # incomplete
+        False,  # saw_done
+        tally.error_message,  # error_message
+        tally.response_model,  # response_model
+        tally.response_id,  # response_id
+        False,  # malformed
+        tally.tool_calls,  # tool_calls
+        tally.provider_timings,  # provider_timings
+        None,  # last_sequence
+        (),  # chunk_gaps_s
+        tally.tool_call_list() if tally.calls else (),  # calls
+        tally.stop,  # stop
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import random
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,6 +163,21 @@ def test_counter_counts_special_token_text_as_plain_text() -> None:
     counter = load_token_counter("o200k_base")
     assert counter.count("<|endoftext|>") > 1
     assert counter.count("") == 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_count_is_the_length_of_tiktokens_encode_ordinary(name: str) -> None:
+    """``count`` calls the compiled tokenizer directly (text with a lone surrogate through tiktoken's wrapper, as
+    before): the same count as ``len(encoding.encode_ordinary(text))`` on random text of every kind."""
+    counter = load_token_counter(name)
+    rng = random.Random(name)
+    pieces = [*TEXTS, "\ud800", "\udfff", "x\ud83d", "<|endoftext|>", " ", "\n", "é", "🎉", "'s", "123", "\r\n"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(12)))
+        if rng.random() < 0.2:
+            text += "".join(chr(rng.randrange(0x20, 0x30000)) for _ in range(rng.randrange(20)))
+        assert counter.count(text) == len(counter.encoding.encode_ordinary(text)), repr(text)
+    assert counter.count("a \ud800 b") == len(counter.encoding.encode_ordinary("a \ufffd b"))  # replaced, then counted
 
 
 @pytest.mark.parametrize("name", NAMES)

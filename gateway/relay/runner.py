@@ -38,7 +38,7 @@ from gateway.relay.refusals import RefusalLog, capacity_refusal, waited_slots
 from gateway.relay.request import ProxyRequest
 from gateway.relay.verdict import read_whole, verdict
 from gateway.routing import Candidate, Router
-from gateway.samples import Outcome, Sample, SampleSink, Validity
+from gateway.samples import Outcome, Sample, SampleSink, Validity, sample_from_fields
 from gateway.sessions.session_bindings import SessionBindings
 from gateway.tokens import TokenCounter
 from gateway.types import Clock, QueueOutcome
@@ -336,30 +336,30 @@ class AttemptRunner:
             cost = deployment.cost_usd(prompt, output or 0, reading.usage_cached_tokens or 0)
         expects = request.expects
         validity = verdict(request, outcome, reading)
-        sample = Sample(
-            model=request.requested_model,
-            deployment=deployment.name,
-            provider=candidate.provider.name,
-            endpoint=request.endpoint,
-            stream=request.stream,
-            outcome=outcome,
-            started_at=attempt.started_wall,
-            status=status if status is not None else attempt.status,
-            ttft_s=reading.ttft_s,
-            first_answer_s=reading.first_answer_s,
-            tokens_per_s=reading.tokens_per_s,
-            e2e_s=self.clock() - request.received_at,
-            output_tokens=reading.output_tokens,
-            usage_prompt_tokens=reading.usage_prompt_tokens,
-            usage_completion_tokens=reading.usage_completion_tokens,
-            usage_cached_tokens=reading.usage_cached_tokens,
-            prompt_tokens_estimate=request.prompt_tokens,
-            cost_usd=cost,
-            hedged=attempt.hedged,
-            attempt_s=self.clock() - attempt.sent_at,
-            chunk_gaps_s=reading.chunk_gaps_s,
-            kind=expects.kind if expects.judged else None,
-            validity=validity,
+        sample = sample_from_fields(
+            request.requested_model,  # model
+            deployment.name,  # deployment
+            candidate.provider.name,  # provider
+            request.endpoint,  # endpoint
+            request.stream,  # stream
+            outcome,  # outcome
+            attempt.started_wall,  # started_at
+            status if status is not None else attempt.status,  # status
+            reading.ttft_s,  # ttft_s
+            reading.first_answer_s,  # first_answer_s
+            reading.tokens_per_s,  # tokens_per_s
+            self.clock() - request.received_at,  # e2e_s
+            reading.output_tokens,  # output_tokens
+            reading.usage_prompt_tokens,  # usage_prompt_tokens
+            reading.usage_completion_tokens,  # usage_completion_tokens
+            reading.usage_cached_tokens,  # usage_cached_tokens
+            request.prompt_tokens,  # prompt_tokens_estimate
+            cost,  # cost_usd
+            attempt.hedged,  # hedged
+            self.clock() - attempt.sent_at,  # attempt_s
+            reading.chunk_gaps_s,  # chunk_gaps_s
+            expects.kind if expects.judged else None,  # kind
+            validity,  # validity
         )
         self.router.attempt_finished(candidate, sample, retry_after_s, attempt.rate_limits)
         self.events.attempt_ended(candidate.model, candidate.name, candidate.provider.name)
