@@ -37,15 +37,17 @@ from gateway.errors import (
 )
 from gateway.info_api import gateway_stats, healthz, list_models, metrics, readyz, retrieve_model
 from gateway.quality import expectation_of
-from gateway.relay import DisconnectWatch, ProxyRequest
+from gateway.relay import DisconnectWatch, ProxyRequest, RequestTrace
 from gateway.relay.keepalive import FirstByteKeepAlive
 from gateway.relay.outbound import eligible, omitted_tools
 from gateway.relay.replies import FullReply
+from gateway.relay.request import proxy_request_from_fields
 from gateway.request_body import ClientGone, check_types, decoded_headers, parse_json_body, read_request_body
 from gateway.responses_state import capture_for, kept_conversation, previous_owner
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences
 from gateway.routing.apis import no_deployment_for, reachable
 from gateway.routing.overrides import resolve_model
+from gateway.routing.plan import route_request_from_fields
 from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
@@ -311,36 +313,39 @@ class ProxyEndpoint:
         session = None
         if policy.affinity != "off":
             session = await lookup_session(runtime, headers, body, size, model.name, key.key_id, policy)
-        request = ProxyRequest(
-            request_id=request_id,
-            endpoint=self.endpoint,
-            path=_with_query(self.path, scope),
-            body=body,
-            stream=stream,
-            requested_model=model_name,
-            received_at=received_at,
-            headers=forwardable_of(headers),
-            prompt_tokens=prompt_tokens,
-            timeout_s=deadlines.timeout_s,
-            ttft_slo_s=deadlines.ttft_slo_s,
-            session_key=session.key if session is not None else None,
-            session_ttl_s=policy.session_ttl_s,
-            translations=able.translations,
-            omitted_tools=able.omitted_tools,
-            expects=expects,
+        # Both built with every field in order, positionally: keyword matching cost more than the building.
+        request = proxy_request_from_fields(
+            request_id,  # request_id
+            self.endpoint,  # endpoint
+            _with_query(self.path, scope),  # path
+            body,  # body
+            stream,  # stream
+            model_name,  # requested_model
+            received_at,  # received_at
+            forwardable_of(headers),  # headers
+            prompt_tokens,  # prompt_tokens
+            RequestTrace(),  # trace
+            deadlines.timeout_s,  # timeout_s
+            deadlines.ttft_slo_s,  # ttft_slo_s
+            session.key if session is not None else None,  # session_key
+            policy.session_ttl_s,  # session_ttl_s
+            able.translations,  # translations
+            able.omitted_tools,  # omitted_tools
+            expects,  # expects
+            False,  # probe
         )
-        route_request = RouteRequest(
-            model=model,
-            endpoint=self.endpoint,
-            stream=stream,
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            preferences=preferences,
-            pinned=pinned,
-            session=session,
-            kind=expects.kind if expects.judged else None,
-            client=key.key_id,
-            explain=_wants_trace(scope["headers"]),
+        route_request = route_request_from_fields(
+            model,  # model
+            self.endpoint,  # endpoint
+            stream,  # stream
+            prompt_tokens,  # prompt_tokens
+            max_tokens,  # max_tokens
+            preferences,  # preferences
+            pinned,  # pinned
+            session,  # session
+            expects.kind if expects.judged else None,  # kind
+            key.key_id,  # client
+            _wants_trace(scope["headers"]),  # explain
         )
         # A key's tokens per minute may hold the answer's likely length (the router's forecast) instead of max_tokens.
         length = runtime.router.forecast(route_request) if key.limits.tokens_per_minute and max_tokens else None

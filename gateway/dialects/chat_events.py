@@ -286,12 +286,13 @@ def read_end(tally: Tally, last: Sequence[ChatChunk | str]) -> None:
     for event in last:
         if isinstance(event, str):
             continue  # an answer event of the stream's shape: no timings
-        for source, value in (
-            ("timings", event.timings),
-            ("metrics", event.metrics),
-            ("perf_metrics", event.perf_metrics),
-        ):
-            tally.timing(source, value)
+        # ``tally.timing`` of each, in this order; it keeps only a non-empty dict (most events have none of them).
+        if event.timings is not None:
+            tally.timing("timings", event.timings)
+        if event.metrics is not None:
+            tally.timing("metrics", event.metrics)
+        if event.perf_metrics is not None:
+            tally.timing("perf_metrics", event.perf_metrics)
         groq = event.x_groq
         if isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
             tally.timing("x_groq", {k: v for k, v in groq["usage"].items() if k.endswith("_time")})

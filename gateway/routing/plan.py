@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
+from gateway.frozen import positional_maker
 from gateway.policies import Affinity
 from gateway.quick_init import quick_init
 from gateway.routing.capacity import RateLimits
@@ -111,6 +112,10 @@ class RouteRequest:
     """The client key's id ("": none): its answers' lengths are learned apart (``gateway.routing.lengths``)."""
     explain: bool = False
     """The caller asked for the routing trace: the plan carries its ``ranking`` even where that costs extra."""
+
+
+route_request_from_fields = positional_maker(RouteRequest)
+"""``RouteRequest(*values)``, every field given in order (``gateway.frozen``): how intake builds one per request."""
 
 
 @quick_init

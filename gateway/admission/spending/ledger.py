@@ -40,6 +40,7 @@ from gateway.admission.spending.store import (
     SpendRow,
     SpendStore,
     SpendStoreDown,
+    booking_from_fields,
 )
 from gateway.admission.spending.windows import Budget, BudgetWindow, Period, period_of, to_nanos, to_usd
 from gateway.config import DeploymentConfig
@@ -107,8 +108,9 @@ def likely_output_tokens(length: Forecast | None, ceiling: int, choices: int = 1
 
 def bookings_of(spender: Spender, samples: Iterable[Sample]) -> list[Booking]:
     """One booking per attempt, to the deployment that produced it (a failure that cost nothing books 0)."""
+    key_id, team = spender.key_id, spender.team
     return [
-        Booking(spender.key_id, spender.team, s.model, s.provider, s.deployment, to_nanos(s.cost_usd or 0.0))
+        booking_from_fields(key_id, team, s.model, s.provider, s.deployment, to_nanos(s.cost_usd or 0.0))
         for s in samples
     ]
 

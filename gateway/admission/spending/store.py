@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gateway.admission.spending.windows import BUDGET_WINDOWS, Budget, BudgetWindow, Period, period_of
+from gateway.frozen import positional_maker
 
 ScopeKind = Literal["key", "team"]
 PERIODS_KEPT = 3
@@ -85,6 +86,10 @@ class Booking:
     @property
     def row(self) -> tuple[str, str, str, str, str]:
         return (self.key_id, self.team, self.model, self.provider, self.deployment)
+
+
+booking_from_fields = positional_maker(Booking)
+"""``Booking(*values)`` (``gateway.frozen``): one per attempt settled, without the frozen ``__init__``'s cost."""
 
 
 @dataclass(frozen=True, slots=True)
