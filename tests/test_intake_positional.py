@@ -20,8 +20,8 @@ import pytest
 
 from benchmarks.hotpath_memory import Driver, running_app
 from gateway import api as api_module
-from gateway.relay.request import ProxyRequest
-from gateway.routing.plan import RouteRequest
+from gateway.relay.request import ProxyRequest, proxy_request_from_fields
+from gateway.routing.plan import RouteRequest, route_request_from_fields
 
 FORMER_PROXY_REQUEST = """ProxyRequest(
     request_id=request_id,
@@ -108,12 +108,12 @@ async def _run(requests: int) -> tuple[list[tuple[Any, Any]], list[tuple[Any, An
         patch.setattr(
             api_module,
             "proxy_request_from_fields",
-            _spy(api_module.proxy_request_from_fields, FORMER_PROXY_REQUEST, proxies),
+            _spy(proxy_request_from_fields, FORMER_PROXY_REQUEST, proxies),
         )
         patch.setattr(
             api_module,
             "route_request_from_fields",
-            _spy(api_module.route_request_from_fields, FORMER_ROUTE_REQUEST, routes),
+            _spy(route_request_from_fields, FORMER_ROUTE_REQUEST, routes),
         )
         async with running_app(1) as app:
             for _ in range(requests):
