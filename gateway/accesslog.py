@@ -217,18 +217,21 @@ class AccessLog:
     ) -> TakenFacts:
         """What the line will say, taken now, in a plain tuple (the samples' list copied; with ``log_bodies`` the
         answer text and the request body, else neither is held by a pending line): the line is made from it by
-        ``_made``, with its batch."""
+        ``_made``, with its batch. ``upstream`` is ``record.upstream_api()``, as the caller found it."""
         request, log = record.request, record.log
+        # ``record.omitted_tools()``, from the upstream API found already: an answer in the client's own API (or
+        # none at all) left no tool out.
+        omitted = None if upstream is None or upstream == record.endpoint else record.omitted_tools()
         if request is None:
             return (
-                self.wall_clock(), record.request_id, record.endpoint, upstream, record.omitted_tools(),
+                self.wall_clock(), record.request_id, record.endpoint, upstream, omitted,
                 log.route if log is not None else None, record.key_name, record.team, record.keepalives, status,
                 duration, overhead, winner, [], 0, None, None, None, None, None, None,
             )  # fmt: skip
         trace = request.trace
         bodies = (trace.answer_text, request.body) if self.log_bodies else None
         return (
-            self.wall_clock(), record.request_id, record.endpoint, upstream, record.omitted_tools(),
+            self.wall_clock(), record.request_id, record.endpoint, upstream, omitted,
             log.route if log is not None else None, record.key_name, record.team, record.keepalives, status,
             duration, overhead, winner, list(trace.samples), trace.said_tokens, trace.prompt_tokens_counted,
             request.requested_model, request.stream, trace.queue_wait_s, trace.provider_timings, bodies,
