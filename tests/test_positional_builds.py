@@ -8,6 +8,7 @@ value put in another field's place fails.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import pickle
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from gateway.admission.ratelimit import Counts, InMemoryRateLimiter, RateDecision, decide
 from gateway.admission.spending.store import Booking
 from gateway.dialects.base import CallParts, Tally
 from gateway.frozen import positional_maker
@@ -84,6 +86,7 @@ def test_the_sample_kinds_are_the_sample_fields() -> None:
     ("cls", "kinds"),
     [
         (Sample, SAMPLE_KINDS),
+        (RateDecision, {"allowed": "bool", "window": "int", "limit": "str", "retry_after_s": "float", "tokens": "int"}),
         (
             Booking,
             {"key_id": "str", "team": "str", "model": "str", "provider": "str", "deployment": "str", "cost": "int"},
@@ -134,6 +137,54 @@ def test_the_positional_maker_refuses_what_its_twin_cannot_stand_for() -> None:
     for cls in (Mutable, Unslotted, Checked, Derived):
         with pytest.raises(TypeError):
             positional_maker(cls)
+
+
+# -- InMemoryRateLimiter.acquire --------------------------------------------------------------------------------
+
+
+class _FormerLimiter(InMemoryRateLimiter):
+    """``acquire`` as it was (copied): each decision built by keyword."""
+
+    async def acquire(
+        self, key_id: str, tokens: int, rpm: int, tpm: int, likely_tokens: int | None = None
+    ) -> RateDecision:
+        now = self.wall_clock()
+        window = int(now // 60)
+        if not rpm and not tpm:
+            return RateDecision(True, window, tokens=tokens)
+        c = self._counters(key_id, window)
+        counts = Counts(c.previous_requests, c.current_requests, c.previous_tokens, c.current_tokens)
+        limit, wait = decide(counts, tokens, rpm, tpm, now)
+        if limit == "tokens" and likely_tokens is not None and likely_tokens < tokens:
+            tokens = likely_tokens
+            limit, wait = decide(counts, tokens, rpm, tpm, now)
+        if limit is not None:
+            return RateDecision(False, window, limit, wait)
+        c.current_requests += 1
+        c.current_tokens += tokens
+        return RateDecision(True, window, tokens=tokens)
+
+
+def test_the_limiter_decides_what_the_keyword_builds_decided() -> None:
+    rng = random.Random("limiter")
+    now = [1_796_000_000.0]
+    limiter, former = InMemoryRateLimiter(lambda: now[0]), _FormerLimiter(lambda: now[0])
+    allowed = 0
+
+    async def run() -> None:
+        nonlocal allowed
+        for _ in range(5000):
+            now[0] += rng.expovariate(20.0)
+            call = (
+                rng.choice("abc"), rng.randrange(1, 400), rng.choice([0, 5, 50]), rng.choice([0, 500, 5000]),
+                rng.choice([None, rng.randrange(1, 100)]),
+            )  # fmt: skip
+            decision = await limiter.acquire(*call)
+            assert type(decision) is RateDecision and decision == await former.acquire(*call)
+            allowed += decision.allowed
+
+    asyncio.run(run())
+    assert 500 < allowed < 4500  # refusals and admissions both came
 
 
 # -- AttemptRunner.record -----------------------------------------------------------------------------------------

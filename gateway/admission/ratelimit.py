@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gateway.config import StatsConfig
+from gateway.frozen import positional_maker
 from gateway.redis_client import Backoff, RedisConnections, describe_error, redis_errors
 from gateway.types import Clock
 
@@ -77,6 +78,10 @@ class RateDecision:
     retry_after_s: float = 0.0
     tokens: int = 0
     """The tokens counted for an allowed request: its worst case, or its likely use when only that fit."""
+
+
+_allowed = positional_maker(RateDecision)
+"""``RateDecision(*values)`` (``gateway.frozen``): an allowed request's decision, made on every request."""
 
 
 def _weight(now: float) -> float:
@@ -179,7 +184,7 @@ class InMemoryRateLimiter:
         now = self.wall_clock()
         window = int(now // WINDOW_S)
         if not rpm and not tpm:
-            return RateDecision(True, window, tokens=tokens)
+            return _allowed(True, window, None, 0.0, tokens)
         c = self._counters(key_id, window)
         counts = Counts(c.previous_requests, c.current_requests, c.previous_tokens, c.current_tokens)
         limit, wait = decide(counts, tokens, rpm, tpm, now)
@@ -190,7 +195,7 @@ class InMemoryRateLimiter:
             return RateDecision(False, window, limit, wait)
         c.current_requests += 1
         c.current_tokens += tokens
-        return RateDecision(True, window, tokens=tokens)
+        return _allowed(True, window, None, 0.0, tokens)
 
     async def adjust(self, key_id: str, window: int, tokens: int) -> None:
         current = int(self.wall_clock() // WINDOW_S)
