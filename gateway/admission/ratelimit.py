@@ -80,8 +80,7 @@ class RateDecision:
     """The tokens counted for an allowed request: its worst case, or its likely use when only that fit."""
 
 
-_allowed = positional_maker(RateDecision)
-"""``RateDecision(*values)`` (``gateway.frozen``): an allowed request's decision, made on every request."""
+_allowed = positional_maker(RateDecision)  # every allowed request's decision, in field order (``gateway.frozen``)
 
 
 def _weight(now: float) -> float:
