@@ -79,33 +79,15 @@ def reading_of(tally: Tally, counter: TokenCounter, sent: float, saw_done: bool)
     if tokens >= 2 and first is not None and last is not None:
         window = last - first
         tokens_per_s = tokens / window if window > 0 else None
-    # Every field in order, positionally: matching two dozen keywords cost more than building the struct.
-    return Reading(
-        None if tally.first_output_at is None else tally.first_output_at - sent,  # ttft_s
-        None if first is None else first - sent,  # first_answer_s
-        None if last is None else last - sent,  # last_answer_s
-        tokens_per_s,  # tokens_per_s
-        tokens,  # output_tokens
-        text,  # answer_text
-        tally.usage_prompt,  # usage_prompt_tokens
-        tally.usage_completion,  # usage_completion_tokens
-        tally.usage_cached,  # usage_cached_tokens
-        tally.usage_cache_creation,  # usage_cache_creation_tokens
-        tally.finished,  # finished
-        tally.incomplete,  # incomplete
-        saw_done,  # saw_done
-        tally.error_message,  # error_message
-        tally.response_model,  # response_model
-        tally.response_id,  # response_id
-        tally.malformed,  # malformed
-        tally.tool_calls,  # tool_calls
-        tally.provider_timings,  # provider_timings
-        tally.last_sequence,  # last_sequence
-        # Each later arrival less the one before it, in C (a generator frame per stream cost several µs).
-        tuple(map(sub, events[1:], events)),  # chunk_gaps_s
-        tally.tool_call_list() if tally.calls else (),  # calls
-        tally.stop,  # stop
+    times = (
+        None if tally.first_output_at is None else tally.first_output_at - sent,
+        None if first is None else first - sent,
+        None if last is None else last - sent,
+        tokens_per_s,
     )
+    # Each later arrival less the one before it, in C (a generator frame per stream cost several µs).
+    gaps = tuple(map(sub, events[1:], events))
+    return _reading(tally, text, tokens, times, saw_done, tally.malformed, tally.last_sequence, gaps)
 
 
 def read_full_reply(body: bytes, counter: TokenCounter, dialect: Dialect = CHAT) -> Reading:
@@ -121,13 +103,28 @@ def read_full_reply(body: bytes, counter: TokenCounter, dialect: Dialect = CHAT)
             return Reading(malformed=True)
         tally = dialect.tally_body(event)
     text = "".join(tally.answer)
-    # Every field in order, positionally (as ``reading_of``): no times in a whole body.
+    return _reading(tally, text, counter.count(text), _NO_TIMES, False, False, None, ())
+
+
+_NO_TIMES: tuple[None, None, None, None] = (None, None, None, None)
+"""A whole body's first token, first and last answer and tokens per second: none."""
+
+
+def _reading(
+    tally: Tally,
+    text: str,
+    tokens: int,
+    times: tuple[float | None, float | None, float | None, float | None],
+    saw_done: bool,
+    malformed: bool,
+    last_sequence: int | None,
+    gaps: tuple[float, ...],
+) -> Reading:
+    """The ``Reading`` of ``tally``: ``times`` (first token, first and last answer, tokens per second) and the rest
+    given; every field in order, positionally (matching two dozen keywords cost more than building the struct)."""
     return Reading(
-        None,  # ttft_s
-        None,  # first_answer_s
-        None,  # last_answer_s
-        None,  # tokens_per_s
-        counter.count(text),  # output_tokens
+        *times,  # ttft_s, first_answer_s, last_answer_s, tokens_per_s
+        tokens,  # output_tokens
         text,  # answer_text
         tally.usage_prompt,  # usage_prompt_tokens
         tally.usage_completion,  # usage_completion_tokens
@@ -135,15 +132,15 @@ def read_full_reply(body: bytes, counter: TokenCounter, dialect: Dialect = CHAT)
         tally.usage_cache_creation,  # usage_cache_creation_tokens
         tally.finished,  # finished
         tally.incomplete,  # incomplete
-        False,  # saw_done
+        saw_done,  # saw_done
         tally.error_message,  # error_message
         tally.response_model,  # response_model
         tally.response_id,  # response_id
-        False,  # malformed
+        malformed,  # malformed
         tally.tool_calls,  # tool_calls
         tally.provider_timings,  # provider_timings
-        None,  # last_sequence
-        (),  # chunk_gaps_s
+        last_sequence,  # last_sequence
+        gaps,  # chunk_gaps_s
         tally.tool_call_list() if tally.calls else (),  # calls
         tally.stop,  # stop
     )
