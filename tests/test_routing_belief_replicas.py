@@ -14,10 +14,12 @@ import pytest
 
 from gateway.config import GatewayConfig
 from gateway.routing import ProviderPreferences, RouteRequest
+from gateway.routing.belief_others import OthersAnswers
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate
 from gateway.samples import Sample
-from gateway.stats import InMemoryStatsStore
+from gateway.stats import InMemoryStatsStore, StatsSnapshot
+from gateway.stats.answers import AnswerLog, Recorder
 from tests.support.clock import FakeClock
 from tests.support.config import gateway_config
 from tests.support.samples import make_sample
@@ -130,3 +132,36 @@ def test_a_replica_that_starts_late_hears_the_log_at_its_first_plan() -> None:
     assert (told.ttft_s, told.s_per_token, *told.spread) == pytest.approx(
         (expected.ttft_s, expected.s_per_token, *expected.spread), rel=1e-6
     )
+
+
+def test_reading_only_what_was_added_finds_what_reading_the_whole_log_finds() -> None:
+    """``OthersAnswers`` reads only the answers added since its last read unless the log was replaced (a Redis
+    refresh): the same answers, in the same order, as reading the whole log each time and skipping those heard."""
+    rng = random.Random(40)
+    log = AnswerLog()
+    snapshot = StatsSnapshot({}, 0.0, log, "me")
+    recorders = {name: Recorder(name) for name in ("me", "r1", "r2")}
+    pairs = [("m", "a"), ("m", "b")]
+    others, reference = OthersAnswers(), dict[tuple[tuple[str, str], str], int]()
+    heard = 0
+    for step in range(3000):
+        pair = rng.choice(pairs)
+        roll = rng.random()
+        if roll < 0.7:
+            answer = recorders[rng.choice(list(recorders))].answer(make_sample(deployment=pair[1]), float(step))
+            assert answer is not None
+            log.add(pair, answer)
+        elif roll < 0.8:
+            log.replace(pair, list(log.of(pair))[rng.randrange(4) :])  # read back, its oldest trimmed
+        else:
+            expected = []
+            for p in pairs:
+                for answer in log.of(p):
+                    key = (p, answer.replica)
+                    if answer.replica != "me" and answer.seq > reference.get(key, 0):
+                        expected.append((p, answer))
+                        reference[key] = answer.seq
+            found = others.new(snapshot, pairs)
+            assert found == expected, step
+            heard += len(found)
+    assert heard > 1000

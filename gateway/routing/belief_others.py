@@ -8,7 +8,7 @@ this router has not heard yet. The router tells them to its beliefs by the rule 
 
 Why at plan time, from the snapshot the plan reads anyway: that is when a belief is read, the snapshot is
 already local (a store reads Redis in its background refresh, never on the request's path), and a
-deployment whose log has not changed since is passed over by comparing one number. A router has no
+deployment whose log has not changed since is passed over by comparing one mark. A router has no
 refresh of its own to hang this on, and the store, which does, knows nothing of beliefs. Its own answers
 are skipped by their tag: it heard them as they ended (``attempt_finished``).
 """
@@ -23,14 +23,16 @@ from gateway.types import DeploymentKey
 
 
 class OthersAnswers:
-    """Per deployment, the log's version last read, and per replica in its log the number of its last answer heard
-    (a replica gone from the log is forgotten: a log only loses its oldest entries, so none of those heard comes
-    back)."""
+    """Per deployment, the log's mark last read, and per replica in its log the number of its last answer heard.
 
-    __slots__ = ("_versions", "_heard")
+    A log only grows at its end between reads, or is replaced by a fresh read of everyone's (Redis); after a growth
+    only the answers added are looked at, after a replacement all, and a replica gone from the log is forgotten
+    (a log only loses its oldest entries, so none of those heard comes back)."""
+
+    __slots__ = ("_marks", "_heard")
 
     def __init__(self) -> None:
-        self._versions: dict[DeploymentKey, int] = {}
+        self._marks: dict[DeploymentKey, tuple[int, int]] = {}
         self._heard: dict[DeploymentKey, dict[str, int]] = {}
 
     def new(self, snapshot: StatsSnapshot, pairs: Iterable[DeploymentKey]) -> list[tuple[DeploymentKey, Answer]]:
@@ -39,22 +41,24 @@ class OthersAnswers:
         log, me = snapshot.answers, snapshot.replica
         new: list[tuple[DeploymentKey, Answer]] = []
         for pair in pairs:
-            version = log.version(pair)
-            if version == self._versions.get(pair, 0):
+            mark = log.mark(pair)
+            last = self._marks.get(pair, (0, 0))
+            if mark == last:
                 continue
-            self._versions[pair] = version
+            self._marks[pair] = mark
+            answers, grown = log.since(pair, last)
             before = self._heard.get(pair, {})
-            heard: dict[str, int] = {}
-            for answer in log.of(pair):
+            heard = before if grown else {}
+            for answer in answers:
                 replica = answer.replica
                 if replica == me:
                     continue
-                last = heard.get(replica)
-                if last is None:
-                    last = before.get(replica, 0)
-                if answer.seq > last:
+                seq = heard.get(replica)
+                if seq is None:
+                    seq = before.get(replica, 0)
+                if answer.seq > seq:
                     new.append((pair, answer))
-                    last = answer.seq
-                heard[replica] = last
+                    seq = answer.seq
+                heard[replica] = seq
             self._heard[pair] = heard
         return new

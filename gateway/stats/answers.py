@@ -122,22 +122,24 @@ def _number(value: object) -> float | None:
 
 
 class AnswerLog:
-    """Per deployment, the last ``ANSWERS_KEPT`` answers, oldest first, and a version that changes whenever they
-    do (a reader with nothing new to hear compares one number). Not thread-safe (one event loop)."""
+    """Per deployment, the last ``ANSWERS_KEPT`` answers, oldest first, and a mark of their state: (the change that
+    last replaced them, answers added since). A reader with nothing new to hear compares one mark; one whose mark
+    has the same first part reads only the answers added since (``since``). Not thread-safe (one event loop)."""
 
-    __slots__ = ("recent", "versions", "_changes")
+    __slots__ = ("recent", "marks", "_replaced")
 
     def __init__(self) -> None:
         self.recent: dict[DeploymentKey, deque[Answer]] = {}
-        self.versions: dict[DeploymentKey, int] = {}
-        self._changes = itertools.count(1)
+        self.marks: dict[DeploymentKey, tuple[int, int]] = {}
+        self._replaced = itertools.count(1)
 
     def add(self, pair: DeploymentKey, answer: Answer) -> None:
         kept = self.recent.get(pair)
         if kept is None:
             kept = self.recent[pair] = deque(maxlen=ANSWERS_KEPT)
         kept.append(answer)
-        self.versions[pair] = next(self._changes)
+        replaced, added = self.marks.get(pair, (0, 0))
+        self.marks[pair] = (replaced, added + 1)
 
     def replace(self, pair: DeploymentKey, answers: Sequence[Answer]) -> None:
         """``pair``'s answers as read back (already in order), unless they are the ones kept."""
@@ -145,14 +147,23 @@ class AnswerLog:
         if kept is not None and len(kept) == len(answers) and all(a is b for a, b in zip(kept, answers, strict=True)):
             return
         self.recent[pair] = deque(answers[-ANSWERS_KEPT:], maxlen=ANSWERS_KEPT)
-        self.versions[pair] = next(self._changes)
+        self.marks[pair] = (next(self._replaced), 0)
 
     def of(self, pair: DeploymentKey) -> Sequence[Answer]:
         return self.recent.get(pair, ())
 
-    def version(self, pair: DeploymentKey) -> int:
-        """0 until ``pair`` has answers; then a number no earlier state of them had."""
-        return self.versions.get(pair, 0)
+    def mark(self, pair: DeploymentKey) -> tuple[int, int]:
+        """(0, 0) until ``pair`` has answers; then a mark no other state of them had."""
+        return self.marks.get(pair, (0, 0))
+
+    def since(self, pair: DeploymentKey, mark: tuple[int, int]) -> tuple[Sequence[Answer], bool]:
+        """The answers kept now that were not at ``mark`` (a mark of this log), and True; or, when they were replaced
+        since, all of them and False."""
+        now = self.mark(pair)
+        kept = self.recent.get(pair, ())
+        if now[0] != mark[0]:
+            return kept, False
+        return list(itertools.islice(reversed(kept), now[1] - mark[1]))[::-1], True
 
 
 NO_ANSWERS = AnswerLog()

@@ -286,9 +286,9 @@ async def test_answers_are_kept_one_by_one_tagged_and_shared_once(open_store: Op
         assert (second.ttft_s, second.tokens_per_s, second.uncached_tokens) == (0.5, 40.0, None)
         assert (failed.outcome, failed.ttft_s) == ("timeout", None)
         assert (raced.outcome, raced.hedged, raced.ttft_s, raced.drained) == ("client_cancelled", True, 0.2, False)
-    version = a.snapshot().answers.version(("m", "d"))
+    mark = a.snapshot().answers.mark(("m", "d"))
     await a.sync()
-    assert a.snapshot().answers.version(("m", "d")) == version  # nothing new: a reader compares one number
+    assert a.snapshot().answers.mark(("m", "d")) == mark  # nothing new: a reader compares one mark
 
 
 async def test_the_answers_kept_are_bounded(open_store: OpenStore, clock: FakeClock) -> None:
