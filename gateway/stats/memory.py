@@ -60,8 +60,11 @@ class InMemoryStatsStore:
         return self.minutes.points(self.wall_clock(), pairs)
 
     def snapshot(self) -> StatsSnapshot:
-        window = self.window.snapshot()
-        return StatsSnapshot(window.summaries, window.taken_at, self.answers, self.replica)
+        """The window's total (``SlicedWindow.snapshot``, shared state: read it before the next ``record``) and the
+        answers."""
+        window = self.window
+        window.expire()
+        return StatsSnapshot(window.total, self.wall_clock(), self.answers, self.recorder.replica)
 
     def health(self) -> StoreHealth:
         return StoreHealth()
