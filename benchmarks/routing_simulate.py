@@ -127,13 +127,17 @@ class Simulation:
         self.events: list[tuple[float, int, Callable[[], None]]] = []
         self.counter = itertools.count()
         self.config = _config(scenario, policy)
-        self.store = InMemoryStatsStore(StatsConfig(), wall_clock=lambda: WALL + self.now)
-        # Replicas share the window (the store) and keep their own state; the first keeps the seed's own rng.
+        self.store = InMemoryStatsStore(StatsConfig(), wall_clock=lambda: WALL + self.now, replica="replica-0")
+        # Replicas share the window and the answers' log (one store) and keep their own state; each records under
+        # its own replica id, as a process would. The first keeps the seed's own rng.
+        stores = [self.store, *(self.store.as_replica(f"replica-{i}") for i in range(1, scenario.replicas))]
         kind = BeliefRouter if router == "new" and strategy != "oracle" else MeasuredRouter
         self.routers: list[Router] = [
-            kind(self.config, self.store, rng=random.Random(seed if i == 0 else f"{seed}:{i}"), clock=self.clock)
+            kind(self.config, stores[i], rng=random.Random(seed if i == 0 else f"{seed}:{i}"), clock=self.clock)
             for i in range(scenario.replicas)
         ]
+        self.stores = {id(r): s for r, s in zip(self.routers, stores, strict=True)}
+        """Each replica's router's store (``sample`` records there)."""
         self.router = self.routers[0]
         self.result = Result()
         policy_config = self.config.policy_for(self.config.models[0])
@@ -195,7 +199,7 @@ class Simulation:
             hedged=bool(extra.get("hedged")),
             status=extra.get("status"),
         )
-        self.store.record(sample)
+        self.stores[id(router)].record(sample)
         router.attempt_finished(candidate, sample)
         if outcome != "upstream_error":  # billed: the prompt, and what was read of the answer
             tokens = int(extra.get("tokens") or 0)

@@ -40,6 +40,7 @@ FAMILIES: dict[str, re.Pattern[str]] = {
     # Stats (gateway/stats/redis_layout.py): one hash tag per (model, deployment).
     "stats slice": re.compile(r"^\{" + PREFIX + r":[^:{}]+:[^:{}]+\}:\d+$"),
     "stats writers": re.compile(r"^\{" + PREFIX + r":[^:{}]+:[^:{}]+\}:writers$"),
+    "stats answers": re.compile(r"^\{" + PREFIX + r":[^:{}]+:[^:{}]+\}:answers$"),
     # The dashboard's history (gateway/stats/history.py): one hash per (model, deployment) and minute.
     "stats history minute": re.compile(r"^\{" + PREFIX + r":[^:{}]+:[^:{}]+\}:m:\d+$"),
     "stats pair index": re.compile(r"^" + PREFIX + r":pairs$"),
@@ -61,6 +62,7 @@ FAMILIES: dict[str, re.Pattern[str]] = {
 TOGETHER = {
     "stats slice": "pair",
     "stats writers": "pair",
+    "stats answers": "pair",
     "stats history minute": "pair",
     "rate-limit minute": "client",
     "budget": "spender",
@@ -71,7 +73,7 @@ client, per spender (a team, or a key of no team)."""
 
 SINGLE_KEY = {
     "get", "set", "hincrby", "hget", "hset", "hmget", "hgetall", "expire", "pttl", "del",
-    "zadd", "zrangebyscore", "zremrangebyscore",
+    "zadd", "zrangebyscore", "zremrangebyscore", "lrange",
 }  # fmt: skip
 KEYLESS = {
     "client", "cluster", "command", "script", "role", "wait", "ping", "hello", "info", "readonly", "asking", "auth",

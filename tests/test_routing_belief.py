@@ -8,7 +8,7 @@ import random
 import pytest
 
 from gateway.routing.belief import HAZARD_S, Belief
-from gateway.routing.priors import BETWEEN, Prior, pooled, with_window
+from gateway.routing.priors import BETWEEN, Prior, pooled
 
 NO_PRIOR = Prior()
 
@@ -188,17 +188,6 @@ def test_the_pooled_prior_is_the_others_levels_widened_by_their_spread() -> None
     assert abs(newcomer.expected(0.0).ttft_s - 1.0) < 1e-9  # nothing at all: the default level
     newcomer.observe(16.0, prior, 0.6, 0.01)
     assert 0.45 < newcomer.expected(16.0).ttft_s < 0.7
-
-
-def test_the_shared_window_sharpens_the_prior_as_evidence_aged_by_its_age() -> None:
-    prior = Prior((math.log(1.0), math.log(0.02)), (1.0, 1.0))
-    fresh = with_window(prior, (0.3, 1 / 250.0), 40, 1.0)
-    aged = with_window(prior, (0.3, 1 / 250.0), 40, 3000.0)
-    assert fresh.mean[0] is not None and aged.mean[0] is not None
-    assert abs(math.exp(fresh.mean[0]) - 0.3) < 0.05
-    assert fresh.var[0] < aged.var[0]
-    assert math.exp(aged.mean[0]) > math.exp(fresh.mean[0])  # older evidence counts for less
-    assert with_window(prior, (None, None), 40, 1.0) == prior
 
 
 def test_prefill_is_learned_as_seconds_per_uncached_token() -> None:

@@ -158,6 +158,7 @@ def test_a_reload_hands_the_beliefs_to_the_new_router() -> None:
     router = build_router("belief", CONFIG, previous.stats, previous=previous, clock=clock)
     assert isinstance(router, LiveBeliefRouter) and router.state is previous.state
     assert router.beliefs is previous.beliefs and router.lengths is previous.lengths
+    assert router.others is previous.others  # the other replicas' answers heard: not heard again
     assert router.rank(CONFIG.models[0]).rows[0].belief == previous.rank(CONFIG.models[0]).rows[0].belief
 
 

@@ -14,9 +14,9 @@ The model, in one pass:
   Student-t (``TAIL_NU`` degrees of freedom) so one wild answer neither triggers a change nor
   drags the level far. A new run starts from the prior.
 - The prior is pooled from the model's other deployments (their levels' mean, widened by their
-  spread), counting as ``PRIOR_WEIGHT`` answers' worth of certainty at most; the shared window's
-  median for this deployment (every replica's answers), aged by half the window, sharpens the
-  first run's prior.
+  spread), counting as ``PRIOR_WEIGHT`` answers' worth of certainty at most. Other replicas'
+  answers are not a prior: each is heard as an answer, at the time it ended
+  (``gateway.routing.belief_others``).
 - Censored evidence is one rule: "the value is at least t" (a race lost, an attempt overdue, a
   stream slower than believed). Each hypothesis is weighted by the probability it gave that
   and its posterior is moment-matched to the truncated likelihood.

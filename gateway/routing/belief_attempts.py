@@ -4,16 +4,22 @@
 runs, ``plan`` reads from it a lower bound on the deployment's seconds per token (``slowness_of``),
 or, for one begun since the deployment was last heard, its first token and pace so far
 (``pace_so_far``). A stream's tokens are estimated from its bytes, by its API's bytes per token.
-``answer_pair`` reads a finished answer's pair, also where it came whole.
+``answer_pair`` reads a finished answer's pair, also where it came whole, and ``tell`` tells a belief what one
+finished attempt says: this replica's own, or another's read from the shared log (``gateway.routing.belief_others``),
+by one rule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
+from gateway.routing.belief import Belief
 from gateway.routing.draws import Draw
+from gateway.routing.health import FAILURES
 from gateway.routing.lengths import LengthKey
-from gateway.samples import Sample
+from gateway.routing.priors import Prior
+from gateway.stats.answers import Answer
 from gateway.types import DeploymentKey, StreamProgress
 
 PACE_TOKENS = 8
@@ -60,7 +66,22 @@ def slowness_of(attempt: RunningAttempt, now: float, bytes_per_token: dict[str, 
     return (now - attempt.first_at) / (progress.received_bytes / per_token + 1.0)
 
 
-def answer_pair(sample: Sample, expected: Draw) -> tuple[float | None, float | None]:
+class Measured(Protocol):
+    """What ``answer_pair`` reads of a finished attempt: a ``Sample`` or an ``Answer`` alike."""
+
+    @property
+    def stream(self) -> bool: ...
+    @property
+    def ttft_s(self) -> float | None: ...
+    @property
+    def tokens_per_s(self) -> float | None: ...
+    @property
+    def output_tokens(self) -> int | None: ...
+    @property
+    def attempt_s(self) -> float | None: ...
+
+
+def answer_pair(sample: Measured, expected: Draw) -> tuple[float | None, float | None]:
     """A finished answer's first token and seconds per token, for its deployment's belief.
 
     A stream's, as measured. One whose tokens all came in one piece (no speed measured) streamed them in the
@@ -82,3 +103,22 @@ def answer_pair(sample: Sample, expected: Draw) -> tuple[float | None, float | N
         return ended, None
     scale = ended / (expected.ttft_s + (n - 1) * expected.s_per_token)
     return expected.ttft_s * scale, expected.s_per_token * scale
+
+
+def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: float | None) -> bool:
+    """Tell ``belief`` what one finished attempt says, at ``now``: an answer's pair (a drained probe's too), a
+    failure (after ``elapsed_s``), or a raced loser's lower bound on its first token (its wait, or ``elapsed_s``).
+    False when it says nothing of the deployment."""
+    if answer.outcome == "ok" or answer.drained:
+        ttft, spt = answer_pair(answer, belief.expected(now, prior))
+        belief.observe(now, prior, ttft, spt, uncached_tokens=answer.uncached_tokens)
+        belief.failed(now, False)
+    elif answer.outcome in FAILURES:
+        belief.failed(now, True, elapsed_s)
+    elif answer.outcome == "client_cancelled" and answer.hedged:
+        waited = answer.ttft_s if answer.ttft_s is not None else elapsed_s
+        if waited:
+            belief.observe(now, prior, at_least=(waited, None))
+    else:
+        return False
+    return True

@@ -44,8 +44,9 @@ class Failures:
     """How long its failures took to say so (a running mean): what one costs before the fallback starts."""
     failed: float = 0.0
     """Failures heard (faded as the runs are): how much the running mean of ``failure_s`` rests on."""
-    read: tuple[float, float, float] | None = None
-    """The last ``counts`` read (its time, and the beta): a plan reads each deployment's several times at one time."""
+    read: tuple[float, float, float] | None = field(default=None, compare=False)
+    """The last ``counts`` read (its time, and the beta): a plan reads each deployment's several times at one time.
+    A memo, not state: two posteriors are equal whatever each was last read at."""
     terms: list[tuple[float, float, float, float, float]] | None = field(default=None, compare=False, repr=False)
     """Each run's terms of ``counts`` that only an outcome heard changes (None: not found since)."""
 

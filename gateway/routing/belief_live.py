@@ -114,9 +114,11 @@ class LiveBeliefRouter(BeliefRouter):
 
     def inherit(self, previous: BeliefRouter) -> None:
         """Carry on from the router of the config before a reload: the very same beliefs, priors, answer lengths,
-        budget and counts (shared, not copied: the old router's attempts still running report to them)."""
+        budget and counts (shared, not copied: the old router's attempts still running report to them), and which
+        of the other replicas' answers the beliefs have heard (else they would hear the log again)."""
         self.beliefs = previous.beliefs
         self.priors = previous.priors
+        self.others = previous.others
         self.lengths = previous.lengths
         self.budget = previous.budget
         self.counts = previous.counts

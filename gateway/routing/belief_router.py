@@ -6,7 +6,8 @@ request order them (``gateway.routing.choose``, ``gateway.routing.cost``). Aroun
 keeps the loops that are not beliefs: circuits and capacity (``gateway.routing.health``,
 ``gateway.routing.capacity``), context windows, learned deadlines, and the tail hedge
 (``gateway.routing.hedge``). ``attempt_finished`` turns each attempt into evidence: an answer's
-pair, a failure, or a lower bound (a race or a hedge lost).
+pair, a failure, or a lower bound (a race or a hedge lost). The other replicas' answers are the same
+evidence, heard from the stats store's log at plan time (``gateway.routing.belief_others``).
 The attempts under way are kept as ``gateway.routing.belief_attempts`` defines them, and the
 plan's candidates are built by ``gateway.routing.belief_candidates``.
 
@@ -19,26 +20,28 @@ import math
 import random
 import time
 
-from gateway.config import DeploymentConfig, GatewayConfig, PolicyConfig
+from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig
 from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cached_on, staying
 from gateway.routing.apis import speaking
 from gateway.routing.belief import NO_PRIOR, Belief
-from gateway.routing.belief_attempts import RunningAttempt, answer_pair, pace_so_far, slowness_of
+from gateway.routing.belief_attempts import RunningAttempt, pace_so_far, slowness_of, tell
 from gateway.routing.belief_candidates import candidates_of, choose_for, kind_terms
+from gateway.routing.belief_others import OthersAnswers
 from gateway.routing.capacity import RateLimits
 from gateway.routing.choose import Budget, Choice, Counts, Option
 from gateway.routing.cost import Shape, Weights
 from gateway.routing.filters import allowed, as_preferred
-from gateway.routing.health import FAILURES, RouterState
+from gateway.routing.health import RouterState
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
-from gateway.routing.priors import Prior, pooled, with_window
+from gateway.routing.priors import Prior, pooled
 from gateway.routing.router import SnapshotSource
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
+from gateway.stats.answers import answer_of, tells
 from gateway.types import CircuitState, Clock, DeploymentKey, StreamProgress
 
 
@@ -78,6 +81,8 @@ class BeliefRouter:
         """Each API's stream bytes per output token (its events' envelope), from finished streams."""
         self._weights: dict[tuple[int, Sort | None], tuple[PolicyConfig, Weights]] = {}
         """``Weights.of`` each policy (by identity: policies are frozen) and sort, found once."""
+        self.others = OthersAnswers()
+        """Which of the other replicas' answers the beliefs have heard."""
 
     def exploration(self, model: str) -> tuple[float, float]:
         """Share of ``model``'s requests that explored, and attempts per request beyond one (for reports)."""
@@ -107,6 +112,7 @@ class BeliefRouter:
         fitting = [d for d in deployments if self.state.windows.fits(model.name, d, request.prompt_tokens)]
         deployments = fitting or deployments
         snapshot = self.stats.snapshot()
+        self._hear_others(model, snapshot, now)
         options = [self._option(model.name, d.name, d, snapshot, now) for d in deployments]
         length = shape_of(model.name, request.max_tokens)
         expected = self.lengths.expected(length, request.max_tokens, policy.default_output_tokens)
@@ -195,18 +201,10 @@ class BeliefRouter:
     def _option(
         self, model: str, name: str, deployment: DeploymentConfig, snapshot: StatsSnapshot, now: float
     ) -> Option:
-        """The deployment's belief as this request should see it: its prior, the window, any overdue attempt."""
+        """The deployment's belief as this request should see it: its prior, and any attempt running there."""
         belief = self.belief(model, name)
         prior = self.priors.get((model, name), NO_PRIOR)
         running = self._open.get((model, name))
-        measuring = bool(running)
-        if not belief.answers:
-            summary = snapshot.get(model, name)
-            n = summary.count("ttft_s") if summary is not None else 0
-            if summary is not None and n:
-                medians = (summary.quantile("ttft_s", 0.5), _inverse(summary.quantile("tokens_per_s", 0.5)))
-                prior = with_window(prior, medians, n, self.state.window_s / 2)
-                measuring = True
         if running:
             # Attempts there now. Those begun since it was last heard are all still running (none has ended, or it
             # would have been heard): not picked by their length, so each streaming one tells its first token and
@@ -235,7 +233,7 @@ class BeliefRouter:
             spt_bound = slow if slow > expected.s_per_token else None
             if ttft_bound is not None or spt_bound is not None or streaming:
                 belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming)
-        return Option(deployment, belief, prior, measuring)
+        return Option(deployment, belief, prior, bool(running))
 
     # -- attempts ---------------------------------------------------------------------------
 
@@ -299,7 +297,7 @@ class BeliefRouter:
         if model is None:
             return
         policy = self.config.policy_for(model)
-        self._evidence(key, sample, attempt, now)
+        self._evidence(model, key, sample, attempt, now)
         load_refusal = sample.status == 429 and limits is not None and limits.has_budget and not out
         self.state.health.record(
             key,
@@ -319,19 +317,19 @@ class BeliefRouter:
         fails, oks = self.belief(*key).failure(now)
         return fails > oks
 
-    def _evidence(self, key: DeploymentKey, sample: Sample, attempt: RunningAttempt | None, now: float) -> None:
-        """One finished attempt as evidence: an answer's pair, a failure, or a lower bound on its first token."""
-        belief = self.belief(*key)
-        prior = self.priors.get(key, NO_PRIOR)
-        drained = (
-            sample.outcome == "client_cancelled" and sample.output_tokens is not None and sample.ttft_s is not None
-        )
-        if sample.outcome == "ok" or drained:
-            ttft, spt = answer_pair(sample, belief.expected(now, prior))
-            prompt = sample.usage_prompt_tokens
-            uncached = None if prompt is None else max(0, prompt - (sample.usage_cached_tokens or 0))
-            belief.observe(now, prior, ttft, spt, uncached_tokens=uncached)
-            belief.failed(now, False)
+    def _evidence(
+        self, model: ModelConfig, key: DeploymentKey, sample: Sample, attempt: RunningAttempt | None, now: float
+    ) -> None:
+        """One finished attempt of this replica as evidence (``belief_attempts.tell``), the other replicas' answers
+        that ended before it heard first (``_hear_others``); an answer also teaches its deadlines, its length and
+        its API's bytes per token."""
+        if not tells(sample):
+            return
+        self._hear_others(model, self.stats.snapshot(), now)
+        answer = answer_of(sample)
+        elapsed = now - attempt.started_at if attempt is not None else None
+        tell(self.belief(*key), self.priors.get(key, NO_PRIOR), answer, now, elapsed)
+        if answer.outcome == "ok" or answer.drained:
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:
                 self.lengths.heard(attempt.length[0], sample.output_tokens, attempt.length[1])
@@ -340,17 +338,23 @@ class BeliefRouter:
                 seen = attempt.progress.received_bytes / sample.output_tokens
                 known = self._bytes_per_token.get(api)
                 self._bytes_per_token[api] = seen if known is None else known + (seen - known) / 20
-        elif sample.outcome in FAILURES:
-            belief.failed(now, True, now - attempt.started_at if attempt is not None else None)
-        elif sample.outcome == "client_cancelled" and sample.hedged:
-            waited = sample.ttft_s
-            if waited is None and attempt is not None:
-                waited = now - attempt.started_at
-            if waited:
-                belief.observe(now, prior, at_least=(waited, None))
-        else:
-            return
-        model = key[0]
+        self._pool(key[0], now)
+
+    def _hear_others(self, model: ModelConfig, snapshot: StatsSnapshot, now: float) -> None:
+        """Tell the beliefs the other replicas' answers not heard yet (``gateway.routing.belief_others``), each as
+        its replica heard it: by the same rule as this replica's own, at the time it ended (as long ago before now
+        as it was recorded before the snapshot was taken), never before what the belief heard last."""
+        new = self.others.new(snapshot, [(model.name, d.name) for d in model.deployments])
+        for key, answer in new:
+            belief = self.belief(*key)
+            at = now - max(0.0, snapshot.taken_at - answer.at)
+            for heard in (belief.heard_at, belief.failures.heard_at):
+                at = at if heard is None else max(at, heard)
+            if tell(belief, self.priors.get(key, NO_PRIOR), answer, at, answer.attempt_s):
+                self._pool(key[0], at)
+
+    def _pool(self, model: str, now: float) -> None:
+        """Each of ``model``'s deployments' prior, pooled from the others' beliefs (after any of them heard)."""
         beliefs = [(k, b) for k, b in self.beliefs.items() if k[0] == model]
         for k, _ in beliefs:
             self.priors[k] = pooled([b for other, b in beliefs if other != k], now)
@@ -391,7 +395,3 @@ class BeliefRouter:
             belief = self.beliefs.get(key)
             if belief is not None:
                 belief.failures.recovered(self.clock())
-
-
-def _inverse(value: float | None) -> float | None:
-    return 1.0 / value if value else None

@@ -1,8 +1,9 @@
-"""Where a belief starts: a prior pooled from the model's other deployments, sharpened by the shared window.
+"""Where a belief starts: a prior pooled from the model's other deployments.
 
 A model's deployments are believed to lie around a common level (a hierarchical normal): a deployment
 never heard from borrows the others' mean, as uncertain as they lie apart (``BETWEEN`` until they are
-measured). The shared window (every replica's answers) is evidence like any other, aged by its age.
+measured). Every replica's answers are evidence like this replica's own, heard one by one from the stats
+store's log (``gateway.routing.belief_others``), not a prior of their own.
 """
 
 from __future__ import annotations
@@ -62,23 +63,4 @@ def pooled(others: Sequence[Levels], now: float) -> Prior:
         between = (PRIOR_WEIGHT * BETWEEN**2 + sum((x - mean) ** 2 for x in levels)) / (PRIOR_WEIGHT + k)
         means.append(mean)
         variances.append(between * (1 + 1 / k))
-    return Prior((means[0], means[1]), (variances[0], variances[1]))
-
-
-def with_window(prior: Prior, median: tuple[float | None, float | None], n: int, age_s: float) -> Prior:
-    """``prior`` sharpened by the shared window's medians over ``n`` answers, aged ``age_s`` like any evidence."""
-    means = list(prior.mean)
-    variances = list(prior.var)
-    for metric in (0, 1):
-        value = log_of(median[metric])
-        if value is None or n <= 0:
-            continue
-        evidence = SPREAD**2 / n + DRIFT * age_s
-        mean = means[metric]
-        if mean is None:
-            means[metric], variances[metric] = value, evidence
-            continue
-        gain = variances[metric] / (variances[metric] + evidence)
-        means[metric] = mean + gain * (value - mean)
-        variances[metric] = (1 - gain) * variances[metric]
     return Prior((means[0], means[1]), (variances[0], variances[1]))

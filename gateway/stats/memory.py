@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Sequence
 
 from gateway.config import StatsConfig
 from gateway.samples import Sample
+from gateway.stats.answers import AnswerLog, Recorder
 from gateway.stats.base import StoreHealth
 from gateway.stats.history import History, MinuteBuckets
 from gateway.stats.snapshot import StatsSnapshot, sample_buckets
@@ -20,24 +22,49 @@ class InMemoryStatsStore:
     store = InMemoryStatsStore(StatsConfig(window_s=300, slice_s=10))
     store.record(sample)
     store.snapshot().get("llama-3.3-70b", "groq").quantile("ttft_s", 0.95)
+
+    Beside the window, the last answers one by one (``gateway.stats.answers``), tagged ``replica``: a random
+    id, as each process has its own. ``as_replica`` gives another replica's store over the same window and
+    log, for a simulation of several replicas in one process (``benchmarks/routing_simulate.py``).
     """
 
-    def __init__(self, config: StatsConfig, wall_clock: Clock = time.time) -> None:
+    def __init__(self, config: StatsConfig, wall_clock: Clock = time.time, replica: str | None = None) -> None:
         self.config = config
         self.wall_clock = wall_clock
         self.window = SlicedWindow(config.window_s, config.slice_s, wall_clock)
         self.minutes = MinuteBuckets()
+        self.answers = AnswerLog()
+        self.recorder = Recorder(replica if replica is not None else uuid.uuid4().hex[:16])
+
+    @property
+    def replica(self) -> str:
+        return self.recorder.replica
+
+    def as_replica(self, replica: str) -> InMemoryStatsStore:
+        """Another replica's store sharing this one's window, minutes and log: what it records counts in all
+        three, its answers tagged ``replica``."""
+        other = InMemoryStatsStore(self.config, self.wall_clock, replica)
+        other.window, other.minutes, other.answers = self.window, self.minutes, self.answers
+        return other
 
     def record(self, sample: Sample) -> None:
         buckets = sample_buckets(sample)  # once for both: the bucket indexes are a log per value
+        now = self.wall_clock()
         self.window.add(sample, buckets)
-        self.minutes.add(sample, self.wall_clock(), buckets)
+        self.minutes.add(sample, now, buckets)
+        answer = self.recorder.answer(sample, now)
+        if answer is not None:
+            self.answers.add((sample.model, sample.deployment), answer)
 
     async def history(self, pairs: Sequence[DeploymentKey]) -> History:
         return self.minutes.points(self.wall_clock(), pairs)
 
     def snapshot(self) -> StatsSnapshot:
-        return self.window.snapshot()
+        """The window's total (``SlicedWindow.snapshot``, shared state: read it before the next ``record``) and the
+        answers."""
+        window = self.window
+        window.expire()
+        return StatsSnapshot(window.total, self.wall_clock(), self.answers, self.recorder.replica)
 
     def health(self) -> StoreHealth:
         return StoreHealth()

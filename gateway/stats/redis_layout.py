@@ -10,13 +10,15 @@ With prefix ``gateway``, model ``llama-3.3-70b``, deployment ``groq`` and 10 s s
         ttft_s:-120       -> 17              <metric>:<LogHistogram bucket index> -> count
         tokens_per_s:463  -> 9
     {gateway:llama-3.3-70b:groq}:writers    hash: writer id -> sequence number of its last write there
+    {gateway:llama-3.3-70b:groq}:answers    list: the last answers one by one, oldest first, each a JSON array
+                                            (``gateway.stats.answers``: what each replica's beliefs hear)
     {gateway:llama-3.3-70b:groq}:m:1750000020  hash, one per minute for 30 minutes: outcomes, ttft_s and
                                             tokens_per_s buckets (the dashboard's history, ``gateway.stats.history``)
     gateway:pairs       sorted set: "<model>:<deployment>" -> unix time of its last write
     gateway:epoch       a random token, replaced when a writer adds to a slice readers may have cached
 
-The ``{...}`` hash tag puts every slice of one (model, deployment), and its writers hash, in one Redis
-Cluster slot: one script updates them together (``gateway.stats.redis_writes``).
+The ``{...}`` hash tag puts every slice of one (model, deployment), its writers hash and its answers, in one
+Redis Cluster slot: one script updates them together (``gateway.stats.redis_writes``).
 Model and deployment names are percent-encoded, so a ``:``, ``{`` or ``}`` in a name can break
 neither the key nor its tag. Every key has a TTL; slices expire a little after the window.
 """
@@ -61,6 +63,10 @@ def slice_key(prefix: str, pair: DeploymentKey, index: int, slice_s: int) -> str
 
 def writers_key(prefix: str, pair: DeploymentKey) -> str:
     return f"{{{prefix}:{pair_member(pair)}}}:writers"
+
+
+def answers_key(prefix: str, pair: DeploymentKey) -> str:
+    return f"{{{prefix}:{pair_member(pair)}}}:answers"
 
 
 def pairs_key(prefix: str) -> str:

@@ -9,6 +9,9 @@ only the open slice (and, for a few seconds after a boundary, the one before it)
 A write later than ``late_after_s`` happens only after an outage (samples held while Redis was
 unreachable). The writer then replaces the epoch token in the same pipeline, and every reader that
 sees a new token drops its cache and reads the whole window once more.
+
+The same pipeline reads each deployment's last answers (``gateway.stats.answers``), whole: the list is
+short, and only the entries not read before are decoded.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from collections.abc import Mapping
 
 from gateway.config import StatsConfig
 from gateway.redis_client import RedisClient
+from gateway.stats.answers import Answer, decode
 from gateway.stats.redis_layout import (
+    answers_key,
     epoch_key,
     pairs_key,
     parse_pair_member,
@@ -75,6 +80,10 @@ class SharedWindowReader:
         self.epoch: str | None = None
         self.hash_reads = 0
         """Slice hashes read so far: what the cache saves is visible in tests and benchmarks."""
+        self.answers: dict[DeploymentKey, list[Answer]] = {}
+        """Each deployment's answers as last read, oldest first."""
+        self._decoded: dict[str, Answer | None] = {}
+        """The entries last read, decoded: an entry is decoded once, however many reads find it."""
 
     async def read(self, client: RedisClient) -> None:
         config = self.config
@@ -99,7 +108,7 @@ class SharedWindowReader:
             for index in range(oldest, current + 1)
             if index > last_settled or pair not in self.cached.get(index, ())
         ]
-        results = await self._read_slices(client, wanted)
+        results = await self._read_slices(client, wanted, pairs)
 
         fresh_open: dict[int, dict[DeploymentKey, DeploymentSummary]] = {}
         for (index, pair), fields in zip(wanted, results, strict=True):
@@ -115,10 +124,12 @@ class SharedWindowReader:
             del self.cached[index]
 
     async def _read_slices(
-        self, client: RedisClient, wanted: list[tuple[int, DeploymentKey]]
+        self, client: RedisClient, wanted: list[tuple[int, DeploymentKey]], pairs: list[DeploymentKey]
     ) -> list[Mapping[str, str]]:
-        """Each wanted slice's fields and counts, in the order asked: one ``READ_SLICES`` per deployment."""
-        if not wanted:
+        """Each wanted slice's fields and counts, in the order asked: one ``READ_SLICES`` per deployment. In the
+        same pipeline, each of ``pairs``' answers (kept in ``answers``)."""
+        if not wanted and not pairs:
+            self.answers = {}
             return []
         config = self.config
         by_pair: dict[DeploymentKey, list[int]] = {}
@@ -128,13 +139,29 @@ class SharedWindowReader:
         for pair, indexes in by_pair.items():
             keys = [slice_key(config.key_prefix, pair, index, config.slice_s) for index in indexes]
             pipe.eval(READ_SLICES, len(keys), *keys)
+        for pair in pairs:
+            pipe.lrange(answers_key(config.key_prefix, pair), 0, -1)
         replies = await pipe.execute()
         found: dict[tuple[int, DeploymentKey], Mapping[str, str]] = {}
-        for (pair, indexes), reply in zip(by_pair.items(), replies, strict=True):
+        for (pair, indexes), reply in zip(by_pair.items(), replies, strict=False):
             for index, flat in zip(indexes, json.loads(reply), strict=True):
                 found[(index, pair)] = dict(zip(flat[::2], flat[1::2], strict=True)) if flat else {}
+        self._keep_answers(pairs, replies[len(by_pair) :])
         self.hash_reads += len(wanted)
         return [found[item] for item in wanted]
+
+    def _keep_answers(self, pairs: list[DeploymentKey], lists: list[list[str]]) -> None:
+        decoded: dict[str, Answer | None] = {}
+        answers: dict[DeploymentKey, list[Answer]] = {}
+        for pair, raws in zip(pairs, lists, strict=True):
+            kept = []
+            for raw in raws:
+                answer = decoded[raw] = self._decoded[raw] if raw in self._decoded else decode(raw)
+                if answer is not None:
+                    kept.append(answer)
+            if kept:
+                answers[pair] = kept
+        self._decoded, self.answers = decoded, answers
 
     def window(self) -> dict[DeploymentKey, DeploymentSummary]:
         """The last read window, aged to now: settled total plus the open slices still in it."""

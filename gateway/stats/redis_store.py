@@ -20,6 +20,11 @@ A flush seals each pair's buffered counts into a numbered write, ``pending`` unt
 (``gateway.stats.redis_writes``): a write whose reply was lost is sent again and applied once, and
 when a cluster master fails or a slot moves, only the pairs of the node that did not answer wait.
 ``buffer_limit`` bounds the buffer and the pending writes together.
+
+Each pair's write carries, besides its counts, the answers recorded since its last write, one by one
+(``gateway.stats.answers``), appended to the pair's short list in the same script and so at most once; a
+refresh reads the lists back, and the view's log is everyone's answers as read, plus this replica's own
+not read back yet. The answers waiting for a write are bounded as the list is.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import logging
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 
 from redis.exceptions import RedisError
@@ -44,6 +50,7 @@ from gateway.redis_client import (
     describe_error,
 )
 from gateway.samples import Sample
+from gateway.stats.answers import ANSWERS_KEPT, Answer, AnswerLog, Recorder
 from gateway.stats.base import StoreHealth
 from gateway.stats.buffer import WriteBuffer
 from gateway.stats.history import History, RedisHistory
@@ -93,7 +100,15 @@ class RedisStatsStore:
         self.buffer = WriteBuffer()
         self.pending = PendingWrites()
         self.writer = uuid.uuid4().hex[:16]
-        """This store's name in each pair's writers hash: its writes' numbers are counted per writer."""
+        """This store's name in each pair's writers hash: its writes' numbers are counted per writer. Its answers
+        are tagged with it too (``replica``)."""
+        self.recorder = Recorder(self.writer)
+        self.answers = AnswerLog()
+        """The view's answers: everyone's as last read, and this replica's own since."""
+        self.unsent: dict[DeploymentKey, deque[Answer]] = {}
+        """This replica's answers not sealed into a write yet."""
+        self.mine: dict[DeploymentKey, deque[Answer]] = {}
+        """This replica's last answers, to keep in the view until a read finds them."""
         self.unseen = WriteBuffer()
         self.view: dict[DeploymentKey, DeploymentSummary] = {}
         self.minutes = RedisHistory(config.key_prefix)
@@ -119,6 +134,7 @@ class RedisStatsStore:
         validity = validity_key(sample)
         now = self.wall_clock()
         self.minutes.add(sample, now, buckets)
+        self._keep_answer(sample, now)
         index = slice_index(now, self.config.slice_s)
         room = self.config.buffer_limit - self.pending.cells
         if not self.buffer.add(index, sample, room, buckets, validity):
@@ -132,8 +148,24 @@ class RedisStatsStore:
         if self.buffer.samples >= FLUSH_SAMPLES and self._degraded_reason is None:
             self._wake.set()
 
+    def _keep_answer(self, sample: Sample, now: float) -> None:
+        answer = self.recorder.answer(sample, now)
+        if answer is None:
+            return
+        pair = (sample.model, sample.deployment)
+        self.answers.add(pair, answer)
+        for kept in (self.unsent, self.mine):
+            answers = kept.get(pair)
+            if answers is None:
+                answers = kept[pair] = deque(maxlen=ANSWERS_KEPT)
+            answers.append(answer)
+
+    @property
+    def replica(self) -> str:
+        return self.writer
+
     def snapshot(self) -> StatsSnapshot:
-        return StatsSnapshot(self.view, taken_at=self.wall_clock())
+        return StatsSnapshot(self.view, self.wall_clock(), self.answers, self.writer)
 
     async def history(self, pairs: Sequence[DeploymentKey]) -> History:
         """Every replica's last half hour; with Redis away, this replica's minutes not yet written."""
@@ -264,7 +296,7 @@ class RedisStatsStore:
         now = self.wall_clock()
         late_before = (now - late_after_s(config)) / config.slice_s - 1
         self.debt.epoch = self.debt.epoch or any(index <= late_before for index in batch.slices)
-        self.buffer = self.pending.seal(batch)  # nothing can arrive meanwhile: no await in between
+        self.buffer = self.pending.seal(batch, self.unsent)  # nothing can arrive meanwhile: no await in between
         if not self.pending and not self.debt:
             return
         sent = dict(self.pending.writes)
@@ -288,6 +320,17 @@ class RedisStatsStore:
         for part in (self.unseen, self.pending, self.buffer):
             part.merge_into(view, oldest)
         self.view = view
+        self._rebuild_answers()
+
+    def _rebuild_answers(self) -> None:
+        """The view's answers: everyone's as last read, with this replica's own that the read did not find (not
+        written yet, or written after it), in the order they were recorded."""
+        read = self.reader.answers
+        for pair in read.keys() | self.mine.keys() | self.answers.recent.keys():
+            answers = read.get(pair, [])
+            found = {a.seq for a in answers if a.replica == self.writer}
+            missing = [a for a in self.mine.get(pair, ()) if a.seq not in found]
+            self.answers.replace(pair, sorted([*answers, *missing], key=_recorded_at))
 
     # -- health and back-off ---------------------------------------------------------------------
 
@@ -303,6 +346,10 @@ class RedisStatsStore:
         if failures:
             logger.info("stats: redis reachable again after %d failed attempts", failures)
         self._degraded_reason = None
+
+
+def _recorded_at(answer: Answer) -> float:
+    return answer.at
 
 
 async def read_shared_snapshot(

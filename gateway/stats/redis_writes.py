@@ -24,6 +24,7 @@ import asyncio
 import itertools
 import json
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeAlias
@@ -46,9 +47,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.config import StatsConfig
 from gateway.redis_client import RedisClient
+from gateway.stats.answers import ANSWERS_KEPT, Answer, encode
 from gateway.stats.buffer import WriteBuffer
 from gateway.stats.redis_layout import (
     EPOCH_TTL_S,
+    answers_key,
     epoch_key,
     pair_member,
     pairs_key,
@@ -63,25 +66,33 @@ from gateway.types import DeploymentKey
 AnyPipeline: TypeAlias = "Pipeline | ClusterPipeline"
 
 ADD_SLICES = """
--- KEYS[1]: the writers hash of one (model, deployment); KEYS[2..]: its slice hashes. One hash tag, one slot.
--- ARGV: writer id, sequence number, TTL in seconds, then a JSON array holding, for each slice key, the
--- array of its fields and increments: ["outcome:ok", 12, "ttft_s:-120", 3, ...].
+-- KEYS[1]: the writers hash of one (model, deployment); KEYS[2]: its answers list; KEYS[3..]: its slice hashes.
+-- One hash tag, one slot. ARGV: writer id, sequence number, TTL in seconds, then a JSON array holding, for each
+-- slice key, the array of its fields and increments: ["outcome:ok", 12, "ttft_s:-120", 3, ...]; then a JSON
+-- array of the answers to append (each a string), and how many answers the list keeps.
 local seq = tonumber(ARGV[2])
 local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 if seq <= last then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 local slices = cjson.decode(ARGV[4])
-for k = 2, #KEYS do
-  local fields = slices[k - 1]
+for k = 3, #KEYS do
+  local fields = slices[k - 2]
   for j = 1, #fields, 2 do
     redis.call('HINCRBY', KEYS[k], fields[j], fields[j + 1])
   end
   redis.call('EXPIRE', KEYS[k], ARGV[3])
 end
+local answers = cjson.decode(ARGV[5])
+if #answers > 0 then
+  for _, answer in ipairs(answers) do redis.call('RPUSH', KEYS[2], answer) end
+  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[6]), -1)
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
 return 1
 """
-"""Returns 1 when it added the counts, 0 when this write had been applied before (its reply was lost).
+"""Returns 1 when it added the counts (and appended the answers), 0 when this write had been applied before (its
+reply was lost): a resent write appends its answers once.
 
 The fields come as one JSON argument, not two arguments each: redis-py packs every argument of a command
 in Python, and a flush's hundreds of fields made that most of its CPU; ``json.dumps`` packs them in C."""
@@ -110,10 +121,12 @@ def did_not_run(result: object) -> bool:
 
 @dataclass(slots=True)
 class SealedWrite:
-    """One pair's counts under one sequence number: sent as they are until Redis has them."""
+    """One pair's counts, and its answers one by one, under one sequence number: sent as they are until Redis has
+    them."""
 
     seq: int
     counts: WriteBuffer
+    answers: tuple[Answer, ...] = ()
 
 
 class PendingWrites:
@@ -134,12 +147,15 @@ class PendingWrites:
     def cells(self) -> int:
         return sum(write.counts.cells for write in self.writes.values())
 
-    def seal(self, batch: WriteBuffer) -> WriteBuffer:
-        """Seal each pair of ``batch`` that has no write pending; returns the counts of the others,
-        which wait for their pair's pending write to be done."""
+    def seal(self, batch: WriteBuffer, answers: dict[DeploymentKey, deque[Answer]] | None = None) -> WriteBuffer:
+        """Seal each pair of ``batch`` (or of ``answers``) that has no write pending, with its answers (taken out
+        of ``answers``); returns the counts of the others, which wait for their pair's pending write to be done
+        (and their answers stay in ``answers``)."""
+        answers = answers if answers is not None else {}
         waiting = batch.take(self.writes.keys())
-        for pair in batch.pairs():
-            self.writes[pair] = SealedWrite(next(self._seq), batch.take((pair,)))
+        for pair in batch.pairs() | (answers.keys() - self.writes.keys()):
+            heard = tuple(answers.pop(pair, ()))
+            self.writes[pair] = SealedWrite(next(self._seq), batch.take((pair,)), heard)
         return waiting
 
     def done(self, pair: DeploymentKey, write: SealedWrite) -> WriteBuffer | None:
@@ -207,7 +223,7 @@ def _script_args(
     config: StatsConfig, writer: str, pair: DeploymentKey, write: SealedWrite
 ) -> tuple[list[str], list[str | int]]:
     ttl = slice_ttl_s(config.window_s, config.slice_s)
-    keys = [writers_key(config.key_prefix, pair)]
+    keys = [writers_key(config.key_prefix, pair), answers_key(config.key_prefix, pair)]
     slices: list[list[str | int]] = []
     for index, summaries in sorted(write.counts.slices.items()):
         summary = summaries.get(pair)
@@ -215,7 +231,8 @@ def _script_args(
             continue
         keys.append(slice_key(config.key_prefix, pair, index, config.slice_s))
         slices.append([part for field in summary_fields(summary) for part in field])
-    return keys, [writer, write.seq, ttl, json.dumps(slices, separators=(",", ":"))]
+    answers = json.dumps([encode(answer) for answer in write.answers], separators=(",", ":"))
+    return keys, [writer, write.seq, ttl, json.dumps(slices, separators=(",", ":")), answers, ANSWERS_KEPT]
 
 
 def _units(config: StatsConfig, writer: str, pending: PendingWrites, debt: IndexDebt, now: float) -> list[_Unit]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from gateway.samples import OUTCOMES, VALIDITIES, Outcome, RequestKind, Sample
+from gateway.stats.answers import NO_ANSWERS, AnswerLog
 from gateway.stats.sketch import LOG_GAMMA, MIN_VALUE, ZERO_BUCKET, LogHistogram, bucket_of, count_buckets
 from gateway.types import DeploymentKey
 
@@ -249,6 +250,10 @@ class StatsSnapshot:
     summaries: Mapping[DeploymentKey, DeploymentSummary] = field(default_factory=dict)
     taken_at: float = 0.0
     """Wall-clock time the snapshot describes (its window ends here)."""
+    answers: AnswerLog = NO_ANSWERS
+    """Every replica's last answers one by one (``gateway.stats.answers``), live like the summaries."""
+    replica: str = ""
+    """The replica whose view this is: its own answers in ``answers`` carry this tag."""
 
     def get(self, model: str, deployment: str) -> DeploymentSummary | None:
         return self.summaries.get((model, deployment))

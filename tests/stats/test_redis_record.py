@@ -163,10 +163,10 @@ async def test_history_written_as_hincrby_per_field_wrote_it(redis_server: Redis
 
 
 class _OldReader(SharedWindowReader):
-    """The reader as it was: an ``HGETALL`` per wanted slice, pipelined."""
+    """The reader as it was: an ``HGETALL`` per wanted slice, pipelined (no answers read: ``pairs`` unused)."""
 
     async def _read_slices(
-        self, client: RedisClient, wanted: list[tuple[int, tuple[str, str]]]
+        self, client: RedisClient, wanted: list[tuple[int, tuple[str, str]]], pairs: list[tuple[str, str]]
     ) -> list[Mapping[str, str]]:
         if not wanted:
             return []

@@ -4,7 +4,9 @@ closed slices, outages, and the bound on what it buffers. All against a real ``r
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -13,10 +15,16 @@ import redis.asyncio
 
 from gateway.config import StatsConfig
 from gateway.stats import RedisStatsStore, open_stats_store
+from gateway.stats.answers import ANSWERS_KEPT, Answer, Recorder, decode
+from gateway.stats.buffer import WriteBuffer
 from gateway.stats.history import SPAN_S
-from gateway.stats.redis_layout import parse_pair_member
+from gateway.stats.redis_layout import answers_key, parse_pair_member
+from gateway.stats.redis_reader import SharedWindowReader
 from gateway.stats.redis_store import read_shared_snapshot
+from gateway.stats.redis_writes import IndexDebt, PendingWrites, write_pending
 from gateway.stats.sketch import bucket_of
+from gateway.stats.window import slice_index
+from gateway.types import DeploymentKey
 from tests.redis_server import RedisServer, free_port
 from tests.support.clock import FakeClock
 from tests.support.samples import make_sample
@@ -77,7 +85,12 @@ async def test_key_layout(redis_server: RedisServer, prefix: str, stores: list[R
     key = f"{{{prefix}:llama%3A3%20%7Bx%7D:groq}}:1800000000"
     writers = f"{{{prefix}:llama%3A3%20%7Bx%7D:groq}}:writers"
     minute = f"{{{prefix}:llama%3A3%20%7Bx%7D:groq}}:m:1800000000"  # the dashboard's history, same hash tag
-    assert set(client.keys(f"*{prefix}*")) == {key, writers, f"{prefix}:pairs", minute}
+    answers = f"{{{prefix}:llama%3A3%20%7Bx%7D:groq}}:answers"  # the answers one by one, same hash tag
+    assert set(client.keys(f"*{prefix}*")) == {key, writers, answers, f"{prefix}:pairs", minute}
+    ok, timeout = (json.loads(raw) for raw in client.lrange(answers, 0, -1))
+    assert ok == [store.writer, 1, 1_800_000_005.0, "ok", True, False, 0.25, 120.0, 50, None, None]
+    assert timeout[:4] == [store.writer, 2, 1_800_000_005.0, "timeout"]
+    assert 60 < client.ttl(answers) <= 60 + 10 + 60
     assert hash_of(client, minute) == {
         "outcome:ok": "1",
         "outcome:timeout": "1",
@@ -267,3 +280,42 @@ async def test_history_is_shared_by_replicas_and_expires(redis_server: RedisServ
     finally:
         await one.aclose()
         await two.aclose()
+
+
+async def test_a_resent_write_appends_its_answers_once_and_the_list_is_trimmed(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """A write whose reply was lost is sent again: its answers land once. Each write trims the list to
+    ``ANSWERS_KEPT``, and what a gateway did not write there is skipped when read."""
+    config = stats_config(redis_server.url, prefix)
+    client = redis.asyncio.Redis(port=redis_server.port, decode_responses=True)
+    sync = redis_server.client()
+    recorder = Recorder("w1")
+    pending = PendingWrites()
+    pair = ("m", "d")
+    key = answers_key(prefix, pair)
+    try:
+        for flush in range(3):
+            batch = WriteBuffer()
+            unsent: dict[DeploymentKey, deque[Answer]] = {pair: deque()}
+            for i in range(50):
+                sample = make_sample(ttft_s=0.1 + (flush * 50 + i) / 1000)
+                batch.add(slice_index(1_800_000_000.0, 10), sample, room=10**9)
+                answer = recorder.answer(sample, 1_800_000_000.0 + flush * 50 + i)
+                assert answer is not None
+                unsent[pair].append(answer)
+            assert not pending.seal(batch, unsent) and not unsent
+            for _ in range(2):  # the first reply lost
+                outcome = await write_pending(client, config, "w1", pending, IndexDebt(), 1_800_000_000.0)
+                assert outcome.error is None and outcome.done == {pair}
+            pending.done(pair, pending.writes[pair])
+            assert sync.llen(key) == min(50 * (flush + 1), ANSWERS_KEPT)
+        kept = [decode(str(raw)) for raw in sync.lrange(key, 0, -1)]
+        assert [a.seq for a in kept if a is not None] == list(range(151 - ANSWERS_KEPT, 151))
+        sync.rpush(key, "not json", '["w2", 1]')
+        reader = SharedWindowReader(config, lambda: 1_800_000_000.0)
+        await reader.read(client)
+        assert [a.seq for a in reader.answers[pair]] == list(range(151 - ANSWERS_KEPT, 151))
+    finally:
+        await client.aclose()
+        sync.close()

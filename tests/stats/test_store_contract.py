@@ -19,6 +19,7 @@ from gateway.config import StatsConfig
 from gateway.redis_client import RedisConnections
 from gateway.samples import Outcome, RequestKind, Sample, Validity
 from gateway.stats import InMemoryStatsStore, RedisStatsStore
+from gateway.stats.answers import ANSWERS_KEPT
 from gateway.stats.snapshot import METRICS, sample_values
 from tests.redis_topologies import SENTINEL_ENVIRON
 from tests.support.clock import FakeClock
@@ -233,3 +234,82 @@ async def test_history_keeps_half_an_hour_in_minutes(open_store: OpenStore, cloc
     assert [p.samples for p in (await store.history(pairs))[("m", "d")]] == [2]
     clock.advance(60)
     assert (await store.history(pairs))[("m", "d")] == ()
+
+
+async def _replica_of(store: AnyStore, open_store: OpenStore) -> AnyStore:
+    """A second replica on the same backend: a store over the same window (memory), or another on the same Redis."""
+    if isinstance(store, InMemoryStatsStore):
+        return store.as_replica("other")
+    return await open_store()
+
+
+async def test_answers_are_kept_one_by_one_tagged_and_shared_once(open_store: OpenStore, clock: FakeClock) -> None:
+    """Every backend keeps each deployment's last answers (``gateway.stats.answers``) as they were recorded, tagged
+    with the replica that recorded them, numbered by it, and hands every replica everyone's, each once, in order.
+    Attempts that say nothing of the provider are not kept."""
+    a = await open_store()
+    b = await _replica_of(a, open_store)
+    assert a.replica != b.replica
+    lost = dataclasses.replace(
+        make_sample(outcome="client_cancelled", tokens_per_s=None, output_tokens=None), hedged=True
+    )
+    told = [
+        (a, dataclasses.replace(make_sample(ttft_s=0.25), usage_prompt_tokens=900, usage_cached_tokens=600)),
+        (b, make_sample(ttft_s=0.5, tokens_per_s=40.0)),
+        (a, make_sample(outcome="timeout", ttft_s=None, tokens_per_s=None)),
+        (a, make_sample(outcome="client_error")),  # the request's fault: not kept
+        (b, make_sample(outcome="client_cancelled", ttft_s=None, tokens_per_s=None, output_tokens=None)),  # not kept
+        (b, lost),
+    ]
+    recorded_at = []
+    for store, sample in told:
+        clock.advance(0.5)
+        store.record(sample)
+        recorded_at.append(clock())
+    mine = [(x.replica, x.seq, x.outcome) for x in a.snapshot().answers.of(("m", "d")) if x.replica == a.replica]
+    assert mine[:2] == [(a.replica, 1, "ok"), (a.replica, 2, "timeout")]  # its own count at once
+    for _ in range(2):
+        for store in (a, b):
+            await store.sync()
+    for store in (a, b):
+        snapshot = store.snapshot()
+        assert snapshot.replica == store.replica
+        log = snapshot.answers.of(("m", "d"))
+        assert [(x.replica, x.seq, x.at) for x in log] == [
+            (a.replica, 1, recorded_at[0]),
+            (b.replica, 1, recorded_at[1]),
+            (a.replica, 2, recorded_at[2]),
+            (b.replica, 2, recorded_at[5]),
+        ]
+        first, second, failed, raced = log
+        assert (first.ttft_s, first.tokens_per_s, first.output_tokens, first.uncached_tokens) == (0.25, 100.0, 50, 300)
+        assert (second.ttft_s, second.tokens_per_s, second.uncached_tokens) == (0.5, 40.0, None)
+        assert (failed.outcome, failed.ttft_s) == ("timeout", None)
+        assert (raced.outcome, raced.hedged, raced.ttft_s, raced.drained) == ("client_cancelled", True, 0.2, False)
+    mark = a.snapshot().answers.mark(("m", "d"))
+    await a.sync()
+    assert a.snapshot().answers.mark(("m", "d")) == mark  # nothing new: a reader compares one mark
+
+
+async def test_the_answers_kept_are_bounded(open_store: OpenStore, clock: FakeClock) -> None:
+    """``ANSWERS_KEPT`` per deployment, the newest always among them, each once, in the order recorded. (Which older
+    ones a replica still shows depends on when the writes landed: Redis keeps the last landed.)"""
+    a = await open_store()
+    b = await _replica_of(a, open_store)
+    told = ANSWERS_KEPT + 20
+    for i in range(told):
+        clock.advance(0.01)
+        (a if i % 2 else b).record(make_sample(ttft_s=0.1 + i / 1000))
+        if i % 50 == 0:
+            await a.sync()  # several writes: the list is trimmed by each
+    for _ in range(2):
+        for store in (a, b):
+            await store.sync()
+    for store in (a, b):
+        log = store.snapshot().answers.of(("m", "d"))
+        firsts = [round((x.ttft_s or 0) * 1000) - 100 for x in log]
+        assert len(log) == ANSWERS_KEPT and firsts == sorted(set(firsts))
+        assert firsts[-40:] == list(range(told - 40, told))
+    assert [round((x.ttft_s or 0) * 1000) - 100 for x in a.snapshot().answers.of(("m", "d"))] == list(
+        range(20, told)
+    )  # a's own writes landed as it recorded: the last it shows are the last recorded
