@@ -7,9 +7,10 @@ interpreter's time. The build is optional and kept apart from the sources: ``pyt
 gateway.native_build`` (``make native``) writes the extensions and a stamp into ``gateway/_native/``.
 Where no compiler or no build is present, the same modules run as Python.
 
-A build is used only while it matches the sources: the stamp holds each compiled module's source hash,
-and one edited module disables them all (compiled modules call each other directly, so one module cannot
-fall back alone); a stale build is named in a warning. ``GATEWAY_NATIVE=0`` runs pure Python regardless
+A build is used only while it matches the sources: the stamp holds the hash of every module of the package,
+and any edit disables the build whole (compiled modules call each other directly, so one module cannot fall back
+alone, and mypyc may have taken a constant from a module it did not compile); a stale build is named in a
+warning. ``GATEWAY_NATIVE=0`` runs pure Python regardless
 (the test suite's default, so that coverage sees the code; A/B measurements).
 """
 
@@ -61,8 +62,13 @@ def source_of(module: str) -> Path:
     return PACKAGE.parent.joinpath(*module.split(".")).with_suffix(".py")
 
 
-def source_hash(module: str) -> str:
-    return hashlib.sha256(source_of(module).read_bytes()).hexdigest()
+def source_hashes() -> dict[str, str]:
+    """The sha256 of every module of the package, by path below it (the build's own folder aside)."""
+    return {
+        path.relative_to(PACKAGE).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if NATIVE_DIR not in path.parents
+    }
 
 
 def extension_suffix() -> str:
@@ -85,9 +91,11 @@ def stale(folder: Path = NATIVE_DIR) -> str | None:
         return "no build"
     if stamp.get("suffix") != extension_suffix() or stamp.get("modules") != list(MODULES):
         return "built for another Python or module list"
-    changed = [name for name in MODULES if stamp["sources"].get(name) != source_hash(name)]
+    built, now = stamp.get("sources", {}), source_hashes()
+    changed = sorted(name for name in built.keys() | now.keys() if built.get(name) != now.get(name))
     if changed:
-        return f"source changed since the build: {', '.join(changed)}"
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        return f"sources changed since the build: {', '.join(changed[:3])}{more}"
     missing = [str(path) for path in built_files(folder).values() if not path.exists()]
     return f"missing {missing[0]}" if missing else None
 
@@ -120,6 +128,14 @@ def activate(folder: Path = NATIVE_DIR) -> bool:
         return False
     sys.meta_path.insert(0, _NativeFinder(built_files(folder)))
     return True
+
+
+def describe(folder: Path = NATIVE_DIR) -> str:
+    """Which routing modules a gateway started now from this package would run, in words (for benchmark reports)."""
+    if os.environ.get("GATEWAY_NATIVE") == "0":
+        return "Python (GATEWAY_NATIVE=0)"
+    why = stale(folder)
+    return "compiled (make native)" if why is None else f"Python ({why})"
 
 
 def active() -> bool:

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from gateway.native import GROUP, MODULES, NATIVE_DIR, STAMP, built_files, extension_suffix, source_hash, source_of
+from gateway.native import GROUP, MODULES, NATIVE_DIR, STAMP, built_files, extension_suffix, source_hashes, source_of
 
 
 @contextlib.contextmanager
@@ -38,7 +38,7 @@ def build(out: Path = NATIVE_DIR) -> None:
     from mypyc.build import mypycify  # the dev extra's: imported only to build
     from setuptools import setup  # type: ignore[import-untyped]
 
-    hashes = {name: source_hash(name) for name in MODULES}
+    hashes = source_hashes()
     with tempfile.TemporaryDirectory(prefix="gateway-native-") as scratch:
         work = Path(scratch)
         lib = work / "lib"
@@ -58,7 +58,7 @@ def build(out: Path = NATIVE_DIR) -> None:
         if out.exists():
             shutil.rmtree(out)
         shutil.copytree(lib, out, ignore=shutil.ignore_patterns("*.c", "*.h", "*.o"))
-    if any(source_hash(name) != hashes[name] for name in MODULES):
+    if source_hashes() != hashes:
         shutil.rmtree(out)
         raise RuntimeError("a source changed during the build: build again")
 

@@ -27,7 +27,7 @@ def _fake_build(folder: Path, sources: dict[str, str] | None = None) -> None:
     for path in native.built_files(folder).values():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"")
-    hashes = sources if sources is not None else {name: native.source_hash(name) for name in native.MODULES}
+    hashes = sources if sources is not None else native.source_hashes()
     stamp = {"suffix": native.extension_suffix(), "modules": list(native.MODULES), "sources": hashes}
     (folder / native.STAMP).write_text(json.dumps(stamp))
 
@@ -43,9 +43,18 @@ def test_a_build_is_used_only_while_every_source_matches_its_stamp(tmp_path: Pat
     assert native.stale(tmp_path / "none") == "no build"
     _fake_build(tmp_path / "fresh")
     assert native.stale(tmp_path / "fresh") is None
-    changed = {name: native.source_hash(name) for name in native.MODULES} | {"gateway.routing.score": "0" * 64}
+    changed = native.source_hashes() | {"routing/score.py": "0" * 64}
     _fake_build(tmp_path / "edited", changed)
-    assert native.stale(tmp_path / "edited") == "source changed since the build: gateway.routing.score"
+    assert native.stale(tmp_path / "edited") == "sources changed since the build: routing/score.py"
+    # Not only the compiled modules: mypyc may have taken a constant from any module they import.
+    changed = native.source_hashes() | {"config.py": "0" * 64, "dashboard/page.py": "1" * 64, "gone.py": "2" * 64}
+    _fake_build(tmp_path / "elsewhere", changed)
+    assert native.stale(tmp_path / "elsewhere") == (
+        "sources changed since the build: config.py, dashboard/page.py, gone.py"
+    )
+    many = {name: "0" * 64 for name in native.source_hashes()}
+    _fake_build(tmp_path / "many", many)
+    assert (native.stale(tmp_path / "many") or "").endswith(f" and {len(many) - 3} more")
     _fake_build(tmp_path / "partial")
     native.built_files(tmp_path / "partial")["gateway.routing.router"].unlink()
     assert (native.stale(tmp_path / "partial") or "").startswith("missing ")
@@ -61,7 +70,7 @@ FINDERS = (
 
 
 def test_a_stale_build_installs_no_finder(tmp_path: Path) -> None:
-    changed = {name: native.source_hash(name) for name in native.MODULES} | {"gateway.routing.router": "0" * 64}
+    changed = native.source_hashes() | {"routing/router.py": "0" * 64}
     _fake_build(tmp_path, changed)
     assert _run(FINDERS.format(folder=str(tmp_path)), "1") == "False 0"
 
@@ -104,3 +113,12 @@ def test_a_request_relayed_with_the_compiled_router_is_the_same() -> None:
     done = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:]
     assert " passed" in done.stdout
+
+
+def test_a_report_says_which_modules_a_gateway_would_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_build(tmp_path / "fresh")
+    monkeypatch.setenv("GATEWAY_NATIVE", "1")
+    assert native.describe(tmp_path / "fresh") == "compiled (make native)"
+    assert native.describe(tmp_path / "none") == "Python (no build)"
+    monkeypatch.setenv("GATEWAY_NATIVE", "0")
+    assert native.describe(tmp_path / "fresh") == "Python (GATEWAY_NATIVE=0)"
