@@ -14,7 +14,7 @@ DEMO_BIN := $(DEMO_VENV)/bin
 # Nothing outside the checkout is needed: the tokenizer's rank files ship inside the package
 # (gateway/data/encodings), so the demo and the tests run offline once the venv is built.
 
-.PHONY: install install-demo demo serve test check format bench clean docker
+.PHONY: install install-demo demo serve test check format bench clean docker native
 
 install: $(VENV)/.installed
 
@@ -37,6 +37,11 @@ demo: install-demo
 
 serve: install-demo
 	$(DEMO_BIN)/gateway serve -c config.example.toml
+
+# The routing modules compiled with mypyc into gateway/_native/ (gateway.native: used while they match the
+# sources, which run as Python without it). Needs the dev extra and a C compiler; about a minute.
+native: install
+	$(BIN)/python -m gateway.native_build
 
 # The whole suite, with the coverage floor of pyproject.toml; PYTEST_ARGS adds pytest options.
 # Two workers (pytest-xdist), whole modules each (--dist loadfile: a module's shared servers start
@@ -62,4 +67,4 @@ docker:
 	docker build -t $(IMAGE) .
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache gateway/_native

@@ -42,6 +42,7 @@ from benchmarks.figures import Measurement, Workload, utc_minute
 from benchmarks.loadgen import LoadGenerator
 from benchmarks.overhead_sweep import HOLD, PACED, UNPACED, Bench, Plan, measured
 from benchmarks.procs import Server
+from gateway import native
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -149,6 +150,8 @@ class RatioResults:
     quiet_cores: float
     points: list[PointResult] = field(default_factory=list)
     memory: list[dict[str, Any]] = field(default_factory=list)
+    routing: str = ""
+    """Which routing modules the gateway ran (``gateway.native``): compiled or Python; a base always runs Python."""
 
 
 FAILED_SHARE = 0.01
@@ -257,6 +260,8 @@ def run_ratios(
     edits made while it runs change nothing); ``ab_only``: only ``gateway`` and ``base``. With
     ``output``, the report is written after every point, so a later failure loses nothing measured."""
     results = RatioResults(utc_minute(), procs.machine(), command, rounds, base_ref, pinned, quiet)
+    # A worktree made for a run (``--at``, the base) holds no build of the compiled modules.
+    results.routing = "Python (a fresh worktree, no build)" if at_ref else native.describe()
     points = [replace(p, requests=max(p.concurrency, int(p.requests * scale))) for p in POINTS if p.key in keys]
     loadgen = LoadGenerator(clients)
     try:
@@ -359,7 +364,9 @@ def render_ratios(results: RatioResults, previous: str | None = None) -> str:
         "*Added TTFT* is the target's client-observed time to first token minus going direct's, in the same "
         "round. Passthrough: `benchmarks/passthrough.py` (Starlette + uvicorn + uvloop/httptools + aiohttp, "
         "bytes only). Gateway: `python -m gateway serve -c benchmarks/gateway.bench.toml` (stats in memory, "
-        'metrics and access log on); gateway-redis: the same with `backend = "redis"` on a local redis-server.',
+        'metrics and access log on); gateway-redis: the same with `backend = "redis"` on a local redis-server.'
+        + (f" The gateway's routing modules: {results.routing}." if results.routing else "")
+        + (" The base's: Python (a fresh worktree, no build)." if results.routing and results.base else ""),
         "",
         "## Targets",
         "",

@@ -10,17 +10,23 @@ contract both must keep. ``BELIEF_E2E`` lists the modules that hold them.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
 
-import pytest
+# The routing modules as Python, so that coverage sees them, unless a run asks for the compiled ones
+# (``GATEWAY_NATIVE=1`` after ``make native``; ``tests/test_native.py`` compares the two). Set before the
+# first gateway import: ``gateway.routing`` decides when it is imported (``gateway.native``).
+os.environ.setdefault("GATEWAY_NATIVE", "0")
 
-from gateway.config import GatewayConfig
-from gateway.routing.serving import ROUTER_ENV, ROUTER_KINDS
-from tests.redis_server import RedisServerMissing
-from tests.redis_topologies import SENTINEL_PASSWORD, LoopbackCluster, SentinelGroup
-from tests.support.fakes import Fakes
-from tests.support.gateway import Gateway, GatewayServers
-from tests.support.servers import ServerThread, stop_all
+from collections.abc import Callable, Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+from gateway.config import GatewayConfig  # noqa: E402
+from gateway.routing.serving import ROUTER_ENV, ROUTER_KINDS  # noqa: E402
+from tests.redis_server import RedisServerMissing  # noqa: E402
+from tests.redis_topologies import SENTINEL_PASSWORD, LoopbackCluster, SentinelGroup  # noqa: E402
+from tests.support.fakes import Fakes  # noqa: E402
+from tests.support.gateway import Gateway, GatewayServers  # noqa: E402
+from tests.support.servers import ServerThread, stop_all  # noqa: E402
 
 BELIEF_E2E = (
     "tests/test_proxy.py",

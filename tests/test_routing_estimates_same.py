@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gateway import native
 from gateway.routing.estimates import (
     CHANGE_MIN_Z,
     FOLLOW_UP_TRIES,
@@ -38,6 +39,11 @@ from gateway.routing.estimates import (
     _Sums,
     change_threshold,
 )
+
+if native.active():
+    # It subclasses ``DeploymentView`` to keep the former code beside the new, which a compiled class refuses;
+    # the compiled view is held to the Python one by ``tests/test_native.py``.
+    pytest.skip("subclasses a compiled class: run with GATEWAY_NATIVE=0", allow_module_level=True)
 
 _Tests = dict[ViewMetric, list[tuple[int, float, float]]]
 

@@ -4,11 +4,15 @@ The attempt loop (``gateway.relay``) consumes only a ``RoutePlan``: an ordered l
 candidates. The router reads configuration and a stats snapshot; it knows nothing of HTTP.
 """
 
-from gateway.routing.health import RouterState
-from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, parse_preferences, split_model_suffix
-from gateway.routing.plan import Candidate, RoutePlan, Router, RouteRequest
-from gateway.routing.ranking import Ranked, Ranking
-from gateway.routing.router import MeasuredRouter
+from gateway.native import activate
+
+activate()  # before the first routing module is imported: the compiled ones, where built (``gateway.native``)
+
+from gateway.routing.health import RouterState  # noqa: E402
+from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, parse_preferences, split_model_suffix  # noqa: E402
+from gateway.routing.plan import Candidate, RoutePlan, Router, RouteRequest  # noqa: E402
+from gateway.routing.ranking import Ranked, Ranking  # noqa: E402
+from gateway.routing.router import MeasuredRouter  # noqa: E402
 
 __all__ = [
     "NO_PREFERENCES",

@@ -93,7 +93,7 @@ class MeasuredRouter:
         self.config = config
         self.stats = stats
         self.state = state if state is not None else RouterState()
-        self.state.window_s = config.stats.window_s
+        self.state.window_s = float(config.stats.window_s)  # a float for the compiled router
         self.rng = rng if rng is not None else random.Random()
         self.clock = clock
         self.events: GatewayEvents = events if events is not None else NoEvents()

@@ -1,0 +1,144 @@
+"""The routing modules compiled with mypyc, used when a build of this very source is present.
+
+The measured router's plan and its learning from each answer are pure-Python arithmetic over small
+objects, run on every request; mypyc compiles the same modules (their strict type hints are what it
+needs) into C extensions that compute the same floats and make the same decisions, in a fraction of the
+interpreter's time. The build is optional and kept apart from the sources: ``python -m
+gateway.native_build`` (``make native``) writes the extensions and a stamp into ``gateway/_native/``.
+Where no compiler or no build is present, the same modules run as Python.
+
+A build is used only while it matches the sources: the stamp holds the hash of every module of the package,
+and any edit disables the build whole (compiled modules call each other directly, so one module cannot fall back
+alone, and mypyc may have taken a constant from a module it did not compile); a stale build is named in a
+warning. ``GATEWAY_NATIVE=0`` runs pure Python regardless
+(the test suite's default, so that coverage sees the code; A/B measurements).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+logger = logging.getLogger("gateway")
+
+PACKAGE = Path(__file__).resolve().parent
+NATIVE_DIR = PACKAGE / "_native"
+"""Where ``gateway.native_build`` writes the extensions (``gateway/routing/<name><suffix>``) and the stamp."""
+STAMP = "stamp.json"
+GROUP = "gateway_native"
+"""mypyc's group name: the shared library holding every compiled module's code is ``gateway_native__mypyc``."""
+MODULES = (
+    "gateway.routing.affinity",
+    "gateway.routing.apis",
+    "gateway.routing.capacity",
+    "gateway.routing.cost",
+    "gateway.routing.deadlines",
+    "gateway.routing.estimates",
+    "gateway.routing.explore",
+    "gateway.routing.filters",
+    "gateway.routing.health",
+    "gateway.routing.hedge",
+    "gateway.routing.lengths",
+    "gateway.routing.ordering",
+    "gateway.routing.predict",
+    "gateway.routing.prefill",
+    "gateway.routing.router",
+    "gateway.routing.score",
+)
+"""What is compiled: the router and what its plan and ``attempt_finished`` call per request. Not the data types
+other packages build and read (``plan``, ``ranking``, ``overrides``): they stay Python classes."""
+
+
+def source_of(module: str) -> Path:
+    return PACKAGE.parent.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def source_hashes() -> dict[str, str]:
+    """The sha256 of every module of the package, by path below it (the build's own folder aside)."""
+    return {
+        path.relative_to(PACKAGE).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if NATIVE_DIR not in path.parents
+    }
+
+
+def extension_suffix() -> str:
+    return importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def built_files(folder: Path, modules: Sequence[str] = MODULES) -> dict[str, Path]:
+    """The extension file of each compiled module and of the shared library, by module name, in ``folder``."""
+    suffix = extension_suffix()
+    files = {name: folder.joinpath(*name.split(".")).with_name(name.rsplit(".", 1)[-1] + suffix) for name in modules}
+    files[f"{GROUP}__mypyc"] = folder / f"{GROUP}__mypyc{suffix}"
+    return files
+
+
+def stale(folder: Path = NATIVE_DIR) -> str | None:
+    """Why the build in ``folder`` cannot be used (None: it can): absent, for another Python, or a source changed."""
+    try:
+        stamp = json.loads((folder / STAMP).read_text())
+    except (OSError, ValueError):
+        return "no build"
+    if stamp.get("suffix") != extension_suffix() or stamp.get("modules") != list(MODULES):
+        return "built for another Python or module list"
+    built, now = stamp.get("sources", {}), source_hashes()
+    changed = sorted(name for name in built.keys() | now.keys() if built.get(name) != now.get(name))
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        return f"sources changed since the build: {', '.join(changed[:3])}{more}"
+    missing = [str(path) for path in built_files(folder).values() if not path.exists()]
+    return f"missing {missing[0]}" if missing else None
+
+
+class _NativeFinder(importlib.abc.MetaPathFinder):
+    """Finds the compiled modules (and their shared library) in the build, before the sources are looked at."""
+
+    def __init__(self, files: dict[str, Path]) -> None:
+        self.files = files
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        file = self.files.get(fullname)
+        return importlib.util.spec_from_file_location(fullname, file) if file is not None else None
+
+
+def activate(folder: Path = NATIVE_DIR) -> bool:
+    """Use the compiled modules if ``folder`` holds a build of these sources; True if they will be used.
+
+    Called before any of them is imported (``gateway.routing``'s first line); a second call changes nothing."""
+    if any(isinstance(finder, _NativeFinder) for finder in sys.meta_path):
+        return True
+    if os.environ.get("GATEWAY_NATIVE") == "0":
+        return False
+    why = stale(folder)
+    if why is not None:
+        if why != "no build":
+            logger.warning("compiled routing modules in %s not used (%s): run `make native` again", folder, why)
+        return False
+    sys.meta_path.insert(0, _NativeFinder(built_files(folder)))
+    return True
+
+
+def describe(folder: Path = NATIVE_DIR) -> str:
+    """Which routing modules a gateway started now from this package would run, in words (for benchmark reports)."""
+    if os.environ.get("GATEWAY_NATIVE") == "0":
+        return "Python (GATEWAY_NATIVE=0)"
+    why = stale(folder)
+    return "compiled (make native)" if why is None else f"Python ({why})"
+
+
+def active() -> bool:
+    """Whether the routing modules running are the compiled ones."""
+    module = sys.modules.get("gateway.routing.router")
+    return module is not None and not str(module.__file__).endswith(".py")
