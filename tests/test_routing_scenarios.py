@@ -16,6 +16,7 @@ from benchmarks.routing_held_out_7 import HELD_OUT_7
 from benchmarks.routing_held_out_8 import HELD_OUT_8
 from benchmarks.routing_held_out_9 import HELD_OUT_9
 from benchmarks.routing_held_out_10 import HELD_OUT_10
+from benchmarks.routing_held_out_11 import HELD_OUT_11
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 
 
@@ -265,6 +266,57 @@ def test_the_tenth_held_out_set_names_new_markets_that_move_their_best() -> None
     before = next(p for p in tail.providers if p.name == wide.name)
     assert wide.profile == replace(before, ttft_sigma=wide.profile.ttft_sigma) and wide.profile.ttft_sigma >= 1.0
     assert narrow.profile == before
+
+
+def test_the_eleventh_held_out_set_names_new_markets_that_move_their_best() -> None:
+    """Set eleven holds every behaviour the gate names and those later sets added, under names and parameters of its
+    own: every market moves its best, none copies an earlier set's outage length, flaky share, agent ceiling or (set
+    ten's) provider count, the drift goes in uneven steps one way, the cold start is three anti-correlated providers,
+    and the tail widens in steps with its median unchanged."""
+    earlier = (
+        *SCENARIOS,
+        *STRESS,
+        *HELD_OUT,
+        *HELD_OUT_2,
+        *HELD_OUT_3,
+        *HELD_OUT_4,
+        *HELD_OUT_5,
+        *HELD_OUT_6,
+        *HELD_OUT_7,
+        *HELD_OUT_8,
+        *HELD_OUT_9,
+        *HELD_OUT_10,
+    )
+    markets = _fresh_set(HELD_OUT_11, earlier, "ho11-", 12)
+    assert 8 <= len(markets["ho11-many"].providers) <= 12 and len(markets["ho11-many"].providers) != 9
+    outage = _outage_s(markets["ho11-outage"])
+    assert 10 <= outage <= 50 and all(abs(outage - o) >= 3 for o in (17, 24, 29, 30, 32, 37))
+    assert _flaky_share(markets["ho11-flaky"]) not in {p.error_rate for s in earlier for p in s.providers}
+    assert markets["ho11-replicas"].replicas == 2
+    agent = markets["ho11-agent"]
+    assert agent.max_tokens is not None and agent.max_tokens >= 16384
+    assert max(t for t, _ in agent.lengths) * 100 < agent.max_tokens  # short answers under a large ceiling
+    assert agent.max_tokens not in {s.max_tokens for s in earlier}
+    down_market = markets["ho11-down-at-start"]
+    (started_down,) = [p for p in down_market.providers if p.error_rate == 1.0]
+    slow, back = [c.profile for c in down_market.changes if c.name == started_down.name]
+    assert slow == replace(back, ttft_s=slow.ttft_s) and slow.ttft_s > back.ttft_s  # back slow to start, then best
+    assert back == replace(started_down, error_rate=0.0)
+    for name in ("g2", "g4"):  # each drift goes one way, in steps of uneven size
+        ttfts = [c.profile.ttft_s for c in markets["ho11-drift"].changes if c.name == name]
+        steps = [later - before for before, later in zip(ttfts, ttfts[1:], strict=False)]
+        assert len(steps) >= 15 and (all(d > 0 for d in steps) or all(d < 0 for d in steps))
+        assert max(map(abs, steps)) > 2 * min(map(abs, steps))
+    cold = sorted(markets["ho11-cold"].providers, key=lambda p: p.ttft_s)
+    assert len(cold) == 3 and [p.tps for p in cold] == sorted(p.tps for p in cold)  # anti-correlated
+    tail = markets["ho11-tail"]
+    before = next(p for p in tail.providers if p.name == tail.changes[0].name)
+    assert {c.name for c in tail.changes} == {before.name}
+    *widening, narrow = [c.profile for c in tail.changes]
+    assert all(p == replace(before, ttft_sigma=p.ttft_sigma) for p in widening)  # only the first-token spread moves
+    sigmas = [before.ttft_sigma, *(p.ttft_sigma for p in widening)]
+    assert sigmas == sorted(sigmas) and len(set(sigmas)) == len(sigmas) >= 4 and sigmas[-1] >= 1.0
+    assert narrow == before
 
 
 def test_each_schedule_draws_anew_and_seed_one_as_it_always_did() -> None:
