@@ -88,6 +88,7 @@ class StreamMeter:
         "_tally",
         "_dialect",
         "_may_end",
+        "_end_mark",
         "_may_finish",
         "_ending",
         "first_output_at",
@@ -116,6 +117,8 @@ class StreamMeter:
         self._may_end = dialect.may_end
         self._may_finish = dialect.may_finish
         """The dialect's two scans, bound once: ``feed`` calls them on every chunk."""
+        self._end_mark = dialect.end_mark
+        """What ``may_end`` looks for, when that is all it does (chat's ``[DONE]``): found in ``feed``, no call."""
         self._ending = _ending_event(dialect.done_data)
         """The ending event as providers send it (chat: ``data: [DONE]``), to find it at a chunk's end."""
         self.first_output_at: float | None = None
@@ -160,7 +163,8 @@ class StreamMeter:
                 self._splitter.feed(chunk)  # the start of an event: held until its end arrives
                 return
         if chunk.endswith(b"\n\n") and not self._splitter.buffer:
-            if not self._may_end(chunk):
+            mark = self._end_mark
+            if chunk.find(mark) < 0 if mark is not None else not self._may_end(chunk):
                 # ``_keep``, inlined: this is every chunk of a stream after its first token.
                 kept = self._events
                 kept.times.append(now)

@@ -3,6 +3,10 @@
 The relay forwards upstream bytes untouched; this splitter only tells the meter where each
 event ends and what its ``data`` is. It never re-serialises anything, and it holds at most
 one partial event between calls.
+
+Scans of relayed bytes on the per-chunk path are written ``data.find(x) >= 0``, not ``x in data``:
+on ``bytes``, ``in`` first tries its operand as an integer (``65 in b"A"``), which raises a
+``TypeError`` and clears it before the search runs; ``find`` searches at once, same answer.
 """
 
 from __future__ import annotations

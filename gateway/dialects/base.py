@@ -143,6 +143,10 @@ class Dialect(Protocol):
     keep_alive: bytes
     """What keeps a silent stream open, which the client's parser skips (an SSE comment; Messages' ``ping``)."""
 
+    end_mark: bytes | None
+    """When set, ``may_end(data)`` is exactly whether ``data`` holds these bytes: the meter looks for them itself, on
+    every chunk, without the call."""
+
     def may_end(self, data: bytes) -> bool:
         """A cheap scan: these bytes may hold the stream's last event (then they are parsed)."""
         ...

@@ -23,7 +23,8 @@ from gateway.errors import GatewayError, describe_error
 from gateway.kept_chunks import KeptChunks
 from gateway.samples import Endpoint
 
-_STOP = re.compile(rb'"message_stop"')
+_STOP = b'"message_stop"'
+_STOP_KEY = b'"stop_reason"'
 _STOP_REASON = re.compile(rb'"stop_reason"\s*:\s*"')
 _DELTA_TEXT = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
 ERROR_TYPES: dict[int, str] = {
@@ -95,11 +96,14 @@ class MessagesDialect:
     clean_end = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
     keep_alive = b'event: ping\ndata: {"type": "ping"}\n\n'
 
+    end_mark: bytes | None = _STOP
+
     def may_end(self, data: bytes) -> bool:
-        return _STOP.search(data) is not None
+        return data.find(_STOP) >= 0  # ``find``, not ``in`` (``gateway.sse``)
 
     def may_finish(self, data: bytes) -> bool:
-        return _STOP_REASON.search(data) is not None
+        # Most events (the content deltas) have no ``stop_reason`` at all: one find, no regex.
+        return data.find(_STOP_KEY) >= 0 and _STOP_REASON.search(data) is not None
 
     def is_terminal(self, event: dict[str, Any]) -> bool:
         return event.get("type") == "message_stop"

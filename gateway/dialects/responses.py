@@ -87,6 +87,7 @@ class ResponsesDialect:
     done_data: bytes | None = None
     clean_end = b""
     keep_alive = b": keep-alive\n\n"
+    end_mark: bytes | None = None
 
     def may_end(self, data: bytes) -> bool:
         return _TERMINAL.search(data) is not None

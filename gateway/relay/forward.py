@@ -76,13 +76,16 @@ class EventForwarder:
     def feed(self, chunk: bytes) -> bytes:
         if self.error is not None:
             return b""
-        data = self._tail + chunk if self._tail else chunk
-        if self._opening or _ERROR_KEY in data or (self._said and _USAGE_KEY in data):
+        tail = self._tail
+        data = tail + chunk if tail else chunk
+        # ``find``, not ``in`` (``gateway.sse``): these scans run on every chunk.
+        if self._opening or data.find(_ERROR_KEY) >= 0 or (self._said and data.find(_USAGE_KEY) >= 0):
             return self._sift(data)
-        if self._drop_usage and b"[]" in data and _EMPTY_CHOICES.search(data):
+        if self._drop_usage and data.find(b"[]") >= 0 and _EMPTY_CHOICES.search(data):
             return self._sift(data) if b"\r" in data else self._without_usage(data)
         if data.endswith(b"\n\n"):
-            self._tail = b""
+            if tail:
+                self._tail = b""
             return data
         cut = _last_boundary(data)
         self._tail = data[cut:]
