@@ -120,6 +120,13 @@ class MemoryResponse:
         self._at += 1
         return self._chunks[self._at - 1]
 
+    def read_ready(self) -> bytes | None:
+        """``UpstreamResponse.read_ready``: everything is in memory, so never None."""
+        if self._at == len(self._chunks):
+            return b""
+        self._at += 1
+        return self._chunks[self._at - 1]
+
     async def read_all(self, limit: int | None = None) -> bytes:
         rest, self._at = self._chunks[self._at :], len(self._chunks)
         return b"".join(rest)

@@ -109,19 +109,35 @@ class UpstreamResponse:
         """The next bytes as they arrive; ``b""`` at the end of the body."""
         try:
             return await self._response.content.readany()
-        except TimeoutError as exc:
-            raise UpstreamTimeout(
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise self._read_error(exc) from exc
+
+    def read_ready(self) -> bytes | None:
+        """What ``read_chunk`` would return now without waiting: the bytes already in (``b""`` once the body has
+        ended), or None when it would wait for more. Raises as ``read_chunk`` does.
+
+        aiohttp's ``readany`` is ``read_nowait`` once its buffer holds bytes or the body has ended; both raise the
+        reader's stored error first. The relay uses it to arm a deadline only around a read that waits."""
+        content = self._response.content
+        try:
+            chunk = content.read_nowait()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise self._read_error(exc) from exc
+        return chunk if chunk or content.is_eof() else None
+
+    def _read_error(self, exc: BaseException) -> UpstreamError:
+        if isinstance(exc, TimeoutError):
+            return UpstreamTimeout(
                 f"{self.provider}: no data from upstream within the idle timeout",
                 provider=self.provider,
                 status=self.status,
-            ) from exc
-        except aiohttp.ClientError as exc:
-            _shed_frames(exc)
-            raise UpstreamUnavailable(
-                f"{self.provider}: {describe_transport_error(exc, mid_answer=True)}",
-                provider=self.provider,
-                status=self.status,
-            ) from exc
+            )
+        _shed_frames(exc)
+        return UpstreamUnavailable(
+            f"{self.provider}: {describe_transport_error(exc, mid_answer=True)}",
+            provider=self.provider,
+            status=self.status,
+        )
 
     async def read_all(self, limit: int | None = None) -> bytes:
         """The whole body (or its first ``limit`` bytes, for error bodies)."""
@@ -205,8 +221,9 @@ class UpstreamClient:
 
     def redact(self, data: bytes) -> bytes:
         """Upstream bytes with this provider's key masked (some providers echo a bad key back)."""
-        if self._secret and self._secret in data:
-            return data.replace(self._secret, b"***")
+        secret = self._secret
+        if secret and data.find(secret) >= 0:  # ``find``, not ``in`` (``gateway.sse``): once per relayed chunk
+            return data.replace(secret, b"***")
         return data
 
     def headers_for(self, api: Endpoint, headers: Iterable[tuple[str, str]] = ()) -> dict[str, str]:

@@ -80,6 +80,10 @@ class HangingResponse(MemoryResponse):
             await asyncio.Event().wait()
         return chunk
 
+    def read_ready(self) -> bytes | None:
+        chunk = super().read_ready()
+        return None if not chunk and self.hang else chunk  # the read that never returns would wait
+
 
 def _config(policy: dict[str, Any]) -> Any:
     raw = tomllib.loads(BENCH_CONFIG.read_text())

@@ -235,12 +235,18 @@ class StreamReply(Reply):
                     self.log.first_byte_at = self.log.clock()
             while not meter.done and forwarder.error is None:
                 if meter.finish_arrived:
-                    try:
-                        with Deadline(FINISH_LINGER_S):
-                            chunk = await response.read_chunk()
-                    except TimeoutError:
-                        # The answer is complete; what never came was only [DONE].
-                        chunk = b""
+                    # The deadline only around a read that waits: one that returns at once cannot outlast it (the
+                    # usage chunk and [DONE] are often in with the finish).
+                    ready = response.read_ready()
+                    if ready is not None:
+                        chunk = ready
+                    else:
+                        try:
+                            with Deadline(FINISH_LINGER_S):
+                                chunk = await response.read_chunk()
+                        except TimeoutError:
+                            # The answer is complete; what never came was only [DONE].
+                            chunk = b""
                 else:
                     chunk = await response.read_chunk()
                 if not chunk:
