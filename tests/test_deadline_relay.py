@@ -55,12 +55,13 @@ class AsyncioTimeout:
 class Upstream:
     """The provider's client: ``chunks`` then, with ``hang``, a read that never returns (no ``[DONE]``, or nothing)."""
 
-    def __init__(self, chunks: list[bytes], hang: bool) -> None:
+    def __init__(self, chunks: list[bytes], hang: bool, waits: bool = False) -> None:
         self.chunks = chunks
         self.hang = hang
+        self.waits = waits
 
     async def send(self, path: str, body: bytes, timeouts: Any, headers: Any = (), api: str = "chat") -> Any:
-        return HangingResponse(self.chunks, self.hang)
+        return HangingResponse(self.chunks, self.hang, self.waits)
 
     def redact(self, data: bytes) -> bytes:
         return data
@@ -70,9 +71,12 @@ class Upstream:
 
 
 class HangingResponse(MemoryResponse):
-    def __init__(self, chunks: list[bytes], hang: bool) -> None:
+    """``waits``: ``read_ready`` always says a read would wait (as a real upstream whose next bytes are not in)."""
+
+    def __init__(self, chunks: list[bytes], hang: bool, waits: bool = False) -> None:
         super().__init__(chunks, "text/event-stream")
         self.hang = hang
+        self.waits = waits
 
     async def read_chunk(self) -> bytes:
         chunk = await super().read_chunk()
@@ -81,6 +85,8 @@ class HangingResponse(MemoryResponse):
         return chunk
 
     def read_ready(self) -> bytes | None:
+        if self.waits:
+            return None
         chunk = super().read_ready()
         return None if not chunk and self.hang else chunk  # the read that never returns would wait
 
@@ -99,13 +105,19 @@ def _pending_timers(loop: asyncio.AbstractEventLoop) -> int:
 
 
 async def _serve(
-    policy: dict[str, Any], chunks: list[bytes], hang: bool, *, stop_reading_after: int = 0, hang_up_at: float = 0.0
+    policy: dict[str, Any],
+    chunks: list[bytes],
+    hang: bool,
+    *,
+    stop_reading_after: int = 0,
+    hang_up_at: float = 0.0,
+    waits: bool = False,
 ) -> dict[str, Any]:
     app = create_app(_config(policy))
     outcomes: list[str] = []
     async with app.router.lifespan_context(app):
         runtime = runtime_of({"app": app})
-        upstream = Upstream(chunks, hang)
+        upstream = Upstream(chunks, hang, waits)
         for name in list(runtime.upstreams.clients):
             await runtime.upstreams.clients[name].aclose()
             runtime.upstreams.clients[name] = upstream  # type: ignore[assignment]
@@ -224,3 +236,29 @@ def test_a_hang_up_inside_a_deadline_is_a_cancel_not_a_timeout(
     old, new = _both(with_scope, caplog, {"first_token_timeout_s": 5.0}, [], True, hang_up_at=0.1)
     assert new == old, (old, new)
     assert old["outcomes"] == ["client_cancelled"] and old["ended"] == "returned" and old["cancelling"] == 0
+
+
+def test_the_wait_for_the_rest_is_timed_only_when_a_read_would_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the finish, a read whose bytes are in is taken without a deadline (it cannot outlast one); one that
+    would wait gets its deadline as before. The client and the attempt see the same either way."""
+    made: list[float] = []
+
+    class Counted(Deadline):
+        __slots__ = ()
+
+        def __init__(self, delay: float) -> None:
+            made.append(delay)
+            super().__init__(delay)
+
+    monkeypatch.setattr(replies, "Deadline", Counted)
+    results = []
+    for waits in (True, False):
+        made.clear()
+        result = asyncio.run(_serve({}, stream_chunks(), False, waits=waits))
+        result["lingers"] = made.count(replies.FINISH_LINGER_S)
+        results.append(result)
+    waited, ready = results
+    assert waited["lingers"] == 2 and ready["lingers"] == 0  # the usage chunk and [DONE], after the finish
+    del waited["lingers"], ready["lingers"], waited["took"], ready["took"]
+    assert waited == ready
+    assert ready["outcomes"] == ["ok"] and ready["ends"] == [False] and ready["status"] == 200

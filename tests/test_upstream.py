@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 
 import aiohttp
@@ -291,3 +292,58 @@ def test_transport_errors_read_as_plain_words_never_as_aiohttps_internals(
     described = describe_transport_error(error, mid_answer=mid_answer)
     assert described == expected
     assert "Error" not in described and "message=" not in described and "aiohttp" not in described
+
+
+def test_read_ready_gives_what_read_chunk_would_without_waiting(fakes: Fakes) -> None:
+    """The bytes already in (the same bytes a read gives), None while the next are not in, ``b""`` at the end."""
+    fake = fakes.start("p", FakeBehavior(stall_after=2))
+    whole = fakes.start("q", FakeBehavior())
+
+    async def go() -> tuple[bytes, bytes | None, bytes, bytes, bytes | None]:
+        client = UpstreamClient(provider_for(fake), None)
+        other = UpstreamClient(provider_for(whole), None)
+        try:
+            async with await client.send("/chat/completions", CHAT, TIMEOUTS) as response:
+                got = b""
+                while got.count(b"\n\n") < 3:  # the role and two answer events, before the stall
+                    got += response.read_ready() or await response.read_chunk()
+                stalled = response.read_ready()  # nothing more will come: a read would wait
+            async with await other.send("/chat/completions", CHAT, TIMEOUTS) as response:
+                mixed = b""
+                while chunk := response.read_ready() if mixed else await response.read_chunk():
+                    mixed += chunk
+                while (ready := response.read_ready()) is None:  # not yet in: the next read waits
+                    mixed += await response.read_chunk()
+                assert ready == b""
+                ended = response.read_ready()
+            async with await other.send("/chat/completions", CHAT, TIMEOUTS) as response:
+                plain = await response.read_all()
+        finally:
+            await client.aclose()
+            await other.aclose()
+        return got, stalled, mixed, plain, ended
+
+    got, stalled, mixed, plain, ended = asyncio.run(go())
+    assert got.count(b"\n\n") == 3 and stalled is None
+    per_request = re.compile(rb'"(id|created)": [^,]*')  # the fake's id and time differ between the two requests
+    assert per_request.sub(b"", mixed) == per_request.sub(b"", plain)
+    assert b"[DONE]" in plain and ended == b""
+
+
+def test_read_ready_raises_as_read_chunk_does(fakes: Fakes) -> None:
+    fake = fakes.start("p", FakeBehavior(drop_after=2))
+
+    async def go() -> tuple[str, str]:
+        client = UpstreamClient(provider_for(fake), None)
+        try:
+            async with await client.send("/chat/completions", CHAT, TIMEOUTS) as response:
+                with pytest.raises(UpstreamUnavailable) as read:
+                    await response.read_all()
+                with pytest.raises(UpstreamUnavailable) as ready:
+                    response.read_ready()
+        finally:
+            await client.aclose()
+        return str(read.value), str(ready.value)
+
+    read, ready = asyncio.run(go())
+    assert read == ready == "p: the provider closed the stream mid-answer"
