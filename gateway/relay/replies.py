@@ -233,6 +233,7 @@ class StreamReply(Reply):
                 await self._send_body(send, redact(out), meter.done and forwarder.error is None, watch)
                 if self.log.first_byte_at is None:
                     self.log.first_byte_at = self.log.clock()
+            read, feed, forward = response.read_chunk, meter.feed, forwarder.feed  # bound once: each chunk calls them
             while not meter.done and forwarder.error is None:
                 if meter.finish_arrived:
                     # The deadline only around a read that waits: one that returns at once cannot outlast it (the
@@ -243,20 +244,20 @@ class StreamReply(Reply):
                     else:
                         try:
                             with Deadline(FINISH_LINGER_S):
-                                chunk = await response.read_chunk()
+                                chunk = await read()
                         except TimeoutError:
                             # The answer is complete; what never came was only [DONE].
                             chunk = b""
                 else:
-                    chunk = await response.read_chunk()
+                    chunk = await read()
                 if not chunk:
                     meter.end_of_stream()
                     out = forwarder.flush()
                     if out:
                         await send({"type": "http.response.body", "body": redact(out), "more_body": True})
                     break
-                meter.feed(chunk)
-                out = forwarder.feed(chunk)
+                feed(chunk)
+                out = forward(chunk)
                 if out:
                     if meter.done and forwarder.error is None:
                         await self._send_body(send, redact(out), True, watch)
