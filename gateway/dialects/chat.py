@@ -39,11 +39,6 @@ from gateway.samples import Endpoint
 DONE = b"[DONE]"
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
 """A finish_reason with a value (not null): found with a scan, so that no chunk is parsed after the first token."""
-_REASON = b'finish_reason"'
-_NULL_REASON = b'finish_reason":null'
-"""Before the regex, two counts (``may_finish``): neither can overlap itself (its one ``f`` begins it), and each
-``_NULL_REASON`` begins with a ``_REASON``, so equal counts mean every ``"finish_reason"`` is followed by ``:null``,
-where ``_FINISH_REASON`` cannot match. That is every chunk of a compact stream but its finish."""
 _TIMING_SOURCES = ("timings", "metrics", "perf_metrics")
 _TIMING_TAIL = 3
 """Providers put their timings on the last events: only that many are looked at."""
@@ -150,8 +145,6 @@ class ChatDialect:
         return data.find(DONE) >= 0  # ``find``, not ``in`` (``gateway.sse``)
 
     def may_finish(self, data: bytes) -> bool:
-        if data.count(_REASON) == data.count(_NULL_REASON):  # no finish_reason but nulls: no regex (``_NULL_REASON``)
-            return False
         return _FINISH_REASON.search(data) is not None
 
     def is_terminal(self, event: dict[str, Any]) -> bool:
