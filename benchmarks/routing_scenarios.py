@@ -145,18 +145,21 @@ class Scenario:
 def oracle_choice(tokens: int, profiles: Sequence[Profile], price_weight: float = 0.0) -> str:
     """The provider with the lowest expected time for this request (a failure costs a fallback to the best other);
     with ``price_weight`` (a policy's, its time weight taken as 1), the lowest ``log2 time + price_weight × log2
-    price``: the provider the policy's score would pick, knowing every provider's truth."""
+    price``: the provider the policy's score would pick, knowing every provider's truth. A failure is billed nothing
+    and its fallback's answer at the fallback's price, so a provider failing every request costs what its fallback
+    does, in time and in money."""
 
-    def expected(p: Profile) -> float:
-        others = [q.expected_e2e(tokens) for q in profiles if q is not p and q.error_rate == 0]
-        fallback = min(others, default=p.expected_e2e(tokens))
-        return (1 - p.error_rate) * p.expected_e2e(tokens) + p.error_rate * fallback
+    def fallback(p: Profile) -> Profile:
+        others = [q for q in profiles if q is not p and q.error_rate == 0]
+        return min(others, key=lambda q: q.expected_e2e(tokens), default=p)
 
     def score(p: Profile) -> float:
-        time = expected(p)
+        other = fallback(p)
+        time = (1 - p.error_rate) * p.expected_e2e(tokens) + p.error_rate * other.expected_e2e(tokens)
         if not price_weight:
             return round(time, 6)
-        return round(math.log2(time) + price_weight * math.log2(max(p.price, 1e-9)), 9)
+        price = (1 - p.error_rate) * p.price + p.error_rate * other.price
+        return round(math.log2(time) + price_weight * math.log2(max(price, 1e-9)), 9)
 
     # Ties go to the more reliable, then the cheaper: a provider failing every request ties with its own fallback.
     return min(profiles, key=lambda p: (score(p), p.error_rate, p.price)).name

@@ -28,6 +28,15 @@ def test_the_oracle_never_picks_a_provider_that_fails_every_request() -> None:
     assert oracle_choice(128, [replace(down, error_rate=0.0), healthy]) == "a"
 
 
+def test_the_policy_oracle_prices_a_failing_provider_at_its_fallbacks_price() -> None:
+    # A failure is billed nothing and its fallback answers at its own price: a provider down for every request
+    # costs its fallback's time and money, so its own low price does not make it the policy's pick while down.
+    down = Profile("cheap", ttft_s=0.4, tps=200.0, price=0.05, error_rate=1.0)
+    healthy = Profile("dear", ttft_s=0.8, tps=120.0, price=0.9)
+    assert oracle_choice(128, [down, healthy], price_weight=0.3) == "dear"
+    assert oracle_choice(128, [replace(down, error_rate=0.0), healthy], price_weight=0.3) == "cheap"
+
+
 def test_the_policy_oracle_trades_time_for_price_as_the_policy_score_does() -> None:
     # 10% faster for twice the price: the fastest provider for time alone; under balanced's weights (a doubling of
     # price costs 0.3 of a doubling of time) the cheaper one, and the dear one again once it is 30% faster.
