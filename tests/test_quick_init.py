@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import gateway.routing.router  # noqa: F401  (imports every class the plan builds)
-from gateway.quick_init import GENERATED, quick_init
+from gateway.frozen import GENERATED, quick_init
 from gateway.routing.plan import Candidate
 from gateway.routing.predict import Prediction
 

@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gateway.quick_init import quick_init
+from gateway.frozen import quick_init
 from gateway.types import StreamProgress
 
 ViewMetric = Literal["ttft_s", "seconds_per_token", "e2e_s", "warm_ttft_s", "prefill_s_per_token", "cold_ttft_s"]

@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
-from gateway.frozen import positional_maker
+from gateway.frozen import positional_maker, quick_init
 from gateway.policies import Affinity
-from gateway.quick_init import quick_init
 from gateway.routing.capacity import RateLimits
 from gateway.routing.lengths import Forecast
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences

@@ -36,8 +36,8 @@ from operator import attrgetter
 from typing import Literal
 
 from gateway.config import DeploymentConfig
+from gateway.frozen import quick_init
 from gateway.policies import PolicyConfig
-from gateway.quick_init import quick_init
 from gateway.routing.cost import EFFECTIVE as EFFECTIVE
 from gateway.routing.cost import CacheMode as CacheMode
 from gateway.routing.cost import CacheTerms as CacheTerms

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, NoCapacity, RateLimited
-from gateway.quick_init import quick_init
+from gateway.frozen import quick_init
 from gateway.routing.score import RequestShape, Scored
 from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState

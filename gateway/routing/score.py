@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig
+from gateway.frozen import quick_init
 from gateway.policies import PolicyConfig
-from gateway.quick_init import quick_init
 from gateway.routing.estimates import DeploymentView
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, Sort
 from gateway.routing.predict import (
