@@ -94,11 +94,16 @@ class MinuteBuckets:
     def __bool__(self) -> bool:
         return bool(self.minutes)
 
-    def add(self, sample: Sample, now: float, buckets: Mapping[Metric, int] | None = None) -> None:
-        """Count a sample in the minute of ``now``; ``buckets``: its ``sample_buckets``, if already worked out."""
+    def add(
+        self, sample: Sample, now: float, buckets: Mapping[Metric, int] | None = None, pair: DeploymentKey | None = None
+    ) -> None:
+        """Count a sample in the minute of ``now``; ``buckets``: its ``sample_buckets``, and ``pair`` its (model,
+        deployment), if already worked out."""
         every = sample_buckets(sample) if buckets is None else buckets
+        if pair is None:
+            pair = (sample.model, sample.deployment)
         pending = self._pending
-        pending.append(((sample.model, sample.deployment), int(now // BUCKET_S), sample.outcome, every))
+        pending.append((pair, int(now // BUCKET_S), sample.outcome, every))
         if len(pending) >= PENDING_SAMPLES:
             self._count_pending()
 

@@ -1,0 +1,151 @@
+"""The sinks' shortcuts keep what the former code kept, exactly (issue 41, the *sinks* stage).
+
+Each shortcut is run beside the former code, copied here, over random sequences of samples; every state a reader
+can see is compared: the stats window's total and slices, the minute history, the answer log and its marks.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from gateway.config import StatsConfig
+from gateway.samples import OUTCOMES, REQUEST_KINDS, VALIDITIES, Sample
+from gateway.stats.answers import Answer, answer_of, tells
+from gateway.stats.memory import InMemoryStatsStore
+from gateway.stats.sketch import LogHistogram
+from gateway.stats.snapshot import DeploymentSummary, sample_buckets, validity_key
+from gateway.stats.window import _validity_key
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _maybe(rng: random.Random, value: Any) -> Any:
+    return None if rng.random() < 0.25 else value
+
+
+def _random_sample(rng: random.Random) -> Sample:
+    """A sample of a few models and deployments, any outcome, each measure sometimes missing (and sometimes zero,
+    tiny or NaN: the zero bucket), a judged answer or not."""
+    model = rng.choice(("m1", "m2"))
+    kind = rng.choice((None, *REQUEST_KINDS))
+    return Sample(
+        model=model,
+        deployment=rng.choice(("d1", "d2", "d3")),
+        provider=rng.choice(("p1", "p2")),
+        endpoint=rng.choice(("chat", "responses")),
+        stream=rng.random() < 0.5,
+        outcome=rng.choice(OUTCOMES),
+        started_at=rng.uniform(0, 1e9),
+        status=_maybe(rng, rng.choice((200, 429, 500))),
+        ttft_s=_maybe(rng, rng.choice((0.0, 1e-7, float("nan"), rng.uniform(0.01, 5)))),
+        first_answer_s=_maybe(rng, rng.uniform(0.01, 5)),
+        tokens_per_s=_maybe(rng, rng.uniform(1, 500)),
+        e2e_s=_maybe(rng, rng.uniform(0.1, 60)),
+        output_tokens=_maybe(rng, rng.randrange(0, 4000)),
+        usage_prompt_tokens=_maybe(rng, rng.randrange(0, 5000)),
+        usage_completion_tokens=_maybe(rng, rng.randrange(0, 4000)),
+        usage_cached_tokens=_maybe(rng, rng.randrange(0, 5000)),
+        prompt_tokens_estimate=_maybe(rng, rng.randrange(0, 5000)),
+        cost_usd=_maybe(rng, rng.uniform(0, 0.1)),
+        hedged=rng.random() < 0.3,
+        attempt_s=_maybe(rng, rng.uniform(0.01, 60)),
+        kind=kind,
+        validity=None if kind is None else _maybe(rng, rng.choice(VALIDITIES)),
+    )
+
+
+def _former_record(store: InMemoryStatsStore, seq: list[int], sample: Sample) -> None:
+    """``InMemoryStatsStore.record`` before the shortcuts: the window and minutes find their own key, the answer
+    through ``tells`` and ``answer_of``."""
+    buckets = sample_buckets(sample)
+    now = store.wall_clock()
+    store.window.add(sample, buckets)
+    store.minutes.add(sample, now, buckets)
+    if tells(sample):
+        seq[0] += 1
+        store.answers.add((sample.model, sample.deployment), answer_of(sample, store.replica, seq[0], now))
+
+
+def _histogram(h: LogHistogram) -> tuple[Any, ...]:
+    return (sorted(h.counts.items()), h.count, h._sum, h._inverse_sum)
+
+
+def _summary(s: DeploymentSummary) -> tuple[Any, ...]:
+    histograms = {metric: _histogram(h) for metric, h in s.histograms.items()}
+    return (s.model, s.deployment, dict(s.outcomes), dict(s.validity), histograms, list(s.histograms))
+
+
+def _state(store: InMemoryStatsStore) -> tuple[Any, ...]:
+    window = store.window
+    total = {key: _summary(s) for key, s in window.total.items()}
+    slices = {i: {key: _summary(s) for key, s in part.items()} for i, part in window.slices.items()}
+    minutes = {pair: {m: _summary(s) for m, s in kept.items()} for pair, kept in store.minutes.minutes.items()}
+    answers = {pair: [tuple(a) for a in kept] for pair, kept in store.answers.recent.items()}
+    return total, list(total), slices, minutes, answers, dict(store.answers.marks)
+
+
+def test_the_store_records_what_the_former_record_recorded() -> None:
+    """40 random sequences of 400 samples, the clock moving by random steps (slices closing, minutes turning,
+    slices leaving the window): after every few samples and at the end, every state a reader sees is the same,
+    and so are the snapshot's quantiles and the answers' reprs (their types: ``Answer``s, the same field order)."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        clock_a, clock_b = _Clock(), _Clock()
+        config = StatsConfig(window_s=60, slice_s=10)
+        new = InMemoryStatsStore(config, clock_a, replica="r")
+        old = InMemoryStatsStore(config, clock_b, replica="r")
+        seq = [0]
+        for n in range(400):
+            step = rng.choice((0.0, 0.0, 0.5, 3.0, 11.0, 70.0))
+            clock_a.now += step
+            clock_b.now += step
+            sample = _random_sample(rng)
+            new.record(sample)
+            _former_record(old, seq, sample)
+            if n % 37 == 0 or n == 399:
+                assert _state(new) == _state(old), (seed, n)
+                a, b = new.snapshot(), old.snapshot()
+                for key, summary in b.summaries.items():
+                    mine = a.get(*key)
+                    assert mine is not None
+                    for metric in summary.histograms:
+                        for q in (0.05, 0.5, 0.95):
+                            assert mine.quantile(metric, q) == summary.quantile(metric, q)
+        assert all(type(x) is Answer for kept in new.answers.recent.values() for x in kept)
+        assert [repr(x) for k in new.answers.recent.values() for x in k] == [
+            repr(x) for k in old.answers.recent.values() for x in k
+        ]
+
+
+def test_an_answer_is_made_only_of_a_sample_that_tells() -> None:
+    """``Recorder.answer`` numbers only what it keeps, as ``tells`` then ``answer_of`` did: 20,000 random samples."""
+    rng = random.Random(7)
+    store = InMemoryStatsStore(StatsConfig(window_s=60, slice_s=10), _Clock(), replica="x")
+    seq = 0
+    for _ in range(20_000):
+        sample = _random_sample(rng)
+        answer = store.recorder.answer(sample, 5.0)
+        if tells(sample):
+            seq += 1
+            assert answer == answer_of(sample, "x", seq, 5.0)
+            assert answer is not None and type(answer) is Answer
+        else:
+            assert answer is None
+
+
+def test_the_kept_validity_keys_are_validity_key() -> None:
+    """The window's kept ``kind:verdict`` strings equal ``validity_key``'s, for every kind and verdict, twice (made,
+    then found)."""
+    for _ in range(2):
+        for kind in REQUEST_KINDS:
+            for verdict in VALIDITIES:
+                sample = Sample(model="m", deployment="d", provider="p", endpoint="chat", stream=True, outcome="ok",
+                                started_at=0.0, kind=kind, validity=verdict)  # fmt: skip
+                assert _validity_key(kind, verdict) == validity_key(sample)
