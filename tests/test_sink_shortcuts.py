@@ -6,10 +6,19 @@ can see is compared: the stats window's total and slices, the minute history, th
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Sequence
 from typing import Any
 
+from prometheus_client import CollectorRegistry, generate_latest
+
+from gateway.admission.spending import Budget, InMemorySpendStore, Spender, SpendLedger
+from gateway.admission.spending.metrics import SpendMetrics
+from gateway.admission.spending.store import Booking, HeldScope, Hold
+from gateway.admission.spending.windows import period_of, to_usd
 from gateway.config import StatsConfig
+from gateway.metrics.plain import PlainCounter
 from gateway.samples import OUTCOMES, REQUEST_KINDS, VALIDITIES, Sample
 from gateway.stats.answers import Answer, answer_of, tells
 from gateway.stats.memory import InMemoryStatsStore
@@ -149,3 +158,88 @@ def test_the_kept_validity_keys_are_validity_key() -> None:
                 sample = Sample(model="m", deployment="d", provider="p", endpoint="chat", stream=True, outcome="ok",
                                 started_at=0.0, kind=kind, validity=verdict)  # fmt: skip
                 assert _validity_key(kind, verdict) == validity_key(sample)
+
+
+class _Heard:
+    """A spend listener that keeps every booking it hears."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str, list[Booking]]] = []
+
+    def booked(self, key: str, team: str, bookings: Sequence[Booking]) -> None:
+        self.heard.append((key, team, list(bookings)))
+
+    def refused(self, scope: str, name: str) -> None:
+        pass
+
+
+class _FormerSpendMetrics(SpendMetrics):
+    """``SpendMetrics.booked`` as it was: each booking's cost through ``to_usd``."""
+
+    def booked(self, key: str, team: str, bookings: Sequence[Booking]) -> None:
+        if not self.named:
+            key = team = ""
+        children = self._spend_children
+        for booking in bookings:
+            labels = (key, team, booking.model, booking.provider)
+            child = children.get(labels)
+            if child is None:
+                child = children[labels] = self.spend.labels(*labels)
+            child.inc(to_usd(booking.cost))
+
+
+def _exposition(registry: CollectorRegistry) -> str:
+    return "\n".join(line for line in generate_latest(registry).decode().splitlines() if "_created" not in line)
+
+
+def test_the_ledger_settles_now_what_the_former_settlement_settled() -> None:
+    """``SpendLedger.settle_now`` (bookings made in its own loop, the store's ``queue`` booking itself, the counter
+    fed ``cost / NANOS_PER_USD``) against the former: ``settle``'s ``bookings_of``, then the store's ``settle_now``,
+    and ``booked`` through ``to_usd`` (copied above). 600 random settlements (a hold or none, 0-3 samples, costs
+    None, 0 or any, two spenders, named metrics or not, the clock across days and months): the bookings heard, the
+    store's counters, holds and rows, and the spend counter's exposition are the same."""
+    rng = random.Random(11)
+    spenders = [
+        Spender.of("k1", "alice", "t", Budget(10.0, "day"), Budget(50.0, "month")),
+        Spender.of("k2", "bob", None, None, None),
+    ]
+    sides = []
+    for kind in (SpendMetrics, _FormerSpendMetrics):
+        ledger = SpendLedger(InMemorySpendStore(), wall_clock=_Clock())
+        registry = CollectorRegistry()
+        metrics = kind(registry, PlainCounter)
+        heard = _Heard()
+        ledger.listeners += [metrics, heard]
+        sides.append((ledger, registry, metrics, heard))
+    at = 1_798_000_000.0
+    for i in range(600):
+        at += rng.choice([1.0, 600.0, 3600.0 * 7, 86400.0 * 12])
+        spender = rng.choice(spenders)
+        named = rng.random() < 0.7
+        samples = [
+            Sample(
+                model=rng.choice(("m1", "m2")),
+                deployment=rng.choice(("a", "b")),
+                provider=rng.choice(("p", "q")),
+                endpoint="chat",
+                stream=True,
+                outcome="ok",
+                started_at=0.0,
+                cost_usd=rng.choice((None, 0.0, rng.uniform(0, 0.01))),
+            )  # fmt: skip
+            for _ in range(rng.randrange(4))
+        ]
+        held = tuple(HeldScope(scope, period_of(scope.budget.window, at)) for scope in spender.scopes)
+        hold = Hold(f"h{i}", 1000, held, spender.tag, at + 60) if held and rng.random() < 0.5 else None
+        for ledger, _, metrics, _ in sides:
+            ledger.wall_clock.now = at  # type: ignore[attr-defined]
+            metrics.named = named
+            if hold is not None:
+                asyncio.run(ledger.store.reserve(hold, at))
+        sides[0][0].settle_now(spender, hold, samples)
+        asyncio.run(sides[1][0].settle(spender, hold, samples))  # the former path: bookings_of, store.settle
+    (new, new_registry, _, new_heard), (old, old_registry, _, old_heard) = sides
+    assert new_heard.heard == old_heard.heard and len(new_heard.heard) > 300
+    for attribute in ("_counters", "_holds", "_rows"):
+        assert getattr(new.store, attribute) == getattr(old.store, attribute)
+    assert _exposition(new_registry) == _exposition(old_registry)
