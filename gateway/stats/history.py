@@ -119,8 +119,14 @@ class MinuteBuckets:
             else:
                 summary = self._summary(pair, minute)
                 last = (minute, pair, summary)
-            # ``sample_buckets`` puts ``ttft_s`` before ``tokens_per_s``: the two kept in that order.
-            summary.add_buckets(outcome, {metric: every[metric] for metric in _HISTORY_ORDER if metric in every})
+            # ``sample_buckets`` puts ``ttft_s`` before ``tokens_per_s``: the two kept in that order (a loop, not a
+            # comprehension: no frame of its own per sample).
+            kept: dict[Metric, int] = {}
+            for metric in _HISTORY_ORDER:
+                bucket = every.get(metric)
+                if bucket is not None:
+                    kept[metric] = bucket
+            summary.add_buckets(outcome, kept)
         self._last = last
 
     def add_summary(self, pair: DeploymentKey, minute: int, summary: DeploymentSummary) -> None:
