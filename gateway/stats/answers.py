@@ -187,16 +187,21 @@ class Recorder:
         if outcome == "client_cancelled" and not sample.hedged and (output is None or ttft is None):
             return None  # neither raced nor drained
         prompt = sample.usage_prompt_tokens
-        return Answer(
-            self.replica,
-            next(self._seq),
-            at,
-            outcome,
-            sample.stream,
-            sample.hedged,
-            ttft,
-            sample.tokens_per_s,
-            output,
-            sample.attempt_s,
-            None if prompt is None else max(0, prompt - (sample.usage_cached_tokens or 0)),
+        # ``Answer(...)`` without the named tuple's generated ``__new__`` (a Python frame): the same tuple, of the
+        # same class, every field given in order.
+        return tuple.__new__(
+            Answer,
+            (
+                self.replica,
+                next(self._seq),
+                at,
+                outcome,
+                sample.stream,
+                sample.hedged,
+                ttft,
+                sample.tokens_per_s,
+                output,
+                sample.attempt_s,
+                None if prompt is None else max(0, prompt - (sample.usage_cached_tokens or 0)),
+            ),
         )
