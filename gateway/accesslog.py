@@ -109,9 +109,10 @@ class AccessRecord:
         Failed attempts before the winner count as upstream time, not as the gateway's, and so
         does a wait for a free slot (``queue_wait_s`` in the line): the providers were full.
         """
-        if self.request is None:
-            return None
-        first_byte_at = self.first_byte_at
+        log = self.log
+        if self.request is None or log is None or self.error_status is not None:
+            return None  # no first byte handed over (``first_byte_at``, inline: a property call per request)
+        first_byte_at = log.first_byte_at
         if first_byte_at is None:
             return None
         trace = self.request.trace

@@ -177,5 +177,31 @@ class Recorder:
         self._seq = itertools.count(1)
 
     def answer(self, sample: Sample, at: float) -> Answer | None:
-        """``sample`` as this replica's next answer; None when it tells nothing (``tells``)."""
-        return answer_of(sample, self.replica, next(self._seq), at) if tells(sample) else None
+        """``sample`` as this replica's next answer; None when it tells nothing (``tells``).
+
+        ``tells`` and ``answer_of``, inline: the stores call this once per sample recorded."""
+        outcome = sample.outcome
+        if outcome == "client_error":
+            return None
+        output, ttft = sample.output_tokens, sample.ttft_s
+        if outcome == "client_cancelled" and not sample.hedged and (output is None or ttft is None):
+            return None  # neither raced nor drained
+        prompt = sample.usage_prompt_tokens
+        # ``Answer(...)`` without the named tuple's generated ``__new__`` (a Python frame): the same tuple, of the
+        # same class, every field given in order.
+        return tuple.__new__(
+            Answer,
+            (
+                self.replica,
+                next(self._seq),
+                at,
+                outcome,
+                sample.stream,
+                sample.hedged,
+                ttft,
+                sample.tokens_per_s,
+                output,
+                sample.attempt_s,
+                None if prompt is None else max(0, prompt - (sample.usage_cached_tokens or 0)),
+            ),
+        )

@@ -94,11 +94,16 @@ class MinuteBuckets:
     def __bool__(self) -> bool:
         return bool(self.minutes)
 
-    def add(self, sample: Sample, now: float, buckets: Mapping[Metric, int] | None = None) -> None:
-        """Count a sample in the minute of ``now``; ``buckets``: its ``sample_buckets``, if already worked out."""
+    def add(
+        self, sample: Sample, now: float, buckets: Mapping[Metric, int] | None = None, pair: DeploymentKey | None = None
+    ) -> None:
+        """Count a sample in the minute of ``now``; ``buckets``: its ``sample_buckets``, and ``pair`` its (model,
+        deployment), if already worked out."""
         every = sample_buckets(sample) if buckets is None else buckets
+        if pair is None:
+            pair = (sample.model, sample.deployment)
         pending = self._pending
-        pending.append(((sample.model, sample.deployment), int(now // BUCKET_S), sample.outcome, every))
+        pending.append((pair, int(now // BUCKET_S), sample.outcome, every))
         if len(pending) >= PENDING_SAMPLES:
             self._count_pending()
 
@@ -114,8 +119,14 @@ class MinuteBuckets:
             else:
                 summary = self._summary(pair, minute)
                 last = (minute, pair, summary)
-            # ``sample_buckets`` puts ``ttft_s`` before ``tokens_per_s``: the two kept in that order.
-            summary.add_buckets(outcome, {metric: every[metric] for metric in _HISTORY_ORDER if metric in every})
+            # ``sample_buckets`` puts ``ttft_s`` before ``tokens_per_s``: the two kept in that order (a loop, not a
+            # comprehension: no frame of its own per sample).
+            kept: dict[Metric, int] = {}
+            for metric in _HISTORY_ORDER:
+                bucket = every.get(metric)
+                if bucket is not None:
+                    kept[metric] = bucket
+            summary.add_buckets(outcome, kept)
         self._last = last
 
     def add_summary(self, pair: DeploymentKey, minute: int, summary: DeploymentSummary) -> None:

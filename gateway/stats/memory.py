@@ -50,11 +50,12 @@ class InMemoryStatsStore:
     def record(self, sample: Sample) -> None:
         buckets = sample_buckets(sample)  # once for both: the bucket indexes are a log per value
         now = self.wall_clock()
-        self.window.add(sample, buckets)
-        self.minutes.add(sample, now, buckets)
+        pair = (sample.model, sample.deployment)  # one key for the window, the minutes and the log
+        self.window.add(sample, buckets, pair)
+        self.minutes.add(sample, now, buckets, pair)
         answer = self.recorder.answer(sample, now)
         if answer is not None:
-            self.answers.add((sample.model, sample.deployment), answer)
+            self.answers.add(pair, answer)
 
     async def history(self, pairs: Sequence[DeploymentKey]) -> History:
         return self.minutes.points(self.wall_clock(), pairs)

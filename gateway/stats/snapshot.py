@@ -127,7 +127,10 @@ def sample_buckets(sample: Sample) -> dict[Metric, int]:
         if value is not None:
             buckets["e2e_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
         if sample.output_tokens is not None:
-            buckets["output_tokens"] = bucket_of(float(sample.output_tokens))
+            value = float(sample.output_tokens)  # bucket_of, inline as above
+            buckets["output_tokens"] = (
+                ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
+            )
     prompt = sample.usage_prompt_tokens or sample.prompt_tokens_estimate
     if prompt and (sample.usage_cached_tokens is not None or prompt >= MIN_PREFILL_TOKENS):
         values: dict[Metric, float] = {}

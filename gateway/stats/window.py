@@ -64,6 +64,18 @@ def subtract(total: DeploymentSummary, part: DeploymentSummary) -> None:
             del total.histograms[metric]
 
 
+_VALIDITY_KEYS: dict[tuple[str, str], str] = {}
+
+
+def _validity_key(kind: str, verdict: str) -> str:
+    """``validity_key``'s ``kind:verdict``, each made once (a few dozen pairs exist): one look-up per sample, no
+    string built."""
+    key = _VALIDITY_KEYS.get((kind, verdict))
+    if key is None:
+        key = _VALIDITY_KEYS[(kind, verdict)] = f"{kind}:{verdict}"
+    return key
+
+
 PENDING_SAMPLES = 64
 """Samples a window's open slice holds uncounted, at most: counted in one pass when this many wait, when the slice
 closes, or when it is read (``SlicedWindow.slices``, expiry, a merged summary)."""
@@ -136,11 +148,13 @@ class SlicedWindow:
                     if not total.outcomes:
                         del self.total[key]
 
-    def add(self, sample: Sample, buckets: Mapping[Metric, int] | None = None) -> None:
+    def add(
+        self, sample: Sample, buckets: Mapping[Metric, int] | None = None, key: DeploymentKey | None = None
+    ) -> None:
         """Count a sample in the slice of now (slices that aged out are dropped once per slice).
 
         ``buckets``: the sample's ``sample_buckets`` when the caller already worked them out (the store
-        hands the same ones to the minute history)."""
+        hands the same ones to the minute history); ``key``: its (model, deployment), likewise."""
         index = math.floor(self.wall_clock() / self.slice_s)  # slice_index, inline
         if index != self._expired_for:
             self.expire()
@@ -150,11 +164,12 @@ class SlicedWindow:
             self._pending_index = index
         if index not in self._slices:
             self._slices[index] = {}  # made now: the slices keep the order they began in
-        key = (sample.model, sample.deployment)
+        if key is None:
+            key = (sample.model, sample.deployment)
         if buckets is None:
             buckets = sample_buckets(sample)
         kind, verdict = sample.kind, sample.validity
-        validity = None if kind is None or verdict is None else f"{kind}:{verdict}"  # validity_key, inline
+        validity = None if kind is None or verdict is None else _validity_key(kind, verdict)
         outcome = sample.outcome
         pending = self._pending
         pending.append((key, outcome, buckets, validity))

@@ -178,8 +178,14 @@ class SpendLedger:
     def settle_now(self, spender: Spender, hold: Hold | None, samples: Sequence[Sample]) -> None:
         """``settle`` without waiting (``SpendStore.queue``: booked at once in memory, queued for the writer in
         Redis; ``SpendStore.flushed`` waits for it): the same bookings, the same listeners told, at once rather
-        than once written. Every request's settlement (``AccessState.settle``): no coroutine, no task."""
-        bookings = bookings_of(spender, samples)
+        than once written. Every request's settlement (``AccessState.settle``): no coroutine, no task; the bookings
+        made as ``bookings_of`` makes them, in a loop here (no call, no comprehension's frame)."""
+        key_id, team = spender.key_id, spender.team
+        bookings = []
+        for s in samples:
+            bookings.append(
+                booking_from_fields(key_id, team, s.model, s.provider, s.deployment, to_nanos(s.cost_usd or 0.0))
+            )
         if hold is None and not bookings:
             return
         self.store.queue(hold, spender.tag, self.wall_clock(), bookings)

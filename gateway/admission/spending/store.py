@@ -193,15 +193,16 @@ class InMemorySpendStore:
     async def settle(self, hold: Hold | None, tag: str, at: float, bookings: Sequence[Booking]) -> None:
         self.settle_now(hold, at, bookings)
 
-    def queue(self, hold: Hold | None, tag: str, at: float, bookings: Sequence[Booking]) -> None:
-        """Booked at once: nothing is ever left queued."""
-        self.settle_now(hold, at, bookings)
-
     async def flushed(self) -> None:
         """Nothing to wait for (``queue`` books at once)."""
 
     def settle_now(self, hold: Hold | None, at: float, bookings: Sequence[Booking]) -> None:
-        """``settle``, without a coroutine: it never waits (``queue``, every request)."""
+        """``settle``, without a coroutine: it never waits (``queue``, whose tag the memory has no use for)."""
+        self.queue(hold, "", at, bookings)
+
+    def queue(self, hold: Hold | None, tag: str, at: float, bookings: Sequence[Booking]) -> None:
+        """Booked at once: nothing is ever left queued. The booking itself is here, not in ``settle_now``: every
+        request's settlement comes through ``queue`` (``SpendLedger.settle_now``), one call rather than two."""
         if hold is not None:
             total = sum(b.cost for b in bookings)
             for held in hold.scopes:
@@ -226,7 +227,9 @@ class InMemorySpendStore:
                 resets.append(period.resets_at)
             self._current = (max(starts), min(resets), tables)
         for booking in bookings:
-            ident, cost = booking.row, booking.cost
+            # ``booking.row``, inline: a property call per booking
+            ident = (booking.key_id, booking.team, booking.model, booking.provider, booking.deployment)
+            cost = booking.cost
             for rows in tables:
                 row = rows.get(ident)
                 if row is None:
