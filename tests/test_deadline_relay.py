@@ -207,7 +207,7 @@ def _both(with_scope: Any, caplog: pytest.LogCaptureFixture, *args: Any, **kwarg
         result["logged"] = [r.getMessage().split(": ", 1)[-1] for r in caplog.records if r.name == "gateway"]
         results.append(result)
     # How long each took is the loaded machine's as much as the deadline's: the two must agree within a scheduling
-    # slip (0.3 s, below the shortest deadline difference these tests could miss), then read as one.
+    # slip (0.3 s), then read as one; which deadline fired is pinned by the status, outcomes and log lines.
     took = [result.pop("took") for result in results]
     assert abs(took[0] - took[1]) <= 0.3, took
     for result in results:
