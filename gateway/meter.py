@@ -152,7 +152,18 @@ class StreamMeter:
         now = self._clock()
         self.received_bytes += len(chunk)
         if self.first_output_at is None:
-            if self._splitter.buffer or b"\r" in chunk:
+            if (
+                chunk.startswith(b"data: ")
+                and chunk.find(b"\n") == len(chunk) - 2
+                and chunk.endswith(b"\n\n")
+                and chunk.find(b"\r") < 0
+                and not self._splitter.buffer
+            ):
+                # One event of one ``data: `` line, nothing pending (every chunk before a stream's first token, as
+                # providers send them): its data is what the splitter would cut, noted without it.
+                self._note(now, chunk[6:-2])
+                return
+            if self._splitter.buffer or chunk.find(b"\r") >= 0:  # ``find``, not ``in`` (``gateway.sse``)
                 for data in self._splitter.feed(chunk):
                     self._note(now, data)
                 return
@@ -220,10 +231,16 @@ class StreamMeter:
         if data == dialect.done_data:
             self.done = True
             return
-        self._events.append(now, data, False)
-        if not self.finish_arrived and dialect.may_finish(data):
+        # ``KeptChunks.append`` of one event's data, inlined: every event before the first token comes here.
+        kept = self._events
+        kept.times.append(now)
+        datas = kept.datas
+        kept.parts.append(len(datas))
+        datas.append(data)
+        kept.heads.append(b"")
+        if not self.finish_arrived and self._may_finish(data):
             self.finish_arrived = True
-        if len(self._events) >= self.fold_at:
+        if len(datas) >= self.fold_at:
             self._fold()
         ends = dialect.done_data is None and dialect.may_end(data)
         if self.first_output_at is not None and not ends:
