@@ -67,6 +67,21 @@ def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
     return [event if isinstance(event, dict) else None for event in events]
 
 
+def _one_event(chunk: bytes) -> bytes | None:
+    """The data of ``chunk`` when it is one event of a ``data: `` line, after at most one line of another field
+    (chat's ``data: {…}``; Responses' and Messages' ``event: name`` then ``data: {…}``), as ``SSESplitter``
+    would cut it; None for any other chunk (``\r`` line ends, several events, or lines, an event cut short)."""
+    if not chunk.endswith(b"\n\n") or chunk.find(b"\r") >= 0:
+        return None
+    end = len(chunk) - 2
+    line = chunk.find(b"\n")
+    if line == end:
+        return chunk[6:end] if chunk.startswith(b"data: ") else None
+    if chunk.find(b"\n", line + 1) == end and chunk.startswith(b"data: ", line + 1) and not chunk.startswith(b"data:"):
+        return chunk[line + 7 : end]
+    return None
+
+
 @functools.cache
 def _ending_event(done_data: bytes | None) -> bytes | None:
     """The ending event as providers send it; one object per dialect, not one per stream."""
@@ -152,16 +167,11 @@ class StreamMeter:
         now = self._clock()
         self.received_bytes += len(chunk)
         if self.first_output_at is None:
-            if (
-                chunk.startswith(b"data: ")
-                and chunk.find(b"\n") == len(chunk) - 2
-                and chunk.endswith(b"\n\n")
-                and chunk.find(b"\r") < 0
-                and not self._splitter.buffer
-            ):
-                # One event of one ``data: `` line, nothing pending (every chunk before a stream's first token, as
-                # providers send them): its data is what the splitter would cut, noted without it.
-                self._note(now, chunk[6:-2])
+            data = None if self._splitter.buffer else _one_event(chunk)
+            if data is not None:
+                # One event, nothing pending (every chunk before a stream's first token, as providers send them): its
+                # data is what the splitter would cut, noted without it.
+                self._note(now, data)
                 return
             if self._splitter.buffer or chunk.find(b"\r") >= 0:  # ``find``, not ``in`` (``gateway.sse``)
                 for data in self._splitter.feed(chunk):

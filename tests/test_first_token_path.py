@@ -1,6 +1,7 @@
 """The meter's read before a stream's first token, held to the former code on every cutting and on odd first events.
 
-``StreamMeter.feed`` notes a chunk that is one ``data: `` line (what providers send before their first token)
+``StreamMeter.feed`` notes a chunk that is one event of one ``data: `` line, after at most one other line (what
+providers send before their first token: chat's ``data:``, Responses' and Messages' ``event:`` then ``data:``)
 without the splitter's cut, and ``_note`` keeps an event's data without ``KeptChunks.append``'s call. The former
 ``feed``, ``_until_output`` and ``_note`` are copied here (``FormerMeter``); both meters are fed the same pieces and
 must agree after every one on everything a meter holds or says (its flags, its kept entries, its splitter's pending
@@ -209,6 +210,13 @@ FRAMES: list[Callable[[bytes], bytes]] = [
     lambda d: b"data:  " + d + b"\n\n",
     lambda d: b"data: " + d + b"\r\n\r\n",
     lambda d: b"event: x\ndata: " + d + b"\n\n",
+    lambda d: b"event: x\ndata:" + d + b"\n\n",
+    lambda d: b"event: x\ndata: " + d + b"\ndata: " + d + b"\n\n",
+    lambda d: b"id: 7\ndata: " + d + b"\n\n",
+    lambda d: b"\ndata: " + d + b"\n\n",
+    lambda d: b"event: x\r\ndata: " + d + b"\n\n",
+    lambda d: b"event: x\n\ndata: " + d + b"\n\n",
+    lambda d: b"event: x\ndata: " + d + b"\n",
     lambda d: b"data: " + d + b"\ndata: " + d + b"\n\n",
     lambda d: b"data: " + d + b"\nid: 1\n\n",
     lambda d: b"data: " + d + b"\rid: 1\n\n",
@@ -254,8 +262,9 @@ def test_random_and_odd_first_events_are_read_as_before(api: str, counter: Token
 
 
 def test_the_fast_path_is_the_one_taken_by_one_data_line_chunks() -> None:
-    """A chunk of one ``data: `` line before the first token is noted without the splitter (which ``feed``'s fast
-    path does not call: a splitter that raises shows it), and a chunk of any other framing still goes through it."""
+    """A chunk of one event (a ``data: `` line, or an ``event:`` line and one) before the first token is noted
+    without the splitter (which ``feed``'s fast path does not call: a splitter that raises shows it), and a chunk of
+    any other framing still goes through it."""
 
     class Refusing:
         buffer = b""
@@ -269,6 +278,13 @@ def test_the_fast_path_is_the_one_taken_by_one_data_line_chunks() -> None:
     meter.feed(b"data: " + ROLE + b"\n\n")
     meter.feed(b"data: " + TEXT + b"\n\n")
     assert meter.first_output_at == SENT_AT
+    named = StreamMeter(clock, SENT_AT, dialect_for("messages"))
+    named._splitter = Refusing()  # type: ignore[assignment]
+    named.feed(b'event: message_start\ndata: {"type":"message_start","message":{"id":"m"}}\n\n')
+    named.feed(
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}\n\n'
+    )
+    assert named.first_output_at == SENT_AT
     other = StreamMeter(clock, SENT_AT)
     other._splitter = Refusing()  # type: ignore[assignment]
     with pytest.raises(AssertionError, match="split"):
