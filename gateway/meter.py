@@ -222,7 +222,10 @@ class StreamMeter:
             end = chunk.find(b"\n\n", start)
             if end < 0:
                 break
-            data = data_of(chunk[start:end])
+            if chunk.startswith(b"data: ", start) and chunk.find(b"\n", start, end) < 0:
+                data: bytes | None = chunk[start + 6 : end]  # ``data_of``'s common case, without the slice and call
+            else:
+                data = data_of(chunk[start:end])
             start = end + 2
             if data is not None:
                 self._note(now, data)
