@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from benchmarks.routing_scenarios import Change, Profile, Scenario
+from benchmarks.routing_scenarios import Change, Profile, Scenario, lead_passes
 
 
 def _halting(start: Profile, end: Profile, legs: tuple[tuple[float, float], ...], steps: int) -> tuple[Change, ...]:
@@ -54,19 +54,6 @@ _E4 = Profile("e4", ttft_s=1.13, tps=96.0, price=0.22, tps_sigma=0.27)
 _LEAD = Profile("lead", ttft_s=0.23, tps=268.0, price=0.0, ttft_sigma=0.32, tps_sigma=0.19)
 _TRAIL = Profile("trail", ttft_s=0.91, tps=118.0, price=0.0, ttft_sigma=0.43, tps_sigma=0.25)
 _W_PRICES = {"w1": 0.58, "w2": 0.29}
-
-
-def _trades(turns: tuple[tuple[float, str], ...]) -> tuple[Change, ...]:
-    """``w1`` leads first; each (turn, next) in ``turns`` lasts ``turn`` seconds, after which ``next`` takes the lead
-    and the other trails, each keeping its own price."""
-    changes = []
-    at = 0.0
-    for turn, lead in turns:
-        at += turn
-        for name, price in _W_PRICES.items():
-            shape = _LEAD if name == lead else _TRAIL
-            changes.append(Change(at, name, replace(shape, name=name, price=price)))
-    return tuple(changes)
 
 
 _NINE = tuple(
@@ -156,7 +143,7 @@ HELD_OUT_10: tuple[Scenario, ...] = (
         lengths=((40, 2), (230, 3), (690, 1)),
         duration_s=106,
         rate_per_s=3.08,
-        changes=_trades(((31, "w2"), (27, "w1"), (17, "w2"), (11, "w1"))),
+        changes=lead_passes(((31, "w2"), (27, "w1"), (17, "w2"), (11, "w1")), _LEAD, _TRAIL, _W_PRICES),
     ),
     Scenario(
         "ho10-many",

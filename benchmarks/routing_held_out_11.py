@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from benchmarks.routing_scenarios import Change, Profile, Scenario
+from benchmarks.routing_scenarios import Change, Profile, Scenario, lead_passes
 
 
 def _jagged(start: Profile, end: Profile, from_s: float, to_s: float, steps: int) -> tuple[Change, ...]:
@@ -63,19 +63,6 @@ _G4 = Profile("g4", ttft_s=1.07, tps=99.0, price=0.19, ttft_sigma=0.49)
 _AHEAD = Profile("ahead", ttft_s=0.28, tps=241.0, price=0.0, ttft_sigma=0.33, tps_sigma=0.22)
 _BEHIND = Profile("behind", ttft_s=0.97, tps=103.0, price=0.0, ttft_sigma=0.45, tps_sigma=0.31)
 _O_PRICES = {"o1": 0.74, "o2": 0.33, "o3": 0.51}
-
-
-def _round(turns: tuple[tuple[float, str], ...]) -> tuple[Change, ...]:
-    """``o1`` leads first; each (turn, next) in ``turns`` lasts ``turn`` seconds, after which ``next`` takes the lead
-    and the two others trail, each keeping its own price."""
-    changes = []
-    at = 0.0
-    for turn, lead in turns:
-        at += turn
-        for name, price in _O_PRICES.items():
-            shape = _AHEAD if name == lead else _BEHIND
-            changes.append(Change(at, name, replace(shape, name=name, price=price)))
-    return tuple(changes)
 
 
 _TEN = tuple(
@@ -163,7 +150,7 @@ HELD_OUT_11: tuple[Scenario, ...] = (
         lengths=((35, 2), (185, 3), (620, 1)),
         duration_s=171,
         rate_per_s=1.67,
-        changes=_round(((36, "o2"), (24, "o3"), (31, "o1"), (32, "o2"), (30, "o3"))),
+        changes=lead_passes(((36, "o2"), (24, "o3"), (31, "o1"), (32, "o2"), (30, "o3")), _AHEAD, _BEHIND, _O_PRICES),
     ),
     Scenario(
         "ho11-many",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from benchmarks.routing_scenarios import Change, Profile, Scenario
+from benchmarks.routing_scenarios import Change, Profile, Scenario, lead_passes
 
 
 def _glide(start: Profile, end: Profile, from_s: float, to_s: float, steps: int) -> tuple[Change, ...]:
@@ -39,19 +39,6 @@ _D4 = Profile("d4", ttft_s=0.97, tps=112.0, price=0.21)
 _FRONT = Profile("front", ttft_s=0.26, tps=231.0, price=0.0, ttft_sigma=0.29, tps_sigma=0.18)
 _REAR = Profile("rear", ttft_s=0.82, tps=119.0, price=0.0, ttft_sigma=0.39, tps_sigma=0.26)
 _V_PRICES = {"v1": 0.47, "v2": 0.83, "v3": 0.26}
-
-
-def _passes(turns: tuple[tuple[float, str], ...]) -> tuple[Change, ...]:
-    """``v1`` leads first; each (turn, next) in ``turns`` lasts ``turn`` seconds, after which ``next`` takes the lead
-    and the two others trail, each keeping its own price."""
-    changes = []
-    at = 0.0
-    for turn, lead in turns:
-        at += turn
-        for name, price in _V_PRICES.items():
-            shape = _FRONT if name == lead else _REAR
-            changes.append(Change(at, name, replace(shape, name=name, price=price)))
-    return tuple(changes)
 
 
 _EIGHT = tuple(
@@ -137,8 +124,11 @@ HELD_OUT_9: tuple[Scenario, ...] = (
         lengths=((44, 3), (205, 3), (530, 1)),
         duration_s=219,
         rate_per_s=3.3,
-        changes=_passes(
-            ((31, "v3"), (14, "v2"), (26, "v3"), (41, "v1"), (19, "v2"), (33, "v1"), (21, "v3"), (28, "v2"))
+        changes=lead_passes(
+            ((31, "v3"), (14, "v2"), (26, "v3"), (41, "v1"), (19, "v2"), (33, "v1"), (21, "v3"), (28, "v2")),
+            _FRONT,
+            _REAR,
+            _V_PRICES,
         ),
     ),
     Scenario(

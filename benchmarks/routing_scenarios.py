@@ -142,6 +142,22 @@ class Scenario:
         return current
 
 
+def lead_passes(
+    turns: tuple[tuple[float, str], ...], ahead: Profile, behind: Profile, prices: dict[str, float]
+) -> tuple[Change, ...]:
+    """The lead passing between the providers named in ``prices`` (the first leads at first): each (turn, next) in
+    ``turns`` lasts ``turn`` seconds, after which ``next`` takes ``ahead``'s shape and the others ``behind``'s, each
+    keeping its own price."""
+    changes = []
+    at = 0.0
+    for turn, lead in turns:
+        at += turn
+        for name, price in prices.items():
+            shape = ahead if name == lead else behind
+            changes.append(Change(at, name, replace(shape, name=name, price=price)))
+    return tuple(changes)
+
+
 def oracle_choice(tokens: int, profiles: Sequence[Profile], price_weight: float = 0.0) -> str:
     """The provider with the lowest expected time for this request (a failure costs a fallback to the best other);
     with ``price_weight`` (a policy's, its time weight taken as 1), the lowest ``log2 time + price_weight × log2
