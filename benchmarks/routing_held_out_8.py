@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from benchmarks.routing_scenarios import Change, Profile, Scenario
+from benchmarks.routing_scenarios import Change, Profile, Scenario, lead_passes
 
 
 def _bend(start: Profile, end: Profile, from_s: float, to_s: float, steps: int, power: float) -> tuple[Change, ...]:
@@ -39,19 +39,6 @@ _A4 = Profile("a4", ttft_s=1.02, tps=104.0, price=0.24)
 _AHEAD = Profile("ahead", ttft_s=0.28, tps=214.0, price=0.0, ttft_sigma=0.36)
 _ASTERN = Profile("astern", ttft_s=0.77, tps=128.0, price=0.0, ttft_sigma=0.36, tps_sigma=0.23)
 _X_PRICES = {"x1": 0.71, "x2": 0.39, "x3": 0.52, "x4": 0.18}
-
-
-def _handovers(turns: tuple[tuple[float, str], ...]) -> tuple[Change, ...]:
-    """``x1`` leads first; each (turn, next) in ``turns`` lasts ``turn`` seconds, after which ``next`` takes the lead
-    and the three others trail, in no fixed order round the four, each keeping its own price."""
-    changes = []
-    at = 0.0
-    for turn, lead in turns:
-        at += turn
-        for name, price in _X_PRICES.items():
-            shape = _AHEAD if name == lead else _ASTERN
-            changes.append(Change(at, name, replace(shape, name=name, price=price)))
-    return tuple(changes)
 
 
 _SEVEN = tuple(
@@ -131,8 +118,11 @@ HELD_OUT_8: tuple[Scenario, ...] = (
         lengths=((52, 3), (240, 2), (610, 1)),
         duration_s=226,
         rate_per_s=3.2,
-        changes=_handovers(
-            ((27, "x3"), (18, "x2"), (34, "x4"), (22, "x1"), (39, "x3"), (16, "x4"), (29, "x2"), (24, "x1"))
+        changes=lead_passes(
+            ((27, "x3"), (18, "x2"), (34, "x4"), (22, "x1"), (39, "x3"), (16, "x4"), (29, "x2"), (24, "x1")),
+            _AHEAD,
+            _ASTERN,
+            _X_PRICES,
         ),
     ),
     Scenario(
