@@ -21,6 +21,7 @@ import pytest
 from benchmarks.hotpath_memory import Driver, openai_stream_chunks, running_app, stream_chunks
 from gateway.reading import Reading
 from gateway.runtime import runtime_of
+from tests.support.asgi import exchange
 from tests.test_chunk_path import cut_randomly
 
 IDS = re.compile(rb'"(id|item_id|created_at)":\s*("[a-z]+_[0-9a-f_]+"|[0-9]+)')
@@ -41,26 +42,7 @@ async def relayed(app: Any, path: str, body: bytes) -> list[dict[str, Any]]:
     """One request's messages to the client."""
     scope = dict(Driver(app, True).scope)
     scope.update(path=path, raw_path=path.encode())
-    scope["headers"] = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    done = asyncio.get_running_loop().create_future()
-    messages: list[dict[str, Any]] = []
-    body_read = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal body_read
-        if not body_read:
-            body_read = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await done
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        messages.append(message)
-        if message["type"] == "http.response.body" and not message.get("more_body", False) and not done.done():
-            done.set_result(None)
-
-    await app.proxies[path](scope, receive, send)
-    return messages
+    return await exchange(app.proxies[path], scope, body)
 
 
 def untimed(reading: Reading) -> Reading:

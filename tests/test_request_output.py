@@ -21,6 +21,7 @@ import pytest
 from benchmarks.hotpath_memory import Driver, chat_body, full_body, running_app, stream_chunks
 from gateway.runtime import runtime_of
 from gateway.samples import Sample
+from tests.support.asgi import exchange
 from tests.support.samples import KeptSamples
 
 TIMED_SAMPLE_FIELDS = ("started_at", "ttft_s", "first_answer_s", "tokens_per_s", "e2e_s", "attempt_s")
@@ -42,30 +43,7 @@ async def _served(body: dict[str, Any], extra_headers: list[tuple[bytes, bytes]]
         runtime.dispatcher.runner.sink = recording
         driver = Driver(app, bool(body.get("stream")))
         raw = json.dumps(body).encode()
-        scope = dict(driver.scope)
-        scope["headers"] = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(raw)).encode()),
-            *extra_headers,
-        ]
-        done = asyncio.get_running_loop().create_future()
-        read = False
-        messages: list[dict[str, Any]] = []
-
-        async def receive() -> dict[str, Any]:
-            nonlocal read
-            if not read:
-                read = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            await done
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            messages.append(message)
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
-                done.set_result(None)
-
-        await driver.endpoint(scope, receive, send)
+        messages = await exchange(driver.endpoint, driver.scope, raw, extra_headers)
         await asyncio.sleep(0)
         samples = recording.samples
     start, *frames = messages
