@@ -180,7 +180,7 @@ class StreamMeter:
             chunk = self._until_output(now, chunk)
             if not chunk:
                 return
-            if self.first_output_at is None:
+            if self.ttft_s is None:  # read anew: ``_until_output`` may have set it (not the narrowed None above)
                 self._splitter.feed(chunk)  # the start of an event: held until its end arrives
                 return
         if chunk.endswith(b"\n\n") and not self._splitter.buffer:

@@ -1,9 +1,11 @@
-"""The routing modules compiled with mypyc, used when a build of this very source is present.
+"""The routing modules and the chunk path compiled with mypyc, used when a build of this very source is present.
 
 The measured router's plan and its learning from each answer are pure-Python arithmetic over small
-objects, run on every request; mypyc compiles the same modules (their strict type hints are what it
-needs) into C extensions that compute the same floats and make the same decisions, in a fraction of the
-interpreter's time. The build is optional and kept apart from the sources: ``python -m
+objects, run on every request, and every relayed chunk passes the meter's and the forwarder's byte
+scans; mypyc compiles the same modules (their strict type hints are what it needs) into C extensions
+that compute the same floats, make the same decisions and keep the same bytes, in a fraction of the
+interpreter's time. A compiled class cannot be subclassed in Python: the tests' reference meters and
+forwarders (subclasses) run against the sources only. The build is optional and kept apart from the sources: ``python -m
 gateway.native_build`` (``make native``) writes the extensions and a stamp into ``gateway/_native/``.
 Where no compiler or no build is present, the same modules run as Python.
 
@@ -53,9 +55,14 @@ MODULES = (
     "gateway.routing.prefill",
     "gateway.routing.router",
     "gateway.routing.score",
+    "gateway.meter",
+    "gateway.kept_chunks",
+    "gateway.sse",
+    "gateway.relay.forward",
 )
-"""What is compiled: the router and what its plan and ``attempt_finished`` call per request. Not the data types
-other packages build and read (``plan``, ``ranking``, ``overrides``): they stay Python classes."""
+"""What is compiled: the router and what its plan and ``attempt_finished`` call per request, and what every relayed
+chunk passes through (the meter's ``feed``, the forwarder's, the SSE splitter and the kept chunks). Not the data
+types other packages build and read (``plan``, ``ranking``, ``overrides``, ``reading``): they stay Python classes."""
 
 
 def source_of(module: str) -> Path:
