@@ -1,7 +1,7 @@
 """The routing modules and the chunk path compiled with mypyc, used when a build of this very source is present.
 
-The measured router's plan and its learning from each answer are pure-Python arithmetic over small
-objects, run on every request, and every relayed chunk passes the meter's and the forwarder's byte
+Each router's plan and its learning from each answer are pure-Python arithmetic over small objects,
+run on every request, and every relayed chunk passes the meter's and the forwarder's byte
 scans; mypyc compiles the same modules (their strict type hints are what it needs) into C extensions
 that compute the same floats, make the same decisions and keep the same bytes, in a fraction of the
 interpreter's time. A compiled class cannot be subclassed in Python: the tests' reference meters and
@@ -59,8 +59,23 @@ MODULES = (
     "gateway.kept_chunks",
     "gateway.sse",
     "gateway.relay.forward",
+    "gateway.routing.belief",
+    "gateway.routing.belief_attempts",
+    "gateway.routing.belief_candidates",
+    "gateway.routing.belief_failures",
+    "gateway.routing.belief_noise",
+    "gateway.routing.belief_others",
+    "gateway.routing.belief_prefill",
+    "gateway.routing.belief_router",
+    "gateway.routing.belief_live",
+    "gateway.routing.belief_rank",
+    "gateway.routing.student",
+    "gateway.routing.draws",
+    "gateway.routing.priors",
+    "gateway.routing.choose",
 )
-"""What is compiled: the router and what its plan and ``attempt_finished`` call per request, and what every relayed
+"""What is compiled: the routers (measured and belief) and what their plans and ``attempt_finished`` call per request,
+and what every relayed
 chunk passes through (the meter's ``feed``, the forwarder's, the SSE splitter and the kept chunks). Not the data
 types other packages build and read (``plan``, ``ranking``, ``overrides``, ``reading``): they stay Python classes."""
 

@@ -112,10 +112,36 @@ COMPILED_SUITE = (
     "tests/test_kept_chunks.py",
     "tests/test_chunk_relay.py",
     "tests/test_stream_shapes.py",
+    "tests/test_routing_belief.py",
+    "tests/test_routing_belief_explained.py",
+    "tests/test_routing_belief_replicas.py",
+    "tests/test_routing_belief_session.py",
 )
 """Run against the compiled modules: a request relayed (status, headers, body frames, access-log line, Sample),
-and the meter, forwarder and splitter read chunk by chunk. Not the files whose reference meters and forwarders
-subclass the compiled classes (Python cannot)."""
+the meter, forwarder and splitter read chunk by chunk, and the belief router's beliefs and choices. Not the files
+whose reference meters and forwarders subclass the compiled classes, or that replace a router's method on an
+instance (Python can do neither to a compiled class)."""
+
+
+BELIEF_DIGEST = (
+    "import hashlib; from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS; "
+    "from benchmarks.routing_simulate import Simulation; from gateway import native; "
+    "names = ('stable', 'mixed-lengths', 'outage', 'ho-replicas'); "
+    "markets = [s for s in (*SCENARIOS, *STRESS, *HELD_OUT) if s.name in names]; "
+    "assert len(markets) == len(names); "
+    "runs = [vars(Simulation(m, seed, 'gateway', None, 'new').run()) for m in markets for seed in (0, 1)]; "
+    "print(native.active(), hashlib.sha256(repr(runs).encode()).hexdigest())"
+)
+
+
+@needs_build
+def test_the_compiled_belief_router_serves_the_same_requests_bit_for_bit() -> None:
+    """Every request's time, first token and provider of four simulated markets (one of two replicas) under the
+    belief router, and every attempt's money: compiled and as Python."""
+    compiled, python = _run(BELIEF_DIGEST, "1").split(), _run(BELIEF_DIGEST, "0").split()
+    assert compiled[0] == "True"
+    assert python[0] == "False"
+    assert compiled[1] == python[1]
 
 
 @needs_build

@@ -61,7 +61,7 @@ class BeliefRouter:
         self.config = config
         self.stats = stats
         self.state = state if state is not None else RouterState()
-        self.state.window_s = config.stats.window_s
+        self.state.window_s = float(config.stats.window_s)
         self.rng = rng if rng is not None else random.Random()
         self.clock = clock
         self.events: GatewayEvents = events if events is not None else NoEvents()
