@@ -17,6 +17,7 @@ from benchmarks.routing_held_out_8 import HELD_OUT_8
 from benchmarks.routing_held_out_9 import HELD_OUT_9
 from benchmarks.routing_held_out_10 import HELD_OUT_10
 from benchmarks.routing_held_out_11 import HELD_OUT_11
+from benchmarks.routing_held_out_12 import HELD_OUT_12
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 
 
@@ -65,6 +66,12 @@ def test_every_stress_market_changes_a_provider_it_has() -> None:
         assert scenario.schedule(1), scenario.name
 
 
+def _earlier(number: int) -> tuple[Scenario, ...]:
+    """Every market written before held-out set ``number``: the benchmark's, the stress markets and the held-out sets
+    ``routing_simulate`` runs as 1 to ``number`` - 1."""
+    return (*SCENARIOS, *STRESS, *(s for n in range(1, number) for s in routing_simulate.MARKETS[n]))
+
+
 def _assert_new_markets_that_move_their_best(
     markets: tuple[Scenario, ...], earlier: tuple[Scenario, ...], stable_by_design: set[str]
 ) -> None:
@@ -103,7 +110,7 @@ def test_the_third_held_out_set_names_new_markets_that_move_their_best() -> None
 
 def test_the_fourth_held_out_set_names_new_markets_that_move_their_best() -> None:
     """Set four holds every behaviour the gate names, under names and parameters of its own."""
-    earlier = (*SCENARIOS, *STRESS, *HELD_OUT, *HELD_OUT_2, *HELD_OUT_3)
+    earlier = _earlier(4)
     _assert_new_markets_that_move_their_best(HELD_OUT_4, earlier, set())
     assert len(HELD_OUT_4) == 7
     assert all(s.name.startswith("ho4-") for s in HELD_OUT_4)
@@ -113,7 +120,7 @@ def test_the_fourth_held_out_set_names_new_markets_that_move_their_best() -> Non
 
 def test_the_fifth_held_out_set_names_new_markets_that_move_their_best() -> None:
     """Set five holds every behaviour the gate names, under names and parameters of its own."""
-    earlier = (*SCENARIOS, *STRESS, *HELD_OUT, *HELD_OUT_2, *HELD_OUT_3, *HELD_OUT_4)
+    earlier = _earlier(5)
     _assert_new_markets_that_move_their_best(HELD_OUT_5, earlier, set())
     assert len(HELD_OUT_5) == 7
     assert all(s.name.startswith("ho5-") for s in HELD_OUT_5)
@@ -124,7 +131,7 @@ def test_the_fifth_held_out_set_names_new_markets_that_move_their_best() -> None
 def test_the_sixth_held_out_set_names_new_markets_that_move_their_best() -> None:
     """Set six holds every behaviour the gate names, a short outage of the leader and a stable market at a low rate,
     under names and parameters of its own; only the stable market keeps its best."""
-    earlier = (*SCENARIOS, *STRESS, *HELD_OUT, *HELD_OUT_2, *HELD_OUT_3, *HELD_OUT_4, *HELD_OUT_5)
+    earlier = _earlier(6)
     _assert_new_markets_that_move_their_best(HELD_OUT_6, earlier, {"ho6-slow-rate"})
     assert len(HELD_OUT_6) == 9
     assert all(s.name.startswith("ho6-") for s in HELD_OUT_6)
@@ -167,7 +174,7 @@ def _flaky_share(market: Scenario) -> float:
 def test_the_seventh_held_out_set_names_new_markets_that_move_their_best() -> None:
     """Set seven holds every behaviour the gate names, mixed answer lengths and a provider failing a share all
     through, under names and parameters of its own; every market moves its best."""
-    earlier = (*SCENARIOS, *STRESS, *HELD_OUT, *HELD_OUT_2, *HELD_OUT_3, *HELD_OUT_4, *HELD_OUT_5, *HELD_OUT_6)
+    earlier = _earlier(7)
     markets = _fresh_set(HELD_OUT_7, earlier, "ho7-", 10)
     many = markets["ho7-many"]
     assert 8 <= len(many.providers) <= 12
@@ -183,17 +190,7 @@ def test_the_seventh_held_out_set_names_new_markets_that_move_their_best() -> No
 def test_the_eighth_held_out_set_names_new_markets_that_move_their_best() -> None:
     """Set eight holds every behaviour the gate names under names and parameters of its own; every market moves its
     best, and none copies set seven's outage length, flaky share or replica count."""
-    earlier = (
-        *SCENARIOS,
-        *STRESS,
-        *HELD_OUT,
-        *HELD_OUT_2,
-        *HELD_OUT_3,
-        *HELD_OUT_4,
-        *HELD_OUT_5,
-        *HELD_OUT_6,
-        *HELD_OUT_7,
-    )
+    earlier = _earlier(8)
     markets = _fresh_set(HELD_OUT_8, earlier, "ho8-", 10)
     assert 6 <= len(markets["ho8-many"].providers) <= 8
     (change,) = markets["ho8-many"].changes  # one provider changes, once
@@ -212,18 +209,7 @@ def test_the_ninth_held_out_set_names_new_markets_that_move_their_best() -> None
     """Set nine holds every behaviour the gate names and a cold start over a quick starter and a fast streamer alone,
     under names and parameters of its own; every market moves its best, and none copies set eight's outage length,
     flaky share or replica count."""
-    earlier = (
-        *SCENARIOS,
-        *STRESS,
-        *HELD_OUT,
-        *HELD_OUT_2,
-        *HELD_OUT_3,
-        *HELD_OUT_4,
-        *HELD_OUT_5,
-        *HELD_OUT_6,
-        *HELD_OUT_7,
-        *HELD_OUT_8,
-    )
+    earlier = _earlier(9)
     markets = _fresh_set(HELD_OUT_9, earlier, "ho9-", 11)
     assert 6 <= len(markets["ho9-many"].providers) <= 9
     (change,) = markets["ho9-many"].changes  # one provider changes, once
@@ -243,19 +229,7 @@ def test_the_tenth_held_out_set_names_new_markets_that_move_their_best() -> None
     """Set ten holds every behaviour the gate names, a cold start over three correlated providers and a first-token
     tail that widens with its median unchanged, under names and parameters of its own; every market moves its best,
     and none copies an earlier set's outage length, flaky share or agent ceiling."""
-    earlier = (
-        *SCENARIOS,
-        *STRESS,
-        *HELD_OUT,
-        *HELD_OUT_2,
-        *HELD_OUT_3,
-        *HELD_OUT_4,
-        *HELD_OUT_5,
-        *HELD_OUT_6,
-        *HELD_OUT_7,
-        *HELD_OUT_8,
-        *HELD_OUT_9,
-    )
+    earlier = _earlier(10)
     markets = _fresh_set(HELD_OUT_10, earlier, "ho10-", 12)
     assert 8 <= len(markets["ho10-many"].providers) <= 12
     assert {c.name for c in markets["ho10-many"].changes} == {"m6"}  # one provider changes, and comes back
@@ -282,20 +256,7 @@ def test_the_eleventh_held_out_set_names_new_markets_that_move_their_best() -> N
     own: every market moves its best, none copies an earlier set's outage length, flaky share, agent ceiling or (set
     ten's) provider count, the drift goes in uneven steps one way, the cold start is three anti-correlated providers,
     and the tail widens in steps with its median unchanged."""
-    earlier = (
-        *SCENARIOS,
-        *STRESS,
-        *HELD_OUT,
-        *HELD_OUT_2,
-        *HELD_OUT_3,
-        *HELD_OUT_4,
-        *HELD_OUT_5,
-        *HELD_OUT_6,
-        *HELD_OUT_7,
-        *HELD_OUT_8,
-        *HELD_OUT_9,
-        *HELD_OUT_10,
-    )
+    earlier = _earlier(11)
     markets = _fresh_set(HELD_OUT_11, earlier, "ho11-", 12)
     assert 8 <= len(markets["ho11-many"].providers) <= 12 and len(markets["ho11-many"].providers) != 9
     outage = _outage_s(markets["ho11-outage"])
@@ -326,6 +287,91 @@ def test_the_eleventh_held_out_set_names_new_markets_that_move_their_best() -> N
     sigmas = [before.ttft_sigma, *(p.ttft_sigma for p in widening)]
     assert sigmas == sorted(sigmas) and len(set(sigmas)) == len(sigmas) >= 4 and sigmas[-1] >= 1.0
     assert narrow == before
+
+
+def _set_12_shapes(markets: dict[str, Scenario]) -> None:
+    """The shapes set twelve's markets are new in: the drift moves every provider at once, each one way, and eases at
+    once; the oscillation trades speeds only; the resellers slow together and come back together; the first token
+    creeps up in steps and drops back at once; the down provider relapses; the agent's two quickest starters trade
+    first tokens three times."""
+    drift = markets["ho12-drift"]
+    *wave, eased = sorted({c.at_s for c in drift.changes})
+    for p in drift.providers:
+        moves = [c for c in drift.changes if c.name == p.name]
+        assert [c.at_s for c in moves] == [*wave, eased] and moves[-1].profile == p  # all at once, back at once
+        ttfts = [p.ttft_s, *(c.profile.ttft_s for c in moves[:-1])]
+        assert len(ttfts) >= 15 and ttfts == sorted(ttfts) and len(set(ttfts)) == len(ttfts)  # one way, in steps
+    oscillate = markets["ho12-oscillate"]
+    before = {p.name: p for p in oscillate.providers}
+    assert all(c.profile == replace(before[c.name], tps=c.profile.tps) for c in oscillate.changes)  # speeds only
+    assert len({c.at_s for c in oscillate.changes}) >= 5
+    many = markets["ho12-many"]
+    slowed, back = sorted({c.at_s for c in many.changes})
+    resellers = {c.name for c in many.changes}
+    quickest = {p.name for p in sorted(many.providers, key=lambda p: p.ttft_s)[: len(resellers)]}
+    assert 2 <= len(resellers) <= 4 and resellers == quickest  # the quickest few, one upstream
+    assert {c.name for c in many.changes if c.at_s == slowed} == {c.name for c in many.changes if c.at_s == back}
+    ttft = markets["ho12-ttft"]
+    (creeping,) = {c.name for c in ttft.changes}
+    *creep, dropped = ttft.changes
+    start = next(p for p in ttft.providers if p.name == creeping)
+    assert all(c.profile == replace(start, ttft_s=c.profile.ttft_s) for c in creep) and dropped.profile == start
+    rises = [start.ttft_s, *(c.profile.ttft_s for c in creep)]
+    assert len(creep) >= 10 and rises == sorted(rises) and rises[-1] > 3 * rises[0]
+    down = markets["ho12-down-at-start"]
+    (started_down,) = [p for p in down.providers if p.error_rate == 1.0]
+    assert [c.profile.error_rate for c in down.changes if c.name == started_down.name] == [0.0, 1.0, 0.0]  # relapses
+    agent = markets["ho12-agent"]
+    first, second = sorted(agent.providers, key=lambda p: p.ttft_s)[:2]
+    traded = {first.name: replace(first, ttft_s=second.ttft_s), second.name: replace(second, ttft_s=first.ttft_s)}
+    times = sorted({c.at_s for c in agent.changes})
+    by_time = [{c.name: c.profile for c in agent.changes if c.at_s == at} for at in times]
+    assert by_time == [traded, {first.name: first, second.name: second}, traded]  # three trades of first tokens only
+
+
+def test_the_twelfth_held_out_set_names_new_markets_that_move_their_best() -> None:
+    """Set twelve holds every behaviour the gate names and those later sets added, each in a shape no earlier set
+    holds, under names and parameters of its own: every market moves its best, and none copies an earlier set's outage
+    length, flaky share, agent ceiling or (set ten's or eleven's) provider count."""
+    assert routing_simulate.MARKETS[12] is HELD_OUT_12  # --held-out-12 runs this set
+    markets = _fresh_set(HELD_OUT_12, earlier := _earlier(12), "ho12-", 12)
+    _set_12_shapes(markets)
+    assert 8 <= len(markets["ho12-many"].providers) <= 12 and len(markets["ho12-many"].providers) not in {9, 10}
+    outage = markets["ho12-outage"]  # one region: two providers down a few seconds apart, each for the drawn length
+    downs = [c for c in outage.changes if c.profile.error_rate == 1.0]
+    ups = [c for c in outage.changes if c.profile.error_rate == 0.0]
+    assert len(downs) == len(ups) == 2 and [c.name for c in downs] == [c.name for c in ups]
+    (length,) = {up.at_s - down.at_s for down, up in zip(downs, ups, strict=True)}
+    assert 10 <= length <= 50 and all(abs(length - o) >= 3 for o in (11, 17, 24, 29, 30, 32, 37))
+    assert 0 < downs[1].at_s - downs[0].at_s < 5
+    flaky = markets["ho12-flaky"]  # the quickest turns flaky mid-run, then mends
+    quickest = min(flaky.providers, key=lambda p: p.ttft_s)
+    shares = [c.profile.error_rate for c in flaky.changes if c.name == quickest.name]
+    assert quickest.error_rate == 0.0 and len(shares) == 2 and shares[1] == 0.0 and 0.2 <= shares[0] <= 0.4
+    assert shares[0] not in {p.error_rate for s in earlier for p in s.providers}
+    replicas = markets["ho12-replicas"]
+    assert replicas.replicas == 2 and any(c.profile.error_rate == 1.0 for c in replicas.changes)
+    agent = markets["ho12-agent"]
+    assert agent.max_tokens is not None and agent.max_tokens >= 16384
+    assert max(t for t, _ in agent.lengths) * 100 < agent.max_tokens  # short answers under a large ceiling
+    assert agent.max_tokens not in {s.max_tokens for s in earlier}
+    mixed = markets["ho12-mixed"]
+    longest, weight = max(mixed.lengths)
+    assert longest >= 100 * min(t for t, _ in mixed.lengths) and weight / sum(w for _, w in mixed.lengths) < 0.1
+    cold = sorted(markets["ho12-cold"].providers, key=lambda p: p.ttft_s)
+    speeds = [p.tps for p in cold]
+    assert len(cold) >= 4 and speeds not in (sorted(speeds), sorted(speeds, reverse=True))  # neither order
+    tail = markets["ho12-tail"]
+    before = next(p for p in tail.providers if p.name == tail.changes[0].name)
+    assert {c.name for c in tail.changes} == {before.name}
+    *narrowing, back = [c.profile for c in tail.changes]
+    assert all(p == replace(before, ttft_s=p.ttft_s, ttft_sigma=p.ttft_sigma) for p in narrowing)
+    assert (
+        narrowing[0].ttft_s < before.ttft_s < before.mean_ttft() < narrowing[0].mean_ttft()
+    )  # median better, mean worse
+    sigmas = [p.ttft_sigma for p in narrowing]
+    assert sigmas == sorted(sigmas, reverse=True) and len(sigmas) >= 3 and sigmas[0] >= 1.0
+    assert back == before
 
 
 def test_each_schedule_draws_anew_and_seed_one_as_it_always_did() -> None:
