@@ -259,3 +259,19 @@ def test_a_look_goes_to_one_answered_once_after_a_silence() -> None:
     back.failed(299.5, False)
     looked = _looks_at_300([leader, back, _measured(1.2, 80.0, at=290.0)])
     assert looked.count(1) >= 36, looked
+
+
+def test_one_left_alone_keeps_its_place_until_an_answer_moves_it() -> None:
+    """``runner`` is the better of two fallbacks by every answer heard (0.45 s, 195 tokens/s against 0.6 s, 170),
+    but the traffic went to ``other`` for the last thirty seconds. Nothing heard says ``runner`` got slower; what it
+    may have become since (any of its siblings, whose middle is slow) is the looks' to find out, not a cost charged
+    to it while it is left alone: the leader is still ``runner``."""
+    runner = _measured(0.45, 195.0, at=70.0, n=20, sigma=0.2)
+    other = _measured(0.6, 170.0, at=100.0, n=20, sigma=0.2)
+    slow = [_measured(1.5, 60.0, at=100.0), _measured(1.1, 90.0, at=100.0), _measured(2.0, 45.0, at=100.0)]
+    options = _options([runner, other, *slow])
+    options = [
+        Option(o.deployment, o.belief, pooled([p.belief for p in options if p is not o], 100.0)) for o in options
+    ]
+    choice = choose(options, Shape(20, 256), WEIGHTS, 100.0, random.Random(0), may_race=True)
+    assert choice.order[:2] == (0, 1), choice.order

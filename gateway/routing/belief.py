@@ -214,8 +214,9 @@ class Belief:
 
     def expected(self, now: float, prior: Prior | None = None) -> Draw:
         """The posterior predictive, for the leader and for explaining (no randomness): the belief's own level,
-        mixed with the prior by the chance it changed since last heard (never heard: the prior alone), and the
-        answers' spread widened by how unsure that level is.
+        mixed with ``prior`` (when given) by the chance it changed since last heard (never heard: the prior alone),
+        and the answers' spread widened by how unsure that level is. The leader and the fallbacks read a belief that
+        has heard with no prior: as heard (``choose.mean_costs``).
 
         Read for every deployment of every plan: ``level`` and ``changed`` are written out here for both metrics
         at once (the same arithmetic)."""

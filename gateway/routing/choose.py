@@ -152,10 +152,14 @@ def choose(
     if budget is None or len(options) < 2 or not budget.take(model):
         return Choice(_first(leader, ranked), tuple(means))
     # A look, beside the leader: where it may teach most (a stale belief's chance of a change included), and
-    # soonest against traffic, which tells of a deployment it serves a moment later anyway (``_news_in_s``).
+    # soonest against traffic, which tells of a deployment it serves a moment later anyway (``_news_in_s``). Where
+    # the gain's draws found nothing anywhere, the one traffic would tell of last.
     first = max(
         (i for i in ranked if i != leader),
-        key=lambda i: gain(options[i], means[leader], shape, weights, now, rng) * _news_in_s(options[i].belief, now),
+        key=lambda i: (
+            gain(options[i], means[leader], shape, weights, now, rng) * _news_in_s(options[i].belief, now),
+            _news_in_s(options[i].belief, now),
+        ),
     )
     if not options[first].belief.answers or _race_helps(
         options[first], options[leader], means[first], means[leader], now
@@ -176,8 +180,22 @@ def _news_in_s(belief: Belief, now: float) -> float:
 
 
 def mean_costs(options: Sequence[Option], shape: Shape, weights: Weights, now: float) -> list[Cost]:
-    """Each option's cost at its belief's means: what the router predicts, and how it ranks the fallbacks."""
-    return [cost(o.belief.expected(now, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options]
+    """Each option's cost at its belief's means: what the router predicts, and how it ranks the leader and the
+    fallbacks. A belief that has heard is read at its level as heard (drift included), not mixed with the prior by
+    the chance it changed since: that chance says only "it may have become any of its siblings", which pulls each
+    deployment left alone toward the siblings' middle (the best read worse, the longer the worse) with no answer
+    saying so, and the one left alone stays alone. What a change since may be is the looks' to find out
+    (``gain``, ``Belief.branches``) and the draw's (``Belief.draw``); one never heard is its prior."""
+    return [
+        cost(
+            o.belief.expected(now, None if o.belief.answers else o.prior),
+            o.deployment,
+            shape,
+            weights,
+            o.belief.prefill_s(),
+        )
+        for o in options
+    ]
 
 
 def _race_helps(explored: Option, leader: Option, e: Cost, lead: Cost, now: float) -> bool:
