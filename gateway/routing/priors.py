@@ -32,12 +32,19 @@ class Prior:
 
     mean: tuple[float | None, float | None] = (None, None)
     var: tuple[float, float] = (BETWEEN**2, BETWEEN**2)
+    noise: tuple[float, float] = (SPREAD**2, SPREAD**2)
+    """How far (log variance, per metric) a deployment's answers scatter around its level before its own scatter is
+    learned: the model's deployments' (a t's scale), which answer alike more than ``SPREAD`` says once measured."""
+    spread2: tuple[float, float] = (SPREAD**2, SPREAD**2)
+    """The same as a plain log variance (``Belief.spread2``)."""
 
 
 class Levels(Protocol):
     """What the prior reads of a belief: whether it heard anything, and its level now."""
 
     answers: int
+    noise: list[float]
+    spread2: list[float]
 
     def level(self, now: float, metric: int) -> tuple[float, float]: ...
 
@@ -49,11 +56,15 @@ def log_of(value: float | None) -> float | None:
 def pooled(others: Sequence[Levels], now: float) -> Prior:
     """The prior a deployment borrows from the model's others: a hierarchical normal. Their levels' mean, and
     around it the spread between deployments (``BETWEEN`` counted as ``PRIOR_WEIGHT`` deployments, then theirs),
-    plus the uncertainty of that mean."""
+    plus the uncertainty of that mean. And how far their answers scatter around their levels (``SPREAD`` counted as
+    ``PRIOR_WEIGHT`` deployments, then theirs): a deployment heard a few times scatters as its siblings do, so its
+    few answers are read as sharply as theirs (a change it went through is told by one look) and its expected time
+    is not inflated by a spread nobody measured."""
     means: list[float | None] = []
     variances: list[float] = []
+    measured = [b for b in others if b.answers]
     for metric in (0, 1):
-        levels = [b.level(now, metric)[0] for b in others if b.answers]
+        levels = [b.level(now, metric)[0] for b in measured]
         if not levels:
             means.append(None)
             variances.append(BETWEEN**2)
@@ -63,4 +74,7 @@ def pooled(others: Sequence[Levels], now: float) -> Prior:
         between = (PRIOR_WEIGHT * BETWEEN**2 + sum((x - mean) ** 2 for x in levels)) / (PRIOR_WEIGHT + k)
         means.append(mean)
         variances.append(between * (1 + 1 / k))
-    return Prior((means[0], means[1]), (variances[0], variances[1]))
+    base, count = PRIOR_WEIGHT * SPREAD**2, PRIOR_WEIGHT + len(measured)
+    noise = tuple((base + sum(b.noise[m] for b in measured)) / count for m in (0, 1))
+    spread2 = tuple((base + sum(b.spread2[m] for b in measured)) / count for m in (0, 1))
+    return Prior((means[0], means[1]), (variances[0], variances[1]), (noise[0], noise[1]), (spread2[0], spread2[1]))
