@@ -259,3 +259,43 @@ def test_a_look_goes_to_one_answered_once_after_a_silence() -> None:
     back.failed(299.5, False)
     looked = _looks_at_300([leader, back, _measured(1.2, 80.0, at=290.0)])
     assert looked.count(1) >= 36, looked
+
+
+def test_a_change_lands_among_the_deployments_of_its_price() -> None:
+    """Six deployments where the dear are quick and the cheap slow; two unheard for thirty seconds: ``dear`` (slow
+    for its price) and ``cheap`` (as slow as its price says). Pooled from the siblings' levels alone, a change of
+    ``cheap`` lands at their centre, which at a tenth of the price wins by far under the balanced policy, and every
+    look goes there. Regressed on the price, a change lands among those of its price: a look at ``dear`` may teach
+    as much, and some go there."""
+    rows = [(0.9, 0.25, 250.0, 300.0), (0.7, 0.35, 210.0, 300.0), (0.45, 0.6, 150.0, 300.0), (0.3, 0.9, 100.0, 300.0)]
+    rows += [(0.8, 0.8, 120.0, 270.0), (0.1, 1.6, 55.0, 270.0)]  # dear, cheap
+    config = parse_config(
+        {
+            "providers": [{"name": f"p{i}", "base_url": f"http://127.0.0.1:9/p{i}"} for i in range(len(rows))],
+            "models": [
+                {
+                    "name": "m",
+                    "deployments": [
+                        {"provider": f"p{i}", "model": "x", "price_in": row[0], "price_out": row[0]}
+                        for i, row in enumerate(rows)
+                    ],
+                }
+            ],
+        },
+        source="test.toml",
+    )
+    beliefs = [_measured(ttft, tps, at=at, n=40) for _, ttft, tps, at in rows]
+    options = []
+    for i, deployment in enumerate(config.models[0].deployments):
+        others = [j for j in range(len(rows)) if j != i]
+        prior = pooled([beliefs[j] for j in others], 300.0, rows[i][0], [rows[j][0] for j in others])
+        options.append(Option(deployment, beliefs[i], prior))
+    cheap = options[5].prior.mean[1]
+    assert cheap is not None and 1 / math.exp(cheap) < 100.0  # believed slow, as the cheap are
+    looked = []
+    for seed in range(40):
+        choice = choose(
+            options, Shape(20, 256), WEIGHTS, 300.0, random.Random(seed), may_race=True, budget=Budget(), model="m"
+        )
+        looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
+    assert looked.count(4) >= 10, looked  # none with the levels pooled alone

@@ -53,28 +53,58 @@ def log_of(value: float | None) -> float | None:
     return math.log(value) if value is not None and value > 0 else None
 
 
-def pooled(others: Sequence[Levels], now: float) -> Prior:
+def pooled(
+    others: Sequence[Levels], now: float, price: float | None = None, prices: Sequence[float | None] = ()
+) -> Prior:
     """The prior a deployment borrows from the model's others: a hierarchical normal. Their levels' mean, and
     around it the spread between deployments (``BETWEEN`` counted as ``PRIOR_WEIGHT`` deployments, then theirs),
-    plus the uncertainty of that mean. And how far their answers scatter around their levels (``SPREAD`` counted as
+    plus the uncertainty of that mean. With the deployment's ``price`` and theirs (``prices``, by ``others``;
+    per output token), the levels are regressed on the log price (``_on_price``): where the cheap are slow and
+    the dear quick, a cheap deployment is believed slow until heard, and one that changed lands among those of its
+    price, not at the siblings' centre. And how far their answers scatter around their levels (``SPREAD`` counted as
     ``PRIOR_WEIGHT`` deployments, then theirs): a deployment heard a few times scatters as its siblings do, so its
     few answers are read as sharply as theirs (a change it went through is told by one look) and its expected time
     is not inflated by a spread nobody measured."""
     means: list[float | None] = []
     variances: list[float] = []
-    measured = [b for b in others if b.answers]
+    measured = [i for i, b in enumerate(others) if b.answers]
+    priced = price is not None and price > 0 and all(i < len(prices) and (prices[i] or 0) > 0 for i in measured)
+    x = [math.log(prices[i] or 1.0) for i in measured] if priced else []
     for metric in (0, 1):
-        levels = [b.level(now, metric)[0] for b in measured]
+        levels = [others[i].level(now, metric)[0] for i in measured]
         if not levels:
             means.append(None)
             variances.append(BETWEEN**2)
             continue
         k = len(levels)
         mean = sum(levels) / k
-        between = (PRIOR_WEIGHT * BETWEEN**2 + sum((x - mean) ** 2 for x in levels)) / (PRIOR_WEIGHT + k)
+        between = (PRIOR_WEIGHT * BETWEEN**2 + sum((y - mean) ** 2 for y in levels)) / (PRIOR_WEIGHT + k)
+        if priced and price is not None:
+            moved, between, far = _on_price(x, levels, mean, between, math.log(price))
+            means.append(mean + moved)
+            variances.append(between * (1 + 1 / k) + far)
+            continue
         means.append(mean)
         variances.append(between * (1 + 1 / k))
     base, count = PRIOR_WEIGHT * SPREAD**2, PRIOR_WEIGHT + len(measured)
-    noise = tuple((base + sum(b.noise[m] for b in measured)) / count for m in (0, 1))
-    spread2 = tuple((base + sum(b.spread2[m] for b in measured)) / count for m in (0, 1))
+    noise = tuple((base + sum(others[i].noise[m] for i in measured)) / count for m in (0, 1))
+    spread2 = tuple((base + sum(others[i].spread2[m] for i in measured)) / count for m in (0, 1))
     return Prior((means[0], means[1]), (variances[0], variances[1]), (noise[0], noise[1]), (spread2[0], spread2[1]))
+
+
+def _on_price(
+    x: Sequence[float], levels: Sequence[float], mean: float, between: float, at: float
+) -> tuple[float, float, float]:
+    """The levels' regression on log price, for a deployment at log price ``at``: how far its level lies from the
+    siblings' mean, the spread between deployments the price leaves unexplained, and the slope's own uncertainty
+    there. The slope's prior is none, ``BETWEEN`` wide (an e-fold of price moves the level by about an e-fold at
+    most): siblings of near-equal prices, or few, give no slope, and a slope is believed only as far as it fits."""
+    k = len(x)
+    centre = sum(x) / k
+    sxx = sum((xi - centre) ** 2 for xi in x)
+    sxy = sum((xi - centre) * (y - mean) for xi, y in zip(x, levels, strict=True))
+    slope = sxy / (sxx + between / BETWEEN**2)
+    residuals = sum((y - mean - slope * (xi - centre)) ** 2 for xi, y in zip(x, levels, strict=True))
+    unexplained = (PRIOR_WEIGHT * BETWEEN**2 + residuals) / (PRIOR_WEIGHT + k)
+    slope_var = unexplained / (sxx + unexplained / BETWEEN**2)
+    return slope * (at - centre), unexplained, slope_var * (at - centre) ** 2
