@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from gateway.config import DeploymentConfig, parse_config
 from gateway.policies import BUILTIN_POLICIES
 from gateway.routing.belief import HAZARD_S, Belief
@@ -261,12 +263,12 @@ def test_a_look_goes_to_one_answered_once_after_a_silence() -> None:
     assert looked.count(1) >= 36, looked
 
 
-def test_a_change_lands_among_the_deployments_of_its_price() -> None:
+def test_a_change_lands_among_the_deployments_of_its_price_or_anywhere() -> None:
     """Six deployments where the dear are quick and the cheap slow; two unheard for thirty seconds: ``dear`` (slow
-    for its price) and ``cheap`` (as slow as its price says). Pooled from the siblings' levels alone, a change of
-    ``cheap`` lands at their centre, which at a tenth of the price wins by far under the balanced policy, and every
-    look goes there. Regressed on the price, a change lands among those of its price: a look at ``dear`` may teach
-    as much, and some go there."""
+    for its price) and ``cheap`` (as slow as its price says). Never heard, a deployment is believed where its price
+    puts it. A change lands as likely there as anywhere among the siblings (their centre, blind to price): pooled
+    from the levels alone, it landed only at the centre, which at a tenth of the price wins by far under the
+    balanced policy, and every look went to ``cheap``; now a change of ``dear`` may teach something too."""
     rows = [(0.9, 0.25, 250.0, 300.0), (0.7, 0.35, 210.0, 300.0), (0.45, 0.6, 150.0, 300.0), (0.3, 0.9, 100.0, 300.0)]
     rows += [(0.8, 0.8, 120.0, 270.0), (0.1, 1.6, 55.0, 270.0)]  # dear, cheap
     config = parse_config(
@@ -290,12 +292,16 @@ def test_a_change_lands_among_the_deployments_of_its_price() -> None:
         others = [j for j in range(len(rows)) if j != i]
         prior = pooled([beliefs[j] for j in others], 300.0, rows[i][0], [rows[j][0] for j in others])
         options.append(Option(deployment, beliefs[i], prior))
-    cheap = options[5].prior.mean[1]
-    assert cheap is not None and 1 / math.exp(cheap) < 100.0  # believed slow, as the cheap are
+    prior = options[5].prior
+    line, centre = prior.mean[1], prior.centre[1]
+    assert line is not None and centre is not None
+    assert 1 / math.exp(line) < 100.0 < 1 / math.exp(centre)  # cheap: slow by its price, quick at the centre
+    landing, spread = prior.landing(1)
+    assert landing == pytest.approx((line + centre) / 2) and spread > (prior.var[1] + prior.centre_var[1]) / 2
     looked = []
     for seed in range(40):
         choice = choose(
             options, Shape(20, 256), WEIGHTS, 300.0, random.Random(seed), may_race=True, budget=Budget(), model="m"
         )
         looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
-    assert looked.count(4) >= 10, looked  # none with the levels pooled alone
+    assert looked.count(4) >= 3, looked  # none with the levels pooled alone

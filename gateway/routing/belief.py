@@ -257,7 +257,11 @@ class Belief:
             (m0, m1), v0, v1 = _DEFAULT_LEVEL, _UNKNOWN2, _UNKNOWN2
             changed = 1.0 if prior is not None else 0.0
         if changed and prior is not None:
-            (p0, p1), (w0, w1) = prior.mean, prior.var
+            # Never heard: its level among its siblings (of its price); changed: where a change lands.
+            if runs:
+                (p0, w0), (p1, w1) = prior.landing(TTFT), prior.landing(SPT)
+            else:
+                (p0, p1), (w0, w1) = prior.mean, prior.var
             if p0 is not None:
                 v0 = (1 - changed) * v0 + changed * w0 + changed * (1 - changed) * (m0 - p0) ** 2
                 m0 += changed * (p0 - m0)
@@ -346,6 +350,9 @@ class Belief:
         """Where a level that changed may now be, as equally likely runs: anywhere among the model's deployments (the
         pooled prior: a new run of change-point detection starts from the prior, not from the level it left); and,
         once it has changed before, back where it was before that change (a dip's end, a swap back)."""
+        if self.runs:  # priced: among its price's or anywhere (``Prior.landing``)
+            (m0, v0), (m1, v1) = prior.landing(TTFT), prior.landing(SPT)
+            prior = Prior((m0, m1), (v0, v1))
         runs = [_start(prior)]
         if self.runs and self.before is not None:
             runs.append(Run(1.0, list(self.before), [SPREAD**2, SPREAD**2]))

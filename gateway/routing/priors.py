@@ -37,6 +37,19 @@ class Prior:
     learned: the model's deployments' (a t's scale), which answer alike more than ``SPREAD`` says once measured."""
     spread2: tuple[float, float] = (SPREAD**2, SPREAD**2)
     """The same as a plain log variance (``Belief.spread2``)."""
+    centre: tuple[float | None, float | None] = (None, None)
+    """Where the siblings' levels lie blind to price (their mean; None: the same as ``mean``, no price regression)."""
+    centre_var: tuple[float, float] = (BETWEEN**2, BETWEEN**2)
+
+    def landing(self, metric: int) -> tuple[float | None, float]:
+        """Where a level that changed lands (mean, variance of the log level): as likely among the siblings of its
+        price (``mean``) as anywhere among them (``centre``): a change may break what its price says (a cheap one
+        becoming the quickest) or keep to it (a middling dear one rising); nothing tells which."""
+        mean, var, centre = self.mean[metric], self.var[metric], self.centre[metric]
+        if centre is None or mean is None:
+            return mean, var
+        mid = (mean + centre) / 2
+        return mid, (var + self.centre_var[metric]) / 2 + (mean - mid) ** 2
 
 
 class Levels(Protocol):
@@ -67,6 +80,8 @@ def pooled(
     is not inflated by a spread nobody measured."""
     means: list[float | None] = []
     variances: list[float] = []
+    centres: list[float | None] = [None, None]
+    centre_vars = [BETWEEN**2, BETWEEN**2]
     measured = [i for i, b in enumerate(others) if b.answers]
     priced = price is not None and price > 0 and all(i < len(prices) and (prices[i] or 0) > 0 for i in measured)
     x = [math.log(prices[i] or 1.0) for i in measured] if priced else []
@@ -80,7 +95,10 @@ def pooled(
         mean = sum(levels) / k
         between = (PRIOR_WEIGHT * BETWEEN**2 + sum((y - mean) ** 2 for y in levels)) / (PRIOR_WEIGHT + k)
         if priced and price is not None:
+            plain = between * (1 + 1 / k)
             moved, between, far = _on_price(x, levels, mean, between, math.log(price))
+            if moved or far:  # the price tells something: a change lands also blind to it
+                centres[metric], centre_vars[metric] = mean, plain
             means.append(mean + moved)
             variances.append(between * (1 + 1 / k) + far)
             continue
@@ -89,7 +107,14 @@ def pooled(
     base, count = PRIOR_WEIGHT * SPREAD**2, PRIOR_WEIGHT + len(measured)
     noise = tuple((base + sum(others[i].noise[m] for i in measured)) / count for m in (0, 1))
     spread2 = tuple((base + sum(others[i].spread2[m] for i in measured)) / count for m in (0, 1))
-    return Prior((means[0], means[1]), (variances[0], variances[1]), (noise[0], noise[1]), (spread2[0], spread2[1]))
+    return Prior(
+        (means[0], means[1]),
+        (variances[0], variances[1]),
+        (noise[0], noise[1]),
+        (spread2[0], spread2[1]),
+        (centres[0], centres[1]),
+        (centre_vars[0], centre_vars[1]),
+    )
 
 
 def _on_price(
