@@ -259,3 +259,26 @@ def test_failures_raise_the_failure_chance_and_fade() -> None:
     assert belief.failure_s < 0.05
     belief.failed(10.0 + 5 * HAZARD_S, False)
     assert belief.expected(10.0 + 5 * HAZARD_S).failure < 0.15
+
+
+def test_a_deployment_heard_a_few_times_scatters_as_its_siblings_do() -> None:
+    """The answers' spread is pooled as the level is: siblings measured well answer within a factor ~1.2 of their
+    levels, so a deployment heard twice is read as sharply. Its expected time is not inflated by a spread nobody
+    measured, and one look's answer after it changed (5x quicker and faster) is taken as the change it is: with the
+    fixed prior spread (0.4) the same answer leaves the speed at ~200 tokens/s, a second look needed to lead."""
+    rng = random.Random(21)
+    siblings = []
+    for ttft, tps in ((0.25, 250.0), (0.35, 210.0), (0.4, 190.0), (1.2, 80.0)):
+        sibling = Belief()
+        _feed(sibling, rng, 80, start=0.0, ttft=ttft, tps=tps, sigma=0.15)
+        siblings.append(sibling)
+    now = 20.0
+    prior = pooled(siblings, now)
+    assert math.sqrt(prior.spread2[0]) < 0.3 and math.sqrt(prior.spread2[1]) < 0.3  # 0.4 shrunk toward 0.17
+    thin = Belief()
+    for at, ttft, tps in ((now, 1.0, 100.0), (now + 10.0, 1.1, 95.0)):
+        thin.observe(at, prior, ttft, 1 / tps)
+    assert max(thin.spread()) < 0.3
+    thin.observe(now + 40.0, prior, 0.2, 1 / 400.0)  # changed: one look's answer
+    expected = thin.expected(now + 40.0, prior)
+    assert 1 / expected.s_per_token > 300.0 and expected.ttft_s < 0.3

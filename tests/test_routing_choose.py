@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from gateway.config import DeploymentConfig, parse_config
 from gateway.policies import BUILTIN_POLICIES
 from gateway.routing.belief import HAZARD_S, Belief
@@ -275,3 +277,47 @@ def test_one_left_alone_keeps_its_place_until_an_answer_moves_it() -> None:
     ]
     choice = choose(options, Shape(20, 256), WEIGHTS, 100.0, random.Random(0), may_race=True)
     assert choice.order[:2] == (0, 1), choice.order
+
+
+def test_a_change_lands_among_the_deployments_of_its_price_or_anywhere() -> None:
+    """Six deployments where the dear are quick and the cheap slow; two unheard for thirty seconds: ``dear`` (slow
+    for its price) and ``cheap`` (as slow as its price says). Never heard, a deployment is believed where its price
+    puts it. A change lands as likely there as anywhere among the siblings (their centre, blind to price): pooled
+    from the levels alone, it landed only at the centre, which at a tenth of the price wins by far under the
+    balanced policy, and every look went to ``cheap``; now a change of ``dear`` may teach something too."""
+    rows = [(0.9, 0.25, 250.0, 300.0), (0.7, 0.35, 210.0, 300.0), (0.45, 0.6, 150.0, 300.0), (0.3, 0.9, 100.0, 300.0)]
+    rows += [(0.8, 0.8, 120.0, 270.0), (0.1, 1.6, 55.0, 270.0)]  # dear, cheap
+    config = parse_config(
+        {
+            "providers": [{"name": f"p{i}", "base_url": f"http://127.0.0.1:9/p{i}"} for i in range(len(rows))],
+            "models": [
+                {
+                    "name": "m",
+                    "deployments": [
+                        {"provider": f"p{i}", "model": "x", "price_in": row[0], "price_out": row[0]}
+                        for i, row in enumerate(rows)
+                    ],
+                }
+            ],
+        },
+        source="test.toml",
+    )
+    beliefs = [_measured(ttft, tps, at=at, n=40) for _, ttft, tps, at in rows]
+    options = []
+    for i, deployment in enumerate(config.models[0].deployments):
+        others = [j for j in range(len(rows)) if j != i]
+        prior = pooled([beliefs[j] for j in others], 300.0, rows[i][0], [rows[j][0] for j in others])
+        options.append(Option(deployment, beliefs[i], prior))
+    prior = options[5].prior
+    line, centre = prior.mean[1], prior.centre[1]
+    assert line is not None and centre is not None
+    assert 1 / math.exp(line) < 100.0 < 1 / math.exp(centre)  # cheap: slow by its price, quick at the centre
+    landing, spread = prior.landing(1)
+    assert landing == pytest.approx((line + centre) / 2) and spread > (prior.var[1] + prior.centre_var[1]) / 2
+    looked = []
+    for seed in range(40):
+        choice = choose(
+            options, Shape(20, 256), WEIGHTS, 300.0, random.Random(seed), may_race=True, budget=Budget(), model="m"
+        )
+        looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
+    assert looked.count(4) >= 3, looked  # none with the levels pooled alone

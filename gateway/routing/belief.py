@@ -38,7 +38,7 @@ from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
 from gateway.routing.belief_noise import learn_noise
 from gateway.routing.belief_prefill import SLOPE, Prefill
 from gateway.routing.draws import Draw, Sampling, sample
-from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
+from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, update_all
 
 HAZARD_S = 120.0
@@ -96,6 +96,9 @@ class Belief:
     """The runs' mixture (mean, variance) per metric as of the last answer (drift is added when read)."""
     gap_s: float | None = None
     """The time between its last two answers: how long, by its traffic of late, until it is heard again."""
+    spread_prior: list[float] = field(default_factory=lambda: [SPREAD**2] * 4)
+    """The prior counted in ``noise`` and ``spread2`` (noise per metric, then spread per metric): the siblings' as
+    of the last answer (``reprior``)."""
 
     # -- evidence ---------------------------------------------------------------------------
 
@@ -121,6 +124,7 @@ class Belief:
         if values[0] is None and values[1] is None and bounds[0] is None and bounds[1] is None:
             return
         self._age(now, prior)
+        self.reprior(prior)
         heard, runs = self.heard_at, self.runs
         hazard = change_chance(now - heard, HAZARD_S) if heard is not None else 0.0
         total = sum([r.weight for r in runs])
@@ -138,7 +142,16 @@ class Belief:
             run.weight = changed * run.weight * fits[i]
         best = _heaviest(runs)
         for metric in METRICS:
-            learn_noise(self.noise, self.spread2, self.noise_n, best, metric, values[metric], bounds[metric])
+            learn_noise(
+                self.noise,
+                self.spread2,
+                self.noise_n,
+                best,
+                metric,
+                values[metric],
+                bounds[metric],
+                (prior.noise[metric], prior.spread2[metric]),
+            )
         update_all(runs, values, bounds, self.noise)
         self._prune()
         self._remember()
@@ -186,6 +199,7 @@ class Belief:
             self.leading,
             self.mixture,
             self.gap_s,
+            self.spread_prior,  # replaced, never changed in place (``reprior``)
         )
         heard = copy.heard_at
         # Attempts still running are a length-biased sample: a slow one stays in flight longer, in proportion to its
@@ -201,6 +215,19 @@ class Belief:
         copy.heard_at = heard if heard is not None else copy.heard_at
         copy.gap_s = self.gap_s
         return copy
+
+    def reprior(self, prior: Prior) -> None:
+        """Count the siblings' scatter now (``prior.noise``, ``prior.spread2``) as the prior of its own, in place of
+        the one counted so far: the answers it heard weigh the same, the ``PRIOR_WEIGHT`` answers' worth is moved."""
+        was = self.spread_prior
+        now = [prior.noise[0], prior.noise[1], prior.spread2[0], prior.spread2[1]]
+        if now == was:
+            return
+        for metric in METRICS:
+            heard = PRIOR_WEIGHT + self.noise_n[metric]
+            self.noise[metric] += PRIOR_WEIGHT * (now[metric] - was[metric]) / heard
+            self.spread2[metric] += PRIOR_WEIGHT * (now[2 + metric] - was[2 + metric]) / heard
+        self.spread_prior = now
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -231,14 +258,20 @@ class Belief:
             (m0, m1), v0, v1 = _DEFAULT_LEVEL, _UNKNOWN2, _UNKNOWN2
             changed = 1.0 if prior is not None else 0.0
         if changed and prior is not None:
-            (p0, p1), (w0, w1) = prior.mean, prior.var
+            # Never heard: its level among its siblings (of its price); changed: where a change lands.
+            if runs:
+                (p0, w0), (p1, w1) = prior.landing(TTFT), prior.landing(SPT)
+            else:
+                (p0, p1), (w0, w1) = prior.mean, prior.var
             if p0 is not None:
                 v0 = (1 - changed) * v0 + changed * w0 + changed * (1 - changed) * (m0 - p0) ** 2
                 m0 += changed * (p0 - m0)
             if p1 is not None:
                 v1 = (1 - changed) * v1 + changed * w1 + changed * (1 - changed) * (m1 - p1) ** 2
                 m1 += changed * (p1 - m1)
-        spread2, failures = self.spread2, self.failures
+        # Never heard: its answers will scatter as its siblings' do.
+        spread2 = self.spread2 if runs or prior is None else prior.spread2
+        failures = self.failures
         fails, oks = failures.counts(now, HAZARD_S)
         spread = (math.sqrt(v0 + spread2[TTFT]), math.sqrt(v1 + spread2[SPT]))
         return Draw(math.exp(m0), math.exp(m1), fails / (fails + oks), spread, failures.failure_s)
@@ -318,6 +351,9 @@ class Belief:
         """Where a level that changed may now be, as equally likely runs: anywhere among the model's deployments (the
         pooled prior: a new run of change-point detection starts from the prior, not from the level it left); and,
         once it has changed before, back where it was before that change (a dip's end, a swap back)."""
+        if self.runs:  # priced: among its price's or anywhere (``Prior.landing``)
+            (m0, v0), (m1, v1) = prior.landing(TTFT), prior.landing(SPT)
+            prior = Prior((m0, m1), (v0, v1))
         runs = [_start(prior)]
         if self.runs and self.before is not None:
             runs.append(Run(1.0, list(self.before), [SPREAD**2, SPREAD**2]))

@@ -1,9 +1,10 @@
 """The answers' own spread around a deployment's level (``gateway.routing.belief``): learned from every answer.
 
 Squared residuals against the heaviest run, read robustly (a Student-t's weight) and summed over the last
-~``MEMORY`` answers, with a prior of ``SPREAD`` counting as ``PRIOR_WEIGHT`` answers. Two sums are kept: ``noise``
-(the t's scale, robust) and ``spread2`` (the plain log variance, for means and quantiles). Pure arithmetic on the
-belief's lists, written out because it runs for every answer and every running stream on every plan.
+~``MEMORY`` answers, with a prior counting as ``PRIOR_WEIGHT`` answers: the model's other deployments' spread
+(``priors.pooled``), ``SPREAD`` before any is measured. Two sums are kept: ``noise`` (the t's scale, robust) and
+``spread2`` (the plain log variance, for means and quantiles). Pure arithmetic on the belief's lists, written out
+because it runs for every answer and every running stream on every plan.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 from gateway.routing.priors import MEMORY, PRIOR_WEIGHT, SPREAD
 from gateway.routing.student import TAIL_NU, Hypothesis, censored_square
 
-_PRIOR_SQUARES = PRIOR_WEIGHT * SPREAD**2
 _KEEP = 1 - 1 / MEMORY
 
 
@@ -23,9 +23,12 @@ def learn_noise(
     metric: int,
     value: float | None,
     bound: float | None = None,
+    prior: tuple[float, float] = (SPREAD**2, SPREAD**2),
 ) -> None:
     """One answer's ``value`` (or lower ``bound``: a race lost, a hedge won, the slow tail hedges cut off, read by
-    its expected squared residual beyond it) of ``metric`` against ``best`` (the heaviest run): the sums updated."""
+    its expected squared residual beyond it) of ``metric`` against ``best`` (the heaviest run): the sums updated.
+    ``prior``: the noise and spread counted in the sums as ``PRIOR_WEIGHT`` answers (the siblings',
+    ``priors.pooled``; ``Belief.reprior`` keeps the sums' share of it current)."""
     # E[(y - m)^2] = the answers' variance + the level's own; an answer tells of the first only in its share of the
     # two (the first answer of a level known roughly says where the level is, hardly how far answers scatter).
     if value is not None:
@@ -44,8 +47,9 @@ def learn_noise(
     heard = PRIOR_WEIGHT + noise_n[metric]
     n = noise_n[metric] * _KEEP
     weight = PRIOR_WEIGHT + n + counts
-    total = (noise[metric] * heard - _PRIOR_SQUARES) * _KEEP + counts * robust
-    noise[metric] = (_PRIOR_SQUARES + total) / weight
-    total = (spread2[metric] * heard - _PRIOR_SQUARES) * _KEEP + counts * residual
-    spread2[metric] = (_PRIOR_SQUARES + total) / weight
+    prior_noise, prior_spread = PRIOR_WEIGHT * prior[0], PRIOR_WEIGHT * prior[1]
+    total = (noise[metric] * heard - prior_noise) * _KEEP + counts * robust
+    noise[metric] = (prior_noise + total) / weight
+    total = (spread2[metric] * heard - prior_spread) * _KEEP + counts * residual
+    spread2[metric] = (prior_spread + total) / weight
     noise_n[metric] = n + counts

@@ -67,6 +67,7 @@ class BeliefRouter:
         self.events: GatewayEvents = events if events is not None else NoEvents()
         self._providers = {p.name: p for p in config.providers}
         self._provider_of = {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
+        self._price_of = {(m.name, d.name): d.price_out for m in config.models for d in m.deployments}
         self.beliefs: dict[DeploymentKey, Belief] = {}
         self.priors: dict[DeploymentKey, Prior] = {}
         """Each deployment's prior, pooled from its model's others (refreshed on every answer to the model)."""
@@ -356,8 +357,10 @@ class BeliefRouter:
     def _pool(self, model: str, now: float) -> None:
         """Each of ``model``'s deployments' prior, pooled from the others' beliefs (after any of them heard)."""
         beliefs = [(k, b) for k, b in self.beliefs.items() if k[0] == model]
+        price = self._price_of.get
         for k, _ in beliefs:
-            self.priors[k] = pooled([b for other, b in beliefs if other != k], now)
+            others = [(b, price(other)) for other, b in beliefs if other != k]
+            self.priors[k] = pooled([b for b, _ in others], now, price(k), [p for _, p in others])
 
     # -- the rest of ``Router`` -------------------------------------------------------------
 

@@ -32,12 +32,32 @@ class Prior:
 
     mean: tuple[float | None, float | None] = (None, None)
     var: tuple[float, float] = (BETWEEN**2, BETWEEN**2)
+    noise: tuple[float, float] = (SPREAD**2, SPREAD**2)
+    """How far (log variance, per metric) a deployment's answers scatter around its level before its own scatter is
+    learned: the model's deployments' (a t's scale), which answer alike more than ``SPREAD`` says once measured."""
+    spread2: tuple[float, float] = (SPREAD**2, SPREAD**2)
+    """The same as a plain log variance (``Belief.spread2``)."""
+    centre: tuple[float | None, float | None] = (None, None)
+    """Where the siblings' levels lie blind to price (their mean; None: the same as ``mean``, no price regression)."""
+    centre_var: tuple[float, float] = (BETWEEN**2, BETWEEN**2)
+
+    def landing(self, metric: int) -> tuple[float | None, float]:
+        """Where a level that changed lands (mean, variance of the log level): as likely among the siblings of its
+        price (``mean``) as anywhere among them (``centre``): a change may break what its price says (a cheap one
+        becoming the quickest) or keep to it (a middling dear one rising); nothing tells which."""
+        mean, var, centre = self.mean[metric], self.var[metric], self.centre[metric]
+        if centre is None or mean is None:
+            return mean, var
+        mid = (mean + centre) / 2
+        return mid, (var + self.centre_var[metric]) / 2 + (mean - mid) ** 2
 
 
 class Levels(Protocol):
     """What the prior reads of a belief: whether it heard anything, and its level now."""
 
     answers: int
+    noise: list[float]
+    spread2: list[float]
 
     def level(self, now: float, metric: int) -> tuple[float, float]: ...
 
@@ -46,21 +66,70 @@ def log_of(value: float | None) -> float | None:
     return math.log(value) if value is not None and value > 0 else None
 
 
-def pooled(others: Sequence[Levels], now: float) -> Prior:
+def pooled(
+    others: Sequence[Levels], now: float, price: float | None = None, prices: Sequence[float | None] = ()
+) -> Prior:
     """The prior a deployment borrows from the model's others: a hierarchical normal. Their levels' mean, and
     around it the spread between deployments (``BETWEEN`` counted as ``PRIOR_WEIGHT`` deployments, then theirs),
-    plus the uncertainty of that mean."""
+    plus the uncertainty of that mean. With the deployment's ``price`` and theirs (``prices``, by ``others``;
+    per output token), the levels are regressed on the log price (``_on_price``): where the cheap are slow and
+    the dear quick, a cheap deployment is believed slow until heard, and one that changed lands among those of its
+    price, not at the siblings' centre. And how far their answers scatter around their levels (``SPREAD`` counted as
+    ``PRIOR_WEIGHT`` deployments, then theirs): a deployment heard a few times scatters as its siblings do, so its
+    few answers are read as sharply as theirs (a change it went through is told by one look) and its expected time
+    is not inflated by a spread nobody measured."""
     means: list[float | None] = []
     variances: list[float] = []
+    centres: list[float | None] = [None, None]
+    centre_vars = [BETWEEN**2, BETWEEN**2]
+    measured = [i for i, b in enumerate(others) if b.answers]
+    priced = price is not None and price > 0 and all(i < len(prices) and (prices[i] or 0) > 0 for i in measured)
+    x = [math.log(prices[i] or 1.0) for i in measured] if priced else []
     for metric in (0, 1):
-        levels = [b.level(now, metric)[0] for b in others if b.answers]
+        levels = [others[i].level(now, metric)[0] for i in measured]
         if not levels:
             means.append(None)
             variances.append(BETWEEN**2)
             continue
         k = len(levels)
         mean = sum(levels) / k
-        between = (PRIOR_WEIGHT * BETWEEN**2 + sum((x - mean) ** 2 for x in levels)) / (PRIOR_WEIGHT + k)
+        between = (PRIOR_WEIGHT * BETWEEN**2 + sum((y - mean) ** 2 for y in levels)) / (PRIOR_WEIGHT + k)
+        if priced and price is not None:
+            plain = between * (1 + 1 / k)
+            moved, between, far = _on_price(x, levels, mean, between, math.log(price))
+            if moved or far:  # the price tells something: a change lands also blind to it
+                centres[metric], centre_vars[metric] = mean, plain
+            means.append(mean + moved)
+            variances.append(between * (1 + 1 / k) + far)
+            continue
         means.append(mean)
         variances.append(between * (1 + 1 / k))
-    return Prior((means[0], means[1]), (variances[0], variances[1]))
+    base, count = PRIOR_WEIGHT * SPREAD**2, PRIOR_WEIGHT + len(measured)
+    noise = tuple((base + sum(others[i].noise[m] for i in measured)) / count for m in (0, 1))
+    spread2 = tuple((base + sum(others[i].spread2[m] for i in measured)) / count for m in (0, 1))
+    return Prior(
+        (means[0], means[1]),
+        (variances[0], variances[1]),
+        (noise[0], noise[1]),
+        (spread2[0], spread2[1]),
+        (centres[0], centres[1]),
+        (centre_vars[0], centre_vars[1]),
+    )
+
+
+def _on_price(
+    x: Sequence[float], levels: Sequence[float], mean: float, between: float, at: float
+) -> tuple[float, float, float]:
+    """The levels' regression on log price, for a deployment at log price ``at``: how far its level lies from the
+    siblings' mean, the spread between deployments the price leaves unexplained, and the slope's own uncertainty
+    there. The slope's prior is none, ``BETWEEN`` wide (an e-fold of price moves the level by about an e-fold at
+    most): siblings of near-equal prices, or few, give no slope, and a slope is believed only as far as it fits."""
+    k = len(x)
+    centre = sum(x) / k
+    sxx = sum((xi - centre) ** 2 for xi in x)
+    sxy = sum((xi - centre) * (y - mean) for xi, y in zip(x, levels, strict=True))
+    slope = sxy / (sxx + between / BETWEEN**2)
+    residuals = sum((y - mean - slope * (xi - centre)) ** 2 for xi, y in zip(x, levels, strict=True))
+    unexplained = (PRIOR_WEIGHT * BETWEEN**2 + residuals) / (PRIOR_WEIGHT + k)
+    slope_var = unexplained / (sxx + unexplained / BETWEEN**2)
+    return slope * (at - centre), unexplained, slope_var * (at - centre) ** 2
