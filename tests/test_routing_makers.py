@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import pickle
 import random
 from collections.abc import Callable
@@ -17,12 +18,13 @@ from typing import Any
 
 import pytest
 
-from gateway.routing.estimates import Estimate, Observation, estimate_from_fields, observation_from_fields
+from gateway.routing.estimates import Estimate, Observation, _Attempt, estimate_from_fields, observation_from_fields
 from gateway.routing.plan import Candidate, RoutePlan, candidate_from_fields, route_plan_from_fields
 from gateway.routing.predict import (
     Prediction,
     RequestShape,
     Uncertainty,
+    _Value,
     prediction_from_fields,
     request_shape_from_fields,
     uncertainty_from_fields,
@@ -62,3 +64,24 @@ def test_each_maker_makes_what_its_class_makes(cls: type[Any], make: Callable[..
         make(*values.values(), 1.0)  # one too many
     with pytest.raises(TypeError):
         make(*list(values.values())[:-1])  # every field is required
+
+
+@pytest.mark.parametrize("cls", [_Value, _Attempt], ids=["_Value", "_Attempt"])
+def test_a_written_out_init_is_the_one_its_dataclass_generates(cls: type[Any]) -> None:
+    """``predict._Value`` and ``estimates._Attempt`` write their ``__init__`` out (compiled, it stores each field
+    directly; the generated one is interpreted): the same parameters and defaults, every field stored in its place."""
+    fields = dataclasses.fields(cls)
+    twin: Any = dataclasses.make_dataclass(
+        f"_{cls.__name__}Generated",
+        [(f.name, f.type, dataclasses.field(default=f.default)) for f in fields],
+        slots=True,
+    )
+    assert inspect.signature(cls.__init__) == inspect.signature(twin.__init__).replace(
+        return_annotation=inspect.signature(cls.__init__).return_annotation
+    )
+    rng = random.Random(cls.__name__)
+    required = [f.name for f in fields if f.default is dataclasses.MISSING]
+    for given in range(len(required), len(fields) + 1):
+        values = [rng.uniform(-1e6, 1e6) for _ in range(given)]
+        made, generated = cls(*values), twin(*values)
+        assert [getattr(made, f.name) for f in fields] == [getattr(generated, f.name) for f in fields]

@@ -308,6 +308,28 @@ class _Attempt:
     streamed_bytes: int = 0
     """Once it ended: the bytes its stream delivered after its first token."""
 
+    def __init__(  # the generated one's, written out: compiled (``gateway.native``), it stores each field directly
+        self,
+        started_at: float,
+        predicted_s: float | None,
+        predicted_first_token_s: float | None = None,
+        ended_at: float | None = None,
+        progress: StreamProgress | None = None,
+        api: str = "",
+        streaming_at: float | None = None,
+        bytes_at_first: int = 0,
+        streamed_bytes: int = 0,
+    ) -> None:
+        self.started_at = started_at
+        self.predicted_s = predicted_s
+        self.predicted_first_token_s = predicted_first_token_s
+        self.ended_at = ended_at
+        self.progress = progress
+        self.api = api
+        self.streaming_at = streaming_at
+        self.bytes_at_first = bytes_at_first
+        self.streamed_bytes = streamed_bytes
+
     def streamed(self, now: float) -> tuple[float, int]:
         """How long its stream has run since its first token, and the bytes it delivered in that time (up to its
         end, once it ended). Only for an attempt whose first token came (``streaming_at`` set)."""

@@ -220,6 +220,24 @@ class _Value:
     changed: bool = False
     spread: float = PRIOR_SIGMA
 
+    def __init__(  # the generated one's, written out: compiled (``gateway.native``), it stores each field directly
+        self,
+        value: float,
+        uncertainty: float,
+        sampling: float,
+        samples: float,
+        source: Source,
+        changed: bool = False,
+        spread: float = PRIOR_SIGMA,
+    ) -> None:
+        self.value = value
+        self.uncertainty = uncertainty
+        self.sampling = sampling
+        self.samples = samples
+        self.source = source
+        self.changed = changed
+        self.spread = spread
+
     def with_value(self, value: float) -> _Value:
         """A copy with another value (``dataclasses.replace`` reads every field by name: 10× slower)."""
         return _Value(value, self.uncertainty, self.sampling, self.samples, self.source, self.changed, self.spread)
