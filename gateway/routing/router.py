@@ -181,7 +181,9 @@ class MeasuredRouter:
         cache = cache_terms(session, deployments, preferences)
         scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, views, now, cache)
         rows = [self._ranked(model.name, s, policy, now) for s in scored]
-        if policy.ranking == "fixed":
+        if len(rows) < 2:
+            pass  # one row (a model of one deployment): none of the orderings below moves it (nor draws)
+        elif policy.ranking == "fixed":
             rows.sort(key=lambda r: bool(r.scored.violations))  # stable: score_all kept the config's order
         else:
             # A deployment with nothing measured goes after the others: it gets traffic by exploring
@@ -213,7 +215,8 @@ class MeasuredRouter:
                     f"'provider.order' names no deployment of model '{model.name}' and allow_fallbacks is false",
                     param="provider.order",
                 )
-        rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
+        if len(rows) > 1:
+            rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
         counts = self.state.counts
         name = model.name
         return ranking_from_fields(  # every field, in order (``gateway.frozen``)
