@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gateway.frozen import quick_init
+from gateway.frozen import positional_maker, quick_init
 from gateway.types import StreamProgress
 
 ViewMetric = Literal["ttft_s", "seconds_per_token", "e2e_s", "warm_ttft_s", "prefill_s_per_token", "cold_ttft_s"]
@@ -230,6 +230,12 @@ class Estimate:
         return min(MAX_UNCERTAINTY, math.sqrt(sampling**2 + min(drift, _MAX_VARIANCE))), sampling
 
 
+estimate_from_fields = positional_maker(Estimate)
+"""``Estimate(*values)``, every field given in order (``gateway.frozen``): one per metric after each answer."""
+observation_from_fields = positional_maker(Observation)
+"""``Observation(*values)``, every field given in order: one per answer the router hears."""
+
+
 @dataclass(slots=True)
 class _Sums:
     """Recency-weighted sums of one metric's values, decayed as answers arrive."""
@@ -262,7 +268,7 @@ class _Sums:
 
     def estimate(self, confirmed_at: float | None, changed_at: float | None, prior: float = PRIOR_SIGMA) -> Estimate:
         samples = self.weight * self.weight / self.squares
-        return Estimate(  # positional, in the fields' order: rebuilt on the plan after each answer
+        return estimate_from_fields(  # every field, in order: rebuilt on the plan after each answer
             self.values / self.weight,  # mean
             self.sigma(samples, prior),  # sigma
             samples,
@@ -301,6 +307,28 @@ class _Attempt:
     bytes_at_first: int = 0
     streamed_bytes: int = 0
     """Once it ended: the bytes its stream delivered after its first token."""
+
+    def __init__(  # the generated one's, written out: compiled (``gateway.native``), it stores each field directly
+        self,
+        started_at: float,
+        predicted_s: float | None,
+        predicted_first_token_s: float | None = None,
+        ended_at: float | None = None,
+        progress: StreamProgress | None = None,
+        api: str = "",
+        streaming_at: float | None = None,
+        bytes_at_first: int = 0,
+        streamed_bytes: int = 0,
+    ) -> None:
+        self.started_at = started_at
+        self.predicted_s = predicted_s
+        self.predicted_first_token_s = predicted_first_token_s
+        self.ended_at = ended_at
+        self.progress = progress
+        self.api = api
+        self.streaming_at = streaming_at
+        self.bytes_at_first = bytes_at_first
+        self.streamed_bytes = streamed_bytes
 
     def streamed(self, now: float) -> tuple[float, int]:
         """How long its stream has run since its first token, and the bytes it delivered in that time (up to its

@@ -135,9 +135,13 @@ class Lengths:
     def heard(self, key: LengthKey, tokens: int, max_tokens: int | None) -> None:
         """A complete answer of ``tokens`` output tokens to a request of shape ``key``."""
         x = float(max(tokens, 0))
-        self.shapes.setdefault(key[:5], _Cell()).add(x)
-        if key.client:
-            self.shapes.setdefault(key[:6], _Cell()).add(x)
+        shapes = self.shapes
+        # A cell made only where there is none (``setdefault`` would build one per answer to throw it away).
+        for cut in (key[:5], key[:6]) if key.client else (key[:5],):
+            cell = shapes.get(cut)
+            if cell is None:
+                cell = shapes[cut] = _Cell()
+            cell.add(x)
         if key.session is not None:
             cell = self.sessions.get(key)
             if cell is None:
@@ -148,7 +152,10 @@ class Lengths:
                 self.sessions.move_to_end(key)
             cell.add(x)
         if max_tokens:
-            self.shares.setdefault(key.model, _Cell()).add(min(1.0, x / max_tokens))
+            share = self.shares.get(key.model)
+            if share is None:
+                share = self.shares[key.model] = _Cell()
+            share.add(min(1.0, x / max_tokens))
 
     def forecast(
         self, key: LengthKey, max_tokens: int | None, default: float, source: LengthSource = "default"

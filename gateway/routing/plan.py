@@ -155,6 +155,12 @@ class RoutePlan:
         return len(self.race) + 1 if self.race else 2
 
 
+candidate_from_fields = positional_maker(Candidate)
+"""``Candidate(*values)``, every field given in order (``gateway.frozen``): one per deployment per plan."""
+route_plan_from_fields = positional_maker(RoutePlan)
+"""``RoutePlan(*values)``, every field given in order: one per plan."""
+
+
 class Router(Protocol):
     """Orders candidates for a request, admits each attempt, and hears how each went.
 

@@ -36,7 +36,7 @@ from operator import attrgetter
 from typing import Literal
 
 from gateway.config import DeploymentConfig
-from gateway.frozen import quick_init
+from gateway.frozen import positional_maker, quick_init
 from gateway.policies import PolicyConfig
 from gateway.routing.cost import EFFECTIVE as EFFECTIVE
 from gateway.routing.cost import CacheMode as CacheMode
@@ -194,11 +194,17 @@ class Prediction:
         twice as slow, paid per deployment per request by any that failed lately)."""
         values = list(_PREDICTION_FIELDS(self))
         values[_EXPECTED_AT] = expected_s
-        return Prediction(*values)
+        return prediction_from_fields(*values)
 
 
 _PREDICTION_FIELDS = attrgetter(*(f.name for f in fields(Prediction)))
 _EXPECTED_AT = [f.name for f in fields(Prediction)].index("expected_s")
+prediction_from_fields = positional_maker(Prediction)
+"""``Prediction(*values)``, every field given in order (``gateway.frozen``): one per deployment per plan."""
+uncertainty_from_fields = positional_maker(Uncertainty)
+"""``Uncertainty(*values)``, every field given in order: two per prediction."""
+request_shape_from_fields = positional_maker(RequestShape)
+"""``RequestShape(*values)``, every field given in order: one per plan."""
 
 
 @dataclass(slots=True)
@@ -213,6 +219,24 @@ class _Value:
     source: Source
     changed: bool = False
     spread: float = PRIOR_SIGMA
+
+    def __init__(  # the generated one's, written out: compiled (``gateway.native``), it stores each field directly
+        self,
+        value: float,
+        uncertainty: float,
+        sampling: float,
+        samples: float,
+        source: Source,
+        changed: bool = False,
+        spread: float = PRIOR_SIGMA,
+    ) -> None:
+        self.value = value
+        self.uncertainty = uncertainty
+        self.sampling = sampling
+        self.samples = samples
+        self.source = source
+        self.changed = changed
+        self.spread = spread
 
     def with_value(self, value: float) -> _Value:
         """A copy with another value (``dataclasses.replace`` reads every field by name: 10× slower)."""
@@ -343,8 +367,8 @@ def predict(
     success_rate, success_samples = _success_rate(view, summary, now, attempts)
     valid, judged = summary.valid_counts(shape.kind) if summary is not None else (0, 0)
     floored = None if time_s is None else max(time_s, MIN_TIME_S)
-    # Positional, in the fields' order (keywords cost a name match each, 31 per deployment per plan).
-    return Prediction(
+    # Every field, in order (keywords cost a name match each, 31 per deployment per plan; ``gateway.frozen``).
+    return prediction_from_fields(
         ttft.value if ttft else None,  # ttft_s
         1.0 / spt.value if spt else None,  # tokens_per_s
         floored,  # time_s
@@ -353,12 +377,12 @@ def predict(
         attempts,
         prior,
         bool((ttft and ttft.changed) or (spt and spt.changed)),  # drift
-        Uncertainty(  # uncertainty
+        uncertainty_from_fields(  # uncertainty
             min(MAX_UNCERTAINTY, uncertainty),
             ttft.uncertainty if ttft else MAX_UNCERTAINTY,
             spt.uncertainty if spt else MAX_UNCERTAINTY,
         ),
-        Uncertainty(  # sampling
+        uncertainty_from_fields(  # sampling
             min(MAX_UNCERTAINTY, sampling),
             ttft.sampling if ttft else MAX_UNCERTAINTY,
             spt.sampling if spt else MAX_UNCERTAINTY,

@@ -41,13 +41,17 @@ class PrefillTerms:
     prefill_s_per_token: float | None = None
 
 
+_NOTHING = PrefillTerms()
+"""What most answers say (no first token, or neither a warm one nor a prefill speed): one frozen object for all."""
+
+
 def split(
     sample: Sample, warm_ttft_s: float | None, prefill_tokens_per_s: float | None, view: DeploymentView
 ) -> PrefillTerms:
     """``warm_ttft_s`` / ``prefill_tokens_per_s``: the answer's raw values (``stats.snapshot.cache_values``)."""
     ttft = sample.ttft_s
     if ttft is None or ttft <= 0:
-        return PrefillTerms()
+        return _NOTHING
     if warm_ttft_s is not None:
         speed = view.estimate("prefill_s_per_token")
         prompt = sample.usage_prompt_tokens or sample.prompt_tokens_estimate or 0
@@ -55,12 +59,12 @@ def split(
         prefilled = uncached * speed.mean if speed is not None else 0.0
         return PrefillTerms(base_s=max(warm_ttft_s - prefilled, BASE_SHARE * warm_ttft_s))
     if prefill_tokens_per_s is None:
-        return PrefillTerms()
+        return _NOTHING
     base = view.estimate("warm_ttft_s")
     if base is None:
         return PrefillTerms(prefill_s_per_token=1.0 / prefill_tokens_per_s)
     tokens = prefill_tokens_per_s * ttft
     prefilling = ttft - base.mean
     if prefilling < PREFILL_SHARE * ttft:
-        return PrefillTerms()
+        return _NOTHING
     return PrefillTerms(prefill_s_per_token=prefilling / tokens)

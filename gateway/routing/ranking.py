@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, NoCapacity, RateLimited
-from gateway.frozen import quick_init
+from gateway.frozen import positional_maker, quick_init
 from gateway.routing.score import RequestShape, Scored
 from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState
@@ -132,6 +132,12 @@ class Ranking:
     """Of the probes, the ones measured beside the leader, unseen (the belief router)."""
     extra_attempts: float | None = None
     """Attempts per request beyond one, exploration's cost (the belief router; None: not counted)."""
+
+
+ranked_from_fields = positional_maker(Ranked)
+"""``Ranked(*values)``, every field given in order (``gateway.frozen``): one per deployment per plan."""
+ranking_from_fields = positional_maker(Ranking)
+"""``Ranking(*values)``, every field given in order: one per plan."""
 
 
 def no_capacity(model: str, rows: Sequence[Ranked]) -> GatewayError:

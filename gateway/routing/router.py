@@ -41,7 +41,7 @@ from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cache_terms, decide, keep_bound_first
 from gateway.routing.apis import speaking
 from gateway.routing.capacity import ProviderLimit, RateLimits
-from gateway.routing.estimates import Observation, pooled_spreads
+from gateway.routing.estimates import observation_from_fields, pooled_spreads
 from gateway.routing.explore import Probe, RequestSizes, choose_partner, choose_probe, measured, on_trial
 from gateway.routing.filters import allowed, matches
 from gateway.routing.health import FAILURES, RouterState
@@ -49,10 +49,17 @@ from gateway.routing.hedge import hedge_after
 from gateway.routing.lengths import Forecast, answer_tokens, planned_length, shape_of
 from gateway.routing.ordering import backup_time, slow_start, spread_near_equal
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
-from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SessionRoute
-from gateway.routing.predict import WINDOW_METRIC
+from gateway.routing.plan import (
+    Candidate,
+    RoutePlan,
+    RouteRequest,
+    SessionRoute,
+    candidate_from_fields,
+    route_plan_from_fields,
+)
+from gateway.routing.predict import WINDOW_METRIC, request_shape_from_fields
 from gateway.routing.prefill import split
-from gateway.routing.ranking import Ranked, Ranking, no_capacity
+from gateway.routing.ranking import Ranked, Ranking, no_capacity, ranked_from_fields, ranking_from_fields
 from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
 from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.stats import Metric, StatsSnapshot
@@ -105,15 +112,19 @@ class MeasuredRouter:
         self._speaking: dict[tuple[str, Endpoint | None], tuple[ModelConfig, ModelConfig]] = {}
 
     def _expected_output(
-        self, model: str, max_tokens: int | None, snapshot: StatsSnapshot, policy: PolicyConfig, now: float
+        self, model: str, max_tokens: int | None, snapshot: StatsSnapshot | None, policy: PolicyConfig, now: float
     ) -> tuple[int, OutputSource]:
         """``expected_output``, with the model's observed answer length reused for a second: finding it
-        merges every deployment's histogram, and a typical length does not move from one request to the next."""
+        merges every deployment's histogram, and a typical length does not move from one request to the next.
+        ``snapshot``: None to take the stats store's only when the kept length is too old (``forecast``: the plan
+        takes one for its ranking right after, and a snapshot is a window expiry and an object per call)."""
         if max_tokens is not None:
             return max_tokens, "request"
         cached = self._typical_output.get(model)
         if cached is not None and now - cached[0] < TYPICAL_OUTPUT_TTL_S:
             return cached[1], cached[2]
+        if snapshot is None:
+            snapshot = self.stats.snapshot()
         output, source = expected_output(model, None, snapshot, policy)
         self._typical_output[model] = (now, output, source)
         return output, source
@@ -165,12 +176,14 @@ class MeasuredRouter:
             output, source = max(1, round(planned_length(length, policy))), length.source
         else:
             output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
-        shape = RequestShape(endpoint or "chat", prompt_tokens, output, source, kind)
+        shape = request_shape_from_fields(endpoint or "chat", prompt_tokens, output, source, kind)
         views = self.state.views_of(model.name)
         cache = cache_terms(session, deployments, preferences)
         scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, views, now, cache)
         rows = [self._ranked(model.name, s, policy, now) for s in scored]
-        if policy.ranking == "fixed":
+        if len(rows) < 2:
+            pass  # one row (a model of one deployment): none of the orderings below moves it (nor draws)
+        elif policy.ranking == "fixed":
             rows.sort(key=lambda r: bool(r.scored.violations))  # stable: score_all kept the config's order
         else:
             # A deployment with nothing measured goes after the others: it gets traffic by exploring
@@ -202,10 +215,11 @@ class MeasuredRouter:
                     f"'provider.order' names no deployment of model '{model.name}' and allow_fallbacks is false",
                     param="provider.order",
                 )
-        rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
+        if len(rows) > 1:
+            rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
         counts = self.state.counts
         name = model.name
-        return Ranking(  # positional, in the fields' order
+        return ranking_from_fields(  # every field, in order (``gateway.frozen``)
             model,
             policy,
             shape,
@@ -216,6 +230,8 @@ class MeasuredRouter:
             counts.races[name],
             counts.first_looks[name],
             counts.cold_starts[name],
+            0,  # shadows: the belief router's
+            None,  # extra_attempts: likewise
         )
 
     def _ranked(self, model: str, scored: Scored, policy: PolicyConfig, now: float) -> Ranked:
@@ -232,8 +248,8 @@ class MeasuredRouter:
         else:
             circuit, retry_in, rate_limited = "closed", 0.0, False  # never failed: what those three say of no circuit
         reset_at = capacity.reset_at
-        # Positional, in the fields' order (a name match per keyword, per deployment per plan).
-        return Ranked(
+        # Every field, in order (a name match per keyword, per deployment per plan; ``gateway.frozen``).
+        return ranked_from_fields(
             model,
             scored,
             provider,
@@ -248,6 +264,7 @@ class MeasuredRouter:
             capacity.remaining_requests,
             capacity.remaining_tokens,
             max(0.0, reset_at - now) if reset_at is not None else None,  # reset_in_s
+            None,  # belief: the belief router's
         )
 
     # -- Router ---------------------------------------------------------------------------------
@@ -269,7 +286,7 @@ class MeasuredRouter:
         if request.max_tokens is not None:
             return self.lengths.forecast(key, request.max_tokens, float(request.max_tokens), "request")
         policy = self.config.policy_for(model)
-        typical, source = self._expected_output(model.name, None, self.stats.snapshot(), policy, self.clock())
+        typical, source = self._expected_output(model.name, None, None, policy, self.clock())
         return self.lengths.forecast(key, None, float(typical), source)
 
     def plan(self, request: RouteRequest) -> RoutePlan:
@@ -296,13 +313,14 @@ class MeasuredRouter:
         fitting = [r for r in rows if windows.fits(model.name, r.deployment, request.prompt_tokens)]
         if fitting:
             rows = fitting  # else none fits: the provider's own 400 will say why
-        first_reason: RouteReason = "override" if preferences.steers else "best-score"
+        steers = preferences.steers
+        first_reason: RouteReason = "override" if steers else "best-score"
         affinity = decide(request.session, ranking.rows, rows[0], preferences) if request.session else None
         staying = affinity is not None and affinity.choice == "stay"
         if staying:
             first_reason = "affinity"
         # A session that stays is not explored away from its cache (that would cost it the cache's worth).
-        explore = not preferences.steers and not staying
+        explore = not steers and not staying
         probe, partner = (
             self._probe(model.name, rows, policy, ranking.shape, request.stream) if explore else (None, None)
         )
@@ -348,7 +366,7 @@ class MeasuredRouter:
             key = (model.name, row.deployment.name)
             deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.get(*key), now)
             prediction = row.scored.prediction
-            candidate = Candidate(  # positional, in the fields' order
+            candidate = candidate_from_fields(  # every field, in order (``gateway.frozen``)
                 row.deployment,
                 row.provider,
                 reason,
@@ -369,7 +387,7 @@ class MeasuredRouter:
         self.events.decision(model.name, first.name, first.provider.name, first_reason)
         if affinity is not None:
             self.events.session_routed(model.name, first.name, affinity.choice, affinity.reason)
-        return RoutePlan(  # positional, in the fields' order
+        return route_plan_from_fields(  # every field, in order (``gateway.frozen``)
             tuple(candidates),
             policy,
             ranking,
@@ -541,21 +559,24 @@ class MeasuredRouter:
             # (``gateway.routing.prefill``): a prediction is then base + uncached tokens x seconds per token.
             terms = split(sample, cache.get("warm_ttft_s"), cache.get("prefill_tokens_per_s"), view)
             view.add(
-                Observation(
-                    now,
+                observation_from_fields(  # every field, in order (``gateway.frozen``)
+                    now,  # at
                     sample.ttft_s,
-                    1.0 / tps if tps else None,
-                    sample.e2e_s if not drained else None,
-                    ok=True,
-                    warm_ttft_s=terms.base_s,
-                    prefill_s_per_token=terms.prefill_s_per_token,
-                    cold_ttft_s=cache.get("cold_ttft_s"),
-                    started_at=started_at,
+                    1.0 / tps if tps else None,  # seconds_per_token
+                    sample.e2e_s if not drained else None,  # e2e_s
+                    True,  # ok
+                    None,  # failed_after_s
+                    terms.base_s,  # warm_ttft_s
+                    terms.prefill_s_per_token,
+                    cache.get("cold_ttft_s"),  # cold_ttft_s
+                    started_at,
                 )
             )
         elif sample.outcome in FAILURES:
             failed_after = now - started_at if started_at is not None else None
-            view.add(Observation(now, sample.ttft_s, ok=False, failed_after_s=failed_after))
+            view.add(
+                observation_from_fields(now, sample.ttft_s, None, None, False, failed_after, None, None, None, None)
+            )
         elif sample.outcome == "client_cancelled" and sample.hedged:
             # It lost a race (or a hedge): its first token would have come later than this, at least.
             waited = sample.ttft_s if sample.ttft_s is not None else (now - started_at if started_at else None)

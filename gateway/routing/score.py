@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig
-from gateway.frozen import quick_init
+from gateway.frozen import positional_maker, quick_init
 from gateway.policies import PolicyConfig
 from gateway.routing.estimates import DeploymentView
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, Sort
@@ -167,6 +167,12 @@ class Scored:
         return self.parts.total + self.caution
 
 
+score_parts_from_fields = positional_maker(ScoreParts)
+"""``ScoreParts(*values)``, every field given in order (``gateway.frozen``): one per deployment per plan."""
+scored_from_fields = positional_maker(Scored)
+"""``Scored(*values)``, every field given in order: one per deployment per plan."""
+
+
 def score_all(
     model: str,
     deployments: Sequence[DeploymentConfig],
@@ -214,7 +220,7 @@ def score_all(
     best_cost = min(costs, default=0.0)
     scored = []
     for deployment, p in zip(deployments, predictions, strict=True):
-        parts = ScoreParts(
+        parts = score_parts_from_fields(
             weights.time * _log_ratio(p.expected_s, best_time),  # time
             weights.ttft * _log_ratio(p.ttft_s, best_ttft),  # ttft
             weights.throughput * _log_ratio(best_tps, p.tokens_per_s),  # throughput
@@ -235,7 +241,7 @@ def score_all(
         bonus = _bonus(p, p.uncertainty, weights) if p.source in ("recent", "window") else 0.0
         # Nothing measured: as uncertain as can be, so that a tie (on price, say) goes to the measured one.
         caution = CAUTION * _speed(p.sampling, weights)
-        scored.append(Scored(deployment, p, parts, violations, bonus, caution))
+        scored.append(scored_from_fields(deployment, p, parts, violations, bonus, caution))
     return scored
 
 
