@@ -31,41 +31,20 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from operator import attrgetter
 from statistics import NormalDist
 
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
 from gateway.routing.belief_noise import learn_noise
 from gateway.routing.belief_prefill import SLOPE, Prefill
+from gateway.routing.belief_runs import DEFAULT_LEVEL, METRICS, SPT, TTFT, UNKNOWN, Run, heaviest, mix, prune, start
 from gateway.routing.draws import Draw, Sampling, sample
 from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, update_all
 
 HAZARD_S = 120.0
 """A provider changes (its first token or its speed jumps) about once every this many seconds."""
-RUNS = 5
-"""Run-length hypotheses kept per deployment (the cost of change-point detection, not a knob of the world)."""
-
-METRICS = (TTFT, SPT) = (0, 1)
 _NORMAL = NormalDist()
 NO_PRIOR = Prior()
-_DEFAULT_LEVEL = (math.log(1.0), math.log(1 / 50.0))
-"""Where a model with nothing measured anywhere starts: 1 s to first token, 50 tokens/s (``UNKNOWN`` wide)."""
-UNKNOWN = 3.0
-"""How far (log sd) a model's first token and speed may lie from ``_DEFAULT_LEVEL`` before any of its deployments
-is measured: a factor 20 either way. Wider than ``BETWEEN``: a far first answer (5 ms) moves the level."""
-_UNKNOWN2 = UNKNOWN**2
-_WEIGHT = attrgetter("weight")
-
-
-@dataclass(slots=True)
-class Run:
-    """One hypothesis: the level has stayed the same since this run began."""
-
-    weight: float
-    mean: list[float]
-    var: list[float]
-    born: float = 0.0
 
 
 Branches = tuple[tuple[float, tuple[float, float], tuple[float, float], bool], ...]
@@ -140,7 +119,7 @@ class Belief:
             run = runs[i]
             run.born = now
             run.weight = changed * run.weight * fits[i]
-        best = _heaviest(runs)
+        best = heaviest(runs)
         for metric in METRICS:
             learn_noise(
                 self.noise,
@@ -153,9 +132,9 @@ class Belief:
                 (prior.noise[metric], prior.spread2[metric]),
             )
         update_all(runs, values, bounds, self.noise)
-        self._prune()
+        self.runs = prune(self.runs)
         self._remember()
-        self.mixture = (_mix(self.runs, TTFT), _mix(self.runs, SPT))
+        self.mixture = (mix(self.runs, TTFT), mix(self.runs, SPT))
         if self.heard_at is not None:
             self.gap_s = now - self.heard_at
         self.heard_at = now
@@ -234,9 +213,9 @@ class Belief:
     def level(self, now: float, metric: int) -> tuple[float, float]:
         """The log level's mixture mean and variance now (drift included)."""
         if not self.runs:
-            return _DEFAULT_LEVEL[metric], UNKNOWN**2
+            return DEFAULT_LEVEL[metric], UNKNOWN**2
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        mean, var = self.mixture[metric] if self.mixture is not None else _mix(self.runs, metric)
+        mean, var = self.mixture[metric] if self.mixture is not None else mix(self.runs, metric)
         return mean, var + age
 
     def expected(self, now: float, prior: Prior | None = None) -> Draw:
@@ -249,13 +228,13 @@ class Belief:
         at once (the same arithmetic)."""
         runs, heard = self.runs, self.heard_at
         if runs:
-            mixture = self.mixture if self.mixture is not None else (_mix(runs, TTFT), _mix(runs, SPT))
+            mixture = self.mixture if self.mixture is not None else (mix(runs, TTFT), mix(runs, SPT))
             (m0, v0), (m1, v1) = mixture
             age = DRIFT * (now - heard) if heard is not None else 0.0
             v0, v1 = v0 + age, v1 + age
             changed = (change_chance(now - heard, HAZARD_S) if heard is not None else 1.0) if prior is not None else 0.0
         else:
-            (m0, m1), v0, v1 = _DEFAULT_LEVEL, _UNKNOWN2, _UNKNOWN2
+            (m0, m1), v0, v1 = DEFAULT_LEVEL, UNKNOWN**2, UNKNOWN**2
             changed = 1.0 if prior is not None else 0.0
         if changed and prior is not None:
             # Never heard: its level among its siblings (of its price); changed: where a change lands.
@@ -354,7 +333,7 @@ class Belief:
         if self.runs:  # priced: among its price's or anywhere (``Prior.landing``)
             (m0, v0), (m1, v1) = prior.landing(TTFT), prior.landing(SPT)
             prior = Prior((m0, m1), (v0, v1))
-        runs = [_start(prior)]
+        runs = [start(prior)]
         if self.runs and self.before is not None:
             runs.append(Run(1.0, list(self.before), [SPREAD**2, SPREAD**2]))
         for run in runs:
@@ -363,14 +342,14 @@ class Belief:
 
     def _remember(self) -> None:
         """When a newer run becomes the most likely, the level the older one held is what it changed from."""
-        top = _heaviest(self.runs)
+        top = heaviest(self.runs)
         if self.leading is not None and top.born > self.leading[0]:
             self.before = self.leading[1]
         self.leading = (top.born, (top.mean[TTFT], top.mean[SPT]))
 
     def _age(self, now: float, prior: Prior) -> None:
         if not self.runs:
-            self.runs.append(_start(prior))
+            self.runs.append(start(prior))
             return
         if self.heard_at is None:
             return
@@ -381,44 +360,6 @@ class Belief:
             var = run.var
             var[TTFT] += grow
             var[SPT] += grow
-
-    def _prune(self) -> None:
-        runs = self.runs
-        total = sum([r.weight for r in runs])
-        if total <= 0 or not math.isfinite(total):
-            keep = runs[-1]
-            keep.weight = 1.0
-            self.runs = [keep]
-            return
-        for run in runs:
-            run.weight /= total
-        if len(runs) > RUNS:
-            runs.sort(key=_WEIGHT, reverse=True)
-            del runs[RUNS:]
-            total = sum([r.weight for r in runs])
-            for run in runs:
-                run.weight /= total
-
-
-def _mix(runs: list[Run], metric: int) -> tuple[float, float]:
-    mean = sum([r.weight * r.mean[metric] for r in runs])
-    return mean, sum([r.weight * (r.var[metric] + (r.mean[metric] - mean) ** 2) for r in runs])
-
-
-def _heaviest(runs: list[Run]) -> Run:
-    """``max(runs, key=weight)`` written out (read several times per answer): the first of the heaviest."""
-    best = runs[0]
-    top = best.weight
-    for run in runs:
-        if run.weight > top:
-            best, top = run, run.weight
-    return best
-
-
-def _start(prior: Prior) -> Run:
-    (m0, m1), (v0, v1) = prior.mean, prior.var
-    mean = [m0 if m0 is not None else _DEFAULT_LEVEL[TTFT], m1 if m1 is not None else _DEFAULT_LEVEL[SPT]]
-    return Run(1.0, mean, [v0 if m0 is not None else _UNKNOWN2, v1 if m1 is not None else _UNKNOWN2])
 
 
 def _z(q: float) -> float:

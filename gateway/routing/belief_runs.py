@@ -1,0 +1,77 @@
+"""A belief's run-length hypotheses (``gateway.routing.belief``): "the level has stayed the same since this run began".
+
+Each run holds its own normal posterior on the log level (first token and seconds per token) and a weight, the
+chance it is the true one; a belief keeps at most ``RUNS`` of them. Here is what is done to the list as a whole:
+where a new run starts (the prior), the runs' mixture, the heaviest, and the pruning after each answer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from operator import attrgetter
+
+from gateway.routing.priors import Prior
+
+RUNS = 5
+"""Run-length hypotheses kept per deployment (the cost of change-point detection, not a knob of the world)."""
+METRICS = (TTFT, SPT) = (0, 1)
+DEFAULT_LEVEL = (math.log(1.0), math.log(1 / 50.0))
+"""Where a model with nothing measured anywhere starts: 1 s to first token, 50 tokens/s (``UNKNOWN`` wide)."""
+UNKNOWN = 3.0
+"""How far (log sd) a model's first token and speed may lie from ``DEFAULT_LEVEL`` before any of its deployments
+is measured: a factor 20 either way. Wider than ``BETWEEN``: a far first answer (5 ms) moves the level."""
+_UNKNOWN2 = UNKNOWN**2
+_WEIGHT = attrgetter("weight")
+
+
+@dataclass(slots=True)
+class Run:
+    """One hypothesis: the level has stayed the same since this run began."""
+
+    weight: float
+    mean: list[float]
+    var: list[float]
+    born: float = 0.0
+
+
+def start(prior: Prior) -> Run:
+    """A run that starts from ``prior`` (the model's default level, ``UNKNOWN`` wide, where it knows nothing)."""
+    (m0, m1), (v0, v1) = prior.mean, prior.var
+    mean = [m0 if m0 is not None else DEFAULT_LEVEL[TTFT], m1 if m1 is not None else DEFAULT_LEVEL[SPT]]
+    return Run(1.0, mean, [v0 if m0 is not None else _UNKNOWN2, v1 if m1 is not None else _UNKNOWN2])
+
+
+def mix(runs: list[Run], metric: int) -> tuple[float, float]:
+    """The runs' mixture: mean and variance of the log level of ``metric``."""
+    mean = sum([r.weight * r.mean[metric] for r in runs])
+    return mean, sum([r.weight * (r.var[metric] + (r.mean[metric] - mean) ** 2) for r in runs])
+
+
+def heaviest(runs: list[Run]) -> Run:
+    """``max(runs, key=weight)`` written out (read several times per answer): the first of the heaviest."""
+    best = runs[0]
+    top = best.weight
+    for run in runs:
+        if run.weight > top:
+            best, top = run, run.weight
+    return best
+
+
+def prune(runs: list[Run]) -> list[Run]:
+    """The runs with their weights summing to one, the ``RUNS`` heaviest kept (in place where it can be); where every
+    weight vanished, the newest run alone."""
+    total = sum([r.weight for r in runs])
+    if total <= 0 or not math.isfinite(total):
+        keep = runs[-1]
+        keep.weight = 1.0
+        return [keep]
+    for run in runs:
+        run.weight /= total
+    if len(runs) > RUNS:
+        runs.sort(key=_WEIGHT, reverse=True)
+        del runs[RUNS:]
+        total = sum([r.weight for r in runs])
+        for run in runs:
+            run.weight /= total
+    return runs
