@@ -30,26 +30,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from benchmarks.routing_scenarios import Change, Profile, Scenario
+from benchmarks.routing_scenarios import Change, Profile, Scenario, linear_steps
 
 
 def _wave(moves: tuple[tuple[Profile, Profile], ...], from_s: float, to_s: float, steps: int) -> tuple[Change, ...]:
     """Each (start, end) of ``moves`` goes from start to end in ``steps`` even steps of first token and speed, all at
     the same times between ``from_s`` and ``to_s``: one load wave over every provider it names, each at its own
     rate."""
-    return tuple(
-        Change(
-            from_s + (to_s - from_s) * i / steps,
-            start.name,
-            replace(
-                start,
-                ttft_s=start.ttft_s + (end.ttft_s - start.ttft_s) * i / steps,
-                tps=start.tps + (end.tps - start.tps) * i / steps,
-            ),
-        )
-        for i in range(1, steps + 1)
-        for start, end in moves
-    )
+    return tuple(change for start, end in moves for change in linear_steps(start, end, from_s, to_s, steps))
 
 
 def _speed_passes(

@@ -10,25 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from benchmarks.routing_scenarios import Change, Profile, Scenario
-
-
-def _drift(start: Profile, end: Profile, from_s: float, to_s: float, steps: int) -> tuple[Change, ...]:
-    """``start`` drifts to ``end`` in ``steps`` equal (linear) steps of first token and speed between ``from_s`` and
-    ``to_s``: a drift no step of which looks like a change on its own."""
-    return tuple(
-        Change(
-            from_s + (to_s - from_s) * i / steps,
-            start.name,
-            replace(
-                start,
-                ttft_s=start.ttft_s + (end.ttft_s - start.ttft_s) * i / steps,
-                tps=start.tps + (end.tps - start.tps) * i / steps,
-            ),
-        )
-        for i in range(1, steps + 1)
-    )
-
+from benchmarks.routing_scenarios import Change, Profile, Scenario, linear_steps
 
 _G1 = Profile("g1", ttft_s=0.35, tps=260.0, price=0.55)
 _G3 = Profile("g3", ttft_s=1.2, tps=190.0, price=0.45)
@@ -91,8 +73,8 @@ HELD_OUT_4: tuple[Scenario, ...] = (
         duration_s=165,
         rate_per_s=2.5,
         changes=(
-            *_drift(_G1, replace(_G1, tps=70.0), 15, 135, 24),
-            *_drift(_G3, replace(_G3, ttft_s=0.3), 30, 150, 18),
+            *linear_steps(_G1, replace(_G1, tps=70.0), 15, 135, 24),
+            *linear_steps(_G3, replace(_G3, ttft_s=0.3), 30, 150, 18),
         ),
     ),
     Scenario(

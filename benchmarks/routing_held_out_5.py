@@ -11,25 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from benchmarks.routing_scenarios import Change, Profile, Scenario
-
-
-def _slide(start: Profile, end: Profile, from_s: float, to_s: float, steps: int) -> tuple[Change, ...]:
-    """``start`` slides to ``end`` in ``steps`` equal (linear) steps of first token and speed between ``from_s`` and
-    ``to_s``, both moving at once: a drift no step of which looks like a change on its own."""
-    return tuple(
-        Change(
-            from_s + (to_s - from_s) * i / steps,
-            start.name,
-            replace(
-                start,
-                ttft_s=start.ttft_s + (end.ttft_s - start.ttft_s) * i / steps,
-                tps=start.tps + (end.tps - start.tps) * i / steps,
-            ),
-        )
-        for i in range(1, steps + 1)
-    )
-
+from benchmarks.routing_scenarios import Change, Profile, Scenario, linear_steps
 
 _Q1 = Profile("q1", ttft_s=0.32, tps=250.0, price=0.7)
 _Q4 = Profile("q4", ttft_s=0.85, tps=135.0, price=0.28)
@@ -105,8 +87,8 @@ HELD_OUT_5: tuple[Scenario, ...] = (
         duration_s=170,
         rate_per_s=1.75,
         changes=(
-            *_slide(_Q1, replace(_Q1, ttft_s=0.95, tps=105.0), 10, 110, 20),
-            *_slide(_Q4, replace(_Q4, ttft_s=0.4, tps=235.0), 60, 160, 25),
+            *linear_steps(_Q1, replace(_Q1, ttft_s=0.95, tps=105.0), 10, 110, 20),
+            *linear_steps(_Q4, replace(_Q4, ttft_s=0.4, tps=235.0), 60, 160, 25),
         ),
     ),
     Scenario(

@@ -142,6 +142,23 @@ class Scenario:
         return current
 
 
+def linear_steps(start: Profile, end: Profile, from_s: float, to_s: float, steps: int) -> tuple[Change, ...]:
+    """``start`` moves to ``end`` in ``steps`` equal (linear) steps of first token and speed at even times between
+    ``from_s`` and ``to_s``, both at once: a drift no step of which looks like a change on its own."""
+    return tuple(
+        Change(
+            from_s + (to_s - from_s) * i / steps,
+            start.name,
+            replace(
+                start,
+                ttft_s=start.ttft_s + (end.ttft_s - start.ttft_s) * i / steps,
+                tps=start.tps + (end.tps - start.tps) * i / steps,
+            ),
+        )
+        for i in range(1, steps + 1)
+    )
+
+
 def lead_passes(
     turns: tuple[tuple[float, str], ...], ahead: Profile, behind: Profile, prices: dict[str, float]
 ) -> tuple[Change, ...]:
