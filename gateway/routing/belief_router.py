@@ -37,7 +37,7 @@ from gateway.routing.health import RouterState
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
-from gateway.routing.priors import Prior, pooled
+from gateway.routing.priors import Heard, Prior, pooled
 from gateway.routing.router import SnapshotSource
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
@@ -356,7 +356,7 @@ class BeliefRouter:
 
     def _pool(self, model: str, now: float) -> None:
         """Each of ``model``'s deployments' prior, pooled from the others' beliefs (after any of them heard)."""
-        beliefs = [(k, b) for k, b in self.beliefs.items() if k[0] == model]
+        beliefs = [(k, Heard.of(b, now)) for k, b in self.beliefs.items() if k[0] == model]
         price = self._price_of.get
         for k, _ in beliefs:
             others = [(b, price(other)) for other, b in beliefs if other != k]

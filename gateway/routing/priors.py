@@ -53,13 +53,40 @@ class Prior:
 
 
 class Levels(Protocol):
-    """What the prior reads of a belief: whether it heard anything, and its level now."""
+    """What the prior reads of a belief: whether it heard anything, its answers' scatter, and its level now."""
+
+    @property
+    def answers(self) -> int: ...
+
+    @property
+    def noise(self) -> list[float]: ...
+
+    @property
+    def spread2(self) -> list[float]: ...
+
+    def level(self, now: float, metric: int) -> tuple[float, float]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Heard:
+    """What ``pooled`` reads of one belief, read once at one moment: a model's priors are pooled together after
+    every answer (each deployment's from all the others), so each belief's levels are read once, not once per
+    sibling."""
 
     answers: int
     noise: list[float]
     spread2: list[float]
+    levels: tuple[tuple[float, float], tuple[float, float]]
 
-    def level(self, now: float, metric: int) -> tuple[float, float]: ...
+    @classmethod
+    def of(cls, belief: Levels, now: float) -> Heard:
+        unread = (0.0, 0.0)  # never read: ``pooled`` reads the levels of beliefs that heard only
+        levels = (belief.level(now, 0), belief.level(now, 1)) if belief.answers else (unread, unread)
+        return cls(belief.answers, belief.noise, belief.spread2, levels)
+
+    def level(self, now: float, metric: int) -> tuple[float, float]:
+        """The level as read when this was made (``now`` is that moment's)."""
+        return self.levels[metric]
 
 
 def log_of(value: float | None) -> float | None:
