@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from gateway.relay.request import ProxyRequest
 from gateway.tokens import TokenCounter
 
 PROMPT_FIELDS = ("system", "instructions", "messages", "input", "prompt", "tools", "functions")
@@ -34,6 +35,14 @@ def count_prompt(body: dict[str, Any], counter: TokenCounter) -> int:
     messages = body.get("messages")
     template = MESSAGE_OVERHEAD * len(messages) + REPLY_PRIMING if isinstance(messages, list) else 0
     return text + template
+
+
+def counted_prompt(request: ProxyRequest, counter: TokenCounter) -> int:
+    """``request``'s prompt by ``counter``, counted once per request (kept in its trace for its other attempts)."""
+    trace = request.trace
+    if trace.prompt_tokens_counted is None:
+        trace.prompt_tokens_counted = count_prompt(request.body, counter)
+    return trace.prompt_tokens_counted
 
 
 def _strings(values: Any) -> Iterator[str]:

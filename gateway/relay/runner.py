@@ -32,7 +32,7 @@ from gateway.relay.budget import AttemptBudget
 from gateway.relay.deadline import Deadline
 from gateway.relay.first_token import await_first_token, note_status, status_error
 from gateway.relay.outbound import upstream_body, upstream_of, upstream_path
-from gateway.relay.prompt_count import count_prompt
+from gateway.relay.prompt_count import counted_prompt
 from gateway.relay.queue import SlotQueue, slot_key
 from gateway.relay.refusals import RefusalLog, capacity_refusal, waited_slots
 from gateway.relay.request import ProxyRequest
@@ -332,7 +332,7 @@ class AttemptRunner:
         # A hedge's loser was still billed for its prompt once the provider had started on it.
         if outcome == "ok" or output or (attempt.hedged and attempt.status is not None and attempt.status < 400):
             if reading.usage_prompt_tokens is None:
-                prompt = self._counted_prompt(request)
+                prompt = counted_prompt(request, self.counter)
             cost = deployment.cost_usd(prompt, output or 0, reading.usage_cached_tokens or 0)
         expects = request.expects
         validity = verdict(request, outcome, reading)
@@ -374,13 +374,6 @@ class AttemptRunner:
         if not request.probe:
             self.sink.record(sample)  # a probe's one token says nothing of speed, and costs no client
         return sample
-
-    def _counted_prompt(self, request: ProxyRequest) -> int:
-        """The prompt by the pinned tokenizer, counted once per request (an attempt without usage is billed it)."""
-        trace = request.trace
-        if trace.prompt_tokens_counted is None:
-            trace.prompt_tokens_counted = count_prompt(request.body, self.counter)
-        return trace.prompt_tokens_counted
 
     def _cached(
         self,
