@@ -151,16 +151,15 @@ def choose(
         return Choice(_first(first, ranked), tuple(means), explored=first != leader)
     if budget is None or len(options) < 2 or not budget.take(model):
         return Choice(_first(leader, ranked), tuple(means))
+
     # A look, beside the leader: where it may teach most (a stale belief's chance of a change included), and
     # soonest against traffic, which tells of a deployment it serves a moment later anyway (``_news_in_s``). Where
     # the gain's draws found nothing anywhere, the one traffic would tell of last.
-    first = max(
-        (i for i in ranked if i != leader),
-        key=lambda i: (
-            gain(options[i], means[leader], shape, weights, now, rng) * _news_in_s(options[i].belief, now),
-            _news_in_s(options[i].belief, now),
-        ),
-    )
+    def worth(i: int) -> tuple[float, float]:
+        news = _news_in_s(options[i].belief, now)
+        return gain(options[i], means[leader], shape, weights, now, rng) * news, news
+
+    first = max((i for i in ranked if i != leader), key=worth)
     if not options[first].belief.answers or _race_helps(
         options[first], options[leader], means[first], means[leader], now
     ):
