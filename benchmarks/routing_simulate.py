@@ -12,8 +12,8 @@ Usage::
     python -m benchmarks.routing_simulate                # every scenario, 3 seeds
     python -m benchmarks.routing_simulate --only recovery --seeds 10
     python -m benchmarks.routing_simulate --stress --seeds 16  # markets nothing was tuned on
-    python -m benchmarks.routing_simulate --held-out-9        # a held-out set (1-12; --held-out: the first); sets
-                                                              # 1-10 are seen, sets 11 and 12 each run once, at the end
+    python -m benchmarks.routing_simulate --held-out-9        # a held-out set (1-13; --held-out: the first); sets
+                                                              # 1-11 are seen, sets 12 and 13 each run once, at the end
     python -m benchmarks.routing_simulate --router new        # the belief-based router (gateway.routing.belief)
     python -m benchmarks.routing_simulate --compare --seeds 64  # old and new, paired, as a markdown table
 """
@@ -43,6 +43,7 @@ from benchmarks.routing_held_out_9 import HELD_OUT_9
 from benchmarks.routing_held_out_10 import HELD_OUT_10
 from benchmarks.routing_held_out_11 import HELD_OUT_11
 from benchmarks.routing_held_out_12 import HELD_OUT_12
+from benchmarks.routing_held_out_13 import HELD_OUT_13
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 from gateway.config import GatewayConfig, StatsConfig, parse_config
 from gateway.relay.drain import DRAIN_EVENTS, DRAIN_MAX_S
@@ -65,6 +66,7 @@ MARKETS: dict[int, Sequence[Scenario]] = {
     10: HELD_OUT_10,
     11: HELD_OUT_11,
     12: HELD_OUT_12,
+    13: HELD_OUT_13,
 }
 """The held-out sets by number (``--held-out-N``; ``--held-out`` is the first)."""
 HELD_OUT_SETS = (
@@ -73,7 +75,7 @@ HELD_OUT_SETS = (
     *(
         (ordinal, f"routing_held_out_{n}.HELD_OUT_{n}")
         for n, ordinal in enumerate(
-            ("third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "eleventh", "twelfth"), 3
+            "third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth".split(), 3
         )
     ),
 )
