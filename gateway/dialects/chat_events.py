@@ -245,12 +245,7 @@ def tally_chunks(
                     if not tally._event_counted:
                         tally._event_counted = True
                         output_events.append(at)
-                elif (
-                    # ``reasoning_of`` only when one of its fields is there: a role's or a finish's delta has none.
-                    delta.reasoning_content is not None
-                    or delta.reasoning is not None
-                    or delta.reasoning_details is not None
-                ) and reasoning_of(delta):
+                elif reasoning_of(delta):
                     tally.output(at)
             else:
                 if delta is not None and (delta.tool_calls or delta.function_call):

@@ -177,65 +177,20 @@ def _datas(entries: KeptChunks, start: int, stop: int, parts: list[bytes], times
     return True
 
 
-def _shape_strings(entries: KeptChunks, index: int, prefix: bytes, stem: bytes, tail: bytes) -> list[bytes] | None:
-    """Whether entry ``index`` is one event of the shape but for its strings' bodies: ``prefix``, one line, then
-    ``tail``, or (padded) ``stem`` between two strings and ``tail`` (or, an entry that is one event's data, the same
-    without ``data: `` and the blank line). Its strings as they stand (the text, and the padding), for the caller to
-    check as string bodies; None when it is not of the shape."""
+def _shaped(entries: KeptChunks, index: int, prefix: bytes, stem: bytes, tail: bytes) -> bool:
+    """Entry ``index`` is one event of the shape: ``prefix``, a string's body on one line, then ``tail``, or (padded)
+    ``stem``, another string's body and ``tail`` (or, an entry that is one event's data, the same without
+    ``data: `` and the blank line)."""
     data = entries.datas[index]
     if index in entries.parts:
         prefix, tail = prefix[6:], tail[:-2]
     else:
         data = entries.heads[index] + data
     if len(data) < len(prefix) + len(tail) or not data.startswith(prefix) or not data.endswith(tail):
-        return None
+        return False
     middle = data[len(prefix) : len(data) - len(tail)]
     strings = middle.split(stem) if stem else [middle]
-    return strings if b"\n" not in middle and len(strings) == (2 if stem else 1) else None
-
-
-def _shaped_pair(
-    entries: KeptChunks, low: int, prefix: bytes, stem: bytes, tail: bytes, texts: list[bytes], lead: bytes
-) -> tuple[bool, bytes | None]:
-    """Whether the two entries before the run (``low``: its first) are of the shape, strings and all, and ``_texts``
-    of the run's texts after
-    the two events decoded whole (all of them when those two are the entries before it, else all but the first
-    two): the two results ``tally_kept`` reads, worked out together.
-
-    The two entries' strings and the run's texts are checked as string bodies in one ``_string_bodies`` over them
-    all (each piece is one string's whole body exactly when all of them joined by ``","`` are); only when that
-    fails are they checked apart, to tell which failed.
-    """
-    if low < 2:
-        return False, _texts(texts[2:], lead)
-    first = _shape_strings(entries, low - 2, prefix, stem, tail)
-    second = _shape_strings(entries, low - 1, prefix, stem, tail) if first is not None else None
-    if first is None or second is None:
-        return False, _texts(texts[2:], lead)
-    run = lead + (_SEPARATOR + lead).join(texts) if lead else _SEPARATOR.join(texts)
-    pieces = len(first) + len(second) + len(texts)
-    if _string_bodies(_SEPARATOR.join((*first, *second, run)), pieces):
-        return True, run
-    if _texts(first, b"") is None or _texts(second, b"") is None:
-        return False, _texts(texts[2:], lead)
-    return True, None  # the two are of the shape, the run's texts are not all string bodies
-
-
-def _shaped_datas(entries: KeptChunks, low: int, parts: list[bytes], times: list[float]) -> bool:
-    """``_datas`` of the two entries before the run once ``_shaped_pair`` found them of the shape: each is one event
-    of one ``data: {`` line already (the shape's prefix and tail, a middle with no newline), so only a ``\\r`` in a
-    whole chunk is left for ``_datas``' checks to refuse."""
-    datas, arrivals = entries.datas, entries.times
-    for index in (low - 2, low - 1):
-        data = datas[index]
-        if index not in entries.parts:
-            data = entries.heads[index] + data
-            if data.find(b"\r") >= 0:
-                return False
-            data = data[6:-2]
-        parts.append(data)
-        times.append(arrivals[index])
-    return True
+    return b"\n" not in middle and len(strings) == (2 if stem else 1) and _texts(strings, b"") is not None
 
 
 def tally_kept(entries: KeptChunks, into: Tally | None, timing_tail: int) -> Tally | None:
@@ -274,18 +229,17 @@ def tally_kept(entries: KeptChunks, into: Tally | None, timing_tail: int) -> Tal
     # when they are of the shape (a stream's first answer events, kept before its head was learnt), else the
     # run's first two.
     prefix = head[: key + len(_CONTENT)]
-    shaped, strings = _shaped_pair(entries, low, prefix, stem, tail, texts, lead)
+    shaped = (
+        low >= 2 and _shaped(entries, low - 2, prefix, stem, tail) and _shaped(entries, low - 1, prefix, stem, tail)
+    )
     whole = 0 if shaped else 2
+    strings = _texts(texts[whole:], lead)
     padded = _texts(paddings[whole:], b"") if stem else b""
     if strings is None or padded is None:
         return None
     parts: list[bytes] = []
     times: list[float] = []
-    if shaped:
-        fits = _datas(entries, 0, low - 2, parts, times) and _shaped_datas(entries, low, parts, times)
-    else:
-        fits = _datas(entries, 0, low + 2, parts, times)
-    if not fits:
+    if not _datas(entries, 0, low + whole, parts, times):
         return None
     start = len(times)  # the run's texts, after the two events decoded whole
     parts.append(b'"' + strings + b'"')
