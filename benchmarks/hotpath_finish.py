@@ -1,0 +1,159 @@
+"""The *meter finish* and *attempt set-up* stages of ``benchmarks.hotpath_stages`` split by piece, in process.
+
+The same app, driver and stage clocks as ``--stages``, with the pieces under the two stages wrapped as stages of
+their own (each piece's exclusive CPU; what no piece claims stays under its stage: ``AttemptRunner.record``'s and
+``StreamMeter.finish``'s own work, ``Dispatcher.dispatch``'s and ``reserve_spend``'s). A piece that is a module's
+function is wrapped where its caller looks it up. Every wrapped call costs the clocks' own time on a cold path
+beyond what ``calibrate`` takes off: compare a piece with itself (before/after, in alternating runs), not the sum
+with the stage. It says why a streamed request's two stages cost about twice a non-streamed one's: the finish's
+template read of the kept chunks against one decode of a whole body, and the set-up's first-token read and its
+deadline.
+
+    python -m benchmarks.hotpath_finish                  # 1,000 requests, best of 3, streamed and non-streamed
+    python -m benchmarks.hotpath_finish --requests 2000 --repeats 5
+
+A method called from compiled code (``gateway.native``) is called there directly, not through its wrapper: with the
+compiled build, the pieces below are the ones Python code calls (all of them, as the build stands).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import tempfile
+from typing import Any
+
+import uvloop
+
+from benchmarks.hotpath_memory import Driver, running_app
+from benchmarks.hotpath_stages import StageClock, _flush_lines, _instrument, best_stages, calibrate
+from gateway.accesslog import configure_access_log
+from gateway.runtime import runtime_of
+
+METHODS: tuple[tuple[str, str, str, str], ...] = (
+    ("gateway.dialects.chat", "ChatDialect", "tally_kept", "finish: the template read (streamed)"),
+    ("gateway.dialects.chat", "ChatDialect", "tally_whole", "finish: the whole body's read"),
+    ("gateway.tokens", "TokenCounter", "count", "finish: tiktoken's count"),
+    ("gateway.relay.queue", "SlotQueue", "released", "finish: the slot released"),
+    ("gateway.models_config", "DeploymentConfig", "cost_usd", "finish: the cost"),
+    ("gateway.relay.runner", "AttemptRunner", "start_first", "set-up: start_first"),
+    ("gateway.relay.runner", "AttemptRunner", "start", "set-up: start"),
+    ("gateway.relay.runner", "AttemptRunner", "open", "set-up: open"),
+    ("gateway.relay.runner", "AttemptRunner", "commit", "set-up: commit"),
+    ("gateway.relay.deadline", "Deadline", "__init__", "set-up: the first token's Deadline"),
+    ("gateway.relay.deadline", "Deadline", "__enter__", "set-up: the first token's Deadline"),
+    ("gateway.relay.deadline", "Deadline", "__exit__", "set-up: the first token's Deadline"),
+    ("gateway.relay.replies", "StreamReply", "__init__", "set-up: StreamReply"),
+    ("gateway.relay.attempt", "Attempt", "__init__", "set-up: Attempt"),
+)
+"""(module, class, method, piece). The relay's own ``Deadline`` is entered in ``send_to``, under *relay*: the
+``Deadline`` piece counts both, and only the first token's is in *attempt set-up*."""
+
+FUNCTIONS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("gateway.reading", "reading_of", ("gateway.meter",), "finish: reading_of"),
+    ("gateway.reading", "read_full_reply", ("gateway.relay.verdict",), "finish: read_full_reply"),
+    ("gateway.relay.verdict", "verdict", ("gateway.relay.runner",), "finish: the verdict"),
+    ("gateway.samples", "sample_from_fields", ("gateway.relay.runner",), "finish: the Sample"),
+    ("gateway.relay.first_token", "await_first_token", ("gateway.relay.runner",), "set-up: the first-token read"),
+    ("gateway.relay.first_token", "note_status", ("gateway.relay.runner",), "set-up: note_status"),
+    ("gateway.relay.dispatch", "attempt_in_order", ("gateway.relay.dispatch",), "set-up: attempt_in_order"),
+    ("gateway.relay.outbound", "upstream_body", ("gateway.relay.runner",), "set-up: the upstream body"),
+    (
+        "gateway.relay.outbound",
+        "upstream_of",
+        ("gateway.relay.runner", "gateway.relay.dispatch"),
+        "set-up: upstream_of",
+    ),
+)
+"""(module, function, the modules that call it by their own global, piece)."""
+
+STAGES = ("meter finish", "attempt set-up")
+
+
+def _wrap_function(clock: StageClock, module: str, name: str, callers: tuple[str, ...], piece: str) -> None:
+    """Time ``module.name`` as ``piece`` where each of ``callers`` looks it up (undone by ``clock.unwrap``)."""
+    original = getattr(importlib.import_module(module), name)
+    enter, leave = clock._enter, clock._exit
+    if asyncio.iscoroutinefunction(original):
+
+        async def timed_async(*args: Any, **kwargs: Any) -> Any:
+            enter(piece)
+            try:
+                return await original(*args, **kwargs)
+            finally:
+                leave()
+
+        timed: Any = timed_async
+    else:
+
+        def timed_sync(*args: Any, **kwargs: Any) -> Any:
+            enter(piece)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                leave()
+
+        timed = timed_sync
+    for caller in callers:
+        owner = importlib.import_module(caller)
+        clock._undo.append((owner, name, getattr(owner, name)))  # type: ignore[arg-type]
+        setattr(owner, name, timed)
+
+
+def _wrap_pieces(clock: StageClock) -> None:
+    for module, owner, name, piece in METHODS:
+        clock.wrap(getattr(importlib.import_module(module), owner), name, piece)
+    for module, name, callers, piece in FUNCTIONS:
+        _wrap_function(clock, module, name, callers, piece)
+
+
+async def measure(requests: int, repeats: int) -> dict[str, dict[str, float]]:
+    """µs per request of each piece and of what is left of the two stages (best of ``repeats``)."""
+    results: dict[str, dict[str, float]] = {}
+    pieces = {piece for *_, piece in (*METHODS, *FUNCTIONS)}
+    async with running_app(1) as app:
+        router_type = type(runtime_of({"app": app}).router)
+        per_call = calibrate()
+        for label, stream in (("streamed", True), ("non-streamed", False)):
+            driver = Driver(app, stream)
+            for _ in range(300):
+                await driver.one()
+            _flush_lines()
+
+            def instrument(clock: StageClock) -> None:
+                _instrument(clock, router_type)
+                _wrap_pieces(clock)
+
+            best = await best_stages(driver, instrument, requests, repeats, per_call)
+            results[label] = {s: us for s, us in best.items() if s in pieces or s in STAGES}
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    rows = sorted({s for stages in results.values() for s in stages}, key=lambda s: (s.split(":")[0], s in STAGES, s))
+    lines = ["| piece | streamed µs | non-streamed µs |", "|---|---|---|"]
+    for stage in rows:
+        name = f"the rest of *{stage}*" if stage in STAGES else stage
+        cells = [f"{results[label].get(stage, float('nan')):.1f}" for label in ("streamed", "non-streamed")]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--requests", type=int, default=1000, help="requests per repeat (1000)")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats, best of (3)")
+    args = parser.parse_args()
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as sink:
+        log_path = sink.name
+    with open(log_path, "w") as log_stream:
+        configure_access_log(log_stream)
+        results = uvloop.run(measure(args.requests, args.repeats))
+    os.unlink(log_path)
+    print(render(results), end="")
+
+
+if __name__ == "__main__":
+    main()
