@@ -31,6 +31,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -106,11 +107,16 @@ def pin(pids: list[int], core: int) -> None:
 
 
 @contextlib.contextmanager
-def base_checkout(ref: str) -> Iterator[Path]:
-    """A detached ``git worktree`` of ``ref`` in a scratch folder, removed afterwards."""
+def base_checkout(ref: str, *, compiled: bool = False) -> Iterator[Path]:
+    """A detached ``git worktree`` of ``ref`` in a scratch folder, removed afterwards; with ``compiled``, its
+    optional compiled modules built too (``make native``), so that an A/B of a compiled checkout compares like with
+    like."""
     folder = Path(tempfile.mkdtemp(prefix="overhead-base-"))
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(folder), ref], check=True)
     try:
+        if compiled:
+            env = {**os.environ, "PYTHONPATH": str(folder)}
+            subprocess.run([sys.executable, "-m", "gateway.native_build"], cwd=folder, env=env, check=True)
         yield folder
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(folder)], check=False)
@@ -151,7 +157,7 @@ class RatioResults:
     points: list[PointResult] = field(default_factory=list)
     memory: list[dict[str, Any]] = field(default_factory=list)
     routing: str = ""
-    """Which routing modules the gateway ran (``gateway.native``): compiled or Python; a base always runs Python."""
+    """Which routing modules the gateway ran (``gateway.native``): compiled or Python; a base as this checkout."""
 
 
 FAILED_SHARE = 0.01
@@ -260,8 +266,9 @@ def run_ratios(
     edits made while it runs change nothing); ``ab_only``: only ``gateway`` and ``base``. With
     ``output``, the report is written after every point, so a later failure loses nothing measured."""
     results = RatioResults(utc_minute(), procs.machine(), command, rounds, base_ref, pinned, quiet)
-    # A worktree made for a run (``--at``, the base) holds no build of the compiled modules.
-    results.routing = "Python (a fresh worktree, no build)" if at_ref else native.describe()
+    # A worktree made for a run (``--at``, the base) is built as this checkout is: compiled where it is.
+    compiled = native.stale() is None
+    results.routing = native.describe() + (" (the base's and --at's built alike)" if base_ref or at_ref else "")
     points = [replace(p, requests=max(p.concurrency, int(p.requests * scale))) for p in POINTS if p.key in keys]
     loadgen = LoadGenerator(clients)
     try:
@@ -269,8 +276,8 @@ def run_ratios(
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ratios-")))
             fake = stack.enter_context(procs.fake_provider(scratch))
             config = config_text.replace("{fake_base_url}", fake.base_url)
-            base = stack.enter_context(base_checkout(base_ref)) if base_ref else None
-            here = stack.enter_context(base_checkout(at_ref)) if at_ref else None
+            base = stack.enter_context(base_checkout(base_ref, compiled=compiled)) if base_ref else None
+            here = stack.enter_context(base_checkout(at_ref, compiled=compiled)) if at_ref else None
             bench = RatioBench(scratch, loadgen, fake, pinned)
             if ab_only:
                 points = [replace(p, targets=("gateway",)) for p in points]
