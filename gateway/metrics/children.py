@@ -9,12 +9,9 @@ subclass: prometheus-client's own values, and the multiprocess files of ``Worker
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.metrics.plain import PlainCounter, PlainGauge, PlainHistogram
-
-if TYPE_CHECKING:
-    from gateway.metrics.attempts import AttemptSeries
 
 
 def plain_children(*families: object) -> bool:
@@ -41,7 +38,8 @@ class SampleChildren:
         "tokens_per_second", "end_to_end", "output_tokens_per_answer", "input_tokens", "output_tokens", "cost",
     )  # fmt: skip
 
-    def __init__(self, owner: AttemptSeries, model: str, provider: str, deployment: str, endpoint: str) -> None:
+    def __init__(self, owner: Any, model: str, provider: str, deployment: str, endpoint: str) -> None:
+        """``owner``: the ``AttemptSeries`` whose families these are (``Any``: that module imports this one)."""
         self._owner = owner
         self._model, self._provider, self._endpoint = model, provider, endpoint
         self.plain = plain_children(
