@@ -69,9 +69,22 @@ class LineWriter(logging.Handler):
             self._scheduled = False
         if not lines:
             return
-        texts = [line if isinstance(line, str) else _made(line) for line in lines]
+        # Each deferred line made here, in this frame (no comprehension's or call's frame per line); one that cannot be
+        # made is lost alone, the others written.
+        texts: list[str] = []
+        for line in lines:
+            if isinstance(line, str):
+                texts.append(line)
+                continue
+            try:
+                text = line()
+            except Exception:
+                logger.exception("access log: a line could not be made")
+                continue
+            if text is not None:
+                texts.append(text)
         try:
-            self.stream.write("\n".join(text for text in texts if text is not None) + "\n")
+            self.stream.write("\n".join(texts) + "\n")
             self.stream.flush()
         except (OSError, ValueError):
             pass  # stdout closed or gone: nobody left to read the log
@@ -79,15 +92,6 @@ class LineWriter(logging.Handler):
     def close(self) -> None:
         self.flush()
         super().close()
-
-
-def _made(line: Callable[[], str]) -> str | None:
-    """A deferred line, made; None (the line lost, the others written) if making it failed."""
-    try:
-        return line()
-    except Exception:
-        logger.exception("access log: a line could not be made")
-        return None
 
 
 def sole_writer(logger: logging.Logger) -> LineWriter | None:

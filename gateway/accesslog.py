@@ -174,16 +174,30 @@ class AccessLog:
         """
         duration = record.clock() - record.received_at
         request, log = record.request, record.log
-        winner = record.winner()
-        # ``record.status`` and ``record.upstream_api()``, inline: read once, here.
+        # ``record.winner()``, ``record.status``, ``record.upstream_api()`` and ``record.overhead_s()``, inline: each
+        # read once, here, in this frame.
+        samples = request.trace.samples if request is not None else []
+        answered = log.winner if log is not None else None
+        winner = samples[-1] if samples else None
+        if answered is not None:
+            name = answered.deployment.name
+            for sample in reversed(samples):
+                if sample.deployment == name:
+                    winner = sample
+                    break
         status = record.error_status
         if status is None and log is not None:
             status = log.status
-        answered = log.winner if log is not None else None
         upstream = upstream_api(answered.deployment, record.endpoint) if answered is not None else None
         model = request.requested_model if request is not None else ""
         provider = winner.provider if winner is not None and log is not None else ""
-        overhead = record.overhead_s()
+        overhead = None
+        first_byte_at = log.first_byte_at if log is not None and record.error_status is None else None
+        if request is not None and first_byte_at is not None:
+            trace = request.trace
+            if trace.upstream_sent_at is not None and trace.upstream_ready_at is not None:
+                before = trace.upstream_sent_at - record.received_at - trace.queue_wait_before_sent_s
+                overhead = before + (first_byte_at - trace.upstream_ready_at)
         mode: OverheadMode | None = None
         if overhead is not None and request is not None:
             mode = "stream" if request.stream else "full"

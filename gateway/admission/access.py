@@ -156,7 +156,11 @@ class Ticket:
                     self.state.limiter.adjust(self.key.key_id, self.window, delta), local=self.state.local_limits
                 )
         if self.hold is not None or self.tally.samples:
-            self.state.settle(self.spender, self.hold, self.tally.samples)  # booked at once: no copy to keep
+            # ``state.settle``, inline (one call fewer per request): booked at once, so no copy of the list to keep.
+            try:
+                self.state.spend.settle_now(self.spender, self.hold, self.tally.samples)
+            except Exception:
+                logger.exception("access: a token correction or a settlement failed")
         # Not a bound method of the ticket: the tally would then hold the ticket that holds it, a cycle per
         # request that only the collector's rare full passes free.
         self.tally.late = LateBooking(self.state, self.key, self.window, self.spender, self.hold)

@@ -7,12 +7,14 @@ count per answered client request, by status class and by API, and the gateway's
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Any, Literal, get_args
 
 from prometheus_client import CollectorRegistry
 
 from gateway.config import GatewayConfig
+from gateway.metrics.children import SampleChildren, plain_children
 from gateway.metrics.family import SAMPLE_LABELS, SeriesFamilies
 from gateway.samples import VALIDITIES, Outcome, Sample
 
@@ -67,9 +69,9 @@ class AttemptSeries(SeriesFamilies):
 
     def _register_attempt_series(self, r: CollectorRegistry) -> None:
         counter, histogram = self.counter_class, self.histogram_class
-        self._request_series: dict[tuple[object, ...], tuple[Any, Any, Any]] = {}
+        self._request_series: dict[tuple[object, ...], tuple[Any, Any, Any, bool]] = {}
         """``request_done``'s children by (model, provider, api, upstream api, status, overhead mode)."""
-        self._sample_children: dict[tuple[str, str, str, str], _SampleChildren] = {}
+        self._sample_children: dict[tuple[str, str, str, str], SampleChildren] = {}
         """``record``'s children by (model, provider, deployment, API)."""
         # Client requests, one per HTTP request to an inference endpoint.
         self.requests = counter(
@@ -192,16 +194,87 @@ class AttemptSeries(SeriesFamilies):
     def record(self, sample: Sample) -> None:
         """One finished attempt. Missing values are skipped, never counted as zero.
 
-        The sample's children are found with one look-up (``_SampleChildren``, per model, provider, deployment
-        and API), each made on its first use, as ``_series`` would: a series shows only once it was touched."""
+        The sample's children are found with one look-up (``SampleChildren``, per model, provider, deployment
+        and API), each made on its first use, as ``_series`` would: a series shows only once it was touched. With
+        plain values (``gateway.metrics.children``) each is updated here, in this frame, as ``inc``/``observe``
+        would update it; otherwise through those methods (``_record_by_calls``)."""
         key = (sample.model, sample.provider, sample.deployment, sample.endpoint)
         children = self._sample_children.get(key)
         if children is None:
-            children = self._sample_children[key] = _SampleChildren(self, *key)
+            children = self._sample_children[key] = SampleChildren(self, *key)
+        if not children.plain:
+            self._record_by_calls(sample, children)
+            return
         outcome = sample.outcome
         child = children.attempts.get(outcome)
         if child is None:
             child = children.attempts[outcome] = self._series(self.attempts, key[0], key[1], outcome)
+        child._value._value += 1  # ``inc()``
+        # Each histogram's child made in the order ``_record_by_calls`` makes them, then every value observed as
+        # ``PlainHistogram.observe`` observes it (one loop, no call per value).
+        observed: list[tuple[Any, float]] = []
+        ttft = sample.ttft_s
+        if ttft is not None:
+            observed.append((children.ttft or children.make("ttft"), ttft))
+            observed.append((children.api_ttft or children.make("api_ttft"), ttft))
+        value = sample.first_answer_s
+        if value is not None:
+            observed.append((children.first_answer or children.make("first_answer"), value))
+        value = sample.tokens_per_s
+        if value is not None:
+            observed.append((children.tokens_per_second or children.make("tokens_per_second"), value))
+        ok = outcome == "ok"
+        output = sample.output_tokens
+        if ok:
+            value = sample.e2e_s
+            if value is not None:
+                observed.append((children.end_to_end or children.make("end_to_end"), value))
+            if output is not None:
+                made = children.output_tokens_per_answer or children.make("output_tokens_per_answer")
+                observed.append((made, output))
+        for histogram, value in observed:
+            histogram._sum._value += value
+            bounds = histogram._upper_bounds
+            index = bisect_left(bounds, value)  # as ``PlainHistogram.observe``: never a bucket for NaN
+            if index < len(bounds) and value <= bounds[index]:
+                histogram._buckets[index]._value += 1
+        if output is None:
+            output = sample.usage_completion_tokens
+        # Input counts where the relay charges for it: answers, and failures that produced output. A negative
+        # amount (or NaN) goes through ``inc``, which refuses it (or adds it) as before.
+        if ok or output:
+            prompt = sample.usage_prompt_tokens
+            prompt = prompt if prompt is not None else sample.prompt_tokens_estimate
+            if prompt:
+                child = children.input_tokens or children.make("input_tokens")
+                if prompt > 0:
+                    child._value._value += prompt
+                else:
+                    child.inc(prompt)
+        if output:
+            child = children.output_tokens or children.make("output_tokens")
+            if output > 0:
+                child._value._value += output
+            else:
+                child.inc(output)
+        cost = sample.cost_usd
+        if cost:
+            child = children.cost or children.make("cost")
+            if cost > 0:
+                child._value._value += cost
+            else:
+                child.inc(cost)
+        validity = sample.validity
+        if validity is not None and validity != "valid" or sample.hedged:
+            self._record_rare(sample, outcome)
+
+    def _record_by_calls(self, sample: Sample, children: SampleChildren) -> None:
+        """``record`` through each child's ``inc``/``observe``: for values that are not plain (prometheus-client's
+        own, the multiprocess files)."""
+        outcome = sample.outcome
+        child = children.attempts.get(outcome)
+        if child is None:
+            child = children.attempts[outcome] = self._series(self.attempts, sample.model, sample.provider, outcome)
         child.inc()
         ttft = sample.ttft_s
         if ttft is not None:
@@ -230,6 +303,12 @@ class AttemptSeries(SeriesFamilies):
             (children.output_tokens or children.make("output_tokens")).inc(output)
         if sample.cost_usd:
             (children.cost or children.make("cost")).inc(sample.cost_usd)
+        validity = sample.validity
+        if validity is not None and validity != "valid" or sample.hedged:
+            self._record_rare(sample, outcome)
+
+    def _record_rare(self, sample: Sample, outcome: Outcome) -> None:
+        """What only some samples count: an invalid answer, a race's loser."""
         validity = sample.validity
         if validity is not None and validity != "valid":
             self._series(self.invalid_answers, sample.model, sample.deployment, validity).inc()
@@ -274,48 +353,22 @@ class AttemptSeries(SeriesFamilies):
                 self._series(self.requests, model, provider, cls),
                 self._series(self.api_requests, model, api, upstream_api or "none", cls),
                 self._series(self.overhead, mode) if mode is not None else None,
+                plain_children(self.requests, self.api_requests, self.overhead),
             )
-        requests, api_requests, overhead = series
-        requests.inc()
-        api_requests.inc()
+        requests, api_requests, overhead, plain = series
+        if not plain:
+            requests.inc()
+            api_requests.inc()
+            if overhead is not None and overhead_s is not None:
+                overhead.observe(max(0.0, overhead_s))
+            return
+        # Plain values (``gateway.metrics.children``): ``inc()`` twice and ``observe``, here.
+        requests._value._value += 1
+        api_requests._value._value += 1
         if overhead is not None and overhead_s is not None:
-            overhead.observe(max(0.0, overhead_s))
-
-
-class _SampleChildren:
-    """The children ``AttemptSeries.record`` updates for one (model, provider, deployment, API), each None until
-    ``make`` asks ``_series`` for it (when the series is first touched, as before: no series shows earlier)."""
-
-    __slots__ = (
-        "_owner", "_model", "_provider", "_endpoint", "attempts", "ttft", "api_ttft", "first_answer",
-        "tokens_per_second", "end_to_end", "output_tokens_per_answer", "input_tokens", "output_tokens", "cost",
-    )  # fmt: skip
-
-    def __init__(self, owner: AttemptSeries, model: str, provider: str, deployment: str, endpoint: str) -> None:
-        self._owner = owner
-        self._model, self._provider, self._endpoint = model, provider, endpoint
-        self.attempts: dict[str, Any] = {}
-        self.ttft: Any = None
-        self.api_ttft: Any = None
-        self.first_answer: Any = None
-        self.tokens_per_second: Any = None
-        self.end_to_end: Any = None
-        self.output_tokens_per_answer: Any = None
-        self.input_tokens: Any = None
-        self.output_tokens: Any = None
-        self.cost: Any = None
-
-    def make(self, name: str) -> Any:
-        """The child ``name`` stands for, made (or found) by ``_series`` and kept."""
-        owner, model, provider = self._owner, self._model, self._provider
-        child: Any
-        if name == "api_ttft":
-            child = owner._series(owner.api_ttft, model, self._endpoint)
-        elif name == "input_tokens":
-            child = owner._series(owner.tokens, model, provider, "input")
-        elif name == "output_tokens":
-            child = owner._series(owner.tokens, model, provider, "output")
-        else:
-            child = owner._series(getattr(owner, name), model, provider)
-        setattr(self, name, child)
-        return child
+            value = max(0.0, overhead_s)
+            overhead._sum._value += value
+            bounds = overhead._upper_bounds
+            index = bisect_left(bounds, value)
+            if index < len(bounds) and value <= bounds[index]:
+                overhead._buckets[index]._value += 1

@@ -8,11 +8,12 @@ scrape time (concurrency limits, the providers' reported rate-limit budgets).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import get_args
+from typing import Any, get_args
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from gateway.config import GatewayConfig
+from gateway.metrics.children import plain_children
 from gateway.metrics.family import SAMPLE_LABELS, SeriesFamilies, deployment_providers
 from gateway.routing.capacity import ProviderLimit
 from gateway.types import (
@@ -38,6 +39,10 @@ class RoutingSeries(SeriesFamilies):
 
     def _register_routing_series(self, r: CollectorRegistry) -> None:
         counter, histogram, gauge = self.counter_class, self.histogram_class, self.gauge_class
+        self._plain_inflight: dict[str, Any] = {}
+        """The in-flight children by provider, once asked for, when their values are plain: the events add to them."""
+        self._plain_committed: dict[tuple[str, str, str], Any] = {}
+        """``route_decisions``' children by (model, provider, reason), likewise."""
         self.inflight = gauge(
             "gateway_inflight_requests",
             "Upstream attempts in flight, per provider",
@@ -216,14 +221,36 @@ class RoutingSeries(SeriesFamilies):
         pass  # counted when the request commits (``committed``), under the reason it was served by
 
     def attempt_started(self, model: str, deployment: str, provider: str) -> None:
-        self._series(self.inflight, provider).inc()
+        child = self._plain_inflight.get(provider)
+        if child is not None:
+            child._value._value += 1  # ``inc()`` of a plain gauge (``gateway.metrics.children``)
+        else:
+            self._inflight_by_call(provider).inc()
 
     def attempt_ended(self, model: str, deployment: str, provider: str) -> None:
-        self._series(self.inflight, provider).dec()
+        child = self._plain_inflight.get(provider)
+        if child is not None:
+            child._value._value += -1  # ``dec()``, as it adds: ``inc(-1)``
+        else:
+            self._inflight_by_call(provider).dec()
+
+    def _inflight_by_call(self, provider: str) -> Gauge:
+        """``provider``'s in-flight child, kept for the events to update in place when its value is plain."""
+        child = self._series(self.inflight, provider)
+        if plain_children(self.inflight):
+            self._plain_inflight[provider] = child
+        return child
 
     def committed(self, model: str, deployment: str, provider: str, reason: RouteReason) -> None:
         """A request was committed to ``provider`` (its first token came, or its answer)."""
-        self._series(self.route_decisions, model, provider, reason).inc()
+        child = self._plain_committed.get((model, provider, reason))
+        if child is not None:
+            child._value._value += 1  # ``inc()`` of a plain counter
+            return
+        child = self._series(self.route_decisions, model, provider, reason)
+        if plain_children(self.route_decisions):
+            self._plain_committed[(model, provider, reason)] = child
+        child.inc()
 
     def fallback(self, model: str, deployment: str, provider: str, next_deployment: str) -> None:
         """An attempt at ``provider`` failed and the request moved on to the next candidate."""

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.admission.spending.store import Balance, Booking
 from gateway.admission.spending.windows import NANOS_PER_USD, to_usd
+from gateway.metrics.children import plain_children
 
 _BUDGET_LABELS = ("scope", "name", "window")
 
@@ -74,19 +75,25 @@ class SpendMetrics:
         self._spend_children: dict[tuple[str, str, str, str], Counter] = {}
         """``spend``'s series by label values, bound once: ``labels`` validates and locks on every call, and a
         settlement books every request. The series are never removed, and the labels stay bounded (above)."""
+        self._plain = plain_children(self.spend)
+        """``spend``'s values are plain: ``booked`` adds to them itself."""
         self.named = False
         """Key and team names may be shown (``/metrics`` needs a key): set from the config at each (re)load."""
 
     def booked(self, key: str, team: str, bookings: Sequence[Booking]) -> None:
         if not self.named:
             key = team = ""
-        children = self._spend_children
+        children, plain = self._spend_children, self._plain
         for booking in bookings:
             labels = (key, team, booking.model, booking.provider)
             child = children.get(labels)
             if child is None:
                 child = children[labels] = self.spend.labels(*labels)
-            child.inc(booking.cost / NANOS_PER_USD)  # to_usd, inline
+            amount = booking.cost / NANOS_PER_USD  # to_usd, inline
+            if plain and amount >= 0:
+                child._value._value += amount  # ``inc(amount)`` of a plain counter (``gateway.metrics.children``)
+            else:
+                child.inc(amount)
 
     def refused(self, scope: str, name: str) -> None:
         self.refusals.labels(scope, name if self.named else "").inc()
