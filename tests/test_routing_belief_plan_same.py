@@ -17,7 +17,7 @@ from gateway.routing.belief_failures import change_chance
 from gateway.routing.belief_noise import learn_noise
 from gateway.routing.belief_prefill import Prefill
 from gateway.routing.belief_runs import METRICS, RUNS, SPT, TTFT, Run, heaviest, mix, unborn_weigh_nothing
-from gateway.routing.choose import _posterior_mean
+from gateway.routing.choose import _branch_terms, _look_terms, _posterior_mean
 from gateway.routing.priors import Prior, log_of
 from gateway.routing.student import likelihoods, update_all
 
@@ -260,3 +260,18 @@ def test_a_looks_posterior_mean_is_the_former_arithmetic_exactly() -> None:
             branches.append(branches[0])  # a tie for the greatest: the first is kept, as ``max`` keeps it
         a0, a1 = rng.gauss(-1, 1.5), rng.gauss(-4, 1.5)
         assert _posterior_mean(branches, a0, a1) == _reference_posterior_mean(branches, a0, a1)  # type: ignore[arg-type]
+
+
+def test_a_looks_terms_are_its_branches_terms_exactly() -> None:
+    """``choose.gain`` reads each hypothesis's terms written out (``_look_terms``), not through ``Belief.branches``."""
+    for seed in range(12):
+        rng = random.Random(seed)
+        belief = _full(seed) if seed % 4 else Belief()
+        prior = _prior(rng)
+        heard = belief.heard_at or 0.0
+        for now in (heard, heard + 5.0, heard + 500.0):
+            branches = belief.branches(now, prior)
+            spread2 = [s * s for s in belief.spread()]
+            chance = (sum(c[0] for c in branches if not c[3]), sum(c[0] for c in branches if c[3]))
+            got = _look_terms(belief, now, belief._new_runs(prior), spread2)
+            assert repr(got) == repr(((float(chance[0]), chance[1]), _branch_terms(branches, spread2)))

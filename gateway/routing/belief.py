@@ -47,6 +47,7 @@ from gateway.routing.belief_runs import (
     mix,
     prune,
     start,
+    start_at,
     unborn_weigh_nothing,
 )
 from gateway.routing.draws import Draw, Sampling, sample
@@ -56,6 +57,7 @@ from gateway.routing.student import likelihoods, update_all
 HAZARD_S = 120.0
 """A provider changes (its first token or its speed jumps) about once every this many seconds."""
 _NORMAL = NormalDist()
+_SPREAD2 = SPREAD**2
 NO_PRIOR = Prior()
 
 
@@ -313,11 +315,11 @@ class Belief:
         mean = a / (a + b)
         return levels, mean, math.sqrt(mean * (1 - mean) / (a + b + 1))
 
-    def branches(self, now: float, prior: Prior, new_runs: list[Run] | None = None) -> Branches:
+    def branches(self, now: float, prior: Prior) -> Branches:
         """The level now as one normal per hypothesis: each run (stayed, drift included; ``(1 − p) ×`` its weight) and
         each place a change may land (``p ×`` its share; ``p`` the hazard's chance since last heard). One answer
-        re-weights them as well as moving each: what a look would tell apart. ``new_runs``: ``_new_runs(prior)``,
-        when the caller has them already."""
+        re-weights them as well as moving each: what a look would tell apart (``choose.gain`` reads the same written
+        out: ``choose._look_terms``)."""
         p = self.changed(now) if self.runs else 1.0
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         stayed = tuple(
@@ -325,8 +327,7 @@ class Belief:
             for r in self.runs
         )
         changed = tuple(
-            (p * r.weight, (r.mean[TTFT], r.mean[SPT]), (r.var[TTFT], r.var[SPT]), True)
-            for r in (new_runs if new_runs is not None else self._new_runs(prior))
+            (p * r.weight, (r.mean[TTFT], r.mean[SPT]), (r.var[TTFT], r.var[SPT]), True) for r in self._new_runs(prior)
         )
         return stayed + changed
 
@@ -363,10 +364,11 @@ class Belief:
         once it has changed before, back where it was before that change (a dip's end, a swap back)."""
         if self.runs:  # priced: among its price's or anywhere (``Prior.landing``)
             (m0, v0), (m1, v1) = prior.landing(TTFT), prior.landing(SPT)
-            prior = Prior((m0, m1), (v0, v1))
-        runs = [start(prior)]
+            runs = [start_at((m0, m1), (v0, v1))]
+        else:
+            runs = [start(prior)]
         if self.runs and self.before is not None:
-            runs.append(Run(1.0, list(self.before), [SPREAD**2, SPREAD**2]))
+            runs.append(Run(1.0, list(self.before), [_SPREAD2, _SPREAD2]))
         for run in runs:
             run.weight = 1.0 / len(runs)
         return runs

@@ -33,9 +33,10 @@ from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief, Branches
+from gateway.routing.belief_runs import Run
 from gateway.routing.cost import Cost, Shape, Weights, cost, factors, scores, terms
 from gateway.routing.draws import standard_normals
-from gateway.routing.priors import Prior
+from gateway.routing.priors import DRIFT, Prior
 
 RACE_BUDGET = 0.10
 """Share of streamed requests that may carry one extra attempt to look at another deployment (a race or a shadow)."""
@@ -227,12 +228,10 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
     normals come five at a time (``draws.standard_normals``): the same numbers and arithmetic in the same order."""
     belief, prior = option.belief, option.prior
     changed_runs = belief._new_runs(prior)
-    branches = belief.branches(now, prior, changed_runs)
-    chance = (sum(c[0] for c in branches if not c[3]), sum(c[0] for c in branches if c[3]))
     spread = belief.spread()
     spread2 = [s * s for s in spread]
     sd0, sd1 = (math.sqrt(v) for v in spread2)
-    terms_of = _branch_terms(branches, spread2)
+    chance, terms_of = _look_terms(belief, now, changed_runs, spread2)
     sampling = (belief.sampling(belief.runs or changed_runs, now), belief.sampling(changed_runs, now, True))
     _, money, valid = terms(option.deployment, shape)
     f_ttft, f_spt = factors(spread, weights)
@@ -315,6 +314,29 @@ def _branch_terms(branches: Branches, spread2: list[float]) -> list[_Terms]:
             (math.log(max(weight, 1e-12)), means[0], means[1], v0, v1, math.log(v0), math.log(v1), learn0, learn1)
         )
     return result
+
+
+def _look_terms(
+    belief: Belief, now: float, changed_runs: list[Run], spread2: list[float]
+) -> tuple[tuple[float, float], list[_Terms]]:
+    """Each side's chance (stayed, changed) and ``_branch_terms(belief.branches(now, prior, changed_runs), spread2)``,
+    written out: no branch tuples built, the same floats (a sum from 0 is ``0.0 +`` its terms, left to right)."""
+    p = belief.changed(now) if belief.runs else 1.0
+    age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
+    s0, s1 = spread2[0], spread2[1]
+    chances = [0.0, 0.0]
+    result: list[_Terms] = []
+    for side, runs in ((0, belief.runs), (1, changed_runs)):
+        for r in runs:
+            if side:
+                weight, var0, var1 = p * r.weight, r.var[0], r.var[1]
+            else:
+                weight, var0, var1 = (1.0 - p) * r.weight, r.var[0] + age, r.var[1] + age
+            chances[side] += weight
+            v0, v1 = var0 + s0, var1 + s1
+            log_weight, mean0, mean1 = math.log(max(weight, 1e-12)), r.mean[0], r.mean[1]
+            result.append((log_weight, mean0, mean1, v0, v1, math.log(v0), math.log(v1), var0 / v0, var1 / v1))
+    return (chances[0], chances[1]), result
 
 
 def _posterior_mean(branches: list[_Terms], a0: float, a1: float) -> tuple[float, float]:
