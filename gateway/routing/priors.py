@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.frozen import positional_maker
-
 PRIOR_WEIGHT = 2.0
 """What the defaults below count as: ``SPREAD`` as this many answers, ``BETWEEN`` as this many deployments."""
 BETWEEN = 1.0
@@ -52,11 +50,6 @@ class Prior:
             return mean, var
         mid = (mean + centre) / 2
         return mid, (var + self.centre_var[metric]) / 2 + math.pow(mean - mid, 2.0)
-
-
-prior_from_fields = positional_maker(Prior)
-"""``Prior(*values)``, every field given in order (a frozen dataclass's ``__init__`` sets each by
-``object.__setattr__``)."""
 
 
 class Levels(Protocol):
@@ -141,7 +134,7 @@ def pooled(
     base, count = PRIOR_WEIGHT * SPREAD**2, PRIOR_WEIGHT + len(measured)
     noise = tuple((base + sum(others[i].noise[m] for i in measured)) / count for m in (0, 1))
     spread2 = tuple((base + sum(others[i].spread2[m] for i in measured)) / count for m in (0, 1))
-    return prior_from_fields(  # every field, in order (``gateway.frozen``): one per deployment per answer
+    return Prior(
         (means[0], means[1]),
         (variances[0], variances[1]),
         (noise[0], noise[1]),
