@@ -41,8 +41,8 @@ def start(prior: Prior) -> Run:
 
 
 def start_at(means: tuple[float | None, float | None], variances: tuple[float, float]) -> Run:
-    """``start`` of a prior with these means and variances, no ``Prior`` built (a Python class: its frozen
-    ``__init__`` cost more than the rest of a look's new runs)."""
+    """``start`` of a prior with these means and variances, no ``Prior`` built (a dataclass whose frozen
+    ``__init__`` runs as Python and cost more than the rest of a look's new runs)."""
     (m0, m1), (v0, v1) = means, variances
     mean = [m0 if m0 is not None else DEFAULT_LEVEL[TTFT], m1 if m1 is not None else DEFAULT_LEVEL[SPT]]
     return Run(1.0, mean, [v0 if m0 is not None else _UNKNOWN2, v1 if m1 is not None else _UNKNOWN2])
