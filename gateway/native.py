@@ -47,6 +47,7 @@ MODULES = (
     "gateway.routing.estimates",
     "gateway.routing.explore",
     "gateway.routing.filters",
+    "gateway.routing.windows",
     "gateway.routing.health",
     "gateway.routing.hedge",
     "gateway.routing.lengths",

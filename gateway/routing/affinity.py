@@ -87,7 +87,7 @@ def cached_on(
     terms = cache_terms(session, deployments, preferences)
     cached = {}
     for d in deployments:
-        summary = snapshot.get(model, d.name)
+        summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
         hit_ratio = summary.hit_ratio() if summary is not None else None
         cached[d.name] = cached_tokens(terms.get(d.name, EFFECTIVE) if terms else EFFECTIVE, prompt_tokens, hit_ratio)
     return cached

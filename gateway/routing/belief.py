@@ -36,7 +36,20 @@ from statistics import NormalDist
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
 from gateway.routing.belief_noise import learn_noise
 from gateway.routing.belief_prefill import SLOPE, Prefill
-from gateway.routing.belief_runs import DEFAULT_LEVEL, METRICS, SPT, TTFT, UNKNOWN, Run, heaviest, mix, prune, start
+from gateway.routing.belief_runs import (
+    DEFAULT_LEVEL,
+    METRICS,
+    SPT,
+    TTFT,
+    UNKNOWN,
+    Run,
+    heaviest,
+    mix,
+    prune,
+    start,
+    start_at,
+    unborn_weigh_nothing,
+)
 from gateway.routing.draws import Draw, Sampling, sample
 from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, update_all
@@ -44,6 +57,7 @@ from gateway.routing.student import likelihoods, update_all
 HAZARD_S = 120.0
 """A provider changes (its first token or its speed jumps) about once every this many seconds."""
 _NORMAL = NormalDist()
+_SPREAD2 = SPREAD**2
 NO_PRIOR = Prior()
 
 
@@ -90,9 +104,12 @@ class Belief:
         *,
         at_least: tuple[float | None, float | None] = (None, None),
         uncached_tokens: int | None = 0,
+        mixed: bool = True,
     ) -> None:
         """One answer's pair (either may be missing), or lower bounds on them (``at_least``); ``uncached_tokens``:
-        its prompt tokens not found cached (None: not known, the prefill regression does not hear it)."""
+        its prompt tokens not found cached (None: not known, the prefill regression does not hear it). Without
+        ``mixed`` the runs' mixture is left as it was, for the caller to find once after several answers (``bounded``):
+        nothing here reads it where ``uncached_tokens`` is None."""
         if ttft_s is not None and uncached_tokens is not None:
             fit = self.prefill or Prefill.start(math.exp(self.level(now, TTFT)[0]))
             self.prefill = fit.observe(now, uncached_tokens, ttft_s)
@@ -107,9 +124,13 @@ class Belief:
         heard, runs = self.heard_at, self.runs
         hazard = change_chance(now - heard, HAZARD_S) if heard is not None else 0.0
         total = sum([r.weight for r in runs])
-        fresh = self._new_runs(prior)
         kept = len(runs)
-        runs.extend(fresh)
+        # No chance of a change since last heard (a plan's streams, told one after another at one time): the new runs
+        # would weigh exactly 0.0 and be pruned, so they are not made (``unborn_weigh_nothing``); where every weight
+        # vanished they are made after all (the newest is what is kept then).
+        unborn = unborn_weigh_nothing(runs, self.before, self.noise, hazard, total, values, prior)
+        if not unborn:
+            runs.extend(self._new_runs(prior))
         # Every run's likelihood at once (the noise is the one before this answer), then the stayed and the fresh.
         fits = likelihoods(runs, values, bounds, self.noise)
         stayed, changed = 1.0 - hazard, hazard * total
@@ -132,9 +153,17 @@ class Belief:
                 (prior.noise[metric], prior.spread2[metric]),
             )
         update_all(runs, values, bounds, self.noise)
-        self.runs = prune(self.runs)
+        if unborn and not 0.0 < sum([r.weight for r in runs]) < math.inf:
+            fresh = self._new_runs(prior)
+            for run in fresh:
+                run.born, run.weight = now, 0.0  # what ``changed * weight * fit`` is where they are unborn
+            update_all(fresh, values, bounds, self.noise)
+            runs.extend(fresh)
+            unborn = False
+        self.runs = prune(self.runs, cut=unborn)
         self._remember()
-        self.mixture = (mix(self.runs, TTFT), mix(self.runs, SPT))
+        if mixed:
+            self.mixture = (mix(self.runs, TTFT), mix(self.runs, SPT))
         if self.heard_at is not None:
             self.gap_s = now - self.heard_at
         self.heard_at = now
@@ -187,9 +216,11 @@ class Belief:
             ttft_at_least * math.exp(-self.spread2[TTFT]) if ttft_at_least is not None else None,
             spt_at_least * math.exp(-self.spread2[SPT]) if spt_at_least is not None else None,
         )
-        copy.observe(now, prior, at_least=bounds)
+        copy.observe(now, prior, at_least=bounds, uncached_tokens=None, mixed=False)
         for ttft_s, s_per_token in streaming:
-            copy.observe(now, prior, ttft_s, s_per_token, uncached_tokens=None)
+            copy.observe(now, prior, ttft_s, s_per_token, uncached_tokens=None, mixed=False)
+        if copy.answers != self.answers:  # told something: the mixture of its runs as they are now, found once
+            copy.mixture = (mix(copy.runs, TTFT), mix(copy.runs, SPT))
         # Never heard: what its attempts say now is all there is of it (read as "changed since", the prior again).
         copy.heard_at = heard if heard is not None else copy.heard_at
         copy.gap_s = self.gap_s
@@ -243,10 +274,10 @@ class Belief:
             else:
                 (p0, p1), (w0, w1) = prior.mean, prior.var
             if p0 is not None:
-                v0 = (1 - changed) * v0 + changed * w0 + changed * (1 - changed) * (m0 - p0) ** 2
+                v0 = (1 - changed) * v0 + changed * w0 + changed * (1 - changed) * math.pow(m0 - p0, 2.0)
                 m0 += changed * (p0 - m0)
             if p1 is not None:
-                v1 = (1 - changed) * v1 + changed * w1 + changed * (1 - changed) * (m1 - p1) ** 2
+                v1 = (1 - changed) * v1 + changed * w1 + changed * (1 - changed) * math.pow(m1 - p1, 2.0)
                 m1 += changed * (p1 - m1)
         # Never heard: its answers will scatter as its siblings' do.
         spread2 = self.spread2 if runs or prior is None else prior.spread2
@@ -287,7 +318,8 @@ class Belief:
     def branches(self, now: float, prior: Prior) -> Branches:
         """The level now as one normal per hypothesis: each run (stayed, drift included; ``(1 − p) ×`` its weight) and
         each place a change may land (``p ×`` its share; ``p`` the hazard's chance since last heard). One answer
-        re-weights them as well as moving each: what a look would tell apart."""
+        re-weights them as well as moving each: what a look would tell apart (``choose.gain`` reads the same written
+        out: ``choose._look_terms``)."""
         p = self.changed(now) if self.runs else 1.0
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         stayed = tuple(
@@ -332,10 +364,11 @@ class Belief:
         once it has changed before, back where it was before that change (a dip's end, a swap back)."""
         if self.runs:  # priced: among its price's or anywhere (``Prior.landing``)
             (m0, v0), (m1, v1) = prior.landing(TTFT), prior.landing(SPT)
-            prior = Prior((m0, m1), (v0, v1))
-        runs = [start(prior)]
+            runs = [start_at((m0, m1), (v0, v1))]
+        else:
+            runs = [start(prior)]
         if self.runs and self.before is not None:
-            runs.append(Run(1.0, list(self.before), [SPREAD**2, SPREAD**2]))
+            runs.append(Run(1.0, list(self.before), [_SPREAD2, _SPREAD2]))
         for run in runs:
             run.weight = 1.0 / len(runs)
         return runs

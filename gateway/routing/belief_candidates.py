@@ -26,7 +26,7 @@ from gateway.routing.cost import Shape, Weights, scores, valid_rate
 from gateway.routing.health import RouterState
 from gateway.routing.hedge import hedge_after
 from gateway.routing.overrides import ProviderPreferences
-from gateway.routing.plan import Candidate, RouteRequest
+from gateway.routing.plan import Candidate, RouteRequest, candidate_from_fields
 from gateway.routing.score import broken
 from gateway.samples import RequestKind
 from gateway.stats import StatsSnapshot
@@ -48,7 +48,7 @@ def kind_terms(
     breaks = []
     for option in options:
         d = option.deployment
-        summary = snapshot.get(model, d.name)
+        summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
         counts = summary.valid_counts(kind) if summary is not None else (0, 0)
         rate = valid[d.name] = valid_rate(*counts)
         belief = option.belief
@@ -127,7 +127,7 @@ def candidates_of(
     costs, racing, last = choice.costs, len(race), len(order) - 1
     # Measured to the end if it loses (drained): a look's first, or every racer of a cold start.
     explored = max(max(1, racing - 1) if choice.explored else 0, racing if choice.cold else 0)
-    deadlines_of, tails = state.deadlines.of, state.tails
+    deadlines_of, tails, summaries = state.deadlines.of, state.tails, snapshot.summaries
     candidates = []
     for position, i in enumerate(order):
         deployment = options[i].deployment
@@ -145,18 +145,21 @@ def candidates_of(
             reason = "explore"
         elif position == 0:
             reason = "override" if steered else "affinity" if name == stay else "best-score"
-        deadlines = deadlines_of((model, name), policy, snapshot.get(model, name), now)
+        deadlines = deadlines_of((model, name), policy, summaries.get((model, name)), now)
         candidates.append(
-            Candidate(
+            candidate_from_fields(  # every field, in order (``gateway.frozen``)
                 deployment,
                 providers[deployment.provider],
-                reason=reason,
-                model=model,
-                hedge_after_s=after,
-                predicted_s=predicted.time_s,
-                predicted_first_token_s=predicted.ttft_s if stream else None,
-                first_token_timeout_s=deadlines.first_token_s if deadlines is not None else None,
-                idle_timeout_s=deadlines.idle_s if deadlines is not None else None,
+                reason,
+                model,
+                after,  # hedge_after_s
+                predicted.time_s,  # predicted_s
+                predicted.ttft_s if stream else None,  # predicted_first_token_s
+                deadlines.first_token_s if deadlines is not None else None,  # first_token_timeout_s
+                deadlines.idle_s if deadlines is not None else None,  # idle_timeout_s
+                None,  # prefill_tokens_per_s
+                False,  # on_trial
+                None,  # length
             )
         )
     return candidates

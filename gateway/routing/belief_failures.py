@@ -103,7 +103,10 @@ class Failures:
         terms = self.terms if self.terms is not None else self._terms()
         stayed = 1.0 - p
         mean = sum([stayed * t[0] * t[1] / t[2] for t in terms] + [p * _A0 / _S0])
-        var = sum([stayed * t[0] * (t[4] + (t[3] - mean) ** 2) for t in terms] + [p * (_V0 + (_M0 - mean) ** 2)])
+        var = sum(
+            [stayed * t[0] * (t[4] + math.pow(t[3] - mean, 2.0)) for t in terms]
+            + [p * (_V0 + math.pow(_M0 - mean, 2.0))]
+        )
         mean = min(max(mean, 1e-6), 1 - 1e-6)
         n = max(mean * (1 - mean) / max(var, 1e-12) - 1.0, 1e-3)
         self.read = (now, mean * n, (1 - mean) * n)

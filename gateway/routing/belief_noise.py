@@ -9,6 +9,8 @@ because it runs for every answer and every running stream on every plan.
 
 from __future__ import annotations
 
+import math
+
 from gateway.routing.priors import MEMORY, PRIOR_WEIGHT, SPREAD
 from gateway.routing.student import TAIL_NU, Hypothesis, censored_square
 
@@ -32,7 +34,7 @@ def learn_noise(
     # E[(y - m)^2] = the answers' variance + the level's own; an answer tells of the first only in its share of the
     # two (the first answer of a level known roughly says where the level is, hardly how far answers scatter).
     if value is not None:
-        square = (value - best.mean[metric]) ** 2
+        square = math.pow(value - best.mean[metric], 2.0)
     elif bound is not None:
         square = censored_square(bound, best.mean[metric], spread2[metric] + best.var[metric])
     else:

@@ -36,7 +36,7 @@ from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.health import RouterState
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
 from gateway.routing.overrides import Sort
-from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
+from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, route_plan_from_fields
 from gateway.routing.priors import Heard, Prior, pooled
 from gateway.routing.router import SnapshotSource
 from gateway.samples import Sample
@@ -184,12 +184,9 @@ class BeliefRouter:
             self._lengths_of.clear()  # plans whose candidates were never tried
         first = candidates[0]
         self.events.decision(model.name, first.name, first.provider.name, first.reason)
-        return RoutePlan(
-            candidates=tuple(candidates),
-            policy=policy,
-            race=tuple(deployments[i].name for i in race[:-1]),
-            shadow=shadow,
-        )
+        raced = tuple(deployments[i].name for i in race[:-1])
+        # Every field in order (``gateway.frozen``): candidates, policy, ranking, race, affinity, shadow, length.
+        return route_plan_from_fields(tuple(candidates), policy, None, raced, None, shadow, None)
 
     def _weights_of(self, policy: PolicyConfig, sort: Sort | None) -> Weights:
         entry = self._weights.get((id(policy), sort))

@@ -37,7 +37,13 @@ class Run:
 
 def start(prior: Prior) -> Run:
     """A run that starts from ``prior`` (the model's default level, ``UNKNOWN`` wide, where it knows nothing)."""
-    (m0, m1), (v0, v1) = prior.mean, prior.var
+    return start_at(prior.mean, prior.var)
+
+
+def start_at(means: tuple[float | None, float | None], variances: tuple[float, float]) -> Run:
+    """``start`` of a prior with these means and variances, no ``Prior`` built (a dataclass whose frozen
+    ``__init__`` runs as Python and cost more than the rest of a look's new runs)."""
+    (m0, m1), (v0, v1) = means, variances
     mean = [m0 if m0 is not None else DEFAULT_LEVEL[TTFT], m1 if m1 is not None else DEFAULT_LEVEL[SPT]]
     return Run(1.0, mean, [v0 if m0 is not None else _UNKNOWN2, v1 if m1 is not None else _UNKNOWN2])
 
@@ -45,7 +51,7 @@ def start(prior: Prior) -> Run:
 def mix(runs: list[Run], metric: int) -> tuple[float, float]:
     """The runs' mixture: mean and variance of the log level of ``metric``."""
     mean = sum([r.weight * r.mean[metric] for r in runs])
-    return mean, sum([r.weight * (r.var[metric] + (r.mean[metric] - mean) ** 2) for r in runs])
+    return mean, sum([r.weight * (r.var[metric] + math.pow(r.mean[metric] - mean, 2.0)) for r in runs])
 
 
 def heaviest(runs: list[Run]) -> Run:
@@ -58,9 +64,10 @@ def heaviest(runs: list[Run]) -> Run:
     return best
 
 
-def prune(runs: list[Run]) -> list[Run]:
+def prune(runs: list[Run], cut: bool = False) -> list[Run]:
     """The runs with their weights summing to one, the ``RUNS`` heaviest kept (in place where it can be); where every
-    weight vanished, the newest run alone."""
+    weight vanished, the newest run alone. ``cut``: sorted and cut as if more than ``RUNS`` came (runs of weight 0.0
+    left unmade: ``unborn_weigh_nothing``)."""
     total = sum([r.weight for r in runs])
     if total <= 0 or not math.isfinite(total):
         keep = runs[-1]
@@ -68,10 +75,38 @@ def prune(runs: list[Run]) -> list[Run]:
         return [keep]
     for run in runs:
         run.weight /= total
-    if len(runs) > RUNS:
+    if len(runs) > RUNS or cut:
         runs.sort(key=_WEIGHT, reverse=True)
         del runs[RUNS:]
         total = sum([r.weight for r in runs])
         for run in runs:
             run.weight /= total
     return runs
+
+
+def unborn_weigh_nothing(
+    runs: list[Run],
+    before: tuple[float, float] | None,
+    noise: list[float],
+    hazard: float,
+    total: float,
+    values: tuple[float | None, float | None],
+    prior: Prior,
+) -> bool:
+    """Whether the runs a change would start on this answer (``Belief._new_runs``) weigh exactly 0.0 after it and are
+    then pruned: no chance of a change (``hazard`` 0.0) times the runs' finite ``total`` and a finite likelihood is
+    0.0, and the ``RUNS`` runs kept come before them (``prune`` sorts stably). A likelihood is finite where the value,
+    the noise (``noise``) and the new run's level are (the prior's landing, the level ``before``); a bound's is
+    clipped."""
+    if hazard != 0.0 or len(runs) < RUNS or not math.isfinite(total):
+        return False
+    for metric in METRICS:
+        value, scale = values[metric], noise[metric]
+        if value is None:
+            continue
+        mean, var = prior.landing(metric)
+        if not (math.isfinite(value) and math.isfinite(scale) and scale > 0.0 and math.isfinite(var) and var >= 0):
+            return False
+        if (mean is not None and not math.isfinite(mean)) or (before and not math.isfinite(before[metric])):
+            return False
+    return True

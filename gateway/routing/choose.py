@@ -33,9 +33,10 @@ from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief, Branches
+from gateway.routing.belief_runs import Run
 from gateway.routing.cost import Cost, Shape, Weights, cost, factors, scores, terms
 from gateway.routing.draws import standard_normals
-from gateway.routing.priors import Prior
+from gateway.routing.priors import DRIFT, Prior
 
 RACE_BUDGET = 0.10
 """Share of streamed requests that may carry one extra attempt to look at another deployment (a race or a shadow)."""
@@ -226,13 +227,11 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
     numbers and a few floats, no objects. ``draws.sample`` and ``cost.score`` are written out in the loop, and the
     normals come five at a time (``draws.standard_normals``): the same numbers and arithmetic in the same order."""
     belief, prior = option.belief, option.prior
-    branches = belief.branches(now, prior)
-    chance = (sum(c[0] for c in branches if not c[3]), sum(c[0] for c in branches if c[3]))
+    changed_runs = belief._new_runs(prior)
     spread = belief.spread()
     spread2 = [s * s for s in spread]
     sd0, sd1 = (math.sqrt(v) for v in spread2)
-    terms_of = _branch_terms(branches, spread2)
-    changed_runs = belief._new_runs(prior)
+    chance, terms_of = _look_terms(belief, now, changed_runs, spread2)
     sampling = (belief.sampling(belief.runs or changed_runs, now), belief.sampling(changed_runs, now, True))
     _, money, valid = terms(option.deployment, shape)
     f_ttft, f_spt = factors(spread, weights)
@@ -244,7 +243,7 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
         leader, weights, epsilon
     )
     w_time, w_ttft, w_throughput, w_failure = weights.time, weights.ttft, weights.throughput, weights.failure
-    uniform, exp, log, log2 = rng.random, math.exp, math.log, math.log2
+    uniform, log2 = rng.random, math.log2  # ``math.exp`` and ``math.log`` called as such: compiled, they are C calls
     state = vars(rng)  # ``rng.gauss``'s kept normal: each draw's five are ``standard_normals``, as gauss makes them
     carry: float | None = state["gauss_next"]
     total = 0.0
@@ -260,10 +259,10 @@ def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: floa
                 break
         z = standard_normals(uniform, carry, 5)
         carry = z[5] if len(z) > 5 else None
-        ttft = exp(run[1] + z[0] * run[2])
-        spt = exp(run[3] + z[1] * run[4])
+        ttft = math.exp(run[1] + z[0] * run[2])
+        spt = math.exp(run[3] + z[1] * run[4])
         failure = min(0.99, max(0.0, failure_mean + z[2] * failure_sd))
-        a0, a1 = log(ttft) + (0.0 + z[3] * sd0), log(spt) + (0.0 + z[4] * sd1)
+        a0, a1 = math.log(ttft) + (0.0 + z[3] * sd0), math.log(spt) + (0.0 + z[4] * sd1)
         moved_ttft, moved_spt = _posterior_mean(terms_of, a0, a1)
         ttft = moved_ttft * f_ttft
         spt = moved_spt * f_spt
@@ -317,17 +316,54 @@ def _branch_terms(branches: Branches, spread2: list[float]) -> list[_Terms]:
     return result
 
 
+def _look_terms(
+    belief: Belief, now: float, changed_runs: list[Run], spread2: list[float]
+) -> tuple[tuple[float, float], list[_Terms]]:
+    """Each side's chance (stayed, changed) and ``_branch_terms(belief.branches(now, prior, changed_runs), spread2)``,
+    written out: no branch tuples built, the same floats (a sum from 0 is ``0.0 +`` its terms, left to right)."""
+    p = belief.changed(now) if belief.runs else 1.0
+    age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
+    s0, s1 = spread2[0], spread2[1]
+    chances = [0.0, 0.0]
+    result: list[_Terms] = []
+    for side, runs in ((0, belief.runs), (1, changed_runs)):
+        for r in runs:
+            if side:
+                weight, var0, var1 = p * r.weight, r.var[0], r.var[1]
+            else:
+                weight, var0, var1 = (1.0 - p) * r.weight, r.var[0] + age, r.var[1] + age
+            chances[side] += weight
+            v0, v1 = var0 + s0, var1 + s1
+            log_weight, mean0, mean1 = math.log(max(weight, 1e-12)), r.mean[0], r.mean[1]
+            result.append((log_weight, mean0, mean1, v0, v1, math.log(v0), math.log(v1), var0 / v0, var1 / v1))
+    return (chances[0], chances[1]), result
+
+
 def _posterior_mean(branches: list[_Terms], a0: float, a1: float) -> tuple[float, float]:
     """The level's posterior mean (seconds, per metric) after one answer ``(a0, a1)`` (logs), over every hypothesis
     (normal each; ``_branch_terms``)."""
-    logs = [t[0] - 0.5 * ((a0 - t[1]) ** 2 / t[3] + t[5]) - 0.5 * ((a1 - t[2]) ** 2 / t[4] + t[6]) for t in branches]
-    top = max(logs)
-    odds = [math.exp(x - top) for x in logs]
-    total = sum(odds)
+    # Read for every draw of every look: plain loops, not ``max``, ``sum`` and comprehensions over boxed lists (the same
+    # arithmetic: ``max`` keeps the first of the greatest as ``>`` does here, and ``sum`` adds left to right from 0).
+    # ``x ** 2`` of a float is libm's ``pow(x, 2.0)``, not ``x * x``: kept; ``math`` functions called as such (compiled,
+    # they are C calls, not calls of a Python object).
+    logs: list[float] = []
+    top = 0.0
+    for t in branches:
+        x = t[0] - 0.5 * (math.pow(a0 - t[1], 2.0) / t[3] + t[5]) - 0.5 * (math.pow(a1 - t[2], 2.0) / t[4] + t[6])
+        if not logs or x > top:
+            top = x
+        logs.append(x)
+    odds: list[float] = []
+    total = 0.0
+    for x in logs:
+        odd = math.exp(x - top)
+        odds.append(odd)
+        total += odd
     value0 = value1 = 0.0
-    for i, w in enumerate(odds):
-        _, m0, m1, _, _, _, _, learn0, learn1 = branches[i]
-        share = w / total
+    for i in range(len(odds)):
+        t = branches[i]
+        m0, m1, learn0, learn1 = t[1], t[2], t[7], t[8]
+        share = odds[i] / total
         value0 += share * (m0 + learn0 * (a0 - m0))
         value1 += share * (m1 + learn1 * (a1 - m1))
     return math.exp(value0), math.exp(value1)

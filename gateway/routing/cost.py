@@ -201,7 +201,7 @@ def scores(costs: list[Cost], weights: Weights) -> list[float]:
         if w_throughput:
             total += w_throughput * log2(c.s_per_token)
         total += w_price * log2(c.money_usd + epsilon)
-        good = max(1.0 - failure, 0.01) * max(c.valid, 0.01) ** quality
+        good = max(1.0 - failure, 0.01) * math.pow(max(c.valid, 0.01), quality)
         result.append(total + w_failure * log2(1.0 / good))
     return result
 

@@ -67,7 +67,7 @@ def hedge_after(
     """
     if policy.hedge_after_s is not None:
         return policy.hedge_after_s
-    summary = snapshot.get(model, deployment)
+    summary = snapshot.summaries.get((model, deployment))  # ``snapshot.get``, without its Python frame
     histogram = summary.histograms.get("ttft_s") if summary is not None else None
     if policy.hedge_quantile is not None:
         if histogram is None or histogram.count < max(1, policy.min_samples):

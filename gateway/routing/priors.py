@@ -49,7 +49,7 @@ class Prior:
         if centre is None or mean is None:
             return mean, var
         mid = (mean + centre) / 2
-        return mid, (var + self.centre_var[metric]) / 2 + (mean - mid) ** 2
+        return mid, (var + self.centre_var[metric]) / 2 + math.pow(mean - mid, 2.0)
 
 
 class Levels(Protocol):
@@ -120,7 +120,7 @@ def pooled(
             continue
         k = len(levels)
         mean = sum(levels) / k
-        between = (PRIOR_WEIGHT * BETWEEN**2 + sum((y - mean) ** 2 for y in levels)) / (PRIOR_WEIGHT + k)
+        between = (PRIOR_WEIGHT * BETWEEN**2 + sum(math.pow(y - mean, 2.0) for y in levels)) / (PRIOR_WEIGHT + k)
         if priced and price is not None:
             plain = between * (1 + 1 / k)
             moved, between, far = _on_price(x, levels, mean, between, math.log(price))
@@ -153,10 +153,10 @@ def _on_price(
     most): siblings of near-equal prices, or few, give no slope, and a slope is believed only as far as it fits."""
     k = len(x)
     centre = sum(x) / k
-    sxx = sum((xi - centre) ** 2 for xi in x)
+    sxx = sum(math.pow(xi - centre, 2.0) for xi in x)
     sxy = sum((xi - centre) * (y - mean) for xi, y in zip(x, levels, strict=True))
     slope = sxy / (sxx + between / BETWEEN**2)
-    residuals = sum((y - mean - slope * (xi - centre)) ** 2 for xi, y in zip(x, levels, strict=True))
+    residuals = sum(math.pow(y - mean - slope * (xi - centre), 2.0) for xi, y in zip(x, levels, strict=True))
     unexplained = (PRIOR_WEIGHT * BETWEEN**2 + residuals) / (PRIOR_WEIGHT + k)
     slope_var = unexplained / (sxx + unexplained / BETWEEN**2)
-    return slope * (at - centre), unexplained, slope_var * (at - centre) ** 2
+    return slope * (at - centre), unexplained, slope_var * math.pow(at - centre, 2.0)

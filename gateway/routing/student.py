@@ -42,8 +42,8 @@ def likelihoods(
         if value is not None:
             for i, run in enumerate(runs):
                 scale2 = run.var[metric] + n
-                z2 = (value - run.mean[metric]) ** 2 / scale2
-                ps[i] *= (1.0 + z2 / TAIL_NU) ** _POWER / math.sqrt(scale2)
+                z2 = math.pow(value - run.mean[metric], 2.0) / scale2
+                ps[i] *= math.pow(1.0 + z2 / TAIL_NU, _POWER) / math.sqrt(scale2)
         elif bound is not None:
             for i, run in enumerate(runs):
                 tail = _t_tail((bound - run.mean[metric]) / math.sqrt(run.var[metric] + n))
@@ -63,7 +63,7 @@ def update_all(
             for run in runs:  # a robust Kalman step: a far answer (Student-t) counts for less
                 means, variances = run.mean, run.var
                 mean, var = means[metric], variances[metric]
-                weight = (TAIL_NU + 1) / (TAIL_NU + (value - mean) ** 2 / (var + n))
+                weight = (TAIL_NU + 1) / (TAIL_NU + math.pow(value - mean, 2.0) / (var + n))
                 gain = var / (var + n / weight)
                 means[metric], variances[metric] = mean + gain * (value - mean), (1 - gain) * var
         elif bound is not None:
@@ -73,7 +73,7 @@ def update_all(
                 s = math.sqrt(var + n)
                 alpha = (bound - mean) / s
                 tail = _t_tail(alpha)
-                hazard = _T_NORM * (1.0 + alpha * alpha / TAIL_NU) ** _POWER / (tail if tail > 1e-12 else 1e-12)
+                hazard = _T_NORM * math.pow(1.0 + alpha * alpha / TAIL_NU, _POWER) / (tail if tail > 1e-12 else 1e-12)
                 slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
                 means[metric] = mean + var / s * hazard
                 shrunk = var * (1.0 - var / (s * s) * hazard * (hazard - slope))

@@ -1,0 +1,277 @@
+"""A plan's beliefs made cheaper, still the numbers they were (``Belief.observe``, ``Belief.bounded``, ``choose``).
+
+A plan tells each deployment's belief (a copy: ``Belief.bounded``) every stream begun there since it was last heard,
+one after another at one time. After the first, no change can have happened since (the hazard's chance is 0.0), so
+the runs a change would start weigh 0.0 and are pruned: ``observe`` no longer makes them
+(``belief_runs.unborn_weigh_nothing``), and ``bounded`` finds the runs' mixture once, after the last stream, not after
+each. ``_reference_observe`` and ``_reference_bounded`` below are the former code, kept here to hold the new to it
+exactly: after every answer, bound and plan's copy, every float of the belief is the same (``repr``)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.belief_failures import change_chance
+from gateway.routing.belief_noise import learn_noise
+from gateway.routing.belief_prefill import Prefill
+from gateway.routing.belief_runs import METRICS, RUNS, SPT, TTFT, Run, heaviest, mix, unborn_weigh_nothing
+from gateway.routing.choose import _branch_terms, _look_terms, _posterior_mean
+from gateway.routing.priors import Prior, log_of
+from gateway.routing.student import likelihoods, update_all
+
+_WEIGHT = lambda run: run.weight  # noqa: E731
+MET = [0]
+"""Answers at which the new code leaves the change's runs unmade (counted by the reference, for the test below)."""
+
+
+def _reference_prune(runs: list[Run]) -> list[Run]:
+    total = sum([r.weight for r in runs])
+    if total <= 0 or not math.isfinite(total):
+        keep = runs[-1]
+        keep.weight = 1.0
+        return [keep]
+    for run in runs:
+        run.weight /= total
+    if len(runs) > RUNS:
+        runs.sort(key=_WEIGHT, reverse=True)
+        del runs[RUNS:]
+        total = sum([r.weight for r in runs])
+        for run in runs:
+            run.weight /= total
+    return runs
+
+
+def _reference_observe(
+    self: Belief,
+    now: float,
+    prior: Prior,
+    ttft_s: float | None = None,
+    s_per_token: float | None = None,
+    *,
+    at_least: tuple[float | None, float | None] = (None, None),
+    uncached_tokens: int | None = 0,
+) -> None:
+    if ttft_s is not None and uncached_tokens is not None:
+        fit = self.prefill or Prefill.start(math.exp(self.level(now, TTFT)[0]))
+        self.prefill = fit.observe(now, uncached_tokens, ttft_s)
+    if ttft_s is not None and uncached_tokens:
+        ttft_s = max(ttft_s - self.prefill_s() * uncached_tokens, 0.2 * ttft_s)
+    values = (log_of(ttft_s), log_of(s_per_token))
+    bounds = (log_of(at_least[0]), log_of(at_least[1]))
+    if values[0] is None and values[1] is None and bounds[0] is None and bounds[1] is None:
+        return
+    self._age(now, prior)
+    self.reprior(prior)
+    heard, runs = self.heard_at, self.runs
+    hazard = change_chance(now - heard, HAZARD_S) if heard is not None else 0.0
+    total = sum([r.weight for r in runs])
+    MET[0] += unborn_weigh_nothing(runs, self.before, self.noise, hazard, total, values, prior)
+    fresh = self._new_runs(prior)
+    kept = len(runs)
+    runs.extend(fresh)
+    fits = likelihoods(runs, values, bounds, self.noise)
+    stayed, changed = 1.0 - hazard, hazard * total
+    for i in range(kept):
+        runs[i].weight *= stayed * fits[i]
+    for i in range(kept, len(runs)):
+        run = runs[i]
+        run.born = now
+        run.weight = changed * run.weight * fits[i]
+    best = heaviest(runs)
+    for metric in METRICS:
+        noise_prior = (prior.noise[metric], prior.spread2[metric])
+        learn_noise(self.noise, self.spread2, self.noise_n, best, metric, values[metric], bounds[metric], noise_prior)
+    update_all(runs, values, bounds, self.noise)
+    self.runs = _reference_prune(self.runs)
+    self._remember()
+    self.mixture = (mix(self.runs, TTFT), mix(self.runs, SPT))
+    if self.heard_at is not None:
+        self.gap_s = now - self.heard_at
+    self.heard_at = now
+    self.answers += 1
+
+
+def _copy(belief: Belief) -> Belief:
+    return Belief(
+        [Run(r.weight, r.mean[:], r.var[:], r.born) for r in belief.runs],
+        belief.heard_at,
+        list(belief.noise),
+        list(belief.noise_n),
+        list(belief.spread2),
+        belief.answers,
+        belief.prefill,
+        belief.failures,
+        belief.before,
+        belief.leading,
+        belief.mixture,
+        belief.gap_s,
+        belief.spread_prior,
+    )
+
+
+def _reference_bounded(
+    self: Belief,
+    now: float,
+    prior: Prior,
+    ttft_at_least: float | None,
+    spt_at_least: float | None,
+    streaming: tuple[tuple[float, float | None], ...],
+) -> Belief:
+    copy = _copy(self)
+    heard = copy.heard_at
+    bounds = (
+        ttft_at_least * math.exp(-self.spread2[TTFT]) if ttft_at_least is not None else None,
+        spt_at_least * math.exp(-self.spread2[SPT]) if spt_at_least is not None else None,
+    )
+    _reference_observe(copy, now, prior, at_least=bounds)
+    for ttft_s, s_per_token in streaming:
+        _reference_observe(copy, now, prior, ttft_s, s_per_token, uncached_tokens=None)
+    copy.heard_at = heard if heard is not None else copy.heard_at
+    copy.gap_s = self.gap_s
+    return copy
+
+
+def _prior(rng: random.Random) -> Prior:
+    if rng.random() < 0.2:
+        return Prior()
+    mean = (rng.gauss(-0.5, 1.0), rng.gauss(-4.0, 1.0))
+    centre = (rng.gauss(-0.5, 1.0), rng.gauss(-4.0, 1.0)) if rng.random() < 0.5 else (None, None)
+    noise = (rng.uniform(0.01, 0.5), rng.uniform(0.01, 0.5))
+    return Prior(mean, (rng.uniform(0.1, 2), rng.uniform(0.1, 2)), noise, noise, centre)
+
+
+def _life(seed: int) -> list[str]:
+    """A belief and its reference twin fed one random life (answers, lost races, quiet gaps, jumps, wild answers), and
+    a plan's copy of each with a few bounds and streams after each step: every state as ``repr``, for both."""
+    rng = random.Random(seed)
+    new, old = Belief(), Belief()
+    now, level = 0.0, (rng.uniform(0.1, 3.0), rng.uniform(0.002, 0.05))
+    out: list[str] = []
+    for _ in range(60):
+        now += rng.choice((0.0, 0.01, 0.3, 2.0, 40.0, 300.0))
+        prior = _prior(rng)
+        if rng.random() < 0.1:
+            level = (rng.uniform(0.1, 3.0), rng.uniform(0.002, 0.05))  # the provider changed
+        wild = 20.0 if rng.random() < 0.05 else 1.0
+        ttft = level[0] * math.exp(rng.gauss(0, 0.4)) * wild
+        spt = level[1] * math.exp(rng.gauss(0, 0.3)) if rng.random() < 0.9 else None
+        kind, uncached = rng.random(), rng.choice((0, None))
+        for belief, observe in ((new, Belief.observe), (old, _reference_observe)):
+            if kind < 0.8:
+                observe(belief, now, prior, ttft, spt, uncached_tokens=uncached)
+            else:
+                observe(belief, now, prior, at_least=(ttft, None))
+        assert repr(new) == repr(old)
+        later = now + rng.choice((0.0, 0.5, 5.0))
+        ttft_bound = rng.choice((None, 2.0 * level[0]))
+        spt_bound = rng.choice((None, 1.5 * level[1]))
+        streams = tuple(
+            (level[0] * math.exp(rng.gauss(0, 0.5)), rng.choice((None, level[1] * math.exp(rng.gauss(0, 0.3)))))
+            for _ in range(rng.choice((0, 1, 2, 5, 9)))
+        )
+        plan = new.bounded(later, prior, ttft_bound, spt_bound, streaming=streams)
+        reference = _reference_bounded(old, later, prior, ttft_bound, spt_bound, streams)
+        out.append(repr(plan))
+        assert repr(plan) == repr(reference)
+    return out
+
+
+def test_a_plans_copy_and_every_answer_are_the_former_floats_exactly() -> None:
+    for seed in range(40):
+        _life(seed)
+
+
+def test_the_lives_reach_the_runs_a_change_would_start_unmade() -> None:
+    """The test above means something: the skipped runs are met (a copy with ``RUNS`` runs told a second stream)."""
+    MET[0] = 0
+    for seed in range(5):
+        _life(seed)
+    assert MET[0] > 50
+
+
+def _full(seed: int) -> Belief:
+    belief = Belief()
+    rng = random.Random(seed)
+    now = 0.0
+    while len(belief.runs) < RUNS:
+        now += 30.0
+        belief.observe(now, Prior(), rng.uniform(0.1, 3.0), rng.uniform(0.002, 0.05))
+    return belief
+
+
+def test_where_every_weight_vanished_the_newest_unmade_run_is_kept_as_before() -> None:
+    """All of ``RUNS`` runs at weight 0.0 and an answer at the time last heard: pruning keeps the newest run, which
+    is one the change would have started: it is made after all, the same as before."""
+    for seed in range(6):
+        new, old = _full(seed), _full(seed)
+        for belief in (new, old):
+            for run in belief.runs:
+                run.weight = 0.0
+        at = new.heard_at
+        assert at is not None
+        prior = Prior((0.2, -3.5), (0.5, 0.5))
+        new.observe(at, prior, 0.7, 0.01, uncached_tokens=None)
+        _reference_observe(old, at, prior, 0.7, 0.01, uncached_tokens=None)
+        assert len(new.runs) == 1 and new.runs[0].born == at
+        assert repr(new) == repr(old)
+
+
+def test_no_run_is_left_unmade_where_a_weight_or_a_value_is_not_finite() -> None:
+    belief = _full(1)
+    prior = Prior((0.2, -3.5), (0.5, 0.5))
+    total = sum(r.weight for r in belief.runs)
+    values = (math.log(0.5), math.log(0.01))
+    assert unborn_weigh_nothing(belief.runs, belief.before, belief.noise, 0.0, total, values, prior)
+    assert not unborn_weigh_nothing(belief.runs, belief.before, belief.noise, 1e-9, total, values, prior)
+    assert not unborn_weigh_nothing(belief.runs, belief.before, belief.noise, 0.0, math.nan, values, prior)
+    assert not unborn_weigh_nothing(belief.runs, belief.before, belief.noise, 0.0, total, (math.inf, None), prior)
+    assert not unborn_weigh_nothing(belief.runs, belief.before, [math.nan, 0.1], 0.0, total, values, prior)
+    assert not unborn_weigh_nothing(belief.runs[:-1], belief.before, belief.noise, 0.0, total, values, prior)
+    wild = Prior((math.inf, -3.5), (0.5, 0.5))
+    assert not unborn_weigh_nothing(belief.runs, belief.before, belief.noise, 0.0, total, values, wild)
+
+
+def _reference_posterior_mean(branches: list[tuple[float, ...]], a0: float, a1: float) -> tuple[float, float]:
+    logs = [t[0] - 0.5 * ((a0 - t[1]) ** 2 / t[3] + t[5]) - 0.5 * ((a1 - t[2]) ** 2 / t[4] + t[6]) for t in branches]
+    top = max(logs)
+    odds = [math.exp(x - top) for x in logs]
+    total = sum(odds)
+    value0 = value1 = 0.0
+    for i, w in enumerate(odds):
+        _, m0, m1, _, _, _, _, learn0, learn1 = branches[i]
+        share = w / total
+        value0 += share * (m0 + learn0 * (a0 - m0))
+        value1 += share * (m1 + learn1 * (a1 - m1))
+    return math.exp(value0), math.exp(value1)
+
+
+def test_a_looks_posterior_mean_is_the_former_arithmetic_exactly() -> None:
+    rng = random.Random(7)
+    for _ in range(3000):
+        branches = []
+        for _ in range(rng.choice((1, 2, 6, 7))):
+            v0, v1 = rng.uniform(0.01, 3.0), rng.uniform(0.01, 3.0)
+            weight = rng.choice((1e-12, rng.random()))
+            terms = (math.log(weight), rng.gauss(-1, 1), rng.gauss(-4, 1), v0, v1, math.log(v0), math.log(v1))
+            branches.append((*terms, rng.random(), rng.random()))
+        if rng.random() < 0.1:
+            branches.append(branches[0])  # a tie for the greatest: the first is kept, as ``max`` keeps it
+        a0, a1 = rng.gauss(-1, 1.5), rng.gauss(-4, 1.5)
+        assert _posterior_mean(branches, a0, a1) == _reference_posterior_mean(branches, a0, a1)  # type: ignore[arg-type]
+
+
+def test_a_looks_terms_are_its_branches_terms_exactly() -> None:
+    """``choose.gain`` reads each hypothesis's terms written out (``_look_terms``), not through ``Belief.branches``."""
+    for seed in range(12):
+        rng = random.Random(seed)
+        belief = _full(seed) if seed % 4 else Belief()
+        prior = _prior(rng)
+        heard = belief.heard_at or 0.0
+        for now in (heard, heard + 5.0, heard + 500.0):
+            branches = belief.branches(now, prior)
+            spread2 = [s * s for s in belief.spread()]
+            chance = (sum(c[0] for c in branches if not c[3]), sum(c[0] for c in branches if c[3]))
+            got = _look_terms(belief, now, belief._new_runs(prior), spread2)
+            assert repr(got) == repr(((float(chance[0]), chance[1]), _branch_terms(branches, spread2)))
