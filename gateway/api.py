@@ -39,7 +39,7 @@ from gateway.info_api import gateway_stats, healthz, list_models, metrics, ready
 from gateway.quality import expectation_of
 from gateway.relay import DisconnectWatch, ProxyRequest, RequestTrace
 from gateway.relay.keepalive import FirstByteKeepAlive
-from gateway.relay.outbound import eligible, omitted_tools
+from gateway.relay.outbound import eligible, native_eligible, natively_served, omitted_tools
 from gateway.relay.replies import FullReply
 from gateway.relay.request import proxy_request_from_fields
 from gateway.request_body import ClientGone, check_types, decoded_headers, parse_json_body, read_request_body
@@ -51,7 +51,7 @@ from gateway.routing.plan import route_request_from_fields
 from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
-from gateway.session_route import AFFINITY_HEADER, lookup_session
+from gateway.session_route import AFFINITY_HEADER, session_identity, session_route
 from gateway.shapes import check_content_type, check_shape
 from gateway.upstream import forwardable_of
 
@@ -317,7 +317,9 @@ class ProxyEndpoint:
             known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
             missing = ModelNotFound(f"model '{clip(requested)}' does not exist (known: {known})", param="model")
             raise _model_error(missing, self.endpoint)
-        if not reachable(model, self.endpoint):
+        # The usual model speaks the request's API on every deployment: reachable, and eligible whatever the body.
+        native = natively_served(model, self.endpoint)
+        if not native and not reachable(model, self.endpoint):
             raise _model_error(no_deployment_for(model, self.endpoint), self.endpoint)
         pinned = None
         size = len(raw)  # of the whole request as sent upstream: an expanded conversation's included
@@ -330,7 +332,7 @@ class ProxyEndpoint:
                 previous_id = None
         preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         # Deployments reached by translation that cannot carry this request leave the pool; with none left, 400.
-        able = eligible(model, self.endpoint, body)
+        able = native_eligible(model) if native else eligible(model, self.endpoint, body)
         model = able.model
         if not model.deployments and able.refusal is not None:
             raise able.refusal
@@ -350,7 +352,10 @@ class ProxyEndpoint:
         policy = runtime.config.policy_for(model)
         session = None
         if policy.affinity != "off":
-            session = await lookup_session(runtime, headers, body, size, model.name, key.key_id, policy)
+            # No coroutine for a request that continues no session (``lookup_session``'s two steps, inline).
+            identity = session_identity(headers, body, size, model.name, key.key_id, policy)
+            if identity is not None:
+                session = await session_route(runtime, headers, identity, policy)
         # Both built with every field in order, positionally: keyword matching cost more than the building.
         request = proxy_request_from_fields(
             request_id,  # request_id
