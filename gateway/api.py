@@ -16,13 +16,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 
 from starlette.types import Receive, Scope, Send
 
 from gateway.accesslog import AccessRecord
 from gateway.admission.access import Ticket
-from gateway.admission.limits import header_bytes
+from gateway.admission.limits import containers_at_most, header_bytes
 from gateway.client_deadlines import read_deadlines
 from gateway.conversation_flow import expand
 from gateway.dialects import dialect_for
@@ -43,6 +42,7 @@ from gateway.relay.outbound import eligible, native_eligible, natively_served, o
 from gateway.relay.replies import FullReply
 from gateway.relay.request import proxy_request_from_fields
 from gateway.request_body import ClientGone, check_types, decoded_headers, parse_json_body, read_request_body
+from gateway.request_ids import new_request_id
 from gateway.responses_state import capture_for, kept_conversation, previous_owner
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences
 from gateway.routing.apis import no_deployment_for, reachable
@@ -59,55 +59,6 @@ OMITTED_TOOLS_HEADER = b"x-gateway-omitted-tools"
 """The built-in tools left out of a translated request (``builtin_tools = "omit"``), comma-separated."""
 
 logger = logging.getLogger("gateway")
-
-
-_ID_POOL_BYTES = 4096
-"""Random bytes drawn from ``os.urandom`` at a time for request ids: one system call per 256 ids, not one each."""
-_VERSION_4 = bytes(b & 0x0F | 0x40 for b in range(256))
-"""Byte 6 of an id's 16 as ``uuid.UUID(..., version=4)`` sets it (the version's bits)."""
-_RFC_4122 = bytes(b & 0x3F | 0x80 for b in range(256))
-"""Byte 8 of an id's 16 as ``uuid.UUID(..., version=4)`` sets it (the variant's bits)."""
-
-
-class _IdPool:
-    """Request ids made 256 at a time: ``os.urandom``'s bytes, each 16 with the version and variant bits set, in hex.
-
-    Each id is used once, in order. Dropped in a forked child (``os.register_at_fork``): a worker process must not
-    hand out the ids its parent's pool would, so it draws its own."""
-
-    __slots__ = ("hexes", "at")
-
-    def __init__(self) -> None:
-        self.hexes = ""
-        self.at = 0
-
-    def refill(self) -> None:
-        raw = bytearray(os.urandom(_ID_POOL_BYTES))
-        raw[6::16] = raw[6::16].translate(_VERSION_4)
-        raw[8::16] = raw[8::16].translate(_RFC_4122)
-        self.hexes, self.at = raw.hex(), 0
-
-    def drop(self) -> None:
-        self.hexes, self.at = "", 0
-
-
-_ids = _IdPool()
-os.register_at_fork(after_in_child=_ids.drop)
-
-
-def new_request_id() -> str:
-    """A random request id: the 32 hex digits of a version-4 UUID, as ``uuid.uuid4().hex`` writes them.
-
-    Made from 16 random bytes (``os.urandom``'s, as ``uuid4``'s are) with the version and variant bits set as
-    ``uuid.UUID`` sets them, without building the ``UUID`` object (its validation and its 128-bit integer); the bytes
-    drawn, set and written in hex 256 ids at a time (``_IdPool``), so that a request takes a slice."""
-    pool = _ids
-    at = pool.at
-    if at >= len(pool.hexes):
-        pool.refill()
-        at = 0
-    pool.at = at + 32
-    return pool.hexes[at : at + 32]
 
 
 def _wants_trace(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -310,6 +261,7 @@ class ProxyEndpoint:
             exc.headers["connection"] = "close"
             raise
         body = parse_json_body(raw)
+        containers: int | None = containers_at_most(raw)  # the body as parsed: no depth walk within the limit
         requested, stream, max_tokens = check_types(body, self.endpoint)
         check_shape(body, self.endpoint)
         model_name, suffix_sort, model = resolve_model(runtime.config, requested)
@@ -328,6 +280,7 @@ class ProxyEndpoint:
             previous = await kept_conversation(runtime, model, previous_id, key.key_id)
             if previous is not None:
                 body = expand(body, previous)  # the whole conversation: any deployment can continue it
+                containers = None  # more than the client's text held
                 size += len(previous.encode())
                 previous_id = None
         preferences = parse_preferences(body.pop("provider", None), suffix_sort)
@@ -393,7 +346,9 @@ class ProxyEndpoint:
         # A key's tokens per minute may hold the answer's likely length (the router's forecast) instead of max_tokens.
         length = runtime.router.forecast(route_request) if key.limits.tokens_per_minute and max_tokens else None
         # Last: from here on the caller owns the ticket and releases it.
-        ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens, length)
+        ticket = await runtime.access.admit(
+            key, model.name, body, self.endpoint, prompt_tokens, max_tokens, length, containers
+        )
         return request, route_request, ticket
 
 

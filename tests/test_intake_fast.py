@@ -1,15 +1,19 @@
 """Intake's fast paths give what the forms they replaced gave: a model served natively (``reachable``, ``eligible``),
-a request that continues no session (``lookup_session``)."""
+a request that continues no session (``lookup_session``), a body too small to nest past the depth limit (its walk)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import random
 from types import SimpleNamespace
 from typing import Any
 
-from gateway.config import parse_config
+from gateway import shapes
+from gateway.admission.limits import check_shape as limits_check_shape
+from gateway.admission.limits import containers_at_most
+from gateway.config import LimitsConfig, parse_config
 from gateway.errors import InvalidRequest
 from gateway.policies import AFFINITIES, Affinity, PolicyConfig
 from gateway.relay import outbound
@@ -170,3 +174,107 @@ def test_the_session_found_inline_is_what_lookup_session_found() -> None:
 
     found, refused, none = asyncio.run(main())
     assert found > 300 and refused > 30 and none > 100
+
+
+def _random_json(rng: random.Random, depth: int) -> Any:
+    """A random JSON value up to ``depth`` containers deep; strings hold brackets now and then."""
+    roll = rng.random()
+    if depth <= 0 or roll < 0.3:
+        return rng.choice([1, 2.5, True, None, "x", "a [bracket", "{brace}", "[{"])
+    if roll < 0.65:
+        return [_random_json(rng, depth - 1) for _ in range(rng.randint(0, 3))]
+    return {f"k{i}": _random_json(rng, depth - 1) for i in range(rng.randint(0, 3))}
+
+
+def _containers(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(_containers(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(_containers(v) for v in value)
+    return 0
+
+
+def test_a_body_within_the_depth_limit_by_its_brackets_is_judged_as_by_the_walk() -> None:
+    """``containers_at_most`` bounds the containers of what the text parses to; ``check_shape`` given it answers
+    what it answers by the walk (the same choices, the same refusal), for bodies on both sides of the limit."""
+    rng = random.Random(41)
+    skipped = refused = 0
+    for _ in range(4000):
+        body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        body["extra"] = _random_json(rng, rng.randint(0, 9))
+        if rng.random() < 0.2:
+            body["n"] = rng.choice([1, 2, 0, "x"])
+        raw = json.dumps(body).encode()
+        bound = containers_at_most(raw)
+        assert bound >= _containers(json.loads(raw))
+        limits = LimitsConfig(max_json_depth=rng.randint(1, 12), max_n=4)
+        answers: list[Any] = []
+        for containers in (None, bound):
+            try:
+                answers.append(limits_check_shape(body, "chat", None, limits, containers))
+            except InvalidRequest as exc:
+                answers.append((str(exc), exc.param, exc.code))
+        assert answers[0] == answers[1], (raw, limits.max_json_depth)
+        skipped += bound <= limits.max_json_depth
+        refused += isinstance(answers[0], tuple) and "nests deeper" in answers[0][0]
+    assert skipped > 500 and refused > 500
+
+
+def test_admission_refuses_a_deep_body_whatever_bound_it_is_given() -> None:
+    """A bound over the limit (or none) walks; the text of a body nested past the limit always counts past it."""
+    deep: Any = "x"
+    for _ in range(70):
+        deep = [deep]
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "deep": deep}
+    raw = json.dumps(body).encode()
+    limits = LimitsConfig()
+    assert containers_at_most(raw) > limits.max_json_depth
+    for containers in (None, containers_at_most(raw)):
+        try:
+            limits_check_shape(body, "chat", None, limits, containers)
+        except InvalidRequest as exc:
+            assert "nests deeper" in str(exc)
+        else:
+            raise AssertionError("a body nested past the limit was admitted")
+
+
+def _former_is(value: object, expected: str) -> bool:
+    """``shapes._is`` as it was, its unions written in the checks."""
+    if expected == shapes._NUMBER:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if expected == shapes._INTEGER:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected == shapes._BOOLEAN:
+        return isinstance(value, bool)
+    if expected == shapes._STRING:
+        return isinstance(value, str)
+    if expected == shapes._OBJECT:
+        return isinstance(value, dict)
+    if expected == shapes._ARRAY:
+        return isinstance(value, list)
+    if expected == shapes._STRING_OR_ARRAY:
+        return isinstance(value, str | list)
+    return isinstance(value, str | dict)
+
+
+def test_the_field_types_are_judged_and_described_as_with_unions() -> None:
+    values: list[Any] = [0, 1, -2, 2.5, float("nan"), True, False, "", "s", [], [1], {}, {"a": 1}, None, (1,), b"x"]
+    expected = {e for fields in shapes._FIELDS.values() for e in fields.values()}
+    assert len(expected) == 8
+    for kind in expected:
+        for value in values:
+            assert shapes._is(value, kind) == _former_is(value, kind), (value, kind)
+    for value in values[:-2]:
+        assert shapes._describe(value) == (
+            "null"
+            if value is None
+            else "a boolean"
+            if isinstance(value, bool)
+            else f"the string '{value}'"
+            if isinstance(value, str)
+            else f"the number {value!r}"
+            if isinstance(value, int | float)
+            else "an array"
+            if isinstance(value, list)
+            else "an object"
+        )
