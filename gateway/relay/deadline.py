@@ -16,8 +16,8 @@ the time, the timer cancels the task. Leaving cancels the timer; if it had fired
 cancellation is taken back (``uncancel``) and, when no other cancellation is pending and the block
 ends in ``CancelledError``, that becomes ``TimeoutError`` (its cause the ``CancelledError``). So a
 cancellation from outside (a client hang-up, a deadline further out) goes on as ``CancelledError``,
-an inner deadline's ``TimeoutError`` is not taken for an outer one's, and no timer outlives its
-block. One use each, like ``asyncio.timeout``'s.
+an inner deadline's ``TimeoutError`` is not taken for an outer one's, and no timer or alarm outlives its
+block (the loop's alarm timer may stay armed, to find nothing to run). One use each, like ``asyncio.timeout``'s.
 """
 
 from __future__ import annotations
