@@ -64,7 +64,9 @@ def test_alarms_run_what_loop_timers_run_in_the_same_order(kind: str) -> None:
     for seed in range(5):
         old = _run(kind, functools.partial(_schedule, seed, False))
         new = _run(kind, functools.partial(_schedule, seed, True))
-        assert new == old
+        # The same ones run, none early, nothing left; the alarms in time order. (uvloop runs timers that were already
+        # due when set, as on a machine that stalls the loop while they are being set, in the order they were set.)
+        assert sorted(new[0]) == sorted(old[0]) and new[1:] == old[1:]
         assert new[0] == sorted(new[0]) and new[1] == [] and new[2] == 0
 
 
@@ -129,3 +131,26 @@ def test_the_heap_holds_about_twice_the_pending_alarms() -> None:
     longest, pending = uvloop.run(main())
     assert pending == 10
     assert longest <= 2 * 10 + _COMPACT_AT + 2
+
+
+def test_an_alarm_that_cancels_many_runs_each_other_once() -> None:
+    """A callback cancelling enough alarms to rebuild the heap while the due ones are being run: each runs once."""
+
+    async def main() -> tuple[list[int], int]:
+        loop = asyncio.get_running_loop()
+        ran: list[int] = []
+        when = loop.time() + 0.01
+        doomed = [alarm_at(loop, when + 1, lambda: ran.append(-1)) for _ in range(3 * _COMPACT_AT)]
+
+        def cancel_all() -> None:
+            ran.append(0)
+            for alarm in doomed:
+                alarm.cancel()
+
+        alarm_at(loop, when, cancel_all)
+        for index in range(1, 6):
+            alarm_at(loop, when, functools.partial(ran.append, index))
+        await asyncio.sleep(0.03)
+        return ran, alarms_of(loop).pending()
+
+    assert uvloop.run(main()) == ([0, 1, 2, 3, 4, 5], 0)

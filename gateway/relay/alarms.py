@@ -72,9 +72,11 @@ class Alarms:
     def dropped(self) -> None:
         """One alarm was cancelled: rebuild the heap once cancelled entries are many and most of it."""
         self._dead += 1
-        if self._dead > _COMPACT_AT and self._dead * 2 > len(self._heap):
-            self._heap = [entry for entry in self._heap if entry[2]._alarms is not None]
-            heapq.heapify(self._heap)
+        heap = self._heap
+        if self._dead > _COMPACT_AT and self._dead * 2 > len(heap):
+            # In place: a callback that cancels alarms while ``_fire`` pops this heap pops the same list.
+            heap[:] = [entry for entry in heap if entry[2]._alarms is not None]
+            heapq.heapify(heap)
             self._dead = 0
 
     def _arm(self, when: float) -> None:
