@@ -16,13 +16,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 
 from starlette.types import Receive, Scope, Send
 
 from gateway.accesslog import AccessRecord
 from gateway.admission.access import Ticket
-from gateway.admission.limits import header_bytes
+from gateway.admission.limits import containers_at_most, header_bytes
 from gateway.client_deadlines import read_deadlines
 from gateway.conversation_flow import expand
 from gateway.dialects import dialect_for
@@ -39,10 +38,11 @@ from gateway.info_api import gateway_stats, healthz, list_models, metrics, ready
 from gateway.quality import expectation_of
 from gateway.relay import DisconnectWatch, ProxyRequest, RequestTrace
 from gateway.relay.keepalive import FirstByteKeepAlive
-from gateway.relay.outbound import eligible, omitted_tools
+from gateway.relay.outbound import eligible, native_eligible, natively_served, omitted_tools
 from gateway.relay.replies import FullReply
 from gateway.relay.request import proxy_request_from_fields
 from gateway.request_body import ClientGone, check_types, decoded_headers, parse_json_body, read_request_body
+from gateway.request_ids import new_request_id
 from gateway.responses_state import capture_for, kept_conversation, previous_owner
 from gateway.routing import RoutePlan, RouteRequest, parse_preferences
 from gateway.routing.apis import no_deployment_for, reachable
@@ -51,7 +51,7 @@ from gateway.routing.plan import route_request_from_fields
 from gateway.routing.trace import TRACE_HEADER, build_trace, header_value
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.samples import Endpoint
-from gateway.session_route import AFFINITY_HEADER, lookup_session
+from gateway.session_route import AFFINITY_HEADER, session_identity, session_route
 from gateway.shapes import check_content_type, check_shape
 from gateway.upstream import forwardable_of
 
@@ -59,17 +59,6 @@ OMITTED_TOOLS_HEADER = b"x-gateway-omitted-tools"
 """The built-in tools left out of a translated request (``builtin_tools = "omit"``), comma-separated."""
 
 logger = logging.getLogger("gateway")
-
-
-def new_request_id() -> str:
-    """A random request id: the 32 hex digits of a version-4 UUID, as ``uuid.uuid4().hex`` writes them.
-
-    Made from the same 16 random bytes with the version and variant bits set as ``uuid.UUID`` sets them, without
-    building the ``UUID`` object (its validation and its 128-bit integer), once per request."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = raw[6] & 0x0F | 0x40  # version 4
-    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
-    return raw.hex()
 
 
 def _wants_trace(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -272,6 +261,7 @@ class ProxyEndpoint:
             exc.headers["connection"] = "close"
             raise
         body = parse_json_body(raw)
+        containers: int | None = containers_at_most(raw)  # the body as parsed: no depth walk within the limit
         requested, stream, max_tokens = check_types(body, self.endpoint)
         check_shape(body, self.endpoint)
         model_name, suffix_sort, model = resolve_model(runtime.config, requested)
@@ -279,7 +269,9 @@ class ProxyEndpoint:
             known = ", ".join(runtime.access.visible_models(key, [m.name for m in runtime.config.models]))
             missing = ModelNotFound(f"model '{clip(requested)}' does not exist (known: {known})", param="model")
             raise _model_error(missing, self.endpoint)
-        if not reachable(model, self.endpoint):
+        # The usual model speaks the request's API on every deployment: reachable, and eligible whatever the body.
+        native = natively_served(model, self.endpoint)
+        if not native and not reachable(model, self.endpoint):
             raise _model_error(no_deployment_for(model, self.endpoint), self.endpoint)
         pinned = None
         size = len(raw)  # of the whole request as sent upstream: an expanded conversation's included
@@ -288,11 +280,12 @@ class ProxyEndpoint:
             previous = await kept_conversation(runtime, model, previous_id, key.key_id)
             if previous is not None:
                 body = expand(body, previous)  # the whole conversation: any deployment can continue it
+                containers = None  # more than the client's text held
                 size += len(previous.encode())
                 previous_id = None
         preferences = parse_preferences(body.pop("provider", None), suffix_sort)
         # Deployments reached by translation that cannot carry this request leave the pool; with none left, 400.
-        able = eligible(model, self.endpoint, body)
+        able = native_eligible(model) if native else eligible(model, self.endpoint, body)
         model = able.model
         if not model.deployments and able.refusal is not None:
             raise able.refusal
@@ -312,7 +305,10 @@ class ProxyEndpoint:
         policy = runtime.config.policy_for(model)
         session = None
         if policy.affinity != "off":
-            session = await lookup_session(runtime, headers, body, size, model.name, key.key_id, policy)
+            # No coroutine for a request that continues no session (``lookup_session``'s two steps, inline).
+            identity = session_identity(headers, body, size, model.name, key.key_id, policy)
+            if identity is not None:
+                session = await session_route(runtime, headers, identity, policy)
         # Both built with every field in order, positionally: keyword matching cost more than the building.
         request = proxy_request_from_fields(
             request_id,  # request_id
@@ -350,7 +346,9 @@ class ProxyEndpoint:
         # A key's tokens per minute may hold the answer's likely length (the router's forecast) instead of max_tokens.
         length = runtime.router.forecast(route_request) if key.limits.tokens_per_minute and max_tokens else None
         # Last: from here on the caller owns the ticket and releases it.
-        ticket = await runtime.access.admit(key, model.name, body, self.endpoint, prompt_tokens, max_tokens, length)
+        ticket = await runtime.access.admit(
+            key, model.name, body, self.endpoint, prompt_tokens, max_tokens, length, containers
+        )
         return request, route_request, ticket
 
 

@@ -146,8 +146,16 @@ class RuntimeHolder:
 
 
 def holder_of(scope: Mapping[str, Any]) -> RuntimeHolder:
-    """The app's ``RuntimeHolder``, from a request's ASGI scope."""
-    holder = scope["app"].state.runtime
+    """The app's ``RuntimeHolder``, from a request's ASGI scope.
+
+    Read by key (``State.__getitem__``): ``state.runtime`` reaches Starlette's ``State.__getattr__`` only after the
+    ordinary attribute look-up has failed, raised and caught its ``AttributeError``, on every request. Both read the
+    same dict; an app without one still gets the attribute look-up's ``AttributeError``."""
+    state = scope["app"].state
+    try:
+        holder = state["runtime"]
+    except KeyError:
+        holder = state.runtime  # raises the AttributeError it always did
     if not isinstance(holder, RuntimeHolder):
         raise TypeError("this app has no gateway runtime (it was not built by gateway.app.create_app)")
     return holder

@@ -10,7 +10,7 @@ from gateway.policies import AFFINITIES, Affinity, PolicyConfig
 from gateway.routing.plan import SessionRoute
 from gateway.runtime import GatewayRuntime
 from gateway.sessions.bindings import Unavailable
-from gateway.sessions.identity import session_of
+from gateway.sessions.identity import SessionId, session_of
 
 AFFINITY_HEADER_NAME = "x-gateway-affinity"
 """Request: ``off`` (or ``strict``/``auto``) for this request; response: what routing did with its session."""
@@ -30,9 +30,20 @@ async def lookup_session(
 
     ``headers``: the request's, decoded (``gateway.upstream.decoded_headers``); ``policy``: the model's, as the
     caller found it. ``x-gateway-affinity: off`` (or ``strict``/``auto``) overrides the policy's ``affinity`` for
-    this request.
+    this request. ``session_identity`` then ``session_route``: a caller on the hot path calls them itself, and
+    awaits no coroutine for a request that continues no session.
     """
-    identity = session_of(
+    identity = session_identity(headers, body, size, model, scope_id, policy)
+    if identity is None:
+        return None
+    return await session_route(runtime, headers, identity, policy)
+
+
+def session_identity(
+    headers: list[tuple[str, str]], body: dict[str, Any], size: int, model: str, scope_id: str, policy: PolicyConfig
+) -> SessionId | None:
+    """The session this request continues, if any (``session_of`` with the policy's header names and threshold)."""
+    return session_of(
         headers,
         body,
         model=model,
@@ -41,8 +52,12 @@ async def lookup_session(
         header_names=policy.session_headers,
         min_cacheable_tokens=policy.session_min_tokens,
     )
-    if identity is None:
-        return None
+
+
+async def session_route(
+    runtime: GatewayRuntime, headers: list[tuple[str, str]], identity: SessionId, policy: PolicyConfig
+) -> SessionRoute:
+    """The route of the session ``identity``: the affinity asked for, and its binding in the session store."""
     affinity: Affinity = policy.affinity
     asked = next((v.strip().lower() for k, v in headers if k == AFFINITY_HEADER_NAME), None)
     if asked is not None:

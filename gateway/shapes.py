@@ -90,9 +90,15 @@ _JSON_TYPES = (b"application/json", b"application/x-www-form-urlencoded")
 still parsed as JSON, and refused as such if it is not."""
 
 
+_INT_OR_FLOAT = (int, float)
+_STR_OR_LIST = (str, list)
+_STR_OR_DICT = (str, dict)
+"""``isinstance``'s tuples: ``int | float`` written in the check would build the union at each call."""
+
+
 def _is(value: object, expected: str) -> bool:
     if expected == _NUMBER:
-        return isinstance(value, int | float) and not isinstance(value, bool)
+        return isinstance(value, _INT_OR_FLOAT) and not isinstance(value, bool)
     if expected == _INTEGER:
         return isinstance(value, int) and not isinstance(value, bool)
     if expected == _BOOLEAN:
@@ -104,8 +110,8 @@ def _is(value: object, expected: str) -> bool:
     if expected == _ARRAY:
         return isinstance(value, list)
     if expected == _STRING_OR_ARRAY:
-        return isinstance(value, str | list)
-    return isinstance(value, str | dict)  # _STRING_OR_OBJECT
+        return isinstance(value, _STR_OR_LIST)
+    return isinstance(value, _STR_OR_DICT)  # _STRING_OR_OBJECT
 
 
 def _describe(value: object) -> str:
@@ -115,7 +121,7 @@ def _describe(value: object) -> str:
         return "a boolean"
     if isinstance(value, str):
         return f"the string '{clip(value, 40)}'"
-    if isinstance(value, int | float):
+    if isinstance(value, _INT_OR_FLOAT):
         return f"the number {clip(repr(value), 40)}"
     return "an array" if isinstance(value, list) else "an object"
 

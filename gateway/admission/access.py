@@ -247,15 +247,17 @@ class AccessControl:
         prompt_tokens: int,
         max_tokens: int | None,
         length: Forecast | None = None,
+        containers: int | None = None,
     ) -> Ticket:
         """Hold a place for this request within its key's and the replica's limits, or refuse it.
 
         Its tokens per minute hold its worst case while it fits, else, once the router's ``length`` forecast
         rests on enough answers, its likely use (``likely_output_tokens``); both are settled to the real count.
+        ``containers``: a bound on the body's arrays and objects, if known (``limits.check_shape``).
         """
         if not key.allows(model):
             raise PermissionDenied(f"this API key may not use model '{model}'", param="model", code="model_not_allowed")
-        choices = check_shape(body, endpoint, max_tokens, self.limits)
+        choices = check_shape(body, endpoint, max_tokens, self.limits, containers)
         reserved = prompt_tokens + (max_tokens or 0) * choices
         likely = likely_output_tokens(length, max_tokens, choices) if max_tokens else None
         likely_reserved = prompt_tokens + likely if likely is not None else None

@@ -115,9 +115,26 @@ def _count(body: dict[str, Any], name: str, maximum: int) -> int:
     return value
 
 
-def check_shape(body: dict[str, Any], endpoint: Endpoint, max_tokens: int | None, limits: LimitsConfig) -> int:
-    """Refuse a body outside ``limits`` with 400; return how many choices it asks for (``n``)."""
-    if nesting_exceeds(body, limits.max_json_depth):
+def containers_at_most(raw: bytes) -> int:
+    """An upper bound on the arrays and objects of the JSON value ``raw`` holds: each begins at a ``[`` or ``{`` of
+    its text (brackets inside strings are counted too, hence a bound). Two ``bytes.count`` in C: a body with no more
+    containers than the depth limit cannot nest deeper than it, and needs no walk (``check_shape``)."""
+    return raw.count(b"{") + raw.count(b"[")
+
+
+def check_shape(
+    body: dict[str, Any],
+    endpoint: Endpoint,
+    max_tokens: int | None,
+    limits: LimitsConfig,
+    containers: int | None = None,
+) -> int:
+    """Refuse a body outside ``limits`` with 400; return how many choices it asks for (``n``).
+
+    ``containers``: a bound on the body's arrays and objects, if the caller knows one (``containers_at_most`` of the
+    text it was parsed from); within ``max_json_depth``, the body is not walked for its depth."""
+    depth = limits.max_json_depth
+    if (containers is None or containers > depth) and nesting_exceeds(body, depth):
         raise InvalidRequest(f"request body nests deeper than {limits.max_json_depth} levels", code="invalid_json")
     messages = body.get("messages")
     if limits.max_messages and isinstance(messages, list) and len(messages) > limits.max_messages:

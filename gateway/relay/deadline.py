@@ -10,19 +10,22 @@ so on the hot path ``Deadline`` does the same with a ``with`` statement::
 
 What it does is ``asyncio.timeout``'s (Python 3.11), step for step: the deadline is the loop's time
 plus ``delay`` when it is made; entering needs a task, notes how many cancellations the task already
-has pending and schedules one timer (on the next turn of the loop if the time is already up); at
+has pending and schedules one timer (on the next turn of the loop if the time is already up; else an alarm on the
+loop's one timer, ``gateway.relay.alarms``, which fires as its own timer would); at
 the time, the timer cancels the task. Leaving cancels the timer; if it had fired, the task's
 cancellation is taken back (``uncancel``) and, when no other cancellation is pending and the block
 ends in ``CancelledError``, that becomes ``TimeoutError`` (its cause the ``CancelledError``). So a
 cancellation from outside (a client hang-up, a deadline further out) goes on as ``CancelledError``,
-an inner deadline's ``TimeoutError`` is not taken for an outer one's, and no timer outlives its
-block. One use each, like ``asyncio.timeout``'s.
+an inner deadline's ``TimeoutError`` is not taken for an outer one's, and no timer or alarm outlives its
+block (the loop's alarm timer may stay armed, to find nothing to run). One use each, like ``asyncio.timeout``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 from types import TracebackType
+
+from gateway.relay.alarms import Alarm, alarm_at
 
 _get_running_loop = asyncio.get_running_loop
 _current_task = asyncio.current_task
@@ -39,7 +42,7 @@ class Deadline:
         self._loop = loop
         self._when = loop.time() + delay
         self._task: asyncio.Task[object] | None = None
-        self._handle: asyncio.Handle | None = None
+        self._handle: asyncio.Handle | Alarm | None = None
         self._expiring = False
         self._cancelling = 0
 
@@ -56,7 +59,7 @@ class Deadline:
         if when <= loop.time():
             self._handle = loop.call_soon(self._on_timeout)
         else:
-            self._handle = loop.call_at(when, self._on_timeout)
+            self._handle = alarm_at(loop, when, self._on_timeout)  # ``call_at``'s, on the loop's one timer
         return self
 
     def __exit__(

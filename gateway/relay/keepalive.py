@@ -32,6 +32,7 @@ from starlette.types import Message, Send
 
 from gateway.dialects import Dialect
 from gateway.errors import describe_error_body
+from gateway.relay.alarms import Alarm, alarm_at
 
 SSE_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -63,12 +64,14 @@ class FirstByteKeepAlive:
         """Whether the 200 went out: from then on, errors are events in the stream."""
         self.sent = 0
         """Keep-alives sent."""
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Alarm | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        # A timer, not a task: most streams start well within the interval, and then cost only this.
-        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._wake)
+        # A timer, not a task: most streams start well within the interval, and then cost only this (an alarm on the
+        # loop's one timer: ``call_later``'s time and callback, no loop timer of its own).
+        loop = asyncio.get_running_loop()
+        self._timer = alarm_at(loop, loop.time() + self.interval_s, self._wake)
 
     def _wake(self) -> None:
         self._timer = None

@@ -65,6 +65,25 @@ def translation_key(target: Api, deployment: DeploymentConfig) -> str:
     return target if deployment.builtin_tools == "refuse" else f"{target}+{deployment.builtin_tools}"
 
 
+def natively_served(model: ModelConfig, api: Endpoint) -> bool:
+    """Whether every deployment of ``model`` (one at least) speaks ``api`` itself: then every one is reachable and
+    ``eligible`` keeps them all, translating nothing, whatever the body (``native_eligible``). A plain loop: no tuple
+    of the reachable, no dicts or lists, no generator per request."""
+    deployments = model.deployments
+    if not deployments:
+        return False
+    for deployment in deployments:
+        if api not in deployment.apis:
+            return False
+    return True
+
+
+def native_eligible(model: ModelConfig) -> Eligible:
+    """What ``eligible`` gives for a model that ``natively_served`` the request's API: the model as it is, nothing
+    translated, no tool left out, nothing refused."""
+    return Eligible(model, {}, {}, None)
+
+
 def eligible(model: ModelConfig, api: Endpoint, body: dict[str, Any]) -> Eligible:
     """The model's deployments that can take this request (natively, or translated), the translated bodies,
     and the refusal that made the others ineligible.

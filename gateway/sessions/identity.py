@@ -69,7 +69,12 @@ def session_of(
     """
     if header_names:
         lowered, wanted = _lowered(header_names)
-        found = {name: value.strip() for name, value in headers if name in wanted}
+        found: dict[str, str] | None = None  # a plain loop, no comprehension; a dict only once a named header is seen
+        for name, text in headers:
+            if name in wanted:
+                if found is None:
+                    found = {}
+                found[name] = text.strip()
         if found:
             for name in lowered:
                 value = found.get(name)
