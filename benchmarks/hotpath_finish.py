@@ -18,18 +18,13 @@ compiled build, the pieces below are the ones Python code calls (all of them, as
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib
-import os
-import tempfile
 from typing import Any
 
-import uvloop
-
 from benchmarks.hotpath_memory import Driver, running_app
+from benchmarks.hotpath_sinks import run_pieces
 from benchmarks.hotpath_stages import StageClock, _flush_lines, _instrument, best_stages, calibrate
-from gateway.accesslog import configure_access_log
 from gateway.runtime import runtime_of
 
 METHODS: tuple[tuple[str, str, str, str], ...] = (
@@ -142,17 +137,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--requests", type=int, default=1000, help="requests per repeat (1000)")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats, best of (3)")
-    args = parser.parse_args()
-    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as sink:
-        log_path = sink.name
-    with open(log_path, "w") as log_stream:
-        configure_access_log(log_stream)
-        results = uvloop.run(measure(args.requests, args.repeats))
-    os.unlink(log_path)
-    print(render(results), end="")
+    run_pieces(measure, render, __doc__.split("\n\n")[0] if __doc__ else None)
 
 
 if __name__ == "__main__":

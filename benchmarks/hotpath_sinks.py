@@ -18,6 +18,7 @@ import argparse
 import importlib
 import os
 import tempfile
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import uvloop
@@ -84,8 +85,14 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+def run_pieces(
+    measure: Callable[[int, int], Coroutine[Any, Any, dict[str, dict[str, float]]]],
+    render: Callable[[dict[str, Any]], str],
+    description: str | None,
+) -> None:
+    """The command line of a split-by-piece benchmark (this one's, ``hotpath_finish``'s): whole requests in process
+    with the access log written to a scratch file, ``measure``d and printed by ``render``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--requests", type=int, default=1000, help="requests per repeat (1000)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats, best of (3)")
     args = parser.parse_args()
@@ -96,6 +103,10 @@ def main() -> None:
         results = uvloop.run(measure(args.requests, args.repeats))
     os.unlink(log_path)
     print(render(results), end="")
+
+
+def main() -> None:
+    run_pieces(measure, render, __doc__.split("\n\n")[0] if __doc__ else None)
 
 
 if __name__ == "__main__":
