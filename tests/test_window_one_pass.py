@@ -1,7 +1,9 @@
-"""The window counting a sample in its slice and its total in one pass (``SlicedWindow.add``), and ``count_buckets``
-with each bucket's value and reciprocal looked up once (``value_pair``), against counting value by value with
-``LogHistogram.add_bucket`` (``value_of`` and ``1 / value`` per value, the former arithmetic): the same counts,
-sums, inverse sums, bucket order, dict orders, slices, snapshots and quantiles after any sequence of samples."""
+"""The window counting a sample in its slice and its total in one pass (``SlicedWindow.add``), the minutes counting
+their batch inline (``MinuteBuckets._count_pending``), the store's record adding to the minutes and the answer log
+itself, and ``count_buckets`` with each bucket's value and reciprocal looked up once (``value_pair``), against counting
+value by value with ``LogHistogram.add_bucket`` (``value_of`` and ``1 / value`` per value, the former arithmetic): the
+same counts, sums, inverse sums, bucket order, dict orders, slices, minutes, snapshots and quantiles after any sequence
+of samples."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Mapping
 
 from gateway.config import StatsConfig
 from gateway.samples import Sample
+from gateway.stats.history import MinuteBuckets
 from gateway.stats.memory import InMemoryStatsStore
 from gateway.stats.sketch import ZERO_BUCKET, LogHistogram, count_buckets, value_of, value_pair
 from gateway.stats.snapshot import DeploymentSummary, Metric, sample_buckets, validity_key
@@ -52,6 +55,36 @@ class _FormerWindow(SlicedWindow):
             _count_one_by_one(summary, sample, every)
 
 
+class _FormerMinutes(MinuteBuckets):
+    """The minutes counting each pending sample's two kept values by ``add_bucket``, value by value."""
+
+    def _count_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for pair, minute, outcome, every in pending:
+            summary = self._summary(pair, minute)
+            summary.outcomes[outcome] = summary.outcomes.get(outcome, 0) + 1
+            for metric in ("ttft_s", "tokens_per_s"):
+                if metric in every:
+                    histogram = summary.histograms.get(metric)
+                    if histogram is None:
+                        histogram = summary.histograms[metric] = LogHistogram()
+                    histogram.add_bucket(every[metric])
+
+
+class _FormerStore(InMemoryStatsStore):
+    """The store's record through each part's own ``add`` (the minutes' and the answer log's, not inline)."""
+
+    def record(self, sample: Sample) -> None:
+        buckets = sample_buckets(sample)
+        now = self.wall_clock()
+        pair = (sample.model, sample.deployment)
+        self.window.add(sample, buckets, pair)
+        self.minutes.add(sample, now, buckets, pair)
+        answer = self.recorder.answer(sample, now)
+        if answer is not None:
+            self.answers.add(pair, answer)
+
+
 def _keys(store: InMemoryStatsStore) -> list[object]:
     """Each histogram's kept bucket order (None until a quantile asked for it), total then slices."""
     window = store.window
@@ -60,15 +93,18 @@ def _keys(store: InMemoryStatsStore) -> list[object]:
 
 
 def test_the_window_counts_in_one_pass_what_it_counted_value_by_value() -> None:
-    """60 random sequences of 300 samples, the clock moving by random steps (slices closing and leaving the window),
-    quantiles read now and then (the kept bucket order then updated in place): equal states at 40 points each."""
+    """60 random sequences of 300 samples, the clock moving by random steps (slices closing and leaving the window,
+    minutes turning), quantiles and minutes read now and then (the kept bucket order then updated in place), against
+    the store, window and minutes counting value by value: equal states (total, slices, minutes, answers, marks) at 40
+    points each."""
     for seed in range(60):
         rng = random.Random(seed)
         clock_a, clock_b = _Clock(), _Clock()
         config = StatsConfig(window_s=60, slice_s=10)
         new = InMemoryStatsStore(config, clock_a, replica="r")
-        old = InMemoryStatsStore(config, clock_b, replica="r")
+        old = _FormerStore(config, clock_b, replica="r")
         old.window = _FormerWindow(config.window_s, config.slice_s, clock_b)
+        old.minutes = _FormerMinutes()
         for n in range(300):
             step = rng.choice((0.0, 0.0, 0.5, 3.0, 11.0, 70.0))
             clock_a.now += step
@@ -96,6 +132,8 @@ def test_the_window_counts_in_one_pass_what_it_counted_value_by_value() -> None:
                         )
                         for q in (0.0, 0.05, 0.5, 0.95, 1.0):
                             assert other.quantile(q) == histogram.quantile(q), (seed, n, key, metric, q)
+            if rng.random() < 0.05:
+                assert new.minutes.points(clock_a.now) == old.minutes.points(clock_b.now)
             if n % 8 == 0 or n == 299:
                 assert _state(new) == _state(old), (seed, n)
                 assert _keys(new) == _keys(old), (seed, n)
