@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 
 from gateway.config import StatsConfig
 from gateway.samples import Sample
-from gateway.stats.answers import AnswerLog, Recorder
+from gateway.stats.answers import ANSWERS_KEPT, AnswerLog, Recorder
 from gateway.stats.base import StoreHealth
-from gateway.stats.history import History, MinuteBuckets
+from gateway.stats.history import BUCKET_S, History, MinuteBuckets
 from gateway.stats.snapshot import StatsSnapshot, sample_buckets
-from gateway.stats.window import SlicedWindow
+from gateway.stats.window import PENDING_SAMPLES, SlicedWindow
 from gateway.types import Clock, DeploymentKey
 
 
@@ -52,10 +53,22 @@ class InMemoryStatsStore:
         now = self.wall_clock()
         pair = (sample.model, sample.deployment)  # one key for the window, the minutes and the log
         self.window.add(sample, buckets, pair)
-        self.minutes.add(sample, now, buckets, pair)
+        # ``MinuteBuckets.add`` and ``AnswerLog.add``, inline (a frame each per sample): the minute's sample queued
+        # for its batch, the answer kept and its mark moved on.
+        minutes = self.minutes
+        pending = minutes._pending
+        pending.append((pair, int(now // BUCKET_S), sample.outcome, buckets))
+        if len(pending) >= PENDING_SAMPLES:
+            minutes._count_pending()
         answer = self.recorder.answer(sample, now)
         if answer is not None:
-            self.answers.add(pair, answer)
+            answers = self.answers
+            kept = answers.recent.get(pair)
+            if kept is None:
+                kept = answers.recent[pair] = deque(maxlen=ANSWERS_KEPT)
+            kept.append(answer)
+            replaced, added = answers.marks.get(pair, (0, 0))
+            answers.marks[pair] = (replaced, added + 1)
 
     async def history(self, pairs: Sequence[DeploymentKey]) -> History:
         return self.minutes.points(self.wall_clock(), pairs)

@@ -57,11 +57,24 @@ def value_of(bucket: int) -> float:
     return value
 
 
+_PAIRS: dict[int, tuple[float, float | None]] = {}
+
+
+def value_pair(bucket: int) -> tuple[float, float | None]:
+    """``value_of(bucket)`` and its reciprocal (None for the zero bucket, which adds nothing to the inverse sum): what
+    counting one value of ``bucket`` adds to a histogram's two sums, each worked out once per bucket ever seen."""
+    pair = _PAIRS.get(bucket)
+    if pair is None:
+        reported = value_of(bucket)
+        pair = _PAIRS[bucket] = (reported, None if bucket == ZERO_BUCKET else 1 / reported)
+    return pair
+
+
 def count_buckets(histograms: dict[K, LogHistogram], buckets: Mapping[K, int]) -> None:
     """One value of each bucket in ``buckets`` counted in ``histograms`` under its key (a histogram made where
     there is none): ``add_bucket(bucket)`` of each, inline, for the stores' every sample (a call per value and a
     ``value_of`` call each cost about as much as the counting). The same sums, in the same order, as ``add_bucket``."""
-    values = _VALUES
+    pairs = _PAIRS
     for key, bucket in buckets.items():
         histogram = histograms.get(key)
         if histogram is None:
@@ -75,12 +88,12 @@ def count_buckets(histograms: dict[K, LogHistogram], buckets: Mapping[K, int]) -
         else:
             counts[bucket] = old + 1
         histogram.count += 1
-        reported = values.get(bucket)
-        if reported is None:
-            reported = value_of(bucket)
-        histogram._sum += reported
-        if bucket != ZERO_BUCKET:
-            histogram._inverse_sum += 1 / reported
+        pair = pairs.get(bucket)
+        if pair is None:
+            pair = value_pair(bucket)
+        histogram._sum += pair[0]
+        if pair[1] is not None:
+            histogram._inverse_sum += pair[1]
         histogram._memo = None
 
 

@@ -14,10 +14,11 @@ Redis backend cache closed slices.
 from __future__ import annotations
 
 import math
+from bisect import insort
 from collections.abc import Mapping
 
-from gateway.samples import Outcome, Sample
-from gateway.stats.sketch import count_buckets
+from gateway.samples import Sample
+from gateway.stats.sketch import _PAIRS, LogHistogram, value_pair
 from gateway.stats.snapshot import DeploymentSummary, Metric, StatsSnapshot, sample_buckets
 from gateway.types import Clock, DeploymentKey
 
@@ -77,10 +78,7 @@ def _validity_key(kind: str, verdict: str) -> str:
 
 
 PENDING_SAMPLES = 64
-"""Samples a window's open slice holds uncounted, at most: counted in one pass when this many wait, when the slice
-closes, or when it is read (``SlicedWindow.slices``, expiry, a merged summary)."""
-
-_Pending = tuple[DeploymentKey, Outcome, Mapping[Metric, int], str | None]
+"""Samples the minute history (``gateway.stats.history.MinuteBuckets``) holds uncounted, at most."""
 
 
 class SlicedWindow:
@@ -88,48 +86,21 @@ class SlicedWindow:
 
     ``wall_clock`` is injectable so that expiry can be tested without waiting.
 
-    ``add`` counts a sample in the total at once (the router reads it on every request) and in its slice later,
-    up to ``PENDING_SAMPLES`` at a time: a slice is read only when it leaves the window, and counting a batch
-    in one pass touches each of its histograms once, not once per sample. Counted in the order they came, the
-    slice's sums are the ones counting each at once made, so the total's, once the slice is subtracted, are too.
+    ``add`` counts a sample in the total (the router reads it on every request) and in its slice at once, in one
+    pass over its buckets: each bucket's reported value and reciprocal are looked up once for both. Counted in the
+    order they came, the slice's sums are the ones its samples made, so the total's, once the slice is subtracted,
+    are too.
     """
 
     def __init__(self, window_s: int, slice_s: int, wall_clock: Clock) -> None:
         self.slice_s = slice_s
         self.slices_in_window = max(1, window_s // slice_s)
         self.wall_clock = wall_clock
-        self._slices: dict[int, SliceSummaries] = {}
+        self.slices: dict[int, SliceSummaries] = {}
+        """Each slice's summaries by index."""
         self.total: SliceSummaries = {}
         self._expired_for: int | None = None
         """The slice index ``add`` last expired for: within one slice, nothing more can age out."""
-        self._pending: list[_Pending] = []
-        """Samples of slice ``_pending_index`` counted in the total, not yet in the slice."""
-        self._pending_index: int | None = None
-
-    @property
-    def slices(self) -> dict[int, SliceSummaries]:
-        """Each slice's summaries by index, every sample counted."""
-        self._count_pending()
-        return self._slices
-
-    def _count_pending(self) -> None:
-        """Count the pending samples in their slice, in the order they came."""
-        pending = self._pending
-        if not pending:
-            return
-        self._pending = []
-        summaries = self._slices.get(self._pending_index)  # type: ignore[arg-type]
-        if summaries is None:
-            summaries = self._slices[self._pending_index] = {}  # type: ignore[index]
-        for key, outcome, buckets, validity in pending:
-            summary = summaries.get(key)
-            if summary is None:
-                summary = summaries[key] = DeploymentSummary(key[0], key[1])
-            outcomes = summary.outcomes
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
-            if validity is not None:
-                summary.validity[validity] = summary.validity.get(validity, 0) + 1
-            count_buckets(summary.histograms, buckets)
 
     def _oldest_kept(self) -> int:
         return slice_index(self.wall_clock(), self.slice_s) - self.slices_in_window + 1
@@ -137,9 +108,7 @@ class SlicedWindow:
     def expire(self) -> None:
         """Drop slices that fell out of the window, subtracting them from the total."""
         oldest = self._oldest_kept()
-        if self._pending and self._pending_index < oldest:  # type: ignore[operator]
-            self._count_pending()
-        slices = self._slices
+        slices = self.slices
         for index in [i for i in slices if i < oldest]:
             for key, part in slices.pop(index).items():
                 total = self.total.get(key)
@@ -151,7 +120,7 @@ class SlicedWindow:
     def add(
         self, sample: Sample, buckets: Mapping[Metric, int] | None = None, key: DeploymentKey | None = None
     ) -> None:
-        """Count a sample in the slice of now (slices that aged out are dropped once per slice).
+        """Count a sample in the slice of now and in the total (slices that aged out are dropped once per slice).
 
         ``buckets``: the sample's ``sample_buckets`` when the caller already worked them out (the store
         hands the same ones to the minute history); ``key``: its (model, deployment), likewise."""
@@ -159,11 +128,9 @@ class SlicedWindow:
         if index != self._expired_for:
             self.expire()
             self._expired_for = index
-        if index != self._pending_index:
-            self._count_pending()
-            self._pending_index = index
-        if index not in self._slices:
-            self._slices[index] = {}  # made now: the slices keep the order they began in
+        summaries = self.slices.get(index)
+        if summaries is None:
+            summaries = self.slices[index] = {}
         if key is None:
             key = (sample.model, sample.deployment)
         if buckets is None:
@@ -171,27 +138,64 @@ class SlicedWindow:
         kind, verdict = sample.kind, sample.validity
         validity = None if kind is None or verdict is None else _validity_key(kind, verdict)
         outcome = sample.outcome
-        pending = self._pending
-        pending.append((key, outcome, buckets, validity))
-        if len(pending) >= PENDING_SAMPLES:
-            self._count_pending()
+        part = summaries.get(key)
+        if part is None:
+            part = summaries[key] = DeploymentSummary(key[0], key[1])
         total = self.total.get(key)
         if total is None:
             total = self.total[key] = DeploymentSummary(sample.model, sample.deployment)
+        # The slice's counts before the total's, as ``DeploymentSummary.add_buckets`` of each would make them.
+        outcomes = part.outcomes
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
         outcomes = total.outcomes
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         if validity is not None:
+            part.validity[validity] = part.validity.get(validity, 0) + 1
             total.validity[validity] = total.validity.get(validity, 0) + 1
-        count_buckets(total.histograms, buckets)
+        # ``count_buckets`` of each summary, in one loop: the bucket's two values looked up once for both.
+        pairs, mine, theirs = _PAIRS, part.histograms, total.histograms
+        for metric, bucket in buckets.items():
+            pair = pairs.get(bucket)
+            if pair is None:
+                pair = value_pair(bucket)
+            reported, inverse = pair
+            one = mine.get(metric)
+            if one is None:
+                one = mine[metric] = LogHistogram()
+            other = theirs.get(metric)
+            if other is None:
+                other = theirs[metric] = LogHistogram()
+            counts = one.counts
+            old = counts.get(bucket)
+            if old is None:
+                counts[bucket] = 1
+                if one._keys is not None:
+                    insort(one._keys, bucket)
+            else:
+                counts[bucket] = old + 1
+            counts = other.counts
+            old = counts.get(bucket)
+            if old is None:
+                counts[bucket] = 1
+                if other._keys is not None:
+                    insort(other._keys, bucket)
+            else:
+                counts[bucket] = old + 1
+            one.count += 1
+            other.count += 1
+            one._sum += reported
+            other._sum += reported
+            if inverse is not None:
+                one._inverse_sum += inverse
+                other._inverse_sum += inverse
+            one._memo = other._memo = None
 
     def add_summary(self, index: int, part: DeploymentSummary) -> bool:
         """Merge a slice's worth of one deployment (read from elsewhere); False if out of the window."""
         if index < self._oldest_kept():
             return False
-        if index == self._pending_index:
-            self._count_pending()
         key = (part.model, part.deployment)
-        summaries = self._slices.setdefault(index, {})
+        summaries = self.slices.setdefault(index, {})
         for target in (summaries, self.total):
             summary = target.get(key)
             if summary is None:
@@ -205,8 +209,7 @@ class SlicedWindow:
         return self._oldest_kept()
 
     def clear(self) -> None:
-        self._pending = []
-        self._slices.clear()
+        self.slices.clear()
         self.total.clear()
 
     def snapshot(self) -> StatsSnapshot:
