@@ -1,0 +1,56 @@
+"""``extremes``, ``within`` and ``reach`` answer what the builtins answered in the change tests, to the bit.
+
+The change tests (``gateway.routing.estimates``) asked ``max(shifts) < z and min(shifts) > -z`` and
+``max(max(a), -min(a))``; the one-pass loop must give the same value for every list, NaNs, infinities and signed
+zeros included (a NaN first is what ``max`` keeps, a NaN later what it passes over), compiled or not.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from gateway.routing.estimates import CHANGE_MIN_Z
+from gateway.routing.extremes import extremes, reach, within
+
+_ODD = [math.nan, math.inf, -math.inf, 0.0, -0.0, CHANGE_MIN_Z, -CHANGE_MIN_Z, 1e-300, -1e-300]
+
+
+def _same(a: float, b: float) -> bool:
+    """Equal as bits: NaN to NaN, and 0.0 told from -0.0."""
+    return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1.0, a) == math.copysign(1.0, b))
+
+
+def _lists(seed: int, count: int) -> list[list[float]]:
+    rng = random.Random(seed)
+    made = []
+    for _ in range(count):
+        size = rng.randint(1, 13)
+        values = [rng.gauss(0.0, rng.choice((0.5, 1.5, 4.0))) for _ in range(size)]
+        for _ in range(rng.choice((0, 0, 1, 2))):
+            values[rng.randrange(size)] = rng.choice(_ODD)
+        made.append(values)
+    return made
+
+
+def test_extremes_are_the_builtins_max_and_min() -> None:
+    for values in _lists(1, 20_000):
+        high, low = extremes(values)
+        assert _same(high, max(values)), values
+        assert _same(low, min(values)), values
+
+
+def test_within_and_reach_are_the_former_expressions() -> None:
+    for values in _lists(2, 20_000):
+        for bound in (CHANGE_MIN_Z, 1.0, 0.0):
+            assert within(values, bound) == (max(values) < bound and min(values) > -bound), values
+        assert _same(reach(values), max(max(values), -min(values))), values
+
+
+def test_a_nan_first_is_kept_and_a_nan_later_passed_over() -> None:
+    assert math.isnan(extremes([math.nan, 3.0, -3.0])[0])
+    assert extremes([1.0, math.nan, 3.0, -3.0]) == (3.0, -3.0)
+    assert within([1.0, math.nan], CHANGE_MIN_Z)
+    assert not within([math.nan, 1.0], CHANGE_MIN_Z)  # max is NaN: not below the bound
+    assert _same(reach([-0.0]), max(-0.0, 0.0))
+    assert _same(reach([0.0]), 0.0)
