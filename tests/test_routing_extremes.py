@@ -2,7 +2,8 @@
 
 The change tests (``gateway.routing.estimates``) asked ``max(shifts) < z and min(shifts) > -z`` and
 ``max(max(a), -min(a))``; the one-pass loop must give the same value for every list, NaNs, infinities and signed
-zeros included (a NaN first is what ``max`` keeps, a NaN later what it passes over), compiled or not.
+zeros included (a NaN first is what ``max`` keeps, a NaN later what it passes over), compiled or not. And
+``_surprising``, which reads each metric's first shift without building a dict of them, gives the former verdict.
 """
 
 from __future__ import annotations
@@ -10,7 +11,15 @@ from __future__ import annotations
 import math
 import random
 
-from gateway.routing.estimates import CHANGE_MIN_Z
+from gateway.routing.estimates import (
+    CHANGE_MIN_Z,
+    LEAP_METRICS,
+    SURPRISE_JOINT_Z,
+    SURPRISE_Z,
+    VIEW_METRICS,
+    ViewMetric,
+    _surprising,
+)
 from gateway.routing.extremes import extremes, reach, within
 
 _ODD = [math.nan, math.inf, -math.inf, 0.0, -0.0, CHANGE_MIN_Z, -CHANGE_MIN_Z, 1e-300, -1e-300]
@@ -54,3 +63,26 @@ def test_a_nan_first_is_kept_and_a_nan_later_passed_over() -> None:
     assert not within([math.nan, 1.0], CHANGE_MIN_Z)  # max is NaN: not below the bound
     assert _same(reach([-0.0]), max(-0.0, 0.0))
     assert _same(reach([0.0]), 0.0)
+
+
+def _former_surprising(tests: dict[ViewMetric, list[float]]) -> bool:
+    alone = {metric: shifts[0] for metric, shifts in tests.items() if shifts}
+    if any(shift <= -SURPRISE_Z for shift in alone.values()):
+        return True
+    first, stream = (alone.get(m) for m in LEAP_METRICS)
+    return first is not None and stream is not None and (first + stream) / math.sqrt(2) <= -SURPRISE_JOINT_Z
+
+
+def test_surprising_is_the_former_code() -> None:
+    """``_surprising`` reads the first shifts without a dict of them: the same verdict for every test set."""
+    rng = random.Random(3)
+    lists = _lists(4, 6_000)
+    for values in lists:
+        tests: dict[ViewMetric, list[float]] = {}
+        for metric in VIEW_METRICS:
+            roll = rng.random()
+            if roll < 0.2:
+                tests[metric] = []
+            elif roll < 0.7:
+                tests[metric] = [value * 0.8 for value in values]
+        assert _surprising(tests) == _former_surprising(tests), tests

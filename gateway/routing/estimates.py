@@ -926,11 +926,10 @@ def _may_leap(first: list[float], stream: list[float]) -> bool:
 def _surprising(tests: Mapping[ViewMetric, list[float]]) -> bool:
     """Whether the latest answer alone was far faster than the answers before it: in one metric, or in first
     token and stream together."""
-    alone = {metric: shifts[0] for metric, shifts in tests.items() if shifts}
-    if any(shift <= -SURPRISE_Z for shift in alone.values()):
+    if any(shifts and shifts[0] <= -SURPRISE_Z for shifts in tests.values()):  # no dict of the first shifts
         return True
-    first, stream = (alone.get(m) for m in LEAP_METRICS)
-    return first is not None and stream is not None and (first + stream) / math.sqrt(2) <= -SURPRISE_JOINT_Z
+    first, stream = tests.get(LEAP_METRICS[0]) or [], tests.get(LEAP_METRICS[1]) or []
+    return bool(first) and bool(stream) and (first[0] + stream[0]) / math.sqrt(2) <= -SURPRISE_JOINT_Z
 
 
 def pooled_spreads(views: Iterable[DeploymentView]) -> dict[ViewMetric, float]:
