@@ -48,6 +48,7 @@ MODULES = (
     "gateway.routing.explore",
     "gateway.routing.filters",
     "gateway.routing.windows",
+    "gateway.routing.extremes",
     "gateway.routing.health",
     "gateway.routing.hedge",
     "gateway.routing.lengths",

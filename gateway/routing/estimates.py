@@ -44,7 +44,6 @@ its mean gives the expected stream time). Not thread-safe: one event loop owns i
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from collections import deque
@@ -53,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gateway.frozen import positional_maker, quick_init
+from gateway.routing.extremes import reach, within
 from gateway.types import StreamProgress
 
 ViewMetric = Literal["ttft_s", "seconds_per_token", "e2e_s", "warm_ttft_s", "prefill_s_per_token", "cold_ttft_s"]
@@ -366,17 +366,17 @@ class _Run:
         """
         shifts: list[float] = []
         raw = clipped = 0.0
-        count, total, sqrt = self.count, self.total, math.sqrt
-        # Newest first, every answer but the oldest kept (the newest before a window must be there too).
-        for length, (_, log, bounded, _) in enumerate(itertools.islice(reversed(self.latest), len(self.latest) - 1), 1):
+        count, total, latest = self.count, self.total, list(self.latest)  # a list: compiled, indexed natively
+        for length in range(1, len(latest)):  # newest first, all but the oldest (the newest before a window stays)
             before = count - length
             if before < 1:
                 break
+            _, log, bounded, _ = latest[len(latest) - length]
             raw += log
             clipped += bounded
             base = (total - raw) / before
             deviation = (log if length == 1 else clipped) - length * base
-            shifts.append(deviation / length / (sigma * sqrt(1.0 / length + 1.0 / before)))
+            shifts.append(deviation / length / (sigma * math.sqrt(1.0 / length + 1.0 / before)))
         return shifts
 
     def window(self, index: int) -> tuple[int, float]:
@@ -787,7 +787,7 @@ class DeploymentView:
         """
         found: dict[ViewMetric, tuple[int, float, float]] = {}
         for metric, shifts in tests.items():
-            if not shifts or (max(shifts) < CHANGE_MIN_Z and min(shifts) > -CHANGE_MIN_Z):
+            if not shifts or within(shifts, CHANGE_MIN_Z):
                 continue  # no window is that far (a NaN, which max and min may pass over, never is)
             for i in range(1, len(shifts)):  # windows of two answers or more
                 shift = shifts[i]
@@ -918,19 +918,18 @@ class DeploymentView:
 
 def _may_leap(first: list[float], stream: list[float]) -> bool:
     """Whether any window of first token and stream together may pass ``CHANGE_MIN_Z`` (else ``_changes``' joint
-    test would pass over every one): |a + b| / √2 is at most (max |a| + max |b|) / √2, and 1.4 < √2 leaves a
-    margin far above rounding. Both lists hold one window at least."""
-    return max(max(first), -min(first)) + max(max(stream), -min(stream)) >= 1.4 * CHANGE_MIN_Z
+    test would pass over every one): |a + b| / √2 is at most (max |a| + max |b|) / √2 (``reach``), and 1.4 < √2
+    leaves a margin far above rounding. Both lists hold one window at least."""
+    return reach(first) + reach(stream) >= 1.4 * CHANGE_MIN_Z
 
 
 def _surprising(tests: Mapping[ViewMetric, list[float]]) -> bool:
     """Whether the latest answer alone was far faster than the answers before it: in one metric, or in first
     token and stream together."""
-    alone = {metric: shifts[0] for metric, shifts in tests.items() if shifts}
-    if any(shift <= -SURPRISE_Z for shift in alone.values()):
+    if any(shifts and shifts[0] <= -SURPRISE_Z for shifts in tests.values()):  # no dict of the first shifts
         return True
-    first, stream = (alone.get(m) for m in LEAP_METRICS)
-    return first is not None and stream is not None and (first + stream) / math.sqrt(2) <= -SURPRISE_JOINT_Z
+    first, stream = tests.get(LEAP_METRICS[0]) or [], tests.get(LEAP_METRICS[1]) or []
+    return bool(first) and bool(stream) and (first[0] + stream[0]) / math.sqrt(2) <= -SURPRISE_JOINT_Z
 
 
 def pooled_spreads(views: Iterable[DeploymentView]) -> dict[ViewMetric, float]:
