@@ -372,8 +372,7 @@ def render_ratios(results: RatioResults, previous: str | None = None) -> str:
         "round. Passthrough: `benchmarks/passthrough.py` (Starlette + uvicorn + uvloop/httptools + aiohttp, "
         "bytes only). Gateway: `python -m gateway serve -c benchmarks/gateway.bench.toml` (stats in memory, "
         'metrics and access log on); gateway-redis: the same with `backend = "redis"` on a local redis-server.'
-        + (f" The gateway's routing modules: {results.routing}." if results.routing else "")
-        + (" The base's: Python (a fresh worktree, no build)." if results.routing and results.base else ""),
+        + (f" The gateway's routing modules: {results.routing}." if results.routing else ""),
         "",
         "## Targets",
         "",
