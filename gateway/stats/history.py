@@ -15,14 +15,13 @@ samples twice in a sparkline, never in the window the router reads.
 from __future__ import annotations
 
 import json
-from bisect import insort
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.samples import Outcome, Sample
 from gateway.stats.redis_layout import EXPIRY_SLACK_S, pair_member, summary_fields, summary_from_hash
-from gateway.stats.sketch import _PAIRS, LogHistogram, value_pair
+from gateway.stats.sketch import count_buckets
 from gateway.stats.snapshot import DeploymentSummary, Metric, sample_buckets
 from gateway.stats.window import PENDING_SAMPLES
 from gateway.types import DeploymentKey
@@ -115,7 +114,6 @@ class MinuteBuckets:
             return
         self._pending = []
         last = self._last
-        pairs = _PAIRS
         for pair, minute, outcome, every in pending:
             if last is not None and last[0] == minute and last[1] == pair:
                 summary = last[2]
@@ -123,34 +121,10 @@ class MinuteBuckets:
                 summary = self._summary(pair, minute)
                 last = (minute, pair, summary)
             # ``summary.add_buckets(outcome, kept)`` of the two metrics kept, in ``sample_buckets``' order (``ttft_s``
-            # before ``tokens_per_s``), inline: no dict of them and no call per sample, each histogram counted as
-            # ``count_buckets`` counts it.
+            # before ``tokens_per_s``): no dict of them per sample.
             outcomes = summary.outcomes
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
-            histograms = summary.histograms
-            for metric in _HISTORY_ORDER:
-                bucket = every.get(metric)
-                if bucket is None:
-                    continue
-                histogram = histograms.get(metric)
-                if histogram is None:
-                    histogram = histograms[metric] = LogHistogram()
-                counts = histogram.counts
-                old = counts.get(bucket)
-                if old is None:
-                    counts[bucket] = 1
-                    if histogram._keys is not None:
-                        insort(histogram._keys, bucket)
-                else:
-                    counts[bucket] = old + 1
-                histogram.count += 1
-                reported = pairs.get(bucket)
-                if reported is None:
-                    reported = value_pair(bucket)
-                histogram._sum += reported[0]
-                if reported[1] is not None:
-                    histogram._inverse_sum += reported[1]
-                histogram._memo = None
+            count_buckets(summary.histograms, every, _HISTORY_ORDER)
         self._last = last
 
     def add_summary(self, pair: DeploymentKey, minute: int, summary: DeploymentSummary) -> None:

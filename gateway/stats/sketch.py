@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right, insort
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
 from typing import TypeVar
 
@@ -70,12 +70,16 @@ def value_pair(bucket: int) -> tuple[float, float | None]:
     return pair
 
 
-def count_buckets(histograms: dict[K, LogHistogram], buckets: Mapping[K, int]) -> None:
-    """One value of each bucket in ``buckets`` counted in ``histograms`` under its key (a histogram made where
-    there is none): ``add_bucket(bucket)`` of each, inline, for the stores' every sample (a call per value and a
-    ``value_of`` call each cost about as much as the counting). The same sums, in the same order, as ``add_bucket``."""
+def count_buckets(histograms: dict[K, LogHistogram], buckets: Mapping[K, int], keys: Sequence[K] | None = None) -> None:
+    """One value of each bucket in ``buckets`` (only those under ``keys``, in their order, when given) counted in
+    ``histograms`` under its key (a histogram made where there is none): ``add_bucket(bucket)`` of each, inline, for
+    the stores' every sample (a call per value and a ``value_of`` call each cost about as much as the counting). The
+    same sums, in the same order, as ``add_bucket``."""
     pairs = _PAIRS
-    for key, bucket in buckets.items():
+    for key in buckets if keys is None else keys:
+        bucket = buckets.get(key)
+        if bucket is None:
+            continue
         histogram = histograms.get(key)
         if histogram is None:
             histogram = histograms[key] = LogHistogram()
