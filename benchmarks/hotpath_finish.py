@@ -22,10 +22,8 @@ import asyncio
 import importlib
 from typing import Any
 
-from benchmarks.hotpath_memory import Driver, running_app
-from benchmarks.hotpath_sinks import run_pieces
-from benchmarks.hotpath_stages import StageClock, _flush_lines, _instrument, best_stages, calibrate
-from gateway.runtime import runtime_of
+from benchmarks.hotpath_sinks import measure_pieces, run_pieces
+from benchmarks.hotpath_stages import StageClock
 
 METHODS: tuple[tuple[str, str, str, str], ...] = (
     ("gateway.dialects.chat", "ChatDialect", "tally_kept", "finish: the template read (streamed)"),
@@ -106,24 +104,8 @@ def _wrap_pieces(clock: StageClock) -> None:
 
 async def measure(requests: int, repeats: int) -> dict[str, dict[str, float]]:
     """µs per request of each piece and of what is left of the two stages (best of ``repeats``)."""
-    results: dict[str, dict[str, float]] = {}
     pieces = {piece for *_, piece in (*METHODS, *FUNCTIONS)}
-    async with running_app(1) as app:
-        router_type = type(runtime_of({"app": app}).router)
-        per_call = calibrate()
-        for label, stream in (("streamed", True), ("non-streamed", False)):
-            driver = Driver(app, stream)
-            for _ in range(300):
-                await driver.one()
-            _flush_lines()
-
-            def instrument(clock: StageClock) -> None:
-                _instrument(clock, router_type)
-                _wrap_pieces(clock)
-
-            best = await best_stages(driver, instrument, requests, repeats, per_call)
-            results[label] = {s: us for s, us in best.items() if s in pieces or s in STAGES}
-    return results
+    return await measure_pieces(requests, repeats, _wrap_pieces, lambda s: s in pieces or s in STAGES)
 
 
 def render(results: dict[str, Any]) -> str:

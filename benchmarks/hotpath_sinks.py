@@ -51,8 +51,14 @@ def _wrap_pieces(clock: StageClock) -> None:
             clock.wrap(cls, name, piece)
 
 
-async def measure(requests: int, repeats: int) -> dict[str, dict[str, float]]:
-    """µs per request of each piece (best of ``repeats``), streamed and non-streamed."""
+async def measure_pieces(
+    requests: int,
+    repeats: int,
+    wrap_pieces: Callable[[StageClock], None],
+    kept: Callable[[str], bool],
+) -> dict[str, dict[str, float]]:
+    """µs per request of each stage the stage clocks and ``wrap_pieces`` name and ``kept`` keeps (best of
+    ``repeats``), streamed and non-streamed, whole requests in process."""
     results: dict[str, dict[str, float]] = {}
     async with running_app(1) as app:
         router_type = type(runtime_of({"app": app}).router)
@@ -65,12 +71,17 @@ async def measure(requests: int, repeats: int) -> dict[str, dict[str, float]]:
 
             def instrument(clock: StageClock) -> None:
                 _instrument(clock, router_type)
-                _wrap_pieces(clock)
+                wrap_pieces(clock)
 
             best = await best_stages(driver, instrument, requests, repeats, per_call)
-            pieces = {p for *_, p in PIECES}
-            results[label] = {s: us for s, us in best.items() if s in pieces or s == "sinks"}
+            results[label] = {s: us for s, us in best.items() if kept(s)}
     return results
+
+
+async def measure(requests: int, repeats: int) -> dict[str, dict[str, float]]:
+    """µs per request of each piece (best of ``repeats``), streamed and non-streamed."""
+    pieces = {p for *_, p in PIECES}
+    return await measure_pieces(requests, repeats, _wrap_pieces, lambda s: s in pieces or s == "sinks")
 
 
 def render(results: dict[str, Any]) -> str:
