@@ -14,11 +14,10 @@ Redis backend cache closed slices.
 from __future__ import annotations
 
 import math
-from bisect import insort
 from collections.abc import Mapping
 
 from gateway.samples import Sample
-from gateway.stats.sketch import _PAIRS, LogHistogram, value_pair
+from gateway.stats.sketch import count_buckets
 from gateway.stats.snapshot import DeploymentSummary, Metric, StatsSnapshot, sample_buckets
 from gateway.types import Clock, DeploymentKey
 
@@ -152,43 +151,8 @@ class SlicedWindow:
         if validity is not None:
             part.validity[validity] = part.validity.get(validity, 0) + 1
             total.validity[validity] = total.validity.get(validity, 0) + 1
-        # ``count_buckets`` of each summary, in one loop: the bucket's two values looked up once for both.
-        pairs, mine, theirs = _PAIRS, part.histograms, total.histograms
-        for metric, bucket in buckets.items():
-            pair = pairs.get(bucket)
-            if pair is None:
-                pair = value_pair(bucket)
-            reported, inverse = pair
-            one = mine.get(metric)
-            if one is None:
-                one = mine[metric] = LogHistogram()
-            other = theirs.get(metric)
-            if other is None:
-                other = theirs[metric] = LogHistogram()
-            counts = one.counts
-            old = counts.get(bucket)
-            if old is None:
-                counts[bucket] = 1
-                if one._keys is not None:
-                    insort(one._keys, bucket)
-            else:
-                counts[bucket] = old + 1
-            counts = other.counts
-            old = counts.get(bucket)
-            if old is None:
-                counts[bucket] = 1
-                if other._keys is not None:
-                    insort(other._keys, bucket)
-            else:
-                counts[bucket] = old + 1
-            one.count += 1
-            other.count += 1
-            one._sum += reported
-            other._sum += reported
-            if inverse is not None:
-                one._inverse_sum += inverse
-                other._inverse_sum += inverse
-            one._memo = other._memo = None
+        count_buckets(part.histograms, buckets)
+        count_buckets(total.histograms, buckets)
 
     def add_summary(self, index: int, part: DeploymentSummary) -> bool:
         """Merge a slice's worth of one deployment (read from elsewhere); False if out of the window."""
