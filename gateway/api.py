@@ -305,7 +305,7 @@ class ProxyEndpoint:
         policy = runtime.config.policy_for(model)
         session = None
         if policy.affinity != "off":
-            # No coroutine for a request that continues no session (``lookup_session``'s two steps, inline).
+            # No coroutine for a request that continues no session.
             identity = session_identity(headers, body, size, model.name, key.key_id, policy)
             if identity is not None:
                 session = await session_route(runtime, headers, identity, policy)

@@ -17,32 +17,12 @@ AFFINITY_HEADER_NAME = "x-gateway-affinity"
 AFFINITY_HEADER = AFFINITY_HEADER_NAME.encode()
 
 
-async def lookup_session(
-    runtime: GatewayRuntime,
-    headers: list[tuple[str, str]],
-    body: dict[str, Any],
-    size: int,
-    model: str,
-    scope_id: str,
-    policy: PolicyConfig,
-) -> SessionRoute | None:
-    """The conversation this request continues, with its binding if it can be read within the store's deadline.
-
-    ``headers``: the request's, decoded (``gateway.upstream.decoded_headers``); ``policy``: the model's, as the
-    caller found it. ``x-gateway-affinity: off`` (or ``strict``/``auto``) overrides the policy's ``affinity`` for
-    this request. ``session_identity`` then ``session_route``: a caller on the hot path calls them itself, and
-    awaits no coroutine for a request that continues no session.
-    """
-    identity = session_identity(headers, body, size, model, scope_id, policy)
-    if identity is None:
-        return None
-    return await session_route(runtime, headers, identity, policy)
-
-
 def session_identity(
     headers: list[tuple[str, str]], body: dict[str, Any], size: int, model: str, scope_id: str, policy: PolicyConfig
 ) -> SessionId | None:
-    """The session this request continues, if any (``session_of`` with the policy's header names and threshold)."""
+    """The conversation this request continues, if any (``session_of`` with the policy's header names and threshold):
+    ``headers``, the request's, decoded (``gateway.upstream.decoded_headers``); ``policy``, the model's, as the caller
+    found it. ``session_route`` then reads its binding; a request that continues no session awaits nothing."""
     return session_of(
         headers,
         body,
@@ -57,7 +37,8 @@ def session_identity(
 async def session_route(
     runtime: GatewayRuntime, headers: list[tuple[str, str]], identity: SessionId, policy: PolicyConfig
 ) -> SessionRoute:
-    """The route of the session ``identity``: the affinity asked for, and its binding in the session store."""
+    """The route of the session ``identity``: the affinity asked for (``x-gateway-affinity: off``, ``strict`` or
+    ``auto`` overrides the policy's for this request), and its binding if the store reads it within its deadline."""
     affinity: Affinity = policy.affinity
     asked = next((v.strip().lower() for k, v in headers if k == AFFINITY_HEADER_NAME), None)
     if asked is not None:

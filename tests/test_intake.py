@@ -407,8 +407,9 @@ def test_the_model_asked_for_resolves_as_before() -> None:
 
 
 def test_the_policy_handed_to_the_session_look_up_is_the_one_it_found() -> None:
-    """``lookup_session`` is given the policy of the model the request kept (``eligible`` may narrow its
-    deployments); it used to find it again from the configured model of that name: the same policy object."""
+    """The session look-up (``session_identity``, ``session_route``) is given the policy of the model the request
+    kept (``eligible`` may narrow its deployments); it used to find it again from the configured model of that name:
+    the same policy object."""
     providers = [
         {"name": "c", "base_url": "http://127.0.0.1:9/v1", "apis": ["chat"]},
         {"name": "a", "base_url": "http://127.0.0.1:9/v1", "apis": ["messages"]},
