@@ -76,10 +76,12 @@ MODULES = (
     "gateway.routing.draws",
     "gateway.routing.priors",
     "gateway.routing.choose",
+    "gateway.access_numbers",
 )
 """What is compiled: the routers (measured and belief) and what their plans and ``attempt_finished`` call per request,
 and what every relayed
-chunk passes through (the meter's ``feed``, the forwarder's, the SSE splitter and the kept chunks). Not the data
+chunk passes through (the meter's ``feed``, the forwarder's, the SSE splitter and the kept chunks), and the access
+line's rounding (``access_numbers``). Not the data
 types other packages build and read (``plan``, ``ranking``, ``overrides``, ``reading``): they stay Python classes."""
 
 

@@ -116,6 +116,8 @@ COMPILED_SUITE = (
     "tests/test_routing_belief_explained.py",
     "tests/test_routing_belief_replicas.py",
     "tests/test_routing_belief_session.py",
+    "tests/test_access_numbers.py",
+    "tests/test_accesslog.py",
 )
 """Run against the compiled modules: a request relayed (status, headers, body frames, access-log line, Sample),
 the meter, forwarder and splitter read chunk by chunk, and the belief router's beliefs and choices. Not the files
