@@ -7,6 +7,9 @@ the dispatcher handing out either class: every message the client gets (start, h
 ``more_body``) and every attempt's outcome and reading (its clock readings aside) must be the same, however the
 upstream cuts its stream, for a stream that ends well, one that ends without ``[DONE]``, without its finish, with an
 error event, and one whose upstream breaks (with another deployment left to ask, or none).
+
+And what issue 41 asks of the relay, pinned: every upstream read goes out in one ``send`` holding every event it
+completes (several events already in the buffer: one send), nothing held back but an unfinished event.
 """
 
 from __future__ import annotations
@@ -146,3 +149,37 @@ def test_a_stream_reply_sends_and_records_what_the_former_one_did(
     if breaks and name == "no finish":  # broken before its finish: the client's stream ends with an error event
         assert [outcome for outcome, _ in recorded] == ["broken_stream"]
         assert b"connection dropped mid-answer" in messages[-1]["body"] and messages[-1].get("more_body") is False
+
+
+def expected_sends(reads: list[bytes]) -> list[bytes]:
+    """What the relay sends for these upstream reads: the reads up to the one that completes the first word
+    together (held for the first token), then one send per read holding every event it completes, nothing held
+    back but an unfinished event; less the usage chunk the gateway asked for (the client did not)."""
+    first_word = b'"content":" word0"'
+    sends: list[bytes] = []
+    pending = b""
+    held = True
+    for read in reads:
+        pending += read
+        end = pending.rfind(b"\n\n")
+        cut = end + 2 if end >= 0 else 0
+        if held and pending[:cut].find(first_word) < 0:
+            continue
+        held = False
+        whole, pending = pending[:cut], pending[cut:]
+        events = [event + b"\n\n" for event in whole.split(b"\n\n") if event and b'"choices":[]' not in event]
+        if events:
+            sends.append(b"".join(events))
+    return sends
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_each_read_goes_out_in_one_send_with_every_event_it_completes(seed: int) -> None:
+    rng = random.Random(seed)
+    whole = b"".join(stream_chunks())
+    reads = [stream_chunks(), [whole]][seed] if seed < 2 else cut_randomly(whole, rng)
+    ((messages, recorded),) = asyncio.run(serve(replies.StreamReply, "chat", [reads], 0, 1))
+    bodies = [m for m in messages if m["type"] == "http.response.body"]
+    assert [m["body"] for m in bodies] == expected_sends(reads)
+    assert [m["more_body"] for m in bodies] == [True] * (len(bodies) - 1) + [False]
+    assert recorded[0][0] == "ok"
