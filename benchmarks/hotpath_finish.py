@@ -41,7 +41,7 @@ METHODS: tuple[tuple[str, str, str, str], ...] = (
     ("gateway.relay.replies", "StreamReply", "__init__", "set-up: StreamReply"),
     ("gateway.relay.attempt", "Attempt", "__init__", "set-up: Attempt"),
 )
-"""(module, class, method, piece). The relay's own ``Deadline`` is entered in ``send_to``, under *relay*: the
+"""(module, class, method, piece). The relay's own ``Deadline`` is entered in ``send_to``, under *reply*: the
 ``Deadline`` piece counts both, and only the first token's is in *attempt set-up*."""
 
 FUNCTIONS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (

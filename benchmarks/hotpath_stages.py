@@ -16,9 +16,10 @@ as the difference).
 
 *Per chunk* is the relay loop's CPU per upstream chunk (36 chunks, one event each: the role, 32
 words, the finish, usage, ``[DONE]``) less that of a bare loop reading the same chunks and sending
-each one (the least a passthrough does per chunk). A non-streamed request's *body relay* is ``FullReply.send_to``'s
-own work (its headers, the two messages to the client); the whole answer's read, token count and ``Sample`` are its
-*meter finish*, as a stream's are.
+each one (the least a passthrough does per chunk). The *reply* is the same kind of work for either kind of request,
+counted alike: ``send_to``'s own, outside any chunk loop (a whole answer's headers and its two messages; a stream's
+headers, its total deadline, its forwarder, its ending and outcome), the relay loop (``StreamReply._relay``) apart;
+the answer's read, token count and ``Sample`` are its *meter finish*, for both.
 """
 
 from __future__ import annotations
@@ -172,8 +173,11 @@ def _instrument(clock: StageClock, router_type: type) -> None:
         clock.wrap(router_type, name, "routing bookkeeping")
     clock.wrap(AccessControl, "reserve_spend", "attempt set-up")
     clock.wrap(Dispatcher, "dispatch", "attempt set-up")
+    # The reply outside any chunk loop, alike for both kinds (a whole answer's finish, a stream's meter finish and
+    # record, are the meter's stage); a stream's chunk loop is its relay.
+    clock.wrap(FullReply, "send_to", "reply")
+    clock.wrap(StreamReply, "send_to", "reply")
     clock.wrap(StreamReply, "_relay", "relay")
-    clock.wrap(FullReply, "send_to", "relay")  # a whole answer's relay (its finish is the meter's stage)
     clock.wrap(StreamMeter, "finish", "meter finish")
     clock.wrap(AttemptRunner, "record", "meter finish")
     clock.wrap(AttemptRunner, "finish_full", "meter finish")
@@ -294,6 +298,7 @@ def _rows(result: dict[str, Any], bare_chunk_us: float, chunks: int, stream: boo
     """The table's rows: (stage, µs, budget); per chunk is beyond ``bare_chunk_us`` (the passthrough's own)."""
     stages = dict(result["stages"])
     relay = stages.pop("relay", 0.0)
+    reply = stages.pop("reply", 0.0)
     rows = []
     order = ["intake", "plan", "routing bookkeeping", "attempt set-up"]
     if stream:
@@ -302,8 +307,9 @@ def _rows(result: dict[str, Any], bare_chunk_us: float, chunks: int, stream: boo
     order += ["meter finish", "sinks", "request glue"]
     for stage in order:
         rows.append((stage, stages.get(stage, 0.0), BUDGETS_US[stage]))
-        if stage == "attempt set-up" and not stream:
-            rows.append(("body relay (the whole answer sent)", relay, float("nan")))
+        if stage == "attempt set-up":
+            what = "the stream's, outside its chunk loop" if stream else "the whole answer sent"
+            rows.append((f"reply ({what})", reply, float("nan")))
     if stream:
         rows.append(("relay, all chunks", relay, float("nan")))
     return rows

@@ -180,7 +180,12 @@ class ProxyEndpoint:
                 # Stopped before its first keep-alive: it can no longer send one, and the reply's every chunk
                 # would pass through its ``send`` for nothing.
                 send, keeper = keeper.client_send, None
-            if reply.log.winner is not None and (omitted := omitted_tools(request, reply.log.winner.deployment)):
+            # Only a request translated without some built-in tools has any to name (``request.omitted_tools``).
+            if (
+                request.omitted_tools
+                and reply.log.winner is not None
+                and (omitted := omitted_tools(request, reply.log.winner.deployment))
+            ):
                 headers.append((OMITTED_TOOLS_HEADER, ",".join(omitted).encode()))
             if keeper is not None and keeper.started and isinstance(reply, FullReply):
                 # An upstream's whole error answer (a request fault), after the 200 went out: as an event.

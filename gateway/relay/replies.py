@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.types import Message, Send
 
@@ -141,19 +141,29 @@ class StreamReply(Reply):
                 forwarder = _forwarder(request, attempt)
                 said: list[str] = []  # the answer text the client has from streams that broke
                 while True:
-                    broken = await self._relay(send, start, request, attempt, forwarder, watch)
+                    # Looked up once per upstream stream: its chunks and its tail are redacted alike.
+                    redact = runner.upstreams[attempt.candidate.provider.name].redact
+                    broken = await self._relay(send, start, request, attempt, forwarder, watch, redact)
                     start = None
-                    assert attempt.meter is not None
+                    meter = attempt.meter
+                    assert meter is not None
                     # A [DONE] relayed as is, with nothing held back: nothing can follow it (``_ending``
                     # adds no bytes and tries no recovery), so the client's stream ends before the
                     # measuring (a parse and a token count) starts; ``_relay`` ended it with the last bytes.
-                    closed = broken is None and forwarder.error is None and attempt.meter.done
+                    closed = broken is None and forwarder.error is None and meter.done
                     if closed and not self._ended:
                         watch.disarm()
                         await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    reading = attempt.meter.finish(runner.counter)
-                    outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading)
-                    tail = runner.upstreams[attempt.candidate.provider.name].redact(tail)
+                    reading = meter.finish(runner.counter)
+                    if closed and reading.error_message is None and not reading.incomplete:
+                        # ``_ending``'s answer for a stream that ended with its ending relayed (the usual case),
+                        # without the call: complete, no tail, nothing to recover.
+                        outcome: Outcome = "ok"
+                        tail = b""
+                        recoverable = False
+                    else:
+                        outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading)
+                        tail = redact(tail)
                     if outcome == "ok" and reading.malformed:
                         failed = attempt.candidate
                         runner.events.malformed_stream(request.requested_model, failed.name, failed.provider.name)
@@ -211,18 +221,18 @@ class StreamReply(Reply):
         attempt: Attempt,
         forwarder: Forwarder,
         watch: DisconnectWatch,
+        redact: Callable[[bytes], bytes],
     ) -> UpstreamError | None:
         """Relay one upstream stream until it ends, breaks (the error is returned) or errs.
 
         Each read goes out in one ``send`` (all the events the upstream had buffered: never held to wait for
         more). The read that brings the stream's ending (chat's ``[DONE]``) also ends the client's stream, in
-        the same ``send``, when nothing can follow it (see ``_send_all``). On a client hang-up the attempt is
-        recorded as cancelled and the cancellation goes on.
+        the same ``send``, when nothing can follow it (``_last``). On a client hang-up the attempt is
+        recorded as cancelled and the cancellation goes on. ``redact``: the upstream's key masked (whole events
+        only go out, ``EventForwarder``: a key split across the upstream's reads is whole here).
         """
         response, meter = attempt.response, attempt.meter
         assert response is not None and meter is not None
-        # Whole events only go out (``EventForwarder``): a key split across the upstream's reads is whole here.
-        redact = self.runner.upstreams[attempt.candidate.provider.name].redact
         try:
             if start is not None:
                 self.log.status = 200
@@ -230,11 +240,17 @@ class StreamReply(Reply):
             out = forwarder.feed(b"".join(attempt.held))
             attempt.held.clear()
             if out:
-                await self._send_body(send, redact(out), meter.done and forwarder.error is None, watch)
+                if meter.done and forwarder.error is None:
+                    await self._last(send, redact(out), watch)
+                else:
+                    await send({"type": "http.response.body", "body": redact(out), "more_body": True})
                 if self.log.first_byte_at is None:
                     self.log.first_byte_at = self.log.clock()
+            if meter.done or forwarder.error is not None:
+                return None
             read, feed, forward = response.read_chunk, meter.feed, forwarder.feed  # bound once: each chunk calls them
-            while not meter.done and forwarder.error is None:
+            # Until the stream's ending or an error event: each chunk's state is looked at once, after its feeds.
+            while True:
                 if meter.finish_arrived:
                     # The deadline only around a read that waits: one that returns at once cannot outlast it (the
                     # usage chunk and [DONE] are often in with the finish).
@@ -255,14 +271,18 @@ class StreamReply(Reply):
                     out = forwarder.flush()
                     if out:
                         await send({"type": "http.response.body", "body": redact(out), "more_body": True})
-                    break
+                    return None
                 feed(chunk)
                 out = forward(chunk)
+                if meter.done or forwarder.error is not None:
+                    if out:
+                        if forwarder.error is None:
+                            await self._last(send, redact(out), watch)
+                        else:
+                            await send({"type": "http.response.body", "body": redact(out), "more_body": True})
+                    return None
                 if out:
-                    if meter.done and forwarder.error is None:
-                        await self._send_body(send, redact(out), True, watch)
-                    else:
-                        await send({"type": "http.response.body", "body": redact(out), "more_body": True})
+                    await send({"type": "http.response.body", "body": redact(out), "more_body": True})
         except UpstreamError as exc:
             return exc
         except asyncio.CancelledError:
@@ -270,17 +290,14 @@ class StreamReply(Reply):
             raise
         finally:
             response.close()
-        return None
 
-    async def _send_body(self, send: Send, body: bytes, last: bool, watch: DisconnectWatch) -> None:
-        """Relay ``body``; ``last``: it holds the stream's ending and nothing may follow, so it ends the client's
-        stream too (one write: uvicorn sends the chunk and the chunked body's end together)."""
-        if not last:
-            await send({"type": "http.response.body", "body": body, "more_body": True})
-            return
+    def _last(self, send: Send, body: bytes, watch: DisconnectWatch) -> Awaitable[None]:
+        """The send of ``body`` that holds the stream's ending, when nothing may follow: it ends the client's stream
+        too (one write: uvicorn sends the chunk and the chunked body's end together). No coroutine of its own: the
+        caller awaits ``send``'s."""
         watch.disarm()  # before the last frame: the server reports a completed response as a disconnect
         self._ended = True
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        return send({"type": "http.response.body", "body": body, "more_body": False})
 
     def _note_break(self, broken: Attempt, outcome: Outcome, resumed: Attempt | None, breaks: int) -> None:
         """Tell and log a mid-answer break, and what followed it (headers are gone: events and logs only)."""
