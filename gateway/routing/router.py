@@ -106,6 +106,11 @@ class MeasuredRouter:
         self.events: GatewayEvents = events if events is not None else NoEvents()
         self._providers = {p.name: p for p in config.providers}
         self._provider_of = {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
+        self._models: dict[str, ModelConfig] = {}
+        """``config.model``'s answers, by name (the first model of each name, as its walk finds): every attempt's start
+        and end looks its model up, and the config's own walk is an interpreted call from the compiled router."""
+        for m in config.models:
+            self._models.setdefault(m.name, m)
         self._typical_output: dict[str, tuple[float, int, OutputSource]] = {}
         self.lengths = self.state.lengths
         """What this model's answers actually were, per request shape, key and session (``gateway.routing.lengths``)."""
@@ -168,7 +173,7 @@ class MeasuredRouter:
         ``length``: the request's predicted answer (``forecast``), planned for; without it, ``max_tokens`` is taken
         as the answer's length (to explain a ranking for answers of that length), else the model's observed one.
         """
-        policy = self.config.policy_for(model)
+        policy = self.config.policies[model.policy]  # ``policy_for``, without its interpreted frame
         snapshot = self.stats.snapshot()
         deployments = allowed(self._speaking_of(model, endpoint, pinned), preferences, self._providers)
         now = self.clock()
@@ -285,7 +290,7 @@ class MeasuredRouter:
         )
         if request.max_tokens is not None:
             return self.lengths.forecast(key, request.max_tokens, float(request.max_tokens), "request")
-        policy = self.config.policy_for(model)
+        policy = self.config.policies[model.policy]  # ``policy_for``
         typical, source = self._expected_output(model.name, None, None, policy, self.clock())
         return self.lengths.forecast(key, None, float(typical), source)
 
@@ -479,9 +484,9 @@ class MeasuredRouter:
         if not self.state.health.admit(key, now, self._circuit_changed) and not retry:
             return False
         self.state.started(candidate.provider.name, key)
-        model = self.config.model(candidate.model)
+        model = self._models.get(candidate.model)  # ``config.model``
         if model is not None:
-            view = self.state.view(key, self.config.policy_for(model).memory_half_life_s)
+            view = self.state.view(key, self.config.policies[model.policy].memory_half_life_s)  # ``policy_for``'s
             view.started(id(candidate), now, candidate.predicted_s, candidate.predicted_first_token_s)
         return True
 
@@ -523,10 +528,10 @@ class MeasuredRouter:
         tokens = answer_tokens(sample)
         if tokens is not None and candidate.length is not None:
             self.lengths.heard(candidate.length.key, tokens, candidate.length.max_tokens)
-        model = self.config.model(candidate.model)
+        model = self._models.get(candidate.model)  # ``config.model``
         if model is None:
             return  # a reload removed the model while the attempt ran
-        policy = self.config.policy_for(model)
+        policy = self.config.policies[model.policy]  # ``policy_for``
         self._observe(key, sample, policy, started_at)
         # A 429 that reports budget left refused the load, not the caller: the learned limit has
         # backed off, and the circuit neither opens nor counts it (it is neutral, as a cancellation
