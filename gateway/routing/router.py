@@ -369,7 +369,8 @@ class MeasuredRouter:
             if 0 < i < len(race):
                 reason = "explore"
             key = (model.name, row.deployment.name)
-            deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.get(*key), now)
+            # ``snapshot.get``, without its Python frame
+            deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.summaries.get(key), now)
             prediction = row.scored.prediction
             candidate = candidate_from_fields(  # every field, in order (``gateway.frozen``)
                 row.deployment,
@@ -555,7 +556,9 @@ class MeasuredRouter:
         drained = _drained(sample)
         if sample.outcome == "ok" or drained:
             views = self.state.views_of(key[0])
-            view.prior_spreads = pooled_spreads(v for name, v in views.items() if name != key[1])
+            # The model's other deployments' spreads: none when this is its only one (``pooled_spreads`` of nothing).
+            others = (v for name, v in views.items() if name != key[1])
+            view.prior_spreads = pooled_spreads(others) if len(views) > 1 else {}
             tps = sample.tokens_per_s
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             cache: dict[Metric, float] = {}
