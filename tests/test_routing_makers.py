@@ -18,7 +18,14 @@ from typing import Any
 
 import pytest
 
-from gateway.routing.estimates import Estimate, Observation, _Attempt, estimate_from_fields, observation_from_fields
+from gateway.routing.estimates import (
+    Estimate,
+    Observation,
+    _Attempt,
+    _Sums,
+    estimate_from_fields,
+    observation_from_fields,
+)
 from gateway.routing.plan import Candidate, RoutePlan, candidate_from_fields, route_plan_from_fields
 from gateway.routing.predict import (
     Prediction,
@@ -66,10 +73,11 @@ def test_each_maker_makes_what_its_class_makes(cls: type[Any], make: Callable[..
         make(*list(values.values())[:-1])  # every field is required
 
 
-@pytest.mark.parametrize("cls", [_Value, _Attempt], ids=["_Value", "_Attempt"])
+@pytest.mark.parametrize("cls", [_Value, _Attempt, _Sums], ids=["_Value", "_Attempt", "_Sums"])
 def test_a_written_out_init_is_the_one_its_dataclass_generates(cls: type[Any]) -> None:
-    """``predict._Value`` and ``estimates._Attempt`` write their ``__init__`` out (compiled, it stores each field
-    directly; the generated one is interpreted): the same parameters and defaults, every field stored in its place."""
+    """``predict._Value``, ``estimates._Attempt`` and ``estimates._Sums`` write their ``__init__`` out (compiled, it
+    stores each field directly; the generated one is interpreted): the same parameters and defaults, every field
+    stored in its place."""
     fields = dataclasses.fields(cls)
     twin: Any = dataclasses.make_dataclass(
         f"_{cls.__name__}Generated",

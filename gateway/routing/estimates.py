@@ -248,6 +248,22 @@ class _Sums:
     logs: float = 0.0
     log_squares: float = 0.0
 
+    def __init__(  # the generated one's, written out: compiled, it stores each field directly (not interpreted)
+        self,
+        at: float = 0.0,
+        weight: float = 0.0,
+        squares: float = 0.0,
+        values: float = 0.0,
+        logs: float = 0.0,
+        log_squares: float = 0.0,
+    ) -> None:
+        self.at = at
+        self.weight = weight
+        self.squares = squares
+        self.values = values
+        self.logs = logs
+        self.log_squares = log_squares
+
     def add(self, at: float, value: float, half_life_s: float, count_half_life: float = COUNT_HALF_LIFE) -> None:
         """Count ``value``; ``half_life_s`` 0: no decay with time (only with the answers that follow)."""
         if self.weight > 0:
@@ -341,20 +357,52 @@ class _Attempt:
 
 @dataclass(slots=True)
 class _Run:
-    """One metric's complete answers since its last change: the sum and number of their logs, and the latest."""
+    """One metric's complete answers since its last change: the sum and number of their logs, and the latest.
+
+    The latest answers are kept as four lists side by side, oldest first (at most ``WINDOW_ANSWERS`` + 1 each), not as
+    a deque of tuples: compiled, ``shifts`` then reads native list items by index, with no copy of the deque and no
+    tuple made per answer nor unpacked per window."""
 
     total: float = 0.0
     count: int = 0
-    latest: deque[tuple[int, float, float, float]] = field(default_factory=lambda: deque(maxlen=WINDOW_ANSWERS + 1))
-    """(sequence number, log, log clipped to ``Z_CLIP`` spreads of the run's mean before it, arrival time) of the
-    latest answers."""
+    seqs: list[int] = field(default_factory=list)
+    """Sequence numbers of the latest answers."""
+    logs: list[float] = field(default_factory=list)
+    """Their logs."""
+    clipped: list[float] = field(default_factory=list)
+    """Their logs clipped to ``Z_CLIP`` spreads of the run's mean before each."""
+    ats: list[float] = field(default_factory=list)
+    """Their arrival times."""
+
+    def __init__(self, total: float = 0.0, count: int = 0) -> None:
+        """Written out (compiled, it stores each field directly; the generated one is interpreted): a run starts
+        with no latest answers (every run is made empty, on a metric's first answer and on each change)."""
+        self.total = total
+        self.count = count
+        self.seqs = []
+        self.logs = []
+        self.clipped = []
+        self.ats = []
 
     def add(self, seq: int, log: float, at: float, sigma: float) -> None:
         clip = Z_CLIP * sigma
         mean = self.total / self.count if self.count else log
         self.total += log
         self.count += 1
-        self.latest.append((seq, log, _bounded(log, mean, clip), at))
+        self.seqs.append(seq)
+        self.logs.append(log)
+        self.clipped.append(_bounded(log, mean, clip))
+        self.ats.append(at)
+        if len(self.seqs) > WINDOW_ANSWERS + 1:  # the oldest goes, as a deque's of that length would
+            del self.seqs[0]
+            del self.logs[0]
+            del self.clipped[0]
+            del self.ats[0]
+
+    @property
+    def latest(self) -> list[tuple[int, float, float, float]]:
+        """(sequence number, log, clipped log, arrival time) of the latest answers, oldest first (for tests)."""
+        return list(zip(self.seqs, self.logs, self.clipped, self.ats, strict=True))
 
     def shifts(self, sigma: float) -> list[float]:
         """For each window of the latest answers, newest first (one answer, two, ...), while answers before it
@@ -366,14 +414,15 @@ class _Run:
         """
         shifts: list[float] = []
         raw = clipped = 0.0
-        count, total, latest = self.count, self.total, list(self.latest)  # a list: compiled, indexed natively
-        for length in range(1, len(latest)):  # newest first, all but the oldest (the newest before a window stays)
+        count, total, logs, bounded = self.count, self.total, self.logs, self.clipped
+        kept = len(logs)
+        for length in range(1, kept):  # newest first, all but the oldest (the newest before a window stays)
             before = count - length
             if before < 1:
                 break
-            _, log, bounded, _ = latest[len(latest) - length]
+            log = logs[kept - length]
             raw += log
-            clipped += bounded
+            clipped += bounded[kept - length]
             base = (total - raw) / before
             deviation = (log if length == 1 else clipped) - length * base
             shifts.append(deviation / length / (sigma * math.sqrt(1.0 / length + 1.0 / before)))
@@ -382,17 +431,18 @@ class _Run:
     def window(self, index: int) -> tuple[int, float]:
         """The ``index``-th window of ``shifts`` (0: the newest answer alone): its first answer's sequence number,
         and how long the deployment went unheard between the newest answer before it and that one."""
-        latest = self.latest
-        first = latest[len(latest) - 1 - index]
-        return first[0], first[3] - latest[len(latest) - 2 - index][3]
+        ats = self.ats
+        first = len(ats) - 1 - index
+        return self.seqs[first], ats[first] - ats[first - 1]
 
     def shift_since(self, since: int, sigma: float) -> float | None:
         """How far the mean log of its answers from ``since`` on is from theirs before, in standard errors (None:
         none on one side, or the answers from ``since`` are no longer all among the latest)."""
-        latest = [(seq, log) for seq, log, _, _ in self.latest if seq >= since]
+        seqs = self.seqs
+        latest = [(seq, log) for seq, log in zip(seqs, self.logs, strict=True) if seq >= since]
         after = len(latest)
         before = self.count - after
-        if after == 0 or before < 1 or (after == len(self.latest) and self.latest[0][0] > since):
+        if after == 0 or before < 1 or (after == len(seqs) and seqs[0] > since):
             return None
         window = sum(log for _, log in latest)
         base = (self.total - window) / before
@@ -517,7 +567,9 @@ class DeploymentView:
             streamed = attempt.streamed_bytes = attempt.streamed(at)[1]
             attempt.progress = None
             if output_tokens is not None and output_tokens >= 2 and streamed > 0:
-                envelope = self.bytes_per_token.setdefault(attempt.api, _Sums())
+                envelope = self.bytes_per_token.get(attempt.api)
+                if envelope is None:  # made only when missing (a ``setdefault`` made one per stream to throw away)
+                    envelope = self.bytes_per_token[attempt.api] = _Sums()
                 envelope.add(at, streamed / (output_tokens - 1), 0.0, BYTES_PER_TOKEN_ANSWERS)
             elif output_tokens is None:
                 attempt.streaming_at = None  # cut short or failed: its pace says nothing
@@ -669,7 +721,7 @@ class DeploymentView:
         surprised = False
         # Each value once (a restart below moves only its own metric's regime), and each metric's spread as it
         # stood before this answer: the tests, the shared change and ``_for_spread`` all read that one.
-        values = [(m, v) for m in VIEW_METRICS if (v := self._value(observation, m)) is not None and v > 0]
+        values = self._values(observation)
         spreads: dict[ViewMetric, float] = {}
         if observation.ok is True:
             tests = self._tests(values, observation.at, spreads)
@@ -715,6 +767,19 @@ class DeploymentView:
         if spread is None:
             spread = self.spread(metric)
         return math.exp(_bounded(math.log(value), kept.logs / kept.weight, Z_CLIP * spread))
+
+    def _values(self, observation: Observation) -> list[tuple[ViewMetric, float]]:
+        """``observation``'s positive values that count (``_value``), in ``VIEW_METRICS``' order: each metric is the
+        name of its field, read directly (an ``Observation`` is a Python class: a method call per metric costs more
+        than the read), and the answer's start is read once."""
+        started = observation.started_at
+        regimes = self.regime_started_at
+        values: list[tuple[ViewMetric, float]] = []
+        for metric in VIEW_METRICS:
+            value: float | None = getattr(observation, metric)
+            if value is not None and value > 0 and (started is None or not started < regimes.get(metric, -math.inf)):
+                values.append((metric, value))
+        return values
 
     def _value(self, observation: Observation, metric: ViewMetric) -> float | None:
         """``observation``'s value of ``metric``, unless it went out before the metric's last change began."""
@@ -789,11 +854,12 @@ class DeploymentView:
         for metric, shifts in tests.items():
             if not shifts or within(shifts, CHANGE_MIN_Z):
                 continue  # no window is that far (a NaN, which max and min may pass over, never is)
+            tested = self.runs[metric]
             for i in range(1, len(shifts)):  # windows of two answers or more
                 shift = shifts[i]
                 if abs(shift) < CHANGE_MIN_Z:
                     continue
-                since, gap = self.runs[metric].window(i)
+                since, gap = tested.window(i)
                 excess = abs(shift) - change_threshold(gap)
                 if excess >= 0 and (metric not in found or excess > found[metric][1]):
                     found[metric] = (since, excess, math.copysign(1.0, shift))

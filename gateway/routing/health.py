@@ -295,7 +295,9 @@ class RouterState:
     """The shared stats window's length (``stats.window_s``)."""
 
     def view(self, key: DeploymentKey, half_life_s: float) -> DeploymentView:
-        views = self.views.setdefault(key[0], {})
+        views = self.views.get(key[0])
+        if views is None:  # made only when missing (a ``setdefault`` made a dict per call to throw away)
+            views = self.views[key[0]] = {}
         view = views.get(key[1])
         if view is None:
             view = views[key[1]] = DeploymentView(half_life_s, self.window_s)
@@ -303,7 +305,8 @@ class RouterState:
         return view
 
     def views_of(self, model: str) -> dict[str, DeploymentView]:
-        return self.views.get(model, {})
+        views = self.views.get(model)
+        return views if views is not None else {}  # an empty dict only when none (a default made one per call)
 
     def started(self, provider: str, key: DeploymentKey) -> None:
         self.provider_in_flight[provider] = self.provider_in_flight.get(provider, 0) + 1

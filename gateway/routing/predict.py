@@ -273,7 +273,7 @@ def predict(
     in flight of one that never finished an answer are read (``DeploymentView.in_flight``). ``pooled``: the model's
     pooled histograms merged so far for this request and snapshot (shared by the calls that predict its deployments).
     """
-    summary = snapshot.get(model, deployment.name)
+    summary = snapshot.summaries.get((model, deployment.name))  # ``snapshot.get``, without its Python frame
     ttft = _metric(view, summary, snapshot, model, "ttft_s", policy, now, memo=pooled)
     # A warm first token and a prefill speed are unknown for most deployments (their provider reports no cached
     # tokens, their prompts are short): ``_metric`` is not asked where it would find nothing.

@@ -106,6 +106,11 @@ class MeasuredRouter:
         self.events: GatewayEvents = events if events is not None else NoEvents()
         self._providers = {p.name: p for p in config.providers}
         self._provider_of = {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
+        self._models: dict[str, ModelConfig] = {}
+        """``config.model``'s answers, by name (the first model of each name, as its walk finds): every attempt's start
+        and end looks its model up, and the config's own walk is an interpreted call from the compiled router."""
+        for m in config.models:
+            self._models.setdefault(m.name, m)
         self._typical_output: dict[str, tuple[float, int, OutputSource]] = {}
         self.lengths = self.state.lengths
         """What this model's answers actually were, per request shape, key and session (``gateway.routing.lengths``)."""
@@ -168,7 +173,7 @@ class MeasuredRouter:
         ``length``: the request's predicted answer (``forecast``), planned for; without it, ``max_tokens`` is taken
         as the answer's length (to explain a ranking for answers of that length), else the model's observed one.
         """
-        policy = self.config.policy_for(model)
+        policy = self.config.policies[model.policy]  # ``policy_for``, without its interpreted frame
         snapshot = self.stats.snapshot()
         deployments = allowed(self._speaking_of(model, endpoint, pinned), preferences, self._providers)
         now = self.clock()
@@ -285,7 +290,7 @@ class MeasuredRouter:
         )
         if request.max_tokens is not None:
             return self.lengths.forecast(key, request.max_tokens, float(request.max_tokens), "request")
-        policy = self.config.policy_for(model)
+        policy = self.config.policies[model.policy]  # ``policy_for``
         typical, source = self._expected_output(model.name, None, None, policy, self.clock())
         return self.lengths.forecast(key, None, float(typical), source)
 
@@ -364,7 +369,8 @@ class MeasuredRouter:
             if 0 < i < len(race):
                 reason = "explore"
             key = (model.name, row.deployment.name)
-            deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.get(*key), now)
+            # ``snapshot.get``, without its Python frame
+            deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.summaries.get(key), now)
             prediction = row.scored.prediction
             candidate = candidate_from_fields(  # every field, in order (``gateway.frozen``)
                 row.deployment,
@@ -479,9 +485,9 @@ class MeasuredRouter:
         if not self.state.health.admit(key, now, self._circuit_changed) and not retry:
             return False
         self.state.started(candidate.provider.name, key)
-        model = self.config.model(candidate.model)
+        model = self._models.get(candidate.model)  # ``config.model``
         if model is not None:
-            view = self.state.view(key, self.config.policy_for(model).memory_half_life_s)
+            view = self.state.view(key, self.config.policies[model.policy].memory_half_life_s)  # ``policy_for``'s
             view.started(id(candidate), now, candidate.predicted_s, candidate.predicted_first_token_s)
         return True
 
@@ -523,10 +529,10 @@ class MeasuredRouter:
         tokens = answer_tokens(sample)
         if tokens is not None and candidate.length is not None:
             self.lengths.heard(candidate.length.key, tokens, candidate.length.max_tokens)
-        model = self.config.model(candidate.model)
+        model = self._models.get(candidate.model)  # ``config.model``
         if model is None:
             return  # a reload removed the model while the attempt ran
-        policy = self.config.policy_for(model)
+        policy = self.config.policies[model.policy]  # ``policy_for``
         self._observe(key, sample, policy, started_at)
         # A 429 that reports budget left refused the load, not the caller: the learned limit has
         # backed off, and the circuit neither opens nor counts it (it is neutral, as a cancellation
@@ -550,7 +556,9 @@ class MeasuredRouter:
         drained = _drained(sample)
         if sample.outcome == "ok" or drained:
             views = self.state.views_of(key[0])
-            view.prior_spreads = pooled_spreads(v for name, v in views.items() if name != key[1])
+            # The model's other deployments' spreads: none when this is its only one (``pooled_spreads`` of nothing).
+            others = (v for name, v in views.items() if name != key[1])
+            view.prior_spreads = pooled_spreads(others) if len(views) > 1 else {}
             tps = sample.tokens_per_s
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             cache: dict[Metric, float] = {}

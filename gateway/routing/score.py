@@ -227,7 +227,7 @@ def score_all(
             weights.price * math.log2((p.cost_usd + epsilon) / (best_cost + epsilon)) if epsilon > 0 else 0.0,  # price
             weights.failure * _failure(p, weights.quality),  # failure
         )
-        summary = snapshot.get(model, deployment.name)
+        summary = snapshot.summaries.get((model, deployment.name))  # ``snapshot.get``, without its Python frame
         violations = broken(
             deployment,
             summary,
