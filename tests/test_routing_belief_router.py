@@ -7,7 +7,9 @@ seconds late.
 
 from __future__ import annotations
 
+import math
 import random
+import statistics
 
 import pytest
 
@@ -188,3 +190,102 @@ def test_a_half_open_circuit_closes_when_its_probe_begins_to_answer() -> None:
     router.attempt_streaming(a, _Meter())
     assert router.state.health.state(key, clock(), router._circuit_changed) == "closed"
     assert router.attempt_started(a)
+
+
+def test_the_first_tokens_come_so_far_are_read_with_the_waits_of_those_still_to_come() -> None:
+    """``a`` starts in about 1 s (and streams at 250 tokens/s); ``b`` in 0.25 s at 40. Of the streams begun at ``a``
+    since it was last heard, the ones whose first token came by now are its quick ones: each came sooner than its
+    own wait so far. Read alone they say ``a`` starts sooner (and a change, should they read as one, lands among its
+    siblings: ``b``'s slow stream). Read with the waits of the streams still waiting (the sample's censored part),
+    the plan sees ``a`` where it was: over many such moments, as often quicker as slower."""
+    config = gateway_config(["a", "b"], policy={"extends": "balanced"})
+    clock = FakeClock()
+    router = BeliefRouter(config, InMemoryStatsStore(config.stats), rng=random.Random(1), clock=clock)
+    model = config.models[0]
+    a, b = (Candidate(d, config.provider(d.provider), model=model.name) for d in model.deployments)
+    rank_beliefs(router, model)
+    draws = random.Random(7)
+    for _ in range(20):
+        for candidate, ttft, tps in ((a, 1.0, 250.0), (b, 0.25, 40.0)):
+            clock.advance(0.25)
+            assert router.attempt_started(candidate)
+            meter = _Meter()
+            router.attempt_streaming(candidate, meter)
+            meter.received_bytes = 400
+            draw = ttft * draws.lognormvariate(0, 0.3)
+            sample = make_sample(deployment=candidate.name, ttft_s=draw, tokens_per_s=tps, output_tokens=100)
+            router.attempt_finished(candidate, sample)
+    key = (model.name, "a")
+    heard = router.beliefs[key].expected(clock())
+    started = clock()
+    ttfts, spts = [], []
+    for _ in range(40):  # moments alike: twelve streams begun at ``a`` 0.1 s apart since, the last just now
+        cohort = []
+        for i in range(12):
+            candidate = Candidate(a.deployment, a.provider, model=model.name)
+            assert router.attempt_started(candidate)
+            cohort.append((candidate, started + 0.1 * i, heard.ttft_s * draws.lognormvariate(0, 0.3)))
+        now = started + 1.2
+        for candidate, begun, ttft in cohort:
+            router._attempts[id(candidate)].started_at = begun
+            if begun + ttft <= now:  # its first token (its pace is not read yet)
+                router._attempts[id(candidate)].first_at = begun + ttft
+        seen = router._option(model.name, "a", a.deployment, router.stats.snapshot(), now).belief.expected(now)
+        ttfts.append(math.log(seen.ttft_s / heard.ttft_s))
+        spts.append(math.log(seen.s_per_token / heard.s_per_token))
+        for candidate, _, _ in cohort:  # gone unheard, as if never begun
+            del router._attempts[id(candidate)], router._open[key][id(candidate)]
+            router.state.finished(a.provider.name, key)
+    assert abs(statistics.fmean(ttfts)) < 0.02
+    assert abs(statistics.fmean(spts)) < 0.05
+
+
+def test_the_slowest_of_many_streams_running_is_read_as_the_slowest_of_many() -> None:
+    """``a`` streams at 250 tokens/s (its answers scatter by a fifth); ten of its streams begun before it was last heard
+    are still running, each at its own pace. The slowest of ten is slower than most answers by chance alone: read
+    as one attempt's bound ("at least this slow") it reads as a likely change (one that lands among the siblings:
+    ``b``'s 40 tokens/s); read as the slowest of ten, the plan sees ``a`` where it was."""
+    config = gateway_config(["a", "b"], policy={"extends": "balanced"})
+    clock = FakeClock()
+    router = BeliefRouter(config, InMemoryStatsStore(config.stats), rng=random.Random(1), clock=clock)
+    model = config.models[0]
+    a, b = (Candidate(d, config.provider(d.provider), model=model.name) for d in model.deployments)
+    rank_beliefs(router, model)
+    draws = random.Random(11)
+
+    def answer(candidate: Candidate, tps: float) -> None:
+        assert router.attempt_started(candidate)
+        meter = _Meter()
+        router.attempt_streaming(candidate, meter)
+        meter.received_bytes = 400  # 100 tokens of 4 bytes
+        draw = tps * draws.lognormvariate(0, 0.2)
+        sample = make_sample(deployment=candidate.name, ttft_s=0.5, tokens_per_s=draw, output_tokens=100)
+        router.attempt_finished(candidate, sample)
+
+    for _ in range(20):
+        for candidate, tps in ((a, 250.0), (b, 40.0)):
+            clock.advance(0.25)
+            answer(candidate, tps)
+    key = (model.name, "a")
+    worst = []
+    for _ in range(20):  # moments alike: ten streams begun 0.1 s apart, then ``a`` heard, and read 0.4 s on
+        streams = []
+        for _ in range(10):
+            candidate = Candidate(a.deployment, a.provider, model=model.name)
+            assert router.attempt_started(candidate)
+            meter = _Meter()
+            router.attempt_streaming(candidate, meter)
+            streams.append((candidate, meter, clock(), 250.0 * draws.lognormvariate(0, 0.2)))
+            clock.advance(0.1)
+        answer(a, 250.0)
+        heard = router.beliefs[key].expected(clock())
+        clock.advance(0.4)
+        for _, meter, first_at, tps in streams:
+            meter.received_bytes = 4 * (1 + int((clock() - first_at) * tps))
+        seen = router._option(model.name, "a", a.deployment, router.stats.snapshot(), clock()).belief
+        worst.append(math.log(seen.expected(clock()).s_per_token / heard.s_per_token))
+        for candidate, _, _, _ in streams:  # gone unheard, as if never begun
+            del router._attempts[id(candidate)], router._open[key][id(candidate)]
+            router.state.finished(a.provider.name, key)
+    assert max(worst) < 0.08
+    assert statistics.fmean(worst) < 0.03
