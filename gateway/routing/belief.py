@@ -93,6 +93,8 @@ class Belief:
     """The prior counted in ``noise`` and ``spread2`` (noise per metric, then spread per metric): the siblings' as
     of the last answer (``reprior``)."""
 
+    # -- evidence ---------------------------------------------------------------------------
+
     def observe(
         self,
         now: float,
@@ -103,7 +105,6 @@ class Belief:
         at_least: tuple[float | None, float | None] = (None, None),
         uncached_tokens: int | None = 0,
         mixed: bool = True,
-        of: tuple[int, int] = (1, 1),  # each bound the largest of this many (``student.likelihoods``)
     ) -> None:
         """One answer's pair (either may be missing), or lower bounds on them (``at_least``); ``uncached_tokens``:
         its prompt tokens not found cached (None: not known, the prefill regression does not hear it). Without
@@ -131,7 +132,7 @@ class Belief:
         if not unborn:
             runs.extend(self._new_runs(prior))
         # Every run's likelihood at once (the noise is the one before this answer), then the stayed and the fresh.
-        fits = likelihoods(runs, values, bounds, self.noise, of)
+        fits = likelihoods(runs, values, bounds, self.noise)
         stayed, changed = 1.0 - hazard, hazard * total
         for i in range(kept):
             runs[i].weight *= stayed * fits[i]
@@ -151,12 +152,12 @@ class Belief:
                 bounds[metric],
                 (prior.noise[metric], prior.spread2[metric]),
             )
-        update_all(runs, values, bounds, self.noise, of)
+        update_all(runs, values, bounds, self.noise)
         if unborn and not 0.0 < sum([r.weight for r in runs]) < math.inf:
             fresh = self._new_runs(prior)
             for run in fresh:
                 run.born, run.weight = now, 0.0  # what ``changed * weight * fit`` is where they are unborn
-            update_all(fresh, values, bounds, self.noise, of)
+            update_all(fresh, values, bounds, self.noise)
             runs.extend(fresh)
             unborn = False
         self.runs = prune(self.runs, cut=unborn)
@@ -190,11 +191,10 @@ class Belief:
         *,
         streaming: tuple[tuple[float, float | None], ...] = (),
         waiting: tuple[float, ...] = (),
-        of: tuple[int, int] = (1, 1),
     ) -> Belief:
         """A copy told the first token is at least ``ttft_at_least`` (a wait), the seconds per token at least
-        ``spt_at_least`` (a slow stream), each the largest of ``of``; the pairs of ``streaming`` (streams begun since
-        last heard: first token, pace so far), and ``waiting`` (those still waiting: the waits): for one plan only."""
+        ``spt_at_least`` (a slow stream), the pairs of ``streaming`` (streams begun since last heard: first token,
+        pace so far), and ``waiting`` (those of them still waiting: their waits so far): for one plan only."""
         copy = Belief(
             [Run(r.weight, r.mean[:], r.var[:], r.born) for r in self.runs],
             self.heard_at,
@@ -217,7 +217,7 @@ class Belief:
             ttft_at_least * math.exp(-self.spread2[TTFT]) if ttft_at_least is not None else None,
             spt_at_least * math.exp(-self.spread2[SPT]) if spt_at_least is not None else None,
         )
-        copy.observe(now, prior, at_least=bounds, uncached_tokens=None, mixed=False, of=of)
+        copy.observe(now, prior, at_least=bounds, uncached_tokens=None, mixed=False)
         for ttft_s, s_per_token, waited in (*((t, s, None) for t, s in streaming), *((None, None, w) for w in waiting)):
             copy.observe(now, prior, ttft_s, s_per_token, at_least=(waited, None), uncached_tokens=None, mixed=False)
         if copy.answers != self.answers:  # told something: the mixture of its runs as they are now, found once

@@ -67,10 +67,9 @@ def slowness_of(attempt: RunningAttempt, now: float, bytes_per_token: dict[str, 
     return (now - attempt.first_at) / (progress.received_bytes / per_token + 1.0)
 
 
-Evidence = tuple[float | None, float | None, tuple[tuple[float, float | None], ...], tuple[float, ...], tuple[int, int]]
+Evidence = tuple[float | None, float | None, tuple[tuple[float, float | None], ...], tuple[float, ...]]
 """What a deployment's running attempts tell a plan (``Belief.bounded``'s arguments): a first-token bound, a
-seconds-per-token bound, the streams read as answers, the waits of those still waiting, and how many each bound is
-the largest of."""
+seconds-per-token bound, the streams read as answers, and the waits of those still waiting for a first token."""
 
 
 def running_evidence(
@@ -84,9 +83,7 @@ def running_evidence(
     quick ones (each came sooner than its own wait), and read without the waits of the rest, a faster deployment.
     (Never heard, its attempts are its cold start: a bound would count as an answer, and only the longest wait is
     told.) Of the rest, the longest still waiting for its first token says "the first token is at least this
-    long", the slowest streaming "the seconds per token are at least this", when past what is expected of it; each
-    is the largest of several, and is read as such (or the slowest of many streams of a steady deployment reads as
-    a likely change)."""
+    long", the slowest streaming "the seconds per token are at least this", when past what is expected of it."""
     young = belief.heard_at is not None
     heard = belief.heard_at if belief.heard_at is not None else -math.inf
     paces = {
@@ -112,7 +109,7 @@ def running_evidence(
     spt_bound = slow if slow > expected.s_per_token else None
     if ttft_bound is None and spt_bound is None and not streaming and not waiting:
         return None
-    return ttft_bound, spt_bound, streaming, waiting, (max(1, len(waits)), max(1, sum(1 for x in slows if x > 0.0)))
+    return ttft_bound, spt_bound, streaming, waiting
 
 
 class Measured(Protocol):

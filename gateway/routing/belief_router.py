@@ -205,8 +205,8 @@ class BeliefRouter:
         if running:
             told = running_evidence(belief, prior, running, now, self._bytes_per_token)
             if told is not None:
-                ttft_bound, spt_bound, streaming, waiting, of = told
-                belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming, waiting=waiting, of=of)
+                ttft_bound, spt_bound, streaming, waiting = told
+                belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming, waiting=waiting)
         return Option(deployment, belief, prior, bool(running))
 
     # -- attempts ---------------------------------------------------------------------------

@@ -31,24 +31,14 @@ class Hypothesis(Protocol):
 
 
 def likelihoods(
-    runs: Sequence[Hypothesis],
-    values: tuple[float | None, ...],
-    bounds: tuple[float | None, ...],
-    noise: list[float],
-    of: tuple[int, ...] = (1, 1),
+    runs: Sequence[Hypothesis], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
 ) -> list[float]:
     """How well each of ``runs`` predicted this evidence: Student-t densities of values, Student-t tails of bounds.
-    A bound that is the largest of ``of[metric]`` answers' ("the slowest of several is at least this") is as likely
-    as any of them reaching it: ``1 − (1 − tail)^of``. Read for every hypothesis of every running stream on every
-    plan: each metric's evidence is looked at once for all runs (a run's product is still taken metric by metric)."""
+    Read for every hypothesis of every running stream on every plan: each metric's evidence is looked at once for
+    all runs (a run's product is still taken metric by metric)."""
     ps = [1.0] * len(runs)
     for metric in METRICS:
         value, bound, n = values[metric], bounds[metric], noise[metric]
-        if value is None and bound is not None and of[metric] > 1:
-            for i, run in enumerate(runs):
-                tail = any_of(_t_tail((bound - run.mean[metric]) / math.sqrt(run.var[metric] + n)), of[metric])
-                ps[i] *= tail if tail > 1e-12 else 1e-12
-            continue
         if value is not None:
             for i, run in enumerate(runs):
                 scale2 = run.var[metric] + n
@@ -62,22 +52,13 @@ def likelihoods(
 
 
 def update_all(
-    runs: Sequence[Hypothesis],
-    values: tuple[float | None, ...],
-    bounds: tuple[float | None, ...],
-    noise: list[float],
-    of: tuple[int, ...] = (1, 1),
+    runs: Sequence[Hypothesis], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
 ) -> None:
     """Each run's posterior after the evidence: a robust Kalman step per value, and per bound the assumed-density
-    step of a Student-t tail (its hazard moves the mean; a far bound moves it a bounded amount), of the largest of
-    ``of[metric]`` answers' tail where it is theirs (``likelihoods``). Each metric's evidence is looked at once for
-    all runs (the metrics' posteriors are independent)."""
+    step of a Student-t tail (its hazard moves the mean; a far bound moves it a bounded amount). Each metric's
+    evidence is looked at once for all runs (the metrics' posteriors are independent)."""
     for metric in METRICS:
         value, bound, n = values[metric], bounds[metric], noise[metric]
-        if value is None and bound is not None and of[metric] > 1:
-            for run in runs:
-                _largest_of_step(run, metric, bound, n, of[metric])
-            continue
         if value is not None:
             for run in runs:  # a robust Kalman step: a far answer (Student-t) counts for less
                 means, variances = run.mean, run.var
@@ -98,32 +79,6 @@ def update_all(
                 shrunk = var * (1.0 - var / (s * s) * hazard * (hazard - slope))
                 shrunk = shrunk if shrunk > 1e-6 else 1e-6  # max(1e-6, shrunk), a NaN included
                 variances[metric] = shrunk if shrunk < var else var  # min(var, shrunk), a NaN included
-
-
-def any_of(tail: float, count: int) -> float:
-    """The chance the largest of ``count`` answers passes a bound each passes with chance ``tail``."""
-    return 1.0 - math.pow(1.0 - tail, count) if tail < 1.0 else 1.0
-
-
-def _largest_of_step(run: Hypothesis, metric: int, bound: float, n: float, count: int) -> None:
-    """The assumed-density step of "the largest of ``count`` answers is at least ``bound``": the likelihood
-    ``1 − (1 − T(α))^count`` moves the mean by its hazard ``count (1 − T)^(count − 1) f / L`` and narrows the
-    variance by its curvature ``h (h + (count − 1) f / (1 − T) − slope)`` (one answer's step where ``count`` is 1)."""
-    means, variances = run.mean, run.var
-    mean, var = means[metric], variances[metric]
-    s = math.sqrt(var + n)
-    alpha = (bound - mean) / s
-    tail = _t_tail(alpha)
-    below = 1.0 - tail
-    density = _T_NORM * math.pow(1.0 + alpha * alpha / TAIL_NU, _POWER)
-    chance = any_of(tail, count)
-    hazard = count * math.pow(below, count - 1) * density / (chance if chance > 1e-12 else 1e-12)
-    slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)
-    crowd = (count - 1) * density / below if below > 1e-12 else 0.0
-    means[metric] = mean + var / s * hazard
-    shrunk = var * (1.0 - var / (s * s) * hazard * (hazard + crowd - slope))
-    shrunk = shrunk if shrunk > 1e-6 else 1e-6
-    variances[metric] = shrunk if shrunk < var else var
 
 
 def censored_square(bound: float, mean: float, variance: float) -> float:
