@@ -7,9 +7,7 @@ seconds late.
 
 from __future__ import annotations
 
-import math
 import random
-import statistics
 
 import pytest
 
@@ -190,51 +188,3 @@ def test_a_half_open_circuit_closes_when_its_probe_begins_to_answer() -> None:
     router.attempt_streaming(a, _Meter())
     assert router.state.health.state(key, clock(), router._circuit_changed) == "closed"
     assert router.attempt_started(a)
-
-
-def test_the_first_tokens_come_so_far_are_read_with_the_waits_of_those_still_to_come() -> None:
-    """``a`` starts in about 1 s (and streams at 250 tokens/s); ``b`` in 0.25 s at 40. Of the streams begun at ``a``
-    since it was last heard, the ones whose first token came by now are its quick ones: each came sooner than its
-    own wait so far. Read alone they say ``a`` starts sooner (and a change, should they read as one, lands among its
-    siblings: ``b``'s slow stream). Read with the waits of the streams still waiting (the sample's censored part),
-    the plan sees ``a`` where it was: over many such moments, as often quicker as slower."""
-    config = gateway_config(["a", "b"], policy={"extends": "balanced"})
-    clock = FakeClock()
-    router = BeliefRouter(config, InMemoryStatsStore(config.stats), rng=random.Random(1), clock=clock)
-    model = config.models[0]
-    a, b = (Candidate(d, config.provider(d.provider), model=model.name) for d in model.deployments)
-    rank_beliefs(router, model)
-    draws = random.Random(7)
-    for _ in range(20):
-        for candidate, ttft, tps in ((a, 1.0, 250.0), (b, 0.25, 40.0)):
-            clock.advance(0.25)
-            assert router.attempt_started(candidate)
-            meter = _Meter()
-            router.attempt_streaming(candidate, meter)
-            meter.received_bytes = 400
-            draw = ttft * draws.lognormvariate(0, 0.3)
-            sample = make_sample(deployment=candidate.name, ttft_s=draw, tokens_per_s=tps, output_tokens=100)
-            router.attempt_finished(candidate, sample)
-    key = (model.name, "a")
-    heard = router.beliefs[key].expected(clock())
-    started = clock()
-    ttfts, spts = [], []
-    for _ in range(40):  # moments alike: twelve streams begun at ``a`` 0.1 s apart since, the last just now
-        cohort = []
-        for i in range(12):
-            candidate = Candidate(a.deployment, a.provider, model=model.name)
-            assert router.attempt_started(candidate)
-            cohort.append((candidate, started + 0.1 * i, heard.ttft_s * draws.lognormvariate(0, 0.3)))
-        now = started + 1.2
-        for candidate, begun, ttft in cohort:
-            router._attempts[id(candidate)].started_at = begun
-            if begun + ttft <= now:  # its first token (its pace is not read yet)
-                router._attempts[id(candidate)].first_at = begun + ttft
-        seen = router._option(model.name, "a", a.deployment, router.stats.snapshot(), now).belief.expected(now)
-        ttfts.append(math.log(seen.ttft_s / heard.ttft_s))
-        spts.append(math.log(seen.s_per_token / heard.s_per_token))
-        for candidate, _, _ in cohort:  # gone unheard, as if never begun
-            del router._attempts[id(candidate)], router._open[key][id(candidate)]
-            router.state.finished(a.provider.name, key)
-    assert abs(statistics.fmean(ttfts)) < 0.02
-    assert abs(statistics.fmean(spts)) < 0.05

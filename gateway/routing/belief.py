@@ -190,11 +190,10 @@ class Belief:
         spt_at_least: float | None = None,
         *,
         streaming: tuple[tuple[float, float | None], ...] = (),
-        waiting: tuple[float, ...] = (),
     ) -> Belief:
-        """A copy told the first token is at least ``ttft_at_least`` (a wait), the seconds per token at least
-        ``spt_at_least`` (a slow stream), the pairs of ``streaming`` (streams begun since last heard: first token,
-        pace so far), and ``waiting`` (those of them still waiting: their waits so far): for one plan only."""
+        """A copy told the first token is at least ``ttft_at_least`` (an attempt still waiting for it), the seconds
+        per token at least ``spt_at_least`` (a stream running slow), and the pairs of ``streaming`` (streams begun
+        since it was last heard: their first token, and their pace so far): for one plan only."""
         copy = Belief(
             [Run(r.weight, r.mean[:], r.var[:], r.born) for r in self.runs],
             self.heard_at,
@@ -218,8 +217,8 @@ class Belief:
             spt_at_least * math.exp(-self.spread2[SPT]) if spt_at_least is not None else None,
         )
         copy.observe(now, prior, at_least=bounds, uncached_tokens=None, mixed=False)
-        for ttft_s, s_per_token, waited in (*((t, s, None) for t, s in streaming), *((None, None, w) for w in waiting)):
-            copy.observe(now, prior, ttft_s, s_per_token, at_least=(waited, None), uncached_tokens=None, mixed=False)
+        for ttft_s, s_per_token in streaming:
+            copy.observe(now, prior, ttft_s, s_per_token, uncached_tokens=None, mixed=False)
         if copy.answers != self.answers:  # told something: the mixture of its runs as they are now, found once
             copy.mixture = (mix(copy.runs, TTFT), mix(copy.runs, SPT))
         # Never heard: what its attempts say now is all there is of it (read as "changed since", the prior again).

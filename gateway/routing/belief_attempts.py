@@ -11,7 +11,6 @@ by one rule.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -65,51 +64,6 @@ def slowness_of(attempt: RunningAttempt, now: float, bytes_per_token: dict[str, 
     if not per_token:
         return 0.0
     return (now - attempt.first_at) / (progress.received_bytes / per_token + 1.0)
-
-
-Evidence = tuple[float | None, float | None, tuple[tuple[float, float | None], ...], tuple[float, ...]]
-"""What a deployment's running attempts tell a plan (``Belief.bounded``'s arguments): a first-token bound, a
-seconds-per-token bound, the streams read as answers, and the waits of those still waiting for a first token."""
-
-
-def running_evidence(
-    belief: Belief, prior: Prior, running: dict[int, RunningAttempt], now: float, bytes_per_token: dict[str, float]
-) -> Evidence | None:
-    """What the attempts running at a deployment say of it now (None: nothing).
-
-    Those begun since it was last heard are all still running (none has ended, or it would have been heard): not
-    picked by their length, so each streaming one tells its first token and its pace so far as an answer would, and
-    each still waiting for its first token its wait so far as a bound: the first tokens come so far are the sample's
-    quick ones (each came sooner than its own wait), and read without the waits of the rest, a faster deployment.
-    (Never heard, its attempts are its cold start: a bound would count as an answer, and only the longest wait is
-    told.) Of the rest, the longest still waiting for its first token says "the first token is at least this
-    long", the slowest streaming "the seconds per token are at least this", when past what is expected of it."""
-    young = belief.heard_at is not None
-    heard = belief.heard_at if belief.heard_at is not None else -math.inf
-    paces = {
-        key: pair
-        for key, a in running.items()
-        if a.started_at >= heard and (pair := pace_so_far(a, now, bytes_per_token)) is not None
-    }
-    streaming = tuple(paces.values())
-    waiting = tuple(
-        now - a.started_at for a in running.values() if young and a.first_at is None and a.started_at >= heard
-    )
-    waits = [
-        now - a.started_at for a in running.values() if a.first_at is None and not (young and a.started_at >= heard)
-    ]
-    # A stream already read by its pace is one answer, not a bound besides (its evidence would count twice).
-    slows = [
-        slowness_of(a, now, bytes_per_token) for key, a in running.items() if key not in paces or paces[key][1] is None
-    ]
-    # Past what is expected of it (its own level, or the prior while it was never heard): a bound either way.
-    expected = belief.expected(now, None if belief.answers else prior)
-    waited, slow = max(waits, default=0.0), max(slows, default=0.0)
-    ttft_bound = waited if waited > expected.ttft_s else None
-    spt_bound = slow if slow > expected.s_per_token else None
-    if ttft_bound is None and spt_bound is None and not streaming and not waiting:
-        return None
-    return ttft_bound, spt_bound, streaming, waiting
 
 
 class Measured(Protocol):

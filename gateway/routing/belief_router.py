@@ -16,6 +16,7 @@ Beside ``MeasuredRouter`` while the two are compared (``benchmarks/routing_simul
 
 from __future__ import annotations
 
+import math
 import random
 import time
 
@@ -25,7 +26,7 @@ from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cached_on, staying
 from gateway.routing.apis import speaking
 from gateway.routing.belief import NO_PRIOR, Belief
-from gateway.routing.belief_attempts import RunningAttempt, running_evidence, tell
+from gateway.routing.belief_attempts import RunningAttempt, pace_so_far, slowness_of, tell
 from gateway.routing.belief_candidates import candidates_of, choose_for, kind_terms
 from gateway.routing.belief_others import OthersAnswers
 from gateway.routing.capacity import RateLimits
@@ -203,10 +204,33 @@ class BeliefRouter:
         prior = self.priors.get((model, name), NO_PRIOR)
         running = self._open.get((model, name))
         if running:
-            told = running_evidence(belief, prior, running, now, self._bytes_per_token)
-            if told is not None:
-                ttft_bound, spt_bound, streaming, waiting = told
-                belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming, waiting=waiting)
+            # Attempts there now. Those begun since it was last heard are all still running (none has ended, or it
+            # would have been heard): not picked by their length, so each streaming one tells its first token and
+            # its pace so far as an answer would. Of the rest, one still waiting for its first token says "the
+            # first token is at least this long", one streaming slowly "the seconds per token are at least this".
+            heard = belief.heard_at if belief.heard_at is not None else -math.inf
+            paces = {
+                key: pair
+                for key, a in running.items()
+                if a.started_at >= heard and (pair := pace_so_far(a, now, self._bytes_per_token)) is not None
+            }
+            streaming = tuple(paces.values())
+            # Past what is expected of it (its own level, or the prior while it was never heard): a bound either way.
+            # A stream already read by its pace is one answer, not a bound besides (its evidence would count twice).
+            expected = belief.expected(now, None if belief.answers else prior)
+            waited = max((now - a.started_at for a in running.values() if a.first_at is None), default=0.0)
+            slow = max(
+                (
+                    slowness_of(a, now, self._bytes_per_token)
+                    for key, a in running.items()
+                    if key not in paces or paces[key][1] is None
+                ),
+                default=0.0,
+            )
+            ttft_bound = waited if waited > expected.ttft_s else None
+            spt_bound = slow if slow > expected.s_per_token else None
+            if ttft_bound is not None or spt_bound is not None or streaming:
+                belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming)
         return Option(deployment, belief, prior, bool(running))
 
     # -- attempts ---------------------------------------------------------------------------
