@@ -159,7 +159,9 @@ def test_a_rate_limited_provider_is_left_alone_until_it_may_be_asked(
     assert asked_again_at is not None
     waited = asked_again_at - refused_at
     assert waited >= 1.0  # not within its Retry-After (or cool-down)
-    assert len(providers) > 5  # b carried the traffic meanwhile
+    # b carried the traffic meanwhile: every request before a was asked again (how many fit in the wait is the
+    # machine's pace, not the gateway's behaviour).
+    assert len(providers) >= 2 and set(providers[:-1]) == {"b"}
 
 
 def test_a_500_once_costs_one_fallback_and_nothing_more(fakes: Fakes, start_gateway: StartGateway) -> None:
