@@ -11,10 +11,10 @@ import random
 from types import SimpleNamespace
 from typing import Any
 
-from gateway.config import parse_config
 from gateway.errors import InvalidRequest
 from gateway.relay import outbound
 from gateway.samples import Endpoint
+from tests.support.random_models import random_model
 
 _APIS = [["chat"], ["messages"], ["responses"], ["chat", "messages"], ["completions", "chat"]]
 _ALL: list[Endpoint] = ["chat", "completions", "responses", "messages"]
@@ -39,20 +39,7 @@ def test_no_omission_on_the_request_means_none_for_any_winner() -> None:
     rng = random.Random(41)
     with_omissions = without = 0
     for _ in range(120):
-        providers = [
-            {"name": f"p{i}", "base_url": "http://127.0.0.1:9/v1", "apis": rng.choice(_APIS)} for i in range(4)
-        ]
-        deployments = [
-            {
-                "provider": f"p{rng.randrange(4)}",
-                "model": f"u{i}",
-                "name": f"d{i}",
-                "translate": rng.random() < 0.8,
-                "builtin_tools": rng.choice(["refuse", "omit"]),
-            }
-            for i in range(rng.randint(1, 4))
-        ]
-        model = parse_config({"providers": providers, "models": [{"name": "m", "deployments": deployments}]}).models[0]
+        model = random_model(rng, _APIS, translate_share=0.8, most=4)
         for endpoint in _ALL:
             for tools in _TOOLS:
                 try:

@@ -32,6 +32,7 @@ from gateway.samples import Endpoint
 from gateway.sessions import identity
 from gateway.sessions.identity import SessionId, session_of
 from gateway.translate import Untranslatable, as_api, translate
+from tests.support.random_models import random_model
 
 
 def test_request_id_is_uuid4_hex_of_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -370,18 +371,7 @@ def test_eligible_as_before() -> None:
     apis = [["chat"], ["messages"], ["responses"], ["chat", "messages"], ["embeddings"], ["completions", "chat"]]
     narrowed = translated = 0
     for _ in range(300):
-        providers = [{"name": f"p{i}", "base_url": "http://127.0.0.1:9/v1", "apis": rng.choice(apis)} for i in range(4)]
-        deployments = [
-            {
-                "provider": f"p{rng.randrange(4)}",
-                "model": f"u{i}",
-                "name": f"d{i}",
-                "translate": rng.random() < 0.8,
-                "builtin_tools": rng.choice(["refuse", "omit"]),
-            }
-            for i in range(rng.randint(1, 5))
-        ]
-        model = parse_config({"providers": providers, "models": [{"name": "m", "deployments": deployments}]}).models[0]
+        model = random_model(rng, apis, translate_share=0.8, most=5)
         for endpoint, bodies in _BODIES.items():
             for body in bodies:
                 after = outbound.eligible(model, endpoint, body)

@@ -23,6 +23,7 @@ from gateway.samples import Endpoint
 from gateway.session_route import AFFINITY_HEADER_NAME, session_identity, session_route
 from gateway.sessions.bindings import Unavailable
 from gateway.sessions.identity import session_of
+from tests.support.random_models import random_model
 
 _APIS = [["chat"], ["messages"], ["responses"], ["chat", "messages"], ["embeddings"], ["completions", "chat"]]
 _ALL: list[Endpoint] = ["chat", "completions", "embeddings", "responses", "messages"]
@@ -45,20 +46,7 @@ def test_a_natively_served_model_is_reachable_and_eligible_whole_whatever_the_bo
     rng = random.Random(41)
     native = other = 0
     for _ in range(400):
-        providers = [
-            {"name": f"p{i}", "base_url": "http://127.0.0.1:9/v1", "apis": rng.choice(_APIS)} for i in range(4)
-        ]
-        deployments = [
-            {
-                "provider": f"p{rng.randrange(4)}",
-                "model": f"u{i}",
-                "name": f"d{i}",
-                "translate": rng.random() < 0.7,
-                "builtin_tools": rng.choice(["refuse", "omit"]),
-            }
-            for i in range(rng.randint(1, 5))
-        ]
-        model = parse_config({"providers": providers, "models": [{"name": "m", "deployments": deployments}]}).models[0]
+        model = random_model(rng, _APIS, translate_share=0.7, most=5)
         for endpoint in _ALL:
             fast = outbound.natively_served(model, endpoint)
             assert fast == all(endpoint in d.apis for d in model.deployments)
