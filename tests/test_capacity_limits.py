@@ -9,6 +9,7 @@ import pytest
 from gateway.config import ProviderConfig
 from gateway.relay.ratelimit_headers import parse_duration, read_rate_limits
 from gateway.routing.capacity import BACKOFF_FLOOR, INITIAL_LIMIT, CapacityBoard, RateLimits
+from gateway.routing.health import RouterState
 
 OPEN = ProviderConfig(name="p", base_url="http://127.0.0.1:9/v1")
 CAPPED = ProviderConfig(name="q", base_url="http://127.0.0.1:9/v1", max_concurrency=8)
@@ -153,3 +154,28 @@ def test_reaching_the_floor_is_logged_once(caplog: pytest.LogCaptureFixture) -> 
             )
     lines = [r.getMessage() for r in caplog.records if "floor" in r.getMessage()]
     assert lines == ["deployment p of model m: concurrency limit backed off to its floor (4) after a 429"]
+
+
+def test_a_refusal_backs_off_below_the_concurrency_it_was_sent_at_not_what_is_left_when_it_is_read() -> None:
+    # Sent 21st at a provider that refuses above 20; by the time the gateway reads the 429, 12 others finished.
+    board = CapacityBoard()
+    board.observe(
+        OPEN, KEY, ok=False, status=429, in_flight=9, limits=None, retry_after_s=None, sent_at=1.0, now=2.0,
+        in_flight_at_send=21,
+    )  # fmt: skip
+    assert board.of(OPEN, KEY).allowed == int(20 * 0.9)
+    late = CapacityBoard()  # without the count at send, the count now is all there is
+    late.observe(OPEN, KEY, ok=False, status=429, in_flight=9, limits=None, retry_after_s=None, sent_at=1.0, now=2.0)
+    assert late.of(OPEN, KEY).allowed == int(8 * 0.9)
+
+
+def test_the_router_state_keeps_each_attempts_count_at_send_until_it_finishes() -> None:
+    state = RouterState()
+    for attempt in range(3):
+        state.started("p", KEY, attempt)
+    state.finished("p", KEY, 0)
+    state.started("p", KEY, 3)
+    assert state.sent_in_flight == {1: 2, 2: 3, 3: 3}
+    for attempt in (1, 2, 3):
+        state.finished("p", KEY, attempt)
+    assert state.sent_in_flight == {} and state.deployment_in_flight[KEY] == 0

@@ -253,7 +253,7 @@ class BeliefRouter:
         now = self.clock()
         if not self.state.health.admit(key, now, self._circuit_changed) and not retry:
             return False
-        self.state.started(candidate.provider.name, key)
+        self.state.started(candidate.provider.name, key, id(candidate))
         attempt = RunningAttempt(key, now, self._lengths_of.pop(id(candidate), None))
         self._attempts[id(candidate)] = attempt
         self._open.setdefault(key, {})[id(candidate)] = attempt
@@ -285,12 +285,13 @@ class BeliefRouter:
             ok=sample.outcome == "ok",
             status=sample.status,
             in_flight=in_flight,
+            in_flight_at_send=self.state.sent_in_flight.get(id(candidate)),
             limits=limits,
             retry_after_s=retry_after_s,
             sent_at=attempt.started_at if attempt is not None else None,
             now=now,
         )
-        self.state.finished(candidate.provider.name, key)
+        self.state.finished(candidate.provider.name, key, id(candidate))
         model = self.config.model(candidate.model)
         if model is None:
             return

@@ -6,7 +6,8 @@ model) has an adaptive limit, AIMD in the style of Netflix's concurrency-limits:
 
     ok answer, while at least half the limit was in use       limit += 1 / limit  (about +1 per round;
                                                                +1 per answer until the first back-off)
-    429 or overload 503/529                                   limit = in flight at the refusal × 0.9,
+    429 or overload 503/529                                   limit = in flight when the refused attempt
+                                                               was sent × 0.9,
                                                                never below ``BACKOFF_FLOOR``
                                                                (once per round: see below)
     a circuit closes after an outage                          slow start again (``ProviderLimit.restart``)
@@ -14,7 +15,9 @@ model) has an adaptive limit, AIMD in the style of Netflix's concurrency-limits:
 Growth only counts answers that used the limit, so an idle provider's limit does not creep up to
 the ceiling unearned; until the provider first pushes back it grows as fast as TCP's slow start.
 A refusal sets it just below the concurrency the provider refused at, which is what makes a
-provider that refuses above N settle near N instead of collapsing. As TCP backs off
+provider that refuses above N settle near N instead of collapsing. That concurrency is the count when the refused
+attempt was sent, not when its refusal is read: on a busy gateway other answers finish in between, and the count
+read late backed a provider that refuses above 40 off to 13. As TCP backs off
 once per window of data in flight, a refusal of an attempt sent before the last back-off is not
 counted again: it was sent under the old limit, and the back-off already answered it.
 
@@ -280,9 +283,11 @@ class CapacityBoard:
         retry_after_s: float | None,
         sent_at: float | None,
         now: float,
+        in_flight_at_send: int | None = None,
     ) -> bool:
-        """Learn from one finished attempt at ``key`` (``in_flight``: the deployment's, itself included);
-        True when the deployment said it is out (its budget, not its load)."""
+        """Learn from one finished attempt at ``key`` (``in_flight``: the deployment's, itself included, now;
+        ``in_flight_at_send``: when the attempt was sent, the concurrency a refusal was made at); True when the
+        deployment said it is out (its budget, not its load)."""
         limit = self.of(provider, key)
         budget = self.budget(provider.name)
         out_for = limit.reported(limits, now) if limits is not None else None
@@ -291,7 +296,8 @@ class CapacityBoard:
                 logger.info("provider %s: its rate-limit counts are one budget for all its models", provider.name)
         sent = sent_at if sent_at is not None else now
         if status in OVERLOAD_STATUSES:
-            if limit.overloaded(in_flight, sent, now):
+            refused_at = in_flight if in_flight_at_send is None else in_flight_at_send
+            if limit.overloaded(refused_at, sent, now):
                 logger.warning(
                     "deployment %s of model %s: concurrency limit backed off to its floor (%d) after a %d",
                     key[1],

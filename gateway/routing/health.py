@@ -272,6 +272,9 @@ class RouterState:
     hedges: HedgeBudget = field(default_factory=HedgeBudget)
     provider_in_flight: dict[str, int] = field(default_factory=dict)
     deployment_in_flight: dict[DeploymentKey, int] = field(default_factory=dict)
+    sent_in_flight: dict[int, int] = field(default_factory=dict)
+    """Each running attempt's deployment's in-flight count (itself included) when it was sent, by attempt id: the
+    concurrency a refusal of it was made at, whatever has finished since the refusal came back."""
     views: dict[str, dict[str, DeploymentView]] = field(default_factory=dict)
     """The router's own fast view of each deployment (by model, then deployment): its recent answers here."""
     explore: ExploreBudget = field(default_factory=ExploreBudget)
@@ -308,13 +311,17 @@ class RouterState:
         views = self.views.get(model)
         return views if views is not None else {}  # an empty dict only when none (a default made one per call)
 
-    def started(self, provider: str, key: DeploymentKey) -> None:
+    def started(self, provider: str, key: DeploymentKey, attempt: int | None = None) -> None:
         self.provider_in_flight[provider] = self.provider_in_flight.get(provider, 0) + 1
-        self.deployment_in_flight[key] = self.deployment_in_flight.get(key, 0) + 1
+        in_flight = self.deployment_in_flight[key] = self.deployment_in_flight.get(key, 0) + 1
+        if attempt is not None:
+            self.sent_in_flight[attempt] = in_flight
 
-    def finished(self, provider: str, key: DeploymentKey) -> None:
+    def finished(self, provider: str, key: DeploymentKey, attempt: int | None = None) -> None:
         self.provider_in_flight[provider] = max(0, self.provider_in_flight.get(provider, 0) - 1)
         self.deployment_in_flight[key] = max(0, self.deployment_in_flight.get(key, 0) - 1)
+        if attempt is not None:
+            self.sent_in_flight.pop(attempt, None)
 
     def has_room(self, provider: ProviderConfig, key: DeploymentKey, now: float) -> bool:
         """Room for one more attempt at ``key`` (its learned limit) and at its provider (its ceiling)."""

@@ -484,7 +484,7 @@ class MeasuredRouter:
         now = self.clock()
         if not self.state.health.admit(key, now, self._circuit_changed) and not retry:
             return False
-        self.state.started(candidate.provider.name, key)
+        self.state.started(candidate.provider.name, key, id(candidate))
         model = self._models.get(candidate.model)  # ``config.model``
         if model is not None:
             view = self.state.view(key, self.config.policies[model.policy].memory_half_life_s)  # ``policy_for``'s
@@ -520,12 +520,13 @@ class MeasuredRouter:
             ok=sample.outcome == "ok",
             status=sample.status,
             in_flight=in_flight,
+            in_flight_at_send=self.state.sent_in_flight.get(id(candidate)),
             limits=limits,
             retry_after_s=retry_after_s,
             sent_at=started_at,
             now=self.clock(),
         )
-        self.state.finished(provider.name, key)
+        self.state.finished(provider.name, key, id(candidate))
         tokens = answer_tokens(sample)
         if tokens is not None and candidate.length is not None:
             self.lengths.heard(candidate.length.key, tokens, candidate.length.max_tokens)
