@@ -103,6 +103,12 @@ class Budget:
     def ready(self, model: str) -> bool:
         return self.tokens.get(model, 1.0) >= 1.0
 
+    def owe(self, model: str) -> bool:
+        return self.tokens.get(model, 1.0) > -self.burst
+
+    def borrow(self, model: str) -> None:
+        self.tokens[model] = self.tokens.get(model, 1.0) - 1.0
+
     def take(self, model: str) -> bool:
         if not self.ready(model):
             return False
@@ -150,6 +156,16 @@ def choose(
     if not may_race:
         first = order[0]  # not a stream: the draw goes first (Thompson sampling)
         return Choice(_first(first, ranked), tuple(means), explored=first != leader)
+    unheard = [i for i in range(len(options)) if not options[i].belief.answers]
+    if unheard and budget is not None and budget.owe(model):
+        drawn = [
+            cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options
+        ]
+        by_draw = scores(drawn, weights)
+        first = min(range(len(options)), key=by_draw.__getitem__)
+        if first in unheard:
+            budget.borrow(model)
+            return Choice(_first(first, ranked), tuple(means), explored=True)
     if budget is None or len(options) < 2 or not budget.take(model):
         return Choice(_first(leader, ranked), tuple(means))
 
@@ -161,12 +177,28 @@ def choose(
         return gain(options[i], means[leader], shape, weights, now, rng) * news, news
 
     first = max((i for i in ranked if i != leader), key=worth)
+    if not options[first].belief.answers and _gamble(options[first], options[leader], shape, weights, now, rng):
+        return Choice(_first(first, ranked), tuple(means), explored=True)
     if not options[first].belief.answers or _race_helps(
         options[first], options[leader], means[first], means[leader], now
     ):
         rest = [i for i in _first(leader, ranked) if i != first]
         return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
+
+
+def _gamble(explored: Option, leader: Option, shape: Shape, weights: Weights, now: float, rng: random.Random) -> bool:
+    """Whether a look at a deployment never heard from serves the request there alone: where one draw of each belief
+    (its prior, with its honest spread, against the leader's) puts it first (Thompson sampling between the two).
+    A race hands the answer to the first token; a never-heard deployment's first token comes late, so a race
+    never lets a slow starter that streams fast take a long answer, and its speed stays unknown until an answer
+    ends there."""
+    drawn = [
+        cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill_s())
+        for o in (explored, leader)
+    ]
+    mine, theirs = scores(drawn, weights)
+    return mine < theirs
 
 
 def _news_in_s(belief: Belief, now: float) -> float:
