@@ -265,6 +265,7 @@ class BeliefRouter:
         if attempt is not None:
             attempt.first_at = self.clock()
             attempt.progress = progress
+            attempt.first_bytes = progress.received_bytes
         self.state.health.answering((candidate.model, candidate.name), self.clock(), self._circuit_changed)
 
     def attempt_finished(
