@@ -177,28 +177,12 @@ def choose(
         return gain(options[i], means[leader], shape, weights, now, rng) * news, news
 
     first = max((i for i in ranked if i != leader), key=worth)
-    if not options[first].belief.answers and _gamble(options[first], options[leader], shape, weights, now, rng):
-        return Choice(_first(first, ranked), tuple(means), explored=True)
     if not options[first].belief.answers or _race_helps(
         options[first], options[leader], means[first], means[leader], now
     ):
         rest = [i for i in _first(leader, ranked) if i != first]
         return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
-
-
-def _gamble(explored: Option, leader: Option, shape: Shape, weights: Weights, now: float, rng: random.Random) -> bool:
-    """Whether a look at a deployment never heard from serves the request there alone: where one draw of each belief
-    (its prior, with its honest spread, against the leader's) puts it first (Thompson sampling between the two).
-    A race hands the answer to the first token; a never-heard deployment's first token comes late, so a race
-    never lets a slow starter that streams fast take a long answer, and its speed stays unknown until an answer
-    ends there."""
-    drawn = [
-        cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill_s())
-        for o in (explored, leader)
-    ]
-    mine, theirs = scores(drawn, weights)
-    return mine < theirs
 
 
 def _news_in_s(belief: Belief, now: float) -> float:
