@@ -335,13 +335,15 @@ def test_a_prior_pooled_from_beliefs_read_once_is_the_same() -> None:
 
 def test_a_never_heard_deployment_being_measured_takes_a_stream_where_its_prior_draws_first() -> None:
     """``a`` starts quickly and streams slowly (measured); ``b`` was never heard from, its first attempt is still
-    waiting. A long stream goes to ``b`` alone (no race: a race would hand it to ``a``'s quicker first token) as
+    waiting (the plan's copy of its belief holds that wait as a bound; nothing was heard). A long stream goes to ``b`` alone (no race: a race would hand it to ``a``'s quicker first token) as
     often as one draw of ``b``'s belief (its prior, with its whole spread) beats one of ``a``'s: Thompson sampling
     between them, each such request counted as exploring, for long answers and short alike. Each gamble borrows
     from the look budget: one that is a burst behind takes none."""
     deployments = _deployments(2)
     a = _measured(0.25, 40.0)
-    options = [Option(deployments[0], a, Prior()), Option(deployments[1], Belief(), pooled([a], 100.0), True)]
+    prior = pooled([a], 100.0)
+    waiting = Belief().bounded(100.0, prior, 0.6)  # its attempt has waited 0.6 s: for this plan, "at least 0.6 s"
+    options = [Option(deployments[0], a, Prior()), Option(deployments[1], waiting, prior, True, False)]
 
     def share(output_tokens: int) -> tuple[float, float]:
         shape, rng, check = Shape(20, output_tokens), random.Random(7), random.Random(8)
@@ -366,6 +368,6 @@ def test_a_never_heard_deployment_being_measured_takes_a_stream_where_its_prior_
         choice = choose(options, shape, WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
         gambles += choice.order[0] == 1 and not choice.race
     assert gambles == 1 + budget.burst
-    heard = [options[0], options[1]._replace(belief=_measured(1.2, 260.0, n=1))]
+    heard = [options[0], options[1]._replace(belief=_measured(1.2, 260.0, n=1), heard=True)]
     choice = choose(heard, shape, WEIGHTS, 100.0, random.Random(10), may_race=True, budget=Budget(), model="m")
     assert choice.order[0] == 0 or choice.race or choice.shadow is not None  # heard once: the leader, or a look

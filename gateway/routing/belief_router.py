@@ -200,7 +200,7 @@ class BeliefRouter:
         self, model: str, name: str, deployment: DeploymentConfig, snapshot: StatsSnapshot, now: float
     ) -> Option:
         """The deployment's belief as this request should see it: its prior, and any attempt running there."""
-        belief = self.belief(model, name)
+        belief = stored = self.belief(model, name)
         prior = self.priors.get((model, name), NO_PRIOR)
         running = self._open.get((model, name))
         if running:
@@ -231,7 +231,7 @@ class BeliefRouter:
             spt_bound = slow if slow > expected.s_per_token else None
             if ttft_bound is not None or spt_bound is not None or streaming:
                 belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming)
-        return Option(deployment, belief, prior, bool(running))
+        return Option(deployment, belief, prior, bool(running), stored.answers > 0)
 
     # -- attempts ---------------------------------------------------------------------------
 

@@ -56,6 +56,9 @@ class Option(NamedTuple):
     prior: Prior
     measuring: bool = False
     """An attempt is out there now that will measure it (not cold any more)."""
+    heard: bool = True
+    """Something was heard of it (an answer or a bound): ``belief`` is not only its prior and what the attempts
+    running there now say."""
 
 
 class Choice(NamedTuple):
@@ -156,7 +159,7 @@ def choose(
     if not may_race:
         first = order[0]  # not a stream: the draw goes first (Thompson sampling)
         return Choice(_first(first, ranked), tuple(means), explored=first != leader)
-    unheard = [i for i in range(len(options)) if not options[i].belief.answers]
+    unheard = [i for i in range(len(options)) if not options[i].heard]
     if unheard and budget is not None and budget.owe(model):
         drawn = [
             cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options
