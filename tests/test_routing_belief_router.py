@@ -210,12 +210,12 @@ def test_before_any_stream_has_ended_a_running_streams_pace_is_read_by_the_bytes
     meter.received_bytes = 150  # the event that carried the first token
     router.attempt_streaming(a, meter)
     attempt = router._attempts[id(a)]
-    assert pace_so_far(attempt, clock(), router._bytes_per_token) == (pytest.approx(0.3), None)
+    assert pace_so_far(attempt, clock(), router._bytes_per_token) == pytest.approx((0.3, None))
     clock.advance(4.0)
     meter.received_bytes = 150 * 41  # 40 tokens after the first in 4 s
-    assert pace_so_far(attempt, clock(), {}) == (pytest.approx(0.3), pytest.approx(4 / 40))
+    assert pace_so_far(attempt, clock(), {}) == pytest.approx((0.3, 4 / 40))
     assert slowness_of(attempt, clock(), {}) == pytest.approx(4 / 42)  # the token under way counted
-    assert pace_so_far(attempt, clock(), {"chat": 75.0}) == (pytest.approx(0.3), pytest.approx(4 / 81))
+    assert pace_so_far(attempt, clock(), {"chat": 75.0}) == pytest.approx((0.3, 4 / 81))
     prior = router.priors.get((model.name, "a"), NO_PRIOR)
     read = Belief().bounded(clock(), prior, None, None, streaming=((0.3, 4 / 40),)).expected(clock(), prior)
     blind = Belief().bounded(clock(), prior, None, None, streaming=((0.3, None),)).expected(clock(), prior)

@@ -10,6 +10,7 @@ import pytest
 from gateway.config import DeploymentConfig, parse_config
 from gateway.policies import BUILTIN_POLICIES
 from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.belief_rank import chance_best
 from gateway.routing.choose import (
     COLD_RACE,
     RACE_BUDGET,
@@ -17,7 +18,6 @@ from gateway.routing.choose import (
     Option,
     _branch_terms,
     _posterior_mean,
-    chance_best,
     choose,
     gain,
 )
@@ -335,10 +335,11 @@ def test_a_prior_pooled_from_beliefs_read_once_is_the_same() -> None:
 
 def test_a_never_heard_deployment_being_measured_takes_a_stream_where_its_prior_draws_first() -> None:
     """``a`` starts quickly and streams slowly (measured); ``b`` was never heard from, its first attempt is still
-    waiting (the plan's copy of its belief holds that wait as a bound; nothing was heard). A long stream goes to ``b`` alone (no race: a race would hand it to ``a``'s quicker first token) as
-    often as one draw of ``b``'s belief (its prior, with its whole spread) beats one of ``a``'s: Thompson sampling
-    between them, each such request counted as exploring, for long answers and short alike. Each gamble borrows
-    from the look budget: one that is a burst behind takes none."""
+    waiting (the plan's copy of its belief holds that wait as a bound; nothing was heard). A long stream goes to
+    ``b`` alone (no race: a race would hand it to ``a``'s quicker first token) as often as one draw of ``b``'s
+    belief (its prior, with its whole spread) beats one of ``a``'s: Thompson sampling between them, each such
+    request counted as exploring, for long answers and short alike. Each gamble borrows from the look budget: one
+    that is a burst behind takes none."""
     deployments = _deployments(2)
     a = _measured(0.25, 40.0)
     prior = pooled([a], 100.0)
