@@ -7,15 +7,12 @@ seconds late.
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
 
 from benchmarks.routing_scenarios import STRESS
 from benchmarks.routing_simulate import Simulation
-from gateway.routing.belief import NO_PRIOR, Belief
-from gateway.routing.belief_attempts import pace_so_far, slowness_of
 from gateway.routing.belief_rank import rank_beliefs
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate
@@ -191,35 +188,3 @@ def test_a_half_open_circuit_closes_when_its_probe_begins_to_answer() -> None:
     router.attempt_streaming(a, _Meter())
     assert router.state.health.state(key, clock(), router._circuit_changed) == "closed"
     assert router.attempt_started(a)
-
-
-def test_before_any_stream_has_ended_a_running_streams_pace_is_read_by_the_bytes_its_first_token_came_in() -> None:
-    """No stream of the chat API has ended, so no bytes per token is learned: the stream's own first token came in
-    150 bytes (one event's envelope), and 40 tokens more in the next 4 s read as 10 tokens/s. The plan's belief
-    of ``a`` holds that pace as one answer (main read no pace, only the first token, until a stream ended); once an
-    answer of the API has ended, its learned bytes per token reads the stream instead."""
-    config = gateway_config(["a", "b"], policy={"extends": "balanced"})
-    clock = FakeClock()
-    router = BeliefRouter(config, InMemoryStatsStore(config.stats), rng=random.Random(1), clock=clock)
-    model = config.models[0]
-    a = Candidate(model.deployments[0], config.provider(model.deployments[0].provider), model=model.name)
-    rank_beliefs(router, model)
-    assert router.attempt_started(a)
-    clock.advance(0.3)
-    meter = _Meter()
-    meter.received_bytes = 150  # the event that carried the first token
-    router.attempt_streaming(a, meter)
-    attempt = router._attempts[id(a)]
-    assert pace_so_far(attempt, clock(), router._bytes_per_token) == pytest.approx((0.3, None))
-    clock.advance(4.0)
-    meter.received_bytes = 150 * 41  # 40 tokens after the first in 4 s
-    assert pace_so_far(attempt, clock(), {}) == pytest.approx((0.3, 4 / 40))
-    assert slowness_of(attempt, clock(), {}) == pytest.approx(4 / 42)  # the token under way counted
-    assert pace_so_far(attempt, clock(), {"chat": 75.0}) == pytest.approx((0.3, 4 / 81))
-    prior = router.priors.get((model.name, "a"), NO_PRIOR)
-    read = Belief().bounded(clock(), prior, None, None, streaming=((0.3, 4 / 40),)).expected(clock(), prior)
-    blind = Belief().bounded(clock(), prior, None, None, streaming=((0.3, None),)).expected(clock(), prior)
-    seen = router._option(model.name, "a", a.deployment, router.stats.snapshot(), clock()).belief
-    assert seen.expected(clock(), prior).s_per_token == pytest.approx(read.s_per_token, rel=1e-9)
-    assert read.s_per_token == pytest.approx(4 / 40, rel=0.3)
-    assert abs(math.log(blind.s_per_token * 10)) > 1.0  # without the envelope: the prior's speed, far off

@@ -10,7 +10,6 @@ import pytest
 from gateway.config import DeploymentConfig, parse_config
 from gateway.policies import BUILTIN_POLICIES
 from gateway.routing.belief import HAZARD_S, Belief
-from gateway.routing.belief_rank import chance_best
 from gateway.routing.choose import (
     COLD_RACE,
     RACE_BUDGET,
@@ -18,10 +17,11 @@ from gateway.routing.choose import (
     Option,
     _branch_terms,
     _posterior_mean,
+    chance_best,
     choose,
     gain,
 )
-from gateway.routing.cost import Shape, Weights, cost, scores
+from gateway.routing.cost import Shape, Weights, cost
 from gateway.routing.lengths import Lengths, shape_of
 from gateway.routing.priors import Heard, Prior, pooled
 
@@ -331,44 +331,3 @@ def test_a_prior_pooled_from_beliefs_read_once_is_the_same() -> None:
     prices = [0.6, 0.2, 0.5, 0.4]
     assert pooled(heard, 120.0) == pooled(beliefs, 120.0)
     assert pooled(heard, 120.0, 0.3, prices) == pooled(beliefs, 120.0, 0.3, prices)
-
-
-def test_a_never_heard_deployment_being_measured_takes_a_stream_where_its_prior_draws_first() -> None:
-    """``a`` starts quickly and streams slowly (measured); ``b`` was never heard from, its first attempt is still
-    waiting (the plan's copy of its belief holds that wait as a bound; nothing was heard). A long stream goes to
-    ``b`` alone (no race: a race would hand it to ``a``'s quicker first token) as often as one draw of ``b``'s
-    belief (its prior, with its whole spread) beats one of ``a``'s: Thompson sampling between them, each such
-    request counted as exploring, for long answers and short alike. Each gamble borrows from the look budget: one
-    that is a burst behind takes none."""
-    deployments = _deployments(2)
-    a = _measured(0.25, 40.0)
-    prior = pooled([a], 100.0)
-    waiting = Belief().bounded(100.0, prior, 0.6)  # its attempt has waited 0.6 s: for this plan, "at least 0.6 s"
-    options = [Option(deployments[0], a, Prior()), Option(deployments[1], waiting, prior, True, False)]
-
-    def share(output_tokens: int) -> tuple[float, float]:
-        shape, rng, check = Shape(20, output_tokens), random.Random(7), random.Random(8)
-        gambles = wins = 0
-        for _ in range(600):
-            choice = choose(options, shape, WEIGHTS, 100.0, rng, may_race=True, budget=Budget(), model="m")
-            if choice.order[0] == 1 and not choice.race and choice.shadow is None:
-                assert choice.explored
-                gambles += 1
-            drawn = [cost(o.belief.draw(100.0, check, o.prior), o.deployment, shape, WEIGHTS) for o in options]
-            by_draw = scores(drawn, WEIGHTS)
-            wins += by_draw[1] < by_draw[0]
-        return gambles / 600, wins / 600
-
-    gambled, drawn_first = share(800)
-    assert 0.2 < gambled == pytest.approx(drawn_first, abs=0.06)
-    gambled, drawn_first = share(8)  # its prior is pooled from ``a``: as likely to start as quickly
-    assert gambled == pytest.approx(drawn_first, abs=0.06)
-    budget, rng, shape = Budget(), random.Random(9), Shape(20, 800)
-    gambles = 0
-    for _ in range(200):  # no credit: what it may borrow, and no more
-        choice = choose(options, shape, WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
-        gambles += choice.order[0] == 1 and not choice.race
-    assert gambles == 1 + budget.burst
-    heard = [options[0], options[1]._replace(belief=_measured(1.2, 260.0, n=1), heard=True)]
-    choice = choose(heard, shape, WEIGHTS, 100.0, random.Random(10), may_race=True, budget=Budget(), model="m")
-    assert choice.order[0] == 0 or choice.race or choice.shadow is not None  # heard once: the leader, or a look

@@ -38,9 +38,6 @@ class RunningAttempt:
     """The request's shape and ``max_tokens``, for its answer's length."""
     first_at: float | None = None
     progress: StreamProgress | None = None
-    first_bytes: int = 0
-    """The stream's bytes when its first token came: one event's envelope with its first token (and what came
-    before it), an API's bytes per token as its own framing says before any stream of it has ended."""
 
 
 def pace_so_far(
@@ -50,19 +47,11 @@ def pace_so_far(
     if attempt.first_at is None:
         return None
     ttft = attempt.first_at - attempt.started_at
-    if attempt.progress is None:
-        return ttft, None
-    per_token = envelope(attempt, attempt.progress, bytes_per_token)
-    if not per_token:
+    per_token = bytes_per_token.get(attempt.progress.api) if attempt.progress is not None else None
+    if attempt.progress is None or not per_token:
         return ttft, None
     tokens = attempt.progress.received_bytes / per_token - 1.0
     return ttft, (now - attempt.first_at) / tokens if tokens >= PACE_TOKENS else None
-
-
-def envelope(attempt: RunningAttempt, progress: StreamProgress, bytes_per_token: dict[str, float]) -> float:
-    """A stream's bytes per token: its API's, learned from the streams that ended, or before any has ended the
-    bytes its own first token came in (0: not known)."""
-    return bytes_per_token.get(progress.api) or float(attempt.first_bytes)
 
 
 def slowness_of(attempt: RunningAttempt, now: float, bytes_per_token: dict[str, float]) -> float:
@@ -71,7 +60,7 @@ def slowness_of(attempt: RunningAttempt, now: float, bytes_per_token: dict[str, 
     progress = attempt.progress
     if progress is None or attempt.first_at is None:
         return 0.0
-    per_token = envelope(attempt, progress, bytes_per_token)
+    per_token = bytes_per_token.get(progress.api)
     if not per_token:
         return 0.0
     return (now - attempt.first_at) / (progress.received_bytes / per_token + 1.0)

@@ -5,7 +5,7 @@ endpoint (``GET /v1/gateway/routes``), the routing trace and the dashboard read 
 orders the deployments as the beliefs expect them (the leader first: the order a request's
 fallbacks follow; a request's first pick is a draw), and gives every row its ``BeliefView``: the
 median and spread of its first token and speed, how long ago it was heard from, and the share of
-draws in which it is the best for a request of this shape (``chance_best``). Nothing here
+draws in which it is the best for a request of this shape (``choose.chance_best``). Nothing here
 decides a route; it reads the beliefs the router keeps.
 """
 
@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
 from dataclasses import replace
 
 from gateway.config import ModelConfig, PolicyConfig
 from gateway.errors import InvalidRequest
 from gateway.routing.apis import speaking
 from gateway.routing.belief_router import BeliefRouter
-from gateway.routing.choose import Counts, Option, mean_costs
-from gateway.routing.cost import Cost, Shape, Weights, cost, scores
+from gateway.routing.choose import Counts, Option, chance_best, mean_costs
+from gateway.routing.cost import Cost, Shape, Weights, scores
 from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.lengths import shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
@@ -171,15 +170,3 @@ def _ranked(
         reset_in_s=max(0.0, capacity.reset_at - now) if capacity.reset_at is not None else None,
         belief=view,
     )
-
-
-def chance_best(
-    options: Sequence[Option], shape: Shape, weights: Weights, now: float, rng: random.Random, draws: int = 64
-) -> list[float]:
-    """The probability each option is the best for a request of ``shape`` (for explaining, not for routing)."""
-    wins = [0] * len(options)
-    for _ in range(draws):
-        drawn = [cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights) for o in options]
-        by_draw = scores(drawn, weights)
-        wins[min(range(len(options)), key=by_draw.__getitem__)] += 1
-    return [w / draws for w in wins]

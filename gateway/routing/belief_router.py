@@ -200,7 +200,7 @@ class BeliefRouter:
         self, model: str, name: str, deployment: DeploymentConfig, snapshot: StatsSnapshot, now: float
     ) -> Option:
         """The deployment's belief as this request should see it: its prior, and any attempt running there."""
-        belief = stored = self.belief(model, name)
+        belief = self.belief(model, name)
         prior = self.priors.get((model, name), NO_PRIOR)
         running = self._open.get((model, name))
         if running:
@@ -231,7 +231,7 @@ class BeliefRouter:
             spt_bound = slow if slow > expected.s_per_token else None
             if ttft_bound is not None or spt_bound is not None or streaming:
                 belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming)
-        return Option(deployment, belief, prior, bool(running), stored.answers > 0)
+        return Option(deployment, belief, prior, bool(running))
 
     # -- attempts ---------------------------------------------------------------------------
 
@@ -265,7 +265,6 @@ class BeliefRouter:
         if attempt is not None:
             attempt.first_at = self.clock()
             attempt.progress = progress
-            attempt.first_bytes = progress.received_bytes
         self.state.health.answering((candidate.model, candidate.name), self.clock(), self._circuit_changed)
 
     def attempt_finished(

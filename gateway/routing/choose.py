@@ -19,10 +19,7 @@ the request explores. A stream then explores cheaply, under one budget (``RACE_B
 
 Without budget (or not a stream), the draw's order stands. A **cold start**: deployments never
 measured and not being measured are raced all at once, beside the measured leader if there is one: at most
-``COLD_RACE`` attempts, the leader counted (the rest follow on the next requests). Until one of them is heard
-(its first answer or bound), a stream is a **gamble**: where one draw of every belief (its own the prior, with the
-prior's whole spread) puts it first, it serves the request alone (a race would hand a long answer to the quick
-starter, which is not the fast streamer it may be). Each borrows a look's token; the budget may fall a burst behind.
+``COLD_RACE`` attempts, the leader counted (the rest follow on the next requests).
 """
 
 from __future__ import annotations
@@ -59,8 +56,6 @@ class Option(NamedTuple):
     prior: Prior
     measuring: bool = False
     """An attempt is out there now that will measure it (not cold any more)."""
-    heard: bool = True
-    """Something was heard of it (an answer or a bound), not only what the attempts running there now say."""
 
 
 class Choice(NamedTuple):
@@ -108,10 +103,6 @@ class Budget:
     def ready(self, model: str) -> bool:
         return self.tokens.get(model, 1.0) >= 1.0
 
-    def owing(self, model: str) -> bool:
-        """Whether a gamble may still borrow a token: the bucket may fall a burst behind, repaid by the looks after."""
-        return self.tokens.get(model, 1.0) > -self.burst
-
     def take(self, model: str) -> bool:
         if not self.ready(model):
             return False
@@ -139,7 +130,10 @@ def choose(
     # Never measured and nobody measuring it; at the very start (nothing measured at all) every one.
     cold = [i for i in range(len(options)) if not options[i].belief.answers and not (measured and options[i].measuring)]
     if (cold and may_race and len(options) > 1) or not measured or not may_race:
-        by_draw = _drawn(options, shape, weights, now, rng)
+        drawn = [
+            cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options
+        ]
+        by_draw = scores(drawn, weights)
         order = sorted(range(len(options)), key=by_draw.__getitem__)
         if cold and may_race and len(options) > 1:
             joins = [i for i in order if i in measured][:1]  # a measured leader joins at once
@@ -156,12 +150,6 @@ def choose(
     if not may_race:
         first = order[0]  # not a stream: the draw goes first (Thompson sampling)
         return Choice(_first(first, ranked), tuple(means), explored=first != leader)
-    if budget is not None and budget.owing(model) and not all(o.heard for o in options):
-        by_draw = _drawn(options, shape, weights, now, rng)
-        first = min(range(len(options)), key=by_draw.__getitem__)
-        if not options[first].heard:
-            budget.tokens[model] = budget.tokens.get(model, 1.0) - 1.0
-            return Choice(_first(first, ranked), tuple(means), explored=True)
     if budget is None or len(options) < 2 or not budget.take(model):
         return Choice(_first(leader, ranked), tuple(means))
 
@@ -179,14 +167,6 @@ def choose(
         rest = [i for i in _first(leader, ranked) if i != first]
         return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
-
-
-def _drawn(options: Sequence[Option], shape: Shape, weights: Weights, now: float, rng: random.Random) -> list[float]:
-    """Each option's score at one draw of its belief."""
-    drawn = [
-        cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights, o.belief.prefill_s()) for o in options
-    ]
-    return scores(drawn, weights)
 
 
 def _news_in_s(belief: Belief, now: float) -> float:
@@ -391,3 +371,15 @@ def _posterior_mean(branches: list[_Terms], a0: float, a1: float) -> tuple[float
 
 def _first(index: int, ranked: list[int]) -> tuple[int, ...]:
     return (index, *[i for i in ranked if i != index])
+
+
+def chance_best(
+    options: Sequence[Option], shape: Shape, weights: Weights, now: float, rng: random.Random, draws: int = 64
+) -> list[float]:
+    """The probability each option is the best for a request of ``shape`` (for explaining, not for routing)."""
+    wins = [0] * len(options)
+    for _ in range(draws):
+        drawn = [cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights) for o in options]
+        by_draw = scores(drawn, weights)
+        wins[min(range(len(options)), key=by_draw.__getitem__)] += 1
+    return [w / draws for w in wins]
