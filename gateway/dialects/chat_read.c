@@ -32,6 +32,12 @@ typedef struct {
     int counted;       /* the current event held text */
     Py_ssize_t events;
     double at;
+    /* What the template (read_kept) is learnt from: where the head ends in the bytes read (NULL: no head), and in
+     * the current event, the end of the text that begins there, the texts, finishes and usages read, the last
+     * padding (``obfuscation``'s string). */
+    const unsigned char *mark, *text_end, *pad_start, *pad_end;
+    Py_ssize_t lead; /* the text's bytes before the mark */
+    int texts, extras;
 } Out;
 
 typedef const unsigned char *Ptr;
@@ -351,8 +357,14 @@ static int read_delta(Ptr *pp, Ptr end, Out *o) {
             ONCE(0);
             if (p < end && *p == '"') {
                 p++;
+                Ptr text = p;
                 Py_ssize_t n = read_text(&p, end, o);
                 if (n < 0) return (int)n;
+                o->texts++;
+                if (o->mark != NULL && text <= o->mark && o->mark < p) {
+                    o->text_end = p;
+                    o->lead = o->mark - text;
+                }
                 if (n > 0 && !o->counted) {
                     o->counted = 1;
                     PyObject *at = PyFloat_FromDouble(o->at);
@@ -425,6 +437,7 @@ static int read_choice(Ptr *pp, Ptr end, Out *o) {
                 Py_ssize_t n = plain_string(&p, end);
                 if (n < 0) return REFUSE;
                 if (n > 0) {
+                    o->extras++;
                     PyObject *finish = PyUnicode_FromStringAndSize((const char *)start, n);
                     if (finish == NULL) return FAIL;
                     Py_XSETREF(o->finish, finish);
@@ -460,6 +473,8 @@ static int read_event(Ptr *pp, Ptr end, Out *o) {
     unsigned seen = 0;
     o->counted = 0;
     o->events++;
+    o->text_end = o->pad_start = o->pad_end = NULL;
+    o->texts = o->extras = 0;
     if (p < end && *p == '}') {
         *pp = p + 1;
         return 0;
@@ -514,12 +529,18 @@ static int read_event(Ptr *pp, Ptr end, Out *o) {
             if (!skipped_string(&p, end)) return REFUSE;
         } else if (KEY("obfuscation")) {
             ONCE(7);
+            Ptr value = p;
             if (!skipped_string(&p, end)) return REFUSE;
+            if (*value == '"') {
+                o->pad_start = value + 1;
+                o->pad_end = p - 1;
+            }
         } else if (KEY("usage")) {
             ONCE(8);
             if (p < end && *p == '{') {
                 Ptr start = p;
                 if (!skip_value(&p, end, 0)) return REFUSE;
+                o->extras++;
                 PyObject *usage = PyBytes_FromStringAndSize((const char *)start, p - start);
                 if (usage == NULL) return FAIL;
                 if (o->usages == NULL && (o->usages = PyList_New(0)) == NULL) {
@@ -557,6 +578,14 @@ static int read_chunk(Ptr p, Ptr end, Out *o) {
     return 0;
 }
 
+/* The text's bytes in the head (its lead) are printable ASCII without an escape: the text read on from the head's end
+ * decodes to the lead's bytes followed by the rest's (no escape nor character is split between the two). */
+static int plain_lead(Ptr lead, Py_ssize_t length) {
+    for (Py_ssize_t i = 0; i < length; i++)
+        if (lead[i] < 0x20 || lead[i] >= 0x7F || lead[i] == '\\') return 0;
+    return 1;
+}
+
 static PyObject *read_kept(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "read_kept(heads, datas, parts, times)");
@@ -575,6 +604,12 @@ static PyObject *read_kept(PyObject *module, PyObject *const *args, Py_ssize_t n
     int status = 0;
     char *joined = NULL;
     Py_ssize_t joined_cap = 0;
+    /* The template (see below): the head it holds for, its bytes after the text, and when they hold a padding, the
+     * bytes before it (the stem) and after it (the tail). */
+    PyObject *t_head = NULL;
+    Ptr t_suffix = NULL, t_tail = NULL;
+    Py_ssize_t t_suffix_len = 0, t_stem_len = 0, t_tail_len = 0, t_lead = 0;
+    int t_padded = 0;
     if (view.itemsize != (Py_ssize_t)sizeof(double) || view.format == NULL || strcmp(view.format, "d") != 0 ||
         view.len / view.itemsize != count || PyList_GET_SIZE(heads) != count) {
         PyErr_SetString(PyExc_TypeError, "times must be an array('d') as long as datas, heads too");
@@ -609,13 +644,59 @@ static PyObject *read_kept(PyObject *module, PyObject *const *args, Py_ssize_t n
                 break;
             }
             Ptr p = bytes, end = bytes + data_len;
+            o.mark = NULL;
             status = read_event(&p, end, &o);
             if (status == 0 && p != end) status = REFUSE;
             continue;
         }
         if (head_len == 0) {
+            o.mark = NULL;
             status = read_chunk(bytes, bytes + data_len, &o);
             continue;
+        }
+        Ptr end = bytes + data_len;
+        if (head == t_head) {
+            /* The template's head: the rest of a text, then the template's bytes after it (its padding aside), make
+             * an event read as the template was, its text aside (the same bytes up to the text leave the same
+             * state, and the same bytes after it the same again). */
+            Ptr p = bytes;
+            Py_ssize_t before = o.text_len;
+            if (t_lead > 0) {
+                if (grow(&o, t_lead) < 0) goto done;
+                memcpy(o.text + o.text_len, PyBytes_AS_STRING(head) + head_len - t_lead, (size_t)t_lead);
+                o.text_len += t_lead;
+            }
+            Py_ssize_t n = read_text(&p, end, &o);
+            if (n == FAIL) goto done;
+            if (n == REFUSE) {
+                status = REFUSE; /* the whole event's read comes to this same text */
+                break;
+            }
+            int same;
+            if (t_padded) {
+                Ptr pad = p + t_stem_len;
+                same = end - p >= t_stem_len + t_tail_len && memcmp(p, t_suffix, (size_t)t_stem_len) == 0;
+                if (same) {
+                    Py_ssize_t pad_len = plain_string(&pad, end);
+                    same = pad_len >= 0 && end - pad == t_tail_len && memcmp(pad, t_tail, (size_t)t_tail_len) == 0;
+                }
+            } else {
+                same = end - p == t_suffix_len && memcmp(p, t_suffix, (size_t)t_suffix_len) == 0;
+            }
+            n += t_lead;
+            if (same) {
+                o.events++;
+                o.counted = n > 0;
+                if (n > 0) {
+                    PyObject *at = PyFloat_FromDouble(o.at);
+                    if (at == NULL) goto done;
+                    int failed = PyList_Append(o.times, at);
+                    Py_DECREF(at);
+                    if (failed) goto done;
+                }
+                continue;
+            }
+            o.text_len = before; /* read whole below */
         }
         Py_ssize_t total = head_len + data_len;
         if (total > joined_cap) {
@@ -631,7 +712,26 @@ static PyObject *read_kept(PyObject *module, PyObject *const *args, Py_ssize_t n
         }
         memcpy(joined, PyBytes_AS_STRING(head), (size_t)head_len);
         memcpy(joined + head_len, bytes, (size_t)data_len);
-        status = read_chunk((Ptr)joined, (Ptr)joined + total, &o);
+        Ptr start = (Ptr)joined;
+        o.mark = start + head_len;
+        Py_ssize_t events = o.events;
+        status = read_chunk(start, start + total, &o);
+        if (status == 0 && o.events == events + 1 && o.texts == 1 && o.text_end != NULL && o.extras == 0 &&
+            plain_lead(start + head_len - o.lead, o.lead)) {
+            /* One event whose one text holds the head's end (its bytes in the head plain), and no finish or usage:
+             * the template of the entries with this head. Its bytes after the text are data's own (pointed into,
+             * not copied). */
+            t_head = head;
+            t_lead = o.lead;
+            t_suffix = bytes + (o.text_end - o.mark);
+            t_suffix_len = end - t_suffix;
+            t_padded = o.pad_start != NULL && o.pad_start >= o.text_end;
+            if (t_padded) {
+                t_stem_len = o.pad_start - o.text_end;
+                t_tail = bytes + (o.pad_end + 1 - o.mark); /* after its closing quote */
+                t_tail_len = end - t_tail;
+            }
+        }
     }
     if (status == FAIL) goto done;
     if (status == REFUSE || next_part != parts_count) {
