@@ -52,7 +52,7 @@ def _load() -> ModuleType | None:
 
 MODULE = _load()
 READ: Callable[..., Any] | None = None if MODULE is None else MODULE.read_kept
-pytestmark = pytest.mark.skipif(READ is None, reason="no fresh build of the C scan (make native)")
+needs_scan = pytest.mark.skipif(READ is None, reason="no fresh build of the C scan (make native)")
 
 
 class ScanDialect(ChatDialect):
@@ -112,6 +112,7 @@ def same(chunks: list[bytes], counter: TokenCounter) -> None:
         assert got == read(meter_class, BEFORE, chunks, counter), chunks
 
 
+@needs_scan
 def test_the_template_tests_streams_read_as_before(counter: TokenCounter) -> None:
     rng = random.Random(410)
     taken = 0
@@ -122,6 +123,7 @@ def test_the_template_tests_streams_read_as_before(counter: TokenCounter) -> Non
     assert taken > 200
 
 
+@needs_scan
 def test_openai_padded_streams_read_as_before(counter: TokenCounter) -> None:
     rng = random.Random(411)
     taken = 0
@@ -144,10 +146,13 @@ def test_openai_padded_streams_read_as_before(counter: TokenCounter) -> None:
         [],
     ],
 )
+@needs_scan
 def test_plain_answers_are_scanned_and_read_as_before(texts: list[str], counter: TokenCounter) -> None:
     raw = stream_of([])
-    utf8 = [f'data: {{"choices":[{{"delta":{{"content":{json.dumps(t, ensure_ascii=False)}}}}}]}}\n\n'.encode()
-            for t in texts]
+    utf8 = [
+        f'data: {{"choices":[{{"delta":{{"content":{json.dumps(t, ensure_ascii=False)}}}}}]}}\n\n'.encode()
+        for t in texts
+    ]
     for chunks in (stream_of(texts), [*raw[:1], *utf8, *raw[1:]]):
         same(chunks, counter)
         assert scanned(chunks)
@@ -155,6 +160,7 @@ def test_plain_answers_are_scanned_and_read_as_before(texts: list[str], counter:
         assert reading.answer_text == "".join(texts) and reading.usage_completion_tokens == 32
 
 
+@needs_scan
 def test_the_typed_tests_random_events_read_as_before(counter: TokenCounter) -> None:
     """Every field's odd values (the typed read's tests): what the scan takes it reads as the others do."""
     rng = random.Random(412)
@@ -205,10 +211,11 @@ MUTATIONS = [
     b"n",
     b"null",
     b'"x"',
-    b",\"x\":1",
+    b',"x":1',
 ]
 
 
+@needs_scan
 def test_streams_with_bytes_replaced_inserted_or_removed_read_as_before(counter: TokenCounter) -> None:
     rng = random.Random(413)
     taken = 0
@@ -235,6 +242,7 @@ def test_streams_with_bytes_replaced_inserted_or_removed_read_as_before(counter:
     assert taken > 150  # a change within a text or a skipped string, or one that leaves JSON of the shape
 
 
+@needs_scan
 def test_texts_of_raw_bytes_read_as_before(counter: TokenCounter) -> None:
     """A text's bytes between the quotes, JSON or not (they may close the string and go on as JSON)."""
     rng = random.Random(414)
@@ -253,6 +261,7 @@ def test_texts_of_raw_bytes_read_as_before(counter: TokenCounter) -> None:
     assert taken > 250
 
 
+@needs_scan
 def test_a_character_cut_between_two_texts_is_no_text() -> None:
     """Each text is checked as UTF-8 alone: two texts that hold halves of one character are not JSON."""
     cut = "€".encode()
@@ -299,8 +308,10 @@ HEAD = '{"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
         ('{"choices":[{"delta":null}]}', False),
         ('{"choices":[{"delta":{"content":null,"role":null,"refusal":null}}]}', True),
         ('{"choices":[{"delta":{"content":"x","tool_calls":null,"function_call":null}}]}', True),
-        ('{"choices":[{"delta":{"content":"","reasoning_content":null,"reasoning":null,"reasoning_details":null}}]}',
-         True),
+        (
+            '{"choices":[{"delta":{"content":"","reasoning_content":null,"reasoning":null,"reasoning_details":null}}]}',
+            True,
+        ),
         ('{"choices":[{"delta":{"content":"","reasoning":"r"}}]}', False),
         ('{"choices":[{"delta":{"tool_calls":[]}}]}', False),
         ('{"choices":[{"delta":{"content":"x"},"text":null,"message":null,"logprobs":null}]}', True),
@@ -314,8 +325,10 @@ HEAD = '{"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
         ('{"created":1e3,"choices":[]}', False),
         ('{"model":null,"choices":[{"delta":{"content":"x"}}]}', True),
         ('{"model":4,"choices":[]}', False),
-        ('{"usage":{"prompt_tokens":5,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":2}},"choices":[]}',
-         True),
+        (
+            '{"usage":{"prompt_tokens":5,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":2}},"choices":[]}',
+            True,
+        ),
         ('{"usage":{"prompt_tokens":5,"completion_tokens":true,"x":[1,2.5e-3,"s\\n",null,{}]},"choices":[]}', True),
         ('{"usage":{"prompt_cache_hit_tokens":3},"choices":[]}', True),
         ('{"usage":{"a":"\\ud800"},"choices":[]}', False),  # msgspec refuses the lone surrogate
@@ -341,6 +354,7 @@ HEAD = '{"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
         ('"x"', False),
     ],
 )
+@needs_scan
 def test_each_form_is_scanned_or_refused(event: str, taken: bool, counter: TokenCounter) -> None:
     role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":" a"},"finish_reason":null}]}\n\n'
     texts = [" b", " c", " d"]
@@ -373,6 +387,7 @@ def test_each_form_is_scanned_or_refused(event: str, taken: bool, counter: Token
         [b'data: {"choices":[{"delta":{"content":"a"}}]}\n\nid: 1\n\n'],
     ],
 )
+@needs_scan
 def test_sse_forms_read_as_before(chunks: list[bytes], counter: TokenCounter) -> None:
     role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":" a"},"finish_reason":null}]}\n\n'
     for stream in ([role, *chunks, b"data: [DONE]\n\n"], [role + chunks[0], b"data: [DONE]\n\n"]):
@@ -380,6 +395,7 @@ def test_sse_forms_read_as_before(chunks: list[bytes], counter: TokenCounter) ->
         scanned(stream)
 
 
+@needs_scan
 def test_a_refusal_leaves_the_running_tally_untouched() -> None:
     assert READ is not None
     entries = kept(stream_of([" a", " b", " c", " d"]) + [b"data: not json\n\n"])
@@ -391,6 +407,7 @@ def test_a_refusal_leaves_the_running_tally_untouched() -> None:
     assert tally_native(usage, into, 3, READ) is None and into == Tally(answer=["x"], usage_prompt=1)
 
 
+@needs_scan
 def test_the_scan_checks_its_arguments() -> None:
     assert READ is not None
     with pytest.raises(TypeError):
@@ -410,6 +427,7 @@ def test_the_pure_gateway_never_loads_the_scan(monkeypatch: pytest.MonkeyPatch) 
     assert native.load_c(NAME) is None and load_reader() is None
 
 
+@needs_scan
 def test_the_build_compiles_the_scan_and_stamps_its_source() -> None:
     assert "dialects/chat_read.c" in native.source_hashes()
     assert native.built_files(native.NATIVE_DIR)[NAME].exists()

@@ -32,7 +32,7 @@ Reader = Callable[[list[bytes], list[bytes], list[int], Any], Any]
 def load_reader() -> Reader | None:
     """The C scan when the build is used, else None."""
     module = native.load_c("gateway.dialects._chat_read")
-    return None if module is None else module.read_kept  # type: ignore[no-any-return]
+    return None if module is None else module.read_kept
 
 
 READ_KEPT = load_reader()
