@@ -433,3 +433,25 @@ def test_the_build_compiles_the_scan_and_stamps_its_source() -> None:
     assert native.built_files(native.NATIVE_DIR)[NAME].exists()
     padded_chunk = padded('{"content":"x"}', padding(random.Random(1)))
     assert scanned([padded_chunk] * 6 + [f'data: {{"choices":[],"usage":{USAGE}}}\n\n'.encode()])
+
+
+@needs_scan
+@pytest.mark.parametrize(
+    ("same", "other"),
+    [('"stop"', '"length"'), ("null", "null")],
+)
+@pytest.mark.parametrize("usage", [False, True])
+def test_events_of_one_head_say_again_what_they_say(same: str, other: str, usage: bool, counter: TokenCounter) -> None:
+    """Every event of the head says the same finish (or usage), and one between them (of another head) says another:
+    the last says it again, read whole or as its text (an event that says more than its text is no template)."""
+    event = (
+        'data: {"id":"ID","model":"m","choices":[{"index":0,"delta":{"content":"TEXT"},"finish_reason":FINISH}]USAGE}'
+    )
+    usages = (',"usage":{"completion_tokens":2}', ',"usage":{"completion_tokens":9}') if usage else ("", "")
+    events = [event.replace("TEXT", text).replace("FINISH", same).replace("USAGE", usages[0]) for text in " abcd"]
+    between = event.replace("TEXT", " x").replace("FINISH", other).replace("USAGE", usages[1])
+    events.insert(4, between.replace("ID", "other"))  # no head shared: read whole
+    chunks = [chunk.replace("ID", "c").encode() + b"\n\n" for chunk in events] + [b"data: [DONE]\n\n"]
+    same_reading = read(StreamMeter, SCAN, chunks, counter)
+    assert same_reading == read(StreamMeter, BEFORE, chunks, counter)
+    assert scanned(chunks)
