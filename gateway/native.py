@@ -7,7 +7,10 @@ that compute the same floats, make the same decisions and keep the same bytes, i
 interpreter's time. A compiled class cannot be subclassed in Python: the tests' reference meters and
 forwarders (subclasses) run against the sources only. The build is optional and kept apart from the sources: ``python -m
 gateway.native_build`` (``make native``) writes the extensions and a stamp into ``gateway/_native/``.
-Where no compiler or no build is present, the same modules run as Python.
+Where no compiler or no build is present, the same modules run as Python. Beside them, ``C_MODULES`` are written in C
+where mypyc's per-byte loops are too slow (the chat stream's kept chunks read at the finish, ``chat_read.c``): built
+by the same compiler, stamped with the same sources and used under the same rule (``load_c``), each with a pure path
+that runs where it is not.
 
 A build is used only while it matches the sources: the stamp holds the hash of every module of the package,
 and any edit disables the build whole (compiled modules call each other directly, so one module cannot fall back
