@@ -455,3 +455,14 @@ def test_events_of_one_head_say_again_what_they_say(same: str, other: str, usage
     same_reading = read(StreamMeter, SCAN, chunks, counter)
     assert same_reading == read(StreamMeter, BEFORE, chunks, counter)
     assert scanned(chunks)
+
+
+@needs_scan
+def test_the_dialect_reads_by_the_scan_when_the_build_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = [f" word{i}" for i in range(32)]
+    entries = kept(stream_of(texts))
+    assert len((CHAT.tally_kept(entries) or Tally()).answer) == 32  # the template read: one string a text
+    monkeypatch.setattr("gateway.dialects.chat.READ_KEPT", READ)
+    assert (CHAT.tally_kept(entries) or Tally()).answer == ["".join(texts)]  # the scan's: the texts joined
+    odd = b'data: {"choices":[{"delta":{"content":"x","n":1}}]}\n\n'  # a key the scan does not know
+    assert len((CHAT.tally_kept(kept([*stream_of(texts)[:-1], odd])) or Tally()).answer) == 33  # the template's
