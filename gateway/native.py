@@ -98,7 +98,8 @@ def source_of(module: str) -> Path:
 def source_hashes() -> dict[str, str]:
     """The sha256 of every module of the package and of each C extension's source, by path below it (the build's
     own folder aside)."""
-    sources = [*PACKAGE.rglob("*.py"), *(PACKAGE / source for source in C_MODULES.values())]
+    c_sources = [PACKAGE / source for source in C_MODULES.values()]
+    sources = [*PACKAGE.rglob("*.py"), *(path for path in c_sources if path.exists())]  # an install may lack them
     return {
         path.relative_to(PACKAGE).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(sources)
