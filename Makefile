@@ -38,8 +38,9 @@ demo: install-demo
 serve: install-demo
 	$(DEMO_BIN)/gateway serve -c config.example.toml
 
-# The routing modules and the chunk path compiled with mypyc into gateway/_native/ (gateway.native: used while they match the
-# sources, which run as Python without it). Needs the dev extra and a C compiler; about a minute.
+# The routing modules and the chunk path compiled with mypyc, and the C extensions (gateway/dialects/chat_read.c),
+# into gateway/_native/ (gateway.native: used while they match the sources, which run as Python without it). Needs
+# the dev extra and a C compiler; about a minute.
 native: install
 	$(BIN)/python -m gateway.native_build
 

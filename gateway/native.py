@@ -7,7 +7,10 @@ that compute the same floats, make the same decisions and keep the same bytes, i
 interpreter's time. A compiled class cannot be subclassed in Python: the tests' reference meters and
 forwarders (subclasses) run against the sources only. The build is optional and kept apart from the sources: ``python -m
 gateway.native_build`` (``make native``) writes the extensions and a stamp into ``gateway/_native/``.
-Where no compiler or no build is present, the same modules run as Python.
+Where no compiler or no build is present, the same modules run as Python. Beside them, ``C_MODULES`` are written in C
+where mypyc's per-byte loops are too slow (the chat stream's kept chunks read at the finish, ``chat_read.c``): built
+by the same compiler, stamped with the same sources and used under the same rule (``load_c``), each with a pure path
+that runs where it is not.
 
 A build is used only while it matches the sources: the stamp holds the hash of every module of the package,
 and any edit disables the build whole (compiled modules call each other directly, so one module cannot fall back
@@ -83,6 +86,9 @@ and what every relayed
 chunk passes through (the meter's ``feed``, the forwarder's, the SSE splitter and the kept chunks), and the access
 line's rounding (``access_numbers``). Not the data
 types other packages build and read (``plan``, ``ranking``, ``overrides``, ``reading``): they stay Python classes."""
+C_MODULES = {"gateway.dialects._chat_read": "dialects/chat_read.c"}
+"""Extensions written in C, by module name, with their source below the package: built by the same compiler
+beside the mypyc modules, stamped and used under the same rule (``load_c``); the pure modules stand in for them."""
 
 
 def source_of(module: str) -> Path:
@@ -90,10 +96,13 @@ def source_of(module: str) -> Path:
 
 
 def source_hashes() -> dict[str, str]:
-    """The sha256 of every module of the package, by path below it (the build's own folder aside)."""
+    """The sha256 of every module of the package and of each C extension's source, by path below it (the build's
+    own folder aside)."""
+    c_sources = [PACKAGE / source for source in C_MODULES.values()]
+    sources = [*PACKAGE.rglob("*.py"), *(path for path in c_sources if path.exists())]  # an install may lack them
     return {
         path.relative_to(PACKAGE).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(PACKAGE.rglob("*.py"))
+        for path in sorted(sources)
         if NATIVE_DIR not in path.parents
     }
 
@@ -103,9 +112,11 @@ def extension_suffix() -> str:
 
 
 def built_files(folder: Path, modules: Sequence[str] = MODULES) -> dict[str, Path]:
-    """The extension file of each compiled module and of the shared library, by module name, in ``folder``."""
+    """The extension file of each compiled module (and C extension) and of the shared library, by module name, in
+    ``folder``."""
     suffix = extension_suffix()
-    files = {name: folder.joinpath(*name.split(".")).with_name(name.rsplit(".", 1)[-1] + suffix) for name in modules}
+    names = [*modules, *C_MODULES]
+    files = {name: folder.joinpath(*name.split(".")).with_name(name.rsplit(".", 1)[-1] + suffix) for name in names}
     files[f"{GROUP}__mypyc"] = folder / f"{GROUP}__mypyc{suffix}"
     return files
 
@@ -155,6 +166,28 @@ def activate(folder: Path = NATIVE_DIR) -> bool:
         return False
     sys.meta_path.insert(0, _NativeFinder(built_files(folder)))
     return True
+
+
+def load_c(name: str, folder: Path = NATIVE_DIR) -> ModuleType | None:
+    """The C extension ``name`` (one of ``C_MODULES``) when the build in ``folder`` is used (``activate``'s rule: a
+    build of these very sources, ``GATEWAY_NATIVE`` not ``0``); None otherwise (the caller's pure path runs).
+
+    Loaded from its file, not through ``activate``'s finder: a module that imports it may be imported before
+    ``gateway.routing`` (which activates the build), and activating then would mix compiled and pure modules."""
+    if os.environ.get("GATEWAY_NATIVE") == "0":
+        return None
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    if stale(folder) is not None:
+        return None
+    spec = importlib.util.spec_from_file_location(name, built_files(folder)[name])
+    if spec is None or spec.loader is None:  # pragma: no cover - a file location always has a loader
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
 
 
 def describe(folder: Path = NATIVE_DIR) -> str:

@@ -19,7 +19,18 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from gateway.native import GROUP, MODULES, NATIVE_DIR, STAMP, built_files, extension_suffix, source_hashes, source_of
+from gateway.native import (
+    C_MODULES,
+    GROUP,
+    MODULES,
+    NATIVE_DIR,
+    PACKAGE,
+    STAMP,
+    built_files,
+    extension_suffix,
+    source_hashes,
+    source_of,
+)
 
 
 @contextlib.contextmanager
@@ -34,9 +45,9 @@ def _inside(folder: Path) -> Iterator[None]:
 
 
 def build(out: Path = NATIVE_DIR) -> None:
-    """Compile ``MODULES`` and write them with their stamp into ``out`` (replaced whole)."""
+    """Compile ``MODULES`` and ``C_MODULES`` and write them with their stamp into ``out`` (replaced whole)."""
     from mypyc.build import mypycify  # the dev extra's: imported only to build
-    from setuptools import setup  # type: ignore[import-untyped]
+    from setuptools import Extension, setup  # type: ignore[import-untyped]
 
     hashes = source_hashes()
     with tempfile.TemporaryDirectory(prefix="gateway-native-") as scratch:
@@ -44,6 +55,10 @@ def build(out: Path = NATIVE_DIR) -> None:
         lib = work / "lib"
         with _inside(work):
             extensions = mypycify([str(source_of(name)) for name in MODULES], opt_level="3", group_name=GROUP)
+            extensions += [
+                Extension(name, sources=[str(PACKAGE / source)], extra_compile_args=["-O3"])
+                for name, source in C_MODULES.items()
+            ]
             setup(
                 name="gateway-native",
                 ext_modules=extensions,
@@ -68,7 +83,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=NATIVE_DIR, help=f"where to write the build (default {NATIVE_DIR})")
     args = parser.parse_args()
     build(args.out)
-    print(f"compiled {len(MODULES)} modules into {args.out}", file=sys.stderr)
+    print(f"compiled {len(MODULES)} modules and {len(C_MODULES)} C extensions into {args.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from gateway.dialects.chat_events import (
     tally_chunks,
     usage_of,
 )
+from gateway.dialects.chat_native import READ_KEPT, tally_native
 from gateway.dialects.chat_template import tally_kept
 from gateway.errors import GatewayError, describe_error
 from gateway.kept_chunks import KeptChunks
@@ -231,7 +232,12 @@ class ChatDialect:
         return tally_chunks(events, times, _TIMING_TAIL if final else 0, into)
 
     def tally_kept(self, entries: KeptChunks, into: Tally | None = None, final: bool = True) -> Tally | None:
-        return tally_kept(entries, into, _TIMING_TAIL if final else 0)
+        tail = _TIMING_TAIL if final else 0
+        if READ_KEPT is not None:  # the C scan of the build (``chat_native``), else the template read alone
+            tally = tally_native(entries, into, tail, READ_KEPT)
+            if tally is not None:
+                return tally
+        return tally_kept(entries, into, tail)
 
     def tally_body(self, body: dict[str, Any]) -> Tally:
         tally = Tally(finished=True)
