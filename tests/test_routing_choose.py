@@ -17,7 +17,6 @@ from gateway.routing.choose import (
     Option,
     _branch_terms,
     _posterior_mean,
-    bill,
     chance_best,
     choose,
     gain,
@@ -30,8 +29,7 @@ POLICY = BUILTIN_POLICIES["balanced"]
 WEIGHTS = Weights.of(POLICY)
 
 
-def _deployments(n: int, prices: list[float] | None = None) -> list[DeploymentConfig]:
-    prices = prices or [0.5] * n
+def _deployments(n: int) -> list[DeploymentConfig]:
     config = parse_config(
         {
             "providers": [{"name": f"p{i}", "base_url": f"http://127.0.0.1:9/p{i}"} for i in range(n)],
@@ -39,8 +37,7 @@ def _deployments(n: int, prices: list[float] | None = None) -> list[DeploymentCo
                 {
                     "name": "m",
                     "deployments": [
-                        {"provider": f"p{i}", "model": "x", "price_in": prices[i], "price_out": prices[i]}
-                        for i in range(n)
+                        {"provider": f"p{i}", "model": "x", "price_in": 0.5, "price_out": 0.5} for i in range(n)
                     ],
                 }
             ],
@@ -60,8 +57,8 @@ def _measured(ttft: float, tps: float, n: int = 60, *, at: float = 100.0, sigma:
     return belief
 
 
-def _options(beliefs: list[Belief], prices: list[float] | None = None) -> list[Option]:
-    deployments = _deployments(len(beliefs), prices)
+def _options(beliefs: list[Belief]) -> list[Option]:
+    deployments = _deployments(len(beliefs))
     return [Option(d, b, Prior()) for d, b in zip(deployments, beliefs, strict=True)]
 
 
@@ -334,52 +331,3 @@ def test_a_prior_pooled_from_beliefs_read_once_is_the_same() -> None:
     prices = [0.6, 0.2, 0.5, 0.4]
     assert pooled(heard, 120.0) == pooled(beliefs, 120.0)
     assert pooled(heard, 120.0, 0.3, prices) == pooled(beliefs, 120.0, 0.3, prices)
-
-
-def _billed_looks(prices: list[float], requests: int = 2000) -> tuple[int, float]:
-    """Streamed requests between a measured leader (the first, quicker whatever the prices) and a thinly measured
-    other, each credited to the budget as the router does: the looks taken, and what they spent of the budget."""
-    options = _options([_measured(0.3, 300.0), _measured(0.6, 120.0, n=6)], prices)
-    rng, budget, shape = random.Random(3), Budget(), Shape(20, 256)
-    looks, spent = 0, 0.0
-    for _ in range(requests):
-        budget.credit("m")
-        before = budget.tokens["m"]
-        choice = choose(options, shape, WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
-        if choice.race or choice.shadow is not None:
-            looks += 1
-            spent += before - budget.tokens["m"]
-            assert before >= 1.0
-        else:
-            assert budget.tokens["m"] == before and choice.order[0] == 0
-    return looks, spent
-
-
-def test_a_look_costs_the_budget_its_bill_over_the_leaders() -> None:
-    """At equal prices a look costs one request's worth (the budget counts requests as before); at twice the leader's
-    price two, at half of it a half; where no price tells, one."""
-    deployments = _deployments(3, [0.5, 1.0, 0.25])
-    shape, belief = Shape(20, 256), _measured(0.5, 150.0)
-    costs = [cost(belief.expected(100.0), d, shape, WEIGHTS) for d in deployments]
-    assert bill(costs[0], costs[0]) == 1.0
-    assert bill(costs[1], costs[0]) == pytest.approx(2.0)
-    assert bill(costs[2], costs[0]) == pytest.approx(0.5)
-    assert bill(costs[1], costs[0]._replace(money_usd=0.0)) == 1.0
-    assert bill(costs[0]._replace(money_usd=0.0), costs[1]) == 1.0
-
-
-def test_looks_spend_a_share_of_the_money_not_of_the_requests() -> None:
-    """Looks at a deployment twice the leader's price come about half as often as at an equal one, at one half the
-    price about twice as often; what they spend stays within ``RACE_BUDGET`` of the requests' bills (one look's bill
-    the most the bucket may owe)."""
-    requests = 2000
-    equal, spent = _billed_looks([0.5, 0.5], requests)
-    assert spent == equal
-    assert requests * RACE_BUDGET - 2 <= equal <= requests * RACE_BUDGET + Budget().burst
-    dear, spent = _billed_looks([0.5, 1.0], requests)
-    assert spent == pytest.approx(2.0 * dear)
-    assert requests * RACE_BUDGET - 2 <= spent <= requests * RACE_BUDGET + 2.0
-    cheap, spent = _billed_looks([0.5, 0.25], requests)
-    assert spent == pytest.approx(0.5 * cheap)
-    assert requests * RACE_BUDGET - 2 <= spent <= requests * RACE_BUDGET + Budget().burst
-    assert abs(dear - equal / 2) <= 2 and abs(cheap - 2 * equal) <= 4

@@ -8,8 +8,7 @@ traffic (concurrent requests and replicas draw apart instead of herding), and a 
 left alone.
 
 When the draw puts first a deployment that is not the leader (the best at the beliefs' means),
-the request explores. A stream then explores cheaply, under one budget counted in money (``RACE_BUDGET``: looks may
-add about a tenth to what the streams are billed):
+the request explores. A stream then explores cheaply, under one budget (``RACE_BUDGET``):
 
 - a **race** when racing costs the request no time in expectation: both start at once, the first
   token wins and its stream answers, the explored one is drained if it loses. The request gets
@@ -40,8 +39,7 @@ from gateway.routing.draws import standard_normals
 from gateway.routing.priors import DRIFT, Prior
 
 RACE_BUDGET = 0.10
-"""Share of what streamed requests are billed that looks may add: a look (a race or a shadow) is one extra attempt,
-counted as its expected bill over the leader's (``bill``); at equal prices, one streamed request in ten."""
+"""Share of streamed requests that may carry one extra attempt to look at another deployment (a race or a shadow)."""
 COLD_RACE = 3
 """Attempts one cold start may race at once, a measured leader joining them counted: each loser is drained and billed,
 so a model deployed on ten providers measures a few per request, not ten at once."""
@@ -94,10 +92,7 @@ class Counts:
 
 @dataclass
 class Budget:
-    """A token bucket per model, counted in leaders' bills: each streamed request adds ``RACE_BUDGET`` (a tenth of
-    its own bill), each race or shadow spends its ``bill``. A look is taken while a whole token is there (as a
-    request would be billed); a dear one may leave the bucket owing, repaid by the requests after, so looks at a
-    deployment twice the leader's price come half as often and at one half the price twice as often."""
+    """A token bucket per model: each streamed request adds ``RACE_BUDGET``, each race or shadow spends one."""
 
     burst: float = 2.0
     tokens: dict[str, float] = field(default_factory=dict)
@@ -108,18 +103,11 @@ class Budget:
     def ready(self, model: str) -> bool:
         return self.tokens.get(model, 1.0) >= 1.0
 
-    def spend(self, model: str, bill: float) -> None:
-        self.tokens[model] = self.tokens.get(model, 1.0) - bill
-
-
-def bill(look: Cost, leader: Cost) -> float:
-    """What a look costs the budget, in the leader's bills: the look's expected money for this request over the
-    leader's. A race and a shadow are both billed (the one not answering is drained), so the look adds its own bill to
-    the leader's. Where either is free or unpriced no ratio tells, and a look counts as one request, as it does at
-    equal prices."""
-    if look.money_usd <= 0.0 or leader.money_usd <= 0.0:
-        return 1.0
-    return look.money_usd / leader.money_usd
+    def take(self, model: str) -> bool:
+        if not self.ready(model):
+            return False
+        self.tokens[model] = self.tokens.get(model, 1.0) - 1.0
+        return True
 
 
 def choose(
@@ -162,7 +150,7 @@ def choose(
     if not may_race:
         first = order[0]  # not a stream: the draw goes first (Thompson sampling)
         return Choice(_first(first, ranked), tuple(means), explored=first != leader)
-    if budget is None or len(options) < 2 or not budget.ready(model):
+    if budget is None or len(options) < 2 or not budget.take(model):
         return Choice(_first(leader, ranked), tuple(means))
 
     # A look, beside the leader: where it may teach most (a stale belief's chance of a change included), and
@@ -173,7 +161,6 @@ def choose(
         return gain(options[i], means[leader], shape, weights, now, rng) * news, news
 
     first = max((i for i in ranked if i != leader), key=worth)
-    budget.spend(model, bill(means[first], means[leader]))
     if not options[first].belief.answers or _race_helps(
         options[first], options[leader], means[first], means[leader], now
     ):
