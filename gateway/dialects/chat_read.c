@@ -341,6 +341,52 @@ static inline int skipped_string(Ptr *pp, Ptr end) {
     return null_value(pp, end);
 }
 
+/* Members whose value is only checked, never read: a string or null (``SKIPPED``), or null alone (``NULL_ONLY``). */
+enum { SKIPPED, NULL_ONLY };
+typedef struct {
+    const char *name;
+    Py_ssize_t length;
+    int kind;
+} Checked;
+#define CHECKED(name, kind) {name, (Py_ssize_t)sizeof(name) - 1, kind}
+
+/* ``key`` looked up in ``table`` (``count`` entries, each allowed once: its bit in *seen is ``first_bit`` + its index)
+   and its value checked: 1 when taken, REFUSE when not listed, repeated or not of its kind. */
+static int checked_member(
+    Ptr *pp, Ptr end, Ptr key, Py_ssize_t length, const Checked *table, int count, int first_bit, unsigned *seen) {
+    for (int i = 0; i < count; i++) {
+        if (table[i].length != length || memcmp(key, table[i].name, (size_t)length) != 0) continue;
+        unsigned bit = 1u << (first_bit + i);
+        if (*seen & bit) return REFUSE;
+        *seen |= bit;
+        int ok = table[i].kind == SKIPPED ? skipped_string(pp, end) : null_value(pp, end);
+        return ok ? 1 : REFUSE;
+    }
+    return REFUSE;
+}
+
+static const Checked DELTA_CHECKED[] = {
+    CHECKED("role", SKIPPED),
+    CHECKED("refusal", NULL_ONLY),
+    CHECKED("tool_calls", NULL_ONLY),
+    CHECKED("function_call", NULL_ONLY),
+    CHECKED("reasoning_content", NULL_ONLY),
+    CHECKED("reasoning", NULL_ONLY),
+    CHECKED("reasoning_details", NULL_ONLY),
+};
+static const Checked CHOICE_CHECKED[] = {
+    CHECKED("logprobs", NULL_ONLY),
+    CHECKED("text", NULL_ONLY),
+    CHECKED("message", NULL_ONLY),
+};
+static const Checked EVENT_CHECKED[] = {
+    CHECKED("id", SKIPPED),
+    CHECKED("object", SKIPPED),
+    CHECKED("system_fingerprint", SKIPPED),
+    CHECKED("service_tier", SKIPPED),
+};
+#define COUNT(table) ((int)(sizeof(table) / sizeof((table)[0])))
+
 static int read_delta(Ptr *pp, Ptr end, Out *o) {
     Ptr p = *pp + 1; /* after '{' */
     unsigned seen = 0;
@@ -376,28 +422,7 @@ static int read_delta(Ptr *pp, Ptr end, Out *o) {
             } else if (!null_value(&p, end)) {
                 return REFUSE;
             }
-        } else if (KEY("role")) {
-            ONCE(1);
-            if (!skipped_string(&p, end)) return REFUSE;
-        } else if (KEY("refusal")) {
-            ONCE(2);
-            if (!null_value(&p, end)) return REFUSE;
-        } else if (KEY("tool_calls")) {
-            ONCE(3);
-            if (!null_value(&p, end)) return REFUSE;
-        } else if (KEY("function_call")) {
-            ONCE(4);
-            if (!null_value(&p, end)) return REFUSE;
-        } else if (KEY("reasoning_content")) {
-            ONCE(5);
-            if (!null_value(&p, end)) return REFUSE;
-        } else if (KEY("reasoning")) {
-            ONCE(6);
-            if (!null_value(&p, end)) return REFUSE;
-        } else if (KEY("reasoning_details")) {
-            ONCE(7);
-            if (!null_value(&p, end)) return REFUSE;
-        } else {
+        } else if (checked_member(&p, end, key, length, DELTA_CHECKED, COUNT(DELTA_CHECKED), 1, &seen) < 0) {
             return REFUSE;
         }
         int more = next_member(&p, end, '}');
@@ -445,16 +470,7 @@ static int read_choice(Ptr *pp, Ptr end, Out *o) {
             } else if (!null_value(&p, end)) {
                 return REFUSE;
             }
-        } else if (KEY("logprobs")) {
-            ONCE(3);
-            if (!null_value(&p, end)) return REFUSE;
-        } else if (KEY("text")) {
-            ONCE(4);
-            if (!null_value(&p, end)) return REFUSE;
-        } else if (KEY("message")) {
-            ONCE(5);
-            if (!null_value(&p, end)) return REFUSE;
-        } else {
+        } else if (checked_member(&p, end, key, length, CHOICE_CHECKED, COUNT(CHOICE_CHECKED), 3, &seen) < 0) {
             return REFUSE;
         }
         int more = next_member(&p, end, '}');
@@ -498,17 +514,11 @@ static int read_event(Ptr *pp, Ptr end, Out *o) {
                     if (!more) break;
                 }
             }
-        } else if (KEY("id")) {
-            ONCE(1);
-            if (!skipped_string(&p, end)) return REFUSE;
-        } else if (KEY("object")) {
-            ONCE(2);
-            if (!skipped_string(&p, end)) return REFUSE;
         } else if (KEY("created")) {
-            ONCE(3);
+            ONCE(1);
             if (!integer(&p, end)) return REFUSE;
         } else if (KEY("model")) {
-            ONCE(4);
+            ONCE(2);
             if (p < end && *p == '"') {
                 p++;
                 Ptr start = p;
@@ -521,14 +531,8 @@ static int read_event(Ptr *pp, Ptr end, Out *o) {
             } else if (!null_value(&p, end)) {
                 return REFUSE;
             }
-        } else if (KEY("system_fingerprint")) {
-            ONCE(5);
-            if (!skipped_string(&p, end)) return REFUSE;
-        } else if (KEY("service_tier")) {
-            ONCE(6);
-            if (!skipped_string(&p, end)) return REFUSE;
         } else if (KEY("obfuscation")) {
-            ONCE(7);
+            ONCE(3);
             Ptr value = p;
             if (!skipped_string(&p, end)) return REFUSE;
             if (*value == '"') {
@@ -536,7 +540,7 @@ static int read_event(Ptr *pp, Ptr end, Out *o) {
                 o->pad_end = p - 1;
             }
         } else if (KEY("usage")) {
-            ONCE(8);
+            ONCE(4);
             if (p < end && *p == '{') {
                 Ptr start = p;
                 if (!skip_value(&p, end, 0)) return REFUSE;
@@ -553,7 +557,7 @@ static int read_event(Ptr *pp, Ptr end, Out *o) {
             } else if (!null_value(&p, end)) {
                 return REFUSE;
             }
-        } else {
+        } else if (checked_member(&p, end, key, length, EVENT_CHECKED, COUNT(EVENT_CHECKED), 5, &seen) < 0) {
             return REFUSE;
         }
         int more = next_member(&p, end, '}');
