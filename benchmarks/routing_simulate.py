@@ -44,6 +44,7 @@ from benchmarks.routing_held_out_10 import HELD_OUT_10
 from benchmarks.routing_held_out_11 import HELD_OUT_11
 from benchmarks.routing_held_out_12 import HELD_OUT_12
 from benchmarks.routing_held_out_13 import HELD_OUT_13
+from benchmarks.routing_held_out_14 import HELD_OUT_14
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 from gateway.config import GatewayConfig, StatsConfig, parse_config
 from gateway.relay.drain import DRAIN_EVENTS, DRAIN_MAX_S
@@ -67,6 +68,7 @@ MARKETS: dict[int, Sequence[Scenario]] = {
     11: HELD_OUT_11,
     12: HELD_OUT_12,
     13: HELD_OUT_13,
+    14: HELD_OUT_14,
 }
 """The held-out sets by number (``--held-out-N``; ``--held-out`` is the first)."""
 HELD_OUT_SETS = (
@@ -75,7 +77,7 @@ HELD_OUT_SETS = (
     *(
         (ordinal, f"routing_held_out_{n}.HELD_OUT_{n}")
         for n, ordinal in enumerate(
-            "third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth".split(), 3
+            "third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth".split(), 3
         )
     ),
 )
