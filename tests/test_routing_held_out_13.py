@@ -14,7 +14,8 @@ from dataclasses import replace
 
 from benchmarks import routing_simulate
 from benchmarks.routing_held_out_13 import HELD_OUT_13
-from benchmarks.routing_scenarios import SCENARIOS, STRESS, Change, Profile, Scenario, oracle_choice
+from benchmarks.routing_scenarios import SCENARIOS, STRESS
+from tests.support import markets
 
 KINDS = (
     "drift",
@@ -67,24 +68,6 @@ LEADS: dict[str, dict[int, list[tuple[float, str]]]] = {
     "ho13-close": {n: [(0, "c1"), (85, "c2"), (138, "c1")] for n in (90, 380, 1050)},
 }
 """The time oracle's best per answer length as each description says: (from when, who) runs, to the market's end."""
-
-
-def _leads(market: Scenario, tokens: int) -> list[tuple[float, str]]:
-    """The time oracle's best for answers of ``tokens`` at every half second, as runs of (from when, who)."""
-    runs: list[tuple[float, str]] = []
-    for tick in range(int(market.duration_s * 2)):
-        best = oracle_choice(tokens, list(market.profiles_at(tick / 2).values()))
-        if not runs or runs[-1][1] != best:
-            runs.append((tick / 2, best))
-    return runs
-
-
-def _moves(market: Scenario, name: str) -> list[Change]:
-    return [c for c in market.changes if c.name == name]
-
-
-def _start(market: Scenario, name: str) -> Profile:
-    return next(p for p in market.providers if p.name == name)
 
 
 def test_the_set_is_wired_to_its_switch_and_named_as_written() -> None:
@@ -153,14 +136,14 @@ def test_the_drawn_figures_replay_in_the_order_the_docstring_lists() -> None:
     }
     for kind, times in used.items():
         assert times <= set(drawn[kind][2]) and times <= {c.at_s for c in MARKETS[f"ho13-{kind}"].changes}, kind
-    agent_starts = [_moves(MARKETS["ho13-agent"], name)[0].at_s for name in ("g1", "g2")]
+    agent_starts = [markets.moves(MARKETS["ho13-agent"], name)[0].at_s for name in ("g1", "g2")]
     assert agent_starts == [33 + 3, 46 + 1] and {33, 46} <= set(drawn["agent"][2])
     assert len(MARKETS["ho13-many"].providers) == many[-1]
     assert {c.name for c in MARKETS["ho13-many"].changes} == {"n3", "n5"}  # the resellers
     assert {c.profile.error_rate for c in MARKETS["ho13-replicas"].changes} == {share, 0.0}
     assert MARKETS["ho13-agent"].max_tokens == 80000 and MARKETS["ho13-replicas"].replicas == 2
     (down,) = [c for c in MARKETS["ho13-outage"].changes if c.profile.error_rate == 1.0]
-    assert _moves(MARKETS["ho13-outage"], "q1")[1].at_s - down.at_s == outages[-1]
+    assert markets.moves(MARKETS["ho13-outage"], "q1")[1].at_s - down.at_s == outages[-1]
 
 
 def test_the_time_oracle_leads_as_each_description_says() -> None:
@@ -168,15 +151,15 @@ def test_the_time_oracle_leads_as_each_description_says() -> None:
         market = MARKETS[name]
         assert set(by_length) <= {t for t, _ in market.lengths}, name
         for tokens, runs in by_length.items():
-            assert _leads(market, tokens) == runs, (name, tokens)
+            assert markets.leads(market, tokens) == runs, (name, tokens)
     assert LEADS.keys() == MARKETS.keys()
 
 
 def test_the_drift_wanders_and_ends_where_it_was_going() -> None:
     drift = MARKETS["ho13-drift"]
     for name, end in (("e1", (0.58, 121.0)), ("e3", (0.27, 259.0))):
-        moves = _moves(drift, name)
-        speeds = [_start(drift, name).tps, *(c.profile.tps for c in moves)]
+        moves = markets.moves(drift, name)
+        speeds = [markets.start(drift, name).tps, *(c.profile.tps for c in moves)]
         steps = [later - before for before, later in zip(speeds, speeds[1:], strict=False)]
         assert len(moves) == 26 and [c.at_s for c in moves] == [9 + 3 * i for i in range(26)]
         assert (moves[-1].profile.ttft_s, moves[-1].profile.tps) == end
@@ -187,15 +170,15 @@ def test_the_cycle_and_the_spike_move_what_they_say_only() -> None:
     oscillate = MARKETS["ho13-oscillate"]
     best = {"o1": (0.19, 274.0), "o2": (0.2, 266.0)}
     for change in oscillate.changes:
-        start = _start(oscillate, change.name)
+        start = markets.start(oscillate, change.name)
         assert change.profile == replace(start, ttft_s=change.profile.ttft_s, tps=change.profile.tps)
     at_60 = oscillate.profiles_at(60)  # a whole period: the first at its best again, the second at its worst
-    assert (at_60["o1"].ttft_s, at_60["o1"].tps) == best["o1"] and at_60["o2"] == _start(oscillate, "o2")
+    assert (at_60["o1"].ttft_s, at_60["o1"].tps) == best["o1"] and at_60["o2"] == markets.start(oscillate, "o2")
     at_30 = oscillate.profiles_at(30)
     assert (at_30["o2"].ttft_s, at_30["o2"].tps) == best["o2"]
     ttft = MARKETS["ho13-ttft"]
-    t1 = _start(ttft, "t1")
-    *draining, back = _moves(ttft, "t1")
+    t1 = markets.start(ttft, "t1")
+    *draining, back = markets.moves(ttft, "t1")
     assert all(c.profile == replace(t1, ttft_s=c.profile.ttft_s) for c in draining) and back.profile == t1
     excess = [c.profile.ttft_s - t1.ttft_s for c in draining]
     assert abs(excess[0] - 1.24) < 1e-9 and all(
@@ -205,15 +188,15 @@ def test_the_cycle_and_the_spike_move_what_they_say_only() -> None:
 
 def test_the_failures_fall_in_steps_come_in_bursts_and_end_in_a_slow_recovery() -> None:
     down = MARKETS["ho13-down-at-start"]
-    assert _start(down, "d1").error_rate == 1.0
-    assert [c.profile.error_rate for c in _moves(down, "d1")] == [0.7, 0.4, 0.15, 0.0]
+    assert markets.start(down, "d1").error_rate == 1.0
+    assert [c.profile.error_rate for c in markets.moves(down, "d1")] == [0.7, 0.4, 0.15, 0.0]
     bursts = MARKETS["ho13-bursts"]
     assert [(c.at_s, c.profile.error_rate) for c in bursts.changes] == [
         (at, rate) for down_s, up_s in BURSTS for at, rate in ((down_s, 1.0), (up_s, 0.0))
     ]
     outage = MARKETS["ho13-outage"]
-    q1 = _start(outage, "q1")
-    failed, *recovering = _moves(outage, "q1")
+    q1 = markets.start(outage, "q1")
+    failed, *recovering = markets.moves(outage, "q1")
     assert failed.profile == replace(q1, error_rate=1.0) and recovering[-1].profile == q1
     ttfts = [c.profile.ttft_s for c in recovering]
     assert ttfts == sorted(ttfts, reverse=True) and len(set(ttfts)) == len(ttfts) == 24  # better every 2 s
@@ -228,17 +211,17 @@ def test_the_agent_tail_mixed_and_close_markets_keep_their_shapes() -> None:
     assert agent.max_tokens is not None and max(t for t, _ in agent.lengths) * 100 < agent.max_tokens
     assert agent.max_tokens not in {s.max_tokens for s in EARLIER}
     for name, end in (("g1", 0.52), ("g2", 0.23)):  # first tokens only, in small steps, one way
-        start = _start(agent, name)
-        moves = [c.profile for c in _moves(agent, name)]
+        start = markets.start(agent, name)
+        moves = [c.profile for c in markets.moves(agent, name)]
         assert all(p == replace(start, ttft_s=p.ttft_s) for p in moves) and abs(moves[-1].ttft_s - end) < 1e-9
     tail = MARKETS["ho13-tail"]
     (narrowed,) = tail.changes
-    l1 = _start(tail, "l1")
+    l1 = markets.start(tail, "l1")
     assert narrowed.profile == replace(l1, ttft_sigma=0.3) and l1.ttft_sigma >= 1.0  # only the spread moves
     mixed = MARKETS["ho13-mixed"]
     assert len(mixed.lengths) == 8 and len({w for _, w in mixed.lengths}) == 1
     close = MARKETS["ho13-close"]
-    c1, c2 = _start(close, "c1"), _start(close, "c2")
+    c1, c2 = markets.start(close, "c1"), markets.start(close, "c2")
     (tokens, _), *_ = close.lengths
     assert 1 < c2.expected_e2e(tokens) / c1.expected_e2e(tokens) < 1.05 and c1.price > 5 * c2.price
 

@@ -14,7 +14,8 @@ from dataclasses import replace
 
 from benchmarks import routing_simulate
 from benchmarks.routing_held_out_14 import HELD_OUT_14
-from benchmarks.routing_scenarios import SCENARIOS, STRESS, Change, Profile, Scenario, oracle_choice
+from benchmarks.routing_scenarios import SCENARIOS, STRESS
+from tests.support import markets
 
 KINDS = ("drift", "oscillate", "many", "ttft", "down-at-start", "agent", "replicas", "outage", "flaky", "mixed")
 """The ten markets, in the docstring's (and the draws') order."""
@@ -50,24 +51,6 @@ LEADS: dict[str, dict[int, list[tuple[float, str]]]] = {
     },
 }
 """The time oracle's best per answer length as each description says: (from when, who) runs, to the market's end."""
-
-
-def _leads(market: Scenario, tokens: int) -> list[tuple[float, str]]:
-    """The time oracle's best for answers of ``tokens`` at every half second, as runs of (from when, who)."""
-    runs: list[tuple[float, str]] = []
-    for tick in range(int(market.duration_s * 2)):
-        best = oracle_choice(tokens, list(market.profiles_at(tick / 2).values()))
-        if not runs or runs[-1][1] != best:
-            runs.append((tick / 2, best))
-    return runs
-
-
-def _moves(market: Scenario, name: str) -> list[Change]:
-    return [c for c in market.changes if c.name == name]
-
-
-def _start(market: Scenario, name: str) -> Profile:
-    return next(p for p in market.providers if p.name == name)
 
 
 def test_the_set_is_wired_to_its_switch_and_named_as_written() -> None:
@@ -147,7 +130,7 @@ def test_the_drawn_figures_replay_in_the_order_the_docstring_lists() -> None:
         assert times <= {c.at_s for c in MARKETS[f"ho14-{kind}"].changes}, kind
     assert len(MARKETS["ho14-many"].providers) == many[-1]
     assert MARKETS["ho14-agent"].max_tokens == ceiling[-1] and MARKETS["ho14-replicas"].replicas == 2
-    down, up = _moves(MARKETS["ho14-outage"], "ox1")
+    down, up = markets.moves(MARKETS["ho14-outage"], "ox1")
     assert down.profile.error_rate == 1.0 and up.at_s - down.at_s == outages[-1]
     assert {c.profile.error_rate for c in MARKETS["ho14-flaky"].changes} == {share, 0.0}
     oscillate = MARKETS["ho14-oscillate"]
@@ -156,8 +139,8 @@ def test_the_drawn_figures_replay_in_the_order_the_docstring_lists() -> None:
 
 def test_the_drifts_move_one_axis_each_in_even_steps() -> None:
     drift = MARKETS["ho14-drift"]
-    dr1, dr3 = _start(drift, "dr1"), _start(drift, "dr3")
-    wear, improve = _moves(drift, "dr1"), _moves(drift, "dr3")
+    dr1, dr3 = markets.start(drift, "dr1"), markets.start(drift, "dr3")
+    wear, improve = markets.moves(drift, "dr1"), markets.moves(drift, "dr3")
     assert all(c.profile == replace(dr1, tps=c.profile.tps) for c in wear) and wear[-1].profile.tps == 118.0
     assert (
         all(c.profile == replace(dr3, ttft_s=c.profile.ttft_s) for c in improve) and improve[-1].profile.ttft_s == 0.25
@@ -174,20 +157,20 @@ def test_the_three_leaders_take_turns_fast_and_slow_at_once() -> None:
         leader = RING[(at // 16) % 3]
         fast = {n for n in RING if now[n].tps > 200}
         assert fast == {leader}, at
-        assert all(now[n] == replace(_start(oscillate, n), ttft_s=now[n].ttft_s, tps=now[n].tps) for n in RING)
+        assert all(now[n] == replace(markets.start(oscillate, n), ttft_s=now[n].ttft_s, tps=now[n].tps) for n in RING)
     assert oscillate.profiles_at(oscillate.duration_s - 1)["ro3"].tps > 200  # the last leader keeps it
 
 
 def test_the_first_token_changes_end_and_the_failures_come_and_go() -> None:
     ttft = MARKETS["ho14-ttft"]
-    tq1 = _start(ttft, "tq1")
-    *climb, back = _moves(ttft, "tq1")
+    tq1 = markets.start(ttft, "tq1")
+    *climb, back = markets.moves(ttft, "tq1")
     assert all(c.profile == replace(tq1, ttft_s=c.profile.ttft_s) for c in climb) and back.profile == tq1
     ttfts = [c.profile.ttft_s for c in climb]
     assert ttfts == sorted(ttfts) and ttfts[-1] == 1.6 and back.at_s == 128
     agent = MARKETS["ho14-agent"]
-    ag1 = _start(agent, "ag1")
-    late, again = _moves(agent, "ag1")
+    ag1 = markets.start(agent, "ag1")
+    late, again = markets.moves(agent, "ag1")
     assert late.profile == replace(ag1, ttft_s=0.55) and again.profile == ag1  # the first token only, and its end
     assert agent.max_tokens is not None and max(t for t, _ in agent.lengths) * 1000 < agent.max_tokens
     down = MARKETS["ho14-down-at-start"]
@@ -195,7 +178,7 @@ def test_the_first_token_changes_end_and_the_failures_come_and_go() -> None:
     assert [(c.at_s, c.name, c.profile.error_rate) for c in down.changes] == [(17, "dw1", 0.0), (69, "dw3", 0.0)]
     replicas = MARKETS["ho14-replicas"]
     assert [c.profile.error_rate for c in replicas.changes] == [0.0, 0.0, 0.0]
-    assert replicas.changes[-1].profile == _start(replicas, "rx1")
+    assert replicas.changes[-1].profile == markets.start(replicas, "rx1")
     many = MARKETS["ho14-many"]
     ranks = [p.name for p in sorted(many.providers, key=lambda p: p.expected_e2e(280))]
     assert ranks.index("mp9") == 8  # the ninth quickest before it speeds up
@@ -203,8 +186,8 @@ def test_the_first_token_changes_end_and_the_failures_come_and_go() -> None:
 
 def test_the_flaky_leader_stays_the_best_and_the_mixed_bands_split() -> None:
     flaky = MARKETS["ho14-flaky"]
-    fx1 = _start(flaky, "fx1")
-    failing, healed = _moves(flaky, "fx1")
+    fx1 = markets.start(flaky, "fx1")
+    failing, healed = markets.moves(flaky, "fx1")
     assert failing.profile == replace(fx1, error_rate=0.11) and healed.profile == fx1
     mixed = MARKETS["ho14-mixed"]
     assert len({w for _, w in mixed.lengths}) == 1 and [t for t, _ in mixed.lengths] == [4, 15, 1500, 4000]
@@ -215,7 +198,7 @@ def test_the_time_oracle_leads_as_each_description_says() -> None:
         market = MARKETS[name]
         assert set(by_length) <= {t for t, _ in market.lengths}, name
         for tokens, runs in by_length.items():
-            assert _leads(market, tokens) == runs, (name, tokens)
+            assert markets.leads(market, tokens) == runs, (name, tokens)
     assert LEADS.keys() == MARKETS.keys()
 
 
