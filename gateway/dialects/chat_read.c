@@ -341,6 +341,19 @@ static inline int skipped_string(Ptr *pp, Ptr end) {
     return null_value(pp, end);
 }
 
+/* Append ``item`` (a new reference, NULL when its making failed) to *list, made first when NULL; the reference is
+   the list's after. 0, or FAIL with the error set. */
+static int append_new(PyObject **list, PyObject *item) {
+    if (item == NULL) return FAIL;
+    if (*list == NULL && (*list = PyList_New(0)) == NULL) {
+        Py_DECREF(item);
+        return FAIL;
+    }
+    int failed = PyList_Append(*list, item);
+    Py_DECREF(item);
+    return failed ? FAIL : 0;
+}
+
 /* Members whose value is only checked, never read: a string or null (``SKIPPED``), or null alone (``NULL_ONLY``). */
 enum { SKIPPED, NULL_ONLY };
 typedef struct {
@@ -413,11 +426,7 @@ static int read_delta(Ptr *pp, Ptr end, Out *o) {
                 }
                 if (n > 0 && !o->counted) {
                     o->counted = 1;
-                    PyObject *at = PyFloat_FromDouble(o->at);
-                    if (at == NULL) return FAIL;
-                    int failed = PyList_Append(o->times, at);
-                    Py_DECREF(at);
-                    if (failed) return FAIL;
+                    if (append_new(&o->times, PyFloat_FromDouble(o->at)) < 0) return FAIL;
                 }
             } else if (!null_value(&p, end)) {
                 return REFUSE;
@@ -545,15 +554,7 @@ static int read_event(Ptr *pp, Ptr end, Out *o) {
                 Ptr start = p;
                 if (!skip_value(&p, end, 0)) return REFUSE;
                 o->extras++;
-                PyObject *usage = PyBytes_FromStringAndSize((const char *)start, p - start);
-                if (usage == NULL) return FAIL;
-                if (o->usages == NULL && (o->usages = PyList_New(0)) == NULL) {
-                    Py_DECREF(usage);
-                    return FAIL;
-                }
-                int failed = PyList_Append(o->usages, usage);
-                Py_DECREF(usage);
-                if (failed) return FAIL;
+                if (append_new(&o->usages, PyBytes_FromStringAndSize((const char *)start, p - start)) < 0) return FAIL;
             } else if (!null_value(&p, end)) {
                 return REFUSE;
             }
