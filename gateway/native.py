@@ -60,6 +60,7 @@ MODULES = (
     "gateway.routing.prefill",
     "gateway.routing.router",
     "gateway.routing.score",
+    "gateway.routing.scored",
     "gateway.meter",
     "gateway.kept_chunks",
     "gateway.sse",

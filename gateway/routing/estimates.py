@@ -53,6 +53,8 @@ from typing import Literal
 
 from gateway.frozen import positional_maker, quick_init
 from gateway.routing.extremes import reach, within
+from gateway.routing.scored import MAX_UNCERTAINTY as MAX_UNCERTAINTY
+from gateway.routing.scored import PRIOR_SIGMA as PRIOR_SIGMA
 from gateway.types import StreamProgress
 
 ViewMetric = Literal["ttft_s", "seconds_per_token", "e2e_s", "warm_ttft_s", "prefill_s_per_token", "cold_ttft_s"]
@@ -72,14 +74,11 @@ COUNT_HALF_LIFE = 16.0
 """Answers after which an older answer's weight has halved."""
 SPREAD_HALF_LIFE = 256.0
 """Answers over which the long-run spread of each metric is kept (no decay with time, kept across changes)."""
-PRIOR_SIGMA = 0.35
-"""Spread of single answers (log units) assumed before a deployment has shown its own."""
 PRIOR_WEIGHT = 2.0
 """Pseudo-answers of ``PRIOR_SIGMA`` blended into the observed spread."""
 SPREAD_PRIOR_WEIGHT = 4.0
 """Pseudo-answers of the model's spread blended into a deployment's long-run spread, for the change test."""
 MIN_SIGMA = 0.05
-MAX_UNCERTAINTY = 4.0
 DRIFT_SIGMA = PRIOR_SIGMA
 """How far (log units) a deployment may have drifted one half-life after its newest answer."""
 _DRIFT_VARIANCE = DRIFT_SIGMA**2

@@ -1,4 +1,5 @@
-"""Which deployments a request may go to: its overrides, its API, circuits and context windows.
+"""Which deployments a request may go to: its overrides, its API, circuits and context windows; and the soft
+constraints each breaks (``broken``, either router's).
 
 The request's ``provider`` object (``only``/``ignore``/``max_price`` remove deployments, ``order``
 puts the named ones first, ``allow_fallbacks = false`` keeps only those); a filter that leaves none
@@ -11,7 +12,10 @@ from collections.abc import Sequence
 
 from gateway.config import DeploymentConfig, ModelConfig, ProviderConfig
 from gateway.errors import InvalidRequest
+from gateway.policies import PolicyConfig
 from gateway.routing.overrides import ProviderPreferences
+from gateway.samples import RequestKind
+from gateway.stats import DeploymentSummary
 
 
 def matches(deployment: DeploymentConfig, names: Sequence[str]) -> bool:
@@ -101,3 +105,60 @@ def as_preferred(
         return ordered[:1]
     names = {d.name for d in listed(deployments, preferences.order)}
     return [i for i in ordered if deployments[i].name in names]
+
+
+def broken(
+    deployment: DeploymentConfig,
+    summary: DeploymentSummary | None,
+    policy: PolicyConfig,
+    preferences: ProviderPreferences,
+    kind: RequestKind | None = None,
+    *,
+    success: tuple[float, int],
+    valid: tuple[float, int],
+) -> tuple[str, ...]:
+    """Soft constraints broken (by either router). Measured ones are judged on the deployment's own numbers, once
+    it has ``min_samples`` of them (a prior or a single slow answer proves nothing): first tokens and speeds counted
+    as measured (a race's drained loser measured both, and is no attempt that says anything of its health),
+    the success rate by attempts. ``success``: its success rate and attempts; ``valid``: its valid rate for
+    ``kind`` and the answers of that kind judged."""
+    found: list[str] = []
+    if policy.max_price_in is not None and deployment.price_in > policy.max_price_in:
+        found.append(f"price_in {deployment.price_in:g} > {policy.max_price_in:g}")
+    if policy.max_price_out is not None and deployment.price_out > policy.max_price_out:
+        found.append(f"price_out {deployment.price_out:g} > {policy.max_price_out:g}")
+    if summary is None:
+        return tuple(found)
+    needed = max(1, policy.min_samples)
+    # Counted only where a bound on first tokens or speeds asks (none by default): read per deployment per plan.
+    first_tokens = speeds = False
+    if policy.max_ttft_s is not None or preferences.max_ttft_s:
+        first_tokens = summary.count("ttft_s") >= needed
+    if policy.min_tokens_per_s is not None or preferences.min_tokens_per_s:
+        speeds = summary.count("tokens_per_s") >= needed
+    if policy.max_ttft_s is not None and first_tokens:
+        ttft = summary.quantile("ttft_s", policy.ttft_quantile)
+        if ttft is not None and ttft > policy.max_ttft_s:
+            found.append(f"ttft {ttft:.3g}s > {policy.max_ttft_s:g}s")
+    if policy.min_tokens_per_s is not None and speeds:
+        tps = summary.quantile("tokens_per_s", 1.0 - policy.tps_quantile)
+        if tps is not None and tps < policy.min_tokens_per_s:
+            found.append(f"tokens/s {tps:.3g} < {policy.min_tokens_per_s:g}")
+    (success_rate, attempts), (valid_rate, judged) = success, valid
+    if policy.min_success_rate is not None and attempts >= needed and success_rate < policy.min_success_rate:
+        found.append(f"success {success_rate:.2f} < {policy.min_success_rate:g}")
+    floor = policy.min_valid_rate
+    if floor and judged >= needed and valid_rate < floor:
+        # Judged by the request's kind: a deployment that breaks tool calls loses tool-using requests only.
+        reason = summary.top_reason(kind)
+        found.append(f"valid {valid_rate:.2f} < {floor:g}" + (f" ({reason})" if reason else ""))
+    for q, ceiling in preferences.max_ttft_s if first_tokens else ():
+        value = summary.quantile("ttft_s", q)
+        if value is not None and value > ceiling:
+            found.append(f"ttft p{q * 100:g} {value:.3g}s > preferred {ceiling:g}s")
+    for q, floor in preferences.min_tokens_per_s if speeds else ():
+        # A throughput percentile is a floor: "p90" is the speed 90% of responses reached.
+        value = summary.quantile("tokens_per_s", 1.0 - q)
+        if value is not None and value < floor:
+            found.append(f"tokens/s p{q * 100:g} {value:.3g} < preferred {floor:g}")
+    return tuple(found)

@@ -12,6 +12,7 @@ from gateway.routing.capacity import RateLimits
 from gateway.routing.lengths import Forecast
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, RequestKind, Sample
+from gateway.stats import StatsSnapshot
 from gateway.types import AffinityChoice, MoveReason, RouteReason, StreamProgress
 
 
@@ -225,3 +226,9 @@ class Router(Protocol):
     def in_flight(self, model: str, deployment: str) -> int:
         """Attempts at this deployment running now (on this replica)."""
         ...
+
+
+class SnapshotSource(Protocol):
+    """What the router needs of the stats store: its latest local snapshot, without I/O."""
+
+    def snapshot(self) -> StatsSnapshot: ...

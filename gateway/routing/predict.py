@@ -31,34 +31,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from operator import attrgetter
+from dataclasses import dataclass
 from typing import Literal
 
 from gateway.config import DeploymentConfig
-from gateway.frozen import positional_maker, quick_init
 from gateway.policies import PolicyConfig
 from gateway.routing.cost import EFFECTIVE as EFFECTIVE
 from gateway.routing.cost import CacheMode as CacheMode
 from gateway.routing.cost import CacheTerms as CacheTerms
 from gateway.routing.cost import cached_tokens, valid_rate
 from gateway.routing.estimates import (
-    MAX_UNCERTAINTY,
     MIN_SIGMA,
-    PRIOR_SIGMA,
     PRIOR_WEIGHT,
     TYPICAL_BYTES_PER_TOKEN,
     DeploymentView,
     ViewMetric,
 )
-from gateway.routing.lengths import LengthSource
-from gateway.samples import Endpoint, RequestKind
+from gateway.routing.scored import MAX_UNCERTAINTY as MAX_UNCERTAINTY
+from gateway.routing.scored import PRIOR_SIGMA as PRIOR_SIGMA
+from gateway.routing.scored import UNKNOWN as UNKNOWN
+from gateway.routing.scored import OutputSource as OutputSource
+from gateway.routing.scored import Prediction as Prediction
+from gateway.routing.scored import RequestShape as RequestShape
+from gateway.routing.scored import Source as Source
+from gateway.routing.scored import Uncertainty as Uncertainty
+from gateway.routing.scored import prediction_from_fields as prediction_from_fields
+from gateway.routing.scored import request_shape_from_fields as request_shape_from_fields
+from gateway.routing.scored import uncertainty_from_fields as uncertainty_from_fields
 from gateway.stats import DeploymentSummary, LogHistogram, StatsSnapshot
 
-OutputSource = LengthSource
-"""Where a request's expected answer length came from (``gateway.routing.lengths``)."""
-Source = Literal["recent", "window", "model", "none"]
-"""Where a prediction's numbers come from: this replica's recent answers, the shared window, the model's average."""
 MIN_TIME_S = 1e-3
 SUCCESS_PRIOR = 2
 """Pseudo-successes added to the success rate, so one early failure does not sink a deployment."""
@@ -93,118 +94,6 @@ PooledHistograms = dict[WindowMetric, "LogHistogram | None"]
 _NONE: Mapping[str, LogHistogram] = {}
 _UNSEEN = LogHistogram()
 """Not in ``pooled`` yet (a histogram of its own: ``None`` there means merged, and nothing was found)."""
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class RequestShape:
-    """What the score needs of a request."""
-
-    endpoint: Endpoint
-    prompt_tokens: int
-    output_tokens: int
-    output_source: OutputSource
-    kind: RequestKind | None = None
-    """What it asks of its answer (tools, JSON, plain): the valid rate is read for that kind (None: every kind)."""
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class Uncertainty:
-    """Relative standard errors (log units; 0.1 ≈ ±10%) of a prediction's time, first token and tokens/s."""
-
-    time: float = MAX_UNCERTAINTY
-    ttft: float = MAX_UNCERTAINTY
-    tokens_per_s: float = MAX_UNCERTAINTY
-
-
-UNKNOWN = Uncertainty()
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class Prediction:
-    """One deployment's predicted performance for one request; None where nothing is known."""
-
-    ttft_s: float | None
-    tokens_per_s: float | None
-    time_s: float | None
-    cost_usd: float
-    success_rate: float
-    """Smoothed: (ok + 2) / (attempts + 2), recency-weighted where the fast view has attempts."""
-    attempts: int
-    """Attempts in the stats window that say something of the provider."""
-    prior: bool
-    """Some of the prediction is the model's pooled value, not this deployment's own."""
-    drift: bool = False
-    """A change was detected in its recent answers: the prediction rests on the answers since."""
-    uncertainty: Uncertainty = UNKNOWN
-    """Now: what the answers' number and spread leave, grown with the age of the newest of them."""
-    sampling: Uncertainty = UNKNOWN
-    """What the answers' number and spread alone leave (as if the newest had just arrived)."""
-    samples: float = 0.0
-    """Effective number of answers behind ``time_s`` (recent ones weigh more)."""
-    age_s: float | None = None
-    """Age of the newest answer this replica heard from it (None: none yet)."""
-    source: Source = "none"
-    ttft_spread: float = PRIOR_SIGMA
-    """The spread of single first tokens (log units): how often it would beat another to one, in a race."""
-    stream_source: Source = "none"
-    """Where its tokens/s comes from (a deployment that only sent one-chunk answers has none of its own)."""
-    seconds_per_token: float | None = None
-    """1 / ``tokens_per_s``: the stream's cost per output token, which is what time adds up."""
-    success_samples: float = 0.0
-    """Effective attempts behind ``success_rate`` now (they lose weight as they age, like the time's)."""
-    valid_rate: float = 1.0
-    """Smoothed share of its judged answers of this request's kind that were valid: (valid + 5) / (judged + 5)."""
-    valid_judged: int = 0
-    """Answers of this request's kind judged in the stats window."""
-    answers: int = 0
-    """Complete answers this replica heard from it."""
-    overdue: float = 1.0
-    """Its attempts in flight are this many times slower than predicted (1: they are not): ``time_s`` includes it."""
-    late_first_token: float = 1.0
-    """Its streams in flight wait this many times longer for a first token than predicted (1: they do not):
-    ``ttft_s`` includes it."""
-    slow_stream: float = 1.0
-    """Its streams in flight deliver this many times slower than its tokens/s (1: they do not): in ``tokens_per_s``."""
-    guessed_seconds_per_token: float | None = None
-    """Before any stream of the model ended (no envelope to read bytes as tokens by): its streams in flight's pace
-    read by ``TYPICAL_BYTES_PER_TOKEN``. A guess within twice the truth, not ranked by: it tells a slow streamer
-    from a fast one (``gateway.routing.explore``: long answers beside a slow leader)."""
-    failure_s: float | None = None
-    """How long its recent failures took before they failed (None: no failure seen here)."""
-    expected_s: float | None = None
-    """``time_s`` with its failures' cost: (1 - success) × (``failure_s`` + the best other's time) added
-    (set by ``score_all``, which knows the others; the score's time term uses it)."""
-    cache: CacheMode = "effective"
-    """How the prompt cache entered ``ttft_s`` and ``cost_usd`` (see ``CacheMode``)."""
-    cached_tokens: int = 0
-    """Prompt tokens the cost counts at the cached price."""
-    hit_ratio: float | None = None
-    """Its observed share of prompt tokens served from cache (None: its provider reports none)."""
-    warm_ttft_s: float | None = None
-    """Its first token when the prompt is mostly cached (None: not measured); from this replica's view, its base
-    latency: a fully cached prompt's first token (``gateway.routing.prefill``)."""
-    prefill_tokens_per_s: float | None = None
-    """Its prefill speed: uncached prompt tokens per second of first token (None: not measured)."""
-
-    def with_expected(self, expected_s: float | None) -> Prediction:
-        """A copy with another ``expected_s`` (``dataclasses.replace`` reads and passes each field by name:
-        twice as slow, paid per deployment per request by any that failed lately)."""
-        values = list(_PREDICTION_FIELDS(self))
-        values[_EXPECTED_AT] = expected_s
-        return prediction_from_fields(*values)
-
-
-_PREDICTION_FIELDS = attrgetter(*(f.name for f in fields(Prediction)))
-_EXPECTED_AT = [f.name for f in fields(Prediction)].index("expected_s")
-prediction_from_fields = positional_maker(Prediction)
-"""``Prediction(*values)``, every field given in order (``gateway.frozen``): one per deployment per plan."""
-uncertainty_from_fields = positional_maker(Uncertainty)
-"""``Uncertainty(*values)``, every field given in order: two per prediction."""
-request_shape_from_fields = positional_maker(RequestShape)
-"""``RequestShape(*values)``, every field given in order: one per plan."""
 
 
 @dataclass(slots=True)

@@ -33,7 +33,6 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from typing import Protocol
 
 from gateway.config import GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import InvalidRequest
@@ -57,6 +56,7 @@ from gateway.routing.plan import (
     candidate_from_fields,
     route_plan_from_fields,
 )
+from gateway.routing.plan import SnapshotSource as SnapshotSource
 from gateway.routing.predict import WINDOW_METRIC, request_shape_from_fields
 from gateway.routing.prefill import split
 from gateway.routing.ranking import Ranked, Ranking, no_capacity, ranked_from_fields, ranking_from_fields
@@ -71,12 +71,6 @@ NOT_CONTINUABLE_S = 600.0
 """How long a deployment that refused a continuation (a 4xx to a prefill) is not asked for one again."""
 TYPICAL_OUTPUT_TTL_S = 1.0
 """How long a model's observed answer length is reused before it is looked up again."""
-
-
-class SnapshotSource(Protocol):
-    """What the router needs of the stats store: its latest local snapshot, without I/O."""
-
-    def snapshot(self) -> StatsSnapshot: ...
 
 
 class MeasuredRouter:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig
-from gateway.frozen import positional_maker, quick_init
+from gateway.frozen import quick_init
 from gateway.policies import PolicyConfig
 from gateway.routing.estimates import DeploymentView
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, Sort
@@ -52,8 +52,12 @@ __all__ = [
     "predict",
     "score_all",
 ]
-from gateway.samples import RequestKind
-from gateway.stats import DeploymentSummary, StatsSnapshot
+from gateway.routing.filters import broken as broken
+from gateway.routing.scored import Scored as Scored
+from gateway.routing.scored import ScoreParts as ScoreParts
+from gateway.routing.scored import score_parts_from_fields as score_parts_from_fields
+from gateway.routing.scored import scored_from_fields as scored_from_fields
+from gateway.stats import StatsSnapshot
 
 PRICE_RESOLUTION = 0.01
 """Costs within this share of the dearest candidate count as equal (and a free deployment is not infinitely better)."""
@@ -112,65 +116,6 @@ class Weights:
 WEIGHTS_KEPT = 256
 """Policies (objects) whose weights are kept: a reload makes new ones; past this many the old are dropped."""
 _WEIGHTS: dict[tuple[int, Sort | None], tuple[PolicyConfig, Weights]] = {}
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class ScoreParts:
-    """The weighted terms of a score; each is 0 for the best candidate on that dimension."""
-
-    time: float = 0.0
-    ttft: float = 0.0
-    throughput: float = 0.0
-    price: float = 0.0
-    failure: float = 0.0
-
-    @property
-    def total(self) -> float:
-        return self.time + self.ttft + self.throughput + self.price + self.failure
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class Scored:
-    """A deployment with its prediction, score (lower is better) and broken soft constraints."""
-
-    deployment: DeploymentConfig
-    prediction: Prediction
-    parts: ScoreParts
-    violations: tuple[str, ...]
-    bonus: float = 0.0
-    """How much lower its score might plausibly be (score units): the exploration bonus."""
-    caution: float = 0.0
-    """What it is ranked behind its score for (score units): few or scattered answers, however recent."""
-
-    @property
-    def score(self) -> float:
-        return self.parts.total
-
-    @property
-    def optimistic(self) -> float:
-        """The score if its uncertain estimate erred in its favour by ``CONFIDENCE`` standard errors."""
-        return self.parts.total - self.bonus
-
-    @property
-    def ranked_by(self) -> float:
-        """What it is ranked by: its score plus its caution.
-
-        A deployment measured on two lucky answers would otherwise win traffic from one measured
-        on fifty (a skewed stream's mean is underestimated by few answers, not over), and a
-        ranking would flap on noise. Only the answers' number and spread count here, not their
-        age: an estimate nobody refreshed is explored, not demoted (that would trap whatever lost
-        the lead behind the new leader). The success rate needs no such care: its prior already
-        leans towards success.
-        """
-        return self.parts.total + self.caution
-
-
-score_parts_from_fields = positional_maker(ScoreParts)
-"""``ScoreParts(*values)``, every field given in order (``gateway.frozen``): one per deployment per plan."""
-scored_from_fields = positional_maker(Scored)
-"""``Scored(*values)``, every field given in order: one per deployment per plan."""
 
 
 def score_all(
@@ -306,60 +251,3 @@ def _log_ratio(value: float | None, best: float | None) -> float:
     if value is None or best is None or value <= 0 or best <= 0:
         return 0.0
     return max(0.0, math.log2(value / best))
-
-
-def broken(
-    deployment: DeploymentConfig,
-    summary: DeploymentSummary | None,
-    policy: PolicyConfig,
-    preferences: ProviderPreferences,
-    kind: RequestKind | None = None,
-    *,
-    success: tuple[float, int],
-    valid: tuple[float, int],
-) -> tuple[str, ...]:
-    """Soft constraints broken (by either router). Measured ones are judged on the deployment's own numbers, once
-    it has ``min_samples`` of them (a prior or a single slow answer proves nothing): first tokens and speeds counted
-    as measured (a race's drained loser measured both, and is no attempt that says anything of its health),
-    the success rate by attempts. ``success``: its success rate and attempts; ``valid``: its valid rate for
-    ``kind`` and the answers of that kind judged."""
-    found: list[str] = []
-    if policy.max_price_in is not None and deployment.price_in > policy.max_price_in:
-        found.append(f"price_in {deployment.price_in:g} > {policy.max_price_in:g}")
-    if policy.max_price_out is not None and deployment.price_out > policy.max_price_out:
-        found.append(f"price_out {deployment.price_out:g} > {policy.max_price_out:g}")
-    if summary is None:
-        return tuple(found)
-    needed = max(1, policy.min_samples)
-    # Counted only where a bound on first tokens or speeds asks (none by default): read per deployment per plan.
-    first_tokens = speeds = False
-    if policy.max_ttft_s is not None or preferences.max_ttft_s:
-        first_tokens = summary.count("ttft_s") >= needed
-    if policy.min_tokens_per_s is not None or preferences.min_tokens_per_s:
-        speeds = summary.count("tokens_per_s") >= needed
-    if policy.max_ttft_s is not None and first_tokens:
-        ttft = summary.quantile("ttft_s", policy.ttft_quantile)
-        if ttft is not None and ttft > policy.max_ttft_s:
-            found.append(f"ttft {ttft:.3g}s > {policy.max_ttft_s:g}s")
-    if policy.min_tokens_per_s is not None and speeds:
-        tps = summary.quantile("tokens_per_s", 1.0 - policy.tps_quantile)
-        if tps is not None and tps < policy.min_tokens_per_s:
-            found.append(f"tokens/s {tps:.3g} < {policy.min_tokens_per_s:g}")
-    (success_rate, attempts), (valid_rate, judged) = success, valid
-    if policy.min_success_rate is not None and attempts >= needed and success_rate < policy.min_success_rate:
-        found.append(f"success {success_rate:.2f} < {policy.min_success_rate:g}")
-    floor = policy.min_valid_rate
-    if floor and judged >= needed and valid_rate < floor:
-        # Judged by the request's kind: a deployment that breaks tool calls loses tool-using requests only.
-        reason = summary.top_reason(kind)
-        found.append(f"valid {valid_rate:.2f} < {floor:g}" + (f" ({reason})" if reason else ""))
-    for q, ceiling in preferences.max_ttft_s if first_tokens else ():
-        value = summary.quantile("ttft_s", q)
-        if value is not None and value > ceiling:
-            found.append(f"ttft p{q * 100:g} {value:.3g}s > preferred {ceiling:g}s")
-    for q, floor in preferences.min_tokens_per_s if speeds else ():
-        # A throughput percentile is a floor: "p90" is the speed 90% of responses reached.
-        value = summary.quantile("tokens_per_s", 1.0 - q)
-        if value is not None and value < floor:
-            found.append(f"tokens/s p{q * 100:g} {value:.3g} < preferred {floor:g}")
-    return tuple(found)
