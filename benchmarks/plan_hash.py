@@ -101,7 +101,7 @@ def digest(scenarios: Sequence[Scenario], seeds: Sequence[int], verbose: bool = 
             step.update(f"{type(error).__name__}: {error}".encode())
             raise
         step.update(_plan(plan).encode())
-        step.update(repr((self.rng.getstate(), self.state.counts, self.state.explore)).encode())
+        step.update(repr((self.rng.getstate(), self.memory.counts, self.memory.explore)).encode())
         plans += 1
         return plan
 

@@ -153,6 +153,14 @@ def test_gateway_router_picks_the_router_and_a_bad_value_is_refused() -> None:
     assert isinstance(build_router("belief", CONFIG, stats), ServingRouter)
 
 
+def test_a_reload_hands_the_measured_routers_memory_to_the_new_router() -> None:
+    stats = InMemoryStatsStore(CONFIG.stats)
+    previous = build_router("measured", CONFIG, stats)
+    router = build_router("measured", CONFIG, stats, previous=previous)
+    assert isinstance(previous, MeasuredRouter) and isinstance(router, MeasuredRouter)
+    assert router.state is previous.state and router.memory is previous.memory  # its views, budget and counts
+
+
 def test_a_reload_hands_the_beliefs_to_the_new_router() -> None:
     previous, clock = _taught()
     router = build_router("belief", CONFIG, previous.stats, previous=previous, clock=clock)

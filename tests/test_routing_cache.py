@@ -94,7 +94,7 @@ def test_the_routers_view_keeps_the_prefill_speed_of_long_cold_answers_past_the_
         assert router.attempt_started(candidate)
         router.attempt_finished(candidate, answer)
         clock.now += 0.1
-    view = router.state.views_of("m")["a"]
+    view = router.memory.views_of("m")["a"]
     estimate = view.estimate("prefill_s_per_token")
     assert estimate is not None and 1.0 / estimate.mean == pytest.approx(20_000, rel=0.03)
 
@@ -114,7 +114,7 @@ def test_a_warm_turn_is_predicted_at_the_base_plus_the_prefill_of_what_the_previ
         assert router.attempt_started(candidate)
         router.attempt_finished(candidate, answer)
         clock.now += 0.1
-    view, snapshot, policy = router.state.views_of("m")["a"], store.snapshot(), CONFIG.policy_for(model)
+    view, snapshot, policy = router.memory.views_of("m")["a"], store.snapshot(), CONFIG.policy_for(model)
     deployment = model.deployments[0]
 
     def first_token(cache: CacheTerms) -> float | None:

@@ -160,6 +160,6 @@ def test_a_reloaded_router_keeps_what_the_answers_taught() -> None:
     assert candidate.length is not None and candidate.length.source == "request"  # nothing heard: the ceiling
     assert router.attempt_started(candidate)
     router.attempt_finished(candidate, sample(candidate.name, tokens=64))
-    reloaded = MeasuredRouter(config, InMemoryStatsStore(config.stats), state=router.state)
+    reloaded = MeasuredRouter(config, InMemoryStatsStore(config.stats), state=router.state, memory=router.memory)
     forecast = reloaded.forecast(request)
     assert forecast.source == "learned" and forecast.mean == 64

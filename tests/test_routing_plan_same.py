@@ -100,7 +100,7 @@ def test_a_warm_first_token_and_a_prefill_speed_where_known_and_the_models_where
         store.record(_cached("b", 2.0, 30_000, 0))
         store.record(_cached("b", 0.5, 30_000, 29_000))
         clock.now += 0.1
-    snapshot, policy, views = store.snapshot(), config.policy_for(model), router.state.views_of("m")
+    snapshot, policy, views = store.snapshot(), config.policy_for(model), router.memory.views_of("m")
     shape = RequestShape("chat", 40_000, 20, "request")
     for cache in (EFFECTIVE, CacheTerms("warm", 38_000), CacheTerms("cold")):
         for order in (model.deployments, model.deployments[::-1]):

@@ -338,7 +338,7 @@ def test_streams_race_every_deployment_until_a_first_token_comes() -> None:
     ranking = rig.router.rank(rig.config.models[0])
     assert (ranking.requests, ranking.probes, ranking.races, ranking.cold_starts) == (4, 0, 0, 3)
     assert "explored 0 of 4 requests" in ranking_table(ranking) and "besides 3 cold starts" in ranking_table(ranking)
-    assert rig.router.state.explore.tokens["m"] == pytest.approx(4 * 0.05)
+    assert rig.router.memory.explore.tokens["m"] == pytest.approx(4 * 0.05)
 
 
 def attempts_out(rig: Rig, name: str, n: int) -> None:

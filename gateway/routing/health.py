@@ -39,8 +39,6 @@ from gateway.config import ProviderConfig
 from gateway.policies import PolicyConfig
 from gateway.routing.capacity import CapacityBoard
 from gateway.routing.deadlines import LearnedDeadlines
-from gateway.routing.estimates import DeploymentView
-from gateway.routing.explore import ExploreBudget, ExploreCounts, RequestSizes
 from gateway.routing.hedge import TailThresholds
 from gateway.routing.lengths import Lengths
 from gateway.routing.windows import ContextWindows
@@ -275,12 +273,6 @@ class RouterState:
     sent_in_flight: dict[int, int] = field(default_factory=dict)
     """Each running attempt's deployment's in-flight count (itself included) when it was sent, by attempt id: the
     concurrency a refusal of it was made at, whatever has finished since the refusal came back."""
-    views: dict[str, dict[str, DeploymentView]] = field(default_factory=dict)
-    """The router's own fast view of each deployment (by model, then deployment): its recent answers here."""
-    explore: ExploreBudget = field(default_factory=ExploreBudget)
-    sizes: dict[str, RequestSizes] = field(default_factory=dict)
-    """Each model's recent request sizes: what a cheap request to explore on is."""
-    counts: ExploreCounts = field(default_factory=ExploreCounts)
     tails: TailThresholds = field(default_factory=TailThresholds)
     deadlines: LearnedDeadlines = field(default_factory=LearnedDeadlines)
     windows: ContextWindows = field(default_factory=ContextWindows)
@@ -296,20 +288,6 @@ class RouterState:
 
     window_s: float = 300.0
     """The shared stats window's length (``stats.window_s``)."""
-
-    def view(self, key: DeploymentKey, half_life_s: float) -> DeploymentView:
-        views = self.views.get(key[0])
-        if views is None:  # made only when missing (a ``setdefault`` made a dict per call to throw away)
-            views = self.views[key[0]] = {}
-        view = views.get(key[1])
-        if view is None:
-            view = views[key[1]] = DeploymentView(half_life_s, self.window_s)
-        view.half_life_s = half_life_s  # a reload may change the policy's memory
-        return view
-
-    def views_of(self, model: str) -> dict[str, DeploymentView]:
-        views = self.views.get(model)
-        return views if views is not None else {}  # an empty dict only when none (a default made one per call)
 
     def started(self, provider: str, key: DeploymentKey, attempt: int | None = None) -> None:
         self.provider_in_flight[provider] = self.provider_in_flight.get(provider, 0) + 1

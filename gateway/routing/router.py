@@ -1,7 +1,7 @@
 """The measured router: ranks a model's deployments for each request and explains why.
 
 ``plan`` runs on the request path and does no I/O: it reads the stats store's local
-snapshot and the router's own fast view of each deployment (``RouterState.views``, fed by
+snapshot and the router's own fast view of each deployment (``MeasuredMemory.views``, fed by
 ``attempt_finished``), scores every deployment for this request (``gateway.routing.score``),
 and orders them:
 
@@ -33,6 +33,7 @@ import logging
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from gateway.config import GatewayConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import InvalidRequest
@@ -40,8 +41,17 @@ from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cache_terms, decide, keep_bound_first
 from gateway.routing.apis import speaking
 from gateway.routing.capacity import ProviderLimit, RateLimits
-from gateway.routing.estimates import observation_from_fields, pooled_spreads
-from gateway.routing.explore import Probe, RequestSizes, choose_partner, choose_probe, measured, on_trial
+from gateway.routing.estimates import DeploymentView, observation_from_fields, pooled_spreads
+from gateway.routing.explore import (
+    ExploreBudget,
+    ExploreCounts,
+    Probe,
+    RequestSizes,
+    choose_partner,
+    choose_probe,
+    measured,
+    on_trial,
+)
 from gateway.routing.filters import allowed, matches
 from gateway.routing.health import FAILURES, RouterState
 from gateway.routing.hedge import hedge_after
@@ -73,6 +83,36 @@ TYPICAL_OUTPUT_TTL_S = 1.0
 """How long a model's observed answer length is reused before it is looked up again."""
 
 
+@dataclass
+class MeasuredMemory:
+    """What the measured router learns between requests beside the shared ``RouterState``: its fast view of each
+    deployment and its exploration's budget, request sizes and counts. Carried over from one config to the next as
+    the state is (``gateway.routing.serving.build_router`` hands the previous router's on)."""
+
+    views: dict[str, dict[str, DeploymentView]] = field(default_factory=dict)
+    """The router's own fast view of each deployment (by model, then deployment): its recent answers here."""
+    explore: ExploreBudget = field(default_factory=ExploreBudget)
+    sizes: dict[str, RequestSizes] = field(default_factory=dict)
+    """Each model's recent request sizes: what a cheap request to explore on is."""
+    counts: ExploreCounts = field(default_factory=ExploreCounts)
+    window_s: float = 300.0
+    """The shared stats window's length (``stats.window_s``)."""
+
+    def view(self, key: DeploymentKey, half_life_s: float) -> DeploymentView:
+        views = self.views.get(key[0])
+        if views is None:  # made only when missing (a ``setdefault`` made a dict per call to throw away)
+            views = self.views[key[0]] = {}
+        view = views.get(key[1])
+        if view is None:
+            view = views[key[1]] = DeploymentView(half_life_s, self.window_s)
+        view.half_life_s = half_life_s  # a reload may change the policy's memory
+        return view
+
+    def views_of(self, model: str) -> dict[str, DeploymentView]:
+        views = self.views.get(model)
+        return views if views is not None else {}  # an empty dict only when none (a default made one per call)
+
+
 class MeasuredRouter:
     """Implements ``Router``. Usage::
 
@@ -87,6 +127,7 @@ class MeasuredRouter:
         stats: SnapshotSource,
         *,
         state: RouterState | None = None,
+        memory: MeasuredMemory | None = None,
         rng: random.Random | None = None,
         clock: Clock = time.monotonic,
         events: GatewayEvents | None = None,
@@ -95,6 +136,8 @@ class MeasuredRouter:
         self.stats = stats
         self.state = state if state is not None else RouterState()
         self.state.window_s = float(config.stats.window_s)  # a float for the compiled router
+        self.memory = memory if memory is not None else MeasuredMemory()
+        self.memory.window_s = self.state.window_s
         self.rng = rng if rng is not None else random.Random()
         self.clock = clock
         self.events: GatewayEvents = events if events is not None else NoEvents()
@@ -176,7 +219,7 @@ class MeasuredRouter:
         else:
             output, source = self._expected_output(model.name, max_tokens, snapshot, policy, now)
         shape = request_shape_from_fields(endpoint or "chat", prompt_tokens, output, source, kind)
-        views = self.state.views_of(model.name)
+        views = self.memory.views_of(model.name)
         cache = cache_terms(session, deployments, preferences)
         scored = score_all(model.name, deployments, shape, snapshot, policy, preferences, views, now, cache)
         rows = [self._ranked(model.name, s, policy, now) for s in scored]
@@ -216,7 +259,7 @@ class MeasuredRouter:
                 )
         if len(rows) > 1:
             rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
-        counts = self.state.counts
+        counts = self.memory.counts
         name = model.name
         return ranking_from_fields(  # every field, in order (``gateway.frozen``)
             model,
@@ -402,17 +445,17 @@ class MeasuredRouter:
     ) -> tuple[Probe | None, Probe | None]:
         """Exploration's choice for this request (``gateway.routing.explore``), with the budget and counts kept:
         the probe, and the second contender racing beside it (``choose_partner``; the request counts once)."""
-        state = self.state
-        sizes = state.sizes.get(model)
+        memory = self.memory
+        sizes = memory.sizes.get(model)
         if sizes is None:
-            sizes = state.sizes[model] = RequestSizes()
+            sizes = memory.sizes[model] = RequestSizes()
         sizes.add(shape.output_tokens, shape.prompt_tokens)
-        state.explore.credit(model, policy.explore_share)
-        state.counts.requests[model] += 1
+        memory.explore.credit(model, policy.explore_share)
+        memory.counts.requests[model] += 1
         follow_ups: set[str] = set()
         stream_probed: set[str] = set()
         probed_at: dict[str, float] = {}
-        for name, view in state.views_of(model).items():  # one pass over the views, every request
+        for name, view in memory.views_of(model).items():  # one pass over the views, every request
             probed_at[name] = view.probed_at
             if view.follow_ups > 0:
                 follow_ups.add(name)
@@ -423,7 +466,7 @@ class MeasuredRouter:
             rows,
             policy,
             shape,
-            budget=state.explore.available(model),
+            budget=memory.explore.available(model),
             cheap=sizes.cheap(shape),
             stream=stream,
             rng=self.rng,
@@ -435,10 +478,10 @@ class MeasuredRouter:
         if probe is None:
             return None, None
         partner = choose_partner(rows, probe, shape, rng=self.rng, probed_at=probed_at, now=now)
-        target = state.view((model, probe.row.deployment.name), policy.memory_half_life_s)
+        target = memory.view((model, probe.row.deployment.name), policy.memory_half_life_s)
         target.probed_at = now
         for other in (*probe.others, *([partner.row] if partner is not None else [])):
-            state.view((model, other.deployment.name), policy.memory_half_life_s).probed_at = now
+            memory.view((model, other.deployment.name), policy.memory_half_life_s).probed_at = now
         if probe.follow_up:
             target.follow_ups -= 1
         if probe.for_stream:
@@ -446,14 +489,14 @@ class MeasuredRouter:
         if probe.cold_start:
             # Nothing is measured: there is no score to explore away from, and racing them all is this request's
             # best route. A cold start, counted apart; the budget is for looks away from a known leader.
-            state.counts.cold_starts[model] += 1
+            memory.counts.cold_starts[model] += 1
             return probe, partner
-        state.explore.take(model)
-        state.counts.probes[model] += 1
+        memory.explore.take(model)
+        memory.counts.probes[model] += 1
         if probe.cold:
-            state.counts.first_looks[model] += 1
+            memory.counts.first_looks[model] += 1
         if probe.race:
-            state.counts.races[model] += 1
+            memory.counts.races[model] += 1
         return probe, partner
 
     def at_capacity(self, candidate: Candidate) -> bool:
@@ -481,12 +524,12 @@ class MeasuredRouter:
         self.state.started(candidate.provider.name, key, id(candidate))
         model = self._models.get(candidate.model)  # ``config.model``
         if model is not None:
-            view = self.state.view(key, self.config.policies[model.policy].memory_half_life_s)  # ``policy_for``'s
+            view = self.memory.view(key, self.config.policies[model.policy].memory_half_life_s)  # ``policy_for``'s
             view.started(id(candidate), now, candidate.predicted_s, candidate.predicted_first_token_s)
         return True
 
     def attempt_streaming(self, candidate: Candidate, progress: StreamProgress) -> None:
-        view = self.state.views_of(candidate.model).get(candidate.name)
+        view = self.memory.views_of(candidate.model).get(candidate.name)
         if view is not None:
             view.streaming(id(candidate), self.clock(), progress)
 
@@ -500,7 +543,7 @@ class MeasuredRouter:
         key = (candidate.model, candidate.name)
         provider = candidate.provider
         in_flight = self.state.deployment_in_flight.get(key, 0)
-        view = self.state.views_of(candidate.model).get(candidate.name)
+        view = self.memory.views_of(candidate.model).get(candidate.name)
         # A drained loser's stream was read as far as it went: its bytes per token are as good as an answer's.
         complete_stream = sample.stream and (sample.outcome == "ok" or _drained(sample))
         started_at = (
@@ -547,10 +590,10 @@ class MeasuredRouter:
     def _observe(self, key: DeploymentKey, sample: Sample, policy: PolicyConfig, started_at: float | None) -> None:
         """Feed one finished attempt to the deployment's fast view."""
         now = self.clock()
-        view = self.state.view(key, policy.memory_half_life_s)
+        view = self.memory.view(key, policy.memory_half_life_s)
         drained = _drained(sample)
         if sample.outcome == "ok" or drained:
-            views = self.state.views_of(key[0])
+            views = self.memory.views_of(key[0])
             # The model's other deployments' spreads: none when this is its only one (``pooled_spreads`` of nothing).
             others = (v for name, v in views.items() if name != key[1])
             view.prior_spreads = pooled_spreads(others) if len(views) > 1 else {}

@@ -93,10 +93,12 @@ def build_router(
     clock: Clock = time.monotonic,
     events: GatewayEvents | None = None,
 ) -> ServingRouter:
-    """The router for ``config``; on a reload, ``previous`` lends its state (and a belief router its beliefs)."""
+    """The router for ``config``; on a reload, ``previous`` lends its state (and a belief router its beliefs, a measured
+    router its memory)."""
     state = previous.state if previous is not None else None
     if kind == "measured":
-        return MeasuredRouter(config, stats, state=state, rng=rng, clock=clock, events=events)
+        memory = previous.memory if isinstance(previous, MeasuredRouter) else None
+        return MeasuredRouter(config, stats, state=state, memory=memory, rng=rng, clock=clock, events=events)
     router = LiveBeliefRouter(config, stats, state=state, rng=rng, clock=clock, events=events)
     if isinstance(previous, BeliefRouter):
         router.inherit(previous)
