@@ -15,7 +15,8 @@ import httpx
 
 from gateway.fakes import FakeBehavior
 from gateway.policies import BUILTIN_POLICIES
-from gateway.routing.score import RequestShape, score_all
+from gateway.routing.score import score_all
+from gateway.routing.scored import RequestShape
 from gateway.samples import RequestKind, Sample, Validity
 from gateway.stats import StatsSnapshot
 from tests.support.config import gateway_config

@@ -11,7 +11,7 @@ import pytest
 import gateway.routing.router  # noqa: F401  (imports every class the plan builds)
 from gateway.frozen import GENERATED, quick_init
 from gateway.routing.plan import Candidate
-from gateway.routing.predict import Prediction
+from gateway.routing.scored import Prediction
 
 
 def _both(cls: type, *args: Any, **kwargs: Any) -> tuple[Any, Any]:

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.fakes import FakeBehavior
 from gateway.relay.drain import LOSER_HOLD_MIN_S
-from gateway.routing.explore import COLD_RACE_WIDTH
+from gateway.routing.choose import COLD_RACE
 from tests.support.access import access_lines
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
@@ -102,4 +102,4 @@ def test_a_cold_race_is_at_most_three_wide(fakes: Fakes, start_gateway: StartGat
     gateway = start_gateway(gateway_config(servers, base_policy={}))
     response = httpx.post(gateway.url + "/v1/chat/completions", json=BODY, timeout=10)
     assert response.status_code == 200
-    assert sum(server.app.state.requests for server in servers) == COLD_RACE_WIDTH
+    assert sum(server.app.state.requests for server in servers) == COLD_RACE

@@ -12,7 +12,8 @@ from gateway.routing import MeasuredRouter, RouteRequest
 from gateway.routing.affinity import cache_terms
 from gateway.routing.overrides import NO_PREFERENCES
 from gateway.routing.plan import SessionRoute
-from gateway.routing.predict import CacheTerms, RequestShape, predict
+from gateway.routing.predict import CacheTerms, predict
+from gateway.routing.scored import RequestShape
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore, StatsSnapshot
 from tests.support.clock import FakeClock

@@ -27,17 +27,20 @@ from gateway.routing.estimates import (
     observation_from_fields,
 )
 from gateway.routing.plan import Candidate, RoutePlan, candidate_from_fields, route_plan_from_fields
-from gateway.routing.predict import (
+from gateway.routing.predict import _Value
+from gateway.routing.ranking import Ranked, Ranking, ranked_from_fields, ranking_from_fields
+from gateway.routing.scored import (
     Prediction,
     RequestShape,
+    Scored,
+    ScoreParts,
     Uncertainty,
-    _Value,
     prediction_from_fields,
     request_shape_from_fields,
+    score_parts_from_fields,
+    scored_from_fields,
     uncertainty_from_fields,
 )
-from gateway.routing.ranking import Ranked, Ranking, ranked_from_fields, ranking_from_fields
-from gateway.routing.score import Scored, ScoreParts, score_parts_from_fields, scored_from_fields
 
 MAKERS: list[tuple[type[Any], Callable[..., Any]]] = [
     (Prediction, prediction_from_fields),

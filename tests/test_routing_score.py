@@ -10,8 +10,8 @@ import pytest
 from gateway.policies import BUILTIN_POLICIES, PolicyConfig
 from gateway.routing.estimates import DeploymentView, Observation
 from gateway.routing.overrides import ProviderPreferences
-from gateway.routing.predict import Prediction, Uncertainty
-from gateway.routing.score import CAUTION, RequestShape, Scored, Weights, expected_output, predict, score_all
+from gateway.routing.score import CAUTION, Weights, expected_output, predict, score_all
+from gateway.routing.scored import Prediction, RequestShape, Scored, Uncertainty
 from gateway.stats import StatsSnapshot
 from tests.support.config import routing_config
 from tests.support.samples import sample, samples

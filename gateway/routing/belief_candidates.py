@@ -8,7 +8,7 @@ deadlines, and when a hedge should follow it.
 Two rules sit around the draw, as the policy and the session ask:
 
 - **Constraints.** A deployment that breaks one of the policy's soft constraints (a price cap, a
-  measured first token or speed, success or valid rate for this request's kind: ``score.broken``)
+  measured first token or speed, success or valid rate for this request's kind: ``filters.broken``)
   is neither drawn nor explored; it follows the others as a fallback (unless every one breaks one).
 - **A session's cache.** A turn whose session is bound to a deployment that may serve it goes where
   the beliefs expect it best, its prompt's cache counted (``affinity.cached_on``): no draw, no look.
@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from gateway.config import PolicyConfig, ProviderConfig
 from gateway.routing.choose import Budget, Choice, Option, choose, mean_costs
 from gateway.routing.cost import Shape, Weights, scores, valid_rate
+from gateway.routing.filters import broken
 from gateway.routing.health import RouterState
 from gateway.routing.hedge import hedge_after
 from gateway.routing.overrides import ProviderPreferences
 from gateway.routing.plan import Candidate, RouteRequest, candidate_from_fields
-from gateway.routing.score import broken
 from gateway.samples import RequestKind
 from gateway.stats import StatsSnapshot
 from gateway.types import RouteReason

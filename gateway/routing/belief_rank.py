@@ -25,9 +25,8 @@ from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.lengths import shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import SessionRoute
-from gateway.routing.predict import Prediction, RequestShape, Uncertainty
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
-from gateway.routing.score import Scored, ScoreParts
+from gateway.routing.scored import Prediction, RequestShape, Scored, ScoreParts, Uncertainty
 from gateway.samples import Endpoint, RequestKind
 from gateway.stats import StatsSnapshot
 

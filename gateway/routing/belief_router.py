@@ -36,9 +36,8 @@ from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.health import RouterState
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
 from gateway.routing.overrides import Sort
-from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, route_plan_from_fields
+from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
 from gateway.routing.priors import Heard, Prior, pooled
-from gateway.routing.router import SnapshotSource
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from gateway.stats.answers import answer_of, tells

@@ -53,8 +53,7 @@ from typing import Literal
 
 from gateway.frozen import positional_maker, quick_init
 from gateway.routing.extremes import reach, within
-from gateway.routing.scored import MAX_UNCERTAINTY as MAX_UNCERTAINTY
-from gateway.routing.scored import PRIOR_SIGMA as PRIOR_SIGMA
+from gateway.routing.scored import MAX_UNCERTAINTY, PRIOR_SIGMA
 from gateway.types import StreamProgress
 
 ViewMetric = Literal["ttft_s", "seconds_per_token", "e2e_s", "warm_ttft_s", "prefill_s_per_token", "cold_ttft_s"]

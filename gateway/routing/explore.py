@@ -68,9 +68,9 @@ from dataclasses import dataclass, field
 from gateway.policies import PolicyConfig
 from gateway.routing.choose import COLD_RACE
 from gateway.routing.ordering import is_thin
-from gateway.routing.predict import Prediction, RequestShape
 from gateway.routing.ranking import Ranked
 from gateway.routing.score import CONFIDENCE
+from gateway.routing.scored import Prediction, RequestShape
 
 BURST = 2.0
 """Probes the budget may hold in reserve: a probe and a quick second look at what it found."""

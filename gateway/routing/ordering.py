@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 import random
 
-from gateway.routing.predict import Prediction, RequestShape
 from gateway.routing.ranking import Ranked
+from gateway.routing.scored import Prediction, RequestShape
 
 SLOW_START_ANSWERS = 4
 """Below this many answers, a deployment gets no more attempts in flight than answers back while another can serve."""

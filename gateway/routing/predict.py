@@ -47,17 +47,16 @@ from gateway.routing.estimates import (
     DeploymentView,
     ViewMetric,
 )
-from gateway.routing.scored import MAX_UNCERTAINTY as MAX_UNCERTAINTY
-from gateway.routing.scored import PRIOR_SIGMA as PRIOR_SIGMA
-from gateway.routing.scored import UNKNOWN as UNKNOWN
-from gateway.routing.scored import OutputSource as OutputSource
-from gateway.routing.scored import Prediction as Prediction
-from gateway.routing.scored import RequestShape as RequestShape
-from gateway.routing.scored import Source as Source
-from gateway.routing.scored import Uncertainty as Uncertainty
-from gateway.routing.scored import prediction_from_fields as prediction_from_fields
-from gateway.routing.scored import request_shape_from_fields as request_shape_from_fields
-from gateway.routing.scored import uncertainty_from_fields as uncertainty_from_fields
+from gateway.routing.scored import (
+    MAX_UNCERTAINTY,
+    PRIOR_SIGMA,
+    OutputSource,
+    Prediction,
+    RequestShape,
+    Source,
+    prediction_from_fields,
+    uncertainty_from_fields,
+)
 from gateway.stats import DeploymentSummary, LogHistogram, StatsSnapshot
 
 MIN_TIME_S = 1e-3

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, NoCapacity, RateLimited
 from gateway.frozen import positional_maker, quick_init
-from gateway.routing.score import RequestShape, Scored
+from gateway.routing.scored import RequestShape, Scored
 from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState
 

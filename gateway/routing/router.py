@@ -63,14 +63,15 @@ from gateway.routing.plan import (
     RoutePlan,
     RouteRequest,
     SessionRoute,
+    SnapshotSource,
     candidate_from_fields,
     route_plan_from_fields,
 )
-from gateway.routing.plan import SnapshotSource as SnapshotSource
-from gateway.routing.predict import WINDOW_METRIC, request_shape_from_fields
+from gateway.routing.predict import WINDOW_METRIC
 from gateway.routing.prefill import split
 from gateway.routing.ranking import Ranked, Ranking, no_capacity, ranked_from_fields, ranking_from_fields
-from gateway.routing.score import OutputSource, RequestShape, Scored, Weights, expected_output, score_all
+from gateway.routing.score import Weights, expected_output, score_all
+from gateway.routing.scored import OutputSource, RequestShape, Scored, request_shape_from_fields
 from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.stats import Metric, StatsSnapshot
 from gateway.stats.snapshot import cache_values

@@ -28,12 +28,7 @@ from gateway.routing.predict import (
     MIN_TIME_S,
     SUCCESS_PRIOR,
     CacheTerms,
-    OutputSource,
     PooledHistograms,
-    Prediction,
-    RequestShape,
-    Source,
-    Uncertainty,
     expected_output,
     predict,
 )
@@ -41,22 +36,20 @@ from gateway.routing.predict import (
 __all__ = [
     "MIN_TIME_S",
     "SUCCESS_PRIOR",
-    "OutputSource",
-    "Prediction",
-    "RequestShape",
-    "Scored",
-    "ScoreParts",
-    "Source",
     "Weights",
     "expected_output",
     "predict",
     "score_all",
 ]
-from gateway.routing.filters import broken as broken
-from gateway.routing.scored import Scored as Scored
-from gateway.routing.scored import ScoreParts as ScoreParts
-from gateway.routing.scored import score_parts_from_fields as score_parts_from_fields
-from gateway.routing.scored import scored_from_fields as scored_from_fields
+from gateway.routing.filters import broken
+from gateway.routing.scored import (
+    Prediction,
+    RequestShape,
+    Scored,
+    Uncertainty,
+    score_parts_from_fields,
+    scored_from_fields,
+)
 from gateway.stats import StatsSnapshot
 
 PRICE_RESOLUTION = 0.01

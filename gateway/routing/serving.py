@@ -26,9 +26,9 @@ from gateway.routing.capacity import ProviderLimit
 from gateway.routing.health import RouterState
 from gateway.routing.lengths import Forecast
 from gateway.routing.overrides import ProviderPreferences
-from gateway.routing.plan import Router, RouteRequest, SessionRoute
+from gateway.routing.plan import Router, RouteRequest, SessionRoute, SnapshotSource
 from gateway.routing.ranking import Ranking
-from gateway.routing.router import MeasuredRouter, SnapshotSource
+from gateway.routing.router import MeasuredRouter
 from gateway.samples import Endpoint, RequestKind
 from gateway.types import Clock
 
