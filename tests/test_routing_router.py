@@ -19,6 +19,7 @@ from gateway.routing.estimates import TYPICAL_BYTES_PER_TOKEN
 from gateway.routing.explain import ranking_table
 from gateway.routing.explore import WAITING_MAX
 from gateway.routing.plan import Candidate
+from gateway.routing.ranking import Ranking
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
 from tests.support.clock import FakeClock
@@ -561,9 +562,11 @@ def test_a_leader_on_one_leap_is_raced_by_the_next_well_measured_deployment_unti
     # token it is drained (measured unseen) rather than cancelled.
     assert (leader.name, leader.reason, leader.on_trial, leader.hedge_after_s) == ("b", "best-score", True, 0.0)
     assert leader.drains and challenger.name == "a" and not challenger.drains
+    assert isinstance(plan.ranking, Ranking) and plan.ranking.trial  # what the dashboard says of it
     answered(rig, "b", 5, ttft=0.3, tps=300.0)  # confirmed: no longer thin since its change
     plan = rig.router.plan(rig.request())
     assert plan.candidates[0].name == "b" and not plan.candidates[0].on_trial
+    assert isinstance(plan.ranking, Ranking) and not plan.ranking.trial
     assert plan.candidates[0].hedge_after_s != 0.0
 
 

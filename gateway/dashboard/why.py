@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from gateway.dashboard.text import esc, money, price, seconds
 from gateway.routing.explain import policy_summary, score_terms
-from gateway.routing.explore import on_trial
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
 
 OUTPUT_FROM = {"observed": "the model's observed median answer", "default": "the policy's default", "request": "given"}
@@ -51,7 +50,7 @@ class Predicted:
     changed: bool = False
     """A change was detected in its recent answers: the prediction rests on those since."""
     trial: bool = False
-    """It leads on a leap still to be confirmed: the next deployment races it (``routing.explore.on_trial``)."""
+    """It leads on a leap still to be confirmed: the next deployment races it (``Ranking.trial``)."""
     prompt_tokens: int = 0
     cached_tokens: int = 0
     """Prompt tokens predicted to come from its cache (its observed hit ratio, or a session's warm prompt)."""
@@ -168,7 +167,7 @@ def _predicted(row: Ranked, shape_prompt: int, trial: bool) -> Predicted:
 
 def why_view(ranking: Ranking) -> WhyView:
     shape = ranking.shape
-    trial = ranking.policy.ranking != "fixed" and on_trial(ranking.rows, shape)
+    trial = ranking.trial
     rows = tuple(_predicted(row, shape.prompt_tokens, trial and index == 0) for index, row in enumerate(ranking.rows))
     return WhyView(
         prompt_tokens=shape.prompt_tokens,

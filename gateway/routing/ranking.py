@@ -132,6 +132,9 @@ class Ranking:
     """Of the probes, the ones measured beside the leader, unseen (the belief router)."""
     extra_attempts: float | None = None
     """Attempts per request beyond one, exploration's cost (the belief router; None: not counted)."""
+    trial: bool = False
+    """The leader leads on a leap still to be confirmed, and the next deployment races it (the measured router's
+    ``explore.on_trial``, for a policy that is not ``fixed``)."""
 
 
 ranked_from_fields = positional_maker(Ranked)

@@ -275,6 +275,7 @@ class MeasuredRouter:
             counts.cold_starts[name],
             0,  # shadows: the belief router's
             None,  # extra_attempts: likewise
+            policy.ranking != "fixed" and on_trial(rows, shape),  # trial (the dashboard's)
         )
 
     def _ranked(self, model: str, scored: Scored, policy: PolicyConfig, now: float) -> Ranked:
