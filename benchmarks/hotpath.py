@@ -52,8 +52,9 @@ from gateway.reading import read_full_reply
 from gateway.relay.forward import EventForwarder
 from gateway.relay.outbound import upstream_body
 from gateway.relay.request import ProxyRequest
-from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
+from gateway.routing import ProviderPreferences, RouteRequest
 from gateway.routing.belief_router import BeliefRouter
+from gateway.routing.router import MeasuredRouter
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
 from gateway.stats_config import StatsConfig

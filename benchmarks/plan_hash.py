@@ -26,9 +26,10 @@ from typing import Any
 from benchmarks.routing_scenarios import SCENARIOS, STRESS, Scenario
 from benchmarks.routing_simulate import Simulation
 from gateway.errors import GatewayError
-from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
+from gateway.routing import ProviderPreferences, RouteRequest
 from gateway.routing.plan import RoutePlan, SessionRoute
 from gateway.routing.ranking import Ranking
+from gateway.routing.router import MeasuredRouter
 
 MARKETS = ("stable", "recovery", "mixed-lengths", "flaky", "heavy-tail", "outage", "dip", "oscillate", "swap")
 

@@ -29,8 +29,9 @@ from typing import Any
 
 from benchmarks.hotpath import sample, timed
 from gateway.config import parse_config
-from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
+from gateway.routing import ProviderPreferences, RouteRequest
 from gateway.routing.belief_router import BeliefRouter
+from gateway.routing.router import MeasuredRouter
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
 from gateway.stats.snapshot import Metric

@@ -22,7 +22,7 @@ from gateway.dashboard.view import DashboardView, RoutingChoice, model_boards
 from gateway.dashboard.why import Predicted, WhyView, render_why, why_sentence, why_view
 from gateway.fakes import FakeBehavior
 from gateway.leaderboard import leaderboard
-from gateway.routing import MeasuredRouter
+from gateway.routing.router import MeasuredRouter
 from gateway.stats import InMemoryStatsStore, StatsSnapshot, StoreHealth
 from tests.support.clients import sdk
 from tests.support.config import gateway_config

@@ -56,7 +56,7 @@ def test_a_build_is_used_only_while_every_source_matches_its_stamp(tmp_path: Pat
     _fake_build(tmp_path / "many", many)
     assert (native.stale(tmp_path / "many") or "").endswith(f" and {len(many) - 3} more")
     _fake_build(tmp_path / "partial")
-    native.built_files(tmp_path / "partial")["gateway.routing.router"].unlink()
+    native.built_files(tmp_path / "partial")["gateway.routing.health"].unlink()
     assert (native.stale(tmp_path / "partial") or "").startswith("missing ")
     stamp = json.loads((tmp_path / "fresh" / native.STAMP).read_text())
     (tmp_path / "fresh" / native.STAMP).write_text(json.dumps(stamp | {"suffix": ".cpython-27.so"}))

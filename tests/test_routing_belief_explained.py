@@ -16,10 +16,11 @@ from gateway.app import AppOptions, create_app
 from gateway.config import ConfigError, GatewayConfig
 from gateway.dashboard.why import render_why, why_view
 from gateway.fakes import FakeBehavior
-from gateway.routing import Candidate, MeasuredRouter, RouteRequest
+from gateway.routing import Candidate, RouteRequest
 from gateway.routing.belief_live import LiveBeliefRouter
 from gateway.routing.explain import ranking_json, ranking_table
 from gateway.routing.ranking import Ranking
+from gateway.routing.router import MeasuredRouter
 from gateway.routing.serving import ServingRouter, build_router, router_kind
 from gateway.routing.trace import build_trace
 from gateway.stats import InMemoryStatsStore

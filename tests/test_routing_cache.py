@@ -8,11 +8,12 @@ import random
 import pytest
 
 from gateway.config import ModelConfig, StatsConfig
-from gateway.routing import MeasuredRouter, RouteRequest
+from gateway.routing import RouteRequest
 from gateway.routing.affinity import cache_terms
 from gateway.routing.overrides import NO_PREFERENCES
 from gateway.routing.plan import SessionRoute
 from gateway.routing.predict import CacheTerms, predict
+from gateway.routing.router import MeasuredRouter
 from gateway.routing.scored import RequestShape
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore, StatsSnapshot

@@ -9,9 +9,10 @@ import pytest
 
 from gateway.admission.spending.ledger import LIKELY_ANSWERS, LIKELY_QUANTILE, likely_output_tokens
 from gateway.policies import BUILTIN_POLICIES
-from gateway.routing import MeasuredRouter, RouteRequest
+from gateway.routing import RouteRequest
 from gateway.routing.lengths import SESSIONS_KEPT, Lengths, answer_tokens, planned_length, shape_of
 from gateway.routing.priors import MEMORY
+from gateway.routing.router import MeasuredRouter
 from gateway.stats import InMemoryStatsStore
 from tests.support.config import routing_config
 from tests.support.samples import sample

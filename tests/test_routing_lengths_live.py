@@ -19,7 +19,8 @@ import pytest
 from gateway.admission.ratelimit import WINDOW_S, InMemoryRateLimiter, RedisRateLimiter, ratelimit_key
 from gateway.admission.spending.ledger import LIKELY_ANSWERS
 from gateway.fakes import FakeBehavior
-from gateway.routing import MeasuredRouter, RouteRequest
+from gateway.routing import RouteRequest
+from gateway.routing.router import MeasuredRouter
 from tests.redis_server import RedisServer
 from tests.support.clients import MESSAGES, sdk
 from tests.support.config import gateway_config

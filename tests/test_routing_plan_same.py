@@ -12,11 +12,12 @@ import random
 
 from gateway.config import StatsConfig
 from gateway.policies import PolicyConfig
-from gateway.routing import MeasuredRouter, RouteRequest
+from gateway.routing import RouteRequest
 from gateway.routing.estimates import DRIFT_SIGMA, Estimate
 from gateway.routing.explore import RequestSizes
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.predict import EFFECTIVE, CacheTerms, PooledHistograms, _metric, predict
+from gateway.routing.router import MeasuredRouter
 from gateway.routing.score import Weights
 from gateway.routing.scored import MAX_UNCERTAINTY, RequestShape
 from gateway.samples import OUTCOMES, Sample

@@ -13,13 +13,14 @@ import pytest
 from gateway.config import GatewayConfig, StatsConfig
 from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import EventLog
-from gateway.routing import MeasuredRouter, ProviderPreferences, RouteRequest
+from gateway.routing import ProviderPreferences, RouteRequest
 from gateway.routing.capacity import BACKOFF_FLOOR
 from gateway.routing.estimates import TYPICAL_BYTES_PER_TOKEN
 from gateway.routing.explain import ranking_table
 from gateway.routing.explore import WAITING_MAX
 from gateway.routing.plan import Candidate
 from gateway.routing.ranking import Ranking
+from gateway.routing.router import MeasuredRouter
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
 from tests.support.clock import FakeClock

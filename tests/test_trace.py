@@ -146,7 +146,8 @@ def test_excluded_candidates_say_why_and_candidates_carry_the_measured_values() 
     import random
 
     from gateway.config import StatsConfig
-    from gateway.routing import Candidate, MeasuredRouter, RouteRequest
+    from gateway.routing import Candidate, RouteRequest
+    from gateway.routing.router import MeasuredRouter
     from gateway.routing.trace import build_trace
     from gateway.stats import InMemoryStatsStore
     from tests.support.clock import FakeClock

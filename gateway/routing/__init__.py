@@ -12,12 +12,10 @@ from gateway.routing.health import RouterState  # noqa: E402
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, parse_preferences, split_model_suffix  # noqa: E402
 from gateway.routing.plan import Candidate, RoutePlan, Router, RouteRequest  # noqa: E402
 from gateway.routing.ranking import Ranked, Ranking  # noqa: E402
-from gateway.routing.router import MeasuredRouter  # noqa: E402
 
 __all__ = [
     "NO_PREFERENCES",
     "Candidate",
-    "MeasuredRouter",
     "ProviderPreferences",
     "Ranked",
     "Ranking",
