@@ -319,7 +319,7 @@ class Belief:
         """The level now as one normal per hypothesis: each run (stayed, drift included; ``(1 − p) ×`` its weight) and
         each place a change may land (``p ×`` its share; ``p`` the hazard's chance since last heard). One answer
         re-weights them as well as moving each: what a look would tell apart (``choose.gain`` reads the same written
-        out: ``choose._look_terms``)."""
+        out: ``belief_look.look_terms``)."""
         p = self.changed(now) if self.runs else 1.0
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         stayed = tuple(
