@@ -50,7 +50,7 @@ from gateway.routing.belief_runs import (
     start_at,
     unborn_weigh_nothing,
 )
-from gateway.routing.draws import Draw, Sampling, sample
+from gateway.routing.draws import Draw, Sampling, new_tuple, sample
 from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, update_all
 
@@ -284,7 +284,8 @@ class Belief:
         failures = self.failures
         fails, oks = failures.counts(now, HAZARD_S)
         spread = (math.sqrt(v0 + spread2[TTFT]), math.sqrt(v1 + spread2[SPT]))
-        return Draw(math.exp(m0), math.exp(m1), fails / (fails + oks), spread, failures.failure_s)
+        draw = (math.exp(m0), math.exp(m1), fails / (fails + oks), spread, failures.failure_s, False, (0.0, 0.0))
+        return new_tuple(Draw, draw)  # ``Draw(*draw)``, without its ``__new__``'s Python frame
 
     def changed(self, now: float) -> float:
         """The chance the level has jumped since it was last heard (``HAZARD_S``)."""

@@ -28,6 +28,10 @@ class Draw(NamedTuple):
     """The drawn levels themselves (seconds; ``ttft_s`` and ``s_per_token`` again, kept apart from any later change)."""
 
 
+new_tuple = tuple.__new__
+"""What a named tuple's ``__new__`` calls with its fields: ``new_tuple(Draw, fields)`` is ``Draw(*fields)`` (every
+field given, defaults too) without that ``__new__``, a Python function even where its caller is compiled."""
+
 Sampling = tuple[list[tuple[float, float, float, float, float]], float, float]
 """(weight, log mean and sd of first token, of seconds per token) per run, drift included; the failure chance's mean
 and sd (``Belief.sampling``)."""
