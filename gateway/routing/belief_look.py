@@ -23,9 +23,9 @@ import random
 
 from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief, Branches
+from gateway.routing.belief_failures import FAIL_PRIOR
 from gateway.routing.belief_runs import Run
 from gateway.routing.cost import Cost, Shape, Weights, factors, terms
-from gateway.routing.draws import Sampling
 from gateway.routing.priors import DRIFT, Prior
 
 GAIN_DRAWS = 16
@@ -95,8 +95,15 @@ class Level:
         self.sd1 = sd1
 
 
-def levels_of(sampling: Sampling) -> list[Level]:
-    return [Level(t[0], t[1], t[2], t[3], t[4]) for t in sampling[0]]
+def levels_of(belief: Belief, runs: list[Run], now: float, changed: bool = False) -> tuple[list[Level], float, float]:
+    """``belief.sampling(runs, now, changed)`` with its runs as ``Level``s, written out (the same arithmetic): each
+    run's weight and its level's normal with drift, and the failure chance's mean and sd (a changed provider's the
+    prior's: it may have recovered too)."""
+    age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
+    levels = [Level(r.weight, r.mean[0], math.sqrt(r.var[0] + age), r.mean[1], math.sqrt(r.var[1] + age)) for r in runs]
+    a, b = FAIL_PRIOR if changed else belief.failure(now)
+    mean = a / (a + b)
+    return levels, mean, math.sqrt(mean * (1 - mean) / (a + b + 1))
 
 
 def gain(
@@ -115,9 +122,8 @@ def gain(
     spread2 = [s * s for s in spread]
     sd0, sd1 = math.sqrt(spread2[0]), math.sqrt(spread2[1])
     (stayed_chance, changed_chance), hypotheses = look_terms(belief, now, changed_runs, spread2)
-    stayed = belief.sampling(belief.runs or changed_runs, now)
-    changed = belief.sampling(changed_runs, now, True)
-    stayed_levels, changed_levels = levels_of(stayed), levels_of(changed)
+    stayed_levels, stayed_mean, stayed_sd = levels_of(belief, belief.runs or changed_runs, now)
+    changed_levels, changed_mean, changed_sd = levels_of(belief, changed_runs, now, True)
     _, money, valid = terms(deployment, shape)
     f_ttft, f_spt = factors(spread, weights)
     tokens = max(0.0, shape.output_tokens - 1)
@@ -137,9 +143,9 @@ def gain(
     for k in range(GAIN_DRAWS):
         # Half the draws from each branch, weighted by its chance: rare changes are not missed.
         if k % 2:
-            levels, failure_mean, failure_sd, chance = changed_levels, changed[1], changed[2], changed_chance
+            levels, failure_mean, failure_sd, chance = changed_levels, changed_mean, changed_sd, changed_chance
         else:
-            levels, failure_mean, failure_sd, chance = stayed_levels, stayed[1], stayed[2], stayed_chance
+            levels, failure_mean, failure_sd, chance = stayed_levels, stayed_mean, stayed_sd, stayed_chance
         pick = uniform()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
         run = levels[-1]
         for candidate in levels:
@@ -228,20 +234,23 @@ def look_terms(
     p = belief.changed(now) if belief.runs else 1.0
     age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
     s0, s1 = spread2[0], spread2[1]
-    chances = [0.0, 0.0]
+    stayed = changed = 0.0
     result: list[Hypothesis] = []
-    for side, runs in ((0, belief.runs), (1, changed_runs)):
-        for r in runs:
-            if side:
-                weight, var0, var1 = p * r.weight, r.var[0], r.var[1]
-            else:
-                weight, var0, var1 = (1.0 - p) * r.weight, r.var[0] + age, r.var[1] + age
-            chances[side] += weight
-            v0, v1 = var0 + s0, var1 + s1
-            log_weight, mean0, mean1 = math.log(max(weight, 1e-12)), r.mean[0], r.mean[1]
-            learn0, learn1 = var0 / v0, var1 / v1
-            result.append(Hypothesis(log_weight, mean0, mean1, v0, v1, math.log(v0), math.log(v1), learn0, learn1))
-    return (chances[0], chances[1]), result
+    for r in belief.runs:
+        weight = (1.0 - p) * r.weight
+        stayed += weight
+        result.append(_hypothesis(weight, r.mean, r.var[0] + age, r.var[1] + age, s0, s1))
+    for r in changed_runs:
+        weight = p * r.weight
+        changed += weight
+        result.append(_hypothesis(weight, r.mean, r.var[0], r.var[1], s0, s1))
+    return (stayed, changed), result
+
+
+def _hypothesis(weight: float, mean: list[float], var0: float, var1: float, s0: float, s1: float) -> Hypothesis:
+    v0, v1 = var0 + s0, var1 + s1
+    log_weight, learn0, learn1 = math.log(max(weight, 1e-12)), var0 / v0, var1 / v1
+    return Hypothesis(log_weight, mean[0], mean[1], v0, v1, math.log(v0), math.log(v1), learn0, learn1)
 
 
 def posterior_mean(hypotheses: list[Hypothesis], a0: float, a1: float) -> tuple[float, float]:
