@@ -305,7 +305,7 @@ class Belief:
 
     def sampling(self, runs: list[Run], now: float, changed: bool = False) -> Sampling:
         """What ``draw`` draws from, for ``runs`` (``self.runs``, or ``_new_runs``) now: each run's weight and its
-        level's normal with drift, and the failure chance's (found once for many draws: ``choose.gain``)."""
+        level's normal with drift, and the failure chance's (a look's, written out: ``belief_look.levels_of``)."""
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         levels = [
             (r.weight, r.mean[TTFT], math.sqrt(r.var[TTFT] + age), r.mean[SPT], math.sqrt(r.var[SPT] + age))
