@@ -80,6 +80,7 @@ MODULES = (
     "gateway.routing.draws",
     "gateway.routing.priors",
     "gateway.routing.choose",
+    "gateway.routing.belief_look",
     "gateway.access_numbers",
 )
 """What is compiled: the routers (measured and belief) and what their plans and ``attempt_finished`` call per request,

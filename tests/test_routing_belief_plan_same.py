@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
 from gateway.routing.belief import HAZARD_S, Belief
-from gateway.routing.belief_failures import change_chance
+from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
+from gateway.routing.belief_look import Hypothesis, branch_terms, look_terms, posterior_mean
 from gateway.routing.belief_noise import learn_noise
 from gateway.routing.belief_prefill import Prefill
 from gateway.routing.belief_runs import METRICS, RUNS, SPT, TTFT, Run, heaviest, mix, unborn_weigh_nothing
-from gateway.routing.choose import _branch_terms, _look_terms, _posterior_mean
 from gateway.routing.priors import Prior, log_of
 from gateway.routing.student import likelihoods, update_all
 
@@ -233,7 +234,7 @@ def test_no_run_is_left_unmade_where_a_weight_or_a_value_is_not_finite() -> None
     assert not unborn_weigh_nothing(belief.runs, belief.before, belief.noise, 0.0, total, values, wild)
 
 
-def _reference_posterior_mean(branches: list[tuple[float, ...]], a0: float, a1: float) -> tuple[float, float]:
+def _reference_posterior_mean(branches: Sequence[tuple[float, ...]], a0: float, a1: float) -> tuple[float, float]:
     logs = [t[0] - 0.5 * ((a0 - t[1]) ** 2 / t[3] + t[5]) - 0.5 * ((a1 - t[2]) ** 2 / t[4] + t[6]) for t in branches]
     top = max(logs)
     odds = [math.exp(x - top) for x in logs]
@@ -259,11 +260,13 @@ def test_a_looks_posterior_mean_is_the_former_arithmetic_exactly() -> None:
         if rng.random() < 0.1:
             branches.append(branches[0])  # a tie for the greatest: the first is kept, as ``max`` keeps it
         a0, a1 = rng.gauss(-1, 1.5), rng.gauss(-4, 1.5)
-        assert _posterior_mean(branches, a0, a1) == _reference_posterior_mean(branches, a0, a1)  # type: ignore[arg-type]
+        hypotheses = [Hypothesis(*t) for t in branches]
+        assert posterior_mean(hypotheses, a0, a1) == _reference_posterior_mean(branches, a0, a1)
 
 
 def test_a_looks_terms_are_its_branches_terms_exactly() -> None:
-    """``choose.gain`` reads each hypothesis's terms written out (``_look_terms``), not through ``Belief.branches``."""
+    """``choose.gain`` reads each hypothesis's terms written out (``belief_look.look_terms``), not through
+    ``Belief.branches``."""
     for seed in range(12):
         rng = random.Random(seed)
         belief = _full(seed) if seed % 4 else Belief()
@@ -273,5 +276,42 @@ def test_a_looks_terms_are_its_branches_terms_exactly() -> None:
             branches = belief.branches(now, prior)
             spread2 = [s * s for s in belief.spread()]
             chance = (sum(c[0] for c in branches if not c[3]), sum(c[0] for c in branches if c[3]))
-            got = _look_terms(belief, now, belief._new_runs(prior), spread2)
-            assert repr(got) == repr(((float(chance[0]), chance[1]), _branch_terms(branches, spread2)))
+            got = look_terms(belief, now, belief._new_runs(prior), spread2)
+            assert repr(got) == repr(((float(chance[0]), chance[1]), branch_terms(branches, spread2)))
+
+
+def _reference_counts(failures: Failures, now: float, hazard_s: float) -> tuple[float, float]:
+    """``Failures.counts`` as it was: its two sums over lists (``sum`` of floats from 0, left to right)."""
+    heard = failures.heard_at
+    p = 0.0 if heard is None else 1.0 - math.exp(-max(0.0, now - heard) / hazard_s)
+    a0, b0 = FAIL_PRIOR
+    s0 = a0 + b0
+    m0 = a0 / s0
+    v0 = m0 * (b0 / s0) / (s0 + 1)
+    terms = []
+    for r in failures.runs:
+        s = r.fails + r.oks
+        m = r.fails / s
+        terms.append((r.weight, r.fails, s, m, m * (r.oks / s) / (s + 1)))
+    stayed = 1.0 - p
+    mean = sum([stayed * t[0] * t[1] / t[2] for t in terms] + [p * a0 / s0])
+    var = sum([stayed * t[0] * (t[4] + (t[3] - mean) ** 2) for t in terms] + [p * (v0 + (m0 - mean) ** 2)])
+    mean = min(max(mean, 1e-6), 1 - 1e-6)
+    n = max(mean * (1 - mean) / max(var, 1e-12) - 1.0, 1e-3)
+    return mean * n, (1 - mean) * n
+
+
+def test_the_failure_chance_read_is_the_former_sums_exactly() -> None:
+    """``Failures.counts`` adds in plain loops (read for every deployment of every plan): the same floats as the sums
+    over lists it replaced, over failure histories with quiet gaps, recoveries and long runs of either outcome."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        failures, now = Failures(), 0.0
+        for _ in range(rng.randint(0, 60)):
+            now += rng.choice((0.0, 0.01, rng.expovariate(0.2), 300.0))
+            failures.observe(now, rng.random() < rng.choice((0.05, 0.5, 0.95)), HAZARD_S, rng.uniform(0.1, 3.0))
+            if rng.random() < 0.03:
+                failures.recovered(now)
+            for later in (now, now + rng.uniform(0.0, 50.0), now + 1e4):
+                failures.read = None
+                assert failures.counts(later, HAZARD_S) == _reference_counts(failures, later, HAZARD_S)

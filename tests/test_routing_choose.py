@@ -10,13 +10,12 @@ import pytest
 from gateway.config import DeploymentConfig, parse_config
 from gateway.policies import BUILTIN_POLICIES
 from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.belief_look import branch_terms, posterior_mean
 from gateway.routing.choose import (
     COLD_RACE,
     RACE_BUDGET,
     Budget,
     Option,
-    _branch_terms,
-    _posterior_mean,
     chance_best,
     choose,
     gain,
@@ -181,9 +180,9 @@ def test_a_look_weighs_each_run_not_one_wide_normal() -> None:
     assert 0.01 < young[0] < 0.9
     spread2 = [s * s for s in belief.spread()]
     old_level = [math.log(0.4), math.log(1 / 200.0)]
-    back = _posterior_mean(_branch_terms(branches, spread2), *old_level)
+    back = posterior_mean(branch_terms(branches, spread2), *old_level)
     assert abs(math.log(back[0]) - old_level[0]) < 0.1
-    there = _posterior_mean(_branch_terms(branches, spread2), *young[1])
+    there = posterior_mean(branch_terms(branches, spread2), *young[1])
     assert abs(math.log(there[0]) - young[1][0]) < 0.1
 
 

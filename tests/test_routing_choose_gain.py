@@ -15,7 +15,8 @@ import pytest
 from gateway.policies import BUILTIN_POLICIES
 from gateway.routing.belief import Belief, Branches
 from gateway.routing.belief_failures import FAIL_PRIOR
-from gateway.routing.choose import GAIN_DRAWS, Option, gain
+from gateway.routing.belief_look import GAIN_DRAWS
+from gateway.routing.choose import Option, gain
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
 from gateway.routing.draws import Draw, standard_normals
 from gateway.routing.priors import DRIFT, Prior, pooled

@@ -50,7 +50,7 @@ from gateway.routing.belief_runs import (
     start_at,
     unborn_weigh_nothing,
 )
-from gateway.routing.draws import Draw, Sampling, sample
+from gateway.routing.draws import Draw, Sampling, new_tuple, sample
 from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, update_all
 
@@ -284,7 +284,8 @@ class Belief:
         failures = self.failures
         fails, oks = failures.counts(now, HAZARD_S)
         spread = (math.sqrt(v0 + spread2[TTFT]), math.sqrt(v1 + spread2[SPT]))
-        return Draw(math.exp(m0), math.exp(m1), fails / (fails + oks), spread, failures.failure_s)
+        draw = (math.exp(m0), math.exp(m1), fails / (fails + oks), spread, failures.failure_s, False, (0.0, 0.0))
+        return new_tuple(Draw, draw)  # ``Draw(*draw)``, without its ``__new__``'s Python frame
 
     def changed(self, now: float) -> float:
         """The chance the level has jumped since it was last heard (``HAZARD_S``)."""
@@ -304,7 +305,7 @@ class Belief:
 
     def sampling(self, runs: list[Run], now: float, changed: bool = False) -> Sampling:
         """What ``draw`` draws from, for ``runs`` (``self.runs``, or ``_new_runs``) now: each run's weight and its
-        level's normal with drift, and the failure chance's (found once for many draws: ``choose.gain``)."""
+        level's normal with drift, and the failure chance's (a look's, written out: ``belief_look.levels_of``)."""
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         levels = [
             (r.weight, r.mean[TTFT], math.sqrt(r.var[TTFT] + age), r.mean[SPT], math.sqrt(r.var[SPT] + age))
@@ -319,7 +320,7 @@ class Belief:
         """The level now as one normal per hypothesis: each run (stayed, drift included; ``(1 − p) ×`` its weight) and
         each place a change may land (``p ×`` its share; ``p`` the hazard's chance since last heard). One answer
         re-weights them as well as moving each: what a look would tell apart (``choose.gain`` reads the same written
-        out: ``choose._look_terms``)."""
+        out: ``belief_look.look_terms``)."""
         p = self.changed(now) if self.runs else 1.0
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         stayed = tuple(

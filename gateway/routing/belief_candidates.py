@@ -54,7 +54,9 @@ def kind_terms(
         belief = option.belief
         fails, oks = belief.failure(now)
         success = oks / (fails + oks)
-        attempts = summary.attempts if summary is not None else 0
+        # Its attempts are read only where the policy bounds the success rate (``broken`` reads them only then): a
+        # Python property of the stats' summary, per deployment per plan.
+        attempts = summary.attempts if summary is not None and policy.min_success_rate is not None else 0
         found = broken(d, summary, policy, preferences, kind, success=(success, attempts), valid=(rate, counts[1]))
         breaks.append(bool(found))
     return valid, breaks

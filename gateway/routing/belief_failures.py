@@ -102,11 +102,16 @@ class Failures:
         p = 0.0 if heard is None else 1.0 - math.exp(-max(0.0, now - heard) / hazard_s)
         terms = self.terms if self.terms is not None else self._terms()
         stayed = 1.0 - p
-        mean = sum([stayed * t[0] * t[1] / t[2] for t in terms] + [p * _A0 / _S0])
-        var = sum(
-            [stayed * t[0] * (t[4] + math.pow(t[3] - mean, 2.0)) for t in terms]
-            + [p * (_V0 + math.pow(_M0 - mean, 2.0))]
-        )
+        # Plain loops, not ``sum`` over lists (read at every plan: compiled, each list's float is boxed): ``sum`` of
+        # floats adds left to right from 0, and ``0 + x`` is ``0.0 + x``, so these are the same floats.
+        mean = 0.0
+        for t in terms:
+            mean += stayed * t[0] * t[1] / t[2]
+        mean += p * _A0 / _S0
+        var = 0.0
+        for t in terms:
+            var += stayed * t[0] * (t[4] + math.pow(t[3] - mean, 2.0))
+        var += p * (_V0 + math.pow(_M0 - mean, 2.0))
         mean = min(max(mean, 1e-6), 1 - 1e-6)
         n = max(mean * (1 - mean) / max(var, 1e-12) - 1.0, 1e-3)
         self.read = (now, mean * n, (1 - mean) * n)

@@ -32,6 +32,7 @@ from gateway.routing.belief_others import OthersAnswers
 from gateway.routing.capacity import RateLimits
 from gateway.routing.choose import Budget, Choice, Counts, Option
 from gateway.routing.cost import Shape, Weights
+from gateway.routing.draws import new_tuple
 from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.health import RouterState
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
@@ -230,7 +231,7 @@ class BeliefRouter:
             spt_bound = slow if slow > expected.s_per_token else None
             if ttft_bound is not None or spt_bound is not None or streaming:
                 belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming)
-        return Option(deployment, belief, prior, bool(running))
+        return new_tuple(Option, (deployment, belief, prior, bool(running)))  # ``Option(...)``, no Python frame
 
     # -- attempts ---------------------------------------------------------------------------
 

@@ -32,11 +32,10 @@ from statistics import NormalDist
 from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
-from gateway.routing.belief import Belief, Branches
-from gateway.routing.belief_runs import Run
-from gateway.routing.cost import Cost, Shape, Weights, cost, factors, scores, terms
-from gateway.routing.draws import standard_normals
-from gateway.routing.priors import DRIFT, Prior
+from gateway.routing.belief import Belief
+from gateway.routing.belief_look import gain as look_gain
+from gateway.routing.cost import Cost, Shape, Weights, cost, scores
+from gateway.routing.priors import Prior
 
 RACE_BUDGET = 0.10
 """Share of streamed requests that may carry one extra attempt to look at another deployment (a race or a shadow)."""
@@ -44,8 +43,6 @@ COLD_RACE = 3
 """Attempts one cold start may race at once, a measured leader joining them counted: each loser is drained and billed,
 so a model deployed on ten providers measures a few per request, not ten at once."""
 _NORMAL = NormalDist()
-GAIN_DRAWS = 16
-"""Draws that estimate what a look may teach (the cost of the estimate, not a knob of the world)."""
 
 
 class Option(NamedTuple):
@@ -217,156 +214,9 @@ def _race_helps(explored: Option, leader: Option, e: Cost, lead: Cost, now: floa
 
 
 def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: float, rng: random.Random) -> float:
-    """What one look at ``option`` may teach (the knowledge gradient): the expected improvement over the leader's
-    score of where the belief would stand after one answer. Its level is where it was (drifted since) or, by the
-    hazard, changed; one answer tells those apart when they lie far apart (a stale belief is worth a look) and
-    moves a narrow level little against a wide spread (a thin near-equal one is worth little).
-
-    What no draw changes is found once per look (the branches' terms, the places a change lands, the request's
-    price and valid chance there, the leader's score but for its fallback): each draw then costs its random
-    numbers and a few floats, no objects. ``draws.sample`` and ``cost.score`` are written out in the loop, and the
-    normals come five at a time (``draws.standard_normals``): the same numbers and arithmetic in the same order."""
-    belief, prior = option.belief, option.prior
-    changed_runs = belief._new_runs(prior)
-    spread = belief.spread()
-    spread2 = [s * s for s in spread]
-    sd0, sd1 = (math.sqrt(v) for v in spread2)
-    chance, terms_of = _look_terms(belief, now, changed_runs, spread2)
-    sampling = (belief.sampling(belief.runs or changed_runs, now), belief.sampling(changed_runs, now, True))
-    _, money, valid = terms(option.deployment, shape)
-    f_ttft, f_spt = factors(spread, weights)
-    tokens = max(0.0, shape.output_tokens - 1)
-    epsilon = max(money, leader.money_usd) * 0.01 + 1e-12
-    fallback = belief.failure_s + leader.time_s
-    price, valid_term = weights.price * math.log2(money + epsilon), max(valid, 0.01) ** weights.quality
-    stays, fails, lead_failure_s, lead_ttft, lead_spt, lead_price, lead_failure = _leader_terms(
-        leader, weights, epsilon
-    )
-    w_time, w_ttft, w_throughput, w_failure = weights.time, weights.ttft, weights.throughput, weights.failure
-    uniform, log2 = rng.random, math.log2  # ``math.exp`` and ``math.log`` called as such: compiled, they are C calls
-    state = vars(rng)  # ``rng.gauss``'s kept normal: each draw's five are ``standard_normals``, as gauss makes them
-    carry: float | None = state["gauss_next"]
-    total = 0.0
-    for k in range(GAIN_DRAWS):
-        branch = k % 2  # half the draws from each branch, weighted by its chance: rare changes are not missed
-        levels, failure_mean, failure_sd = sampling[branch]
-        pick = uniform()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
-        run = levels[-1]
-        for candidate in levels:
-            pick -= candidate[0]
-            if pick <= 0:
-                run = candidate
-                break
-        z = standard_normals(uniform, carry, 5)
-        carry = z[5] if len(z) > 5 else None
-        ttft = math.exp(run[1] + z[0] * run[2])
-        spt = math.exp(run[3] + z[1] * run[4])
-        failure = min(0.99, max(0.0, failure_mean + z[2] * failure_sd))
-        a0, a1 = math.log(ttft) + (0.0 + z[3] * sd0), math.log(spt) + (0.0 + z[4] * sd1)
-        moved_ttft, moved_spt = _posterior_mean(terms_of, a0, a1)
-        ttft = moved_ttft * f_ttft
-        spt = moved_spt * f_spt
-        time = ttft + tokens * spt
-        mine = w_time * log2((1 - failure) * time + failure * fallback)
-        theirs = w_time * log2(stays + fails * (lead_failure_s + time))
-        if w_ttft:
-            mine += w_ttft * log2(ttft)
-            theirs += lead_ttft
-        if w_throughput:
-            mine += w_throughput * log2(spt)
-            theirs += lead_spt
-        mine += price
-        theirs += lead_price
-        mine += w_failure * log2(1.0 / (max(1.0 - failure, 0.01) * valid_term))
-        theirs += lead_failure
-        total += max(0.0, theirs - mine) * chance[branch]
-    state["gauss_next"] = carry
-    return 2 * total / GAIN_DRAWS
-
-
-def _leader_terms(lead: Cost, weights: Weights, epsilon: float) -> tuple[float, ...]:
-    """The leader's score against a look's draw (``cost.score`` with the draw's time as its fallback), in the parts
-    no draw changes: its expected time's (``stays + fails * (failure_s + time)``), then its first token's, speed's,
-    price's and failure's terms."""
-    good = max(1.0 - lead.failure, 0.01) * max(lead.valid, 0.01) ** weights.quality
-    return (
-        (1 - lead.failure) * lead.time_s,
-        lead.failure,
-        lead.failure_s,
-        weights.ttft * math.log2(lead.ttft_s) if weights.ttft else 0.0,  # read only where weighed, as ``score``
-        weights.throughput * math.log2(lead.s_per_token) if weights.throughput else 0.0,
-        weights.price * math.log2(lead.money_usd + epsilon),
-        weights.failure * math.log2(1.0 / good),
-    )
-
-
-_Terms = tuple[float, float, float, float, float, float, float, float, float]
-"""Per hypothesis: log weight, then per metric its mean, its variance with the answers', that variance's log, and the
-share of an answer's distance its mean moves by."""
-
-
-def _branch_terms(branches: Branches, spread2: list[float]) -> list[_Terms]:
-    result = []
-    for weight, means, variances, _ in branches:
-        v0, v1 = variances[0] + spread2[0], variances[1] + spread2[1]
-        learn0, learn1 = variances[0] / (variances[0] + spread2[0]), variances[1] / (variances[1] + spread2[1])
-        result.append(
-            (math.log(max(weight, 1e-12)), means[0], means[1], v0, v1, math.log(v0), math.log(v1), learn0, learn1)
-        )
-    return result
-
-
-def _look_terms(
-    belief: Belief, now: float, changed_runs: list[Run], spread2: list[float]
-) -> tuple[tuple[float, float], list[_Terms]]:
-    """Each side's chance (stayed, changed) and ``_branch_terms(belief.branches(now, prior, changed_runs), spread2)``,
-    written out: no branch tuples built, the same floats (a sum from 0 is ``0.0 +`` its terms, left to right)."""
-    p = belief.changed(now) if belief.runs else 1.0
-    age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
-    s0, s1 = spread2[0], spread2[1]
-    chances = [0.0, 0.0]
-    result: list[_Terms] = []
-    for side, runs in ((0, belief.runs), (1, changed_runs)):
-        for r in runs:
-            if side:
-                weight, var0, var1 = p * r.weight, r.var[0], r.var[1]
-            else:
-                weight, var0, var1 = (1.0 - p) * r.weight, r.var[0] + age, r.var[1] + age
-            chances[side] += weight
-            v0, v1 = var0 + s0, var1 + s1
-            log_weight, mean0, mean1 = math.log(max(weight, 1e-12)), r.mean[0], r.mean[1]
-            result.append((log_weight, mean0, mean1, v0, v1, math.log(v0), math.log(v1), var0 / v0, var1 / v1))
-    return (chances[0], chances[1]), result
-
-
-def _posterior_mean(branches: list[_Terms], a0: float, a1: float) -> tuple[float, float]:
-    """The level's posterior mean (seconds, per metric) after one answer ``(a0, a1)`` (logs), over every hypothesis
-    (normal each; ``_branch_terms``)."""
-    # Read for every draw of every look: plain loops, not ``max``, ``sum`` and comprehensions over boxed lists (the same
-    # arithmetic: ``max`` keeps the first of the greatest as ``>`` does here, and ``sum`` adds left to right from 0).
-    # ``x ** 2`` of a float is libm's ``pow(x, 2.0)``, not ``x * x``: kept; ``math`` functions called as such (compiled,
-    # they are C calls, not calls of a Python object).
-    logs: list[float] = []
-    top = 0.0
-    for t in branches:
-        x = t[0] - 0.5 * (math.pow(a0 - t[1], 2.0) / t[3] + t[5]) - 0.5 * (math.pow(a1 - t[2], 2.0) / t[4] + t[6])
-        if not logs or x > top:
-            top = x
-        logs.append(x)
-    odds: list[float] = []
-    total = 0.0
-    for x in logs:
-        odd = math.exp(x - top)
-        odds.append(odd)
-        total += odd
-    value0 = value1 = 0.0
-    for i in range(len(odds)):
-        t = branches[i]
-        m0, m1, learn0, learn1 = t[1], t[2], t[7], t[8]
-        share = odds[i] / total
-        value0 += share * (m0 + learn0 * (a0 - m0))
-        value1 += share * (m1 + learn1 * (a1 - m1))
-    return math.exp(value0), math.exp(value1)
+    """What one look at ``option`` may teach (the knowledge gradient, ``gateway.routing.belief_look``): the expected
+    improvement over the leader's score of where the belief would stand after one answer."""
+    return look_gain(option.belief, option.prior, option.deployment, leader, shape, weights, now, rng)
 
 
 def _first(index: int, ranked: list[int]) -> tuple[int, ...]:

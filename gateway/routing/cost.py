@@ -23,7 +23,7 @@ from typing import Literal, NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
-from gateway.routing.draws import Draw
+from gateway.routing.draws import Draw, new_tuple
 from gateway.routing.overrides import Sort
 
 _Z = NormalDist()
@@ -159,7 +159,8 @@ def cost(draw: Draw, deployment: DeploymentConfig, shape: Shape, weights: Weight
     ) / 1e6
     ttft += prefill_s * uncached
     time = ttft + max(0.0, output - 1) * spt
-    return Cost(ttft, spt, time, money, draw.failure, draw.failure_s, draw.changed, shape.valid.get(name, 1.0))
+    fields = (ttft, spt, time, money, draw.failure, draw.failure_s, draw.changed, shape.valid.get(name, 1.0))
+    return new_tuple(Cost, fields)  # ``Cost(*fields)``, without its ``__new__``'s Python frame
 
 
 def terms(deployment: DeploymentConfig, shape: Shape) -> tuple[int, float, float]:

@@ -28,6 +28,10 @@ class Draw(NamedTuple):
     """The drawn levels themselves (seconds; ``ttft_s`` and ``s_per_token`` again, kept apart from any later change)."""
 
 
+new_tuple = tuple.__new__
+"""What a named tuple's ``__new__`` calls with its fields: ``new_tuple(Draw, fields)`` is ``Draw(*fields)`` (every
+field given, defaults too) without that ``__new__``, a Python function even where its caller is compiled."""
+
 Sampling = tuple[list[tuple[float, float, float, float, float]], float, float]
 """(weight, log mean and sd of first token, of seconds per token) per run, drift included; the failure chance's mean
 and sd (``Belief.sampling``)."""
@@ -57,8 +61,8 @@ _TWOPI = 2.0 * math.pi
 def standard_normals(uniform: Callable[[], float], carry: float | None, count: int) -> list[float]:
     """At least ``count`` standard normals, as that many calls of ``random.Random.gauss`` make them after one that
     left ``carry`` (its ``gauss_next``): Box–Muller pairs of two ``uniform()``, the cosine's given first, the
-    sine's kept. An odd one left over is the list's last (the next carry). A look draws eighty at a time: one
-    call here instead of a method call each."""
+    sine's kept. An odd one left over is the list's last (the next carry). A look's draws make theirs in their
+    loop the same way (``belief_look.gain``)."""
     normals = [] if carry is None else [carry]
     while len(normals) < count:
         x2pi = uniform() * _TWOPI

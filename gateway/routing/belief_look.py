@@ -1,0 +1,284 @@
+"""What one look at a deployment may teach: the knowledge gradient ``gateway.routing.choose`` spends a look by.
+
+A look (a race or a shadow) asks a deployment for one answer. Its worth is the expected improvement over the
+leader's score of where that deployment's belief would stand after the answer: its level is where it was (drifted
+since) or, by the hazard, changed; one answer tells those apart when they lie far apart (a stale belief is worth a
+look) and moves a narrow level little against a wide spread (a thin near-equal one is worth little).
+
+Every tenth streamed plan looks, at each deployment but the leader, ``GAIN_DRAWS`` draws each: this is most of
+such a plan's work. What no draw changes is found once per look (each hypothesis's terms, the runs drawn from, the
+request's price and valid chance, the leader's score but for its fallback); a draw then costs its random numbers
+and a few floats. The hypotheses and the runs are objects of float fields (``Hypothesis``, ``Level``), not tuples
+or lists of floats: compiled, each field is a C double read in place, where a tuple's or a list's float is an
+object unboxed on every read and boxed on every write. The normals are made in the loop, pair by pair, as
+``random.Random.gauss`` makes them (``draws.standard_normals``). Every float is the one the plain form computes
+(``Belief.branches``, ``Belief.sampling``, ``draws.sample``, ``cost.score``: held to it by
+``tests/test_routing_choose_gain.py``), from the same random numbers in the same order.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from gateway.config import DeploymentConfig
+from gateway.routing.belief import Belief, Branches
+from gateway.routing.belief_failures import FAIL_PRIOR
+from gateway.routing.belief_runs import Run
+from gateway.routing.cost import Cost, Shape, Weights, factors, terms
+from gateway.routing.priors import DRIFT, Prior
+
+GAIN_DRAWS = 16
+"""Draws that estimate what a look may teach (the cost of the estimate, not a knob of the world)."""
+_TWOPI = 2.0 * math.pi
+"""``random.TWOPI``."""
+
+
+class Hypothesis:
+    """One hypothesis about the level now, as a look's answer would weigh it: its log weight, then per metric its
+    mean, its variance with the answers', that variance's log, and the share of an answer's distance its mean
+    moves by. ``odds``: scratch for ``posterior_mean``."""
+
+    __slots__ = ("log_weight", "mean0", "mean1", "var0", "var1", "log_var0", "log_var1", "learn0", "learn1", "odds")
+
+    def __init__(
+        self,
+        log_weight: float,
+        mean0: float,
+        mean1: float,
+        var0: float,
+        var1: float,
+        log_var0: float,
+        log_var1: float,
+        learn0: float,
+        learn1: float,
+    ) -> None:
+        self.log_weight = log_weight
+        self.mean0 = mean0
+        self.mean1 = mean1
+        self.var0 = var0
+        self.var1 = var1
+        self.log_var0 = log_var0
+        self.log_var1 = log_var1
+        self.learn0 = learn0
+        self.learn1 = learn1
+        self.odds = 0.0
+
+    def terms(self) -> tuple[float, float, float, float, float, float, float, float, float]:
+        return (
+            self.log_weight,
+            self.mean0,
+            self.mean1,
+            self.var0,
+            self.var1,
+            self.log_var0,
+            self.log_var1,
+            self.learn0,
+            self.learn1,
+        )
+
+    def __repr__(self) -> str:
+        return f"Hypothesis{self.terms()!r}"
+
+
+class Level:
+    """One run a draw may pick (``Belief.sampling``'s tuple): its weight, and per metric its log level's mean and
+    standard deviation, drift included."""
+
+    __slots__ = ("weight", "mean0", "sd0", "mean1", "sd1")
+
+    def __init__(self, weight: float, mean0: float, sd0: float, mean1: float, sd1: float) -> None:
+        self.weight = weight
+        self.mean0 = mean0
+        self.sd0 = sd0
+        self.mean1 = mean1
+        self.sd1 = sd1
+
+
+def levels_of(belief: Belief, runs: list[Run], now: float, changed: bool = False) -> tuple[list[Level], float, float]:
+    """``belief.sampling(runs, now, changed)`` with its runs as ``Level``s, written out (the same arithmetic): each
+    run's weight and its level's normal with drift, and the failure chance's mean and sd (a changed provider's the
+    prior's: it may have recovered too)."""
+    age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
+    levels = [Level(r.weight, r.mean[0], math.sqrt(r.var[0] + age), r.mean[1], math.sqrt(r.var[1] + age)) for r in runs]
+    a, b = FAIL_PRIOR if changed else belief.failure(now)
+    mean = a / (a + b)
+    return levels, mean, math.sqrt(mean * (1 - mean) / (a + b + 1))
+
+
+def gain(
+    belief: Belief,
+    prior: Prior,
+    deployment: DeploymentConfig,
+    leader: Cost,
+    shape: Shape,
+    weights: Weights,
+    now: float,
+    rng: random.Random,
+) -> float:
+    """What one look at ``deployment`` (its ``belief`` and ``prior``) may teach against the ``leader``'s cost."""
+    changed_runs = belief._new_runs(prior)
+    spread = belief.spread()
+    spread2 = [s * s for s in spread]
+    sd0, sd1 = math.sqrt(spread2[0]), math.sqrt(spread2[1])
+    (stayed_chance, changed_chance), hypotheses = look_terms(belief, now, changed_runs, spread2)
+    stayed_levels, stayed_mean, stayed_sd = levels_of(belief, belief.runs or changed_runs, now)
+    changed_levels, changed_mean, changed_sd = levels_of(belief, changed_runs, now, True)
+    _, money, valid = terms(deployment, shape)
+    f_ttft, f_spt = factors(spread, weights)
+    tokens = max(0.0, shape.output_tokens - 1)
+    epsilon = max(money, leader.money_usd) * 0.01 + 1e-12
+    fallback = belief.failure_s + leader.time_s
+    price, valid_term = weights.price * math.log2(money + epsilon), max(valid, 0.01) ** weights.quality
+    stays, fails, lead_failure_s, lead_ttft, lead_spt, lead_price, lead_failure = _leader_terms(
+        leader, weights, epsilon
+    )
+    w_time, w_ttft, w_throughput, w_failure = weights.time, weights.ttft, weights.throughput, weights.failure
+    uniform, log2, twopi = rng.random, math.log2, _TWOPI
+    state = vars(rng)  # ``rng.gauss``'s kept normal: a pair's second half, the next draw's first normal
+    kept = state["gauss_next"]
+    carrying = kept is not None
+    carry = float(kept) if carrying else 0.0
+    total = 0.0
+    for k in range(GAIN_DRAWS):
+        # Half the draws from each branch, weighted by its chance: rare changes are not missed.
+        if k % 2:
+            levels, failure_mean, failure_sd, chance = changed_levels, changed_mean, changed_sd, changed_chance
+        else:
+            levels, failure_mean, failure_sd, chance = stayed_levels, stayed_mean, stayed_sd, stayed_chance
+        pick = uniform()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
+        run = levels[-1]
+        for candidate in levels:
+            pick -= candidate.weight
+            if pick <= 0:
+                run = candidate
+                break
+        # Five normals as five ``gauss`` calls make them (``draws.standard_normals``): Box-Muller pairs, the
+        # cosine's first, the sine's kept for the next; a draw begun with one kept leaves none, and the next one.
+        if carrying:
+            z0 = carry
+            x2pi = uniform() * twopi
+            g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
+            z1, z2 = math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
+            x2pi = uniform() * twopi
+            g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
+            z3, z4 = math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
+        else:
+            x2pi = uniform() * twopi
+            g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
+            z0, z1 = math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
+            x2pi = uniform() * twopi
+            g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
+            z2, z3 = math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
+            x2pi = uniform() * twopi
+            g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
+            z4, carry = math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
+        carrying = not carrying
+        ttft = math.exp(run.mean0 + z0 * run.sd0)
+        spt = math.exp(run.mean1 + z1 * run.sd1)
+        failure = min(0.99, max(0.0, failure_mean + z2 * failure_sd))
+        a0, a1 = math.log(ttft) + (0.0 + z3 * sd0), math.log(spt) + (0.0 + z4 * sd1)
+        moved_ttft, moved_spt = posterior_mean(hypotheses, a0, a1)
+        ttft = moved_ttft * f_ttft
+        spt = moved_spt * f_spt
+        time = ttft + tokens * spt
+        mine = w_time * log2((1 - failure) * time + failure * fallback)
+        theirs = w_time * log2(stays + fails * (lead_failure_s + time))
+        if w_ttft:
+            mine += w_ttft * log2(ttft)
+            theirs += lead_ttft
+        if w_throughput:
+            mine += w_throughput * log2(spt)
+            theirs += lead_spt
+        mine += price
+        theirs += lead_price
+        mine += w_failure * log2(1.0 / (max(1.0 - failure, 0.01) * valid_term))
+        theirs += lead_failure
+        total += max(0.0, theirs - mine) * chance
+    state["gauss_next"] = carry if carrying else None
+    return 2 * total / GAIN_DRAWS
+
+
+def _leader_terms(lead: Cost, weights: Weights, epsilon: float) -> tuple[float, ...]:
+    """The leader's score against a look's draw (``cost.score`` with the draw's time as its fallback), in the parts
+    no draw changes: its expected time's (``stays + fails * (failure_s + time)``), then its first token's, speed's,
+    price's and failure's terms."""
+    good = max(1.0 - lead.failure, 0.01) * max(lead.valid, 0.01) ** weights.quality
+    return (
+        (1 - lead.failure) * lead.time_s,
+        lead.failure,
+        lead.failure_s,
+        weights.ttft * math.log2(lead.ttft_s) if weights.ttft else 0.0,  # read only where weighed, as ``score``
+        weights.throughput * math.log2(lead.s_per_token) if weights.throughput else 0.0,
+        weights.price * math.log2(lead.money_usd + epsilon),
+        weights.failure * math.log2(1.0 / good),
+    )
+
+
+def branch_terms(branches: Branches, spread2: list[float]) -> list[Hypothesis]:
+    """``Belief.branches`` as a look weighs them (the plain form ``look_terms`` writes out)."""
+    result = []
+    for weight, means, variances, _ in branches:
+        v0, v1 = variances[0] + spread2[0], variances[1] + spread2[1]
+        learn0, learn1 = variances[0] / (variances[0] + spread2[0]), variances[1] / (variances[1] + spread2[1])
+        log_weight = math.log(max(weight, 1e-12))
+        result.append(Hypothesis(log_weight, means[0], means[1], v0, v1, math.log(v0), math.log(v1), learn0, learn1))
+    return result
+
+
+def look_terms(
+    belief: Belief, now: float, changed_runs: list[Run], spread2: list[float]
+) -> tuple[tuple[float, float], list[Hypothesis]]:
+    """Each side's chance (stayed, changed) and ``branch_terms(belief.branches(now, prior, changed_runs), spread2)``,
+    written out: no branch tuples built, the same floats (a sum from 0 is ``0.0 +`` its terms, left to right)."""
+    p = belief.changed(now) if belief.runs else 1.0
+    age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
+    s0, s1 = spread2[0], spread2[1]
+    stayed = changed = 0.0
+    result: list[Hypothesis] = []
+    for r in belief.runs:
+        weight = (1.0 - p) * r.weight
+        stayed += weight
+        result.append(_hypothesis(weight, r.mean, r.var[0] + age, r.var[1] + age, s0, s1))
+    for r in changed_runs:
+        weight = p * r.weight
+        changed += weight
+        result.append(_hypothesis(weight, r.mean, r.var[0], r.var[1], s0, s1))
+    return (stayed, changed), result
+
+
+def _hypothesis(weight: float, mean: list[float], var0: float, var1: float, s0: float, s1: float) -> Hypothesis:
+    v0, v1 = var0 + s0, var1 + s1
+    log_weight, learn0, learn1 = math.log(max(weight, 1e-12)), var0 / v0, var1 / v1
+    return Hypothesis(log_weight, mean[0], mean[1], v0, v1, math.log(v0), math.log(v1), learn0, learn1)
+
+
+def posterior_mean(hypotheses: list[Hypothesis], a0: float, a1: float) -> tuple[float, float]:
+    """The level's posterior mean (seconds, per metric) after one answer ``(a0, a1)`` (logs), over every hypothesis
+    (normal each). Read for every draw of every look: plain loops, each hypothesis's odds kept on it, not ``max``,
+    ``sum`` and lists of boxed floats (the same arithmetic: ``max`` keeps the first of the greatest as ``>`` does
+    here, and ``sum`` adds left to right from 0). ``x ** 2`` of a float is libm's ``pow(x, 2.0)``, not ``x * x``."""
+    top = 0.0
+    first = True
+    for h in hypotheses:
+        x = (
+            h.log_weight
+            - 0.5 * (math.pow(a0 - h.mean0, 2.0) / h.var0 + h.log_var0)
+            - 0.5 * (math.pow(a1 - h.mean1, 2.0) / h.var1 + h.log_var1)
+        )
+        if first or x > top:
+            top = x
+            first = False
+        h.odds = x
+    total = 0.0
+    for h in hypotheses:
+        odd = math.exp(h.odds - top)
+        h.odds = odd
+        total += odd
+    value0 = value1 = 0.0
+    for h in hypotheses:
+        m0, m1 = h.mean0, h.mean1
+        share = h.odds / total
+        value0 += share * (m0 + h.learn0 * (a0 - m0))
+        value1 += share * (m1 + h.learn1 * (a1 - m1))
+    return math.exp(value0), math.exp(value1)
