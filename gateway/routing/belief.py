@@ -151,6 +151,7 @@ class Belief:
                 values[metric],
                 bounds[metric],
                 (prior.noise[metric], prior.spread2[metric]),
+                stayed,
             )
         update_all(runs, values, bounds, self.noise)
         if unborn and not 0.0 < sum([r.weight for r in runs]) < math.inf:
