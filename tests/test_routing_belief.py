@@ -8,9 +8,7 @@ import random
 import pytest
 
 from gateway.routing.belief import HAZARD_S, Belief
-from gateway.routing.belief_noise import learn_noise
-from gateway.routing.belief_runs import Run
-from gateway.routing.priors import BETWEEN, PRIOR_WEIGHT, Prior, pooled
+from gateway.routing.priors import BETWEEN, Prior, pooled
 
 NO_PRIOR = Prior()
 
@@ -284,56 +282,3 @@ def test_a_deployment_heard_a_few_times_scatters_as_its_siblings_do() -> None:
     thin.observe(now + 40.0, prior, 0.2, 1 / 400.0)  # changed: one look's answer
     expected = thin.expected(now + 40.0, prior)
     assert 1 / expected.s_per_token > 300.0 and expected.ttft_s < 0.3
-
-
-def _tail(belief: Belief, rng: random.Random, n: int, now: float, every: float, sigma: float) -> float:
-    """``n`` answers ``every`` seconds apart of a first token with a median of 0.19 s and a log spread ``sigma``."""
-    for _ in range(n):
-        now += every
-        belief.observe(now, NO_PRIOR, 0.19 * math.exp(rng.gauss(0, sigma)), 1 / 236.0)
-    return now
-
-
-def test_a_heavy_tail_that_narrowed_while_unheard_is_believed_from_the_answers_after() -> None:
-    """A first token's spread narrows from 1.25 to 0.3, its median unchanged (no level moves, no run starts): only
-    the spread says the provider is now quick on average. Heard again after five hazards' worth of silence (a
-    deployment traffic passed over), it may well have changed (``HAZARD_S``): the wide spread heard before counts
-    by the chance it did not, and six answers since say the spread is narrow. Counted by answers alone (the last
-    ~50), the wide one would outweigh them (1.43)."""
-    belief = Belief()
-    rng = random.Random(5)
-    now = _tail(belief, rng, 40, 0.0, 1.0, 1.25)
-    assert belief.spread()[0] > 0.9
-    now = _tail(belief, rng, 6, now + 5 * HAZARD_S, 1.0, 0.3)
-    assert belief.spread()[0] < 0.6
-
-
-def test_the_spread_heard_before_counts_by_the_chance_nothing_changed_since() -> None:
-    """``learn_noise`` with ``stayed``: the answers before count as if their sums (beyond the prior's) were that share
-    of what they are, the answer after in full."""
-    best = Run(1.0, [math.log(0.19), math.log(1 / 236.0)], [0.01, 0.01], 0.0)
-    prior = (0.16, 0.16)
-    # The t's scale at its prior (halving its sums leaves it where it is): the answer is read by the same weight.
-    noise, spread2, n = [0.16, 0.1], [1.5, 0.1], [20.0, 20.0]
-    learn_noise(noise, spread2, n, best, 0, math.log(0.2), None, prior, 0.5)
-
-    # The same sums halved beforehand (beyond the prior's share), then the answer heard with nothing changed.
-    def halved(value: float, base: float) -> float:
-        return (base * PRIOR_WEIGHT + (value * (PRIOR_WEIGHT + 20.0) - base * PRIOR_WEIGHT) * 0.5) / (
-            PRIOR_WEIGHT + 10.0
-        )
-
-    noise2, spread22, n2 = [halved(0.16, 0.16), 0.1], [halved(1.5, 0.16), 0.1], [10.0, 20.0]
-    learn_noise(noise2, spread22, n2, best, 0, math.log(0.2), None, prior, 1.0)
-    assert noise == pytest.approx(noise2) and spread2 == pytest.approx(spread22) and n == pytest.approx(n2)
-    assert spread2[0] < 1.3  # 1.28; the former weighting, all of the answers before in full: 1.43
-
-
-def test_the_spread_heard_at_a_busy_pace_is_its_last_answers_as_before() -> None:
-    """Answers a few hundredths of a second apart hardly leave room for a change: the spread is the last ~50 answers',
-    the same within a hundredth as without the hazard's share."""
-    fast, reference = Belief(), Belief()
-    now = _tail(fast, random.Random(6), 60, 0.0, 0.02, 0.5)
-    _tail(reference, random.Random(6), 60, 0.0, 0.0, 0.5)  # all at one time: no chance of a change in between
-    assert abs(fast.spread()[0] - reference.spread()[0]) < 0.01
-    assert now > 0

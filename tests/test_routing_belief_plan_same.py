@@ -82,9 +82,7 @@ def _reference_observe(
     best = heaviest(runs)
     for metric in METRICS:
         noise_prior = (prior.noise[metric], prior.spread2[metric])
-        learn_noise(
-            self.noise, self.spread2, self.noise_n, best, metric, values[metric], bounds[metric], noise_prior, stayed
-        )
+        learn_noise(self.noise, self.spread2, self.noise_n, best, metric, values[metric], bounds[metric], noise_prior)
     update_all(runs, values, bounds, self.noise)
     self.runs = _reference_prune(self.runs)
     self._remember()

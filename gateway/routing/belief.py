@@ -151,7 +151,6 @@ class Belief:
                 values[metric],
                 bounds[metric],
                 (prior.noise[metric], prior.spread2[metric]),
-                stayed,
             )
         update_all(runs, values, bounds, self.noise)
         if unborn and not 0.0 < sum([r.weight for r in runs]) < math.inf:

@@ -2,14 +2,9 @@
 
 Squared residuals against the heaviest run, read robustly (a Student-t's weight) and summed over the last
 ~``MEMORY`` answers, with a prior counting as ``PRIOR_WEIGHT`` answers: the model's other deployments' spread
-(``priors.pooled``), ``SPREAD`` before any is measured. The spread is the deployment's as its level is, and changes
-when it does: the answers heard before the latest one count by the chance that nothing changed in between
-(``stayed``, the hazard's), so a spread heard long ago gives way to the prior and the answers since, as a level
-does. A deployment heard every moment keeps its last ~``MEMORY`` answers; one heard once a minute keeps what the
-hazard leaves of them (a heavy tail that narrowed, its median unchanged, is believed after a few answers, not
-fifty). Two sums are kept: ``noise`` (the t's scale, robust) and ``spread2`` (the plain log variance, for means and
-quantiles). Pure arithmetic on the belief's lists, written out because it runs for every answer and every running
-stream on every plan.
+(``priors.pooled``), ``SPREAD`` before any is measured. Two sums are kept: ``noise`` (the t's scale, robust) and
+``spread2`` (the plain log variance, for means and quantiles). Pure arithmetic on the belief's lists, written out
+because it runs for every answer and every running stream on every plan.
 """
 
 from __future__ import annotations
@@ -31,13 +26,11 @@ def learn_noise(
     value: float | None,
     bound: float | None = None,
     prior: tuple[float, float] = (SPREAD**2, SPREAD**2),
-    stayed: float = 1.0,
 ) -> None:
     """One answer's ``value`` (or lower ``bound``: a race lost, a hedge won, the slow tail hedges cut off, read by
     its expected squared residual beyond it) of ``metric`` against ``best`` (the heaviest run): the sums updated.
     ``prior``: the noise and spread counted in the sums as ``PRIOR_WEIGHT`` answers (the siblings',
-    ``priors.pooled``; ``Belief.reprior`` keeps the sums' share of it current); ``stayed``: the chance the deployment
-    did not change since it was last heard, the weight the answers before this one keep (besides ``MEMORY``'s)."""
+    ``priors.pooled``; ``Belief.reprior`` keeps the sums' share of it current)."""
     # E[(y - m)^2] = the answers' variance + the level's own; an answer tells of the first only in its share of the
     # two (the first answer of a level known roughly says where the level is, hardly how far answers scatter).
     if value is not None:
@@ -54,12 +47,11 @@ def learn_noise(
     robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)
     # Sums over the last ~MEMORY answers: n counts them, the sum of squares is ``(noise - prior) ...``.
     heard = PRIOR_WEIGHT + noise_n[metric]
-    keep = _KEEP * stayed
-    n = noise_n[metric] * keep
+    n = noise_n[metric] * _KEEP
     weight = PRIOR_WEIGHT + n + counts
     prior_noise, prior_spread = PRIOR_WEIGHT * prior[0], PRIOR_WEIGHT * prior[1]
-    total = (noise[metric] * heard - prior_noise) * keep + counts * robust
+    total = (noise[metric] * heard - prior_noise) * _KEEP + counts * robust
     noise[metric] = (prior_noise + total) / weight
-    total = (spread2[metric] * heard - prior_spread) * keep + counts * residual
+    total = (spread2[metric] * heard - prior_spread) * _KEEP + counts * residual
     spread2[metric] = (prior_spread + total) / weight
     noise_n[metric] = n + counts
