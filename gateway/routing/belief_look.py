@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief, Branches
@@ -134,7 +135,7 @@ def gain(
         leader, weights, epsilon
     )
     w_time, w_ttft, w_throughput, w_failure = weights.time, weights.ttft, weights.throughput, weights.failure
-    uniform, log2, twopi = rng.random, math.log2, _TWOPI
+    uniform, log2 = rng.random, math.log2
     state = vars(rng)  # ``rng.gauss``'s kept normal: a pair's second half, the next draw's first normal
     kept = state["gauss_next"]
     carrying = kept is not None
@@ -157,22 +158,12 @@ def gain(
         # cosine's first, the sine's kept for the next; a draw begun with one kept leaves none, and the next one.
         if carrying:
             z0 = carry
-            x2pi = uniform() * twopi
-            g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
-            z1, z2 = math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
-            x2pi = uniform() * twopi
-            g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
-            z3, z4 = math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
+            z1, z2 = _normal_pair(uniform)
+            z3, z4 = _normal_pair(uniform)
         else:
-            x2pi = uniform() * twopi
-            g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
-            z0, z1 = math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
-            x2pi = uniform() * twopi
-            g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
-            z2, z3 = math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
-            x2pi = uniform() * twopi
-            g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
-            z4, carry = math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
+            z0, z1 = _normal_pair(uniform)
+            z2, z3 = _normal_pair(uniform)
+            z4, carry = _normal_pair(uniform)
         carrying = not carrying
         ttft = math.exp(run.mean0 + z0 * run.sd0)
         spt = math.exp(run.mean1 + z1 * run.sd1)
@@ -197,6 +188,14 @@ def gain(
         total += max(0.0, theirs - mine) * chance
     state["gauss_next"] = carry if carrying else None
     return 2 * total / GAIN_DRAWS
+
+
+def _normal_pair(uniform: Callable[[], float]) -> tuple[float, float]:
+    """Two standard normals exactly as ``random.gauss`` makes a pair (Box-Muller: the cosine's first, the sine's
+    second) from two of ``uniform``'s numbers; a fixed-size tuple of floats, which compiled code returns unboxed."""
+    x2pi = uniform() * _TWOPI
+    g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
+    return math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
 
 
 def _leader_terms(lead: Cost, weights: Weights, epsilon: float) -> tuple[float, ...]:
