@@ -9,7 +9,6 @@ plans a request or reads a router's result: the set is for one later judgement, 
 from __future__ import annotations
 
 import random
-import statistics
 from dataclasses import replace
 
 from benchmarks import routing_simulate
@@ -61,18 +60,9 @@ def test_the_set_is_wired_to_its_switch_and_named_as_written() -> None:
 
 
 def test_every_market_builds_with_realistic_profiles_and_changes_in_order() -> None:
-    earlier_profiles = {p for s in EARLIER for p in (*s.providers, *(c.profile for c in s.changes))}
+    earlier_profiles = markets.profiles(EARLIER)
     for market in HELD_OUT_14:
-        names = [p.name for p in market.providers]
-        assert len(set(names)) == len(names) and {c.name for c in market.changes} <= set(names), market.name
-        assert market.schedule(1) and 105 <= market.duration_s <= 230 and 1.4 <= market.rate_per_s <= 4.3
-        times = [c.at_s for c in market.changes]
-        assert times == sorted(times) and 0 < times[0] and times[-1] < market.duration_s, market.name
-        for p in (*market.providers, *(c.profile for c in market.changes)):
-            assert 0.15 <= p.ttft_s <= 3.0 and 20 <= p.tps <= 400 and 0 <= p.error_rate <= 1, (market.name, p)
-            assert p.price > 0 and p not in earlier_profiles, (market.name, p)  # fresh parameters throughout
-        prices = sorted(p.price for p in market.providers)  # a first party's, several times the others'
-        assert prices[-1] >= 4 * statistics.median(prices[:-1]), market.name
+        markets.check_fresh(market, earlier_profiles)
         earlier_lengths = {s.lengths for s in EARLIER}
         assert market.lengths not in earlier_lengths, market.name
 
