@@ -95,6 +95,7 @@ DIGEST = (
 
 
 @needs_build
+@pytest.mark.timeout(300)  # subprocesses of the whole router (bounded by their own timeout)
 def test_the_compiled_router_makes_the_same_plans_bit_for_bit() -> None:
     """Every plan of three simulated markets (candidates, predictions, scores, the rng's state: ``plan_hash``)."""
     compiled, python = _run(DIGEST, "1").split(), _run(DIGEST, "0").split()
@@ -140,6 +141,7 @@ BELIEF_DIGEST = (
 
 
 @needs_build
+@pytest.mark.timeout(300)  # subprocesses of the whole router (bounded by their own timeout)
 def test_the_compiled_belief_router_serves_the_same_requests_bit_for_bit() -> None:
     """Every request's time, first token and provider of four simulated markets (one of two replicas) under the
     belief router, and every attempt's money: compiled and as Python."""
@@ -150,6 +152,7 @@ def test_the_compiled_belief_router_serves_the_same_requests_bit_for_bit() -> No
 
 
 @needs_build
+@pytest.mark.timeout(600)  # subprocesses of the whole router (bounded by their own timeout)
 def test_a_request_relayed_with_the_compiled_modules_is_the_same() -> None:
     """``COMPILED_SUITE`` passes against the compiled routing and chunk-path modules."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GATEWAY_NATIVE": "1"}

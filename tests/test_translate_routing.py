@@ -188,7 +188,8 @@ def test_translate_is_set_per_model_and_overridden_per_deployment() -> None:
 def test_every_api_measures_one_deployment_once_on_the_leaderboard(fakes: Fakes, start_gateway: StartGateway) -> None:
     """A sample belongs to the deployment whatever API the client spoke: each sample keeps its first token, speed,
     usage and cost, and the leaderboard (``GET /v1/gateway/stats``) shows each deployment once."""
-    paced = FakeBehavior(output_tokens=3, tokens_per_s=400.0)  # paced, so that a speed can be measured
+    # Paced 50 ms a token, so that a speed can be measured even when a loaded machine reads the stream late.
+    paced = FakeBehavior(output_tokens=3, tokens_per_s=20.0)
     chat, anth = fakes.start("chat", paced), fakes.start("anth", paced)
     apis = {"chat": {"apis": ["chat"]}, "anth": {"apis": ["messages"]}}
     gateway = start_gateway(gateway_config([chat, anth], provider_options=apis))
