@@ -117,3 +117,23 @@ def test_long_prompts_of_an_unlearned_slope_leave_a_learned_spread_as_it_was() -
         now += 0.5
         belief.observe(now, NO_PRIOR, _answer(rng, 20000, base=0.2), 0.01, uncached_tokens=20000)
     assert belief.spread2[0] < 1.12 * before
+
+
+def test_any_prompt_and_first_token_leave_the_belief_finite() -> None:
+    """Prompts of 0 to 10⁶ uncached tokens, first tokens of a microsecond to a minute, in any order, after a
+    noiseless past or none: the level, its runs and the learned spread stay finite (the base's unsureness and its
+    bound, read where they are extreme: a bound far below a level heard as noiseless underflows its chance)."""
+    rng = random.Random(7)
+    for life in range(20):
+        belief, now = Belief(), 0.0
+        for _ in range(60 * (life % 2)):  # half the lives: a noiseless second first (its spread learned ~0)
+            now += 0.1
+            belief.observe(now, NO_PRIOR, 1.0, 0.01, uncached_tokens=0)
+        for _ in range(40):
+            now += rng.choice((0.0, 0.01, 1.0, 100.0))
+            uncached = rng.choice((0, 1, 300, 20_000, 1_000_000))
+            ttft = math.exp(rng.uniform(math.log(1e-6), math.log(60.0)))
+            belief.observe(now, NO_PRIOR, ttft, rng.choice((None, 0.01)), uncached_tokens=uncached)
+            assert all(math.isfinite(r.mean[0]) and r.var[0] > 0.0 for r in belief.runs)
+            assert abs(sum(r.weight for r in belief.runs) - 1.0) < 1e-9
+            assert math.isfinite(belief.spread2[0]) and math.isfinite(belief.level(now, 0)[0])

@@ -30,6 +30,7 @@ from gateway.routing.priors import DRIFT, SPREAD
 
 SLOPE = 1e-4
 """Seconds per uncached prompt token before any answer tells (10k tokens/s); its prior sd is as large."""
+_ROOT_2PI = math.sqrt(2.0 * math.pi)
 _FLOOR_S = 1e-3
 """The smallest first token an answer's noise is scaled by (a 0 s answer would otherwise weigh infinitely)."""
 
@@ -111,8 +112,9 @@ def at_most_its_answer(runs: Sequence[Run], base: float, unsure: float, ttft: fl
         s = math.sqrt(1.0 + b * b * var)
         z = (a - b * mean) / s
         chance = 0.5 * math.erfc(-z / math.sqrt(2.0))
-        # φ(z) / Φ(z), its asymptote where Φ underflows
-        ratio = math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi) / chance if chance > 1e-300 else -z - 1.0 / z
+        # φ(z) / Φ(z); where Φ underflows, its asymptote (to the term that keeps ratio × (z + ratio) below 1)
+        ratio = math.exp(-0.5 * z * z) / _ROOT_2PI / chance if chance > 1e-300 else -z - 1.0 / z + 2.0 / z**3
         run.mean[TTFT] = mean - b * var / s * ratio
-        run.var[TTFT] = max(var - b * b * var * var / (s * s) * ratio * (z + ratio), 1e-6 * var)
+        shrunk = var - b * b * var * var / (s * s) * ratio * (z + ratio)
+        run.var[TTFT] = shrunk if shrunk > 1e-6 else 1e-6  # as ``student.update_all`` floors a bound's step
         run.weight *= chance if chance > 1e-12 else 1e-12
