@@ -21,7 +21,8 @@ The model, in one pass:
   stream slower than believed). Each hypothesis is weighted by the probability it gave that
   and its posterior is moment-matched to the truncated likelihood.
 - Prefill is a small regression beside it (``gateway.routing.belief_prefill``): first token = base + uncached
-  prompt tokens × seconds per prompt token; the base is what the level describes.
+  prompt tokens × seconds per prompt token; the base is what the level describes, and it hears an answer's base
+  through the slope's uncertainty besides the answers' noise (a cold prompt's at an unlearned slope tells little).
 - Failures: the failure chance with the same change points (``gateway.routing.belief_failures``): a long run of
   failures is not held against a deployment that has answered again since.
 """
@@ -35,7 +36,7 @@ from statistics import NormalDist
 
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
 from gateway.routing.belief_noise import learn_noise
-from gateway.routing.belief_prefill import SLOPE, Prefill
+from gateway.routing.belief_prefill import SLOPE, Prefill, at_most_its_answer
 from gateway.routing.belief_runs import (
     DEFAULT_LEVEL,
     METRICS,
@@ -110,17 +111,23 @@ class Belief:
         its prompt tokens not found cached (None: not known, the prefill regression does not hear it). Without
         ``mixed`` the runs' mixture is left as it was, for the caller to find once after several answers (``bounded``):
         nothing here reads it where ``uncached_tokens`` is None."""
+        unsure, answered = 0.0, None
         if ttft_s is not None and uncached_tokens is not None:
             fit = self.prefill or Prefill.start(math.exp(self.level(now, TTFT)[0]))
-            self.prefill = fit.observe(now, uncached_tokens, ttft_s)
-        if ttft_s is not None and uncached_tokens:
-            ttft_s = max(ttft_s - self.prefill_s() * uncached_tokens, 0.2 * ttft_s)
+            self.prefill = fit = fit.observe(now, uncached_tokens, ttft_s)
+            if uncached_tokens:
+                # The base is the answer less its prefill at the slope believed, as unsure as that slope: the level,
+                # its change points and the answers' spread hear it through that much more noise; and it is at most
+                # the answer (``at_most_its_answer``).
+                answered = log_of(ttft_s)
+                ttft_s, unsure = fit.unprefilled(uncached_tokens, ttft_s)
         values = (log_of(ttft_s), log_of(s_per_token))
         bounds = (log_of(at_least[0]), log_of(at_least[1]))
         if values[0] is None and values[1] is None and bounds[0] is None and bounds[1] is None:
             return
         self._age(now, prior)
         self.reprior(prior)
+        noise = self.noise if not unsure > 0.0 else [self.noise[TTFT] + unsure, self.noise[SPT]]
         heard, runs = self.heard_at, self.runs
         hazard = change_chance(now - heard, HAZARD_S) if heard is not None else 0.0
         total = sum([r.weight for r in runs])
@@ -128,11 +135,11 @@ class Belief:
         # No chance of a change since last heard (a plan's streams, told one after another at one time): the new runs
         # would weigh exactly 0.0 and be pruned, so they are not made (``unborn_weigh_nothing``); where every weight
         # vanished they are made after all (the newest is what is kept then).
-        unborn = unborn_weigh_nothing(runs, self.before, self.noise, hazard, total, values, prior)
+        unborn = unborn_weigh_nothing(runs, self.before, noise, hazard, total, values, prior)
         if not unborn:
             runs.extend(self._new_runs(prior))
         # Every run's likelihood at once (the noise is the one before this answer), then the stayed and the fresh.
-        fits = likelihoods(runs, values, bounds, self.noise)
+        fits = likelihoods(runs, values, bounds, noise)
         stayed, changed = 1.0 - hazard, hazard * total
         for i in range(kept):
             runs[i].weight *= stayed * fits[i]
@@ -151,13 +158,21 @@ class Belief:
                 values[metric],
                 bounds[metric],
                 (prior.noise[metric], prior.spread2[metric]),
+                unsure if metric == TTFT else 0.0,
             )
-        update_all(runs, values, bounds, self.noise)
+        if unsure > 0.0:  # the noise as this answer left it (``self.noise`` is updated in place), plus its own
+            noise = [self.noise[TTFT] + unsure, self.noise[SPT]]
+        update_all(runs, values, bounds, noise)
+        base = values[TTFT]
+        if unsure > 0.0 and answered is not None and base is not None:
+            at_most_its_answer(runs, base, unsure, answered, self.noise[TTFT])
         if unborn and not 0.0 < sum([r.weight for r in runs]) < math.inf:
             fresh = self._new_runs(prior)
             for run in fresh:
                 run.born, run.weight = now, 0.0  # what ``changed * weight * fit`` is where they are unborn
-            update_all(fresh, values, bounds, self.noise)
+            update_all(fresh, values, bounds, noise)
+            if unsure > 0.0 and answered is not None and base is not None:
+                at_most_its_answer(fresh, base, unsure, answered, self.noise[TTFT])
             runs.extend(fresh)
             unborn = False
         self.runs = prune(self.runs, cut=unborn)

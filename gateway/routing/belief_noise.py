@@ -26,20 +26,23 @@ def learn_noise(
     value: float | None,
     bound: float | None = None,
     prior: tuple[float, float] = (SPREAD**2, SPREAD**2),
+    unsure: float = 0.0,
 ) -> None:
     """One answer's ``value`` (or lower ``bound``: a race lost, a hedge won, the slow tail hedges cut off, read by
     its expected squared residual beyond it) of ``metric`` against ``best`` (the heaviest run): the sums updated.
     ``prior``: the noise and spread counted in the sums as ``PRIOR_WEIGHT`` answers (the siblings',
-    ``priors.pooled``; ``Belief.reprior`` keeps the sums' share of it current)."""
-    # E[(y - m)^2] = the answers' variance + the level's own; an answer tells of the first only in its share of the
-    # two (the first answer of a level known roughly says where the level is, hardly how far answers scatter).
+    ``priors.pooled``; ``Belief.reprior`` keeps the sums' share of it current). ``unsure``: the log variance the
+    value carries besides the answers' own (a first token less a prefill of a slope not yet learned)."""
+    # E[(y - m)^2] = the answers' variance + the level's own (+ the value's own unsureness); an answer tells of the
+    # first only in its share of them (the first answer of a level known roughly says where the level is, hardly how
+    # far answers scatter; a base guessed from a long prompt's first token, hardly either).
     if value is not None:
         square = math.pow(value - best.mean[metric], 2.0)
     elif bound is not None:
         square = censored_square(bound, best.mean[metric], spread2[metric] + best.var[metric])
     else:
         return
-    level_var = best.var[metric]
+    level_var = best.var[metric] + unsure
     residual = square - level_var
     residual = residual if residual > 0.0 else 0.0  # max(0.0, residual), a NaN included
     scale = noise[metric]

@@ -14,17 +14,23 @@ does (``DRIFT`` per second, relative), so an old fit yields to new answers.
 The base is read from the belief's level (``gateway.routing.belief``: it tracks jumps, this does not); only the
 slope is read from here: an answer's prefill is taken out of its first token before the level hears it, and a
 request's predicted first token adds the slope × its uncached tokens on that deployment (``gateway.routing.cost``).
+What the level hears of such an answer is what the regression knows of its base (``unprefilled``): the base at the
+slope's mean, as unsure as the slope makes it (a cold prompt's first token at an unlearned slope says little of the
+base), and never above the whole first token (``at_most_its_answer``: a prefill is never negative).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gateway.routing.belief_runs import TTFT, Run
 from gateway.routing.priors import DRIFT, SPREAD
 
 SLOPE = 1e-4
 """Seconds per uncached prompt token before any answer tells (10k tokens/s); its prior sd is as large."""
+_ROOT_2PI = math.sqrt(2.0 * math.pi)
 _FLOOR_S = 1e-3
 """The smallest first token an answer's noise is scaled by (a 0 s answer would otherwise weigh infinitely)."""
 
@@ -69,6 +75,15 @@ class Prefill:
             now,
         )
 
+    def unprefilled(self, uncached_tokens: int, ttft_s: float) -> tuple[float, float]:
+        """An answer's first token ``ttft_s`` without the prefill of its ``uncached_tokens`` (never below a fifth of
+        it), and the log variance the slope's own uncertainty lends that base: ``(tokens × sd_slope / base)²`` (the
+        delta method). A base read off a long prompt at an unlearned slope is mostly guess: the level is told so."""
+        base = max(ttft_s - self.prefill_s(uncached_tokens), 0.2 * ttft_s)
+        if base <= 0.0:
+            return base, 0.0
+        return base, uncached_tokens * uncached_tokens * max(self.var_slope, 0.0) / (base * base)
+
     def prefill_s(self, uncached_tokens: int) -> float:
         """The prefill of ``uncached_tokens`` tokens (seconds, at the slope's mean)."""
         return self.s_per_token * uncached_tokens
@@ -76,3 +91,30 @@ class Prefill:
     def sd_slope(self) -> float:
         """How unsure the slope is (seconds per token)."""
         return math.sqrt(max(self.var_slope, 0.0))
+
+
+def at_most_its_answer(runs: Sequence[Run], base: float, unsure: float, ttft: float, noise: float) -> None:
+    """Each run told that this answer's base, read at ``base`` (log) with ``unsure`` log variance (``unprefilled``),
+    is at most the answer's whole first token ``ttft`` (log): a prefill is never negative. Runs whose level lies
+    above it lose weight and move down; where the slope is known the base was read close and this tells nothing.
+
+    The base's likelihood of one run's level ``L`` (the answer's own noise ``noise``, a normal here): the read base
+    ``N(u; base, unsure)`` cut at ``u <= ttft``, ``u ~ N(L, noise)``, integrated over ``u``: the normal already heard
+    (``update_all``, noise plus ``unsure``) times ``Φ(a − b L)``, whose assumed-density step is closed: moved and
+    narrowed by the normal's hazard (a probit's moments), weighed by the chance it gives."""
+    w = unsure / (unsure + noise)
+    tau = math.sqrt(unsure * noise / (unsure + noise))
+    if not tau > 0.0:
+        return
+    a, b = (ttft - (1.0 - w) * base) / tau, w / tau
+    for run in runs:
+        mean, var = run.mean[TTFT], run.var[TTFT]
+        s = math.sqrt(1.0 + b * b * var)
+        z = (a - b * mean) / s
+        chance = 0.5 * math.erfc(-z / math.sqrt(2.0))
+        # φ(z) / Φ(z); where Φ underflows, its asymptote (to the term that keeps ratio × (z + ratio) below 1)
+        ratio = math.exp(-0.5 * z * z) / _ROOT_2PI / chance if chance > 1e-300 else -z - 1.0 / z + 2.0 / z**3
+        run.mean[TTFT] = mean - b * var / s * ratio
+        shrunk = var - b * b * var * var / (s * s) * ratio * (z + ratio)
+        run.var[TTFT] = shrunk if shrunk > 1e-6 else 1e-6  # as ``student.update_all`` floors a bound's step
+        run.weight *= chance if chance > 1e-12 else 1e-12
