@@ -45,10 +45,10 @@ from gateway.routing.belief_runs import (
     UNKNOWN,
     Run,
     heaviest,
+    landings,
     mix,
     prune,
     start,
-    start_at,
     unborn_weigh_nothing,
 )
 from gateway.routing.draws import Draw, Sampling, new_tuple, sample
@@ -58,7 +58,6 @@ from gateway.routing.student import likelihoods, update_all
 HAZARD_S = 120.0
 """A provider changes (its first token or its speed jumps) about once every this many seconds."""
 _NORMAL = NormalDist()
-_SPREAD2 = SPREAD**2
 NO_PRIOR = Prior()
 
 
@@ -111,16 +110,14 @@ class Belief:
         its prompt tokens not found cached (None: not known, the prefill regression does not hear it). Without
         ``mixed`` the runs' mixture is left as it was, for the caller to find once after several answers (``bounded``):
         nothing here reads it where ``uncached_tokens`` is None."""
-        unsure, answered = 0.0, None
+        answered, unsure = log_of(ttft_s), 0.0
         if ttft_s is not None and uncached_tokens is not None:
-            fit = self.prefill or Prefill.start(math.exp(self.level(now, TTFT)[0]))
-            self.prefill = fit = fit.observe(now, uncached_tokens, ttft_s)
-            if uncached_tokens:
-                # The base is the answer less its prefill at the slope believed, as unsure as that slope: the level,
-                # its change points and the answers' spread hear it through that much more noise; and it is at most
-                # the answer (``at_most_its_answer``).
-                answered = log_of(ttft_s)
-                ttft_s, unsure = fit.unprefilled(uncached_tokens, ttft_s)
+            fit = self.prefill = (self.prefill or Prefill.start(math.exp(self.level(now, TTFT)[0]))).observe(
+                now, uncached_tokens, ttft_s
+            )
+            # The base: the answer less its prefill at the slope believed, as unsure as that slope (the level, its
+            # change points and the answers' spread hear it through that much more noise), at most the answer.
+            ttft_s, unsure = fit.unprefilled(uncached_tokens, ttft_s)
         values = (log_of(ttft_s), log_of(s_per_token))
         bounds = (log_of(at_least[0]), log_of(at_least[1]))
         if values[0] is None and values[1] is None and bounds[0] is None and bounds[1] is None:
@@ -163,16 +160,13 @@ class Belief:
         if unsure > 0.0:  # the noise as this answer left it (``self.noise`` is updated in place), plus its own
             noise = [self.noise[TTFT] + unsure, self.noise[SPT]]
         update_all(runs, values, bounds, noise)
-        base = values[TTFT]
-        if unsure > 0.0 and answered is not None and base is not None:
-            at_most_its_answer(runs, base, unsure, answered, self.noise[TTFT])
+        at_most_its_answer(runs, values[TTFT], unsure, answered, self.noise[TTFT])
         if unborn and not 0.0 < sum([r.weight for r in runs]) < math.inf:
             fresh = self._new_runs(prior)
             for run in fresh:
                 run.born, run.weight = now, 0.0  # what ``changed * weight * fit`` is where they are unborn
             update_all(fresh, values, bounds, noise)
-            if unsure > 0.0 and answered is not None and base is not None:
-                at_most_its_answer(fresh, base, unsure, answered, self.noise[TTFT])
+            at_most_its_answer(fresh, values[TTFT], unsure, answered, self.noise[TTFT])
             runs.extend(fresh)
             unborn = False
         self.runs = prune(self.runs, cut=unborn)
@@ -375,19 +369,8 @@ class Belief:
     # -- inside -----------------------------------------------------------------------------
 
     def _new_runs(self, prior: Prior) -> list[Run]:
-        """Where a level that changed may now be, as equally likely runs: anywhere among the model's deployments (the
-        pooled prior: a new run of change-point detection starts from the prior, not from the level it left); and,
-        once it has changed before, back where it was before that change (a dip's end, a swap back)."""
-        if self.runs:  # priced: among its price's or anywhere (``Prior.landing``)
-            (m0, v0), (m1, v1) = prior.landing(TTFT), prior.landing(SPT)
-            runs = [start_at((m0, m1), (v0, v1))]
-        else:
-            runs = [start(prior)]
-        if self.runs and self.before is not None:
-            runs.append(Run(1.0, list(self.before), [_SPREAD2, _SPREAD2]))
-        for run in runs:
-            run.weight = 1.0 / len(runs)
-        return runs
+        """Where a level that changed may now be (``belief_runs.landings``)."""
+        return landings(bool(self.runs), self.before, prior)
 
     def _remember(self) -> None:
         """When a newer run becomes the most likely, the level the older one held is what it changed from."""

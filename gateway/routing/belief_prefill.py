@@ -93,7 +93,9 @@ class Prefill:
         return math.sqrt(max(self.var_slope, 0.0))
 
 
-def at_most_its_answer(runs: Sequence[Run], base: float, unsure: float, ttft: float, noise: float) -> None:
+def at_most_its_answer(
+    runs: Sequence[Run], base: float | None, unsure: float, ttft: float | None, noise: float
+) -> None:
     """Each run told that this answer's base, read at ``base`` (log) with ``unsure`` log variance (``unprefilled``),
     is at most the answer's whole first token ``ttft`` (log): a prefill is never negative. Runs whose level lies
     above it lose weight and move down; where the slope is known the base was read close and this tells nothing.
@@ -102,6 +104,8 @@ def at_most_its_answer(runs: Sequence[Run], base: float, unsure: float, ttft: fl
     ``N(u; base, unsure)`` cut at ``u <= ttft``, ``u ~ N(L, noise)``, integrated over ``u``: the normal already heard
     (``update_all``, noise plus ``unsure``) times ``Φ(a − b L)``, whose assumed-density step is closed: moved and
     narrowed by the normal's hazard (a probit's moments), weighed by the chance it gives."""
+    if not unsure > 0.0 or base is None or ttft is None:  # no prefill taken out: the answer is its base
+        return
     w = unsure / (unsure + noise)
     tau = math.sqrt(unsure * noise / (unsure + noise))
     if not tau > 0.0:

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from operator import attrgetter
 
-from gateway.routing.priors import Prior
+from gateway.routing.priors import SPREAD, Prior
 
 RUNS = 5
 """Run-length hypotheses kept per deployment (the cost of change-point detection, not a knob of the world)."""
@@ -22,6 +22,7 @@ UNKNOWN = 3.0
 """How far (log sd) a model's first token and speed may lie from ``DEFAULT_LEVEL`` before any of its deployments
 is measured: a factor 20 either way. Wider than ``BETWEEN``: a far first answer (5 ms) moves the level."""
 _UNKNOWN2 = UNKNOWN**2
+_SPREAD2 = SPREAD**2
 _WEIGHT = attrgetter("weight")
 
 
@@ -46,6 +47,23 @@ def start_at(means: tuple[float | None, float | None], variances: tuple[float, f
     (m0, m1), (v0, v1) = means, variances
     mean = [m0 if m0 is not None else DEFAULT_LEVEL[TTFT], m1 if m1 is not None else DEFAULT_LEVEL[SPT]]
     return Run(1.0, mean, [v0 if m0 is not None else _UNKNOWN2, v1 if m1 is not None else _UNKNOWN2])
+
+
+def landings(changed_before: bool, before: tuple[float, float] | None, prior: Prior) -> list[Run]:
+    """Where a level that changed may now be, as equally likely runs: anywhere among the model's deployments (the
+    pooled prior: a new run of change-point detection starts from the prior, not from the level it left); and,
+    once it has changed before (``changed_before``: it has runs), back where it was before that change (``before``:
+    a dip's end, a swap back)."""
+    if changed_before:  # priced: among its price's or anywhere (``Prior.landing``)
+        (m0, v0), (m1, v1) = prior.landing(TTFT), prior.landing(SPT)
+        runs = [start_at((m0, m1), (v0, v1))]
+    else:
+        runs = [start(prior)]
+    if changed_before and before is not None:
+        runs.append(Run(1.0, list(before), [_SPREAD2, _SPREAD2]))
+    for run in runs:
+        run.weight = 1.0 / len(runs)
+    return runs
 
 
 def mix(runs: list[Run], metric: int) -> tuple[float, float]:
