@@ -16,7 +16,6 @@ Beside ``MeasuredRouter`` while the two are compared (``benchmarks/routing_simul
 
 from __future__ import annotations
 
-import math
 import random
 import time
 
@@ -26,9 +25,10 @@ from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cached_on, staying
 from gateway.routing.apis import speaking
 from gateway.routing.belief import NO_PRIOR, Belief
-from gateway.routing.belief_attempts import RunningAttempt, pace_so_far, slowness_of, tell
+from gateway.routing.belief_attempts import RunningAttempt, tell
 from gateway.routing.belief_candidates import candidates_of, choose_for, kind_terms
 from gateway.routing.belief_others import OthersAnswers
+from gateway.routing.belief_running import RunningViews
 from gateway.routing.capacity import RateLimits
 from gateway.routing.choose import Budget, Choice, Counts, Option
 from gateway.routing.cost import Shape, Weights
@@ -77,6 +77,8 @@ class BeliefRouter:
         self._attempts: dict[int, RunningAttempt] = {}
         self._open: dict[DeploymentKey, dict[int, RunningAttempt]] = {}
         """Attempts running now, per deployment (what an overdue first token is read from)."""
+        self.running = RunningViews()
+        """Each deployment's belief as its running attempts tell it, found again as they change."""
         self._lengths_of: dict[int, tuple[LengthKey, int | None]] = {}
         self._bytes_per_token: dict[str, float] = {}
         """Each API's stream bytes per output token (its events' envelope), from finished streams."""
@@ -203,34 +205,8 @@ class BeliefRouter:
         belief = self.belief(model, name)
         prior = self.priors.get((model, name), NO_PRIOR)
         running = self._open.get((model, name))
-        if running:
-            # Attempts there now. Those begun since it was last heard are all still running (none has ended, or it
-            # would have been heard): not picked by their length, so each streaming one tells its first token and
-            # its pace so far as an answer would. Of the rest, one still waiting for its first token says "the
-            # first token is at least this long", one streaming slowly "the seconds per token are at least this".
-            heard = belief.heard_at if belief.heard_at is not None else -math.inf
-            paces = {
-                key: pair
-                for key, a in running.items()
-                if a.started_at >= heard and (pair := pace_so_far(a, now, self._bytes_per_token)) is not None
-            }
-            streaming = tuple(paces.values())
-            # Past what is expected of it (its own level, or the prior while it was never heard): a bound either way.
-            # A stream already read by its pace is one answer, not a bound besides (its evidence would count twice).
-            expected = belief.expected(now, None if belief.answers else prior)
-            waited = max((now - a.started_at for a in running.values() if a.first_at is None), default=0.0)
-            slow = max(
-                (
-                    slowness_of(a, now, self._bytes_per_token)
-                    for key, a in running.items()
-                    if key not in paces or paces[key][1] is None
-                ),
-                default=0.0,
-            )
-            ttft_bound = waited if waited > expected.ttft_s else None
-            spt_bound = slow if slow > expected.s_per_token else None
-            if ttft_bound is not None or spt_bound is not None or streaming:
-                belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming)
+        if running:  # what its attempts under way say (``gateway.routing.belief_running``)
+            belief = self.running.view((model, name), belief, prior, running, now, self._bytes_per_token)
         return new_tuple(Option, (deployment, belief, prior, bool(running)))  # ``Option(...)``, no Python frame
 
     # -- attempts ---------------------------------------------------------------------------
@@ -257,6 +233,7 @@ class BeliefRouter:
         attempt = RunningAttempt(key, now, self._lengths_of.pop(id(candidate), None))
         self._attempts[id(candidate)] = attempt
         self._open.setdefault(key, {})[id(candidate)] = attempt
+        self.running.moved(key)
         self.counts.setdefault(candidate.model, Counts()).attempts += 1
         return True
 
@@ -265,6 +242,7 @@ class BeliefRouter:
         if attempt is not None:
             attempt.first_at = self.clock()
             attempt.progress = progress
+            self.running.moved(attempt.key)
         self.state.health.answering((candidate.model, candidate.name), self.clock(), self._circuit_changed)
 
     def attempt_finished(
@@ -278,6 +256,7 @@ class BeliefRouter:
         now = self.clock()
         attempt = self._attempts.pop(id(candidate), None)
         self._open.get(key, {}).pop(id(candidate), None)
+        self.running.moved(key)
         in_flight = self.state.deployment_in_flight.get(key, 0)
         out = self.state.capacity.observe(
             candidate.provider,
