@@ -306,7 +306,9 @@ class BeliefRouter:
         self._hear_others(model, self.stats.snapshot(), now)
         answer = answer_of(sample)
         elapsed = now - attempt.started_at if attempt is not None else None
-        tell(self.belief(*key), self.priors.get(key, NO_PRIOR), answer, now, elapsed)
+        belief = self.belief(*key)
+        answers = belief.answers
+        tell(belief, self.priors.get(key, NO_PRIOR), answer, now, elapsed)
         if answer.outcome == "ok" or answer.drained:
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:
@@ -316,7 +318,8 @@ class BeliefRouter:
                 seen = attempt.progress.received_bytes / sample.output_tokens
                 known = self._bytes_per_token.get(api)
                 self._bytes_per_token[api] = seen if known is None else known + (seen - known) / 20
-        self._pool(key[0], now)
+        if belief.answers != answers:  # its level or scatter moved (a failure alone leaves every prior as it was)
+            self._pool(key[0], now, key)
 
     def _hear_others(self, model: ModelConfig, snapshot: StatsSnapshot, now: float) -> None:
         """Tell the beliefs the other replicas' answers not heard yet (``gateway.routing.belief_others``), each as
@@ -328,14 +331,20 @@ class BeliefRouter:
             at = now - max(0.0, snapshot.taken_at - answer.at)
             for heard in (belief.heard_at, belief.failures.heard_at):
                 at = at if heard is None else max(at, heard)
-            if tell(belief, self.priors.get(key, NO_PRIOR), answer, at, answer.attempt_s):
-                self._pool(key[0], at)
+            answers = belief.answers
+            tell(belief, self.priors.get(key, NO_PRIOR), answer, at, answer.attempt_s)
+            if belief.answers != answers:
+                self._pool(key[0], at, key)
 
-    def _pool(self, model: str, now: float) -> None:
-        """Each of ``model``'s deployments' prior, pooled from the others' beliefs (after any of them heard)."""
+    def _pool(self, model: str, now: float, heard: DeploymentKey) -> None:
+        """Each of ``model``'s deployments' prior, pooled from the others' beliefs, after ``heard``'s level or scatter
+        moved. ``heard``'s own prior reads the others only, none of which moved: it stays (the same floats; what
+        ``pooled`` reads of a belief is its answers, noise, scatter and levels' means, none of which moves unheard)."""
         beliefs = [(k, Heard.of(b, now)) for k, b in self.beliefs.items() if k[0] == model]
         price = self._price_of.get
         for k, _ in beliefs:
+            if k == heard and k in self.priors:
+                continue
             others = [(b, price(other)) for other, b in beliefs if other != k]
             self.priors[k] = pooled([b for b, _ in others], now, price(k), [p for _, p in others])
 
