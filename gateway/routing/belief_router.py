@@ -38,7 +38,7 @@ from gateway.routing.health import RouterState
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
-from gateway.routing.priors import Heard, Prior, pooled
+from gateway.routing.priors import Heard, Prior, pooled_heard
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from gateway.stats.answers import answer_of, tells
@@ -346,7 +346,7 @@ class BeliefRouter:
             if k == heard and k in self.priors:
                 continue
             others = [(b, price(other)) for other, b in beliefs if other != k]
-            self.priors[k] = pooled([b for b, _ in others], now, price(k), [p for _, p in others])
+            self.priors[k] = pooled_heard([b for b, _ in others], price(k), [p for _, p in others])
 
     # -- the rest of ``Router`` -------------------------------------------------------------
 
