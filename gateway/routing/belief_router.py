@@ -84,6 +84,8 @@ class BeliefRouter:
         """Each API's stream bytes per output token (its events' envelope), from finished streams."""
         self._weights: dict[tuple[int, Sort | None], tuple[PolicyConfig, Weights]] = {}
         """``Weights.of`` each policy (by identity: policies are frozen) and sort, found once."""
+        self._heard: dict[DeploymentKey, tuple[Belief, int, Heard]] = {}
+        """Each belief as ``_pool`` read it last, and its answers then."""
         self.others = OthersAnswers()
         """Which of the other replicas' answers the beliefs have heard."""
 
@@ -340,13 +342,23 @@ class BeliefRouter:
         """Each of ``model``'s deployments' prior, pooled from the others' beliefs, after ``heard``'s level or scatter
         moved. ``heard``'s own prior reads the others only, none of which moved: it stays (the same floats; what
         ``pooled`` reads of a belief is its answers, noise, scatter and levels' means, none of which moves unheard)."""
-        beliefs = [(k, Heard.of(b, now)) for k, b in self.beliefs.items() if k[0] == model]
+        beliefs = [(k, self._heard_of(k, b, now)) for k, b in self.beliefs.items() if k[0] == model]
         price = self._price_of.get
         for k, _ in beliefs:
             if k == heard and k in self.priors:
                 continue
             others = [(b, price(other)) for other, b in beliefs if other != k]
             self.priors[k] = pooled_heard([b for b, _ in others], price(k), [p for _, p in others])
+
+    def _heard_of(self, key: DeploymentKey, belief: Belief, now: float) -> Heard:
+        """``Heard.of(belief, now)``, read again only when it heard: ``pooled`` reads its levels' means (no drift in
+        them), its noise and scatter (changed only by ``observe``, which counts an answer)."""
+        kept = self._heard.get(key)
+        if kept is not None and kept[0] is belief and kept[1] == belief.answers:
+            return kept[2]
+        heard = Heard.of(belief, now)
+        self._heard[key] = (belief, belief.answers, heard)
+        return heard
 
     # -- the rest of ``Router`` -------------------------------------------------------------
 
