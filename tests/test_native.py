@@ -118,6 +118,8 @@ COMPILED_SUITE = (
     "tests/test_routing_belief_replicas.py",
     "tests/test_routing_belief_session.py",
     "tests/test_routing_belief_plan_same.py",
+    "tests/test_routing_belief_running.py",
+    "tests/test_routing_priors_same.py",
     "tests/test_routing_choose_gain.py",
     "tests/test_access_numbers.py",
     "tests/test_accesslog.py",

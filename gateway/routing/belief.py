@@ -199,11 +199,33 @@ class Belief:
         spt_at_least: float | None = None,
         *,
         streaming: tuple[tuple[float, float | None], ...] = (),
+        base: Belief | None = None,
     ) -> Belief:
         """A copy told the first token is at least ``ttft_at_least`` (an attempt still waiting for it), the seconds
         per token at least ``spt_at_least`` (a stream running slow), and the pairs of ``streaming`` (streams begun
-        since it was last heard: their first token, and their pace so far): for one plan only."""
-        copy = Belief(
+        since it was last heard: their first token, and their pace so far): for one plan only. ``base``: the belief
+        as heard, where this one is a copy told the streams already (``belief_running``): its time, gap and spread."""
+        base = self if base is None else base
+        copy = self.copy()
+        # Attempts still running are a length-biased sample: a slow one stays in flight longer, in proportion to its
+        # value, and a log-normal biased by its value is the same shifted up by its variance. Shift the bound back.
+        bounds = (
+            ttft_at_least * math.exp(-base.spread2[TTFT]) if ttft_at_least is not None else None,
+            spt_at_least * math.exp(-base.spread2[SPT]) if spt_at_least is not None else None,
+        )
+        copy.observe(now, prior, at_least=bounds, uncached_tokens=None, mixed=False)
+        for ttft_s, s_per_token in streaming:
+            copy.observe(now, prior, ttft_s, s_per_token, uncached_tokens=None, mixed=False)
+        if copy.answers != base.answers:  # told something: the mixture of its runs as they are now, found once
+            copy.mixture = (mix(copy.runs, TTFT), mix(copy.runs, SPT))
+        # Never heard: what its attempts say now is all there is of it (read as "changed since", the prior again).
+        copy.heard_at = base.heard_at if base.heard_at is not None else copy.heard_at
+        copy.gap_s = base.gap_s
+        return copy
+
+    def copy(self) -> Belief:
+        """A copy to tell what holds for one plan or while attempts run (its failures shared: never told there)."""
+        return Belief(
             [Run(r.weight, r.mean[:], r.var[:], r.born) for r in self.runs],
             self.heard_at,
             list(self.noise),
@@ -211,29 +233,13 @@ class Belief:
             list(self.spread2),
             self.answers,
             self.prefill,
-            self.failures,  # not told anything for the plan: shared
+            self.failures,
             self.before,
             self.leading,
             self.mixture,
             self.gap_s,
             self.spread_prior,  # replaced, never changed in place (``reprior``)
         )
-        heard = copy.heard_at
-        # Attempts still running are a length-biased sample: a slow one stays in flight longer, in proportion to its
-        # value, and a log-normal biased by its value is the same shifted up by its variance. Shift the bound back.
-        bounds = (
-            ttft_at_least * math.exp(-self.spread2[TTFT]) if ttft_at_least is not None else None,
-            spt_at_least * math.exp(-self.spread2[SPT]) if spt_at_least is not None else None,
-        )
-        copy.observe(now, prior, at_least=bounds, uncached_tokens=None, mixed=False)
-        for ttft_s, s_per_token in streaming:
-            copy.observe(now, prior, ttft_s, s_per_token, uncached_tokens=None, mixed=False)
-        if copy.answers != self.answers:  # told something: the mixture of its runs as they are now, found once
-            copy.mixture = (mix(copy.runs, TTFT), mix(copy.runs, SPT))
-        # Never heard: what its attempts say now is all there is of it (read as "changed since", the prior again).
-        copy.heard_at = heard if heard is not None else copy.heard_at
-        copy.gap_s = self.gap_s
-        return copy
 
     def reprior(self, prior: Prior) -> None:
         """Count the siblings' scatter now (``prior.noise``, ``prior.spread2``) as the prior of its own, in place of

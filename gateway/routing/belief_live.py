@@ -124,6 +124,7 @@ class LiveBeliefRouter(BeliefRouter):
         self.counts = previous.counts
         self._attempts = previous._attempts
         self._open = previous._open
+        self.running = previous.running
         self._lengths_of = previous._lengths_of
         self._bytes_per_token = previous._bytes_per_token
 

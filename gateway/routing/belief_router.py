@@ -16,7 +16,6 @@ Beside ``MeasuredRouter`` while the two are compared (``benchmarks/routing_simul
 
 from __future__ import annotations
 
-import math
 import random
 import time
 
@@ -26,9 +25,10 @@ from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cached_on, staying
 from gateway.routing.apis import speaking
 from gateway.routing.belief import NO_PRIOR, Belief
-from gateway.routing.belief_attempts import RunningAttempt, pace_so_far, slowness_of, tell
+from gateway.routing.belief_attempts import RunningAttempt, tell
 from gateway.routing.belief_candidates import candidates_of, choose_for, kind_terms
 from gateway.routing.belief_others import OthersAnswers
+from gateway.routing.belief_running import RunningViews
 from gateway.routing.capacity import RateLimits
 from gateway.routing.choose import Budget, Choice, Counts, Option
 from gateway.routing.cost import Shape, Weights
@@ -38,7 +38,7 @@ from gateway.routing.health import RouterState
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
-from gateway.routing.priors import Heard, Prior, pooled
+from gateway.routing.priors import Heard, Prior, pooled_heard
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from gateway.stats.answers import answer_of, tells
@@ -77,11 +77,15 @@ class BeliefRouter:
         self._attempts: dict[int, RunningAttempt] = {}
         self._open: dict[DeploymentKey, dict[int, RunningAttempt]] = {}
         """Attempts running now, per deployment (what an overdue first token is read from)."""
+        self.running = RunningViews()
+        """Each deployment's belief as its running attempts tell it, found again as they change."""
         self._lengths_of: dict[int, tuple[LengthKey, int | None]] = {}
         self._bytes_per_token: dict[str, float] = {}
         """Each API's stream bytes per output token (its events' envelope), from finished streams."""
         self._weights: dict[tuple[int, Sort | None], tuple[PolicyConfig, Weights]] = {}
         """``Weights.of`` each policy (by identity: policies are frozen) and sort, found once."""
+        self._heard: dict[DeploymentKey, tuple[Belief, int, Heard]] = {}
+        """Each belief as ``_pool`` read it last, and its answers then."""
         self.others = OthersAnswers()
         """Which of the other replicas' answers the beliefs have heard."""
 
@@ -203,34 +207,8 @@ class BeliefRouter:
         belief = self.belief(model, name)
         prior = self.priors.get((model, name), NO_PRIOR)
         running = self._open.get((model, name))
-        if running:
-            # Attempts there now. Those begun since it was last heard are all still running (none has ended, or it
-            # would have been heard): not picked by their length, so each streaming one tells its first token and
-            # its pace so far as an answer would. Of the rest, one still waiting for its first token says "the
-            # first token is at least this long", one streaming slowly "the seconds per token are at least this".
-            heard = belief.heard_at if belief.heard_at is not None else -math.inf
-            paces = {
-                key: pair
-                for key, a in running.items()
-                if a.started_at >= heard and (pair := pace_so_far(a, now, self._bytes_per_token)) is not None
-            }
-            streaming = tuple(paces.values())
-            # Past what is expected of it (its own level, or the prior while it was never heard): a bound either way.
-            # A stream already read by its pace is one answer, not a bound besides (its evidence would count twice).
-            expected = belief.expected(now, None if belief.answers else prior)
-            waited = max((now - a.started_at for a in running.values() if a.first_at is None), default=0.0)
-            slow = max(
-                (
-                    slowness_of(a, now, self._bytes_per_token)
-                    for key, a in running.items()
-                    if key not in paces or paces[key][1] is None
-                ),
-                default=0.0,
-            )
-            ttft_bound = waited if waited > expected.ttft_s else None
-            spt_bound = slow if slow > expected.s_per_token else None
-            if ttft_bound is not None or spt_bound is not None or streaming:
-                belief = belief.bounded(now, prior, ttft_bound, spt_bound, streaming=streaming)
+        if running:  # what its attempts under way say (``gateway.routing.belief_running``)
+            belief = self.running.view((model, name), belief, prior, running, now, self._bytes_per_token)
         return new_tuple(Option, (deployment, belief, prior, bool(running)))  # ``Option(...)``, no Python frame
 
     # -- attempts ---------------------------------------------------------------------------
@@ -257,6 +235,7 @@ class BeliefRouter:
         attempt = RunningAttempt(key, now, self._lengths_of.pop(id(candidate), None))
         self._attempts[id(candidate)] = attempt
         self._open.setdefault(key, {})[id(candidate)] = attempt
+        self.running.moved(key)
         self.counts.setdefault(candidate.model, Counts()).attempts += 1
         return True
 
@@ -265,6 +244,7 @@ class BeliefRouter:
         if attempt is not None:
             attempt.first_at = self.clock()
             attempt.progress = progress
+            self.running.moved(attempt.key)
         self.state.health.answering((candidate.model, candidate.name), self.clock(), self._circuit_changed)
 
     def attempt_finished(
@@ -278,6 +258,7 @@ class BeliefRouter:
         now = self.clock()
         attempt = self._attempts.pop(id(candidate), None)
         self._open.get(key, {}).pop(id(candidate), None)
+        self.running.moved(key)
         in_flight = self.state.deployment_in_flight.get(key, 0)
         out = self.state.capacity.observe(
             candidate.provider,
@@ -327,7 +308,9 @@ class BeliefRouter:
         self._hear_others(model, self.stats.snapshot(), now)
         answer = answer_of(sample)
         elapsed = now - attempt.started_at if attempt is not None else None
-        tell(self.belief(*key), self.priors.get(key, NO_PRIOR), answer, now, elapsed)
+        belief = self.belief(*key)
+        answers = belief.answers
+        tell(belief, self.priors.get(key, NO_PRIOR), answer, now, elapsed)
         if answer.outcome == "ok" or answer.drained:
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:
@@ -337,7 +320,8 @@ class BeliefRouter:
                 seen = attempt.progress.received_bytes / sample.output_tokens
                 known = self._bytes_per_token.get(api)
                 self._bytes_per_token[api] = seen if known is None else known + (seen - known) / 20
-        self._pool(key[0], now)
+        if belief.answers != answers:  # its level or scatter moved (a failure alone leaves every prior as it was)
+            self._pool(key[0], now, key)
 
     def _hear_others(self, model: ModelConfig, snapshot: StatsSnapshot, now: float) -> None:
         """Tell the beliefs the other replicas' answers not heard yet (``gateway.routing.belief_others``), each as
@@ -349,16 +333,32 @@ class BeliefRouter:
             at = now - max(0.0, snapshot.taken_at - answer.at)
             for heard in (belief.heard_at, belief.failures.heard_at):
                 at = at if heard is None else max(at, heard)
-            if tell(belief, self.priors.get(key, NO_PRIOR), answer, at, answer.attempt_s):
-                self._pool(key[0], at)
+            answers = belief.answers
+            tell(belief, self.priors.get(key, NO_PRIOR), answer, at, answer.attempt_s)
+            if belief.answers != answers:
+                self._pool(key[0], at, key)
 
-    def _pool(self, model: str, now: float) -> None:
-        """Each of ``model``'s deployments' prior, pooled from the others' beliefs (after any of them heard)."""
-        beliefs = [(k, Heard.of(b, now)) for k, b in self.beliefs.items() if k[0] == model]
+    def _pool(self, model: str, now: float, heard: DeploymentKey) -> None:
+        """Each of ``model``'s deployments' prior, pooled from the others' beliefs, after ``heard``'s level or scatter
+        moved. ``heard``'s own prior reads the others only, none of which moved: it stays (the same floats; what
+        ``pooled`` reads of a belief is its answers, noise, scatter and levels' means, none of which moves unheard)."""
+        beliefs = [(k, self._heard_of(k, b, now)) for k, b in self.beliefs.items() if k[0] == model]
         price = self._price_of.get
         for k, _ in beliefs:
+            if k == heard and k in self.priors:
+                continue
             others = [(b, price(other)) for other, b in beliefs if other != k]
-            self.priors[k] = pooled([b for b, _ in others], now, price(k), [p for _, p in others])
+            self.priors[k] = pooled_heard([b for b, _ in others], price(k), [p for _, p in others])
+
+    def _heard_of(self, key: DeploymentKey, belief: Belief, now: float) -> Heard:
+        """``Heard.of(belief, now)``, read again only when it heard: ``pooled`` reads its levels' means (no drift in
+        them), its noise and scatter (changed only by ``observe``, which counts an answer)."""
+        kept = self._heard.get(key)
+        if kept is not None and kept[0] is belief and kept[1] == belief.answers:
+            return kept[2]
+        heard = Heard.of(belief, now)
+        self._heard[key] = (belief, belief.answers, heard)
+        return heard
 
     # -- the rest of ``Router`` -------------------------------------------------------------
 

@@ -105,22 +105,34 @@ def pooled(
     ``PRIOR_WEIGHT`` deployments, then theirs): a deployment heard a few times scatters as its siblings do, so its
     few answers are read as sharply as theirs (a change it went through is told by one look) and its expected time
     is not inflated by a spread nobody measured."""
+    return pooled_heard([o if isinstance(o, Heard) else Heard.of(o, now) for o in others], price, prices)
+
+
+def pooled_heard(others: list[Heard], price: float | None = None, prices: Sequence[float | None] = ()) -> Prior:
+    """``pooled`` of beliefs read as ``Heard`` (``BeliefRouter._pool`` pools five after every answer): their fields
+    read in place, the sums as plain loops (``sum`` of floats adds left to right from 0: the same floats)."""
     means: list[float | None] = []
     variances: list[float] = []
     centres: list[float | None] = [None, None]
     centre_vars = [BETWEEN**2, BETWEEN**2]
-    measured = [i for i, b in enumerate(others) if b.answers]
+    measured = [i for i in range(len(others)) if others[i].answers]
     priced = price is not None and price > 0 and all(i < len(prices) and (prices[i] or 0) > 0 for i in measured)
     x = [math.log(prices[i] or 1.0) for i in measured] if priced else []
     for metric in (0, 1):
-        levels = [others[i].level(now, metric)[0] for i in measured]
+        levels = [others[i].levels[metric][0] for i in measured]
         if not levels:
             means.append(None)
             variances.append(BETWEEN**2)
             continue
         k = len(levels)
-        mean = sum(levels) / k
-        between = (PRIOR_WEIGHT * BETWEEN**2 + sum(math.pow(y - mean, 2.0) for y in levels)) / (PRIOR_WEIGHT + k)
+        total = 0.0
+        for y in levels:
+            total += y
+        mean = total / k
+        squares = 0.0
+        for y in levels:
+            squares += math.pow(y - mean, 2.0)
+        between = (PRIOR_WEIGHT * BETWEEN**2 + squares) / (PRIOR_WEIGHT + k)
         if priced and price is not None:
             plain = between * (1 + 1 / k)
             moved, between, far = _on_price(x, levels, mean, between, math.log(price))
@@ -132,13 +144,20 @@ def pooled(
         means.append(mean)
         variances.append(between * (1 + 1 / k))
     base, count = PRIOR_WEIGHT * SPREAD**2, PRIOR_WEIGHT + len(measured)
-    noise = tuple((base + sum(others[i].noise[m] for i in measured)) / count for m in (0, 1))
-    spread2 = tuple((base + sum(others[i].spread2[m] for i in measured)) / count for m in (0, 1))
+    noise0, noise1, spread0, spread1 = 0.0, 0.0, 0.0, 0.0
+    for i in measured:
+        noise0 += others[i].noise[0]
+    for i in measured:
+        noise1 += others[i].noise[1]
+    for i in measured:
+        spread0 += others[i].spread2[0]
+    for i in measured:
+        spread1 += others[i].spread2[1]
     return Prior(
         (means[0], means[1]),
         (variances[0], variances[1]),
-        (noise[0], noise[1]),
-        (spread2[0], spread2[1]),
+        ((base + noise0) / count, (base + noise1) / count),
+        ((base + spread0) / count, (base + spread1) / count),
         (centres[0], centres[1]),
         (centre_vars[0], centre_vars[1]),
     )
