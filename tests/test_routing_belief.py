@@ -256,7 +256,7 @@ def test_failures_raise_the_failure_chance_and_fade() -> None:
     for i in range(10):
         belief.failed(float(i), i % 2 == 0, 0.01)
     assert 0.35 < belief.expected(10.0).failure < 0.65
-    assert belief.failure_s < 0.05
+    assert belief.failures.failure_s < 0.05
     belief.failed(10.0 + 5 * HAZARD_S, False)
     assert belief.expected(10.0 + 5 * HAZARD_S).failure < 0.15
 

@@ -59,7 +59,7 @@ def _reference_draw(belief: Belief, now: float, rng: random.Random, prior: Prior
     mean = a / (a + b)
     failure = min(0.99, max(0.0, rng.gauss(mean, math.sqrt(mean * (1 - mean) / (a + b + 1)))))
     levels = (math.exp(ttft), math.exp(spt))
-    return Draw(*levels, failure, belief.spread(), belief.failure_s, changed, levels)
+    return Draw(*levels, failure, belief.spread(), belief.failures.failure_s, changed, levels)
 
 
 def test_a_draw_is_the_reference_draw_exactly() -> None:

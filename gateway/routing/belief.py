@@ -182,11 +182,6 @@ class Belief:
         """An attempt's health: failed (after ``after_s``), or answered."""
         self.failures.observe(now, failed, HAZARD_S, after_s)
 
-    @property
-    def failure_s(self) -> float:
-        """How long its failures took to say so: what one costs before the fallback starts."""
-        return self.failures.failure_s
-
     def failure(self, now: float) -> tuple[float, float]:
         """The failure chance now as one beta posterior (failures, successes), a change since last heard included."""
         return self.failures.counts(now, HAZARD_S)
@@ -316,7 +311,7 @@ class Belief:
             changed = rng.random() < self.changed(now)
         changed = changed or not self.runs
         ttft, spt, failure = sample(self.sampling(self._new_runs(prior) if changed else self.runs, now, changed), rng)
-        return Draw(ttft, spt, failure, self.spread(), self.failure_s, changed, (ttft, spt))
+        return Draw(ttft, spt, failure, self.spread(), self.failures.failure_s, changed, (ttft, spt))
 
     def sampling(self, runs: list[Run], now: float, changed: bool = False) -> Sampling:
         """What ``draw`` draws from, for ``runs`` (``self.runs``, or ``_new_runs``) now: each run's weight and its

@@ -129,7 +129,7 @@ def gain(
     f_ttft, f_spt = factors(spread, weights)
     tokens = max(0.0, shape.output_tokens - 1)
     epsilon = max(money, leader.money_usd) * 0.01 + 1e-12
-    fallback = belief.failure_s + leader.time_s
+    fallback = belief.failures.failure_s + leader.time_s
     price, valid_term = weights.price * math.log2(money + epsilon), max(valid, 0.01) ** weights.quality
     stays, fails, lead_failure_s, lead_ttft, lead_spt, lead_price, lead_failure = _leader_terms(
         leader, weights, epsilon

@@ -135,7 +135,7 @@ def _ranked(
         source="recent" if belief.answers else "model",
         seconds_per_token=mean.s_per_token,
         answers=belief.answers,
-        failure_s=belief.failure_s or None,
+        failure_s=belief.failures.failure_s or None,
         expected_s=mean.time_s,
     )
     view = BeliefView(
