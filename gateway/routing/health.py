@@ -23,8 +23,8 @@ between (a repeat: the probe's success was not a recovery), up to ``max_cooldown
 default: a provider that recovers is probed, in the background when no request comes, at most that
 long after). A circuit that answered ``failure_threshold`` requests since it closed had recovered:
 its next opening is a new outage, with the first cool-down, however soon it comes (a provider
-rate-limited in bursts a few seconds apart is not shut out longer at each burst); a 429's ``Retry-After`` sets it directly (up to
-``MAX_RETRY_AFTER_S``). A 429 opens the circuit at once,
+rate-limited in bursts a few seconds apart is not shut out longer at each burst). A 429's
+``Retry-After`` sets it directly (up to ``MAX_RETRY_AFTER_S``). A 429 opens the circuit at once,
 with or without ``Retry-After``: the provider asked for fewer requests, and each request that
 tried it first would only add to its load (without the header, the usual cool-down applies).
 Attempts whose outcome is the request's fault (``client_error``) or the client's doing
