@@ -119,7 +119,8 @@ class PolicyConfig:
     failure_threshold: int = 5
     """Consecutive failures that open the circuit."""
     cooldown_s: float = 5.0
-    """How long an opened circuit stays open; doubled on each re-open, up to ``max_cooldown_s``."""
+    """How long an opened circuit stays open; doubled on each repeat re-open (soon after the close, few answers
+    between), up to ``max_cooldown_s``."""
     max_cooldown_s: float = 15.0
     """The escalation's cap: a provider that recovers gets its probe (in the background, if no request
     comes) at most this long after, so it is back within about this long of its recovery. A 429's

@@ -92,6 +92,34 @@ def test_the_default_cool_down_escalation_is_capped() -> None:
     assert board.circuits[("m", "b")].open_until - now == 60.0
 
 
+def cool_down_of_the_next_opening(answers_between: int) -> float:
+    """Open a circuit, let its probe succeed, hear ``answers_between`` successes, then fail it open again 5 s later."""
+    policy = BUILTIN_POLICIES["balanced"]
+    board, key, now = HealthBoard(), ("m", "a"), 0.0
+    for _ in range(policy.failure_threshold):
+        board.record(key, "upstream_error", None, policy, now, lambda *_: None)
+    now = board.circuits[key].open_until
+    assert board.admit(key, now, lambda *_: None)
+    board.record(key, "ok", None, policy, now, lambda *_: None)  # the probe answers: closed
+    assert board.circuits[key].state == "closed"
+    for _ in range(answers_between):
+        board.record(key, "ok", None, policy, now + 1.0, lambda *_: None)
+    now += 5.0  # well within max_cooldown_s of the close
+    for _ in range(policy.failure_threshold):
+        board.record(key, "upstream_error", None, policy, now, lambda *_: None)
+    circuit = board.circuits[key]
+    assert circuit.state == "open"
+    return circuit.open_until - now
+
+
+def test_a_re_opening_is_a_repeat_only_when_the_provider_did_not_answer_in_between() -> None:
+    # No answer between the close and the next failures: the probe's success was no recovery, the cool-down doubles.
+    assert cool_down_of_the_next_opening(0) == 10.0
+    # It answered as many requests as the failures that open it: it had recovered, and this is a new outage
+    # (a provider rate-limited in bursts is not shut out longer at each burst).
+    assert cool_down_of_the_next_opening(BUILTIN_POLICIES["balanced"].failure_threshold) == 5.0
+
+
 def test_a_probe_that_fails_keeps_the_circuit_open(fakes: Fakes, start_gateway: StartGateway) -> None:
     down = fakes.start("a", FakeBehavior(status=503))
     backup = fakes.start("b")

@@ -18,10 +18,13 @@ open (its failures cost a quick fallback, and its score already pays for them) w
 down opens after ``failure_threshold`` failures. A router with its own reading of the failure chance
 (``BeliefRouter``) gives it in place of the ratio, which lags once requests stop going there.
 
-The cool-down doubles each time a circuit re-opens soon after closing, up to
-``max_cooldown_s`` (15 s by default: a provider that recovers is probed, in the background when
-no request comes, at most that long after); a 429's ``Retry-After`` sets it directly (up to
-``MAX_RETRY_AFTER_S``). A 429 opens the circuit at once,
+The cool-down doubles each time a circuit re-opens soon after closing without having answered in
+between (a repeat: the probe's success was not a recovery), up to ``max_cooldown_s`` (15 s by
+default: a provider that recovers is probed, in the background when no request comes, at most that
+long after). A circuit that answered ``failure_threshold`` requests since it closed had recovered:
+its next opening is a new outage, with the first cool-down, however soon it comes (a provider
+rate-limited in bursts a few seconds apart is not shut out longer at each burst). A 429's
+``Retry-After`` sets it directly (up to ``MAX_RETRY_AFTER_S``). A 429 opens the circuit at once,
 with or without ``Retry-After``: the provider asked for fewer requests, and each request that
 tried it first would only add to its load (without the header, the usual cool-down applies).
 Attempts whose outcome is the request's fault (``client_error``) or the client's doing
@@ -65,6 +68,8 @@ class Circuit:
     level: int = 0
     """Re-opens in a row: the cool-down is ``cooldown_s * 2**level``."""
     closed_at: float = float("-inf")
+    answered_since_close: int = 0
+    """Successes since the circuit last closed: as many as the failures that open it mean it recovered."""
     probing: bool = False
     """A half-open probe is in flight: nothing else may be sent until it ends."""
     recent: deque[bool] = field(default_factory=lambda: deque(maxlen=RECENT))
@@ -148,6 +153,7 @@ class HealthBoard:
                 circuit = self.circuits[key] = Circuit()
             circuit.failures = 0
             circuit.recent.append(False)
+            circuit.answered_since_close += 1
             if circuit.state == "half_open":
                 self._close(key, circuit, now, on_change)
             return
@@ -164,8 +170,11 @@ class HealthBoard:
             circuit.failures >= policy.failure_threshold
             and (circuit.mostly_failing() if mostly_failing is None else mostly_failing)
         ):
-            # Re-opening soon after the last close is a repeat: the provider has not recovered.
-            repeat = now - circuit.closed_at < policy.max_cooldown_s
+            # Re-opening soon after the last close, with few answers between, is a repeat: it had not recovered.
+            repeat = (
+                now - circuit.closed_at < policy.max_cooldown_s
+                and circuit.answered_since_close < policy.failure_threshold
+            )
             self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=repeat, rate_limited=rate_limited)
 
     @staticmethod
@@ -174,6 +183,7 @@ class HealthBoard:
         circuit.state = "closed"
         circuit.probing = False
         circuit.closed_at = now
+        circuit.answered_since_close = 0
         on_change(key, "closed")
 
     @staticmethod
