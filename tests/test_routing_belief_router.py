@@ -17,6 +17,7 @@ from gateway.routing.belief_rank import rank_beliefs
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate
 from gateway.stats import InMemoryStatsStore
+from tests.support.belief_streams import ByteMeter, begin_stream, hear_ten_answers
 from tests.support.clock import FakeClock
 from tests.support.config import gateway_config
 from tests.support.samples import make_sample
@@ -85,14 +86,6 @@ def test_an_attempt_overdue_at_a_deployment_never_heard_counts_against_it() -> N
     assert router.beliefs[(model.name, "c")].answers == 0  # for the plan only: nothing was heard from it
 
 
-class _Meter:
-    """A stream's meter (``StreamProgress``): its bytes so far, of the chat API."""
-
-    def __init__(self) -> None:
-        self.received_bytes = 0
-        self.api = "chat"
-
-
 def test_a_stream_running_slow_is_read_once_as_its_pace_not_again_as_a_bound() -> None:
     """``a`` answers at 200 tokens/s; a stream begun there since it was last heard runs at 40. The plan reads that
     stream as one answer, its first token and its pace so far, as the belief would read it. Also taken as the bound
@@ -103,20 +96,8 @@ def test_a_stream_running_slow_is_read_once_as_its_pace_not_again_as_a_bound() -
     model = config.models[0]
     a, b = (Candidate(d, config.provider(d.provider), model=model.name) for d in model.deployments)
     rank_beliefs(router, model)
-    for _ in range(10):
-        for candidate in (a, b):
-            clock.advance(0.5)
-            assert router.attempt_started(candidate)
-            meter = _Meter()
-            router.attempt_streaming(candidate, meter)
-            meter.received_bytes = 400  # 100 tokens of 4 bytes
-            router.attempt_finished(
-                candidate, make_sample(deployment=candidate.name, ttft_s=0.3, tokens_per_s=200.0, output_tokens=100)
-            )
-    assert router.attempt_started(a)
-    clock.advance(0.3)
-    meter = _Meter()
-    router.attempt_streaming(a, meter)
+    hear_ten_answers(router, clock, (a, b))
+    meter = begin_stream(router, clock, a)
     clock.advance(2.0)
     meter.received_bytes = 4 * 81  # 80 tokens after the first in 2 s: 40 tokens/s
     belief, prior = router.beliefs[(model.name, "a")], router.priors[(model.name, "a")]
@@ -185,6 +166,6 @@ def test_a_half_open_circuit_closes_when_its_probe_begins_to_answer() -> None:
     assert router.attempt_started(a)
     assert not router.attempt_started(a)  # half-open: one probe at a time
     clock.advance(0.3)
-    router.attempt_streaming(a, _Meter())
+    router.attempt_streaming(a, ByteMeter())
     assert router.state.health.state(key, clock(), router._circuit_changed) == "closed"
     assert router.attempt_started(a)

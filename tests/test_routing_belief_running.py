@@ -8,17 +8,10 @@ from gateway.routing.belief import Belief
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate
 from gateway.stats import InMemoryStatsStore
+from tests.support.belief_streams import begin_stream, hear_ten_answers
 from tests.support.clock import FakeClock
 from tests.support.config import gateway_config
 from tests.support.samples import make_sample
-
-
-class _Meter:
-    """A stream's meter (``StreamProgress``): its bytes so far, of the chat API (4 bytes a token, as learned)."""
-
-    def __init__(self) -> None:
-        self.received_bytes = 0
-        self.api = "chat"
 
 
 def _heard() -> tuple[BeliefRouter, FakeClock, Candidate]:
@@ -28,16 +21,7 @@ def _heard() -> tuple[BeliefRouter, FakeClock, Candidate]:
     router = BeliefRouter(config, InMemoryStatsStore(config.stats), rng=random.Random(1), clock=clock)
     model = config.models[0]
     a, b = (Candidate(d, config.provider(d.provider), model=model.name) for d in model.deployments)
-    for _ in range(10):
-        for candidate in (a, b):
-            clock.advance(0.5)
-            assert router.attempt_started(candidate)
-            meter = _Meter()
-            router.attempt_streaming(candidate, meter)
-            meter.received_bytes = 400
-            router.attempt_finished(
-                candidate, make_sample(deployment=candidate.name, ttft_s=0.3, tokens_per_s=200.0, output_tokens=100)
-            )
+    hear_ten_answers(router, clock, (a, b))
     return router, clock, a
 
 
@@ -53,10 +37,7 @@ def test_a_stream_is_told_once_and_the_plans_between_its_events_read_the_same_vi
     is overdue, and the plan's first token of ``a`` grows."""
     router, clock, a = _heard()
     heard = router.beliefs[(a.model, a.name)]
-    assert router.attempt_started(a)
-    clock.advance(0.3)
-    meter = _Meter()
-    router.attempt_streaming(a, meter)
+    meter = begin_stream(router, clock, a)
     clock.advance(2.0)
     meter.received_bytes = 4 * 81  # 80 tokens after the first in 2 s: 40 tokens/s
     first = _seen(router, clock, a)
@@ -80,10 +61,7 @@ def test_a_first_token_is_told_when_it_comes_and_the_pace_once_it_can_be_read() 
     hears an answer, no stream running is "since" any more: the told copy starts afresh."""
     router, clock, a = _heard()
     heard = router.beliefs[(a.model, a.name)]
-    assert router.attempt_started(a)
-    clock.advance(0.3)
-    meter = _Meter()
-    router.attempt_streaming(a, meter)
+    meter = begin_stream(router, clock, a)
     meter.received_bytes = 4 * 3
     _seen(router, clock, a)
     running = router.running.kept[(a.model, a.name)]
