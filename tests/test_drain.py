@@ -146,11 +146,16 @@ def test_a_shadow_probe_measures_a_contender_beside_the_leader_and_never_serves(
 def test_a_leader_on_one_lucky_answer_loses_its_trial_race_and_is_measured_unseen(sims: Sims) -> None:
     """One fast answer from a slower provider makes it the leader; the next request races it against the well-measured
     one, which answers first: the client gets that one's answer, and the lucky one is read on unseen."""
-    steady, slow = paced(0.1, 400.0), paced(0.2, 300.0)
+    # Its lucky draw must read as a leap in first token and stream together (``DeploymentView._changes``): about
+    # 3.5 standard errors of the slow answers' spread. Each stream is paced so that a loaded machine's delays (tens of
+    # ms to a read) cannot hide it: the draw streams its 40 tokens over 0.1 s, not 0.04 s (stretched by 33 ms under
+    # load, that read as 542 tokens/s against 300: no leap), each 4 times faster than as it really is; steady's
+    # answers stay twice as slow as the draw (which must lead on it) and half as slow as lucky (probed between them).
+    steady, slow = paced(0.1, 200.0), paced(0.2, 100.0)
     sim = sims.start([SimProvider("steady", steady), SimProvider("lucky", slow)], policy={"explore_share": 0.5})
     sim.run(20, max_tokens=40)  # the cold race, then steady's answers and probes of lucky (each drained)
     wait_until(lambda: idle(sim), what="the first attempts ended")
-    sim.fakes["lucky"].app.behavior = paced(0.05, 1000.0)  # its next answer a lucky draw
+    sim.fakes["lucky"].app.behavior = paced(0.05, 400.0)  # its next answer a lucky draw
     for _ in range(20):
         if sim.chat(max_tokens=40).provider == "lucky":  # a probe of it won its race
             break
