@@ -179,3 +179,97 @@ def _on_price(
     unexplained = (PRIOR_WEIGHT * BETWEEN**2 + residuals) / (PRIOR_WEIGHT + k)
     slope_var = unexplained / (sxx + unexplained / BETWEEN**2)
     return slope * (at - centre), unexplained, slope_var * math.pow(at - centre, 2.0)
+
+
+def pooled_all(heards: list[Heard], prices: Sequence[float | None], skip: int = -1) -> list[Prior | None]:
+    """Each of a model's deployments' prior, pooled from all the others (``pooled_heard`` of the list less its own,
+    at its price ``prices[i]``, the others at theirs), in one pass (``BeliefRouter._pool`` pools every sibling after
+    each answer): every field read once, not once per sibling, and no list of the others made per prior. The same
+    floats: each sum runs over the others in their order from 0, as ``pooled_heard``'s and ``_on_price``'s (``sum``
+    of floats adds left to right from 0). ``skip``: the one not pooled (None in its place)."""
+    n = len(heards)
+    measured = [h.answers > 0 for h in heards]
+    levels = ([h.levels[0][0] for h in heards], [h.levels[1][0] for h in heards])
+    noises = ([h.noise[0] for h in heards], [h.noise[1] for h in heards])
+    spreads = ([h.spread2[0] for h in heards], [h.spread2[1] for h in heards])
+    priced_all = all((prices[j] or 0) > 0 for j in range(n) if measured[j])
+    x = [math.log(prices[j] or 1.0) if measured[j] and priced_all else 0.0 for j in range(n)]
+    base, wide = PRIOR_WEIGHT * SPREAD**2, BETWEEN**2
+    out: list[Prior | None] = []
+    for i in range(n):
+        if i == skip:
+            out.append(None)
+            continue
+        others = [j for j in range(n) if j != i and measured[j]]
+        k = len(others)
+        count = PRIOR_WEIGHT + k
+        scatter = [0.0, 0.0, 0.0, 0.0]
+        for metric in (0, 1):
+            noise, spread = noises[metric], spreads[metric]
+            total, spread_total = 0.0, 0.0
+            for j in others:
+                total += noise[j]
+            for j in others:
+                spread_total += spread[j]
+            scatter[metric], scatter[2 + metric] = (base + total) / count, (base + spread_total) / count
+        if not k:
+            out.append(Prior((None, None), (wide, wide), (scatter[0], scatter[1]), (scatter[2], scatter[3])))
+            continue
+        price = prices[i]
+        priced = priced_all and price is not None and price > 0
+        at = math.log(price) if priced and price is not None else 0.0
+        means, variances, centres, centre_vars = [0.0, 0.0], [wide, wide], [0.0, 0.0], [wide, wide]
+        centred = [False, False]
+        for metric in (0, 1):
+            y = levels[metric]
+            total = 0.0
+            for j in others:
+                total += y[j]
+            mean = total / k
+            squares = 0.0
+            for j in others:
+                squares += math.pow(y[j] - mean, 2.0)
+            between = (PRIOR_WEIGHT * BETWEEN**2 + squares) / count
+            if priced:
+                plain = between * (1 + 1 / k)
+                moved, between, far = _on_price_of(x, y, others, mean, between, at)
+                if moved or far:  # the price tells something: a change lands also blind to it
+                    centres[metric], centre_vars[metric], centred[metric] = mean, plain, True
+                means[metric], variances[metric] = mean + moved, between * (1 + 1 / k) + far
+            else:
+                means[metric], variances[metric] = mean, between * (1 + 1 / k)
+        out.append(
+            Prior(
+                (means[0], means[1]),
+                (variances[0], variances[1]),
+                (scatter[0], scatter[1]),
+                (scatter[2], scatter[3]),
+                (centres[0] if centred[0] else None, centres[1] if centred[1] else None),
+                (centre_vars[0], centre_vars[1]),
+            )
+        )
+    return out
+
+
+def _on_price_of(
+    x: list[float], levels: list[float], of: list[int], mean: float, between: float, at: float
+) -> tuple[float, float, float]:
+    """``_on_price`` of the entries ``of`` of ``x`` and ``levels`` (``pooled_all``), with the same sums in the same
+    order."""
+    k = len(of)
+    total = 0.0
+    for j in of:
+        total += x[j]
+    centre = total / k
+    sxx, sxy = 0.0, 0.0
+    for j in of:
+        sxx += math.pow(x[j] - centre, 2.0)
+    for j in of:
+        sxy += (x[j] - centre) * (levels[j] - mean)
+    slope = sxy / (sxx + between / BETWEEN**2)
+    residuals = 0.0
+    for j in of:
+        residuals += math.pow(levels[j] - mean - slope * (x[j] - centre), 2.0)
+    unexplained = (PRIOR_WEIGHT * BETWEEN**2 + residuals) / (PRIOR_WEIGHT + k)
+    slope_var = unexplained / (sxx + unexplained / BETWEEN**2)
+    return slope * (at - centre), unexplained, slope_var * math.pow(at - centre, 2.0)
