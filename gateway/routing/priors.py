@@ -109,8 +109,8 @@ def pooled(
 
 
 def pooled_heard(others: list[Heard], price: float | None = None, prices: Sequence[float | None] = ()) -> Prior:
-    """``pooled`` of beliefs read as ``Heard`` (``BeliefRouter._pool`` pools five after every answer): their fields
-    read in place, the sums as plain loops (``sum`` of floats adds left to right from 0: the same floats)."""
+    """``pooled`` of beliefs read as ``Heard`` (``pooled_all`` pools all of a model's at once, the same way): their
+    fields read in place, the sums as plain loops (``sum`` of floats adds left to right from 0: the same floats)."""
     means: list[float | None] = []
     variances: list[float] = []
     centres: list[float | None] = [None, None]
