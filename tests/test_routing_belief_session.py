@@ -13,7 +13,7 @@ from gateway.config import GatewayConfig
 from gateway.routing import Candidate, RouteRequest
 from gateway.routing.affinity import cached_on, decided, staying
 from gateway.routing.belief import Belief
-from gateway.routing.belief_attempts import answer_pair
+from gateway.routing.belief_attempts import answer_pair, tell
 from gateway.routing.belief_candidates import choose_for
 from gateway.routing.belief_live import LiveBeliefRouter
 from gateway.routing.choose import Option
@@ -23,6 +23,7 @@ from gateway.routing.plan import RoutePlan, SessionRoute
 from gateway.routing.priors import Prior
 from gateway.samples import Validity
 from gateway.stats import InMemoryStatsStore, StatsSnapshot
+from gateway.stats.answers import Answer
 from tests.support.clock import FakeClock
 from tests.support.config import gateway_config
 from tests.support.samples import make_sample
@@ -211,3 +212,23 @@ def test_an_answer_that_came_whole_says_how_quick_its_deployment_was() -> None:
     ttft, spt = answer_pair(whole, expected)
     assert ttft is not None and spt is not None
     assert math.isclose(ttft + 49 * spt, 0.49) and math.isclose(ttft / spt, expected.ttft_s / expected.s_per_token)
+
+
+def test_a_whole_answer_told_is_split_as_the_belief_expected_it_and_a_streamed_one_as_measured() -> None:
+    """``tell`` finds what the belief expects only for an answer with no first token: a whole one (0.49 s, 50 tokens)
+    is heard split as ``answer_pair`` splits it by the belief's expectation before it heard; a streamed one as it was
+    measured, the same as told its pair directly."""
+    prior = Prior((math.log(0.3), math.log(0.02)))
+    for answer in (
+        Answer("r", 1, 0.0, "ok", stream=False, output_tokens=50, attempt_s=0.49),
+        Answer("r", 2, 0.0, "ok", ttft_s=0.2, tokens_per_s=100.0, output_tokens=50, attempt_s=0.7),
+    ):
+        told, direct = Belief(), Belief()
+        for b in (told, direct):
+            b.observe(1.0, prior, 0.4, 0.03)
+        ttft, spt = answer_pair(answer, direct.expected(5.0, prior))
+        assert ttft is not None and spt is not None
+        direct.observe(5.0, prior, ttft, spt, uncached_tokens=None)
+        direct.failed(5.0, False)
+        assert tell(told, prior, answer, 5.0, 0.49)
+        assert told.expected(6.0) == direct.expected(6.0) and told.runs == direct.runs

@@ -81,14 +81,15 @@ class Measured(Protocol):
     def attempt_s(self) -> float | None: ...
 
 
-def answer_pair(sample: Measured, expected: Draw) -> tuple[float | None, float | None]:
+def answer_pair(sample: Measured, expected: Draw | None) -> tuple[float | None, float | None]:
     """A finished answer's first token and seconds per token, for its deployment's belief.
 
     A stream's, as measured. One whose tokens all came in one piece (no speed measured) streamed them in the
     time from its first token to its end: its speed is that, not unknown (left unknown, the belief's prior speed
     would add a stream time the deployment never takes to every prediction of it). An answer that was not
     streamed tells its whole time only: it is split as the belief expects it to be (``expected``, its median
-    first token and speed), both parts scaled by how much slower or quicker the whole came."""
+    first token and speed), both parts scaled by how much slower or quicker the whole came. ``expected`` is read
+    only for an answer with no first token (None will do where it has one: ``tell`` finds it only then)."""
     n = sample.output_tokens or 0
     ended = sample.attempt_s
     if sample.ttft_s is not None:
@@ -99,7 +100,7 @@ def answer_pair(sample: Measured, expected: Draw) -> tuple[float | None, float |
         return sample.ttft_s, None
     if ended is None or ended <= 0 or sample.stream:
         return None, None
-    if n < 2:
+    if n < 2 or expected is None:
         return ended, None
     scale = ended / (expected.ttft_s + (n - 1) * expected.s_per_token)
     return expected.ttft_s * scale, expected.s_per_token * scale
@@ -110,7 +111,7 @@ def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: fl
     failure (after ``elapsed_s``), or a raced loser's lower bound on its first token (its wait, or ``elapsed_s``).
     False when it says nothing of the deployment."""
     if answer.outcome == "ok" or answer.drained:
-        ttft, spt = answer_pair(answer, belief.expected(now, prior))
+        ttft, spt = answer_pair(answer, belief.expected(now, prior) if answer.ttft_s is None else None)
         belief.observe(now, prior, ttft, spt, uncached_tokens=answer.uncached_tokens)
         belief.failed(now, False)
     elif answer.outcome in FAILURES:

@@ -38,7 +38,7 @@ from gateway.routing.health import RouterState
 from gateway.routing.lengths import LengthKey, Lengths, shape_of
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
-from gateway.routing.priors import Heard, Prior, pooled_heard
+from gateway.routing.priors import Heard, Prior, pooled_all
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from gateway.stats.answers import answer_of, tells
@@ -342,13 +342,13 @@ class BeliefRouter:
         """Each of ``model``'s deployments' prior, pooled from the others' beliefs, after ``heard``'s level or scatter
         moved. ``heard``'s own prior reads the others only, none of which moved: it stays (the same floats; what
         ``pooled`` reads of a belief is its answers, noise, scatter and levels' means, none of which moves unheard)."""
-        beliefs = [(k, self._heard_of(k, b, now)) for k, b in self.beliefs.items() if k[0] == model]
-        price = self._price_of.get
-        for k, _ in beliefs:
-            if k == heard and k in self.priors:
-                continue
-            others = [(b, price(other)) for other, b in beliefs if other != k]
-            self.priors[k] = pooled_heard([b for b, _ in others], price(k), [p for _, p in others])
+        keys = [k for k in self.beliefs if k[0] == model]
+        heards = [self._heard_of(k, self.beliefs[k], now) for k in keys]
+        skip = keys.index(heard) if heard in self.priors and heard in keys else -1
+        priors = pooled_all(heards, [self._price_of.get(k) for k in keys], skip)
+        for k, prior in zip(keys, priors, strict=True):
+            if prior is not None:
+                self.priors[k] = prior
 
     def _heard_of(self, key: DeploymentKey, belief: Belief, now: float) -> Heard:
         """``Heard.of(belief, now)``, read again only when it heard: ``pooled`` reads its levels' means (no drift in

@@ -109,8 +109,8 @@ def pooled(
 
 
 def pooled_heard(others: list[Heard], price: float | None = None, prices: Sequence[float | None] = ()) -> Prior:
-    """``pooled`` of beliefs read as ``Heard`` (``BeliefRouter._pool`` pools five after every answer): their fields
-    read in place, the sums as plain loops (``sum`` of floats adds left to right from 0: the same floats)."""
+    """``pooled`` of beliefs read as ``Heard`` (``pooled_all`` pools all of a model's at once, the same way): their
+    fields read in place, the sums as plain loops (``sum`` of floats adds left to right from 0: the same floats)."""
     means: list[float | None] = []
     variances: list[float] = []
     centres: list[float | None] = [None, None]
@@ -176,6 +176,98 @@ def _on_price(
     sxy = sum((xi - centre) * (y - mean) for xi, y in zip(x, levels, strict=True))
     slope = sxy / (sxx + between / BETWEEN**2)
     residuals = sum(math.pow(y - mean - slope * (xi - centre), 2.0) for xi, y in zip(x, levels, strict=True))
+    unexplained = (PRIOR_WEIGHT * BETWEEN**2 + residuals) / (PRIOR_WEIGHT + k)
+    slope_var = unexplained / (sxx + unexplained / BETWEEN**2)
+    return slope * (at - centre), unexplained, slope_var * math.pow(at - centre, 2.0)
+
+
+def pooled_all(heards: list[Heard], prices: Sequence[float | None], skip: int = -1) -> list[Prior | None]:
+    """Each of a model's deployments' prior, pooled from all the others (``pooled_heard`` of the list less its own,
+    at its price ``prices[i]``, the others at theirs), in one pass (``BeliefRouter._pool`` pools every sibling after
+    each answer): every field read once, not once per sibling, and no list of the others' fields made per prior.
+    The same floats: each sum runs over the others in their order from 0, as ``pooled_heard``'s and ``_on_price``'s
+    (``sum`` of floats adds left to right from 0). ``skip``: the one not pooled (None in its place)."""
+    n = len(heards)
+    measured = [h.answers > 0 for h in heards]
+    ttft = [h.levels[0][0] for h in heards]
+    spt = [h.levels[1][0] for h in heards]
+    noise0 = [h.noise[0] for h in heards]
+    noise1 = [h.noise[1] for h in heards]
+    spread0 = [h.spread2[0] for h in heards]
+    spread1 = [h.spread2[1] for h in heards]
+    priced_all = all((prices[j] or 0) > 0 for j in range(n) if measured[j])
+    x = [math.log(prices[j] or 1.0) if measured[j] and priced_all else 0.0 for j in range(n)]
+    base, wide = PRIOR_WEIGHT * SPREAD**2, BETWEEN**2
+    out: list[Prior | None] = []
+    for i in range(n):
+        if i == skip:
+            out.append(None)
+            continue
+        others = [j for j in range(n) if j != i and measured[j]]
+        k = len(others)
+        count = PRIOR_WEIGHT + k
+        n0, n1, s0, s1 = 0.0, 0.0, 0.0, 0.0
+        for j in others:  # four sums, each over the others in order (as ``pooled_heard``'s four loops)
+            n0 += noise0[j]
+            n1 += noise1[j]
+            s0 += spread0[j]
+            s1 += spread1[j]
+        noise = ((base + n0) / count, (base + n1) / count)
+        spread2 = ((base + s0) / count, (base + s1) / count)
+        if not k:
+            out.append(Prior((None, None), (wide, wide), noise, spread2))
+            continue
+        price = prices[i]
+        priced = priced_all and price is not None and price > 0
+        at = math.log(price) if priced and price is not None else 0.0
+        mean0, var0, centre0, centre_var0 = _pooled_level(ttft, others, count, priced, x, at)
+        mean1, var1, centre1, centre_var1 = _pooled_level(spt, others, count, priced, x, at)
+        out.append(Prior((mean0, mean1), (var0, var1), noise, spread2, (centre0, centre1), (centre_var0, centre_var1)))
+    return out
+
+
+def _pooled_level(
+    y: list[float], others: list[int], count: float, priced: bool, x: list[float], at: float
+) -> tuple[float, float, float | None, float]:
+    """One metric of ``pooled_all``'s prior from the levels ``y`` of ``others`` (at least one): mean, variance,
+    centre (None: no price regression told anything) and its variance, as ``pooled_heard`` finds them."""
+    k = len(others)
+    total = 0.0
+    for j in others:
+        total += y[j]
+    mean = total / k
+    squares = 0.0
+    for j in others:
+        squares += math.pow(y[j] - mean, 2.0)
+    between = (PRIOR_WEIGHT * BETWEEN**2 + squares) / count
+    if not priced:
+        return mean, between * (1 + 1 / k), None, BETWEEN**2
+    plain = between * (1 + 1 / k)
+    moved, between, far = _on_price_of(x, y, others, mean, between, at)
+    if moved or far:  # the price tells something: a change lands also blind to it
+        return mean + moved, between * (1 + 1 / k) + far, mean, plain
+    return mean + moved, between * (1 + 1 / k) + far, None, BETWEEN**2
+
+
+def _on_price_of(
+    x: list[float], levels: list[float], of: list[int], mean: float, between: float, at: float
+) -> tuple[float, float, float]:
+    """``_on_price`` of the entries ``of`` of ``x`` and ``levels`` (``pooled_all``), with the same sums in the same
+    order."""
+    k = len(of)
+    total = 0.0
+    for j in of:
+        total += x[j]
+    centre = total / k
+    sxx, sxy = 0.0, 0.0
+    for j in of:
+        sxx += math.pow(x[j] - centre, 2.0)
+    for j in of:
+        sxy += (x[j] - centre) * (levels[j] - mean)
+    slope = sxy / (sxx + between / BETWEEN**2)
+    residuals = 0.0
+    for j in of:
+        residuals += math.pow(levels[j] - mean - slope * (x[j] - centre), 2.0)
     unexplained = (PRIOR_WEIGHT * BETWEEN**2 + residuals) / (PRIOR_WEIGHT + k)
     slope_var = unexplained / (sxx + unexplained / BETWEEN**2)
     return slope * (at - centre), unexplained, slope_var * math.pow(at - centre, 2.0)
