@@ -12,11 +12,25 @@ from gateway.routing.priors import (
     SPREAD,
     Heard,
     Prior,
-    _on_price,
     pooled,
     pooled_all,
     pooled_heard,
 )
+
+
+def _on_price(
+    x: Sequence[float], levels: Sequence[float], mean: float, between: float, at: float
+) -> tuple[float, float, float]:
+    """``priors._on_price`` as it was (main ``b67f607``), word for word: the reference's price regression."""
+    k = len(x)
+    centre = sum(x) / k
+    sxx = sum(math.pow(xi - centre, 2.0) for xi in x)
+    sxy = sum((xi - centre) * (y - mean) for xi, y in zip(x, levels, strict=True))
+    slope = sxy / (sxx + between / BETWEEN**2)
+    residuals = sum(math.pow(y - mean - slope * (xi - centre), 2.0) for xi, y in zip(x, levels, strict=True))
+    unexplained = (PRIOR_WEIGHT * BETWEEN**2 + residuals) / (PRIOR_WEIGHT + k)
+    slope_var = unexplained / (sxx + unexplained / BETWEEN**2)
+    return slope * (at - centre), unexplained, slope_var * math.pow(at - centre, 2.0)
 
 
 def _reference(others: Sequence[Heard], now: float, price: float | None, prices: Sequence[float | None]) -> Prior:

@@ -111,119 +111,74 @@ def pooled(
 def pooled_heard(others: list[Heard], price: float | None = None, prices: Sequence[float | None] = ()) -> Prior:
     """``pooled`` of beliefs read as ``Heard`` (``pooled_all`` pools all of a model's at once, the same way): their
     fields read in place, the sums as plain loops (``sum`` of floats adds left to right from 0: the same floats)."""
-    means: list[float | None] = []
-    variances: list[float] = []
-    centres: list[float | None] = [None, None]
-    centre_vars = [BETWEEN**2, BETWEEN**2]
-    measured = [i for i in range(len(others)) if others[i].answers]
-    priced = price is not None and price > 0 and all(i < len(prices) and (prices[i] or 0) > 0 for i in measured)
-    x = [math.log(prices[i] or 1.0) for i in measured] if priced else []
-    for metric in (0, 1):
-        levels = [others[i].levels[metric][0] for i in measured]
-        if not levels:
-            means.append(None)
-            variances.append(BETWEEN**2)
-            continue
-        k = len(levels)
-        total = 0.0
-        for y in levels:
-            total += y
-        mean = total / k
-        squares = 0.0
-        for y in levels:
-            squares += math.pow(y - mean, 2.0)
-        between = (PRIOR_WEIGHT * BETWEEN**2 + squares) / (PRIOR_WEIGHT + k)
-        if priced and price is not None:
-            plain = between * (1 + 1 / k)
-            moved, between, far = _on_price(x, levels, mean, between, math.log(price))
-            if moved or far:  # the price tells something: a change lands also blind to it
-                centres[metric], centre_vars[metric] = mean, plain
-            means.append(mean + moved)
-            variances.append(between * (1 + 1 / k) + far)
-            continue
-        means.append(mean)
-        variances.append(between * (1 + 1 / k))
-    base, count = PRIOR_WEIGHT * SPREAD**2, PRIOR_WEIGHT + len(measured)
-    noise0, noise1, spread0, spread1 = 0.0, 0.0, 0.0, 0.0
-    for i in measured:
-        noise0 += others[i].noise[0]
-    for i in measured:
-        noise1 += others[i].noise[1]
-    for i in measured:
-        spread0 += others[i].spread2[0]
-    for i in measured:
-        spread1 += others[i].spread2[1]
-    return Prior(
-        (means[0], means[1]),
-        (variances[0], variances[1]),
-        ((base + noise0) / count, (base + noise1) / count),
-        ((base + spread0) / count, (base + spread1) / count),
-        (centres[0], centres[1]),
-        (centre_vars[0], centre_vars[1]),
-    )
-
-
-def _on_price(
-    x: Sequence[float], levels: Sequence[float], mean: float, between: float, at: float
-) -> tuple[float, float, float]:
-    """The levels' regression on log price, for a deployment at log price ``at``: how far its level lies from the
-    siblings' mean, the spread between deployments the price leaves unexplained, and the slope's own uncertainty
-    there. The slope's prior is none, ``BETWEEN`` wide (an e-fold of price moves the level by about an e-fold at
-    most): siblings of near-equal prices, or few, give no slope, and a slope is believed only as far as it fits."""
-    k = len(x)
-    centre = sum(x) / k
-    sxx = sum(math.pow(xi - centre, 2.0) for xi in x)
-    sxy = sum((xi - centre) * (y - mean) for xi, y in zip(x, levels, strict=True))
-    slope = sxy / (sxx + between / BETWEEN**2)
-    residuals = sum(math.pow(y - mean - slope * (xi - centre), 2.0) for xi, y in zip(x, levels, strict=True))
-    unexplained = (PRIOR_WEIGHT * BETWEEN**2 + residuals) / (PRIOR_WEIGHT + k)
-    slope_var = unexplained / (sxx + unexplained / BETWEEN**2)
-    return slope * (at - centre), unexplained, slope_var * math.pow(at - centre, 2.0)
+    n = len(others)
+    padded = [prices[i] if i < len(prices) else None for i in range(n)]
+    return _pooled_one(_Columns.of(others, padded), [i for i in range(n) if others[i].answers], price)
 
 
 def pooled_all(heards: list[Heard], prices: Sequence[float | None], skip: int = -1) -> list[Prior | None]:
     """Each of a model's deployments' prior, pooled from all the others (``pooled_heard`` of the list less its own,
     at its price ``prices[i]``, the others at theirs), in one pass (``BeliefRouter._pool`` pools every sibling after
-    each answer): every field read once, not once per sibling, and no list of the others' fields made per prior.
-    The same floats: each sum runs over the others in their order from 0, as ``pooled_heard``'s and ``_on_price``'s
-    (``sum`` of floats adds left to right from 0). ``skip``: the one not pooled (None in its place)."""
-    n = len(heards)
+    each answer): every field read once, not once per sibling. ``skip``: the one not pooled (None in its place)."""
+    columns = _Columns.of(heards, prices)
     measured = [h.answers > 0 for h in heards]
-    ttft = [h.levels[0][0] for h in heards]
-    spt = [h.levels[1][0] for h in heards]
-    noise0 = [h.noise[0] for h in heards]
-    noise1 = [h.noise[1] for h in heards]
-    spread0 = [h.spread2[0] for h in heards]
-    spread1 = [h.spread2[1] for h in heards]
-    priced_all = all((prices[j] or 0) > 0 for j in range(n) if measured[j])
-    x = [math.log(prices[j] or 1.0) if measured[j] and priced_all else 0.0 for j in range(n)]
-    base, wide = PRIOR_WEIGHT * SPREAD**2, BETWEEN**2
-    out: list[Prior | None] = []
-    for i in range(n):
-        if i == skip:
-            out.append(None)
-            continue
-        others = [j for j in range(n) if j != i and measured[j]]
-        k = len(others)
-        count = PRIOR_WEIGHT + k
-        n0, n1, s0, s1 = 0.0, 0.0, 0.0, 0.0
-        for j in others:  # four sums, each over the others in order (as ``pooled_heard``'s four loops)
-            n0 += noise0[j]
-            n1 += noise1[j]
-            s0 += spread0[j]
-            s1 += spread1[j]
-        noise = ((base + n0) / count, (base + n1) / count)
-        spread2 = ((base + s0) / count, (base + s1) / count)
-        if not k:
-            out.append(Prior((None, None), (wide, wide), noise, spread2))
-            continue
-        price = prices[i]
-        priced = priced_all and price is not None and price > 0
-        at = math.log(price) if priced and price is not None else 0.0
-        mean0, var0, centre0, centre_var0 = _pooled_level(ttft, others, count, priced, x, at)
-        mean1, var1, centre1, centre_var1 = _pooled_level(spt, others, count, priced, x, at)
-        out.append(Prior((mean0, mean1), (var0, var1), noise, spread2, (centre0, centre1), (centre_var0, centre_var1)))
-    return out
+    n = len(heards)
+    return [
+        None if i == skip else _pooled_one(columns, [j for j in range(n) if j != i and measured[j]], prices[i])
+        for i in range(n)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """A model's beliefs as ``Heard``, one list per field (read once), and each one's log price (0.0 where it has
+    none: read only where every sibling pooled has one)."""
+
+    ttft: list[float]
+    spt: list[float]
+    noise0: list[float]
+    noise1: list[float]
+    spread0: list[float]
+    spread1: list[float]
+    x: list[float]
+    priced: list[bool]
+
+    @classmethod
+    def of(cls, heards: list[Heard], prices: Sequence[float | None]) -> _Columns:
+        positive = [(p or 0) > 0 for p in prices]
+        return cls(
+            [h.levels[0][0] for h in heards],
+            [h.levels[1][0] for h in heards],
+            [h.noise[0] for h in heards],
+            [h.noise[1] for h in heards],
+            [h.spread2[0] for h in heards],
+            [h.spread2[1] for h in heards],
+            [math.log(p) if p is not None and ok else 0.0 for p, ok in zip(prices, positive, strict=True)],
+            positive,
+        )
+
+
+def _pooled_one(columns: _Columns, others: list[int], price: float | None) -> Prior:
+    """The prior of a deployment at ``price`` from the measured siblings ``others`` (indices into ``columns``): each
+    sum over them in their order from 0."""
+    k = len(others)
+    count = PRIOR_WEIGHT + k
+    base = PRIOR_WEIGHT * SPREAD**2
+    n0, n1, s0, s1 = 0.0, 0.0, 0.0, 0.0
+    for j in others:  # four sums, each over the others in order
+        n0 += columns.noise0[j]
+        n1 += columns.noise1[j]
+        s0 += columns.spread0[j]
+        s1 += columns.spread1[j]
+    noise = ((base + n0) / count, (base + n1) / count)
+    spread2 = ((base + s0) / count, (base + s1) / count)
+    if not k:
+        return Prior((None, None), (BETWEEN**2, BETWEEN**2), noise, spread2)
+    priced = price is not None and price > 0 and all(columns.priced[j] for j in others)
+    at = math.log(price) if priced and price is not None else 0.0
+    mean0, var0, centre0, centre_var0 = _pooled_level(columns.ttft, others, count, priced, columns.x, at)
+    mean1, var1, centre1, centre_var1 = _pooled_level(columns.spt, others, count, priced, columns.x, at)
+    return Prior((mean0, mean1), (var0, var1), noise, spread2, (centre0, centre1), (centre_var0, centre_var1))
 
 
 def _pooled_level(
@@ -243,17 +198,20 @@ def _pooled_level(
     if not priced:
         return mean, between * (1 + 1 / k), None, BETWEEN**2
     plain = between * (1 + 1 / k)
-    moved, between, far = _on_price_of(x, y, others, mean, between, at)
+    moved, between, far = _on_price(x, y, others, mean, between, at)
     if moved or far:  # the price tells something: a change lands also blind to it
         return mean + moved, between * (1 + 1 / k) + far, mean, plain
     return mean + moved, between * (1 + 1 / k) + far, None, BETWEEN**2
 
 
-def _on_price_of(
+def _on_price(
     x: list[float], levels: list[float], of: list[int], mean: float, between: float, at: float
 ) -> tuple[float, float, float]:
-    """``_on_price`` of the entries ``of`` of ``x`` and ``levels`` (``pooled_all``), with the same sums in the same
-    order."""
+    """The levels' regression on log price over the entries ``of`` (sums in their order), for a deployment at log
+    price ``at``: how far its level lies from the siblings' mean, the spread between deployments the price leaves
+    unexplained, and the slope's own uncertainty there. The slope's prior is none, ``BETWEEN`` wide (an e-fold of
+    price moves the level by about an e-fold at most): siblings of near-equal prices, or few, give no slope, and a
+    slope is believed only as far as it fits."""
     k = len(of)
     total = 0.0
     for j in of:
