@@ -113,7 +113,9 @@ def pooled_heard(others: list[Heard], price: float | None = None, prices: Sequen
     fields read in place, the sums as plain loops (``sum`` of floats adds left to right from 0: the same floats)."""
     n = len(others)
     padded = [prices[i] if i < len(prices) else None for i in range(n)]
-    return _pooled_one(_Columns.of(others, padded), [i for i in range(n) if others[i].answers], price)
+    measured = [i for i in range(n) if others[i].answers]
+    columns = _Columns.of(others, padded)
+    return _pooled_one(columns, measured, price, all(columns.priced[i] for i in measured))
 
 
 def pooled_all(heards: list[Heard], prices: Sequence[float | None], skip: int = -1) -> list[Prior | None]:
@@ -123,13 +125,15 @@ def pooled_all(heards: list[Heard], prices: Sequence[float | None], skip: int = 
     columns = _Columns.of(heards, prices)
     measured = [h.answers > 0 for h in heards]
     n = len(heards)
+    # Every measured one priced: where one is pooled, its siblings are (its own price decides the rest).
+    priced = all(columns.priced[j] for j in range(n) if measured[j])
     return [
-        None if i == skip else _pooled_one(columns, [j for j in range(n) if j != i and measured[j]], prices[i])
+        None if i == skip else _pooled_one(columns, [j for j in range(n) if j != i and measured[j]], prices[i], priced)
         for i in range(n)
     ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Columns:
     """A model's beliefs as ``Heard``, one list per field (read once), and each one's log price (0.0 where it has
     none: read only where every sibling pooled has one)."""
@@ -158,9 +162,9 @@ class _Columns:
         )
 
 
-def _pooled_one(columns: _Columns, others: list[int], price: float | None) -> Prior:
-    """The prior of a deployment at ``price`` from the measured siblings ``others`` (indices into ``columns``): each
-    sum over them in their order from 0."""
+def _pooled_one(columns: _Columns, others: list[int], price: float | None, siblings_priced: bool) -> Prior:
+    """The prior of a deployment at ``price`` from the measured siblings ``others`` (indices into ``columns``; all of
+    them priced: ``siblings_priced``): each sum over them in their order from 0."""
     k = len(others)
     count = PRIOR_WEIGHT + k
     base = PRIOR_WEIGHT * SPREAD**2
@@ -174,7 +178,7 @@ def _pooled_one(columns: _Columns, others: list[int], price: float | None) -> Pr
     spread2 = ((base + s0) / count, (base + s1) / count)
     if not k:
         return Prior((None, None), (BETWEEN**2, BETWEEN**2), noise, spread2)
-    priced = price is not None and price > 0 and all(columns.priced[j] for j in others)
+    priced = siblings_priced and price is not None and price > 0
     at = math.log(price) if priced and price is not None else 0.0
     mean0, var0, centre0, centre_var0 = _pooled_level(columns.ttft, others, count, priced, columns.x, at)
     mean1, var1, centre1, centre_var1 = _pooled_level(columns.spt, others, count, priced, columns.x, at)
