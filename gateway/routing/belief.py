@@ -110,8 +110,9 @@ class Belief:
         its prompt tokens not found cached (None: not known, the prefill regression does not hear it). Without
         ``mixed`` the runs' mixture is left as it was, for the caller to find once after several answers (``bounded``):
         nothing here reads it where ``uncached_tokens`` is None."""
-        answered, unsure = log_of(ttft_s), 0.0
+        answered, unsure = None, 0.0
         if ttft_s is not None and uncached_tokens is not None:
+            answered = log_of(ttft_s)  # read only where a prefill was taken out (``unsure``)
             fit = self.prefill = (self.prefill or Prefill.start(math.exp(self.level(now, TTFT)[0]))).observe(
                 now, uncached_tokens, ttft_s
             )
