@@ -358,13 +358,9 @@ class ProxyEndpoint:
 
 
 def _model_error(error: ModelNotFound, endpoint: Endpoint) -> GatewayError:
-    """The error for a model this endpoint cannot serve: 404, but 400 on the Responses API.
-
-    Codex, the Responses API's main client, re-sends a request five times on any status but 400 and
-    401 (a 404 included), so a model it can never get would cost five round trips and a minute of
-    back-off; a 400 stops it at once. The code (``model_not_found``, ``model_not_found_for_api``)
-    stays the same.
-    """
+    """The error for a model this endpoint cannot serve: 404, but 400 on the Responses API (Codex, its main client,
+    re-sends on any status but 400 and 401: five round trips and a minute of back-off for a model it can never get;
+    a 400 stops it at once). The code (``model_not_found``, ``model_not_found_for_api``) stays the same."""
     if endpoint != "responses":
         return error
     return InvalidRequest(error.message, param=error.param, code=error.code)
