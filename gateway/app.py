@@ -99,12 +99,12 @@ class AppOptions:
     """The config's client keys and admin key, when the caller has loaded them already (``gateway
     serve`` does, to warn about exposure); otherwise ``create_app`` loads them, once."""
     binding_lookup_timeout_s: float = LOOKUP_TIMEOUT_S
+    """How long a request may wait for Redis to find a binding this replica does not hold."""
     router: RouterKind | None = None
     """Which router serves (internal, while two are compared); None: ``GATEWAY_ROUTER`` of ``environ``, else of
     the process environment, else the measured router (``gateway.routing.serving``)."""
     probe_interval_s: float | None = 1.0
     """How often open circuits past their cool-down are probed in the background (None: only by requests)."""
-    """How long a request may wait for Redis to find a binding this replica does not hold."""
 
 
 async def build_runtime(

@@ -150,7 +150,9 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 def replica(servers: GatewayServers, cfg: GatewayConfig) -> Gateway:
-    return servers.serve(create_app(cfg, AppOptions(environ={})))
+    # These tests are about what replicas share, not the lookup's deadline (10 ms, tested with the store):
+    # on a loaded machine one Redis round trip can take longer, and the turn would be routed unbound.
+    return servers.serve(create_app(cfg, AppOptions(environ={}, binding_lookup_timeout_s=5.0)))
 
 
 def redis_config(fakes: list[FakeServer], redis_server: RedisServer) -> GatewayConfig:
