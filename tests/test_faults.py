@@ -410,7 +410,9 @@ def test_the_response_names_the_model_that_answered(fakes: Fakes, start_gateway:
 
 def test_a_disconnect_storm_leaks_no_upstream_connection(fakes: Fakes, start_gateway: StartGateway) -> None:
     """Clients hang up at random points (before the first token, mid-answer); every upstream stream closes."""
-    slow = fakes.start("a", FakeBehavior(ttft_s=0.05, output_tokens=400, tokens_per_s=200))
+    # The answer lasts 10 s: a client on a loaded machine may read 40 pieces only after seconds (the gateway's writes
+    # fill the socket's buffer meanwhile), and one whose answer ended first would not have hung up at all.
+    slow = fakes.start("a", FakeBehavior(ttft_s=0.05, output_tokens=2000, tokens_per_s=200))
     gateway = start_gateway(gateway_config([slow], policy={"first_token_timeout_s": 5.0, "idle_timeout_s": 5.0}))
     rng = random.Random(6)
     count = 60
