@@ -89,7 +89,7 @@ and what every relayed
 chunk passes through (the meter's ``feed``, the forwarder's, the SSE splitter and the kept chunks), and the access
 line's rounding (``access_numbers``). Not the data
 types other packages build and read (``plan``, ``ranking``, ``overrides``, ``reading``): they stay Python classes."""
-C_MODULES = {"gateway.dialects._chat_read": "dialects/chat_read.c"}
+C_MODULES = {"gateway.dialects._chat_read": "dialects/chat_read.c", "gateway._frozen_make": "frozen_make.c"}
 """Extensions written in C, by module name, with their source below the package: built by the same compiler
 beside the mypyc modules, stamped and used under the same rule (``load_c``); the pure modules stand in for them."""
 

@@ -123,10 +123,13 @@ COMPILED_SUITE = (
     "tests/test_routing_choose_gain.py",
     "tests/test_access_numbers.py",
     "tests/test_accesslog.py",
+    "tests/test_positional_builds.py",
+    "tests/test_frozen_make.py",
 )
 """Run against the compiled modules: a request relayed (status, headers, body frames, access-log line, Sample),
-the meter, forwarder and splitter read chunk by chunk, and the belief router's beliefs and choices (a look's and a
-plan's arithmetic held to its plain Python form float for float). Not the files
+the meter, forwarder and splitter read chunk by chunk, the belief router's beliefs and choices (a look's and a
+plan's arithmetic held to its plain Python form float for float), and the per-request frozen objects made by the C
+makers (``gateway.frozen``). Not the files
 whose reference meters and forwarders subclass the compiled classes, or that replace a router's method on an
 instance (Python can do neither to a compiled class)."""
 
