@@ -82,6 +82,21 @@ def test_a_fresh_build_is_found_first_and_once(tmp_path: Path) -> None:
     assert _run(twice.format(folder=str(tmp_path)), "1") == "True 1"
 
 
+def test_a_build_folder_is_checked_once_per_process_for_every_c_extension(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``load_c`` hashes the sources once per folder, however many C extensions it is asked for."""
+    _fake_build(tmp_path / "stale", {"gone.py": "0"})
+    looked: list[Path] = []
+    real = native.stale
+    monkeypatch.setattr(native, "stale", lambda folder=native.NATIVE_DIR: looked.append(folder) or real(folder))
+    monkeypatch.setenv("GATEWAY_NATIVE", "1")
+    for name in (*native.C_MODULES, *native.C_MODULES):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        assert native.load_c(name, tmp_path / "stale") is None
+    assert looked == [tmp_path / "stale"]
+
+
 def test_gateway_native_0_runs_the_sources(tmp_path: Path) -> None:
     _fake_build(tmp_path)
     assert _run(FINDERS.format(folder=str(tmp_path)), "0") == "False 0"

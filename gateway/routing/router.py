@@ -268,11 +268,11 @@ class MeasuredRouter:
             shape,
             tuple(rows),
             snapshot,
-            counts.requests[name],
-            counts.probes[name],
-            counts.races[name],
-            counts.first_looks[name],
-            counts.cold_starts[name],
+            counts.requests.get(name, 0),  # ``[name]`` of a name never counted: a Python ``__missing__``, the same 0
+            counts.probes.get(name, 0),
+            counts.races.get(name, 0),
+            counts.first_looks.get(name, 0),
+            counts.cold_starts.get(name, 0),
             0,  # shadows: the belief router's
             None,  # extra_attempts: likewise
             policy.ranking != "fixed" and on_trial(rows, shape),  # trial (the dashboard's)
@@ -354,7 +354,7 @@ class MeasuredRouter:
         if not rows:
             raise no_capacity(model.name, ranking.rows)
         windows = self.state.windows
-        fitting = [r for r in rows if windows.fits(model.name, r.deployment, request.prompt_tokens)]
+        fitting = [r for r in rows if windows.fits(model.name, r.scored.deployment, request.prompt_tokens)]
         if fitting:
             rows = fitting  # else none fits: the provider's own 400 will say why
         steers = preferences.steers
@@ -407,12 +407,13 @@ class MeasuredRouter:
             reason: RouteReason = first_reason if i == 0 else "fallback"
             if 0 < i < len(race):
                 reason = "explore"
-            key = (model.name, row.deployment.name)
+            deployment = row.scored.deployment  # the ``Ranked.deployment`` property's, without its Python frame
+            key = (model.name, deployment.name)
             # ``snapshot.get``, without its Python frame
             deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.summaries.get(key), now)
             prediction = row.scored.prediction
             candidate = candidate_from_fields(  # every field, in order (``gateway.frozen``)
-                row.deployment,
+                deployment,
                 row.provider,
                 reason,
                 model.name,
