@@ -18,7 +18,10 @@ equality, hash, ``repr``, ``dataclasses.replace`` and pickling; still frozen):
   site that runs per request, where a plain ``__init__`` with every value passed in order costs a third of
   ``quick_init``'s again. It takes only a frozen, slotted dataclass whose every field is set by its ``__init__``
   and that has no ``__post_init__``; every field is required by the maker (no defaults), so a field added to
-  ``cls`` must be passed by every caller: the callers' tests fail otherwise.
+  ``cls`` must be passed by every caller: the callers' tests fail otherwise. Where the build holds ``frozen_make.c``
+  (``gateway.native.C_MODULES``), the maker is a C callable instead: it allocates the object as ``object.__new__``
+  does and stores each value at its slot's offset (no Python frame, no twin, no class swap), and the object is the
+  same (``tests/test_routing_makers.py`` and ``tests/test_positional_builds.py`` hold both makers to the class).
 """
 
 from __future__ import annotations
@@ -29,7 +32,12 @@ import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from gateway import native
+
 T = TypeVar("T")
+
+MAKERS = native.load_c("gateway._frozen_make")
+"""The C makers (``frozen_make.c``) when the build is used (``gateway.native.load_c``), else None: the twins'."""
 
 GENERATED: dict[type, Any] = {}
 """Each class given a quick ``__init__``, with the ``__init__`` its dataclass generated (for the tests)."""
@@ -97,6 +105,14 @@ def positional_maker(cls: type[T]) -> Callable[..., T]:
     )
     if twin.__slots__ != cls.__slots__:  # type: ignore[attr-defined]
         raise TypeError(f"{cls.__name__}'s slots are not its fields in order")
+    if MAKERS is not None:
+        members = tuple(cls.__dict__[name] for name in twin.__slots__)
+        return MAKERS.maker(cls, members)  # type: ignore[no-any-return]
+    return twin_maker(cls, twin)
+
+
+def twin_maker(cls: type[T], twin: Any) -> Callable[..., T]:
+    """The pure maker: ``twin``'s ``__init__`` stores the values, then the object becomes a ``cls``."""
 
     def make(*values: Any) -> T:
         made = twin(*values)
@@ -107,4 +123,4 @@ def positional_maker(cls: type[T]) -> Callable[..., T]:
     return make
 
 
-__all__ = ["GENERATED", "positional_maker", "quick_init"]
+__all__ = ["GENERATED", "MAKERS", "positional_maker", "quick_init", "twin_maker"]

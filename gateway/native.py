@@ -89,7 +89,7 @@ and what every relayed
 chunk passes through (the meter's ``feed``, the forwarder's, the SSE splitter and the kept chunks), and the access
 line's rounding (``access_numbers``). Not the data
 types other packages build and read (``plan``, ``ranking``, ``overrides``, ``reading``): they stay Python classes."""
-C_MODULES = {"gateway.dialects._chat_read": "dialects/chat_read.c"}
+C_MODULES = {"gateway.dialects._chat_read": "dialects/chat_read.c", "gateway._frozen_make": "frozen_make.c"}
 """Extensions written in C, by module name, with their source below the package: built by the same compiler
 beside the mypyc modules, stamped and used under the same rule (``load_c``); the pure modules stand in for them."""
 
@@ -171,6 +171,11 @@ def activate(folder: Path = NATIVE_DIR) -> bool:
     return True
 
 
+_FRESH: dict[Path, bool] = {}
+"""Whether each build folder ``load_c`` looked at matched the sources (``stale``), found once per process: each look
+hashes every source, and each C extension is loaded by a module of its own at import."""
+
+
 def load_c(name: str, folder: Path = NATIVE_DIR) -> ModuleType | None:
     """The C extension ``name`` (one of ``C_MODULES``) when the build in ``folder`` is used (``activate``'s rule: a
     build of these very sources, ``GATEWAY_NATIVE`` not ``0``); None otherwise (the caller's pure path runs).
@@ -182,7 +187,10 @@ def load_c(name: str, folder: Path = NATIVE_DIR) -> ModuleType | None:
     loaded = sys.modules.get(name)
     if loaded is not None:
         return loaded
-    if stale(folder) is not None:
+    fresh = _FRESH.get(folder)
+    if fresh is None:
+        fresh = _FRESH[folder] = stale(folder) is None
+    if not fresh:
         return None
     spec = importlib.util.spec_from_file_location(name, built_files(folder)[name])
     if spec is None or spec.loader is None:  # pragma: no cover - a file location always has a loader

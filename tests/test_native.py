@@ -82,6 +82,21 @@ def test_a_fresh_build_is_found_first_and_once(tmp_path: Path) -> None:
     assert _run(twice.format(folder=str(tmp_path)), "1") == "True 1"
 
 
+def test_a_build_folder_is_checked_once_per_process_for_every_c_extension(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``load_c`` hashes the sources once per folder, however many C extensions it is asked for."""
+    _fake_build(tmp_path / "stale", {"gone.py": "0"})
+    looked: list[Path] = []
+    real = native.stale
+    monkeypatch.setattr(native, "stale", lambda folder=native.NATIVE_DIR: looked.append(folder) or real(folder))
+    monkeypatch.setenv("GATEWAY_NATIVE", "1")
+    for name in (*native.C_MODULES, *native.C_MODULES):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        assert native.load_c(name, tmp_path / "stale") is None
+    assert looked == [tmp_path / "stale"]
+
+
 def test_gateway_native_0_runs_the_sources(tmp_path: Path) -> None:
     _fake_build(tmp_path)
     assert _run(FINDERS.format(folder=str(tmp_path)), "0") == "False 0"
@@ -123,10 +138,13 @@ COMPILED_SUITE = (
     "tests/test_routing_choose_gain.py",
     "tests/test_access_numbers.py",
     "tests/test_accesslog.py",
+    "tests/test_positional_builds.py",
+    "tests/test_frozen_make.py",
 )
 """Run against the compiled modules: a request relayed (status, headers, body frames, access-log line, Sample),
-the meter, forwarder and splitter read chunk by chunk, and the belief router's beliefs and choices (a look's and a
-plan's arithmetic held to its plain Python form float for float). Not the files
+the meter, forwarder and splitter read chunk by chunk, the belief router's beliefs and choices (a look's and a
+plan's arithmetic held to its plain Python form float for float), and the per-request frozen objects made by the C
+makers (``gateway.frozen``). Not the files
 whose reference meters and forwarders subclass the compiled classes, or that replace a router's method on an
 instance (Python can do neither to a compiled class)."""
 

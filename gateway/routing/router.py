@@ -268,11 +268,11 @@ class MeasuredRouter:
             shape,
             tuple(rows),
             snapshot,
-            counts.requests[name],
-            counts.probes[name],
-            counts.races[name],
-            counts.first_looks[name],
-            counts.cold_starts[name],
+            counts.requests.get(name, 0),  # ``[name]`` of a name never counted: a Python ``__missing__``, the same 0
+            counts.probes.get(name, 0),
+            counts.races.get(name, 0),
+            counts.first_looks.get(name, 0),
+            counts.cold_starts.get(name, 0),
             0,  # shadows: the belief router's
             None,  # extra_attempts: likewise
             policy.ranking != "fixed" and on_trial(rows, shape),  # trial (the dashboard's)
@@ -354,7 +354,7 @@ class MeasuredRouter:
         if not rows:
             raise no_capacity(model.name, ranking.rows)
         windows = self.state.windows
-        fitting = [r for r in rows if windows.fits(model.name, r.deployment, request.prompt_tokens)]
+        fitting = [r for r in rows if windows.fits(model.name, r.scored.deployment, request.prompt_tokens)]
         if fitting:
             rows = fitting  # else none fits: the provider's own 400 will say why
         steers = preferences.steers
@@ -407,12 +407,13 @@ class MeasuredRouter:
             reason: RouteReason = first_reason if i == 0 else "fallback"
             if 0 < i < len(race):
                 reason = "explore"
-            key = (model.name, row.deployment.name)
+            deployment = row.scored.deployment  # the ``Ranked.deployment`` property's, without its Python frame
+            key = (model.name, deployment.name)
             # ``snapshot.get``, without its Python frame
             deadlines = self.state.deadlines.of(key, policy, ranking.snapshot.summaries.get(key), now)
             prediction = row.scored.prediction
             candidate = candidate_from_fields(  # every field, in order (``gateway.frozen``)
-                row.deployment,
+                deployment,
                 row.provider,
                 reason,
                 model.name,
@@ -429,7 +430,7 @@ class MeasuredRouter:
             if row is shadow:
                 shadowed = dataclasses.replace(candidate, reason="explore", hedge_after_s=None)
         first = candidates[0]
-        self.events.decision(model.name, first.name, first.provider.name, first_reason)
+        self.events.decision(model.name, first.deployment.name, first.provider.name, first_reason)
         if affinity is not None:
             self.events.session_routed(model.name, first.name, affinity.choice, affinity.reason)
         return route_plan_from_fields(  # every field, in order (``gateway.frozen``)
@@ -502,7 +503,7 @@ class MeasuredRouter:
         return probe, partner
 
     def at_capacity(self, candidate: Candidate) -> bool:
-        return not self.state.has_room(candidate.provider, (candidate.model, candidate.name), self.clock())
+        return not self.state.has_room(candidate.provider, (candidate.model, candidate.deployment.name), self.clock())
 
     def capacity_reopens_in_s(self) -> float | None:
         now = self.clock()
@@ -519,7 +520,7 @@ class MeasuredRouter:
     def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
         if self.at_capacity(candidate):
             return False
-        key = (candidate.model, candidate.name)
+        key = (candidate.model, candidate.deployment.name)  # ``candidate.name``, without the property's frame
         now = self.clock()
         if not self.state.health.admit(key, now, self._circuit_changed) and not retry:
             return False
@@ -531,7 +532,7 @@ class MeasuredRouter:
         return True
 
     def attempt_streaming(self, candidate: Candidate, progress: StreamProgress) -> None:
-        view = self.memory.views_of(candidate.model).get(candidate.name)
+        view = self.memory.views_of(candidate.model).get(candidate.deployment.name)
         if view is not None:
             view.streaming(id(candidate), self.clock(), progress)
 
@@ -542,10 +543,10 @@ class MeasuredRouter:
         retry_after_s: float | None = None,
         limits: RateLimits | None = None,
     ) -> None:
-        key = (candidate.model, candidate.name)
+        key = (candidate.model, candidate.deployment.name)  # ``candidate.name``, without the property's frame
         provider = candidate.provider
         in_flight = self.state.deployment_in_flight.get(key, 0)
-        view = self.memory.views_of(candidate.model).get(candidate.name)
+        view = self.memory.views_of(candidate.model).get(key[1])
         # A drained loser's stream was read as far as it went: its bytes per token are as good as an answer's.
         complete_stream = sample.stream and (sample.outcome == "ok" or _drained(sample))
         started_at = (
