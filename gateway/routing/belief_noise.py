@@ -10,6 +10,7 @@ because it runs for every answer and every running stream on every plan.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from gateway.routing.priors import MEMORY, PRIOR_WEIGHT, SPREAD
 from gateway.routing.student import TAIL_NU, Hypothesis, censored_square
@@ -17,10 +18,22 @@ from gateway.routing.student import TAIL_NU, Hypothesis, censored_square
 _KEEP = 1 - 1 / MEMORY
 
 
+@dataclass(slots=True)
+class Scatter:
+    """One hypothesis on one metric's scatter (``gateway.routing.belief_scatter``): the sums kept here, and its
+    chance."""
+
+    weight: float
+    noise: float = SPREAD**2
+    """The Student-t's scale (log variance), robust."""
+    spread2: float = SPREAD**2
+    """The answers' plain log variance around the level."""
+    n: float = 0.0
+    """Answers' worth heard (the prior's ``PRIOR_WEIGHT`` besides)."""
+
+
 def learn_noise(
-    noise: list[float],
-    spread2: list[float],
-    noise_n: list[float],
+    sums: Scatter,
     best: Hypothesis,
     metric: int,
     value: float | None,
@@ -39,22 +52,22 @@ def learn_noise(
     if value is not None:
         square = math.pow(value - best.mean[metric], 2.0)
     elif bound is not None:
-        square = censored_square(bound, best.mean[metric], spread2[metric] + best.var[metric])
+        square = censored_square(bound, best.mean[metric], sums.spread2 + best.var[metric])
     else:
         return
     level_var = best.var[metric] + unsure
     residual = square - level_var
     residual = residual if residual > 0.0 else 0.0  # max(0.0, residual), a NaN included
-    scale = noise[metric]
+    scale = sums.noise
     counts = scale / (scale + level_var)
     robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)
     # Sums over the last ~MEMORY answers: n counts them, the sum of squares is ``(noise - prior) ...``.
-    heard = PRIOR_WEIGHT + noise_n[metric]
-    n = noise_n[metric] * _KEEP
+    heard = PRIOR_WEIGHT + sums.n
+    n = sums.n * _KEEP
     weight = PRIOR_WEIGHT + n + counts
     prior_noise, prior_spread = PRIOR_WEIGHT * prior[0], PRIOR_WEIGHT * prior[1]
-    total = (noise[metric] * heard - prior_noise) * _KEEP + counts * robust
-    noise[metric] = (prior_noise + total) / weight
-    total = (spread2[metric] * heard - prior_spread) * _KEEP + counts * residual
-    spread2[metric] = (prior_spread + total) / weight
-    noise_n[metric] = n + counts
+    total = (scale * heard - prior_noise) * _KEEP + counts * robust
+    sums.noise = (prior_noise + total) / weight
+    total = (sums.spread2 * heard - prior_spread) * _KEEP + counts * residual
+    sums.spread2 = (prior_spread + total) / weight
+    sums.n = n + counts

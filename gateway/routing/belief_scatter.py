@@ -1,0 +1,132 @@
+"""The answers' scatter around the level with change points of its own (``gateway.routing.belief``).
+
+A provider's scatter may change while its level stays (a heavy first-token tail that narrows, its median
+unchanged), and the level may jump while the scatter stays. So the scatter has run-length hypotheses of its own,
+per metric, beside the level's: "the scatter has been the same since this answer", each with its own sums
+(``belief_noise.learn_noise``) and a weight. A new one may start at each answer with the hazard's chance of a
+change since last heard (``HAZARD_S``, as the level's), from the siblings' scatter (``priors.pooled``), and the
+``SCATTERS`` heaviest are kept.
+
+Each scatter hypothesis is weighed by how well it predicted the answer with the level *marginalised*: the
+answer's Student-t density under every level run, a change of level included, at that run's chance before the
+answer. Where a jump of the level explains a far answer, every scatter explains it about as well through the
+landing's run, and the scatter's weights hardly move: the level's change points take a level jump, and only
+answers no level hypothesis explains (answers that stay near the level where the scatter was believed wide, or
+scatter both ways where it was believed narrow) move the weight to a new scatter. The level's runs read the
+scatter's mixture (its weighted mean: ``Belief.noise``, ``Belief.spread2``), so they are judged as before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from operator import attrgetter
+
+from gateway.routing.belief_noise import Scatter, learn_noise
+from gateway.routing.priors import PRIOR_WEIGHT, Prior
+from gateway.routing.student import TAIL_NU, Hypothesis
+
+SCATTERS = 3
+"""Scatter hypotheses kept per metric (the cost of its change-point detection, not a knob of the world)."""
+_POWER = -(TAIL_NU + 1) / 2
+_WEIGHT = attrgetter("weight")
+METRICS = (TTFT, SPT) = (0, 1)
+
+
+def hear(
+    scatters: list[Scatter],
+    levels: Sequence[tuple[float, Hypothesis]],
+    best: Hypothesis,
+    metric: int,
+    evidence: tuple[float | None, float | None],
+    prior: tuple[float, float],
+    change: float,
+    unsure: float = 0.0,
+) -> list[Scatter]:
+    """One answer's ``evidence`` of ``metric`` (its value, or a lower bound): a new scatter with the chance
+    ``change`` (from ``prior``, the siblings' noise and spread), each weighed by the answer's density with the level
+    marginalised over ``levels`` (each level run's chance before this answer, and the run), each learning it against
+    ``best`` (the heaviest level run, as before); the ``SCATTERS`` heaviest kept, their weights summing to one. A
+    bound is learned by every scatter but weighs none (it tells of the scatter only through what it hides)."""
+    value, bound = evidence
+    if value is None and bound is None:
+        return scatters
+    if change > 0.0:
+        scatters.append(Scatter(change, prior[0], prior[1]))
+        for scatter in scatters[:-1]:
+            scatter.weight *= 1.0 - change
+    if value is not None and len(scatters) > 1:
+        for scatter in scatters:
+            scatter.weight *= _marginal(levels, metric, value, scatter.noise + unsure)
+    for scatter in scatters:
+        learn_noise(scatter, best, metric, value, bound, prior, unsure)
+    return _prune(scatters)
+
+
+def hear_both(
+    scatters: list[list[Scatter]],
+    noise: list[float],
+    spread2: list[float],
+    levels: Sequence[tuple[float, Hypothesis]],
+    best: Hypothesis,
+    evidence: tuple[tuple[float | None, ...], tuple[float | None, ...]],
+    prior: Prior,
+    change: float,
+    unsure: float,
+) -> None:
+    """``hear`` each metric's value and bound of ``evidence`` (``unsure``: the first token's own, ``Belief.observe``),
+    and ``noise`` and ``spread2`` set to the scatters' mixture, per metric."""
+    values, bounds = evidence
+    for metric in METRICS:
+        own = (values[metric], bounds[metric])
+        sums = (prior.noise[metric], prior.spread2[metric])
+        kept = scatters[metric] = hear(
+            scatters[metric], levels, best, metric, own, sums, change, unsure if metric == TTFT else 0.0
+        )
+        noise[metric], spread2[metric] = mixture(kept)
+
+
+def reprior_scatters(
+    scatters: list[list[Scatter]], noise: list[float], spread2: list[float], was: list[float], now: list[float]
+) -> None:
+    """Count the siblings' scatter ``now`` (noise per metric, then spread per metric) as every scatter's prior in place
+    of ``was``: the answers each heard weigh the same, the ``PRIOR_WEIGHT`` answers' worth is moved; ``noise`` and
+    ``spread2`` set to the mixture again."""
+    for metric in METRICS:
+        kept = scatters[metric]
+        for scatter in kept:
+            heard = PRIOR_WEIGHT + scatter.n
+            scatter.noise += PRIOR_WEIGHT * (now[metric] - was[metric]) / heard
+            scatter.spread2 += PRIOR_WEIGHT * (now[2 + metric] - was[2 + metric]) / heard
+        noise[metric], spread2[metric] = mixture(kept)
+
+
+def mixture(scatters: list[Scatter]) -> tuple[float, float]:
+    """The scatters' mixture: the t's scale and the plain log variance, each their weighted mean."""
+    return sum([s.weight * s.noise for s in scatters]), sum([s.weight * s.spread2 for s in scatters])
+
+
+def _marginal(levels: Sequence[tuple[float, Hypothesis]], metric: int, value: float, noise: float) -> float:
+    """The answer's Student-t density with the level marginalised over ``levels`` (chance, run), at scale ``noise``."""
+    total = 0.0
+    for chance, run in levels:
+        scale2 = run.var[metric] + noise
+        z2 = math.pow(value - run.mean[metric], 2.0) / scale2
+        total += chance * math.pow(1.0 + z2 / TAIL_NU, _POWER) / math.sqrt(scale2)
+    return total
+
+
+def _prune(scatters: list[Scatter]) -> list[Scatter]:
+    """Weights summing to one, the ``SCATTERS`` heaviest kept; where every weight vanished, the oldest alone."""
+    total = sum([s.weight for s in scatters])
+    if not (total > 0.0 and math.isfinite(total)):
+        keep = scatters[0]
+        keep.weight = 1.0
+        return [keep]
+    if len(scatters) > SCATTERS:
+        scatters.sort(key=_WEIGHT, reverse=True)
+        del scatters[SCATTERS:]
+        total = sum([s.weight for s in scatters])
+    for scatter in scatters:
+        scatter.weight /= total
+    return scatters
