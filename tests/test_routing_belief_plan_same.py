@@ -82,8 +82,8 @@ def _reference_observe(
         run = runs[i]
         run.born = now
         run.weight = changed * run.weight * fits[i]
-    levels = list(zip(chances, runs, strict=True))
-    hear_both(self.scatters, self.noise, self.spread2, levels, heaviest(runs), (values, bounds), prior, hazard, 0.0)
+    levels = (chances, runs, heaviest(runs))
+    hear_both(self.scatters, (self.noise, self.spread2), levels, (values, bounds), prior, hazard, 0.0)
     update_all(runs, values, bounds, self.noise)
     self.runs = _reference_prune(self.runs)
     self._remember()

@@ -150,10 +150,8 @@ class Belief:
             run = runs[i]
             run.born = now
             run.weight = changed * run.weight * fits[i]
-        levels = list(zip(chances, runs, strict=True))
-        hear_both(
-            self.scatters, self.noise, self.spread2, levels, heaviest(runs), (values, bounds), prior, hazard, unsure
-        )
+        levels = (chances, runs, heaviest(runs))
+        hear_both(self.scatters, (self.noise, self.spread2), levels, (values, bounds), prior, hazard, unsure)
         if unsure > 0.0:  # the noise as this answer left it (``self.noise`` is updated in place), plus its own
             noise = [self.noise[TTFT] + unsure, self.noise[SPT]]
         update_all(runs, values, bounds, noise)

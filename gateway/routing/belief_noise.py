@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from gateway.routing.priors import MEMORY, PRIOR_WEIGHT, SPREAD
-from gateway.routing.student import TAIL_NU, Hypothesis, censored_square
+from gateway.routing.student import TAIL_NU, censored_square
 
 _KEEP = 1 - 1 / MEMORY
 
@@ -34,28 +34,29 @@ class Scatter:
 
 def learn_noise(
     sums: Scatter,
-    best: Hypothesis,
-    metric: int,
+    level: tuple[float, float],
     value: float | None,
     bound: float | None = None,
     prior: tuple[float, float] = (SPREAD**2, SPREAD**2),
     unsure: float = 0.0,
 ) -> None:
     """One answer's ``value`` (or lower ``bound``: a race lost, a hedge won, the slow tail hedges cut off, read by
-    its expected squared residual beyond it) of ``metric`` against ``best`` (the heaviest run): the sums updated.
+    its expected squared residual beyond it) against ``level`` (the heaviest run's mean and variance of its metric):
+    the sums updated.
     ``prior``: the noise and spread counted in the sums as ``PRIOR_WEIGHT`` answers (the siblings',
     ``priors.pooled``; ``Belief.reprior`` keeps the sums' share of it current). ``unsure``: the log variance the
     value carries besides the answers' own (a first token less a prefill of a slope not yet learned)."""
     # E[(y - m)^2] = the answers' variance + the level's own (+ the value's own unsureness); an answer tells of the
     # first only in its share of them (the first answer of a level known roughly says where the level is, hardly how
     # far answers scatter; a base guessed from a long prompt's first token, hardly either).
+    centre, var = level
     if value is not None:
-        square = math.pow(value - best.mean[metric], 2.0)
+        square = math.pow(value - centre, 2.0)
     elif bound is not None:
-        square = censored_square(bound, best.mean[metric], sums.spread2 + best.var[metric])
+        square = censored_square(bound, centre, sums.spread2 + var)
     else:
         return
-    level_var = best.var[metric] + unsure
+    level_var = var + unsure
     residual = square - level_var
     residual = residual if residual > 0.0 else 0.0  # max(0.0, residual), a NaN included
     scale = sums.noise

@@ -19,12 +19,12 @@ scatter's mixture (its weighted mean: ``Belief.noise``, ``Belief.spread2``), so 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from operator import attrgetter
 
 from gateway.routing.belief_noise import Scatter, learn_noise
+from gateway.routing.belief_runs import Run
 from gateway.routing.priors import PRIOR_WEIGHT, Prior
-from gateway.routing.student import TAIL_NU, Hypothesis
+from gateway.routing.student import TAIL_NU
 
 SCATTERS = 3
 """Scatter hypotheses kept per metric (the cost of its change-point detection, not a knob of the world)."""
@@ -33,57 +33,65 @@ _WEIGHT = attrgetter("weight")
 METRICS = (TTFT, SPT) = (0, 1)
 
 
-def hear(
-    scatters: list[Scatter],
-    levels: Sequence[tuple[float, Hypothesis]],
-    best: Hypothesis,
-    metric: int,
-    evidence: tuple[float | None, float | None],
-    prior: tuple[float, float],
-    change: float,
-    unsure: float = 0.0,
-) -> list[Scatter]:
-    """One answer's ``evidence`` of ``metric`` (its value, or a lower bound): a new scatter with the chance
-    ``change`` (from ``prior``, the siblings' noise and spread), each weighed by the answer's density with the level
-    marginalised over ``levels`` (each level run's chance before this answer, and the run), each learning it against
-    ``best`` (the heaviest level run, as before); the ``SCATTERS`` heaviest kept, their weights summing to one. A
-    bound is learned by every scatter but weighs none (it tells of the scatter only through what it hides)."""
-    value, bound = evidence
-    if value is None and bound is None:
-        return scatters
-    if change > 0.0:
-        scatters.append(Scatter(change, prior[0], prior[1]))
-        for scatter in scatters[:-1]:
-            scatter.weight *= 1.0 - change
-    if value is not None and len(scatters) > 1:
-        for scatter in scatters:
-            scatter.weight *= _marginal(levels, metric, value, scatter.noise + unsure)
-    for scatter in scatters:
-        learn_noise(scatter, best, metric, value, bound, prior, unsure)
-    return _prune(scatters)
-
-
 def hear_both(
     scatters: list[list[Scatter]],
-    noise: list[float],
-    spread2: list[float],
-    levels: Sequence[tuple[float, Hypothesis]],
-    best: Hypothesis,
+    mixed: tuple[list[float], list[float]],
+    levels: tuple[list[float], list[Run], Run],
     evidence: tuple[tuple[float | None, ...], tuple[float | None, ...]],
     prior: Prior,
     change: float,
     unsure: float,
 ) -> None:
-    """``hear`` each metric's value and bound of ``evidence`` (``unsure``: the first token's own, ``Belief.observe``),
-    and ``noise`` and ``spread2`` set to the scatters' mixture, per metric."""
+    """One answer's ``evidence`` (values, lower bounds), each metric's ``hear``d by its scatters: ``levels`` are the
+    level runs' chances before this answer, the runs, and the heaviest run after it; ``unsure`` the first token's own
+    (``Belief.observe``). ``mixed`` (the belief's noise and spread2) set to the scatters' mixture, per metric."""
     values, bounds = evidence
+    chances, runs, best = levels
     for metric in METRICS:
-        own = (values[metric], bounds[metric])
-        sums = (prior.noise[metric], prior.spread2[metric])
+        value, bound = values[metric], bounds[metric]
+        if value is None and bound is None:
+            continue
         kept = scatters[metric] = hear(
-            scatters[metric], levels, best, metric, own, sums, change, unsure if metric == TTFT else 0.0
+            scatters[metric],
+            (chances, runs, metric),
+            (best.mean[metric], best.var[metric]),
+            (value, bound),
+            (prior.noise[metric], prior.spread2[metric]),
+            change,
+            unsure if metric == TTFT else 0.0,
         )
-        noise[metric], spread2[metric] = mixture(kept)
+        mixed[0][metric], mixed[1][metric] = mixture(kept)
+
+
+def hear(
+    scatters: list[Scatter],
+    levels: tuple[list[float], list[Run], int],
+    best: tuple[float, float],
+    evidence: tuple[float | None, float | None],
+    prior: tuple[float, float],
+    change: float,
+    unsure: float = 0.0,
+) -> list[Scatter]:
+    """One answer's ``evidence`` of a metric (its value, or a lower bound): a new scatter with the chance ``change``
+    (from ``prior``, the siblings' noise and spread), each weighed by the answer's density with the level
+    marginalised over ``levels`` (each level run's chance before this answer, the runs, the metric), each learning it
+    against ``best`` (the heaviest level run's mean and variance, as before); the ``SCATTERS`` heaviest kept, their
+    weights summing to one. A bound is learned by every scatter but weighs none (it tells of the scatter only
+    through what it hides)."""
+    value, bound = evidence
+    if change > 0.0:
+        for scatter in scatters:
+            scatter.weight *= 1.0 - change
+        scatters.append(Scatter(change, prior[0], prior[1]))
+    if value is not None and len(scatters) > 1:
+        chances, runs, metric = levels
+        squares = [math.pow(value - run.mean[metric], 2.0) for run in runs]
+        variances = [run.var[metric] + unsure for run in runs]
+        for scatter in scatters:
+            scatter.weight *= _marginal(chances, squares, variances, scatter.noise)
+    for scatter in scatters:
+        learn_noise(scatter, best, value, bound, prior, unsure)
+    return _prune(scatters)
 
 
 def reprior_scatters(
@@ -103,22 +111,28 @@ def reprior_scatters(
 
 def mixture(scatters: list[Scatter]) -> tuple[float, float]:
     """The scatters' mixture: the t's scale and the plain log variance, each their weighted mean."""
-    return sum([s.weight * s.noise for s in scatters]), sum([s.weight * s.spread2 for s in scatters])
+    noise, spread2 = 0.0, 0.0
+    for scatter in scatters:
+        noise += scatter.weight * scatter.noise
+        spread2 += scatter.weight * scatter.spread2
+    return noise, spread2
 
 
-def _marginal(levels: Sequence[tuple[float, Hypothesis]], metric: int, value: float, noise: float) -> float:
-    """The answer's Student-t density with the level marginalised over ``levels`` (chance, run), at scale ``noise``."""
+def _marginal(chances: list[float], squares: list[float], variances: list[float], noise: float) -> float:
+    """The answer's Student-t density at scale ``noise`` with the level marginalised over the runs: each run's
+    chance, its squared distance from the answer, its variance."""
     total = 0.0
-    for chance, run in levels:
-        scale2 = run.var[metric] + noise
-        z2 = math.pow(value - run.mean[metric], 2.0) / scale2
-        total += chance * math.pow(1.0 + z2 / TAIL_NU, _POWER) / math.sqrt(scale2)
+    for i in range(len(chances)):
+        scale2 = variances[i] + noise
+        total += chances[i] * math.pow(1.0 + squares[i] / scale2 / TAIL_NU, _POWER) / math.sqrt(scale2)
     return total
 
 
 def _prune(scatters: list[Scatter]) -> list[Scatter]:
     """Weights summing to one, the ``SCATTERS`` heaviest kept; where every weight vanished, the oldest alone."""
-    total = sum([s.weight for s in scatters])
+    total = 0.0
+    for scatter in scatters:
+        total += scatter.weight
     if not (total > 0.0 and math.isfinite(total)):
         keep = scatters[0]
         keep.weight = 1.0
@@ -126,7 +140,9 @@ def _prune(scatters: list[Scatter]) -> list[Scatter]:
     if len(scatters) > SCATTERS:
         scatters.sort(key=_WEIGHT, reverse=True)
         del scatters[SCATTERS:]
-        total = sum([s.weight for s in scatters])
+        total = 0.0
+        for scatter in scatters:
+            total += scatter.weight
     for scatter in scatters:
         scatter.weight /= total
     return scatters
