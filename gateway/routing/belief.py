@@ -52,7 +52,7 @@ from gateway.routing.belief_runs import (
     start,
     unborn_weigh_nothing,
 )
-from gateway.routing.belief_scatter import hear_both, reprior_scatters
+from gateway.routing.belief_scatter import collapsed, hear_both, reprior_scatters
 from gateway.routing.draws import Draw, Sampling, new_tuple, sample
 from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, update_all
@@ -95,6 +95,8 @@ class Belief:
     spread_prior: list[float] = field(default_factory=lambda: [SPREAD**2] * 4)
     """The prior counted in ``noise`` and ``spread2`` (noise per metric, then spread per metric): the siblings' as
     of the last answer (``reprior``)."""
+    plan_copy: bool = False
+    """A plan's copy (``copy``): its scatter is the belief's mixture, one hypothesis, with no change points."""
 
     # -- evidence ---------------------------------------------------------------------------
 
@@ -151,7 +153,8 @@ class Belief:
             run.born = now
             run.weight = changed * run.weight * fits[i]
         levels = (chances, runs, heaviest(runs))
-        hear_both(self.scatters, (self.noise, self.spread2), levels, (values, bounds), prior, hazard, unsure)
+        scattered = 0.0 if self.plan_copy else hazard  # the scatter's chance of a change: none in a plan's copy
+        hear_both(self.scatters, (self.noise, self.spread2), levels, (values, bounds), prior, scattered, unsure)
         if unsure > 0.0:  # the noise as this answer left it (``self.noise`` is updated in place), plus its own
             noise = [self.noise[TTFT] + unsure, self.noise[SPT]]
         update_all(runs, values, bounds, noise)
@@ -214,12 +217,14 @@ class Belief:
         return copy
 
     def copy(self) -> Belief:
-        """A copy to tell what holds for one plan or while attempts run (its failures shared: never told there)."""
+        """A copy to tell what holds for one plan or while attempts run (its failures shared: never told there). Its
+        scatter is the mixture as one (``belief_scatter.collapsed``): the few streams a plan is told would rarely tell a
+        change of the scatter apart, and each would cost a change-point step per scatter."""
         return Belief(
             [Run(r.weight, r.mean[:], r.var[:], r.born) for r in self.runs],
             self.heard_at,
             list(self.noise),
-            [[Scatter(s.weight, s.noise, s.spread2, s.n) for s in scatters] for scatters in self.scatters],
+            [[collapsed(scatters)] for scatters in self.scatters],
             list(self.spread2),
             self.answers,
             self.prefill,
@@ -229,6 +234,7 @@ class Belief:
             self.mixture,
             self.gap_s,
             self.spread_prior,  # replaced, never changed in place (``reprior``)
+            True,
         )
 
     def reprior(self, prior: Prior) -> None:

@@ -118,6 +118,15 @@ def mixture(scatters: list[Scatter]) -> tuple[float, float]:
     return noise, spread2
 
 
+def collapsed(scatters: list[Scatter]) -> Scatter:
+    """The scatters as one: their mixture's noise and spread, their answers' worth weighed alike (a plan's copy)."""
+    noise, spread2 = mixture(scatters)
+    n = 0.0
+    for scatter in scatters:
+        n += scatter.weight * scatter.n
+    return Scatter(1.0, noise, spread2, n)
+
+
 def _marginal(chances: list[float], squares: list[float], variances: list[float], noise: float) -> float:
     """The answer's Student-t density at scale ``noise`` with the level marginalised over the runs: each run's
     chance, its squared distance from the answer, its variance."""
