@@ -34,12 +34,12 @@ def test_a_tail_that_narrows_with_its_median_unchanged_is_followed(seed: int) ->
     assert belief.spread()[0] < 0.7
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(8))
 def test_a_level_that_jumps_is_taken_by_the_level_not_the_scatter(seed: int) -> None:
     """A first token of spread e^0.3 jumps three times slower, its scatter the same: the level's change point takes
-    it within six answers, and the scatter is read at most 0.18 wider meanwhile. The far answers are weighed against
-    the level's runs with a change of level among them; weighed against the heaviest run alone (as if no level
-    change could explain them), a "scatter widened" reading widens it by 0.18-0.28 on three of these seeds."""
+    it within six answers, and the scatter is read at most 0.18 wider meanwhile (one scatter: 0.06-0.14 here). The
+    far answers are weighed against the level's runs with a change of level among them; weighed against the heaviest
+    run alone (as if no change of level could explain them), a wider scatter becomes the likeliest on seed 4 (0.69)."""
     belief, rng = Belief(), random.Random(seed)
     now = _answers(belief, rng, 80, 0.0, 0.2, 0.3, 0.5)
     before = belief.spread()[0]

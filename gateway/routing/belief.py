@@ -75,7 +75,7 @@ class Belief:
     heard_at: float | None = None
     noise: list[float] = field(default_factory=lambda: [SPREAD**2, SPREAD**2])
     scatters: list[list[Scatter]] = field(default_factory=lambda: [[Scatter(1.0)], [Scatter(1.0)]])
-    """Per metric, the scatter's own change points (``belief_scatter``): ``noise`` and ``spread2`` are their mixture."""
+    """Per metric, the scatter's own change points (``belief_scatter``): ``noise``, ``spread2`` are the likeliest's."""
     spread2: list[float] = field(default_factory=lambda: [SPREAD**2, SPREAD**2])
     """The answers' plain log variance around the level (for means and quantiles; ``noise`` is the t's scale)."""
     answers: int = 0
@@ -96,7 +96,7 @@ class Belief:
     """The prior counted in ``noise`` and ``spread2`` (noise per metric, then spread per metric): the siblings' as
     of the last answer (``reprior``)."""
     plan_copy: bool = False
-    """A plan's copy (``copy``): its scatter is the belief's mixture, one hypothesis, with no change points."""
+    """A plan's copy (``copy``): its scatter is the belief's likeliest alone, with no change points."""
 
     # -- evidence ---------------------------------------------------------------------------
 
@@ -218,8 +218,8 @@ class Belief:
 
     def copy(self) -> Belief:
         """A copy to tell what holds for one plan or while attempts run (its failures shared: never told there). Its
-        scatter is the mixture as one (``belief_scatter.collapsed``): the few streams a plan is told would rarely tell a
-        change of the scatter apart, and each would cost a change-point step per scatter."""
+        scatter is the likeliest alone (``belief_scatter.collapsed``): the few streams a plan is told would rarely tell
+        a change of the scatter apart, and each would cost a change-point step per scatter."""
         return Belief(
             [Run(r.weight, r.mean[:], r.var[:], r.born) for r in self.runs],
             self.heard_at,

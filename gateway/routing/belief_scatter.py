@@ -12,8 +12,14 @@ answer's Student-t density under every level run, a change of level included, at
 answer. Where a jump of the level explains a far answer, every scatter explains it about as well through the
 landing's run, and the scatter's weights hardly move: the level's change points take a level jump, and only
 answers no level hypothesis explains (answers that stay near the level where the scatter was believed wide, or
-scatter both ways where it was believed narrow) move the weight to a new scatter. The level's runs read the
-scatter's mixture (its weighted mean: ``Belief.noise``, ``Belief.spread2``), so they are judged as before.
+scatter both ways where it was believed narrow) move the weight to a new scatter.
+
+The belief reads the most likely scatter (``likeliest``: ``Belief.noise``, ``Belief.spread2``; the level's runs are
+judged at it, the answers' spread is read from it). A new scatter moves nothing until the posterior finds it more
+likely than the one that held: a few far answers after a jump of the level, which a new scatter explains for an
+answer or two beside the level's own change, do not widen the spread meanwhile (read as the weights' mixture, they
+did, and the level followed a jump a little later). Where no scatter overtakes the first, the belief is what one
+scatter learned over every answer makes it.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ def hear_both(
 ) -> None:
     """One answer's ``evidence`` (values, lower bounds), each metric's ``hear``d by its scatters: ``levels`` are the
     level runs' chances before this answer, the runs, and the heaviest run after it; ``unsure`` the first token's own
-    (``Belief.observe``). ``mixed`` (the belief's noise and spread2) set to the scatters' mixture, per metric."""
+    (``Belief.observe``). ``mixed`` (the belief's noise and spread2) set to the likeliest scatter's, per metric."""
     values, bounds = evidence
     chances, runs, best = levels
     for metric in METRICS:
@@ -60,7 +66,7 @@ def hear_both(
             change,
             unsure if metric == TTFT else 0.0,
         )
-        mixed[0][metric], mixed[1][metric] = mixture(kept)
+        mixed[0][metric], mixed[1][metric] = likeliest(kept)
 
 
 def hear(
@@ -99,32 +105,34 @@ def reprior_scatters(
 ) -> None:
     """Count the siblings' scatter ``now`` (noise per metric, then spread per metric) as every scatter's prior in place
     of ``was``: the answers each heard weigh the same, the ``PRIOR_WEIGHT`` answers' worth is moved; ``noise`` and
-    ``spread2`` set to the mixture again."""
+    ``spread2`` set to the likeliest scatter's again."""
     for metric in METRICS:
         kept = scatters[metric]
         for scatter in kept:
             heard = PRIOR_WEIGHT + scatter.n
             scatter.noise += PRIOR_WEIGHT * (now[metric] - was[metric]) / heard
             scatter.spread2 += PRIOR_WEIGHT * (now[2 + metric] - was[2 + metric]) / heard
-        noise[metric], spread2[metric] = mixture(kept)
+        noise[metric], spread2[metric] = likeliest(kept)
 
 
-def mixture(scatters: list[Scatter]) -> tuple[float, float]:
-    """The scatters' mixture: the t's scale and the plain log variance, each their weighted mean."""
-    noise, spread2 = 0.0, 0.0
-    for scatter in scatters:
-        noise += scatter.weight * scatter.noise
-        spread2 += scatter.weight * scatter.spread2
-    return noise, spread2
+def likeliest(scatters: list[Scatter]) -> tuple[float, float]:
+    """The most likely scatter's t scale and plain log variance (the first of the heaviest)."""
+    top = _heaviest(scatters)
+    return top.noise, top.spread2
 
 
 def collapsed(scatters: list[Scatter]) -> Scatter:
-    """The scatters as one: their mixture's noise and spread, their answers' worth weighed alike (a plan's copy)."""
-    noise, spread2 = mixture(scatters)
-    n = 0.0
+    """The most likely scatter alone, as certain (a plan's copy)."""
+    top = _heaviest(scatters)
+    return Scatter(1.0, top.noise, top.spread2, top.n)
+
+
+def _heaviest(scatters: list[Scatter]) -> Scatter:
+    top = scatters[0]
     for scatter in scatters:
-        n += scatter.weight * scatter.n
-    return Scatter(1.0, noise, spread2, n)
+        if scatter.weight > top.weight:
+            top = scatter
+    return top
 
 
 def _marginal(chances: list[float], squares: list[float], variances: list[float], noise: float) -> float:
