@@ -74,6 +74,7 @@ MODULES = (
     "gateway.routing.belief_prefill",
     "gateway.routing.belief_router",
     "gateway.routing.belief_runs",
+    "gateway.routing.belief_scatter",
     "gateway.routing.belief_running",
     "gateway.routing.belief_live",
     "gateway.routing.belief_rank",

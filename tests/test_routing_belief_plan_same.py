@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from gateway.routing.belief import HAZARD_S, Belief
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
 from gateway.routing.belief_look import Hypothesis, branch_terms, look_terms, posterior_mean
-from gateway.routing.belief_noise import learn_noise
 from gateway.routing.belief_prefill import Prefill
-from gateway.routing.belief_runs import METRICS, RUNS, SPT, TTFT, Run, heaviest, mix, unborn_weigh_nothing
+from gateway.routing.belief_runs import RUNS, SPT, TTFT, Run, heaviest, mix, unborn_weigh_nothing
+from gateway.routing.belief_scatter import collapsed, hear_both
 from gateway.routing.priors import Prior, log_of
 from gateway.routing.student import likelihoods, update_all
 
@@ -74,16 +74,16 @@ def _reference_observe(
     runs.extend(fresh)
     fits = likelihoods(runs, values, bounds, self.noise)
     stayed, changed = 1.0 - hazard, hazard * total
+    chances = [(stayed if i < kept else changed) * runs[i].weight for i in range(len(runs))]
     for i in range(kept):
         runs[i].weight *= stayed * fits[i]
     for i in range(kept, len(runs)):
         run = runs[i]
         run.born = now
         run.weight = changed * run.weight * fits[i]
-    best = heaviest(runs)
-    for metric in METRICS:
-        noise_prior = (prior.noise[metric], prior.spread2[metric])
-        learn_noise(self.noise, self.spread2, self.noise_n, best, metric, values[metric], bounds[metric], noise_prior)
+    levels = (chances, runs, heaviest(runs))
+    scattered = 0.0 if self.plan_copy else hazard
+    hear_both(self.scatters, (self.noise, self.spread2), levels, (values, bounds), prior, scattered, 0.0)
     update_all(runs, values, bounds, self.noise)
     self.runs = _reference_prune(self.runs)
     self._remember()
@@ -99,7 +99,7 @@ def _copy(belief: Belief) -> Belief:
         [Run(r.weight, r.mean[:], r.var[:], r.born) for r in belief.runs],
         belief.heard_at,
         list(belief.noise),
-        list(belief.noise_n),
+        [[collapsed(scatters)] for scatters in belief.scatters],
         list(belief.spread2),
         belief.answers,
         belief.prefill,
@@ -109,6 +109,7 @@ def _copy(belief: Belief) -> Belief:
         belief.mixture,
         belief.gap_s,
         belief.spread_prior,
+        True,
     )
 
 

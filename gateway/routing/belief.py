@@ -4,7 +4,8 @@ The model, in one pass:
 
 - A deployment's answers are log-normal: ``log ttft`` and ``log seconds-per-token`` are its
   current level plus noise of a spread ``s`` (the deployment's own, learned, starting from
-  ``SPREAD``). First token and speed come as a pair from one answer and are judged together.
+  ``SPREAD``, with change points of its own: ``gateway.routing.belief_scatter``). First token
+  and speed come as a pair from one answer and are judged together.
 - The level moves in two ways. It drifts: while nothing is heard, the level's variance grows by
   ``DRIFT`` per second, so an estimate nobody refreshed becomes uncertain again and a draw from
   it (``gateway.routing.choose``) sometimes favours it. And it jumps: a provider changes about
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
-from gateway.routing.belief_noise import learn_noise
+from gateway.routing.belief_noise import Scatter
 from gateway.routing.belief_prefill import SLOPE, Prefill, at_most_its_answer
 from gateway.routing.belief_runs import (
     DEFAULT_LEVEL,
@@ -51,8 +52,9 @@ from gateway.routing.belief_runs import (
     start,
     unborn_weigh_nothing,
 )
+from gateway.routing.belief_scatter import collapsed, hear_both, reprior_scatters
 from gateway.routing.draws import Draw, Sampling, new_tuple, sample
-from gateway.routing.priors import DRIFT, PRIOR_WEIGHT, SPREAD, Prior, log_of
+from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, update_all
 
 HAZARD_S = 120.0
@@ -72,7 +74,8 @@ class Belief:
     runs: list[Run] = field(default_factory=list)
     heard_at: float | None = None
     noise: list[float] = field(default_factory=lambda: [SPREAD**2, SPREAD**2])
-    noise_n: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    scatters: list[list[Scatter]] = field(default_factory=lambda: [[Scatter(1.0)], [Scatter(1.0)]])
+    """Per metric, the scatter's own change points (``belief_scatter``): ``noise``, ``spread2`` are the likeliest's."""
     spread2: list[float] = field(default_factory=lambda: [SPREAD**2, SPREAD**2])
     """The answers' plain log variance around the level (for means and quantiles; ``noise`` is the t's scale)."""
     answers: int = 0
@@ -92,6 +95,8 @@ class Belief:
     spread_prior: list[float] = field(default_factory=lambda: [SPREAD**2] * 4)
     """The prior counted in ``noise`` and ``spread2`` (noise per metric, then spread per metric): the siblings' as
     of the last answer (``reprior``)."""
+    plan_copy: bool = False
+    """A plan's copy (``copy``): its scatter is the belief's likeliest alone, with no change points."""
 
     # -- evidence ---------------------------------------------------------------------------
 
@@ -139,25 +144,17 @@ class Belief:
         # Every run's likelihood at once (the noise is the one before this answer), then the stayed and the fresh.
         fits = likelihoods(runs, values, bounds, noise)
         stayed, changed = 1.0 - hazard, hazard * total
+        # Each level run's chance before this answer: what the scatter's hypotheses marginalise the level over.
+        chances = [(stayed if i < kept else changed) * runs[i].weight for i in range(len(runs))]
         for i in range(kept):
             runs[i].weight *= stayed * fits[i]
         for i in range(kept, len(runs)):
             run = runs[i]
             run.born = now
             run.weight = changed * run.weight * fits[i]
-        best = heaviest(runs)
-        for metric in METRICS:
-            learn_noise(
-                self.noise,
-                self.spread2,
-                self.noise_n,
-                best,
-                metric,
-                values[metric],
-                bounds[metric],
-                (prior.noise[metric], prior.spread2[metric]),
-                unsure if metric == TTFT else 0.0,
-            )
+        levels = (chances, runs, heaviest(runs))
+        scattered = 0.0 if self.plan_copy else hazard  # the scatter's chance of a change: none in a plan's copy
+        hear_both(self.scatters, (self.noise, self.spread2), levels, (values, bounds), prior, scattered, unsure)
         if unsure > 0.0:  # the noise as this answer left it (``self.noise`` is updated in place), plus its own
             noise = [self.noise[TTFT] + unsure, self.noise[SPT]]
         update_all(runs, values, bounds, noise)
@@ -220,12 +217,14 @@ class Belief:
         return copy
 
     def copy(self) -> Belief:
-        """A copy to tell what holds for one plan or while attempts run (its failures shared: never told there)."""
+        """A copy to tell what holds for one plan or while attempts run (its failures shared: never told there). Its
+        scatter is the likeliest alone (``belief_scatter.collapsed``): the few streams a plan is told would rarely tell
+        a change of the scatter apart, and each would cost a change-point step per scatter."""
         return Belief(
             [Run(r.weight, r.mean[:], r.var[:], r.born) for r in self.runs],
             self.heard_at,
             list(self.noise),
-            list(self.noise_n),
+            [[collapsed(scatters)] for scatters in self.scatters],
             list(self.spread2),
             self.answers,
             self.prefill,
@@ -235,19 +234,17 @@ class Belief:
             self.mixture,
             self.gap_s,
             self.spread_prior,  # replaced, never changed in place (``reprior``)
+            True,
         )
 
     def reprior(self, prior: Prior) -> None:
         """Count the siblings' scatter now (``prior.noise``, ``prior.spread2``) as the prior of its own, in place of
-        the one counted so far: the answers it heard weigh the same, the ``PRIOR_WEIGHT`` answers' worth is moved."""
+        the one counted so far (``belief_scatter.reprior_scatters``)."""
         was = self.spread_prior
         now = [prior.noise[0], prior.noise[1], prior.spread2[0], prior.spread2[1]]
         if now == was:
             return
-        for metric in METRICS:
-            heard = PRIOR_WEIGHT + self.noise_n[metric]
-            self.noise[metric] += PRIOR_WEIGHT * (now[metric] - was[metric]) / heard
-            self.spread2[metric] += PRIOR_WEIGHT * (now[2 + metric] - was[2 + metric]) / heard
+        reprior_scatters(self.scatters, self.noise, self.spread2, was, now)
         self.spread_prior = now
 
     # -- reading ----------------------------------------------------------------------------
