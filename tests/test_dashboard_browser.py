@@ -98,7 +98,9 @@ def test_dashboard_in_chromium(fakes: Fakes, start_gateway: Callable[..., Gatewa
         r'<tr class="[^"]*" style="--c:#[0-9a-f]{6}"><td class="name">.*?<span class="dep">([^<]+)</span>', dom
     )
     assert rows == ["stream", "early", "laggard"]  # fastest median first
-    assert f"{attempts} samples in 5 min" in dom  # failed attempts count too
+    # Failed attempts count too; a loaded machine may add a hedge or a look the traffic above did not plan.
+    shown = re.search(r"(\d+) samples in 5 min", dom)
+    assert shown is not None and attempts <= int(shown.group(1)) <= len(gateway.samples.samples)
     assert '<svg class="scatter"' in dom and "time to first token, p50" in dom
     assert _points(dom) == {"early": "on-frontier", "stream": "on-frontier", "laggard": "dominated"}
     assert dom.count('<polyline class="frontier-line"') == 1
