@@ -1,0 +1,100 @@
+"""Whether a look is worth what it costs the request that carries it (``gateway.routing.choose``).
+
+A look (a race or a shadow beside the leader on a stream) is billed: the attempt that does not answer is drained and
+paid for. It is worth the requests its answer informs times what it may teach each of them (the knowledge gradient,
+``belief_look.gains``), counted apart for the two things an answer may find:
+
+- **the level as heard** (stayed, drifted since): the answer only sharpens it, and what it teaches lasts as long as it
+  stays news (``news_s``): one answer takes ``v² / (v + s²)`` off the level's variance ``v`` (the hazard's chance of a
+  change since last heard counted in ``v``, with where a change lands), and unheard that much grows back, by
+  ``DRIFT`` a second and by the hazard's share of a landing (its variance and its distance², once every
+  ``HAZARD_S``);
+- **a level changed since** (the hazard's branch): where the answer finds it better than the leader, the request
+  finds a new leader, and that find serves every request until the next change: ``HAZARD_S`` on average.
+
+The requests informed are the model's pace of streamed requests times those horizons. A look's cost (``look_cost``)
+is what it adds to this request by the policy's score: the look's bill beside the leader's, and for a race the time it
+saves or loses (``race_time``). A look is taken where its worth exceeds its cost; ``RACE_BUDGET`` stays its bound.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from statistics import NormalDist
+
+from gateway.config import DeploymentConfig
+from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.belief_look import gains
+from gateway.routing.belief_runs import METRICS, mix
+from gateway.routing.cost import Cost, Shape, Weights
+from gateway.routing.priors import DRIFT, Prior
+
+_NORMAL = NormalDist()
+
+
+def news_s(belief: Belief, prior: Prior, now: float) -> float:
+    """How long one answer's lesson about the level as heard lasts: the variance it takes off, over the rate the
+    variance grows back unheard (drift, and the hazard's share of where a change lands); the longer of the two
+    metrics'. Never heard: as long as the level lasts (``HAZARD_S``)."""
+    if not belief.runs or belief.heard_at is None:
+        return HAZARD_S
+    p = belief.changed(now)
+    landings = belief._new_runs(prior)
+    longest = 0.0
+    for metric in METRICS:
+        mean, var = belief.level(now, metric)
+        landing, landing_var = mix(landings, metric)
+        distance2 = math.pow(mean - landing, 2.0)
+        v = (1 - p) * var + p * landing_var + p * (1 - p) * distance2
+        taken = v * v / (v + belief.spread2[metric])
+        regrowth = DRIFT + (landing_var + distance2) / HAZARD_S
+        longest = max(longest, taken / regrowth)
+    return longest
+
+
+def race_time(
+    explored: Belief, explored_prior: Prior, leader: Belief, leader_prior: Prior, e: Cost, lead: Cost, now: float
+) -> float:
+    """The expected time of a race of the explored deployment against the leader: both start at once, the first
+    token wins and its stream answers. Its first token is the earlier of two log-normals (``E[min]``, Margrabe's
+    exchange formula); the answer streams on the explored one as often as it starts first."""
+    s_e = explored.expected(now, explored_prior).spread[0]
+    s_l = leader.expected(now, leader_prior).spread[0]
+    sigma = math.sqrt(s_e * s_e + s_l * s_l)
+    stream_e, stream_l = e.time_s - e.ttft_s, lead.time_s - lead.ttft_s
+    if sigma <= 0.0 or e.ttft_s <= 0.0 or lead.ttft_s <= 0.0:
+        return lead.time_s if e.s_per_token <= lead.s_per_token else math.inf  # no spread: by speed alone
+    d1 = (math.log(lead.ttft_s / e.ttft_s) + sigma * sigma / 2) / sigma
+    first_token = lead.ttft_s * _NORMAL.cdf(-d1) + e.ttft_s * _NORMAL.cdf(d1 - sigma)
+    # Medians' log difference over the spread: the chance the explored one's first token comes first.
+    explored_first = _NORMAL.cdf((math.log(lead.ttft_s) - s_l * s_l / 2 - math.log(e.ttft_s) + s_e * s_e / 2) / sigma)
+    return first_token + stream_l + explored_first * (stream_e - stream_l)
+
+
+def look_cost(e: Cost, lead: Cost, weights: Weights, race_s: float | None) -> float:
+    """What a look adds to this request's score: both attempts billed where the leader's alone was, and for a race
+    (``race_s``, its expected time) the time against the leader's alone."""
+    epsilon = max(e.money_usd, lead.money_usd) * 0.01 + 1e-12
+    cost = weights.price * math.log2((lead.money_usd + e.money_usd + epsilon) / (lead.money_usd + epsilon))
+    if race_s is not None and race_s > 0.0 and lead.time_s > 0.0:
+        cost += weights.time * math.log2(race_s / lead.time_s)
+    return cost
+
+
+def worth(
+    belief: Belief,
+    prior: Prior,
+    deployment: DeploymentConfig,
+    lead: Cost,
+    shape: Shape,
+    weights: Weights,
+    now: float,
+    rng: random.Random,
+    pace: float,
+) -> float:
+    """What a look at ``deployment`` is worth, in the policy's score summed over the requests it informs (``pace``
+    streamed requests a second): the sharpened level's gain over its news time, the found change's over the level's
+    lifetime."""
+    _, stayed, changed = gains(belief, prior, deployment, lead, shape, weights, now, rng)
+    return pace * (stayed * news_s(belief, prior, now) + changed * HAZARD_S)
