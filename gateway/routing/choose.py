@@ -36,7 +36,7 @@ from gateway.routing.belief import Belief
 from gateway.routing.belief_look import gain as look_gain
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
 from gateway.routing.priors import MEMORY, Prior
-from gateway.routing.worth import look_cost, race_time
+from gateway.routing.worth import look_cost, news_in_s, race_time
 from gateway.routing.worth import worth as look_worth
 
 RACE_BUDGET = 0.10
@@ -181,11 +181,11 @@ def choose(
     def net(i: int) -> tuple[float, float]:
         """With the pace known, a look's worth less its cost (``gateway.routing.worth``). Before (a model's first
         stream): where it may teach most (a stale belief's chance of a change included), and soonest against
-        traffic, which tells of a deployment it serves a moment later anyway (``_news_in_s``); where the gain's
+        traffic, which tells of a deployment it serves a moment later anyway (``worth.news_in_s``); where the gain's
         draws found nothing anywhere, the one traffic would tell of last."""
         o = options[i]
         if pace is None:
-            news = _news_in_s(o.belief, now)
+            news = news_in_s(o.belief, now)
             return gain(o, means[leader], shape, weights, now, rng) * news, news
         if not o.belief.answers:
             return math.inf, 0.0
@@ -201,16 +201,6 @@ def choose(
         rest = [i for i in _first(leader, ranked) if i != first]
         return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
-
-
-def _news_in_s(belief: Belief, now: float) -> float:
-    """How long until traffic would tell of a deployment: the time a look tells it sooner. As long as it has gone
-    unheard, and as long as between its last two answers: one answered once after a long silence (a look's answer,
-    the first after an outage) is not heard again soon because it was heard just now, while one serving requests
-    is heard within moments."""
-    if belief.heard_at is None:
-        return 1e6
-    return max(now - belief.heard_at, belief.gap_s or 0.0, 1e-3)
 
 
 def mean_costs(options: Sequence[Option], shape: Shape, weights: Weights, now: float) -> list[Cost]:

@@ -10,7 +10,10 @@ paid for. It is worth the requests its answer informs times what it may teach ea
   ``DRIFT`` a second and by the hazard's share of a landing (its variance and its distance², once every
   ``HAZARD_S``);
 - **a level changed since** (the hazard's branch): where the answer finds it better than the leader, the request
-  finds a new leader, and that find serves every request until the next change: ``HAZARD_S`` on average.
+  finds a new leader. The find is worth the requests it serves that would not have been served by it otherwise: not
+  the new level's whole life (``HAZARD_S`` on average: counted so, every look pays at any real pace), but the time
+  by which this look finds it sooner than the next would (``news_in_s``: as long as the deployment went unheard,
+  or between its last two answers, the interval at which looks and traffic reach it), at most that life.
 
 The requests informed are the model's pace of streamed requests times those horizons. A look's cost (``look_cost``)
 is what it adds to this request by the policy's score: the look's bill beside the leader's, and for a race the time it
@@ -94,7 +97,17 @@ def worth(
     pace: float,
 ) -> float:
     """What a look at ``deployment`` is worth, in the policy's score summed over the requests it informs (``pace``
-    streamed requests a second): the sharpened level's gain over its news time, the found change's over the level's
-    lifetime."""
+    streamed requests a second): the sharpened level's gain over its news time, the found change's over the time it
+    is found sooner."""
     _, stayed, changed = gains(belief, prior, deployment, lead, shape, weights, now, rng)
-    return pace * (stayed * news_s(belief, prior, now) + changed * HAZARD_S)
+    return pace * (stayed * news_s(belief, prior, now) + changed * min(HAZARD_S, news_in_s(belief, now)))
+
+
+def news_in_s(belief: Belief, now: float) -> float:
+    """How long until traffic would tell of a deployment: the time a look tells it sooner. As long as it has gone
+    unheard, and as long as between its last two answers: one answered once after a long silence (a look's answer,
+    the first after an outage) is not heard again soon because it was heard just now, while one serving requests
+    is heard within moments."""
+    if belief.heard_at is None:
+        return 1e6
+    return max(now - belief.heard_at, belief.gap_s or 0.0, 1e-3)
