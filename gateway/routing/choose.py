@@ -99,6 +99,7 @@ class Budget:
     tokens: dict[str, float] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)
     gap_s: dict[str, float] = field(default_factory=dict)
+    gaps: dict[str, int] = field(default_factory=dict)
 
     def credit(self, model: str, now: float | None = None) -> None:
         self.tokens[model] = min(self.burst, self.tokens.get(model, 1.0) + RACE_BUDGET)
@@ -106,9 +107,10 @@ class Budget:
             return
         last = self.last.get(model)
         self.last[model] = now
-        if last is not None:
-            gap = self.gap_s.get(model)
-            self.gap_s[model] = now - last if gap is None else gap + (now - last - gap) / MEMORY
+        if last is not None:  # the mean of the gaps so far, then of about the last ``MEMORY``
+            n = self.gaps[model] = self.gaps.get(model, 0) + 1
+            gap = self.gap_s.get(model, 0.0)
+            self.gap_s[model] = gap + (now - last - gap) / min(n, MEMORY)
 
     def pace(self, model: str) -> float | None:
         """Streamed requests a second, None until a gap between two of them is known."""
