@@ -10,10 +10,10 @@ import pytest
 
 from gateway.routing.belief import HAZARD_S, Belief
 from gateway.routing.belief_runs import mix
-from gateway.routing.choose import RACE_BUDGET, Budget, Option, choose, mean_costs
+from gateway.routing.choose import Budget, Option, choose, mean_costs
 from gateway.routing.cost import Shape, cost
 from gateway.routing.priors import DRIFT, MEMORY, Prior, pooled
-from gateway.routing.worth import look_cost, news_in_s, news_s, race_time, worth
+from gateway.routing.worth import Race, drained_usd, look_cost, news_in_s, news_s, race_time, worth
 from tests.test_routing_choose import WEIGHTS, _deployments, _measured
 
 
@@ -48,18 +48,37 @@ def test_news_lasts_longer_for_a_thin_or_stale_belief_than_a_well_measured_fresh
     assert news_s(Belief(), prior, 100.0) == HAZARD_S
 
 
-def test_a_look_costs_its_bill_beside_the_leaders_and_a_race_its_time() -> None:
+def test_a_drained_attempt_is_billed_its_prompt_and_what_the_drain_reads() -> None:
+    deployment = _deployments(1)[0]
+    whole = cost(_measured(0.4, 200.0).expected(100.0), deployment, Shape(20, 256), WEIGHTS)
+    per_token = deployment.price_out / 1e6
+    assert drained_usd(whole, deployment, Shape(20, 256)) == pytest.approx(whole.money_usd - (256 - 64) * per_token)
+    slow = whole._replace(s_per_token=1.0)  # a token a second: five seconds of its stream are read
+    assert drained_usd(slow, deployment, Shape(20, 256)) == pytest.approx(whole.money_usd - (256 - 6) * per_token)
+    short = cost(_measured(0.4, 200.0).expected(100.0), deployment, Shape(20, 30), WEIGHTS)
+    assert drained_usd(short, deployment, Shape(20, 30)) == short.money_usd
+
+
+def test_a_look_costs_its_drained_bill_beside_the_leaders_and_a_race_its_time() -> None:
     shape = Shape(20, 256)
-    lead, same = (
-        cost(b.expected(100.0), d, shape, WEIGHTS)
-        for b, d in zip([_measured(0.4, 200.0), _measured(0.5, 180.0)], _deployments(2), strict=True)
+    deployments = _deployments(2)
+    beliefs = [_measured(0.4, 200.0), _measured(0.5, 180.0)]
+    lead, same = (cost(b.expected(100.0), d, shape, WEIGHTS) for b, d in zip(beliefs, deployments, strict=True))
+    drained = drained_usd(same, deployments[1], shape)
+    shadow = look_cost(same, lead, drained, drained, WEIGHTS, None)
+    assert shadow == pytest.approx(WEIGHTS.price * math.log2(1 + drained / lead.money_usd), rel=0.02)
+    assert shadow < 0.5 * WEIGHTS.price  # a quarter of the answer read, not all of it
+    dear = same._replace(money_usd=2 * same.money_usd)
+    assert look_cost(dear, lead, 2 * drained, drained, WEIGHTS, None) == pytest.approx(
+        WEIGHTS.price * math.log2(1 + 2 * drained / lead.money_usd), rel=0.02
     )
-    assert look_cost(same, lead, WEIGHTS, None) == pytest.approx(WEIGHTS.price, rel=0.02)  # the bill doubled
-    dear = same._replace(money_usd=2 * lead.money_usd)
-    assert look_cost(dear, lead, WEIGHTS, None) == pytest.approx(WEIGHTS.price * math.log2(3), rel=0.02)
-    saved = look_cost(same, lead, WEIGHTS, 0.8 * lead.time_s)
-    assert saved == pytest.approx(look_cost(same, lead, WEIGHTS, None) + WEIGHTS.time * math.log2(0.8))
-    assert look_cost(same, lead, replace(WEIGHTS, price=0.0), None) == 0.0
+    # A race the explored one wins half the time: half its answer and the leader's drain, half its own drain.
+    race = Race(0.8 * lead.time_s, 0.5)
+    extra = 0.5 * (same.money_usd + drained - lead.money_usd) + 0.5 * drained
+    assert look_cost(same, lead, drained, drained, WEIGHTS, race) == pytest.approx(
+        WEIGHTS.price * math.log2(1 + extra / lead.money_usd) + WEIGHTS.time * math.log2(0.8), rel=0.02
+    )
+    assert look_cost(same, lead, drained, drained, replace(WEIGHTS, price=0.0), None) == 0.0
 
 
 def test_a_races_time_is_the_earlier_first_token_and_the_winners_stream() -> None:
@@ -68,7 +87,7 @@ def test_a_races_time_is_the_earlier_first_token_and_the_winners_stream() -> Non
     beliefs = [_measured(0.5, 200.0, sigma=0.5), _measured(0.4, 150.0, sigma=0.5)]
     options = [Option(d, b, Prior()) for d, b in zip(_deployments(2), beliefs, strict=True)]
     lead, e = mean_costs(options, shape, WEIGHTS, 100.0)
-    want = race_time(beliefs[1], Prior(), beliefs[0], Prior(), e, lead, 100.0)
+    want = race_time(beliefs[1], Prior(), beliefs[0], Prior(), e, lead, 100.0).time_s
     s_e, s_l = beliefs[1].expected(100.0, Prior()).spread[0], beliefs[0].expected(100.0, Prior()).spread[0]
     rng, total, n = random.Random(7), 0.0, 200_000
     for _ in range(n):
@@ -104,14 +123,27 @@ def _looks_over(options: list[Option], requests: int, pace: float, start: float)
     return looks
 
 
-def test_a_settled_pair_heard_a_moment_ago_is_not_looked_at_the_budgets_share() -> None:
-    """Two near-equal deployments, both heard just now, at twenty requests a second: a change since is unlikely and
-    a look would find it only as much sooner than the next (``news_in_s``), so no look pays its bill over two
-    seconds, where the budget alone would look at a tenth of them. The first stream looks as the budget does: no
-    pace is known yet."""
-    options = _pooled([_measured(0.4, 200.0, n=200), _measured(0.42, 195.0, n=200)], 100.0)
-    looks = _looks_over(options, 40, 20.0, 100.0)
-    assert looks == 1 < 40 * RACE_BUDGET
+def test_a_look_at_a_settled_slower_one_pays_only_once_it_went_unheard_a_while() -> None:
+    """A well-measured deployment with a slower stream, heard half a second ago, at twenty requests a second: a
+    change since is unlikely and would be found only as much sooner as the next look would find it (``news_in_s``),
+    so a look (a shadow) is worth less than its drained bill; ten seconds unheard, it pays. Counted over the level's
+    whole life instead, the look would pay at once."""
+    options = _pooled([_measured(0.6, 250.0, n=200), _measured(0.3, 60.0, n=200)], 100.0)
+    shape, (lead, slow) = Shape(20, 256), options
+    means = mean_costs(options, shape, WEIGHTS, 100.0)
+    drained = drained_usd(means[1], slow.deployment, shape), drained_usd(means[0], lead.deployment, shape)
+    bill = look_cost(means[1], means[0], *drained, WEIGHTS, None)
+
+    def worth_at(now: float) -> float:
+        costs = mean_costs(options, shape, WEIGHTS, now)
+        draws = [
+            worth(slow.belief, slow.prior, slow.deployment, costs[0], shape, WEIGHTS, now, random.Random(seed), 20.0)
+            for seed in range(40)
+        ]
+        return sum(draws) / len(draws)
+
+    assert worth_at(100.5) < 0.5 * bill
+    assert worth_at(110.0) > bill
 
 
 def test_a_deployment_unheard_for_long_is_looked_at() -> None:

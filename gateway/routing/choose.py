@@ -36,7 +36,7 @@ from gateway.routing.belief import Belief
 from gateway.routing.belief_look import gain as look_gain
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
 from gateway.routing.priors import MEMORY, Prior
-from gateway.routing.worth import look_cost, news_in_s, race_time
+from gateway.routing.worth import Race, drained_usd, look_cost, news_in_s, race_time
 from gateway.routing.worth import worth as look_worth
 
 RACE_BUDGET = 0.10
@@ -172,13 +172,13 @@ def choose(
     pace = budget.pace(model)
     lead = options[leader]
 
-    def race_s(i: int) -> float | None:
-        """The race's expected time where the look is a race (never measured, or racing costs no time), else None."""
+    def race_s(i: int) -> Race | None:
+        """The race where the look is a race (never measured, or racing costs no time), else None (a shadow)."""
         o = options[i]
         if not o.belief.answers:
-            return means[leader].time_s
-        taken = race_time(o.belief, o.prior, lead.belief, lead.prior, means[i], means[leader], now)
-        return taken if taken <= means[leader].time_s else None
+            return Race(means[leader].time_s, 0.5)
+        race = race_time(o.belief, o.prior, lead.belief, lead.prior, means[i], means[leader], now)
+        return race if race.time_s <= means[leader].time_s else None
 
     def net(i: int) -> tuple[float, float]:
         """With the pace known, a look's worth less its cost (``gateway.routing.worth``). Before (a model's first
@@ -192,7 +192,9 @@ def choose(
         if not o.belief.answers:
             return math.inf, 0.0
         value = look_worth(o.belief, o.prior, o.deployment, means[leader], shape, weights, now, rng, pace)
-        return value - look_cost(means[i], means[leader], weights, race_s(i)), 0.0
+        e_drained = drained_usd(means[i], o.deployment, shape)
+        lead_drained = drained_usd(means[leader], lead.deployment, shape)
+        return value - look_cost(means[i], means[leader], e_drained, lead_drained, weights, race_s(i)), 0.0
 
     nets = {i: net(i) for i in ranked if i != leader}
     first = max(nets, key=nets.__getitem__)

@@ -16,8 +16,9 @@ paid for. It is worth the requests its answer informs times what it may teach ea
   or between its last two answers, the interval at which looks and traffic reach it), at most that life.
 
 The requests informed are the model's pace of streamed requests times those horizons. A look's cost (``look_cost``)
-is what it adds to this request by the policy's score: the look's bill beside the leader's, and for a race the time it
-saves or loses (``race_time``). A look is taken where its worth exceeds its cost; ``RACE_BUDGET`` stays its bound.
+is what it adds to this request by the policy's score: the look's bill beside the leader's (the attempt that does not
+answer is drained: read to ``DRAIN_EVENTS``, not to the end), and for a race the time it saves or loses
+(``race_time``). A look is taken where its worth exceeds its cost; ``RACE_BUDGET`` stays its bound.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import math
 import random
 from statistics import NormalDist
+from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.routing.belief import HAZARD_S, Belief
@@ -34,6 +36,10 @@ from gateway.routing.cost import Cost, Shape, Weights
 from gateway.routing.priors import DRIFT, Prior
 
 _NORMAL = NormalDist()
+DRAIN_EVENTS = 64
+"""Events read from a drained loser (most providers send a token or two per event): enough for its tokens/s."""
+DRAIN_MAX_S = 5.0
+"""At most this long past its first token: a slow streamer measured over a few seconds is measured."""
 
 
 def news_s(belief: Belief, prior: Prior, now: float) -> float:
@@ -56,32 +62,52 @@ def news_s(belief: Belief, prior: Prior, now: float) -> float:
     return longest
 
 
+class Race(NamedTuple):
+    """A race's expected time, and the chance the explored deployment's first token wins it."""
+
+    time_s: float
+    explored_first: float
+
+
 def race_time(
     explored: Belief, explored_prior: Prior, leader: Belief, leader_prior: Prior, e: Cost, lead: Cost, now: float
-) -> float:
-    """The expected time of a race of the explored deployment against the leader: both start at once, the first
-    token wins and its stream answers. Its first token is the earlier of two log-normals (``E[min]``, Margrabe's
-    exchange formula); the answer streams on the explored one as often as it starts first."""
+) -> Race:
+    """The race of the explored deployment against the leader: both start at once, the first token wins and its
+    stream answers. Its first token is the earlier of two log-normals (``E[min]``, Margrabe's exchange formula); the
+    answer streams on the explored one as often as it starts first."""
     s_e = explored.expected(now, explored_prior).spread[0]
     s_l = leader.expected(now, leader_prior).spread[0]
     sigma = math.sqrt(s_e * s_e + s_l * s_l)
     stream_e, stream_l = e.time_s - e.ttft_s, lead.time_s - lead.ttft_s
-    if sigma <= 0.0 or e.ttft_s <= 0.0 or lead.ttft_s <= 0.0:
-        return lead.time_s if e.s_per_token <= lead.s_per_token else math.inf  # no spread: by speed alone
+    if sigma <= 0.0 or e.ttft_s <= 0.0 or lead.ttft_s <= 0.0:  # no spread: by speed alone
+        return Race(lead.time_s, 0.5) if e.s_per_token <= lead.s_per_token else Race(math.inf, 0.5)
     d1 = (math.log(lead.ttft_s / e.ttft_s) + sigma * sigma / 2) / sigma
     first_token = lead.ttft_s * _NORMAL.cdf(-d1) + e.ttft_s * _NORMAL.cdf(d1 - sigma)
     # Medians' log difference over the spread: the chance the explored one's first token comes first.
     explored_first = _NORMAL.cdf((math.log(lead.ttft_s) - s_l * s_l / 2 - math.log(e.ttft_s) + s_e * s_e / 2) / sigma)
-    return first_token + stream_l + explored_first * (stream_e - stream_l)
+    return Race(first_token + stream_l + explored_first * (stream_e - stream_l), explored_first)
 
 
-def look_cost(e: Cost, lead: Cost, weights: Weights, race_s: float | None) -> float:
-    """What a look adds to this request's score: both attempts billed where the leader's alone was, and for a race
-    (``race_s``, its expected time) the time against the leader's alone."""
+def drained_usd(c: Cost, deployment: DeploymentConfig, shape: Shape) -> float:
+    """What an attempt drained beside the answer is billed: its prompt, and the tokens read before the drain stops
+    (``DRAIN_EVENTS``, or ``DRAIN_MAX_S`` of its stream at ``c``'s speed), not the whole answer."""
+    read = min(shape.output_tokens, DRAIN_EVENTS, 1 + DRAIN_MAX_S / max(c.s_per_token, 1e-9))
+    return c.money_usd - (shape.output_tokens - read) * deployment.price_out / 1e6
+
+
+def look_cost(e: Cost, lead: Cost, e_drained: float, lead_drained: float, weights: Weights, race: Race | None) -> float:
+    """What a look adds to this request's score: a shadow's drained bill beside the leader's answer; a race's, the
+    winner's answer and the loser's drained bill (the explored one answering as often as its first token wins), and
+    its time against the leader's alone."""
+    if race is None:
+        extra = e_drained
+    else:
+        q = race.explored_first
+        extra = q * (e.money_usd + lead_drained - lead.money_usd) + (1 - q) * e_drained
     epsilon = max(e.money_usd, lead.money_usd) * 0.01 + 1e-12
-    cost = weights.price * math.log2((lead.money_usd + e.money_usd + epsilon) / (lead.money_usd + epsilon))
-    if race_s is not None and race_s > 0.0 and lead.time_s > 0.0:
-        cost += weights.time * math.log2(race_s / lead.time_s)
+    cost = weights.price * math.log2((lead.money_usd + extra + epsilon) / (lead.money_usd + epsilon))
+    if race is not None and race.time_s > 0.0 and lead.time_s > 0.0:
+        cost += weights.time * math.log2(race.time_s / lead.time_s)
     return cost
 
 
