@@ -83,6 +83,7 @@ MODULES = (
     "gateway.routing.priors",
     "gateway.routing.choose",
     "gateway.routing.belief_look",
+    "gateway.routing.worth",
     "gateway.access_numbers",
 )
 """What is compiled: the routers (measured and belief) and what their plans and ``attempt_finished`` call per request,

@@ -39,11 +39,8 @@ from gateway.relay.budget import AttemptBudget
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate
+from gateway.routing.worth import DRAIN_EVENTS, DRAIN_MAX_S  # what a look's cost counts a drain to read
 
-DRAIN_EVENTS = 64
-"""Events read from a drained loser (most providers send a token or two per event): enough for its tokens/s."""
-DRAIN_MAX_S = 5.0
-"""At most this long past its first token: a slow streamer measured over a few seconds is measured."""
 LOSER_HOLD_RATIO = 4.0
 """A drained loser waits for its first token at most this many times what it had waited when the race was decided
 (about the winner's first token): four times slower has lost clearly, whatever its exact first token."""

@@ -118,6 +118,22 @@ def gain(
     rng: random.Random,
 ) -> float:
     """What one look at ``deployment`` (its ``belief`` and ``prior``) may teach against the ``leader``'s cost."""
+    return gains(belief, prior, deployment, leader, shape, weights, now, rng)[0]
+
+
+def gains(
+    belief: Belief,
+    prior: Prior,
+    deployment: DeploymentConfig,
+    leader: Cost,
+    shape: Shape,
+    weights: Weights,
+    now: float,
+    rng: random.Random,
+) -> tuple[float, float, float]:
+    """``gain``, then its two parts: what the draws of the level as heard (stayed, drifted) add, and what those of a
+    level changed since add (the branch where a look finds a new level, ``gateway.routing.worth``). The whole is
+    summed as ``gain`` always was (draw by draw), so its float is the same."""
     changed_runs = belief._new_runs(prior)
     spread = belief.spread()
     spread2 = [s * s for s in spread]
@@ -140,7 +156,7 @@ def gain(
     kept = state["gauss_next"]
     carrying = kept is not None
     carry = float(kept) if carrying else 0.0
-    total = 0.0
+    total = stayed_total = changed_total = 0.0
     for k in range(GAIN_DRAWS):
         # Half the draws from each branch, weighted by its chance: rare changes are not missed.
         if k % 2:
@@ -185,9 +201,14 @@ def gain(
         theirs += lead_price
         mine += w_failure * log2(1.0 / (max(1.0 - failure, 0.01) * valid_term))
         theirs += lead_failure
-        total += max(0.0, theirs - mine) * chance
+        improvement = max(0.0, theirs - mine) * chance
+        total += improvement
+        if k % 2:
+            changed_total += improvement
+        else:
+            stayed_total += improvement
     state["gauss_next"] = carry if carrying else None
-    return 2 * total / GAIN_DRAWS
+    return 2 * total / GAIN_DRAWS, 2 * stayed_total / GAIN_DRAWS, 2 * changed_total / GAIN_DRAWS
 
 
 def _normal_pair(uniform: Callable[[], float]) -> tuple[float, float]:

@@ -133,7 +133,7 @@ class BeliefRouter:
         counts.requests += 1
         steered = preferences.steers
         if request.stream and not steered:
-            self.budget.credit(model.name)
+            self.budget.credit(model.name, now)
         if request.stream and policy.hedging:
             self.state.hedges.credit(model.name, policy.hedge_budget)
         # ``explore_share = 0``: no look, no draw; only a stream's cold start (and its race) remains.

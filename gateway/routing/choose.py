@@ -35,7 +35,9 @@ from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief
 from gateway.routing.belief_look import gain as look_gain
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
-from gateway.routing.priors import Prior
+from gateway.routing.priors import MEMORY, Prior
+from gateway.routing.worth import Race, drained_usd, look_cost, news_in_s, race_time
+from gateway.routing.worth import worth as look_worth
 
 RACE_BUDGET = 0.10
 """Share of streamed requests that may carry one extra attempt to look at another deployment (a race or a shadow)."""
@@ -89,13 +91,31 @@ class Counts:
 
 @dataclass
 class Budget:
-    """A token bucket per model: each streamed request adds ``RACE_BUDGET``, each race or shadow spends one."""
+    """A token bucket per model: each streamed request adds ``RACE_BUDGET``, each race or shadow spends one. Beside
+    it, the model's pace of streamed requests (the mean gap over about ``MEMORY`` of them): how many requests a
+    look's answer informs (``gateway.routing.worth``)."""
 
     burst: float = 2.0
     tokens: dict[str, float] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+    gap_s: dict[str, float] = field(default_factory=dict)
+    gaps: dict[str, int] = field(default_factory=dict)
 
-    def credit(self, model: str) -> None:
+    def credit(self, model: str, now: float | None = None) -> None:
         self.tokens[model] = min(self.burst, self.tokens.get(model, 1.0) + RACE_BUDGET)
+        if now is None:
+            return
+        last = self.last.get(model)
+        self.last[model] = now
+        if last is not None:  # the mean of the gaps so far, then of about the last ``MEMORY``
+            n = self.gaps[model] = self.gaps.get(model, 0) + 1
+            gap = self.gap_s.get(model, 0.0)
+            self.gap_s[model] = gap + (now - last - gap) / min(n, MEMORY)
+
+    def pace(self, model: str) -> float | None:
+        """Streamed requests a second, None until a gap between two of them is known."""
+        gap = self.gap_s.get(model)
+        return 1.0 / gap if gap else None
 
     def ready(self, model: str) -> bool:
         return self.tokens.get(model, 1.0) >= 1.0
@@ -147,33 +167,44 @@ def choose(
     if not may_race:
         first = order[0]  # not a stream: the draw goes first (Thompson sampling)
         return Choice(_first(first, ranked), tuple(means), explored=first != leader)
-    if budget is None or len(options) < 2 or not budget.take(model):
+    if budget is None or len(options) < 2 or not budget.ready(model):
         return Choice(_first(leader, ranked), tuple(means))
+    pace = budget.pace(model)
+    lead = options[leader]
 
-    # A look, beside the leader: where it may teach most (a stale belief's chance of a change included), and
-    # soonest against traffic, which tells of a deployment it serves a moment later anyway (``_news_in_s``). Where
-    # the gain's draws found nothing anywhere, the one traffic would tell of last.
-    def worth(i: int) -> tuple[float, float]:
-        news = _news_in_s(options[i].belief, now)
-        return gain(options[i], means[leader], shape, weights, now, rng) * news, news
+    def race_s(i: int) -> Race | None:
+        """The race where the look is a race (never measured, or racing costs no time), else None (a shadow)."""
+        o = options[i]
+        if not o.belief.answers:
+            return Race(means[leader].time_s, 0.5)
+        race = race_time(o.belief, o.prior, lead.belief, lead.prior, means[i], means[leader], now)
+        return race if race.time_s <= means[leader].time_s else None
 
-    first = max((i for i in ranked if i != leader), key=worth)
-    if not options[first].belief.answers or _race_helps(
-        options[first], options[leader], means[first], means[leader], now
-    ):
+    def net(i: int) -> tuple[float, float]:
+        """With the pace known, a look's worth less its cost (``gateway.routing.worth``). Before (a model's first
+        stream): where it may teach most (a stale belief's chance of a change included), and soonest against
+        traffic, which tells of a deployment it serves a moment later anyway (``worth.news_in_s``); where the gain's
+        draws found nothing anywhere, the one traffic would tell of last."""
+        o = options[i]
+        if pace is None:
+            news = news_in_s(o.belief, now)
+            return gain(o, means[leader], shape, weights, now, rng) * news, news
+        if not o.belief.answers:
+            return math.inf, 0.0
+        value = look_worth(o.belief, o.prior, o.deployment, means[leader], shape, weights, now, rng, pace)
+        e_drained = drained_usd(means[i], o.deployment, shape)
+        lead_drained = drained_usd(means[leader], lead.deployment, shape)
+        return value - look_cost(means[i], means[leader], e_drained, lead_drained, weights, race_s(i)), 0.0
+
+    nets = {i: net(i) for i in ranked if i != leader}
+    first = max(nets, key=nets.__getitem__)
+    if pace is not None and nets[first][0] <= 0.0:  # no look worth its cost: the token is kept
+        return Choice(_first(leader, ranked), tuple(means))
+    budget.take(model)
+    if race_s(first) is not None:
         rest = [i for i in _first(leader, ranked) if i != first]
         return Choice((first, *rest), tuple(means), race=(first, leader), explored=True)
     return Choice(_first(leader, ranked), tuple(means), shadow=first, explored=True)
-
-
-def _news_in_s(belief: Belief, now: float) -> float:
-    """How long until traffic would tell of a deployment: the time a look tells it sooner. As long as it has gone
-    unheard, and as long as between its last two answers: one answered once after a long silence (a look's answer,
-    the first after an outage) is not heard again soon because it was heard just now, while one serving requests
-    is heard within moments."""
-    if belief.heard_at is None:
-        return 1e6
-    return max(now - belief.heard_at, belief.gap_s or 0.0, 1e-3)
 
 
 def mean_costs(options: Sequence[Option], shape: Shape, weights: Weights, now: float) -> list[Cost]:
@@ -193,24 +224,6 @@ def mean_costs(options: Sequence[Option], shape: Shape, weights: Weights, now: f
         )
         for o in options
     ]
-
-
-def _race_helps(explored: Option, leader: Option, e: Cost, lead: Cost, now: float) -> bool:
-    """Whether racing the explored deployment against the leader costs the client no time, in expectation: both
-    start at once, the first token wins and its stream answers. The race's first token is the earlier of two
-    log-normals (``E[min]``, Margrabe's exchange formula); the answer streams on the explored deployment as often as
-    it starts first. Race when the first token it saves pays for the slower stream it may hand over; else shadow."""
-    s_e = explored.belief.expected(now, explored.prior).spread[0]
-    s_l = leader.belief.expected(now, leader.prior).spread[0]
-    sigma = math.sqrt(s_e * s_e + s_l * s_l)
-    if sigma <= 0.0 or e.ttft_s <= 0.0 or lead.ttft_s <= 0.0:
-        return e.s_per_token <= lead.s_per_token
-    d1 = (math.log(lead.ttft_s / e.ttft_s) + sigma * sigma / 2) / sigma
-    first_token = lead.ttft_s * _NORMAL.cdf(-d1) + e.ttft_s * _NORMAL.cdf(d1 - sigma)
-    # Medians' log difference over the spread: the chance the explored one's first token comes first.
-    explored_first = _NORMAL.cdf((math.log(lead.ttft_s) - s_l * s_l / 2 - math.log(e.ttft_s) + s_e * s_e / 2) / sigma)
-    stream_e, stream_l = e.time_s - e.ttft_s, lead.time_s - lead.ttft_s
-    return explored_first * (stream_e - stream_l) <= lead.ttft_s - first_token
 
 
 def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: float, rng: random.Random) -> float:
