@@ -14,12 +14,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import gc
-import importlib.util
 import pickle
 import random
 import re
 import sys
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -34,22 +32,12 @@ from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
 from gateway.routing.ranking import Ranked, Ranking
 from gateway.routing.scored import Prediction, RequestShape, Scored, ScoreParts, Uncertainty
 from gateway.samples import Sample
+from tests.support.native_c import load_built_c
 
 NAME = "gateway._frozen_make"
 
 
-def _load() -> ModuleType | None:
-    """The build's C makers, whatever ``GATEWAY_NATIVE`` says (the suite runs the gateway as Python)."""
-    if native.stale() is not None:
-        return None
-    spec = importlib.util.spec_from_file_location(NAME, native.built_files(native.NATIVE_DIR)[NAME])
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MODULE = _load()
+MODULE = load_built_c(NAME)
 needs_build = pytest.mark.skipif(MODULE is None, reason="no fresh build of the C makers (gateway.native_build)")
 
 CLASSES: list[type[Any]] = [

@@ -13,12 +13,10 @@ skipped (the pure gateway never calls it).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import random
 from array import array
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -32,6 +30,7 @@ from gateway.kept_chunks import KeptChunks
 from gateway.meter import StreamMeter
 from gateway.tokens import TokenCounter, load_token_counter
 from tests.support.clock import FakeClock
+from tests.support.native_c import load_built_c
 from tests.test_meter_obfuscation import USAGE, openai_stream, padded, padding
 from tests.test_meter_template import BEFORE, RAW, TEXTS, EagerMeter, chunked, random_stream, read, stream_of
 from tests.test_meter_typed import random_event
@@ -39,18 +38,7 @@ from tests.test_meter_typed import random_event
 NAME = "gateway.dialects._chat_read"
 
 
-def _load() -> ModuleType | None:
-    """The build's C scan, whatever ``GATEWAY_NATIVE`` says (the suite runs the gateway as Python)."""
-    if native.stale() is not None:
-        return None
-    spec = importlib.util.spec_from_file_location(NAME, native.built_files(native.NATIVE_DIR)[NAME])
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MODULE = _load()
+MODULE = load_built_c(NAME)
 READ: Callable[..., Any] | None = None if MODULE is None else MODULE.read_kept
 needs_scan = pytest.mark.skipif(READ is None, reason="no fresh build of the C scan (make native)")
 
