@@ -16,7 +16,7 @@ new runs weigh more and unheard beliefs grow uncertain sooner.
 
 Everything that reads a hazard reads ``Hazard.every_s``: the change-point prior of each answer, the chance an unheard
 belief changed since (its drift to where a change lands, the failure chance's change points) and a look's horizon
-(``gateway.routing.worth``). Two floats per model, updated once per answer: no history is kept or read again.
+(``gateway.routing.worth``). Three floats per model and one per run, updated once per answer: no history is kept.
 """
 
 from __future__ import annotations
