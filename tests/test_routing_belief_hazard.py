@@ -12,9 +12,17 @@ from gateway.routing.belief import NO_PRIOR, Belief
 from gateway.routing.belief_hazard import HAZARD_PRIOR_S, HAZARD_S, Hazard
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.belief_runs import TTFT
+from gateway.routing.priors import MEMORY
 from gateway.stats import InMemoryStatsStore
 from tests.support.clock import FakeClock
 from tests.support.config import gateway_config
+
+_TAU = MEMORY * HAZARD_S
+
+
+def _watched(seconds: float) -> float:
+    """The watching ``seconds`` of it leave counted, faded (heard in one piece or many alike)."""
+    return _TAU * (1.0 - math.exp(-seconds / _TAU))
 
 
 def _answer(belief: Belief, rng: random.Random, now: float, ttft: float, tps: float = 100.0) -> None:
@@ -29,9 +37,11 @@ def test_the_prior_is_hazard_s_and_the_posterior_mean_counts_changes_over_time_w
     hazard.heard(0.0, -0.25)  # heard again at once: a change suspected on the answer before is unsaid
     hazard.heard(5.0, math.nan)
     hazard.heard(-1.0, 1.0)
-    changes = HAZARD_PRIOR_S / HAZARD_S + 1.25
+    # Each interval fades the evidence before it by e^(-w/τ) and adds τ(1 - e^(-w/τ)) of watching.
+    changes = HAZARD_PRIOR_S / HAZARD_S + 0.5 * math.exp(-50.0 / _TAU) + 1.0 - 0.25
     assert hazard.changes == pytest.approx(changes, rel=1e-12)
-    assert hazard.every_s == pytest.approx((HAZARD_PRIOR_S + 80.0) / changes, rel=1e-12)
+    assert hazard.watched_s == pytest.approx(HAZARD_PRIOR_S + _watched(80.0), rel=1e-12)
+    assert hazard.every_s == pytest.approx((HAZARD_PRIOR_S + _watched(80.0)) / changes, rel=1e-12)
 
 
 def test_deployments_where_nothing_changes_make_changes_rarer() -> None:
@@ -42,8 +52,30 @@ def test_deployments_where_nothing_changes_make_changes_rarer() -> None:
     for step in range(300):
         for belief, ttft in zip(beliefs, (0.3, 0.6, 1.2), strict=True):
             _answer(belief, rng, step + 1.0, ttft)
-    assert hazard.watched_s == pytest.approx(HAZARD_PRIOR_S + 3 * 299.0)
+    assert hazard.watched_s == pytest.approx(HAZARD_PRIOR_S + _watched(3 * 299.0), rel=1e-9)
     assert hazard.every_s > 4 * HAZARD_S
+
+
+def test_the_evidence_fades_so_a_burst_after_a_long_quiet_is_heard_within_the_memory() -> None:
+    """A model watched for a day with nothing changing, then changing once a minute: the quiet day is remembered as
+    at most ``MEMORY × HAZARD_S`` seconds of watching (a change expected at most about every that much, not every
+    day), and an hour of the burst brings the hazard to a change every two minutes or sooner. Counted forever, the
+    day would hold it at a change every twenty-five minutes after that hour, and at one a day before it."""
+    hazard = Hazard()
+    for _ in range(24 * 60):
+        hazard.heard(60.0, 0.0)
+    quiet = (HAZARD_PRIOR_S + _TAU) / (HAZARD_PRIOR_S / HAZARD_S)
+    assert hazard.every_s == pytest.approx(quiet, rel=1e-6)
+    assert hazard.every_s < 2 * MEMORY * HAZARD_S
+    for _ in range(60):
+        hazard.heard(60.0, 1.0)
+    assert hazard.every_s < 2 * HAZARD_S
+    pieces = Hazard()  # the same watching in pieces of any size counts alike
+    for w in (3.0, 40.0, 0.5, 1000.0, 17.0):
+        pieces.heard(w, 0.0)
+    whole = Hazard()
+    whole.heard(1060.5, 0.0)
+    assert pieces.watched_s == pytest.approx(whole.watched_s, rel=1e-12)
 
 
 def test_deployments_that_keep_jumping_make_changes_likelier() -> None:

@@ -14,6 +14,16 @@ them (a Student-t reads one jumped answer as a wild one). A market where nothing
 near-equal provider is looked at less often; one whose providers keep jumping makes them likelier, so each answer's
 new runs weigh more and unheard beliefs grow uncertain sooner.
 
+The evidence is a running memory, as the model's other running averages are (``priors.MEMORY``): markets move by
+the hour, and a posterior that counted every hour alike would, after a long quiet, hardly hear a burst of changes
+(looks would all but stop just when they matter). What the answers added beyond the prior (their changes, their
+watched seconds) fades exponentially in watched time, with a time constant of ``MEMORY`` changes' worth of watching
+at the prior's rate (``MEMORY × HAZARD_S`` seconds): at most that much watching is remembered, so a quiet market
+expects a change at most about every ``(HAZARD_PRIOR_S + MEMORY × HAZARD_S) / (HAZARD_PRIOR_S / HAZARD_S)``
+seconds, and a burst is heard within a part of that time. The watched seconds fade within an interval too (an
+interval of ``w`` adds ``τ(1 − e^(−w/τ))``), so one long interval and the same time heard in pieces count alike; a
+change found is counted at the answer that found it and fades from there.
+
 Everything that reads a hazard reads ``Hazard.every_s``: the change-point prior of each answer, the chance an unheard
 belief changed since (its drift to where a change lands, the failure chance's change points) and a look's horizon
 (``gateway.routing.worth``). Three floats per model and one per run, updated once per answer: no history is kept.
@@ -25,6 +35,7 @@ import math
 from dataclasses import dataclass
 
 from gateway.routing.belief_runs import Run
+from gateway.routing.priors import MEMORY
 
 HAZARD_S = 120.0
 """The prior: a provider changes (its first token or its speed jumps) about once every this many seconds."""
@@ -32,26 +43,33 @@ HAZARD_PRIOR_S = 120.0
 """How sure that prior is: as sure as watching one deployment for this many seconds (the model's deployments'
 watching adds up: three deployments heard for a minute are three minutes of it)."""
 
+_PRIOR_CHANGES = HAZARD_PRIOR_S / HAZARD_S
+_MEMORY_S = MEMORY * HAZARD_S
+"""The evidence's time constant, in seconds of watching: ``MEMORY`` changes' worth at the prior's rate."""
+
 
 @dataclass(slots=True)
 class Hazard:
     """The change rate of one model's deployments: a Gamma posterior (``changes`` its shape, ``watched_s`` its rate),
     shared by the model's beliefs and by every copy of them."""
 
-    changes: float = HAZARD_PRIOR_S / HAZARD_S
-    """The changes counted: the prior's, plus the expected changes the answers found."""
+    changes: float = _PRIOR_CHANGES
+    """The changes counted: the prior's, plus the expected changes the answers found (faded: ``heard``)."""
     watched_s: float = HAZARD_PRIOR_S
-    """The seconds of watching counted: the prior's, plus the time between each deployment's answers."""
+    """The seconds of watching counted: the prior's, plus the time between each deployment's answers (faded)."""
     every_s: float = HAZARD_S
     """A change about once every this many seconds: the posterior mean rate's inverse (kept, read per belief)."""
 
     def heard(self, watched_s: float, found: float) -> None:
         """One answer's evidence: ``watched_s`` seconds since its deployment was heard before, and ``found`` the
-        changes its history is expected to hold now less before it (less than zero where it unsaid a suspected one)."""
+        changes its history is expected to hold now less before it (less than zero where it unsaid a suspected one).
+        The evidence so far beyond the prior fades by ``watched_s`` of watching first (``_MEMORY_S``)."""
         if not (watched_s >= 0.0 and math.isfinite(found)):
             return
-        self.changes = max(self.changes + found, 1e-9)
-        self.watched_s += watched_s
+        faded = -math.expm1(-watched_s / _MEMORY_S)  # 1 - e^(-w/τ), exact for a short w
+        changes = _PRIOR_CHANGES + (self.changes - _PRIOR_CHANGES) * (1.0 - faded) + found
+        self.changes = max(changes, 1e-9)
+        self.watched_s = HAZARD_PRIOR_S + (self.watched_s - HAZARD_PRIOR_S) * (1.0 - faded) + _MEMORY_S * faded
         self.every_s = self.watched_s / self.changes
 
 
