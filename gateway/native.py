@@ -69,6 +69,7 @@ MODULES = (
     "gateway.routing.belief_attempts",
     "gateway.routing.belief_candidates",
     "gateway.routing.belief_failures",
+    "gateway.routing.belief_hazard",
     "gateway.routing.belief_noise",
     "gateway.routing.belief_others",
     "gateway.routing.belief_prefill",

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.belief import Belief
+from gateway.routing.belief_hazard import HAZARD_S
 from gateway.routing.priors import BETWEEN, Prior, pooled
 
 NO_PRIOR = Prior()
@@ -104,7 +105,7 @@ def test_uncertainty_grows_while_nothing_is_heard() -> None:
     _, stale = belief.level(now + 300.0, 0)
     assert stale > fresh
     assert belief.changed(now) < 0.01
-    assert abs(belief.changed(now + HAZARD_S) - (1 - math.exp(-1))) < 1e-9
+    assert abs(belief.changed(now + belief.hazard.every_s) - (1 - math.exp(-1))) < 1e-9
 
 
 def test_a_stale_belief_is_sometimes_drawn_from_the_prior() -> None:

@@ -13,8 +13,9 @@ import math
 import random
 from collections.abc import Sequence
 
-from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.belief import Belief
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
+from gateway.routing.belief_hazard import HAZARD_S
 from gateway.routing.belief_look import Hypothesis, branch_terms, look_terms, posterior_mean
 from gateway.routing.belief_prefill import Prefill
 from gateway.routing.belief_runs import RUNS, SPT, TTFT, Run, heaviest, mix, unborn_weigh_nothing
@@ -53,6 +54,7 @@ def _reference_observe(
     *,
     at_least: tuple[float | None, float | None] = (None, None),
     uncached_tokens: int | None = 0,
+    learn: bool = True,
 ) -> None:
     if ttft_s is not None and uncached_tokens is not None:
         fit = self.prefill or Prefill.start(math.exp(self.level(now, TTFT)[0]))
@@ -66,11 +68,14 @@ def _reference_observe(
     self._age(now, prior)
     self.reprior(prior)
     heard, runs = self.heard_at, self.runs
-    hazard = change_chance(now - heard, HAZARD_S) if heard is not None else 0.0
+    hazard = change_chance(now - heard, self.hazard.every_s) if heard is not None else 0.0
     total = sum([r.weight for r in runs])
     MET[0] += unborn_weigh_nothing(runs, self.before, self.noise, hazard, total, values, prior)
     fresh = self._new_runs(prior)
     kept = len(runs)
+    before = sum([r.weight * r.changes for r in runs]) / total if total > 0.0 else 0.0
+    for run in fresh:
+        run.changes = before + 1.0
     runs.extend(fresh)
     fits = likelihoods(runs, values, bounds, self.noise)
     stayed, changed = 1.0 - hazard, hazard * total
@@ -81,6 +86,9 @@ def _reference_observe(
         run = runs[i]
         run.born = now
         run.weight = changed * run.weight * fits[i]
+    weights = sum([r.weight for r in runs])
+    if learn and heard is not None and 0.0 < weights < math.inf:  # the changes expected now, less before
+        self.hazard.heard(now - heard, sum([r.weight * r.changes for r in runs]) / weights - before)
     levels = (chances, runs, heaviest(runs))
     scattered = 0.0 if self.plan_copy else hazard
     hear_both(self.scatters, (self.noise, self.spread2), levels, (values, bounds), prior, scattered, 0.0)
@@ -96,7 +104,7 @@ def _reference_observe(
 
 def _copy(belief: Belief) -> Belief:
     return Belief(
-        [Run(r.weight, r.mean[:], r.var[:], r.born) for r in belief.runs],
+        [Run(r.weight, r.mean[:], r.var[:], r.born, r.changes) for r in belief.runs],
         belief.heard_at,
         list(belief.noise),
         [[collapsed(scatters)] for scatters in belief.scatters],
@@ -110,6 +118,7 @@ def _copy(belief: Belief) -> Belief:
         belief.gap_s,
         belief.spread_prior,
         True,
+        belief.hazard,
     )
 
 
@@ -127,9 +136,9 @@ def _reference_bounded(
         ttft_at_least * math.exp(-self.spread2[TTFT]) if ttft_at_least is not None else None,
         spt_at_least * math.exp(-self.spread2[SPT]) if spt_at_least is not None else None,
     )
-    _reference_observe(copy, now, prior, at_least=bounds)
+    _reference_observe(copy, now, prior, at_least=bounds, learn=False)
     for ttft_s, s_per_token in streaming:
-        _reference_observe(copy, now, prior, ttft_s, s_per_token, uncached_tokens=None)
+        _reference_observe(copy, now, prior, ttft_s, s_per_token, uncached_tokens=None, learn=False)
     copy.heard_at = heard if heard is not None else copy.heard_at
     copy.gap_s = self.gap_s
     return copy

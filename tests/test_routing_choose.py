@@ -9,7 +9,8 @@ import pytest
 
 from gateway.config import DeploymentConfig, parse_config
 from gateway.policies import BUILTIN_POLICIES
-from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.belief import Belief
+from gateway.routing.belief_hazard import HAZARD_S
 from gateway.routing.belief_look import branch_terms, posterior_mean
 from gateway.routing.choose import (
     COLD_RACE,

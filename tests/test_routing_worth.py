@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.belief import Belief
+from gateway.routing.belief_hazard import HAZARD_S
 from gateway.routing.belief_runs import mix
 from gateway.routing.choose import Budget, Option, choose, mean_costs
 from gateway.routing.cost import Shape, cost
@@ -35,7 +36,7 @@ def test_news_is_the_variance_an_answer_takes_off_over_the_rate_it_grows_back() 
         landing, landing_var = mix(belief._new_runs(prior), metric)
         distance2 = (belief.level(100.0, metric)[0] - landing) ** 2
         taken = v * v / (v + belief.spread2[metric])
-        expected = max(expected, taken / (DRIFT + (landing_var + distance2) / HAZARD_S))
+        expected = max(expected, taken / (DRIFT + (landing_var + distance2) / belief.hazard.every_s))
     assert news_s(belief, prior, 100.0) == pytest.approx(expected, rel=1e-12)
 
 

@@ -2,25 +2,21 @@
 
 The model, in one pass:
 
-- A deployment's answers are log-normal: ``log ttft`` and ``log seconds-per-token`` are its
-  current level plus noise of a spread ``s`` (the deployment's own, learned, starting from
-  ``SPREAD``, with change points of its own: ``gateway.routing.belief_scatter``). First token
-  and speed come as a pair from one answer and are judged together.
-- The level moves in two ways. It drifts: while nothing is heard, the level's variance grows by
-  ``DRIFT`` per second, so an estimate nobody refreshed becomes uncertain again and a draw from
-  it (``gateway.routing.choose``) sometimes favours it. And it jumps: a provider changes about
-  once every ``HAZARD_S`` seconds. Jumps are found by Bayesian online change-point detection: a
-  few run-length hypotheses ("the level has been the same since answer k"), each with its own
-  normal posterior on the level, weighted by how well it predicted each answer under a
-  Student-t (``TAIL_NU`` degrees of freedom) so one wild answer neither triggers a change nor
-  drags the level far. A new run starts from the prior.
-- The prior is pooled from the model's other deployments (their levels' mean, widened by their
-  spread), counting as ``PRIOR_WEIGHT`` answers' worth of certainty at most. Other replicas'
-  answers are not a prior: each is heard as an answer, at the time it ended
-  (``gateway.routing.belief_others``).
-- Censored evidence is one rule: "the value is at least t" (a race lost, an attempt overdue, a
-  stream slower than believed). Each hypothesis is weighted by the probability it gave that
-  and its posterior is moment-matched to the truncated likelihood.
+- A deployment's answers are log-normal: ``log ttft`` and ``log seconds-per-token`` are its current level plus noise
+  of a spread ``s`` (the deployment's own, learned, starting from ``SPREAD``, with change points of its own:
+  ``gateway.routing.belief_scatter``). First token and speed come as a pair from one answer and are judged together.
+- The level moves in two ways. It drifts: while nothing is heard, the level's variance grows by ``DRIFT`` per second,
+  so an estimate nobody refreshed becomes uncertain again and a draw from it (``gateway.routing.choose``) sometimes
+  favours it. And it jumps: a provider changes about once every ``Hazard.every_s`` seconds, learned per model
+  (``gateway.routing.belief_hazard``). Jumps are found by Bayesian online change-point detection: a few run-length
+  hypotheses ("the level has been the same since answer k"), each with its own normal posterior on the level,
+  weighted by how well it predicted each answer under a Student-t (``TAIL_NU`` degrees of freedom) so one wild answer
+  neither triggers a change nor drags the level far. A new run starts from the prior.
+- The prior is pooled from the model's other deployments (their levels' mean, widened by their spread), counting as
+  ``PRIOR_WEIGHT`` answers' worth of certainty at most. Other replicas' answers are not a prior: each is heard as an
+  answer, at the time it ended (``gateway.routing.belief_others``).
+- Censored evidence is one rule: "the value is at least t" (a race lost, an attempt overdue, a stream slower than
+  believed). Each hypothesis is weighted by the probability it gave that; its posterior is moment-matched to it.
 - Prefill is a small regression beside it (``gateway.routing.belief_prefill``): first token = base + uncached
   prompt tokens × seconds per prompt token; the base is what the level describes, and it hears an answer's base
   through the slope's uncertainty besides the answers' noise (a cold prompt's at an unlearned slope tells little).
@@ -36,6 +32,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
+from gateway.routing.belief_hazard import Hazard, born_after, found
 from gateway.routing.belief_noise import Scatter
 from gateway.routing.belief_prefill import SLOPE, Prefill, at_most_its_answer
 from gateway.routing.belief_runs import (
@@ -57,11 +54,8 @@ from gateway.routing.draws import Draw, Sampling, new_tuple, sample
 from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, update_all
 
-HAZARD_S = 120.0
-"""A provider changes (its first token or its speed jumps) about once every this many seconds."""
 _NORMAL = NormalDist()
 NO_PRIOR = Prior()
-
 
 Branches = tuple[tuple[float, tuple[float, float], tuple[float, float], bool], ...]
 """(chance, log means, log variances, changed) per hypothesis: each run (stayed, drifted), each place a change lands."""
@@ -97,6 +91,8 @@ class Belief:
     of the last answer (``reprior``)."""
     plan_copy: bool = False
     """A plan's copy (``copy``): its scatter is the belief's likeliest alone, with no change points."""
+    hazard: Hazard = field(default_factory=Hazard)
+    """How often its model's deployments change (shared: ``BeliefRouter.belief``); hears answers, not a plan copy's."""
 
     # -- evidence ---------------------------------------------------------------------------
 
@@ -132,7 +128,7 @@ class Belief:
         self.reprior(prior)
         noise = self.noise if not unsure > 0.0 else [self.noise[TTFT] + unsure, self.noise[SPT]]
         heard, runs = self.heard_at, self.runs
-        hazard = change_chance(now - heard, HAZARD_S) if heard is not None else 0.0
+        hazard = change_chance(now - heard, self.hazard.every_s) if heard is not None else 0.0
         total = sum([r.weight for r in runs])
         kept = len(runs)
         # No chance of a change since last heard (a plan's streams, told one after another at one time): the new runs
@@ -141,6 +137,7 @@ class Belief:
         unborn = unborn_weigh_nothing(runs, self.before, noise, hazard, total, values, prior)
         if not unborn:
             runs.extend(self._new_runs(prior))
+        before = born_after(runs, kept)  # the changes expected so far; the fresh runs' path is one more
         # Every run's likelihood at once (the noise is the one before this answer), then the stayed and the fresh.
         fits = likelihoods(runs, values, bounds, noise)
         stayed, changed = 1.0 - hazard, hazard * total
@@ -152,6 +149,8 @@ class Belief:
             run = runs[i]
             run.born = now
             run.weight = changed * run.weight * fits[i]
+        if not self.plan_copy and heard is not None:  # for good, not a copy's: the time watched, the changes found
+            self.hazard.heard(now - heard, found(runs) - before)
         levels = (chances, runs, heaviest(runs))
         scattered = 0.0 if self.plan_copy else hazard  # the scatter's chance of a change: none in a plan's copy
         hear_both(self.scatters, (self.noise, self.spread2), levels, (values, bounds), prior, scattered, unsure)
@@ -162,7 +161,7 @@ class Belief:
         if unborn and not 0.0 < sum([r.weight for r in runs]) < math.inf:
             fresh = self._new_runs(prior)
             for run in fresh:
-                run.born, run.weight = now, 0.0  # what ``changed * weight * fit`` is where they are unborn
+                run.born, run.weight, run.changes = now, 0.0, before + 1.0  # as if born (``changed × weight × fit``)
             update_all(fresh, values, bounds, noise)
             at_most_its_answer(fresh, values[TTFT], unsure, answered, self.noise[TTFT])
             runs.extend(fresh)
@@ -178,11 +177,11 @@ class Belief:
 
     def failed(self, now: float, failed: bool, after_s: float | None = None) -> None:
         """An attempt's health: failed (after ``after_s``), or answered."""
-        self.failures.observe(now, failed, HAZARD_S, after_s)
+        self.failures.observe(now, failed, self.hazard.every_s, after_s)
 
     def failure(self, now: float) -> tuple[float, float]:
         """The failure chance now as one beta posterior (failures, successes), a change since last heard included."""
-        return self.failures.counts(now, HAZARD_S)
+        return self.failures.counts(now, self.hazard.every_s)
 
     def bounded(
         self,
@@ -221,7 +220,7 @@ class Belief:
         scatter is the likeliest alone (``belief_scatter.collapsed``): the few streams a plan is told would rarely tell
         a change of the scatter apart, and each would cost a change-point step per scatter."""
         return Belief(
-            [Run(r.weight, r.mean[:], r.var[:], r.born) for r in self.runs],
+            [Run(r.weight, r.mean[:], r.var[:], r.born, r.changes) for r in self.runs],
             self.heard_at,
             list(self.noise),
             [[collapsed(scatters)] for scatters in self.scatters],
@@ -235,6 +234,7 @@ class Belief:
             self.gap_s,
             self.spread_prior,  # replaced, never changed in place (``reprior``)
             True,
+            self.hazard,
         )
 
     def reprior(self, prior: Prior) -> None:
@@ -271,7 +271,8 @@ class Belief:
             (m0, v0), (m1, v1) = mixture
             age = DRIFT * (now - heard) if heard is not None else 0.0
             v0, v1 = v0 + age, v1 + age
-            changed = (change_chance(now - heard, HAZARD_S) if heard is not None else 1.0) if prior is not None else 0.0
+            every = self.hazard.every_s
+            changed = 0.0 if prior is None else 1.0 if heard is None else change_chance(now - heard, every)
         else:
             (m0, m1), v0, v1 = DEFAULT_LEVEL, UNKNOWN**2, UNKNOWN**2
             changed = 1.0 if prior is not None else 0.0
@@ -290,16 +291,14 @@ class Belief:
         # Never heard: its answers will scatter as its siblings' do.
         spread2 = self.spread2 if runs or prior is None else prior.spread2
         failures = self.failures
-        fails, oks = failures.counts(now, HAZARD_S)
+        fails, oks = failures.counts(now, self.hazard.every_s)
         spread = (math.sqrt(v0 + spread2[TTFT]), math.sqrt(v1 + spread2[SPT]))
         draw = (math.exp(m0), math.exp(m1), fails / (fails + oks), spread, failures.failure_s, False, (0.0, 0.0))
         return new_tuple(Draw, draw)  # ``Draw(*draw)``, without its ``__new__``'s Python frame
 
     def changed(self, now: float) -> float:
-        """The chance the level has jumped since it was last heard (``HAZARD_S``)."""
-        if self.heard_at is None:
-            return 1.0
-        return change_chance(now - self.heard_at, HAZARD_S)
+        """The chance the level has jumped since it was last heard (``Hazard.every_s``)."""
+        return 1.0 if self.heard_at is None else change_chance(now - self.heard_at, self.hazard.every_s)
 
     def draw(self, now: float, rng: random.Random, prior: Prior, changed: bool | None = None) -> Draw:
         """One sample of the present from the posterior: a run by its weight, then its level with drift; or, with

@@ -27,6 +27,7 @@ from gateway.routing.apis import speaking
 from gateway.routing.belief import NO_PRIOR, Belief
 from gateway.routing.belief_attempts import RunningAttempt, tell
 from gateway.routing.belief_candidates import candidates_of, choose_for, kind_terms
+from gateway.routing.belief_hazard import Hazard
 from gateway.routing.belief_others import OthersAnswers
 from gateway.routing.belief_running import RunningViews
 from gateway.routing.capacity import RateLimits
@@ -69,6 +70,7 @@ class BeliefRouter:
         self._provider_of = {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
         self._price_of = {(m.name, d.name): d.price_out for m in config.models for d in m.deployments}
         self.beliefs: dict[DeploymentKey, Belief] = {}
+        self.hazards: dict[str, Hazard] = {}  # each model's change rate: its deployments change alike
         self.priors: dict[DeploymentKey, Prior] = {}
         """Each deployment's prior, pooled from its model's others (refreshed on every answer to the model)."""
         self.lengths = Lengths()
@@ -97,7 +99,7 @@ class BeliefRouter:
         key = (model, deployment)
         belief = self.beliefs.get(key)
         if belief is None:
-            belief = self.beliefs[key] = Belief()
+            belief = self.beliefs[key] = Belief(hazard=self.hazards.setdefault(model, Hazard()))  # one per model
         return belief
 
     # -- planning ---------------------------------------------------------------------------

@@ -34,6 +34,9 @@ class Run:
     mean: list[float]
     var: list[float]
     born: float = 0.0
+    changes: float = 0.0
+    """The changes expected before it, its own birth included, given that it is the true one (what the hazard counts:
+    ``belief_hazard.born_after``)."""
 
 
 def start(prior: Prior) -> Run:

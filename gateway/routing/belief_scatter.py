@@ -4,7 +4,8 @@ A provider's scatter may change while its level stays (a heavy first-token tail 
 unchanged), and the level may jump while the scatter stays. So the scatter has run-length hypotheses of its own,
 per metric, beside the level's: "the scatter has been the same since this answer", each with its own sums
 (``belief_noise.learn_noise``) and a weight. A new one may start at each answer with the hazard's chance of a
-change since last heard (``HAZARD_S``, as the level's), from the siblings' scatter (``priors.pooled``), and the
+change since last heard (the model's learned hazard, ``Hazard.every_s`` of ``gateway.routing.belief_hazard``, read
+as the level reads it: one chance per answer, passed in), from the siblings' scatter (``priors.pooled``), and the
 ``SCATTERS`` heaviest are kept.
 
 Each scatter hypothesis is weighed by how well it predicted the answer with the level *marginalised*: the

@@ -8,10 +8,10 @@ paid for. It is worth the requests its answer informs times what it may teach ea
   stays news (``news_s``): one answer takes ``v² / (v + s²)`` off the level's variance ``v`` (the hazard's chance of a
   change since last heard counted in ``v``, with where a change lands), and unheard that much grows back, by
   ``DRIFT`` a second and by the hazard's share of a landing (its variance and its distance², once every
-  ``HAZARD_S``);
+  ``Hazard.every_s``, the model's learned hazard: ``gateway.routing.belief_hazard``);
 - **a level changed since** (the hazard's branch): where the answer finds it better than the leader, the request
   finds a new leader. The find is worth the requests it serves that would not have been served by it otherwise: not
-  the new level's whole life (``HAZARD_S`` on average: counted so, every look pays at any real pace), but the time
+  the new level's whole life (``Hazard.every_s`` on average: counted so, every look pays at any real pace), but the time
   by which this look finds it sooner than the next would (``news_in_s``: as long as the deployment went unheard,
   or between its last two answers, the interval at which looks and traffic reach it), at most that life.
 
@@ -29,7 +29,7 @@ from statistics import NormalDist
 from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
-from gateway.routing.belief import HAZARD_S, Belief
+from gateway.routing.belief import Belief
 from gateway.routing.belief_look import gains
 from gateway.routing.belief_runs import METRICS, mix
 from gateway.routing.cost import Cost, Shape, Weights
@@ -45,9 +45,10 @@ DRAIN_MAX_S = 5.0
 def news_s(belief: Belief, prior: Prior, now: float) -> float:
     """How long one answer's lesson about the level as heard lasts: the variance it takes off, over the rate the
     variance grows back unheard (drift, and the hazard's share of where a change lands); the longer of the two
-    metrics'. Never heard: as long as the level lasts (``HAZARD_S``)."""
+    metrics'. Never heard: as long as the level lasts (``Hazard.every_s``)."""
+    every = belief.hazard.every_s
     if not belief.runs or belief.heard_at is None:
-        return HAZARD_S
+        return every
     p = belief.changed(now)
     landings = belief._new_runs(prior)
     longest = 0.0
@@ -57,7 +58,7 @@ def news_s(belief: Belief, prior: Prior, now: float) -> float:
         distance2 = math.pow(mean - landing, 2.0)
         v = (1 - p) * var + p * landing_var + p * (1 - p) * distance2
         taken = v * v / (v + belief.spread2[metric])
-        regrowth = DRIFT + (landing_var + distance2) / HAZARD_S
+        regrowth = DRIFT + (landing_var + distance2) / every
         longest = max(longest, taken / regrowth)
     return longest
 
@@ -126,7 +127,7 @@ def worth(
     streamed requests a second): the sharpened level's gain over its news time, the found change's over the time it
     is found sooner."""
     _, stayed, changed = gains(belief, prior, deployment, lead, shape, weights, now, rng)
-    return pace * (stayed * news_s(belief, prior, now) + changed * min(HAZARD_S, news_in_s(belief, now)))
+    return pace * (stayed * news_s(belief, prior, now) + changed * min(belief.hazard.every_s, news_in_s(belief, now)))
 
 
 def news_in_s(belief: Belief, now: float) -> float:
