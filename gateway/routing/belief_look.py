@@ -107,20 +107,6 @@ def levels_of(belief: Belief, runs: list[Run], now: float, changed: bool = False
     return levels, mean, math.sqrt(mean * (1 - mean) / (a + b + 1))
 
 
-def gain(
-    belief: Belief,
-    prior: Prior,
-    deployment: DeploymentConfig,
-    leader: Cost,
-    shape: Shape,
-    weights: Weights,
-    now: float,
-    rng: random.Random,
-) -> float:
-    """What one look at ``deployment`` (its ``belief`` and ``prior``) may teach against the ``leader``'s cost."""
-    return gains(belief, prior, deployment, leader, shape, weights, now, rng)[0]
-
-
 def gains(
     belief: Belief,
     prior: Prior,
@@ -131,9 +117,10 @@ def gains(
     now: float,
     rng: random.Random,
 ) -> tuple[float, float, float]:
-    """``gain``, then its two parts: what the draws of the level as heard (stayed, drifted) add, and what those of a
-    level changed since add (the branch where a look finds a new level, ``gateway.routing.worth``). The whole is
-    summed as ``gain`` always was (draw by draw), so its float is the same."""
+    """What one look at ``deployment`` (its ``belief`` and ``prior``) may teach against the ``leader``'s cost (the
+    knowledge gradient), then its two parts: what the draws of the level as heard (stayed, drifted) add, and what
+    those of a level changed since add (the branch where a look finds a new level, ``gateway.routing.worth``). The
+    whole is summed draw by draw, so its float is the same as one sum's."""
     changed_runs = belief._new_runs(prior)
     spread = belief.spread()
     spread2 = [s * s for s in spread]

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief
-from gateway.routing.belief_look import gain as look_gain
+from gateway.routing.belief_look import gains
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
 from gateway.routing.priors import MEMORY, Prior
 from gateway.routing.worth import Race, drained_usd, look_cost, news_in_s, race_time
@@ -229,7 +229,7 @@ def mean_costs(options: Sequence[Option], shape: Shape, weights: Weights, now: f
 def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: float, rng: random.Random) -> float:
     """What one look at ``option`` may teach (the knowledge gradient, ``gateway.routing.belief_look``): the expected
     improvement over the leader's score of where the belief would stand after one answer."""
-    return look_gain(option.belief, option.prior, option.deployment, leader, shape, weights, now, rng)
+    return gains(option.belief, option.prior, option.deployment, leader, shape, weights, now, rng)[0]
 
 
 def _first(index: int, ranked: list[int]) -> tuple[int, ...]:

@@ -62,7 +62,7 @@ def standard_normals(uniform: Callable[[], float], carry: float | None, count: i
     """At least ``count`` standard normals, as that many calls of ``random.Random.gauss`` make them after one that
     left ``carry`` (its ``gauss_next``): Box–Muller pairs of two ``uniform()``, the cosine's given first, the
     sine's kept. An odd one left over is the list's last (the next carry). A look's draws make theirs in their
-    loop the same way (``belief_look.gain``)."""
+    loop the same way (``belief_look.gains``)."""
     normals = [] if carry is None else [carry]
     while len(normals) < count:
         x2pi = uniform() * _TWOPI
