@@ -47,11 +47,11 @@ from benchmarks.routing_held_out_13 import HELD_OUT_13
 from benchmarks.routing_held_out_14 import HELD_OUT_14
 from benchmarks.routing_scenarios import HELD_OUT, SCENARIOS, STRESS, Profile, Scenario, oracle_choice
 from gateway.config import GatewayConfig, StatsConfig, parse_config
-from gateway.relay.drain import DRAIN_EVENTS, DRAIN_MAX_S
 from gateway.routing import ProviderPreferences, RouteRequest
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate, RoutePlan, Router
 from gateway.routing.router import MeasuredRouter
+from gateway.routing.worth import DRAIN_EVENTS, DRAIN_MAX_S
 from gateway.samples import Outcome, Sample
 from gateway.stats import InMemoryStatsStore
 

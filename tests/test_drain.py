@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from gateway.fakes import FakeBehavior
-from gateway.relay.drain import DRAIN_EVENTS
+from gateway.routing.worth import DRAIN_EVENTS
 from gateway.runtime import runtime_of
 from gateway.samples import Sample
 from tests.routing_sim import ADMIN_KEY, Sim, SimProvider, Sims, sims_fixture  # noqa: F401 (the sims fixture)

@@ -89,7 +89,12 @@ def test_a_build_folder_is_checked_once_per_process_for_every_c_extension(
     _fake_build(tmp_path / "stale", {"gone.py": "0"})
     looked: list[Path] = []
     real = native.stale
-    monkeypatch.setattr(native, "stale", lambda folder=native.NATIVE_DIR: looked.append(folder) or real(folder))
+
+    def counted(folder: Path = native.NATIVE_DIR) -> str | None:
+        looked.append(folder)
+        return real(folder)
+
+    monkeypatch.setattr(native, "stale", counted)
     monkeypatch.setenv("GATEWAY_NATIVE", "1")
     for name in (*native.C_MODULES, *native.C_MODULES):
         monkeypatch.delitem(sys.modules, name, raising=False)
