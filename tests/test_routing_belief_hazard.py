@@ -9,7 +9,7 @@ import random
 import pytest
 
 from gateway.routing.belief import NO_PRIOR, Belief
-from gateway.routing.belief_hazard import HAZARD_PRIOR_S, HAZARD_S, Hazard
+from gateway.routing.belief_hazard import HAZARD_S, Hazard
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.belief_runs import TTFT
 from gateway.routing.priors import MEMORY
@@ -38,10 +38,10 @@ def test_the_prior_is_hazard_s_and_the_posterior_mean_counts_changes_over_time_w
     hazard.heard(5.0, math.nan)
     hazard.heard(-1.0, 1.0)
     # Each interval fades the evidence before it by e^(-w/τ) and adds τ(1 - e^(-w/τ)) of watching.
-    changes = HAZARD_PRIOR_S / HAZARD_S + 0.5 * math.exp(-50.0 / _TAU) + 1.0 - 0.25
+    changes = 1.0 + 0.5 * math.exp(-50.0 / _TAU) + 1.0 - 0.25
     assert hazard.changes == pytest.approx(changes, rel=1e-12)
-    assert hazard.watched_s == pytest.approx(HAZARD_PRIOR_S + _watched(80.0), rel=1e-12)
-    assert hazard.every_s == pytest.approx((HAZARD_PRIOR_S + _watched(80.0)) / changes, rel=1e-12)
+    assert hazard.watched_s == pytest.approx(HAZARD_S + _watched(80.0), rel=1e-12)
+    assert hazard.every_s == pytest.approx((HAZARD_S + _watched(80.0)) / changes, rel=1e-12)
 
 
 def test_deployments_where_nothing_changes_make_changes_rarer() -> None:
@@ -52,7 +52,7 @@ def test_deployments_where_nothing_changes_make_changes_rarer() -> None:
     for step in range(300):
         for belief, ttft in zip(beliefs, (0.3, 0.6, 1.2), strict=True):
             _answer(belief, rng, step + 1.0, ttft)
-    assert hazard.watched_s == pytest.approx(HAZARD_PRIOR_S + _watched(3 * 299.0), rel=1e-9)
+    assert hazard.watched_s == pytest.approx(HAZARD_S + _watched(3 * 299.0), rel=1e-9)
     assert hazard.every_s > 4 * HAZARD_S
 
 
@@ -64,7 +64,7 @@ def test_the_evidence_fades_so_a_burst_after_a_long_quiet_is_heard_within_the_me
     hazard = Hazard()
     for _ in range(24 * 60):
         hazard.heard(60.0, 0.0)
-    quiet = (HAZARD_PRIOR_S + _TAU) / (HAZARD_PRIOR_S / HAZARD_S)
+    quiet = (HAZARD_S + _TAU) / (1.0)
     assert hazard.every_s == pytest.approx(quiet, rel=1e-6)
     assert hazard.every_s < 2 * MEMORY * HAZARD_S
     for _ in range(60):
