@@ -171,14 +171,23 @@ def choose(
         return Choice(_first(leader, ranked), tuple(means))
     pace = budget.pace(model)
     lead = options[leader]
+    lead_drained = drained_usd(means[leader], lead.deployment, shape) if pace is not None else 0.0
+    races: dict[int, Race | None] = {}
 
     def race_s(i: int) -> Race | None:
-        """The race where the look is a race (never measured, or racing costs no time), else None (a shadow)."""
+        """The race where the look is a race (never measured, or racing costs no time), else None (a shadow); found
+        once per option (the look's cost and the choice of race or shadow read the same)."""
+        if i in races:
+            return races[i]
         o = options[i]
+        race: Race | None
         if not o.belief.answers:
-            return Race(means[leader].time_s, 0.5)
-        race = race_time(o.belief, o.prior, lead.belief, lead.prior, means[i], means[leader], now)
-        return race if race.time_s <= means[leader].time_s else None
+            race = Race(means[leader].time_s, 0.5)
+        else:
+            race = race_time(o.belief, o.prior, lead.belief, lead.prior, means[i], means[leader], now)
+            race = race if race.time_s <= means[leader].time_s else None
+        races[i] = race
+        return race
 
     def net(i: int) -> tuple[float, float]:
         """With the pace known, a look's worth less its cost (``gateway.routing.worth``). Before (a model's first
@@ -193,7 +202,6 @@ def choose(
             return math.inf, 0.0
         value = look_worth(o.belief, o.prior, o.deployment, means[leader], shape, weights, now, rng, pace)
         e_drained = drained_usd(means[i], o.deployment, shape)
-        lead_drained = drained_usd(means[leader], lead.deployment, shape)
         return value - look_cost(means[i], means[leader], e_drained, lead_drained, weights, race_s(i)), 0.0
 
     nets = {i: net(i) for i in ranked if i != leader}
