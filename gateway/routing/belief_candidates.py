@@ -41,11 +41,12 @@ def kind_terms(
     preferences: ProviderPreferences,
     kind: RequestKind | None,
     now: float,
-) -> tuple[dict[str, float], list[bool]]:
+) -> tuple[dict[str, float], list[tuple[str, ...]]]:
     """Each deployment's chance of an answer valid for this request's kind (the shared window's verdicts of that
-    kind), and whether it breaks one of the policy's soft constraints for this request."""
+    kind), and the policy's soft constraints it breaks for this request (empty: none; the routes endpoint shows
+    them as its ``violations``)."""
     valid: dict[str, float] = {}
-    breaks = []
+    breaks: list[tuple[str, ...]] = []
     for option in options:
         d = option.deployment
         summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
@@ -58,13 +59,13 @@ def kind_terms(
         # Python property of the stats' summary, per deployment per plan.
         attempts = summary.attempts if summary is not None and policy.min_success_rate is not None else 0
         found = broken(d, summary, policy, preferences, kind, success=(success, attempts), valid=(rate, counts[1]))
-        breaks.append(bool(found))
+        breaks.append(found)
     return valid, breaks
 
 
 def choose_for(
     options: Sequence[Option],
-    breaks: Sequence[bool],
+    breaks: Sequence[tuple[str, ...] | bool],
     shape: Shape,
     weights: Weights,
     now: float,
@@ -127,8 +128,9 @@ def candidates_of(
     if steered is None:
         steered = request.preferences.steers
     costs, racing, last = choice.costs, len(race), len(order) - 1
-    # Measured to the end if it loses (drained): a look's first, or every racer of a cold start.
-    explored = max(max(1, racing - 1) if choice.explored else 0, racing if choice.cold else 0)
+    # Measured to the end if it loses (drained): a raced look's first, or every racer of a cold start. A shadowed
+    # look is the plan's ``shadow``: the leader beside it answers as the best, cancelled like any other if it loses.
+    explored = max(max(1, racing - 1) if choice.explored and racing else 0, racing if choice.cold else 0)
     deadlines_of, tails, summaries = state.deadlines.of, state.tails, snapshot.summaries
     candidates = []
     for position, i in enumerate(order):

@@ -18,11 +18,13 @@ from dataclasses import replace
 from gateway.config import ModelConfig, PolicyConfig
 from gateway.errors import InvalidRequest
 from gateway.routing.apis import speaking
+from gateway.routing.belief_candidates import kind_terms
 from gateway.routing.belief_router import BeliefRouter
+from gateway.routing.belief_running import lateness
 from gateway.routing.choose import Counts, Option, chance_best, mean_costs
 from gateway.routing.cost import Cost, Shape, Weights, scores
 from gateway.routing.filters import allowed, as_preferred
-from gateway.routing.lengths import shape_of
+from gateway.routing.lengths import Forecast, shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import SessionRoute
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
@@ -45,39 +47,49 @@ def rank_beliefs(
     pinned: str | None = None,
     session: SessionRoute | None = None,
     kind: RequestKind | None = None,
+    length: Forecast | None = None,
 ) -> Ranking:
     """``model``'s deployments for a request of this shape, leader first, each with its belief (no side effects).
 
     ``session`` is accepted for the measured router's signature; the beliefs hold no cache terms yet, so every
-    deployment is predicted as the session-less request."""
+    deployment is predicted as the session-less request. ``length``: the answer length to rank for (None: what the
+    router forecasts for a request of this shape, as its plan would: ``BeliefRouter.forecast_of``)."""
     del session
     policy = router.config.policy_for(model)
     now = router.clock()
     snapshot = router.stats.snapshot()
     deployments = allowed(speaking(model, endpoint, pinned), preferences, router._providers)
-    length = shape_of(model.name, max_tokens)
-    expected = router.lengths.expected(length, max_tokens, policy.default_output_tokens)
-    shape = Shape(prompt_tokens, expected)
+    if length is None:
+        key = shape_of(model.name, max_tokens, api=endpoint or "chat", kind=kind)
+        length = router.lengths.forecast(key, max_tokens, float(policy.default_output_tokens))
+    expected = length.mean
     weights = Weights.of(policy, preferences.sort)
     options = [router._option(model.name, d.name, d, snapshot, now) for d in deployments]
+    valid, broken = kind_terms(options, snapshot, model.name, policy, preferences, kind, now)
+    shape = Shape(prompt_tokens, expected, valid=valid)
     means = mean_costs(options, shape, weights, now)
     totals = scores(means, weights) if means else []
     parts = _parts(means, weights)
     best = chance_best(options, shape, weights, now, random.Random(0), BEST_DRAWS) if options else []
-    order = sorted(range(len(options)), key=lambda i: (not options[i].belief.answers, totals[i]))
+    # As the plan tries them: those that break a constraint after the others (``choose_for``), the unheard after
+    # the heard, by expected score.
+    order = sorted(range(len(options)), key=lambda i: (bool(broken[i]), not options[i].belief.answers, totals[i]))
     order = as_preferred(order, deployments, preferences)
     if not order and not preferences.allow_fallbacks:
         raise InvalidRequest(
             f"'provider.order' names no deployment of model '{model.name}' and allow_fallbacks is false",
             param="provider.order",
         )
-    rows = [_ranked(router, model.name, options[i], means[i], parts[i], best[i], policy, snapshot, now) for i in order]
+    rows = [
+        _ranked(router, model.name, options[i], means[i], parts[i], best[i], broken[i], policy, snapshot, now)
+        for i in order
+    ]
     rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
     counts = router.counts.get(model.name, Counts())
     return Ranking(
         model,
         policy,
-        RequestShape(endpoint or "chat", prompt_tokens, round(expected), "request" if max_tokens else "observed", kind),
+        RequestShape(endpoint or "chat", prompt_tokens, round(expected), length.source, kind),
         tuple(rows),
         snapshot,
         requests=counts.requests,
@@ -111,6 +123,7 @@ def _ranked(
     mean: Cost,
     parts: ScoreParts,
     best: float,
+    violations: tuple[str, ...],
     policy: PolicyConfig,
     snapshot: StatsSnapshot,
     now: float,
@@ -121,6 +134,11 @@ def _ranked(
     heard = belief.heard_at
     summary = snapshot.get(model, deployment.name)
     ttft_sd, spt_sd = (math.sqrt(belief.level(now, metric)[1]) for metric in (0, 1))
+    # What its answers alone leave: the level's spread as it was when last heard, before the drift since.
+    at = heard if heard is not None else now
+    sampled_ttft, sampled_spt = (math.sqrt(belief.level(at, metric)[1]) for metric in (0, 1))
+    # Its attempts under way: its belief as they told it (``option.belief``) against its belief as heard.
+    late, slow = lateness(router.belief(model, deployment.name), belief, option.prior, now)
     prediction = Prediction(
         ttft_s=mean.ttft_s,
         tokens_per_s=1.0 / mean.s_per_token,
@@ -130,11 +148,14 @@ def _ranked(
         attempts=summary.count("ttft_s") if summary is not None else 0,
         prior=not belief.answers,
         uncertainty=Uncertainty(math.hypot(ttft_sd, spt_sd), ttft_sd, spt_sd),
+        sampling=Uncertainty(math.hypot(sampled_ttft, sampled_spt), sampled_ttft, sampled_spt),
         samples=float(belief.answers),
         age_s=now - heard if heard is not None else None,
         source="recent" if belief.answers else "model",
         seconds_per_token=mean.s_per_token,
         answers=belief.answers,
+        late_first_token=late,
+        slow_stream=slow,
         failure_s=belief.failures.failure_s or None,
         expected_s=mean.time_s,
     )
@@ -154,7 +175,7 @@ def _ranked(
     capacity = state.capacity.of(provider, key)
     return Ranked(
         model=model,
-        scored=Scored(deployment, prediction, parts, ()),
+        scored=Scored(deployment, prediction, parts, violations),
         provider=provider,
         circuit=state.health.state(key, now, router._circuit_changed),
         in_flight=state.deployment_in_flight.get(key, 0),
