@@ -129,8 +129,11 @@ def candidates_of(
         steered = request.preferences.steers
     costs, racing, last = choice.costs, len(race), len(order) - 1
     # Measured to the end if it loses (drained): a raced look's first, or every racer of a cold start. A shadowed
-    # look is the plan's ``shadow``: the leader beside it answers as the best, cancelled like any other if it loses.
+    # look is the plan's ``shadow``: the leader beside it answers as the best, and is drained (``on_trial``) if a
+    # tail hedge beats it, as a look's request always measured its loser (``benchmarks/routing_notes.md``: cancelled
+    # instead, the recoveries of the simulated markets are found later).
     explored = max(max(1, racing - 1) if choice.explored and racing else 0, racing if choice.cold else 0)
+    shadowed = choice.explored and not racing
     deadlines_of, tails, summaries = state.deadlines.of, state.tails, snapshot.summaries
     candidates = []
     for position, i in enumerate(order):
@@ -162,7 +165,7 @@ def candidates_of(
                 deadlines.first_token_s if deadlines is not None else None,  # first_token_timeout_s
                 deadlines.idle_s if deadlines is not None else None,  # idle_timeout_s
                 None,  # prefill_tokens_per_s
-                False,  # on_trial
+                shadowed and position == 0,  # on_trial
                 None,  # length
             )
         )

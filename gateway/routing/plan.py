@@ -40,7 +40,8 @@ class Candidate:
     """Its measured prefill speed: what the prompt tokens its cache served saved in first-token time."""
     on_trial: bool = False
     """A leader on one lucky-looking answer, raced by the next well-measured deployment
-    (``gateway.routing.explore.on_trial``): if that one's first token comes first, this attempt is drained."""
+    (``gateway.routing.explore.on_trial``), or the belief router's leader beside a shadowed look
+    (``belief_candidates.candidates_of``): if another's first token comes first, this attempt is drained."""
     length: Forecast | None = None
     """The request's predicted answer length (``gateway.routing.lengths``), whose shape its answer teaches."""
 
