@@ -283,3 +283,23 @@ def test_a_deployment_heard_a_few_times_scatters_as_its_siblings_do() -> None:
     thin.observe(now + 40.0, prior, 0.2, 1 / 400.0)  # changed: one look's answer
     expected = thin.expected(now + 40.0, prior)
     assert 1 / expected.s_per_token > 300.0 and expected.ttft_s < 0.3
+
+
+def test_a_first_answer_far_from_its_only_sibling_is_its_level_not_one_wild_answer() -> None:
+    # The sibling answers in 5 ms; this one's first answer takes 1 s (200 times slower, about 4.6 of the pooled
+    # prior's sd away). Read against a normal prior only, the Student-t took it for one wild answer of a level near
+    # the sibling and the level moved two thirds of the way (0.16 s); beside the pooled prior, a level unlike the
+    # siblings' (``first_runs``) takes it for what it is.
+    sibling = Belief()
+    for t in range(5):
+        sibling.observe(float(t), Prior(), 0.005, 0.001)
+    prior = pooled([sibling], 5.0)
+    far = Belief()
+    far.observe(6.0, prior, 1.0, 0.001)
+    assert math.exp(far.level(6.0, 0)[0]) > 0.5
+    assert math.exp(max(far.runs, key=lambda r: r.weight).mean[0]) > 0.8
+    # An answer near the siblings is read as before: its level there, as sure as the prior and one answer make it.
+    near = Belief()
+    near.observe(6.0, prior, 0.006, 0.001)
+    mean, var = near.level(6.0, 0)
+    assert math.exp(mean) == pytest.approx(0.006, rel=0.05) and math.sqrt(var) < 0.32

@@ -42,11 +42,11 @@ from gateway.routing.belief_runs import (
     TTFT,
     UNKNOWN,
     Run,
+    first_runs,
     heaviest,
     landings,
     mix,
     prune,
-    start,
     unborn_weigh_nothing,
 )
 from gateway.routing.belief_scatter import collapsed, hear_both, reprior_scatters
@@ -379,7 +379,7 @@ class Belief:
 
     def _age(self, now: float, prior: Prior) -> None:
         if not self.runs:
-            self.runs.append(start(prior))
+            self.runs.extend(first_runs(prior))
             return
         if self.heard_at is None:
             return

@@ -52,6 +52,24 @@ def start_at(means: tuple[float | None, float | None], variances: tuple[float, f
     return Run(1.0, mean, [v0 if m0 is not None else _UNKNOWN2, v1 if m1 is not None else _UNKNOWN2])
 
 
+def first_runs(prior: Prior) -> list[Run]:
+    """Where a deployment's first answer is read against: the pooled prior, and beside it, as likely, a level unlike
+    its siblings' (``unlike``). The prior's heavy tail: a normal prior read against a Student-t answer takes a first
+    answer far from the siblings for one wild answer of a level near them, and moves the level a part of the way."""
+    runs = [start(prior)]
+    if prior.mean[TTFT] is not None or prior.mean[SPT] is not None:
+        runs.append(unlike(prior.mean))
+        for run in runs:
+            run.weight = 0.5
+    return runs
+
+
+def unlike(means: tuple[float | None, float | None]) -> Run:
+    """A level around ``means`` (the siblings') but as unknown as one of a model never measured (``UNKNOWN`` wide):
+    a deployment need not resemble the model's others."""
+    return start_at(means, (_UNKNOWN2, _UNKNOWN2))
+
+
 def landings(changed_before: bool, before: tuple[float, float] | None, prior: Prior) -> list[Run]:
     """Where a level that changed may now be, as equally likely runs: anywhere among the model's deployments (the
     pooled prior: a new run of change-point detection starts from the prior, not from the level it left); and,
