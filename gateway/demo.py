@@ -274,24 +274,24 @@ class Demo:
         The routes above say which attempt answered: at a cold start every provider races and the
         first token wins, so ``explore`` answers many of the first requests. Those races are not
         probes (nothing is measured yet to explore away from) and the budget does not pay for them;
-        this line says what it did pay for. A first look at a deployment never measured is taken
-        whatever the budget holds (which repays it later), so early on the share can pass the budget
-        by those.
+        this line says what it did pay for, and the attempts per request exploration added.
         """
         if self.app is None:
             return "exploration not known yet"
         runtime = self.app.state.runtime.current
-        requests = probes = first_looks = cold_starts = 0
+        requests = probes = cold_starts = 0
+        extra = 0.0
         for model in runtime.config.models:
             ranking = runtime.router.rank(model)
             requests, probes = requests + ranking.requests, probes + ranking.probes
-            first_looks, cold_starts = first_looks + ranking.first_looks, cold_starts + ranking.cold_starts
+            cold_starts += ranking.cold_starts
+            extra += ranking.extra_attempts * ranking.requests
         share = probes / requests if requests else 0.0
         policy = runtime.config.policy_for(runtime.config.models[0])
-        looks = "first look" if first_looks == 1 else "first looks"
         return (
-            f"explored {probes} of {requests} requests so far ({share:.1%}, {first_looks} of them {looks} at "
-            f"deployments never measured; budget {policy.explore_share:.0%}), "
+            f"explored {probes} of {requests} requests so far ({share:.1%}, "
+            f"{extra / requests if requests else 0.0:.2f} extra attempts per request; "
+            f"budget {policy.explore_share:.0%}), "
             f"besides {cold_starts} cold-start race{'' if cold_starts == 1 else 's'}"
         )
 

@@ -109,11 +109,11 @@ class PolicyConfig:
     explore_share: float = 0.05
     """Share of requests that may be spent measuring deployments whose estimates are uncertain or stale."""
     explore_margin: float = 0.0
-    """A deployment is explored while its optimistic score (score - bonus) is within this of the best's."""
+    """Read by no router now (the draw decides what is explored): accepted so that existing configs load."""
     explore_race: bool = True
     """Explore a stream by racing: the best and the explored deployment start together, the first token wins."""
     tie_band: float = 0.1
-    """Scores within this of the best are near-equal: the one with fewer requests in flight goes first."""
+    """Read by no router now (the draw spreads near-equal deployments): accepted so that existing configs load."""
 
     # Health: a circuit per deployment.
     failure_threshold: int = 5

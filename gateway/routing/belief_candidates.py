@@ -156,11 +156,9 @@ def candidates_of(
                 model,
                 after,  # hedge_after_s
                 predicted.time_s,  # predicted_s
-                predicted.ttft_s if stream else None,  # predicted_first_token_s
                 deadlines.first_token_s if deadlines is not None else None,  # first_token_timeout_s
                 deadlines.idle_s if deadlines is not None else None,  # idle_timeout_s
                 None,  # prefill_tokens_per_s
-                False,  # on_trial
                 None,  # length
             )
         )

@@ -1,8 +1,7 @@
 """The belief router's ranking, explained: what each deployment is believed to be now, and how likely it is best.
 
-``rank_beliefs`` builds the same ``Ranking`` the measured router's ``rank`` does, so the explanation
-endpoint (``GET /v1/gateway/routes``), the routing trace and the dashboard read either router. It
-orders the deployments as the beliefs expect them (the leader first: the order a request's
+``rank_beliefs`` builds the ``Ranking`` the explanation endpoint (``GET /v1/gateway/routes``), the
+routing trace and the dashboard read. It orders the deployments as the beliefs expect them (the leader first: the order a request's
 fallbacks follow; a request's first pick is a draw), and gives every row its ``BeliefView``: the
 median and spread of its first token and speed, how long ago it was heard from, and the share of
 draws in which it is the best for a request of this shape (``choose.chance_best``). Nothing here
@@ -48,8 +47,8 @@ def rank_beliefs(
 ) -> Ranking:
     """``model``'s deployments for a request of this shape, leader first, each with its belief (no side effects).
 
-    ``session`` is accepted for the measured router's signature; the beliefs hold no cache terms yet, so every
-    deployment is predicted as the session-less request."""
+    ``session`` is accepted for ``ServingRouter.rank``'s signature; the ranking holds no cache terms yet, so
+    every deployment is predicted as the session-less request."""
     del session
     policy = router.config.policy_for(model)
     now = router.clock()

@@ -10,8 +10,6 @@ pair, a failure, or a lower bound (a race or a hedge lost). The other replicas' 
 evidence, heard from the stats store's log at plan time (``gateway.routing.belief_others``).
 The attempts under way are kept as ``gateway.routing.belief_attempts`` defines them, and the
 plan's candidates are built by ``gateway.routing.belief_candidates``.
-
-Beside ``MeasuredRouter`` while the two are compared (``benchmarks/routing_simulate.py --router``).
 """
 
 from __future__ import annotations
