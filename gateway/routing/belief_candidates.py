@@ -159,7 +159,6 @@ def candidates_of(
                 deadlines.first_token_s if deadlines is not None else None,  # first_token_timeout_s
                 deadlines.idle_s if deadlines is not None else None,  # idle_timeout_s
                 None,  # prefill_tokens_per_s
-                None,  # length
             )
         )
     return candidates

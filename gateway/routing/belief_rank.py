@@ -1,10 +1,10 @@
 """The belief router's ranking, explained: what each deployment is believed to be now, and how likely it is best.
 
 ``rank_beliefs`` builds the ``Ranking`` the explanation endpoint (``GET /v1/gateway/routes``), the
-routing trace and the dashboard read. It orders the deployments as the beliefs expect them (the leader first: the order a request's
-fallbacks follow; a request's first pick is a draw), and gives every row its ``BeliefView``: the
-median and spread of its first token and speed, how long ago it was heard from, and the share of
-draws in which it is the best for a request of this shape (``choose.chance_best``). Nothing here
+routing trace and the dashboard read. It orders the deployments as the beliefs expect them (the leader
+first: the order a request's fallbacks follow; a request's first pick is a draw), and gives every row its
+``BeliefView``: the median and spread of its first token and speed, how long ago it was heard from, and
+the share of draws in which it is the best for a request of this shape (``choose.chance_best``). Nothing here
 decides a route; it reads the beliefs the router keeps.
 """
 
@@ -19,8 +19,8 @@ from gateway.errors import InvalidRequest
 from gateway.routing.apis import speaking
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.choose import Counts, Option, chance_best, mean_costs
-from gateway.routing.cost import Cost, Shape, Weights, scores
-from gateway.routing.filters import allowed, as_preferred
+from gateway.routing.cost import Cost, Shape, Weights, scores, valid_rate
+from gateway.routing.filters import allowed, as_preferred, broken
 from gateway.routing.lengths import shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import SessionRoute
@@ -63,14 +63,19 @@ def rank_beliefs(
     totals = scores(means, weights) if means else []
     parts = _parts(means, weights)
     best = chance_best(options, shape, weights, now, random.Random(0), BEST_DRAWS) if options else []
-    order = sorted(range(len(options)), key=lambda i: (not options[i].belief.answers, totals[i]))
+    violations = [_violations(model.name, option, snapshot, policy, preferences, kind, now) for option in options]
+    # As a plan orders them: a deployment that breaks a soft constraint follows those that keep them.
+    order = sorted(range(len(options)), key=lambda i: (bool(violations[i]), not options[i].belief.answers, totals[i]))
     order = as_preferred(order, deployments, preferences)
     if not order and not preferences.allow_fallbacks:
         raise InvalidRequest(
             f"'provider.order' names no deployment of model '{model.name}' and allow_fallbacks is false",
             param="provider.order",
         )
-    rows = [_ranked(router, model.name, options[i], means[i], parts[i], best[i], policy, snapshot, now) for i in order]
+    rows = [
+        _ranked(router, model.name, options[i], means[i], parts[i], violations[i], best[i], policy, snapshot, now)
+        for i in order
+    ]
     rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
     counts = router.counts.get(model.name, Counts())
     return Ranking(
@@ -103,12 +108,38 @@ def _parts(means: list[Cost], weights: Weights) -> list[ScoreParts]:
     return [ScoreParts(*values) for values in zip(*columns, strict=True)] if means else []
 
 
+def _violations(
+    model: str,
+    option: Option,
+    snapshot: StatsSnapshot,
+    policy: PolicyConfig,
+    preferences: ProviderPreferences,
+    kind: RequestKind | None,
+    now: float,
+) -> tuple[str, ...]:
+    """The soft constraints it breaks for a request of this kind, read as a plan reads them (``kind_terms``)."""
+    summary = snapshot.get(model, option.deployment.name)
+    counts = summary.valid_counts(kind) if summary is not None else (0, 0)
+    fails, oks = option.belief.failure(now)
+    attempts = summary.attempts if summary is not None else 0
+    return broken(
+        option.deployment,
+        summary,
+        policy,
+        preferences,
+        kind,
+        success=(oks / (fails + oks), attempts),
+        valid=(valid_rate(*counts), counts[1]),
+    )
+
+
 def _ranked(
     router: BeliefRouter,
     model: str,
     option: Option,
     mean: Cost,
     parts: ScoreParts,
+    violations: tuple[str, ...],
     best: float,
     policy: PolicyConfig,
     snapshot: StatsSnapshot,
@@ -153,7 +184,7 @@ def _ranked(
     capacity = state.capacity.of(provider, key)
     return Ranked(
         model=model,
-        scored=Scored(deployment, prediction, parts, ()),
+        scored=Scored(deployment, prediction, parts, violations),
         provider=provider,
         circuit=state.health.state(key, now, router._circuit_changed),
         in_flight=state.deployment_in_flight.get(key, 0),

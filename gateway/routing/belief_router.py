@@ -189,8 +189,8 @@ class BeliefRouter:
         first = candidates[0]
         self.events.decision(model.name, first.name, first.provider.name, first.reason)
         raced = tuple(deployments[i].name for i in race[:-1])
-        # Every field in order (``gateway.frozen``): candidates, policy, ranking, race, affinity, shadow, length.
-        return route_plan_from_fields(tuple(candidates), policy, None, raced, None, shadow, None)
+        # Every field in order (``gateway.frozen``): candidates, policy, ranking, race, affinity, shadow.
+        return route_plan_from_fields(tuple(candidates), policy, None, raced, None, shadow)
 
     def _weights_of(self, policy: PolicyConfig, sort: Sort | None) -> Weights:
         entry = self._weights.get((id(policy), sort))

@@ -9,7 +9,6 @@ from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, Provider
 from gateway.frozen import positional_maker, quick_init
 from gateway.policies import Affinity
 from gateway.routing.capacity import RateLimits
-from gateway.routing.lengths import Forecast
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.stats import StatsSnapshot
@@ -36,8 +35,6 @@ class Candidate:
     """This attempt's longest silence mid-stream, learned from the deployment's own gaps (None: the policy's)."""
     prefill_tokens_per_s: float | None = None
     """Its measured prefill speed: what the prompt tokens its cache served saved in first-token time."""
-    length: Forecast | None = None
-    """The request's predicted answer length (``gateway.routing.lengths``), whose shape its answer teaches."""
 
     @property
     def name(self) -> str:
@@ -132,8 +129,6 @@ class RoutePlan:
     """What the router did with the request's session (None: it has none)."""
     shadow: Candidate | None = None
     """A deployment measured beside the first attempt but never the answer (``gateway.relay.drain``), if any."""
-    length: Forecast | None = None
-    """The answer length the router predicted (None: it predicts none), for a budget's likely cost."""
 
     @property
     def race_partner(self) -> str | None:
