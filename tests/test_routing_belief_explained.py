@@ -1,6 +1,7 @@
-"""The belief router serving the live gateway, explained: ``GET /v1/gateway/routes``, the routing trace and the
+"""The router serving the live gateway, explained: ``GET /v1/gateway/routes``, the routing trace and the
 dashboard show each deployment's belief (median and spread of first token and speed, its age, its chance of
-being the best for a typical request); ``GATEWAY_ROUTER`` picks the router, and a reload keeps the beliefs."""
+being the best for a typical request); a reload keeps the beliefs, and ``GATEWAY_ROUTER`` (which once picked
+between two routers) is read no more."""
 
 from __future__ import annotations
 
@@ -13,15 +14,14 @@ import httpx
 import pytest
 
 from gateway.app import AppOptions, create_app
-from gateway.config import ConfigError, GatewayConfig
+from gateway.config import GatewayConfig
 from gateway.dashboard.why import render_why, why_view
 from gateway.fakes import FakeBehavior
 from gateway.routing import Candidate, RouteRequest
 from gateway.routing.belief_live import LiveBeliefRouter
 from gateway.routing.explain import ranking_json, ranking_table
 from gateway.routing.ranking import Ranking
-from gateway.routing.router import MeasuredRouter
-from gateway.routing.serving import ServingRouter, build_router, router_kind
+from gateway.routing.serving import ServingRouter, build_router
 from gateway.routing.trace import build_trace
 from gateway.stats import InMemoryStatsStore
 from tests.support.clients import MESSAGES
@@ -101,11 +101,12 @@ def test_the_table_shows_each_chance_of_being_best() -> None:
     assert fast.rstrip().endswith("%")
 
 
-def test_the_measured_routers_json_has_no_belief() -> None:
-    router = MeasuredRouter(CONFIG, InMemoryStatsStore(CONFIG.stats), rng=random.Random(1))
+def test_a_fresh_routers_json_has_a_belief_per_row_and_counts_no_exploration_yet() -> None:
+    router = LiveBeliefRouter(CONFIG, InMemoryStatsStore(CONFIG.stats), rng=random.Random(1), clock=FakeClock())
     body = ranking_json(router.rank(CONFIG.models[0]))
-    assert all("belief" not in row for row in body["deployments"])
-    assert "extra_attempts_per_request" not in body["exploration"]
+    assert all(set(row["belief"]) == BELIEF_KEYS and row["belief"]["answers"] == 0 for row in body["deployments"])
+    exploration = body["exploration"]
+    assert (exploration["requests"], exploration["shadows"], exploration["extra_attempts_per_request"]) == (0, 0, 0.0)
 
 
 def test_a_traced_plan_carries_the_beliefs_and_an_untraced_one_pays_nothing_for_them() -> None:
@@ -142,29 +143,16 @@ def test_a_never_heard_deployment_says_so() -> None:
     assert "never heard" in why_view(ranking).rows[0].believed
 
 
-def test_gateway_router_picks_the_router_and_a_bad_value_is_refused() -> None:
-    assert router_kind({}) == "measured"
-    assert router_kind({"GATEWAY_ROUTER": "Belief"}) == "belief"
-    with pytest.raises(ConfigError, match="GATEWAY_ROUTER='bayes': expected one of measured, belief"):
-        router_kind({"GATEWAY_ROUTER": "bayes"})
-    with pytest.raises(ConfigError, match="GATEWAY_ROUTER"):
-        create_app(CONFIG, AppOptions(environ={"GATEWAY_ROUTER": "bayes"}))
-    stats = InMemoryStatsStore(CONFIG.stats)
-    assert isinstance(build_router("measured", CONFIG, stats), MeasuredRouter)
-    assert isinstance(build_router("belief", CONFIG, stats), ServingRouter)
-
-
-def test_a_reload_hands_the_measured_routers_memory_to_the_new_router() -> None:
-    stats = InMemoryStatsStore(CONFIG.stats)
-    previous = build_router("measured", CONFIG, stats)
-    router = build_router("measured", CONFIG, stats, previous=previous)
-    assert isinstance(previous, MeasuredRouter) and isinstance(router, MeasuredRouter)
-    assert router.state is previous.state and router.memory is previous.memory  # its views, budget and counts
+def test_gateway_router_left_set_by_an_operator_is_not_read() -> None:
+    for value in ("measured", "bayes"):  # the old default, and a value that was once refused
+        create_app(CONFIG, AppOptions(environ={"GATEWAY_ROUTER": value}))
+    router = build_router(CONFIG, InMemoryStatsStore(CONFIG.stats))
+    assert isinstance(router, LiveBeliefRouter) and isinstance(router, ServingRouter)
 
 
 def test_a_reload_hands_the_beliefs_to_the_new_router() -> None:
     previous, clock = _taught()
-    router = build_router("belief", CONFIG, previous.stats, previous=previous, clock=clock)
+    router = build_router(CONFIG, previous.stats, previous=previous, clock=clock)
     assert isinstance(router, LiveBeliefRouter) and router.state is previous.state
     assert router.beliefs is previous.beliefs and router.lengths is previous.lengths
     assert router.others is previous.others  # the other replicas' answers heard: not heard again
@@ -173,9 +161,7 @@ def test_a_reload_hands_the_beliefs_to_the_new_router() -> None:
 
 def test_the_live_gateway_explains_the_belief_router(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
     quick, sluggish = fakes.start("quick"), fakes.start("sluggish", FakeBehavior(ttft_s=0.3))
-    gateway = start_gateway(
-        gateway_config([quick, sluggish], policy={"extends": "balanced"}), {"GATEWAY_ROUTER": "belief"}
-    )
+    gateway = start_gateway(gateway_config([quick, sluggish], policy={"extends": "balanced"}))
     assert isinstance(gateway.runtime.router, LiveBeliefRouter)
     body = {"model": "m", "messages": MESSAGES, "stream": True}
     for _ in range(3):
@@ -192,10 +178,9 @@ def test_the_live_gateway_explains_the_belief_router(fakes: Fakes, start_gateway
     assert "chance best" in page
 
 
-def test_the_default_gateway_serves_with_the_measured_router(
-    fakes: Fakes, start_gateway: Callable[..., Gateway], monkeypatch: pytest.MonkeyPatch
+def test_a_gateway_told_gateway_router_measured_serves_with_the_belief_router(
+    fakes: Fakes, start_gateway: Callable[..., Gateway]
 ) -> None:
-    monkeypatch.delenv("GATEWAY_ROUTER", raising=False)  # as under ``--router belief``: the process's own
-    gateway = start_gateway(gateway_config([fakes.start("a")]))
+    gateway = start_gateway(gateway_config([fakes.start("a")]), {"GATEWAY_ROUTER": "measured"})
     router: ServingRouter = gateway.runtime.router
-    assert isinstance(router, MeasuredRouter)
+    assert isinstance(router, LiveBeliefRouter)
