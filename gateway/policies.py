@@ -102,8 +102,8 @@ class PolicyConfig:
 
     # Memory, exploration and load.
     memory_half_life_s: float = 10.0
-    """How fast the router forgets: its own view of a deployment weighs an answer half as much as one this many
-    seconds newer, and an estimate nobody refreshed loses half its weight of evidence every this many seconds."""
+    """Read by no router now (a belief forgets by its drift and its hazard, ``docs/routing.md``): accepted so that
+    existing configs load."""
     min_samples: int = 5
     """Attempts below which a deployment is shown as not judged yet; soft constraints wait for this many."""
     explore_share: float = 0.05

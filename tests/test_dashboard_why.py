@@ -145,10 +145,10 @@ def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
     for _ in range(6):
         list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True))
     wait_until(lambda: len(gateway.samples.samples) >= 6, what="samples")
-    # Both predict for the model's observed answer length, which the router keeps for a second: wait
-    # until it is the observed one, or the first read may use the policy's default and the second not.
+    # Both predict for the answers' learned length: wait until the router heard them, or the first read may use
+    # the policy's default and the second not.
     router, model = gateway.runtime.router, gateway.runtime.config.models[0]
-    wait_until(lambda: router.rank(model).shape.output_source == "observed", what="the observed answer length")
+    wait_until(lambda: router.rank(model).shape.output_source == "learned", what="the answers' learned length")
     page = httpx.get(gateway.url + "/dashboard").text
     (ranking,) = httpx.get(gateway.url + "/v1/gateway/routes").json()["data"]  # loopback, no keys: allowed
     for row in ranking["deployments"]:

@@ -100,18 +100,18 @@ def test_a_stream_that_slows_down_moves_traffic_before_its_slow_answers_end(sims
     url = sim.gateway.url + "/v1/gateway/routes"
     headers = {"authorization": f"Bearer {ADMIN_KEY}"}
 
-    def speed(name: str) -> float:
-        rows = httpx.get(url, headers=headers).json()["data"][0]["deployments"]
-        return float(next(r for r in rows if r["deployment"] == name)["predicted"]["tokens_per_s"])
+    def leader() -> str:
+        return str(httpx.get(url, headers=headers).json()["data"][0]["deployments"][0]["deployment"])
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         slowed = [pool.submit(sim.chat) for _ in range(4)]
-        wait_until(lambda: speed("a") < speed("b"), timeout=2.5, what="a's streams in flight judged slow")
+        wait_until(lambda: leader() == "b", timeout=2.5, what="a's streams in flight judged slow")
         moved = sim.chat()
         pending = sum(not f.done() for f in slowed)
         replies = [f.result() for f in slowed]
     assert sum(r.provider == "a" for r in replies) >= 3  # sent before anything showed the slowdown
-    assert moved.provider == "b" and moved.route == "best-score"
+    # Chosen first (by the beliefs' means, or by the draw while they are near), not reached by a fallback.
+    assert moved.provider == "b" and moved.route in ("best-score", "explore")
     assert pending >= 3  # decided while a's slow answers were still streaming
 
 

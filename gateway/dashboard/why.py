@@ -19,7 +19,12 @@ from gateway.dashboard.text import esc, money, seconds
 from gateway.routing.explain import policy_summary, score_terms
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
 
-OUTPUT_FROM = {"observed": "the model's observed median answer", "default": "the policy's default", "request": "given"}
+OUTPUT_FROM = {
+    "learned": "the answers' mean length",
+    "share": "the share of max_tokens the answers used",
+    "default": "the policy's default",
+    "request": "given",
+}
 
 
 @dataclass(frozen=True, slots=True)

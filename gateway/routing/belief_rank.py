@@ -21,7 +21,7 @@ from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.choose import Counts, Option, chance_best, mean_costs
 from gateway.routing.cost import Cost, Shape, Weights, scores, valid_rate
 from gateway.routing.filters import allowed, as_preferred, broken
-from gateway.routing.lengths import shape_of
+from gateway.routing.lengths import LengthSource, shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import SessionRoute
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
@@ -55,7 +55,10 @@ def rank_beliefs(
     snapshot = router.stats.snapshot()
     deployments = allowed(speaking(model, endpoint, pinned), preferences, router._providers)
     length = shape_of(model.name, max_tokens)
-    expected = router.lengths.expected(length, max_tokens, policy.default_output_tokens)
+    forecast = router.lengths.forecast(length, max_tokens, float(policy.default_output_tokens))
+    expected = forecast.mean  # as the plan reads it (``Lengths.expected``)
+    told = forecast.source in ("learned", "share")
+    source: LengthSource = forecast.source if told else "request" if max_tokens else "default"
     shape = Shape(prompt_tokens, expected)
     weights = Weights.of(policy, preferences.sort)
     options = [router._option(model.name, d.name, d, snapshot, now) for d in deployments]
@@ -64,8 +67,11 @@ def rank_beliefs(
     parts = _parts(means, weights)
     best = chance_best(options, shape, weights, now, random.Random(0), BEST_DRAWS) if options else []
     violations = [_violations(model.name, option, snapshot, policy, preferences, kind, now) for option in options]
-    # As a plan orders them: a deployment that breaks a soft constraint follows those that keep them.
-    order = sorted(range(len(options)), key=lambda i: (bool(violations[i]), not options[i].belief.answers, totals[i]))
+    # As a plan orders them: a fixed policy in the config's order; else a deployment that breaks a soft constraint
+    # follows those that keep them.
+    order = list(range(len(options)))
+    if policy.ranking != "fixed":
+        order.sort(key=lambda i: (bool(violations[i]), not options[i].belief.answers, totals[i]))
     order = as_preferred(order, deployments, preferences)
     if not order and not preferences.allow_fallbacks:
         raise InvalidRequest(
@@ -81,7 +87,7 @@ def rank_beliefs(
     return Ranking(
         model,
         policy,
-        RequestShape(endpoint or "chat", prompt_tokens, round(expected), "request" if max_tokens else "observed", kind),
+        RequestShape(endpoint or "chat", prompt_tokens, round(expected), source, kind),
         tuple(rows),
         snapshot,
         requests=counts.requests,

@@ -215,7 +215,7 @@ def policy_summary(policy: PolicyConfig) -> str:
         ]
         order = (
             f"score = {' + '.join(weights)} (log2 ratios to the best); TTFT p{policy.ttft_quantile * 100:g}, "
-            f"tokens/s p{policy.tps_quantile * 100:g} floor; memory half-life {policy.memory_half_life_s:g}s; "
+            f"tokens/s p{policy.tps_quantile * 100:g} floor; "
             f"explore up to {policy.explore_share:.0%}{' by racing' if policy.explore_race else ''}"
         )
     if policy.hedge_after_s is not None:

@@ -43,10 +43,10 @@ answer moves its prediction halfway from the model's toward its own."""
 PRIOR_SIGMA = 1.0
 """The log spread of answer lengths before any is heard: the p95 is about five times the median."""
 SESSIONS_KEPT = 10_000
-LengthSource = Literal["learned", "share", "request", "observed", "default"]
+LengthSource = Literal["learned", "share", "request", "default"]
 """Where a prediction's prior came from before the cells pulled it: answers to this shape were heard
 (``learned``), the share of ``max_tokens`` the model's answers used, the request's ``max_tokens`` (nothing heard
-of the model), the shared window's observed length, or the policy's default."""
+of the model), or the policy's default."""
 _Z = NormalDist()
 
 
