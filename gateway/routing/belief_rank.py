@@ -1,12 +1,15 @@
 """The belief router's ranking, explained: what each deployment is believed to be now, and how likely it is best.
 
 ``rank_beliefs`` builds the same ``Ranking`` the measured router's ``rank`` does, so the explanation
-endpoint (``GET /v1/gateway/routes``), the routing trace and the dashboard read either router. It
-orders the deployments as the beliefs expect them (the leader first: the order a request's
-fallbacks follow; a request's first pick is a draw), and gives every row its ``BeliefView``: the
-median and spread of its first token and speed, how long ago it was heard from, and the share of
-draws in which it is the best for a request of this shape (``choose.chance_best``). Nothing here
-decides a route; it reads the beliefs the router keeps.
+endpoint (``GET /v1/gateway/routes``), the routing trace, the dashboard and ``gateway check`` read either
+router. It orders the deployments as a plan does: the config's order under a fixed policy; else as the
+beliefs expect them (the leader first: the order a request's fallbacks follow; a request's first pick is
+a draw), those that break one of the policy's soft constraints after the rest, with what they break. It
+gives every row its ``BeliefView``: the median and spread of its first token and speed, how long ago it
+was heard from, and the share of draws in which it is the best for a request of this shape
+(``choose.chance_best``; 0 for one that breaks a constraint, never drawn). The request's length is the
+plan's, and says where it came from (the answers seen, the policy's default, or ``max_tokens``). Nothing
+here decides a route; it reads the beliefs the router keeps.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from dataclasses import replace
 from gateway.config import ModelConfig, PolicyConfig
 from gateway.errors import InvalidRequest
 from gateway.routing.apis import speaking
+from gateway.routing.belief_candidates import judged
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.choose import Counts, Option, chance_best, mean_costs
 from gateway.routing.cost import Cost, Shape, Weights, scores
 from gateway.routing.filters import allowed, as_preferred
-from gateway.routing.lengths import shape_of
+from gateway.routing.lengths import LengthSource, shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import SessionRoute
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
@@ -56,28 +60,52 @@ def rank_beliefs(
     snapshot = router.stats.snapshot()
     deployments = allowed(speaking(model, endpoint, pinned), preferences, router._providers)
     length = shape_of(model.name, max_tokens)
-    expected = router.lengths.expected(length, max_tokens, policy.default_output_tokens)
-    shape = Shape(prompt_tokens, expected)
-    weights = Weights.of(policy, preferences.sort)
+    default = policy.default_output_tokens
+    # Where the plan's length comes from: the answers seen (``learned``, or a ``share`` of max_tokens), else the
+    # policy's default, or the request's max_tokens where that caps it.
+    given: LengthSource = "request" if max_tokens and max_tokens < default else "default"
+    forecast = router.lengths.forecast(length, max_tokens, float(default), given)
     options = [router._option(model.name, d.name, d, snapshot, now) for d in deployments]
+    found = [judged(o, snapshot, model.name, policy, preferences, kind, now) for o in options]
+    # As the plan sees the request: each deployment's valid rate for its kind, and the constraints it breaks.
+    valid = {o.deployment.name: f[0] for o, f in zip(options, found, strict=True)}
+    shape = Shape(prompt_tokens, forecast.mean, valid=valid)
+    weights = Weights.of(policy, preferences.sort)
     means = mean_costs(options, shape, weights, now)
     totals = scores(means, weights) if means else []
     parts = _parts(means, weights)
-    best = chance_best(options, shape, weights, now, random.Random(0), BEST_DRAWS) if options else []
-    order = sorted(range(len(options)), key=lambda i: (not options[i].belief.answers, totals[i]))
+    # The plan's order: the config's under a fixed policy; else those that break a constraint after the rest (unless
+    # every one does), the measured before the never heard, each by its expected score. One that breaks a
+    # constraint is never drawn: its chance of being the best is 0.
+    every_breaks = all(f[1] for f in found)
+    kept = [i for i in range(len(options)) if every_breaks or not found[i][1]]
+    drawn = chance_best([options[i] for i in kept], shape, weights, now, random.Random(0), BEST_DRAWS) if kept else []
+    best = [0.0] * len(options)
+    for i, chance in zip(kept, drawn, strict=True):
+        best[i] = chance
+    if policy.ranking == "fixed":
+        order = list(range(len(options)))
+    else:
+        order = sorted(
+            range(len(options)),
+            key=lambda i: (bool(found[i][1]) and not every_breaks, not options[i].belief.answers, totals[i]),
+        )
     order = as_preferred(order, deployments, preferences)
     if not order and not preferences.allow_fallbacks:
         raise InvalidRequest(
             f"'provider.order' names no deployment of model '{model.name}' and allow_fallbacks is false",
             param="provider.order",
         )
-    rows = [_ranked(router, model.name, options[i], means[i], parts[i], best[i], policy, snapshot, now) for i in order]
+    rows = [
+        _ranked(router, model.name, options[i], means[i], parts[i], found[i][1], best[i], policy, snapshot, now)
+        for i in order
+    ]
     rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
     counts = router.counts.get(model.name, Counts())
     return Ranking(
         model,
         policy,
-        RequestShape(endpoint or "chat", prompt_tokens, round(expected), "request" if max_tokens else "observed", kind),
+        RequestShape(endpoint or "chat", prompt_tokens, round(forecast.mean), forecast.source, kind),
         tuple(rows),
         snapshot,
         requests=counts.requests,
@@ -110,6 +138,7 @@ def _ranked(
     option: Option,
     mean: Cost,
     parts: ScoreParts,
+    violations: tuple[str, ...],
     best: float,
     policy: PolicyConfig,
     snapshot: StatsSnapshot,
@@ -154,7 +183,7 @@ def _ranked(
     capacity = state.capacity.of(provider, key)
     return Ranked(
         model=model,
-        scored=Scored(deployment, prediction, parts, ()),
+        scored=Scored(deployment, prediction, parts, violations),
         provider=provider,
         circuit=state.health.state(key, now, router._circuit_changed),
         in_flight=state.deployment_in_flight.get(key, 0),
