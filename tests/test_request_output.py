@@ -14,16 +14,21 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 from typing import Any
 
 import pytest
 
 from benchmarks.hotpath_memory import Driver, chat_body, full_body, running_app, stream_chunks
+from gateway.routing.serving import router_kind
 from gateway.runtime import runtime_of
 from gateway.samples import Sample
 from tests.support.asgi import exchange
 from tests.support.samples import KeptSamples
 
+ROUTE = "explore" if router_kind(os.environ) == "measured" else "best-score"
+"""The route of the model's one deployment: the plain choice (one deployment has nothing to explore or race). The
+measured router, on its way out, calls its first look at a deployment never measured ``explore`` even alone."""
 TIMED_SAMPLE_FIELDS = ("started_at", "ttft_s", "first_answer_s", "tokens_per_s", "e2e_s", "attempt_s")
 TIMED_LINE_FIELDS = ("ts", "ttft_s", "first_answer_s", "tokens_per_s", "duration_s", "overhead_s")
 
@@ -112,7 +117,7 @@ SSE = [
 ]
 ANSWERED = [
     (b"x-gateway-attempts", b"1"),
-    (b"x-gateway-route", b"explore"),
+    (b"x-gateway-route", ROUTE.encode()),
     (b"x-gateway-provider", b"fake"),
     (b"x-gateway-deployment", b"fake"),
     (b"x-request-id", b"<id>"),
@@ -163,7 +168,7 @@ def _line(stream: bool) -> dict[str, Any]:
         "provider": "fake",
         "deployment": "fake",
         "attempts": 1,
-        "route": "explore",
+        "route": ROUTE,
         "ttft_s": stream,
         "first_answer_s": stream,
         "tokens_per_s": stream,
