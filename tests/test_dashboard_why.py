@@ -7,8 +7,10 @@ that ``GET /v1/gateway/routes`` explains), never a second estimate: the tests co
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -140,12 +142,16 @@ def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
     for _ in range(6):
         list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True))
     wait_until(lambda: len(gateway.samples.samples) >= 6, what="samples")
-    # Both predict for the model's observed answer length, which the router keeps for a second: wait
+    # Both predict for the model's observed answer length, which the measured router keeps for a second: wait
     # until it is the observed one, or the first read may use the policy's default and the second not.
     router, model = gateway.runtime.router, gateway.runtime.config.models[0]
-    wait_until(lambda: router.rank(model).shape.output_source == "observed", what="the observed answer length")
+    wait_until(
+        lambda: router.rank(model).shape.output_source in ("observed", "learned"), what="the observed answer length"
+    )
+    asked = time.monotonic()
     page = httpx.get(gateway.url + "/dashboard").text
     (ranking,) = httpx.get(gateway.url + "/v1/gateway/routes").json()["data"]  # loopback, no keys: allowed
+    apart_s = time.monotonic() - asked  # the two read the beliefs this far apart at most: their ages may differ so
     for row in ranking["deployments"]:
         predicted = row["predicted"]
         tags = r'(?:<span class="tag[^"]*"[^>]*>[^<]*</span>)*'
@@ -155,14 +161,44 @@ def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
         # The same number, to the page's rounding (the JSON rounds to 0.1 ms first).
         assert _seconds_of(cells.group(1).removeprefix("≈ ")) == _approx_seconds(predicted["time_s"])
         assert cells.group(2) == money(predicted["cost_usd"])
-        # Each prediction's basis: the answers behind it and the age of the newest, as the routes endpoint says.
+        # Each prediction's basis, as the routes endpoint says: the belief router's belief (medians and spreads, the
+        # answers, its age, its chance of being the best), or the measured router's answers and the newest's age.
         basis = re.search(rf'{row["deployment"]} {tags}</td>(?:<td class="num">[^<]*</td>){{2}}'
                           r'<td class="basis-cell">([^<]*)</td>', page)  # fmt: skip
+        assert basis is not None, row["deployment"]
+        if "belief" in row:
+            _assert_the_same_belief(basis.group(1), row["belief"], apart_s)
+            continue
         heard = predicted["samples"] >= 0.5 or predicted["newest_sample_age_s"] is not None
         expected = f"{predicted['samples']:.0f} answer" if heard else "no answer yet"
-        assert basis is not None and basis.group(1).startswith(expected), (basis, predicted)
+        assert basis.group(1).startswith(expected), (basis, predicted)
     exploration = ranking["exploration"]
     assert f"explored {exploration['probes']} of {exploration['requests']} requests" in page
+    if "budget_paid" in exploration:  # the belief router's bound: its race budget, of streamed requests
+        assert f"{exploration['budget_paid']} by a race or a shadow, within a race budget of " in page
+        assert f"{exploration['budget']:.0%} of streamed requests" in page
+        bound = exploration["budget_start"] + exploration["budget"] * exploration["requests"]  # every one streamed
+        assert exploration["budget_paid"] <= bound
+
+
+BELIEVED = re.compile(
+    r"first token (.+?) ×([\d.]+) · ([\d,]+) tok/s ×([\d.]+) · (\d+) answers? · heard (\d+) s ago · best (\d+)%"
+)
+
+
+def _assert_the_same_belief(shown: str, belief: dict[str, Any], apart_s: float) -> None:
+    """The page's belief line tells the routes endpoint's numbers, each to the page's rounding."""
+    match = BELIEVED.fullmatch(shown)
+    assert match is not None, shown
+    ttft, ttft_spread, speed, speed_spread, answers, age, best = match.groups()
+    assert _seconds_of(ttft) == _approx_seconds(belief["ttft_median_s"])
+    assert float(ttft_spread) == pytest.approx(math.exp(belief["ttft_spread"]), abs=0.051)
+    assert float(speed.replace(",", "")) == pytest.approx(belief["tokens_per_s_median"], abs=0.51)
+    assert float(speed_spread) == pytest.approx(math.exp(belief["tokens_per_s_spread"]), abs=0.051)
+    assert int(answers) == belief["answers"] >= 1
+    # The page read its age first, the endpoint at most ``apart_s`` later; the page rounds to a second.
+    assert belief["age_s"] - apart_s - 0.5 <= int(age) <= belief["age_s"] + 0.5
+    assert f"{best}%" == f"{belief['p_best']:.0%}"
 
 
 def _seconds_of(text: str) -> float:

@@ -10,7 +10,7 @@ lately, or leads on a leap still on trial. ``render_why`` draws it as a small ta
 model's rows, with a sentence that names the trade-off: the fastest and the cheapest (and the
 cache discount that made it cheapest), and what the chosen one gives up against each. Under the belief
 router a row's basis is its belief instead (``Predicted.believed``): the medians and spreads of its first
-token and speed, how long ago it was heard from, and its chance of being the best.
+token and speed, the answers it rests on, how long ago it was heard from, and its chance of being the best.
 """
 
 from __future__ import annotations
@@ -19,10 +19,16 @@ import math
 from dataclasses import dataclass
 
 from gateway.dashboard.text import esc, money, price, seconds
-from gateway.routing.explain import policy_summary, score_terms
+from gateway.routing.explain import budgeted, policy_summary, score_terms
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
 
-OUTPUT_FROM = {"observed": "the model's observed median answer", "default": "the policy's default", "request": "given"}
+OUTPUT_FROM = {
+    "observed": "the model's observed median answer",
+    "learned": "the model's answers so far",
+    "share": "the share of max_tokens the model's answers used",
+    "default": "the policy's default",
+    "request": "given",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +75,16 @@ class Predicted:
 
     @property
     def believed(self) -> str:
-        """``first token 0.42 s ×1.5 · 85 tok/s ×1.3 · heard 4 s ago · best 72%``: the belief, in words (medians,
-        the factor one answer's spread spans, how long ago it was heard from, its chance of being the best)."""
+        """``first token 0.42 s ×1.5 · 85 tok/s ×1.3 · 12 answers · heard 4 s ago · best 72%``: the belief, in words
+        (medians, the factor one answer's spread spans, the answers it rests on, how long ago it was heard from, its
+        chance of being the best)."""
         b = self.belief
         if b is None:
             return ""
         parts = [
             f"first token {seconds(b.ttft_s)} ×{math.exp(b.ttft_spread):.1f}",
             f"{b.tokens_per_s:.0f} tok/s ×{math.exp(b.tokens_per_s_spread):.1f}",
+            f"{b.answers} answer{'' if b.answers == 1 else 's'}",
             f"heard {_age(b.age_s)} ago" if b.age_s is not None else "never heard",
             f"best {b.best:.0%}",
         ]
@@ -186,9 +194,16 @@ def _explored(ranking: Ranking) -> str:
     if not ranking.requests or ranking.policy.ranking == "fixed":
         return ""
     share = ranking.probes / ranking.requests
+    if ranking.extra_attempts is None:  # the measured router
+        return (
+            f"explored {ranking.probes:,} of {ranking.requests:,} requests ({share:.1%}; "
+            f"budget {ranking.policy.explore_share:.0%})"
+        )
+    budget = budgeted(ranking)
     return (
-        f"explored {ranking.probes:,} of {ranking.requests:,} requests ({share:.1%}; "
-        f"budget {ranking.policy.explore_share:.0%})"
+        f"explored {ranking.probes:,} of {ranking.requests:,} requests ({share:.1%}): {budget.paid:,} by a race or a "
+        f"shadow, within a race budget of {budget.share:.0%} of streamed requests; {ranking.extra_attempts:.2f} extra "
+        "attempts per request"
     )
 
 
@@ -287,7 +302,7 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
         '<div class="why-wrap"><table class="why-rows"><thead><tr><th class="num">#</th><th>Deployment</th>'
         '<th class="num">Predicted time</th><th class="num">Predicted cost</th>'
         + (
-            "<th>Belief <small>median ×spread · heard · chance best</small></th>"
+            "<th>Belief <small>median ×spread · answers · heard · chance best</small></th>"
             if any(row.belief is not None for row in view.rows)
             else "<th>Basis <small>answers · newest · spread</small></th>"
         )

@@ -11,10 +11,11 @@ one request of the shape given; uncertainties are relative standard errors (0.1 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.policies import PolicyConfig
 from gateway.routing.apis import upstream_api
+from gateway.routing.choose import BUDGET_START, RACE_BUDGET
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
 from gateway.samples import Endpoint
 from gateway.tables import format_table
@@ -115,8 +116,44 @@ def belief_json(belief: BeliefView) -> dict[str, Any]:
     }
 
 
+class Budgeted(NamedTuple):
+    """What a model's exploration budget paid for on this replica, and the bound it keeps:
+    ``paid <= start + share × (the requests of kind ``of``)``."""
+
+    share: float
+    """What each request of kind ``of`` adds to the budget (looks per request)."""
+    of: str
+    """Which requests add to it: ``requests`` (the measured router), ``streamed requests`` (the belief router: only a
+    stream may race or shadow)."""
+    start: int
+    """Looks the budget holds before any request (the belief router's: ``choose.BUDGET_START``)."""
+    paid: int
+    """The looks it paid for: races and shadows (the belief router), probes but first looks (the measured router)."""
+    outside: int
+    """Requests explored that it does not pay for (``outside_what``)."""
+    outside_what: str
+
+
+def budgeted(ranking: Ranking) -> Budgeted:
+    """The ranking's exploration as its router bounds it. The belief router (its rankings count extra attempts)
+    pays for each race or shadow, an extra attempt, from ``RACE_BUDGET`` of its streamed requests (none without
+    ``explore_share`` or ``explore_race``); a request whose draw put another than the leader first costs no extra
+    attempt and no budget. The measured router pays for its probes from ``explore_share`` of requests, first looks
+    at deployments never measured aside."""
+    if ranking.extra_attempts is None:
+        first_looks = ranking.first_looks
+        paid = ranking.probes - first_looks
+        return Budgeted(ranking.policy.explore_share, "requests", 0, paid, first_looks, "first looks at new ones")
+    policy = ranking.policy
+    looks = policy.explore_share > 0 and policy.explore_race and policy.ranking != "fixed"
+    paid = ranking.races + ranking.shadows
+    share, start = (RACE_BUDGET, int(BUDGET_START)) if looks else (0.0, 0)
+    return Budgeted(share, "streamed requests", start, paid, ranking.probes - paid, "drawn away from the leader")
+
+
 def ranking_json(ranking: Ranking) -> dict[str, Any]:
     shape, policy = ranking.shape, ranking.policy
+    budget = budgeted(ranking)
     return {
         "model": ranking.model.name,
         "policy": policy.name,
@@ -134,9 +171,15 @@ def ranking_json(ranking: Ranking) -> dict[str, Any]:
             "first_looks": ranking.first_looks,
             "cold_starts": ranking.cold_starts,
             "share": round(ranking.probes / ranking.requests, 4) if ranking.requests else 0.0,
-            "budget": policy.explore_share,
+            "budget": budget.share,
             **(
-                {"shadows": ranking.shadows, "extra_attempts_per_request": round(ranking.extra_attempts, 4)}
+                {
+                    "shadows": ranking.shadows,
+                    "extra_attempts_per_request": round(ranking.extra_attempts, 4),
+                    "budget_of": budget.of,
+                    "budget_start": budget.start,
+                    "budget_paid": budget.paid,
+                }
                 if ranking.extra_attempts is not None
                 else {}
             ),
@@ -213,7 +256,16 @@ def ranking_table(ranking: Ranking) -> str:
         lines.append("  ~ not measured yet: the model's average stands in")
     if any(r.scored.prediction.drift for r in ranking.rows):
         lines.append("  ! a change was detected in its recent answers: the estimate rests on those since")
-    if ranking.requests:
+    if ranking.requests and ranking.extra_attempts is not None:
+        budget = budgeted(ranking)
+        lines.append(
+            f"  explored {ranking.probes} of {ranking.requests} requests ({ranking.probes / ranking.requests:.1%}; "
+            f"{ranking.races} by racing the leader, {ranking.shadows} in its shadow, of a race budget of "
+            f"{budget.share:.0%} of streamed requests and {budget.start} to start; {budget.outside} "
+            f"{budget.outside_what}; {ranking.extra_attempts:.2f} extra attempts per request), "
+            f"besides {ranking.cold_starts} cold start{'' if ranking.cold_starts == 1 else 's'}"
+        )
+    elif ranking.requests:
         looks = "first look" if ranking.first_looks == 1 else "first looks"
         lines.append(
             f"  explored {ranking.probes} of {ranking.requests} requests ({ranking.probes / ranking.requests:.1%}; "
