@@ -117,6 +117,7 @@ def test_the_routes_json_and_the_table_report_the_race_budget_and_what_it_paid_f
     table = ranking_table(ranking)
     assert f"{ranking.races} by racing the leader, {ranking.shadows} in its shadow, of a race budget of 10%" in table
     assert f"; {ranking.probes - ranking.races - ranking.shadows} drawn away from the leader" in table
+    assert "a look (race or shadow) within 10% of streamed requests" in table and "explore up to" not in table
 
 
 def test_the_table_shows_each_chance_of_being_best() -> None:

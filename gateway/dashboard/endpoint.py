@@ -39,7 +39,7 @@ def routing_choices(runtime: GatewayRuntime) -> dict[str, RoutingChoice]:
 
 
 def routing_views(runtime: GatewayRuntime) -> tuple[dict[str, RoutingChoice], dict[str, WhyView]]:
-    """Each model's next deployment and why: the router's own ranking (``MeasuredRouter.rank``).
+    """Each model's next deployment and why: the router's own ranking (its ``rank``).
 
     It is the ranking behind ``GET /v1/gateway/routes``, for a typical request (500 prompt
     tokens, the model's observed answer length); a request's own size and overrides may change it.
@@ -56,7 +56,7 @@ def routing_views(runtime: GatewayRuntime) -> tuple[dict[str, RoutingChoice], di
             basis = "measuring"
         else:
             basis = "best score"
-        detail = f"Policy {policy.name}: {policy_summary(policy)}. Every number: GET /v1/gateway/routes."
+        detail = f"Policy {policy.name}: {policy_summary(policy, ranking)}. Every number: GET /v1/gateway/routes."
         choices[model.name] = RoutingChoice(top.deployment.name, basis, detail)
         why[model.name] = why_view(ranking)
     return choices, why

@@ -181,7 +181,7 @@ def why_view(ranking: Ranking) -> WhyView:
         prompt_tokens=shape.prompt_tokens,
         output_tokens=shape.output_tokens,
         output_from=OUTPUT_FROM.get(shape.output_source, shape.output_source),
-        policy=f"{ranking.policy.name}: {policy_summary(ranking.policy)}",
+        policy=f"{ranking.policy.name}: {policy_summary(ranking.policy, ranking)}",
         fixed=ranking.policy.ranking == "fixed",
         rows=rows,
         ttft_quantile=ranking.policy.ttft_quantile,

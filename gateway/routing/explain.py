@@ -251,7 +251,7 @@ def ranking_table(ranking: Ranking) -> str:
         f"{ranking.model.name} (policy {ranking.policy.name}; a request of {shape.prompt_tokens} prompt tokens, "
         f"{shape.output_tokens} output tokens from {shape.output_source})"
     )
-    lines = [title, "  " + policy_summary(ranking.policy), format_table(header, rows)]
+    lines = [title, "  " + policy_summary(ranking.policy, ranking), format_table(header, rows)]
     if any(r.scored.prediction.prior for r in ranking.rows):
         lines.append("  ~ not measured yet: the model's average stands in")
     if any(r.scored.prediction.drift for r in ranking.rows):
@@ -276,8 +276,9 @@ def ranking_table(ranking: Ranking) -> str:
     return "\n".join(lines + notes)
 
 
-def policy_summary(policy: PolicyConfig) -> str:
-    """One line of what a policy optimises, for people reading ``gateway check``."""
+def policy_summary(policy: PolicyConfig, ranking: Ranking | None = None) -> str:
+    """One line of what a policy optimises, for people reading ``gateway check``. With the ``ranking`` a belief router
+    made, how that router explores (it reads neither ``memory_half_life_s`` nor ``explore_share``'s figure)."""
     if policy.ranking == "fixed":
         order = "fixed order"
     else:
@@ -292,10 +293,21 @@ def policy_summary(policy: PolicyConfig) -> str:
             )
             if weight
         ]
+        if ranking is not None and ranking.extra_attempts is not None:
+            budget = budgeted(ranking)
+            explores = (
+                f"a look (race or shadow) within {budget.share:.0%} of streamed requests"
+                if budget.share
+                else "no looks"
+            )
+        else:
+            explores = (
+                f"memory half-life {policy.memory_half_life_s:g}s; "
+                f"explore up to {policy.explore_share:.0%}{' by racing' if policy.explore_race else ''}"
+            )
         order = (
             f"score = {' + '.join(weights)} (log2 ratios to the best); TTFT p{policy.ttft_quantile * 100:g}, "
-            f"tokens/s p{policy.tps_quantile * 100:g} floor; memory half-life {policy.memory_half_life_s:g}s; "
-            f"explore up to {policy.explore_share:.0%}{' by racing' if policy.explore_race else ''}"
+            f"tokens/s p{policy.tps_quantile * 100:g} floor; {explores}"
         )
     if policy.hedge_after_s is not None:
         hedge = f"hedge after {policy.hedge_after_s:g}s"
