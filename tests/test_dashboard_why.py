@@ -7,6 +7,7 @@ The numbers must be the router's (its ``rank``, from the beliefs that plan reque
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import re
 from collections.abc import Callable
@@ -136,7 +137,7 @@ def test_the_page_shows_the_why_with_the_cheapest_marked() -> None:
 
 
 def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
-    fakes: Fakes, start_gateway: Callable[..., Gateway]
+    fakes: Fakes, start_gateway: Callable[..., Gateway], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     servers = [fakes.start("a", FakeBehavior(ttft_s=0.01, tokens_per_s=400, output_tokens=20)),
                fakes.start("b", FakeBehavior(ttft_s=0.05, tokens_per_s=100, output_tokens=20))]  # fmt: skip
@@ -149,6 +150,10 @@ def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
     # the policy's default and the second not.
     router, model = gateway.runtime.router, gateway.runtime.config.models[0]
     wait_until(lambda: router.rank(model).shape.output_source == "learned", what="the answers' learned length")
+    # The traffic is over: both read the router at one moment, so that a belief's age, its chance of a change
+    # since (which moves its medians) and its draws are the same for both.
+    moment = router.clock()
+    monkeypatch.setattr(router, "clock", lambda: moment)
     page = httpx.get(gateway.url + "/dashboard").text
     (ranking,) = httpx.get(gateway.url + "/v1/gateway/routes").json()["data"]  # loopback, no keys: allowed
     for row in ranking["deployments"]:
@@ -160,13 +165,39 @@ def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
         # The same number, to the page's rounding (the JSON rounds to 0.1 ms first).
         assert _seconds_of(cells.group(1).removeprefix("≈ ")) == _approx_seconds(predicted["time_s"])
         assert cells.group(2) == money(predicted["cost_usd"])
-        # Each prediction's basis: its belief, heard from or not, as the routes endpoint says.
+        # Each prediction's basis, as the routes endpoint says: its belief (medians and spreads, the answers, its
+        # age, its chance of being the best).
         basis = re.search(rf'{row["deployment"]} {tags}</td>(?:<td class="num">[^<]*</td>){{2}}'
                           r'<td class="basis-cell">([^<]*)</td>', page)  # fmt: skip
-        heard = "heard " if row["belief"]["age_s"] is not None else "never heard"
-        assert basis is not None and basis.group(1).startswith("first token ") and heard in basis.group(1), basis
+        assert basis is not None, row["deployment"]
+        _assert_the_same_belief(basis.group(1), row["belief"])
     exploration = ranking["exploration"]
     assert f"explored {exploration['probes']} of {exploration['requests']} requests" in page
+    if "budget_paid" in exploration:  # the belief router's bound: its race budget, of streamed requests
+        assert f"{exploration['budget_paid']} by a race or a shadow, within a race budget of " in page
+        assert f"{exploration['budget']:.0%} of streamed requests" in page
+        bound = exploration["budget_start"] + exploration["budget"] * exploration["requests"]  # every one streamed
+        assert exploration["budget_paid"] <= bound
+
+
+BELIEVED = re.compile(
+    r"first token (.+?) ×([\d.]+) · ([\d,]+) tok/s ×([\d.]+) · (\d+) answers? · heard (\d+) s ago · best (\d+)%"
+)
+
+
+def _assert_the_same_belief(shown: str, belief: dict[str, Any]) -> None:
+    """The page's belief line tells the routes endpoint's numbers, each to the page's rounding."""
+    match = BELIEVED.fullmatch(shown)
+    assert match is not None, shown
+    ttft, ttft_spread, speed, speed_spread, answers, age, best = match.groups()
+    assert _seconds_of(ttft) == _approx_seconds(belief["ttft_median_s"])
+    assert float(ttft_spread) == pytest.approx(math.exp(belief["ttft_spread"]), abs=0.051)
+    # The page rounds a speed to 1 tok/s, the JSON to 0.1.
+    assert float(speed.replace(",", "")) == pytest.approx(belief["tokens_per_s_median"], abs=0.56)
+    assert float(speed_spread) == pytest.approx(math.exp(belief["tokens_per_s_spread"]), abs=0.051)
+    assert int(answers) == belief["answers"] >= 1
+    assert int(age) == pytest.approx(belief["age_s"], abs=0.51)  # the page rounds to a second, the JSON to 10 ms
+    assert f"{best}%" == f"{belief['p_best']:.0%}"
 
 
 def _seconds_of(text: str) -> float:

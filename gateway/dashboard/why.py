@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from gateway.dashboard.text import esc, money, seconds
-from gateway.routing.explain import policy_summary, score_terms
+from gateway.routing.explain import budgeted, policy_summary, score_terms
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
 
 OUTPUT_FROM = {
@@ -54,14 +54,16 @@ class Predicted:
 
     @property
     def believed(self) -> str:
-        """``first token 0.42 s ×1.5 · 85 tok/s ×1.3 · heard 4 s ago · best 72%``: the belief, in words (medians,
-        the factor one answer's spread spans, how long ago it was heard from, its chance of being the best)."""
+        """``first token 0.42 s ×1.5 · 85 tok/s ×1.3 · 12 answers · heard 4 s ago · best 72%``: the belief, in words
+        (medians, the factor one answer's spread spans, the answers it rests on, how long ago it was heard from, its
+        chance of being the best)."""
         b = self.belief
         if b is None:
             return ""
         parts = [
             f"first token {seconds(b.ttft_s)} ×{math.exp(b.ttft_spread):.1f}",
             f"{b.tokens_per_s:.0f} tok/s ×{math.exp(b.tokens_per_s_spread):.1f}",
+            f"{b.answers} answer{'' if b.answers == 1 else 's'}",
             f"heard {_age(b.age_s)} ago" if b.age_s is not None else "never heard",
             f"best {b.best:.0%}",
         ]
@@ -164,9 +166,11 @@ def _explored(ranking: Ranking) -> str:
     if not ranking.requests or ranking.policy.ranking == "fixed":
         return ""
     share = ranking.probes / ranking.requests
+    budget = budgeted(ranking)
     return (
-        f"explored {ranking.probes:,} of {ranking.requests:,} requests ({share:.1%}; "
-        f"budget {ranking.policy.explore_share:.0%})"
+        f"explored {ranking.probes:,} of {ranking.requests:,} requests ({share:.1%}): {budget.paid:,} by a race or a "
+        f"shadow, within a race budget of {budget.share:.0%} of streamed requests; {ranking.extra_attempts:.2f} extra "
+        "attempts per request"
     )
 
 
@@ -245,7 +249,7 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
         '<div class="why-wrap"><table class="why-rows"><thead><tr><th class="num">#</th><th>Deployment</th>'
         '<th class="num">Predicted time</th><th class="num">Predicted cost</th>'
         + (
-            "<th>Belief <small>median ×spread · heard · chance best</small></th>"
+            "<th>Belief <small>median ×spread · answers · heard · chance best</small></th>"
             if any(row.belief is not None for row in view.rows)
             else "<th>Basis <small>answers · newest · spread</small></th>"
         )

@@ -43,23 +43,37 @@ def kind_terms(
     now: float,
 ) -> tuple[dict[str, float], list[bool]]:
     """Each deployment's chance of an answer valid for this request's kind (the shared window's verdicts of that
-    kind), and whether it breaks one of the policy's soft constraints for this request."""
+    kind), and whether it breaks one of the policy's soft constraints for this request (``judged``)."""
     valid: dict[str, float] = {}
     breaks = []
     for option in options:
-        d = option.deployment
-        summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
-        counts = summary.valid_counts(kind) if summary is not None else (0, 0)
-        rate = valid[d.name] = valid_rate(*counts)
-        belief = option.belief
-        fails, oks = belief.failure(now)
-        success = oks / (fails + oks)
-        # Its attempts are read only where the policy bounds the success rate (``broken`` reads them only then): a
-        # Python property of the stats' summary, per deployment per plan.
-        attempts = summary.attempts if summary is not None and policy.min_success_rate is not None else 0
-        found = broken(d, summary, policy, preferences, kind, success=(success, attempts), valid=(rate, counts[1]))
+        rate, found = judged(option, snapshot, model, policy, preferences, kind, now)
+        valid[option.deployment.name] = rate
         breaks.append(bool(found))
     return valid, breaks
+
+
+def judged(
+    option: Option,
+    snapshot: StatsSnapshot,
+    model: str,
+    policy: PolicyConfig,
+    preferences: ProviderPreferences,
+    kind: RequestKind | None,
+    now: float,
+) -> tuple[float, tuple[str, ...]]:
+    """One deployment's chance of an answer valid for this request's kind, and the soft constraints it breaks
+    (``filters.broken``): what a plan reads (``kind_terms``) and what its ranking shows (``belief_rank``)."""
+    d = option.deployment
+    summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
+    counts = summary.valid_counts(kind) if summary is not None else (0, 0)
+    rate = valid_rate(*counts)
+    fails, oks = option.belief.failure(now)
+    success = oks / (fails + oks)
+    # Its attempts are read only where the policy bounds the success rate (``broken`` reads them only then): a
+    # Python property of the stats' summary, per deployment per plan.
+    attempts = summary.attempts if summary is not None and policy.min_success_rate is not None else 0
+    return rate, broken(d, summary, policy, preferences, kind, success=(success, attempts), valid=(rate, counts[1]))
 
 
 def choose_for(

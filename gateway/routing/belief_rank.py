@@ -1,11 +1,14 @@
 """The belief router's ranking, explained: what each deployment is believed to be now, and how likely it is best.
 
 ``rank_beliefs`` builds the ``Ranking`` the explanation endpoint (``GET /v1/gateway/routes``), the
-routing trace and the dashboard read. It orders the deployments as the beliefs expect them (the leader
-first: the order a request's fallbacks follow; a request's first pick is a draw), and gives every row its
-``BeliefView``: the median and spread of its first token and speed, how long ago it was heard from, and
-the share of draws in which it is the best for a request of this shape (``choose.chance_best``). Nothing here
-decides a route; it reads the beliefs the router keeps.
+routing trace, the dashboard and ``gateway check`` read. It orders the deployments as a plan does: the config's order under a fixed policy; else as the
+beliefs expect them (the leader first: the order a request's fallbacks follow; a request's first pick is
+a draw), those that break one of the policy's soft constraints after the rest, with what they break. It
+gives every row its ``BeliefView``: the median and spread of its first token and speed, how long ago it
+was heard from, and the share of draws in which it is the best for a request of this shape
+(``choose.chance_best``; 0 for one that breaks a constraint, never drawn). The request's length is the
+plan's, and says where it came from (the answers seen, the policy's default, or ``max_tokens``). Nothing
+here decides a route; it reads the beliefs the router keeps.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from dataclasses import replace
 from gateway.config import ModelConfig, PolicyConfig
 from gateway.errors import InvalidRequest
 from gateway.routing.apis import speaking
+from gateway.routing.belief_candidates import judged
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.choose import Counts, Option, chance_best, mean_costs
-from gateway.routing.cost import Cost, Shape, Weights, scores, valid_rate
-from gateway.routing.filters import allowed, as_preferred, broken
+from gateway.routing.cost import Cost, Shape, Weights, scores
+from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.lengths import LengthSource, shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import SessionRoute
@@ -47,31 +51,44 @@ def rank_beliefs(
 ) -> Ranking:
     """``model``'s deployments for a request of this shape, leader first, each with its belief (no side effects).
 
-    ``session`` is accepted for ``ServingRouter.rank``'s signature; the ranking holds no cache terms yet, so
-    every deployment is predicted as the session-less request."""
+    ``session`` is accepted for ``ServingRouter.rank``'s signature; the beliefs hold no cache terms yet, so every
+    deployment is predicted as the session-less request."""
     del session
     policy = router.config.policy_for(model)
     now = router.clock()
     snapshot = router.stats.snapshot()
     deployments = allowed(speaking(model, endpoint, pinned), preferences, router._providers)
     length = shape_of(model.name, max_tokens)
-    forecast = router.lengths.forecast(length, max_tokens, float(policy.default_output_tokens))
-    expected = forecast.mean  # as the plan reads it (``Lengths.expected``)
-    told = forecast.source in ("learned", "share")
-    source: LengthSource = forecast.source if told else "request" if max_tokens else "default"
-    shape = Shape(prompt_tokens, expected)
-    weights = Weights.of(policy, preferences.sort)
+    default = policy.default_output_tokens
+    # Where the plan's length comes from: the answers seen (``learned``, or a ``share`` of max_tokens), else the
+    # policy's default, or the request's max_tokens where that caps it.
+    given: LengthSource = "request" if max_tokens and max_tokens < default else "default"
+    forecast = router.lengths.forecast(length, max_tokens, float(default), given)
     options = [router._option(model.name, d.name, d, snapshot, now) for d in deployments]
+    found = [judged(o, snapshot, model.name, policy, preferences, kind, now) for o in options]
+    # As the plan sees the request: each deployment's valid rate for its kind, and the constraints it breaks.
+    valid = {o.deployment.name: f[0] for o, f in zip(options, found, strict=True)}
+    shape = Shape(prompt_tokens, forecast.mean, valid=valid)
+    weights = Weights.of(policy, preferences.sort)
     means = mean_costs(options, shape, weights, now)
     totals = scores(means, weights) if means else []
     parts = _parts(means, weights)
-    best = chance_best(options, shape, weights, now, random.Random(0), BEST_DRAWS) if options else []
-    violations = [_violations(model.name, option, snapshot, policy, preferences, kind, now) for option in options]
-    # As a plan orders them: a fixed policy in the config's order; else a deployment that breaks a soft constraint
-    # follows those that keep them.
-    order = list(range(len(options)))
-    if policy.ranking != "fixed":
-        order.sort(key=lambda i: (bool(violations[i]), not options[i].belief.answers, totals[i]))
+    # The plan's order: the config's under a fixed policy; else those that break a constraint after the rest (unless
+    # every one does), the measured before the never heard, each by its expected score. One that breaks a
+    # constraint is never drawn: its chance of being the best is 0.
+    every_breaks = all(f[1] for f in found)
+    kept = [i for i in range(len(options)) if every_breaks or not found[i][1]]
+    drawn = chance_best([options[i] for i in kept], shape, weights, now, random.Random(0), BEST_DRAWS) if kept else []
+    best = [0.0] * len(options)
+    for i, chance in zip(kept, drawn, strict=True):
+        best[i] = chance
+    if policy.ranking == "fixed":
+        order = list(range(len(options)))
+    else:
+        order = sorted(
+            range(len(options)),
+            key=lambda i: (bool(found[i][1]) and not every_breaks, not options[i].belief.answers, totals[i]),
+        )
     order = as_preferred(order, deployments, preferences)
     if not order and not preferences.allow_fallbacks:
         raise InvalidRequest(
@@ -79,7 +96,7 @@ def rank_beliefs(
             param="provider.order",
         )
     rows = [
-        _ranked(router, model.name, options[i], means[i], parts[i], violations[i], best[i], policy, snapshot, now)
+        _ranked(router, model.name, options[i], means[i], parts[i], found[i][1], best[i], policy, snapshot, now)
         for i in order
     ]
     rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
@@ -87,7 +104,7 @@ def rank_beliefs(
     return Ranking(
         model,
         policy,
-        RequestShape(endpoint or "chat", prompt_tokens, round(expected), source, kind),
+        RequestShape(endpoint or "chat", prompt_tokens, round(forecast.mean), forecast.source, kind),
         tuple(rows),
         snapshot,
         requests=counts.requests,
@@ -112,31 +129,6 @@ def _parts(means: list[Cost], weights: Weights) -> list[ScoreParts]:
         low = min(column)
         columns.append([value - low for value in column])
     return [ScoreParts(*values) for values in zip(*columns, strict=True)] if means else []
-
-
-def _violations(
-    model: str,
-    option: Option,
-    snapshot: StatsSnapshot,
-    policy: PolicyConfig,
-    preferences: ProviderPreferences,
-    kind: RequestKind | None,
-    now: float,
-) -> tuple[str, ...]:
-    """The soft constraints it breaks for a request of this kind, read as a plan reads them (``kind_terms``)."""
-    summary = snapshot.get(model, option.deployment.name)
-    counts = summary.valid_counts(kind) if summary is not None else (0, 0)
-    fails, oks = option.belief.failure(now)
-    attempts = summary.attempts if summary is not None else 0
-    return broken(
-        option.deployment,
-        summary,
-        policy,
-        preferences,
-        kind,
-        success=(oks / (fails + oks), attempts),
-        valid=(valid_rate(*counts), counts[1]),
-    )
 
 
 def _ranked(

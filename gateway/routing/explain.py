@@ -11,10 +11,11 @@ uncertainties are log standard deviations of the level (0.1 ≈ ±10%).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.policies import PolicyConfig
 from gateway.routing.apis import upstream_api
+from gateway.routing.choose import BUDGET_START, RACE_BUDGET
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
 from gateway.samples import Endpoint
 from gateway.tables import format_table
@@ -99,8 +100,40 @@ def belief_json(belief: BeliefView) -> dict[str, Any]:
     }
 
 
+class Budgeted(NamedTuple):
+    """What a model's look budget paid for on this replica, and the bound it keeps:
+    ``paid <= start + share × streamed requests``."""
+
+    share: float
+    """What each streamed request adds to the budget (looks per request; only a stream may race or shadow)."""
+    start: int
+    """Looks the budget holds before any request (``choose.BUDGET_START``)."""
+    paid: int
+    """The looks it paid for: races and shadows."""
+    outside: int
+    """Requests explored that it does not pay for: drawn away from the leader (no extra attempt)."""
+
+
+def budgeted(ranking: Ranking) -> Budgeted:
+    """The ranking's exploration as the router bounds it: each race or shadow, an extra attempt, is paid from
+    ``RACE_BUDGET`` of the model's streamed requests (none under a fixed policy or without ``explore_share`` or
+    ``explore_race``); a request whose draw put another than the leader first costs no extra attempt and no
+    budget."""
+    share = look_share(ranking.policy)
+    paid = ranking.races + ranking.shadows
+    return Budgeted(share, int(BUDGET_START) if share else 0, paid, ranking.probes - paid)
+
+
+def look_share(policy: PolicyConfig) -> float:
+    """The share of streamed requests that may carry a look under ``policy``: ``RACE_BUDGET``, or none under a fixed
+    policy or one that turns exploring or racing off."""
+    looks = policy.explore_share > 0 and policy.explore_race and policy.ranking != "fixed"
+    return RACE_BUDGET if looks else 0.0
+
+
 def ranking_json(ranking: Ranking) -> dict[str, Any]:
     shape, policy = ranking.shape, ranking.policy
+    budget = budgeted(ranking)
     return {
         "model": ranking.model.name,
         "policy": policy.name,
@@ -118,7 +151,10 @@ def ranking_json(ranking: Ranking) -> dict[str, Any]:
             "shadows": ranking.shadows,
             "cold_starts": ranking.cold_starts,
             "share": round(ranking.probes / ranking.requests, 4) if ranking.requests else 0.0,
-            "budget": policy.explore_share,
+            "budget": budget.share,
+            "budget_of": "streamed requests",
+            "budget_start": budget.start,
+            "budget_paid": budget.paid,
             "extra_attempts_per_request": round(ranking.extra_attempts, 4),
         },
         "deployments": [row_json(i, row, shape.endpoint) for i, row in enumerate(ranking.rows, start=1)],
@@ -188,10 +224,12 @@ def ranking_table(ranking: Ranking) -> str:
     if any(r.scored.prediction.prior for r in ranking.rows):
         lines.append("  ~ not measured yet: the model's average stands in")
     if ranking.requests:
+        budget = budgeted(ranking)
         lines.append(
             f"  explored {ranking.probes} of {ranking.requests} requests ({ranking.probes / ranking.requests:.1%}; "
-            f"{ranking.races} by racing the leader, {ranking.shadows} in its shadow; "
-            f"budget {ranking.policy.explore_share:.0%}; {ranking.extra_attempts:.2f} extra attempts per request), "
+            f"{ranking.races} by racing the leader, {ranking.shadows} in its shadow, of a race budget of "
+            f"{budget.share:.0%} of streamed requests and {budget.start} to start; {budget.outside} "
+            f"drawn away from the leader; {ranking.extra_attempts:.2f} extra attempts per request), "
             f"besides {ranking.cold_starts} cold start{'' if ranking.cold_starts == 1 else 's'}"
         )
     return "\n".join(lines + notes)
@@ -216,7 +254,11 @@ def policy_summary(policy: PolicyConfig) -> str:
         order = (
             f"score = {' + '.join(weights)} (log2 ratios to the best); TTFT p{policy.ttft_quantile * 100:g}, "
             f"tokens/s p{policy.tps_quantile * 100:g} floor; "
-            f"explore up to {policy.explore_share:.0%}{' by racing' if policy.explore_race else ''}"
+            + (
+                f"a look (race or shadow) within {share:.0%} of streamed requests"
+                if (share := look_share(policy))
+                else "no looks"
+            )
         )
     if policy.hedge_after_s is not None:
         hedge = f"hedge after {policy.hedge_after_s:g}s"
