@@ -1,13 +1,13 @@
 """The belief router's ranking, explained: what each deployment is believed to be now, and how likely it is best.
 
-``rank_beliefs`` builds the ``Ranking`` the explanation endpoint (``GET /v1/gateway/routes``), the
-routing trace, the dashboard and ``gateway check`` read. It orders the deployments as a plan does: the config's order under a fixed policy; else as the
-beliefs expect them (the leader first: the order a request's fallbacks follow; a request's first pick is
-a draw), those that break one of the policy's soft constraints after the rest, with what they break. It
-gives every row its ``BeliefView``: the median and spread of its first token and speed, how long ago it
-was heard from, and the share of draws in which it is the best for a request of this shape
-(``choose.chance_best``; 0 for one that breaks a constraint, never drawn). The request's length is the
-plan's, and says where it came from (the answers seen, the policy's default, or ``max_tokens``). Nothing
+``rank_beliefs`` builds the ``Ranking`` the explanation endpoint (``GET /v1/gateway/routes``), the routing
+trace, the dashboard and ``gateway check`` read. It orders the deployments as a plan does: the config's order
+under a fixed policy; else as the beliefs expect them (the leader first: the order a request's fallbacks
+follow; a request's first pick is a draw), those that break one of the policy's soft constraints after the
+rest, with what they break. It gives every row its ``BeliefView``: the median and spread of its first token
+and speed, how long ago it was heard from, and the share of draws in which it is the best for a request of
+this shape (``choose.chance_best``; 0 for one that breaks a constraint, never drawn). The request's length is
+the plan's, and says where it came from (the answers seen, the policy's default, or ``max_tokens``). Nothing
 here decides a route; it reads the beliefs the router keeps.
 """
 
