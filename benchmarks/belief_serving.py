@@ -35,6 +35,7 @@ def _per_plan_us(router: Any, request: RouteRequest, n: int) -> float:
 def main() -> None:
     base, request = warm_router(kind=BeliefRouter)
     live, live_request = warm_router(kind=LiveBeliefRouter)
+    assert isinstance(live, LiveBeliefRouter)
     plain, served = [], []
     for _ in range(ROUNDS):
         plain.append(_per_plan_us(base, request, PLANS))

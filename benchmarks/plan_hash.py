@@ -1,14 +1,14 @@
-"""A digest of every plan the measured router makes over simulated markets: run it before and after a change that
-must not change a decision or a float, and compare the digests.
+"""A digest of every plan the router makes over simulated markets: run it before and after a change that must not
+change a decision or a float, and compare the digests.
 
-Each request of ``benchmarks.routing_simulate``'s markets (the real ``MeasuredRouter`` on the simulation's clock) is
-planned as the simulation plans it, and its plan is hashed: every candidate (reason, hedge, predictions, deadlines,
-length), the race, the shadow, the session's decision, every ranking row (prediction, score parts, violations, bonus,
-caution, circuit, load, capacity) and the router's random state and counts after it. Before it, the same router ranks
-the request again under overrides and shapes the market never sends (each ``sort``, ``order`` with and without
-fallbacks, ``ignore``, ``max_price``, quantile preferences, a session bound warm and a named one cold, a tools
-request, no ``max_tokens``, no endpoint, embeddings, a non-streamed plan's predictions), each with a random
-generator of its own so the plan's draws are not moved: the router's arithmetic under every branch the market reaches.
+Each request of ``benchmarks.routing_simulate``'s markets (the real ``BeliefRouter`` on the simulation's clock) is
+planned as the simulation plans it, and its plan is hashed: every candidate (reason, hedge, prediction, deadlines),
+the race, the shadow, the session's decision, and the router's random state, counts and race budget after it. Before
+it, the same router's beliefs are ranked (``rank_beliefs``: predictions, score parts, violations, beliefs, circuit,
+load, capacity) for the request and under overrides and shapes the market never sends (each ``sort``, ``order``
+with and without fallbacks, ``ignore``, ``max_price``, quantile preferences, a session bound warm and a named one
+cold, a tools request, no ``max_tokens``, no endpoint, embeddings), which draws with a generator of its own, so the
+plan's draws are not moved: the router's arithmetic under every branch the market reaches.
 
     python -m benchmarks.plan_hash                        # stable, recovery, flaky, ... x 2 seeds
     python -m benchmarks.plan_hash --only stable --seeds 3 --verbose
@@ -19,34 +19,32 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
-import random
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from benchmarks.routing_scenarios import SCENARIOS, STRESS, Scenario
 from benchmarks.routing_simulate import Simulation
 from gateway.errors import GatewayError
 from gateway.routing import ProviderPreferences, RouteRequest
+from gateway.routing.belief_rank import rank_beliefs
+from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import RoutePlan, SessionRoute
 from gateway.routing.ranking import Ranking
-from gateway.routing.router import MeasuredRouter
 
 MARKETS = ("stable", "recovery", "mixed-lengths", "flaky", "heavy-tail", "outage", "dip", "oscillate", "swap")
 
 
 def _ranking(ranking: Ranking) -> str:
-    counts = (ranking.requests, ranking.probes, ranking.races, ranking.first_looks, ranking.cold_starts)
-    return repr((ranking.shape, counts, ranking.rows))
+    counts = (ranking.requests, ranking.probes, ranking.races, ranking.shadows, ranking.cold_starts)
+    return repr((ranking.shape, counts, ranking.extra_attempts, ranking.rows))
 
 
 def _plan(plan: RoutePlan) -> str:
-    ranking = plan.ranking
-    assert isinstance(ranking, Ranking)
-    return repr((plan.candidates, plan.race, plan.affinity, plan.shadow, plan.length, _ranking(ranking)))
+    return repr((plan.candidates, plan.race, plan.affinity, plan.shadow))
 
 
-def _variants(router: MeasuredRouter, request: RouteRequest, index: int) -> list[str]:
-    """The request ranked again under other overrides and shapes (own random generators: no draw of the router's)."""
+def _variants(router: BeliefRouter, request: RouteRequest, index: int) -> list[str]:
+    """The request ranked, then under other overrides and shapes (``rank_beliefs`` draws with a generator of its
+    own: no draw of the router's)."""
     model = request.model
     names = [d.name for d in model.deployments]
     preferences = [
@@ -66,22 +64,30 @@ def _variants(router: MeasuredRouter, request: RouteRequest, index: int) -> list
         SessionRoute("s", "header", "auto", "unbound"),
     ]
     out = []
-    calls: list[Callable[[random.Random], Any]] = [
+    calls: list[Callable[[], Ranking]] = [
+        lambda: rank_beliefs(
+            router,
+            model,
+            endpoint=request.endpoint,
+            prompt_tokens=request.prompt_tokens,
+            max_tokens=request.max_tokens,
+            preferences=request.preferences,
+        ),
         *(
-            lambda rng, p=p: router.rank(model, endpoint="chat", prompt_tokens=900, preferences=p, rng=rng)
+            lambda p=p: rank_beliefs(router, model, endpoint="chat", prompt_tokens=900, preferences=p)
             for p in preferences
         ),
         *(
-            lambda rng, s=s: router.rank(model, endpoint="chat", prompt_tokens=2000, session=s, rng=rng, kind="tools")
+            lambda s=s: rank_beliefs(router, model, endpoint="chat", prompt_tokens=2000, session=s, kind="tools")
             for s in sessions
         ),
-        lambda rng: router.rank(model, prompt_tokens=50, rng=rng),
-        lambda rng: router.rank(model, endpoint="embeddings", prompt_tokens=50, max_tokens=1, rng=rng),
-        lambda rng: router.rank(model, endpoint="chat", prompt_tokens=50, max_tokens=64, rng=rng, kind="json"),
+        lambda: rank_beliefs(router, model, prompt_tokens=50),
+        lambda: rank_beliefs(router, model, endpoint="embeddings", prompt_tokens=50, max_tokens=1),
+        lambda: rank_beliefs(router, model, endpoint="chat", prompt_tokens=50, max_tokens=64, kind="json"),
     ]
-    for k, call in enumerate(calls):
+    for call in calls:
         try:
-            out.append(_ranking(call(random.Random(index * 100 + k))))
+            out.append(_ranking(call()))
         except GatewayError as error:
             out.append(f"{type(error).__name__}: {error}")
     return out
@@ -89,10 +95,10 @@ def _variants(router: MeasuredRouter, request: RouteRequest, index: int) -> list
 
 def digest(scenarios: Sequence[Scenario], seeds: Sequence[int], verbose: bool = False) -> str:
     total = hashlib.sha256()
-    original = MeasuredRouter.plan
+    original = BeliefRouter.plan
     plans = 0
 
-    def hashed(self: MeasuredRouter, request: RouteRequest) -> RoutePlan:
+    def hashed(self: BeliefRouter, request: RouteRequest) -> RoutePlan:
         nonlocal plans
         for text in _variants(self, request, plans):
             step.update(text.encode())
@@ -102,11 +108,11 @@ def digest(scenarios: Sequence[Scenario], seeds: Sequence[int], verbose: bool = 
             step.update(f"{type(error).__name__}: {error}".encode())
             raise
         step.update(_plan(plan).encode())
-        step.update(repr((self.rng.getstate(), self.memory.counts, self.memory.explore)).encode())
+        step.update(repr((self.rng.getstate(), self.counts, self.budget)).encode())
         plans += 1
         return plan
 
-    MeasuredRouter.plan = hashed  # type: ignore[method-assign]
+    BeliefRouter.plan = hashed  # type: ignore[method-assign]
     logging.disable(logging.WARNING)  # the markets' circuit and limit warnings
     try:
         for scenario in scenarios:
@@ -118,7 +124,7 @@ def digest(scenarios: Sequence[Scenario], seeds: Sequence[int], verbose: bool = 
                 if verbose:
                     print(f"{scenario.name:16} seed {seed}: {plans - before:5d} plans  {step.hexdigest()[:16]}")
     finally:
-        MeasuredRouter.plan = original  # type: ignore[method-assign]
+        BeliefRouter.plan = original  # type: ignore[method-assign]
         logging.disable(logging.NOTSET)
     return f"{plans} plans  {total.hexdigest()}"
 

@@ -1,11 +1,19 @@
 """The routing benchmark's scenarios in simulated time: the real router, no processes, seconds per run.
 
 A discrete-event simulation of ``benchmarks/routing_scenarios.py``: Poisson arrivals, each
-request planned by the real ``MeasuredRouter`` over a real in-memory stats store (both on the
+request planned by the real router (``BeliefRouter``) over a real in-memory stats store (both on the
 simulation's clock), attempts drawn from the scenario's profiles (log-normal first token and
-speed, failures as instant 503s), fallback, hedges and race probes as the relay runs them, and
+speed, failures as instant 503s), fallback, hedges, races and shadows as the relay runs them, and
 every attempt's sample delivered to the router when that attempt ends. No HTTP, no CPU noise:
 for iterating on routing decisions; ``benchmarks/routing.py`` is the measurement.
+
+The oracles do not ask the router: each request goes straight to the oracle's choice (the fastest provider, or
+the one the policy's score picks knowing the truth), with no look, race, shadow or hedge beside it, and on a
+failure to the fastest of the others (``_Oracle``).
+
+Two source trees are compared by running the simulator twice, each with its own tree first on the path, writing
+each run's regrets per market and seed (``--json``), then pairing the two files (``--pair``): the same schedules
+and the same draws, so the difference is the routers'.
 
 Usage::
 
@@ -14,8 +22,9 @@ Usage::
     python -m benchmarks.routing_simulate --stress --seeds 16  # markets nothing was tuned on
     python -m benchmarks.routing_simulate --held-out-9        # a held-out set (1-13; --held-out: the first); sets
                                                               # 1-11 are seen, sets 12 and 13 each run once, at the end
-    python -m benchmarks.routing_simulate --router new        # the belief-based router (gateway.routing.belief)
-    python -m benchmarks.routing_simulate --compare --seeds 64  # old and new, paired, as a markdown table
+    PYTHONPATH=<base tree> python -m benchmarks.routing_simulate --seeds 64 --json base.json
+    PYTHONPATH=<new tree> python -m benchmarks.routing_simulate --seeds 64 --json new.json
+    python -m benchmarks.routing_simulate --pair base.json new.json  # new − base, paired, as a markdown table
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benchmarks.routing_held_out import HELD_OUT_2
@@ -50,7 +60,6 @@ from gateway.config import GatewayConfig, StatsConfig, parse_config
 from gateway.routing import ProviderPreferences, RouteRequest
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate, RoutePlan, Router
-from gateway.routing.router import MeasuredRouter
 from gateway.routing.worth import DRAIN_EVENTS, DRAIN_MAX_S
 from gateway.samples import Outcome, Sample
 from gateway.stats import InMemoryStatsStore
@@ -123,14 +132,32 @@ PROMPT_TOKENS = 20
 """Every simulated request's prompt."""
 
 
-class Simulation:
-    """One scenario, one seed, one strategy ("gateway"; "oracle", the fastest provider for each request; or
-    "policy-oracle", the one the policy's score picks knowing the truth), one router ("old" or "new"; an oracle's is
-    always the old one: it only follows the oracle's order)."""
+ORACLES = ("oracle", "policy-oracle")
 
-    def __init__(
-        self, scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None, router: str = "old"
-    ) -> None:
+
+class _Oracle:
+    """What the attempt loop asks of a router, for an oracle's requests: every attempt may start, nothing is learned,
+    no hedge is started (the oracle's choice is already the right one)."""
+
+    def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
+        return True
+
+    def attempt_finished(self, candidate: Candidate, sample: Sample) -> None:
+        pass
+
+    def attempt_streaming(self, candidate: Candidate, progress: Any) -> None:
+        pass
+
+    def try_hedge(self, plan: RoutePlan) -> bool:
+        return False
+
+
+class Simulation:
+    """One scenario, one seed, one strategy: "gateway" (the router plans every request); "oracle", the fastest
+    provider for each request; or "policy-oracle", the one the policy's score picks knowing the truth (the oracles
+    bypass the router: ``_Oracle``)."""
+
+    def __init__(self, scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None = None) -> None:
         self.scenario = scenario
         self.seed = seed
         self.strategy = strategy
@@ -142,13 +169,14 @@ class Simulation:
         # Replicas share the window and the answers' log (one store) and keep their own state; each records under
         # its own replica id, as a process would. The first keeps the seed's own rng.
         stores = [self.store, *(self.store.as_replica(f"replica-{i}") for i in range(1, scenario.replicas))]
-        kind = BeliefRouter if router == "new" and strategy != "oracle" else MeasuredRouter
-        self.routers: list[Router] = [
-            kind(self.config, stores[i], rng=random.Random(seed if i == 0 else f"{seed}:{i}"), clock=self.clock)
+        self.routers: list[BeliefRouter] = [
+            BeliefRouter(self.config, stores[i], rng=random.Random(seed if i == 0 else f"{seed}:{i}"), clock=self.clock)
             for i in range(scenario.replicas)
         ]
-        self.stores = {id(r): s for r, s in zip(self.routers, stores, strict=True)}
-        """Each replica's router's store (``sample`` records there)."""
+        self.oracle = _Oracle()
+        self.stores: dict[int, InMemoryStatsStore] = {id(r): s for r, s in zip(self.routers, stores, strict=True)}
+        """Each replica's router's store (``sample`` records there); an oracle's requests record in the first."""
+        self.stores[id(self.oracle)] = self.store
         self.router = self.routers[0]
         self.result = Result()
         policy_config = self.config.policy_for(self.config.models[0])
@@ -178,17 +206,35 @@ class Simulation:
     def arrive(self, started: float, tokens: int, index: int = 0, ceiling: int | None = None) -> None:
         profiles = list(self.scenario.profiles_at(self.now).values())
         best = oracle_choice(tokens, profiles)
-        order = {"oracle": (best,), "policy-oracle": (oracle_choice(tokens, profiles, self.price_weight),)}
-        preferences = ProviderPreferences(order=order.get(self.strategy, ()))
+        if self.strategy in ORACLES:
+            choice = best if self.strategy == "oracle" else oracle_choice(tokens, profiles, self.price_weight)
+            _Request(self, self._oracle_plan(choice, tokens), tokens, started, best, index, self.oracle).start()
+            return
         max_tokens = ceiling if ceiling is not None else tokens
-        request = RouteRequest(self.config.models[0], "chat", True, PROMPT_TOKENS, max_tokens, preferences)
+        request = RouteRequest(self.config.models[0], "chat", True, PROMPT_TOKENS, max_tokens, ProviderPreferences())
         router = self.routers[index % len(self.routers)]
         plan = router.plan(request)
         _Request(self, plan, tokens, started, best, index, router).start()
 
+    def _oracle_plan(self, choice: str, tokens: int) -> RoutePlan:
+        """The oracle's choice first, then, should it fail, the others as its fallback is counted
+        (``oracle_choice``): the fastest that never fails first. No hedge, race or shadow."""
+        model = self.config.models[0]
+        profiles = self.scenario.profiles_at(self.now)
+        rest = sorted(
+            (d for d in model.deployments if d.name != choice),
+            key=lambda d: (profiles[d.name].error_rate > 0, profiles[d.name].expected_e2e(tokens)),
+        )
+        deployments = [next(d for d in model.deployments if d.name == choice), *rest]
+        candidates = tuple(
+            Candidate(d, self.config.provider(d.provider), "override" if i == 0 else "fallback", model.name)
+            for i, d in enumerate(deployments)
+        )
+        return RoutePlan(candidates, self.config.policy_for(model))
+
     def sample(
         self,
-        router: Router,
+        router: Router | _Oracle,
         candidate: Candidate,
         outcome: Outcome,
         ttft: float | None,
@@ -245,7 +291,7 @@ class _Request:
         started: float,
         best: str,
         index: int,
-        router: Router,
+        router: Router | _Oracle,
     ) -> None:
         self.sim, self.plan, self.tokens, self.started, self.best = sim, plan, tokens, started, best
         self.index = index
@@ -462,82 +508,70 @@ class _Request:
         self.sim.result.failed += 1
 
 
-def simulate(
-    scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None = None, router: str = "old"
-) -> Result:
-    return Simulation(scenario, seed, strategy, policy, router).run()
+def simulate(scenario: Scenario, seed: int, strategy: str, policy: dict[str, Any] | None = None) -> Result:
+    return Simulation(scenario, seed, strategy, policy).run()
 
 
-def _summary(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | None, router: str = "old") -> str:
-    regrets, after, probes, fails, attempts, p99 = [], [], [], 0, [], []
-    for seed in seeds:
-        mine = simulate(scenario, seed, "gateway", policy, router)
-        oracle = simulate(scenario, seed, "oracle", policy)
-        regrets.append(statistics.fmean(mine.times) / statistics.fmean(oracle.times) - 1)
-        fails += mine.failed
-        attempts.append(mine.attempts / max(1, len(mine.times)))
+def exploration(sim: Simulation) -> tuple[float, float]:
+    """The share of requests that explored and the attempts per request beyond one, averaged over the replicas."""
+    shares = [router.exploration(sim.config.models[0].name) for router in sim.routers]
+    return statistics.fmean(s[0] for s in shares), statistics.fmean(s[1] for s in shares)
+
+
+@dataclass
+class Run:
+    """One market, one schedule: the router's run against the two oracles' over the same arrivals and draws."""
+
+    seed: int
+    time_regret: float
+    """Mean time over the fastest provider's for each request (the oracle's), minus one."""
+    policy_regret: float
+    """By the policy's own score, against the provider it would pick knowing the truth (``policy_regret``)."""
+    explored: float
+    extra_attempts: float
+    result: Result = field(repr=False)
+
+    def record(self) -> dict[str, float]:
+        return {
+            "seed": self.seed,
+            "time_regret": self.time_regret,
+            "policy_regret": self.policy_regret,
+            "explored": self.explored,
+            "extra_attempts": self.extra_attempts,
+        }
+
+
+def run(scenario: Scenario, seed: int, policy: dict[str, Any] | None) -> Run:
+    fastest = simulate(scenario, seed, "oracle", policy)
+    policy_sim = Simulation(scenario, seed, "policy-oracle", policy)
+    best = policy_sim.run()
+    sim = Simulation(scenario, seed, "gateway", policy)
+    mine = sim.run()
+    explored, extra = exploration(sim)
+    regret = statistics.fmean(mine.times) / statistics.fmean(fastest.times) - 1
+    return Run(seed, regret, policy_regret(mine, best, policy_sim.price_weight), explored, extra, mine)
+
+
+def _summary(scenario: Scenario, runs: Sequence[Run]) -> str:
+    regrets = [r.time_regret for r in runs]
+    after, p99 = [], []
+    for r in runs:
+        mine = r.result
         p99.append(sorted(mine.ttfts)[int(0.99 * len(mine.ttfts))])
         if scenario.changes:
             at = scenario.changes[0].at_s + 15
             later = [ok for started, ok in mine.on_best if started >= at]
             after.append(sum(later) / max(1, len(later)))
-        probes.append(_probes(scenario, seed, policy) if router == "old" else _explored(scenario, seed, policy))
+    attempts = statistics.fmean(r.result.attempts / max(1, len(r.result.times)) for r in runs)
     text = (
         f"{scenario.name:16} regret {statistics.fmean(regrets):+6.1%} (min {min(regrets):+.1%} max {max(regrets):+.1%})"
-        f"  explore {statistics.fmean(probes):5.1%}  attempts {statistics.fmean(attempts):.2f}  failed {fails}"
-        f"  ttft p99 {statistics.fmean(p99):.2f}"
+        f"  policy {statistics.fmean(r.policy_regret for r in runs):+6.1%}"
+        f"  explore {statistics.fmean(r.explored for r in runs):5.1%}  attempts {attempts:.2f}"
+        f"  failed {sum(r.result.failed for r in runs)}  ttft p99 {statistics.fmean(p99):.2f}"
     )
     if after:
         text += f"  on best from +15 s {statistics.fmean(after):.0%} (min {min(after):.0%})"
     return text
-
-
-def _probes(scenario: Scenario, seed: int, policy: dict[str, Any] | None) -> float:
-    sim = Simulation(scenario, seed, "gateway", policy)
-    sim.run()
-    assert isinstance(sim.router, MeasuredRouter)
-    ranking = sim.router.rank(sim.config.models[0])
-    if not hasattr(ranking, "probes"):  # older code: no count of its own
-        return float("nan")
-    return float(ranking.probes / max(1, ranking.requests))
-
-
-def _explored(scenario: Scenario, seed: int, policy: dict[str, Any] | None) -> float:
-    sim = Simulation(scenario, seed, "gateway", policy, "new")
-    sim.run()
-    router = sim.router
-    assert isinstance(router, BeliefRouter)
-    return router.exploration(sim.config.models[0].name)[0]
-
-
-@dataclass
-class Paired:
-    """One market's paired comparison: per schedule, each router's regret against the same oracle."""
-
-    old: list[float] = field(default_factory=list)
-    new: list[float] = field(default_factory=list)
-    explored: list[float] = field(default_factory=list)
-    extra: list[float] = field(default_factory=list)
-    old_policy: list[float] = field(default_factory=list)
-    new_policy: list[float] = field(default_factory=list)
-
-    def row(self, scenario: Scenario) -> str:
-        time, verdict = _paired(self.new, self.old)
-        policy, policy_verdict = _paired(self.new_policy, self.old_policy)
-        return (
-            f"| {scenario.name} | {statistics.fmean(self.old):+.1%} | {statistics.fmean(self.new):+.1%} "
-            f"| {time} | {verdict} | {policy} | {policy_verdict} | {statistics.fmean(self.explored):.1%} "
-            f"| {statistics.fmean(self.extra):.3f} |"
-        )
-
-
-def _paired(new: Sequence[float], old: Sequence[float]) -> tuple[str, str]:
-    """The mean paired difference in points with its standard error, and its verdict at two standard errors."""
-    diffs = [n - o for n, o in zip(new, old, strict=True)]
-    se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
-    mean = statistics.fmean(diffs)
-    verdict = "better" if mean < -2 * se else "worse" if mean > 2 * se else "parity"
-    return f"{mean * 100:+.2f} ± {se * 100:.2f}", verdict
 
 
 def policy_regret(mine: Result, oracle: Result, price_weight: float) -> float:
@@ -549,34 +583,44 @@ def policy_regret(mine: Result, oracle: Result, price_weight: float) -> float:
     return 2 ** (time + price_weight * money) - 1
 
 
+def _paired(new: Sequence[float], base: Sequence[float]) -> str:
+    """The mean paired difference in points with its standard error, bold beyond two standard errors."""
+    diffs = [n - b for n, b in zip(new, base, strict=True)]
+    se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+    mean = statistics.fmean(diffs)
+    text = f"{mean * 100:+.2f} ± {se * 100:.2f}"
+    return f"**{text}**" if abs(mean) > 2 * se else text
+
+
 PAIRED_HEADER = (
-    "| market | old regret | new regret | new − old (points, ± s.e.) | within 2 s.e. "
-    "| new − old, policy regret | within 2 s.e. | new: explored | new: extra attempts/request |"
-    "\n|---|---|---|---|---|---|---|---|---|"
+    "| market | base regret | new regret | new − base, time regret (points ± s.e.) "
+    "| new − base, policy regret | base explored | new explored | new extra attempts/request |"
+    "\n|---|---|---|---|---|---|---|---|"
 )
 
 
-def compare(scenario: Scenario, seeds: Sequence[int], policy: dict[str, Any] | None) -> Paired:
-    """Old and new over the same schedules (same arrivals, same draws), each against the same oracle runs: the fastest
-    provider for each request (the time regret), and the provider the policy's score would pick knowing the truth
-    (the policy regret)."""
-    paired = Paired()
-    for seed in seeds:
-        fastest = simulate(scenario, seed, "oracle", policy)
-        oracle = statistics.fmean(fastest.times)
-        policy_sim = Simulation(scenario, seed, "policy-oracle", policy)
-        best = policy_sim.run()
-        old = simulate(scenario, seed, "gateway", policy, "old")
-        paired.old.append(statistics.fmean(old.times) / oracle - 1)
-        paired.old_policy.append(policy_regret(old, best, policy_sim.price_weight))
-        sim = Simulation(scenario, seed, "gateway", policy, "new")
-        result = sim.run()
-        paired.new.append(statistics.fmean(result.times) / oracle - 1)
-        paired.new_policy.append(policy_regret(result, best, policy_sim.price_weight))
-        shares = [r.exploration(sim.config.models[0].name) for r in sim.routers if isinstance(r, BeliefRouter)]
-        paired.explored.append(statistics.fmean(s[0] for s in shares))
-        paired.extra.append(statistics.fmean(s[1] for s in shares))
-    return paired
+def pair(base: dict[str, Any], new: dict[str, Any]) -> str:
+    """The markdown table of two runs' files (``--json``): per market both have, the schedules both ran paired by
+    seed; a difference beyond two standard errors in bold."""
+    lines = [PAIRED_HEADER]
+    for market, base_runs in base["markets"].items():
+        new_runs = {r["seed"]: r for r in new["markets"].get(market, [])}
+        both = [(b, new_runs[b["seed"]]) for b in base_runs if b["seed"] in new_runs]
+        if not both:
+            continue
+
+        def column(side: int, key: str, rows: list[tuple[dict[str, float], dict[str, float]]] = both) -> list[float]:
+            return [row[side][key] for row in rows]
+
+        lines.append(
+            f"| {market} | {statistics.fmean(column(0, 'time_regret')):+.1%} "
+            f"| {statistics.fmean(column(1, 'time_regret')):+.1%} "
+            f"| {_paired(column(1, 'time_regret'), column(0, 'time_regret'))} "
+            f"| {_paired(column(1, 'policy_regret'), column(0, 'policy_regret'))} "
+            f"| {statistics.fmean(column(0, 'explored')):.1%} | {statistics.fmean(column(1, 'explored')):.1%} "
+            f"| {statistics.fmean(column(1, 'extra_attempts')):.3f} |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -588,23 +632,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     for number, (ordinal, where) in enumerate(HELD_OUT_SETS, start=1):
         flag = "--held-out" if number == 1 else f"--held-out-{number}"
         parser.add_argument(flag, action="store_true", help=f"the {ordinal} held-out set ({where}): once")
+    parser.add_argument("--json", metavar="FILE", help="write each market's regrets per seed to FILE (for --pair)")
     parser.add_argument(
-        "--router", choices=("old", "new"), default="old", help="old: MeasuredRouter; new: BeliefRouter"
+        "--pair", nargs=2, metavar=("BASE", "NEW"), help="two --json files: new − base per market, paired by seed"
     )
-    parser.add_argument("--compare", action="store_true", help="old and new paired over the same schedules (markdown)")
     args = parser.parse_args(argv)
+    if args.pair:
+        base, new = (json.loads(Path(name).read_text()) for name in args.pair)
+        print(pair(base, new))
+        return 0
     policy = json.loads(args.policy) if args.policy else None
-    if args.compare:
-        print(PAIRED_HEADER, flush=True)
     chosen = [n for n in range(1, len(HELD_OUT_SETS) + 1) if getattr(args, "held_out" if n == 1 else f"held_out_{n}")]
     markets = MARKETS[chosen[-1]] if chosen else STRESS if args.stress else SCENARIOS
+    records: dict[str, list[dict[str, float]]] = {}
     for scenario in markets:
         if args.only and scenario.name not in args.only:
             continue
-        if args.compare:
-            print(compare(scenario, range(1, args.seeds + 1), policy).row(scenario), flush=True)
-        else:
-            print(_summary(scenario, range(1, args.seeds + 1), policy, args.router), flush=True)
+        runs = [run(scenario, seed, policy) for seed in range(1, args.seeds + 1)]
+        records[scenario.name] = [r.record() for r in runs]
+        print(_summary(scenario, runs), flush=True)
+    if args.json:
+        written = {"seeds": args.seeds, "policy": policy, "markets": records}
+        Path(args.json).write_text(json.dumps(written, indent=1) + "\n")
     return 0
 
 

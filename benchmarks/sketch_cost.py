@@ -8,12 +8,10 @@ reads, is what a record followed by a plan pays. ``benchmarks.hotpath``'s router
 nothing ages out while timing). Rows, best µs per loop of several repeats (process CPU time):
 
 - ``record``: ``InMemoryStatsStore.record`` alone (window total, pending slice, minutes);
-- ``reads``: the quantiles a plan may read of every deployment's totals (``READS``: the predictions' window
-  value and spread, the filters', the hedge's, the learned deadlines'), nothing recorded in between;
+- ``reads``: the quantiles a plan may read of every deployment's totals (``READS``: the soft constraints', the
+  hedge's, the learned deadlines'), nothing recorded in between;
 - ``record + reads``: one sample recorded, then those reads: the loop the hot path runs;
-- ``model_quantile``: the model's answer length, from the deployments' histograms merged afresh (the measured
-  router reuses it for a second; ``predict`` merges the same way for a deployment it has no window of);
-- ``plan`` and ``record + plan``: a real ``plan`` of the measured and the belief router, by policy.
+- ``plan`` and ``record + plan``: a real ``plan`` of the router, by policy.
 
     python -m benchmarks.sketch_cost [--repeats 7] [--calls 2000]
 """
@@ -31,7 +29,6 @@ from benchmarks.hotpath import sample, timed
 from gateway.config import parse_config
 from gateway.routing import ProviderPreferences, RouteRequest
 from gateway.routing.belief_router import BeliefRouter
-from gateway.routing.router import MeasuredRouter
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore
 from gateway.stats.snapshot import Metric
@@ -44,8 +41,8 @@ READS: dict[Metric, tuple[float, ...]] = {
     "ttft_s": (0.16, 0.5, 0.84, 0.9, 0.95, 0.99),
     "tokens_per_s": (0.16, 0.5, 0.84),
 }
-"""Per deployment: what ``predict`` (value at the policy's quantile, spread at 0.16/0.84), ``score``'s filters,
-``hedge_after`` (``hedge_quantile``) and the deadlines (p99) read of the window's totals."""
+"""Per deployment: what the soft constraints (at the policy's quantiles), ``hedge_after`` (``hedge_quantile``) and the
+deadlines (p99) may read of the window's totals (the set the measured router's plans read, kept for comparison)."""
 FIXED_WALL_S = 1_800_000_000.0
 
 
@@ -112,30 +109,25 @@ def reads(store: InMemoryStatsStore) -> None:
 
 
 def rows(calls: int, repeats: int) -> list[tuple[str, float]]:
-    _, _, store = build(MeasuredRouter, "balanced", 256)
+    _, _, store = build(BeliefRouter, "balanced", 256)
     feed = answers(11, [f"p{i}" for i in range(DEPLOYMENTS)])
 
     def record_reads() -> None:
         store.record(next(feed))
         reads(store)
 
-    snapshot = store.snapshot()
     figures = [
         ("record", best_us(lambda: store.record(next(feed)), calls, repeats)),
         ("reads (5 dep. x 9)", best_us(lambda: reads(store), calls, repeats)),
         ("record + reads", best_us(record_reads, calls, repeats)),
-        (
-            "model_quantile(output_tokens)",
-            best_us(lambda: snapshot.model_quantile("bench", "output_tokens", 0.5), calls, repeats),
-        ),
     ]
     cases = [
-        ("measured fastest-first-token", MeasuredRouter, "fastest-first-token", 256),
-        ("measured highest-throughput*", MeasuredRouter, "highest-throughput", None),
-        ("belief fastest-first-token*", BeliefRouter, "fastest-first-token", None),
+        ("fastest-first-token", "fastest-first-token", 256),
+        ("highest-throughput*", "highest-throughput", None),
+        ("fastest-first-token*", "fastest-first-token", None),
     ]
-    for label, kind, policy, max_tokens in cases:
-        figures += plan_rows(label, build(kind, policy, max_tokens), feed, calls, repeats)
+    for label, policy, max_tokens in cases:
+        figures += plan_rows(label, build(BeliefRouter, policy, max_tokens), feed, calls, repeats)
     return figures
 
 
@@ -160,7 +152,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calls", type=int, default=2000)
     args = parser.parse_args()
-    _, _, store = build(MeasuredRouter, "balanced", 256)
+    _, _, store = build(BeliefRouter, "balanced", 256)
     spread = {m: [len(s.histograms[m].counts) for s in store.snapshot().summaries.values()] for m in READS}
     print(f"buckets per deployment's total: {spread}")
     for name, us in rows(args.calls, args.repeats):

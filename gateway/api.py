@@ -148,7 +148,7 @@ class ProxyEndpoint:
                     policy.default_output_tokens,
                     request.endpoint,
                     policy.total_timeout_s,
-                    length=plan.length,
+                    length=runtime.router.forecast(route_request),
                 )
             headers = [(b"x-request-id", request_id.encode())]
             if plan.affinity is not None:

@@ -54,7 +54,7 @@ from gateway.relay import AttemptRunner, Dispatcher
 from gateway.relay.probe import CircuitProber
 from gateway.reload import Reloader
 from gateway.retry_hints import wants_retry_hints, with_retry_hints
-from gateway.routing.serving import ROUTER_ENV, RouterKind, build_router, router_kind
+from gateway.routing.serving import build_router
 from gateway.routing.trace import TraceStore
 from gateway.runtime import GatewayRuntime, RuntimeHolder
 from gateway.samples import SampleFanout, SampleSink
@@ -100,9 +100,6 @@ class AppOptions:
     serve`` does, to warn about exposure); otherwise ``create_app`` loads them, once."""
     binding_lookup_timeout_s: float = LOOKUP_TIMEOUT_S
     """How long a request may wait for Redis to find a binding this replica does not hold."""
-    router: RouterKind | None = None
-    """Which router serves (internal, while two are compared); None: ``GATEWAY_ROUTER`` of ``environ``, else of
-    the process environment, else the measured router (``gateway.routing.serving``)."""
     probe_interval_s: float | None = 1.0
     """How often open circuits past their cool-down are probed in the background (None: only by requests)."""
 
@@ -134,7 +131,6 @@ async def build_runtime(
     if options.events is not None:
         events = EventFanout([options.metrics, options.events])
     router = build_router(
-        options.router or _router_kind(options.environ),
         config,
         stats,
         previous=previous.router if previous is not None else None,
@@ -184,11 +180,6 @@ async def build_runtime(
         conversations=conversations,
         metrics_key=resolve_metrics_key(config, options.environ),
     )
-
-
-def _router_kind(environ: Mapping[str, str]) -> RouterKind:
-    """``GATEWAY_ROUTER`` of the injected environment, else of the process's (a test's environment is its own)."""
-    return router_kind(environ if ROUTER_ENV in environ else os.environ)
 
 
 def _open_bindings(stats: StatsConfig, options: AppOptions, redis: RedisConnections) -> BindingStore:
@@ -259,7 +250,6 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
     or the client keys are invalid."""
     options = options or AppOptions()
     check_single_process(options.environ)
-    _router_kind(options.environ)  # an unknown router fails at start-up, not at the lifespan's first build
     keys = resolve_secrets(config, options.environ)
     if config.server.log_bodies:
         logger.warning("server.log_bodies is on: prompts and answers are written to the access log")

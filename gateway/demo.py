@@ -45,6 +45,7 @@ from gateway.demo_setup import served_models, with_prompt_cache
 from gateway.demo_setup import write_demo_config as write_demo_config
 from gateway.fakes import FakeProvider
 from gateway.fakes.profiles import DEMO_PROFILES, ServingFigures
+from gateway.routing.explain import budgeted
 from gateway.tokens import load_token_counter
 from gateway.traffic import TrafficGenerator, TrafficMix, shares
 
@@ -269,30 +270,38 @@ class Demo:
             )
 
     def _exploration(self) -> str:
-        """The gateway's own count of probes so far, as its budget counts them.
+        """The gateway's own count of what it explored so far, and what its budget paid for of it, against the
+        bound the router keeps (``explain.budgeted``).
 
         The routes above say which attempt answered: at a cold start every provider races and the
         first token wins, so ``explore`` answers many of the first requests. Those races are not
-        probes (nothing is measured yet to explore away from) and the budget does not pay for them;
-        this line says what it did pay for. A first look at a deployment never measured is taken
-        whatever the budget holds (which repays it later), so early on the share can pass the budget
-        by those.
+        paid by the budget (nothing is measured yet to explore away from), and this line counts them
+        apart. The router pays for each race or shadow (an extra attempt) from its race budget, a
+        share of streamed requests with one look to start per model; a request whose draw put another
+        first costs no extra attempt and is not paid for.
         """
         if self.app is None:
             return "exploration not known yet"
         runtime = self.app.state.runtime.current
-        requests = probes = first_looks = cold_starts = 0
+        requests = probes = paid = start = outside = cold_starts = 0
+        extra = 0.0
+        budget = None
         for model in runtime.config.models:
             ranking = runtime.router.rank(model)
+            budget = budgeted(ranking)
             requests, probes = requests + ranking.requests, probes + ranking.probes
-            first_looks, cold_starts = first_looks + ranking.first_looks, cold_starts + ranking.cold_starts
+            paid, start, outside = paid + budget.paid, start + budget.start, outside + budget.outside
+            cold_starts += ranking.cold_starts
+            extra += ranking.extra_attempts * ranking.requests
+        if budget is None:
+            return "exploration not known yet"
         share = probes / requests if requests else 0.0
-        policy = runtime.config.policy_for(runtime.config.models[0])
-        looks = "first look" if first_looks == 1 else "first looks"
         return (
-            f"explored {probes} of {requests} requests so far ({share:.1%}, {first_looks} of them {looks} at "
-            f"deployments never measured; budget {policy.explore_share:.0%}), "
-            f"besides {cold_starts} cold-start race{'' if cold_starts == 1 else 's'}"
+            f"explored {probes} of {requests} requests so far ({share:.1%}; {paid} paid by a budget of "
+            f"{budget.share:.0%} of streamed requests{f' and {start} to start' if start else ''}, {outside} "
+            f"drawn away from the leader"
+            + (f"; {extra / requests:.2f} extra attempts per request" if requests else "")
+            + f"), besides {cold_starts} cold-start race{'' if cold_starts == 1 else 's'}"
         )
 
     async def _shutdown(self) -> None:

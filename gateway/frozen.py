@@ -8,8 +8,9 @@ equality, hash, ``repr``, ``dataclasses.replace`` and pickling; still frozen):
 
 - ``quick_init`` (a class decorator) gives the class an ``__init__`` of the same parameters and defaults that calls
   each slot's descriptor itself (``member.__set__``, where ``object.__setattr__`` ends up): cheaper for every caller.
-  The router builds several such objects per deployment on every plan (a ``Prediction`` has 31 fields, a
-  ``Ranked`` 15), and those sets were a sixth of a plan's time. Only for what the generated ``__init__`` does
+  The router builds such objects per deployment on every plan (a ``Candidate``, and a ``Ranked`` with its
+  ``Prediction`` per deployment where a ranking is explained), and field by field those sets were once a sixth
+  of a plan's time. Only for what the generated ``__init__`` does
   alone: a field with a ``default_factory``, ``init=False`` or ``kw_only``, an ``InitVar`` or a ``__post_init__``
   is refused (``TypeError``), as is a class that is not a frozen dataclass with ``__slots__``.
 - ``positional_maker(cls)`` gives a function that takes every field's value in the field order and returns an

@@ -47,19 +47,11 @@ MODULES = (
     "gateway.routing.capacity",
     "gateway.routing.cost",
     "gateway.routing.deadlines",
-    "gateway.routing.estimates",
-    "gateway.routing.explore",
     "gateway.routing.filters",
     "gateway.routing.windows",
-    "gateway.routing.extremes",
     "gateway.routing.health",
     "gateway.routing.hedge",
     "gateway.routing.lengths",
-    "gateway.routing.ordering",
-    "gateway.routing.predict",
-    "gateway.routing.prefill",
-    "gateway.routing.router",
-    "gateway.routing.score",
     "gateway.routing.scored",
     "gateway.meter",
     "gateway.kept_chunks",
@@ -87,7 +79,7 @@ MODULES = (
     "gateway.routing.worth",
     "gateway.access_numbers",
 )
-"""What is compiled: the routers (measured and belief) and what their plans and ``attempt_finished`` call per request,
+"""What is compiled: the router and what its plans and ``attempt_finished`` call per request,
 and what every relayed
 chunk passes through (the meter's ``feed``, the forwarder's, the SSE splitter and the kept chunks), and the access
 line's rounding (``access_numbers``). Not the data

@@ -102,18 +102,18 @@ class PolicyConfig:
 
     # Memory, exploration and load.
     memory_half_life_s: float = 10.0
-    """How fast the router forgets: its own view of a deployment weighs an answer half as much as one this many
-    seconds newer, and an estimate nobody refreshed loses half its weight of evidence every this many seconds."""
+    """Read by no router now (a belief forgets by its drift and its hazard, ``docs/routing.md``): accepted so that
+    existing configs load."""
     min_samples: int = 5
     """Attempts below which a deployment is shown as not judged yet; soft constraints wait for this many."""
     explore_share: float = 0.05
     """Share of requests that may be spent measuring deployments whose estimates are uncertain or stale."""
     explore_margin: float = 0.0
-    """A deployment is explored while its optimistic score (score - bonus) is within this of the best's."""
+    """Read by no router now (the draw decides what is explored): accepted so that existing configs load."""
     explore_race: bool = True
     """Explore a stream by racing: the best and the explored deployment start together, the first token wins."""
     tie_band: float = 0.1
-    """Scores within this of the best are near-equal: the one with fewer requests in flight goes first."""
+    """Read by no router now (the draw spreads near-equal deployments): accepted so that existing configs load."""
 
     # Health: a circuit per deployment.
     failure_threshold: int = 5

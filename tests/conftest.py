@@ -1,10 +1,6 @@
 """Fixtures shared by the test suite: fake providers and gateways on real loopback servers.
 
 The classes behind them live in ``tests.support``; tests import those from there.
-
-``--router belief`` serves every gateway the tests start with the belief router instead of the
-measured one (``GATEWAY_ROUTER``, ``gateway.routing.serving``): the end-to-end tests are the
-contract both must keep. ``BELIEF_E2E`` lists the modules that hold them.
 """
 
 from __future__ import annotations
@@ -21,57 +17,11 @@ from collections.abc import Callable, Iterator  # noqa: E402
 import pytest  # noqa: E402
 
 from gateway.config import GatewayConfig  # noqa: E402
-from gateway.routing.serving import ROUTER_ENV, ROUTER_KINDS  # noqa: E402
 from tests.redis_server import RedisServerMissing  # noqa: E402
 from tests.redis_topologies import SENTINEL_PASSWORD, LoopbackCluster, SentinelGroup  # noqa: E402
 from tests.support.fakes import Fakes  # noqa: E402
 from tests.support.gateway import Gateway, GatewayServers  # noqa: E402
 from tests.support.servers import ServerThread, stop_all  # noqa: E402
-
-BELIEF_E2E = (
-    "tests/test_proxy.py",
-    "tests/test_streaming.py",
-    "tests/test_hedging.py",
-    "tests/test_affinity.py",
-    "tests/test_sessions.py",
-    "tests/test_recovery.py",
-    "tests/test_recovery_learning.py",
-    "tests/test_recovery_return.py",
-    "tests/test_circuit_recovery.py",
-    "tests/test_retries.py",
-    "tests/test_attempts.py",
-    "tests/test_capacity.py",
-    "tests/test_capacity_limits.py",
-    "tests/test_capacity_scope.py",
-    "tests/test_drain.py",
-    "tests/test_race_refusals.py",
-    "tests/test_trace.py",
-    "tests/test_overrides.py",
-    "tests/test_reload.py",
-    "tests/test_dashboard_endpoint.py",
-    "tests/test_faults.py",
-    "tests/test_quality_routing.py",
-    "tests/test_translate_routing.py",
-    "tests/test_translate_recovery.py",
-    "tests/test_routing_belief_explained.py",
-)
-"""The end-to-end routing, hedging, affinity, recovery, fallback, capacity, drain, queue and trace tests: run them
-with ``--router belief`` to check the belief router serves the live gateway."""
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--router",
-        choices=ROUTER_KINDS,
-        default=None,
-        help="the router every gateway under test serves with (default: the gateway's own default)",
-    )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    kind = config.getoption("--router")
-    if kind is not None:
-        os.environ[ROUTER_ENV] = kind  # read by ``create_app`` for every app a test builds
 
 
 @pytest.fixture

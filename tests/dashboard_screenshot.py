@@ -29,7 +29,9 @@ from pathlib import Path
 
 from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
+from gateway.routing import RouteRequest
 from gateway.samples import Sample
+from gateway.stats import InMemoryStatsStore
 from tests.chromium import devtools
 from tests.support.servers import ServerThread
 from tests.support.wait import wait_until
@@ -183,15 +185,33 @@ def seeded_dashboard() -> Iterator[str]:
     app = create_app(_config(), AppOptions(environ={}))  # type: ignore[arg-type]
     server = ServerThread(app).start()
     try:
-        store = app.state.runtime.current.stats
+        runtime = app.state.runtime.current
+        store = runtime.stats
+        assert isinstance(store, InMemoryStatsStore)
+        seeded = store.as_replica("seeded")  # another replica's answers: the router's beliefs hear them as such
         now = time.time()
         samples = _samples(random.Random(8), now)
         history = _history(random.Random(9), now)
         assert server.loop is not None
-        server.loop.call_soon_threadsafe(lambda: [store.record(s) for s in samples])
-        # The half hour before: straight into the store's minutes (the window holds only its last 5 minutes).
-        server.loop.call_soon_threadsafe(lambda: [store.minutes.add(s, s.started_at) for s in history])
+
+        def seed() -> None:
+            for sample in samples:
+                seeded.record(sample)
+            # The half hour before: straight into the store's minutes (the window holds only its last 5 minutes).
+            for sample in history:
+                store.minutes.add(sample, sample.started_at)
+
+        server.loop.call_soon_threadsafe(seed)
         wait_until(lambda: sum(s.samples for s in store.snapshot().summaries.values()) == len(samples))
+        # A plan per model hears the other replicas' answers, as the first request would.
+        heard: list[str] = []
+
+        def hear() -> None:
+            for model in runtime.config.models:
+                heard.append(runtime.router.plan(RouteRequest(model, "chat", False, 500, None)).candidates[0].name)
+
+        server.loop.call_soon_threadsafe(hear)
+        wait_until(lambda: len(heard) == len(runtime.config.models))
         yield f"{server.url}/dashboard"
     finally:
         server.stop()

@@ -1,12 +1,13 @@
 """The dashboard's "why": the router's own ranking for a typical request, shown with its trade-off.
 
-The numbers must be the router's (``MeasuredRouter.rank``, the call that plans requests and
-that ``GET /v1/gateway/routes`` explains), never a second estimate: the tests compare them.
+The numbers must be the router's (its ``rank``, from the beliefs that plan requests, which
+``GET /v1/gateway/routes`` explains), never a second estimate: the tests compare them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import re
 from collections.abc import Callable
@@ -22,9 +23,12 @@ from gateway.dashboard.view import DashboardView, RoutingChoice, model_boards
 from gateway.dashboard.why import Predicted, WhyView, render_why, why_sentence, why_view
 from gateway.fakes import FakeBehavior
 from gateway.leaderboard import leaderboard
-from gateway.routing.router import MeasuredRouter
+from gateway.routing import RouteRequest
+from gateway.routing.belief_live import LiveBeliefRouter
+from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore, StatsSnapshot, StoreHealth
 from tests.support.clients import sdk
+from tests.support.clock import FakeClock
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
@@ -54,22 +58,25 @@ def _config(policy: str = "balanced") -> GatewayConfig:
     )
 
 
-class _Snapshots:
-    def __init__(self, snapshot: StatsSnapshot) -> None:
-        self.value = snapshot
-
-    def snapshot(self) -> StatsSnapshot:
-        return self.value
+def _measured() -> list[Sample]:
+    return [sample(n, f[0], f[1]) for n, f in FIGURES.items() for _ in range(40)]
 
 
-def _measured() -> StatsSnapshot:
-    samples = [sample(n, f[0], f[1]) for n, f in FIGURES.items() for _ in range(40)]
-    return StatsSnapshot.from_samples(samples)
+def _router(config: GatewayConfig, samples: list[Sample]) -> tuple[LiveBeliefRouter, StatsSnapshot]:
+    """A router whose beliefs heard ``samples`` (another replica's answers, in the shared log), and the snapshot."""
+    clock = FakeClock()
+    store = InMemoryStatsStore(config.stats, wall_clock=clock)
+    other = store.as_replica("other")
+    for answer in samples:
+        other.record(answer)
+    router = LiveBeliefRouter(config, store, rng=random.Random(1), clock=clock)
+    router.plan(RouteRequest(config.models[0], "chat", False, 500, None))  # hears the log
+    return router, store.snapshot()
 
 
 def test_the_why_is_the_routers_own_ranking_for_a_typical_request() -> None:
     config = _config()
-    router = MeasuredRouter(config, _Snapshots(_measured()), rng=random.Random(1))
+    router, _ = _router(config, _measured())
     ranking = router.rank(config.models[0])
     why = why_view(ranking)
     assert [r.deployment for r in why.rows] == [r.deployment.name for r in ranking.rows]
@@ -96,20 +103,19 @@ def test_a_leader_that_wins_both_says_so_and_a_fixed_policy_says_it_ignores_the_
         },
         source="t.toml",
     )  # fmt: skip
-    router = MeasuredRouter(cheap_and_fast, _Snapshots(StatsSnapshot.from_samples(samples)), rng=random.Random(1))
+    router, _ = _router(cheap_and_fast, samples)
     why = why_view(router.rank(cheap_and_fast.models[0]))
     assert why.rows[0].deployment == "quick" and "— fastest and cheapest." in why_sentence(why)
 
     fixed = _config(policy="fixed-order")
-    router = MeasuredRouter(fixed, _Snapshots(_measured()), rng=random.Random(1))
+    router, _ = _router(fixed, _measured())
     why = why_view(router.rank(fixed.models[0]))
     assert why.fixed and "keeps the config's order" in why_sentence(why)
 
 
 def test_the_page_shows_the_why_with_the_cheapest_marked() -> None:
     config = _config()
-    snapshot = _measured()
-    router = MeasuredRouter(config, _Snapshots(snapshot), rng=random.Random(1))
+    router, snapshot = _router(config, _measured())
     ranking = router.rank(config.models[0])
     choices = {"m": RoutingChoice(ranking.rows[0].deployment.name, "best score")}
     rows = leaderboard(snapshot, config.models)
@@ -131,7 +137,7 @@ def test_the_page_shows_the_why_with_the_cheapest_marked() -> None:
 
 
 def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
-    fakes: Fakes, start_gateway: Callable[..., Gateway]
+    fakes: Fakes, start_gateway: Callable[..., Gateway], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     servers = [fakes.start("a", FakeBehavior(ttft_s=0.01, tokens_per_s=400, output_tokens=20)),
                fakes.start("b", FakeBehavior(ttft_s=0.05, tokens_per_s=100, output_tokens=20))]  # fmt: skip
@@ -140,10 +146,14 @@ def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
     for _ in range(6):
         list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True))
     wait_until(lambda: len(gateway.samples.samples) >= 6, what="samples")
-    # Both predict for the model's observed answer length, which the router keeps for a second: wait
-    # until it is the observed one, or the first read may use the policy's default and the second not.
+    # Both predict for the answers' learned length: wait until the router heard them, or the first read may use
+    # the policy's default and the second not.
     router, model = gateway.runtime.router, gateway.runtime.config.models[0]
-    wait_until(lambda: router.rank(model).shape.output_source == "observed", what="the observed answer length")
+    wait_until(lambda: router.rank(model).shape.output_source == "learned", what="the answers' learned length")
+    # The traffic is over: both read the router at one moment, so that a belief's age, its chance of a change
+    # since (which moves its medians) and its draws are the same for both.
+    moment = router.clock()
+    monkeypatch.setattr(router, "clock", lambda: moment)
     page = httpx.get(gateway.url + "/dashboard").text
     (ranking,) = httpx.get(gateway.url + "/v1/gateway/routes").json()["data"]  # loopback, no keys: allowed
     for row in ranking["deployments"]:
@@ -155,14 +165,39 @@ def test_the_dashboard_and_the_routes_endpoint_tell_the_same_numbers(
         # The same number, to the page's rounding (the JSON rounds to 0.1 ms first).
         assert _seconds_of(cells.group(1).removeprefix("≈ ")) == _approx_seconds(predicted["time_s"])
         assert cells.group(2) == money(predicted["cost_usd"])
-        # Each prediction's basis: the answers behind it and the age of the newest, as the routes endpoint says.
+        # Each prediction's basis, as the routes endpoint says: its belief (medians and spreads, the answers, its
+        # age, its chance of being the best).
         basis = re.search(rf'{row["deployment"]} {tags}</td>(?:<td class="num">[^<]*</td>){{2}}'
                           r'<td class="basis-cell">([^<]*)</td>', page)  # fmt: skip
-        heard = predicted["samples"] >= 0.5 or predicted["newest_sample_age_s"] is not None
-        expected = f"{predicted['samples']:.0f} answer" if heard else "no answer yet"
-        assert basis is not None and basis.group(1).startswith(expected), (basis, predicted)
+        assert basis is not None, row["deployment"]
+        _assert_the_same_belief(basis.group(1), row["belief"])
     exploration = ranking["exploration"]
     assert f"explored {exploration['probes']} of {exploration['requests']} requests" in page
+    if "budget_paid" in exploration:  # the belief router's bound: its race budget, of streamed requests
+        assert f"{exploration['budget_paid']} by a race or a shadow, within a race budget of " in page
+        assert f"{exploration['budget']:.0%} of streamed requests" in page
+        bound = exploration["budget_start"] + exploration["budget"] * exploration["requests"]  # every one streamed
+        assert exploration["budget_paid"] <= bound
+
+
+BELIEVED = re.compile(
+    r"first token (.+?) ×([\d.]+) · ([\d,]+) tok/s ×([\d.]+) · (\d+) answers? · heard (\d+) s ago · best (\d+)%"
+)
+
+
+def _assert_the_same_belief(shown: str, belief: dict[str, Any]) -> None:
+    """The page's belief line tells the routes endpoint's numbers, each to the page's rounding."""
+    match = BELIEVED.fullmatch(shown)
+    assert match is not None, shown
+    ttft, ttft_spread, speed, speed_spread, answers, age, best = match.groups()
+    assert _seconds_of(ttft) == _approx_seconds(belief["ttft_median_s"])
+    assert float(ttft_spread) == pytest.approx(math.exp(belief["ttft_spread"]), abs=0.051)
+    # The page rounds a speed to 1 tok/s, the JSON to 0.1.
+    assert float(speed.replace(",", "")) == pytest.approx(belief["tokens_per_s_median"], abs=0.56)
+    assert float(speed_spread) == pytest.approx(math.exp(belief["tokens_per_s_spread"]), abs=0.051)
+    assert int(answers) == belief["answers"] >= 1
+    assert int(age) == pytest.approx(belief["age_s"], abs=0.51)  # the page rounds to a second, the JSON to 10 ms
+    assert f"{best}%" == f"{belief['p_best']:.0%}"
 
 
 def _seconds_of(text: str) -> float:
@@ -177,46 +212,30 @@ def _approx_seconds(value: float) -> object:
 
 def test_an_unmeasured_model_is_said_to_be_measuring() -> None:
     config = _config()
-    router = MeasuredRouter(config, InMemoryStatsStore(config.stats), rng=random.Random(1))
+    router, _ = _router(config, [])
     why = why_view(router.rank(config.models[0]))
-    assert all(r.time_s is None for r in why.rows)
-    assert "not measured" in why_sentence(why)
+    assert all(r.estimated for r in why.rows)
+    assert "estimated from the model's average: it is being measured" in why_sentence(why)
 
 
 def _predicted(name: str, time_s: float, cost: float, **fields: Any) -> Predicted:
     return Predicted(name, time_s, cost, fields.pop("status", "ready"), "best", False, **fields)
 
 
-def test_each_prediction_shows_its_basis_and_the_cheapest_names_its_cache_discount() -> None:
-    listed_cheap = _predicted(
-        "listed", 1.0, 0.00020, answers=40.2, age_s=3.0, spread=0.12, prompt_tokens=500, price_in=0.2
-    )
-    cached = _predicted(
-        "cached", 1.2, 0.00011, answers=1.0, age_s=400.0, spread=0.5, prompt_tokens=500,
-        cached_tokens=400, price_in=0.30, price_cached_in=0.03,
-    )  # fmt: skip
+def test_each_prediction_shows_its_basis_and_the_cheapest_is_named() -> None:
+    listed = _predicted("listed", 1.0, 0.00020, answers=40.2, age_s=3.0, spread=0.12)
+    cheap = _predicted("cheap", 1.2, 0.00011, answers=1.0, age_s=400.0, spread=0.5)
     new = _predicted("new", 2.0, 0.0003, status="exploring", answers=0.0)
-    view = WhyView(500, 100, "given", "balanced", False, (listed_cheap, cached, new), ttft_quantile=0.95)
-    assert listed_cheap.basis == "40 answers · newest 3 s ago · ±12%"
-    assert cached.basis == "1 answer · newest 7 min ago · ±50%"
+    view = WhyView(500, 100, "given", "balanced", False, (listed, cheap, new), ttft_quantile=0.95)
+    assert listed.basis == "40 answers · newest 3 s ago · ±12%"
+    assert cheap.basis == "1 answer · newest 7 min ago · ±50%"
     assert new.basis == "no answer yet: the model's average"
-    assert view.cheapest == "cached" and listed_cheap.cache_discount == ""
-    assert cached.cache_discount == "80% of the prompt cached at $0.03/1M instead of $0.30"
-    sentence = why_sentence(view)
-    assert "cached is cheapest ($0.00011, with 80% of the prompt cached at $0.03/1M instead of $0.30)" in sentence
+    assert view.cheapest == "cheap"
+    assert "cheap is cheapest ($0.00011) but takes 1.20 s" in why_sentence(view)
     html = render_why(view, {}, "listed")
-    assert "cheapest · cache" in html and "$0.00011*" in html and "the prompt cache lowers the cost" in html
+    assert '<span class="tag cheapest">cheapest</span>' in html and "$0.00011<" in html
     assert "40 answers · newest 3 s ago · ±12%" in html and ">exploring<" in html
     assert "first token (p95)" in html
     assert "This replica" not in html  # no requests routed yet: nothing to say about exploring
     explored = dataclasses.replace(view, explored="explored 3 of 60 requests (5.0%; budget 5%)")
     assert "This replica explored 3 of 60 requests (5.0%; budget 5%)." in render_why(explored, {}, "listed")
-
-
-def test_a_leader_on_trial_says_so() -> None:
-    leader = _predicted("lucky", 0.8, 0.0001, answers=2.0, age_s=1.0, spread=0.6, changed=True, trial=True)
-    challenger = _predicted("steady", 1.0, 0.0001, answers=50.0, age_s=2.0, spread=0.1)
-    view = WhyView(500, 100, "given", "balanced", False, (leader, challenger))
-    assert "a new leader on trial" in why_sentence(view) and "steady races it" in why_sentence(view)
-    html = render_why(view, {}, "lucky")
-    assert ">on trial<" in html and ">changed<" in html

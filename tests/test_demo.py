@@ -24,11 +24,15 @@ import pytest
 from gateway.config import load_config
 from gateway.demo import DEMO_MODELS, GATEWAY_PAGES, demo_config, demo_config_data, write_demo_config
 from gateway.fakes.profiles import DEMO_PROFILES
+from gateway.policies import BUILTIN_POLICIES
+from gateway.routing.choose import COLD_RACE, RACE_BUDGET
 
 BASE_URL = re.compile(r"OpenAI base_url\s+(http://\S+/v1)")
 PROVIDER_LINE = re.compile(r"^\s+(\w+)\s.*\s(http://127\.0\.0\.1:(\d+)/v1)$")
 EXPLORED = re.compile(
-    r"explored (\d+) of (\d+) requests so far \(\S+, (\d+) of them first looks? .* besides (\d+) cold-start race"
+    r"explored (\d+) of (\d+) requests so far \(\S+; (\d+) paid by a budget of (\d+)% of streamed requests"
+    r"(?: and (\d+) to start)?, (\d+) drawn away from the leader; ([\d.]+) extra attempts per request\), "
+    r"besides (\d+) cold-start race"
 )
 READY = "Ctrl-C stops everything."
 
@@ -197,16 +201,25 @@ def test_demo_traffic_fills_the_providers_and_sigterm_stops_streams_in_flight(
         assert time.monotonic() < deadline, "background traffic did not reach the providers"
         time.sleep(0.1)
 
-    # The status line's exploration is the budget's own count: the cold start's races (which answer the first
-    # requests as "explore" routes) are counted apart from it, and what it paid for stays within its share.
+    # The status line's exploration is the router's own count: the cold start's races (which answer the first
+    # requests as "explore" routes) are counted apart from it, and what its budget paid for stays within the bound
+    # the line reports: a share of the requests it names (the demo's traffic streams every one) and what the budget
+    # holds to start.
     demo.wait_for("explored ")
     status = next(line for line in demo.lines if "explored " in line)
     match = EXPLORED.search(status)
     assert match, status
-    probes, requests, first_looks, cold_starts = map(int, match.groups())
+    explored, requests, paid, budget = map(int, match.group(1, 2, 3, 4))
+    start, outside, extra, cold_starts = int(match[5] or 0), int(match[6]), float(match[7]), int(match[8])
     assert requests >= 20 and cold_starts >= 1, status
-    # Only a first look at a deployment never measured may spend what the budget does not hold yet.
-    assert probes - first_looks <= 0.05 * requests, status
+    assert paid + outside == explored, status
+    # The looks the budget paid for stay within its bound: its share of (streamed) requests, one look to start per
+    # model at most.
+    assert paid <= start + budget / 100 * requests and start <= len(DEMO_MODELS), status
+    # Exploration's extra attempts stay within what pays for them: the race budget's share of requests, each cold
+    # start's race (at most ``COLD_RACE`` attempts) and the budget's start; hedges have their own budget.
+    hedges = BUILTIN_POLICIES["balanced"].hedge_budget
+    assert extra <= RACE_BUDGET + hedges + (cold_starts * (COLD_RACE - 1) + start) / requests, status
 
     ports = demo.ports()
     assert demo.stop(signal.SIGTERM) == 0

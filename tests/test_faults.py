@@ -7,10 +7,10 @@ fault of issue 6's list is tested (``module::test``; ``tf`` is this module):
   tf::test_a_rate_limited_provider_is_left_alone_until_it_may_be_asked[retry-after],
   test_attempts::test_rate_limited_then_served,
   test_errors::test_all_providers_rate_limited_is_429_with_retry_after,
-  test_routing_router::test_retry_after_sets_the_cool_down
+  test_routing_live::test_retry_after_sets_the_cool_down
 - 429 without Retry-After, no hammering:
   tf::test_a_rate_limited_provider_is_left_alone_until_it_may_be_asked[no-retry-after],
-  test_routing_router::test_a_429_without_retry_after_cools_down_at_once
+  test_routing_live::test_a_429_without_retry_after_cools_down_at_once
 - 500 once: tf::test_a_500_once_costs_one_fallback_and_nothing_more,
   test_attempts::test_failed_first_attempt_falls_back[500]
 - 503 persistent: tf::test_a_persistent_503_opens_the_circuit_and_others_serve,

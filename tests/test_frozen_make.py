@@ -27,10 +27,8 @@ from gateway.admission.ratelimit import RateDecision
 from gateway.admission.spending.store import Booking
 from gateway.frozen import positional_maker, twin_maker
 from gateway.relay.request import ProxyRequest
-from gateway.routing.estimates import Estimate, Observation
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest
-from gateway.routing.ranking import Ranked, Ranking
-from gateway.routing.scored import Prediction, RequestShape, Scored, ScoreParts, Uncertainty
+from gateway.routing.ranking import Ranked
 from gateway.samples import Sample
 from tests.support.native_c import load_built_c
 
@@ -48,15 +46,6 @@ CLASSES: list[type[Any]] = [
     RouteRequest,
     Candidate,
     RoutePlan,
-    Ranked,
-    Ranking,
-    Prediction,
-    Uncertainty,
-    RequestShape,
-    ScoreParts,
-    Scored,
-    Estimate,
-    Observation,
 ]
 """Every class a ``positional_maker`` is made of in the gateway."""
 

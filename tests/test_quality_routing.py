@@ -1,64 +1,28 @@
-"""Routing on validity: an invalid answer counts against its deployment in the failure term, by request kind,
-and ``min_valid_rate`` moves a deployment that breaks one kind of request behind the others for that kind only.
-``retry_invalid`` retries an invalid whole answer on the next deployment; a stream is never retried.
+"""Routing on validity, end to end: an invalid answer counts against its deployment by request kind, and
+``min_valid_rate`` moves a deployment that breaks one kind of request behind the others for that kind only
+(the router's side of it, unit by unit: ``tests/test_routing_belief_session.py``). ``retry_invalid`` retries an
+invalid whole answer on the next deployment; a stream is never retried.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import httpx
 
 from gateway.fakes import FakeBehavior
-from gateway.policies import BUILTIN_POLICIES
-from gateway.routing.score import score_all
-from gateway.routing.scored import RequestShape
-from gateway.samples import RequestKind, Sample, Validity
-from gateway.stats import StatsSnapshot
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
-from tests.support.samples import make_sample
 from tests.support.wait import wait_until
 
 StartGateway = Callable[..., Gateway]
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
 BALANCED = {"extends": "balanced", "first_token_timeout_s": 5.0}
-
-
-def judged(deployment: str, kind: RequestKind, verdicts: list[str]) -> list[Sample]:
-    base = make_sample(deployment=deployment, ttft_s=0.2, tokens_per_s=100.0, output_tokens=50)
-    return [dataclasses.replace(base, kind=kind, validity=cast(Validity, v)) for v in verdicts]
-
-
-def _scores(samples: list[Sample], kind: RequestKind, **policy: Any) -> dict[str, Any]:
-    config = gateway_config(["a", "b"])
-    model = config.models[0]
-    shape = RequestShape("chat", 100, 50, "request", kind)
-    chosen = dataclasses.replace(BUILTIN_POLICIES["balanced"], **policy)
-    rows = score_all("m", model.deployments, shape, StatsSnapshot.from_samples(samples), chosen)
-    return {row.deployment.name: row for row in rows}
-
-
-def test_invalid_answers_weigh_in_the_failure_term_of_their_kind_only() -> None:
-    samples = judged("a", "tools", ["valid"] * 7 + ["tool_args_not_json"] * 3) + judged("a", "plain", ["valid"] * 10)
-    samples += judged("b", "tools", ["valid"] * 10) + judged("b", "plain", ["valid"] * 10)
-    tools = _scores(samples, "tools")
-    assert tools["a"].prediction.valid_rate == (7 + 5) / (10 + 5) and tools["a"].prediction.valid_judged == 10
-    assert tools["a"].parts.failure > tools["b"].parts.failure
-    assert tools["a"].violations == ("valid 0.80 < 0.9 (tool_args_not_json)",) and tools["b"].violations == ()
-    plain = _scores(samples, "plain")
-    assert plain["a"].parts.failure == plain["b"].parts.failure and plain["a"].violations == ()
-    ignored = _scores(samples, "tools", quality_weight=0.0, min_valid_rate=None)
-    assert ignored["a"].parts.failure == ignored["b"].parts.failure and ignored["a"].violations == ()
-    # An honest deployment's one miss in its first answers breaks nothing.
-    early = _scores(judged("a", "tools", ["valid"] * 4 + ["empty"]), "tools")
-    assert early["a"].violations == ()
 
 
 def test_a_fast_provider_breaking_tool_calls_loses_tool_traffic_not_chat(

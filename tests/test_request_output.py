@@ -24,6 +24,8 @@ from gateway.samples import Sample
 from tests.support.asgi import exchange
 from tests.support.samples import KeptSamples
 
+ROUTE = "best-score"
+"""The route of the model's one deployment: the plain choice (one deployment has nothing to explore or race)."""
 TIMED_SAMPLE_FIELDS = ("started_at", "ttft_s", "first_answer_s", "tokens_per_s", "e2e_s", "attempt_s")
 TIMED_LINE_FIELDS = ("ts", "ttft_s", "first_answer_s", "tokens_per_s", "duration_s", "overhead_s")
 
@@ -112,7 +114,7 @@ SSE = [
 ]
 ANSWERED = [
     (b"x-gateway-attempts", b"1"),
-    (b"x-gateway-route", b"explore"),
+    (b"x-gateway-route", ROUTE.encode()),
     (b"x-gateway-provider", b"fake"),
     (b"x-gateway-deployment", b"fake"),
     (b"x-request-id", b"<id>"),
@@ -163,7 +165,7 @@ def _line(stream: bool) -> dict[str, Any]:
         "provider": "fake",
         "deployment": "fake",
         "attempts": 1,
-        "route": "explore",
+        "route": ROUTE,
         "ttft_s": stream,
         "first_answer_s": stream,
         "tokens_per_s": stream,

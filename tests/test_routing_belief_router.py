@@ -26,7 +26,7 @@ from tests.support.samples import make_sample
 def _served_after(seed: int, name: str, at_s: float) -> tuple[float, float]:
     """When the recovered provider is first looked at after ``at_s``, and when it first answers as the leader."""
     scenario = next(s for s in STRESS if s.name == "recovery-1rps")
-    sim = Simulation(scenario, seed, "gateway", None, "new")
+    sim = Simulation(scenario, seed, "gateway", None)
     router = sim.router
     assert isinstance(router, BeliefRouter)
     started: list[tuple[float, str]] = []

@@ -6,7 +6,6 @@ import random
 
 from gateway.routing.belief import Belief
 from gateway.routing.belief_router import BeliefRouter
-from gateway.routing.belief_running import lateness
 from gateway.routing.plan import Candidate
 from gateway.stats import InMemoryStatsStore
 from tests.support.belief_streams import begin_stream, hear_ten_answers
@@ -99,22 +98,3 @@ def test_an_answer_pools_again_only_the_others_priors_from_the_one_belief_that_m
     assert router.attempt_started(a)
     router.attempt_finished(a, make_sample(deployment="a", outcome="upstream_error", ttft_s=None))
     assert all(router.priors[k] is priors[k] for k in keys)
-
-
-def test_the_routes_row_reads_a_slowed_stream_as_the_plan_does() -> None:
-    """``lateness`` (the routes endpoint's ``slow_stream`` and ``late_first_token``) is the belief as the running
-    attempts told it over the belief as heard: 1 while they say nothing, above 1 once a stream going 5 times slower
-    than ``a`` was heard at is in the plan's view, and the first token's once an attempt waits long for one."""
-    router, clock, a = _heard()
-    heard = router.beliefs[(a.model, a.name)]
-    prior = router.priors[(a.model, a.name)]
-    assert lateness(heard, _seen(router, clock, a), prior, clock()) == (1.0, 1.0)
-    meter = begin_stream(router, clock, a)
-    clock.advance(2.0)
-    meter.received_bytes = 4 * 81  # 80 tokens after the first in 2 s: 40 tokens/s against 200
-    late, slow = lateness(heard, _seen(router, clock, a), prior, clock())
-    assert late == 1.0 and slow > 1.2  # one stream, one answer among eleven: the view's speed ~1.4 times slower
-    assert router.attempt_started(a)  # waits for its first token from here, ten times the 0.3 s heard
-    clock.advance(3.0)
-    late, _ = lateness(heard, _seen(router, clock, a), prior, clock())
-    assert late > 1.5

@@ -8,11 +8,10 @@ import random
 import pytest
 
 from gateway.admission.spending.ledger import LIKELY_ANSWERS, LIKELY_QUANTILE, likely_output_tokens
-from gateway.policies import BUILTIN_POLICIES
 from gateway.routing import RouteRequest
-from gateway.routing.lengths import SESSIONS_KEPT, Lengths, answer_tokens, planned_length, shape_of
+from gateway.routing.lengths import SESSIONS_KEPT, Lengths, shape_of
 from gateway.routing.priors import MEMORY
-from gateway.routing.router import MeasuredRouter
+from gateway.routing.serving import build_router
 from gateway.stats import InMemoryStatsStore
 from tests.support.config import routing_config
 from tests.support.samples import sample
@@ -117,27 +116,6 @@ def test_memory_forgets_old_answers_and_sessions_are_bounded() -> None:
     assert shape_of("m", AGENT, session="s0") not in lengths.sessions  # the oldest went first
 
 
-def test_the_policy_plans_for_the_mean_or_its_quantile() -> None:
-    lengths = Lengths()
-    key = shape_of("m", AGENT)
-    for tokens in (10, 20, 40, 80, 1000):
-        lengths.heard(key, tokens, AGENT)
-    forecast = lengths.forecast(key, AGENT, 1.0)
-    assert planned_length(forecast, BUILTIN_POLICIES["balanced"]) == forecast.mean
-    quantile = BUILTIN_POLICIES["highest-throughput"]
-    assert quantile.estimate == "quantile"
-    assert planned_length(forecast, quantile) == forecast.at(quantile.tps_quantile)
-
-
-def test_a_complete_answer_counts_its_billed_tokens() -> None:
-    answer = sample("a", tokens=40)
-    assert answer_tokens(answer) == 40
-    billed = sample("a", tokens=40)
-    object.__setattr__(billed, "usage_completion_tokens", 90)  # reasoning tokens streamed and billed
-    assert answer_tokens(billed) == 90
-    assert answer_tokens(sample("a", outcome="upstream_error")) is None
-
-
 def test_a_budgets_likely_output_needs_enough_answers_and_stays_under_the_ceiling() -> None:
     lengths = Lengths()
     key = shape_of("m", AGENT)
@@ -155,12 +133,12 @@ def test_a_budgets_likely_output_needs_enough_answers_and_stays_under_the_ceilin
 
 def test_a_reloaded_router_keeps_what_the_answers_taught() -> None:
     config = routing_config([("a", 1, 1), ("b", 1, 1)])
-    router = MeasuredRouter(config, InMemoryStatsStore(config.stats))
+    router = build_router(config, InMemoryStatsStore(config.stats))
     request = RouteRequest(config.models[0], "chat", True, 10, AGENT, client="k")
+    assert router.forecast(request).source == "request"  # nothing heard: the ceiling
     (candidate, *_) = router.plan(request).candidates
-    assert candidate.length is not None and candidate.length.source == "request"  # nothing heard: the ceiling
     assert router.attempt_started(candidate)
     router.attempt_finished(candidate, sample(candidate.name, tokens=64))
-    reloaded = MeasuredRouter(config, InMemoryStatsStore(config.stats), state=router.state, memory=router.memory)
+    reloaded = build_router(config, InMemoryStatsStore(config.stats), previous=router)
     forecast = reloaded.forecast(request)
     assert forecast.source == "learned" and forecast.mean == 64

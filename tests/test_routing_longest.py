@@ -1,4 +1,4 @@
-"""``deadlines.longest`` finds what ``max`` finds, and a model's only view pools no spreads.
+"""``deadlines.longest`` finds what ``max`` finds.
 
 ``GapWindow.add`` keeps each answer's longest chunk gap; compiled, ``longest`` compares native doubles over the
 sample's tuple of gaps instead of the builtin's Python floats. It must return the very object's value ``max`` would,
@@ -12,7 +12,6 @@ import math
 import random
 
 from gateway.routing.deadlines import GapWindow, longest
-from gateway.routing.estimates import pooled_spreads
 
 _ODD = (math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-300, 5e-324)
 
@@ -35,8 +34,3 @@ def test_a_window_keeps_each_answers_longest_gap() -> None:
     window.add((0.01, 0.5, 0.2))
     window.add([0.3, math.nan])
     assert list(window.gaps) == [0.5, 0.3]
-
-
-def test_no_other_view_pools_no_spread() -> None:
-    """``attempt_finished`` passes ``pooled_spreads`` over when the model has only the answering deployment."""
-    assert pooled_spreads([]) == {}

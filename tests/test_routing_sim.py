@@ -100,18 +100,18 @@ def test_a_stream_that_slows_down_moves_traffic_before_its_slow_answers_end(sims
     url = sim.gateway.url + "/v1/gateway/routes"
     headers = {"authorization": f"Bearer {ADMIN_KEY}"}
 
-    def slow_stream() -> float:
-        rows = httpx.get(url, headers=headers).json()["data"][0]["deployments"]
-        return float(next(r for r in rows if r["deployment"] == "a")["predicted"]["slow_stream"])
+    def leader() -> str:
+        return str(httpx.get(url, headers=headers).json()["data"][0]["deployments"][0]["deployment"])
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         slowed = [pool.submit(sim.chat) for _ in range(4)]
-        wait_until(lambda: slow_stream() > 2, timeout=2.5, what="a's streams in flight judged slow")
+        wait_until(lambda: leader() == "b", timeout=2.5, what="a's streams in flight judged slow")
         moved = sim.chat()
         pending = sum(not f.done() for f in slowed)
         replies = [f.result() for f in slowed]
     assert sum(r.provider == "a" for r in replies) >= 3  # sent before anything showed the slowdown
-    assert moved.provider == "b" and moved.route == "best-score"
+    # Chosen first (by the beliefs' means, or by the draw while they are near), not reached by a fallback.
+    assert moved.provider == "b" and moved.route in ("best-score", "explore")
     assert pending >= 3  # decided while a's slow answers were still streaming
 
 
@@ -244,17 +244,14 @@ def test_routes_endpoint_explains_the_ranking(sims: Sims) -> None:
     predicted = a["predicted"]
     # (on its own answers only: the window holds the same ones, and it is not counted twice)
     assert predicted["source"] == "recent" and predicted["samples"] >= 1
-    assert 0 < predicted["uncertainty"] < 4 and predicted["sampling_uncertainty"] <= predicted["uncertainty"]
+    assert 0 < predicted["uncertainty"] < 4
     assert 0 <= predicted["newest_sample_age_s"] < 5
-    # What a look at each is worth: its chance of being the best for this request (the draw's; no bonus, no caution).
     assert a["belief"]["answers"] >= 1 and a["belief"]["p_best"] > b["belief"]["p_best"]
-    assert a["explore_bonus"] == a["caution"] == 0 and a["ranked_by"] == a["optimistic_score"] == a["score"]
     exploration = model["exploration"]
     # The cold start measured both in one race (a's first token won, b was drained for its stream): counted apart
     # from the looks the race budget paid for, each of which added attempts.
     assert set(exploration) == {
-        "requests", "probes", "races", "first_looks", "shadows", "cold_starts", "share", "budget",
-        "extra_attempts_per_request",
+        "requests", "probes", "races", "shadows", "cold_starts", "share", "budget", "extra_attempts_per_request"
     }  # fmt: skip
     assert (exploration["requests"], exploration["cold_starts"], exploration["budget"]) == (6, 1, 0.05)
     assert exploration["share"] == round(exploration["probes"] / 6, 4)

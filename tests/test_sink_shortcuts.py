@@ -87,7 +87,7 @@ def _former_record(store: InMemoryStatsStore, seq: list[int], sample: Sample) ->
 
 
 def _histogram(h: LogHistogram) -> tuple[Any, ...]:
-    return (sorted(h.counts.items()), h.count, h._sum, h._inverse_sum)
+    return (sorted(h.counts.items()), h.count, h._sum)
 
 
 def _summary(s: DeploymentSummary) -> tuple[Any, ...]:

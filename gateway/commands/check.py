@@ -48,10 +48,10 @@ def cold_rankings(config: GatewayConfig) -> str:
     ``GET /v1/gateway/routes`` shows the same with live measurements.
     """
     from gateway.routing.explain import ranking_table
-    from gateway.routing.serving import build_router, router_kind
+    from gateway.routing.serving import build_router
     from gateway.stats import InMemoryStatsStore
 
-    router = build_router(router_kind(os.environ), config, InMemoryStatsStore(config.stats))
+    router = build_router(config, InMemoryStatsStore(config.stats))
     tables = [ranking_table(router.rank(model)) for model in config.models]
     return "Current ranking (no measurements yet: live ones at GET /v1/gateway/routes)\n\n" + "\n\n".join(tables)
 

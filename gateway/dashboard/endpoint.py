@@ -39,7 +39,7 @@ def routing_choices(runtime: GatewayRuntime) -> dict[str, RoutingChoice]:
 
 
 def routing_views(runtime: GatewayRuntime) -> tuple[dict[str, RoutingChoice], dict[str, WhyView]]:
-    """Each model's next deployment and why: the router's own ranking (``MeasuredRouter.rank``).
+    """Each model's next deployment and why: the router's own ranking (``rank``).
 
     It is the ranking behind ``GET /v1/gateway/routes``, for a typical request (500 prompt
     tokens, the model's observed answer length); a request's own size and overrides may change it.

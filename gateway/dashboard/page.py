@@ -173,10 +173,7 @@ def _row(d: BoardRow, top_speed: float, top_ttft: float, board: ModelBoard) -> s
     if d.chosen:
         notes.append('<span class="tag next">next</span>')
     if d.cheapest:
-        if d.cheapest_note:  # the discount in words: the tag's title, and the why panel's sentence
-            notes.append(f'<span class="tag cheapest" title="{esc(d.cheapest_note)}">cheapest · cache</span>')
-        else:
-            notes.append('<span class="tag cheapest">cheapest</span>')
+        notes.append('<span class="tag cheapest">cheapest</span>')
     if d.on_frontier and d.plotted:
         notes.append('<span class="tag on-frontier">frontier</span>')
     if row.provider and row.provider != row.deployment:
@@ -235,7 +232,7 @@ _LEGEND = (
     "the model's samples in the window, those included. <b>Last 30 min</b>: tokens/s (top) and first token (bottom) "
     "medians per minute, every replica's, each line on its own scale; a dotted mark where the model's fastest "
     "deployment changed. <b>Cheapest</b>: the lowest predicted cost of a typical request at the "
-    'configured prices, cached input at its own price ("cheapest · cache" names the discount). '
+    "configured prices. "
     "<b>Streamed requests only</b> have a first token and a speed; non-streamed ones count in success and "
     "traffic. <b>Prompt cache</b>: the share of prompt tokens the provider served from its cache, "
     "and the median first token when most of the prompt was cached (warm) and when it was not (cold). "

@@ -49,8 +49,6 @@ class BoardRow:
     chosen: bool
     cheapest: bool = False
     """The router predicts the lowest cost for a typical request here (see ``WhyView``)."""
-    cheapest_note: str = ""
-    """The prompt-cache discount that made it cheapest, if one did (``Predicted.cache_discount``)."""
     history: tuple[HistoryPoint, ...] = ()
     """Its last half hour, one point a minute (from the stats store, every replica's samples)."""
 
@@ -143,7 +141,6 @@ def _board(
     until: int,
 ) -> ModelBoard:
     total = sum(row.samples for row in rows)
-    predicted = {p.deployment: p for p in why.rows} if why is not None else {}
     points = {
         r.deployment: (r.ttft_p50_s, r.tokens_per_s_p50)
         for r in rows
@@ -158,11 +155,6 @@ def _board(
             on_frontier=row.deployment in frontier,
             chosen=choice is not None and choice.deployment == row.deployment,
             cheapest=why is not None and why.cheapest == row.deployment,
-            cheapest_note=(
-                predicted[row.deployment].cache_discount
-                if why is not None and why.cheapest == row.deployment and row.deployment in predicted
-                else ""
-            ),
             history=history.get((model, row.deployment), ()),
         )
         for row in rows

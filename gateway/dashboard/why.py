@@ -1,16 +1,13 @@
 """Why a model's next request goes where it goes: the router's own ranking, as the page shows it.
 
-Nothing here scores anything. ``why_view`` takes the ``Ranking`` that ``MeasuredRouter.rank``
-builds (the same call that plans real requests, for a typical request: 500 prompt tokens and
+Nothing here scores anything. ``why_view`` takes the ``Ranking`` that the router's ``rank``
+builds (from the same beliefs that plan real requests, for a typical request: 500 prompt tokens and
 the model's observed answer length) and keeps what a reader needs: each deployment's predicted
 time and money for that request, its status and the score's terms (``score_terms``, the column
-``gateway check`` prints), and the basis of each prediction: how many answers are behind it, how
-old the newest is, how uncertain it is, and whether the deployment is being explored, changed
-lately, or leads on a leap still on trial. ``render_why`` draws it as a small table under the
-model's rows, with a sentence that names the trade-off: the fastest and the cheapest (and the
-cache discount that made it cheapest), and what the chosen one gives up against each. Under the belief
-router a row's basis is its belief instead (``Predicted.believed``): the medians and spreads of its first
-token and speed, how long ago it was heard from, and its chance of being the best.
+``gateway check`` prints), and its belief (``Predicted.believed``): the medians and spreads of its first
+token and speed, how long ago it was heard from, and its chance of being the best. ``render_why`` draws it
+as a small table under the model's rows, with a sentence that names the trade-off: the fastest and the
+cheapest, and what the chosen one gives up against each.
 """
 
 from __future__ import annotations
@@ -18,11 +15,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gateway.dashboard.text import esc, money, price, seconds
-from gateway.routing.explain import policy_summary, score_terms
+from gateway.dashboard.text import esc, money, seconds
+from gateway.routing.explain import budgeted, policy_summary, score_terms
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
 
-OUTPUT_FROM = {"observed": "the model's observed median answer", "default": "the policy's default", "request": "given"}
+OUTPUT_FROM = {
+    "learned": "the answers' mean length",
+    "share": "the share of max_tokens the answers used",
+    "default": "the policy's default",
+    "request": "given",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,36 +49,21 @@ class Predicted:
     """Age of the newest of them (None: none yet)."""
     spread: float | None = None
     """The prediction's relative uncertainty (0.15 ≈ ±15%); None when it rests on the model's average."""
-    changed: bool = False
-    """A change was detected in its recent answers: the prediction rests on those since."""
-    trial: bool = False
-    """It leads on a leap still to be confirmed: the next deployment races it (``Ranking.trial``)."""
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    """Prompt tokens predicted to come from its cache (its observed hit ratio, or a session's warm prompt)."""
-    price_in: float = 0.0
-    price_cached_in: float | None = None
     belief: BeliefView | None = None
-    """The belief router's belief behind the prediction (None: the measured router ranked it)."""
-
-    @property
-    def cache_discount(self) -> str:
-        """``60% of the prompt cached at $0.07/1M instead of $0.59``, when the cache lowered its predicted cost."""
-        if not self.cached_tokens or self.price_cached_in is None or self.price_cached_in >= self.price_in:
-            return ""
-        share = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 1.0
-        return f"{share:.0%} of the prompt cached at {price(self.price_cached_in)}/1M instead of {price(self.price_in)}"
+    """The belief behind the prediction (None only in a ranking built by hand)."""
 
     @property
     def believed(self) -> str:
-        """``first token 0.42 s ×1.5 · 85 tok/s ×1.3 · heard 4 s ago · best 72%``: the belief, in words (medians,
-        the factor one answer's spread spans, how long ago it was heard from, its chance of being the best)."""
+        """``first token 0.42 s ×1.5 · 85 tok/s ×1.3 · 12 answers · heard 4 s ago · best 72%``: the belief, in words
+        (medians, the factor one answer's spread spans, the answers it rests on, how long ago it was heard from, its
+        chance of being the best)."""
         b = self.belief
         if b is None:
             return ""
         parts = [
             f"first token {seconds(b.ttft_s)} ×{math.exp(b.ttft_spread):.1f}",
             f"{b.tokens_per_s:.0f} tok/s ×{math.exp(b.tokens_per_s_spread):.1f}",
+            f"{b.answers} answer{'' if b.answers == 1 else 's'}",
             f"heard {_age(b.age_s)} ago" if b.age_s is not None else "never heard",
             f"best {b.best:.0%}",
         ]
@@ -142,7 +129,7 @@ def _age(seconds_ago: float) -> str:
     return f"{seconds_ago / 60:.0f} min" if seconds_ago < 5400 else f"{seconds_ago / 3600:.1f} h"
 
 
-def _predicted(row: Ranked, shape_prompt: int, trial: bool) -> Predicted:
+def _predicted(row: Ranked) -> Predicted:
     p = row.scored.prediction
     return Predicted(
         deployment=row.deployment.name,
@@ -154,21 +141,14 @@ def _predicted(row: Ranked, shape_prompt: int, trial: bool) -> Predicted:
         load=_load(row),
         answers=p.samples,
         age_s=p.age_s,
-        spread=p.uncertainty.time if p.source in ("recent", "window") and not p.prior else None,
-        changed=p.drift,
-        trial=trial,
-        prompt_tokens=shape_prompt,
-        cached_tokens=p.cached_tokens,
-        price_in=row.deployment.price_in,
-        price_cached_in=row.deployment.price_cached_in,
+        spread=p.uncertainty.time if p.source == "recent" and not p.prior else None,
         belief=row.belief,
     )
 
 
 def why_view(ranking: Ranking) -> WhyView:
     shape = ranking.shape
-    trial = ranking.trial
-    rows = tuple(_predicted(row, shape.prompt_tokens, trial and index == 0) for index, row in enumerate(ranking.rows))
+    rows = tuple(_predicted(row) for row in ranking.rows)
     return WhyView(
         prompt_tokens=shape.prompt_tokens,
         output_tokens=shape.output_tokens,
@@ -186,9 +166,11 @@ def _explored(ranking: Ranking) -> str:
     if not ranking.requests or ranking.policy.ranking == "fixed":
         return ""
     share = ranking.probes / ranking.requests
+    budget = budgeted(ranking)
     return (
-        f"explored {ranking.probes:,} of {ranking.requests:,} requests ({share:.1%}; "
-        f"budget {ranking.policy.explore_share:.0%})"
+        f"explored {ranking.probes:,} of {ranking.requests:,} requests ({share:.1%}): {budget.paid:,} by a race or a "
+        f"shadow, within a race budget of {budget.share:.0%} of streamed requests; {ranking.extra_attempts:.2f} extra "
+        "attempts per request"
     )
 
 
@@ -211,23 +193,13 @@ def why_sentence(view: WhyView) -> str:
         return f"{head}; the policy keeps the config's order, whatever the figures."
     if first.status == "exploring" and first.estimated:
         return f"{head}, estimated from the model's average: it is being measured (a bounded share of requests)."
-    if first.trial and len(view.rows) > 1:
-        return (
-            f"{head}: a new leader on trial, after a leap in its recent answers; {view.rows[1].deployment} races it "
-            "(the first token wins) until the lead is confirmed."
-        )
     fastest, cheapest = rows.get(view.fastest or ""), rows.get(view.cheapest or "")
     wins = [word for word, best in (("fastest", fastest), ("cheapest", cheapest)) if best is first]
     parts = [f"{head}{' — ' + ' and '.join(wins) if wins else ''}"]
     if fastest is not None and fastest is not first and fastest.time_s is not None:
         parts.append(f"{fastest.deployment} is faster ({_time(fastest)}) but costs {money(fastest.cost_usd)}")
-    if cheapest is not None and cheapest is first and cheapest.cache_discount:
-        parts[0] += f" ({cheapest.cache_discount})"
     if cheapest is not None and cheapest is not first and cheapest.cost_usd < first.cost_usd:
-        discount = f", with {cheapest.cache_discount}" if cheapest.cache_discount else ""
-        parts.append(
-            f"{cheapest.deployment} is cheapest ({money(cheapest.cost_usd)}{discount}) but takes {_time(cheapest)}"
-        )
+        parts.append(f"{cheapest.deployment} is cheapest ({money(cheapest.cost_usd)}) but takes {_time(cheapest)}")
     if len(parts) == 1:
         return parts[0] + "."
     return parts[0] + "; " + "; ".join(parts[1:]) + "."
@@ -240,18 +212,9 @@ def _tags(row: Predicted, view: WhyView, chosen: str | None) -> str:
     if row.deployment == view.fastest and not view.fixed:
         tags.append('<span class="tag fastest">fastest</span>')
     if row.deployment == view.cheapest:
-        discount = f' title="{esc(row.cache_discount)}"' if row.cache_discount else ""
-        label = "cheapest · cache" if row.cache_discount else "cheapest"
-        tags.append(f'<span class="tag cheapest"{discount}>{label}</span>')
-    if row.trial:
-        tags.append('<span class="tag trial" title="leads on a leap still to be confirmed: raced">on trial</span>')
-    elif row.status == "exploring":
+        tags.append('<span class="tag cheapest">cheapest</span>')
+    if row.status == "exploring":
         tags.append('<span class="tag exploring" title="too few answers of its own: measured">exploring</span>')
-    if row.changed:
-        tags.append(
-            '<span class="tag changed" title="a change in its recent answers: the prediction rests on '
-            'those since">changed</span>'
-        )
     return "".join(tags)
 
 
@@ -260,7 +223,7 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
     lines = []
     for rank, row in enumerate(view.rows, start=1):
         color = colors.get(row.deployment, "#4b5563")
-        cost = money(row.cost_usd) + ("*" if row.cache_discount else "")
+        cost = money(row.cost_usd)
         lines.append(
             f'<tr style="--c:{color}"><td class="num">{rank}</td>'
             f'<td class="name"><span class="swatch"></span>{esc(row.deployment)} {_tags(row, view, chosen)}</td>'
@@ -273,7 +236,6 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
         f"a typical request: {view.prompt_tokens:,} prompt tokens, {view.output_tokens:,} output tokens "
         f"({esc(view.output_from)})"
     )
-    cached = any(row.cache_discount for row in view.rows)
     tails = (
         f"Predicted time = first token (p{view.ttft_quantile * 100:g}) + {view.output_tokens:,} tokens at the "
         f"tokens/s p{view.tps_quantile * 100:g} floor, widened by its uncertainty: longer than the medians above "
@@ -287,7 +249,7 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
         '<div class="why-wrap"><table class="why-rows"><thead><tr><th class="num">#</th><th>Deployment</th>'
         '<th class="num">Predicted time</th><th class="num">Predicted cost</th>'
         + (
-            "<th>Belief <small>median ×spread · heard · chance best</small></th>"
+            "<th>Belief <small>median ×spread · answers · heard · chance best</small></th>"
             if any(row.belief is not None for row in view.rows)
             else "<th>Basis <small>answers · newest · spread</small></th>"
         )
@@ -296,6 +258,5 @@ def render_why(view: WhyView, colors: dict[str, str], chosen: str | None) -> str
         f"<tbody>{''.join(lines)}</tbody></table></div>"
         f'<p class="muted why-note">The router\'s own ranking for {shape}; policy {esc(view.policy)}. {tails}'
         + (f"This replica {esc(view.explored)}. " if view.explored else "")
-        + ("*: the prompt cache lowers the cost (cached input at its own price). " if cached else "")
         + "≈: not measured yet, the model's average stands in. Every number: GET /v1/gateway/routes.</p></div>"
     )

@@ -20,9 +20,8 @@ first attempt, it is never its answer. Exploration sends one where no race is af
 probe would likely win the first token, then stream a long answer much slower): it costs the
 client nothing and still measures the contender.
 
-Only probes (``Candidate.reason == "explore"``) and leaders on trial (``Candidate.on_trial``) are
-drained: exploration is bounded as a share of requests and a trial's race by the hedge budget, so
-the extra tokens are too. ``Drains`` holds the tasks, so that a runtime closing
+Only probes (``Candidate.reason == "explore"``) are drained: exploration is bounded by its budget,
+so the extra tokens are too. ``Drains`` holds the tasks, so that a runtime closing
 cancels them instead of leaving them to read from closed connections.
 """
 

@@ -12,7 +12,7 @@ A lone deployment (no candidate left to fail over to) always retries, within the
 its very first request: the client would otherwise get the error, and its own ``Retry-After`` (never
 another model's on the same provider: ``gateway.routing.capacity`` keeps blocks per deployment) is
 the wait. Between two candidates, one without a prediction of its own has the model's pooled one
-(``gateway.routing.predict``); nothing measured on either side, both have the same prior, and a
+(``gateway.routing.priors``); nothing measured on either side, both have the same prior, and a
 wait is then pure loss: fail over. Bounded by ``retries_per_deployment`` per deployment and request, by
 ``max_attempts`` (each retry is an attempt) and by the total deadline (a wait that would end
 past it is not taken). Timeouts are never retried here: a provider that did not answer in time

@@ -3,23 +3,23 @@
 Every serious gateway pins a session to the deployment it first used. Pinning blindly keeps a
 session on a provider that has since slowed down fivefold, and moving blindly (scoring each turn
 on its own) scatters a conversation's turns over providers that each prefill its whole growing
-prompt again. This router measures both sides instead (``gateway.routing.predict``):
+prompt again. The router weighs both sides instead:
 
-- the deployment the session is bound to (its previous answer's) is predicted ``warm``: its warm
-  first token, and the previous prompt's tokens at its ``price_cached_in``;
-- every other deployment ``cold``: the whole prompt's prefill (prompt tokens ÷ its prefill speed)
-  and the full price;
+- the deployment the session is bound to (its previous answer's) is priced ``warm``: the previous
+  prompt's tokens cached there, at its ``price_cached_in`` and without their prefill;
+- every other deployment ``cold``: the whole prompt's prefill and the full price;
 
-and the usual score ranks them. The session stays when its deployment comes first, or within the
-policy's ``tie_band`` of the first (a near-tie is not worth the cache); it moves when it does not
-(``slower``: it degraded, failed, or another became much better), when it cannot serve
-(``unavailable``: circuit open, provider full) or when it may not (``excluded``: a filter, an API it
-does not speak). ``affinity = "strict"`` stays unless it cannot serve; ``"off"`` (or the request's
+(``cached_on``: prompt tokens cached per deployment, entering the router's ``cost``). A turn that may
+stay (``staying``) is ordered by the beliefs' means, with no draw and no look; the session stays when
+its deployment comes first, and moves when it does not (``slower``: it degraded, failed, or another
+became much better), when it cannot serve (``unavailable``: circuit open, provider full) or when it may
+not (``excluded``: a filter, an API it does not speak); ``decided`` reads the outcome.
+``affinity = "strict"`` stays unless it cannot serve; ``"off"`` (or the request's
 ``x-gateway-affinity: off`` header, or its ``provider.order`` / ``only``, which take precedence)
 routes the turn as a request without a session: priced by each deployment's observed hit ratio.
 
 A named session (a header, ``prompt_cache_key``) bound nowhere yet (its first turn, or an expired
-binding) is predicted ``cold`` everywhere: no deployment holds its prompt, so each would prefill all
+binding) is priced ``cold`` everywhere: no deployment holds its prompt, so each would prefill all
 of it at the full price. Its first turn matters most (the session stays wherever it lands, as long
 as staying wins), and the observed hit ratio that prices a request without a session is other
 conversations' luck: it would predict a 60k-token first turn at the first token a warm turn gets
@@ -27,10 +27,6 @@ there. A long prompt fingerprinted for the first time may as well be a one-off r
 conversation's first turn: it is routed as a request without a session (priced by each deployment's
 hit ratio), so that traffic without sessions is routed exactly as with affinity off; so is a session
 whose binding could not be read in time (Redis slow or down), which may be bound somewhere.
-
-The belief router reads the same terms as prompt tokens cached per deployment (``cached_on``,
-entering its ``cost``); it orders a turn that may stay (``staying``) by the beliefs' means, with no
-draw and no look, and reads the outcome with ``decided``.
 """
 
 from __future__ import annotations
@@ -39,7 +35,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 from gateway.config import DeploymentConfig
-from gateway.policies import PolicyConfig
 from gateway.routing.cost import EFFECTIVE, CacheTerms, cached_tokens
 from gateway.routing.overrides import ProviderPreferences
 from gateway.routing.plan import AffinityDecision, SessionRoute
@@ -101,23 +96,6 @@ def staying(
     if session is None or session.lookup != "bound" or _ignored(session, preferences):
         return None
     return session.deployment if any(d.name == session.deployment for d in deployments) else None
-
-
-def keep_bound_first(
-    rows: list[Ranked], session: SessionRoute | None, policy: PolicyConfig, preferences: ProviderPreferences
-) -> list[Ranked]:
-    """``rows`` (ranked) with the session's deployment first where it stays: it is first already, or
-    ``strict``, or within ``tie_band`` of the first without breaking a constraint the first keeps."""
-    if session is None or session.lookup != "bound" or _ignored(session, preferences) or not rows:
-        return rows
-    bound = next((r for r in rows if r.deployment.name == session.deployment), None)
-    if bound is None or bound is rows[0] or not bound.available:
-        return rows
-    first = rows[0]
-    near = bound.scored.ranked_by - first.scored.ranked_by <= policy.tie_band
-    if session.affinity == "strict" or (near and (first.scored.violations or not bound.scored.violations)):
-        return [bound] + [r for r in rows if r is not bound]
-    return rows
 
 
 def decide(

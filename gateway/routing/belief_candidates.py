@@ -41,31 +41,44 @@ def kind_terms(
     preferences: ProviderPreferences,
     kind: RequestKind | None,
     now: float,
-) -> tuple[dict[str, float], list[tuple[str, ...]]]:
+) -> tuple[dict[str, float], list[bool]]:
     """Each deployment's chance of an answer valid for this request's kind (the shared window's verdicts of that
-    kind), and the policy's soft constraints it breaks for this request (empty: none; the routes endpoint shows
-    them as its ``violations``)."""
+    kind), and whether it breaks one of the policy's soft constraints for this request (``judged``)."""
     valid: dict[str, float] = {}
-    breaks: list[tuple[str, ...]] = []
+    breaks = []
     for option in options:
-        d = option.deployment
-        summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
-        counts = summary.valid_counts(kind) if summary is not None else (0, 0)
-        rate = valid[d.name] = valid_rate(*counts)
-        belief = option.belief
-        fails, oks = belief.failure(now)
-        success = oks / (fails + oks)
-        # Its attempts are read only where the policy bounds the success rate (``broken`` reads them only then): a
-        # Python property of the stats' summary, per deployment per plan.
-        attempts = summary.attempts if summary is not None and policy.min_success_rate is not None else 0
-        found = broken(d, summary, policy, preferences, kind, success=(success, attempts), valid=(rate, counts[1]))
-        breaks.append(found)
+        rate, found = judged(option, snapshot, model, policy, preferences, kind, now)
+        valid[option.deployment.name] = rate
+        breaks.append(bool(found))
     return valid, breaks
+
+
+def judged(
+    option: Option,
+    snapshot: StatsSnapshot,
+    model: str,
+    policy: PolicyConfig,
+    preferences: ProviderPreferences,
+    kind: RequestKind | None,
+    now: float,
+) -> tuple[float, tuple[str, ...]]:
+    """One deployment's chance of an answer valid for this request's kind, and the soft constraints it breaks
+    (``filters.broken``): what a plan reads (``kind_terms``) and what its ranking shows (``belief_rank``)."""
+    d = option.deployment
+    summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
+    counts = summary.valid_counts(kind) if summary is not None else (0, 0)
+    rate = valid_rate(*counts)
+    fails, oks = option.belief.failure(now)
+    success = oks / (fails + oks)
+    # Its attempts are read only where the policy bounds the success rate (``broken`` reads them only then): a
+    # Python property of the stats' summary, per deployment per plan.
+    attempts = summary.attempts if summary is not None and policy.min_success_rate is not None else 0
+    return rate, broken(d, summary, policy, preferences, kind, success=(success, attempts), valid=(rate, counts[1]))
 
 
 def choose_for(
     options: Sequence[Option],
-    breaks: Sequence[tuple[str, ...] | bool],
+    breaks: Sequence[bool],
     shape: Shape,
     weights: Weights,
     now: float,
@@ -128,12 +141,8 @@ def candidates_of(
     if steered is None:
         steered = request.preferences.steers
     costs, racing, last = choice.costs, len(race), len(order) - 1
-    # Measured to the end if it loses (drained): a raced look's first, or every racer of a cold start. A shadowed
-    # look is the plan's ``shadow``: the leader beside it answers as the best, and is drained (``on_trial``) if a
-    # tail hedge beats it, as a look's request always measured its loser (``benchmarks/routing_notes.md``: cancelled
-    # instead, the recoveries of the simulated markets are found later).
-    explored = max(max(1, racing - 1) if choice.explored and racing else 0, racing if choice.cold else 0)
-    shadowed = choice.explored and not racing
+    # Measured to the end if it loses (drained): a look's first, or every racer of a cold start.
+    explored = max(max(1, racing - 1) if choice.explored else 0, racing if choice.cold else 0)
     deadlines_of, tails, summaries = state.deadlines.of, state.tails, snapshot.summaries
     candidates = []
     for position, i in enumerate(order):
@@ -161,12 +170,9 @@ def candidates_of(
                 model,
                 after,  # hedge_after_s
                 predicted.time_s,  # predicted_s
-                predicted.ttft_s if stream else None,  # predicted_first_token_s
                 deadlines.first_token_s if deadlines is not None else None,  # first_token_timeout_s
                 deadlines.idle_s if deadlines is not None else None,  # idle_timeout_s
                 None,  # prefill_tokens_per_s
-                shadowed and position == 0,  # on_trial
-                None,  # length
             )
         )
     return candidates

@@ -18,7 +18,7 @@ from gateway.routing.affinity import BoundState, decided
 from gateway.routing.belief_rank import rank_beliefs
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.capacity import ProviderLimit
-from gateway.routing.lengths import Forecast
+from gateway.routing.lengths import Forecast, LengthSource, shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import AffinityDecision, Candidate, RoutePlan, RouteRequest, SessionRoute
 from gateway.routing.ranking import Ranking, no_capacity
@@ -52,9 +52,12 @@ class LiveBeliefRouter(BeliefRouter):
         return replace(plan, ranking=self._ranking(request)) if request.explain else plan
 
     def forecast(self, request: RouteRequest) -> Forecast:
-        """The answer length the plan for ``request`` is made for (``forecast_of``): what admission may hold of a
-        key's tokens per minute in place of ``max_tokens`` once it rests on enough answers."""
-        return self.forecast_of(request, self.config.policy_for(request.model))
+        """The answer length the belief router plans for (its shape: the model and ``max_tokens``)."""
+        default = request.max_tokens or self.config.policy_for(request.model).default_output_tokens
+        source: LengthSource = "request" if request.max_tokens else "default"
+        return self.lengths.forecast(
+            shape_of(request.model.name, request.max_tokens), request.max_tokens, default, source
+        )
 
     def _affinity(self, request: RouteRequest, plan: RoutePlan) -> AffinityDecision:
         """What the plan did with the request's session (``affinity.decided``): its deployment may serve this turn
@@ -78,7 +81,6 @@ class LiveBeliefRouter(BeliefRouter):
             preferences=request.preferences,
             pinned=request.pinned,
             kind=request.kind,
-            length=self.forecast(request),
         )
 
     def rank(
@@ -92,10 +94,8 @@ class LiveBeliefRouter(BeliefRouter):
         pinned: str | None = None,
         session: SessionRoute | None = None,
         kind: RequestKind | None = None,
-        length: Forecast | None = None,
     ) -> Ranking:
-        """``model``'s deployments for a request of this shape, each with its belief (``rank_beliefs``); ``length``:
-        the answer length to rank for (None: the router's forecast for the shape)."""
+        """``model``'s deployments for a request of this shape, each with its belief (``rank_beliefs``)."""
         return rank_beliefs(
             self,
             model,
@@ -106,7 +106,6 @@ class LiveBeliefRouter(BeliefRouter):
             pinned=pinned,
             session=session,
             kind=kind,
-            length=length,
         )
 
     def capacity_of(self, provider: ProviderConfig) -> ProviderLimit:

@@ -1,12 +1,14 @@
 """The belief router's ranking, explained: what each deployment is believed to be now, and how likely it is best.
 
-``rank_beliefs`` builds the same ``Ranking`` the measured router's ``rank`` does, so the explanation
-endpoint (``GET /v1/gateway/routes``), the routing trace and the dashboard read either router. It
-orders the deployments as the beliefs expect them (the leader first: the order a request's
-fallbacks follow; a request's first pick is a draw), and gives every row its ``BeliefView``: the
-median and spread of its first token and speed, how long ago it was heard from, and the share of
-draws in which it is the best for a request of this shape (``choose.chance_best``). Nothing here
-decides a route; it reads the beliefs the router keeps.
+``rank_beliefs`` builds the ``Ranking`` the explanation endpoint (``GET /v1/gateway/routes``), the routing
+trace, the dashboard and ``gateway check`` read. It orders the deployments as a plan does: the config's order
+under a fixed policy; else as the beliefs expect them (the leader first: the order a request's fallbacks
+follow; a request's first pick is a draw), those that break one of the policy's soft constraints after the
+rest, with what they break. It gives every row its ``BeliefView``: the median and spread of its first token
+and speed, how long ago it was heard from, and the share of draws in which it is the best for a request of
+this shape (``choose.chance_best``; 0 for one that breaks a constraint, never drawn). The request's length is
+the plan's, and says where it came from (the answers seen, the policy's default, or ``max_tokens``). Nothing
+here decides a route; it reads the beliefs the router keeps.
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ from dataclasses import replace
 from gateway.config import ModelConfig, PolicyConfig
 from gateway.errors import InvalidRequest
 from gateway.routing.apis import speaking
-from gateway.routing.belief_candidates import kind_terms
+from gateway.routing.belief_candidates import judged
 from gateway.routing.belief_router import BeliefRouter
-from gateway.routing.belief_running import lateness
 from gateway.routing.choose import Counts, Option, chance_best, mean_costs
 from gateway.routing.cost import Cost, Shape, Weights, scores
 from gateway.routing.filters import allowed, as_preferred
-from gateway.routing.lengths import Forecast, shape_of
+from gateway.routing.lengths import LengthSource, shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import SessionRoute
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
@@ -47,33 +48,47 @@ def rank_beliefs(
     pinned: str | None = None,
     session: SessionRoute | None = None,
     kind: RequestKind | None = None,
-    length: Forecast | None = None,
 ) -> Ranking:
     """``model``'s deployments for a request of this shape, leader first, each with its belief (no side effects).
 
-    ``session`` is accepted for the measured router's signature; the beliefs hold no cache terms yet, so every
-    deployment is predicted as the session-less request. ``length``: the answer length to rank for (None: what the
-    router forecasts for a request of this shape, as its plan would: ``BeliefRouter.forecast_of``)."""
+    ``session`` is accepted for ``ServingRouter.rank``'s signature; the beliefs hold no cache terms yet, so every
+    deployment is predicted as the session-less request."""
     del session
     policy = router.config.policy_for(model)
     now = router.clock()
     snapshot = router.stats.snapshot()
     deployments = allowed(speaking(model, endpoint, pinned), preferences, router._providers)
-    if length is None:
-        key = shape_of(model.name, max_tokens, api=endpoint or "chat", kind=kind)
-        length = router.lengths.forecast(key, max_tokens, float(policy.default_output_tokens))
-    expected = length.mean
-    weights = Weights.of(policy, preferences.sort)
+    length = shape_of(model.name, max_tokens)
+    default = policy.default_output_tokens
+    # Where the plan's length comes from: the answers seen (``learned``, or a ``share`` of max_tokens), else the
+    # policy's default, or the request's max_tokens where that caps it.
+    given: LengthSource = "request" if max_tokens and max_tokens < default else "default"
+    forecast = router.lengths.forecast(length, max_tokens, float(default), given)
     options = [router._option(model.name, d.name, d, snapshot, now) for d in deployments]
-    valid, broken = kind_terms(options, snapshot, model.name, policy, preferences, kind, now)
-    shape = Shape(prompt_tokens, expected, valid=valid)
+    found = [judged(o, snapshot, model.name, policy, preferences, kind, now) for o in options]
+    # As the plan sees the request: each deployment's valid rate for its kind, and the constraints it breaks.
+    valid = {o.deployment.name: f[0] for o, f in zip(options, found, strict=True)}
+    shape = Shape(prompt_tokens, forecast.mean, valid=valid)
+    weights = Weights.of(policy, preferences.sort)
     means = mean_costs(options, shape, weights, now)
     totals = scores(means, weights) if means else []
     parts = _parts(means, weights)
-    best = chance_best(options, shape, weights, now, random.Random(0), BEST_DRAWS) if options else []
-    # As the plan tries them: those that break a constraint after the others (``choose_for``), the unheard after
-    # the heard, by expected score.
-    order = sorted(range(len(options)), key=lambda i: (bool(broken[i]), not options[i].belief.answers, totals[i]))
+    # The plan's order: the config's under a fixed policy; else those that break a constraint after the rest (unless
+    # every one does), the measured before the never heard, each by its expected score. One that breaks a
+    # constraint is never drawn: its chance of being the best is 0.
+    every_breaks = all(f[1] for f in found)
+    kept = [i for i in range(len(options)) if every_breaks or not found[i][1]]
+    drawn = chance_best([options[i] for i in kept], shape, weights, now, random.Random(0), BEST_DRAWS) if kept else []
+    best = [0.0] * len(options)
+    for i, chance in zip(kept, drawn, strict=True):
+        best[i] = chance
+    if policy.ranking == "fixed":
+        order = list(range(len(options)))
+    else:
+        order = sorted(
+            range(len(options)),
+            key=lambda i: (bool(found[i][1]) and not every_breaks, not options[i].belief.answers, totals[i]),
+        )
     order = as_preferred(order, deployments, preferences)
     if not order and not preferences.allow_fallbacks:
         raise InvalidRequest(
@@ -81,7 +96,7 @@ def rank_beliefs(
             param="provider.order",
         )
     rows = [
-        _ranked(router, model.name, options[i], means[i], parts[i], best[i], broken[i], policy, snapshot, now)
+        _ranked(router, model.name, options[i], means[i], parts[i], found[i][1], best[i], policy, snapshot, now)
         for i in order
     ]
     rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
@@ -89,7 +104,7 @@ def rank_beliefs(
     return Ranking(
         model,
         policy,
-        RequestShape(endpoint or "chat", prompt_tokens, round(expected), length.source, kind),
+        RequestShape(endpoint or "chat", prompt_tokens, round(forecast.mean), forecast.source, kind),
         tuple(rows),
         snapshot,
         requests=counts.requests,
@@ -122,8 +137,8 @@ def _ranked(
     option: Option,
     mean: Cost,
     parts: ScoreParts,
-    best: float,
     violations: tuple[str, ...],
+    best: float,
     policy: PolicyConfig,
     snapshot: StatsSnapshot,
     now: float,
@@ -134,11 +149,6 @@ def _ranked(
     heard = belief.heard_at
     summary = snapshot.get(model, deployment.name)
     ttft_sd, spt_sd = (math.sqrt(belief.level(now, metric)[1]) for metric in (0, 1))
-    # What its answers alone leave: the level's spread as it was when last heard, before the drift since.
-    at = heard if heard is not None else now
-    sampled_ttft, sampled_spt = (math.sqrt(belief.level(at, metric)[1]) for metric in (0, 1))
-    # Its attempts under way: its belief as they told it (``option.belief``) against its belief as heard.
-    late, slow = lateness(router.belief(model, deployment.name), belief, option.prior, now)
     prediction = Prediction(
         ttft_s=mean.ttft_s,
         tokens_per_s=1.0 / mean.s_per_token,
@@ -148,14 +158,11 @@ def _ranked(
         attempts=summary.count("ttft_s") if summary is not None else 0,
         prior=not belief.answers,
         uncertainty=Uncertainty(math.hypot(ttft_sd, spt_sd), ttft_sd, spt_sd),
-        sampling=Uncertainty(math.hypot(sampled_ttft, sampled_spt), sampled_ttft, sampled_spt),
         samples=float(belief.answers),
         age_s=now - heard if heard is not None else None,
         source="recent" if belief.answers else "model",
         seconds_per_token=mean.s_per_token,
         answers=belief.answers,
-        late_first_token=late,
-        slow_stream=slow,
         failure_s=belief.failures.failure_s or None,
         expected_s=mean.time_s,
     )

@@ -10,8 +10,6 @@ pair, a failure, or a lower bound (a race or a hedge lost). The other replicas' 
 evidence, heard from the stats store's log at plan time (``gateway.routing.belief_others``).
 The attempts under way are kept as ``gateway.routing.belief_attempts`` defines them, and the
 plan's candidates are built by ``gateway.routing.belief_candidates``.
-
-Beside ``MeasuredRouter`` while the two are compared (``benchmarks/routing_simulate.py --router``).
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from gateway.routing.cost import Shape, Weights
 from gateway.routing.draws import new_tuple
 from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.health import RouterState
-from gateway.routing.lengths import Forecast, LengthKey, Lengths
+from gateway.routing.lengths import LengthKey, Lengths, shape_of
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
 from gateway.routing.priors import Heard, Prior, pooled_all
@@ -121,8 +119,8 @@ class BeliefRouter:
         snapshot = self.stats.snapshot()
         self._hear_others(model, snapshot, now)
         options = [self._option(model.name, d.name, d, snapshot, now) for d in deployments]
-        forecast = self.forecast_of(request, policy)
-        length, expected = forecast.key, forecast.mean
+        length = shape_of(model.name, request.max_tokens)
+        expected = self.lengths.expected(length, request.max_tokens, policy.default_output_tokens)
         session = request.session
         valid, breaks = kind_terms(options, snapshot, model.name, policy, preferences, request.kind, now)
         cached = cached_on(model.name, session, deployments, preferences, request.prompt_tokens, snapshot)
@@ -191,25 +189,8 @@ class BeliefRouter:
         first = candidates[0]
         self.events.decision(model.name, first.name, first.provider.name, first.reason)
         raced = tuple(deployments[i].name for i in race[:-1])
-        # Every field in order (``gateway.frozen``): candidates, policy, ranking, race, affinity, shadow, length.
-        return route_plan_from_fields(tuple(candidates), policy, None, raced, None, shadow, forecast)
-
-    def forecast_of(self, request: RouteRequest, policy: PolicyConfig) -> Forecast:
-        """The answer length a plan for ``request`` is made for: what this model's answers to requests of its shape
-        (API, stream, kind), its key and its session actually were, capped by ``max_tokens`` (``Lengths.forecast``;
-        before any answer, the policy's ``default_output_tokens`` within the cap). The plan carries it, so that a
-        budget that cannot hold the ceiling's worst case may hold the likely cost instead (``likely_output_tokens``)."""
-        session = request.session
-        key = LengthKey(
-            request.model.name,
-            request.max_tokens.bit_length() if request.max_tokens else 0,
-            request.endpoint,
-            request.stream,
-            request.kind,
-            request.client,
-            session.key if session is not None else None,
-        )
-        return self.lengths.forecast(key, request.max_tokens, float(policy.default_output_tokens))
+        # Every field in order (``gateway.frozen``): candidates, policy, ranking, race, affinity, shadow.
+        return route_plan_from_fields(tuple(candidates), policy, None, raced, None, shadow)
 
     def _weights_of(self, policy: PolicyConfig, sort: Sort | None) -> Weights:
         entry = self._weights.get((id(policy), sort))

@@ -128,15 +128,3 @@ class RunningViews:
             view = belief
         running.view, running.stale = view, False
         return view
-
-
-def lateness(heard: Belief, view: Belief, prior: Prior, now: float) -> tuple[float, float]:
-    """How much later a first token and how much slower a stream a deployment is expected to give, now that its
-    running attempts told its belief what they say (``view``), than its belief as heard (``heard``) expected: the
-    routes endpoint's ``late_first_token`` and ``slow_stream``, each at least 1 (1: its attempts under way say
-    nothing worse). What the plan reads, not a rule beside it: the ranking and the draw read ``view``."""
-    if view is heard:
-        return 1.0, 1.0
-    was = heard.expected(now, None if heard.answers else prior)
-    told = view.expected(now, None if view.answers else prior)
-    return max(1.0, told.ttft_s / was.ttft_s), max(1.0, told.s_per_token / was.s_per_token)

@@ -41,6 +41,9 @@ from gateway.routing.worth import worth as look_worth
 
 RACE_BUDGET = 0.10
 """Share of streamed requests that may carry one extra attempt to look at another deployment (a race or a shadow)."""
+BUDGET_START = 1.0
+"""Looks a model's budget holds before its first request: one look may come at once, the next when the requests'
+``RACE_BUDGET`` has paid it back (looks so stay within ``BUDGET_START + RACE_BUDGET`` × streamed requests)."""
 COLD_RACE = 3
 """Attempts one cold start may race at once, a measured leader joining them counted: each loser is drained and billed,
 so a model deployed on ten providers measures a few per request, not ten at once."""
@@ -84,9 +87,10 @@ class Counts:
     attempts: int = 0
 
     def shares(self) -> tuple[float, float]:
-        """The share of requests that explored, and attempts per request beyond one."""
+        """The share of requests that explored, and attempts per request beyond one (never below zero: a request
+        is counted when planned, its attempts as they start, so one just planned has none yet)."""
         requests = max(1, self.requests)
-        return self.explored / requests, self.attempts / requests - 1.0
+        return self.explored / requests, max(0.0, self.attempts / requests - 1.0)
 
 
 @dataclass
@@ -102,7 +106,7 @@ class Budget:
     gaps: dict[str, int] = field(default_factory=dict)
 
     def credit(self, model: str, now: float | None = None) -> None:
-        self.tokens[model] = min(self.burst, self.tokens.get(model, 1.0) + RACE_BUDGET)
+        self.tokens[model] = min(self.burst, self.tokens.get(model, BUDGET_START) + RACE_BUDGET)
         if now is None:
             return
         last = self.last.get(model)
@@ -118,12 +122,12 @@ class Budget:
         return 1.0 / gap if gap else None
 
     def ready(self, model: str) -> bool:
-        return self.tokens.get(model, 1.0) >= 1.0
+        return self.tokens.get(model, BUDGET_START) >= 1.0
 
     def take(self, model: str) -> bool:
         if not self.ready(model):
             return False
-        self.tokens[model] = self.tokens.get(model, 1.0) - 1.0
+        self.tokens[model] = self.tokens.get(model, BUDGET_START) - 1.0
         return True
 
 

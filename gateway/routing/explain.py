@@ -2,19 +2,20 @@
 
 Every number that decided the order is shown: the predictions (TTFT, tokens/s, time,
 money) with where they come from, how uncertain they are and how old their newest answer
-is, the weighted score terms, the exploration bonus, broken constraints, circuit state and
-load; per model, how many requests were spent exploring. Under the belief router each deployment also
-shows its ``belief``: the median and spread of its first token and speed, its age, and its chance of
-being the best for the request shown. Times are seconds, money USD for
-one request of the shape given; uncertainties are relative standard errors (0.1 ≈ ±10%).
+is, the weighted score terms, broken constraints, circuit state and load; per model, how many
+requests were spent exploring and how many extra attempts that cost. Each deployment also shows its
+``belief``: the median and spread of its first token and speed, its age, and its chance of being the
+best for the request shown. Times are seconds, money USD for one request of the shape given;
+uncertainties are log standard deviations of the level (0.1 ≈ ±10%).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.policies import PolicyConfig
 from gateway.routing.apis import upstream_api
+from gateway.routing.choose import BUDGET_START, RACE_BUDGET
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
 from gateway.samples import Endpoint
 from gateway.tables import format_table
@@ -52,29 +53,13 @@ def row_json(rank: int, row: Ranked, api: Endpoint | None = None) -> dict[str, A
             "time_s": _round(p.time_s),
             "cost_usd": round(p.cost_usd, 8),
             "from_model_average": p.prior,
-            "from_recent_answers": p.drift,
             "source": p.source,
             "uncertainty": round(p.uncertainty.time, 4),
             "ttft_uncertainty": round(p.uncertainty.ttft, 4),
             "tokens_per_s_uncertainty": round(p.uncertainty.tokens_per_s, 4),
-            "sampling_uncertainty": round(p.sampling.time, 4),
             "samples": round(p.samples, 2),
             "newest_sample_age_s": _round(p.age_s, 2),
-            "overdue": round(p.overdue, 3),
-            "late_first_token": round(p.late_first_token, 3),
-            "slow_stream": round(p.slow_stream, 3),
         },
-        "cache": {
-            "mode": p.cache,
-            "cached_tokens": p.cached_tokens,
-            "hit_ratio": _round(p.hit_ratio),
-            "warm_ttft_s": _round(p.warm_ttft_s),
-            "prefill_tokens_per_s": _round(p.prefill_tokens_per_s, 1),
-        },
-        "explore_bonus": round(row.scored.bonus, 4),
-        "optimistic_score": round(row.scored.optimistic, 4),
-        "caution": round(row.scored.caution, 4),
-        "ranked_by": round(row.scored.ranked_by, 4),
         "success_rate": round(p.success_rate, 4),
         "attempts_in_window": p.attempts,
         "judged": row.judged,
@@ -100,7 +85,7 @@ def row_json(rank: int, row: Ranked, api: Endpoint | None = None) -> dict[str, A
 
 
 def belief_json(belief: BeliefView) -> dict[str, Any]:
-    """The belief router's belief of one deployment: medians and spreads (log sd of one answer), its age, and
+    """The router's belief of one deployment: medians and spreads (log sd of one answer), its age, and
     its chance of being the best for the ranking's request."""
     return {
         "ttft_median_s": round(belief.ttft_s, 4),
@@ -115,8 +100,40 @@ def belief_json(belief: BeliefView) -> dict[str, Any]:
     }
 
 
+class Budgeted(NamedTuple):
+    """What a model's look budget paid for on this replica, and the bound it keeps:
+    ``paid <= start + share × streamed requests``."""
+
+    share: float
+    """What each streamed request adds to the budget (looks per request; only a stream may race or shadow)."""
+    start: int
+    """Looks the budget holds before any request (``choose.BUDGET_START``)."""
+    paid: int
+    """The looks it paid for: races and shadows."""
+    outside: int
+    """Requests explored that it does not pay for: drawn away from the leader (no extra attempt)."""
+
+
+def budgeted(ranking: Ranking) -> Budgeted:
+    """The ranking's exploration as the router bounds it: each race or shadow, an extra attempt, is paid from
+    ``RACE_BUDGET`` of the model's streamed requests (none under a fixed policy or without ``explore_share`` or
+    ``explore_race``); a request whose draw put another than the leader first costs no extra attempt and no
+    budget."""
+    share = look_share(ranking.policy)
+    paid = ranking.races + ranking.shadows
+    return Budgeted(share, int(BUDGET_START) if share else 0, paid, ranking.probes - paid)
+
+
+def look_share(policy: PolicyConfig) -> float:
+    """The share of streamed requests that may carry a look under ``policy``: ``RACE_BUDGET``, or none under a fixed
+    policy or one that turns exploring or racing off."""
+    looks = policy.explore_share > 0 and policy.explore_race and policy.ranking != "fixed"
+    return RACE_BUDGET if looks else 0.0
+
+
 def ranking_json(ranking: Ranking) -> dict[str, Any]:
     shape, policy = ranking.shape, ranking.policy
+    budget = budgeted(ranking)
     return {
         "model": ranking.model.name,
         "policy": policy.name,
@@ -131,15 +148,14 @@ def ranking_json(ranking: Ranking) -> dict[str, Any]:
             "requests": ranking.requests,
             "probes": ranking.probes,
             "races": ranking.races,
-            "first_looks": ranking.first_looks,
+            "shadows": ranking.shadows,
             "cold_starts": ranking.cold_starts,
             "share": round(ranking.probes / ranking.requests, 4) if ranking.requests else 0.0,
-            "budget": policy.explore_share,
-            **(
-                {"shadows": ranking.shadows, "extra_attempts_per_request": round(ranking.extra_attempts, 4)}
-                if ranking.extra_attempts is not None
-                else {}
-            ),
+            "budget": budget.share,
+            "budget_of": "streamed requests",
+            "budget_start": budget.start,
+            "budget_paid": budget.paid,
+            "extra_attempts_per_request": round(ranking.extra_attempts, 4),
         },
         "deployments": [row_json(i, row, shape.endpoint) for i, row in enumerate(ranking.rows, start=1)],
     }
@@ -169,16 +185,13 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def ranking_table(ranking: Ranking) -> str:
     """The ranking as a fixed-width table, best first."""
-    header = ["#", "deployment", "status", "score", "why", "ttft s", "tok/s", "time s", "±", "age s", "bonus"]
-    header += ["cost $", "success", "n", "in-flight"]
-    believed = any(row.belief is not None for row in ranking.rows)
-    if believed:
-        header.append("p best")  # the belief router's: the chance each is the best for this request
+    header = ["#", "deployment", "status", "score", "why", "ttft s", "tok/s", "time s", "±", "age s"]
+    header += ["cost $", "success", "n", "in-flight", "p best"]  # p best: the chance each is the best for it
     rows: list[list[str]] = []
     notes: list[str] = []
     for rank, row in enumerate(ranking.rows, start=1):
         p = row.scored.prediction
-        mark = "~" if p.prior else ("!" if p.drift else "")
+        mark = "~" if p.prior else ""
         rows.append(
             [
                 str(rank),
@@ -189,14 +202,13 @@ def ranking_table(ranking: Ranking) -> str:
                 _fmt(p.ttft_s, ".3f") + mark,
                 _fmt(p.tokens_per_s, ".1f") + mark,
                 _fmt(p.time_s, ".3f") + mark,
-                f"{p.uncertainty.time:.0%}" if p.source in ("recent", "window") else "-",
+                f"{p.uncertainty.time:.0%}" if p.source == "recent" else "-",
                 _fmt(p.age_s, ".1f"),
-                f"{row.scored.bonus:.2f}",
                 f"{p.cost_usd:.6f}",
                 f"{p.success_rate:.2f}",
                 str(p.attempts),
                 f"{row.in_flight}/{row.limit}",
-                *([f"{row.belief.best:.0%}" if row.belief is not None else "-"] if believed else []),
+                f"{row.belief.best:.0%}" if row.belief is not None else "-",
             ]
         )
         for violation in row.scored.violations:
@@ -211,14 +223,13 @@ def ranking_table(ranking: Ranking) -> str:
     lines = [title, "  " + policy_summary(ranking.policy), format_table(header, rows)]
     if any(r.scored.prediction.prior for r in ranking.rows):
         lines.append("  ~ not measured yet: the model's average stands in")
-    if any(r.scored.prediction.drift for r in ranking.rows):
-        lines.append("  ! a change was detected in its recent answers: the estimate rests on those since")
     if ranking.requests:
-        looks = "first look" if ranking.first_looks == 1 else "first looks"
+        budget = budgeted(ranking)
         lines.append(
             f"  explored {ranking.probes} of {ranking.requests} requests ({ranking.probes / ranking.requests:.1%}; "
-            f"{ranking.races} by racing the leader, {ranking.first_looks} {looks} at deployments never measured; "
-            f"budget {ranking.policy.explore_share:.0%}), "
+            f"{ranking.races} by racing the leader, {ranking.shadows} in its shadow, of a race budget of "
+            f"{budget.share:.0%} of streamed requests and {budget.start} to start; {budget.outside} "
+            f"drawn away from the leader; {ranking.extra_attempts:.2f} extra attempts per request), "
             f"besides {ranking.cold_starts} cold start{'' if ranking.cold_starts == 1 else 's'}"
         )
     return "\n".join(lines + notes)
@@ -242,8 +253,12 @@ def policy_summary(policy: PolicyConfig) -> str:
         ]
         order = (
             f"score = {' + '.join(weights)} (log2 ratios to the best); TTFT p{policy.ttft_quantile * 100:g}, "
-            f"tokens/s p{policy.tps_quantile * 100:g} floor; memory half-life {policy.memory_half_life_s:g}s; "
-            f"explore up to {policy.explore_share:.0%}{' by racing' if policy.explore_race else ''}"
+            f"tokens/s p{policy.tps_quantile * 100:g} floor; "
+            + (
+                f"a look (race or shadow) within {share:.0%} of streamed requests"
+                if (share := look_share(policy))
+                else "no looks"
+            )
         )
     if policy.hedge_after_s is not None:
         hedge = f"hedge after {policy.hedge_after_s:g}s"

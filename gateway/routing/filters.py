@@ -1,5 +1,5 @@
 """Which deployments a request may go to: its overrides, its API, circuits and context windows; and the soft
-constraints each breaks (``broken``, either router's).
+constraints each breaks (``broken``).
 
 The request's ``provider`` object (``only``/``ignore``/``max_price`` remove deployments, ``order``
 puts the named ones first, ``allow_fallbacks = false`` keeps only those); a filter that leaves none
@@ -117,7 +117,7 @@ def broken(
     success: tuple[float, int],
     valid: tuple[float, int],
 ) -> tuple[str, ...]:
-    """Soft constraints broken (by either router). Measured ones are judged on the deployment's own numbers, once
+    """Soft constraints broken. Measured ones are judged on the deployment's own numbers, once
     it has ``min_samples`` of them (a prior or a single slow answer proves nothing): first tokens and speeds counted
     as measured (a race's drained loser measured both, and is no attempt that says anything of its health),
     the success rate by attempts. ``success``: its success rate and attempts; ``valid``: its valid rate for

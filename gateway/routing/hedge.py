@@ -13,7 +13,7 @@ Three ways, by policy:
   light tail never gets there (a late answer is nearly done), a heavy one does early: the
   client's slow first tokens become ``t`` + the backup's.
 
-A race probe (``gateway.routing.explore``) is the primary, with the leader as its hedge from
+A race probe (``gateway.routing.choose``) is the primary, with the leader as its hedge from
 the start.
 """
 

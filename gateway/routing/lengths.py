@@ -35,9 +35,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Literal, NamedTuple
 
-from gateway.policies import PolicyConfig
 from gateway.routing.priors import MEMORY
-from gateway.samples import Sample
 
 PRIOR_ANSWERS = 3.0
 """A cell's answers weigh against its parent's estimate as if the parent were this many answers: a key's third
@@ -45,10 +43,10 @@ answer moves its prediction halfway from the model's toward its own."""
 PRIOR_SIGMA = 1.0
 """The log spread of answer lengths before any is heard: the p95 is about five times the median."""
 SESSIONS_KEPT = 10_000
-LengthSource = Literal["learned", "share", "request", "observed", "default"]
+LengthSource = Literal["learned", "share", "request", "default"]
 """Where a prediction's prior came from before the cells pulled it: answers to this shape were heard
 (``learned``), the share of ``max_tokens`` the model's answers used, the request's ``max_tokens`` (nothing heard
-of the model), the shared window's observed length, or the policy's default."""
+of the model), or the policy's default."""
 _Z = NormalDist()
 
 
@@ -203,20 +201,3 @@ class Lengths:
         client = self.shapes.get(key[:6]) if key.client else None
         session = self.sessions.get(key) if key.session is not None else None
         return model, client, session
-
-
-def planned_length(forecast: Forecast, policy: PolicyConfig) -> float:
-    """The length a policy plans for: the mean (time is linear in it, so the expected time needs the mean, which
-    a long tail lifts above the median), or the policy's ``tps_quantile`` of lengths when it predicts at quantiles
-    (the answer's length multiplies the seconds per token read at that quantile)."""
-    if policy.estimate == "quantile":
-        return forecast.at(policy.tps_quantile)
-    return forecast.mean
-
-
-def answer_tokens(sample: Sample) -> int | None:
-    """A complete answer's length: its billed output tokens (reasoning included: they stream, and they are paid for),
-    else the gateway's own count; None when it is not a complete answer."""
-    if sample.outcome != "ok":
-        return None
-    return sample.billed_output_tokens

@@ -9,7 +9,6 @@ from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, Provider
 from gateway.frozen import positional_maker, quick_init
 from gateway.policies import Affinity
 from gateway.routing.capacity import RateLimits
-from gateway.routing.lengths import Forecast
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.stats import StatsSnapshot
@@ -30,20 +29,12 @@ class Candidate:
     """Start a hedge when this candidate's first token is later than this (None: never)."""
     predicted_s: float | None = None
     """The router's predicted time for the request on this candidate (None: nothing known)."""
-    predicted_first_token_s: float | None = None
-    """Its predicted first token, for a streamed request (None: not streamed, or nothing known)."""
     first_token_timeout_s: float | None = None
     """This attempt's first-token deadline, learned from the deployment's own TTFT (None: the policy's)."""
     idle_timeout_s: float | None = None
     """This attempt's longest silence mid-stream, learned from the deployment's own gaps (None: the policy's)."""
     prefill_tokens_per_s: float | None = None
     """Its measured prefill speed: what the prompt tokens its cache served saved in first-token time."""
-    on_trial: bool = False
-    """A leader on one lucky-looking answer, raced by the next well-measured deployment
-    (``gateway.routing.explore.on_trial``), or the belief router's leader beside a shadowed look
-    (``belief_candidates.candidates_of``): if another's first token comes first, this attempt is drained."""
-    length: Forecast | None = None
-    """The request's predicted answer length (``gateway.routing.lengths``), whose shape its answer teaches."""
 
     @property
     def name(self) -> str:
@@ -51,9 +42,9 @@ class Candidate:
 
     @property
     def drains(self) -> bool:
-        """Read on unseen if another attempt answers first (``gateway.relay.drain``): a probe, or a leader on
-        trial. Both are measured for what they are being judged on; every other loser is cancelled."""
-        return self.reason == "explore" or self.on_trial
+        """Read on unseen if another attempt answers first (``gateway.relay.drain``): a probe is measured for what
+        it is being judged on; every other loser is cancelled."""
+        return self.reason == "explore"
 
 
 SessionLookup = Literal["bound", "unbound", "unavailable"]
@@ -138,13 +129,6 @@ class RoutePlan:
     """What the router did with the request's session (None: it has none)."""
     shadow: Candidate | None = None
     """A deployment measured beside the first attempt but never the answer (``gateway.relay.drain``), if any."""
-    length: Forecast | None = None
-    """The answer length the router predicted (None: it predicts none), for a budget's likely cost."""
-
-    @property
-    def race_probe(self) -> str | None:
-        """The deployment this plan explores by racing (its first candidate, the leader its hedge), if any."""
-        return self.race[0] if self.race else None
 
     @property
     def race_partner(self) -> str | None:

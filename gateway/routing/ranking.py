@@ -1,8 +1,8 @@
 """A model's ranking for one request shape: its deployments in order, with everything that put them there.
 
-The router builds it (``MeasuredRouter.rank``); exploration, ordering, the explanation endpoint,
-the routing trace and the dashboard read it. It lives apart from the router so that those can
-import it without importing the router back.
+The router builds it (``gateway.routing.belief_rank``); the explanation endpoint, the routing trace
+and the dashboard read it. It lives apart from the router so that those can import it without
+importing the router back.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, NoCapacity, RateLimited
-from gateway.frozen import positional_maker, quick_init
+from gateway.frozen import quick_init
 from gateway.routing.scored import RequestShape, Scored
 from gateway.stats import StatsSnapshot
 from gateway.types import CircuitState
@@ -21,7 +21,7 @@ from gateway.types import CircuitState
 
 @dataclass(frozen=True, slots=True)
 class BeliefView:
-    """What the belief router believes of one deployment now, for people (``GET /v1/gateway/routes``, the trace,
+    """What the router believes of one deployment now, for people (``GET /v1/gateway/routes``, the trace,
     the dashboard). Medians are of single answers; a spread is their log standard deviation (0.4: about 68% of
     answers within ×1.5 of the median), the uncertainty of the level itself included."""
 
@@ -55,7 +55,7 @@ class Ranked:
     in_flight: int
     provider_in_flight: int
     judged: bool
-    """It has ``min_samples`` attempts in the window: its score rests on its own measurements."""
+    """It has ``min_samples`` answers: its prediction rests on its own measurements."""
     retry_in_s: float = 0.0
     rate_limited: bool = False
     """Its circuit is open because the provider answered 429 with a Retry-After."""
@@ -69,7 +69,7 @@ class Ranked:
     reset_in_s: float | None = None
     """When that budget resets, as last reported."""
     belief: BeliefView | None = None
-    """The belief router's belief behind the prediction (None: ranked by the measured router)."""
+    """The belief behind the prediction (None only where a ranking is built by hand, as tests do)."""
 
     @property
     def deployment(self) -> DeploymentConfig:
@@ -121,26 +121,14 @@ class Ranking:
     requests: int = 0
     """Requests this replica routed for the model by score (no overrides) since it started."""
     probes: int = 0
-    """Of those, the ones spent measuring a deployment away from a measured leader (races included)."""
+    """Of those, the ones spent measuring a deployment away from the leader (races and shadows included)."""
     races: int = 0
-    first_looks: int = 0
-    """Of the probes, first looks at a deployment (or its stream) never measured: taken whatever the budget
-    holds, which then repays them, so probes can run above ``explore_share`` by this many."""
     cold_starts: int = 0
     """Of the requests, the ones routed while nothing was measured: every deployment raced (not probes)."""
     shadows: int = 0
-    """Of the probes, the ones measured beside the leader, unseen (the belief router)."""
-    extra_attempts: float | None = None
-    """Attempts per request beyond one, exploration's cost (the belief router; None: not counted)."""
-    trial: bool = False
-    """The leader leads on a leap still to be confirmed, and the next deployment races it (the measured router's
-    ``explore.on_trial``, for a policy that is not ``fixed``)."""
-
-
-ranked_from_fields = positional_maker(Ranked)
-"""``Ranked(*values)``, every field given in order (``gateway.frozen``): one per deployment per plan."""
-ranking_from_fields = positional_maker(Ranking)
-"""``Ranking(*values)``, every field given in order: one per plan."""
+    """Of the probes, the ones measured beside the leader, unseen."""
+    extra_attempts: float = 0.0
+    """Attempts per request beyond one: exploration's cost."""
 
 
 def no_capacity(model: str, rows: Sequence[Ranked]) -> GatewayError:

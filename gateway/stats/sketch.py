@@ -57,25 +57,12 @@ def value_of(bucket: int) -> float:
     return value
 
 
-_PAIRS: dict[int, tuple[float, float | None]] = {}
-
-
-def value_pair(bucket: int) -> tuple[float, float | None]:
-    """``value_of(bucket)`` and its reciprocal (None for the zero bucket, which adds nothing to the inverse sum): what
-    counting one value of ``bucket`` adds to a histogram's two sums, each worked out once per bucket ever seen."""
-    pair = _PAIRS.get(bucket)
-    if pair is None:
-        reported = value_of(bucket)
-        pair = _PAIRS[bucket] = (reported, None if bucket == ZERO_BUCKET else 1 / reported)
-    return pair
-
-
 def count_buckets(histograms: dict[K, LogHistogram], buckets: Mapping[K, int], keys: Sequence[K] | None = None) -> None:
     """One value of each bucket in ``buckets`` (only those under ``keys``, in their order, when given) counted in
     ``histograms`` under its key (a histogram made where there is none): ``add_bucket(bucket)`` of each, inline, for
     the stores' every sample (a call per value and a ``value_of`` call each cost about as much as the counting). The
     same sums, in the same order, as ``add_bucket``."""
-    pairs = _PAIRS
+    values = _VALUES
     for key in buckets if keys is None else keys:
         bucket = buckets.get(key)
         if bucket is None:
@@ -92,12 +79,10 @@ def count_buckets(histograms: dict[K, LogHistogram], buckets: Mapping[K, int], k
         else:
             counts[bucket] = old + 1
         histogram.count += 1
-        pair = pairs.get(bucket)
-        if pair is None:
-            pair = value_pair(bucket)
-        histogram._sum += pair[0]
-        if pair[1] is not None:
-            histogram._inverse_sum += pair[1]
+        value = values.get(bucket)
+        if value is None:
+            value = value_of(bucket)
+        histogram._sum += value
         histogram._memo = None
 
 
@@ -115,15 +100,13 @@ class LogHistogram:
     ``_keys`` so or drop it.
     """
 
-    __slots__ = ("counts", "count", "_sum", "_inverse_sum", "_keys", "_memo")
+    __slots__ = ("counts", "count", "_sum", "_keys", "_memo")
 
     def __init__(self, counts: Mapping[int, int] | None = None) -> None:
         self.counts: dict[int, int] = dict(counts) if counts else {}
         self.count = sum(self.counts.values())
-        # Running sums of the reported values and of their reciprocals: the router asks for the
-        # mean and the harmonic mean on every request, and these make both O(1).
+        # A running sum of the reported values: the mean in O(1).
         self._sum = sum(value_of(b) * n for b, n in self.counts.items())
-        self._inverse_sum = sum(n / value_of(b) for b, n in self.counts.items() if b != ZERO_BUCKET)
         self._keys: list[int] | None = None
         """The buckets in order, kept up to date from the first quantile on (None: not asked for yet)."""
         self._memo: _Memo | None = None
@@ -143,10 +126,7 @@ class LogHistogram:
         else:
             counts[bucket] = old + n
         self.count += n
-        reported = value_of(bucket)
-        self._sum += reported * n
-        if bucket != ZERO_BUCKET:
-            self._inverse_sum += n / reported
+        self._sum += value_of(bucket) * n
         self._memo = None
 
     def merge(self, other: LogHistogram) -> None:
@@ -158,7 +138,6 @@ class LogHistogram:
             self._keys = None  # new buckets (a merge is rare, a sample is not): sorted again at the next quantile
         self.count += other.count
         self._sum += other._sum
-        self._inverse_sum += other._inverse_sum
         self._memo = None
 
     def subtract(self, other: LogHistogram) -> None:
@@ -176,9 +155,8 @@ class LogHistogram:
         self.count -= other.count
         if self.count > 0:
             self._sum -= other._sum
-            self._inverse_sum -= other._inverse_sum
         else:
-            self._sum = self._inverse_sum = 0.0  # no rounding residue on an empty histogram
+            self._sum = 0.0  # no rounding residue on an empty histogram
         self._memo = None
 
     def copy(self) -> LogHistogram:
@@ -226,10 +204,6 @@ class LogHistogram:
     def total(self) -> float:
         """The sum of the values counted (each as its bucket reports it)."""
         return self._sum
-
-    def harmonic_mean(self) -> float | None:
-        """count ÷ Σ(n / value): the mean of a rate whose reciprocal (e.g. seconds per token) is what adds up."""
-        return self.count / self._inverse_sum if self.count > 0 and self._inverse_sum > 0 else None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, LogHistogram) and self.counts == other.counts

@@ -261,13 +261,6 @@ class StatsSnapshot:
     def get(self, model: str, deployment: str) -> DeploymentSummary | None:
         return self.summaries.get((model, deployment))
 
-    def model_quantile(self, model: str, metric: Metric, q: float) -> float | None:
-        """A quantile over all of a model's deployments (e.g. its typical answer length)."""
-        histograms = [
-            s.histograms[metric] for (m, _), s in self.summaries.items() if m == model and metric in s.histograms
-        ]
-        return LogHistogram.merged(histograms).quantile(q) if histograms else None
-
     @classmethod
     def from_samples(cls, samples: Iterable[Sample], taken_at: float = 0.0) -> StatsSnapshot:
         """A snapshot of exactly these samples (no window): for tests, benchmarks and seeding."""

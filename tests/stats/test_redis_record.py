@@ -183,7 +183,7 @@ def _readings(summaries: Mapping[tuple[str, str], DeploymentSummary]) -> dict[tu
     return {
         pair: (
             summary,
-            *((s.mean(), s.harmonic_mean(), s.quantile(0.5), s.quantile(0.95)) for s in summary.histograms.values()),
+            *((s.mean(), s.quantile(0.5), s.quantile(0.95)) for s in summary.histograms.values()),
             tuple(m for m in METRICS if m in summary.histograms),
         )
         for pair, summary in summaries.items()

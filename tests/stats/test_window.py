@@ -177,7 +177,7 @@ def _fingerprint(summaries: Mapping[tuple[str, str], DeploymentSummary]) -> list
         out.append((key, list(s.outcomes.items()), list(s.validity.items()), s.hit_ratio(), s.success_rate()))
         for metric, h in s.histograms.items():
             quantiles = [h.quantile(q) for q in (0.0, 0.1, 0.5, 0.9, 0.95, 0.99, 1.0)]
-            out.append((metric, sorted(h.counts.items()), h.count, h._sum, h._inverse_sum, quantiles, h.mean()))
+            out.append((metric, sorted(h.counts.items()), h.count, h._sum, quantiles, h.mean()))
     return out
 
 
