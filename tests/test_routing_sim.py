@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from gateway.fakes import FakeBehavior
+from gateway.routing.choose import BUDGET_START, RACE_BUDGET
 from tests.routing_sim import ADMIN_KEY, Reply, Sim, SimProvider, Sims, share, sims_fixture  # noqa: F401 (the sims fixture)
 from tests.support.wait import wait_until
 
@@ -251,9 +252,13 @@ def test_routes_endpoint_explains_the_ranking(sims: Sims) -> None:
     # The cold start measured both in one race (a's first token won, b was drained for its stream): counted apart
     # from the looks the race budget paid for, each of which added attempts.
     assert set(exploration) == {
-        "requests", "probes", "races", "shadows", "cold_starts", "share", "budget", "extra_attempts_per_request"
+        "requests", "probes", "races", "shadows", "cold_starts", "share", "budget", "budget_of", "budget_start",
+        "budget_paid", "extra_attempts_per_request",
     }  # fmt: skip
-    assert (exploration["requests"], exploration["cold_starts"], exploration["budget"]) == (6, 1, 0.05)
+    assert (exploration["requests"], exploration["cold_starts"], exploration["budget"]) == (6, 1, RACE_BUDGET)
+    assert (exploration["budget_of"], exploration["budget_start"]) == ("streamed requests", BUDGET_START)
+    assert exploration["budget_paid"] == exploration["races"] + exploration["shadows"]
+    assert exploration["budget_paid"] <= BUDGET_START + RACE_BUDGET * 6
     assert exploration["share"] == round(exploration["probes"] / 6, 4)
     assert exploration["races"] + exploration["shadows"] <= exploration["probes"] <= 5
     assert exploration["extra_attempts_per_request"] >= (exploration["races"] + exploration["shadows"]) / 6 - 1e-4
