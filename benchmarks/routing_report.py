@@ -250,6 +250,7 @@ def report(runs: Sequence[Run], before: Sequence[Run] | None, *, command: str, s
     for scenario in scenarios:
         lines.append(f"- **{scenario.name}** ({scenario.behaviour}): {scenario.description}.")
     notes = Path(__file__).with_name("routing_notes.md")
-    if notes.exists():
-        lines += ["", notes.read_text().rstrip()]
+    if notes.exists():  # its opening ("Reading the figures"); the history stays in the notes, not copied here
+        opening = notes.read_text().split("\n## ", 1)[0].rstrip()
+        lines += ["", opening, "", "How the figures got here: `benchmarks/routing_notes.md`."]
     return "\n".join(lines) + "\n"
