@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Final
 
 FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
-RUNS = 5
+RUNS: Final = 5
 """Run-length hypotheses kept (the cost of change-point detection, not a knob of the world)."""
 
 
@@ -130,6 +131,6 @@ class Failures:
 
 
 _A0, _B0 = FAIL_PRIOR
-_S0 = _A0 + _B0
-_M0 = _A0 / _S0
-_V0 = _M0 * (_B0 / _S0) / (_S0 + 1)
+_S0: Final = _A0 + _B0
+_M0: Final = _A0 / _S0
+_V0: Final = _M0 * (_B0 / _S0) / (_S0 + 1)

@@ -31,16 +31,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Final
 
 from gateway.routing.belief_runs import Run
 from gateway.routing.priors import MEMORY
 
-HAZARD_S = 120.0
+HAZARD_S: Final = 120.0
 """The prior: a provider changes (its first token or its speed jumps) about once every this many seconds."""
 
-_PRIOR_CHANGES = 1.0
+_PRIOR_CHANGES: Final = 1.0
 """The prior counts as one change seen in ``HAZARD_S`` of watching (the model's deployments' watching adds up)."""
-_MEMORY_S = MEMORY * HAZARD_S
+_MEMORY_S: Final = MEMORY * HAZARD_S
 """The evidence's time constant, in seconds of watching: ``MEMORY`` changes' worth at the prior's rate."""
 
 

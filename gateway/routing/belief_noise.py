@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Final
 
 from gateway.routing.priors import MEMORY, PRIOR_WEIGHT, SPREAD
 from gateway.routing.student import TAIL_NU, censored_square
 
-_KEEP = 1 - 1 / MEMORY
+_KEEP: Final = 1 - 1 / MEMORY
 
 
 @dataclass(slots=True)

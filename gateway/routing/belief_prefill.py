@@ -24,14 +24,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from gateway.routing.belief_runs import TTFT, Run
 from gateway.routing.priors import DRIFT, SPREAD
 
-SLOPE = 1e-4
+SLOPE: Final = 1e-4
 """Seconds per uncached prompt token before any answer tells (10k tokens/s); its prior sd is as large."""
-_ROOT_2PI = math.sqrt(2.0 * math.pi)
-_FLOOR_S = 1e-3
+_ROOT_2PI: Final = math.sqrt(2.0 * math.pi)
+_FLOOR_S: Final = 1e-3
 """The smallest first token an answer's noise is scaled by (a 0 s answer would otherwise weigh infinitely)."""
 
 

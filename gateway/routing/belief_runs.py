@@ -10,19 +10,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Final
 
 from gateway.routing.priors import SPREAD, Prior
 
-RUNS = 5
+RUNS: Final = 5
 """Run-length hypotheses kept per deployment (the cost of change-point detection, not a knob of the world)."""
-METRICS = (TTFT, SPT) = (0, 1)
+TTFT: Final = 0
+SPT: Final = 1
+METRICS = (TTFT, SPT)
 DEFAULT_LEVEL = (math.log(1.0), math.log(1 / 50.0))
 """Where a model with nothing measured anywhere starts: 1 s to first token, 50 tokens/s (``UNKNOWN`` wide)."""
-UNKNOWN = 3.0
+UNKNOWN: Final = 3.0
 """How far (log sd) a model's first token and speed may lie from ``DEFAULT_LEVEL`` before any of its deployments
 is measured: a factor 20 either way. Wider than ``BETWEEN``: a far first answer (5 ms) moves the level."""
-_UNKNOWN2 = UNKNOWN**2
-_SPREAD2 = SPREAD**2
+_UNKNOWN2: Final = UNKNOWN**2
+_SPREAD2: Final = SPREAD**2
 _WEIGHT = attrgetter("weight")
 
 

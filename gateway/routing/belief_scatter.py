@@ -27,17 +27,20 @@ from __future__ import annotations
 
 import math
 from operator import attrgetter
+from typing import Final
 
 from gateway.routing.belief_noise import Scatter, learn_noise
 from gateway.routing.belief_runs import Run
 from gateway.routing.priors import PRIOR_WEIGHT, Prior
 from gateway.routing.student import TAIL_NU
 
-SCATTERS = 3
+SCATTERS: Final = 3
 """Scatter hypotheses kept per metric (the cost of its change-point detection, not a knob of the world)."""
-_POWER = -(TAIL_NU + 1) / 2
+_POWER: Final = -(TAIL_NU + 1) / 2
 _WEIGHT = attrgetter("weight")
-METRICS = (TTFT, SPT) = (0, 1)
+TTFT: Final = 0
+SPT: Final = 1
+METRICS = (TTFT, SPT)
 
 
 def hear_both(

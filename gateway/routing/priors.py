@@ -11,17 +11,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
-PRIOR_WEIGHT = 2.0
+PRIOR_WEIGHT: Final = 2.0
 """What the defaults below count as: ``SPREAD`` as this many answers, ``BETWEEN`` as this many deployments."""
-BETWEEN = 1.0
+BETWEEN: Final = 1.0
 """How far (log sd) a model's deployments' levels lie apart before they are measured: a factor e."""
-SPREAD = 0.4
+SPREAD: Final = 0.4
 """An answer's log spread around its level before the deployment's own is learned (p95 ≈ 1.9× the median)."""
-DRIFT = 0.002
+DRIFT: Final = 0.002
 """Variance of a log level gained per second unheard: unheard for 1/DRIFT s, it is e-fold uncertain."""
-MEMORY = 50
+MEMORY: Final = 50
 """Answers a running average remembers (the older fade): the answers' spread around a level, and an answer length
 per request shape, are the last ~50 answers'."""
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Protocol
+from typing import Final, Protocol
 
-TAIL_NU = 4.0
+TAIL_NU: Final = 4.0
 """Degrees of freedom of an answer's Student-t noise: how heavy a tail one wild answer is read as."""
-_T_NORM = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
+_T_NORM: Final = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
 METRICS = (0, 1)
-_POWER = -(TAIL_NU + 1) / 2
+_POWER: Final = -(TAIL_NU + 1) / 2
 """The Student-t density's exponent."""
 _NORMAL = NormalDist()
 
