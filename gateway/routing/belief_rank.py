@@ -116,16 +116,18 @@ def rank_beliefs(
 def _parts(means: list[Cost], weights: Weights) -> list[ScoreParts]:
     """Each deployment's score split into its terms, each 0 for the best on it (the score is linear in the weights:
     each term is the score under that weight alone)."""
+    if not means:
+        return []
     zero = replace(weights, time=0.0, ttft=0.0, throughput=0.0, price=0.0, failure=0.0)
     columns = []
     for name in ("time", "ttft", "throughput", "price", "failure"):
-        if not getattr(weights, name) or not means:
+        if not getattr(weights, name):
             columns.append([0.0] * len(means))
             continue
         column = scores(means, replace(zero, **{name: getattr(weights, name)}))
         low = min(column)
         columns.append([value - low for value in column])
-    return [ScoreParts(*values) for values in zip(*columns, strict=True)] if means else []
+    return [ScoreParts(*values) for values in zip(*columns, strict=True)]
 
 
 def _ranked(
