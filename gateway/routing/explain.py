@@ -23,18 +23,16 @@ def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def row_json(rank: int, row: Ranked, api: Endpoint | None = None) -> dict[str, Any]:
-    """One ranked deployment; with the request's ``api``, the API it is reached in and whether by translation."""
+def row_json(rank: int, row: Ranked, api: Endpoint) -> dict[str, Any]:
+    """One ranked deployment, with the API a request on ``api`` reaches it in and whether by translation."""
     p = row.scored.prediction
-    reached: dict[str, Any] = {}
-    if api is not None:
-        upstream = upstream_api(row.deployment, api)
-        reached = {"upstream_api": upstream, "translated": upstream is not None and upstream != api}
+    upstream = upstream_api(row.deployment, api)
     return {
         "rank": rank,
         "deployment": row.deployment.name,
         "provider": row.provider.name,
-        **reached,
+        "upstream_api": upstream,
+        "translated": upstream is not None and upstream != api,
         "status": row.status,
         "score": round(row.scored.score, 4),
         "score_parts": {name: round(getattr(row.scored.parts, name), 4) for name, _ in TERMS},

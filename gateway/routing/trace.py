@@ -48,7 +48,7 @@ def _fields(obj: object) -> dict[str, Any]:
     return out
 
 
-def candidate_entry(rank: int, row: Ranked, role: str | None, api: Endpoint | None = None) -> dict[str, Any]:
+def candidate_entry(rank: int, row: Ranked, role: str | None, api: Endpoint) -> dict[str, Any]:
     """One ranked deployment; ``via``: the API it is sent the request in when it is reached by translation."""
     entry: dict[str, Any] = {
         "rank": rank,
@@ -65,7 +65,7 @@ def candidate_entry(rank: int, row: Ranked, role: str | None, api: Endpoint | No
         entry["belief"] = belief_entry(row.belief)
     if role is not None:
         entry["role"] = role
-    translated = translated_to(row.deployment, api) if api is not None else None
+    translated = translated_to(row.deployment, api)
     if translated is not None:
         entry["via"] = translated
     if row.scored.violations:
