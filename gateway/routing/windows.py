@@ -22,13 +22,11 @@ class ContextWindows:
 
     learned: dict[DeploymentKey, int] = field(default_factory=dict)
 
-    def learn(self, key: DeploymentKey, limit: int) -> bool:
-        """Remember the limit a provider stated; True when it is news (for a log line)."""
+    def learn(self, key: DeploymentKey, limit: int) -> None:
+        """Remember the limit a provider stated (the smallest, where it stated several)."""
         known = self.learned.get(key)
-        if known is not None and known <= limit:
-            return False
-        self.learned[key] = limit
-        return True
+        if known is None or limit < known:
+            self.learned[key] = limit
 
     def window(self, model: str, deployment: DeploymentConfig) -> int | None:
         learned = self.learned.get((model, deployment.name))
