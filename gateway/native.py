@@ -52,7 +52,6 @@ MODULES = (
     "gateway.routing.health",
     "gateway.routing.hedge",
     "gateway.routing.lengths",
-    "gateway.routing.scored",
     "gateway.meter",
     "gateway.kept_chunks",
     "gateway.sse",

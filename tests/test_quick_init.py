@@ -11,7 +11,7 @@ import pytest
 import gateway.routing.belief_live  # noqa: F401  (imports every class the plan and its ranking build)
 from gateway.frozen import GENERATED, quick_init
 from gateway.routing.plan import Candidate
-from gateway.routing.scored import Prediction
+from gateway.routing.ranking import Prediction
 
 
 def _both(cls: type, *args: Any, **kwargs: Any) -> tuple[Any, Any]:

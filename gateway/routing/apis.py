@@ -1,11 +1,8 @@
 """Which of a model's deployments may serve a request: those that speak its API, natively or translated.
 
-A deployment serves a request on API X natively when X is among its ``apis``; otherwise, when X is one of
-the three conversational APIs (chat, Responses, Messages), the deployment speaks another of them and
-translation is on for it (``translate``, default true), it serves it translated (``gateway.translate``), in
-the first of its APIs in the order chat, Messages, Responses (chat's mapping is the most complete). The
-router ranks all of them as one pool; a model with none for the request's API is, for that API, a model
-that does not exist: 404, naming the API and what the model does serve.
+A conversational request (chat, Responses, Messages) may go to a deployment that speaks another of them and
+has ``translate`` on, in the first of its APIs in ``TRANSLATABLE``'s order (chat's mapping is the most
+complete). All of them are ranked as one pool; a model with none for the request's API is a 404 for that API.
 """
 
 from __future__ import annotations

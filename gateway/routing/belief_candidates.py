@@ -1,18 +1,9 @@
-"""The belief router's candidates: a drawn order of deployments made into the plan's ``Candidate`` list.
+"""The belief router's candidates: the drawn order of deployments made into the plan's ``Candidate`` list.
 
-``BeliefRouter.plan`` draws the order (``choose_for``, around ``gateway.routing.choose``);
-``candidates_of`` dresses each deployment in it for the relay: why it is tried (best, fallback,
-explore, override, affinity), what it is predicted to take, its learned first-token and idle
-deadlines, and when a hedge should follow it.
-
-Two rules sit around the draw, as the policy and the session ask:
-
-- **Constraints.** A deployment that breaks one of the policy's soft constraints (a price cap, a
-  measured first token or speed, success or valid rate for this request's kind: ``filters.broken``)
-  is neither drawn nor explored; it follows the others as a fallback (unless every one breaks one).
-- **A session's cache.** A turn whose session is bound to a deployment that may serve it goes where
-  the beliefs expect it best, its prompt's cache counted (``affinity.cached_on``): no draw, no look.
-  Exploring it away would cost the cache's worth, which no look at another repays.
+Around the draw (``gateway.routing.choose``) sit two rules. A deployment that breaks one of the policy's soft
+constraints (``filters.broken``) is neither drawn nor explored: it follows the others as a fallback, unless every
+one breaks one. A session's turn that may stay on its cached prompt is not explored away from it, since no look
+at another repays the cache: it follows the order the beliefs expect.
 """
 
 from __future__ import annotations
@@ -42,8 +33,8 @@ def kind_terms(
     kind: RequestKind | None,
     now: float,
 ) -> tuple[dict[str, float], list[bool]]:
-    """Each deployment's chance of an answer valid for this request's kind (the shared window's verdicts of that
-    kind), and whether it breaks one of the policy's soft constraints for this request (``judged``)."""
+    """Each deployment's chance of an answer valid for this request's kind, and whether it breaks one of the
+    policy's soft constraints (``judged``)."""
     valid: dict[str, float] = {}
     breaks = []
     for option in options:
@@ -62,16 +53,15 @@ def judged(
     kind: RequestKind | None,
     now: float,
 ) -> tuple[float, tuple[str, ...]]:
-    """One deployment's chance of an answer valid for this request's kind, and the soft constraints it breaks
-    (``filters.broken``): what a plan reads (``kind_terms``) and what its ranking shows (``belief_rank``)."""
+    """One deployment's chance of an answer valid for this request's kind (the shared window's verdicts of that
+    kind), and the soft constraints it breaks (``filters.broken``)."""
     d = option.deployment
     summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
     counts = summary.valid_counts(kind) if summary is not None else (0, 0)
     rate = valid_rate(*counts)
     fails, oks = option.belief.failure(now)
     success = oks / (fails + oks)
-    # Its attempts are read only where the policy bounds the success rate (``broken`` reads them only then): a
-    # Python property of the stats' summary, per deployment per plan.
+    # ``broken`` reads the attempts only where the policy bounds the success rate: a Python property, skipped.
     attempts = summary.attempts if summary is not None and policy.min_success_rate is not None else 0
     return rate, broken(d, summary, policy, preferences, kind, success=(success, attempts), valid=(rate, counts[1]))
 
@@ -89,9 +79,8 @@ def choose_for(
     model: str,
     explore: bool = True,
 ) -> Choice:
-    """``choose`` over the deployments that keep the constraints, those that break one after them as fallbacks (best
-    expected first); without ``explore`` (a session's turn that may stay on its cache), the order the beliefs
-    expect, no draw and no look."""
+    """``choose`` over the deployments that keep the constraints, those that break one after them (best expected
+    first); without ``explore``, the order the beliefs expect: no draw, no look."""
     keep = [i for i, b in enumerate(breaks) if not b] or list(range(len(options)))
     means = mean_costs(options, shape, weights, now)
     inner = [options[i] for i in keep]
@@ -128,18 +117,14 @@ def candidates_of(
     *,
     providers: dict[str, ProviderConfig],
     state: RouterState,
-    stay: str | None = None,
-    steered: bool | None = None,
+    stay: str | None,
+    steered: bool,
 ) -> list[Candidate]:
-    """The plan's candidates in ``order``: each with its reason, its predicted times, its learned deadlines, and
-    when to hedge it (a race's members at once, a streamed request's others at the tail ``hedge_after`` reads).
-    ``stay``: the deployment holding the session's cache (first: the turn stayed there); ``steered``: whether the
-    request's preferences steer it (None: read from them)."""
+    """The plan's candidates in ``order``, each with its reason, predicted time, learned deadlines and when to hedge
+    it (a race's members at once). ``stay``: the deployment holding the session's cache; ``steered``: the request's
+    preferences steer it."""
     model = request.model.name
-    stream = request.stream
-    hedging = stream and policy.hedging
-    if steered is None:
-        steered = request.preferences.steers
+    hedging = request.stream and policy.hedging
     costs, racing, last = choice.costs, len(race), len(order) - 1
     # Measured to the end if it loses (drained): a look's first, or every racer of a cold start.
     explored = max(max(1, racing - 1) if choice.explored else 0, racing if choice.cold else 0)

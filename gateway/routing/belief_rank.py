@@ -1,14 +1,8 @@
 """The belief router's ranking, explained: what each deployment is believed to be now, and how likely it is best.
 
-``rank_beliefs`` builds the ``Ranking`` the explanation endpoint (``GET /v1/gateway/routes``), the routing
-trace, the dashboard and ``gateway check`` read. It orders the deployments as a plan does: the config's order
-under a fixed policy; else as the beliefs expect them (the leader first: the order a request's fallbacks
-follow; a request's first pick is a draw), those that break one of the policy's soft constraints after the
-rest, with what they break. It gives every row its ``BeliefView``: the median and spread of its first token
-and speed, how long ago it was heard from, and the share of draws in which it is the best for a request of
-this shape (``choose.chance_best``; 0 for one that breaks a constraint, never drawn). The request's length is
-the plan's, and says where it came from (the answers seen, the policy's default, or ``max_tokens``). Nothing
-here decides a route; it reads the beliefs the router keeps.
+``rank_beliefs`` builds the ``Ranking`` that ``GET /v1/gateway/routes``, the trace, the dashboard and
+``gateway check`` show. It orders the deployments as a plan's fallbacks follow them (a request's first pick is a
+draw) and gives each its ``BeliefView``; it reads the router's beliefs and decides no route.
 """
 
 from __future__ import annotations
@@ -28,13 +22,21 @@ from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.lengths import LengthSource, shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import SessionRoute
-from gateway.routing.ranking import BeliefView, Ranked, Ranking
-from gateway.routing.scored import Prediction, RequestShape, Scored, ScoreParts, Uncertainty
+from gateway.routing.ranking import (
+    BeliefView,
+    Prediction,
+    Ranked,
+    Ranking,
+    RequestShape,
+    Scored,
+    ScoreParts,
+    Uncertainty,
+)
 from gateway.samples import Endpoint, RequestKind
 from gateway.stats import StatsSnapshot
 
 BEST_DRAWS = 64
-"""Draws behind each deployment's chance of being best (its resolution: 1/64; each draws every deployment once)."""
+"""Draws behind each deployment's chance of being best (each draws every deployment once)."""
 
 
 def rank_beliefs(
@@ -50,9 +52,7 @@ def rank_beliefs(
     kind: RequestKind | None = None,
 ) -> Ranking:
     """``model``'s deployments for a request of this shape, leader first, each with its belief (no side effects).
-
-    ``session`` is accepted for ``ServingRouter.rank``'s signature; the beliefs hold no cache terms yet, so every
-    deployment is predicted as the session-less request."""
+    ``session`` is ignored: the beliefs hold no cache terms, so a turn is ranked as a request without one."""
     del session
     policy = router.config.policy_for(model)
     now = router.clock()
@@ -60,24 +60,22 @@ def rank_beliefs(
     deployments = allowed(speaking(model, endpoint, pinned), preferences, router._providers)
     length = shape_of(model.name, max_tokens)
     default = policy.default_output_tokens
-    # Where the plan's length comes from: the answers seen (``learned``, or a ``share`` of max_tokens), else the
-    # policy's default, or the request's max_tokens where that caps it.
+    # What the length rests on when no answer was seen: the policy's default, or max_tokens where that caps it.
     given: LengthSource = "request" if max_tokens and max_tokens < default else "default"
     forecast = router.lengths.forecast(length, max_tokens, float(default), given)
     options = [router._option(model.name, d.name, d, snapshot, now) for d in deployments]
     found = [judged(o, snapshot, model.name, policy, preferences, kind, now) for o in options]
-    # As the plan sees the request: each deployment's valid rate for its kind, and the constraints it breaks.
-    valid = {o.deployment.name: f[0] for o, f in zip(options, found, strict=True)}
+    valid = {o.deployment.name: rate for o, (rate, _) in zip(options, found, strict=True)}
+    broken = [violations for _, violations in found]
     shape = Shape(prompt_tokens, forecast.mean, valid=valid)
     weights = Weights.of(policy, preferences.sort)
     means = mean_costs(options, shape, weights, now)
     totals = scores(means, weights) if means else []
     parts = _parts(means, weights)
-    # The plan's order: the config's under a fixed policy; else those that break a constraint after the rest (unless
-    # every one does), the measured before the never heard, each by its expected score. One that breaks a
-    # constraint is never drawn: its chance of being the best is 0.
-    every_breaks = all(f[1] for f in found)
-    kept = [i for i in range(len(options)) if every_breaks or not found[i][1]]
+    # One that breaks a constraint is never drawn (unless every one does): its chance of being the best is 0. The
+    # order: the config's under a fixed policy; else the constraints kept, the measured first, by expected score.
+    every_breaks = all(broken)
+    kept = [i for i in range(len(options)) if every_breaks or not broken[i]]
     drawn = chance_best([options[i] for i in kept], shape, weights, now, random.Random(0), BEST_DRAWS) if kept else []
     best = [0.0] * len(options)
     for i, chance in zip(kept, drawn, strict=True):
@@ -87,7 +85,7 @@ def rank_beliefs(
     else:
         order = sorted(
             range(len(options)),
-            key=lambda i: (bool(found[i][1]) and not every_breaks, not options[i].belief.answers, totals[i]),
+            key=lambda i: (bool(broken[i]) and not every_breaks, not options[i].belief.answers, totals[i]),
         )
     order = as_preferred(order, deployments, preferences)
     if not order and not preferences.allow_fallbacks:
@@ -96,7 +94,7 @@ def rank_beliefs(
             param="provider.order",
         )
     rows = [
-        _ranked(router, model.name, options[i], means[i], parts[i], found[i][1], best[i], policy, snapshot, now)
+        _ranked(router, model.name, options[i], means[i], parts[i], broken[i], best[i], policy, snapshot, now)
         for i in order
     ]
     rows.sort(key=lambda r: not r.available)  # stable: unavailable ones last, order kept
@@ -106,7 +104,6 @@ def rank_beliefs(
         policy,
         RequestShape(endpoint or "chat", prompt_tokens, round(forecast.mean), forecast.source, kind),
         tuple(rows),
-        snapshot,
         requests=counts.requests,
         probes=counts.explored,
         races=counts.races,
@@ -117,18 +114,20 @@ def rank_beliefs(
 
 
 def _parts(means: list[Cost], weights: Weights) -> list[ScoreParts]:
-    """Each deployment's score split into its terms, each 0 for the best on it (the score is linear in the
-    weights, so each term is the score under that weight alone)."""
+    """Each deployment's score split into its terms, each 0 for the best on it (the score is linear in the weights:
+    each term is the score under that weight alone)."""
+    if not means:
+        return []
     zero = replace(weights, time=0.0, ttft=0.0, throughput=0.0, price=0.0, failure=0.0)
     columns = []
     for name in ("time", "ttft", "throughput", "price", "failure"):
-        if not getattr(weights, name) or not means:
+        if not getattr(weights, name):
             columns.append([0.0] * len(means))
             continue
         column = scores(means, replace(zero, **{name: getattr(weights, name)}))
         low = min(column)
         columns.append([value - low for value in column])
-    return [ScoreParts(*values) for values in zip(*columns, strict=True)] if means else []
+    return [ScoreParts(*values) for values in zip(*columns, strict=True)]
 
 
 def _ranked(
@@ -146,7 +145,7 @@ def _ranked(
     deployment, belief = option.deployment, option.belief
     key = (model, deployment.name)
     expected = belief.expected(now, option.prior)
-    heard = belief.heard_at
+    age_s = now - belief.heard_at if belief.heard_at is not None else None
     summary = snapshot.get(model, deployment.name)
     ttft_sd, spt_sd = (math.sqrt(belief.level(now, metric)[1]) for metric in (0, 1))
     prediction = Prediction(
@@ -159,7 +158,7 @@ def _ranked(
         prior=not belief.answers,
         uncertainty=Uncertainty(math.hypot(ttft_sd, spt_sd), ttft_sd, spt_sd),
         samples=float(belief.answers),
-        age_s=now - heard if heard is not None else None,
+        age_s=age_s,
         source="recent" if belief.answers else "model",
         seconds_per_token=mean.s_per_token,
         answers=belief.answers,
@@ -171,7 +170,7 @@ def _ranked(
         ttft_spread=expected.spread[0],
         tokens_per_s=1.0 / expected.s_per_token,
         tokens_per_s_spread=expected.spread[1],
-        age_s=now - heard if heard is not None else None,
+        age_s=age_s,
         answers=belief.answers,
         changed=belief.changed(now),
         failure=expected.failure,

@@ -1,12 +1,7 @@
 """A model's ranking, explained: as JSON (``GET /v1/gateway/routes``) and as a table (``gateway check``).
 
-Every number that decided the order is shown: the predictions (TTFT, tokens/s, time,
-money) with where they come from, how uncertain they are and how old their newest answer
-is, the weighted score terms, broken constraints, circuit state and load; per model, how many
-requests were spent exploring and how many extra attempts that cost. Each deployment also shows its
-``belief``: the median and spread of its first token and speed, its age, and its chance of being the
-best for the request shown. Times are seconds, money USD for one request of the shape given;
-uncertainties are log standard deviations of the level (0.1 ≈ ±10%).
+Every number that put a deployment where it is appears; docs/routing.md ("What the explanation shows")
+says what each field means. Times are seconds, money USD for one request of the shape shown.
 """
 
 from __future__ import annotations
@@ -20,33 +15,27 @@ from gateway.routing.ranking import BeliefView, Ranked, Ranking
 from gateway.samples import Endpoint
 from gateway.tables import format_table
 
+TERMS = (("time", "time"), ("ttft", "ttft"), ("throughput", "tps"), ("price", "price"), ("failure", "fail"))
+"""The score's terms: their ``ScoreParts`` field and their short name in the table's "why" column."""
+
 
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def row_json(rank: int, row: Ranked, api: Endpoint | None = None) -> dict[str, Any]:
-    """One ranked deployment; with the request's ``api``, the API it is reached in and whether by translation."""
+def row_json(rank: int, row: Ranked, api: Endpoint) -> dict[str, Any]:
+    """One ranked deployment, with the API a request on ``api`` reaches it in and whether by translation."""
     p = row.scored.prediction
-    parts = row.scored.parts
-    reached: dict[str, Any] = {}
-    if api is not None:
-        upstream = upstream_api(row.deployment, api)
-        reached = {"upstream_api": upstream, "translated": upstream is not None and upstream != api}
+    upstream = upstream_api(row.deployment, api)
     return {
         "rank": rank,
         "deployment": row.deployment.name,
         "provider": row.provider.name,
-        **reached,
+        "upstream_api": upstream,
+        "translated": upstream is not None and upstream != api,
         "status": row.status,
         "score": round(row.scored.score, 4),
-        "score_parts": {
-            "time": round(parts.time, 4),
-            "ttft": round(parts.ttft, 4),
-            "throughput": round(parts.throughput, 4),
-            "price": round(parts.price, 4),
-            "failure": round(parts.failure, 4),
-        },
+        "score_parts": {name: round(getattr(row.scored.parts, name), 4) for name, _ in TERMS},
         "predicted": {
             "ttft_s": _round(p.ttft_s),
             "tokens_per_s": _round(p.tokens_per_s, 1),
@@ -85,8 +74,6 @@ def row_json(rank: int, row: Ranked, api: Endpoint | None = None) -> dict[str, A
 
 
 def belief_json(belief: BeliefView) -> dict[str, Any]:
-    """The router's belief of one deployment: medians and spreads (log sd of one answer), its age, and
-    its chance of being the best for the ranking's request."""
     return {
         "ttft_median_s": round(belief.ttft_s, 4),
         "ttft_spread": round(belief.ttft_spread, 4),
@@ -101,32 +88,26 @@ def belief_json(belief: BeliefView) -> dict[str, Any]:
 
 
 class Budgeted(NamedTuple):
-    """What a model's look budget paid for on this replica, and the bound it keeps:
+    """What a model's look budget paid for on this replica; the router keeps
     ``paid <= start + share × streamed requests``."""
 
     share: float
-    """What each streamed request adds to the budget (looks per request; only a stream may race or shadow)."""
     start: int
-    """Looks the budget holds before any request (``choose.BUDGET_START``)."""
     paid: int
-    """The looks it paid for: races and shadows."""
+    """Races and shadows: the looks that cost an extra attempt."""
     outside: int
-    """Requests explored that it does not pay for: drawn away from the leader (no extra attempt)."""
+    """Requests drawn away from the leader: explored, but no extra attempt and no budget."""
 
 
 def budgeted(ranking: Ranking) -> Budgeted:
-    """The ranking's exploration as the router bounds it: each race or shadow, an extra attempt, is paid from
-    ``RACE_BUDGET`` of the model's streamed requests (none under a fixed policy or without ``explore_share`` or
-    ``explore_race``); a request whose draw put another than the leader first costs no extra attempt and no
-    budget."""
     share = look_share(ranking.policy)
     paid = ranking.races + ranking.shadows
     return Budgeted(share, int(BUDGET_START) if share else 0, paid, ranking.probes - paid)
 
 
 def look_share(policy: PolicyConfig) -> float:
-    """The share of streamed requests that may carry a look under ``policy``: ``RACE_BUDGET``, or none under a fixed
-    policy or one that turns exploring or racing off."""
+    """The share of streamed requests that may carry a look: none under a fixed policy or without exploring or
+    racing."""
     looks = policy.explore_share > 0 and policy.explore_race and policy.ranking != "fixed"
     return RACE_BUDGET if looks else 0.0
 
@@ -162,21 +143,9 @@ def ranking_json(ranking: Ranking) -> dict[str, Any]:
 
 
 def score_terms(row: Ranked) -> str:
-    """The score's non-zero terms, e.g. ``time+0.78 price+0.26`` (``best`` when none): the table's and
-    the dashboard's "why" column."""
-    parts = row.scored.parts
-    terms = [
-        (name, value)
-        for name, value in (
-            ("time", parts.time),
-            ("ttft", parts.ttft),
-            ("tps", parts.throughput),
-            ("price", parts.price),
-            ("fail", parts.failure),
-        )
-        if value >= 0.005
-    ]
-    return " ".join(f"{name}+{value:.2f}" for name, value in terms) or "best"
+    """The score's non-zero terms, e.g. ``time+0.78 price+0.26`` (``best`` when none): the "why" column."""
+    terms = [(short, getattr(row.scored.parts, name)) for name, short in TERMS]
+    return " ".join(f"{short}+{value:.2f}" for short, value in terms if value >= 0.005) or "best"
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -186,7 +155,7 @@ def _fmt(value: float | None, spec: str) -> str:
 def ranking_table(ranking: Ranking) -> str:
     """The ranking as a fixed-width table, best first."""
     header = ["#", "deployment", "status", "score", "why", "ttft s", "tok/s", "time s", "±", "age s"]
-    header += ["cost $", "success", "n", "in-flight", "p best"]  # p best: the chance each is the best for it
+    header += ["cost $", "success", "n", "in-flight", "p best"]
     rows: list[list[str]] = []
     notes: list[str] = []
     for rank, row in enumerate(ranking.rows, start=1):
@@ -211,8 +180,7 @@ def ranking_table(ranking: Ranking) -> str:
                 f"{row.belief.best:.0%}" if row.belief is not None else "-",
             ]
         )
-        for violation in row.scored.violations:
-            notes.append(f"  {row.deployment.name}: breaks {violation}")
+        notes.extend(f"  {row.deployment.name}: breaks {violation}" for violation in row.scored.violations)
         if row.circuit != "closed":
             notes.append(f"  {row.deployment.name}: circuit {row.circuit}")
     shape = ranking.shape
@@ -236,7 +204,7 @@ def ranking_table(ranking: Ranking) -> str:
 
 
 def policy_summary(policy: PolicyConfig) -> str:
-    """One line of what a policy optimises, for people reading ``gateway check``."""
+    """One line of what a policy optimises, for people reading ``gateway check`` and the dashboard."""
     if policy.ranking == "fixed":
         order = "fixed order"
     else:
@@ -251,14 +219,11 @@ def policy_summary(policy: PolicyConfig) -> str:
             )
             if weight
         ]
+        share = look_share(policy)
+        looks = f"a look (race or shadow) within {share:.0%} of streamed requests" if share else "no looks"
         order = (
             f"score = {' + '.join(weights)} (log2 ratios to the best); TTFT p{policy.ttft_quantile * 100:g}, "
-            f"tokens/s p{policy.tps_quantile * 100:g} floor; "
-            + (
-                f"a look (race or shadow) within {share:.0%} of streamed requests"
-                if (share := look_share(policy))
-                else "no looks"
-            )
+            f"tokens/s p{policy.tps_quantile * 100:g} floor; {looks}"
         )
     if policy.hedge_after_s is not None:
         hedge = f"hedge after {policy.hedge_after_s:g}s"

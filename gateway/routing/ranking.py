@@ -1,8 +1,7 @@
 """A model's ranking for one request shape: its deployments in order, with everything that put them there.
 
-The router builds it (``gateway.routing.belief_rank``); the explanation endpoint, the routing trace
-and the dashboard read it. It lives apart from the router so that those can import it without
-importing the router back.
+Data only: ``gateway.routing.belief_rank`` builds it from the router's beliefs, and the explanation endpoint,
+the trace and the dashboard read it without importing the router. Nothing here decides a route.
 """
 
 from __future__ import annotations
@@ -10,20 +9,113 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, ProviderConfig
 from gateway.errors import GatewayError, NoCapacity, RateLimited
 from gateway.frozen import quick_init
-from gateway.routing.scored import RequestShape, Scored
-from gateway.stats import StatsSnapshot
+from gateway.routing.lengths import LengthSource
+from gateway.samples import Endpoint, RequestKind
 from gateway.types import CircuitState
+
+MAX_UNCERTAINTY = 4.0
+Source = Literal["recent", "model", "none"]
+"""Where a prediction's numbers come from: this replica's answers, or the model's other deployments (the prior)."""
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class RequestShape:
+    """What the score needs of a request."""
+
+    endpoint: Endpoint
+    prompt_tokens: int
+    output_tokens: int
+    output_source: LengthSource
+    kind: RequestKind | None = None
+    """What it asks of its answer (tools, JSON, plain); None: any."""
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class Uncertainty:
+    """Relative standard errors (log units; 0.1 ≈ ±10%) of a prediction's time, first token and tokens/s."""
+
+    time: float = MAX_UNCERTAINTY
+    ttft: float = MAX_UNCERTAINTY
+    tokens_per_s: float = MAX_UNCERTAINTY
+
+
+UNKNOWN = Uncertainty()
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One deployment's predicted performance for one request; None where nothing is known."""
+
+    ttft_s: float | None
+    tokens_per_s: float | None
+    time_s: float | None
+    cost_usd: float
+    success_rate: float
+    """One minus its believed failure chance."""
+    attempts: int
+    """Attempts in the stats window that say something of the provider."""
+    prior: bool
+    """Nothing of its own heard yet: the prediction is its model's other deployments' (the pooled prior)."""
+    uncertainty: Uncertainty = UNKNOWN
+    """The spread of its level now, grown with its age."""
+    samples: float = 0.0
+    """Answers (and lower bounds) behind it."""
+    age_s: float | None = None
+    """Since it was last heard from (None: never)."""
+    source: Source = "none"
+    seconds_per_token: float | None = None
+    """1 / ``tokens_per_s``."""
+    answers: int = 0
+    """Complete answers this replica heard from it."""
+    failure_s: float | None = None
+    """How long its recent failures took before they failed (None: no failure seen here)."""
+    expected_s: float | None = None
+    """``time_s`` with its failures' cost."""
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class ScoreParts:
+    """The weighted terms of a score; each is 0 for the best candidate on that dimension."""
+
+    time: float = 0.0
+    ttft: float = 0.0
+    throughput: float = 0.0
+    price: float = 0.0
+    failure: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.time + self.ttft + self.throughput + self.price + self.failure
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A deployment with its prediction, score (lower is better) and broken soft constraints."""
+
+    deployment: DeploymentConfig
+    prediction: Prediction
+    parts: ScoreParts
+    violations: tuple[str, ...]
+
+    @property
+    def score(self) -> float:
+        return self.parts.total
 
 
 @dataclass(frozen=True, slots=True)
 class BeliefView:
-    """What the router believes of one deployment now, for people (``GET /v1/gateway/routes``, the trace,
-    the dashboard). Medians are of single answers; a spread is their log standard deviation (0.4: about 68% of
-    answers within ×1.5 of the median), the uncertainty of the level itself included."""
+    """What the router believes of one deployment now, for people. Medians are of single answers; a spread is
+    their log standard deviation, the uncertainty of the level included."""
 
     ttft_s: float
     """Median first token, seconds."""
@@ -40,13 +132,13 @@ class BeliefView:
     failure: float
     """Its believed failure chance."""
     best: float
-    """The probability it is the best deployment for a typical request (of the ranking's shape), by its draws."""
+    """The share of draws in which it is the best for a request of the ranking's shape."""
 
 
 @quick_init
 @dataclass(frozen=True, slots=True)
 class Ranked:
-    """A deployment in a model's ranking, with everything that put it there."""
+    """A deployment in a model's ranking, with its score, health, load and budget."""
 
     model: str
     scored: Scored
@@ -60,16 +152,15 @@ class Ranked:
     rate_limited: bool = False
     """Its circuit is open because the provider answered 429 with a Retry-After."""
     limit: int | None = None
-    """Requests it may have in flight now (its learned limit under its provider's ceiling); None: no limit known."""
+    """Requests it may have in flight now; None: no limit known."""
     blocked_in_s: float = 0.0
-    """How long it (or its provider, for a shared budget) said it is out of budget for (0: it is not)."""
+    """How long it (or its provider) said it is out of budget for; 0: it is not."""
     remaining_requests: int | None = None
     """What its provider's rate-limit headers last said it has left (None: never reported)."""
     remaining_tokens: int | None = None
     reset_in_s: float | None = None
     """When that budget resets, as last reported."""
     belief: BeliefView | None = None
-    """The belief behind the prediction (None only where a ranking is built by hand, as tests do)."""
 
     @property
     def deployment(self) -> DeploymentConfig:
@@ -82,8 +173,8 @@ class Ranked:
 
     @property
     def full(self) -> bool:
-        """No room now: at its own limit, its provider at its ceiling, or out of budget until a reset. A full
-        deployment stays in the plan: the attempt loop overflows past it, or waits for a slot."""
+        """No room now: at its own limit, its provider at its ceiling, or out of budget until a reset (it stays in
+        the plan: the attempt loop overflows past it, or waits for a slot)."""
         if self.blocked_in_s > 0 or (self.limit is not None and self.in_flight >= self.limit):
             return True
         ceiling = self.provider.max_concurrency
@@ -95,10 +186,8 @@ class Ranked:
 
     @property
     def status(self) -> str:
-        if self.blocked_in_s > 0:
-            return (
-                "rate limited"  # out of budget until a reset: the longer, more telling reason (if its circuit is open)
-            )
+        if self.blocked_in_s > 0:  # the longer, more telling reason, even if its circuit is open
+            return "rate limited"
         if self.circuit == "open":
             return "circuit open"
         if self.full:
@@ -117,14 +206,13 @@ class Ranking:
     policy: PolicyConfig
     shape: RequestShape
     rows: tuple[Ranked, ...]
-    snapshot: StatsSnapshot
     requests: int = 0
     """Requests this replica routed for the model by score (no overrides) since it started."""
     probes: int = 0
-    """Of those, the ones spent measuring a deployment away from the leader (races and shadows included)."""
+    """Of those, the ones that explored (races and shadows included)."""
     races: int = 0
     cold_starts: int = 0
-    """Of the requests, the ones routed while nothing was measured: every deployment raced (not probes)."""
+    """Requests routed while nothing was measured: every deployment raced (not probes)."""
     shadows: int = 0
     """Of the probes, the ones measured beside the leader, unseen."""
     extra_attempts: float = 0.0
@@ -132,8 +220,8 @@ class Ranking:
 
 
 def no_capacity(model: str, rows: Sequence[Ranked]) -> GatewayError:
-    """The error of a request no deployment can take now, failing fast: 429 when every deployment asked to wait
-    (Retry-After), else 503 (``rows``: the model's ranking, none available)."""
+    """The error of a request no deployment of ``rows`` can take now: 429 when every one is rate limited, else
+    503; Retry-After when every one said how long to wait."""
     parts = []
     for row in rows:
         if row.circuit == "open":

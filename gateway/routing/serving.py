@@ -1,12 +1,4 @@
-"""What the live gateway needs of its router, and which router it builds.
-
-``ServingRouter`` is ``Router`` (what the attempt loop uses) plus what the rest of the app reads:
-the config and clock it was built with, its ``RouterState`` (circuits, capacity, demand: the
-background prober and a reload read it), ``rank`` (the explanation endpoint, the dashboard,
-``gateway check``, the demo) and ``capacity_of`` (metrics). ``LiveBeliefRouter`` satisfies it.
-
-``build_router`` is the one place the app constructs its router.
-"""
+"""What the live gateway needs of its router (``ServingRouter``), and the one place it builds it (``build_router``)."""
 
 from __future__ import annotations
 
@@ -30,7 +22,8 @@ from gateway.types import Clock
 
 @runtime_checkable
 class ServingRouter(Router, Protocol):
-    """A router the live gateway can serve with (see the module docstring)."""
+    """``Router`` (what the attempt loop uses) plus what the rest of the app reads: the state the prober and a
+    reload share, ``rank`` for the explanations and ``capacity_of`` for metrics. ``LiveBeliefRouter`` is one."""
 
     config: GatewayConfig
     state: RouterState
@@ -57,10 +50,6 @@ class ServingRouter(Router, Protocol):
 
     def capacity_of(self, provider: ProviderConfig) -> ProviderLimit:
         """The provider's deployments' learned limits and reported budgets, taken together (for metrics)."""
-        ...
-
-    def provider_in_flight(self, provider: str) -> int:
-        """Attempts at this provider running now (on this replica)."""
         ...
 
 

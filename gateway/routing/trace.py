@@ -1,17 +1,9 @@
-"""A request's routing trace: who was considered, on which numbers, who was left out and why, and
-what each attempt did. Sent on request (``x-gateway-trace: 1``) as the ``x-gateway-trace``
-response header, and kept for a while to be read back through the explanation endpoint
-(``GET /v1/gateway/routes?request_id=<id>``), since a stream's headers leave before it ends.
+"""A request's routing trace: who was considered, on which numbers, who was left out and why, and what each
+attempt did (docs/how-it-routes.md, "Traced per request").
 
-Built from the router's own ranking (``Ranking``/``Ranked``) and the attempts' samples, and
-rendered generically: every field of a ``Prediction`` and of its ``ScoreParts`` appears under its
-own name, so a field added to either shows up without a change here. Under the belief router a candidate
-also carries its ``belief`` (``belief_entry``).
-
-The header is compact JSON (ASCII only). When it would pass ``HEADER_LIMIT`` bytes it is cut, in
-this order, until it fits: the predictions, terms and beliefs of candidates after the first
-``DETAILED_CANDIDATES``, then trailing candidates, then the oldest attempts; a cut header says
-``"cut": true`` and the full trace stays at the endpoint.
+Sent as the ``x-gateway-trace`` header when asked for, and kept in a ``TraceStore`` to be read back through
+``GET /v1/gateway/routes?request_id=<id>``, since a stream's headers leave before it ends. Every field of a
+``Prediction`` and of its ``ScoreParts`` appears under its own name, so a field added to either shows up here.
 """
 
 from __future__ import annotations
@@ -30,9 +22,9 @@ from gateway.samples import Endpoint, Sample
 from gateway.types import Clock
 
 HEADER_LIMIT = 4096
-"""Bytes of the header value: under the smallest common limit on one header (nginx's 4 KB line
-buffer by default; Node.js, Envoy and most load balancers allow 8 KB or more in total)."""
+"""Bytes of the header value: nginx's default line buffer, the smallest common limit on one header."""
 DETAILED_CANDIDATES = 3
+"""Candidates that keep their numbers when the header is cut."""
 TRACE_HEADER = "x-gateway-trace"
 TRACES_KEPT = 1024
 TRACE_TTL_S = 600.0
@@ -56,9 +48,8 @@ def _fields(obj: object) -> dict[str, Any]:
     return out
 
 
-def candidate_entry(rank: int, row: Ranked, role: str | None, api: Endpoint | None = None) -> dict[str, Any]:
-    """One ranked deployment: its status, score, score terms and the measured values behind them; ``via``: the
-    API a deployment reached by translation is sent the request in (absent when it speaks ``api`` itself)."""
+def candidate_entry(rank: int, row: Ranked, role: str | None, api: Endpoint) -> dict[str, Any]:
+    """One ranked deployment; ``via``: the API it is sent the request in when it is reached by translation."""
     entry: dict[str, Any] = {
         "rank": rank,
         "d": row.deployment.name,
@@ -74,7 +65,7 @@ def candidate_entry(rank: int, row: Ranked, role: str | None, api: Endpoint | No
         entry["belief"] = belief_entry(row.belief)
     if role is not None:
         entry["role"] = role
-    translated = translated_to(row.deployment, api) if api is not None else None
+    translated = translated_to(row.deployment, api)
     if translated is not None:
         entry["via"] = translated
     if row.scored.violations:
@@ -83,8 +74,7 @@ def candidate_entry(rank: int, row: Ranked, role: str | None, api: Endpoint | No
 
 
 def belief_entry(belief: BeliefView) -> dict[str, Any]:
-    """The belief behind a candidate, compact: medians and spreads of first token (``ttft``) and tokens/s
-    (``tps``) as [median, spread], seconds since heard (absent: never), answers, and the chance of being best."""
+    """The belief behind a candidate: ``ttft`` and ``tps`` as [median, spread]; no ``age_s``: never heard."""
     entry: dict[str, Any] = {
         "ttft": [_compact(belief.ttft_s), _compact(belief.ttft_spread)],
         "tps": [_compact(belief.tokens_per_s), _compact(belief.tokens_per_s_spread)],
@@ -126,8 +116,8 @@ def build_trace(
     *,
     final: bool,
 ) -> dict[str, Any]:
-    """The trace of one request: ``samples`` are its ended attempts; ``answering`` the deployment
-    still answering (a stream committed to it, its sample not yet recorded)."""
+    """The trace of one request: ``samples`` are its ended attempts; ``answering`` the deployment a stream is
+    still answering from (its sample not yet recorded)."""
     trace: dict[str, Any] = {"v": 1, "id": request_id, "final": final}
     ranking = plan.ranking if isinstance(plan.ranking, Ranking) else None
     roles = {c.deployment.name: c.reason for c in plan.candidates}
@@ -156,7 +146,6 @@ def build_trace(
         if excluded:
             trace["x"] = excluded
     if plan.affinity is not None:
-        # What routing did with the request's session: the binding it found, and stay/move (why).
         affinity = plan.affinity
         trace["session"] = {"choice": affinity.choice, "bound": affinity.bound, "reason": affinity.reason}
     attempts = [attempt_entry(i, sample) for i, sample in enumerate(samples, start=1)]
@@ -171,16 +160,16 @@ def _encode(trace: dict[str, Any]) -> str:
 
 
 def header_value(trace: dict[str, Any], limit: int = HEADER_LIMIT) -> str:
-    """The trace as one header value of at most ``limit`` bytes (cut as the module says)."""
+    """The trace as one header value of at most ``limit`` bytes: the later candidates' numbers go first, then
+    trailing candidates, the excluded, and the oldest attempts; a cut trace says ``"cut": true``."""
     text = _encode(trace)
     if len(text) <= limit:
         return text
     cut = dict(trace, cut=True)
     candidates = [dict(c) for c in cut.get("c", [])]
     for entry in candidates[DETAILED_CANDIDATES:]:
-        entry.pop("pred", None)
-        entry.pop("terms", None)
-        entry.pop("belief", None)
+        for numbers in ("pred", "terms", "belief"):
+            entry.pop(numbers, None)
     cut["c"] = candidates
     text = _encode(cut)
     while len(text) > limit and len(cut["c"]) > 1:
@@ -198,10 +187,7 @@ def header_value(trace: dict[str, Any], limit: int = HEADER_LIMIT) -> str:
 
 
 class TraceStore:
-    """The traces asked for lately, by request id: the last ``TRACES_KEPT``, for ``TRACE_TTL_S`` each.
-
-    Per replica (ask the one that served the request: its ``x-request-id`` names it); process-lived.
-    """
+    """The traces asked for lately, by request id: the last ``limit``, for ``ttl_s`` each; per replica."""
 
     def __init__(self, limit: int = TRACES_KEPT, ttl_s: float = TRACE_TTL_S, clock: Clock = time.monotonic) -> None:
         self.limit = limit

@@ -1,14 +1,8 @@
 """Context windows: which deployments a prompt fits, configured (``context_window``) or learned from 400s.
 
-The same model is often served with different context limits by different providers (8k here,
-128k there). A deployment's window is its configured ``context_window``, else what its own
-``context_length_exceeded`` answers stated (the smaller of the two when both are known: the
-provider's word is evidence). A request whose estimated prompt is larger skips that deployment,
-unless no deployment would be left (then the provider's own 400 tells the client why).
-
-The estimate is cheap (the body's bytes / 4, as ``api.py`` makes it): it counts the JSON's syntax
-as tokens, so it runs high, and only a prompt larger than the window by ``SKIP_MARGIN`` skips it. A
-prompt that slips through is refused by the provider and moved on by the attempt loop.
+A deployment's window is the smaller of its configured one and what its ``context_length_exceeded`` answers
+stated (docs/routing.md, "Context windows"). The prompt's estimate (the body's bytes / 4) counts the JSON's
+syntax as tokens and runs high, hence ``SKIP_MARGIN``.
 """
 
 from __future__ import annotations
@@ -28,13 +22,11 @@ class ContextWindows:
 
     learned: dict[DeploymentKey, int] = field(default_factory=dict)
 
-    def learn(self, key: DeploymentKey, limit: int) -> bool:
-        """Remember the limit a provider stated; True when it is news (for a log line)."""
+    def learn(self, key: DeploymentKey, limit: int) -> None:
+        """Remember the limit a provider stated (the smallest, where it stated several)."""
         known = self.learned.get(key)
-        if known is not None and known <= limit:
-            return False
-        self.learned[key] = limit
-        return True
+        if known is None or limit < known:
+            self.learned[key] = limit
 
     def window(self, model: str, deployment: DeploymentConfig) -> int | None:
         learned = self.learned.get((model, deployment.name))
