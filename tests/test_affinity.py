@@ -9,6 +9,7 @@ from typing import Any, cast
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig
@@ -99,6 +100,15 @@ def test_a_session_sticks_where_its_prefix_is_cached_and_the_fake_counts_the_hit
     text = httpx.get(gateway.url + "/metrics").text
     assert 'gateway_session_routes_total{choice="stay",model="m",reason=""} 4.0' in text
     assert 'gateway_cached_tokens_total{model="m",provider="' + home + '"}' in text
+    # What the cache saved in first-token time, at the prefill speed the home's belief learned from the warm-ups.
+    saved = next(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "gateway_cache_saved_ttft_seconds_total" and sample.labels.get("provider") == home
+    )
+    cached = sum(s.usage_cached_tokens or 0 for s in samples)
+    assert cached / 400_000.0 < saved < cached / 4_000.0, (saved, cached)
 
 
 def test_a_bound_deployment_that_slows_down_or_fails_loses_the_session(

@@ -131,7 +131,7 @@ def candidates_of(
     deadlines_of, tails, summaries = state.deadlines.of, state.tails, snapshot.summaries
     candidates = []
     for position, i in enumerate(order):
-        deployment = options[i].deployment
+        deployment, prefill = options[i].deployment, options[i].belief.prefill
         name = deployment.name
         predicted = costs[i]
         after: float | None = None
@@ -157,7 +157,7 @@ def candidates_of(
                 predicted.time_s,  # predicted_s
                 deadlines.first_token_s if deadlines is not None else None,  # first_token_timeout_s
                 deadlines.idle_s if deadlines is not None else None,  # idle_timeout_s
-                None,  # prefill_tokens_per_s
+                1.0 / prefill.s_per_token if prefill is not None and prefill.s_per_token > 0 else None,
             )
         )
     return candidates
