@@ -118,22 +118,16 @@ class RoutePlan:
     candidates: tuple[Candidate, ...]
     policy: PolicyConfig
     ranking: object = None
-    """The router's ``Ranking`` behind this plan (typed loosely: this module sits below the router),
-    for the request's routing trace (``gateway.routing.trace``)."""
+    """The router's ``Ranking`` behind this plan, for the routing trace (typed loosely: this module sits below
+    the router)."""
     race: tuple[str, ...] = ()
     """The deployments this plan explores by racing, its first candidates in order: each starts when the one
     before it has had its ``hedge_after_s`` without a first token (0: at once), the leader after the last of
-    them; the first token wins. One probe; a pair (``race_partner``); or every unmeasured deployment at a cold
-    start, all at once. Empty: no race."""
+    them; the first token wins. Empty: no race."""
     affinity: AffinityDecision | None = None
     """What the router did with the request's session (None: it has none)."""
     shadow: Candidate | None = None
     """A deployment measured beside the first attempt but never the answer (``gateway.relay.drain``), if any."""
-
-    @property
-    def race_partner(self) -> str | None:
-        """A second deployment explored in the same race (its second candidate), if any."""
-        return self.race[1] if len(self.race) > 1 else None
 
     @property
     def race_width(self) -> int:
