@@ -11,16 +11,45 @@ time, is routed as a request without a session (docs/routing.md, "Sessions and p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from gateway.config import DeploymentConfig
-from gateway.routing.cost import EFFECTIVE, CacheTerms, cached_tokens
 from gateway.routing.overrides import ProviderPreferences
 from gateway.routing.plan import AffinityDecision, SessionRoute
 from gateway.routing.ranking import Ranked
 from gateway.stats import StatsSnapshot
 
+CacheMode = Literal["warm", "cold", "effective"]
+"""How the prompt cache enters a prediction: ``warm``, the session is bound to this deployment, which holds its
+previous prompt; ``cold``, the prompt is cached elsewhere or nowhere; ``effective``, no session: the deployment's
+observed hit ratio."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheTerms:
+    """What a request's prompt may find cached on one deployment."""
+
+    mode: CacheMode = "effective"
+    cached_tokens: int | None = None
+    """``warm``: the prompt tokens expected from the cache (the conversation's previous prompt); None: all
+    but what the deployment's hit ratio leaves."""
+
+
+EFFECTIVE = CacheTerms()
 COLD = CacheTerms("cold")
+
+
+def cached_tokens(terms: CacheTerms, prompt_tokens: int, hit_ratio: float | None) -> int:
+    """The prompt tokens a request is expected to find cached on a deployment."""
+    if terms.mode == "warm":
+        share = terms.cached_tokens if terms.cached_tokens is not None else prompt_tokens
+        return min(prompt_tokens, share)
+    if terms.mode == "effective" and hit_ratio:
+        return round(prompt_tokens * hit_ratio)
+    return 0
+
+
 BoundState = Literal["available", "unavailable", "excluded"]
 """Where the session's deployment stands for this turn: it may serve, it cannot (circuit open, provider full), or it
 may not (a filter, an API it does not speak)."""

@@ -3,9 +3,8 @@
 ``time ≈ first token + prefill of the uncached prompt + (expected output tokens − 1) × seconds per token``,
 at the policy's estimate: the mean of the log-normal answers (``estimate = "mean"``) or its quantiles
 (``ttft_quantile``, ``tps_quantile``). ``money`` is the request's price at the deployment's rates.
-The prompt's cached part is the request's on that deployment (``CacheTerms``: a session's warm
-deployment holds its previous prompt, the others none; without a session, the deployment's
-observed hit ratio): it is neither prefilled nor priced at the full rate.
+The prompt's cached part on that deployment (``gateway.routing.affinity``) is neither prefilled
+nor priced at the full rate.
 A failure costs its own moment and the best other deployment's time (the attempt loop's fallback);
 an answer invalid for the request's kind (tools, JSON) counts against it as a failure does, by
 the policy's ``quality_weight``.
@@ -19,7 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
@@ -30,34 +29,6 @@ _Z = NormalDist()
 VALID_PRIOR = 5
 """Pseudo-valid answers added to the valid rate: an honest provider's one invalid answer among its first few must
 not cost it a kind of traffic for a whole window."""
-
-CacheMode = Literal["warm", "cold", "effective"]
-"""How the prompt cache enters a prediction: ``warm``, the session is bound to this deployment, which holds its
-previous prompt; ``cold``, the prompt is cached elsewhere or nowhere; ``effective``, no session: the deployment's
-observed hit ratio."""
-
-
-@dataclass(frozen=True, slots=True)
-class CacheTerms:
-    """What a request's prompt may find cached on one deployment."""
-
-    mode: CacheMode = "effective"
-    cached_tokens: int | None = None
-    """``warm``: the prompt tokens expected from the cache (the conversation's previous prompt); None: all
-    but what the deployment's hit ratio leaves."""
-
-
-EFFECTIVE = CacheTerms()
-
-
-def cached_tokens(terms: CacheTerms, prompt_tokens: int, hit_ratio: float | None) -> int:
-    """The prompt tokens a request is expected to find cached on a deployment."""
-    if terms.mode == "warm":
-        share = terms.cached_tokens if terms.cached_tokens is not None else prompt_tokens
-        return min(prompt_tokens, share)
-    if terms.mode == "effective" and hit_ratio:
-        return round(prompt_tokens * hit_ratio)
-    return 0
 
 
 def valid_rate(valid: int, judged: int) -> float:
@@ -74,7 +45,7 @@ class Shape:
     output_tokens: float
     """The predicted answer length (``gateway.routing.lengths``), capped by ``max_tokens``."""
     cached: Mapping[str, int] = field(default_factory=dict)
-    """Prompt tokens expected from each deployment's cache (``cached_tokens``; absent: none)."""
+    """Prompt tokens expected from each deployment's cache (``affinity.cached_on``; absent: none)."""
     valid: Mapping[str, float] = field(default_factory=dict)
     """Each deployment's chance of an answer valid for this request's kind (``valid_rate``; absent: 1)."""
 

@@ -156,23 +156,18 @@ class Router(Protocol):
     def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
         """``retry``: the request waited to ask ``candidate`` again; admitted through an open circuit (the wait
         was decided with the provider's ``Retry-After`` or a back-off), not past capacity."""
-        ...
 
     def at_capacity(self, candidate: Candidate) -> bool:
         """The candidate's provider has no room now (at its concurrency limit, or out of budget)."""
-        ...
 
     def capacity_reopens_in_s(self) -> float | None:
         """Seconds until a provider that said it is out opens again (None: none is out), for waiters to look then."""
-        ...
 
     def cooldown_s(self, candidate: Candidate) -> float:
         """Seconds until ``candidate`` is tried again after a failure (0: it may be tried now)."""
-        ...
 
     def attempt_streaming(self, candidate: Candidate, progress: StreamProgress) -> None:
         """``candidate``'s first token came: ``progress`` counts its stream's bytes until ``attempt_finished``."""
-        ...
 
     def attempt_finished(
         self,
@@ -184,27 +179,21 @@ class Router(Protocol):
 
     def continuation_refused(self, candidate: Candidate) -> None:
         """``candidate`` refused a continuation (a prefill) with a 4xx: not asked for one for a while."""
-        ...
 
     def may_continue(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` may be asked to continue an answer (it has not refused one lately)."""
-        ...
 
     def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
         """``candidate`` refused the prompt as too long; ``limit``: the window its answer stated, if it did."""
-        ...
 
     def context_window(self, candidate: Candidate) -> int | None:
         """The tokens ``candidate`` accepts, configured or learned (None: not known)."""
-        ...
 
     def try_hedge(self, plan: RoutePlan) -> bool:
         """Spend one hedge from the model's budget; False when the budget is used up."""
-        ...
 
     def in_flight(self, model: str, deployment: str) -> int:
         """Attempts at this deployment running now (on this replica)."""
-        ...
 
 
 class SnapshotSource(Protocol):
