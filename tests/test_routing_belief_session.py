@@ -11,13 +11,13 @@ from typing import Any, cast
 
 from gateway.config import GatewayConfig
 from gateway.routing import Candidate, RouteRequest
-from gateway.routing.affinity import cached_on, decided, staying
+from gateway.routing.affinity import EFFECTIVE, CacheTerms, cached_on, cached_tokens, decided, staying
 from gateway.routing.belief import Belief
 from gateway.routing.belief_attempts import answer_pair, tell
 from gateway.routing.belief_candidates import choose_for
 from gateway.routing.belief_live import LiveBeliefRouter
 from gateway.routing.choose import Option
-from gateway.routing.cost import EFFECTIVE, CacheTerms, Shape, Weights, cached_tokens, cost, scores, valid_rate
+from gateway.routing.cost import Shape, Weights, cost, scores, valid_rate
 from gateway.routing.overrides import NO_PREFERENCES
 from gateway.routing.plan import RoutePlan, SessionRoute
 from gateway.routing.priors import Prior

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gateway.routing.affinity import cache_terms
-from gateway.routing.cost import CacheTerms
+from gateway.routing.affinity import CacheTerms, cache_terms
 from gateway.routing.overrides import NO_PREFERENCES
 from gateway.routing.plan import SessionRoute
 from tests.support.config import routing_config

@@ -1,44 +1,19 @@
 """How much each deployment takes: a learned concurrency limit under its provider's ceiling, and its budget.
 
-A configured ``max_concurrency`` is the provider's ceiling, never a target (absent: no ceiling): it
-bounds every model's attempts at that provider together. Below it each *deployment* (provider ×
-model) has an adaptive limit, AIMD in the style of Netflix's concurrency-limits::
+A configured ``max_concurrency`` is the provider's ceiling, never a target: it bounds all the provider's models
+together. Below it each deployment (provider × model: one model's refusals never starve another's) has an AIMD limit
+in the style of Netflix's concurrency-limits (docs/routing.md, "Load and health")::
 
-    ok answer, while at least half the limit was in use       limit += 1 / limit  (about +1 per round;
-                                                               +1 per answer until the first back-off)
-    429 or overload 503/529                                   limit = in flight when the refused attempt
-                                                               was sent × 0.9,
-                                                               never below ``BACKOFF_FLOOR``
-                                                               (once per round: see below)
+    ok answer, while at least half the limit was in use       limit += 1 / limit  (+1 per answer until the first
+                                                               back-off: slow start)
+    429 or overload 503/529, once per round                   limit = in flight when the refused attempt was sent
+                                                               × 0.9, never below ``BACKOFF_FLOOR``
     a circuit closes after an outage                          slow start again (``ProviderLimit.restart``)
 
-Growth only counts answers that used the limit, so an idle provider's limit does not creep up to
-the ceiling unearned; until the provider first pushes back it grows as fast as TCP's slow start.
-A refusal sets it just below the concurrency the provider refused at, which is what makes a
-provider that refuses above N settle near N instead of collapsing. That concurrency is the count when the refused
-attempt was sent, not when its refusal is read: on a busy gateway other answers finish in between, and the count
-read late backed a provider that refuses above 40 off to 13. As TCP backs off
-once per window of data in flight, a refusal of an attempt sent before the last back-off is not
-counted again: it was sent under the old limit, and the back-off already answered it.
-
-First-token times are not a signal here, on purpose: a busy gateway or client slows them as much
-as a queueing provider does. Backing off on a first token over twice the quiet one collapsed two
-healthy providers' limits to 3 and 12 in a burst on a CPU-starved machine, and only holding the
-limit on it kept a provider from ever reaching the concurrency it refuses at; a provider that
-queues rather than refuses needs its ``max_concurrency``.
-
-Why per deployment: one model's trouble (a 503, a silent stream holding its slot) says nothing of
-another model on the same provider; a limit per provider let one model's refusal starve them all.
-Why the floor: a refusal at one or two in flight is an outage or a per-request refusal (the
-circuit's business), not a concurrency the provider takes; backing off to it left the limit at 1,
-and it grows back only while half the limit is in use. A provider that really takes fewer than
-``BACKOFF_FLOOR`` at once needs its ``max_concurrency``.
-
-Providers also say what they have left: ``x-ratelimit-remaining-requests`` / ``-tokens`` with
-``x-ratelimit-reset-requests`` / ``-tokens``. A deployment that reports 0 remaining (or a 429 with a
-``Retry-After``) is out: nothing is sent to it until its reset. Those blocks are the deployment's
-too, unless the provider's own counts show one budget for all its models (``SharedBudget``): then a
-block is the provider's. Not thread-safe: one event loop owns it, inside ``RouterState``.
+First-token times are not a signal: a busy gateway slows them as much as a queueing provider does. A deployment
+whose rate-limit headers report 0 remaining (or a 429 with a ``Retry-After``) is blocked until its reset; the block
+is the provider's when its counts show one budget for all its models (``SharedBudget``). Not thread-safe: one event
+loop owns it, inside ``RouterState``.
 """
 
 from __future__ import annotations
@@ -56,7 +31,8 @@ INITIAL_LIMIT = 32.0
 """Where a provider without a ceiling starts; it grows while the provider keeps answering."""
 MIN_LIMIT = 1.0
 BACKOFF_FLOOR = 4.0
-"""No refusal backs a learned limit off below this (a ceiling below it still caps it): see the module docstring."""
+"""No refusal backs a learned limit off below this (a ceiling below it still caps it): a refusal at one or two in
+flight is an outage or a per-request refusal, the circuit's business, not a concurrency the provider takes."""
 BACKOFF_RATIO = 0.9
 OVERLOAD_STATUSES = frozenset({429, 503, 529})
 
@@ -88,8 +64,7 @@ class RateLimits:
 
 @dataclass(slots=True)
 class ProviderLimit:
-    """One deployment's learned concurrency limit and last reported budget (named for the provider it
-    measures; one per provider × model, ``CapacityBoard``)."""
+    """One deployment's learned concurrency limit and last reported budget (or a provider's: ``provider_view``)."""
 
     limit: float
     ceiling: int | None
@@ -134,15 +109,8 @@ class ProviderLimit:
         return self.limit <= BACKOFF_FLOOR < before
 
     def restart(self) -> None:
-        """The provider is back after an outage: grow its limit as from a cold start (+1 per answer).
-
-        An outage's refusals come at whatever was in flight when it began, then one half-open probe
-        at a time: they back the limit off to 1, which says nothing of what the provider takes once
-        it answers again. Growing by ``1 / limit`` from there, it took ten answers to carry four
-        requests at once, and every request over the limit went to a slower provider meanwhile (as
-        TCP slow-starts again after a timeout). A provider that really refuses above N backs off
-        to just under N again at its next refusal.
-        """
+        """The provider is back after an outage: grow its limit as from a cold start (+1 per answer), as TCP does
+        after a timeout. The outage's refusals backed it off, which says nothing of what the provider takes now."""
         self.backed_off_at = -math.inf
 
     def reported(self, limits: RateLimits, now: float) -> float | None:
@@ -242,7 +210,7 @@ class CapacityBoard:
     def provider_view(self, provider: ProviderConfig) -> ProviderLimit:
         """One provider's deployments taken together (for its metrics): their limits summed under its ceiling,
         the least budget any reported left, and the latest reset and block."""
-        mine = [limit for (_, _), limit in self._of_provider(provider)]
+        mine = [limit for key, limit in self.limits.items() if self.providers.get(key) == provider.name]
         ceiling = provider.max_concurrency
         total = sum(limit.allowed for limit in mine) if mine else (ceiling if ceiling is not None else INITIAL_LIMIT)
         view = ProviderLimit(limit=float(total), ceiling=ceiling)
@@ -255,9 +223,6 @@ class CapacityBoard:
         view.blocked_until = max([m.blocked_until for m in mine] + [shared.blocked_until if shared else 0.0])
         view.refusals = sum(m.refusals for m in mine)
         return view
-
-    def _of_provider(self, provider: ProviderConfig) -> list[tuple[DeploymentKey, ProviderLimit]]:
-        return [(key, limit) for key, limit in self.limits.items() if self.providers.get(key) == provider.name]
 
     def restart(self, key: DeploymentKey) -> None:
         """``key``'s circuit closed after an outage (``ProviderLimit.restart``)."""

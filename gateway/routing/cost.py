@@ -3,9 +3,8 @@
 ``time ≈ first token + prefill of the uncached prompt + (expected output tokens − 1) × seconds per token``,
 at the policy's estimate: the mean of the log-normal answers (``estimate = "mean"``) or its quantiles
 (``ttft_quantile``, ``tps_quantile``). ``money`` is the request's price at the deployment's rates.
-The prompt's cached part is the request's on that deployment (``CacheTerms``: a session's warm
-deployment holds its previous prompt, the others none; without a session, the deployment's
-observed hit ratio): it is neither prefilled nor priced at the full rate.
+The prompt's cached part on that deployment (``gateway.routing.affinity``) is neither prefilled
+nor priced at the full rate.
 A failure costs its own moment and the best other deployment's time (the attempt loop's fallback);
 an answer invalid for the request's kind (tools, JSON) counts against it as a failure does, by
 the policy's ``quality_weight``.
@@ -19,7 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
@@ -28,44 +27,8 @@ from gateway.routing.overrides import Sort
 
 _Z = NormalDist()
 VALID_PRIOR = 5
-"""Pseudo-valid answers added to the valid rate: one invalid answer in the first few does not break
-``min_valid_rate`` (0.9) alone, three in ten do (an answer's validity is judged on every answer, so there
-are more of them to go on than failures, and an honest provider's rare miss must not cost it a kind of
-traffic for a whole window)."""
-
-CacheMode = Literal["warm", "cold", "effective"]
-"""How the prompt cache enters a prediction:
-
-- ``warm``: this deployment holds the conversation's prefix (the session is bound to it): its warm first
-  token, and the cached part of the prompt at ``price_cached_in``;
-- ``cold``: the conversation's prompt is cached elsewhere or nowhere: the whole prompt's prefill
-  (prompt tokens ÷ its prefill speed) and the full price;
-- ``effective``: no session: the usual first token, and the price with the deployment's observed hit
-  ratio (what traffic like this has found cached there: its effective price)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CacheTerms:
-    """What a request's prompt may find cached on one deployment."""
-
-    mode: CacheMode = "effective"
-    cached_tokens: int | None = None
-    """``warm``: the prompt tokens expected from the cache (the conversation's previous prompt); None: all
-    but what the deployment's hit ratio leaves."""
-
-
-EFFECTIVE = CacheTerms()
-
-
-def cached_tokens(terms: CacheTerms, prompt_tokens: int, hit_ratio: float | None) -> int:
-    """The prompt tokens a request is expected to find cached on a deployment: a warm one's previous prompt (all of
-    it when unknown), a cold one's none, else its observed hit ratio's share."""
-    if terms.mode == "warm":
-        share = terms.cached_tokens if terms.cached_tokens is not None else prompt_tokens
-        return min(prompt_tokens, share)
-    if terms.mode == "effective" and hit_ratio:
-        return round(prompt_tokens * hit_ratio)
-    return 0
+"""Pseudo-valid answers added to the valid rate: an honest provider's one invalid answer among its first few must
+not cost it a kind of traffic for a whole window."""
 
 
 def valid_rate(valid: int, judged: int) -> float:
@@ -76,13 +39,13 @@ def valid_rate(valid: int, judged: int) -> float:
 @dataclass(frozen=True, slots=True)
 class Shape:
     """What the cost of a request depends on: its prompt, its expected answer, and per deployment (by name) what
-    of the prompt is cached there and how likely an answer valid for the request's kind is."""
+    of the prompt is cached there and how likely a valid answer is."""
 
     prompt_tokens: int
     output_tokens: float
     """The predicted answer length (``gateway.routing.lengths``), capped by ``max_tokens``."""
     cached: Mapping[str, int] = field(default_factory=dict)
-    """Prompt tokens expected from each deployment's cache (``cached_tokens``; absent: none)."""
+    """Prompt tokens expected from each deployment's cache (``affinity.cached_on``; absent: none)."""
     valid: Mapping[str, float] = field(default_factory=dict)
     """Each deployment's chance of an answer valid for this request's kind (``valid_rate``; absent: 1)."""
 
@@ -143,23 +106,13 @@ class Cost(NamedTuple):
 
 
 def cost(draw: Draw, deployment: DeploymentConfig, shape: Shape, weights: Weights, prefill_s: float = 0.0) -> Cost:
-    """The request's first token, speed, time, price and failure chance on ``deployment`` if ``draw`` is true.
-
-    Read for every deployment of every plan: ``factors`` and ``terms`` are written out here (the same arithmetic)."""
-    s_ttft, s_spt = draw.spread
-    ttft_z, spt_z = weights.ttft_z, weights.spt_z
-    ttft = draw.ttft_s * (math.exp(s_ttft * s_ttft / 2) if ttft_z is None else math.exp(ttft_z * s_ttft))
-    spt = draw.s_per_token * (math.exp(s_spt * s_spt / 2) if spt_z is None else math.exp(spt_z * s_spt))
-    name, prompt, output = deployment.name, shape.prompt_tokens, shape.output_tokens
-    cached = min(prompt, shape.cached.get(name, 0))
-    uncached = prompt - cached
-    price_in, cached_in = deployment.price_in, deployment.price_cached_in
-    money = (
-        uncached * price_in + cached * (price_in if cached_in is None else cached_in) + output * deployment.price_out
-    ) / 1e6
-    ttft += prefill_s * uncached
-    time = ttft + max(0.0, output - 1) * spt
-    fields = (ttft, spt, time, money, draw.failure, draw.failure_s, draw.changed, shape.valid.get(name, 1.0))
+    """The request's first token, speed, time, price and failure chance on ``deployment`` if ``draw`` is true."""
+    f_ttft, f_spt = factors(draw.spread, weights)
+    uncached, money, valid = terms(deployment, shape)
+    ttft = draw.ttft_s * f_ttft + prefill_s * uncached
+    spt = draw.s_per_token * f_spt
+    time = ttft + max(0.0, shape.output_tokens - 1) * spt
+    fields = (ttft, spt, time, money, draw.failure, draw.failure_s, draw.changed, valid)
     return new_tuple(Cost, fields)  # ``Cost(*fields)``, without its ``__new__``'s Python frame
 
 
@@ -174,7 +127,7 @@ def terms(deployment: DeploymentConfig, shape: Shape) -> tuple[int, float, float
 
 
 def factors(spread: tuple[float, float], weights: Weights) -> tuple[float, float]:
-    """What the policy's estimate multiplies a drawn median first token and seconds per token by (``cost``)."""
+    """What the policy's estimate (mean or quantile) multiplies a drawn median first token and seconds per token by."""
     s_ttft, s_spt = spread
     ttft = math.exp(s_ttft * s_ttft / 2) if weights.ttft_z is None else math.exp(weights.ttft_z * s_ttft)
     spt = math.exp(s_spt * s_spt / 2) if weights.spt_z is None else math.exp(weights.spt_z * s_spt)
@@ -182,9 +135,7 @@ def factors(spread: tuple[float, float], weights: Weights) -> tuple[float, float
 
 
 def scores(costs: list[Cost], weights: Weights) -> list[float]:
-    """Each cost as the policy scores it, against the others (a failure falls back to the best other).
-
-    ``score`` written out over the list (the same arithmetic): a plan scores every deployment's mean."""
+    """Each cost as the policy scores it, against the others (a failure falls back to the quickest other)."""
     times = [c.time_s for c in costs]
     by_time = sorted(range(len(costs)), key=times.__getitem__)
     epsilon = max([c.money_usd for c in costs], default=0.0) * 0.01 + 1e-12
@@ -205,28 +156,3 @@ def scores(costs: list[Cost], weights: Weights) -> list[float]:
         good = max(1.0 - failure, 0.01) * math.pow(max(c.valid, 0.01), quality)
         result.append(total + w_failure * log2(1.0 / good))
     return result
-
-
-def score(
-    time_s: float,
-    ttft_s: float,
-    s_per_token: float,
-    money_usd: float,
-    failure: float,
-    failure_s: float,
-    valid: float,
-    fallback_s: float,
-    epsilon: float,
-    weights: Weights,
-) -> float:
-    """One cost's score (``scores``), its fields given apart: a failure falls back to a deployment taking
-    ``fallback_s``; ``epsilon`` keeps a free one's price finite. For loops that need no ``Cost`` built."""
-    expected = (1 - failure) * time_s + failure * (failure_s + fallback_s)
-    total = weights.time * math.log2(expected)
-    if weights.ttft:
-        total += weights.ttft * math.log2(ttft_s)
-    if weights.throughput:
-        total += weights.throughput * math.log2(s_per_token)
-    total += weights.price * math.log2(money_usd + epsilon)
-    good = max(1.0 - failure, 0.01) * max(valid, 0.01) ** weights.quality
-    return total + weights.failure * math.log2(1.0 / good)

@@ -1,15 +1,9 @@
 """Learned deadlines: how long one attempt at a deployment may wait for its first token, and between chunks.
 
-A fixed 30 s first-token timeout waits 30 s on a provider that usually answers in 400 ms; a fixed
-idle timeout waits a minute on a stream that stalled. Each deployment's own measurements say
-what "late" means for it: past ``deadline_multiple`` × its TTFT p99 (the stats window, every
-replica's answers) the first token is not coming, and past ``deadline_multiple`` × the p99 of
-its answers' longest chunk gap (this replica's recent answers) a stream has stalled. Both are
-floored at ``deadline_floor_s`` (a quantile over a handful of fast answers is no licence to
-give up in milliseconds) and capped by the configured ``first_token_timeout_s`` /
-``idle_timeout_s``; a deployment with fewer than ``min_samples`` measured gets the configured
-values. Hedging works inside these: it starts a second attempt at about the p95 (hedge first),
-the deadline abandons the first at a multiple of the p99 (give up later).
+A fixed 30 s first-token timeout waits 30 s on a provider that answers in 400 ms. Past ``deadline_multiple`` × a
+deployment's TTFT p99 (the shared window) its first token is not coming, and past ``deadline_multiple`` × the p99 of
+its answers' longest chunk gap (this replica's) its stream has stalled; both within [``deadline_floor_s``, the
+configured timeout] (docs/routing.md, "Learned deadlines").
 """
 
 from __future__ import annotations
@@ -55,9 +49,8 @@ class GapWindow:
 
 
 def longest(gaps: Sequence[float]) -> float:
-    """``max(gaps)`` for a non-empty sequence, by the builtin's rule (the first item is the start; a later one replaces
-    it only when it compares greater), in a loop: compiled, over a tuple (a sample's gaps), it compares native doubles
-    where the builtin compares Python floats, one per chunk of every stream."""
+    """``max(gaps)`` of a non-empty sequence, by the builtin's rule; over a tuple (a sample's gaps) a loop that,
+    compiled, compares native doubles: it runs on every chunk gap of every stream."""
     if isinstance(gaps, tuple):
         return _longest_of(gaps)
     return max(gaps)
@@ -79,7 +72,7 @@ class LearnedDeadlines:
     cached: dict[DeploymentKey, tuple[float, Deadlines]] = field(default_factory=dict)
 
     def observe(self, key: DeploymentKey, chunk_gaps_s: Sequence[float]) -> None:
-        """A complete answer's chunk gaps (only answers that ended well say what a healthy gap is)."""
+        """A complete answer's chunk gaps: only answers that ended well say what a healthy gap is."""
         if not chunk_gaps_s:
             return
         window = self.windows.get(key)

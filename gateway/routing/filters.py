@@ -1,9 +1,7 @@
-"""Which deployments a request may go to: its overrides, its API, circuits and context windows; and the soft
-constraints each breaks (``broken``).
+"""Which deployments a request's ``provider`` object allows and puts first, and the soft constraints each breaks.
 
-The request's ``provider`` object (``only``/``ignore``/``max_price`` remove deployments, ``order``
-puts the named ones first, ``allow_fallbacks = false`` keeps only those); a filter that leaves none
-is the request's mistake (400). What is left is ordered by the draw (``gateway.routing.choose``).
+``only``/``ignore``/``max_price`` remove deployments, ``order`` puts the named ones first, ``allow_fallbacks =
+false`` keeps only those; a filter that leaves none is the request's mistake (400).
 """
 
 from __future__ import annotations
@@ -43,21 +41,10 @@ def allowed(
                     f"'provider.{field}[{index}]': unknown provider \"{name}\" (known: {', '.join(sorted(known))})",
                     param=f"provider.{field}",
                 )
-    served = ", ".join(d.name for d in model.deployments)  # for the errors below
     if preferences.only is not None:
-        deployments = [d for d in deployments if matches(d, preferences.only)]
-        if not deployments:
-            raise InvalidRequest(
-                f"'provider.only' leaves no deployment of model '{model.name}' (deployments: {served})",
-                param="provider.only",
-            )
+        deployments = _left(model, [d for d in deployments if matches(d, preferences.only)], "only")
     if preferences.ignore:
-        deployments = [d for d in deployments if not matches(d, preferences.ignore)]
-        if not deployments:
-            raise InvalidRequest(
-                f"'provider.ignore' leaves no deployment of model '{model.name}' (deployments: {served})",
-                param="provider.ignore",
-            )
+        deployments = _left(model, [d for d in deployments if not matches(d, preferences.ignore)], "ignore")
     max_in, max_out = preferences.max_price_in, preferences.max_price_out
     if max_in is not None or max_out is not None:
         within = [
@@ -76,35 +63,29 @@ def allowed(
     return deployments
 
 
-def listed(deployments: Sequence[DeploymentConfig], order: Sequence[str]) -> list[DeploymentConfig]:
-    """The deployments ``order`` names, in its order."""
-    found: list[DeploymentConfig] = []
-    for name in order:
-        for deployment in deployments:
-            if matches(deployment, (name,)) and deployment not in found:
-                found.append(deployment)
-    return found
-
-
-def apply_order(order: Sequence[int], deployments: Sequence[DeploymentConfig], names: Sequence[str]) -> list[int]:
-    """``order`` (indexes into ``deployments``) with the ones ``names`` lists first, in its order."""
-    named = listed([deployments[i] for i in order], names)
-    first = [i for d in named for i in order if deployments[i] is d]
-    return first + [i for i in order if i not in first]
+def _left(model: ModelConfig, deployments: list[DeploymentConfig], field: str) -> list[DeploymentConfig]:
+    if not deployments:
+        served = ", ".join(d.name for d in model.deployments)
+        raise InvalidRequest(
+            f"'provider.{field}' leaves no deployment of model '{model.name}' (deployments: {served})",
+            param=f"provider.{field}",
+        )
+    return deployments
 
 
 def as_preferred(
     order: Sequence[int], deployments: Sequence[DeploymentConfig], preferences: ProviderPreferences
 ) -> list[int]:
-    """``order`` as the request's ``provider`` object steers it: the deployments ``order`` names first, and without
-    fallbacks only those (only the first when it names none). Empty when nothing listed is left."""
-    ordered = apply_order(order, deployments, preferences.order) if preferences.order else list(order)
-    if preferences.allow_fallbacks:
-        return ordered
+    """``order`` (indexes into ``deployments``) as the request's ``provider`` object steers it: the deployments its
+    ``order`` names first, in that order; without fallbacks only those (only the first when it names none)."""
     if not preferences.order:
-        return ordered[:1]
-    names = {d.name for d in listed(deployments, preferences.order)}
-    return [i for i in ordered if deployments[i].name in names]
+        return list(order) if preferences.allow_fallbacks else list(order)[:1]
+    first: list[int] = []
+    for name in preferences.order:
+        first += [i for i in order if i not in first and matches(deployments[i], (name,))]
+    if not preferences.allow_fallbacks:
+        return first
+    return first + [i for i in order if i not in first]
 
 
 def broken(
@@ -117,11 +98,9 @@ def broken(
     success: tuple[float, int],
     valid: tuple[float, int],
 ) -> tuple[str, ...]:
-    """Soft constraints broken. Measured ones are judged on the deployment's own numbers, once
-    it has ``min_samples`` of them (a prior or a single slow answer proves nothing): first tokens and speeds counted
-    as measured (a race's drained loser measured both, and is no attempt that says anything of its health),
-    the success rate by attempts. ``success``: its success rate and attempts; ``valid``: its valid rate for
-    ``kind`` and the answers of that kind judged."""
+    """The soft constraints ``deployment`` breaks. Measured ones are judged on its own numbers once it has
+    ``min_samples`` of them. ``success``: its success rate and attempts; ``valid``: its valid rate for ``kind`` and
+    the answers of that kind judged."""
     found: list[str] = []
     if policy.max_price_in is not None and deployment.price_in > policy.max_price_in:
         found.append(f"price_in {deployment.price_in:g} > {policy.max_price_in:g}")

@@ -1,20 +1,9 @@
 """When a stream's first token is late enough to start a second attempt beside it (a hedge).
 
-Three ways, by policy:
-
-- ``hedge_after_s``: a fixed delay;
-- ``hedge_quantile``: the deployment's own TTFT at that quantile, once it has ``min_samples``;
-- ``hedge_tail``: only where the first-token tail is heavy. From the deployment's window of
-  first tokens, the earliest threshold ``t`` (at or past the quantile ``1 - TAIL_SHARE ×
-  hedge_budget``, so that hedges fit in the budget) at which an answer still waiting is
-  expected to wait longer still than the next candidate takes to its first token:
-  E[TTFT - t | TTFT > t] ≥ the backup's predicted TTFT (plus its stream's extra time, if it
-  streams slower: the race is won on the first token, and the winner streams the answer). A
-  light tail never gets there (a late answer is nearly done), a heavy one does early: the
-  client's slow first tokens become ``t`` + the backup's.
-
-A race probe (``gateway.routing.choose``) is the primary, with the leader as its hedge from
-the start.
+By policy: after a fixed ``hedge_after_s``; past the deployment's own TTFT at ``hedge_quantile``; or, with
+``hedge_tail``, only where the first-token tail is heavy: at the earliest affordable threshold ``t`` past which an
+answer still waiting is expected to wait longer than the backup takes, E[TTFT - t | TTFT > t] ≥ the backup's first
+token (docs/routing.md, "Hedging").
 """
 
 from __future__ import annotations
@@ -36,7 +25,7 @@ TAIL_REFRESH_S = 1.0
 
 @dataclass
 class TailThresholds:
-    """Each deployment's tail threshold, reused for ``TAIL_REFRESH_S`` (per (model, deployment))."""
+    """Each deployment's tail threshold, reused for ``TAIL_REFRESH_S``."""
 
     cached: dict[DeploymentKey, tuple[float, float | None]] = field(default_factory=dict)
 
@@ -57,14 +46,11 @@ def hedge_after(
     model: str,
     deployment: str,
     backup_ttft_s: float | None,
-    tails: TailThresholds | None = None,
-    now: float = 0.0,
+    tails: TailThresholds,
+    now: float,
 ) -> float | None:
-    """When to hedge a candidate (None: never).
-
-    ``backup_ttft_s``: what starting the next candidate would cost: its predicted first token (plus, where it
-    streams slower, the extra stream time).
-    """
+    """When to hedge a candidate (None: never). ``backup_ttft_s``: what starting the next candidate would cost, its
+    predicted first token (plus, where it streams slower, the extra stream time)."""
     if policy.hedge_after_s is not None:
         return policy.hedge_after_s
     summary = snapshot.summaries.get((model, deployment))  # ``snapshot.get``, without its Python frame
@@ -76,15 +62,13 @@ def hedge_after(
         return None if value is None else max(value, policy.hedge_min_after_s)
     if not policy.hedge_tail or histogram is None or backup_ttft_s is None or policy.hedge_budget <= 0:
         return None
-    if tails is None:
-        threshold = tail_threshold(histogram, backup_ttft_s, policy.hedge_budget)
-    else:
-        threshold = tails.get((model, deployment), histogram, backup_ttft_s, policy.hedge_budget, now)
+    threshold = tails.get((model, deployment), histogram, backup_ttft_s, policy.hedge_budget, now)
     return None if threshold is None else max(threshold, policy.hedge_min_after_s)
 
 
 def tail_threshold(histogram: LogHistogram, backup_ttft_s: float, budget: float) -> float | None:
-    """The earliest affordable threshold past which waiting on is expected to lose to starting the backup."""
+    """The earliest threshold, at or past the quantile ``1 - TAIL_SHARE × budget`` (so that hedges fit the budget),
+    past which waiting on is expected to lose to starting the backup."""
     if histogram.count < TAIL_MIN_SAMPLES:
         return None
     first = max(0.5, 1.0 - TAIL_SHARE * budget)

@@ -1,30 +1,12 @@
 """How long this request's answer will be: predicted from what this model's answers actually were.
 
-An agent sends ``max_tokens: 32000`` on every call and is answered in a few hundred tokens; planning
-for the ceiling would judge every deployment by its speed alone, and a budget would hold the price
-of 32,000 tokens for each call. So the router learns, in process, the lengths of the answers it
-relayed (``heard``: the billed output tokens of each complete answer) in cells from the general to
-the particular:
-
-1. the model and the request's shape (``shape_of``: its API, streamed or not, its kind — tools, JSON,
-   plain — and the order of magnitude of its ``max_tokens``, none counting as its own magnitude);
-2. the same for this client key;
-3. the same for this session (a conversation's turns resemble each other).
-
-Each cell keeps a running mean of the lengths and of their logarithms and the logs' variance over
-its last ``MEMORY`` answers. A prediction (``forecast``) starts from a prior: the share of
-``max_tokens`` the model's answers used (an agent's are a small share of 32,000, a benchmark asking
-for exactly its length uses all of it), else the caller's (the live router: the request's
-``max_tokens`` while nothing of the model was heard, the ceiling being all there is; without one,
-the model's observed length or the policy's default). The shape's own answers replace that prior,
-and the key's and the session's pull the prediction toward theirs, each by its answers against
-``PRIOR_ANSWERS``. ``max_tokens`` caps every prediction. Answers are log-normal-ish with a long
-tail: the mean (what an expected time needs, since time is linear in the length) lies above the
-median, and ``Forecast.at(q)`` reads a quantile from the logs (a quantile policy's length, a
-budget's likely cost), with the spread widened while few answers are behind it.
-
-Cost: a few dictionary lookups per request and per answer, no I/O. Session cells are kept for the
-``SESSIONS_KEPT`` most recent sessions.
+An agent sends ``max_tokens: 32000`` and is answered in a few hundred tokens: planning for the ceiling would judge
+every deployment by its speed alone. So the router learns the lengths of the answers it relayed (``heard``), in cells
+from the general to the particular: the model and the request's shape (``shape_of``), then its client key, then its
+session. A prediction (``forecast``) starts from a prior (the share of ``max_tokens`` the model's answers used, else
+the caller's default); the shape's own answers replace it, and the key's and the session's pull it toward theirs,
+each by its answers against ``PRIOR_ANSWERS``. ``max_tokens`` caps every prediction. Lengths are log-normal-ish:
+``Forecast.mean`` is what an expected time needs, ``Forecast.at(q)`` a quantile (docs/routing.md, "The score").
 """
 
 from __future__ import annotations
@@ -51,8 +33,8 @@ _Z = NormalDist()
 
 
 class LengthKey(NamedTuple):
-    """A request's shape, as far as its answer's length goes (``shape_of``). A tuple: built and hashed per request,
-    and its first five fields (the model's cell) and six (the key's) are its slices."""
+    """A request's shape, as far as its answer's length goes (``shape_of``). Its first five fields key the model's
+    cell, its first six the client key's."""
 
     model: str
     magnitude: int
@@ -76,7 +58,7 @@ def shape_of(
     client: str = "",
     session: str | None = None,
 ) -> LengthKey:
-    """The request's shape: its model, ``max_tokens``'s power of two (0: none set), API, stream, kind, key, session."""
+    """The request's ``LengthKey``: ``max_tokens`` counted by its power of two."""
     return LengthKey(model, max_tokens.bit_length() if max_tokens else 0, api, stream, kind, client, session)
 
 
@@ -109,8 +91,7 @@ class Forecast(NamedTuple):
     log_sigma: float
     """The predictive spread of one answer's log length (the cells' spread, widened for few answers)."""
     answers: float
-    """Answers of this shape behind it (its model's cell: the key's and the session's are among them; 0: a prior
-    only), at most ``MEMORY``."""
+    """Answers of this shape behind it, at most ``MEMORY`` (0: a prior only)."""
     source: LengthSource
 
     def at(self, quantile: float) -> float:
@@ -134,7 +115,6 @@ class Lengths:
         """A complete answer of ``tokens`` output tokens to a request of shape ``key``."""
         x = float(max(tokens, 0))
         shapes = self.shapes
-        # A cell made only where there is none (``setdefault`` would build one per answer to throw it away).
         for cut in (key[:5], key[:6]) if key.client else (key[:5],):
             cell = shapes.get(cut)
             if cell is None:
@@ -158,8 +138,8 @@ class Lengths:
     def forecast(
         self, key: LengthKey, max_tokens: int | None, default: float, source: LengthSource = "default"
     ) -> Forecast:
-        """The answer length to plan for. ``default`` (from ``source``) is the prior when the model has no
-        answers with a ``max_tokens`` to take a share of, or the request sets none; ``max_tokens`` caps it."""
+        """The answer length to plan for. ``default`` (from ``source``) is the prior when the model has no share of
+        ``max_tokens`` learned, or the request sets none."""
         share = self.shares.get(key.model)
         if max_tokens and share is not None and share.n:
             prior, source = share.mean * max_tokens, "share"

@@ -80,9 +80,7 @@ def split_model_suffix(model: str, known: Container[str]) -> tuple[str, Sort | N
 
 def resolve_model(config: GatewayConfig, requested: str) -> tuple[str, Sort | None, ModelConfig | None]:
     """The model asked for: its name, the sort its suffix asks for (``m:nitro``), and its config (None: unknown).
-
-    A configured model named as asked wins over a suffix, as ``split_model_suffix`` says; that look-up is the
-    model's own, so no set of the config's names is made per request."""
+    A configured model named as asked wins over a suffix."""
     model = config.model(requested)
     if model is not None:
         return requested, None, model
@@ -96,11 +94,7 @@ def parse_preferences(value: Any, suffix_sort: Sort | None = None) -> ProviderPr
         return ProviderPreferences(sort=suffix_sort) if suffix_sort else NO_PREFERENCES
     if not isinstance(value, dict):
         raise InvalidRequest("'provider' must be an object", param="provider")
-    for key in value:
-        if key not in _FIELDS:
-            raise InvalidRequest(
-                f"'provider.{key}' is not supported (supported: {', '.join(_FIELDS)})", param=f"provider.{key}"
-            )
+    _only_keys(value, _FIELDS, "provider")
     sort = _sort(value.get("sort"))
     if sort is not None and suffix_sort is not None and sort != suffix_sort:
         raise InvalidRequest(
@@ -119,6 +113,14 @@ def parse_preferences(value: Any, suffix_sort: Sort | None = None) -> ProviderPr
         min_tokens_per_s=_cutoffs(value.get("preferred_min_throughput"), "preferred_min_throughput", "tokens/s"),
         max_ttft_s=_cutoffs(value.get("preferred_max_latency"), "preferred_max_latency", "seconds"),
     )
+
+
+def _only_keys(value: dict[str, Any], supported: tuple[str, ...], field: str) -> None:
+    for key in value:
+        if key not in supported:
+            raise InvalidRequest(
+                f"'{field}.{key}' is not supported (supported: {', '.join(supported)})", param=f"{field}.{key}"
+            )
 
 
 def _names(value: Any, field: str) -> tuple[str, ...] | None:
@@ -182,12 +184,7 @@ def _max_price(value: Any) -> tuple[float | None, float | None]:
         return None, None
     if not isinstance(value, dict):
         raise InvalidRequest("'provider.max_price' must be an object (prompt, completion)", param="provider.max_price")
-    for key in value:
-        if key not in ("prompt", "completion"):
-            raise InvalidRequest(
-                f"'provider.max_price.{key}' is not supported (supported: prompt, completion)",
-                param=f"provider.max_price.{key}",
-            )
+    _only_keys(value, ("prompt", "completion"), "provider.max_price")
     prompt = value.get("prompt")
     completion = value.get("completion")
     return (

@@ -118,22 +118,16 @@ class RoutePlan:
     candidates: tuple[Candidate, ...]
     policy: PolicyConfig
     ranking: object = None
-    """The router's ``Ranking`` behind this plan (typed loosely: this module sits below the router),
-    for the request's routing trace (``gateway.routing.trace``)."""
+    """The router's ``Ranking`` behind this plan, for the routing trace (typed loosely: this module sits below
+    the router)."""
     race: tuple[str, ...] = ()
     """The deployments this plan explores by racing, its first candidates in order: each starts when the one
     before it has had its ``hedge_after_s`` without a first token (0: at once), the leader after the last of
-    them; the first token wins. One probe; a pair (``race_partner``); or every unmeasured deployment at a cold
-    start, all at once. Empty: no race."""
+    them; the first token wins. Empty: no race."""
     affinity: AffinityDecision | None = None
     """What the router did with the request's session (None: it has none)."""
     shadow: Candidate | None = None
     """A deployment measured beside the first attempt but never the answer (``gateway.relay.drain``), if any."""
-
-    @property
-    def race_partner(self) -> str | None:
-        """A second deployment explored in the same race (its second candidate), if any."""
-        return self.race[1] if len(self.race) > 1 else None
 
     @property
     def race_width(self) -> int:
@@ -162,23 +156,18 @@ class Router(Protocol):
     def attempt_started(self, candidate: Candidate, *, retry: bool = False) -> bool:
         """``retry``: the request waited to ask ``candidate`` again; admitted through an open circuit (the wait
         was decided with the provider's ``Retry-After`` or a back-off), not past capacity."""
-        ...
 
     def at_capacity(self, candidate: Candidate) -> bool:
         """The candidate's provider has no room now (at its concurrency limit, or out of budget)."""
-        ...
 
     def capacity_reopens_in_s(self) -> float | None:
         """Seconds until a provider that said it is out opens again (None: none is out), for waiters to look then."""
-        ...
 
     def cooldown_s(self, candidate: Candidate) -> float:
         """Seconds until ``candidate`` is tried again after a failure (0: it may be tried now)."""
-        ...
 
     def attempt_streaming(self, candidate: Candidate, progress: StreamProgress) -> None:
         """``candidate``'s first token came: ``progress`` counts its stream's bytes until ``attempt_finished``."""
-        ...
 
     def attempt_finished(
         self,
@@ -190,27 +179,21 @@ class Router(Protocol):
 
     def continuation_refused(self, candidate: Candidate) -> None:
         """``candidate`` refused a continuation (a prefill) with a 4xx: not asked for one for a while."""
-        ...
 
     def may_continue(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` may be asked to continue an answer (it has not refused one lately)."""
-        ...
 
     def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
         """``candidate`` refused the prompt as too long; ``limit``: the window its answer stated, if it did."""
-        ...
 
     def context_window(self, candidate: Candidate) -> int | None:
         """The tokens ``candidate`` accepts, configured or learned (None: not known)."""
-        ...
 
     def try_hedge(self, plan: RoutePlan) -> bool:
         """Spend one hedge from the model's budget; False when the budget is used up."""
-        ...
 
     def in_flight(self, model: str, deployment: str) -> int:
         """Attempts at this deployment running now (on this replica)."""
-        ...
 
 
 class SnapshotSource(Protocol):
