@@ -10,8 +10,10 @@ import pytest
 from gateway.admission.spending.ledger import LIKELY_ANSWERS, LIKELY_QUANTILE, likely_output_tokens
 from gateway.routing import RouteRequest
 from gateway.routing.lengths import SESSIONS_KEPT, Lengths, shape_of
+from gateway.routing.plan import SessionRoute
 from gateway.routing.priors import MEMORY
 from gateway.routing.serving import build_router
+from gateway.samples import RequestKind
 from gateway.stats import InMemoryStatsStore
 from tests.support.config import routing_config
 from tests.support.samples import sample
@@ -142,3 +144,33 @@ def test_a_reloaded_router_keeps_what_the_answers_taught() -> None:
     reloaded = build_router(config, InMemoryStatsStore(config.stats), previous=router)
     forecast = reloaded.forecast(request)
     assert forecast.source == "learned" and forecast.mean == 64
+
+
+def test_the_router_learns_each_key_and_session_and_kind_apart() -> None:
+    """What the router plans for is the request's whole shape: an agent's key writing short answers, another writing
+    long ones, and one of its sessions writing longer still are told apart; so are tool calls from plain answers."""
+    config = routing_config([("a", 1, 1), ("b", 1, 1)])
+    router = build_router(config, InMemoryStatsStore(config.stats))
+    model = config.models[0]
+
+    def request(client: str, session: str | None = None, kind: RequestKind = "plain") -> RouteRequest:
+        route = SessionRoute(session, "header", "off") if session is not None else None
+        return RouteRequest(model, "chat", True, 10, AGENT, session=route, kind=kind, client=client)
+
+    def answer(of: RouteRequest, tokens: int) -> None:
+        (candidate, *_) = router.plan(of).candidates
+        assert router.attempt_started(candidate)
+        router.attempt_finished(candidate, sample(candidate.name, tokens=tokens))
+
+    for _ in range(6):
+        answer(request("short"), 40)
+        answer(request("long"), 2000)
+        answer(request("long", "s1"), 8000)
+        answer(request("short", kind="tools"), 300)
+    short, long = router.forecast(request("short")), router.forecast(request("long"))
+    session, tools = router.forecast(request("long", "s1")), router.forecast(request("short", kind="tools"))
+    assert short.source == long.source == session.source == tools.source == "learned"
+    model_mean = router.forecast(request("new")).mean  # a key never heard: the model's plain answers alone
+    assert model_mean == router.forecast(request("new", "s9")).mean
+    assert short.mean < model_mean < long.mean < session.mean, (short.mean, model_mean, long.mean, session.mean)
+    assert tools.mean == pytest.approx(300)  # tool calls are their own shape: no plain answer mixed in

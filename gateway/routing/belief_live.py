@@ -18,7 +18,7 @@ from gateway.routing.affinity import BoundState, decided
 from gateway.routing.belief_rank import rank_beliefs
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.capacity import ProviderLimit
-from gateway.routing.lengths import Forecast, LengthSource, shape_of
+from gateway.routing.lengths import Forecast, LengthSource, request_shape
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import AffinityDecision, Candidate, RoutePlan, RouteRequest, SessionRoute
 from gateway.routing.ranking import Ranking, no_capacity
@@ -52,12 +52,10 @@ class LiveBeliefRouter(BeliefRouter):
         return replace(plan, ranking=self._ranking(request)) if request.explain else plan
 
     def forecast(self, request: RouteRequest) -> Forecast:
-        """The answer length the belief router plans for (its shape: the model and ``max_tokens``)."""
+        """The answer length the belief router plans for this request (``lengths.request_shape``)."""
         default = request.max_tokens or self.config.policy_for(request.model).default_output_tokens
         source: LengthSource = "request" if request.max_tokens else "default"
-        return self.lengths.forecast(
-            shape_of(request.model.name, request.max_tokens), request.max_tokens, default, source
-        )
+        return self.lengths.forecast(request_shape(request), request.max_tokens, default, source)
 
     def _affinity(self, request: RouteRequest, plan: RoutePlan) -> AffinityDecision:
         """What the plan did with the request's session (``affinity.decided``): its deployment may serve this turn

@@ -58,7 +58,7 @@ def rank_beliefs(
     now = router.clock()
     snapshot = router.stats.snapshot()
     deployments = allowed(speaking(model, endpoint, pinned), preferences, router._providers)
-    length = shape_of(model.name, max_tokens)
+    length = shape_of(model.name, max_tokens, api=endpoint or "chat", kind=kind)
     default = policy.default_output_tokens
     # What the length rests on when no answer was seen: the policy's default, or max_tokens where that caps it.
     given: LengthSource = "request" if max_tokens and max_tokens < default else "default"

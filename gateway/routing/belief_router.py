@@ -34,7 +34,7 @@ from gateway.routing.cost import Shape, Weights
 from gateway.routing.draws import new_tuple
 from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.health import RouterState
-from gateway.routing.lengths import LengthKey, Lengths, shape_of
+from gateway.routing.lengths import LengthKey, Lengths, request_shape
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
 from gateway.routing.priors import Heard, Prior, pooled_all
@@ -119,7 +119,7 @@ class BeliefRouter:
         snapshot = self.stats.snapshot()
         self._hear_others(model, snapshot, now)
         options = [self._option(model.name, d.name, d, snapshot, now) for d in deployments]
-        length = shape_of(model.name, request.max_tokens)
+        length = request_shape(request)
         expected = self.lengths.expected(length, request.max_tokens, policy.default_output_tokens)
         session = request.session
         valid, breaks = kind_terms(options, snapshot, model.name, policy, preferences, request.kind, now)

@@ -2,9 +2,10 @@
 
 An agent sends ``max_tokens: 32000`` and is answered in a few hundred tokens: planning for the ceiling would judge
 every deployment by its speed alone. So the router learns the lengths of the answers it relayed (``heard``), in cells
-from the general to the particular: the model and the request's shape (``shape_of``), then its client key, then its
-session. A prediction (``forecast``) starts from a prior (the share of ``max_tokens`` the model's answers used, else
-the caller's default); the shape's own answers replace it, and the key's and the session's pull it toward theirs,
+from the general to the particular: the model at this ``max_tokens`` magnitude, then the request's shape (its API,
+streaming and kind: ``shape_of``), then its client key, then its session. A prediction (``forecast``) starts from a
+prior (the share of ``max_tokens`` the model's answers used, else the caller's default); the shape's own answers
+replace it (the model's at any shape while it has none), and the key's and the session's pull it toward theirs,
 each by its answers against ``PRIOR_ANSWERS``. ``max_tokens`` caps every prediction. Lengths are log-normal-ish:
 ``Forecast.mean`` is what an expected time needs, ``Forecast.at(q)`` a quantile (docs/routing.md, "The score").
 """
@@ -15,9 +16,12 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from gateway.routing.priors import MEMORY
+
+if TYPE_CHECKING:
+    from gateway.routing.plan import RouteRequest
 
 PRIOR_ANSWERS = 3.0
 """A cell's answers weigh against its parent's estimate as if the parent were this many answers: a key's third
@@ -33,8 +37,8 @@ _Z = NormalDist()
 
 
 class LengthKey(NamedTuple):
-    """A request's shape, as far as its answer's length goes (``shape_of``). Its first five fields key the model's
-    cell, its first six the client key's."""
+    """A request's shape, as far as its answer's length goes (``shape_of``). Its first two fields key the model's
+    cell (any API or kind), its first five the shape's, its first six the client key's."""
 
     model: str
     magnitude: int
@@ -60,6 +64,20 @@ def shape_of(
 ) -> LengthKey:
     """The request's ``LengthKey``: ``max_tokens`` counted by its power of two."""
     return LengthKey(model, max_tokens.bit_length() if max_tokens else 0, api, stream, kind, client, session)
+
+
+def request_shape(request: RouteRequest) -> LengthKey:
+    """The ``LengthKey`` of a request as the router sees it: its API, streaming, kind, client key and session."""
+    session = request.session
+    return shape_of(
+        request.model.name,
+        request.max_tokens,
+        api=request.endpoint,
+        stream=request.stream,
+        kind=request.kind,
+        client=request.client,
+        session=session.key if session is not None else None,
+    )
 
 
 @dataclass(slots=True)
@@ -106,7 +124,7 @@ class Lengths:
     """Answer lengths per shape (model, key, session) and the model's share of ``max_tokens`` used."""
 
     shapes: dict[tuple[object, ...], _Cell] = field(default_factory=dict)
-    """The model's cells (the key's first five fields) and each key's (its first six)."""
+    """The model's cells (the key's first two fields), each shape's (its first five) and each key's (its first six)."""
     sessions: OrderedDict[LengthKey, _Cell] = field(default_factory=OrderedDict)
     shares: dict[str, _Cell] = field(default_factory=dict)
     """Per model: the share of ``max_tokens`` its answers used."""
@@ -115,7 +133,7 @@ class Lengths:
         """A complete answer of ``tokens`` output tokens to a request of shape ``key``."""
         x = float(max(tokens, 0))
         shapes = self.shapes
-        for cut in (key[:5], key[:6]) if key.client else (key[:5],):
+        for cut in (key[:2], key[:5], key[:6]) if key.client else (key[:2], key[:5]):
             cell = shapes.get(cut)
             if cell is None:
                 cell = shapes[cut] = _Cell()
@@ -176,8 +194,11 @@ class Lengths:
         return self.forecast(key, max_tokens, float(default)).mean
 
     def _cells(self, key: LengthKey) -> tuple[_Cell | None, ...]:
-        """The cells that know this shape, from the model's to the session's."""
-        model = self.shapes.get(key[:5])
+        """The cells that know this shape: its own (the model's at any API or kind while it has none: a shape's own
+        answers replace what other shapes' say, which may lie far off), then the key's and the session's."""
+        shape = self.shapes.get(key[:5])
+        if shape is None or not shape.n:
+            shape = self.shapes.get(key[:2])
         client = self.shapes.get(key[:6]) if key.client else None
         session = self.sessions.get(key) if key.session is not None else None
-        return model, client, session
+        return shape, client, session
