@@ -136,6 +136,7 @@ def test_a_shadow_probe_measures_a_contender_beside_the_leader_and_never_serves(
             break
     wait_until(lambda: idle(sim), what="the shadow drained")
     assert replies[-1].provider == "bulk" and replies[-1].attempts == 1  # the shadow is no attempt of the request
+    assert replies[-1].route == "best-score"  # the leader answers as the leader: only the shadow explores
     assert all(r.provider == "bulk" for r in replies)
     (shadow,) = [s for s in sim.samples.samples[warm:] if s.deployment == "snappy"]
     assert (shadow.outcome, shadow.hedged) == ("client_cancelled", True)

@@ -127,7 +127,9 @@ def candidates_of(
     hedging = request.stream and policy.hedging
     costs, racing, last = choice.costs, len(race), len(order) - 1
     # Measured to the end if it loses (drained): a look's first, or every racer of a cold start.
-    explored = max(max(1, racing - 1) if choice.explored else 0, racing if choice.cold else 0)
+    # A shadow's leader answers the request under its own reason (the look runs beside it, outside the candidates).
+    shadowed = choice.shadow is not None
+    explored = max(max(1, racing - 1) if choice.explored and not shadowed else 0, racing if choice.cold else 0)
     deadlines_of, tails, summaries = state.deadlines.of, state.tails, snapshot.summaries
     candidates = []
     for position, i in enumerate(order):
@@ -158,6 +160,7 @@ def candidates_of(
                 deadlines.first_token_s if deadlines is not None else None,  # first_token_timeout_s
                 deadlines.idle_s if deadlines is not None else None,  # idle_timeout_s
                 1.0 / prefill.s_per_token if prefill is not None and prefill.s_per_token > 0 else None,
+                shadowed and position == 0,  # shadowed
             )
         )
     return candidates

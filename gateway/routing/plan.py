@@ -35,6 +35,8 @@ class Candidate:
     """This attempt's longest silence mid-stream, learned from the deployment's own gaps (None: the policy's)."""
     prefill_tokens_per_s: float | None = None
     """Its measured prefill speed: what the prompt tokens its cache served saved in first-token time."""
+    shadowed: bool = False
+    """A look runs beside it unseen (``RoutePlan.shadow``): it answers, and is measured to the end as the look is."""
 
     @property
     def name(self) -> str:
@@ -42,9 +44,9 @@ class Candidate:
 
     @property
     def drains(self) -> bool:
-        """Read on unseen if another attempt answers first (``gateway.relay.drain``): a probe is measured for what
-        it is being judged on; every other loser is cancelled."""
-        return self.reason == "explore"
+        """Read on unseen if another attempt answers first (``gateway.relay.drain``): a probe, or the leader a
+        shadow is compared with, is measured for what it is being judged on; every other loser is cancelled."""
+        return self.reason == "explore" or self.shadowed
 
 
 SessionLookup = Literal["bound", "unbound", "unavailable"]
