@@ -220,7 +220,7 @@ class Belief:
         scatter is the likeliest alone (``belief_scatter.collapsed``): the few streams a plan is told would rarely tell
         a change of the scatter apart, and each would cost a change-point step per scatter."""
         return Belief(
-            [Run(r.weight, r.mean[:], r.var[:], r.born, r.changes) for r in self.runs],
+            [r.copy() for r in self.runs],
             self.heard_at,
             list(self.noise),
             [[collapsed(scatters)] for scatters in self.scatters],
@@ -314,10 +314,7 @@ class Belief:
         """What ``draw`` draws from, for ``runs`` (``self.runs``, or ``_new_runs``) now: each run's weight and its
         level's normal with drift, and the failure chance's (a look's, written out: ``belief_look.levels_of``)."""
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        levels = [
-            (r.weight, r.mean[TTFT], math.sqrt(r.var[TTFT] + age), r.mean[SPT], math.sqrt(r.var[SPT] + age))
-            for r in runs
-        ]
+        levels = [(r.weight, r.mean0, math.sqrt(r.var0 + age), r.mean1, math.sqrt(r.var1 + age)) for r in runs]
         # The beta posterior of the failure chance, drawn by its moments (cheaper than two gamma draws).
         a, b = FAIL_PRIOR if changed else self.failure(now)  # a provider that changed may have recovered too
         mean = a / (a + b)
@@ -331,12 +328,9 @@ class Belief:
         p = self.changed(now) if self.runs else 1.0
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         stayed = tuple(
-            ((1.0 - p) * r.weight, (r.mean[TTFT], r.mean[SPT]), (r.var[TTFT] + age, r.var[SPT] + age), False)
-            for r in self.runs
+            ((1.0 - p) * r.weight, (r.mean0, r.mean1), (r.var0 + age, r.var1 + age), False) for r in self.runs
         )
-        changed = tuple(
-            (p * r.weight, (r.mean[TTFT], r.mean[SPT]), (r.var[TTFT], r.var[SPT]), True) for r in self._new_runs(prior)
-        )
+        changed = tuple((p * r.weight, (r.mean0, r.mean1), (r.var0, r.var1), True) for r in self._new_runs(prior))
         return stayed + changed
 
     def uncertainty(self, now: float, prior: Prior) -> float:
@@ -375,7 +369,7 @@ class Belief:
         top = heaviest(self.runs)
         if self.leading is not None and top.born > self.leading[0]:
             self.before = self.leading[1]
-        self.leading = (top.born, (top.mean[TTFT], top.mean[SPT]))
+        self.leading = (top.born, (top.mean0, top.mean1))
 
     def _age(self, now: float, prior: Prior) -> None:
         if not self.runs:
@@ -387,9 +381,8 @@ class Belief:
         if not grow:  # heard at this very time (a plan's streams, one by one): x + 0.0 is x, no variance is -0.0
             return
         for run in self.runs:
-            var = run.var
-            var[TTFT] += grow
-            var[SPT] += grow
+            run.var0 += grow
+            run.var1 += grow
 
 
 def _z(q: float) -> float:

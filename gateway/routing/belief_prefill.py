@@ -22,11 +22,10 @@ base), and never above the whole first token (``at_most_its_answer``: a prefill 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.routing.belief_runs import TTFT, Run
+from gateway.routing.belief_runs import Run
 from gateway.routing.priors import DRIFT, SPREAD
 
 SLOPE: Final = 1e-4
@@ -94,9 +93,7 @@ class Prefill:
         return math.sqrt(max(self.var_slope, 0.0))
 
 
-def at_most_its_answer(
-    runs: Sequence[Run], base: float | None, unsure: float, ttft: float | None, noise: float
-) -> None:
+def at_most_its_answer(runs: list[Run], base: float | None, unsure: float, ttft: float | None, noise: float) -> None:
     """Each run told that this answer's base, read at ``base`` (log) with ``unsure`` log variance (``unprefilled``),
     is at most the answer's whole first token ``ttft`` (log): a prefill is never negative. Runs whose level lies
     above it lose weight and move down; where the slope is known the base was read close and this tells nothing.
@@ -113,13 +110,13 @@ def at_most_its_answer(
         return
     a, b = (ttft - (1.0 - w) * base) / tau, w / tau
     for run in runs:
-        mean, var = run.mean[TTFT], run.var[TTFT]
+        mean, var = run.mean0, run.var0
         s = math.sqrt(1.0 + b * b * var)
         z = (a - b * mean) / s
         chance = 0.5 * math.erfc(-z / math.sqrt(2.0))
         # φ(z) / Φ(z); where Φ underflows, its asymptote (to the term that keeps ratio × (z + ratio) below 1)
         ratio = math.exp(-0.5 * z * z) / _ROOT_2PI / chance if chance > 1e-300 else -z - 1.0 / z + 2.0 / z**3
-        run.mean[TTFT] = mean - b * var / s * ratio
+        run.mean0 = mean - b * var / s * ratio
         shrunk = var - b * b * var * var / (s * s) * ratio * (z + ratio)
-        run.var[TTFT] = shrunk if shrunk > 1e-6 else 1e-6  # as ``student.update_all`` floors a bound's step
+        run.var0 = shrunk if shrunk > 1e-6 else 1e-6  # as ``student.update_all`` floors a bound's step
         run.weight *= chance if chance > 1e-12 else 1e-12
