@@ -48,6 +48,7 @@ from gateway.routing.belief_runs import (
     mix,
     prune,
     unborn_weigh_nothing,
+    weight_of,
 )
 from gateway.routing.belief_scatter import collapsed, hear_both, reprior_scatters
 from gateway.routing.draws import Draw, Sampling, new_tuple, sample
@@ -129,7 +130,7 @@ class Belief:
         noise = self.noise if not unsure > 0.0 else [self.noise[TTFT] + unsure, self.noise[SPT]]
         heard, runs = self.heard_at, self.runs
         hazard = change_chance(now - heard, self.hazard.every_s) if heard is not None else 0.0
-        total = sum([r.weight for r in runs])
+        total = weight_of(runs)
         kept = len(runs)
         # No chance of a change since last heard (a plan's streams, told one after another at one time): the new runs
         # would weigh exactly 0.0 and be pruned, so they are not made (``unborn_weigh_nothing``); where every weight
@@ -158,7 +159,7 @@ class Belief:
             noise = [self.noise[TTFT] + unsure, self.noise[SPT]]
         update_all(runs, values, bounds, noise)
         at_most_its_answer(runs, values[TTFT], unsure, answered, self.noise[TTFT])
-        if unborn and not 0.0 < sum([r.weight for r in runs]) < math.inf:
+        if unborn and not 0.0 < weight_of(runs) < math.inf:
             fresh = self._new_runs(prior)
             for run in fresh:
                 run.born, run.weight, run.changes = now, 0.0, before + 1.0  # as if born (``changed × weight × fit``)

@@ -17,6 +17,7 @@ from gateway.routing.priors import MEMORY, PRIOR_WEIGHT, SPREAD
 from gateway.routing.student import TAIL_NU, censored_square
 
 _KEEP: Final = 1 - 1 / MEMORY
+_SPREAD2: Final = SPREAD**2
 
 
 @dataclass(slots=True)
@@ -25,14 +26,22 @@ class Scatter:
     chance."""
 
     weight: float
-    noise: float = SPREAD**2
+    noise: float = _SPREAD2
     """The Student-t's scale (log variance), robust."""
-    spread2: float = SPREAD**2
+    spread2: float = _SPREAD2
     """The answers' plain log variance around the level."""
     n: float = 0.0
     """Answers' worth heard (the prior's ``PRIOR_WEIGHT`` besides)."""
-    marginal: float = field(default=0.0, compare=False, repr=False)
+    marginal: float = field(default=0.0, init=False, compare=False, repr=False)
     """Scratch, not state: the answer's density with the level marginalised, while ``belief_scatter.hear`` weighs."""
+
+    def __init__(self, weight: float, noise: float = _SPREAD2, spread2: float = _SPREAD2, n: float = 0.0) -> None:
+        # Written out (the generated one's fields and defaults): compiled, a native method (``belief_runs.Run``).
+        self.weight = weight
+        self.noise = noise
+        self.spread2 = spread2
+        self.n = n
+        self.marginal = 0.0
 
 
 def learn_noise(

@@ -31,20 +31,41 @@ from gateway.routing.priors import DRIFT, SPREAD
 SLOPE: Final = 1e-4
 """Seconds per uncached prompt token before any answer tells (10k tokens/s); its prior sd is as large."""
 _ROOT_2PI: Final = math.sqrt(2.0 * math.pi)
+_SLOPE2: Final = SLOPE**2
 _FLOOR_S: Final = 1e-3
 """The smallest first token an answer's noise is scaled by (a 0 s answer would otherwise weigh infinitely)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prefill:
-    """The posterior of (base, slope): means and covariance ``((var_b, cov), (cov, var_s))``, and when last heard."""
+    """The posterior of (base, slope): means and covariance ``((var_b, cov), (cov, var_s))``, and when last heard.
+
+    Never changed in place: ``observe`` returns the posterior after, and a belief's copies share the one it holds.
+    Not frozen for its ``__init__``: written out, compiled, a native method, where a frozen dataclass's generated one
+    stays interpreted and sets each field through ``object.__setattr__`` (one is made per answer)."""
 
     base: float = 1.0
     slope: float = SLOPE
     var_base: float = 1.0
     cov: float = 0.0
-    var_slope: float = SLOPE**2
+    var_slope: float = _SLOPE2
     heard_at: float | None = None
+
+    def __init__(
+        self,
+        base: float = 1.0,
+        slope: float = SLOPE,
+        var_base: float = 1.0,
+        cov: float = 0.0,
+        var_slope: float = _SLOPE2,
+        heard_at: float | None = None,
+    ) -> None:
+        self.base = base
+        self.slope = slope
+        self.var_base = var_base
+        self.cov = cov
+        self.var_slope = var_slope
+        self.heard_at = heard_at
 
     @classmethod
     def start(cls, base_s: float) -> Prefill:

@@ -49,6 +49,27 @@ class Run:
     """The changes expected before it, its own birth included, given that it is the true one (what the hazard counts:
     ``belief_hazard.born_after``)."""
 
+    def __init__(
+        self,
+        weight: float,
+        mean0: float,
+        mean1: float,
+        var0: float,
+        var1: float,
+        born: float = 0.0,
+        changes: float = 0.0,
+    ) -> None:
+        # Written out (the generated one's fields, in order, and defaults): compiled, a native method, where the
+        # ``__init__`` ``dataclasses`` generates stays interpreted, and a run is made per change per answer and per
+        # run of every plan's copy.
+        self.weight = weight
+        self.mean0 = mean0
+        self.mean1 = mean1
+        self.var0 = var0
+        self.var1 = var1
+        self.born = born
+        self.changes = changes
+
     def level(self, metric: int) -> tuple[float, float]:
         """The posterior mean and variance of ``metric``'s log level (``TTFT`` or ``SPT``)."""
         return (self.mean0, self.var0) if metric == TTFT else (self.mean1, self.var1)
@@ -152,7 +173,7 @@ def prune(runs: list[Run], cut: bool = False) -> list[Run]:
     """The runs with their weights summing to one, the ``RUNS`` heaviest kept (in place where it can be); where every
     weight vanished, the newest run alone. ``cut``: sorted and cut as if more than ``RUNS`` came (runs of weight 0.0
     left unmade: ``unborn_weigh_nothing``)."""
-    total = sum([r.weight for r in runs])
+    total = weight_of(runs)
     if total <= 0 or not math.isfinite(total):
         keep = runs[-1]
         keep.weight = 1.0
@@ -160,12 +181,39 @@ def prune(runs: list[Run], cut: bool = False) -> list[Run]:
     for run in runs:
         run.weight /= total
     if len(runs) > RUNS or cut:
-        runs.sort(key=_WEIGHT, reverse=True)
+        _heaviest_first(runs)
         del runs[RUNS:]
-        total = sum([r.weight for r in runs])
+        total = weight_of(runs)
         for run in runs:
             run.weight /= total
     return runs
+
+
+def weight_of(runs: list[Run]) -> float:
+    """The runs' weights summed: ``sum([r.weight for r in runs])`` written out, the same float (``sum`` adds left to
+    right, and its start ``0 + x`` is ``0.0 + x``), no list of boxed floats made."""
+    total = 0.0
+    for run in runs:
+        total += run.weight
+    return total
+
+
+def _heaviest_first(runs: list[Run]) -> None:
+    """``runs.sort(key=weight, reverse=True)`` for a few runs, written out: an insertion sort that moves a run only
+    before a lighter one, stable as ``sort`` is, so the same order wherever no weight is NaN (``prune`` sorts the
+    weights of a finite sum: none is); with a NaN, ``sort`` itself (its order then depends on its algorithm)."""
+    for run in runs:
+        if run.weight != run.weight:
+            runs.sort(key=_WEIGHT, reverse=True)
+            return
+    for i in range(1, len(runs)):
+        run = runs[i]
+        weight = run.weight
+        j = i
+        while j > 0 and runs[j - 1].weight < weight:
+            runs[j] = runs[j - 1]
+            j -= 1
+        runs[j] = run
 
 
 def unborn_weigh_nothing(

@@ -164,7 +164,7 @@ def _prune(scatters: list[Scatter]) -> list[Scatter]:
         keep.weight = 1.0
         return [keep]
     if len(scatters) > SCATTERS:
-        scatters.sort(key=_WEIGHT, reverse=True)
+        _heaviest_first(scatters)
         del scatters[SCATTERS:]
         total = 0.0
         for scatter in scatters:
@@ -172,3 +172,20 @@ def _prune(scatters: list[Scatter]) -> list[Scatter]:
     for scatter in scatters:
         scatter.weight /= total
     return scatters
+
+
+def _heaviest_first(scatters: list[Scatter]) -> None:
+    """``scatters.sort(key=weight, reverse=True)`` written out (``belief_runs._heaviest_first``: the same order,
+    ``sort`` itself where a weight is NaN; ``_prune`` sorts a finite sum's)."""
+    for scatter in scatters:
+        if scatter.weight != scatter.weight:
+            scatters.sort(key=_WEIGHT, reverse=True)
+            return
+    for i in range(1, len(scatters)):
+        scatter = scatters[i]
+        weight = scatter.weight
+        j = i
+        while j > 0 and scatters[j - 1].weight < weight:
+            scatters[j] = scatters[j - 1]
+            j -= 1
+        scatters[j] = scatter
