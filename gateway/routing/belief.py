@@ -264,8 +264,20 @@ class Belief:
         and the answers' spread widened by how unsure that level is. The leader and the fallbacks read a belief that
         has heard with no prior: as heard (``choose.mean_costs``).
 
-        Read for every deployment of every plan: ``level`` and ``changed`` are written out here for both metrics
-        at once (the same arithmetic)."""
+        Read for every deployment of every plan: ``level`` and ``changed`` are written out for both metrics at once
+        (``predicted``: the same arithmetic)."""
+        m0, m1, v0, v1 = self.predicted(now, prior)
+        # Never heard: its answers will scatter as its siblings' do.
+        spread2 = self.spread2 if self.runs or prior is None else prior.spread2
+        failures = self.failures
+        fails, oks = failures.counts(now, self.hazard.every_s)
+        spread = (math.sqrt(v0 + spread2[TTFT]), math.sqrt(v1 + spread2[SPT]))
+        draw = (math.exp(m0), math.exp(m1), fails / (fails + oks), spread, failures.failure_s, False, (0.0, 0.0))
+        return new_tuple(Draw, draw)  # ``Draw(*draw)``, without its ``__new__``'s Python frame
+
+    def predicted(self, now: float, prior: Prior | None = None) -> tuple[float, float, float, float]:
+        """``expected``'s log level now: the means of first token and seconds per token, then their variances (an
+        answer that came whole is split by their medians alone: ``belief_attempts.tell``)."""
         runs, heard = self.runs, self.heard_at
         if runs:
             mixture = self.mixture if self.mixture is not None else (mix(runs, TTFT), mix(runs, SPT))
@@ -289,13 +301,7 @@ class Belief:
             if p1 is not None:
                 v1 = (1 - changed) * v1 + changed * w1 + changed * (1 - changed) * math.pow(m1 - p1, 2.0)
                 m1 += changed * (p1 - m1)
-        # Never heard: its answers will scatter as its siblings' do.
-        spread2 = self.spread2 if runs or prior is None else prior.spread2
-        failures = self.failures
-        fails, oks = failures.counts(now, self.hazard.every_s)
-        spread = (math.sqrt(v0 + spread2[TTFT]), math.sqrt(v1 + spread2[SPT]))
-        draw = (math.exp(m0), math.exp(m1), fails / (fails + oks), spread, failures.failure_s, False, (0.0, 0.0))
-        return new_tuple(Draw, draw)  # ``Draw(*draw)``, without its ``__new__``'s Python frame
+        return m0, m1, v0, v1
 
     def changed(self, now: float) -> float:
         """The chance the level has jumped since it was last heard (``Hazard.every_s``)."""
