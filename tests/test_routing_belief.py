@@ -74,12 +74,12 @@ def test_a_change_starts_a_new_run_from_the_prior_not_from_the_level_it_left() -
     _feed(belief, random.Random(3), 40, start=0.0, ttft=1.2, tps=70.0)
     prior = Prior((math.log(0.3), math.log(1 / 300.0)), (0.25, 0.25))
     landing = belief._new_runs(prior)
-    assert [run.mean for run in landing] == [[math.log(0.3), math.log(1 / 300.0)]]
+    assert [(run.mean0, run.mean1) for run in landing] == [(math.log(0.3), math.log(1 / 300.0))]
     assert landing[0].weight == 1.0
     # Once it changed, where it was before is the other place a change may land (a dip's end, a swap back).
     now = _feed(belief, random.Random(4), 30, start=20.0, ttft=0.3, tps=300.0)
     assert belief.before is not None and math.exp(belief.before[0]) > 0.9
-    assert sorted(math.exp(run.mean[0]) for run in belief._new_runs(prior)) == [
+    assert sorted(math.exp(run.mean0) for run in belief._new_runs(prior)) == [
         pytest.approx(0.3),
         pytest.approx(math.exp(belief.before[0])),
     ]
@@ -297,7 +297,7 @@ def test_a_first_answer_far_from_its_only_sibling_is_its_level_not_one_wild_answ
     far = Belief()
     far.observe(6.0, prior, 1.0, 0.001)
     assert math.exp(far.level(6.0, 0)[0]) > 0.5
-    assert math.exp(max(far.runs, key=lambda r: r.weight).mean[0]) > 0.8
+    assert math.exp(max(far.runs, key=lambda r: r.weight).mean0) > 0.8
     # An answer near the siblings is read as before: its level there, as sure as the prior and one answer make it.
     near = Belief()
     near.observe(6.0, prior, 0.006, 0.001)

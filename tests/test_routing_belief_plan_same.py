@@ -104,7 +104,7 @@ def _reference_observe(
 
 def _copy(belief: Belief) -> Belief:
     return Belief(
-        [Run(r.weight, r.mean[:], r.var[:], r.born, r.changes) for r in belief.runs],
+        [Run(r.weight, r.mean0, r.mean1, r.var0, r.var1, r.born, r.changes) for r in belief.runs],
         belief.heard_at,
         list(belief.noise),
         [[collapsed(scatters)] for scatters in belief.scatters],

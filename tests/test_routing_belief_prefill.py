@@ -101,7 +101,7 @@ def test_bases_guessed_before_the_slope_is_learned_leave_the_spread_alone_and_a_
     assert math.exp(belief.level(now, 0)[0]) < 0.02
     belief.observe(now + 1.6, NO_PRIOR, 1.5, 0.01, uncached_tokens=338)
     top = max(belief.runs, key=lambda r: r.weight)
-    assert math.exp(top.mean[0]) > 1.0  # main's heaviest run: 0.011 s
+    assert math.exp(top.mean0) > 1.0  # main's heaviest run: 0.011 s
 
 
 def test_long_prompts_of_an_unlearned_slope_leave_a_learned_spread_as_it_was() -> None:
@@ -134,6 +134,6 @@ def test_any_prompt_and_first_token_leave_the_belief_finite() -> None:
             uncached = rng.choice((0, 1, 300, 20_000, 1_000_000))
             ttft = math.exp(rng.uniform(math.log(1e-6), math.log(60.0)))
             belief.observe(now, NO_PRIOR, ttft, rng.choice((None, 0.01)), uncached_tokens=uncached)
-            assert all(math.isfinite(r.mean[0]) and r.var[0] > 0.0 for r in belief.runs)
+            assert all(math.isfinite(r.mean0) and r.var0 > 0.0 for r in belief.runs)
             assert abs(sum(r.weight for r in belief.runs) - 1.0) < 1e-9
             assert math.isfinite(belief.spread2[0]) and math.isfinite(belief.level(now, 0)[0])

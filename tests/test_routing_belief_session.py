@@ -200,7 +200,8 @@ def test_a_models_first_answer_far_from_one_second_is_believed_not_read_as_wild(
 
 
 def test_an_answer_that_came_whole_says_how_quick_its_deployment_was() -> None:
-    expected = Belief().expected(0.0)  # 1 s to a first token, 50 tokens/s
+    draw = Belief().expected(0.0)  # 1 s to a first token, 50 tokens/s
+    expected = (draw.ttft_s, draw.s_per_token)
     streamed = dataclasses.replace(make_sample(ttft_s=0.2, tokens_per_s=100.0, output_tokens=50), attempt_s=0.7)
     assert answer_pair(streamed, expected) == (0.2, 0.01)
     # Its 50 tokens in one piece, 10 ms after the first token: 5 ms per 25 tokens, not the prior's 20 ms a token.
@@ -211,7 +212,7 @@ def test_an_answer_that_came_whole_says_how_quick_its_deployment_was() -> None:
     whole = dataclasses.replace(piece, stream=False, ttft_s=None, attempt_s=0.49)
     ttft, spt = answer_pair(whole, expected)
     assert ttft is not None and spt is not None
-    assert math.isclose(ttft + 49 * spt, 0.49) and math.isclose(ttft / spt, expected.ttft_s / expected.s_per_token)
+    assert math.isclose(ttft + 49 * spt, 0.49) and math.isclose(ttft / spt, draw.ttft_s / draw.s_per_token)
 
 
 def test_a_whole_answer_told_is_split_as_the_belief_expected_it_and_a_streamed_one_as_measured() -> None:
@@ -226,7 +227,8 @@ def test_a_whole_answer_told_is_split_as_the_belief_expected_it_and_a_streamed_o
         told, direct = Belief(), Belief()
         for b in (told, direct):
             b.observe(1.0, prior, 0.4, 0.03)
-        ttft, spt = answer_pair(answer, direct.expected(5.0, prior))
+        draw = direct.expected(5.0, prior)
+        ttft, spt = answer_pair(answer, (draw.ttft_s, draw.s_per_token))
         assert ttft is not None and spt is not None
         direct.observe(5.0, prior, ttft, spt, uncached_tokens=None)
         direct.failed(5.0, False)

@@ -53,8 +53,8 @@ def _reference_draw(belief: Belief, now: float, rng: random.Random, prior: Prior
             run = candidate
             break
     age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
-    ttft = rng.gauss(run.mean[0], math.sqrt(run.var[0] + age))
-    spt = rng.gauss(run.mean[1], math.sqrt(run.var[1] + age))
+    ttft = rng.gauss(run.mean0, math.sqrt(run.var0 + age))
+    spt = rng.gauss(run.mean1, math.sqrt(run.var1 + age))
     a, b = FAIL_PRIOR if changed else belief.failure(now)
     mean = a / (a + b)
     failure = min(0.99, max(0.0, rng.gauss(mean, math.sqrt(mean * (1 - mean) / (a + b + 1)))))

@@ -48,6 +48,7 @@ from gateway.routing.belief_runs import (
     mix,
     prune,
     unborn_weigh_nothing,
+    weight_of,
 )
 from gateway.routing.belief_scatter import collapsed, hear_both, reprior_scatters
 from gateway.routing.draws import Draw, Sampling, new_tuple, sample
@@ -129,7 +130,7 @@ class Belief:
         noise = self.noise if not unsure > 0.0 else [self.noise[TTFT] + unsure, self.noise[SPT]]
         heard, runs = self.heard_at, self.runs
         hazard = change_chance(now - heard, self.hazard.every_s) if heard is not None else 0.0
-        total = sum([r.weight for r in runs])
+        total = weight_of(runs)
         kept = len(runs)
         # No chance of a change since last heard (a plan's streams, told one after another at one time): the new runs
         # would weigh exactly 0.0 and be pruned, so they are not made (``unborn_weigh_nothing``); where every weight
@@ -158,7 +159,7 @@ class Belief:
             noise = [self.noise[TTFT] + unsure, self.noise[SPT]]
         update_all(runs, values, bounds, noise)
         at_most_its_answer(runs, values[TTFT], unsure, answered, self.noise[TTFT])
-        if unborn and not 0.0 < sum([r.weight for r in runs]) < math.inf:
+        if unborn and not 0.0 < weight_of(runs) < math.inf:
             fresh = self._new_runs(prior)
             for run in fresh:
                 run.born, run.weight, run.changes = now, 0.0, before + 1.0  # as if born (``changed × weight × fit``)
@@ -220,7 +221,7 @@ class Belief:
         scatter is the likeliest alone (``belief_scatter.collapsed``): the few streams a plan is told would rarely tell
         a change of the scatter apart, and each would cost a change-point step per scatter."""
         return Belief(
-            [Run(r.weight, r.mean[:], r.var[:], r.born, r.changes) for r in self.runs],
+            [r.copy() for r in self.runs],
             self.heard_at,
             list(self.noise),
             [[collapsed(scatters)] for scatters in self.scatters],
@@ -263,8 +264,20 @@ class Belief:
         and the answers' spread widened by how unsure that level is. The leader and the fallbacks read a belief that
         has heard with no prior: as heard (``choose.mean_costs``).
 
-        Read for every deployment of every plan: ``level`` and ``changed`` are written out here for both metrics
-        at once (the same arithmetic)."""
+        Read for every deployment of every plan: ``level`` and ``changed`` are written out for both metrics at once
+        (``predicted``: the same arithmetic)."""
+        m0, m1, v0, v1 = self.predicted(now, prior)
+        # Never heard: its answers will scatter as its siblings' do.
+        spread2 = self.spread2 if self.runs or prior is None else prior.spread2
+        failures = self.failures
+        fails, oks = failures.counts(now, self.hazard.every_s)
+        spread = (math.sqrt(v0 + spread2[TTFT]), math.sqrt(v1 + spread2[SPT]))
+        draw = (math.exp(m0), math.exp(m1), fails / (fails + oks), spread, failures.failure_s, False, (0.0, 0.0))
+        return new_tuple(Draw, draw)  # ``Draw(*draw)``, without its ``__new__``'s Python frame
+
+    def predicted(self, now: float, prior: Prior | None = None) -> tuple[float, float, float, float]:
+        """``expected``'s log level now: the means of first token and seconds per token, then their variances (an
+        answer that came whole is split by their medians alone: ``belief_attempts.tell``)."""
         runs, heard = self.runs, self.heard_at
         if runs:
             mixture = self.mixture if self.mixture is not None else (mix(runs, TTFT), mix(runs, SPT))
@@ -288,13 +301,7 @@ class Belief:
             if p1 is not None:
                 v1 = (1 - changed) * v1 + changed * w1 + changed * (1 - changed) * math.pow(m1 - p1, 2.0)
                 m1 += changed * (p1 - m1)
-        # Never heard: its answers will scatter as its siblings' do.
-        spread2 = self.spread2 if runs or prior is None else prior.spread2
-        failures = self.failures
-        fails, oks = failures.counts(now, self.hazard.every_s)
-        spread = (math.sqrt(v0 + spread2[TTFT]), math.sqrt(v1 + spread2[SPT]))
-        draw = (math.exp(m0), math.exp(m1), fails / (fails + oks), spread, failures.failure_s, False, (0.0, 0.0))
-        return new_tuple(Draw, draw)  # ``Draw(*draw)``, without its ``__new__``'s Python frame
+        return m0, m1, v0, v1
 
     def changed(self, now: float) -> float:
         """The chance the level has jumped since it was last heard (``Hazard.every_s``)."""
@@ -314,10 +321,7 @@ class Belief:
         """What ``draw`` draws from, for ``runs`` (``self.runs``, or ``_new_runs``) now: each run's weight and its
         level's normal with drift, and the failure chance's (a look's, written out: ``belief_look.levels_of``)."""
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        levels = [
-            (r.weight, r.mean[TTFT], math.sqrt(r.var[TTFT] + age), r.mean[SPT], math.sqrt(r.var[SPT] + age))
-            for r in runs
-        ]
+        levels = [(r.weight, r.mean0, math.sqrt(r.var0 + age), r.mean1, math.sqrt(r.var1 + age)) for r in runs]
         # The beta posterior of the failure chance, drawn by its moments (cheaper than two gamma draws).
         a, b = FAIL_PRIOR if changed else self.failure(now)  # a provider that changed may have recovered too
         mean = a / (a + b)
@@ -331,12 +335,9 @@ class Belief:
         p = self.changed(now) if self.runs else 1.0
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
         stayed = tuple(
-            ((1.0 - p) * r.weight, (r.mean[TTFT], r.mean[SPT]), (r.var[TTFT] + age, r.var[SPT] + age), False)
-            for r in self.runs
+            ((1.0 - p) * r.weight, (r.mean0, r.mean1), (r.var0 + age, r.var1 + age), False) for r in self.runs
         )
-        changed = tuple(
-            (p * r.weight, (r.mean[TTFT], r.mean[SPT]), (r.var[TTFT], r.var[SPT]), True) for r in self._new_runs(prior)
-        )
+        changed = tuple((p * r.weight, (r.mean0, r.mean1), (r.var0, r.var1), True) for r in self._new_runs(prior))
         return stayed + changed
 
     def uncertainty(self, now: float, prior: Prior) -> float:
@@ -375,7 +376,7 @@ class Belief:
         top = heaviest(self.runs)
         if self.leading is not None and top.born > self.leading[0]:
             self.before = self.leading[1]
-        self.leading = (top.born, (top.mean[TTFT], top.mean[SPT]))
+        self.leading = (top.born, (top.mean0, top.mean1))
 
     def _age(self, now: float, prior: Prior) -> None:
         if not self.runs:
@@ -387,9 +388,8 @@ class Belief:
         if not grow:  # heard at this very time (a plan's streams, one by one): x + 0.0 is x, no variance is -0.0
             return
         for run in self.runs:
-            var = run.var
-            var[TTFT] += grow
-            var[SPT] += grow
+            run.var0 += grow
+            run.var1 += grow
 
 
 def _z(q: float) -> float:

@@ -11,11 +11,11 @@ by one rule.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.routing.belief import Belief
-from gateway.routing.draws import Draw
 from gateway.routing.health import FAILURES
 from gateway.routing.lengths import LengthKey
 from gateway.routing.priors import Prior
@@ -81,15 +81,15 @@ class Measured(Protocol):
     def attempt_s(self) -> float | None: ...
 
 
-def answer_pair(sample: Measured, expected: Draw | None) -> tuple[float | None, float | None]:
+def answer_pair(sample: Measured, expected: tuple[float, float] | None) -> tuple[float | None, float | None]:
     """A finished answer's first token and seconds per token, for its deployment's belief.
 
     A stream's, as measured. One whose tokens all came in one piece (no speed measured) streamed them in the
     time from its first token to its end: its speed is that, not unknown (left unknown, the belief's prior speed
     would add a stream time the deployment never takes to every prediction of it). An answer that was not
     streamed tells its whole time only: it is split as the belief expects it to be (``expected``, its median
-    first token and speed), both parts scaled by how much slower or quicker the whole came. ``expected`` is read
-    only for an answer with no first token (None will do where it has one: ``tell`` finds it only then)."""
+    first token and seconds per token), both parts scaled by how much slower or quicker the whole came. ``expected``
+    is read only for an answer with no first token (None will do where it has one: ``tell`` finds it only then)."""
     n = sample.output_tokens or 0
     ended = sample.attempt_s
     if sample.ttft_s is not None:
@@ -102,8 +102,9 @@ def answer_pair(sample: Measured, expected: Draw | None) -> tuple[float | None, 
         return None, None
     if n < 2 or expected is None:
         return ended, None
-    scale = ended / (expected.ttft_s + (n - 1) * expected.s_per_token)
-    return expected.ttft_s * scale, expected.s_per_token * scale
+    ttft_s, s_per_token = expected
+    scale = ended / (ttft_s + (n - 1) * s_per_token)
+    return ttft_s * scale, s_per_token * scale
 
 
 def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: float | None) -> bool:
@@ -111,7 +112,7 @@ def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: fl
     failure (after ``elapsed_s``), or a raced loser's lower bound on its first token (its wait, or ``elapsed_s``).
     False when it says nothing of the deployment."""
     if answer.outcome == "ok" or answer.drained:
-        ttft, spt = answer_pair(answer, belief.expected(now, prior) if answer.ttft_s is None else None)
+        ttft, spt = answer_pair(answer, _medians(belief, now, prior) if answer.ttft_s is None else None)
         belief.observe(now, prior, ttft, spt, uncached_tokens=answer.uncached_tokens)
         belief.failed(now, False)
     elif answer.outcome in FAILURES:
@@ -123,3 +124,10 @@ def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: fl
     else:
         return False
     return True
+
+
+def _medians(belief: Belief, now: float, prior: Prior) -> tuple[float, float]:
+    """``belief.expected(now, prior)``'s first token and seconds per token, the rest of it (the failure chance, the
+    spread) not found."""
+    m0, m1, _, _ = belief.predicted(now, prior)
+    return math.exp(m0), math.exp(m1)

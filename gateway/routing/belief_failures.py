@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Final
 
 FAIL_PRIOR = (0.2, 1.8)
@@ -33,6 +34,12 @@ class FailureRun:
     weight: float
     fails: float
     oks: float
+
+    def __init__(self, weight: float, fails: float, oks: float) -> None:
+        # Written out: compiled, a native method (``belief_runs.Run``); one is made per attempt heard.
+        self.weight = weight
+        self.fails = fails
+        self.oks = oks
 
 
 @dataclass(slots=True)
@@ -64,9 +71,11 @@ class Failures:
         for run in self.runs:
             run.fails += 1.0 if failed else 0.0
             run.oks += 0.0 if failed else 1.0
-        self.runs.sort(key=lambda r: r.weight, reverse=True)
+        _heaviest_first(self.runs)
         del self.runs[RUNS:]
-        total = sum(r.weight for r in self.runs)
+        total = 0.0  # ``sum`` of the weights written out: the same float (left to right, ``0 + x`` is ``0.0 + x``)
+        for run in self.runs:
+            total += run.weight
         if total <= 0.0 or not math.isfinite(total):
             self.runs = [FailureRun(1.0, a0 + failed, b0 + (not failed))]
             total = 1.0
@@ -130,6 +139,24 @@ class Failures:
         return terms
 
 
+def _heaviest_first(runs: list[FailureRun]) -> None:
+    """``runs.sort(key=weight, reverse=True)`` written out (``belief_runs._heaviest_first``: an insertion sort, stable
+    as ``sort`` is, the same order wherever no weight is NaN; ``sort`` itself where one is)."""
+    for run in runs:
+        if run.weight != run.weight:
+            runs.sort(key=_WEIGHT, reverse=True)
+            return
+    for i in range(1, len(runs)):
+        run = runs[i]
+        weight = run.weight
+        j = i
+        while j > 0 and runs[j - 1].weight < weight:
+            runs[j] = runs[j - 1]
+            j -= 1
+        runs[j] = run
+
+
+_WEIGHT = attrgetter("weight")
 _A0, _B0 = FAIL_PRIOR
 _S0: Final = _A0 + _B0
 _M0: Final = _A0 / _S0

@@ -86,5 +86,9 @@ def born_after(runs: list[Run], kept: int) -> float:
 
 def found(runs: list[Run]) -> float:
     """The changes the history is expected to hold now (the runs' weighted mean; not a number where none weighs)."""
-    total = sum([r.weight for r in runs])
-    return sum([r.weight * r.changes for r in runs]) / total if 0.0 < total < math.inf else math.nan
+    total = changes = 0.0  # ``sum`` over lists written out: the same floats (left to right, ``0 + x`` is ``0.0 + x``)
+    for run in runs:
+        total += run.weight
+    for run in runs:
+        changes += run.weight * run.changes
+    return changes / total if 0.0 < total < math.inf else math.nan

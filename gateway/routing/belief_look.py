@@ -101,7 +101,7 @@ def levels_of(belief: Belief, runs: list[Run], now: float, changed: bool = False
     run's weight and its level's normal with drift, and the failure chance's mean and sd (a changed provider's the
     prior's: it may have recovered too)."""
     age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
-    levels = [Level(r.weight, r.mean[0], math.sqrt(r.var[0] + age), r.mean[1], math.sqrt(r.var[1] + age)) for r in runs]
+    levels = [Level(r.weight, r.mean0, math.sqrt(r.var0 + age), r.mean1, math.sqrt(r.var1 + age)) for r in runs]
     a, b = FAIL_PRIOR if changed else belief.failure(now)
     mean = a / (a + b)
     return levels, mean, math.sqrt(mean * (1 - mean) / (a + b + 1))
@@ -246,18 +246,20 @@ def look_terms(
     for r in belief.runs:
         weight = (1.0 - p) * r.weight
         stayed += weight
-        result.append(_hypothesis(weight, r.mean, r.var[0] + age, r.var[1] + age, s0, s1))
+        result.append(_hypothesis(weight, r.mean0, r.mean1, r.var0 + age, r.var1 + age, s0, s1))
     for r in changed_runs:
         weight = p * r.weight
         changed += weight
-        result.append(_hypothesis(weight, r.mean, r.var[0], r.var[1], s0, s1))
+        result.append(_hypothesis(weight, r.mean0, r.mean1, r.var0, r.var1, s0, s1))
     return (stayed, changed), result
 
 
-def _hypothesis(weight: float, mean: list[float], var0: float, var1: float, s0: float, s1: float) -> Hypothesis:
+def _hypothesis(
+    weight: float, mean0: float, mean1: float, var0: float, var1: float, s0: float, s1: float
+) -> Hypothesis:
     v0, v1 = var0 + s0, var1 + s1
     log_weight, learn0, learn1 = math.log(max(weight, 1e-12)), var0 / v0, var1 / v1
-    return Hypothesis(log_weight, mean[0], mean[1], v0, v1, math.log(v0), math.log(v1), learn0, learn1)
+    return Hypothesis(log_weight, mean0, mean1, v0, v1, math.log(v0), math.log(v1), learn0, learn1)
 
 
 def posterior_mean(hypotheses: list[Hypothesis], a0: float, a1: float) -> tuple[float, float]:

@@ -22,30 +22,50 @@ base), and never above the whole first token (``at_most_its_answer``: a prefill 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.routing.belief_runs import TTFT, Run
+from gateway.routing.belief_runs import Run
 from gateway.routing.priors import DRIFT, SPREAD
 
 SLOPE: Final = 1e-4
 """Seconds per uncached prompt token before any answer tells (10k tokens/s); its prior sd is as large."""
 _ROOT_2PI: Final = math.sqrt(2.0 * math.pi)
+_SLOPE2: Final = SLOPE**2
 _FLOOR_S: Final = 1e-3
 """The smallest first token an answer's noise is scaled by (a 0 s answer would otherwise weigh infinitely)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prefill:
-    """The posterior of (base, slope): means and covariance ``((var_b, cov), (cov, var_s))``, and when last heard."""
+    """The posterior of (base, slope): means and covariance ``((var_b, cov), (cov, var_s))``, and when last heard.
+
+    Never changed in place: ``observe`` returns the posterior after, and a belief's copies share the one it holds.
+    Not frozen for its ``__init__``: written out, compiled, a native method, where a frozen dataclass's generated one
+    stays interpreted and sets each field through ``object.__setattr__`` (one is made per answer)."""
 
     base: float = 1.0
     slope: float = SLOPE
     var_base: float = 1.0
     cov: float = 0.0
-    var_slope: float = SLOPE**2
+    var_slope: float = _SLOPE2
     heard_at: float | None = None
+
+    def __init__(
+        self,
+        base: float = 1.0,
+        slope: float = SLOPE,
+        var_base: float = 1.0,
+        cov: float = 0.0,
+        var_slope: float = _SLOPE2,
+        heard_at: float | None = None,
+    ) -> None:
+        self.base = base
+        self.slope = slope
+        self.var_base = var_base
+        self.cov = cov
+        self.var_slope = var_slope
+        self.heard_at = heard_at
 
     @classmethod
     def start(cls, base_s: float) -> Prefill:
@@ -94,9 +114,7 @@ class Prefill:
         return math.sqrt(max(self.var_slope, 0.0))
 
 
-def at_most_its_answer(
-    runs: Sequence[Run], base: float | None, unsure: float, ttft: float | None, noise: float
-) -> None:
+def at_most_its_answer(runs: list[Run], base: float | None, unsure: float, ttft: float | None, noise: float) -> None:
     """Each run told that this answer's base, read at ``base`` (log) with ``unsure`` log variance (``unprefilled``),
     is at most the answer's whole first token ``ttft`` (log): a prefill is never negative. Runs whose level lies
     above it lose weight and move down; where the slope is known the base was read close and this tells nothing.
@@ -113,13 +131,13 @@ def at_most_its_answer(
         return
     a, b = (ttft - (1.0 - w) * base) / tau, w / tau
     for run in runs:
-        mean, var = run.mean[TTFT], run.var[TTFT]
+        mean, var = run.mean0, run.var0
         s = math.sqrt(1.0 + b * b * var)
         z = (a - b * mean) / s
         chance = 0.5 * math.erfc(-z / math.sqrt(2.0))
         # φ(z) / Φ(z); where Φ underflows, its asymptote (to the term that keeps ratio × (z + ratio) below 1)
         ratio = math.exp(-0.5 * z * z) / _ROOT_2PI / chance if chance > 1e-300 else -z - 1.0 / z + 2.0 / z**3
-        run.mean[TTFT] = mean - b * var / s * ratio
+        run.mean0 = mean - b * var / s * ratio
         shrunk = var - b * b * var * var / (s * s) * ratio * (z + ratio)
-        run.var[TTFT] = shrunk if shrunk > 1e-6 else 1e-6  # as ``student.update_all`` floors a bound's step
+        run.var0 = shrunk if shrunk > 1e-6 else 1e-6  # as ``student.update_all`` floors a bound's step
         run.weight *= chance if chance > 1e-12 else 1e-12

@@ -19,7 +19,9 @@ RUNS: Final = 5
 TTFT: Final = 0
 SPT: Final = 1
 METRICS = (TTFT, SPT)
-DEFAULT_LEVEL = (math.log(1.0), math.log(1 / 50.0))
+_DEFAULT_TTFT: Final = math.log(1.0)
+_DEFAULT_SPT: Final = math.log(1 / 50.0)
+DEFAULT_LEVEL = (_DEFAULT_TTFT, _DEFAULT_SPT)
 """Where a model with nothing measured anywhere starts: 1 s to first token, 50 tokens/s (``UNKNOWN`` wide)."""
 UNKNOWN: Final = 3.0
 """How far (log sd) a model's first token and speed may lie from ``DEFAULT_LEVEL`` before any of its deployments
@@ -31,15 +33,57 @@ _WEIGHT = attrgetter("weight")
 
 @dataclass(slots=True)
 class Run:
-    """One hypothesis: the level has stayed the same since this run began."""
+    """One hypothesis: the level has stayed the same since this run began. Its normal posterior is four float fields
+    (first token's mean and variance, then the seconds per token's), not a list per moment: compiled, a field holds a
+    native double and a list a boxed one, read and rebuilt at every step of every run."""
 
     weight: float
-    mean: list[float]
-    var: list[float]
+    mean0: float
+    """The first token's log level: its posterior mean (``TTFT``)."""
+    mean1: float
+    """The seconds per token's (``SPT``)."""
+    var0: float
+    var1: float
     born: float = 0.0
     changes: float = 0.0
     """The changes expected before it, its own birth included, given that it is the true one (what the hazard counts:
     ``belief_hazard.born_after``)."""
+
+    def __init__(
+        self,
+        weight: float,
+        mean0: float,
+        mean1: float,
+        var0: float,
+        var1: float,
+        born: float = 0.0,
+        changes: float = 0.0,
+    ) -> None:
+        # Written out (the generated one's fields, in order, and defaults): compiled, a native method, where the
+        # ``__init__`` ``dataclasses`` generates stays interpreted, and a run is made per change per answer and per
+        # run of every plan's copy.
+        self.weight = weight
+        self.mean0 = mean0
+        self.mean1 = mean1
+        self.var0 = var0
+        self.var1 = var1
+        self.born = born
+        self.changes = changes
+
+    def level(self, metric: int) -> tuple[float, float]:
+        """The posterior mean and variance of ``metric``'s log level (``TTFT`` or ``SPT``)."""
+        return (self.mean0, self.var0) if metric == TTFT else (self.mean1, self.var1)
+
+    def set_level(self, metric: int, mean: float, var: float) -> None:
+        """``metric``'s posterior mean and variance set to ``mean`` and ``var``."""
+        if metric == TTFT:
+            self.mean0, self.var0 = mean, var
+        else:
+            self.mean1, self.var1 = mean, var
+
+    def copy(self) -> Run:
+        """An equal run of its own (a plan's copy of a belief moves its runs, not the belief's)."""
+        return Run(self.weight, self.mean0, self.mean1, self.var0, self.var1, self.born, self.changes)
 
 
 def start(prior: Prior) -> Run:
@@ -51,8 +95,13 @@ def start_at(means: tuple[float | None, float | None], variances: tuple[float, f
     """``start`` of a prior with these means and variances, no ``Prior`` built (a dataclass whose frozen
     ``__init__`` runs as Python and cost more than the rest of a look's new runs)."""
     (m0, m1), (v0, v1) = means, variances
-    mean = [m0 if m0 is not None else DEFAULT_LEVEL[TTFT], m1 if m1 is not None else DEFAULT_LEVEL[SPT]]
-    return Run(1.0, mean, [v0 if m0 is not None else _UNKNOWN2, v1 if m1 is not None else _UNKNOWN2])
+    return Run(
+        1.0,
+        m0 if m0 is not None else _DEFAULT_TTFT,
+        m1 if m1 is not None else _DEFAULT_SPT,
+        v0 if m0 is not None else _UNKNOWN2,
+        v1 if m1 is not None else _UNKNOWN2,
+    )
 
 
 def first_runs(prior: Prior) -> list[Run]:
@@ -84,7 +133,7 @@ def landings(changed_before: bool, before: tuple[float, float] | None, prior: Pr
     else:
         runs = [start(prior)]
     if changed_before and before is not None:
-        runs.append(Run(1.0, list(before), [_SPREAD2, _SPREAD2]))
+        runs.append(Run(1.0, before[TTFT], before[SPT], _SPREAD2, _SPREAD2))
     for run in runs:
         run.weight = 1.0 / len(runs)
     return runs
@@ -92,8 +141,22 @@ def landings(changed_before: bool, before: tuple[float, float] | None, prior: Pr
 
 def mix(runs: list[Run], metric: int) -> tuple[float, float]:
     """The runs' mixture: mean and variance of the log level of ``metric``."""
-    mean = sum([r.weight * r.mean[metric] for r in runs])
-    return mean, sum([r.weight * (r.var[metric] + math.pow(r.mean[metric] - mean, 2.0)) for r in runs])
+    # Plain loops, not ``sum`` over lists of boxed floats: ``sum`` adds left to right from 0, and ``0 + x`` is
+    # ``0.0 + x``, so these are the same floats.
+    mean = 0.0
+    if metric == TTFT:
+        for r in runs:
+            mean += r.weight * r.mean0
+        var = 0.0
+        for r in runs:
+            var += r.weight * (r.var0 + math.pow(r.mean0 - mean, 2.0))
+        return mean, var
+    for r in runs:
+        mean += r.weight * r.mean1
+    var = 0.0
+    for r in runs:
+        var += r.weight * (r.var1 + math.pow(r.mean1 - mean, 2.0))
+    return mean, var
 
 
 def heaviest(runs: list[Run]) -> Run:
@@ -110,7 +173,7 @@ def prune(runs: list[Run], cut: bool = False) -> list[Run]:
     """The runs with their weights summing to one, the ``RUNS`` heaviest kept (in place where it can be); where every
     weight vanished, the newest run alone. ``cut``: sorted and cut as if more than ``RUNS`` came (runs of weight 0.0
     left unmade: ``unborn_weigh_nothing``)."""
-    total = sum([r.weight for r in runs])
+    total = weight_of(runs)
     if total <= 0 or not math.isfinite(total):
         keep = runs[-1]
         keep.weight = 1.0
@@ -118,12 +181,39 @@ def prune(runs: list[Run], cut: bool = False) -> list[Run]:
     for run in runs:
         run.weight /= total
     if len(runs) > RUNS or cut:
-        runs.sort(key=_WEIGHT, reverse=True)
+        _heaviest_first(runs)
         del runs[RUNS:]
-        total = sum([r.weight for r in runs])
+        total = weight_of(runs)
         for run in runs:
             run.weight /= total
     return runs
+
+
+def weight_of(runs: list[Run]) -> float:
+    """The runs' weights summed: ``sum([r.weight for r in runs])`` written out, the same float (``sum`` adds left to
+    right, and its start ``0 + x`` is ``0.0 + x``), no list of boxed floats made."""
+    total = 0.0
+    for run in runs:
+        total += run.weight
+    return total
+
+
+def _heaviest_first(runs: list[Run]) -> None:
+    """``runs.sort(key=weight, reverse=True)`` for a few runs, written out: an insertion sort that moves a run only
+    before a lighter one, stable as ``sort`` is, so the same order wherever no weight is NaN (``prune`` sorts the
+    weights of a finite sum: none is); with a NaN, ``sort`` itself (its order then depends on its algorithm)."""
+    for run in runs:
+        if run.weight != run.weight:
+            runs.sort(key=_WEIGHT, reverse=True)
+            return
+    for i in range(1, len(runs)):
+        run = runs[i]
+        weight = run.weight
+        j = i
+        while j > 0 and runs[j - 1].weight < weight:
+            runs[j] = runs[j - 1]
+            j -= 1
+        runs[j] = run
 
 
 def unborn_weigh_nothing(

@@ -64,7 +64,7 @@ def hear_both(
         kept = scatters[metric] = hear(
             scatters[metric],
             (chances, runs, metric),
-            (best.mean[metric], best.var[metric]),
+            best.level(metric),
             (value, bound),
             (prior.noise[metric], prior.spread2[metric]),
             change,
@@ -94,13 +94,8 @@ def hear(
             scatter.weight *= 1.0 - change
         scatters.append(Scatter(change, prior[0], prior[1]))
     if value is not None and len(scatters) > 1:
-        chances, runs, metric = levels
-        squares = [math.pow(value - run.mean[metric], 2.0) for run in runs]
-        variances = [run.var[metric] + unsure for run in runs]
-        for scatter in scatters:
-            scatter.weight *= _marginal(chances, squares, variances, scatter.noise)
-    for scatter in scatters:
-        learn_noise(scatter, best, value, bound, prior, unsure)
+        _weigh(scatters, levels, value, unsure)
+    learn_noise(scatters, best, value, bound, prior, unsure)
     return _prune(scatters)
 
 
@@ -139,14 +134,24 @@ def _heaviest(scatters: list[Scatter]) -> Scatter:
     return top
 
 
-def _marginal(chances: list[float], squares: list[float], variances: list[float], noise: float) -> float:
-    """The answer's Student-t density at scale ``noise`` with the level marginalised over the runs: each run's
-    chance, its squared distance from the answer, its variance."""
-    total = 0.0
-    for i in range(len(chances)):
-        scale2 = variances[i] + noise
-        total += chances[i] * math.pow(1.0 + squares[i] / scale2 / TAIL_NU, _POWER) / math.sqrt(scale2)
-    return total
+def _weigh(scatters: list[Scatter], levels: tuple[list[float], list[Run], int], value: float, unsure: float) -> None:
+    """Each scatter's weight times the answer's Student-t density at its scale with the level marginalised over the
+    runs (``levels``: each run's chance, the runs, the metric). One pass over the runs for every scatter: a run's
+    squared distance from the answer and its variance are found once, and each scatter's sum still adds its runs'
+    terms in order from 0.0 (``Scatter.marginal``)."""
+    chances, runs, metric = levels
+    for scatter in scatters:
+        scatter.marginal = 0.0
+    for i in range(len(runs)):
+        mean, var = runs[i].level(metric)
+        square = math.pow(value - mean, 2.0)
+        variance = var + unsure
+        chance = chances[i]
+        for scatter in scatters:
+            scale2 = variance + scatter.noise
+            scatter.marginal += chance * math.pow(1.0 + square / scale2 / TAIL_NU, _POWER) / math.sqrt(scale2)
+    for scatter in scatters:
+        scatter.weight *= scatter.marginal
 
 
 def _prune(scatters: list[Scatter]) -> list[Scatter]:
@@ -159,7 +164,7 @@ def _prune(scatters: list[Scatter]) -> list[Scatter]:
         keep.weight = 1.0
         return [keep]
     if len(scatters) > SCATTERS:
-        scatters.sort(key=_WEIGHT, reverse=True)
+        _heaviest_first(scatters)
         del scatters[SCATTERS:]
         total = 0.0
         for scatter in scatters:
@@ -167,3 +172,20 @@ def _prune(scatters: list[Scatter]) -> list[Scatter]:
     for scatter in scatters:
         scatter.weight /= total
     return scatters
+
+
+def _heaviest_first(scatters: list[Scatter]) -> None:
+    """``scatters.sort(key=weight, reverse=True)`` written out (``belief_runs._heaviest_first``: the same order,
+    ``sort`` itself where a weight is NaN; ``_prune`` sorts a finite sum's)."""
+    for scatter in scatters:
+        if scatter.weight != scatter.weight:
+            scatters.sort(key=_WEIGHT, reverse=True)
+            return
+    for i in range(1, len(scatters)):
+        scatter = scatters[i]
+        weight = scatter.weight
+        j = i
+        while j > 0 and scatters[j - 1].weight < weight:
+            scatters[j] = scatters[j - 1]
+            j -= 1
+        scatters[j] = scatter

@@ -10,75 +10,91 @@ Used by ``gateway.routing.belief``; pure functions.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Final, Protocol
+from typing import Final
+
+from gateway.routing.belief_runs import SPT, TTFT, Run
 
 TAIL_NU: Final = 4.0
 """Degrees of freedom of an answer's Student-t noise: how heavy a tail one wild answer is read as."""
 _T_NORM: Final = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
-METRICS = (0, 1)
 _POWER: Final = -(TAIL_NU + 1) / 2
 """The Student-t density's exponent."""
 _NORMAL = NormalDist()
 
 
-class Hypothesis(Protocol):
-    """A normal posterior on each metric's log level (``belief.Run``)."""
-
-    mean: list[float]
-    var: list[float]
-
-
 def likelihoods(
-    runs: Sequence[Hypothesis], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
+    runs: list[Run], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
 ) -> list[float]:
     """How well each of ``runs`` predicted this evidence: Student-t densities of values, Student-t tails of bounds.
-    Read for every hypothesis of every running stream on every plan: each metric's evidence is looked at once for
-    all runs (a run's product is still taken metric by metric)."""
-    ps = [1.0] * len(runs)
-    for metric in METRICS:
-        value, bound, n = values[metric], bounds[metric], noise[metric]
-        if value is not None:
-            for i, run in enumerate(runs):
-                scale2 = run.var[metric] + n
-                z2 = math.pow(value - run.mean[metric], 2.0) / scale2
-                ps[i] *= math.pow(1.0 + z2 / TAIL_NU, _POWER) / math.sqrt(scale2)
-        elif bound is not None:
-            for i, run in enumerate(runs):
-                tail = _t_tail((bound - run.mean[metric]) / math.sqrt(run.var[metric] + n))
-                ps[i] *= tail if tail > 1e-12 else 1e-12  # max(1e-12, tail), a NaN included
+    Read for every hypothesis of every running stream on every plan: each run's product is taken metric by metric,
+    first token first (``1.0 ×`` the first's term ``×`` the second's, as a product over the metrics is)."""
+    v0, v1, b0, b1, n0, n1 = values[TTFT], values[SPT], bounds[TTFT], bounds[SPT], noise[TTFT], noise[SPT]
+    ps = []
+    for run in runs:
+        p = 1.0
+        if v0 is not None:
+            p *= _density(v0, run.mean0, run.var0, n0)
+        elif b0 is not None:
+            p *= _beyond(b0, run.mean0, run.var0, n0)
+        if v1 is not None:
+            p *= _density(v1, run.mean1, run.var1, n1)
+        elif b1 is not None:
+            p *= _beyond(b1, run.mean1, run.var1, n1)
+        ps.append(p)
     return ps
 
 
 def update_all(
-    runs: Sequence[Hypothesis], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
+    runs: list[Run], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
 ) -> None:
     """Each run's posterior after the evidence: a robust Kalman step per value, and per bound the assumed-density
-    step of a Student-t tail (its hazard moves the mean; a far bound moves it a bounded amount). Each metric's
-    evidence is looked at once for all runs (the metrics' posteriors are independent)."""
-    for metric in METRICS:
-        value, bound, n = values[metric], bounds[metric], noise[metric]
-        if value is not None:
-            for run in runs:  # a robust Kalman step: a far answer (Student-t) counts for less
-                means, variances = run.mean, run.var
-                mean, var = means[metric], variances[metric]
-                weight = (TAIL_NU + 1) / (TAIL_NU + math.pow(value - mean, 2.0) / (var + n))
-                gain = var / (var + n / weight)
-                means[metric], variances[metric] = mean + gain * (value - mean), (1 - gain) * var
-        elif bound is not None:
-            for run in runs:  # the assumed-density step of a Student-t tail: its hazard moves the mean
-                means, variances = run.mean, run.var
-                mean, var = means[metric], variances[metric]
-                s = math.sqrt(var + n)
-                alpha = (bound - mean) / s
-                tail = _t_tail(alpha)
-                hazard = _T_NORM * math.pow(1.0 + alpha * alpha / TAIL_NU, _POWER) / (tail if tail > 1e-12 else 1e-12)
-                slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
-                means[metric] = mean + var / s * hazard
-                shrunk = var * (1.0 - var / (s * s) * hazard * (hazard - slope))
-                shrunk = shrunk if shrunk > 1e-6 else 1e-6  # max(1e-6, shrunk), a NaN included
-                variances[metric] = shrunk if shrunk < var else var  # min(var, shrunk), a NaN included
+    step of a Student-t tail (its hazard moves the mean; a far bound moves it a bounded amount). The metrics'
+    posteriors are independent: each run's first token, then its seconds per token."""
+    v0, v1, b0, b1, n0, n1 = values[TTFT], values[SPT], bounds[TTFT], bounds[SPT], noise[TTFT], noise[SPT]
+    for run in runs:
+        if v0 is not None:
+            run.mean0, run.var0 = _kalman(v0, run.mean0, run.var0, n0)
+        elif b0 is not None:
+            run.mean0, run.var0 = _tail_step(b0, run.mean0, run.var0, n0)
+        if v1 is not None:
+            run.mean1, run.var1 = _kalman(v1, run.mean1, run.var1, n1)
+        elif b1 is not None:
+            run.mean1, run.var1 = _tail_step(b1, run.mean1, run.var1, n1)
+
+
+def _density(value: float, mean: float, var: float, n: float) -> float:
+    """A value's Student-t density (its ``1/√(2π)``-free kernel) under a level ``N(mean, var)``, noise scale ``n``."""
+    scale2 = var + n
+    z2 = math.pow(value - mean, 2.0) / scale2
+    return math.pow(1.0 + z2 / TAIL_NU, _POWER) / math.sqrt(scale2)
+
+
+def _beyond(bound: float, mean: float, var: float, n: float) -> float:
+    """The chance of an answer at least ``bound`` under a level ``N(mean, var)`` and noise ``n``: its Student-t tail,
+    at least 1e-12 (``max(1e-12, tail)``, a NaN included)."""
+    tail = _t_tail((bound - mean) / math.sqrt(var + n))
+    return tail if tail > 1e-12 else 1e-12
+
+
+def _kalman(value: float, mean: float, var: float, n: float) -> tuple[float, float]:
+    """A robust Kalman step: a far answer (Student-t) counts for less. The posterior's mean and variance."""
+    weight = (TAIL_NU + 1) / (TAIL_NU + math.pow(value - mean, 2.0) / (var + n))
+    gain = var / (var + n / weight)
+    return mean + gain * (value - mean), (1 - gain) * var
+
+
+def _tail_step(bound: float, mean: float, var: float, n: float) -> tuple[float, float]:
+    """The assumed-density step of a Student-t tail ("at least ``bound``"): its hazard moves the mean. The
+    posterior's mean and variance."""
+    s = math.sqrt(var + n)
+    alpha = (bound - mean) / s
+    tail = _t_tail(alpha)
+    hazard = _T_NORM * math.pow(1.0 + alpha * alpha / TAIL_NU, _POWER) / (tail if tail > 1e-12 else 1e-12)
+    slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
+    shrunk = var * (1.0 - var / (s * s) * hazard * (hazard - slope))
+    shrunk = shrunk if shrunk > 1e-6 else 1e-6  # max(1e-6, shrunk), a NaN included
+    return mean + var / s * hazard, shrunk if shrunk < var else var  # min(var, shrunk), a NaN included
 
 
 def censored_square(bound: float, mean: float, variance: float) -> float:
