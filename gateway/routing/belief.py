@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from statistics import NormalDist
 
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
 from gateway.routing.belief_hazard import Hazard, born_after, found
@@ -55,7 +54,6 @@ from gateway.routing.draws import Draw, Sampling, new_tuple, sample
 from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, update_all
 
-_NORMAL = NormalDist()
 NO_PRIOR = Prior()
 
 Branches = tuple[tuple[float, tuple[float, float], tuple[float, float], bool], ...]
@@ -360,11 +358,6 @@ class Belief:
         """The answers' log standard deviation around the level."""
         return math.sqrt(self.spread2[TTFT]), math.sqrt(self.spread2[SPT])
 
-    def quantile(self, now: float, q: float) -> float:
-        """The first token's predictive quantile ``q`` in seconds (level's uncertainty and the answers' spread)."""
-        mean, var = self.level(now, TTFT)
-        return math.exp(mean + _z(q) * math.sqrt(var + self.spread2[TTFT]))
-
     # -- inside -----------------------------------------------------------------------------
 
     def _new_runs(self, prior: Prior) -> list[Run]:
@@ -390,7 +383,3 @@ class Belief:
         for run in self.runs:
             run.var0 += grow
             run.var1 += grow
-
-
-def _z(q: float) -> float:
-    return _NORMAL.inv_cdf(min(max(q, 1e-6), 1 - 1e-6))

@@ -74,13 +74,6 @@ class Run:
         """The posterior mean and variance of ``metric``'s log level (``TTFT`` or ``SPT``)."""
         return (self.mean0, self.var0) if metric == TTFT else (self.mean1, self.var1)
 
-    def set_level(self, metric: int, mean: float, var: float) -> None:
-        """``metric``'s posterior mean and variance set to ``mean`` and ``var``."""
-        if metric == TTFT:
-            self.mean0, self.var0 = mean, var
-        else:
-            self.mean1, self.var1 = mean, var
-
     def copy(self) -> Run:
         """An equal run of its own (a plan's copy of a belief moves its runs, not the belief's)."""
         return Run(self.weight, self.mean0, self.mean1, self.var0, self.var1, self.born, self.changes)

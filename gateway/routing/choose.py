@@ -28,7 +28,6 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
@@ -47,7 +46,6 @@ BUDGET_START = 1.0
 COLD_RACE = 3
 """Attempts one cold start may race at once, a measured leader joining them counted: each loser is drained and billed,
 so a model deployed on ten providers measures a few per request, not ten at once."""
-_NORMAL = NormalDist()
 
 
 class Option(NamedTuple):
