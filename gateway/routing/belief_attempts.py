@@ -1,12 +1,8 @@
-"""The belief router's attempts under way, and what one still running says of its deployment.
+"""The belief router's attempts under way, and what an attempt, running or finished, says of its deployment.
 
-``BeliefRouter`` keeps a ``RunningAttempt`` from ``attempt_started`` to ``attempt_finished``; while it
-runs, ``plan`` reads from it a lower bound on the deployment's seconds per token (``slowness_of``),
-or, for one begun since the deployment was last heard, its first token and pace so far
-(``pace_so_far``). A stream's tokens are estimated from its bytes, by its API's bytes per token.
-``answer_pair`` reads a finished answer's pair, also where it came whole, and ``tell`` tells a belief what one
-finished attempt says: this replica's own, or another's read from the shared log (``gateway.routing.belief_others``),
-by one rule.
+A running stream gives a lower bound on seconds per token (``slowness_of``) or, if begun since the deployment was
+last heard, its first token and pace so far (``pace_so_far``); its tokens are estimated from its bytes. ``tell``
+tells a belief what a finished attempt says, this replica's or another's (``belief_others``), by one rule.
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ BODY_RESOLUTION_S = 1e-3
 
 @dataclass(slots=True)
 class RunningAttempt:
-    """One attempt the router admitted and has not heard the end of: what a running attempt tells its belief."""
+    """One attempt the router admitted and has not heard the end of."""
 
     key: DeploymentKey
     started_at: float
@@ -55,8 +51,8 @@ def pace_so_far(
 
 
 def slowness_of(attempt: RunningAttempt, now: float, bytes_per_token: dict[str, float]) -> float:
-    """A lower bound on a running stream's seconds per token: its time since the first token over the tokens
-    its bytes hold, plus the one under way (0: not streaming, or its API's envelope not learned yet)."""
+    """A lower bound on a running stream's seconds per token: its time since the first token over the tokens its
+    bytes hold plus the one under way (0.0: not streaming, or its API's bytes per token not learned yet)."""
     progress = attempt.progress
     if progress is None or attempt.first_at is None:
         return 0.0
@@ -84,12 +80,9 @@ class Measured(Protocol):
 def answer_pair(sample: Measured, expected: tuple[float, float] | None) -> tuple[float | None, float | None]:
     """A finished answer's first token and seconds per token, for its deployment's belief.
 
-    A stream's, as measured. One whose tokens all came in one piece (no speed measured) streamed them in the
-    time from its first token to its end: its speed is that, not unknown (left unknown, the belief's prior speed
-    would add a stream time the deployment never takes to every prediction of it). An answer that was not
-    streamed tells its whole time only: it is split as the belief expects it to be (``expected``, its median
-    first token and seconds per token), both parts scaled by how much slower or quicker the whole came. ``expected``
-    is read only for an answer with no first token (None will do where it has one: ``tell`` finds it only then)."""
+    A stream whose tokens came in one piece streamed them between its first token and its end. An answer not
+    streamed is split as ``expected`` (the belief's medians) says, both parts scaled to its whole time; ``expected``
+    is read only for an answer with no first token."""
     n = sample.output_tokens or 0
     ended = sample.attempt_s
     if sample.ttft_s is not None:
@@ -108,9 +101,8 @@ def answer_pair(sample: Measured, expected: tuple[float, float] | None) -> tuple
 
 
 def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: float | None) -> bool:
-    """Tell ``belief`` what one finished attempt says, at ``now``: an answer's pair (a drained probe's too), a
-    failure (after ``elapsed_s``), or a raced loser's lower bound on its first token (its wait, or ``elapsed_s``).
-    False when it says nothing of the deployment."""
+    """Tell ``belief`` what one finished attempt says: an answer's pair (a drained one's too), a failure, or a
+    raced loser's lower bound on its first token. False when it says nothing of the deployment."""
     if answer.outcome == "ok" or answer.drained:
         ttft, spt = answer_pair(answer, _medians(belief, now, prior) if answer.ttft_s is None else None)
         belief.observe(now, prior, ttft, spt, uncached_tokens=answer.uncached_tokens)
@@ -127,7 +119,6 @@ def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: fl
 
 
 def _medians(belief: Belief, now: float, prior: Prior) -> tuple[float, float]:
-    """``belief.expected(now, prior)``'s first token and seconds per token, the rest of it (the failure chance, the
-    spread) not found."""
+    """``belief.expected(now, prior)``'s first token and seconds per token, without the rest of it."""
     m0, m1, _, _ = belief.predicted(now, prior)
     return math.exp(m0), math.exp(m1)

@@ -1,12 +1,8 @@
 """A deployment's failure chance, with change points as its levels have.
 
-A provider that fails every request for a minute and then recovers has changed, as a provider whose first token
-jumps has; a fading average would hold the minute's failures against it long after. So the failure chance is read
-the way the levels are (``gateway.routing.belief``): a few run-length hypotheses ("the chance has been the same since
-attempt k"), each a beta posterior, weighted by how well it predicted each outcome, a new run starting from the prior
-with the hazard's chance since the last attempt. While nothing is heard the chance it changed grows, so a deployment
-that failed long ago reads as the prior again and is worth a look, and once answers come back a few of them are
-believed over a long run of failures.
+A provider that fails for a minute and recovers has changed; a fading average would hold the minute against it.
+So the chance has run-length hypotheses, each a beta posterior, with a new run from the prior at the hazard's
+chance (docs/routing.md, "What the router knows").
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from typing import Final
 FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
 RUNS: Final = 5
-"""Run-length hypotheses kept (the cost of change-point detection, not a knob of the world)."""
+"""Run-length hypotheses kept: a cost of the computation, not a fact of the world."""
 
 
 def change_chance(elapsed_s: float, hazard_s: float) -> float:
@@ -29,14 +25,14 @@ def change_chance(elapsed_s: float, hazard_s: float) -> float:
 
 @dataclass(slots=True)
 class FailureRun:
-    """One hypothesis: the failure chance has stayed the same since this run began (a beta posterior)."""
+    """One hypothesis: the failure chance has stayed the same since this run began."""
 
     weight: float
     fails: float
     oks: float
 
     def __init__(self, weight: float, fails: float, oks: float) -> None:
-        # Written out: compiled, a native method (``belief_runs.Run``); one is made per attempt heard.
+        # Written out so that mypyc compiles it (as ``belief_runs.Run``).
         self.weight = weight
         self.fails = fails
         self.oks = oks
@@ -51,12 +47,11 @@ class Failures:
     failure_s: float = 0.0
     """How long its failures took to say so (a running mean): what one costs before the fallback starts."""
     failed: float = 0.0
-    """Failures heard (faded as the runs are): how much the running mean of ``failure_s`` rests on."""
+    """Failures heard, faded: how much ``failure_s`` rests on."""
     read: tuple[float, float, float] | None = field(default=None, compare=False)
-    """The last ``counts`` read (its time, and the beta): a plan reads each deployment's several times at one time.
-    A memo, not state: two posteriors are equal whatever each was last read at."""
+    """Memo of the last ``counts`` (its time, then the beta): a plan reads it several times at one time."""
     terms: list[tuple[float, float, float, float, float]] | None = field(default=None, compare=False, repr=False)
-    """Each run's terms of ``counts`` that only an outcome heard changes (None: not found since)."""
+    """Memo of each run's terms of ``counts``, cleared when an outcome is heard."""
 
     def observe(self, now: float, failed: bool, hazard_s: float, after_s: float | None = None) -> None:
         """One attempt's outcome: failed (after ``after_s``) or answered."""
@@ -73,7 +68,7 @@ class Failures:
             run.oks += 0.0 if failed else 1.0
         _heaviest_first(self.runs)
         del self.runs[RUNS:]
-        total = 0.0  # ``sum`` of the weights written out: the same float (left to right, ``0 + x`` is ``0.0 + x``)
+        total = 0.0
         for run in self.runs:
             total += run.weight
         if total <= 0.0 or not math.isfinite(total):
@@ -86,8 +81,7 @@ class Failures:
         self.read = self.terms = None
 
     def recovered(self, now: float) -> None:
-        """The circuit breaker saw it fail and then answer its probe: a change point it detected, so the failure
-        chance starts again from the prior (a change-point test on failures alone needs a few answers to say so)."""
+        """The circuit breaker saw it fail, then answer its probe: a change it detected, so restart from the prior."""
         self.runs = [FailureRun(1.0, *FAIL_PRIOR)]
         self.heard_at = now
         self.read = self.terms = None
@@ -99,12 +93,8 @@ class Failures:
         return change_chance(max(0.0, now - self.heard_at), hazard_s)
 
     def counts(self, now: float, hazard_s: float) -> tuple[float, float]:
-        """The posterior now as one beta (failures, successes): the runs' mixture, and the prior in the share the
-        hazard gives a change since the last attempt, matched by mean and variance.
-
-        Each run's beta terms (its mean and variance) change only when an outcome is heard, so they are found then
-        (``_terms``), not on every read; what ``now`` moves (the hazard's share) is weighed here, with the same
-        arithmetic in the same order as the plain sums over every part."""
+        """The posterior now as one beta (failures, successes), matched by mean and variance to the runs' mixture and
+        the prior in the share the hazard gives a change since the last attempt."""
         read = self.read
         if read is not None and read[0] == now:
             return read[1], read[2]
@@ -112,8 +102,7 @@ class Failures:
         p = 0.0 if heard is None else 1.0 - math.exp(-max(0.0, now - heard) / hazard_s)
         terms = self.terms if self.terms is not None else self._terms()
         stayed = 1.0 - p
-        # Plain loops, not ``sum`` over lists (read at every plan: compiled, each list's float is boxed): ``sum`` of
-        # floats adds left to right from 0, and ``0 + x`` is ``0.0 + x``, so these are the same floats.
+        # Plain loops rather than ``sum`` (no boxed floats when compiled); both add left to right from 0.0.
         mean = 0.0
         for t in terms:
             mean += stayed * t[0] * t[1] / t[2]
@@ -140,8 +129,7 @@ class Failures:
 
 
 def _heaviest_first(runs: list[FailureRun]) -> None:
-    """``runs.sort(key=weight, reverse=True)`` written out (``belief_runs._heaviest_first``: an insertion sort, stable
-    as ``sort`` is, the same order wherever no weight is NaN; ``sort`` itself where one is)."""
+    """``runs.sort(key=weight, reverse=True)`` written out, as ``belief_runs._heaviest_first``."""
     for run in runs:
         if run.weight != run.weight:
             runs.sort(key=_WEIGHT, reverse=True)

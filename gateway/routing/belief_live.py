@@ -1,10 +1,7 @@
 """The belief router as the live gateway serves it: what the app reads of a router beyond ``Router``.
 
-``BeliefRouter`` plans, admits and learns; serving also asks a router to explain itself (``rank``, the
-ranking behind ``GET /v1/gateway/routes``, the dashboard and a plan's trace), for its providers'
-capacity (metrics), for the demand behind each model (``RouterState.asked``: background circuit
-probes stop when nobody asks), and to hand its beliefs to the router a config reload builds. Those
-live here, beside the model rather than in it, so the model's module holds only its decisions.
+Explaining (``rank``), capacity for metrics, the demand behind each model, and handing beliefs to the router a
+reload builds live here, so that ``belief_router`` holds only decisions.
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ class LiveBeliefRouter(BeliefRouter):
         try:
             plan = super().plan(request)
         except NoCapacity:
-            # Every circuit is open: say why per deployment, and answer 429 with the wait when all were rate limited.
+            # Every circuit is open: say why per deployment (429 with the wait when all were rate limited).
             raise no_capacity(request.model.name, self._ranking(request).rows) from None
         affinity = self._affinity(request, plan) if request.session is not None else None
         if affinity is not None:
@@ -58,8 +55,8 @@ class LiveBeliefRouter(BeliefRouter):
         return self.lengths.forecast(request_shape(request), request.max_tokens, default, source)
 
     def _affinity(self, request: RouteRequest, plan: RoutePlan) -> AffinityDecision:
-        """What the plan did with the request's session (``affinity.decided``): its deployment may serve this turn
-        (a candidate), cannot (its circuit is open) or may not (filtered out, or an API it does not speak)."""
+        """What the plan did with the request's session: its deployment may serve this turn, cannot (its circuit is
+        open) or may not (filtered out)."""
         session = request.session
         assert session is not None
         bound: BoundState = "available"
@@ -111,9 +108,8 @@ class LiveBeliefRouter(BeliefRouter):
         return self.state.capacity.provider_view(provider)
 
     def inherit(self, previous: BeliefRouter) -> None:
-        """Carry on from the router of the config before a reload: the very same beliefs, priors, answer lengths,
-        budget and counts (shared, not copied: the old router's attempts still running report to them), and which
-        of the other replicas' answers the beliefs have heard (else they would hear the log again)."""
+        """Carry on from the router before a reload: the same state objects, shared rather than copied, because the
+        old router's attempts still running report to them."""
         self.beliefs = previous.beliefs
         self.priors = previous.priors
         self.others = previous.others

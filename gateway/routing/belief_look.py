@@ -1,19 +1,10 @@
-"""What one look at a deployment may teach: the knowledge gradient ``gateway.routing.choose`` spends a look by.
+"""What one look at a deployment may teach: the knowledge gradient ``choose`` spends a look by.
 
-A look (a race or a shadow) asks a deployment for one answer. Its worth is the expected improvement over the
-leader's score of where that deployment's belief would stand after the answer: its level is where it was (drifted
-since) or, by the hazard, changed; one answer tells those apart when they lie far apart (a stale belief is worth a
-look) and moves a narrow level little against a wide spread (a thin near-equal one is worth little).
-
-Every tenth streamed plan looks, at each deployment but the leader, ``GAIN_DRAWS`` draws each: this is most of
-such a plan's work. What no draw changes is found once per look (each hypothesis's terms, the runs drawn from, the
-request's price and valid chance, the leader's score but for its fallback); a draw then costs its random numbers
-and a few floats. The hypotheses and the runs are objects of float fields (``Hypothesis``, ``Level``), not tuples
-or lists of floats: compiled, each field is a C double read in place, where a tuple's or a list's float is an
-object unboxed on every read and boxed on every write. The normals are made in the loop, pair by pair, as
-``random.Random.gauss`` makes them (``draws.standard_normals``). Every float is the one the plain form computes
-(``Belief.branches``, ``Belief.sampling``, ``draws.sample``, ``cost.score``: held to it by
-``tests/test_routing_choose_gain.py``), from the same random numbers in the same order.
+The expected improvement on the leader's score of where the deployment's belief would stand after one answer
+(docs/routing.md, "What the router knows"). It is most of a looking plan's work, so it is written out for mypyc:
+float fields rather than tuples, terms found once per look, normals made as ``random.Random.gauss`` makes them.
+Every float equals the plain form's (``Belief.branches``, ``Belief.sampling``, ``draws.sample``, ``cost.score``);
+the tests hold it to that.
 """
 
 from __future__ import annotations
@@ -30,15 +21,15 @@ from gateway.routing.cost import Cost, Shape, Weights, factors, terms
 from gateway.routing.priors import DRIFT, Prior
 
 GAIN_DRAWS = 16
-"""Draws that estimate what a look may teach (the cost of the estimate, not a knob of the world)."""
+"""Draws that estimate what a look may teach: a cost of the computation, not a fact of the world."""
 _TWOPI = 2.0 * math.pi
 """``random.TWOPI``."""
 
 
 class Hypothesis:
     """One hypothesis about the level now, as a look's answer would weigh it: its log weight, then per metric its
-    mean, its variance with the answers', that variance's log, and the share of an answer's distance its mean
-    moves by. ``odds``: scratch for ``posterior_mean``."""
+    mean, its variance with the answers', that variance's log, and the share of an answer's distance its mean moves
+    by. ``odds`` is scratch for ``posterior_mean``."""
 
     __slots__ = ("log_weight", "mean0", "mean1", "var0", "var1", "log_var0", "log_var1", "learn0", "learn1", "odds")
 
@@ -83,8 +74,7 @@ class Hypothesis:
 
 
 class Level:
-    """One run a draw may pick (``Belief.sampling``'s tuple): its weight, and per metric its log level's mean and
-    standard deviation, drift included."""
+    """One run a draw may pick: ``Belief.sampling``'s tuple as fields."""
 
     __slots__ = ("weight", "mean0", "sd0", "mean1", "sd1")
 
@@ -97,9 +87,7 @@ class Level:
 
 
 def levels_of(belief: Belief, runs: list[Run], now: float, changed: bool = False) -> tuple[list[Level], float, float]:
-    """``belief.sampling(runs, now, changed)`` with its runs as ``Level``s, written out (the same arithmetic): each
-    run's weight and its level's normal with drift, and the failure chance's mean and sd (a changed provider's the
-    prior's: it may have recovered too)."""
+    """``belief.sampling(runs, now, changed)`` with its runs as ``Level``s: the same arithmetic."""
     age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
     levels = [Level(r.weight, r.mean0, math.sqrt(r.var0 + age), r.mean1, math.sqrt(r.var1 + age)) for r in runs]
     a, b = FAIL_PRIOR if changed else belief.failure(now)
@@ -117,10 +105,8 @@ def gains(
     now: float,
     rng: random.Random,
 ) -> tuple[float, float, float]:
-    """What one look at ``deployment`` (its ``belief`` and ``prior``) may teach against the ``leader``'s cost (the
-    knowledge gradient), then its two parts: what the draws of the level as heard (stayed, drifted) add, and what
-    those of a level changed since add (the branch where a look finds a new level, ``gateway.routing.worth``). The
-    whole is summed draw by draw, so its float is the same as one sum's."""
+    """What one look at ``deployment`` may teach against the ``leader``'s cost (the knowledge gradient), then its
+    two parts: from the level as heard and from a level changed since (``worth`` weighs them apart)."""
     changed_runs = belief._new_runs(prior)
     spread = belief.spread()
     spread2 = [s * s for s in spread]
@@ -139,26 +125,25 @@ def gains(
     )
     w_time, w_ttft, w_throughput, w_failure = weights.time, weights.ttft, weights.throughput, weights.failure
     uniform, log2 = rng.random, math.log2
-    state = vars(rng)  # ``rng.gauss``'s kept normal: a pair's second half, the next draw's first normal
+    state = vars(rng)  # holds ``gauss_next``, the second normal of the last pair ``gauss`` made
     kept = state["gauss_next"]
     carrying = kept is not None
     carry = float(kept) if carrying else 0.0
     total = stayed_total = changed_total = 0.0
     for k in range(GAIN_DRAWS):
-        # Half the draws from each branch, weighted by its chance: rare changes are not missed.
+        # Half the draws from each branch, weighted by its chance, so that rare changes are not missed.
         if k % 2:
             levels, failure_mean, failure_sd, chance = changed_levels, changed_mean, changed_sd, changed_chance
         else:
             levels, failure_mean, failure_sd, chance = stayed_levels, stayed_mean, stayed_sd, stayed_chance
-        pick = uniform()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
+        pick = uniform()  # the runs' weights sum to one
         run = levels[-1]
         for candidate in levels:
             pick -= candidate.weight
             if pick <= 0:
                 run = candidate
                 break
-        # Five normals as five ``gauss`` calls make them (``draws.standard_normals``): Box-Muller pairs, the
-        # cosine's first, the sine's kept for the next; a draw begun with one kept leaves none, and the next one.
+        # Five normals as five ``gauss`` calls make them: Box-Muller pairs, the sine's kept for the next call.
         if carrying:
             z0 = carry
             z1, z2 = _normal_pair(uniform)
@@ -199,23 +184,20 @@ def gains(
 
 
 def _normal_pair(uniform: Callable[[], float]) -> tuple[float, float]:
-    """Two standard normals exactly as ``random.gauss`` makes a pair (Box-Muller: the cosine's first, the sine's
-    second) from two of ``uniform``'s numbers; a fixed-size tuple of floats, which compiled code returns unboxed."""
+    """Two standard normals exactly as ``random.gauss`` makes a pair (Box-Muller: the cosine's, then the sine's)."""
     x2pi = uniform() * _TWOPI
     g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
     return math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
 
 
 def _leader_terms(lead: Cost, weights: Weights, epsilon: float) -> tuple[float, ...]:
-    """The leader's score against a look's draw (``cost.score`` with the draw's time as its fallback), in the parts
-    no draw changes: its expected time's (``stays + fails * (failure_s + time)``), then its first token's, speed's,
-    price's and failure's terms."""
+    """The parts of the leader's score (``cost.score``, the draw's time as its fallback) that no draw changes."""
     good = max(1.0 - lead.failure, 0.01) * max(lead.valid, 0.01) ** weights.quality
     return (
         (1 - lead.failure) * lead.time_s,
         lead.failure,
         lead.failure_s,
-        weights.ttft * math.log2(lead.ttft_s) if weights.ttft else 0.0,  # read only where weighed, as ``score``
+        weights.ttft * math.log2(lead.ttft_s) if weights.ttft else 0.0,  # as ``score``: only where weighed
         weights.throughput * math.log2(lead.s_per_token) if weights.throughput else 0.0,
         weights.price * math.log2(lead.money_usd + epsilon),
         weights.failure * math.log2(1.0 / good),
@@ -223,7 +205,7 @@ def _leader_terms(lead: Cost, weights: Weights, epsilon: float) -> tuple[float, 
 
 
 def branch_terms(branches: Branches, spread2: list[float]) -> list[Hypothesis]:
-    """``Belief.branches`` as a look weighs them (the plain form ``look_terms`` writes out)."""
+    """``Belief.branches`` as a look weighs them: the plain form of ``look_terms``."""
     result = []
     for weight, means, variances, _ in branches:
         v0, v1 = variances[0] + spread2[0], variances[1] + spread2[1]
@@ -236,8 +218,8 @@ def branch_terms(branches: Branches, spread2: list[float]) -> list[Hypothesis]:
 def look_terms(
     belief: Belief, now: float, changed_runs: list[Run], spread2: list[float]
 ) -> tuple[tuple[float, float], list[Hypothesis]]:
-    """Each side's chance (stayed, changed) and ``branch_terms(belief.branches(now, prior, changed_runs), spread2)``,
-    written out: no branch tuples built, the same floats (a sum from 0 is ``0.0 +`` its terms, left to right)."""
+    """Each side's chance (stayed, changed) and ``branch_terms(belief.branches(now, prior), spread2)``, written out
+    with no tuples built: the same floats."""
     p = belief.changed(now) if belief.runs else 1.0
     age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
     s0, s1 = spread2[0], spread2[1]
@@ -263,10 +245,8 @@ def _hypothesis(
 
 
 def posterior_mean(hypotheses: list[Hypothesis], a0: float, a1: float) -> tuple[float, float]:
-    """The level's posterior mean (seconds, per metric) after one answer ``(a0, a1)`` (logs), over every hypothesis
-    (normal each). Read for every draw of every look: plain loops, each hypothesis's odds kept on it, not ``max``,
-    ``sum`` and lists of boxed floats (the same arithmetic: ``max`` keeps the first of the greatest as ``>`` does
-    here, and ``sum`` adds left to right from 0). ``x ** 2`` of a float is libm's ``pow(x, 2.0)``, not ``x * x``."""
+    """The level's posterior mean (seconds, per metric) after one answer ``(a0, a1)`` (logs), over every hypothesis.
+    Plain loops rather than ``max`` and ``sum`` over lists; ``math.pow(x, 2.0)`` is what ``x ** 2`` computes."""
     top = 0.0
     first = True
     for h in hypotheses:

@@ -1,22 +1,13 @@
-"""What the attempts running at a deployment say of it, told as it changes, not again at every plan.
+"""What the attempts running at a deployment say of it, kept between plans and remade only when that changes.
 
-A plan reads each deployment's belief told of the attempts under way there (``BeliefRouter._option``): each
-stream begun since the belief was last heard is an answer (its first token, and its pace so far once
-``PACE_TOKENS`` are in), the longest wait for a first token and the slowest of the other streams are lower
-bounds ("the value is at least t"). Told afresh at every plan, that was a change-point step per stream per
-deployment per plan: at 63 open streams over five deployments, two thirds of a request's routing. Here each
-deployment keeps two things, made again only when what they read changed:
+A plan reads each belief told of the attempts under way (docs/routing.md, "What the router knows"): each stream
+begun since the belief was last heard is an answer, and the longest wait for a first token and the slowest other
+stream are lower bounds. Per deployment, two things are kept:
 
-- ``told``: a copy of the belief told each stream begun since it was last heard, once per piece of evidence:
-  its first token when a plan first sees it, its pace so far when a plan first finds it readable (one told
-  with both at once is told them as a pair). Begun afresh when the belief hears (a new answer: no stream then
-  running is "since" any more). A stream's pace is not read again as it goes on: its answer, when it ends,
-  says the rest, and a stream slowing down meanwhile is the slowness bound's to show once the belief hears.
-- ``view``: ``told`` (or the belief) with the two bounds, as the plan reads it: found again when an attempt
-  there started, came to its first token or ended (``RunningViews.moved``), when ``told`` heard a stream, or
-  when the belief heard; between, plans read the view found last. The bounds then are those of that moment:
-  a wait grows without an event, but the deployment an overdue attempt matters for is the one plans keep
-  sending to, and each attempt sent there is an event.
+- ``told``: a copy of the belief told each such stream once per piece of evidence (its first token, then its pace
+  once readable); begun afresh when the belief hears a new answer.
+- ``view``: ``told`` (or the belief) with the two bounds, found again only when an attempt there starts, reaches
+  its first token or ends (``RunningViews.moved``), or when ``told`` or the belief hears.
 """
 
 from __future__ import annotations
@@ -39,16 +30,15 @@ class Running:
     answers: int
     heard_at: float | None
     told: Belief | None = None
-    """The belief told the streams begun since it was last heard (None: none has told anything yet)."""
     said: dict[int, tuple[RunningAttempt, bool]] = field(default_factory=dict)
-    """Each stream told so far (by its attempt's key in the router): the attempt, and whether its pace was too."""
+    """Each stream told so far, by attempt key: the attempt, and whether its pace was told too."""
     view: Belief | None = None
     stale: bool = True
     """An attempt there started, streamed or ended since ``view`` was found."""
 
 
 class RunningViews:
-    """Per deployment, its belief as the attempts running there tell it (``Running``), for ``BeliefRouter``."""
+    """Per deployment, its belief as the attempts running there tell it."""
 
     __slots__ = ("kept",)
 
@@ -70,7 +60,7 @@ class RunningViews:
         now: float,
         bytes_per_token: dict[str, float],
     ) -> Belief:
-        """``belief`` as the ``attempts`` running at ``key`` tell it now (the same object where they say nothing)."""
+        """``belief`` as the ``attempts`` running at ``key`` tell it now (``belief`` itself where they say nothing)."""
         running = self.kept.get(key)
         heard = belief.heard_at
         fresh = running is not None and running.base is belief and running.answers == belief.answers
@@ -93,7 +83,7 @@ class RunningViews:
                 pace = pace_so_far(attempt, now, bytes_per_token)
                 if pace is None or pace[1] is None:
                     continue
-                ttft, spt = None, pace[1]  # its first token told already: its pace alone
+                ttft, spt = None, pace[1]  # its first token was told already
             else:
                 pace = pace_so_far(attempt, now, bytes_per_token)
                 if pace is None:
@@ -108,8 +98,7 @@ class RunningViews:
             running.view = None
         if running.view is not None and not running.stale:
             return running.view
-        # Past what is expected of it (its own level, or the prior while it was never heard): a bound either way.
-        # A stream read by its pace is one answer, not a bound besides (its evidence would count twice).
+        # A bound counts only past what is expected; a stream told by its pace is not a bound as well.
         expected = belief.expected(now, None if belief.answers else prior)
         waited, slow = 0.0, 0.0
         for at, attempt in attempts.items():

@@ -1,25 +1,10 @@
 """One draw per request: the order of a request's deployments, and what it explores.
 
-For each request every deployment's belief is drawn once (``Belief.draw``) and the request's cost
-computed from that draw (``gateway.routing.cost``); the deployments are tried in the order of those
-scores. This is Thompson sampling: a deployment is first as often as it is plausibly the best, so a
-stale or thinly measured one gets looked at in proportion to its chance, near-equal ones share the
-traffic (concurrent requests and replicas draw apart instead of herding), and a clear loser is
-left alone.
-
-When the draw puts first a deployment that is not the leader (the best at the beliefs' means),
-the request explores. A stream then explores cheaply, under one budget (``RACE_BUDGET``):
-
-- a **race** when racing costs the request no time in expectation: both start at once, the first
-  token wins and its stream answers, the explored one is drained if it loses. The request gets
-  the earlier of two first tokens; it pays the explored one's slower stream as often as that one
-  starts first;
-- a **shadow** otherwise: the leader answers, the explored one runs beside it unseen and is
-  drained (racing it would hand a long answer to a slower stream on a quicker first token).
-
-Without budget (or not a stream), the draw's order stands. A **cold start**: deployments never
-measured and not being measured are raced all at once, beside the measured leader if there is one: at most
-``COLD_RACE`` attempts, the leader counted (the rest follow on the next requests).
+A stream goes to the leader (the best at the beliefs' means), with at most one look at another deployment under
+``RACE_BUDGET``: a race when racing costs the request no time in expectation, else a shadow, and only where the
+look is worth its cost (``worth``). Any other request goes by one draw of each belief (Thompson sampling).
+Deployments never measured are raced at once at a cold start, at most ``COLD_RACE`` attempts. See docs/routing.md
+("What the router knows", "Exploration").
 """
 
 from __future__ import annotations
@@ -28,7 +13,6 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
@@ -42,12 +26,10 @@ from gateway.routing.worth import worth as look_worth
 RACE_BUDGET = 0.10
 """Share of streamed requests that may carry one extra attempt to look at another deployment (a race or a shadow)."""
 BUDGET_START = 1.0
-"""Looks a model's budget holds before its first request: one look may come at once, the next when the requests'
-``RACE_BUDGET`` has paid it back (looks so stay within ``BUDGET_START + RACE_BUDGET`` × streamed requests)."""
+"""Looks a model's budget holds before its first request: looks stay within ``BUDGET_START + RACE_BUDGET`` ×
+streamed requests."""
 COLD_RACE = 3
-"""Attempts one cold start may race at once, a measured leader joining them counted: each loser is drained and billed,
-so a model deployed on ten providers measures a few per request, not ten at once."""
-_NORMAL = NormalDist()
+"""Attempts one cold start may race at once, a measured leader counted: each loser is drained and billed."""
 
 
 class Option(NamedTuple):
@@ -57,7 +39,7 @@ class Option(NamedTuple):
     belief: Belief
     prior: Prior
     measuring: bool = False
-    """An attempt is out there now that will measure it (not cold any more)."""
+    """An attempt running now will measure it: not cold."""
 
 
 class Choice(NamedTuple):
@@ -65,7 +47,7 @@ class Choice(NamedTuple):
 
     order: tuple[int, ...]
     costs: tuple[Cost, ...]
-    """Each option's cost at the posterior means (the prediction shown and used for deadlines)."""
+    """Each option's cost at the posterior means: the prediction shown and used for deadlines."""
     race: tuple[int, ...] = ()
     """Options that start at once, the first token wins (the order's first ones)."""
     shadow: int | None = None
@@ -87,17 +69,16 @@ class Counts:
     attempts: int = 0
 
     def shares(self) -> tuple[float, float]:
-        """The share of requests that explored, and attempts per request beyond one (never below zero: a request
-        is counted when planned, its attempts as they start, so one just planned has none yet)."""
+        """The share of requests that explored, and attempts per request beyond one (never below zero: a request is
+        counted when planned, before its attempts start)."""
         requests = max(1, self.requests)
         return self.explored / requests, max(0.0, self.attempts / requests - 1.0)
 
 
 @dataclass
 class Budget:
-    """A token bucket per model: each streamed request adds ``RACE_BUDGET``, each race or shadow spends one. Beside
-    it, the model's pace of streamed requests (the mean gap over about ``MEMORY`` of them): how many requests a
-    look's answer informs (``gateway.routing.worth``)."""
+    """A token bucket per model: each streamed request adds ``RACE_BUDGET``, each look spends one. Beside it, the
+    model's pace of streamed requests (over about ``MEMORY`` gaps), which ``worth`` reads."""
 
     burst: float = 2.0
     tokens: dict[str, float] = field(default_factory=dict)
@@ -111,7 +92,7 @@ class Budget:
             return
         last = self.last.get(model)
         self.last[model] = now
-        if last is not None:  # the mean of the gaps so far, then of about the last ``MEMORY``
+        if last is not None:  # a running mean over about the last ``MEMORY`` gaps
             n = self.gaps[model] = self.gaps.get(model, 0) + 1
             gap = self.gap_s.get(model, 0.0)
             self.gap_s[model] = gap + (now - last - gap) / min(n, MEMORY)
@@ -143,12 +124,11 @@ def choose(
     model: str = "",
     means: Sequence[Cost] | None = None,
 ) -> Choice:
-    """Order ``options`` for this request: a stream by the beliefs' means, with a look where it may teach most when
-    the budget has one; any other request by one draw of each belief. Decide its race, shadow or cold start.
-    ``means``: the options' ``mean_costs``, when the caller has them already."""
+    """Order ``options`` for this request and decide its race, shadow or cold start. ``means``: the options'
+    ``mean_costs``, when the caller has them already."""
     means = list(means) if means is not None else mean_costs(options, shape, weights, now)
     measured = [i for i in range(len(options)) if options[i].belief.answers]
-    # Never measured and nobody measuring it; at the very start (nothing measured at all) every one.
+    # Never measured and nobody measuring it; with nothing measured at all, every one.
     cold = [i for i in range(len(options)) if not options[i].belief.answers and not (measured and options[i].measuring)]
     if (cold and may_race and len(options) > 1) or not measured or not may_race:
         drawn = [
@@ -165,7 +145,7 @@ def choose(
         if not measured:
             return Choice(tuple(order), tuple(means))
     by_mean = scores(means, weights)
-    # The fallbacks are what the beliefs expect best (exploiting, not exploring).
+    # The fallbacks follow the beliefs' means.
     ranked = sorted(range(len(options)), key=by_mean.__getitem__)
     leader = next(i for i in ranked if i in measured)
     if not may_race:
@@ -179,8 +159,7 @@ def choose(
     races: dict[int, Race | None] = {}
 
     def race_s(i: int) -> Race | None:
-        """The race where the look is a race (never measured, or racing costs no time), else None (a shadow); found
-        once per option (the look's cost and the choice of race or shadow read the same)."""
+        """The race where a look at ``i`` is a race (never measured, or racing costs no time), else None: a shadow."""
         if i in races:
             return races[i]
         o = options[i]
@@ -194,10 +173,8 @@ def choose(
         return race
 
     def net(i: int) -> tuple[float, float]:
-        """With the pace known, a look's worth less its cost (``gateway.routing.worth``). Before (a model's first
-        stream): where it may teach most (a stale belief's chance of a change included), and soonest against
-        traffic, which tells of a deployment it serves a moment later anyway (``worth.news_in_s``); where the gain's
-        draws found nothing anywhere, the one traffic would tell of last."""
+        """A look's worth less its cost; before the pace is known, its gain times how much sooner it tells than
+        traffic would, ties going to the one traffic would tell of last."""
         o = options[i]
         if pace is None:
             news = news_in_s(o.belief, now)
@@ -210,7 +187,7 @@ def choose(
 
     nets = {i: net(i) for i in ranked if i != leader}
     first = max(nets, key=nets.__getitem__)
-    if pace is not None and nets[first][0] <= 0.0:  # no look worth its cost: the token is kept
+    if pace is not None and nets[first][0] <= 0.0:  # no look is worth its cost
         return Choice(_first(leader, ranked), tuple(means))
     budget.take(model)
     if race_s(first) is not None:
@@ -220,12 +197,11 @@ def choose(
 
 
 def mean_costs(options: Sequence[Option], shape: Shape, weights: Weights, now: float) -> list[Cost]:
-    """Each option's cost at its belief's means: what the router predicts, and how it ranks the leader and the
-    fallbacks. A belief that has heard is read at its level as heard (drift included), not mixed with the prior by
-    the chance it changed since: that chance says only "it may have become any of its siblings", which pulls each
-    deployment left alone toward the siblings' middle (the best read worse, the longer the worse) with no answer
-    saying so, and the one left alone stays alone. What a change since may be is the looks' to find out
-    (``gain``, ``Belief.branches``) and the draw's (``Belief.draw``); one never heard is its prior."""
+    """Each option's cost at its belief's means: the prediction, and the order of the leader and fallbacks.
+
+    A belief that has heard is read as heard, not mixed with the prior by the chance it changed: that would pull
+    every deployment left alone toward its siblings' middle with no answer saying so. Finding a change is for the
+    looks and the draws. One never heard is its prior."""
     return [
         cost(
             o.belief.expected(now, None if o.belief.answers else o.prior),
@@ -239,8 +215,7 @@ def mean_costs(options: Sequence[Option], shape: Shape, weights: Weights, now: f
 
 
 def gain(option: Option, leader: Cost, shape: Shape, weights: Weights, now: float, rng: random.Random) -> float:
-    """What one look at ``option`` may teach (the knowledge gradient, ``gateway.routing.belief_look``): the expected
-    improvement over the leader's score of where the belief would stand after one answer."""
+    """What one look at ``option`` may teach: the knowledge gradient (``belief_look.gains``)."""
     return gains(option.belief, option.prior, option.deployment, leader, shape, weights, now, rng)[0]
 
 

@@ -1,8 +1,7 @@
-"""A draw from a belief (``gateway.routing.belief``): what one plausible present is, and how one is drawn.
+"""A draw from a belief: one plausible present, and how it is drawn.
 
-``Belief.draw`` and the look's knowledge gradient (``gateway.routing.choose.gain``) draw the same way: a
-run by its weight, its level's normal with drift, and the failure chance's; the gradient finds what it
-draws from (``Belief.sampling``) once for many draws.
+``Belief.draw`` and a look's knowledge gradient (``belief_look``) draw the same way: a run by its weight, its
+level's normal with drift, and the failure chance's.
 """
 
 from __future__ import annotations
@@ -23,25 +22,23 @@ class Draw(NamedTuple):
     failure_s: float = 0.0
     """What a failure costs before the fallback starts."""
     changed: bool = False
-    """Drawn as a level new since it was last heard (from the prior, by the hazard), not from its own answers."""
+    """Drawn as a level that changed since it was last heard, not from its own runs."""
     levels: tuple[float, float] = (0.0, 0.0)
-    """The drawn levels themselves (seconds; ``ttft_s`` and ``s_per_token`` again, kept apart from any later change)."""
+    """The drawn levels in seconds, kept apart from later changes to ``ttft_s`` and ``s_per_token``."""
 
 
 new_tuple = tuple.__new__
-"""What a named tuple's ``__new__`` calls with its fields: ``new_tuple(Draw, fields)`` is ``Draw(*fields)`` (every
-field given, defaults too) without that ``__new__``, a Python function even where its caller is compiled."""
+"""``new_tuple(Draw, fields)`` is ``Draw(*fields)`` (every field given) without the named tuple's Python ``__new__``."""
 
 Sampling = tuple[list[tuple[float, float, float, float, float]], float, float]
-"""(weight, log mean and sd of first token, of seconds per token) per run, drift included; the failure chance's mean
-and sd (``Belief.sampling``)."""
+"""Per run (weight, log mean and sd of first token, of seconds per token), drift included; the failure chance's mean
+and sd."""
 
 
 def sample(sampling: Sampling, rng: random.Random) -> tuple[float, float, float]:
-    """One draw from ``Belief.sampling``: a run by its weight, its level (first token and seconds per token, in
-    seconds), and a failure chance."""
+    """One draw from ``Belief.sampling``: first token and seconds per token in seconds, and a failure chance."""
     levels, failure_mean, failure_sd = sampling
-    pick = rng.random()  # the runs' weights sum to one (``_prune``, ``_new_runs``)
+    pick = rng.random()  # the runs' weights sum to one
     run = levels[-1]
     for candidate in levels:
         pick -= candidate[0]
@@ -59,10 +56,8 @@ _TWOPI = 2.0 * math.pi
 
 
 def standard_normals(uniform: Callable[[], float], carry: float | None, count: int) -> list[float]:
-    """At least ``count`` standard normals, as that many calls of ``random.Random.gauss`` make them after one that
-    left ``carry`` (its ``gauss_next``): Box–Muller pairs of two ``uniform()``, the cosine's given first, the
-    sine's kept. An odd one left over is the list's last (the next carry). A look's draws make theirs in their
-    loop the same way (``belief_look.gains``)."""
+    """At least ``count`` standard normals as that many ``random.Random.gauss`` calls make them after one that left
+    ``carry``; an odd one over is last (the next carry)."""
     normals = [] if carry is None else [carry]
     while len(normals) < count:
         x2pi = uniform() * _TWOPI

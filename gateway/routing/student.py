@@ -1,10 +1,7 @@
 """Reading answers through a Student-t: how well a hypothesis predicted an answer or a bound, and its posterior after.
 
-An answer is the level plus noise of a Student-t (``TAIL_NU`` degrees of freedom): a far answer is read
-as one far answer, neither proof of a change nor a pull on the level. A bound ("the value is at least t": a
-race lost, an attempt overdue, a stream running slow) is read through the same t's tail (its regularized
-incomplete beta), and the hypothesis's normal posterior is moved by the assumed-density step of that tail.
-Used by ``gateway.routing.belief``; pure functions.
+An answer is the level plus Student-t noise, so a far answer is read as one far answer. A bound ("at least t") is
+read through the same t's tail, and moves a hypothesis's normal posterior by that tail's assumed-density step.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from typing import Final
 from gateway.routing.belief_runs import SPT, TTFT, Run
 
 TAIL_NU: Final = 4.0
-"""Degrees of freedom of an answer's Student-t noise: how heavy a tail one wild answer is read as."""
+"""Degrees of freedom of an answer's Student-t noise."""
 _T_NORM: Final = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
 _POWER: Final = -(TAIL_NU + 1) / 2
 """The Student-t density's exponent."""
@@ -26,9 +23,8 @@ _NORMAL = NormalDist()
 def likelihoods(
     runs: list[Run], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
 ) -> list[float]:
-    """How well each of ``runs`` predicted this evidence: Student-t densities of values, Student-t tails of bounds.
-    Read for every hypothesis of every running stream on every plan: each run's product is taken metric by metric,
-    first token first (``1.0 ×`` the first's term ``×`` the second's, as a product over the metrics is)."""
+    """How well each of ``runs`` predicted this evidence: Student-t densities of values, Student-t tails of bounds,
+    multiplied first token first."""
     v0, v1, b0, b1, n0, n1 = values[TTFT], values[SPT], bounds[TTFT], bounds[SPT], noise[TTFT], noise[SPT]
     ps = []
     for run in runs:
@@ -48,9 +44,8 @@ def likelihoods(
 def update_all(
     runs: list[Run], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
 ) -> None:
-    """Each run's posterior after the evidence: a robust Kalman step per value, and per bound the assumed-density
-    step of a Student-t tail (its hazard moves the mean; a far bound moves it a bounded amount). The metrics'
-    posteriors are independent: each run's first token, then its seconds per token."""
+    """Each run's posterior after the evidence: a robust Kalman step per value, the assumed-density step of a
+    Student-t tail per bound; the two metrics independently."""
     v0, v1, b0, b1, n0, n1 = values[TTFT], values[SPT], bounds[TTFT], bounds[SPT], noise[TTFT], noise[SPT]
     for run in runs:
         if v0 is not None:
@@ -71,8 +66,8 @@ def _density(value: float, mean: float, var: float, n: float) -> float:
 
 
 def _beyond(bound: float, mean: float, var: float, n: float) -> float:
-    """The chance of an answer at least ``bound`` under a level ``N(mean, var)`` and noise ``n``: its Student-t tail,
-    at least 1e-12 (``max(1e-12, tail)``, a NaN included)."""
+    """The chance of an answer at least ``bound`` under a level ``N(mean, var)`` and noise ``n``, at least 1e-12
+    (NaN too)."""
     tail = _t_tail((bound - mean) / math.sqrt(var + n))
     return tail if tail > 1e-12 else 1e-12
 
@@ -85,21 +80,19 @@ def _kalman(value: float, mean: float, var: float, n: float) -> tuple[float, flo
 
 
 def _tail_step(bound: float, mean: float, var: float, n: float) -> tuple[float, float]:
-    """The assumed-density step of a Student-t tail ("at least ``bound``"): its hazard moves the mean. The
-    posterior's mean and variance."""
+    """The assumed-density step of a Student-t tail ("at least ``bound``"): the posterior's mean and variance."""
     s = math.sqrt(var + n)
     alpha = (bound - mean) / s
     tail = _t_tail(alpha)
     hazard = _T_NORM * math.pow(1.0 + alpha * alpha / TAIL_NU, _POWER) / (tail if tail > 1e-12 else 1e-12)
     slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
     shrunk = var * (1.0 - var / (s * s) * hazard * (hazard - slope))
-    shrunk = shrunk if shrunk > 1e-6 else 1e-6  # max(1e-6, shrunk), a NaN included
-    return mean + var / s * hazard, shrunk if shrunk < var else var  # min(var, shrunk), a NaN included
+    shrunk = shrunk if shrunk > 1e-6 else 1e-6  # max(1e-6, shrunk), NaN to 1e-6
+    return mean + var / s * hazard, shrunk if shrunk < var else var
 
 
 def censored_square(bound: float, mean: float, variance: float) -> float:
-    """E[(y − mean)²] of a normal answer (``mean``, ``variance``) known only to be at least ``bound``: what a bound
-    hides of the answers' spread (a hedge or a race cuts off the slow tail)."""
+    """E[(y − mean)²] of a normal answer known only to be at least ``bound``: what a bound hides of the spread."""
     alpha = (bound - mean) / math.sqrt(variance)
     tail = max(1e-12, 1.0 - _NORMAL.cdf(alpha))
     return variance * (1.0 + alpha * _NORMAL.pdf(alpha) / tail)
@@ -110,13 +103,13 @@ _EVEN_TERMS = (
     if TAIL_NU == int(TAIL_NU) and int(TAIL_NU) % 2 == 0
     else ()
 )
-"""For an even number of degrees of freedom the t's CDF is a finite sum: 1/2 + ξ/2 · Σ_j c_j (1 − ξ²)^j with
-ξ = x / √(ν + x²) and c_j = Π_{i≤j} (2i − 1) / 2i, j < ν/2; these are the c_j (none for an odd or fractional ν)."""
+"""For an even ν the t's CDF is 1/2 + ξ/2 · Σ_j c_j (1 − ξ²)^j with ξ = x / √(ν + x²) and
+c_j = Π_{i≤j} (2i − 1) / 2i, j < ν/2: these are the c_j (none for another ν)."""
 
 
 def _t_tail(x: float) -> float:
-    """P(T > x) for a Student-t of ``TAIL_NU`` degrees of freedom: the finite sum for an even ν (read on every
-    plan, for every bound, so it matters that it is a few multiplications), else the incomplete beta."""
+    """P(T > x) for a Student-t of ``TAIL_NU`` degrees of freedom: the finite sum for an even ν, else the
+    incomplete beta."""
     if _EVEN_TERMS:
         xi = x / math.sqrt(TAIL_NU + x * x)
         rest, power, total = 1.0 - xi * xi, 1.0, 0.0
