@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gateway.routing import belief_failures, belief_runs, belief_scatter
+from gateway.routing import belief_runs
 from gateway.routing.belief_failures import FailureRun
 from gateway.routing.belief_noise import Scatter
 from gateway.routing.belief_prefill import Prefill
@@ -53,15 +53,12 @@ def _weights(rng: random.Random, n: int) -> list[float]:
 
 
 @pytest.mark.parametrize(
-    ("sort", "make"),
-    [
-        (belief_runs._heaviest_first, lambda w: Run(w, 0.0, 0.0, 1.0, 1.0)),
-        (belief_scatter._heaviest_first, lambda w: Scatter(w)),
-        (belief_failures._heaviest_first, lambda w: FailureRun(w, 1.0, 1.0)),
-    ],
+    "make",
+    [lambda w: Run(w, 0.0, 0.0, 1.0, 1.0), lambda w: Scatter(w), lambda w: FailureRun(w, 1.0, 1.0)],
     ids=["runs", "scatters", "failures"],
 )
-def test_heaviest_first_is_sort_by_weight_reversed(sort: Any, make: Any) -> None:
+def test_heaviest_first_is_sort_by_weight_reversed(make: Any) -> None:
+    sort = belief_runs.heaviest_first
     rng = random.Random(7)
     for _ in range(2000):
         items = [make(w) for w in _weights(rng, rng.randint(0, 8))]

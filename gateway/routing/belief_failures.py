@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Final
+
+from gateway.routing.belief_runs import heaviest_first
 
 FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
@@ -66,7 +67,7 @@ class Failures:
         for run in self.runs:
             run.fails += 1.0 if failed else 0.0
             run.oks += 0.0 if failed else 1.0
-        _heaviest_first(self.runs)
+        heaviest_first(self.runs)
         del self.runs[RUNS:]
         total = 0.0
         for run in self.runs:
@@ -128,23 +129,6 @@ class Failures:
         return terms
 
 
-def _heaviest_first(runs: list[FailureRun]) -> None:
-    """``runs.sort(key=weight, reverse=True)`` written out, as ``belief_runs._heaviest_first``."""
-    for run in runs:
-        if run.weight != run.weight:
-            runs.sort(key=_WEIGHT, reverse=True)
-            return
-    for i in range(1, len(runs)):
-        run = runs[i]
-        weight = run.weight
-        j = i
-        while j > 0 and runs[j - 1].weight < weight:
-            runs[j] = runs[j - 1]
-            j -= 1
-        runs[j] = run
-
-
-_WEIGHT = attrgetter("weight")
 _A0, _B0 = FAIL_PRIOR
 _S0: Final = _A0 + _B0
 _M0: Final = _A0 / _S0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Final
+from typing import Final, Protocol, TypeVar
 
 from gateway.routing.priors import SPREAD, Prior
 
@@ -159,7 +159,7 @@ def prune(runs: list[Run], cut: bool = False) -> list[Run]:
     for run in runs:
         run.weight /= total
     if len(runs) > RUNS or cut:
-        _heaviest_first(runs)
+        heaviest_first(runs)
         del runs[RUNS:]
         total = weight_of(runs)
         for run in runs:
@@ -175,21 +175,30 @@ def weight_of(runs: list[Run]) -> float:
     return total
 
 
-def _heaviest_first(runs: list[Run]) -> None:
-    """``runs.sort(key=weight, reverse=True)`` as a stable insertion sort (the same order for a few runs); with a NaN
-    weight, ``sort`` itself."""
-    for run in runs:
-        if run.weight != run.weight:
-            runs.sort(key=_WEIGHT, reverse=True)
+class Weighted(Protocol):
+    """A hypothesis with a weight: a level's run, a scatter, a failure run."""
+
+    weight: float
+
+
+W = TypeVar("W", bound=Weighted)
+
+
+def heaviest_first(items: list[W]) -> None:
+    """``items.sort(key=weight, reverse=True)`` as a stable insertion sort (the same order for the few hypotheses a
+    belief keeps, without a key function's calls); with a NaN weight, ``sort`` itself."""
+    for item in items:
+        if item.weight != item.weight:
+            items.sort(key=_WEIGHT, reverse=True)
             return
-    for i in range(1, len(runs)):
-        run = runs[i]
-        weight = run.weight
+    for i in range(1, len(items)):
+        item = items[i]
+        weight = item.weight
         j = i
-        while j > 0 and runs[j - 1].weight < weight:
-            runs[j] = runs[j - 1]
+        while j > 0 and items[j - 1].weight < weight:
+            items[j] = items[j - 1]
             j -= 1
-        runs[j] = run
+        items[j] = item
 
 
 def unborn_weigh_nothing(

@@ -9,18 +9,16 @@ jump explains moves no scatter. The belief reads the likeliest scatter. See docs
 from __future__ import annotations
 
 import math
-from operator import attrgetter
 from typing import Final
 
 from gateway.routing.belief_noise import Scatter, learn_noise
-from gateway.routing.belief_runs import Run
+from gateway.routing.belief_runs import Run, heaviest_first
 from gateway.routing.priors import PRIOR_WEIGHT, Prior
 from gateway.routing.student import TAIL_NU
 
 SCATTERS: Final = 3
 """Scatter hypotheses kept per metric: a cost of the computation, not a fact of the world."""
 _POWER: Final = -(TAIL_NU + 1) / 2
-_WEIGHT = attrgetter("weight")
 TTFT: Final = 0
 SPT: Final = 1
 METRICS = (TTFT, SPT)
@@ -140,7 +138,7 @@ def _prune(scatters: list[Scatter]) -> list[Scatter]:
         keep.weight = 1.0
         return [keep]
     if len(scatters) > SCATTERS:
-        _heaviest_first(scatters)
+        heaviest_first(scatters)
         del scatters[SCATTERS:]
         total = 0.0
         for scatter in scatters:
@@ -148,19 +146,3 @@ def _prune(scatters: list[Scatter]) -> list[Scatter]:
     for scatter in scatters:
         scatter.weight /= total
     return scatters
-
-
-def _heaviest_first(scatters: list[Scatter]) -> None:
-    """``scatters.sort(key=weight, reverse=True)`` written out, as ``belief_runs._heaviest_first``."""
-    for scatter in scatters:
-        if scatter.weight != scatter.weight:
-            scatters.sort(key=_WEIGHT, reverse=True)
-            return
-    for i in range(1, len(scatters)):
-        scatter = scatters[i]
-        weight = scatter.weight
-        j = i
-        while j > 0 and scatters[j - 1].weight < weight:
-            scatters[j] = scatters[j - 1]
-            j -= 1
-        scatters[j] = scatter
