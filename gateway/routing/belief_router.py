@@ -37,7 +37,7 @@ from gateway.routing.health import RouterState
 from gateway.routing.lengths import LengthKey, Lengths, request_shape
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
-from gateway.routing.priors import Heard, Prior, pooled_all
+from gateway.routing.priors import Heard, Pool, Prior
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from gateway.stats.answers import answer_of, tells
@@ -60,7 +60,6 @@ class BeliefRouter:
         self.config = config
         self.stats = stats
         self.state = state if state is not None else RouterState()
-        self.state.window_s = float(config.stats.window_s)
         self.rng = rng if rng is not None else random.Random()
         self.clock = clock
         self.events: GatewayEvents = events if events is not None else NoEvents()
@@ -86,6 +85,7 @@ class BeliefRouter:
         """``Weights.of`` each policy (by identity: policies are frozen) and sort, found once."""
         self._heard: dict[DeploymentKey, tuple[Belief, int, Heard]] = {}
         """Each belief as ``_pool`` read it last, and its answers then."""
+        self._pools: dict[str, tuple[list[DeploymentKey], Pool]] = {}  # each model's, as ``_pool`` pooled it last
         self.others = OthersAnswers()
         """Which of the other replicas' answers the beliefs have heard."""
 
@@ -343,10 +343,15 @@ class BeliefRouter:
         moved. ``heard``'s own prior reads the others only, none of which moved: it stays (the same floats; what
         ``pooled`` reads of a belief is its answers, noise, scatter and levels' means, none of which moves unheard)."""
         keys = [k for k in self.beliefs if k[0] == model]
-        heards = [self._heard_of(k, self.beliefs[k], now) for k in keys]
         skip = keys.index(heard) if heard in self.priors and heard in keys else -1
-        priors = pooled_all(heards, [self._price_of.get(k) for k in keys], skip)
-        for k, prior in zip(keys, priors, strict=True):
+        if len(keys) == (1 if skip >= 0 else 0):
+            return  # none to pool: ``heard`` is its model's only deployment, and has its prior
+        kept = self._pools.get(model)
+        if kept is None or kept[0] != keys:
+            kept = self._pools[model] = (keys, Pool([self._price_of.get(k) for k in keys]))
+        for i, k in enumerate(keys):  # only an entry whose belief heard is read again
+            kept[1].hear(i, self._heard_of(k, self.beliefs[k], now))
+        for k, prior in zip(keys, kept[1].pooled(skip), strict=True):
             if prior is not None:
                 self.priors[k] = prior
 
@@ -383,9 +388,6 @@ class BeliefRouter:
 
     def in_flight(self, model: str, deployment: str) -> int:
         return self.state.deployment_in_flight.get((model, deployment), 0)
-
-    def provider_in_flight(self, provider: str) -> int:
-        return self.state.provider_in_flight.get(provider, 0)
 
     def _circuit_changed(self, key: DeploymentKey, state: CircuitState) -> None:
         provider = self._provider_of.get(key, key[1])

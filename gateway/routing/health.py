@@ -249,8 +249,6 @@ class RouterState:
     asked: Counter[str] = field(default_factory=Counter)
     """Requests planned per model so far: the demand that keeps background probes going."""
     idle_probes: IdleProbes = field(default_factory=IdleProbes)
-    window_s: float = 300.0
-    """The shared stats window's length (``stats.window_s``)."""
 
     def started(self, provider: str, key: DeploymentKey, attempt: int) -> None:
         self.provider_in_flight[provider] = self.provider_in_flight.get(provider, 0) + 1

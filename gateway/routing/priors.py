@@ -26,9 +26,13 @@ MEMORY: Final = 50
 per request shape, are the last ~50 answers'."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Prior:
-    """Where a new run's level starts, per metric: mean and variance of the log level (None: unknown)."""
+    """Where a new run's level starts, per metric: mean and variance of the log level (None: unknown).
+
+    Never changed in place (hashed by its fields, as a frozen one is). Not frozen for its ``__init__``: written out,
+    compiled, a native method, where a frozen dataclass's generated one stays interpreted and sets each field through
+    ``object.__setattr__`` (a model's every other deployment's prior is made after each answer)."""
 
     mean: tuple[float | None, float | None] = (None, None)
     var: tuple[float, float] = (BETWEEN**2, BETWEEN**2)
@@ -40,6 +44,22 @@ class Prior:
     centre: tuple[float | None, float | None] = (None, None)
     """Where the siblings' levels lie blind to price (their mean; None: the same as ``mean``, no price regression)."""
     centre_var: tuple[float, float] = (BETWEEN**2, BETWEEN**2)
+
+    def __init__(
+        self,
+        mean: tuple[float | None, float | None] = (None, None),
+        var: tuple[float, float] = (BETWEEN**2, BETWEEN**2),
+        noise: tuple[float, float] = (SPREAD**2, SPREAD**2),
+        spread2: tuple[float, float] = (SPREAD**2, SPREAD**2),
+        centre: tuple[float | None, float | None] = (None, None),
+        centre_var: tuple[float, float] = (BETWEEN**2, BETWEEN**2),
+    ) -> None:
+        self.mean = mean
+        self.var = var
+        self.noise = noise
+        self.spread2 = spread2
+        self.centre = centre
+        self.centre_var = centre_var
 
     def landing(self, metric: int) -> tuple[float | None, float]:
         """Where a level that changed lands (mean, variance of the log level): as likely among the siblings of its
@@ -120,17 +140,60 @@ def pooled_heard(others: list[Heard], price: float | None = None, prices: Sequen
 
 def pooled_all(heards: list[Heard], prices: Sequence[float | None], skip: int = -1) -> list[Prior | None]:
     """Each of a model's deployments' prior, pooled from all the others (``pooled_heard`` of the list less its own,
-    at its price ``prices[i]``, the others at theirs), in one pass (``BeliefRouter._pool`` pools every sibling after
-    each answer): every field read once, not once per sibling. ``skip``: the one not pooled (None in its place)."""
-    columns = _Columns.of(heards, prices)
-    measured = [h.answers > 0 for h in heards]
-    n = len(heards)
+    at its price ``prices[i]``, the others at theirs), in one pass: every field read once, not once per sibling.
+    ``skip``: the one not pooled (None in its place). ``Pool`` does the same with the fields kept between calls."""
+    return _pooled_each(_Columns.of(heards, prices), [h.answers > 0 for h in heards], prices, skip)
+
+
+class Pool:
+    """A model's deployments as ``pooled_all`` reads them, kept between its calls (``BeliefRouter._pool`` pools every
+    sibling after each answer): each entry's fields are read from its ``Heard`` once, again only when it is given a
+    new one (a ``Heard`` is made when its belief heard: the one an answer moved), so ``pooled`` reads no ``Heard``."""
+
+    def __init__(self, prices: list[float | None]) -> None:
+        n = len(prices)
+        self.prices = prices
+        self.heards: list[Heard | None] = [None] * n
+        self.measured = [False] * n
+        x, priced = _log_prices(prices)
+        self.columns = _Columns([0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, x, priced)
+
+    def hear(self, i: int, heard: Heard) -> None:
+        """Entry ``i`` as ``heard`` says (``_Columns.of``'s fields of it), unless it is the one read last."""
+        if self.heards[i] is heard:
+            return
+        self.heards[i] = heard
+        columns = self.columns
+        columns.ttft[i] = heard.levels[0][0]
+        columns.spt[i] = heard.levels[1][0]
+        columns.noise0[i] = heard.noise[0]
+        columns.noise1[i] = heard.noise[1]
+        columns.spread0[i] = heard.spread2[0]
+        columns.spread1[i] = heard.spread2[1]
+        self.measured[i] = heard.answers > 0
+
+    def pooled(self, skip: int = -1) -> list[Prior | None]:
+        """``pooled_all`` of the entries as last heard (every entry must have been heard)."""
+        return _pooled_each(self.columns, self.measured, self.prices, skip)
+
+
+def _pooled_each(
+    columns: _Columns, measured: list[bool], prices: Sequence[float | None], skip: int
+) -> list[Prior | None]:
+    """``pooled_all`` from the columns and which entries are measured."""
+    n = len(measured)
     # Every measured one priced: where one is pooled, its siblings are (its own price decides the rest).
     priced = all(columns.priced[j] for j in range(n) if measured[j])
     return [
         None if i == skip else _pooled_one(columns, [j for j in range(n) if j != i and measured[j]], prices[i], priced)
         for i in range(n)
     ]
+
+
+def _log_prices(prices: Sequence[float | None]) -> tuple[list[float], list[bool]]:
+    """Each price's log (0.0 where it has none, never read then), and whether it has one."""
+    positive = [(p or 0) > 0 for p in prices]
+    return [math.log(p) if p is not None and ok else 0.0 for p, ok in zip(prices, positive, strict=True)], positive
 
 
 @dataclass(slots=True)
@@ -149,7 +212,7 @@ class _Columns:
 
     @classmethod
     def of(cls, heards: list[Heard], prices: Sequence[float | None]) -> _Columns:
-        positive = [(p or 0) > 0 for p in prices]
+        x, positive = _log_prices(prices)
         return cls(
             [h.levels[0][0] for h in heards],
             [h.levels[1][0] for h in heards],
@@ -157,7 +220,7 @@ class _Columns:
             [h.noise[1] for h in heards],
             [h.spread2[0] for h in heards],
             [h.spread2[1] for h in heards],
-            [math.log(p) if p is not None and ok else 0.0 for p, ok in zip(prices, positive, strict=True)],
+            x,
             positive,
         )
 

@@ -65,20 +65,24 @@ def tells(sample: Sample) -> bool:
 
 
 def answer_of(sample: Sample, replica: str = "", seq: int = 0, at: float = 0.0) -> Answer:
-    """What a belief hears of ``sample`` (whether it says anything at all: ``tells``)."""
+    """What a belief hears of ``sample`` (whether it says anything at all: ``tells``). Made as ``Recorder.answer``
+    makes it, without the named tuple's ``__new__`` (the router makes one per attempt finished)."""
     prompt = sample.usage_prompt_tokens
-    return Answer(
-        replica,
-        seq,
-        at,
-        sample.outcome,
-        sample.stream,
-        sample.hedged,
-        sample.ttft_s,
-        sample.tokens_per_s,
-        sample.output_tokens,
-        sample.attempt_s,
-        None if prompt is None else max(0, prompt - (sample.usage_cached_tokens or 0)),
+    return tuple.__new__(
+        Answer,
+        (
+            replica,
+            seq,
+            at,
+            sample.outcome,
+            sample.stream,
+            sample.hedged,
+            sample.ttft_s,
+            sample.tokens_per_s,
+            sample.output_tokens,
+            sample.attempt_s,
+            None if prompt is None else max(0, prompt - (sample.usage_cached_tokens or 0)),
+        ),
     )
 
 
