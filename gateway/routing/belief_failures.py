@@ -11,12 +11,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Final
 
-from gateway.routing.belief_runs import heaviest_first
+from gateway.routing.belief_runs import RUNS, heaviest_first
 
 FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
-RUNS: Final = 5
-"""Run-length hypotheses kept: a cost of the computation, not a fact of the world."""
 
 
 def change_chance(elapsed_s: float, hazard_s: float) -> float:

@@ -12,16 +12,13 @@ import math
 from typing import Final
 
 from gateway.routing.belief_noise import Scatter, learn_noise
-from gateway.routing.belief_runs import Run, heaviest_first
+from gateway.routing.belief_runs import METRICS, TTFT, Run, heaviest_first
 from gateway.routing.priors import PRIOR_WEIGHT, Prior
 from gateway.routing.student import TAIL_NU
 
 SCATTERS: Final = 3
 """Scatter hypotheses kept per metric: a cost of the computation, not a fact of the world."""
 _POWER: Final = -(TAIL_NU + 1) / 2
-TTFT: Final = 0
-SPT: Final = 1
-METRICS = (TTFT, SPT)
 
 
 def hear_both(
