@@ -133,7 +133,8 @@ class ProxyEndpoint:
         trace_wanted: bool,
     ) -> None:
         request_id = request.request_id
-        watch = DisconnectWatch(receive)
+        loop = asyncio.get_running_loop()  # once per request, for the watch and the keep-alive
+        watch = DisconnectWatch(receive, loop)
         started = False
         plan: RoutePlan | None = None
         keeper: FirstByteKeepAlive | None = None
@@ -167,7 +168,7 @@ class ProxyEndpoint:
                 reply = await runtime.dispatcher.dispatch(request, plan)
             else:
                 # The dispatcher's reply, with the stream's keep-alives going out meanwhile (inline: no coroutine).
-                keeper.start()
+                keeper.start(loop)
                 try:
                     reply = await runtime.dispatcher.dispatch(request, plan)
                 finally:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from gateway import native
+from gateway.admission.access import LateBooking
 from gateway.admission.ratelimit import RateDecision
 from gateway.admission.spending.store import Booking
 from gateway.frozen import positional_maker, twin_maker
@@ -46,6 +47,7 @@ CLASSES: list[type[Any]] = [
     RouteRequest,
     Candidate,
     RoutePlan,
+    LateBooking,
 ]
 """Every class a ``positional_maker`` is made of in the gateway."""
 

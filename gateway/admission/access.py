@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.admission.auth import AdminKey, ClientKey, KeyLimits, KeyRing, is_loopback, presented_key
@@ -42,6 +43,7 @@ from gateway.admission.usage import TALLY, UsageTally
 from gateway.config import AuthConfig, DeploymentConfig, LimitsConfig
 from gateway.eager import start_eagerly
 from gateway.errors import AuthenticationFailed, NoCapacity, PermissionDenied, RateLimited
+from gateway.frozen import positional_maker
 from gateway.routing.lengths import Forecast
 from gateway.samples import Endpoint, Sample
 
@@ -163,26 +165,24 @@ class Ticket:
                 logger.exception("access: a token correction or a settlement failed")
         # Not a bound method of the ticket: the tally would then hold the ticket that holds it, a cycle per
         # request that only the collector's rare full passes free.
-        self.tally.late = LateBooking(self.state, self.key, self.window, self.spender, self.hold)
+        self.tally.late = late_booking(self.state, self.key, self.window, self.spender, self.hold)
 
 
+@dataclass(frozen=True, slots=True)
 class LateBooking:
     """Books an attempt that ended after its request was released (a race's drained loser) on its own.
 
     Settled against the request's hold again: the hold was released once (a store releases a hold only
-    while it is held), and its budgets are the ones the attempt's cost is booked to.
+    while it is held), and its budgets are the ones the attempt's cost is booked to. Made per request by
+    ``late_booking`` (every field in order: no frozen ``__init__`` setting each field through
+    ``object.__setattr__``); nothing changes it after.
     """
 
-    __slots__ = ("state", "key", "window", "spender", "hold")
-
-    def __init__(self, state: AccessState, key: ClientKey, window: int, spender: Spender, hold: Hold | None) -> None:
-        # A plain class, not a frozen dataclass: one is made per request, and a frozen one sets each field through
-        # ``object.__setattr__``. Nothing changes them after.
-        self.state = state
-        self.key = key
-        self.window = window
-        self.spender = spender
-        self.hold = hold
+    state: AccessState
+    key: ClientKey
+    window: int
+    spender: Spender
+    hold: Hold | None
 
     def __call__(self, sample: Sample) -> None:
         output = sample.billed_output_tokens
@@ -191,6 +191,10 @@ class LateBooking:
                 self.state.limiter.adjust(self.key.key_id, self.window, output), local=self.state.local_limits
             )
         self.state.settle(self.spender, self.hold, [sample])
+
+
+late_booking = positional_maker(LateBooking)
+"""``LateBooking(state, key, window, spender, hold)``, positionally (``gateway.frozen``)."""
 
 
 class AccessControl:

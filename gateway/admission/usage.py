@@ -45,7 +45,9 @@ class UsageTap:
             return
         tally.attempts += 1
         tally.samples.append(sample)
-        output = sample.billed_output_tokens
+        output = sample.usage_completion_tokens  # ``billed_output_tokens``, inline (a property's frame)
+        if output is None:
+            output = sample.output_tokens
         tally.output_tokens += output or 0
         if sample.usage_prompt_tokens is not None:
             tally.prompt_tokens = sample.usage_prompt_tokens

@@ -24,11 +24,14 @@ class DisconnectWatch:
 
     __slots__ = ("disconnected", "_armed", "_task", "_watcher")
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """``loop``: the running loop, when the caller has it already (``asyncio.get_running_loop`` costs a
+        ``getpid`` system call each time in CPython 3.11); else found here."""
         self.disconnected = False
         self._armed = True
         # The running loop's own ``create_task``: what ``ensure_future`` comes to for a coroutine, without its checks.
-        loop = asyncio.get_running_loop()
+        if loop is None:
+            loop = asyncio.get_running_loop()
         self._task = asyncio.current_task(loop)
         self._watcher: asyncio.Future[None] | None = loop.create_task(self._watch(receive))
 

@@ -67,10 +67,13 @@ class FirstByteKeepAlive:
         self._timer: Alarm | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Arm the first keep-alive; ``loop``: the running loop, when the caller has it already (each
+        ``asyncio.get_running_loop`` is a ``getpid`` system call in CPython 3.11)."""
         # A timer, not a task: most streams start well within the interval, and then cost only this (an alarm on the
         # loop's one timer: ``call_later``'s time and callback, no loop timer of its own).
-        loop = asyncio.get_running_loop()
+        if loop is None:
+            loop = asyncio.get_running_loop()
         self._timer = alarm_at(loop, loop.time() + self.interval_s, self._wake)
 
     def _wake(self) -> None:

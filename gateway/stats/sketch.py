@@ -86,6 +86,50 @@ def count_buckets(histograms: dict[K, LogHistogram], buckets: Mapping[K, int], k
         histogram._memo = None
 
 
+def count_buckets_twice(
+    first: dict[K, LogHistogram], second: dict[K, LogHistogram], buckets: Mapping[K, int | None]
+) -> None:
+    """``count_buckets(first, buckets)`` then ``count_buckets(second, buckets)`` in one pass over ``buckets``: the
+    window counts every sample in its slice and in its total, and each bucket's key, index and reported value are
+    read once for both. Each histogram gets the very additions it got counted alone, in the same order, and each
+    dict its new histograms in the same order (the two dicts never share a histogram)."""
+    values = _VALUES
+    for key, bucket in buckets.items():
+        if bucket is None:
+            continue
+        value = values.get(bucket)
+        if value is None:
+            value = value_of(bucket)
+        histogram = first.get(key)
+        if histogram is None:
+            histogram = first[key] = LogHistogram()
+        counts = histogram.counts
+        old = counts.get(bucket)
+        if old is None:
+            counts[bucket] = 1
+            if histogram._keys is not None:
+                insort(histogram._keys, bucket)
+        else:
+            counts[bucket] = old + 1
+        histogram.count += 1
+        histogram._sum += value
+        histogram._memo = None
+        histogram = second.get(key)
+        if histogram is None:
+            histogram = second[key] = LogHistogram()
+        counts = histogram.counts
+        old = counts.get(bucket)
+        if old is None:
+            counts[bucket] = 1
+            if histogram._keys is not None:
+                insort(histogram._keys, bucket)
+        else:
+            counts[bucket] = old + 1
+        histogram.count += 1
+        histogram._sum += value
+        histogram._memo = None
+
+
 class LogHistogram:
     """Counts per bucket. Not thread-safe; merge copies instead of sharing.
 

@@ -42,7 +42,15 @@ from gateway.admission.spending.store import (
     SpendStoreDown,
     booking_from_fields,
 )
-from gateway.admission.spending.windows import Budget, BudgetWindow, Period, period_of, to_nanos, to_usd
+from gateway.admission.spending.windows import (
+    NANOS_PER_USD,
+    Budget,
+    BudgetWindow,
+    Period,
+    period_of,
+    to_nanos,
+    to_usd,
+)
 from gateway.config import DeploymentConfig
 from gateway.errors import BudgetExceeded, BudgetUnavailable
 from gateway.routing.lengths import Forecast
@@ -183,9 +191,9 @@ class SpendLedger:
         key_id, team = spender.key_id, spender.team
         bookings = []
         for s in samples:
-            bookings.append(
-                booking_from_fields(key_id, team, s.model, s.provider, s.deployment, to_nanos(s.cost_usd or 0.0))
-            )
+            # ``to_nanos(s.cost_usd or 0.0)``, inline (a frame per booking)
+            cost = round((s.cost_usd or 0.0) * NANOS_PER_USD)
+            bookings.append(booking_from_fields(key_id, team, s.model, s.provider, s.deployment, cost))
         if hold is None and not bookings:
             return
         self.store.queue(hold, spender.tag, self.wall_clock(), bookings)
