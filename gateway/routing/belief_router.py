@@ -327,7 +327,7 @@ class BeliefRouter:
         """Tell the beliefs the other replicas' answers not heard yet (``gateway.routing.belief_others``), each as
         its replica heard it: by the same rule as this replica's own, at the time it ended (as long ago before now
         as it was recorded before the snapshot was taken), never before what the belief heard last."""
-        new = self.others.new(snapshot, [(model.name, d.name) for d in model.deployments])
+        new = self.others.new_of(snapshot, model)
         for key, answer in new:
             belief = self.belief(*key)
             at = now - max(0.0, snapshot.taken_at - answer.at)
