@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import random
 
 from gateway.routing.belief import Belief
+from gateway.routing.belief_attempts import RunningAttempt, bytes_per_token
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate
 from gateway.stats import InMemoryStatsStore
-from tests.support.belief_streams import begin_stream, hear_ten_answers
+from tests.support.belief_streams import ByteMeter, begin_stream, hear_ten_answers
 from tests.support.clock import FakeClock
 from tests.support.config import gateway_config
 from tests.support.samples import make_sample
@@ -98,3 +101,41 @@ def test_an_answer_pools_again_only_the_others_priors_from_the_one_belief_that_m
     assert router.attempt_started(a)
     router.attempt_finished(a, make_sample(deployment="a", outcome="upstream_error", ttft_s=None))
     assert all(router.priors[k] is priors[k] for k in keys)
+
+
+def test_a_running_attempts_written_init_takes_and_sets_what_the_generated_one_would() -> None:
+    """``RunningAttempt.__init__`` is written out (compiled, the generated one stays interpreted): the generated
+    one's parameters in order, its defaults, every field set."""
+    taken = [f.name for f in dataclasses.fields(RunningAttempt)]
+    assert taken == ["key", "started_at", "length", "first_at", "progress"]
+    try:
+        parameters = list(inspect.signature(RunningAttempt).parameters.values())
+    except ValueError:  # compiled: a signature mypyc cannot spell; the calls below still hold it
+        parameters = None
+    if parameters is not None:
+        assert [p.name for p in parameters] == taken
+        assert [p.default for p in parameters[3:]] == [None, None]
+    progress = ByteMeter()
+    made = RunningAttempt(("m", "a"), 1.5, None, 2.5, progress)
+    assert [getattr(made, name) for name in taken] == [("m", "a"), 1.5, None, 2.5, progress]
+    assert made == RunningAttempt(key=("m", "a"), started_at=1.5, length=None, first_at=2.5, progress=progress)
+    bare = RunningAttempt(("m", "a"), 1.5, None)
+    assert bare.first_at is None and bare.progress is None
+
+
+def test_bytes_per_token_are_learned_as_a_moving_average_of_the_streams() -> None:
+    """``bytes_per_token``: a stream's bytes over its tokens, the first taken as it is, then each moving the
+    average a twentieth of the way (the expressions the router had inline: the same floats)."""
+    rng = random.Random(3)
+    learned: dict[str, float] = {}
+    reference: dict[str, float] = {}
+    for _ in range(500):
+        progress = ByteMeter()
+        progress.api = rng.choice(["chat", "responses"])
+        progress.received_bytes = rng.randrange(1, 100_000)
+        tokens = rng.randrange(1, 2_000)
+        bytes_per_token(learned, progress, tokens)
+        seen = progress.received_bytes / tokens
+        known = reference.get(progress.api)
+        reference[progress.api] = seen if known is None else known + (seen - known) / 20
+        assert learned == reference

@@ -35,6 +35,21 @@ class RunningAttempt:
     first_at: float | None = None
     progress: StreamProgress | None = None
 
+    def __init__(
+        self,
+        key: DeploymentKey,
+        started_at: float,
+        length: tuple[LengthKey, int | None] | None,
+        first_at: float | None = None,
+        progress: StreamProgress | None = None,
+    ) -> None:
+        # Written out so that mypyc compiles it (one per attempt started); the generated ``__init__`` stays interpreted.
+        self.key = key
+        self.started_at = started_at
+        self.length = length
+        self.first_at = first_at
+        self.progress = progress
+
 
 def pace_so_far(
     attempt: RunningAttempt, now: float, bytes_per_token: dict[str, float]
@@ -60,6 +75,15 @@ def slowness_of(attempt: RunningAttempt, now: float, bytes_per_token: dict[str, 
     if not per_token:
         return 0.0
     return (now - attempt.first_at) / (progress.received_bytes / per_token + 1.0)
+
+
+def bytes_per_token(learned: dict[str, float], progress: StreamProgress, output_tokens: int) -> None:
+    """Learn, into ``learned``, a finished stream's API's bytes per output token (its events' envelope): a moving
+    average over about twenty streams, its first stream taken as it is."""
+    api = progress.api
+    seen = progress.received_bytes / output_tokens
+    known = learned.get(api)
+    learned[api] = seen if known is None else known + (seen - known) / 20
 
 
 class Measured(Protocol):
