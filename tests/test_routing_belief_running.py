@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import random
+from typing import cast
 
-from gateway.routing.belief import Belief
-from gateway.routing.belief_attempts import RunningAttempt, bytes_per_token
+import pytest
+
+from gateway.routing.belief import NO_PRIOR, Belief
+from gateway.routing.belief_attempts import RunningAttempt, bytes_per_token, pace_so_far, slowness_of
+from gateway.routing.belief_hazard import Hazard
 from gateway.routing.belief_router import BeliefRouter
+from gateway.routing.belief_running import Running, RunningViews
 from gateway.routing.plan import Candidate
+from gateway.routing.priors import Prior
 from gateway.stats import InMemoryStatsStore
 from tests.support.belief_streams import ByteMeter, begin_stream, hear_ten_answers
 from tests.support.clock import FakeClock
@@ -139,3 +146,128 @@ def test_bytes_per_token_are_learned_as_a_moving_average_of_the_streams() -> Non
         known = reference.get(progress.api)
         reference[progress.api] = seen if known is None else known + (seen - known) / 20
         assert learned == reference
+
+
+class _ReferenceViews:
+    """``RunningViews`` as it was before the views' one pass over attempts with no stream (kept here to hold the
+    new code to it): the told streams, then the bounds over every attempt, a new ``Running`` whenever heard."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[str, str], Running] = {}
+
+    def moved(self, key: tuple[str, str]) -> None:
+        running = self.kept.get(key)
+        if running is not None:
+            running.stale = True
+
+    def view(
+        self,
+        key: tuple[str, str],
+        belief: Belief,
+        prior: Prior,
+        attempts: dict[int, RunningAttempt],
+        now: float,
+        per_token: dict[str, float],
+    ) -> Belief:
+        running = self.kept.get(key)
+        heard = belief.heard_at
+        fresh = running is not None and running.base is belief and running.answers == belief.answers
+        if running is None or not fresh or running.heard_at != heard:
+            running = self.kept[key] = Running(belief, belief.answers, heard)
+        since = heard if heard is not None else -math.inf
+        said, told, paced = running.said, running.told, set[int]()
+        for at, attempt in attempts.items():
+            if attempt.first_at is None or attempt.started_at < since:
+                continue
+            before = said.get(at)
+            ttft: float | None
+            spt: float | None
+            if before is not None and before[0] is attempt:
+                if before[1]:
+                    paced.add(at)
+                    continue
+                pace = pace_so_far(attempt, now, per_token)
+                if pace is None or pace[1] is None:
+                    continue
+                ttft, spt = None, pace[1]
+            else:
+                pace = pace_so_far(attempt, now, per_token)
+                if pace is None:
+                    continue
+                ttft, spt = pace
+            said[at] = (attempt, spt is not None)
+            if spt is not None:
+                paced.add(at)
+            if told is None:
+                told = running.told = belief.copy()
+            told.observe(now, prior, ttft, spt, uncached_tokens=None, mixed=False)
+            running.view = None
+        if running.view is not None and not running.stale:
+            return running.view
+        expected = belief.expected(now, None if belief.answers else prior)
+        waited, slow = 0.0, 0.0
+        for at, attempt in attempts.items():
+            if attempt.first_at is None:
+                wait = now - attempt.started_at
+                waited = wait if wait > waited else waited
+            elif at not in paced:
+                slowness = slowness_of(attempt, now, per_token)
+                slow = slowness if slowness > slow else slow
+        ttft_bound = waited if waited > expected.ttft_s else None
+        spt_bound = slow if slow > expected.s_per_token else None
+        source = told if told is not None else belief
+        if ttft_bound is not None or spt_bound is not None or told is not None:
+            view = source.bounded(now, prior, ttft_bound, spt_bound, base=belief)
+        else:
+            view = belief
+        running.view, running.stale = view, False
+        return view
+
+
+def _moved(key: tuple[str, str], *views: RunningViews | _ReferenceViews) -> None:
+    for kept in views:
+        kept.moved(key)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_views_are_the_former_full_reading_exactly(seed: int) -> None:
+    """Random attempts at one deployment (whole answers waiting, streams coming to their first token and on, some
+    ending, the belief hearing answers between, plans at random times): every view is the one the former code made,
+    float for float (``repr``), and is the same object where it kept one."""
+    rng = random.Random(seed)
+    belief, key, prior = Belief(hazard=Hazard()), ("m", "a"), NO_PRIOR
+    views, reference = RunningViews(), _ReferenceViews()
+    attempts: dict[int, RunningAttempt] = {}
+    per_token: dict[str, float] = {}
+    now, made, kept, streams_share = 100.0, 0, 0, rng.choice([0.0, 0.3, 0.8])
+    for _ in range(10):
+        now += 0.5
+        belief.observe(now, prior, rng.uniform(0.2, 0.4), rng.uniform(0.004, 0.006))
+    for _ in range(1500):
+        now += rng.expovariate(20.0)
+        roll = rng.random()
+        if roll < 0.3 or not attempts:
+            made += 1
+            attempts[made] = RunningAttempt(key, now, None)
+            _moved(key, views, reference)
+        elif roll < 0.45:
+            at = rng.choice(list(attempts))
+            attempt = attempts[at]
+            if attempt.first_at is None and rng.random() < streams_share:
+                attempt.first_at, attempt.progress = now, ByteMeter()
+                _moved(key, views, reference)
+            elif attempt.progress is not None:
+                cast(ByteMeter, attempt.progress).received_bytes += rng.randrange(0, 200)
+        elif roll < 0.6:
+            attempts.pop(rng.choice(list(attempts)))
+            _moved(key, views, reference)
+        elif roll < 0.65:
+            belief.observe(now, prior, rng.uniform(0.2, 2.0), rng.uniform(0.004, 0.02))
+        elif roll < 0.67:
+            per_token["chat"] = 4.0
+        if attempts:
+            old = views.kept[key].view if key in views.kept else None
+            new = views.view(key, belief, prior, attempts, now, per_token)
+            assert repr(new) == repr(reference.view(key, belief, prior, attempts, now, per_token))
+            kept += new is old
+    assert kept > 50

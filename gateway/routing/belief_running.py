@@ -36,6 +36,26 @@ class Running:
     stale: bool = True
     """An attempt there started, streamed or ended since ``view`` was found."""
 
+    def __init__(self, base: Belief, answers: int, heard_at: float | None) -> None:
+        # Written out so that mypyc compiles it; the generated ``__init__`` stays interpreted.
+        self.base = base
+        self.answers = answers
+        self.heard_at = heard_at
+        self.told = None
+        self.said = {}
+        self.view = None
+        self.stale = True
+
+    def restart(self, base: Belief, answers: int, heard_at: float | None) -> None:
+        """Begin afresh from ``base`` as heard now: as a new ``Running(base, answers, heard_at)``, in place."""
+        self.base = base
+        self.answers = answers
+        self.heard_at = heard_at
+        self.told = None
+        self.said.clear()
+        self.view = None
+        self.stale = True
+
 
 class RunningViews:
     """Per deployment, its belief as the attempts running there tell it."""
@@ -63,9 +83,22 @@ class RunningViews:
         """``belief`` as the ``attempts`` running at ``key`` tell it now (``belief`` itself where they say nothing)."""
         running = self.kept.get(key)
         heard = belief.heard_at
-        fresh = running is not None and running.base is belief and running.answers == belief.answers
-        if running is None or not fresh or running.heard_at != heard:
+        if running is None:
             running = self.kept[key] = Running(belief, belief.answers, heard)
+        elif running.base is not belief or running.answers != belief.answers or running.heard_at != heard:
+            running.restart(belief, belief.answers, heard)
+        # With no stream there (no first token yet anywhere), nothing is told and no stream is a bound: the longest
+        # wait is all there is to read, in one pass (the same maximum, taken in the same order).
+        waited = 0.0
+        for attempt in attempts.values():
+            if attempt.first_at is not None:
+                break
+            wait = now - attempt.started_at
+            waited = wait if wait > waited else waited
+        else:
+            if running.view is not None and not running.stale:
+                return running.view
+            return self._bounded(running, belief, prior, now, waited, 0.0)
         since = heard if heard is not None else -math.inf
         said = running.said
         told = running.told
@@ -98,8 +131,6 @@ class RunningViews:
             running.view = None
         if running.view is not None and not running.stale:
             return running.view
-        # A bound counts only past what is expected; a stream told by its pace is not a bound as well.
-        expected = belief.expected(now, None if belief.answers else prior)
         waited, slow = 0.0, 0.0
         for at, attempt in attempts.items():
             if attempt.first_at is None:
@@ -108,8 +139,18 @@ class RunningViews:
             elif at not in paced:
                 slowness = slowness_of(attempt, now, bytes_per_token)
                 slow = slowness if slowness > slow else slow
+        return self._bounded(running, belief, prior, now, waited, slow)
+
+    def _bounded(
+        self, running: Running, belief: Belief, prior: Prior, now: float, waited: float, slow: float
+    ) -> Belief:
+        """The view found again: ``told`` (or the belief) with the longest wait and the slowest stream as bounds
+        where they are past what is expected."""
+        # A bound counts only past what is expected; a stream told by its pace is not a bound as well.
+        expected = belief.expected(now, None if belief.answers else prior)
         ttft_bound = waited if waited > expected.ttft_s else None
         spt_bound = slow if slow > expected.s_per_token else None
+        told = running.told
         source = told if told is not None else belief
         if ttft_bound is not None or spt_bound is not None or told is not None:
             view = source.bounded(now, prior, ttft_bound, spt_bound, base=belief)
