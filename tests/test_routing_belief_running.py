@@ -14,7 +14,7 @@ from gateway.routing.belief import NO_PRIOR, Belief
 from gateway.routing.belief_attempts import RunningAttempt, bytes_per_token, pace_so_far, slowness_of
 from gateway.routing.belief_hazard import Hazard
 from gateway.routing.belief_router import BeliefRouter
-from gateway.routing.belief_running import Running, RunningViews
+from gateway.routing.belief_running import RunningViews
 from gateway.routing.plan import Candidate
 from gateway.routing.priors import Prior
 from gateway.stats import InMemoryStatsStore
@@ -113,8 +113,10 @@ def test_an_answer_pools_again_only_the_others_priors_from_the_one_belief_that_m
 def test_a_running_attempts_written_init_takes_and_sets_what_the_generated_one_would() -> None:
     """``RunningAttempt.__init__`` is written out (compiled, the generated one stays interpreted): the generated
     one's parameters in order, its defaults, every field set."""
-    taken = [f.name for f in dataclasses.fields(RunningAttempt)]
+    taken = [f.name for f in dataclasses.fields(RunningAttempt) if f.init]
     assert taken == ["key", "started_at", "length", "first_at", "progress"]
+    unset = {f.name: f.default for f in dataclasses.fields(RunningAttempt) if not f.init}
+    assert unset == {"told_in": 0, "paced": False}
     try:
         parameters = list(inspect.signature(RunningAttempt).parameters.values())
     except ValueError:  # compiled: a signature mypyc cannot spell; the calls below still hold it
@@ -128,6 +130,7 @@ def test_a_running_attempts_written_init_takes_and_sets_what_the_generated_one_w
     assert made == RunningAttempt(key=("m", "a"), started_at=1.5, length=None, first_at=2.5, progress=progress)
     bare = RunningAttempt(("m", "a"), 1.5, None)
     assert bare.first_at is None and bare.progress is None
+    assert all(getattr(made, name) == default and getattr(bare, name) == default for name, default in unset.items())
 
 
 def test_bytes_per_token_are_learned_as_a_moving_average_of_the_streams() -> None:
@@ -148,12 +151,25 @@ def test_bytes_per_token_are_learned_as_a_moving_average_of_the_streams() -> Non
         assert learned == reference
 
 
+@dataclasses.dataclass
+class _Kept:
+    """The former ``Running``: the streams told kept by attempt key, with the attempt and whether its pace was."""
+
+    base: Belief
+    answers: int
+    heard_at: float | None
+    told: Belief | None = None
+    said: dict[int, tuple[RunningAttempt, bool]] = dataclasses.field(default_factory=dict)
+    view: Belief | None = None
+    stale: bool = True
+
+
 class _ReferenceViews:
-    """``RunningViews`` as it was before the views' one pass over attempts with no stream (kept here to hold the
-    new code to it): the told streams, then the bounds over every attempt, a new ``Running`` whenever heard."""
+    """``RunningViews`` as it was (kept here to hold the new code to it): the streams told kept by attempt key in a new
+    ``Running`` whenever the belief heard, then the bounds over every attempt, streams or not."""
 
     def __init__(self) -> None:
-        self.kept: dict[tuple[str, str], Running] = {}
+        self.kept: dict[tuple[str, str], _Kept] = {}
 
     def moved(self, key: tuple[str, str]) -> None:
         running = self.kept.get(key)
@@ -173,7 +189,7 @@ class _ReferenceViews:
         heard = belief.heard_at
         fresh = running is not None and running.base is belief and running.answers == belief.answers
         if running is None or not fresh or running.heard_at != heard:
-            running = self.kept[key] = Running(belief, belief.answers, heard)
+            running = self.kept[key] = _Kept(belief, belief.answers, heard)
         since = heard if heard is not None else -math.inf
         said, told, paced = running.said, running.told, set[int]()
         for at, attempt in attempts.items():
@@ -271,3 +287,34 @@ def test_the_views_are_the_former_full_reading_exactly(seed: int) -> None:
             assert repr(new) == repr(reference.view(key, belief, prior, attempts, now, per_token))
             kept += new is old
     assert kept > 50
+
+
+def test_a_stream_told_before_the_belief_heard_is_read_as_the_former_code_read_it() -> None:
+    """Streams told to one telling are not told to the next (when the belief heard since) unless begun no earlier
+    than it heard (the tie: one begun, at its first token and told at the very time of the answer, is told again);
+    one whose pace was told is a slowness bound again once the belief heard: it stalls, and the view reads it."""
+    belief, key, prior = Belief(hazard=Hazard()), ("m", "a"), NO_PRIOR
+    views, reference = RunningViews(), _ReferenceViews()
+    per_token = {"chat": 4.0}
+    now = 100.0
+    for _ in range(10):
+        now += 0.5
+        belief.observe(now, prior, 0.3, 0.005)
+    paced, tie = RunningAttempt(key, now, None, now + 0.3, ByteMeter()), RunningAttempt(key, now + 1.5, None)
+    attempts = {1: paced}
+    cast(ByteMeter, paced.progress).received_bytes = 4 * 41
+    now += 1.5
+    tie.first_at, tie.progress = now, ByteMeter()
+    attempts[2] = tie
+    seen = [views.view(key, belief, prior, attempts, now, per_token)]
+    assert repr(seen[-1]) == repr(reference.view(key, belief, prior, attempts, now, per_token))
+    assert paced.paced and tie.told_in == paced.told_in
+    belief.observe(now, prior, 0.3, 0.005)  # heard at the tie's start
+    for later in (1.0, 30.0):
+        _moved(key, views, reference)
+        seen.append(views.view(key, belief, prior, attempts, now + later, per_token))
+        assert repr(seen[-1]) == repr(reference.view(key, belief, prior, attempts, now + later, per_token))
+        assert tie.told_in != paced.told_in  # told again, to the new telling
+        attempts.pop(2, None)  # ended: the paced stream is the only one left
+    stalled = seen[-1].expected(now + 30.0).s_per_token
+    assert stalled > 10 * belief.expected(now + 30.0).s_per_token  # the paced stream, stalled, is a bound again

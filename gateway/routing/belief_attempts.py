@@ -8,7 +8,7 @@ tells a belief what a finished attempt says, this replica's or another's (``beli
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.routing.belief import Belief
@@ -34,6 +34,10 @@ class RunningAttempt:
     """The request's shape and ``max_tokens``, for its answer's length."""
     first_at: float | None = None
     progress: StreamProgress | None = None
+    told_in: int = field(default=0, init=False)
+    """The running view (``belief_running.Running.told_in``) its stream was told to, 0 for none yet."""
+    paced: bool = field(default=False, init=False)
+    """Whether its pace was told there too (its first token was, and no more is told of it)."""
 
     def __init__(
         self,
@@ -49,6 +53,8 @@ class RunningAttempt:
         self.length = length
         self.first_at = first_at
         self.progress = progress
+        self.told_in = 0
+        self.paced = False
 
 
 def pace_so_far(

@@ -5,20 +5,26 @@ begun since the belief was last heard is an answer, and the longest wait for a f
 stream are lower bounds. Per deployment, two things are kept:
 
 - ``told``: a copy of the belief told each such stream once per piece of evidence (its first token, then its pace
-  once readable); begun afresh when the belief hears a new answer.
+  once readable); begun afresh when the belief hears a new answer. What was told of a stream is marked on its
+  attempt (``RunningAttempt.told_in``, ``paced``), so that a plan reads the attempts without a key's lookup.
 - ``view``: ``told`` (or the belief) with the two bounds, found again only when an attempt there starts, reaches
   its first token or ends (``RunningViews.moved``), or when ``told`` or the belief hears.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gateway.routing.belief import Belief
 from gateway.routing.belief_attempts import RunningAttempt, pace_so_far, slowness_of
 from gateway.routing.priors import Prior
 from gateway.types import DeploymentKey
+
+_TELLINGS = itertools.count(1)
+"""Each telling's number (``Running.told_in``): one count for every router's views, so an attempt never reads
+another view's telling as its own."""
 
 
 @dataclass(slots=True)
@@ -30,8 +36,9 @@ class Running:
     answers: int
     heard_at: float | None
     told: Belief | None = None
-    said: dict[int, tuple[RunningAttempt, bool]] = field(default_factory=dict)
-    """Each stream told so far, by attempt key: the attempt, and whether its pace was told too."""
+    told_in: int = 0
+    """This telling's number, unique in the process: a stream told here keeps it (``RunningAttempt.told_in``),
+    with whether its pace was told too; begun afresh, it takes a new one and no stream is told here yet."""
     view: Belief | None = None
     stale: bool = True
     """An attempt there started, streamed or ended since ``view`` was found."""
@@ -42,7 +49,7 @@ class Running:
         self.answers = answers
         self.heard_at = heard_at
         self.told = None
-        self.said = {}
+        self.told_in = next(_TELLINGS)
         self.view = None
         self.stale = True
 
@@ -52,7 +59,7 @@ class Running:
         self.answers = answers
         self.heard_at = heard_at
         self.told = None
-        self.said.clear()
+        self.told_in = next(_TELLINGS)
         self.view = None
         self.stale = True
 
@@ -100,18 +107,15 @@ class RunningViews:
                 return running.view
             return self._bounded(running, belief, prior, now, waited, 0.0)
         since = heard if heard is not None else -math.inf
-        said = running.said
+        telling = running.told_in
         told = running.told
-        paced: set[int] = set()
-        for at, attempt in attempts.items():
+        for attempt in attempts.values():
             if attempt.first_at is None or attempt.started_at < since:
                 continue
-            before = said.get(at)
             ttft: float | None
             spt: float | None
-            if before is not None and before[0] is attempt:
-                if before[1]:
-                    paced.add(at)
+            if attempt.told_in == telling:
+                if attempt.paced:
                     continue
                 pace = pace_so_far(attempt, now, bytes_per_token)
                 if pace is None or pace[1] is None:
@@ -122,9 +126,7 @@ class RunningViews:
                 if pace is None:
                     continue
                 ttft, spt = pace
-            said[at] = (attempt, spt is not None)
-            if spt is not None:
-                paced.add(at)
+            attempt.told_in, attempt.paced = telling, spt is not None
             if told is None:
                 told = running.told = belief.copy()
             told.observe(now, prior, ttft, spt, uncached_tokens=None, mixed=False)
@@ -132,11 +134,11 @@ class RunningViews:
         if running.view is not None and not running.stale:
             return running.view
         waited, slow = 0.0, 0.0
-        for at, attempt in attempts.items():
+        for attempt in attempts.values():
             if attempt.first_at is None:
                 wait = now - attempt.started_at
                 waited = wait if wait > waited else waited
-            elif at not in paced:
+            elif not (attempt.paced and attempt.told_in == telling):
                 slowness = slowness_of(attempt, now, bytes_per_token)
                 slow = slowness if slowness > slow else slow
         return self._bounded(running, belief, prior, now, waited, slow)
