@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Sequence
 
 import pytest
 
@@ -19,7 +20,7 @@ from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate
 from gateway.samples import Sample
 from gateway.stats import InMemoryStatsStore, StatsSnapshot
-from gateway.stats.answers import AnswerLog, Recorder
+from gateway.stats.answers import Answer, AnswerLog, Recorder
 from tests.support.clock import FakeClock
 from tests.support.config import gateway_config
 from tests.support.samples import make_sample
@@ -134,24 +135,37 @@ def test_a_replica_that_starts_late_hears_the_log_at_its_first_plan() -> None:
     )
 
 
-def test_reading_only_what_was_added_finds_what_reading_the_whole_log_finds() -> None:
+class _CountedLog(AnswerLog):
+    """An ``AnswerLog`` counting the reads through ``since``."""
+
+    sinces = 0
+
+    def since(self, pair: tuple[str, str], mark: tuple[int, int]) -> tuple[Sequence[Answer], bool]:
+        self.sinces += 1
+        return super().since(pair, mark)
+
+
+@pytest.mark.parametrize("adds", [0.7, 0.45], ids=["reads-between-bursts", "reads-after-most-adds"])
+def test_reading_only_what_was_added_finds_what_reading_the_whole_log_finds(adds: float) -> None:
     """``OthersAnswers`` reads only the answers added since its last read unless the log was replaced (a Redis
-    refresh): the same answers, in the same order, as reading the whole log each time and skipping those heard."""
+    refresh): the same answers, in the same order, as reading the whole log each time and skipping those heard.
+    Read after most adds, the one answer added (the log's last, read in place) is most of what it reads."""
     rng = random.Random(40)
-    log = AnswerLog()
+    log = _CountedLog()
     snapshot = StatsSnapshot({}, 0.0, log, "me")
     recorders = {name: Recorder(name) for name in ("me", "r1", "r2")}
     pairs = [("m", "a"), ("m", "b")]
     others, reference = OthersAnswers(), dict[tuple[tuple[str, str], str], int]()
-    heard = 0
+    heard = ones = reads = 0
+    read = [(0, 0)] * len(pairs)
     for step in range(3000):
         pair = rng.choice(pairs)
         roll = rng.random()
-        if roll < 0.7:
+        if roll < adds:
             answer = recorders[rng.choice(list(recorders))].answer(make_sample(deployment=pair[1]), float(step))
             assert answer is not None
             log.add(pair, answer)
-        elif roll < 0.8:
+        elif roll < adds + 0.1:
             log.replace(pair, list(log.of(pair))[rng.randrange(4) :])  # read back, its oldest trimmed
         else:
             expected = []
@@ -161,7 +175,34 @@ def test_reading_only_what_was_added_finds_what_reading_the_whole_log_finds() ->
                     if answer.replica != "me" and answer.seq > reference.get(key, 0):
                         expected.append((p, answer))
                         reference[key] = answer.seq
+            marks = [log.mark(p) for p in pairs]
+            reads += sum(m != r for m, r in zip(marks, read, strict=True))
             found = others.new(snapshot, pairs)
             assert found == expected, step
             heard += len(found)
-    assert heard > 1000
+            ones += sum(m[0] == r[0] and m[1] == r[1] + 1 for m, r in zip(marks, read, strict=True))
+            read = marks
+    assert heard > 500
+    assert ones > 100
+    assert log.sinces == reads - ones  # the one answer added is read in place, not through ``since``
+
+
+def test_a_models_answers_are_read_for_its_deployments_as_configured_now() -> None:
+    """``new_of`` reads what ``new`` reads for the model's deployments, in order; a model configured again (a
+    reload: another object of the same name) is read for its new deployments."""
+    log = AnswerLog()
+    snapshot = StatsSnapshot({}, 0.0, log, "me")
+    other = Recorder("r1")
+    config = gateway_config(["a", "b", "c"])
+    model = config.models[0]
+    for step, name in enumerate(["a", "c", "b", "c"]):
+        answer = other.answer(make_sample(deployment=name), float(step))
+        assert answer is not None
+        log.add((model.name, name), answer)
+    found = OthersAnswers().new_of(snapshot, model)
+    assert found == OthersAnswers().new(snapshot, [(model.name, d.name) for d in model.deployments])
+    assert [key[1] for key, _ in found] == ["a", "b", "c", "c"]
+    others = OthersAnswers()
+    fewer = dataclasses.replace(model, deployments=model.deployments[2:])
+    assert [key[1] for key, _ in others.new_of(snapshot, fewer)] == ["c", "c"]
+    assert [key[1] for key, _ in others.new_of(snapshot, model)] == ["a", "b"]

@@ -8,7 +8,7 @@ tells a belief what a finished attempt says, this replica's or another's (``beli
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.routing.belief import Belief
@@ -34,6 +34,27 @@ class RunningAttempt:
     """The request's shape and ``max_tokens``, for its answer's length."""
     first_at: float | None = None
     progress: StreamProgress | None = None
+    told_in: int = field(default=0, init=False)
+    """The running view (``belief_running.Running.told_in``) its stream was told to, 0 for none yet."""
+    paced: bool = field(default=False, init=False)
+    """Whether its pace was told there too (its first token was, and no more is told of it)."""
+
+    def __init__(
+        self,
+        key: DeploymentKey,
+        started_at: float,
+        length: tuple[LengthKey, int | None] | None,
+        first_at: float | None = None,
+        progress: StreamProgress | None = None,
+    ) -> None:
+        # Written out so that mypyc compiles it (one per attempt started); the generated ``__init__`` stays interpreted.
+        self.key = key
+        self.started_at = started_at
+        self.length = length
+        self.first_at = first_at
+        self.progress = progress
+        self.told_in = 0
+        self.paced = False
 
 
 def pace_so_far(
@@ -60,6 +81,15 @@ def slowness_of(attempt: RunningAttempt, now: float, bytes_per_token: dict[str, 
     if not per_token:
         return 0.0
     return (now - attempt.first_at) / (progress.received_bytes / per_token + 1.0)
+
+
+def bytes_per_token(learned: dict[str, float], progress: StreamProgress, output_tokens: int) -> None:
+    """Learn, into ``learned``, a finished stream's API's bytes per output token (its events' envelope): a moving
+    average over about twenty streams, its first stream taken as it is."""
+    api = progress.api
+    seen = progress.received_bytes / output_tokens
+    known = learned.get(api)
+    learned[api] = seen if known is None else known + (seen - known) / 20
 
 
 class Measured(Protocol):

@@ -7,11 +7,15 @@ reads anyway (already local), where an unchanged log is passed over by comparing
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from gateway.config import ModelConfig
 from gateway.stats.answers import Answer
 from gateway.stats.snapshot import StatsSnapshot
 from gateway.types import DeploymentKey
+
+NO_MARK: tuple[int, int] = (0, 0)
+"""``AnswerLog.mark`` of a pair with no answers yet."""
 
 
 class OthersAnswers:
@@ -20,23 +24,40 @@ class OthersAnswers:
     A log grows at its end or is replaced whole (a fresh read from Redis): after a growth only the new answers are
     read, after a replacement all, and a replica gone from the log is forgotten."""
 
-    __slots__ = ("_marks", "_heard")
+    __slots__ = ("_marks", "_heard", "_pairs")
 
     def __init__(self) -> None:
         self._marks: dict[DeploymentKey, tuple[int, int]] = {}
         self._heard: dict[DeploymentKey, dict[str, int]] = {}
+        self._pairs: dict[str, tuple[ModelConfig, list[DeploymentKey]]] = {}
+        """Each model's deployments' keys, found once per model as configured."""
+
+    def new_of(self, snapshot: StatsSnapshot, model: ModelConfig) -> list[tuple[DeploymentKey, Answer]]:
+        """``new`` of every deployment of ``model``, in its configured order."""
+        kept = self._pairs.get(model.name)
+        if kept is None or kept[0] is not model:
+            kept = self._pairs[model.name] = (model, [(model.name, d.name) for d in model.deployments])
+        return self.new(snapshot, kept[1])
 
     def new(self, snapshot: StatsSnapshot, pairs: Iterable[DeploymentKey]) -> list[tuple[DeploymentKey, Answer]]:
         """The answers of ``pairs`` recorded by other replicas and not heard here yet, in log order; now heard."""
         log, me = snapshot.answers, snapshot.replica
+        marks = log.marks
         new: list[tuple[DeploymentKey, Answer]] = []
         for pair in pairs:
-            mark = log.mark(pair)
-            last = self._marks.get(pair, (0, 0))
+            mark = marks.get(pair, NO_MARK)  # ``log.mark(pair)``, read in place
+            last = self._marks.get(pair, NO_MARK)
             if mark == last:
                 continue
             self._marks[pair] = mark
-            answers, grown = log.since(pair, last)
+            answers: Sequence[Answer]
+            if mark[0] == last[0] and mark[1] - last[1] == 1:
+                # One answer added (most often the one this replica just recorded): ``log.since``'s answer, its
+                # last, read in place.
+                kept = log.recent.get(pair)
+                answers, grown = ([kept[-1]] if kept else []), True
+            else:
+                answers, grown = log.since(pair, last)
             before = self._heard.get(pair, {})
             heard = before if grown else {}
             for answer in answers:

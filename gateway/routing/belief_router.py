@@ -23,7 +23,7 @@ from gateway.events import GatewayEvents, NoEvents
 from gateway.routing.affinity import cached_on, staying
 from gateway.routing.apis import speaking
 from gateway.routing.belief import NO_PRIOR, Belief
-from gateway.routing.belief_attempts import RunningAttempt, tell
+from gateway.routing.belief_attempts import RunningAttempt, bytes_per_token, tell
 from gateway.routing.belief_candidates import candidates_of, choose_for, kind_terms
 from gateway.routing.belief_hazard import Hazard
 from gateway.routing.belief_others import OthersAnswers
@@ -42,6 +42,8 @@ from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from gateway.stats.answers import answer_of, tells
 from gateway.types import CircuitState, Clock, DeploymentKey, StreamProgress
+
+_NO_ATTEMPTS: dict[int, RunningAttempt] = {}  # never written: ``pop``'s stand-in where none is open
 
 
 class BeliefRouter:
@@ -66,6 +68,7 @@ class BeliefRouter:
         self._providers = {p.name: p for p in config.providers}
         self._provider_of = {(m.name, d.name): d.provider for m in config.models for d in m.deployments}
         self._price_of = {(m.name, d.name): d.price_out for m in config.models for d in m.deployments}
+        self._model_of = {m.name: m for m in reversed(config.models)}
         self.beliefs: dict[DeploymentKey, Belief] = {}
         self.hazards: dict[str, Hazard] = {}  # each model's change rate: its deployments change alike
         self.priors: dict[DeploymentKey, Prior] = {}
@@ -236,7 +239,7 @@ class BeliefRouter:
         self._attempts[id(candidate)] = attempt
         self._open.setdefault(key, {})[id(candidate)] = attempt
         self.running.moved(key)
-        self.counts.setdefault(candidate.model, Counts()).attempts += 1
+        (self.counts.get(candidate.model) or self.counts.setdefault(candidate.model, Counts())).attempts += 1
         return True
 
     def attempt_streaming(self, candidate: Candidate, progress: StreamProgress) -> None:
@@ -257,7 +260,7 @@ class BeliefRouter:
         key = (candidate.model, candidate.name)
         now = self.clock()
         attempt = self._attempts.pop(id(candidate), None)
-        self._open.get(key, {}).pop(id(candidate), None)
+        self._open.get(key, _NO_ATTEMPTS).pop(id(candidate), None)
         self.running.moved(key)
         in_flight = self.state.deployment_in_flight.get(key, 0)
         out = self.state.capacity.observe(
@@ -273,7 +276,7 @@ class BeliefRouter:
             now=now,
         )
         self.state.finished(candidate.provider.name, key, id(candidate))
-        model = self.config.model(candidate.model)
+        model = self._model_of.get(candidate.model)  # ``config.model``'s: the first of that name
         if model is None:
             return
         policy = self.config.policy_for(model)
@@ -316,10 +319,7 @@ class BeliefRouter:
             if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:
                 self.lengths.heard(attempt.length[0], sample.output_tokens, attempt.length[1])
             if attempt is not None and attempt.progress is not None and sample.output_tokens:
-                api = attempt.progress.api
-                seen = attempt.progress.received_bytes / sample.output_tokens
-                known = self._bytes_per_token.get(api)
-                self._bytes_per_token[api] = seen if known is None else known + (seen - known) / 20
+                bytes_per_token(self._bytes_per_token, attempt.progress, sample.output_tokens)
         if belief.answers != answers:  # its level or scatter moved (a failure alone leaves every prior as it was)
             self._pool(key[0], now, key)
 
@@ -327,7 +327,7 @@ class BeliefRouter:
         """Tell the beliefs the other replicas' answers not heard yet (``gateway.routing.belief_others``), each as
         its replica heard it: by the same rule as this replica's own, at the time it ended (as long ago before now
         as it was recorded before the snapshot was taken), never before what the belief heard last."""
-        new = self.others.new(snapshot, [(model.name, d.name) for d in model.deployments])
+        new = self.others.new_of(snapshot, model)
         for key, answer in new:
             belief = self.belief(*key)
             at = now - max(0.0, snapshot.taken_at - answer.at)

@@ -5,20 +5,26 @@ begun since the belief was last heard is an answer, and the longest wait for a f
 stream are lower bounds. Per deployment, two things are kept:
 
 - ``told``: a copy of the belief told each such stream once per piece of evidence (its first token, then its pace
-  once readable); begun afresh when the belief hears a new answer.
+  once readable); begun afresh when the belief hears a new answer. What was told of a stream is marked on its
+  attempt (``RunningAttempt.told_in``, ``paced``), so that a plan reads the attempts without a key's lookup.
 - ``view``: ``told`` (or the belief) with the two bounds, found again only when an attempt there starts, reaches
   its first token or ends (``RunningViews.moved``), or when ``told`` or the belief hears.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gateway.routing.belief import Belief
 from gateway.routing.belief_attempts import RunningAttempt, pace_so_far, slowness_of
 from gateway.routing.priors import Prior
 from gateway.types import DeploymentKey
+
+_TELLINGS = itertools.count(1)
+"""Each telling's number (``Running.told_in``): one count for every router's views, so an attempt never reads
+another view's telling as its own."""
 
 
 @dataclass(slots=True)
@@ -30,11 +36,32 @@ class Running:
     answers: int
     heard_at: float | None
     told: Belief | None = None
-    said: dict[int, tuple[RunningAttempt, bool]] = field(default_factory=dict)
-    """Each stream told so far, by attempt key: the attempt, and whether its pace was told too."""
+    told_in: int = 0
+    """This telling's number, unique in the process: a stream told here keeps it (``RunningAttempt.told_in``),
+    with whether its pace was told too; begun afresh, it takes a new one and no stream is told here yet."""
     view: Belief | None = None
     stale: bool = True
     """An attempt there started, streamed or ended since ``view`` was found."""
+
+    def __init__(self, base: Belief, answers: int, heard_at: float | None) -> None:
+        # Written out so that mypyc compiles it; the generated ``__init__`` stays interpreted.
+        self.base = base
+        self.answers = answers
+        self.heard_at = heard_at
+        self.told = None
+        self.told_in = next(_TELLINGS)
+        self.view = None
+        self.stale = True
+
+    def restart(self, base: Belief, answers: int, heard_at: float | None) -> None:
+        """Begin afresh from ``base`` as heard now: as a new ``Running(base, answers, heard_at)``, in place."""
+        self.base = base
+        self.answers = answers
+        self.heard_at = heard_at
+        self.told = None
+        self.told_in = next(_TELLINGS)
+        self.view = None
+        self.stale = True
 
 
 class RunningViews:
@@ -63,22 +90,32 @@ class RunningViews:
         """``belief`` as the ``attempts`` running at ``key`` tell it now (``belief`` itself where they say nothing)."""
         running = self.kept.get(key)
         heard = belief.heard_at
-        fresh = running is not None and running.base is belief and running.answers == belief.answers
-        if running is None or not fresh or running.heard_at != heard:
+        if running is None:
             running = self.kept[key] = Running(belief, belief.answers, heard)
+        elif running.base is not belief or running.answers != belief.answers or running.heard_at != heard:
+            running.restart(belief, belief.answers, heard)
+        # With no stream there (no first token yet anywhere), nothing is told and no stream is a bound: the longest
+        # wait is all there is to read, in one pass (the same maximum, taken in the same order).
+        waited = 0.0
+        for attempt in attempts.values():
+            if attempt.first_at is not None:
+                break
+            wait = now - attempt.started_at
+            waited = wait if wait > waited else waited
+        else:
+            if running.view is not None and not running.stale:
+                return running.view
+            return self._bounded(running, belief, prior, now, waited, 0.0)
         since = heard if heard is not None else -math.inf
-        said = running.said
+        telling = running.told_in
         told = running.told
-        paced: set[int] = set()
-        for at, attempt in attempts.items():
+        for attempt in attempts.values():
             if attempt.first_at is None or attempt.started_at < since:
                 continue
-            before = said.get(at)
             ttft: float | None
             spt: float | None
-            if before is not None and before[0] is attempt:
-                if before[1]:
-                    paced.add(at)
+            if attempt.told_in == telling:
+                if attempt.paced:
                     continue
                 pace = pace_so_far(attempt, now, bytes_per_token)
                 if pace is None or pace[1] is None:
@@ -89,27 +126,33 @@ class RunningViews:
                 if pace is None:
                     continue
                 ttft, spt = pace
-            said[at] = (attempt, spt is not None)
-            if spt is not None:
-                paced.add(at)
+            attempt.told_in, attempt.paced = telling, spt is not None
             if told is None:
                 told = running.told = belief.copy()
             told.observe(now, prior, ttft, spt, uncached_tokens=None, mixed=False)
             running.view = None
         if running.view is not None and not running.stale:
             return running.view
-        # A bound counts only past what is expected; a stream told by its pace is not a bound as well.
-        expected = belief.expected(now, None if belief.answers else prior)
         waited, slow = 0.0, 0.0
-        for at, attempt in attempts.items():
+        for attempt in attempts.values():
             if attempt.first_at is None:
                 wait = now - attempt.started_at
                 waited = wait if wait > waited else waited
-            elif at not in paced:
+            elif not (attempt.paced and attempt.told_in == telling):
                 slowness = slowness_of(attempt, now, bytes_per_token)
                 slow = slowness if slowness > slow else slow
+        return self._bounded(running, belief, prior, now, waited, slow)
+
+    def _bounded(
+        self, running: Running, belief: Belief, prior: Prior, now: float, waited: float, slow: float
+    ) -> Belief:
+        """The view found again: ``told`` (or the belief) with the longest wait and the slowest stream as bounds
+        where they are past what is expected."""
+        # A bound counts only past what is expected; a stream told by its pace is not a bound as well.
+        expected = belief.expected(now, None if belief.answers else prior)
         ttft_bound = waited if waited > expected.ttft_s else None
         spt_bound = slow if slow > expected.s_per_token else None
+        told = running.told
         source = told if told is not None else belief
         if ttft_bound is not None or spt_bound is not None or told is not None:
             view = source.bounded(now, prior, ttft_bound, spt_bound, base=belief)
