@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from gateway.dialects import CHAT, Dialect, Tally
+from gateway.dialects.scans import has
 from gateway.kept_chunks import KeptChunks
 from gateway.reading import Reading, reading_of
 from gateway.sse import SSESplitter, data_of, joined_events, parse_event, whole_events
@@ -185,7 +186,7 @@ class StreamMeter:
                 return
         if chunk.endswith(b"\n\n") and not self._splitter.buffer:
             mark = self._end_mark
-            if chunk.find(mark) < 0 if mark is not None else not self._may_end(chunk):
+            if not has(chunk, mark) if mark is not None else not self._may_end(chunk):
                 # ``_keep``, inlined: this is every chunk of a stream after its first token.
                 kept = self._events
                 kept.times.append(now)

@@ -18,6 +18,7 @@
  * The strings read (texts, model, finish) are decoded exactly as JSON decoders do; strings skipped hold printable
  * ASCII only, so that every decoder takes them alike.
  */
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
@@ -763,9 +764,67 @@ done:
     return result;
 }
 
+/* The relay's per-chunk scans (gateway.dialects.scans): what ``data.find(needle) >= 0`` and chat's
+ * ``re.search(rb'"finish_reason"\s*:\s*"', data)`` answer, as one C call each. From compiled code a ``find``
+ * is a method looked up by name and its arguments parsed from a tuple; these take two objects and search. */
+
+static int bytes_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *name) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        if (!PyBytes_Check(args[i])) {
+            PyErr_Format(PyExc_TypeError, "%s() takes bytes, not %.100s", name, Py_TYPE(args[i])->tp_name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* has(data, needle): whether ``needle`` occurs in ``data`` (an empty needle always does, as ``find`` says). */
+static PyObject *has(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (bytes_args(args, nargs, 2, "has") < 0) return NULL;
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]), length = PyBytes_GET_SIZE(args[1]);
+    if (length == 0) Py_RETURN_TRUE;
+    if (length > size) Py_RETURN_FALSE;
+    const void *at = memmem(PyBytes_AS_STRING(args[0]), (size_t)size, PyBytes_AS_STRING(args[1]), (size_t)length);
+    return PyBool_FromLong(at != NULL);
+}
+
+/* What ``\s`` matches in a bytes pattern: space, \t, \n, \v, \f, \r. */
+static inline int regex_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/* chat_finish(data): whether ``"finish_reason"``, then spaces, a colon, spaces and a quote, occur in ``data``: each
+ * occurrence of the key is tried in turn (``\s*`` cannot take the colon or the quote, so there is nothing to
+ * backtrack into). */
+static PyObject *chat_finish(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    static const char key[] = "\"finish_reason\"";
+    const Py_ssize_t key_len = (Py_ssize_t)sizeof(key) - 1;
+    if (bytes_args(args, nargs, 1, "chat_finish") < 0) return NULL;
+    Ptr p = (Ptr)PyBytes_AS_STRING(args[0]);
+    Ptr end = p + PyBytes_GET_SIZE(args[0]);
+    while (end - p >= key_len) {
+        Ptr found = memmem(p, (size_t)(end - p), key, (size_t)key_len);
+        if (found == NULL) break;
+        Ptr q = found + key_len;
+        while (q < end && regex_space(*q)) q++;
+        if (q < end && *q == ':') {
+            q++;
+            while (q < end && regex_space(*q)) q++;
+            if (q < end && *q == '"') Py_RETURN_TRUE;
+        }
+        p = found + 1;
+    }
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"read_kept", (PyCFunction)(void (*)(void))read_kept, METH_FASTCALL,
      "read_kept(heads, datas, parts, times): what tally_chunks adds for these kept entries, or None."},
+    {"has", (PyCFunction)(void (*)(void))has, METH_FASTCALL, "has(data, needle): data.find(needle) >= 0."},
+    {"chat_finish", (PyCFunction)(void (*)(void))chat_finish, METH_FASTCALL,
+     "chat_finish(data): whether chat's finish_reason pattern occurs in data."},
     {NULL, NULL, 0, NULL},
 };
 

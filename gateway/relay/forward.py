@@ -42,6 +42,7 @@ from typing import Any
 from gateway.dialects import CHAT, Dialect
 from gateway.dialects.base import listed
 from gateway.dialects.chat import usage_only
+from gateway.dialects.scans import has
 from gateway.sse import SSESplitter, parse_event
 
 _ERROR_KEY = b'"error"'
@@ -78,10 +79,10 @@ class EventForwarder:
             return b""
         tail = self._tail
         data = tail + chunk if tail else chunk
-        # ``find``, not ``in`` (``gateway.sse``): these scans run on every chunk.
-        if self._opening or data.find(_ERROR_KEY) >= 0 or (self._said and data.find(_USAGE_KEY) >= 0):
+        # ``has``, not ``in`` or ``find`` (``gateway.dialects.scans``): these scans run on every chunk.
+        if self._opening or has(data, _ERROR_KEY) or (self._said and has(data, _USAGE_KEY)):
             return self._sift(data)
-        if self._drop_usage and data.find(b"[]") >= 0 and _EMPTY_CHOICES.search(data):
+        if self._drop_usage and has(data, b"[]") and _EMPTY_CHOICES.search(data):
             return self._sift(data) if b"\r" in data else self._without_usage(data)
         if data.endswith(b"\n\n"):
             if tail:

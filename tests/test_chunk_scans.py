@@ -1,0 +1,204 @@
+"""The relay's per-chunk scans in C (``gateway.dialects.scans``, ``chat_read.c``) against the pure ones they stand for.
+
+``has(data, needle)`` must answer ``data.find(needle) >= 0`` and ``chat_finish(data)`` chat's ``finish_reason``
+pattern's search, on any bytes: random runs of the markers' pieces, every whitespace byte the pattern's ``\\s`` takes
+and those it does not, random bytes, the test streams' events. Then the meter, the forwarder and whole streamed
+requests run with the C scans put where the build puts them (the meter's and the forwarder's ``has``, chat's
+``may_finish``, the redaction's ``has``) and with the pure ones: every reading, every forwarded byte and every
+client message the same, for every cutting of every stream (events split across reads, several in one read, CRLF
+line endings, comments, an error event, a stream broken mid-event). The C functions come from the build (``make
+native``); without a fresh one those comparisons are skipped (the pure gateway never calls them), and the pure
+scans are still checked against ``find`` and the pattern.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import gateway.meter
+import gateway.relay.forward
+import gateway.upstream
+from gateway import native
+from gateway.dialects import dialect_for, scans
+from gateway.dialects.chat import ChatDialect
+from gateway.relay.forward import EventForwarder
+from gateway.tokens import TokenCounter, load_token_counter
+from tests.support.native_c import load_built_c
+from tests.test_chunk_path import FORWARDED, STREAMS, VOCABULARY, by_events, cuttings, watch
+from tests.test_chunk_relay import serve_cuttings
+
+MODULE = load_built_c("gateway.dialects._chat_read")
+needs_build = pytest.mark.skipif(MODULE is None, reason="no fresh build of the C scans (make native)")
+
+SPACES = [bytes([byte]) for byte in range(256) if bytes([byte]).isspace() or byte in (0x1C, 0x1D, 0x1E, 0x1F, 0x85)]
+"""The bytes ``\\s`` takes in a bytes pattern (``isspace``: space, \\t, \\n, \\v, \\f, \\r) and some it does not."""
+
+
+def samples(seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    pieces = [*VOCABULARY, *SPACES, b'"finish_reason" :', b'"finish_reason"\t:\n"', b"\xa0", b"\x00"]
+    found = [b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 14))) for _ in range(30_000)]
+    found += [bytes(rng.randrange(256) for _ in range(rng.randint(0, 40))) for _ in range(2_000)]
+    for _, body in STREAMS.values():
+        found += by_events(body)
+    found += [b'"finish_reason"' + space + b":" + other + b'"' for space in SPACES for other in SPACES]
+    return found
+
+
+def scan_pairs() -> Iterator[tuple[str, Callable[..., bool], Callable[..., bool]]]:
+    yield "pure", scans._has, scans._chat_finish
+    if MODULE is not None:
+        yield "C", MODULE.has, MODULE.chat_finish
+
+
+@pytest.mark.parametrize("kind", ["pure", "C"])
+def test_the_scans_answer_as_find_and_the_pattern_on_any_bytes(kind: str) -> None:
+    pairs = {name: (has, finish) for name, has, finish in scan_pairs()}
+    if kind not in pairs:
+        pytest.skip("no fresh build of the C scans (make native)")
+    has, finish = pairs[kind]
+    rng = random.Random(7)
+    needles = [b"", b"[DONE]", b'"error"', b"[]", b'"usage"', b"sk-secret", b"\n\n", b'"', b"x" * 50]
+    found = finishes = 0
+    for data in samples(41):
+        assert finish(data) == (scans.CHAT_FINISH_REASON.search(data) is not None), data
+        finishes += finish(data)
+        for needle in (rng.choice(needles), data[rng.randint(0, len(data)) :][: rng.randint(0, 6)]):
+            assert has(data, needle) == (data.find(needle) >= 0), (data, needle)
+            found += has(data, needle)
+    assert finishes > 100 and found > 1000  # both answers were met, many times
+
+
+@needs_build
+def test_the_c_scans_refuse_what_find_refuses() -> None:
+    assert MODULE is not None
+    calls: list[Callable[[], Any]] = [
+        lambda: MODULE.has(b"abc"),
+        lambda: MODULE.has(b"abc", "a"),
+        lambda: MODULE.has("abc", b"a"),
+        lambda: MODULE.chat_finish("abc"),
+        lambda: MODULE.chat_finish(b"a", b"b"),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError):
+            call()
+
+
+def test_the_gateway_uses_the_c_scans_only_with_a_fresh_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_NATIVE", "0")
+    assert scans._load() == (scans._has, scans._chat_finish)
+    monkeypatch.setenv("GATEWAY_NATIVE", "1")
+    if native.stale() is None:
+        has, finish = scans._load()
+        assert (has.__name__, finish.__name__) == ("has", "chat_finish") and has is not scans._has
+    # Chat's ``may_finish`` is the scan itself (no method around it): the meter binds it once per stream.
+    assert ChatDialect("chat").may_finish is scans.chat_finish
+
+
+@pytest.fixture
+def c_scans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C scans where the build puts them, in this (pure) gateway."""
+    assert MODULE is not None
+    monkeypatch.setattr(gateway.meter, "has", MODULE.has)
+    monkeypatch.setattr(gateway.relay.forward, "has", MODULE.has)
+    monkeypatch.setattr(gateway.upstream, "has", MODULE.has)
+    monkeypatch.setattr(ChatDialect, "may_finish", staticmethod(MODULE.chat_finish))
+
+
+def crlf(body: bytes) -> bytes:
+    return body.replace(b"\n", b"\r\n")
+
+
+def commented(body: bytes) -> bytes:
+    """A comment before every third event (keep-alives, as some providers send them)."""
+    events = by_events(body)
+    return b"".join((b": keep-alive\n\n" if i % 3 == 0 else b"") + event for i, event in enumerate(events))
+
+
+VARIED = {
+    **FORWARDED,
+    "bench chat, CRLF": ("chat", crlf(STREAMS["bench chat"][1])),
+    "openai padded chat, comments": ("chat", commented(STREAMS["openai padded chat"][1])),
+    "bench chat, broken mid-event": ("chat", STREAMS["bench chat"][1][:-60]),
+}
+
+
+def cut_anywhere(body: bytes, rng: random.Random) -> list[bytes]:
+    """The stream cut at random offsets (inside a line ending, an event's data, a marker), one to 400 bytes a read."""
+    pieces, at = [], 0
+    while at < len(body):
+        size = rng.randint(1, 400)
+        pieces.append(body[at : at + size])
+        at += size
+    return pieces
+
+
+def varied_cuttings(name: str, count: int) -> list[list[bytes]]:
+    """One event a read and ``count`` random cuttings (by events, as ``cuttings``), then ``count`` at any offset."""
+    _, body = VARIED[name]
+    rng = random.Random(len(name))
+    lf = body.replace(b"\r\n", b"\n")
+    by_lf = cuttings(lf, count, seed=len(name) + 3) if lf.endswith(b"\n\n") else []
+    found = [[piece.replace(b"\n", b"\r\n") for piece in pieces] if lf != body else pieces for pieces in by_lf]
+    found += [cut_anywhere(body, rng) for _ in range(count)]
+    assert all(b"".join(pieces) == body for pieces in found)
+    return found
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return load_token_counter("o200k_base")
+
+
+def meter_and_forwarder(name: str, counter: TokenCounter) -> list[Any]:
+    dialect = dialect_for(VARIED[name][0])  # type: ignore[arg-type]
+    seen: list[Any] = []
+    for pieces in varied_cuttings(name, 30):
+        seen.append(watch(pieces, dialect, counter))
+        for options in ({}, {"drop_usage_only": True}, {"continuation": True, "said_tokens": 9}):
+            forwarder = EventForwarder(dialect, **options)
+            seen.append([(forwarder.feed(piece), forwarder.error, forwarder.error_object) for piece in pieces])
+            seen.append(forwarder.flush())
+    return seen
+
+
+@needs_build
+@pytest.mark.parametrize("name", list(VARIED))
+def test_the_meter_and_forwarder_read_every_cutting_alike_with_the_c_scans(
+    name: str, counter: TokenCounter, request: pytest.FixtureRequest
+) -> None:
+    pure = meter_and_forwarder(name, counter)
+    request.getfixturevalue("c_scans")
+    assert meter_and_forwarder(name, counter) == pure
+
+
+@needs_build
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_whole_requests_send_the_same_bytes_with_the_c_scans(api: str, request: pytest.FixtureRequest) -> None:
+    names = [name for name, (chat, _) in VARIED.items() if chat == "chat"]
+
+    async def serve() -> list[Any]:
+        return [await serve_cuttings(api, [VARIED[name][1]], varied_cuttings(name, 4)) for name in names]
+
+    pure = asyncio.run(serve())
+    request.getfixturevalue("c_scans")
+    assert asyncio.run(serve()) == pure
+
+
+@needs_build
+def test_the_redaction_masks_alike_with_the_c_scan(request: pytest.FixtureRequest) -> None:
+    from gateway.upstream import UpstreamClient
+
+    redact = UpstreamClient.redact
+    client = UpstreamClient.__new__(UpstreamClient)
+    client._secret = b"sk-secret"
+    data = [sample + b"sk-secret" * (i % 3) for i, sample in enumerate(samples(5)[:3000])]
+    pure = [redact(client, piece) for piece in data]
+    request.getfixturevalue("c_scans")
+    assert [redact(client, piece) for piece in data] == pure
+    assert sum(b"***" in piece for piece in pure) >= 2000
