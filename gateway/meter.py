@@ -26,17 +26,20 @@ from __future__ import annotations
 import functools
 from array import array
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import msgspec
 
-from gateway.dialects import CHAT, Dialect, Tally
-from gateway.dialects.scans import has
+from gateway.dialects import CHAT, Dialect, Tally, scans
 from gateway.kept_chunks import KeptChunks
 from gateway.reading import Reading, reading_of
 from gateway.sse import SSESplitter, data_of, joined_events, parse_event, whole_events
 from gateway.tokens import TokenCounter
 from gateway.types import Clock
+
+_has: Final = scans.has
+"""``scans.has``, held where compiled code reads it directly (mypyc keeps a ``Final`` in a C static: no look-up by
+name on each chunk)."""
 
 FOLD_ENTRIES = 256
 """Kept chunks (or events) past which the older ones are read into the running tally and their bytes dropped:
@@ -186,7 +189,7 @@ class StreamMeter:
                 return
         if chunk.endswith(b"\n\n") and not self._splitter.buffer:
             mark = self._end_mark
-            if not has(chunk, mark) if mark is not None else not self._may_end(chunk):
+            if not _has(chunk, mark) if mark is not None else not self._may_end(chunk):
                 # ``_keep``, inlined: this is every chunk of a stream after its first token.
                 kept = self._events
                 kept.times.append(now)

@@ -3,7 +3,7 @@
 ``has(data, needle)`` must answer ``data.find(needle) >= 0`` and ``chat_finish(data)`` chat's ``finish_reason``
 pattern's search, on any bytes: random runs of the markers' pieces, every whitespace byte the pattern's ``\\s`` takes
 and those it does not, random bytes, the test streams' events. Then the meter, the forwarder and whole streamed
-requests run with the C scans put where the build puts them (the meter's and the forwarder's ``has``, chat's
+requests run with the C scans put where the build puts them (the meter's and the forwarder's ``_has``, chat's
 ``may_finish``, the redaction's ``has``) and with the pure ones: every reading, every forwarded byte and every
 client message the same, for every cutting of every stream (events split across reads, several in one read, CRLF
 line endings, comments, an error event, a stream broken mid-event). The C functions come from the build (``make
@@ -72,6 +72,17 @@ def test_the_scans_answer_as_find_and_the_pattern_on_any_bytes(kind: str) -> Non
             assert has(data, needle) == (data.find(needle) >= 0), (data, needle)
             found += has(data, needle)
     assert finishes > 100 and found > 1000  # both answers were met, many times
+    # Long runs of a few bytes, so that a needle's first and last bytes meet at every offset (the C search tests 16
+    # offsets at a time, then the rest one by one).
+    for _ in range(3_000):
+        data = bytes(rng.choice(b'ab"') for _ in range(rng.randint(0, 300)))
+        needle = bytes(rng.choice(b'ab"') for _ in range(rng.randint(1, 20)))
+        for probe in (needle, data[rng.randint(0, len(data)) :][: rng.randint(1, 40)]):
+            assert has(data, probe) == (data.find(probe) >= 0), (data, probe)
+        key = b'"finish_reason"' + bytes(rng.choice(b' \t:"') for _ in range(rng.randint(0, 4)))
+        at = rng.randint(0, len(data))
+        spliced = data[:at] + key + data[at:]
+        assert finish(spliced) == (scans.CHAT_FINISH_REASON.search(spliced) is not None), spliced
 
 
 @needs_build
@@ -104,8 +115,8 @@ def test_the_gateway_uses_the_c_scans_only_with_a_fresh_build(monkeypatch: pytes
 def c_scans(monkeypatch: pytest.MonkeyPatch) -> None:
     """The C scans where the build puts them, in this (pure) gateway."""
     assert MODULE is not None
-    monkeypatch.setattr(gateway.meter, "has", MODULE.has)
-    monkeypatch.setattr(gateway.relay.forward, "has", MODULE.has)
+    monkeypatch.setattr(gateway.meter, "_has", MODULE.has)
+    monkeypatch.setattr(gateway.relay.forward, "_has", MODULE.has)
     monkeypatch.setattr(gateway.upstream, "has", MODULE.has)
     monkeypatch.setattr(ChatDialect, "may_finish", staticmethod(MODULE.chat_finish))
 

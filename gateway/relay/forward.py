@@ -37,13 +37,16 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Final
 
-from gateway.dialects import CHAT, Dialect
+from gateway.dialects import CHAT, Dialect, scans
 from gateway.dialects.base import listed
 from gateway.dialects.chat import usage_only
-from gateway.dialects.scans import has
 from gateway.sse import SSESplitter, parse_event
+
+_has: Final = scans.has
+"""``scans.has``, held where compiled code reads it directly (mypyc keeps a ``Final`` in a C static: no look-up by
+name on each chunk)."""
 
 _ERROR_KEY = b'"error"'
 _USAGE_KEY = b'"usage"'
@@ -79,10 +82,10 @@ class EventForwarder:
             return b""
         tail = self._tail
         data = tail + chunk if tail else chunk
-        # ``has``, not ``in`` or ``find`` (``gateway.dialects.scans``): these scans run on every chunk.
-        if self._opening or has(data, _ERROR_KEY) or (self._said and has(data, _USAGE_KEY)):
+        # ``_has``, not ``in`` or ``find`` (``gateway.dialects.scans``): these scans run on every chunk.
+        if self._opening or _has(data, _ERROR_KEY) or (self._said and _has(data, _USAGE_KEY)):
             return self._sift(data)
-        if self._drop_usage and has(data, b"[]") and _EMPTY_CHOICES.search(data):
+        if self._drop_usage and _has(data, b"[]") and _EMPTY_CHOICES.search(data):
             return self._sift(data) if b"\r" in data else self._without_usage(data)
         if data.endswith(b"\n\n"):
             if tail:
