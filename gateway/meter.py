@@ -37,8 +37,8 @@ from gateway.sse import SSESplitter, data_of, joined_events, parse_event, whole_
 from gateway.tokens import TokenCounter
 from gateway.types import Clock
 
-_has: Final = scans.has
-"""``scans.has``, held where compiled code reads it directly (mypyc keeps a ``Final`` in a C static: no look-up by
+_find: Final = scans.find
+"""``scans.find``, held where compiled code reads it directly (mypyc keeps a ``Final`` in a C static: no look-up by
 name on each chunk)."""
 
 FOLD_ENTRIES = 256
@@ -189,7 +189,7 @@ class StreamMeter:
                 return
         if chunk.endswith(b"\n\n") and not self._splitter.buffer:
             mark = self._end_mark
-            if not _has(chunk, mark) if mark is not None else not self._may_end(chunk):
+            if _find(chunk, mark) < 0 if mark is not None else not self._may_end(chunk):
                 # ``_keep``, inlined: this is every chunk of a stream after its first token.
                 kept = self._events
                 kept.times.append(now)

@@ -26,7 +26,7 @@ import aiohttp
 
 from gateway import __version__
 from gateway.config import GatewayConfig, ProviderConfig
-from gateway.dialects.scans import has
+from gateway.dialects.scans import find
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.request_body import decoded_headers
 from gateway.samples import Endpoint
@@ -223,7 +223,7 @@ class UpstreamClient:
     def redact(self, data: bytes) -> bytes:
         """Upstream bytes with this provider's key masked (some providers echo a bad key back)."""
         secret = self._secret
-        if secret and has(data, secret):  # not ``in`` nor ``find`` (``gateway.dialects.scans``): once per relayed chunk
+        if secret and find(data, secret) >= 0:  # ``gateway.dialects.scans``: once per relayed chunk
             return data.replace(secret, b"***")
         return data
 

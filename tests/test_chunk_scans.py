@@ -1,14 +1,14 @@
 """The relay's per-chunk scans in C (``gateway.dialects.scans``, ``chat_read.c``) against the pure ones they stand for.
 
-``has(data, needle)`` must answer ``data.find(needle) >= 0`` and ``chat_finish(data)`` chat's ``finish_reason``
-pattern's search, on any bytes: random runs of the markers' pieces, every whitespace byte the pattern's ``\\s`` takes
-and those it does not, random bytes, the test streams' events. Then the meter, the forwarder and whole streamed
-requests run with the C scans put where the build puts them (the meter's and the forwarder's ``_has``, chat's
-``may_finish``, the redaction's ``has``) and with the pure ones: every reading, every forwarded byte and every
-client message the same, for every cutting of every stream (events split across reads, several in one read, CRLF
-line endings, comments, an error event, a stream broken mid-event). The C functions come from the build (``make
-native``); without a fresh one those comparisons are skipped (the pure gateway never calls them), and the pure
-scans are still checked against ``find`` and the pattern.
+``find(data, needle)`` must answer ``data.find(needle)`` (the very offset) and ``chat_finish(data)`` chat's
+``finish_reason`` pattern's search, on any bytes: random runs of the markers' pieces, every whitespace byte the
+pattern's ``\\s`` takes and those it does not, random bytes, the test streams' events. Then the meter, the
+forwarder and whole streamed requests run with the C scans put where the build puts them (the meter's and the
+forwarder's ``_find``, chat's ``may_finish``, the redaction's ``find``) and with the pure ones: every reading, every
+forwarded byte and every client message the same, for every cutting of every stream (events split across reads,
+several in one read, CRLF line endings, comments, an error event, a stream broken mid-event). The C functions come
+from the build (``make native``); without a fresh one those comparisons are skipped (the pure gateway never calls
+them), and the pure scans are still checked against ``bytes.find`` and the pattern.
 """
 
 from __future__ import annotations
@@ -50,18 +50,18 @@ def samples(seed: int) -> list[bytes]:
     return found
 
 
-def scan_pairs() -> Iterator[tuple[str, Callable[..., bool], Callable[..., bool]]]:
-    yield "pure", scans._has, scans._chat_finish
+def scan_pairs() -> Iterator[tuple[str, Callable[..., int], Callable[..., bool]]]:
+    yield "pure", bytes.find, scans._chat_finish
     if MODULE is not None:
-        yield "C", MODULE.has, MODULE.chat_finish
+        yield "C", MODULE.find, MODULE.chat_finish
 
 
 @pytest.mark.parametrize("kind", ["pure", "C"])
 def test_the_scans_answer_as_find_and_the_pattern_on_any_bytes(kind: str) -> None:
-    pairs = {name: (has, finish) for name, has, finish in scan_pairs()}
+    pairs = {name: (find, finish) for name, find, finish in scan_pairs()}
     if kind not in pairs:
         pytest.skip("no fresh build of the C scans (make native)")
-    has, finish = pairs[kind]
+    find, finish = pairs[kind]
     rng = random.Random(7)
     needles = [b"", b"[DONE]", b'"error"', b"[]", b'"usage"', b"sk-secret", b"\n\n", b'"', b"x" * 50]
     found = finishes = 0
@@ -69,8 +69,8 @@ def test_the_scans_answer_as_find_and_the_pattern_on_any_bytes(kind: str) -> Non
         assert finish(data) == (scans.CHAT_FINISH_REASON.search(data) is not None), data
         finishes += finish(data)
         for needle in (rng.choice(needles), data[rng.randint(0, len(data)) :][: rng.randint(0, 6)]):
-            assert has(data, needle) == (data.find(needle) >= 0), (data, needle)
-            found += has(data, needle)
+            assert find(data, needle) == data.find(needle), (data, needle)
+            found += find(data, needle) >= 0
     assert finishes > 100 and found > 1000  # both answers were met, many times
     # Long runs of a few bytes, so that a needle's first and last bytes meet at every offset (the C search tests 16
     # offsets at a time, then the rest one by one).
@@ -78,7 +78,7 @@ def test_the_scans_answer_as_find_and_the_pattern_on_any_bytes(kind: str) -> Non
         data = bytes(rng.choice(b'ab"') for _ in range(rng.randint(0, 300)))
         needle = bytes(rng.choice(b'ab"') for _ in range(rng.randint(1, 20)))
         for probe in (needle, data[rng.randint(0, len(data)) :][: rng.randint(1, 40)]):
-            assert has(data, probe) == (data.find(probe) >= 0), (data, probe)
+            assert find(data, probe) == data.find(probe), (data, probe)
         key = b'"finish_reason"' + bytes(rng.choice(b' \t:"') for _ in range(rng.randint(0, 4)))
         at = rng.randint(0, len(data))
         spliced = data[:at] + key + data[at:]
@@ -89,9 +89,9 @@ def test_the_scans_answer_as_find_and_the_pattern_on_any_bytes(kind: str) -> Non
 def test_the_c_scans_refuse_what_find_refuses() -> None:
     assert MODULE is not None
     calls: list[Callable[[], Any]] = [
-        lambda: MODULE.has(b"abc"),
-        lambda: MODULE.has(b"abc", "a"),
-        lambda: MODULE.has("abc", b"a"),
+        lambda: MODULE.find(b"abc"),
+        lambda: MODULE.find(b"abc", "a"),
+        lambda: MODULE.find("abc", b"a"),
         lambda: MODULE.chat_finish("abc"),
         lambda: MODULE.chat_finish(b"a", b"b"),
     ]
@@ -102,11 +102,11 @@ def test_the_c_scans_refuse_what_find_refuses() -> None:
 
 def test_the_gateway_uses_the_c_scans_only_with_a_fresh_build(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GATEWAY_NATIVE", "0")
-    assert scans._load() == (scans._has, scans._chat_finish)
+    assert scans._load() == (bytes.find, scans._chat_finish)
     monkeypatch.setenv("GATEWAY_NATIVE", "1")
     if native.stale() is None:
-        has, finish = scans._load()
-        assert (has.__name__, finish.__name__) == ("has", "chat_finish") and has is not scans._has
+        find, finish = scans._load()
+        assert (find.__name__, finish.__name__) == ("find", "chat_finish") and find is not bytes.find
     # Chat's ``may_finish`` is the scan itself (no method around it): the meter binds it once per stream.
     assert ChatDialect("chat").may_finish is scans.chat_finish
 
@@ -115,9 +115,9 @@ def test_the_gateway_uses_the_c_scans_only_with_a_fresh_build(monkeypatch: pytes
 def c_scans(monkeypatch: pytest.MonkeyPatch) -> None:
     """The C scans where the build puts them, in this (pure) gateway."""
     assert MODULE is not None
-    monkeypatch.setattr(gateway.meter, "_has", MODULE.has)
-    monkeypatch.setattr(gateway.relay.forward, "_has", MODULE.has)
-    monkeypatch.setattr(gateway.upstream, "has", MODULE.has)
+    monkeypatch.setattr(gateway.meter, "_find", MODULE.find)
+    monkeypatch.setattr(gateway.relay.forward, "_find", MODULE.find)
+    monkeypatch.setattr(gateway.upstream, "find", MODULE.find)
     monkeypatch.setattr(ChatDialect, "may_finish", staticmethod(MODULE.chat_finish))
 
 

@@ -766,7 +766,7 @@ done:
     return result;
 }
 
-/* The relay's per-chunk scans (gateway.dialects.scans): what ``data.find(needle) >= 0`` and chat's
+/* The relay's per-chunk scans (gateway.dialects.scans): what ``data.find(needle)`` and chat's
  * ``re.search(rb'"finish_reason"\s*:\s*"', data)`` answer, as one C call each. From compiled code a ``find``
  * is a method looked up by name and its arguments parsed from a tuple; these take their objects and search. */
 
@@ -814,12 +814,12 @@ static Ptr find_bytes(Ptr h, Py_ssize_t n, Ptr needle, Py_ssize_t m) {
     return NULL;
 }
 
-/* has(data, needle): whether ``needle`` occurs in ``data`` (an empty needle always does, as ``find`` says). */
-static PyObject *has(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (bytes_args(args, nargs, 2, "has") < 0) return NULL;
-    Ptr at = find_bytes((Ptr)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), (Ptr)PyBytes_AS_STRING(args[1]),
-                        PyBytes_GET_SIZE(args[1]));
-    return PyBool_FromLong(at != NULL);
+/* find(data, needle): ``data.find(needle)``, the offset of the first occurrence or -1 (an empty needle is at 0). */
+static PyObject *find(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (bytes_args(args, nargs, 2, "find") < 0) return NULL;
+    Ptr data = (Ptr)PyBytes_AS_STRING(args[0]);
+    Ptr at = find_bytes(data, PyBytes_GET_SIZE(args[0]), (Ptr)PyBytes_AS_STRING(args[1]), PyBytes_GET_SIZE(args[1]));
+    return PyLong_FromSsize_t(at == NULL ? -1 : at - data);
 }
 
 /* What ``\s`` matches in a bytes pattern: space, \t, \n, \v, \f, \r. */
@@ -852,7 +852,7 @@ static PyObject *chat_finish(PyObject *self, PyObject *const *args, Py_ssize_t n
 static PyMethodDef methods[] = {
     {"read_kept", (PyCFunction)(void (*)(void))read_kept, METH_FASTCALL,
      "read_kept(heads, datas, parts, times): what tally_chunks adds for these kept entries, or None."},
-    {"has", (PyCFunction)(void (*)(void))has, METH_FASTCALL, "has(data, needle): data.find(needle) >= 0."},
+    {"find", (PyCFunction)(void (*)(void))find, METH_FASTCALL, "find(data, needle): data.find(needle)."},
     {"chat_finish", (PyCFunction)(void (*)(void))chat_finish, METH_FASTCALL,
      "chat_finish(data): whether chat's finish_reason pattern occurs in data."},
     {NULL, NULL, 0, NULL},

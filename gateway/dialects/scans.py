@@ -2,11 +2,16 @@
 
 Every relayed chunk is searched a few times: for the stream's ending (the meter), for an error event
 and an empty ``choices`` list (the forwarder), for chat's ``finish_reason`` with a value (the meter,
-until the finish), for the provider's key (the redaction). Written ``data.find(needle) >= 0`` in
-compiled code, each is a method looked up by name, its arguments packed into a tuple and parsed,
-then the search: most of a search's cost on a chunk of a few hundred bytes. ``has`` and
-``chat_finish`` take their objects as they are and search (``memmem``). Where the build is not used
-(or ``GATEWAY_NATIVE=0``) the same answers come from the pure functions below.
+until the finish), for the provider's key (the redaction). Written ``data.find(needle)`` in compiled
+code, each is a method looked up by name, its arguments packed into a tuple and parsed, then the
+search: most of a search's cost on a chunk of a few hundred bytes. The build's ``find`` takes its
+two objects as they are and searches; chat's ``finish_reason`` pattern is searched without the regex
+engine. Where the build is not used (or ``GATEWAY_NATIVE=0``) ``find`` is ``bytes.find`` itself (no
+Python frame around it: called from Python it costs what ``data.find(needle)`` does) and
+``chat_finish`` the pattern's search.
+
+Written ``find(data, needle) >= 0``, not ``needle in data``: on ``bytes``, ``in`` first tries its operand
+as an integer (``65 in b"A"``), which raises a ``TypeError`` and clears it before the search runs.
 """
 
 from __future__ import annotations
@@ -20,25 +25,19 @@ CHAT_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
 """A finish_reason with a value (not null): found with a scan, so that no chunk is parsed after the first token."""
 
 
-def _has(data: bytes, needle: bytes) -> bool:
-    # ``find``, not ``in``: on ``bytes``, ``in`` first tries its operand as an integer (``65 in b"A"``), which
-    # raises a ``TypeError`` and clears it before the search runs.
-    return data.find(needle) >= 0
-
-
 def _chat_finish(data: bytes) -> bool:
     return CHAT_FINISH_REASON.search(data) is not None
 
 
-def _load() -> tuple[Callable[[bytes, bytes], bool], Callable[[bytes], bool]]:
+def _load() -> tuple[Callable[[bytes, bytes], int], Callable[[bytes], bool]]:
     module = native.load_c("gateway.dialects._chat_read")
     if module is None:
-        return _has, _chat_finish
-    return module.has, module.chat_finish
+        return bytes.find, _chat_finish
+    return module.find, module.chat_finish
 
 
-has, chat_finish = _load()
-"""``has(data, needle)``: ``data.find(needle) >= 0``. ``chat_finish(data)``: whether ``CHAT_FINISH_REASON`` occurs
-in ``data``."""
+find, chat_finish = _load()
+"""``find(data, needle)``: ``data.find(needle)``. ``chat_finish(data)``: whether ``CHAT_FINISH_REASON`` occurs in
+``data``."""
 
-__all__ = ["CHAT_FINISH_REASON", "chat_finish", "has"]
+__all__ = ["CHAT_FINISH_REASON", "chat_finish", "find"]

@@ -44,8 +44,8 @@ from gateway.dialects.base import listed
 from gateway.dialects.chat import usage_only
 from gateway.sse import SSESplitter, parse_event
 
-_has: Final = scans.has
-"""``scans.has``, held where compiled code reads it directly (mypyc keeps a ``Final`` in a C static: no look-up by
+_find: Final = scans.find
+"""``scans.find``, held where compiled code reads it directly (mypyc keeps a ``Final`` in a C static: no look-up by
 name on each chunk)."""
 
 _ERROR_KEY = b'"error"'
@@ -82,10 +82,10 @@ class EventForwarder:
             return b""
         tail = self._tail
         data = tail + chunk if tail else chunk
-        # ``_has``, not ``in`` or ``find`` (``gateway.dialects.scans``): these scans run on every chunk.
-        if self._opening or _has(data, _ERROR_KEY) or (self._said and _has(data, _USAGE_KEY)):
+        # ``_find``, not ``in`` nor a ``find`` method (``gateway.dialects.scans``): these scans run on every chunk.
+        if self._opening or _find(data, _ERROR_KEY) >= 0 or (self._said and _find(data, _USAGE_KEY) >= 0):
             return self._sift(data)
-        if self._drop_usage and _has(data, b"[]") and _EMPTY_CHOICES.search(data):
+        if self._drop_usage and _find(data, b"[]") >= 0 and _EMPTY_CHOICES.search(data):
             return self._sift(data) if b"\r" in data else self._without_usage(data)
         if data.endswith(b"\n\n"):
             if tail:
