@@ -75,10 +75,10 @@ def _one_event(chunk: bytes) -> bytes | None:
     """The data of ``chunk`` when it is one event of a ``data: `` line, after at most one line of another field
     (chat's ``data: {…}``; Responses' and Messages' ``event: name`` then ``data: {…}``), as ``SSESplitter``
     would cut it; None for any other chunk (``\r`` line ends, several events, or lines, an event cut short)."""
-    if not chunk.endswith(b"\n\n") or chunk.find(b"\r") >= 0:
+    if not chunk.endswith(b"\n\n") or _find(chunk, b"\r") >= 0:
         return None
     end = len(chunk) - 2
-    line = chunk.find(b"\n")
+    line = _find(chunk, b"\n")
     if line == end:
         return chunk[6:end] if chunk.startswith(b"data: ") else None
     if chunk.find(b"\n", line + 1) == end and chunk.startswith(b"data: ", line + 1) and not chunk.startswith(b"data:"):
@@ -177,7 +177,7 @@ class StreamMeter:
                 # data is what the splitter would cut, noted without it.
                 self._note(now, data)
                 return
-            if self._splitter.buffer or chunk.find(b"\r") >= 0:  # ``find``, not ``in`` (``gateway.sse``)
+            if self._splitter.buffer or _find(chunk, b"\r") >= 0:  # not ``in`` (``gateway.dialects.scans``)
                 for data in self._splitter.feed(chunk):
                     self._note(now, data)
                 return

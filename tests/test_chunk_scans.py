@@ -213,3 +213,17 @@ def test_the_redaction_masks_alike_with_the_c_scan(request: pytest.FixtureReques
     request.getfixturevalue("c_scans")
     assert [redact(client, piece) for piece in data] == pure
     assert sum(b"***" in piece for piece in pure) >= 2000
+
+
+@pytest.mark.parametrize("name", ["bench chat", "chat with an error", "openai padded chat, comments"])
+def test_a_forwarder_made_by_position_forwards_as_one_made_by_keyword(name: str) -> None:
+    """The relay makes its forwarder by position (``replies._forwarder``): the same forwarder as by keyword."""
+    dialect = dialect_for(VARIED[name][0])  # type: ignore[arg-type]
+    for pieces in varied_cuttings(name, 10):
+        for continuation, drop, said in [(False, False, 0), (False, True, 0), (True, False, 9), (True, True, 9)]:
+            made = EventForwarder(dialect, continuation, drop, said)
+            named = EventForwarder(dialect, continuation=continuation, drop_usage_only=drop, said_tokens=said)
+            for piece in pieces:
+                assert made.feed(piece) == named.feed(piece)
+                assert (made.error, made.error_object) == (named.error, named.error_object)
+            assert made.flush() == named.flush()

@@ -60,13 +60,10 @@ class EventForwarder:
     __slots__ = ("_tail", "_opening", "_dialect", "_drop_usage", "_said", "error", "error_object")
 
     def __init__(
-        self,
-        dialect: Dialect = CHAT,
-        *,
-        continuation: bool = False,
-        drop_usage_only: bool = False,
-        said_tokens: int = 0,
+        self, dialect: Dialect = CHAT, continuation: bool = False, drop_usage_only: bool = False, said_tokens: int = 0
     ) -> None:
+        """Each argument may be given by position: the relay makes one forwarder per stream, and the compiled class
+        parses keyword arguments at several times the cost of positional ones."""
         self._tail = b""
         self._opening = continuation
         self._dialect = dialect
