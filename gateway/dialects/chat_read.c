@@ -822,6 +822,18 @@ static PyObject *find(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromSsize_t(at == NULL ? -1 : at - data);
 }
 
+/* redact(secret, data): ``data`` with every ``secret`` replaced by ``***`` (``data.replace``), ``data`` itself when
+ * it holds none or ``secret`` is empty: a provider's key, should the provider echo it back. */
+static PyObject *redact(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (bytes_args(args, nargs, 2, "redact") < 0) return NULL;
+    PyObject *secret = args[0], *data = args[1];
+    Py_ssize_t length = PyBytes_GET_SIZE(secret);
+    if (length == 0 || find_bytes((Ptr)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), (Ptr)PyBytes_AS_STRING(secret),
+                                  length) == NULL)
+        return Py_NewRef(data);
+    return PyObject_CallMethod(data, "replace", "Oy", secret, "***");
+}
+
 /* What ``\s`` matches in a bytes pattern: space, \t, \n, \v, \f, \r. */
 static inline int regex_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
@@ -853,6 +865,8 @@ static PyMethodDef methods[] = {
     {"read_kept", (PyCFunction)(void (*)(void))read_kept, METH_FASTCALL,
      "read_kept(heads, datas, parts, times): what tally_chunks adds for these kept entries, or None."},
     {"find", (PyCFunction)(void (*)(void))find, METH_FASTCALL, "find(data, needle): data.find(needle)."},
+    {"redact", (PyCFunction)(void (*)(void))redact, METH_FASTCALL,
+     "redact(secret, data): data with every secret replaced by ***; data itself when it holds none."},
     {"chat_finish", (PyCFunction)(void (*)(void))chat_finish, METH_FASTCALL,
      "chat_finish(data): whether chat's finish_reason pattern occurs in data."},
     {NULL, NULL, 0, NULL},

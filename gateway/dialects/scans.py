@@ -16,8 +16,10 @@ as an integer (``65 in b"A"``), which raises a ``TypeError`` and clears it befor
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
+from types import ModuleType
 
 from gateway import native
 
@@ -40,4 +42,23 @@ find, chat_finish = _load()
 """``find(data, needle)``: ``data.find(needle)``. ``chat_finish(data)``: whether ``CHAT_FINISH_REASON`` occurs in
 ``data``."""
 
-__all__ = ["CHAT_FINISH_REASON", "chat_finish", "find"]
+
+def redactor(secret: bytes | None, built: ModuleType | None = None) -> Callable[[bytes], bytes]:
+    """``redact(data)``: ``data`` with every ``secret`` masked (``***``), ``data`` itself when it holds none (or there
+    is no secret). Made once per provider; called on every relayed chunk. With the build (``built``: the loaded C
+    module, by default the gateway's), the C ``redact`` with the secret bound by ``functools.partial``: no Python
+    frame per call."""
+    module = built if built is not None else native.load_c("gateway.dialects._chat_read")
+    if module is not None:
+        c_redact: Callable[[bytes, bytes], bytes] = module.redact
+        return functools.partial(c_redact, secret or b"")
+
+    def redact(data: bytes) -> bytes:
+        if secret and data.find(secret) >= 0:
+            return data.replace(secret, b"***")
+        return data
+
+    return redact
+
+
+__all__ = ["CHAT_FINISH_REASON", "chat_finish", "find", "redactor"]
