@@ -18,7 +18,6 @@ What real servers send and how it is read (each shape has a captured-stream test
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally, listed
@@ -33,13 +32,12 @@ from gateway.dialects.chat_events import (
 )
 from gateway.dialects.chat_native import READ_KEPT, tally_native
 from gateway.dialects.chat_template import tally_kept
+from gateway.dialects.scans import chat_finish
 from gateway.errors import GatewayError, describe_error
 from gateway.kept_chunks import KeptChunks
 from gateway.samples import Endpoint
 
 DONE = b"[DONE]"
-_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
-"""A finish_reason with a value (not null): found with a scan, so that no chunk is parsed after the first token."""
 _TIMING_SOURCES = ("timings", "metrics", "perf_metrics")
 _TIMING_TAIL = 3
 """Providers put their timings on the last events: only that many are looked at."""
@@ -145,8 +143,10 @@ class ChatDialect:
     def may_end(self, data: bytes) -> bool:
         return data.find(DONE) >= 0  # ``find``, not ``in`` (``gateway.sse``)
 
-    def may_finish(self, data: bytes) -> bool:
-        return _FINISH_REASON.search(data) is not None
+    may_finish = staticmethod(chat_finish)
+    """A finish_reason with a value (not null): found with a scan (``gateway.dialects.scans``: C where built), so
+    that no chunk is parsed after the first token. The scan itself, not a method around it: the meter calls it on
+    every chunk until the finish."""
 
     def is_terminal(self, event: dict[str, Any]) -> bool:
         return False  # only [DONE] ends a chat stream, and it is no JSON event

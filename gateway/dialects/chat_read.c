@@ -21,6 +21,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 typedef struct {
     char *text;
@@ -763,9 +766,109 @@ done:
     return result;
 }
 
+/* The relay's per-chunk scans (gateway.dialects.scans): what ``data.find(needle)`` and chat's
+ * ``re.search(rb'"finish_reason"\s*:\s*"', data)`` answer, as one C call each. From compiled code a ``find``
+ * is a method looked up by name and its arguments parsed from a tuple; these take their objects and search. */
+
+static int bytes_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *name) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        if (!PyBytes_Check(args[i])) {
+            PyErr_Format(PyExc_TypeError, "%s() takes bytes, not %.100s", name, Py_TYPE(args[i])->tp_name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The first occurrence of needle (m bytes) in h (n bytes), or NULL. The needles here are a few bytes long and the
+ * chunks a few hundred: with SSE2, 16 positions at a time are tested for the needle's first and last byte, and only
+ * those that have both are compared whole (glibc's memmem sets up a shift table on every call, most of its cost on
+ * such a chunk). */
+static Ptr find_bytes(Ptr h, Py_ssize_t n, Ptr needle, Py_ssize_t m) {
+    if (m == 0) return h;
+    if (m > n) return NULL;
+    if (m == 1) return memchr(h, needle[0], (size_t)n);
+    Py_ssize_t i = 0;
+#if defined(__SSE2__)
+    const __m128i first = _mm_set1_epi8((char)needle[0]);
+    const __m128i last = _mm_set1_epi8((char)needle[m - 1]);
+    for (; i + m + 15 <= n; i += 16) {
+        __m128i a = _mm_cmpeq_epi8(first, _mm_loadu_si128((const __m128i *)(h + i)));
+        __m128i b = _mm_cmpeq_epi8(last, _mm_loadu_si128((const __m128i *)(h + i + m - 1)));
+        unsigned mask = (unsigned)_mm_movemask_epi8(_mm_and_si128(a, b));
+        while (mask) {
+            Py_ssize_t at = i + __builtin_ctz(mask);
+            if (memcmp(h + at + 1, needle + 1, (size_t)(m - 2)) == 0) return h + at;
+            mask &= mask - 1;
+        }
+    }
+#endif
+    for (; i + m <= n; i++) {
+        if (h[i] == needle[0] && h[i + m - 1] == needle[m - 1] && memcmp(h + i + 1, needle + 1, (size_t)(m - 2)) == 0)
+            return h + i;
+    }
+    return NULL;
+}
+
+/* find(data, needle): ``data.find(needle)``, the offset of the first occurrence or -1 (an empty needle is at 0). */
+static PyObject *find(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (bytes_args(args, nargs, 2, "find") < 0) return NULL;
+    Ptr data = (Ptr)PyBytes_AS_STRING(args[0]);
+    Ptr at = find_bytes(data, PyBytes_GET_SIZE(args[0]), (Ptr)PyBytes_AS_STRING(args[1]), PyBytes_GET_SIZE(args[1]));
+    return PyLong_FromSsize_t(at == NULL ? -1 : at - data);
+}
+
+/* redact(secret, data): ``data`` with every ``secret`` replaced by ``***`` (``data.replace``), ``data`` itself when
+ * it holds none or ``secret`` is empty: a provider's key, should the provider echo it back. */
+static PyObject *redact(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (bytes_args(args, nargs, 2, "redact") < 0) return NULL;
+    PyObject *secret = args[0], *data = args[1];
+    Py_ssize_t length = PyBytes_GET_SIZE(secret);
+    if (length == 0 || find_bytes((Ptr)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), (Ptr)PyBytes_AS_STRING(secret),
+                                  length) == NULL)
+        return Py_NewRef(data);
+    return PyObject_CallMethod(data, "replace", "Oy", secret, "***");
+}
+
+/* What ``\s`` matches in a bytes pattern: space, \t, \n, \v, \f, \r. */
+static inline int regex_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/* chat_finish(data): whether ``"finish_reason"``, then spaces, a colon, spaces and a quote, occur in ``data``: each
+ * occurrence of the key is tried in turn (``\s*`` cannot take the colon or the quote, so there is nothing to
+ * backtrack into). */
+static PyObject *chat_finish(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    static const char key[] = "\"finish_reason\"";
+    const Py_ssize_t key_len = (Py_ssize_t)sizeof(key) - 1;
+    if (bytes_args(args, nargs, 1, "chat_finish") < 0) return NULL;
+    Ptr p = (Ptr)PyBytes_AS_STRING(args[0]);
+    Ptr end = p + PyBytes_GET_SIZE(args[0]);
+    while (end - p >= key_len) {
+        Ptr found = find_bytes(p, end - p, (Ptr)key, key_len);
+        if (found == NULL) break;
+        Ptr q = found + key_len;
+        while (q < end && regex_space(*q)) q++;
+        if (q < end && *q == ':') {
+            q++;
+            while (q < end && regex_space(*q)) q++;
+            if (q < end && *q == '"') Py_RETURN_TRUE;
+        }
+        p = found + 1;
+    }
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"read_kept", (PyCFunction)(void (*)(void))read_kept, METH_FASTCALL,
      "read_kept(heads, datas, parts, times): what tally_chunks adds for these kept entries, or None."},
+    {"find", (PyCFunction)(void (*)(void))find, METH_FASTCALL, "find(data, needle): data.find(needle)."},
+    {"redact", (PyCFunction)(void (*)(void))redact, METH_FASTCALL,
+     "redact(secret, data): data with every secret replaced by ***; data itself when it holds none."},
+    {"chat_finish", (PyCFunction)(void (*)(void))chat_finish, METH_FASTCALL,
+     "chat_finish(data): whether chat's finish_reason pattern occurs in data."},
     {NULL, NULL, 0, NULL},
 };
 

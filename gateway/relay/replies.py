@@ -349,7 +349,7 @@ def _forwarder(
             return StreamTranslator.continuing(*args, said_tokens)
         return StreamTranslator(*args)
     drop = injects_usage(request, attempt.candidate.provider)
-    return EventForwarder(request.dialect, continuation=continuation, drop_usage_only=drop, said_tokens=said_tokens)
+    return EventForwarder(request.dialect, continuation, drop, said_tokens)  # by position (``EventForwarder``)
 
 
 def _ending(
