@@ -415,25 +415,29 @@ def test_the_policy_handed_to_the_session_look_up_is_the_one_it_found() -> None:
         assert found is not None and config.policy_for(kept) is config.policy_for(found)
 
 
-def _watch_run(disarm_first: bool, loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> tuple[bool, bool, bool]:
-    """(the serving task was cancelled, the watch says disconnected, the watcher let go of the task)."""
+def _watch_run(
+    disarm_first: bool, loop_factory: Callable[[], asyncio.AbstractEventLoop], given: bool = False
+) -> tuple[bool, bool, bool]:
+    """(the serving task was cancelled, the watch says disconnected, the watcher let go of the task); ``given``: the
+    watch handed the running loop (as the endpoint does) rather than finding it."""
 
     async def main() -> tuple[bool, bool, bool]:
-        hang_up = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        hang_up = loop.create_future()
 
         async def receive() -> dict[str, Any]:
             await hang_up
             return {"type": "http.disconnect"}
 
         async def serve() -> DisconnectWatch:
-            watch = DisconnectWatch(receive)
+            watch = DisconnectWatch(receive, loop) if given else DisconnectWatch(receive)
             if disarm_first:
                 watch.disarm()
             hang_up.set_result(None)
             await asyncio.sleep(0.05)
             return watch
 
-        task = asyncio.get_running_loop().create_task(serve())
+        task = loop.create_task(serve())
         try:
             watch = await task
         except asyncio.CancelledError:
@@ -449,9 +453,12 @@ def _watch_run(disarm_first: bool, loop_factory: Callable[[], asyncio.AbstractEv
 
 
 @pytest.mark.parametrize("loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop])
-def test_disconnect_watch_cancels_only_while_armed(loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
-    assert _watch_run(False, loop_factory) == (True, True, True)
-    assert _watch_run(True, loop_factory) == (False, False, True)
+@pytest.mark.parametrize("given", [False, True])
+def test_disconnect_watch_cancels_only_while_armed(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop], given: bool
+) -> None:
+    assert _watch_run(False, loop_factory, given) == (True, True, True)
+    assert _watch_run(True, loop_factory, given) == (False, False, True)
 
 
 def test_disconnect_watch_needs_a_running_loop() -> None:

@@ -28,7 +28,6 @@ from gateway.admission.spending.store import Booking
 from gateway.admission.usage import TALLY, USAGE_TAP, UsageTally
 from gateway.config import LimitsConfig
 from gateway.dialects import dialect_for
-from gateway.relay.disconnect import DisconnectWatch
 from gateway.relay.keepalive import FirstByteKeepAlive
 from gateway.samples import Sample
 from gateway.stats.sketch import ZERO_BUCKET, LogHistogram, count_buckets, count_buckets_twice
@@ -185,45 +184,6 @@ def test_the_late_booking_made_positionally_is_the_class() -> None:
     ticket = Ticket(state, key, 3, 0, 0, spender)
     ticket.release()
     assert ticket.tally.late == LateBooking(state, key, 3, spender, None)
-
-
-@pytest.mark.parametrize("loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop])
-@pytest.mark.parametrize("given", [False, True])
-@pytest.mark.parametrize("disarm_first", [False, True])
-def test_the_watch_given_the_loop_does_what_it_does_finding_it(
-    loop_factory: Any, given: bool, disarm_first: bool
-) -> None:
-    """The serving task cancelled on a hang-up while armed, not once disarmed; the watcher lets go of the task."""
-
-    async def main() -> tuple[bool, bool, bool]:
-        loop = asyncio.get_running_loop()
-        hang_up = loop.create_future()
-
-        async def receive() -> dict[str, Any]:
-            await hang_up
-            return {"type": "http.disconnect"}
-
-        async def serve() -> DisconnectWatch:
-            watch = DisconnectWatch(receive, loop) if given else DisconnectWatch(receive)
-            if disarm_first:
-                watch.disarm()
-            hang_up.set_result(None)
-            await asyncio.sleep(0.05)
-            return watch
-
-        task = loop.create_task(serve())
-        try:
-            watch = await task
-        except asyncio.CancelledError:
-            return True, True, True
-        await asyncio.sleep(0)
-        return False, watch.disconnected, watch._task is None
-
-    runner = asyncio.Runner(loop_factory=loop_factory)
-    try:
-        assert runner.run(main()) == ((False, False, True) if disarm_first else (True, True, True))
-    finally:
-        runner.close()
 
 
 @pytest.mark.parametrize("given", [False, True])

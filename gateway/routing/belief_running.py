@@ -45,13 +45,7 @@ class Running:
 
     def __init__(self, base: Belief, answers: int, heard_at: float | None) -> None:
         # Written out so that mypyc compiles it; the generated ``__init__`` stays interpreted.
-        self.base = base
-        self.answers = answers
-        self.heard_at = heard_at
-        self.told = None
-        self.told_in = next(_TELLINGS)
-        self.view = None
-        self.stale = True
+        self.restart(base, answers, heard_at)
 
     def restart(self, base: Belief, answers: int, heard_at: float | None) -> None:
         """Begin afresh from ``base`` as heard now: as a new ``Running(base, answers, heard_at)``, in place."""

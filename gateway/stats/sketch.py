@@ -100,34 +100,21 @@ def count_buckets_twice(
         value = values.get(bucket)
         if value is None:
             value = value_of(bucket)
-        histogram = first.get(key)
-        if histogram is None:
-            histogram = first[key] = LogHistogram()
-        counts = histogram.counts
-        old = counts.get(bucket)
-        if old is None:
-            counts[bucket] = 1
-            if histogram._keys is not None:
-                insort(histogram._keys, bucket)
-        else:
-            counts[bucket] = old + 1
-        histogram.count += 1
-        histogram._sum += value
-        histogram._memo = None
-        histogram = second.get(key)
-        if histogram is None:
-            histogram = second[key] = LogHistogram()
-        counts = histogram.counts
-        old = counts.get(bucket)
-        if old is None:
-            counts[bucket] = 1
-            if histogram._keys is not None:
-                insort(histogram._keys, bucket)
-        else:
-            counts[bucket] = old + 1
-        histogram.count += 1
-        histogram._sum += value
-        histogram._memo = None
+        for table in (first, second):
+            histogram = table.get(key)
+            if histogram is None:
+                histogram = table[key] = LogHistogram()
+            counts = histogram.counts
+            old = counts.get(bucket)
+            if old is None:
+                counts[bucket] = 1
+                if histogram._keys is not None:
+                    insort(histogram._keys, bucket)
+            else:
+                counts[bucket] = old + 1
+            histogram.count += 1
+            histogram._sum += value
+            histogram._memo = None
 
 
 class LogHistogram:
