@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Final
 
-from gateway.routing.belief_runs import RUNS, heaviest_first
+from gateway.routing.belief_runs import RUNS
 
 FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
@@ -35,6 +36,25 @@ class FailureRun:
         self.weight = weight
         self.fails = fails
         self.oks = oks
+
+
+_WEIGHT = attrgetter("weight")
+
+
+def failures_heaviest_first(items: list[FailureRun]) -> None:
+    """``belief_runs.runs_heaviest_first`` (the same stable sort, heaviest first), typed for this list."""
+    for item in items:
+        if item.weight != item.weight:
+            items.sort(key=_WEIGHT, reverse=True)
+            return
+    for i in range(1, len(items)):
+        item = items[i]
+        weight = item.weight
+        j = i
+        while j > 0 and items[j - 1].weight < weight:
+            items[j] = items[j - 1]
+            j -= 1
+        items[j] = item
 
 
 @dataclass(slots=True)
@@ -65,7 +85,7 @@ class Failures:
         for run in self.runs:
             run.fails += 1.0 if failed else 0.0
             run.oks += 0.0 if failed else 1.0
-        heaviest_first(self.runs)
+        failures_heaviest_first(self.runs)
         del self.runs[RUNS:]
         total = 0.0
         for run in self.runs:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Final, Protocol, TypeVar
+from typing import Final
 
 from gateway.routing.priors import SPREAD, Prior
 
@@ -159,7 +159,7 @@ def prune(runs: list[Run], cut: bool = False) -> list[Run]:
     for run in runs:
         run.weight /= total
     if len(runs) > RUNS or cut:
-        heaviest_first(runs)
+        runs_heaviest_first(runs)
         del runs[RUNS:]
         total = weight_of(runs)
         for run in runs:
@@ -175,18 +175,11 @@ def weight_of(runs: list[Run]) -> float:
     return total
 
 
-class Weighted(Protocol):
-    """A hypothesis with a weight: a level's run, a scatter, a failure run."""
-
-    weight: float
-
-
-W = TypeVar("W", bound=Weighted)
-
-
-def heaviest_first(items: list[W]) -> None:
+def runs_heaviest_first(items: list[Run]) -> None:
     """``items.sort(key=weight, reverse=True)`` as a stable insertion sort (the same order for the few hypotheses a
-    belief keeps, without a key function's calls); with a NaN weight, ``sort`` itself."""
+    belief keeps, without a key function's calls); with a NaN weight, ``sort`` itself. Typed per list (this one,
+    ``belief_noise.scatters_heaviest_first``, ``belief_failures.failures_heaviest_first``): compiled, a ``weight``
+    is then a native double read in place, where through a protocol it is read by name and boxed."""
     for item in items:
         if item.weight != item.weight:
             items.sort(key=_WEIGHT, reverse=True)

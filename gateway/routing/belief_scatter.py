@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Final
 
-from gateway.routing.belief_noise import Scatter, learn_noise
-from gateway.routing.belief_runs import METRICS, TTFT, Run, heaviest_first
+from gateway.routing.belief_noise import Scatter, learn_noise, scatters_heaviest_first
+from gateway.routing.belief_runs import METRICS, TTFT, Run
 from gateway.routing.priors import PRIOR_WEIGHT, Prior
 from gateway.routing.student import TAIL_NU
 
@@ -135,7 +135,7 @@ def _prune(scatters: list[Scatter]) -> list[Scatter]:
         keep.weight = 1.0
         return [keep]
     if len(scatters) > SCATTERS:
-        heaviest_first(scatters)
+        scatters_heaviest_first(scatters)
         del scatters[SCATTERS:]
         total = 0.0
         for scatter in scatters:
