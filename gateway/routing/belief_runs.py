@@ -107,16 +107,22 @@ def unlike(means: tuple[float | None, float | None]) -> Run:
 def landings(changed_before: bool, before: tuple[float, float] | None, prior: Prior) -> list[Run]:
     """Where a level that changed may now be, as equally likely runs: among the model's deployments (the prior) and,
     once it has runs, back at the level ``before`` its last change."""
-    if changed_before:
-        (m0, v0), (m1, v1) = prior.landing(TTFT), prior.landing(SPT)
-        runs = [start_at((m0, m1), (v0, v1))]
-    else:
-        runs = [start(prior)]
-    if changed_before and before is not None:
-        runs.append(Run(1.0, before[TTFT], before[SPT], _SPREAD2, _SPREAD2))
-    for run in runs:
-        run.weight = 1.0 / len(runs)
-    return runs
+    if not changed_before:
+        return [start(prior)]
+    # ``start_at`` of the landings, written out: no tuples of optional floats made to be taken apart again.
+    m0, v0 = prior.landing(TTFT)
+    m1, v1 = prior.landing(SPT)
+    run = Run(
+        1.0,
+        m0 if m0 is not None else _DEFAULT_TTFT,
+        m1 if m1 is not None else _DEFAULT_SPT,
+        v0 if m0 is not None else _UNKNOWN2,
+        v1 if m1 is not None else _UNKNOWN2,
+    )
+    if before is None:
+        return [run]
+    run.weight = 0.5  # ``1.0 / len(runs)`` of two, exactly
+    return [run, Run(0.5, before[TTFT], before[SPT], _SPREAD2, _SPREAD2)]
 
 
 def mix(runs: list[Run], metric: int) -> tuple[float, float]:
