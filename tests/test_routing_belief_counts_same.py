@@ -2,7 +2,8 @@
 
 ``Failures.counts`` found each run's terms once per outcome heard, as a memo of tuples (boxed floats when
 compiled); it now finds them where it reads them, by the same expressions. ``landings`` made its first run through
-``start_at`` (tuples of optional floats); it now makes it directly, with the same values.
+``start_at`` (tuples of optional floats); it now makes it directly, with the same values. ``finite`` stands in for
+``math.isfinite`` (no mypyc primitive) where the belief prunes: the same answer for every float.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 import random
 
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures
-from gateway.routing.belief_runs import Run, landings, start_at
+from gateway.routing.belief_runs import Run, finite, landings, start_at
 from gateway.routing.priors import SPREAD, Prior
 
 
@@ -90,3 +91,10 @@ def test_landings_are_the_former_runs_exactly() -> None:
         changed = rng.random() < 0.7
         got, expected = landings(changed, before, prior), _former_landings(changed, before, prior)
         assert [repr(r) for r in got] == [repr(r) for r in expected]
+
+
+def test_finite_is_math_isfinite() -> None:
+    rng = random.Random(5)
+    edges = [0.0, -0.0, 1.0, -1.0, 5e-324, -5e-324, 1.7976931348623157e308, -1.7976931348623157e308]
+    for x in [*edges, math.inf, -math.inf, math.nan, -math.nan, *(rng.uniform(-1e308, 1e308) for _ in range(1000))]:
+        assert finite(x) is math.isfinite(x)

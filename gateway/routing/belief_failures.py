@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Final
 
-from gateway.routing.belief_runs import RUNS
+from gateway.routing.belief_runs import RUNS, finite
 
 FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
@@ -91,11 +91,13 @@ class Failures:
             run.fails += 1.0 if failed else 0.0
             run.oks += 0.0 if failed else 1.0
         failures_heaviest_first(self.runs)
-        del self.runs[RUNS:]
+        runs = self.runs
+        while len(runs) > RUNS:  # ``del self.runs[RUNS:]`` without a slice made
+            runs.pop()
         total = 0.0
         for run in self.runs:
             total += run.weight
-        if total <= 0.0 or not math.isfinite(total):
+        if total <= 0.0 or not finite(total):
             self.runs = [FailureRun(1.0, a0 + failed, b0 + (not failed))]
             total = 1.0
         for run in self.runs:

@@ -27,6 +27,13 @@ UNKNOWN: Final = 3.0
 _UNKNOWN2: Final = UNKNOWN**2
 _SPREAD2: Final = SPREAD**2
 _WEIGHT = attrgetter("weight")
+INF: Final = math.inf
+
+
+def finite(x: float) -> bool:
+    """``math.isfinite(x)`` of a float, the same answer (NaN and ±inf compare false). Compiled, this is two native
+    comparisons; ``math.isfinite`` is no mypyc primitive: a call looked up on the module, of a boxed float."""
+    return -INF < x < INF
 
 
 @dataclass(slots=True)
@@ -158,7 +165,7 @@ def prune(runs: list[Run], cut: bool = False) -> list[Run]:
     """Normalise the weights and keep the ``RUNS`` heaviest (in place where it can); where every weight vanished, the
     newest run alone. ``cut``: sort and cut even with ``RUNS`` or fewer (``unborn_weigh_nothing``)."""
     total = weight_of(runs)
-    if total <= 0 or not math.isfinite(total):
+    if total <= 0 or not finite(total):
         keep = runs[-1]
         keep.weight = 1.0
         return [keep]
@@ -166,7 +173,8 @@ def prune(runs: list[Run], cut: bool = False) -> list[Run]:
         run.weight /= total
     if len(runs) > RUNS or cut:
         runs_heaviest_first(runs)
-        del runs[RUNS:]
+        while len(runs) > RUNS:  # ``del runs[RUNS:]`` without a slice made
+            runs.pop()
         total = weight_of(runs)
         for run in runs:
             run.weight /= total
