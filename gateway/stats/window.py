@@ -114,7 +114,7 @@ class SlicedWindow:
     def expire_aged(self) -> None:
         """``expire``, with its pass over the slices skipped where it would drop none: no slice is older than the
         oldest it keeps (``_kept_from``). The clock is read once, as ``expire`` reads it."""
-        oldest = self._oldest_kept()
+        oldest = math.floor(self.wall_clock() / self.slice_s) - self.slices_in_window + 1  # ``_oldest_kept``, inline
         kept_from = self._kept_from
         if kept_from is None or oldest > kept_from:
             self._expire_before(oldest)
