@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Final
 
-from gateway.routing.belief_runs import RUNS, heaviest_first
+from gateway.routing.belief_runs import RUNS, finite
 
 FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
+
+
+_A0: Final = FAIL_PRIOR[0]
+_B0: Final = FAIL_PRIOR[1]
+_S0: Final = _A0 + _B0
+_M0: Final = _A0 / _S0
+_V0: Final = _M0 * (_B0 / _S0) / (_S0 + 1)
 
 
 def change_chance(elapsed_s: float, hazard_s: float) -> float:
@@ -37,6 +45,25 @@ class FailureRun:
         self.oks = oks
 
 
+_WEIGHT = attrgetter("weight")
+
+
+def failures_heaviest_first(items: list[FailureRun]) -> None:
+    """``belief_runs.runs_heaviest_first`` (the same stable sort, heaviest first), typed for this list."""
+    for item in items:
+        if item.weight != item.weight:
+            items.sort(key=_WEIGHT, reverse=True)
+            return
+    for i in range(1, len(items)):
+        item = items[i]
+        weight = item.weight
+        j = i
+        while j > 0 and items[j - 1].weight < weight:
+            items[j] = items[j - 1]
+            j -= 1
+        items[j] = item
+
+
 @dataclass(slots=True)
 class Failures:
     """The failure chance's posterior, and how long failures take to say so."""
@@ -49,15 +76,13 @@ class Failures:
     """Failures heard, faded: how much ``failure_s`` rests on."""
     read: tuple[float, float, float] | None = field(default=None, compare=False)
     """Memo of the last ``counts`` (its time, then the beta): a plan reads it several times at one time."""
-    terms: list[tuple[float, float, float, float, float]] | None = field(default=None, compare=False, repr=False)
-    """Memo of each run's terms of ``counts``, cleared when an outcome is heard."""
 
     def observe(self, now: float, failed: bool, hazard_s: float, after_s: float | None = None) -> None:
         """One attempt's outcome: failed (after ``after_s``) or answered."""
         if failed and after_s is not None:
             self.failure_s += (after_s - self.failure_s) / min(self.failed + 1.0, 10.0)
         p = self.changed(now, hazard_s)
-        a0, b0 = FAIL_PRIOR
+        a0, b0 = _A0, _B0
         fresh = FailureRun(p * (a0 if failed else b0) / (a0 + b0), a0, b0)
         for run in self.runs:
             run.weight *= (1.0 - p) * (run.fails if failed else run.oks) / (run.fails + run.oks)
@@ -65,25 +90,27 @@ class Failures:
         for run in self.runs:
             run.fails += 1.0 if failed else 0.0
             run.oks += 0.0 if failed else 1.0
-        heaviest_first(self.runs)
-        del self.runs[RUNS:]
+        failures_heaviest_first(self.runs)
+        runs = self.runs
+        while len(runs) > RUNS:  # ``del self.runs[RUNS:]`` without a slice made
+            runs.pop()
         total = 0.0
         for run in self.runs:
             total += run.weight
-        if total <= 0.0 or not math.isfinite(total):
+        if total <= 0.0 or not finite(total):
             self.runs = [FailureRun(1.0, a0 + failed, b0 + (not failed))]
             total = 1.0
         for run in self.runs:
             run.weight /= total
         self.failed = self.failed * (1.0 - p) + (1.0 if failed else 0.0)
         self.heard_at = now
-        self.read = self.terms = None
+        self.read = None
 
     def recovered(self, now: float) -> None:
         """The circuit breaker saw it fail, then answer its probe: a change it detected, so restart from the prior."""
         self.runs = [FailureRun(1.0, *FAIL_PRIOR)]
         self.heard_at = now
-        self.read = self.terms = None
+        self.read = None
 
     def changed(self, now: float, hazard_s: float) -> float:
         """The chance the failure chance has changed since the last attempt was heard."""
@@ -99,35 +126,22 @@ class Failures:
             return read[1], read[2]
         heard = self.heard_at
         p = 0.0 if heard is None else 1.0 - math.exp(-max(0.0, now - heard) / hazard_s)
-        terms = self.terms if self.terms is not None else self._terms()
         stayed = 1.0 - p
-        # Plain loops rather than ``sum`` (no boxed floats when compiled); both add left to right from 0.0.
+        # Plain loops rather than ``sum`` (no boxed floats when compiled); both add left to right from 0.0. Each
+        # run's terms (``a + b``, its mean ``a / (a + b)``, its beta's variance) are found where they are read: a
+        # few native operations, where a memo of them was a tuple of boxed floats per run.
         mean = 0.0
-        for t in terms:
-            mean += stayed * t[0] * t[1] / t[2]
+        for r in self.runs:
+            mean += stayed * r.weight * r.fails / (r.fails + r.oks)
         mean += p * _A0 / _S0
         var = 0.0
-        for t in terms:
-            var += stayed * t[0] * (t[4] + math.pow(t[3] - mean, 2.0))
+        for r in self.runs:
+            a, b = r.fails, r.oks
+            s = a + b
+            m = a / s
+            var += stayed * r.weight * (m * (b / s) / (s + 1) + math.pow(m - mean, 2.0))
         var += p * (_V0 + math.pow(_M0 - mean, 2.0))
         mean = min(max(mean, 1e-6), 1 - 1e-6)
         n = max(mean * (1 - mean) / max(var, 1e-12) - 1.0, 1e-3)
         self.read = (now, mean * n, (1 - mean) * n)
         return mean * n, (1 - mean) * n
-
-    def _terms(self) -> list[tuple[float, float, float, float, float]]:
-        """Per run: its weight, ``a``, ``a + b``, its mean ``a / (a + b)`` and its beta's variance (``counts``)."""
-        terms = []
-        for r in self.runs:
-            a, b = r.fails, r.oks
-            s = a + b
-            m = a / s
-            terms.append((r.weight, a, s, m, m * (b / s) / (s + 1)))
-        self.terms = terms
-        return terms
-
-
-_A0, _B0 = FAIL_PRIOR
-_S0: Final = _A0 + _B0
-_M0: Final = _A0 / _S0
-_V0: Final = _M0 * (_B0 / _S0) / (_S0 + 1)

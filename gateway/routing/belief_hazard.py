@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.routing.belief_runs import Run
+from gateway.routing.belief_runs import INF, Run, finite
 from gateway.routing.priors import MEMORY
 
 HAZARD_S: Final = 120.0
@@ -37,7 +37,7 @@ class Hazard:
     def heard(self, watched_s: float, found: float) -> None:
         """One answer's evidence: ``watched_s`` since its deployment was last heard, and ``found`` more changes
         expected in its history (negative where it took one back). The evidence beyond the prior fades first."""
-        if not (watched_s >= 0.0 and math.isfinite(found)):
+        if not (watched_s >= 0.0 and finite(found)):
             return
         faded = -math.expm1(-watched_s / _MEMORY_S)  # 1 - e^(-w/τ), accurate for a short w
         changes = _PRIOR_CHANGES + (self.changes - _PRIOR_CHANGES) * (1.0 - faded) + found
@@ -67,4 +67,4 @@ def found(runs: list[Run]) -> float:
         total += run.weight
     for run in runs:
         changes += run.weight * run.changes
-    return changes / total if 0.0 < total < math.inf else math.nan
+    return changes / total if 0.0 < total < INF else math.nan

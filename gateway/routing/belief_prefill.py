@@ -18,6 +18,8 @@ from gateway.routing.priors import DRIFT, SPREAD
 SLOPE: Final = 1e-4
 """Seconds per uncached prompt token before any answer tells; its prior sd is as large."""
 _ROOT_2PI: Final = math.sqrt(2.0 * math.pi)
+_ERFC: Final = math.erfc
+"""``math.erfc`` held once: compiled, ``math.erfc`` is an attribute looked up at every call (not a native primitive)."""
 _SLOPE2: Final = SLOPE**2
 _FLOOR_S: Final = 1e-3
 """The smallest first token an answer's noise is scaled by: a 0 s answer would weigh infinitely."""
@@ -114,7 +116,7 @@ def at_most_its_answer(runs: list[Run], base: float | None, unsure: float, ttft:
         mean, var = run.mean0, run.var0
         s = math.sqrt(1.0 + b * b * var)
         z = (a - b * mean) / s
-        chance = 0.5 * math.erfc(-z / math.sqrt(2.0))
+        chance = 0.5 * _ERFC(-z / math.sqrt(2.0))
         # φ(z) / Φ(z); where Φ underflows, its asymptotic series
         ratio = math.exp(-0.5 * z * z) / _ROOT_2PI / chance if chance > 1e-300 else -z - 1.0 / z + 2.0 / z**3
         run.mean0 = mean - b * var / s * ratio

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Final
 
-from gateway.routing.belief_noise import Scatter, learn_noise
-from gateway.routing.belief_runs import METRICS, TTFT, Run, heaviest_first
+from gateway.routing.belief_noise import Scatter, learn_noise, scatters_heaviest_first
+from gateway.routing.belief_runs import METRICS, TTFT, Run, finite
 from gateway.routing.priors import PRIOR_WEIGHT, Prior
 from gateway.routing.student import TAIL_NU
 
@@ -130,13 +130,14 @@ def _prune(scatters: list[Scatter]) -> list[Scatter]:
     total = 0.0
     for scatter in scatters:
         total += scatter.weight
-    if not (total > 0.0 and math.isfinite(total)):
+    if not (total > 0.0 and finite(total)):
         keep = scatters[0]
         keep.weight = 1.0
         return [keep]
     if len(scatters) > SCATTERS:
-        heaviest_first(scatters)
-        del scatters[SCATTERS:]
+        scatters_heaviest_first(scatters)
+        while len(scatters) > SCATTERS:  # ``del scatters[SCATTERS:]`` without a slice made
+            scatters.pop()
         total = 0.0
         for scatter in scatters:
             total += scatter.weight

@@ -16,6 +16,8 @@ from gateway.stats.snapshot import StatsSnapshot, sample_buckets
 from gateway.stats.window import PENDING_SAMPLES, SlicedWindow
 from gateway.types import Clock, DeploymentKey
 
+_NEW = object.__new__
+
 
 class InMemoryStatsStore:
     """Rolling statistics in this process only. Usage::
@@ -77,8 +79,16 @@ class InMemoryStatsStore:
         """The window's total (``SlicedWindow.snapshot``, shared state: read it before the next ``record``) and the
         answers."""
         window = self.window
-        window.expire()
-        return StatsSnapshot(window.total, self.wall_clock(), self.answers, self.recorder.replica)
+        window.expire_aged()
+        # ``StatsSnapshot(window.total, self.wall_clock(), self.answers, self.recorder.replica)`` without its
+        # generated frozen ``__init__`` (an ``object.__setattr__`` per field): the same fields, set in that order.
+        snapshot = _NEW(StatsSnapshot)
+        fields = snapshot.__dict__
+        fields["summaries"] = window.total
+        fields["taken_at"] = self.wall_clock()
+        fields["answers"] = self.answers
+        fields["replica"] = self.recorder.replica
+        return snapshot
 
     def health(self) -> StoreHealth:
         return StoreHealth()

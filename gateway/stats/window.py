@@ -100,13 +100,26 @@ class SlicedWindow:
         self.total: SliceSummaries = {}
         self._expired_for: int | None = None
         """The slice index ``add`` last expired for: within one slice, nothing more can age out."""
+        self._kept_from: int | None = None
+        """No slice's index is below this (None: not known): the oldest the last ``expire`` kept, lowered by a slice
+        added below it. ``expire_aged`` skips the pass when the oldest to keep is not above it."""
 
     def _oldest_kept(self) -> int:
         return slice_index(self.wall_clock(), self.slice_s) - self.slices_in_window + 1
 
     def expire(self) -> None:
         """Drop slices that fell out of the window, subtracting them from the total."""
-        oldest = self._oldest_kept()
+        self._expire_before(self._oldest_kept())
+
+    def expire_aged(self) -> None:
+        """``expire``, with its pass over the slices skipped where it would drop none: no slice is older than the
+        oldest it keeps (``_kept_from``). The clock is read once, as ``expire`` reads it."""
+        oldest = math.floor(self.wall_clock() / self.slice_s) - self.slices_in_window + 1  # ``_oldest_kept``, inline
+        kept_from = self._kept_from
+        if kept_from is None or oldest > kept_from:
+            self._expire_before(oldest)
+
+    def _expire_before(self, oldest: int) -> None:
         slices = self.slices
         for index in [i for i in slices if i < oldest]:
             for key, part in slices.pop(index).items():
@@ -115,6 +128,7 @@ class SlicedWindow:
                     subtract(total, part)
                     if not total.outcomes:
                         del self.total[key]
+        self._kept_from = oldest
 
     def add(
         self, sample: Sample, buckets: Mapping[Metric, int] | None = None, key: DeploymentKey | None = None
@@ -130,6 +144,7 @@ class SlicedWindow:
         summaries = self.slices.get(index)
         if summaries is None:
             summaries = self.slices[index] = {}
+            self._added_at(index)
         if key is None:
             key = (sample.model, sample.deployment)
         if buckets is None:
@@ -159,6 +174,7 @@ class SlicedWindow:
             return False
         key = (part.model, part.deployment)
         summaries = self.slices.setdefault(index, {})
+        self._added_at(index)
         for target in (summaries, self.total):
             summary = target.get(key)
             if summary is None:
@@ -166,6 +182,12 @@ class SlicedWindow:
             else:
                 summary.merge(part)
         return True
+
+    def _added_at(self, index: int) -> None:
+        """A slice at ``index`` exists now: ``_kept_from`` is at most it."""
+        kept_from = self._kept_from
+        if kept_from is not None and index < kept_from:
+            self._kept_from = index
 
     def oldest_kept(self) -> int:
         """Index of the oldest slice still in the window."""
