@@ -1,7 +1,7 @@
 """The sinks' and the request glue's trims of branch ``sinks6`` against the code they replace.
 
 Each one is held to the former form, copied or called here: the window's slice and total counted in one pass
-(``count_buckets_twice``) against ``count_buckets`` of each; the settlement's nano-dollars inline against
+(``count_buckets`` with ``also``) against ``count_buckets`` of each; the settlement's nano-dollars inline against
 ``to_nanos``; the usage tap's output tokens inline against ``Sample.billed_output_tokens``; the late booking made
 positionally against ``LateBooking(...)``; the hang-up watch and the keep-alive given the running loop against
 finding it themselves.
@@ -30,7 +30,7 @@ from gateway.config import LimitsConfig
 from gateway.dialects import dialect_for
 from gateway.relay.keepalive import FirstByteKeepAlive
 from gateway.samples import Sample
-from gateway.stats.sketch import ZERO_BUCKET, LogHistogram, count_buckets, count_buckets_twice
+from gateway.stats.sketch import ZERO_BUCKET, LogHistogram, count_buckets
 from tests.test_sink_shortcuts import _random_sample
 
 
@@ -55,7 +55,7 @@ def _random_buckets(rng: random.Random) -> dict[str, int | None]:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_count_buckets_twice_counts_what_count_buckets_of_each_counted(seed: int) -> None:
+def test_count_buckets_in_two_counts_what_count_buckets_of_each_counted(seed: int) -> None:
     """A slice and a total (the total sometimes holding more, from earlier slices) counted by one pass and by
     ``count_buckets`` of each, 400 samples, quantiles read now and then (kept bucket orders updated in place, memos
     dropped): every count, sum to the bit, kept order, memo and dict order alike."""
@@ -67,7 +67,7 @@ def test_count_buckets_twice_counts_what_count_buckets_of_each_counted(seed: int
             mine[0].clear()
             former[0].clear()
         buckets: Any = _random_buckets(rng)  # None among them, as ``count_buckets`` allows
-        count_buckets_twice(mine[0], mine[1], buckets)
+        count_buckets(mine[0], buckets, also=mine[1])
         count_buckets(former[0], buckets)
         count_buckets(former[1], buckets)
         if rng.random() < 0.2:
@@ -79,11 +79,11 @@ def test_count_buckets_twice_counts_what_count_buckets_of_each_counted(seed: int
             assert _histograms(ours) == _histograms(theirs)
 
 
-def test_count_buckets_twice_keeps_the_memo_of_neither() -> None:
+def test_count_buckets_in_two_keeps_the_memo_of_neither() -> None:
     first, second = {"m": LogHistogram({3: 2})}, {"m": LogHistogram({3: 5, 9: 1})}
     for h in (*first.values(), *second.values()):
         h.quantile(0.5)
-    count_buckets_twice(first, second, {"m": 4})
+    count_buckets(first, {"m": 4}, also=second)
     assert first["m"]._memo is None and second["m"]._memo is None
     assert first["m"]._keys == [3, 4] and second["m"]._keys == [3, 4, 9]
     assert first["m"].quantile(0.99) == LogHistogram({3: 2, 4: 1}).quantile(0.99)

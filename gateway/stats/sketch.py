@@ -57,50 +57,28 @@ def value_of(bucket: int) -> float:
     return value
 
 
-def count_buckets(histograms: dict[K, LogHistogram], buckets: Mapping[K, int], keys: Sequence[K] | None = None) -> None:
+def count_buckets(
+    histograms: dict[K, LogHistogram],
+    buckets: Mapping[K, int | None],
+    keys: Sequence[K] | None = None,
+    also: dict[K, LogHistogram] | None = None,
+) -> None:
     """One value of each bucket in ``buckets`` (only those under ``keys``, in their order, when given) counted in
-    ``histograms`` under its key (a histogram made where there is none): ``add_bucket(bucket)`` of each, inline, for
-    the stores' every sample (a call per value and a ``value_of`` call each cost about as much as the counting). The
-    same sums, in the same order, as ``add_bucket``."""
+    ``histograms`` under its key (a histogram made where there is none), and in ``also`` too when given (the window
+    counts every sample in its slice and in its total: each bucket's key, index and reported value read once for
+    both, which never share a histogram): ``add_bucket(bucket)`` of each, inline, for the stores' every sample (a call
+    per value and a ``value_of`` call each cost about as much as the counting). The same sums, in the same order, as
+    ``add_bucket``."""
     values = _VALUES
+    tables = (histograms,) if also is None else (histograms, also)
     for key in buckets if keys is None else keys:
         bucket = buckets.get(key)
         if bucket is None:
             continue
-        histogram = histograms.get(key)
-        if histogram is None:
-            histogram = histograms[key] = LogHistogram()
-        counts = histogram.counts
-        old = counts.get(bucket)
-        if old is None:
-            counts[bucket] = 1
-            if histogram._keys is not None:
-                insort(histogram._keys, bucket)
-        else:
-            counts[bucket] = old + 1
-        histogram.count += 1
         value = values.get(bucket)
         if value is None:
             value = value_of(bucket)
-        histogram._sum += value
-        histogram._memo = None
-
-
-def count_buckets_twice(
-    first: dict[K, LogHistogram], second: dict[K, LogHistogram], buckets: Mapping[K, int | None]
-) -> None:
-    """``count_buckets(first, buckets)`` then ``count_buckets(second, buckets)`` in one pass over ``buckets``: the
-    window counts every sample in its slice and in its total, and each bucket's key, index and reported value are
-    read once for both. Each histogram gets the very additions it got counted alone, in the same order, and each
-    dict its new histograms in the same order (the two dicts never share a histogram)."""
-    values = _VALUES
-    for key, bucket in buckets.items():
-        if bucket is None:
-            continue
-        value = values.get(bucket)
-        if value is None:
-            value = value_of(bucket)
-        for table in (first, second):
+        for table in tables:
             histogram = table.get(key)
             if histogram is None:
                 histogram = table[key] = LogHistogram()

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 
 from gateway.samples import Sample
-from gateway.stats.sketch import count_buckets_twice
+from gateway.stats.sketch import count_buckets
 from gateway.stats.snapshot import DeploymentSummary, Metric, StatsSnapshot, sample_buckets
 from gateway.types import Clock, DeploymentKey
 
@@ -166,7 +166,7 @@ class SlicedWindow:
         if validity is not None:
             part.validity[validity] = part.validity.get(validity, 0) + 1
             total.validity[validity] = total.validity.get(validity, 0) + 1
-        count_buckets_twice(part.histograms, total.histograms, buckets)
+        count_buckets(part.histograms, buckets, also=total.histograms)
 
     def add_summary(self, index: int, part: DeploymentSummary) -> bool:
         """Merge a slice's worth of one deployment (read from elsewhere); False if out of the window."""
