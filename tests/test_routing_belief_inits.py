@@ -3,7 +3,7 @@
 ``Run``, ``Scatter``, ``FailureRun`` and ``Prefill`` are made per answer (and ``Run`` per run of every plan's copy):
 compiled, a written-out ``__init__`` is a native method where the one ``dataclasses`` generates stays interpreted.
 Each must take the generated one's parameters, in order, with its defaults, and set every field. The runs', scatters'
-and failure runs' ``*_heaviest_first`` (one typed copy per list) stand in for ``sort(key=weight, reverse=True)``:
+and failure runs' ``heaviest_first`` (given each list's weights) stands in for ``sort(key=weight, reverse=True)``:
 the same order, ties included.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from gateway.routing import belief_runs
-from gateway.routing.belief_failures import FailureRun, failures_heaviest_first
-from gateway.routing.belief_noise import Scatter, scatters_heaviest_first
+from gateway.routing.belief_failures import FailureRun
+from gateway.routing.belief_noise import Scatter
 from gateway.routing.belief_prefill import Prefill
 from gateway.routing.belief_runs import Run
 
@@ -53,16 +53,17 @@ def _weights(rng: random.Random, n: int) -> list[float]:
     return [rng.choice(pool) if rng.random() < 0.5 else rng.random() for _ in range(n)]
 
 
+def _sort(items: list[Any]) -> None:
+    belief_runs.heaviest_first(items, [item.weight for item in items])
+
+
 @pytest.mark.parametrize(
-    ("make", "sort"),
-    [
-        (lambda w: Run(w, 0.0, 0.0, 1.0, 1.0), belief_runs.runs_heaviest_first),
-        (lambda w: Scatter(w), scatters_heaviest_first),
-        (lambda w: FailureRun(w, 1.0, 1.0), failures_heaviest_first),
-    ],
+    "make",
+    [lambda w: Run(w, 0.0, 0.0, 1.0, 1.0), lambda w: Scatter(w), lambda w: FailureRun(w, 1.0, 1.0)],
     ids=["runs", "scatters", "failures"],
 )
-def test_heaviest_first_is_sort_by_weight_reversed(make: Any, sort: Any) -> None:
+def test_heaviest_first_is_sort_by_weight_reversed(make: Any) -> None:
+    sort = _sort
     rng = random.Random(7)
     for _ in range(2000):
         items = [make(w) for w in _weights(rng, rng.randint(0, 8))]

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Final
 
-from gateway.routing.belief_runs import RUNS, finite
+from gateway.routing.belief_runs import RUNS, finite, heaviest_first
 
 FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
@@ -45,25 +44,6 @@ class FailureRun:
         self.oks = oks
 
 
-_WEIGHT = attrgetter("weight")
-
-
-def failures_heaviest_first(items: list[FailureRun]) -> None:
-    """``belief_runs.runs_heaviest_first`` (the same stable sort, heaviest first), typed for this list."""
-    for item in items:
-        if item.weight != item.weight:
-            items.sort(key=_WEIGHT, reverse=True)
-            return
-    for i in range(1, len(items)):
-        item = items[i]
-        weight = item.weight
-        j = i
-        while j > 0 and items[j - 1].weight < weight:
-            items[j] = items[j - 1]
-            j -= 1
-        items[j] = item
-
-
 @dataclass(slots=True)
 class Failures:
     """The failure chance's posterior, and how long failures take to say so."""
@@ -90,7 +70,7 @@ class Failures:
         for run in self.runs:
             run.fails += 1.0 if failed else 0.0
             run.oks += 0.0 if failed else 1.0
-        failures_heaviest_first(self.runs)
+        heaviest_first(self.runs, [run.weight for run in self.runs])
         runs = self.runs
         while len(runs) > RUNS:  # ``del self.runs[RUNS:]`` without a slice made
             runs.pop()

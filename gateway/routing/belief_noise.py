@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Final
 
 from gateway.routing.priors import MEMORY, PRIOR_WEIGHT, SPREAD
@@ -17,7 +16,6 @@ from gateway.routing.student import TAIL_NU, censored_square
 
 _KEEP: Final = 1 - 1 / MEMORY
 _SPREAD2: Final = SPREAD**2
-_WEIGHT = attrgetter("weight")
 
 
 @dataclass(slots=True)
@@ -41,22 +39,6 @@ class Scatter:
         self.spread2 = spread2
         self.n = n
         self.marginal = 0.0
-
-
-def scatters_heaviest_first(items: list[Scatter]) -> None:
-    """``belief_runs.runs_heaviest_first`` (the same stable sort, heaviest first), typed for this list."""
-    for item in items:
-        if item.weight != item.weight:
-            items.sort(key=_WEIGHT, reverse=True)
-            return
-    for i in range(1, len(items)):
-        item = items[i]
-        weight = item.weight
-        j = i
-        while j > 0 and items[j - 1].weight < weight:
-            items[j] = items[j - 1]
-            j -= 1
-        items[j] = item
 
 
 def learn_noise(

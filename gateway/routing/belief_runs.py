@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import Final
+from typing import Final, TypeVar
 
 from gateway.routing.priors import SPREAD, Prior
 
@@ -26,7 +25,7 @@ UNKNOWN: Final = 3.0
 """How far (log sd) a model's first token and speed may lie from ``DEFAULT_LEVEL`` before anything is measured."""
 _UNKNOWN2: Final = UNKNOWN**2
 _SPREAD2: Final = SPREAD**2
-_WEIGHT = attrgetter("weight")
+T = TypeVar("T")
 INF: Final = math.inf
 
 
@@ -172,7 +171,7 @@ def prune(runs: list[Run], cut: bool = False) -> list[Run]:
     for run in runs:
         run.weight /= total
     if len(runs) > RUNS or cut:
-        runs_heaviest_first(runs)
+        heaviest_first(runs, [run.weight for run in runs])
         while len(runs) > RUNS:  # ``del runs[RUNS:]`` without a slice made
             runs.pop()
         total = weight_of(runs)
@@ -189,23 +188,28 @@ def weight_of(runs: list[Run]) -> float:
     return total
 
 
-def runs_heaviest_first(items: list[Run]) -> None:
-    """``items.sort(key=weight, reverse=True)`` as a stable insertion sort (the same order for the few hypotheses a
-    belief keeps, without a key function's calls); with a NaN weight, ``sort`` itself. Typed per list (this one,
-    ``belief_noise.scatters_heaviest_first``, ``belief_failures.failures_heaviest_first``): compiled, a ``weight``
-    is then a native double read in place, where through a protocol it is read by name and boxed."""
-    for item in items:
-        if item.weight != item.weight:
-            items.sort(key=_WEIGHT, reverse=True)
+def heaviest_first(items: list[T], weights: list[float]) -> None:
+    """``items.sort(key=weight, reverse=True)`` given each item's weight in ``weights`` (the same order), both sorted
+    in place: a stable insertion sort for the few hypotheses a belief keeps (runs, scatters, failure runs), without a
+    key function's calls; with a NaN weight, ``sort``'s own order (the same permutation, found on the weights).
+    The weights come as a float list the caller makes from its own typed list: compiled, reading ``weight`` there is
+    a native read, where a generic one here would look it up by name."""
+    for weight in weights:
+        if weight != weight:
+            order = sorted(range(len(items)), key=weights.__getitem__, reverse=True)
+            items[:] = [items[i] for i in order]
+            weights[:] = [weights[i] for i in order]
             return
     for i in range(1, len(items)):
         item = items[i]
-        weight = item.weight
+        weight = weights[i]
         j = i
-        while j > 0 and items[j - 1].weight < weight:
+        while j > 0 and weights[j - 1] < weight:
             items[j] = items[j - 1]
+            weights[j] = weights[j - 1]
             j -= 1
         items[j] = item
+        weights[j] = weight
 
 
 def unborn_weigh_nothing(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Final
 
-from gateway.routing.belief_noise import Scatter, learn_noise, scatters_heaviest_first
-from gateway.routing.belief_runs import METRICS, TTFT, Run, finite
+from gateway.routing.belief_noise import Scatter, learn_noise
+from gateway.routing.belief_runs import METRICS, TTFT, Run, finite, heaviest_first
 from gateway.routing.priors import PRIOR_WEIGHT, Prior
 from gateway.routing.student import TAIL_NU
 
@@ -135,7 +135,7 @@ def _prune(scatters: list[Scatter]) -> list[Scatter]:
         keep.weight = 1.0
         return [keep]
     if len(scatters) > SCATTERS:
-        scatters_heaviest_first(scatters)
+        heaviest_first(scatters, [scatter.weight for scatter in scatters])
         while len(scatters) > SCATTERS:  # ``del scatters[SCATTERS:]`` without a slice made
             scatters.pop()
         total = 0.0
