@@ -145,7 +145,9 @@ class UpstreamResponse:
         parts: list[bytes] = []
         size = 0
         while True:
-            chunk = await self.read_chunk()
+            # Bytes already in are taken without a coroutine: a short answer has usually arrived whole.
+            ready = self.read_ready()
+            chunk = ready if ready is not None else await self.read_chunk()
             if not chunk:
                 return b"".join(parts)
             parts.append(chunk)
@@ -201,11 +203,9 @@ class UpstreamClient:
             keepalive_timeout=provider.keepalive_s,
             ttl_dns_cache=300,
         )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding"),
-        )
+        # No ``skip_auto_headers``: every request carries its own user-agent and accept-encoding (below), so
+        # aiohttp adds none of its own, and a skip list would cost each request a sorted copy of its headers.
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         base: dict[str, str] = {
             "content-type": "application/json",
             "accept-encoding": "identity",

@@ -101,6 +101,47 @@ def test_send_carries_the_provider_key_and_headers(fakes: Fakes) -> None:
     assert recorded.headers["accept-encoding"] == "identity"
 
 
+def test_each_header_goes_once_and_aiohttp_adds_only_accept() -> None:
+    """The client's own user-agent and accept-encoding are replaced, not doubled, and aiohttp adds none of its own
+    beyond ``Accept`` (the provider sees one of each, in a whole non-streamed answer's request)."""
+    from aiohttp import web
+
+    seen: list[list[tuple[str, str]]] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append([(k.decode().lower(), v.decode()) for k, v in request.raw_headers])
+        return web.json_response({"ok": True})
+
+    async def go() -> bytes:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        provider = ProviderConfig(name="p", base_url=f"http://127.0.0.1:{port}/v1")
+        client = UpstreamClient(provider, "sk-provider")
+        try:
+            headers = [("user-agent", "client/1.0"), ("accept-encoding", "br")]
+            async with await client.send("/chat/completions", CHAT, TIMEOUTS, headers) as response:
+                return await response.read_all()
+        finally:
+            await client.aclose()
+            await runner.cleanup()
+
+    assert json.loads(asyncio.run(go())) == {"ok": True}
+    (headers,) = seen
+    names = [name for name, _ in headers]
+    assert sorted(names) == sorted(
+        ["host", "user-agent", "accept-encoding", "content-type", "authorization", "accept", "content-length"]
+    )
+    values = dict(headers)
+    assert values["user-agent"].startswith("gateway/")
+    assert values["accept-encoding"] == "identity"
+    assert values["accept"] == "*/*"
+
+
 def test_no_key_means_no_authorization_header(fakes: Fakes) -> None:
     fake = fakes.start("p")
 
