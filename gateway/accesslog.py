@@ -27,19 +27,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import gateway.routing  # noqa: F401  (activates the build, ``gateway.native``, before ``access_numbers`` loads)
 from gateway import access_numbers
 from gateway.access_format import (
     ENCODE,
-    EncodedAttemptCost,
     EncodedLine,
     TakenFacts,
     entry_of,
     log_line,
 )
 from gateway.access_lines import ACCESS_LOGGER, LineWriter, configure_access_log, sole_writer
+from gateway.access_numbers import encoded_line
 from gateway.metrics.attempts import OverheadMode
 from gateway.metrics.series import Metrics
 from gateway.relay import AttemptLog, ProxyRequest
@@ -47,10 +47,6 @@ from gateway.relay.outbound import omitted_tools
 from gateway.routing.apis import upstream_api
 from gateway.samples import Endpoint, Sample
 from gateway.types import Clock
-
-ROUND = cast(Callable[[float, int], float], access_numbers.rounded) if access_numbers.COMPILED else round
-"""``round(value, digits)`` of the line's numbers: the compiled ``access_numbers.rounded`` (the same floats, in a
-fraction of the time) where the build is used, else ``round`` itself (as Python, ``rounded`` is no faster)."""
 
 
 @dataclass(slots=True)
@@ -266,7 +262,7 @@ class AccessLog:
     def _made(self, taken: TakenFacts) -> str:
         """The line of ``_taken``'s tuple, encoded from its ``EncodedLine`` (no dict), or from the line's dict with
         the bodies when ``log_bodies`` asked for them."""
-        line = self._encoded(taken)
+        line = encoded_line(taken, self._stamp(taken[0]))  # ``_encoded``, inline
         if taken[-1] is None:
             try:
                 return ENCODE(line).decode()
@@ -284,51 +280,9 @@ class AccessLog:
         return entry
 
     def _encoded(self, taken: TakenFacts) -> EncodedLine:
-        """The line's fields, worked out from ``_taken``'s tuple. Numbers only for what was measured; None (null)
-        for what was not."""
-        (at, request_id, endpoint, upstream, omitted, route, key, team, keepalives, status, duration, overhead,
-         winner, samples, said, counted, model, stream, queue_wait, timings, _) = taken  # fmt: skip
-        rounded = ROUND
-        prompt = output = usage_source = ttft = first = speed = outcome = validity = provider = deployment = None
-        if winner is not None:
-            prompt = winner.usage_prompt_tokens
-            # Where the split came from: the provider's usage, or the gateway's pinned tokenizer (no usage came, or
-            # a recovery's earlier parts were counted by it and moved from the continuation's prompt to the output).
-            usage_source = "provider" if prompt is not None and not said else "gateway_tokenizer"
-            if prompt is None:
-                prompt = counted if counted is not None else winner.prompt_tokens_estimate
-            # After a recovery: the whole answer's tokens, the original prompt once (the prefill is output).
-            prompt = max(0, prompt - said) if prompt is not None else None
-            output = winner.output_tokens + said if winner.output_tokens is not None else None
-            ttft, first, speed = winner.ttft_s, winner.first_answer_s, winner.tokens_per_s
-            ttft = None if ttft is None else rounded(ttft, 6)
-            first = None if first is None else rounded(first, 6)
-            speed = None if speed is None else rounded(speed, 2)
-            # The answer's verdict (gateway.quality): "valid", or why not; null when none was judged.
-            outcome, validity, provider, deployment = (
-                winner.outcome,
-                winner.validity,
-                winner.provider,
-                winner.deployment,
-            )
-        costs = []
-        attempt_costs = []
-        for sample in samples:
-            cost = sample.cost_usd
-            if cost is not None:
-                costs.append(cost)
-                cost = rounded(cost, 10)
-            attempt_costs.append(
-                EncodedAttemptCost(sample.deployment, sample.provider, sample.outcome, sample.validity, cost)
-            )
-        # ``provider_timings``: the provider's own figures, beside the gateway's; never used for routing.
-        return EncodedLine(
-            self._stamp(at), request_id, endpoint, endpoint, upstream, omitted, model, stream, status, outcome,
-            validity, provider, deployment, len(samples), route, ttft, first, speed, prompt, output, usage_source,
-            rounded(sum(costs), 10) if costs else None, key, team, attempt_costs,
-            None if queue_wait is None else rounded(queue_wait, 6), rounded(duration, 6),
-            None if overhead is None else rounded(overhead, 6), keepalives, timings,
-        )  # fmt: skip
+        """The line's fields, worked out from ``_taken``'s tuple (``access_numbers.encoded_line``, compiled where the
+        build is used)."""
+        return encoded_line(taken, self._stamp(taken[0]))
 
 
 __all__ = [

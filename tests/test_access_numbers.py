@@ -10,9 +10,7 @@ import random
 import struct
 from datetime import UTC, datetime
 
-import pytest
-
-from gateway import access_numbers, accesslog
+from gateway.access_format import ENCODE, EncodedAttemptCost, EncodedLine, TakenFacts, entry_of, log_line
 from gateway.access_numbers import Stamps, rounded
 from gateway.accesslog import AccessLog
 from gateway.metrics.series import Metrics
@@ -96,10 +94,10 @@ def test_stamps_write_what_datetime_writes() -> None:
         assert stamps.text(value) == datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds"), value
 
 
-def test_the_line_is_the_former_line_with_the_fast_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``AccessLog._made`` with ``rounded`` and ``Stamps`` (what a compiled build runs) against ``round`` and
-    ``AccessLog.timestamp`` (the former code, what Python runs): 3,000 random records of every branch, at random
-    wall-clock times, byte for byte."""
+def test_the_line_is_the_former_line_with_the_fast_numbers() -> None:
+    """``AccessLog._made`` (``encoded_line``, with ``rounded`` and ``Stamps``: what a compiled build runs) against
+    the former ``AccessLog._encoded`` (``round`` and ``AccessLog.timestamp``, copied below), on 3,000 random records of
+    every branch, at random wall-clock times, byte for byte; and ``AccessLog.entry``'s dict likewise."""
     rng = random.Random(11)
     metrics = Metrics(process_metrics=False)
     fast, former = AccessLog(metrics), AccessLog(metrics)
@@ -112,10 +110,52 @@ def test_the_line_is_the_former_line_with_the_fast_numbers(monkeypatch: pytest.M
             record, duration, record.overhead_s(), record.winner(), record.status, record.upstream_api()
         )
         taken = (rng.uniform(1.6e9, 1.9e9), *taken[1:])
-        monkeypatch.setattr(accesslog, "ROUND", access_numbers.rounded)
         new = fast._made(taken)
-        monkeypatch.setattr(accesslog, "ROUND", round)
-        old = former._made(taken)
+        line = _former_encoded(former, taken)
+        old = ENCODE(line).decode() if taken[-1] is None else log_line(former._with_bodies(entry_of(line), taken))
         assert new == old
+        assert fast._encoded(taken) == line
         lines += '"cost_usd":0.' in new and '"duration_s":' in new
     assert lines > 1000
+
+
+def _former_encoded(log: AccessLog, taken: TakenFacts) -> EncodedLine:
+    """``AccessLog._encoded`` as it was before ``encoded_line``: ``round`` and ``AccessLog.timestamp``."""
+    (at, request_id, endpoint, upstream, omitted, route, key, team, keepalives, status, duration, overhead,
+     winner, samples, said, counted, model, stream, queue_wait, timings, _) = taken  # fmt: skip
+    rounded = round
+    prompt = output = usage_source = ttft = first = speed = outcome = validity = provider = deployment = None
+    if winner is not None:
+        prompt = winner.usage_prompt_tokens
+        usage_source = "provider" if prompt is not None and not said else "gateway_tokenizer"
+        if prompt is None:
+            prompt = counted if counted is not None else winner.prompt_tokens_estimate
+        prompt = max(0, prompt - said) if prompt is not None else None
+        output = winner.output_tokens + said if winner.output_tokens is not None else None
+        ttft, first, speed = winner.ttft_s, winner.first_answer_s, winner.tokens_per_s
+        ttft = None if ttft is None else rounded(ttft, 6)
+        first = None if first is None else rounded(first, 6)
+        speed = None if speed is None else rounded(speed, 2)
+        outcome, validity, provider, deployment = (
+            winner.outcome,
+            winner.validity,
+            winner.provider,
+            winner.deployment,
+        )
+    costs = []
+    attempt_costs = []
+    for sample in samples:
+        cost = sample.cost_usd
+        if cost is not None:
+            costs.append(cost)
+            cost = rounded(cost, 10)
+        attempt_costs.append(
+            EncodedAttemptCost(sample.deployment, sample.provider, sample.outcome, sample.validity, cost)
+        )
+    return EncodedLine(
+        log.timestamp(at), request_id, endpoint, endpoint, upstream, omitted, model, stream, status, outcome,
+        validity, provider, deployment, len(samples), route, ttft, first, speed, prompt, output, usage_source,
+        rounded(sum(costs), 10) if costs else None, key, team, attempt_costs,
+        None if queue_wait is None else rounded(queue_wait, 6), rounded(duration, 6),
+        None if overhead is None else rounded(overhead, 6), keepalives, timings,
+    )  # fmt: skip

@@ -150,7 +150,10 @@ class SlicedWindow:
         if buckets is None:
             buckets = sample_buckets(sample)
         kind, verdict = sample.kind, sample.validity
-        validity = None if kind is None or verdict is None else _validity_key(kind, verdict)
+        # ``_validity_key``, its look-up inline (a frame per sample); a pair not seen yet made there.
+        validity = None if kind is None or verdict is None else _VALIDITY_KEYS.get((kind, verdict))
+        if validity is None and kind is not None and verdict is not None:
+            validity = _validity_key(kind, verdict)
         outcome = sample.outcome
         part = summaries.get(key)
         if part is None:

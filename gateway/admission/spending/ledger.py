@@ -27,7 +27,7 @@ import math
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.admission.spending.store import (
@@ -75,10 +75,11 @@ class Spender:
     key_name: str
     team: str
     scopes: tuple[BudgetScope, ...]
+    tag: str = field(init=False, repr=False, compare=False)
+    """``shard_tag(key_id, team)``: made once with the spender (every settlement reads it), not per read."""
 
-    @property
-    def tag(self) -> str:
-        return shard_tag(self.key_id, self.team)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tag", shard_tag(self.key_id, self.team))
 
     @classmethod
     def of(
