@@ -13,15 +13,19 @@ import dataclasses
 import inspect
 import math
 import random
+import struct
+from statistics import NormalDist
 from typing import Any
 
 import pytest
 
-from gateway.routing import belief_runs
+from gateway.routing import belief_runs, student
+from gateway.routing.belief import Belief
 from gateway.routing.belief_failures import FailureRun
 from gateway.routing.belief_noise import Scatter
 from gateway.routing.belief_prefill import Prefill
 from gateway.routing.belief_runs import Run
+from gateway.routing.student import _EVEN_TERMS, TAIL_NU
 
 CLASSES: list[type[Any]] = [Run, Scatter, FailureRun, Prefill]
 
@@ -74,3 +78,53 @@ def test_heaviest_first_is_sort_by_weight_reversed(make: Any) -> None:
     expected = sorted(with_nan, key=lambda item: item.weight, reverse=True)
     sort(with_nan)
     assert [id(item) for item in with_nan] == [id(item) for item in expected]
+
+
+def test_the_beliefs_written_init_takes_the_fields_in_order_and_leaves_out_what_the_factories_made() -> None:
+    """``Belief`` (a copy per plan at load): every field a parameter, in order; each left out gets what its
+    ``default_factory`` or default gives, fresh per belief; each given is kept as given (not copied)."""
+    fields = dataclasses.fields(Belief)
+    bare, other = Belief(), Belief()
+    for f in fields:
+        made = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        assert repr(getattr(bare, f.name)) == repr(made), f.name
+        if f.default_factory is not dataclasses.MISSING:
+            assert getattr(bare, f.name) is not getattr(other, f.name), f.name  # one each, as a factory makes
+    values: list[Any] = [object() for _ in fields]
+    by_position = Belief(*values)
+    by_name = Belief(**{f.name: v for f, v in zip(fields, values, strict=True)})
+    for f, value in zip(fields, values, strict=True):
+        assert getattr(by_position, f.name) is value and getattr(by_name, f.name) is value, f.name
+
+
+def _reference_t_tail(x: float) -> float:
+    xi = x / math.sqrt(TAIL_NU + x * x)
+    rest, power, total = 1.0 - xi * xi, 1.0, 0.0
+    for c in _EVEN_TERMS:
+        total += c * power
+        power *= rest
+    return 0.5 - 0.5 * xi * total
+
+
+def _reference_censored_square(bound: float, mean: float, variance: float) -> float:
+    alpha = (bound - mean) / math.sqrt(variance)
+    tail = max(1e-12, 1.0 - NormalDist().cdf(alpha))
+    return variance * (1.0 + alpha * NormalDist().pdf(alpha) / tail)
+
+
+def _bits(x: float) -> bytes:
+    return struct.pack("<d", x) if x == x else b"nan"
+
+
+def test_a_bounds_tail_and_censored_square_written_out_are_the_former_floats() -> None:
+    """``student._t_tail`` (ν = 4's two terms written out) and ``censored_square`` (``NormalDist()``'s cdf and pdf
+    written out) against the former code, bit for bit, over wide values and the edges."""
+    rng = random.Random(11)
+    edges = [0.0, -0.0, 1e-300, -1e-300, 1e300, -1e300, math.inf, -math.inf, math.nan, 40.0, -40.0, 8.3, -8.3]
+    for i in range(20000):
+        x = rng.choice(edges) if i % 5 == 0 else rng.gauss(0.0, 10.0 if i % 2 else 1.0)
+        assert _bits(student._t_tail(x)) == _bits(_reference_t_tail(x)), x
+        bound = rng.choice(edges) if i % 7 == 0 else rng.gauss(0.0, 4.0)
+        mean, variance = rng.gauss(0.0, 4.0), rng.expovariate(1.0) if i % 11 else rng.choice([1e-300, 1e6, 0.5])
+        expected = _reference_censored_square(bound, mean, variance)
+        assert _bits(student.censored_square(bound, mean, variance)) == _bits(expected), (bound, mean, variance)

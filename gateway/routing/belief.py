@@ -73,6 +73,42 @@ class Belief:
     hazard: Hazard = field(default_factory=Hazard)
     """Shared by the model's beliefs."""
 
+    def __init__(
+        self,
+        runs: list[Run] | None = None,
+        heard_at: float | None = None,
+        noise: list[float] | None = None,
+        scatters: list[list[Scatter]] | None = None,
+        spread2: list[float] | None = None,
+        answers: int = 0,
+        prefill: Prefill | None = None,
+        failures: Failures | None = None,
+        before: tuple[float, float] | None = None,
+        leading: tuple[float, tuple[float, float]] | None = None,
+        mixture: tuple[tuple[float, float], tuple[float, float]] | None = None,
+        gap_s: float | None = None,
+        spread_prior: list[float] | None = None,
+        plan_copy: bool = False,
+        hazard: Hazard | None = None,
+    ) -> None:
+        # Written out so that mypyc compiles it (each plan's copy makes one); the generated ``__init__`` stays
+        # interpreted. A field left out (None) gets its ``default_factory``'s value, as the generated one gives it.
+        self.runs = [] if runs is None else runs
+        self.heard_at = heard_at
+        self.noise = [SPREAD**2, SPREAD**2] if noise is None else noise
+        self.scatters = [[Scatter(1.0)], [Scatter(1.0)]] if scatters is None else scatters
+        self.spread2 = [SPREAD**2, SPREAD**2] if spread2 is None else spread2
+        self.answers = answers
+        self.prefill = prefill
+        self.failures = Failures() if failures is None else failures
+        self.before = before
+        self.leading = leading
+        self.mixture = mixture
+        self.gap_s = gap_s
+        self.spread_prior = [SPREAD**2] * 4 if spread_prior is None else spread_prior
+        self.plan_copy = plan_copy
+        self.hazard = Hazard() if hazard is None else hazard
+
     # -- evidence ---------------------------------------------------------------------------
 
     def observe(

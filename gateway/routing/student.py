@@ -7,7 +7,6 @@ read through the same t's tail, and moves a hypothesis's normal posterior by tha
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from typing import Final
 
 from gateway.routing.belief_runs import SPT, TTFT, Run
@@ -17,7 +16,9 @@ TAIL_NU: Final = 4.0
 _T_NORM: Final = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
 _POWER: Final = -(TAIL_NU + 1) / 2
 """The Student-t density's exponent."""
-_NORMAL = NormalDist()
+_SQRT2: Final = math.sqrt(2.0)
+_SQRT_TAU: Final = math.sqrt(math.tau)
+"""``statistics``' own constants, so that the normal's cdf and pdf below are its ``NormalDist()``'s floats."""
 
 
 def likelihoods(
@@ -94,8 +95,11 @@ def _tail_step(bound: float, mean: float, var: float, n: float) -> tuple[float, 
 def censored_square(bound: float, mean: float, variance: float) -> float:
     """E[(y − mean)²] of a normal answer known only to be at least ``bound``: what a bound hides of the spread."""
     alpha = (bound - mean) / math.sqrt(variance)
-    tail = max(1e-12, 1.0 - _NORMAL.cdf(alpha))
-    return variance * (1.0 + alpha * _NORMAL.pdf(alpha) / tail)
+    # ``NormalDist()``'s cdf and pdf written out, their own expressions at μ = 0.0, σ = 1.0 (``x - 0.0`` is ``x``,
+    # ``1.0 * c`` is ``c``): the same floats without two interpreted calls; ``max(1e-12, t)`` as a comparison.
+    tail = 1.0 - 0.5 * (1.0 + math.erf(alpha / _SQRT2))
+    tail = tail if tail > 1e-12 else 1e-12
+    return variance * (1.0 + alpha * (math.exp(alpha * alpha / -2.0) / _SQRT_TAU) / tail)
 
 
 _EVEN_TERMS = (
@@ -105,11 +109,17 @@ _EVEN_TERMS = (
 )
 """For an even ν the t's CDF is 1/2 + ξ/2 · Σ_j c_j (1 − ξ²)^j with ξ = x / √(ν + x²) and
 c_j = Π_{i≤j} (2i − 1) / 2i, j < ν/2: these are the c_j (none for another ν)."""
+_NU4: Final = _EVEN_TERMS == (1, 0.5)
+"""ν = 4: the sum's two terms written out in ``_t_tail`` (the same operations: ``0.0 + 1 * 1.0`` is ``1.0``, and
+``1.0 * rest`` is ``rest``), without iterating a tuple of boxed numbers."""
 
 
 def _t_tail(x: float) -> float:
     """P(T > x) for a Student-t of ``TAIL_NU`` degrees of freedom: the finite sum for an even ν, else the
     incomplete beta."""
+    if _NU4:
+        xi = x / math.sqrt(TAIL_NU + x * x)
+        return 0.5 - 0.5 * xi * (1.0 + 0.5 * (1.0 - xi * xi))
     if _EVEN_TERMS:
         xi = x / math.sqrt(TAIL_NU + x * x)
         rest, power, total = 1.0 - xi * xi, 1.0, 0.0
