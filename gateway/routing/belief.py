@@ -34,7 +34,7 @@ from gateway.routing.belief_runs import (
 from gateway.routing.belief_scatter import collapsed, hear_both, reprior_scatters
 from gateway.routing.draws import Draw, Sampling, new_tuple, sample
 from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
-from gateway.routing.student import likelihoods, update_all
+from gateway.routing.student import likelihoods, residuals, update_all
 
 NO_PRIOR = Prior()
 
@@ -138,6 +138,7 @@ class Belief:
             fresh = self._new_runs(prior)
             for run in fresh:
                 run.born, run.weight, run.changes = now, 0.0, before + 1.0
+            residuals(fresh, values)
             update_all(fresh, values, bounds, noise)
             at_most_its_answer(fresh, values[TTFT], unsure, answered, self.noise[TTFT])
             runs.extend(fresh)

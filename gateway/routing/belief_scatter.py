@@ -41,7 +41,7 @@ def hear_both(
         kept = scatters[metric] = hear(
             scatters[metric],
             (chances, runs, metric),
-            best.level(metric),
+            (best.mean0, best.var0, best.square0) if metric == TTFT else (best.mean1, best.var1, best.square1),
             (value, bound),
             (prior.noise[metric], prior.spread2[metric]),
             change,
@@ -53,23 +53,24 @@ def hear_both(
 def hear(
     scatters: list[Scatter],
     levels: tuple[list[float], list[Run], int],
-    best: tuple[float, float],
+    best: tuple[float, float, float],
     evidence: tuple[float | None, float | None],
     prior: tuple[float, float],
     change: float,
     unsure: float = 0.0,
 ) -> list[Scatter]:
     """One metric's value or lower bound: a new scatter from ``prior`` with the chance ``change``, each scatter
-    weighed by the value's density and taught it against ``best`` (the heaviest run's level). A bound teaches
-    every scatter but weighs none. Returns the ``SCATTERS`` heaviest, normalised."""
+    weighed by the value's density and taught it against ``best`` (the heaviest run's level and the value's squared
+    residual against it). A bound teaches every scatter but weighs none. Returns the ``SCATTERS`` heaviest,
+    normalised."""
     value, bound = evidence
     if change > 0.0:
         for scatter in scatters:
             scatter.weight *= 1.0 - change
         scatters.append(Scatter(change, prior[0], prior[1]))
     if value is not None and len(scatters) > 1:
-        _weigh(scatters, levels, value, unsure)
-    learn_noise(scatters, best, value, bound, prior, unsure)
+        _weigh(scatters, levels, unsure)
+    learn_noise(scatters, (best[0], best[1]), value, bound, prior, unsure, best[2])
     return _prune(scatters)
 
 
@@ -107,15 +108,17 @@ def _heaviest(scatters: list[Scatter]) -> Scatter:
     return top
 
 
-def _weigh(scatters: list[Scatter], levels: tuple[list[float], list[Run], int], value: float, unsure: float) -> None:
+def _weigh(scatters: list[Scatter], levels: tuple[list[float], list[Run], int], unsure: float) -> None:
     """Multiply each scatter's weight by the answer's Student-t density with the level marginalised over the runs.
-    One pass over the runs serves every scatter; each sum still adds in run order from 0.0."""
+    One pass over the runs serves every scatter; each sum still adds in run order from 0.0. Reads the runs' squared
+    residuals as ``student.likelihoods`` set them."""
     chances, runs, metric = levels
     for scatter in scatters:
         scatter.marginal = 0.0
     for i in range(len(runs)):
-        mean, var = runs[i].level(metric)
-        square = math.pow(value - mean, 2.0)
+        run = runs[i]
+        square = run.square0 if metric == TTFT else run.square1  # ``student.likelihoods``' (value − mean)²
+        var = run.var0 if metric == TTFT else run.var1
         variance = var + unsure
         chance = chances[i]
         for scatter in scatters:
