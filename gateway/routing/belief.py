@@ -115,19 +115,22 @@ class Belief:
         if not unborn:
             runs.extend(self._new_runs(prior))
         before = born_after(runs, kept)
-        fits = likelihoods(runs, values, bounds, noise)
+        likelihoods(runs, values, bounds, noise)
         stayed, changed = 1.0 - hazard, hazard * total
-        # Each run's chance before this answer: the scatter's hypotheses marginalise the level over these.
-        chances = [(stayed if i < kept else changed) * runs[i].weight for i in range(len(runs))]
-        for i in range(kept):
-            runs[i].weight *= stayed * fits[i]
-        for i in range(kept, len(runs)):
+        # Each run's chance before this answer (``Run.chance``): the scatter's hypotheses marginalise the level
+        # over these.
+        for i in range(len(runs)):
             run = runs[i]
-            run.born = now
-            run.weight = changed * run.weight * fits[i]
+            if i < kept:
+                run.chance = stayed * run.weight
+                run.weight *= stayed * run.fit
+            else:
+                run.chance = changed * run.weight
+                run.born = now
+                run.weight = changed * run.weight * run.fit
         if not self.plan_copy and heard is not None:
             self.hazard.heard(now - heard, found(runs) - before)
-        levels = (chances, runs, heaviest(runs))
+        levels = (runs, heaviest(runs))
         scattered = 0.0 if self.plan_copy else hazard
         hear_both(self.scatters, (self.noise, self.spread2), levels, (values, bounds), prior, scattered, unsure)
         if unsure > 0.0:  # ``self.noise`` was just updated in place

@@ -54,6 +54,11 @@ class Run:
     step, which all read it against the same mean."""
     square1: float = field(default=0.0, init=False, compare=False, repr=False)
     """``square0`` of seconds per token."""
+    fit: float = field(default=0.0, init=False, compare=False, repr=False)
+    """Scratch, not state: how well it predicted the answer being heard (``student.likelihoods``)."""
+    chance: float = field(default=0.0, init=False, compare=False, repr=False)
+    """Scratch, not state: its chance before the answer being heard, which the scatters marginalise over
+    (``Belief.observe``, ``belief_scatter._weigh``). Fields rather than lists: no float boxed per run."""
 
     def __init__(
         self,
@@ -75,6 +80,8 @@ class Run:
         self.changes = changes
         self.square0 = 0.0
         self.square1 = 0.0
+        self.fit = 0.0
+        self.chance = 0.0
 
     def level(self, metric: int) -> tuple[float, float]:
         """The posterior mean and variance of ``metric``'s log level."""

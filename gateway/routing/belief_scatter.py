@@ -24,23 +24,23 @@ _POWER: Final = -(TAIL_NU + 1) / 2
 def hear_both(
     scatters: list[list[Scatter]],
     mixed: tuple[list[float], list[float]],
-    levels: tuple[list[float], list[Run], Run],
+    levels: tuple[list[Run], Run],
     evidence: tuple[tuple[float | None, ...], tuple[float | None, ...]],
     prior: Prior,
     change: float,
     unsure: float,
 ) -> None:
-    """``hear`` one answer's values or bounds per metric; ``levels`` are the runs' chances before it, the runs and
-    the heaviest run. Sets ``mixed`` (the belief's noise and spread2) to the likeliest scatter's."""
+    """``hear`` one answer's values or bounds per metric; ``levels`` are the runs (their ``chance`` before it set)
+    and the heaviest run. Sets ``mixed`` (the belief's noise and spread2) to the likeliest scatter's."""
     values, bounds = evidence
-    chances, runs, best = levels
+    runs, best = levels
     for metric in METRICS:
         value, bound = values[metric], bounds[metric]
         if value is None and bound is None:
             continue
         kept = scatters[metric] = hear(
             scatters[metric],
-            (chances, runs, metric),
+            (runs, metric),
             (best.mean0, best.var0, best.square0) if metric == TTFT else (best.mean1, best.var1, best.square1),
             (value, bound),
             (prior.noise[metric], prior.spread2[metric]),
@@ -52,7 +52,7 @@ def hear_both(
 
 def hear(
     scatters: list[Scatter],
-    levels: tuple[list[float], list[Run], int],
+    levels: tuple[list[Run], int],
     best: tuple[float, float, float],
     evidence: tuple[float | None, float | None],
     prior: tuple[float, float],
@@ -108,19 +108,18 @@ def _heaviest(scatters: list[Scatter]) -> Scatter:
     return top
 
 
-def _weigh(scatters: list[Scatter], levels: tuple[list[float], list[Run], int], unsure: float) -> None:
+def _weigh(scatters: list[Scatter], levels: tuple[list[Run], int], unsure: float) -> None:
     """Multiply each scatter's weight by the answer's Student-t density with the level marginalised over the runs.
     One pass over the runs serves every scatter; each sum still adds in run order from 0.0. Reads the runs' squared
-    residuals as ``student.likelihoods`` set them."""
-    chances, runs, metric = levels
+    residuals as ``student.likelihoods`` set them, and their chances before the answer (``Run.chance``)."""
+    runs, metric = levels
     for scatter in scatters:
         scatter.marginal = 0.0
-    for i in range(len(runs)):
-        run = runs[i]
+    for run in runs:
         square = run.square0 if metric == TTFT else run.square1  # ``student.likelihoods``' (value − mean)²
         var = run.var0 if metric == TTFT else run.var1
         variance = var + unsure
-        chance = chances[i]
+        chance = run.chance
         for scatter in scatters:
             scale2 = variance + scatter.noise
             scatter.marginal += chance * math.pow(1.0 + square / scale2 / TAIL_NU, _POWER) / math.sqrt(scale2)

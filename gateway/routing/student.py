@@ -22,11 +22,11 @@ _NORMAL = NormalDist()
 
 def likelihoods(
     runs: list[Run], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
-) -> list[float]:
-    """How well each of ``runs`` predicted this evidence: Student-t densities of values, Student-t tails of bounds,
-    multiplied first token first. Sets each run's squared residuals (``Run.square0``, ``square1``) of the values."""
+) -> None:
+    """How well each of ``runs`` predicted this evidence (``Run.fit``): Student-t densities of values, Student-t
+    tails of bounds, multiplied first token first. Sets each run's squared residuals (``Run.square0``, ``square1``)
+    of the values too."""
     v0, v1, b0, b1, n0, n1 = values[TTFT], values[SPT], bounds[TTFT], bounds[SPT], noise[TTFT], noise[SPT]
-    ps = []
     for run in runs:
         p = 1.0
         if v0 is not None:
@@ -39,8 +39,7 @@ def likelihoods(
             p *= _density(square, run.var1, n1)
         elif b1 is not None:
             p *= _beyond(b1, run.mean1, run.var1, n1)
-        ps.append(p)
-    return ps
+        run.fit = p
 
 
 def residuals(runs: list[Run], values: tuple[float | None, ...]) -> None:
