@@ -12,7 +12,7 @@ import math
 from typing import Final
 
 from gateway.routing.belief_noise import Scatter, learn_noise
-from gateway.routing.belief_runs import METRICS, TTFT, Run, finite, heaviest_first
+from gateway.routing.belief_runs import METRICS, SPT, TTFT, Run, finite, heaviest_first
 from gateway.routing.priors import PRIOR_WEIGHT, Prior
 from gateway.routing.student import TAIL_NU
 
@@ -34,7 +34,10 @@ def hear_both(
     and the heaviest run. Sets ``mixed`` (the belief's noise and spread2) to the likeliest scatter's."""
     values, bounds = evidence
     runs, best = levels
-    for metric in METRICS:
+    noise, spread2 = prior.noise, prior.spread2
+    # ``for metric in METRICS`` and ``prior.noise[metric]``, written so that compiled code neither iterates a module
+    # global's tuple nor boxes the prior's pairs to index them: the same metrics in the same order, the same floats.
+    for metric in range(SPT + 1):
         value, bound = values[metric], bounds[metric]
         if value is None and bound is None:
             continue
@@ -43,7 +46,7 @@ def hear_both(
             (runs, metric),
             (best.mean0, best.var0, best.square0) if metric == TTFT else (best.mean1, best.var1, best.square1),
             (value, bound),
-            (prior.noise[metric], prior.spread2[metric]),
+            (noise[TTFT], spread2[TTFT]) if metric == TTFT else (noise[SPT], spread2[SPT]),
             change,
             unsure if metric == TTFT else 0.0,
         )
