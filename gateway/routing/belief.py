@@ -98,8 +98,9 @@ class Belief:
             )
             # The level hears the base (the answer less its prefill), as unsure as the slope makes it.
             ttft_s, unsure = fit.unprefilled(uncached_tokens, ttft_s)
-        values = (log_of(ttft_s), log_of(s_per_token))
-        bounds = (log_of(at_least[0]), log_of(at_least[1]))
+        # Typed as the callees take them: compiled, a fixed pair would be boxed into a new tuple at each call.
+        values: tuple[float | None, ...] = (log_of(ttft_s), log_of(s_per_token))
+        bounds: tuple[float | None, ...] = (log_of(at_least[0]), log_of(at_least[1]))
         if values[0] is None and values[1] is None and bounds[0] is None and bounds[1] is None:
             return
         self._age(now, prior)

@@ -233,7 +233,7 @@ def unborn_weigh_nothing(
     noise: list[float],
     hazard: float,
     total: float,
-    values: tuple[float | None, float | None],
+    values: tuple[float | None, ...],
     prior: Prior,
 ) -> bool:
     """Whether the runs a change would start now would weigh exactly 0.0 and be pruned, so need not be made: the
