@@ -220,8 +220,11 @@ class Belief:
     def reprior(self, prior: Prior) -> None:
         """Count the siblings' current scatter as its prior, in place of the one counted so far."""
         was = self.spread_prior
-        now = [prior.noise[0], prior.noise[1], prior.spread2[0], prior.spread2[1]]
-        if now == was:
+        noise, spread2 = prior.noise, prior.spread2
+        if was[0] == noise[0] and was[1] == noise[1] and was[2] == spread2[0] and was[3] == spread2[1]:
+            return  # ``now == was`` without a list of boxed floats made (the same answer where every item is equal)
+        now = [noise[0], noise[1], spread2[0], spread2[1]]
+        if now == was:  # what the floats' ``==`` left: a NaN the list's test finds equal by identity
             return
         reprior_scatters(self.scatters, self.noise, self.spread2, was, now)
         self.spread_prior = now
