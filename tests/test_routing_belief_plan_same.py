@@ -77,9 +77,12 @@ def _reference_observe(
     for run in fresh:
         run.changes = before + 1.0
     runs.extend(fresh)
-    fits = likelihoods(runs, values, bounds, self.noise)
+    likelihoods(runs, values, bounds, self.noise)  # each run's ``fit`` (and squared residuals)
+    fits = [r.fit for r in runs]
     stayed, changed = 1.0 - hazard, hazard * total
     chances = [(stayed if i < kept else changed) * runs[i].weight for i in range(len(runs))]
+    for run, chance in zip(runs, chances, strict=True):
+        run.chance = chance  # what the scatters marginalise over
     for i in range(kept):
         runs[i].weight *= stayed * fits[i]
     for i in range(kept, len(runs)):
@@ -89,7 +92,7 @@ def _reference_observe(
     weights = sum([r.weight for r in runs])
     if learn and heard is not None and 0.0 < weights < math.inf:  # the changes expected now, less before
         self.hazard.heard(now - heard, sum([r.weight * r.changes for r in runs]) / weights - before)
-    levels = (chances, runs, heaviest(runs))
+    levels = (runs, heaviest(runs))
     scattered = 0.0 if self.plan_copy else hazard
     hear_both(self.scatters, (self.noise, self.spread2), levels, (values, bounds), prior, scattered, 0.0)
     update_all(runs, values, bounds, self.noise)

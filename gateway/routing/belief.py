@@ -34,7 +34,7 @@ from gateway.routing.belief_runs import (
 from gateway.routing.belief_scatter import collapsed, hear_both, reprior_scatters
 from gateway.routing.draws import Draw, Sampling, new_tuple, sample
 from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
-from gateway.routing.student import likelihoods, update_all
+from gateway.routing.student import likelihoods, residuals, update_all
 
 NO_PRIOR = Prior()
 
@@ -134,8 +134,9 @@ class Belief:
             )
             # The level hears the base (the answer less its prefill), as unsure as the slope makes it.
             ttft_s, unsure = fit.unprefilled(uncached_tokens, ttft_s)
-        values = (log_of(ttft_s), log_of(s_per_token))
-        bounds = (log_of(at_least[0]), log_of(at_least[1]))
+        # Typed as the callees take them: compiled, a fixed pair would be boxed into a new tuple at each call.
+        values: tuple[float | None, ...] = (log_of(ttft_s), log_of(s_per_token))
+        bounds: tuple[float | None, ...] = (log_of(at_least[0]), log_of(at_least[1]))
         if values[0] is None and values[1] is None and bounds[0] is None and bounds[1] is None:
             return
         self._age(now, prior)
@@ -151,19 +152,22 @@ class Belief:
         if not unborn:
             runs.extend(self._new_runs(prior))
         before = born_after(runs, kept)
-        fits = likelihoods(runs, values, bounds, noise)
+        likelihoods(runs, values, bounds, noise)
         stayed, changed = 1.0 - hazard, hazard * total
-        # Each run's chance before this answer: the scatter's hypotheses marginalise the level over these.
-        chances = [(stayed if i < kept else changed) * runs[i].weight for i in range(len(runs))]
-        for i in range(kept):
-            runs[i].weight *= stayed * fits[i]
-        for i in range(kept, len(runs)):
+        # Each run's chance before this answer (``Run.chance``): the scatter's hypotheses marginalise the level
+        # over these.
+        for i in range(len(runs)):
             run = runs[i]
-            run.born = now
-            run.weight = changed * run.weight * fits[i]
+            if i < kept:
+                run.chance = stayed * run.weight
+                run.weight *= stayed * run.fit
+            else:
+                run.chance = changed * run.weight
+                run.born = now
+                run.weight = changed * run.weight * run.fit
         if not self.plan_copy and heard is not None:
             self.hazard.heard(now - heard, found(runs) - before)
-        levels = (chances, runs, heaviest(runs))
+        levels = (runs, heaviest(runs))
         scattered = 0.0 if self.plan_copy else hazard
         hear_both(self.scatters, (self.noise, self.spread2), levels, (values, bounds), prior, scattered, unsure)
         if unsure > 0.0:  # ``self.noise`` was just updated in place
@@ -174,6 +178,7 @@ class Belief:
             fresh = self._new_runs(prior)
             for run in fresh:
                 run.born, run.weight, run.changes = now, 0.0, before + 1.0
+            residuals(fresh, values)
             update_all(fresh, values, bounds, noise)
             at_most_its_answer(fresh, values[TTFT], unsure, answered, self.noise[TTFT])
             runs.extend(fresh)
@@ -251,8 +256,11 @@ class Belief:
     def reprior(self, prior: Prior) -> None:
         """Count the siblings' current scatter as its prior, in place of the one counted so far."""
         was = self.spread_prior
-        now = [prior.noise[0], prior.noise[1], prior.spread2[0], prior.spread2[1]]
-        if now == was:
+        noise, spread2 = prior.noise, prior.spread2
+        if was[0] == noise[0] and was[1] == noise[1] and was[2] == spread2[0] and was[3] == spread2[1]:
+            return  # ``now == was`` without a list of boxed floats made (the same answer where every item is equal)
+        now = [noise[0], noise[1], spread2[0], spread2[1]]
+        if now == was:  # what the floats' ``==`` left: a NaN the list's test finds equal by identity
             return
         reprior_scatters(self.scatters, self.noise, self.spread2, was, now)
         self.spread_prior = now

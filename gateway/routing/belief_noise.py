@@ -48,15 +48,17 @@ def learn_noise(
     bound: float | None = None,
     prior: tuple[float, float] = (SPREAD**2, SPREAD**2),
     unsure: float = 0.0,
+    square: float | None = None,
 ) -> None:
     """Teach each scatter one ``value`` (or a lower ``bound``, read by its expected squared residual beyond it)
     against ``level``, the heaviest run's (mean, variance). ``prior``: the siblings' noise and spread, counted as
-    ``PRIOR_WEIGHT`` answers. ``unsure``: the value's own log variance (a base read at an unlearned slope)."""
+    ``PRIOR_WEIGHT`` answers. ``unsure``: the value's own log variance (a base read at an unlearned slope).
+    ``square``: ``(value − level mean)²`` when the caller has it (``student.likelihoods`` found it), else found here."""
     # E[(y - m)^2] is the answers' variance plus the level's (and the value's own): an answer teaches the spread
     # only in the first's share, so a level known roughly learns where it is, not how far answers scatter.
     centre, var = level
     if value is not None:
-        square = math.pow(value - centre, 2.0)
+        square = math.pow(value - centre, 2.0) if square is None else square
     elif bound is None:
         return
     else:

@@ -58,7 +58,9 @@ class OthersAnswers:
                 answers, grown = ([kept[-1]] if kept else []), True
             else:
                 answers, grown = log.since(pair, last)
-            before = self._heard.get(pair, {})
+            before = self._heard.get(pair)
+            if before is None:  # not ``get(pair, {})``: no dict made per read where one is kept
+                before = {}
             heard = before if grown else {}
             for answer in answers:
                 replica = answer.replica

@@ -7,7 +7,7 @@ holds what is done to the list as a whole: where new runs start, their mixture, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
 from gateway.routing.priors import SPREAD, Prior
@@ -48,6 +48,17 @@ class Run:
     born: float = 0.0
     changes: float = 0.0
     """The changes expected before it, its own birth included, if it is the true one (``belief_hazard``)."""
+    square0: float = field(default=0.0, init=False, compare=False, repr=False)
+    """Scratch, not state: the answer's squared residual ``(value − mean0)²`` while one answer is heard, found once
+    by ``student.likelihoods`` (or ``student.residuals``) for its t density, the scatters' weighing and the Kalman
+    step, which all read it against the same mean."""
+    square1: float = field(default=0.0, init=False, compare=False, repr=False)
+    """``square0`` of seconds per token."""
+    fit: float = field(default=0.0, init=False, compare=False, repr=False)
+    """Scratch, not state: how well it predicted the answer being heard (``student.likelihoods``)."""
+    chance: float = field(default=0.0, init=False, compare=False, repr=False)
+    """Scratch, not state: its chance before the answer being heard, which the scatters marginalise over
+    (``Belief.observe``, ``belief_scatter._weigh``). Fields rather than lists: no float boxed per run."""
 
     def __init__(
         self,
@@ -67,6 +78,10 @@ class Run:
         self.var1 = var1
         self.born = born
         self.changes = changes
+        self.square0 = 0.0
+        self.square1 = 0.0
+        self.fit = 0.0
+        self.chance = 0.0
 
     def level(self, metric: int) -> tuple[float, float]:
         """The posterior mean and variance of ``metric``'s log level."""
@@ -218,7 +233,7 @@ def unborn_weigh_nothing(
     noise: list[float],
     hazard: float,
     total: float,
-    values: tuple[float | None, float | None],
+    values: tuple[float | None, ...],
     prior: Prior,
 ) -> bool:
     """Whether the runs a change would start now would weigh exactly 0.0 and be pruned, so need not be made: the

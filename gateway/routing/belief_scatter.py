@@ -12,7 +12,7 @@ import math
 from typing import Final
 
 from gateway.routing.belief_noise import Scatter, learn_noise
-from gateway.routing.belief_runs import METRICS, TTFT, Run, finite, heaviest_first
+from gateway.routing.belief_runs import METRICS, SPT, TTFT, Run, finite, heaviest_first
 from gateway.routing.priors import PRIOR_WEIGHT, Prior
 from gateway.routing.student import TAIL_NU
 
@@ -24,26 +24,29 @@ _POWER: Final = -(TAIL_NU + 1) / 2
 def hear_both(
     scatters: list[list[Scatter]],
     mixed: tuple[list[float], list[float]],
-    levels: tuple[list[float], list[Run], Run],
+    levels: tuple[list[Run], Run],
     evidence: tuple[tuple[float | None, ...], tuple[float | None, ...]],
     prior: Prior,
     change: float,
     unsure: float,
 ) -> None:
-    """``hear`` one answer's values or bounds per metric; ``levels`` are the runs' chances before it, the runs and
-    the heaviest run. Sets ``mixed`` (the belief's noise and spread2) to the likeliest scatter's."""
+    """``hear`` one answer's values or bounds per metric; ``levels`` are the runs (their ``chance`` before it set)
+    and the heaviest run. Sets ``mixed`` (the belief's noise and spread2) to the likeliest scatter's."""
     values, bounds = evidence
-    chances, runs, best = levels
-    for metric in METRICS:
+    runs, best = levels
+    noise, spread2 = prior.noise, prior.spread2
+    # ``for metric in METRICS`` and ``prior.noise[metric]``, written so that compiled code neither iterates a module
+    # global's tuple nor boxes the prior's pairs to index them: the same metrics in the same order, the same floats.
+    for metric in range(SPT + 1):
         value, bound = values[metric], bounds[metric]
         if value is None and bound is None:
             continue
         kept = scatters[metric] = hear(
             scatters[metric],
-            (chances, runs, metric),
-            best.level(metric),
+            (runs, metric),
+            (best.mean0, best.var0, best.square0) if metric == TTFT else (best.mean1, best.var1, best.square1),
             (value, bound),
-            (prior.noise[metric], prior.spread2[metric]),
+            (noise[TTFT], spread2[TTFT]) if metric == TTFT else (noise[SPT], spread2[SPT]),
             change,
             unsure if metric == TTFT else 0.0,
         )
@@ -52,24 +55,25 @@ def hear_both(
 
 def hear(
     scatters: list[Scatter],
-    levels: tuple[list[float], list[Run], int],
-    best: tuple[float, float],
+    levels: tuple[list[Run], int],
+    best: tuple[float, float, float],
     evidence: tuple[float | None, float | None],
     prior: tuple[float, float],
     change: float,
     unsure: float = 0.0,
 ) -> list[Scatter]:
     """One metric's value or lower bound: a new scatter from ``prior`` with the chance ``change``, each scatter
-    weighed by the value's density and taught it against ``best`` (the heaviest run's level). A bound teaches
-    every scatter but weighs none. Returns the ``SCATTERS`` heaviest, normalised."""
+    weighed by the value's density and taught it against ``best`` (the heaviest run's level and the value's squared
+    residual against it). A bound teaches every scatter but weighs none. Returns the ``SCATTERS`` heaviest,
+    normalised."""
     value, bound = evidence
     if change > 0.0:
         for scatter in scatters:
             scatter.weight *= 1.0 - change
         scatters.append(Scatter(change, prior[0], prior[1]))
     if value is not None and len(scatters) > 1:
-        _weigh(scatters, levels, value, unsure)
-    learn_noise(scatters, best, value, bound, prior, unsure)
+        _weigh(scatters, levels, unsure)
+    learn_noise(scatters, (best[0], best[1]), value, bound, prior, unsure, best[2])
     return _prune(scatters)
 
 
@@ -107,17 +111,18 @@ def _heaviest(scatters: list[Scatter]) -> Scatter:
     return top
 
 
-def _weigh(scatters: list[Scatter], levels: tuple[list[float], list[Run], int], value: float, unsure: float) -> None:
+def _weigh(scatters: list[Scatter], levels: tuple[list[Run], int], unsure: float) -> None:
     """Multiply each scatter's weight by the answer's Student-t density with the level marginalised over the runs.
-    One pass over the runs serves every scatter; each sum still adds in run order from 0.0."""
-    chances, runs, metric = levels
+    One pass over the runs serves every scatter; each sum still adds in run order from 0.0. Reads the runs' squared
+    residuals as ``student.likelihoods`` set them, and their chances before the answer (``Run.chance``)."""
+    runs, metric = levels
     for scatter in scatters:
         scatter.marginal = 0.0
-    for i in range(len(runs)):
-        mean, var = runs[i].level(metric)
-        square = math.pow(value - mean, 2.0)
+    for run in runs:
+        square = run.square0 if metric == TTFT else run.square1  # ``student.likelihoods``' (value − mean)²
+        var = run.var0 if metric == TTFT else run.var1
         variance = var + unsure
-        chance = chances[i]
+        chance = run.chance
         for scatter in scatters:
             scale2 = variance + scatter.noise
             scatter.marginal += chance * math.pow(1.0 + square / scale2 / TAIL_NU, _POWER) / math.sqrt(scale2)

@@ -98,6 +98,14 @@ class _Cell:
         self.log_var += ((log - before) * (log - self.log_mean) - self.log_var) / self.n
 
 
+def _shape_cell(shapes: dict[tuple[object, ...], _Cell], cut: tuple[object, ...]) -> _Cell:
+    """``shapes``' cell of ``cut``, made when missing."""
+    cell = shapes.get(cut)
+    if cell is None:
+        cell = shapes[cut] = _Cell()
+    return cell
+
+
 class Forecast(NamedTuple):
     """One request's predicted answer length: its mean, its log-normal spread, and the cap."""
 
@@ -133,11 +141,11 @@ class Lengths:
         """A complete answer of ``tokens`` output tokens to a request of shape ``key``."""
         x = float(max(tokens, 0))
         shapes = self.shapes
-        for cut in (key[:2], key[:5], key[:6]) if key.client else (key[:2], key[:5]):
-            cell = shapes.get(cut)
-            if cell is None:
-                cell = shapes[cut] = _Cell()
-            cell.add(x)
+        # The cuts ``key[:2]``, ``key[:5]`` and ``key[:6]`` (equal tuples), made from the items without slices.
+        _shape_cell(shapes, (key[0], key[1])).add(x)
+        _shape_cell(shapes, (key[0], key[1], key[2], key[3], key[4])).add(x)
+        if key.client:
+            _shape_cell(shapes, (key[0], key[1], key[2], key[3], key[4], key[5])).add(x)
         if key.session is not None:
             cell = self.sessions.get(key)
             if cell is None:

@@ -65,11 +65,16 @@ class Prior:
         """Where a level that changed lands (mean, variance of the log level): as likely among the siblings of its
         price (``mean``) as anywhere among them (``centre``): a change may break what its price says (a cheap one
         becoming the quickest) or keep to it (a middling dear one rising); nothing tells which."""
-        mean, var, centre = self.mean[metric], self.var[metric], self.centre[metric]
+        # ``self.mean[metric]`` and the like by constant index: compiled, a pair field is kept unboxed, and indexing
+        # it by a variable boxes it into a tuple first.
+        if metric == 0:
+            mean, var, centre, centre_var = self.mean[0], self.var[0], self.centre[0], self.centre_var[0]
+        else:
+            mean, var, centre, centre_var = self.mean[1], self.var[1], self.centre[1], self.centre_var[1]
         if centre is None or mean is None:
             return mean, var
         mid = (mean + centre) / 2
-        return mid, (var + self.centre_var[metric]) / 2 + math.pow(mean - mid, 2.0)
+        return mid, (var + centre_var) / 2 + math.pow(mean - mid, 2.0)
 
 
 class Levels(Protocol):

@@ -23,46 +23,59 @@ _SQRT_TAU: Final = math.sqrt(math.tau)
 
 def likelihoods(
     runs: list[Run], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
-) -> list[float]:
-    """How well each of ``runs`` predicted this evidence: Student-t densities of values, Student-t tails of bounds,
-    multiplied first token first."""
+) -> None:
+    """How well each of ``runs`` predicted this evidence (``Run.fit``): Student-t densities of values, Student-t
+    tails of bounds, multiplied first token first. Sets each run's squared residuals (``Run.square0``, ``square1``)
+    of the values too."""
     v0, v1, b0, b1, n0, n1 = values[TTFT], values[SPT], bounds[TTFT], bounds[SPT], noise[TTFT], noise[SPT]
-    ps = []
     for run in runs:
         p = 1.0
         if v0 is not None:
-            p *= _density(v0, run.mean0, run.var0, n0)
+            square = run.square0 = math.pow(v0 - run.mean0, 2.0)
+            p *= _density(square, run.var0, n0)
         elif b0 is not None:
             p *= _beyond(b0, run.mean0, run.var0, n0)
         if v1 is not None:
-            p *= _density(v1, run.mean1, run.var1, n1)
+            square = run.square1 = math.pow(v1 - run.mean1, 2.0)
+            p *= _density(square, run.var1, n1)
         elif b1 is not None:
             p *= _beyond(b1, run.mean1, run.var1, n1)
-        ps.append(p)
-    return ps
+        run.fit = p
+
+
+def residuals(runs: list[Run], values: tuple[float | None, ...]) -> None:
+    """Set each run's squared residuals of the values, as ``likelihoods`` does, for runs it did not weigh."""
+    v0, v1 = values[TTFT], values[SPT]
+    for run in runs:
+        if v0 is not None:
+            run.square0 = math.pow(v0 - run.mean0, 2.0)
+        if v1 is not None:
+            run.square1 = math.pow(v1 - run.mean1, 2.0)
 
 
 def update_all(
     runs: list[Run], values: tuple[float | None, ...], bounds: tuple[float | None, ...], noise: list[float]
 ) -> None:
     """Each run's posterior after the evidence: a robust Kalman step per value, the assumed-density step of a
-    Student-t tail per bound; the two metrics independently."""
+    Student-t tail per bound; the two metrics independently. Reads the runs' squared residuals of the values
+    (``likelihoods`` or ``residuals`` set them against the same means)."""
     v0, v1, b0, b1, n0, n1 = values[TTFT], values[SPT], bounds[TTFT], bounds[SPT], noise[TTFT], noise[SPT]
     for run in runs:
         if v0 is not None:
-            run.mean0, run.var0 = _kalman(v0, run.mean0, run.var0, n0)
+            run.mean0, run.var0 = _kalman(v0, run.square0, run.mean0, run.var0, n0)
         elif b0 is not None:
             run.mean0, run.var0 = _tail_step(b0, run.mean0, run.var0, n0)
         if v1 is not None:
-            run.mean1, run.var1 = _kalman(v1, run.mean1, run.var1, n1)
+            run.mean1, run.var1 = _kalman(v1, run.square1, run.mean1, run.var1, n1)
         elif b1 is not None:
             run.mean1, run.var1 = _tail_step(b1, run.mean1, run.var1, n1)
 
 
-def _density(value: float, mean: float, var: float, n: float) -> float:
-    """A value's Student-t density (its ``1/√(2π)``-free kernel) under a level ``N(mean, var)``, noise scale ``n``."""
+def _density(square: float, var: float, n: float) -> float:
+    """A value's Student-t density (its ``1/√(2π)``-free kernel) under a level ``N(mean, var)``, noise scale ``n``,
+    given its squared residual ``(value − mean)²``."""
     scale2 = var + n
-    z2 = math.pow(value - mean, 2.0) / scale2
+    z2 = square / scale2
     return math.pow(1.0 + z2 / TAIL_NU, _POWER) / math.sqrt(scale2)
 
 
@@ -73,9 +86,10 @@ def _beyond(bound: float, mean: float, var: float, n: float) -> float:
     return tail if tail > 1e-12 else 1e-12
 
 
-def _kalman(value: float, mean: float, var: float, n: float) -> tuple[float, float]:
-    """A robust Kalman step: a far answer (Student-t) counts for less. The posterior's mean and variance."""
-    weight = (TAIL_NU + 1) / (TAIL_NU + math.pow(value - mean, 2.0) / (var + n))
+def _kalman(value: float, square: float, mean: float, var: float, n: float) -> tuple[float, float]:
+    """A robust Kalman step: a far answer (Student-t) counts for less. The posterior's mean and variance; ``square``
+    is ``(value − mean)²``."""
+    weight = (TAIL_NU + 1) / (TAIL_NU + square / (var + n))
     gain = var / (var + n / weight)
     return mean + gain * (value - mean), (1 - gain) * var
 
