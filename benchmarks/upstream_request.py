@@ -28,8 +28,6 @@ RUNS = 7
 
 
 async def _cpu_per_request_us(base_url: str) -> float:
-    import uvloop  # noqa: F401  (the server's loop; installed by the caller's policy)
-
     from gateway.config import ProviderConfig
     from gateway.upstream import AttemptTimeouts, UpstreamClient
 

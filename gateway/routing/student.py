@@ -27,24 +27,24 @@ def likelihoods(
     """How well each of ``runs`` predicted this evidence (``Run.fit``): Student-t densities of values, Student-t
     tails of bounds, multiplied first token first. Sets each run's squared residuals (``Run.square0``, ``square1``)
     of the values too."""
+    residuals(runs, values)
     v0, v1, b0, b1, n0, n1 = values[TTFT], values[SPT], bounds[TTFT], bounds[SPT], noise[TTFT], noise[SPT]
     for run in runs:
         p = 1.0
         if v0 is not None:
-            square = run.square0 = math.pow(v0 - run.mean0, 2.0)
-            p *= _density(square, run.var0, n0)
+            p *= _density(run.square0, run.var0, n0)
         elif b0 is not None:
             p *= _beyond(b0, run.mean0, run.var0, n0)
         if v1 is not None:
-            square = run.square1 = math.pow(v1 - run.mean1, 2.0)
-            p *= _density(square, run.var1, n1)
+            p *= _density(run.square1, run.var1, n1)
         elif b1 is not None:
             p *= _beyond(b1, run.mean1, run.var1, n1)
         run.fit = p
 
 
 def residuals(runs: list[Run], values: tuple[float | None, ...]) -> None:
-    """Set each run's squared residuals of the values, as ``likelihoods`` does, for runs it did not weigh."""
+    """Set each run's squared residuals of the values (``Run.square0``, ``square1``): ``likelihoods`` does first, and
+    the belief for runs it did not weigh."""
     v0, v1 = values[TTFT], values[SPT]
     for run in runs:
         if v0 is not None:
