@@ -1,11 +1,9 @@
-"""Pooled HTTP clients for the upstream providers, and (with ``gateway.upstream_reuse``) the one place aiohttp is known.
+"""Pooled HTTP clients for the upstream providers: what the relay sees of the wire.
 
-Why aiohttp: measured on a 2-core machine, a passthrough built on httpx fell from ~570 to ~150
-streamed requests/s between concurrency 1 and 64 and added seconds to first-token time at 256
-paced streams (its connection pool serialises under load); the same passthrough on aiohttp
-held the direct rate at ~0.3 ms CPU per request. Everything outside these modules sees only
-``UpstreamClient``/``UpstreamResponse`` and the gateway's own error classes: aiohttp's
-exceptions are translated here, at the boundary, to the most specific ``UpstreamError``.
+Everything outside this module sees only ``UpstreamClient``/``UpstreamResponse`` and the gateway's own
+error classes; the wire itself is ``gateway.http1`` (a lean HTTP/1.1 client: its docstring says why not
+aiohttp, and before it why not httpx), whose failures are turned here into the most specific
+``UpstreamError``, in plain words.
 
 The upstream request carries the provider's key, never the client's, in the header its API
 uses (``Authorization: Bearer`` for OpenAI's APIs, ``x-api-key`` for Anthropic's Messages API);
@@ -16,21 +14,22 @@ client headers that are hop-by-hop or carry credentials are dropped. ``anthropic
 
 from __future__ import annotations
 
-import errno
-import io
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import NamedTuple
+from urllib.parse import urlsplit
 
-import aiohttp
+from multidict import CIMultiDict
 
 from gateway import __version__
 from gateway.config import GatewayConfig, ProviderConfig
 from gateway.dialects.scans import redactor
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.http1 import Connection, WireError, WireTimeout
+from gateway.http1_origin import Origin, request_bytes
 from gateway.request_body import decoded_headers
 from gateway.samples import Endpoint
-from gateway.upstream_reuse import REUSED, STALE_RESENDS, ReuseMarkingConnector, never_read, unwritten
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus those the gateway sets itself or that carry a
 # client's credentials (which must never reach a provider).
@@ -59,8 +58,8 @@ _DROPPED_HEADERS = frozenset(
 )
 MAX_ERROR_BODY = 64 * 1024
 DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
-LARGE_BODY_BYTES = 1024 * 1024
-"""Request bodies above this go to aiohttp as a file-like object (it warns on, and copies, larger bytes)."""
+STALE_RESENDS = 2
+"""How many times one request is sent again after a reused connection failed before any answer byte."""
 
 
 def forwardable_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
@@ -94,51 +93,53 @@ class UpstreamResponse:
     """A response being received from a provider. Whoever opened it closes it (``close``).
 
     ``close`` before the body was read to the end drops the connection, which cancels the
-    request upstream: that is what a client hanging up must cause. It is synchronous (aiohttp
-    releases or drops a connection without awaiting anything), hence not ``aclose``.
+    request upstream: that is what a client hanging up must cause. It is synchronous (the connection
+    goes back to its pool, or is closed, without awaiting anything), hence not ``aclose``.
     """
 
-    __slots__ = ("_response", "provider", "status", "headers")
+    __slots__ = ("_connection", "_origin", "provider", "status", "headers")
 
-    def __init__(self, response: aiohttp.ClientResponse, provider: str) -> None:
-        self._response = response
+    def __init__(self, connection: Connection, origin: Origin, provider: str) -> None:
+        self._connection: Connection | None = connection
+        self._origin = origin
         self.provider = provider
-        self.status: int = response.status
-        self.headers: Mapping[str, str] = response.headers
+        self.status: int = connection.status
+        self.headers: Mapping[str, str] = CIMultiDict(
+            [(name.decode("latin-1"), value.decode("latin-1")) for name, value in connection.raw_headers]
+        )
+        """Case-insensitive, as HTTP header names are: ``headers.get("retry-after")`` finds ``Retry-After``."""
 
     async def read_chunk(self) -> bytes:
         """The next bytes as they arrive; ``b""`` at the end of the body."""
+        connection = self._open()
         try:
-            return await self._response.content.readany()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise self._read_error(exc) from exc
+            return await connection.read()
+        except (WireError, WireTimeout) as exc:
+            raise self._read_error(exc) from None
 
     def read_ready(self) -> bytes | None:
         """What ``read_chunk`` would return now without waiting: the bytes already in (``b""`` once the body has
-        ended), or None when it would wait for more. Raises as ``read_chunk`` does.
-
-        aiohttp's ``readany`` is ``read_nowait`` once its buffer holds bytes or the body has ended; both raise the
-        reader's stored error first. The relay uses it to arm a deadline only around a read that waits."""
-        content = self._response.content
+        ended), or None when it would wait for more. Raises as ``read_chunk`` does. The relay uses it to arm a
+        deadline only around a read that waits."""
         try:
-            chunk = content.read_nowait()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise self._read_error(exc) from exc
-        return chunk if chunk or content.is_eof() else None
+            return self._open().ready()
+        except WireError as exc:
+            raise self._read_error(exc) from None
 
-    def _read_error(self, exc: BaseException) -> UpstreamError:
-        if isinstance(exc, TimeoutError):
+    def _open(self) -> Connection:
+        connection = self._connection
+        if connection is None:
+            raise UpstreamUnavailable(f"{self.provider}: the response was already closed", provider=self.provider)
+        return connection
+
+    def _read_error(self, exc: WireError | WireTimeout) -> UpstreamError:
+        if isinstance(exc, WireTimeout):
             return UpstreamTimeout(
                 f"{self.provider}: no data from upstream within the idle timeout",
                 provider=self.provider,
                 status=self.status,
             )
-        _shed_frames(exc)
-        return UpstreamUnavailable(
-            f"{self.provider}: {describe_transport_error(exc, mid_answer=True)}",
-            provider=self.provider,
-            status=self.status,
-        )
+        return UpstreamUnavailable(f"{self.provider}: {exc}", provider=self.provider, status=self.status)
 
     async def read_all(self, limit: int | None = None) -> bytes:
         """The whole body (or its first ``limit`` bytes, for error bodies)."""
@@ -156,11 +157,12 @@ class UpstreamResponse:
                 return b"".join(parts)[:limit]
 
     def close(self) -> None:
-        """Release the connection: back to the pool if the body was read, else dropped."""
-        if self._response.content.at_eof():
-            self._response.release()
-        else:
-            self._response.close()
+        """Release the connection: back to the pool if the body was read, else dropped. Closing twice is one close."""
+        connection = self._connection
+        if connection is not None:
+            self._connection = None
+            if connection.finish():
+                self._origin.release(connection)
 
     async def __aenter__(self) -> UpstreamResponse:
         return self
@@ -171,41 +173,11 @@ class UpstreamResponse:
         self.close()
 
 
-def _shed_frames(exc: BaseException) -> None:
-    """Drop the tracebacks of an aiohttp error and of the errors it chains.
-
-    aiohttp keeps a broken response's error on its reader, and the error's traceback keeps the reader's
-    frames: a cycle per broken stream (about 2 MB per provider death, left to the collector's rare full
-    passes). Its message and type are all the gateway reads of it.
-    """
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        error = pending.pop()
-        if error is None or id(error) in seen:
-            continue
-        seen.add(id(error))
-        error.__traceback__ = None
-        pending += [error.__cause__, error.__context__]
-
-
 class UpstreamClient:
     """One provider's pooled client. Create inside the running event loop; close with ``aclose``."""
 
     def __init__(self, provider: ProviderConfig, api_key: str | None) -> None:
         self.provider = provider
-        connector = ReuseMarkingConnector(
-            # The router keeps in-flight requests under max_concurrency (and its learned limit);
-            # the slack covers hedged and cancelled attempts whose connections are still closing.
-            # No ceiling: no pool limit (0), the learned limit alone bounds the connections.
-            limit=provider.max_concurrency + 16 if provider.max_concurrency is not None else 0,
-            limit_per_host=0,
-            keepalive_timeout=provider.keepalive_s,
-            ttl_dns_cache=300,
-        )
-        # No ``skip_auto_headers``: every request carries its own user-agent and accept-encoding (below), so
-        # aiohttp adds none of its own, and a skip list would cost each request a sorted copy of its headers.
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         base: dict[str, str] = {
             "content-type": "application/json",
             "accept-encoding": "identity",
@@ -223,6 +195,13 @@ class UpstreamClient:
         """Upstream bytes with this provider's key masked (some providers echo a bad key back): called on every relayed
         chunk, so made once (``gateway.dialects.scans.redactor``: the build's C scan with the key bound, no Python
         frame), not a method."""
+        self._origins: dict[str, Origin] = {}
+        """Kept-alive connections by scheme, host and port (a provider's APIs may live at different URLs)."""
+        self._routes: dict[str, tuple[Origin, str]] = {}
+        """Each base URL's origin and path prefix, found once."""
+        self.closed = False
+        """Set by ``aclose``: the client then refuses new requests (a reload closes the old runtime's clients once
+        its last stream is done)."""
 
     def headers_for(self, api: Endpoint, headers: Iterable[tuple[str, str]] = ()) -> dict[str, str]:
         """The client's forwardable ``headers`` with this provider's own (and its key, as ``api`` carries it)."""
@@ -258,54 +237,68 @@ class UpstreamClient:
         merged = self.headers_for(api, headers)
         if body is None:
             merged.pop("content-type", None)
-        timeout = aiohttp.ClientTimeout(
-            total=timeouts.total_s, sock_connect=timeouts.connect_s, sock_read=timeouts.read_s
+        origin, prefix = self._route(self.provider.base_url_for(api))
+        return await self._exchange(
+            origin, request_bytes(method, prefix + path, origin.host_header, merged, body), timeouts
         )
+
+    async def _exchange(self, origin: Origin, request: bytes, timeouts: AttemptTimeouts) -> UpstreamResponse:
         name = self.provider.name
-        url = self.provider.base_url_for(api) + path
-        try:
-            resends = 0
-            while True:
-                REUSED.set(False)
+        if self.closed:
+            raise RuntimeError(f"{name}: the upstream client is closed")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeouts.total_s
+        resends = 0
+        while True:
+            reused = False
+            try:
+                connection = await origin.acquire(min(timeouts.connect_s, deadline - loop.time()))
+                reused = connection.served > 0
+                connection.start(request, timeouts.read_s, deadline)
                 try:
-                    response = await self._session.request(
-                        method, url, data=_sendable(body), headers=merged, timeout=timeout, allow_redirects=False
-                    )
-                    break
-                except aiohttp.ClientError as exc:
-                    # Closed or reset before any byte of an answer on a connection kept alive from an earlier
-                    # request: almost always the provider closing it as it went idle, just as it was reused (the
-                    # request was never read). Sent again at once, as HTTP allows for a request no response was
-                    # started for (RFC 9110 9.2.2). A fresh connection's failure is the provider's answer: it
-                    # may have read the request, and the relay decides (fail over, or retry after a wait).
-                    if resends >= STALE_RESENDS or not REUSED.get() or not never_read(exc):
-                        raise
+                    await connection.head()
+                except BaseException:
+                    connection.close()  # an unanswered or cancelled exchange leaves the connection unusable
+                    raise
+                return UpstreamResponse(connection, origin, name)
+            except WireTimeout:
+                raise UpstreamTimeout(f"{name}: upstream did not answer in time", provider=name) from None
+            except WireError as exc:
+                # Closed or reset before any byte of an answer on a connection kept alive from an earlier
+                # request: almost always the provider closing it as it went idle, just as it was reused (the
+                # request was never read). Sent again at once, as HTTP allows for a request no response was
+                # started for (RFC 9110 9.2.2). A fresh connection's failure is the provider's answer: it
+                # may have read the request, and the relay decides (fail over, or retry after a wait).
+                if reused and exc.before_answer and resends < STALE_RESENDS:
                     resends += 1
-        except TimeoutError as exc:
-            raise UpstreamTimeout(f"{name}: upstream did not answer in time", provider=name) from exc
-        except aiohttp.ClientError as exc:
-            _shed_frames(exc)
-            raise UpstreamUnavailable(
-                f"{name}: cannot reach upstream ({describe_transport_error(exc)})", provider=name
-            ) from exc
-        return UpstreamResponse(response, name)
+                    continue
+                raise UpstreamUnavailable(f"{name}: cannot reach upstream ({exc})", provider=name) from None
+
+    def _route(self, base_url: str) -> tuple[Origin, str]:
+        route = self._routes.get(base_url)
+        if route is None:
+            origin = Origin(base_url, self.provider.keepalive_s)
+            origin = self._origins.setdefault(origin.key, origin)
+            route = self._routes[base_url] = (origin, urlsplit(base_url).path.rstrip("/"))
+        return route
 
     async def get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
         """A small GET (model lists, health probes)."""
+        origin, prefix = self._route(self.provider.base_url)
+        headers = {name: value for name, value in self._base_headers.items() if name != "content-type"}
+        request = request_bytes("GET", prefix + path, origin.host_header, headers, None)
         try:
-            async with self._session.get(
-                self.provider.base_url + path,
-                headers=self._base_headers,
-                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            async with await self._exchange(
+                origin, request, AttemptTimeouts(timeout_s, timeout_s, timeout_s)
             ) as response:
-                return response.status, await response.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpstreamUnavailable(
-                f"{self.provider.name}: {describe_transport_error(exc)}", provider=self.provider.name
-            ) from exc
+                return response.status, await response.read_all()
+        except UpstreamTimeout as exc:
+            raise UpstreamUnavailable(f"{self.provider.name}: timed out", provider=self.provider.name) from exc
 
     async def aclose(self) -> None:
-        await self._session.close()
+        self.closed = True
+        for origin in self._origins.values():
+            origin.close()
 
 
 class UpstreamPool:
@@ -326,48 +319,12 @@ class UpstreamPool:
             await client.aclose()
 
 
-def describe_transport_error(exc: BaseException, *, mid_answer: bool = False) -> str:
-    """What went wrong on the wire, in words for the client: never aiohttp's own text.
-
-    aiohttp's messages are its internals (``TransferEncodingError: 400, message='Not enough data
-    to satisfy transfer length header.'``, where 400 is a parser code, not an HTTP status) and
-    would mislead a reader; each case gets a plain sentence instead. Connection failures name
-    only host, port and the OS's reason, never a key. ``mid_answer``: the response had started.
-    """
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"connection to {exc.host}:{exc.port} failed: {exc.os_error.strerror or exc.os_error}"
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        # A body cut short: chunked encoding ended without its last chunk, or fewer bytes than
-        # Content-Length said. The provider (or something between) closed the connection.
-        return "the provider closed the stream mid-answer"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "the provider closed the connection " + ("mid-answer" if mid_answer else "before answering")
-    if unwritten(exc):
-        return "the provider closed the connection before the request was sent"
-    if isinstance(exc, ConnectionResetError) or (isinstance(exc, OSError) and exc.errno == errno.ECONNRESET):
-        return "the connection to the provider was reset" + (" mid-answer" if mid_answer else "")
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return "the provider sent a malformed HTTP response"
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"network error: {exc.strerror}"
-    return "the stream from the provider broke mid-answer" if mid_answer else "the connection to the provider failed"
-
-
 __all__ = [
     "AttemptTimeouts",
     "UpstreamClient",
     "UpstreamError",
     "UpstreamPool",
     "UpstreamResponse",
-    "describe_transport_error",
     "forwardable_headers",
     "forwardable_of",
 ]
-
-
-def _sendable(body: bytes | None) -> bytes | io.BytesIO | None:
-    """aiohttp warns on a bytes body above 1 MiB (its copy would block the loop); a long agent session's
-    history is that large: handed over as a file-like object (a new one per send), it is sent in pieces."""
-    return io.BytesIO(body) if body is not None and len(body) > LARGE_BODY_BYTES else body

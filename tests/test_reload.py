@@ -154,11 +154,11 @@ def test_requests_in_flight_finish_on_their_runtime(fakes: Fakes, serve: Serve, 
     (tmp_path / "gateway.toml").write_text(config_text(a, b, first="b"))
     assert served.reload().status_code == 200
     assert served.chat().headers["x-gateway-provider"] == "b"  # new requests: the new config
-    session = old.upstreams.clients["a"]._session
-    assert not session.closed  # the old runtime's pools stay open for the stream in flight
+    client = old.upstreams.clients["a"]
+    assert not client.closed  # the old runtime's pools stay open for the stream in flight
     thread.join(10)
     assert result["provider"] == "a" and result["body"].rstrip().endswith("data: [DONE]")
-    wait_until(lambda: session.closed)  # ... and close once it is done
+    wait_until(lambda: client.closed)  # ... and close once it is done
     assert old.requests.count == 0
 
 

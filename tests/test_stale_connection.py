@@ -13,7 +13,6 @@ import socket
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from typing import cast
 
 import httpx
 import pytest
@@ -21,7 +20,6 @@ import uvloop
 
 from gateway.config import ProviderConfig
 from gateway.upstream import AttemptTimeouts, UpstreamClient
-from gateway.upstream_reuse import ReuseMarkingConnector
 from tests.raw_upstream import RawUpstream, _read_request
 from tests.support.config import gateway_config
 from tests.support.gateway import Gateway
@@ -116,10 +114,9 @@ def test_a_reused_connection_closed_as_its_request_is_written_is_sent_again(loop
     """The soak's "Can not write request body": the provider closes a kept-alive connection after the pool has handed
     it out, and the event loop sees the close before the request's body task runs. Staged without timing: a callback
     queued behind the request's first step (which takes the pooled connection and schedules the body task) closes
-    the server's end and waits until the close is readable at the client's end. On uvloop, the server's loop, the
-    next turn then reads the close first and aiohttp refuses the write (a ``ClientOSError`` with no errno); on
-    asyncio's own loop the body goes out first and the close reads as a disconnect or a reset. Either way the request
-    is sent once more, on a new connection, and answered."""
+    the server's end and waits until the close is readable at the client's end. The request went out on the kept-alive
+    connection and was never read; its close reads as a disconnect or a reset before any byte of an answer. Either
+    way the request is sent once more, on a new connection, and answered."""
     server = ClosesOnCue(reset)
     client_done: list[bytes] = []
 
@@ -129,10 +126,10 @@ def test_a_reused_connection_closed_as_its_request_is_written_is_sent_again(loop
         try:
             async with await client.send("/chat/completions", b"{}", timeouts) as first:
                 client_done.append(await first.read_all())
-            connector = cast(ReuseMarkingConnector, client._session.connector)
-            (protocol,) = list(connector._handed_out)
-            assert protocol.transport is not None
-            peer = protocol.transport.get_extra_info("socket")
+            (origin,) = client._origins.values()
+            (connection,) = origin._idle  # the first request's connection, kept alive
+            assert connection._transport is not None
+            peer = connection._transport.get_extra_info("socket")
             second = asyncio.ensure_future(client.send("/chat/completions", b"{}", timeouts))
             asyncio.get_running_loop().call_soon(server.close_on_cue, peer)
             async with await second as answer:

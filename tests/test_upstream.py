@@ -10,15 +10,16 @@ import socket
 import aiohttp
 import pytest
 
+from gateway.bench.transport_errors import describe_transport_error
 from gateway.config import ProviderConfig, parse_config
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from gateway.fakes import FakeBehavior
+from gateway.http1_origin import request_bytes
 from gateway.request_body import decoded_headers
 from gateway.upstream import (
     AttemptTimeouts,
     UpstreamClient,
     UpstreamPool,
-    describe_transport_error,
     forwardable_headers,
     forwardable_of,
 )
@@ -101,12 +102,13 @@ def test_send_carries_the_provider_key_and_headers(fakes: Fakes) -> None:
     assert recorded.headers["accept-encoding"] == "identity"
 
 
-def test_each_header_goes_once_and_aiohttp_adds_only_accept() -> None:
-    """The client's own user-agent and accept-encoding are replaced, not doubled, and aiohttp adds none of its own
-    beyond ``Accept`` (the provider sees one of each, in a whole non-streamed answer's request)."""
+def test_each_header_goes_once_and_the_wire_adds_only_host_and_length() -> None:
+    """The client's own user-agent and accept-encoding are replaced, not doubled, and the wire adds nothing of its
+    own beyond ``Host`` and ``Content-Length`` (the provider, an aiohttp server, sees one of each)."""
     from aiohttp import web
 
     seen: list[list[tuple[str, str]]] = []
+    port_seen: list[int] = []
 
     async def answer(request: web.Request) -> web.Response:
         seen.append([(k.decode().lower(), v.decode()) for k, v in request.raw_headers])
@@ -120,6 +122,7 @@ def test_each_header_goes_once_and_aiohttp_adds_only_accept() -> None:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port_seen.append(port)
         provider = ProviderConfig(name="p", base_url=f"http://127.0.0.1:{port}/v1")
         client = UpstreamClient(provider, "sk-provider")
         try:
@@ -134,12 +137,13 @@ def test_each_header_goes_once_and_aiohttp_adds_only_accept() -> None:
     (headers,) = seen
     names = [name for name, _ in headers]
     assert sorted(names) == sorted(
-        ["host", "user-agent", "accept-encoding", "content-type", "authorization", "accept", "content-length"]
+        ["host", "user-agent", "accept-encoding", "content-type", "authorization", "content-length"]
     )
     values = dict(headers)
     assert values["user-agent"].startswith("gateway/")
     assert values["accept-encoding"] == "identity"
-    assert values["accept"] == "*/*"
+    assert values["content-length"] == str(len(CHAT))
+    assert values["host"] == f"127.0.0.1:{port_seen[0]}"
 
 
 def test_no_key_means_no_authorization_header(fakes: Fakes) -> None:
@@ -327,7 +331,7 @@ def unwritten_request() -> aiohttp.ClientOSError:
         (aiohttp.ClientError("something aiohttp says"), True, "the stream from the provider broke mid-answer"),
     ],
 )
-def test_transport_errors_read_as_plain_words_never_as_aiohttps_internals(
+def test_the_bench_clients_transport_errors_read_as_plain_words_never_as_aiohttps_internals(
     error: BaseException, mid_answer: bool, expected: str
 ) -> None:
     described = describe_transport_error(error, mid_answer=mid_answer)
@@ -388,3 +392,13 @@ def test_read_ready_raises_as_read_chunk_does(fakes: Fakes) -> None:
 
     read, ready = asyncio.run(go())
     assert read == ready == "p: the provider closed the stream mid-answer"
+
+
+@pytest.mark.parametrize("value", ["a\r\nx-injected: 1", "a\nb", "a\rb"])
+def test_a_header_value_with_a_line_break_is_refused_not_sent(value: str) -> None:
+    """A CR or LF in a header would end its line and smuggle another header (or a request) onto the wire."""
+    with pytest.raises(ValueError, match="line break"):
+        request_bytes("POST", "/v1/chat/completions", "example.com", {"x-note": value}, b"{}")
+    assert request_bytes("GET", "/v1/models", "example.com", {"x-note": "fine"}, None) == (
+        b"GET /v1/models HTTP/1.1\r\nhost: example.com\r\nx-note: fine\r\n\r\n"
+    )

@@ -1,13 +1,13 @@
 """The HTTP/1.1 behaviour any upstream client must have, pinned over real loopback sockets.
 
-Why: ``gateway.upstream.UpstreamClient`` is the gateway's one HTTP client to providers; whatever speaks HTTP inside it
-(aiohttp today, a lean client of our own tomorrow), these are the wire facts the relay relies on: bodies framed by
-chunks, by Content-Length or by the close arrive byte-exact and end cleanly; a connection is reused only when HTTP
-allows it and dropped when a body is left unread; a body cut short, a garbage answer or a stall become the gateway's
-own ``UpstreamUnavailable``/``UpstreamTimeout`` in plain words; the request goes out with exactly the headers it
-should. Each test drives ``UpstreamClient`` against a small scripted server on a raw socket (``ScriptedServer``), so
-that the server side can misbehave below HTTP and count connections; every test runs on asyncio's loop and on uvloop
-(the gateway's).
+Why: ``gateway.upstream.UpstreamClient`` is the gateway's one HTTP client to providers; whatever speaks HTTP inside
+it (``gateway.http1`` now, aiohttp before it: both passed these), these are the wire facts the relay relies on:
+bodies framed by chunks, by Content-Length or by the close arrive byte-exact and end cleanly; a connection is reused
+only when HTTP allows it and dropped when a body is left unread; a body cut short, a garbage answer or a stall
+become the gateway's own ``UpstreamUnavailable``/``UpstreamTimeout`` in plain words; the request goes out with
+exactly the headers it should. Each test drives ``UpstreamClient`` against a small scripted server on a raw socket
+(``ScriptedServer``), so that the server side can misbehave below HTTP and count connections; every test runs on
+asyncio's loop and on uvloop (the gateway's).
 """
 
 from __future__ import annotations
@@ -640,6 +640,46 @@ def test_a_large_response_body_reaches_a_slow_reader_byte_exact(
     got, reads = run(go)
     assert len(got) == len(body) and got == body
     assert reads > 1
+
+
+def test_a_reader_that_stops_reading_stops_the_socket_not_the_memory(
+    run: Run[Any], serve: Callable[[Handler], ScriptedServer]
+) -> None:
+    """A slow client of a long answer: the connection stops reading from its socket once a bounded amount waits
+    unread, so the provider's send blocks on TCP instead of the gateway buffering the whole answer."""
+    total = 64 * 1024 * 1024
+    blocked = threading.Event()
+
+    def handle(conn: Conn) -> None:
+        if conn.read_request() is None:
+            return
+        conn.sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % total)
+        conn.sock.settimeout(2.0)  # a send that cannot go on for this long: the client stopped reading
+        piece, sent = b"x" * 65536, 0
+        try:
+            while sent < total:
+                conn.sock.sendall(piece)
+                sent += len(piece)
+        except TimeoutError:
+            blocked.set()
+
+    server = serve(handle)
+
+    async def go() -> int:
+        client = client_for(server)
+        try:
+            async with await client.send("/chat/completions", CHAT, TIMEOUTS) as answer:
+                await answer.read_chunk()
+                # The loop runs on (its sockets read) while this task waits for the provider to be held back.
+                assert await asyncio.to_thread(blocked.wait, 20.0), "the provider was never held back"
+                unread = 0
+                while chunk := answer.read_ready():
+                    unread += len(chunk)
+                return unread
+        finally:
+            await client.aclose()
+
+    assert run(go) < 1024 * 1024
 
 
 # --- 9. timeouts ---------------------------------------------------------------------------------------------------

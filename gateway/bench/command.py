@@ -22,12 +22,12 @@ from gateway.bench.progress import BenchProgress
 from gateway.bench.report import format_table, summarize, summarize_by_provider, write_outputs
 from gateway.bench.runner import BenchError, BenchRunner, BenchSettings, BenchTarget, RequestResult
 from gateway.bench.tasks import Task, TaskError, builtin_tasks, load_tasks
+from gateway.bench.transport_errors import describe_transport_error
 from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets, serving, token_cost_usd
 from gateway.prompts import PromptsError, builtin_prompts, load_prompts
 from gateway.samples import Endpoint, Sample
 from gateway.stats import StatsStore, StoreHealth, open_stats_store
 from gateway.tokens import TokenizerError, load_token_counter
-from gateway.upstream import describe_transport_error
 
 
 def targets_from_config(

@@ -25,13 +25,14 @@ from typing import Any, Literal
 import aiohttp
 
 from gateway.bench.tasks import Task
+from gateway.bench.transport_errors import describe_transport_error
 from gateway.dialects import dialect_for
 from gateway.errors import describe_error_body
 from gateway.meter import StreamMeter
 from gateway.quality import expectation_of, judge
 from gateway.samples import Endpoint, Outcome, RequestKind, Validity
 from gateway.tokens import TokenCounter
-from gateway.upstream import DEFAULT_ANTHROPIC_VERSION, describe_transport_error
+from gateway.upstream import DEFAULT_ANTHROPIC_VERSION
 
 TargetKind = Literal["direct", "gateway"]
 TEMPERATURE = 0
