@@ -64,7 +64,7 @@ class AttemptBudget:
     def failed(self, error: UpstreamError, candidate: Candidate) -> None:
         """An attempt at ``candidate`` failed before any byte reached the client."""
         error.provider = error.provider or candidate.provider.name
-        # Kept for its message and status only. Its traceback (and its cause's, aiohttp's frames) would hold the
+        # Kept for its message and status only. Its traceback (and its cause's, the wire's frames) would hold the
         # frames of the loop that caught it, this budget among their locals: a cycle per broken attempt.
         error.__traceback__ = error.__cause__ = error.__context__ = None
         self.errors.append(error)
