@@ -247,10 +247,14 @@ class Connection(asyncio.Protocol):
         return False
 
     def close(self) -> None:
-        """Drop the connection (an unfinished request is cancelled at the provider by the close)."""
+        """Drop the connection (an unfinished request is cancelled at the provider by the close).
+
+        Aborted, not closed: a TLS transport's ``close`` sends its close alert and waits (up to half a minute) for
+        the provider's, and HTTP/1.1 lets a client close without it (RFC 9112 §9.8); a loop that ends just after
+        (a reload's old runtime, shutdown) would leave the socket behind."""
         self._lost = True
         if self._transport is not None:
-            self._transport.close()
+            self._transport.abort()
 
     # internals
 
@@ -288,7 +292,7 @@ class Connection(asyncio.Protocol):
         if self._failure is None:
             self._failure = (kind, words, before_answer, reset)
         if self._transport is not None:
-            self._transport.close()
+            self._transport.abort()
         self._wake()
 
     def _raise_failure(self) -> None:

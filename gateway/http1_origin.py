@@ -64,8 +64,9 @@ class Origin:
         except TimeoutError:
             raise WireTimeout(before_answer=True) from None
         except OSError as exc:
-            reason = exc.strerror or (str(exc.args[-1]) if exc.args else type(exc).__name__)
-            raise ConnectFailed(f"connection to {self.host}:{self.port} failed: {reason}", before_answer=True) from None
+            raise ConnectFailed(
+                f"connection to {self.host}:{self.port} failed: {_reason(exc)}", before_answer=True
+            ) from None
         return connection
 
     def _tls_context(self) -> ssl.SSLContext:
@@ -90,3 +91,12 @@ def request_bytes(method: str, target: str, host: str, headers: dict[str, str], 
     except UnicodeEncodeError:
         head = text.encode()
     return head + body if body else head
+
+
+def _reason(exc: OSError) -> str:
+    """A failed connection's cause in words: the OS's reason, or what TLS refused (never OpenSSL's raw text)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"the provider's TLS certificate was refused ({exc.verify_message})"
+    if isinstance(exc, ssl.SSLError):
+        return f"the TLS handshake failed ({(exc.reason or 'no reason given').lower().replace('_', ' ')})"
+    return exc.strerror or (str(exc.args[-1]) if exc.args else "no reason given")
