@@ -22,9 +22,8 @@ class Origin:
         self.host = parts.hostname or "localhost"
         self.port = parts.port or (443 if self.https else 80)
         default_port = parts.port is None or parts.port == (443 if self.https else 80)
-        self.host_header = self.host if default_port else f"{self.host}:{self.port}"
-        if ":" in self.host and not default_port:
-            self.host_header = f"[{self.host}]:{self.port}"
+        named = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address keeps its brackets
+        self.host_header = named if default_port else f"{named}:{self.port}"
         self.key = f"{parts.scheme}://{self.host}:{self.port}"
         """What the connections to it share: two base URLs with the same key share one pool."""
         self.keepalive_s = keepalive_s
@@ -45,9 +44,16 @@ class Origin:
         return await self._connect(loop, connect_s)
 
     def release(self, connection: Connection) -> None:
-        """Take back a connection whose exchange finished cleanly."""
-        connection.idle_since = connection._loop.time()
-        self._idle.append(connection)
+        """Take back a connection whose exchange finished cleanly.
+
+        The idle list's oldest end is where a burst's connections wait once traffic falls back (the newest is reused
+        first): those idle past ``keepalive_s`` are closed here, so a pool shrinks back after a burst while
+        requests still flow, instead of holding the burst's sockets until the provider drops them."""
+        now = connection.idle_since = asyncio.get_running_loop().time()
+        idle = self._idle
+        while idle and now - idle[0].idle_since >= self.keepalive_s:
+            idle.pop(0).close()
+        idle.append(connection)
 
     def close(self) -> None:
         for connection in self._idle:

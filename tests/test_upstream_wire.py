@@ -30,6 +30,7 @@ import uvloop
 
 from gateway.config import ProviderConfig
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.http1_origin import Origin
 from gateway.upstream import AttemptTimeouts, UpstreamClient
 from tests.support.wait import wait_until
 
@@ -1009,3 +1010,54 @@ def test_aclose_closes_the_kept_alive_connections(run: Run[Any], serve: Callable
 
     run(go)
     assert len(server.conns) == 3
+
+
+# --- the pool after a burst, and the Host header ----------------------------------------------------------------------
+
+
+def test_a_bursts_idle_connections_are_closed_once_past_keepalive_while_requests_still_flow(
+    run: Run[Any], serve: Callable[[Handler], ScriptedServer]
+) -> None:
+    """Eight concurrent requests leave eight kept-alive connections; one request at a time then reuses only the
+    newest, and the seven below it are closed once idle past ``keepalive_s`` (not held until the provider drops
+    them)."""
+    arrived = threading.Barrier(8, timeout=5.0)
+
+    def burst_then_steady(request: Request) -> bytes:
+        if len(server.requests) <= 8:
+            arrived.wait()  # all eight in flight at once: eight connections
+        return response(b'{"ok": true}')
+
+    server = serve(keep_alive(burst_then_steady))
+    keepalive_s = 0.3
+
+    async def go() -> None:
+        client = UpstreamClient(ProviderConfig(name=NAME, base_url=server.base_url, keepalive_s=keepalive_s), KEY)
+        try:
+            await asyncio.gather(*(fetch(client) for _ in range(8)))
+            assert len(server.conns) == 8
+            loop = asyncio.get_running_loop()
+            until_s = loop.time() + keepalive_s * 2  # the seven idle ones then outlive keepalive_s
+            while loop.time() < until_s:
+                await fetch(client)
+            await until(lambda: sum(conn.client_closed.is_set() for conn in server.conns) == 7, "seven closed")
+            assert len(server.conns) == 8  # the steady requests all went out on the one kept connection
+        finally:
+            await client.aclose()
+
+    run(go)
+
+
+@pytest.mark.parametrize(
+    ("base_url", "host_header", "port"),
+    [
+        ("http://[::1]/v1", "[::1]", 80),
+        ("https://[2001:db8::1]:8443/v1", "[2001:db8::1]:8443", 8443),
+        ("https://api.example.com/v1", "api.example.com", 443),
+        ("http://127.0.0.1:9000/v1", "127.0.0.1:9000", 9000),
+    ],
+)
+def test_the_host_header_names_the_origin_as_http_spells_it(base_url: str, host_header: str, port: int) -> None:
+    """The default port is left out, and an IPv6 address keeps its brackets with or without a port."""
+    origin = Origin(base_url, keepalive_s=4.0)
+    assert (origin.host_header, origin.port) == (host_header, port)
