@@ -33,7 +33,14 @@ def _fake_build(folder: Path, sources: dict[str, str] | None = None) -> None:
 
 
 def _run(code: str, native_env: str) -> str:
+    """``code``'s output in a process of its own, compiled modules or not (``native_env``).
+
+    Not traced by coverage (its subprocess patch passes ``COVERAGE_PROCESS_CONFIG`` on): these processes check that
+    two builds agree, they are not what the suite's coverage measures, and tracing made the pure-Python side of the
+    plan digest 2–3× slower (87 s untraced on a slow VM; over the test's 300 s traced, beside the other worker)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GATEWAY_NATIVE": native_env}
+    for name in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START"):
+        env.pop(name, None)
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
