@@ -95,7 +95,8 @@ class RedisServer:
                     error = self.process.stderr.read().decode() if self.process.stderr else ""
                     raise RuntimeError(f"redis-server exited at start (status {self.process.returncode}): {error}")
                 try:
-                    if client.ping():
+                    # Ours, not another worker's server that held the port first (ours then fails to bind).
+                    if client.ping() and client.info("server")["process_id"] == self.process.pid:
                         return self
                 except redis.ConnectionError:
                     pass

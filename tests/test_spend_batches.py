@@ -236,6 +236,35 @@ def test_a_settlement_written_after_an_outage_ends_it(server: RedisServer) -> No
     asyncio.run(outage())
 
 
+def test_an_address_where_something_else_answers_is_an_outage() -> None:
+    """Redis gone and its port taken by another server (here an HTTP one): no Redis answers, so settlements are
+    kept and the store says it is degraded, as when the connection is refused."""
+    spender = Spender.of("k1", "ann", None, None, None)
+
+    async def not_redis() -> None:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1)
+            writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+        http = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = http.sockets[0].getsockname()[1]
+        config = StatsConfig(backend="redis", redis_url=f"redis://127.0.0.1:{port}/0", key_prefix="other")
+        store = RedisSpendStore(RedisConnections(config, {}).requests(), "other", owns_client=True)
+        ledger = SpendLedger(store)
+        try:
+            await ledger.settle(spender, None, [_sample(0.00001)])
+            assert store.degraded_reason() is not None
+            assert len(store._pending) == 1  # kept, to be written once Redis answers
+        finally:
+            await store.aclose()
+            http.close()
+            await http.wait_closed()
+
+    asyncio.run(not_redis())
+
+
 class _GatedStore(RedisSpendStore):
     """A store whose writer stops before each round trip until ``gate`` is set (``sending`` tells it got there)."""
 

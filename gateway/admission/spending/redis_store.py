@@ -39,7 +39,7 @@ from collections.abc import MutableSequence, Sequence
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import InvalidResponse, NoScriptError, RedisError
 
 from gateway.admission.spending.redis_settle import (
     COUNTER_GRACE_S,
@@ -142,9 +142,10 @@ class RedisSpendStore:
         return self._down_since is None or time.monotonic() >= self._retry_at
 
     def _failed(self, exc: BaseException) -> None:
-        if not isinstance(exc, RedisConnectionError | OSError):
+        if not isinstance(exc, RedisConnectionError | OSError | InvalidResponse):
             # A slow answer refuses the request that waited for it, but is no outage: the next
-            # request tries again rather than being refused for ``retry_s`` too.
+            # request tries again rather than being refused for ``retry_s`` too. A reply that is not
+            # Redis's (``InvalidResponse``: something else took its address) is one: no Redis answers.
             return
         if self._down_since is None:
             self._down_since = time.monotonic()
