@@ -174,9 +174,13 @@ def open_redis(config: StatsConfig, secrets: RedisSecrets, role: RedisRole) -> R
 async def after_failure(client: RedisClient) -> None:
     """Call after a pipeline failed with one of ``REDIS_ERRORS``: a cluster client then re-reads the
     topology before its next call. (It does so by itself after a failed single command, but a pipeline
-    that met a dead node, with no retries left, leaves it aiming at that node for good.)
+    that met a dead node, with no retries left, leaves it aiming at that node for good.) A Sentinel
+    client asks the sentinels for the master again: its open connections would keep writing to a
+    master a failover has demoted in the sentinels' view but not yet in its own.
 
     It closes the client's connections: only for a client that no other task is using at the time
     (the stats store's background client), never for the request-path one."""
     if isinstance(client, RedisCluster):
         await client.aclose()
+    elif isinstance(client.connection_pool, SentinelConnectionPool):
+        await client.connection_pool.disconnect()

@@ -84,9 +84,10 @@ class StatsConfig:
     what it could not write it keeps, and writes again after a back-off."""
     redis_wait_replicas: int = 0
     """Stats writes count as done only once this many of the master's connected replicas (all it has,
-    if fewer) confirm them (``WAIT``), so that a failover promoting one cannot lose them; until then
-    they are sent again (Redis applies each once). 0: the master's reply suffices, and a master that
-    dies before its replica caught up takes the last writes with it."""
+    if fewer, unless it has lost one) confirm them (``WAIT``), so that a failover promoting one cannot
+    lose them; until then they are sent again (Redis applies each once). A master that lost a replica
+    holds them until one is back or a failover names another master. 0: the master's reply suffices,
+    and a master that dies before its replica caught up takes the last writes with it."""
     redis_backoff_min_s: float = 0.25
     redis_backoff_max_s: float = 5.0
     """After a failed call, Redis is left alone for a jittered, doubling pause between these bounds."""

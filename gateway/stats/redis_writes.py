@@ -13,9 +13,9 @@ pending; what it buffers meanwhile waits for the next seal, so numbers reach a s
 One pipeline per node carries that node's scripts, and the pair index and epoch where they live; the
 nodes are written in parallel and each pair's outcome is read on its own (a cluster client follows
 ``MOVED``/``ASK`` for each command). With ``redis_wait_replicas = n`` each node's pipeline ends with
-``ROLE`` and ``WAIT n``: a write counts as done only once n of the node's replicas (all it has, if
-fewer) have it, so a failover that promotes one of them cannot lose it; until then it stays pending,
-and sending it again costs Redis one ``HGET``.
+``INFO replication`` and ``WAIT n``: a write counts as done only once n of the node's replicas have it (all it has,
+if fewer, unless it just lost one: ``gateway.stats.redis_replicas``), so a failover that promotes one
+of them cannot lose it; until then it stays pending, and sending it again costs Redis one ``HGET``.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from gateway.stats.redis_layout import (
     summary_fields,
     writers_key,
 )
+from gateway.stats.redis_replicas import ReplicaMemory
 from gateway.stats.snapshot import DeploymentSummary
 from gateway.types import DeploymentKey
 
@@ -135,6 +136,8 @@ class PendingWrites:
     def __init__(self) -> None:
         self.writes: dict[DeploymentKey, SealedWrite] = {}
         self._seq = itertools.count(1)
+        self.replicas = ReplicaMemory()
+        """Each node's replicas at its last confirmed write (``redis_wait_replicas``)."""
 
     def __bool__(self) -> bool:
         return bool(self.writes)
@@ -297,9 +300,9 @@ async def _send(client: RedisClient, group: _Group, wait_replicas: int, wait_ms:
     for unit in units:
         unit.queue(pipe)
     if wait_replicas and any(unit.write is not None for unit in units):
-        # ROLE lists the replicas connected now: WAIT for as many of them as asked, up to all there are.
+        # The replicas connected now and the replication id: WAIT for as many as asked (gateway.stats.redis_replicas).
         target = {"target_nodes": node} if node is not None else {}
-        pipe.execute_command("ROLE", **target)
+        pipe.execute_command("INFO", "replication", **target)
         pipe.execute_command("WAIT", wait_replicas, wait_ms, **target)
     results: list[object] = await pipe.execute(raise_on_error=False)
     return results
@@ -325,13 +328,16 @@ async def write_pending(
         *(_send(client, group, config.redis_wait_replicas, wait_ms) for group in groups), return_exceptions=True
     )
     failed: list[tuple[_Unit, BaseException]] = [(u, SlotNotCoveredError(f"no node serves {u.key}")) for u in uncovered]
-    for (_, group), reply in zip(groups, replies, strict=True):
+    for (node, group), reply in zip(groups, replies, strict=True):
         if isinstance(reply, BaseException):
             if not isinstance(reply, Exception):
                 raise reply  # cancelled: nothing is known, everything stays pending
             failed += [(unit, reply) for unit in group]  # the node's pipeline was not sent
             continue
-        confirmed = _confirmed(reply, group, config.redis_wait_replicas)
+        confirmed = None
+        if config.redis_wait_replicas and any(unit.write is not None for unit in group):
+            name = node.name if node is not None else ""
+            confirmed = pending.replicas.confirmed(name, reply[-2], reply[-1], config.redis_wait_replicas)
         at = 0
         for unit in group:
             results, at = reply[at : at + unit.commands], at + unit.commands
@@ -353,29 +359,6 @@ async def write_pending(
     if epoch_key(config.key_prefix) not in unsettled:
         debt.epoch = False
     return outcome
-
-
-class _Unreplicated(RedisConnectionError):
-    """Fewer replicas than ``redis_wait_replicas`` confirmed a node's writes in time."""
-
-
-def _confirmed(reply: list[object], group: list[_Unit], wait_replicas: int) -> BaseException | None:
-    """None if the node's writes count as done, else why not (the ``WAIT`` fell short or failed).
-
-    A node with fewer replicas than asked (a master whose replica was just promoted away from it, or
-    died) is waited for by all it has: with none, the master's reply is all the durability there is.
-    """
-    if not wait_replicas or not any(unit.write is not None for unit in group):
-        return None
-    role, acks = reply[-2], reply[-1]
-    for result in (role, acks):
-        if isinstance(result, BaseException):
-            return result
-    replicas = role[2] if isinstance(role, list) and len(role) > 2 and isinstance(role[2], list) else []
-    needed = min(wait_replicas, len(replicas))
-    if not isinstance(acks, int) or acks < needed:
-        return _Unreplicated(f"{acks} of {needed} replicas confirmed the stats writes in time")
-    return None
 
 
 __all__ = ["ADD_SLICES", "IndexDebt", "PendingWrites", "SealedWrite", "WriteOutcome", "did_not_run", "write_pending"]

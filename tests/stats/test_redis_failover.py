@@ -6,20 +6,26 @@ recorded exactly once. Real servers on loopback (``tests/redis_topologies.py``).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from gateway.config import StatsConfig
 from gateway.fakes import FakeBehavior
+from gateway.stats import RedisStatsStore
 from gateway.stats.redis_layout import slice_key
+from gateway.stats.redis_store import read_shared_snapshot
 from gateway.stats.window import slice_index
 from tests.redis_server import RedisServerMissing
 from tests.redis_topologies import SENTINEL_ENVIRON, LoopbackCluster, SentinelGroup
 from tests.stats.failover import assert_replicas_converge, failover_config, failover_traffic, stats_document
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
+from tests.support.samples import make_sample
+from tests.support.stats import samples_of
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -129,3 +135,40 @@ def test_sentinel_failover_under_traffic(
 
     assert traffic.failures == []
     assert_replicas_converge(gateways)
+
+
+def test_what_a_demoted_master_takes_after_a_forced_failover_is_not_lost(
+    own_sentinels: SentinelGroup, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SENTINEL FAILOVER`` promotes the replica but leaves the old master up, taking writes with no replica
+    left, until the sentinels demote it seconds later. A flush in between must not count as written: its
+    samples reach the new master."""
+    for name, value in SENTINEL_ENVIRON.items():
+        monkeypatch.setenv(name, value)
+    stats = sentinel_stats(own_sentinels, prefix)
+    config = StatsConfig(
+        backend="redis", flush_interval_s=3600, refresh_interval_s=3600, redis_wait_replicas=1, **stats
+    )
+
+    async def failover() -> None:
+        store = RedisStatsStore(config)
+        await store.start()
+        try:
+            for _ in range(5):
+                store.record(make_sample())
+            await store.flush()  # on the first master, confirmed by its replica
+            old = own_sentinels.data_servers[own_sentinels.master_port()]
+            own_sentinels.failover()
+            for _ in range(7):
+                store.record(make_sample())
+            await store.flush()
+            assert own_sentinels.role(old) == "master"  # not demoted yet: the flush met the window
+            for _ in range(3):
+                if not (store.pending or store.buffer):
+                    break
+                await store.flush()
+            assert samples_of(await read_shared_snapshot(config)) == 12
+        finally:
+            await store.aclose()
+
+    asyncio.run(failover())
