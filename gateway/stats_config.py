@@ -75,7 +75,8 @@ class StatsConfig:
     redis_tls_verify: TlsVerify = "full"
     """``full``: certificate and host name; ``ca``: certificate only (nodes announced by IP); ``none``: neither."""
     redis_request_timeout_s: float = 0.5
-    """Longest a client request waits on Redis (rate limits); past it the request goes on without it."""
+    """Longest a client request waits on Redis for a rate limit; past it the request goes on without it. A
+    budget's reservation waits twice this (a connection, then the call), past which it is refused."""
     redis_request_max_connections: int = 32
     """Size of the pool shared by everything a request waits on (rate limits), per node in a cluster."""
     redis_retries: int = 1

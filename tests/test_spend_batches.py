@@ -265,6 +265,13 @@ def test_an_address_where_something_else_answers_is_an_outage() -> None:
     asyncio.run(not_redis())
 
 
+def test_a_reservation_waits_as_long_as_the_request_path_allows() -> None:
+    """``redis_request_timeout_s`` bounds the wait for a connection and for the call: the reservation, both."""
+    config = StatsConfig(backend="redis", redis_request_timeout_s=3.0)
+    store = RedisSpendStore.from_config(config, RedisConnections(config, {}))
+    assert store.timeout_s == 6.0
+
+
 class _GatedStore(RedisSpendStore):
     """A store whose writer stops before each round trip until ``gate`` is set (``sending`` tells it got there)."""
 

@@ -57,8 +57,6 @@ from gateway.redis_client import RedisClient, RedisConnections
 
 logger = logging.getLogger("gateway.spending")
 
-OPERATION_TIMEOUT_S = 1.0
-"""The longest a request waits on Redis for its reservation (a connection from the pool included)."""
 PENDING_LIMIT = 10_000
 BATCH_S = 0.02
 """How long a settlement waits for others to share its round trip (its hold is released that much later)."""
@@ -106,8 +104,18 @@ _ERRORS = (RedisError, OSError, TimeoutError)
 class RedisSpendStore:
     """Implements ``SpendStore`` on a ``redis.asyncio`` client it owns (closed by ``aclose``)."""
 
-    def __init__(self, client: RedisClient, prefix: str, *, retry_s: float = 1.0, owns_client: bool = False) -> None:
+    def __init__(
+        self,
+        client: RedisClient,
+        prefix: str,
+        *,
+        retry_s: float = 1.0,
+        timeout_s: float = 1.0,
+        owns_client: bool = False,
+    ) -> None:
         self.client = client
+        self.timeout_s = timeout_s
+        """The longest a request waits on Redis for its reservation, a connection from the pool included."""
         self._owns_client = owns_client
         """Close ``client`` with the store (one made apart from a ``RedisConnections``, e.g. by a tool)."""
         self.prefix = prefix
@@ -125,8 +133,9 @@ class RedisSpendStore:
 
     @classmethod
     def from_config(cls, stats: StatsConfig, redis: RedisConnections) -> RedisSpendStore:
-        """On the request-path client of ``redis`` (``gateway.redis_client``), which it never closes."""
-        return cls(redis.requests(), stats.key_prefix)
+        """On the request-path client of ``redis`` (``gateway.redis_client``), which it never closes. A reservation
+        waits for a connection, then for the call, each bounded by ``redis_request_timeout_s``."""
+        return cls(redis.requests(), stats.key_prefix, timeout_s=2 * stats.redis_request_timeout_s)
 
     # -- keys -----------------------------------------------------------------------------------
 
@@ -182,7 +191,7 @@ class RedisSpendStore:
         if not self._usable():
             raise SpendStoreDown(self._reason or "Redis unreachable")
         try:
-            async with asyncio.timeout(OPERATION_TIMEOUT_S):
+            async with asyncio.timeout(self.timeout_s):
                 raw = await self._reserve(keys=keys, args=args)
         except _ERRORS as exc:
             self._failed(exc)
@@ -273,7 +282,7 @@ class RedisSpendStore:
         """Send ``batch``; what did not go in is put back in front, in order. False if anything failed."""
         calls = settle_calls(self.prefix, [settlement for settlement, _ in batch], time.time())
         try:
-            async with asyncio.timeout(OPERATION_TIMEOUT_S):
+            async with asyncio.timeout(self.timeout_s):
                 results = await self._send(calls)
         except BaseException as exc:
             self._put_back(batch, set(range(len(batch))))  # cancelled too: nothing is known, all is kept
@@ -331,7 +340,7 @@ class RedisSpendStore:
         if not self._usable():
             raise SpendStoreDown(self._reason or "Redis unreachable")
         try:
-            async with asyncio.timeout(OPERATION_TIMEOUT_S * 4):
+            async with asyncio.timeout(self.timeout_s * 4):
                 async with self.client.pipeline(transaction=False) as pipe:
                     for tag in tags:
                         pipe.hgetall(self._breakdown_key(tag, period))
