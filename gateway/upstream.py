@@ -15,6 +15,7 @@ client headers that are hop-by-hop or carry credentials are dropped. ``anthropic
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import NamedTuple
@@ -97,7 +98,7 @@ class UpstreamResponse:
     goes back to its pool, or is closed, without awaiting anything), hence not ``aclose``.
     """
 
-    __slots__ = ("_connection", "_origin", "provider", "status", "headers")
+    __slots__ = ("_connection", "_origin", "provider", "status", "headers", "_decoder")
 
     def __init__(self, connection: Connection, origin: Origin, provider: str) -> None:
         self._connection: Connection | None = connection
@@ -108,12 +109,22 @@ class UpstreamResponse:
             [(name.decode("latin-1"), value.decode("latin-1")) for name, value in connection.raw_headers]
         )
         """Case-insensitive, as HTTP header names are: ``headers.get("retry-after")`` finds ``Retry-After``."""
+        self._decoder: _Decoder | None = None
+        coding = self.headers.get("content-encoding")
+        if coding is not None and coding.strip().lower() not in ("", "identity"):
+            self._decoder = _Decoder(coding.strip().lower())
 
     async def read_chunk(self) -> bytes:
         """The next bytes as they arrive; ``b""`` at the end of the body."""
         connection = self._open()
         try:
-            return await connection.read()
+            data = await connection.read()
+            if self._decoder is not None:
+                # A compressed piece may decode to nothing yet: read on, as b"" would say the body ended.
+                while not (decoded := self._decoder.decode(data)) and data:
+                    data = await connection.read()
+                return decoded
+            return data
         except (WireError, WireTimeout) as exc:
             raise self._read_error(exc) from None
 
@@ -122,7 +133,10 @@ class UpstreamResponse:
         ended), or None when it would wait for more. Raises as ``read_chunk`` does. The relay uses it to arm a
         deadline only around a read that waits."""
         try:
-            return self._open().ready()
+            data = self._open().ready()
+            if self._decoder is None or data is None:
+                return data
+            return self._decoder.decode(data) or (None if data else b"")
         except WireError as exc:
             raise self._read_error(exc) from None
 
@@ -171,6 +185,26 @@ class UpstreamResponse:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class _Decoder:
+    """A body a provider compressed although the gateway asked for ``identity``: gzip and deflate are read
+    (as aiohttp read them for the gateway before), any other coding is refused in plain words at the first read."""
+
+    __slots__ = ("_zlib", "_refused")
+
+    def __init__(self, coding: str) -> None:
+        self._zlib = zlib.decompressobj(32 + zlib.MAX_WBITS)  # 32: a zlib or a gzip header, whichever it is
+        self._refused = None if coding in ("gzip", "x-gzip", "deflate") else coding
+
+    def decode(self, data: bytes) -> bytes:
+        """The plain bytes of the next compressed ``data`` (``b""`` at the end: what is left, then nothing)."""
+        if self._refused is not None:
+            raise WireError(f"the answer is in content-encoding {self._refused!r}, which the gateway cannot read")
+        try:
+            return self._zlib.decompress(data) if data else self._zlib.flush()
+        except zlib.error:
+            raise WireError("the compressed answer could not be read: it is not valid gzip or deflate") from None
 
 
 class UpstreamClient:

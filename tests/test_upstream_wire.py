@@ -13,6 +13,7 @@ asyncio's loop and on uvloop (the gateway's).
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import json
 import queue
@@ -20,6 +21,7 @@ import socket
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -1061,3 +1063,100 @@ def test_the_host_header_names_the_origin_as_http_spells_it(base_url: str, host_
     """The default port is left out, and an IPv6 address keeps its brackets with or without a port."""
     origin = Origin(base_url, keepalive_s=4.0)
     assert (origin.host_header, origin.port) == (host_header, port)
+
+
+# --- compressed answers (a provider that ignores ``Accept-Encoding: identity``) -------------------------------------
+
+SSE_EVENTS = [b'data: {"n": %d, "text": "%s"}\n\n' % (n, b"word " * n) for n in range(40)] + [b"data: [DONE]\n\n"]
+
+
+def _compressed(coding: str, plain_body: bytes) -> bytes:
+    if coding == "gzip":
+        return gzip.compress(plain_body)
+    return zlib.compress(plain_body)  # HTTP's "deflate": a zlib stream
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_compressed_stream_arrives_as_its_plain_bytes_piece_by_piece(
+    coding: str, run: Run[Any], serve: Callable[[Handler], ScriptedServer]
+) -> None:
+    """Each event compressed and flushed as it is sent, as a streaming server does, in chunks of a few bytes: the
+    reader gets the plain stream byte-exact, never an empty piece before the end (which would end it early)."""
+    plain_body = b"".join(SSE_EVENTS)
+
+    def handle(conn: Conn) -> None:
+        if conn.read_request() is None:
+            return
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: {coding}\r\n"
+        conn.send(head.encode() + b"Transfer-Encoding: chunked\r\n\r\n")
+        packer = zlib.compressobj(wbits=31 if coding == "gzip" else 15)
+        for event in SSE_EVENTS:
+            piece = packer.compress(event) + packer.flush(zlib.Z_SYNC_FLUSH)
+            for start in range(0, len(piece), 7):  # a gzip header split across chunks, too
+                part = piece[start : start + 7]
+                conn.send(b"%x\r\n%s\r\n" % (len(part), part))
+        tail = packer.flush()
+        conn.send(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
+        conn.wait_client_close()
+
+    server = serve(handle)
+
+    async def go() -> list[bytes]:
+        client = client_for(server)
+        try:
+            async with await client.send("/chat/completions", CHAT, TIMEOUTS) as answer:
+                pieces = []
+                while piece := await answer.read_chunk():
+                    pieces.append(piece)
+                return pieces
+        finally:
+            await client.aclose()
+
+    pieces = run(go)
+    assert b"".join(pieces) == plain_body
+    assert len(pieces) > 1
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "GZIP"])
+def test_a_compressed_whole_answer_reads_as_its_plain_bytes_and_the_connection_is_reused(
+    coding: str, run: Run[Any], serve: Callable[[Handler], ScriptedServer]
+) -> None:
+    body = json.dumps({"choices": [{"message": {"content": "hello " * 200}}]}).encode()
+    packed = response(_compressed(coding.lower(), body), f"Content-Encoding: {coding}")
+    server = serve(keep_alive(lambda request: packed))
+
+    async def go() -> list[bytes]:
+        client = client_for(server)
+        try:
+            return [await fetch(client), await fetch(client)]
+        finally:
+            await client.aclose()
+
+    assert run(go) == [body, body]
+    assert len(server.conns) == 1
+
+
+@pytest.mark.parametrize(
+    ("coding", "payload", "words"),
+    [
+        ("br", b"\x1b\x03\x00\xf8\xa5\x40\x42", "content-encoding 'br', which the gateway cannot read"),
+        ("gzip", b"\x1f\x8b\x08\x00not gzip at all", "the compressed answer could not be read"),
+    ],
+)
+def test_an_answer_the_gateway_cannot_decompress_is_upstream_unavailable_in_plain_words(
+    coding: str, payload: bytes, words: str, run: Run[Any], serve: Callable[[Handler], ScriptedServer]
+) -> None:
+    server = serve(keep_alive(lambda request: response(payload, f"Content-Encoding: {coding}")))
+
+    async def go() -> str:
+        client = client_for(server)
+        try:
+            with pytest.raises(UpstreamUnavailable) as info:
+                await fetch(client)
+            return str(info.value)
+        finally:
+            await client.aclose()
+
+    message = run(go)
+    assert message.startswith(f"{NAME}: ") and words in message
+    plain(message)
