@@ -7,6 +7,7 @@ parses those first and passes them in).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -21,6 +22,8 @@ PrefillFormat = Literal["plain", "prefix", "vllm"]
 PREFILL_FORMATS: tuple[PrefillFormat, ...] = ("plain", "prefix", "vllm")
 
 DEFAULT_KEEPALIVE_S = 4.0
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")
+"""An HTTP header name (RFC 9110's token), lower-cased."""
 
 
 def token_cost_usd(
@@ -47,6 +50,9 @@ class ProviderConfig:
     name: str
     base_url: str
     api_key_env: str | None = None
+    api_key_header: str = "authorization"
+    """The header the key goes in: ``authorization`` (as ``Bearer <key>``), or another name that carries the key
+    as it is (``api-key`` for Azure OpenAI). The Messages API's own ``x-api-key`` is used for it regardless."""
     max_concurrency: int | None = None
     """A ceiling on requests in flight to this provider, all its models together (None: none); below it the
     gateway learns each deployment's real limit from its refusals (``gateway.routing.capacity``)."""
@@ -167,6 +173,7 @@ def parse_provider(table: TableReader) -> ProviderConfig:
         name=table.text("name"),
         base_url=table.text("base_url").rstrip("/"),
         api_key_env=table.text("api_key_env", None),
+        api_key_header=table.text("api_key_header", "authorization").lower(),
         max_concurrency=table.integer("max_concurrency", None, minimum=1),
         headers=table.str_table("headers"),
         keepalive_s=table.number("keepalive_s", DEFAULT_KEEPALIVE_S, positive=True),
@@ -180,8 +187,10 @@ def parse_provider(table: TableReader) -> ProviderConfig:
     if parts.username or parts.password:
         # A key in the URL would end up in logs; keys belong in api_key_env.
         raise table.error("base_url", "must not contain credentials (name them with api_key_env)")
+    if not _HEADER_NAME.fullmatch(provider.api_key_header):
+        raise table.error("api_key_header", f'expected an HTTP header name, got "{provider.api_key_header}"')
     for name, _ in provider.headers:
-        if name.lower() in ("authorization", "api-key", "x-api-key"):
+        if name.lower() in ("authorization", "api-key", "x-api-key", provider.api_key_header):
             raise table.error(f"headers.{name}", "secrets must come from the environment (use api_key_env)")
     table.finish()
     return provider

@@ -220,7 +220,8 @@ class UpstreamClient:
         base.update(dict(provider.headers))
         anthropic = dict(base)
         if api_key:
-            base["authorization"] = f"Bearer {api_key}"
+            header = provider.api_key_header
+            base[header] = f"Bearer {api_key}" if header == "authorization" else api_key
             anthropic["x-api-key"] = api_key
         self._base_headers = base
         self._anthropic_headers = anthropic
@@ -231,8 +232,8 @@ class UpstreamClient:
         frame), not a method."""
         self._origins: dict[str, Origin] = {}
         """Kept-alive connections by scheme, host and port (a provider's APIs may live at different URLs)."""
-        self._routes: dict[str, tuple[Origin, str]] = {}
-        """Each base URL's origin and path prefix, found once."""
+        self._routes: dict[str, tuple[Origin, str, str]] = {}
+        """Each base URL's origin, path prefix and query (``?api-version=…``, put after each path), found once."""
         self.closed = False
         """Set by ``aclose``: the client then refuses new requests (a reload closes the old runtime's clients once
         its last stream is done)."""
@@ -271,10 +272,8 @@ class UpstreamClient:
         merged = self.headers_for(api, headers)
         if body is None:
             merged.pop("content-type", None)
-        origin, prefix = self._route(self.provider.base_url_for(api))
-        return await self._exchange(
-            origin, request_bytes(method, prefix + path, origin.host_header, merged, body), timeouts
-        )
+        origin, target = self._target(self.provider.base_url_for(api), path)
+        return await self._exchange(origin, request_bytes(method, target, origin.host_header, merged, body), timeouts)
 
     async def _exchange(self, origin: Origin, request: bytes, timeouts: AttemptTimeouts) -> UpstreamResponse:
         name = self.provider.name
@@ -308,19 +307,24 @@ class UpstreamClient:
                     continue
                 raise UpstreamUnavailable(f"{name}: cannot reach upstream ({exc})", provider=name) from None
 
-    def _route(self, base_url: str) -> tuple[Origin, str]:
+    def _target(self, base_url: str, path: str) -> tuple[Origin, str]:
+        """The origin of ``base_url`` and the request target of ``path`` under it."""
         route = self._routes.get(base_url)
         if route is None:
             origin = Origin(base_url, self.provider.keepalive_s)
             origin = self._origins.setdefault(origin.key, origin)
-            route = self._routes[base_url] = (origin, urlsplit(base_url).path.rstrip("/"))
-        return route
+            parts = urlsplit(base_url)
+            route = self._routes[base_url] = (origin, parts.path.rstrip("/"), parts.query)
+        origin, prefix, query = route
+        if query:
+            return origin, f"{prefix}{path}{'&' if '?' in path else '?'}{query}"
+        return origin, prefix + path
 
     async def get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
         """A small GET (model lists, health probes)."""
-        origin, prefix = self._route(self.provider.base_url)
+        origin, target = self._target(self.provider.base_url, path)
         headers = {name: value for name, value in self._base_headers.items() if name != "content-type"}
-        request = request_bytes("GET", prefix + path, origin.host_header, headers, None)
+        request = request_bytes("GET", target, origin.host_header, headers, None)
         try:
             async with await self._exchange(
                 origin, request, AttemptTimeouts(timeout_s, timeout_s, timeout_s)

@@ -237,6 +237,14 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
             "config.toml: providers[0].headers.Authorization: secrets must come from the environment",
         ),
         (
+            MINIMAL.replace('name = "groq"\n', 'name = "groq"\napi_key_header = "api key"\n', 1),
+            'config.toml: providers[0].api_key_header: expected an HTTP header name, got "api key"',
+        ),
+        (
+            MINIMAL.replace('name = "groq"\n', 'name = "groq"\napi_key_header = "X-Key"\nheaders = { x-key = "k" }\n'),
+            "config.toml: providers[0].headers.x-key: secrets must come from the environment",
+        ),
+        (
             MINIMAL.replace('name = "groq"\n', 'name = "groq"\nmax_concurrency = 0\n', 1),
             "config.toml: providers[0].max_concurrency: expected an integer >= 1, got 0",
         ),

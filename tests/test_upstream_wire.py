@@ -1160,3 +1160,31 @@ def test_an_answer_the_gateway_cannot_decompress_is_upstream_unavailable_in_plai
     message = run(go)
     assert message.startswith(f"{NAME}: ") and words in message
     plain(message)
+
+
+# --- a base URL with a query, and the key in a header of the provider's choosing (Azure OpenAI) ---------------------
+
+
+def test_a_base_url_query_follows_every_path_and_the_key_goes_in_the_header_named(
+    run: Run[Any], serve: Callable[[Handler], ScriptedServer]
+) -> None:
+    server = serve(keep_alive())
+    base_url = f"http://127.0.0.1:{server.port}/openai/deployments/gpt-4o?api-version=2024-10-21"
+
+    async def go() -> None:
+        provider = ProviderConfig(name=NAME, base_url=base_url, api_key_header="api-key")
+        client = UpstreamClient(provider, KEY)
+        try:
+            async with await client.send("/chat/completions", CHAT, TIMEOUTS):
+                pass
+            await client.get("/models?limit=5", 5.0)
+        finally:
+            await client.aclose()
+
+    run(go)
+    post, get = server.requests
+    assert post.line == "POST /openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21 HTTP/1.1"
+    assert get.line == "GET /openai/deployments/gpt-4o/models?limit=5&api-version=2024-10-21 HTTP/1.1"
+    for request in (post, get):
+        assert request.header("api-key") == KEY
+        assert request.header("authorization") is None
