@@ -276,6 +276,15 @@ async def fetch(client: UpstreamClient, body: bytes = CHAT) -> bytes:
         return await answer.read_all()
 
 
+async def fetch_twice(server: ScriptedServer) -> list[bytes]:
+    """Two answers fetched one after the other by one client (a kept-alive connection may carry both)."""
+    client = client_for(server)
+    try:
+        return [await fetch(client), await fetch(client)]
+    finally:
+        await client.aclose()
+
+
 def plain(message: str) -> None:
     """A message for people: no class names, no parser internals."""
     for word in INTERNALS:
@@ -408,14 +417,7 @@ def test_a_close_delimited_body_arrives_whole_and_the_next_request_opens_a_new_c
 
     server = serve(handle)
 
-    async def go() -> list[bytes]:
-        client = client_for(server)
-        try:
-            return [await fetch(client), await fetch(client)]
-        finally:
-            await client.aclose()
-
-    assert run(go) == [body, body]
+    assert run(lambda: fetch_twice(server)) == [body, body]
     assert len(server.conns) == 2
     assert [len(conn.requests) for conn in server.conns] == [1, 1]
 
@@ -1125,14 +1127,7 @@ def test_a_compressed_whole_answer_reads_as_its_plain_bytes_and_the_connection_i
     packed = response(_compressed(coding.lower(), body), f"Content-Encoding: {coding}")
     server = serve(keep_alive(lambda request: packed))
 
-    async def go() -> list[bytes]:
-        client = client_for(server)
-        try:
-            return [await fetch(client), await fetch(client)]
-        finally:
-            await client.aclose()
-
-    assert run(go) == [body, body]
+    assert run(lambda: fetch_twice(server)) == [body, body]
     assert len(server.conns) == 1
 
 
