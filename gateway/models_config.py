@@ -168,6 +168,16 @@ def _base_urls(table: TableReader) -> tuple[tuple[Endpoint, str], ...]:
     return tuple(urls)
 
 
+def under(base_url: str, path: str) -> str:
+    """``path`` (which may carry a query of its own) under ``base_url``, whose query, if any, follows it:
+    ``…/deployments/d?api-version=v`` and ``/chat/completions`` give ``…/deployments/d/chat/completions?api-version=v``
+    (Azure OpenAI's form). Works alike on a whole URL and on its path and query alone."""
+    base, _, query = base_url.partition("?")
+    if not query:
+        return base.rstrip("/") + path
+    return f"{base.rstrip('/')}{path}{'&' if '?' in path else '?'}{query}"
+
+
 def parse_provider(table: TableReader) -> ProviderConfig:
     provider = ProviderConfig(
         name=table.text("name"),

@@ -29,6 +29,7 @@ from gateway.dialects.scans import redactor
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.http1 import Connection, WireError, WireTimeout
 from gateway.http1_origin import Origin, request_bytes
+from gateway.models_config import under
 from gateway.request_body import decoded_headers
 from gateway.samples import Endpoint
 
@@ -232,8 +233,8 @@ class UpstreamClient:
         frame), not a method."""
         self._origins: dict[str, Origin] = {}
         """Kept-alive connections by scheme, host and port (a provider's APIs may live at different URLs)."""
-        self._routes: dict[str, tuple[Origin, str, str]] = {}
-        """Each base URL's origin, path prefix and query (``?api-version=…``, put after each path), found once."""
+        self._routes: dict[str, tuple[Origin, str]] = {}
+        """Each base URL's origin and its path with its query (``?api-version=…``, put after each path), found once."""
         self.closed = False
         """Set by ``aclose``: the client then refuses new requests (a reload closes the old runtime's clients once
         its last stream is done)."""
@@ -314,11 +315,9 @@ class UpstreamClient:
             origin = Origin(base_url, self.provider.keepalive_s)
             origin = self._origins.setdefault(origin.key, origin)
             parts = urlsplit(base_url)
-            route = self._routes[base_url] = (origin, parts.path.rstrip("/"), parts.query)
-        origin, prefix, query = route
-        if query:
-            return origin, f"{prefix}{path}{'&' if '?' in path else '?'}{query}"
-        return origin, prefix + path
+            route = self._routes[base_url] = (origin, f"{parts.path}?{parts.query}" if parts.query else parts.path)
+        origin, prefix = route
+        return origin, under(prefix, path)
 
     async def get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
         """A small GET (model lists, health probes)."""

@@ -33,6 +33,7 @@ import uvloop
 from gateway.config import ProviderConfig
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from gateway.http1_origin import Origin
+from gateway.models_config import under
 from gateway.upstream import AttemptTimeouts, UpstreamClient
 from tests.support.wait import wait_until
 
@@ -1183,3 +1184,17 @@ def test_a_base_url_query_follows_every_path_and_the_key_goes_in_the_header_name
     for request in (post, get):
         assert request.header("api-key") == KEY
         assert request.header("authorization") is None
+
+
+@pytest.mark.parametrize(
+    ("base_url", "path", "url"),
+    [
+        ("https://h/v1", "/chat/completions", "https://h/v1/chat/completions"),
+        ("https://h/v1/", "/models", "https://h/v1/models"),
+        ("https://h/d?api-version=1", "/chat/completions", "https://h/d/chat/completions?api-version=1"),
+        ("https://h/d/?api-version=1", "/models?limit=5", "https://h/d/models?limit=5&api-version=1"),
+        ("/d?v=1", "/messages", "/d/messages?v=1"),
+    ],
+)
+def test_a_path_under_a_base_url_keeps_the_base_urls_query_last(base_url: str, path: str, url: str) -> None:
+    assert under(base_url, path) == url

@@ -52,6 +52,7 @@ def targets_from_config(
                     base_url=provider.base_url_for(api),
                     routed_model=deployment.model,
                     api_key=keys.get(provider.name),
+                    api_key_header=provider.api_key_header,
                     model=model.name,
                     deployment=deployment.name,
                     provider=provider.name,

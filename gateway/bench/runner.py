@@ -29,6 +29,7 @@ from gateway.bench.transport_errors import describe_transport_error
 from gateway.dialects import dialect_for
 from gateway.errors import describe_error_body
 from gateway.meter import StreamMeter
+from gateway.models_config import under
 from gateway.quality import expectation_of, judge
 from gateway.samples import Endpoint, Outcome, RequestKind, Validity
 from gateway.tokens import TokenCounter
@@ -54,6 +55,8 @@ class BenchTarget:
     routed_model: str
     """Sent as ``model``: the provider's own id (direct) or the gateway's model name."""
     api_key: str | None = field(default=None, repr=False)
+    api_key_header: str = "authorization"
+    """The header the key goes in (``ProviderConfig.api_key_header``): ``authorization`` as ``Bearer <key>``."""
     model: str | None = None
     """The config's client-facing model name (direct targets); samples are filed under it."""
     deployment: str | None = None
@@ -216,7 +219,8 @@ class BenchRunner:
             if target.api_key:
                 headers["x-api-key"] = target.api_key
         elif target.api_key:
-            headers["authorization"] = f"Bearer {target.api_key}"
+            header = target.api_key_header
+            headers[header] = f"Bearer {target.api_key}" if header == "authorization" else target.api_key
         for last_try in (False, True):
             started_at = time.time()
             sent_at = time.perf_counter()
@@ -228,7 +232,8 @@ class BenchRunner:
             error: str | None = None
             try:
                 async with asyncio.timeout(self.settings.timeout_s):
-                    async with session.post(target.base_url + _PATHS[api], data=body, headers=headers) as response:
+                    url = under(target.base_url, _PATHS[api])
+                    async with session.post(url, data=body, headers=headers) as response:
                         status = response.status
                         if target.kind == "gateway":
                             served_by = response.headers.get("x-gateway-provider") or None
