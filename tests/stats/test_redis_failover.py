@@ -145,9 +145,17 @@ def test_what_a_demoted_master_takes_after_a_forced_failover_is_not_lost(
     samples reach the new master."""
     for name, value in SENTINEL_ENVIRON.items():
         monkeypatch.setenv(name, value)
-    stats = sentinel_stats(own_sentinels, prefix)
     config = StatsConfig(
-        backend="redis", flush_interval_s=3600, refresh_interval_s=3600, redis_wait_replicas=1, **stats
+        backend="redis",
+        redis_mode="sentinel",
+        redis_sentinels=tuple(own_sentinels.addresses),
+        redis_sentinel_service=own_sentinels.service,
+        redis_password_env="REDIS_PASSWORD",
+        redis_sentinel_password_env="SENTINEL_PASSWORD",
+        key_prefix=prefix,
+        flush_interval_s=3600,
+        refresh_interval_s=3600,
+        redis_wait_replicas=1,
     )
 
     async def failover() -> None:
