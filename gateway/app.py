@@ -44,7 +44,7 @@ from gateway.config import GatewayConfig, StatsConfig, resolve_metrics_key, reso
 from gateway.conversations import ConversationStore, InMemoryConversationStore, RedisConversationStore
 from gateway.dashboard import dashboard, root
 from gateway.descriptors import DescriptorWatch
-from gateway.dialects import dialect_for_path
+from gateway.dialects import Dialect, dialect_for_path
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.events import EventFanout, GatewayEvents
 from gateway.metrics.genai import GenAISink
@@ -206,12 +206,16 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
         error = MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}", headers=headers)
     else:
         error = NotFound(f"no such endpoint: {request.method} {request.url.path}")
-    return api.error_response(error, dialect=dialect_for_path(request.url.path))
+    return api.error_response(error, dialect=_dialect_of(request))
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
-    return api.error_response(exc, dialect=dialect_for_path(request.url.path))
+    return api.error_response(exc, dialect=_dialect_of(request))
+
+
+def _dialect_of(request: Request) -> Dialect:
+    return dialect_for_path(request.url.path, "anthropic-version" in request.headers)
 
 
 class GatewayApp(Starlette):

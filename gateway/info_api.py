@@ -16,11 +16,23 @@ from gateway.metrics.series import Metrics
 from gateway.runtime import runtime_of
 
 
+def _model(name: str, anthropic: bool) -> dict[str, object]:
+    """One model as the client's API lists it: Anthropic's when the client sends ``anthropic-version`` (its SDK
+    and Claude Code always do), else OpenAI's."""
+    if anthropic:
+        return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
+    return {"id": name, "object": "model", "created": 0, "owned_by": "gateway"}
+
+
 async def list_models(request: Request) -> Response:
     runtime = runtime_of(request.scope)
     key = runtime.access.authenticate(request.scope)
     names = runtime.access.visible_models(key, [m.name for m in runtime.config.models])
-    data = [{"id": name, "object": "model", "created": 0, "owned_by": "gateway"} for name in names]
+    anthropic = "anthropic-version" in request.headers
+    data = [_model(name, anthropic) for name in names]
+    if anthropic:
+        first, last = (names[0], names[-1]) if names else (None, None)
+        return JSONResponse({"data": data, "has_more": False, "first_id": first, "last_id": last})
     return JSONResponse({"object": "list", "data": data})
 
 
@@ -30,7 +42,7 @@ async def retrieve_model(request: Request) -> Response:
     key = runtime.access.authenticate(request.scope)
     wanted = request.path_params["model_id"]
     if wanted in runtime.access.visible_models(key, [m.name for m in runtime.config.models]):
-        return JSONResponse({"id": wanted, "object": "model", "created": 0, "owned_by": "gateway"})
+        return JSONResponse(_model(wanted, "anthropic-version" in request.headers))
     raise ModelNotFound(f"model '{clip(wanted)}' does not exist", param="model", code="model_not_found")
 
 

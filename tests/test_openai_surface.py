@@ -52,6 +52,33 @@ def test_models_retrieve(start_gateway: Callable[..., Gateway], fakes: Fakes) ->
         assert len(caught.value.message) < 1000 and "(50000 characters)" in caught.value.message
 
 
+def test_an_anthropic_client_lists_and_retrieves_models_in_its_own_shape(
+    start_gateway: Callable[..., Gateway], fakes: Fakes
+) -> None:
+    """The Anthropic SDK (and Claude Code) send ``anthropic-version``: the model list, one model, and a model not
+    found come in the Models API's shapes; without the header, OpenAI's as before."""
+    gateway, _ = _start(start_gateway, fakes)
+    with anthropic.Anthropic(base_url=gateway.url, api_key="x", max_retries=0) as claude:
+        listed = claude.models.list()
+        assert [(m.id, m.type, m.display_name) for m in listed.data] == [
+            ("m", "model", "m"),
+            ("org/m:free", "model", "org/m:free"),
+        ]
+        assert listed.data[0].created_at.year == 1970 and listed.has_more is False
+        assert (listed.first_id, listed.last_id) == ("m", "org/m:free")
+        assert claude.models.retrieve("org/m:free").display_name == "org/m:free"
+        with pytest.raises(anthropic.NotFoundError) as caught:
+            claude.models.retrieve("nope")
+        assert caught.value.body == {
+            "type": "error",
+            "error": {"type": "not_found_error", "message": "model 'nope' does not exist"},
+        }
+    with httpx.Client(base_url=gateway.url) as http:
+        assert http.get("/v1/models").json()["object"] == "list"
+        missing = http.get("/v1/nothing-here", headers={"anthropic-version": "2023-06-01"})
+        assert missing.status_code == 404 and missing.json()["type"] == "error"
+
+
 REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("no role", {"messages": [{"content": "hi"}]}, "messages[0].role"),
     (

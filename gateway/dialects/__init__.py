@@ -22,9 +22,10 @@ def dialect_for(api: Endpoint) -> Dialect:
     return _DIALECTS[api]
 
 
-def dialect_for_path(path: str) -> Dialect:
-    """The dialect of an HTTP path, for errors raised before an endpoint is known (404, 405)."""
-    return _DIALECTS["messages"] if path.startswith("/v1/messages") else CHAT
+def dialect_for_path(path: str, anthropic_client: bool = False) -> Dialect:
+    """The dialect of an HTTP path, for errors raised outside the inference endpoints (a 404, a 405, the model
+    list's): Anthropic's for ``/v1/messages`` and for a client that sends ``anthropic-version``, else OpenAI's."""
+    return _DIALECTS["messages"] if anthropic_client or path.startswith("/v1/messages") else CHAT
 
 
 __all__ = ["CHAT", "Dialect", "Look", "Tally", "dialect_for", "dialect_for_path"]
