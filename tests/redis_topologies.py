@@ -14,9 +14,11 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 
+from gateway.config import StatsConfig
 from tests.redis_server import INSTALL_HINT, RedisServer, RedisServerMissing, free_port
 
 NODE_TIMEOUT_MS = 1000
@@ -309,6 +311,18 @@ class SentinelGroup:
             if int(str(view["num-other-sentinels"])) != len(self.sentinels) - 1 or int(str(view["num-slaves"])) < 1:
                 return False
         return True
+
+    def stats_config(self, **fields: Any) -> StatsConfig:
+        """``[stats]`` on this group (its passwords named as ``SENTINEL_ENVIRON`` holds them), ``fields`` beside."""
+        return StatsConfig(
+            backend="redis",
+            redis_mode="sentinel",
+            redis_sentinels=tuple(self.addresses),
+            redis_sentinel_service=self.service,
+            redis_password_env="REDIS_PASSWORD",
+            redis_sentinel_password_env="SENTINEL_PASSWORD",
+            **fields,
+        )
 
     def master_port(self) -> int:
         """The master's port as the sentinels report it."""

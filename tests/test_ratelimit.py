@@ -79,15 +79,7 @@ def limiter_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
         )
     elif request.param == "sentinel":
         group = request.getfixturevalue("sentinel_group")
-        config = StatsConfig(
-            backend="redis",
-            redis_mode="sentinel",
-            redis_sentinels=tuple(group.addresses),
-            redis_sentinel_service=group.service,
-            redis_password_env="REDIS_PASSWORD",
-            redis_sentinel_password_env="SENTINEL_PASSWORD",
-            key_prefix=prefix,
-        )
+        config = group.stats_config(key_prefix=prefix)
     else:
         server = RedisServer(tmp_path).start()
         config = StatsConfig(backend="redis", redis_url=server.url, key_prefix=prefix)

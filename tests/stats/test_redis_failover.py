@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import StatsConfig
 from gateway.fakes import FakeBehavior
 from gateway.stats import RedisStatsStore
 from gateway.stats.redis_layout import slice_key
@@ -145,17 +144,8 @@ def test_what_a_demoted_master_takes_after_a_forced_failover_is_not_lost(
     samples reach the new master."""
     for name, value in SENTINEL_ENVIRON.items():
         monkeypatch.setenv(name, value)
-    config = StatsConfig(
-        backend="redis",
-        redis_mode="sentinel",
-        redis_sentinels=tuple(own_sentinels.addresses),
-        redis_sentinel_service=own_sentinels.service,
-        redis_password_env="REDIS_PASSWORD",
-        redis_sentinel_password_env="SENTINEL_PASSWORD",
-        key_prefix=prefix,
-        flush_interval_s=3600,
-        refresh_interval_s=3600,
-        redis_wait_replicas=1,
+    config = own_sentinels.stats_config(
+        key_prefix=prefix, flush_interval_s=3600, refresh_interval_s=3600, redis_wait_replicas=1
     )
 
     async def failover() -> None:

@@ -22,7 +22,7 @@ from gateway.stats import InMemoryStatsStore, RedisStatsStore
 from gateway.stats.answers import ANSWERS_KEPT
 from gateway.stats.sketch import LogHistogram
 from gateway.stats.snapshot import METRICS, sample_values
-from tests.redis_topologies import SENTINEL_ENVIRON
+from tests.redis_topologies import SENTINEL_ENVIRON, SentinelGroup
 from tests.support.clock import FakeClock
 from tests.support.samples import make_sample
 from tests.support.stats import samples_of
@@ -42,15 +42,8 @@ def backend_config(request: pytest.FixtureRequest, kind: str) -> StatsConfig:
             backend="redis", redis_mode="cluster", redis_url=request.getfixturevalue("redis_cluster").url
         )
     if kind == "sentinel":
-        group = request.getfixturevalue("sentinel_group")
-        return StatsConfig(
-            backend="redis",
-            redis_mode="sentinel",
-            redis_sentinels=tuple(group.addresses),
-            redis_sentinel_service=group.service,
-            redis_password_env="REDIS_PASSWORD",
-            redis_sentinel_password_env="SENTINEL_PASSWORD",
-        )
+        group: SentinelGroup = request.getfixturevalue("sentinel_group")
+        return group.stats_config()
     return StatsConfig(backend="redis", redis_url=request.getfixturevalue("redis_server").url)
 
 
