@@ -319,19 +319,6 @@ class UpstreamClient:
         origin, prefix = route
         return origin, under(prefix, path)
 
-    async def get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
-        """A small GET (model lists, health probes)."""
-        origin, target = self._target(self.provider.base_url, path)
-        headers = {name: value for name, value in self._base_headers.items() if name != "content-type"}
-        request = request_bytes("GET", target, origin.host_header, headers, None)
-        try:
-            async with await self._exchange(
-                origin, request, AttemptTimeouts(timeout_s, timeout_s, timeout_s)
-            ) as response:
-                return response.status, await response.read_all()
-        except UpstreamTimeout as exc:
-            raise UpstreamUnavailable(f"{self.provider.name}: timed out", provider=self.provider.name) from exc
-
     async def aclose(self) -> None:
         self.closed = True
         for origin in self._origins.values():

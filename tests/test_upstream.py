@@ -152,8 +152,8 @@ def test_no_key_means_no_authorization_header(fakes: Fakes) -> None:
     async def go() -> int:
         client = UpstreamClient(provider_for(fake), None)
         try:
-            status, body = await client.get("/models", timeout_s=2.0)
-            assert json.loads(body)["object"] == "list"
+            async with await client.request("GET", "/models", None, TIMEOUTS) as listed:
+                assert json.loads(await listed.read_all())["object"] == "list"
             async with await client.send("/chat/completions", CHAT, TIMEOUTS) as response:
                 await response.read_all()
                 return response.status
