@@ -39,7 +39,6 @@ from gateway.admission.ratelimit import RateLimiter, open_rate_limiter
 from gateway.admission.spending import SpendLedger
 from gateway.admission.spending.factory import open_spend_store
 from gateway.admission.usage import USAGE_TAP
-from gateway.canary import Canary
 from gateway.config import GatewayConfig, StatsConfig, resolve_metrics_key, resolve_secrets
 from gateway.conversations import ConversationStore, InMemoryConversationStore, RedisConversationStore
 from gateway.dashboard import dashboard, root
@@ -293,7 +292,11 @@ def create_app(config: GatewayConfig, options: AppOptions | None = None) -> Star
                 prober.start()
             canary = None
             if config.canary is not None:
-                # Reads the current runtime at each round: a reload changes its settings (adding it needs a restart).
+                # Imported here: the canary's HTTP client (aiohttp, ~9 MiB resident) is loaded only by a gateway that
+                # runs one. It reads the current runtime at each round: a reload changes its settings (adding it
+                # needs a restart).
+                from gateway.canary import Canary
+
                 canary = Canary(
                     lambda: holder.current.config,
                     lambda: holder.current.dispatcher.runner.sink,
