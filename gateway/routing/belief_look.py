@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
 
 from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief, Branches
 from gateway.routing.belief_failures import FAIL_PRIOR
 from gateway.routing.belief_runs import Run
 from gateway.routing.cost import Cost, Shape, Weights, factors, terms
+from gateway.routing.draws import normal_pair
 from gateway.routing.priors import DRIFT, Prior
 
 GAIN_DRAWS = 16
 """Draws that estimate what a look may teach: a cost of the computation, not a fact of the world."""
-_TWOPI = 2.0 * math.pi
-"""``random.TWOPI``."""
 
 
 class Hypothesis:
@@ -146,12 +144,12 @@ def gains(
         # Five normals as five ``gauss`` calls make them: Box-Muller pairs, the sine's kept for the next call.
         if carrying:
             z0 = carry
-            z1, z2 = _normal_pair(uniform)
-            z3, z4 = _normal_pair(uniform)
+            z1, z2 = normal_pair(uniform)
+            z3, z4 = normal_pair(uniform)
         else:
-            z0, z1 = _normal_pair(uniform)
-            z2, z3 = _normal_pair(uniform)
-            z4, carry = _normal_pair(uniform)
+            z0, z1 = normal_pair(uniform)
+            z2, z3 = normal_pair(uniform)
+            z4, carry = normal_pair(uniform)
         carrying = not carrying
         ttft = math.exp(run.mean0 + z0 * run.sd0)
         spt = math.exp(run.mean1 + z1 * run.sd1)
@@ -181,13 +179,6 @@ def gains(
             stayed_total += improvement
     state["gauss_next"] = carry if carrying else None
     return 2 * total / GAIN_DRAWS, 2 * stayed_total / GAIN_DRAWS, 2 * changed_total / GAIN_DRAWS
-
-
-def _normal_pair(uniform: Callable[[], float]) -> tuple[float, float]:
-    """Two standard normals exactly as ``random.gauss`` makes a pair (Box-Muller: the cosine's, then the sine's)."""
-    x2pi = uniform() * _TWOPI
-    g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
-    return math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
 
 
 def _leader_terms(lead: Cost, weights: Weights, epsilon: float) -> tuple[float, ...]:

@@ -17,15 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
 from gateway.policies import PolicyConfig
-from gateway.routing.draws import Draw, new_tuple
+from gateway.routing.draws import STANDARD_NORMAL, Draw, new_tuple
 from gateway.routing.overrides import Sort
 
-_Z = NormalDist()
 VALID_PRIOR = 5
 """Pseudo-valid answers added to the valid rate: an honest provider's one invalid answer among its first few must
 not cost it a kind of traffic for a whole window."""
@@ -68,8 +66,8 @@ class Weights:
     @classmethod
     def of(cls, policy: PolicyConfig, sort: Sort | None = None) -> Weights:
         quantiles = policy.estimate == "quantile"
-        ttft_z = _Z.inv_cdf(min(max(policy.ttft_quantile, 0.01), 0.99)) if quantiles else None
-        spt_z = _Z.inv_cdf(min(max(policy.tps_quantile, 0.01), 0.99)) if quantiles else None
+        ttft_z = STANDARD_NORMAL.inv_cdf(min(max(policy.ttft_quantile, 0.01), 0.99)) if quantiles else None
+        spt_z = STANDARD_NORMAL.inv_cdf(min(max(policy.tps_quantile, 0.01), 0.99)) if quantiles else None
         failure, quality = policy.failure_weight, policy.quality_weight
         if sort == "price":
             return cls(0.05, 0.0, 0.0, 1.0, failure, ttft_z, spt_z, quality)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from statistics import NormalDist
 from typing import NamedTuple
 
 
@@ -51,8 +52,17 @@ def sample(sampling: Sampling, rng: random.Random) -> tuple[float, float, float]
     return math.exp(ttft), math.exp(spt), failure
 
 
+STANDARD_NORMAL = NormalDist()
+"""The standard normal's cdf and quantiles, for the package's every use."""
 _TWOPI = 2.0 * math.pi
 """``random.TWOPI``."""
+
+
+def normal_pair(uniform: Callable[[], float]) -> tuple[float, float]:
+    """Two standard normals exactly as ``random.gauss`` makes a pair (Box-Muller: the cosine's, then the sine's)."""
+    x2pi = uniform() * _TWOPI
+    g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
+    return math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
 
 
 def standard_normals(uniform: Callable[[], float], carry: float | None, count: int) -> list[float]:
@@ -60,8 +70,7 @@ def standard_normals(uniform: Callable[[], float], carry: float | None, count: i
     ``carry``; an odd one over is last (the next carry)."""
     normals = [] if carry is None else [carry]
     while len(normals) < count:
-        x2pi = uniform() * _TWOPI
-        g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
-        normals.append(math.cos(x2pi) * g2rad)
-        normals.append(math.sin(x2pi) * g2rad)
+        cosine, sine = normal_pair(uniform)
+        normals.append(cosine)
+        normals.append(sine)
     return normals

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+from gateway.routing.draws import STANDARD_NORMAL
 from gateway.routing.priors import MEMORY
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ LengthSource = Literal["learned", "share", "request", "default"]
 """Where a prediction's prior came from before the cells pulled it: answers to this shape were heard
 (``learned``), the share of ``max_tokens`` the model's answers used, the request's ``max_tokens`` (nothing heard
 of the model), or the policy's default."""
-_Z = NormalDist()
 
 
 class LengthKey(NamedTuple):
@@ -122,7 +121,7 @@ class Forecast(NamedTuple):
 
     def at(self, quantile: float) -> float:
         """The length that ``quantile`` of such answers stay within (capped by ``max_tokens``)."""
-        z = _Z.inv_cdf(min(max(quantile, 0.001), 0.999))
+        z = STANDARD_NORMAL.inv_cdf(min(max(quantile, 0.001), 0.999))
         value = max(1.0, math.exp(self.log_mean + z * self.log_sigma))
         return min(value, float(self.max_tokens)) if self.max_tokens else value
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import random
-from statistics import NormalDist
 from typing import NamedTuple
 
 from gateway.config import DeploymentConfig
@@ -18,9 +17,9 @@ from gateway.routing.belief import Belief
 from gateway.routing.belief_look import gains
 from gateway.routing.belief_runs import METRICS, mix
 from gateway.routing.cost import Cost, Shape, Weights
+from gateway.routing.draws import STANDARD_NORMAL
 from gateway.routing.priors import DRIFT, Prior
 
-_NORMAL = NormalDist()
 DRAIN_EVENTS = 64
 """Events read from a drained loser: enough for its tokens/s."""
 DRAIN_MAX_S = 5.0
@@ -66,8 +65,9 @@ def race_time(
     if sigma <= 0.0 or e.ttft_s <= 0.0 or lead.ttft_s <= 0.0:  # no spread: by speed alone
         return Race(lead.time_s, 0.5) if e.s_per_token <= lead.s_per_token else Race(math.inf, 0.5)
     d1 = (math.log(lead.ttft_s / e.ttft_s) + sigma * sigma / 2) / sigma
-    first_token = lead.ttft_s * _NORMAL.cdf(-d1) + e.ttft_s * _NORMAL.cdf(d1 - sigma)
-    explored_first = _NORMAL.cdf((math.log(lead.ttft_s) - s_l * s_l / 2 - math.log(e.ttft_s) + s_e * s_e / 2) / sigma)
+    first_token = lead.ttft_s * STANDARD_NORMAL.cdf(-d1) + e.ttft_s * STANDARD_NORMAL.cdf(d1 - sigma)
+    log_gap = math.log(lead.ttft_s) - s_l * s_l / 2 - math.log(e.ttft_s) + s_e * s_e / 2
+    explored_first = STANDARD_NORMAL.cdf(log_gap / sigma)
     return Race(first_token + stream_l + explored_first * (stream_e - stream_l), explored_first)
 
 
