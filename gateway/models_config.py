@@ -172,10 +172,26 @@ def under(base_url: str, path: str) -> str:
     """``path`` (which may carry a query of its own) under ``base_url``, whose query, if any, follows it:
     ``…/deployments/d?api-version=v`` and ``/chat/completions`` give ``…/deployments/d/chat/completions?api-version=v``
     (Azure OpenAI's form). Works alike on a whole URL and on its path and query alone."""
+    return joined(*split_base(base_url), path)
+
+
+def split_base(base_url: str) -> tuple[str, str]:
+    """``base_url`` without its trailing slash, and its query ("" if none): what ``joined`` puts a path between."""
     base, _, query = base_url.partition("?")
+    return base.rstrip("/"), query
+
+
+def joined(base: str, query: str, path: str) -> str:
+    """``under`` of a base URL already split (``split_base``): once per base URL, then a join per request."""
     if not query:
-        return base.rstrip("/") + path
-    return f"{base.rstrip('/')}{path}{'&' if '?' in path else '?'}{query}"
+        return base + path
+    return f"{base}{path}{'&' if '?' in path else '?'}{query}"
+
+
+def key_header(header: str, key: str) -> tuple[str, str]:
+    """The header that carries a provider's key (``ProviderConfig.api_key_header``) and its value: ``Bearer <key>``
+    in ``authorization``, the key as it is in any other."""
+    return header, f"Bearer {key}" if header == "authorization" else key
 
 
 def parse_provider(table: TableReader) -> ProviderConfig:

@@ -29,7 +29,7 @@ from gateway.dialects.scans import redactor
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.http1 import Connection, WireError, WireTimeout
 from gateway.http1_origin import Origin, request_bytes
-from gateway.models_config import under
+from gateway.models_config import joined, key_header, split_base
 from gateway.request_body import decoded_headers
 from gateway.samples import Endpoint
 
@@ -110,10 +110,8 @@ class UpstreamResponse:
             [(name.decode("latin-1"), value.decode("latin-1")) for name, value in connection.raw_headers]
         )
         """Case-insensitive, as HTTP header names are: ``headers.get("retry-after")`` finds ``Retry-After``."""
-        self._decoder: _Decoder | None = None
-        coding = self.headers.get("content-encoding")
-        if coding is not None and coding.strip().lower() not in ("", "identity"):
-            self._decoder = _Decoder(coding.strip().lower())
+        coding = (self.headers.get("content-encoding") or "").strip().lower()
+        self._decoder = _Decoder(coding) if coding not in ("", "identity") else None
 
     async def read_chunk(self) -> bytes:
         """The next bytes as they arrive; ``b""`` at the end of the body."""
@@ -221,8 +219,8 @@ class UpstreamClient:
         base.update(dict(provider.headers))
         anthropic = dict(base)
         if api_key:
-            header = provider.api_key_header
-            base[header] = f"Bearer {api_key}" if header == "authorization" else api_key
+            header, value = key_header(provider.api_key_header, api_key)
+            base[header] = value
             anthropic["x-api-key"] = api_key
         self._base_headers = base
         self._anthropic_headers = anthropic
@@ -233,7 +231,7 @@ class UpstreamClient:
         frame), not a method."""
         self._origins: dict[str, Origin] = {}
         """Kept-alive connections by scheme, host and port (a provider's APIs may live at different URLs)."""
-        self._routes: dict[str, tuple[Origin, str]] = {}
+        self._routes: dict[str, tuple[Origin, str, str]] = {}
         """Each base URL's origin and its path with its query (``?api-version=…``, put after each path), found once."""
         self.closed = False
         """Set by ``aclose``: the client then refuses new requests (a reload closes the old runtime's clients once
@@ -315,9 +313,9 @@ class UpstreamClient:
             origin = Origin(base_url, self.provider.keepalive_s)
             origin = self._origins.setdefault(origin.key, origin)
             parts = urlsplit(base_url)
-            route = self._routes[base_url] = (origin, f"{parts.path}?{parts.query}" if parts.query else parts.path)
-        origin, prefix = route
-        return origin, under(prefix, path)
+            route = self._routes[base_url] = (origin, *split_base(f"{parts.path}?{parts.query}"))
+        origin, prefix, query = route
+        return origin, joined(prefix, query, path)
 
     async def aclose(self) -> None:
         self.closed = True

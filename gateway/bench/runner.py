@@ -29,7 +29,7 @@ from gateway.bench.transport_errors import describe_transport_error
 from gateway.dialects import dialect_for
 from gateway.errors import describe_error_body
 from gateway.meter import StreamMeter
-from gateway.models_config import under
+from gateway.models_config import key_header, under
 from gateway.quality import expectation_of, judge
 from gateway.samples import Endpoint, Outcome, RequestKind, Validity
 from gateway.tokens import TokenCounter
@@ -219,8 +219,8 @@ class BenchRunner:
             if target.api_key:
                 headers["x-api-key"] = target.api_key
         elif target.api_key:
-            header = target.api_key_header
-            headers[header] = f"Bearer {target.api_key}" if header == "authorization" else target.api_key
+            header, value = key_header(target.api_key_header, target.api_key)
+            headers[header] = value
         for last_try in (False, True):
             started_at = time.time()
             sent_at = time.perf_counter()
