@@ -324,6 +324,22 @@ def test_a_whole_answer_of_an_odd_shape_is_relayed_and_its_attempt_recorded(
     assert sum(d["in_flight"] for m in routes["data"] for d in m["deployments"]) == 0
 
 
+@pytest.mark.parametrize(
+    "header",
+    ["x-ratelimit-remaining-requests: inf", "x-ratelimit-remaining-tokens: 1e400"],
+)
+def test_a_rate_limit_header_of_infinity_never_fails_the_answer(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream], header: str
+) -> None:
+    # float() reads these as infinity, and int() of it raised OverflowError on every answer: a 500 for a 200.
+    answer = _whole({"id": "x", "object": "chat.completion", "model": "m", "choices": []})
+    odd = raw("stale", answer.replace(b"\r\n\r\n", f"\r\n{header}\r\n\r\n".encode(), 1))
+    gateway = start_gateway(raw_config(odd, []))
+    response = httpx.post(gateway.base_url + "/chat/completions", json=CHAT, timeout=10)
+    assert response.status_code == 200, response.text
+    assert outcomes(gateway, 1) == [("raw", "ok")]
+
+
 # -- Error events before the first token ---------------------------------------------------------
 
 
