@@ -69,6 +69,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from gateway.config import GatewayConfig
@@ -338,6 +339,58 @@ def test_a_rate_limit_header_of_infinity_never_fails_the_answer(
     response = httpx.post(gateway.base_url + "/chat/completions", json=CHAT, timeout=10)
     assert response.status_code == 200, response.text
     assert outcomes(gateway, 1) == [("raw", "ok")]
+
+
+NOT_AN_ANSWER = {
+    "redirect-307": b"HTTP/1.1 307 Temporary Redirect\r\nlocation: %(to)s\r\ncontent-length: 0\r\n\r\n",
+    "redirect-301": b"HTTP/1.1 301 Moved Permanently\r\nlocation: %(to)s\r\ncontent-length: 0\r\n\r\n",
+    "204": b"HTTP/1.1 204 No Content\r\n\r\n",
+    "200-html": b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 13\r\n\r\n<html></html>",
+    "200-empty": b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("answer", sorted(NOT_AN_ANSWER))
+def test_a_success_or_redirect_status_without_an_answer_falls_back_or_is_a_502(
+    fakes: Fakes, start_gateway: StartGateway, raw: Callable[..., RawUpstream], answer: str
+) -> None:
+    # Relayed as it came, the OpenAI SDK returned the HTML page as a str, failed to parse the empty 200 or 204, or
+    # got the provider's redirect. Nothing reached the client yet: the next deployment answers, else a 502.
+    elsewhere = raw("reset")
+    script = NOT_AN_ANSWER[answer] % {b"to": elsewhere.base_url.encode() + b"/chat/completions?sig=1"}
+    gateway = start_gateway(raw_config(raw("stale", script), [fakes.start("b")]))
+    assert served_by(gateway, stream=False) == ("b", 2)
+    alone = start_gateway(raw_config(raw("stale", script), []))
+    with pytest.raises(openai.APIStatusError) as raised:
+        sdk(alone.base_url).chat.completions.create(model="m", messages=MESSAGES)
+    assert raised.value.status_code == 502
+    error = raised.value.body
+    assert isinstance(error, dict) and error["type"] == "upstream_error"
+    if answer.startswith("redirect"):
+        assert error["message"].endswith(
+            f"upstream returned {answer[-3:]}: a redirect to {elsewhere.base_url}/chat/completions, not followed"
+            " (check its base_url)"
+        )
+    else:
+        assert error["code"] == "upstream_unreadable"
+        assert error["message"].endswith("not a JSON answer")
+    assert elsewhere.connections == 0  # the redirect was never followed: the key went nowhere else
+    assert outcomes(alone, 1)[-1] == ("raw", "upstream_error")
+
+
+@pytest.mark.parametrize("answer", ["redirect-307", "204"])
+def test_a_stream_answered_with_a_redirect_or_no_content_is_a_502_in_the_apis_shape(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream], answer: str
+) -> None:
+    odd = raw("stale", NOT_AN_ANSWER[answer] % {b"to": b"https://elsewhere.example/v1"})
+    gateway = start_gateway(raw_config(odd, []))
+    request = {"model": "m", "max_tokens": 16, "messages": MESSAGES, "stream": True}
+    response = httpx.post(gateway.base_url + "/messages", json=request, timeout=10)
+    assert response.status_code == 502, response.text
+    error = response.json()
+    assert error["type"] == "error" and error["error"]["type"] == "api_error"
+    words = "a redirect to https://elsewhere.example/v1" if answer.startswith("redirect") else "before any output"
+    assert words in error["error"]["message"]
 
 
 # -- Error events before the first token ---------------------------------------------------------
