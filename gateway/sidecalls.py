@@ -43,6 +43,7 @@ from gateway.errors import (
     UpstreamError,
     clip,
 )
+from gateway.request_body import decoded_body
 from gateway.routing import Candidate, RouteRequest
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.sessions.bindings import Unavailable
@@ -132,7 +133,7 @@ async def _response_call(runtime: GatewayRuntime, request: Request) -> Response:
     path = request.url.path.removeprefix("/v1")
     if request.url.query:
         path += "?" + request.url.query
-    body = await request.body() if request.method == "POST" else None
+    body = await _body(request, runtime.config.server.max_body_bytes) if request.method == "POST" else None
     status, response = await _relay(runtime, request, model, deployment, path, body or None, _RESPONSES)
     if request.method == "DELETE" and status < 300:
         runtime.owners.forget(response_id)
@@ -204,10 +205,7 @@ async def count_tokens(request: Request) -> Response:
 
 async def _count_tokens(runtime: GatewayRuntime, request: Request) -> Response:
     key = runtime.access.authenticate(request.scope)
-    raw = await request.body()
-    limit = runtime.config.server.max_body_bytes
-    if len(raw) > limit:
-        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+    raw = await _body(request, runtime.config.server.max_body_bytes)
     body = parse_json_body(raw)
     name = body.get("model")
     if not isinstance(name, str) or not name:
@@ -244,3 +242,12 @@ async def _count_tokens(runtime: GatewayRuntime, request: Request) -> Response:
     )
     counted = estimate_input_tokens(body, runtime.counter)
     return JSONResponse({"input_tokens": counted}, headers={"x-gateway-count": "estimated"})
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request's body, refused past ``limit`` bytes, decompressed as an inference request's is (the header
+    that named its coding is not forwarded: the provider gets plain bytes)."""
+    raw = await request.body()
+    if len(raw) > limit:
+        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+    return decoded_body(raw, request.headers.get("content-encoding", "").encode("latin-1"), limit)
