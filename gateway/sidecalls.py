@@ -41,6 +41,7 @@ from gateway.errors import (
     PayloadTooLarge,
     PermissionDenied,
     UpstreamError,
+    UpstreamUnavailable,
     clip,
 )
 from gateway.request_body import decoded_body
@@ -48,7 +49,7 @@ from gateway.routing import Candidate, RouteRequest
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.sessions.bindings import Unavailable
 from gateway.token_estimate import estimate_input_tokens
-from gateway.upstream import AttemptTimeouts, forwardable_headers
+from gateway.upstream import AttemptTimeouts, forwardable_headers, redirect_words
 
 logger = logging.getLogger("gateway")
 
@@ -78,6 +79,10 @@ async def _relay(
     upstream = await client.request(request.method, path, body, _timeouts(runtime, model), headers, dialect.api)
     async with upstream:
         content = client.redact(await upstream.read_all())
+    if 300 <= upstream.status < 400:  # relayed, the client would get a redirect without its location
+        name = deployment.provider
+        words = redirect_words(upstream.headers)
+        raise UpstreamUnavailable(f"{name}: upstream returned {upstream.status}: {words}", provider=name)
     passed = {k: v for k, v in upstream.headers.items() if k.lower() in _PASSED_HEADERS}
     passed["x-gateway-provider"] = deployment.provider
     passed["x-gateway-deployment"] = deployment.name

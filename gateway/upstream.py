@@ -192,6 +192,14 @@ class UpstreamResponse:
         self.close()
 
 
+def redirect_words(headers: Mapping[str, str]) -> str:
+    """A redirect's target in words for an error (scheme, host and path: its query may carry a token).
+
+    Never followed: the request carries the provider's key, which goes to its base_url and nowhere else."""
+    where = urlsplit(headers.get("location", ""))
+    return f"a redirect to {where.scheme}://{where.netloc}{where.path}, not followed (check its base_url)"
+
+
 class _Decoder:
     """A body a provider compressed although the gateway asked for ``identity``: gzip and deflate are read
     (as aiohttp read them for the gateway before), any other coding is refused in plain words at the first read."""
@@ -355,4 +363,5 @@ __all__ = [
     "UpstreamResponse",
     "forwardable_headers",
     "forwardable_of",
+    "redirect_words",
 ]

@@ -75,6 +75,7 @@ import pytest
 from gateway.config import GatewayConfig
 from gateway.fakes import FakeBehavior
 from gateway.fakes.provider import answer_words
+from gateway.sessions.response_owners import Owner
 from tests.raw_upstream import RawUpstream
 from tests.support.clients import MESSAGES, sdk
 from tests.support.config import gateway_config
@@ -376,6 +377,26 @@ def test_a_success_or_redirect_status_without_an_answer_falls_back_or_is_a_502(
         assert error["message"].endswith("not a JSON answer")
     assert elsewhere.connections == 0  # the redirect was never followed: the key went nowhere else
     assert outcomes(alone, 1)[-1] == ("raw", "upstream_error")
+
+
+def test_an_id_addressed_call_answered_with_a_redirect_is_a_502_never_followed(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream]
+) -> None:
+    # Relayed whole, the client got the 307 without its location (the gateway passes only a few headers on).
+    elsewhere = raw("reset")
+    odd = raw("stale", NOT_AN_ANSWER["redirect-307"] % {b"to": elsewhere.base_url.encode() + b"/responses/resp_1"})
+    config = gateway_config(
+        [odd], base_policy={"extends": "fixed-order", **SHORT}, provider_options={"raw": {"apis": ["responses"]}}
+    )
+    gateway = start_gateway(config)
+    gateway.runtime.owners.remember("resp_1", Owner("m", "raw"))  # as the gateway binds a response it relayed
+    response = httpx.get(gateway.base_url + "/responses/resp_1", timeout=10)
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["message"] == (
+        f"raw: upstream returned 307: a redirect to {elsewhere.base_url}/responses/resp_1, not followed"
+        " (check its base_url)"
+    )
+    assert elsewhere.connections == 0
 
 
 @pytest.mark.parametrize("answer", ["redirect-307", "204"])

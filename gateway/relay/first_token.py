@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import NoReturn
-from urllib.parse import urlsplit
 
 from gateway.dialects import dialect_for
 from gateway.errors import UpstreamStatusError, UpstreamUnavailable, describe_error, describe_error_body
@@ -20,7 +19,7 @@ from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.samples import Endpoint
 from gateway.types import Clock
-from gateway.upstream import MAX_ERROR_BODY
+from gateway.upstream import MAX_ERROR_BODY, redirect_words
 
 
 def note_status(attempt: Attempt, wall_clock: Clock) -> bool:
@@ -48,9 +47,7 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
         raise ClientFault(response.status, body, content_type)
     message, code = describe_error_body(body)
     if response.status < 400:
-        # Never followed: the request carries the provider's key, which goes to its base_url and nowhere else.
-        where = urlsplit(response.headers.get("location", ""))
-        message = f"a redirect to {where.scheme}://{where.netloc}{where.path}, not followed (check its base_url)"
+        message = redirect_words(response.headers)
     raise UpstreamStatusError(
         f"{provider}: upstream returned {response.status}: {message}",
         provider=provider,
