@@ -379,6 +379,25 @@ def test_a_success_or_redirect_status_without_an_answer_falls_back_or_is_a_502(
     assert outcomes(alone, 1)[-1] == ("raw", "upstream_error")
 
 
+@pytest.mark.parametrize(
+    "body",
+    [b"", b": keep-alive\n\n", json.dumps({"id": "x", "object": "chat.completion", "choices": []}).encode()],
+    ids=["empty", "only-a-comment", "a-whole-answer"],
+)
+def test_a_stream_that_ends_before_any_output_is_the_providers_answer_not_repeated(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream], body: bytes
+) -> None:
+    # It was raised without a status, which reads as a connection that failed before any answer: a lone
+    # deployment was asked three times for what it had already answered (retry.safe_to_repeat).
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body)
+    empty = raw("stale", head + body)
+    gateway = start_gateway(raw_config(empty, []))
+    response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "stream": True}, timeout=10)
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["message"].endswith("raw: stream ended before any output")
+    assert empty.connections == 1
+
+
 def test_an_id_addressed_call_answered_with_a_redirect_is_a_502_never_followed(
     start_gateway: StartGateway, raw: Callable[..., RawUpstream]
 ) -> None:

@@ -74,7 +74,10 @@ async def await_first_token(request: ProxyRequest, attempt: Attempt, clock: Cloc
             meter.end_of_stream()
             if meter.first_output_at is None and not meter.done and not meter.finish_seen:
                 name = attempt.candidate.provider.name
-                raise UpstreamUnavailable(f"{name}: stream ended before any output", provider=name)
+                # With its status: the provider's answer (an empty stream), not a failed connection to repeat.
+                raise UpstreamUnavailable(
+                    f"{name}: stream ended before any output", provider=name, status=attempt.status
+                )
             break
         meter.feed(chunk)
         attempt.held.append(chunk)
