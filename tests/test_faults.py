@@ -398,6 +398,34 @@ def test_a_stream_that_ends_before_any_output_is_the_providers_answer_not_repeat
     assert empty.connections == 1
 
 
+NGINX_413 = b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n</html>\r\n"
+
+
+@pytest.mark.parametrize("api", ["chat", "messages"])
+def test_a_client_fault_status_with_an_html_body_reaches_the_client_in_its_apis_shape(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream], api: str
+) -> None:
+    # nginx in front of a provider refuses a large body with its own HTML page; relayed as is to a native client,
+    # the SDK found no error object in it (OpenAI's: a message that is the whole page, no type or code).
+    head = b"HTTP/1.1 413 Request Entity Too Large\r\ncontent-type: text/html\r\ncontent-length: %d\r\n\r\n"
+    proxy = raw("stale", head % len(NGINX_413) + NGINX_413)
+    config = gateway_config(
+        [proxy], base_policy={"extends": "fixed-order", **SHORT}, provider_options={"raw": {"apis": [api]}}
+    )
+    gateway = start_gateway(config)
+    if api == "chat":
+        response = httpx.post(gateway.base_url + "/chat/completions", json=CHAT, timeout=10)
+        error = response.json()["error"]
+    else:
+        request = {"model": "m", "max_tokens": 8, "messages": MESSAGES}
+        response = httpx.post(gateway.base_url + "/messages", json=request, timeout=10)
+        assert response.json()["type"] == "error"
+        error = response.json()["error"]
+    assert response.status_code == 413 and response.headers["content-type"] == "application/json"
+    assert error["type"] == ("invalid_request_error" if api == "chat" else "request_too_large")  # as each API says
+    assert "413 Request Entity Too Large" in error["message"]
+
+
 def test_an_id_addressed_call_answered_with_a_redirect_is_a_502_never_followed(
     start_gateway: StartGateway, raw: Callable[..., RawUpstream]
 ) -> None:

@@ -93,12 +93,17 @@ _JSON_OBJECT = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*\{")
 """How every whole answer of the gateway's APIs starts (a byte-order mark allowed: JSON readers skip it)."""
 
 
+def json_object_like(body: bytes) -> bool:
+    """Whether ``body`` starts as a JSON object: one anchored match over its first bytes, no parse."""
+    return _JSON_OBJECT.match(body) is not None
+
+
 def check_whole(attempt: Attempt) -> None:
     """Raise ``UpstreamUnavailable`` for a whole answer whose body is no JSON object (empty, a 204, an HTML page
     of a proxy or a wrong base_url): relayed, the client's SDK would get a string or fail to parse a success.
     Costs one anchored match over the body's first bytes per whole answer (no parse: the answer is read once,
     after it is sent)."""
-    if _JSON_OBJECT.match(attempt.body) is None:
+    if not json_object_like(attempt.body):
         response = attempt.response
         assert response is not None
         name = attempt.candidate.provider.name
