@@ -50,6 +50,15 @@ fault of issue 6's list is tested (``module::test``; ``tf`` is this module):
   event; ``response.incomplete``): test_responses_api and test_messages_api, the
   ``test_a_failure_before_the_first_token_falls_back`` and ``..._after_bytes_...`` tests
 - every real server's stream shape: test_stream_shapes (one captured stream each)
+- a redirect (never followed), a 204, an empty or HTML 200 to a whole request: fallback, else a 502:
+  tf::test_a_success_or_redirect_status_without_an_answer_falls_back_or_is_a_502,
+  tf::test_a_stream_answered_with_a_redirect_or_no_content_is_a_502_in_the_apis_shape,
+  tf::test_an_id_addressed_call_answered_with_a_redirect_is_a_502_never_followed
+- an empty stream is the provider's answer, not repeated:
+  tf::test_a_stream_that_ends_before_any_output_is_the_providers_answer_not_repeated
+- a proxy's HTML 4xx in the client's API shape:
+  tf::test_a_client_fault_status_with_an_html_body_reaches_the_client_in_its_apis_shape
+- rate-limit headers of infinity: tf::test_a_rate_limit_header_of_infinity_never_fails_the_answer
 - an answer whose fields hold what its API never allows there (a number for ``tool_calls``): relayed as it came,
   or a 502 in the client's API when a translation cannot read it, its attempt recorded either way:
   tf::test_a_whole_answer_of_an_odd_shape_is_relayed_and_its_attempt_recorded; every reader over any JSON:
