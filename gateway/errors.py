@@ -12,6 +12,7 @@ class at the boundary where they happen (``raise ... from exc``)::
     │   ├── ModelNotFound             404
     │   ├── RequestTimeout            408 (a request's head or body arrived too slowly)
     │   ├── PayloadTooLarge           413
+    │   ├── UnsupportedEncoding       415 (a request body compressed in a coding the gateway cannot read)
     │   ├── HeadersTooLarge           431
     │   └── RateLimited               429 (the gateway's own limits)
     ├── UpstreamError                 an attempt at a provider failed
@@ -118,6 +119,11 @@ class RequestTimeout(ClientError):
 class PayloadTooLarge(ClientError):
     status_code = 413
     code = "request_too_large"
+
+
+class UnsupportedEncoding(ClientError):
+    status_code = 415
+    code = "unsupported_content_encoding"
 
 
 class HeadersTooLarge(ClientError):

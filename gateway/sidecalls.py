@@ -41,13 +41,15 @@ from gateway.errors import (
     PayloadTooLarge,
     PermissionDenied,
     UpstreamError,
+    UpstreamUnavailable,
     clip,
 )
+from gateway.request_body import decoded_body
 from gateway.routing import Candidate, RouteRequest
 from gateway.runtime import GatewayRuntime, runtime_of
 from gateway.sessions.bindings import Unavailable
 from gateway.token_estimate import estimate_input_tokens
-from gateway.upstream import AttemptTimeouts, forwardable_headers
+from gateway.upstream import AttemptTimeouts, forwardable_headers, redirect_words
 
 logger = logging.getLogger("gateway")
 
@@ -77,6 +79,10 @@ async def _relay(
     upstream = await client.request(request.method, path, body, _timeouts(runtime, model), headers, dialect.api)
     async with upstream:
         content = client.redact(await upstream.read_all())
+    if 300 <= upstream.status < 400:  # relayed, the client would get a redirect without its location
+        name = deployment.provider
+        words = redirect_words(upstream.headers)
+        raise UpstreamUnavailable(f"{name}: upstream returned {upstream.status}: {words}", provider=name)
     passed = {k: v for k, v in upstream.headers.items() if k.lower() in _PASSED_HEADERS}
     passed["x-gateway-provider"] = deployment.provider
     passed["x-gateway-deployment"] = deployment.name
@@ -132,7 +138,7 @@ async def _response_call(runtime: GatewayRuntime, request: Request) -> Response:
     path = request.url.path.removeprefix("/v1")
     if request.url.query:
         path += "?" + request.url.query
-    body = await request.body() if request.method == "POST" else None
+    body = await _body(request, runtime.config.server.max_body_bytes) if request.method == "POST" else None
     status, response = await _relay(runtime, request, model, deployment, path, body or None, _RESPONSES)
     if request.method == "DELETE" and status < 300:
         runtime.owners.forget(response_id)
@@ -204,10 +210,7 @@ async def count_tokens(request: Request) -> Response:
 
 async def _count_tokens(runtime: GatewayRuntime, request: Request) -> Response:
     key = runtime.access.authenticate(request.scope)
-    raw = await request.body()
-    limit = runtime.config.server.max_body_bytes
-    if len(raw) > limit:
-        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+    raw = await _body(request, runtime.config.server.max_body_bytes)
     body = parse_json_body(raw)
     name = body.get("model")
     if not isinstance(name, str) or not name:
@@ -244,3 +247,12 @@ async def _count_tokens(runtime: GatewayRuntime, request: Request) -> Response:
     )
     counted = estimate_input_tokens(body, runtime.counter)
     return JSONResponse({"input_tokens": counted}, headers={"x-gateway-count": "estimated"})
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request's body, refused past ``limit`` bytes, decompressed as an inference request's is (the header
+    that named its coding is not forwarded: the provider gets plain bytes)."""
+    raw = await request.body()
+    if len(raw) > limit:
+        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+    return decoded_body(raw, request.headers.get("content-encoding", "").encode("latin-1"), limit)

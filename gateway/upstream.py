@@ -33,8 +33,8 @@ from gateway.models_config import joined, key_header, split_base
 from gateway.request_body import decoded_headers
 from gateway.samples import Endpoint
 
-# RFC 9110 §7.6.1 hop-by-hop headers, plus those the gateway sets itself or that carry a
-# client's credentials (which must never reach a provider).
+# RFC 9110 §7.6.1 hop-by-hop headers, plus those the gateway sets itself, those of the client's body's
+# representation, and those that carry a client's credentials (which must never reach a provider).
 _DROPPED_HEADERS = frozenset(
     {
         "connection",
@@ -49,6 +49,12 @@ _DROPPED_HEADERS = frozenset(
         "host",
         "content-length",
         "content-type",
+        # What describes the client's body, not the one forwarded (re-encoded by the gateway, plain).
+        "content-encoding",
+        "content-md5",
+        "digest",
+        "content-digest",
+        "repr-digest",
         "accept-encoding",
         "authorization",
         "api-key",
@@ -184,6 +190,14 @@ class UpstreamResponse:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def redirect_words(headers: Mapping[str, str]) -> str:
+    """A redirect's target in words for an error (scheme, host and path: its query may carry a token).
+
+    Never followed: the request carries the provider's key, which goes to its base_url and nowhere else."""
+    where = urlsplit(headers.get("location", ""))
+    return f"a redirect to {where.scheme}://{where.netloc}{where.path}, not followed (check its base_url)"
 
 
 class _Decoder:
@@ -349,4 +363,5 @@ __all__ = [
     "UpstreamResponse",
     "forwardable_headers",
     "forwardable_of",
+    "redirect_words",
 ]

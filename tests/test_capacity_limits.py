@@ -83,11 +83,22 @@ def test_rate_limit_headers() -> None:
     }
     assert read_rate_limits(anthropic, 10.0) == RateLimits(5, None, 20.0, None)
     assert read_rate_limits({"x-ratelimit-remaining-requests": "many"}, 0.0) is None
+    assert read_rate_limits({"x-ratelimit-remaining-requests": "inf"}, 0.0) is None  # no count, and no OverflowError
 
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("1s", 1.0), ("20ms", 0.02), ("6m0s", 360.0), ("1h2m3.5s", 3723.5), ("0.5", 0.5), ("soon", None), ("1x", None)],
+    [
+        ("1s", 1.0),
+        ("20ms", 0.02),
+        ("6m0s", 360.0),
+        ("1h2m3.5s", 3723.5),
+        ("0.5", 0.5),
+        ("soon", None),
+        ("1x", None),
+        ("inf", None),
+        ("nan", None),
+    ],
 )
 def test_durations(text: str, seconds: float | None) -> None:
     assert parse_duration(text) == (pytest.approx(seconds) if seconds is not None else None)

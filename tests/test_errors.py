@@ -221,6 +221,19 @@ def test_all_providers_rate_limited_is_429_with_retry_after(fakes: Fakes, start_
         sdk(gateway.base_url).chat.completions.create(model="m", messages=MESSAGES)
 
 
+@pytest.mark.parametrize("retry_after", ["inf", "1e400", "nan", "-5"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_retry_after_that_is_no_number_of_seconds_is_ignored_not_a_500(
+    fakes: Fakes, start_gateway: StartGateway, retry_after: str, stream: bool
+) -> None:
+    # float() reads "inf" and "1e400" as infinity, which no wait can be (math.ceil of it raised mid-request).
+    limited = fakes.start("a", FakeBehavior(status=429, retry_after=retry_after))
+    gateway = start_gateway(gateway_config([limited]))
+    response = no_answer(gateway, stream)
+    assert_openai_error(response, 429, "upstream_rate_limited")
+    assert 1 <= int(response.headers["retry-after"]) <= 300
+
+
 @pytest.mark.parametrize(
     ("status", "code"),
     [(400, "content_filter"), (422, "invalid_value"), (413, None)],

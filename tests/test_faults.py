@@ -50,6 +50,15 @@ fault of issue 6's list is tested (``module::test``; ``tf`` is this module):
   event; ``response.incomplete``): test_responses_api and test_messages_api, the
   ``test_a_failure_before_the_first_token_falls_back`` and ``..._after_bytes_...`` tests
 - every real server's stream shape: test_stream_shapes (one captured stream each)
+- a redirect (never followed), a 204, an empty or HTML 200 to a whole request: fallback, else a 502:
+  tf::test_a_success_or_redirect_status_without_an_answer_falls_back_or_is_a_502,
+  tf::test_a_stream_answered_with_a_redirect_or_no_content_is_a_502_in_the_apis_shape,
+  tf::test_an_id_addressed_call_answered_with_a_redirect_is_a_502_never_followed
+- an empty stream is the provider's answer, not repeated:
+  tf::test_a_stream_that_ends_before_any_output_is_the_providers_answer_not_repeated
+- a proxy's HTML 4xx in the client's API shape:
+  tf::test_a_client_fault_status_with_an_html_body_reaches_the_client_in_its_apis_shape
+- rate-limit headers of infinity: tf::test_a_rate_limit_header_of_infinity_never_fails_the_answer
 - an answer whose fields hold what its API never allows there (a number for ``tool_calls``): relayed as it came,
   or a 502 in the client's API when a translation cannot read it, its attempt recorded either way:
   tf::test_a_whole_answer_of_an_odd_shape_is_relayed_and_its_attempt_recorded; every reader over any JSON:
@@ -69,11 +78,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from gateway.config import GatewayConfig
 from gateway.fakes import FakeBehavior
 from gateway.fakes.provider import answer_words
+from gateway.sessions.response_owners import Owner
 from tests.raw_upstream import RawUpstream
 from tests.support.clients import MESSAGES, sdk
 from tests.support.config import gateway_config
@@ -322,6 +333,141 @@ def test_a_whole_answer_of_an_odd_shape_is_relayed_and_its_attempt_recorded(
     wait_until(lambda: len(gateway.samples.samples) >= 1, what="the attempt's sample")
     routes = httpx.get(gateway.base_url + "/gateway/routes", timeout=10).json()
     assert sum(d["in_flight"] for m in routes["data"] for d in m["deployments"]) == 0
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["x-ratelimit-remaining-requests: inf", "x-ratelimit-remaining-tokens: 1e400"],
+)
+def test_a_rate_limit_header_of_infinity_never_fails_the_answer(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream], header: str
+) -> None:
+    # float() reads these as infinity, and int() of it raised OverflowError on every answer: a 500 for a 200.
+    answer = _whole({"id": "x", "object": "chat.completion", "model": "m", "choices": []})
+    odd = raw("stale", answer.replace(b"\r\n\r\n", f"\r\n{header}\r\n\r\n".encode(), 1))
+    gateway = start_gateway(raw_config(odd, []))
+    response = httpx.post(gateway.base_url + "/chat/completions", json=CHAT, timeout=10)
+    assert response.status_code == 200, response.text
+    assert outcomes(gateway, 1) == [("raw", "ok")]
+
+
+NOT_AN_ANSWER = {
+    "redirect-307": b"HTTP/1.1 307 Temporary Redirect\r\nlocation: %(to)s\r\ncontent-length: 0\r\n\r\n",
+    "redirect-301": b"HTTP/1.1 301 Moved Permanently\r\nlocation: %(to)s\r\ncontent-length: 0\r\n\r\n",
+    "204": b"HTTP/1.1 204 No Content\r\n\r\n",
+    "200-html": b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 13\r\n\r\n<html></html>",
+    "200-empty": b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("answer", sorted(NOT_AN_ANSWER))
+def test_a_success_or_redirect_status_without_an_answer_falls_back_or_is_a_502(
+    fakes: Fakes, start_gateway: StartGateway, raw: Callable[..., RawUpstream], answer: str
+) -> None:
+    # Relayed as it came, the OpenAI SDK returned the HTML page as a str, failed to parse the empty 200 or 204, or
+    # got the provider's redirect. Nothing reached the client yet: the next deployment answers, else a 502.
+    elsewhere = raw("reset")
+    script = NOT_AN_ANSWER[answer] % {b"to": elsewhere.base_url.encode() + b"/chat/completions?sig=1"}
+    gateway = start_gateway(raw_config(raw("stale", script), [fakes.start("b")]))
+    assert served_by(gateway, stream=False) == ("b", 2)
+    alone = start_gateway(raw_config(raw("stale", script), []))
+    with pytest.raises(openai.APIStatusError) as raised:
+        sdk(alone.base_url).chat.completions.create(model="m", messages=MESSAGES)
+    assert raised.value.status_code == 502
+    error = raised.value.body
+    assert isinstance(error, dict) and error["type"] == "upstream_error"
+    if answer.startswith("redirect"):
+        assert error["message"].endswith(
+            f"upstream returned {answer[-3:]}: a redirect to {elsewhere.base_url}/chat/completions, not followed"
+            " (check its base_url)"
+        )
+    else:
+        assert error["code"] == "upstream_unreadable"
+        assert error["message"].endswith("not a JSON answer")
+    assert elsewhere.connections == 0  # the redirect was never followed: the key went nowhere else
+    assert outcomes(alone, 1)[-1] == ("raw", "upstream_error")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b": keep-alive\n\n", json.dumps({"id": "x", "object": "chat.completion", "choices": []}).encode()],
+    ids=["empty", "only-a-comment", "a-whole-answer"],
+)
+def test_a_stream_that_ends_before_any_output_is_the_providers_answer_not_repeated(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream], body: bytes
+) -> None:
+    # It was raised without a status, which reads as a connection that failed before any answer: a lone
+    # deployment was asked three times for what it had already answered (retry.safe_to_repeat).
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body)
+    empty = raw("stale", head + body)
+    gateway = start_gateway(raw_config(empty, []))
+    response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "stream": True}, timeout=10)
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["message"].endswith("raw: stream ended before any output")
+    assert empty.connections == 1
+
+
+NGINX_413 = b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n</html>\r\n"
+
+
+@pytest.mark.parametrize("api", ["chat", "messages"])
+def test_a_client_fault_status_with_an_html_body_reaches_the_client_in_its_apis_shape(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream], api: str
+) -> None:
+    # nginx in front of a provider refuses a large body with its own HTML page; relayed as is to a native client,
+    # the SDK found no error object in it (OpenAI's: a message that is the whole page, no type or code).
+    head = b"HTTP/1.1 413 Request Entity Too Large\r\ncontent-type: text/html\r\ncontent-length: %d\r\n\r\n"
+    proxy = raw("stale", head % len(NGINX_413) + NGINX_413)
+    config = gateway_config(
+        [proxy], base_policy={"extends": "fixed-order", **SHORT}, provider_options={"raw": {"apis": [api]}}
+    )
+    gateway = start_gateway(config)
+    if api == "chat":
+        response = httpx.post(gateway.base_url + "/chat/completions", json=CHAT, timeout=10)
+        error = response.json()["error"]
+    else:
+        request = {"model": "m", "max_tokens": 8, "messages": MESSAGES}
+        response = httpx.post(gateway.base_url + "/messages", json=request, timeout=10)
+        assert response.json()["type"] == "error"
+        error = response.json()["error"]
+    assert response.status_code == 413 and response.headers["content-type"] == "application/json"
+    assert error["type"] == ("invalid_request_error" if api == "chat" else "request_too_large")  # as each API says
+    assert "413 Request Entity Too Large" in error["message"]
+
+
+def test_an_id_addressed_call_answered_with_a_redirect_is_a_502_never_followed(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream]
+) -> None:
+    # Relayed whole, the client got the 307 without its location (the gateway passes only a few headers on).
+    elsewhere = raw("reset")
+    odd = raw("stale", NOT_AN_ANSWER["redirect-307"] % {b"to": elsewhere.base_url.encode() + b"/responses/resp_1"})
+    config = gateway_config(
+        [odd], base_policy={"extends": "fixed-order", **SHORT}, provider_options={"raw": {"apis": ["responses"]}}
+    )
+    gateway = start_gateway(config)
+    gateway.runtime.owners.remember("resp_1", Owner("m", "raw"))  # as the gateway binds a response it relayed
+    response = httpx.get(gateway.base_url + "/responses/resp_1", timeout=10)
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["message"] == (
+        f"raw: upstream returned 307: a redirect to {elsewhere.base_url}/responses/resp_1, not followed"
+        " (check its base_url)"
+    )
+    assert elsewhere.connections == 0
+
+
+@pytest.mark.parametrize("answer", ["redirect-307", "204"])
+def test_a_stream_answered_with_a_redirect_or_no_content_is_a_502_in_the_apis_shape(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream], answer: str
+) -> None:
+    odd = raw("stale", NOT_AN_ANSWER[answer] % {b"to": b"https://elsewhere.example/v1"})
+    gateway = start_gateway(raw_config(odd, []))
+    request = {"model": "m", "max_tokens": 16, "messages": MESSAGES, "stream": True}
+    response = httpx.post(gateway.base_url + "/messages", json=request, timeout=10)
+    assert response.status_code == 502, response.text
+    error = response.json()
+    assert error["type"] == "error" and error["error"]["type"] == "api_error"
+    words = "a redirect to https://elsewhere.example/v1" if answer.startswith("redirect") else "before any output"
+    assert words in error["error"]["message"]
 
 
 # -- Error events before the first token ---------------------------------------------------------

@@ -98,7 +98,7 @@ ERROR = b'{"error": {"message": "overloaded secret", "code": "overloaded"}}'
     [
         (200, {"content-type": "text/event-stream"}, b""),
         (200, {"content-type": "text/event-stream", **LIMITS}, b""),
-        (399, {}, b""),
+        (299, {}, b""),
         (400, {"content-type": "application/json"}, b'{"error": {"message": "bad secret"}}'),
         (413, {}, b"too large"),
         (422, {"content-type": "text/plain"}, b"no"),
@@ -116,3 +116,15 @@ def test_same_as_check_status(status: int, headers: dict[str, str], body: bytes)
     assert (new_attempt.status, repr(new_attempt.rate_limits)) == (old_attempt.status, repr(old_attempt.rate_limits))
     assert new_response.calls == old_response.calls
     assert (old is None) == (status < 400)
+
+
+@pytest.mark.parametrize("status", [300, 301, 307, 308, 399])
+def test_a_redirect_is_no_answer_and_is_never_followed(status: int) -> None:
+    # check_status relayed a 3xx as the answer: the client got the provider's redirect (and could follow it).
+    response = Response(status, {"location": "https://other.example/v1/chat?token=secret"}, b"")
+    raised = asyncio.run(_new(_attempt(response)))
+    assert isinstance(raised, UpstreamStatusError) and raised.upstream_status == status
+    assert str(raised) == (
+        f"p: upstream returned {status}: a redirect to https://other.example/v1/chat, not followed (check its base_url)"
+    )
+    assert response.calls == [f"read_all {MAX_ERROR_BODY}", "close"]

@@ -129,13 +129,18 @@ def first_output_at(attempt: Attempt) -> float:
 
 
 def retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date; None for anything else.
+
+    ``float`` also reads ``inf``, ``nan`` and ``1e400`` (infinity): no wait, and an infinite one broke the
+    client's own ``Retry-After`` (``math.ceil``) with a 500, so only a finite number counts."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -27,6 +27,7 @@ from gateway.relay.attempt import Attempt, ClientFault, Opened
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.context import larger_windows, refused_as_too_long
 from gateway.relay.drain import Drains
+from gateway.relay.first_token import json_object_like
 from gateway.relay.hedging import race
 from gateway.relay.outbound import upstream_of
 from gateway.relay.replies import FullReply, Reply, StreamReply
@@ -168,10 +169,11 @@ def _log_unanswered(request: ProxyRequest, plan: RoutePlan, budget: AttemptBudge
 
 
 def _fault_reply(request: ProxyRequest, fault: ClientFault, budget: AttemptBudget) -> FullReply:
-    """An upstream's 4xx that is the request's fault, relayed: in the client's API shape if it came translated."""
+    """An upstream's 4xx that is the request's fault, relayed: in the client's API shape if it came translated or
+    is no JSON (a proxy's HTML page, such as nginx's 413 in front of a provider, where an SDK finds no error)."""
     winner = budget.log.winner
     upstream = upstream_of(request, winner) if winner is not None else request.endpoint
-    if upstream == request.endpoint:
+    if upstream == request.endpoint and json_object_like(fault.body):
         return FullReply(fault.status, fault.body, fault.content_type, budget.log)
     body = translate_error(fault.body, fault.status, as_api(request.endpoint))
     return FullReply(fault.status, body, "application/json", budget.log)

@@ -1,4 +1,5 @@
-"""Waiting until an attempt is safe to commit to: its status, then (for a stream) its first token.
+"""Waiting until an attempt is safe to commit to: its status, then (for a stream) its first token, or (for a
+whole answer) a body that can be one.
 
 ``AttemptRunner.open`` calls these once per attempt, between sending it and committing to it:
 nothing has reached the client yet, so a failure here can still fall back to another deployment.
@@ -6,6 +7,7 @@ nothing has reached the client yet, so a failure here can still fall back to ano
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -17,11 +19,12 @@ from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.samples import Endpoint
 from gateway.types import Clock
-from gateway.upstream import MAX_ERROR_BODY
+from gateway.upstream import MAX_ERROR_BODY, redirect_words
 
 
 def note_status(attempt: Attempt, wall_clock: Clock) -> bool:
-    """Note the attempt's status and rate-limit headers; True for an error status, which ``status_error`` raises.
+    """Note the attempt's status and rate-limit headers; True for a status that is no answer, which
+    ``status_error`` raises: an error, or a redirect (3xx; 1xx never gets here, ``gateway.http1`` skips it).
 
     Apart from ``status_error`` so that an answer's usual status costs no coroutine: nothing is awaited for it.
     """
@@ -29,7 +32,7 @@ def note_status(attempt: Attempt, wall_clock: Clock) -> bool:
     assert response is not None
     attempt.status = response.status
     attempt.rate_limits = read_rate_limits(response.headers, wall_clock())
-    return response.status >= 400
+    return response.status >= 300
 
 
 async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_clock: Clock) -> NoReturn:
@@ -43,6 +46,8 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
     if response.status in CLIENT_FAULT_STATUSES:
         raise ClientFault(response.status, body, content_type)
     message, code = describe_error_body(body)
+    if response.status < 400:
+        message = redirect_words(response.headers)
     raise UpstreamStatusError(
         f"{provider}: upstream returned {response.status}: {message}",
         provider=provider,
@@ -69,7 +74,10 @@ async def await_first_token(request: ProxyRequest, attempt: Attempt, clock: Cloc
             meter.end_of_stream()
             if meter.first_output_at is None and not meter.done and not meter.finish_seen:
                 name = attempt.candidate.provider.name
-                raise UpstreamUnavailable(f"{name}: stream ended before any output", provider=name)
+                # With its status: the provider's answer (an empty stream), not a failed connection to repeat.
+                raise UpstreamUnavailable(
+                    f"{name}: stream ended before any output", provider=name, status=attempt.status
+                )
             break
         meter.feed(chunk)
         attempt.held.append(chunk)
@@ -78,4 +86,32 @@ async def await_first_token(request: ProxyRequest, attempt: Attempt, clock: Cloc
         message, code = describe_error(meter.first_error)
         raise UpstreamUnavailable(
             f"{name}: upstream error before the first token: {message}", provider=name, status=200, code=code
+        )
+
+
+_JSON_OBJECT = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*\{")
+"""How every whole answer of the gateway's APIs starts (a byte-order mark allowed: JSON readers skip it)."""
+
+
+def json_object_like(body: bytes) -> bool:
+    """Whether ``body`` starts as a JSON object: one anchored match over its first bytes, no parse."""
+    return _JSON_OBJECT.match(body) is not None
+
+
+def check_whole(attempt: Attempt) -> None:
+    """Raise ``UpstreamUnavailable`` for a whole answer whose body is no JSON object (empty, a 204, an HTML page
+    of a proxy or a wrong base_url): relayed, the client's SDK would get a string or fail to parse a success.
+    Costs one anchored match over the body's first bytes per whole answer (no parse: the answer is read once,
+    after it is sent)."""
+    if not json_object_like(attempt.body):
+        response = attempt.response
+        assert response is not None
+        name = attempt.candidate.provider.name
+        kind = response.headers.get("content-type") or "no content type"
+        what = f"{len(attempt.body)} bytes of {kind}" if attempt.body else "an empty body"
+        raise UpstreamUnavailable(
+            f"{name}: upstream answered {response.status} with {what}, not a JSON answer",
+            provider=name,
+            status=response.status,
+            code="upstream_unreadable",
         )

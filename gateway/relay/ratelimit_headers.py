@@ -9,6 +9,7 @@ that does not parse is ignored: a provider's odd header must never fail a reques
 from __future__ import annotations
 
 import datetime
+import math
 import re
 from collections.abc import Mapping
 
@@ -36,11 +37,19 @@ def _count(headers: Mapping[str, str], *names: str) -> int | None:
     for name in names:
         value = headers.get(name)
         if value is not None:
-            try:
-                return max(0, int(float(value)))
-            except ValueError:
-                return None
+            number = _number(value)
+            return None if number is None else max(0, int(number))
     return None
+
+
+def _number(text: str) -> float | None:
+    """A finite number, or None: ``float`` also reads ``inf``, ``nan`` and ``1e400``, which count nothing (and
+    ``int`` of infinity raises ``OverflowError``, which failed the answer that carried the header)."""
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _reset(headers: Mapping[str, str], openai: str, anthropic: str, now_wall: float) -> float | None:
@@ -60,10 +69,9 @@ def _reset(headers: Mapping[str, str], openai: str, anthropic: str, now_wall: fl
 def parse_duration(value: str) -> float | None:
     """``1s``, ``6m0s``, ``1h2m3.5s``, ``20ms``, or plain seconds; None for anything else."""
     text = value.strip().lower()
-    try:
-        return max(0.0, float(text))
-    except ValueError:
-        pass
+    number = _number(text)
+    if number is not None:
+        return max(0.0, number)
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         return None

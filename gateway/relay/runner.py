@@ -30,7 +30,7 @@ from gateway.reading import Reading
 from gateway.relay.attempt import Attempt, ClientFault
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.deadline import Deadline
-from gateway.relay.first_token import await_first_token, note_status, status_error
+from gateway.relay.first_token import await_first_token, check_whole, note_status, status_error
 from gateway.relay.outbound import upstream_body, upstream_of, upstream_path
 from gateway.relay.prompt_count import counted_prompt
 from gateway.relay.queue import SlotQueue, slot_key
@@ -229,6 +229,7 @@ class AttemptRunner:
                     await status_error(attempt, client.redact, self.wall_clock)
                 attempt.body = client.redact(await attempt.response.read_all())
                 attempt.response.close()  # read to the end: the connection goes back to the pool
+                check_whole(attempt)
         except TimeoutError as exc:
             name = candidate.provider.name
             error = UpstreamTimeout(f"{name}: no first token within {first_token_s:g}s", provider=name)
