@@ -118,6 +118,9 @@ class Scenario:
     length, as the lengths above were written."""
     replicas: int = 1
     """Gateway replicas sharing one stats window; request *i* is planned by replica *i* mod ``replicas``."""
+    blur_s: float = 0.0
+    """How far (sd, seconds) the meter's clock strays at an answer's first and last token (the network's jitter,
+    the provider's batching, scheduling): its tokens/s is read over a window off by the two strays' difference."""
 
     def schedule(self, seed: int) -> list[Planned]:
         """Poisson arrivals at ``rate_per_s`` over ``duration_s``; the same for every strategy of one seed."""

@@ -30,6 +30,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -492,7 +493,7 @@ class _Request:
                 candidate,
                 "ok",
                 ttft,
-                tps if self.tokens > 1 else None,
+                self._read_tps(candidate, tps) if self.tokens > 1 else None,
                 e2e=e2e,
                 tokens=self.tokens,
                 hedged=hedged,
@@ -503,6 +504,17 @@ class _Request:
             sim.result.attempts += self.attempts
 
         sim.at(end, finish)
+
+    def _read_tps(self, candidate: Candidate, tps: float) -> float:
+        """The tokens/s the meter reads of an answer streamed at ``tps``: its window between first and last token
+        strayed by the scenario's ``blur_s`` at each end (drawn per request and provider, common to every strategy),
+        never below a tenth of a millisecond."""
+        blur = self.sim.scenario.blur_s
+        if not blur:
+            return tps
+        rng = random.Random(f"{self.sim.scenario.name}:{self.sim.seed}:{self.index}:{candidate.name}:blur")
+        window = self.tokens / tps + blur * (rng.gauss(0.0, 1.0) - rng.gauss(0.0, 1.0))
+        return self.tokens / max(window, 1e-4)
 
     def fail(self) -> None:
         self.sim.result.failed += 1
@@ -632,6 +644,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for number, (ordinal, where) in enumerate(HELD_OUT_SETS, start=1):
         flag = "--held-out" if number == 1 else f"--held-out-{number}"
         parser.add_argument(flag, action="store_true", help=f"the {ordinal} held-out set ({where}): once")
+    parser.add_argument(
+        "--blur-ms", type=float, default=0.0, help="every market's clock blur (Scenario.blur_s), in milliseconds"
+    )
     parser.add_argument("--json", metavar="FILE", help="write each market's regrets per seed to FILE (for --pair)")
     parser.add_argument(
         "--pair", nargs=2, metavar=("BASE", "NEW"), help="two --json files: new − base per market, paired by seed"
@@ -644,6 +659,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     policy = json.loads(args.policy) if args.policy else None
     chosen = [n for n in range(1, len(HELD_OUT_SETS) + 1) if getattr(args, "held_out" if n == 1 else f"held_out_{n}")]
     markets = MARKETS[chosen[-1]] if chosen else STRESS if args.stress else SCENARIOS
+    if args.blur_ms:
+        markets = tuple(dataclasses.replace(scenario, blur_s=args.blur_ms / 1e3) for scenario in markets)
     records: dict[str, list[dict[str, float]]] = {}
     for scenario in markets:
         if args.only and scenario.name not in args.only:
@@ -652,7 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         records[scenario.name] = [r.record() for r in runs]
         print(_summary(scenario, runs), flush=True)
     if args.json:
-        written = {"seeds": args.seeds, "policy": policy, "markets": records}
+        written = {"seeds": args.seeds, "policy": policy, "blur_ms": args.blur_ms, "markets": records}
         Path(args.json).write_text(json.dumps(written, indent=1) + "\n")
     return 0
 
