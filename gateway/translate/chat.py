@@ -84,6 +84,13 @@ FINISH_OF: dict[StopReason, str] = {
 }
 
 
+def stop_of(finish: str, calls: bool) -> StopReason:
+    """A ``finish_reason`` as a stop reason: an answer that made tool calls and ended with ``stop`` (Gemini's
+    OpenAI-compatible API ends them so) stopped for its calls, as the client must be told to run them."""
+    stop = STOPS.get(finish, "end")
+    return "tool" if calls and stop == "end" else stop
+
+
 # -- request: chat → neutral -----------------------------------------------------------------
 
 

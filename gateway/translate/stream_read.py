@@ -45,7 +45,8 @@ def _failed(error: Any, status: int = 500) -> Failed:
 class ChatReader:
     def __init__(self) -> None:
         self._started = False
-        self._calls: set[int] = set()
+        self._calls: dict[int, str] = {}
+        """Each tool call's key and id, in the order they began."""
 
     def read(self, event: dict[str, Any]) -> list[Event]:
         if "error" in event and not event.get("choices"):
@@ -69,25 +70,35 @@ class ChatReader:
                     out.extend(self._call(call))
             finish = choice.get("finish_reason")
             if isinstance(finish, str):
-                out.append(Finished(chat.STOPS.get(finish, "end")))
+                out.append(Finished(chat.stop_of(finish, bool(self._calls))))
         usage = chat_reply.read_usage(event.get("usage"))
         if usage is not None:
             out.append(UsageSeen(usage))
         return out
 
     def _call(self, call: dict[str, Any]) -> list[Event]:
-        key = count(call.get("index"))
+        given = call.get("id")
+        key = self._key(call.get("index"), given if isinstance(given, str) else "")
         function = obj(call.get("function"))
         out: list[Event] = []
         if key not in self._calls:
-            self._calls.add(key)
-            given = call.get("id")
             call_id = given if isinstance(given, str) and given else f"call_{key}"
+            self._calls[key] = call_id
             out.append(ToolCallStart(key, call_id, str(function.get("name") or "")))
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             out.append(ToolArgsDelta(key, arguments))
         return out
+
+    def _key(self, index: Any, call_id: str) -> int:
+        """The call a delta belongs to: its ``index``; without one (Gemini's OpenAI-compatible stream leaves it
+        out), a delta with a new id begins the next call and any other goes on with the last call begun."""
+        if isinstance(index, int) and not isinstance(index, bool):
+            return index
+        last = next(reversed(self._calls), None)
+        if last is None or (call_id and call_id != self._calls[last]):
+            return max(self._calls, default=-1) + 1
+        return last
 
     def done(self) -> list[Event]:
         return [Ended()]

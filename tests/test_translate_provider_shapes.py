@@ -1,0 +1,98 @@
+"""SDK clients served by translation from answers shaped as real providers shape them, scripted byte for byte.
+
+The fake provider answers in the shapes the gateway's own writers produce; these answers are the ones real
+providers give that a translation must also read: Gemini's OpenAI-compatible stream (tool-call deltas without
+``index``, a tool call ended with ``finish_reason: "stop"``). Each test has the real ``anthropic`` or ``openai``
+SDK as the client and a ``ScriptedUpstream`` as the only deployment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from tests.support.config import gateway_config
+from tests.support.gateway import Gateway
+from tests.support.scripted import ScriptedUpstream
+from tests.support.servers import ServerThread
+
+StartGateway = Callable[..., Gateway]
+TOOLS: list[anthropic.types.ToolParam] = [{"name": "weather", "input_schema": {"type": "object"}}]
+HEAD = {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1, "model": "gemini-up"}
+USAGE = {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, dict[str, Any]]:
+    return None, {**HEAD, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def gemini_calls(finish: str) -> list[tuple[str | None, Any]]:
+    """Two parallel calls as Gemini's OpenAI-compatible endpoint streams them: no ``index``, each whole in one
+    delta, or the second's arguments in a later delta that repeats nothing but them."""
+    first = {"id": "call_paris", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+    second = {"id": "call_rome", "type": "function", "function": {"name": "weather", "arguments": '{"city": '}}
+    return [
+        chunk({"role": "assistant", "tool_calls": [first]}),
+        chunk({"tool_calls": [second]}),
+        chunk({"tool_calls": [{"function": {"arguments": '"Rome"}'}}]}),
+        chunk({}, finish),
+        (None, {**HEAD, "choices": [], "usage": USAGE}),
+        (None, "[DONE]"),
+    ]
+
+
+@pytest.fixture
+def chat_only(test_servers: list[ServerThread], start_gateway: StartGateway) -> Iterator[tuple[ScriptedUpstream, str]]:
+    """A scripted chat-only upstream behind a gateway: (the upstream, the gateway's URL)."""
+    upstream = ScriptedUpstream("gemini")
+    test_servers.append(upstream.server.start())
+    gateway = start_gateway(gateway_config([upstream], provider_options={"gemini": {"apis": ["chat"]}}))
+    yield upstream, gateway.url
+
+
+@pytest.mark.parametrize("finish", ["tool_calls", "stop"])
+def test_indexless_parallel_calls_reach_a_messages_client_as_two_tool_uses(
+    chat_only: tuple[ScriptedUpstream, str], finish: str
+) -> None:
+    upstream, url = chat_only
+    upstream.answer_sse(gemini_calls(finish))
+    with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=10) as client:
+        messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Paris and Rome?"}]
+        with client.messages.stream(model="m", max_tokens=64, tools=TOOLS, messages=messages) as stream:
+            final = stream.get_final_message()
+    calls = [(b.id, b.name, b.input) for b in final.content if b.type == "tool_use"]
+    assert calls == [("call_paris", "weather", {"city": "Paris"}), ("call_rome", "weather", {"city": "Rome"})]
+    # Gemini ends a tool call with "stop": the client must still be told to run the tools.
+    assert final.stop_reason == "tool_use"
+
+
+def test_indexless_parallel_calls_reach_a_responses_client_as_two_function_calls(
+    chat_only: tuple[ScriptedUpstream, str],
+) -> None:
+    upstream, url = chat_only
+    upstream.answer_sse(gemini_calls("stop"))
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=10) as client:
+        tool: Any = {"type": "function", "name": "weather", "parameters": {"type": "object"}, "strict": False}
+        with client.responses.stream(model="m", input="Paris and Rome?", tools=[tool]) as stream:
+            final = stream.get_final_response()
+    calls = [(o.call_id, o.arguments) for o in final.output if o.type == "function_call"]
+    assert calls == [("call_paris", '{"city": "Paris"}'), ("call_rome", '{"city": "Rome"}')]
+
+
+def test_a_whole_tool_call_ended_with_stop_is_a_tool_use(chat_only: tuple[ScriptedUpstream, str]) -> None:
+    upstream, url = chat_only
+    call = {"id": "call_paris", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    upstream.answer_json(
+        {**HEAD, "object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    )
+    with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=10) as client:
+        answer = client.messages.create(
+            model="m", max_tokens=64, tools=TOOLS, messages=[{"role": "user", "content": "Paris?"}]
+        )
+    assert [b.type for b in answer.content] == ["tool_use"]
+    assert answer.stop_reason == "tool_use"
