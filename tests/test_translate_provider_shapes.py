@@ -96,3 +96,40 @@ def test_a_whole_tool_call_ended_with_stop_is_a_tool_use(chat_only: tuple[Script
         )
     assert [b.type for b in answer.content] == ["tool_use"]
     assert answer.stop_reason == "tool_use"
+
+
+@pytest.fixture
+def messages_only(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> Iterator[tuple[ScriptedUpstream, str]]:
+    """A scripted Messages-only upstream behind a gateway: (the upstream, the gateway's URL)."""
+    upstream = ScriptedUpstream("claude")
+    test_servers.append(upstream.server.start())
+    gateway = start_gateway(gateway_config([upstream], provider_options={"claude": {"apis": ["messages"]}}))
+    yield upstream, gateway.url
+
+
+def claude_message(content: list[dict[str, Any]], stop: str = "end_turn") -> dict[str, Any]:
+    usage = {"input_tokens": 12, "output_tokens": 30}
+    head = {"id": "msg_up", "type": "message", "role": "assistant", "model": "claude-up"}
+    return {**head, "content": content, "stop_reason": stop, "stop_sequence": None, "usage": usage}
+
+
+def test_reasoning_without_a_limit_leaves_the_answer_its_room(messages_only: tuple[ScriptedUpstream, str]) -> None:
+    """Thinking counts against Anthropic's ``max_tokens``: a client that set no limit (OpenAI's APIs need none)
+    must not have its answer squeezed into what the thinking budget leaves of the default."""
+    upstream, url = messages_only
+    upstream.answer_json(claude_message([{"type": "text", "text": "4"}]))
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=10) as client:
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "2+2?"}], reasoning_effort="high"
+        )
+        chat = upstream.last
+        client.responses.create(model="m", input="2+2?", reasoning={"effort": "medium"})
+        responses = upstream.last
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "2+2?"}], max_tokens=3000)
+        limited = upstream.last
+    for sent, budget in ((chat, 24576), (responses, 8192)):
+        assert sent["thinking"] == {"type": "enabled", "budget_tokens": budget}
+        assert sent["max_tokens"] - budget == 4096  # the default answer's room, beside the thinking
+    assert limited["max_tokens"] == 3000 and "thinking" not in limited  # the client's own limit, untouched

@@ -27,7 +27,7 @@ from gateway.translate.ir import (
 TARGET = "Messages"
 _ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 DEFAULT_MAX_TOKENS = 4096
-"""What a Messages request asks when the client set no limit (the Messages API requires one)."""
+"""What a Messages request asks when the client set no limit (the Messages API requires one), beside thinking."""
 
 
 # -- request: neutral → Messages -------------------------------------------------------------
@@ -71,6 +71,10 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         body["metadata"] = {"user_id": conversation.user}
     reasoning = conversation.reasoning
     if reasoning is not None:
+        budget = _budget(reasoning)
+        if conversation.max_tokens is None and budget is not None:
+            # Thinking counts against max_tokens: without the client's limit, the default is the answer's room.
+            body["max_tokens"] = DEFAULT_MAX_TOKENS + budget
         body["thinking"] = _thinking(reasoning, body["max_tokens"])
     output = conversation.output
     if output is not None and output.kind == "json_schema":
@@ -82,14 +86,20 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
     return body
 
 
+def _budget(reasoning: ReasoningAsk) -> int | None:
+    """The thinking budget asked, in tokens (None: thinking off, or adaptive)."""
+    if not reasoning.enabled or reasoning.effort in ("none", "minimal") or reasoning.adaptive:
+        return None
+    if reasoning.budget_tokens is not None:
+        return reasoning.budget_tokens
+    return {"low": 2048, "medium": 8192, "high": 24576}.get(reasoning.effort or "medium", 8192)
+
+
 def _thinking(reasoning: ReasoningAsk, max_tokens: int) -> dict[str, Any]:
-    if not reasoning.enabled or reasoning.effort in ("none", "minimal"):
-        return {"type": "disabled"}
-    if reasoning.adaptive:
-        return {"type": "adaptive"}
-    budget = reasoning.budget_tokens
+    budget = _budget(reasoning)
     if budget is None:
-        budget = {"low": 2048, "medium": 8192, "high": 24576}.get(reasoning.effort or "medium", 8192)
+        off = not reasoning.enabled or reasoning.effort in ("none", "minimal")
+        return {"type": "disabled" if off else "adaptive"}
     # Anthropic asks for a budget of at least 1024, below max_tokens: an answer limited to 1024 tokens or less
     # has no room to think.
     if max_tokens <= 1024:
