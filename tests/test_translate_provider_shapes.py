@@ -13,6 +13,7 @@ from typing import Any
 
 import anthropic
 import openai
+import pydantic
 import pytest
 
 from tests.support.config import gateway_config
@@ -133,3 +134,26 @@ def test_reasoning_without_a_limit_leaves_the_answer_its_room(messages_only: tup
         assert sent["thinking"] == {"type": "enabled", "budget_tokens": budget}
         assert sent["max_tokens"] - budget == 4096  # the default answer's room, beside the thinking
     assert limited["max_tokens"] == 3000 and "thinking" not in limited  # the client's own limit, untouched
+
+
+class Person(pydantic.BaseModel):
+    name: str
+    age: int
+
+
+def test_a_parsed_chat_completion_asks_claude_with_the_ga_structured_output_field(
+    messages_only: tuple[ScriptedUpstream, str],
+) -> None:
+    """Anthropic's structured outputs are ``output_config.format`` since they left beta; the beta's top-level
+    ``output_format`` is refused without its beta header (which the gateway does not send)."""
+    upstream, url = messages_only
+    upstream.answer_json(claude_message([{"type": "text", "text": '{"name": "Ana", "age": 31}'}]))
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=10) as client:
+        answer = client.chat.completions.parse(
+            model="m", messages=[{"role": "user", "content": "Ana, 31"}], response_format=Person
+        )
+    assert answer.choices[0].message.parsed == Person(name="Ana", age=31)
+    sent = upstream.last
+    assert "output_format" not in sent
+    assert sent["output_config"]["format"]["type"] == "json_schema"
+    assert sent["output_config"]["format"]["schema"]["required"] == ["name", "age"]

@@ -78,7 +78,8 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         body["thinking"] = _thinking(reasoning, body["max_tokens"])
     output = conversation.output
     if output is not None and output.kind == "json_schema":
-        body["output_format"] = {"type": "json_schema", "schema": output.schema or {}}
+        # The GA field: the beta's top-level ``output_format`` is refused without its beta header.
+        body["output_config"] = {"format": {"type": "json_schema", "schema": output.schema or {}}}
     elif output is not None and output.kind == "json_object":
         raise Untranslatable("response_format", TARGET, "JSON mode without a schema")
     if conversation.stream:
