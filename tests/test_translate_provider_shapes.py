@@ -157,3 +157,38 @@ def test_a_parsed_chat_completion_asks_claude_with_the_ga_structured_output_fiel
     assert "output_format" not in sent
     assert sent["output_config"]["format"]["type"] == "json_schema"
     assert sent["output_config"]["format"]["schema"]["required"] == ["name", "age"]
+
+
+def test_a_tool_result_of_several_text_blocks_keeps_them_apart(chat_only: tuple[ScriptedUpstream, str]) -> None:
+    """An MCP tool's result is often several text blocks; a chat tool message holds one text, in which they must
+    not run into each other."""
+    upstream, url = chat_only
+    message = {"role": "assistant", "content": "Both found."}
+    upstream.answer_json(
+        {**HEAD, "object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    )
+    files: list[anthropic.types.TextBlockParam] = [{"type": "text", "text": "a.py"}, {"type": "text", "text": "b.py"}]
+    messages: list[anthropic.types.MessageParam] = [
+        {"role": "user", "content": "List the files, and the dirs."},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "call_files", "name": "weather", "input": {}},
+                {"type": "tool_use", "id": "call_dirs", "name": "weather", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "call_files", "content": files},
+                {"type": "tool_result", "tool_use_id": "call_dirs", "content": files, "is_error": True},
+            ],
+        },
+    ]
+    with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=10) as client:
+        client.messages.create(model="m", max_tokens=64, tools=TOOLS, messages=messages)
+    results = [m for m in upstream.last["messages"] if m["role"] == "tool"]
+    assert results == [
+        {"role": "tool", "tool_call_id": "call_files", "content": "a.py\nb.py"},
+        {"role": "tool", "tool_call_id": "call_dirs", "content": "Error: a.py\nb.py"},
+    ]

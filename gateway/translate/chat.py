@@ -326,7 +326,9 @@ def _messages(conversation: Conversation) -> list[dict[str, Any]]:
 def _result_content(result: ToolResult) -> str:
     if any(isinstance(p, Image) for p in result.content):
         raise Untranslatable("tool result content", TARGET, "a chat tool message holds text only, not an image")
-    text = "".join(p.text for p in result.content if isinstance(p, Text))
+    # Blocks on lines of their own, as a chat server joins a content array's text parts for its template (an MCP
+    # tool's result is often several text blocks: glued together, their words would run into each other).
+    text = "\n".join(p.text for p in result.content if isinstance(p, Text))
     # Chat has no error flag on a tool result: the model reads it in the text.
     return f"Error: {text}" if result.is_error else text
 
