@@ -192,3 +192,68 @@ def test_a_tool_result_of_several_text_blocks_keeps_them_apart(chat_only: tuple[
         {"role": "tool", "tool_call_id": "call_files", "content": "a.py\nb.py"},
         {"role": "tool", "tool_call_id": "call_dirs", "content": "Error: a.py\nb.py"},
     ]
+
+
+OPAQUE: dict[str, Any] = {"type": "reasoning", "id": "rs_up", "summary": [], "encrypted_content": "gAAAA-opaque"}
+CALL: dict[str, Any] = {
+    "type": "function_call",
+    "id": "fc_up",
+    "call_id": "call_paris",
+    "name": "weather",
+    "arguments": "{}",
+}
+REASONED: dict[str, Any] = {
+    "id": "resp_up",
+    "object": "response",
+    "created_at": 1,
+    "model": "o-up",
+    "status": "completed",
+    "output": [OPAQUE, CALL],
+    "usage": {"input_tokens": 20, "output_tokens": 40, "total_tokens": 60},
+}
+
+
+def reasoned_stream() -> list[tuple[str | None, Any]]:
+    """``REASONED`` as OpenAI streams it."""
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": {**REASONED, "status": "in_progress", "output": []}}),
+        ("response.output_item.added", {"output_index": 0, "item": {**OPAQUE, "encrypted_content": None}}),
+        ("response.output_item.done", {"output_index": 0, "item": OPAQUE}),
+        ("response.output_item.added", {"output_index": 1, "item": {**CALL, "arguments": ""}}),
+        ("response.function_call_arguments.delta", {"output_index": 1, "item_id": "fc_up", "delta": "{}"}),
+        ("response.output_item.done", {"output_index": 1, "item": CALL}),
+        ("response.completed", {"response": REASONED}),
+    ]
+    return [(name, {"type": name, "sequence_number": n, **data}) for n, (name, data) in enumerate(events)]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_responses_providers_reasoning_goes_back_to_it_next_turn(
+    test_servers: list[ServerThread], start_gateway: StartGateway, stream: bool
+) -> None:
+    """With ``store: false`` an OpenAI reasoning model's reasoning survives a turn only as the opaque item the
+    request asked for; a Messages client holds it as ``redacted_thinking`` (streamed or whole) and sends it back."""
+    upstream = ScriptedUpstream("openai")
+    test_servers.append(upstream.server.start())
+    url = start_gateway(gateway_config([upstream], provider_options={"openai": {"apis": ["responses"]}})).url
+    messages: list[Any] = [{"role": "user", "content": "Paris?"}]
+    ask: dict[str, Any] = {"model": "m", "max_tokens": 4096, "tools": TOOLS}
+    ask["thinking"] = {"type": "enabled", "budget_tokens": 2048}
+    with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=10) as client:
+        if stream:
+            upstream.answer_sse(reasoned_stream())
+            with client.messages.stream(**ask, messages=messages) as events:
+                answer = events.get_final_message()
+        else:
+            upstream.answer_json(REASONED)
+            answer = client.messages.create(**ask, messages=messages)
+        assert upstream.last["include"] == ["reasoning.encrypted_content"] and upstream.last["store"] is False
+        assert [b.type for b in answer.content] == ["redacted_thinking", "tool_use"]
+        messages += [
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in answer.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_paris", "content": "sunny"}]},
+        ]
+        upstream.answer_json(REASONED)
+        client.messages.create(**ask, messages=messages)
+    sent_back = upstream.last["input"][1]
+    assert sent_back == {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-opaque"}
