@@ -257,3 +257,34 @@ def test_a_responses_providers_reasoning_goes_back_to_it_next_turn(
         client.messages.create(**ask, messages=messages)
     sent_back = upstream.last["input"][1]
     assert sent_back == {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-opaque"}
+
+
+def test_fields_that_ask_nothing_are_not_refused(messages_only: tuple[ScriptedUpstream, str]) -> None:
+    """Some OpenAI clients (LangChain.js's among them) send the API's defaults on every call, and typed ones send unset
+    fields as null: none of them asks anything another API cannot give, so none makes the request untranslatable."""
+    upstream, url = messages_only
+    upstream.answer_json(claude_message([{"type": "text", "text": "hi"}]))
+    defaults: dict[str, Any] = {
+        "frequency_penalty": 0,
+        "presence_penalty": 0.0,
+        "logprobs": False,
+        "logit_bias": {},
+        "n": 1,
+        "seed": None,
+        "top_logprobs": None,
+        "service_tier": "auto",
+        "modalities": ["text"],
+    }
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=10) as client:
+        answer = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], extra_body=defaults
+        )
+        assert answer.choices[0].message.content == "hi"
+        assert upstream.last.keys() == {"model", "max_tokens", "messages"}
+        # A value that does ask something is still refused, naming it.
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], extra_body={"presence_penalty": 0.5}
+            )
+    assert refused.value.body["param"] == "presence_penalty"  # type: ignore[index]
+    assert refused.value.body["code"] == "untranslatable_field"  # type: ignore[index]
