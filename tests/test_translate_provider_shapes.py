@@ -288,3 +288,48 @@ def test_fields_that_ask_nothing_are_not_refused(messages_only: tuple[ScriptedUp
             )
     assert refused.value.body["param"] == "presence_penalty"  # type: ignore[index]
     assert refused.value.body["code"] == "untranslatable_field"  # type: ignore[index]
+
+
+def claude_stream(*blocks: tuple[dict[str, Any], list[dict[str, Any]]], stop: str) -> list[tuple[str | None, Any]]:
+    """A Messages stream as Anthropic sends it: each ``(content block, its deltas)`` in turn."""
+
+    def event(name: str, **data: Any) -> tuple[str, dict[str, Any]]:
+        return name, {"type": name, **data}
+
+    out = [event("message_start", message={**claude_message([]), "stop_reason": None})]
+    for index, (block, deltas) in enumerate(blocks):
+        out.append(event("content_block_start", index=index, content_block=block))
+        out += [event("content_block_delta", index=index, delta=d) for d in deltas]
+        out.append(event("content_block_stop", index=index))
+    out.append(event("message_delta", delta={"stop_reason": stop, "stop_sequence": None}, usage={"output_tokens": 9}))
+    return [*out, event("message_stop")]
+
+
+def test_a_streamed_call_without_arguments_reaches_openai_clients_as_an_empty_object(
+    messages_only: tuple[ScriptedUpstream, str],
+) -> None:
+    """Anthropic streams a call without arguments as a ``tool_use`` block whose only delta (if any) is empty; an
+    OpenAI client parses the arguments it gets (Codex, and the SDK's own ``parse`` helpers), and "" is no JSON."""
+    upstream, url = messages_only
+    no_args = {"type": "tool_use", "id": "toolu_now", "name": "clock", "input": {}}
+    with_args = {"type": "tool_use", "id": "toolu_tz", "name": "clock", "input": {}}
+    upstream.answer_sse(
+        claude_stream(
+            (no_args, [{"type": "input_json_delta", "partial_json": ""}]),
+            (with_args, [{"type": "input_json_delta", "partial_json": '{"tz": "UTC"}'}]),
+            stop="tool_use",
+        )
+    )
+    chat_tool: Any = {"type": "function", "function": {"name": "clock", "parameters": {"type": "object"}}}
+    responses_tool: Any = {"type": "function", "name": "clock", "parameters": {"type": "object"}, "strict": False}
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=10) as client:
+        with client.chat.completions.stream(
+            model="m", messages=[{"role": "user", "content": "time?"}], tools=[chat_tool]
+        ) as chat:
+            completion = chat.get_final_completion()
+        with client.responses.stream(model="m", input="time?", tools=[responses_tool]) as responses:
+            response = responses.get_final_response()
+    calls = completion.choices[0].message.tool_calls or []
+    assert [(c.id, c.function.arguments) for c in calls] == [("toolu_now", "{}"), ("toolu_tz", '{"tz": "UTC"}')]
+    items = [(o.call_id, o.arguments) for o in response.output if o.type == "function_call"]
+    assert items == [("toolu_now", "{}"), ("toolu_tz", '{"tz": "UTC"}')]

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from gateway.dialects.base import listed
 from gateway.errors import describe_error
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply
-from gateway.translate.common import count, obj
+from gateway.translate.common import count, dump_json, obj
 from gateway.translate.ir import (
     Api,
     Ended,
@@ -107,6 +107,8 @@ class ChatReader:
 class MessagesReader:
     def __init__(self) -> None:
         self._usage = Usage()
+        self._tool_input: dict[int, Any] = {}
+        """The open ``tool_use`` blocks that no ``input_json_delta`` has written yet: their start's ``input``."""
 
     def read(self, event: dict[str, Any]) -> list[Event]:
         kind = event.get("type")
@@ -126,8 +128,15 @@ class MessagesReader:
             if kind == "signature_delta":
                 return [ReasoningDelta("", signature=str(delta.get("signature") or ""))]
             if kind == "input_json_delta":
-                return [ToolArgsDelta(_index(event), str(delta.get("partial_json") or ""))]
+                text = str(delta.get("partial_json") or "")
+                if text:
+                    self._tool_input.pop(_index(event), None)
+                return [ToolArgsDelta(_index(event), text)]
             return []
+        if kind == "content_block_stop" and _index(event) in self._tool_input:
+            # A call without arguments streams none (one empty ``partial_json`` at most): the other APIs' clients
+            # parse the arguments they were given, and "" is no JSON.
+            return [ToolArgsDelta(_index(event), dump_json(self._tool_input.pop(_index(event)) or {}))]
         if kind == "message_delta":
             out: list[Event] = []
             seen = messages_reply.read_usage(event.get("usage"))
@@ -155,6 +164,7 @@ class MessagesReader:
         block = obj(event.get("content_block"))
         kind = block.get("type")
         if kind == "tool_use":
+            self._tool_input[_index(event)] = block.get("input")
             return [ToolCallStart(_index(event), str(block.get("id") or ""), str(block.get("name") or ""))]
         if kind == "text" and block.get("text"):
             return [TextDelta(str(block["text"]))]
