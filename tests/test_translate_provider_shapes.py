@@ -333,3 +333,39 @@ def test_a_streamed_call_without_arguments_reaches_openai_clients_as_an_empty_ob
     assert [(c.id, c.function.arguments) for c in calls] == [("toolu_now", "{}"), ("toolu_tz", '{"tz": "UTC"}')]
     items = [(o.call_id, o.arguments) for o in response.output if o.type == "function_call"]
     assert items == [("toolu_now", "{}"), ("toolu_tz", '{"tz": "UTC"}')]
+
+
+def test_an_openai_refusal_reaches_messages_and_responses_clients(chat_only: tuple[ScriptedUpstream, str]) -> None:
+    """OpenAI says a refusal in ``refusal``, its ``content`` null (structured outputs, safety): it is the answer,
+    not nothing, whole or streamed."""
+    upstream, url = chat_only
+    said = "I can't help with that."
+    message = {"role": "assistant", "content": None, "refusal": said}
+    whole = {
+        **HEAD,
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+    }
+    streamed = [
+        chunk({"role": "assistant", "content": None, "refusal": None}),
+        chunk({"refusal": "I can't "}),
+        chunk({"refusal": "help with that."}),
+        chunk({}, "stop"),
+        (None, {**HEAD, "choices": [], "usage": USAGE}),
+        (None, "[DONE]"),
+    ]
+    ask: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Help me."}]
+    with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=10) as claude:
+        upstream.answer_json(whole)
+        answer = claude.messages.create(model="m", max_tokens=64, messages=ask)
+        upstream.answer_sse(streamed)
+        with claude.messages.stream(model="m", max_tokens=64, messages=ask) as stream:
+            final = stream.get_final_message()
+    assert [(b.type, getattr(b, "text", None)) for b in answer.content] == [("text", said)]
+    assert [(b.type, getattr(b, "text", None)) for b in final.content] == [("text", said)]
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=10) as client:
+        upstream.answer_json(whole)
+        assert client.responses.create(model="m", input="Help me.").output_text == said
+        upstream.answer_sse(streamed)
+        with client.responses.stream(model="m", input="Help me.") as events:
+            assert events.get_final_response().output_text == said

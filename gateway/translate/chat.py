@@ -209,6 +209,9 @@ def read_assistant(message: dict[str, Any], path: str) -> Turn:
             if part.get("type") not in ("text", "refusal"):
                 raise Untranslatable(f"{path}.content[{index}].type", "other", f"a {part.get('type')!r} part")
             parts.append(Text(as_str(part.get("text", part.get("refusal")), f"{path}.content[{index}].text")))
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        parts.append(Text(refusal))  # OpenAI's refusal (content null): what the model said, as its content parts are
     for index, raw in enumerate(as_list(message.get("tool_calls") or [], f"{path}.tool_calls")):
         where = f"{path}.tool_calls[{index}]"
         call = as_dict(raw, where)

@@ -62,9 +62,9 @@ class ChatReader:
             reasoning = delta.get("reasoning_content", delta.get("reasoning"))
             if isinstance(reasoning, str) and reasoning:
                 out.append(ReasoningDelta(reasoning))
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                out.append(TextDelta(content))
+            for text in (delta.get("content"), delta.get("refusal")):  # OpenAI streams a refusal beside content
+                if isinstance(text, str) and text:
+                    out.append(TextDelta(text))
             for call in listed(delta.get("tool_calls")):
                 if isinstance(call, dict):
                     out.extend(self._call(call))

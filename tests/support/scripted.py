@@ -10,6 +10,7 @@ translated, scripts that answer here byte for byte.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -44,7 +45,7 @@ class ScriptedUpstream:
     def answer_json(self, data: Any, status: int = 200) -> None:
         self._reply = (status, json.dumps(data).encode(), "application/json")
 
-    def answer_sse(self, events: list[tuple[str | None, Any]]) -> None:
+    def answer_sse(self, events: Sequence[tuple[str | None, Any]]) -> None:
         """A stream of ``(event name or None, data)``; data is JSON-encoded unless it is a string (``[DONE]``)."""
         out = b""
         for name, data in events:
