@@ -369,3 +369,35 @@ def test_an_openai_refusal_reaches_messages_and_responses_clients(chat_only: tup
         upstream.answer_sse(streamed)
         with client.responses.stream(model="m", input="Help me.") as events:
             assert events.get_final_response().output_text == said
+
+
+def test_a_tool_loop_continued_by_an_openai_client_asks_claude_no_extended_thinking(
+    messages_only: tuple[ScriptedUpstream, str],
+) -> None:
+    """Anthropic refuses extended thinking on a request that answers tool results unless the calling turn starts
+    with its signed thinking block, which an OpenAI client cannot send back (it got the reasoning as text): Codex,
+    which asks reasoning on every call, would get a 400 on the second request of every tool loop."""
+    upstream, url = messages_only
+    thinking = {"type": "thinking", "thinking": "The clock tool.", "signature": "c2lnbmVk"}
+    call = {"type": "tool_use", "id": "toolu_now", "name": "clock", "input": {}}
+    upstream.answer_json(claude_message([thinking, call], stop="tool_use"))
+    tool: Any = {"type": "function", "name": "clock", "parameters": {"type": "object"}, "strict": False}
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=10) as client:
+        first = client.responses.create(model="m", input="time?", tools=[tool], reasoning={"effort": "low"})
+        assert upstream.last["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+        history: list[Any] = [{"role": "user", "content": "time?"}]
+        history += [item.model_dump(exclude_none=True) for item in first.output]
+        history.append({"type": "function_call_output", "call_id": "toolu_now", "output": "12:00"})
+        upstream.answer_json(claude_message([{"type": "text", "text": "Noon."}]))
+        client.responses.create(model="m", input=history, tools=[tool], reasoning={"effort": "low"})
+        answering = upstream.last
+        # Text beside the tool results still answers them; once the model has answered, a new turn thinks again.
+        beside = [*history, {"role": "user", "content": "be brief"}]
+        client.responses.create(model="m", input=beside, tools=[tool], reasoning={"effort": "low"})
+        answering_beside = upstream.last
+        history += [{"role": "assistant", "content": "Noon."}, {"role": "user", "content": "and now?"}]
+        client.responses.create(model="m", input=history, tools=[tool], reasoning={"effort": "low"})
+        next_turn = upstream.last
+    assert [b["type"] for b in answering["messages"][1]["content"]] == ["tool_use"]  # no signature to send back
+    assert answering["thinking"] == answering_beside["thinking"] == {"type": "disabled"}
+    assert next_turn["thinking"] == {"type": "enabled", "budget_tokens": 2048}

@@ -1,7 +1,8 @@
 """A request in the neutral shape written as Anthropic's Messages API (reading it: ``gateway.translate.messages``).
 
 Writing keeps ``cache_control`` where the client put it (Anthropic caches only what is marked), writes a
-thinking block only where it has its signature (Anthropic checks it), a tool result's error as
+thinking block only where it has its signature (Anthropic checks it), so that a request answering tool results
+whose calling turn has none asks no extended thinking (Anthropic would refuse it), a tool result's error as
 ``is_error``, and tool-call ids as Anthropic accepts them (``tool_id``).
 """
 
@@ -15,6 +16,7 @@ from gateway.translate.ir import (
     Conversation,
     Image,
     Part,
+    Reasoning,
     ReasoningAsk,
     Text,
     Tool,
@@ -76,6 +78,11 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
             # Thinking counts against max_tokens: without the client's limit, the default is the answer's room.
             body["max_tokens"] = DEFAULT_MAX_TOKENS + budget
         body["thinking"] = _thinking(reasoning, body["max_tokens"])
+        if body["thinking"]["type"] == "enabled" and _unsigned_tool_loop(conversation.turns):
+            # Anthropic refuses extended thinking (400: "expected thinking or redacted_thinking") on a request that
+            # answers tool results unless the turn that called the tools starts with its signed thinking, which only
+            # a Messages client can send back: this request answers them without thinking, the next turn thinks.
+            body["thinking"] = {"type": "disabled"}
     output = conversation.output
     if output is not None and output.kind == "json_schema":
         # The GA field: the beta's top-level ``output_format`` is refused without its beta header.
@@ -85,6 +92,16 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
     if conversation.stream:
         body["stream"] = True
     return body
+
+
+def _unsigned_tool_loop(turns: list[Turn]) -> bool:
+    """Whether the request answers tool results (after the last assistant turn: Anthropic joins the user turns that
+    follow it into one) whose calling turn does not start with signed thinking."""
+    last = max((i for i, turn in enumerate(turns) if turn.role == "assistant"), default=None)
+    if last is None or not any(isinstance(p, ToolResult) for turn in turns[last + 1 :] for p in turn.parts):
+        return False
+    first = turns[last].parts[0] if turns[last].parts else None
+    return not (isinstance(first, Reasoning) and first.signature is not None)
 
 
 def _budget(reasoning: ReasoningAsk) -> int | None:
