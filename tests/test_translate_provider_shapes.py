@@ -401,3 +401,37 @@ def test_a_tool_loop_continued_by_an_openai_client_asks_claude_no_extended_think
     assert [b["type"] for b in answering["messages"][1]["content"]] == ["tool_use"]  # no signature to send back
     assert answering["thinking"] == answering_beside["thinking"] == {"type": "disabled"}
     assert next_turn["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+
+
+def test_reasoning_another_api_gave_a_messages_client_never_reaches_claude(
+    messages_only: tuple[ScriptedUpstream, str],
+) -> None:
+    """A Messages client got a chat provider's reasoning as ``thinking`` blocks with an empty signature; when its
+    conversation goes on at a Messages provider (a fallback, a session moved), Anthropic would refuse the request
+    for them ("Invalid `signature` in `thinking` block"), and for extended thinking on a tool loop whose calling
+    turn then has none."""
+    upstream, url = messages_only
+    upstream.answer_json(claude_message([{"type": "text", "text": "Noon, sunny."}]))
+    unsigned = {"type": "thinking", "thinking": "Ask the clock.", "signature": ""}
+    signed = {"type": "thinking", "thinking": "Then the weather.", "signature": "c2lnbmVk"}
+    messages: list[Any] = [
+        {"role": "user", "content": "time?"},
+        {"role": "assistant", "content": [unsigned, {"type": "text", "text": "Noon."}]},
+        {"role": "user", "content": "weather?"},
+        {
+            "role": "assistant",
+            "content": [signed, {"type": "tool_use", "id": "toolu_w", "name": "weather", "input": {}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_w", "content": "sunny"}]},
+    ]
+    thinking: Any = {"type": "enabled", "budget_tokens": 2048}
+    with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=10) as client:
+        client.messages.create(model="m", max_tokens=4096, messages=messages, thinking=thinking, tools=TOOLS)
+        past = upstream.last
+        messages[3]["content"][0] = unsigned  # the tool loop itself began at a chat provider
+        client.messages.create(model="m", max_tokens=4096, messages=messages, thinking=thinking, tools=TOOLS)
+        loop = upstream.last
+    assert past["messages"][1]["content"] == [{"type": "text", "text": "Noon."}]
+    assert past["messages"][3]["content"][0] == signed and past["thinking"] == thinking  # signed blocks stay
+    assert [b["type"] for b in loop["messages"][3]["content"]] == ["tool_use"]
+    assert loop["thinking"] == {"type": "disabled"}
