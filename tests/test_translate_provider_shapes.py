@@ -10,6 +10,9 @@ only when asked), and what a chat provider's tool message can hold. Each test ha
 
 from __future__ import annotations
 
+import hashlib
+import json
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -234,3 +237,23 @@ def test_an_openai_refusal_reaches_messages_and_responses_clients(chat_only: tup
         upstream.answer_sse(streamed)
         with client.responses.stream(model="m", input="Help me.") as events:
             assert events.get_final_response().output_text == said
+
+
+def test_claude_codes_user_id_reaches_openai_within_its_limit(chat_only: tuple[ScriptedUpstream, str]) -> None:
+    """OpenAI takes a ``user`` of at most 64 characters; Claude Code's ``metadata.user_id`` is a JSON object of some
+    130, sent on every call: it goes as its hash (the same every turn), a short one as it is."""
+    upstream, url = chat_only
+    message = {"role": "assistant", "content": "hi"}
+    upstream.answer_json(
+        {**HEAD, "object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    )
+    claude_code = json.dumps({"device_id": "ab" * 32, "account_uuid": "", "session_id": str(uuid.UUID(int=7))})
+    sent = []
+    with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=10) as client:
+        for user_id in (claude_code, claude_code, "user-7"):
+            client.messages.create(
+                model="m", max_tokens=64, metadata={"user_id": user_id}, messages=[{"role": "user", "content": "hi"}]
+            )
+            sent.append(upstream.last["user"])
+    assert sent == [hashlib.sha256(claude_code.encode()).hexdigest()] * 2 + ["user-7"]
+    assert len(sent[0]) == 64

@@ -18,6 +18,7 @@ from gateway.translate.common import (
     bad,
     image_from_url,
     image_url,
+    openai_user,
     opt_bool,
     opt_int,
     opt_number,
@@ -292,7 +293,7 @@ def write_request(conversation: Conversation, model: str, *, stream_usage: bool 
     if reasoning is not None:
         body["reasoning_effort"] = reasoning.openai_effort("none")
     if conversation.user is not None:
-        body["user"] = conversation.user
+        body["user"] = openai_user(conversation.user)
     if conversation.metadata is not None:
         body["metadata"] = conversation.metadata
     if conversation.prompt_cache_key is not None:

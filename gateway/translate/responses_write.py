@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.translate.common import (
     image_url,
+    openai_user,
 )
 from gateway.translate.ir import (
     Conversation,
@@ -67,7 +68,7 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         # the provider next turn (a Messages client holds them as ``redacted_thinking``).
         body["include"] = ["reasoning.encrypted_content"]
     if conversation.user is not None:
-        body["user"] = conversation.user
+        body["user"] = openai_user(conversation.user)
     if conversation.metadata is not None:
         body["metadata"] = conversation.metadata
     if conversation.prompt_cache_key is not None:
