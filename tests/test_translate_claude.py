@@ -226,3 +226,25 @@ def test_reasoning_another_api_gave_a_messages_client_never_reaches_claude(
     assert past["messages"][3]["content"][0] == signed and past["thinking"] == thinking  # signed blocks stay
     assert [b["type"] for b in loop["messages"][3]["content"]] == ["tool_use"]
     assert loop["thinking"] == {"type": "disabled"}
+
+
+def test_a_forced_tool_call_asks_claude_no_thinking(messages_only: tuple[ScriptedUpstream, str]) -> None:
+    """Anthropic takes thinking only beside ``tool_choice`` auto or none: an OpenAI client's ``required`` or named
+    tool, with reasoning asked, goes without thinking rather than to a 400."""
+    upstream, url = messages_only
+    call = {"type": "tool_use", "id": "toolu_now", "name": "clock", "input": {}}
+    upstream.answer_json(claude_message([call], stop="tool_use"))
+    tool: Any = {"type": "function", "function": {"name": "clock", "parameters": {"type": "object"}}}
+    named: Any = {"type": "function", "function": {"name": "clock"}}
+    sent = []
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=10) as client:
+        for choice in ("required", named, "auto"):
+            client.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": "time?"}],
+                tools=[tool],
+                tool_choice=choice,
+                reasoning_effort="low",
+            )
+            sent.append((upstream.last["tool_choice"]["type"], upstream.last["thinking"]["type"]))
+    assert sent == [("any", "disabled"), ("tool", "disabled"), ("auto", "enabled")]

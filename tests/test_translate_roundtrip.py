@@ -69,9 +69,14 @@ def there_and_back(body: dict[str, Any], source: Api, target: Api) -> None:
     there = translate_request(body, source, target, "upstream-model")
     back = translate_request(there, target, source, "m")
     sent, got = canonical(read_request(source, body)), canonical(read_request(source, back))
-    if target == "messages" and sent["reasoning"] is not None and _answers_tool_results(read_request(source, body)):
-        # Approx. (docs/translation.md): Anthropic refuses extended thinking here without the calling turn's signed
-        # thinking, which no other API carries; the request goes without thinking.
+    forced = sent["tool_choice"][0] in ("required", "tool")
+    if (
+        target == "messages"
+        and sent["reasoning"] is not None
+        and (forced or _answers_tool_results(read_request(source, body)))
+    ):
+        # Approx. (docs/translation.md): Anthropic refuses extended thinking beside a forced tool call, and on a request
+        # answering tool results without the calling turn's signed thinking (which no other API carries).
         assert there["thinking"] == {"type": "disabled"}
         sent["reasoning"] = got["reasoning"] = None
     assert got == sent

@@ -78,10 +78,13 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
             # Thinking counts against max_tokens: without the client's limit, the default is the answer's room.
             body["max_tokens"] = DEFAULT_MAX_TOKENS + budget
         body["thinking"] = _thinking(reasoning, body["max_tokens"])
-        if body["thinking"]["type"] == "enabled" and _unsigned_tool_loop(conversation.turns):
-            # Anthropic refuses extended thinking (400: "expected thinking or redacted_thinking") on a request that
-            # answers tool results unless the turn that called the tools starts with its signed thinking, which only
-            # a Messages client can send back: this request answers them without thinking, the next turn thinks.
+        kind = body["thinking"]["type"]
+        forced = body.get("tool_choice", {}).get("type") in ("any", "tool")
+        if (forced and kind != "disabled") or (kind == "enabled" and _unsigned_tool_loop(conversation.turns)):
+            # Anthropic refuses thinking beside a forced tool call, and (400: "expected thinking or
+            # redacted_thinking") on a request that answers tool results unless the turn that called the tools
+            # starts with its signed thinking, which only a Messages client can send back: this request goes
+            # without thinking (the next turn thinks).
             body["thinking"] = {"type": "disabled"}
     output = conversation.output
     if output is not None and output.kind == "json_schema":
