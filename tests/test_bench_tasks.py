@@ -108,7 +108,8 @@ def test_rubrics_and_task_files() -> None:
     responses = tasks["tool-weather"].request_for("responses")
     assert responses["tools"][0]["name"] == "get_weather" and "function" not in responses["tools"][0]
     messages = tasks["json-person"].request_for("messages")
-    assert messages["output_format"]["schema"]["required"] == ["name", "age"] and "response_format" not in messages
+    assert messages["output_config"]["format"]["schema"]["required"] == ["name", "age"]
+    assert "response_format" not in messages and "output_format" not in messages
     with pytest.raises(TaskError, match=r"t.jsonl:1: expect: expected one of"):
         parse_task({"name": "x", "request": {"messages": []}, "expect": {"text": "y"}}, "t.jsonl:1")
     with pytest.raises(TaskError, match="unknown keys answer"):

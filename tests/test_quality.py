@@ -147,6 +147,9 @@ def test_json_mode_and_schema_mode() -> None:
     assert responses.kind == "json" and responses.schema == schema
     messages = expectation_of("messages", {"output_format": {"type": "json_schema", "schema": schema}, "max_tokens": 9})
     assert messages.kind == "json" and messages.max_tokens == 9
+    # The GA field, as the anthropic SDK's ``messages.parse`` sends it.
+    ga = expectation_of("messages", {"output_config": {"format": {"type": "json_schema", "schema": schema}}})
+    assert ga.kind == "json" and ga.schema == schema
 
 
 def test_kinds_per_api() -> None:

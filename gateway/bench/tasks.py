@@ -69,7 +69,7 @@ class Task:
                 for f in functions
             ]
         if schema:
-            body["output_format"] = {"type": "json_schema", "schema": schema}
+            body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
         return body
 
     def grade(self, reading: Reading) -> bool:

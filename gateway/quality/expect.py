@@ -9,7 +9,7 @@ Each API says it its own way:
 - Responses: ``tools`` (``{"type": "function", "name", "parameters"}``), ``text.format`` ``json_object`` /
   ``json_schema`` (``{"schema": ...}``), ``max_output_tokens``;
 - Messages: ``tools`` (``{"name", "input_schema"}``), ``tool_choice: {"type": "none"}``,
-  ``output_format`` ``json_schema`` (``{"schema": ...}``), ``max_tokens``.
+  ``output_config.format`` (or the beta's ``output_format``) ``json_schema`` (``{"schema": ...}``), ``max_tokens``.
 
 The result is an ``Expectation``: the request's kind (tools, JSON, plain), which the router keeps
 validity by, and what the verdict checks the answer against.
@@ -138,5 +138,7 @@ def expectation_of(endpoint: Endpoint, body: Mapping[str, Any]) -> Expectation:
     tools = _named_tools(body, "input_schema")
     choice = body.get("tool_choice")
     choice_none = isinstance(choice, dict) and choice.get("type") == "none"
-    json_mode, schema = _format(body.get("output_format"), None)
+    config = body.get("output_config")
+    spec = config.get("format") if isinstance(config, dict) else None
+    json_mode, schema = _format(body.get("output_format") if spec is None else spec, None)
     return Expectation(_kind(tools, choice_none, json_mode), tools, json_mode, schema, _limit(body, "max_tokens"))

@@ -12,7 +12,9 @@ The one addition to a native body is the usage chunk of chat and completions str
 provider allows it (``stream_usage``, on by default) and the client did not ask, the gateway asks for
 it (``stream_options.include_usage``), so that the answer's cost is known; the forwarder then keeps
 that chunk from the client, which did not ask for it (``gateway.relay.forward``). A translated chat
-stream always asks for it (when allowed): the client's own API reports usage at the end.
+stream always asks for it (when allowed): the client's own API reports usage at the end. The one removal
+is from Messages bodies: the ``thinking`` blocks without a signature that the gateway made from another
+API's reasoning, which Anthropic would refuse.
 """
 
 from __future__ import annotations
@@ -152,7 +154,56 @@ def upstream_body(request: ProxyRequest, candidate: Candidate, target: Endpoint 
     if injects_usage(request, candidate.provider):
         options = body.get("stream_options")
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    if request.endpoint == "messages":
+        _drop_unsigned_thinking(body)
     return encode_body(body)
+
+
+def _drop_unsigned_thinking(body: dict[str, Any]) -> None:
+    """Leave out of a Messages request the ``thinking`` blocks without a signature: the gateway made them, from a
+    chat or Responses provider's reasoning, and Anthropic checks every signature in the history (400 "Invalid
+    `signature` in `thinking` block") though it reads none of them. When the last assistant turn thereby lost its
+    thinking before a tool call, the request asks no extended thinking (Anthropic would refuse that too). Nothing
+    is copied when no such block is there; the look walks the assistant turns' blocks only (~25 µs for 100 turns
+    here, a quarter of encoding such a body), never the system prompt or the tools."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not _any_unsigned(messages):
+        return
+    kept: list[Any] = []
+    bare: Any = None  # the last assistant turn that lost its thinking
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list) or message.get("role") != "assistant":
+            kept.append(message)
+            continue
+        signed = [b for b in content if not _unsigned_thinking(b)]
+        if len(signed) == len(content):
+            kept.append(message)
+        elif signed:  # a turn of nothing but such reasoning goes (Anthropic joins the user turns around it)
+            bare = {**message, "content": signed}
+            kept.append(bare)
+    body["messages"] = kept
+    last = next((m for m in reversed(kept) if isinstance(m, dict) and m.get("role") == "assistant"), None)
+    thinking = body.get("thinking")
+    if last is bare and bare is not None and isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in bare["content"]):
+            body["thinking"] = {"type": "disabled"}
+
+
+def _unsigned_thinking(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "thinking" and not block.get("signature")
+
+
+def _any_unsigned(messages: list[Any]) -> bool:
+    """Plain loops, no call per block: the look every native Messages request gets."""
+    for message in messages:
+        if type(message) is dict and message.get("role") == "assistant":
+            content = message.get("content")
+            if type(content) is list:
+                for block in content:
+                    if type(block) is dict and block.get("type") == "thinking" and not block.get("signature"):
+                        return True
+    return False
 
 
 def encode_body(body: dict[str, Any]) -> bytes:

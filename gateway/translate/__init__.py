@@ -32,7 +32,40 @@ from gateway.translate.ir import (
 TITLES: dict[Api, str] = {"chat": "Chat Completions", "messages": "Messages", "responses": "Responses"}
 
 
+NO_EFFECT: dict[Api, dict[str, tuple[Any, ...]]] = {
+    "chat": {
+        "logprobs": (False,),
+        "top_logprobs": (0,),
+        "frequency_penalty": (0,),
+        "presence_penalty": (0,),
+        "logit_bias": ({},),
+        "modalities": (["text"],),
+        "service_tier": ("auto", "default"),
+        "functions": ([],),
+        "metadata": ({},),
+        "verbosity": ("medium",),
+    },
+    "responses": {"top_logprobs": (0,), "background": (False,)},
+    "messages": {"service_tier": ("auto",)},
+}
+"""Per API, field values that ask for nothing beyond the API's default (some clients, LangChain.js's among them,
+send ``frequency_penalty: 0`` and the like on every call): read as absent, not refused as untranslatable."""
+
+
+def asked(api: Api, body: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a request that ask something: without nulls (the APIs read a null field as one not sent) and
+    without the values in ``NO_EFFECT``."""
+    defaults = NO_EFFECT[api]
+    return {k: v for k, v in body.items() if v is not None and not (k in defaults and _same(v, defaults[k]))}
+
+
+def _same(value: Any, defaults: tuple[Any, ...]) -> bool:
+    # ``0 == False`` in Python, not in JSON: a boolean matches only a boolean (``0.0`` matches ``0``).
+    return any(value == d and isinstance(value, bool) == isinstance(d, bool) for d in defaults)
+
+
 def read_request(api: Api, body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -> Conversation:
+    body = asked(api, body)
     if api == "chat":
         return chat.read_request(body)  # chat has no built-in tools
     if api == "messages":

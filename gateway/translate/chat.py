@@ -18,6 +18,7 @@ from gateway.translate.common import (
     bad,
     image_from_url,
     image_url,
+    openai_user,
     opt_bool,
     opt_int,
     opt_number,
@@ -82,6 +83,13 @@ FINISH_OF: dict[StopReason, str] = {
     "tool": "tool_calls",
     "filter": "content_filter",
 }
+
+
+def stop_of(finish: str, calls: bool) -> StopReason:
+    """A ``finish_reason`` as a stop reason: an answer that made tool calls and ended with ``stop`` (Gemini's
+    OpenAI-compatible API ends them so) stopped for its calls, as the client must be told to run them."""
+    stop = STOPS.get(finish, "end")
+    return "tool" if calls and stop == "end" else stop
 
 
 # -- request: chat → neutral -----------------------------------------------------------------
@@ -202,6 +210,9 @@ def read_assistant(message: dict[str, Any], path: str) -> Turn:
             if part.get("type") not in ("text", "refusal"):
                 raise Untranslatable(f"{path}.content[{index}].type", "other", f"a {part.get('type')!r} part")
             parts.append(Text(as_str(part.get("text", part.get("refusal")), f"{path}.content[{index}].text")))
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        parts.append(Text(refusal))  # OpenAI's refusal (content null): what the model said, as its content parts are
     for index, raw in enumerate(as_list(message.get("tool_calls") or [], f"{path}.tool_calls")):
         where = f"{path}.tool_calls[{index}]"
         call = as_dict(raw, where)
@@ -282,7 +293,7 @@ def write_request(conversation: Conversation, model: str, *, stream_usage: bool 
     if reasoning is not None:
         body["reasoning_effort"] = reasoning.openai_effort("none")
     if conversation.user is not None:
-        body["user"] = conversation.user
+        body["user"] = openai_user(conversation.user)
     if conversation.metadata is not None:
         body["metadata"] = conversation.metadata
     if conversation.prompt_cache_key is not None:
@@ -319,7 +330,9 @@ def _messages(conversation: Conversation) -> list[dict[str, Any]]:
 def _result_content(result: ToolResult) -> str:
     if any(isinstance(p, Image) for p in result.content):
         raise Untranslatable("tool result content", TARGET, "a chat tool message holds text only, not an image")
-    text = "".join(p.text for p in result.content if isinstance(p, Text))
+    # Blocks on lines of their own, as a chat server joins a content array's text parts for its template (an MCP
+    # tool's result is often several text blocks: glued together, their words would run into each other).
+    text = "\n".join(p.text for p in result.content if isinstance(p, Text))
     # Chat has no error flag on a tool result: the model reads it in the text.
     return f"Error: {text}" if result.is_error else text
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.translate.chat import FINISH_OF, STOPS, assistant_message, read_assistant
+from gateway.translate.chat import FINISH_OF, assistant_message, read_assistant, stop_of
 from gateway.translate.common import (
     count,
     obj,
 )
 from gateway.translate.ir import (
     Reply,
+    ToolCall,
     Turn,
     Usage,
 )
@@ -55,7 +56,7 @@ def read_reply(body: dict[str, Any]) -> Reply:
         id=str(body.get("id") or ""),
         model=str(body.get("model") or ""),
         parts=turn.parts,
-        stop=STOPS.get(str(choice.get("finish_reason")), "end"),
+        stop=stop_of(str(choice.get("finish_reason")), any(isinstance(p, ToolCall) for p in turn.parts)),
         usage=read_usage(body.get("usage")),
         created=count(body.get("created")) or int(time.time()),
     )

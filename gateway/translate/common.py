@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -118,3 +119,9 @@ def read_function_choice(choice: Any, *, nested: bool) -> ToolChoice | None:
     if nested:
         return ToolChoice("tool", as_str(as_dict(spec.get("function"), "tool_choice.function").get("name"), "name"))
     return ToolChoice("tool", as_str(spec.get("name"), "tool_choice.name"))
+
+
+def openai_user(user: str) -> str:
+    """A user id as OpenAI's APIs take it (``user`` holds at most 64 characters): a longer one, such as Claude
+    Code's ``metadata.user_id`` (a JSON object of some 130), as its hex SHA-256, the same every turn."""
+    return user if len(user) <= 64 else hashlib.sha256(user.encode()).hexdigest()

@@ -1,8 +1,8 @@
 """A whole Messages answer in the neutral shape, and back: its content blocks, stop reason and usage.
 
 Reasoning goes to a Messages client as a ``thinking`` block with the signature it has (empty when another API
-reasoned: none can be made up); another API's opaque reasoning, which a Messages client could neither read nor
-send anywhere useful, is left out.
+reasoned: none can be made up); a Responses provider's opaque reasoning (``encrypted_content``) as a
+``redacted_thinking`` block holding it, as a stream gives it, so that the next turn takes it back to that provider.
 """
 
 from __future__ import annotations
@@ -61,23 +61,26 @@ def read_reply(body: dict[str, Any]) -> Reply:
     )
 
 
-def reply_block(part: Part) -> dict[str, Any] | None:
-    """One answer block as the client's Messages API shows it (reasoning with the signature it has, or none)."""
+def reply_blocks(part: Part) -> list[dict[str, Any]]:
+    """One answer part as the client's Messages API shows it: reasoning as a ``thinking`` block with the signature
+    it has, its opaque form (if any) as a ``redacted_thinking`` block after it."""
     if isinstance(part, Reasoning):
-        if part.encrypted is not None and not part.text:
-            return None  # another API's opaque reasoning: nothing a Messages client can read or send back
-        return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
+        blocks = [{"type": "thinking", "thinking": part.text, "signature": part.signature or ""}] if part.text else []
+        if part.encrypted is not None:
+            blocks.append({"type": "redacted_thinking", "data": part.encrypted})
+        return blocks
     if isinstance(part, ToolCall):
         try:
             arguments = json.loads(part.arguments) if part.arguments.strip() else {}
         except ValueError:
             arguments = {}
-        return {"type": "tool_use", "id": part.id, "name": part.name, "input": arguments}
-    return write_block(part)
+        return [{"type": "tool_use", "id": part.id, "name": part.name, "input": arguments}]
+    block = write_block(part)
+    return [] if block is None else [block]
 
 
 def write_reply(reply: Reply, model: str, message_id: str) -> dict[str, Any]:
-    content = [b for b in (reply_block(p) for p in reply.parts) if b is not None]
+    content = [block for part in reply.parts for block in reply_blocks(part)]
     return {
         "id": message_id,
         "type": "message",

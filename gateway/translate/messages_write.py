@@ -1,7 +1,8 @@
 """A request in the neutral shape written as Anthropic's Messages API (reading it: ``gateway.translate.messages``).
 
 Writing keeps ``cache_control`` where the client put it (Anthropic caches only what is marked), writes a
-thinking block only where it has its signature (Anthropic checks it), a tool result's error as
+thinking block only where it has its signature (Anthropic checks it), so that a request answering tool results
+whose calling turn has none asks no extended thinking (Anthropic would refuse it), a tool result's error as
 ``is_error``, and tool-call ids as Anthropic accepts them (``tool_id``).
 """
 
@@ -15,6 +16,7 @@ from gateway.translate.ir import (
     Conversation,
     Image,
     Part,
+    Reasoning,
     ReasoningAsk,
     Text,
     Tool,
@@ -27,7 +29,7 @@ from gateway.translate.ir import (
 TARGET = "Messages"
 _ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 DEFAULT_MAX_TOKENS = 4096
-"""What a Messages request asks when the client set no limit (the Messages API requires one)."""
+"""What a Messages request asks when the client set no limit (the Messages API requires one), beside thinking."""
 
 
 # -- request: neutral → Messages -------------------------------------------------------------
@@ -71,10 +73,23 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         body["metadata"] = {"user_id": conversation.user}
     reasoning = conversation.reasoning
     if reasoning is not None:
+        budget = _budget(reasoning)
+        if conversation.max_tokens is None and budget is not None:
+            # Thinking counts against max_tokens: without the client's limit, the default is the answer's room.
+            body["max_tokens"] = DEFAULT_MAX_TOKENS + budget
         body["thinking"] = _thinking(reasoning, body["max_tokens"])
+        kind = body["thinking"]["type"]
+        forced = body.get("tool_choice", {}).get("type") in ("any", "tool")
+        if (forced and kind != "disabled") or (kind == "enabled" and _unsigned_tool_loop(conversation.turns)):
+            # Anthropic refuses thinking beside a forced tool call, and (400: "expected thinking or
+            # redacted_thinking") on a request that answers tool results unless the turn that called the tools
+            # starts with its signed thinking, which only a Messages client can send back: this request goes
+            # without thinking (the next turn thinks).
+            body["thinking"] = {"type": "disabled"}
     output = conversation.output
     if output is not None and output.kind == "json_schema":
-        body["output_format"] = {"type": "json_schema", "schema": output.schema or {}}
+        # The GA field: the beta's top-level ``output_format`` is refused without its beta header.
+        body["output_config"] = {"format": {"type": "json_schema", "schema": output.schema or {}}}
     elif output is not None and output.kind == "json_object":
         raise Untranslatable("response_format", TARGET, "JSON mode without a schema")
     if conversation.stream:
@@ -82,14 +97,30 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
     return body
 
 
+def _unsigned_tool_loop(turns: list[Turn]) -> bool:
+    """Whether the request answers tool results (after the last assistant turn: Anthropic joins the user turns that
+    follow it into one) whose calling turn does not start with signed thinking."""
+    last = max((i for i, turn in enumerate(turns) if turn.role == "assistant"), default=None)
+    if last is None or not any(isinstance(p, ToolResult) for turn in turns[last + 1 :] for p in turn.parts):
+        return False
+    first = turns[last].parts[0] if turns[last].parts else None
+    return not (isinstance(first, Reasoning) and first.signature is not None)
+
+
+def _budget(reasoning: ReasoningAsk) -> int | None:
+    """The thinking budget asked, in tokens (None: thinking off, or adaptive)."""
+    if not reasoning.enabled or reasoning.effort in ("none", "minimal") or reasoning.adaptive:
+        return None
+    if reasoning.budget_tokens is not None:
+        return reasoning.budget_tokens
+    return {"low": 2048, "medium": 8192, "high": 24576}.get(reasoning.effort or "medium", 8192)
+
+
 def _thinking(reasoning: ReasoningAsk, max_tokens: int) -> dict[str, Any]:
-    if not reasoning.enabled or reasoning.effort in ("none", "minimal"):
-        return {"type": "disabled"}
-    if reasoning.adaptive:
-        return {"type": "adaptive"}
-    budget = reasoning.budget_tokens
+    budget = _budget(reasoning)
     if budget is None:
-        budget = {"low": 2048, "medium": 8192, "high": 24576}.get(reasoning.effort or "medium", 8192)
+        off = not reasoning.enabled or reasoning.effort in ("none", "minimal")
+        return {"type": "disabled" if off else "adaptive"}
     # Anthropic asks for a budget of at least 1024, below max_tokens: an answer limited to 1024 tokens or less
     # has no room to think.
     if max_tokens <= 1024:

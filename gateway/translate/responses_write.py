@@ -2,7 +2,8 @@
 
 What the Responses API cannot carry is refused before anything is sent (``Untranslatable``): stop
 sequences, ``top_k``, a participant's name. Reasoning goes back only as a Responses provider's own
-opaque item; the request is written with ``store: false`` (the gateway keeps conversations itself).
+opaque item, which a request that asks reasoning asks for (``include``); the request is written with
+``store: false`` (the gateway keeps conversations itself).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from gateway.translate.common import (
     image_url,
+    openai_user,
 )
 from gateway.translate.ir import (
     Conversation,
@@ -62,8 +64,11 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         if reasoning.summary is not None:
             spec["summary"] = reasoning.summary
         body["reasoning"] = spec
+        # With ``store: false`` the reasoning is kept only as the answer's opaque items: asked for, they go back to
+        # the provider next turn (a Messages client holds them as ``redacted_thinking``).
+        body["include"] = ["reasoning.encrypted_content"]
     if conversation.user is not None:
-        body["user"] = conversation.user
+        body["user"] = openai_user(conversation.user)
     if conversation.metadata is not None:
         body["metadata"] = conversation.metadata
     if conversation.prompt_cache_key is not None:

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from gateway.dialects.base import listed
 from gateway.errors import describe_error
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply
-from gateway.translate.common import count, obj
+from gateway.translate.common import count, dump_json, obj
 from gateway.translate.ir import (
     Api,
     Ended,
@@ -45,7 +45,8 @@ def _failed(error: Any, status: int = 500) -> Failed:
 class ChatReader:
     def __init__(self) -> None:
         self._started = False
-        self._calls: set[int] = set()
+        self._calls: dict[int, str] = {}
+        """Each tool call's key and id, in the order they began."""
 
     def read(self, event: dict[str, Any]) -> list[Event]:
         if "error" in event and not event.get("choices"):
@@ -61,33 +62,43 @@ class ChatReader:
             reasoning = delta.get("reasoning_content", delta.get("reasoning"))
             if isinstance(reasoning, str) and reasoning:
                 out.append(ReasoningDelta(reasoning))
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                out.append(TextDelta(content))
+            for text in (delta.get("content"), delta.get("refusal")):  # OpenAI streams a refusal beside content
+                if isinstance(text, str) and text:
+                    out.append(TextDelta(text))
             for call in listed(delta.get("tool_calls")):
                 if isinstance(call, dict):
                     out.extend(self._call(call))
             finish = choice.get("finish_reason")
             if isinstance(finish, str):
-                out.append(Finished(chat.STOPS.get(finish, "end")))
+                out.append(Finished(chat.stop_of(finish, bool(self._calls))))
         usage = chat_reply.read_usage(event.get("usage"))
         if usage is not None:
             out.append(UsageSeen(usage))
         return out
 
     def _call(self, call: dict[str, Any]) -> list[Event]:
-        key = count(call.get("index"))
+        given = call.get("id")
+        key = self._key(call.get("index"), given if isinstance(given, str) else "")
         function = obj(call.get("function"))
         out: list[Event] = []
         if key not in self._calls:
-            self._calls.add(key)
-            given = call.get("id")
             call_id = given if isinstance(given, str) and given else f"call_{key}"
+            self._calls[key] = call_id
             out.append(ToolCallStart(key, call_id, str(function.get("name") or "")))
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             out.append(ToolArgsDelta(key, arguments))
         return out
+
+    def _key(self, index: Any, call_id: str) -> int:
+        """The call a delta belongs to: its ``index``; without one (Gemini's OpenAI-compatible stream leaves it
+        out), a delta with a new id begins the next call and any other goes on with the last call begun."""
+        if isinstance(index, int) and not isinstance(index, bool):
+            return index
+        last = next(reversed(self._calls), None)
+        if last is None or (call_id and call_id != self._calls[last]):
+            return max(self._calls, default=-1) + 1
+        return last
 
     def done(self) -> list[Event]:
         return [Ended()]
@@ -96,6 +107,8 @@ class ChatReader:
 class MessagesReader:
     def __init__(self) -> None:
         self._usage = Usage()
+        self._tool_input: dict[int, Any] = {}
+        """The open ``tool_use`` blocks that no ``input_json_delta`` has written yet: their start's ``input``."""
 
     def read(self, event: dict[str, Any]) -> list[Event]:
         kind = event.get("type")
@@ -115,8 +128,15 @@ class MessagesReader:
             if kind == "signature_delta":
                 return [ReasoningDelta("", signature=str(delta.get("signature") or ""))]
             if kind == "input_json_delta":
-                return [ToolArgsDelta(_index(event), str(delta.get("partial_json") or ""))]
+                text = str(delta.get("partial_json") or "")
+                if text:
+                    self._tool_input.pop(_index(event), None)
+                return [ToolArgsDelta(_index(event), text)]
             return []
+        if kind == "content_block_stop" and _index(event) in self._tool_input:
+            # A call without arguments streams none (one empty ``partial_json`` at most): the other APIs' clients
+            # parse the arguments they were given, and "" is no JSON.
+            return [ToolArgsDelta(_index(event), dump_json(self._tool_input.pop(_index(event)) or {}))]
         if kind == "message_delta":
             out: list[Event] = []
             seen = messages_reply.read_usage(event.get("usage"))
@@ -144,6 +164,7 @@ class MessagesReader:
         block = obj(event.get("content_block"))
         kind = block.get("type")
         if kind == "tool_use":
+            self._tool_input[_index(event)] = block.get("input")
             return [ToolCallStart(_index(event), str(block.get("id") or ""), str(block.get("name") or ""))]
         if kind == "text" and block.get("text"):
             return [TextDelta(str(block["text"]))]
