@@ -175,3 +175,28 @@ def test_both_clis_read_through_keep_alives(
     lines = access_lines(caplog, 4)
     assert len(lines) == 4 and all(line["status"] == 200 and line["keepalives"] >= 2 for line in lines)
     assert {line["upstream_api"] for line in lines} == ({"chat"} if apis == ["chat"] else {"messages", "responses"})
+
+
+def test_codex_in_responses_lite_mode_reaches_a_native_deployment_and_is_refused_by_translation(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # For the models its catalog marks ``use_responses_lite`` (``gpt-6.2-sol``), Codex sends its tools as the first
+    # input item, ``{"type": "additional_tools", "role": "developer", "tools": [...]}``, with no ``content``: a
+    # native deployment gets it as sent; a chat one cannot carry it, and the 400 names it (Codex does not re-send).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    native, chat = fakes.start("a", AGENT), fakes.start("b", AGENT)
+    model = "gpt-6.2-sol"
+    gateways = [
+        start_gateway(gateway_config([fake], model=model, provider_options={fake.name: {"apis": [api]}}))
+        for fake, api in ((native, "responses"), (chat, "chat"))
+    ]
+    (tmp_path / "native").mkdir()
+    (tmp_path / "chat").mkdir()
+    served, _ = run_codex(gateways[0].base_url, KEY, tmp_path / "native", model=model)
+    refused, _ = run_codex(gateways[1].base_url, KEY, tmp_path / "chat", model=model)
+    assert served.returncode == 0, served.stderr[-2000:]
+    first = native.app.state.recorded[0].body
+    assert first is not None and first["input"][0]["type"] == "additional_tools"
+    assert refused.returncode != 0 and not chat.app.state.recorded
+    assert "'input[0].type' cannot be translated to the Chat Completions API" in refused.stderr
+    assert [line["status"] for line in access_lines(caplog, 2)] == [200, 400]
