@@ -72,18 +72,20 @@ def test_claude_code_runs_a_tool_through_the_gateway(
     assert_measured(gateway, caplog, apis[0])
 
 
-@pytest.mark.parametrize("apis", [["responses"], ["chat"]])
+@pytest.mark.parametrize("apis", [["responses"], ["chat"], ["messages"]])
 def test_codex_runs_a_tool_through_the_gateway(
     fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
 ) -> None:
-    # Codex unchanged (its web search and sub-agent tools on). A chat-only deployment gets the sub-agent
-    # namespace as flat functions, and, with the one gateway-side line (``builtin_tools = "omit"``), the request
-    # without the web search it cannot run, which the access log names.
+    # Codex unchanged (its web search and sub-agent tools on). A chat-only or Messages-only deployment gets the
+    # sub-agent namespace as flat functions, and, with the one gateway-side line (``builtin_tools = "omit"``), the
+    # request without the web search it cannot run, which the access log names.
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
     fake = fakes.start("a", AGENT)
-    chat = apis == ["chat"]
+    translated = apis != ["responses"]
     config = gateway_config(
-        [fake], provider_options={"a": {"apis": apis}}, deployments={"a": {"builtin_tools": "omit"}} if chat else None
+        [fake],
+        provider_options={"a": {"apis": apis}},
+        deployments={"a": {"builtin_tools": "omit"}} if translated else None,
     )
     gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
     run, last = run_codex(gateway.base_url, KEY, tmp_path)
@@ -91,15 +93,21 @@ def test_codex_runs_a_tool_through_the_gateway(
     assert run.escapes == ()  # nothing but loopback was reached for
     assert last.startswith(RESULT_PREFIX) and "agent-round-trip" in last
     assert access_paths(caplog, 2) == [("responses", 200), ("responses", 200)]
-    sent = [r.body for r in fake.app.state.recorded if r.path.endswith(("/responses", "/chat/completions"))]
+    answering = ("/responses", "/chat/completions", "/messages")
+    sent = [r.body for r in fake.app.state.recorded if r.path.endswith(answering)]
     assert len(sent) == 2 and "agent-round-trip" in json.dumps(sent[1])
     assert all(body is not None and body.get("store") in (False, None) and body["stream"] is True for body in sent)
     assert_measured(gateway, caplog, apis[0])
     lines = access_lines(caplog, 2)
-    assert [line["omitted_tools"] for line in lines] == ([["web_search"]] * 2 if chat else [None, None])
-    if chat:
-        names = [t["function"]["name"] for t in sent[0]["tools"]]  # type: ignore[index]
+    assert [line["omitted_tools"] for line in lines] == ([["web_search"]] * 2 if translated else [None, None])
+    if translated:
+        names = [t.get("function", t)["name"] for t in sent[0]["tools"]]  # type: ignore[index]
         assert "multi_agent_v1__spawn_agent" in names and "web_search" not in json.dumps(sent[0]["tools"])  # type: ignore[index]
+    if apis == ["messages"]:
+        # Codex sets no output limit but asks to reason: the thinking budget comes on top of the answer's default
+        # limit, never out of it (a budget of 4095 in 4096 tokens left the answer one token).
+        thinking = sent[0]["thinking"]  # type: ignore[index]
+        assert thinking["type"] == "enabled" and sent[0]["max_tokens"] - thinking["budget_tokens"] >= 4096  # type: ignore[index]
 
 
 def test_claude_code_does_not_retry_a_wrong_key(
