@@ -10,6 +10,7 @@ fake's prompt cache: the translated prefix is the same bytes turn after turn.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Callable
@@ -208,3 +209,36 @@ def test_codex_in_responses_lite_mode_reaches_a_native_deployment_and_is_refused
     assert refused.returncode != 0 and not chat.app.state.recorded
     assert "'input[0].type' cannot be translated to the Chat Completions API" in refused.stderr
     assert [line["status"] for line in access_lines(caplog, 2)] == [200, 400]
+
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+def test_a_picture_a_tool_returned_reaches_a_chat_model(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Claude Code's Read of a picture and Codex's view_image answer with an image in the tool's result, which a chat
+    # tool message cannot hold: it goes in a user message right after the tool messages (refused before, a 400 on
+    # that turn and on every later one, since the history keeps the image).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, agent_read="pic.png"))
+    config = gateway_config(
+        [fake], provider_options={"a": {"apis": ["chat"]}}, deployments={"a": {"builtin_tools": "omit"}}
+    )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    for cli in ("claude", "codex"):
+        (tmp_path / cli).mkdir()
+        (tmp_path / cli / "pic.png").write_bytes(PNG)
+    claude = run_claude(gateway.url, KEY, tmp_path / "claude")
+    codex, last = run_codex(gateway.base_url, KEY, tmp_path / "codex")
+    assert claude.returncode == 0 and json.loads(claude.stdout)["result"].startswith(RESULT_PREFIX), claude.stdout
+    assert codex.returncode == 0 and last.startswith(RESULT_PREFIX), codex.stderr[-2000:]
+    assert [line["status"] for line in access_lines(caplog, 4)] == [200] * 4
+    sent = [r.body for r in fake.app.state.recorded if r.path.endswith("/chat/completions")]
+    for body in (sent[1], sent[3]):  # each CLI's second turn
+        assert body is not None
+        tool, user = body["messages"][-2:]
+        assert tool["role"] == "tool" and "next user message" in tool["content"]
+        assert user["role"] == "user" and user["content"][-1]["image_url"]["url"].startswith("data:image/png;base64,")

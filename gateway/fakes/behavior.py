@@ -85,6 +85,9 @@ class FakeBehavior:
     """Play a coding agent's model (``gateway.fakes.agent``): call the shell tool the request offers with
     ``agent_command`` when the user has the turn, then answer with what the tool returned (as ``reply``)."""
     agent_command: str = "echo agent-round-trip"
+    agent_read: str | None = None
+    """A file the agent's model reads instead, with the CLI's file viewer (Claude Code's ``Read``, Codex's
+    ``view_image``): a picture's path makes the tool's result an image."""
     status: int = 200
     """An error status to answer with (subject to ``fail_first`` and ``error_rate``)."""
     error_code: str | None = None
