@@ -242,3 +242,23 @@ def test_a_picture_a_tool_returned_reaches_a_chat_model(
         tool, user = body["messages"][-2:]
         assert tool["role"] == "tool" and "next user message" in tool["content"]
         assert user["role"] == "user" and user["content"][-1]["image_url"]["url"].startswith("data:image/png;base64,")
+
+
+def test_claude_code_keeps_its_signed_thinking_through_a_tool_call(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A model that thinks before its tool call, checked as Anthropic checks (``check_thinking``): the next turn must
+    # give the signed thinking block back. Claude Code drops the thinking of an answer naming another model than the
+    # one it asked for, so the answer names "m", not the deployment's "a-upstream" (a 400 on the second turn before).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, reasoning_tokens=5, check_thinking=True))
+    gateway = start_gateway(
+        gateway_config([fake], provider_options={"a": {"apis": ["messages"]}}), environ={"GATEWAY_API_KEYS": KEY}
+    )
+    run = run_claude(gateway.url, KEY, tmp_path)
+    assert run.returncode == 0 and json.loads(run.stdout)["result"] == ANSWER, run.stdout[-2000:]
+    assert access_paths(caplog, 2) == [("messages", 200), ("messages", 200)]
+    second = fake.app.state.recorded[1].body
+    assert second is not None and second["model"] == "a-upstream"
+    assistant = [m for m in second["messages"] if m["role"] == "assistant"][-1]
+    assert [block["type"] for block in assistant["content"]] == ["thinking", "tool_use"]

@@ -22,6 +22,7 @@ import functools
 import json
 import logging
 
+from gateway.dialects.messages import named
 from gateway.errors import GatewayError, UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault, Opened
 from gateway.relay.budget import AttemptBudget
@@ -114,11 +115,14 @@ class Dispatcher:
         status = 200 if attempt.status is None else attempt.status
         finish = None if attempt.recorded else functools.partial(runner.finish_full, request, attempt)
         upstream = upstream_of(request, attempt.candidate)
+        shown = request.shown_model
         if upstream == request.endpoint:
-            return FullReply(status, attempt.body, content_type, budget.log, finish)
+            return FullReply(
+                status, named(attempt.body, shown) if shown else attempt.body, content_type, budget.log, finish
+            )
         # Reached by translation: the client reads its own API's body; the meter reads the upstream's.
         body, readable = translate_reply(
-            attempt.body, as_api(upstream), as_api(request.endpoint), request.body, request.requested_model
+            attempt.body, as_api(upstream), as_api(request.endpoint), request.body, shown or request.requested_model
         )
         return FullReply(status if readable else 502, body, "application/json", budget.log, finish)
 

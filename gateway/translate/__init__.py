@@ -147,7 +147,8 @@ def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any
     except InvalidRequest as error:
         message = f"the provider's answer could not be read as the {source} API: {error.message}"
         return unreadable_error(message, target), False
-    shown = reply.model or model
+    # A Messages client is shown its own model name (``ProxyRequest.shown_model``), the others the upstream's id.
+    shown = model if target == "messages" else reply.model or model
     out: dict[str, Any]
     if target == "chat":
         out = chat_reply.write_reply(reply, shown)
