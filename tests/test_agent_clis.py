@@ -262,3 +262,24 @@ def test_claude_code_keeps_its_signed_thinking_through_a_tool_call(
     assert second is not None and second["model"] == "a-upstream"
     assistant = [m for m in second["messages"] if m["role"] == "assistant"][-1]
     assert [block["type"] for block in assistant["content"]] == ["thinking", "tool_use"]
+
+
+def test_codex_gives_anthropic_its_signed_thinking_back(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Codex through a Messages deployment whose model thinks before its tool call, checked as Anthropic checks: Codex
+    # sends its reasoning items back without their text, but with the encrypted_content it asked for, where the
+    # gateway sealed the signed thinking block (a 400 on the second turn before: the block was lost).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, reasoning_tokens=5, check_thinking=True))
+    config = gateway_config(
+        [fake], provider_options={"a": {"apis": ["messages"]}}, deployments={"a": {"builtin_tools": "omit"}}
+    )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    run, last = run_codex(gateway.base_url, KEY, tmp_path)
+    assert run.returncode == 0 and last.startswith(RESULT_PREFIX), run.stderr[-2000:]
+    assert access_paths(caplog, 2) == [("responses", 200), ("responses", 200)]
+    second = fake.app.state.recorded[1].body
+    assert second is not None
+    thinking = [m for m in second["messages"] if m["role"] == "assistant"][-1]["content"][0]
+    assert thinking["type"] == "thinking" and thinking["signature"] == "fake-signature" and thinking["thinking"]

@@ -47,6 +47,7 @@ from gateway.translate.namespaces import flat_name, flat_names
 # Writing lives in responses_write.py; re-exported so that both halves are reached from here.
 from gateway.translate.responses_write import TARGET as TARGET
 from gateway.translate.responses_write import write_request as write_request
+from gateway.translate.sealed import unseal
 
 _KNOWN = frozenset(
     {
@@ -214,7 +215,11 @@ def _read_items(
             summary = "".join(read_texts(item.get("summary") or [], f"{path}.summary"))
             content = "".join(read_texts(item.get("content") or [], f"{path}.content"))
             encrypted = opt_str(item.get("encrypted_content"), f"{path}.encrypted_content")
-            reasoning = Reasoning(content or summary, encrypted=encrypted, summary=not content and bool(summary))
+            signed = unseal(encrypted) if encrypted is not None else None
+            if signed is not None:  # an Anthropic thinking block the gateway sealed (``gateway.translate.sealed``)
+                reasoning = Reasoning(signed[0], signature=signed[1])
+            else:
+                reasoning = Reasoning(content or summary, encrypted=encrypted, summary=not content and bool(summary))
             _turn(conversation, "assistant").parts.append(reasoning)
         else:
             raise Untranslatable(f"{path}.type", "other", f"a {kind!r} item")

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from gateway.dialects.base import listed
+from gateway.translate import sealed
 from gateway.translate.common import (
     count,
 )
@@ -102,6 +103,8 @@ def output_item(part: Part, item_id: str, request: dict[str, Any] | None = None)
         item: dict[str, Any] = {"id": item_id, "type": "reasoning", "summary": []}
         if part.text:
             item["content"] = [{"type": "reasoning_text", "text": part.text}]
+        if part.encrypted is None and part.signature and request is not None and sealed.wanted(request):
+            item["encrypted_content"] = sealed.seal(part.text, part.signature)
         return item
     return None
 

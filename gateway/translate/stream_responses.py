@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.translate import responses_reply
+from gateway.translate import responses_reply, sealed
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
     Ended,
@@ -41,6 +41,7 @@ class _Item:
         self.call_id = ""
         self.name = ""
         self.encrypted: str | None = None
+        self.signature = ""
 
 
 class ResponsesWriter:
@@ -121,8 +122,14 @@ class ResponsesWriter:
                 out += self._ensure("reasoning")
                 self._current().encrypted = event.encrypted
                 return out
+            if event.signature:  # a Messages thinking block's, sealed for the client (``gateway.translate.sealed``)
+                out += self._ensure("reasoning")
+                self._current().signature = event.signature
+                return out
             if not event.text:
                 return out
+            if self._open is not None and self._open.signature:
+                out += self._open_item("reasoning")  # the next thinking block: signed apart
             out += self._ensure("reasoning")
             item = self._current()
             item.text += event.text
@@ -182,6 +189,8 @@ class ResponsesWriter:
                 done["content"] = [{"type": "reasoning_text", "text": item.text}]
             if item.encrypted is not None:
                 done["encrypted_content"] = item.encrypted
+            elif item.signature and sealed.wanted(self.request):
+                done["encrypted_content"] = sealed.seal(item.text, item.signature)
             return done
         return responses_reply.function_call(item.id, "completed", item.call_id, item.name, item.text, self.request)
 
