@@ -283,3 +283,27 @@ def test_codex_gives_anthropic_its_signed_thinking_back(
     assert second is not None
     thinking = [m for m in second["messages"] if m["role"] == "assistant"][-1]["content"][0]
     assert thinking["type"] == "thinking" and thinking["signature"] == "fake-signature" and thinking["thinking"]
+
+
+PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello from the patch\n*** End Patch\n"
+
+
+@pytest.mark.parametrize("apis", [["chat"], ["messages"]])
+def test_codex_applies_a_patch_through_a_chat_or_messages_model(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
+) -> None:
+    # For its GPT-5 models (``gpt-5.5`` in its catalog) Codex offers apply_patch as a custom tool (free text following
+    # a grammar). It goes to chat and Messages as a function of one string, and the call comes back to Codex as the
+    # custom_tool_call it offered (before, refused, or left out with ``builtin_tools = "omit"``: no file written).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, agent_patch=PATCH))
+    config = gateway_config(
+        [fake], model="gpt-5.5", provider_options={"a": {"apis": apis}}, deployments={"a": {"builtin_tools": "omit"}}
+    )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    run, last = run_codex(gateway.base_url, KEY, tmp_path, model="gpt-5.5", options=("-s", "workspace-write"))
+    assert run.returncode == 0 and last.startswith(RESULT_PREFIX), run.stderr[-2000:]
+    assert (tmp_path / "hello.txt").read_text() == "hello from the patch\n"
+    lines = access_lines(caplog, 2)
+    assert [line["status"] for line in lines] == [200, 200]
+    assert all("custom" not in line["omitted_tools"] for line in lines)

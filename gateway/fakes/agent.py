@@ -6,7 +6,8 @@ agent traffic is made of. With ``FakeBehavior.agent`` on, each request is steere
 
 - the last turn is the user's and the request offers a shell tool this module knows (Claude Code's
   ``Bash``, Codex's ``exec_command``, ``shell_command``): answer with a call of it, running
-  ``agent_command`` (or, with ``agent_read`` set, a call of the file viewer, reading that file);
+  ``agent_command`` (or, with ``agent_read`` set, a call of the file viewer, reading that file; with
+  ``agent_patch``, a call of ``apply_patch`` applying that patch);
 - the last turn is a tool's result: answer with text quoting it (``ran it: <result>``), which shows the
   command really ran;
 - anything else: the usual answer.
@@ -28,6 +29,8 @@ SHELL_TOOLS: dict[str, str] = {"Bash": "command", "exec_command": "cmd", "shell_
 """The shell tools the fake knows to call, each with the argument that takes the command line."""
 READ_TOOLS: dict[str, str] = {"Read": "file_path", "view_image": "path"}
 """The file viewers it knows (``FakeBehavior.agent_read``), each with the argument that takes the path."""
+PATCH_TOOLS: dict[str, str] = {"apply_patch": "input"}
+"""The patch tools it knows (``FakeBehavior.agent_patch``), each with the argument that takes the patch."""
 RESULT_PREFIX = "ran it:"
 
 
@@ -41,7 +44,11 @@ def steer(body: dict[str, Any], path: str, behavior: FakeBehavior) -> FakeBehavi
     kind, value = last
     if kind == "result":
         return dataclasses.replace(behavior, tool_call=False, reply=f"{RESULT_PREFIX} {value.strip()}")
-    tools, value = (READ_TOOLS, behavior.agent_read) if behavior.agent_read else (SHELL_TOOLS, behavior.agent_command)
+    tools, value = SHELL_TOOLS, behavior.agent_command
+    if behavior.agent_patch:
+        tools, value = PATCH_TOOLS, behavior.agent_patch
+    elif behavior.agent_read:
+        tools, value = READ_TOOLS, behavior.agent_read
     tool = next((name for name in _offered(body) if name in tools), None)
     if tool is None:
         return behavior
@@ -105,4 +112,4 @@ def _text(content: object) -> str:
     return ""
 
 
-__all__ = ["READ_TOOLS", "RESULT_PREFIX", "SHELL_TOOLS", "steer"]
+__all__ = ["PATCH_TOOLS", "READ_TOOLS", "RESULT_PREFIX", "SHELL_TOOLS", "steer"]

@@ -88,6 +88,9 @@ class FakeBehavior:
     check_thinking: bool = False
     """Check a Messages request with thinking on as Anthropic does (``messages.thinking_fault``): 400 unless the last
     assistant turn, when it called a tool, starts with the thinking block this fake signed."""
+    agent_patch: str | None = None
+    """A patch the agent's model applies instead, with Codex's ``apply_patch`` (a custom tool, offered to chat and
+    Messages as a function of one string, ``input``: ``gateway.translate.freeform``)."""
     agent_read: str | None = None
     """A file the agent's model reads instead, with the CLI's file viewer (Claude Code's ``Read``, Codex's
     ``view_image``): a picture's path makes the tool's result an image."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from gateway.translate import freeform
 from gateway.translate.common import (
     as_dict,
     as_list,
@@ -111,6 +112,8 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
         tool = as_dict(raw, f"tools[{index}]")
         if tool.get("type") == "namespace":
             conversation.tools.extend(_read_namespace(tool, index, flat))
+        elif tool.get("type") == "custom":
+            conversation.tools.append(freeform.read_tool(tool, f"tools[{index}]"))
         elif tool.get("type") != "function" and builtin_tools == "omit":
             conversation.omitted_tools.append(str(tool.get("type")))
         else:
@@ -198,7 +201,15 @@ def _read_items(
                 as_str(item.get("call_id"), f"{path}.call_id"), name, as_str(item.get("arguments"), f"{path}.arguments")
             )
             _turn(conversation, "assistant").parts.append(call)
-        elif kind == "function_call_output":
+        elif kind == "custom_tool_call":
+            text = as_str(item.get("input"), f"{path}.input")
+            call = ToolCall(
+                as_str(item.get("call_id"), f"{path}.call_id"),
+                as_str(item.get("name"), f"{path}.name"),
+                freeform.arguments_of(text),
+            )
+            _turn(conversation, "assistant").parts.append(call)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output")
             call_id = as_str(item.get("call_id"), f"{path}.call_id")
             if isinstance(output, str):
