@@ -307,3 +307,22 @@ def test_codex_applies_a_patch_through_a_chat_or_messages_model(
     lines = access_lines(caplog, 2)
     assert [line["status"] for line in lines] == [200, 200]
     assert all("custom" not in line["omitted_tools"] for line in lines)
+
+
+@pytest.mark.parametrize("apis", [["chat"], ["messages"]])
+def test_claude_code_knows_a_prompt_too_long_for_the_window(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
+) -> None:
+    # A provider's own "maximum context length" 400 reaches Claude Code in Anthropic's words ("prompt is too long:
+    # N tokens > M maximum"), the only ones it reads as such (it compacts the conversation, or says why it cannot);
+    # before, a bare "API Error: 400" with the provider's message.
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, context_window=5000))
+    gateway = start_gateway(
+        gateway_config([fake], provider_options={"a": {"apis": apis}}), environ={"GATEWAY_API_KEYS": KEY}
+    )
+    run = run_claude(gateway.url, KEY, tmp_path)
+    result = json.loads(run.stdout)
+    assert result["is_error"] and result["api_error_status"] == 400
+    assert result["result"].startswith("Prompt is too long") and "(limit 5000)" in result["result"], result["result"]
+    assert access_paths(caplog, 1) == [("messages", 400)]
