@@ -326,3 +326,19 @@ def test_claude_code_knows_a_prompt_too_long_for_the_window(
     assert result["is_error"] and result["api_error_status"] == 400
     assert result["result"].startswith("Prompt is too long") and "(limit 5000)" in result["result"], result["result"]
     assert access_paths(caplog, 1) == [("messages", 400)]
+
+
+def test_codex_knows_its_context_window_is_full_behind_a_messages_model(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Anthropic's "prompt is too long" carries no code; Codex reads a full context window by the OpenAI code only, so
+    # the translated 400 carries ``context_length_exceeded`` (before, Codex printed the raw error body).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, context_window=3000))
+    config = gateway_config(
+        [fake], provider_options={"a": {"apis": ["messages"]}}, deployments={"a": {"builtin_tools": "omit"}}
+    )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    run, _ = run_codex(gateway.base_url, KEY, tmp_path)
+    assert run.returncode != 0 and "Codex ran out of room in the model's context window" in run.stderr, run.stderr
+    assert access_paths(caplog, 1) == [("responses", 400)]

@@ -20,7 +20,8 @@ from gateway.relay.attempt import ClientFault
 from gateway.relay.budget import AttemptBudget
 from gateway.routing import Candidate, Router
 
-CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+CONTEXT_EXCEEDED = "context_length_exceeded"
+CONTEXT_CODES = frozenset({CONTEXT_EXCEEDED, "string_above_max_length"})
 # How providers state the limit: OpenAI ("maximum context length is 8192 tokens"), vLLM and others
 # ("maximum context length is 8192", "context window of 8192"), Anthropic ("200019 tokens > 200000 maximum").
 _LIMITS = (
