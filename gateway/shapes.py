@@ -209,12 +209,16 @@ def _check_message(message: Mapping[str, Any], param: str, roles: tuple[str, ...
 
 
 def _check_input_items(items: list[Any]) -> None:
-    """Responses input: easy messages (``role`` + ``content``) and typed items (``function_call_output``, ...)."""
+    """Responses input: easy messages (``role`` + ``content``) and typed items (``function_call_output``, ...).
+
+    A typed item other than a message may carry a ``role`` of its own (Codex's ``additional_tools`` item has
+    ``role: "developer"`` and ``tools``, no ``content``): only messages are checked as messages."""
     for index, item in enumerate(items):
         param = f"input[{index}]"
         if not isinstance(item, dict):
             raise _refuse(param, "an input item object", item)
-        if "role" in item:
+        kind = item.get("type")
+        if "role" in item and kind in (None, "message"):
             _check_message(item, param, _RESPONSES_ROLES)
-        elif not isinstance(item.get("type"), str):
+        elif not isinstance(kind, str):
             raise InvalidRequest(f"'{param}' needs a 'role' or a 'type'", param=f"{param}.type")

@@ -10,6 +10,7 @@ fake's prompt cache: the translated prefix is the same bytes turn after turn.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Callable
@@ -72,18 +73,20 @@ def test_claude_code_runs_a_tool_through_the_gateway(
     assert_measured(gateway, caplog, apis[0])
 
 
-@pytest.mark.parametrize("apis", [["responses"], ["chat"]])
+@pytest.mark.parametrize("apis", [["responses"], ["chat"], ["messages"]])
 def test_codex_runs_a_tool_through_the_gateway(
     fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
 ) -> None:
-    # Codex unchanged (its web search and sub-agent tools on). A chat-only deployment gets the sub-agent
-    # namespace as flat functions, and, with the one gateway-side line (``builtin_tools = "omit"``), the request
-    # without the web search it cannot run, which the access log names.
+    # Codex unchanged (its web search and sub-agent tools on). A chat-only or Messages-only deployment gets the
+    # sub-agent namespace as flat functions, and, with the one gateway-side line (``builtin_tools = "omit"``), the
+    # request without the web search it cannot run, which the access log names.
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
     fake = fakes.start("a", AGENT)
-    chat = apis == ["chat"]
+    translated = apis != ["responses"]
     config = gateway_config(
-        [fake], provider_options={"a": {"apis": apis}}, deployments={"a": {"builtin_tools": "omit"}} if chat else None
+        [fake],
+        provider_options={"a": {"apis": apis}},
+        deployments={"a": {"builtin_tools": "omit"}} if translated else None,
     )
     gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
     run, last = run_codex(gateway.base_url, KEY, tmp_path)
@@ -91,15 +94,21 @@ def test_codex_runs_a_tool_through_the_gateway(
     assert run.escapes == ()  # nothing but loopback was reached for
     assert last.startswith(RESULT_PREFIX) and "agent-round-trip" in last
     assert access_paths(caplog, 2) == [("responses", 200), ("responses", 200)]
-    sent = [r.body for r in fake.app.state.recorded if r.path.endswith(("/responses", "/chat/completions"))]
+    answering = ("/responses", "/chat/completions", "/messages")
+    sent = [r.body for r in fake.app.state.recorded if r.path.endswith(answering)]
     assert len(sent) == 2 and "agent-round-trip" in json.dumps(sent[1])
     assert all(body is not None and body.get("store") in (False, None) and body["stream"] is True for body in sent)
     assert_measured(gateway, caplog, apis[0])
     lines = access_lines(caplog, 2)
-    assert [line["omitted_tools"] for line in lines] == ([["web_search"]] * 2 if chat else [None, None])
-    if chat:
-        names = [t["function"]["name"] for t in sent[0]["tools"]]  # type: ignore[index]
+    assert [line["omitted_tools"] for line in lines] == ([["web_search"]] * 2 if translated else [None, None])
+    if translated:
+        names = [t.get("function", t)["name"] for t in sent[0]["tools"]]  # type: ignore[index]
         assert "multi_agent_v1__spawn_agent" in names and "web_search" not in json.dumps(sent[0]["tools"])  # type: ignore[index]
+    if apis == ["messages"]:
+        # Codex sets no output limit but asks to reason: the thinking budget comes on top of the answer's default
+        # limit, never out of it (a budget of 4095 in 4096 tokens left the answer one token).
+        thinking = sent[0]["thinking"]  # type: ignore[index]
+        assert thinking["type"] == "enabled" and sent[0]["max_tokens"] - thinking["budget_tokens"] >= 4096  # type: ignore[index]
 
 
 def test_claude_code_does_not_retry_a_wrong_key(
@@ -175,3 +184,161 @@ def test_both_clis_read_through_keep_alives(
     lines = access_lines(caplog, 4)
     assert len(lines) == 4 and all(line["status"] == 200 and line["keepalives"] >= 2 for line in lines)
     assert {line["upstream_api"] for line in lines} == ({"chat"} if apis == ["chat"] else {"messages", "responses"})
+
+
+def test_codex_in_responses_lite_mode_reaches_a_native_deployment_and_is_refused_by_translation(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # For the models its catalog marks ``use_responses_lite`` (``gpt-6.2-sol``), Codex sends its tools as the first
+    # input item, ``{"type": "additional_tools", "role": "developer", "tools": [...]}``, with no ``content``: a
+    # native deployment gets it as sent; a chat one cannot carry it, and the 400 names it (Codex does not re-send).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    native, chat = fakes.start("a", AGENT), fakes.start("b", AGENT)
+    model = "gpt-6.2-sol"
+    gateways = [
+        start_gateway(gateway_config([fake], model=model, provider_options={fake.name: {"apis": [api]}}))
+        for fake, api in ((native, "responses"), (chat, "chat"))
+    ]
+    (tmp_path / "native").mkdir()
+    (tmp_path / "chat").mkdir()
+    served, _ = run_codex(gateways[0].base_url, KEY, tmp_path / "native", model=model)
+    refused, _ = run_codex(gateways[1].base_url, KEY, tmp_path / "chat", model=model)
+    assert served.returncode == 0, served.stderr[-2000:]
+    first = native.app.state.recorded[0].body
+    assert first is not None and first["input"][0]["type"] == "additional_tools"
+    assert refused.returncode != 0 and not chat.app.state.recorded
+    assert "'input[0].type' cannot be translated to the Chat Completions API" in refused.stderr
+    assert [line["status"] for line in access_lines(caplog, 2)] == [200, 400]
+
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+def test_a_picture_a_tool_returned_reaches_a_chat_model(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Claude Code's Read of a picture and Codex's view_image answer with an image in the tool's result, which a chat
+    # tool message cannot hold: it goes in a user message right after the tool messages (refused before, a 400 on
+    # that turn and on every later one, since the history keeps the image).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, agent_read="pic.png"))
+    config = gateway_config(
+        [fake], provider_options={"a": {"apis": ["chat"]}}, deployments={"a": {"builtin_tools": "omit"}}
+    )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    for cli in ("claude", "codex"):
+        (tmp_path / cli).mkdir()
+        (tmp_path / cli / "pic.png").write_bytes(PNG)
+    claude = run_claude(gateway.url, KEY, tmp_path / "claude")
+    codex, last = run_codex(gateway.base_url, KEY, tmp_path / "codex")
+    assert claude.returncode == 0 and json.loads(claude.stdout)["result"].startswith(RESULT_PREFIX), claude.stdout
+    assert codex.returncode == 0 and last.startswith(RESULT_PREFIX), codex.stderr[-2000:]
+    assert [line["status"] for line in access_lines(caplog, 4)] == [200] * 4
+    sent = [r.body for r in fake.app.state.recorded if r.path.endswith("/chat/completions")]
+    for body in (sent[1], sent[3]):  # each CLI's second turn
+        assert body is not None
+        tool, user = body["messages"][-2:]
+        assert tool["role"] == "tool" and "next user message" in tool["content"]
+        assert user["role"] == "user" and user["content"][-1]["image_url"]["url"].startswith("data:image/png;base64,")
+
+
+def test_claude_code_keeps_its_signed_thinking_through_a_tool_call(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A model that thinks before its tool call, checked as Anthropic checks (``check_thinking``): the next turn must
+    # give the signed thinking block back. Claude Code drops the thinking of an answer naming another model than the
+    # one it asked for, so the answer names "m", not the deployment's "a-upstream" (a 400 on the second turn before).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, reasoning_tokens=5, check_thinking=True))
+    gateway = start_gateway(
+        gateway_config([fake], provider_options={"a": {"apis": ["messages"]}}), environ={"GATEWAY_API_KEYS": KEY}
+    )
+    run = run_claude(gateway.url, KEY, tmp_path)
+    assert run.returncode == 0 and json.loads(run.stdout)["result"] == ANSWER, run.stdout[-2000:]
+    assert access_paths(caplog, 2) == [("messages", 200), ("messages", 200)]
+    second = fake.app.state.recorded[1].body
+    assert second is not None and second["model"] == "a-upstream"
+    assistant = [m for m in second["messages"] if m["role"] == "assistant"][-1]
+    assert [block["type"] for block in assistant["content"]] == ["thinking", "tool_use"]
+
+
+def test_codex_gives_anthropic_its_signed_thinking_back(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Codex through a Messages deployment whose model thinks before its tool call, checked as Anthropic checks: Codex
+    # sends its reasoning items back without their text, but with the encrypted_content it asked for, where the
+    # gateway sealed the signed thinking block (a 400 on the second turn before: the block was lost).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, reasoning_tokens=5, check_thinking=True))
+    config = gateway_config(
+        [fake], provider_options={"a": {"apis": ["messages"]}}, deployments={"a": {"builtin_tools": "omit"}}
+    )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    run, last = run_codex(gateway.base_url, KEY, tmp_path)
+    assert run.returncode == 0 and last.startswith(RESULT_PREFIX), run.stderr[-2000:]
+    assert access_paths(caplog, 2) == [("responses", 200), ("responses", 200)]
+    second = fake.app.state.recorded[1].body
+    assert second is not None
+    thinking = [m for m in second["messages"] if m["role"] == "assistant"][-1]["content"][0]
+    assert thinking["type"] == "thinking" and thinking["signature"] == "fake-signature" and thinking["thinking"]
+
+
+PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello from the patch\n*** End Patch\n"
+
+
+@pytest.mark.parametrize("apis", [["chat"], ["messages"]])
+def test_codex_applies_a_patch_through_a_chat_or_messages_model(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
+) -> None:
+    # For its GPT-5 models (``gpt-5.5`` in its catalog) Codex offers apply_patch as a custom tool (free text following
+    # a grammar). It goes to chat and Messages as a function of one string, and the call comes back to Codex as the
+    # custom_tool_call it offered (before, refused, or left out with ``builtin_tools = "omit"``: no file written).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, agent_patch=PATCH))
+    config = gateway_config(
+        [fake], model="gpt-5.5", provider_options={"a": {"apis": apis}}, deployments={"a": {"builtin_tools": "omit"}}
+    )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    run, last = run_codex(gateway.base_url, KEY, tmp_path, model="gpt-5.5", options=("-s", "workspace-write"))
+    assert run.returncode == 0 and last.startswith(RESULT_PREFIX), run.stderr[-2000:]
+    assert (tmp_path / "hello.txt").read_text() == "hello from the patch\n"
+    lines = access_lines(caplog, 2)
+    assert [line["status"] for line in lines] == [200, 200]
+    assert all("custom" not in line["omitted_tools"] for line in lines)
+
+
+@pytest.mark.parametrize("apis", [["chat"], ["messages"]])
+def test_claude_code_knows_a_prompt_too_long_for_the_window(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
+) -> None:
+    # A provider's own "maximum context length" 400 reaches Claude Code in Anthropic's words ("prompt is too long:
+    # N tokens > M maximum"), the only ones it reads as such (it compacts the conversation, or says why it cannot);
+    # before, a bare "API Error: 400" with the provider's message.
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, context_window=5000))
+    gateway = start_gateway(
+        gateway_config([fake], provider_options={"a": {"apis": apis}}), environ={"GATEWAY_API_KEYS": KEY}
+    )
+    run = run_claude(gateway.url, KEY, tmp_path)
+    result = json.loads(run.stdout)
+    assert result["is_error"] and result["api_error_status"] == 400
+    assert result["result"].startswith("Prompt is too long") and "(limit 5000)" in result["result"], result["result"]
+    assert access_paths(caplog, 1) == [("messages", 400)]
+
+
+def test_codex_knows_its_context_window_is_full_behind_a_messages_model(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Anthropic's "prompt is too long" carries no code; Codex reads a full context window by the OpenAI code only, so
+    # the translated 400 carries ``context_length_exceeded`` (before, Codex printed the raw error body).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, context_window=3000))
+    config = gateway_config(
+        [fake], provider_options={"a": {"apis": ["messages"]}}, deployments={"a": {"builtin_tools": "omit"}}
+    )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    run, _ = run_codex(gateway.base_url, KEY, tmp_path)
+    assert run.returncode != 0 and "Codex ran out of room in the model's context window" in run.stderr, run.stderr
+    assert access_paths(caplog, 1) == [("responses", 400)]

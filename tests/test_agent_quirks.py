@@ -197,3 +197,20 @@ def test_translation_refusals_and_translated_upstream_errors_carry_retry_hints(
         )
         assert response.status_code == status and response.json()["type"] == "error"
         assert response.headers["x-should-retry"] == retry and response.headers["request-id"]
+
+
+@pytest.mark.parametrize("apis", [["messages"], ["chat"], ["responses"]])
+def test_a_messages_answer_names_the_model_the_client_asked_for(
+    fakes: Fakes, start_gateway: StartGateway, apis: list[str]
+) -> None:
+    """Claude Code drops the thinking blocks of an answer naming another model than it asked for (and Anthropic then
+    refuses the next turn of a tool call made while thinking): whole or streamed, native or translated, the answer
+    names the client's model, never the deployment's id (the ``x-gateway-deployment`` header says which answered)."""
+    fake = fakes.start("a", FakeBehavior(output_tokens=2, reasoning_tokens=2))
+    gateway = start_gateway(gateway_config([fake], provider_options={"a": {"apis": apis}}))
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0) as client:
+        whole = client.messages.create(model="m", max_tokens=64, messages=MESSAGES)
+        with client.messages.stream(model="m", max_tokens=64, messages=MESSAGES) as stream:
+            streamed = stream.get_final_message()
+    assert whole.model == streamed.model == "m"
+    assert all(r.body is not None and r.body["model"] == "a-upstream" for r in fake.app.state.recorded)

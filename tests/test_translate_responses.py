@@ -154,3 +154,32 @@ def test_an_upstream_error_reaches_the_client_in_its_own_shape(fakes: Fakes, sta
     error = response.json()
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
     assert error["error"]["message"]
+
+
+@pytest.mark.parametrize("include", [["reasoning.encrypted_content"], None])
+def test_anthropic_thinking_is_sealed_for_a_client_that_asks_for_encrypted_reasoning(
+    fakes: Fakes, start_gateway: StartGateway, include: list[str] | None
+) -> None:
+    """A whole answer of a Messages deployment's thinking: sealed in ``encrypted_content`` only when asked for, and
+    sent back (text dropped, as Codex sends it) it reaches the deployment as the signed thinking block it was."""
+    fake = fakes.start("a", FakeBehavior(output_tokens=2, reasoning_tokens=3, check_thinking=True))
+    gateway = start_gateway(gateway_config([fake], provider_options={"a": {"apis": ["messages"]}}))
+    extra: Any = {"include": include} if include else {}
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+        first = client.responses.create(model="m", input="hi", store=False, reasoning={"effort": "low"}, **extra)
+        reasoning = first.output[0].model_dump(exclude_none=True)
+        assert reasoning["type"] == "reasoning"
+        if include is None:
+            assert "encrypted_content" not in reasoning
+            return
+        assert reasoning["encrypted_content"].startswith("gateway.thinking.v1:")
+        reasoning.pop("content")
+        history: Any = [{"role": "user", "content": "hi"}, reasoning, {"role": "user", "content": "more"}]
+        client.responses.create(model="m", input=history, store=False, reasoning={"effort": "low"}, **extra)
+    sent = fake.app.state.recorded[1].body
+    assert sent is not None
+    assert sent["messages"][1]["content"][0] == {
+        "type": "thinking",
+        "thinking": " the quick brown",
+        "signature": "fake-signature",
+    }

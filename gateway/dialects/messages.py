@@ -51,6 +51,19 @@ MESSAGES_STOPS: dict[str, StopReason] = {
 """``stop_reason`` values in the shared vocabulary (``pause_turn`` and anything newer: ``other``)."""
 
 
+def named(body: bytes, model: str) -> bytes:
+    """A whole Messages answer naming ``model`` as the model that answered (``ProxyRequest.shown_model``); a body
+    that is no message (an error) as it came."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(message, dict) or message.get("type") != "message" or message.get("model") == model:
+        return body
+    message["model"] = model
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def messages_stop(value: object) -> StopReason | None:
     if not isinstance(value, str) or not value:
         return None

@@ -6,7 +6,8 @@ agent traffic is made of. With ``FakeBehavior.agent`` on, each request is steere
 
 - the last turn is the user's and the request offers a shell tool this module knows (Claude Code's
   ``Bash``, Codex's ``exec_command``, ``shell_command``): answer with a call of it, running
-  ``agent_command``;
+  ``agent_command`` (or, with ``agent_read`` set, a call of the file viewer, reading that file; with
+  ``agent_patch``, a call of ``apply_patch`` applying that patch);
 - the last turn is a tool's result: answer with text quoting it (``ran it: <result>``), which shows the
   command really ran;
 - anything else: the usual answer.
@@ -26,6 +27,10 @@ from gateway.fakes.behavior import FakeBehavior
 
 SHELL_TOOLS: dict[str, str] = {"Bash": "command", "exec_command": "cmd", "shell_command": "command"}
 """The shell tools the fake knows to call, each with the argument that takes the command line."""
+READ_TOOLS: dict[str, str] = {"Read": "file_path", "view_image": "path"}
+"""The file viewers it knows (``FakeBehavior.agent_read``), each with the argument that takes the path."""
+PATCH_TOOLS: dict[str, str] = {"apply_patch": "input"}
+"""The patch tools it knows (``FakeBehavior.agent_patch``), each with the argument that takes the patch."""
 RESULT_PREFIX = "ran it:"
 
 
@@ -39,10 +44,15 @@ def steer(body: dict[str, Any], path: str, behavior: FakeBehavior) -> FakeBehavi
     kind, value = last
     if kind == "result":
         return dataclasses.replace(behavior, tool_call=False, reply=f"{RESULT_PREFIX} {value.strip()}")
-    tool = next((name for name in _offered(body) if name in SHELL_TOOLS), None)
+    tools, value = SHELL_TOOLS, behavior.agent_command
+    if behavior.agent_patch:
+        tools, value = PATCH_TOOLS, behavior.agent_patch
+    elif behavior.agent_read:
+        tools, value = READ_TOOLS, behavior.agent_read
+    tool = next((name for name in _offered(body) if name in tools), None)
     if tool is None:
         return behavior
-    arguments = json.dumps({SHELL_TOOLS[tool]: behavior.agent_command})
+    arguments = json.dumps({tools[tool]: value})
     return dataclasses.replace(behavior, tool_call=True, tool_name=tool, reply=arguments)
 
 
@@ -76,6 +86,8 @@ def _last_turn(body: dict[str, Any], path: str) -> tuple[str, str] | None:
     if not messages:
         return None
     message = messages[-1]
+    if message.get("role") == "user" and len(messages) > 1 and messages[-2].get("role") == "tool":
+        message = messages[-2]  # chat: a tool's images come in a user message after its own (no image in a tool's)
     if message.get("role") == "tool":  # chat
         return "result", _text(message.get("content"))
     if message.get("role") != "user":
@@ -100,4 +112,4 @@ def _text(content: object) -> str:
     return ""
 
 
-__all__ = ["RESULT_PREFIX", "SHELL_TOOLS", "steer"]
+__all__ = ["PATCH_TOOLS", "READ_TOOLS", "RESULT_PREFIX", "SHELL_TOOLS", "steer"]

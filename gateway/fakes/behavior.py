@@ -85,6 +85,15 @@ class FakeBehavior:
     """Play a coding agent's model (``gateway.fakes.agent``): call the shell tool the request offers with
     ``agent_command`` when the user has the turn, then answer with what the tool returned (as ``reply``)."""
     agent_command: str = "echo agent-round-trip"
+    check_thinking: bool = False
+    """Check a Messages request with thinking on as Anthropic does (``messages.thinking_fault``): 400 unless the last
+    assistant turn, when it called a tool, starts with the thinking block this fake signed."""
+    agent_patch: str | None = None
+    """A patch the agent's model applies instead, with Codex's ``apply_patch`` (a custom tool, offered to chat and
+    Messages as a function of one string, ``input``: ``gateway.translate.freeform``)."""
+    agent_read: str | None = None
+    """A file the agent's model reads instead, with the CLI's file viewer (Claude Code's ``Read``, Codex's
+    ``view_image``): a picture's path makes the tool's result an image."""
     status: int = 200
     """An error status to answer with (subject to ``fail_first`` and ``error_rate``)."""
     error_code: str | None = None

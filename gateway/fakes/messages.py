@@ -24,6 +24,8 @@ from gateway.fakes.quality import answer_of, args_tail
 
 _ids = itertools.count(1)
 LIMITS = ("max_tokens",)
+SIGNATURE = "fake-signature"
+"""The signature of every thinking block this fake writes (and the only one ``thinking_fault`` accepts)."""
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -88,7 +90,7 @@ class MessagesScript:
     def prelude(self) -> bytes:
         out = b""
         if self.behavior.reasoning_tokens:
-            signature = {"type": "signature_delta", "signature": "fake-signature"}
+            signature = {"type": "signature_delta", "signature": SIGNATURE}
             out += sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": signature})
             out += sse("content_block_stop", {"type": "content_block_stop", "index": 0})
         block: dict[str, Any] = {"type": "text", "text": ""}
@@ -144,7 +146,7 @@ async def create(
     content: list[dict[str, Any]] = []
     if behavior.reasoning_tokens:
         thinking = "".join(answer_words(0, behavior.reasoning_tokens))
-        content.append({"type": "thinking", "thinking": thinking, "signature": "fake-signature"})
+        content.append({"type": "thinking", "thinking": thinking, "signature": SIGNATURE})
     text = "".join(words)
     if behavior.tool_call:
         arguments = behavior.tool_args_head + text + script.tail
@@ -171,8 +173,30 @@ async def create(
     await send_json(send, 200, message)
 
 
+def thinking_fault(body: dict[str, Any]) -> str | None:
+    """Anthropic's refusal of a request with thinking on whose last assistant turn called a tool without first
+    giving back the thinking block, signed, that the model wrote before the call (None: no fault)."""
+    thinking = body.get("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "adaptive"):
+        return None
+    turns = [(i, m) for i, m in enumerate(body.get("messages") or ()) if isinstance(m, dict)]
+    index, last = next(((i, m) for i, m in reversed(turns) if m.get("role") == "assistant"), (0, {}))
+    blocks = [b for b in last.get("content") or () if isinstance(b, dict)] if isinstance(last, dict) else []
+    if not any(b.get("type") == "tool_use" for b in blocks):
+        return None
+    first = blocks[0]
+    if first.get("type") == "redacted_thinking" or first.get("signature") == SIGNATURE:
+        return None
+    if first.get("type") == "thinking":
+        return f"messages.{index}.content.0: Invalid `signature` in `thinking` block"
+    return (
+        f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first.get('type')}`."
+        " When `thinking` is enabled, a final `assistant` message must start with a thinking block"
+    )
+
+
 async def count_tokens(send: Send, body: dict[str, Any]) -> None:
     await send_json(send, 200, {"input_tokens": prompt_tokens(body) + prefill_words(body, "/messages")})
 
 
-__all__ = ["count_tokens", "create", "error_body", "send_anthropic_error"]
+__all__ = ["SIGNATURE", "count_tokens", "create", "error_body", "send_anthropic_error", "thinking_fault"]

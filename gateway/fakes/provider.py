@@ -169,6 +169,10 @@ class FakeProvider:
             message = f"fake {self.name}: an assistant prefill cannot be continued here"
             await self._error(send, anthropic, 400, message, "invalid_request_error", "prefill_unsupported")
             return
+        fault = messages.thinking_fault(body) if anthropic and behavior.check_thinking else None
+        if fault is not None:
+            await self._error(send, anthropic, 400, fault, "invalid_request_error")
+            return
         disconnect = Disconnect(receive)
         state = self.state
         state.in_flight += 1

@@ -5,7 +5,8 @@ served elsewhere may take 128k tokens where this one takes 8k. So the attempt lo
 it while a later candidate of the plan may have a larger window: it learns the limit the error
 states (the router skips the deployment for prompts that large from then on) and tries the next
 candidate whose window is larger or not known, never the same one again. Only when none is left
-does the client get the provider's 400, unchanged. Other client faults (a content filter, a bad
+does the client get the provider's 400, unchanged (but on the Messages API, in Anthropic's words:
+``as_prompt_too_long``). Other client faults (a content filter, a bad
 parameter) are relayed as they are: another deployment would refuse them alike.
 """
 
@@ -19,7 +20,8 @@ from gateway.relay.attempt import ClientFault
 from gateway.relay.budget import AttemptBudget
 from gateway.routing import Candidate, Router
 
-CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+CONTEXT_EXCEEDED = "context_length_exceeded"
+CONTEXT_CODES = frozenset({CONTEXT_EXCEEDED, "string_above_max_length"})
 # How providers state the limit: OpenAI ("maximum context length is 8192 tokens"), vLLM and others
 # ("maximum context length is 8192", "context window of 8192"), Anthropic ("200019 tokens > 200000 maximum").
 _LIMITS = (
@@ -50,6 +52,24 @@ def context_exceeded(fault: ClientFault) -> tuple[bool, int | None]:
         if found:
             return True, int(found.group(1))
     return True, None
+
+
+_ASKED = re.compile(r"(?:resulted in|requested|contains|prompt has|prompt is) (\d+) (?:input )?tokens", re.IGNORECASE)
+
+
+def as_prompt_too_long(message: str, prompt_tokens: int) -> str:
+    """A provider's "too long" message as Anthropic words it, for a Messages client: Claude Code knows a prompt too
+    long for the window by ``prompt is too long: <n> tokens > <limit> maximum`` (it compacts the conversation, or
+    says to), and by nothing else. ``prompt_tokens`` (the gateway's estimate) stands in for a count the provider did
+    not give; the provider's own words follow."""
+    if "prompt is too long" in message.lower():
+        return message
+    limit = next((int(m.group(1)) for p in _LIMITS if (m := p.search(message))), None)
+    asked = _ASKED.search(message)
+    tokens = int(asked.group(1)) if asked else prompt_tokens
+    if limit is None:
+        return f"prompt is too long ({message})"
+    return f"prompt is too long: {max(tokens, limit + 1)} tokens > {limit} maximum ({message})"
 
 
 def refused_as_too_long(

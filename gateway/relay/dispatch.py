@@ -22,10 +22,17 @@ import functools
 import json
 import logging
 
-from gateway.errors import GatewayError, UpstreamError
+from gateway.dialects.messages import anthropic_error, named
+from gateway.errors import GatewayError, UpstreamError, describe_error_body
 from gateway.relay.attempt import Attempt, ClientFault, Opened
 from gateway.relay.budget import AttemptBudget
-from gateway.relay.context import larger_windows, refused_as_too_long
+from gateway.relay.context import (
+    CONTEXT_EXCEEDED,
+    as_prompt_too_long,
+    context_exceeded,
+    larger_windows,
+    refused_as_too_long,
+)
 from gateway.relay.drain import Drains
 from gateway.relay.first_token import json_object_like
 from gateway.relay.hedging import race
@@ -114,11 +121,14 @@ class Dispatcher:
         status = 200 if attempt.status is None else attempt.status
         finish = None if attempt.recorded else functools.partial(runner.finish_full, request, attempt)
         upstream = upstream_of(request, attempt.candidate)
+        shown = request.shown_model
         if upstream == request.endpoint:
-            return FullReply(status, attempt.body, content_type, budget.log, finish)
+            return FullReply(
+                status, named(attempt.body, shown) if shown else attempt.body, content_type, budget.log, finish
+            )
         # Reached by translation: the client reads its own API's body; the meter reads the upstream's.
         body, readable = translate_reply(
-            attempt.body, as_api(upstream), as_api(request.endpoint), request.body, request.requested_model
+            attempt.body, as_api(upstream), as_api(request.endpoint), request.body, shown or request.requested_model
         )
         return FullReply(status if readable else 502, body, "application/json", budget.log, finish)
 
@@ -173,9 +183,16 @@ def _fault_reply(request: ProxyRequest, fault: ClientFault, budget: AttemptBudge
     is no JSON (a proxy's HTML page, such as nginx's 413 in front of a provider, where an SDK finds no error)."""
     winner = budget.log.winner
     upstream = upstream_of(request, winner) if winner is not None else request.endpoint
+    too_long = context_exceeded(fault)[0]
+    if request.endpoint == "messages" and too_long:
+        # Claude Code compacts its conversation on Anthropic's wording of it, and on no other.
+        message = as_prompt_too_long(describe_error_body(fault.body)[0], request.prompt_tokens)
+        return FullReply(fault.status, anthropic_error(fault.status, message), "application/json", budget.log)
     if upstream == request.endpoint and json_object_like(fault.body):
         return FullReply(fault.status, fault.body, fault.content_type, budget.log)
-    body = translate_error(fault.body, fault.status, as_api(request.endpoint))
+    # Codex knows its context window is full by the code (Anthropic's "prompt is too long" has none).
+    code = CONTEXT_EXCEEDED if too_long else None
+    body = translate_error(fault.body, fault.status, as_api(request.endpoint), code)
     return FullReply(fault.status, body, "application/json", budget.log)
 
 

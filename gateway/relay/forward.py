@@ -20,6 +20,11 @@ The relay forwards bytes as they come, but three things need the event boundarie
   empty-``choices`` chunk that carries it is not forwarded: a client that did not ask may index
   ``choices[0]`` and choke on it. A usage field on a chunk with choices is left as it is.
 
+- **The model's name, on the Messages API.** ``message_start`` names the model that answers; the gateway
+  shows the name the client asked for there (``shown_model``), not the deployment's own id: Claude Code drops
+  the thinking blocks of an answer from another model than the one it asked for, and Anthropic then refuses the
+  next turn of a tool call made while thinking. Only the stream's first event is parsed for it.
+
 - **A continuation's usage.** The continuation's provider counts the prefill (the answer so far)
   as prompt and only its own part as output; the client bills on ``usage``, which must cover the
   whole answer. So a continuation's usage moves ``said_tokens`` (the earlier parts' output, counted
@@ -57,10 +62,15 @@ _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 class EventForwarder:
     """Feed each upstream chunk; send what ``feed`` returns. ``error`` is a held-back error event."""
 
-    __slots__ = ("_tail", "_opening", "_dialect", "_drop_usage", "_said", "error", "error_object")
+    __slots__ = ("_tail", "_opening", "_dialect", "_drop_usage", "_said", "_model", "error", "error_object")
 
     def __init__(
-        self, dialect: Dialect = CHAT, continuation: bool = False, drop_usage_only: bool = False, said_tokens: int = 0
+        self,
+        dialect: Dialect = CHAT,
+        continuation: bool = False,
+        drop_usage_only: bool = False,
+        said_tokens: int = 0,
+        shown_model: str | None = None,
     ) -> None:
         """Each argument may be given by position: the relay makes one forwarder per stream, and the compiled class
         parses keyword arguments at several times the cost of positional ones."""
@@ -69,6 +79,8 @@ class EventForwarder:
         self._dialect = dialect
         self._drop_usage = drop_usage_only
         self._said = said_tokens
+        self._model = shown_model
+        """The model name ``message_start`` (the stream's first event) is to show; None once that has passed."""
         self.error: bytes | None = None
         """The raw error event that ended this stream (nothing after it is forwarded)."""
         self.error_object: Any = None
@@ -80,7 +92,12 @@ class EventForwarder:
         tail = self._tail
         data = tail + chunk if tail else chunk
         # ``_find``, not ``in`` nor a ``find`` method (``gateway.dialects.scans``): these scans run on every chunk.
-        if self._opening or _find(data, _ERROR_KEY) >= 0 or (self._said and _find(data, _USAGE_KEY) >= 0):
+        if (
+            self._opening
+            or self._model is not None
+            or _find(data, _ERROR_KEY) >= 0
+            or (self._said and _find(data, _USAGE_KEY) >= 0)
+        ):
             return self._sift(data)
         if self._drop_usage and _find(data, b"[]") >= 0 and _EMPTY_CHOICES.search(data):
             return self._sift(data) if b"\r" in data else self._without_usage(data)
@@ -157,7 +174,10 @@ class EventForwarder:
             done = payload == self._dialect.done_data
             # Only what could be an error, a dropped usage chunk or an opening is parsed.
             said = self._said and _USAGE_KEY in payload
-            wanted = self._opening or _ERROR_KEY in payload or (self._drop_usage and b"[]" in payload) or said
+            started = self._model is not None  # the stream's first event: message_start, if anything
+            wanted = (
+                self._opening or _ERROR_KEY in payload or (self._drop_usage and b"[]" in payload) or said or started
+            )
             event = parse_event(payload) if wanted and not done else None
             error = self._dialect.error_of(event) if event is not None else None
             if error is not None:
@@ -174,6 +194,10 @@ class EventForwarder:
                 block = _without_role(event, block)
             if said and event is not None:
                 block = _whole_usage(event, block, self._said)
+            if started:
+                if event is not None and event.get("type") == "message_start":
+                    block = _named(event, block, self._model or "")
+                self._model = None
             out.append(block)
         return b"".join(out)
 
@@ -221,10 +245,23 @@ def _whole_usage(event: dict[str, Any], block: bytes, said: int) -> bytes:
             changed = True
     if not changed:
         return block
+    return _rewritten(event, block)
+
+
+def _rewritten(event: dict[str, Any], block: bytes) -> bytes:
+    """``block`` with ``event`` as its data, its other lines kept (the Messages API's ``event: message_delta``)."""
     data = b"data: " + json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode()
-    # Keep the event's other lines (the Messages API's ``event: message_delta``).
     kept = [line for line in block.split(b"\n") if line and not line.startswith(b"data:")]
     return b"\n".join([*kept, data]) + b"\n\n"
+
+
+def _named(event: dict[str, Any], block: bytes, model: str) -> bytes:
+    """``message_start`` showing ``model`` as the model that answers (the event as it came if it already does)."""
+    message = event.get("message")
+    if not isinstance(message, dict) or message.get("model") == model:
+        return block
+    message["model"] = model
+    return _rewritten(event, block)
 
 
 def _without_role(event: dict[str, Any] | None, block: bytes) -> bytes:

@@ -344,12 +344,18 @@ def _forwarder(
     upstream = upstream_of(request, attempt.candidate)
     if upstream != request.endpoint:
         # Reached by translation: the upstream's events are rewritten in the client's API.
-        args = (as_api(upstream), as_api(request.endpoint), request.body, request.requested_model)
+        args = (
+            as_api(upstream),
+            as_api(request.endpoint),
+            request.body,
+            request.shown_model or request.requested_model,
+        )
         if continuation:
             return StreamTranslator.continuing(*args, said_tokens)
         return StreamTranslator(*args)
     drop = injects_usage(request, attempt.candidate.provider)
-    return EventForwarder(request.dialect, continuation, drop, said_tokens)  # by position (``EventForwarder``)
+    shown = None if continuation else request.shown_model
+    return EventForwarder(request.dialect, continuation, drop, said_tokens, shown)  # by position (``EventForwarder``)
 
 
 def _ending(

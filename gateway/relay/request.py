@@ -74,6 +74,15 @@ class ProxyRequest:
     """A background circuit probe (``gateway.relay.probe``): its samples go to the router and the events only."""
 
     @property
+    def shown_model(self) -> str | None:
+        """The model an answer on the Messages API names: the client's own ``model`` (suffix and all), not the
+        deployment's id, since Claude Code drops the thinking blocks of an answer from another model than the one
+        it asked for (and Anthropic then refuses the next turn of a tool call made while thinking). None elsewhere:
+        the other APIs show the upstream's own id."""
+        model = self.body.get("model")
+        return (model if isinstance(model, str) else self.requested_model) if self.endpoint == "messages" else None
+
+    @property
     def dialect(self) -> Dialect:
         """How this request's API reads streams and writes errors."""
         return dialect_for(self.endpoint)

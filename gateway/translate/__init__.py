@@ -147,7 +147,8 @@ def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any
     except InvalidRequest as error:
         message = f"the provider's answer could not be read as the {source} API: {error.message}"
         return unreadable_error(message, target), False
-    shown = reply.model or model
+    # A Messages client is shown its own model name (``ProxyRequest.shown_model``), the others the upstream's id.
+    shown = model if target == "messages" else reply.model or model
     out: dict[str, Any]
     if target == "chat":
         out = chat_reply.write_reply(reply, shown)
@@ -167,9 +168,11 @@ def unreadable_error(message: str, target: Api) -> bytes:
     return json.dumps(error, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def translate_error(raw: bytes, status: int, target: Api) -> bytes:
-    """An upstream's error body (any API's shape) in the client API's shape, its message and status kept."""
+def translate_error(raw: bytes, status: int, target: Api, code_if_none: str | None = None) -> bytes:
+    """An upstream's error body (any API's shape) in the client API's shape, its message and status kept; an OpenAI
+    shape gets ``code_if_none`` where the upstream gave no code (Anthropic's errors have none)."""
     message, code = describe_error_body(raw)
+    code = code or code_if_none
     if target == "messages":
         return anthropic_error(status, message)
     kind = "invalid_request_error" if 400 <= status < 500 else "upstream_error"

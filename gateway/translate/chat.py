@@ -44,6 +44,8 @@ from gateway.translate.ir import (
 )
 
 TARGET = "Chat Completions"
+IMAGES_FOLLOW = "[the images this tool returned follow in the next user message]"
+"""A tool message's note where its result held images (chat's tool messages hold text only)."""
 _KNOWN = frozenset(
     {
         "model",
@@ -313,14 +315,19 @@ def _messages(conversation: Conversation) -> list[dict[str, Any]]:
         if turn.role == "assistant":
             messages.append(assistant_message(turn))
             continue
+        shown: list[Part] = []  # the images of the turn's tool results, which a tool message cannot hold
         rest: list[Part] = []
         for part in turn.parts:
             if isinstance(part, ToolResult):
                 messages.append({"role": "tool", "tool_call_id": part.call_id, "content": _result_content(part)})
+                images = [p for p in part.content if isinstance(p, Image)]
+                if images:
+                    shown += [Text(f"Images returned by tool call {part.call_id}:"), *images]
             else:
                 rest.append(part)
+        rest = shown + rest
         if rest or not turn.parts:
-            message: dict[str, Any] = {"role": "user", "content": _user_parts(rest, turn.plain)}
+            message: dict[str, Any] = {"role": "user", "content": _user_parts(rest, turn.plain and not shown)}
             if turn.name is not None:
                 message["name"] = turn.name
             messages.append(message)
@@ -328,11 +335,13 @@ def _messages(conversation: Conversation) -> list[dict[str, Any]]:
 
 
 def _result_content(result: ToolResult) -> str:
-    if any(isinstance(p, Image) for p in result.content):
-        raise Untranslatable("tool result content", TARGET, "a chat tool message holds text only, not an image")
+    """A tool message's text. Chat's tool messages hold text only: a result's images (Claude Code's ``Read`` of a
+    picture, Codex's ``view_image``) go in a user message right after the turn's tool messages, which this says."""
     # Blocks on lines of their own, as a chat server joins a content array's text parts for its template (an MCP
     # tool's result is often several text blocks: glued together, their words would run into each other).
     text = "\n".join(p.text for p in result.content if isinstance(p, Text))
+    if any(isinstance(p, Image) for p in result.content):
+        text = f"{text}\n{IMAGES_FOLLOW}" if text else IMAGES_FOLLOW
     # Chat has no error flag on a tool result: the model reads it in the text.
     return f"Error: {text}" if result.is_error else text
 

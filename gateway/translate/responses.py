@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from gateway.translate import freeform
 from gateway.translate.common import (
     as_dict,
     as_list,
@@ -47,6 +48,7 @@ from gateway.translate.namespaces import flat_name, flat_names
 # Writing lives in responses_write.py; re-exported so that both halves are reached from here.
 from gateway.translate.responses_write import TARGET as TARGET
 from gateway.translate.responses_write import write_request as write_request
+from gateway.translate.sealed import unseal
 
 _KNOWN = frozenset(
     {
@@ -110,6 +112,8 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
         tool = as_dict(raw, f"tools[{index}]")
         if tool.get("type") == "namespace":
             conversation.tools.extend(_read_namespace(tool, index, flat))
+        elif tool.get("type") == "custom":
+            conversation.tools.append(freeform.read_tool(tool, f"tools[{index}]"))
         elif tool.get("type") != "function" and builtin_tools == "omit":
             conversation.omitted_tools.append(str(tool.get("type")))
         else:
@@ -197,7 +201,15 @@ def _read_items(
                 as_str(item.get("call_id"), f"{path}.call_id"), name, as_str(item.get("arguments"), f"{path}.arguments")
             )
             _turn(conversation, "assistant").parts.append(call)
-        elif kind == "function_call_output":
+        elif kind == "custom_tool_call":
+            text = as_str(item.get("input"), f"{path}.input")
+            call = ToolCall(
+                as_str(item.get("call_id"), f"{path}.call_id"),
+                as_str(item.get("name"), f"{path}.name"),
+                freeform.arguments_of(text),
+            )
+            _turn(conversation, "assistant").parts.append(call)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output")
             call_id = as_str(item.get("call_id"), f"{path}.call_id")
             if isinstance(output, str):
@@ -214,7 +226,11 @@ def _read_items(
             summary = "".join(read_texts(item.get("summary") or [], f"{path}.summary"))
             content = "".join(read_texts(item.get("content") or [], f"{path}.content"))
             encrypted = opt_str(item.get("encrypted_content"), f"{path}.encrypted_content")
-            reasoning = Reasoning(content or summary, encrypted=encrypted, summary=not content and bool(summary))
+            signed = unseal(encrypted) if encrypted is not None else None
+            if signed is not None:  # an Anthropic thinking block the gateway sealed (``gateway.translate.sealed``)
+                reasoning = Reasoning(signed[0], signature=signed[1])
+            else:
+                reasoning = Reasoning(content or summary, encrypted=encrypted, summary=not content and bool(summary))
             _turn(conversation, "assistant").parts.append(reasoning)
         else:
             raise Untranslatable(f"{path}.type", "other", f"a {kind!r} item")

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from gateway.dialects.base import listed
+from gateway.translate import freeform, sealed
 from gateway.translate.common import (
     count,
 )
@@ -102,6 +103,8 @@ def output_item(part: Part, item_id: str, request: dict[str, Any] | None = None)
         item: dict[str, Any] = {"id": item_id, "type": "reasoning", "summary": []}
         if part.text:
             item["content"] = [{"type": "reasoning_text", "text": part.text}]
+        if part.encrypted is None and part.signature and request is not None and sealed.wanted(request):
+            item["encrypted_content"] = sealed.seal(part.text, part.signature)
         return item
     return None
 
@@ -148,7 +151,10 @@ def response_object(
 def function_call(
     item_id: str, status: str, call_id: str, name: str, arguments: str, request: dict[str, Any]
 ) -> dict[str, Any]:
-    """A ``function_call`` item; ``name`` as the upstream called it, unflattened if it is a namespaced function."""
+    """A ``function_call`` item; ``name`` as the upstream called it, unflattened if it is a namespaced function; a
+    call of a custom tool the client offered is its ``custom_tool_call`` (``gateway.translate.freeform``)."""
+    if name in freeform.custom_names(request):
+        return freeform.call_item(item_id, status, call_id, name, arguments)
     own, namespace = split(name, request)
     item = {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": own}
     if namespace is not None:

@@ -53,8 +53,7 @@ class MessagesWriter:
         if isinstance(event, Failed):
             return self.error(event.message, event.status)
         if isinstance(event, Started):
-            if event.model and not self.started:
-                self.model = event.model  # the upstream's own id, as a native answer shows
+            # ``model`` stays the client's own name, as a native answer shows it (``ProxyRequest.shown_model``).
             return self._start()
         if isinstance(event, Finished):
             self._stop, self._sequence = event.stop, event.stop_sequence

@@ -3,7 +3,8 @@
 ``response.created`` and ``response.in_progress``, then one output item at a time: a reasoning item
 (``response.reasoning_text.delta``), a message (``output_item.added``, ``content_part.added``,
 ``output_text.delta`` ..., ``output_text.done``, ``content_part.done``, ``output_item.done``) or a
-function call (``function_call_arguments.delta`` ..., ``.done``), then ``response.completed`` (or
+function call (``function_call_arguments.delta`` ..., ``.done``; a custom tool's call: its whole input in one
+``custom_tool_call_input.delta``, then ``.done``), then ``response.completed`` (or
 ``response.incomplete`` with its reason) holding every item and the usage. Every event carries
 ``sequence_number``, from 0 without a gap. Created per client stream, not thread-safe.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.translate import responses_reply
+from gateway.translate import freeform, responses_reply, sealed
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
     Ended,
@@ -41,6 +42,7 @@ class _Item:
         self.call_id = ""
         self.name = ""
         self.encrypted: str | None = None
+        self.signature = ""
 
 
 class ResponsesWriter:
@@ -58,6 +60,8 @@ class ResponsesWriter:
         self._stop: StopReason = "end"
         self._usage: Usage | None = None
         self.said_tokens = 0
+        self._custom = freeform.custom_names(request)
+        """The client's custom tools: their calls stream their ``input`` whole, once it is known."""
 
     @property
     def last_sequence(self) -> int | None:
@@ -121,8 +125,14 @@ class ResponsesWriter:
                 out += self._ensure("reasoning")
                 self._current().encrypted = event.encrypted
                 return out
+            if event.signature:  # a Messages thinking block's, sealed for the client (``gateway.translate.sealed``)
+                out += self._ensure("reasoning")
+                self._current().signature = event.signature
+                return out
             if not event.text:
                 return out
+            if self._open is not None and self._open.signature:
+                out += self._open_item("reasoning")  # the next thinking block: signed apart
             out += self._ensure("reasoning")
             item = self._current()
             item.text += event.text
@@ -138,6 +148,8 @@ class ResponsesWriter:
             out += self.write(ToolCallStart(event.key, f"call_{event.key}", ""))
             call = self._tools[event.key]
         call.text += event.text
+        if call.name in self._custom:
+            return out  # JSON arguments; the input they hold is sent when the call ends (``_close``)
         data = {"item_id": call.id, "output_index": call.index, "delta": event.text}
         return out + self._event({"type": "response.function_call_arguments.delta", **data})
 
@@ -182,6 +194,8 @@ class ResponsesWriter:
                 done["content"] = [{"type": "reasoning_text", "text": item.text}]
             if item.encrypted is not None:
                 done["encrypted_content"] = item.encrypted
+            elif item.signature and sealed.wanted(self.request):
+                done["encrypted_content"] = sealed.seal(item.text, item.signature)
             return done
         return responses_reply.function_call(item.id, "completed", item.call_id, item.name, item.text, self.request)
 
@@ -200,6 +214,10 @@ class ResponsesWriter:
             out += self._event({"type": "response.content_part.done", **where, "content_index": 0, "part": part})
         elif item.kind == "reasoning" and item.text:
             out += self._event({"type": "response.reasoning_text.done", **where, "content_index": 0, "text": item.text})
+        elif item.kind == "function_call" and item.name in self._custom:
+            text = freeform.input_of(item.text)
+            out += self._event({"type": "response.custom_tool_call_input.delta", **where, "delta": text})
+            out += self._event({"type": "response.custom_tool_call_input.done", **where, "input": text})
         elif item.kind == "function_call":
             name = split(item.name, self.request)[0]
             done = {"type": "response.function_call_arguments.done", **where, "name": name, "arguments": item.text}

@@ -150,9 +150,12 @@ SEALED = "[analytics]\nenabled = false\n[features]\nplugins = false\n"
 github.com when it starts: both off, as Claude Code's telemetry and updater are."""
 
 
-def run_codex(base_url: str, api_key: str, tmp: Path, model: str = "m") -> tuple[CliRun, str]:
+def run_codex(
+    base_url: str, api_key: str, tmp: Path, model: str = "m", options: tuple[str, ...] = ()
+) -> tuple[CliRun, str]:
     """``codex exec`` with the gateway as a custom Responses provider, in Codex's default configuration otherwise
-    (its web search and sub-agent tools on); returns the run and its last message."""
+    (its web search and sub-agent tools on), ``options`` added to its command line (``("-s", "workspace-write")``
+    to let it write files); returns the run and its last message."""
     codex_home = tmp / "codex-home"
     codex_home.mkdir()
     config = (
@@ -168,6 +171,15 @@ def run_codex(base_url: str, api_key: str, tmp: Path, model: str = "m") -> tuple
     (codex_home / "config.toml").write_text(config)
     last = tmp / "codex-last.txt"
     env = sealed_env(tmp, CODEX_HOME=str(codex_home), GATEWAY_KEY=api_key)
-    command = [str(find_cli("codex")), "exec", "--skip-git-repo-check", "--ephemeral", "-o", str(last), PROMPT]
+    command = [
+        str(find_cli("codex")),
+        "exec",
+        "--skip-git-repo-check",
+        "--ephemeral",
+        *options,
+        "-o",
+        str(last),
+        PROMPT,
+    ]
     result = run(command, env, tmp)
     return result, last.read_text() if last.exists() else ""
