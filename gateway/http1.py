@@ -29,6 +29,12 @@ HIGH_WATER = 256 * 1024
 a long answer): the provider then waits on TCP, not the gateway's memory. Reading resumes below a quarter."""
 
 
+MAX_HEAD_BYTES = 64 * 1024
+"""Bytes a response may take to complete its head (status line and headers, any interim 1xx responses included): past
+it the provider is sending something other than an answer's head, and the parser would buffer it without end (as
+common clients do: 64 KiB, which no provider's headers approach)."""
+
+
 class WireError(Exception):
     """A failure on the wire. ``before_answer``: no byte of a response had arrived (the request may be resent
     if the connection was a reused one). ``reset``: the peer reset the connection rather than closing it."""
@@ -78,6 +84,7 @@ class Connection(asyncio.Protocol):
         "_answered",
         "_lost",
         "_loop",
+        "_head_bytes",
         "head_done",
         "complete",
         "status",
@@ -100,6 +107,8 @@ class Connection(asyncio.Protocol):
         self._failure: tuple[type[WireError], str, bool, bool] | None = None
         self._answered = False
         self._lost = False
+        self._head_bytes = 0
+        """Bytes received while the head was incomplete (``MAX_HEAD_BYTES``)."""
         self.head_done = False
         self.complete = False
         self.status = 0
@@ -128,6 +137,11 @@ class Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
+            if not self.head_done:
+                # Counted only until the head is in: one comparison per read of a head, none for the body's.
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    self._fail(Malformed, f"the provider's response head passed {MAX_HEAD_BYTES} bytes")
         except httptools.HttpParserUpgrade:
             self._fail(Malformed, "the provider switched protocols")
         except httptools.HttpParserError:
@@ -205,6 +219,7 @@ class Connection(asyncio.Protocol):
         self.deadline = deadline
         self.head_done = self.complete = self._answered = self.keep_alive = False
         self.status = 0
+        self._head_bytes = 0
         self.raw_headers = []
         self._chunks.clear()
         self._buffered = 0
