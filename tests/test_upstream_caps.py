@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from gateway.config import GatewayConfig
+from gateway.sse import MAX_EVENT_BYTES
 from tests.raw_upstream import RawUpstream
 from tests.support.clients import MESSAGES
 from tests.support.config import gateway_config
@@ -144,3 +145,58 @@ def test_the_answer_limit_is_validated_like_its_neighbours() -> None:
     with pytest.raises(Exception, match=r"limits\.max_answer_bytes"):
         gateway_config(["a"], extra={"limits": {"max_answer_bytes": 0}})
     assert gateway_config(["a"]).limits.max_answer_bytes == 256 * 1024 * 1024
+
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
+CONTENT = (
+    b'data: {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "%s"}}]}\n\n'
+)
+
+
+@pytest.mark.parametrize("where", ["one-event", "no-output"])
+def test_a_stream_that_never_ends_an_event_or_never_says_anything_falls_back_at_its_bound(
+    fakes: Fakes, start_gateway: StartGateway, raw: Callable[..., RawUpstream], where: str
+) -> None:
+    # Before any output: one event that never ends, or whole events that carry nothing (comments), held for the
+    # client until the first token. Before the bound both grew until the first-token deadline; the meter's pending
+    # event was copied anew with every chunk, quadratic in its size.
+    script, filler = (
+        (SSE_HEAD + b'data: {"x": "', b"a" * 65536) if where == "one-event" else (SSE_HEAD, b": ping\n\n" * 8192)
+    )
+    endless = raw("endless", script, filler)
+    gateway = start_gateway(config(endless, [fakes.start("b")]))
+    response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "stream": True}, timeout=15)
+    assert response.status_code == 200, response.text
+    assert (response.headers["x-gateway-provider"], response.headers["x-gateway-attempts"]) == ("b", "2")
+    assert outcomes(gateway, 2) == [("raw", "broken_stream"), ("b", "ok")]
+    assert endless.sent < MAX_EVENT_BYTES + 8 * 1024 * 1024
+
+
+def test_an_event_that_never_ends_mid_answer_ends_the_clients_stream_with_an_error_event(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream]
+) -> None:
+    script = SSE_HEAD + CONTENT % b"hi" + b'data: {"choices": [{"index": 0, "delta": {"content": "'
+    endless = raw("endless", script, b"a" * 65536)
+    gateway = start_gateway(config(endless))
+    response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "stream": True}, timeout=15)
+    assert response.status_code == 200
+    events = [json.loads(line[6:]) for line in response.text.split("\n\n") if line.startswith("data: {")]
+    assert events[0]["choices"][0]["delta"]["content"] == "hi"
+    error = events[-1]["error"]
+    assert error["code"] == "upstream_stream_broken"
+    assert error["message"].startswith("raw: the stream sent ") and "of one event without ending it" in error["message"]
+    assert outcomes(gateway, 1) == [("raw", "broken_stream")]
+    assert endless.sent < MAX_EVENT_BYTES + 8 * 1024 * 1024
+
+
+def test_a_stream_event_of_four_megabytes_is_relayed_whole(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream]
+) -> None:
+    big = b"b" * (4 * 1024 * 1024)
+    body = CONTENT % b"hi" + CONTENT % big + b"data: [DONE]\n\n"
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body)
+    gateway = start_gateway(config(raw("stale", head + body)))
+    response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "stream": True}, timeout=15)
+    assert response.status_code == 200
+    assert response.content == body
+    assert outcomes(gateway, 1) == [("raw", "ok")]

@@ -24,6 +24,7 @@ from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, i
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.samples import Endpoint
+from gateway.sse import MAX_EVENT_BYTES, EventTooLarge
 from gateway.types import Clock
 from gateway.upstream import MAX_ERROR_BODY, redirect_words
 
@@ -78,6 +79,7 @@ async def await_first_token(
     response = attempt.response
     assert response is not None
     meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect_for(api))
+    held = attempt.held
     while meter.first_output_at is None and not meter.done:
         chunk = await response.read_chunk()
         if not chunk:
@@ -90,14 +92,28 @@ async def await_first_token(
                     f"{name}: stream ended before any output", provider=name, status=attempt.status
                 )
             break
-        meter.feed(chunk)
-        attempt.held.append(chunk)
+        try:
+            meter.feed(chunk)
+        except EventTooLarge as exc:
+            raise refused_stream(attempt, str(exc)) from None
+        held.append(chunk)
+        if meter.received_bytes > MAX_EVENT_BYTES:
+            # Whole events, none with output (comments, a role chunk again and again): all held for the client.
+            words = f"the stream sent {meter.received_bytes} bytes before any output (the limit is {MAX_EVENT_BYTES})"
+            raise refused_stream(attempt, words)
     if meter.first_error is not None and not is_request_fault(meter.first_error):
         name = attempt.candidate.provider.name
         message, code = describe_error(meter.first_error)
         raise UpstreamUnavailable(
             f"{name}: upstream error before the first token: {message}", provider=name, status=200, code=code
         )
+
+
+def refused_stream(attempt: Attempt, words: str) -> UpstreamUnavailable:
+    """The error of a stream the gateway stopped reading for its size (``gateway.sse.MAX_EVENT_BYTES``): a broken
+    stream of the provider's, with its status (its answer, not a connection to repeat)."""
+    name = attempt.candidate.provider.name
+    return UpstreamUnavailable(f"{name}: {words}", provider=name, status=attempt.status)
 
 
 _ERROR_MEMBER = re.compile(rb'"error"\s*[:,}]')
