@@ -12,11 +12,11 @@ on ``bytes``, ``in`` first tries its operand as an integer (``65 in b"A"``), whi
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
-MAX_EVENT_BYTES = 64 * 1024 * 1024
+MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
 """Longest one event may grow without ending (and what a stream may send before its first output): past it the stream
 is the provider's failure (``EventTooLarge``), not a buffer growing until the deadline. Far above any event providers
 send (a Responses ``response.completed`` holding a long answer, or images, is a few MB)."""
@@ -101,6 +101,10 @@ class SSESplitter:
         return self._size
 
 
+_BLANK_LINE: Final = (b"\n\n", b"\n\r", b"\r\r")
+"""How two line ends in a row (a blank line, which ends an event) show in raw bytes, whatever the line ends."""
+
+
 def goes_on(pending: bytes, chunk: bytes) -> bool:
     """Whether ``chunk``, after pending bytes that end with ``pending``, surely completes no event: no blank line in
     it, nor across the seam, nor at the pending end (a ``\r`` held after a line end, to tell ``\r\n`` from ``\r``).
@@ -113,9 +117,6 @@ def goes_on(pending: bytes, chunk: bytes) -> bool:
         if chunk.find(mark) >= 0 or seam.find(mark) >= 0:
             return False
     return True
-
-
-_BLANK_LINE = (b"\n\n", b"\n\r", b"\r\r")
 
 
 def whole_events(chunk: bytes) -> list[bytes]:
