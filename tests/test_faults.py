@@ -64,6 +64,7 @@ fault of issue 6's list is tested (``module::test``; ``tf`` is this module):
   test_upstream_caps::test_a_whole_answer_of_the_limit_is_relayed_and_one_byte_more_falls_back,
   test_upstream_caps::test_an_endless_whole_answer_is_a_502_in_the_clients_shape_once_past_the_limit;
   a response head: test_upstream_caps::test_a_response_head_that_never_ends_falls_back_or_is_a_502;
+  a chunked answer's trailers: test_upstream_caps::test_trailers_that_never_end_fall_back_or_are_a_502;
   one event of a stream, or what comes before its first output:
   test_upstream_caps::test_a_stream_that_never_ends_an_event_or_never_says_anything_falls_back_at_its_bound,
   test_upstream_caps::test_an_event_that_never_ends_mid_answer_ends_the_clients_stream_with_an_error_event

@@ -161,7 +161,9 @@ def test_a_stream_that_never_ends_an_event_or_never_says_anything_falls_back_at_
     # client until the first token. Before the bound both grew until the first-token deadline; the meter's pending
     # event was copied anew with every chunk, quadratic in its size.
     script, filler = (
-        (SSE_HEAD + b'data: {"x": "', b"a" * 65536) if where == "one-event" else (SSE_HEAD, b": ping\n\n" * 8192)
+        (SSE_HEAD + b'data: {"x": "', b"a" * 65536)
+        if where == "one-event"
+        else (SSE_HEAD, b": " + b"p" * 65530 + b"\n\n")
     )
     endless = raw("endless", script, filler)
     gateway = start_gateway(config(endless, [fakes.start("b")]))
@@ -200,3 +202,21 @@ def test_a_stream_event_of_four_megabytes_is_relayed_whole(
     assert response.status_code == 200
     assert response.content == body
     assert outcomes(gateway, 1) == [("raw", "ok")]
+
+
+def test_trailers_that_never_end_fall_back_or_are_a_502(
+    fakes: Fakes, start_gateway: StartGateway, raw: Callable[..., RawUpstream]
+) -> None:
+    # A chunked answer's trailers come after its last chunk as headers do, and were kept (every line) without end.
+    script = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n"
+    trailer = b"x-filler: " + b"a" * 1000 + b"\r\n"
+    gateway = start_gateway(config(raw("endless", script, trailer), [fakes.start("b")]))
+    response = httpx.post(gateway.base_url + "/chat/completions", json=CHAT, timeout=15)
+    assert response.status_code == 200, response.text
+    assert (response.headers["x-gateway-provider"], response.headers["x-gateway-attempts"]) == ("b", "2")
+
+    alone = start_gateway(config(raw("endless", script, trailer)))
+    response = httpx.post(alone.base_url + "/chat/completions", json=CHAT, timeout=15)
+    assert response.status_code == 502, response.text
+    assert "the provider sent 65536 bytes of trailers without its body's end" in response.json()["error"]["message"]
+    assert outcomes(alone, 1)[-1] == ("raw", "upstream_error")
