@@ -33,6 +33,10 @@ class LimitsConfig:
 
     max_header_bytes: int = 32 * 1024
     """Total size of a request's header names and values (431 above it)."""
+    max_answer_bytes: int = 256 * 1024 * 1024
+    """Largest whole (non-streamed) answer read from a provider: past it the attempt fails (the next deployment is
+    asked, else 502) rather than the gateway's memory growing with whatever the provider sends. Generous: an
+    embeddings answer of a large batch in floats runs to tens of MB. A stream is relayed as it comes."""
     max_json_depth: int = 64
     """Deepest nesting of arrays and objects in a request body."""
     max_messages: int = 2048
@@ -67,6 +71,7 @@ def parse_limits(table: TableReader) -> LimitsConfig:
     default = LimitsConfig()
     limits = LimitsConfig(
         max_header_bytes=table.integer("max_header_bytes", default.max_header_bytes, minimum=1),
+        max_answer_bytes=table.integer("max_answer_bytes", default.max_answer_bytes, minimum=1),
         max_json_depth=table.integer("max_json_depth", default.max_json_depth, minimum=1),
         max_messages=table.integer("max_messages", default.max_messages, minimum=0),
         max_n=table.integer("max_n", default.max_n, minimum=1),

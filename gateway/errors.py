@@ -258,3 +258,24 @@ def describe_error_body(body: bytes) -> tuple[str, str | None]:
     if isinstance(data, dict) and data.get("object") == "error" and data.get("message"):
         return describe_error(data)  # vLLM's error body: {"object": "error", "message", "type", "code"}
     return str(data)[:MAX_ERROR_MESSAGE], None
+
+
+def error_envelope(body: bytes) -> Any:
+    """The error object of a body that is nothing but an error, else None.
+
+    The shapes an error response's body takes: OpenAI's ``{"error": {…}}`` (or a bare string), Anthropic's
+    ``{"type": "error", "error": {…}}``, vLLM's ``{"object": "error", "message": …}``. An answer that merely has an
+    ``error`` member (a Responses object's ``"error": null``, or its failure) is an answer, not an envelope: None.
+    """
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    error = data.get("error")
+    if data.get("type") == "error" or data.get("object") == "error":
+        return error if isinstance(error, dict) else data
+    if "type" not in data and "object" not in data and isinstance(error, dict | str) and error:
+        return error
+    return None

@@ -29,6 +29,12 @@ HIGH_WATER = 256 * 1024
 a long answer): the provider then waits on TCP, not the gateway's memory. Reading resumes below a quarter."""
 
 
+MAX_HEAD_BYTES = 64 * 1024
+"""Bytes a response may send in a row without a byte of body: its head (status line and headers, any interim 1xx
+responses included), or a chunked body's trailers. Past it the provider is sending something other than an answer,
+and the parser would buffer it without end (as common clients do: 64 KiB, which no provider's headers approach)."""
+
+
 class WireError(Exception):
     """A failure on the wire. ``before_answer``: no byte of a response had arrived (the request may be resent
     if the connection was a reused one). ``reset``: the peer reset the connection rather than closing it."""
@@ -78,6 +84,7 @@ class Connection(asyncio.Protocol):
         "_answered",
         "_lost",
         "_loop",
+        "_framing",
         "head_done",
         "complete",
         "status",
@@ -100,6 +107,8 @@ class Connection(asyncio.Protocol):
         self._failure: tuple[type[WireError], str, bool, bool] | None = None
         self._answered = False
         self._lost = False
+        self._framing = 0
+        """Bytes received since the last body bytes, or since the exchange began (``MAX_HEAD_BYTES``)."""
         self.head_done = False
         self.complete = False
         self.status = 0
@@ -126,8 +135,17 @@ class Connection(asyncio.Protocol):
             # Bytes after a complete response, or while the connection sits in the pool: it cannot be reused.
             self._fail(Malformed, "the provider sent bytes after its response")
             return
+        # Counted before the parse, whose body bytes set it back to 0 (``on_body``): one add and one comparison a read.
+        self._framing += len(data)
         try:
             self._parser.feed_data(data)
+            if self._framing > MAX_HEAD_BYTES and not self.complete:
+                if self.head_done:
+                    self._fail(
+                        Malformed, f"the provider sent {MAX_HEAD_BYTES} bytes of trailers without its body's end"
+                    )
+                else:
+                    self._fail(Malformed, f"the provider's response head passed {MAX_HEAD_BYTES} bytes")
         except httptools.HttpParserUpgrade:
             self._fail(Malformed, "the provider switched protocols")
         except httptools.HttpParserError:
@@ -173,6 +191,7 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        self._framing = 0
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER and not self._paused and self._transport is not None:
@@ -205,6 +224,7 @@ class Connection(asyncio.Protocol):
         self.deadline = deadline
         self.head_done = self.complete = self._answered = self.keep_alive = False
         self.status = 0
+        self._framing = 0
         self.raw_headers = []
         self._chunks.clear()
         self._buffered = 0

@@ -12,9 +12,24 @@ on ``bytes``, ``in`` first tries its operand as an integer (``65 in b"A"``), whi
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 import msgspec
+
+MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
+"""Longest one event may grow without ending (and what a stream may send before its first output): past it the stream
+is the provider's failure (``EventTooLarge``), not a buffer growing until the deadline. Far above any event providers
+send (a Responses ``response.completed`` holding a long answer, or images, is a few MB)."""
+
+
+class EventTooLarge(ValueError):
+    """An event passed ``MAX_EVENT_BYTES`` without ending; the relay turns it into the provider's error."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(
+            f"the stream sent {size} bytes of one event without ending it (the limit is {MAX_EVENT_BYTES})"
+        )
+        self.size = size
 
 
 class SSESplitter:
@@ -24,15 +39,35 @@ class SSESplitter:
     are dropped. Multiple ``data`` lines of one event are joined with ``\\n``, as the SSE spec says.
     """
 
-    __slots__ = ("buffer",)
+    __slots__ = ("buffer", "_more", "_size")
 
     def __init__(self) -> None:
         self.buffer = b""
         """The bytes of an event not completed yet (empty between events): read, never written, by the meter's
-        per-chunk check (an attribute, not ``pending``'s call)."""
+        per-chunk check (an attribute, not ``pending``'s call). Its continuation, while no line end could have
+        ended it, is in ``_more``."""
+        self._more: list[bytes] = []
+        """Chunks that went on the pending event without a blank line: held as they came, joined once when the
+        event ends (appending each to ``buffer`` copied the event so far per chunk, quadratic in its size)."""
+        self._size = 0
+        """Bytes of the pending event (``buffer`` and ``_more``)."""
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        buffer = self.buffer + chunk if self.buffer else chunk
+        """The ``data`` of each event ``chunk`` completes. Raises ``EventTooLarge`` when the pending event passes
+        ``MAX_EVENT_BYTES``: one comparison per chunk that goes on an event (none between events)."""
+        buffer = self.buffer
+        if buffer:
+            more = self._more
+            if not chunk.endswith(b"\n\n") and goes_on(more[-1] if more else buffer, chunk):  # (the usual end: no call)
+                more.append(chunk)
+                self._size += len(chunk)
+                if self._size > MAX_EVENT_BYTES:
+                    raise EventTooLarge(self._size)
+                return []
+            buffer = b"".join((buffer, *more, chunk)) if more else buffer + chunk
+            more.clear()
+        else:
+            buffer = chunk
         held = b""
         if b"\r" in buffer:
             if buffer.endswith(b"\r") and not buffer.endswith(b"\r\r"):
@@ -42,6 +77,9 @@ class SSESplitter:
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         blocks = buffer.split(b"\n\n")
         self.buffer = blocks.pop() + held
+        self._size = len(self.buffer)
+        if self._size > MAX_EVENT_BYTES:
+            raise EventTooLarge(self._size)
         payloads = []
         for block in blocks:
             data = data_of(block)
@@ -51,14 +89,34 @@ class SSESplitter:
 
     def flush(self) -> list[bytes]:
         """The last event when a stream ends without its closing blank line."""
-        block, self.buffer = self.buffer, b""
+        block = b"".join((self.buffer, *self._more))
+        self.buffer, self._size = b"", 0
+        self._more.clear()
         data = data_of(block.replace(b"\r", b"\n").strip(b"\n"))
         return [] if data is None else [data]
 
     @property
     def pending(self) -> int:
         """Bytes of an event not completed yet."""
-        return len(self.buffer)
+        return self._size
+
+
+_BLANK_LINE: Final = (b"\n\n", b"\n\r", b"\r\r")
+"""How two line ends in a row (a blank line, which ends an event) show in raw bytes, whatever the line ends."""
+
+
+def goes_on(pending: bytes, chunk: bytes) -> bool:
+    """Whether ``chunk``, after pending bytes that end with ``pending``, surely completes no event: no blank line in
+    it, nor across the seam, nor at the pending end (a ``\r`` held after a line end, to tell ``\r\n`` from ``\r``).
+
+    Two line ends in a row (each ``\r\n``, ``\n`` or ``\r``) always show as ``\n\n``, ``\n\r`` or ``\r\r``;
+    without them the event goes on, and its chunks can be held as they came. Scans of ``chunk`` and of four bytes
+    around the seam, no copy of the chunk; True is never wrong, False only sends the chunk the general way."""
+    seam = pending[-2:] + chunk[:2]
+    for mark in _BLANK_LINE:
+        if chunk.find(mark) >= 0 or seam.find(mark) >= 0:
+            return False
+    return True
 
 
 def whole_events(chunk: bytes) -> list[bytes]:

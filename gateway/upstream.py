@@ -65,6 +65,8 @@ _DROPPED_HEADERS = frozenset(
     }
 )
 MAX_ERROR_BODY = 64 * 1024
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+"""``[limits] max_answer_bytes``'s default, for a client made without a config."""
 DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 STALE_RESENDS = 2
 """How many times one request is sent again after a reused connection failed before any answer byte."""
@@ -105,12 +107,14 @@ class UpstreamResponse:
     goes back to its pool, or is closed, without awaiting anything), hence not ``aclose``.
     """
 
-    __slots__ = ("_connection", "_origin", "provider", "status", "headers", "_decoder")
+    __slots__ = ("_connection", "_origin", "provider", "status", "headers", "_decoder", "_max_bytes")
 
-    def __init__(self, connection: Connection, origin: Origin, provider: str) -> None:
+    def __init__(self, connection: Connection, origin: Origin, provider: str, max_bytes: int) -> None:
         self._connection: Connection | None = connection
         self._origin = origin
         self.provider = provider
+        self._max_bytes = max_bytes
+        """What ``read_all`` reads at most of a whole answer (``[limits] max_answer_bytes``)."""
         self.status: int = connection.status
         self.headers: Mapping[str, str] = CIMultiDict(
             [(name.decode("latin-1"), value.decode("latin-1")) for name, value in connection.raw_headers]
@@ -161,7 +165,17 @@ class UpstreamResponse:
         return UpstreamUnavailable(f"{self.provider}: {exc}", provider=self.provider, status=self.status)
 
     async def read_all(self, limit: int | None = None) -> bytes:
-        """The whole body (or its first ``limit`` bytes, for error bodies)."""
+        """The whole body, or its first ``limit`` bytes (error bodies: what says why is at their start).
+
+        Without ``limit``, a body larger than the client's ``max_answer_bytes`` (decoded, or as its
+        ``Content-Length`` announces) raises ``UpstreamUnavailable``: an endless or huge answer would
+        otherwise hold memory until the attempt's total deadline. The caller closes the response, which
+        drops the connection (its body was not read to the end). Costs one comparison per read.
+        """
+        if limit is None:
+            declared = self.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self._max_bytes:
+                raise self._too_large()
         parts: list[bytes] = []
         size = 0
         while True:
@@ -172,8 +186,20 @@ class UpstreamResponse:
                 return b"".join(parts)
             parts.append(chunk)
             size += len(chunk)
-            if limit is not None and size >= limit:
-                return b"".join(parts)[:limit]
+            if limit is not None:
+                if size >= limit:
+                    return b"".join(parts)[:limit]
+            elif size > self._max_bytes:
+                raise self._too_large()
+
+    def _too_large(self) -> UpstreamUnavailable:
+        # With its status: the provider's answer, which asking it again would only repeat.
+        return UpstreamUnavailable(
+            f"{self.provider}: the answer is larger than {self._max_bytes} bytes ([limits] max_answer_bytes)",
+            provider=self.provider,
+            status=self.status,
+            code="upstream_answer_too_large",
+        )
 
     def close(self) -> None:
         """Release the connection: back to the pool if the body was read, else dropped. Closing twice is one close."""
@@ -223,8 +249,10 @@ class _Decoder:
 class UpstreamClient:
     """One provider's pooled client. Create inside the running event loop; close with ``aclose``."""
 
-    def __init__(self, provider: ProviderConfig, api_key: str | None) -> None:
+    def __init__(self, provider: ProviderConfig, api_key: str | None, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.provider = provider
+        self.max_answer_bytes = max_answer_bytes
+        """The largest whole answer ``UpstreamResponse.read_all`` reads (``[limits] max_answer_bytes``)."""
         base: dict[str, str] = {
             "content-type": "application/json",
             "accept-encoding": "identity",
@@ -306,7 +334,7 @@ class UpstreamClient:
                 except BaseException:
                     connection.close()  # an unanswered or cancelled exchange leaves the connection unusable
                     raise
-                return UpstreamResponse(connection, origin, name)
+                return UpstreamResponse(connection, origin, name, self.max_answer_bytes)
             except WireTimeout:
                 raise UpstreamTimeout(f"{name}: upstream did not answer in time", provider=name) from None
             except WireError as exc:
@@ -345,7 +373,8 @@ class UpstreamPool:
 
     @classmethod
     def from_config(cls, config: GatewayConfig, keys: Mapping[str, str | None]) -> UpstreamPool:
-        return cls({p.name: UpstreamClient(p, keys.get(p.name)) for p in config.providers})
+        cap = config.limits.max_answer_bytes
+        return cls({p.name: UpstreamClient(p, keys.get(p.name), cap) for p in config.providers})
 
     def __getitem__(self, provider: str) -> UpstreamClient:
         return self.clients[provider]

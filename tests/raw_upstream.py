@@ -10,7 +10,9 @@ Each accepted connection has its request read in full, then gets what the mode s
 - ``script``: the given bytes (status line, headers, part of a body), then an RST;
 - ``stale``: the given bytes (a whole keep-alive response), then the connection's next request is read
   and the connection closed without an answer: a kept-alive connection the server closed as it was reused;
-- ``stale-reset``: as ``stale``, but the reused connection is reset (an RST, SO_LINGER 0) as its request arrives.
+- ``stale-reset``: as ``stale``, but the reused connection is reset (an RST, SO_LINGER 0) as its request arrives;
+- ``endless``: the given bytes, then ``filler`` again and again until the client drops the connection (an answer,
+  a header block or an event that never ends), for at most ``ENDLESS_S`` and ``ENDLESS_BYTES``.
 """
 
 from __future__ import annotations
@@ -18,20 +20,26 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from typing import Literal
 
-Mode = Literal["reset", "silent", "script", "stale", "stale-reset"]
+Mode = Literal["reset", "silent", "script", "stale", "stale-reset", "endless"]
+ENDLESS_S = 30.0
+ENDLESS_BYTES = 1 << 30
 
 
 class RawUpstream:
     """A loopback TCP server on a free port; ``connections`` counts the requests it has read."""
 
-    def __init__(self, mode: Mode, script: bytes = b"", name: str = "raw") -> None:
+    def __init__(self, mode: Mode, script: bytes = b"", name: str = "raw", filler: bytes = b"") -> None:
         self.name = name
         """Its provider name in a config."""
         self.mode = mode
         self.script = script
+        self.filler = filler
         self.connections = 0
+        self.sent = 0
+        """Bytes of ``filler`` the last ``endless`` connection took before the client dropped it."""
         self._held: list[socket.socket] = []
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -83,9 +91,23 @@ class RawUpstream:
                 continue
             if self.mode == "script":
                 conn.sendall(self.script)
+            if self.mode == "endless":
+                self._endless(conn)
             # SO_LINGER with a zero timeout: close() sends an RST instead of a FIN.
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             conn.close()
+
+    def _endless(self, conn: socket.socket) -> None:
+        """The script, then the filler until the client drops the connection, the stop, or the bounds."""
+        self.sent = 0
+        deadline = time.monotonic() + ENDLESS_S
+        try:
+            conn.sendall(self.script)
+            while self.sent < ENDLESS_BYTES and time.monotonic() < deadline and not self._stopping.is_set():
+                conn.sendall(self.filler)
+                self.sent += len(self.filler)
+        except OSError:
+            pass  # the client dropped the connection: what the test waits for
 
 
 def _read_request(conn: socket.socket) -> None:

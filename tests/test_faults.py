@@ -59,6 +59,17 @@ fault of issue 6's list is tested (``module::test``; ``tf`` is this module):
 - a proxy's HTML 4xx in the client's API shape:
   tf::test_a_client_fault_status_with_an_html_body_reaches_the_client_in_its_apis_shape
 - rate-limit headers of infinity: tf::test_a_rate_limit_header_of_infinity_never_fails_the_answer
+- what a provider may make the gateway hold, each past its bound the provider's failure:
+  a whole answer (``[limits] max_answer_bytes``):
+  test_upstream_caps::test_a_whole_answer_of_the_limit_is_relayed_and_one_byte_more_falls_back,
+  test_upstream_caps::test_an_endless_whole_answer_is_a_502_in_the_clients_shape_once_past_the_limit;
+  a response head: test_upstream_caps::test_a_response_head_that_never_ends_falls_back_or_is_a_502;
+  a chunked answer's trailers: test_upstream_caps::test_trailers_that_never_end_fall_back_or_are_a_502;
+  one event of a stream, or what comes before its first output:
+  test_upstream_caps::test_a_stream_that_never_ends_an_event_or_never_says_anything_falls_back_at_its_bound,
+  test_upstream_caps::test_an_event_that_never_ends_mid_answer_ends_the_clients_stream_with_an_error_event
+- a 200 whose body is an error object (whole or stream): the request's fault relayed as a 400 in the client's shape,
+  the provider's a fallback: test_error_answers (the whole module)
 - an answer whose fields hold what its API never allows there (a number for ``tool_calls``): relayed as it came,
   or a 502 in the client's API when a translation cannot read it, its attempt recorded either way:
   tf::test_a_whole_answer_of_an_odd_shape_is_relayed_and_its_attempt_recorded; every reader over any JSON:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from gateway.sse import SSESplitter, parse_event, whole_events
+from gateway.relay.forward import EventForwarder
+from gateway.sse import MAX_EVENT_BYTES, EventTooLarge, SSESplitter, parse_event, whole_events
 
 STREAM = (
     b": keep-alive comment\n\n"
@@ -64,6 +65,29 @@ def test_every_line_ending(newline: bytes) -> None:
     stream = newline.join([b"data: one", b"data: two", b"", b"data: three", b"", b""])
     for cut in range(len(stream) + 1):
         assert split_all([stream[:cut], stream[cut:]]) == [b"one\ntwo", b"three"], cut
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+@pytest.mark.parametrize("size", [1, 2, 3, 7])
+def test_a_long_event_held_in_pieces_ends_where_it_ends(newline: bytes, size: int) -> None:
+    # Pieces of an event with no line end in them are held as they came (``SSESplitter._more``), not copied onto the
+    # event so far; the blank line that ends it may fall in a piece or across the seam of two.
+    stream = newline.join([b"data: " + b"x" * 40, b"data: y", b"", b": c", b"", b"data: z", b"", b""])
+    forwarder = EventForwarder()
+    parts = [stream[i : i + size] for i in range(0, len(stream), size)]
+    assert split_all(parts) == [b"x" * 40 + b"\ny", b"z"]
+    assert b"".join(forwarder.feed(part) for part in parts) + forwarder.flush() == stream
+
+
+@pytest.mark.parametrize("line_end", [b"", b"\n", b"\r", b"\r\n"])
+def test_an_event_past_the_bound_is_refused_however_its_lines_end(line_end: bytes) -> None:
+    # Each piece a line of one event (or a part of its only line): never a blank line, so the event never ends.
+    piece = b"data: " + b"a" * (1 << 20) + line_end
+    splitter = SSESplitter()
+    with pytest.raises(EventTooLarge):
+        for _ in range(MAX_EVENT_BYTES // len(piece) + 2):
+            splitter.feed(piece)
+    assert splitter.pending > MAX_EVENT_BYTES
 
 
 def test_crlf_split_between_cr_and_lf_is_one_line_ending() -> None:

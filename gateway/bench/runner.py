@@ -32,6 +32,7 @@ from gateway.meter import StreamMeter
 from gateway.models_config import key_header, under
 from gateway.quality import expectation_of, judge
 from gateway.samples import Endpoint, Outcome, RequestKind, Validity
+from gateway.sse import EventTooLarge
 from gateway.tokens import TokenCounter
 from gateway.upstream import DEFAULT_ANTHROPIC_VERSION
 
@@ -246,6 +247,8 @@ class BenchRunner:
                             meter.end_of_stream()
             except TimeoutError:
                 outcome, error = "timeout", f"no complete answer within {self.settings.timeout_s:g}s"
+            except EventTooLarge as exc:
+                outcome, error = "broken_stream", str(exc)
             except aiohttp.ClientError as exc:
                 if not last_try and status is None and _stale(exc):
                     continue  # a kept-alive connection the server had closed: asked again on a new one

@@ -35,10 +35,12 @@ from gateway.errors import UpstreamError
 from gateway.policies import PolicyConfig
 from gateway.relay.attempt import Attempt, ClientFault
 from gateway.relay.budget import AttemptBudget
+from gateway.relay.first_token import refused_stream
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate
 from gateway.routing.worth import DRAIN_EVENTS, DRAIN_MAX_S  # what a look's cost counts a drain to read
+from gateway.sse import EventTooLarge
 
 LOSER_HOLD_RATIO = 4.0
 """A drained loser waits for its first token at most this many times what it had waited when the race was decided
@@ -110,6 +112,9 @@ class Drains:
             pass  # read long enough: what arrived is its measure
         except UpstreamError as exc:
             runner.fail(request, attempt, "broken_stream", exc)
+            return
+        except EventTooLarge as exc:
+            runner.fail(request, attempt, "broken_stream", refused_stream(attempt, str(exc)))
             return
         except asyncio.CancelledError:
             self._record(request, attempt)

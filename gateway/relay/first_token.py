@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from gateway.dialects import dialect_for
-from gateway.errors import UpstreamStatusError, UpstreamUnavailable, describe_error, describe_error_body
+from gateway.errors import (
+    UpstreamStatusError,
+    UpstreamUnavailable,
+    describe_error,
+    describe_error_body,
+    error_envelope,
+)
 from gateway.meter import StreamMeter
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.samples import Endpoint
+from gateway.sse import MAX_EVENT_BYTES, EventTooLarge
 from gateway.types import Clock
 from gateway.upstream import MAX_ERROR_BODY, redirect_words
 
@@ -57,36 +64,101 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
     )
 
 
-async def await_first_token(request: ProxyRequest, attempt: Attempt, clock: Clock, api: Endpoint) -> None:
+async def await_first_token(
+    request: ProxyRequest, attempt: Attempt, clock: Clock, api: Endpoint, redact: Callable[[bytes], bytes]
+) -> None:
     """Read (and hold back) chunks until one carries output, ``[DONE]`` comes, or the stream ends.
 
     An error event before any output is the provider's failure to start (overloaded, an
     internal error): nothing has reached the client, so the next deployment is tried. Only
     an error that blames the request (context length, content filter) is relayed as is. ``api``: the one the
-    attempt was sent in (``upstream_of``), whose events the meter reads.
+    attempt was sent in (``upstream_of``), whose events the meter reads. A stream that ends before any event,
+    its body a JSON error object instead, is read as that error (``error_answer``; ``redact``: its body may be
+    relayed).
     """
     response = attempt.response
     assert response is not None
     meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect_for(api))
+    held = attempt.held
     while meter.first_output_at is None and not meter.done:
         chunk = await response.read_chunk()
         if not chunk:
             meter.end_of_stream()
             if meter.first_output_at is None and not meter.done and not meter.finish_seen:
+                error_answer(attempt, redact(b"".join(attempt.held)))
                 name = attempt.candidate.provider.name
                 # With its status: the provider's answer (an empty stream), not a failed connection to repeat.
                 raise UpstreamUnavailable(
                     f"{name}: stream ended before any output", provider=name, status=attempt.status
                 )
             break
-        meter.feed(chunk)
-        attempt.held.append(chunk)
+        try:
+            meter.feed(chunk)
+        except EventTooLarge as exc:
+            raise refused_stream(attempt, str(exc)) from None
+        held.append(chunk)
+        if meter.received_bytes > MAX_EVENT_BYTES:
+            # Whole events, none with output (comments, a role chunk again and again): all held for the client.
+            words = f"the stream sent {meter.received_bytes} bytes before any output (the limit is {MAX_EVENT_BYTES})"
+            raise refused_stream(attempt, words)
     if meter.first_error is not None and not is_request_fault(meter.first_error):
         name = attempt.candidate.provider.name
         message, code = describe_error(meter.first_error)
         raise UpstreamUnavailable(
             f"{name}: upstream error before the first token: {message}", provider=name, status=200, code=code
         )
+
+
+def refused_stream(attempt: Attempt, words: str) -> UpstreamUnavailable:
+    """The error of a stream the gateway stopped reading for its size (``gateway.sse.MAX_EVENT_BYTES``): a broken
+    stream of the provider's, with its status (its answer, not a connection to repeat)."""
+    name = attempt.candidate.provider.name
+    return UpstreamUnavailable(f"{name}: {words}", provider=name, status=attempt.status)
+
+
+_ERROR_MEMBER = re.compile(rb'"error"\s*[:,}]')
+"""An ``error`` key, or the value ``"error"`` (``"type": "error"``): in a body that is an error object, always."""
+_FAULT_CODES = frozenset(str(status) for status in CLIENT_FAULT_STATUSES)
+"""An error object's ``code`` that names a request fault's status (vLLM's and some proxies' ``"code": 400``)."""
+
+
+def error_answer(attempt: Attempt, body: bytes) -> None:
+    """Raise for a success status whose body is a provider's error object, as the error status with that body is read.
+
+    Some providers and proxies answer a failed request with 200 and ``{"error": {…}}`` (or Anthropic's
+    ``{"type": "error", …}``), a stream request included. Relayed as an answer, the client got the error as a
+    success, or a stream that "ended before any output" with the provider's words lost. An error that blames the
+    request (``is_request_fault``: context length, an invalid request; or its own ``code`` saying 400, 413 or 422)
+    is a ``ClientFault`` (relayed in the client's API shape, with that status, else 400); any other is the
+    provider's failure, and the next deployment is asked. Returns for any other body. Costs one ``find`` over a
+    small body (an error object is never large), a regex and a parse only when it holds ``"error"``.
+    """
+    if len(body) > MAX_ERROR_BODY or body.find(b'"error"') < 0 or _ERROR_MEMBER.search(body) is None:
+        return
+    error = error_envelope(body)
+    if error is None:
+        return
+    status = _fault_status(error)
+    if status is not None:
+        raise ClientFault(status, body, "application/json")
+    name = attempt.candidate.provider.name
+    message, code = describe_error(error)
+    answered = attempt.status if attempt.status is not None else 200
+    if attempt.meter is not None:
+        attempt.meter.first_error = error  # the stream's first word: recorded as the provider's error, not a break
+    raise UpstreamUnavailable(
+        f"{name}: upstream answered {answered} with an error: {message}", provider=name, status=answered, code=code
+    )
+
+
+def _fault_status(error: Any) -> int | None:
+    """The status a request fault's error object stands for (its numeric ``code``, else 400); None for any other."""
+    if not isinstance(error, dict):
+        return None
+    code = error.get("code")
+    if isinstance(code, int | str) and str(code) in _FAULT_CODES:
+        return int(code)
+    return 400 if is_request_fault(error) else None
 
 
 _JSON_OBJECT = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*\{")
@@ -115,3 +187,4 @@ def check_whole(attempt: Attempt) -> None:
             status=response.status,
             code="upstream_unreadable",
         )
+    error_answer(attempt, attempt.body)

@@ -47,7 +47,7 @@ from typing import Any, Final
 from gateway.dialects import CHAT, Dialect, scans
 from gateway.dialects.base import listed
 from gateway.dialects.chat import usage_only
-from gateway.sse import SSESplitter, parse_event
+from gateway.sse import SSESplitter, goes_on, parse_event
 
 _find: Final = scans.find
 """``scans.find``, held where compiled code reads it directly (mypyc keeps a ``Final`` in a C static: no look-up by
@@ -62,7 +62,7 @@ _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 class EventForwarder:
     """Feed each upstream chunk; send what ``feed`` returns. ``error`` is a held-back error event."""
 
-    __slots__ = ("_tail", "_opening", "_dialect", "_drop_usage", "_said", "_model", "error", "error_object")
+    __slots__ = ("_tail", "_more", "_opening", "_dialect", "_drop_usage", "_said", "_model", "error", "error_object")
 
     def __init__(
         self,
@@ -75,6 +75,9 @@ class EventForwarder:
         """Each argument may be given by position: the relay makes one forwarder per stream, and the compiled class
         parses keyword arguments at several times the cost of positional ones."""
         self._tail = b""
+        self._more: list[bytes] = []
+        """Chunks that went on the unfinished event of ``_tail`` with no blank line: joined once it ends, not
+        copied onto it per chunk (``SSESplitter._more``; the meter, fed first, bounds the event's size)."""
         self._opening = continuation
         self._dialect = dialect
         self._drop_usage = drop_usage_only
@@ -90,7 +93,15 @@ class EventForwarder:
         if self.error is not None:
             return b""
         tail = self._tail
-        data = tail + chunk if tail else chunk
+        if tail:
+            more = self._more
+            if not chunk.endswith(b"\n\n") and goes_on(more[-1] if more else tail, chunk):
+                more.append(chunk)  # the event goes on: nothing of it can go out yet
+                return b""
+            data = b"".join((tail, *more, chunk)) if more else tail + chunk
+            more.clear()
+        else:
+            data = chunk
         # ``_find``, not ``in`` nor a ``find`` method (``gateway.dialects.scans``): these scans run on every chunk.
         if (
             self._opening
@@ -122,7 +133,8 @@ class EventForwarder:
 
         An event cut short (its data not valid JSON) is dropped, as ``StreamMeter.end_of_stream`` drops it.
         """
-        tail, self._tail = self._tail, b""
+        tail, self._tail = b"".join((self._tail, *self._more)), b""
+        self._more.clear()
         if not tail.strip() or self.error is not None:
             return b""
         payloads = _flushed(tail)

@@ -22,6 +22,7 @@ from gateway.relay.attempt import Attempt, AttemptLog, is_request_fault
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.deadline import Deadline
 from gateway.relay.disconnect import DisconnectWatch
+from gateway.relay.first_token import refused_stream
 from gateway.relay.forward import EventForwarder
 from gateway.relay.keepalive import SSE_HEADERS
 from gateway.relay.outbound import injects_usage, upstream_of
@@ -30,6 +31,7 @@ from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate
 from gateway.samples import Outcome
+from gateway.sse import EventTooLarge
 from gateway.translate import as_api
 from gateway.translate.stream import StreamTranslator
 
@@ -285,6 +287,8 @@ class StreamReply(Reply):
                     await send({"type": "http.response.body", "body": redact(out), "more_body": True})
         except UpstreamError as exc:
             return exc
+        except EventTooLarge as exc:
+            return refused_stream(attempt, str(exc))
         except asyncio.CancelledError:
             self.runner.record(request, attempt, "client_cancelled", meter.finish(self.runner.counter))
             raise
