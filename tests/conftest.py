@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator  # noqa: E402
 import pytest  # noqa: E402
 
 from gateway.config import GatewayConfig  # noqa: E402
+from tests.raw_upstream import Mode, RawUpstream  # noqa: E402
 from tests.redis_server import RedisServerMissing  # noqa: E402
 from tests.redis_topologies import SENTINEL_PASSWORD, LoopbackCluster, SentinelGroup  # noqa: E402
 from tests.support.fakes import Fakes  # noqa: E402
@@ -46,6 +47,21 @@ def start_gateway(test_servers: list[ServerThread]) -> Callable[..., Gateway]:
         return servers.start(config, environ)
 
     return start
+
+
+@pytest.fixture
+def raw() -> Iterator[Callable[..., RawUpstream]]:
+    """Start loopback upstreams that answer with exact bytes (``tests.raw_upstream``); each stops with the test."""
+    started: list[RawUpstream] = []
+
+    def start(mode: Mode, script: bytes = b"", filler: bytes = b"") -> RawUpstream:
+        upstream = RawUpstream(mode, script, filler=filler).start()
+        started.append(upstream)
+        return upstream
+
+    yield start
+    for upstream in started:
+        upstream.stop()
 
 
 @pytest.fixture(scope="session")

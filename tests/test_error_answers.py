@@ -10,7 +10,7 @@ the answer on a raw loopback socket (``tests.raw_upstream``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -42,19 +42,15 @@ PROVIDER_FAULTS: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture
-def raw() -> Iterator[Callable[..., RawUpstream]]:
-    started: list[RawUpstream] = []
+def answering(raw: Callable[..., RawUpstream]) -> Callable[[dict[str, Any]], RawUpstream]:
+    """An upstream that answers every request 200 with ``body`` as a whole JSON answer."""
 
     def start(body: dict[str, Any]) -> RawUpstream:
         data = json.dumps(body).encode()
         head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(data)
-        upstream = RawUpstream("stale", head + data).start()
-        started.append(upstream)
-        return upstream
+        return raw("stale", head + data)
 
-    yield start
-    for upstream in started:
-        upstream.stop()
+    return start
 
 
 def config(first: RawUpstream, others: list[FakeServer] | None = None) -> GatewayConfig:
@@ -69,10 +65,14 @@ def outcomes(gateway: Gateway, count: int) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("shape", sorted(REQUEST_FAULTS))
 def test_a_200_error_that_blames_the_request_is_relayed_as_its_400_not_tried_elsewhere(
-    fakes: Fakes, start_gateway: StartGateway, raw: Callable[..., RawUpstream], shape: str, stream: bool
+    fakes: Fakes,
+    start_gateway: StartGateway,
+    answering: Callable[[dict[str, Any]], RawUpstream],
+    shape: str,
+    stream: bool,
 ) -> None:
     body = REQUEST_FAULTS[shape]
-    upstream = raw(body)
+    upstream = answering(body)
     gateway = start_gateway(config(upstream, [fakes.start("b")]))
     response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
     assert response.status_code == 400, response.text
@@ -84,7 +84,7 @@ def test_a_200_error_that_blames_the_request_is_relayed_as_its_400_not_tried_els
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_a_200_context_length_error_is_relayed_with_the_providers_words(
-    start_gateway: StartGateway, raw: Callable[..., RawUpstream], stream: bool
+    start_gateway: StartGateway, answering: Callable[[dict[str, Any]], RawUpstream], stream: bool
 ) -> None:
     # Before: a whole answer was a 200 "success"; a stream a 502 "stream ended before any output", the words lost.
     error = {
@@ -93,7 +93,7 @@ def test_a_200_context_length_error_is_relayed_with_the_providers_words(
         "param": "messages",
         "code": "context_length_exceeded",
     }
-    upstream = raw({"error": error})
+    upstream = answering({"error": error})
     gateway = start_gateway(config(upstream))
     response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
     assert response.status_code == 400, response.text
@@ -104,10 +104,10 @@ def test_a_200_context_length_error_is_relayed_with_the_providers_words(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_a_200_error_that_blames_the_request_reaches_a_translated_client_in_its_apis_shape(
-    start_gateway: StartGateway, raw: Callable[..., RawUpstream], stream: bool
+    start_gateway: StartGateway, answering: Callable[[dict[str, Any]], RawUpstream], stream: bool
 ) -> None:
     # The provider speaks chat; the client the Messages API: the error is translated, as a 400's would be.
-    gateway = start_gateway(config(raw(REQUEST_FAULTS["openai"])))
+    gateway = start_gateway(config(answering(REQUEST_FAULTS["openai"])))
     request = {"model": "m", "max_tokens": 8, "messages": MESSAGES, "stream": stream}
     response = httpx.post(gateway.base_url + "/messages", json=request, timeout=10)
     assert response.status_code == 400, response.text
@@ -119,15 +119,19 @@ def test_a_200_error_that_blames_the_request_reaches_a_translated_client_in_its_
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("shape", sorted(PROVIDER_FAULTS))
 def test_a_200_error_of_the_provider_falls_back_else_is_a_502_with_its_words(
-    fakes: Fakes, start_gateway: StartGateway, raw: Callable[..., RawUpstream], shape: str, stream: bool
+    fakes: Fakes,
+    start_gateway: StartGateway,
+    answering: Callable[[dict[str, Any]], RawUpstream],
+    shape: str,
+    stream: bool,
 ) -> None:
-    gateway = start_gateway(config(raw(PROVIDER_FAULTS[shape]), [fakes.start("b")]))
+    gateway = start_gateway(config(answering(PROVIDER_FAULTS[shape]), [fakes.start("b")]))
     response = httpx.post(gateway.base_url + "/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
     assert response.status_code == 200, response.text
     assert (response.headers["x-gateway-provider"], response.headers["x-gateway-attempts"]) == ("b", "2")
     assert outcomes(gateway, 2) == [("raw", "upstream_error"), ("b", "ok")]
 
-    alone = start_gateway(config(raw(PROVIDER_FAULTS[shape])))
+    alone = start_gateway(config(answering(PROVIDER_FAULTS[shape])))
     response = httpx.post(alone.base_url + "/chat/completions", json={**CHAT, "stream": stream}, timeout=10)
     assert response.status_code == 502, response.text
     message = response.json()["error"]["message"]

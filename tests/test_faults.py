@@ -85,7 +85,7 @@ import random
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -106,20 +106,6 @@ from tests.support.wait import wait_until
 StartGateway = Callable[..., Gateway]
 SHORT = {"first_token_timeout_s": 0.3, "idle_timeout_s": 0.3, "connect_timeout_s": 1.0}
 CHAT = {"model": "m", "messages": MESSAGES}
-
-
-@pytest.fixture
-def raw() -> Iterator[Callable[..., RawUpstream]]:
-    started: list[RawUpstream] = []
-
-    def start(mode: Any, script: bytes = b"") -> RawUpstream:
-        upstream = RawUpstream(mode, script).start()
-        started.append(upstream)
-        return upstream
-
-    yield start
-    for upstream in started:
-        upstream.stop()
 
 
 def raw_config(first: RawUpstream, others: list[FakeServer], capable: tuple[str, ...] = ()) -> GatewayConfig:

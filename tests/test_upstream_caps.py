@@ -9,7 +9,7 @@ in its API's shape, the attempt recorded as the provider's failure.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -35,20 +35,6 @@ POLICY = {
     "total_timeout_s": 8.0,
 }
 CHAT = {"model": "m", "messages": MESSAGES}
-
-
-@pytest.fixture
-def raw() -> Iterator[Callable[..., RawUpstream]]:
-    started: list[RawUpstream] = []
-
-    def start(mode: Any, script: bytes = b"", filler: bytes = b"") -> RawUpstream:
-        upstream = RawUpstream(mode, script, filler=filler).start()
-        started.append(upstream)
-        return upstream
-
-    yield start
-    for upstream in started:
-        upstream.stop()
 
 
 def config(first: RawUpstream, others: list[FakeServer] | None = None) -> GatewayConfig:
