@@ -15,7 +15,6 @@ client headers that are hop-by-hop or carry credentials are dropped. ``anthropic
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import NamedTuple
@@ -24,6 +23,7 @@ from urllib.parse import urlsplit
 from multidict import CIMultiDict
 
 from gateway import __version__
+from gateway.answer_decoding import AnswerDecoder
 from gateway.config import GatewayConfig, ProviderConfig
 from gateway.dialects.scans import redactor
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
@@ -121,16 +121,19 @@ class UpstreamResponse:
         )
         """Case-insensitive, as HTTP header names are: ``headers.get("retry-after")`` finds ``Retry-After``."""
         coding = (self.headers.get("content-encoding") or "").strip().lower()
-        self._decoder = _Decoder(coding) if coding not in ("", "identity") else None
+        self._decoder = AnswerDecoder(coding) if coding not in ("", "identity") else None
 
     async def read_chunk(self) -> bytes:
         """The next bytes as they arrive; ``b""`` at the end of the body."""
         connection = self._open()
         try:
+            decoder = self._decoder
+            if decoder is not None and decoder.pending():
+                return decoder.decode(b"")  # what the last read left, before waiting for more
             data = await connection.read()
-            if self._decoder is not None:
+            if decoder is not None:
                 # A compressed piece may decode to nothing yet: read on, as b"" would say the body ended.
-                while not (decoded := self._decoder.decode(data)) and data:
+                while not (decoded := decoder.decode(data)) and data:
                     data = await connection.read()
                 return decoded
             return data
@@ -142,10 +145,13 @@ class UpstreamResponse:
         ended), or None when it would wait for more. Raises as ``read_chunk`` does. The relay uses it to arm a
         deadline only around a read that waits."""
         try:
+            decoder = self._decoder
+            if decoder is not None and decoder.pending():
+                return decoder.decode(b"")
             data = self._open().ready()
-            if self._decoder is None or data is None:
+            if decoder is None or data is None:
                 return data
-            return self._decoder.decode(data) or (None if data else b"")
+            return decoder.decode(data) or (None if data else b"")
         except WireError as exc:
             raise self._read_error(exc) from None
 
@@ -224,26 +230,6 @@ def redirect_words(headers: Mapping[str, str]) -> str:
     Never followed: the request carries the provider's key, which goes to its base_url and nowhere else."""
     where = urlsplit(headers.get("location", ""))
     return f"a redirect to {where.scheme}://{where.netloc}{where.path}, not followed (check its base_url)"
-
-
-class _Decoder:
-    """A body a provider compressed although the gateway asked for ``identity``: gzip and deflate are read
-    (as aiohttp read them for the gateway before), any other coding is refused in plain words at the first read."""
-
-    __slots__ = ("_zlib", "_refused")
-
-    def __init__(self, coding: str) -> None:
-        self._zlib = zlib.decompressobj(32 + zlib.MAX_WBITS)  # 32: a zlib or a gzip header, whichever it is
-        self._refused = None if coding in ("gzip", "x-gzip", "deflate") else coding
-
-    def decode(self, data: bytes) -> bytes:
-        """The plain bytes of the next compressed ``data`` (``b""`` at the end: what is left, then nothing)."""
-        if self._refused is not None:
-            raise WireError(f"the answer is in content-encoding {self._refused!r}, which the gateway cannot read")
-        try:
-            return self._zlib.decompress(data) if data else self._zlib.flush()
-        except zlib.error:
-            raise WireError("the compressed answer could not be read: it is not valid gzip or deflate") from None
 
 
 class UpstreamClient:

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import pytest
 import uvloop
 
+from gateway.answer_decoding import DECODED_PER_READ
 from gateway.config import ProviderConfig
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from gateway.http1_origin import Origin
@@ -1131,6 +1132,40 @@ def test_a_compressed_whole_answer_reads_as_its_plain_bytes_and_the_connection_i
 
     assert run(lambda: fetch_twice(server)) == [body, body]
     assert len(server.conns) == 1
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["read_all", "read_chunk"])
+def test_a_small_compressed_answer_that_holds_a_huge_one_is_decoded_a_bounded_piece_at_a_time(
+    whole: bool, run: Run[Any], serve: Callable[[Handler], ScriptedServer]
+) -> None:
+    """32 KiB of gzip that holds 32 MiB (a bomb): no read yields more than ``DECODED_PER_READ``, so ``read_all``'s
+    bound (``max_answer_bytes``) stops it within that much, and a reader read by read gets it all, byte-exact."""
+    plain_body = b"0" * (32 << 20)
+    packed = response(gzip.compress(plain_body), "Content-Encoding: gzip")
+    server = serve(keep_alive(lambda request: packed))
+
+    async def go() -> tuple[list[int], str]:
+        client = UpstreamClient(ProviderConfig(name=NAME, base_url=server.base_url), None, max_answer_bytes=4 << 20)
+        try:
+            async with await client.send("/chat/completions", CHAT, TIMEOUTS) as answer:
+                if whole:
+                    with pytest.raises(UpstreamUnavailable) as info:
+                        await answer.read_all()
+                    return [], str(info.value)
+                sizes = []
+                while piece := await answer.read_chunk():
+                    assert piece == plain_body[: len(piece)]
+                    sizes.append(len(piece))
+                return sizes, ""
+        finally:
+            await client.aclose()
+
+    sizes, message = run(go)
+    if whole:
+        assert "larger than 4194304 bytes" in message
+    else:
+        assert sum(sizes) == len(plain_body)
+        assert max(sizes) <= DECODED_PER_READ
 
 
 @pytest.mark.parametrize(
