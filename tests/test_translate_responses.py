@@ -183,3 +183,30 @@ def test_anthropic_thinking_is_sealed_for_a_client_that_asks_for_encrypted_reaso
         "thinking": " the quick brown",
         "signature": "fake-signature",
     }
+
+
+def test_a_sealed_thinking_block_is_left_out_of_what_a_native_responses_provider_is_sent(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    """A session's earlier turn on a Messages deployment left a sealed block in the client's history; when the next
+    turn goes to a native Responses provider, that provider (which cannot read it, and OpenAI refuses opaque reasoning
+    it did not make) gets the history without it, and its own opaque reasoning as it was."""
+    fake = fakes.start("a", FakeBehavior(output_tokens=2), record=True)
+    gateway = start_gateway(gateway_config([fake], provider_options={"a": {"apis": ["responses"]}}))
+    sealed = {"type": "reasoning", "summary": [], "encrypted_content": "gateway.thinking.v1:eyJ0aGlua2luZyI6Im4ifQ=="}
+    own = {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-opaque"}
+    history: Any = [
+        {"role": "user", "content": "hi"},
+        sealed,
+        {"role": "assistant", "content": "hello"},
+        own,
+        {"role": "user", "content": "the prefix gateway.thinking.v1: in a message stays"},
+    ]
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+        client.responses.create(model="m", input=history, store=False)
+        client.responses.create(model="m", input="gateway.thinking.v1: as plain input", store=False)
+    sent = fake.app.state.recorded[0].body
+    assert sent is not None
+    assert sent["input"] == [history[0], history[2], own, history[4]]
+    plain = fake.app.state.recorded[1].body
+    assert plain is not None and plain["input"] == "gateway.thinking.v1: as plain input"

@@ -31,7 +31,7 @@ from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate
 from gateway.routing.apis import API_PATHS, translated_to, upstream_api
 from gateway.samples import Endpoint
-from gateway.translate import Api, Untranslatable, as_api, translate
+from gateway.translate import Api, Untranslatable, as_api, sealed, translate
 
 
 def client_asked_usage(request: ProxyRequest) -> bool:
@@ -156,7 +156,26 @@ def upstream_body(request: ProxyRequest, candidate: Candidate, target: Endpoint 
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
     if request.endpoint == "messages":
         _drop_unsigned_thinking(body)
-    return encode_body(body)
+    encoded = encode_body(body)
+    items = body.get("input")
+    if request.endpoint == "responses" and _SEALED in encoded and isinstance(items, list):
+        # One C search per request; the walk and a second encoding only where a sealed item may be.
+        body["input"] = [item for item in items if not _sealed_reasoning(item)]
+        encoded = encode_body(body)
+    return encoded
+
+
+_SEALED = sealed.PREFIX.encode()
+
+
+def _sealed_reasoning(item: Any) -> bool:
+    """A reasoning item whose ``encrypted_content`` the gateway sealed from a Messages deployment's thinking
+    (``gateway.translate.sealed``): only Anthropic can read it, and OpenAI refuses opaque reasoning it did not make,
+    so a native Responses provider is sent the history without it (as a translation leaves out another API's)."""
+    if not (isinstance(item, dict) and item.get("type") == "reasoning"):
+        return False
+    content = item.get("encrypted_content")
+    return isinstance(content, str) and content.startswith(sealed.PREFIX)
 
 
 def _drop_unsigned_thinking(body: dict[str, Any]) -> None:
