@@ -164,7 +164,7 @@ def _texts(items: str | list[dict[str, Any]]) -> list[str]:
     return [items] if isinstance(items, str) else [_text(item) for item in items]
 
 
-def test_only_a_completed_answer_is_captured() -> None:
+def test_only_an_answer_that_ended_is_captured() -> None:
     def captured(status: int, chunks: list[bytes]) -> dict[str, Any] | None:
         capture = ResponseCapture(_discard)
 
@@ -180,6 +180,8 @@ def test_only_a_completed_answer_is_captured() -> None:
     done = b'event: response.completed\ndata: {"type":"response.completed","response":{"id":"r1","output":[]}}\n\n'
     assert captured(200, [created, done[:30], done[30:]]) == {"id": "r1", "output": []}  # split anywhere
     assert captured(200, [created]) is None  # broke before its end: nothing to keep
+    cut = done.replace(b"response.completed", b"response.incomplete")
+    assert captured(200, [created, cut]) == {"id": "r1", "output": []}  # cut by its limit: kept, as OpenAI does
     assert captured(400, [done]) is None
 
 
@@ -227,3 +229,24 @@ def test_a_conversation_on_a_chat_only_deployment_is_kept_by_the_gateway(
     assert fetched.id == second.id and fetched.output_text == f"{RESULT_PREFIX} kept"
     assert not any("/responses" in r.path for r in fake.app.state.recorded)
     assert [(s.deployment, s.outcome) for s in gateway.samples.samples] == [("a", "ok")] * 3
+
+
+def test_an_incomplete_answer_is_kept_and_can_be_continued(fakes: Fakes, start_gateway: StartGateway) -> None:
+    """OpenAI stores a response cut by ``max_output_tokens`` (``status: "incomplete"``): it can be retrieved and
+    continued. So does the gateway, streamed or not; before, only a completed one was kept and the follow-up got
+    ``previous_response_not_found``."""
+    fake = fakes.start("a", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(gateway_config([fake], provider_options={"a": {"apis": ["chat"]}}))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+        whole = client.responses.create(model="m", input="hello", max_output_tokens=2)
+        # The SDK's ``responses.stream`` helper wants ``response.completed``: read the events themselves.
+        events = list(client.responses.create(model="m", input="again", max_output_tokens=2, stream=True))
+        assert events[-1].type == "response.incomplete"
+        streamed = events[-1].response
+        for cut, said in ((whole, "hello"), (streamed, "again")):
+            assert cut.status == "incomplete"
+            fetched = client.responses.retrieve(cut.id)
+            assert fetched.status == "incomplete" and fetched.output_text == cut.output_text
+            client.responses.create(model="m", input="go on", previous_response_id=cut.id)
+            sent = [r.body for r in fake.app.state.recorded if r.body is not None][-1]
+            assert [_text(m) for m in sent["messages"]] == [said, cut.output_text, "go on"]
