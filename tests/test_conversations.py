@@ -250,3 +250,35 @@ def test_an_incomplete_answer_is_kept_and_can_be_continued(fakes: Fakes, start_g
             client.responses.create(model="m", input="go on", previous_response_id=cut.id)
             sent = [r.body for r in fake.app.state.recorded if r.body is not None][-1]
             assert [_text(m) for m in sent["messages"]] == [said, cut.output_text, "go on"]
+
+
+def test_input_items_come_in_openais_item_shape_and_page_as_the_sdk_asks(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    """Short-form input (a message without ``type``, string ``content``) is listed as OpenAI lists it, so that the
+    SDK parses each item as a message with content parts; the SDK's auto-pagination walks every page in either
+    order; a parameter out of OpenAI's range is a 400 naming it; ``retrieve(stream=True)`` of a response that was
+    not a background one is a 400, not a JSON body the SDK reads as a stream of no events."""
+    fake = fakes.start("a", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(gateway_config([fake], provider_options={"a": {"apis": ["chat"]}}))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+        first = client.responses.create(model="m", input=[{"role": "user", "content": "one"}])
+        said: Any = [{"type": "message", "role": "user", "content": "two"}]
+        second = client.responses.create(model="m", input=said, previous_response_id=first.id)
+        listed = {
+            order: list(client.responses.input_items.list(second.id, limit=1, order=order)) for order in ("asc", "desc")
+        }
+        for query in ({"order": "sideways"}, {"limit": 0}, {"limit": 101}):
+            with pytest.raises(openai.BadRequestError) as refused:
+                client.responses.input_items.list(second.id, **query)
+            assert refused.value.param == next(iter(query))
+        with pytest.raises(openai.BadRequestError) as not_streamed:
+            client.responses.retrieve(second.id, stream=True)
+        assert not_streamed.value.param == "stream"
+    assert listed["desc"] == listed["asc"][::-1]
+    texts = []
+    for item in listed["asc"]:
+        assert item.type == "message" and item.status == "completed"
+        texts.append(item.content[0].text)  # type: ignore[union-attr]
+    assert texts == ["one", FIRST, "two"]
+    assert [item.role for item in listed["asc"]] == ["user", "assistant", "user"]  # type: ignore[union-attr]
