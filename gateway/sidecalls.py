@@ -122,7 +122,8 @@ async def _response_call(runtime: GatewayRuntime, request: Request) -> Response:
         )
     if owner is None:
         raise NotFound(
-            f"no response '{response_id}' is known to this gateway (not created through it, or its binding expired)",
+            f"no response '{response_id}' is known to this gateway (not created through it, not stored: sent with "
+            "'store: false' or cut before its end, or expired)",
             code="response_not_found",
         )
     if not key.allows(owner.model):

@@ -282,3 +282,31 @@ def test_input_items_come_in_openais_item_shape_and_page_as_the_sdk_asks(
         texts.append(item.content[0].text)  # type: ignore[union-attr]
     assert texts == ["one", FIRST, "two"]
     assert [item.role for item in listed["asc"]] == ["user", "assistant", "user"]  # type: ignore[union-attr]
+
+
+def test_a_stream_the_client_cut_is_not_kept_and_says_so(fakes: Fakes, start_gateway: StartGateway) -> None:
+    """A streamed response the client hung up on never ended: nothing is kept, the upstream is cancelled, and
+    retrieving or continuing its id says why it is unknown, on a model whose deployments are all reached by
+    translation too."""
+    fake = fakes.start("a", FakeBehavior(output_tokens=500, tokens_per_s=20))
+    gateway = start_gateway(gateway_config([fake], provider_options={"a": {"apis": ["chat"]}}))
+    body = {"model": "m", "input": "hello", "stream": True}
+    with httpx.stream("POST", gateway.base_url + "/responses", json=body, timeout=10) as response:
+        seen = b""
+        for piece in response.iter_raw():
+            seen += piece
+            if b"response.output_text.delta" in seen:
+                break
+    created = json.loads(seen.split(b"data: ", 1)[1].split(b"\n", 1)[0])
+    cut = created["response"]["id"]
+    wait_until(lambda: fake.app.state.open_streams == 0, timeout=3.0, what="upstream stream cancelled")
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+        with pytest.raises(openai.NotFoundError) as unknown:
+            client.responses.retrieve(cut)
+        # As docs/apis.md says for an id the gateway never bound (before, every deployment of this chat-only model
+        # refused ``previous_response_id`` as a field the Chat Completions API cannot carry: a 400 about translation).
+        with pytest.raises(openai.NotFoundError) as refused:
+            client.responses.create(model="m", input="go on", previous_response_id=cut)
+    assert "cut before its end" in unknown.value.message and "cut before its end" in refused.value.message
+    assert refused.value.code == "previous_response_not_found" and refused.value.param == "previous_response_id"
+    assert gateway.runtime.conversations.lookup(cut) is None  # type: ignore[attr-defined]
