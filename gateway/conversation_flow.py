@@ -40,10 +40,20 @@ def input_items(body: dict[str, Any]) -> list[Any]:
 
 
 def expand(body: dict[str, Any], previous: StoredResponse) -> dict[str, Any]:
-    """``body`` continuing ``previous``, with its whole conversation as ``input`` and no ``previous_response_id``."""
+    """``body`` continuing ``previous``, with its whole conversation as ``input`` and no ``previous_response_id``.
+
+    The earlier items go without their ``id``: the follow-up may reach a Responses provider that never made them
+    (the gateway's own ``msg_…`` of a translated answer, another provider's), and OpenAI looks up an input item's
+    id and refuses one it does not hold ("Item with id '…' not found"). Their ``call_id``s, which link a call to
+    its output, stay; the new input goes as the client sent it."""
     expanded = {k: v for k, v in body.items() if k != "previous_response_id"}
-    expanded["input"] = [*previous.input, *previous.output, *input_items(body)]
+    earlier = [_without_id(item) for item in (*previous.input, *previous.output)]
+    expanded["input"] = [*earlier, *input_items(body)]
     return expanded
+
+
+def _without_id(item: Any) -> Any:
+    return {k: v for k, v in item.items() if k != "id"} if isinstance(item, dict) and "id" in item else item
 
 
 def wants_storing(body: dict[str, Any]) -> bool:

@@ -310,3 +310,23 @@ def test_a_stream_the_client_cut_is_not_kept_and_says_so(fakes: Fakes, start_gat
     assert "cut before its end" in unknown.value.message and "cut before its end" in refused.value.message
     assert refused.value.code == "previous_response_not_found" and refused.value.param == "previous_response_id"
     assert gateway.runtime.conversations.lookup(cut) is None  # type: ignore[attr-defined]
+
+
+def test_a_kept_conversation_reaches_a_native_responses_deployment_without_ids_it_never_made(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    """A turn answered by a chat deployment (kept by the gateway, its items named ``msg_<gateway id>_0``), continued
+    on a deployment that speaks the Responses API natively: the earlier items go without ids, which OpenAI would
+    look up and refuse ("Item with id '…' not found"); the turn's instructions stay its own."""
+    chat, native = fakes.start("a", FakeBehavior(output_tokens=3)), fakes.start("b", FakeBehavior(output_tokens=3))
+    apis = {"a": {"apis": ["chat"]}, "b": {"apis": ["responses"]}}
+    gateway = start_gateway(gateway_config([chat, native], provider_options=apis))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0) as client:
+        only: Any = {"provider": {"only": ["a"]}}
+        first = client.responses.create(model="m", input="hello", instructions="be brief", extra_body=only)
+        only = {"provider": {"only": ["b"]}}
+        second = client.responses.create(model="m", input="more", previous_response_id=first.id, extra_body=only)
+    assert second.id in native.app.state.responses
+    (sent,) = sent_inputs(native)
+    assert _texts(sent["input"]) == ["hello", FIRST, "more"] and "instructions" not in sent
+    assert [item.get("id") for item in sent["input"]] == [None, None, None]
