@@ -8,8 +8,8 @@ answer under ``[responses] state = "gateway"``), two steps surround the request:
   ``previous_response_id``: every deployment can serve it, natively or translated, and none need hold
   anything;
 - after the answer went to the client, ``ResponseCapture`` reads the final response from the bytes
-  the client received (the ``response.completed`` event of a stream, or the whole body), whatever
-  produced them, and stores its input and output under its id.
+  the client received (the ``response.completed`` or ``response.incomplete`` event of a stream, or the
+  whole body), whatever produced them, and stores its input and output under its id.
 
 ``store: false`` takes neither step: the client sends the whole input, and nothing is kept.
 """
@@ -25,7 +25,10 @@ from gateway.config import DeploymentConfig
 from gateway.conversations import ConversationStore, StoredResponse
 from gateway.responses_config import ResponsesConfig
 
-_COMPLETED = b'"response.completed"'
+_ENDS = (b'"response.completed"', b'"response.incomplete"')
+"""The events that end a stream holding the whole response: both are stored answers at OpenAI (an incomplete one,
+cut by ``max_output_tokens`` or a filter, can be retrieved and continued)."""
+_KEPT = ("completed", "incomplete")
 
 
 def input_items(body: dict[str, Any]) -> list[Any]:
@@ -37,10 +40,20 @@ def input_items(body: dict[str, Any]) -> list[Any]:
 
 
 def expand(body: dict[str, Any], previous: StoredResponse) -> dict[str, Any]:
-    """``body`` continuing ``previous``, with its whole conversation as ``input`` and no ``previous_response_id``."""
+    """``body`` continuing ``previous``, with its whole conversation as ``input`` and no ``previous_response_id``.
+
+    The earlier items go without their ``id``: the follow-up may reach a Responses provider that never made them
+    (the gateway's own ``msg_…`` of a translated answer, another provider's), and OpenAI looks up an input item's
+    id and refuses one it does not hold ("Item with id '…' not found"). Their ``call_id``s, which link a call to
+    its output, stay; the new input goes as the client sent it."""
     expanded = {k: v for k, v in body.items() if k != "previous_response_id"}
-    expanded["input"] = [*previous.input, *previous.output, *input_items(body)]
+    earlier = [_without_id(item) for item in (*previous.input, *previous.output)]
+    expanded["input"] = [*earlier, *input_items(body)]
     return expanded
+
+
+def _without_id(item: Any) -> Any:
+    return {k: v for k, v in item.items() if k != "id"} if isinstance(item, dict) and "id" in item else item
 
 
 def wants_storing(body: dict[str, Any]) -> bool:
@@ -69,13 +82,13 @@ class ResponseCapture:
         await self._send(message)
 
     def response(self, streamed: bool) -> dict[str, Any] | None:
-        """The completed response object the client received; None if it did not complete."""
+        """The final response object the client received (completed or incomplete); None if it did not end."""
         if self.status != 200:
             return None
         raw = b"".join(self._parts)
         if not streamed:
             return _object(raw)
-        at = raw.rfind(_COMPLETED)
+        at = max(raw.rfind(end) for end in _ENDS)
         if at < 0:
             return None
         start = raw.rfind(b"\ndata:", 0, at)
@@ -88,9 +101,11 @@ class ResponseCapture:
     def store(
         self, store: ConversationStore, body: dict[str, Any], model: str, scope: str, streamed: bool, ttl_s: float
     ) -> str | None:
-        """Keep the completed answer under its id, with the input it answered; returns the id (None: nothing kept)."""
+        """Keep the answer under its id, with the input it answered; returns the id (None: nothing kept).
+
+        A ``completed`` or ``incomplete`` answer is kept, as OpenAI keeps both; a failed or cut one is not."""
         response = self.response(streamed)
-        if response is None or response.get("status") != "completed" or not isinstance(response.get("id"), str):
+        if response is None or response.get("status") not in _KEPT or not isinstance(response.get("id"), str):
             return None
         output = response.get("output")
         stored = StoredResponse(

@@ -23,7 +23,8 @@ from gateway.sessions.bindings import Unavailable
 async def kept_conversation(
     runtime: GatewayRuntime, model: ModelConfig, previous: object, scope: str
 ) -> StoredResponse | None:
-    """The conversation the gateway keeps under ``previous`` for this key's scope; None if it keeps none.
+    """The conversation the gateway keeps under ``previous`` for this key's scope; None if it keeps none (then a
+    native Responses deployment may hold it: with none, the error ``previous_owner`` gives is raised).
 
     With its store unreachable, a model whose native Responses deployments keep their own answers
     (``[responses] state = "provider"``) is asked as if the gateway kept none: the owner binding, which
@@ -40,7 +41,13 @@ async def kept_conversation(
             code="conversation_store_unavailable",
             headers={"retry-after": "1"},
         )
-    return stored if stored is not None and stored.scope == scope else None
+    if stored is not None and stored.scope == scope:
+        return stored
+    if not serving(model, "responses"):
+        # No deployment of the model could hold it either: said now, before the deployments reached by
+        # translation all refuse ``previous_response_id`` as a field they cannot carry.
+        await previous_owner(runtime, model, previous)
+    return None
 
 
 async def previous_owner(runtime: GatewayRuntime, model: ModelConfig, previous: object) -> str:
@@ -63,8 +70,9 @@ async def previous_owner(runtime: GatewayRuntime, model: ModelConfig, previous: 
         if len(responders) == 1:
             return responders[0].name  # the one deployment decides whether it knows the id
         raise ModelNotFound(
-            f"previous response '{previous}' is unknown to this gateway (not created through it, or its "
-            f"binding expired), so no deployment of model '{model.name}' can be chosen to continue it",
+            f"previous response '{previous}' is unknown to this gateway (not created through it, not stored: "
+            "sent with 'store: false' or cut before its end, or expired), so no deployment of model "
+            f"'{model.name}' can be chosen to continue it",
             param="previous_response_id",
             code="previous_response_not_found",
         )

@@ -6,7 +6,8 @@
   successful ``DELETE`` forgets the binding.
 - A response the gateway keeps itself (``gateway.conversations``: by translation, or under
   ``[responses] state = "gateway"``) is answered from its store: the response, its input items (the
-  whole conversation it answered), its deletion; such a completed response cannot be cancelled.
+  whole conversation it answered, in OpenAI's item shape: ``gateway.input_item_pages``), its deletion; such a
+  response was never a background one: it cannot be cancelled, nor retrieved with ``stream=true`` (a 400).
 - ``POST /v1/messages/count_tokens`` goes to the first Messages deployment of the model's plan that
   answers (the next one on a connection error, a 5xx, or a 404: many Anthropic-compatible hosts
   have no such endpoint), with the client's query (``?beta=true``) kept. When none counts it, the
@@ -22,8 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -44,6 +43,7 @@ from gateway.errors import (
     UpstreamUnavailable,
     clip,
 )
+from gateway.input_item_pages import input_item_page
 from gateway.request_body import decoded_body
 from gateway.routing import Candidate, RouteRequest
 from gateway.runtime import GatewayRuntime, runtime_of
@@ -122,7 +122,8 @@ async def _response_call(runtime: GatewayRuntime, request: Request) -> Response:
         )
     if owner is None:
         raise NotFound(
-            f"no response '{response_id}' is known to this gateway (not created through it, or its binding expired)",
+            f"no response '{response_id}' is known to this gateway (not created through it, not stored: sent with "
+            "'store: false' or cut before its end, or expired)",
             code="response_not_found",
         )
     if not key.allows(owner.model):
@@ -171,29 +172,16 @@ def _kept_call(runtime: GatewayRuntime, request: Request, response_id: str, kept
         raise InvalidRequest(
             "only a background response can be cancelled; this one has completed", code="not_cancellable"
         )
+    if request.query_params.get("stream", "").lower() == "true":
+        # Only a background response streams again (the SDK's ``retrieve(..., stream=True)``); the gateway keeps
+        # none. Its JSON body would reach an SDK reading events as a stream of none, with no error.
+        raise InvalidRequest(
+            f"response '{response_id}' was not created with 'background: true', so it cannot be streamed; "
+            "retrieve it without 'stream'",
+            param="stream",
+            code="not_streamable",
+        )
     return JSONResponse(kept.response)
-
-
-def input_item_page(items: list[Any], query: Mapping[str, str]) -> dict[str, Any]:
-    """``GET …/input_items``: OpenAI's list page (``order`` desc by default, ``after``, ``limit`` up to 100)."""
-    listed = [
-        {"id": f"item_{i}", **item} if isinstance(item, dict) and "id" not in item else item
-        for i, item in enumerate(items)
-    ]
-    if query.get("order", "desc") != "asc":
-        listed.reverse()
-    after = query.get("after")
-    if after is not None:
-        ids = [item.get("id") if isinstance(item, dict) else None for item in listed]
-        listed = listed[ids.index(after) + 1 :] if after in ids else []
-    try:
-        limit = min(100, max(1, int(query.get("limit", "20"))))
-    except ValueError as exc:
-        raise InvalidRequest("'limit' must be an integer from 1 to 100", param="limit") from exc
-    page = listed[:limit]
-    first = page[0].get("id") if page and isinstance(page[0], dict) else None
-    last = page[-1].get("id") if page and isinstance(page[-1], dict) else None
-    return {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": len(listed) > limit}
 
 
 async def count_tokens(request: Request) -> Response:
