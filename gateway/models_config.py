@@ -24,6 +24,7 @@ PREFILL_FORMATS: tuple[PrefillFormat, ...] = ("plain", "prefix", "vllm")
 DEFAULT_KEEPALIVE_S = 4.0
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")
 """An HTTP header name (RFC 9110's token), lower-cased."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CREDENTIAL_NAME = re.compile(
     r"(?:^|[-_.])(?:api_?key|key|token|secret|password|passwd|sig|signature|code|auth|authorization|credentials?)s?$"
 )
@@ -198,7 +199,7 @@ def key_header(header: str, key: str) -> tuple[str, str]:
 
 def parse_provider(table: TableReader) -> ProviderConfig:
     provider = ProviderConfig(
-        name=table.text("name"),
+        name=_name(table, "name"),
         base_url=table.text("base_url").rstrip("/"),
         api_key_env=table.text("api_key_env", None),
         api_key_header=table.text("api_key_header", "authorization").lower(),
@@ -220,6 +221,15 @@ def parse_provider(table: TableReader) -> ProviderConfig:
             raise table.error(f"headers.{name}", "secrets must come from the environment (use api_key_env)")
     table.finish()
     return provider
+
+
+def _name(table: TableReader, key: str, default: str | None = None) -> str:
+    """A provider, model or deployment name: any text but control characters. A name is sent in response headers
+    (``x-gateway-provider``, ``x-gateway-deployment``), where a line break makes the server drop every answer."""
+    name = table.text(key) if default is None else table.text(key, default)
+    if _CONTROL.search(name):
+        raise table.error(key, f"must not contain control characters (line breaks, tabs), got {name!r}")
+    return name
 
 
 def _check_url(table: TableReader, key: str, url: str) -> None:
@@ -257,7 +267,7 @@ def parse_deployment(
         price_in=table.number("price_in", 0.0, minimum=0.0),
         price_out=table.number("price_out", 0.0, minimum=0.0),
         price_cached_in=table.number("price_cached_in", None, minimum=0.0),
-        name=table.text("name", provider),
+        name=_name(table, "name", provider),
         continue_prefill=table.flag("continue_prefill", False),
         prefill_format=table.choice("prefill_format", PREFILL_FORMATS, "plain"),
         apis=_apis(table, providers[provider].apis),
@@ -274,7 +284,7 @@ def parse_deployment(
 def parse_model(
     table: TableReader, providers: Mapping[str, ProviderConfig], policies: Mapping[str, PolicyConfig]
 ) -> ModelConfig:
-    name = table.text("name")
+    name = _name(table, "name")
     policy = table.text("policy", DEFAULT_POLICY)
     if policy not in policies:
         raise table.error("policy", f'unknown policy "{policy}" (known: {", ".join(policies)})')

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -349,6 +350,40 @@ def test_a_query_without_credentials_is_kept() -> None:
         }
     )
     assert config.providers[0].base_url == url
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("provider", "providers[0].name: must not contain control characters"),
+        ("deployment", "models[0].deployments[0].name: must not contain control characters"),
+        ("model", "models[0].name: must not contain control characters"),
+    ],
+)
+def test_a_name_with_a_line_break_is_refused(where: str, expected: str) -> None:
+    # Names are sent in response headers (x-gateway-provider, x-gateway-deployment): a provider named "a\r\nb"
+    # made the server drop every answer it gave (uvicorn refuses the header), the client seeing a bare disconnect.
+    broken = "a\r\nx-evil: 1"
+    deployment: dict[str, Any] = {"provider": broken if where == "provider" else "p", "model": "u"}
+    if where == "deployment":
+        deployment["name"] = broken
+    data = {
+        "providers": [{"name": broken if where == "provider" else "p", "base_url": "http://127.0.0.1:9/v1"}],
+        "models": [{"name": broken if where == "model" else "m", "deployments": [deployment]}],
+    }
+    with pytest.raises(ConfigError) as refused:
+        parse_config(data, source="config.toml")
+    assert expected in str(refused.value)
+
+
+def test_names_with_quotes_spaces_and_unicode_are_kept() -> None:
+    odd = 'prov "q" \\ ü 提供 {x}='
+    data = {
+        "providers": [{"name": odd, "base_url": "http://127.0.0.1:9/v1"}],
+        "models": [{"name": odd, "deployments": [{"provider": odd, "model": "u"}]}],
+    }
+    config = parse_config(data)
+    assert config.providers[0].name == config.models[0].name == config.models[0].deployments[0].name == odd
 
 
 def test_parse_config_uses_the_given_source_name() -> None:
