@@ -104,6 +104,9 @@ def _check_restart_only(old: GatewayConfig, new: GatewayConfig) -> None:
     for name in _FIXED_AT_START:
         if getattr(new.server, name) != getattr(old.server, name):
             raise ConfigError(f"{new.source}: server.{name}: changing server.{name} needs a restart")
+    if old.canary is None and new.canary is not None:
+        # Its task starts with the process when [canary] is there (a reload may change or remove it).
+        raise ConfigError(f"{new.source}: canary: adding [canary] needs a restart")
     if new.limits.max_header_bytes != old.limits.max_header_bytes:
         raise ConfigError(
             f"{new.source}: limits.max_header_bytes: changing limits.max_header_bytes needs a restart "

@@ -166,6 +166,9 @@ def test_settings_fixed_at_start_are_refused_not_ignored(fakes: Fakes, serve: Se
         name = setting.split(" ")[0]
         assert f"changing server.{name} needs a restart" in reply.json()["error"]["message"]
         assert served.runtime is before
+    path.write_text("[canary]\ninterval_s = 600\n\n" + config_text(a, b))  # its task starts with the process
+    reply = served.reload()
+    assert reply.status_code == 400 and "adding [canary] needs a restart" in reply.json()["error"]["message"]
     path.write_text("[server]\nmax_body_bytes = 1000\n\n" + config_text(a, b))  # read per request: applied
     assert served.reload().status_code == 200
     assert served.runtime.config.server.max_body_bytes == 1000
