@@ -36,6 +36,7 @@ from gateway.config import ConfigError, ModelConfig
 from gateway.errors import BudgetUnavailable, GatewayError, InvalidRequest, ModelNotFound, NotFound, clip
 from gateway.metrics.series import WORKER_ENV
 from gateway.reload import reloader_of
+from gateway.request_body import PLANNED_TOKENS_BOUND
 from gateway.routing.affinity import decide
 from gateway.routing.explain import ranking_json
 from gateway.routing.overrides import NO_PREFERENCES
@@ -55,8 +56,10 @@ def _positive_int(request: Request, name: str, default: int | None) -> int | Non
         value = int(raw)
     except ValueError:
         value = 0
-    if value < 1:
-        raise InvalidRequest(f"'{name}' must be a positive integer, got {raw!r}", param=name)
+    if not 1 <= value <= PLANNED_TOKENS_BOUND:
+        raise InvalidRequest(
+            f"'{name}' must be a positive integer up to {PLANNED_TOKENS_BOUND}, got {clip(raw)!r}", param=name
+        )
     return value
 
 
@@ -135,7 +138,7 @@ def _trace(request: Request, request_id: str) -> Response:
     found = runtime.traces.get(request_id)
     if found is None or (not access.admin.matches(presented) and (caller is None or caller.key_id != found[0])):
         # Another key's trace is as unknown as a forgotten one: ids are not to be probed.
-        return error_response(NotFound(f"no routing trace for request '{request_id}' on this replica"))
+        return error_response(NotFound(f"no routing trace for request '{clip(request_id)}' on this replica"))
     return JSONResponse(found[1])
 
 

@@ -150,6 +150,9 @@ def load_config(path: str | Path) -> GatewayConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        # A ValueError, not an OSError: uncaught, a reload with a mis-saved file would answer 500.
+        raise ConfigError(f"{source}: not UTF-8 text (at byte offset {exc.start})") from exc
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -24,6 +24,13 @@ PREFILL_FORMATS: tuple[PrefillFormat, ...] = ("plain", "prefix", "vllm")
 DEFAULT_KEEPALIVE_S = 4.0
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")
 """An HTTP header name (RFC 9110's token), lower-cased."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CREDENTIAL_NAME = re.compile(
+    r"(?:^|[-_.])(?:api_?key|key|token|secret|password|passwd|sig|signature|code|auth|authorization|credentials?)s?$"
+)
+"""A query parameter or header name that carries a credential (``key``, ``api-key``, ``subscription-key``,
+``access_token``, Azure's ``sig`` and ``code``, ``x-goog-api-key``), lower-cased: a value the config file would
+hold in plain text, and that no redaction covers (only keys from the environment are masked)."""
 
 
 def token_cost_usd(
@@ -159,11 +166,7 @@ def _base_urls(table: TableReader) -> tuple[tuple[Endpoint, str], ...]:
         api = next((e for e in ENDPOINTS if e == name), None)
         if api is None:
             raise table.error(f"base_urls.{name}", f"unknown API (expected one of: {', '.join(ENDPOINTS)})")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.username or parts.password:
-            raise table.error(
-                f"base_urls.{name}", f'expected an http:// or https:// URL without credentials, got "{url}"'
-            )
+        _check_url(table, f"base_urls.{name}", url)
         urls.append((api, url.rstrip("/")))
     return tuple(urls)
 
@@ -196,7 +199,7 @@ def key_header(header: str, key: str) -> tuple[str, str]:
 
 def parse_provider(table: TableReader) -> ProviderConfig:
     provider = ProviderConfig(
-        name=table.text("name"),
+        name=_name(table, "name"),
         base_url=table.text("base_url").rstrip("/"),
         api_key_env=table.text("api_key_env", None),
         api_key_header=table.text("api_key_header", "authorization").lower(),
@@ -207,19 +210,45 @@ def parse_provider(table: TableReader) -> ProviderConfig:
         base_urls=_base_urls(table),
         stream_usage=table.flag("stream_usage", True),
     )
-    parts = urlsplit(provider.base_url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise table.error("base_url", f'expected an http:// or https:// URL, got "{provider.base_url}"')
-    if parts.username or parts.password:
-        # A key in the URL would end up in logs; keys belong in api_key_env.
-        raise table.error("base_url", "must not contain credentials (name them with api_key_env)")
+    _check_url(table, "base_url", provider.base_url)
     if not _HEADER_NAME.fullmatch(provider.api_key_header):
         raise table.error("api_key_header", f'expected an HTTP header name, got "{provider.api_key_header}"')
     for name, _ in provider.headers:
-        if name.lower() in ("authorization", "api-key", "x-api-key", provider.api_key_header):
+        lowered = name.lower()
+        if lowered in ("authorization", "api-key", "x-api-key", provider.api_key_header) or _CREDENTIAL_NAME.search(
+            lowered
+        ):
             raise table.error(f"headers.{name}", "secrets must come from the environment (use api_key_env)")
     table.finish()
     return provider
+
+
+def _name(table: TableReader, key: str, default: str | None = None) -> str:
+    """A provider, model or deployment name: any text but control characters. A name is sent in response headers
+    (``x-gateway-provider``, ``x-gateway-deployment``), where a line break makes the server drop every answer."""
+    name = table.text(key) if default is None else table.text(key, default)
+    if _CONTROL.search(name):
+        raise table.error(key, f"must not contain control characters (line breaks, tabs), got {name!r}")
+    return name
+
+
+def _check_url(table: TableReader, key: str, url: str) -> None:
+    """An http(s) URL with no credential in it: a key in a URL is echoed by providers' errors and written to logs,
+    and only keys from the environment are redacted. Errors never repeat the URL's userinfo or query."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        raise table.error(key, "must not contain credentials (name them with api_key_env)")
+    for pair in parts.query.split("&"):
+        param = pair.partition("=")[0].lower()
+        if param and _CREDENTIAL_NAME.search(param):
+            raise table.error(
+                key,
+                f'must not carry a credential in its query ("{param}"): name it with api_key_env, '
+                "and the header it goes in with api_key_header",
+            )
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        shown = parts._replace(query="", fragment="").geturl()
+        raise table.error(key, f'expected an http:// or https:// URL, got "{shown}"')
 
 
 def parse_deployment(
@@ -238,7 +267,7 @@ def parse_deployment(
         price_in=table.number("price_in", 0.0, minimum=0.0),
         price_out=table.number("price_out", 0.0, minimum=0.0),
         price_cached_in=table.number("price_cached_in", None, minimum=0.0),
-        name=table.text("name", provider),
+        name=_name(table, "name", provider),
         continue_prefill=table.flag("continue_prefill", False),
         prefill_format=table.choice("prefill_format", PREFILL_FORMATS, "plain"),
         apis=_apis(table, providers[provider].apis),
@@ -255,7 +284,7 @@ def parse_deployment(
 def parse_model(
     table: TableReader, providers: Mapping[str, ProviderConfig], policies: Mapping[str, PolicyConfig]
 ) -> ModelConfig:
-    name = table.text("name")
+    name = _name(table, "name")
     policy = table.text("policy", DEFAULT_POLICY)
     if policy not in policies:
         raise table.error("policy", f'unknown policy "{policy}" (known: {", ".join(policies)})')

@@ -83,12 +83,35 @@ class Reloader:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+_FIXED_AT_START = (
+    "header_timeout_s",
+    "body_timeout_s",
+    "max_connections",
+    "keepalive_timeout_s",
+    "shutdown_grace_s",
+    "trusted_proxies",
+    "workers",
+)
+"""``[server]`` keys the listener (uvicorn and the guarded protocol) or the supervisor took when they started."""
+
+
 def _check_restart_only(old: GatewayConfig, new: GatewayConfig) -> None:
     """Refuse changes that a running process cannot apply, rather than pretend they took effect."""
     if new.stats != old.stats:
         raise ConfigError(f"{new.source}: stats: changing [stats] needs a restart (the stats store outlives reloads)")
     if (new.server.host, new.server.port) != (old.server.host, old.server.port):
         raise ConfigError(f"{new.source}: server: changing server.host or server.port needs a restart")
+    for name in _FIXED_AT_START:
+        if getattr(new.server, name) != getattr(old.server, name):
+            raise ConfigError(f"{new.source}: server.{name}: changing server.{name} needs a restart")
+    if old.canary is None and new.canary is not None:
+        # Its task starts with the process when [canary] is there (a reload may change or remove it).
+        raise ConfigError(f"{new.source}: canary: adding [canary] needs a restart")
+    if new.limits.max_header_bytes != old.limits.max_header_bytes:
+        raise ConfigError(
+            f"{new.source}: limits.max_header_bytes: changing limits.max_header_bytes needs a restart "
+            "(the listener enforces it)"
+        )
 
 
 def reloader_of(scope: Mapping[str, Any]) -> Reloader:

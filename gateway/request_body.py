@@ -35,6 +35,10 @@ _INPUT_FIELDS: dict[Endpoint, tuple[str, tuple[type, ...], str, bool]] = {
     "responses": ("input", (str, list), "a string or an array of input items", False),
     "messages": ("messages", (list,), "an array of messages", True),
 }
+PLANNED_TOKENS_BOUND = 2**31 - 1
+"""The most output tokens the gateway plans, holds budget for or predicts time by. Beyond any model's; a client that
+writes 10**30 for "no limit" has its body forwarded as it is (the provider answers it), while the gateway's own
+arithmetic stays within a float (past ~1e308 it raised OverflowError: a 500)."""
 # The fields that bound an answer's length, per endpoint.
 _MAX_TOKEN_FIELDS: dict[Endpoint, tuple[str, ...]] = {
     "chat": ("max_completion_tokens", "max_tokens"),
@@ -174,5 +178,6 @@ def check_types(body: dict[str, Any], endpoint: Endpoint) -> tuple[str, bool, in
             continue
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise InvalidRequest(f"'{name}' must be a positive integer", param=name)
+        limit = min(limit, PLANNED_TOKENS_BOUND)
         max_tokens = limit if max_tokens is None else min(max_tokens, limit)
     return model, stream, max_tokens

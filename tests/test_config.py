@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -300,6 +301,89 @@ def test_errors_name_file_key_path_and_expectation(tmp_path: Path, text: str, ex
 def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.toml: cannot read config: No such file"):
         load_config(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize(
+    ("provider", "expected"),
+    [
+        (
+            'base_url = "https://x.example/v1?api-version=1&key=sk-LEAK"',
+            'base_url: must not carry a credential in its query ("key")',
+        ),
+        ('base_url = "https://x.example/v1?subscription-key=sk-LEAK"', 'query ("subscription-key")'),
+        ('base_url = "https://x.example/v1?access_token=sk-LEAK"', 'query ("access_token")'),
+        ('base_url = "x.example/v1?key=sk-LEAK"', 'query ("key")'),
+        (
+            'base_url = "https://x.example/v1"\nbase_urls = { messages = "https://u:sk-LEAK@x.example" }',
+            "base_urls.messages: must not contain credentials",
+        ),
+        ('base_url = "https://x.example/v1"\nbase_urls = { messages = "x.example/?code=sk-LEAK" }', 'query ("code")'),
+        (
+            'base_url = "https://x.example/v1"\nheaders = { x-goog-api-key = "sk-LEAK" }',
+            "headers.x-goog-api-key: secrets must come",
+        ),
+        (
+            'base_url = "https://x.example/v1"\nheaders = { X-Auth-Token = "sk-LEAK" }',
+            "headers.X-Auth-Token: secrets must come",
+        ),
+    ],
+)
+def test_a_credential_written_into_a_provider_is_refused_and_never_repeated(
+    tmp_path: Path, provider: str, expected: str
+) -> None:
+    # Only keys from the environment are redacted: a key in the file's URL or headers would reach logs and error
+    # bodies whenever a provider echoes its request back (many do). The error (printed by `gateway check`, and in
+    # a refused reload's 400) names the place, never the value.
+    model = '[[models]]\nname = "m"\n  [[models.deployments]]\n  provider = "p"\n  model = "u"\n'
+    text = f'[[providers]]\nname = "p"\n{provider}\n\n{model}'
+    message = error_of(tmp_path, text)
+    assert expected in message and "LEAK" not in message
+
+
+def test_a_query_without_credentials_is_kept() -> None:
+    # Azure OpenAI's api-version, and parameters that merely contain the letters "key" or "code".
+    url = "https://r.openai.azure.com/openai/deployments/d?api-version=2024-10-21&monkey=1&encoding=utf8"
+    config = parse_config(
+        {
+            "providers": [{"name": "p", "base_url": url}],
+            "models": [{"name": "m", "deployments": [{"provider": "p", "model": "u"}]}],
+        }
+    )
+    assert config.providers[0].base_url == url
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("provider", "providers[0].name: must not contain control characters"),
+        ("deployment", "models[0].deployments[0].name: must not contain control characters"),
+        ("model", "models[0].name: must not contain control characters"),
+    ],
+)
+def test_a_name_with_a_line_break_is_refused(where: str, expected: str) -> None:
+    # Names are sent in response headers (x-gateway-provider, x-gateway-deployment): a provider named "a\r\nb"
+    # made the server drop every answer it gave (uvicorn refuses the header), the client seeing a bare disconnect.
+    broken = "a\r\nx-evil: 1"
+    deployment: dict[str, Any] = {"provider": broken if where == "provider" else "p", "model": "u"}
+    if where == "deployment":
+        deployment["name"] = broken
+    data = {
+        "providers": [{"name": broken if where == "provider" else "p", "base_url": "http://127.0.0.1:9/v1"}],
+        "models": [{"name": broken if where == "model" else "m", "deployments": [deployment]}],
+    }
+    with pytest.raises(ConfigError) as refused:
+        parse_config(data, source="config.toml")
+    assert expected in str(refused.value)
+
+
+def test_names_with_quotes_spaces_and_unicode_are_kept() -> None:
+    odd = 'prov "q" \\ ü 提供 {x}='
+    data = {
+        "providers": [{"name": odd, "base_url": "http://127.0.0.1:9/v1"}],
+        "models": [{"name": odd, "deployments": [{"provider": odd, "model": "u"}]}],
+    }
+    config = parse_config(data)
+    assert config.providers[0].name == config.models[0].name == config.models[0].deployments[0].name == odd
 
 
 def test_parse_config_uses_the_given_source_name() -> None:

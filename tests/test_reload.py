@@ -134,6 +134,46 @@ def test_an_invalid_config_is_refused_and_the_old_one_keeps_serving(fakes: Fakes
     assert served.runtime is before
 
 
+def test_a_file_that_is_not_utf8_is_refused_in_words(fakes: Fakes, serve: Serve, tmp_path: Path) -> None:
+    # A config or keys file saved in Latin-1 (or half-written as binary): a 400 naming the file, not a 500.
+    a, b = fakes.start("a"), fakes.start("b")
+    served = serve(config_text(a, b))
+    before = served.runtime
+    path = tmp_path / "gateway.toml"
+    path.write_bytes(config_text(a, b).encode() + b"# caf\xe9\n")
+    reply = served.reload()
+    assert reply.status_code == 400, reply.text
+    assert "gateway.toml: not UTF-8 text" in reply.json()["error"]["message"]
+    (tmp_path / "keys.toml").write_bytes(b'[[keys]]\nname = "caf\xe9"\nkey = "sk-1"\n')
+    path.write_text(config_text(a, b, extra='[auth]\napi_keys_file = "keys.toml"\n'))
+    reply = served.reload()
+    assert reply.status_code == 400, reply.text
+    assert "keys.toml: not UTF-8 text" in reply.json()["error"]["message"]
+    assert served.runtime is before and served.chat().status_code == 200
+
+
+def test_settings_fixed_at_start_are_refused_not_ignored(fakes: Fakes, serve: Serve, tmp_path: Path) -> None:
+    # The listener's deadlines, cap and trusted proxies are set when the socket opens: a reload that changed them
+    # and answered "reloaded" would leave the operator believing, say, that a proxy is no longer trusted.
+    a, b = fakes.start("a"), fakes.start("b")
+    served = serve(config_text(a, b))
+    before = served.runtime
+    path = tmp_path / "gateway.toml"
+    for setting in ('trusted_proxies = ["10.0.0.1"]', "max_connections = 5", "keepalive_timeout_s = 9", "workers = 2"):
+        path.write_text(f"[server]\n{setting}\n\n" + config_text(a, b))
+        reply = served.reload()
+        assert reply.status_code == 400, (setting, reply.text)
+        name = setting.split(" ")[0]
+        assert f"changing server.{name} needs a restart" in reply.json()["error"]["message"]
+        assert served.runtime is before
+    path.write_text("[canary]\ninterval_s = 600\n\n" + config_text(a, b))  # its task starts with the process
+    reply = served.reload()
+    assert reply.status_code == 400 and "adding [canary] needs a restart" in reply.json()["error"]["message"]
+    path.write_text("[server]\nmax_body_bytes = 1000\n\n" + config_text(a, b))  # read per request: applied
+    assert served.reload().status_code == 200
+    assert served.runtime.config.server.max_body_bytes == 1000
+
+
 def test_requests_in_flight_finish_on_their_runtime(fakes: Fakes, serve: Serve, tmp_path: Path) -> None:
     a = fakes.start("a", FakeBehavior(ttft_s=0.01, tokens_per_s=20, output_tokens=12))
     b = fakes.start("b")

@@ -189,6 +189,9 @@ def _read_key_file(
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read keys file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        # Named by offset only: the bytes around it may be a key.
+        raise ConfigError(f"{source}: not UTF-8 text (at byte offset {exc.start})") from exc
     except tomllib.TOMLDecodeError as exc:
         # tomllib's messages give a line and column, never the offending text.
         raise ConfigError(f"{source}: invalid TOML: {exc}") from exc

@@ -4,9 +4,29 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING, Any
 
 from gateway.commands.common import config_path, fail
 from gateway.config import ConfigError, RedisMode, StatsConfig, load_config
+
+if TYPE_CHECKING:
+    import httpx
+
+
+def gateway_document(response: httpx.Response, kind: str) -> dict[str, Any] | None:
+    """The JSON object a gateway answered with, if it is one of ``kind`` (its ``object`` field), else None.
+
+    Why: ``--url`` may name a proxy's login page, another service on the port or a half-started server; a 200
+    that is not the gateway's document must read as one line saying so, not as a traceback."""
+    try:
+        document = response.json()
+    except ValueError:  # not JSON (json's and httpx's decode errors are both ValueErrors)
+        return None
+    if not isinstance(document, dict) or document.get("object") != kind or not isinstance(document.get("data"), list):
+        return None
+    if not all(isinstance(row, dict) for row in document["data"]):
+        return None
+    return document
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -69,7 +89,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
             return fail(f"cannot reach the gateway at {base}: {exc}")
         if response.status_code != 200:
             return fail(f"{base} answered {response.status_code}: {response.text[:300]}")
-        document = response.json()
+        answered = gateway_document(response, "gateway.stats")
+        if answered is None:
+            return fail(f"{base} answered with something other than a gateway's stats: is it the gateway's address?")
+        document = answered
         rows = [LeaderboardRow.from_json(row) for row in document["data"]]
     if args.json:
         print(json.dumps(document, indent=2))
@@ -117,7 +140,9 @@ def cmd_spend(args: argparse.Namespace) -> int:
         return fail(f"cannot reach the gateway at {base}: {exc}")
     if response.status_code != 200:
         return fail(f"{base} answered {response.status_code}: {response.text[:300]}")
-    document = response.json()
+    document = gateway_document(response, "spend")
+    if document is None:
+        return fail(f"{base} answered with something other than a gateway's spend: is it the gateway's address?")
     if args.json:
         print(json.dumps(document, indent=2))
     elif args.csv:

@@ -26,6 +26,7 @@ from gateway.stats.snapshot import NEUTRAL_OUTCOMES
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
+from tests.support.servers import ServerThread
 
 REQUESTS = 40
 
@@ -199,3 +200,43 @@ def test_stats_into_a_reader_that_leaves_ends_quietly(fakes: Fakes, start_gatewa
         os.close(write)
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr
     assert result.returncode == 1
+
+
+def test_stats_and_spend_from_something_that_is_not_a_gateway_fail_in_one_line(
+    test_servers: list[ServerThread],
+) -> None:
+    # `--url` pointing at the wrong port: a login page, another JSON API, a half-configured proxy. Each answers 200,
+    # and each used to end in a KeyError or JSONDecodeError traceback.
+    bodies = [b"<html>sign in</html>", b"[]", b'{"object": "list"}', b'{"object": "gateway.stats", "data": null}']
+    for body in bodies:
+        server = ServerThread(_Answers(body)).start()
+        test_servers.append(server)
+        for command in (["stats"], ["spend", "--admin-key", "admin"]):
+            result = subprocess.run(
+                [sys.executable, "-m", "gateway", *command, "--url", server.url],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert result.returncode == 1, (body, command, result.stdout)
+            assert "Traceback" not in result.stderr, result.stderr
+            assert result.stderr.strip().splitlines() == [
+                f"gateway: {server.url} answered with something other than a gateway's {command[0]}: "
+                "is it the gateway's address?"
+            ]
+
+
+class _Answers:
+    """A loopback HTTP server that answers every request 200 with the same JSON-typed body."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": self.body})
