@@ -149,6 +149,33 @@ def test_holds_of_a_lost_replica_expire(store_factory: Callable[[], SpendStore])
     asyncio.run(scenario())
 
 
+def test_a_free_deployments_zero_hold_is_settled_and_expires(store_factory: Callable[[], SpendStore]) -> None:
+    """A hold of 0 (a deployment priced 0, e.g. self-hosted) is settled, booked and expired like any other: in Redis
+    its release was ``HINCRBY reserved -0``, which Redis refuses, so its settlement was retried for ever and never
+    booked, and a reservation that met an expired one was refused."""
+
+    async def scenario() -> None:
+        clock = FakeClock(_at("2026-12-01T10:00:00"))
+        spender = Spender.of("k4", "dave", None, Budget(0.00001, "day"), None)
+        ledger = SpendLedger(store_factory(), clock)
+        try:
+            hold = await ledger.reserve(spender, 0.0, 30)
+            assert hold is not None
+            await ledger.settle(spender, hold, [_sample(0.0)])
+            lost = await ledger.reserve(spender, 0.0, 30)  # never settled: its replica died
+            assert lost is not None
+            clock.advance(30)
+            assert await ledger.reserve(spender, 0.000001, 30) is not None, "the expired hold of 0 is let go"
+            _, rows = await ledger.rows("day", [spender.tag])
+            assert [(r.deployment, r.cost, r.attempts) for r in rows] == [("a", 0, 1)]
+            if isinstance(ledger.store, RedisSpendStore):
+                assert ledger.store.degraded_reason() is None and not ledger.store._pending
+        finally:
+            await ledger.store.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_64_reservations_race_from_two_replicas(tmp_path: Path) -> None:
     """One Redis, two stores (two replicas), 64 reservations at once: exactly as many fit as the budget holds."""
     server = RedisServer(tmp_path).start()

@@ -54,6 +54,7 @@ from gateway.admission.spending.store import Balance, Booking, HeldScope, Hold, 
 from gateway.admission.spending.windows import Period
 from gateway.config import StatsConfig
 from gateway.redis_client import RedisClient, RedisConnections
+from gateway.redis_failures import refuses_writes
 
 logger = logging.getLogger("gateway.spending")
 
@@ -77,7 +78,7 @@ for i = 1, n do
     local freed = 0
     for _, m in ipairs(expired) do freed = freed + tonumber(string.match(m, ':(%d+)$')) end
     redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
-    redis.call('HINCRBY', h, 'reserved', -freed)
+    if freed ~= 0 then redis.call('HINCRBY', h, 'reserved', -freed) end
   end
   local v = redis.call('HMGET', h, 'spent', 'reserved')
   local spent, reserved = tonumber(v[1]) or 0, tonumber(v[2]) or 0
@@ -153,15 +154,16 @@ class RedisSpendStore:
         return self._down_since is None or time.monotonic() >= self._retry_at
 
     def _failed(self, exc: BaseException) -> None:
-        if isinstance(exc, RedisTimeoutError):
+        if isinstance(exc, RedisTimeoutError) or (isinstance(exc, ResponseError) and not refuses_writes(exc)):
             # A slow answer refuses the request that waited for it, but is no outage: the next
-            # request tries again rather than being refused for ``retry_s`` too.
+            # request tries again rather than being refused for ``retry_s`` too. Nor is an error
+            # of one call (a bad value): only Redis refusing every write is.
             return
         if self._down_since is None:
             # A Redis that answers but refuses the budgets' commands (OOM under noeviction, READONLY after a
             # failover, MISCONF, NOPERM) refuses every budgeted request as surely as one that is gone: said
             # once, on /readyz, and retried after ``retry_s`` like an outage.
-            self._refusing = isinstance(exc, ResponseError)
+            self._refusing = refuses_writes(exc)
             state = "refuses commands" if self._refusing else "unreachable"
             self._down_since = time.monotonic()
             self._reason = f"budgets: Redis {state} ({_describe(exc)}); requests under a budget are refused"
