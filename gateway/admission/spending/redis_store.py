@@ -162,7 +162,8 @@ class RedisSpendStore:
         if self._down_since is None:
             # A Redis that answers but refuses the budgets' commands (OOM under noeviction, READONLY after a
             # failover, MISCONF, NOPERM) refuses every budgeted request as surely as one that is gone: said
-            # once, on /readyz, and retried after ``retry_s`` like an outage.
+            # once, and on /readyz. Asked again at once, though: a refusal costs no wait, and after a failover
+            # the client finds the new master at its next call.
             self._refusing = refuses_writes(exc)
             state = "refuses commands" if self._refusing else "unreachable"
             self._down_since = time.monotonic()
@@ -172,7 +173,8 @@ class RedisSpendStore:
                 state,
                 _describe(exc),
             )
-        self._retry_at = time.monotonic() + self.retry_s
+        if not refuses_writes(exc):
+            self._retry_at = time.monotonic() + self.retry_s
 
     def _reachable(self) -> None:
         if self._down_since is not None:
