@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 
 from gateway.admission.spending import Budget, InMemorySpendStore, Spender, SpendLedger, SpendStore
+from gateway.admission.spending.redis_settle import budget_keys
 from gateway.admission.spending.redis_store import RedisSpendStore
+from gateway.admission.spending.store import HeldScope
 from gateway.admission.spending.windows import iso_time, period_of, to_nanos
 from gateway.config import StatsConfig
 from gateway.errors import BudgetExceeded, BudgetUnavailable
 from gateway.redis_client import RedisConnections
 from gateway.samples import Sample
 from tests.redis_server import RedisServer
+from tests.redis_topologies import LoopbackCluster
 from tests.support.clock import FakeClock
 
 
@@ -172,6 +175,44 @@ def test_a_free_deployments_zero_hold_is_settled_and_expires(store_factory: Call
                 assert ledger.store.degraded_reason() is None and not ledger.store._pending
         finally:
             await ledger.store.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_slot_met_mid_migration_refuses_that_reservation_only(redis_cluster: LoopbackCluster) -> None:
+    """A key's counters split between two masters mid-migration cannot be checked (``TRYAGAIN`` until redis-py's
+    redirections run out): that reservation is refused, but it is no outage, so the next one, once the slot has
+    moved, is not refused for ``retry_s`` too."""
+    spender = Spender.of("k7", "mia", None, Budget(1.0, "day"), None)
+    clock = FakeClock(_at("2026-12-01T10:00:00"))
+
+    async def reserve(ledger: SpendLedger) -> object:
+        try:
+            return await ledger.reserve(spender, 0.01, 60)
+        except BudgetUnavailable as exc:
+            return exc
+
+    async def scenario() -> None:
+        config = StatsConfig(backend="redis", redis_mode="cluster", redis_url=redis_cluster.url, key_prefix="mig")
+        store = _own_store(config)
+        store.retry_s = 600.0  # an outage would refuse for the rest of the test
+        ledger = SpendLedger(store, clock)
+        try:
+            assert not isinstance(await reserve(ledger), BudgetUnavailable)
+            counters, holds = budget_keys("mig", HeldScope(spender.scopes[0], period_of("day", clock())))
+            slot = redis_cluster.keyslot(counters)
+            source = redis_cluster.master_of_slot(slot)
+            target = next(n for n in redis_cluster.live() if n.role() == "master" and n is not source)
+            target.call("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id())
+            source.call("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id())
+            source.call("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", holds)  # the counters stay
+            assert isinstance(await reserve(ledger), BudgetUnavailable)  # split: cannot be checked now
+            redis_cluster.migrate_slot(slot, target)  # the rest, and the slot's new owner told to all
+            assert not isinstance(await reserve(ledger), BudgetUnavailable)
+            assert store.degraded_reason() is None
+            redis_cluster.migrate_slot(slot, source)  # the session's cluster as it was
+        finally:
+            await store.aclose()
 
     asyncio.run(scenario())
 

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import MutableSequence, Sequence
 from typing import Any
 
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import ClusterError, NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.admission.spending.redis_settle import (
@@ -154,10 +154,11 @@ class RedisSpendStore:
         return self._down_since is None or time.monotonic() >= self._retry_at
 
     def _failed(self, exc: BaseException) -> None:
-        if isinstance(exc, RedisTimeoutError) or (isinstance(exc, ResponseError) and not refuses_writes(exc)):
+        if isinstance(exc, RedisTimeoutError | ResponseError | ClusterError) and not refuses_writes(exc):
             # A slow answer refuses the request that waited for it, but is no outage: the next
             # request tries again rather than being refused for ``retry_s`` too. Nor is an error
-            # of one call (a bad value): only Redis refusing every write is.
+            # of one call (a bad value), or a slot met mid-migration (TRYAGAIN until the client's
+            # redirections run out): only Redis gone, or refusing every write, is.
             return
         if self._down_since is None:
             # A Redis that answers but refuses the budgets' commands (OOM under noeviction, READONLY after a
