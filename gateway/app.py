@@ -48,7 +48,7 @@ from gateway.errors import GatewayError, MethodNotAllowed, NotFound
 from gateway.events import EventFanout, GatewayEvents
 from gateway.metrics.genai import GenAISink
 from gateway.metrics.series import Metrics, check_single_process
-from gateway.redis_client import RedisConnections
+from gateway.redis_client import Backoff, RedisConnections
 from gateway.relay import AttemptRunner, Dispatcher
 from gateway.relay.probe import CircuitProber
 from gateway.reload import Reloader
@@ -193,7 +193,9 @@ def _open_conversations(config: GatewayConfig, redis: RedisConnections) -> Conve
     limit = config.responses.max_memory_bytes
     if config.stats.backend != "redis":
         return InMemoryConversationStore(limit)
-    return RedisConversationStore(redis.requests(), config.stats.key_prefix, limit)
+    return RedisConversationStore(
+        redis.requests(), config.stats.key_prefix, limit, backoff=Backoff.from_config(config.stats)
+    )
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
+from gateway.redis_failures import Backoff, describe_error
 from gateway.sessions.bindings import UNAVAILABLE, BackendName, Unavailable, binding_errors
 from gateway.types import Clock
 
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("gateway.conversations")
 LOOKUP_TIMEOUT_S = 0.5
 """How long a follow-up may wait for Redis on a local miss: without its conversation it cannot be served."""
+UNWRITTEN_LIMIT = 100_000
+"""Ids kept for Redis while it fails; past this, the oldest are not written (their values stay local)."""
 
 
 def _timeout_or_redis_errors() -> tuple[type[BaseException], ...]:
@@ -87,6 +90,10 @@ class ConversationStore(Protocol):
 
     def delete(self, response_id: str) -> None: ...
 
+    def degraded_reason(self) -> str | None:
+        """Why the conversations are not shared now (``/readyz``); None when they are."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -115,6 +122,14 @@ class InMemoryConversationStore:
     async def get(self, response_id: str) -> StoredResponse | None | Unavailable:
         value = self.lookup(response_id)
         return StoredResponse.decode(value) if value is not None else None
+
+    def entry(self, response_id: str) -> tuple[str, float] | None:
+        """The value kept under ``response_id`` and its seconds left; None if none (or expired)."""
+        value = self.lookup(response_id)
+        return None if value is None else (value, self._entries[response_id][1] - self.clock())
+
+    def degraded_reason(self) -> str | None:
+        return None
 
     def keep(self, response_id: str, value: str, ttl_s: float) -> None:
         self._drop(response_id)
@@ -146,7 +161,13 @@ def conversation_key(prefix: str, response_id: str) -> str:
 
 
 class RedisConversationStore:
-    """Conversations shared by every replica through Redis, over a local cache. Never closes ``client``."""
+    """Conversations shared by every replica through Redis, over a local cache. Never closes ``client``.
+
+    While Redis fails (one warning; ``degraded_reason`` on ``/readyz``) no request waits on it: a local miss
+    answers ``UNAVAILABLE`` at once, and what this replica keeps meanwhile is noted (the ids only: the values
+    stay in the local cache, which bounds them) and written by a background retry, after a ``Backoff``, once
+    Redis answers again, so that the other replicas can continue those conversations.
+    """
 
     backend: BackendName = "redis"
 
@@ -158,16 +179,30 @@ class RedisConversationStore:
         *,
         lookup_timeout_s: float = LOOKUP_TIMEOUT_S,
         clock: Clock = time.monotonic,
+        backoff: Backoff | None = None,
     ) -> None:
         self.client = client
         self.prefix = prefix
         self.local = InMemoryConversationStore(local_bytes, clock)
         self.lookup_timeout_s = lookup_timeout_s
+        self.backoff = backoff or Backoff(0.25, 5.0, clock)
         self._writes: set[asyncio.Task[None]] = set()
+        self._reason: str | None = None
+        self._unwritten: OrderedDict[str, bool] = OrderedDict()
+        """Ids changed here while Redis failed, oldest first: True to write the local value, False to delete."""
+        self._retry: asyncio.Task[None] | None = None
+        self._closed = asyncio.Event()
+
+    def degraded_reason(self) -> str | None:
+        return self._reason
 
     async def get(self, response_id: str) -> StoredResponse | None | Unavailable:
         value = self.local.lookup(response_id)
         if value is None:
+            if self._unwritten.get(response_id) is False:
+                return None  # deleted here while Redis was away
+            if self._reason is not None:
+                return UNAVAILABLE  # known unreachable: no request waits for it
             key = conversation_key(self.prefix, response_id)
             try:
                 async with asyncio.timeout(self.lookup_timeout_s):
@@ -176,7 +211,7 @@ class RedisConversationStore:
                         pipe.pttl(key)
                         found, ttl_ms = await pipe.execute()
             except _timeout_or_redis_errors() as exc:
-                logger.warning("conversations: cannot read %s from redis: %s", response_id, exc)
+                self._failed(exc)
                 return UNAVAILABLE
             if found is None:
                 return None
@@ -188,25 +223,92 @@ class RedisConversationStore:
     def put(self, response_id: str, stored: StoredResponse, ttl_s: float) -> None:
         value = stored.encode()
         self.local.keep(response_id, value, ttl_s)
-        self._write(self.client.set(conversation_key(self.prefix, response_id), value, px=max(1, int(ttl_s * 1000))))
+        self._write(response_id, value, ttl_s)
 
     def delete(self, response_id: str) -> None:
         self.local.delete(response_id)
-        self._write(self.client.delete(conversation_key(self.prefix, response_id)))
+        self._write(response_id, None, 0.0)
 
-    def _write(self, command: Any) -> None:
-        task = asyncio.ensure_future(self._run(command))
+    def _write(self, response_id: str, value: str | None, ttl_s: float) -> None:
+        if self._reason is not None:
+            self._note_unwritten(response_id, value is not None)  # written by the retry once Redis is back
+            return
+        task = asyncio.ensure_future(self._send(response_id, value, ttl_s))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
-    async def _run(self, command: Any) -> None:
+    async def _send(self, response_id: str, value: str | None, ttl_s: float) -> None:
+        key = conversation_key(self.prefix, response_id)
         try:
-            await command
+            if value is None:
+                await self.client.delete(key)
+            else:
+                await self.client.set(key, value, px=max(1, int(ttl_s * 1000)))
         except binding_errors() as exc:
-            # The local cache still has it: this replica serves its follow-ups; others will not find it.
-            logger.warning("conversations: write to redis failed: %s", exc)
+            self._note_unwritten(response_id, value is not None)
+            self._failed(exc)
+
+    def _note_unwritten(self, response_id: str, write: bool) -> None:
+        self._unwritten[response_id] = write
+        self._unwritten.move_to_end(response_id)
+        while len(self._unwritten) > UNWRITTEN_LIMIT:
+            self._unwritten.popitem(last=False)
+
+    def _failed(self, exc: BaseException) -> None:
+        if self._reason is not None:
+            return  # the retry task owns the back-off until Redis is back
+        self._reason = f"conversations: Redis unreachable ({describe_error(exc)}); kept per replica"
+        logger.warning(
+            "conversations: Redis unreachable (%s); follow-ups of conversations kept by other replicas "
+            "are refused, this replica's are kept and written once it returns",
+            describe_error(exc),
+        )
+        self.backoff.failed()
+        if self._retry is None and not self._closed.is_set():
+            self._retry = asyncio.ensure_future(self._retry_until_back())
+
+    async def _retry_until_back(self) -> None:
+        """After each back-off, write what was kept (or PING with nothing kept) until Redis takes it."""
+        try:
+            while self._reason is not None:
+                pause = max(0.0, self.backoff.retry_at - self.backoff.clock())
+                try:
+                    await asyncio.wait_for(self._closed.wait(), pause)
+                    return
+                except TimeoutError:
+                    pass
+                try:
+                    await self._write_unwritten()
+                except Exception as exc:  # the task's outermost handler: it must not stop retrying
+                    if not isinstance(exc, _timeout_or_redis_errors()):
+                        logger.exception("conversations: unexpected error writing to redis")
+                    self.backoff.failed()
+                    continue
+                written, self._reason = len(self._unwritten), None
+                self._unwritten.clear()
+                self.backoff.succeeded()
+                logger.info("conversations: Redis reachable again; %d kept changes written", written)
+        finally:
+            self._retry = None
+
+    async def _write_unwritten(self) -> None:
+        async with asyncio.timeout(max(self.lookup_timeout_s, 1.0)):
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.ping()
+                for response_id, write in self._unwritten.items():
+                    key = conversation_key(self.prefix, response_id)
+                    entry = self.local.entry(response_id) if write else None
+                    if entry is not None:
+                        pipe.set(key, entry[0], px=max(1, int(entry[1] * 1000)))
+                    elif not write:
+                        pipe.delete(key)
+                    # else: expired or pushed out of the local cache meanwhile: nothing left to write
+                await pipe.execute()
 
     async def aclose(self) -> None:
+        self._closed.set()
+        if self._retry is not None:
+            await self._retry
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
 

@@ -39,6 +39,16 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def refuses_writes(exc: BaseException) -> bool:
+    """Whether Redis answered but refuses every write now, rather than one call failing on its own: out of
+    memory under ``noeviction``, a replica (``READONLY``, after a failover), a failed snapshot (``MISCONF``),
+    an ACL user without the command (``NOPERM``), a cluster without its slots (``CLUSTERDOWN``)."""
+    from redis.exceptions import ClusterDownError, NoPermissionError, OutOfMemoryError, ReadOnlyError
+
+    refusals = (OutOfMemoryError, ReadOnlyError, NoPermissionError, ClusterDownError)
+    return isinstance(exc, refusals) or str(exc).startswith(("MISCONF", "NOREPLICAS"))
+
+
 def describe_error(exc: BaseException) -> str:
     """A Redis failure in one short line, for logs and health reasons. redis-py's messages name hosts
     and ports, never a password; a Sentinel's lists every sentinel client's repr, cut off here."""

@@ -105,6 +105,9 @@ class GatewayRuntime:
         if bindings.degraded:
             # Responses continuations cannot be placed, and sessions are routed as if unbound.
             reasons.append((bindings.reason or "binding store degraded") + " (sessions routed unbound)")
+        conversations = self.conversations.degraded_reason()
+        if conversations is not None:
+            reasons.append(conversations)  # follow-ups of other replicas' conversations are refused
         return reasons + self.access.degraded_reasons()
 
     def observe_gauges(self, metrics: Metrics) -> None:

@@ -223,6 +223,65 @@ def test_redis_down_refuses_budgeted_keys_and_serves_the_others(
         servers.stop()
 
 
+@pytest.mark.parametrize(
+    ("refuse", "restore"),
+    [
+        (("CONFIG", "SET", "maxmemory", "1"), ("CONFIG", "SET", "maxmemory", "0")),  # OOM under noeviction
+        (("ACL", "SETUSER", "default", "-evalsha", "-eval"), ("ACL", "SETUSER", "default", "+@all")),  # NOPERM
+    ],
+    ids=["oom", "noperm"],
+)
+def test_redis_refusing_commands_is_said_once_and_on_readyz(
+    fakes: Fakes,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    refuse: tuple[str, ...],
+    restore: tuple[str, ...],
+) -> None:
+    """A Redis that answers but refuses the budgets' scripts refuses budgeted requests as one that is gone does:
+    ``/readyz`` names the budgets, one warning says so, and it all recovers once Redis takes commands again."""
+    fake = fakes.start("p")
+    path = tmp_path / "keys.toml"
+    path.write_text(f'[[keys]]\nname = "alice"\nkey = "{KEY}"\nbudget_usd = 5.0\n')
+    config = config_for([fake], str(path), stats={"backend": "redis", "redis_url": redis_server.url})
+    servers = GatewayServers()
+    try:
+        gateway = servers.serve(create_app(config, AppOptions(environ=ENVIRON)))
+        with sdk(gateway.base_url, KEY) as budgeted, caplog.at_level(logging.INFO, logger="gateway.spending"):
+            assert budgeted.chat.completions.create(model="m", messages=MESSAGES).choices
+            with redis_server.client() as admin:
+                admin.execute_command(*refuse)
+            for _ in range(3):
+                with pytest.raises(openai.InternalServerError) as refused:
+                    budgeted.chat.completions.create(model="m", messages=MESSAGES)
+                assert refused.value.status_code == 503 and refused.value.code == "budget_unavailable"
+            ready = httpx.get(gateway.url + "/readyz").json()
+            assert ready["status"] == "degraded" and any(
+                r.startswith("budgets: Redis refuses") for r in ready["reasons"]
+            ), (ready, caplog.text)
+            assert len([r for r in caplog.records if r.name == "gateway.spending"]) == 1, [
+                r.getMessage() for r in caplog.records
+            ]
+            with redis_server.client() as admin:
+                admin.execute_command(*restore)
+
+            def served() -> bool:
+                try:
+                    return bool(budgeted.chat.completions.create(model="m", messages=MESSAGES).choices)
+                except openai.InternalServerError:
+                    return False
+
+            wait_until(served, timeout=15, what="budgeted requests served again")
+        wait_until(
+            lambda: not any("budgets" in r for r in httpx.get(gateway.url + "/readyz").json()["reasons"]),
+            timeout=15,
+            what="/readyz to drop the budgets' reason",
+        )
+    finally:
+        servers.stop()
+
+
 # -- every attempt booked once, to the deployment that produced it ----------------------------
 
 

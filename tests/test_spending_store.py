@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 
 from gateway.admission.spending import Budget, InMemorySpendStore, Spender, SpendLedger, SpendStore
+from gateway.admission.spending.redis_settle import budget_keys
 from gateway.admission.spending.redis_store import RedisSpendStore
+from gateway.admission.spending.store import HeldScope
 from gateway.admission.spending.windows import iso_time, period_of, to_nanos
 from gateway.config import StatsConfig
 from gateway.errors import BudgetExceeded, BudgetUnavailable
 from gateway.redis_client import RedisConnections
 from gateway.samples import Sample
 from tests.redis_server import RedisServer
+from tests.redis_topologies import LoopbackCluster
 from tests.support.clock import FakeClock
 
 
@@ -145,6 +148,71 @@ def test_holds_of_a_lost_replica_expire(store_factory: Callable[[], SpendStore])
             assert await ledger.reserve(spender, 0.00001, 30) is not None, "the lost hold expired"
         finally:
             await ledger.store.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_free_deployments_zero_hold_is_settled_and_expires(store_factory: Callable[[], SpendStore]) -> None:
+    """A hold of 0 (a deployment priced 0, e.g. self-hosted) is settled, booked and expired like any other: in Redis
+    its release was ``HINCRBY reserved -0``, which Redis refuses, so its settlement was retried for ever and never
+    booked, and a reservation that met an expired one was refused."""
+
+    async def scenario() -> None:
+        clock = FakeClock(_at("2026-12-01T10:00:00"))
+        spender = Spender.of("k4", "dave", None, Budget(0.00001, "day"), None)
+        ledger = SpendLedger(store_factory(), clock)
+        try:
+            hold = await ledger.reserve(spender, 0.0, 30)
+            assert hold is not None
+            await ledger.settle(spender, hold, [_sample(0.0)])
+            lost = await ledger.reserve(spender, 0.0, 30)  # never settled: its replica died
+            assert lost is not None
+            clock.advance(30)
+            assert await ledger.reserve(spender, 0.000001, 30) is not None, "the expired hold of 0 is let go"
+            _, rows = await ledger.rows("day", [spender.tag])
+            assert [(r.deployment, r.cost, r.attempts) for r in rows] == [("a", 0, 1)]
+            if isinstance(ledger.store, RedisSpendStore):
+                assert ledger.store.degraded_reason() is None and not ledger.store._pending
+        finally:
+            await ledger.store.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_slot_met_mid_migration_refuses_that_reservation_only(redis_cluster: LoopbackCluster) -> None:
+    """A key's counters split between two masters mid-migration cannot be checked (``TRYAGAIN`` until redis-py's
+    redirections run out): that reservation is refused, but it is no outage, so the next one, once the slot has
+    moved, is not refused for ``retry_s`` too."""
+    spender = Spender.of("k7", "mia", None, Budget(1.0, "day"), None)
+    clock = FakeClock(_at("2026-12-01T10:00:00"))
+
+    async def reserve(ledger: SpendLedger) -> object:
+        try:
+            return await ledger.reserve(spender, 0.01, 60)
+        except BudgetUnavailable as exc:
+            return exc
+
+    async def scenario() -> None:
+        config = StatsConfig(backend="redis", redis_mode="cluster", redis_url=redis_cluster.url, key_prefix="mig")
+        store = _own_store(config)
+        store.retry_s = 600.0  # an outage would refuse for the rest of the test
+        ledger = SpendLedger(store, clock)
+        try:
+            assert not isinstance(await reserve(ledger), BudgetUnavailable)
+            counters, holds = budget_keys("mig", HeldScope(spender.scopes[0], period_of("day", clock())))
+            slot = redis_cluster.keyslot(counters)
+            source = redis_cluster.master_of_slot(slot)
+            target = next(n for n in redis_cluster.live() if n.role() == "master" and n is not source)
+            target.call("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id())
+            source.call("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id())
+            source.call("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", holds)  # the counters stay
+            assert isinstance(await reserve(ledger), BudgetUnavailable)  # split: cannot be checked now
+            redis_cluster.migrate_slot(slot, target)  # the rest, and the slot's new owner told to all
+            assert not isinstance(await reserve(ledger), BudgetUnavailable)
+            assert store.degraded_reason() is None
+            redis_cluster.migrate_slot(slot, source)  # the session's cluster as it was
+        finally:
+            await store.aclose()
 
     asyncio.run(scenario())
 

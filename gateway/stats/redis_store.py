@@ -268,6 +268,9 @@ class RedisStatsStore:
             return await self._exchange_locked(refresh=refresh)
 
     async def _exchange_locked(self, *, refresh: bool) -> bool:
+        # A flush with nothing to write makes no round trip: while degraded, read too, or it would be taken for
+        # Redis being back (and an idle gateway would flip between degraded and healthy all through an outage).
+        refresh = refresh or self._degraded_reason is not None
         try:
             await self._flush()
             assert self.client is not None

@@ -36,6 +36,7 @@ from redis.exceptions import (
     BusyLoadingError,
     ClusterDownError,
     ClusterError,
+    OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
     ResponseError,
@@ -116,8 +117,12 @@ _NOT_RUN = (
 def did_not_run(result: object) -> bool:
     if isinstance(result, _NOT_RUN):
         return True
-    # A write refused for memory runs nothing; it may succeed once memory is freed.
-    return isinstance(result, ResponseError) and str(result).startswith("OOM")
+    # A write refused for memory (or for a failed snapshot, MISCONF) runs nothing: a script is refused at its
+    # first write, and once one went in the rest may follow. It may succeed once memory is freed. redis-py
+    # raises OOM as ``OutOfMemoryError`` with the code cut off its message.
+    return isinstance(result, OutOfMemoryError) or (
+        isinstance(result, ResponseError) and str(result).startswith(("OOM", "MISCONF"))
+    )
 
 
 @dataclass(slots=True)

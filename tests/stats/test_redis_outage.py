@@ -3,11 +3,14 @@ says degraded (still 200) and then ready, and the samples held through the outag
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import httpx
+import pytest
 
 from gateway.fakes import FakeBehavior
+from gateway.stats.redis_store import RedisStatsStore
 from tests.redis_server import RedisServer
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
@@ -83,3 +86,29 @@ def test_redis_killed_and_restarted_during_traffic(
         lambda: total_outcomes(own_redis.client(), prefix) >= total - recorded_at_kill, timeout=15, what="the flush"
     )
     assert total - recorded_at_kill <= total_outcomes(own_redis.client(), prefix) <= total
+
+
+def test_a_gateway_started_while_redis_is_down_stays_degraded_until_it_is_up(
+    fakes: Fakes,
+    start_gateway: Callable[..., Gateway],
+    own_redis: RedisServer,
+    prefix: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With nothing to write, a flush makes no round trip: it must not count as Redis being back, or an idle
+    gateway's stats flip between degraded and healthy, and warn again, all through an outage."""
+    fake = fakes.start("steady", FakeBehavior(output_tokens=8))
+    stats = {"backend": "redis", "redis_url": own_redis.url, "key_prefix": prefix, "redis_timeout_s": 0.5}
+    stats |= {"flush_interval_s": 0.05, "redis_backoff_min_s": 0.05, "redis_backoff_max_s": 0.2}
+    own_redis.stop()
+    with caplog.at_level(logging.INFO, logger="gateway.stats"):
+        gateway = start_gateway(gateway_config([fake], extra={"stats": stats}))
+        store = gateway.runtime.stats
+        assert isinstance(store, RedisStatsStore)
+        # Each failed try grows the count; a flush taken for a success would reset it.
+        wait_until(lambda: store.backoff.failures >= 5, timeout=30, what="five failed tries in a row")
+        assert readiness(gateway) == "degraded"
+        said = [r.getMessage() for r in caplog.records if r.name == "gateway.stats"]
+        assert len(said) == 1 and "serving local samples" in said[0], said
+        own_redis.start()
+        wait_until(lambda: readiness(gateway) == "ready", timeout=30, what="/readyz to report ready")

@@ -239,6 +239,27 @@ async def test_outage_mid_traffic_buffers_then_flushes(
     assert total_outcomes(own_redis.client(), prefix) == 8
 
 
+async def test_writes_refused_for_memory_are_held_and_written_once_memory_is_back(
+    own_redis: RedisServer, prefix: str, stores: list[RedisStatsStore]
+) -> None:
+    """Out of memory under ``noeviction`` a script is refused at its first write, so nothing of it ran: the samples
+    are held and sent again, not counted as written (redis-py's ``OutOfMemoryError`` drops the ``OOM`` prefix)."""
+    config = stats_config(own_redis.url, prefix)
+    store = await started(stores, config)
+    store.record(make_sample())
+    await store.sync()
+    with own_redis.client() as admin:
+        admin.config_set("maxmemory", "1")
+        for _ in range(4):
+            store.record(make_sample())
+        await store.sync()
+        assert store.health().degraded
+        admin.config_set("maxmemory", "0")
+    await store.sync()
+    assert not store.health().degraded and store.health().buffered_samples == 0
+    assert total_outcomes(own_redis.client(), prefix) == 5
+
+
 async def test_the_buffer_is_bounded_and_drops_are_counted(
     tmp_path, prefix: str, stores: list[RedisStatsStore]
 ) -> None:

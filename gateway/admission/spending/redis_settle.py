@@ -27,12 +27,13 @@ BREAKDOWN_RETENTION_S = {"day": 7 * 86_400, "week": 35 * 86_400, "month": 100 * 
 
 # KEYS: per scope, its counters hash and holds zset; then the day, week and month breakdown hashes.
 # ARGV: member ("" = no hold), amount, total, scope count, per scope ttl, per breakdown ttl (3),
-# row count, then per row: field, cost, attempts.
+# row count, then per row: field, cost, attempts. Never ``HINCRBY … -0``: Lua's -0 reaches Redis as "-0", which
+# is no integer to it, and the call would fail on every retry (a hold of a free deployment is 0).
 SETTLE = """
 local member, amount, total, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 for i = 1, n do
   local h, z = KEYS[2 * i - 1], KEYS[2 * i]
-  if member ~= '' and redis.call('ZREM', z, member) == 1 then
+  if member ~= '' and redis.call('ZREM', z, member) == 1 and amount ~= 0 then
     redis.call('HINCRBY', h, 'reserved', -amount)
   end
   if total ~= 0 then redis.call('HINCRBY', h, 'spent', total) end

@@ -38,8 +38,8 @@ from collections import deque
 from collections.abc import MutableSequence, Sequence
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, NoScriptError, RedisError
+from redis.exceptions import ClusterError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.admission.spending.redis_settle import (
     COUNTER_GRACE_S,
@@ -54,6 +54,7 @@ from gateway.admission.spending.store import Balance, Booking, HeldScope, Hold, 
 from gateway.admission.spending.windows import Period
 from gateway.config import StatsConfig
 from gateway.redis_client import RedisClient, RedisConnections
+from gateway.redis_failures import refuses_writes
 
 logger = logging.getLogger("gateway.spending")
 
@@ -77,7 +78,7 @@ for i = 1, n do
     local freed = 0
     for _, m in ipairs(expired) do freed = freed + tonumber(string.match(m, ':(%d+)$')) end
     redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
-    redis.call('HINCRBY', h, 'reserved', -freed)
+    if freed ~= 0 then redis.call('HINCRBY', h, 'reserved', -freed) end
   end
   local v = redis.call('HMGET', h, 'spent', 'reserved')
   local spent, reserved = tonumber(v[1]) or 0, tonumber(v[2]) or 0
@@ -127,6 +128,8 @@ class RedisSpendStore:
         self._down_since: float | None = None
         self._retry_at = 0.0
         self._reason: str | None = None
+        self._refusing = False
+        """Down because Redis refused a command (OOM, READONLY…) rather than because it was gone."""
         self._drain_task: asyncio.Task[None] | None = None
         self._writing: asyncio.Future[None] | None = None
         """Released once the batch being written is written, or kept."""
@@ -151,28 +154,40 @@ class RedisSpendStore:
         return self._down_since is None or time.monotonic() >= self._retry_at
 
     def _failed(self, exc: BaseException) -> None:
-        if not isinstance(exc, RedisConnectionError | OSError | InvalidResponse):
+        if isinstance(exc, RedisTimeoutError | ResponseError | ClusterError) and not refuses_writes(exc):
             # A slow answer refuses the request that waited for it, but is no outage: the next
-            # request tries again rather than being refused for ``retry_s`` too. A reply that is not
-            # Redis's (``InvalidResponse``: something else took its address) is one: no Redis answers.
+            # request tries again rather than being refused for ``retry_s`` too. Nor is an error
+            # of one call (a bad value), or a slot met mid-migration (TRYAGAIN until the client's
+            # redirections run out): only Redis gone, or refusing every write, is.
             return
         if self._down_since is None:
+            # A Redis that answers but refuses the budgets' commands (OOM under noeviction, READONLY after a
+            # failover, MISCONF, NOPERM) refuses every budgeted request as surely as one that is gone: said
+            # once, and on /readyz. Asked again at once, though: a refusal costs no wait, and after a failover
+            # the client finds the new master at its next call.
+            self._refusing = refuses_writes(exc)
+            state = "refuses commands" if self._refusing else "unreachable"
             self._down_since = time.monotonic()
-            self._reason = f"budgets: Redis unreachable ({_describe(exc)}); requests under a budget are refused"
+            self._reason = f"budgets: Redis {state} ({_describe(exc)}); requests under a budget are refused"
             logger.warning(
-                "budgets: Redis unreachable (%s); requests of keys with a budget are refused until it returns",
+                "budgets: Redis %s (%s); requests of keys with a budget are refused until it returns",
+                state,
                 _describe(exc),
             )
-        self._retry_at = time.monotonic() + self.retry_s
+        if not refuses_writes(exc):
+            self._retry_at = time.monotonic() + self.retry_s
 
     def _reachable(self) -> None:
         if self._down_since is not None:
             logger.info("budgets: Redis reachable again")
             self._down_since = None
             self._reason = None
+            self._refusing = False
 
-    async def _succeeded(self) -> None:
-        self._reachable()
+    async def _succeeded(self, wrote: bool) -> None:
+        """A call answered; one that only read (``wrote`` False) does not end a refusal of writes (OOM, READONLY)."""
+        if wrote or not self._refusing:
+            self._reachable()
         if self._pending and self._drain_task is None:
             # In the background: a reservation must not wait for an outage's backlog to be written.
             self._drain_task = asyncio.ensure_future(self._drain())
@@ -196,7 +211,7 @@ class RedisSpendStore:
         except _ERRORS as exc:
             self._failed(exc)
             raise SpendStoreDown(self._reason or "Redis unreachable") from exc
-        await self._succeeded()
+        await self._succeeded(wrote=check)  # a balance (check False) only reads
         return [int(value) for value in raw]
 
     async def reserve(self, hold: Hold, now: float) -> Refusal | None:
@@ -290,7 +305,6 @@ class RedisSpendStore:
                 raise
             self._failed(exc)
             return False
-        self._reachable()  # it answered (a call it refused is no outage)
         failed: set[int] = set()
         errors = []
         for call, result in zip(calls, results, strict=True):
@@ -299,7 +313,11 @@ class RedisSpendStore:
                 errors.append(result)
         self._put_back(batch, failed)
         if errors:
-            self._failed(errors[0])
+            self._failed(errors[0])  # refused (OOM, READONLY…): as down, until a write goes through
+        elif not self._refusing or any(not call.args[0] for call in calls):
+            # Under OOM Redis still runs a settlement that releases a hold (its first write, ZREM, may free
+            # memory), so only one without a hold (its first write a HINCRBY) shows that writes are taken again.
+            self._reachable()
         return not errors
 
     def _put_back(self, batch: list[tuple[Settlement, asyncio.Future[None] | None]], failed: set[int]) -> None:
@@ -348,7 +366,7 @@ class RedisSpendStore:
         except _ERRORS as exc:
             self._failed(exc)
             raise SpendStoreDown(self._reason or "Redis unreachable") from exc
-        await self._succeeded()
+        await self._succeeded(wrote=False)
         found: list[SpendRow] = []
         for table in tables:
             costs: dict[str, int] = {}
