@@ -30,6 +30,7 @@ from starlette.routing import Route
 from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
 from gateway.fakes import FakeBehavior
+from gateway.fakes.asgi import lifespan
 from gateway.runtime import require_admin
 from gateway.samples import SampleLog
 from tests.support.fakes import Fakes
@@ -63,9 +64,7 @@ class EchoProvider:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         self.seen.append(headers)

@@ -14,6 +14,7 @@ import pytest
 
 from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
+from gateway.fakes.asgi import lifespan
 from tests.support.gateway import Gateway, GatewayServers
 from tests.support.servers import ServerThread
 
@@ -31,9 +32,7 @@ class EchoingStream:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         while (await receive()).get("more_body"):
             pass

@@ -20,6 +20,7 @@ import openai
 import pytest
 
 from gateway.fakes import FakeBehavior
+from gateway.fakes.asgi import lifespan
 from gateway.leaderboard import TABLE_HEADER
 from gateway.samples import Sample
 from gateway.stats.snapshot import NEUTRAL_OUTCOMES
@@ -234,9 +235,7 @@ class _Answers:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": self.body})
