@@ -86,8 +86,14 @@ class FakeBehavior:
     ``agent_command`` when the user has the turn, then answer with what the tool returned (as ``reply``)."""
     agent_command: str = "echo agent-round-trip"
     check_thinking: bool = False
-    """Check a Messages request with thinking on as Anthropic does (``messages.thinking_fault``): 400 unless the last
-    assistant turn, when it called a tool, starts with the thinking block this fake signed."""
+    """Check a request's reasoning as its vendor does (``gateway.fakes.reasoning.fault``): 400 for opaque reasoning
+    this fake did not make; a Messages request with thinking on, unless the last assistant turn, when it called a
+    tool, starts with the thinking block this fake signed; a chat one (with ``opaque_reasoning``, as Gemini), unless
+    each function-call step of the current turn carries the thought signature this fake gave it."""
+    opaque_reasoning: bool = False
+    """Reason opaquely as each vendor does (``gateway.fakes.reasoning``): Messages adds a ``redacted_thinking`` block
+    to its thinking, Responses encrypts its reasoning item when ``include`` asks for it, chat signs its tool call as
+    Gemini does (``extra_content.google.thought_signature``)."""
     agent_patch: str | None = None
     """A patch the agent's model applies instead, with Codex's ``apply_patch`` (a custom tool, offered to chat and
     Messages as a function of one string, ``input``: ``gateway.translate.freeform``)."""

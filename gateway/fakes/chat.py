@@ -17,6 +17,7 @@ from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_word, answer_w
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.pacing import play
 from gateway.fakes.quality import TRUNCATED_SHARE, answer_of, args_tail
+from gateway.fakes.reasoning import gemini_signed
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
@@ -94,7 +95,8 @@ def _n(body: dict[str, Any]) -> int:
 
 def _tool_call(behavior: FakeBehavior, text: str) -> dict[str, Any]:
     arguments = behavior.tool_args_head + text + args_tail(behavior)
-    return {"id": "call_fake", "type": "function", "function": {"name": behavior.tool_name, "arguments": arguments}}
+    call = {"id": "call_fake", "type": "function", "function": {"name": behavior.tool_name, "arguments": arguments}}
+    return {**call, **gemini_signed()} if behavior.opaque_reasoning else call
 
 
 def _piece(chat: bool, text: str, behavior: FakeBehavior, *, first: bool) -> dict[str, Any]:
@@ -108,6 +110,8 @@ def _piece(chat: bool, text: str, behavior: FakeBehavior, *, first: bool) -> dic
         if first:
             call.update(id="call_fake", type="function")
             call["function"]["name"] = behavior.tool_name
+            if behavior.opaque_reasoning:
+                call.update(gemini_signed())  # on the delta that carries the call, as Gemini streams it
         return {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}
     return {"index": 0, "delta": {"content": text}, "finish_reason": None}
 

@@ -1,7 +1,8 @@
 """The fake's Anthropic Messages API: ``POST /v1/messages`` whole and streamed, and ``…/count_tokens``.
 
 The stream is the event sequence Anthropic sends: ``message_start``, a ``ping``, a ``thinking`` block
-when asked (``thinking_delta`` then ``signature_delta``), the ``text`` block (``text_delta``) or a
+when asked (``thinking_delta`` then ``signature_delta``; with ``opaque_reasoning`` a ``redacted_thinking`` block
+after it: ``gateway.fakes.reasoning``), the ``text`` block (``text_delta``) or a
 ``tool_use`` block (``input_json_delta`` pieces that join into valid JSON), ``message_delta`` with the
 ``stop_reason`` and the output usage, ``message_stop``. Errors use Anthropic's shape, and the key is
 expected in ``x-api-key``.
@@ -21,11 +22,11 @@ from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prefill_words, prompt_tokens
 from gateway.fakes.pacing import play
 from gateway.fakes.quality import answer_of, args_tail
+from gateway.fakes.reasoning import REDACTED, SIGNATURE
+from gateway.fakes.reasoning import thinking_fault as thinking_fault
 
 _ids = itertools.count(1)
 LIMITS = ("max_tokens",)
-SIGNATURE = "fake-signature"
-"""The signature of every thinking block this fake writes (and the only one ``thinking_fault`` accepts)."""
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -63,7 +64,8 @@ class MessagesScript:
         _, self.length, finish = answer_plan(body, behavior, "/messages", LIMITS)
         self.stop_reason = "max_tokens" if finish == "length" else ("tool_use" if behavior.tool_call else "end_turn")
         self.tail = args_tail(behavior)
-        self.block = 1 if behavior.reasoning_tokens else 0
+        self.redacted = behavior.reasoning_tokens > 0 and behavior.opaque_reasoning
+        self.block = (1 if behavior.reasoning_tokens else 0) + self.redacted
 
     def opening(self) -> bytes:
         usage = {**input_usage(self.body), "output_tokens": 1}
@@ -93,6 +95,10 @@ class MessagesScript:
             signature = {"type": "signature_delta", "signature": SIGNATURE}
             out += sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": signature})
             out += sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        if self.redacted:
+            redacted = {"type": "redacted_thinking", "data": REDACTED}
+            out += sse("content_block_start", {"type": "content_block_start", "index": 1, "content_block": redacted})
+            out += sse("content_block_stop", {"type": "content_block_stop", "index": 1})
         block: dict[str, Any] = {"type": "text", "text": ""}
         if self.behavior.tool_call:
             block = {"type": "tool_use", "id": "toolu_fake", "name": self.behavior.tool_name, "input": {}}
@@ -147,6 +153,8 @@ async def create(
     if behavior.reasoning_tokens:
         thinking = "".join(answer_words(0, behavior.reasoning_tokens))
         content.append({"type": "thinking", "thinking": thinking, "signature": SIGNATURE})
+        if script.redacted:
+            content.append({"type": "redacted_thinking", "data": REDACTED})
     text = "".join(words)
     if behavior.tool_call:
         arguments = behavior.tool_args_head + text + script.tail
@@ -171,28 +179,6 @@ async def create(
     }
     host.state.completed += 1
     await send_json(send, 200, message)
-
-
-def thinking_fault(body: dict[str, Any]) -> str | None:
-    """Anthropic's refusal of a request with thinking on whose last assistant turn called a tool without first
-    giving back the thinking block, signed, that the model wrote before the call (None: no fault)."""
-    thinking = body.get("thinking")
-    if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "adaptive"):
-        return None
-    turns = [(i, m) for i, m in enumerate(body.get("messages") or ()) if isinstance(m, dict)]
-    index, last = next(((i, m) for i, m in reversed(turns) if m.get("role") == "assistant"), (0, {}))
-    blocks = [b for b in last.get("content") or () if isinstance(b, dict)] if isinstance(last, dict) else []
-    if not any(b.get("type") == "tool_use" for b in blocks):
-        return None
-    first = blocks[0]
-    if first.get("type") == "redacted_thinking" or first.get("signature") == SIGNATURE:
-        return None
-    if first.get("type") == "thinking":
-        return f"messages.{index}.content.0: Invalid `signature` in `thinking` block"
-    return (
-        f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first.get('type')}`."
-        " When `thinking` is enabled, a final `assistant` message must start with a thinking block"
-    )
 
 
 async def count_tokens(send: Send, body: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from starlette.types import Receive, Scope, Send
 
-from gateway.fakes import agent, chat, messages, quality, responses
+from gateway.fakes import agent, chat, messages, quality, reasoning, responses
 from gateway.fakes.asgi import Disconnect, lifespan, quiet_planned_drops, read_body, send_error, send_json
 from gateway.fakes.behavior import WORDS, FakeBehavior, FakeState, RecordedRequest, answer_words
 from gateway.fakes.cache import CURRENT, CacheUsage
@@ -169,7 +169,7 @@ class FakeProvider:
             message = f"fake {self.name}: an assistant prefill cannot be continued here"
             await self._error(send, anthropic, 400, message, "invalid_request_error", "prefill_unsupported")
             return
-        fault = messages.thinking_fault(body) if anthropic and behavior.check_thinking else None
+        fault = reasoning.fault(path, body, behavior)
         if fault is not None:
             await self._error(send, anthropic, 400, fault, "invalid_request_error")
             return

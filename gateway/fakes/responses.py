@@ -24,6 +24,7 @@ from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prompt_tokens
 from gateway.fakes.pacing import play
 from gateway.fakes.quality import answer_of, args_tail
+from gateway.fakes.reasoning import ENCRYPTED
 
 _ids = itertools.count(1)
 LIMITS = ("max_output_tokens",)
@@ -59,7 +60,15 @@ class ResponseBuilder:
         items: list[dict[str, Any]] = []
         if self.reasoning:
             summary = [{"type": "summary_text", "text": self.reasoning}]
-            items.append({"id": self.reasoning_id, "type": "reasoning", "summary": summary})
+            item = {"id": self.reasoning_id, "type": "reasoning", "summary": summary}
+            include = self.body.get("include")
+            if (
+                self.behavior.opaque_reasoning
+                and isinstance(include, list)
+                and "reasoning.encrypted_content" in include
+            ):
+                item["encrypted_content"] = ENCRYPTED
+            items.append(item)
         if self.behavior.tool_call:
             items.append(
                 {

@@ -13,8 +13,10 @@ provider allows it (``stream_usage``, on by default) and the client did not ask,
 it (``stream_options.include_usage``), so that the answer's cost is known; the forwarder then keeps
 that chunk from the client, which did not ask for it (``gateway.relay.forward``). A translated chat
 stream always asks for it (when allowed): the client's own API reports usage at the end. The one removal
-is from Messages bodies: the ``thinking`` blocks without a signature that the gateway made from another
-API's reasoning, which Anthropic would refuse.
+is of reasoning the native provider did not make, which it would refuse: from Messages bodies the ``thinking``
+blocks without a signature that the gateway made from another API's reasoning and the ``redacted_thinking`` blocks
+holding another maker's sealed reasoning, from Responses bodies the reasoning items holding sealed reasoning
+(``gateway.translate.sealed``).
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ def upstream_body(request: ProxyRequest, candidate: Candidate, target: Endpoint 
         options = body.get("stream_options")
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
     if request.endpoint == "messages":
-        _drop_unsigned_thinking(body)
+        _drop_foreign_thinking(body)
     encoded = encode_body(body)
     items = body.get("input")
     if request.endpoint == "responses" and _SEALED in encoded and isinstance(items, list):
@@ -165,28 +167,31 @@ def upstream_body(request: ProxyRequest, candidate: Candidate, target: Endpoint 
     return encoded
 
 
-_SEALED = sealed.PREFIX.encode()
+_SEALED = b'"' + sealed.MARK.encode()
+"""The start of a JSON string holding a sealed value: one C search per request for it."""
 
 
 def _sealed_reasoning(item: Any) -> bool:
-    """A reasoning item whose ``encrypted_content`` the gateway sealed from a Messages deployment's thinking
-    (``gateway.translate.sealed``): only Anthropic can read it, and OpenAI refuses opaque reasoning it did not make,
-    so a native Responses provider is sent the history without it (as a translation leaves out another API's)."""
+    """A reasoning item whose ``encrypted_content`` the gateway sealed from another maker's reasoning (a Messages
+    deployment's thinking, a Gemini thought signature: ``gateway.translate.sealed``): OpenAI refuses opaque
+    reasoning it did not make, so a native Responses provider is sent the history without it (as a translation
+    leaves out another API's)."""
     if not (isinstance(item, dict) and item.get("type") == "reasoning"):
         return False
-    content = item.get("encrypted_content")
-    return isinstance(content, str) and content.startswith(sealed.PREFIX)
+    return sealed.is_sealed(item.get("encrypted_content"))
 
 
-def _drop_unsigned_thinking(body: dict[str, Any]) -> None:
-    """Leave out of a Messages request the ``thinking`` blocks without a signature: the gateway made them, from a
-    chat or Responses provider's reasoning, and Anthropic checks every signature in the history (400 "Invalid
-    `signature` in `thinking` block") though it reads none of them. When the last assistant turn thereby lost its
-    thinking before a tool call, the request asks no extended thinking (Anthropic would refuse that too). Nothing
-    is copied when no such block is there; the look walks the assistant turns' blocks only (~25 µs for 100 turns
-    here, a quarter of encoding such a body), never the system prompt or the tools."""
+def _drop_foreign_thinking(body: dict[str, Any]) -> None:
+    """Leave out of a Messages request the reasoning Anthropic did not make: ``thinking`` blocks without a signature
+    (the gateway made them, from a chat or Responses provider's reasoning, and Anthropic checks every signature in
+    the history, 400 "Invalid `signature` in `thinking` block", though it reads none of them) and
+    ``redacted_thinking`` blocks holding another maker's sealed reasoning (Anthropic cannot decrypt them). When the
+    last assistant turn thereby lost its thinking before a tool call, the request asks no extended thinking
+    (Anthropic would refuse that too). Nothing is copied when no such block is there; the look walks the assistant
+    turns' blocks only (~25 µs for 100 turns here, a quarter of encoding such a body), never the system prompt or
+    the tools."""
     messages = body.get("messages")
-    if not isinstance(messages, list) or not _any_unsigned(messages):
+    if not isinstance(messages, list) or not _any_foreign(messages):
         return
     kept: list[Any] = []
     bare: Any = None  # the last assistant turn that lost its thinking
@@ -195,7 +200,7 @@ def _drop_unsigned_thinking(body: dict[str, Any]) -> None:
         if not isinstance(content, list) or message.get("role") != "assistant":
             kept.append(message)
             continue
-        signed = [b for b in content if not _unsigned_thinking(b)]
+        signed = [b for b in content if not _foreign_thinking(b)]
         if len(signed) == len(content):
             kept.append(message)
         elif signed:  # a turn of nothing but such reasoning goes (Anthropic joins the user turns around it)
@@ -209,18 +214,26 @@ def _drop_unsigned_thinking(body: dict[str, Any]) -> None:
             body["thinking"] = {"type": "disabled"}
 
 
-def _unsigned_thinking(block: Any) -> bool:
-    return isinstance(block, dict) and block.get("type") == "thinking" and not block.get("signature")
+_REASONING = ("thinking", "redacted_thinking")
 
 
-def _any_unsigned(messages: list[Any]) -> bool:
-    """Plain loops, no call per block: the look every native Messages request gets."""
+def _foreign_thinking(block: Any) -> bool:
+    if not isinstance(block, dict):
+        return False
+    kind = block.get("type")
+    if kind == "thinking":
+        return not block.get("signature")
+    return kind == "redacted_thinking" and sealed.is_sealed(block.get("data"))
+
+
+def _any_foreign(messages: list[Any]) -> bool:
+    """Plain loops, a call only per reasoning block: the look every native Messages request gets."""
     for message in messages:
         if type(message) is dict and message.get("role") == "assistant":
             content = message.get("content")
             if type(content) is list:
                 for block in content:
-                    if type(block) is dict and block.get("type") == "thinking" and not block.get("signature"):
+                    if type(block) is dict and block.get("type") in _REASONING and _foreign_thinking(block):
                         return True
     return False
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from gateway.translate.chat_assistant import assistant_message as assistant_message
+from gateway.translate.chat_assistant import read_assistant as read_assistant
 from gateway.translate.common import (
     as_dict,
     as_list,
@@ -32,12 +34,10 @@ from gateway.translate.ir import (
     Instruction,
     OutputFormat,
     Part,
-    Reasoning,
     ReasoningAsk,
     StopReason,
     Text,
     Tool,
-    ToolCall,
     ToolResult,
     Turn,
     Untranslatable,
@@ -196,41 +196,6 @@ def _user_content(content: Any, path: str) -> tuple[list[Part], bool]:
     return parts, False
 
 
-def read_assistant(message: dict[str, Any], path: str) -> Turn:
-    parts: list[Part] = []
-    reasoning = message.get("reasoning_content", message.get("reasoning"))
-    if isinstance(reasoning, str) and reasoning:
-        parts.append(Reasoning(reasoning))
-    content = message.get("content")
-    plain = isinstance(content, str)
-    if isinstance(content, str):
-        if content:
-            parts.append(Text(content))
-    elif content is not None:
-        for index, raw in enumerate(as_list(content, f"{path}.content")):
-            part = as_dict(raw, f"{path}.content[{index}]")
-            if part.get("type") not in ("text", "refusal"):
-                raise Untranslatable(f"{path}.content[{index}].type", "other", f"a {part.get('type')!r} part")
-            parts.append(Text(as_str(part.get("text", part.get("refusal")), f"{path}.content[{index}].text")))
-    refusal = message.get("refusal")
-    if isinstance(refusal, str) and refusal:
-        parts.append(Text(refusal))  # OpenAI's refusal (content null): what the model said, as its content parts are
-    for index, raw in enumerate(as_list(message.get("tool_calls") or [], f"{path}.tool_calls")):
-        where = f"{path}.tool_calls[{index}]"
-        call = as_dict(raw, where)
-        function = as_dict(call.get("function"), f"{where}.function")
-        parts.append(
-            ToolCall(
-                as_str(call.get("id"), f"{where}.id"),
-                as_str(function.get("name"), f"{where}.function.name"),
-                as_str(function.get("arguments") or "{}", f"{where}.function.arguments"),
-            )
-        )
-    if message.get("function_call") is not None:
-        raise Untranslatable(f"{path}.function_call", "other", "the legacy function_call (use tool_calls)")
-    return Turn("assistant", parts, plain and len(parts) == 1, opt_str(message.get("name"), f"{path}.name"))
-
-
 def _read_tool(raw: Any, index: int) -> Tool:
     path = f"tools[{index}]"
     tool = as_dict(raw, path)
@@ -359,22 +324,6 @@ def _user_parts(parts: list[Part], plain: bool) -> str | list[dict[str, Any]]:
                 image["detail"] = part.detail
             out.append({"type": "image_url", "image_url": image})
     return out
-
-
-def assistant_message(turn: Turn) -> dict[str, Any]:
-    texts = [p.text for p in turn.parts if isinstance(p, Text)]
-    calls = [p for p in turn.parts if isinstance(p, ToolCall)]
-    thoughts = [p.text for p in turn.parts if isinstance(p, Reasoning) and p.text]
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
-    if thoughts:
-        message["reasoning_content"] = "\n\n".join(thoughts)
-    if calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
-        ]
-    if turn.name is not None:
-        message["name"] = turn.name
-    return message
 
 
 def _tool(tool: Tool) -> dict[str, Any]:

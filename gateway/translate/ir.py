@@ -3,7 +3,8 @@
 Translating between three APIs pair by pair would take six translators per direction of travel;
 through one neutral shape it takes a reader and a writer per API (``chat``, ``messages``,
 ``responses``). The shape holds exactly what the three have in common, and a little more where one
-API's field can ride along to another that has it (``cache_control``, reasoning signatures, ``top_k``).
+API's field can ride along to another that has it (``cache_control``, ``top_k``). Opaque reasoning (a signature,
+encrypted reasoning) is marked with the API whose provider made it (``Reasoning.maker``): it goes back only there.
 Whatever an API says that this shape cannot hold is refused by that API's reader, naming the field
 (``Untranslatable``), never dropped.
 
@@ -92,13 +93,26 @@ class ToolResult:
 
 @dataclass(slots=True)
 class Reasoning:
+    """A model's reasoning: readable text (any API may be shown it), and what only its maker can read.
+
+    Each vendor refuses opaque reasoning it did not make (a 400), so ``signature`` and ``encrypted`` go back only to
+    a provider of ``maker``'s API; elsewhere they are left out and only the text travels, where the target carries
+    reasoning text. A client of another API holds them sealed (``gateway.translate.sealed``)."""
+
     text: str
     signature: str | None = None
     """Anthropic's signature of a thinking block (only another Messages call can check it)."""
     encrypted: str | None = None
-    """Opaque reasoning: a ``redacted_thinking`` block's data, or a Responses item's ``encrypted_content``."""
+    """Opaque reasoning: a ``redacted_thinking`` block's data, a Responses item's ``encrypted_content``, or Gemini's
+    ``thought_signature`` on the chat tool call that follows this part."""
     summary: bool = False
     """The text is a summary of the reasoning (Responses' ``summary_text``), not the reasoning itself."""
+    maker: Api | None = None
+    """The API whose provider made ``signature`` or ``encrypted`` (None: there is neither)."""
+
+    def opaque_for(self, api: Api) -> bool:
+        """Whether this part holds opaque reasoning that a provider of ``api`` made (and so may be sent back)."""
+        return self.maker == api and (self.signature is not None or self.encrypted is not None)
 
 
 Part = Text | Image | ToolCall | ToolResult | Reasoning
@@ -246,6 +260,8 @@ class ReasoningDelta:
     text: str
     signature: str | None = None
     encrypted: str | None = None
+    maker: Api | None = None
+    """As ``Reasoning.maker``: the API whose provider made ``signature`` or ``encrypted``."""
 
 
 @dataclass(slots=True)

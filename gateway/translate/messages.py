@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.translate import sealed
 from gateway.translate.common import (
     as_dict,
     as_list,
@@ -266,10 +267,12 @@ def read_block(raw: Any, path: str) -> Part | None:
             blocks.append(part)
         return ToolResult(call_id, blocks, is_error, False, cache)
     if kind == "thinking":
-        signature = opt_str(block.get("signature"), f"{path}.signature")
-        return Reasoning(as_str(block.get("thinking"), f"{path}.thinking"), signature or None)
+        # An empty signature: the gateway wrote the block from another API's reasoning (readable text only).
+        signature = opt_str(block.get("signature"), f"{path}.signature") or None
+        text = as_str(block.get("thinking"), f"{path}.thinking")
+        return Reasoning(text, signature, maker="messages" if signature is not None else None)
     if kind == "redacted_thinking":
-        return Reasoning("", encrypted=as_str(block.get("data"), f"{path}.data"))
+        return sealed.read_held(as_str(block.get("data"), f"{path}.data"), "messages")
     raise Untranslatable(f"{path}.type", "other", f"a {kind!r} block")
 
 

@@ -1,8 +1,9 @@
 """A whole Messages answer in the neutral shape, and back: its content blocks, stop reason and usage.
 
 Reasoning goes to a Messages client as a ``thinking`` block with the signature it has (empty when another API
-reasoned: none can be made up); a Responses provider's opaque reasoning (``encrypted_content``) as a
-``redacted_thinking`` block holding it, as a stream gives it, so that the next turn takes it back to that provider.
+reasoned: none can be made up); another maker's opaque reasoning (a Responses item's ``encrypted_content``, Gemini's
+thought signature) as a ``redacted_thinking`` block holding it sealed, as a stream gives it, so that the next turn
+takes it back to a provider of that API, and to no other.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 from typing import Any
 
 from gateway.dialects.base import listed
+from gateway.translate import sealed
 from gateway.translate.ir import (
     Part,
     Reasoning,
@@ -63,11 +65,13 @@ def read_reply(body: dict[str, Any]) -> Reply:
 
 def reply_blocks(part: Part) -> list[dict[str, Any]]:
     """One answer part as the client's Messages API shows it: reasoning as a ``thinking`` block with the signature
-    it has, its opaque form (if any) as a ``redacted_thinking`` block after it."""
+    it has, its opaque form (if any) as a ``redacted_thinking`` block after it: Anthropic's own as it made it,
+    another maker's sealed (``gateway.translate.sealed``)."""
     if isinstance(part, Reasoning):
         blocks = [{"type": "thinking", "thinking": part.text, "signature": part.signature or ""}] if part.text else []
-        if part.encrypted is not None:
-            blocks.append({"type": "redacted_thinking", "data": part.encrypted})
+        opaque = sealed.held(part, "messages") if part.signature is None else None
+        if opaque is not None:
+            blocks.append({"type": "redacted_thinking", "data": opaque})
         return blocks
     if isinstance(part, ToolCall):
         try:

@@ -1,8 +1,9 @@
 """A request in the neutral shape written as Anthropic's Messages API (reading it: ``gateway.translate.messages``).
 
-Writing keeps ``cache_control`` where the client put it (Anthropic caches only what is marked), writes a
-thinking block only where it has its signature (Anthropic checks it), so that a request answering tool results
-whose calling turn has none asks no extended thinking (Anthropic would refuse it), a tool result's error as
+Writing keeps ``cache_control`` where the client put it (Anthropic caches only what is marked), writes reasoning only
+where Anthropic made it (a signed thinking block, a ``redacted_thinking`` block: it refuses any other), so that a
+request answering tool results whose calling turn has none asks no extended thinking (Anthropic would refuse it), a
+tool result's error as
 ``is_error``, and tool-call ids as Anthropic accepts them (``tool_id``).
 """
 
@@ -99,12 +100,12 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
 
 def _unsigned_tool_loop(turns: list[Turn]) -> bool:
     """Whether the request answers tool results (after the last assistant turn: Anthropic joins the user turns that
-    follow it into one) whose calling turn does not start with signed thinking."""
+    follow it into one) whose calling turn does not start with Anthropic's own (signed or redacted) thinking."""
     last = max((i for i, turn in enumerate(turns) if turn.role == "assistant"), default=None)
     if last is None or not any(isinstance(p, ToolResult) for turn in turns[last + 1 :] for p in turn.parts):
         return False
     first = turns[last].parts[0] if turns[last].parts else None
-    return not (isinstance(first, Reasoning) and first.signature is not None)
+    return not (isinstance(first, Reasoning) and first.opaque_for("messages"))
 
 
 def _budget(reasoning: ReasoningAsk) -> int | None:
@@ -169,10 +170,13 @@ def write_block(part: Part) -> dict[str, Any] | None:
         if part.is_error:
             result["is_error"] = True
         return _cached(result, part.cache)
+    if not part.opaque_for("messages"):
+        # Reasoning without Anthropic's signature (readable text, or another maker's opaque reasoning, which
+        # Anthropic refuses) cannot be checked: left out.
+        return None
     if part.signature is not None:
         return {"type": "thinking", "thinking": part.text, "signature": part.signature}
-    # Reasoning without Anthropic's signature (another API's, or opaque to it) cannot be checked: left out.
-    return None
+    return {"type": "redacted_thinking", "data": part.encrypted}
 
 
 def _source(image: Image) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from gateway.translate.namespaces import flat_name, flat_names
 # Writing lives in responses_write.py; re-exported so that both halves are reached from here.
 from gateway.translate.responses_write import TARGET as TARGET
 from gateway.translate.responses_write import write_request as write_request
-from gateway.translate.sealed import unseal
+from gateway.translate.sealed import read_held
 
 _KNOWN = frozenset(
     {
@@ -226,11 +226,10 @@ def _read_items(
             summary = "".join(read_texts(item.get("summary") or [], f"{path}.summary"))
             content = "".join(read_texts(item.get("content") or [], f"{path}.content"))
             encrypted = opt_str(item.get("encrypted_content"), f"{path}.encrypted_content")
-            signed = unseal(encrypted) if encrypted is not None else None
-            if signed is not None:  # an Anthropic thinking block the gateway sealed (``gateway.translate.sealed``)
-                reasoning = Reasoning(signed[0], signature=signed[1])
-            else:
-                reasoning = Reasoning(content or summary, encrypted=encrypted, summary=not content and bool(summary))
+            # The provider's own opaque reasoning, or another maker's that the gateway sealed for the client.
+            reasoning = read_held(encrypted, "responses") if encrypted is not None else Reasoning("")
+            if reasoning.signature is None:  # a signed block's text is the one its signature signs
+                reasoning.text, reasoning.summary = content or summary, not content and bool(summary)
             _turn(conversation, "assistant").parts.append(reasoning)
         else:
             raise Untranslatable(f"{path}.type", "other", f"a {kind!r} item")

@@ -12,6 +12,7 @@ from gateway.translate.common import (
     count,
 )
 from gateway.translate.ir import (
+    Api,
     Part,
     Reasoning,
     Reply,
@@ -65,7 +66,10 @@ def read_reply(body: dict[str, Any]) -> Reply:
             summary = "".join(read_texts(raw.get("summary") or [], "summary"))
             content = "".join(read_texts(raw.get("content") or [], "content"))
             encrypted = raw.get("encrypted_content") if isinstance(raw.get("encrypted_content"), str) else None
-            parts.append(Reasoning(content or summary, encrypted=encrypted, summary=not content and bool(summary)))
+            maker: Api | None = "responses" if encrypted is not None else None
+            parts.append(
+                Reasoning(content or summary, encrypted=encrypted, summary=not content and bool(summary), maker=maker)
+            )
     return Reply(
         id=str(body.get("id") or ""),
         model=str(body.get("model") or ""),
@@ -103,8 +107,13 @@ def output_item(part: Part, item_id: str, request: dict[str, Any] | None = None)
         item: dict[str, Any] = {"id": item_id, "type": "reasoning", "summary": []}
         if part.text:
             item["content"] = [{"type": "reasoning_text", "text": part.text}]
-        if part.encrypted is None and part.signature and request is not None and sealed.wanted(request):
-            item["encrypted_content"] = sealed.seal(part.text, part.signature)
+        # Another maker's opaque reasoning only to a client that asked for reasoning it can send back.
+        kept = part.maker == "responses" or (request is not None and sealed.wanted(request))
+        opaque = sealed.held(part, "responses") if kept else None
+        if opaque is not None:
+            item["encrypted_content"] = opaque
+        elif not part.text:
+            return None  # nothing the client could read or send back
         return item
     return None
 

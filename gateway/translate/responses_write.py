@@ -2,8 +2,8 @@
 
 What the Responses API cannot carry is refused before anything is sent (``Untranslatable``): stop
 sequences, ``top_k``, a participant's name. Reasoning goes back only as a Responses provider's own
-opaque item, which a request that asks reasoning asks for (``include``); the request is written with
-``store: false`` (the gateway keeps conversations itself).
+opaque item (``Reasoning.maker``), which a request that asks reasoning asks for (``include``); the request
+is written with ``store: false`` (the gateway keeps conversations itself).
 """
 
 from __future__ import annotations
@@ -109,8 +109,9 @@ def _items(turn: Turn) -> list[dict[str, Any]]:
             if part.is_error:
                 output = f"Error: {output}" if isinstance(output, str) else output
             items.append({"type": "function_call_output", "call_id": part.call_id, "output": output})
-        elif part.encrypted is not None:
-            # Only opaque reasoning a Responses provider made can go back to one; plain text has no place.
+        elif part.opaque_for("responses"):
+            # Only opaque reasoning a Responses provider made can go back to one (OpenAI refuses any other); plain
+            # text has no place.
             flush()
             summary = [{"type": "summary_text", "text": part.text}] if part.text and part.summary else []
             items.append({"type": "reasoning", "summary": summary, "encrypted_content": part.encrypted})

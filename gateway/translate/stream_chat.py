@@ -1,7 +1,8 @@
 """The neutral stream events written as chat completion chunks, for a client that speaks chat.
 
 A role chunk first, then ``delta.content`` / ``delta.reasoning_content`` / ``delta.tool_calls``
-(each call with its own index from 0, its id and name on its first delta), a chunk with the
+(each call with its own index from 0, its id and name on its first delta, with a chat provider's thought signature
+as that provider gave it: ``extra_content``), a chunk with the
 ``finish_reason``, the usage chunk (empty ``choices``) only if the client asked for it
 (``stream_options.include_usage``), and ``data: [DONE]``. Created per client stream.
 """
@@ -12,6 +13,7 @@ import time
 from typing import Any
 
 from gateway.translate import chat, chat_reply
+from gateway.translate.chat_assistant import signed
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
     Ended,
@@ -46,6 +48,8 @@ class ChatWriter:
         self._tools: dict[int, int] = {}
         self._stop: StopReason = "end"
         self._usage: Usage | None = None
+        self._signature: str | None = None
+        """A chat provider's thought signature, for the next tool call's first delta."""
         self.said_tokens = 0
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
@@ -70,15 +74,20 @@ class ChatWriter:
         if isinstance(event, TextDelta):
             return self._delta({"content": event.text}) if event.text else b""
         if isinstance(event, ReasoningDelta):
+            if event.encrypted is not None and event.maker == "chat":
+                self._signature = event.encrypted  # rides on the call that follows
             return self._delta({"reasoning_content": event.text}) if event.text else b""
         if isinstance(event, ToolCallStart):
             index = self._tools[event.key] = len(self._tools)
-            call = {
+            call: dict[str, Any] = {
                 "index": index,
                 "id": event.id,
                 "type": "function",
                 "function": {"name": event.name, "arguments": ""},
             }
+            if self._signature is not None:
+                call["extra_content"] = signed(self._signature)
+                self._signature = None
             return self._delta({"tool_calls": [call]})
         if isinstance(event, ToolArgsDelta):
             out = b""

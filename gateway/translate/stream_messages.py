@@ -4,8 +4,9 @@
 ``content_block_stop``) with indices from 0 in order, then ``message_delta`` (stop reason, and the
 whole usage: a chat upstream reports its input only at the end, so ``message_start`` says 0 and
 ``message_delta`` carries the input, as Anthropic's own cumulative usage does) and ``message_stop``.
-Reasoning becomes a ``thinking`` block with an empty signature (none can be made up); another API's
-opaque reasoning a ``redacted_thinking`` block. Created per client stream, not thread-safe.
+Reasoning becomes a ``thinking`` block with an empty signature (none can be made up); opaque reasoning a
+``redacted_thinking`` block (another maker's sealed: ``gateway.translate.sealed``). Created per client stream, not
+thread-safe.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.dialects.messages import error_type
-from gateway.translate import messages, messages_reply
+from gateway.translate import messages, messages_reply, sealed
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
     Ended,
     Event,
     Failed,
     Finished,
+    Reasoning,
     ReasoningDelta,
     Started,
     StopReason,
@@ -91,7 +93,10 @@ class MessagesWriter:
     def _reasoning(self, event: ReasoningDelta) -> bytes:
         out = b""
         if event.encrypted is not None:
-            out += self._open_block("redacted_thinking", {"type": "redacted_thinking", "data": event.encrypted})
+            data = sealed.held(Reasoning("", encrypted=event.encrypted, maker=event.maker), "messages")
+            if data is None:
+                return out
+            out += self._open_block("redacted_thinking", {"type": "redacted_thinking", "data": data})
             return out + self._close()
         if event.text:
             out += self._ensure("thinking", {"type": "thinking", "thinking": "", "signature": ""})

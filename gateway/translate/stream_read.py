@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from gateway.dialects.base import listed
 from gateway.errors import describe_error
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply
+from gateway.translate.chat_assistant import thought_signature
 from gateway.translate.common import count, dump_json, obj
 from gateway.translate.ir import (
     Api,
@@ -81,6 +82,9 @@ class ChatReader:
         key = self._key(call.get("index"), given if isinstance(given, str) else "")
         function = obj(call.get("function"))
         out: list[Event] = []
+        signature = thought_signature(call)
+        if signature is not None:  # Gemini's, on the delta that carries the call: opaque reasoning before it
+            out.append(ReasoningDelta("", encrypted=signature, maker="chat"))
         if key not in self._calls:
             call_id = given if isinstance(given, str) and given else f"call_{key}"
             self._calls[key] = call_id
@@ -126,7 +130,7 @@ class MessagesReader:
             if kind == "thinking_delta":
                 return [ReasoningDelta(str(delta.get("thinking") or ""))]
             if kind == "signature_delta":
-                return [ReasoningDelta("", signature=str(delta.get("signature") or ""))]
+                return [ReasoningDelta("", signature=str(delta.get("signature") or ""), maker="messages")]
             if kind == "input_json_delta":
                 text = str(delta.get("partial_json") or "")
                 if text:
@@ -169,7 +173,7 @@ class MessagesReader:
         if kind == "text" and block.get("text"):
             return [TextDelta(str(block["text"]))]
         if kind == "redacted_thinking":
-            return [ReasoningDelta("", encrypted=str(block.get("data") or ""))]
+            return [ReasoningDelta("", encrypted=str(block.get("data") or ""), maker="messages")]
         return []
 
     def done(self) -> list[Event]:
@@ -207,7 +211,7 @@ class ResponsesReader:
             item = obj(event.get("item"))
             encrypted = item.get("encrypted_content")
             if item.get("type") == "reasoning" and isinstance(encrypted, str):
-                return [ReasoningDelta("", encrypted=encrypted)]
+                return [ReasoningDelta("", encrypted=encrypted, maker="responses")]
             return []
         if kind in ("response.completed", "response.incomplete"):
             response = obj(event.get("response"))

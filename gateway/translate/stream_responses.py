@@ -17,10 +17,12 @@ from typing import Any
 from gateway.translate import freeform, responses_reply, sealed
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
+    Api,
     Ended,
     Event,
     Failed,
     Finished,
+    Reasoning,
     ReasoningDelta,
     Started,
     StopReason,
@@ -42,6 +44,8 @@ class _Item:
         self.call_id = ""
         self.name = ""
         self.encrypted: str | None = None
+        self.maker: Api | None = None
+        """Who made ``encrypted`` (``Reasoning.maker``)."""
         self.signature = ""
 
 
@@ -122,18 +126,19 @@ class ResponsesWriter:
             return out + self._event({"type": "response.output_text.delta", **data})
         if isinstance(event, ReasoningDelta):
             if event.encrypted is not None:
-                out += self._ensure("reasoning")
-                self._current().encrypted = event.encrypted
+                if event.maker != "responses" and not sealed.wanted(self.request):
+                    return out  # another maker's: only a client that asked can send it back
+                out += self._reasoning_item()
+                item = self._current()
+                item.encrypted, item.maker = event.encrypted, event.maker
                 return out
             if event.signature:  # a Messages thinking block's, sealed for the client (``gateway.translate.sealed``)
-                out += self._ensure("reasoning")
+                out += self._reasoning_item()
                 self._current().signature = event.signature
                 return out
             if not event.text:
                 return out
-            if self._open is not None and self._open.signature:
-                out += self._open_item("reasoning")  # the next thinking block: signed apart
-            out += self._ensure("reasoning")
+            out += self._reasoning_item()
             item = self._current()
             item.text += event.text
             data = {"item_id": item.id, "output_index": item.index, "content_index": 0, "delta": event.text}
@@ -152,6 +157,14 @@ class ResponsesWriter:
             return out  # JSON arguments; the input they hold is sent when the call ends (``_close``)
         data = {"item_id": call.id, "output_index": call.index, "delta": event.text}
         return out + self._event({"type": "response.function_call_arguments.delta", **data})
+
+    def _reasoning_item(self) -> bytes:
+        """The open reasoning item, or a new one where the open one is done: one opaque value (a signature, encrypted
+        reasoning) per item, so that each goes back whole (the next thinking block is signed apart)."""
+        item = self._open
+        if item is not None and item.kind == "reasoning" and (item.signature or item.encrypted is not None):
+            return self._open_item("reasoning")
+        return self._ensure("reasoning")
 
     def _current(self) -> _Item:
         assert self._open is not None
@@ -192,10 +205,13 @@ class ResponsesWriter:
             done: dict[str, Any] = {"id": item.id, "type": "reasoning", "summary": []}
             if item.text:
                 done["content"] = [{"type": "reasoning_text", "text": item.text}]
+            opaque: str | None = None
             if item.encrypted is not None:
-                done["encrypted_content"] = item.encrypted
+                opaque = sealed.held(Reasoning("", encrypted=item.encrypted, maker=item.maker), "responses")
             elif item.signature and sealed.wanted(self.request):
-                done["encrypted_content"] = sealed.seal(item.text, item.signature)
+                opaque = sealed.seal(Reasoning(item.text, signature=item.signature, maker="messages"))
+            if opaque is not None:
+                done["encrypted_content"] = opaque
             return done
         return responses_reply.function_call(item.id, "completed", item.call_id, item.name, item.text, self.request)
 

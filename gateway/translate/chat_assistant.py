@@ -1,0 +1,92 @@
+"""A chat assistant message in the neutral shape, and back: its reasoning text, content, tool calls, and the opaque
+reasoning that rides on a tool call.
+
+Gemini's OpenAI-compatible API gives a function call's thought signature as ``extra_content.google.thought_signature``
+on the tool call (in a stream, on the delta that carries the call) and refuses the next turn of a function call
+without it. It is read as opaque reasoning made by a chat provider (``Reasoning.maker``), a part just before the call
+it rides on, and written back on the call that follows it only in chat (elsewhere it is sealed for the client, or
+left out: ``gateway.translate.sealed``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.translate.common import as_dict, as_list, as_str, obj, opt_str
+from gateway.translate.ir import Part, Reasoning, Text, ToolCall, Turn, Untranslatable
+
+
+def thought_signature(call: dict[str, Any]) -> str | None:
+    """The thought signature on a chat tool call (Gemini's ``extra_content.google.thought_signature``), if any."""
+    signature = obj(obj(call.get("extra_content")).get("google")).get("thought_signature")
+    return signature if isinstance(signature, str) and signature else None
+
+
+def signed(signature: str) -> dict[str, Any]:
+    """The tool call's member that carries a thought signature back to the provider that made it."""
+    return {"google": {"thought_signature": signature}}
+
+
+def read_assistant(message: dict[str, Any], path: str) -> Turn:
+    parts: list[Part] = []
+    reasoning = message.get("reasoning_content", message.get("reasoning"))
+    if isinstance(reasoning, str) and reasoning:
+        parts.append(Reasoning(reasoning))
+    content = message.get("content")
+    plain = isinstance(content, str)
+    if isinstance(content, str):
+        if content:
+            parts.append(Text(content))
+    elif content is not None:
+        for index, raw in enumerate(as_list(content, f"{path}.content")):
+            part = as_dict(raw, f"{path}.content[{index}]")
+            if part.get("type") not in ("text", "refusal"):
+                raise Untranslatable(f"{path}.content[{index}].type", "other", f"a {part.get('type')!r} part")
+            parts.append(Text(as_str(part.get("text", part.get("refusal")), f"{path}.content[{index}].text")))
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        parts.append(Text(refusal))  # OpenAI's refusal (content null): what the model said, as its content parts are
+    for index, raw in enumerate(as_list(message.get("tool_calls") or [], f"{path}.tool_calls")):
+        where = f"{path}.tool_calls[{index}]"
+        call = as_dict(raw, where)
+        function = as_dict(call.get("function"), f"{where}.function")
+        signature = thought_signature(call)
+        if signature is not None:
+            parts.append(Reasoning("", encrypted=signature, maker="chat"))
+        parts.append(
+            ToolCall(
+                as_str(call.get("id"), f"{where}.id"),
+                as_str(function.get("name"), f"{where}.function.name"),
+                as_str(function.get("arguments") or "{}", f"{where}.function.arguments"),
+            )
+        )
+    if message.get("function_call") is not None:
+        raise Untranslatable(f"{path}.function_call", "other", "the legacy function_call (use tool_calls)")
+    return Turn("assistant", parts, plain and len(parts) == 1, opt_str(message.get("name"), f"{path}.name"))
+
+
+def assistant_message(turn: Turn) -> dict[str, Any]:
+    """The turn as a chat assistant message: reasoning text as ``reasoning_content``, a chat provider's thought
+    signature on the tool call after it; other makers' opaque reasoning is left out (no chat provider reads it)."""
+    texts = [p.text for p in turn.parts if isinstance(p, Text)]
+    thoughts = [p.text for p in turn.parts if isinstance(p, Reasoning) and p.text]
+    calls: list[dict[str, Any]] = []
+    signature: str | None = None
+    for part in turn.parts:
+        if isinstance(part, Reasoning) and part.opaque_for("chat"):
+            signature = part.encrypted
+        elif isinstance(part, ToolCall):
+            call: dict[str, Any] = {"id": part.id, "type": "function"}
+            call["function"] = {"name": part.name, "arguments": part.arguments}
+            if signature is not None:
+                call["extra_content"] = signed(signature)
+                signature = None
+            calls.append(call)
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if thoughts:
+        message["reasoning_content"] = "\n\n".join(thoughts)
+    if calls:
+        message["tool_calls"] = calls
+    if turn.name is not None:
+        message["name"] = turn.name
+    return message
