@@ -194,13 +194,14 @@ def test_a_tool_loop_continued_by_an_openai_client_asks_claude_no_extended_think
     assert next_turn["thinking"] == {"type": "enabled", "budget_tokens": 2048}
 
 
+@pytest.mark.parametrize("thinking", [{"type": "enabled", "budget_tokens": 2048}, {"type": "adaptive"}])
 def test_reasoning_another_api_gave_a_messages_client_never_reaches_claude(
-    messages_only: tuple[ScriptedUpstream, str],
+    messages_only: tuple[ScriptedUpstream, str], thinking: Any
 ) -> None:
     """A Messages client got a chat provider's reasoning as ``thinking`` blocks with an empty signature; when its
     conversation goes on at a Messages provider (a fallback, a session moved), Anthropic would refuse the request
     for them ("Invalid `signature` in `thinking` block"), and for extended thinking on a tool loop whose calling
-    turn then has none."""
+    turn then has none (adaptive thinking, which Claude Code asks of newer models, as extended)."""
     upstream, url = messages_only
     upstream.answer_json(claude_message([{"type": "text", "text": "Noon, sunny."}]))
     unsigned = {"type": "thinking", "thinking": "Ask the clock.", "signature": ""}
@@ -215,7 +216,6 @@ def test_reasoning_another_api_gave_a_messages_client_never_reaches_claude(
         },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_w", "content": "sunny"}]},
     ]
-    thinking: Any = {"type": "enabled", "budget_tokens": 2048}
     with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=10) as client:
         client.messages.create(model="m", max_tokens=4096, messages=messages, thinking=thinking, tools=TOOLS)
         past = upstream.last

@@ -226,3 +226,25 @@ def test_geminis_thought_signature_goes_round_a_responses_client(
     call = last_body(servers["gemini"])["messages"][1]["tool_calls"][0]
     assert call["extra_content"] == {"google": {"thought_signature": THOUGHT_SIGNATURE}}
     assert [i for i in last_body(servers["gpt"])["input"] if i.get("type") == "reasoning"] == []
+
+
+@pytest.mark.parametrize("thinking", [THINKING, {"type": "adaptive"}])
+def test_a_claude_tool_loop_whose_call_a_chat_provider_made_without_reasoning_goes_on_at_claude(
+    fakes: Fakes, start_gateway: StartGateway, thinking: Any
+) -> None:
+    """Claude Code asks thinking on every call. When the turn that called its tools came from a provider that gave no
+    reasoning at all (a chat model without it), that turn starts with ``tool_use``: Anthropic refuses a request that
+    answers its tool results with thinking on ("a final `assistant` message must start with a thinking block").
+    That request goes without thinking, whatever kind of thinking was asked."""
+    gateway, servers = vendors(fakes, start_gateway, claude="messages")
+    messages: list[Any] = [
+        {"role": "user", "content": "look it up"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "found"}]},
+    ]
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10) as client:
+        answer = client.messages.create(
+            model="m", max_tokens=4096, messages=messages, thinking=thinking, tools=CLAUDE_TOOLS
+        )
+    assert answer.content
+    assert last_body(servers["claude"])["thinking"] == {"type": "disabled"}

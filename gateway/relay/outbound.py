@@ -185,36 +185,49 @@ def _drop_foreign_thinking(body: dict[str, Any]) -> None:
     """Leave out of a Messages request the reasoning Anthropic did not make: ``thinking`` blocks without a signature
     (the gateway made them, from a chat or Responses provider's reasoning, and Anthropic checks every signature in
     the history, 400 "Invalid `signature` in `thinking` block", though it reads none of them) and
-    ``redacted_thinking`` blocks holding another maker's sealed reasoning (Anthropic cannot decrypt them). When the
-    last assistant turn thereby lost its thinking before a tool call, the request asks no extended thinking
-    (Anthropic would refuse that too). Nothing is copied when no such block is there; the look walks the assistant
-    turns' blocks only (~25 µs for 100 turns here, a quarter of encoding such a body), never the system prompt or
-    the tools."""
+    ``redacted_thinking`` blocks holding another maker's sealed reasoning (Anthropic cannot decrypt them). Nothing
+    is copied when no such block is there; the look walks the assistant turns' blocks only (~25 µs for 100 turns
+    here, a quarter of encoding such a body), never the system prompt or the tools. Then ``_answerable``."""
     messages = body.get("messages")
-    if not isinstance(messages, list) or not _any_foreign(messages):
+    if not isinstance(messages, list):
         return
-    kept: list[Any] = []
-    bare: Any = None  # the last assistant turn that lost its thinking
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list) or message.get("role") != "assistant":
-            kept.append(message)
-            continue
-        signed = [b for b in content if not _foreign_thinking(b)]
-        if len(signed) == len(content):
-            kept.append(message)
-        elif signed:  # a turn of nothing but such reasoning goes (Anthropic joins the user turns around it)
-            bare = {**message, "content": signed}
-            kept.append(bare)
-    body["messages"] = kept
-    last = next((m for m in reversed(kept) if isinstance(m, dict) and m.get("role") == "assistant"), None)
+    if _any_foreign(messages):
+        kept: list[Any] = []
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(content, list) or message.get("role") != "assistant":
+                kept.append(message)
+                continue
+            signed = [b for b in content if not _foreign_thinking(b)]
+            if len(signed) == len(content):
+                kept.append(message)
+            elif signed:  # a turn of nothing but such reasoning goes (Anthropic joins the user turns around it)
+                kept.append({**message, "content": signed})
+        body["messages"] = messages = kept
+    _answerable(body, messages)
+
+
+def _answerable(body: dict[str, Any], messages: list[Any]) -> None:
+    """With thinking on (extended or adaptive), Anthropic refuses a request whose last assistant turn calls a tool
+    without opening with the thinking block the model wrote before the call ("a final `assistant` message must
+    start with a thinking block"): the turn lost it above, or came from a provider that gave none. Such a request
+    asks no thinking (the next turn thinks again)."""
     thinking = body.get("thinking")
-    if last is bare and bare is not None and isinstance(thinking, dict) and thinking.get("type") == "enabled":
-        if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in bare["content"]):
-            body["thinking"] = {"type": "disabled"}
+    if not (isinstance(thinking, dict) and thinking.get("type") in _THINKING_ON):
+        return
+    last = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "assistant"), None)
+    content = last.get("content") if last is not None else None
+    if not isinstance(content, list) or not content:
+        return
+    calls = any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
+    opens = isinstance(content[0], dict) and content[0].get("type") in _REASONING
+    if calls and not opens:
+        body["thinking"] = {"type": "disabled"}
 
 
 _REASONING = ("thinking", "redacted_thinking")
+_THINKING_ON = ("enabled", "adaptive")
+"""Extended and adaptive thinking alike refuse a tool loop whose calling turn does not open with its thinking."""
 
 
 def _foreign_thinking(block: Any) -> bool:

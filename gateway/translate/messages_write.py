@@ -81,7 +81,7 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         body["thinking"] = _thinking(reasoning, body["max_tokens"])
         kind = body["thinking"]["type"]
         forced = body.get("tool_choice", {}).get("type") in ("any", "tool")
-        if (forced and kind != "disabled") or (kind == "enabled" and _unsigned_tool_loop(conversation.turns)):
+        if (forced and kind != "disabled") or (kind != "disabled" and _unsigned_tool_loop(conversation.turns)):
             # Anthropic refuses thinking beside a forced tool call, and (400: "expected thinking or
             # redacted_thinking") on a request that answers tool results unless the turn that called the tools
             # starts with its signed thinking, which only a Messages client can send back: this request goes
