@@ -1,6 +1,7 @@
 # The two commands of the README's first screen are `make demo` and `make test`; both build
 # their virtualenv on first use (the demo's: .venv-demo, runtime + demo extra; the tests': .venv,
-# + dev extra), so they work on a fresh machine with Python 3.11+.
+# + dev extra; `make test` also installs what the tests need beyond Python: tests/install-deps), so they
+# work on a fresh machine with Python 3.11+.
 
 PYTHON ?= python3
 # e.g. make demo DEMO_ARGS='--traffic 10 --port 9000'
@@ -14,7 +15,7 @@ DEMO_BIN := $(DEMO_VENV)/bin
 # Nothing outside the checkout is needed: the tokenizer's rank files ship inside the package
 # (gateway/data/encodings), so the demo and the tests run offline once the venv is built.
 
-.PHONY: install install-demo demo serve test check format bench clean docker native
+.PHONY: install install-demo demo serve test test-deps check format bench clean docker native
 
 install: $(VENV)/.installed
 
@@ -49,7 +50,12 @@ native: install
 # once): most of the suite's time is waiting on loopback servers, which two cores overlap
 # (benchmarks/testing_notes.md). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
-test: install
+# What the tests need beyond Python (redis-server, chromium, promtool, the agent CLIs, ...): installed where
+# missing, a no-op once there (tests/install-deps says what it installs and how).
+test-deps:
+	bash tests/install-deps
+
+test: install test-deps
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
 
 check: install

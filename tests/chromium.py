@@ -24,7 +24,7 @@ from typing import Any
 
 INSTALL_HINT = (
     "chromium is not installed or not on PATH; the dashboard's browser tests need it. "
-    "Install Debian's package: `apt-get install -y chromium` (.ci/run does this when it is missing)."
+    "Install Debian's package: `apt-get install -y chromium` (`make test` does this when it is missing)."
 )
 
 FLAGS = (

@@ -3,8 +3,9 @@ scraping a gateway so that the shipped dashboard's queries are evaluated as Graf
 
 Why the real thing: a parser of our own would accept whatever we wrote. Prometheus rejects
 labels it reserves (``quantile`` outside a summary), and only its query engine says that a
-panel's query returns data. Debian's ``prometheus`` package brings both binaries (``.ci/run``
-installs it when ``promtool`` is missing); if they are missing the test fails and says so.
+panel's query returns data. Debian's ``prometheus`` package brings both binaries
+(``make test`` installs it when ``promtool`` is missing); if they are missing the test fails and
+says so.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import httpx
 
 INSTALL_HINT = (
     "{name} is not installed or not on PATH; the metrics tests need it. Install Debian's package: "
-    "`apt-get install -y prometheus` (.ci/run does this when it is missing)."
+    "`apt-get install -y prometheus` (tests/install-deps, which `make test` runs, does this when it is missing)."
 )
 SCRAPE_INTERVAL_S = 0.5
 START_TIMEOUT_S = 30.0

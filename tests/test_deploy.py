@@ -206,7 +206,7 @@ KUBECTL_HINT = (
 )
 COMPOSE_HINT = (
     "docker-compose is not installed; the compose file is checked with `docker-compose config`, which needs no "
-    "Docker engine. Install Debian's package: `apt-get install -y docker-compose` (.ci/run does this when missing)"
+    "Docker engine. Install Debian's package: `apt-get install -y docker-compose` (`make test` does this when missing)"
 )
 K8S_VERSIONS = ("1.30.0", "1.37.0")
 """The oldest Kubernetes still commonly run, and the newest schema kubernetes-validate ships."""

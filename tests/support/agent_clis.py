@@ -1,9 +1,9 @@
 """The real agent CLIs (Claude Code, Codex), found and run non-interactively against a gateway on loopback.
 
 Why: agents are most of a gateway's traffic, and they exercise it as no SDK call does (tools, long
-prompts, betas, retries). The binaries come from npm: ``.ci/run`` installs them in
-``.cache/agent-clis`` and exports ``GATEWAY_AGENT_CLIS`` (the ``node_modules/.bin`` that holds them);
-a developer machine may have them in ``/tmp/npmcli``. Missing binaries fail the test with the
+prompts, betas, retries). The binaries come from npm: ``tests/install-deps`` (run by ``make test``)
+installs them in ``.cache/agent-clis``; ``GATEWAY_AGENT_CLIS`` may name another ``node_modules/.bin``
+that holds them, and a developer machine may have them in ``/tmp/npmcli``. Missing binaries fail the test with the
 command that installs them: never a silent skip.
 
 Each run is sealed to loopback: a fresh ``HOME`` (and ``CODEX_HOME``), no telemetry, no updater, and
