@@ -109,3 +109,27 @@ def test_a_refused_reload_leaves_the_metrics_as_the_old_config_made_them(
     assert 'model="added"' not in metrics.text
     assert not served.app.state.metrics.spend.named
 
+
+def test_numbers_toml_reads_but_no_setting_takes_are_refused_in_words(
+    fakes: Fakes, serve: Serve, tmp_path: Path
+) -> None:
+    # tomllib reads nan, inf and integers of any length; a 400-digit price raised OverflowError (a 500, and a
+    # SIGHUP's reload task died with it), and nan was taken as a price.
+    a, b = fakes.start("a"), fakes.start("b")
+    served = serve(config_text(a, b))
+    before = served.runtime
+    path = tmp_path / "gateway.toml"
+    deployment = '  model = "a-upstream"\n'
+    for value, said in (("1" + "0" * 400, "100000000000… (401 digits)"), ("nan", "nan"), ("-inf", "-inf")):
+        path.write_text(config_text(a, b).replace(deployment, f"{deployment}  price_out = {value}\n", 1))
+        reply = served.reload()
+        assert reply.status_code == 400, reply.text
+        message = reply.json()["error"]["message"]
+        assert f"models[0].deployments[0].price_out: expected a finite number, got {said}" in message
+    path.write_text(config_text(a, b).replace("slice_s = 1", "slice_s = 1\nbuffer_limit = 1" + "0" * 30))
+    message = served.reload().json()["error"]["message"]
+    assert "expected a 64-bit integer" in message
+    path.write_text(config_text(a, b) + "\n[x]\ndeep = " + "[" * 5000 + "]" * 5000 + "\n")
+    reply = served.reload()
+    assert reply.status_code == 400 and "nested too deeply" in reply.json()["error"]["message"]
+    assert served.runtime is before
