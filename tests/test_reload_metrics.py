@@ -11,7 +11,7 @@ import httpx
 from gateway.fakes import FakeBehavior
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.wait import wait_until
-from tests.test_reload import Serve, Served
+from tests.test_reload import ADMIN, Serve, Served
 from tests.test_reload import serve as serve  # the fixture: a gateway on a config file, reloadable
 
 _GAUGES_OF_PROVIDER = (
@@ -115,3 +115,30 @@ def test_a_stream_in_flight_on_a_removed_provider_drains_its_gauge_and_brings_no
     wait_until(lambda: old.requests.count == 0)
     assert _of_b(_lines(served)) == []
     assert _value(_lines(served), 'gateway_upstream_requests_total{model="gone",outcome="ok",provider="b"}') == 1
+
+
+def test_a_reload_that_opens_metrics_takes_the_key_names_off_them(fakes: Fakes, serve: Serve, tmp_path: Path) -> None:
+    # Key and team names are shown only behind the metrics key; a reload that drops metrics_key_env opens /metrics,
+    # and the spend series booked under the names must not be shown on it.
+    a = fakes.start("a")
+    (tmp_path / "keys.toml").write_text(
+        '[[keys]]\nname = "alice"\nkey = "sk-alice-0123456789"\nteam = "search"\nbudget_usd = 100\n'
+    )
+    auth = '[auth]\napi_keys_file = "keys.toml"\n\n'
+    named = '[server]\nmetrics_key_env = "METRICS_KEY"\n\n' + auth + _config(a, None)
+    served = serve(named, environ={"GATEWAY_ADMIN_KEY": ADMIN, "METRICS_KEY": "metrics-key"})
+    key = {"authorization": "Bearer sk-alice-0123456789"}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    assert served.http.post("/v1/chat/completions", json=body, headers=key).status_code == 200
+    behind = {"authorization": "Bearer metrics-key"}
+    wait_until(lambda: 'key="alice"' in served.http.get("/metrics", headers=behind).text)  # booked at settlement
+    shown = served.http.get("/metrics", headers=behind).text
+    assert 'name="alice"' in shown  # its budget, behind the key
+    (tmp_path / "gateway.toml").write_text(auth + _config(a, None))
+    assert served.reload().status_code == 200
+    assert served.http.post("/v1/chat/completions", json=body, headers=key).status_code == 200
+    wait_until(lambda: served.runtime.requests.count == 0)
+    opened = served.http.get("/metrics")
+    assert opened.status_code == 200
+    assert "alice" not in opened.text and "search" not in opened.text
+    assert 'gateway_spend_usd_total{key="",model="m",provider="a",team=""}' in opened.text
