@@ -66,3 +66,18 @@ def test_an_echoed_prompt_is_not_counted_as_output(
     assert output == 2 * plain.output_tokens
     wait_until(lambda: len(access_lines(caplog)) == 2)
     assert [line["output_tokens"] for line in access_lines(caplog)] == [plain.output_tokens] * 2
+
+
+def test_each_choice_s_echo_is_taken_out(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
+    # n = 2: the whole body's two texts, each the prompt and its answer, are read as one.
+    gateway = _gateway(fakes, start_gateway, usage=True)
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    found: list[Sample] = []
+    for echo in (False, True):
+        answer = client.completions.create(model="m", prompt=PROMPT, echo=echo, n=2, max_tokens=64)
+        assert [choice.text.startswith(PROMPT) for choice in answer.choices] == [echo, echo]
+        wait_until(lambda: len(gateway.samples.samples) == len(found) + 1)
+        found.append(gateway.samples.samples[-1])
+    plain, echoed = found
+    assert plain.output_tokens is not None and plain.output_tokens <= 64
+    assert echoed.output_tokens == plain.output_tokens and echoed.validity == plain.validity == "valid"

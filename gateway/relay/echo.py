@@ -25,24 +25,27 @@ def echoes(endpoint: str, body: dict[str, Any]) -> bool:
 def without_echo(reading: Reading, body: dict[str, Any], counter: TokenCounter) -> Reading:
     """``reading`` with its output tokens (and tokens per second) counted without the echoed prompt.
 
-    One prompt and one choice: the text after the prompt is counted (and judged, and logged with the bodies),
-    when the answer starts with it. Otherwise
-    (several prompts or choices, whose texts a stream interleaves; a prompt of token ids) each choice's prompt
-    is taken off the whole count, by its own count or its number of ids.
+    Each prompt given as text is taken out of the answer text once per choice (``n``) where it is found (a
+    whole body's choices are joined, and a stream sends each choice's echo in one piece), and what is left is
+    counted, judged, and logged with the bodies; a provider that did not echo loses nothing. A prompt of token
+    ids cannot be found in text: its number of ids is taken off the count instead.
     """
     counted = reading.output_tokens
     if not counted:
         return reading
-    prompts = _prompts(body.get("prompt"))
     choices = body.get("n")
     choices = choices if isinstance(choices, int) and not isinstance(choices, bool) and choices > 0 else 1
     text = reading.answer_text
-    if len(prompts) == 1 and choices == 1 and isinstance(prompts[0], str) and text.startswith(prompts[0]):
-        text = text[len(prompts[0]) :]  # what the validity check judges too: the prompt is not the answer
-        tokens = counter.count(text)
-    else:
-        echoed = sum(counter.count(p) if isinstance(p, str) else p for p in prompts) * choices
-        tokens = max(0, counted - echoed)
+    ids = 0
+    for prompt in _prompts(body.get("prompt")):
+        if isinstance(prompt, int):
+            ids += prompt * choices
+        elif prompt and prompt in text:
+            text = text.replace(prompt, "", choices)
+    tokens = counter.count(text) if text != reading.answer_text else counted
+    tokens = max(0, tokens - ids)
+    if tokens == counted:
+        return reading
     speed = reading.tokens_per_s
     if speed is not None:
         # The same window (first to last answer token) over fewer tokens; none under two, as DESIGN.md defines it.
