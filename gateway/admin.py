@@ -14,7 +14,8 @@ deployment over the current day, week or month (``window``, default ``month``), 
 ``by`` leaves out (``by=key,model``), and every budget's limit, spent, reserved and reset time.
 
 ``POST /v1/gateway/reload`` (admin key) re-reads the config file and swaps it in; an
-invalid config answers 400 with the error, and the old config keeps serving. Under ``gateway
+invalid config answers 400 with the error, any other failure 500 with it in words (never a traceback),
+and in both cases the old config keeps serving. Under ``gateway
 serve --workers N`` the worker that answers then has its supervisor reload every worker.
 """
 
@@ -32,10 +33,10 @@ from gateway.admission.spending import BUDGET_WINDOWS
 from gateway.admission.spending.report import budget_json, grouped_rows, parse_by, spend_document
 from gateway.admission.spending.store import SpendStoreDown
 from gateway.api import error_response
-from gateway.config import ConfigError, ModelConfig
+from gateway.config import ModelConfig
 from gateway.errors import BudgetUnavailable, GatewayError, InvalidRequest, ModelNotFound, NotFound, clip
 from gateway.metrics.series import WORKER_ENV
-from gateway.reload import reloader_of
+from gateway.reload import REFUSALS, ReloadFailed, reloader_of
 from gateway.request_body import PLANNED_TOKENS_BOUND
 from gateway.routing.affinity import decide
 from gateway.routing.explain import ranking_json
@@ -43,7 +44,6 @@ from gateway.routing.overrides import NO_PREFERENCES
 from gateway.routing.plan import SessionRoute
 from gateway.runtime import GatewayRuntime, require_admin, runtime_of
 from gateway.samples import ENDPOINTS, Endpoint
-from gateway.tokens import TokenizerError
 
 _ENDPOINTS: tuple[Endpoint, ...] = ENDPOINTS
 
@@ -178,10 +178,13 @@ async def reload_config(request: Request) -> Response:
     reloader = reloader_of(request.scope)
     try:
         new = await reloader.reload()
-    except (ConfigError, TokenizerError) as exc:
+    except REFUSALS as exc:
         return error_response(
             InvalidRequest(f"config not reloaded, the previous one keeps serving: {exc}", code="invalid_config")
         )
+    except ReloadFailed as exc:
+        failed = GatewayError(f"config not reloaded, the previous one keeps serving: {exc}", code="reload_failed")
+        return error_response(failed)
     if WORKER_ENV in os.environ:
         # One worker of `gateway serve --workers N`: the supervisor passes the reload on to all of them.
         os.kill(os.getppid(), signal.SIGHUP)

@@ -124,8 +124,8 @@ async def build_runtime(
         counter = previous.counter
     else:
         counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
+    metrics_key = resolve_metrics_key(config, options.environ)
     upstreams = UpstreamPool.from_config(config, keys)
-    options.metrics.prepare(config)  # every series this config bounds, at zero: no empty panels
     events: GatewayEvents = options.metrics
     if options.events is not None:
         events = EventFanout([options.metrics, options.events])
@@ -163,7 +163,7 @@ async def build_runtime(
         queue=queue,
         sessions=sessions,
     )
-    return GatewayRuntime(
+    runtime = GatewayRuntime(
         config=config,
         router=router,
         dispatcher=Dispatcher(runner, owners, providers_keep_responses=config.responses.state == "provider"),
@@ -177,8 +177,11 @@ async def build_runtime(
         owners=owners,
         sessions=sessions,
         conversations=conversations,
-        metrics_key=resolve_metrics_key(config, options.environ),
+        metrics_key=metrics_key,
     )
+    # Last, once nothing can fail: a reload refused must leave the metrics as the old config made them.
+    options.metrics.prepare(config)  # every series this config bounds, at zero: no empty panels
+    return runtime
 
 
 def _open_bindings(stats: StatsConfig, options: AppOptions, redis: RedisConnections) -> BindingStore:

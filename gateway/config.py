@@ -157,6 +157,9 @@ def load_config(path: str | Path) -> GatewayConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: invalid TOML: {exc}") from exc
+    except RecursionError as exc:
+        # tomllib reads nested arrays and inline tables by recursion: thousands of "[" overflow it.
+        raise ConfigError(f"{source}: invalid TOML: arrays or tables nested too deeply") from exc
     config = parse_config(data, source=source)
     keys_file = config.auth.api_keys_file
     if keys_file is not None and not Path(keys_file).is_absolute():

@@ -2,7 +2,9 @@
 
 Triggered by ``POST /v1/gateway/reload`` (admin) or SIGHUP. The new config is validated in
 full and its runtime built *before* the swap; anything wrong (a typo, an unknown provider, a
-missing key) refuses the reload with the error and the old runtime keeps serving. A request
+missing key) refuses the reload with the error and the old runtime keeps serving. Any other
+failure (a bug, the machine) is said once in the log, in words, raised as ``ReloadFailed``, and
+likewise changes nothing: the reload after it starts afresh. A request
 reads ``holder.current`` once when it starts, so requests in flight finish on the runtime
 they started with; that runtime's upstream pools are closed only after its last request is
 done. The stats store and the router's state (in-flight counts, circuits, hedge budgets) carry
@@ -18,11 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.errors import clip
 from gateway.runtime import GatewayRuntime, RuntimeHolder
+from gateway.tokens import TokenizerError
 
 logger = logging.getLogger("gateway")
 
 Build = Callable[[GatewayConfig, GatewayRuntime], Awaitable[GatewayRuntime]]
+
+REFUSALS = (ConfigError, TokenizerError)
+"""What a reload refuses in the config's own words: the config (or what it names) is at fault."""
+
+
+class ReloadFailed(Exception):
+    """A reload failed for a reason other than the config's content; the message says what, in one line.
+
+    Already logged when raised: the caller only answers (``POST /v1/gateway/reload``) or stays quiet (SIGHUP).
+    """
 
 
 class Reloader:
@@ -38,14 +52,23 @@ class Reloader:
         self._signalled: set[asyncio.Task[None]] = set()
 
     async def reload(self) -> GatewayRuntime:
-        """Swap in the config file's current content; raises ``ConfigError`` (and changes nothing) if it is invalid."""
+        """Swap in the config file's current content. Changes nothing if it raises: ``ConfigError`` (or
+        ``TokenizerError``) when the config is invalid, ``ReloadFailed`` when anything else went wrong."""
         if self.path is None:
             raise ConfigError("this gateway was not started from a config file: there is nothing to reload")
         async with self._lock:
-            config = await asyncio.to_thread(load_config, Path(self.path))
-            old = self.holder.current
-            _check_restart_only(old.config, config)
-            new = await self.build(config, old)
+            try:
+                config = await asyncio.to_thread(load_config, Path(self.path))
+                old = self.holder.current
+                _check_restart_only(old.config, config)
+                new = await self.build(config, old)
+            except REFUSALS:
+                raise
+            except Exception as exc:
+                # The outermost handler of a reload: nothing has been swapped yet, so the old config stays whole.
+                words = f"{type(exc).__name__}: {clip(str(exc))}" if str(exc) else type(exc).__name__
+                logger.error("config reload failed, the previous config keeps serving: %s", words)
+                raise ReloadFailed(words) from exc
             self.holder.current = new
             self.reloads += 1
             task = asyncio.ensure_future(self._retire(old))
@@ -63,9 +86,11 @@ class Reloader:
     async def _reload_and_log(self) -> None:
         try:
             new = await self.reload()
-        except ConfigError as exc:
+        except REFUSALS as exc:
             logger.error("config reload refused, the previous config keeps serving: %s", exc)
             return
+        except ReloadFailed:
+            return  # said in the log where it was raised
         logger.info("config reloaded from %s (%d models)", self.path, len(new.config.models))
 
     @staticmethod

@@ -18,10 +18,19 @@ typo must never be silently ignored. Usage::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, TypeVar, overload
 
 _T = TypeVar("_T")
+_INT64 = 2**63 - 1
+"""TOML's integers are 64-bit; tomllib reads longer ones, which the config refuses as the spec does."""
+
+
+def _short(value: float) -> str:
+    """A number for an error message: a 400-digit integer is not written out."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}… ({len(text)} digits)"
 
 
 class ConfigError(ValueError):
@@ -89,6 +98,8 @@ class TableReader:
         if value is None:
             return None
         assert isinstance(value, int)
+        if abs(value) > _INT64:
+            raise self.error(key, f"expected a 64-bit integer (as TOML defines them), got {_short(value)}")
         if minimum is not None and value < minimum:
             raise self.error(key, f"expected an integer >= {minimum}, got {value}")
         return value
@@ -113,6 +124,10 @@ class TableReader:
         if value is None:
             return None
         assert isinstance(value, int | float)
+        if isinstance(value, float) and not math.isfinite(value) or isinstance(value, int) and abs(value) > _INT64:
+            # TOML has nan and inf, and tomllib integers of any size: none is a price, a timeout or a limit (and
+            # float() of a 400-digit integer raises OverflowError, which a reload could not say in words).
+            raise self.error(key, f"expected a finite number, got {_short(value)}")
         if positive and value <= 0:
             raise self.error(key, f"expected a number > 0, got {value}")
         if minimum is not None and value < minimum:

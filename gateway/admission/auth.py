@@ -195,6 +195,8 @@ def _read_key_file(
     except tomllib.TOMLDecodeError as exc:
         # tomllib's messages give a line and column, never the offending text.
         raise ConfigError(f"{source}: invalid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{source}: invalid TOML: arrays or tables nested too deeply") from exc
     root = TableReader(data, "", source, secret=True)
     teams: dict[str, Budget] = {}
     for table in root.tables("teams"):

@@ -88,6 +88,16 @@ def answer_plan(
     return skip, remaining, "stop"
 
 
+def _echoed(body: dict[str, Any], path: str) -> str:
+    """What a completion with ``echo: true`` repeats before its answer, as OpenAI's and vLLM's do: the prompt."""
+    prompt = body.get("prompt")
+    if path.endswith("/chat/completions") or body.get("echo") is not True:
+        return ""
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    return prompt if isinstance(prompt, str) else ""
+
+
 def _n(body: dict[str, Any]) -> int:
     n = body.get("n", 1)
     return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 16 else 1
@@ -143,7 +153,7 @@ async def complete(
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        choice = {"index": 0, "text": _echoed(body, path) + text, "logprobs": None, "finish_reason": finish}
         obj = "text_completion"
     choices = [dict(choice, index=i) for i in range(_n(body))]
     payload = {"id": f"fake-{host.state.requests}", "object": obj, "created": created, "model": model}
@@ -191,7 +201,8 @@ class ChatScript:
 
     def opening(self) -> bytes:
         if not self.chat:
-            return b""
+            echoed = _echoed(self.body, "/completions")  # the prompt, at once (usage counts only what follows)
+            return self._event({"index": 0, "text": echoed, "finish_reason": None}) if echoed else b""
         # The role chunk carries no output: TTFT is not over until the first content.
         return self._event({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
 

@@ -51,6 +51,12 @@ class SeriesFamilies:
             child = self._children[key] = family.labels(*values)
         return child  # a child of ``family``, of its class (no ``cast``: a call per series asked for)
 
+    def _forget(self, gauge: Gauge, *values: str) -> None:
+        """Remove a series ``_series`` may have handed out: from the family, and from what it remembers, so that
+        asking for it again makes a new one (a remembered child would no longer be in the registry)."""
+        self._children.pop((gauge, values), None)
+        self._remove(gauge, values)
+
     @staticmethod
     def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:
         try:

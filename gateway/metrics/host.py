@@ -28,7 +28,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.metrics.series import Metrics
-from gateway.metrics.window import _WINDOW_LABELS, _WINDOW_NAMES, WINDOW_QUANTILE_LABEL, WINDOW_QUANTILES
+from gateway.metrics.window import _WINDOW_LABELS, _WINDOW_NAMES, WINDOW_QUANTILE_LABEL, WINDOW_QUANTILES, configured
 from gateway.stats.snapshot import StatsSnapshot
 from gateway.types import DeploymentKey
 
@@ -61,7 +61,7 @@ class WorkerMetrics(Metrics):
 
     def observe_snapshot(self, snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str] | None = None) -> None:
         """Compute the window's series now, on the event loop; ``render`` (in a thread) only reads them."""
-        self._window = list(_window_families(snapshot, providers or {}))
+        self._window = list(_window_families(snapshot, providers))
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         registry = CollectorRegistry(auto_describe=False)
@@ -71,15 +71,15 @@ class WorkerMetrics(Metrics):
         return encoder(registry), content_type
 
 
-def _window_families(snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str]) -> Iterator[MetricFamily]:
+def _window_families(snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str] | None) -> Iterator[MetricFamily]:
     quantile_labels = [*_WINDOW_LABELS, WINDOW_QUANTILE_LABEL]
     families = {
         metric: GaugeMetricFamily(name, doc, labels=quantile_labels) for metric, (name, doc) in _WINDOW_NAMES.items()
     }
     success = GaugeMetricFamily(*_SUCCESS, labels=list(_WINDOW_LABELS))
     samples = GaugeMetricFamily(*_SAMPLES, labels=list(_WINDOW_LABELS))
-    for (model, deployment), summary in snapshot.summaries.items():
-        base = [model, providers.get((model, deployment), deployment), deployment]
+    for (model, deployment), summary in configured(snapshot, providers):
+        base = [model, providers.get((model, deployment), deployment) if providers else deployment, deployment]
         samples.add_metric(base, summary.samples)
         rate = summary.success_rate()
         if rate is not None:

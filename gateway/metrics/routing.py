@@ -167,6 +167,8 @@ class RoutingSeries(SeriesFamilies):
         )
         self._circuits_known: set[str] = set()
         self._providers: dict[DeploymentKey, str] = {}
+        self._live: tuple[frozenset[str], frozenset[str]] | None = None
+        """The providers and models of the config last prepared (None before the first: every name counts)."""
 
     def _prepare_routing_series(self, pairs: Iterable[tuple[str, str]], config: GatewayConfig) -> None:
         """The series ``prepare`` creates at zero: per (model, provider) pair, model and provider."""
@@ -190,12 +192,50 @@ class RoutingSeries(SeriesFamilies):
             for choice in AFFINITY_CHOICES:
                 for reason in MOVE_REASONS if choice == "move" else ("",):
                     self._series(self.session_routes, model_config.name, choice, reason)
+        live = (frozenset(p.name for p in config.providers), frozenset(m.name for m in config.models))
+        if self._live is not None:
+            self._retire(self._live[0] - live[0], self._live[1] - live[1])
+        self._live = live
         for provider_config in config.providers:
             name = provider_config.name
             self._series(self.inflight, name)
             self.set_provider_capacity(name, provider_config.max_concurrency)
             if name not in self._circuits_known:
                 self.set_circuit_state(name, "closed")
+
+    def _retire(self, providers: Iterable[str], models: Iterable[str]) -> None:
+        """Remove the gauges of providers and models a reload removed: a gauge says how things are now, and those
+        are no more (their counters and histograms stay: a counter must not vanish mid-life). A count with work
+        still on it (attempts in flight, requests in the queue) drains first."""
+        for provider in providers:
+            self._circuits_known.discard(provider)
+            for state in CIRCUIT_STATES:
+                self._forget(self.circuit, provider, state)
+            for gauge in (self.capacity, self.concurrency_limit, self.ratelimit_reset):
+                self._forget(gauge, provider)
+            for kind in ("requests", "tokens"):
+                self._forget(self.ratelimit_remaining, provider, kind)
+            self._plain_inflight.pop(provider, None)  # its events take the slow road, which drains it
+            self._drain(self.inflight, provider, 0.0)
+        for model in models:
+            self._drain(self.queue_depth, model, 0.0)
+
+    def _drain(self, gauge: Gauge, name: str, change: float) -> None:
+        """Add ``change`` to the count ``name`` of a provider or model no longer configured, removing the series
+        once it is 0. Until then the attempts and waiters of the old runtime still report to it; a name whose
+        series is gone is left alone (an old runtime's late event makes none). A reload that brings the name back
+        before then keeps the series, and its count, as they are."""
+        child = self._children.get((gauge, (name,)))
+        if child is None:
+            return
+        child.inc(change)
+        if child._value.get() <= 0:
+            self._forget(gauge, name)
+
+    def _gone(self, index: int, name: str) -> bool:
+        """``name`` (0: a provider, 1: a model) is not in the config last prepared."""
+        live = self._live
+        return live is not None and name not in live[index]
 
     # -- Hooks: the capacity controller ------------------------------------------------------
 
@@ -224,18 +264,25 @@ class RoutingSeries(SeriesFamilies):
         child = self._plain_inflight.get(provider)
         if child is not None:
             child._value._value += 1  # ``inc()`` of a plain gauge (``gateway.metrics.children``)
+        elif (gauge := self._inflight_by_call(provider)) is not None:
+            gauge.inc()
         else:
-            self._inflight_by_call(provider).inc()
+            self._drain(self.inflight, provider, 1)
 
     def attempt_ended(self, model: str, deployment: str, provider: str) -> None:
         child = self._plain_inflight.get(provider)
         if child is not None:
             child._value._value += -1  # ``dec()``, as it adds: ``inc(-1)``
+        elif (gauge := self._inflight_by_call(provider)) is not None:
+            gauge.dec()
         else:
-            self._inflight_by_call(provider).dec()
+            self._drain(self.inflight, provider, -1)
 
-    def _inflight_by_call(self, provider: str) -> Gauge:
-        """``provider``'s in-flight child, kept for the events to update in place when its value is plain."""
+    def _inflight_by_call(self, provider: str) -> Gauge | None:
+        """``provider``'s in-flight child, kept for the events to update in place when its value is plain; None for
+        a provider a reload removed (its count drains, ``_drain``)."""
+        if self._gone(0, provider):
+            return None
         child = self._series(self.inflight, provider)
         if plain_children(self.inflight):
             self._plain_inflight[provider] = child
@@ -271,17 +318,24 @@ class RoutingSeries(SeriesFamilies):
         self._series(self.malformed_events, model, provider).inc()
 
     def queue_entered(self, model: str) -> None:
-        self._series(self.queue_depth, model).inc()
+        if self._gone(1, model):
+            self._drain(self.queue_depth, model, 1)
+        else:
+            self._series(self.queue_depth, model).inc()
 
     def queue_left(self, model: str, waited_s: float, outcome: QueueOutcome) -> None:
         if outcome != "full":
-            self._series(self.queue_depth, model).dec()
+            if self._gone(1, model):
+                self._drain(self.queue_depth, model, -1)
+            else:
+                self._series(self.queue_depth, model).dec()
             self._series(self.queue_wait, model).observe(waited_s)
         if outcome in ("timeout", "full"):
             self._series(self.queue_refusals, model, outcome).inc()
 
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
-        self.set_circuit_state(provider, state)
+        if not self._gone(0, provider):  # an old runtime's attempt at a removed provider: its series stay gone
+            self.set_circuit_state(provider, state)
 
     def session_routed(self, model: str, deployment: str, choice: AffinityChoice, reason: str | None) -> None:
         self._series(self.session_routes, model, choice, reason or "").inc()

@@ -94,8 +94,10 @@ class Metrics(AttemptSeries, RoutingSeries, WindowSeries):
         on a healthy gateway (no fallback yet, no hedge, no circuit ever opened), which reads as
         "broken" and makes ``rate()`` start from the wrong baseline. So each counter gets its
         (model, provider) × outcome/reason/result series now, each provider its in-flight and
-        capacity gauges, and a provider not seen before a closed circuit. Series of providers a
-        reload removed stay: a counter must not vanish mid-life.
+        capacity gauges, and a provider not seen before a closed circuit. A reload that removes a
+        provider or a model removes its gauges (circuit, capacity, limits; in flight and queue depth
+        once their count drains), which an old runtime's late events do not bring back; its counters
+        and histograms stay: a counter must not vanish mid-life.
         """
         self.spend.named = config.server.metrics_key_env is not None
         pairs = dict.fromkeys((m.name, d.provider) for m in config.models for d in m.deployments)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry
 
 from gateway.metrics.family import SeriesFamilies
-from gateway.stats.snapshot import Metric, StatsSnapshot
+from gateway.stats.snapshot import DeploymentSummary, Metric, StatsSnapshot
 from gateway.types import DeploymentKey
 
 # The rolling-window quantiles exported per deployment, in the label ``q``: ``quantile`` is
@@ -34,6 +34,15 @@ _WINDOW_NAMES: Mapping[Metric, tuple[str, str]] = {
 }
 
 _WINDOW_LABELS = ("model", "provider", "deployment")
+
+
+def configured(
+    snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str] | None
+) -> list[tuple[DeploymentKey, DeploymentSummary]]:
+    """The snapshot's summaries of the deployments ``providers`` holds (all of them without it)."""
+    if providers is None:
+        return list(snapshot.summaries.items())
+    return [(key, summary) for key, summary in snapshot.summaries.items() if key in providers]
 
 
 class WindowSeries(SeriesFamilies):
@@ -100,13 +109,17 @@ class WindowSeries(SeriesFamilies):
     def observe_snapshot(self, snapshot: StatsSnapshot, providers: Mapping[DeploymentKey, str] | None = None) -> None:
         """Export the window's quantiles per deployment; series of deployments gone from it are removed.
 
-        ``providers`` maps (model, deployment) to the provider's name (see ``deployment_providers``);
-        without it, or for a deployment it does not know, the deployment's name stands in.
+        ``providers`` maps (model, deployment) to the provider's name (see ``deployment_providers``): the
+        deployments of the config serving now. A deployment it does not hold was removed by a reload, and its
+        samples still in the window are not exported. Without it, the deployment's name stands for the provider.
         """
-        providers = providers or {}
         seen: set[tuple[str, ...]] = set()
-        for (model, deployment), summary in snapshot.summaries.items():
-            base: tuple[str, ...] = (model, providers.get((model, deployment), deployment), deployment)
+        for (model, deployment), summary in configured(snapshot, providers):
+            base: tuple[str, ...] = (
+                model,
+                providers.get((model, deployment), deployment) if providers else deployment,
+                deployment,
+            )
             self.window_samples.labels(*base).set(summary.samples)
             seen.add(base)
             hit_ratio = summary.hit_ratio()

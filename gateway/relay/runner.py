@@ -30,6 +30,7 @@ from gateway.reading import Reading
 from gateway.relay.attempt import Attempt, ClientFault
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.deadline import Deadline
+from gateway.relay.echo import echoes, without_echo
 from gateway.relay.first_token import await_first_token, check_whole, note_status, status_error
 from gateway.relay.outbound import upstream_body, upstream_of, upstream_path
 from gateway.relay.prompt_count import counted_prompt
@@ -323,6 +324,8 @@ class AttemptRunner:
     ) -> Sample:
         """Turn an ended attempt into its ``Sample``: to the router (health, in flight) and the sinks."""
         attempt.recorded = True
+        if reading.output_tokens and echoes(request.endpoint, request.body):
+            reading = without_echo(reading, request.body, self.counter)
         candidate = attempt.candidate
         deployment = candidate.deployment
         prompt = reading.usage_prompt_tokens if reading.usage_prompt_tokens is not None else request.prompt_tokens

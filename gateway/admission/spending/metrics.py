@@ -77,11 +77,30 @@ class SpendMetrics:
         settlement books every request. The series are never removed, and the labels stay bounded (above)."""
         self._plain = plain_children(self.spend)
         """``spend``'s values are plain: ``booked`` adds to them itself."""
-        self.named = False
+        self._named = False
+        self._named_refusals: set[tuple[str, str]] = set()
+        """``refusals``' series that name a key or a team."""
+
+    @property
+    def named(self) -> bool:
         """Key and team names may be shown (``/metrics`` needs a key): set from the config at each (re)load."""
+        return self._named
+
+    @named.setter
+    def named(self, named: bool) -> None:
+        if self._named and not named:
+            # A reload opened /metrics: the series that name a key or a team go, or an open scrape would show them
+            # (the spend goes on under empty names; the budget gauges go at the next scrape, ``observe_balances``).
+            for labels in [labels for labels in self._spend_children if labels[0] or labels[1]]:
+                del self._spend_children[labels]
+                self.spend.remove(*labels)
+            for refused in self._named_refusals:
+                self.refusals.remove(*refused)
+            self._named_refusals.clear()
+        self._named = named
 
     def booked(self, key: str, team: str, bookings: Sequence[Booking]) -> None:
-        if not self.named:
+        if not self._named:
             key = team = ""
         children, plain = self._spend_children, self._plain
         for booking in bookings:
@@ -96,11 +115,13 @@ class SpendMetrics:
                 child.inc(amount)
 
     def refused(self, scope: str, name: str) -> None:
-        self.refusals.labels(scope, name if self.named else "").inc()
+        if self._named:
+            self._named_refusals.add((scope, name))
+        self.refusals.labels(scope, name if self._named else "").inc()
 
     def observe_balances(self, balances: Sequence[Balance]) -> None:
         seen: set[tuple[str, str, str]] = set()
-        for balance in balances if self.named else ():
+        for balance in balances if self._named else ():
             scope = balance.held.scope
             labels = (scope.kind, scope.name, scope.budget.window)
             seen.add(labels)

@@ -1,0 +1,83 @@
+"""``echo: true`` on ``/v1/completions``: the client gets its prompt back before the answer, and every number
+the gateway keeps (stats, metrics, spend, the access log's) counts only the answer, streamed or not, with the
+provider's usage or without it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import openai
+import pytest
+
+from gateway.samples import Sample
+from tests.support.access import access_lines
+from tests.support.config import gateway_config
+from tests.support.fakes import Fakes
+from tests.support.gateway import Gateway
+from tests.support.wait import wait_until
+
+PROMPT = "Write about the sea. " * 60
+"""A prompt far longer than the answer (32 tokens): counted as output, it would swamp it."""
+
+
+def _gateway(fakes: Fakes, start_gateway: Callable[..., Gateway], *, usage: bool) -> Gateway:
+    fake = fakes.start("a")
+    config = gateway_config(
+        [fake],
+        deployments={"a": {"price_in": 1.0, "price_out": 1000.0}},
+        # Without usage in streams the spend is the gateway's own count: the case where the echo was billed.
+        provider_options={"a": {"stream_usage": usage}},
+    )
+    return start_gateway(config)
+
+
+def _complete(gateway: Gateway, *, echo: bool, stream: bool) -> tuple[str, Sample]:
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    before = len(gateway.samples.samples)
+    if stream:
+        chunks = client.completions.create(model="m", prompt=PROMPT, echo=echo, stream=True, max_tokens=64)
+        text = "".join(chunk.choices[0].text for chunk in chunks if chunk.choices)
+    else:
+        text = client.completions.create(model="m", prompt=PROMPT, echo=echo, max_tokens=64).choices[0].text
+    wait_until(lambda: len(gateway.samples.samples) > before)  # recorded once the last byte went out
+    samples = gateway.samples.samples[before:]
+    assert len(samples) == 1 and samples[0].outcome == "ok"
+    return text, samples[0]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("usage", [True, False], ids=["usage", "no-usage"])
+def test_an_echoed_prompt_is_not_counted_as_output(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], caplog: pytest.LogCaptureFixture, stream: bool, usage: bool
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    gateway = _gateway(fakes, start_gateway, usage=usage)
+    plain_text, plain = _complete(gateway, echo=False, stream=stream)
+    echoed_text, echoed = _complete(gateway, echo=True, stream=stream)
+    assert echoed_text == PROMPT + plain_text  # the client got its echo
+    assert plain.output_tokens is not None and plain.output_tokens <= 32
+    assert echoed.output_tokens == plain.output_tokens
+    assert echoed.cost_usd == pytest.approx(plain.cost_usd)
+    assert echoed.validity == plain.validity == "valid"  # the prompt, repeated, is not a degenerate answer
+    output = gateway.metrics.registry.get_sample_value(
+        "gateway_tokens_total", {"model": "m", "provider": "a", "type": "output"}
+    )
+    assert output == 2 * plain.output_tokens
+    wait_until(lambda: len(access_lines(caplog)) == 2)
+    assert [line["output_tokens"] for line in access_lines(caplog)] == [plain.output_tokens] * 2
+
+
+def test_each_choice_s_echo_is_taken_out(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> None:
+    # n = 2: the whole body's two texts, each the prompt and its answer, are read as one.
+    gateway = _gateway(fakes, start_gateway, usage=True)
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    found: list[Sample] = []
+    for echo in (False, True):
+        answer = client.completions.create(model="m", prompt=PROMPT, echo=echo, n=2, max_tokens=64)
+        assert [choice.text.startswith(PROMPT) for choice in answer.choices] == [echo, echo]
+        wait_until(lambda: len(gateway.samples.samples) == len(found) + 1)
+        found.append(gateway.samples.samples[-1])
+    plain, echoed = found
+    assert plain.output_tokens is not None and plain.output_tokens <= 64
+    assert echoed.output_tokens == plain.output_tokens and echoed.validity == plain.validity == "valid"
