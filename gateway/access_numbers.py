@@ -128,6 +128,8 @@ def encoded_line(taken: tuple[Any, ...], stamp: str) -> EncodedLine:
         speed = None if speed is None else rounded(speed, 2)
         # The answer's verdict (gateway.quality): "valid", or why not; null when none was judged.
         outcome, validity, provider, deployment = winner.outcome, winner.validity, winner.provider, winner.deployment
+    elif status is None:
+        outcome = "client_cancelled"  # no attempt, no response started: the client left first (e.g. while queued)
     costs: list[Any] = []
     attempt_costs: list[Any] = []
     for sample in samples:

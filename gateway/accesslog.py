@@ -72,10 +72,13 @@ class AccessRecord:
 
     @property
     def status(self) -> int | None:
-        """The status sent to the client; None if the client left before a response started."""
+        """The status sent to the client; None if the client left before a response started (a keep-alive's 200,
+        sent before any reply, is a start)."""
         if self.error_status is not None:
             return self.error_status
-        return self.log.status if self.log is not None else None
+        if self.log is not None:
+            return self.log.status
+        return 200 if self.keepalives else None
 
     @property
     def first_byte_at(self) -> float | None:
@@ -193,8 +196,9 @@ class AccessLog:
                     winner = sample
                     break
         status = record.error_status
-        if status is None and log is not None:
-            status = log.status
+        if status is None:
+            # ``record.status``, inline: the reply's, else the keep-alives' 200 (the client left before any reply)
+            status = log.status if log is not None else (200 if record.keepalives else None)
         upstream = upstream_api(answered.deployment, record.endpoint) if answered is not None else None
         model = request.requested_model if request is not None else ""
         provider = winner.provider if winner is not None and log is not None else ""

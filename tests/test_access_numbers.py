@@ -142,6 +142,8 @@ def _former_encoded(log: AccessLog, taken: TakenFacts) -> EncodedLine:
             winner.provider,
             winner.deployment,
         )
+    elif status is None:
+        outcome = "client_cancelled"
     costs = []
     attempt_costs = []
     for sample in samples:

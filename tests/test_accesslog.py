@@ -383,7 +383,8 @@ def _expected_entry(log: AccessLog, record: AccessRecord, duration: float, overh
         "model": request.requested_model if request is not None else None,
         "stream": request.stream if request is not None else None,
         "status": record.status,
-        "outcome": winner.outcome if winner else None,
+        # With no attempt, the client's hang-up when no response started (it left while queued, say).
+        "outcome": winner.outcome if winner else ("client_cancelled" if record.status is None else None),
         "validity": winner.validity if winner else None,
         "provider": winner.provider if winner else None,
         "deployment": winner.deployment if winner else None,

@@ -41,6 +41,7 @@ from typing import Any
 from redis.exceptions import ClusterError, NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.admission.spending.redis_reserve import RESERVE
 from gateway.admission.spending.redis_settle import (
     COUNTER_GRACE_S,
     SETTLE,
@@ -64,40 +65,6 @@ BATCH_S = 0.02
 BATCH_LIMIT = 512
 """Settlements written in one pipeline at most."""
 _SETTLE_SHA = hashlib.sha1(SETTLE.encode()).hexdigest()
-# KEYS: per scope, its counters hash and its holds zset.
-# ARGV: now, expiry, member ("" = only read), amount, then per scope: limit (-1 = no check), ttl.
-# Returns {ok, refused scope (1-based, 0 if none), then spent, reserved per scope as read}.
-_RESERVE = """
-local now, expiry, member, amount = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
-local n = #KEYS / 2
-local out = {1, 0}
-for i = 1, n do
-  local h, z = KEYS[2 * i - 1], KEYS[2 * i]
-  local expired = redis.call('ZRANGEBYSCORE', z, '-inf', now)
-  if #expired > 0 then
-    local freed = 0
-    for _, m in ipairs(expired) do freed = freed + tonumber(string.match(m, ':(%d+)$')) end
-    redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
-    if freed ~= 0 then redis.call('HINCRBY', h, 'reserved', -freed) end
-  end
-  local v = redis.call('HMGET', h, 'spent', 'reserved')
-  local spent, reserved = tonumber(v[1]) or 0, tonumber(v[2]) or 0
-  out[2 * i + 1], out[2 * i + 2] = spent, reserved
-  local limit = tonumber(ARGV[3 + 2 * i])
-  if out[1] == 1 and limit >= 0 and spent + reserved + amount > limit then
-    out[1], out[2] = 0, i
-  end
-end
-if out[1] == 1 and member ~= '' then
-  for i = 1, n do
-    redis.call('HINCRBY', KEYS[2 * i - 1], 'reserved', amount)
-    redis.call('ZADD', KEYS[2 * i], expiry, member)
-    redis.call('EXPIRE', KEYS[2 * i - 1], ARGV[4 + 2 * i])
-    redis.call('EXPIRE', KEYS[2 * i], ARGV[4 + 2 * i])
-  end
-end
-return out
-"""
 
 _ERRORS = (RedisError, OSError, TimeoutError)
 
@@ -121,7 +88,7 @@ class RedisSpendStore:
         """Close ``client`` with the store (one made apart from a ``RedisConnections``, e.g. by a tool)."""
         self.prefix = prefix
         self.retry_s = retry_s
-        self._reserve = client.register_script(_RESERVE)
+        self._reserve = client.register_script(RESERVE)
         self._pending: deque[tuple[Settlement, asyncio.Future[None] | None]] = deque()
         """Settlements not written yet, oldest first, each with the future its ``settle`` waits on (None: none)."""
         self._lost = 0
@@ -217,7 +184,15 @@ class RedisSpendStore:
     async def reserve(self, hold: Hold, now: float) -> Refusal | None:
         member = f"{hold.id}:{hold.amount}"
         args = [repr(now), repr(hold.expires_at), member, hold.amount]
-        raw = await self._run_reserve(hold.scopes, now, args, check=True)
+        try:
+            raw = await self._run_reserve(hold.scopes, now, args, check=True)
+        except (SpendStoreDown, asyncio.CancelledError) as exc:
+            if not isinstance(exc, SpendStoreDown) or isinstance(exc.__cause__, TimeoutError | RedisTimeoutError):
+                # Sent, its answer never read (the client hung up, or it came too late): Redis may have taken the
+                # hold all the same, and nobody would release it before it expires (the request's whole deadline).
+                # Released like a settlement with nothing booked: releasing a hold never taken changes nothing.
+                self.queue(hold, hold.tag, now, ())
+            raise
         ok, refused = raw[0], raw[1]
         if ok:
             return None
