@@ -1,0 +1,65 @@
+"""aimock (``tests.aimock_server``), a third-party server, behind the gateway: driven with the real SDKs.
+
+aimock speaks chat completions, the Responses API, embeddings and the Messages API in each one's own shapes,
+so it stands for a provider declared to speak any of them: natively, or reached by translation from a client
+of another API. Its journal says what it was asked, which the gateway's retries are held against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.config import GatewayConfig
+from tests.aimock_server import AimockServer
+from tests.support.clients import sdk
+from tests.support.config import gateway_config
+from tests.support.gateway import Gateway
+
+StartGateway = Callable[..., Gateway]
+HELLO = "Hello! How can I help you today?"
+FIXTURES: list[dict[str, Any]] = [
+    {
+        "match": {"inputText": "unsupported"},
+        "response": {
+            "error": {"message": "embeddings are not enabled on this server", "type": "server_error"},
+            "status": 501,
+        },
+    },
+    {"match": {"userMessage": "hello"}, "response": {"content": HELLO}},
+    {"match": {"endpoint": "chat"}, "response": {"content": "fallback answer"}},
+]
+
+
+@pytest.fixture(scope="module")
+def aimock() -> Iterator[AimockServer]:
+    server = AimockServer(FIXTURES).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def mock(aimock: AimockServer) -> AimockServer:
+    aimock.forget()
+    return aimock
+
+
+def config_for(server: AimockServer, apis: list[str]) -> GatewayConfig:
+    """Model ``m`` on aimock, declared to speak ``apis`` (the others reach it translated)."""
+    return gateway_config([server], provider_options={server.name: {"apis": apis}})
+
+
+def test_a_501_is_not_asked_again(mock: AimockServer, start_gateway: StartGateway) -> None:
+    """A server that does not implement an endpoint (501: llama.cpp's embeddings when started without them)
+    answers the same when asked again: the lone deployment is asked once, and its words reach the client."""
+    gateway = start_gateway(config_for(mock, ["chat", "embeddings"]))
+    with pytest.raises(openai.APIStatusError) as caught, sdk(gateway.base_url) as client:
+        client.embeddings.create(model="m", input="unsupported")
+    assert "embeddings are not enabled on this server" in caught.value.message
+    assert len(mock.requests("/v1/embeddings")) == 1
+
