@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -63,3 +64,17 @@ def test_a_501_is_not_asked_again(mock: AimockServer, start_gateway: StartGatewa
     assert "embeddings are not enabled on this server" in caught.value.message
     assert len(mock.requests("/v1/embeddings")) == 1
 
+
+def test_a_messages_client_refused_names_its_own_field(mock: AimockServer, start_gateway: StartGateway) -> None:
+    """A Messages client's ``stop_sequences`` cannot reach a Responses-only server: the refusal names the field
+    the client sent, not the Chat Completions name it is held under, and nothing is sent."""
+    gateway = start_gateway(config_for(mock, ["responses"]))
+    with (
+        pytest.raises(anthropic.BadRequestError) as caught,
+        anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10) as client,
+    ):
+        client.messages.create(
+            model="m", max_tokens=16, stop_sequences=["help"], messages=[{"role": "user", "content": "hello"}]
+        )
+    assert "'stop_sequences' cannot be translated to the Responses API" in caught.value.message
+    assert mock.requests() == []

@@ -30,6 +30,12 @@ from gateway.translate.ir import (
 )
 
 TITLES: dict[Api, str] = {"chat": "Chat Completions", "messages": "Messages", "responses": "Responses"}
+CLIENT_FIELDS: dict[Api, dict[str, str]] = {
+    "messages": {"stop": "stop_sequences"},
+    "responses": {"response_format": "text.format"},
+}
+"""The writers refuse a field by its Chat Completions name (the neutral shape keeps chat's names): per client API,
+what that field is called in the request the client sent, so that the refusal names what it can find and change."""
 
 
 NO_EFFECT: dict[Api, dict[str, tuple[Any, ...]]] = {
@@ -104,7 +110,8 @@ def translate(
         conversation = read_request(source, body, builtin_tools)
         written = write_request(target, conversation, model, stream_usage=stream_usage)
     except Untranslatable as exc:
-        raise Untranslatable(exc.field_path, TITLES[target], exc.why) from None
+        field_path = CLIENT_FIELDS.get(source, {}).get(exc.field_path, exc.field_path)
+        raise Untranslatable(field_path, TITLES[target], exc.why) from None
     return Translation(written, tuple(conversation.omitted_tools))
 
 
