@@ -75,6 +75,12 @@ class AimockServer:
         self.stop()
         raise RuntimeError(f"aimock did not start within {timeout:g}s")
 
+    def __enter__(self) -> AimockServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def requests(self, path: str | None = None) -> list[dict[str, Any]]:
         """The requests aimock received (its journal), oldest first; only those to ``path`` when given."""
         entries: list[dict[str, Any]] = httpx.get(self.url + "/__aimock/journal", timeout=5).json()
