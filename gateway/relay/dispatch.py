@@ -22,7 +22,7 @@ import functools
 import json
 import logging
 
-from gateway.dialects.messages import anthropic_error, named
+from gateway.dialects.messages import anthropic_error, is_anthropic_error, named
 from gateway.errors import GatewayError, UpstreamError, describe_error_body
 from gateway.relay.attempt import Attempt, ClientFault, Opened
 from gateway.relay.budget import AttemptBudget
@@ -179,8 +179,9 @@ def _log_unanswered(request: ProxyRequest, plan: RoutePlan, budget: AttemptBudge
 
 
 def _fault_reply(request: ProxyRequest, fault: ClientFault, budget: AttemptBudget) -> FullReply:
-    """An upstream's 4xx that is the request's fault, relayed: in the client's API shape if it came translated or
-    is no JSON (a proxy's HTML page, such as nginx's 413 in front of a provider, where an SDK finds no error)."""
+    """An upstream's 4xx that is the request's fault, relayed: in the client's API shape if it came translated, is
+    no JSON (a proxy's HTML page, such as nginx's 413 in front of a provider, where an SDK finds no error), or is
+    a Messages server's error in OpenAI's shape (llama.cpp's)."""
     winner = budget.log.winner
     upstream = upstream_of(request, winner) if winner is not None else request.endpoint
     too_long = context_exceeded(fault)[0]
@@ -189,7 +190,8 @@ def _fault_reply(request: ProxyRequest, fault: ClientFault, budget: AttemptBudge
         message = as_prompt_too_long(describe_error_body(fault.body)[0], request.prompt_tokens)
         return FullReply(fault.status, anthropic_error(fault.status, message), "application/json", budget.log)
     if upstream == request.endpoint and json_object_like(fault.body):
-        return FullReply(fault.status, fault.body, fault.content_type, budget.log)
+        if request.endpoint != "messages" or is_anthropic_error(fault.body):
+            return FullReply(fault.status, fault.body, fault.content_type, budget.log)
     # Codex knows its context window is full by the code (Anthropic's "prompt is too long" has none).
     code = CONTEXT_EXCEEDED if too_long else None
     body = translate_error(fault.body, fault.status, as_api(request.endpoint), code)
