@@ -13,6 +13,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from gateway.config import GatewayConfig
 from tests.aimock_server import AimockServer
@@ -30,6 +31,8 @@ FIXTURES: list[dict[str, Any]] = [
             "status": 501,
         },
     },
+    # aimock answers a content filter on the Responses API as a response whose status is "failed".
+    {"match": {"userMessage": "refuse"}, "response": {"content": "", "finishReason": "content_filter"}},
     {"match": {"userMessage": "hello"}, "response": {"content": HELLO}},
     {"match": {"endpoint": "chat"}, "response": {"content": "fallback answer"}},
 ]
@@ -78,3 +81,20 @@ def test_a_messages_client_refused_names_its_own_field(mock: AimockServer, start
         )
     assert "'stop_sequences' cannot be translated to the Responses API" in caught.value.message
     assert mock.requests() == []
+
+
+def test_a_failed_response_is_no_answer_to_a_chat_client(mock: AimockServer, start_gateway: StartGateway) -> None:
+    """A Responses server's answer whose status is ``failed`` reaches a chat client as the failure it is (a 502,
+    or the stream's error), never as a finished answer (``finish_reason: stop``, the output so far)."""
+    gateway = start_gateway(config_for(mock, ["responses"]))
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "refuse"}]
+    with sdk(gateway.base_url) as client:
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.chat.completions.create(model="m", messages=messages)
+        assert caught.value.status_code == 502 and "the response failed" in caught.value.message
+        finishes: list[str | None] = []
+        with pytest.raises(openai.APIError, match="the response failed"):
+            for chunk in client.chat.completions.create(model="m", messages=messages, stream=True):
+                finishes.extend(c.finish_reason for c in chunk.choices)
+    assert finishes == [None]
+    assert len(mock.requests("/v1/responses")) == 2

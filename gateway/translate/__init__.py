@@ -149,6 +149,11 @@ def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any
         return translate_error(raw, 502, target), False
     if "error" in body and body.get("error") is not None and not body.get("choices") and not body.get("output"):
         return translate_error(raw, 502, target), False
+    if source == "responses" and body.get("status") == "failed":
+        # A failed response is no answer, whatever output it holds: read as one, it became a "stop" with the
+        # output so far.
+        error = body.get("error") or {"message": "the response failed", "code": "response_failed"}
+        return translate_error(json.dumps({"error": error}).encode(), 502, target), False
     try:
         reply = read_reply(source, body)
     except InvalidRequest as error:
