@@ -33,6 +33,7 @@ FIXTURES: list[dict[str, Any]] = [
     },
     # aimock answers a content filter on the Responses API as a response whose status is "failed".
     {"match": {"userMessage": "refuse"}, "response": {"content": "", "finishReason": "content_filter"}},
+    {"match": {"userMessage": "long story"}, "response": {"content": "Once upon a", "finishReason": "length"}},
     {"match": {"userMessage": "hello"}, "response": {"content": HELLO}},
     {"match": {"endpoint": "chat"}, "response": {"content": "fallback answer"}},
 ]
@@ -98,3 +99,21 @@ def test_a_failed_response_is_no_answer_to_a_chat_client(mock: AimockServer, sta
                 finishes.extend(c.finish_reason for c in chunk.choices)
     assert finishes == [None]
     assert len(mock.requests("/v1/responses")) == 2
+
+
+def test_a_cut_answer_is_an_incomplete_message_to_a_responses_client(
+    mock: AimockServer, start_gateway: StartGateway
+) -> None:
+    """A chat server's answer cut by its token limit (``finish_reason: length``) reaches a Responses client as an
+    incomplete response whose message is incomplete too (OpenAI's own shape), streamed and whole."""
+    gateway = start_gateway(config_for(mock, ["chat"]))
+    with sdk(gateway.base_url) as client:
+        whole = client.responses.create(model="m", input="long story", max_output_tokens=3)
+        events = list(client.responses.create(model="m", input="long story", max_output_tokens=3, stream=True))
+    assert whole.status == "incomplete" and whole.incomplete_details is not None
+    assert [(o.type, o.status) for o in whole.output if o.type == "message"] == [("message", "incomplete")]
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [(i.type, i.status) for i in done if i.type == "message"] == [("message", "incomplete")]
+    last = events[-1]
+    assert last.type == "response.incomplete" and last.response.output_text == "Once upon a"
+    assert [o.status for o in last.response.output if o.type == "message"] == ["incomplete"]
