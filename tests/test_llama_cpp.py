@@ -222,3 +222,18 @@ def test_a_messages_client_is_told_its_prompt_is_too_long(llama: LlamaServer, st
         body["error"]["message"].startswith("prompt is too long: ")
         and "tokens > 1024 maximum" in body["error"]["message"]
     )
+
+
+@pytest.mark.parametrize("apis", [["responses"], ["chat"]], ids=["native", "translated"])
+def test_a_responses_client_is_told_its_context_is_exceeded_by_code(
+    llama: LlamaServer, start_gateway: StartGateway, apis: list[str]
+) -> None:
+    """llama.cpp's refusal of a prompt past its context (``"code": 400``, ``exceed_context_size_error``) reaches a
+    Responses client (Codex) with OpenAI's code for it, ``context_length_exceeded``, by which Codex knows its
+    context is full; the server's words kept. Served natively and by translation from chat."""
+    policy = {"first_token_timeout_s": 30, "idle_timeout_s": 30}
+    gateway = start_gateway(gateway_config([llama], provider_options={"llama": {"apis": apis}}, policy=policy))
+    with pytest.raises(openai.BadRequestError) as caught, sdk(gateway.base_url, timeout=60) as client:
+        client.responses.create(model="m", input=LONG_PROMPT, max_output_tokens=MAX_TOKENS)
+    assert caught.value.code == "context_length_exceeded"
+    assert "exceeds the available context size (1024 tokens)" in caught.value.message

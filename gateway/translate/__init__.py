@@ -182,9 +182,11 @@ def unreadable_error(message: str, target: Api) -> bytes:
 
 def translate_error(raw: bytes, status: int, target: Api, code_if_none: str | None = None) -> bytes:
     """An upstream's error body (any API's shape) in the client API's shape, its message and status kept; an OpenAI
-    shape gets ``code_if_none`` where the upstream gave no code (Anthropic's errors have none)."""
+    shape gets ``code_if_none`` where the upstream gave no code (Anthropic's errors have none) or only a number
+    (llama.cpp's and vLLM's ``"code": 400``, the HTTP status again, where OpenAI's codes are words)."""
     message, code = describe_error_body(raw)
-    code = code or code_if_none
+    if code is None or code.isdigit():
+        code = code_if_none
     if target == "messages":
         return anthropic_error(status, message)
     kind = "invalid_request_error" if 400 <= status < 500 else "upstream_error"
