@@ -17,9 +17,10 @@ import json
 import os
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -39,6 +40,11 @@ def find_aimock() -> Path:
     return binary
 
 
+def _discard(stream: IO[str]) -> None:
+    for _ in stream:
+        pass
+
+
 class AimockServer:
     """One aimock process serving ``fixtures`` (aimock's JSON fixture entries, first match wins).
 
@@ -51,6 +57,7 @@ class AimockServer:
         self.url = ""
         self.base_url = ""
         self.process: subprocess.Popen[str] | None = None
+        self._drain: threading.Thread | None = None
         self._dir = tempfile.TemporaryDirectory(prefix="aimock-")
 
     def start(self, timeout: float = 20.0) -> AimockServer:
@@ -69,6 +76,10 @@ class AimockServer:
             if "listening on " in line:
                 self.url = line.rsplit("listening on ", 1)[1].strip()
                 self.base_url = self.url + "/v1"
+                # Its log goes on (a line per unmatched request, warnings): read and dropped, so that a full
+                # pipe never stalls the server.
+                self._drain = threading.Thread(target=_discard, args=(self.process.stdout,), daemon=True)
+                self._drain.start()
                 return self
             if not line and self.process.poll() is not None:
                 raise RuntimeError(f"aimock exited with {self.process.returncode} before serving")
@@ -95,6 +106,8 @@ class AimockServer:
             if self.process.poll() is None:
                 self.process.kill()
                 self.process.wait(10)
+            if self._drain is not None:
+                self._drain.join(10)  # the pipe's end came with the process's: the reader returns
             if self.process.stdout is not None:
                 self.process.stdout.close()
         self._dir.cleanup()
