@@ -156,3 +156,25 @@ def test_a_200_error_of_the_provider_falls_back_else_is_a_502_with_its_words(
 )
 def test_only_a_body_that_is_nothing_but_an_error_reads_as_one(body: bytes, error: object) -> None:
     assert error_envelope(body) == error
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_messages_servers_openai_shaped_400_reaches_an_anthropic_client_in_anthropic_shape(
+    start_gateway: StartGateway, raw: Callable[..., RawUpstream], stream: bool
+) -> None:
+    """llama.cpp's server speaks the Messages API but answers its errors there in OpenAI's shape (its body for a
+    request with tools to a server started without ``--jinja``): relayed as it came, an Anthropic client got no
+    ``type: error`` envelope."""
+    data = json.dumps({"error": {"code": 400, "message": LLAMA_CPP_FAULT, "type": "invalid_request_error"}}).encode()
+    head = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: %d\r\n\r\n"
+    upstream = raw("stale", head % len(data) + data)
+    gateway = start_gateway(gateway_config([upstream], base_policy=POLICY, provider_options=MESSAGES_ONLY))
+    request = {"model": "m", "max_tokens": 8, "messages": MESSAGES, "stream": stream}
+    response = httpx.post(gateway.base_url + "/messages", json=request, timeout=10)
+    assert response.status_code == 400, response.text
+    assert response.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": LLAMA_CPP_FAULT}}
+    assert upstream.connections == 1
+
+
+LLAMA_CPP_FAULT = "tools param requires --jinja flag"
+MESSAGES_ONLY = {"raw": {"apis": ["messages"]}}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import anthropic
 import httpx
@@ -21,6 +22,7 @@ import openai
 import pytest
 
 from gateway.config import GatewayConfig
+from tests.aimock_server import AimockServer
 from tests.llama_server import LlamaServer
 from tests.support.clients import sdk
 from tests.support.config import gateway_config
@@ -172,3 +174,66 @@ def test_anthropic_sdk_through_translation_to_llama_cpp(llama: LlamaServer, star
     wait_until(lambda: len(gateway.samples.samples) == 2, what="both answers recorded")
     sample = gateway.samples.samples[-1]
     assert sample.deployment == "llama" and sample.outcome == "ok" and sample.output_tokens is not None
+
+
+LONG_PROMPT = "hello " * 1500
+"""About 1500 tokens: more than the server's context (``n_ctx`` 1024 in ``tests.llama_server``)."""
+
+
+def test_a_prompt_past_llama_cpps_context_falls_back(llama: LlamaServer, start_gateway: StartGateway) -> None:
+    """llama.cpp refuses a prompt past its context in its own words ("request (N tokens) exceeds the available
+    context size (1024 tokens)", ``exceed_context_size_error``): the gateway reads that as the prompt too long for
+    this deployment only, learns its window, and asks the next deployment (aimock here), which answers."""
+    fixtures: list[dict[str, Any]] = [{"match": {"userMessage": "hello"}, "response": {"content": "a larger window"}}]
+    with AimockServer(fixtures) as mock, sdk(llama_gateway(start_gateway, llama, mock).base_url, timeout=60) as client:
+        replies = [
+            client.chat.completions.with_raw_response.create(
+                model="m", messages=[{"role": "user", "content": LONG_PROMPT}], max_tokens=MAX_TOKENS
+            )
+            for _ in range(2)
+        ]
+    assert [r.parse().choices[0].message.content for r in replies] == ["a larger window"] * 2
+    assert [r.headers["x-gateway-provider"] for r in replies] == ["aimock", "aimock"]
+    # The second prompt as large does not ask llama.cpp again: its window was learned from the first refusal.
+    assert [r.headers["x-gateway-attempts"] for r in replies] == ["2", "1"]
+
+
+def llama_gateway(start_gateway: StartGateway, llama: LlamaServer, mock: AimockServer) -> Gateway:
+    """Model ``m`` on llama.cpp first, then aimock (in that order: the attempt policy is ``fixed-order``)."""
+    policy = {"first_token_timeout_s": 30, "idle_timeout_s": 30}
+    return start_gateway(gateway_config([llama, mock], policy=policy))
+
+
+def test_a_messages_client_is_told_its_prompt_is_too_long(llama: LlamaServer, start_gateway: StartGateway) -> None:
+    """The Messages API natively on llama.cpp: its refusal of a prompt past the context reaches an Anthropic
+    client in Anthropic's shape and words (``prompt is too long: N tokens > W maximum``, on which Claude Code
+    compacts its conversation)."""
+    gateway = start_gateway(llama_config(llama))
+    messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": LONG_PROMPT}]
+    with (
+        pytest.raises(anthropic.BadRequestError) as caught,
+        anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=60) as client,
+    ):
+        client.messages.create(model="m", max_tokens=MAX_TOKENS, messages=messages)
+    body = caught.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error"
+    assert (
+        body["error"]["message"].startswith("prompt is too long: ")
+        and "tokens > 1024 maximum" in body["error"]["message"]
+    )
+
+
+@pytest.mark.parametrize("apis", [["responses"], ["chat"]], ids=["native", "translated"])
+def test_a_responses_client_is_told_its_context_is_exceeded_by_code(
+    llama: LlamaServer, start_gateway: StartGateway, apis: list[str]
+) -> None:
+    """llama.cpp's refusal of a prompt past its context (``"code": 400``, ``exceed_context_size_error``) reaches a
+    Responses client (Codex) with OpenAI's code for it, ``context_length_exceeded``, by which Codex knows its
+    context is full; the server's words kept. Served natively and by translation from chat."""
+    policy = {"first_token_timeout_s": 30, "idle_timeout_s": 30}
+    gateway = start_gateway(gateway_config([llama], provider_options={"llama": {"apis": apis}}, policy=policy))
+    with pytest.raises(openai.BadRequestError) as caught, sdk(gateway.base_url, timeout=60) as client:
+        client.responses.create(model="m", input=LONG_PROMPT, max_output_tokens=MAX_TOKENS)
+    assert caught.value.code == "context_length_exceeded"
+    assert "exceeds the available context size (1024 tokens)" in caught.value.message

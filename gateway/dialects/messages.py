@@ -83,6 +83,18 @@ def anthropic_error(status: int, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": error_type(status), "message": message}}).encode()
 
 
+def is_anthropic_error(body: bytes) -> bool:
+    """Whether ``body`` is an error in Anthropic's shape (``{"type": "error", "error": {"type", "message"}}``).
+    A server that speaks the Messages API may still answer its errors in OpenAI's shape (llama.cpp's does):
+    such a body is re-shaped before an Anthropic client gets it. Parses; only for error bodies."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    error = data.get("error") if isinstance(data, dict) else None
+    return data.get("type") == "error" and isinstance(error, dict) and isinstance(error.get("message"), str)
+
+
 def _usage(tally: Tally, usage: object) -> None:
     if not isinstance(usage, dict):
         return

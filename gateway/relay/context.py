@@ -23,13 +23,14 @@ from gateway.routing import Candidate, Router
 CONTEXT_EXCEEDED = "context_length_exceeded"
 CONTEXT_CODES = frozenset({CONTEXT_EXCEEDED, "string_above_max_length"})
 # How providers state the limit: OpenAI ("maximum context length is 8192 tokens"), vLLM and others
-# ("maximum context length is 8192", "context window of 8192"), Anthropic ("200019 tokens > 200000 maximum").
+# ("maximum context length is 8192", "context window of 8192"), Anthropic ("200019 tokens > 200000 maximum"),
+# llama.cpp's server ("request (4024 tokens) exceeds the available context size (1024 tokens)").
 _LIMITS = (
     re.compile(r"maximum context length (?:is|of) (\d+)", re.IGNORECASE),
-    re.compile(r"context (?:window|length|size) (?:is |of )?(\d+)", re.IGNORECASE),
+    re.compile(r"context (?:window|length|size) (?:is |of )?\(?(\d+)", re.IGNORECASE),
     re.compile(r"> ?(\d+) maximum", re.IGNORECASE),
 )
-_MESSAGES = re.compile(r"context.length|context.window|prompt is too long|too many tokens", re.IGNORECASE)
+_MESSAGES = re.compile(r"context.length|context.window|context.size|prompt is too long|too many tokens", re.IGNORECASE)
 
 
 def context_exceeded(fault: ClientFault) -> tuple[bool, int | None]:
@@ -54,7 +55,9 @@ def context_exceeded(fault: ClientFault) -> tuple[bool, int | None]:
     return True, None
 
 
-_ASKED = re.compile(r"(?:resulted in|requested|contains|prompt has|prompt is) (\d+) (?:input )?tokens", re.IGNORECASE)
+_ASKED = re.compile(
+    r"(?:(?:resulted in|requested|contains|prompt has|prompt is) |request \()(\d+) (?:input )?tokens", re.IGNORECASE
+)
 
 
 def as_prompt_too_long(message: str, prompt_tokens: int) -> str:

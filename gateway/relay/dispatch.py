@@ -22,11 +22,12 @@ import functools
 import json
 import logging
 
-from gateway.dialects.messages import anthropic_error, named
+from gateway.dialects.messages import anthropic_error, is_anthropic_error, named
 from gateway.errors import GatewayError, UpstreamError, describe_error_body
 from gateway.relay.attempt import Attempt, ClientFault, Opened
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.context import (
+    CONTEXT_CODES,
     CONTEXT_EXCEEDED,
     as_prompt_too_long,
     context_exceeded,
@@ -179,8 +180,9 @@ def _log_unanswered(request: ProxyRequest, plan: RoutePlan, budget: AttemptBudge
 
 
 def _fault_reply(request: ProxyRequest, fault: ClientFault, budget: AttemptBudget) -> FullReply:
-    """An upstream's 4xx that is the request's fault, relayed: in the client's API shape if it came translated or
-    is no JSON (a proxy's HTML page, such as nginx's 413 in front of a provider, where an SDK finds no error)."""
+    """An upstream's 4xx that is the request's fault, relayed: in the client's API shape if it came translated, is
+    no JSON (a proxy's HTML page, such as nginx's 413 in front of a provider, where an SDK finds no error), or is
+    a Messages server's error in OpenAI's shape (llama.cpp's)."""
     winner = budget.log.winner
     upstream = upstream_of(request, winner) if winner is not None else request.endpoint
     too_long = context_exceeded(fault)[0]
@@ -188,12 +190,21 @@ def _fault_reply(request: ProxyRequest, fault: ClientFault, budget: AttemptBudge
         # Claude Code compacts its conversation on Anthropic's wording of it, and on no other.
         message = as_prompt_too_long(describe_error_body(fault.body)[0], request.prompt_tokens)
         return FullReply(fault.status, anthropic_error(fault.status, message), "application/json", budget.log)
-    if upstream == request.endpoint and json_object_like(fault.body):
+    if upstream == request.endpoint and json_object_like(fault.body) and _in_client_shape(request, fault, too_long):
         return FullReply(fault.status, fault.body, fault.content_type, budget.log)
     # Codex knows its context window is full by the code (Anthropic's "prompt is too long" has none).
     code = CONTEXT_EXCEEDED if too_long else None
     body = translate_error(fault.body, fault.status, as_api(request.endpoint), code)
     return FullReply(fault.status, body, "application/json", budget.log)
+
+
+def _in_client_shape(request: ProxyRequest, fault: ClientFault, too_long: bool) -> bool:
+    """Whether a native upstream's error body can reach the client as it is: on the Messages API, one in
+    Anthropic's shape; on the others, any but a prompt too long without OpenAI's code for it (llama.cpp's
+    ``exceed_context_size_error``, vLLM's ``"code": 400``), by which Codex knows its context is full."""
+    if request.endpoint == "messages":
+        return is_anthropic_error(fault.body)
+    return not too_long or describe_error_body(fault.body)[1] in CONTEXT_CODES
 
 
 async def retry_invalid(

@@ -36,13 +36,19 @@ RETRY_AFTER_MARGIN_S = 0.05
 """Added to a ``Retry-After``: the retry comes just after the provider's window, not at its edge."""
 
 
+NEVER_CURED = frozenset({501, 505})
+"""5xx statuses that say what the server cannot do, not how it is doing: 501 (this endpoint or feature is not
+implemented: llama.cpp's embeddings when started without them) and 505. Asked again, it answers the same."""
+
+
 def safe_to_repeat(error: UpstreamError) -> bool:
-    """A failure before any answer that asking again may cure: 5xx, 429, a connection refused or reset."""
+    """A failure before any answer that asking again may cure: 5xx (but ``NEVER_CURED``), 429, a connection
+    refused or reset."""
     if isinstance(error, UpstreamTimeout):
         return False
     if isinstance(error, UpstreamStatusError):
         status = error.upstream_status
-        return status is not None and (status == 429 or status >= 500)
+        return status is not None and (status == 429 or (status >= 500 and status not in NEVER_CURED))
     # UpstreamUnavailable with no status: the connection failed or was reset before the headers. One with a
     # status (an error event before the first token, an empty stream) is the provider's answer: fail over.
     return error.upstream_status is None

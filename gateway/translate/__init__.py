@@ -30,6 +30,12 @@ from gateway.translate.ir import (
 )
 
 TITLES: dict[Api, str] = {"chat": "Chat Completions", "messages": "Messages", "responses": "Responses"}
+CLIENT_FIELDS: dict[Api, dict[str, str]] = {
+    "messages": {"stop": "stop_sequences"},
+    "responses": {"response_format": "text.format"},
+}
+"""The writers refuse a field by its Chat Completions name (the neutral shape keeps chat's names): per client API,
+what that field is called in the request the client sent, so that the refusal names what it can find and change."""
 
 
 NO_EFFECT: dict[Api, dict[str, tuple[Any, ...]]] = {
@@ -104,7 +110,8 @@ def translate(
         conversation = read_request(source, body, builtin_tools)
         written = write_request(target, conversation, model, stream_usage=stream_usage)
     except Untranslatable as exc:
-        raise Untranslatable(exc.field_path, TITLES[target], exc.why) from None
+        field_path = CLIENT_FIELDS.get(source, {}).get(exc.field_path, exc.field_path)
+        raise Untranslatable(field_path, TITLES[target], exc.why) from None
     return Translation(written, tuple(conversation.omitted_tools))
 
 
@@ -142,6 +149,11 @@ def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any
         return translate_error(raw, 502, target), False
     if "error" in body and body.get("error") is not None and not body.get("choices") and not body.get("output"):
         return translate_error(raw, 502, target), False
+    if source == "responses" and body.get("status") == "failed":
+        # A failed response is no answer, whatever output it holds: read as one, it became a "stop" with the
+        # output so far.
+        error = body.get("error") or {"message": "the response failed", "code": "response_failed"}
+        return translate_error(json.dumps({"error": error}).encode(), 502, target), False
     try:
         reply = read_reply(source, body)
     except InvalidRequest as error:
@@ -170,9 +182,11 @@ def unreadable_error(message: str, target: Api) -> bytes:
 
 def translate_error(raw: bytes, status: int, target: Api, code_if_none: str | None = None) -> bytes:
     """An upstream's error body (any API's shape) in the client API's shape, its message and status kept; an OpenAI
-    shape gets ``code_if_none`` where the upstream gave no code (Anthropic's errors have none)."""
+    shape gets ``code_if_none`` where the upstream gave no code (Anthropic's errors have none) or only a number
+    (llama.cpp's and vLLM's ``"code": 400``, the HTTP status again, where OpenAI's codes are words)."""
     message, code = describe_error_body(raw)
-    code = code or code_if_none
+    if code is None or code.isdigit():
+        code = code_if_none
     if target == "messages":
         return anthropic_error(status, message)
     kind = "invalid_request_error" if 400 <= status < 500 else "upstream_error"

@@ -181,6 +181,8 @@ def write_reply(reply: Reply, model: str, response_id: str, request: dict[str, A
         if item is not None:
             output.append(item)
     status = "incomplete" if reply.stop in ("length", "filter") else "completed"
+    if status == "incomplete" and output and output[-1]["type"] == "message":
+        output[-1]["status"] = "incomplete"  # the message the limit or the filter cut, as OpenAI marks it
     return response_object(
         request, response_id, model, reply.created or int(time.time()), status, output, reply.usage, reply.stop
     )

@@ -213,17 +213,16 @@ class ResponsesReader:
             if item.get("type") == "reasoning" and isinstance(encrypted, str):
                 return [ReasoningDelta("", encrypted=encrypted, maker="responses")]
             return []
-        if kind in ("response.completed", "response.incomplete"):
+        if kind in ("response.completed", "response.incomplete", "response.failed"):
             response = obj(event.get("response"))
+            if kind == "response.failed" or response.get("status") == "failed":
+                return [_failed(response.get("error") or {"message": "the response failed"})]
             out: list[Event] = []
             usage = responses_reply.read_usage(response.get("usage"))
             if usage is not None:
                 out.append(UsageSeen(usage))
             stop = responses_reply.stop_of(response.get("status"), response.get("incomplete_details"), self._calls)
             return [*out, Finished(stop), Ended()]
-        if kind == "response.failed":
-            response = obj(event.get("response"))
-            return [_failed(response.get("error") or {"message": "the response failed"})]
         if kind == "error":
             return [_failed(event.get("error") if isinstance(event.get("error"), dict) else event)]
         return []

@@ -200,7 +200,9 @@ class ResponsesWriter:
     def _finished(self, item: _Item) -> dict[str, Any]:
         if item.kind == "message":
             content = [{"type": "output_text", "text": item.text, "annotations": [], "logprobs": []}]
-            return {"id": item.id, "type": "message", "status": "completed", "role": "assistant", "content": content}
+            # Only the message open when the answer ends can be cut: ``_stop`` is known by then, "end" before.
+            status = "incomplete" if self._stop in ("length", "filter") else "completed"
+            return {"id": item.id, "type": "message", "status": status, "role": "assistant", "content": content}
         if item.kind == "reasoning":
             done: dict[str, Any] = {"id": item.id, "type": "reasoning", "summary": []}
             if item.text:
