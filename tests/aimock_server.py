@@ -6,8 +6,8 @@ OpenAI's chat completions, Responses and embeddings and Anthropic's Messages API
 streamed and whole; it keeps a journal of the requests it received (``requests``), which the tests hold
 the gateway's retries and translations against. It starts in well under a second and uses no model.
 
-``make test`` installs it in ``.cache/aimock`` (``tests/install-deps``, ``INSTALL``); ``GATEWAY_AIMOCK`` may name another
-``node_modules/.bin`` that holds ``llmock``. A missing binary fails the test with the command that
+``make test`` installs it in ``.cache/aimock`` (``tests/install-deps``, ``INSTALL``); ``GATEWAY_AIMOCK`` may name
+another ``node_modules/.bin`` that holds ``llmock``. A missing binary fails the test with the command that
 installs it: never a skip.
 """
 

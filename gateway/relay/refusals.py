@@ -26,12 +26,13 @@ def waited_slots(full: Sequence[Candidate]) -> list[str]:
 
 
 def capacity_refusal(queue: SlotQueue, model: str, full: Sequence[Candidate], code: str, why: str) -> RateLimited:
-    """The 429 for a request that found every deployment of ``model`` full, with the queue's ``Retry-After``."""
+    """The 429 for a request that found every deployment of ``model`` full, with the queue's ``Retry-After``;
+    ``why`` says why it waits no longer (the queue is full, or no slot freed in time)."""
     providers = list(dict.fromkeys(c.provider.name for c in full))
     retry = queue.retry_after_s(model, [slot_key((c.model, c.name)) for c in full])
     message = (
         f"every deployment of model '{model}' is at its concurrency limit ({', '.join(providers)}) and "
-        f"no slot freed in time ({why}); retry after {retry}s"
+        f"{why}; retry after {retry}s"
     )
     return RateLimited(message, code=code, headers={"retry-after": str(retry)})
 
