@@ -118,6 +118,8 @@ def test_the_bounds_answer_429_with_retry_after(
     assert (full.status_code, full.json()["error"]["code"]) == (429, "capacity_queue_full")
     assert int(full.headers["retry-after"]) >= 1
     assert "at its concurrency limit" in full.json()["error"]["message"]
+    assert "its queue is full" in full.json()["error"]["message"]  # refused at once: it waited for no slot
+    assert "no slot freed in time" in timed_out.json()["error"]["message"]
     assert anthropic.status_code == 429 and anthropic.json()["type"] == "error"
     assert anthropic.json()["error"]["type"] == "rate_limit_error" and "retry-after" in anthropic.headers
     assert fake.app.state.requests == 1  # nothing past the ceiling reached the provider
