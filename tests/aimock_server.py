@@ -61,10 +61,15 @@ class AimockServer:
         self._dir = tempfile.TemporaryDirectory(prefix="aimock-")
 
     def start(self, timeout: float = 20.0) -> AimockServer:
+        try:
+            binary = find_aimock()
+        except BaseException:
+            self._dir.cleanup()  # else its finaliser warns inside whichever test runs next
+            raise
         path = Path(self._dir.name) / "fixtures.json"
         path.write_text(json.dumps({"fixtures": self.fixtures}))
         self.process = subprocess.Popen(
-            [str(find_aimock()), "--port", "0", "--fixtures", str(path), "--log-level", "info"],
+            [str(binary), "--port", "0", "--fixtures", str(path), "--log-level", "info"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -82,6 +87,7 @@ class AimockServer:
                 self._drain.start()
                 return self
             if not line and self.process.poll() is not None:
+                self.stop()
                 raise RuntimeError(f"aimock exited with {self.process.returncode} before serving")
         self.stop()
         raise RuntimeError(f"aimock did not start within {timeout:g}s")
