@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 
 import aiohttp
 
+from gateway.background import every
 from gateway.bench.command import samples_for_store, targets_from_config
 from gateway.bench.runner import BenchError, BenchRunner, BenchSettings, RequestResult
 from gateway.bench.tasks import builtin_tasks
@@ -80,14 +81,20 @@ class Canary:
                 await self._task
 
     async def _run(self) -> None:
-        while True:
-            settings = self.config().canary
-            await asyncio.sleep(settings.interval_s if settings is not None else 60.0)
-            if settings is not None:
-                try:
-                    await self.round()
-                except (aiohttp.ClientError, BenchError, OSError) as exc:  # never let a round stop the canary
-                    logger.warning("canary round failed: %s", exc)
+        # An unexpected error in a round is logged and the next round runs: the canary never stops for good.
+        await every(self._interval, self._tick, "canary round")
+
+    def _interval(self) -> float:
+        settings = self.config().canary
+        return settings.interval_s if settings is not None else 60.0
+
+    async def _tick(self) -> None:
+        if self.config().canary is None:
+            return
+        try:
+            await self.round()
+        except (aiohttp.ClientError, BenchError, OSError) as exc:  # expected: the round's targets failed
+            logger.warning("canary round failed: %s", exc)
 
     async def round(self) -> list[RequestResult]:
         """One task per deployment now, if the day's budget allows it; the results."""

@@ -145,6 +145,17 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> GatewayCo
 def load_config(path: str | Path) -> GatewayConfig:
     """Read and validate a TOML config file."""
     path = Path(path)
+    config = parse_config(read_toml(path), source=path.name)
+    keys_file = config.auth.api_keys_file
+    if keys_file is not None and not Path(keys_file).is_absolute():
+        # Relative to the config file, so that the pair can be moved together.
+        auth = dataclasses.replace(config.auth, api_keys_file=str(path.parent / keys_file))
+        config = dataclasses.replace(config, auth=auth)
+    return dataclasses.replace(config, stats=resolve_stats_files(config.stats, path.parent))
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A config file's TOML, not yet validated; ``ConfigError`` in one line if it cannot be read or parsed."""
     source = path.name
     try:
         text = path.read_text(encoding="utf-8")
@@ -160,13 +171,7 @@ def load_config(path: str | Path) -> GatewayConfig:
     except RecursionError as exc:
         # tomllib reads nested arrays and inline tables by recursion: thousands of "[" overflow it.
         raise ConfigError(f"{source}: invalid TOML: arrays or tables nested too deeply") from exc
-    config = parse_config(data, source=source)
-    keys_file = config.auth.api_keys_file
-    if keys_file is not None and not Path(keys_file).is_absolute():
-        # Relative to the config file, so that the pair can be moved together.
-        auth = dataclasses.replace(config.auth, api_keys_file=str(path.parent / keys_file))
-        config = dataclasses.replace(config, auth=auth)
-    return dataclasses.replace(config, stats=resolve_stats_files(config.stats, path.parent))
+    return data
 
 
 def resolve_secrets(config: GatewayConfig, environ: Mapping[str, str]) -> dict[str, str | None]:

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
+from gateway.background import log_failure
 from gateway.redis_failures import Backoff, describe_error
 from gateway.sessions.bindings import UNAVAILABLE, BackendName, Unavailable, binding_errors
 from gateway.types import Clock
@@ -234,6 +235,7 @@ class RedisConversationStore:
             self._note_unwritten(response_id, value is not None)  # written by the retry once Redis is back
             return
         task = asyncio.ensure_future(self._send(response_id, value, ttl_s))
+        task.add_done_callback(log_failure("conversations: writing to redis"))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 

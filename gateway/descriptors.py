@@ -16,6 +16,8 @@ import logging
 import os
 import resource
 
+from gateway.background import every
+
 logger = logging.getLogger("gateway")
 WARN_SHARE = 0.9
 """Open descriptors past this share of the soft limit are worth a warning."""
@@ -75,9 +77,11 @@ class DescriptorWatch:
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
-        while True:
-            self.check()
-            await asyncio.sleep(self.interval_s)
+        self.check()
+        await every(lambda: self.interval_s, self._check, "checking the open file descriptors")
+
+    async def _check(self) -> None:
+        self.check()
 
     async def aclose(self) -> None:
         if self._task is not None:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gateway.background import log_failure
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.errors import clip
 from gateway.runtime import GatewayRuntime, RuntimeHolder
@@ -72,6 +73,7 @@ class Reloader:
             self.holder.current = new
             self.reloads += 1
             task = asyncio.ensure_future(self._retire(old))
+            task.add_done_callback(log_failure("closing the previous config's runtime"))
             self._retiring.add(task)
             task.add_done_callback(self._retiring.discard)
             return new
@@ -80,6 +82,7 @@ class Reloader:
         """For a signal handler: reload, and log the outcome (there is nobody to answer)."""
         # Held until done: the loop keeps only a weak reference to a task.
         task = asyncio.ensure_future(self._reload_and_log())
+        task.add_done_callback(log_failure("config reload"))
         self._signalled.add(task)
         task.add_done_callback(self._signalled.discard)
 

@@ -33,6 +33,7 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.background import every
 from gateway.config import ConfigError, load_config
 
 logger = logging.getLogger("gateway.workers")
@@ -88,10 +89,12 @@ class WorkerServer(uvicorn.Server):
         await super().shutdown(sockets)
 
     async def _publish(self) -> None:
+        # A tick that fails is logged and the next one publishes again: the host's scrape must not freeze.
+        await every(lambda: PUBLISH_INTERVAL_S, self._publish_once, "publishing this worker's gauges")
+
+    async def _publish_once(self) -> None:
         state = self.gateway_app.state
-        while True:
-            await asyncio.sleep(PUBLISH_INTERVAL_S)
-            state.runtime.current.observe_gauges(state.metrics)
+        state.runtime.current.observe_gauges(state.metrics)
 
 
 def _follow_parent(parent: int) -> None:

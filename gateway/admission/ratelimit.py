@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from gateway.background import every
 from gateway.config import StatsConfig
 from gateway.frozen import positional_maker
 from gateway.redis_client import Backoff, RedisConnections, describe_error, redis_errors
@@ -372,9 +373,7 @@ class RedisRateLimiter:
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            await self.sync()
+        await every(lambda: self.interval_s, self.sync, "rate limit sync")
 
     async def aclose(self) -> None:
         if self._task is not None:

@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
+from gateway.commands.address import gateway_address
 from gateway.commands.common import config_path, fail
 from gateway.config import ConfigError, RedisMode, StatsConfig, load_config
 
@@ -50,11 +51,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from gateway.stats.redis_store import read_shared_snapshot
 
     path = config_path(args)
-    try:
-        config = load_config(path) if path else None
-    except ConfigError as exc:
-        return fail(str(exc))
     if args.redis is not None:
+        try:  # straight from Redis: the config's [stats] and models are what the report needs
+            config = load_config(path) if path else None
+        except ConfigError as exc:
+            return fail(str(exc))
         stats = config.stats if config else StatsConfig()
         stats = dataclasses.replace(
             stats,
@@ -80,7 +81,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
             rows, window_s=stats.window_s, taken_at=snapshot.taken_at, backend="redis", health=StoreHealth()
         )
     else:
-        base = args.url or (f"http://{config.server.host}:{config.server.port}" if config else "http://127.0.0.1:8080")
+        try:
+            base = args.url or gateway_address(path).url
+        except ConfigError as exc:
+            return fail(str(exc))
         api_key = args.api_key or os.environ.get("GATEWAY_API_KEY")
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         try:
@@ -118,13 +122,12 @@ def cmd_spend(args: argparse.Namespace) -> int:
 
     from gateway.admission.spending.report import render_csv, render_table
 
-    path = config_path(args)
     try:
-        config = load_config(path) if path else None
+        address = gateway_address(config_path(args))
     except ConfigError as exc:
         return fail(str(exc))
-    base = args.url or (f"http://{config.server.host}:{config.server.port}" if config else "http://127.0.0.1:8080")
-    variable = config.auth.admin_key_env if config and config.auth.admin_key_env else "GATEWAY_ADMIN_KEY"
+    base = args.url or address.url
+    variable = address.admin_key_env
     admin_key = args.admin_key or os.environ.get(variable)
     if not admin_key:
         return fail(f"spend needs the gateway's admin key: pass --admin-key or set ${variable}")

@@ -26,12 +26,15 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.core import Metric as MetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.samples import Sample
 
 from gateway.metrics.series import Metrics
 from gateway.metrics.window import _WINDOW_LABELS, _WINDOW_NAMES, WINDOW_QUANTILE_LABEL, WINDOW_QUANTILES, configured
 from gateway.stats.snapshot import StatsSnapshot
 from gateway.types import DeploymentKey
 
+_DRAINING = frozenset({"gateway_inflight_requests", "gateway_queue_depth"})
+"""Gauges that count work: a removed provider's or model's stays until the old runtime's work is done."""
 _SUCCESS = ("gateway_window_success_ratio", "Successful attempts / attempts over the window")
 _SAMPLES = ("gateway_window_samples", "Attempts in the stats window")
 
@@ -44,6 +47,36 @@ class _WindowCollector:
 
     def collect(self) -> Iterable[MetricFamily]:
         return self.families
+
+
+class _CurrentGauges:
+    """The multiprocess files' families, less the gauge series of providers and models no longer configured.
+
+    A file cannot forget a series: a gauge a reload removed (``RoutingSeries._retire``) would stay in every
+    worker's file, a removed provider's open circuit with it, for as long as the workers live. So the scrape
+    drops them, as a single process's registry does: the gauges of a name the config (``live``: providers,
+    models) no longer has go, a count still draining (in flight, queued) once it is 0. Counters and
+    histograms stay whole: a counter must not vanish mid-life.
+    """
+
+    def __init__(self, files: MultiProcessCollector, live: tuple[frozenset[str], frozenset[str]] | None) -> None:
+        self.files = files
+        self.live = live
+
+    def collect(self) -> Iterable[MetricFamily]:
+        for family in self.files.collect():  # type: ignore[no-untyped-call]
+            if family.type == "gauge" and self.live is not None:
+                family.samples = [s for s in family.samples if _current(family.name, s, self.live)]
+            yield family
+
+
+def _current(name: str, sample: Sample, live: tuple[frozenset[str], frozenset[str]]) -> bool:
+    """A gauge sample names only configured providers and models (or is a removed one's count still draining)."""
+    providers, models = live
+    provider, model = sample.labels.get("provider"), sample.labels.get("model")
+    if (provider is None or provider in providers) and (model is None or model in models):
+        return True
+    return name in _DRAINING and sample.value > 0
 
 
 class WorkerMetrics(Metrics):
@@ -65,7 +98,8 @@ class WorkerMetrics(Metrics):
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         registry = CollectorRegistry(auto_describe=False)
-        MultiProcessCollector(registry, path=self.directory)  # type: ignore[no-untyped-call]
+        files = MultiProcessCollector(None, path=self.directory)  # type: ignore[no-untyped-call]
+        registry.register(_CurrentGauges(files, self._live))
         registry.register(_WindowCollector(self._window))
         encoder, content_type = choose_encoder(accept or "")
         return encoder(registry), content_type

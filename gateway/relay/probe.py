@@ -27,6 +27,7 @@ import logging
 import uuid
 from collections.abc import Callable
 
+from gateway.background import every
 from gateway.errors import UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault
 from gateway.relay.budget import AttemptBudget
@@ -61,11 +62,14 @@ class CircuitProber:
                 await self._task
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            runner = self.current()
-            if isinstance(runner.router, ServingRouter):
-                await probe_due(runner, runner.router.state.idle_probes)
+        # An unexpected error in one tick is logged and the next tick probes again: a prober that died
+        # would leave every open circuit to the next real request, silently.
+        await every(lambda: self.interval_s, self._tick, "circuit probes")
+
+    async def _tick(self) -> None:
+        runner = self.current()
+        if isinstance(runner.router, ServingRouter):
+            await probe_due(runner, runner.router.state.idle_probes)
 
 
 def due(router: ServingRouter) -> list[Candidate]:

@@ -53,6 +53,7 @@ from gateway.admission.spending.redis_settle import (
 )
 from gateway.admission.spending.store import Balance, Booking, HeldScope, Hold, Refusal, SpendRow, SpendStoreDown
 from gateway.admission.spending.windows import Period
+from gateway.background import log_failure
 from gateway.config import StatsConfig
 from gateway.redis_client import RedisClient, RedisConnections
 from gateway.redis_failures import refuses_writes
@@ -157,7 +158,7 @@ class RedisSpendStore:
             self._reachable()
         if self._pending and self._drain_task is None:
             # In the background: a reservation must not wait for an outage's backlog to be written.
-            self._drain_task = asyncio.ensure_future(self._drain())
+            self._drain_task = self._start_drain()
 
     def degraded_reason(self) -> str | None:
         return self._reason
@@ -214,7 +215,7 @@ class RedisSpendStore:
         """Queue the settlement for the writer, started if it is not running (Redis away: kept for later)."""
         self._keep((hold, tag, at, tuple(bookings)), None)
         if self._drain_task is None and self._usable():
-            self._drain_task = asyncio.ensure_future(self._drain())
+            self._drain_task = self._start_drain()
 
     async def flushed(self) -> None:
         """Return once every settlement queued so far is written, or kept (Redis away: at once).
@@ -226,7 +227,7 @@ class RedisSpendStore:
         done = self._writing if self._writing is not None and not self._writing.done() else None
         if self._pending and self._usable():
             if self._drain_task is None:  # after an outage's retry time: nothing started the writer since
-                self._drain_task = asyncio.ensure_future(self._drain())
+                self._drain_task = self._start_drain()
             done = self._future_of_newest(self._pending)
         if done is not None:
             await asyncio.shield(done)  # shared by every waiter: one cancelled leaves the others waiting
@@ -253,6 +254,12 @@ class RedisSpendStore:
             done.set_result(None)
         self._lost += 1
         logger.error("budgets: %d settlements could not be kept while Redis was down", self._lost)
+
+    def _start_drain(self) -> asyncio.Task[None]:
+        """The writer, in the background; a failure nobody awaits is said in the log (the queue keeps what it held)."""
+        task = asyncio.ensure_future(self._drain())
+        task.add_done_callback(log_failure("budgets: writing settlements to redis"))
+        return task
 
     async def _drain(self) -> None:
         """Write what is queued, a batch per round trip, until nothing is left or a write fails."""
