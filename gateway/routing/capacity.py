@@ -29,12 +29,9 @@ logger = logging.getLogger("gateway")
 
 INITIAL_LIMIT = 32.0
 """Where a provider without a ceiling starts; it grows while the provider keeps answering."""
-MIN_LIMIT = 1.0
 BACKOFF_FLOOR = 4.0
 """No refusal backs a learned limit off below this (a ceiling below it still caps it): a refusal at one or two in
 flight is an outage or a per-request refusal, the circuit's business, not a concurrency the provider takes."""
-BACKOFF_RATIO = 0.9
-OVERLOAD_STATUSES = frozenset({429, 503, 529})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +77,7 @@ class ProviderLimit:
     @property
     def allowed(self) -> int:
         """Requests that may be in flight now: the learned limit, never above the ceiling."""
-        allowed = max(int(self.limit), int(MIN_LIMIT))
+        allowed = max(int(self.limit), 1)
         return allowed if self.ceiling is None else min(allowed, self.ceiling)
 
     def has_room(self, in_flight: int, now: float) -> bool:
@@ -104,7 +101,7 @@ class ProviderLimit:
             return False  # sent under the limit before the last back-off: already answered
         self.backed_off_at = now
         before = self.limit
-        self.limit = max(BACKOFF_FLOOR, min(self.limit, float(max(in_flight - 1, 1))) * BACKOFF_RATIO)
+        self.limit = max(BACKOFF_FLOOR, min(self.limit, float(max(in_flight - 1, 1))) * 0.9)
         self.limit = min(self.limit, before)  # a floor, never a raise
         return self.limit <= BACKOFF_FLOOR < before
 
@@ -260,7 +257,7 @@ class CapacityBoard:
             if budget.heard(key[0], limits.remaining_requests, alone=in_flight <= 1):
                 logger.info("provider %s: its rate-limit counts are one budget for all its models", provider.name)
         sent = sent_at if sent_at is not None else now
-        if status in OVERLOAD_STATUSES:
+        if status in (429, 503, 529):
             refused_at = in_flight if in_flight_at_send is None else in_flight_at_send
             if limit.overloaded(refused_at, sent, now):
                 logger.warning(

@@ -24,14 +24,11 @@ from gateway.policies import PolicyConfig
 from gateway.routing.draws import STANDARD_NORMAL, Draw, new_tuple
 from gateway.routing.overrides import Sort
 
-VALID_PRIOR = 5
-"""Pseudo-valid answers added to the valid rate: an honest provider's one invalid answer among its first few must
-not cost it a kind of traffic for a whole window."""
-
 
 def valid_rate(valid: int, judged: int) -> float:
-    """The chance an answer is valid for a request's kind, from the kind's judged answers (``VALID_PRIOR``)."""
-    return (valid + VALID_PRIOR) / (judged + VALID_PRIOR)
+    """The chance an answer is valid for a request's kind, from the kind's judged answers and five pseudo-valid ones:
+    an honest provider's one invalid answer among its first few must not cost it a kind of traffic for a window."""
+    return (valid + 5) / (judged + 5)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 PRIOR_ANSWERS = 3.0
 """A cell's answers weigh against its parent's estimate as if the parent were this many answers: a key's third
 answer moves its prediction halfway from the model's toward its own."""
-PRIOR_SIGMA = 1.0
-"""The log spread of answer lengths before any is heard: the p95 is about five times the median."""
 SESSIONS_KEPT = 10_000
 LengthSource = Literal["learned", "share", "request", "default"]
 """Where a prediction's prior came from before the cells pulled it: answers to this shape were heard
@@ -172,8 +170,9 @@ class Lengths:
             prior = min(default, float(max_tokens)) if max_tokens else default
         prior = max(1.0, prior)
         mean = prior
-        log_mean = math.log(prior) - PRIOR_SIGMA * PRIOR_SIGMA / 2  # a log-normal of mean ``prior``
-        log_var = PRIOR_SIGMA * PRIOR_SIGMA
+        # Before any answer is heard, a log-normal of mean ``prior`` and log spread 1 (the p95 ~ 5× the median).
+        log_var = 1.0
+        log_mean = math.log(prior) - log_var / 2
         answers = 0.0
         for cell in self._cells(key):
             if cell is None or not cell.n:

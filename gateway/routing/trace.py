@@ -23,11 +23,7 @@ from gateway.types import Clock
 
 HEADER_LIMIT = 4096
 """Bytes of the header value: nginx's default line buffer, the smallest common limit on one header."""
-DETAILED_CANDIDATES = 3
-"""Candidates that keep their numbers when the header is cut."""
 TRACE_HEADER = "x-gateway-trace"
-TRACES_KEPT = 1024
-TRACE_TTL_S = 600.0
 
 
 def _compact(value: object) -> object:
@@ -161,13 +157,14 @@ def _encode(trace: dict[str, Any]) -> str:
 
 def header_value(trace: dict[str, Any], limit: int = HEADER_LIMIT) -> str:
     """The trace as one header value of at most ``limit`` bytes: the later candidates' numbers go first, then
-    trailing candidates, the excluded, and the oldest attempts; a cut trace says ``"cut": true``."""
+    trailing candidates, the excluded, and the oldest attempts; a cut trace says ``"cut": true``. The first three
+    candidates keep their numbers."""
     text = _encode(trace)
     if len(text) <= limit:
         return text
     cut = dict(trace, cut=True)
     candidates = [dict(c) for c in cut.get("c", [])]
-    for entry in candidates[DETAILED_CANDIDATES:]:
+    for entry in candidates[3:]:
         for numbers in ("pred", "terms", "belief"):
             entry.pop(numbers, None)
     cut["c"] = candidates
@@ -189,7 +186,7 @@ def header_value(trace: dict[str, Any], limit: int = HEADER_LIMIT) -> str:
 class TraceStore:
     """The traces asked for lately, by request id: the last ``limit``, for ``ttl_s`` each; per replica."""
 
-    def __init__(self, limit: int = TRACES_KEPT, ttl_s: float = TRACE_TTL_S, clock: Clock = time.monotonic) -> None:
+    def __init__(self, limit: int = 1024, ttl_s: float = 600.0, clock: Clock = time.monotonic) -> None:
         self.limit = limit
         self.ttl_s = ttl_s
         self.clock = clock
