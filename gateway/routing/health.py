@@ -1,4 +1,4 @@
-"""Health and load: a circuit per deployment, requests in flight, and hedge budgets.
+"""Health and load: a circuit per deployment, requests in flight, hedge budgets and context windows.
 
 ``RouterState`` is the router's only mutable state. It outlives config reloads: attempts started under the old
 config still hold their in-flight slots, and a circuit cooling down stays so when a policy is edited. Circuits (per
@@ -10,6 +10,9 @@ model and deployment; the rules in docs/routing.md, "Load and health")::
 
 Attempts that failed through the request's fault (``client_error``) or the client's doing (``client_cancelled``)
 count neither way. Not thread-safe: one event loop owns it.
+
+A deployment's context window is the smaller of its configured one and what its ``context_length_exceeded``
+answers stated (docs/routing.md, "Context windows").
 """
 
 from __future__ import annotations
@@ -19,12 +22,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.config import ProviderConfig
+from gateway.config import DeploymentConfig, ProviderConfig
 from gateway.policies import PolicyConfig
 from gateway.routing.capacity import CapacityBoard
 from gateway.routing.deadlines import LearnedDeadlines
 from gateway.routing.hedge import TailThresholds
-from gateway.routing.windows import ContextWindows
 from gateway.samples import Outcome
 from gateway.types import CircuitState, DeploymentKey
 
@@ -191,6 +193,32 @@ class HedgeBudget:
             return False
         self.tokens[model] = tokens - 1.0
         return True
+
+
+@dataclass
+class ContextWindows:
+    """The windows learned from ``context_length_exceeded`` answers, by (model, deployment)."""
+
+    learned: dict[DeploymentKey, int] = field(default_factory=dict)
+
+    def learn(self, key: DeploymentKey, limit: int) -> None:
+        """Remember the limit a provider stated (the smallest, where it stated several)."""
+        known = self.learned.get(key)
+        if known is None or limit < known:
+            self.learned[key] = limit
+
+    def window(self, model: str, deployment: DeploymentConfig) -> int | None:
+        learned = self.learned.get((model, deployment.name))
+        configured = deployment.context_window
+        if learned is None or configured is None:
+            return configured if learned is None else learned
+        return min(learned, configured)
+
+    def fits(self, model: str, deployment: DeploymentConfig, prompt_tokens: int) -> bool:
+        """Whether the prompt fits: its estimate (the body's bytes / 4) counts the JSON's syntax as tokens and runs
+        high, so a deployment is skipped only when it exceeds the window by a quarter."""
+        window = self.window(model, deployment)
+        return window is None or prompt_tokens <= window * 1.25
 
 
 @dataclass
