@@ -80,9 +80,6 @@ class ProviderLimit:
         allowed = max(int(self.limit), 1)
         return allowed if self.ceiling is None else min(allowed, self.ceiling)
 
-    def has_room(self, in_flight: int, now: float) -> bool:
-        return now >= self.blocked_until and in_flight < self.allowed
-
     def succeeded(self, in_flight: int) -> None:
         """An answer that ended with ``in_flight`` attempts at the provider (itself included)."""
         if in_flight * 2 >= self.limit:

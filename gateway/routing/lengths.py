@@ -173,8 +173,15 @@ class Lengths:
         # Before any answer is heard, a log-normal of mean ``prior`` and log spread 1 (the p95 ~ 5× the median).
         log_var = 1.0
         log_mean = math.log(prior) - log_var / 2
+        # The cells that know this shape: its own (the model's at any API or kind while it has none: a shape's own
+        # answers replace what other shapes' say, which may lie far off), then the key's and the session's.
+        shape = self.shapes.get(key[:5])
+        if shape is None or not shape.n:
+            shape = self.shapes.get(key[:2])
+        client = self.shapes.get(key[:6]) if key.client else None
+        session = self.sessions.get(key) if key.session is not None else None
         answers = 0.0
-        for cell in self._cells(key):
+        for cell in (shape, client, session):
             if cell is None or not cell.n:
                 continue
             n, k = float(cell.n), PRIOR_ANSWERS
@@ -198,13 +205,3 @@ class Lengths:
     def expected(self, key: LengthKey, max_tokens: int | None, default: int) -> float:
         """The mean answer length to plan for, with the policy's ``default`` as the prior (``forecast``)."""
         return self.forecast(key, max_tokens, float(default)).mean
-
-    def _cells(self, key: LengthKey) -> tuple[_Cell | None, ...]:
-        """The cells that know this shape: its own (the model's at any API or kind while it has none: a shape's own
-        answers replace what other shapes' say, which may lie far off), then the key's and the session's."""
-        shape = self.shapes.get(key[:5])
-        if shape is None or not shape.n:
-            shape = self.shapes.get(key[:2])
-        client = self.shapes.get(key[:6]) if key.client else None
-        session = self.sessions.get(key) if key.session is not None else None
-        return shape, client, session
