@@ -1,11 +1,8 @@
 """Session affinity: a conversation's next turn goes where its prompt is cached, when that wins.
 
-Pinning blindly keeps a session on a provider that has since slowed down; moving blindly makes each provider prefill
-the whole growing prompt again. So the deployment the session is bound to is priced ``warm`` (its previous prompt
-cached, at ``price_cached_in``) and every other ``cold`` (``cached_on``); a turn that may stay (``staying``) is
-ordered by the beliefs' means, and ``decided`` says whether it stayed or moved, and why. A named session bound
-nowhere yet is ``cold`` everywhere; a fingerprint seen for the first time, or a binding that could not be read in
-time, is routed as a request without a session (docs/routing.md, "Sessions and prompt caches").
+The deployment a session is bound to holds its previous prompt, every other none (``cached_on``); a turn that may
+stay (``staying``) is ordered by the beliefs' means, and ``decided`` says whether it stayed or moved, and why
+(docs/routing.md, "Sessions and prompt caches").
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """How much each deployment takes: a learned concurrency limit under its provider's ceiling, and its budget.
 
-A configured ``max_concurrency`` is the provider's ceiling, never a target: it bounds all the provider's models
-together. Below it each deployment (provider × model: one model's refusals never starve another's) has an AIMD limit
-in the style of Netflix's concurrency-limits (docs/routing.md, "Load and health")::
-
-    ok answer, while at least half the limit was in use       limit += 1 / limit  (+1 per answer until the first
-                                                               back-off: slow start)
-    429 or overload 503/529, once per round                   limit = in flight when the refused attempt was sent
-                                                               × 0.9, never below ``BACKOFF_FLOOR``
-    a circuit closes after an outage                          slow start again (``ProviderLimit.restart``)
-
-First-token times are not a signal: a busy gateway slows them as much as a queueing provider does. A deployment
-whose rate-limit headers report 0 remaining (or a 429 with a ``Retry-After``) is blocked until its reset; the block
-is the provider's when its counts show one budget for all its models (``SharedBudget``). Not thread-safe: one event
-loop owns it, inside ``RouterState``.
+A configured ``max_concurrency`` is the provider's ceiling for all its models together, never a target. Below it each
+deployment (provider × model: one model's refusals never starve another's) learns an AIMD limit in the style of
+Netflix's concurrency-limits; a provider that reports its budget out blocks the deployment until the reset, or the
+whole provider when its counts show one budget for all its models (``SharedBudget``). The rules are docs/routing.md's
+("Load and health"). Not thread-safe: one event loop owns it, inside ``RouterState``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """This request's cost on one deployment, from one draw of its belief: time, money, failure, and the policy's score.
 
-``time ≈ first token + prefill of the uncached prompt + (expected output tokens − 1) × seconds per token``,
-at the policy's estimate: the mean of the log-normal answers (``estimate = "mean"``) or its quantiles
-(``ttft_quantile``, ``tps_quantile``). ``money`` is the request's price at the deployment's rates.
-The prompt's cached part on that deployment (``gateway.routing.affinity``) is neither prefilled
-nor priced at the full rate.
-A failure costs its own moment and the best other deployment's time (the attempt loop's fallback);
-an answer invalid for the request's kind (tools, JSON) counts against it as a failure does, by
-the policy's ``quality_weight``.
-The score is the policy's weighted sum of log2 of each (``gateway.policies``): lower is better, and
-only differences between deployments matter.
+The formulas are docs/routing.md's ("The score"): time at the policy's estimate for the predicted answer length, the
+prompt's cached part neither prefilled nor priced in full, a failure costing its own moment and the best other
+deployment's time, an answer invalid for the request's kind counted as a failure by ``quality_weight``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Learned deadlines: how long one attempt at a deployment may wait for its first token, and between chunks.
 
-A fixed 30 s first-token timeout waits 30 s on a provider that answers in 400 ms. Past ``deadline_multiple`` × a
-deployment's TTFT p99 (the shared window) its first token is not coming, and past ``deadline_multiple`` × the p99 of
-its answers' longest chunk gap (this replica's) its stream has stalled; both within [``deadline_floor_s``, the
-configured timeout] (docs/routing.md, "Learned deadlines").
+``deadline_multiple`` × the deployment's TTFT p99 (the shared window) and × the p99 of its answers' longest chunk gap
+(this replica's), within [``deadline_floor_s``, the configured timeout] (docs/routing.md, "Learned deadlines").
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Health and load: a circuit per deployment, requests in flight, hedge budgets and context windows.
 
 ``RouterState`` is the router's only mutable state. It outlives config reloads: attempts started under the old
-config still hold their in-flight slots, and a circuit cooling down stays so when a policy is edited. Circuits (per
-model and deployment; the rules in docs/routing.md, "Load and health")::
-
-    closed ──(failure_threshold consecutive failures while most attempts fail, or a 429)──► open
-    open ──(cool-down over)──► half-open ──(its probe answers)──► closed
-                                         └──(the probe fails)──► open, cool-down doubled
-
-Attempts that failed through the request's fault (``client_error``) or the client's doing (``client_cancelled``)
-count neither way. Not thread-safe: one event loop owns it.
-
-A deployment's context window is the smaller of its configured one and what its ``context_length_exceeded``
-answers stated (docs/routing.md, "Context windows").
+config still hold their in-flight slots, and a circuit cooling down stays so when a policy is edited. The circuits'
+rules and the windows' are docs/routing.md's ("Load and health", "Context windows"). Not thread-safe: one event loop
+owns it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """When a stream's first token is late enough to start a second attempt beside it (a hedge).
 
-By policy: after a fixed ``hedge_after_s``; past the deployment's own TTFT at ``hedge_quantile``; or, with
-``hedge_tail``, only where the first-token tail is heavy: at the earliest affordable threshold ``t`` past which an
-answer still waiting is expected to wait longer than the backup takes, E[TTFT - t | TTFT > t] ≥ the backup's first
-token (docs/routing.md, "Hedging").
+By policy: after a fixed ``hedge_after_s``, past the deployment's own TTFT at ``hedge_quantile``, or, with
+``hedge_tail``, only where the first-token tail is heavy (docs/routing.md, "Hedging").
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """How long this request's answer will be: predicted from what this model's answers actually were.
 
-An agent sends ``max_tokens: 32000`` and is answered in a few hundred tokens: planning for the ceiling would judge
-every deployment by its speed alone. So the router learns the lengths of the answers it relayed (``heard``), in cells
-from the general to the particular: the model at this ``max_tokens`` magnitude, then the request's shape (its API,
-streaming and kind: ``shape_of``), then its client key, then its session. A prediction (``forecast``) starts from a
-prior (the share of ``max_tokens`` the model's answers used, else the caller's default); the shape's own answers
-replace it (the model's at any shape while it has none), and the key's and the session's pull it toward theirs,
-each by its answers against ``PRIOR_ANSWERS``. ``max_tokens`` caps every prediction. Lengths are log-normal-ish:
-``Forecast.mean`` is what an expected time needs, ``Forecast.at(q)`` a quantile (docs/routing.md, "The score").
+The lengths of the answers relayed (``heard``) are kept in cells from the general to the particular: the model at a
+``max_tokens`` magnitude, the request's shape (``shape_of``), its client key, its session. A prediction
+(``forecast``) starts from a prior and each cell pulls it toward its own answers; ``max_tokens`` caps it
+(docs/routing.md, "The score").
 """
 
 from __future__ import annotations
