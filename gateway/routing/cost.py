@@ -58,23 +58,15 @@ class Weights:
         quantiles = policy.estimate == "quantile"
         ttft_z = STANDARD_NORMAL.inv_cdf(min(max(policy.ttft_quantile, 0.01), 0.99)) if quantiles else None
         spt_z = STANDARD_NORMAL.inv_cdf(min(max(policy.tps_quantile, 0.01), 0.99)) if quantiles else None
-        failure, quality = policy.failure_weight, policy.quality_weight
+        weights = (policy.time_weight, policy.ttft_weight, policy.throughput_weight, policy.price_weight)
+        # A sort ranks by its own term, a little time or price breaking near-ties.
         if sort == "price":
-            return cls(0.05, 0.0, 0.0, 1.0, failure, ttft_z, spt_z, quality)
-        if sort == "throughput":
-            return cls(0.0, 0.0, 1.0, 0.05, failure, ttft_z, spt_z, quality)
-        if sort == "latency":
-            return cls(0.0, 1.0, 0.0, 0.05, failure, ttft_z, spt_z, quality)
-        return cls(
-            policy.time_weight,
-            policy.ttft_weight,
-            policy.throughput_weight,
-            policy.price_weight,
-            failure,
-            ttft_z,
-            spt_z,
-            quality,
-        )
+            weights = (0.05, 0.0, 0.0, 1.0)
+        elif sort == "throughput":
+            weights = (0.0, 0.0, 1.0, 0.05)
+        elif sort == "latency":
+            weights = (0.0, 1.0, 0.0, 0.05)
+        return cls(*weights, policy.failure_weight, ttft_z, spt_z, policy.quality_weight)
 
 
 class Cost(NamedTuple):

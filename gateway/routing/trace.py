@@ -169,15 +169,10 @@ def header_value(trace: dict[str, Any], limit: int = HEADER_LIMIT) -> str:
             entry.pop(numbers, None)
     cut["c"] = candidates
     text = _encode(cut)
-    while len(text) > limit and len(cut["c"]) > 1:
-        cut["c"] = cut["c"][:-1]
-        text = _encode(cut)
-    while len(text) > limit and cut.get("x"):
-        cut["x"] = cut["x"][:-1]
-        text = _encode(cut)
-    while len(text) > limit and len(cut.get("a", [])) > 1:
-        cut["a"] = cut["a"][1:]
-        text = _encode(cut)
+    for part, kept in (("c", 1), ("x", 0), ("a", 1)):
+        while len(text) > limit and len(cut.get(part, ())) > kept:
+            cut[part] = cut[part][1:] if part == "a" else cut[part][:-1]
+            text = _encode(cut)
     if len(text) > limit:
         text = _encode({"v": 1, "id": trace["id"], "final": trace["final"], "cut": True})
     return text
