@@ -126,36 +126,16 @@ class HealthBoard:
             return  # an attempt that started before the circuit opened: already accounted for
         rate_limited = rate_limited or retry_after_s is not None
         if circuit.state == "half_open":
-            self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=True, rate_limited=rate_limited)
+            repeat = True  # its probe failed
         elif rate_limited or (circuit.failures >= policy.failure_threshold and mostly_failing):
             # Re-opening soon after the last close, with few answers between, is a repeat: it had not recovered.
             repeat = (
                 now - circuit.closed_at < policy.max_cooldown_s
                 and circuit.answered_since_close < policy.failure_threshold
             )
-            self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=repeat, rate_limited=rate_limited)
-
-    @staticmethod
-    def _close(key: DeploymentKey, circuit: Circuit, now: float, on_change: StateChange) -> None:
-        circuit.state = "closed"
-        circuit.probing = False
-        circuit.closed_at = now
-        circuit.answered_since_close = 0
-        on_change(key, "closed")
-
-    @staticmethod
-    def _open(
-        key: DeploymentKey,
-        circuit: Circuit,
-        policy: PolicyConfig,
-        now: float,
-        retry_after_s: float | None,
-        on_change: StateChange,
-        *,
-        escalate: bool,
-        rate_limited: bool,
-    ) -> None:
-        circuit.level = circuit.level + 1 if escalate else 0
+        else:
+            return
+        circuit.level = circuit.level + 1 if repeat else 0
         circuit.rate_limited = rate_limited
         if retry_after_s is not None:
             cooldown = min(max(retry_after_s, 0.001), MAX_RETRY_AFTER_S)
@@ -165,6 +145,14 @@ class HealthBoard:
         circuit.probing = False
         circuit.open_until = now + cooldown
         on_change(key, "open")
+
+    @staticmethod
+    def _close(key: DeploymentKey, circuit: Circuit, now: float, on_change: StateChange) -> None:
+        circuit.state = "closed"
+        circuit.probing = False
+        circuit.closed_at = now
+        circuit.answered_since_close = 0
+        on_change(key, "closed")
 
 
 @dataclass
