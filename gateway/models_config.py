@@ -113,7 +113,7 @@ class DeploymentConfig:
     deployments that speak its API."""
     context_window: int | None = None
     """Tokens this deployment accepts (prompt and answer); None: learned from its ``context_length_exceeded``
-    answers. A request whose estimated prompt does not fit skips it (``gateway.routing.windows``)."""
+    answers. A request whose estimated prompt does not fit skips it (``gateway.routing.health``)."""
     translate: bool = True
     """Serve requests in the model's other APIs (chat, Responses, Messages) by translating them to one this
     deployment speaks (``gateway.translate``); its own ``translate``, else its model's, else true."""

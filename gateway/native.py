@@ -48,7 +48,6 @@ MODULES = (
     "gateway.routing.cost",
     "gateway.routing.deadlines",
     "gateway.routing.filters",
-    "gateway.routing.windows",
     "gateway.routing.health",
     "gateway.routing.hedge",
     "gateway.routing.lengths",

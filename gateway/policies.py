@@ -34,7 +34,7 @@ from gateway.sessions.identity import DEFAULT_SESSION_HEADERS
 from gateway.toml_reader import MISSING, TableReader
 
 RankingMode = Literal["measured", "fixed"]
-"""How a policy orders deployments (the ``ranking`` key); ``gateway.routing.Ranking`` is a ranking itself."""
+"""How a policy orders deployments (the ``ranking`` key); ``gateway.routing.ranking.Ranking`` is a ranking itself."""
 RANKING_MODES: tuple[RankingMode, ...] = ("measured", "fixed")
 Affinity = Literal["auto", "strict", "off"]
 """What a session's binding does (the ``affinity`` key): ``auto``, stay where the prompt is cached while the

@@ -61,8 +61,7 @@ def test_a_provider_out_of_budget_is_blocked_until_its_reset() -> None:
         sent_at=9.9,
         now=10.0,
     )
-    limit = board.of(OPEN, KEY)
-    assert out and not limit.has_room(0, 12.4) and limit.has_room(0, 12.5)
+    assert out and not board.has_room(OPEN, KEY, 0, 0, 12.4) and board.has_room(OPEN, KEY, 0, 0, 12.5)
     assert board.next_change(10.0) == 12.5
 
 

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from gateway.config import GatewayConfig
 from gateway.routing import Candidate, RouteRequest
-from gateway.routing.affinity import EFFECTIVE, CacheTerms, cached_on, cached_tokens, decided, staying
+from gateway.routing.affinity import cached_on, decided, staying
 from gateway.routing.belief import Belief
 from gateway.routing.belief_attempts import answer_pair, tell
 from gateway.routing.belief_candidates import choose_for
@@ -75,9 +75,6 @@ def test_a_request_cached_on_a_deployment_costs_its_cached_price_and_only_its_un
 def test_the_cache_terms_are_the_sessions_where_it_is_bound_else_the_observed_hit_ratio() -> None:
     config = _config()
     deployments = config.models[0].deployments
-    assert cached_tokens(CacheTerms("warm", 5800), PROMPT, 0.5) == 5800
-    assert cached_tokens(CacheTerms("cold"), PROMPT, 0.5) == 0
-    assert cached_tokens(EFFECTIVE, PROMPT, 0.5) == 3000
     empty = StatsSnapshot.from_samples([])
     assert cached_on("m", _bound("b"), deployments, NO_PREFERENCES, PROMPT, empty) == {"a": 0, "b": PROMPT - 200}
     assert cached_on("m", None, deployments, NO_PREFERENCES, PROMPT, empty) == {"a": 0, "b": 0}

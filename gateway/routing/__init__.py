@@ -9,16 +9,12 @@ from gateway.native import activate
 activate()  # before the first routing module is imported: the compiled ones, where built (``gateway.native``)
 
 from gateway.routing.health import RouterState  # noqa: E402
-from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences, parse_preferences, split_model_suffix  # noqa: E402
+from gateway.routing.overrides import ProviderPreferences, parse_preferences, split_model_suffix  # noqa: E402
 from gateway.routing.plan import Candidate, RoutePlan, Router, RouteRequest  # noqa: E402
-from gateway.routing.ranking import Ranked, Ranking  # noqa: E402
 
 __all__ = [
-    "NO_PREFERENCES",
     "Candidate",
     "ProviderPreferences",
-    "Ranked",
-    "Ranking",
     "RoutePlan",
     "RouteRequest",
     "Router",

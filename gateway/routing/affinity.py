@@ -1,17 +1,13 @@
 """Session affinity: a conversation's next turn goes where its prompt is cached, when that wins.
 
-Pinning blindly keeps a session on a provider that has since slowed down; moving blindly makes each provider prefill
-the whole growing prompt again. So the deployment the session is bound to is priced ``warm`` (its previous prompt
-cached, at ``price_cached_in``) and every other ``cold`` (``cached_on``); a turn that may stay (``staying``) is
-ordered by the beliefs' means, and ``decided`` says whether it stayed or moved, and why. A named session bound
-nowhere yet is ``cold`` everywhere; a fingerprint seen for the first time, or a binding that could not be read in
-time, is routed as a request without a session (docs/routing.md, "Sessions and prompt caches").
+The deployment a session is bound to holds its previous prompt, every other none (``cached_on``); a turn that may
+stay (``staying``) is ordered by the beliefs' means, and ``decided`` says whether it stayed or moved, and why
+(docs/routing.md, "Sessions and prompt caches").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from gateway.config import DeploymentConfig
@@ -19,36 +15,6 @@ from gateway.routing.overrides import ProviderPreferences
 from gateway.routing.plan import AffinityDecision, SessionRoute
 from gateway.routing.ranking import Ranked
 from gateway.stats import StatsSnapshot
-
-CacheMode = Literal["warm", "cold", "effective"]
-"""How the prompt cache enters a prediction: ``warm``, the session is bound to this deployment, which holds its
-previous prompt; ``cold``, the prompt is cached elsewhere or nowhere; ``effective``, no session: the deployment's
-observed hit ratio."""
-
-
-@dataclass(frozen=True, slots=True)
-class CacheTerms:
-    """What a request's prompt may find cached on one deployment."""
-
-    mode: CacheMode = "effective"
-    cached_tokens: int | None = None
-    """``warm``: the prompt tokens expected from the cache (the conversation's previous prompt); None: all
-    but what the deployment's hit ratio leaves."""
-
-
-EFFECTIVE = CacheTerms()
-COLD = CacheTerms("cold")
-
-
-def cached_tokens(terms: CacheTerms, prompt_tokens: int, hit_ratio: float | None) -> int:
-    """The prompt tokens a request is expected to find cached on a deployment."""
-    if terms.mode == "warm":
-        share = terms.cached_tokens if terms.cached_tokens is not None else prompt_tokens
-        return min(prompt_tokens, share)
-    if terms.mode == "effective" and hit_ratio:
-        return round(prompt_tokens * hit_ratio)
-    return 0
-
 
 BoundState = Literal["available", "unavailable", "excluded"]
 """Where the session's deployment stands for this turn: it may serve, it cannot (circuit open, provider full), or it
@@ -59,22 +25,6 @@ def _ignored(session: SessionRoute, preferences: ProviderPreferences) -> bool:
     return session.affinity == "off" or bool(preferences.order) or preferences.only is not None
 
 
-def cache_terms(
-    session: SessionRoute | None, deployments: Sequence[DeploymentConfig], preferences: ProviderPreferences
-) -> dict[str, CacheTerms] | None:
-    """What the request's prompt may find cached on each deployment (None: priced by each one's hit ratio)."""
-    if session is None or _ignored(session, preferences) or session.lookup == "unavailable":
-        return None
-    if session.lookup == "unbound" and session.source == "fingerprint":
-        return None
-    terms = {d.name: COLD for d in deployments}
-    if session.lookup != "bound":
-        return terms
-    if session.deployment in terms:
-        terms[session.deployment] = CacheTerms("warm", session.prompt_tokens)
-    return terms
-
-
 def cached_on(
     model: str,
     session: SessionRoute | None,
@@ -83,13 +33,20 @@ def cached_on(
     prompt_tokens: int,
     snapshot: StatsSnapshot,
 ) -> dict[str, int]:
-    """The prompt tokens the request is expected to find cached on each deployment."""
-    terms = cache_terms(session, deployments, preferences)
+    """The prompt tokens the request is expected to find cached on each deployment: a session's previous prompt on
+    the deployment it is bound to and none elsewhere; without a session to go by, each one's observed hit ratio."""
+    if session is not None and not _ignored(session, preferences) and session.lookup != "unavailable":
+        # A fingerprint seen for the first time may be a one-off request: priced as one without a session.
+        if session.lookup == "bound" or session.source != "fingerprint":
+            cached = dict.fromkeys((d.name for d in deployments), 0)
+            if session.lookup == "bound" and session.deployment in cached:
+                cached[session.deployment] = min(prompt_tokens, session.prompt_tokens)
+            return cached
     cached = {}
     for d in deployments:
         summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
         hit_ratio = summary.hit_ratio() if summary is not None else None
-        cached[d.name] = cached_tokens(terms.get(d.name, EFFECTIVE) if terms else EFFECTIVE, prompt_tokens, hit_ratio)
+        cached[d.name] = round(prompt_tokens * hit_ratio) if hit_ratio else 0
     return cached
 
 

@@ -1,19 +1,10 @@
 """How much each deployment takes: a learned concurrency limit under its provider's ceiling, and its budget.
 
-A configured ``max_concurrency`` is the provider's ceiling, never a target: it bounds all the provider's models
-together. Below it each deployment (provider × model: one model's refusals never starve another's) has an AIMD limit
-in the style of Netflix's concurrency-limits (docs/routing.md, "Load and health")::
-
-    ok answer, while at least half the limit was in use       limit += 1 / limit  (+1 per answer until the first
-                                                               back-off: slow start)
-    429 or overload 503/529, once per round                   limit = in flight when the refused attempt was sent
-                                                               × 0.9, never below ``BACKOFF_FLOOR``
-    a circuit closes after an outage                          slow start again (``ProviderLimit.restart``)
-
-First-token times are not a signal: a busy gateway slows them as much as a queueing provider does. A deployment
-whose rate-limit headers report 0 remaining (or a 429 with a ``Retry-After``) is blocked until its reset; the block
-is the provider's when its counts show one budget for all its models (``SharedBudget``). Not thread-safe: one event
-loop owns it, inside ``RouterState``.
+A configured ``max_concurrency`` is the provider's ceiling for all its models together, never a target. Below it each
+deployment (provider × model: one model's refusals never starve another's) learns an AIMD limit in the style of
+Netflix's concurrency-limits; a provider that reports its budget out blocks the deployment until the reset, or the
+whole provider when its counts show one budget for all its models (``SharedBudget``). The rules are docs/routing.md's
+("Load and health"). Not thread-safe: one event loop owns it, inside ``RouterState``.
 """
 
 from __future__ import annotations
@@ -29,12 +20,9 @@ logger = logging.getLogger("gateway")
 
 INITIAL_LIMIT = 32.0
 """Where a provider without a ceiling starts; it grows while the provider keeps answering."""
-MIN_LIMIT = 1.0
 BACKOFF_FLOOR = 4.0
 """No refusal backs a learned limit off below this (a ceiling below it still caps it): a refusal at one or two in
 flight is an outage or a per-request refusal, the circuit's business, not a concurrency the provider takes."""
-BACKOFF_RATIO = 0.9
-OVERLOAD_STATUSES = frozenset({429, 503, 529})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +68,8 @@ class ProviderLimit:
     @property
     def allowed(self) -> int:
         """Requests that may be in flight now: the learned limit, never above the ceiling."""
-        allowed = max(int(self.limit), int(MIN_LIMIT))
+        allowed = max(int(self.limit), 1)
         return allowed if self.ceiling is None else min(allowed, self.ceiling)
-
-    def has_room(self, in_flight: int, now: float) -> bool:
-        return now >= self.blocked_until and in_flight < self.allowed
 
     def succeeded(self, in_flight: int) -> None:
         """An answer that ended with ``in_flight`` attempts at the provider (itself included)."""
@@ -104,7 +89,7 @@ class ProviderLimit:
             return False  # sent under the limit before the last back-off: already answered
         self.backed_off_at = now
         before = self.limit
-        self.limit = max(BACKOFF_FLOOR, min(self.limit, float(max(in_flight - 1, 1))) * BACKOFF_RATIO)
+        self.limit = max(BACKOFF_FLOOR, min(self.limit, float(max(in_flight - 1, 1))) * 0.9)
         self.limit = min(self.limit, before)  # a floor, never a raise
         return self.limit <= BACKOFF_FLOOR < before
 
@@ -260,7 +245,7 @@ class CapacityBoard:
             if budget.heard(key[0], limits.remaining_requests, alone=in_flight <= 1):
                 logger.info("provider %s: its rate-limit counts are one budget for all its models", provider.name)
         sent = sent_at if sent_at is not None else now
-        if status in OVERLOAD_STATUSES:
+        if status in (429, 503, 529):
             refused_at = in_flight if in_flight_at_send is None else in_flight_at_send
             if limit.overloaded(refused_at, sent, now):
                 logger.warning(

@@ -1,15 +1,8 @@
 """This request's cost on one deployment, from one draw of its belief: time, money, failure, and the policy's score.
 
-``time ≈ first token + prefill of the uncached prompt + (expected output tokens − 1) × seconds per token``,
-at the policy's estimate: the mean of the log-normal answers (``estimate = "mean"``) or its quantiles
-(``ttft_quantile``, ``tps_quantile``). ``money`` is the request's price at the deployment's rates.
-The prompt's cached part on that deployment (``gateway.routing.affinity``) is neither prefilled
-nor priced at the full rate.
-A failure costs its own moment and the best other deployment's time (the attempt loop's fallback);
-an answer invalid for the request's kind (tools, JSON) counts against it as a failure does, by
-the policy's ``quality_weight``.
-The score is the policy's weighted sum of log2 of each (``gateway.policies``): lower is better, and
-only differences between deployments matter.
+The formulas are docs/routing.md's ("The score"): time at the policy's estimate for the predicted answer length, the
+prompt's cached part neither prefilled nor priced in full, a failure costing its own moment and the best other
+deployment's time, an answer invalid for the request's kind counted as a failure by ``quality_weight``.
 """
 
 from __future__ import annotations
@@ -24,14 +17,11 @@ from gateway.policies import PolicyConfig
 from gateway.routing.draws import STANDARD_NORMAL, Draw, new_tuple
 from gateway.routing.overrides import Sort
 
-VALID_PRIOR = 5
-"""Pseudo-valid answers added to the valid rate: an honest provider's one invalid answer among its first few must
-not cost it a kind of traffic for a whole window."""
-
 
 def valid_rate(valid: int, judged: int) -> float:
-    """The chance an answer is valid for a request's kind, from the kind's judged answers (``VALID_PRIOR``)."""
-    return (valid + VALID_PRIOR) / (judged + VALID_PRIOR)
+    """The chance an answer is valid for a request's kind, from the kind's judged answers and five pseudo-valid ones:
+    an honest provider's one invalid answer among its first few must not cost it a kind of traffic for a window."""
+    return (valid + 5) / (judged + 5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,23 +58,15 @@ class Weights:
         quantiles = policy.estimate == "quantile"
         ttft_z = STANDARD_NORMAL.inv_cdf(min(max(policy.ttft_quantile, 0.01), 0.99)) if quantiles else None
         spt_z = STANDARD_NORMAL.inv_cdf(min(max(policy.tps_quantile, 0.01), 0.99)) if quantiles else None
-        failure, quality = policy.failure_weight, policy.quality_weight
+        weights = (policy.time_weight, policy.ttft_weight, policy.throughput_weight, policy.price_weight)
+        # A sort ranks by its own term, a little time or price breaking near-ties.
         if sort == "price":
-            return cls(0.05, 0.0, 0.0, 1.0, failure, ttft_z, spt_z, quality)
-        if sort == "throughput":
-            return cls(0.0, 0.0, 1.0, 0.05, failure, ttft_z, spt_z, quality)
-        if sort == "latency":
-            return cls(0.0, 1.0, 0.0, 0.05, failure, ttft_z, spt_z, quality)
-        return cls(
-            policy.time_weight,
-            policy.ttft_weight,
-            policy.throughput_weight,
-            policy.price_weight,
-            failure,
-            ttft_z,
-            spt_z,
-            quality,
-        )
+            weights = (0.05, 0.0, 0.0, 1.0)
+        elif sort == "throughput":
+            weights = (0.0, 0.0, 1.0, 0.05)
+        elif sort == "latency":
+            weights = (0.0, 1.0, 0.0, 0.05)
+        return cls(*weights, policy.failure_weight, ttft_z, spt_z, policy.quality_weight)
 
 
 class Cost(NamedTuple):

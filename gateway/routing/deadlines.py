@@ -1,9 +1,7 @@
 """Learned deadlines: how long one attempt at a deployment may wait for its first token, and between chunks.
 
-A fixed 30 s first-token timeout waits 30 s on a provider that answers in 400 ms. Past ``deadline_multiple`` × a
-deployment's TTFT p99 (the shared window) its first token is not coming, and past ``deadline_multiple`` × the p99 of
-its answers' longest chunk gap (this replica's) its stream has stalled; both within [``deadline_floor_s``, the
-configured timeout] (docs/routing.md, "Learned deadlines").
+``deadline_multiple`` × the deployment's TTFT p99 (the shared window) and × the p99 of its answers' longest chunk gap
+(this replica's), within [``deadline_floor_s``, the configured timeout] (docs/routing.md, "Learned deadlines").
 """
 
 from __future__ import annotations
@@ -16,12 +14,6 @@ from gateway.policies import PolicyConfig
 from gateway.stats import DeploymentSummary
 from gateway.types import DeploymentKey
 
-GAP_WINDOW = 128
-"""Recent complete answers whose longest chunk gap is kept per deployment."""
-REFRESH_S = 1.0
-"""A deployment's deadlines are recomputed at most this often (the p99 walks a histogram)."""
-QUANTILE = 0.99
-
 
 @dataclass(frozen=True, slots=True)
 class Deadlines:
@@ -33,9 +25,9 @@ class Deadlines:
 
 @dataclass(slots=True)
 class GapWindow:
-    """The longest chunk gap of each of a deployment's last ``GAP_WINDOW`` complete answers."""
+    """The longest chunk gap of each of a deployment's last 128 complete answers."""
 
-    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=GAP_WINDOW))
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=128))
 
     def add(self, chunk_gaps_s: Sequence[float]) -> None:
         if chunk_gaps_s:
@@ -66,7 +58,8 @@ def _longest_of(gaps: tuple[float, ...]) -> float:
 
 @dataclass
 class LearnedDeadlines:
-    """Every deployment's gap window and its deadlines, recomputed at most every ``REFRESH_S``."""
+    """Every deployment's gap window and its deadlines, recomputed at most once a second (the p99 walks a
+    histogram)."""
 
     windows: dict[DeploymentKey, GapWindow] = field(default_factory=dict)
     cached: dict[DeploymentKey, tuple[float, Deadlines]] = field(default_factory=dict)
@@ -87,7 +80,7 @@ class LearnedDeadlines:
         if policy.deadline_multiple <= 0:
             return None
         entry = self.cached.get(key)
-        if entry is not None and now - entry[0] < REFRESH_S:
+        if entry is not None and now - entry[0] < 1.0:
             return entry[1]
         deadlines = learn(policy, summary, self.windows.get(key))
         if deadlines is not None:
@@ -102,13 +95,13 @@ def learn(policy: PolicyConfig, summary: DeploymentSummary | None, gaps: GapWind
     needed = max(1, policy.min_samples)
     if summary is None or summary.count("ttft_s") < needed:
         return None
-    ttft_p99 = summary.quantile("ttft_s", QUANTILE)
+    ttft_p99 = summary.quantile("ttft_s", 0.99)
     if ttft_p99 is None:
         return None
     first_token = _bounded(policy.deadline_multiple * ttft_p99, policy, policy.first_token_timeout_s)
     idle = policy.idle_timeout_s
     if gaps is not None and len(gaps.gaps) >= needed:
-        gap_p99 = gaps.quantile(QUANTILE)
+        gap_p99 = gaps.quantile(0.99)
         if gap_p99 is not None:
             idle = _bounded(policy.deadline_multiple * gap_p99, policy, policy.idle_timeout_s)
     return Deadlines(first_token, idle)

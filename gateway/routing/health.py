@@ -1,15 +1,9 @@
-"""Health and load: a circuit per deployment, requests in flight, and hedge budgets.
+"""Health and load: a circuit per deployment, requests in flight, hedge budgets and context windows.
 
 ``RouterState`` is the router's only mutable state. It outlives config reloads: attempts started under the old
-config still hold their in-flight slots, and a circuit cooling down stays so when a policy is edited. Circuits (per
-model and deployment; the rules in docs/routing.md, "Load and health")::
-
-    closed ──(failure_threshold consecutive failures while most attempts fail, or a 429)──► open
-    open ──(cool-down over)──► half-open ──(its probe answers)──► closed
-                                         └──(the probe fails)──► open, cool-down doubled
-
-Attempts that failed through the request's fault (``client_error``) or the client's doing (``client_cancelled``)
-count neither way. Not thread-safe: one event loop owns it.
+config still hold their in-flight slots, and a circuit cooling down stays so when a policy is edited. The circuits'
+rules and the windows' are docs/routing.md's ("Load and health", "Context windows"). Not thread-safe: one event loop
+owns it.
 """
 
 from __future__ import annotations
@@ -19,12 +13,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.config import ProviderConfig
+from gateway.config import DeploymentConfig, ProviderConfig
 from gateway.policies import PolicyConfig
 from gateway.routing.capacity import CapacityBoard
 from gateway.routing.deadlines import LearnedDeadlines
 from gateway.routing.hedge import TailThresholds
-from gateway.routing.windows import ContextWindows
 from gateway.samples import Outcome
 from gateway.types import CircuitState, DeploymentKey
 
@@ -133,36 +126,16 @@ class HealthBoard:
             return  # an attempt that started before the circuit opened: already accounted for
         rate_limited = rate_limited or retry_after_s is not None
         if circuit.state == "half_open":
-            self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=True, rate_limited=rate_limited)
+            repeat = True  # its probe failed
         elif rate_limited or (circuit.failures >= policy.failure_threshold and mostly_failing):
             # Re-opening soon after the last close, with few answers between, is a repeat: it had not recovered.
             repeat = (
                 now - circuit.closed_at < policy.max_cooldown_s
                 and circuit.answered_since_close < policy.failure_threshold
             )
-            self._open(key, circuit, policy, now, retry_after_s, on_change, escalate=repeat, rate_limited=rate_limited)
-
-    @staticmethod
-    def _close(key: DeploymentKey, circuit: Circuit, now: float, on_change: StateChange) -> None:
-        circuit.state = "closed"
-        circuit.probing = False
-        circuit.closed_at = now
-        circuit.answered_since_close = 0
-        on_change(key, "closed")
-
-    @staticmethod
-    def _open(
-        key: DeploymentKey,
-        circuit: Circuit,
-        policy: PolicyConfig,
-        now: float,
-        retry_after_s: float | None,
-        on_change: StateChange,
-        *,
-        escalate: bool,
-        rate_limited: bool,
-    ) -> None:
-        circuit.level = circuit.level + 1 if escalate else 0
+        else:
+            return
+        circuit.level = circuit.level + 1 if repeat else 0
         circuit.rate_limited = rate_limited
         if retry_after_s is not None:
             cooldown = min(max(retry_after_s, 0.001), MAX_RETRY_AFTER_S)
@@ -172,6 +145,14 @@ class HealthBoard:
         circuit.probing = False
         circuit.open_until = now + cooldown
         on_change(key, "open")
+
+    @staticmethod
+    def _close(key: DeploymentKey, circuit: Circuit, now: float, on_change: StateChange) -> None:
+        circuit.state = "closed"
+        circuit.probing = False
+        circuit.closed_at = now
+        circuit.answered_since_close = 0
+        on_change(key, "closed")
 
 
 @dataclass
@@ -191,6 +172,32 @@ class HedgeBudget:
             return False
         self.tokens[model] = tokens - 1.0
         return True
+
+
+@dataclass
+class ContextWindows:
+    """The windows learned from ``context_length_exceeded`` answers, by (model, deployment)."""
+
+    learned: dict[DeploymentKey, int] = field(default_factory=dict)
+
+    def learn(self, key: DeploymentKey, limit: int) -> None:
+        """Remember the limit a provider stated (the smallest, where it stated several)."""
+        known = self.learned.get(key)
+        if known is None or limit < known:
+            self.learned[key] = limit
+
+    def window(self, model: str, deployment: DeploymentConfig) -> int | None:
+        learned = self.learned.get((model, deployment.name))
+        configured = deployment.context_window
+        if learned is None or configured is None:
+            return configured if learned is None else learned
+        return min(learned, configured)
+
+    def fits(self, model: str, deployment: DeploymentConfig, prompt_tokens: int) -> bool:
+        """Whether the prompt fits: its estimate (the body's bytes / 4) counts the JSON's syntax as tokens and runs
+        high, so a deployment is skipped only when it exceeds the window by a quarter."""
+        window = self.window(model, deployment)
+        return window is None or prompt_tokens <= window * 1.25
 
 
 @dataclass

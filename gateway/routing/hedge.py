@@ -1,9 +1,7 @@
 """When a stream's first token is late enough to start a second attempt beside it (a hedge).
 
-By policy: after a fixed ``hedge_after_s``; past the deployment's own TTFT at ``hedge_quantile``; or, with
-``hedge_tail``, only where the first-token tail is heavy: at the earliest affordable threshold ``t`` past which an
-answer still waiting is expected to wait longer than the backup takes, E[TTFT - t | TTFT > t] ≥ the backup's first
-token (docs/routing.md, "Hedging").
+By policy: after a fixed ``hedge_after_s``, past the deployment's own TTFT at ``hedge_quantile``, or, with
+``hedge_tail``, only where the first-token tail is heavy (docs/routing.md, "Hedging").
 """
 
 from __future__ import annotations
@@ -15,17 +13,10 @@ from gateway.stats import LogHistogram, StatsSnapshot
 from gateway.stats.sketch import value_of
 from gateway.types import DeploymentKey
 
-TAIL_MIN_SAMPLES = 20
-"""First tokens a deployment needs in the window before its tail is judged."""
-TAIL_SHARE = 0.8
-TAIL_QUANTILES = (0.95, 0.98, 0.99)
-TAIL_REFRESH_S = 1.0
-"""A deployment's tail threshold is recomputed at most this often (it walks the histogram)."""
-
 
 @dataclass
 class TailThresholds:
-    """Each deployment's tail threshold, reused for ``TAIL_REFRESH_S``."""
+    """Each deployment's tail threshold, recomputed at most once a second (it walks the histogram)."""
 
     cached: dict[DeploymentKey, tuple[float, float | None]] = field(default_factory=dict)
 
@@ -33,7 +24,7 @@ class TailThresholds:
         self, key: DeploymentKey, histogram: LogHistogram, backup_ttft_s: float, budget: float, now: float
     ) -> float | None:
         entry = self.cached.get(key)
-        if entry is not None and now - entry[0] < TAIL_REFRESH_S:
+        if entry is not None and now - entry[0] < 1.0:
             return entry[1]
         threshold = tail_threshold(histogram, backup_ttft_s, budget)
         self.cached[key] = (now, threshold)
@@ -67,12 +58,12 @@ def hedge_after(
 
 
 def tail_threshold(histogram: LogHistogram, backup_ttft_s: float, budget: float) -> float | None:
-    """The earliest threshold, at or past the quantile ``1 - TAIL_SHARE × budget`` (so that hedges fit the budget),
-    past which waiting on is expected to lose to starting the backup."""
-    if histogram.count < TAIL_MIN_SAMPLES:
+    """The earliest threshold, at or past the quantile ``1 - 0.8 × budget`` (so that hedges fit the budget), past
+    which waiting on is expected to lose to starting the backup; None before 20 first tokens tell the tail."""
+    if histogram.count < 20:
         return None
-    first = max(0.5, 1.0 - TAIL_SHARE * budget)
-    for q in (first, *(q for q in TAIL_QUANTILES if q > first)):
+    first = max(0.5, 1.0 - 0.8 * budget)
+    for q in (first, *(q for q in (0.95, 0.98, 0.99) if q > first)):
         threshold = histogram.quantile(q)
         if threshold is not None and mean_excess(histogram, threshold) >= backup_ttft_s:
             return threshold

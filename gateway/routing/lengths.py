@@ -1,13 +1,9 @@
 """How long this request's answer will be: predicted from what this model's answers actually were.
 
-An agent sends ``max_tokens: 32000`` and is answered in a few hundred tokens: planning for the ceiling would judge
-every deployment by its speed alone. So the router learns the lengths of the answers it relayed (``heard``), in cells
-from the general to the particular: the model at this ``max_tokens`` magnitude, then the request's shape (its API,
-streaming and kind: ``shape_of``), then its client key, then its session. A prediction (``forecast``) starts from a
-prior (the share of ``max_tokens`` the model's answers used, else the caller's default); the shape's own answers
-replace it (the model's at any shape while it has none), and the key's and the session's pull it toward theirs,
-each by its answers against ``PRIOR_ANSWERS``. ``max_tokens`` caps every prediction. Lengths are log-normal-ish:
-``Forecast.mean`` is what an expected time needs, ``Forecast.at(q)`` a quantile (docs/routing.md, "The score").
+The lengths of the answers relayed (``heard``) are kept in cells from the general to the particular: the model at a
+``max_tokens`` magnitude, the request's shape (``shape_of``), its client key, its session. A prediction
+(``forecast``) starts from a prior and each cell pulls it toward its own answers; ``max_tokens`` caps it
+(docs/routing.md, "The score").
 """
 
 from __future__ import annotations
@@ -26,8 +22,6 @@ if TYPE_CHECKING:
 PRIOR_ANSWERS = 3.0
 """A cell's answers weigh against its parent's estimate as if the parent were this many answers: a key's third
 answer moves its prediction halfway from the model's toward its own."""
-PRIOR_SIGMA = 1.0
-"""The log spread of answer lengths before any is heard: the p95 is about five times the median."""
 SESSIONS_KEPT = 10_000
 LengthSource = Literal["learned", "share", "request", "default"]
 """Where a prediction's prior came from before the cells pulled it: answers to this shape were heard
@@ -172,10 +166,18 @@ class Lengths:
             prior = min(default, float(max_tokens)) if max_tokens else default
         prior = max(1.0, prior)
         mean = prior
-        log_mean = math.log(prior) - PRIOR_SIGMA * PRIOR_SIGMA / 2  # a log-normal of mean ``prior``
-        log_var = PRIOR_SIGMA * PRIOR_SIGMA
+        # Before any answer is heard, a log-normal of mean ``prior`` and log spread 1 (the p95 ~ 5× the median).
+        log_var = 1.0
+        log_mean = math.log(prior) - log_var / 2
+        # The cells that know this shape: its own (the model's at any API or kind while it has none: a shape's own
+        # answers replace what other shapes' say, which may lie far off), then the key's and the session's.
+        shape = self.shapes.get(key[:5])
+        if shape is None or not shape.n:
+            shape = self.shapes.get(key[:2])
+        client = self.shapes.get(key[:6]) if key.client else None
+        session = self.sessions.get(key) if key.session is not None else None
         answers = 0.0
-        for cell in self._cells(key):
+        for cell in (shape, client, session):
             if cell is None or not cell.n:
                 continue
             n, k = float(cell.n), PRIOR_ANSWERS
@@ -199,13 +201,3 @@ class Lengths:
     def expected(self, key: LengthKey, max_tokens: int | None, default: int) -> float:
         """The mean answer length to plan for, with the policy's ``default`` as the prior (``forecast``)."""
         return self.forecast(key, max_tokens, float(default)).mean
-
-    def _cells(self, key: LengthKey) -> tuple[_Cell | None, ...]:
-        """The cells that know this shape: its own (the model's at any API or kind while it has none: a shape's own
-        answers replace what other shapes' say, which may lie far off), then the key's and the session's."""
-        shape = self.shapes.get(key[:5])
-        if shape is None or not shape.n:
-            shape = self.shapes.get(key[:2])
-        client = self.shapes.get(key[:6]) if key.client else None
-        session = self.sessions.get(key) if key.session is not None else None
-        return shape, client, session

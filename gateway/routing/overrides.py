@@ -1,18 +1,8 @@
-"""Per-request routing overrides: OpenRouter's ``provider`` object and its model suffixes.
+"""Per-request routing overrides: OpenRouter's ``provider`` object and its model suffixes (``:nitro``, ``:floor``).
 
-A client may steer one request without touching the config::
-
-    {"model": "llama-3.3-70b", "provider": {"order": ["groq"], "sort": "throughput",
-                                            "max_price": {"prompt": 1, "completion": 2}}}
-    {"model": "llama-3.3-70b:nitro"}     # the same as "sort": "throughput"
-    {"model": "llama-3.3-70b:floor"}     # the same as "sort": "price"
-
-Names in ``order``/``only``/``ignore`` match a deployment's name or its provider's name,
-case-insensitively. Everything is validated here; a bad value is a 400 whose ``param``
-names the field (``provider.sort``), never silently ignored. Semantics follow OpenRouter:
-``max_price`` (USD per 1M tokens) excludes dearer deployments, while
-``preferred_min_throughput``/``preferred_max_latency`` only move deployments that miss them
-to the back, as the policy's own constraints do.
+Names in ``order``/``only``/``ignore`` match a deployment's or its provider's name, case-insensitively. Everything is
+validated here: a bad value is a 400 whose ``param`` names the field (``provider.sort``), never silently ignored. The
+fields' meaning follows OpenRouter (docs/routing.md, "Per-request overrides").
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from gateway.routing.lengths import LengthSource
 from gateway.samples import Endpoint, RequestKind
 from gateway.types import CircuitState
 
-MAX_UNCERTAINTY = 4.0
 Source = Literal["recent", "model", "none"]
 """Where a prediction's numbers come from: this replica's answers, or the model's other deployments (the prior)."""
 
@@ -39,11 +38,12 @@ class RequestShape:
 @quick_init
 @dataclass(frozen=True, slots=True)
 class Uncertainty:
-    """Relative standard errors (log units; 0.1 ≈ ±10%) of a prediction's time, first token and tokens/s."""
+    """Relative standard errors (log units; 0.1 ≈ ±10%) of a prediction's time, first token and tokens/s (4: nothing
+    known)."""
 
-    time: float = MAX_UNCERTAINTY
-    ttft: float = MAX_UNCERTAINTY
-    tokens_per_s: float = MAX_UNCERTAINTY
+    time: float = 4.0
+    ttft: float = 4.0
+    tokens_per_s: float = 4.0
 
 
 UNKNOWN = Uncertainty()

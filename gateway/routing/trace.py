@@ -23,11 +23,7 @@ from gateway.types import Clock
 
 HEADER_LIMIT = 4096
 """Bytes of the header value: nginx's default line buffer, the smallest common limit on one header."""
-DETAILED_CANDIDATES = 3
-"""Candidates that keep their numbers when the header is cut."""
 TRACE_HEADER = "x-gateway-trace"
-TRACES_KEPT = 1024
-TRACE_TTL_S = 600.0
 
 
 def _compact(value: object) -> object:
@@ -161,26 +157,22 @@ def _encode(trace: dict[str, Any]) -> str:
 
 def header_value(trace: dict[str, Any], limit: int = HEADER_LIMIT) -> str:
     """The trace as one header value of at most ``limit`` bytes: the later candidates' numbers go first, then
-    trailing candidates, the excluded, and the oldest attempts; a cut trace says ``"cut": true``."""
+    trailing candidates, the excluded, and the oldest attempts; a cut trace says ``"cut": true``. The first three
+    candidates keep their numbers."""
     text = _encode(trace)
     if len(text) <= limit:
         return text
     cut = dict(trace, cut=True)
     candidates = [dict(c) for c in cut.get("c", [])]
-    for entry in candidates[DETAILED_CANDIDATES:]:
+    for entry in candidates[3:]:
         for numbers in ("pred", "terms", "belief"):
             entry.pop(numbers, None)
     cut["c"] = candidates
     text = _encode(cut)
-    while len(text) > limit and len(cut["c"]) > 1:
-        cut["c"] = cut["c"][:-1]
-        text = _encode(cut)
-    while len(text) > limit and cut.get("x"):
-        cut["x"] = cut["x"][:-1]
-        text = _encode(cut)
-    while len(text) > limit and len(cut.get("a", [])) > 1:
-        cut["a"] = cut["a"][1:]
-        text = _encode(cut)
+    for part, kept in (("c", 1), ("x", 0), ("a", 1)):
+        while len(text) > limit and len(cut.get(part, ())) > kept:
+            cut[part] = cut[part][1:] if part == "a" else cut[part][:-1]
+            text = _encode(cut)
     if len(text) > limit:
         text = _encode({"v": 1, "id": trace["id"], "final": trace["final"], "cut": True})
     return text
@@ -189,7 +181,7 @@ def header_value(trace: dict[str, Any], limit: int = HEADER_LIMIT) -> str:
 class TraceStore:
     """The traces asked for lately, by request id: the last ``limit``, for ``ttl_s`` each; per replica."""
 
-    def __init__(self, limit: int = TRACES_KEPT, ttl_s: float = TRACE_TTL_S, clock: Clock = time.monotonic) -> None:
+    def __init__(self, limit: int = 1024, ttl_s: float = 600.0, clock: Clock = time.monotonic) -> None:
         self.limit = limit
         self.ttl_s = ttl_s
         self.clock = clock
