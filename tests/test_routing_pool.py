@@ -1,5 +1,5 @@
 """``priors.Pool`` (a model's columns kept between answers, an entry read again only from a new ``Heard``) against
-``pooled_all`` of the same beliefs read afresh, and ``Prior``'s written-out ``__init__`` against its fields."""
+``pooled`` of the same beliefs read afresh, and ``Prior``'s written-out ``__init__`` against its fields."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import random
 from typing import Any
 
-from gateway.routing.priors import Heard, Pool, Prior, pooled_all
+from gateway.routing.priors import Heard, Pool, Prior, pooled
 
 
 def _heard(rng: random.Random) -> Heard:
@@ -16,7 +16,7 @@ def _heard(rng: random.Random) -> Heard:
     return Heard(answers, [rng.uniform(0.01, 0.5), rng.uniform(0.01, 0.5)], [rng.uniform(0.01, 0.5)] * 2, levels)
 
 
-def test_a_pool_heard_one_entry_at_a_time_pools_as_pooled_all_of_them_all() -> None:
+def test_a_pool_heard_one_entry_at_a_time_pools_each_as_pooled_from_the_others() -> None:
     rng = random.Random(7)
     for n in (1, 2, 3, 5):
         prices = [rng.choice([None, 0.0, 1e-6, 4e-6, 3e-5]) for _ in range(n)]
@@ -29,7 +29,9 @@ def test_a_pool_heard_one_entry_at_a_time_pools_as_pooled_all_of_them_all() -> N
             heards[moved] = _heard(rng)
             pool.hear(moved, heards[moved])
             skip = rng.choice([-1, moved])
-            assert pool.pooled(skip) == pooled_all(heards, prices, skip)
+            others = [(heards[:i] + heards[i + 1 :], prices[:i] + prices[i + 1 :]) for i in range(n)]
+            expected = [None if i == skip else pooled(o, 0.0, prices[i], p) for i, (o, p) in enumerate(others)]
+            assert pool.pooled(skip) == expected
 
 
 def test_a_pool_reads_a_heard_it_read_last_no_more() -> None:

@@ -18,7 +18,6 @@ from gateway.routing.belief_noise import Scatter
 from gateway.routing.belief_prefill import SLOPE, Prefill, at_most_its_answer
 from gateway.routing.belief_runs import (
     DEFAULT_LEVEL,
-    METRICS,
     SPT,
     TTFT,
     UNKNOWN,
@@ -37,9 +36,6 @@ from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, residuals, update_all
 
 NO_PRIOR = Prior()
-
-Branches = tuple[tuple[float, tuple[float, float], tuple[float, float], bool], ...]
-"""(chance, log means, log variances, changed) per hypothesis: each run (stayed, drifted), each place a change lands."""
 
 
 @dataclass(slots=True)
@@ -336,29 +332,6 @@ class Belief:
         a, b = FAIL_PRIOR if changed else self.failure(now)  # a provider that changed may have recovered
         mean = a / (a + b)
         return levels, mean, math.sqrt(mean * (1 - mean) / (a + b + 1))
-
-    def branches(self, now: float, prior: Prior) -> Branches:
-        """The level now as one normal per hypothesis: each run as heard (weighted ``1 − p``) and each place a change
-        may land (weighted ``p``, the chance of a change since last heard). ``belief_look.look_terms`` writes it out."""
-        p = self.changed(now) if self.runs else 1.0
-        age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        stayed = tuple(
-            ((1.0 - p) * r.weight, (r.mean0, r.mean1), (r.var0 + age, r.var1 + age), False) for r in self.runs
-        )
-        changed = tuple((p * r.weight, (r.mean0, r.mean1), (r.var0, r.var1), True) for r in self._new_runs(prior))
-        return stayed + changed
-
-    def uncertainty(self, now: float, prior: Prior) -> float:
-        """How unsure the present level is: the log variances of both metrics summed, the prior mixed in by the
-        chance of a change since last heard."""
-        p = self.changed(now) if self.runs else 1.0
-        total = 0.0
-        for metric in METRICS:
-            mean, var = self.level(now, metric)
-            pooled = prior.mean[metric]
-            other = mean if pooled is None else pooled
-            total += (1 - p) * var + p * prior.var[metric] + p * (1 - p) * (mean - other) ** 2
-        return total
 
     def prefill_s(self) -> float:
         """Seconds of first token per uncached prompt token."""

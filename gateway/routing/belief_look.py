@@ -13,7 +13,7 @@ import math
 import random
 
 from gateway.config import DeploymentConfig
-from gateway.routing.belief import Belief, Branches
+from gateway.routing.belief import Belief
 from gateway.routing.belief_failures import FAIL_PRIOR
 from gateway.routing.belief_runs import Run
 from gateway.routing.cost import Cost, Shape, Weights, factors, terms
@@ -53,22 +53,6 @@ class Hypothesis:
         self.learn0 = learn0
         self.learn1 = learn1
         self.odds = 0.0
-
-    def terms(self) -> tuple[float, float, float, float, float, float, float, float, float]:
-        return (
-            self.log_weight,
-            self.mean0,
-            self.mean1,
-            self.var0,
-            self.var1,
-            self.log_var0,
-            self.log_var1,
-            self.learn0,
-            self.learn1,
-        )
-
-    def __repr__(self) -> str:
-        return f"Hypothesis{self.terms()!r}"
 
 
 class Level:
@@ -195,22 +179,11 @@ def _leader_terms(lead: Cost, weights: Weights, epsilon: float) -> tuple[float, 
     )
 
 
-def branch_terms(branches: Branches, spread2: list[float]) -> list[Hypothesis]:
-    """``Belief.branches`` as a look weighs them: the plain form of ``look_terms``."""
-    result = []
-    for weight, means, variances, _ in branches:
-        v0, v1 = variances[0] + spread2[0], variances[1] + spread2[1]
-        learn0, learn1 = variances[0] / (variances[0] + spread2[0]), variances[1] / (variances[1] + spread2[1])
-        log_weight = math.log(max(weight, 1e-12))
-        result.append(Hypothesis(log_weight, means[0], means[1], v0, v1, math.log(v0), math.log(v1), learn0, learn1))
-    return result
-
-
 def look_terms(
     belief: Belief, now: float, changed_runs: list[Run], spread2: list[float]
 ) -> tuple[tuple[float, float], list[Hypothesis]]:
-    """Each side's chance (stayed, changed) and ``branch_terms(belief.branches(now, prior), spread2)``, written out
-    with no tuples built: the same floats."""
+    """Each side's chance (stayed, changed) and the level now as one hypothesis per run as heard (weighted ``1 − p``,
+    ``p`` the chance of a change since last heard) and per place a change may land (weighted ``p``)."""
     p = belief.changed(now) if belief.runs else 1.0
     age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
     s0, s1 = spread2[0], spread2[1]

@@ -35,9 +35,6 @@ from gateway.routing.ranking import (
 from gateway.samples import Endpoint, RequestKind
 from gateway.stats import StatsSnapshot
 
-BEST_DRAWS = 64
-"""Draws behind each deployment's chance of being best (each draws every deployment once)."""
-
 
 def rank_beliefs(
     router: BeliefRouter,
@@ -76,7 +73,7 @@ def rank_beliefs(
     # order: the config's under a fixed policy; else the constraints kept, the measured first, by expected score.
     every_breaks = all(broken)
     kept = [i for i in range(len(options)) if every_breaks or not broken[i]]
-    drawn = chance_best([options[i] for i in kept], shape, weights, now, random.Random(0), BEST_DRAWS) if kept else []
+    drawn = chance_best([options[i] for i in kept], shape, weights, now, random.Random(0)) if kept else []
     best = [0.0] * len(options)
     for i, chance in zip(kept, drawn, strict=True):
         best[i] = chance

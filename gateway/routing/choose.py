@@ -224,9 +224,11 @@ def _first(index: int, ranked: list[int]) -> tuple[int, ...]:
 
 
 def chance_best(
-    options: Sequence[Option], shape: Shape, weights: Weights, now: float, rng: random.Random, draws: int = 64
+    options: Sequence[Option], shape: Shape, weights: Weights, now: float, rng: random.Random
 ) -> list[float]:
-    """The probability each option is the best for a request of ``shape`` (for explaining, not for routing)."""
+    """The probability each option is the best for a request of ``shape`` (for explaining, not for routing), from
+    64 draws of every option."""
+    draws = 64
     wins = [0] * len(options)
     for _ in range(draws):
         drawn = [cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights) for o in options]

@@ -63,14 +63,3 @@ def normal_pair(uniform: Callable[[], float]) -> tuple[float, float]:
     x2pi = uniform() * _TWOPI
     g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
     return math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
-
-
-def standard_normals(uniform: Callable[[], float], carry: float | None, count: int) -> list[float]:
-    """At least ``count`` standard normals as that many ``random.Random.gauss`` calls make them after one that left
-    ``carry``; an odd one over is last (the next carry)."""
-    normals = [] if carry is None else [carry]
-    while len(normals) < count:
-        cosine, sine = normal_pair(uniform)
-        normals.append(cosine)
-        normals.append(sine)
-    return normals

@@ -130,30 +130,17 @@ def pooled(
     ``PRIOR_WEIGHT`` deployments, then theirs): a deployment heard a few times scatters as its siblings do, so its
     few answers are read as sharply as theirs (a change it went through is told by one look) and its expected time
     is not inflated by a spread nobody measured."""
-    return pooled_heard([o if isinstance(o, Heard) else Heard.of(o, now) for o in others], price, prices)
-
-
-def pooled_heard(others: list[Heard], price: float | None = None, prices: Sequence[float | None] = ()) -> Prior:
-    """``pooled`` of beliefs read as ``Heard`` (``pooled_all`` pools all of a model's at once, the same way): their
-    fields read in place, the sums as plain loops (``sum`` of floats adds left to right from 0: the same floats)."""
-    n = len(others)
-    padded = [prices[i] if i < len(prices) else None for i in range(n)]
-    measured = [i for i in range(n) if others[i].answers]
-    columns = _Columns.of(others, padded)
+    heards = [o if isinstance(o, Heard) else Heard.of(o, now) for o in others]
+    n = len(heards)
+    columns = _Columns.of(heards, [prices[i] if i < len(prices) else None for i in range(n)])
+    measured = [i for i in range(n) if heards[i].answers]
     return _pooled_one(columns, measured, price, all(columns.priced[i] for i in measured))
 
 
-def pooled_all(heards: list[Heard], prices: Sequence[float | None], skip: int = -1) -> list[Prior | None]:
-    """Each of a model's deployments' prior, pooled from all the others (``pooled_heard`` of the list less its own,
-    at its price ``prices[i]``, the others at theirs), in one pass: every field read once, not once per sibling.
-    ``skip``: the one not pooled (None in its place). ``Pool`` does the same with the fields kept between calls."""
-    return _pooled_each(_Columns.of(heards, prices), [h.answers > 0 for h in heards], prices, skip)
-
-
 class Pool:
-    """A model's deployments as ``pooled_all`` reads them, kept between its calls (``BeliefRouter._pool`` pools every
-    sibling after each answer): each entry's fields are read from its ``Heard`` once, again only when it is given a
-    new one (a ``Heard`` is made when its belief heard: the one an answer moved), so ``pooled`` reads no ``Heard``."""
+    """A model's deployments, each pooled from the others (``pooled``), kept between calls (``BeliefRouter._pool``
+    pools every sibling after each answer): each entry's fields are read from its ``Heard`` once, again only when it
+    is given a new one (a ``Heard`` is made when its belief heard: the one an answer moved)."""
 
     def __init__(self, prices: list[float | None]) -> None:
         n = len(prices)
@@ -178,21 +165,16 @@ class Pool:
         self.measured[i] = heard.answers > 0
 
     def pooled(self, skip: int = -1) -> list[Prior | None]:
-        """``pooled_all`` of the entries as last heard (every entry must have been heard)."""
-        return _pooled_each(self.columns, self.measured, self.prices, skip)
-
-
-def _pooled_each(
-    columns: _Columns, measured: list[bool], prices: Sequence[float | None], skip: int
-) -> list[Prior | None]:
-    """``pooled_all`` from the columns and which entries are measured."""
-    n = len(measured)
-    # Every measured one priced: where one is pooled, its siblings are (its own price decides the rest).
-    priced = all(columns.priced[j] for j in range(n) if measured[j])
-    return [
-        None if i == skip else _pooled_one(columns, [j for j in range(n) if j != i and measured[j]], prices[i], priced)
-        for i in range(n)
-    ]
+        """Each entry's prior pooled from the others as last heard (every entry must have been heard), None in place
+        of ``skip``'s."""
+        columns, measured, prices = self.columns, self.measured, self.prices
+        heard = [j for j in range(len(measured)) if measured[j]]
+        # Every measured one priced: where one is pooled, its siblings are (its own price decides the rest).
+        priced = all(columns.priced[j] for j in heard)
+        return [
+            None if i == skip else _pooled_one(columns, [j for j in heard if j != i], prices[i], priced)
+            for i in range(len(measured))
+        ]
 
 
 def _log_prices(prices: Sequence[float | None]) -> tuple[list[float], list[bool]]:
@@ -256,8 +238,8 @@ def _pooled_one(columns: _Columns, others: list[int], price: float | None, sibli
 def _pooled_level(
     y: list[float], others: list[int], count: float, priced: bool, x: list[float], at: float
 ) -> tuple[float, float, float | None, float]:
-    """One metric of ``pooled_all``'s prior from the levels ``y`` of ``others`` (at least one): mean, variance,
-    centre (None: no price regression told anything) and its variance, as ``pooled_heard`` finds them."""
+    """One metric of ``pooled``'s prior from the levels ``y`` of ``others`` (at least one): mean, variance,
+    centre (None: no price regression told anything) and its variance."""
     k = len(others)
     total = 0.0
     for j in others:
