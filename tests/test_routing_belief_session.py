@@ -142,7 +142,15 @@ def test_a_deployment_breaking_a_constraint_is_neither_drawn_nor_explored_but_st
     for may_race in (False, True):
         for _ in range(50):
             choice = choose_for(
-                options, [True, False], Shape(20, 50), weights, clock(), rng, may_race=may_race, budget=None, model="m"
+                options,
+                [("max_latency",), ()],
+                Shape(20, 50),
+                weights,
+                clock(),
+                rng,
+                may_race=may_race,
+                budget=None,
+                model="m",
             )
             assert choice.order == (1, 0) and 0 not in choice.race and choice.shadow is None
             assert len(choice.costs) == 2

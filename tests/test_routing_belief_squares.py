@@ -34,7 +34,7 @@ def _former_marginals(
 ) -> list[float]:
     sums = [0.0] * len(noises)
     for i, run in enumerate(runs):
-        mean, var = run.level(metric)
+        mean, var = (run.mean0, run.var0) if metric == 0 else (run.mean1, run.var1)
         square = math.pow(value - mean, 2.0)
         for j, noise in enumerate(noises):
             scale2 = var + unsure + noise

@@ -31,7 +31,7 @@ from gateway.routing.belief_runs import (
     weight_of,
 )
 from gateway.routing.belief_scatter import collapsed, hear_both, reprior_scatters
-from gateway.routing.draws import Draw, Sampling, new_tuple, sample
+from gateway.routing.draws import Draw, Level, new_tuple, pick
 from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, residuals, update_all
 
@@ -265,11 +265,8 @@ class Belief:
 
     def level(self, now: float, metric: int) -> tuple[float, float]:
         """The log level's mixture mean and variance now (drift included)."""
-        if not self.runs:
-            return DEFAULT_LEVEL[metric], UNKNOWN**2
-        age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        mean, var = self.mixture[metric] if self.mixture is not None else mix(self.runs, metric)
-        return mean, var + age
+        m0, m1, v0, v1 = self.predicted(now)
+        return (m0, v0) if metric == TTFT else (m1, v1)
 
     def expected(self, now: float, prior: Prior | None = None) -> Draw:
         """The posterior predictive, without randomness: the level, mixed with ``prior`` (when given) by the chance
@@ -320,14 +317,18 @@ class Belief:
         if changed is None:
             changed = rng.random() < self.changed(now)
         changed = changed or not self.runs
-        ttft, spt, failure = sample(self.sampling(self._new_runs(prior) if changed else self.runs, now, changed), rng)
+        levels, failure_mean, failure_sd = self.sampling(self._new_runs(prior) if changed else self.runs, now, changed)
+        run = pick(levels, rng.random())
+        ttft = math.exp(rng.gauss(run.mean0, run.sd0))
+        spt = math.exp(rng.gauss(run.mean1, run.sd1))
+        failure = min(0.99, max(0.0, rng.gauss(failure_mean, failure_sd)))
         return Draw(ttft, spt, failure, self.spread(), self.failures.failure_s, changed, (ttft, spt))
 
-    def sampling(self, runs: list[Run], now: float, changed: bool = False) -> Sampling:
-        """What ``draw`` draws from: each run's weight and its level's normal with drift, and the failure chance's
-        mean and sd (``belief_look.levels_of`` is the same, written out)."""
+    def sampling(self, runs: list[Run], now: float, changed: bool = False) -> tuple[list[Level], float, float]:
+        """What a draw draws from (``draw``, and a look's ``belief_look.gains``): each run's weight and its level's
+        normal with drift, and the failure chance's mean and sd."""
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        levels = [(r.weight, r.mean0, math.sqrt(r.var0 + age), r.mean1, math.sqrt(r.var1 + age)) for r in runs]
+        levels = [Level(r.weight, r.mean0, math.sqrt(r.var0 + age), r.mean1, math.sqrt(r.var1 + age)) for r in runs]
         # The beta drawn by its moments: cheaper than two gamma draws.
         a, b = FAIL_PRIOR if changed else self.failure(now)  # a provider that changed may have recovered
         mean = a / (a + b)

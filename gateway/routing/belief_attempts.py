@@ -134,7 +134,11 @@ def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: fl
     """Tell ``belief`` what one finished attempt says: an answer's pair (a drained one's too), a failure, or a
     raced loser's lower bound on its first token. False when it says nothing of the deployment."""
     if answer.outcome == "ok" or answer.drained:
-        ttft, spt = answer_pair(answer, _medians(belief, now, prior) if answer.ttft_s is None else None)
+        medians = None
+        if answer.ttft_s is None:  # an answer not streamed is split as the belief expects it
+            m0, m1, _, _ = belief.predicted(now, prior)
+            medians = math.exp(m0), math.exp(m1)
+        ttft, spt = answer_pair(answer, medians)
         belief.observe(now, prior, ttft, spt, uncached_tokens=answer.uncached_tokens)
         belief.failed(now, False)
     elif answer.outcome in FAILURES:
@@ -146,9 +150,3 @@ def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: fl
     else:
         return False
     return True
-
-
-def _medians(belief: Belief, now: float, prior: Prior) -> tuple[float, float]:
-    """``belief.expected(now, prior)``'s first token and seconds per token, without the rest of it."""
-    m0, m1, _, _ = belief.predicted(now, prior)
-    return math.exp(m0), math.exp(m1)

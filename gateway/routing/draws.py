@@ -7,7 +7,6 @@ level's normal with drift, and the failure chance's.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable
 from statistics import NormalDist
 from typing import NamedTuple
@@ -31,25 +30,27 @@ class Draw(NamedTuple):
 new_tuple = tuple.__new__
 """``new_tuple(Draw, fields)`` is ``Draw(*fields)`` (every field given) without the named tuple's Python ``__new__``."""
 
-Sampling = tuple[list[tuple[float, float, float, float, float]], float, float]
-"""Per run (weight, log mean and sd of first token, of seconds per token), drift included; the failure chance's mean
-and sd."""
+
+class Level:
+    """One run a draw may pick: its weight and, per metric, its log level's mean and sd (drift included)."""
+
+    __slots__ = ("weight", "mean0", "sd0", "mean1", "sd1")
+
+    def __init__(self, weight: float, mean0: float, sd0: float, mean1: float, sd1: float) -> None:
+        self.weight = weight
+        self.mean0 = mean0
+        self.sd0 = sd0
+        self.mean1 = mean1
+        self.sd1 = sd1
 
 
-def sample(sampling: Sampling, rng: random.Random) -> tuple[float, float, float]:
-    """One draw from ``Belief.sampling``: first token and seconds per token in seconds, and a failure chance."""
-    levels, failure_mean, failure_sd = sampling
-    pick = rng.random()  # the runs' weights sum to one
-    run = levels[-1]
-    for candidate in levels:
-        pick -= candidate[0]
-        if pick <= 0:
-            run = candidate
-            break
-    ttft = rng.gauss(run[1], run[2])
-    spt = rng.gauss(run[3], run[4])
-    failure = min(0.99, max(0.0, rng.gauss(failure_mean, failure_sd)))
-    return math.exp(ttft), math.exp(spt), failure
+def pick(levels: list[Level], uniform: float) -> Level:
+    """The run a uniform number in [0, 1) falls on, the weights summing to one (the last where they fall short)."""
+    for level in levels:
+        uniform -= level.weight
+        if uniform <= 0:
+            return level
+    return levels[-1]
 
 
 STANDARD_NORMAL = NormalDist()
