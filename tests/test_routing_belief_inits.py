@@ -22,9 +22,9 @@ import pytest
 from gateway.routing import belief_runs, student
 from gateway.routing.belief import Belief
 from gateway.routing.belief_failures import FailureRun
-from gateway.routing.belief_noise import Scatter
 from gateway.routing.belief_prefill import Prefill
 from gateway.routing.belief_runs import Run
+from gateway.routing.belief_scatter import Scatter
 from gateway.routing.student import TAIL_NU
 
 CLASSES: list[type[Any]] = [Run, Scatter, FailureRun, Prefill]

@@ -10,9 +10,8 @@ import math
 import random
 
 from gateway.routing import student
-from gateway.routing.belief_noise import Scatter
 from gateway.routing.belief_runs import Run
-from gateway.routing.belief_scatter import _weigh
+from gateway.routing.belief_scatter import Scatter, _weigh
 
 _POWER = -(student.TAIL_NU + 1) / 2
 

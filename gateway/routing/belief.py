@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
 from gateway.routing.belief_hazard import Hazard, born_after, found
-from gateway.routing.belief_noise import Scatter
 from gateway.routing.belief_prefill import SLOPE, Prefill, at_most_its_answer
 from gateway.routing.belief_runs import (
     DEFAULT_LEVEL,
@@ -30,7 +29,7 @@ from gateway.routing.belief_runs import (
     unborn_weigh_nothing,
     weight_of,
 )
-from gateway.routing.belief_scatter import collapsed, hear_both, reprior_scatters
+from gateway.routing.belief_scatter import Scatter, collapsed, hear_both, reprior_scatters
 from gateway.routing.draws import Draw, Level, new_tuple, pick
 from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, residuals, update_all
