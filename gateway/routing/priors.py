@@ -121,25 +121,18 @@ def log_of(value: float | None) -> float | None:
 def pooled(
     others: Sequence[Levels], now: float, price: float | None = None, prices: Sequence[float | None] = ()
 ) -> Prior:
-    """The prior a deployment borrows from the model's others: a hierarchical normal. Their levels' mean, and
-    around it the spread between deployments (``BETWEEN`` counted as ``PRIOR_WEIGHT`` deployments, then theirs),
-    plus the uncertainty of that mean. With the deployment's ``price`` and theirs (``prices``, by ``others``;
-    per output token), the levels are regressed on the log price (``_on_price``): where the cheap are slow and
-    the dear quick, a cheap deployment is believed slow until heard, and one that changed lands among those of its
-    price, not at the siblings' centre. And how far their answers scatter around their levels (``SPREAD`` counted as
-    ``PRIOR_WEIGHT`` deployments, then theirs): a deployment heard a few times scatters as its siblings do, so its
-    few answers are read as sharply as theirs (a change it went through is told by one look) and its expected time
-    is not inflated by a spread nobody measured."""
-    heards = [o if isinstance(o, Heard) else Heard.of(o, now) for o in others]
-    n = len(heards)
-    columns = _Columns.of(heards, [prices[i] if i < len(prices) else None for i in range(n)])
-    measured = [i for i in range(n) if heards[i].answers]
-    return _pooled_one(columns, measured, price, all(columns.priced[i] for i in measured))
+    """The prior of a deployment at ``price`` from the model's ``others`` (at ``prices``, by ``others``): a
+    ``Pool`` of them and it, read once."""
+    n = len(others)
+    pool = Pool([*(prices[i] if i < len(prices) else None for i in range(n)), price])
+    for i, other in enumerate(others):
+        pool.hear(i, other if isinstance(other, Heard) else Heard.of(other, now))
+    return pool.prior_of(n)
 
 
 class Pool:
-    """A model's deployments, each pooled from the others (``pooled``), kept between calls (``BeliefRouter._pool``
-    pools every sibling after each answer): each entry's fields are read from its ``Heard`` once, again only when it
+    """A model's deployments, each one's prior pooled from the others' beliefs as last heard (``BeliefRouter._pool``
+    pools every sibling after each answer). An entry's fields are read from its ``Heard`` once, again only when it
     is given a new one (a ``Heard`` is made when its belief heard: the one an answer moved)."""
 
     def __init__(self, prices: list[float | None]) -> None:
@@ -147,92 +140,56 @@ class Pool:
         self.prices = prices
         self.heards: list[Heard | None] = [None] * n
         self.measured = [False] * n
-        x, priced = _log_prices(prices)
-        self.columns = _Columns([0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, x, priced)
+        self.ttft, self.spt = [0.0] * n, [0.0] * n
+        self.noise0, self.noise1, self.spread0, self.spread1 = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
+        # Each log price (0.0 where it has none: read only where every sibling pooled has one).
+        self.priced = [(p or 0) > 0 for p in prices]
+        self.x = [math.log(p) if p is not None and ok else 0.0 for p, ok in zip(prices, self.priced, strict=True)]
 
     def hear(self, i: int, heard: Heard) -> None:
-        """Entry ``i`` as ``heard`` says (``_Columns.of``'s fields of it), unless it is the one read last."""
+        """Entry ``i`` as ``heard`` says, unless it is the one read last."""
         if self.heards[i] is heard:
             return
         self.heards[i] = heard
-        columns = self.columns
-        columns.ttft[i] = heard.levels[0][0]
-        columns.spt[i] = heard.levels[1][0]
-        columns.noise0[i] = heard.noise[0]
-        columns.noise1[i] = heard.noise[1]
-        columns.spread0[i] = heard.spread2[0]
-        columns.spread1[i] = heard.spread2[1]
+        self.ttft[i] = heard.levels[0][0]
+        self.spt[i] = heard.levels[1][0]
+        self.noise0[i] = heard.noise[0]
+        self.noise1[i] = heard.noise[1]
+        self.spread0[i] = heard.spread2[0]
+        self.spread1[i] = heard.spread2[1]
         self.measured[i] = heard.answers > 0
 
     def pooled(self, skip: int = -1) -> list[Prior | None]:
-        """Each entry's prior pooled from the others as last heard (every entry must have been heard), None in place
-        of ``skip``'s."""
-        columns, measured, prices = self.columns, self.measured, self.prices
-        heard = [j for j in range(len(measured)) if measured[j]]
-        # Every measured one priced: where one is pooled, its siblings are (its own price decides the rest).
-        priced = all(columns.priced[j] for j in heard)
-        return [
-            None if i == skip else _pooled_one(columns, [j for j in heard if j != i], prices[i], priced)
-            for i in range(len(measured))
-        ]
+        """Each entry's prior (``prior_of``), None in place of ``skip``'s."""
+        return [None if i == skip else self.prior_of(i) for i in range(len(self.prices))]
 
-
-def _log_prices(prices: Sequence[float | None]) -> tuple[list[float], list[bool]]:
-    """Each price's log (0.0 where it has none, never read then), and whether it has one."""
-    positive = [(p or 0) > 0 for p in prices]
-    return [math.log(p) if p is not None and ok else 0.0 for p, ok in zip(prices, positive, strict=True)], positive
-
-
-@dataclass(slots=True)
-class _Columns:
-    """A model's beliefs as ``Heard``, one list per field (read once), and each one's log price (0.0 where it has
-    none: read only where every sibling pooled has one)."""
-
-    ttft: list[float]
-    spt: list[float]
-    noise0: list[float]
-    noise1: list[float]
-    spread0: list[float]
-    spread1: list[float]
-    x: list[float]
-    priced: list[bool]
-
-    @classmethod
-    def of(cls, heards: list[Heard], prices: Sequence[float | None]) -> _Columns:
-        x, positive = _log_prices(prices)
-        return cls(
-            [h.levels[0][0] for h in heards],
-            [h.levels[1][0] for h in heards],
-            [h.noise[0] for h in heards],
-            [h.noise[1] for h in heards],
-            [h.spread2[0] for h in heards],
-            [h.spread2[1] for h in heards],
-            x,
-            positive,
-        )
-
-
-def _pooled_one(columns: _Columns, others: list[int], price: float | None, siblings_priced: bool) -> Prior:
-    """The prior of a deployment at ``price`` from the measured siblings ``others`` (indices into ``columns``; all of
-    them priced: ``siblings_priced``): each sum over them in their order from 0."""
-    k = len(others)
-    count = PRIOR_WEIGHT + k
-    base = PRIOR_WEIGHT * SPREAD**2
-    n0, n1, s0, s1 = 0.0, 0.0, 0.0, 0.0
-    for j in others:  # four sums, each over the others in order
-        n0 += columns.noise0[j]
-        n1 += columns.noise1[j]
-        s0 += columns.spread0[j]
-        s1 += columns.spread1[j]
-    noise = ((base + n0) / count, (base + n1) / count)
-    spread2 = ((base + s0) / count, (base + s1) / count)
-    if not k:
-        return Prior((None, None), (BETWEEN**2, BETWEEN**2), noise, spread2)
-    priced = siblings_priced and price is not None and price > 0
-    at = math.log(price) if priced and price is not None else 0.0
-    mean0, var0, centre0, centre_var0 = _pooled_level(columns.ttft, others, count, priced, columns.x, at)
-    mean1, var1, centre1, centre_var1 = _pooled_level(columns.spt, others, count, priced, columns.x, at)
-    return Prior((mean0, mean1), (var0, var1), noise, spread2, (centre0, centre1), (centre_var0, centre_var1))
+    def prior_of(self, i: int) -> Prior:
+        """Entry ``i``'s prior, a hierarchical normal over the measured others: their levels' mean, the spread between
+        them (``BETWEEN`` counted as ``PRIOR_WEIGHT`` deployments) and that mean's own uncertainty, regressed on log
+        price where all are priced (``_on_price``: a cheap one is believed where its price puts it), and their answers'
+        scatter (``SPREAD`` counted as ``PRIOR_WEIGHT`` deployments), so a deployment's first answers are read as
+        sharply as its siblings'. See docs/routing.md ("What the router knows")."""
+        others = [j for j in range(len(self.measured)) if j != i and self.measured[j]]
+        k = len(others)
+        count = PRIOR_WEIGHT + k
+        base = PRIOR_WEIGHT * SPREAD**2
+        n0, n1, s0, s1 = 0.0, 0.0, 0.0, 0.0
+        for j in others:  # four sums, each over the others in order
+            n0 += self.noise0[j]
+            n1 += self.noise1[j]
+            s0 += self.spread0[j]
+            s1 += self.spread1[j]
+        noise = ((base + n0) / count, (base + n1) / count)
+        spread2 = ((base + s0) / count, (base + s1) / count)
+        if not k:
+            return Prior((None, None), (BETWEEN**2, BETWEEN**2), noise, spread2)
+        price = self.prices[i]
+        # Regressed on price only where every measured sibling is priced.
+        priced = price is not None and price > 0 and all(self.priced[j] for j in others)
+        at = math.log(price) if priced and price is not None else 0.0
+        mean0, var0, centre0, centre_var0 = _pooled_level(self.ttft, others, count, priced, self.x, at)
+        mean1, var1, centre1, centre_var1 = _pooled_level(self.spt, others, count, priced, self.x, at)
+        return Prior((mean0, mean1), (var0, var1), noise, spread2, (centre0, centre1), (centre_var0, centre_var1))
 
 
 def _pooled_level(
