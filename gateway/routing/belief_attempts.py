@@ -20,8 +20,6 @@ from gateway.types import DeploymentKey, StreamProgress
 
 PACE_TOKENS = 8
 """Tokens a running stream must have sent before its pace so far counts as its speed."""
-BODY_RESOLUTION_S = 1e-3
-"""The shortest time an answer's body is read as taking: one sent in one piece took about this, not zero."""
 
 
 @dataclass(slots=True)
@@ -118,8 +116,8 @@ def answer_pair(sample: Measured, expected: tuple[float, float] | None) -> tuple
     if sample.ttft_s is not None:
         if sample.tokens_per_s:
             return sample.ttft_s, 1.0 / sample.tokens_per_s
-        if n >= 2 and ended is not None:
-            return sample.ttft_s, max(ended - sample.ttft_s, BODY_RESOLUTION_S) / (n - 1)
+        if n >= 2 and ended is not None:  # a body sent in one piece took about a millisecond, not zero
+            return sample.ttft_s, max(ended - sample.ttft_s, 1e-3) / (n - 1)
         return sample.ttft_s, None
     if ended is None or ended <= 0 or sample.stream:
         return None, None

@@ -21,8 +21,6 @@ _ROOT_2PI: Final = math.sqrt(2.0 * math.pi)
 _ERFC: Final = math.erfc
 """``math.erfc`` held once: compiled, ``math.erfc`` is an attribute looked up at every call (not a native primitive)."""
 _SLOPE2: Final = SLOPE**2
-_FLOOR_S: Final = 1e-3
-"""The smallest first token an answer's noise is scaled by: a 0 s answer would weigh infinitely."""
 
 
 @dataclass(slots=True)
@@ -73,7 +71,7 @@ class Prefill:
         residual = ttft_s - (self.base + x * self.slope)
         # The Kalman gain of one observation y = b + x s + noise: P h / (h' P h + noise), h = (1, x).
         pb, ps = vb + x * c, c + x * vs
-        total = pb + x * ps + (SPREAD * max(ttft_s, _FLOOR_S)) ** 2
+        total = pb + x * ps + (SPREAD * max(ttft_s, 1e-3)) ** 2  # a 0 s answer would weigh infinitely
         gb, gs = pb / total, ps / total
         return Prefill(
             self.base + gb * residual,

@@ -55,12 +55,10 @@ def pick(levels: list[Level], uniform: float) -> Level:
 
 STANDARD_NORMAL = NormalDist()
 """The standard normal's cdf and quantiles, for the package's every use."""
-_TWOPI = 2.0 * math.pi
-"""``random.TWOPI``."""
 
 
 def normal_pair(uniform: Callable[[], float]) -> tuple[float, float]:
     """Two standard normals exactly as ``random.gauss`` makes a pair (Box-Muller: the cosine's, then the sine's)."""
-    x2pi = uniform() * _TWOPI
+    x2pi = uniform() * math.tau  # ``random.TWOPI``
     g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
     return math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
