@@ -1,9 +1,7 @@
 """One belief per deployment: its first token and seconds per token now, and how sure that is.
 
-The model is described once, in docs/routing.md ("What the router knows"): log-normal answers around a level
-that drifts while unheard and jumps by change points (read through a Student-t), a prior pooled from the
-model's other deployments, lower bounds as censored evidence, prefill and failures beside it. Each part
-lives in its own ``belief_*`` module; this one ties them into ``Belief``.
+The model is described in docs/routing.md ("What the router knows"); each part lives in its own ``belief_*``
+module (and ``priors``, ``student``), and ``Belief`` ties them together.
 """
 
 from __future__ import annotations

@@ -106,9 +106,7 @@ class Failures:
             return read[1], read[2]
         p = self.changed(now, hazard_s)
         stayed = 1.0 - p
-        # Plain loops rather than ``sum`` (no boxed floats when compiled); both add left to right from 0.0. Each
-        # run's terms (``a + b``, its mean ``a / (a + b)``, its beta's variance) are found where they are read: a
-        # few native operations, where a memo of them was a tuple of boxed floats per run.
+        # Plain loops rather than ``sum`` (no boxed floats when compiled); both add left to right from 0.0.
         mean = 0.0
         for r in self.runs:
             mean += stayed * r.weight * r.fails / (r.fails + r.oks)

@@ -1,15 +1,10 @@
-"""The belief-based router: orchestrates the beliefs, the draw and the control loops that stay.
+"""The belief-based router: one belief per deployment, one draw per request, and the control loops that are not
+beliefs (circuits, capacity, context windows, learned deadlines, the tail hedge).
 
-``plan`` reads, for each deployment the request may go to (``gateway.routing.filters``), its
-belief (``gateway.routing.belief``), told of any attempt overdue there now, and lets one draw per
-request order them (``gateway.routing.choose``, ``gateway.routing.cost``). Around the draw it
-keeps the loops that are not beliefs: circuits and capacity (``gateway.routing.health``,
-``gateway.routing.capacity``), context windows, learned deadlines, and the tail hedge
-(``gateway.routing.hedge``). ``attempt_finished`` turns each attempt into evidence: an answer's
-pair, a failure, or a lower bound (a race or a hedge lost). The other replicas' answers are the same
-evidence, heard from the stats store's log at plan time (``gateway.routing.belief_others``).
-The attempts under way are kept as ``gateway.routing.belief_attempts`` defines them, and the
-plan's candidates are built by ``gateway.routing.belief_candidates``.
+``plan`` reads each allowed deployment's belief, told of its attempts under way (``belief_running``), and lets one
+draw order them (``choose``); ``belief_candidates`` makes the order into candidates. ``attempt_finished`` turns each
+attempt into evidence (``belief_attempts.tell``); the other replicas' answers are heard at plan time
+(``belief_others``).
 """
 
 from __future__ import annotations
