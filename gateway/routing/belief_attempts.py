@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from gateway.routing.belief import Belief
 from gateway.routing.health import FAILURES
@@ -90,36 +89,21 @@ def bytes_per_token(learned: dict[str, float], progress: StreamProgress, output_
     learned[api] = seen if known is None else known + (seen - known) / 20
 
 
-class Measured(Protocol):
-    """What ``answer_pair`` reads of a finished attempt: a ``Sample`` or an ``Answer`` alike."""
-
-    @property
-    def stream(self) -> bool: ...
-    @property
-    def ttft_s(self) -> float | None: ...
-    @property
-    def tokens_per_s(self) -> float | None: ...
-    @property
-    def output_tokens(self) -> int | None: ...
-    @property
-    def attempt_s(self) -> float | None: ...
-
-
-def answer_pair(sample: Measured, expected: tuple[float, float] | None) -> tuple[float | None, float | None]:
+def answer_pair(answer: Answer, expected: tuple[float, float] | None) -> tuple[float | None, float | None]:
     """A finished answer's first token and seconds per token, for its deployment's belief.
 
     A stream whose tokens came in one piece streamed them between its first token and its end. An answer not
     streamed is split as ``expected`` (the belief's medians) says, both parts scaled to its whole time; ``expected``
     is read only for an answer with no first token."""
-    n = sample.output_tokens or 0
-    ended = sample.attempt_s
-    if sample.ttft_s is not None:
-        if sample.tokens_per_s:
-            return sample.ttft_s, 1.0 / sample.tokens_per_s
+    n = answer.output_tokens or 0
+    ended = answer.attempt_s
+    if answer.ttft_s is not None:
+        if answer.tokens_per_s:
+            return answer.ttft_s, 1.0 / answer.tokens_per_s
         if n >= 2 and ended is not None:  # a body sent in one piece took about a millisecond, not zero
-            return sample.ttft_s, max(ended - sample.ttft_s, 1e-3) / (n - 1)
-        return sample.ttft_s, None
-    if ended is None or ended <= 0 or sample.stream:
+            return answer.ttft_s, max(ended - answer.ttft_s, 1e-3) / (n - 1)
+        return answer.ttft_s, None
+    if ended is None or ended <= 0 or answer.stream:
         return None, None
     if n < 2 or expected is None:
         return ended, None
