@@ -23,7 +23,7 @@ from gateway.routing.choose import (
 )
 from gateway.routing.cost import Shape, Weights, cost
 from gateway.routing.lengths import Lengths, shape_of
-from gateway.routing.priors import Heard, Prior, pooled
+from gateway.routing.priors import Prior, pooled
 from tests.test_routing_belief_plan_same import branches
 
 POLICY = BUILTIN_POLICIES["balanced"]
@@ -323,13 +323,3 @@ def test_a_change_lands_among_the_deployments_of_its_price_or_anywhere() -> None
         )
         looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
     assert looked.count(4) >= 3, looked  # none with the levels pooled alone
-
-
-def test_a_prior_pooled_from_beliefs_read_once_is_the_same() -> None:
-    """``Heard.of`` (each belief's levels read once for a model's every prior) pools to the very same prior as the
-    beliefs themselves, a never-heard sibling among them, with prices and without."""
-    beliefs = [_measured(0.4, 200.0, at=90.0), _measured(0.9, 90.0, n=7, at=60.0), Belief(), _measured(0.5, 150.0)]
-    heard = [Heard.of(b, 120.0) for b in beliefs]
-    prices = [0.6, 0.2, 0.5, 0.4]
-    assert pooled(heard, 120.0) == pooled(beliefs, 120.0)
-    assert pooled(heard, 120.0, 0.3, prices) == pooled(beliefs, 120.0, 0.3, prices)

@@ -1,4 +1,4 @@
-"""``priors.pooled`` (the sums as plain loops, ``Heard`` fields read in place) against ``pooled`` as it was."""
+"""``priors.pooled`` (the sums as plain loops, each sibling read once) against ``pooled`` as it was."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from gateway.routing.priors import (
     BETWEEN,
     PRIOR_WEIGHT,
     SPREAD,
-    Heard,
     Prior,
     pooled,
 )
+from tests.test_routing_pool import Heard
 
 
 def _on_price(

@@ -32,7 +32,7 @@ from gateway.routing.health import RouterState
 from gateway.routing.lengths import LengthKey, Lengths, request_shape
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
-from gateway.routing.priors import Heard, Pool, Prior
+from gateway.routing.priors import Pool, Prior
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from gateway.stats.answers import answer_of, tells
@@ -81,8 +81,6 @@ class BeliefRouter:
         """Each API's stream bytes per output token (its events' envelope), from finished streams."""
         self._weights: dict[tuple[int, Sort | None], tuple[PolicyConfig, Weights]] = {}
         """``Weights.of`` each policy (by identity: policies are frozen) and sort, found once."""
-        self._heard: dict[DeploymentKey, tuple[Belief, int, Heard]] = {}
-        """Each belief as ``_pool`` read it last, and its answers then."""
         self._pools: dict[str, tuple[list[DeploymentKey], Pool]] = {}  # each model's, as ``_pool`` pooled it last
         self.others = OthersAnswers()
         """Which of the other replicas' answers the beliefs have heard."""
@@ -345,20 +343,10 @@ class BeliefRouter:
         if kept is None or kept[0] != keys:
             kept = self._pools[model] = (keys, Pool([self._price_of.get(k) for k in keys]))
         for i, k in enumerate(keys):  # only an entry whose belief heard is read again
-            kept[1].hear(i, self._heard_of(k, self.beliefs[k], now))
+            kept[1].hear(i, self.beliefs[k], now)
         for k, prior in zip(keys, kept[1].pooled(skip), strict=True):
             if prior is not None:
                 self.priors[k] = prior
-
-    def _heard_of(self, key: DeploymentKey, belief: Belief, now: float) -> Heard:
-        """``Heard.of(belief, now)``, read again only when it heard: ``pooled`` reads its levels' means (no drift in
-        them), its noise and scatter (changed only by ``observe``, which counts an answer)."""
-        kept = self._heard.get(key)
-        if kept is not None and kept[0] is belief and kept[1] == belief.answers:
-            return kept[2]
-        heard = Heard.of(belief, now)
-        self._heard[key] = (belief, belief.answers, heard)
-        return heard
 
     # -- the rest of ``Router`` -------------------------------------------------------------
 

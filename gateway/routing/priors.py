@@ -92,28 +92,6 @@ class Levels(Protocol):
     def level(self, now: float, metric: int) -> tuple[float, float]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Heard:
-    """What ``pooled`` reads of one belief, read once at one moment: a model's priors are pooled together after
-    every answer (each deployment's from all the others), so each belief's levels are read once, not once per
-    sibling."""
-
-    answers: int
-    noise: list[float]
-    spread2: list[float]
-    levels: tuple[tuple[float, float], tuple[float, float]]
-
-    @classmethod
-    def of(cls, belief: Levels, now: float) -> Heard:
-        unread = (0.0, 0.0)  # never read: ``pooled`` reads the levels of beliefs that heard only
-        levels = (belief.level(now, 0), belief.level(now, 1)) if belief.answers else (unread, unread)
-        return cls(belief.answers, belief.noise, belief.spread2, levels)
-
-    def level(self, now: float, metric: int) -> tuple[float, float]:
-        """The level as read when this was made (``now`` is that moment's)."""
-        return self.levels[metric]
-
-
 def log_of(value: float | None) -> float | None:
     return math.log(value) if value is not None and value > 0 else None
 
@@ -122,23 +100,24 @@ def pooled(
     others: Sequence[Levels], now: float, price: float | None = None, prices: Sequence[float | None] = ()
 ) -> Prior:
     """The prior of a deployment at ``price`` from the model's ``others`` (at ``prices``, by ``others``): a
-    ``Pool`` of them and it, read once."""
+    ``Pool`` of them and it."""
     n = len(others)
     pool = Pool([*(prices[i] if i < len(prices) else None for i in range(n)), price])
     for i, other in enumerate(others):
-        pool.hear(i, other if isinstance(other, Heard) else Heard.of(other, now))
+        pool.hear(i, other, now)
     return pool.prior_of(n)
 
 
 class Pool:
     """A model's deployments, each one's prior pooled from the others' beliefs as last heard (``BeliefRouter._pool``
-    pools every sibling after each answer). An entry's fields are read from its ``Heard`` once, again only when it
-    is given a new one (a ``Heard`` is made when its belief heard: the one an answer moved)."""
+    pools every sibling after each answer). An entry's belief is read once, again only when it heard: what is read
+    of it (its answers, noise, scatter and levels' means, no drift in them) moves only then."""
 
     def __init__(self, prices: list[float | None]) -> None:
         n = len(prices)
         self.prices = prices
-        self.heards: list[Heard | None] = [None] * n
+        self.beliefs: list[Levels | None] = [None] * n
+        self.answers = [0] * n
         self.measured = [False] * n
         self.ttft, self.spt = [0.0] * n, [0.0] * n
         self.noise0, self.noise1, self.spread0, self.spread1 = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
@@ -146,18 +125,19 @@ class Pool:
         self.priced = [(p or 0) > 0 for p in prices]
         self.x = [math.log(p) if p is not None and ok else 0.0 for p, ok in zip(prices, self.priced, strict=True)]
 
-    def hear(self, i: int, heard: Heard) -> None:
-        """Entry ``i`` as ``heard`` says, unless it is the one read last."""
-        if self.heards[i] is heard:
+    def hear(self, i: int, belief: Levels, now: float) -> None:
+        """Entry ``i`` as ``belief`` says now, unless it is the one read last and has heard nothing since."""
+        if self.beliefs[i] is belief and self.answers[i] == belief.answers:
             return
-        self.heards[i] = heard
-        self.ttft[i] = heard.levels[0][0]
-        self.spt[i] = heard.levels[1][0]
-        self.noise0[i] = heard.noise[0]
-        self.noise1[i] = heard.noise[1]
-        self.spread0[i] = heard.spread2[0]
-        self.spread1[i] = heard.spread2[1]
-        self.measured[i] = heard.answers > 0
+        self.beliefs[i], self.answers[i] = belief, belief.answers
+        self.measured[i] = belief.answers > 0
+        if belief.answers:  # the levels of a belief never heard are never read
+            self.ttft[i] = belief.level(now, 0)[0]
+            self.spt[i] = belief.level(now, 1)[0]
+        self.noise0[i] = belief.noise[0]
+        self.noise1[i] = belief.noise[1]
+        self.spread0[i] = belief.spread2[0]
+        self.spread1[i] = belief.spread2[1]
 
     def pooled(self, skip: int = -1) -> list[Prior | None]:
         """Each entry's prior (``prior_of``), None in place of ``skip``'s."""
