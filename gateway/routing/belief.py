@@ -285,11 +285,9 @@ class Belief:
             (m0, v0), (m1, v1) = mixture
             age = DRIFT * (now - heard) if heard is not None else 0.0
             v0, v1 = v0 + age, v1 + age
-            every = self.hazard.every_s
-            changed = 0.0 if prior is None else 1.0 if heard is None else change_chance(now - heard, every)
         else:
             (m0, m1), v0, v1 = DEFAULT_LEVEL, UNKNOWN**2, UNKNOWN**2
-            changed = 1.0 if prior is not None else 0.0
+        changed = 0.0 if prior is None else self.changed(now) if runs else 1.0
         if changed and prior is not None:
             # Never heard: among its siblings; changed: where a change lands.
             if runs:

@@ -98,8 +98,10 @@ def hear_both(
     change: float,
     unsure: float,
 ) -> None:
-    """``hear`` one answer's values or bounds per metric; ``levels`` are the runs (their ``chance`` before it set)
-    and the heaviest run. Sets ``mixed`` (the belief's noise and spread2) to the likeliest scatter's."""
+    """Hear one answer's value or lower bound per metric; ``levels`` are the runs (their ``chance`` before it set)
+    and the heaviest run. A new scatter starts from the siblings' (``prior``) with the chance ``change``; each is
+    weighed by the value's density (a bound weighs none) and taught it against the heaviest run, and the
+    ``SCATTERS`` heaviest are kept. Sets ``mixed`` (the belief's noise and spread2) to the likeliest scatter's."""
     values, bounds = evidence
     runs, best = levels
     noise, spread2 = prior.noise, prior.spread2
@@ -109,40 +111,20 @@ def hear_both(
         value, bound = values[metric], bounds[metric]
         if value is None and bound is None:
             continue
-        kept = scatters[metric] = hear(
-            scatters[metric],
-            (runs, metric),
-            (best.mean0, best.var0, best.square0) if metric == TTFT else (best.mean1, best.var1, best.square1),
-            (value, bound),
-            (noise[TTFT], spread2[TTFT]) if metric == TTFT else (noise[SPT], spread2[SPT]),
-            change,
-            unsure if metric == TTFT else 0.0,
-        )
+        ttft = metric == TTFT
+        siblings = (noise[TTFT], spread2[TTFT]) if ttft else (noise[SPT], spread2[SPT])
+        kept = scatters[metric]
+        if change > 0.0:
+            for scatter in kept:
+                scatter.weight *= 1.0 - change
+            kept.append(Scatter(change, siblings[0], siblings[1]))
+        own = unsure if ttft else 0.0
+        if value is not None and len(kept) > 1:
+            _weigh(kept, (runs, metric), own)
+        heaviest = (best.mean0, best.var0, best.square0) if ttft else (best.mean1, best.var1, best.square1)
+        learn_noise(kept, heaviest, value, bound, siblings, own)
+        kept = scatters[metric] = _prune(kept)
         mixed[0][metric], mixed[1][metric] = likeliest(kept)
-
-
-def hear(
-    scatters: list[Scatter],
-    levels: tuple[list[Run], int],
-    best: tuple[float, float, float],
-    evidence: tuple[float | None, float | None],
-    prior: tuple[float, float],
-    change: float,
-    unsure: float = 0.0,
-) -> list[Scatter]:
-    """One metric's value or lower bound: a new scatter from ``prior`` with the chance ``change``, each scatter
-    weighed by the value's density and taught it against ``best`` (the heaviest run's level and the value's squared
-    residual against it). A bound teaches every scatter but weighs none. Returns the ``SCATTERS`` heaviest,
-    normalised."""
-    value, bound = evidence
-    if change > 0.0:
-        for scatter in scatters:
-            scatter.weight *= 1.0 - change
-        scatters.append(Scatter(change, prior[0], prior[1]))
-    if value is not None and len(scatters) > 1:
-        _weigh(scatters, levels, unsure)
-    learn_noise(scatters, best, value, bound, prior, unsure)
-    return _prune(scatters)
 
 
 def reprior_scatters(
