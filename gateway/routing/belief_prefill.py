@@ -85,14 +85,10 @@ class Prefill:
     def unprefilled(self, uncached_tokens: int, ttft_s: float) -> tuple[float, float]:
         """The answer's base (its first token less the prefill, at least a fifth of it) and the log variance the
         slope's uncertainty lends that base: ``(tokens × slope sd / base)²`` by the delta method."""
-        base = max(ttft_s - self.prefill_s(uncached_tokens), 0.2 * ttft_s)
+        base = max(ttft_s - self.s_per_token * uncached_tokens, 0.2 * ttft_s)
         if base <= 0.0:
             return base, 0.0
         return base, uncached_tokens * uncached_tokens * max(self.var_slope, 0.0) / (base * base)
-
-    def prefill_s(self, uncached_tokens: int) -> float:
-        """The prefill of ``uncached_tokens`` tokens (seconds, at the slope's mean)."""
-        return self.s_per_token * uncached_tokens
 
 
 def at_most_its_answer(runs: list[Run], base: float | None, unsure: float, ttft: float | None, noise: float) -> None:
