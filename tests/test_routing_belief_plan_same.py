@@ -292,7 +292,7 @@ def branches(belief: Belief, now: float, prior: Prior) -> Branches:
 
 def branch_terms(branches: Branches, spread2: list[float]) -> list[tuple[float, ...]]:
     """Each branch's ``Hypothesis`` fields, as a look weighs it."""
-    result = []
+    result: list[tuple[float, ...]] = []
     for weight, means, variances, _ in branches:
         v0, v1 = variances[0] + spread2[0], variances[1] + spread2[1]
         learn0, learn1 = variances[0] / (variances[0] + spread2[0]), variances[1] / (variances[1] + spread2[1])
