@@ -60,7 +60,6 @@ MODULES = (
     "gateway.routing.belief_candidates",
     "gateway.routing.belief_failures",
     "gateway.routing.belief_hazard",
-    "gateway.routing.belief_noise",
     "gateway.routing.belief_others",
     "gateway.routing.belief_prefill",
     "gateway.routing.belief_router",

@@ -118,7 +118,7 @@ def test_a_stale_belief_is_sometimes_drawn_from_the_prior() -> None:
     assert sum(d.changed for d in fresh) < 20
     assert 200 < sum(d.changed for d in stale) < 400
     assert min(d.ttft_s for d in stale) < 0.6  # a look at whether it caught up is plausible
-    assert belief.uncertainty(now + 2 * HAZARD_S, prior) > belief.uncertainty(now + 1.0, prior)
+    assert sum(belief.predicted(now + 2 * HAZARD_S, prior)[2:]) > sum(belief.predicted(now + 1.0, prior)[2:])
 
 
 def test_a_lower_bound_above_the_level_raises_it_one_far_below_does_not() -> None:

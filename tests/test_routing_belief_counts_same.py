@@ -68,9 +68,9 @@ def test_counts_are_the_former_terms_exactly() -> None:
 def _former_landings(changed_before: bool, before: tuple[float, float] | None, prior: Prior) -> list[Run]:
     if changed_before:
         (m0, v0), (m1, v1) = prior.landing(0), prior.landing(1)
-        runs = [start_at((m0, m1), (v0, v1))]
+        runs = [start_at(m0, m1, v0, v1)]
     else:
-        runs = [start_at(prior.mean, prior.var)]
+        runs = [start_at(*prior.mean, *prior.var)]
     if changed_before and before is not None:
         runs.append(Run(1.0, before[0], before[1], SPREAD**2, SPREAD**2))
     for run in runs:

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from gateway.routing.belief import Belief
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
 from gateway.routing.belief_hazard import HAZARD_S
-from gateway.routing.belief_look import Hypothesis, branch_terms, look_terms, posterior_mean
+from gateway.routing.belief_look import Hypothesis, look_terms, posterior_mean
 from gateway.routing.belief_prefill import Prefill
 from gateway.routing.belief_runs import RUNS, SPT, TTFT, Run, heaviest, mix, unborn_weigh_nothing
 from gateway.routing.belief_scatter import collapsed, hear_both
-from gateway.routing.priors import Prior, log_of
+from gateway.routing.priors import DRIFT, Prior, log_of
 from gateway.routing.student import likelihoods, update_all
 
 _WEIGHT = lambda run: run.weight  # noqa: E731
@@ -277,20 +277,50 @@ def test_a_looks_posterior_mean_is_the_former_arithmetic_exactly() -> None:
         assert posterior_mean(hypotheses, a0, a1) == _reference_posterior_mean(branches, a0, a1)
 
 
+Branches = list[tuple[float, tuple[float, float], tuple[float, float], bool]]
+"""(chance, log means, log variances, changed) per hypothesis: each run (stayed, drifted), each place a change lands."""
+
+
+def branches(belief: Belief, now: float, prior: Prior) -> Branches:
+    """The level now as one normal per hypothesis, the plain form of ``belief_look.look_terms``: each run as heard
+    (weighted ``1 − p``) and each place a change may land (weighted ``p``, the chance of a change since last heard)."""
+    p = belief.changed(now) if belief.runs else 1.0
+    age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
+    stayed = [((1.0 - p) * r.weight, (r.mean0, r.mean1), (r.var0 + age, r.var1 + age), False) for r in belief.runs]
+    return stayed + [(p * r.weight, (r.mean0, r.mean1), (r.var0, r.var1), True) for r in belief._new_runs(prior)]
+
+
+def branch_terms(branches: Branches, spread2: list[float]) -> list[tuple[float, ...]]:
+    """Each branch's ``Hypothesis`` fields, as a look weighs it."""
+    result: list[tuple[float, ...]] = []
+    for weight, means, variances, _ in branches:
+        v0, v1 = variances[0] + spread2[0], variances[1] + spread2[1]
+        learn0, learn1 = variances[0] / (variances[0] + spread2[0]), variances[1] / (variances[1] + spread2[1])
+        log_weight = math.log(max(weight, 1e-12))
+        result.append((log_weight, means[0], means[1], v0, v1, math.log(v0), math.log(v1), learn0, learn1))
+    return result
+
+
+def fields(h: Hypothesis) -> tuple[float, ...]:
+    return (h.log_weight, h.mean0, h.mean1, h.var0, h.var1, h.log_var0, h.log_var1, h.learn0, h.learn1)
+
+
 def test_a_looks_terms_are_its_branches_terms_exactly() -> None:
-    """``choose.gain`` reads each hypothesis's terms written out (``belief_look.look_terms``), not through
-    ``Belief.branches``."""
+    """``choose.gain`` reads each hypothesis's terms written out (``belief_look.look_terms``), the plain form's
+    floats."""
     for seed in range(12):
         rng = random.Random(seed)
         belief = _full(seed) if seed % 4 else Belief()
         prior = _prior(rng)
         heard = belief.heard_at or 0.0
         for now in (heard, heard + 5.0, heard + 500.0):
-            branches = belief.branches(now, prior)
+            plain = branches(belief, now, prior)
             spread2 = [s * s for s in belief.spread()]
-            chance = (sum(c[0] for c in branches if not c[3]), sum(c[0] for c in branches if c[3]))
-            got = look_terms(belief, now, belief._new_runs(prior), spread2)
-            assert repr(got) == repr(((float(chance[0]), chance[1]), branch_terms(branches, spread2)))
+            chance = (sum(c[0] for c in plain if not c[3]), sum(c[0] for c in plain if c[3]))
+            got, hypotheses = look_terms(belief, now, belief._new_runs(prior), spread2)
+            assert repr((got, [fields(h) for h in hypotheses])) == repr(
+                ((float(chance[0]), chance[1]), branch_terms(plain, spread2))
+            )
 
 
 def _reference_counts(failures: Failures, now: float, hazard_s: float) -> tuple[float, float]:

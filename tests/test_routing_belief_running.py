@@ -90,19 +90,20 @@ def test_a_first_token_is_told_when_it_comes_and_the_pace_once_it_can_be_read() 
 
 def test_an_answer_pools_again_only_the_others_priors_from_the_one_belief_that_moved() -> None:
     """An answer at ``a`` moves ``a``'s belief only: ``b``'s prior (pooled from ``a``) is pooled again, ``a``'s own
-    (pooled from ``b``, which did not move) is kept, and of the beliefs as ``pooled`` reads them only ``a``'s is read
+    (pooled from ``b``, which did not move) is kept, and of the beliefs the pool reads only ``a``'s is read
     again. A failure moves no level: no prior is pooled again."""
     router, clock, a = _heard()
     keys = [(a.model, "a"), (a.model, "b")]
     priors = {k: router.priors[k] for k in keys}
-    read = {k: router._heard[k][2] for k in keys}
+    pooled, pool = router._pools[a.model]
+    read = {k: pool.answers[pooled.index(k)] for k in keys}
     clock.advance(0.5)
     assert router.attempt_started(a)
     router.attempt_finished(a, make_sample(deployment="a", ttft_s=0.4, tokens_per_s=150.0, output_tokens=100))
     assert router.priors[keys[0]] is priors[keys[0]]
     assert router.priors[keys[1]] is not priors[keys[1]]
-    assert router._heard[keys[0]][2] is not read[keys[0]]
-    assert router._heard[keys[1]][2] is read[keys[1]]
+    assert pool.answers[pooled.index(keys[0])] != read[keys[0]]
+    assert pool.answers[pooled.index(keys[1])] == read[keys[1]]
     priors = {k: router.priors[k] for k in keys}
     clock.advance(0.5)
     assert router.attempt_started(a)

@@ -23,7 +23,7 @@ from gateway.routing.plan import RoutePlan, SessionRoute
 from gateway.routing.priors import Prior
 from gateway.samples import Validity
 from gateway.stats import InMemoryStatsStore, StatsSnapshot
-from gateway.stats.answers import Answer
+from gateway.stats.answers import Answer, answer_of
 from tests.support.clock import FakeClock
 from tests.support.config import gateway_config
 from tests.support.samples import make_sample
@@ -139,7 +139,15 @@ def test_a_deployment_breaking_a_constraint_is_neither_drawn_nor_explored_but_st
     for may_race in (False, True):
         for _ in range(50):
             choice = choose_for(
-                options, [True, False], Shape(20, 50), weights, clock(), rng, may_race=may_race, budget=None, model="m"
+                options,
+                [("max_latency",), ()],
+                Shape(20, 50),
+                weights,
+                clock(),
+                rng,
+                may_race=may_race,
+                budget=None,
+                model="m",
             )
             assert choice.order == (1, 0) and 0 not in choice.race and choice.shadow is None
             assert len(choice.costs) == 2
@@ -200,14 +208,14 @@ def test_an_answer_that_came_whole_says_how_quick_its_deployment_was() -> None:
     draw = Belief().expected(0.0)  # 1 s to a first token, 50 tokens/s
     expected = (draw.ttft_s, draw.s_per_token)
     streamed = dataclasses.replace(make_sample(ttft_s=0.2, tokens_per_s=100.0, output_tokens=50), attempt_s=0.7)
-    assert answer_pair(streamed, expected) == (0.2, 0.01)
+    assert answer_pair(answer_of(streamed), expected) == (0.2, 0.01)
     # Its 50 tokens in one piece, 10 ms after the first token: 5 ms per 25 tokens, not the prior's 20 ms a token.
     piece = dataclasses.replace(streamed, tokens_per_s=None, attempt_s=0.21)
-    ttft, spt = answer_pair(piece, expected)
+    ttft, spt = answer_pair(answer_of(piece), expected)
     assert ttft == 0.2 and spt is not None and math.isclose(spt, 0.01 / 49)
     # Not streamed: 0.49 s for the whole, split as the belief expects (1 s + 49 × 20 ms), both scaled to it.
     whole = dataclasses.replace(piece, stream=False, ttft_s=None, attempt_s=0.49)
-    ttft, spt = answer_pair(whole, expected)
+    ttft, spt = answer_pair(answer_of(whole), expected)
     assert ttft is not None and spt is not None
     assert math.isclose(ttft + 49 * spt, 0.49) and math.isclose(ttft / spt, draw.ttft_s / draw.s_per_token)
 

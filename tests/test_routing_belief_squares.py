@@ -10,9 +10,8 @@ import math
 import random
 
 from gateway.routing import student
-from gateway.routing.belief_noise import Scatter
 from gateway.routing.belief_runs import Run
-from gateway.routing.belief_scatter import _weigh
+from gateway.routing.belief_scatter import Scatter, _weigh
 
 _POWER = -(student.TAIL_NU + 1) / 2
 
@@ -34,7 +33,7 @@ def _former_marginals(
 ) -> list[float]:
     sums = [0.0] * len(noises)
     for i, run in enumerate(runs):
-        mean, var = run.level(metric)
+        mean, var = (run.mean0, run.var0) if metric == 0 else (run.mean1, run.var1)
         square = math.pow(value - mean, 2.0)
         for j, noise in enumerate(noises):
             scale2 = var + unsure + noise

@@ -11,7 +11,7 @@ from gateway.config import DeploymentConfig, parse_config
 from gateway.policies import BUILTIN_POLICIES
 from gateway.routing.belief import Belief
 from gateway.routing.belief_hazard import HAZARD_S
-from gateway.routing.belief_look import branch_terms, posterior_mean
+from gateway.routing.belief_look import look_terms, posterior_mean
 from gateway.routing.choose import (
     COLD_RACE,
     RACE_BUDGET,
@@ -23,7 +23,8 @@ from gateway.routing.choose import (
 )
 from gateway.routing.cost import Shape, Weights, cost
 from gateway.routing.lengths import Lengths, shape_of
-from gateway.routing.priors import Heard, Prior, pooled
+from gateway.routing.priors import Prior, pooled
+from tests.test_routing_belief_plan_same import branches
 
 POLICY = BUILTIN_POLICIES["balanced"]
 WEIGHTS = Weights.of(POLICY)
@@ -174,16 +175,17 @@ def test_a_look_weighs_each_run_not_one_wide_normal() -> None:
     run's level moves it there. Read as one wide normal (their moments), either answer would land in between."""
     belief = _measured(0.4, 200.0)
     belief.observe(100.1, Prior(), 2.0, 1 / 60.0)  # wild in both: a young run, not yet a change
-    branches = belief.branches(100.1, Prior())
-    assert [c[3] for c in branches].count(False) == len(belief.runs) > 1
-    assert abs(sum(c[0] for c in branches) - 1.0) < 1e-9
-    young = max((c for c in branches if not c[3]), key=lambda c: c[1][0])
+    plain = branches(belief, 100.1, Prior())
+    assert [c[3] for c in plain].count(False) == len(belief.runs) > 1
+    assert abs(sum(c[0] for c in plain) - 1.0) < 1e-9
+    young = max((c for c in plain if not c[3]), key=lambda c: c[1][0])
     assert 0.01 < young[0] < 0.9
     spread2 = [s * s for s in belief.spread()]
+    hypotheses = look_terms(belief, 100.1, belief._new_runs(Prior()), spread2)[1]
     old_level = [math.log(0.4), math.log(1 / 200.0)]
-    back = posterior_mean(branch_terms(branches, spread2), *old_level)
+    back = posterior_mean(hypotheses, *old_level)
     assert abs(math.log(back[0]) - old_level[0]) < 0.1
-    there = posterior_mean(branch_terms(branches, spread2), *young[1])
+    there = posterior_mean(hypotheses, *young[1])
     assert abs(math.log(there[0]) - young[1][0]) < 0.1
 
 
@@ -321,13 +323,3 @@ def test_a_change_lands_among_the_deployments_of_its_price_or_anywhere() -> None
         )
         looked.append(choice.shadow if choice.shadow is not None else choice.race[0])
     assert looked.count(4) >= 3, looked  # none with the levels pooled alone
-
-
-def test_a_prior_pooled_from_beliefs_read_once_is_the_same() -> None:
-    """``Heard.of`` (each belief's levels read once for a model's every prior) pools to the very same prior as the
-    beliefs themselves, a never-heard sibling among them, with prices and without."""
-    beliefs = [_measured(0.4, 200.0, at=90.0), _measured(0.9, 90.0, n=7, at=60.0), Belief(), _measured(0.5, 150.0)]
-    heard = [Heard.of(b, 120.0) for b in beliefs]
-    prices = [0.6, 0.2, 0.5, 0.4]
-    assert pooled(heard, 120.0) == pooled(beliefs, 120.0)
-    assert pooled(heard, 120.0, 0.3, prices) == pooled(beliefs, 120.0, 0.3, prices)

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 
 from gateway.policies import BUILTIN_POLICIES
-from gateway.routing.belief import Belief, Branches
+from gateway.routing.belief import Belief
 from gateway.routing.belief_failures import FAIL_PRIOR
 from gateway.routing.belief_look import GAIN_DRAWS
 from gateway.routing.choose import Option, gain
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
-from gateway.routing.draws import Draw, standard_normals
+from gateway.routing.draws import Draw, normal_pair
 from gateway.routing.priors import DRIFT, Prior, pooled
+from tests.test_routing_belief_plan_same import Branches, branches
 from tests.test_routing_choose import _deployments
 
 
@@ -27,15 +29,15 @@ def _reference_gain(
     option: Option, leader: Cost, shape: Shape, weights: Weights, now: float, rng: random.Random
 ) -> float:
     belief = option.belief
-    branches = belief.branches(now, option.prior)
-    chance = (sum(c[0] for c in branches if not c[3]), sum(c[0] for c in branches if c[3]))
+    plain = branches(belief, now, option.prior)
+    chance = (sum(c[0] for c in plain if not c[3]), sum(c[0] for c in plain if c[3]))
     spread2 = [s * s for s in belief.spread()]
     total = 0.0
     for k in range(GAIN_DRAWS):
         branch = k % 2
         draw = _reference_draw(belief, now, rng, option.prior, branch == 1)
         answer = [math.log(v) + rng.gauss(0.0, math.sqrt(spread2[m])) for m, v in enumerate(draw.levels)]
-        moved = _reference_mean(branches, answer, spread2)
+        moved = _reference_mean(plain, answer, spread2)
         drawn = cost(draw._replace(ttft_s=moved[0], s_per_token=moved[1]), option.deployment, shape, weights)
         mine, theirs = scores([drawn, leader], weights)
         total += max(0.0, theirs - mine) * chance[branch]
@@ -133,7 +135,7 @@ def test_the_fast_gain_is_the_reference_gain_exactly(seed: int, policy: str) -> 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_a_look_leaves_gauss_as_its_calls_would(seed: int) -> None:
-    """``gain`` makes its normals as ``rng.gauss`` does (``draws.standard_normals``): a pair's kept half before the
+    """``gain`` makes its normals as ``rng.gauss`` does (``standard_normals``): a pair's kept half before the
     look is used by it, and one it leaves is the next ``gauss``'s."""
     beliefs = _beliefs(seed)
     now = 90.0 + seed * 41.0
@@ -150,6 +152,17 @@ def test_a_look_leaves_gauss_as_its_calls_would(seed: int) -> None:
         assert got == _reference_gain(Option(d, b, prior), leader, shape, weights, now, slow)
         assert fast.gauss(0.0, 1.0) == slow.gauss(0.0, 1.0)  # leaves one kept over, then none, then one...
     assert fast.random() == slow.random()
+
+
+def standard_normals(uniform: Callable[[], float], carry: float | None, count: int) -> list[float]:
+    """At least ``count`` standard normals as that many ``random.Random.gauss`` calls make them after one that left
+    ``carry``; an odd one over is last (the next carry)."""
+    normals = [] if carry is None else [carry]
+    while len(normals) < count:
+        cosine, sine = normal_pair(uniform)
+        normals.append(cosine)
+        normals.append(sine)
+    return normals
 
 
 def test_standard_normals_are_gauss_exactly() -> None:

@@ -1,5 +1,5 @@
-"""``priors.Pool`` (a model's columns kept between answers, an entry read again only from a new ``Heard``) against
-``pooled_all`` of the same beliefs read afresh, and ``Prior``'s written-out ``__init__`` against its fields."""
+"""``priors.Pool`` (a model's columns kept between answers, an entry read again only when its belief heard) against
+``pooled`` of the same beliefs read afresh, and ``Prior``'s written-out ``__init__`` against its fields."""
 
 from __future__ import annotations
 
@@ -7,7 +7,20 @@ import dataclasses
 import random
 from typing import Any
 
-from gateway.routing.priors import Heard, Pool, Prior, pooled_all
+from gateway.routing.priors import Pool, Prior, pooled
+
+
+@dataclasses.dataclass(slots=True)
+class Heard:
+    """A sibling's belief as the pool reads it (``priors.Levels``), its levels fixed."""
+
+    answers: int
+    noise: list[float]
+    spread2: list[float]
+    levels: tuple[tuple[float, float], tuple[float, float]]
+
+    def level(self, now: float, metric: int) -> tuple[float, float]:
+        return self.levels[metric]
 
 
 def _heard(rng: random.Random) -> Heard:
@@ -16,34 +29,41 @@ def _heard(rng: random.Random) -> Heard:
     return Heard(answers, [rng.uniform(0.01, 0.5), rng.uniform(0.01, 0.5)], [rng.uniform(0.01, 0.5)] * 2, levels)
 
 
-def test_a_pool_heard_one_entry_at_a_time_pools_as_pooled_all_of_them_all() -> None:
+def test_a_pool_heard_one_entry_at_a_time_pools_each_as_pooled_from_the_others() -> None:
     rng = random.Random(7)
     for n in (1, 2, 3, 5):
         prices = [rng.choice([None, 0.0, 1e-6, 4e-6, 3e-5]) for _ in range(n)]
         heards = [_heard(rng) for _ in range(n)]
         pool = Pool(list(prices))
         for i, heard in enumerate(heards):
-            pool.hear(i, heard)
+            pool.hear(i, heard, 0.0)
         for _ in range(60):
             moved = rng.randrange(n)
             heards[moved] = _heard(rng)
-            pool.hear(moved, heards[moved])
+            pool.hear(moved, heards[moved], 0.0)
             skip = rng.choice([-1, moved])
-            assert pool.pooled(skip) == pooled_all(heards, prices, skip)
+            others = [(heards[:i] + heards[i + 1 :], prices[:i] + prices[i + 1 :]) for i in range(n)]
+            expected = [None if i == skip else pooled(o, 0.0, prices[i], p) for i, (o, p) in enumerate(others)]
+            assert pool.pooled(skip) == expected
 
 
-def test_a_pool_reads_a_heard_it_read_last_no_more() -> None:
-    """The same ``Heard`` again is not read: the router gives each belief's kept one until that belief heard."""
+def test_a_pool_reads_a_belief_it_read_last_again_only_once_it_heard() -> None:
+    """The same belief with no new answer is not read again; with one, or another belief, it is."""
     heard = Heard(5, [0.1, 0.2], [0.1, 0.2], ((-1.0, 0.1), (-4.0, 0.1)))
     pool = Pool([1e-6, 2e-6])
-    pool.hear(0, heard)
-    pool.hear(1, Heard(3, [0.3, 0.1], [0.2, 0.2], ((-0.5, 0.1), (-3.0, 0.1))))
+    pool.hear(0, heard, 0.0)
+    pool.hear(1, Heard(3, [0.3, 0.1], [0.2, 0.2], ((-0.5, 0.1), (-3.0, 0.1))), 0.0)
     before = pool.pooled()
     heard.noise[0] += 1.0  # never done to a belief's noise unheard: shows the entry was not read again
-    pool.hear(0, heard)
+    pool.hear(0, heard, 0.0)
     assert pool.pooled() == before
-    pool.hear(0, dataclasses.replace(heard))  # a new one is read: the prior of entry 1 moves
-    assert pool.pooled()[1] != before[1]
+    heard.answers += 1  # it heard: read again, the prior of entry 1 moves
+    pool.hear(0, heard, 0.0)
+    moved = pool.pooled()
+    assert moved[1] != before[1]
+    heard.noise[0] = 0.1
+    pool.hear(0, dataclasses.replace(heard), 0.0)  # another belief is read
+    assert pool.pooled()[1] == before[1]
 
 
 def test_the_prior_takes_its_fields_in_order_with_their_defaults_and_hashes_by_them() -> None:

@@ -1,4 +1,4 @@
-"""``priors.pooled_heard`` (the sums as plain loops, ``Heard`` fields read in place) against ``pooled`` as it was."""
+"""``priors.pooled`` (the sums as plain loops, each sibling read once) against ``pooled`` as it was."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ from gateway.routing.priors import (
     BETWEEN,
     PRIOR_WEIGHT,
     SPREAD,
-    Heard,
     Prior,
     pooled,
-    pooled_all,
-    pooled_heard,
 )
+from tests.test_routing_pool import Heard
 
 
 def _on_price(
@@ -89,30 +87,4 @@ def test_the_priors_pooled_as_loops_are_the_same_floats_as_before() -> None:
         prices = [rng.choice((None, 0.0, rng.uniform(0.1, 30.0), rng.uniform(0.1, 30.0))) for _ in others]
         for price in (None, rng.uniform(0.1, 30.0)):
             expected = _reference(others, 5.0, price, prices)
-            assert pooled_heard(others, price, prices) == expected
             assert pooled(others, 5.0, price, prices) == expected
-
-
-def test_a_models_priors_pooled_in_one_pass_are_each_pooled_from_the_others() -> None:
-    """``pooled_all``: 400 models of one to nine deployments (some never heard, some priced, some not, a price
-    missing here and there), each deployment's prior equal to ``pooled_heard`` of the others, to the last bit, and
-    none where it is skipped."""
-    rng = random.Random(11)
-    for _ in range(400):
-        heards = [_heard(rng) for _ in range(rng.randint(1, 9))]
-        priced = rng.random() < 0.5
-        prices = [
-            rng.choice((None, 0.0, rng.uniform(0.1, 30.0)))
-            if rng.random() < 0.2 or not priced
-            else rng.uniform(0.1, 30.0)
-            for _ in heards
-        ]
-        skip = rng.choice((-1, rng.randrange(len(heards))))
-        priors = pooled_all(heards, prices, skip)
-        assert len(priors) == len(heards)
-        for i, prior in enumerate(priors):
-            if i == skip:
-                assert prior is None
-                continue
-            others = heards[:i] + heards[i + 1 :]
-            assert prior == pooled_heard(others, prices[i], prices[:i] + prices[i + 1 :])

@@ -1,9 +1,7 @@
 """One belief per deployment: its first token and seconds per token now, and how sure that is.
 
-The model is described once, in docs/routing.md ("What the router knows"): log-normal answers around a level
-that drifts while unheard and jumps by change points (read through a Student-t), a prior pooled from the
-model's other deployments, lower bounds as censored evidence, prefill and failures beside it. Each part
-lives in its own ``belief_*`` module; this one ties them into ``Belief``.
+The model is described in docs/routing.md ("What the router knows"); each part lives in its own ``belief_*``
+module (and ``priors``, ``student``), and ``Belief`` ties them together.
 """
 
 from __future__ import annotations
@@ -14,11 +12,9 @@ from dataclasses import dataclass, field
 
 from gateway.routing.belief_failures import FAIL_PRIOR, Failures, change_chance
 from gateway.routing.belief_hazard import Hazard, born_after, found
-from gateway.routing.belief_noise import Scatter
 from gateway.routing.belief_prefill import SLOPE, Prefill, at_most_its_answer
 from gateway.routing.belief_runs import (
     DEFAULT_LEVEL,
-    METRICS,
     SPT,
     TTFT,
     UNKNOWN,
@@ -31,15 +27,12 @@ from gateway.routing.belief_runs import (
     unborn_weigh_nothing,
     weight_of,
 )
-from gateway.routing.belief_scatter import collapsed, hear_both, reprior_scatters
-from gateway.routing.draws import Draw, Sampling, new_tuple, sample
+from gateway.routing.belief_scatter import Scatter, collapsed, hear_both, reprior_scatters
+from gateway.routing.draws import Draw, Level, new_tuple, pick
 from gateway.routing.priors import DRIFT, SPREAD, Prior, log_of
 from gateway.routing.student import likelihoods, residuals, update_all
 
 NO_PRIOR = Prior()
-
-Branches = tuple[tuple[float, tuple[float, float], tuple[float, float], bool], ...]
-"""(chance, log means, log variances, changed) per hypothesis: each run (stayed, drifted), each place a change lands."""
 
 
 @dataclass(slots=True)
@@ -269,11 +262,8 @@ class Belief:
 
     def level(self, now: float, metric: int) -> tuple[float, float]:
         """The log level's mixture mean and variance now (drift included)."""
-        if not self.runs:
-            return DEFAULT_LEVEL[metric], UNKNOWN**2
-        age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        mean, var = self.mixture[metric] if self.mixture is not None else mix(self.runs, metric)
-        return mean, var + age
+        m0, m1, v0, v1 = self.predicted(now)
+        return (m0, v0) if metric == TTFT else (m1, v1)
 
     def expected(self, now: float, prior: Prior | None = None) -> Draw:
         """The posterior predictive, without randomness: the level, mixed with ``prior`` (when given) by the chance
@@ -295,11 +285,9 @@ class Belief:
             (m0, v0), (m1, v1) = mixture
             age = DRIFT * (now - heard) if heard is not None else 0.0
             v0, v1 = v0 + age, v1 + age
-            every = self.hazard.every_s
-            changed = 0.0 if prior is None else 1.0 if heard is None else change_chance(now - heard, every)
         else:
             (m0, m1), v0, v1 = DEFAULT_LEVEL, UNKNOWN**2, UNKNOWN**2
-            changed = 1.0 if prior is not None else 0.0
+        changed = 0.0 if prior is None else self.changed(now) if runs else 1.0
         if changed and prior is not None:
             # Never heard: among its siblings; changed: where a change lands.
             if runs:
@@ -324,41 +312,22 @@ class Belief:
         if changed is None:
             changed = rng.random() < self.changed(now)
         changed = changed or not self.runs
-        ttft, spt, failure = sample(self.sampling(self._new_runs(prior) if changed else self.runs, now, changed), rng)
+        levels, failure_mean, failure_sd = self.sampling(self._new_runs(prior) if changed else self.runs, now, changed)
+        run = pick(levels, rng.random())
+        ttft = math.exp(rng.gauss(run.mean0, run.sd0))
+        spt = math.exp(rng.gauss(run.mean1, run.sd1))
+        failure = min(0.99, max(0.0, rng.gauss(failure_mean, failure_sd)))
         return Draw(ttft, spt, failure, self.spread(), self.failures.failure_s, changed, (ttft, spt))
 
-    def sampling(self, runs: list[Run], now: float, changed: bool = False) -> Sampling:
-        """What ``draw`` draws from: each run's weight and its level's normal with drift, and the failure chance's
-        mean and sd (``belief_look.levels_of`` is the same, written out)."""
+    def sampling(self, runs: list[Run], now: float, changed: bool = False) -> tuple[list[Level], float, float]:
+        """What a draw draws from (``draw``, and a look's ``belief_look.gains``): each run's weight and its level's
+        normal with drift, and the failure chance's mean and sd."""
         age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        levels = [(r.weight, r.mean0, math.sqrt(r.var0 + age), r.mean1, math.sqrt(r.var1 + age)) for r in runs]
+        levels = [Level(r.weight, r.mean0, math.sqrt(r.var0 + age), r.mean1, math.sqrt(r.var1 + age)) for r in runs]
         # The beta drawn by its moments: cheaper than two gamma draws.
         a, b = FAIL_PRIOR if changed else self.failure(now)  # a provider that changed may have recovered
         mean = a / (a + b)
         return levels, mean, math.sqrt(mean * (1 - mean) / (a + b + 1))
-
-    def branches(self, now: float, prior: Prior) -> Branches:
-        """The level now as one normal per hypothesis: each run as heard (weighted ``1 − p``) and each place a change
-        may land (weighted ``p``, the chance of a change since last heard). ``belief_look.look_terms`` writes it out."""
-        p = self.changed(now) if self.runs else 1.0
-        age = DRIFT * (now - self.heard_at) if self.heard_at is not None else 0.0
-        stayed = tuple(
-            ((1.0 - p) * r.weight, (r.mean0, r.mean1), (r.var0 + age, r.var1 + age), False) for r in self.runs
-        )
-        changed = tuple((p * r.weight, (r.mean0, r.mean1), (r.var0, r.var1), True) for r in self._new_runs(prior))
-        return stayed + changed
-
-    def uncertainty(self, now: float, prior: Prior) -> float:
-        """How unsure the present level is: the log variances of both metrics summed, the prior mixed in by the
-        chance of a change since last heard."""
-        p = self.changed(now) if self.runs else 1.0
-        total = 0.0
-        for metric in METRICS:
-            mean, var = self.level(now, metric)
-            pooled = prior.mean[metric]
-            other = mean if pooled is None else pooled
-            total += (1 - p) * var + p * prior.var[metric] + p * (1 - p) * (mean - other) ** 2
-        return total
 
     def prefill_s(self) -> float:
         """Seconds of first token per uncached prompt token."""

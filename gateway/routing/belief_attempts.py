@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from gateway.routing.belief import Belief
 from gateway.routing.health import FAILURES
@@ -20,8 +19,6 @@ from gateway.types import DeploymentKey, StreamProgress
 
 PACE_TOKENS = 8
 """Tokens a running stream must have sent before its pace so far counts as its speed."""
-BODY_RESOLUTION_S = 1e-3
-"""The shortest time an answer's body is read as taking: one sent in one piece took about this, not zero."""
 
 
 @dataclass(slots=True)
@@ -92,36 +89,21 @@ def bytes_per_token(learned: dict[str, float], progress: StreamProgress, output_
     learned[api] = seen if known is None else known + (seen - known) / 20
 
 
-class Measured(Protocol):
-    """What ``answer_pair`` reads of a finished attempt: a ``Sample`` or an ``Answer`` alike."""
-
-    @property
-    def stream(self) -> bool: ...
-    @property
-    def ttft_s(self) -> float | None: ...
-    @property
-    def tokens_per_s(self) -> float | None: ...
-    @property
-    def output_tokens(self) -> int | None: ...
-    @property
-    def attempt_s(self) -> float | None: ...
-
-
-def answer_pair(sample: Measured, expected: tuple[float, float] | None) -> tuple[float | None, float | None]:
+def answer_pair(answer: Answer, expected: tuple[float, float] | None) -> tuple[float | None, float | None]:
     """A finished answer's first token and seconds per token, for its deployment's belief.
 
     A stream whose tokens came in one piece streamed them between its first token and its end. An answer not
     streamed is split as ``expected`` (the belief's medians) says, both parts scaled to its whole time; ``expected``
     is read only for an answer with no first token."""
-    n = sample.output_tokens or 0
-    ended = sample.attempt_s
-    if sample.ttft_s is not None:
-        if sample.tokens_per_s:
-            return sample.ttft_s, 1.0 / sample.tokens_per_s
-        if n >= 2 and ended is not None:
-            return sample.ttft_s, max(ended - sample.ttft_s, BODY_RESOLUTION_S) / (n - 1)
-        return sample.ttft_s, None
-    if ended is None or ended <= 0 or sample.stream:
+    n = answer.output_tokens or 0
+    ended = answer.attempt_s
+    if answer.ttft_s is not None:
+        if answer.tokens_per_s:
+            return answer.ttft_s, 1.0 / answer.tokens_per_s
+        if n >= 2 and ended is not None:  # a body sent in one piece took about a millisecond, not zero
+            return answer.ttft_s, max(ended - answer.ttft_s, 1e-3) / (n - 1)
+        return answer.ttft_s, None
+    if ended is None or ended <= 0 or answer.stream:
         return None, None
     if n < 2 or expected is None:
         return ended, None
@@ -134,7 +116,11 @@ def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: fl
     """Tell ``belief`` what one finished attempt says: an answer's pair (a drained one's too), a failure, or a
     raced loser's lower bound on its first token. False when it says nothing of the deployment."""
     if answer.outcome == "ok" or answer.drained:
-        ttft, spt = answer_pair(answer, _medians(belief, now, prior) if answer.ttft_s is None else None)
+        medians = None
+        if answer.ttft_s is None:  # an answer not streamed is split as the belief expects it
+            m0, m1, _, _ = belief.predicted(now, prior)
+            medians = math.exp(m0), math.exp(m1)
+        ttft, spt = answer_pair(answer, medians)
         belief.observe(now, prior, ttft, spt, uncached_tokens=answer.uncached_tokens)
         belief.failed(now, False)
     elif answer.outcome in FAILURES:
@@ -146,9 +132,3 @@ def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: fl
     else:
         return False
     return True
-
-
-def _medians(belief: Belief, now: float, prior: Prior) -> tuple[float, float]:
-    """``belief.expected(now, prior)``'s first token and seconds per token, without the rest of it."""
-    m0, m1, _, _ = belief.predicted(now, prior)
-    return math.exp(m0), math.exp(m1)

@@ -32,43 +32,28 @@ def kind_terms(
     preferences: ProviderPreferences,
     kind: RequestKind | None,
     now: float,
-) -> tuple[dict[str, float], list[bool]]:
-    """Each deployment's chance of an answer valid for this request's kind, and whether it breaks one of the
-    policy's soft constraints (``judged``)."""
+) -> tuple[dict[str, float], list[tuple[str, ...]]]:
+    """Each deployment's chance of an answer valid for this request's kind (the shared window's verdicts of that
+    kind), and the soft constraints it breaks (``filters.broken``)."""
     valid: dict[str, float] = {}
     breaks = []
     for option in options:
-        rate, found = judged(option, snapshot, model, policy, preferences, kind, now)
-        valid[option.deployment.name] = rate
-        breaks.append(bool(found))
+        d = option.deployment
+        summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
+        counts = summary.valid_counts(kind) if summary is not None else (0, 0)
+        rate = valid[d.name] = valid_rate(*counts)
+        fails, oks = option.belief.failure(now)
+        success = oks / (fails + oks)
+        # ``broken`` reads the attempts only where the policy bounds the success rate: a Python property, skipped.
+        attempts = summary.attempts if summary is not None and policy.min_success_rate is not None else 0
+        found = broken(d, summary, policy, preferences, kind, success=(success, attempts), valid=(rate, counts[1]))
+        breaks.append(found)
     return valid, breaks
-
-
-def judged(
-    option: Option,
-    snapshot: StatsSnapshot,
-    model: str,
-    policy: PolicyConfig,
-    preferences: ProviderPreferences,
-    kind: RequestKind | None,
-    now: float,
-) -> tuple[float, tuple[str, ...]]:
-    """One deployment's chance of an answer valid for this request's kind (the shared window's verdicts of that
-    kind), and the soft constraints it breaks (``filters.broken``)."""
-    d = option.deployment
-    summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
-    counts = summary.valid_counts(kind) if summary is not None else (0, 0)
-    rate = valid_rate(*counts)
-    fails, oks = option.belief.failure(now)
-    success = oks / (fails + oks)
-    # ``broken`` reads the attempts only where the policy bounds the success rate: a Python property, skipped.
-    attempts = summary.attempts if summary is not None and policy.min_success_rate is not None else 0
-    return rate, broken(d, summary, policy, preferences, kind, success=(success, attempts), valid=(rate, counts[1]))
 
 
 def choose_for(
     options: Sequence[Option],
-    breaks: Sequence[bool],
+    breaks: Sequence[tuple[str, ...]],
     shape: Shape,
     weights: Weights,
     now: float,

@@ -104,12 +104,9 @@ class Failures:
         read = self.read
         if read is not None and read[0] == now:
             return read[1], read[2]
-        heard = self.heard_at
-        p = 0.0 if heard is None else 1.0 - math.exp(-max(0.0, now - heard) / hazard_s)
+        p = self.changed(now, hazard_s)
         stayed = 1.0 - p
-        # Plain loops rather than ``sum`` (no boxed floats when compiled); both add left to right from 0.0. Each
-        # run's terms (``a + b``, its mean ``a / (a + b)``, its beta's variance) are found where they are read: a
-        # few native operations, where a memo of them was a tuple of boxed floats per run.
+        # Plain loops rather than ``sum`` (no boxed floats when compiled); both add left to right from 0.0.
         mean = 0.0
         for r in self.runs:
             mean += stayed * r.weight * r.fails / (r.fails + r.oks)

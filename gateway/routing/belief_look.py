@@ -3,8 +3,7 @@
 The expected improvement on the leader's score of where the deployment's belief would stand after one answer
 (docs/routing.md, "What the router knows"). It is most of a looking plan's work, so it is written out for mypyc:
 float fields rather than tuples, terms found once per look, normals made as ``random.Random.gauss`` makes them.
-Every float equals the plain form's (``Belief.branches``, ``Belief.sampling``, ``draws.sample``, ``cost.score``);
-the tests hold it to that.
+Every float equals the plain form's (a ``Belief.draw`` per draw, ``cost.score``); the tests hold it to that.
 """
 
 from __future__ import annotations
@@ -13,11 +12,10 @@ import math
 import random
 
 from gateway.config import DeploymentConfig
-from gateway.routing.belief import Belief, Branches
-from gateway.routing.belief_failures import FAIL_PRIOR
+from gateway.routing.belief import Belief
 from gateway.routing.belief_runs import Run
 from gateway.routing.cost import Cost, Shape, Weights, factors, terms
-from gateway.routing.draws import normal_pair
+from gateway.routing.draws import normal_pair, pick
 from gateway.routing.priors import DRIFT, Prior
 
 GAIN_DRAWS = 16
@@ -54,44 +52,6 @@ class Hypothesis:
         self.learn1 = learn1
         self.odds = 0.0
 
-    def terms(self) -> tuple[float, float, float, float, float, float, float, float, float]:
-        return (
-            self.log_weight,
-            self.mean0,
-            self.mean1,
-            self.var0,
-            self.var1,
-            self.log_var0,
-            self.log_var1,
-            self.learn0,
-            self.learn1,
-        )
-
-    def __repr__(self) -> str:
-        return f"Hypothesis{self.terms()!r}"
-
-
-class Level:
-    """One run a draw may pick: ``Belief.sampling``'s tuple as fields."""
-
-    __slots__ = ("weight", "mean0", "sd0", "mean1", "sd1")
-
-    def __init__(self, weight: float, mean0: float, sd0: float, mean1: float, sd1: float) -> None:
-        self.weight = weight
-        self.mean0 = mean0
-        self.sd0 = sd0
-        self.mean1 = mean1
-        self.sd1 = sd1
-
-
-def levels_of(belief: Belief, runs: list[Run], now: float, changed: bool = False) -> tuple[list[Level], float, float]:
-    """``belief.sampling(runs, now, changed)`` with its runs as ``Level``s: the same arithmetic."""
-    age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
-    levels = [Level(r.weight, r.mean0, math.sqrt(r.var0 + age), r.mean1, math.sqrt(r.var1 + age)) for r in runs]
-    a, b = FAIL_PRIOR if changed else belief.failure(now)
-    mean = a / (a + b)
-    return levels, mean, math.sqrt(mean * (1 - mean) / (a + b + 1))
-
 
 def gains(
     belief: Belief,
@@ -110,8 +70,8 @@ def gains(
     spread2 = [s * s for s in spread]
     sd0, sd1 = math.sqrt(spread2[0]), math.sqrt(spread2[1])
     (stayed_chance, changed_chance), hypotheses = look_terms(belief, now, changed_runs, spread2)
-    stayed_levels, stayed_mean, stayed_sd = levels_of(belief, belief.runs or changed_runs, now)
-    changed_levels, changed_mean, changed_sd = levels_of(belief, changed_runs, now, True)
+    stayed_levels, stayed_mean, stayed_sd = belief.sampling(belief.runs or changed_runs, now)
+    changed_levels, changed_mean, changed_sd = belief.sampling(changed_runs, now, True)
     _, money, valid = terms(deployment, shape)
     f_ttft, f_spt = factors(spread, weights)
     tokens = max(0.0, shape.output_tokens - 1)
@@ -134,13 +94,7 @@ def gains(
             levels, failure_mean, failure_sd, chance = changed_levels, changed_mean, changed_sd, changed_chance
         else:
             levels, failure_mean, failure_sd, chance = stayed_levels, stayed_mean, stayed_sd, stayed_chance
-        pick = uniform()  # the runs' weights sum to one
-        run = levels[-1]
-        for candidate in levels:
-            pick -= candidate.weight
-            if pick <= 0:
-                run = candidate
-                break
+        run = pick(levels, uniform())
         # Five normals as five ``gauss`` calls make them: Box-Muller pairs, the sine's kept for the next call.
         if carrying:
             z0 = carry
@@ -195,22 +149,11 @@ def _leader_terms(lead: Cost, weights: Weights, epsilon: float) -> tuple[float, 
     )
 
 
-def branch_terms(branches: Branches, spread2: list[float]) -> list[Hypothesis]:
-    """``Belief.branches`` as a look weighs them: the plain form of ``look_terms``."""
-    result = []
-    for weight, means, variances, _ in branches:
-        v0, v1 = variances[0] + spread2[0], variances[1] + spread2[1]
-        learn0, learn1 = variances[0] / (variances[0] + spread2[0]), variances[1] / (variances[1] + spread2[1])
-        log_weight = math.log(max(weight, 1e-12))
-        result.append(Hypothesis(log_weight, means[0], means[1], v0, v1, math.log(v0), math.log(v1), learn0, learn1))
-    return result
-
-
 def look_terms(
     belief: Belief, now: float, changed_runs: list[Run], spread2: list[float]
 ) -> tuple[tuple[float, float], list[Hypothesis]]:
-    """Each side's chance (stayed, changed) and ``branch_terms(belief.branches(now, prior), spread2)``, written out
-    with no tuples built: the same floats."""
+    """Each side's chance (stayed, changed) and the level now as one hypothesis per run as heard (weighted ``1 − p``,
+    ``p`` the chance of a change since last heard) and per place a change may land (weighted ``p``)."""
     p = belief.changed(now) if belief.runs else 1.0
     age = DRIFT * (now - belief.heard_at) if belief.heard_at is not None else 0.0
     s0, s1 = spread2[0], spread2[1]

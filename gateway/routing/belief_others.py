@@ -14,9 +14,6 @@ from gateway.stats.answers import Answer
 from gateway.stats.snapshot import StatsSnapshot
 from gateway.types import DeploymentKey
 
-NO_MARK: tuple[int, int] = (0, 0)
-"""``AnswerLog.mark`` of a pair with no answers yet."""
-
 
 class OthersAnswers:
     """Per deployment, the log's mark last read and, per replica, the sequence number of its last answer heard.
@@ -45,8 +42,8 @@ class OthersAnswers:
         marks = log.marks
         new: list[tuple[DeploymentKey, Answer]] = []
         for pair in pairs:
-            mark = marks.get(pair, NO_MARK)  # ``log.mark(pair)``, read in place
-            last = self._marks.get(pair, NO_MARK)
+            mark = marks.get(pair, (0, 0))  # ``log.mark(pair)``, read in place: (0, 0) with no answers yet
+            last = self._marks.get(pair, (0, 0))
             if mark == last:
                 continue
             self._marks[pair] = mark

@@ -21,8 +21,6 @@ _ROOT_2PI: Final = math.sqrt(2.0 * math.pi)
 _ERFC: Final = math.erfc
 """``math.erfc`` held once: compiled, ``math.erfc`` is an attribute looked up at every call (not a native primitive)."""
 _SLOPE2: Final = SLOPE**2
-_FLOOR_S: Final = 1e-3
-"""The smallest first token an answer's noise is scaled by: a 0 s answer would weigh infinitely."""
 
 
 @dataclass(slots=True)
@@ -73,7 +71,7 @@ class Prefill:
         residual = ttft_s - (self.base + x * self.slope)
         # The Kalman gain of one observation y = b + x s + noise: P h / (h' P h + noise), h = (1, x).
         pb, ps = vb + x * c, c + x * vs
-        total = pb + x * ps + (SPREAD * max(ttft_s, _FLOOR_S)) ** 2
+        total = pb + x * ps + (SPREAD * max(ttft_s, 1e-3)) ** 2  # a 0 s answer would weigh infinitely
         gb, gs = pb / total, ps / total
         return Prefill(
             self.base + gb * residual,
@@ -86,19 +84,11 @@ class Prefill:
 
     def unprefilled(self, uncached_tokens: int, ttft_s: float) -> tuple[float, float]:
         """The answer's base (its first token less the prefill, at least a fifth of it) and the log variance the
-        slope's uncertainty lends that base: ``(tokens × sd_slope / base)²`` by the delta method."""
-        base = max(ttft_s - self.prefill_s(uncached_tokens), 0.2 * ttft_s)
+        slope's uncertainty lends that base: ``(tokens × slope sd / base)²`` by the delta method."""
+        base = max(ttft_s - self.s_per_token * uncached_tokens, 0.2 * ttft_s)
         if base <= 0.0:
             return base, 0.0
         return base, uncached_tokens * uncached_tokens * max(self.var_slope, 0.0) / (base * base)
-
-    def prefill_s(self, uncached_tokens: int) -> float:
-        """The prefill of ``uncached_tokens`` tokens (seconds, at the slope's mean)."""
-        return self.s_per_token * uncached_tokens
-
-    def sd_slope(self) -> float:
-        """How unsure the slope is (seconds per token)."""
-        return math.sqrt(max(self.var_slope, 0.0))
 
 
 def at_most_its_answer(runs: list[Run], base: float | None, unsure: float, ttft: float | None, noise: float) -> None:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from gateway.config import ModelConfig, PolicyConfig
 from gateway.errors import InvalidRequest
 from gateway.routing.apis import speaking
-from gateway.routing.belief_candidates import judged
+from gateway.routing.belief_candidates import kind_terms
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.choose import Counts, Option, chance_best, mean_costs
 from gateway.routing.cost import Cost, Shape, Weights, scores
@@ -34,9 +34,6 @@ from gateway.routing.ranking import (
 )
 from gateway.samples import Endpoint, RequestKind
 from gateway.stats import StatsSnapshot
-
-BEST_DRAWS = 64
-"""Draws behind each deployment's chance of being best (each draws every deployment once)."""
 
 
 def rank_beliefs(
@@ -64,9 +61,7 @@ def rank_beliefs(
     given: LengthSource = "request" if max_tokens and max_tokens < default else "default"
     forecast = router.lengths.forecast(length, max_tokens, float(default), given)
     options = [router._option(model.name, d.name, d, snapshot, now) for d in deployments]
-    found = [judged(o, snapshot, model.name, policy, preferences, kind, now) for o in options]
-    valid = {o.deployment.name: rate for o, (rate, _) in zip(options, found, strict=True)}
-    broken = [violations for _, violations in found]
+    valid, broken = kind_terms(options, snapshot, model.name, policy, preferences, kind, now)
     shape = Shape(prompt_tokens, forecast.mean, valid=valid)
     weights = Weights.of(policy, preferences.sort)
     means = mean_costs(options, shape, weights, now)
@@ -76,7 +71,7 @@ def rank_beliefs(
     # order: the config's under a fixed policy; else the constraints kept, the measured first, by expected score.
     every_breaks = all(broken)
     kept = [i for i in range(len(options)) if every_breaks or not broken[i]]
-    drawn = chance_best([options[i] for i in kept], shape, weights, now, random.Random(0), BEST_DRAWS) if kept else []
+    drawn = chance_best([options[i] for i in kept], shape, weights, now, random.Random(0)) if kept else []
     best = [0.0] * len(options)
     for i, chance in zip(kept, drawn, strict=True):
         best[i] = chance

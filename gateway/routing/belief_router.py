@@ -1,15 +1,10 @@
-"""The belief-based router: orchestrates the beliefs, the draw and the control loops that stay.
+"""The belief-based router: one belief per deployment, one draw per request, and the control loops that are not
+beliefs (circuits, capacity, context windows, learned deadlines, the tail hedge).
 
-``plan`` reads, for each deployment the request may go to (``gateway.routing.filters``), its
-belief (``gateway.routing.belief``), told of any attempt overdue there now, and lets one draw per
-request order them (``gateway.routing.choose``, ``gateway.routing.cost``). Around the draw it
-keeps the loops that are not beliefs: circuits and capacity (``gateway.routing.health``,
-``gateway.routing.capacity``), context windows, learned deadlines, and the tail hedge
-(``gateway.routing.hedge``). ``attempt_finished`` turns each attempt into evidence: an answer's
-pair, a failure, or a lower bound (a race or a hedge lost). The other replicas' answers are the same
-evidence, heard from the stats store's log at plan time (``gateway.routing.belief_others``).
-The attempts under way are kept as ``gateway.routing.belief_attempts`` defines them, and the
-plan's candidates are built by ``gateway.routing.belief_candidates``.
+``plan`` reads each allowed deployment's belief, told of its attempts under way (``belief_running``), and lets one
+draw order them (``choose``); ``belief_candidates`` makes the order into candidates. ``attempt_finished`` turns each
+attempt into evidence (``belief_attempts.tell``); the other replicas' answers are heard at plan time
+(``belief_others``).
 """
 
 from __future__ import annotations
@@ -37,7 +32,7 @@ from gateway.routing.health import RouterState
 from gateway.routing.lengths import LengthKey, Lengths, request_shape
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
-from gateway.routing.priors import Heard, Pool, Prior
+from gateway.routing.priors import Pool, Prior
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from gateway.stats.answers import answer_of, tells
@@ -86,8 +81,6 @@ class BeliefRouter:
         """Each API's stream bytes per output token (its events' envelope), from finished streams."""
         self._weights: dict[tuple[int, Sort | None], tuple[PolicyConfig, Weights]] = {}
         """``Weights.of`` each policy (by identity: policies are frozen) and sort, found once."""
-        self._heard: dict[DeploymentKey, tuple[Belief, int, Heard]] = {}
-        """Each belief as ``_pool`` read it last, and its answers then."""
         self._pools: dict[str, tuple[list[DeploymentKey], Pool]] = {}  # each model's, as ``_pool`` pooled it last
         self.others = OthersAnswers()
         """Which of the other replicas' answers the beliefs have heard."""
@@ -350,20 +343,10 @@ class BeliefRouter:
         if kept is None or kept[0] != keys:
             kept = self._pools[model] = (keys, Pool([self._price_of.get(k) for k in keys]))
         for i, k in enumerate(keys):  # only an entry whose belief heard is read again
-            kept[1].hear(i, self._heard_of(k, self.beliefs[k], now))
+            kept[1].hear(i, self.beliefs[k], now)
         for k, prior in zip(keys, kept[1].pooled(skip), strict=True):
             if prior is not None:
                 self.priors[k] = prior
-
-    def _heard_of(self, key: DeploymentKey, belief: Belief, now: float) -> Heard:
-        """``Heard.of(belief, now)``, read again only when it heard: ``pooled`` reads its levels' means (no drift in
-        them), its noise and scatter (changed only by ``observe``, which counts an answer)."""
-        kept = self._heard.get(key)
-        if kept is not None and kept[0] is belief and kept[1] == belief.answers:
-            return kept[2]
-        heard = Heard.of(belief, now)
-        self._heard[key] = (belief, belief.answers, heard)
-        return heard
 
     # -- the rest of ``Router`` -------------------------------------------------------------
 

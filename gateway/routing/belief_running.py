@@ -1,14 +1,10 @@
 """What the attempts running at a deployment say of it, kept between plans and remade only when that changes.
 
-A plan reads each belief told of the attempts under way (docs/routing.md, "What the router knows"): each stream
-begun since the belief was last heard is an answer, and the longest wait for a first token and the slowest other
-stream are lower bounds. Per deployment, two things are kept:
-
-- ``told``: a copy of the belief told each such stream once per piece of evidence (its first token, then its pace
-  once readable); begun afresh when the belief hears a new answer. What was told of a stream is marked on its
-  attempt (``RunningAttempt.told_in``, ``paced``), so that a plan reads the attempts without a key's lookup.
-- ``view``: ``told`` (or the belief) with the two bounds, found again only when an attempt there starts, reaches
-  its first token or ends (``RunningViews.moved``), or when ``told`` or the belief hears.
+Each stream begun since the belief was last heard is an answer, and the longest wait for a first token and the
+slowest other stream are lower bounds (docs/routing.md, "What the router knows"). Per deployment, ``told`` is a
+copy of the belief told each such stream once per piece of evidence (its first token, then its pace), begun afresh
+when the belief hears; ``view`` is ``told`` (or the belief) with the two bounds, found again only when an attempt
+there starts, streams or ends (``RunningViews.moved``), or when ``told`` or the belief hears.
 """
 
 from __future__ import annotations

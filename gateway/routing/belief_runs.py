@@ -83,23 +83,13 @@ class Run:
         self.fit = 0.0
         self.chance = 0.0
 
-    def level(self, metric: int) -> tuple[float, float]:
-        """The posterior mean and variance of ``metric``'s log level."""
-        return (self.mean0, self.var0) if metric == TTFT else (self.mean1, self.var1)
-
     def copy(self) -> Run:
         """An equal run of its own."""
         return Run(self.weight, self.mean0, self.mean1, self.var0, self.var1, self.born, self.changes)
 
 
-def start(prior: Prior) -> Run:
-    """A run that starts from ``prior`` (``DEFAULT_LEVEL``, ``UNKNOWN`` wide, where it knows nothing)."""
-    return start_at(prior.mean, prior.var)
-
-
-def start_at(means: tuple[float | None, float | None], variances: tuple[float, float]) -> Run:
-    """``start`` without building a ``Prior`` (its frozen ``__init__`` runs as Python)."""
-    (m0, m1), (v0, v1) = means, variances
+def start_at(m0: float | None, m1: float | None, v0: float, v1: float) -> Run:
+    """A run at the log level's means and variances (a mean None: ``DEFAULT_LEVEL``, ``UNKNOWN`` wide)."""
     return Run(
         1.0,
         m0 if m0 is not None else _DEFAULT_TTFT,
@@ -112,34 +102,24 @@ def start_at(means: tuple[float | None, float | None], variances: tuple[float, f
 def first_runs(prior: Prior) -> list[Run]:
     """The runs a first answer is read against: the pooled prior and, as likely, a level unlike the siblings'. This
     heavy tail lets a first answer far from the siblings be believed rather than read as a wild one."""
-    runs = [start(prior)]
-    if prior.mean[TTFT] is not None or prior.mean[SPT] is not None:
-        runs.append(unlike(prior.mean))
+    (m0, m1), (v0, v1) = prior.mean, prior.var
+    runs = [start_at(m0, m1, v0, v1)]
+    if m0 is not None or m1 is not None:
+        runs.append(start_at(m0, m1, _UNKNOWN2, _UNKNOWN2))  # a deployment need not resemble the others
         for run in runs:
             run.weight = 0.5
     return runs
-
-
-def unlike(means: tuple[float | None, float | None]) -> Run:
-    """A level around the siblings' ``means`` but ``UNKNOWN`` wide: a deployment need not resemble the others."""
-    return start_at(means, (_UNKNOWN2, _UNKNOWN2))
 
 
 def landings(changed_before: bool, before: tuple[float, float] | None, prior: Prior) -> list[Run]:
     """Where a level that changed may now be, as equally likely runs: among the model's deployments (the prior) and,
     once it has runs, back at the level ``before`` its last change."""
     if not changed_before:
-        return [start(prior)]
-    # ``start_at`` of the landings, written out: no tuples of optional floats made to be taken apart again.
+        (m0, m1), (v0, v1) = prior.mean, prior.var
+        return [start_at(m0, m1, v0, v1)]
     m0, v0 = prior.landing(TTFT)
     m1, v1 = prior.landing(SPT)
-    run = Run(
-        1.0,
-        m0 if m0 is not None else _DEFAULT_TTFT,
-        m1 if m1 is not None else _DEFAULT_SPT,
-        v0 if m0 is not None else _UNKNOWN2,
-        v1 if m1 is not None else _UNKNOWN2,
-    )
+    run = start_at(m0, m1, v0, v1)
     if before is None:
         return [run]
     run.weight = 0.5  # ``1.0 / len(runs)`` of two, exactly

@@ -1,24 +1,92 @@
 """The answers' scatter around the level, with change points of its own (a tail may narrow while the median stays).
 
-Per metric, a few hypotheses "the scatter has been the same since this answer", each with its sums
-(``belief_noise``) and a weight; a new one starts from the siblings' scatter with the hazard's chance. Each is
-weighed by the answer's density with the level marginalised over the level's runs, so a far answer that a level
-jump explains moves no scatter. The belief reads the likeliest scatter. See docs/routing.md ("What the router knows").
+Per metric, a few hypotheses "the scatter has been the same since this answer", each with its sums (``Scatter``)
+and a weight; a new one starts from the siblings' scatter with the hazard's chance. Each is weighed by the answer's
+density with the level marginalised over the level's runs, so a far answer that a level jump explains moves no
+scatter. The sums are squared residuals against the heaviest run, read robustly (a Student-t's weight) over the last
+~``MEMORY`` answers, with the siblings' scatter counted as ``PRIOR_WEIGHT`` answers: ``noise`` is the t's scale,
+``spread2`` the plain log variance for means and quantiles. The belief reads the likeliest scatter. See
+docs/routing.md ("What the router knows").
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Final
 
-from gateway.routing.belief_noise import Scatter, learn_noise
 from gateway.routing.belief_runs import METRICS, SPT, TTFT, Run, finite, heaviest_first
-from gateway.routing.priors import PRIOR_WEIGHT, Prior
-from gateway.routing.student import TAIL_NU
+from gateway.routing.priors import MEMORY, PRIOR_WEIGHT, SPREAD, Prior
+from gateway.routing.student import TAIL_NU, censored_square
 
+_KEEP: Final = 1 - 1 / MEMORY
+_SPREAD2: Final = SPREAD**2
 SCATTERS: Final = 3
 """Scatter hypotheses kept per metric: a cost of the computation, not a fact of the world."""
 _POWER: Final = -(TAIL_NU + 1) / 2
+
+
+@dataclass(slots=True)
+class Scatter:
+    """One hypothesis on one metric's scatter: its sums and its weight."""
+
+    weight: float
+    noise: float = _SPREAD2
+    """The Student-t's scale (log variance)."""
+    spread2: float = _SPREAD2
+    """The answers' plain log variance around the level."""
+    n: float = 0.0
+    """Answers' worth heard, beside the prior's ``PRIOR_WEIGHT``."""
+    marginal: float = field(default=0.0, init=False, compare=False, repr=False)
+    """Scratch for ``_weigh``, not state."""
+
+    def __init__(self, weight: float, noise: float = _SPREAD2, spread2: float = _SPREAD2, n: float = 0.0) -> None:
+        # Written out so that mypyc compiles it (as ``belief_runs.Run``).
+        self.weight = weight
+        self.noise = noise
+        self.spread2 = spread2
+        self.n = n
+        self.marginal = 0.0
+
+
+def learn_noise(
+    scatters: list[Scatter],
+    level: tuple[float, float, float],
+    value: float | None,
+    bound: float | None,
+    prior: tuple[float, float],
+    unsure: float,
+) -> None:
+    """Teach each scatter one ``value`` (or a lower ``bound``, read by its expected squared residual beyond it)
+    against ``level``, the heaviest run's (mean, variance, the value's squared residual against that mean as
+    ``student.likelihoods`` found it). ``prior``: the siblings' noise and spread, counted as ``PRIOR_WEIGHT``
+    answers. ``unsure``: the value's own log variance (a base read at an unlearned slope)."""
+    # E[(y - m)^2] is the answers' variance plus the level's (and the value's own): an answer teaches the spread
+    # only in the first's share, so a level known roughly learns where it is, not how far answers scatter.
+    centre, var, square = level
+    if value is None:
+        if bound is None:
+            return
+        square = 0.0  # a bound's depends on each scatter's spread: found in the loop
+    level_var = var + unsure
+    prior_noise, prior_spread = PRIOR_WEIGHT * prior[0], PRIOR_WEIGHT * prior[1]
+    for sums in scatters:
+        if value is None and bound is not None:
+            square = censored_square(bound, centre, sums.spread2 + var)
+        residual = square - level_var
+        residual = residual if residual > 0.0 else 0.0  # max(0.0, residual), NaN to 0.0
+        scale = sums.noise
+        counts = scale / (scale + level_var)
+        robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)
+        # Fading sums over the last ~MEMORY answers; the prior's share is taken out before fading and put back.
+        heard = PRIOR_WEIGHT + sums.n
+        n = sums.n * _KEEP
+        weight = PRIOR_WEIGHT + n + counts
+        total = (scale * heard - prior_noise) * _KEEP + counts * robust
+        sums.noise = (prior_noise + total) / weight
+        total = (sums.spread2 * heard - prior_spread) * _KEEP + counts * residual
+        sums.spread2 = (prior_spread + total) / weight
+        sums.n = n + counts
 
 
 def hear_both(
@@ -30,8 +98,10 @@ def hear_both(
     change: float,
     unsure: float,
 ) -> None:
-    """``hear`` one answer's values or bounds per metric; ``levels`` are the runs (their ``chance`` before it set)
-    and the heaviest run. Sets ``mixed`` (the belief's noise and spread2) to the likeliest scatter's."""
+    """Hear one answer's value or lower bound per metric; ``levels`` are the runs (their ``chance`` before it set)
+    and the heaviest run. A new scatter starts from the siblings' (``prior``) with the chance ``change``; each is
+    weighed by the value's density (a bound weighs none) and taught it against the heaviest run, and the
+    ``SCATTERS`` heaviest are kept. Sets ``mixed`` (the belief's noise and spread2) to the likeliest scatter's."""
     values, bounds = evidence
     runs, best = levels
     noise, spread2 = prior.noise, prior.spread2
@@ -41,40 +111,20 @@ def hear_both(
         value, bound = values[metric], bounds[metric]
         if value is None and bound is None:
             continue
-        kept = scatters[metric] = hear(
-            scatters[metric],
-            (runs, metric),
-            (best.mean0, best.var0, best.square0) if metric == TTFT else (best.mean1, best.var1, best.square1),
-            (value, bound),
-            (noise[TTFT], spread2[TTFT]) if metric == TTFT else (noise[SPT], spread2[SPT]),
-            change,
-            unsure if metric == TTFT else 0.0,
-        )
+        ttft = metric == TTFT
+        siblings = (noise[TTFT], spread2[TTFT]) if ttft else (noise[SPT], spread2[SPT])
+        kept = scatters[metric]
+        if change > 0.0:
+            for scatter in kept:
+                scatter.weight *= 1.0 - change
+            kept.append(Scatter(change, siblings[0], siblings[1]))
+        own = unsure if ttft else 0.0
+        if value is not None and len(kept) > 1:
+            _weigh(kept, (runs, metric), own)
+        heaviest = (best.mean0, best.var0, best.square0) if ttft else (best.mean1, best.var1, best.square1)
+        learn_noise(kept, heaviest, value, bound, siblings, own)
+        kept = scatters[metric] = _prune(kept)
         mixed[0][metric], mixed[1][metric] = likeliest(kept)
-
-
-def hear(
-    scatters: list[Scatter],
-    levels: tuple[list[Run], int],
-    best: tuple[float, float, float],
-    evidence: tuple[float | None, float | None],
-    prior: tuple[float, float],
-    change: float,
-    unsure: float = 0.0,
-) -> list[Scatter]:
-    """One metric's value or lower bound: a new scatter from ``prior`` with the chance ``change``, each scatter
-    weighed by the value's density and taught it against ``best`` (the heaviest run's level and the value's squared
-    residual against it). A bound teaches every scatter but weighs none. Returns the ``SCATTERS`` heaviest,
-    normalised."""
-    value, bound = evidence
-    if change > 0.0:
-        for scatter in scatters:
-            scatter.weight *= 1.0 - change
-        scatters.append(Scatter(change, prior[0], prior[1]))
-    if value is not None and len(scatters) > 1:
-        _weigh(scatters, levels, unsure)
-    learn_noise(scatters, (best[0], best[1]), value, bound, prior, unsure, best[2])
-    return _prune(scatters)
 
 
 def reprior_scatters(

@@ -1,10 +1,8 @@
 """One draw per request: the order of a request's deployments, and what it explores.
 
-A stream goes to the leader (the best at the beliefs' means), with at most one look at another deployment under
-``RACE_BUDGET``: a race when racing costs the request no time in expectation, else a shadow, and only where the
-look is worth its cost (``worth``). Any other request goes by one draw of each belief (Thompson sampling).
-Deployments never measured are raced at once at a cold start, at most ``COLD_RACE`` attempts. See docs/routing.md
-("What the router knows", "Exploration").
+A stream goes to the leader with at most one look (a race or a shadow) under ``RACE_BUDGET``, where the look is
+worth its cost (``worth``); any other request goes by one draw of each belief (Thompson sampling); a cold start
+races at most ``COLD_RACE`` attempts. See docs/routing.md ("What the router knows", "Exploration").
 """
 
 from __future__ import annotations
@@ -224,9 +222,11 @@ def _first(index: int, ranked: list[int]) -> tuple[int, ...]:
 
 
 def chance_best(
-    options: Sequence[Option], shape: Shape, weights: Weights, now: float, rng: random.Random, draws: int = 64
+    options: Sequence[Option], shape: Shape, weights: Weights, now: float, rng: random.Random
 ) -> list[float]:
-    """The probability each option is the best for a request of ``shape`` (for explaining, not for routing)."""
+    """The probability each option is the best for a request of ``shape`` (for explaining, not for routing), from
+    64 draws of every option."""
+    draws = 64
     wins = [0] * len(options)
     for _ in range(draws):
         drawn = [cost(o.belief.draw(now, rng, o.prior), o.deployment, shape, weights) for o in options]

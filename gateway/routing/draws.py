@@ -7,7 +7,6 @@ level's normal with drift, and the failure chance's.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable
 from statistics import NormalDist
 from typing import NamedTuple
@@ -31,46 +30,35 @@ class Draw(NamedTuple):
 new_tuple = tuple.__new__
 """``new_tuple(Draw, fields)`` is ``Draw(*fields)`` (every field given) without the named tuple's Python ``__new__``."""
 
-Sampling = tuple[list[tuple[float, float, float, float, float]], float, float]
-"""Per run (weight, log mean and sd of first token, of seconds per token), drift included; the failure chance's mean
-and sd."""
+
+class Level:
+    """One run a draw may pick: its weight and, per metric, its log level's mean and sd (drift included)."""
+
+    __slots__ = ("weight", "mean0", "sd0", "mean1", "sd1")
+
+    def __init__(self, weight: float, mean0: float, sd0: float, mean1: float, sd1: float) -> None:
+        self.weight = weight
+        self.mean0 = mean0
+        self.sd0 = sd0
+        self.mean1 = mean1
+        self.sd1 = sd1
 
 
-def sample(sampling: Sampling, rng: random.Random) -> tuple[float, float, float]:
-    """One draw from ``Belief.sampling``: first token and seconds per token in seconds, and a failure chance."""
-    levels, failure_mean, failure_sd = sampling
-    pick = rng.random()  # the runs' weights sum to one
-    run = levels[-1]
-    for candidate in levels:
-        pick -= candidate[0]
-        if pick <= 0:
-            run = candidate
-            break
-    ttft = rng.gauss(run[1], run[2])
-    spt = rng.gauss(run[3], run[4])
-    failure = min(0.99, max(0.0, rng.gauss(failure_mean, failure_sd)))
-    return math.exp(ttft), math.exp(spt), failure
+def pick(levels: list[Level], uniform: float) -> Level:
+    """The run a uniform number in [0, 1) falls on, the weights summing to one (the last where they fall short)."""
+    for level in levels:
+        uniform -= level.weight
+        if uniform <= 0:
+            return level
+    return levels[-1]
 
 
 STANDARD_NORMAL = NormalDist()
 """The standard normal's cdf and quantiles, for the package's every use."""
-_TWOPI = 2.0 * math.pi
-"""``random.TWOPI``."""
 
 
 def normal_pair(uniform: Callable[[], float]) -> tuple[float, float]:
     """Two standard normals exactly as ``random.gauss`` makes a pair (Box-Muller: the cosine's, then the sine's)."""
-    x2pi = uniform() * _TWOPI
+    x2pi = uniform() * math.tau  # ``random.TWOPI``
     g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
     return math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad
-
-
-def standard_normals(uniform: Callable[[], float], carry: float | None, count: int) -> list[float]:
-    """At least ``count`` standard normals as that many ``random.Random.gauss`` calls make them after one that left
-    ``carry``; an odd one over is last (the next carry)."""
-    normals = [] if carry is None else [carry]
-    while len(normals) < count:
-        cosine, sine = normal_pair(uniform)
-        normals.append(cosine)
-        normals.append(sine)
-    return normals

@@ -92,28 +92,6 @@ class Levels(Protocol):
     def level(self, now: float, metric: int) -> tuple[float, float]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Heard:
-    """What ``pooled`` reads of one belief, read once at one moment: a model's priors are pooled together after
-    every answer (each deployment's from all the others), so each belief's levels are read once, not once per
-    sibling."""
-
-    answers: int
-    noise: list[float]
-    spread2: list[float]
-    levels: tuple[tuple[float, float], tuple[float, float]]
-
-    @classmethod
-    def of(cls, belief: Levels, now: float) -> Heard:
-        unread = (0.0, 0.0)  # never read: ``pooled`` reads the levels of beliefs that heard only
-        levels = (belief.level(now, 0), belief.level(now, 1)) if belief.answers else (unread, unread)
-        return cls(belief.answers, belief.noise, belief.spread2, levels)
-
-    def level(self, now: float, metric: int) -> tuple[float, float]:
-        """The level as read when this was made (``now`` is that moment's)."""
-        return self.levels[metric]
-
-
 def log_of(value: float | None) -> float | None:
     return math.log(value) if value is not None and value > 0 else None
 
@@ -121,143 +99,84 @@ def log_of(value: float | None) -> float | None:
 def pooled(
     others: Sequence[Levels], now: float, price: float | None = None, prices: Sequence[float | None] = ()
 ) -> Prior:
-    """The prior a deployment borrows from the model's others: a hierarchical normal. Their levels' mean, and
-    around it the spread between deployments (``BETWEEN`` counted as ``PRIOR_WEIGHT`` deployments, then theirs),
-    plus the uncertainty of that mean. With the deployment's ``price`` and theirs (``prices``, by ``others``;
-    per output token), the levels are regressed on the log price (``_on_price``): where the cheap are slow and
-    the dear quick, a cheap deployment is believed slow until heard, and one that changed lands among those of its
-    price, not at the siblings' centre. And how far their answers scatter around their levels (``SPREAD`` counted as
-    ``PRIOR_WEIGHT`` deployments, then theirs): a deployment heard a few times scatters as its siblings do, so its
-    few answers are read as sharply as theirs (a change it went through is told by one look) and its expected time
-    is not inflated by a spread nobody measured."""
-    return pooled_heard([o if isinstance(o, Heard) else Heard.of(o, now) for o in others], price, prices)
-
-
-def pooled_heard(others: list[Heard], price: float | None = None, prices: Sequence[float | None] = ()) -> Prior:
-    """``pooled`` of beliefs read as ``Heard`` (``pooled_all`` pools all of a model's at once, the same way): their
-    fields read in place, the sums as plain loops (``sum`` of floats adds left to right from 0: the same floats)."""
+    """The prior of a deployment at ``price`` from the model's ``others`` (at ``prices``, by ``others``): a
+    ``Pool`` of them and it."""
     n = len(others)
-    padded = [prices[i] if i < len(prices) else None for i in range(n)]
-    measured = [i for i in range(n) if others[i].answers]
-    columns = _Columns.of(others, padded)
-    return _pooled_one(columns, measured, price, all(columns.priced[i] for i in measured))
-
-
-def pooled_all(heards: list[Heard], prices: Sequence[float | None], skip: int = -1) -> list[Prior | None]:
-    """Each of a model's deployments' prior, pooled from all the others (``pooled_heard`` of the list less its own,
-    at its price ``prices[i]``, the others at theirs), in one pass: every field read once, not once per sibling.
-    ``skip``: the one not pooled (None in its place). ``Pool`` does the same with the fields kept between calls."""
-    return _pooled_each(_Columns.of(heards, prices), [h.answers > 0 for h in heards], prices, skip)
+    pool = Pool([*(prices[i] if i < len(prices) else None for i in range(n)), price])
+    for i, other in enumerate(others):
+        pool.hear(i, other, now)
+    return pool.prior_of(n)
 
 
 class Pool:
-    """A model's deployments as ``pooled_all`` reads them, kept between its calls (``BeliefRouter._pool`` pools every
-    sibling after each answer): each entry's fields are read from its ``Heard`` once, again only when it is given a
-    new one (a ``Heard`` is made when its belief heard: the one an answer moved), so ``pooled`` reads no ``Heard``."""
+    """A model's deployments, each one's prior pooled from the others' beliefs as last heard (``BeliefRouter._pool``
+    pools every sibling after each answer). An entry's belief is read once, again only when it heard: what is read
+    of it (its answers, noise, scatter and levels' means, no drift in them) moves only then."""
 
     def __init__(self, prices: list[float | None]) -> None:
         n = len(prices)
         self.prices = prices
-        self.heards: list[Heard | None] = [None] * n
+        self.beliefs: list[Levels | None] = [None] * n
+        self.answers = [0] * n
         self.measured = [False] * n
-        x, priced = _log_prices(prices)
-        self.columns = _Columns([0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, x, priced)
+        self.ttft, self.spt = [0.0] * n, [0.0] * n
+        self.noise0, self.noise1, self.spread0, self.spread1 = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
+        # Each log price (0.0 where it has none: read only where every sibling pooled has one).
+        self.priced = [(p or 0) > 0 for p in prices]
+        self.x = [math.log(p) if p is not None and ok else 0.0 for p, ok in zip(prices, self.priced, strict=True)]
 
-    def hear(self, i: int, heard: Heard) -> None:
-        """Entry ``i`` as ``heard`` says (``_Columns.of``'s fields of it), unless it is the one read last."""
-        if self.heards[i] is heard:
+    def hear(self, i: int, belief: Levels, now: float) -> None:
+        """Entry ``i`` as ``belief`` says now, unless it is the one read last and has heard nothing since."""
+        if self.beliefs[i] is belief and self.answers[i] == belief.answers:
             return
-        self.heards[i] = heard
-        columns = self.columns
-        columns.ttft[i] = heard.levels[0][0]
-        columns.spt[i] = heard.levels[1][0]
-        columns.noise0[i] = heard.noise[0]
-        columns.noise1[i] = heard.noise[1]
-        columns.spread0[i] = heard.spread2[0]
-        columns.spread1[i] = heard.spread2[1]
-        self.measured[i] = heard.answers > 0
+        self.beliefs[i], self.answers[i] = belief, belief.answers
+        self.measured[i] = belief.answers > 0
+        if belief.answers:  # the levels of a belief never heard are never read
+            self.ttft[i] = belief.level(now, 0)[0]
+            self.spt[i] = belief.level(now, 1)[0]
+        self.noise0[i] = belief.noise[0]
+        self.noise1[i] = belief.noise[1]
+        self.spread0[i] = belief.spread2[0]
+        self.spread1[i] = belief.spread2[1]
 
     def pooled(self, skip: int = -1) -> list[Prior | None]:
-        """``pooled_all`` of the entries as last heard (every entry must have been heard)."""
-        return _pooled_each(self.columns, self.measured, self.prices, skip)
+        """Each entry's prior (``prior_of``), None in place of ``skip``'s."""
+        return [None if i == skip else self.prior_of(i) for i in range(len(self.prices))]
 
-
-def _pooled_each(
-    columns: _Columns, measured: list[bool], prices: Sequence[float | None], skip: int
-) -> list[Prior | None]:
-    """``pooled_all`` from the columns and which entries are measured."""
-    n = len(measured)
-    # Every measured one priced: where one is pooled, its siblings are (its own price decides the rest).
-    priced = all(columns.priced[j] for j in range(n) if measured[j])
-    return [
-        None if i == skip else _pooled_one(columns, [j for j in range(n) if j != i and measured[j]], prices[i], priced)
-        for i in range(n)
-    ]
-
-
-def _log_prices(prices: Sequence[float | None]) -> tuple[list[float], list[bool]]:
-    """Each price's log (0.0 where it has none, never read then), and whether it has one."""
-    positive = [(p or 0) > 0 for p in prices]
-    return [math.log(p) if p is not None and ok else 0.0 for p, ok in zip(prices, positive, strict=True)], positive
-
-
-@dataclass(slots=True)
-class _Columns:
-    """A model's beliefs as ``Heard``, one list per field (read once), and each one's log price (0.0 where it has
-    none: read only where every sibling pooled has one)."""
-
-    ttft: list[float]
-    spt: list[float]
-    noise0: list[float]
-    noise1: list[float]
-    spread0: list[float]
-    spread1: list[float]
-    x: list[float]
-    priced: list[bool]
-
-    @classmethod
-    def of(cls, heards: list[Heard], prices: Sequence[float | None]) -> _Columns:
-        x, positive = _log_prices(prices)
-        return cls(
-            [h.levels[0][0] for h in heards],
-            [h.levels[1][0] for h in heards],
-            [h.noise[0] for h in heards],
-            [h.noise[1] for h in heards],
-            [h.spread2[0] for h in heards],
-            [h.spread2[1] for h in heards],
-            x,
-            positive,
-        )
-
-
-def _pooled_one(columns: _Columns, others: list[int], price: float | None, siblings_priced: bool) -> Prior:
-    """The prior of a deployment at ``price`` from the measured siblings ``others`` (indices into ``columns``; all of
-    them priced: ``siblings_priced``): each sum over them in their order from 0."""
-    k = len(others)
-    count = PRIOR_WEIGHT + k
-    base = PRIOR_WEIGHT * SPREAD**2
-    n0, n1, s0, s1 = 0.0, 0.0, 0.0, 0.0
-    for j in others:  # four sums, each over the others in order
-        n0 += columns.noise0[j]
-        n1 += columns.noise1[j]
-        s0 += columns.spread0[j]
-        s1 += columns.spread1[j]
-    noise = ((base + n0) / count, (base + n1) / count)
-    spread2 = ((base + s0) / count, (base + s1) / count)
-    if not k:
-        return Prior((None, None), (BETWEEN**2, BETWEEN**2), noise, spread2)
-    priced = siblings_priced and price is not None and price > 0
-    at = math.log(price) if priced and price is not None else 0.0
-    mean0, var0, centre0, centre_var0 = _pooled_level(columns.ttft, others, count, priced, columns.x, at)
-    mean1, var1, centre1, centre_var1 = _pooled_level(columns.spt, others, count, priced, columns.x, at)
-    return Prior((mean0, mean1), (var0, var1), noise, spread2, (centre0, centre1), (centre_var0, centre_var1))
+    def prior_of(self, i: int) -> Prior:
+        """Entry ``i``'s prior, a hierarchical normal over the measured others: their levels' mean, the spread between
+        them (``BETWEEN`` counted as ``PRIOR_WEIGHT`` deployments) and that mean's own uncertainty, regressed on log
+        price where all are priced (``_on_price``: a cheap one is believed where its price puts it), and their answers'
+        scatter (``SPREAD`` counted as ``PRIOR_WEIGHT`` deployments), so a deployment's first answers are read as
+        sharply as its siblings'. See docs/routing.md ("What the router knows")."""
+        others = [j for j in range(len(self.measured)) if j != i and self.measured[j]]
+        k = len(others)
+        count = PRIOR_WEIGHT + k
+        base = PRIOR_WEIGHT * SPREAD**2
+        n0, n1, s0, s1 = 0.0, 0.0, 0.0, 0.0
+        for j in others:  # four sums, each over the others in order
+            n0 += self.noise0[j]
+            n1 += self.noise1[j]
+            s0 += self.spread0[j]
+            s1 += self.spread1[j]
+        noise = ((base + n0) / count, (base + n1) / count)
+        spread2 = ((base + s0) / count, (base + s1) / count)
+        if not k:
+            return Prior((None, None), (BETWEEN**2, BETWEEN**2), noise, spread2)
+        price = self.prices[i]
+        # Regressed on price only where every measured sibling is priced.
+        priced = price is not None and price > 0 and all(self.priced[j] for j in others)
+        at = math.log(price) if priced and price is not None else 0.0
+        mean0, var0, centre0, centre_var0 = _pooled_level(self.ttft, others, count, priced, self.x, at)
+        mean1, var1, centre1, centre_var1 = _pooled_level(self.spt, others, count, priced, self.x, at)
+        return Prior((mean0, mean1), (var0, var1), noise, spread2, (centre0, centre1), (centre_var0, centre_var1))
 
 
 def _pooled_level(
     y: list[float], others: list[int], count: float, priced: bool, x: list[float], at: float
 ) -> tuple[float, float, float | None, float]:
-    """One metric of ``pooled_all``'s prior from the levels ``y`` of ``others`` (at least one): mean, variance,
-    centre (None: no price regression told anything) and its variance, as ``pooled_heard`` finds them."""
+    """One metric of ``pooled``'s prior from the levels ``y`` of ``others`` (at least one): mean, variance,
+    centre (None: no price regression told anything) and its variance."""
     k = len(others)
     total = 0.0
     for j in others:

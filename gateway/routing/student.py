@@ -12,7 +12,7 @@ from typing import Final
 from gateway.routing.belief_runs import SPT, TTFT, Run
 
 TAIL_NU: Final = 4.0
-"""Degrees of freedom of an answer's Student-t noise."""
+"""Degrees of freedom of an answer's Student-t noise (``_t_tail`` is written for this ν)."""
 _T_NORM: Final = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
 _POWER: Final = -(TAIL_NU + 1) / 2
 """The Student-t density's exponent."""
@@ -116,58 +116,8 @@ def censored_square(bound: float, mean: float, variance: float) -> float:
     return variance * (1.0 + alpha * (math.exp(alpha * alpha / -2.0) / _SQRT_TAU) / tail)
 
 
-_EVEN_TERMS = (
-    tuple(math.prod((2 * i - 1) / (2 * i) for i in range(1, j + 1)) for j in range(int(TAIL_NU) // 2))
-    if TAIL_NU == int(TAIL_NU) and int(TAIL_NU) % 2 == 0
-    else ()
-)
-"""For an even ν the t's CDF is 1/2 + ξ/2 · Σ_j c_j (1 − ξ²)^j with ξ = x / √(ν + x²) and
-c_j = Π_{i≤j} (2i − 1) / 2i, j < ν/2: these are the c_j (none for another ν)."""
-_NU4: Final = _EVEN_TERMS == (1, 0.5)
-"""ν = 4: the sum's two terms written out in ``_t_tail`` (the same operations: ``0.0 + 1 * 1.0`` is ``1.0``, and
-``1.0 * rest`` is ``rest``), without iterating a tuple of boxed numbers."""
-
-
 def _t_tail(x: float) -> float:
-    """P(T > x) for a Student-t of ``TAIL_NU`` degrees of freedom: the finite sum for an even ν, else the
-    incomplete beta."""
-    if _NU4:
-        xi = x / math.sqrt(TAIL_NU + x * x)
-        return 0.5 - 0.5 * xi * (1.0 + 0.5 * (1.0 - xi * xi))
-    if _EVEN_TERMS:
-        xi = x / math.sqrt(TAIL_NU + x * x)
-        rest, power, total = 1.0 - xi * xi, 1.0, 0.0
-        for c in _EVEN_TERMS:
-            total += c * power
-            power *= rest
-        return 0.5 - 0.5 * xi * total
-    half = 0.5 * _beta_inc(TAIL_NU / 2, 0.5, TAIL_NU / (TAIL_NU + x * x))
-    return half if x >= 0 else 1.0 - half
-
-
-def _beta_inc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta I_x(a, b), by its continued fraction (Lentz)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - _beta_inc(b, a, 1.0 - x)
-    tiny = 1e-30
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    result = d
-    for m in range(1, 100):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            result *= c * d
-        if abs(c * d - 1.0) < 1e-10:
-            break
-    return front * result / a
+    """P(T > x) for a Student-t of ``TAIL_NU`` = 4 degrees of freedom: one less its CDF, whose finite sum for ν = 4
+    is 1/2 + ξ/2 · (1 + (1 − ξ²)/2) with ξ = x / √(ν + x²)."""
+    xi = x / math.sqrt(TAIL_NU + x * x)
+    return 0.5 - 0.5 * xi * (1.0 + 0.5 * (1.0 - xi * xi))
