@@ -17,7 +17,7 @@ from typing import Any
 from gateway.dialects import dialect_for
 from gateway.errors import describe_error
 from gateway.sse import SSESplitter, parse_event
-from gateway.translate import new_id
+from gateway.translate import client_stops, new_id
 from gateway.translate.ir import Api, Event
 from gateway.translate.stream_chat import ChatWriter
 from gateway.translate.stream_messages import MessagesWriter
@@ -45,7 +45,8 @@ class StreamTranslator:
         self.client = client
         self.writer = writer_for(client, request, model)
         self._dialect = dialect_for(upstream)
-        self._reader: StreamReader = reader_for(upstream)
+        self._stops = client_stops(client, request)
+        self._reader: StreamReader = reader_for(upstream, self._stops)
         self._splitter = SSESplitter()
         self.error: bytes | None = None
         self.error_object: Any = None
@@ -126,7 +127,7 @@ class StreamTranslator:
         """A continuation of the broken answer follows, from ``upstream``: read it into the same client stream."""
         self.upstream = upstream
         self._dialect = dialect_for(upstream)
-        self._reader = reader_for(upstream)
+        self._reader = reader_for(upstream, self._stops)
         self._splitter = SSESplitter()
         self.error = None
         self.error_object = None
