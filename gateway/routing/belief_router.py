@@ -1,15 +1,14 @@
 """The belief-based router: orchestrates the beliefs, the draw and the control loops that stay.
 
-``plan`` reads, for each deployment the request may go to (``gateway.routing.filters``), its
-belief (``gateway.routing.belief``), told of any attempt overdue there now, and lets one draw per
-request order them (``gateway.routing.choose``, ``gateway.routing.cost``). Around the draw it
-keeps the loops that are not beliefs: circuits and capacity (``gateway.routing.health``,
-``gateway.routing.capacity``), context windows, learned deadlines, and the tail hedge
-(``gateway.routing.hedge``). ``attempt_finished`` turns each attempt into evidence: an answer's
-pair, a failure, or a lower bound (a race or a hedge lost). The other replicas' answers are the same
-evidence, heard from the stats store's log at plan time (``gateway.routing.belief_others``).
-The attempts under way are kept as ``gateway.routing.belief_attempts`` defines them, and the
-plan's candidates are built by ``gateway.routing.belief_candidates``.
+``plan`` reads, for each deployment the request may go to (``gateway.routing.filters``), its belief
+(``gateway.routing.belief``), told of any attempt overdue there now, and lets one draw per request order them
+(``gateway.routing.choose``, ``gateway.routing.cost``). Around the draw it keeps the loops that are not beliefs:
+circuits and capacity (``gateway.routing.health``, ``gateway.routing.capacity``), context windows, learned
+deadlines, and the tail hedge (``gateway.routing.hedge``). ``attempt_finished`` turns each attempt into evidence: an
+answer's pair, a failure, or a lower bound (a race or a hedge lost). The other replicas' answers are the same
+evidence, heard from the stats store's log at plan time (``gateway.routing.belief_others``). The attempts under way
+are kept as ``gateway.routing.belief_attempts`` defines them, and the plan's candidates are built by
+``gateway.routing.belief_candidates``.
 """
 
 from __future__ import annotations
@@ -291,6 +290,7 @@ class BeliefRouter:
             self._circuit_changed,
             rate_limited=sample.status == 429 and not load_refusal,
             mostly_failing=self._mostly_failing(key, now),
+            unservable=sample.status == 404,
         )
 
     def _mostly_failing(self, key: DeploymentKey, now: float) -> bool:
