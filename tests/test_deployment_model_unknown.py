@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import anthropic
 import openai
@@ -24,7 +25,7 @@ from tests.support.servers import ServerThread
 
 StartGateway = Callable[..., Gateway]
 SECRET = "sk-upstream-secret-5d1c"
-UNKNOWN = {
+OPENAI_404 = {
     "error": {
         "message": "The model `wrong-upstream` does not exist or you do not have access to it.",
         "type": "invalid_request_error",
@@ -32,21 +33,31 @@ UNKNOWN = {
         "code": "model_not_found",
     }
 }
+VLLM_404 = {
+    "object": "error",
+    "message": "The model `wrong-upstream` does not exist.",
+    "type": "NotFoundError",
+    "param": None,
+    "code": 404,
+}
+OLLAMA_404 = {"error": 'model "wrong-upstream" not found, try pulling it first'}
 ASK: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
-def misconfigured(test_servers: list[ServerThread]) -> ScriptedUpstream:
+def misconfigured(test_servers: list[ServerThread], answer: dict[str, Any] = OPENAI_404) -> ScriptedUpstream:
     upstream = ScriptedUpstream("wrong")
     test_servers.append(upstream.server.start())
-    upstream.answer_json(UNKNOWN, status=404)
+    upstream.answer_json(answer, status=404)
     return upstream
 
 
-@pytest.mark.parametrize("client", ["chat", "chat-stream", "messages"])
+@pytest.mark.parametrize(
+    ("client", "answer"), [("chat", OPENAI_404), ("chat-stream", VLLM_404), ("messages", OLLAMA_404)]
+)
 def test_the_client_is_not_told_its_model_does_not_exist(
-    test_servers: list[ServerThread], start_gateway: StartGateway, client: str
+    test_servers: list[ServerThread], start_gateway: StartGateway, client: str, answer: dict[str, Any]
 ) -> None:
-    upstream = misconfigured(test_servers)
+    upstream = misconfigured(test_servers, answer)
     config = gateway_config(
         [upstream],
         provider_options={"wrong": {"api_key_env": "WRONG_KEY"}},
