@@ -141,6 +141,7 @@ class MemoryUpstream:
     def __init__(self) -> None:
         self.chunks = stream_chunks()
         self.body = full_body()
+        self.thought_signers: set[str] = set()
 
     async def send(self, path: str, body: bytes, timeouts: Any, headers: Any = (), api: str = "chat") -> MemoryResponse:
         if b'"stream":true' in body:

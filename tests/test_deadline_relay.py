@@ -60,6 +60,7 @@ class Upstream:
         self.chunks = chunks
         self.hang = hang
         self.waits = waits
+        self.thought_signers: set[str] = set()
 
     async def send(self, path: str, body: bytes, timeouts: Any, headers: Any = (), api: str = "chat") -> Any:
         return HangingResponse(self.chunks, self.hang, self.waits)

@@ -18,6 +18,8 @@ SIGNATURE = "fake-signature"
 REDACTED = "fake-redacted-thinking"
 ENCRYPTED = "fake-encrypted-content"
 THOUGHT_SIGNATURE = "fake-thought-signature"
+SKIP_VALIDATOR = "skip_thought_signature_validator"
+"""The value Gemini documents and takes in place of a signature it did not make (history from elsewhere)."""
 
 
 def gemini_signed() -> dict[str, Any]:
@@ -92,7 +94,7 @@ def _foreign_items(body: dict[str, Any]) -> str | None:
 
 def _unsigned_calls(body: dict[str, Any]) -> str | None:
     """Gemini checks the current turn (since the user's last message): each step's first function call must carry
-    the thought signature it was given."""
+    the thought signature it was given, or the placeholder for a call it did not make."""
     turns = _turns(body)
     start = next((n for n, (_, m) in reversed(list(enumerate(turns))) if m.get("role") == "user"), -1)
     for index, message in turns[start + 1 :]:
@@ -107,9 +109,18 @@ def _unsigned_calls(body: dict[str, Any]) -> str | None:
                 "Function call is missing a thought_signature in functionCall parts. This is required for tools to"
                 f" work correctly. Additional data, function call `default_api:{name}` , position {index + 1}."
             )
-        if signature != THOUGHT_SIGNATURE:
+        if signature not in (THOUGHT_SIGNATURE, SKIP_VALIDATOR):
             return f"Corrupted thought signature (messages[{index}].tool_calls[0])."
     return None
 
 
-__all__ = ["ENCRYPTED", "REDACTED", "SIGNATURE", "THOUGHT_SIGNATURE", "fault", "gemini_signed", "thinking_fault"]
+__all__ = [
+    "ENCRYPTED",
+    "REDACTED",
+    "SIGNATURE",
+    "SKIP_VALIDATOR",
+    "THOUGHT_SIGNATURE",
+    "fault",
+    "gemini_signed",
+    "thinking_fault",
+]

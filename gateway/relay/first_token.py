@@ -55,8 +55,16 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
     message, code = describe_error_body(body)
     if response.status < 400:
         message = redirect_words(response.headers)
+    words = f"upstream returned {response.status}: {message}"
+    if response.status == 404 and "model" in f"{message} {code}".lower():
+        # The deployment's own model id (the operator's config) is unknown there: the provider's code
+        # (``model_not_found``) would tell the client that *its* model does not exist. (A 404 for a path the
+        # provider lacks keeps its words; either way the deployment cannot serve: ``gateway.routing.health``.)
+        deployment = attempt.candidate.deployment
+        words = f"deployment '{deployment.name}': the provider does not know its model '{deployment.model}' ({words})"
+        code = None
     raise UpstreamStatusError(
-        f"{provider}: upstream returned {response.status}: {message}",
+        f"{provider}: {words}",
         provider=provider,
         status=response.status,
         code=code,

@@ -12,7 +12,9 @@ The one addition to a native body is the usage chunk of chat and completions str
 provider allows it (``stream_usage``, on by default) and the client did not ask, the gateway asks for
 it (``stream_options.include_usage``), so that the answer's cost is known; the forwarder then keeps
 that chunk from the client, which did not ask for it (``gateway.relay.forward``). A translated chat
-stream always asks for it (when allowed): the client's own API reports usage at the end. The one removal
+stream always asks for it (when allowed): the client's own API reports usage at the end. A translated chat
+request to a deployment known to need thought signatures (Gemini's) gets Google's placeholder on the current turn's
+tool calls that have none (``gateway.translate.chat_assistant.with_placeholders``). The one removal
 is of reasoning the native provider did not make, which it would refuse: from Messages bodies the ``thinking``
 blocks without a signature that the gateway made from another API's reasoning and the ``redacted_thinking`` blocks
 holding another maker's sealed reasoning, from Responses bodies the reasoning items holding sealed reasoning
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -34,6 +37,7 @@ from gateway.routing import Candidate
 from gateway.routing.apis import API_PATHS, translated_to, upstream_api
 from gateway.samples import Endpoint
 from gateway.translate import Api, Untranslatable, as_api, sealed, translate
+from gateway.translate.chat_assistant import with_placeholders
 
 
 def client_asked_usage(request: ProxyRequest) -> bool:
@@ -144,13 +148,21 @@ def upstream_path(request: ProxyRequest, api: Endpoint) -> str:
     return request.path if api == request.endpoint else API_PATHS[api]
 
 
-def upstream_body(request: ProxyRequest, candidate: Candidate, target: Endpoint | None = None) -> bytes:
+def upstream_body(
+    request: ProxyRequest, candidate: Candidate, target: Endpoint | None = None, signers: Container[str] = ()
+) -> bytes:
     """The body sent to ``candidate``: the client's fields untouched but for ``model`` (and the usage ask), or
-    its translation to the deployment's API (``target``: ``upstream_of(request, candidate)``, if the caller has it)."""
+    its translation to the deployment's API (``target``: ``upstream_of(request, candidate)``, if the caller has it).
+    ``signers``: the upstream model ids of the candidate's provider known to need thought signatures
+    (``UpstreamClient.thought_signers``)."""
     if target is None:
         target = upstream_of(request, candidate)
     if target != request.endpoint:
-        return encode_body(_translated(request, candidate, as_api(target)))
+        body = _translated(request, candidate, as_api(target))
+        messages = body.get("messages")
+        if target == "chat" and candidate.deployment.model in signers and isinstance(messages, list):
+            body["messages"] = with_placeholders(messages) or messages
+        return encode_body(body)
     body = dict(request.body)
     body["model"] = candidate.deployment.model
     if injects_usage(request, candidate.provider):
@@ -167,6 +179,8 @@ def upstream_body(request: ProxyRequest, candidate: Candidate, target: Endpoint 
     return encoded
 
 
+THOUGHT_SIGNED = b'"thought_signature"'
+"""In a whole chat answer, a tool call's thought signature (as a key: inside a JSON string its quotes are escaped)."""
 _SEALED = b'"' + sealed.MARK.encode()
 """The start of a JSON string holding a sealed value: one C search per request for it."""
 

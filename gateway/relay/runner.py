@@ -219,7 +219,7 @@ class AttemptRunner:
             read_s = max(candidate.idle_timeout_s, first_token_s)
         timeouts = AttemptTimeouts(connect_s=policy.connect_timeout_s, read_s=read_s, total_s=remaining)
         api = upstream_of(request, candidate)  # once per attempt: the body, the path and the stream's reader
-        body = upstream_body(request, candidate, api)
+        body = upstream_body(request, candidate, api, client.thought_signers)
         path = upstream_path(request, api)
         try:
             if request.stream:

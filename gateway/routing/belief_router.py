@@ -284,6 +284,7 @@ class BeliefRouter:
             self._circuit_changed,
             rate_limited=sample.status == 429 and not load_refusal,
             mostly_failing=self._mostly_failing(key, now),
+            unservable=sample.status == 404,
         )
 
     def _mostly_failing(self, key: DeploymentKey, now: float) -> bool:

@@ -105,9 +105,12 @@ class HealthBoard:
         *,
         rate_limited: bool = False,
         mostly_failing: bool = True,
+        unservable: bool = False,
     ) -> None:
         """Account for one finished attempt. ``rate_limited``: it was refused with a 429; ``mostly_failing``: the
-        router's reading of whether most attempts there fail now (consecutive failures open the circuit only then)."""
+        router's reading of whether most attempts there fail now (consecutive failures open the circuit only then);
+        ``unservable``: the provider does not know the deployment's model (a 404), which no retry cures until the
+        operator's config changes: the circuit opens at once, and stays open longer each time its probe fails."""
         circuit = self.circuits.get(key)
         if outcome != "ok" and outcome not in FAILURES:
             if circuit is not None:
@@ -127,7 +130,7 @@ class HealthBoard:
         rate_limited = rate_limited or retry_after_s is not None
         if circuit.state == "half_open":
             repeat = True  # its probe failed
-        elif rate_limited or (circuit.failures >= policy.failure_threshold and mostly_failing):
+        elif rate_limited or unservable or (circuit.failures >= policy.failure_threshold and mostly_failing):
             # Re-opening soon after the last close, with few answers between, is a repeat: it had not recovered.
             repeat = (
                 now - circuit.closed_at < policy.max_cooldown_s

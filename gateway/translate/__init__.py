@@ -128,9 +128,17 @@ def new_id(api: Api) -> str:
     return prefix + uuid.uuid4().hex
 
 
-def read_reply(api: Api, body: dict[str, Any]) -> Reply:
+def client_stops(api: Api, request: dict[str, Any]) -> tuple[str, ...]:
+    """The stop sequences a client's request asked for (Messages' ``stop_sequences``, chat's ``stop``; Responses
+    has none), each a string: the ones an upstream's answer may say it stopped at."""
+    stops = request.get("stop_sequences" if api == "messages" else "stop") if api != "responses" else None
+    listed = [stops] if isinstance(stops, str) else stops if isinstance(stops, list) else []
+    return tuple(s for s in listed if isinstance(s, str))
+
+
+def read_reply(api: Api, body: dict[str, Any], stops: tuple[str, ...] = ()) -> Reply:
     if api == "chat":
-        return chat_reply.read_reply(body)
+        return chat_reply.read_reply(body, stops)
     if api == "messages":
         return messages_reply.read_reply(body)
     return responses_reply.read_reply(body)
@@ -155,7 +163,7 @@ def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any
         error = body.get("error") or {"message": "the response failed", "code": "response_failed"}
         return translate_error(json.dumps({"error": error}).encode(), 502, target), False
     try:
-        reply = read_reply(source, body)
+        reply = read_reply(source, body, client_stops(target, request))
     except InvalidRequest as error:
         message = f"the provider's answer could not be read as the {source} API: {error.message}"
         return unreadable_error(message, target), False
@@ -203,6 +211,7 @@ __all__ = [
     "Translation",
     "Untranslatable",
     "as_api",
+    "client_stops",
     "new_id",
     "translate",
     "translate_error",

@@ -9,6 +9,7 @@ left out (no chat provider caches explicitly; their prefix caches need no marks)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from gateway.translate.chat_assistant import assistant_message as assistant_message
@@ -92,6 +93,14 @@ def stop_of(finish: str, calls: bool) -> StopReason:
     OpenAI-compatible API ends them so) stopped for its calls, as the client must be told to run them."""
     stop = STOPS.get(finish, "end")
     return "tool" if calls and stop == "end" else stop
+
+
+def matched_stop(choice: dict[str, Any], stops: Sequence[str]) -> str | None:
+    """The client's stop sequence that ended a choice, if the provider says which: vLLM and SGLang put the matched
+    stop string in the choice's ``stop_reason`` (an int there is a stop token's id, null is neither). Only one of
+    the client's own ``stops`` counts: the client is told of no sequence it did not ask for."""
+    matched = choice.get("stop_reason")
+    return matched if isinstance(matched, str) and matched in stops else None
 
 
 # -- request: chat → neutral -----------------------------------------------------------------

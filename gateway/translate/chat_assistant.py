@@ -5,7 +5,9 @@ Gemini's OpenAI-compatible API gives a function call's thought signature as ``ex
 on the tool call (in a stream, on the delta that carries the call) and refuses the next turn of a function call
 without it. It is read as opaque reasoning made by a chat provider (``Reasoning.maker``), a part just before the call
 it rides on, and written back on the call that follows it only in chat (elsewhere it is sealed for the client, or
-left out: ``gateway.translate.sealed``).
+left out: ``gateway.translate.sealed``). Where the client kept none (a Responses client that did not ask for
+encrypted reasoning, a tool call another provider made), Google's documented placeholder stands in for it
+(``with_placeholders``), for a deployment known to need one.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import Any
 
 from gateway.translate.common import as_dict, as_list, as_str, obj, opt_str
 from gateway.translate.ir import Part, Reasoning, Text, ToolCall, Turn, Untranslatable
+
+PLACEHOLDER = "skip_thought_signature_validator"
+"""The thought signature Google documents for a function call it did not make (or whose signature was lost)."""
 
 
 def thought_signature(call: dict[str, Any]) -> str | None:
@@ -90,3 +95,24 @@ def assistant_message(turn: Turn) -> dict[str, Any]:
     if turn.name is not None:
         message["name"] = turn.name
     return message
+
+
+def with_placeholders(messages: list[Any]) -> list[Any] | None:
+    """``messages`` (a chat request's) with ``PLACEHOLDER`` on each tool call of the current turn (since the user's
+    last message, what Gemini checks) that lacks a thought signature, in each assistant message none of whose calls
+    has one (Gemini signs only the first of parallel calls); None when none lacks one. Only what changes is copied:
+    the list may be shared by other attempts of the request."""
+    start = next((n for n in range(len(messages) - 1, -1, -1) if obj(messages[n]).get("role") == "user"), -1)
+    out: list[Any] | None = None
+    for index in range(start + 1, len(messages)):
+        message = obj(messages[index])
+        calls = message.get("tool_calls")
+        if message.get("role") != "assistant" or not isinstance(calls, list) or not calls:
+            continue
+        if any(isinstance(call, dict) and thought_signature(call) is not None for call in calls):
+            continue
+        placed = [{**call, "extra_content": signed(PLACEHOLDER)} if isinstance(call, dict) else call for call in calls]
+        if out is None:
+            out = list(messages)
+        out[index] = {**message, "tool_calls": placed}
+    return out

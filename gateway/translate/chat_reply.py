@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from gateway.translate.chat import FINISH_OF, assistant_message, read_assistant, stop_of
+from gateway.translate.chat import FINISH_OF, assistant_message, matched_stop, read_assistant, stop_of
 from gateway.translate.common import (
     count,
     obj,
@@ -48,15 +49,19 @@ def write_usage(usage: Usage) -> dict[str, Any]:
     return out
 
 
-def read_reply(body: dict[str, Any]) -> Reply:
+def read_reply(body: dict[str, Any], stops: Sequence[str] = ()) -> Reply:
+    """A whole chat answer; ``stops`` are the client's stop sequences, one of which the answer may say it matched."""
     choices = body.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     turn = read_assistant(obj(choice.get("message")), "choices[0].message")
+    stop = stop_of(str(choice.get("finish_reason")), any(isinstance(p, ToolCall) for p in turn.parts))
+    matched = matched_stop(choice, stops) if stop == "end" else None
     return Reply(
         id=str(body.get("id") or ""),
         model=str(body.get("model") or ""),
         parts=turn.parts,
-        stop=stop_of(str(choice.get("finish_reason")), any(isinstance(p, ToolCall) for p in turn.parts)),
+        stop="stop_sequence" if matched is not None else stop,
+        stop_sequence=matched,
         usage=read_usage(body.get("usage")),
         created=count(body.get("created")) or int(time.time()),
     )

@@ -17,11 +17,11 @@ from typing import Any
 from gateway.dialects import dialect_for
 from gateway.errors import describe_error
 from gateway.sse import SSESplitter, parse_event
-from gateway.translate import new_id
+from gateway.translate import client_stops, new_id
 from gateway.translate.ir import Api, Event
 from gateway.translate.stream_chat import ChatWriter
 from gateway.translate.stream_messages import MessagesWriter
-from gateway.translate.stream_read import StreamReader, reader_for
+from gateway.translate.stream_read import ChatReader, StreamReader, reader_for
 from gateway.translate.stream_responses import ResponsesWriter
 
 StreamWriter = ChatWriter | MessagesWriter | ResponsesWriter
@@ -45,10 +45,16 @@ class StreamTranslator:
         self.client = client
         self.writer = writer_for(client, request, model)
         self._dialect = dialect_for(upstream)
-        self._reader: StreamReader = reader_for(upstream)
+        self._stops = client_stops(client, request)
+        self._reader: StreamReader = reader_for(upstream, self._stops)
         self._splitter = SSESplitter()
         self.error: bytes | None = None
         self.error_object: Any = None
+
+    @property
+    def thought_signed(self) -> bool:
+        """Whether the upstream's answer so far carried a thought signature (a chat provider that needs them)."""
+        return isinstance(self._reader, ChatReader) and self._reader.signed
 
     def feed(self, chunk: bytes) -> bytes:
         if self.error is not None:
@@ -126,7 +132,7 @@ class StreamTranslator:
         """A continuation of the broken answer follows, from ``upstream``: read it into the same client stream."""
         self.upstream = upstream
         self._dialect = dialect_for(upstream)
-        self._reader = reader_for(upstream)
+        self._reader = reader_for(upstream, self._stops)
         self._splitter = SSESplitter()
         self.error = None
         self.error_object = None

@@ -7,6 +7,7 @@ only carry arguments), created per upstream stream.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from gateway.dialects.base import listed
@@ -44,10 +45,14 @@ def _failed(error: Any, status: int = 500) -> Failed:
 
 
 class ChatReader:
-    def __init__(self) -> None:
+    def __init__(self, stops: Sequence[str] = ()) -> None:
+        self._stops = stops
+        """The client's stop sequences: the one a choice says it matched ends the answer with it."""
         self._started = False
         self._calls: dict[int, str] = {}
         """Each tool call's key and id, in the order they began."""
+        self.signed = False
+        """A tool call came with a thought signature: the deployment is one that needs them back."""
 
     def read(self, event: dict[str, Any]) -> list[Event]:
         if "error" in event and not event.get("choices"):
@@ -71,7 +76,9 @@ class ChatReader:
                     out.extend(self._call(call))
             finish = choice.get("finish_reason")
             if isinstance(finish, str):
-                out.append(Finished(chat.stop_of(finish, bool(self._calls))))
+                stop = chat.stop_of(finish, bool(self._calls))
+                matched = chat.matched_stop(choice, self._stops) if stop == "end" else None
+                out.append(Finished("stop_sequence", matched) if matched is not None else Finished(stop))
         usage = chat_reply.read_usage(event.get("usage"))
         if usage is not None:
             out.append(UsageSeen(usage))
@@ -84,6 +91,7 @@ class ChatReader:
         out: list[Event] = []
         signature = thought_signature(call)
         if signature is not None:  # Gemini's, on the delta that carries the call: opaque reasoning before it
+            self.signed = True
             out.append(ReasoningDelta("", encrypted=signature, maker="chat"))
         if key not in self._calls:
             call_id = given if isinstance(given, str) and given else f"call_{key}"
@@ -231,9 +239,10 @@ class ResponsesReader:
         return []
 
 
-def reader_for(api: Api) -> StreamReader:
+def reader_for(api: Api, stops: Sequence[str] = ()) -> StreamReader:
+    """A reader of ``api``'s stream; ``stops`` are the client's stop sequences (a chat choice may name the one met)."""
     if api == "chat":
-        return ChatReader()
+        return ChatReader(stops)
     if api == "messages":
         return MessagesReader()
     return ResponsesReader()
