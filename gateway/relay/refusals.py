@@ -25,14 +25,17 @@ def waited_slots(full: Sequence[Candidate]) -> list[str]:
     return [name for c in full for name in (slot_key((c.model, c.name)), c.provider.name)]
 
 
-def capacity_refusal(queue: SlotQueue, model: str, full: Sequence[Candidate], code: str, why: str) -> RateLimited:
+_WHY = {"capacity_queue_full": "its queue is full", "capacity_wait_timeout": "no slot freed in time"}
+
+
+def capacity_refusal(queue: SlotQueue, model: str, full: Sequence[Candidate], code: str, detail: str) -> RateLimited:
     """The 429 for a request that found every deployment of ``model`` full, with the queue's ``Retry-After``;
-    ``why`` says why it waits no longer (the queue is full, or no slot freed in time)."""
+    ``code`` says why it waits no longer (``_WHY``), ``detail`` how many wait or how long it waited."""
     providers = list(dict.fromkeys(c.provider.name for c in full))
     retry = queue.retry_after_s(model, [slot_key((c.model, c.name)) for c in full])
     message = (
         f"every deployment of model '{model}' is at its concurrency limit ({', '.join(providers)}) and "
-        f"{why}; retry after {retry}s"
+        f"{_WHY[code]} ({detail}); retry after {retry}s"
     )
     return RateLimited(message, code=code, headers={"retry-after": str(retry)})
 

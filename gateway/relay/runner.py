@@ -158,11 +158,7 @@ class AttemptRunner:
                 if self.queue.depth(model) >= policy.queue_max_length:
                     self.events.queue_left(model, 0.0, "full")
                     refusal = capacity_refusal(
-                        self.queue,
-                        model,
-                        full,
-                        "capacity_queue_full",
-                        f"its queue is full: {policy.queue_max_length} already wait",
+                        self.queue, model, full, "capacity_queue_full", f"{policy.queue_max_length} already wait"
                     )
                     self._refusal_log.log(model, refusal)
                     raise refusal
@@ -179,9 +175,7 @@ class AttemptRunner:
                     continue  # a provider out of budget has reset: look again
                 self._left_queue(request, model, entered, "timeout")
                 waited = self.clock() - entered
-                refusal = capacity_refusal(
-                    self.queue, model, full, "capacity_wait_timeout", f"no slot freed in time: waited {waited:.1f}s"
-                )
+                refusal = capacity_refusal(self.queue, model, full, "capacity_wait_timeout", f"waited {waited:.1f}s")
                 self._refusal_log.log(model, refusal)
                 raise refusal from None
             except asyncio.CancelledError:
