@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from gateway.fakes import FakeBehavior
 from gateway.runtime import GatewayRuntime, runtime_of
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.servers import ServerThread
+from tests.support.streams import stream_in_background
 from tests.support.wait import wait_until
 
 ADMIN = "reload-admin-key"
@@ -179,17 +179,7 @@ def test_requests_in_flight_finish_on_their_runtime(fakes: Fakes, serve: Serve, 
     b = fakes.start("b")
     served = serve(config_text(a, b, first="a"))
     old = served.runtime
-    result: dict[str, str] = {}
-
-    def stream() -> None:
-        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-        with httpx.Client(base_url=served.server.url, timeout=10) as http:
-            with http.stream("POST", "/v1/chat/completions", json=body) as response:
-                result["provider"] = response.headers["x-gateway-provider"]
-                result["body"] = response.read().decode()
-
-    thread = threading.Thread(target=stream)
-    thread.start()
+    thread, result = stream_in_background(served.server.url, "m")
     wait_until(lambda: old.requests.count == 1 and a.app.state.open_streams == 1)
     (tmp_path / "gateway.toml").write_text(config_text(a, b, first="b"))
     assert served.reload().status_code == 200

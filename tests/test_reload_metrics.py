@@ -3,13 +3,13 @@ once the work still on them drains), those that remain keep their values, and th
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import httpx
 
 from gateway.fakes import FakeBehavior
 from tests.support.fakes import Fakes, FakeServer
+from tests.support.streams import stream_in_background
 from tests.support.wait import wait_until
 from tests.test_reload import ADMIN, Serve, Served
 from tests.test_reload import serve as serve  # the fixture: a gateway on a config file, reloadable
@@ -93,17 +93,7 @@ def test_a_stream_in_flight_on_a_removed_provider_drains_its_gauge_and_brings_no
     b = fakes.start("b", FakeBehavior(ttft_s=0.01, tokens_per_s=20, output_tokens=12))
     served = serve(_config(a, b))
     old = served.runtime
-    result: dict[str, str] = {}
-
-    def stream() -> None:
-        body = {"model": "gone", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-        with httpx.Client(base_url=served.server.url, timeout=10) as http:
-            with http.stream("POST", "/v1/chat/completions", json=body) as response:
-                result["provider"] = response.headers["x-gateway-provider"]
-                result["body"] = response.read().decode()
-
-    thread = threading.Thread(target=stream)
-    thread.start()
+    thread, result = stream_in_background(served.server.url, "gone")
     wait_until(lambda: old.requests.count == 1 and b.app.state.open_streams == 1)
     (tmp_path / "gateway.toml").write_text(_config(a, None))
     assert served.reload().status_code == 200
