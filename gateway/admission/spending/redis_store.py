@@ -123,10 +123,11 @@ class RedisSpendStore:
 
     def _failed(self, exc: BaseException) -> None:
         if isinstance(exc, RedisTimeoutError | ResponseError | ClusterError) and not refuses_writes(exc):
-            # A slow answer refuses the request that waited for it, but is no outage: the next
-            # request tries again rather than being refused for ``retry_s`` too. Nor is an error
-            # of one call (a bad value), or a slot met mid-migration (TRYAGAIN until the client's
-            # redirections run out): only Redis gone, or refusing every write, is.
+            # One call timed out in the client (its retry may still answer), failed on its own (a bad value),
+            # or met a slot mid-migration (TRYAGAIN until the client's redirections run out): it refuses the
+            # request that waited, but is no outage. Redis gone, refusing every write, or silent past this
+            # store's own limit (``timeout_s``, the client's retry included: a hung Redis looks so, and every
+            # request would wait it out) is one: refused at once for ``retry_s``.
             return
         if self._down_since is None:
             # A Redis that answers but refuses the budgets' commands (OOM under noeviction, READONLY after a
