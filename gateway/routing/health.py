@@ -26,6 +26,9 @@ IDLE_PROBES = 3
 """Failed background probes in a row of a deployment whose model nobody asked for since, before they stop."""
 
 FAILURES: frozenset[Outcome] = frozenset({"upstream_error", "timeout", "broken_stream"})
+UNSERVABLE_STATUSES = frozenset({401, 403, 404})
+"""Statuses no retry cures until the operator's config changes: the provider refused the gateway's key (401, 403)
+or does not know the deployment's model (404). ``HealthBoard.record(unservable=...)``."""
 MAX_RETRY_AFTER_S = 300.0
 """The longest ``Retry-After`` honoured as a cool-down (a provider asking for more is asked again then)."""
 
@@ -109,8 +112,9 @@ class HealthBoard:
     ) -> None:
         """Account for one finished attempt. ``rate_limited``: it was refused with a 429; ``mostly_failing``: the
         router's reading of whether most attempts there fail now (consecutive failures open the circuit only then);
-        ``unservable``: the provider does not know the deployment's model (a 404), which no retry cures until the
-        operator's config changes: the circuit opens at once, and stays open longer each time its probe fails."""
+        ``unservable``: the provider refused the gateway's key or does not know the deployment's model
+        (``UNSERVABLE_STATUSES``), which no retry cures until the operator's config changes: the circuit opens at once,
+        and stays open longer each time its probe fails."""
         circuit = self.circuits.get(key)
         if outcome != "ok" and outcome not in FAILURES:
             if circuit is not None:
