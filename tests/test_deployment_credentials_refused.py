@@ -145,3 +145,18 @@ def test_count_tokens_refused_the_gateway_key_is_counted_by_the_gateway(
         )
     assert counted.headers["x-gateway-count"] == "estimated" and counted.parse().input_tokens > 0
     assert upstream.last["model"] == "wrong-upstream"
+
+
+def test_a_lone_refused_deployment_says_why_while_its_circuit_is_open(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> None:
+    """Its one 401 opens its circuit; the next request (Claude Code's next turn) is told why, in Anthropic's shape."""
+    upstream = refusing(test_servers, ANTHROPIC_401, 401)
+    config = gateway_config([upstream], provider_options={"wrong": {"api_key_env": "WRONG_KEY", "apis": ["messages"]}})
+    gateway = start_gateway(config, environ={"WRONG_KEY": SECRET})
+    first, _ = anthropic_error(gateway)
+    second, error = anthropic_error(gateway)
+    assert (first, second, error["type"]) == (502, 503, "overloaded_error")
+    assert "wrong: circuit open, retry in " in error["message"]
+    assert f"after: wrong: {REFUSED} (upstream returned 401)" in error["message"]
+    assert SECRET not in json.dumps(error) and len(upstream.bodies) == 1

@@ -249,6 +249,8 @@ class BeliefRouter:
         sample: Sample,
         retry_after_s: float | None = None,
         limits: RateLimits | None = None,
+        *,
+        reason: str | None = None,
     ) -> None:
         key = (candidate.model, candidate.name)
         now = self.clock()
@@ -285,6 +287,7 @@ class BeliefRouter:
             rate_limited=sample.status == 429 and not load_refusal,
             mostly_failing=self._mostly_failing(key, now),
             unservable=sample.status in UNSERVABLE_STATUSES,
+            reason=reason,
         )
 
     def _mostly_failing(self, key: DeploymentKey, now: float) -> bool:
