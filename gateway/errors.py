@@ -236,6 +236,18 @@ def internal_error(request_id: str) -> GatewayError:
 MAX_ERROR_MESSAGE = 500
 
 
+CREDENTIALS_REFUSED = frozenset({401, 403})
+"""Upstream statuses refusing the gateway's own key to a provider (wrong, missing, or without access): the operator's
+to fix, never the client's, whose key to the gateway was accepted."""
+
+
+def refused_credentials(deployment: str, status: int) -> str:
+    """The words for a provider's ``CREDENTIALS_REFUSED`` answer: the deployment named, the provider's own words and
+    code left out (they may quote the key's ends, as OpenAI's do, and ``invalid_api_key`` or Anthropic's
+    ``authentication_error`` would tell a client, and its SDK, that *its* key is wrong)."""
+    return f"deployment '{deployment}': the provider refused the gateway's credentials (upstream returned {status})"
+
+
 def describe_error(error: object) -> tuple[str, str | None]:
     """The message and code of an ``error`` member (an object with ``message``/``code``, or a bare string)."""
     if isinstance(error, dict):

@@ -3,15 +3,16 @@
 - The Responses API's id-addressed calls (``GET``/``DELETE /v1/responses/{id}``, ``GET
   …/input_items``, ``POST …/cancel``) go to the deployment that created the response
   (``gateway.sessions.response_owners``); an id the gateway never bound is a 404, never a guess. A
-  successful ``DELETE`` forgets the binding.
+  successful ``DELETE`` forgets the binding. A provider's 401 or 403 (its refusal of the gateway's key) is a 502
+  naming the deployment (``gateway.errors.refused_credentials``), never relayed as the client's own.
 - A response the gateway keeps itself (``gateway.conversations``: by translation, or under
   ``[responses] state = "gateway"``) is answered from its store: the response, its input items (the
   whole conversation it answered, in OpenAI's item shape: ``gateway.input_item_pages``), its deletion; such a
   response was never a background one: it cannot be cancelled, nor retrieved with ``stream=true`` (a 400).
 - ``POST /v1/messages/count_tokens`` goes to the first Messages deployment of the model's plan that
-  answers (the next one on a connection error, a 5xx, or a 404: many Anthropic-compatible hosts
-  have no such endpoint), with the client's query (``?beta=true``) kept. When none counts it, the
-  gateway counts the prompt itself with its pinned tokenizer (``gateway.token_estimate``), says so
+  answers (the next one on a connection error, a 5xx, a 401 or 403 refusing the gateway's key, or a 404: many
+  Anthropic-compatible hosts have no such endpoint), with the client's query (``?beta=true``) kept. When none
+  counts it, the gateway counts the prompt itself with its pinned tokenizer (``gateway.token_estimate``), says so
   in the ``x-gateway-count: estimated`` header, and logs it; so it does for a model without Messages
   deployments (served over another API by translation).
 
@@ -32,6 +33,7 @@ from gateway.config import DeploymentConfig, ModelConfig, serving
 from gateway.conversations import StoredResponse
 from gateway.dialects import Dialect, dialect_for
 from gateway.errors import (
+    CREDENTIALS_REFUSED,
     GatewayError,
     InvalidRequest,
     ModelNotFound,
@@ -42,6 +44,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamUnavailable,
     clip,
+    refused_credentials,
 )
 from gateway.input_item_pages import input_item_page
 from gateway.request_body import decoded_body
@@ -83,6 +86,10 @@ async def _relay(
         name = deployment.provider
         words = redirect_words(upstream.headers)
         raise UpstreamUnavailable(f"{name}: upstream returned {upstream.status}: {words}", provider=name)
+    if upstream.status in CREDENTIALS_REFUSED:  # relayed, the client would read that its own key is wrong
+        name = deployment.provider
+        words = refused_credentials(deployment.name, upstream.status)
+        raise UpstreamError(f"{name}: {words}", provider=name, status=upstream.status)
     passed = {k: v for k, v in upstream.headers.items() if k.lower() in _PASSED_HEADERS}
     passed["x-gateway-provider"] = deployment.provider
     passed["x-gateway-deployment"] = deployment.name

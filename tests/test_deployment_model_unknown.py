@@ -95,3 +95,26 @@ def test_the_next_request_goes_to_a_deployment_that_can_serve(
             answer = client.chat.completions.with_raw_response.create(model="m", messages=ASK)
             assert answer.headers["x-gateway-deployment"] == "good"
     assert len(upstream.bodies) == 1
+
+
+def test_a_lone_broken_deployment_says_why_while_its_circuit_is_open(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> None:
+    """Its one 404 opens its circuit; the next request finds no deployment, and its 503 says what the 404 said."""
+    upstream = misconfigured(test_servers)
+    config = gateway_config(
+        [upstream],
+        provider_options={"wrong": {"api_key_env": "WRONG_KEY"}},
+        deployments={"wrong": {"model": "wrong-upstream"}},
+    )
+    gateway = start_gateway(config, environ={"WRONG_KEY": SECRET})
+    with openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0, timeout=10) as sdk:
+        with pytest.raises(openai.APIStatusError) as first:
+            sdk.chat.completions.create(model="m", messages=ASK)
+        with pytest.raises(openai.APIStatusError) as second:
+            sdk.chat.completions.create(model="m", messages=ASK)
+    assert (first.value.status_code, second.value.status_code) == (502, 503)
+    message = str(second.value.response.json()["error"]["message"])
+    assert "no deployment of model 'm' can take a request now (wrong: circuit open, retry in " in message
+    assert "after: wrong: deployment 'wrong': the provider does not know its model 'wrong-upstream'" in message
+    assert SECRET not in message and len(upstream.bodies) == 1

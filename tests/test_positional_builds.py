@@ -247,7 +247,7 @@ def test_record_builds_the_sample_the_keyword_build_built(monkeypatch: pytest.Mo
     monkeypatch.setattr(runner_module, "verdict", lambda request, outcome, reading: verdicts[-1])
     sink = _Sink()
     clock = _Clock()
-    router = SimpleNamespace(attempt_finished=lambda *args: None)
+    router = SimpleNamespace(attempt_finished=lambda *args, **kwargs: None)
     runner = AttemptRunner(SimpleNamespace(), router, sink, COUNTER, clock=clock)  # type: ignore[arg-type]
     for _ in range(1000):
         price = rng.uniform(0.0, 1.0)

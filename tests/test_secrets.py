@@ -250,7 +250,7 @@ def test_no_secret_leaks_anywhere(
     # The providers got their own key (the echoing ones were redacted above), never a client's credentials.
     # (A custom header such as x-extra is the client's to send on: end-to-end headers are relayed.)
     upstream = echo401.seen + echo400.seen + [r.headers for r in good.app.state.recorded]
-    assert len(upstream) > 10
+    assert len(upstream) >= 9  # echo401 is asked once per model: its 401 opens its circuit at once
     for headers in upstream:
         assert headers["authorization"] == f"Bearer {PROVIDER_KEY}" and "api-key" not in headers
         assert CLIENT_KEY not in json.dumps(headers)
@@ -274,8 +274,8 @@ def test_no_secret_leaks_anywhere(
                 assert secret not in text, f"{secret} leaked in {where}: {text[:500]}"
     # Every path was taken: success, the echoed key (redacted), refused connection, timeout, bad keys.
     statuses = {text.split(" ", 1)[0] for text in outputs}
-    assert {"200", "400", "401", "403", "502", "504"} <= statuses, statuses
-    assert any("upstream returned 401: Incorrect API key provided: Bearer ***" in text for text in outputs)
+    assert {"200", "400", "401", "403", "502", "503", "504"} <= statuses, statuses  # 503: a circuit open, and why
+    assert any("the provider refused the gateway's credentials (upstream returned 401)" in text for text in outputs)
     assert any("Incorrect API key provided: Bearer ***" in text for text in outputs if text.startswith("400"))
 
 

@@ -13,11 +13,13 @@ from typing import Any, NoReturn
 
 from gateway.dialects import dialect_for
 from gateway.errors import (
+    CREDENTIALS_REFUSED,
     UpstreamStatusError,
     UpstreamUnavailable,
     describe_error,
     describe_error_body,
     error_envelope,
+    refused_credentials,
 )
 from gateway.meter import StreamMeter
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
@@ -62,6 +64,9 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
         # provider lacks keeps its words; either way the deployment cannot serve: ``gateway.routing.health``.)
         deployment = attempt.candidate.deployment
         words = f"deployment '{deployment.name}': the provider does not know its model '{deployment.model}' ({words})"
+        code = None
+    elif response.status in CREDENTIALS_REFUSED:  # the operator's key to the provider, not the client's to it
+        words = refused_credentials(attempt.candidate.deployment.name, response.status)
         code = None
     raise UpstreamStatusError(
         f"{provider}: {words}",

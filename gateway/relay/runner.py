@@ -300,9 +300,8 @@ class AttemptRunner:
             # p95) without a token. Its wait is recorded as a lower bound: that keeps every
             # quantile below the threshold exact, where dropping it would hide the slow tail.
             ttft = self.clock() - attempt.sent_at
-        retry_after_s = error.retry_after_s if error is not None else None
-        self.record(request, attempt, outcome, Reading(ttft_s=ttft), status, retry_after_s)
-        if error is not None and retry_after_s is None and status == 429:
+        self.record(request, attempt, outcome, Reading(ttft_s=ttft), status, error)
+        if error is not None and error.retry_after_s is None and status == 429:
             # The provider named no wait: the client's Retry-After is the cool-down the router just chose.
             error.cooldown_s = self.router.cooldown_s(attempt.candidate)
 
@@ -320,9 +319,9 @@ class AttemptRunner:
         outcome: Outcome,
         reading: Reading,
         status: int | None = None,
-        retry_after_s: float | None = None,
+        error: UpstreamError | None = None,
     ) -> Sample:
-        """Turn an ended attempt into its ``Sample``: to the router (health, in flight) and the sinks."""
+        """Turn an ended attempt into its ``Sample``: to the router (health, in flight, ``error``) and the sinks."""
         attempt.recorded = True
         if reading.output_tokens and echoes(request.endpoint, request.body):
             reading = without_echo(reading, request.body, self.counter)
@@ -365,7 +364,8 @@ class AttemptRunner:
             expects.kind if expects.judged else None,  # kind
             validity,  # validity
         )
-        self.router.attempt_finished(candidate, sample, retry_after_s, attempt.rate_limits)
+        retry_after_s, reason = (error.retry_after_s, error.message) if error is not None else (None, None)
+        self.router.attempt_finished(candidate, sample, retry_after_s, attempt.rate_limits, reason=reason)
         self.events.attempt_ended(candidate.model, candidate.name, candidate.provider.name)
         self.queue.released(slot_key((candidate.model, candidate.name)), candidate.provider.name)
         if outcome == "ok":

@@ -184,6 +184,7 @@ def _ranked(
         judged=belief.answers >= policy.min_samples,
         retry_in_s=state.health.retry_in(key, now),
         rate_limited=state.health.rate_limited(key),
+        opened_after=state.health.reason(key),
         limit=capacity.allowed,
         blocked_in_s=max(0.0, state.capacity.blocked_until(provider, key) - now),
         remaining_requests=capacity.remaining_requests,

@@ -28,7 +28,7 @@ from gateway.routing.choose import Budget, Choice, Counts, Option
 from gateway.routing.cost import Shape, Weights
 from gateway.routing.draws import new_tuple
 from gateway.routing.filters import allowed, as_preferred
-from gateway.routing.health import RouterState
+from gateway.routing.health import UNSERVABLE_STATUSES, RouterState
 from gateway.routing.lengths import LengthKey, Lengths, request_shape
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
@@ -249,6 +249,8 @@ class BeliefRouter:
         sample: Sample,
         retry_after_s: float | None = None,
         limits: RateLimits | None = None,
+        *,
+        reason: str | None = None,
     ) -> None:
         key = (candidate.model, candidate.name)
         now = self.clock()
@@ -284,7 +286,8 @@ class BeliefRouter:
             self._circuit_changed,
             rate_limited=sample.status == 429 and not load_refusal,
             mostly_failing=self._mostly_failing(key, now),
-            unservable=sample.status == 404,
+            unservable=sample.status in UNSERVABLE_STATUSES,
+            reason=reason,
         )
 
     def _mostly_failing(self, key: DeploymentKey, now: float) -> bool:

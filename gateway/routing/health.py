@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.config import DeploymentConfig, ProviderConfig
+from gateway.errors import clip
 from gateway.policies import PolicyConfig
 from gateway.routing.capacity import CapacityBoard
 from gateway.routing.deadlines import LearnedDeadlines
@@ -26,7 +27,12 @@ IDLE_PROBES = 3
 """Failed background probes in a row of a deployment whose model nobody asked for since, before they stop."""
 
 FAILURES: frozenset[Outcome] = frozenset({"upstream_error", "timeout", "broken_stream"})
+UNSERVABLE_STATUSES = frozenset({401, 403, 404})
+"""Statuses no retry cures until the operator's config changes: the provider refused the gateway's key (401, 403)
+or does not know the deployment's model (404). ``HealthBoard.record(unservable=...)``."""
 MAX_RETRY_AFTER_S = 300.0
+REASON_LIMIT = 200
+"""Longest failure message a circuit keeps as the reason it opened (``Circuit.reason``)."""
 """The longest ``Retry-After`` honoured as a cool-down (a provider asking for more is asked again then)."""
 
 
@@ -45,6 +51,10 @@ class Circuit:
     """A half-open probe is in flight: nothing else may be sent until it ends."""
     rate_limited: bool = False
     """Opened by a 429's Retry-After: the provider asked to wait, it is not broken."""
+    reason: str = ""
+    """The message of the failure that opened it, clipped (empty: none was given, e.g. a stream broken after its
+    first token): said when a request finds no deployment to take it (``ranking.no_capacity``). Set only when the
+    circuit opens; the messages are the clients' errors, already free of secrets."""
 
 
 StateChange = Callable[[DeploymentKey, CircuitState], None]
@@ -69,6 +79,11 @@ class HealthBoard:
     def rate_limited(self, key: DeploymentKey) -> bool:
         circuit = self.circuits.get(key)
         return circuit is not None and circuit.state == "open" and circuit.rate_limited
+
+    def reason(self, key: DeploymentKey) -> str:
+        """Why the circuit is open (``Circuit.reason``); empty when it is not, or was given none."""
+        circuit = self.circuits.get(key)
+        return "" if circuit is None or circuit.state != "open" else circuit.reason
 
     def retry_in(self, key: DeploymentKey, now: float) -> float:
         circuit = self.circuits.get(key)
@@ -106,11 +121,14 @@ class HealthBoard:
         rate_limited: bool = False,
         mostly_failing: bool = True,
         unservable: bool = False,
+        reason: str | None = None,
     ) -> None:
         """Account for one finished attempt. ``rate_limited``: it was refused with a 429; ``mostly_failing``: the
         router's reading of whether most attempts there fail now (consecutive failures open the circuit only then);
-        ``unservable``: the provider does not know the deployment's model (a 404), which no retry cures until the
-        operator's config changes: the circuit opens at once, and stays open longer each time its probe fails."""
+        ``unservable``: the provider refused the gateway's key or does not know the deployment's model
+        (``UNSERVABLE_STATUSES``), which no retry cures until the operator's config changes: the circuit opens at once,
+        and stays open longer each time its probe fails. ``reason``: the failure's message, kept if it opens the
+        circuit."""
         circuit = self.circuits.get(key)
         if outcome != "ok" and outcome not in FAILURES:
             if circuit is not None:
@@ -140,6 +158,7 @@ class HealthBoard:
             return
         circuit.level = circuit.level + 1 if repeat else 0
         circuit.rate_limited = rate_limited
+        circuit.reason = clip(reason, REASON_LIMIT) if reason else ""
         if retry_after_s is not None:
             cooldown = min(max(retry_after_s, 0.001), MAX_RETRY_AFTER_S)
         else:

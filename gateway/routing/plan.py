@@ -177,7 +177,11 @@ class Router(Protocol):
         sample: Sample,
         retry_after_s: float | None = None,
         limits: RateLimits | None = None,
-    ) -> None: ...
+        *,
+        reason: str | None = None,
+    ) -> None:
+        """Close an admitted attempt with its ``Sample``; ``reason``: a failure's message (the client's error, free
+        of secrets), kept as why its deployment's circuit opened if this failure opens it."""
 
     def continuation_refused(self, candidate: Candidate) -> None:
         """``candidate`` refused a continuation (a prefill) with a 4xx: not asked for one for a while."""

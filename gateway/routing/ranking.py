@@ -151,6 +151,8 @@ class Ranked:
     retry_in_s: float = 0.0
     rate_limited: bool = False
     """Its circuit is open because the provider answered 429 with a Retry-After."""
+    opened_after: str = ""
+    """The failure that opened its circuit, in words (``Circuit.reason``); empty when it is closed or none was said."""
     limit: int | None = None
     """Requests it may have in flight now; None: no limit known."""
     blocked_in_s: float = 0.0
@@ -221,12 +223,14 @@ class Ranking:
 
 def no_capacity(model: str, rows: Sequence[Ranked]) -> GatewayError:
     """The error of a request no deployment of ``rows`` can take now: 429 when every one is rate limited, else
-    503; Retry-After when every one said how long to wait."""
+    503; Retry-After when every one said how long to wait. An open circuit's reason is said (a lone broken
+    deployment's 404 or 401 would otherwise be lost behind "circuit open" until the operator reads the logs)."""
     parts = []
     for row in rows:
         if row.circuit == "open":
             why = "rate limited" if row.rate_limited else "circuit open"
-            parts.append(f"{row.deployment.name}: {why}, retry in {row.retry_in_s:.1f}s")
+            after = f", after: {row.opened_after}" if row.opened_after and not row.rate_limited else ""
+            parts.append(f"{row.deployment.name}: {why}, retry in {row.retry_in_s:.1f}s{after}")
         else:
             parts.append(f"{row.deployment.name}: provider at its concurrency limit ({row.limit})")
     waits = [r.retry_in_s for r in rows if r.circuit == "open"]
