@@ -21,7 +21,6 @@ from gateway.routing.cost import Cost, Shape, Weights, scores
 from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.lengths import LengthSource, shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
-from gateway.routing.plan import SessionRoute
 from gateway.routing.ranking import (
     BeliefView,
     Prediction,
@@ -45,12 +44,9 @@ def rank_beliefs(
     max_tokens: int | None = None,
     preferences: ProviderPreferences = NO_PREFERENCES,
     pinned: str | None = None,
-    session: SessionRoute | None = None,
     kind: RequestKind | None = None,
 ) -> Ranking:
-    """``model``'s deployments for a request of this shape, leader first, each with its belief (no side effects).
-    ``session`` is ignored: the beliefs hold no cache terms, so a turn is ranked as a request without one."""
-    del session
+    """``model``'s deployments for a request of this shape, leader first, each with its belief (no side effects)."""
     policy = router.config.policy_for(model)
     now = router.clock()
     snapshot = router.stats.snapshot()
