@@ -116,7 +116,7 @@ class BeliefRouter:
         self._hear_others(model, snapshot, now)
         options = [self._option(model.name, d.name, d, snapshot, now) for d in deployments]
         length = request_shape(request)
-        expected = self.lengths.expected(length, request.max_tokens, policy.default_output_tokens)
+        expected = self.lengths.forecast(length, request.max_tokens, float(policy.default_output_tokens)).mean
         session = request.session
         valid, breaks = kind_terms(options, snapshot, model.name, policy, preferences, request.kind, now)
         cached = cached_on(model.name, session, deployments, preferences, request.prompt_tokens, snapshot)
