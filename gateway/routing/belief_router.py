@@ -275,6 +275,10 @@ class BeliefRouter:
         policy = self.config.policy_for(model)
         self._evidence(model, key, sample, attempt, now)
         load_refusal = sample.status == 429 and limits is not None and limits.has_budget and not out
+        # Whether the failure chance, this attempt included, is believed over one half. The circuit's own test (most
+        # of its last attempts failed) lags behind a change once requests stop going there: a provider that went
+        # down after a hundred answers opens only when twenty attempts have mostly failed.
+        fails, oks = self.belief(*key).failure(now)
         self.state.health.record(
             key,
             "client_cancelled" if load_refusal else sample.outcome,
@@ -283,16 +287,9 @@ class BeliefRouter:
             now,
             self._circuit_changed,
             rate_limited=sample.status == 429 and not load_refusal,
-            mostly_failing=self._mostly_failing(key, now),
+            mostly_failing=fails > oks,
             unservable=sample.status == 404,
         )
-
-    def _mostly_failing(self, key: DeploymentKey, now: float) -> bool:
-        """Whether the failure chance, this attempt included, is believed over one half. The circuit's own test
-        (most of its last attempts failed) lags behind a change once requests stop going there: a provider that
-        went down after a hundred answers opens only when twenty attempts have mostly failed."""
-        fails, oks = self.belief(*key).failure(now)
-        return fails > oks
 
     def _evidence(
         self, model: ModelConfig, key: DeploymentKey, sample: Sample, attempt: RunningAttempt | None, now: float
