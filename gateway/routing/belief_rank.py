@@ -138,7 +138,7 @@ def _ranked(
     expected = belief.expected(now, option.prior)
     age_s = now - belief.heard_at if belief.heard_at is not None else None
     summary = snapshot.get(model, deployment.name)
-    ttft_sd, spt_sd = (math.sqrt(belief.level(now, metric)[1]) for metric in (0, 1))
+    ttft_sd, spt_sd = [math.sqrt(belief.level(now, metric)[1]) for metric in (0, 1)]
     prediction = Prediction(
         ttft_s=mean.ttft_s,
         tokens_per_s=1.0 / mean.s_per_token,
