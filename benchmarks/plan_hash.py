@@ -6,9 +6,9 @@ planned as the simulation plans it, and its plan is hashed: every candidate (rea
 the race, the shadow, the session's decision, and the router's random state, counts and race budget after it. Before
 it, the same router's beliefs are ranked (``rank_beliefs``: predictions, score parts, violations, beliefs, circuit,
 load, capacity) for the request and under overrides and shapes the market never sends (each ``sort``, ``order``
-with and without fallbacks, ``ignore``, ``max_price``, quantile preferences, a session bound warm and a named one
-cold, a tools request, no ``max_tokens``, no endpoint, embeddings), which draws with a generator of its own, so the
-plan's draws are not moved: the router's arithmetic under every branch the market reaches.
+with and without fallbacks, ``ignore``, ``max_price``, quantile preferences, a tools request, no ``max_tokens``, no
+endpoint, embeddings), which draws with a generator of its own, so the plan's draws are not moved: the router's
+arithmetic under every branch the market reaches.
 
     python -m benchmarks.plan_hash                        # stable, recovery, flaky, ... x 2 seeds
     python -m benchmarks.plan_hash --only stable --seeds 3 --verbose
@@ -27,7 +27,7 @@ from gateway.errors import GatewayError
 from gateway.routing import ProviderPreferences, RouteRequest
 from gateway.routing.belief_rank import rank_beliefs
 from gateway.routing.belief_router import BeliefRouter
-from gateway.routing.plan import RoutePlan, SessionRoute
+from gateway.routing.plan import RoutePlan
 from gateway.routing.ranking import Ranking
 
 MARKETS = ("stable", "recovery", "mixed-lengths", "flaky", "heavy-tail", "outage", "dip", "oscillate", "swap")
@@ -42,7 +42,7 @@ def _plan(plan: RoutePlan) -> str:
     return repr((plan.candidates, plan.race, plan.affinity, plan.shadow))
 
 
-def _variants(router: BeliefRouter, request: RouteRequest, index: int) -> list[str]:
+def _variants(router: BeliefRouter, request: RouteRequest) -> list[str]:
     """The request ranked, then under other overrides and shapes (``rank_beliefs`` draws with a generator of its
     own: no draw of the router's)."""
     model = request.model
@@ -58,11 +58,10 @@ def _variants(router: BeliefRouter, request: RouteRequest, index: int) -> list[s
         ProviderPreferences(max_price_out=1.0),
         ProviderPreferences(min_tokens_per_s=((0.5, 80.0),), max_ttft_s=((0.9, 0.5),)),
     ]
-    bound = names[index % len(names)]
-    sessions = [
-        SessionRoute("s", "header", "auto", "bound", bound, 800),
-        SessionRoute("s", "header", "auto", "unbound"),
-    ]
+
+    def tools() -> Ranking:
+        return rank_beliefs(router, model, endpoint="chat", prompt_tokens=2000, kind="tools")
+
     out = []
     calls: list[Callable[[], Ranking]] = [
         lambda: rank_beliefs(
@@ -77,10 +76,10 @@ def _variants(router: BeliefRouter, request: RouteRequest, index: int) -> list[s
             lambda p=p: rank_beliefs(router, model, endpoint="chat", prompt_tokens=900, preferences=p)
             for p in preferences
         ),
-        *(
-            lambda s=s: rank_beliefs(router, model, endpoint="chat", prompt_tokens=2000, session=s, kind="tools")
-            for s in sessions
-        ),
+        # Twice, as when it was ranked as a session's turn bound and unbound (which the ranking never read): the
+        # digest as it was.
+        tools,
+        tools,
         lambda: rank_beliefs(router, model, prompt_tokens=50),
         lambda: rank_beliefs(router, model, endpoint="embeddings", prompt_tokens=50, max_tokens=1),
         lambda: rank_beliefs(router, model, endpoint="chat", prompt_tokens=50, max_tokens=64, kind="json"),
@@ -100,7 +99,7 @@ def digest(scenarios: Sequence[Scenario], seeds: Sequence[int], verbose: bool = 
 
     def hashed(self: BeliefRouter, request: RouteRequest) -> RoutePlan:
         nonlocal plans
-        for text in _variants(self, request, plans):
+        for text in _variants(self, request):
             step.update(text.encode())
         try:
             plan = original(self, request)

@@ -109,16 +109,14 @@ def _session_ranking(
     max_tokens: int | None,
 ) -> dict[str, Any]:
     """The same request as a turn of a session bound to ``bound`` (its previous prompt of ``cached`` tokens
-    cached there): the binding, the ranking with the bound deployment warm and the others cold, and the
-    decision (stay or move). Beside the session-less ranking above, both predictions of every deployment."""
+    cached there): the binding, the ranking and the decision (stay or move). The beliefs' ranking holds no cache
+    terms: its predictions are the session-less ranking's above."""
     if all(d.name != bound for d in model.deployments):
         raise InvalidRequest(f"model '{model.name}' has no deployment '{bound}'", param="session_deployment")
     policy = runtime.config.policy_for(model)
     affinity = policy.affinity if policy.affinity != "off" else "auto"
     session = SessionRoute("explain", "header", affinity, "bound", bound, cached or prompt_tokens)
-    ranking = runtime.router.rank(
-        model, endpoint=endpoint, prompt_tokens=prompt_tokens, max_tokens=max_tokens, session=session
-    )
+    ranking = runtime.router.rank(model, endpoint=endpoint, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
     available = [r for r in ranking.rows if r.available]
     decision = decide(session, ranking.rows, available[0], NO_PREFERENCES) if available else None
     return {

@@ -10,6 +10,7 @@ import pytest
 from gateway.routing.belief import Belief
 from gateway.routing.belief_hazard import HAZARD_S
 from gateway.routing.priors import BETWEEN, Prior, pooled
+from tests.support.belief_streams import told
 
 NO_PRIOR = Prior()
 
@@ -139,7 +140,7 @@ def test_a_belief_never_heard_keeps_what_its_running_attempts_say() -> None:
     prior = Prior((math.log(0.3), math.log(1 / 200.0)), (0.5, 0.5))
     belief = Belief()
     assert abs(belief.expected(10.0, prior).ttft_s / 0.3 - 1) < 1e-9
-    streaming = belief.bounded(10.0, prior, None, streaming=((1.5, 1 / 50.0),))
+    streaming = told(belief, 10.0, prior, [(1.5, 1 / 50.0)])
     seen = streaming.expected(10.0, prior)
     assert seen.ttft_s > 0.7 and seen.s_per_token * 200.0 > 2.0  # most of the way (in logs) to 1.5 s, 50 tokens/s
     overdue = belief.bounded(10.0, prior, 3.0)

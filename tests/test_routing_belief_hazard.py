@@ -14,6 +14,7 @@ from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.belief_runs import TTFT
 from gateway.routing.priors import MEMORY
 from gateway.stats import InMemoryStatsStore
+from tests.support.belief_streams import told
 from tests.support.clock import FakeClock
 from tests.support.config import gateway_config
 
@@ -111,7 +112,7 @@ def test_a_plans_copy_teaches_the_hazard_nothing() -> None:
     for step in range(20):
         _answer(belief, rng, step + 1.0, 0.5)
     before = (belief.hazard.changes, belief.hazard.watched_s)
-    belief.bounded(40.0, NO_PRIOR, 5.0, streaming=((4.0, 0.1),))
+    told(belief, 40.0, NO_PRIOR, [(4.0, 0.1)], ttft_at_least=5.0)
     assert (belief.hazard.changes, belief.hazard.watched_s) == before
 
 

@@ -1,9 +1,9 @@
 """A plan's beliefs made cheaper, still the numbers they were (``Belief.observe``, ``Belief.bounded``, ``choose``).
 
-A plan tells each deployment's belief (a copy: ``Belief.bounded``) every stream begun there since it was last heard,
-one after another at one time. After the first, no change can have happened since (the hazard's chance is 0.0), so
-the runs a change would start weigh 0.0 and are pruned: ``observe`` no longer makes them
-(``belief_runs.unborn_weigh_nothing``), and ``bounded`` finds the runs' mixture once, after the last stream, not after
+A plan tells each deployment's belief (a copy: ``belief_running``) every stream begun there since it was last heard,
+one after another at one time, then the bounds (``Belief.bounded``). After the first, no change can have happened
+since (the hazard's chance is 0.0), so the runs a change would start weigh 0.0 and are pruned: ``observe`` no longer
+makes them (``belief_runs.unborn_weigh_nothing``), and the copy finds the runs' mixture once, at its end, not after
 each. ``_reference_observe`` and ``_reference_bounded`` below are the former code, kept here to hold the new to it
 exactly: after every answer, bound and plan's copy, every float of the belief is the same (``repr``)."""
 
@@ -22,6 +22,7 @@ from gateway.routing.belief_runs import RUNS, SPT, TTFT, Run, heaviest, mix, unb
 from gateway.routing.belief_scatter import collapsed, hear_both
 from gateway.routing.priors import DRIFT, Prior, log_of
 from gateway.routing.student import likelihoods, update_all
+from tests.support.belief_streams import told
 
 _WEIGHT = lambda run: run.weight  # noqa: E731
 MET = [0]
@@ -135,13 +136,13 @@ def _reference_bounded(
 ) -> Belief:
     copy = _copy(self)
     heard = copy.heard_at
+    for ttft_s, s_per_token in streaming:
+        _reference_observe(copy, now, prior, ttft_s, s_per_token, uncached_tokens=None, learn=False)
     bounds = (
         ttft_at_least * math.exp(-self.spread2[TTFT]) if ttft_at_least is not None else None,
         spt_at_least * math.exp(-self.spread2[SPT]) if spt_at_least is not None else None,
     )
     _reference_observe(copy, now, prior, at_least=bounds, learn=False)
-    for ttft_s, s_per_token in streaming:
-        _reference_observe(copy, now, prior, ttft_s, s_per_token, uncached_tokens=None, learn=False)
     copy.heard_at = heard if heard is not None else copy.heard_at
     copy.gap_s = self.gap_s
     return copy
@@ -185,7 +186,7 @@ def _life(seed: int) -> list[str]:
             (level[0] * math.exp(rng.gauss(0, 0.5)), rng.choice((None, level[1] * math.exp(rng.gauss(0, 0.3)))))
             for _ in range(rng.choice((0, 1, 2, 5, 9)))
         )
-        plan = new.bounded(later, prior, ttft_bound, spt_bound, streaming=streams)
+        plan = told(new, later, prior, streams, ttft_bound, spt_bound)
         reference = _reference_bounded(old, later, prior, ttft_bound, spt_bound, streams)
         out.append(repr(plan))
         assert repr(plan) == repr(reference)

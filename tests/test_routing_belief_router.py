@@ -17,7 +17,7 @@ from gateway.routing.belief_rank import rank_beliefs
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate
 from gateway.stats import InMemoryStatsStore
-from tests.support.belief_streams import ByteMeter, begin_stream, hear_ten_answers
+from tests.support.belief_streams import ByteMeter, begin_stream, hear_ten_answers, told
 from tests.support.clock import FakeClock
 from tests.support.config import gateway_config
 from tests.support.samples import make_sample
@@ -101,7 +101,7 @@ def test_a_stream_running_slow_is_read_once_as_its_pace_not_again_as_a_bound() -
     clock.advance(2.0)
     meter.received_bytes = 4 * 81  # 80 tokens after the first in 2 s: 40 tokens/s
     belief, prior = router.beliefs[(model.name, "a")], router.priors[(model.name, "a")]
-    once = belief.bounded(clock(), prior, None, streaming=((0.3, 2.0 / 80),)).expected(clock()).s_per_token
+    once = told(belief, clock(), prior, [(0.3, 2.0 / 80)]).expected(clock()).s_per_token
     seen = router._option(model.name, "a", a.deployment, router.stats.snapshot(), clock()).belief
     assert seen.expected(clock()).s_per_token == pytest.approx(once, rel=1e-9)
 

@@ -202,7 +202,7 @@ def test_an_agents_short_answers_favour_the_quick_starter_whatever_its_max_token
     key = shape_of("m", 32000)
     for tokens in (16, 60, 150, 60, 16, 400, 60, 150):
         lengths.heard(key, tokens, 32000)
-    expected = lengths.expected(key, 32000, POLICY.default_output_tokens)
+    expected = lengths.forecast(key, 32000, POLICY.default_output_tokens).mean
     assert 80 < expected < 150
     options = _options([quick, streamer])
     planned = choose(options, Shape(20, expected), WEIGHTS, 100.0, random.Random(7), may_race=False)
@@ -212,16 +212,16 @@ def test_an_agents_short_answers_favour_the_quick_starter_whatever_its_max_token
 
 def test_answer_lengths_are_predicted_per_shape_and_capped_by_max_tokens() -> None:
     lengths = Lengths()
-    assert lengths.expected(shape_of("m", None), None, 256) == 256  # nothing heard: the policy's default
-    assert lengths.expected(shape_of("m", 100), 100, 256) == 100  # never above the ceiling
+    assert lengths.forecast(shape_of("m", None), None, 256).mean == 256  # nothing heard: the policy's default
+    assert lengths.forecast(shape_of("m", 100), 100, 256).mean == 100  # never above the ceiling
     for _ in range(5):
         lengths.heard(shape_of("m", 8), 8, 8)
-    assert lengths.expected(shape_of("m", 8), 8, 256) == 8
+    assert lengths.forecast(shape_of("m", 8), 8, 256).mean == 8
     # A shape never answered borrows the share of max_tokens the model's answers used (all of it here).
-    assert lengths.expected(shape_of("m", 800), 800, 256) == 800
+    assert lengths.forecast(shape_of("m", 800), 800, 256).mean == 800
     for _ in range(5):
         lengths.heard(shape_of("m", 800), 800, 800)
-    assert lengths.expected(shape_of("m", 800), 800, 256) == 800
+    assert lengths.forecast(shape_of("m", 800), 800, 256).mean == 800
 
 
 def _looks_at_300(beliefs: list[Belief]) -> list[int]:

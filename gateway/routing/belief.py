@@ -118,7 +118,7 @@ class Belief:
         """Hear one answer's pair (either may be missing) or lower bounds on them (``at_least``).
 
         ``uncached_tokens`` None: the prompt size is unknown and the prefill regression is not told. ``mixed`` False
-        leaves the runs' mixture stale, for a caller that hears several answers to find it once (``bounded``)."""
+        leaves the runs' mixture stale, for a caller that hears several answers to find it once (a plan's copy)."""
         answered, unsure = None, 0.0
         if ttft_s is not None and uncached_tokens is not None:
             answered = log_of(ttft_s)
@@ -200,13 +200,12 @@ class Belief:
         ttft_at_least: float | None,
         spt_at_least: float | None = None,
         *,
-        streaming: tuple[tuple[float, float | None], ...] = (),
         base: Belief | None = None,
     ) -> Belief:
-        """A copy for one plan, told the lower bounds of attempts still running and the (first token, pace so far)
-        pairs of ``streaming`` (streams begun since it was last heard).
+        """A copy for one plan, told the lower bounds of attempts still running.
 
-        ``base`` is the belief as heard when ``self`` is a copy already told some streams (``belief_running``)."""
+        ``base`` is the belief as heard when ``self`` is a copy already told the streams begun since
+        (``belief_running``)."""
         base = self if base is None else base
         copy = self.copy()
         # Running attempts are length-biased (a slow one stays in flight longer), and a log-normal biased by its
@@ -216,8 +215,6 @@ class Belief:
             spt_at_least * math.exp(-base.spread2[SPT]) if spt_at_least is not None else None,
         )
         copy.observe(now, prior, at_least=bounds, uncached_tokens=None, mixed=False)
-        for ttft_s, s_per_token in streaming:
-            copy.observe(now, prior, ttft_s, s_per_token, uncached_tokens=None, mixed=False)
         if copy.answers != base.answers:
             copy.mixture = (mix(copy.runs, TTFT), mix(copy.runs, SPT))
         # Aged from its own last answer; a belief never heard is read as heard now (its attempts are all there is).

@@ -81,7 +81,7 @@ def choose_for(
     by_cost = dict(zip(rest, scores([means[i] for i in rest], weights), strict=True))
     rest.sort(key=by_cost.__getitem__)
     return Choice(
-        (*(keep[j] for j in kept.order), *rest),
+        (*[keep[j] for j in kept.order], *rest),
         tuple(means),
         race=tuple(keep[j] for j in kept.race),
         shadow=keep[kept.shadow] if kept.shadow is not None else None,

@@ -19,9 +19,6 @@ FAIL_PRIOR = (0.2, 1.8)
 
 _A0: Final = FAIL_PRIOR[0]
 _B0: Final = FAIL_PRIOR[1]
-_S0: Final = _A0 + _B0
-_M0: Final = _A0 / _S0
-_V0: Final = _M0 * (_B0 / _S0) / (_S0 + 1)
 
 
 def change_chance(elapsed_s: float, hazard_s: float) -> float:
@@ -110,14 +107,16 @@ class Failures:
         mean = 0.0
         for r in self.runs:
             mean += stayed * r.weight * r.fails / (r.fails + r.oks)
-        mean += p * _A0 / _S0
+        s0 = _A0 + _B0  # the prior's, as a run's below
+        m0 = _A0 / s0
+        mean += p * _A0 / s0
         var = 0.0
         for r in self.runs:
             a, b = r.fails, r.oks
             s = a + b
             m = a / s
             var += stayed * r.weight * (m * (b / s) / (s + 1) + math.pow(m - mean, 2.0))
-        var += p * (_V0 + math.pow(_M0 - mean, 2.0))
+        var += p * (m0 * (_B0 / s0) / (s0 + 1) + math.pow(m0 - mean, 2.0))
         mean = min(max(mean, 1e-6), 1 - 1e-6)
         n = max(mean * (1 - mean) / max(var, 1e-12) - 1.0, 1e-3)
         self.read = (now, mean * n, (1 - mean) * n)

@@ -17,7 +17,7 @@ from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.capacity import ProviderLimit
 from gateway.routing.lengths import Forecast, LengthSource, request_shape
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
-from gateway.routing.plan import AffinityDecision, Candidate, RoutePlan, RouteRequest, SessionRoute
+from gateway.routing.plan import AffinityDecision, Candidate, RoutePlan, RouteRequest
 from gateway.routing.ranking import Ranking, no_capacity
 from gateway.samples import Endpoint, RequestKind
 
@@ -87,7 +87,6 @@ class LiveBeliefRouter(BeliefRouter):
         max_tokens: int | None = None,
         preferences: ProviderPreferences = NO_PREFERENCES,
         pinned: str | None = None,
-        session: SessionRoute | None = None,
         kind: RequestKind | None = None,
     ) -> Ranking:
         """``model``'s deployments for a request of this shape, each with its belief (``rank_beliefs``)."""
@@ -99,7 +98,6 @@ class LiveBeliefRouter(BeliefRouter):
             max_tokens=max_tokens,
             preferences=preferences,
             pinned=pinned,
-            session=session,
             kind=kind,
         )
 

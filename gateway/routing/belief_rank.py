@@ -21,7 +21,6 @@ from gateway.routing.cost import Cost, Shape, Weights, scores
 from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.lengths import LengthSource, shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
-from gateway.routing.plan import SessionRoute
 from gateway.routing.ranking import (
     BeliefView,
     Prediction,
@@ -45,12 +44,9 @@ def rank_beliefs(
     max_tokens: int | None = None,
     preferences: ProviderPreferences = NO_PREFERENCES,
     pinned: str | None = None,
-    session: SessionRoute | None = None,
     kind: RequestKind | None = None,
 ) -> Ranking:
-    """``model``'s deployments for a request of this shape, leader first, each with its belief (no side effects).
-    ``session`` is ignored: the beliefs hold no cache terms, so a turn is ranked as a request without one."""
-    del session
+    """``model``'s deployments for a request of this shape, leader first, each with its belief (no side effects)."""
     policy = router.config.policy_for(model)
     now = router.clock()
     snapshot = router.stats.snapshot()
@@ -142,7 +138,7 @@ def _ranked(
     expected = belief.expected(now, option.prior)
     age_s = now - belief.heard_at if belief.heard_at is not None else None
     summary = snapshot.get(model, deployment.name)
-    ttft_sd, spt_sd = (math.sqrt(belief.level(now, metric)[1]) for metric in (0, 1))
+    ttft_sd, spt_sd = [math.sqrt(belief.level(now, metric)[1]) for metric in (0, 1)]
     prediction = Prediction(
         ttft_s=mean.ttft_s,
         tokens_per_s=1.0 / mean.s_per_token,

@@ -116,7 +116,7 @@ class BeliefRouter:
         self._hear_others(model, snapshot, now)
         options = [self._option(model.name, d.name, d, snapshot, now) for d in deployments]
         length = request_shape(request)
-        expected = self.lengths.expected(length, request.max_tokens, policy.default_output_tokens)
+        expected = self.lengths.forecast(length, request.max_tokens, float(policy.default_output_tokens)).mean
         session = request.session
         valid, breaks = kind_terms(options, snapshot, model.name, policy, preferences, request.kind, now)
         cached = cached_on(model.name, session, deployments, preferences, request.prompt_tokens, snapshot)
@@ -277,6 +277,10 @@ class BeliefRouter:
         policy = self.config.policy_for(model)
         self._evidence(model, key, sample, attempt, now)
         load_refusal = sample.status == 429 and limits is not None and limits.has_budget and not out
+        # Whether the failure chance, this attempt included, is believed over one half. The circuit's own test (most
+        # of its last attempts failed) lags behind a change once requests stop going there: a provider that went
+        # down after a hundred answers opens only when twenty attempts have mostly failed.
+        fails, oks = self.belief(*key).failure(now)
         self.state.health.record(
             key,
             "client_cancelled" if load_refusal else sample.outcome,
@@ -285,17 +289,10 @@ class BeliefRouter:
             now,
             self._circuit_changed,
             rate_limited=sample.status == 429 and not load_refusal,
-            mostly_failing=self._mostly_failing(key, now),
+            mostly_failing=fails > oks,
             unservable=sample.status in UNSERVABLE_STATUSES,
             reason=reason,
         )
-
-    def _mostly_failing(self, key: DeploymentKey, now: float) -> bool:
-        """Whether the failure chance, this attempt included, is believed over one half. The circuit's own test
-        (most of its last attempts failed) lags behind a change once requests stop going there: a provider that
-        went down after a hundred answers opens only when twenty attempts have mostly failed."""
-        fails, oks = self.belief(*key).failure(now)
-        return fails > oks
 
     def _evidence(
         self, model: ModelConfig, key: DeploymentKey, sample: Sample, attempt: RunningAttempt | None, now: float

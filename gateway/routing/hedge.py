@@ -63,7 +63,7 @@ def tail_threshold(histogram: LogHistogram, backup_ttft_s: float, budget: float)
     if histogram.count < 20:
         return None
     first = max(0.5, 1.0 - 0.8 * budget)
-    for q in (first, *(q for q in (0.95, 0.98, 0.99) if q > first)):
+    for q in [first] + [q for q in (0.95, 0.98, 0.99) if q > first]:
         threshold = histogram.quantile(q)
         if threshold is not None and mean_excess(histogram, threshold) >= backup_ttft_s:
             return threshold

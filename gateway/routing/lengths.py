@@ -197,7 +197,3 @@ class Lengths:
         if max_tokens:
             mean = min(mean, float(max_tokens))
         return Forecast(key, max_tokens, max(1.0, mean), log_mean, sigma, answers, source)
-
-    def expected(self, key: LengthKey, max_tokens: int | None, default: int) -> float:
-        """The mean answer length to plan for, with the policy's ``default`` as the prior (``forecast``)."""
-        return self.forecast(key, max_tokens, float(default)).mean

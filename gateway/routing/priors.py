@@ -102,7 +102,7 @@ def pooled(
     """The prior of a deployment at ``price`` from the model's ``others`` (at ``prices``, by ``others``): a
     ``Pool`` of them and it."""
     n = len(others)
-    pool = Pool([*(prices[i] if i < len(prices) else None for i in range(n)), price])
+    pool = Pool([prices[i] if i < len(prices) else None for i in range(n)] + [price])
     for i, other in enumerate(others):
         pool.hear(i, other, now)
     return pool.prior_of(n)

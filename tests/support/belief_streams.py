@@ -1,11 +1,14 @@
-"""Streams told to a belief router by hand: a byte-counting meter, answers heard, a stream begun."""
+"""Streams told to a belief router by hand: a byte-counting meter, answers heard, a stream begun; a plan's copy of a
+belief told streams."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gateway.routing.belief import Belief
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.plan import Candidate
+from gateway.routing.priors import Prior
 from tests.support.clock import FakeClock
 from tests.support.samples import make_sample
 
@@ -41,3 +44,19 @@ def begin_stream(router: BeliefRouter, clock: FakeClock, candidate: Candidate) -
     meter = ByteMeter()
     router.attempt_streaming(candidate, meter)
     return meter
+
+
+def told(
+    belief: Belief,
+    now: float,
+    prior: Prior,
+    streams: Iterable[tuple[float, float | None]],
+    ttft_at_least: float | None = None,
+    spt_at_least: float | None = None,
+) -> Belief:
+    """A plan's copy of ``belief`` told ``streams`` (first token, pace so far), then the bounds, as
+    ``RunningViews.view`` tells them."""
+    copy = belief.copy()
+    for ttft_s, s_per_token in streams:
+        copy.observe(now, prior, ttft_s, s_per_token, uncached_tokens=None, mixed=False)
+    return copy.bounded(now, prior, ttft_at_least, spt_at_least, base=belief)
