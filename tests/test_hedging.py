@@ -212,6 +212,7 @@ def test_a_look_raced_beside_the_leader_runs_two_attempts_and_drains_the_one_tha
     raced = replies[-1]
     assert raced.attempts == 2, [(r.provider, r.route, r.attempts) for r in replies]  # a look, raced
     assert all(r.provider == "lead" for r in replies)  # the look never answered: its first token came second
+    assert raced.route == "best-score"  # the leader answered its race as the leader, not as a hedge
     assert raced.text.strip().startswith("the quick brown")
     wait_until(lambda: idle(sim), what="the look drained")
     race = sim.samples.samples[warm:][-2:]

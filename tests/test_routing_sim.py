@@ -44,10 +44,9 @@ def test_after_warm_up_traffic_goes_to_the_best_provider(sims: Sims) -> None:
     replies = sim.run(100)
     assert share(replies, "fast") >= 0.9, [(r.provider, r.route) for r in replies if r.provider != "fast"]
     # Nothing failed over: a reply of more than one attempt is an exploration race (a probe, perhaps with the
-    # other contender, and the leader beside them; the first token won). Races are exploration, and
-    # exploration stays a small share of requests (5%).
+    # other contender, and the leader beside them; the first token won, and the reply says whose: explore or
+    # best-score) or a tail hedge. Races are exploration, and exploration stays a small share of requests (5%).
     assert all(r.route in ("best-score", "explore", "hedge") for r in replies), [r.route for r in replies]
-    assert all(r.attempts == 1 or r.route in ("hedge", "explore") for r in replies)
     assert sum(r.attempts > 1 for r in replies) <= 12, [(r.provider, r.route, r.attempts) for r in replies]
     wait_until(lambda: len(sim.samples.samples) >= warm + sum(r.attempts for r in replies), what="every sample")
     losers = [s for s in sim.samples.samples[warm:] if s.outcome != "ok"]

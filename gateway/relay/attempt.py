@@ -87,10 +87,11 @@ class AttemptLog:
     def commit(self, attempt: Attempt) -> None:
         """Note the attempt whose answer goes to the client, and why it was the one."""
         self.winner = attempt.candidate
-        if attempt.is_hedge and attempt.candidate.reason == "explore":
-            self.route = "explore"  # the second probe of a race, started beside the first
-        elif attempt.is_hedge:
-            self.route = "hedge"
+        if attempt.is_hedge:
+            # A race's members start at once under their own reasons (a look, a cold start's probes: explore; the
+            # leader beside its look: best-score, affinity, override); a hedge is a fallback started early.
+            reason = attempt.candidate.reason
+            self.route = "hedge" if reason == "fallback" else reason
         else:
             self.route = attempt.candidate.reason if attempt.number == 1 else "fallback"
 

@@ -131,7 +131,7 @@ def candidates_of(
         reason: RouteReason = "fallback"
         if position < explored:
             reason = "explore"
-        elif position == 0:
+        elif position == 0 or position < racing:  # the leader, first or racing its look
             reason = "override" if steered else "affinity" if name == stay else "best-score"
         deadlines = deadlines_of((model, name), policy, summaries.get((model, name)), now)
         candidates.append(
