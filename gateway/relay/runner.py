@@ -293,7 +293,8 @@ class AttemptRunner:
         """Close a failed attempt and record its sample."""
         if attempt.response is not None:
             attempt.response.close()
-        status = attempt.status if attempt.status is not None else (error.upstream_status if error else None)
+        # The error's status first: a refusal sent inside a 200 is recorded as the 401 or 403 it stands for.
+        status = error.upstream_status if error is not None and error.upstream_status is not None else attempt.status
         ttft = attempt.meter.ttft_s if attempt.meter else None
         if ttft is None and outcome == "client_cancelled" and attempt.hedged and not attempt.is_hedge:
             # A primary cancelled while hedged had waited past its hedge threshold (about its own
