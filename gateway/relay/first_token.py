@@ -24,6 +24,7 @@ from gateway.errors import (
 )
 from gateway.meter import StreamMeter
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
+from gateway.relay.echo import EchoedPrompt, echoes
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.samples import Endpoint
@@ -93,7 +94,8 @@ async def await_first_token(
     """
     response = attempt.response
     assert response is not None
-    meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect_for(api))
+    repeats = EchoedPrompt(request.body).repeats if api == "completions" and echoes(api, request.body) else None
+    meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect_for(api), repeats)
     held = attempt.held
     while meter.first_output_at is None and not meter.done:
         chunk = await response.read_chunk()
