@@ -24,6 +24,7 @@ from gateway.errors import (
 )
 from gateway.meter import StreamMeter
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
+from gateway.relay.context import refused_input
 from gateway.relay.echo import EchoedPrompt, echoes
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
@@ -54,6 +55,9 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
     body = redact(await response.read_all(MAX_ERROR_BODY))
     response.close()
     content_type = response.headers.get("content-type", "application/json")
+    refused = refused_input(attempt.candidate.deployment.name, response.status, body)
+    if refused is not None:  # input this deployment does not take (llama.cpp's 500 for an image): others may
+        raise refused
     if response.status in CLIENT_FAULT_STATUSES:
         raise ClientFault(response.status, body, content_type)
     message, code = describe_error_body(body)
