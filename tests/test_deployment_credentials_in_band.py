@@ -16,9 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
+from gateway.fakes import FakeBehavior
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
@@ -194,3 +196,21 @@ def test_a_messages_stream_refused_mid_answer_ends_without_the_providers_type(
         assert word not in json.dumps(body)
     again, _ = refused(gateway, "messages")
     assert again == 503 and len(upstream.bodies) == 1
+
+
+def test_a_refusal_after_the_keep_alives_ends_the_stream_without_the_providers_code(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    """The client already has its 200 and keep-alives when the refusal comes (the stream's first event, after a
+    wait): the stream ends with the gateway's error event, and the deployment's circuit opens."""
+    wrong = fakes.start("wrong", FakeBehavior(ttft_s=0.5, error_event_after=0, error_code="invalid_api_key"))
+    gateway = start_gateway(gateway_config([wrong], policy={"first_byte_keepalive_s": 0.05}))
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream("POST", gateway.base_url + "/chat/completions", json=ask, timeout=10) as response:
+        status, body = response.status_code, response.read()
+    assert status == 200 and body.startswith(b": keep-alive\n\n")
+    last = json.loads(body.rstrip().rsplit(b"\n\n", 1)[-1].removeprefix(b"data: "))
+    assert "deployment 'wrong': the provider refused the gateway's credentials" in last["error"]["message"]
+    assert "invalid_api_key" not in body.decode()
+    again = httpx.post(gateway.base_url + "/chat/completions", json=ask, timeout=10)
+    assert again.status_code == 503 and len([r for r in wrong.app.state.recorded if r.body]) == 1
