@@ -241,11 +241,47 @@ CREDENTIALS_REFUSED = frozenset({401, 403})
 to fix, never the client's, whose key to the gateway was accepted."""
 
 
-def refused_credentials(deployment: str, status: int) -> str:
+_REFUSING_CODES = {
+    "invalid_api_key": 401,
+    "authentication_error": 401,
+    "unauthorized": 401,
+    "unauthenticated": 401,
+    "permission_error": 403,
+    "permission_denied": 403,
+    "401": 401,
+    "403": 403,
+}
+"""An error object's ``code``, ``type`` or ``status`` (any case) that refuses the caller's key, with the status it
+stands for: OpenAI's ``invalid_api_key`` (whose ``type`` is ``invalid_request_error``), Anthropic's
+``authentication_error`` / ``permission_error`` types, Google's ``UNAUTHENTICATED`` / ``PERMISSION_DENIED``, a
+numeric ``code``."""
+
+
+def refused_credentials(deployment: str, status: int, *, in_band: bool = False) -> str:
     """The words for a provider's ``CREDENTIALS_REFUSED`` answer: the deployment named, the provider's own words and
     code left out (they may quote the key's ends, as OpenAI's do, and ``invalid_api_key`` or Anthropic's
-    ``authentication_error`` would tell a client, and its SDK, that *its* key is wrong)."""
-    return f"deployment '{deployment}': the provider refused the gateway's credentials (upstream returned {status})"
+    ``authentication_error`` would tell a client, and its SDK, that *its* key is wrong). ``in_band``: the refusal
+    came as an error inside a 200 (its body, or an event of its stream: ``credentials_refusal``)."""
+    how = f"upstream answered 200 with a {status} error" if in_band else f"upstream returned {status}"
+    return f"deployment '{deployment}': the provider refused the gateway's credentials ({how})"
+
+
+def credentials_refusal(error: object) -> int | None:
+    """The ``CREDENTIALS_REFUSED`` status that a provider's error object stands for, else None.
+
+    Some providers answer a request made with a wrong key with 200 and an error body, or a stream whose first (or a
+    later) event is an error: the same refusal as a 401 or 403, to be read as one (the client told nothing of the
+    provider's code, the deployment's circuit opened). Read before a request fault is looked for: OpenAI's
+    ``invalid_api_key`` has the ``invalid_request_error`` type."""
+    if not isinstance(error, dict):
+        return None
+    for member in ("code", "type", "status"):
+        value = error.get(member)
+        if isinstance(value, str | int) and not isinstance(value, bool):
+            status = _REFUSING_CODES.get(str(value).lower())
+            if status is not None:
+                return status
+    return None
 
 
 def describe_error(error: object) -> tuple[str, str | None]:

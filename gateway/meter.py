@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Final
 
 import msgspec
@@ -41,6 +41,8 @@ _find: Final = scans.find
 """``scans.find``, held where compiled code reads it directly (mypyc keeps a ``Final`` in a C static: no look-up by
 name on each chunk)."""
 
+Repeats = Callable[[dict[str, Any]], bool]
+"""Whether an event with text only repeats the request's prompt (``StreamMeter``'s ``repeats``)."""
 FOLD_ENTRIES = 256
 """Kept chunks (or events) past which the older ones are read into the running tally and their bytes dropped:
 with one event a chunk, a few hundred events' JSON held at a time, not a 200k-token stream's 4 MB."""
@@ -96,7 +98,9 @@ class StreamMeter:
     """Watches one streamed response. Created per attempt, not thread-safe.
 
     ``sent_at`` is the clock reading when the upstream request was sent; ``dialect`` reads the
-    events of the API the stream speaks (chat by default).
+    events of the API the stream speaks (chat by default). ``repeats``: for a completions stream that echoes its
+    prompt (``gateway.relay.echo.EchoedPrompt``), whether an event with text only repeats the prompt: no output,
+    so the first token, and the answer's timings, start after it.
     """
 
     __slots__ = (
@@ -110,6 +114,7 @@ class StreamMeter:
         "_end_mark",
         "_may_finish",
         "_ending",
+        "_repeats",
         "first_output_at",
         "done",
         "malformed",
@@ -123,8 +128,9 @@ class StreamMeter:
     fold_at: ClassVar[int] = FOLD_ENTRIES
     """Kept chunks that trigger a fold (a class attribute: a test's subclass folds sooner, or never)."""
 
-    def __init__(self, clock: Clock, sent_at: float, dialect: Dialect = CHAT) -> None:
+    def __init__(self, clock: Clock, sent_at: float, dialect: Dialect = CHAT, repeats: Repeats | None = None) -> None:
         self._clock = clock
+        self._repeats = repeats
         self._sent_at = sent_at
         self._splitter = SSESplitter()
         self._events = KeptChunks()
@@ -275,7 +281,8 @@ class StreamMeter:
         if look.response_id is not None:
             self.response_id = look.response_id
         if look.kind == "output":
-            self.first_output_at = now
+            if self._repeats is None or not self._repeats(event):
+                self.first_output_at = now
         elif look.kind == "error":
             self.first_output_at = now
             self.first_error = look.error
@@ -384,6 +391,8 @@ class StreamMeter:
     def finish(self, counter: TokenCounter) -> Reading:
         """Work out the reading from everything seen. Call once, off the byte path."""
         tally = self._read(self._events, self._tally, final=True)
+        if self._repeats is not None and self.first_output_at is not None:
+            tally.timed_from(self.first_output_at)
         if tally.response_id is None:
             tally.response_id = self.response_id
         return reading_of(tally, counter, self._sent_at, self.done)

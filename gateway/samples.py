@@ -95,7 +95,8 @@ class Sample:
     """Wall-clock (unix) time the upstream request was sent. (The sample's time slice is that of
     the moment it is *recorded*, not this: see ``gateway.stats.window``.)"""
     status: int | None = None
-    """The upstream HTTP status; None when no response arrived."""
+    """The upstream HTTP status; None when no response arrived. A refusal of the gateway's key sent inside a 200 (an
+    error body or event: ``gateway.errors.credentials_refusal``) is the 401 or 403 it stands for."""
     ttft_s: float | None = None
     """Upstream request sent → first chunk carrying output (content, reasoning or a tool call)."""
     first_answer_s: float | None = None

@@ -15,6 +15,8 @@ from tests.support.access import access_lines
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
+from tests.support.scripted import ScriptedUpstream
+from tests.support.servers import ServerThread
 from tests.support.wait import wait_until
 
 PROMPT = "Write about the sea. " * 60
@@ -81,3 +83,44 @@ def test_each_choice_s_echo_is_taken_out(fakes: Fakes, start_gateway: Callable[.
     plain, echoed = found
     assert plain.output_tokens is not None and plain.output_tokens <= 64
     assert echoed.output_tokens == plain.output_tokens and echoed.validity == plain.validity == "valid"
+
+
+@pytest.mark.parametrize("prompt", [PROMPT, [PROMPT]], ids=["text", "list"])
+def test_a_streamed_echo_is_not_the_first_token(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], prompt: str | list[str]
+) -> None:
+    """The fake sends the echoed prompt with its headers and its first generated word ``ttft_s`` later: the first
+    token, and the answer's first token and speed, are the generated text's, not the echo's."""
+    gateway = _gateway(fakes, start_gateway, usage=True)
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    wait = {"fake": {"ttft_s": 0.4, "tokens_per_s": 100}}
+    chunks = client.completions.create(model="m", prompt=prompt, echo=True, stream=True, max_tokens=16, extra_body=wait)
+    text = "".join(chunk.choices[0].text for chunk in chunks if chunk.choices)
+    assert text.startswith(PROMPT) and len(text) > len(PROMPT)
+    wait_until(lambda: len(gateway.samples.samples) == 1)
+    sample = gateway.samples.samples[0]
+    assert sample.outcome == "ok" and sample.output_tokens == 16
+    assert sample.ttft_s is not None and sample.ttft_s >= 0.4
+    assert sample.first_answer_s is not None and sample.first_answer_s >= 0.4
+    # 16 tokens at 100/s: the window is the answer's (150 ms), not the 400 ms wait after the echo as well (under 30/s).
+    assert sample.tokens_per_s is not None and sample.tokens_per_s > 50
+
+
+def test_an_echo_joined_to_the_first_token_is_that_token(
+    test_servers: list[ServerThread], start_gateway: Callable[..., Gateway]
+) -> None:
+    """vLLM sends each choice's echo with its first generated text in one chunk: that chunk is the first token, and
+    only the prompt is taken out of the count."""
+    upstream = ScriptedUpstream("v")
+    test_servers.append(upstream.server.start())
+    head = {"id": "c", "object": "text_completion", "created": 1, "model": "m"}
+    pieces = [(PROMPT + " hello", None), (" world", None), ("", "stop")]
+    events = [{**head, "choices": [{"index": 0, "text": t, "finish_reason": f}]} for t, f in pieces]
+    upstream.answer_sse([*[(None, event) for event in events], (None, "[DONE]")])
+    gateway = start_gateway(gateway_config([upstream], provider_options={"v": {"stream_usage": False}}))
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    chunks = client.completions.create(model="m", prompt=PROMPT, echo=True, stream=True, max_tokens=16)
+    assert "".join(chunk.choices[0].text for chunk in chunks if chunk.choices) == PROMPT + " hello world"
+    wait_until(lambda: len(gateway.samples.samples) == 1)
+    sample = gateway.samples.samples[0]
+    assert (sample.outcome, sample.output_tokens) == ("ok", 2) and sample.ttft_s is not None

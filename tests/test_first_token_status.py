@@ -62,7 +62,10 @@ class Response:
 
 def _attempt(response: Response) -> Any:
     return SimpleNamespace(
-        response=response, status=None, rate_limits=None, candidate=SimpleNamespace(provider=SimpleNamespace(name="p"))
+        response=response,
+        status=None,
+        rate_limits=None,
+        candidate=SimpleNamespace(provider=SimpleNamespace(name="p"), deployment=SimpleNamespace(name="d")),
     )
 
 

@@ -237,3 +237,22 @@ def test_a_responses_client_is_told_its_context_is_exceeded_by_code(
         client.responses.create(model="m", input=LONG_PROMPT, max_output_tokens=MAX_TOKENS)
     assert caught.value.code == "context_length_exceeded"
     assert "exceeds the available context size (1024 tokens)" in caught.value.message
+
+
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+
+def test_an_image_to_a_model_without_a_projector_is_refused_not_retried(
+    llama: LlamaServer, start_gateway: StartGateway
+) -> None:
+    """The tiny model has no vision projector: llama.cpp answers the image with its 500 ("image input is not
+    supported - hint: … mmproj"). A lone deployment's 500 would be retried after a wait; this one is its refusal
+    of the request, said to the client at once as a 400 naming the deployment."""
+    gateway = start_gateway(llama_config(llama))
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}}
+    look: list[Any] = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]
+    with pytest.raises(openai.BadRequestError) as caught, sdk(gateway.base_url, timeout=60) as client:
+        client.chat.completions.create(model="m", messages=look, max_tokens=MAX_TOKENS)
+    assert caught.value.code == "image_input_unsupported"
+    assert "deployment 'llama' does not accept image input (upstream returned 500" in caught.value.message
+    assert caught.value.response.headers["x-gateway-attempts"] == "1"

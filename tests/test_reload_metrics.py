@@ -132,3 +132,29 @@ def test_a_reload_that_opens_metrics_takes_the_key_names_off_them(fakes: Fakes, 
     assert opened.status_code == 200
     assert "alice" not in opened.text and "search" not in opened.text
     assert 'gateway_spend_usd_total{key="",model="m",provider="a",team=""}' in opened.text
+
+
+def test_an_attempt_started_on_a_removed_provider_is_counted_until_it_ends(
+    fakes: Fakes, serve: Serve, tmp_path: Path
+) -> None:
+    """A request of the old runtime asks b again after b's reload removed it (its 503's Retry-After), and a reload
+    brings b back before that stream ends: the gauge counts the stream from its start to its end, never below 0."""
+    a = fakes.start("a")
+    b = fakes.start("b", FakeBehavior(status=503, fail_first=1, retry_after="1", tokens_per_s=10, output_tokens=20))
+    served = serve(_config(a, b))
+    old = served.runtime
+    thread, result = stream_in_background(served.server.url, "gone")
+    wait_until(lambda: b.app.state.requests == 1 and old.router.in_flight("gone", "b") == 0)  # refused: waits 1 s
+    (tmp_path / "gateway.toml").write_text(_config(a, None))
+    assert served.reload().status_code == 200
+    assert _of_b(_lines(served)) == []  # nothing in flight on b: its gauge went at once
+    wait_until(lambda: b.app.state.open_streams == 1)  # the old runtime's retry, on the b it still has
+    assert _value(_lines(served), 'gateway_inflight_requests{provider="b"}') == 1
+    (tmp_path / "gateway.toml").write_text(_config(a, b))
+    assert served.reload().status_code == 200
+    assert _value(_lines(served), 'gateway_inflight_requests{provider="b"}') == 1
+    thread.join(10)
+    assert result["provider"] == "b" and result["body"].rstrip().endswith("data: [DONE]")
+    wait_until(lambda: old.requests.count == 0)
+    assert _value(_lines(served), 'gateway_inflight_requests{provider="b"}') == 0
+    assert served.runtime.router.in_flight("gone", "b") == 0

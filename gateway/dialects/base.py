@@ -122,6 +122,17 @@ class Tally:
             self._event_counted = True
             self.output_events.append(at)
 
+    def timed_from(self, at: float) -> None:
+        """The first output and answer, and the output events, from ``at`` (the first token) on: the events before
+        it only repeated the prompt (an echoed completions stream: ``gateway.relay.echo``); their text stays."""
+        if self.first_output_at is not None and self.first_output_at < at:
+            self.first_output_at = at
+        if self.first_answer_at is not None and self.first_answer_at < at:
+            self.first_answer_at = at
+        events = self.output_events
+        if events and events[0] < at:
+            self.output_events = [time for time in events if time >= at]
+
     def timing(self, source: str, value: Any) -> None:
         if isinstance(value, dict) and value:
             if self.provider_timings is None:

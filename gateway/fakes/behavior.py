@@ -143,6 +143,9 @@ class FakeBehavior:
     context_window: int = 0
     """Refuse (400 ``context_length_exceeded``, stating this limit) a request whose body is more than this
     many tokens, counted as its bytes / 4; 0: no limit."""
+    text_only: bool = False
+    """Refuse a request with an image part as llama.cpp's server does for a model loaded without its vision
+    projector: 500, ``image input is not supported - hint: … mmproj`` (``gateway.fakes.provider.NO_IMAGES``)."""
     reject_prefill: bool = False
     """Answer 400 to a request that continues a prefill, as a provider that cannot continue one does."""
     prefill_tokens_per_s: float = 0.0

@@ -38,6 +38,9 @@ from gateway.fakes.cache import CURRENT, CacheUsage
 from gateway.fakes.capacity import Slots
 
 _INFERENCE = ("/chat/completions", "/completions", "/embeddings", "/responses", "/messages")
+NO_IMAGES = "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+"""llama.cpp's server's words (and 500) for an image sent to a model without its projector."""
+_IMAGE_PARTS = frozenset({"image_url", "image", "input_image"})
 
 
 class FakeProvider:
@@ -164,6 +167,9 @@ class FakeProvider:
                 f"However, your messages resulted in {size} tokens."
             )
             await self._error(send, anthropic, 400, message, "invalid_request_error", "context_length_exceeded")
+            return
+        if behavior.text_only and _shows_image(body.get("messages", body.get("input"))):
+            await self._error(send, anthropic, 500, NO_IMAGES, "server_error")
             return
         if behavior.reject_prefill and chat.prefill_words(body, path):
             message = f"fake {self.name}: an assistant prefill cannot be continued here"
@@ -316,6 +322,13 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return body if isinstance(body, dict) else None
+
+
+def _shows_image(value: Any) -> bool:
+    """Whether a request's messages (or Responses input) hold an image part, in any of the APIs' shapes."""
+    if isinstance(value, dict):
+        return value.get("type") in _IMAGE_PARTS or any(_shows_image(item) for item in value.values())
+    return isinstance(value, list) and any(_shows_image(item) for item in value)
 
 
 __all__ = ["WORDS", "FakeBehavior", "FakeProvider", "FakeState", "RecordedRequest", "answer_words"]

@@ -222,12 +222,15 @@ class RoutingSeries(SeriesFamilies):
 
     def _drain(self, gauge: Gauge, name: str, change: float) -> None:
         """Add ``change`` to the count ``name`` of a provider or model no longer configured, removing the series
-        once it is 0. Until then the attempts and waiters of the old runtime still report to it; a name whose
-        series is gone is left alone (an old runtime's late event makes none). A reload that brings the name back
-        before then keeps the series, and its count, as they are."""
+        once it is 0. Until then the attempts and waiters of the old runtime still report to it. A start there
+        (an old runtime's retry of a removed provider) counts even when the series had gone (it is made again): an
+        end takes from the count only what a start put in, so a reload that brings the name back before the end
+        keeps the series, and its count, as they are, never below 0. An end whose series is gone is left alone."""
         child = self._children.get((gauge, (name,)))
         if child is None:
-            return
+            if change <= 0:
+                return
+            child = self._series(gauge, name)
         child.inc(change)
         if child._value.get() <= 0:
             self._forget(gauge, name)

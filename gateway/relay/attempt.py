@@ -108,13 +108,18 @@ class Opened(NamedTuple):
 
 
 class ClientFault(Exception):
-    """An upstream 4xx that is the request's fault: relayed to the client as is."""
+    """An upstream 4xx that is the request's fault: relayed to the client as is.
 
-    def __init__(self, status: int, body: bytes, content_type: str) -> None:
+    ``unsupported``: the kind of input (``image``, ``audio``) the deployment said it does not accept, whatever its
+    status (``gateway.relay.context.refused_input``): the request's fault there only, another deployment may serve it.
+    """
+
+    def __init__(self, status: int, body: bytes, content_type: str, unsupported: str | None = None) -> None:
         super().__init__(status)
         self.status = status
         self.body = body
         self.content_type = content_type
+        self.unsupported = unsupported
 
 
 def is_request_fault(error: Any) -> bool:

@@ -35,9 +35,10 @@ class AttemptBudget:
     """The candidate of each of ``errors``."""
     extra: int = 0
     """Attempts allowed beyond ``max_attempts``: a race's second probe (it measures; the fallbacks stay)."""
-    too_long: list[str] = field(default_factory=list)
-    """Deployments that refused this request's prompt as too long (``gateway.relay.context``): never asked again,
-    whichever loop saw the refusal (a race goes on without telling the dispatcher)."""
+    refused_here: list[str] = field(default_factory=list)
+    """Deployments that refused this request as theirs alone to refuse (its prompt too long for their window, input
+    they do not accept: ``gateway.relay.context``): never asked again, whichever loop saw the refusal (a race goes
+    on without telling the dispatcher)."""
     _followed: int = 0
 
     @classmethod

@@ -1,4 +1,4 @@
-"""A prompt too long for one deployment, moved to one with a larger window.
+"""A request one deployment refuses as its own limit, moved to one that may serve it: a larger window, other inputs.
 
 A ``context_length_exceeded`` 400 is the request's fault on *that* deployment only: the same model
 served elsewhere may take 128k tokens where this one takes 8k. So the attempt loop does not relay
@@ -6,8 +6,12 @@ it while a later candidate of the plan may have a larger window: it learns the l
 states (the router skips the deployment for prompts that large from then on) and tries the next
 candidate whose window is larger or not known, never the same one again. Only when none is left
 does the client get the provider's 400, unchanged (but on the Messages API, in Anthropic's words:
-``as_prompt_too_long``). Other client faults (a content filter, a bad
-parameter) are relayed as they are: another deployment would refuse them alike.
+``as_prompt_too_long``). So is input the deployment does not accept: llama.cpp's server started without a
+vision (or audio) projector answers an image with a 500, ``image input is not supported - hint: … mmproj``,
+which no retry there cures. It is read as a refusal of the request by that deployment (``refused_input``): not
+retried there, not held against its health, the next candidate tried (the model's other deployments may take
+images), and, when none is left, a 400 saying the deployment does not accept image input. Other client faults
+(a content filter, a bad parameter) are relayed as they are: another deployment would refuse them alike.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import re
 from collections.abc import Collection, Sequence
 
+from gateway.errors import InvalidRequest, describe_error_body
 from gateway.relay.attempt import ClientFault
 from gateway.relay.budget import AttemptBudget
 from gateway.routing import Candidate, Router
@@ -31,6 +36,8 @@ _LIMITS = (
     re.compile(r"> ?(\d+) maximum", re.IGNORECASE),
 )
 _MESSAGES = re.compile(r"context.length|context.window|context.size|prompt is too long|too many tokens", re.IGNORECASE)
+_UNSUPPORTED_INPUT = re.compile(r"\b(image|audio) input is not supported", re.IGNORECASE)
+"""llama.cpp's server, for an image (or audio) part sent to a model loaded without its projector (``--mmproj``)."""
 
 
 def context_exceeded(fault: ClientFault) -> tuple[bool, int | None]:
@@ -75,25 +82,50 @@ def as_prompt_too_long(message: str, prompt_tokens: int) -> str:
     return f"prompt is too long: {max(tokens, limit + 1)} tokens > {limit} maximum ({message})"
 
 
-def refused_as_too_long(
+def refused_input(deployment: str, status: int, body: bytes) -> ClientFault | None:
+    """The refusal of input ``deployment`` does not accept that an error answer states (any status: llama.cpp's is a
+    500), as a 400 naming the deployment and the kind of input; None for any other error."""
+    if len(body) > 16384:
+        return None
+    message = describe_error_body(body)[0]
+    found = _UNSUPPORTED_INPUT.search(message)
+    if found is None:
+        return None
+    kind = found.group(1).lower()
+    words = f"deployment '{deployment}' does not accept {kind} input (upstream returned {status}: {message})"
+    error = InvalidRequest(words, code=f"{kind}_input_unsupported")
+    return ClientFault(error.status_code, error.to_json(), "application/json", unsupported=kind)
+
+
+def refused_here(
     router: Router, budget: AttemptBudget, candidate: Candidate, fault: ClientFault
 ) -> tuple[bool, int | None]:
-    """Whether ``fault`` refused the prompt as too long for ``candidate`` only, and the window it states.
+    """Whether ``fault`` is ``candidate``'s refusal alone (its window too small for the prompt, input it does not
+    accept), and the window it states.
 
-    If so, the window is learned (once per request and deployment) and ``candidate`` joins the request's
-    ``too_long``: no later fallback of this request asks it again.
+    If so, a window is learned (once per request and deployment) and ``candidate`` joins the request's
+    ``refused_here``: no later fallback of this request asks it again.
     """
-    exceeded, limit = context_exceeded(fault)
-    if exceeded and candidate.name not in budget.too_long:
-        router.context_exceeded(candidate, limit)
-        budget.too_long.append(candidate.name)
+    exceeded, limit = (True, None) if fault.unsupported is not None else context_exceeded(fault)
+    if exceeded and candidate.name not in budget.refused_here:
+        if fault.unsupported is None:
+            router.context_exceeded(candidate, limit)
+        budget.refused_here.append(candidate.name)
     return exceeded, limit
 
 
-def larger_windows(
-    router: Router, failed: Candidate, limit: int | None, candidates: Sequence[Candidate], tried: Collection[str]
+def may_serve(
+    router: Router,
+    failed: Candidate,
+    fault: ClientFault,
+    limit: int | None,
+    candidates: Sequence[Candidate],
+    tried: Collection[str],
 ) -> tuple[Candidate, ...]:
-    """The candidates not ``tried`` whose window may hold what ``failed``'s (``limit``, or known) could not."""
+    """The candidates not ``tried`` that may serve what ``failed`` refused (``refused_here``): any other, for input
+    it does not accept; those whose window may hold what ``failed``'s (``limit``, or known) could not."""
+    if fault.unsupported is not None:
+        return tuple(candidate for candidate in candidates if candidate.name not in tried)
     ceiling = limit if limit is not None else router.context_window(failed)
     larger = []
     for candidate in candidates:

@@ -6,9 +6,10 @@ asks the same one again after a wait when that is predicted to be faster (``retr
 policy's attempt count and total deadline (the request's ``AttemptBudget``). An
 upstream 4xx that is the request's own fault (400, 413, 422: content filter, bad parameters) is
 relayed as is; a context length exceeded moves on to a deployment with a larger window while
-one is left (``context``). Streams whose first candidate carries a hedge threshold go through
-``hedging.race`` instead of ``attempt_in_order``; both hand back an ``Opened`` attempt, and the
-dispatcher wraps it in the reply that writes it to the client.
+one is left, and input a deployment does not accept (images) to another (``context``). Streams
+whose first candidate carries a hedge threshold go through ``hedging.race`` instead of
+``attempt_in_order``; both hand back an ``Opened`` attempt, and the dispatcher wraps it in the
+reply that writes it to the client.
 
 Layers, each calling only the one below: ``Dispatcher.dispatch`` → ``attempt_in_order`` /
 ``hedging.race`` → ``AttemptRunner`` (one attempt) → ``UpstreamClient``. After the first byte,
@@ -31,8 +32,8 @@ from gateway.relay.context import (
     CONTEXT_EXCEEDED,
     as_prompt_too_long,
     context_exceeded,
-    larger_windows,
-    refused_as_too_long,
+    may_serve,
+    refused_here,
 )
 from gateway.relay.drain import Drains
 from gateway.relay.first_token import json_object_like
@@ -93,10 +94,10 @@ class Dispatcher:
                     opened = await attempt_in_order(runner, budget, request, remaining)
                 break
             except ClientFault as fault:
-                larger = self._larger(fault, budget, plan)
-                if not larger or not budget.allows_another():
+                others = self._others(fault, budget, plan)
+                if not others or not budget.allows_another():
                     return _fault_reply(request, fault, budget)
-                remaining = dataclasses.replace(plan, candidates=larger)
+                remaining = dataclasses.replace(plan, candidates=others)
             except GatewayError as error:
                 _log_unanswered(request, plan, budget, error)
                 raise
@@ -135,16 +136,17 @@ class Dispatcher:
         )
         return FullReply(status if readable else 502, body, "application/json", budget.log, finish)
 
-    def _larger(self, fault: ClientFault, budget: AttemptBudget, plan: RoutePlan) -> tuple[Candidate, ...]:
-        """After a ``context_length_exceeded``, the plan's candidates that may hold the prompt (``context``)."""
+    def _others(self, fault: ClientFault, budget: AttemptBudget, plan: RoutePlan) -> tuple[Candidate, ...]:
+        """After a refusal of one deployment's own (a ``context_length_exceeded``, input it does not accept), the
+        plan's candidates that may serve the request (``context``)."""
         failed = budget.log.winner
         if failed is None:
             return ()
-        exceeded, limit = refused_as_too_long(self.runner.router, budget, failed, fault)
+        exceeded, limit = refused_here(self.runner.router, budget, failed, fault)
         if not exceeded:
             return ()
-        tried = {*budget.too_long, *(c.name for c in budget.failed_at)}
-        return larger_windows(self.runner.router, failed, limit, plan.candidates, tried)
+        tried = {*budget.refused_here, *(c.name for c in budget.failed_at)}
+        return may_serve(self.runner.router, failed, fault, limit, plan.candidates, tried)
 
     def _bind(self, request: ProxyRequest, attempt: Attempt) -> None:
         """Remember which deployment holds this response (its id from ``response.created``, or the body)."""

@@ -16,6 +16,7 @@ from gateway.errors import (
     CREDENTIALS_REFUSED,
     UpstreamStatusError,
     UpstreamUnavailable,
+    credentials_refusal,
     describe_error,
     describe_error_body,
     error_envelope,
@@ -23,6 +24,8 @@ from gateway.errors import (
 )
 from gateway.meter import StreamMeter
 from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
+from gateway.relay.context import refused_input
+from gateway.relay.echo import EchoedPrompt, echoes
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.samples import Endpoint
@@ -52,6 +55,9 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
     body = redact(await response.read_all(MAX_ERROR_BODY))
     response.close()
     content_type = response.headers.get("content-type", "application/json")
+    refused = refused_input(attempt.candidate.deployment.name, response.status, body)
+    if refused is not None:  # input this deployment does not take (llama.cpp's 500 for an image): others may
+        raise refused
     if response.status in CLIENT_FAULT_STATUSES:
         raise ClientFault(response.status, body, content_type)
     message, code = describe_error_body(body)
@@ -84,14 +90,16 @@ async def await_first_token(
 
     An error event before any output is the provider's failure to start (overloaded, an
     internal error): nothing has reached the client, so the next deployment is tried. Only
-    an error that blames the request (context length, content filter) is relayed as is. ``api``: the one the
+    an error that blames the request (context length, content filter) is relayed as is; one that refuses the
+    gateway's key is read as the 401 or 403 it stands for (``refused_in_band``). ``api``: the one the
     attempt was sent in (``upstream_of``), whose events the meter reads. A stream that ends before any event,
     its body a JSON error object instead, is read as that error (``error_answer``; ``redact``: its body may be
     relayed).
     """
     response = attempt.response
     assert response is not None
-    meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect_for(api))
+    repeats = EchoedPrompt(request.body).repeats if api == "completions" and echoes(api, request.body) else None
+    meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect_for(api), repeats)
     held = attempt.held
     while meter.first_output_at is None and not meter.done:
         chunk = await response.read_chunk()
@@ -114,12 +122,26 @@ async def await_first_token(
             # Whole events, none with output (comments, a role chunk again and again): all held for the client.
             words = f"the stream sent {meter.received_bytes} bytes before any output (the limit is {MAX_EVENT_BYTES})"
             raise refused_stream(attempt, words)
-    if meter.first_error is not None and not is_request_fault(meter.first_error):
+    if meter.first_error is None:
+        return
+    refused = credentials_refusal(meter.first_error)
+    if refused is not None:
+        raise refused_in_band(attempt, refused)
+    if not is_request_fault(meter.first_error):
         name = attempt.candidate.provider.name
         message, code = describe_error(meter.first_error)
         raise UpstreamUnavailable(
             f"{name}: upstream error before the first token: {message}", provider=name, status=200, code=code
         )
+
+
+def refused_in_band(attempt: Attempt, status: int) -> UpstreamStatusError:
+    """The error of a refusal of the gateway's credentials sent inside a 200 (``credentials_refusal``): the
+    ``status`` it stands for, raised as ``status_error`` raises that status (the deployment named, the provider's
+    words and code left out), so that the router opens its circuit and the request falls back alike."""
+    provider = attempt.candidate.provider.name
+    words = refused_credentials(attempt.candidate.deployment.name, status, in_band=True)
+    return UpstreamStatusError(f"{provider}: {words}", provider=provider, status=status)
 
 
 def refused_stream(attempt: Attempt, words: str) -> UpstreamUnavailable:
@@ -142,8 +164,9 @@ def error_answer(attempt: Attempt, body: bytes) -> None:
     ``{"type": "error", …}``), a stream request included. Relayed as an answer, the client got the error as a
     success, or a stream that "ended before any output" with the provider's words lost. An error that blames the
     request (``is_request_fault``: context length, an invalid request; or its own ``code`` saying 400, 413 or 422)
-    is a ``ClientFault`` (relayed in the client's API shape, with that status, else 400); any other is the
-    provider's failure, and the next deployment is asked. Returns for any other body. Costs one ``find`` over a
+    is a ``ClientFault`` (relayed in the client's API shape, with that status, else 400); one that refuses the
+    gateway's key (``credentials_refusal``) is read as that 401 or 403; any other is the provider's failure, and
+    the next deployment is asked. Returns for any other body. Costs one ``find`` over a
     small body (an error object is never large), a regex and a parse only when it holds ``"error"``.
     """
     if len(body) > MAX_ERROR_BODY or body.find(b'"error"') < 0 or _ERROR_MEMBER.search(body) is None:
@@ -151,14 +174,17 @@ def error_answer(attempt: Attempt, body: bytes) -> None:
     error = error_envelope(body)
     if error is None:
         return
-    status = _fault_status(error)
+    refused = credentials_refusal(error)
+    status = _fault_status(error) if refused is None else None
     if status is not None:
         raise ClientFault(status, body, "application/json")
+    if attempt.meter is not None:
+        attempt.meter.first_error = error  # the stream's first word: recorded as the provider's error, not a break
+    if refused is not None:
+        raise refused_in_band(attempt, refused)
     name = attempt.candidate.provider.name
     message, code = describe_error(error)
     answered = attempt.status if attempt.status is not None else 200
-    if attempt.meter is not None:
-        attempt.meter.first_error = error  # the stream's first word: recorded as the provider's error, not a break
     raise UpstreamUnavailable(
         f"{name}: upstream answered {answered} with an error: {message}", provider=name, status=answered, code=code
     )

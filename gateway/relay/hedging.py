@@ -12,9 +12,9 @@ A refusal decides a race. A request-blaming 4xx (a content filter, a bad paramet
 is, as it would be without a race: another deployment's answer must not reach the client around
 it because it happened to come first. So the winner's first bytes are held for up to
 ``REFUSAL_GRACE_S`` while any other racer has no status yet (or an error status still being
-read); a refusal within it ends the request in that refusal. A ``context_length_exceeded`` is
-the one refusal that is the deployment's, not the request's (``gateway.relay.context``): a racer
-still running beside it (on a deployment that took the prompt, so a larger window) is kept, and
+read); a refusal within it ends the request in that refusal. A ``context_length_exceeded`` (or input the
+deployment does not accept) is the refusal that is the deployment's, not the request's (``gateway.relay.context``):
+a racer still running beside it (on a deployment that took the prompt, so a larger window) is kept, and
 the refused deployment's window learned, instead of cancelling it and calling it again.
 """
 
@@ -25,7 +25,7 @@ import asyncio
 from gateway.errors import UpstreamError
 from gateway.relay.attempt import Attempt, ClientFault, Opened, first_output_at
 from gateway.relay.budget import AttemptBudget
-from gateway.relay.context import refused_as_too_long
+from gateway.relay.context import refused_here
 from gateway.relay.drain import Drains, is_drained
 from gateway.relay.request import ProxyRequest
 from gateway.relay.retry import Retries
@@ -113,9 +113,7 @@ async def race(
                         queue = (failed, *queue)
                         again = lone
                 elif isinstance(error, ClientFault):
-                    if refused_as_too_long(runner.router, budget, attempt.candidate, error)[0] and (
-                        pending or answered
-                    ):
+                    if refused_here(runner.router, budget, attempt.candidate, error)[0] and (pending or answered):
                         continue  # too long for it alone: a racer still running took the prompt
                     runner.commit_refusal(budget, attempt)
                     raise error
@@ -208,7 +206,7 @@ async def _hold_for_refusals(
             if error is None:
                 answered.append(attempt)
             elif isinstance(error, ClientFault):
-                if not refused_as_too_long(runner.router, budget, attempt.candidate, error)[0]:
+                if not refused_here(runner.router, budget, attempt.candidate, error)[0]:
                     return attempt, error
             elif isinstance(error, UpstreamError):
                 budget.failed(error, attempt.candidate)

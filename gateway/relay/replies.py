@@ -16,12 +16,13 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.types import Message, Send
 
-from gateway.errors import UpstreamError, UpstreamTimeout
+from gateway.errors import UpstreamError
 from gateway.reading import Reading
-from gateway.relay.attempt import Attempt, AttemptLog, is_request_fault
+from gateway.relay.attempt import Attempt, AttemptLog
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.deadline import Deadline
 from gateway.relay.disconnect import DisconnectWatch
+from gateway.relay.ending import Forwarder, stream_ending
 from gateway.relay.first_token import refused_stream
 from gateway.relay.forward import EventForwarder
 from gateway.relay.keepalive import SSE_HEADERS
@@ -34,8 +35,6 @@ from gateway.samples import Outcome
 from gateway.sse import EventTooLarge
 from gateway.translate import as_api
 from gateway.translate.stream import StreamTranslator
-
-Forwarder = EventForwarder | StreamTranslator
 
 logger = logging.getLogger("gateway")
 SEND_GRACE_S = 1.0
@@ -149,7 +148,7 @@ class StreamReply(Reply):
                     start = None
                     meter = attempt.meter
                     assert meter is not None
-                    # A [DONE] relayed as is, with nothing held back: nothing can follow it (``_ending``
+                    # A [DONE] relayed as is, with nothing held back: nothing can follow it (``stream_ending``
                     # adds no bytes and tries no recovery), so the client's stream ends before the
                     # measuring (a parse and a token count) starts; ``_relay`` ended it with the last bytes.
                     closed = broken is None and forwarder.error is None and meter.done
@@ -158,13 +157,14 @@ class StreamReply(Reply):
                         await send({"type": "http.response.body", "body": b"", "more_body": False})
                     reading = meter.finish(runner.counter)
                     if closed and reading.error_message is None and not reading.incomplete:
-                        # ``_ending``'s answer for a stream that ended with its ending relayed (the usual case),
+                        # ``stream_ending``'s answer for a stream that ended with its ending relayed (the usual case),
                         # without the call: complete, no tail, nothing to recover.
                         outcome: Outcome = "ok"
                         tail = b""
                         recoverable = False
+                        status = None
                     else:
-                        outcome, tail, recoverable = _ending(attempt, forwarder, broken, reading)
+                        outcome, tail, recoverable, status = stream_ending(attempt, forwarder, broken, reading)
                         tail = redact(tail)
                     if outcome == "ok" and reading.malformed:
                         failed = attempt.candidate
@@ -177,11 +177,11 @@ class StreamReply(Reply):
                         if not closed:
                             watch.disarm()
                             await send({"type": "http.response.body", "body": tail, "more_body": False})
-                        runner.record(request, attempt, outcome, reading)
+                        runner.record(request, attempt, outcome, reading, status)
                         if said and outcome == "ok":
                             request.trace.answer_text = "".join(said) + reading.answer_text
                         return
-                    runner.record(request, attempt, outcome, reading)
+                    runner.record(request, attempt, outcome, reading, status)
                     said.append(reading.answer_text)
                     resumed = None
                     said_tokens = 0
@@ -364,36 +364,3 @@ def _forwarder(
     drop = injects_usage(request, attempt.candidate.provider)
     shown = None if continuation else request.shown_model
     return EventForwarder(request.dialect, continuation, drop, said_tokens, shown)  # by position (``EventForwarder``)
-
-
-def _ending(
-    attempt: Attempt, forwarder: Forwarder, broken: UpstreamError | None, reading: Reading
-) -> tuple[Outcome, bytes, bool]:
-    """How one upstream stream ended: its outcome, the client stream's last bytes, and whether to try recovery."""
-    meter = attempt.meter
-    assert meter is not None
-    if broken is not None and reading.finished and reading.error_message is None:
-        # The answer was complete (finish_reason came); only the provider's [DONE] or its
-        # close went missing: end the client's stream cleanly rather than as an error.
-        return "ok", forwarder.clean_end(), False
-    if broken is not None:
-        outcome: Outcome = "timeout" if isinstance(broken, UpstreamTimeout) else "broken_stream"
-        tail = forwarder.stream_error(broken.message, "upstream_stream_broken", reading.last_sequence)
-        return outcome, tail, True
-    if forwarder.error is not None:
-        # The provider's own error event, held back: relayed as is, unless another deployment can finish
-        # (never when it blames the request: the provider's health is not at stake, and a retry would fail alike).
-        fault = is_request_fault(forwarder.error_object)
-        return ("client_error" if fault else "upstream_error"), forwarder.error, not fault
-    if reading.error_message is not None:
-        return "upstream_error", b"", False
-    if reading.incomplete:
-        # Responses' response.incomplete, relayed as is: the request's limit or filter ended the answer.
-        return "client_error", b"", False
-    if not meter.done and not reading.finished:
-        name = attempt.candidate.provider.name
-        message = f"{name}: upstream stream ended before the answer was complete"
-        return "broken_stream", forwarder.stream_error(message, "upstream_stream_broken", reading.last_sequence), True
-    # Complete: a malformed event on the way (relayed as is; SDKs skip it) is counted apart, by the caller,
-    # not held against the provider's health.
-    return "ok", b"" if meter.done else forwarder.clean_end(), False

@@ -290,10 +290,10 @@ class AttemptRunner:
         return attempt.whole
 
     def fail(self, request: ProxyRequest, attempt: Attempt, outcome: Outcome, error: UpstreamError | None) -> None:
-        """Close a failed attempt and record its sample."""
+        """Close a failed attempt and record its sample, the error's status first (a 200's refusal: its 401)."""
         if attempt.response is not None:
             attempt.response.close()
-        status = attempt.status if attempt.status is not None else (error.upstream_status if error else None)
+        status = error.upstream_status if error is not None and error.upstream_status is not None else attempt.status
         ttft = attempt.meter.ttft_s if attempt.meter else None
         if ttft is None and outcome == "client_cancelled" and attempt.hedged and not attempt.is_hedge:
             # A primary cancelled while hedged had waited past its hedge threshold (about its own
