@@ -103,12 +103,7 @@ def _items(turn: Turn) -> list[dict[str, Any]]:
             items.append({"type": "function_call", "call_id": part.id, "name": part.name, "arguments": part.arguments})
         elif isinstance(part, ToolResult):
             flush()
-            output: Any = "".join(p.text for p in part.content if isinstance(p, Text))
-            if not (part.plain and all(isinstance(p, Text) for p in part.content)):
-                output = [_input_part(p) for p in part.content]
-            if part.is_error:
-                output = f"Error: {output}" if isinstance(output, str) else output
-            items.append({"type": "function_call_output", "call_id": part.call_id, "output": output})
+            items.append({"type": "function_call_output", "call_id": part.call_id, "output": _output(part)})
         elif part.opaque_for("responses"):
             # Only opaque reasoning a Responses provider made can go back to one (OpenAI refuses any other); plain
             # text has no place.
@@ -117,6 +112,21 @@ def _items(turn: Turn) -> list[dict[str, Any]]:
             items.append({"type": "reasoning", "summary": summary, "encrypted_content": part.encrypted})
     flush()
     return items
+
+
+def _output(result: ToolResult) -> str | list[dict[str, Any]]:
+    """A ``function_call_output``'s output: one string, or input parts where the result held blocks or images. The
+    Responses API has no error flag on a tool's output: the model reads a failure in the text, as chat's does, whichever
+    form the output takes (a failed call read as a success would change what the model does next)."""
+    error = "Error: " if result.is_error else ""
+    if result.plain and all(isinstance(p, Text) for p in result.content):
+        return error + "".join(p.text for p in result.content if isinstance(p, Text))
+    parts = [_input_part(p) for p in result.content]
+    if not error:
+        return parts
+    if parts and parts[0]["type"] == "input_text":
+        return [{"type": "input_text", "text": error + parts[0]["text"]}, *parts[1:]]
+    return [{"type": "input_text", "text": error.rstrip()}, *parts]
 
 
 def _input_part(part: Text | Image) -> dict[str, Any]:
