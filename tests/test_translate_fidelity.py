@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anthropic
+import pytest
 
 from gateway.fakes import FakeBehavior
 from tests.support.config import gateway_config
@@ -64,3 +65,19 @@ def test_a_failed_tool_result_with_an_image_stays_a_failure_on_a_responses_provi
         [{"type": "input_text", "text": "Error: display locked"}, picture],
         [{"type": "input_text", "text": "Error:"}, picture],
     ]
+
+
+@pytest.mark.parametrize("upstream", ["chat", "responses"])
+def test_a_top_level_cache_control_is_a_cache_hint_not_a_refusal(
+    fakes: Fakes, start_gateway: StartGateway, upstream: str
+) -> None:
+    """The Messages API's request-wide ``cache_control`` (automatic caching: the last cacheable block is marked) asks
+    nothing of the answer; chat and Responses providers cache prefixes without marks, as for a block's own mark."""
+    fake = fakes.start("only", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(gateway_config([fake], provider_options={"only": {"apis": [upstream]}}))
+    with claude(gateway.url) as client:
+        answer = client.messages.create(
+            model="m", max_tokens=64, cache_control={"type": "ephemeral"}, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert answer.stop_reason == "end_turn"
+    assert "cache_control" not in sent(fake.app.state.recorded)

@@ -65,8 +65,12 @@ _KNOWN = frozenset(
         "output_format",
         "output_config",
         "context_management",
+        "cache_control",
     }
 )
+"""``cache_control`` at the top (automatic caching: Anthropic marks the request's last cacheable block) is a cache hint,
+as a block's own mark is: read and left out, since the targets read from here (chat, Responses) cache prefixes without
+marks."""
 STOPS: dict[str, StopReason] = {
     "end_turn": "end",
     "max_tokens": "length",
@@ -92,6 +96,8 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
     """The request in the neutral shape; a server tool is refused, or with ``builtin_tools="omit"`` left out and
     named in ``omitted_tools`` (a ``tool_choice`` naming it is still refused)."""
     refuse_unknown(body, _KNOWN, "other")
+    if body.get("cache_control") is not None:
+        as_dict(body["cache_control"], "cache_control")
     _context_management(body.get("context_management"))
     conversation = Conversation(turns=[], stream=body.get("stream") is True)
     system = body.get("system")
