@@ -8,12 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
 from gateway.fakes import FakeBehavior
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
+from tests.support.scripted import ScriptedUpstream
+from tests.support.servers import ServerThread
 
 StartGateway = Callable[..., Gateway]
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
@@ -81,3 +84,78 @@ def test_a_top_level_cache_control_is_a_cache_hint_not_a_refusal(
         )
     assert answer.stop_reason == "end_turn"
     assert "cache_control" not in sent(fake.app.state.recorded)
+
+
+def whole_calls() -> list[tuple[str | None, Any]]:
+    """A Responses stream whose two function calls come whole in their items (no ``arguments.delta`` events), and
+    whose text comes only in its ``output_text.done``: what a server that does not stream them sends."""
+    calls = [
+        {"id": f"fc_{i}", "type": "function_call", "call_id": f"call_{city}", "name": "shot", "arguments": ""}
+        for i, city in enumerate(("paris", "rome"))
+    ]
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": {"id": "resp_up", "model": "up", "status": "in_progress"}}
+    ]
+    for index, call in enumerate(calls):
+        whole = {**call, "status": "completed", "arguments": f'{{"city":"{call["call_id"][5:]}"}}'}
+        events += [
+            {"type": "response.output_item.added", "output_index": index, "item": {**call, "status": "in_progress"}},
+            {"type": "response.output_item.done", "output_index": index, "item": whole},
+        ]
+    usage = {"input_tokens": 9, "output_tokens": 4, "total_tokens": 13}
+    events.append({"type": "response.completed", "response": {"id": "resp_up", "status": "completed", "usage": usage}})
+    return [(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events)]
+
+
+def test_function_calls_streamed_whole_by_a_responses_provider_keep_their_arguments(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> None:
+    """A call's ``output_item.done`` holds its whole arguments: where no delta gave them, they are given then (the
+    client got each call with no arguments at all)."""
+    upstream = ScriptedUpstream("only")
+    test_servers.append(upstream.server.start())
+    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["responses"]}}))
+    upstream.answer_sse(whole_calls())
+    with claude(gateway.url) as client:
+        question: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Paris and Rome?"}]
+        with client.messages.stream(model="m", max_tokens=64, tools=TOOLS, messages=question) as stream:
+            final = stream.get_final_message()
+    assert [(b.id, b.input) for b in final.content if b.type == "tool_use"] == [
+        ("call_paris", {"city": "paris"}),
+        ("call_rome", {"city": "rome"}),
+    ]
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as chat:
+        tools: list[openai.types.chat.ChatCompletionToolParam] = [
+            {"type": "function", "function": {"name": "shot", "parameters": {"type": "object"}}}
+        ]
+        with chat.chat.completions.stream(
+            model="m", tools=tools, messages=[{"role": "user", "content": "Paris and Rome?"}]
+        ) as chunks:
+            message = chunks.get_final_completion().choices[0].message
+    assert [(c.id, c.function.arguments) for c in message.tool_calls or []] == [
+        ("call_paris", '{"city":"paris"}'),
+        ("call_rome", '{"city":"rome"}'),
+    ]
+
+
+def test_text_given_only_in_its_done_event_reaches_the_client(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> None:
+    upstream = ScriptedUpstream("only")
+    test_servers.append(upstream.server.start())
+    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["responses"]}}))
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+    where = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": {"id": "resp_up", "model": "up", "status": "in_progress"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.output_text.delta", **where, "delta": "Hello"},
+        {"type": "response.output_text.done", **where, "text": "Hello, world."},
+        {"type": "response.completed", "response": {"id": "resp_up", "status": "completed"}},
+    ]
+    upstream.answer_sse([(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events)])
+    with claude(gateway.url) as client:
+        question: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Hi"}]
+        with client.messages.stream(model="m", max_tokens=64, messages=question) as stream:
+            final = stream.get_final_message()
+    assert [b.text for b in final.content if b.type == "text"] == ["Hello, world."]

@@ -193,34 +193,39 @@ def _index(event: dict[str, Any]) -> int:
 
 
 class ResponsesReader:
+    """A Responses stream's events; an item's ``.done`` events hold its whole text or arguments, of which the part its
+    deltas did not give (all of it, from a server that streams a call's arguments whole) is given then."""
+
     def __init__(self) -> None:
         self._calls = False
+        self._said: dict[tuple[int, str], str] = {}
+        """Per output item and what streams in it (a content part's text, a call's ``arguments``): what deltas gave."""
 
     def read(self, event: dict[str, Any]) -> list[Event]:
         kind = event.get("type")
+        key = count(event.get("output_index"))
         if kind == "response.created":
             response = obj(event.get("response"))
             return [Started(str(response.get("id") or ""), str(response.get("model") or ""))]
         if kind == "response.output_item.added":
             item = obj(event.get("item"))
-            if item.get("type") == "function_call":
-                self._calls = True
-                key = count(event.get("output_index"))
-                return [ToolCallStart(key, str(item.get("call_id") or ""), str(item.get("name") or ""))]
-            return []
+            return self._call(key, item) if item.get("type") == "function_call" else []
+        part = f"content {count(event.get('content_index'))}"
         if kind in ("response.output_text.delta", "response.refusal.delta"):
-            return [TextDelta(str(event.get("delta") or ""))]
+            return [TextDelta(self._say(key, part, str(event.get("delta") or "")))]
+        if kind in ("response.output_text.done", "response.refusal.done"):
+            rest = self._rest(key, part, event.get("text", event.get("refusal")))
+            return [TextDelta(rest)] if rest else []
         if kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
             return [ReasoningDelta(str(event.get("delta") or ""))]
         if kind == "response.function_call_arguments.delta":
-            key = count(event.get("output_index"))
-            return [ToolArgsDelta(key, str(event.get("delta") or ""))]
+            return [ToolArgsDelta(key, self._say(key, "arguments", str(event.get("delta") or "")))]
         if kind == "response.output_item.done":
             item = obj(event.get("item"))
             encrypted = item.get("encrypted_content")
             if item.get("type") == "reasoning" and isinstance(encrypted, str):
                 return [ReasoningDelta("", encrypted=encrypted, maker="responses")]
-            return []
+            return self._call(key, item) if item.get("type") == "function_call" else []
         if kind in ("response.completed", "response.incomplete", "response.failed"):
             response = obj(event.get("response"))
             if kind == "response.failed" or response.get("status") == "failed":
@@ -234,6 +239,27 @@ class ResponsesReader:
         if kind == "error":
             return [_failed(event.get("error") if isinstance(event.get("error"), dict) else event)]
         return []
+
+    def _call(self, key: int, item: dict[str, Any]) -> list[Event]:
+        """A function call item, added or done: its start, once, and the arguments it holds beyond those streamed."""
+        out: list[Event] = []
+        if (key, "arguments") not in self._said:
+            self._calls = True
+            self._said[key, "arguments"] = ""
+            out.append(ToolCallStart(key, str(item.get("call_id") or ""), str(item.get("name") or "")))
+        rest = self._rest(key, "arguments", item.get("arguments"))
+        return [*out, ToolArgsDelta(key, rest)] if rest else out
+
+    def _say(self, key: int, kind: str, text: str) -> str:
+        self._said[key, kind] = self._said.get((key, kind), "") + text
+        return text
+
+    def _rest(self, key: int, kind: str, whole: Any) -> str:
+        """What ``whole`` holds beyond what the item's deltas gave ("" when they gave it all, or something else)."""
+        said = self._said.get((key, kind), "")
+        if not isinstance(whole, str) or not whole.startswith(said):
+            return ""
+        return self._say(key, kind, whole[len(said) :])
 
     def done(self) -> list[Event]:
         return []
