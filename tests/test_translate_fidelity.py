@@ -159,3 +159,23 @@ def test_text_given_only_in_its_done_event_reaches_the_client(
         with client.messages.stream(model="m", max_tokens=64, messages=question) as stream:
             final = stream.get_final_message()
     assert [b.text for b in final.content if b.type == "text"] == ["Hello, world."]
+
+
+@pytest.mark.parametrize("client_api", ["chat", "responses"])
+def test_the_effort_above_high_thinks_more_than_high_on_a_messages_provider(
+    fakes: Fakes, start_gateway: StartGateway, client_api: str
+) -> None:
+    """OpenAI's ``xhigh`` is its step above ``high``: as a thinking budget it was read as an unknown effort (medium)."""
+    fake = fakes.start("only", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(gateway_config([fake], provider_options={"only": {"apis": ["messages"]}}))
+    budgets = []
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        for effort in ("high", "xhigh"):
+            if client_api == "chat":
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}], reasoning_effort=effort
+                )
+            else:
+                client.responses.create(model="m", input="hi", reasoning={"effort": effort})
+            budgets.append(sent(fake.app.state.recorded)["thinking"]["budget_tokens"])
+    assert budgets[1] > budgets[0]

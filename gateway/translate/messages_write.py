@@ -31,6 +31,9 @@ TARGET = "Messages"
 _ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 DEFAULT_MAX_TOKENS = 4096
 """What a Messages request asks when the client set no limit (the Messages API requires one), beside thinking."""
+BUDGETS = {"low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768}
+"""OpenAI's reasoning efforts as thinking budgets, in the same order: ``xhigh`` (OpenAI's step above ``high``) thinks
+more than ``high`` does, never less."""
 
 
 # -- request: neutral → Messages -------------------------------------------------------------
@@ -114,7 +117,7 @@ def _budget(reasoning: ReasoningAsk) -> int | None:
         return None
     if reasoning.budget_tokens is not None:
         return reasoning.budget_tokens
-    return {"low": 2048, "medium": 8192, "high": 24576}.get(reasoning.effort or "medium", 8192)
+    return BUDGETS.get(reasoning.effort or "medium", BUDGETS["medium"])
 
 
 def _thinking(reasoning: ReasoningAsk, max_tokens: int) -> dict[str, Any]:
