@@ -179,3 +179,76 @@ def test_the_effort_above_high_thinks_more_than_high_on_a_messages_provider(
                 client.responses.create(model="m", input="hi", reasoning={"effort": effort})
             budgets.append(sent(fake.app.state.recorded)["thinking"]["budget_tokens"])
     assert budgets[1] > budgets[0]
+
+
+def interleaved_calls() -> list[tuple[str | None, Any]]:
+    """Two parallel calls as some OpenAI-compatible servers stream them: both begun in one chunk, then their
+    arguments' fragments taking turns."""
+    head = {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1, "model": "up"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, dict[str, Any]]:
+        return None, {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    def args(index: int, text: str) -> dict[str, Any]:
+        return {"index": index, "function": {"arguments": text}}
+
+    begun = [
+        {"index": i, "id": f"call_{city}", "type": "function", "function": {"name": "shot", "arguments": ""}}
+        for i, city in enumerate(("paris", "rome"))
+    ]
+    return [
+        chunk({"role": "assistant", "content": None, "tool_calls": begun}),
+        chunk({"tool_calls": [args(0, '{"city":'), args(1, '{"city":')]}),
+        chunk({"tool_calls": [args(0, '"paris"}')]}),
+        chunk({"tool_calls": [args(1, '"rome"}')]}),
+        chunk({}, "tool_calls"),
+        (None, "[DONE]"),
+    ]
+
+
+def test_interleaved_parallel_calls_stream_to_a_messages_client_one_block_at_a_time(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> None:
+    """Every delta of a block comes between its start and its stop (a delta after the stop is lost to a client that
+    finishes a tool call at its stop, as Claude Code does), and each call gets its own arguments."""
+    upstream = ScriptedUpstream("only")
+    test_servers.append(upstream.server.start())
+    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["chat"]}}))
+    upstream.answer_sse(interleaved_calls())
+    with claude(gateway.url) as client:
+        question: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Paris and Rome?"}]
+        events = list(client.messages.create(model="m", max_tokens=64, tools=TOOLS, messages=question, stream=True))
+    blocks: dict[int, list[str]] = {}
+    open_block: int | None = None
+    for event in events:
+        if event.type == "content_block_start":
+            assert open_block is None
+            open_block = event.index
+            blocks[event.index] = []
+        elif event.type == "content_block_delta":
+            assert event.index == open_block and event.delta.type == "input_json_delta"
+            blocks[event.index].append(event.delta.partial_json)
+        elif event.type == "content_block_stop":
+            assert event.index == open_block
+            open_block = None
+    assert {i: "".join(parts) for i, parts in blocks.items()} == {0: '{"city":"paris"}', 1: '{"city":"rome"}'}
+
+
+def test_interleaved_parallel_calls_stream_to_a_responses_client_one_item_at_a_time(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> None:
+    upstream = ScriptedUpstream("only")
+    test_servers.append(upstream.server.start())
+    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["chat"]}}))
+    upstream.answer_sse(interleaved_calls())
+    tool: Any = {"type": "function", "name": "shot", "parameters": {"type": "object"}, "strict": False}
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        events = list(client.responses.create(model="m", input="Paris and Rome?", tools=[tool], stream=True))
+    done = [e.arguments for e in events if e.type == "response.function_call_arguments.done"]
+    assert done == ['{"city":"paris"}', '{"city":"rome"}']
+    finished: set[int] = set()
+    for event in events:
+        if event.type == "response.function_call_arguments.delta":
+            assert event.output_index not in finished
+        elif event.type == "response.output_item.done":
+            finished.add(event.output_index)

@@ -51,6 +51,9 @@ class ChatReader:
         self._started = False
         self._calls: dict[int, str] = {}
         """Each tool call's key and id, in the order they began."""
+        self._live: int | None = None
+        """The call whose events are given as they come; a later one's are held (``_held``) until the calls are over."""
+        self._held: dict[int, list[Event]] = {}
         self.signed = False
         """A tool call came with a thought signature: the deployment is one that needs them back."""
 
@@ -67,15 +70,16 @@ class ChatReader:
             delta = obj(choice.get("delta"))
             reasoning = delta.get("reasoning_content", delta.get("reasoning"))
             if isinstance(reasoning, str) and reasoning:
-                out.append(ReasoningDelta(reasoning))
+                out += [*self._release(), ReasoningDelta(reasoning)]
             for text in (delta.get("content"), delta.get("refusal")):  # OpenAI streams a refusal beside content
                 if isinstance(text, str) and text:
-                    out.append(TextDelta(text))
+                    out += [*self._release(), TextDelta(text)]
             for call in listed(delta.get("tool_calls")):
                 if isinstance(call, dict):
                     out.extend(self._call(call))
             finish = choice.get("finish_reason")
             if isinstance(finish, str):
+                out.extend(self._release())
                 stop = chat.stop_of(finish, bool(self._calls))
                 matched = chat.matched_stop(choice, self._stops) if stop == "end" else None
                 out.append(Finished("stop_sequence", matched) if matched is not None else Finished(stop))
@@ -100,6 +104,23 @@ class ChatReader:
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             out.append(ToolArgsDelta(key, arguments))
+        if self._live is None:
+            self._live = key
+        if key == self._live or not out:
+            return out
+        self._held.setdefault(key, []).extend(out)
+        return []
+
+    def _release(self) -> list[Event]:
+        """The held calls, each whole, in the order they began, once the answer has moved past its calls.
+
+        A chat stream may interleave its parallel calls' deltas (the next call begins, then the last one's arguments
+        go on); the Messages and Responses APIs stream one call at a time, each finished before the next begins. So
+        only the first call is given as it comes, and the others when no delta can follow: at the finish, the end,
+        or the text after them."""
+        out = [event for events in self._held.values() for event in events]
+        self._held.clear()
+        self._live = None
         return out
 
     def _key(self, index: Any, call_id: str) -> int:
@@ -113,7 +134,7 @@ class ChatReader:
         return last
 
     def done(self) -> list[Event]:
-        return [Ended()]
+        return [*self._release(), Ended()]
 
 
 class MessagesReader:
