@@ -252,3 +252,18 @@ def test_interleaved_parallel_calls_stream_to_a_responses_client_one_item_at_a_t
             assert event.output_index not in finished
         elif event.type == "response.output_item.done":
             finished.add(event.output_index)
+
+
+def test_a_temperature_above_the_messages_range_is_refused_naming_it(fakes: Fakes, start_gateway: StartGateway) -> None:
+    """OpenAI's APIs take a temperature up to 2, Anthropic's up to 1: the ask is refused before anything is sent, in the
+    client's shape, as a field the target cannot carry is (another deployment that takes it would serve it)."""
+    claude_only = fakes.start("claude", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(gateway_config([claude_only], provider_options={"claude": {"apis": ["messages"]}}))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], temperature=1.5)
+        answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], temperature=1)
+    body: Any = refused.value.body
+    assert (body["param"], body["code"]) == ("temperature", "untranslatable_field")
+    assert answer.choices[0].finish_reason == "stop"
+    assert [r.body.get("temperature") for r in claude_only.app.state.recorded] == [1]

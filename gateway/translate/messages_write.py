@@ -67,6 +67,10 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         if conversation.parallel_tool_calls is not None and mode != "none":
             spec["disable_parallel_tool_use"] = not conversation.parallel_tool_calls
         body["tool_choice"] = spec
+    if conversation.temperature is not None and conversation.temperature > 1:
+        # OpenAI's APIs take 0 to 2, Anthropic's 0 to 1: a hotter ask has no equal there (clamped, it would be a
+        # cooler answer than asked; sent, a 400 the deployment is blamed for).
+        raise Untranslatable("temperature", TARGET, "above 1 (the Messages API takes 0 to 1)")
     for name in ("temperature", "top_p", "top_k"):
         value = getattr(conversation, name)
         if value is not None:
