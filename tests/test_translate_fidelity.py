@@ -266,4 +266,51 @@ def test_a_temperature_above_the_messages_range_is_refused_naming_it(fakes: Fake
     body: Any = refused.value.body
     assert (body["param"], body["code"]) == ("temperature", "untranslatable_field")
     assert answer.choices[0].finish_reason == "stop"
-    assert [r.body.get("temperature") for r in claude_only.app.state.recorded] == [1]
+    assert [(r.body or {}).get("temperature") for r in claude_only.app.state.recorded] == [1]
+
+
+PDF = "JVBERi0xLjQKJcfsj6IK"
+PDF_PARTS: dict[str, dict[str, Any]] = {
+    "chat": {"type": "file", "file": {"filename": "report.pdf", "file_data": f"data:application/pdf;base64,{PDF}"}},
+    "messages": {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": PDF},
+        "title": "report.pdf",
+    },
+    "responses": {"type": "input_file", "filename": "report.pdf", "file_data": f"data:application/pdf;base64,{PDF}"},
+}
+"""One PDF as each API takes it inline in a user turn."""
+
+
+@pytest.mark.parametrize(
+    ("client_api", "upstream"),
+    [(c, u) for c in ("chat", "messages", "responses") for u in ("chat", "messages", "responses") if c != u],
+)
+def test_a_pdf_in_a_user_turn_reaches_a_provider_of_another_api(
+    fakes: Fakes, start_gateway: StartGateway, client_api: str, upstream: str
+) -> None:
+    """Every API takes a PDF's bytes in a user turn (chat's ``file``, Messages' ``document``, Responses'
+    ``input_file``): carried as the provider's own part, not refused."""
+    fake = fakes.start("only", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(gateway_config([fake], provider_options={"only": {"apis": [upstream]}}))
+    ask: Any = "Summarise it."
+    if client_api == "messages":
+        with claude(gateway.url) as client:
+            question: Any = [{"role": "user", "content": [PDF_PARTS["messages"], {"type": "text", "text": ask}]}]
+            answer = client.messages.create(model="m", max_tokens=64, messages=question)
+            assert answer.stop_reason == "end_turn"
+    else:
+        with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as chat:
+            if client_api == "chat":
+                content: Any = [PDF_PARTS["chat"], {"type": "text", "text": ask}]
+                completion = chat.chat.completions.create(model="m", messages=[{"role": "user", "content": content}])
+                assert completion.choices[0].finish_reason == "stop"
+            else:
+                turns: Any = [
+                    {"role": "user", "content": [PDF_PARTS["responses"], {"type": "input_text", "text": ask}]}
+                ]
+                response = chat.responses.create(model="m", input=turns)
+                assert response.status == "completed"
+    body = sent(fake.app.state.recorded)
+    turn = (body["input"] if upstream == "responses" else body["messages"])[-1]
+    assert turn["content"][0] == PDF_PARTS[upstream]

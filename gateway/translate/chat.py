@@ -19,6 +19,9 @@ from gateway.translate.common import (
     as_list,
     as_str,
     bad,
+    document_from,
+    document_name,
+    document_url,
     image_from_url,
     image_url,
     openai_user,
@@ -31,6 +34,7 @@ from gateway.translate.common import (
 )
 from gateway.translate.ir import (
     Conversation,
+    Document,
     Image,
     Instruction,
     OutputFormat,
@@ -136,6 +140,8 @@ def read_request(body: dict[str, Any]) -> Conversation:
             call_id = as_str(message.get("tool_call_id"), f"{path}.tool_call_id")
             content, plain = _user_content(message.get("content"), f"{path}.content")
             blocks = [p for p in content if isinstance(p, Text | Image)]
+            if len(blocks) < len(content):
+                raise Untranslatable(f"{path}.content", "other", "a file in a tool message")
             result = ToolResult(call_id, blocks, plain=plain)
             last = conversation.turns[-1] if conversation.turns else None
             if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
@@ -200,6 +206,11 @@ def _user_content(content: Any, path: str) -> tuple[list[Part], bool]:
             read = image_from_url(url, opt_str(image.get("detail"), f"{where}.image_url.detail"))
             read.cache = cache
             parts.append(read)
+        elif kind == "file":
+            spec = as_dict(part.get("file"), f"{where}.file")
+            document = document_from(spec.get("file_data"), None, spec.get("filename"), f"{where}.file")
+            document.cache = cache
+            parts.append(document)
         else:
             raise Untranslatable(f"{where}.type", "other", f"a {kind!r} content part")
     return parts, False
@@ -332,6 +343,10 @@ def _user_parts(parts: list[Part], plain: bool) -> str | list[dict[str, Any]]:
             if part.detail is not None:
                 image["detail"] = part.detail
             out.append({"type": "image_url", "image_url": image})
+        elif isinstance(part, Document):
+            if part.url is not None:
+                raise Untranslatable("file_url", TARGET, "a document by URL (a chat file part holds its bytes only)")
+            out.append({"type": "file", "file": {"filename": document_name(part), "file_data": document_url(part)}})
     return out
 
 

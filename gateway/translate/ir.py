@@ -73,6 +73,20 @@ class Image:
 
 
 @dataclass(slots=True)
+class Document:
+    """A file in a user turn (a PDF): each API takes one inline (base64 bytes) and the Messages and Responses APIs by
+    URL too (chat's ``file``, Messages' ``document``, Responses' ``input_file``)."""
+
+    data: str | None = None
+    """Base64 bytes, with ``media_type`` (None for a URL)."""
+    media_type: str | None = None
+    url: str | None = None
+    filename: str | None = None
+    """Its name (Messages: ``title``)."""
+    cache: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
 class ToolCall:
     id: str
     name: str
@@ -115,7 +129,7 @@ class Reasoning:
         return self.maker == api and (self.signature is not None or self.encrypted is not None)
 
 
-Part = Text | Image | ToolCall | ToolResult | Reasoning
+Part = Text | Image | Document | ToolCall | ToolResult | Reasoning
 
 
 @dataclass(slots=True)

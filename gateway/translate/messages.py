@@ -24,6 +24,7 @@ from gateway.translate.common import (
 from gateway.translate.ir import (
     BuiltinTools,
     Conversation,
+    Document,
     Image,
     Instruction,
     OutputFormat,
@@ -254,6 +255,10 @@ def read_block(raw: Any, path: str) -> Part | None:
         image = _read_image(block, path)
         image.cache = cache
         return image
+    if kind == "document":
+        document = _read_document(block, path)
+        document.cache = cache
+        return document
     if kind == "tool_use":
         arguments = dump_json(block.get("input") if block.get("input") is not None else {})
         return ToolCall(
@@ -293,6 +298,24 @@ def _read_image(block: dict[str, Any], path: str) -> Image:
     if kind == "url":
         return Image(url=as_str(source.get("url"), f"{path}.source.url"))
     raise Untranslatable(f"{path}.source.type", "other", f"an image source {kind!r}")
+
+
+def _read_document(block: dict[str, Any], path: str) -> Document:
+    """A ``document`` block of a PDF's bytes or URL; a plain-text or content source, a ``context`` and citations have
+    no place in the other APIs' file parts."""
+    refuse_unknown(block, frozenset({"type", "source", "title", "cache_control", "citations"}), "other", path + ".")
+    citations = block.get("citations")
+    if citations is not None and as_dict(citations, f"{path}.citations").get("enabled") is True:
+        raise Untranslatable(f"{path}.citations", "other", "citations of a document")
+    source = as_dict(block.get("source"), f"{path}.source")
+    kind = source.get("type")
+    title = opt_str(block.get("title"), f"{path}.title")
+    if kind == "base64":
+        media_type = as_str(source.get("media_type"), f"{path}.source.media_type")
+        return Document(data=as_str(source.get("data"), f"{path}.source.data"), media_type=media_type, filename=title)
+    if kind == "url":
+        return Document(url=as_str(source.get("url"), f"{path}.source.url"), filename=title)
+    raise Untranslatable(f"{path}.source.type", "other", f"a document source {kind!r}")
 
 
 def _read_tool(raw: Any, index: int) -> Tool:

@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.translate.ir import (
     Conversation,
+    Document,
     Image,
     Part,
     Reasoning,
@@ -158,6 +159,8 @@ def write_block(part: Part) -> dict[str, Any] | None:
         return _cached({"type": "text", "text": part.text}, part.cache)
     if isinstance(part, Image):
         return _cached({"type": "image", "source": _source(part)}, part.cache)
+    if isinstance(part, Document):
+        return _cached(_document(part), part.cache)
     if isinstance(part, ToolCall):
         try:
             arguments = json.loads(part.arguments) if part.arguments.strip() else {}
@@ -190,6 +193,16 @@ def _source(image: Image) -> dict[str, Any]:
     if image.url is not None:
         return {"type": "url", "url": image.url}
     return {"type": "base64", "media_type": image.media_type or "image/png", "data": image.data or ""}
+
+
+def _document(document: Document) -> dict[str, Any]:
+    source: dict[str, Any] = {"type": "url", "url": document.url}
+    if document.url is None:
+        source = {"type": "base64", "media_type": document.media_type or "application/pdf", "data": document.data or ""}
+    block: dict[str, Any] = {"type": "document", "source": source}
+    if document.filename is not None:
+        block["title"] = document.filename
+    return block
 
 
 def _tool(tool: Tool) -> dict[str, Any]:

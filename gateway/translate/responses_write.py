@@ -11,11 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.translate.common import (
+    document_name,
+    document_url,
     image_url,
     openai_user,
 )
 from gateway.translate.ir import (
     Conversation,
+    Document,
     Image,
     OutputFormat,
     Text,
@@ -98,6 +101,9 @@ def _items(turn: Turn) -> list[dict[str, Any]]:
             image: dict[str, Any] = {"type": "input_image", "image_url": image_url(part)}
             image["detail"] = part.detail or "auto"
             content.append(image)
+        elif isinstance(part, Document):
+            inline = {"filename": document_name(part), "file_data": document_url(part)}
+            content.append({"type": "input_file", **(inline if part.url is None else {"file_url": part.url})})
         elif isinstance(part, ToolCall):
             flush()
             items.append({"type": "function_call", "call_id": part.id, "name": part.name, "arguments": part.arguments})
