@@ -314,3 +314,49 @@ def test_a_pdf_in_a_user_turn_reaches_a_provider_of_another_api(
     body = sent(fake.app.state.recorded)
     turn = (body["input"] if upstream == "responses" else body["messages"])[-1]
     assert turn["content"][0] == PDF_PARTS[upstream]
+
+
+@pytest.mark.parametrize("upstream", ["chat", "responses"])
+def test_a_pdf_a_tool_returned_reaches_a_provider_of_another_api(
+    fakes: Fakes, start_gateway: StartGateway, upstream: str
+) -> None:
+    """A file reader's result holding a PDF (a Messages ``tool_result`` with a ``document``): a Responses output
+    holds files; a chat tool message holds text only, so the file follows in a user message, as a result's images do."""
+    fake = fakes.start("only", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(gateway_config([fake], provider_options={"only": {"apis": [upstream]}}))
+    result: Any = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [PDF_PARTS["messages"]]}
+    messages: Any = [
+        {"role": "user", "content": "Read report.pdf."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "shot", "input": {}}]},
+        {"role": "user", "content": [result]},
+    ]
+    with claude(gateway.url) as client:
+        client.messages.create(model="m", max_tokens=64, tools=TOOLS, messages=messages)
+    body = sent(fake.app.state.recorded)
+    if upstream == "responses":
+        outputs = [i["output"] for i in body["input"] if i.get("type") == "function_call_output"]
+        assert outputs == [[PDF_PARTS["responses"]]]
+    else:
+        note = "[the files this tool returned follow in the next user message]"
+        assert body["messages"][-2:] == [
+            {"role": "tool", "tool_call_id": "toolu_1", "content": note},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Files returned by tool call toolu_1:"}, PDF_PARTS["chat"]],
+            },
+        ]
+
+
+def test_a_pdf_in_a_function_output_reaches_a_messages_provider(fakes: Fakes, start_gateway: StartGateway) -> None:
+    fake = fakes.start("only", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(gateway_config([fake], provider_options={"only": {"apis": ["messages"]}}))
+    turns: Any = [
+        {"role": "user", "content": "Read report.pdf."},
+        {"type": "function_call", "call_id": "call_1", "name": "shot", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": [PDF_PARTS["responses"]]},
+    ]
+    tool: Any = {"type": "function", "name": "shot", "parameters": {"type": "object"}, "strict": False}
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        assert client.responses.create(model="m", input=turns, tools=[tool]).status == "completed"
+    result = sent(fake.app.state.recorded)["messages"][-1]["content"][0]
+    assert result == {"type": "tool_result", "tool_use_id": "call_1", "content": [PDF_PARTS["messages"]]}

@@ -50,7 +50,9 @@ from gateway.translate.ir import (
 
 TARGET = "Chat Completions"
 IMAGES_FOLLOW = "[the images this tool returned follow in the next user message]"
-"""A tool message's note where its result held images (chat's tool messages hold text only)."""
+"""A tool message's note where its result held images (chat's tool messages hold text only) ..."""
+FILES_FOLLOW = "[the files this tool returned follow in the next user message]"
+"""... and where it held documents (a PDF a file reader returned), images or not."""
 _KNOWN = frozenset(
     {
         "model",
@@ -139,9 +141,7 @@ def read_request(body: dict[str, Any]) -> Conversation:
         elif role == "tool":
             call_id = as_str(message.get("tool_call_id"), f"{path}.tool_call_id")
             content, plain = _user_content(message.get("content"), f"{path}.content")
-            blocks = [p for p in content if isinstance(p, Text | Image)]
-            if len(blocks) < len(content):
-                raise Untranslatable(f"{path}.content", "other", "a file in a tool message")
+            blocks = [p for p in content if isinstance(p, Text | Image | Document)]
             result = ToolResult(call_id, blocks, plain=plain)
             last = conversation.turns[-1] if conversation.turns else None
             if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
@@ -300,14 +300,15 @@ def _messages(conversation: Conversation) -> list[dict[str, Any]]:
         if turn.role == "assistant":
             messages.append(assistant_message(turn))
             continue
-        shown: list[Part] = []  # the images of the turn's tool results, which a tool message cannot hold
+        shown: list[Part] = []  # the images and files of the turn's tool results, which a tool message cannot hold
         rest: list[Part] = []
         for part in turn.parts:
             if isinstance(part, ToolResult):
                 messages.append({"role": "tool", "tool_call_id": part.call_id, "content": _result_content(part)})
-                images = [p for p in part.content if isinstance(p, Image)]
-                if images:
-                    shown += [Text(f"Images returned by tool call {part.call_id}:"), *images]
+                apart = [p for p in part.content if isinstance(p, Image | Document)]
+                if apart:
+                    noun = "Images" if all(isinstance(p, Image) for p in apart) else "Files"
+                    shown += [Text(f"{noun} returned by tool call {part.call_id}:"), *apart]
             else:
                 rest.append(part)
         rest = shown + rest
@@ -321,12 +322,14 @@ def _messages(conversation: Conversation) -> list[dict[str, Any]]:
 
 def _result_content(result: ToolResult) -> str:
     """A tool message's text. Chat's tool messages hold text only: a result's images (Claude Code's ``Read`` of a
-    picture, Codex's ``view_image``) go in a user message right after the turn's tool messages, which this says."""
+    picture, Codex's ``view_image``) and documents go in a user message right after the turn's tool messages, which
+    this says."""
     # Blocks on lines of their own, as a chat server joins a content array's text parts for its template (an MCP
     # tool's result is often several text blocks: glued together, their words would run into each other).
     text = "\n".join(p.text for p in result.content if isinstance(p, Text))
-    if any(isinstance(p, Image) for p in result.content):
-        text = f"{text}\n{IMAGES_FOLLOW}" if text else IMAGES_FOLLOW
+    if any(isinstance(p, Image | Document) for p in result.content):
+        note = FILES_FOLLOW if any(isinstance(p, Document) for p in result.content) else IMAGES_FOLLOW
+        text = f"{text}\n{note}" if text else note
     # Chat has no error flag on a tool result: the model reads it in the text.
     return f"Error: {text}" if result.is_error else text
 

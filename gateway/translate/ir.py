@@ -98,7 +98,7 @@ class ToolCall:
 @dataclass(slots=True)
 class ToolResult:
     call_id: str
-    content: list[Text | Image]
+    content: list[Text | Image | Document]
     is_error: bool = False
     plain: bool = True
     """The result was given as one string (not a list of blocks)."""

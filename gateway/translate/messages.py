@@ -270,11 +270,13 @@ def read_block(raw: Any, path: str) -> Part | None:
         is_error = block.get("is_error") is True
         if content is None or isinstance(content, str):
             return ToolResult(call_id, [Text(content or "")], is_error, True, cache)
-        blocks: list[Text | Image] = []
+        blocks: list[Text | Image | Document] = []
         for index, item in enumerate(as_list(content, f"{path}.content")):
             part = read_block(item, f"{path}.content[{index}]")
-            if not isinstance(part, Text | Image):
-                raise Untranslatable(f"{path}.content[{index}].type", "other", "only text and images in a tool result")
+            if not isinstance(part, Text | Image | Document):
+                raise Untranslatable(
+                    f"{path}.content[{index}].type", "other", "only text, images and documents in a tool result"
+                )
             blocks.append(part)
         return ToolResult(call_id, blocks, is_error, False, cache)
     if kind == "thinking":

@@ -30,6 +30,7 @@ from gateway.translate.common import (
 from gateway.translate.ir import (
     BuiltinTools,
     Conversation,
+    Document,
     Image,
     Instruction,
     OutputFormat,
@@ -216,10 +217,7 @@ def _read_items(
             if isinstance(output, str):
                 result = ToolResult(call_id, [Text(output)])
             else:
-                read = read_content(output, f"{path}.output")
-                blocks = [p for p in read if isinstance(p, Text | Image)]
-                if len(blocks) < len(read):
-                    raise Untranslatable(f"{path}.output", "other", "a file in a tool's output")
+                blocks = [p for p in read_content(output, f"{path}.output") if isinstance(p, Text | Image | Document)]
                 result = ToolResult(call_id, blocks, plain=False)
             last = conversation.turns[-1] if conversation.turns else None
             if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):

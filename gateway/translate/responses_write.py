@@ -102,8 +102,7 @@ def _items(turn: Turn) -> list[dict[str, Any]]:
             image["detail"] = part.detail or "auto"
             content.append(image)
         elif isinstance(part, Document):
-            inline = {"filename": document_name(part), "file_data": document_url(part)}
-            content.append({"type": "input_file", **(inline if part.url is None else {"file_url": part.url})})
+            content.append(_input_part(part))
         elif isinstance(part, ToolCall):
             flush()
             items.append({"type": "function_call", "call_id": part.id, "name": part.name, "arguments": part.arguments})
@@ -135,9 +134,12 @@ def _output(result: ToolResult) -> str | list[dict[str, Any]]:
     return [{"type": "input_text", "text": error.rstrip()}, *parts]
 
 
-def _input_part(part: Text | Image) -> dict[str, Any]:
+def _input_part(part: Text | Image | Document) -> dict[str, Any]:
     if isinstance(part, Text):
         return {"type": "input_text", "text": part.text}
+    if isinstance(part, Document):
+        inline = {"filename": document_name(part), "file_data": document_url(part)}
+        return {"type": "input_file", **(inline if part.url is None else {"file_url": part.url})}
     return {"type": "input_image", "image_url": image_url(part), "detail": part.detail or "auto"}
 
 
