@@ -360,3 +360,14 @@ def test_a_pdf_in_a_function_output_reaches_a_messages_provider(fakes: Fakes, st
         assert client.responses.create(model="m", input=turns, tools=[tool]).status == "completed"
     result = sent(fake.app.state.recorded)["messages"][-1]["content"][0]
     assert result == {"type": "tool_result", "tool_use_id": "call_1", "content": [PDF_PARTS["messages"]]}
+
+
+def test_a_limit_below_the_responses_least_is_raised_to_it(fakes: Fakes, start_gateway: StartGateway) -> None:
+    """Claude Code probes a model with ``max_tokens: 1``; the Responses API refuses a ``max_output_tokens`` below 16
+    (a 400 that made the model look unavailable), so the least it takes is asked."""
+    fake = fakes.start("only", FakeBehavior(output_tokens=3))
+    gateway = start_gateway(gateway_config([fake], provider_options={"only": {"apis": ["responses"]}}))
+    with claude(gateway.url) as client:
+        for limit in (1, 16, 17):
+            client.messages.create(model="m", max_tokens=limit, messages=[{"role": "user", "content": "quota"}])
+    assert [(r.body or {}).get("max_output_tokens") for r in fake.app.state.recorded] == [16, 16, 17]

@@ -98,8 +98,8 @@ SCHEMA_FORMAT = st.fixed_dictionaries(
 @st.composite
 def chat_requests(draw: st.DrawFn, *, stop: bool = True, hottest: float = 2.0) -> dict[str, Any]:
     """A chat request of mapped fields; ``stop=False``: for the Responses API (no stop sequences, but output
-    formats, metadata and a cache key, which it carries and the Messages API does not); ``hottest``: the highest
-    temperature the target takes (the Messages API's is 1)."""
+    formats, metadata and a cache key, which it carries and the Messages API does not, and an output limit of at least
+    16, the least it takes); ``hottest``: the highest temperature the target takes (the Messages API's is 1)."""
     messages: list[dict[str, Any]] = []
     if draw(st.booleans()):
         messages.append({"role": "system", "content": draw(WORDS)})
@@ -119,7 +119,8 @@ def chat_requests(draw: st.DrawFn, *, stop: bool = True, hottest: float = 2.0) -
         messages.append(assistant)
         messages.extend({"role": "tool", "tool_call_id": i, "content": draw(WORDS)} for i, _, _ in calls)
     messages.append({"role": "user", "content": draw(WORDS)})
-    body: dict[str, Any] = {"model": "m", "messages": messages, "max_tokens": draw(st.integers(1, 4000))}
+    least = 1 if stop else 16
+    body: dict[str, Any] = {"model": "m", "messages": messages, "max_tokens": draw(st.integers(least, 4000))}
     tools = draw(st.lists(NAMES, max_size=2, unique=True))
     if tools:
         body["tools"] = [
@@ -230,7 +231,8 @@ def responses_requests(draw: st.DrawFn, *, hottest: float = 2.0) -> dict[str, An
         items += [{"type": "function_call", "call_id": i, "name": n, "arguments": _json(a)} for i, n, a in calls]
         items += [{"type": "function_call_output", "call_id": i, "output": draw(WORDS)} for i, _, _ in calls]
     items.append({"role": "user", "content": draw(WORDS)})
-    body: dict[str, Any] = {"model": "m", "input": items, "max_output_tokens": draw(st.integers(1, 4000))}
+    # 16: the least output limit the Responses API takes.
+    body: dict[str, Any] = {"model": "m", "input": items, "max_output_tokens": draw(st.integers(16, 4000))}
     if draw(st.booleans()):
         body["instructions"] = draw(WORDS)
     tools = draw(st.lists(NAMES, max_size=2, unique=True))

@@ -30,6 +30,9 @@ from gateway.translate.ir import (
 )
 
 TARGET = "Responses"
+LEAST_OUTPUT_TOKENS = 16
+"""The least ``max_output_tokens`` the Responses API takes (OpenAI answers a lower one with a 400): a lower limit, such
+as the ``max_tokens: 1`` with which Claude Code and Claude Desktop probe that a model answers, is asked as this one."""
 
 
 # -- request: neutral → Responses ------------------------------------------------------------
@@ -50,7 +53,7 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
     if conversation.parallel_tool_calls is not None:
         body["parallel_tool_calls"] = conversation.parallel_tool_calls
     if conversation.max_tokens is not None:
-        body["max_output_tokens"] = conversation.max_tokens
+        body["max_output_tokens"] = max(conversation.max_tokens, LEAST_OUTPUT_TOKENS)
     if conversation.top_k is not None:
         raise Untranslatable("top_k", TARGET)
     if conversation.stop is not None:
