@@ -371,3 +371,30 @@ def test_a_limit_below_the_responses_least_is_raised_to_it(fakes: Fakes, start_g
         for limit in (1, 16, 17):
             client.messages.create(model="m", max_tokens=limit, messages=[{"role": "user", "content": "quota"}])
     assert [(r.body or {}).get("max_output_tokens") for r in fake.app.state.recorded] == [16, 16, 17]
+
+
+def test_a_cache_mark_in_a_chat_system_message_reaches_a_messages_provider_where_it_was_put(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
+    """OpenRouter's and LiteLLM's users mark the stable part of a chat system message with ``cache_control`` for an
+    Anthropic provider: the mark stays on that part (on the whole text, the part after it, which changes every
+    turn, would keep the cache from ever hitting), and a provider without marks gets the text as it was."""
+    claude_only = fakes.start("claude", FakeBehavior(output_tokens=3))
+    gpt_only = fakes.start("gpt", FakeBehavior(output_tokens=3))
+    options = {"claude": {"apis": ["messages"]}, "gpt": {"apis": ["responses"]}}
+    system: Any = {
+        "role": "system",
+        "content": [
+            {"type": "text", "text": "Static rules.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": " Today is Monday."},
+        ],
+    }
+    for fake in (claude_only, gpt_only):
+        gateway = start_gateway(gateway_config([fake], provider_options={fake.name: options[fake.name]}))
+        with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+            client.chat.completions.create(model="m", messages=[system, {"role": "user", "content": "hi"}])
+    assert sent(claude_only.app.state.recorded)["system"] == [
+        {"type": "text", "text": "Static rules.", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": " Today is Monday."},
+    ]
+    assert sent(gpt_only.app.state.recorded)["instructions"] == "Static rules. Today is Monday."

@@ -46,6 +46,7 @@ from gateway.translate.ir import (
     ToolResult,
     Turn,
     Untranslatable,
+    system_text,
 )
 
 TARGET = "Chat Completions"
@@ -125,11 +126,11 @@ def read_request(body: dict[str, Any]) -> Conversation:
         message = as_dict(raw, path)
         role = message.get("role")
         if role in ("system", "developer"):
-            text = _joined_text(message.get("content"), f"{path}.content")
             instruction: Literal["system", "developer"] = "developer" if role == "developer" else "system"
             if leading:
-                conversation.system.append(Instruction(text, instruction))
+                conversation.system.extend(_instructions(message.get("content"), instruction, f"{path}.content"))
             else:
+                text = _joined_text(message.get("content"), f"{path}.content")
                 conversation.turns.append(Turn("user", [Text(text)], plain=True, instruction=instruction))
             continue
         leading = False
@@ -173,6 +174,28 @@ def read_request(body: dict[str, Any]) -> Conversation:
         conversation.reasoning = ReasoningAsk(effort=effort, enabled=effort != "none")
     conversation.prompt_cache_key = opt_str(body.get("prompt_cache_key"), "prompt_cache_key")
     return conversation
+
+
+def _instructions(content: Any, role: Literal["system", "developer"], path: str) -> list[Instruction]:
+    """A leading system or developer message: one instruction, cut after each part that carries a ``cache_control``
+    mark (which OpenRouter's and LiteLLM's users put there for an Anthropic provider), so that the mark stays where
+    the client put it: on the whole text, a mark before text that changes every turn would never hit."""
+    if isinstance(content, str):
+        return [Instruction(content, role)]
+    out: list[Instruction] = []
+    texts: list[str] = []
+    for index, raw in enumerate(as_list(content, path)):
+        part = as_dict(raw, f"{path}[{index}]")
+        if part.get("type") != "text":
+            raise Untranslatable(f"{path}[{index}].type", "other", f"a {part.get('type')!r} part here")
+        texts.append(as_str(part.get("text"), f"{path}[{index}].text"))
+        cache = part.get("cache_control")
+        if cache is not None:
+            out.append(Instruction("".join(texts), role, cache, glued=bool(out)))
+            texts = []
+    if texts or not out:
+        out.append(Instruction("".join(texts), role, glued=bool(out)))
+    return out
 
 
 def _joined_text(content: Any, path: str) -> str:
@@ -295,7 +318,7 @@ def write_request(conversation: Conversation, model: str, *, stream_usage: bool 
 def _messages(conversation: Conversation) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if conversation.system:
-        messages.append({"role": "system", "content": "\n\n".join(i.text for i in conversation.system)})
+        messages.append({"role": "system", "content": system_text(conversation.system)})
     for turn in conversation.turns:
         if turn.role == "assistant":
             messages.append(assistant_message(turn))

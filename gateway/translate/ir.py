@@ -150,6 +150,15 @@ class Instruction:
     text: str
     role: Literal["system", "developer"] = "system"
     cache: dict[str, Any] | None = None
+    glued: bool = False
+    """The rest of the previous instruction's message, cut from it where a part ends with a cache mark (chat parts
+    with ``cache_control``, for an Anthropic provider): written back into one text, it joins without a separator."""
+
+
+def system_text(instructions: list[Instruction]) -> str:
+    """The instructions as one text (chat's leading system message, Responses' ``instructions``): each message's own
+    text, the messages apart by a blank line."""
+    return "".join(("" if i.glued or n == 0 else "\n\n") + i.text for n, i in enumerate(instructions))
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ from gateway.translate.ir import (
     ToolResult,
     Turn,
     Untranslatable,
+    system_text,
 )
 
 TARGET = "Responses"
@@ -41,7 +42,7 @@ as the ``max_tokens: 1`` with which Claude Code and Claude Desktop probe that a 
 def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model}
     if conversation.system:
-        body["instructions"] = "\n\n".join(i.text for i in conversation.system)
+        body["instructions"] = system_text(conversation.system)
     if any(turn.name is not None for turn in conversation.turns):
         raise Untranslatable("messages[].name", TARGET, "a participant's name")
     body["input"] = [item for turn in conversation.turns for item in _items(turn)]
