@@ -398,3 +398,31 @@ def test_a_cache_mark_in_a_chat_system_message_reaches_a_messages_provider_where
         {"type": "text", "text": " Today is Monday."},
     ]
     assert sent(gpt_only.app.state.recorded)["instructions"] == "Static rules. Today is Monday."
+
+
+def test_thinking_given_whole_in_its_block_start_reaches_a_chat_client(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> None:
+    """A Messages block's start may hold its content (a text block's is read so): a thinking block's too."""
+    upstream = ScriptedUpstream("only")
+    test_servers.append(upstream.server.start())
+    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["messages"]}}))
+    message = {"id": "msg_up", "type": "message", "role": "assistant", "model": "up", "content": [], "usage": {}}
+    thinking = {"type": "thinking", "thinking": "Paris is in France.", "signature": "sig"}
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": message},
+        {"type": "content_block_start", "index": 0, "content_block": thinking},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": "Paris."}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}},
+        {"type": "message_stop"},
+    ]
+    upstream.answer_sse([(e["type"], e) for e in events])
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        chunks = list(
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Where?"}], stream=True)
+        )
+    deltas: list[Any] = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == "Paris is in France."
+    assert "".join(d.content or "" for d in deltas) == "Paris."

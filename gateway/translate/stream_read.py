@@ -201,6 +201,12 @@ class MessagesReader:
             return [ToolCallStart(_index(event), str(block.get("id") or ""), str(block.get("name") or ""))]
         if kind == "text" and block.get("text"):
             return [TextDelta(str(block["text"]))]
+        if kind == "thinking":  # a block's start may hold its content, as a text block's may
+            thought, signature = block.get("thinking"), block.get("signature")
+            out: list[Event] = [ReasoningDelta(thought)] if isinstance(thought, str) and thought else []
+            if isinstance(signature, str) and signature:
+                out.append(ReasoningDelta("", signature=signature, maker="messages"))
+            return out
         if kind == "redacted_thinking":
             return [ReasoningDelta("", encrypted=str(block.get("data") or ""), maker="messages")]
         return []
