@@ -426,3 +426,35 @@ def test_thinking_given_whole_in_its_block_start_reaches_a_chat_client(
     deltas: list[Any] = [c.choices[0].delta for c in chunks if c.choices]
     assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == "Paris is in France."
     assert "".join(d.content or "" for d in deltas) == "Paris."
+
+
+def test_streamed_calls_without_arguments_reach_a_responses_client_with_the_empty_object(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> None:
+    """A chat provider may stream a call of a tool that takes nothing with no arguments at all; the client parses the
+    arguments it is given ("" is no JSON), and a whole answer's such call is given ``{}`` already."""
+    upstream = ScriptedUpstream("only")
+    test_servers.append(upstream.server.start())
+    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["chat"]}}))
+    head = {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1, "model": "up"}
+    calls = [
+        {"index": i, "id": f"call_{i}", "type": "function", "function": {"name": "shot", "arguments": ""}}
+        for i in range(2)
+    ]
+    chunks: list[tuple[str | None, Any]] = [
+        (None, {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}}]})
+        for call in calls
+    ]
+    chunks += [
+        (None, {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        (None, "[DONE]"),
+    ]
+    upstream.answer_sse(chunks)
+    tool: Any = {"type": "function", "name": "shot", "parameters": {"type": "object"}, "strict": False}
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        with client.responses.stream(model="m", input="Two shots.", tools=[tool]) as stream:
+            final = stream.get_final_response()
+    assert [(o.call_id, o.arguments) for o in final.output if o.type == "function_call"] == [
+        ("call_0", "{}"),
+        ("call_1", "{}"),
+    ]

@@ -54,6 +54,8 @@ class ChatReader:
         self._live: int | None = None
         """The call whose events are given as they come; a later one's are held (``_held``) until the calls are over."""
         self._held: dict[int, list[Event]] = {}
+        self._argued: set[int] = set()
+        """The calls some of whose arguments came (a call with none has the empty object's, as a whole answer's)."""
         self.signed = False
         """A tool call came with a thought signature: the deployment is one that needs them back."""
 
@@ -103,6 +105,7 @@ class ChatReader:
             out.append(ToolCallStart(key, call_id, str(function.get("name") or "")))
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
+            self._argued.add(key)
             out.append(ToolArgsDelta(key, arguments))
         if self._live is None:
             self._live = key
@@ -117,8 +120,13 @@ class ChatReader:
         A chat stream may interleave its parallel calls' deltas (the next call begins, then the last one's arguments
         go on); the Messages and Responses APIs stream one call at a time, each finished before the next begins. So
         only the first call is given as it comes, and the others when no delta can follow: at the finish, the end,
-        or the text after them."""
-        out = [event for events in self._held.values() for event in events]
+        or the text after them. A call that got no arguments gets ``{}`` then: clients parse what they were given, and
+        "" is no JSON."""
+        out: list[Event] = []
+        if self._live is not None and self._live not in self._argued:
+            out.append(ToolArgsDelta(self._live, "{}"))
+        for key, events in self._held.items():
+            out += events if key in self._argued else [*events, ToolArgsDelta(key, "{}")]
         self._held.clear()
         self._live = None
         return out
