@@ -74,8 +74,8 @@ class Image:
 
 @dataclass(slots=True)
 class Document:
-    """A file in a user turn (a PDF): each API takes one inline (base64 bytes) and the Messages and Responses APIs by
-    URL too (chat's ``file``, Messages' ``document``, Responses' ``input_file``)."""
+    """A file (a PDF) in a user turn or a tool's result: each API takes one inline (base64 bytes) and the Messages and
+    Responses APIs by URL too (chat's ``file``, Messages' ``document``, Responses' ``input_file``)."""
 
     data: str | None = None
     """Base64 bytes, with ``media_type`` (None for a URL)."""
