@@ -186,7 +186,9 @@ def test_translation_refusals_and_translated_upstream_errors_carry_retry_hints(
         client.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": [document]}])
     headers = raised.value.response.headers
     assert headers["x-should-retry"] == "false" and headers["request-id"] == raised.value.request_id
-    assert "'messages[0].content[0].type' cannot be translated to the Chat Completions API" in raised.value.message
+    assert (
+        "'messages[0].content[0].source.type' cannot be translated to the Chat Completions API" in raised.value.message
+    )
     assert isinstance(raised.value.body, dict) and raised.value.body["error"]["type"] == "invalid_request_error"
     wait_until(lambda: len(access_lines(caplog)) == 1, what="the request logged (after its last byte)")
     assert [line["status"] for line in access_lines(caplog)] == [400] and not fake.app.state.recorded

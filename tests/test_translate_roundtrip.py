@@ -96,9 +96,10 @@ SCHEMA_FORMAT = st.fixed_dictionaries(
 
 
 @st.composite
-def chat_requests(draw: st.DrawFn, *, stop: bool = True) -> dict[str, Any]:
+def chat_requests(draw: st.DrawFn, *, stop: bool = True, hottest: float = 2.0) -> dict[str, Any]:
     """A chat request of mapped fields; ``stop=False``: for the Responses API (no stop sequences, but output
-    formats, metadata and a cache key, which it carries and the Messages API does not)."""
+    formats, metadata and a cache key, which it carries and the Messages API does not, and an output limit of at least
+    16, the least it takes); ``hottest``: the highest temperature the target takes (the Messages API's is 1)."""
     messages: list[dict[str, Any]] = []
     if draw(st.booleans()):
         messages.append({"role": "system", "content": draw(WORDS)})
@@ -118,7 +119,8 @@ def chat_requests(draw: st.DrawFn, *, stop: bool = True) -> dict[str, Any]:
         messages.append(assistant)
         messages.extend({"role": "tool", "tool_call_id": i, "content": draw(WORDS)} for i, _, _ in calls)
     messages.append({"role": "user", "content": draw(WORDS)})
-    body: dict[str, Any] = {"model": "m", "messages": messages, "max_tokens": draw(st.integers(1, 4000))}
+    least = 1 if stop else 16
+    body: dict[str, Any] = {"model": "m", "messages": messages, "max_tokens": draw(st.integers(least, 4000))}
     tools = draw(st.lists(NAMES, max_size=2, unique=True))
     if tools:
         body["tools"] = [
@@ -128,7 +130,7 @@ def chat_requests(draw: st.DrawFn, *, stop: bool = True) -> dict[str, Any]:
         body["tool_choice"] = draw(
             st.sampled_from(["auto", "none", "required", {"type": "function", "function": {"name": tools[0]}}])
         )
-    for name, values in (("temperature", st.floats(0, 2)), ("top_p", st.floats(0, 1)), ("user", WORDS)):
+    for name, values in (("temperature", st.floats(0, hottest)), ("top_p", st.floats(0, 1)), ("user", WORDS)):
         if draw(st.booleans()):
             body[name] = draw(values)
     if stop and draw(st.booleans()):
@@ -157,7 +159,7 @@ def _json(value: Any) -> str:
 
 
 @PROFILE
-@given(chat_requests())
+@given(chat_requests(hottest=1.0))
 def test_chat_to_messages_and_back(body: dict[str, Any]) -> None:
     there_and_back(body, "chat", "messages")
 
@@ -217,7 +219,7 @@ def test_messages_to_chat_and_back(body: dict[str, Any]) -> None:
 
 
 @st.composite
-def responses_requests(draw: st.DrawFn) -> dict[str, Any]:
+def responses_requests(draw: st.DrawFn, *, hottest: float = 2.0) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     for _ in range(draw(st.integers(1, 3))):
         content: list[dict[str, Any]] = [{"type": "input_text", "text": draw(WORDS)}]
@@ -229,7 +231,8 @@ def responses_requests(draw: st.DrawFn) -> dict[str, Any]:
         items += [{"type": "function_call", "call_id": i, "name": n, "arguments": _json(a)} for i, n, a in calls]
         items += [{"type": "function_call_output", "call_id": i, "output": draw(WORDS)} for i, _, _ in calls]
     items.append({"role": "user", "content": draw(WORDS)})
-    body: dict[str, Any] = {"model": "m", "input": items, "max_output_tokens": draw(st.integers(1, 4000))}
+    # 16: the least output limit the Responses API takes.
+    body: dict[str, Any] = {"model": "m", "input": items, "max_output_tokens": draw(st.integers(16, 4000))}
     if draw(st.booleans()):
         body["instructions"] = draw(WORDS)
     tools = draw(st.lists(NAMES, max_size=2, unique=True))
@@ -241,7 +244,7 @@ def responses_requests(draw: st.DrawFn) -> dict[str, Any]:
             st.sampled_from(["auto", "none", "required", {"type": "function", "name": tools[0]}])
         )
         body["parallel_tool_calls"] = draw(st.booleans())
-    for name, values in (("temperature", st.floats(0, 2)), ("top_p", st.floats(0, 1)), ("user", WORDS)):
+    for name, values in (("temperature", st.floats(0, hottest)), ("top_p", st.floats(0, 1)), ("user", WORDS)):
         if draw(st.booleans()):
             body[name] = draw(values)
     body["store"] = False
@@ -259,7 +262,7 @@ def test_responses_to_chat_and_back(body: dict[str, Any]) -> None:
 
 
 @PROFILE
-@given(responses_requests())
+@given(responses_requests(hottest=1.0))
 def test_responses_to_messages_and_back(body: dict[str, Any]) -> None:
     there_and_back(body, "responses", "messages")
 

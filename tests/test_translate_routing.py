@@ -68,7 +68,7 @@ def test_a_failed_translated_attempt_falls_back_to_a_native_one(fakes: Fakes, st
     [
         # A Responses built-in tool.
         ("/responses", {"model": "m", "input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
-        # A document block.
+        # A document block of plain text (a PDF's is carried).
         (
             "/messages",
             {
@@ -83,7 +83,7 @@ def test_a_failed_translated_attempt_falls_back_to_a_native_one(fakes: Fakes, st
                     }
                 ],
             },
-            "messages[0].content[0].type",
+            "messages[0].content[0].source.type",
         ),
         # An Anthropic server tool.
         (

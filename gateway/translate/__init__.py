@@ -31,8 +31,8 @@ from gateway.translate.ir import (
 
 TITLES: dict[Api, str] = {"chat": "Chat Completions", "messages": "Messages", "responses": "Responses"}
 CLIENT_FIELDS: dict[Api, dict[str, str]] = {
-    "messages": {"stop": "stop_sequences"},
-    "responses": {"response_format": "text.format"},
+    "messages": {"stop": "stop_sequences", "file_url": "messages[].content[].source.url"},
+    "responses": {"response_format": "text.format", "file_url": "input[].content[].file_url"},
 }
 """The writers refuse a field by its Chat Completions name (the neutral shape keeps chat's names): per client API,
 what that field is called in the request the client sent, so that the refusal names what it can find and change."""

@@ -19,6 +19,9 @@ from gateway.translate.common import (
     as_list,
     as_str,
     bad,
+    document_from,
+    document_name,
+    document_url,
     image_from_url,
     image_url,
     openai_user,
@@ -31,6 +34,7 @@ from gateway.translate.common import (
 )
 from gateway.translate.ir import (
     Conversation,
+    Document,
     Image,
     Instruction,
     OutputFormat,
@@ -42,11 +46,14 @@ from gateway.translate.ir import (
     ToolResult,
     Turn,
     Untranslatable,
+    system_text,
 )
 
 TARGET = "Chat Completions"
 IMAGES_FOLLOW = "[the images this tool returned follow in the next user message]"
-"""A tool message's note where its result held images (chat's tool messages hold text only)."""
+"""A tool message's note where its result held images (chat's tool messages hold text only) ..."""
+FILES_FOLLOW = "[the files this tool returned follow in the next user message]"
+"""... and where it held documents (a PDF a file reader returned), images or not."""
 _KNOWN = frozenset(
     {
         "model",
@@ -119,11 +126,11 @@ def read_request(body: dict[str, Any]) -> Conversation:
         message = as_dict(raw, path)
         role = message.get("role")
         if role in ("system", "developer"):
-            text = _joined_text(message.get("content"), f"{path}.content")
             instruction: Literal["system", "developer"] = "developer" if role == "developer" else "system"
             if leading:
-                conversation.system.append(Instruction(text, instruction))
+                conversation.system.extend(_instructions(message.get("content"), instruction, f"{path}.content"))
             else:
+                text = _joined_text(message.get("content"), f"{path}.content")
                 conversation.turns.append(Turn("user", [Text(text)], plain=True, instruction=instruction))
             continue
         leading = False
@@ -135,7 +142,7 @@ def read_request(body: dict[str, Any]) -> Conversation:
         elif role == "tool":
             call_id = as_str(message.get("tool_call_id"), f"{path}.tool_call_id")
             content, plain = _user_content(message.get("content"), f"{path}.content")
-            blocks = [p for p in content if isinstance(p, Text | Image)]
+            blocks = [p for p in content if isinstance(p, Text | Image | Document)]
             result = ToolResult(call_id, blocks, plain=plain)
             last = conversation.turns[-1] if conversation.turns else None
             if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
@@ -169,6 +176,28 @@ def read_request(body: dict[str, Any]) -> Conversation:
     return conversation
 
 
+def _instructions(content: Any, role: Literal["system", "developer"], path: str) -> list[Instruction]:
+    """A leading system or developer message: one instruction, cut after each part that carries a ``cache_control``
+    mark (which OpenRouter's and LiteLLM's users put there for an Anthropic provider), so that the mark stays where
+    the client put it: on the whole text, a mark before text that changes every turn would never hit."""
+    if isinstance(content, str):
+        return [Instruction(content, role)]
+    out: list[Instruction] = []
+    texts: list[str] = []
+    for index, raw in enumerate(as_list(content, path)):
+        part = as_dict(raw, f"{path}[{index}]")
+        if part.get("type") != "text":
+            raise Untranslatable(f"{path}[{index}].type", "other", f"a {part.get('type')!r} part here")
+        texts.append(as_str(part.get("text"), f"{path}[{index}].text"))
+        cache = part.get("cache_control")
+        if cache is not None:
+            out.append(Instruction("".join(texts), role, cache, glued=bool(out)))
+            texts = []
+    if texts or not out:
+        out.append(Instruction("".join(texts), role, glued=bool(out)))
+    return out
+
+
 def _joined_text(content: Any, path: str) -> str:
     if isinstance(content, str):
         return content
@@ -200,6 +229,11 @@ def _user_content(content: Any, path: str) -> tuple[list[Part], bool]:
             read = image_from_url(url, opt_str(image.get("detail"), f"{where}.image_url.detail"))
             read.cache = cache
             parts.append(read)
+        elif kind == "file":
+            spec = as_dict(part.get("file"), f"{where}.file")
+            document = document_from(spec.get("file_data"), None, spec.get("filename"), f"{where}.file")
+            document.cache = cache
+            parts.append(document)
         else:
             raise Untranslatable(f"{where}.type", "other", f"a {kind!r} content part")
     return parts, False
@@ -284,19 +318,20 @@ def write_request(conversation: Conversation, model: str, *, stream_usage: bool 
 def _messages(conversation: Conversation) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if conversation.system:
-        messages.append({"role": "system", "content": "\n\n".join(i.text for i in conversation.system)})
+        messages.append({"role": "system", "content": system_text(conversation.system)})
     for turn in conversation.turns:
         if turn.role == "assistant":
             messages.append(assistant_message(turn))
             continue
-        shown: list[Part] = []  # the images of the turn's tool results, which a tool message cannot hold
+        shown: list[Part] = []  # the images and files of the turn's tool results, which a tool message cannot hold
         rest: list[Part] = []
         for part in turn.parts:
             if isinstance(part, ToolResult):
                 messages.append({"role": "tool", "tool_call_id": part.call_id, "content": _result_content(part)})
-                images = [p for p in part.content if isinstance(p, Image)]
-                if images:
-                    shown += [Text(f"Images returned by tool call {part.call_id}:"), *images]
+                apart = [p for p in part.content if isinstance(p, Image | Document)]
+                if apart:
+                    noun = "Images" if all(isinstance(p, Image) for p in apart) else "Files"
+                    shown += [Text(f"{noun} returned by tool call {part.call_id}:"), *apart]
             else:
                 rest.append(part)
         rest = shown + rest
@@ -310,12 +345,14 @@ def _messages(conversation: Conversation) -> list[dict[str, Any]]:
 
 def _result_content(result: ToolResult) -> str:
     """A tool message's text. Chat's tool messages hold text only: a result's images (Claude Code's ``Read`` of a
-    picture, Codex's ``view_image``) go in a user message right after the turn's tool messages, which this says."""
+    picture, Codex's ``view_image``) and documents go in a user message right after the turn's tool messages, which
+    this says."""
     # Blocks on lines of their own, as a chat server joins a content array's text parts for its template (an MCP
     # tool's result is often several text blocks: glued together, their words would run into each other).
     text = "\n".join(p.text for p in result.content if isinstance(p, Text))
-    if any(isinstance(p, Image) for p in result.content):
-        text = f"{text}\n{IMAGES_FOLLOW}" if text else IMAGES_FOLLOW
+    if any(isinstance(p, Image | Document) for p in result.content):
+        note = FILES_FOLLOW if any(isinstance(p, Document) for p in result.content) else IMAGES_FOLLOW
+        text = f"{text}\n{note}" if text else note
     # Chat has no error flag on a tool result: the model reads it in the text.
     return f"Error: {text}" if result.is_error else text
 
@@ -332,6 +369,10 @@ def _user_parts(parts: list[Part], plain: bool) -> str | list[dict[str, Any]]:
             if part.detail is not None:
                 image["detail"] = part.detail
             out.append({"type": "image_url", "image_url": image})
+        elif isinstance(part, Document):
+            if part.url is not None:
+                raise Untranslatable("file_url", TARGET, "a document by URL (a chat file part holds its bytes only)")
+            out.append({"type": "file", "file": {"filename": document_name(part), "file_data": document_url(part)}})
     return out
 
 

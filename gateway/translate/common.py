@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from gateway.errors import InvalidRequest
-from gateway.translate.ir import Image, ToolChoice, Untranslatable
+from gateway.translate.ir import Document, Image, ToolChoice, Untranslatable
 
 
 def bad(path: str, expected: str) -> InvalidRequest:
@@ -89,6 +89,32 @@ def image_from_url(url: str, detail: str | None) -> Image:
     if inline is not None:
         return Image(data=inline[1], media_type=inline[0], detail=detail)
     return Image(url=url, detail=detail)
+
+
+def document_from(file_data: Any, file_url: Any, filename: Any, path: str) -> Document:
+    """A file part of OpenAI's APIs (chat's ``file``, Responses' ``input_file``): its bytes as a data URL, or
+    (Responses) its URL; one given by ``file_id`` lives in OpenAI's storage, which no other provider reads."""
+    name = opt_str(filename, f"{path}.filename")
+    if file_data is not None:
+        inline = data_url(as_str(file_data, f"{path}.file_data"))
+        if inline is None:
+            raise bad(f"{path}.file_data", "a base64 data URL")
+        return Document(data=inline[1], media_type=inline[0], filename=name)
+    if file_url is not None:
+        return Document(url=as_str(file_url, f"{path}.file_url"), filename=name)
+    raise Untranslatable(f"{path}.file_id", "other", "a file by id")
+
+
+def document_url(document: Document) -> str:
+    """A document's bytes as a data URL (what OpenAI's APIs take inline)."""
+    return f"data:{document.media_type or 'application/pdf'};base64,{document.data or ''}"
+
+
+def document_name(document: Document) -> str:
+    """A document's file name (OpenAI's APIs ask one with inline bytes): its own, else one its type suggests."""
+    if document.filename:
+        return document.filename
+    return "document.pdf" if (document.media_type or "application/pdf") == "application/pdf" else "document"
 
 
 def dump_json(value: Any) -> str:

@@ -73,6 +73,20 @@ class Image:
 
 
 @dataclass(slots=True)
+class Document:
+    """A file (a PDF) in a user turn or a tool's result: each API takes one inline (base64 bytes) and the Messages and
+    Responses APIs by URL too (chat's ``file``, Messages' ``document``, Responses' ``input_file``)."""
+
+    data: str | None = None
+    """Base64 bytes, with ``media_type`` (None for a URL)."""
+    media_type: str | None = None
+    url: str | None = None
+    filename: str | None = None
+    """Its name (Messages: ``title``)."""
+    cache: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
 class ToolCall:
     id: str
     name: str
@@ -84,7 +98,7 @@ class ToolCall:
 @dataclass(slots=True)
 class ToolResult:
     call_id: str
-    content: list[Text | Image]
+    content: list[Text | Image | Document]
     is_error: bool = False
     plain: bool = True
     """The result was given as one string (not a list of blocks)."""
@@ -115,7 +129,7 @@ class Reasoning:
         return self.maker == api and (self.signature is not None or self.encrypted is not None)
 
 
-Part = Text | Image | ToolCall | ToolResult | Reasoning
+Part = Text | Image | Document | ToolCall | ToolResult | Reasoning
 
 
 @dataclass(slots=True)
@@ -136,6 +150,15 @@ class Instruction:
     text: str
     role: Literal["system", "developer"] = "system"
     cache: dict[str, Any] | None = None
+    glued: bool = False
+    """The rest of the previous instruction's message, cut from it where a part ends with a cache mark (chat parts
+    with ``cache_control``, for an Anthropic provider): written back into one text, it joins without a separator."""
+
+
+def system_text(instructions: list[Instruction]) -> str:
+    """The instructions as one text (chat's leading system message, Responses' ``instructions``): each message's own
+    text, the messages apart by a blank line."""
+    return "".join(("" if i.glued or n == 0 else "\n\n") + i.text for n, i in enumerate(instructions))
 
 
 @dataclass(slots=True)

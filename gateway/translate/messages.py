@@ -24,6 +24,7 @@ from gateway.translate.common import (
 from gateway.translate.ir import (
     BuiltinTools,
     Conversation,
+    Document,
     Image,
     Instruction,
     OutputFormat,
@@ -65,8 +66,12 @@ _KNOWN = frozenset(
         "output_format",
         "output_config",
         "context_management",
+        "cache_control",
     }
 )
+"""``cache_control`` at the top (automatic caching: Anthropic marks the request's last cacheable block) is a cache hint,
+as a block's own mark is: read and left out, since the targets read from here (chat, Responses) cache prefixes without
+marks."""
 STOPS: dict[str, StopReason] = {
     "end_turn": "end",
     "max_tokens": "length",
@@ -92,6 +97,8 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
     """The request in the neutral shape; a server tool is refused, or with ``builtin_tools="omit"`` left out and
     named in ``omitted_tools`` (a ``tool_choice`` naming it is still refused)."""
     refuse_unknown(body, _KNOWN, "other")
+    if body.get("cache_control") is not None:
+        as_dict(body["cache_control"], "cache_control")
     _context_management(body.get("context_management"))
     conversation = Conversation(turns=[], stream=body.get("stream") is True)
     system = body.get("system")
@@ -248,6 +255,10 @@ def read_block(raw: Any, path: str) -> Part | None:
         image = _read_image(block, path)
         image.cache = cache
         return image
+    if kind == "document":
+        document = _read_document(block, path)
+        document.cache = cache
+        return document
     if kind == "tool_use":
         arguments = dump_json(block.get("input") if block.get("input") is not None else {})
         return ToolCall(
@@ -259,11 +270,13 @@ def read_block(raw: Any, path: str) -> Part | None:
         is_error = block.get("is_error") is True
         if content is None or isinstance(content, str):
             return ToolResult(call_id, [Text(content or "")], is_error, True, cache)
-        blocks: list[Text | Image] = []
+        blocks: list[Text | Image | Document] = []
         for index, item in enumerate(as_list(content, f"{path}.content")):
             part = read_block(item, f"{path}.content[{index}]")
-            if not isinstance(part, Text | Image):
-                raise Untranslatable(f"{path}.content[{index}].type", "other", "only text and images in a tool result")
+            if not isinstance(part, Text | Image | Document):
+                raise Untranslatable(
+                    f"{path}.content[{index}].type", "other", "only text, images and documents in a tool result"
+                )
             blocks.append(part)
         return ToolResult(call_id, blocks, is_error, False, cache)
     if kind == "thinking":
@@ -287,6 +300,24 @@ def _read_image(block: dict[str, Any], path: str) -> Image:
     if kind == "url":
         return Image(url=as_str(source.get("url"), f"{path}.source.url"))
     raise Untranslatable(f"{path}.source.type", "other", f"an image source {kind!r}")
+
+
+def _read_document(block: dict[str, Any], path: str) -> Document:
+    """A ``document`` block of a PDF's bytes or URL; a plain-text or content source, a ``context`` and citations have
+    no place in the other APIs' file parts."""
+    refuse_unknown(block, frozenset({"type", "source", "title", "cache_control", "citations"}), "other", path + ".")
+    citations = block.get("citations")
+    if citations is not None and as_dict(citations, f"{path}.citations").get("enabled") is True:
+        raise Untranslatable(f"{path}.citations", "other", "citations of a document")
+    source = as_dict(block.get("source"), f"{path}.source")
+    kind = source.get("type")
+    title = opt_str(block.get("title"), f"{path}.title")
+    if kind == "base64":
+        media_type = as_str(source.get("media_type"), f"{path}.source.media_type")
+        return Document(data=as_str(source.get("data"), f"{path}.source.data"), media_type=media_type, filename=title)
+    if kind == "url":
+        return Document(url=as_str(source.get("url"), f"{path}.source.url"), filename=title)
+    raise Untranslatable(f"{path}.source.type", "other", f"a document source {kind!r}")
 
 
 def _read_tool(raw: Any, index: int) -> Tool:

@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.translate.ir import (
     Conversation,
+    Document,
     Image,
     Part,
     Reasoning,
@@ -31,6 +32,9 @@ TARGET = "Messages"
 _ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 DEFAULT_MAX_TOKENS = 4096
 """What a Messages request asks when the client set no limit (the Messages API requires one), beside thinking."""
+BUDGETS = {"low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768}
+"""OpenAI's reasoning efforts as thinking budgets, in the same order: ``xhigh`` (OpenAI's step above ``high``) thinks
+more than ``high`` does, never less."""
 
 
 # -- request: neutral → Messages -------------------------------------------------------------
@@ -64,6 +68,10 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         if conversation.parallel_tool_calls is not None and mode != "none":
             spec["disable_parallel_tool_use"] = not conversation.parallel_tool_calls
         body["tool_choice"] = spec
+    if conversation.temperature is not None and conversation.temperature > 1:
+        # OpenAI's APIs take 0 to 2, Anthropic's 0 to 1: a hotter ask has no equal there (clamped, it would be a
+        # cooler answer than asked; sent, a 400 the deployment is blamed for).
+        raise Untranslatable("temperature", TARGET, "above 1 (the Messages API takes 0 to 1)")
     for name in ("temperature", "top_p", "top_k"):
         value = getattr(conversation, name)
         if value is not None:
@@ -114,7 +122,7 @@ def _budget(reasoning: ReasoningAsk) -> int | None:
         return None
     if reasoning.budget_tokens is not None:
         return reasoning.budget_tokens
-    return {"low": 2048, "medium": 8192, "high": 24576}.get(reasoning.effort or "medium", 8192)
+    return BUDGETS.get(reasoning.effort or "medium", BUDGETS["medium"])
 
 
 def _thinking(reasoning: ReasoningAsk, max_tokens: int) -> dict[str, Any]:
@@ -151,6 +159,8 @@ def write_block(part: Part) -> dict[str, Any] | None:
         return _cached({"type": "text", "text": part.text}, part.cache)
     if isinstance(part, Image):
         return _cached({"type": "image", "source": _source(part)}, part.cache)
+    if isinstance(part, Document):
+        return _cached(_document(part), part.cache)
     if isinstance(part, ToolCall):
         try:
             arguments = json.loads(part.arguments) if part.arguments.strip() else {}
@@ -183,6 +193,16 @@ def _source(image: Image) -> dict[str, Any]:
     if image.url is not None:
         return {"type": "url", "url": image.url}
     return {"type": "base64", "media_type": image.media_type or "image/png", "data": image.data or ""}
+
+
+def _document(document: Document) -> dict[str, Any]:
+    source: dict[str, Any] = {"type": "url", "url": document.url}
+    if document.url is None:
+        source = {"type": "base64", "media_type": document.media_type or "application/pdf", "data": document.data or ""}
+    block: dict[str, Any] = {"type": "document", "source": source}
+    if document.filename is not None:
+        block["title"] = document.filename
+    return block
 
 
 def _tool(tool: Tool) -> dict[str, Any]:

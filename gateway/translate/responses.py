@@ -18,6 +18,7 @@ from gateway.translate.common import (
     as_dict,
     as_list,
     as_str,
+    document_from,
     image_from_url,
     opt_bool,
     opt_int,
@@ -29,6 +30,7 @@ from gateway.translate.common import (
 from gateway.translate.ir import (
     BuiltinTools,
     Conversation,
+    Document,
     Image,
     Instruction,
     OutputFormat,
@@ -215,7 +217,7 @@ def _read_items(
             if isinstance(output, str):
                 result = ToolResult(call_id, [Text(output)])
             else:
-                blocks = [p for p in read_content(output, f"{path}.output") if isinstance(p, Text | Image)]
+                blocks = [p for p in read_content(output, f"{path}.output") if isinstance(p, Text | Image | Document)]
                 result = ToolResult(call_id, blocks, plain=False)
             last = conversation.turns[-1] if conversation.turns else None
             if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
@@ -261,6 +263,8 @@ def read_content(content: Any, path: str) -> list[Part]:
             url = as_str(part.get("image_url"), f"{where}.image_url")
             detail = opt_str(part.get("detail"), f"{where}.detail")
             parts.append(image_from_url(url, None if detail == "auto" else detail))
+        elif kind == "input_file":
+            parts.append(document_from(part.get("file_data"), part.get("file_url"), part.get("filename"), where))
         else:
             raise Untranslatable(f"{where}.type", "other", f"a {kind!r} part")
     return parts

@@ -11,11 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.translate.common import (
+    document_name,
+    document_url,
     image_url,
     openai_user,
 )
 from gateway.translate.ir import (
     Conversation,
+    Document,
     Image,
     OutputFormat,
     Text,
@@ -24,9 +27,13 @@ from gateway.translate.ir import (
     ToolResult,
     Turn,
     Untranslatable,
+    system_text,
 )
 
 TARGET = "Responses"
+LEAST_OUTPUT_TOKENS = 16
+"""The least ``max_output_tokens`` the Responses API takes (OpenAI answers a lower one with a 400): a lower limit, such
+as the ``max_tokens: 1`` with which Claude Code and Claude Desktop probe that a model answers, is asked as this one."""
 
 
 # -- request: neutral → Responses ------------------------------------------------------------
@@ -35,7 +42,7 @@ TARGET = "Responses"
 def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model}
     if conversation.system:
-        body["instructions"] = "\n\n".join(i.text for i in conversation.system)
+        body["instructions"] = system_text(conversation.system)
     if any(turn.name is not None for turn in conversation.turns):
         raise Untranslatable("messages[].name", TARGET, "a participant's name")
     body["input"] = [item for turn in conversation.turns for item in _items(turn)]
@@ -47,7 +54,7 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
     if conversation.parallel_tool_calls is not None:
         body["parallel_tool_calls"] = conversation.parallel_tool_calls
     if conversation.max_tokens is not None:
-        body["max_output_tokens"] = conversation.max_tokens
+        body["max_output_tokens"] = max(conversation.max_tokens, LEAST_OUTPUT_TOKENS)
     if conversation.top_k is not None:
         raise Untranslatable("top_k", TARGET)
     if conversation.stop is not None:
@@ -98,17 +105,14 @@ def _items(turn: Turn) -> list[dict[str, Any]]:
             image: dict[str, Any] = {"type": "input_image", "image_url": image_url(part)}
             image["detail"] = part.detail or "auto"
             content.append(image)
+        elif isinstance(part, Document):
+            content.append(_input_part(part))
         elif isinstance(part, ToolCall):
             flush()
             items.append({"type": "function_call", "call_id": part.id, "name": part.name, "arguments": part.arguments})
         elif isinstance(part, ToolResult):
             flush()
-            output: Any = "".join(p.text for p in part.content if isinstance(p, Text))
-            if not (part.plain and all(isinstance(p, Text) for p in part.content)):
-                output = [_input_part(p) for p in part.content]
-            if part.is_error:
-                output = f"Error: {output}" if isinstance(output, str) else output
-            items.append({"type": "function_call_output", "call_id": part.call_id, "output": output})
+            items.append({"type": "function_call_output", "call_id": part.call_id, "output": _output(part)})
         elif part.opaque_for("responses"):
             # Only opaque reasoning a Responses provider made can go back to one (OpenAI refuses any other); plain
             # text has no place.
@@ -119,9 +123,27 @@ def _items(turn: Turn) -> list[dict[str, Any]]:
     return items
 
 
-def _input_part(part: Text | Image) -> dict[str, Any]:
+def _output(result: ToolResult) -> str | list[dict[str, Any]]:
+    """A ``function_call_output``'s output: one string, or input parts where the result held blocks or images. The
+    Responses API has no error flag on a tool's output: the model reads a failure in the text, as chat's does, whichever
+    form the output takes (a failed call read as a success would change what the model does next)."""
+    error = "Error: " if result.is_error else ""
+    if result.plain and all(isinstance(p, Text) for p in result.content):
+        return error + "".join(p.text for p in result.content if isinstance(p, Text))
+    parts = [_input_part(p) for p in result.content]
+    if not error:
+        return parts
+    if parts and parts[0]["type"] == "input_text":
+        return [{"type": "input_text", "text": error + parts[0]["text"]}, *parts[1:]]
+    return [{"type": "input_text", "text": error.rstrip()}, *parts]
+
+
+def _input_part(part: Text | Image | Document) -> dict[str, Any]:
     if isinstance(part, Text):
         return {"type": "input_text", "text": part.text}
+    if isinstance(part, Document):
+        inline = {"filename": document_name(part), "file_data": document_url(part)}
+        return {"type": "input_file", **(inline if part.url is None else {"file_url": part.url})}
     return {"type": "input_image", "image_url": image_url(part), "detail": part.detail or "auto"}
 
 

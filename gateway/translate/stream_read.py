@@ -51,6 +51,11 @@ class ChatReader:
         self._started = False
         self._calls: dict[int, str] = {}
         """Each tool call's key and id, in the order they began."""
+        self._live: int | None = None
+        """The call whose events are given as they come; a later one's are held (``_held``) until the calls are over."""
+        self._held: dict[int, list[Event]] = {}
+        self._argued: set[int] = set()
+        """The calls some of whose arguments came (a call with none has the empty object's, as a whole answer's)."""
         self.signed = False
         """A tool call came with a thought signature: the deployment is one that needs them back."""
 
@@ -67,15 +72,16 @@ class ChatReader:
             delta = obj(choice.get("delta"))
             reasoning = delta.get("reasoning_content", delta.get("reasoning"))
             if isinstance(reasoning, str) and reasoning:
-                out.append(ReasoningDelta(reasoning))
+                out += [*self._release(), ReasoningDelta(reasoning)]
             for text in (delta.get("content"), delta.get("refusal")):  # OpenAI streams a refusal beside content
                 if isinstance(text, str) and text:
-                    out.append(TextDelta(text))
+                    out += [*self._release(), TextDelta(text)]
             for call in listed(delta.get("tool_calls")):
                 if isinstance(call, dict):
                     out.extend(self._call(call))
             finish = choice.get("finish_reason")
             if isinstance(finish, str):
+                out.extend(self._release())
                 stop = chat.stop_of(finish, bool(self._calls))
                 matched = chat.matched_stop(choice, self._stops) if stop == "end" else None
                 out.append(Finished("stop_sequence", matched) if matched is not None else Finished(stop))
@@ -99,7 +105,30 @@ class ChatReader:
             out.append(ToolCallStart(key, call_id, str(function.get("name") or "")))
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
+            self._argued.add(key)
             out.append(ToolArgsDelta(key, arguments))
+        if self._live is None:
+            self._live = key
+        if key == self._live or not out:
+            return out
+        self._held.setdefault(key, []).extend(out)
+        return []
+
+    def _release(self) -> list[Event]:
+        """The held calls, each whole, in the order they began, once the answer has moved past its calls.
+
+        A chat stream may interleave its parallel calls' deltas (the next call begins, then the last one's arguments
+        go on); the Messages and Responses APIs stream one call at a time, each finished before the next begins. So
+        only the first call is given as it comes, and the others when no delta can follow: at the finish, the end,
+        or the text after them. A call that got no arguments gets ``{}`` then: clients parse what they were given, and
+        "" is no JSON."""
+        out: list[Event] = []
+        if self._live is not None and self._live not in self._argued:
+            out.append(ToolArgsDelta(self._live, "{}"))
+        for key, events in self._held.items():
+            out += events if key in self._argued else [*events, ToolArgsDelta(key, "{}")]
+        self._held.clear()
+        self._live = None
         return out
 
     def _key(self, index: Any, call_id: str) -> int:
@@ -113,7 +142,7 @@ class ChatReader:
         return last
 
     def done(self) -> list[Event]:
-        return [Ended()]
+        return [*self._release(), Ended()]
 
 
 class MessagesReader:
@@ -180,6 +209,12 @@ class MessagesReader:
             return [ToolCallStart(_index(event), str(block.get("id") or ""), str(block.get("name") or ""))]
         if kind == "text" and block.get("text"):
             return [TextDelta(str(block["text"]))]
+        if kind == "thinking":  # a block's start may hold its content, as a text block's may
+            thought, signature = block.get("thinking"), block.get("signature")
+            out: list[Event] = [ReasoningDelta(thought)] if isinstance(thought, str) and thought else []
+            if isinstance(signature, str) and signature:
+                out.append(ReasoningDelta("", signature=signature, maker="messages"))
+            return out
         if kind == "redacted_thinking":
             return [ReasoningDelta("", encrypted=str(block.get("data") or ""), maker="messages")]
         return []
@@ -193,34 +228,39 @@ def _index(event: dict[str, Any]) -> int:
 
 
 class ResponsesReader:
+    """A Responses stream's events; an item's ``.done`` events hold its whole text or arguments, of which the part its
+    deltas did not give (all of it, from a server that streams a call's arguments whole) is given then."""
+
     def __init__(self) -> None:
         self._calls = False
+        self._said: dict[tuple[int, str], str] = {}
+        """Per output item and what streams in it (a content part's text, a call's ``arguments``): what deltas gave."""
 
     def read(self, event: dict[str, Any]) -> list[Event]:
         kind = event.get("type")
+        key = count(event.get("output_index"))
         if kind == "response.created":
             response = obj(event.get("response"))
             return [Started(str(response.get("id") or ""), str(response.get("model") or ""))]
         if kind == "response.output_item.added":
             item = obj(event.get("item"))
-            if item.get("type") == "function_call":
-                self._calls = True
-                key = count(event.get("output_index"))
-                return [ToolCallStart(key, str(item.get("call_id") or ""), str(item.get("name") or ""))]
-            return []
+            return self._call(key, item) if item.get("type") == "function_call" else []
+        part = f"content {count(event.get('content_index'))}"
         if kind in ("response.output_text.delta", "response.refusal.delta"):
-            return [TextDelta(str(event.get("delta") or ""))]
+            return [TextDelta(self._say(key, part, str(event.get("delta") or "")))]
+        if kind in ("response.output_text.done", "response.refusal.done"):
+            rest = self._rest(key, part, event.get("text", event.get("refusal")))
+            return [TextDelta(rest)] if rest else []
         if kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
             return [ReasoningDelta(str(event.get("delta") or ""))]
         if kind == "response.function_call_arguments.delta":
-            key = count(event.get("output_index"))
-            return [ToolArgsDelta(key, str(event.get("delta") or ""))]
+            return [ToolArgsDelta(key, self._say(key, "arguments", str(event.get("delta") or "")))]
         if kind == "response.output_item.done":
             item = obj(event.get("item"))
             encrypted = item.get("encrypted_content")
             if item.get("type") == "reasoning" and isinstance(encrypted, str):
                 return [ReasoningDelta("", encrypted=encrypted, maker="responses")]
-            return []
+            return self._call(key, item) if item.get("type") == "function_call" else []
         if kind in ("response.completed", "response.incomplete", "response.failed"):
             response = obj(event.get("response"))
             if kind == "response.failed" or response.get("status") == "failed":
@@ -234,6 +274,27 @@ class ResponsesReader:
         if kind == "error":
             return [_failed(event.get("error") if isinstance(event.get("error"), dict) else event)]
         return []
+
+    def _call(self, key: int, item: dict[str, Any]) -> list[Event]:
+        """A function call item, added or done: its start, once, and the arguments it holds beyond those streamed."""
+        out: list[Event] = []
+        if (key, "arguments") not in self._said:
+            self._calls = True
+            self._said[key, "arguments"] = ""
+            out.append(ToolCallStart(key, str(item.get("call_id") or ""), str(item.get("name") or "")))
+        rest = self._rest(key, "arguments", item.get("arguments"))
+        return [*out, ToolArgsDelta(key, rest)] if rest else out
+
+    def _say(self, key: int, kind: str, text: str) -> str:
+        self._said[key, kind] = self._said.get((key, kind), "") + text
+        return text
+
+    def _rest(self, key: int, kind: str, whole: Any) -> str:
+        """What ``whole`` holds beyond what the item's deltas gave ("" when they gave it all, or something else)."""
+        said = self._said.get((key, kind), "")
+        if not isinstance(whole, str) or not whole.startswith(said):
+            return ""
+        return self._say(key, kind, whole[len(said) :])
 
     def done(self) -> list[Event]:
         return []
