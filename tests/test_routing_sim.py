@@ -143,18 +143,25 @@ def test_short_and_long_requests_pick_different_providers(sims: Sims) -> None:
 
 
 def test_equal_speed_picks_the_cheaper(sims: Sims) -> None:
-    # Long enough that scheduling noise on a busy machine stays well under the price difference's
-    # weight, and that three answers in a row are not each slowed by half (which the router
-    # would take for a slowdown of the cheap one). The warm-up is long enough for the worst cold
-    # start: dear wins the cold race (cheap's drained answer is one, dear's many by the next look) and
-    # dear's free look at its stream spends ahead, so 5% pays for cheap's next look 40 requests in; and on a busy
-    # machine (CI) that look may be slowed, so that the one after it, 20 requests later, is the one that tells.
-    same = dataclasses.replace(FAST, ttft_s=0.1)
+    # Prices ten times apart; cheap's first token a tenth later than dear's, so that a router that did not weigh the
+    # price would pick dear. The router compares each one's recent answers, and a busy machine slows some answers
+    # (a loaded run stalled some for most of a second): the price must outweigh the slowdown one side's answers can
+    # suffer that the other's did not. Ten times the price weighs as much as cheap's last three answers each taking
+    # twice dear's; the first tokens (0.2 s) are long enough that a few scheduling stalls do not do that.
+    dear = dataclasses.replace(FAST, ttft_s=0.2)
     sim = sims.start(
-        [SimProvider("dear", same, price_in=3.0, price_out=6.0), SimProvider("cheap", same, 1.0, 2.0)],
+        [
+            SimProvider("dear", dear, price_in=10.0, price_out=20.0),
+            SimProvider("cheap", dataclasses.replace(dear, ttft_s=0.22), price_in=1.0, price_out=2.0),
+        ],
         policy={"min_samples": 5, "explore_share": 0.05},
     )
-    sim.run(90)
+    # Both measured first, asked by name in turn, so that whatever load the machine is under weighs on both alike
+    # (left to the router, which one wins the cold race and when the budget pays for a look at the other hung on
+    # timing: routing_notes.md).
+    for _ in range(5):
+        for name in ("dear", "cheap"):
+            assert sim.chat(extra_body={"provider": {"only": [name]}}).provider == name
     replies = sim.run(60)
     assert share(replies, "cheap") >= 0.9, [(r.provider, r.route) for r in replies]
 
