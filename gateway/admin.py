@@ -109,14 +109,16 @@ def _session_ranking(
     max_tokens: int | None,
 ) -> dict[str, Any]:
     """The same request as a turn of a session bound to ``bound`` (its previous prompt of ``cached`` tokens
-    cached there): the binding, the ranking and the decision (stay or move). The beliefs' ranking holds no cache
-    terms: its predictions are the session-less ranking's above."""
+    cached there): the binding, the ranking and the decision (stay or move). The ranking counts the cached prompt
+    as the plan of such a turn does, so its order is the one that turn would take."""
     if all(d.name != bound for d in model.deployments):
         raise InvalidRequest(f"model '{model.name}' has no deployment '{bound}'", param="session_deployment")
     policy = runtime.config.policy_for(model)
     affinity = policy.affinity if policy.affinity != "off" else "auto"
     session = SessionRoute("explain", "header", affinity, "bound", bound, cached or prompt_tokens)
-    ranking = runtime.router.rank(model, endpoint=endpoint, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
+    ranking = runtime.router.rank(
+        model, endpoint=endpoint, prompt_tokens=prompt_tokens, max_tokens=max_tokens, session=session
+    )
     available = [r for r in ranking.rows if r.available]
     decision = decide(session, ranking.rows, available[0], NO_PREFERENCES) if available else None
     return {

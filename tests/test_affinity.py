@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -14,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.app import AppOptions, create_app
 from gateway.config import GatewayConfig
 from gateway.fakes import FakeBehavior
+from gateway.relay.prompt_count import count_prompt
+from gateway.tokens import load_token_counter
 from tests.redis_server import RedisServer
 from tests.support.clients import sdk
 from tests.support.config import gateway_config
@@ -155,6 +158,28 @@ def test_strict_stays_off_ignores_and_a_bad_header_is_a_clear_error(
         )
     assert "x-gateway-affinity" in str(bad.value)
     assert first.deployment in ("a", "b")
+
+
+def test_the_routes_explanation_ranks_a_session_turn_where_the_plan_sends_it(
+    fakes: Fakes, start_gateway: Callable[..., Gateway]
+) -> None:
+    # b's first token comes 70 ms after a's: without a session a leads. A session bound to b finds its ~6k-token
+    # prompt in b's cache (no prefill, a tenth of the price), and its next turn stays there: the explanation's
+    # session ranking must put b first too, as the plan of that very turn does.
+    pair = [fakes.start("a", CACHING), fakes.start("b", dataclasses.replace(CACHING, ttft_s=0.08))]
+    gateway = start_gateway(config(pair), environ={"GATEWAY_ADMIN_KEY": "admin"})
+    warm_up(gateway, pair)
+    assert turn(gateway, conversation(1), extra_body={"provider": {"only": ["b"]}}).deployment == "b"  # bound to b
+    counter = load_token_counter("o200k_base")
+    previous, prompt = (count_prompt({"messages": conversation(n)}, counter) for n in (1, 2))
+    query = f"model=m&prompt_tokens={prompt}&session_deployment=b&cached_tokens={previous}"
+    routes = httpx.get(f"{gateway.url}/v1/gateway/routes?{query}", headers={"authorization": "Bearer admin"})
+    (explained,) = routes.json()["data"]
+    assert explained["deployments"][0]["deployment"] == "a"  # b is not the best without its cache
+    session = explained["session"]
+    assert (session["deployments"][0]["deployment"], session["decision"]) == ("b", "stay"), session
+    followed = turn(gateway, conversation(2))
+    assert (followed.deployment, followed.route, followed.affinity) == ("b", "affinity", "stay")
 
 
 @pytest.fixture

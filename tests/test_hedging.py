@@ -8,7 +8,6 @@ on tight timing.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -146,9 +145,10 @@ def _heavy_tail_run(sim: Sim, n: int) -> list[Reply]:
 
 def test_hedging_cuts_the_client_p99_ttft_of_a_heavy_tail(sims: Sims) -> None:
     steady = dataclasses.replace(QUICK, ttft_s=0.025)
-    # The hedge waits at least 0.15 s: far above a steady first token even on a busy machine, so
-    # ordinary requests do not spend the budget that the tail requests need.
-    policy = {"min_samples": 5, "hedge_min_after_s": 0.15, "hedge_budget": 0.1}
+    # The hedge waits at least 0.15 s: far above a steady first token on a quiet machine. On a busy one the steady
+    # first tokens spread, and a's own p90 with them: about a tenth of ordinary requests then pass it and are hedged
+    # too. The budget (a fifth of requests) covers them and the tail requests (one in twenty) together.
+    policy = {"min_samples": 5, "hedge_min_after_s": 0.15, "hedge_budget": 0.2}
     # The baseline hedges nothing: tail hedging is on by default, and would cut the tail it measures.
     plain = sims.start(
         [SimProvider("a", steady), SimProvider("b", steady)], policy={"extends": "fixed-order", "hedge_quantile": False}
@@ -157,34 +157,27 @@ def test_hedging_cuts_the_client_p99_ttft_of_a_heavy_tail(sims: Sims) -> None:
         [SimProvider("a", steady), SimProvider("b", steady)],
         policy={"extends": "fixed-order", "hedge_quantile": 0.9, **policy},
     )
-    # 200 requests, so that the p99 is not the single slowest one. The tail requests themselves
-    # are judged by their median: a machine busy enough to stall a few requests for a quarter of a
-    # second (seen in CI while other programs ran) must not decide the test; hedging that does not
-    # work does (every tail request would wait the slow first token).
+    # 200 requests, so that the p99 is not the single slowest one: one request lies above it.
     n = 200
-    without = [r.ttft_s or 0.0 for r in _heavy_tail_run(plain, n)]
+    above_p99 = n - 1 - int(0.99 * n)
+    without = _heavy_tail_run(plain, n)
     replies = _heavy_tail_run(hedged, n)
-    with_hedging = [r.ttft_s or 0.0 for r in replies]
     tail_at = [i for i in range(n) if _in_tail(i)]
-    tail = [replies[i] for i in tail_at]
-    slowest = sorted(replies, key=lambda r: r.ttft_s or 0.0)[-5:]
-    diagnosis = ([(r.ttft_s, r.provider, r.route, r.attempts) for r in slowest], _p99(without))
-    assert _p99(without) >= TAIL_TTFT_S
-    for i in tail_at:
-        if (replies[i].provider, replies[i].route) == ("b", "hedge"):
-            continue
-        # Not hedged: only because an ordinary request stalled past the threshold on a busy machine (CI saw
-        # one) and spent the budget since the tail request before (20 requests credit two hedges). A hedge
-        # spends it whichever attempt wins: one that lost to its primary leaves the route as it was.
-        before = range(max(0, i - TAIL_EVERY + 1), i)
-        spent = [j for j in before if replies[j].attempts >= 2]
-        window = [(j, replies[j].route, replies[j].attempts, replies[j].ttft_s) for j in before]
-        assert spent, (i, [(r.provider, r.route, r.attempts, r.ttft_s) for r in tail], window)
-    assert sum(r.route == "hedge" for r in tail) >= len(tail) - 2, [(r.route, r.ttft_s) for r in tail]
-    assert statistics.median(r.ttft_s or 0.0 for r in tail) < 0.5 * TAIL_TTFT_S, diagnosis
-    assert _p99(with_hedging) < 0.75 * _p99(without), diagnosis
+    # Counted, not timed: a machine busy enough stalls ordinary requests for longer than the hedge saves (a loaded run
+    # saw a few near a second), so the client's TTFT percentiles measure the machine as much as the hedge. What hedging
+    # changes is who answers the tail: without it, every tail request waits out a's slow first token (the fake's
+    # own delay, which no load shortens), and those are 5% of requests, so the p99 is one of them.
+    assert all(without[i].provider == "a" and (without[i].ttft_s or 0.0) >= TAIL_TTFT_S for i in tail_at)
+    assert _p99([r.ttft_s or 0.0 for r in without]) >= TAIL_TTFT_S
+    # With it, a tail request's first token comes from the hedge: b's, sent while a's was late, and first to the
+    # client (the first token wins). At most as many as the p99 leaves above it still wait for a's (a hedge the
+    # budget could not pay, or one that lost to its primary), so the p99 is no slow first token.
+    waited = [i for i in tail_at if replies[i].provider == "a"]
+    tail = [(i, replies[i].provider, replies[i].route, replies[i].attempts, replies[i].ttft_s) for i in tail_at]
+    assert len(waited) <= above_p99, tail
+    assert all((replies[i].provider, replies[i].route) == ("b", "hedge") for i in tail_at if i not in waited), tail
     extra = hedged.fakes["b"].app.state.requests
-    assert len(tail) <= extra <= 0.1 * n + 2  # the tail requests, within the budget
+    assert len(tail_at) - len(waited) <= extra <= 0.2 * n + 2  # the tail requests, within the budget
 
 
 def test_a_look_raced_beside_the_leader_runs_two_attempts_and_drains_the_one_that_loses(sims: Sims) -> None:

@@ -59,6 +59,16 @@ def staying(
     return session.deployment if any(d.name == session.deployment for d in deployments) else None
 
 
+def stay_first(
+    order: list[int], deployments: Sequence[DeploymentConfig], session: SessionRoute | None, stay: str | None
+) -> list[int]:
+    """``order`` (indices into ``deployments``) with a ``strict`` session's deployment first when the turn may stay
+    there (``staying``): it stays unless it cannot serve. The plan and the explanation both order by it."""
+    if stay is not None and session is not None and session.affinity == "strict":
+        order.sort(key=lambda i: deployments[i].name != stay)
+    return order
+
+
 def decide(
     session: SessionRoute, rows: Sequence[Ranked], first: Ranked, preferences: ProviderPreferences
 ) -> AffinityDecision:

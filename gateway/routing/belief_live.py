@@ -17,7 +17,7 @@ from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.capacity import ProviderLimit
 from gateway.routing.lengths import Forecast, LengthSource, request_shape
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
-from gateway.routing.plan import AffinityDecision, Candidate, RoutePlan, RouteRequest
+from gateway.routing.plan import AffinityDecision, Candidate, RoutePlan, RouteRequest, SessionRoute
 from gateway.routing.ranking import Ranking, no_capacity
 from gateway.samples import Endpoint, RequestKind
 
@@ -76,6 +76,7 @@ class LiveBeliefRouter(BeliefRouter):
             preferences=request.preferences,
             pinned=request.pinned,
             kind=request.kind,
+            session=request.session,
         )
 
     def rank(
@@ -88,6 +89,7 @@ class LiveBeliefRouter(BeliefRouter):
         preferences: ProviderPreferences = NO_PREFERENCES,
         pinned: str | None = None,
         kind: RequestKind | None = None,
+        session: SessionRoute | None = None,
     ) -> Ranking:
         """``model``'s deployments for a request of this shape, each with its belief (``rank_beliefs``)."""
         return rank_beliefs(
@@ -99,6 +101,7 @@ class LiveBeliefRouter(BeliefRouter):
             preferences=preferences,
             pinned=pinned,
             kind=kind,
+            session=session,
         )
 
     def capacity_of(self, provider: ProviderConfig) -> ProviderLimit:

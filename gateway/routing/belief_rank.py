@@ -2,7 +2,9 @@
 
 ``rank_beliefs`` builds the ``Ranking`` that ``GET /v1/gateway/routes``, the trace, the dashboard and
 ``gateway check`` show. It orders the deployments as a plan's fallbacks follow them (a request's first pick is a
-draw) and gives each its ``BeliefView``; it reads the router's beliefs and decides no route.
+draw) and gives each its ``BeliefView``; it reads the router's beliefs and decides no route. The prompt tokens
+expected in each deployment's cache are the plan's (``affinity.cached_on``): a session's turn is ranked with its
+cached prompt where it is bound, so the explanation shows the order that turn takes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import replace
 
 from gateway.config import ModelConfig, PolicyConfig
 from gateway.errors import InvalidRequest
+from gateway.routing.affinity import cached_on, stay_first, staying
 from gateway.routing.apis import speaking
 from gateway.routing.belief_candidates import kind_terms
 from gateway.routing.belief_router import BeliefRouter
@@ -21,6 +24,7 @@ from gateway.routing.cost import Cost, Shape, Weights, scores
 from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.lengths import LengthSource, shape_of
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
+from gateway.routing.plan import SessionRoute
 from gateway.routing.ranking import (
     BeliefView,
     Prediction,
@@ -45,8 +49,10 @@ def rank_beliefs(
     preferences: ProviderPreferences = NO_PREFERENCES,
     pinned: str | None = None,
     kind: RequestKind | None = None,
+    session: SessionRoute | None = None,
 ) -> Ranking:
-    """``model``'s deployments for a request of this shape, leader first, each with its belief (no side effects)."""
+    """``model``'s deployments for a request of this shape, leader first, each with its belief (no side effects).
+    ``session``: the request continues it, as the plan's ``RouteRequest.session`` (None: it continues none)."""
     policy = router.config.policy_for(model)
     now = router.clock()
     snapshot = router.stats.snapshot()
@@ -58,7 +64,8 @@ def rank_beliefs(
     forecast = router.lengths.forecast(length, max_tokens, float(default), given)
     options = [router._option(model.name, d.name, d, snapshot, now) for d in deployments]
     valid, broken = kind_terms(options, snapshot, model.name, policy, preferences, kind, now)
-    shape = Shape(prompt_tokens, forecast.mean, valid=valid)
+    cached = cached_on(model.name, session, deployments, preferences, prompt_tokens, snapshot)
+    shape = Shape(prompt_tokens, forecast.mean, cached, valid)
     weights = Weights.of(policy, preferences.sort)
     means = mean_costs(options, shape, weights, now)
     totals = scores(means, weights) if means else []
@@ -78,7 +85,8 @@ def rank_beliefs(
             range(len(options)),
             key=lambda i: (bool(broken[i]) and not every_breaks, not options[i].belief.answers, totals[i]),
         )
-    order = as_preferred(order, deployments, preferences)
+    stay = staying(session, deployments, preferences)
+    order = as_preferred(stay_first(order, deployments, session, stay), deployments, preferences)
     if not order and not preferences.allow_fallbacks:
         raise InvalidRequest(
             f"'provider.order' names no deployment of model '{model.name}' and allow_fallbacks is false",

@@ -15,7 +15,7 @@ import time
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, PolicyConfig
 from gateway.errors import InvalidRequest, NoCapacity
 from gateway.events import GatewayEvents, NoEvents
-from gateway.routing.affinity import cached_on, staying
+from gateway.routing.affinity import cached_on, stay_first, staying
 from gateway.routing.apis import speaking
 from gateway.routing.belief import NO_PRIOR, Belief
 from gateway.routing.belief_attempts import RunningAttempt, bytes_per_token, tell
@@ -152,10 +152,7 @@ class BeliefRouter:
         counts.races += bool(choice.race) and not choice.cold
         counts.shadows += choice.shadow is not None
         counts.cold_starts += choice.cold
-        order = list(choice.order)
-        if stay is not None and session is not None and session.affinity == "strict":
-            order.sort(key=lambda i: deployments[i].name != stay)  # it stays unless it cannot serve
-        order = as_preferred(order, deployments, preferences)
+        order = as_preferred(stay_first(list(choice.order), deployments, session, stay), deployments, preferences)
         if not order:
             raise InvalidRequest(f"'provider.order' names no deployment of model '{model.name}'", param="provider")
         race = choice.race if list(choice.race) == order[: len(choice.race)] else ()

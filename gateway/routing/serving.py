@@ -14,7 +14,7 @@ from gateway.routing.capacity import ProviderLimit
 from gateway.routing.health import RouterState
 from gateway.routing.lengths import Forecast
 from gateway.routing.overrides import ProviderPreferences
-from gateway.routing.plan import Router, RouteRequest, SnapshotSource
+from gateway.routing.plan import Router, RouteRequest, SessionRoute, SnapshotSource
 from gateway.routing.ranking import Ranking
 from gateway.samples import Endpoint, RequestKind
 from gateway.types import Clock
@@ -39,8 +39,10 @@ class ServingRouter(Router, Protocol):
         preferences: ProviderPreferences = ...,
         pinned: str | None = ...,
         kind: RequestKind | None = ...,
+        session: SessionRoute | None = ...,
     ) -> Ranking:
-        """``model``'s deployments in the order a request of this shape would try them, and why."""
+        """``model``'s deployments in the order a request of this shape (a turn of ``session``, if given) would try
+        them, and why."""
         ...
 
     def forecast(self, request: RouteRequest) -> Forecast:
