@@ -3,7 +3,8 @@
 What real servers send and how it is read (each shape has a captured-stream test in
 ``tests/test_stream_shapes.py``):
 
-- answer text: ``delta.content`` (chat), ``text`` (completions), tool-call arguments;
+- answer text: ``delta.content`` (chat), ``text`` (completions; Together repeats a chat chunk's content there,
+  read once), tool-call arguments;
 - reasoning: ``delta.reasoning_content`` (DeepSeek, old vLLM), ``delta.reasoning`` (vLLM, OpenRouter),
   ``delta.reasoning_details`` (OpenRouter: a chunk whose only output is there still starts the clock);
 - usage: the ``usage`` object wherever it comes (an empty-``choices`` chunk, the last content chunk as
@@ -62,8 +63,8 @@ def answer_of(choice: dict[str, Any]) -> str:
         content = delta.get("content")
         return content if content.__class__ is str else ""
     parts: list[str] = []
-    text = choice.get("text")  # /v1/completions
-    if isinstance(text, str):
+    text = choice.get("text")  # /v1/completions; Together repeats a chat chunk's content there, beside its delta
+    if isinstance(text, str) and not isinstance(delta, dict) and not isinstance(choice.get("message"), dict):
         parts.append(text)
     for holder in (choice.get("delta"), choice.get("message")):
         if not isinstance(holder, dict):

@@ -135,8 +135,8 @@ def answer_of(choice: ChatChoice) -> str:
         if choice.text is None and choice.message is None:
             return delta.content or ""
     parts: list[str] = []
-    if isinstance(choice.text, str):
-        parts.append(choice.text)
+    if isinstance(choice.text, str) and delta is None and not isinstance(choice.message, dict):
+        parts.append(choice.text)  # a completions choice's; a chat choice's repeats its content (Together)
     if delta is not None:
         _holder_parts(parts, delta.content, delta.tool_calls, delta.function_call)
     message = choice.message

@@ -1,0 +1,68 @@
+"""SDK clients through the gateway to chat providers whose streams differ from OpenAI's, scripted byte for byte.
+
+Each test scripts one provider's documented or observed shape on a ``ScriptedUpstream`` (the only deployment,
+chat only, so that Messages and Responses clients are served by translation) and checks what a real ``openai``
+or ``anthropic`` client gets and what the gateway measured. The meter's reading of the same shapes, without HTTP,
+is in ``tests/test_stream_shapes.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from gateway.samples import Sample
+from tests.support.config import gateway_config
+from tests.support.gateway import Gateway
+from tests.support.scripted import ScriptedUpstream
+from tests.support.servers import ServerThread
+from tests.support.wait import wait_until
+
+StartGateway = Callable[..., Gateway]
+HEAD = {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1, "model": "up"}
+USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
+MESSAGES: list[anthropic.types.MessageParam] = [{"role": "user", "content": "hi"}]
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> tuple[None, dict[str, Any]]:
+    return None, {**HEAD, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra}
+
+
+@pytest.fixture
+def upstream(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> Iterator[tuple[ScriptedUpstream, Gateway]]:
+    """A scripted chat-only upstream behind a gateway."""
+    scripted = ScriptedUpstream("up")
+    test_servers.append(scripted.server.start())
+    yield scripted, start_gateway(gateway_config([scripted], provider_options={"up": {"apis": ["chat"]}}))
+
+
+def only_sample(gateway: Gateway) -> Sample:
+    wait_until(lambda: len(gateway.samples.samples) == 1, what="the attempt recorded")
+    return gateway.samples.samples[0]
+
+
+def stream_text(gateway: Gateway) -> str:
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+
+def test_togethers_text_beside_the_delta_is_counted_once(upstream: tuple[ScriptedUpstream, Gateway]) -> None:
+    """Together repeats each chat chunk's content in the choice's ``text`` (the completions field): one answer."""
+    scripted, gateway = upstream
+
+    def together(text: str, finish: str | None = None, usage: dict[str, Any] | None = None) -> tuple[None, Any]:
+        delta = {"token_id": 1, "role": "assistant", "content": text, "tool_calls": None}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "seed": None, "delta": delta}
+        return None, {**HEAD, "choices": [choice], "usage": usage}
+
+    scripted.answer_sse([together("Hello"), together(" there"), together(" you", "eos", USAGE), (None, "[DONE]")])
+    assert stream_text(gateway) == "Hello there you"
+    sample = only_sample(gateway)
+    assert sample.output_tokens == 3 and sample.usage_completion_tokens == 3
