@@ -66,3 +66,38 @@ def test_togethers_text_beside_the_delta_is_counted_once(upstream: tuple[Scripte
     assert stream_text(gateway) == "Hello there you"
     sample = only_sample(gateway)
     assert sample.output_tokens == 3 and sample.usage_completion_tokens == 3
+
+
+def mistral_cut() -> list[tuple[str | None, Any]]:
+    """Mistral ends an answer its model's context cut with ``model_length`` (a limit, as ``length`` is)."""
+    return [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": "Hello there"}),
+        chunk({"content": ""}, "model_length", usage=USAGE),
+        (None, "[DONE]"),
+    ]
+
+
+def test_mistrals_model_length_is_a_limit_to_translated_clients(upstream: tuple[ScriptedUpstream, Gateway]) -> None:
+    scripted, gateway = upstream
+    scripted.answer_sse(mistral_cut())
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10) as claude:
+        with claude.messages.stream(model="m", max_tokens=64, messages=MESSAGES) as stream:
+            message = stream.get_final_message()
+    assert message.stop_reason == "max_tokens" and message.content[0].type == "text"
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        with client.responses.stream(model="m", input="hi") as responses:
+            events = [event.type for event in responses]
+    assert events[-1] == "response.incomplete"
+
+
+def test_mistrals_model_length_is_judged_as_a_limit(upstream: tuple[ScriptedUpstream, Gateway]) -> None:
+    """Stopped by a limit well below the request's own: a truncated answer, as with ``length``."""
+    scripted, gateway = upstream
+    scripted.answer_sse(mistral_cut())
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        stream = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True, max_tokens=64
+        )
+        assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "model_length"  # relayed as sent
+    assert only_sample(gateway).validity == "truncated"

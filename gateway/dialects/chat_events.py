@@ -55,14 +55,18 @@ class ChatChunk(msgspec.Struct, gc=False):
 _DECODER = msgspec.json.Decoder(list[ChatChunk])
 CHAT_STOPS: dict[str, StopReason] = {
     "stop": "stop",
-    "eos": "stop",
+    "eos": "stop",  # Together
+    "eos_token": "stop",  # TGI before 2.2
+    "stop_sequence": "stop",  # TGI before 2.2
     "end_turn": "stop",
     "length": "length",
+    "model_length": "length",  # Mistral: the model's context, not the request's limit, ended the answer
     "tool_calls": "tool",
     "function_call": "tool",
     "content_filter": "filter",
 }
-"""``finish_reason`` values in the shared vocabulary (OpenAI's, and the few others OpenAI-compatible hosts send)."""
+"""``finish_reason`` values in the shared vocabulary (OpenAI's, and the others OpenAI-compatible hosts send): the
+meter's and the translators' one reading of a chat answer's end."""
 
 
 def chat_stop(value: object) -> StopReason | None:
