@@ -101,3 +101,26 @@ def test_mistrals_model_length_is_judged_as_a_limit(upstream: tuple[ScriptedUpst
         )
         assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "model_length"  # relayed as sent
     assert only_sample(gateway).validity == "truncated"
+
+
+def test_groqs_own_usage_reaches_translated_clients(upstream: tuple[ScriptedUpstream, Gateway]) -> None:
+    """Groq puts usage in ``x_groq.usage`` on its last chunk; without the standard usage chunk it is the usage."""
+    scripted, gateway = upstream
+    groq_usage = {**USAGE, "queue_time": 0.02, "prompt_time": 0.001, "completion_time": 0.01, "total_time": 0.011}
+    scripted.answer_sse(
+        [
+            chunk({"role": "assistant", "content": ""}, x_groq={"id": "req_1"}),
+            chunk({"content": "Hello"}),
+            chunk({"content": " there you"}),
+            chunk({}, "stop", x_groq={"id": "req_1", "usage": groq_usage}),
+            (None, "[DONE]"),
+        ]
+    )
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10) as claude:
+        with claude.messages.stream(model="m", max_tokens=64, messages=MESSAGES) as stream:
+            message = stream.get_final_message()
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (11, 3)
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        with client.responses.stream(model="m", input="hi") as responses:
+            final = responses.get_final_response()
+    assert final.usage is not None and (final.usage.input_tokens, final.usage.output_tokens) == (11, 3)

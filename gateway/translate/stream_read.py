@@ -79,7 +79,7 @@ class ChatReader:
                 stop = chat.stop_of(finish, bool(self._calls))
                 matched = chat.matched_stop(choice, self._stops) if stop == "end" else None
                 out.append(Finished("stop_sequence", matched) if matched is not None else Finished(stop))
-        usage = chat_reply.read_usage(event.get("usage"))
+        usage = chat_reply.usage_in(event)
         if usage is not None:
             out.append(UsageSeen(usage))
         return out
