@@ -99,7 +99,8 @@ def test_mistrals_model_length_is_judged_as_a_limit(upstream: tuple[ScriptedUpst
         stream = client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "hi"}], stream=True, max_tokens=64
         )
-        assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "model_length"  # relayed as sent
+        finishes: list[str | None] = [c.choices[0].finish_reason for c in stream if c.choices]
+    assert finishes[-1] == "model_length"  # relayed as Mistral sent it
     assert only_sample(gateway).validity == "truncated"
 
 
@@ -124,3 +125,48 @@ def test_groqs_own_usage_reaches_translated_clients(upstream: tuple[ScriptedUpst
         with client.responses.stream(model="m", input="hi") as responses:
             final = responses.get_final_response()
     assert final.usage is not None and (final.usage.input_tokens, final.usage.output_tokens) == (11, 3)
+
+
+def test_magistrals_thinking_parts_are_its_reasoning_and_its_text_parts_the_answer(
+    upstream: tuple[ScriptedUpstream, Gateway],
+) -> None:
+    """Mistral's reasoning models answer with a list of parts, ``thinking`` then ``text``: the answer is measured
+    and judged from the text parts, and a translated client gets the thinking as reasoning."""
+    scripted, gateway = upstream
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "Hmm"}]}
+    content = [thinking, {"type": "text", "text": "Hello there you"}]
+    message = {"role": "assistant", "content": content, "tool_calls": None, "prefix": False}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    scripted.answer_json(
+        {"id": "up", "object": "chat.completion", "created": 1, "model": "magistral", "choices": [choice]}
+    )
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        relayed = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert relayed.choices[0].message.content == content  # type: ignore[comparison-overlap]  # as Mistral sent it
+    sample = only_sample(gateway)
+    assert (sample.validity, sample.output_tokens) == ("valid", 3)
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10) as claude:
+        translated = claude.messages.create(model="m", max_tokens=64, messages=MESSAGES)
+    blocks = [(b.type, b.thinking if b.type == "thinking" else b.text) for b in translated.content]  # type: ignore[union-attr]
+    assert blocks == [("thinking", "Hmm"), ("text", "Hello there you")]
+
+
+def test_magistrals_streamed_thinking_parts_reach_a_messages_client(upstream: tuple[ScriptedUpstream, Gateway]) -> None:
+    scripted, gateway = upstream
+    scripted.answer_sse(
+        [
+            chunk({"role": "assistant", "content": ""}),
+            chunk({"content": [{"type": "thinking", "thinking": [{"type": "text", "text": "Hmm"}]}]}),
+            chunk({"content": [{"type": "text", "text": "Hello"}]}),
+            chunk({"content": " there you"}),
+            chunk({"content": ""}, "stop", usage=USAGE),
+            (None, "[DONE]"),
+        ]
+    )
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10) as claude:
+        with claude.messages.stream(model="m", max_tokens=64, messages=MESSAGES) as stream:
+            message = stream.get_final_message()
+    blocks = [(b.type, b.thinking if b.type == "thinking" else b.text) for b in message.content]  # type: ignore[union-attr]
+    assert blocks == [("thinking", "Hmm"), ("text", "Hello there you")]
+    sample = only_sample(gateway)
+    assert (sample.validity, sample.output_tokens) == ("valid", 3)

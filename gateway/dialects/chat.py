@@ -6,7 +6,8 @@ What real servers send and how it is read (each shape has a captured-stream test
 - answer text: ``delta.content`` (chat), ``text`` (completions; Together repeats a chat chunk's content there,
   read once), tool-call arguments;
 - reasoning: ``delta.reasoning_content`` (DeepSeek, old vLLM), ``delta.reasoning`` (vLLM, OpenRouter),
-  ``delta.reasoning_details`` (OpenRouter: a chunk whose only output is there still starts the clock);
+  ``delta.reasoning_details`` (OpenRouter: a chunk whose only output is there still starts the clock),
+  ``thinking`` parts of a list ``content`` (Mistral's reasoning models, whose answer is then its ``text`` parts);
 - usage: the ``usage`` object wherever it comes (an empty-``choices`` chunk, the last content chunk as
   DeepSeek sends it, every chunk as xAI does): the last one wins, so nothing is counted twice; Groq's
   ``x_groq.usage`` only when no standard ``usage`` came;
@@ -25,6 +26,8 @@ from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally, listed
 from gateway.dialects.chat_body import tally_whole
 from gateway.dialects.chat_events import (
     chat_stop,
+    content_text,
+    content_thinking,
     decode_chunks,
     note_calls,
     reasoning_in_details,
@@ -61,7 +64,7 @@ def answer_of(choice: dict[str, Any]) -> str:
     ):
         # The common streamed chunk: only delta.content can hold answer text.
         content = delta.get("content")
-        return content if content.__class__ is str else ""
+        return content if content.__class__ is str else content_text(content)
     parts: list[str] = []
     text = choice.get("text")  # /v1/completions; Together repeats a chat chunk's content there, beside its delta
     if isinstance(text, str) and not isinstance(delta, dict) and not isinstance(choice.get("message"), dict):
@@ -69,9 +72,7 @@ def answer_of(choice: dict[str, Any]) -> str:
     for holder in (choice.get("delta"), choice.get("message")):
         if not isinstance(holder, dict):
             continue
-        content = holder.get("content")
-        if isinstance(content, str):
-            parts.append(content)
+        parts.append(content_text(holder.get("content")))
         for call in listed(holder.get("tool_calls")):
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
@@ -90,7 +91,7 @@ def reasoning_of(choice: dict[str, Any]) -> str:
         value = delta.get(key)
         if isinstance(value, str) and value:
             return value
-    return reasoning_in_details(delta.get("reasoning_details"))
+    return reasoning_in_details(delta.get("reasoning_details")) or content_thinking(delta.get("content"))
 
 
 _NOT_PLAIN_DELTA = frozenset(("tool_calls", "function_call", "reasoning_content", "reasoning", "reasoning_details"))
@@ -104,6 +105,7 @@ def carries_output(choice: dict[str, Any]) -> bool:
         and _NOT_PLAIN_DELTA.isdisjoint(delta)
         and "text" not in choice
         and "message" not in choice
+        and delta.get("content").__class__ is not list
     ):
         # The common streamed chunk (a role, text content): only non-empty text is output, what the reading
         # below comes to for it.

@@ -15,7 +15,7 @@ the fields read loosely there (``usage``, ``tool_calls``, timings) are kept as d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -102,6 +102,27 @@ def decode_chunks(array: bytes) -> list[ChatChunk] | None:
         return None
 
 
+def content_text(content: object) -> str:
+    """The answer text of a message's or delta's ``content``: the string, or the ``text`` parts of a list of parts
+    (Mistral's reasoning models send ``[{"type": "thinking", ...}, {"type": "text", "text": ...}]``)."""
+    if isinstance(content, str):
+        return content
+    return "".join(_texts(p for p in listed(content) if isinstance(p, dict) and p.get("type") == "text"))
+
+
+def content_thinking(content: object) -> str:
+    """The reasoning text in a list of content parts: Mistral's ``{"type": "thinking", "thinking": [{"type":
+    "text", "text": ...}]}`` parts ("" for a string content)."""
+    thinking = (p for p in listed(content) if isinstance(p, dict) and p.get("type") == "thinking")
+    return "".join(_texts(chunk for part in thinking for chunk in listed(part.get("thinking"))))
+
+
+def _texts(parts: Iterable[Any]) -> Iterator[str]:
+    for part in parts:
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            yield part["text"]
+
+
 def usage_of(usage: object) -> tuple[int | None, int | None, int | None]:
     """Prompt, completion and cached prompt tokens of a ``usage`` object (None where not reported).
 
@@ -122,8 +143,7 @@ def usage_of(usage: object) -> tuple[int | None, int | None, int | None]:
 
 def _holder_parts(parts: list[str], content: Any, tool_calls: Any, function_call: Any) -> None:
     """What a ``delta`` or ``message`` adds to the answer: its content, then tool-call arguments."""
-    if isinstance(content, str):
-        parts.append(content)
+    parts.append(content_text(content))
     for call in listed(tool_calls):
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict) and isinstance(function.get("arguments"), str):

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from gateway.dialects.base import listed
+from gateway.dialects.chat_events import content_text, content_thinking
 from gateway.errors import describe_error
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply
 from gateway.translate.chat_assistant import thought_signature
@@ -66,9 +67,12 @@ class ChatReader:
         if choice is not None:
             delta = obj(choice.get("delta"))
             reasoning = delta.get("reasoning_content", delta.get("reasoning"))
-            if isinstance(reasoning, str) and reasoning:
+            if not isinstance(reasoning, str) or not reasoning:
+                reasoning = content_thinking(delta.get("content"))  # Mistral's: a thinking part of the content
+            if reasoning:
                 out.append(ReasoningDelta(reasoning))
-            for text in (delta.get("content"), delta.get("refusal")):  # OpenAI streams a refusal beside content
+            # OpenAI streams a refusal beside content.
+            for text in (content_text(delta.get("content")), delta.get("refusal")):
                 if isinstance(text, str) and text:
                     out.append(TextDelta(text))
             for call in listed(delta.get("tool_calls")):
