@@ -170,3 +170,19 @@ def test_magistrals_streamed_thinking_parts_reach_a_messages_client(upstream: tu
     assert blocks == [("thinking", "Hmm"), ("text", "Hello there you")]
     sample = only_sample(gateway)
     assert (sample.validity, sample.output_tokens) == ("valid", 3)
+
+
+def test_tgis_string_error_event_reaches_an_openai_client_with_its_message(
+    upstream: tuple[ScriptedUpstream, Gateway],
+) -> None:
+    """TGI's mid-stream error is ``{"error": "<message>", "error_type": ...}``: the client is told the message in
+    OpenAI's error shape, which its SDK reads (a bare string it reports as a nameless streaming error)."""
+    scripted, gateway = upstream
+    error = {"error": "Request failed during generation: Server error: CUDA out of memory", "error_type": "generation"}
+    scripted.answer_sse([chunk({"role": "assistant", "content": "Hello"}, usage=None), (None, error)])
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        with pytest.raises(openai.APIError, match="CUDA out of memory"):
+            for _ in stream:
+                pass
+    assert only_sample(gateway).outcome == "upstream_error"

@@ -381,8 +381,9 @@ def _ending(
         tail = forwarder.stream_error(broken.message, "upstream_stream_broken", reading.last_sequence)
         return outcome, tail, True
     if forwarder.error is not None:
-        # The provider's own error event, held back: relayed as is, unless another deployment can finish
-        # (never when it blames the request: the provider's health is not at stake, and a retry would fail alike).
+        # The provider's own error event, held back: relayed (``EventForwarder.error``), unless another deployment
+        # can finish (never when it blames the request: the provider's health is not at stake, and a retry would
+        # fail alike).
         fault = is_request_fault(forwarder.error_object)
         return ("client_error" if fault else "upstream_error"), forwarder.error, not fault
     if reading.error_message is not None:
