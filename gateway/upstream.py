@@ -265,6 +265,10 @@ class UpstreamClient:
         """The upstream model ids whose translated chat answers carried thought signatures (Gemini's): the ones that
         refuse a tool call sent back without one, and are sent a placeholder where the client kept none. Learned, not
         configured; a restart (or a reload, which makes new clients) forgets it until the next signed answer."""
+        self.usage_refused = False
+        """The provider refused the usage ask the gateway adds to streams (``stream_options``: Mistral's 422
+        ``extra_forbidden``), which it is not sent again (``gateway.relay.outbound.usage_ask_refused``). Learned, as
+        ``thought_signers`` is."""
         self.closed = False
         """Set by ``aclose``: the client then refuses new requests (a reload closes the old runtime's clients once
         its last stream is done)."""

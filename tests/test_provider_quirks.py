@@ -186,3 +186,61 @@ def test_tgis_string_error_event_reaches_an_openai_client_with_its_message(
             for _ in stream:
                 pass
     assert only_sample(gateway).outcome == "upstream_error"
+
+
+MISTRAL_EXTRA_FORBIDDEN = {
+    "object": "error",
+    "message": {
+        "detail": [
+            {
+                "type": "extra_forbidden",
+                "loc": ["body", "stream_options", "include_usage"],
+                "msg": "Extra inputs are not permitted",
+                "input": True,
+            }
+        ]
+    },
+    "type": "invalid_request_error",
+    "param": None,
+    "code": None,
+}
+
+
+def test_a_provider_that_refuses_the_gateways_usage_ask_is_asked_without_it(
+    upstream: tuple[ScriptedUpstream, Gateway],
+) -> None:
+    """Mistral refuses ``stream_options``, which the gateway adds to a stream the client asked no usage of: the
+    refusal is the gateway's to handle (sent again without it, and never again), not the client's 422."""
+    scripted, gateway = upstream
+    scripted.refuse_field("stream_options", 422, MISTRAL_EXTRA_FORBIDDEN)
+    scripted.answer_sse(
+        [
+            chunk({"role": "assistant", "content": ""}),
+            chunk({"content": "Hello there you"}),
+            chunk({"content": ""}, "stop", usage=USAGE),
+            (None, "[DONE]"),
+        ]
+    )
+    assert stream_text(gateway) == "Hello there you"
+    assert ["stream_options" in body for body in scripted.bodies] == [True, False]
+    assert only_sample(gateway).usage_completion_tokens == 3  # its usage comes unasked, on its last chunk
+    assert stream_text(gateway) == "Hello there you"
+    assert ["stream_options" in body for body in scripted.bodies] == [True, False, False]  # learned
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10) as claude:
+        with claude.messages.stream(model="m", max_tokens=64, messages=MESSAGES) as stream:
+            assert stream.get_final_text() == "Hello there you"  # translated: not asked either
+    assert "stream_options" not in scripted.last
+
+
+def test_a_clients_own_stream_options_refused_is_the_clients_error(upstream: tuple[ScriptedUpstream, Gateway]) -> None:
+    scripted, gateway = upstream
+    scripted.refuse_field("stream_options", 422, MISTRAL_EXTRA_FORBIDDEN)
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        with pytest.raises(openai.UnprocessableEntityError):
+            client.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+    assert len(scripted.bodies) == 1

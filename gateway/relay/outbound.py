@@ -11,7 +11,8 @@ it cannot run, when no deployment can take the request whole; the client is told
 The one addition to a native body is the usage chunk of chat and completions streams: when the
 provider allows it (``stream_usage``, on by default) and the client did not ask, the gateway asks for
 it (``stream_options.include_usage``), so that the answer's cost is known; the forwarder then keeps
-that chunk from the client, which did not ask for it (``gateway.relay.forward``). A translated chat
+that chunk from the client, which did not ask for it (``gateway.relay.forward``). A provider that refuses the
+field (``usage_ask_refused``) is sent the request again without it, and never the field again. A translated chat
 stream always asks for it (when allowed): the client's own API reports usage at the end. A translated chat
 request to a deployment known to need thought signatures (Gemini's) gets Google's placeholder on the current turn's
 tool calls that have none (``gateway.translate.chat_assistant.with_placeholders``). The one removal
@@ -32,12 +33,14 @@ from typing import Any, cast
 import msgspec
 
 from gateway.config import DeploymentConfig, ModelConfig, ProviderConfig
+from gateway.relay.attempt import ClientFault
 from gateway.relay.request import ProxyRequest
 from gateway.routing import Candidate
 from gateway.routing.apis import API_PATHS, translated_to, upstream_api
 from gateway.samples import Endpoint
 from gateway.translate import Api, Untranslatable, as_api, sealed, translate
 from gateway.translate.chat_assistant import with_placeholders
+from gateway.upstream import UpstreamClient
 
 
 def client_asked_usage(request: ProxyRequest) -> bool:
@@ -53,6 +56,27 @@ def injects_usage(request: ProxyRequest, provider: ProviderConfig) -> bool:
         and provider.stream_usage
         and not client_asked_usage(request)
     )
+
+
+def usage_ask_refused(request: ProxyRequest, fault: ClientFault, client: UpstreamClient) -> bool:
+    """Whether a provider's 4xx refuses the usage ask the gateway added (the client sent no ``stream_options``), for
+    the first time: then it is learned (``UpstreamClient.usage_refused``). Mistral refuses every field it does not
+    document (422 ``extra_forbidden`` at ``body.stream_options``). Not the client's fault: the same request goes
+    again without it."""
+    refused = (
+        not client.usage_refused
+        and request.stream
+        and fault.status in (400, 422)
+        and "stream_options" not in request.body
+        and len(fault.body) <= _REFUSAL_BYTES
+        and b"stream_options" in fault.body
+    )
+    client.usage_refused = client.usage_refused or refused
+    return refused
+
+
+_REFUSAL_BYTES = 16384
+"""A refusal longer than this is not searched: a validation error naming a field is short."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,23 +173,30 @@ def upstream_path(request: ProxyRequest, api: Endpoint) -> str:
 
 
 def upstream_body(
-    request: ProxyRequest, candidate: Candidate, target: Endpoint | None = None, signers: Container[str] = ()
+    request: ProxyRequest,
+    candidate: Candidate,
+    target: Endpoint | None = None,
+    signers: Container[str] = (),
+    usage_refused: bool = False,
 ) -> bytes:
     """The body sent to ``candidate``: the client's fields untouched but for ``model`` (and the usage ask), or
     its translation to the deployment's API (``target``: ``upstream_of(request, candidate)``, if the caller has it).
     ``signers``: the upstream model ids of the candidate's provider known to need thought signatures
-    (``UpstreamClient.thought_signers``)."""
+    (``UpstreamClient.thought_signers``); ``usage_refused``: the provider refused the usage ask
+    (``UpstreamClient.usage_refused``), which it is then not sent."""
     if target is None:
         target = upstream_of(request, candidate)
     if target != request.endpoint:
         body = _translated(request, candidate, as_api(target))
+        if usage_refused:
+            body.pop("stream_options", None)
         messages = body.get("messages")
         if target == "chat" and candidate.deployment.model in signers and isinstance(messages, list):
             body["messages"] = with_placeholders(messages) or messages
         return encode_body(body)
     body = dict(request.body)
     body["model"] = candidate.deployment.model
-    if injects_usage(request, candidate.provider):
+    if injects_usage(request, candidate.provider) and not usage_refused:
         options = body.get("stream_options")
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
     if request.endpoint == "messages":
