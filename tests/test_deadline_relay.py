@@ -61,6 +61,7 @@ class Upstream:
         self.hang = hang
         self.waits = waits
         self.thought_signers: set[str] = set()
+        self.usage_refused = False
 
     async def send(self, path: str, body: bytes, timeouts: Any, headers: Any = (), api: str = "chat") -> Any:
         return HangingResponse(self.chunks, self.hang, self.waits)
