@@ -244,3 +244,23 @@ def test_a_clients_own_stream_options_refused_is_the_clients_error(upstream: tup
                 stream_options={"include_usage": True},
             )
     assert len(scripted.bodies) == 1
+
+
+def test_a_finish_reason_that_says_the_provider_failed_is_an_error(upstream: tuple[ScriptedUpstream, Gateway]) -> None:
+    """Mistral's ``finish_reason: "error"`` (and DeepSeek's ``insufficient_system_resource``) end an answer the
+    provider could not finish: relayed as sent on the same API, an error to a translated client, and an upstream
+    error in the sample (never a complete answer)."""
+    scripted, gateway = upstream
+    scripted.answer_sse(
+        [chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}), chunk({"content": ""}, "error")]
+    )
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        finishes: list[str | None] = [c.choices[0].finish_reason for c in stream if c.choices]
+    assert finishes[-1] == "error"
+    assert only_sample(gateway).outcome == "upstream_error"
+    scripted.answer_sse([chunk({"content": "Hel"}), chunk({}, "insufficient_system_resource"), (None, "[DONE]")])
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10) as claude:
+        with pytest.raises(anthropic.APIStatusError, match="insufficient_system_resource"):
+            with claude.messages.stream(model="m", max_tokens=64, messages=MESSAGES) as messages:
+                messages.get_final_message()

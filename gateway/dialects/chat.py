@@ -12,7 +12,8 @@ What real servers send and how it is read (each shape has a captured-stream test
   DeepSeek sends it, every chunk as xAI does): the last one wins, so nothing is counted twice; Groq's
   ``x_groq.usage`` only when no standard ``usage`` came;
 - errors: a top-level ``error`` (OpenAI, OpenRouter's mid-stream errors with ``finish_reason: "error"``,
-  vLLM's ``{"object": "error", ...}`` inside it);
+  vLLM's ``{"object": "error", ...}`` inside it), and a ``finish_reason`` that says the provider failed
+  (``chat_events.FAILED_FINISHES``: Mistral's ``error``, DeepSeek's ``insufficient_system_resource``);
 - provider timings (``timings``: llama.cpp; ``metrics``: vLLM; ``x_groq.usage`` times; ``perf_metrics``:
   Fireworks): kept for the access log only, never for routing.
 """
@@ -29,7 +30,9 @@ from gateway.dialects.chat_events import (
     content_text,
     content_thinking,
     decode_chunks,
+    failed_whole,
     note_calls,
+    note_finish,
     reasoning_in_details,
     tally_chunks,
     usage_of,
@@ -214,8 +217,7 @@ class ChatDialect:
                 elif carries_output(choice):
                     tally.output(at)
                 if choice.get("finish_reason"):
-                    tally.finished = True
-                    tally.stop = chat_stop(choice["finish_reason"])
+                    note_finish(tally, choice["finish_reason"])
         if not final:
             return tally
         if not tally._standard_usage and tally._groq_usage is not None:
@@ -254,7 +256,7 @@ class ChatDialect:
             stop = chat_stop(choice.get("finish_reason"))
             tally.stop = stop if stop is not None else tally.stop
         tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(body.get("usage"))
-        tally.error_message = _error_message(body)
+        tally.error_message = _error_message(body) or failed_whole([c.get("finish_reason") for c in choices])
         if body.get("object") == "error" and tally.error_message is None:
             tally.error_message = describe_error(body)[0]  # vLLM's error body: {"object": "error", "message": ...}
         model = body.get("model")

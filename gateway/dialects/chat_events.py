@@ -69,6 +69,34 @@ CHAT_STOPS: dict[str, StopReason] = {
 meter's and the translators' one reading of a chat answer's end."""
 
 
+FAILED_FINISHES = frozenset({"error", "insufficient_system_resource"})
+"""``finish_reason`` values that say the provider failed mid-answer (OpenRouter's and Mistral's ``error``, DeepSeek's
+``insufficient_system_resource``): the answer ended unfinished, an error, never a complete answer."""
+
+
+def finish_failure(reason: object) -> str | None:
+    """The error a ``finish_reason`` says ended the answer (one of ``FAILED_FINISHES``), else None."""
+    if isinstance(reason, str) and reason in FAILED_FINISHES:
+        return f"the provider ended the answer with finish_reason {reason!r}"
+    return None
+
+
+def note_finish(tally: Tally, reason: object) -> None:
+    """A choice's ``finish_reason`` (not null) in the tally: the answer ended and why, or, for a ``FAILED_FINISHES``
+    reason, the error that ended it (unless the stream's own error event said more)."""
+    failure = finish_failure(reason)
+    if failure is not None:
+        tally.error_message = tally.error_message or failure
+        return
+    tally.finished = True
+    tally.stop = chat_stop(reason)
+
+
+def failed_whole(reasons: Sequence[object]) -> str | None:
+    """The error of a whole answer whose choices' ``finish_reason`` says the provider failed, else None."""
+    return next((failure for reason in reasons if (failure := finish_failure(reason)) is not None), None)
+
+
 def chat_stop(value: object) -> StopReason | None:
     """A ``finish_reason`` read into ``StopReason`` (None: not a reason at all)."""
     if not isinstance(value, str) or not value:
@@ -281,8 +309,7 @@ def tally_chunks(
                 elif reasoning_of(delta) or (delta is not None and bool(delta.tool_calls or delta.function_call)):
                     tally.output(at)  # chat.carries_output, its answer_of already found empty
             if choice.finish_reason:
-                tally.finished = True
-                tally.stop = chat_stop(choice.finish_reason)
+                note_finish(tally, choice.finish_reason)
     if timing_tail:
         read_end(tally, events[-timing_tail:])
     return tally

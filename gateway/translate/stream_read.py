@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from gateway.dialects.base import listed
-from gateway.dialects.chat_events import content_text, content_thinking
+from gateway.dialects.chat_events import content_text, content_thinking, finish_failure
 from gateway.errors import describe_error
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply
 from gateway.translate.chat_assistant import thought_signature
@@ -79,6 +79,9 @@ class ChatReader:
                 if isinstance(call, dict):
                     out.extend(self._call(call))
             finish = choice.get("finish_reason")
+            failure = finish_failure(finish)
+            if failure is not None:  # beside OpenRouter's error object, or (Mistral, DeepSeek) alone
+                return [*out, _failed(event["error"] if event.get("error") is not None else failure, 502)]
             if isinstance(finish, str):
                 stop = chat.stop_of(finish, bool(self._calls))
                 matched = chat.matched_stop(choice, self._stops) if stop == "end" else None
