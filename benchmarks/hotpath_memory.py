@@ -143,6 +143,7 @@ class MemoryUpstream:
         self.body = full_body()
         self.thought_signers: set[str] = set()
         self.usage_refused = False
+        self.short_tool_ids = False
 
     async def send(self, path: str, body: bytes, timeouts: Any, headers: Any = (), api: str = "chat") -> MemoryResponse:
         if b'"stream":true' in body:

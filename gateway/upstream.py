@@ -266,9 +266,10 @@ class UpstreamClient:
         refuse a tool call sent back without one, and are sent a placeholder where the client kept none. Learned, not
         configured; a restart (or a reload, which makes new clients) forgets it until the next signed answer."""
         self.usage_refused = False
-        """The provider refused the usage ask the gateway adds to streams (``stream_options``: Mistral's 422
-        ``extra_forbidden``), which it is not sent again (``gateway.relay.outbound.usage_ask_refused``). Learned, as
-        ``thought_signers`` is."""
+        """The provider refused the usage ask the gateway adds to streams (``stream_options``), which it is not sent
+        again; learned, as ``thought_signers`` is (``gateway.relay.outbound.cured``)."""
+        self.short_tool_ids = False
+        """The provider refused tool call ids other than nine letters and digits, which it is sent from then on."""
         self.closed = False
         """Set by ``aclose``: the client then refuses new requests (a reload closes the old runtime's clients once
         its last stream is done)."""

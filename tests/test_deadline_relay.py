@@ -62,6 +62,7 @@ class Upstream:
         self.waits = waits
         self.thought_signers: set[str] = set()
         self.usage_refused = False
+        self.short_tool_ids = False
 
     async def send(self, path: str, body: bytes, timeouts: Any, headers: Any = (), api: str = "chat") -> Any:
         return HangingResponse(self.chunks, self.hang, self.waits)

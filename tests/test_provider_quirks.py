@@ -264,3 +264,58 @@ def test_a_finish_reason_that_says_the_provider_failed_is_an_error(upstream: tup
         with pytest.raises(anthropic.APIStatusError, match="insufficient_system_resource"):
             with claude.messages.stream(model="m", max_tokens=64, messages=MESSAGES) as messages:
                 messages.get_final_message()
+
+
+def ids_in(body: dict[str, Any]) -> list[str]:
+    """The tool call ids of a chat body's history: each call's, and each tool message's."""
+    ids = [call["id"] for message in body["messages"] for call in message.get("tool_calls") or []]
+    return ids + [message["tool_call_id"] for message in body["messages"] if message.get("role") == "tool"]
+
+
+def mistral_refuses_ids(body: dict[str, Any]) -> bool:
+    return any(not (len(i) == 9 and i.isalnum()) for i in ids_in(body))
+
+
+MISTRAL_BAD_ID = {
+    "object": "error",
+    "message": "Tool call id was toolu_01A09q90qw90lq917835lq9 but must be a-z, A-Z, 0-9, with a length of 9.",
+    "type": "invalid_function_call",
+    "param": None,
+    "code": "3280",
+}
+
+
+def test_another_providers_tool_call_ids_are_renamed_for_mistral(upstream: tuple[ScriptedUpstream, Gateway]) -> None:
+    """Mistral refuses tool call ids but nine letters and digits; a conversation whose calls another provider made
+    (Claude's ``toolu_...``) is sent again with its ids renamed alike in each call and its result."""
+    scripted, gateway = upstream
+    scripted.refuse(mistral_refuses_ids, 400, MISTRAL_BAD_ID)
+    scripted.answer_sse([chunk({"role": "assistant", "content": "Sunny"}), chunk({}, "stop"), (None, "[DONE]")])
+    history: list[anthropic.types.MessageParam] = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "weather", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_01A09q90qw90lq917835lq9", "content": "sun"}],
+        },
+    ]
+    tools: list[anthropic.types.ToolParam] = [{"name": "weather", "input_schema": {"type": "object"}}]
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10) as claude:
+        with claude.messages.stream(model="m", max_tokens=64, messages=history, tools=tools) as stream:
+            assert stream.get_final_text() == "Sunny"
+    refused, renamed = (ids_in(body) for body in scripted.bodies)
+    assert refused == ["toolu_01A09q90qw90lq917835lq9"] * 2
+    assert len(set(renamed)) == 1 and not mistral_refuses_ids(scripted.last)
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        call = {"id": "call_abc123def456", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+        messages: list[Any] = [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_abc123def456", "content": "sun"},
+        ]
+        answer = client.chat.completions.create(model="m", stream=True, messages=messages)
+        assert "".join(c.choices[0].delta.content or "" for c in answer if c.choices) == "Sunny"
+    assert len(scripted.bodies) == 3 and not mistral_refuses_ids(scripted.last)  # learned: renamed at once

@@ -11,9 +11,10 @@ it cannot run, when no deployment can take the request whole; the client is told
 The one addition to a native body is the usage chunk of chat and completions streams: when the
 provider allows it (``stream_usage``, on by default) and the client did not ask, the gateway asks for
 it (``stream_options.include_usage``), so that the answer's cost is known; the forwarder then keeps
-that chunk from the client, which did not ask for it (``gateway.relay.forward``). A provider that refuses the
-field (``usage_ask_refused``) is sent the request again without it, and never the field again. A translated chat
-stream always asks for it (when allowed): the client's own API reports usage at the end. A translated chat
+that chunk from the client, which did not ask for it (``gateway.relay.forward``). A translated chat
+stream always asks for it (when allowed): the client's own API reports usage at the end. A provider that refuses
+the field is sent the request again without it, and never the field again (``cured``); so is one that refuses
+another provider's tool call ids, with the ids renamed (``gateway.relay.tool_ids``). A translated chat
 request to a deployment known to need thought signatures (Gemini's) gets Google's placeholder on the current turn's
 tool calls that have none (``gateway.translate.chat_assistant.with_placeholders``). The one removal
 is of reasoning the native provider did not make, which it would refuse: from Messages bodies the ``thinking``
@@ -28,13 +29,14 @@ import dataclasses
 import json
 from collections.abc import Container
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import msgspec
 
 from gateway.config import DeploymentConfig, ModelConfig, ProviderConfig
 from gateway.relay.attempt import ClientFault
 from gateway.relay.request import ProxyRequest
+from gateway.relay.tool_ids import short_tool_ids
 from gateway.routing import Candidate
 from gateway.routing.apis import API_PATHS, translated_to, upstream_api
 from gateway.samples import Endpoint
@@ -58,25 +60,26 @@ def injects_usage(request: ProxyRequest, provider: ProviderConfig) -> bool:
     )
 
 
-def usage_ask_refused(request: ProxyRequest, fault: ClientFault, client: UpstreamClient) -> bool:
-    """Whether a provider's 4xx refuses the usage ask the gateway added (the client sent no ``stream_options``), for
-    the first time: then it is learned (``UpstreamClient.usage_refused``). Mistral refuses every field it does not
-    document (422 ``extra_forbidden`` at ``body.stream_options``). Not the client's fault: the same request goes
-    again without it."""
-    refused = (
-        not client.usage_refused
-        and request.stream
-        and fault.status in (400, 422)
-        and "stream_options" not in request.body
-        and len(fault.body) <= _REFUSAL_BYTES
-        and b"stream_options" in fault.body
-    )
-    client.usage_refused = client.usage_refused or refused
-    return refused
-
-
 _REFUSAL_BYTES = 16384
 """A refusal longer than this is not searched: a validation error naming a field is short."""
+
+
+def cured(request: ProxyRequest, fault: ClientFault, client: UpstreamClient) -> bool:
+    """Whether ``fault`` refuses what the gateway itself can change, new for this provider: then it is learned
+    (``UpstreamClient``) and the caller sends the request again, written as learned. Not the client's fault, and no
+    other deployment is needed: the usage ask the gateway added (the client sent no ``stream_options``; Mistral
+    refuses every field it does not document, 422 ``extra_forbidden``), tool call ids not of nine letters and digits
+    (Mistral's, ``gateway.relay.tool_ids``). One already learned is the request's own, relayed as any other."""
+    if fault.status not in (400, 422) or len(fault.body) > _REFUSAL_BYTES:
+        return False
+    if not client.usage_refused and request.stream and "stream_options" not in request.body:
+        if b"stream_options" in fault.body:
+            client.usage_refused = True
+            return True
+    if not client.short_tool_ids and b"Tool call id" in fault.body and b"length of 9" in fault.body:
+        client.short_tool_ids = True
+        return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,32 +176,30 @@ def upstream_path(request: ProxyRequest, api: Endpoint) -> str:
 
 
 def upstream_body(
-    request: ProxyRequest,
-    candidate: Candidate,
-    target: Endpoint | None = None,
-    signers: Container[str] = (),
-    usage_refused: bool = False,
+    request: ProxyRequest, candidate: Candidate, target: Endpoint | None = None, learned: Learned | None = None
 ) -> bytes:
     """The body sent to ``candidate``: the client's fields untouched but for ``model`` (and the usage ask), or
-    its translation to the deployment's API (``target``: ``upstream_of(request, candidate)``, if the caller has it).
-    ``signers``: the upstream model ids of the candidate's provider known to need thought signatures
-    (``UpstreamClient.thought_signers``); ``usage_refused``: the provider refused the usage ask
-    (``UpstreamClient.usage_refused``), which it is then not sent."""
+    its translation to the deployment's API (``target``: ``upstream_of(request, candidate)``, if the caller has it),
+    written as the candidate's provider is ``learned`` to need (``UpstreamClient``: thought signatures, and the
+    refusals ``cured`` learned)."""
+    learned = learned if learned is not None else NOTHING_LEARNED
     if target is None:
         target = upstream_of(request, candidate)
     if target != request.endpoint:
         body = _translated(request, candidate, as_api(target))
-        if usage_refused:
+        if learned.usage_refused:
             body.pop("stream_options", None)
         messages = body.get("messages")
-        if target == "chat" and candidate.deployment.model in signers and isinstance(messages, list):
+        if target == "chat" and candidate.deployment.model in learned.thought_signers and isinstance(messages, list):
             body["messages"] = with_placeholders(messages) or messages
+        _learned_ids(body, learned)
         return encode_body(body)
     body = dict(request.body)
     body["model"] = candidate.deployment.model
-    if injects_usage(request, candidate.provider) and not usage_refused:
+    if injects_usage(request, candidate.provider) and not learned.usage_refused:
         options = body.get("stream_options")
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    _learned_ids(body, learned)
     if request.endpoint == "messages":
         _drop_foreign_thinking(body)
     encoded = encode_body(body)
@@ -208,6 +209,35 @@ def upstream_body(
         body["input"] = [item for item in items if not _sealed_reasoning(item)]
         encoded = encode_body(body)
     return encoded
+
+
+class Learned(Protocol):
+    """What a provider's client learned of it (``UpstreamClient``) that the body sent to it must follow."""
+
+    @property
+    def thought_signers(self) -> Container[str]: ...
+
+    @property
+    def usage_refused(self) -> bool: ...
+
+    @property
+    def short_tool_ids(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Unlearned:
+    thought_signers: frozenset[str] = frozenset()
+    usage_refused: bool = False
+    short_tool_ids: bool = False
+
+
+NOTHING_LEARNED = _Unlearned()
+
+
+def _learned_ids(body: dict[str, Any], learned: Learned) -> None:
+    messages = body.get("messages")
+    if learned.short_tool_ids and isinstance(messages, list):
+        body["messages"] = short_tool_ids(messages)
 
 
 THOUGHT_SIGNED = b'"thought_signature"'

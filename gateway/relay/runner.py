@@ -32,7 +32,7 @@ from gateway.relay.budget import AttemptBudget
 from gateway.relay.deadline import Deadline
 from gateway.relay.echo import echoes, without_echo
 from gateway.relay.first_token import await_first_token, check_whole, note_status, status_error
-from gateway.relay.outbound import upstream_body, upstream_of, upstream_path, usage_ask_refused
+from gateway.relay.outbound import cured, upstream_body, upstream_of, upstream_path
 from gateway.relay.prompt_count import counted_prompt
 from gateway.relay.queue import SlotQueue, slot_key
 from gateway.relay.refusals import RefusalLog, capacity_refusal, waited_slots
@@ -211,7 +211,7 @@ class AttemptRunner:
             read_s = max(candidate.idle_timeout_s, first_token_s)
         timeouts = AttemptTimeouts(connect_s=policy.connect_timeout_s, read_s=read_s, total_s=remaining)
         api = upstream_of(request, candidate)  # once per attempt: the body, the path and the stream's reader
-        body = upstream_body(request, candidate, api, client.thought_signers, client.usage_refused)
+        body = upstream_body(request, candidate, api, client)
         path = upstream_path(request, api)
         try:
             if request.stream:
@@ -243,7 +243,7 @@ class AttemptRunner:
             self.fail(request, attempt, outcome, exc)
             raise
         except ClientFault as fault:
-            if usage_ask_refused(request, fault, client):  # learned: sent again at once, and from now on, without it
+            if cured(request, fault, client):  # learned: sent again at once, and from now on, as the provider needs
                 return await self.open(request, attempt, budget)
             self.fail(request, attempt, "client_error", None)
             raise
