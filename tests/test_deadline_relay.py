@@ -61,7 +61,7 @@ class Upstream:
         self.hang = hang
         self.waits = waits
         self.thought_signers: set[str] = set()
-        self.usage_refused = False
+        self.refused_fields: set[str] = set()
         self.short_tool_ids = False
 
     async def send(self, path: str, body: bytes, timeouts: Any, headers: Any = (), api: str = "chat") -> Any:

@@ -319,3 +319,48 @@ def test_another_providers_tool_call_ids_are_renamed_for_mistral(upstream: tuple
         answer = client.chat.completions.create(model="m", stream=True, messages=messages)
         assert "".join(c.choices[0].delta.content or "" for c in answer if c.choices) == "Sunny"
     assert len(scripted.bodies) == 3 and not mistral_refuses_ids(scripted.last)  # learned: renamed at once
+
+
+def mistral_refuses_unknown(body: dict[str, Any]) -> bool:
+    reasoning = any("reasoning_content" in message for message in body["messages"])
+    return "user" in body or "stream_options" in body or reasoning
+
+
+def extra_forbidden(*locs: list[Any]) -> dict[str, Any]:
+    """Mistral's 422 for fields it does not know: pydantic's ``extra_forbidden``, one per ``loc``."""
+    detail = [{"type": "extra_forbidden", "loc": loc, "msg": "Extra inputs are not permitted"} for loc in locs]
+    return {"object": "error", "message": {"detail": detail}, "type": "invalid_request_error", "param": None}
+
+
+def test_fields_a_translation_wrote_that_mistral_refuses_are_left_out(
+    upstream: tuple[ScriptedUpstream, Gateway],
+) -> None:
+    """A Messages client's request, translated to chat, carries hints Mistral refuses as unknown (Claude Code's user
+    id as ``user``, its reasoning as ``reasoning_content``, the usage ask): sent again without them, and learned."""
+    scripted, gateway = upstream
+    locs: list[list[Any]] = [
+        ["body", "user"],
+        ["body", "stream_options"],
+        ["body", "messages", 1, "assistant", "reasoning_content"],
+    ]
+    scripted.refuse(mistral_refuses_unknown, 422, extra_forbidden(*locs))
+    scripted.answer_sse([chunk({"role": "assistant", "content": "Four"}), chunk({}, "stop"), (None, "[DONE]")])
+    history: list[anthropic.types.MessageParam] = [
+        {"role": "user", "content": "2+2?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "Add them", "signature": "c2ln"},
+                {"type": "text", "text": "4"},
+            ],
+        },
+        {"role": "user", "content": "Sure?"},
+    ]
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10) as claude:
+        for _ in range(2):
+            with claude.messages.stream(
+                model="m", max_tokens=64, messages=history, metadata={"user_id": "user_abc_account_def"}
+            ) as stream:
+                assert stream.get_final_text() == "Four"
+    assert [mistral_refuses_unknown(body) for body in scripted.bodies] == [True, False, False]
+    assert scripted.last["messages"][1] == {"role": "assistant", "content": "4"}

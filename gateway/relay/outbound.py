@@ -37,6 +37,7 @@ from gateway.config import DeploymentConfig, ModelConfig, ProviderConfig
 from gateway.relay.attempt import ClientFault
 from gateway.relay.request import ProxyRequest
 from gateway.relay.tool_ids import short_tool_ids
+from gateway.relay.unknown_fields import DROPPABLE, MESSAGE_REASONING, refused_fields, without_refused
 from gateway.routing import Candidate
 from gateway.routing.apis import API_PATHS, translated_to, upstream_api
 from gateway.samples import Endpoint
@@ -64,22 +65,21 @@ _REFUSAL_BYTES = 16384
 """A refusal longer than this is not searched: a validation error naming a field is short."""
 
 
-def cured(request: ProxyRequest, fault: ClientFault, client: UpstreamClient) -> bool:
-    """Whether ``fault`` refuses what the gateway itself can change, new for this provider: then it is learned
-    (``UpstreamClient``) and the caller sends the request again, written as learned. Not the client's fault, and no
-    other deployment is needed: the usage ask the gateway added (the client sent no ``stream_options``; Mistral
-    refuses every field it does not document, 422 ``extra_forbidden``), tool call ids not of nine letters and digits
-    (Mistral's, ``gateway.relay.tool_ids``). One already learned is the request's own, relayed as any other."""
+def cured(request: ProxyRequest, fault: ClientFault, client: UpstreamClient, api: Endpoint) -> bool:
+    """Whether ``fault`` refuses what the gateway itself wrote and can change, new for this provider: then it is
+    learned (``UpstreamClient``) and the caller sends the request again (to ``api``), written as learned. Not the
+    client's fault, and no other deployment is needed: a field the gateway wrote that the provider does not know
+    (``gateway.relay.unknown_fields``: the usage ask, Mistral's 422 ``extra_forbidden``), tool call ids not of nine
+    letters and digits (Mistral's, ``gateway.relay.tool_ids``). One already learned is relayed as any other."""
     if fault.status not in (400, 422) or len(fault.body) > _REFUSAL_BYTES:
         return False
-    if not client.usage_refused and request.stream and "stream_options" not in request.body:
-        if b"stream_options" in fault.body:
-            client.usage_refused = True
-            return True
-    if not client.short_tool_ids and b"Tool call id" in fault.body and b"length of 9" in fault.body:
+    ours = (DROPPABLE | {MESSAGE_REASONING}) if api != request.endpoint else {"stream_options"} - request.body.keys()
+    new = (refused_fields(fault.body) & ours) - client.refused_fields
+    client.refused_fields.update(new)
+    if not new and not client.short_tool_ids and b"Tool call id" in fault.body and b"length of 9" in fault.body:
         client.short_tool_ids = True
         return True
-    return False
+    return bool(new)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +187,7 @@ def upstream_body(
         target = upstream_of(request, candidate)
     if target != request.endpoint:
         body = _translated(request, candidate, as_api(target))
-        if learned.usage_refused:
-            body.pop("stream_options", None)
+        without_refused(body, learned.refused_fields)
         messages = body.get("messages")
         if target == "chat" and candidate.deployment.model in learned.thought_signers and isinstance(messages, list):
             body["messages"] = with_placeholders(messages) or messages
@@ -196,7 +195,7 @@ def upstream_body(
         return encode_body(body)
     body = dict(request.body)
     body["model"] = candidate.deployment.model
-    if injects_usage(request, candidate.provider) and not learned.usage_refused:
+    if injects_usage(request, candidate.provider) and "stream_options" not in learned.refused_fields:
         options = body.get("stream_options")
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
     _learned_ids(body, learned)
@@ -218,7 +217,7 @@ class Learned(Protocol):
     def thought_signers(self) -> Container[str]: ...
 
     @property
-    def usage_refused(self) -> bool: ...
+    def refused_fields(self) -> Container[str]: ...
 
     @property
     def short_tool_ids(self) -> bool: ...
@@ -227,7 +226,7 @@ class Learned(Protocol):
 @dataclass(frozen=True, slots=True)
 class _Unlearned:
     thought_signers: frozenset[str] = frozenset()
-    usage_refused: bool = False
+    refused_fields: frozenset[str] = frozenset()
     short_tool_ids: bool = False
 
 

@@ -243,7 +243,7 @@ class AttemptRunner:
             self.fail(request, attempt, outcome, exc)
             raise
         except ClientFault as fault:
-            if cured(request, fault, client):  # learned: sent again at once, and from now on, as the provider needs
+            if cured(request, fault, client, api):  # learned: sent again at once, and from now on, as needed
                 return await self.open(request, attempt, budget)
             self.fail(request, attempt, "client_error", None)
             raise
