@@ -364,3 +364,35 @@ def test_fields_a_translation_wrote_that_mistral_refuses_are_left_out(
                 assert stream.get_final_text() == "Four"
     assert [mistral_refuses_unknown(body) for body in scripted.bodies] == [True, False, False]
     assert scripted.last["messages"][1] == {"role": "assistant", "content": "4"}
+
+
+def test_a_whole_answer_the_provider_could_not_finish_goes_to_the_next_deployment(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> None:
+    """DeepSeek ends an answer its servers could not finish with ``insufficient_system_resource``: not an answer to
+    relay while another deployment may give one."""
+    failing, answering = ScriptedUpstream("deepseek"), ScriptedUpstream("other")
+    test_servers.extend([failing.server.start(), answering.server.start()])
+    gateway = start_gateway(gateway_config([failing, answering]))
+
+    def whole(content: str, finish: str) -> dict[str, Any]:
+        choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}
+        return {
+            "id": "up",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "up",
+            "choices": [choice],
+            "usage": USAGE,
+        }
+
+    failing.answer_json(whole("Hel", "insufficient_system_resource"))
+    answering.answer_json(whole("Hello there you", "stop"))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert answer.choices[0].message.content == "Hello there you"
+    wait_until(lambda: len(gateway.samples.samples) == 2, what="both attempts recorded")
+    assert [(s.provider, s.outcome) for s in gateway.samples.samples] == [
+        ("deepseek", "upstream_error"),
+        ("other", "ok"),
+    ]
