@@ -396,3 +396,32 @@ def test_a_whole_answer_the_provider_could_not_finish_goes_to_the_next_deploymen
         ("deepseek", "upstream_error"),
         ("other", "ok"),
     ]
+
+
+def test_groqs_tool_use_failed_is_its_models_failure_not_the_requests(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> None:
+    """Groq answers 400 ``invalid_request_error`` with code ``tool_use_failed`` when its model wrote a tool call it
+    could not parse: the next deployment is asked, and the failure is Groq's."""
+    groq, other = ScriptedUpstream("groq"), ScriptedUpstream("other")
+    test_servers.extend([groq.server.start(), other.server.start()])
+    gateway = start_gateway(gateway_config([groq, other]))
+    failed = {
+        "message": "Failed to call a function. Please adjust your prompt. See 'failed_generation' for more details.",
+        "type": "invalid_request_error",
+        "code": "tool_use_failed",
+        "failed_generation": '<function=weather>{"city": "Paris"</function>',
+    }
+    groq.answer_json({"error": failed}, status=400)
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+    choice = {"index": 0, "message": {"role": "assistant", "tool_calls": [call]}, "finish_reason": "tool_calls"}
+    other.answer_json({"id": "up", "object": "chat.completion", "created": 1, "model": "up", "choices": [choice]})
+    tools: list[Any] = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        answer = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=tools
+        )
+    calls = answer.choices[0].message.tool_calls or []
+    assert [c.function.arguments for c in calls if c.type == "function"] == ['{"city": "Paris"}']
+    wait_until(lambda: len(gateway.samples.samples) == 2, what="both attempts recorded")
+    assert [(s.provider, s.outcome) for s in gateway.samples.samples] == [("groq", "upstream_error"), ("other", "ok")]

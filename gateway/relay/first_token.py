@@ -23,7 +23,14 @@ from gateway.errors import (
     refused_credentials,
 )
 from gateway.meter import StreamMeter
-from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
+from gateway.relay.attempt import (
+    CLIENT_FAULT_STATUSES,
+    MODEL_FAULT_CODES,
+    Attempt,
+    ClientFault,
+    is_request_fault,
+    retry_after,
+)
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.samples import Endpoint
@@ -53,9 +60,9 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
     body = redact(await response.read_all(MAX_ERROR_BODY))
     response.close()
     content_type = response.headers.get("content-type", "application/json")
-    if response.status in CLIENT_FAULT_STATUSES:
-        raise ClientFault(response.status, body, content_type)
     message, code = describe_error_body(body)
+    if response.status in CLIENT_FAULT_STATUSES and code not in MODEL_FAULT_CODES:
+        raise ClientFault(response.status, body, content_type)
     if response.status < 400:
         message = redirect_words(response.headers)
     words = f"upstream returned {response.status}: {message}"
