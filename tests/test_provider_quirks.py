@@ -425,3 +425,31 @@ def test_groqs_tool_use_failed_is_its_models_failure_not_the_requests(
     assert [c.function.arguments for c in calls if c.type == "function"] == ['{"city": "Paris"}']
     wait_until(lambda: len(gateway.samples.samples) == 2, what="both attempts recorded")
     assert [(s.provider, s.outcome) for s in gateway.samples.samples] == [("groq", "upstream_error"), ("other", "ok")]
+
+
+TGI_TOO_LONG = {
+    "error": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4500 `inputs` tokens "
+    "and 512 `max_new_tokens`",
+    "error_type": "validation",
+}
+
+
+def test_tgis_prompt_too_long_moves_to_a_larger_window(
+    test_servers: list[ServerThread], start_gateway: StartGateway
+) -> None:
+    """TGI refuses a prompt too long for it with a 422 whose ``error`` is a bare string: the prompt is too long for
+    that deployment only, so the next one is asked, and a client with nowhere else to go is told so by code."""
+    tgi, larger = ScriptedUpstream("tgi"), ScriptedUpstream("larger")
+    test_servers.extend([tgi.server.start(), larger.server.start()])
+    tgi.answer_json(TGI_TOO_LONG, status=422)
+    choice = {"index": 0, "message": {"role": "assistant", "content": "Read it all"}, "finish_reason": "stop"}
+    larger.answer_json({"id": "up", "object": "chat.completion", "created": 1, "model": "up", "choices": [choice]})
+    messages: list[Any] = [{"role": "user", "content": "a long document"}]
+    gateway = start_gateway(gateway_config([tgi, larger]))
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        assert client.chat.completions.create(model="m", messages=messages).choices[0].message.content == "Read it all"
+    alone = start_gateway(gateway_config([tgi]))
+    with openai.OpenAI(base_url=alone.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        with pytest.raises(openai.UnprocessableEntityError) as refused:
+            client.chat.completions.create(model="m", messages=messages)
+    assert refused.value.code == "context_length_exceeded" and "must be <= 4096" in refused.value.message
