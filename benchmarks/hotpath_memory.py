@@ -142,6 +142,8 @@ class MemoryUpstream:
         self.chunks = stream_chunks()
         self.body = full_body()
         self.thought_signers: set[str] = set()
+        self.refused_fields: set[str] = set()
+        self.short_tool_ids = False
 
     async def send(self, path: str, body: bytes, timeouts: Any, headers: Any = (), api: str = "chat") -> MemoryResponse:
         if b'"stream":true' in body:

@@ -265,6 +265,11 @@ class UpstreamClient:
         """The upstream model ids whose translated chat answers carried thought signatures (Gemini's): the ones that
         refuse a tool call sent back without one, and are sent a placeholder where the client kept none. Learned, not
         configured; a restart (or a reload, which makes new clients) forgets it until the next signed answer."""
+        self.refused_fields: set[str] = set()
+        """The fields the gateway writes that the provider refused as unknown (its usage ask, a translation's hints),
+        which it is not sent again; learned, as ``thought_signers`` is (``gateway.relay.outbound.cured``)."""
+        self.short_tool_ids = False
+        """The provider refused tool call ids other than nine letters and digits, which it is sent from then on."""
         self.closed = False
         """Set by ``aclose``: the client then refuses new requests (a reload closes the old runtime's clients once
         its last stream is done)."""

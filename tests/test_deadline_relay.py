@@ -61,6 +61,8 @@ class Upstream:
         self.hang = hang
         self.waits = waits
         self.thought_signers: set[str] = set()
+        self.refused_fields: set[str] = set()
+        self.short_tool_ids = False
 
     async def send(self, path: str, body: bytes, timeouts: Any, headers: Any = (), api: str = "chat") -> Any:
         return HangingResponse(self.chunks, self.hang, self.waits)

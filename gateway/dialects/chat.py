@@ -3,14 +3,17 @@
 What real servers send and how it is read (each shape has a captured-stream test in
 ``tests/test_stream_shapes.py``):
 
-- answer text: ``delta.content`` (chat), ``text`` (completions), tool-call arguments;
+- answer text: ``delta.content`` (chat), ``text`` (completions; Together repeats a chat chunk's content there,
+  read once), tool-call arguments;
 - reasoning: ``delta.reasoning_content`` (DeepSeek, old vLLM), ``delta.reasoning`` (vLLM, OpenRouter),
-  ``delta.reasoning_details`` (OpenRouter: a chunk whose only output is there still starts the clock);
+  ``delta.reasoning_details`` (OpenRouter: a chunk whose only output is there still starts the clock),
+  ``thinking`` parts of a list ``content`` (Mistral's reasoning models, whose answer is then its ``text`` parts);
 - usage: the ``usage`` object wherever it comes (an empty-``choices`` chunk, the last content chunk as
   DeepSeek sends it, every chunk as xAI does): the last one wins, so nothing is counted twice; Groq's
   ``x_groq.usage`` only when no standard ``usage`` came;
 - errors: a top-level ``error`` (OpenAI, OpenRouter's mid-stream errors with ``finish_reason: "error"``,
-  vLLM's ``{"object": "error", ...}`` inside it);
+  vLLM's ``{"object": "error", ...}`` inside it), and a ``finish_reason`` that says the provider failed
+  (``chat_events.FAILED_FINISHES``: Mistral's ``error``, DeepSeek's ``insufficient_system_resource``);
 - provider timings (``timings``: llama.cpp; ``metrics``: vLLM; ``x_groq.usage`` times; ``perf_metrics``:
   Fireworks): kept for the access log only, never for routing.
 """
@@ -24,8 +27,12 @@ from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, Tally, listed
 from gateway.dialects.chat_body import tally_whole
 from gateway.dialects.chat_events import (
     chat_stop,
+    content_text,
+    content_thinking,
     decode_chunks,
+    failed_whole,
     note_calls,
+    note_finish,
     reasoning_in_details,
     tally_chunks,
     usage_of,
@@ -60,17 +67,15 @@ def answer_of(choice: dict[str, Any]) -> str:
     ):
         # The common streamed chunk: only delta.content can hold answer text.
         content = delta.get("content")
-        return content if content.__class__ is str else ""
+        return content if content.__class__ is str else content_text(content)
     parts: list[str] = []
-    text = choice.get("text")  # /v1/completions
-    if isinstance(text, str):
+    text = choice.get("text")  # /v1/completions; Together repeats a chat chunk's content there, beside its delta
+    if isinstance(text, str) and not isinstance(delta, dict) and not isinstance(choice.get("message"), dict):
         parts.append(text)
     for holder in (choice.get("delta"), choice.get("message")):
         if not isinstance(holder, dict):
             continue
-        content = holder.get("content")
-        if isinstance(content, str):
-            parts.append(content)
+        parts.append(content_text(holder.get("content")))
         for call in listed(holder.get("tool_calls")):
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
@@ -89,7 +94,7 @@ def reasoning_of(choice: dict[str, Any]) -> str:
         value = delta.get(key)
         if isinstance(value, str) and value:
             return value
-    return reasoning_in_details(delta.get("reasoning_details"))
+    return reasoning_in_details(delta.get("reasoning_details")) or content_thinking(delta.get("content"))
 
 
 _NOT_PLAIN_DELTA = frozenset(("tool_calls", "function_call", "reasoning_content", "reasoning", "reasoning_details"))
@@ -103,6 +108,7 @@ def carries_output(choice: dict[str, Any]) -> bool:
         and _NOT_PLAIN_DELTA.isdisjoint(delta)
         and "text" not in choice
         and "message" not in choice
+        and delta.get("content").__class__ is not list
     ):
         # The common streamed chunk (a role, text content): only non-empty text is output, what the reading
         # below comes to for it.
@@ -211,8 +217,7 @@ class ChatDialect:
                 elif carries_output(choice):
                     tally.output(at)
                 if choice.get("finish_reason"):
-                    tally.finished = True
-                    tally.stop = chat_stop(choice["finish_reason"])
+                    note_finish(tally, choice["finish_reason"])
         if not final:
             return tally
         if not tally._standard_usage and tally._groq_usage is not None:
@@ -251,7 +256,7 @@ class ChatDialect:
             stop = chat_stop(choice.get("finish_reason"))
             tally.stop = stop if stop is not None else tally.stop
         tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(body.get("usage"))
-        tally.error_message = _error_message(body)
+        tally.error_message = _error_message(body) or failed_whole([c.get("finish_reason") for c in choices])
         if body.get("object") == "error" and tally.error_message is None:
             tally.error_message = describe_error(body)[0]  # vLLM's error body: {"object": "error", "message": ...}
         model = body.get("model")

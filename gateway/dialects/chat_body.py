@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from gateway.dialects.base import Tally
-from gateway.dialects.chat_events import ChatChoice, answer_of, chat_stop, note_calls, usage_of
+from gateway.dialects.chat_events import ChatChoice, answer_of, chat_stop, failed_whole, note_calls, usage_of
 from gateway.errors import describe_error
 
 
@@ -58,6 +58,7 @@ def tally_whole(body: bytes) -> Tally | None:
         tally.stop = stop if stop is not None else tally.stop
     tally.usage_prompt, tally.usage_completion, tally.usage_cached = usage_of(read.usage)
     tally.error_message = None if read.error is None else describe_error(read.error)[0]
+    tally.error_message = tally.error_message or failed_whole([choice.finish_reason for choice in choices])
     tally.response_model = read.model if isinstance(read.model, str) else None
     # ``chat._timings``, in its order: a source present as null is no timing there either (``Tally.timing`` keeps
     # non-empty dicts only).

@@ -15,7 +15,7 @@ the fields read loosely there (``usage``, ``tool_calls``, timings) are kept as d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -55,14 +55,46 @@ class ChatChunk(msgspec.Struct, gc=False):
 _DECODER = msgspec.json.Decoder(list[ChatChunk])
 CHAT_STOPS: dict[str, StopReason] = {
     "stop": "stop",
-    "eos": "stop",
+    "eos": "stop",  # Together
+    "eos_token": "stop",  # TGI before 2.2
+    "stop_sequence": "stop",  # TGI before 2.2
     "end_turn": "stop",
     "length": "length",
+    "model_length": "length",  # Mistral: the model's context, not the request's limit, ended the answer
     "tool_calls": "tool",
     "function_call": "tool",
     "content_filter": "filter",
 }
-"""``finish_reason`` values in the shared vocabulary (OpenAI's, and the few others OpenAI-compatible hosts send)."""
+"""``finish_reason`` values in the shared vocabulary (OpenAI's, and the others OpenAI-compatible hosts send): the
+meter's and the translators' one reading of a chat answer's end."""
+
+
+FAILED_FINISHES = frozenset({"error", "insufficient_system_resource"})
+"""``finish_reason`` values that say the provider failed mid-answer (OpenRouter's and Mistral's ``error``, DeepSeek's
+``insufficient_system_resource``): the answer ended unfinished, an error, never a complete answer."""
+
+
+def finish_failure(reason: object) -> str | None:
+    """The error a ``finish_reason`` says ended the answer (one of ``FAILED_FINISHES``), else None."""
+    if isinstance(reason, str) and reason in FAILED_FINISHES:
+        return f"the provider ended the answer with finish_reason {reason!r}"
+    return None
+
+
+def note_finish(tally: Tally, reason: object) -> None:
+    """A choice's ``finish_reason`` (not null) in the tally: the answer ended and why, or, for a ``FAILED_FINISHES``
+    reason, the error that ended it (unless the stream's own error event said more)."""
+    failure = finish_failure(reason)
+    if failure is not None:
+        tally.error_message = tally.error_message or failure
+        return
+    tally.finished = True
+    tally.stop = chat_stop(reason)
+
+
+def failed_whole(reasons: Sequence[object]) -> str | None:
+    """The error of a whole answer whose choices' ``finish_reason`` says the provider failed, else None."""
+    return next((failure for reason in reasons if (failure := finish_failure(reason)) is not None), None)
 
 
 def chat_stop(value: object) -> StopReason | None:
@@ -98,6 +130,27 @@ def decode_chunks(array: bytes) -> list[ChatChunk] | None:
         return None
 
 
+def content_text(content: object) -> str:
+    """The answer text of a message's or delta's ``content``: the string, or the ``text`` parts of a list of parts
+    (Mistral's reasoning models send ``[{"type": "thinking", ...}, {"type": "text", "text": ...}]``)."""
+    if isinstance(content, str):
+        return content
+    return "".join(_texts(p for p in listed(content) if isinstance(p, dict) and p.get("type") == "text"))
+
+
+def content_thinking(content: object) -> str:
+    """The reasoning text in a list of content parts: Mistral's ``{"type": "thinking", "thinking": [{"type":
+    "text", "text": ...}]}`` parts ("" for a string content)."""
+    thinking = (p for p in listed(content) if isinstance(p, dict) and p.get("type") == "thinking")
+    return "".join(_texts(chunk for part in thinking for chunk in listed(part.get("thinking"))))
+
+
+def _texts(parts: Iterable[Any]) -> Iterator[str]:
+    for part in parts:
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            yield part["text"]
+
+
 def usage_of(usage: object) -> tuple[int | None, int | None, int | None]:
     """Prompt, completion and cached prompt tokens of a ``usage`` object (None where not reported).
 
@@ -118,8 +171,7 @@ def usage_of(usage: object) -> tuple[int | None, int | None, int | None]:
 
 def _holder_parts(parts: list[str], content: Any, tool_calls: Any, function_call: Any) -> None:
     """What a ``delta`` or ``message`` adds to the answer: its content, then tool-call arguments."""
-    if isinstance(content, str):
-        parts.append(content)
+    parts.append(content_text(content))
     for call in listed(tool_calls):
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict) and isinstance(function.get("arguments"), str):
@@ -135,8 +187,8 @@ def answer_of(choice: ChatChoice) -> str:
         if choice.text is None and choice.message is None:
             return delta.content or ""
     parts: list[str] = []
-    if isinstance(choice.text, str):
-        parts.append(choice.text)
+    if isinstance(choice.text, str) and delta is None and not isinstance(choice.message, dict):
+        parts.append(choice.text)  # a completions choice's; a chat choice's repeats its content (Together)
     if delta is not None:
         _holder_parts(parts, delta.content, delta.tool_calls, delta.function_call)
     message = choice.message
@@ -257,8 +309,7 @@ def tally_chunks(
                 elif reasoning_of(delta) or (delta is not None and bool(delta.tool_calls or delta.function_call)):
                     tally.output(at)  # chat.carries_output, its answer_of already found empty
             if choice.finish_reason:
-                tally.finished = True
-                tally.stop = chat_stop(choice.finish_reason)
+                note_finish(tally, choice.finish_reason)
     if timing_tail:
         read_end(tally, events[-timing_tail:])
     return tally

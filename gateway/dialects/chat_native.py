@@ -22,7 +22,7 @@ import msgspec
 
 from gateway import native
 from gateway.dialects.base import Tally
-from gateway.dialects.chat_events import chat_stop, read_end, usage_of
+from gateway.dialects.chat_events import note_finish, read_end, usage_of
 from gateway.kept_chunks import KeptChunks
 
 Reader = Callable[[list[bytes], list[bytes], list[int], Any], Any]
@@ -74,8 +74,7 @@ def tally_native(entries: KeptChunks, into: Tally | None, timing_tail: int, read
             tally.first_output_at = times[0]
         tally.output_events.extend(times)
     if finish is not None:
-        tally.finished = True
-        tally.stop = chat_stop(finish)
+        note_finish(tally, finish)
     if timing_tail:
         read_end(tally, ())  # no event of the shape holds timings: Groq's usage alone, from earlier events
     return tally

@@ -38,6 +38,10 @@ CLIENT_FAULT_TYPES = frozenset({"invalid_request_error"})
 CLIENT_FAULT_CODES = frozenset(
     {"context_length_exceeded", "content_filter", "content_policy_violation", "invalid_prompt", "invalid_request_error"}
 )
+# Error codes that say the provider's model failed, whatever the status or type beside them: Groq's
+# ``tool_use_failed`` (a 400 ``invalid_request_error``: its model wrote a tool call Groq could not parse). Another
+# deployment may well answer, and the failure is held against this one.
+MODEL_FAULT_CODES = frozenset({"tool_use_failed"})
 
 
 @dataclass(slots=True)
@@ -124,7 +128,7 @@ class ClientFault(Exception):
 
 def is_request_fault(error: Any) -> bool:
     """Whether an error event's ``error`` object blames the request (retrying elsewhere would not help)."""
-    if not isinstance(error, dict):
+    if not isinstance(error, dict) or error.get("code") in MODEL_FAULT_CODES:
         return False
     return error.get("type") in CLIENT_FAULT_TYPES or error.get("code") in CLIENT_FAULT_CODES
 

@@ -29,26 +29,35 @@ CONTEXT_EXCEEDED = "context_length_exceeded"
 CONTEXT_CODES = frozenset({CONTEXT_EXCEEDED, "string_above_max_length"})
 # How providers state the limit: OpenAI ("maximum context length is 8192 tokens"), vLLM and others
 # ("maximum context length is 8192", "context window of 8192"), Anthropic ("200019 tokens > 200000 maximum"),
-# llama.cpp's server ("request (4024 tokens) exceeds the available context size (1024 tokens)").
+# llama.cpp's server ("request (4024 tokens) exceeds the available context size (1024 tokens)"), TGI (a 422:
+# "`inputs` tokens + `max_new_tokens` must be <= 4096. Given: ...", "`inputs` must have less than 4096 tokens").
 _LIMITS = (
     re.compile(r"maximum context length (?:is|of) (\d+)", re.IGNORECASE),
     re.compile(r"context (?:window|length|size) (?:is |of )?\(?(\d+)", re.IGNORECASE),
     re.compile(r"> ?(\d+) maximum", re.IGNORECASE),
+    re.compile(r"`max_new_tokens` must be <= (\d+)"),
+    re.compile(r"`inputs` must have less than (\d+) tokens"),
 )
-_MESSAGES = re.compile(r"context.length|context.window|context.size|prompt is too long|too many tokens", re.IGNORECASE)
+_MESSAGES = re.compile(
+    r"context.length|context.window|context.size|prompt is too long|too many tokens|"
+    r"`inputs` tokens \+ `max_new_tokens` must be|`inputs` must have less than",
+    re.IGNORECASE,
+)
 _UNSUPPORTED_INPUT = re.compile(r"\b(image|audio) input is not supported", re.IGNORECASE)
 """llama.cpp's server, for an image (or audio) part sent to a model loaded without its projector (``--mmproj``)."""
 
 
 def context_exceeded(fault: ClientFault) -> tuple[bool, int | None]:
     """Whether ``fault`` says the prompt was too long, and the window it states (None: it did not say)."""
-    if fault.status != 400 or len(fault.body) > 16384:
+    if fault.status not in (400, 422) or len(fault.body) > 16384:
         return False, None
     try:
         body = json.loads(fault.body)
     except ValueError:
         return False, None
     error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, str):
+        error = {"message": error}  # TGI's: {"error": "Input validation error: ...", "error_type": "validation"}
     if not isinstance(error, dict):
         return False, None
     message = error.get("message")

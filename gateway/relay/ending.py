@@ -53,8 +53,9 @@ def stream_ending(
             message = f"{candidate.provider.name}: {words}"
             tail = forwarder.stream_error(message, "upstream_error", reading.last_sequence)
             return StreamEnding("upstream_error", tail, True, refused)
-        # The provider's own error event, held back: relayed as is, unless another deployment can finish
-        # (never when it blames the request: the provider's health is not at stake, and a retry would fail alike).
+        # The provider's own error event, held back: relayed (``EventForwarder.error``), unless another deployment
+        # can finish (never when it blames the request: the provider's health is not at stake, and a retry would
+        # fail alike).
         fault = is_request_fault(forwarder.error_object)
         return StreamEnding("client_error" if fault else "upstream_error", forwarder.error, not fault)
     if reading.error_message is not None:

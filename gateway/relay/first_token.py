@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from gateway.dialects import dialect_for
+from gateway.dialects.chat_events import FAILED_FINISHES
 from gateway.errors import (
     CREDENTIALS_REFUSED,
     UpstreamStatusError,
@@ -23,7 +24,14 @@ from gateway.errors import (
     refused_credentials,
 )
 from gateway.meter import StreamMeter
-from gateway.relay.attempt import CLIENT_FAULT_STATUSES, Attempt, ClientFault, is_request_fault, retry_after
+from gateway.relay.attempt import (
+    CLIENT_FAULT_STATUSES,
+    MODEL_FAULT_CODES,
+    Attempt,
+    ClientFault,
+    is_request_fault,
+    retry_after,
+)
 from gateway.relay.context import refused_input
 from gateway.relay.echo import EchoedPrompt, echoes
 from gateway.relay.ratelimit_headers import read_rate_limits
@@ -58,9 +66,9 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
     refused = refused_input(attempt.candidate.deployment.name, response.status, body)
     if refused is not None:  # input this deployment does not take (llama.cpp's 500 for an image): others may
         raise refused
-    if response.status in CLIENT_FAULT_STATUSES:
-        raise ClientFault(response.status, body, content_type)
     message, code = describe_error_body(body)
+    if response.status in CLIENT_FAULT_STATUSES and code not in MODEL_FAULT_CODES:
+        raise ClientFault(response.status, body, content_type)
     if response.status < 400:
         message = redirect_words(response.headers)
     words = f"upstream returned {response.status}: {message}"
@@ -213,7 +221,7 @@ def check_whole(attempt: Attempt) -> None:
     """Raise ``UpstreamUnavailable`` for a whole answer whose body is no JSON object (empty, a 204, an HTML page
     of a proxy or a wrong base_url): relayed, the client's SDK would get a string or fail to parse a success.
     Costs one anchored match over the body's first bytes per whole answer (no parse: the answer is read once,
-    after it is sent)."""
+    after it is sent); then a provider's error object (``error_answer``) or failed finish (``failed_finish``)."""
     if not json_object_like(attempt.body):
         response = attempt.response
         assert response is not None
@@ -227,3 +235,22 @@ def check_whole(attempt: Attempt) -> None:
             code="upstream_unreadable",
         )
     error_answer(attempt, attempt.body)
+    failed_finish(attempt, attempt.body)
+
+
+_FAILED_FINISH = re.compile(rb'"finish_reason"\s*:\s*"(' + "|".join(sorted(FAILED_FINISHES)).encode() + rb')"')
+
+
+def failed_finish(attempt: Attempt, body: bytes) -> None:
+    """Raise ``UpstreamUnavailable`` for a whole chat answer whose ``finish_reason`` says the provider failed
+    (``FAILED_FINISHES``: DeepSeek's ``insufficient_system_resource``): no answer to relay while another deployment
+    may give one. One regex search over the body (a JSON string's quotes inside it are escaped: never matched)."""
+    found = _FAILED_FINISH.search(body)
+    if found is not None:
+        name = attempt.candidate.provider.name
+        raise UpstreamUnavailable(
+            f"{name}: upstream ended its answer with finish_reason {found.group(1).decode()!r}",
+            provider=name,
+            status=attempt.status if attempt.status is not None else 200,
+            code="upstream_failed",
+        )

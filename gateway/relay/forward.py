@@ -9,7 +9,8 @@ The relay forwards bytes as they come, but three things need the event boundarie
   rarely holds anything, and a chunk that ends an event goes out untouched.
 - **Error events.** An error event ends an upstream's part of the answer. It is held back, with
   whatever follows it, so that the relay can still choose between relaying it and continuing
-  the answer elsewhere (``gateway.relay.recovery``).
+  the answer elsewhere (``gateway.relay.recovery``). One whose message the client's SDK could not
+  read (not an object with a ``message``) is relayed reworded in the client API's error shape.
 - **A continuation's opening.** A stream that continues another repeats what opens a stream:
   the assistant role chunk and perhaps a reasoning preamble. Those are dropped until the first
   content, and the first content chunk loses its ``role``, so the client sees one answer
@@ -47,6 +48,7 @@ from typing import Any, Final
 from gateway.dialects import CHAT, Dialect, scans
 from gateway.dialects.base import listed
 from gateway.dialects.chat import usage_only
+from gateway.errors import describe_error
 from gateway.sse import SSESplitter, goes_on, parse_event
 
 _find: Final = scans.find
@@ -128,6 +130,12 @@ class EventForwarder:
         """An error event in the client API's shape: how a stream that cannot be completed ends."""
         return self._dialect.stream_error(message, code, last_sequence)
 
+    def _reworded(self, error: object) -> bytes:
+        """A provider's error event that the client's SDK cannot read, as the same message in the client API's own
+        error shape."""
+        message, code = describe_error(error)
+        return self._dialect.stream_error(message, code or "upstream_error", None)
+
     def flush(self) -> bytes:
         """At a clean end of stream: the last event, if it lacked only its closing blank line, completed.
 
@@ -193,7 +201,7 @@ class EventForwarder:
             event = parse_event(payload) if wanted and not done else None
             error = self._dialect.error_of(event) if event is not None else None
             if error is not None:
-                self.error = block
+                self.error = block if _readable(error) else self._reworded(error)
                 self.error_object = error
                 self._tail = b""
                 break
@@ -212,6 +220,13 @@ class EventForwarder:
                 self._model = None
             out.append(block)
         return b"".join(out)
+
+
+def _readable(error: object) -> bool:
+    """Whether the client's SDK can read the message of a provider's error event (as the dialect's ``error_of`` gives
+    it): an object with a string ``message``. TGI's is a bare string (``{"error": "...", "error_type": ...}``), of
+    which the ``openai`` SDK shows only "An error occurred during streaming"."""
+    return isinstance(error, dict) and isinstance(error.get("message"), str)
 
 
 def _flushed(tail: bytes) -> list[bytes]:

@@ -12,7 +12,9 @@ The one addition to a native body is the usage chunk of chat and completions str
 provider allows it (``stream_usage``, on by default) and the client did not ask, the gateway asks for
 it (``stream_options.include_usage``), so that the answer's cost is known; the forwarder then keeps
 that chunk from the client, which did not ask for it (``gateway.relay.forward``). A translated chat
-stream always asks for it (when allowed): the client's own API reports usage at the end. A translated chat
+stream always asks for it (when allowed): the client's own API reports usage at the end. A provider that refuses
+the field is sent the request again without it, and never the field again (``cured``); so is one that refuses
+another provider's tool call ids, with the ids renamed (``gateway.relay.tool_ids``). A translated chat
 request to a deployment known to need thought signatures (Gemini's) gets Google's placeholder on the current turn's
 tool calls that have none (``gateway.translate.chat_assistant.with_placeholders``). The one removal
 is of reasoning the native provider did not make, which it would refuse: from Messages bodies the ``thinking``
@@ -27,17 +29,21 @@ import dataclasses
 import json
 from collections.abc import Container
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import msgspec
 
 from gateway.config import DeploymentConfig, ModelConfig, ProviderConfig
+from gateway.relay.attempt import ClientFault
 from gateway.relay.request import ProxyRequest
+from gateway.relay.tool_ids import short_tool_ids
+from gateway.relay.unknown_fields import DROPPABLE, MESSAGE_REASONING, refused_fields, without_refused
 from gateway.routing import Candidate
 from gateway.routing.apis import API_PATHS, translated_to, upstream_api
 from gateway.samples import Endpoint
 from gateway.translate import Api, Untranslatable, as_api, sealed, translate
 from gateway.translate.chat_assistant import with_placeholders
+from gateway.upstream import UpstreamClient
 
 
 def client_asked_usage(request: ProxyRequest) -> bool:
@@ -53,6 +59,27 @@ def injects_usage(request: ProxyRequest, provider: ProviderConfig) -> bool:
         and provider.stream_usage
         and not client_asked_usage(request)
     )
+
+
+_REFUSAL_BYTES = 16384
+"""A refusal longer than this is not searched: a validation error naming a field is short."""
+
+
+def cured(request: ProxyRequest, fault: ClientFault, client: UpstreamClient, api: Endpoint) -> bool:
+    """Whether ``fault`` refuses what the gateway itself wrote and can change, new for this provider: then it is
+    learned (``UpstreamClient``) and the caller sends the request again (to ``api``), written as learned. Not the
+    client's fault, and no other deployment is needed: a field the gateway wrote that the provider does not know
+    (``gateway.relay.unknown_fields``: the usage ask, Mistral's 422 ``extra_forbidden``), tool call ids not of nine
+    letters and digits (Mistral's, ``gateway.relay.tool_ids``). One already learned is relayed as any other."""
+    if fault.status not in (400, 422) or len(fault.body) > _REFUSAL_BYTES:
+        return False
+    ours = (DROPPABLE | {MESSAGE_REASONING}) if api != request.endpoint else {"stream_options"} - request.body.keys()
+    new = (refused_fields(fault.body) & ours) - client.refused_fields
+    client.refused_fields.update(new)
+    if not new and not client.short_tool_ids and b"Tool call id" in fault.body and b"length of 9" in fault.body:
+        client.short_tool_ids = True
+        return True
+    return bool(new)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,25 +176,29 @@ def upstream_path(request: ProxyRequest, api: Endpoint) -> str:
 
 
 def upstream_body(
-    request: ProxyRequest, candidate: Candidate, target: Endpoint | None = None, signers: Container[str] = ()
+    request: ProxyRequest, candidate: Candidate, target: Endpoint | None = None, learned: Learned | None = None
 ) -> bytes:
     """The body sent to ``candidate``: the client's fields untouched but for ``model`` (and the usage ask), or
-    its translation to the deployment's API (``target``: ``upstream_of(request, candidate)``, if the caller has it).
-    ``signers``: the upstream model ids of the candidate's provider known to need thought signatures
-    (``UpstreamClient.thought_signers``)."""
+    its translation to the deployment's API (``target``: ``upstream_of(request, candidate)``, if the caller has it),
+    written as the candidate's provider is ``learned`` to need (``UpstreamClient``: thought signatures, and the
+    refusals ``cured`` learned)."""
+    learned = learned if learned is not None else NOTHING_LEARNED
     if target is None:
         target = upstream_of(request, candidate)
     if target != request.endpoint:
         body = _translated(request, candidate, as_api(target))
+        without_refused(body, learned.refused_fields)
         messages = body.get("messages")
-        if target == "chat" and candidate.deployment.model in signers and isinstance(messages, list):
+        if target == "chat" and candidate.deployment.model in learned.thought_signers and isinstance(messages, list):
             body["messages"] = with_placeholders(messages) or messages
+        _learned_ids(body, learned)
         return encode_body(body)
     body = dict(request.body)
     body["model"] = candidate.deployment.model
-    if injects_usage(request, candidate.provider):
+    if injects_usage(request, candidate.provider) and "stream_options" not in learned.refused_fields:
         options = body.get("stream_options")
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    _learned_ids(body, learned)
     if request.endpoint == "messages":
         _drop_foreign_thinking(body)
     encoded = encode_body(body)
@@ -177,6 +208,35 @@ def upstream_body(
         body["input"] = [item for item in items if not _sealed_reasoning(item)]
         encoded = encode_body(body)
     return encoded
+
+
+class Learned(Protocol):
+    """What a provider's client learned of it (``UpstreamClient``) that the body sent to it must follow."""
+
+    @property
+    def thought_signers(self) -> Container[str]: ...
+
+    @property
+    def refused_fields(self) -> Container[str]: ...
+
+    @property
+    def short_tool_ids(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Unlearned:
+    thought_signers: frozenset[str] = frozenset()
+    refused_fields: frozenset[str] = frozenset()
+    short_tool_ids: bool = False
+
+
+NOTHING_LEARNED = _Unlearned()
+
+
+def _learned_ids(body: dict[str, Any], learned: Learned) -> None:
+    messages = body.get("messages")
+    if learned.short_tool_ids and isinstance(messages, list):
+        body["messages"] = short_tool_ids(messages)
 
 
 THOUGHT_SIGNED = b'"thought_signature"'

@@ -32,7 +32,7 @@ from gateway.relay.budget import AttemptBudget
 from gateway.relay.deadline import Deadline
 from gateway.relay.echo import echoes, without_echo
 from gateway.relay.first_token import await_first_token, check_whole, note_status, status_error
-from gateway.relay.outbound import upstream_body, upstream_of, upstream_path
+from gateway.relay.outbound import cured, upstream_body, upstream_of, upstream_path
 from gateway.relay.prompt_count import counted_prompt
 from gateway.relay.queue import SlotQueue, slot_key
 from gateway.relay.refusals import RefusalLog, capacity_refusal, waited_slots
@@ -197,10 +197,8 @@ class AttemptRunner:
             self.events.fallback(candidate.model, failed.name, failed.provider.name, candidate.name)
 
     async def open(self, request: ProxyRequest, attempt: Attempt, budget: AttemptBudget) -> None:
-        """Send one attempt and wait until it is safe to commit to it (headers, and first token for streams).
-
-        A failed attempt records its sample and raises ``UpstreamError`` (or ``ClientFault``).
-        """
+        """Send one attempt and wait until it is safe to commit to it (headers, and first token for streams); a
+        failed attempt records its sample and raises ``UpstreamError`` (or ``ClientFault``)."""
         policy = budget.policy
         candidate = attempt.candidate
         remaining = budget.remaining_s()
@@ -213,7 +211,7 @@ class AttemptRunner:
             read_s = max(candidate.idle_timeout_s, first_token_s)
         timeouts = AttemptTimeouts(connect_s=policy.connect_timeout_s, read_s=read_s, total_s=remaining)
         api = upstream_of(request, candidate)  # once per attempt: the body, the path and the stream's reader
-        body = upstream_body(request, candidate, api, client.thought_signers)
+        body = upstream_body(request, candidate, api, client)
         path = upstream_path(request, api)
         try:
             if request.stream:
@@ -244,7 +242,9 @@ class AttemptRunner:
             outcome: Outcome = "broken_stream" if meter and meter.first_error is None else "upstream_error"
             self.fail(request, attempt, outcome, exc)
             raise
-        except ClientFault:
+        except ClientFault as fault:
+            if cured(request, fault, client, api):  # learned: sent again at once, and from now on, as needed
+                return await self.open(request, attempt, budget)
             self.fail(request, attempt, "client_error", None)
             raise
         except asyncio.CancelledError:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from gateway.dialects.base import StopReason as SharedStop
+from gateway.dialects.chat_events import chat_stop
 from gateway.translate.chat_assistant import assistant_message as assistant_message
 from gateway.translate.chat_assistant import read_assistant as read_assistant
 from gateway.translate.common import (
@@ -79,13 +81,15 @@ _KNOWN = frozenset(
         "store",
     }
 )
-STOPS: dict[str, StopReason] = {
+STOPS: dict[SharedStop, StopReason] = {
     "stop": "end",
     "length": "length",
-    "tool_calls": "tool",
-    "function_call": "tool",
-    "content_filter": "filter",
+    "tool": "tool",
+    "filter": "filter",
+    "other": "end",
 }
+"""The meter's stop reasons (``gateway.dialects.chat_events.CHAT_STOPS`` reads every host's ``finish_reason``
+into them) as the neutral ones."""
 FINISH_OF: dict[StopReason, str] = {
     "end": "stop",
     "stop_sequence": "stop",
@@ -98,7 +102,7 @@ FINISH_OF: dict[StopReason, str] = {
 def stop_of(finish: str, calls: bool) -> StopReason:
     """A ``finish_reason`` as a stop reason: an answer that made tool calls and ended with ``stop`` (Gemini's
     OpenAI-compatible API ends them so) stopped for its calls, as the client must be told to run them."""
-    stop = STOPS.get(finish, "end")
+    stop = STOPS[chat_stop(finish) or "other"]
     return "tool" if calls and stop == "end" else stop
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.dialects.chat_events import content_thinking
 from gateway.translate.common import as_dict, as_list, as_str, obj, opt_str
 from gateway.translate.ir import Part, Reasoning, Text, ToolCall, Turn, Untranslatable
 
@@ -45,6 +46,9 @@ def read_assistant(message: dict[str, Any], path: str) -> Turn:
     elif content is not None:
         for index, raw in enumerate(as_list(content, f"{path}.content")):
             part = as_dict(raw, f"{path}.content[{index}]")
+            if part.get("type") == "thinking":  # Mistral's reasoning models: their reasoning as a content part
+                parts.append(Reasoning(content_thinking([part])))
+                continue
             if part.get("type") not in ("text", "refusal"):
                 raise Untranslatable(f"{path}.content[{index}].type", "other", f"a {part.get('type')!r} part")
             parts.append(Text(as_str(part.get("text", part.get("refusal")), f"{path}.content[{index}].text")))

@@ -37,6 +37,16 @@ def read_usage(usage: Any) -> Usage | None:
     )
 
 
+def usage_in(holder: dict[str, Any]) -> Usage | None:
+    """The usage a chat body or chunk reports: its ``usage``, else Groq's ``x_groq.usage`` (the same counts, which
+    Groq sends on its last chunk whether or not the standard usage chunk was asked for)."""
+    usage = read_usage(holder.get("usage"))
+    groq = holder.get("x_groq")
+    if usage is None and isinstance(groq, dict):
+        usage = read_usage(groq.get("usage"))
+    return usage
+
+
 def write_usage(usage: Usage) -> dict[str, Any]:
     out: dict[str, Any] = {
         "prompt_tokens": usage.input_tokens,
@@ -62,7 +72,7 @@ def read_reply(body: dict[str, Any], stops: Sequence[str] = ()) -> Reply:
         parts=turn.parts,
         stop="stop_sequence" if matched is not None else stop,
         stop_sequence=matched,
-        usage=read_usage(body.get("usage")),
+        usage=usage_in(body),
         created=count(body.get("created")) or int(time.time()),
     )
 

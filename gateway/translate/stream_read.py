@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from gateway.dialects.base import listed
+from gateway.dialects.chat_events import content_text, content_thinking, finish_failure
 from gateway.errors import describe_error
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply
 from gateway.translate.chat_assistant import thought_signature
@@ -71,21 +72,27 @@ class ChatReader:
         if choice is not None:
             delta = obj(choice.get("delta"))
             reasoning = delta.get("reasoning_content", delta.get("reasoning"))
-            if isinstance(reasoning, str) and reasoning:
+            if not isinstance(reasoning, str) or not reasoning:
+                reasoning = content_thinking(delta.get("content"))  # Mistral's: a thinking part of the content
+            if reasoning:
                 out += [*self._release(), ReasoningDelta(reasoning)]
-            for text in (delta.get("content"), delta.get("refusal")):  # OpenAI streams a refusal beside content
+            # OpenAI streams a refusal beside content.
+            for text in (content_text(delta.get("content")), delta.get("refusal")):
                 if isinstance(text, str) and text:
                     out += [*self._release(), TextDelta(text)]
             for call in listed(delta.get("tool_calls")):
                 if isinstance(call, dict):
                     out.extend(self._call(call))
             finish = choice.get("finish_reason")
+            failure = finish_failure(finish)
+            if failure is not None:  # beside OpenRouter's error object, or (Mistral, DeepSeek) alone
+                return [*out, _failed(event["error"] if event.get("error") is not None else failure, 502)]
             if isinstance(finish, str):
                 out.extend(self._release())
                 stop = chat.stop_of(finish, bool(self._calls))
                 matched = chat.matched_stop(choice, self._stops) if stop == "end" else None
                 out.append(Finished("stop_sequence", matched) if matched is not None else Finished(stop))
-        usage = chat_reply.read_usage(event.get("usage"))
+        usage = chat_reply.usage_in(event)
         if usage is not None:
             out.append(UsageSeen(usage))
         return out

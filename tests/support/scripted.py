@@ -10,7 +10,7 @@ translated, scripts that answer here byte for byte.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -32,11 +32,14 @@ class ScriptedUpstream:
         self.name = name
         self.bodies: list[dict[str, Any]] = []
         self._reply = (200, b"{}", "application/json")
+        self._refusal: tuple[Callable[[dict[str, Any]], bool], int, bytes] | None = None
 
         async def handle(request: Request) -> Response:
             body = await request.body()
             self.bodies.append(json.loads(body) if body else {})
             status, data, content_type = self._reply
+            if self._refusal is not None and self._refusal[0](self.bodies[-1]):
+                status, data, content_type = self._refusal[1], self._refusal[2], "application/json"
             return Response(data, status_code=status, media_type=content_type)
 
         self.server = ServerThread(Starlette(routes=[Route("/{path:path}", handle, methods=["POST"])]))
@@ -53,6 +56,15 @@ class ScriptedUpstream:
                 out += f"event: {name}\n".encode()
             out += b"data: " + (data if isinstance(data, str) else json.dumps(data)).encode() + b"\n\n"
         self._reply = (200, out, "text/event-stream")
+
+    def refuse(self, when: Callable[[dict[str, Any]], bool], status: int, data: Any) -> None:
+        """Answer a request whose body ``when`` holds true of with this error instead (a provider that refuses what
+        it does not know, as Mistral does)."""
+        self._refusal = (when, status, json.dumps(data).encode())
+
+    def refuse_field(self, name: str, status: int, data: Any) -> None:
+        """``refuse`` a request whose body holds the top-level field ``name``."""
+        self.refuse(lambda body: name in body, status, data)
 
     @property
     def last(self) -> dict[str, Any]:
