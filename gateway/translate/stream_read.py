@@ -51,8 +51,6 @@ class ChatReader:
         self._started = False
         self._calls: dict[int, str] = {}
         """Each tool call's key and id, in the order they began."""
-        self.signed = False
-        """A tool call came with a thought signature: the deployment is one that needs them back."""
 
     def read(self, event: dict[str, Any]) -> list[Event]:
         if "error" in event and not event.get("choices"):
@@ -91,7 +89,6 @@ class ChatReader:
         out: list[Event] = []
         signature = thought_signature(call)
         if signature is not None:  # Gemini's, on the delta that carries the call: opaque reasoning before it
-            self.signed = True
             out.append(ReasoningDelta("", encrypted=signature, maker="chat"))
         if key not in self._calls:
             call_id = given if isinstance(given, str) and given else f"call_{key}"
