@@ -22,6 +22,7 @@ import pytest
 from gateway.app import AppOptions, create_app
 from gateway.config import load_config
 from gateway.fakes import FakeBehavior
+from gateway.routing.inputs import RefusedInputs, inputs_of
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway, GatewayServers
@@ -181,3 +182,24 @@ def test_a_reload_that_changes_the_deployment_forgets_its_refusal(fakes: Fakes, 
         assert http.post("/v1/gateway/reload", headers=admin).status_code == 200
         assert (look(), look()) == ("2", "1")  # asked again, refused again, learned again
     assert (asked(text), asked(vision)) == (2, 5)
+
+
+def test_what_a_body_carries_is_read_only_once_something_was_refused() -> None:
+    """Each API's parts (a tool result's too); until a refusal, no body is scanned and nothing is carried."""
+    pixel = {"type": "base64", "media_type": "image/png", "data": PIXEL}
+    chat: Any = {"messages": [*LOOK, {"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]}
+    messages: Any = {
+        "messages": [
+            {"role": "user", "content": [{"type": "tool_result", "content": [{"type": "image", "source": pixel}]}]}
+        ]
+    }
+    responses: Any = {"input": [{"type": "function_call_output", "output": [LOOK_RESPONSES[0]["content"][1]]}]}
+    plain: Any = {"messages": [{"role": "user", "content": "hi"}], "input": "hi"}
+    refused = RefusedInputs()
+    assert inputs_of(refused, "chat", chat) == frozenset()
+    refused.learn(("m", "text"), "image", "deployment 'text' does not accept image input")
+    assert inputs_of(refused, "chat", chat) == {"image", "audio"}
+    assert inputs_of(refused, "messages", messages) == {"image"}
+    assert inputs_of(refused, "responses", responses) == {"image"}
+    assert inputs_of(refused, "responses", {"input": LOOK_RESPONSES}) == {"image"}
+    assert [inputs_of(refused, api, plain) for api in ("chat", "responses", "embeddings")] == [frozenset()] * 3

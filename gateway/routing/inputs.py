@@ -48,37 +48,37 @@ class RefusedInputs:
         kinds[kind] = words
         return not known
 
-    def refusing(self, key: DeploymentKey, inputs: frozenset[InputKind]) -> str | None:
-        """The words of ``key``'s refusal of one of ``inputs``; None when it refused none of them."""
+    def refusing(self, key: DeploymentKey, inputs: frozenset[InputKind]) -> tuple[InputKind, str] | None:
+        """The kind among ``inputs`` that ``key`` refused, with its refusal's words; None when it refused none."""
         kinds = self.refused.get(key)
         if not kinds:
             return None
-        return next((kinds[kind] for kind in sorted(inputs) if kind in kinds), None)
+        return next(((kind, kinds[kind]) for kind in sorted(inputs) if kind in kinds), None)
 
 
 def accepting(
     inputs: RefusedInputs, model: str, deployments: Sequence[DeploymentConfig], carried: frozenset[InputKind]
-) -> list[DeploymentConfig]:
+) -> Sequence[DeploymentConfig]:
     """The ``deployments`` that have not refused what the request carries.
 
     Raises ``InvalidRequest`` (400, ``<kind>_input_unsupported``) when every one of them has: the gateway knows the
     answer, and asking again would only cost a round trip.
     """
     if not carried or not inputs.refused:
-        return list(deployments)
-    kept, refusals = [], []
+        return deployments
+    kept: list[DeploymentConfig] = []
+    refusals: list[tuple[InputKind, str]] = []
     for deployment in deployments:
-        words = inputs.refusing((model, deployment.name), carried)
-        if words is None:
+        refusal = inputs.refusing((model, deployment.name), carried)
+        if refusal is None:
             kept.append(deployment)
         else:
-            refusals.append(words)
+            refusals.append(refusal)
     if kept or not refusals:
         return kept
-    kind = next(kind for kind in sorted(carried) if any(f"{kind} input" in words for words in refusals))
-    said = "; ".join(refusals)
+    said = "; ".join(words for _, words in refusals)
     message = f"{said}; learned from an earlier request, so this one was not sent upstream"
-    raise InvalidRequest(message, code=f"{kind}_input_unsupported")
+    raise InvalidRequest(message, code=f"{refusals[0][0]}_input_unsupported")
 
 
 def inputs_of(inputs: RefusedInputs, endpoint: Endpoint, body: dict[str, Any]) -> frozenset[InputKind]:
