@@ -171,7 +171,7 @@ def upstream_body(
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
     if request.endpoint == "messages":
         _drop_foreign_thinking(body)
-    elif request.endpoint == "chat" and candidate.deployment.model in signers:
+    elif signers and request.endpoint == "chat" and candidate.deployment.model in signers:
         _sign_unsigned(body)  # the turn may hold a call another deployment made, unsigned
     encoded = encode_body(body)
     items = body.get("input")
