@@ -44,7 +44,7 @@ from gateway.relay.request import proxy_request_from_fields
 from gateway.request_body import ClientGone, check_types, decoded_headers, parse_json_body, read_request_body
 from gateway.request_ids import new_request_id
 from gateway.responses_state import capture_for, kept_conversation, previous_owner
-from gateway.routing import RoutePlan, RouteRequest, parse_preferences
+from gateway.routing import RoutePlan, RouteRequest, inputs_of, parse_preferences
 from gateway.routing.apis import no_deployment_for, reachable
 from gateway.routing.overrides import resolve_model
 from gateway.routing.plan import route_request_from_fields
@@ -348,6 +348,7 @@ class ProxyEndpoint:
             expects.kind if expects.judged else None,  # kind
             key.key_id,  # client
             _wants_trace(scope["headers"]),  # explain
+            inputs_of(runtime.router.state.inputs, self.endpoint, body),  # inputs (read once something was refused)
         )
         # A key's tokens per minute may hold the answer's likely length (the router's forecast) instead of max_tokens.
         length = runtime.router.forecast(route_request) if key.limits.tokens_per_minute and max_tokens else None

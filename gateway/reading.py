@@ -67,6 +67,9 @@ class Reading(msgspec.Struct, frozen=True, gc=False):
     """The answer's tool calls, each with its name and its arguments as sent (what the validity check parses)."""
     stop: StopReason | None = None
     """Why the answer ended, in the shared vocabulary (None: the provider did not say)."""
+    thought_signed: bool = False
+    """A chat tool call carried a thought signature: its deployment (Gemini) refuses a call sent back without one
+    (``UpstreamClient.thought_signers``)."""
 
 
 def reading_of(tally: Tally, counter: TokenCounter, sent: float, saw_done: bool) -> Reading:
@@ -143,4 +146,5 @@ def _reading(
         gaps,  # chunk_gaps_s
         tally.tool_call_list() if tally.calls else (),  # calls
         tally.stop,  # stop
+        tally.thought_signed,  # thought_signed
     )

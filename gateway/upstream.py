@@ -262,9 +262,10 @@ class UpstreamClient:
         self._routes: dict[str, tuple[Origin, str, str]] = {}
         """Each base URL's origin and its path with its query (``?api-version=…``, put after each path), found once."""
         self.thought_signers: set[str] = set()
-        """The upstream model ids whose translated chat answers carried thought signatures (Gemini's): the ones that
-        refuse a tool call sent back without one, and are sent a placeholder where the client kept none. Learned, not
-        configured; a restart (or a reload, which makes new clients) forgets it until the next signed answer."""
+        """The upstream model ids whose chat answers (to any client: native or translated) carried thought signatures
+        (Gemini's): the ones that refuse a tool call sent back without one, and are sent a placeholder where the
+        client kept none. Learned from each answer's reading (``AttemptRunner.record``), not configured; a restart
+        (or a reload, which makes new clients) forgets it until the next signed answer."""
         self.refused_fields: set[str] = set()
         """The fields the gateway writes that the provider refused as unknown (its usage ask, a translation's hints),
         which it is not sent again; learned, as ``thought_signers`` is (``gateway.relay.outbound.cured``)."""

@@ -240,3 +240,27 @@ def _peek(process: subprocess.Popen[bytes]) -> bytes:
     chunk = process.stderr.read() or b""
     _stderr_seen[process.pid] = _stderr_seen.get(process.pid, b"") + chunk
     return _stderr_seen[process.pid]
+
+
+def test_a_reload_forgets_the_window_learned_of_a_deployment_it_changed(
+    fakes: Fakes, serve: Serve, tmp_path: Path
+) -> None:
+    """A window learned from a ``context_length_exceeded`` is the deployment's as configured: a reload that leaves
+    it alone keeps it, one that sends it another upstream model (perhaps with a larger window) asks again."""
+    a, b = fakes.start("a", FakeBehavior(context_window=8192)), fakes.start("b")
+    served = serve(config_text(a, b))
+    long = {"model": "m", "messages": [{"role": "user", "content": "word " * 12_000}]}  # about 15k tokens
+
+    def attempts() -> str:
+        answer = served.http.post("/v1/chat/completions", json=long)
+        assert answer.status_code == 200 and answer.headers["x-gateway-provider"] == "b"
+        return answer.headers["x-gateway-attempts"]
+
+    assert (attempts(), attempts()) == ("2", "1")  # learned: a takes 8192
+    (tmp_path / "gateway.toml").write_text(config_text(a, b, extra="# edited\n"))
+    assert served.reload().status_code == 200
+    assert attempts() == "1"
+    (tmp_path / "gateway.toml").write_text(config_text(a, b).replace('"a-upstream"', '"a-upstream-32k"'))
+    assert served.reload().status_code == 200
+    assert (attempts(), attempts()) == ("2", "1")  # asked again, refused again, learned again
+    assert a.app.state.requests == 2

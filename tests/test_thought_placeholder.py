@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from gateway.fakes import FakeBehavior
-from gateway.fakes.reasoning import SKIP_VALIDATOR
+from gateway.fakes.reasoning import SKIP_VALIDATOR, THOUGHT_SIGNATURE
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
@@ -103,3 +103,42 @@ def test_a_messages_clients_call_made_by_claude_goes_on_at_a_gemini_known_to_sig
         ]
         assert turn("gemini").stop_reason == "tool_use"
     assert [c.get("extra_content") for c in sent_calls(servers["gemini"])] == [PLACED]
+
+
+CHAT_TOOLS: list[openai.types.chat.ChatCompletionToolParam] = [
+    {"type": "function", "function": {"name": "lookup", "parameters": TOOLS[0]["parameters"]}}
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chat_clients_call_made_elsewhere_goes_on_at_a_gemini_known_to_sign(
+    fakes: Fakes, start_gateway: StartGateway, stream: bool
+) -> None:
+    """The gateway routes a chat client's conversation between providers: a call vLLM made (unsigned) reaches Gemini
+    in the next step, which would refuse it. Gemini's native answer (whole or streamed) taught that it signs, so the
+    call goes with the placeholder; Gemini's own signed call, later in the turn, goes as it gave it."""
+    gateway, servers = gateway_of(fakes, start_gateway, gemini=("chat", VENDOR), vllm=("chat", PLAIN))
+    signed = {"google": {"thought_signature": THOUGHT_SIGNATURE}}
+
+    def step(client: openai.OpenAI, messages: list[Any], to: str) -> list[Any]:
+        answer = client.chat.completions.create(
+            model="m", messages=messages, tools=CHAT_TOOLS, extra_body={"provider": {"only": [to]}}
+        )
+        message = answer.choices[0].message.model_dump(exclude_none=True)
+        call = message["tool_calls"][0]
+        return [*messages, message, {"role": "tool", "tool_call_id": call["id"], "content": "found"}]
+
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        asked: Any = {"model": "m", "tools": CHAT_TOOLS, "extra_body": {"provider": {"only": ["gemini"]}}}
+        look: list[Any] = [{"role": "user", "content": "Look it up."}]
+        if stream:  # Gemini's own answer, relayed natively, teaches the gateway that it signs
+            assert [chunk for chunk in client.chat.completions.create(**asked, messages=look, stream=True)]
+        else:
+            client.chat.completions.create(**asked, messages=look)
+        messages = step(client, look, "vllm")
+        assert "extra_content" not in messages[1]["tool_calls"][0]
+        messages = step(client, messages, "gemini")  # refused (400) were the call sent unsigned
+        assert [call.get("extra_content") for call in sent_calls(servers["gemini"])] == [PLACED]
+        assert messages[3]["tool_calls"][0]["extra_content"] == signed
+        step(client, messages, "gemini")
+    assert [call.get("extra_content") for call in sent_calls(servers["gemini"])] == [PLACED, signed]

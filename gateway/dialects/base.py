@@ -84,6 +84,8 @@ class Tally:
     """The answer's tool calls by (choice, call) index, in order of arrival: what the validity check reads."""
     stop: StopReason | None = None
     """Why the answer ended, when the provider said (None: it did not)."""
+    thought_signed: bool = False
+    """Chat: a tool call carried a thought signature (Gemini's ``extra_content.google.thought_signature``)."""
     _event_counted: bool = False
     _standard_usage: bool = False
     """Chat: a standard usage object was seen (Groq's own usage is then not read)."""

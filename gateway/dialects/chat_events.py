@@ -113,6 +113,8 @@ def note_calls(tally: Tally, choice_index: object, tool_calls: object, function_
                 continue
             index = call.get("index")
             key = (choice, index if isinstance(index, int) else position)
+            if "extra_content" in call and not tally.thought_signed:
+                tally.thought_signed = _thought_signed(call["extra_content"])
             function = call.get("function")
             if isinstance(function, dict):
                 tally.call(key, function.get("name"), function.get("arguments"))
@@ -120,6 +122,13 @@ def note_calls(tally: Tally, choice_index: object, tool_calls: object, function_
                 tally.call(key, None, None)
     if isinstance(function_call, dict):
         tally.call((choice, -1), function_call.get("name"), function_call.get("arguments"))
+
+
+def _thought_signed(extra: object) -> bool:
+    """Whether a tool call's ``extra_content`` holds Gemini's thought signature: its deployment wants it back."""
+    google = extra.get("google") if isinstance(extra, dict) else None
+    signature = google.get("thought_signature") if isinstance(google, dict) else None
+    return isinstance(signature, str) and bool(signature)
 
 
 def decode_chunks(array: bytes) -> list[ChatChunk] | None:

@@ -26,6 +26,7 @@ from gateway.meter import StreamMeter
 from gateway.reading import Reading
 from gateway.routing import Candidate
 from gateway.routing.capacity import RateLimits
+from gateway.routing.inputs import InputKind
 from gateway.samples import Outcome
 from gateway.types import Clock, RouteReason
 from gateway.upstream import UpstreamResponse
@@ -118,7 +119,7 @@ class ClientFault(Exception):
     status (``gateway.relay.context.refused_input``): the request's fault there only, another deployment may serve it.
     """
 
-    def __init__(self, status: int, body: bytes, content_type: str, unsupported: str | None = None) -> None:
+    def __init__(self, status: int, body: bytes, content_type: str, unsupported: InputKind | None = None) -> None:
         super().__init__(status)
         self.status = status
         self.body = body

@@ -24,6 +24,7 @@ from gateway.errors import InvalidRequest, describe_error_body
 from gateway.relay.attempt import ClientFault
 from gateway.relay.budget import AttemptBudget
 from gateway.routing import Candidate, Router
+from gateway.routing.inputs import InputKind
 
 CONTEXT_EXCEEDED = "context_length_exceeded"
 CONTEXT_CODES = frozenset({CONTEXT_EXCEEDED, "string_above_max_length"})
@@ -100,7 +101,7 @@ def refused_input(deployment: str, status: int, body: bytes) -> ClientFault | No
     found = _UNSUPPORTED_INPUT.search(message)
     if found is None:
         return None
-    kind = found.group(1).lower()
+    kind: InputKind = "image" if found.group(1).lower() == "image" else "audio"
     words = f"deployment '{deployment}' does not accept {kind} input (upstream returned {status}: {message})"
     error = InvalidRequest(words, code=f"{kind}_input_unsupported")
     return ClientFault(error.status_code, error.to_json(), "application/json", unsupported=kind)
@@ -112,13 +113,16 @@ def refused_here(
     """Whether ``fault`` is ``candidate``'s refusal alone (its window too small for the prompt, input it does not
     accept), and the window it states.
 
-    If so, a window is learned (once per request and deployment) and ``candidate`` joins the request's
-    ``refused_here``: no later fallback of this request asks it again.
+    If so, a window or the refused kind of input is learned (once per request and deployment; the router plans
+    later requests around it) and ``candidate`` joins the request's ``refused_here``: no later fallback of this
+    request asks it again.
     """
     exceeded, limit = (True, None) if fault.unsupported is not None else context_exceeded(fault)
     if exceeded and candidate.name not in budget.refused_here:
         if fault.unsupported is None:
             router.context_exceeded(candidate, limit)
+        else:
+            router.input_refused(candidate, fault.unsupported, describe_error_body(fault.body)[0])
         budget.refused_here.append(candidate.name)
     return exceeded, limit
 

@@ -38,7 +38,7 @@ from gateway.relay.context import (
 from gateway.relay.drain import Drains
 from gateway.relay.first_token import json_object_like
 from gateway.relay.hedging import race
-from gateway.relay.outbound import THOUGHT_SIGNED, upstream_of
+from gateway.relay.outbound import upstream_of
 from gateway.relay.replies import FullReply, Reply, StreamReply
 from gateway.relay.request import ProxyRequest
 from gateway.relay.retry import Retries
@@ -129,8 +129,6 @@ class Dispatcher:
                 status, named(attempt.body, shown) if shown else attempt.body, content_type, budget.log, finish
             )
         # Reached by translation: the client reads its own API's body; the meter reads the upstream's.
-        if upstream == "chat" and THOUGHT_SIGNED in attempt.body:  # a deployment that needs its signatures back
-            runner.upstreams[attempt.candidate.provider.name].thought_signers.add(attempt.candidate.deployment.model)
         body, readable = translate_reply(
             attempt.body, as_api(upstream), as_api(request.endpoint), request.body, shown or request.requested_model
         )

@@ -14,9 +14,11 @@ it (``stream_options.include_usage``), so that the answer's cost is known; the f
 that chunk from the client, which did not ask for it (``gateway.relay.forward``). A translated chat
 stream always asks for it (when allowed): the client's own API reports usage at the end. A provider that refuses
 the field is sent the request again without it, and never the field again (``cured``); so is one that refuses
-another provider's tool call ids, with the ids renamed (``gateway.relay.tool_ids``). A translated chat
-request to a deployment known to need thought signatures (Gemini's) gets Google's placeholder on the current turn's
-tool calls that have none (``gateway.translate.chat_assistant.with_placeholders``). The one removal
+another provider's tool call ids, with the ids renamed (``gateway.relay.tool_ids``). A chat request, native or
+translated, to a deployment known to need thought signatures (Gemini's: one whose answers carried them) gets
+Google's placeholder on the current turn's tool calls that have none
+(``gateway.translate.chat_assistant.with_placeholders``): the gateway routes a conversation between providers, and
+a call another one made is unsigned. The one removal
 is of reasoning the native provider did not make, which it would refuse: from Messages bodies the ``thinking``
 blocks without a signature that the gateway made from another API's reasoning and the ``redacted_thinking`` blocks
 holding another maker's sealed reasoning, from Responses bodies the reasoning items holding sealed reasoning
@@ -188,9 +190,8 @@ def upstream_body(
     if target != request.endpoint:
         body = _translated(request, candidate, as_api(target))
         without_refused(body, learned.refused_fields)
-        messages = body.get("messages")
-        if target == "chat" and candidate.deployment.model in learned.thought_signers and isinstance(messages, list):
-            body["messages"] = with_placeholders(messages) or messages
+        if target == "chat" and candidate.deployment.model in learned.thought_signers:
+            _sign_unsigned(body)
         _learned_ids(body, learned)
         return encode_body(body)
     body = dict(request.body)
@@ -201,6 +202,8 @@ def upstream_body(
     _learned_ids(body, learned)
     if request.endpoint == "messages":
         _drop_foreign_thinking(body)
+    elif request.endpoint == "chat" and candidate.deployment.model in learned.thought_signers:
+        _sign_unsigned(body)  # the turn may hold a call another deployment made, unsigned
     encoded = encode_body(body)
     items = body.get("input")
     if request.endpoint == "responses" and _SEALED in encoded and isinstance(items, list):
@@ -239,10 +242,16 @@ def _learned_ids(body: dict[str, Any], learned: Learned) -> None:
         body["messages"] = short_tool_ids(messages)
 
 
-THOUGHT_SIGNED = b'"thought_signature"'
-"""In a whole chat answer, a tool call's thought signature (as a key: inside a JSON string its quotes are escaped)."""
 _SEALED = b'"' + sealed.MARK.encode()
 """The start of a JSON string holding a sealed value: one C search per request for it."""
+
+
+def _sign_unsigned(body: dict[str, Any]) -> None:
+    """Google's placeholder on the current turn's tool calls that have no thought signature, in a chat ``body`` for
+    a deployment that refuses them unsigned; signed ones are left as they are."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        body["messages"] = with_placeholders(messages) or messages
 
 
 def _sealed_reasoning(item: Any) -> bool:

@@ -169,10 +169,6 @@ class StreamReply(Reply):
                     if outcome == "ok" and reading.malformed:
                         failed = attempt.candidate
                         runner.events.malformed_stream(request.requested_model, failed.name, failed.provider.name)
-                    if isinstance(forwarder, StreamTranslator) and forwarder.thought_signed:
-                        runner.upstreams[attempt.candidate.provider.name].thought_signers.add(
-                            attempt.candidate.deployment.model
-                        )
                     if not recoverable:
                         if not closed:
                             watch.disarm()

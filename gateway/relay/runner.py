@@ -328,9 +328,8 @@ class AttemptRunner:
         candidate = attempt.candidate
         deployment = candidate.deployment
         prompt = reading.usage_prompt_tokens if reading.usage_prompt_tokens is not None else request.prompt_tokens
-        output = reading.usage_completion_tokens
-        if output is None:
-            output = reading.output_tokens
+        completion = reading.usage_completion_tokens
+        output = completion if completion is not None else reading.output_tokens
         cost = None
         # A hedge's loser was still billed for its prompt once the provider had started on it.
         if outcome == "ok" or output or (attempt.hedged and attempt.status is not None and attempt.status < 400):
@@ -368,11 +367,12 @@ class AttemptRunner:
         self.router.attempt_finished(candidate, sample, retry_after_s, attempt.rate_limits, reason=reason)
         self.events.attempt_ended(candidate.model, candidate.name, candidate.provider.name)
         self.queue.released(slot_key((candidate.model, candidate.name)), candidate.provider.name)
-        if outcome == "ok":
-            self._cached(request, candidate, prompt, output or 0, reading.usage_cached_tokens, cost)
         request.trace.samples.append(sample)
         if outcome == "ok":
+            self._cached(request, candidate, prompt, output or 0, reading.usage_cached_tokens, cost)
             request.trace.answer_text = reading.answer_text
+        if reading.thought_signed:  # native or translated: this deployment wants its signatures back
+            self.upstreams[candidate.provider.name].thought_signers.add(deployment.model)
         if reading.provider_timings is not None:
             request.trace.provider_timings = reading.provider_timings
         if not request.probe:

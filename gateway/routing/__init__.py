@@ -9,6 +9,7 @@ from gateway.native import activate
 activate()  # before the first routing module is imported: the compiled ones, where built (``gateway.native``)
 
 from gateway.routing.health import RouterState  # noqa: E402
+from gateway.routing.inputs import inputs_of  # noqa: E402
 from gateway.routing.overrides import ProviderPreferences, parse_preferences, split_model_suffix  # noqa: E402
 from gateway.routing.plan import Candidate, RoutePlan, Router, RouteRequest  # noqa: E402
 
@@ -19,6 +20,7 @@ __all__ = [
     "RouteRequest",
     "Router",
     "RouterState",
+    "inputs_of",
     "parse_preferences",
     "split_model_suffix",
 ]

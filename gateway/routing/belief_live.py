@@ -15,6 +15,7 @@ from gateway.routing.affinity import BoundState, decided
 from gateway.routing.belief_rank import rank_beliefs
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.capacity import ProviderLimit
+from gateway.routing.inputs import InputKind
 from gateway.routing.lengths import Forecast, LengthSource, request_shape
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import AffinityDecision, Candidate, RoutePlan, RouteRequest, SessionRoute
@@ -133,6 +134,16 @@ class LiveBeliefRouter(BeliefRouter):
                 candidate.model,
             )
         super().continuation_refused(candidate)
+
+    def input_refused(self, candidate: Candidate, kind: InputKind, words: str) -> None:
+        if self.state.inputs.learn((candidate.model, candidate.name), kind, words):
+            logger.info(
+                "deployment %s of model %s does not accept %s input (learned from its refusal): such requests "
+                "go to the model's other deployments",
+                candidate.name,
+                candidate.model,
+                kind,
+            )
 
     def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
         key = (candidate.model, candidate.name)

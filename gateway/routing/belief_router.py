@@ -29,6 +29,7 @@ from gateway.routing.cost import Shape, Weights
 from gateway.routing.draws import new_tuple
 from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.health import UNSERVABLE_STATUSES, RouterState
+from gateway.routing.inputs import InputKind, accepting
 from gateway.routing.lengths import LengthKey, Lengths, request_shape
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
@@ -103,9 +104,12 @@ class BeliefRouter:
         policy = self.config.policy_for(model)
         now = self.clock()
         narrowed = speaking(model, request.endpoint, request.pinned)
+        # Before the circuits: a model whose only image-reading deployment is down is out of capacity, not of images.
         deployments = [
             d
-            for d in allowed(narrowed, preferences, self._providers)
+            for d in accepting(
+                self.state.inputs, model.name, allowed(narrowed, preferences, self._providers), request.inputs
+            )
             if self.state.health.state((model.name, d.name), now, self._circuit_changed) != "open"
         ]
         if not deployments:
@@ -361,6 +365,9 @@ class BeliefRouter:
 
     def context_window(self, candidate: Candidate) -> int | None:
         return self.state.windows.window(candidate.model, candidate.deployment)
+
+    def input_refused(self, candidate: Candidate, kind: InputKind, words: str) -> None:
+        self.state.inputs.learn((candidate.model, candidate.name), kind, words)
 
     def try_hedge(self, plan: RoutePlan) -> bool:
         if not plan.candidates:

@@ -13,12 +13,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.config import DeploymentConfig, ProviderConfig
+from gateway.config import DeploymentConfig, GatewayConfig, ProviderConfig
 from gateway.errors import clip
 from gateway.policies import PolicyConfig
 from gateway.routing.capacity import CapacityBoard
 from gateway.routing.deadlines import LearnedDeadlines
 from gateway.routing.hedge import TailThresholds
+from gateway.routing.inputs import RefusedInputs
 from gateway.samples import Outcome
 from gateway.types import CircuitState, DeploymentKey
 
@@ -272,6 +273,7 @@ class RouterState:
     tails: TailThresholds = field(default_factory=TailThresholds)
     deadlines: LearnedDeadlines = field(default_factory=LearnedDeadlines)
     windows: ContextWindows = field(default_factory=ContextWindows)
+    inputs: RefusedInputs = field(default_factory=RefusedInputs)
     refused_continuation: dict[DeploymentKey, float] = field(default_factory=dict)
     """Deployments that refused a continuation (a prefill) with a 4xx, until when they are not asked again."""
     capacity: CapacityBoard = field(default_factory=CapacityBoard)
@@ -289,7 +291,33 @@ class RouterState:
         self.deployment_in_flight[key] = max(0, self.deployment_in_flight.get(key, 0) - 1)
         self.sent_in_flight.pop(attempt, None)
 
+    def forget_changed(self, before: GatewayConfig, after: GatewayConfig) -> None:
+        """Forget the windows and refused inputs learned of deployments a reload changed: served elsewhere (another
+        provider, base URL or upstream model), given another ``context_window``, or gone. What an edit of a price
+        or a policy leaves in place is kept."""
+        now = _serving(after)
+        for key, served in _serving(before).items():
+            if now.get(key) != served:
+                self.windows.learned.pop(key, None)
+                self.inputs.refused.pop(key, None)
+
     def has_room(self, provider: ProviderConfig, key: DeploymentKey, now: float) -> bool:
         """Room for one more attempt at ``key`` (its learned limit) and at its provider (its ceiling)."""
         in_flight = self.deployment_in_flight.get(key, 0)
         return self.capacity.has_room(provider, key, in_flight, self.provider_in_flight.get(provider.name, 0), now)
+
+
+def _serving(config: GatewayConfig) -> dict[DeploymentKey, tuple[object, ...]]:
+    """What each deployment is, for what it accepts: where it is sent, the model asked for, the window declared."""
+    providers = {p.name: p for p in config.providers}
+    return {
+        (m.name, d.name): (
+            d.provider,
+            providers[d.provider].base_urls,
+            providers[d.provider].base_url,
+            d.model,
+            d.context_window,
+        )
+        for m in config.models
+        for d in m.deployments
+    }

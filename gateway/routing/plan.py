@@ -9,6 +9,7 @@ from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, Provider
 from gateway.frozen import positional_maker, quick_init
 from gateway.policies import Affinity
 from gateway.routing.capacity import RateLimits
+from gateway.routing.inputs import NO_INPUTS, InputKind
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.stats import StatsSnapshot
@@ -106,6 +107,8 @@ class RouteRequest:
     """The client key's id ("": none): its answers' lengths are learned apart (``gateway.routing.lengths``)."""
     explain: bool = False
     """The caller asked for the routing trace: the plan carries its ``ranking`` even where that costs extra."""
+    inputs: frozenset[InputKind] = NO_INPUTS
+    """The kinds of input it carries that some deployment refused (``gateway.routing.inputs``): none skips those."""
 
 
 route_request_from_fields = positional_maker(RouteRequest)
@@ -194,6 +197,10 @@ class Router(Protocol):
 
     def context_window(self, candidate: Candidate) -> int | None:
         """The tokens ``candidate`` accepts, configured or learned (None: not known)."""
+
+    def input_refused(self, candidate: Candidate, kind: InputKind, words: str) -> None:
+        """``candidate`` refused a kind of input it does not accept (``words``: the client's error saying so): later
+        requests carrying that kind are not planned there."""
 
     def try_hedge(self, plan: RoutePlan) -> bool:
         """Spend one hedge from the model's budget; False when the budget is used up."""

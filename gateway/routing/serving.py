@@ -65,6 +65,8 @@ def build_router(
 ) -> ServingRouter:
     """The router for ``config``; on a reload, ``previous`` lends its state and its beliefs."""
     state = previous.state if previous is not None else None
+    if previous is not None:
+        previous.state.forget_changed(previous.config, config)
     router = LiveBeliefRouter(config, stats, state=state, rng=rng, clock=clock, events=events)
     if isinstance(previous, BeliefRouter):
         router.inherit(previous)

@@ -1,10 +1,9 @@
 """OpenAI's Chat Completions API in the neutral shape: a request read and written (whole answers: ``chat_reply``).
 
-Reading refuses what the neutral shape cannot hold (``n`` > 1, logprobs, penalties, audio, files,
-legacy ``functions``): each names its field. Writing follows what open-weights servers (vLLM,
-llama.cpp, SGLang) accept: one leading ``system`` message (several instructions are joined, a
-developer's included), reasoning as the assistant's ``reasoning_content``, and ``cache_control``
-left out (no chat provider caches explicitly; their prefix caches need no marks).
+Reading refuses what the neutral shape cannot hold (``n`` > 1, logprobs, penalties, audio, files by id, legacy
+``functions``): each names its field. Writing follows what open-weights servers (vLLM, llama.cpp, SGLang) accept:
+one leading ``system`` message (several instructions are joined, a developer's included), reasoning as the
+assistant's ``reasoning_content``, and ``cache_control`` left out (no chat provider caches explicitly).
 """
 
 from __future__ import annotations
@@ -88,8 +87,7 @@ STOPS: dict[SharedStop, StopReason] = {
     "filter": "filter",
     "other": "end",
 }
-"""The meter's stop reasons (``gateway.dialects.chat_events.CHAT_STOPS`` reads every host's ``finish_reason``
-into them) as the neutral ones."""
+"""The meter's stop reasons (``chat_events.CHAT_STOPS``: every host's ``finish_reason``) as the neutral ones."""
 FINISH_OF: dict[StopReason, str] = {
     "end": "stop",
     "stop_sequence": "stop",

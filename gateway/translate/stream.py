@@ -21,7 +21,7 @@ from gateway.translate import client_stops, new_id
 from gateway.translate.ir import Api, Event
 from gateway.translate.stream_chat import ChatWriter
 from gateway.translate.stream_messages import MessagesWriter
-from gateway.translate.stream_read import ChatReader, StreamReader, reader_for
+from gateway.translate.stream_read import StreamReader, reader_for
 from gateway.translate.stream_responses import ResponsesWriter
 
 StreamWriter = ChatWriter | MessagesWriter | ResponsesWriter
@@ -50,11 +50,6 @@ class StreamTranslator:
         self._splitter = SSESplitter()
         self.error: bytes | None = None
         self.error_object: Any = None
-
-    @property
-    def thought_signed(self) -> bool:
-        """Whether the upstream's answer so far carried a thought signature (a chat provider that needs them)."""
-        return isinstance(self._reader, ChatReader) and self._reader.signed
 
     def feed(self, chunk: bytes) -> bytes:
         if self.error is not None:

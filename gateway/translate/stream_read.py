@@ -57,8 +57,6 @@ class ChatReader:
         self._held: dict[int, list[Event]] = {}
         self._argued: set[int] = set()
         """The calls some of whose arguments came (a call with none has the empty object's, as a whole answer's)."""
-        self.signed = False
-        """A tool call came with a thought signature: the deployment is one that needs them back."""
 
     def read(self, event: dict[str, Any]) -> list[Event]:
         if "error" in event and not event.get("choices"):
@@ -104,7 +102,6 @@ class ChatReader:
         out: list[Event] = []
         signature = thought_signature(call)
         if signature is not None:  # Gemini's, on the delta that carries the call: opaque reasoning before it
-            self.signed = True
             out.append(ReasoningDelta("", encrypted=signature, maker="chat"))
         if key not in self._calls:
             call_id = given if isinstance(given, str) and given else f"call_{key}"
