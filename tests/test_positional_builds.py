@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import pickle
 import random
+from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any
 
@@ -248,7 +249,8 @@ def test_record_builds_the_sample_the_keyword_build_built(monkeypatch: pytest.Mo
     sink = _Sink()
     clock = _Clock()
     router = SimpleNamespace(attempt_finished=lambda *args, **kwargs: None)
-    runner = AttemptRunner(SimpleNamespace(), router, sink, COUNTER, clock=clock)  # type: ignore[arg-type]
+    upstreams: defaultdict[str, SimpleNamespace] = defaultdict(lambda: SimpleNamespace(thought_signers=set()))
+    runner = AttemptRunner(upstreams, router, sink, COUNTER, clock=clock)  # type: ignore[arg-type]
     for _ in range(1000):
         price = rng.uniform(0.0, 1.0)
         deployment = SimpleNamespace(
@@ -312,6 +314,7 @@ READING_KINDS = {
     "chunk_gaps_s": "gaps",
     "calls": "gaps",
     "stop": "str",
+    "thought_signed": "bool",
 }
 
 

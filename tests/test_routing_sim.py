@@ -143,16 +143,15 @@ def test_short_and_long_requests_pick_different_providers(sims: Sims) -> None:
 
 
 def test_equal_speed_picks_the_cheaper(sims: Sims) -> None:
-    # Prices ten times apart; cheap's first token a tenth later than dear's, so that a router that did not weigh the
-    # price would pick dear. The router compares each one's recent answers, and a busy machine slows some answers
-    # (a loaded run stalled some for most of a second): the price must outweigh the slowdown one side's answers can
-    # suffer that the other's did not. Ten times the price weighs as much as cheap's last three answers each taking
-    # twice dear's; the first tokens (0.2 s) are long enough that a few scheduling stalls do not do that.
+    # Prices ten times apart, first tokens alike (0.2 s: long enough that a busy machine's scheduling stalls, which
+    # fall on either side, do not outweigh the price): a router that did not weigh the price would split the traffic.
+    # What is asserted is the router's pick (its looks at the other, bounded by the exploration budget, are
+    # exploration's, tested apart).
     dear = dataclasses.replace(FAST, ttft_s=0.2)
     sim = sims.start(
         [
             SimProvider("dear", dear, price_in=10.0, price_out=20.0),
-            SimProvider("cheap", dataclasses.replace(dear, ttft_s=0.22), price_in=1.0, price_out=2.0),
+            SimProvider("cheap", dear, price_in=1.0, price_out=2.0),
         ],
         policy={"min_samples": 5, "explore_share": 0.05},
     )
@@ -163,7 +162,8 @@ def test_equal_speed_picks_the_cheaper(sims: Sims) -> None:
         for name in ("dear", "cheap"):
             assert sim.chat(extra_body={"provider": {"only": [name]}}).provider == name
     replies = sim.run(60)
-    assert share(replies, "cheap") >= 0.9, [(r.provider, r.route) for r in replies]
+    picked = [reply for reply in replies if reply.route != "explore"]
+    assert len(picked) >= 50 and share(picked, "cheap") >= 0.9, [(r.provider, r.route) for r in replies]
 
 
 def test_headers_fallback_and_a_circuit_that_opens(sims: Sims) -> None:

@@ -113,7 +113,7 @@ def carries_output(choice: dict[str, Any]) -> bool:
         # The common streamed chunk (a role, text content): only non-empty text is output, what the reading
         # below comes to for it.
         content = delta.get("content")
-        return content.__class__ is str and content != ""
+        return content != "" if content.__class__ is str else bool(content_text(content))
     if answer_of(choice) or reasoning_of(choice):
         return True
     # A tool call's first delta may carry only its name, no arguments yet: that is output too.
