@@ -254,7 +254,7 @@ def test_record_builds_the_sample_the_keyword_build_built(monkeypatch: pytest.Mo
     for _ in range(1000):
         price = rng.uniform(0.0, 1.0)
         deployment = SimpleNamespace(
-            name=_value(rng, "str"), cost_usd=lambda p, o, c=0, price=price: (p + o + c) * price
+            name=_value(rng, "str"), model="upstream-m", cost_usd=lambda p, o, c=0, price=price: (p + o + c) * price
         )
         candidate = SimpleNamespace(
             deployment=deployment, provider=SimpleNamespace(name=_value(rng, "str")), model="m", name=deployment.name,
