@@ -198,3 +198,33 @@ def test_a_claude_code_request_is_served_by_a_chat_deployment(fakes: Fakes, star
         "content": "x-anthropic-billing-header: cc_version=2.1;\n\nYou are a Claude agent.",
     }
     assert sent.body["user"] == body["metadata"]["user_id"] and sent.body["reasoning_effort"] == "high"  # type: ignore[index]
+
+
+def test_serving_asks_are_read_as_absent_and_a_pinned_geography_goes_native(
+    fakes: Fakes, start_gateway: StartGateway, clients: Callable[[str], anthropic.Anthropic]
+) -> None:
+    """Fast mode's ``speed``, the capacity ``service_tier`` and the default ``inference_geo`` ask nothing of what the
+    answer is: a chat deployment serves them. ``inference_geo: "us"`` pins where the model runs, which a chat
+    deployment is not known to meet: refused there, it goes to the deployment that speaks Messages natively."""
+    chat = fakes.start("chat", FakeBehavior(output_tokens=4), record=True)
+    native = fakes.start("native", FakeBehavior(output_tokens=4), record=True)
+    only_chat = start_gateway(gateway_config([chat], provider_options={"chat": {"apis": ["chat"]}}))
+    both = start_gateway(
+        gateway_config([chat, native], provider_options={"chat": {"apis": ["chat"]}, "native": {"apis": ["messages"]}})
+    )
+    hi: list[anthropic.types.MessageParam] = [{"role": "user", "content": "hi"}]
+    client = clients(only_chat.url)
+    answer = client.messages.create(
+        model="m", max_tokens=16, messages=hi, speed="fast", service_tier="standard_only", inference_geo="global"
+    )
+    assert answer.content[0].type == "text" and answer.stop_reason == "end_turn"
+    sent = chat.app.state.recorded[-1].body
+    assert sent is not None and not {"speed", "service_tier", "inference_geo"} & sent.keys()
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model="m", max_tokens=16, messages=hi, inference_geo="us")
+    assert "'inference_geo' cannot be translated to the Chat Completions API" in refused.value.message
+    assert len(chat.app.state.recorded) == 1
+    clients(both.url).messages.create(model="m", max_tokens=16, messages=hi, speed="fast", inference_geo="us")
+    assert len(chat.app.state.recorded) == 1
+    pinned = native.app.state.recorded[-1].body
+    assert pinned is not None and pinned["inference_geo"] == "us" and pinned["speed"] == "fast"

@@ -96,6 +96,9 @@ STOP_OF: dict[StopReason, str] = {
 def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -> Conversation:
     """The request in the neutral shape; a server tool is refused, or with ``builtin_tools="omit"`` left out and
     named in ``omitted_tools`` (a ``tool_choice`` naming it is still refused)."""
+    if body.get("inference_geo") is not None:
+        where = body["inference_geo"]
+        raise Untranslatable("inference_geo", "other", f"inference_geo {where!r} pins where the model runs")
     refuse_unknown(body, _KNOWN, "other")
     if body.get("cache_control") is not None:
         as_dict(body["cache_control"], "cache_control")
