@@ -228,3 +228,26 @@ def test_serving_asks_are_read_as_absent_and_a_pinned_geography_goes_native(
     assert len(chat.app.state.recorded) == 1
     pinned = native.app.state.recorded[-1].body
     assert pinned is not None and pinned["inference_geo"] == "us" and pinned["speed"] == "fast"
+
+
+def test_how_tool_input_and_thinking_are_shown_asks_nothing_of_a_chat_deployment(
+    fakes: Fakes, start_gateway: StartGateway, clients: Callable[[str], anthropic.Anthropic]
+) -> None:
+    """A tool's ``eager_input_streaming`` and thinking's ``display`` say how Anthropic delivers a call's input and its
+    thinking, not what the model answers: a chat deployment serves them. A tool deferred to tool search
+    (``defer_loading``) changes what the model is shown: still refused, naming it."""
+    chat = fakes.start("chat", FakeBehavior(output_tokens=4), record=True)
+    gateway = start_gateway(gateway_config([chat], provider_options={"chat": {"apis": ["chat"]}}))
+    client = clients(gateway.url)
+    hi: list[anthropic.types.MessageParam] = [{"role": "user", "content": "hi"}]
+    eager: list[anthropic.types.ToolParam] = [{**TOOLS[0], "eager_input_streaming": True}]
+    thinking: anthropic.types.ThinkingConfigParam = {"type": "enabled", "budget_tokens": 2048, "display": "omitted"}
+    answer = client.messages.create(model="m", max_tokens=4096, messages=hi, tools=eager, thinking=thinking)
+    assert answer.stop_reason == "tool_use" and [b.name for b in answer.content if b.type == "tool_use"] == ["lookup"]
+    sent = chat.app.state.recorded[-1].body
+    assert sent is not None and sent["tools"][0]["function"]["name"] == "lookup"
+    assert sent["reasoning_effort"] == "low" and "eager_input_streaming" not in json.dumps(sent)
+    deferred: list[anthropic.types.ToolParam] = [{**TOOLS[0], "defer_loading": True}]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model="m", max_tokens=64, messages=hi, tools=deferred)
+    assert "'tools[0].defer_loading' cannot be translated to the Chat Completions API" in refused.value.message
