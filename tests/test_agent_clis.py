@@ -342,3 +342,64 @@ def test_codex_knows_its_context_window_is_full_behind_a_messages_model(
     run, _ = run_codex(gateway.base_url, KEY, tmp_path)
     assert run.returncode != 0 and "Codex ran out of room in the model's context window" in run.stderr, run.stderr
     assert access_paths(caplog, 1) == [("responses", 400)]
+
+
+FAST_MODE = ("--settings", json.dumps({"fastMode": True}))
+"""Claude Code's fast mode, on for an Opus model that has it; ``CLAUDE_CODE_SKIP_FAST_MODE_ORG_CHECK`` spares it
+asking Anthropic whether the organisation may use it."""
+
+
+@pytest.mark.parametrize("apis", [["messages"], ["chat"], ["responses"]])
+def test_claude_code_in_fast_mode_is_served_by_any_api(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
+) -> None:
+    # In fast mode Claude Code sends ``speed: "fast"`` on every call: a native deployment gets it as sent; to a chat
+    # or Responses deployment it asks nothing about the answer (the same model, served faster), so it is read as
+    # absent there, as a default is (before, refused: fast mode failed on every translated deployment).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", AGENT)
+    model = "claude-opus-4-8"
+    gateway = start_gateway(
+        gateway_config([fake], model=model, provider_options={"a": {"apis": apis}}),
+        environ={"GATEWAY_API_KEYS": KEY},
+    )
+    run = run_claude(gateway.url, KEY, tmp_path, model, FAST_MODE, CLAUDE_CODE_SKIP_FAST_MODE_ORG_CHECK="1")
+    assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
+    assert run.escapes == ()
+    result = json.loads(run.stdout)
+    assert result["result"] == ANSWER and result["num_turns"] == 2 and result["fast_mode_state"] == "on"
+    assert access_paths(caplog, 2) == [("messages", 200), ("messages", 200)]
+    sent = [r.body for r in fake.app.state.recorded]
+    assert len(sent) == 2 and all(body is not None for body in sent)
+    if apis == ["messages"]:
+        assert [body["speed"] for body in sent] == ["fast", "fast"]  # type: ignore[index]
+    else:
+        assert not {"speed", "service_tier"} & {key for body in sent for key in body}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("apis", [["responses"], ["chat"], ["messages"]])
+def test_codex_in_fast_mode_is_served_by_any_api(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
+) -> None:
+    # Codex's fast mode (``service_tier = "fast"``) asks OpenAI's priority processing, ``service_tier: "priority"``,
+    # on every call: a native deployment gets it as sent; a chat or Messages deployment serves the same model at its
+    # own tier, so it is read as absent there (before, refused).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", AGENT)
+    translated = apis != ["responses"]
+    model = "gpt-5.5"  # Codex asks a tier only of a model its catalog offers one for
+    config = gateway_config(
+        [fake],
+        model=model,
+        provider_options={"a": {"apis": apis}},
+        deployments={"a": {"builtin_tools": "omit"}} if translated else None,
+    )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    run, last = run_codex(gateway.base_url, KEY, tmp_path, model=model, options=("-c", 'service_tier="fast"'))
+    assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
+    assert run.escapes == () and last.startswith(RESULT_PREFIX) and "agent-round-trip" in last
+    assert access_paths(caplog, 2) == [("responses", 200), ("responses", 200)]
+    sent = [r.body for r in fake.app.state.recorded]
+    assert len(sent) == 2 and all(body is not None for body in sent)
+    tiers = [body.get("service_tier") for body in sent]  # type: ignore[union-attr]
+    assert tiers == ([None, None] if translated else ["priority", "priority"])

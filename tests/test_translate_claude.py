@@ -117,6 +117,24 @@ def test_fields_that_ask_nothing_are_not_refused(messages_only: tuple[ScriptedUp
     assert refused.value.body["code"] == "untranslatable_field"  # type: ignore[index]
 
 
+def test_an_openai_service_tier_is_read_as_absent_by_claude(messages_only: tuple[ScriptedUpstream, str]) -> None:
+    """OpenAI's processing tiers (Codex's fast mode asks ``priority``) say how OpenAI serves a model, not what it
+    answers, and Anthropic has tiers of its own: a Messages deployment serves the request at its own. A tier no API
+    documents may ask something else: refused."""
+    upstream, url = messages_only
+    upstream.answer_json(claude_message([{"type": "text", "text": "hi"}]))
+    hi: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+    with openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=10) as client:
+        client.chat.completions.create(model="m", messages=hi, service_tier="priority")
+        assert "service_tier" not in upstream.last
+        client.responses.create(model="m", input="hi", service_tier="flex")
+        assert "service_tier" not in upstream.last
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model="m", input="hi", extra_body={"service_tier": "turbo"})
+    assert refused.value.body["param"] == "service_tier"  # type: ignore[index]
+    assert len(upstream.bodies) == 2
+
+
 def claude_stream(*blocks: tuple[dict[str, Any], list[dict[str, Any]]], stop: str) -> list[tuple[str | None, Any]]:
     """A Messages stream as Anthropic sends it: each ``(content block, its deltas)`` in turn."""
 

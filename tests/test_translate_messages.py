@@ -198,3 +198,56 @@ def test_a_claude_code_request_is_served_by_a_chat_deployment(fakes: Fakes, star
         "content": "x-anthropic-billing-header: cc_version=2.1;\n\nYou are a Claude agent.",
     }
     assert sent.body["user"] == body["metadata"]["user_id"] and sent.body["reasoning_effort"] == "high"  # type: ignore[index]
+
+
+def test_serving_asks_are_read_as_absent_and_a_pinned_geography_goes_native(
+    fakes: Fakes, start_gateway: StartGateway, clients: Callable[[str], anthropic.Anthropic]
+) -> None:
+    """Fast mode's ``speed``, the capacity ``service_tier`` and the default ``inference_geo`` ask nothing of what the
+    answer is: a chat deployment serves them. ``inference_geo: "us"`` pins where the model runs, which a chat
+    deployment is not known to meet: refused there, it goes to the deployment that speaks Messages natively."""
+    chat = fakes.start("chat", FakeBehavior(output_tokens=4), record=True)
+    native = fakes.start("native", FakeBehavior(output_tokens=4), record=True)
+    only_chat = start_gateway(gateway_config([chat], provider_options={"chat": {"apis": ["chat"]}}))
+    both = start_gateway(
+        gateway_config([chat, native], provider_options={"chat": {"apis": ["chat"]}, "native": {"apis": ["messages"]}})
+    )
+    hi: list[anthropic.types.MessageParam] = [{"role": "user", "content": "hi"}]
+    client = clients(only_chat.url)
+    answer = client.messages.create(
+        model="m", max_tokens=16, messages=hi, speed="fast", service_tier="standard_only", inference_geo="global"
+    )
+    assert answer.content[0].type == "text" and answer.stop_reason == "end_turn"
+    sent = chat.app.state.recorded[-1].body
+    assert sent is not None and not {"speed", "service_tier", "inference_geo"} & sent.keys()
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model="m", max_tokens=16, messages=hi, inference_geo="us")
+    assert "'inference_geo' cannot be translated to the Chat Completions API" in refused.value.message
+    assert len(chat.app.state.recorded) == 1
+    clients(both.url).messages.create(model="m", max_tokens=16, messages=hi, speed="fast", inference_geo="us")
+    assert len(chat.app.state.recorded) == 1
+    pinned = native.app.state.recorded[-1].body
+    assert pinned is not None and pinned["inference_geo"] == "us" and pinned["speed"] == "fast"
+
+
+def test_how_tool_input_and_thinking_are_shown_asks_nothing_of_a_chat_deployment(
+    fakes: Fakes, start_gateway: StartGateway, clients: Callable[[str], anthropic.Anthropic]
+) -> None:
+    """A tool's ``eager_input_streaming`` and thinking's ``display`` say how Anthropic delivers a call's input and its
+    thinking, not what the model answers: a chat deployment serves them. A tool deferred to tool search
+    (``defer_loading``) changes what the model is shown: still refused, naming it."""
+    chat = fakes.start("chat", FakeBehavior(output_tokens=4), record=True)
+    gateway = start_gateway(gateway_config([chat], provider_options={"chat": {"apis": ["chat"]}}))
+    client = clients(gateway.url)
+    hi: list[anthropic.types.MessageParam] = [{"role": "user", "content": "hi"}]
+    eager: list[anthropic.types.ToolParam] = [{**TOOLS[0], "eager_input_streaming": True}]
+    thinking: anthropic.types.ThinkingConfigParam = {"type": "enabled", "budget_tokens": 2048, "display": "omitted"}
+    answer = client.messages.create(model="m", max_tokens=4096, messages=hi, tools=eager, thinking=thinking)
+    assert answer.stop_reason == "tool_use" and [b.name for b in answer.content if b.type == "tool_use"] == ["lookup"]
+    sent = chat.app.state.recorded[-1].body
+    assert sent is not None and sent["tools"][0]["function"]["name"] == "lookup"
+    assert sent["reasoning_effort"] == "low" and "eager_input_streaming" not in json.dumps(sent)
+    deferred: list[anthropic.types.ToolParam] = [{**TOOLS[0], "defer_loading": True}]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model="m", max_tokens=64, messages=hi, tools=deferred)
+    assert "'tools[0].defer_loading' cannot be translated to the Chat Completions API" in refused.value.message

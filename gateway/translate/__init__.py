@@ -46,23 +46,42 @@ NO_EFFECT: dict[Api, dict[str, tuple[Any, ...]]] = {
         "presence_penalty": (0,),
         "logit_bias": ({},),
         "modalities": (["text"],),
-        "service_tier": ("auto", "default"),
         "functions": ([],),
         "metadata": ({},),
         "verbosity": ("medium",),
     },
     "responses": {"top_logprobs": (0,), "background": (False,)},
-    "messages": {"service_tier": ("auto",)},
+    "messages": {"inference_geo": ("global",)},
 }
 """Per API, field values that ask for nothing beyond the API's default (some clients, LangChain.js's among them,
-send ``frequency_penalty: 0`` and the like on every call): read as absent, not refused as untranslatable."""
+send ``frequency_penalty: 0`` and the like on every call): read as absent, not refused as untranslatable.
+Anthropic's ``inference_geo: "global"`` is its default, inference anywhere; any other value pins where the model
+runs, a constraint no deployment of another API is known to meet, and is refused."""
+
+_OPENAI_TIERS = ("auto", "default", "flex", "scale", "priority", "fast", "ultrafast")
+SERVING: dict[Api, dict[str, tuple[Any, ...]]] = {
+    "chat": {"service_tier": _OPENAI_TIERS},
+    "responses": {"service_tier": _OPENAI_TIERS},
+    "messages": {"service_tier": ("auto", "standard_only"), "speed": ("standard", "fast")},
+}
+"""Per API, the fields that ask how a provider serves the model, never what it answers: OpenAI's processing tiers
+(Codex's fast mode asks ``priority``), Anthropic's capacity tier and fast mode's ``speed`` (the same weights, faster
+output). Each vendor's tiers are its own, so a translated request is served at the target's own tier: these are
+read as absent there, the answer meaning the same. A value none of the APIs documents may ask something else and
+is still refused."""
 
 
 def asked(api: Api, body: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a request that ask something: without nulls (the APIs read a null field as one not sent) and
-    without the values in ``NO_EFFECT``."""
-    defaults = NO_EFFECT[api]
-    return {k: v for k, v in body.items() if v is not None and not (k in defaults and _same(v, defaults[k]))}
+    """The fields of a request that ask something of a translated deployment: without nulls (the APIs read a null
+    field as one not sent), the values in ``NO_EFFECT`` and the serving asks in ``SERVING``."""
+    defaults, serving = NO_EFFECT[api], SERVING[api]
+    return {
+        k: v
+        for k, v in body.items()
+        if v is not None
+        and not (k in defaults and _same(v, defaults[k]))
+        and not (k in serving and _same(v, serving[k]))
+    }
 
 
 def _same(value: Any, defaults: tuple[Any, ...]) -> bool:

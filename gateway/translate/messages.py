@@ -96,6 +96,9 @@ STOP_OF: dict[StopReason, str] = {
 def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -> Conversation:
     """The request in the neutral shape; a server tool is refused, or with ``builtin_tools="omit"`` left out and
     named in ``omitted_tools`` (a ``tool_choice`` naming it is still refused)."""
+    if body.get("inference_geo") is not None:
+        where = body["inference_geo"]
+        raise Untranslatable("inference_geo", "other", f"inference_geo {where!r} pins where the model runs")
     refuse_unknown(body, _KNOWN, "other")
     if body.get("cache_control") is not None:
         as_dict(body["cache_control"], "cache_control")
@@ -164,6 +167,9 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
     thinking = body.get("thinking")
     if thinking is not None:
         spec = as_dict(thinking, "thinking")
+        # ``display`` says how Anthropic shows its thinking (in full or summarised, or omitted but for the
+        # signature), not what the model answers: read as absent.
+        refuse_unknown(spec, frozenset({"type", "budget_tokens", "display"}), "other", "thinking.")
         kind = spec.get("type")
         if kind == "enabled":
             budget = opt_int(spec.get("budget_tokens"), "thinking.budget_tokens")
@@ -325,9 +331,10 @@ def _read_tool(raw: Any, index: int) -> Tool:
     tool = as_dict(raw, path)
     if tool.get("type") not in (None, "custom"):
         raise Untranslatable(f"{path}.type", "other", f"the server tool {tool.get('type')!r}")
-    refuse_unknown(
-        tool, frozenset({"type", "name", "description", "input_schema", "cache_control", "strict"}), "other", path + "."
-    )
+    # ``eager_input_streaming`` asks for a call's input as it is made, without buffering: how it is streamed, not
+    # what it is; read as absent.
+    known = {"type", "name", "description", "input_schema", "cache_control", "strict", "eager_input_streaming"}
+    refuse_unknown(tool, frozenset(known), "other", path + ".")
     schema = tool.get("input_schema")
     return Tool(
         as_str(tool.get("name"), f"{path}.name"),

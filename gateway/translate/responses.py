@@ -73,7 +73,6 @@ _KNOWN = frozenset(
         "safety_identifier",
         "prompt_cache_key",
         "truncation",
-        "service_tier",
         "stream_options",
         "client_metadata",
     }
@@ -90,9 +89,8 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
     """The request in the neutral shape; a built-in tool is refused, or with ``builtin_tools="omit"`` left out
     and named in ``omitted_tools``. Namespaced functions become flat ones (``gateway.translate.namespaces``)."""
     refuse_unknown(body, _KNOWN, "other")
-    for name, allowed in (("truncation", (None, "disabled")), ("service_tier", (None, "auto", "default"))):
-        if body.get(name) not in allowed:
-            raise Untranslatable(name, "other", f"{name} {body.get(name)!r}")
+    if body.get("truncation") not in (None, "disabled"):
+        raise Untranslatable("truncation", "other", f"truncation {body.get('truncation')!r}")
     for index, value in enumerate(as_list(body.get("include") or [], "include")):
         if not isinstance(value, str) or value not in _INCLUDES:
             raise Untranslatable(f"include[{index}]", "other", f"{value!r}")

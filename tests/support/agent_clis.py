@@ -128,8 +128,11 @@ def run(command: list[str], env: dict[str, str], cwd: Path) -> CliRun:
     return CliRun(done.returncode, done.stdout, done.stderr, time.monotonic() - started, tuple(trap.requests))
 
 
-def run_claude(base_url: str, api_key: str, tmp: Path, model: str = "m") -> CliRun:
-    """``claude -p`` with the Bash tool allowed, JSON output; the gateway as Anthropic's base URL."""
+def run_claude(
+    base_url: str, api_key: str, tmp: Path, model: str = "m", options: tuple[str, ...] = (), **environ: str
+) -> CliRun:
+    """``claude -p`` with the Bash tool allowed, JSON output; the gateway as Anthropic's base URL, ``options`` added
+    to its command line and ``environ`` to its environment."""
     home = tmp / "claude-home"
     home.mkdir()
     env = sealed_env(
@@ -140,8 +143,9 @@ def run_claude(base_url: str, api_key: str, tmp: Path, model: str = "m") -> CliR
         DISABLE_AUTOUPDATER="1",
         DISABLE_ERROR_REPORTING="1",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        **environ,
     )
-    command = [str(find_cli("claude")), "-p", PROMPT, "--model", model, "--output-format", "json"]
+    command = [str(find_cli("claude")), "-p", PROMPT, "--model", model, "--output-format", "json", *options]
     return run([*command, "--allowedTools", "Bash"], env, tmp)
 
 
