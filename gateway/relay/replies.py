@@ -27,14 +27,16 @@ from gateway.relay.first_token import refused_stream
 from gateway.relay.forward import EventForwarder
 from gateway.relay.keepalive import SSE_HEADERS
 from gateway.relay.outbound import injects_usage, upstream_of
+from gateway.relay.prompt_count import counted_usage
 from gateway.relay.recovery import Partial, can_continue, resume
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate
 from gateway.samples import Outcome
 from gateway.sse import EventTooLarge
+from gateway.tokens import TokenCounter
 from gateway.translate import as_api
-from gateway.translate.stream import StreamTranslator
+from gateway.translate.stream import StreamTranslator, UsageCount
 
 logger = logging.getLogger("gateway")
 SEND_GRACE_S = 1.0
@@ -139,7 +141,7 @@ class StreamReply(Reply):
                 headers = [*SSE_HEADERS, *self.headers(), *extra_headers]
                 start: Message | None = {"type": "http.response.start", "status": 200, "headers": headers}
                 runner, attempt, request = self.runner, self.attempt, self.request
-                forwarder = _forwarder(request, attempt)
+                forwarder = _forwarder(request, attempt, runner.counter)
                 said: list[str] = []  # the answer text the client has from streams that broke
                 while True:
                     # Looked up once per upstream stream: its chunks and its tail are redacted alike.
@@ -197,9 +199,12 @@ class StreamReply(Reply):
                     self._relaying = (attempt, request)
                     if isinstance(forwarder, StreamTranslator):
                         # The client's stream is the translator's: the continuation is read into it, whatever its API.
-                        forwarder.continue_with(as_api(upstream_of(request, attempt.candidate)), said_tokens)
+                        count = _metered(request, attempt, runner.counter)
+                        forwarder.continue_with(as_api(upstream_of(request, attempt.candidate)), said_tokens, count)
                     else:
-                        forwarder = _forwarder(request, attempt, continuation=True, said_tokens=said_tokens)
+                        forwarder = _forwarder(
+                            request, attempt, runner.counter, continuation=True, said_tokens=said_tokens
+                        )
                     request.trace.said_tokens = said_tokens
         except TimeoutError:
             watch.disarm()
@@ -342,8 +347,23 @@ class StreamReply(Reply):
         )
 
 
+def _metered(request: ProxyRequest, attempt: Attempt, counter: TokenCounter) -> UsageCount:
+    """The gateway's count of ``attempt``'s usage: the prompt counted, the output as its meter read it."""
+
+    def output_tokens() -> int | None:
+        meter = attempt.meter
+        return meter.finish(counter).output_tokens if meter is not None else None
+
+    return counted_usage(request, counter, output_tokens)
+
+
 def _forwarder(
-    request: ProxyRequest, attempt: Attempt, *, continuation: bool = False, said_tokens: int = 0
+    request: ProxyRequest,
+    attempt: Attempt,
+    counter: TokenCounter,
+    *,
+    continuation: bool = False,
+    said_tokens: int = 0,
 ) -> Forwarder:
     upstream = upstream_of(request, attempt.candidate)
     if upstream != request.endpoint:
@@ -354,9 +374,10 @@ def _forwarder(
             request.body,
             request.shown_model or request.requested_model,
         )
+        count = _metered(request, attempt, counter)
         if continuation:
-            return StreamTranslator.continuing(*args, said_tokens)
-        return StreamTranslator(*args)
+            return StreamTranslator.continuing(*args, said_tokens, count)
+        return StreamTranslator(*args, count, request.prompt_tokens)
     drop = injects_usage(request, attempt.candidate.provider)
     shown = None if continuation else request.shown_model
     return EventForwarder(request.dialect, continuation, drop, said_tokens, shown)  # by position (``EventForwarder``)
