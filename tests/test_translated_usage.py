@@ -2,8 +2,9 @@
 
 Some OpenAI-compatible servers (Ollama's ``/v1``, some llama.cpp builds) send no ``usage``. A Messages or Responses
 client served by translation must still see how big its prompt was (Claude Code decides when to compact from
-``input_tokens``): the gateway shows what it counted itself, the same figures its access log records, and never
-in place of a usage the provider did report. The upstream is a ``ScriptedUpstream`` (chat only, the one deployment),
+``input_tokens``): the gateway shows what it counted itself, the same figures its access log records (a whole
+answer says so in ``x-gateway-count: estimated``, as ``count_tokens`` does), and never in place of a usage the
+provider did report. The upstream is a ``ScriptedUpstream`` (chat only, the one deployment),
 so every Messages and Responses request is translated.
 """
 
@@ -91,8 +92,10 @@ def test_a_whole_messages_answer_without_usage_shows_the_gateways_counts(
     scripted, gateway = upstream
     scripted.answer_json(whole())
     with claude(gateway) as client:
-        message = client.messages.create(model="m", max_tokens=64, messages=MESSAGES)
+        raw = client.messages.with_raw_response.create(model="m", max_tokens=64, messages=MESSAGES)
+    message = raw.parse()
     assert (message.usage.input_tokens, message.usage.output_tokens) == counted(caplog)
+    assert raw.headers.get("x-gateway-count") == "estimated"  # as count_tokens marks the gateway's own count
 
 
 def test_responses_without_usage_show_the_gateways_counts(
@@ -121,7 +124,9 @@ def test_a_providers_usage_is_never_replaced(
         with client.messages.stream(model="m", max_tokens=64, messages=MESSAGES) as events:
             streamed = events.get_final_message().usage
         scripted.answer_json(whole(USAGE))
-        answered = client.messages.create(model="m", max_tokens=64, messages=MESSAGES).usage
+        raw = client.messages.with_raw_response.create(model="m", max_tokens=64, messages=MESSAGES)
+    answered = raw.parse().usage
+    assert "x-gateway-count" not in raw.headers
     assert (streamed.input_tokens, streamed.output_tokens) == (11, 3)
     assert (answered.input_tokens, answered.output_tokens) == (11, 3)
     assert [line["usage_source"] for line in access_lines(caplog, 2)] == ["provider", "provider"]

@@ -46,13 +46,21 @@ def counted_prompt(request: ProxyRequest, counter: TokenCounter) -> int:
     return trace.prompt_tokens_counted
 
 
-def counted_usage(
-    request: ProxyRequest, counter: TokenCounter, output_tokens: Callable[[], int | None]
-) -> Callable[[], Usage]:
+class CountedUsage:
     """The usage the gateway counts itself, for a translated answer whose provider reported none (the client's API
     must show one): the prompt counted as above, the output as the meter counted it (``output_tokens``), the same
-    figures the access log and the cost take. Lazy: nothing is counted unless the answer came without usage."""
-    return lambda: Usage(counted_prompt(request, counter), output_tokens() or 0)
+    figures the access log and the cost take. Lazy: called only when the answer came without usage; ``used`` says
+    whether it was (a whole answer's client is then told its usage is the gateway's estimate)."""
+
+    def __init__(self, request: ProxyRequest, counter: TokenCounter, output_tokens: Callable[[], int | None]) -> None:
+        self._request = request
+        self._counter = counter
+        self._output_tokens = output_tokens
+        self.used = False
+
+    def __call__(self) -> Usage:
+        self.used = True
+        return Usage(counted_prompt(self._request, self._counter), self._output_tokens() or 0)
 
 
 def _strings(values: Any) -> Iterator[str]:

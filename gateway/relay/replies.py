@@ -27,7 +27,7 @@ from gateway.relay.first_token import refused_stream
 from gateway.relay.forward import EventForwarder
 from gateway.relay.keepalive import SSE_HEADERS
 from gateway.relay.outbound import injects_usage, upstream_of
-from gateway.relay.prompt_count import counted_usage
+from gateway.relay.prompt_count import CountedUsage
 from gateway.relay.recovery import Partial, can_continue, resume
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
@@ -73,18 +73,27 @@ class FullReply(Reply):
     """A whole JSON body: a non-streamed answer, or an upstream client-fault error relayed as is."""
 
     def __init__(
-        self, status: int, body: bytes, content_type: str, log: AttemptLog, finish: Callable[[], None] | None = None
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        log: AttemptLog,
+        finish: Callable[[], None] | None = None,
+        estimated: bool = False,
     ) -> None:
         self.status = status
         self.body = body
         self.content_type = content_type
         self.log = log
         self._finish = finish
+        self._estimated = estimated
+        """Its usage is the gateway's count (a translated answer whose provider reported none): said in a header."""
 
     async def send_to(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
         headers = [
             (b"content-type", self.content_type.encode("latin-1")),
             (b"content-length", str(len(self.body)).encode()),
+            *([(b"x-gateway-count", b"estimated")] if self._estimated else []),
             *self.headers(),
             *extra_headers,
         ]
@@ -354,7 +363,7 @@ def _metered(request: ProxyRequest, attempt: Attempt, counter: TokenCounter) -> 
         meter = attempt.meter
         return meter.finish(counter).output_tokens if meter is not None else None
 
-    return counted_usage(request, counter, output_tokens)
+    return CountedUsage(request, counter, output_tokens)
 
 
 def _forwarder(
