@@ -1,16 +1,15 @@
 """Timestamps and token counts of one response: a pure function of its bytes and a clock.
 
-The relay calls ``StreamMeter.feed`` with each chunk as it forwards it. On that hot path the
-meter only splits events and notes arrival times; it parses JSON only until the first chunk
-that carries output (so the relay knows the first token has come). Everything else (which
-events hold answer text, the token count, tokens per second) is read in batches: every
-``FOLD_ENTRIES`` kept chunks, the older ones are read into a running ``Tally`` (answer text,
-usage, output times: what the finish needs) and their bytes let go, so a long stream holds its
-text, not its JSON; the last batch and the token count are worked out in ``finish``, after the
-last byte has gone to the client. A batch is read exactly as the whole stream was (one typed read
-of a JSON array, else over dicts), each dialect's read going on from where the last stopped, and
-what comes from a stream's end (timings, Groq's usage) read once, at the finish: the readings are
-the same whatever the batches.
+The relay calls ``StreamMeter.feed`` with each chunk as it forwards it. On that hot path the meter only splits events
+and notes arrival times; it parses JSON only until the first chunk that carries output (so the relay knows the first
+token has come). Everything else (which events hold answer text, the token count, tokens per second) is read in batches:
+every ``FOLD_ENTRIES`` kept chunks, the older ones are read into a running ``Tally`` (answer text, usage, output times:
+what the finish needs) and their bytes let go, so a long stream holds its text, not its JSON; the last batch and the
+token count are worked out in ``finish``, after the last byte has gone to the client (before, once, when a translated
+stream's client must be shown the count its provider did not report). A batch is read exactly as the whole stream was
+(one typed read of a JSON array, else over dicts), each dialect's read going on from where the last stopped, and what
+comes from a stream's end (timings, Groq's usage) read once, at the finish: the readings are the same whatever the
+batches.
 
 Definitions (DESIGN.md): TTFT runs from sending the upstream request to the first chunk that
 carries output (content, reasoning or a tool-call delta); tokens per second is answer tokens
@@ -109,6 +108,7 @@ class StreamMeter:
         "_splitter",
         "_events",
         "_tally",
+        "_reading",
         "_dialect",
         "_may_end",
         "_end_mark",
@@ -138,6 +138,7 @@ class StreamMeter:
         column by column (``gateway.kept_chunks``): a held-open stream keeps each chunk's bytes, not a tuple more."""
         self._tally: Tally | None = None
         """What the chunks read so far said (``FOLD_ENTRIES``); None while none was."""
+        self._reading: Reading | None = None  # the finish's, once made
         self._dialect = dialect
         self._may_end = dialect.may_end
         self._may_finish = dialect.may_finish
@@ -292,8 +293,8 @@ class StreamMeter:
     def end_of_stream(self) -> None:
         """The upstream closed: complete an event that lacked only its closing blank line.
 
-        An event cut short (its data not valid JSON) is dropped, as the SSE spec drops an event
-        the stream ends in the middle of; the relay does not forward it either.
+        An event cut short (its data not valid JSON) is dropped, as the SSE spec drops an event the stream ends in
+        the middle of; the relay does not forward it either.
         """
         now = self._clock()
         for data in self._splitter.flush():
@@ -341,9 +342,8 @@ class StreamMeter:
                 joined = joined_events(chunks)
                 if joined is not None:
                     parts.append(joined)
-                    # Its events, without a scan: ``joined_events`` dropped the first "data: " and the last blank line
-                    # (8 bytes) and made each "\n\ndata: " between two events a comma (7 fewer); no other newline is
-                    # left.
+                    # Its events, without a scan: ``joined_events`` dropped the first "data: " and the last blank
+                    # line (8 bytes) and made each "\n\ndata: " between two events a comma (7 fewer); no other is left.
                     if (len(chunks) - len(joined) - 8) // 7 + 1 == len(run):
                         times += arrivals[start:single]  # each chunk ends an event: one event each
                     else:
@@ -389,10 +389,12 @@ class StreamMeter:
         return tally
 
     def finish(self, counter: TokenCounter) -> Reading:
-        """Work out the reading from everything seen. Call once, off the byte path."""
-        tally = self._read(self._events, self._tally, final=True)
-        if self._repeats is not None and self.first_output_at is not None:
-            tally.timed_from(self.first_output_at)
-        if tally.response_id is None:
-            tally.response_id = self.response_id
-        return reading_of(tally, counter, self._sent_at, self.done)
+        """Work out the reading from everything seen, once (a translated stream without usage may ask first)."""
+        if self._reading is None:
+            tally = self._read(self._events, self._tally, final=True)
+            if self._repeats is not None and self.first_output_at is not None:
+                tally.timed_from(self.first_output_at)
+            if tally.response_id is None:
+                tally.response_id = self.response_id
+            self._reading = reading_of(tally, counter, self._sent_at, self.done)
+        return self._reading

@@ -453,3 +453,54 @@ def test_tgis_prompt_too_long_moves_to_a_larger_window(
         with pytest.raises(openai.UnprocessableEntityError) as refused:
             client.chat.completions.create(model="m", messages=messages)
     assert refused.value.code == "context_length_exceeded" and "must be <= 4096" in refused.value.message
+
+
+def openrouter_details(*details: dict[str, Any], reasoning: str | None = None) -> tuple[None, dict[str, Any]]:
+    """OpenRouter's reasoning delta: ``reasoning_details`` beside ``reasoning`` (null when only the details hold it)."""
+    return chunk({"role": "assistant", "content": "", "reasoning": reasoning, "reasoning_details": list(details)})
+
+
+REASONED = {"type": "reasoning.text", "text": "Weigh it", "format": "anthropic-claude-v1", "index": 0}
+SEALED = {"type": "reasoning.encrypted", "data": "gAAAAB-openrouter-only", "id": "rs_1", "format": "openai-v1"}
+
+
+def said(message: anthropic.types.Message) -> list[tuple[str, str]]:
+    """Each content block's type and text (a thinking block's thinking)."""
+    return [
+        (b.type, b.thinking if b.type == "thinking" else b.text if b.type == "text" else "") for b in message.content
+    ]
+
+
+def test_openrouters_reasoning_details_reach_translated_clients(upstream: tuple[ScriptedUpstream, Gateway]) -> None:
+    """OpenRouter streams reasoning as ``reasoning_details``, sometimes with ``reasoning`` null: its text and summary
+    kinds are the thinking, once each when ``reasoning`` says the same; its encrypted kind only OpenRouter reads."""
+    scripted, gateway = upstream
+    stream: list[tuple[str | None, Any]] = [
+        openrouter_details(REASONED),
+        openrouter_details({**REASONED, "text": " up."}, reasoning=" up."),  # both: the same text, read once
+        openrouter_details({"type": "reasoning.summary", "summary": " Done.", "index": 1}, SEALED),
+        chunk({"content": "Yes."}),
+        chunk({}, "stop", usage=USAGE),
+        (None, "[DONE]"),
+    ]
+    scripted.answer_sse(stream)
+    details = [REASONED, SEALED]
+    reply = {"role": "assistant", "content": "Yes.", "reasoning": None, "reasoning_details": details}
+    whole = {**HEAD, "object": "chat.completion", "usage": USAGE}
+    whole["choices"] = [{"index": 0, "message": reply, "logprobs": None, "finish_reason": "stop"}]
+    with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10) as claude:
+        with claude.messages.stream(model="m", max_tokens=64, messages=MESSAGES) as events:
+            assert said(events.get_final_message()) == [("thinking", "Weigh it up. Done."), ("text", "Yes.")]
+        scripted.answer_json(whole)
+        assert said(claude.messages.create(model="m", max_tokens=64, messages=MESSAGES)) == [
+            ("thinking", "Weigh it"),
+            ("text", "Yes."),
+        ]
+    scripted.answer_sse(stream)
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        with client.responses.stream(model="m", input="hi") as responses:
+            output = responses.get_final_response().output
+    thought = [c.text for item in output if item.type == "reasoning" for c in item.content or []]
+    assert thought == ["Weigh it up. Done."] and not any(
+        item.type == "reasoning" and item.encrypted_content for item in output
+    )

@@ -39,6 +39,7 @@ from gateway.relay.drain import Drains
 from gateway.relay.first_token import json_object_like
 from gateway.relay.hedging import race
 from gateway.relay.outbound import upstream_of
+from gateway.relay.prompt_count import CountedUsage
 from gateway.relay.replies import FullReply, Reply, StreamReply
 from gateway.relay.request import ProxyRequest
 from gateway.relay.retry import Retries
@@ -129,10 +130,16 @@ class Dispatcher:
                 status, named(attempt.body, shown) if shown else attempt.body, content_type, budget.log, finish
             )
         # Reached by translation: the client reads its own API's body; the meter reads the upstream's.
+        count = CountedUsage(request, runner.counter, lambda: runner.read_whole(request, attempt)[0].output_tokens)
         body, readable = translate_reply(
-            attempt.body, as_api(upstream), as_api(request.endpoint), request.body, shown or request.requested_model
+            attempt.body,
+            as_api(upstream),
+            as_api(request.endpoint),
+            request.body,
+            shown or request.requested_model,
+            count,
         )
-        return FullReply(status if readable else 502, body, "application/json", budget.log, finish)
+        return FullReply(status if readable else 502, body, "application/json", budget.log, finish, count.used)
 
     def _others(self, fault: ClientFault, budget: AttemptBudget, plan: RoutePlan) -> tuple[Candidate, ...]:
         """After a refusal of one deployment's own (a ``context_length_exceeded``, input it does not accept), the

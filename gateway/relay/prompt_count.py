@@ -14,11 +14,12 @@ by a factor of two or three.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gateway.relay.request import ProxyRequest
 from gateway.tokens import TokenCounter
+from gateway.translate.ir import Usage
 
 PROMPT_FIELDS = ("system", "instructions", "messages", "input", "prompt", "tools", "functions")
 """The body's fields that carry what the model reads (chat and completions, Responses, Messages)."""
@@ -43,6 +44,23 @@ def counted_prompt(request: ProxyRequest, counter: TokenCounter) -> int:
     if trace.prompt_tokens_counted is None:
         trace.prompt_tokens_counted = count_prompt(request.body, counter)
     return trace.prompt_tokens_counted
+
+
+class CountedUsage:
+    """The usage the gateway counts itself, for a translated answer whose provider reported none (the client's API
+    must show one): the prompt counted as above, the output as the meter counted it (``output_tokens``), the same
+    figures the access log and the cost take. Lazy: called only when the answer came without usage; ``used`` says
+    whether it was (a whole answer's client is then told its usage is the gateway's estimate)."""
+
+    def __init__(self, request: ProxyRequest, counter: TokenCounter, output_tokens: Callable[[], int | None]) -> None:
+        self._request = request
+        self._counter = counter
+        self._output_tokens = output_tokens
+        self.used = False
+
+    def __call__(self) -> Usage:
+        self.used = True
+        return Usage(counted_prompt(self._request, self._counter), self._output_tokens() or 0)
 
 
 def _strings(values: Any) -> Iterator[str]:

@@ -27,14 +27,16 @@ from gateway.relay.first_token import refused_stream
 from gateway.relay.forward import EventForwarder
 from gateway.relay.keepalive import SSE_HEADERS
 from gateway.relay.outbound import injects_usage, upstream_of
+from gateway.relay.prompt_count import CountedUsage
 from gateway.relay.recovery import Partial, can_continue, resume
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate
 from gateway.samples import Outcome
 from gateway.sse import EventTooLarge
+from gateway.tokens import TokenCounter
 from gateway.translate import as_api
-from gateway.translate.stream import StreamTranslator
+from gateway.translate.stream import StreamTranslator, UsageCount
 
 logger = logging.getLogger("gateway")
 SEND_GRACE_S = 1.0
@@ -71,18 +73,27 @@ class FullReply(Reply):
     """A whole JSON body: a non-streamed answer, or an upstream client-fault error relayed as is."""
 
     def __init__(
-        self, status: int, body: bytes, content_type: str, log: AttemptLog, finish: Callable[[], None] | None = None
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        log: AttemptLog,
+        finish: Callable[[], None] | None = None,
+        estimated: bool = False,
     ) -> None:
         self.status = status
         self.body = body
         self.content_type = content_type
         self.log = log
         self._finish = finish
+        self._estimated = estimated
+        """Its usage is the gateway's count (a translated answer whose provider reported none): said in a header."""
 
     async def send_to(self, send: Send, extra_headers: list[tuple[bytes, bytes]], watch: DisconnectWatch) -> None:
         headers = [
             (b"content-type", self.content_type.encode("latin-1")),
             (b"content-length", str(len(self.body)).encode()),
+            *([(b"x-gateway-count", b"estimated")] if self._estimated else []),
             *self.headers(),
             *extra_headers,
         ]
@@ -139,7 +150,7 @@ class StreamReply(Reply):
                 headers = [*SSE_HEADERS, *self.headers(), *extra_headers]
                 start: Message | None = {"type": "http.response.start", "status": 200, "headers": headers}
                 runner, attempt, request = self.runner, self.attempt, self.request
-                forwarder = _forwarder(request, attempt)
+                forwarder = _forwarder(request, attempt, runner.counter)
                 said: list[str] = []  # the answer text the client has from streams that broke
                 while True:
                     # Looked up once per upstream stream: its chunks and its tail are redacted alike.
@@ -197,9 +208,12 @@ class StreamReply(Reply):
                     self._relaying = (attempt, request)
                     if isinstance(forwarder, StreamTranslator):
                         # The client's stream is the translator's: the continuation is read into it, whatever its API.
-                        forwarder.continue_with(as_api(upstream_of(request, attempt.candidate)), said_tokens)
+                        count = _metered(request, attempt, runner.counter)
+                        forwarder.continue_with(as_api(upstream_of(request, attempt.candidate)), said_tokens, count)
                     else:
-                        forwarder = _forwarder(request, attempt, continuation=True, said_tokens=said_tokens)
+                        forwarder = _forwarder(
+                            request, attempt, runner.counter, continuation=True, said_tokens=said_tokens
+                        )
                     request.trace.said_tokens = said_tokens
         except TimeoutError:
             watch.disarm()
@@ -342,8 +356,23 @@ class StreamReply(Reply):
         )
 
 
+def _metered(request: ProxyRequest, attempt: Attempt, counter: TokenCounter) -> UsageCount:
+    """The gateway's count of ``attempt``'s usage: the prompt counted, the output as its meter read it."""
+
+    def output_tokens() -> int | None:
+        meter = attempt.meter
+        return meter.finish(counter).output_tokens if meter is not None else None
+
+    return CountedUsage(request, counter, output_tokens)
+
+
 def _forwarder(
-    request: ProxyRequest, attempt: Attempt, *, continuation: bool = False, said_tokens: int = 0
+    request: ProxyRequest,
+    attempt: Attempt,
+    counter: TokenCounter,
+    *,
+    continuation: bool = False,
+    said_tokens: int = 0,
 ) -> Forwarder:
     upstream = upstream_of(request, attempt.candidate)
     if upstream != request.endpoint:
@@ -354,9 +383,10 @@ def _forwarder(
             request.body,
             request.shown_model or request.requested_model,
         )
+        count = _metered(request, attempt, counter)
         if continuation:
-            return StreamTranslator.continuing(*args, said_tokens)
-        return StreamTranslator(*args)
+            return StreamTranslator.continuing(*args, said_tokens, count)
+        return StreamTranslator(*args, count, request.prompt_tokens)
     drop = injects_usage(request, attempt.candidate.provider)
     shown = None if continuation else request.shown_model
     return EventForwarder(request.dialect, continuation, drop, said_tokens, shown)  # by position (``EventForwarder``)

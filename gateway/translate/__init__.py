@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from gateway.translate.ir import (
     Conversation,
     Reply,
     Untranslatable,
+    Usage,
     as_api,
 )
 
@@ -163,11 +165,14 @@ def read_reply(api: Api, body: dict[str, Any], stops: tuple[str, ...] = ()) -> R
     return responses_reply.read_reply(body)
 
 
-def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any], model: str) -> tuple[bytes, bool]:
+def translate_reply(
+    raw: bytes, source: Api, target: Api, request: dict[str, Any], model: str, count: Callable[[], Usage] | None = None
+) -> tuple[bytes, bool]:
     """A whole upstream answer in ``source``'s shape, rewritten in ``target``'s (the client's), and whether it could
     be: an answer that is no JSON object, an error body, or one whose fields hold what ``source`` never allows
     there (``read_reply`` refuses it) becomes a 502 error in ``target``'s shape, since it is the provider's
-    answer, not the client's request, that is wrong."""
+    answer, not the client's request, that is wrong. An answer without usage gets ``count``'s, the gateway's own
+    (``gateway.relay.prompt_count.counted_usage``), never in place of the provider's."""
     try:
         body = json.loads(raw)
     except ValueError:
@@ -186,6 +191,8 @@ def translate_reply(raw: bytes, source: Api, target: Api, request: dict[str, Any
     except InvalidRequest as error:
         message = f"the provider's answer could not be read as the {source} API: {error.message}"
         return unreadable_error(message, target), False
+    if reply.usage is None and count is not None:
+        reply.usage = count()
     # A Messages client is shown its own model name (``ProxyRequest.shown_model``), the others the upstream's id.
     shown = model if target == "messages" else reply.model or model
     out: dict[str, Any]

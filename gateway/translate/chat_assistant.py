@@ -33,10 +33,36 @@ def signed(signature: str) -> dict[str, Any]:
     return {"google": {"thought_signature": signature}}
 
 
+DETAIL_TEXTS = {"reasoning.text": "text", "reasoning.summary": "summary"}
+"""OpenRouter's ``reasoning_details`` kinds that hold reasoning text, and the member that holds it."""
+
+
+def reasoning_text(holder: dict[str, Any]) -> str:
+    """The reasoning text of a chat message or stream delta: ``reasoning_content`` (DeepSeek, vLLM), else
+    ``reasoning`` (OpenRouter, Groq, Ollama), else the text kinds of OpenRouter's ``reasoning_details`` in order.
+
+    OpenRouter sends the same text in ``reasoning`` and in its details when it sends both, and sometimes only the
+    details (``reasoning`` null): they are read only when neither field holds text, never twice. A
+    ``reasoning.encrypted`` detail (``data``) and a text detail's ``signature`` are left out: only OpenRouter can read
+    them, on the ``reasoning_details`` of the next turn's assistant message, a field no other API has a place for."""
+    for name in ("reasoning_content", "reasoning"):
+        value = holder.get(name)
+        if isinstance(value, str) and value:
+            return value
+    details = holder.get("reasoning_details")
+    texts: list[str] = []
+    for detail in details if isinstance(details, list) else ():
+        member = DETAIL_TEXTS.get(str(detail.get("type"))) if isinstance(detail, dict) else None
+        text = detail.get(member) if member is not None else None
+        if isinstance(text, str):
+            texts.append(text)
+    return "".join(texts)
+
+
 def read_assistant(message: dict[str, Any], path: str) -> Turn:
     parts: list[Part] = []
-    reasoning = message.get("reasoning_content", message.get("reasoning"))
-    if isinstance(reasoning, str) and reasoning:
+    reasoning = reasoning_text(message)
+    if reasoning:
         parts.append(Reasoning(reasoning))
     content = message.get("content")
     plain = isinstance(content, str)

@@ -7,18 +7,23 @@ the upstream's API (``stream_read``), and writes them in the client's (``stream_
 error event is held back, written in the client's shape, as the relay's ``error`` (so the relay may
 still finish the answer elsewhere). A continuation after a mid-stream break (``continue_with``) reads
 a new upstream into the same client stream: the same message, the same open block. The meter reads the
-upstream's own bytes beside this, as it does for native streams. Created per client stream.
+upstream's own bytes beside this, as it does for native streams. An upstream that reports no usage (some
+OpenAI-compatible servers never do) leaves the client's API without one: the gateway's own count (``count``: the
+prompt by the pinned tokenizer, the output as the meter counted it) is written in its place at the end, and the
+Messages ``message_start`` (written before any count is made) says the request's size estimate. Created per client
+stream.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.dialects import dialect_for
 from gateway.errors import describe_error
 from gateway.sse import SSESplitter, parse_event
 from gateway.translate import client_stops, new_id
-from gateway.translate.ir import Api, Event
+from gateway.translate.ir import Api, Ended, Event, Usage, UsageSeen
 from gateway.translate.stream_chat import ChatWriter
 from gateway.translate.stream_messages import MessagesWriter
 from gateway.translate.stream_read import StreamReader, reader_for
@@ -27,23 +32,37 @@ from gateway.translate.stream_responses import ResponsesWriter
 StreamWriter = ChatWriter | MessagesWriter | ResponsesWriter
 
 
-def writer_for(client: Api, request: dict[str, Any], model: str) -> StreamWriter:
+UsageCount = Callable[[], Usage]
+"""The gateway's own count of an answer's usage, asked only when its upstream reported none."""
+
+
+def writer_for(client: Api, request: dict[str, Any], model: str, input_estimate: int = 0) -> StreamWriter:
     if client == "chat":
         options = request.get("stream_options")
         include = isinstance(options, dict) and options.get("include_usage") is True
         return ChatWriter(new_id("chat"), model, include_usage=include)
     if client == "messages":
-        return MessagesWriter(new_id("messages"), model)
+        return MessagesWriter(new_id("messages"), model, input_estimate)
     return ResponsesWriter(new_id("responses"), model, request)
 
 
 class StreamTranslator:
     """Feed upstream chunks, send what ``feed`` returns; ``error`` is a held-back error event (client's shape)."""
 
-    def __init__(self, upstream: Api, client: Api, request: dict[str, Any], model: str = "") -> None:
+    def __init__(
+        self,
+        upstream: Api,
+        client: Api,
+        request: dict[str, Any],
+        model: str = "",
+        count: UsageCount | None = None,
+        input_estimate: int = 0,
+    ) -> None:
         self.upstream = upstream
         self.client = client
-        self.writer = writer_for(client, request, model)
+        self.writer = writer_for(client, request, model, input_estimate)
+        self._count = count
+        self._usage_seen = False
         self._dialect = dialect_for(upstream)
         self._stops = client_stops(client, request)
         self._reader: StreamReader = reader_for(upstream, self._stops)
@@ -79,8 +98,20 @@ class StreamTranslator:
                     self.error_object = error
                     break
                 events = self._reader.read(event)
-            out.extend(self.writer.write(e) for e in events)
+            for e in events:
+                if isinstance(e, Ended):
+                    out.append(self._counted())
+                elif isinstance(e, UsageSeen):
+                    self._usage_seen = True
+                out.append(self.writer.write(e))
         return b"".join(out)
+
+    def _counted(self) -> bytes:
+        """Before the end: the gateway's count as the usage, if the upstream reported none (never in place of one)."""
+        if self._usage_seen or self._count is None or self.writer.ended:
+            return b""
+        self._usage_seen = True
+        return self.writer.write(UsageSeen(self._count()))
 
     def _error_event(self, message: str, code: str) -> bytes:
         """An error event in the client's API, held: the writer's state stays as if it had not been written."""
@@ -101,7 +132,7 @@ class StreamTranslator:
 
     def clean_end(self) -> bytes:
         """The client stream's ending when the answer is complete but the upstream's ending never came."""
-        return self.writer.end()
+        return self._counted() + self.writer.end()
 
     def stream_error(self, message: str, code: str, last_sequence: int | None) -> bytes:
         """How the client's stream ends when the answer cannot be completed: an error event in its API's shape.
@@ -112,10 +143,16 @@ class StreamTranslator:
 
     @classmethod
     def continuing(
-        cls, upstream: Api, client: Api, request: dict[str, Any], model: str, said_tokens: int
+        cls,
+        upstream: Api,
+        client: Api,
+        request: dict[str, Any],
+        model: str,
+        said_tokens: int,
+        count: UsageCount | None = None,
     ) -> StreamTranslator:
         """A translator for a continuation of a stream the client got natively (its opening already sent)."""
-        translator = cls(upstream, client, request, model)
+        translator = cls(upstream, client, request, model, count)
         writer = translator.writer
         writer.started = True
         if isinstance(writer, MessagesWriter):
@@ -123,9 +160,11 @@ class StreamTranslator:
         writer.continue_stream(said_tokens)
         return translator
 
-    def continue_with(self, upstream: Api, said_tokens: int) -> None:
+    def continue_with(self, upstream: Api, said_tokens: int, count: UsageCount | None = None) -> None:
         """A continuation of the broken answer follows, from ``upstream``: read it into the same client stream."""
         self.upstream = upstream
+        self._count = count
+        self._usage_seen = False
         self._dialect = dialect_for(upstream)
         self._reader = reader_for(upstream, self._stops)
         self._splitter = SSESplitter()

@@ -2,8 +2,10 @@
 
 ``message_start``, then one content block at a time (``content_block_start``, its deltas,
 ``content_block_stop``) with indices from 0 in order, then ``message_delta`` (stop reason, and the
-whole usage: a chat upstream reports its input only at the end, so ``message_start`` says 0 and
-``message_delta`` carries the input, as Anthropic's own cumulative usage does) and ``message_stop``.
+whole usage: a chat upstream reports its input only at the end, so ``message_start`` says the gateway's
+estimate (``input_estimate``, the request's size made at intake: clients such as Claude Code read it to judge
+the context) and ``message_delta`` carries the input, as Anthropic's own cumulative usage does) and
+``message_stop``.
 Reasoning becomes a ``thinking`` block with an empty signature (none can be made up); opaque reasoning a
 ``redacted_thinking`` block (another maker's sealed: ``gateway.translate.sealed``). Created per client stream, not
 thread-safe.
@@ -37,8 +39,9 @@ def sse(name: str, data: dict[str, Any]) -> bytes:
 
 
 class MessagesWriter:
-    def __init__(self, message_id: str, model: str) -> None:
+    def __init__(self, message_id: str, model: str, input_estimate: int = 0) -> None:
         self.message_id = message_id
+        self.input_estimate = input_estimate
         self.model = model
         self.started = False
         self.ended = False
@@ -117,7 +120,7 @@ class MessagesWriter:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "usage": {"input_tokens": self.input_estimate, "output_tokens": 0},
         }
         return sse("message_start", {"type": "message_start", "message": message})
 

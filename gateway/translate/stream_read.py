@@ -14,7 +14,7 @@ from gateway.dialects.base import listed
 from gateway.dialects.chat_events import content_text, content_thinking, finish_failure
 from gateway.errors import describe_error
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply
-from gateway.translate.chat_assistant import thought_signature
+from gateway.translate.chat_assistant import reasoning_text, thought_signature
 from gateway.translate.common import count, dump_json, obj
 from gateway.translate.ir import (
     Api,
@@ -69,9 +69,8 @@ class ChatReader:
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
         if choice is not None:
             delta = obj(choice.get("delta"))
-            reasoning = delta.get("reasoning_content", delta.get("reasoning"))
-            if not isinstance(reasoning, str) or not reasoning:
-                reasoning = content_thinking(delta.get("content"))  # Mistral's: a thinking part of the content
+            # Mistral's reasoning: a thinking part of the content.
+            reasoning = reasoning_text(delta) or content_thinking(delta.get("content"))
             if reasoning:
                 out += [*self._release(), ReasoningDelta(reasoning)]
             # OpenAI streams a refusal beside content.

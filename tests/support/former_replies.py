@@ -28,10 +28,12 @@ from gateway.relay.forward import EventForwarder
 from gateway.relay.keepalive import SSE_HEADERS
 from gateway.relay.outbound import injects_usage, upstream_of
 from gateway.relay.recovery import Partial, can_continue, resume
+from gateway.relay.replies import _metered
 from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate
 from gateway.samples import Outcome
+from gateway.tokens import TokenCounter
 from gateway.translate import as_api
 from gateway.translate.stream import StreamTranslator
 
@@ -140,7 +142,7 @@ class StreamReply(Reply):
                 headers = [*SSE_HEADERS, *self.headers(), *extra_headers]
                 start: Message | None = {"type": "http.response.start", "status": 200, "headers": headers}
                 runner, attempt, request = self.runner, self.attempt, self.request
-                forwarder = _forwarder(request, attempt)
+                forwarder = _forwarder(request, attempt, runner.counter)
                 said: list[str] = []  # the answer text the client has from streams that broke
                 while True:
                     broken = await self._relay(send, start, request, attempt, forwarder, watch)
@@ -187,9 +189,12 @@ class StreamReply(Reply):
                     self._relaying = (attempt, request)
                     if isinstance(forwarder, StreamTranslator):
                         # The client's stream is the translator's: the continuation is read into it, whatever its API.
-                        forwarder.continue_with(as_api(upstream_of(request, attempt.candidate)), said_tokens)
+                        count = _metered(request, attempt, runner.counter)
+                        forwarder.continue_with(as_api(upstream_of(request, attempt.candidate)), said_tokens, count)
                     else:
-                        forwarder = _forwarder(request, attempt, continuation=True, said_tokens=said_tokens)
+                        forwarder = _forwarder(
+                            request, attempt, runner.counter, continuation=True, said_tokens=said_tokens
+                        )
                     request.trace.said_tokens = said_tokens
         except TimeoutError:
             watch.disarm()
@@ -324,15 +329,17 @@ class StreamReply(Reply):
 
 
 def _forwarder(
-    request: ProxyRequest, attempt: Attempt, *, continuation: bool = False, said_tokens: int = 0
+    request: ProxyRequest, attempt: Attempt, counter: TokenCounter, *, continuation: bool = False, said_tokens: int = 0
 ) -> Forwarder:
     upstream = upstream_of(request, attempt.candidate)
     if upstream != request.endpoint:
-        # Reached by translation: the upstream's events are rewritten in the client's API.
+        # Reached by translation: the upstream's events are rewritten in the client's API (with the gateway's
+        # counts where the upstream reports no usage, as the translator is built since).
         args = (as_api(upstream), as_api(request.endpoint), request.body, request.requested_model)
+        count = _metered(request, attempt, counter)
         if continuation:
-            return StreamTranslator.continuing(*args, said_tokens)
-        return StreamTranslator(*args)
+            return StreamTranslator.continuing(*args, said_tokens, count)
+        return StreamTranslator(*args, count, request.prompt_tokens)
     drop = injects_usage(request, attempt.candidate.provider)
     return EventForwarder(request.dialect, continuation=continuation, drop_usage_only=drop, said_tokens=said_tokens)
 
