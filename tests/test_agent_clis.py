@@ -24,7 +24,7 @@ from gateway.fakes.agent import RESULT_PREFIX
 from tests.support.access import access_lines
 from tests.support.agent_clis import run_claude, run_codex
 from tests.support.config import gateway_config
-from tests.support.fakes import Fakes
+from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
 
 StartGateway = Callable[..., Gateway]
@@ -49,6 +49,23 @@ def assert_measured(gateway: Gateway, caplog: pytest.LogCaptureFixture, upstream
     assert second.usage_cached_tokens / second.usage_prompt_tokens > 0.8
     lines = access_lines(caplog, 2)
     assert [line["upstream_api"] for line in lines] == [upstream_api, upstream_api]
+
+
+def codex_gateway(
+    fakes: Fakes, start_gateway: StartGateway, apis: list[str], model: str = "m"
+) -> tuple[FakeServer, Gateway, bool]:
+    """The fake agent provider "a" speaking ``apis``, behind a gateway that takes ``KEY``: (the fake, the gateway,
+    whether Codex's Responses calls reach it by translation). A translated deployment omits the built-in tools it
+    cannot run (Codex's web search), the one gateway-side line Codex needs there."""
+    fake = fakes.start("a", AGENT)
+    translated = apis != ["responses"]
+    config = gateway_config(
+        [fake],
+        model=model,
+        provider_options={"a": {"apis": apis}},
+        deployments={"a": {"builtin_tools": "omit"}} if translated else None,
+    )
+    return fake, start_gateway(config, environ={"GATEWAY_API_KEYS": KEY}), translated
 
 
 @pytest.mark.parametrize("apis", [["messages"], ["chat"]])
@@ -81,14 +98,7 @@ def test_codex_runs_a_tool_through_the_gateway(
     # sub-agent namespace as flat functions, and, with the one gateway-side line (``builtin_tools = "omit"``), the
     # request without the web search it cannot run, which the access log names.
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
-    fake = fakes.start("a", AGENT)
-    translated = apis != ["responses"]
-    config = gateway_config(
-        [fake],
-        provider_options={"a": {"apis": apis}},
-        deployments={"a": {"builtin_tools": "omit"}} if translated else None,
-    )
-    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    fake, gateway, translated = codex_gateway(fakes, start_gateway, apis)
     run, last = run_codex(gateway.base_url, KEY, tmp_path)
     assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
     assert run.escapes == ()  # nothing but loopback was reached for
@@ -385,16 +395,8 @@ def test_codex_in_fast_mode_is_served_by_any_api(
     # on every call: a native deployment gets it as sent; a chat or Messages deployment serves the same model at its
     # own tier, so it is read as absent there (before, refused).
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
-    fake = fakes.start("a", AGENT)
-    translated = apis != ["responses"]
     model = "gpt-5.5"  # Codex asks a tier only of a model its catalog offers one for
-    config = gateway_config(
-        [fake],
-        model=model,
-        provider_options={"a": {"apis": apis}},
-        deployments={"a": {"builtin_tools": "omit"}} if translated else None,
-    )
-    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    fake, gateway, translated = codex_gateway(fakes, start_gateway, apis, model)
     run, last = run_codex(gateway.base_url, KEY, tmp_path, model=model, options=("-c", 'service_tier="fast"'))
     assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
     assert run.escapes == () and last.startswith(RESULT_PREFIX) and "agent-round-trip" in last

@@ -18,7 +18,7 @@ import pytest
 from gateway.samples import Sample
 from tests.support.config import gateway_config
 from tests.support.gateway import Gateway
-from tests.support.scripted import ScriptedUpstream
+from tests.support.scripted import ScriptedUpstream, scripted_behind_gateway
 from tests.support.servers import ServerThread
 from tests.support.wait import wait_until
 
@@ -37,9 +37,7 @@ def upstream(
     test_servers: list[ServerThread], start_gateway: StartGateway
 ) -> Iterator[tuple[ScriptedUpstream, Gateway]]:
     """A scripted chat-only upstream behind a gateway."""
-    scripted = ScriptedUpstream("up")
-    test_servers.append(scripted.server.start())
-    yield scripted, start_gateway(gateway_config([scripted], provider_options={"up": {"apis": ["chat"]}}))
+    yield scripted_behind_gateway(test_servers, start_gateway, "up", "chat")
 
 
 def only_sample(gateway: Gateway) -> Sample:

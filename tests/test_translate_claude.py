@@ -17,9 +17,8 @@ import openai
 import pydantic
 import pytest
 
-from tests.support.config import gateway_config
 from tests.support.gateway import Gateway
-from tests.support.scripted import ScriptedUpstream
+from tests.support.scripted import ScriptedUpstream, scripted_behind_gateway
 from tests.support.servers import ServerThread
 
 StartGateway = Callable[..., Gateway]
@@ -31,9 +30,7 @@ def messages_only(
     test_servers: list[ServerThread], start_gateway: StartGateway
 ) -> Iterator[tuple[ScriptedUpstream, str]]:
     """A scripted Messages-only upstream behind a gateway: (the upstream, the gateway's URL)."""
-    upstream = ScriptedUpstream("claude")
-    test_servers.append(upstream.server.start())
-    gateway = start_gateway(gateway_config([upstream], provider_options={"claude": {"apis": ["messages"]}}))
+    upstream, gateway = scripted_behind_gateway(test_servers, start_gateway, "claude", "messages")
     yield upstream, gateway.url
 
 

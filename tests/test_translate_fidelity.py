@@ -15,7 +15,7 @@ from gateway.fakes import FakeBehavior
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
-from tests.support.scripted import ScriptedUpstream
+from tests.support.scripted import scripted_behind_gateway
 from tests.support.servers import ServerThread
 
 StartGateway = Callable[..., Gateway]
@@ -112,9 +112,7 @@ def test_function_calls_streamed_whole_by_a_responses_provider_keep_their_argume
 ) -> None:
     """A call's ``output_item.done`` holds its whole arguments: where no delta gave them, they are given then (the
     client got each call with no arguments at all)."""
-    upstream = ScriptedUpstream("only")
-    test_servers.append(upstream.server.start())
-    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["responses"]}}))
+    upstream, gateway = scripted_behind_gateway(test_servers, start_gateway, "only", "responses")
     upstream.answer_sse(whole_calls())
     with claude(gateway.url) as client:
         question: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Paris and Rome?"}]
@@ -141,9 +139,7 @@ def test_function_calls_streamed_whole_by_a_responses_provider_keep_their_argume
 def test_text_given_only_in_its_done_event_reaches_the_client(
     test_servers: list[ServerThread], start_gateway: StartGateway
 ) -> None:
-    upstream = ScriptedUpstream("only")
-    test_servers.append(upstream.server.start())
-    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["responses"]}}))
+    upstream, gateway = scripted_behind_gateway(test_servers, start_gateway, "only", "responses")
     item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
     where = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
     events: list[dict[str, Any]] = [
@@ -211,9 +207,7 @@ def test_interleaved_parallel_calls_stream_to_a_messages_client_one_block_at_a_t
 ) -> None:
     """Every delta of a block comes between its start and its stop (a delta after the stop is lost to a client that
     finishes a tool call at its stop, as Claude Code does), and each call gets its own arguments."""
-    upstream = ScriptedUpstream("only")
-    test_servers.append(upstream.server.start())
-    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["chat"]}}))
+    upstream, gateway = scripted_behind_gateway(test_servers, start_gateway, "only", "chat")
     upstream.answer_sse(interleaved_calls())
     with claude(gateway.url) as client:
         question: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Paris and Rome?"}]
@@ -237,9 +231,7 @@ def test_interleaved_parallel_calls_stream_to_a_messages_client_one_block_at_a_t
 def test_interleaved_parallel_calls_stream_to_a_responses_client_one_item_at_a_time(
     test_servers: list[ServerThread], start_gateway: StartGateway
 ) -> None:
-    upstream = ScriptedUpstream("only")
-    test_servers.append(upstream.server.start())
-    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["chat"]}}))
+    upstream, gateway = scripted_behind_gateway(test_servers, start_gateway, "only", "chat")
     upstream.answer_sse(interleaved_calls())
     tool: Any = {"type": "function", "name": "shot", "parameters": {"type": "object"}, "strict": False}
     with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
@@ -404,9 +396,7 @@ def test_thinking_given_whole_in_its_block_start_reaches_a_chat_client(
     test_servers: list[ServerThread], start_gateway: StartGateway
 ) -> None:
     """A Messages block's start may hold its content (a text block's is read so): a thinking block's too."""
-    upstream = ScriptedUpstream("only")
-    test_servers.append(upstream.server.start())
-    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["messages"]}}))
+    upstream, gateway = scripted_behind_gateway(test_servers, start_gateway, "only", "messages")
     message = {"id": "msg_up", "type": "message", "role": "assistant", "model": "up", "content": [], "usage": {}}
     thinking = {"type": "thinking", "thinking": "Paris is in France.", "signature": "sig"}
     events: list[dict[str, Any]] = [
@@ -433,9 +423,7 @@ def test_streamed_calls_without_arguments_reach_a_responses_client_with_the_empt
 ) -> None:
     """A chat provider may stream a call of a tool that takes nothing with no arguments at all; the client parses the
     arguments it is given ("" is no JSON), and a whole answer's such call is given ``{}`` already."""
-    upstream = ScriptedUpstream("only")
-    test_servers.append(upstream.server.start())
-    gateway = start_gateway(gateway_config([upstream], provider_options={"only": {"apis": ["chat"]}}))
+    upstream, gateway = scripted_behind_gateway(test_servers, start_gateway, "only", "chat")
     head = {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1, "model": "up"}
     calls = [
         {"index": i, "id": f"call_{i}", "type": "function", "function": {"name": "shot", "arguments": ""}}

@@ -20,9 +20,8 @@ import anthropic
 import openai
 import pytest
 
-from tests.support.config import gateway_config
 from tests.support.gateway import Gateway
-from tests.support.scripted import ScriptedUpstream
+from tests.support.scripted import ScriptedUpstream, scripted_behind_gateway
 from tests.support.servers import ServerThread
 
 StartGateway = Callable[..., Gateway]
@@ -53,9 +52,7 @@ def gemini_calls(finish: str) -> list[tuple[str | None, Any]]:
 @pytest.fixture
 def chat_only(test_servers: list[ServerThread], start_gateway: StartGateway) -> Iterator[tuple[ScriptedUpstream, str]]:
     """A scripted chat-only upstream behind a gateway: (the upstream, the gateway's URL)."""
-    upstream = ScriptedUpstream("gemini")
-    test_servers.append(upstream.server.start())
-    gateway = start_gateway(gateway_config([upstream], provider_options={"gemini": {"apis": ["chat"]}}))
+    upstream, gateway = scripted_behind_gateway(test_servers, start_gateway, "gemini", "chat")
     yield upstream, gateway.url
 
 
@@ -177,9 +174,8 @@ def test_a_responses_providers_reasoning_goes_back_to_it_next_turn(
 ) -> None:
     """With ``store: false`` an OpenAI reasoning model's reasoning survives a turn only as the opaque item the
     request asked for; a Messages client holds it as ``redacted_thinking`` (streamed or whole) and sends it back."""
-    upstream = ScriptedUpstream("openai")
-    test_servers.append(upstream.server.start())
-    url = start_gateway(gateway_config([upstream], provider_options={"openai": {"apis": ["responses"]}})).url
+    upstream, gateway = scripted_behind_gateway(test_servers, start_gateway, "openai", "responses")
+    url = gateway.url
     messages: list[Any] = [{"role": "user", "content": "Paris?"}]
     ask: dict[str, Any] = {"model": "m", "max_tokens": 4096, "tools": TOOLS}
     ask["thinking"] = {"type": "enabled", "budget_tokens": 2048}

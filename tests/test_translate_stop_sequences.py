@@ -16,9 +16,8 @@ import anthropic
 import openai
 import pytest
 
-from tests.support.config import gateway_config
 from tests.support.gateway import Gateway
-from tests.support.scripted import ScriptedUpstream
+from tests.support.scripted import ScriptedUpstream, scripted_behind_gateway
 from tests.support.servers import ServerThread
 
 StartGateway = Callable[..., Gateway]
@@ -30,9 +29,7 @@ ASK: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Count: 1
 def behind_gateway(
     test_servers: list[ServerThread], start_gateway: StartGateway, name: str, api: str
 ) -> tuple[ScriptedUpstream, str]:
-    upstream = ScriptedUpstream(name)
-    test_servers.append(upstream.server.start())
-    gateway = start_gateway(gateway_config([upstream], provider_options={name: {"apis": [api]}}))
+    upstream, gateway = scripted_behind_gateway(test_servers, start_gateway, name, api)
     return upstream, gateway.url
 
 

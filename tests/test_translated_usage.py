@@ -19,9 +19,8 @@ import openai
 import pytest
 
 from tests.support.access import access_lines
-from tests.support.config import gateway_config
 from tests.support.gateway import Gateway
-from tests.support.scripted import ScriptedUpstream
+from tests.support.scripted import ScriptedUpstream, scripted_behind_gateway
 from tests.support.servers import ServerThread
 
 StartGateway = Callable[..., Gateway]
@@ -55,9 +54,7 @@ def upstream(
     test_servers: list[ServerThread], start_gateway: StartGateway, caplog: pytest.LogCaptureFixture
 ) -> Iterator[tuple[ScriptedUpstream, Gateway]]:
     caplog.set_level(logging.INFO, logger="gateway.access")
-    scripted = ScriptedUpstream("up")
-    test_servers.append(scripted.server.start())
-    yield scripted, start_gateway(gateway_config([scripted], provider_options={"up": {"apis": ["chat"]}}))
+    yield scripted_behind_gateway(test_servers, start_gateway, "up", "chat")
 
 
 def counted(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:

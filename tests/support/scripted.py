@@ -18,6 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tests.support.config import gateway_config
+from tests.support.gateway import Gateway
 from tests.support.servers import ServerThread
 
 
@@ -70,3 +72,13 @@ class ScriptedUpstream:
     def last(self) -> dict[str, Any]:
         """The last request body it was sent."""
         return self.bodies[-1]
+
+
+def scripted_behind_gateway(
+    test_servers: list[ServerThread], start_gateway: Callable[..., Gateway], name: str, api: str
+) -> tuple[ScriptedUpstream, Gateway]:
+    """A scripted upstream ``name`` that speaks only ``api`` (a client of another API reaches it by translation),
+    started, behind a gateway of its own."""
+    upstream = ScriptedUpstream(name)
+    test_servers.append(upstream.server.start())
+    return upstream, start_gateway(gateway_config([upstream], provider_options={name: {"apis": [api]}}))
