@@ -106,7 +106,7 @@ async def await_first_token(
     """
     response = attempt.response
     assert response is not None
-    repeats = EchoedPrompt(request.body).repeats if api == "completions" and echoes(api, request.body) else None
+    repeats = EchoedPrompt(request.body).repeats if echoes(api, request.body) else None
     meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect_for(api), repeats)
     held = attempt.held
     while meter.first_output_at is None and not meter.done:
