@@ -405,3 +405,29 @@ def test_codex_in_fast_mode_is_served_by_any_api(
     assert len(sent) == 2 and all(body is not None for body in sent)
     tiers = [body.get("service_tier") for body in sent]  # type: ignore[union-attr]
     assert tiers == ([None, None] if translated else ["priority", "priority"])
+
+
+@pytest.mark.parametrize("apis", [["chat"], ["messages"]])
+def test_codex_searches_its_deferred_tools_through_a_chat_or_messages_model(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
+) -> None:
+    # For its GPT-5 models Codex defers some tools (its sub-agent tools among them) behind a ``tool_search`` it runs
+    # itself. It goes to chat and Messages as a function; the model's call comes back as the ``tool_search_call``
+    # Codex offered, Codex searches, and the tools it loaded reach the model in the next turn, flat, with the
+    # search's result naming them (before, refused, or left out with ``builtin_tools = "omit"``).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, agent_search="spawn a sub-agent"))
+    config = gateway_config(
+        [fake], model="gpt-5.5", provider_options={"a": {"apis": apis}}, deployments={"a": {"builtin_tools": "omit"}}
+    )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    run, last = run_codex(gateway.base_url, KEY, tmp_path, model="gpt-5.5")
+    assert run.returncode == 0 and run.escapes == (), run.stderr[-2000:]
+    assert last.startswith(f"{RESULT_PREFIX} Tools loaded, now callable: ") and "multi_agent_v1__spawn_agent" in last
+    lines = access_lines(caplog, 2)
+    assert [(line["status"], line["omitted_tools"]) for line in lines] == [(200, ["web_search"])] * 2
+    first, second = [r.body for r in fake.app.state.recorded]
+    assert first is not None and second is not None
+    names = [[t.get("function", t)["name"] for t in body["tools"]] for body in (first, second)]
+    assert "tool_search" in names[0] and "multi_agent_v1__spawn_agent" not in names[0]
+    assert names[1][: len(names[0])] == names[0] and "multi_agent_v1__spawn_agent" in names[1][len(names[0]) :]
