@@ -392,8 +392,8 @@ def test_codex_in_fast_mode_is_served_by_any_api(
     fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
 ) -> None:
     # Codex's fast mode (``service_tier = "fast"``) asks OpenAI's priority processing, ``service_tier: "priority"``,
-    # on every call: a native deployment gets it as sent; a chat or Messages deployment serves the same model at its
-    # own tier, so it is read as absent there (before, refused).
+    # on every call: a native deployment gets it as sent, and so does a chat one (the same tiers: before, dropped);
+    # a Messages deployment, whose tiers have no priority to ask, serves the same model at its own tier.
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
     model = "gpt-5.5"  # Codex asks a tier only of a model its catalog offers one for
     fake, gateway, translated = codex_gateway(fakes, start_gateway, apis, model)
@@ -404,7 +404,7 @@ def test_codex_in_fast_mode_is_served_by_any_api(
     sent = [r.body for r in fake.app.state.recorded]
     assert len(sent) == 2 and all(body is not None for body in sent)
     tiers = [body.get("service_tier") for body in sent]  # type: ignore[union-attr]
-    assert tiers == ([None, None] if translated else ["priority", "priority"])
+    assert tiers == ([None, None] if apis == ["messages"] else ["priority", "priority"])
 
 
 @pytest.mark.parametrize("apis", [["chat"], ["messages"]])

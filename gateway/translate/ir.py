@@ -234,6 +234,8 @@ class Conversation:
     reasoning: ReasoningAsk | None = None
     stream: bool = False
     prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    """The processing tier asked for, by OpenAI's name of it (``gateway.translate.tiers``)."""
     omitted_tools: list[str] = field(default_factory=list)
     """Built-in tools the client offered that were left out (``builtin_tools = "omit"``), by name: the target
     cannot run them, and the operator chose to serve the request without them rather than refuse it."""
@@ -313,6 +315,13 @@ class UsageSeen:
 
 
 @dataclass(slots=True)
+class TierSeen:
+    """The upstream says the processing tier it serves the answer at (by OpenAI's name: ``gateway.translate.tiers``)."""
+
+    tier: str
+
+
+@dataclass(slots=True)
 class Ended:
     """The upstream's stream is over (``[DONE]``, ``message_stop``, ``response.completed``)."""
 
@@ -324,4 +333,15 @@ class Failed:
     code: str | None = None
 
 
-Event = Started | TextDelta | ReasoningDelta | ToolCallStart | ToolArgsDelta | Finished | UsageSeen | Ended | Failed
+Event = (
+    Started
+    | TextDelta
+    | ReasoningDelta
+    | ToolCallStart
+    | ToolArgsDelta
+    | Finished
+    | UsageSeen
+    | TierSeen
+    | Ended
+    | Failed
+)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.translate import freeform, responses_reply, sealed, tool_search
+from gateway.translate import freeform, responses_reply, sealed, tiers, tool_search
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
     Api,
@@ -27,6 +27,7 @@ from gateway.translate.ir import (
     Started,
     StopReason,
     TextDelta,
+    TierSeen,
     ToolArgsDelta,
     ToolCallStart,
     Usage,
@@ -63,6 +64,7 @@ class ResponsesWriter:
         self._tools: dict[int, _Item] = {}
         self._stop: StopReason = "end"
         self._usage: Usage | None = None
+        self._tier: str | None = None
         self.said_tokens = 0
         self._custom = freeform.custom_names(request)
         """The client's custom tools: their calls stream their ``input`` whole, once it is known."""
@@ -85,9 +87,11 @@ class ResponsesWriter:
     def _response(self, status: str) -> dict[str, Any]:
         output = [self._finished(item) for item in self._items] if status != "in_progress" else []
         usage = self._usage if status != "in_progress" else None
-        return responses_reply.response_object(
+        response = responses_reply.response_object(
             self.request, self.response_id, self.model, self.created, status, output, usage, self._stop
         )
+        tiers.write_served("responses", response, self._tier)
+        return response
 
     def _start(self) -> bytes:
         if self.started:
@@ -108,6 +112,9 @@ class ResponsesWriter:
             return b""
         if isinstance(event, UsageSeen):
             self._usage = event.usage
+            return b""
+        if isinstance(event, TierSeen):
+            self._tier = event.tier
             return b""
         if isinstance(event, Ended):
             return self.end()
