@@ -18,7 +18,16 @@ from typing import Any
 
 from gateway.dialects.messages import anthropic_error
 from gateway.errors import InvalidRequest, describe_error_body
-from gateway.translate import chat, chat_reply, messages, messages_reply, responses, responses_reply, tiers
+from gateway.translate import (
+    chat,
+    chat_reply,
+    messages,
+    messages_reply,
+    openai_shared,
+    responses,
+    responses_reply,
+    tiers,
+)
 from gateway.translate.ir import (
     BUILTIN_TOOLS,
     TRANSLATABLE,
@@ -104,14 +113,14 @@ def _same(value: Any, defaults: tuple[Any, ...]) -> bool:
 
 def read_request(api: Api, body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -> Conversation:
     tier = tiers.read_asked(api, body)
-    body = asked(api, body)
+    body, verbosity, retention = openai_shared.take(api, asked(api, body))
     if api == "chat":
         conversation = chat.read_request(body)  # chat has no built-in tools
     elif api == "messages":
         conversation = messages.read_request(body, builtin_tools)
     else:
         conversation = responses.read_request(body, builtin_tools)
-    conversation.service_tier = tier
+    conversation.service_tier, conversation.verbosity, conversation.prompt_cache_retention = tier, verbosity, retention
     return conversation
 
 
@@ -125,6 +134,7 @@ def write_request(api: Api, conversation: Conversation, model: str, *, stream_us
     tier = tiers.write_asked(api, conversation.service_tier)
     if tier is not None:
         body["service_tier"] = tier
+    openai_shared.write(api, conversation, body)
     return body
 
 

@@ -236,6 +236,9 @@ class Conversation:
     prompt_cache_key: str | None = None
     service_tier: str | None = None
     """The processing tier asked for, by OpenAI's name of it (``gateway.translate.tiers``)."""
+    verbosity: str | None = None
+    prompt_cache_retention: str | None = None
+    """Chat's and Responses' own asks, carried between them (``gateway.translate.openai_shared``)."""
     omitted_tools: list[str] = field(default_factory=list)
     """Built-in tools the client offered that were left out (``builtin_tools = "omit"``), by name: the target
     cannot run them, and the operator chose to serve the request without them rather than refuse it."""
