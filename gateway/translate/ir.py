@@ -174,6 +174,9 @@ class Tool:
 class ToolChoice:
     mode: ToolMode
     name: str | None = None
+    allowed: list[str] | None = None
+    """OpenAI's ``allowed_tools``: the only functions the model may call (``mode`` auto or required), the tool list
+    kept whole for the prompt cache. The Messages API has no such choice: it is offered only those tools."""
 
 
 @dataclass(slots=True)
