@@ -6,7 +6,8 @@ generation, MCP, shell) unless the operator chose to omit them (``builtin_tools`
 references, ``previous_response_id`` (the gateway expands it into the full input before translating),
 background mode and stored prompts. ``include`` asks for what a translated answer may lack:
 ``reasoning.encrypted_content`` comes back absent (no other provider makes one), which Codex accepts.
-``namespace`` tools are flattened (``gateway.translate.namespaces``).
+``namespace`` tools are flattened (``gateway.translate.namespaces``); a ``tool_search`` the client runs is a function,
+and the tools its outputs loaded join the request's (``gateway.translate.tool_search``).
 """
 
 from __future__ import annotations
