@@ -151,17 +151,20 @@ def test_codex_stops_at_once_on_a_model_it_cannot_get(
     assert access_paths(caplog, 1) == [("responses", 400)]
 
 
+@pytest.mark.parametrize("model", ["m", "gpt-5.5"])
 def test_codex_stops_at_once_on_a_tool_a_chat_model_cannot_run(
-    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, model: str
 ) -> None:
     # Codex as installed offers OpenAI's server-side web search, which no chat provider runs: by default refused
-    # naming the tool, never dropped, and Codex does not re-send the 400.
+    # naming the tool, never dropped, and Codex does not re-send the 400. (For gpt-5.5 it offers its own tool search
+    # too, which it runs itself: carried, so the 400 still names the web search.)
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
     fake = fakes.start("a", AGENT)
     gateway = start_gateway(
-        gateway_config([fake], provider_options={"a": {"apis": ["chat"]}}), environ={"GATEWAY_API_KEYS": KEY}
+        gateway_config([fake], model=model, provider_options={"a": {"apis": ["chat"]}}),
+        environ={"GATEWAY_API_KEYS": KEY},
     )
-    run, _ = run_codex(gateway.base_url, KEY, tmp_path)
+    run, _ = run_codex(gateway.base_url, KEY, tmp_path, model=model)
     assert run.returncode != 0 and "untranslatable_field" in run.stderr
     assert "cannot be translated to the Chat Completions API: the built-in tool 'web_search'" in run.stderr
     assert access_paths(caplog, 1) == [("responses", 400)] and not fake.app.state.recorded
@@ -392,8 +395,8 @@ def test_codex_in_fast_mode_is_served_by_any_api(
     fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
 ) -> None:
     # Codex's fast mode (``service_tier = "fast"``) asks OpenAI's priority processing, ``service_tier: "priority"``,
-    # on every call: a native deployment gets it as sent; a chat or Messages deployment serves the same model at its
-    # own tier, so it is read as absent there (before, refused).
+    # on every call: a native deployment gets it as sent, and so does a chat one (the same tiers: before, dropped);
+    # a Messages deployment, whose tiers have no priority to ask, serves the same model at its own tier.
     caplog.set_level(logging.INFO, ACCESS_LOGGER)
     model = "gpt-5.5"  # Codex asks a tier only of a model its catalog offers one for
     fake, gateway, translated = codex_gateway(fakes, start_gateway, apis, model)
@@ -404,4 +407,30 @@ def test_codex_in_fast_mode_is_served_by_any_api(
     sent = [r.body for r in fake.app.state.recorded]
     assert len(sent) == 2 and all(body is not None for body in sent)
     tiers = [body.get("service_tier") for body in sent]  # type: ignore[union-attr]
-    assert tiers == ([None, None] if translated else ["priority", "priority"])
+    assert tiers == ([None, None] if apis == ["messages"] else ["priority", "priority"])
+
+
+@pytest.mark.parametrize("apis", [["chat"], ["messages"]])
+def test_codex_searches_its_deferred_tools_through_a_chat_or_messages_model(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, caplog: pytest.LogCaptureFixture, apis: list[str]
+) -> None:
+    # For its GPT-5 models Codex defers some tools (its sub-agent tools among them) behind a ``tool_search`` it runs
+    # itself. It goes to chat and Messages as a function; the model's call comes back as the ``tool_search_call``
+    # Codex offered, Codex searches, and the tools it loaded reach the model in the next turn, flat, with the
+    # search's result naming them (before, refused, or left out with ``builtin_tools = "omit"``).
+    caplog.set_level(logging.INFO, ACCESS_LOGGER)
+    fake = fakes.start("a", FakeBehavior(agent=True, agent_search="spawn a sub-agent"))
+    config = gateway_config(
+        [fake], model="gpt-5.5", provider_options={"a": {"apis": apis}}, deployments={"a": {"builtin_tools": "omit"}}
+    )
+    gateway = start_gateway(config, environ={"GATEWAY_API_KEYS": KEY})
+    run, last = run_codex(gateway.base_url, KEY, tmp_path, model="gpt-5.5")
+    assert run.returncode == 0 and run.escapes == (), run.stderr[-2000:]
+    assert last.startswith(f"{RESULT_PREFIX} Tools loaded, now callable: ") and "multi_agent_v1__spawn_agent" in last
+    lines = access_lines(caplog, 2)
+    assert [(line["status"], line["omitted_tools"]) for line in lines] == [(200, ["web_search"])] * 2
+    first, second = [r.body for r in fake.app.state.recorded]
+    assert first is not None and second is not None
+    names = [[t.get("function", t)["name"] for t in body["tools"]] for body in (first, second)]
+    assert "tool_search" in names[0] and "multi_agent_v1__spawn_agent" not in names[0]
+    assert names[1][: len(names[0])] == names[0] and "multi_agent_v1__spawn_agent" in names[1][len(names[0]) :]

@@ -364,6 +364,30 @@ def test_fields_a_translation_wrote_that_mistral_refuses_are_left_out(
     assert scripted.last["messages"][1] == {"role": "assistant", "content": "4"}
 
 
+def test_openai_hints_a_translation_carried_that_mistral_refuses_are_left_out(
+    upstream: tuple[ScriptedUpstream, Gateway],
+) -> None:
+    """A Responses client's processing tier, verbosity and cache retention, carried to chat as the chat API names them,
+    are hints a stricter server may not know: refused as unknown, the request goes again without them."""
+    scripted, gateway = upstream
+    hints = ("service_tier", "verbosity", "prompt_cache_retention")
+    scripted.refuse(lambda body: bool(set(hints) & body.keys()), 422, extra_forbidden(*(["body", h] for h in hints)))
+    scripted.answer_json(
+        {
+            **HEAD,
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Four"}, "finish_reason": "stop"}],
+        }
+    )
+    with openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10) as client:
+        response = client.responses.create(
+            model="m", input="2+2?", service_tier="priority", text={"verbosity": "low"}, prompt_cache_retention="24h"
+        )
+    assert response.output_text == "Four"
+    first, again = scripted.bodies
+    assert set(hints) <= first.keys() and not set(hints) & again.keys()
+
+
 def test_a_whole_answer_the_provider_could_not_finish_goes_to_the_next_deployment(
     test_servers: list[ServerThread], start_gateway: StartGateway
 ) -> None:

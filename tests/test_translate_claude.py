@@ -104,7 +104,8 @@ def test_fields_that_ask_nothing_are_not_refused(messages_only: tuple[ScriptedUp
             model="m", messages=[{"role": "user", "content": "hi"}], extra_body=defaults
         )
         assert answer.choices[0].message.content == "hi"
-        assert upstream.last.keys() == {"model", "max_tokens", "messages"}
+        assert upstream.last.keys() == {"model", "max_tokens", "messages", "service_tier"}
+        assert upstream.last["service_tier"] == "auto"  # OpenAI's tier ``auto`` is Anthropic's too (``tiers``)
         # A value that does ask something is still refused, naming it.
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(

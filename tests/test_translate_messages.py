@@ -204,8 +204,9 @@ def test_serving_asks_are_read_as_absent_and_a_pinned_geography_goes_native(
     fakes: Fakes, start_gateway: StartGateway, clients: Callable[[str], anthropic.Anthropic]
 ) -> None:
     """Fast mode's ``speed``, the capacity ``service_tier`` and the default ``inference_geo`` ask nothing of what the
-    answer is: a chat deployment serves them. ``inference_geo: "us"`` pins where the model runs, which a chat
-    deployment is not known to meet: refused there, it goes to the deployment that speaks Messages natively."""
+    answer is: a chat deployment serves them (``standard_only`` as OpenAI's ``default``, the same ask).
+    ``inference_geo: "us"`` pins where the model runs, which a chat deployment is not known to meet: refused there, it
+    goes to the deployment that speaks Messages natively."""
     chat = fakes.start("chat", FakeBehavior(output_tokens=4), record=True)
     native = fakes.start("native", FakeBehavior(output_tokens=4), record=True)
     only_chat = start_gateway(gateway_config([chat], provider_options={"chat": {"apis": ["chat"]}}))
@@ -219,7 +220,7 @@ def test_serving_asks_are_read_as_absent_and_a_pinned_geography_goes_native(
     )
     assert answer.content[0].type == "text" and answer.stop_reason == "end_turn"
     sent = chat.app.state.recorded[-1].body
-    assert sent is not None and not {"speed", "service_tier", "inference_geo"} & sent.keys()
+    assert sent is not None and not {"speed", "inference_geo"} & sent.keys() and sent["service_tier"] == "default"
     with pytest.raises(anthropic.BadRequestError) as refused:
         client.messages.create(model="m", max_tokens=16, messages=hi, inference_geo="us")
     assert "'inference_geo' cannot be translated to the Chat Completions API" in refused.value.message

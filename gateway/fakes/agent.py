@@ -7,7 +7,8 @@ agent traffic is made of. With ``FakeBehavior.agent`` on, each request is steere
 - the last turn is the user's and the request offers a shell tool this module knows (Claude Code's
   ``Bash``, Codex's ``exec_command``, ``shell_command``): answer with a call of it, running
   ``agent_command`` (or, with ``agent_read`` set, a call of the file viewer, reading that file; with
-  ``agent_patch``, a call of ``apply_patch`` applying that patch);
+  ``agent_patch``, a call of ``apply_patch`` applying that patch; with ``agent_search``, a call of Codex's
+  ``tool_search`` searching for that);
 - the last turn is a tool's result: answer with text quoting it (``ran it: <result>``), which shows the
   command really ran;
 - anything else: the usual answer.
@@ -31,6 +32,8 @@ READ_TOOLS: dict[str, str] = {"Read": "file_path", "view_image": "path"}
 """The file viewers it knows (``FakeBehavior.agent_read``), each with the argument that takes the path."""
 PATCH_TOOLS: dict[str, str] = {"apply_patch": "input"}
 """The patch tools it knows (``FakeBehavior.agent_patch``), each with the argument that takes the patch."""
+SEARCH_TOOLS: dict[str, str] = {"tool_search": "query"}
+"""The tool searches it knows (``FakeBehavior.agent_search``), each with the argument that takes the query."""
 RESULT_PREFIX = "ran it:"
 
 
@@ -45,7 +48,9 @@ def steer(body: dict[str, Any], path: str, behavior: FakeBehavior) -> FakeBehavi
     if kind == "result":
         return dataclasses.replace(behavior, tool_call=False, reply=f"{RESULT_PREFIX} {value.strip()}")
     tools, value = SHELL_TOOLS, behavior.agent_command
-    if behavior.agent_patch:
+    if behavior.agent_search:
+        tools, value = SEARCH_TOOLS, behavior.agent_search
+    elif behavior.agent_patch:
         tools, value = PATCH_TOOLS, behavior.agent_patch
     elif behavior.agent_read:
         tools, value = READ_TOOLS, behavior.agent_read
@@ -112,4 +117,4 @@ def _text(content: object) -> str:
     return ""
 
 
-__all__ = ["PATCH_TOOLS", "READ_TOOLS", "RESULT_PREFIX", "SHELL_TOOLS", "steer"]
+__all__ = ["PATCH_TOOLS", "READ_TOOLS", "RESULT_PREFIX", "SEARCH_TOOLS", "SHELL_TOOLS", "steer"]

@@ -100,6 +100,9 @@ class FakeBehavior:
     agent_read: str | None = None
     """A file the agent's model reads instead, with the CLI's file viewer (Claude Code's ``Read``, Codex's
     ``view_image``): a picture's path makes the tool's result an image."""
+    agent_search: str | None = None
+    """A query the agent's model searches its client's deferred tools for instead, with Codex's ``tool_search`` (run
+    by the client, offered to chat and Messages as a function: ``gateway.translate.tool_search``)."""
     status: int = 200
     """An error status to answer with (subject to ``fail_first`` and ``error_rate``)."""
     error_code: str | None = None

@@ -18,6 +18,7 @@ from gateway.fakes.cache import CURRENT
 from gateway.fakes.pacing import play
 from gateway.fakes.quality import TRUNCATED_SHARE, answer_of, args_tail
 from gateway.fakes.reasoning import gemini_signed
+from gateway.fakes.tiers import served
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
@@ -157,7 +158,7 @@ async def complete(
         obj = "text_completion"
     choices = [dict(choice, index=i) for i in range(_n(body))]
     payload = {"id": f"fake-{host.state.requests}", "object": obj, "created": created, "model": model}
-    payload.update(choices=choices, usage=usage)
+    payload.update(served(body, anthropic=False), choices=choices, usage=usage)
     host.state.completed += 1
     await send_json(send, 200, payload)
 
@@ -194,6 +195,7 @@ class ChatScript:
             "object": "chat.completion.chunk" if self.chat else "text_completion",
             "created": int(time.time()),
             "model": model,
+            **served(body, anthropic=False),
         }
 
     def _event(self, choice: dict[str, Any]) -> bytes:

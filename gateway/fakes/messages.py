@@ -24,6 +24,7 @@ from gateway.fakes.pacing import play
 from gateway.fakes.quality import answer_of, args_tail
 from gateway.fakes.reasoning import REDACTED, SIGNATURE
 from gateway.fakes.reasoning import thinking_fault as thinking_fault
+from gateway.fakes.tiers import served
 
 _ids = itertools.count(1)
 LIMITS = ("max_tokens",)
@@ -68,7 +69,7 @@ class MessagesScript:
         self.block = (1 if behavior.reasoning_tokens else 0) + self.redacted
 
     def opening(self) -> bytes:
-        usage = {**input_usage(self.body), "output_tokens": 1}
+        usage = {**input_usage(self.body), "output_tokens": 1, **served(self.body, anthropic=True)}
         message: dict[str, Any] = {
             "id": self.id,
             "type": "message",
@@ -166,7 +167,7 @@ async def create(
         content.append({"type": "tool_use", "id": "toolu_fake", "name": behavior.tool_name, "input": tool_input})
     else:
         content.append({"type": "text", "text": text})
-    usage = {**input_usage(body), "output_tokens": length + behavior.reasoning_tokens}
+    usage = {**input_usage(body), "output_tokens": length + behavior.reasoning_tokens, **served(body, anthropic=True)}
     message = {
         "id": script.id,
         "type": "message",

@@ -25,6 +25,7 @@ from gateway.fakes.chat import answer_plan, prompt_tokens
 from gateway.fakes.pacing import play
 from gateway.fakes.quality import answer_of, args_tail
 from gateway.fakes.reasoning import ENCRYPTED
+from gateway.fakes.tiers import served
 
 _ids = itertools.count(1)
 LIMITS = ("max_output_tokens",)
@@ -121,6 +122,7 @@ class ResponseBuilder:
             "truncation": "disabled",
             "usage": usage,
             "metadata": {},
+            **served(self.body, anthropic=False),
         }
 
     def store(self, response: dict[str, Any]) -> None:

@@ -15,7 +15,18 @@ from collections.abc import Container
 from typing import Any
 
 DROPPABLE = frozenset(
-    {"stream_options", "user", "metadata", "prompt_cache_key", "top_k", "parallel_tool_calls", "reasoning_effort"}
+    {
+        "stream_options",
+        "user",
+        "metadata",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "service_tier",
+        "verbosity",
+        "top_k",
+        "parallel_tool_calls",
+        "reasoning_effort",
+    }
 )
 """The optional fields a translation to chat writes that a provider may lack: without them the answer is the same
 answer, less a hint."""

@@ -18,7 +18,16 @@ from typing import Any
 
 from gateway.dialects.messages import anthropic_error
 from gateway.errors import InvalidRequest, describe_error_body
-from gateway.translate import chat, chat_reply, messages, messages_reply, responses, responses_reply
+from gateway.translate import (
+    chat,
+    chat_reply,
+    messages,
+    messages_reply,
+    openai_shared,
+    responses,
+    responses_reply,
+    tiers,
+)
 from gateway.translate.ir import (
     BUILTIN_TOOLS,
     TRANSLATABLE,
@@ -30,6 +39,7 @@ from gateway.translate.ir import (
     Usage,
     as_api,
 )
+from gateway.translate.tiers import MESSAGES_TIERS, OPENAI_TIERS
 
 TITLES: dict[Api, str] = {"chat": "Chat Completions", "messages": "Messages", "responses": "Responses"}
 CLIENT_FIELDS: dict[Api, dict[str, str]] = {
@@ -60,17 +70,27 @@ send ``frequency_penalty: 0`` and the like on every call): read as absent, not r
 Anthropic's ``inference_geo: "global"`` is its default, inference anywhere; any other value pins where the model
 runs, a constraint no deployment of another API is known to meet, and is refused."""
 
-_OPENAI_TIERS = ("auto", "default", "flex", "scale", "priority", "fast", "ultrafast")
 SERVING: dict[Api, dict[str, tuple[Any, ...]]] = {
-    "chat": {"service_tier": _OPENAI_TIERS},
-    "responses": {"service_tier": _OPENAI_TIERS},
-    "messages": {"service_tier": ("auto", "standard_only"), "speed": ("standard", "fast")},
+    "chat": {"service_tier": OPENAI_TIERS},
+    "responses": {"service_tier": OPENAI_TIERS},
+    "messages": {"service_tier": MESSAGES_TIERS, "speed": ("standard", "fast")},
 }
-"""Per API, the fields that ask how a provider serves the model, never what it answers: OpenAI's processing tiers
-(Codex's fast mode asks ``priority``), Anthropic's capacity tier and fast mode's ``speed`` (the same weights, faster
-output). Each vendor's tiers are its own, so a translated request is served at the target's own tier: these are
-read as absent there, the answer meaning the same. A value none of the APIs documents may ask something else and
-is still refused."""
+"""Per API, the fields that ask how a provider serves the model, never what it answers, and their known values:
+OpenAI's processing tiers (Codex's fast mode asks ``priority``), Anthropic's capacity tier and fast mode's ``speed``
+(the same weights, faster output). They are taken out of what a translated request asks (``asked``) and the tier is
+carried where the target names it (``gateway.translate.tiers``, whose ``ASKED`` table maps them):
+
+- chat ↔ Responses: the same value (the same tiers, the same names).
+- chat / Responses → Messages: ``auto`` → ``auto``, ``default`` → ``standard_only``; ``flex``, ``scale``,
+  ``priority``, ``fast``, ``ultrafast`` are left out (Anthropic's priority capacity is the account's, asked only
+  through ``auto``).
+- Messages → chat / Responses: ``auto`` → ``auto``, ``standard_only`` → ``default``.
+
+Messages' ``speed`` is left out elsewhere (no other API has it). What is left out is read as absent: the deployment
+serves the request at its own default tier, the answer meaning the same. A value none of the APIs documents may ask
+something else and is still refused. The tier an answer was served at comes back in the client's own field
+(``tiers.SERVED``: chat and Responses ``service_tier``, Messages ``usage.service_tier``; ``standard`` ↔ ``default``,
+``priority`` ↔ ``priority``)."""
 
 
 def asked(api: Api, body: dict[str, Any]) -> dict[str, Any]:
@@ -92,20 +112,30 @@ def _same(value: Any, defaults: tuple[Any, ...]) -> bool:
 
 
 def read_request(api: Api, body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -> Conversation:
-    body = asked(api, body)
+    tier = tiers.read_asked(api, body)
+    body, verbosity, retention = openai_shared.take(api, asked(api, body))
     if api == "chat":
-        return chat.read_request(body)  # chat has no built-in tools
-    if api == "messages":
-        return messages.read_request(body, builtin_tools)
-    return responses.read_request(body, builtin_tools)
+        conversation = chat.read_request(body)  # chat has no built-in tools
+    elif api == "messages":
+        conversation = messages.read_request(body, builtin_tools)
+    else:
+        conversation = responses.read_request(body, builtin_tools)
+    conversation.service_tier, conversation.verbosity, conversation.prompt_cache_retention = tier, verbosity, retention
+    return conversation
 
 
 def write_request(api: Api, conversation: Conversation, model: str, *, stream_usage: bool = True) -> dict[str, Any]:
     if api == "chat":
-        return chat.write_request(conversation, model, stream_usage=stream_usage)
-    if api == "messages":
-        return messages.write_request(conversation, model)
-    return responses.write_request(conversation, model)
+        body = chat.write_request(conversation, model, stream_usage=stream_usage)
+    elif api == "messages":
+        body = messages.write_request(conversation, model)
+    else:
+        body = responses.write_request(conversation, model)
+    tier = tiers.write_asked(api, conversation.service_tier)
+    if tier is not None:
+        body["service_tier"] = tier
+    openai_shared.write(api, conversation, body)
+    return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +223,7 @@ def translate_reply(
         return unreadable_error(message, target), False
     if reply.usage is None and count is not None:
         reply.usage = count()
+    served = tiers.read_served(source, body)
     # A Messages client is shown its own model name (``ProxyRequest.shown_model``), the others the upstream's id.
     shown = model if target == "messages" else reply.model or model
     out: dict[str, Any]
@@ -203,6 +234,7 @@ def translate_reply(
         out = messages_reply.write_reply(reply, shown, new_id("messages"))
     else:
         out = responses_reply.write_reply(reply, shown, new_id("responses"), request)
+    tiers.write_served(target, out, served)
     return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode(), True
 
 

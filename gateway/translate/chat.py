@@ -32,6 +32,7 @@ from gateway.translate.common import (
     opt_str,
     read_function_choice,
     refuse_unknown,
+    write_function_choice,
 )
 from gateway.translate.ir import (
     Conversation,
@@ -284,11 +285,10 @@ def write_request(conversation: Conversation, model: str, *, stream_usage: bool 
     body: dict[str, Any] = {"model": model, "messages": _messages(conversation)}
     if conversation.tools:
         body["tools"] = [_tool(t) for t in conversation.tools]
-    choice = conversation.tool_choice
-    if choice is not None:
-        named = {"type": "function", "function": {"name": choice.name}}
-        body["tool_choice"] = named if choice.mode == "tool" else choice.mode
-    if conversation.parallel_tool_calls is not None:
+    choice = conversation.tool_choice  # without tools, OpenAI refuses either (only a forced call keeps its 400)
+    if choice is not None and (conversation.tools or choice.mode in ("required", "tool")):
+        body["tool_choice"] = write_function_choice(choice, nested=True)
+    if conversation.parallel_tool_calls is not None and conversation.tools:
         body["parallel_tool_calls"] = conversation.parallel_tool_calls
     if conversation.max_tokens is not None:
         body["max_tokens"] = conversation.max_tokens

@@ -140,11 +140,46 @@ def read_function_choice(choice: Any, *, nested: bool) -> ToolChoice | None:
     if choice in ("auto", "none", "required"):
         return ToolChoice(choice)
     spec = as_dict(choice, "tool_choice")
+    if spec.get("type") == "allowed_tools":
+        inner = as_dict(spec.get("allowed_tools"), "tool_choice.allowed_tools") if nested else spec
+        return _allowed_tools(inner, nested)
     if spec.get("type") != "function":
         raise Untranslatable("tool_choice.type", "other", f"tool choice {spec.get('type')!r}")
     if nested:
         return ToolChoice("tool", as_str(as_dict(spec.get("function"), "tool_choice.function").get("name"), "name"))
     return ToolChoice("tool", as_str(spec.get("name"), "tool_choice.name"))
+
+
+def _allowed_tools(spec: dict[str, Any], nested: bool) -> ToolChoice:
+    """An ``allowed_tools`` choice (chat nests it in ``allowed_tools``, Responses does not): functions and custom tools
+    (which go out as functions of the same name), by name; a built-in tool is refused."""
+    where = "tool_choice.allowed_tools" if nested else "tool_choice"
+    mode = spec.get("mode")
+    if mode not in ("auto", "required"):
+        raise bad(f"{where}.mode", "'auto' or 'required'")
+    names = []
+    for index, raw in enumerate(as_list(spec.get("tools"), f"{where}.tools")):
+        tool = as_dict(raw, f"{where}.tools[{index}]")
+        kind = tool.get("type")
+        if kind not in ("function", "custom"):
+            raise Untranslatable(f"{where}.tools[{index}].type", "other", f"an allowed {kind!r} tool")
+        function = as_dict(tool.get(kind), f"{where}.tools[{index}].{kind}") if nested else tool
+        names.append(as_str(function.get("name"), f"{where}.tools[{index}].name"))
+    return ToolChoice(mode, allowed=names)
+
+
+def write_function_choice(choice: ToolChoice, *, nested: bool) -> Any:
+    """``choice`` as OpenAI's ``tool_choice`` (chat nests a function's name, and an allowed list, one level deeper)."""
+    if choice.allowed is not None:
+        if nested:
+            tools = [{"type": "function", "function": {"name": name}} for name in choice.allowed]
+            return {"type": "allowed_tools", "allowed_tools": {"mode": choice.mode, "tools": tools}}
+        tools = [{"type": "function", "name": name} for name in choice.allowed]
+        return {"type": "allowed_tools", "mode": choice.mode, "tools": tools}
+    if choice.mode != "tool":
+        return choice.mode
+    named = {"function": {"name": choice.name}} if nested else {"name": choice.name}
+    return {"type": "function", **named}
 
 
 def openai_user(user: str) -> str:

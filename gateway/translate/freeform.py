@@ -16,15 +16,14 @@ from typing import Any
 
 from gateway.translate.common import as_dict, as_str, opt_str
 from gateway.translate.ir import Tool, Untranslatable
+from gateway.translate.tool_search import offered_tools
 
 ARGUMENT = "input"
 
 
 def custom_names(request: dict[str, Any]) -> frozenset[str]:
-    """The names of the custom tools a Responses request offers."""
-    tools = request.get("tools")
-    if not isinstance(tools, list):
-        return frozenset()
+    """The names of the custom tools a Responses request offers (its own, and those a tool search loaded)."""
+    tools = offered_tools(request)
     return frozenset(
         name
         for t in tools

@@ -174,6 +174,9 @@ class Tool:
 class ToolChoice:
     mode: ToolMode
     name: str | None = None
+    allowed: list[str] | None = None
+    """OpenAI's ``allowed_tools``: the only functions the model may call (``mode`` auto or required), the tool list
+    kept whole for the prompt cache. The Messages API has no such choice: it is offered only those tools."""
 
 
 @dataclass(slots=True)
@@ -234,6 +237,11 @@ class Conversation:
     reasoning: ReasoningAsk | None = None
     stream: bool = False
     prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    """The processing tier asked for, by OpenAI's name of it (``gateway.translate.tiers``)."""
+    verbosity: str | None = None
+    prompt_cache_retention: str | None = None
+    """Chat's and Responses' own asks, carried between them (``gateway.translate.openai_shared``)."""
     omitted_tools: list[str] = field(default_factory=list)
     """Built-in tools the client offered that were left out (``builtin_tools = "omit"``), by name: the target
     cannot run them, and the operator chose to serve the request without them rather than refuse it."""
@@ -313,6 +321,13 @@ class UsageSeen:
 
 
 @dataclass(slots=True)
+class TierSeen:
+    """The upstream says the processing tier it serves the answer at (by OpenAI's name: ``gateway.translate.tiers``)."""
+
+    tier: str
+
+
+@dataclass(slots=True)
 class Ended:
     """The upstream's stream is over (``[DONE]``, ``message_stop``, ``response.completed``)."""
 
@@ -324,4 +339,15 @@ class Failed:
     code: str | None = None
 
 
-Event = Started | TextDelta | ReasoningDelta | ToolCallStart | ToolArgsDelta | Finished | UsageSeen | Ended | Failed
+Event = (
+    Started
+    | TextDelta
+    | ReasoningDelta
+    | ToolCallStart
+    | ToolArgsDelta
+    | Finished
+    | UsageSeen
+    | TierSeen
+    | Ended
+    | Failed
+)

@@ -57,11 +57,15 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
     if conversation.metadata is not None:
         raise Untranslatable("metadata", TARGET, "only metadata.user_id (from user) is carried")
     body["messages"] = [_message(turn) for turn in conversation.turns]
-    if conversation.tools:
-        body["tools"] = [_tool(t) for t in conversation.tools]
     choice = conversation.tool_choice
-    if choice is not None or conversation.parallel_tool_calls is False:
-        mode = choice.mode if choice is not None else "auto"
+    allowed = choice.allowed if choice is not None else None
+    tools = [t for t in conversation.tools if allowed is None or t.name in allowed]
+    if tools:
+        body["tools"] = [_tool(t) for t in tools]
+    mode = choice.mode if choice is not None else "auto"
+    if (choice is not None or conversation.parallel_tool_calls is False) and (tools or mode in ("required", "tool")):
+        # Anthropic takes a tool choice only beside tools; without any, "auto", "none" and the parallel flag ask
+        # nothing (OpenAI's clients send ``parallel_tool_calls`` on every call, tools or not).
         spec: dict[str, Any] = {"type": {"required": "any"}.get(mode, mode)}
         if choice is not None and choice.mode == "tool":
             spec["name"] = choice.name

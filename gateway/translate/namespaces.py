@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from gateway.translate.ir import Untranslatable
+from gateway.translate.tool_search import offered_tools
 
 SEPARATOR = "__"
 MAX_NAME = 64
@@ -63,9 +64,9 @@ def flat_name(namespace: str, name: str, taken: set[Any]) -> str:
 
 
 def split(name: str, request: dict[str, Any]) -> tuple[str, str | None]:
-    """A called function's (name, namespace) as the client offered it: the flat name of a namespaced function
-    unflattened, any other name as it is (namespace None)."""
-    for (namespace, function), flat in flat_names(request.get("tools")).items():
+    """A called function's (name, namespace) as the client offered it (among its own tools, or those a tool search
+    loaded): the flat name of a namespaced function unflattened, any other name as it is (namespace None)."""
+    for (namespace, function), flat in flat_names(offered_tools(request)).items():
         if flat == name:
             return function, namespace
     return name, None

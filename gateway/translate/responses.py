@@ -6,14 +6,15 @@ generation, MCP, shell) unless the operator chose to omit them (``builtin_tools`
 references, ``previous_response_id`` (the gateway expands it into the full input before translating),
 background mode and stored prompts. ``include`` asks for what a translated answer may lack:
 ``reasoning.encrypted_content`` comes back absent (no other provider makes one), which Codex accepts.
-``namespace`` tools are flattened (``gateway.translate.namespaces``).
+``namespace`` tools are flattened (``gateway.translate.namespaces``); a ``tool_search`` the client runs is a function,
+and the tools its outputs loaded join the request's (``gateway.translate.tool_search``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from gateway.translate import freeform
+from gateway.translate import freeform, tool_search
 from gateway.translate.common import (
     as_dict,
     as_list,
@@ -99,7 +100,16 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
     if instructions:
         conversation.system.append(Instruction(instructions))
     tools = as_list(body.get("tools") or [], "tools")
-    flat = flat_names(tools)
+    flat = flat_names(tool_search.offered_tools(body))
+    taken = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "function"}
+    for index, raw in enumerate(tools):
+        tool = as_dict(raw, f"tools[{index}]")
+        if tool_search.is_client_run(tool):
+            conversation.tools.append(tool_search.read_tool(tool, f"tools[{index}]", taken))
+        elif tool.get("type") not in ("function", "namespace", "custom") and builtin_tools == "omit":
+            conversation.omitted_tools.append(str(tool.get("type")))
+        else:
+            conversation.tools.extend(_read_offered(tool, f"tools[{index}]", flat))
     items = body.get("input")
     if isinstance(items, str):
         conversation.turns.append(Turn("user", [Text(items)], plain=True))
@@ -108,16 +118,6 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
     conversation.max_tokens = opt_int(body.get("max_output_tokens"), "max_output_tokens")
     conversation.temperature = opt_number(body.get("temperature"), "temperature")
     conversation.top_p = opt_number(body.get("top_p"), "top_p")
-    for index, raw in enumerate(tools):
-        tool = as_dict(raw, f"tools[{index}]")
-        if tool.get("type") == "namespace":
-            conversation.tools.extend(_read_namespace(tool, index, flat))
-        elif tool.get("type") == "custom":
-            conversation.tools.append(freeform.read_tool(tool, f"tools[{index}]"))
-        elif tool.get("type") != "function" and builtin_tools == "omit":
-            conversation.omitted_tools.append(str(tool.get("type")))
-        else:
-            conversation.tools.append(_read_tool(tool, index))
     conversation.tool_choice = read_function_choice(body.get("tool_choice"), nested=False)
     choice = conversation.tool_choice
     if choice is not None and choice.mode == "tool" and all(t.name != choice.name for t in conversation.tools):
@@ -209,10 +209,18 @@ def _read_items(
                 freeform.arguments_of(text),
             )
             _turn(conversation, "assistant").parts.append(call)
-        elif kind in ("function_call_output", "custom_tool_call_output"):
+        elif kind == "tool_search_call":
+            tool_search.check_client_run(item, path)
+            call_id = as_str(item.get("call_id"), f"{path}.call_id")
+            call = ToolCall(call_id, tool_search.NAME, tool_search.call_arguments(item))
+            _turn(conversation, "assistant").parts.append(call)
+        elif kind in ("function_call_output", "custom_tool_call_output", "tool_search_output"):
             output = item.get("output")
             call_id = as_str(item.get("call_id"), f"{path}.call_id")
-            if isinstance(output, str):
+            if kind == "tool_search_output":
+                tool_search.check_client_run(item, path)
+                result = ToolResult(call_id, [Text(tool_search.output_text(_load(conversation, item, path, flat)))])
+            elif isinstance(output, str):
                 result = ToolResult(call_id, [Text(output)])
             else:
                 blocks = [p for p in read_content(output, f"{path}.output") if isinstance(p, Text | Image | Document)]
@@ -268,9 +276,31 @@ def read_content(content: Any, path: str) -> list[Part]:
     return parts
 
 
-def _read_namespace(tool: dict[str, Any], index: int, flat: dict[tuple[str, str], str]) -> list[Tool]:
+def _read_offered(tool: dict[str, Any], path: str, flat: dict[tuple[str, str], str]) -> list[Tool]:
+    """An offered tool (the request's own, or one a tool search loaded) as the flat tools it becomes."""
+    if tool.get("type") == "namespace":
+        return _read_namespace(tool, path, flat)
+    if tool.get("type") == "custom":
+        return [freeform.read_tool(tool, path)]
+    return [_read_tool(tool, 0, path)]
+
+
+def _load(conversation: Conversation, item: dict[str, Any], path: str, flat: dict[tuple[str, str], str]) -> list[str]:
+    """The tools a ``tool_search_output`` item loaded, added to the conversation's (once each: a later search may
+    find a tool again): the names the model calls them by."""
+    names = []
+    have = {t.name for t in conversation.tools}
+    for index, raw in enumerate(as_list(item.get("tools") or [], f"{path}.tools")):
+        for tool in _read_offered(as_dict(raw, f"{path}.tools[{index}]"), f"{path}.tools[{index}]", flat):
+            names.append(tool.name)
+            if tool.name not in have:
+                have.add(tool.name)
+                conversation.tools.append(tool)
+    return names
+
+
+def _read_namespace(tool: dict[str, Any], path: str, flat: dict[tuple[str, str], str]) -> list[Tool]:
     """A namespace's functions as flat tools; the namespace's description leads each function's own."""
-    path = f"tools[{index}]"
     namespace = as_str(tool.get("name"), f"{path}.name")
     about = opt_str(tool.get("description"), f"{path}.description")
     out = []
@@ -287,7 +317,10 @@ def _read_tool(raw: Any, index: int, path: str = "") -> Tool:
     path = path or f"tools[{index}]"
     tool = as_dict(raw, path)
     if tool.get("type") != "function":
-        raise Untranslatable(f"{path}.type", "other", f"the built-in tool {tool.get('type')!r}")
+        why = f"the built-in tool {tool.get('type')!r}"
+        if tool.get("type") == tool_search.NAME:
+            why += ' run by OpenAI (one the client runs, "execution": "client", is carried)'
+        raise Untranslatable(f"{path}.type", "other", why)
     parameters = tool.get("parameters")
     return Tool(
         as_str(tool.get("name"), f"{path}.name"),

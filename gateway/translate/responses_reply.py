@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from gateway.dialects.base import listed
-from gateway.translate import freeform, sealed
+from gateway.translate import freeform, sealed, tool_search
 from gateway.translate.common import (
     count,
 )
@@ -161,7 +161,10 @@ def function_call(
     item_id: str, status: str, call_id: str, name: str, arguments: str, request: dict[str, Any]
 ) -> dict[str, Any]:
     """A ``function_call`` item; ``name`` as the upstream called it, unflattened if it is a namespaced function; a
-    call of a custom tool the client offered is its ``custom_tool_call`` (``gateway.translate.freeform``)."""
+    call of a custom tool the client offered is its ``custom_tool_call`` (``gateway.translate.freeform``), and one of
+    its own tool search its ``tool_search_call`` (``gateway.translate.tool_search``)."""
+    if name == tool_search.NAME and tool_search.offered(request):
+        return tool_search.call_item(item_id, status, call_id, arguments)
     if name in freeform.custom_names(request):
         return freeform.call_item(item_id, status, call_id, name, arguments)
     own, namespace = split(name, request)

@@ -15,6 +15,7 @@ from gateway.translate.common import (
     document_url,
     image_url,
     openai_user,
+    write_function_choice,
 )
 from gateway.translate.ir import (
     Conversation,
@@ -50,7 +51,7 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         body["tools"] = [_tool(t) for t in conversation.tools]
     choice = conversation.tool_choice
     if choice is not None:
-        body["tool_choice"] = {"type": "function", "name": choice.name} if choice.mode == "tool" else choice.mode
+        body["tool_choice"] = write_function_choice(choice, nested=False)
     if conversation.parallel_tool_calls is not None:
         body["parallel_tool_calls"] = conversation.parallel_tool_calls
     if conversation.max_tokens is not None:

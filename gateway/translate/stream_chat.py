@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.translate import chat, chat_reply
+from gateway.translate import chat, chat_reply, tiers
 from gateway.translate.chat_assistant import signed
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
@@ -24,6 +24,7 @@ from gateway.translate.ir import (
     Started,
     StopReason,
     TextDelta,
+    TierSeen,
     ToolArgsDelta,
     ToolCallStart,
     Usage,
@@ -100,6 +101,11 @@ class ChatWriter:
             return b""
         if isinstance(event, UsageSeen):
             self._usage = event.usage
+            return b""
+        if isinstance(event, TierSeen):
+            tiers.write_served(
+                "chat", self.head, event.tier
+            )  # on every chunk from here on, as OpenAI's chunks carry it
             return b""
         assert isinstance(event, Ended)
         return self.end()

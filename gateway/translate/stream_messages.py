@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.dialects.messages import error_type
-from gateway.translate import messages, messages_reply, sealed
+from gateway.translate import messages, messages_reply, sealed, tiers
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
     Ended,
@@ -28,6 +28,7 @@ from gateway.translate.ir import (
     Started,
     StopReason,
     TextDelta,
+    TierSeen,
     ToolCallStart,
     Usage,
     UsageSeen,
@@ -51,6 +52,7 @@ class MessagesWriter:
         self._stop: StopReason = "end"
         self._sequence: str | None = None
         self._usage = Usage()
+        self._tier: str | None = None
         self.said_tokens = 0
         """Output tokens of a broken stream's earlier part, moved from the continuation's prompt to its output."""
 
@@ -65,6 +67,9 @@ class MessagesWriter:
             return b""
         if isinstance(event, UsageSeen):
             self._usage = event.usage
+            return b""
+        if isinstance(event, TierSeen):
+            self._tier = event.tier  # said with the usage: the start's, if it is not out yet, else the end's
             return b""
         if isinstance(event, Ended):
             return self.end()
@@ -122,6 +127,7 @@ class MessagesWriter:
             "stop_sequence": None,
             "usage": {"input_tokens": self.input_estimate, "output_tokens": 0},
         }
+        tiers.write_served("messages", message, self._tier)
         return sse("message_start", {"type": "message_start", "message": message})
 
     def _ensure(self, kind: str, block: dict[str, Any]) -> bytes:
@@ -172,9 +178,9 @@ class MessagesWriter:
                 usage.cache_creation_tokens,
             )
         delta = {"stop_reason": messages.STOP_OF[self._stop], "stop_sequence": self._sequence}
-        out += sse(
-            "message_delta", {"type": "message_delta", "delta": delta, "usage": messages_reply.write_usage(usage)}
-        )
+        ending = {"type": "message_delta", "delta": delta, "usage": messages_reply.write_usage(usage)}
+        tiers.write_served("messages", ending, self._tier)
+        out += sse("message_delta", ending)
         return out + sse("message_stop", {"type": "message_stop"})
 
     def error(self, message: str, status: int = 500) -> bytes:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from gateway.dialects.base import listed
 from gateway.dialects.chat_events import content_text, content_thinking, finish_failure
 from gateway.errors import describe_error
-from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply
+from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply, tiers
 from gateway.translate.chat_assistant import reasoning_text, thought_signature
 from gateway.translate.common import count, dump_json, obj
 from gateway.translate.ir import (
@@ -25,6 +25,7 @@ from gateway.translate.ir import (
     ReasoningDelta,
     Started,
     TextDelta,
+    TierSeen,
     ToolArgsDelta,
     ToolCallStart,
     Usage,
@@ -57,11 +58,17 @@ class ChatReader:
         self._held: dict[int, list[Event]] = {}
         self._argued: set[int] = set()
         """The calls some of whose arguments came (a call with none has the empty object's, as a whole answer's)."""
+        self._tier: str | None = None
+        """The processing tier the chunks name (each chunk of OpenAI's does): told once, and again if it changes."""
 
     def read(self, event: dict[str, Any]) -> list[Event]:
         if "error" in event and not event.get("choices"):
             return [_failed(event["error"])]
         out: list[Event] = []
+        tier = tiers.read_served("chat", event)
+        if tier is not None and tier != self._tier:  # before the start: a Messages client is told it there
+            self._tier = tier
+            out.append(TierSeen(tier))
         if not self._started:
             self._started = True
             out.append(Started(str(event.get("id") or ""), str(event.get("model") or "")))
@@ -159,7 +166,9 @@ class MessagesReader:
         if kind == "message_start":
             message = obj(event.get("message"))
             self._usage = messages_reply.read_usage(message.get("usage")) or Usage()
-            return [Started(str(message.get("id") or ""), str(message.get("model") or ""))]
+            tier = tiers.read_served("messages", message)
+            started = Started(str(message.get("id") or ""), str(message.get("model") or ""))
+            return [TierSeen(tier), started] if tier is not None else [started]
         if kind == "content_block_start":
             return self._block(event)
         if kind == "content_block_delta":
@@ -194,6 +203,9 @@ class MessagesReader:
             delta = obj(event.get("delta"))
             reason = delta.get("stop_reason")
             out.append(UsageSeen(self._usage))
+            tier = tiers.read_served("messages", event)
+            if tier is not None:
+                out.append(TierSeen(tier))
             if isinstance(reason, str):
                 sequence = delta.get("stop_sequence")
                 out.append(Finished(messages.STOPS.get(reason, "end"), sequence if isinstance(sequence, str) else None))
@@ -244,7 +256,9 @@ class ResponsesReader:
         key = count(event.get("output_index"))
         if kind == "response.created":
             response = obj(event.get("response"))
-            return [Started(str(response.get("id") or ""), str(response.get("model") or ""))]
+            started = Started(str(response.get("id") or ""), str(response.get("model") or ""))
+            tier = tiers.read_served("responses", response)  # the tier asked, at the start; the one served at the end
+            return [TierSeen(tier), started] if tier is not None else [started]
         if kind == "response.output_item.added":
             item = obj(event.get("item"))
             return self._call(key, item) if item.get("type") == "function_call" else []
@@ -272,6 +286,9 @@ class ResponsesReader:
             usage = responses_reply.read_usage(response.get("usage"))
             if usage is not None:
                 out.append(UsageSeen(usage))
+            tier = tiers.read_served("responses", response)
+            if tier is not None:
+                out.append(TierSeen(tier))
             stop = responses_reply.stop_of(response.get("status"), response.get("incomplete_details"), self._calls)
             return [*out, Finished(stop), Ended()]
         if kind == "error":

@@ -4,9 +4,9 @@
 (``response.reasoning_text.delta``), a message (``output_item.added``, ``content_part.added``,
 ``output_text.delta`` ..., ``output_text.done``, ``content_part.done``, ``output_item.done``) or a
 function call (``function_call_arguments.delta`` ..., ``.done``; a custom tool's call: its whole input in one
-``custom_tool_call_input.delta``, then ``.done``), then ``response.completed`` (or
-``response.incomplete`` with its reason) holding every item and the usage. Every event carries
-``sequence_number``, from 0 without a gap. Created per client stream, not thread-safe.
+``custom_tool_call_input.delta``, then ``.done``; a client tool search's call: its item only), then
+``response.completed`` (or ``response.incomplete`` with its reason) holding every item and the usage. Every event
+carries ``sequence_number``, from 0 without a gap. Created per client stream, not thread-safe.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.translate import freeform, responses_reply, sealed
+from gateway.translate import freeform, responses_reply, sealed, tiers, tool_search
 from gateway.translate.common import dump_json
 from gateway.translate.ir import (
     Api,
@@ -27,6 +27,7 @@ from gateway.translate.ir import (
     Started,
     StopReason,
     TextDelta,
+    TierSeen,
     ToolArgsDelta,
     ToolCallStart,
     Usage,
@@ -63,9 +64,12 @@ class ResponsesWriter:
         self._tools: dict[int, _Item] = {}
         self._stop: StopReason = "end"
         self._usage: Usage | None = None
+        self._tier: str | None = None
         self.said_tokens = 0
         self._custom = freeform.custom_names(request)
         """The client's custom tools: their calls stream their ``input`` whole, once it is known."""
+        self._search = tool_search.NAME if tool_search.offered(request) else None
+        """The client's own tool search: its calls' arguments are an object, given whole in the item when it ends."""
 
     @property
     def last_sequence(self) -> int | None:
@@ -83,9 +87,11 @@ class ResponsesWriter:
     def _response(self, status: str) -> dict[str, Any]:
         output = [self._finished(item) for item in self._items] if status != "in_progress" else []
         usage = self._usage if status != "in_progress" else None
-        return responses_reply.response_object(
+        response = responses_reply.response_object(
             self.request, self.response_id, self.model, self.created, status, output, usage, self._stop
         )
+        tiers.write_served("responses", response, self._tier)
+        return response
 
     def _start(self) -> bytes:
         if self.started:
@@ -106,6 +112,9 @@ class ResponsesWriter:
             return b""
         if isinstance(event, UsageSeen):
             self._usage = event.usage
+            return b""
+        if isinstance(event, TierSeen):
+            self._tier = event.tier
             return b""
         if isinstance(event, Ended):
             return self.end()
@@ -153,7 +162,7 @@ class ResponsesWriter:
             out += self.write(ToolCallStart(event.key, f"call_{event.key}", ""))
             call = self._tools[event.key]
         call.text += event.text
-        if call.name in self._custom:
+        if call.name in self._custom or call.name == self._search:
             return out  # JSON arguments; the input they hold is sent when the call ends (``_close``)
         data = {"item_id": call.id, "output_index": call.index, "delta": event.text}
         return out + self._event({"type": "response.function_call_arguments.delta", **data})
@@ -232,6 +241,8 @@ class ResponsesWriter:
             out += self._event({"type": "response.content_part.done", **where, "content_index": 0, "part": part})
         elif item.kind == "reasoning" and item.text:
             out += self._event({"type": "response.reasoning_text.done", **where, "content_index": 0, "text": item.text})
+        elif item.kind == "function_call" and item.name == self._search:
+            pass  # a ``tool_search_call`` has no argument events: its item, done, holds them
         elif item.kind == "function_call" and item.name in self._custom:
             text = freeform.input_of(item.text)
             out += self._event({"type": "response.custom_tool_call_input.delta", **where, "delta": text})
