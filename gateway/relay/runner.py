@@ -43,7 +43,8 @@ from gateway.samples import Outcome, Sample, SampleSink, Validity, sample_from_f
 from gateway.sessions.session_bindings import SessionBindings
 from gateway.tokens import TokenCounter
 from gateway.types import Clock, QueueOutcome
-from gateway.upstream import AttemptTimeouts, UpstreamPool
+from gateway.upstream import AttemptTimeouts
+from gateway.upstream_pool import UpstreamPool
 
 
 class AttemptRunner:
@@ -70,8 +71,7 @@ class AttemptRunner:
         self.events: GatewayEvents = events if events is not None else NoEvents()
         self.clock = clock
         self.wall_clock = wall_clock
-        self.rng = random.Random()
-        """The retries' jitter."""
+        self.rng = random.Random()  # the retries' jitter
         self.queue = queue if queue is not None else SlotQueue(clock)
         self._refusal_log = RefusalLog(clock)
 
