@@ -63,7 +63,7 @@ from gateway.sessions.session_bindings import SessionBindings
 from gateway.stats import StatsStore, open_stats_store
 from gateway.tokens import load_token_counter
 from gateway.types import Clock
-from gateway.upstream import UpstreamPool
+from gateway.upstream_pool import UpstreamPool
 
 logger = logging.getLogger("gateway")
 
@@ -125,7 +125,7 @@ async def build_runtime(
     else:
         counter = await asyncio.to_thread(load_token_counter, config.stats.tokenizer)
     metrics_key = resolve_metrics_key(config, options.environ)
-    upstreams = UpstreamPool.from_config(config, keys)
+    upstreams = UpstreamPool.from_config(config, keys, previous.upstreams if previous is not None else None)
     events: GatewayEvents = options.metrics
     if options.events is not None:
         events = EventFanout([options.metrics, options.events])

@@ -32,7 +32,7 @@ from gateway.sessions.response_owners import ResponseOwners
 from gateway.sessions.session_bindings import SessionBindings
 from gateway.stats import StatsStore
 from gateway.tokens import TokenCounter
-from gateway.upstream import UpstreamPool
+from gateway.upstream_pool import UpstreamPool
 
 
 class ActiveRequests:

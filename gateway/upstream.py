@@ -24,7 +24,7 @@ from multidict import CIMultiDict
 
 from gateway import __version__
 from gateway.answer_decoding import AnswerDecoder
-from gateway.config import GatewayConfig, ProviderConfig
+from gateway.config import ProviderConfig
 from gateway.dialects.scans import redactor
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.http1 import Connection, WireError, WireTimeout
@@ -265,7 +265,8 @@ class UpstreamClient:
         """The upstream model ids whose chat answers (to any client: native or translated) carried thought signatures
         (Gemini's): the ones that refuse a tool call sent back without one, and are sent a placeholder where the
         client kept none. Learned from each answer's reading (``AttemptRunner.record``), not configured; a restart
-        (or a reload, which makes new clients) forgets it until the next signed answer."""
+        forgets it until the next signed answer, and so does a reload that moves the provider
+        (``gateway.upstream_pool``)."""
         self.refused_fields: set[str] = set()
         """The fields the gateway writes that the provider refused as unknown (its usage ask, a translation's hints),
         which it is not sent again; learned, as ``thought_signers`` is (``gateway.relay.outbound.cured``)."""
@@ -361,30 +362,10 @@ class UpstreamClient:
             origin.close()
 
 
-class UpstreamPool:
-    """Every provider's client, keyed by provider name. Owned by the app's lifespan."""
-
-    def __init__(self, clients: Mapping[str, UpstreamClient]) -> None:
-        self.clients = dict(clients)
-
-    @classmethod
-    def from_config(cls, config: GatewayConfig, keys: Mapping[str, str | None]) -> UpstreamPool:
-        cap = config.limits.max_answer_bytes
-        return cls({p.name: UpstreamClient(p, keys.get(p.name), cap) for p in config.providers})
-
-    def __getitem__(self, provider: str) -> UpstreamClient:
-        return self.clients[provider]
-
-    async def aclose(self) -> None:
-        for client in self.clients.values():
-            await client.aclose()
-
-
 __all__ = [
     "AttemptTimeouts",
     "UpstreamClient",
     "UpstreamError",
-    "UpstreamPool",
     "UpstreamResponse",
     "forwardable_headers",
     "forwardable_of",

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import openai
 import pytest
 
+from gateway.fakes.chat import decoded
+from gateway.relay.echo import EchoedPrompt
 from gateway.samples import Sample
 from tests.support.access import access_lines
 from tests.support.config import gateway_config
@@ -124,3 +127,102 @@ def test_an_echo_joined_to_the_first_token_is_that_token(
     wait_until(lambda: len(gateway.samples.samples) == 1)
     sample = gateway.samples.samples[0]
     assert (sample.outcome, sample.output_tokens) == ("ok", 2) and sample.ttft_s is not None
+
+
+IDS = list(range(1000, 1120))
+"""A prompt of 120 token ids; the fake's tokenizer decodes id ``n`` as `` t<n>`` (``gateway.fakes.chat.decoded``)."""
+DECODED = "".join(decoded(IDS))
+
+
+@pytest.mark.parametrize("logprobs", [None, 1], ids=["plain", "logprobs"])
+@pytest.mark.parametrize("prompt", [IDS, [IDS]], ids=["ids", "list-of-ids"])
+def test_a_streamed_echo_of_token_ids_is_not_the_first_token(
+    fakes: Fakes, start_gateway: Callable[..., Gateway], prompt: list[int] | list[list[int]], logprobs: int | None
+) -> None:
+    """The gateway cannot decode token ids (the model's tokenizer is not its own), yet the echo is known: by the
+    count of tokens the events' ``logprobs`` list, or, without them, as the choice's first text. The first token and
+    the answer's speed are the generated text's, and only the generated text is counted."""
+    gateway = _gateway(fakes, start_gateway, usage=True)
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    wait = {"fake": {"ttft_s": 0.4, "tokens_per_s": 100}}
+    chunks = client.completions.create(
+        model="m", prompt=prompt, echo=True, stream=True, max_tokens=16, logprobs=logprobs, extra_body=wait
+    )
+    text = "".join(chunk.choices[0].text for chunk in chunks if chunk.choices)
+    assert text.startswith(DECODED) and len(text) > len(DECODED)
+    wait_until(lambda: len(gateway.samples.samples) == 1)
+    sample = gateway.samples.samples[0]
+    assert sample.outcome == "ok" and sample.output_tokens == 16
+    assert sample.ttft_s is not None and sample.ttft_s >= 0.4
+    assert sample.first_answer_s is not None and sample.first_answer_s >= 0.4
+    assert sample.tokens_per_s is not None and sample.tokens_per_s > 50
+
+
+def test_an_echo_of_token_ids_joined_to_the_first_token_is_that_token_by_its_logprobs(
+    test_servers: list[ServerThread], start_gateway: Callable[..., Gateway]
+) -> None:
+    """vLLM's first event holds the echo and the first generated text, and its ``logprobs`` list the tokens of
+    both: more than the prompt's ids, so that event is the first token; the count takes the ids off."""
+    upstream = ScriptedUpstream("v")
+    test_servers.append(upstream.server.start())
+    head = {"id": "c", "object": "text_completion", "created": 1, "model": "m"}
+    echo = [" hello"] * len(IDS)  # one token each in the pinned encoding as well
+    pieces = [([*echo, " world"], None), ([" again"], None), ([], "stop")]
+    events = [
+        {
+            **head,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "".join(tokens),
+                    "logprobs": {"tokens": tokens} if tokens else None,
+                    "finish_reason": f,
+                }
+            ],
+        }
+        for tokens, f in pieces
+    ]
+    upstream.answer_sse([*[(None, event) for event in events], (None, "[DONE]")])
+    gateway = start_gateway(gateway_config([upstream], provider_options={"v": {"stream_usage": False}}))
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    chunks = client.completions.create(model="m", prompt=IDS, echo=True, stream=True, max_tokens=16, logprobs=0)
+    assert "".join(chunk.choices[0].text for chunk in chunks if chunk.choices) == "".join(echo) + " world again"
+    wait_until(lambda: len(gateway.samples.samples) == 1)
+    sample = gateway.samples.samples[0]
+    assert (sample.outcome, sample.output_tokens) == ("ok", 2) and sample.ttft_s is not None
+
+
+def test_which_events_echo_a_prompt_of_token_ids() -> None:
+    """``EchoedPrompt`` alone, per choice: logprobs counted off each prompt's ids (``n`` choices per prompt), the
+    first text taken as the echo where no logprobs tell, an answer's end never held back."""
+
+    def event(index: int, text: str, tokens: int | None = None, finish: str | None = None) -> dict[str, Any]:
+        logprobs = {"tokens": ["x"] * tokens} if tokens is not None else None
+        return {"choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}]}
+
+    echo = EchoedPrompt({"prompt": [[1, 2, 3], [4, 5]], "n": 2})
+    assert echo.repeats(event(0, "a b", 2)) and echo.repeats(event(0, " c", 1))  # the echo, in two events
+    assert not echo.repeats(event(0, " d", 1))  # the first generated token
+    assert not echo.repeats(event(1, "a b c d", 4))  # the echo and a generated token in one event
+    assert echo.repeats(event(2, "e f"))  # prompt 2's first choice: no logprobs, the first text is the echo
+    assert not echo.repeats(event(2, " g"))
+    assert not echo.repeats(event(3, "e f", finish="length"))  # an answer of just its echo ends there
+    assert not echo.repeats(event(5, "h"))  # a choice of no prompt
+    assert echo.echoed == {0: "a b c", 2: "e f"}
+    assert echo.joined == {0: 0, 1: 3, 2: 0}  # choice 1's first event held its whole echo: counted off by its ids
+    ignored = EchoedPrompt({"prompt": list(range(40))})  # a provider that does not echo: one generated token
+    assert not ignored.repeats(event(0, " The")) and ignored.joined == {0: 0}
+
+
+def test_llama_cpp_s_logprobs_tell_by_their_ids() -> None:
+    """llama.cpp's completions ``logprobs`` list each token's id (``content``): an echo's are the prompt's."""
+
+    def event(ids: list[int]) -> dict[str, Any]:
+        content = [{"id": n, "token": f" t{n}", "logprob": -0.5} for n in ids]
+        text = "".join(f" t{n}" for n in ids)
+        return {"choices": [{"index": 0, "text": text, "logprobs": {"content": content}, "finish_reason": None}]}
+
+    echo = EchoedPrompt({"prompt": [2, 651, 6588]})
+    assert echo.repeats(event([2, 651])) and echo.repeats(event([6588])) and not echo.repeats(event([603]))
+    ignored = EchoedPrompt({"prompt": [2, 651, 6588]})  # llama.cpp's server ignores ``echo``
+    assert not ignored.repeats(event([603])) and ignored.joined == {0: 0} and not ignored.echoed

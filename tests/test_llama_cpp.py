@@ -256,3 +256,36 @@ def test_an_image_to_a_model_without_a_projector_is_refused_not_retried(
     assert caught.value.code == "image_input_unsupported"
     assert "deployment 'llama' does not accept image input (upstream returned 500" in caught.value.message
     assert caught.value.response.headers["x-gateway-attempts"] == "1"
+
+
+@pytest.mark.parametrize("logprobs", [None, 1], ids=["plain", "logprobs"])
+def test_token_ids_with_echo_at_a_server_that_does_not_echo(
+    llama: LlamaServer, start_gateway: StartGateway, logprobs: int | None
+) -> None:
+    """llama.cpp's server ignores ``echo``: a prompt of token ids comes back without its echo. The gateway, which
+    cannot decode the ids, must not take the first generated text for the echo (it is too short to be one, or its
+    ``logprobs`` ids are not the prompt's): the first token is the server's first, and every token is counted."""
+    timeouts = {"first_token_timeout_s": 30, "idle_timeout_s": 30}
+    gateway = start_gateway(
+        gateway_config([llama], provider_options={"llama": {"apis": ["completions"]}}, policy=timeouts)
+    )
+    ids = list(range(1000, 1048))
+    body: dict[str, Any] = {"prompt": ids, "echo": True, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True}
+    body |= {"stream_options": {"include_usage": True}} | ({"logprobs": logprobs} if logprobs is not None else {})
+    text: list[str] = []
+    timings: dict[str, float] = {}
+    with httpx.stream("POST", gateway.base_url + "/completions", json={"model": "m", **body}, timeout=60) as answer:
+        assert answer.status_code == 200
+        for line in answer.iter_lines():
+            if line.startswith("data: {"):
+                event = json.loads(line[6:])
+                text += [choice.get("text") or "" for choice in event.get("choices") or ()]
+                timings = event.get("timings", timings)
+    wait_until(lambda: len(gateway.samples.samples) == 1, what="the attempt recorded")
+    sample = gateway.samples.samples[0]
+    assert sample.outcome == "ok" and sample.usage_completion_tokens == timings["predicted_n"]
+    assert sample.output_tokens == gateway.runtime.counter.count("".join(text))  # nothing taken out as an echo
+    assert sample.ttft_s is not None
+    expected_ttft = timings["prompt_ms"] / 1000
+    relative, absolute = TTFT_TOLERANCE
+    assert abs(sample.ttft_s - expected_ttft) <= max(relative * expected_ttft, absolute), (sample.ttft_s, timings)

@@ -197,7 +197,7 @@ def test_what_a_body_carries_is_read_only_once_something_was_refused() -> None:
     plain: Any = {"messages": [{"role": "user", "content": "hi"}], "input": "hi"}
     refused = RefusedInputs()
     assert inputs_of(refused, "chat", chat) == frozenset()
-    refused.learn(("m", "text"), "image", "deployment 'text' does not accept image input")
+    refused.learn(("m", "text"), "image", "deployment 'text' does not accept image input", 0.0)
     assert inputs_of(refused, "chat", chat) == {"image", "audio"}
     assert inputs_of(refused, "messages", messages) == {"image"}
     assert inputs_of(refused, "responses", responses) == {"image"}

@@ -19,10 +19,10 @@ from gateway.request_body import decoded_headers
 from gateway.upstream import (
     AttemptTimeouts,
     UpstreamClient,
-    UpstreamPool,
     forwardable_headers,
     forwardable_of,
 )
+from gateway.upstream_pool import UpstreamPool
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.wait import wait_until
 

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import dataclasses
 import json
+import re
 import struct
 import time
 from typing import Any
@@ -90,13 +91,40 @@ def answer_plan(
 
 
 def _echoed(body: dict[str, Any], path: str) -> str:
-    """What a completion with ``echo: true`` repeats before its answer, as OpenAI's and vLLM's do: the prompt."""
+    """What a completion with ``echo: true`` repeats before its answer, as OpenAI's and vLLM's do: the prompt (one
+    given as token ids, decoded by ``decoded``)."""
     prompt = body.get("prompt")
     if path.endswith("/chat/completions") or body.get("echo") is not True:
         return ""
+    ids = _ids(prompt)
+    if ids is not None:
+        return "".join(decoded(ids))
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]
     return prompt if isinstance(prompt, str) else ""
+
+
+def decoded(ids: list[int]) -> list[str]:
+    """The fake's tokenizer: token id ``n`` is the text `` t<n>``."""
+    return [f" t{n}" for n in ids]
+
+
+def _ids(prompt: object) -> list[int] | None:
+    """A prompt of token ids (or a list of one such prompt), or None."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+        prompt = prompt[0]
+    if isinstance(prompt, list) and prompt and all(type(n) is int for n in prompt):
+        return prompt
+    return None
+
+
+def _logprobs(body: dict[str, Any], tokens: list[str]) -> dict[str, Any] | None:
+    """A completions choice's ``logprobs`` for its ``tokens`` when the request asked for them (its ``logprobs``, a
+    number of alternatives), as OpenAI lists them; None when it did not ask."""
+    asked = body.get("logprobs")
+    if type(asked) is not int:
+        return None
+    return {"tokens": tokens, "token_logprobs": [-0.5] * len(tokens), "top_logprobs": None}
 
 
 def _n(body: dict[str, Any]) -> int:
@@ -204,7 +232,13 @@ class ChatScript:
     def opening(self) -> bytes:
         if not self.chat:
             echoed = _echoed(self.body, "/completions")  # the prompt, at once (usage counts only what follows)
-            return self._event({"index": 0, "text": echoed, "finish_reason": None}) if echoed else b""
+            if not echoed:
+                return b""
+            ids = _ids(self.body.get("prompt"))
+            tokens = decoded(ids) if ids is not None else [echoed]
+            return self._event(
+                {"index": 0, "text": echoed, "logprobs": _logprobs(self.body, tokens), "finish_reason": None}
+            )
         # The role chunk carries no output: TTFT is not over until the first content.
         return self._event({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
 
@@ -215,7 +249,10 @@ class ChatScript:
         return b""
 
     def piece(self, text: str, first: bool) -> bytes:
-        return self._event(_piece(self.chat, text, self.behavior, first=first))
+        piece = _piece(self.chat, text, self.behavior, first=first)
+        if not self.chat and "logprobs" in self.body:
+            piece["logprobs"] = _logprobs(self.body, re.findall(r"\s*\S+\s*", text) or [text])
+        return self._event(piece)
 
     def finish(self) -> bytes:
         calls = self.behavior.tool_call and self.chat

@@ -24,6 +24,7 @@ from gateway.errors import (
 )
 from gateway.meter import StreamMeter
 from gateway.reading import Reading
+from gateway.relay.echo import EchoedPrompt
 from gateway.routing import Candidate
 from gateway.routing.capacity import RateLimits
 from gateway.routing.inputs import InputKind
@@ -73,6 +74,8 @@ class Attempt:
     whole: tuple[Reading, Outcome] | None = None
     """A whole answer's reading and outcome, once read (``AttemptRunner.read_whole``): an answer judged before it is
     sent (``retry_invalid``) is recorded from the same reading, not read twice."""
+    echo: EchoedPrompt | None = None
+    """A completions stream that echoes its prompt: what it echoed (``gateway.relay.echo``)."""
 
 
 @dataclass(slots=True)

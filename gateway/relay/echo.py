@@ -25,22 +25,42 @@ def echoes(endpoint: str, body: dict[str, Any]) -> bool:
     return endpoint == "completions" and body.get("echo") is True
 
 
+ECHO_BYTES_PER_ID = 0.5
+"""Where no ``logprobs`` tell, a choice's first text is taken for the echo of a prompt of token ids only if it holds
+at least this many bytes per id: every token but a special one (a BOS, which decodes to nothing) is a byte at least,
+while a provider that ignores ``echo`` (llama.cpp's server does) starts with one generated token."""
+
+
 class EchoedPrompt:
     """What each choice of an echoed completions stream repeats before its answer: its prompt. Per attempt.
 
     ``repeats(event)`` is True for an event whose every text is (the next part of) its choice's prompt: no output
-    yet. A choice is ``index // n``-th prompt's (the API's order for a list of prompts); a prompt given as token
-    ids has no text to find, so its echo is output as before (``without_echo`` still takes it out of the count).
+    yet. A choice is ``index // n``-th prompt's (the API's order for a list of prompts). A prompt given as text is
+    found in the events' text. One given as token ids has no text the gateway can find (their decoding is the
+    model's tokenizer's, which it does not know), so the events' ``logprobs`` tell where they list the tokens: their
+    ids (llama.cpp's ``content``) are matched against the prompt's, their number (OpenAI's and vLLM's ``tokens``)
+    counted off it, and an event holding more than is left holds generated text (vLLM sends the echo and the first
+    generated text in one event). Without them, a choice's first text is its echo if it is long enough to be
+    (``ECHO_BYTES_PER_ID``): OpenAI sends the echo alone; where a provider joins the first generated text to it,
+    the first token is timed one event late, never at the echo. ``echoed`` keeps each choice's echo so found, for
+    ``without_echo`` to take out of the count.
     """
 
-    __slots__ = ("_prompts", "_n", "_left")
+    __slots__ = ("_prompts", "_n", "_left", "_at", "echoed", "joined")
 
     def __init__(self, body: dict[str, Any]) -> None:
         n = body.get("n")
         self._n = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
-        self._prompts = [prompt if isinstance(prompt, str) else None for prompt in _prompts(body.get("prompt"))]
-        self._left: dict[int, str | None] = {}
-        """Per choice index: the part of its prompt not repeated yet (None: not known)."""
+        self._prompts = _prompts(body.get("prompt"))
+        self._left: dict[int, str] = {}
+        """Per choice index whose prompt is text: the part of it not repeated yet."""
+        self._at: dict[int, int] = {}
+        """Per choice index whose prompt is token ids: how many of them were repeated."""
+        self.echoed: dict[int, str] = {}
+        """Per choice index: the echo of a prompt of token ids, as its events gave it."""
+        self.joined: dict[int, int] = {}
+        """Per choice index whose first generated text was seen: how many of its prompt's ids that event repeated
+        too (vLLM's echo joined to it; 0: nothing more, or the provider did not echo)."""
 
     def repeats(self, event: dict[str, Any]) -> bool:
         choices = event.get("choices")
@@ -53,25 +73,68 @@ class EchoedPrompt:
             text, index = choice.get("text"), choice.get("index", 0)
             if not text or not isinstance(index, int):
                 continue
-            left = self._left[index] if index in self._left else self._prompt(index)
-            if left is None or not isinstance(text, str) or not left.startswith(text):
-                return False  # generated text (after the echo, or joined to it): the first token
-            self._left[index] = left[len(text) :]
+            number = index // self._n
+            prompt = self._prompts[number] if number < len(self._prompts) else None
+            if not isinstance(text, str) or prompt is None:
+                return False
+            if isinstance(prompt, str):
+                left = self._left.get(index, prompt)
+                if not left.startswith(text):
+                    return False  # generated text (after the echo, or joined to it): the first token
+                self._left[index] = left[len(text) :]
+            else:
+                at = self._repeated_ids(index, prompt, text, choice.get("logprobs"))
+                if at is None:
+                    return False
+                self._at[index] = at
+                self.echoed[index] = self.echoed.get(index, "") + text
             repeated = True
         return repeated
 
-    def _prompt(self, index: int) -> str | None:
-        number = index // self._n
-        return self._prompts[number] if number < len(self._prompts) else None
+    def _repeated_ids(self, index: int, ids: list[int], text: str, logprobs: object) -> int | None:
+        """How many of the prompt's ``ids`` will have been repeated with this event's ``text``; None: it holds
+        generated text (then ``joined`` says how many of the ids it holds too)."""
+        at = self._at.get(index, 0)
+        listed = _listed(logprobs)
+        if listed is None:
+            if at == 0 and len(text.encode()) >= ECHO_BYTES_PER_ID * len(ids):
+                return len(ids)
+            self.joined[index] = 0
+            return None
+        count, listed_ids = listed
+        rest = ids[at:]
+        if count > len(rest) or (listed_ids is not None and listed_ids != rest[:count]):
+            starts = count > len(rest) and (listed_ids is None or listed_ids[: len(rest)] == rest)
+            self.joined[index] = len(rest) if starts else 0  # the echo's rest, then generated text; or no echo
+            return None
+        return at + count
 
 
-def without_echo(reading: Reading, body: dict[str, Any], counter: TokenCounter) -> Reading:
+def _listed(logprobs: object) -> tuple[int, list[object] | None] | None:
+    """How many tokens a completions choice's ``logprobs`` lists, and their ids where it gives them (llama.cpp's
+    ``content`` entries); None when it lists none."""
+    if not isinstance(logprobs, dict):
+        return None
+    tokens = logprobs.get("tokens")
+    if isinstance(tokens, list):
+        return len(tokens), None
+    content = logprobs.get("content")
+    if isinstance(content, list):
+        return len(content), [entry.get("id") if isinstance(entry, dict) else None for entry in content]
+    return None
+
+
+def without_echo(
+    reading: Reading, body: dict[str, Any], counter: TokenCounter, echo: EchoedPrompt | None = None
+) -> Reading:
     """``reading`` with its output tokens (and tokens per second) counted without the echoed prompt.
 
     Each prompt given as text is taken out of the answer text once per choice (``n``) where it is found (a
     whole body's choices are joined, and a stream sends each choice's echo in one piece), and what is left is
     counted, judged, and logged with the bodies; a provider that did not echo loses nothing. A prompt of token
-    ids cannot be found in text: its number of ids is taken off the count instead.
+    ids cannot be found in text: what a stream told of its echo (``echo``, the stream's ``EchoedPrompt``) is taken
+    out (the echo's text as it came alone, the ids joined to generated text by their number; nothing where the
+    provider did not echo), and for a choice nothing told of (a whole answer), its number of ids is taken off.
     """
     counted = reading.output_tokens
     if not counted:
@@ -80,11 +143,19 @@ def without_echo(reading: Reading, body: dict[str, Any], counter: TokenCounter) 
     choices = choices if isinstance(choices, int) and not isinstance(choices, bool) and choices > 0 else 1
     text = reading.answer_text
     ids = 0
-    for prompt in _prompts(body.get("prompt")):
-        if isinstance(prompt, int):
-            ids += prompt * choices
-        elif prompt and prompt in text:
-            text = text.replace(prompt, "", choices)
+    for number, prompt in enumerate(_prompts(body.get("prompt"))):
+        if isinstance(prompt, str):
+            if prompt and prompt in text:
+                text = text.replace(prompt, "", choices)
+            continue
+        for index in range(number * choices, (number + 1) * choices):
+            seen = echo.echoed.get(index, "") if echo is not None else ""
+            if seen and seen in text:
+                text = text.replace(seen, "", 1)
+            if echo is not None and index in echo.joined:
+                ids += echo.joined[index]
+            elif not seen:
+                ids += len(prompt)  # not told (a whole answer, a choice past the stream's first token): all of them
     tokens = counter.count(text) if text != reading.answer_text else counted
     tokens = max(0, tokens - ids)
     if tokens == counted:
@@ -96,18 +167,18 @@ def without_echo(reading: Reading, body: dict[str, Any], counter: TokenCounter) 
     return msgspec.structs.replace(reading, output_tokens=tokens, tokens_per_s=speed, answer_text=text)
 
 
-def _prompts(prompt: object) -> list[str | int]:
-    """Each prompt as text, or as its number of token ids: a string, strings, token ids, or lists of them."""
+def _prompts(prompt: object) -> list[str | list[int]]:
+    """Each prompt as text, or as its token ids: a string, strings, token ids, or lists of them."""
     if isinstance(prompt, str):
         return [prompt]
     if not isinstance(prompt, list) or not prompt:
         return []
     if all(isinstance(item, int) for item in prompt):
-        return [len(prompt)]
-    found: list[str | int] = []
+        return [prompt]
+    found: list[str | list[int]] = []
     for item in prompt:
         if isinstance(item, str):
             found.append(item)
         elif isinstance(item, list):
-            found.append(len(item))
+            found.append(item)
     return found

@@ -106,7 +106,8 @@ async def await_first_token(
     """
     response = attempt.response
     assert response is not None
-    repeats = EchoedPrompt(request.body).repeats if echoes(api, request.body) else None
+    attempt.echo = EchoedPrompt(request.body) if echoes(api, request.body) else None
+    repeats = attempt.echo.repeats if attempt.echo is not None else None
     meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect_for(api), repeats)
     held = attempt.held
     while meter.first_output_at is None and not meter.done:

@@ -43,7 +43,8 @@ from gateway.samples import Outcome, Sample, SampleSink, Validity, sample_from_f
 from gateway.sessions.session_bindings import SessionBindings
 from gateway.tokens import TokenCounter
 from gateway.types import Clock, QueueOutcome
-from gateway.upstream import AttemptTimeouts, UpstreamPool
+from gateway.upstream import AttemptTimeouts
+from gateway.upstream_pool import UpstreamPool
 
 
 class AttemptRunner:
@@ -70,8 +71,7 @@ class AttemptRunner:
         self.events: GatewayEvents = events if events is not None else NoEvents()
         self.clock = clock
         self.wall_clock = wall_clock
-        self.rng = random.Random()
-        """The retries' jitter."""
+        self.rng = random.Random()  # the retries' jitter
         self.queue = queue if queue is not None else SlotQueue(clock)
         self._refusal_log = RefusalLog(clock)
 
@@ -324,7 +324,7 @@ class AttemptRunner:
         """Turn an ended attempt into its ``Sample``: to the router (health, in flight, ``error``) and the sinks."""
         attempt.recorded = True
         if reading.output_tokens and echoes(request.endpoint, request.body):
-            reading = without_echo(reading, request.body, self.counter)
+            reading = without_echo(reading, request.body, self.counter, attempt.echo)
         candidate = attempt.candidate
         deployment = candidate.deployment
         prompt = reading.usage_prompt_tokens if reading.usage_prompt_tokens is not None else request.prompt_tokens

@@ -113,6 +113,7 @@ class LiveBeliefRouter(BeliefRouter):
         """Carry on from the router before a reload: the same state objects, shared rather than copied, because the
         old router's attempts still running report to them."""
         self.beliefs = previous.beliefs
+        self.hazards = previous.hazards  # the ones its beliefs share: a new deployment's joins them
         self.priors = previous.priors
         self.others = previous.others
         self.lengths = previous.lengths
@@ -136,7 +137,7 @@ class LiveBeliefRouter(BeliefRouter):
         super().continuation_refused(candidate)
 
     def input_refused(self, candidate: Candidate, kind: InputKind, words: str) -> None:
-        if self.state.inputs.learn((candidate.model, candidate.name), kind, words):
+        if self.state.inputs.learn((candidate.model, candidate.name), kind, words, self.clock()):
             logger.info(
                 "deployment %s of model %s does not accept %s input (learned from its refusal): such requests "
                 "go to the model's other deployments",
@@ -146,10 +147,9 @@ class LiveBeliefRouter(BeliefRouter):
             )
 
     def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
-        key = (candidate.model, candidate.name)
-        known = self.state.windows.learned.get(key)
+        known = self.state.windows.window(candidate.model, candidate.deployment)
         super().context_exceeded(candidate, limit)
-        if limit is not None and self.state.windows.learned.get(key) != known:
+        if limit is not None and self.state.windows.window(candidate.model, candidate.deployment) != known:
             logger.info(
                 "deployment %s of model %s accepts at most %d tokens (learned from its context_length_exceeded)",
                 candidate.name,

@@ -34,6 +34,7 @@ from gateway.routing.lengths import LengthKey, Lengths, request_shape
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
 from gateway.routing.priors import Pool, Prior
+from gateway.routing.trials import Trial, believed_s
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from gateway.stats.answers import answer_of, tells
@@ -104,17 +105,19 @@ class BeliefRouter:
         policy = self.config.policy_for(model)
         now = self.clock()
         narrowed = speaking(model, request.endpoint, request.pinned)
+        # What was learned of a deployment's limits is believed for the hazard's half-life (``routing.trials``).
+        believed = believed_s(self.hazards.get(model.name))
+        trials: dict[str, Trial] = {}
+        allowing = allowed(narrowed, preferences, self._providers)
         # Before the circuits: a model whose only image-reading deployment is down is out of capacity, not of images.
+        kept = accepting(self.state.inputs, model.name, allowing, request.inputs, now, believed, trials)
         deployments = [
-            d
-            for d in accepting(
-                self.state.inputs, model.name, allowed(narrowed, preferences, self._providers), request.inputs
-            )
-            if self.state.health.state((model.name, d.name), now, self._circuit_changed) != "open"
+            d for d in kept if self.state.health.state((model.name, d.name), now, self._circuit_changed) != "open"
         ]
         if not deployments:
             raise NoCapacity(f"no deployment of model '{model.name}' can take a request now (circuits open)")
-        fitting = [d for d in deployments if self.state.windows.fits(model.name, d, request.prompt_tokens)]
+        windows = self.state.windows
+        fitting = [d for d in deployments if windows.fits(model.name, d, request.prompt_tokens, now, believed, trials)]
         deployments = fitting or deployments
         snapshot = self.stats.snapshot()
         self._hear_others(model, snapshot, now)
@@ -176,6 +179,8 @@ class BeliefRouter:
         )
         for candidate in candidates:
             self._lengths_of[id(candidate)] = (length, request.max_tokens)
+        if trials:
+            self.state.trials.planned(model.name, candidates, [c.name for c in candidates], trials)
         shadow = None
         if choice.shadow is not None and choice.shadow != order[0]:
             d = deployments[choice.shadow]
@@ -272,6 +277,8 @@ class BeliefRouter:
             now=now,
         )
         self.state.finished(candidate.provider.name, key, id(candidate))
+        if self.state.trials.running:
+            self.state.trial_ended(candidate, sample.outcome)
         model = self._model_of.get(candidate.model)  # ``config.model``'s: the first of that name
         if model is None:
             return
@@ -361,13 +368,13 @@ class BeliefRouter:
 
     def context_exceeded(self, candidate: Candidate, limit: int | None) -> None:
         if limit is not None:
-            self.state.windows.learn((candidate.model, candidate.name), limit)
+            self.state.windows.learn((candidate.model, candidate.name), limit, self.clock())
 
     def context_window(self, candidate: Candidate) -> int | None:
         return self.state.windows.window(candidate.model, candidate.deployment)
 
     def input_refused(self, candidate: Candidate, kind: InputKind, words: str) -> None:
-        self.state.inputs.learn((candidate.model, candidate.name), kind, words)
+        self.state.inputs.learn((candidate.model, candidate.name), kind, words, self.clock())
 
     def try_hedge(self, plan: RoutePlan) -> bool:
         if not plan.candidates:

@@ -20,6 +20,7 @@ from gateway.routing.capacity import CapacityBoard
 from gateway.routing.deadlines import LearnedDeadlines
 from gateway.routing.hedge import TailThresholds
 from gateway.routing.inputs import RefusedInputs
+from gateway.routing.trials import Trial, Trials
 from gateway.samples import Outcome
 from gateway.types import CircuitState, DeploymentKey
 
@@ -199,28 +200,53 @@ class HedgeBudget:
 
 @dataclass
 class ContextWindows:
-    """The windows learned from ``context_length_exceeded`` answers, by (model, deployment)."""
+    """The windows learned from ``context_length_exceeded`` answers, by (model, deployment): the limit, and when it
+    was heard (or last tried again), for how long it is believed (``gateway.routing.trials``)."""
 
-    learned: dict[DeploymentKey, int] = field(default_factory=dict)
+    learned: dict[DeploymentKey, tuple[int, float]] = field(default_factory=dict)
 
-    def learn(self, key: DeploymentKey, limit: int) -> None:
-        """Remember the limit a provider stated (the smallest, where it stated several)."""
+    def learn(self, key: DeploymentKey, limit: int, now: float) -> None:
+        """Remember the limit a provider stated (the smallest, where it stated several while believed)."""
         known = self.learned.get(key)
-        if known is None or limit < known:
-            self.learned[key] = limit
+        if known is None or limit < known[0]:
+            self.learned[key] = (limit, now)
+        else:
+            self.learned[key] = (known[0], now)
 
     def window(self, model: str, deployment: DeploymentConfig) -> int | None:
-        learned = self.learned.get((model, deployment.name))
+        known = self.learned.get((model, deployment.name))
         configured = deployment.context_window
-        if learned is None or configured is None:
-            return configured if learned is None else learned
-        return min(learned, configured)
+        if known is None or configured is None:
+            return configured if known is None else known[0]
+        return min(known[0], configured)
 
-    def fits(self, model: str, deployment: DeploymentConfig, prompt_tokens: int) -> bool:
+    def fits(
+        self,
+        model: str,
+        deployment: DeploymentConfig,
+        prompt_tokens: int,
+        now: float,
+        believed_s: float,
+        trials: dict[str, Trial],
+    ) -> bool:
         """Whether the prompt fits: its estimate (the body's bytes / 4) counts the JSON's syntax as tokens and runs
-        high, so a deployment is skipped only when it exceeds the window by a quarter."""
+        high, so a deployment is skipped only when it exceeds the window by a quarter. A learned window older than
+        ``believed_s`` that the prompt exceeds (a configured one still holds) lets the deployment be tried again
+        (``trials``), and is believed for ``believed_s`` more meanwhile."""
         window = self.window(model, deployment)
-        return window is None or prompt_tokens <= window * 1.25
+        if window is None or prompt_tokens <= window * 1.25:
+            return True
+        key = (model, deployment.name)
+        known = self.learned.get(key)
+        configured = deployment.context_window
+        if known is None or now - known[1] < believed_s or (configured is not None and configured <= known[0]):
+            return False
+        if configured is not None and prompt_tokens > configured * 1.25:
+            return False
+        self.learned[key] = (known[0], now)
+        trial = trials.get(deployment.name)
+        trials[deployment.name] = Trial(kinds=trial.kinds, window=True) if trial is not None else Trial(window=True)
+        return True
 
 
 @dataclass
@@ -280,6 +306,8 @@ class RouterState:
     asked: Counter[str] = field(default_factory=Counter)
     """Requests planned per model so far: the demand that keeps background probes going."""
     idle_probes: IdleProbes = field(default_factory=IdleProbes)
+    trials: Trials = field(default_factory=Trials)
+    """Requests trying a deployment again for what it refused (``gateway.routing.trials``)."""
 
     def started(self, provider: str, key: DeploymentKey, attempt: int) -> None:
         self.provider_in_flight[provider] = self.provider_in_flight.get(provider, 0) + 1
@@ -300,6 +328,18 @@ class RouterState:
             if now.get(key) != served:
                 self.windows.learned.pop(key, None)
                 self.inputs.refused.pop(key, None)
+
+    def trial_ended(self, candidate: object, outcome: Outcome) -> None:
+        """An attempt ended: if it tried a deployment again (``gateway.routing.trials``), an answer unlearns what it
+        tried; a refusal lets the limit it states be learned anew, not as the smaller of it and the old one."""
+        ended = self.trials.ended(candidate)
+        if ended is None:
+            return
+        key, trial = ended
+        if outcome == "ok":
+            self.inputs.forget(key, trial.kinds)
+        if trial.window and outcome in ("ok", "client_error"):
+            self.windows.learned.pop(key, None)
 
     def has_room(self, provider: ProviderConfig, key: DeploymentKey, now: float) -> bool:
         """Room for one more attempt at ``key`` (its learned limit) and at its provider (its ceiling)."""

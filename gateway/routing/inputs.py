@@ -2,12 +2,13 @@
 
 llama.cpp's server started without a vision (or audio) projector refuses any image with a 500 (read by
 ``gateway.relay.context.refused_input``). A refusal says something of the deployment, not only of that request: it
-will refuse every later image alike. So the router remembers the kind, as it remembers a window learned from a
-``context_length_exceeded``, and plans a request carrying that kind without the deployment; when no deployment of
-the model is left, the client gets the 400 at once, saying it was learned, with no upstream call. What a request
-carries is read from its body only once some deployment has refused something (``inputs_of``): until then no body
-is scanned. A reload that changes where a deployment is served forgets what was learned of it
-(``gateway.routing.health.RouterState.forget_changed``).
+will refuse later images alike, until what it serves changes. So the router remembers the kind, as it remembers a
+window learned from a ``context_length_exceeded``, and plans a request carrying that kind without the deployment;
+when no deployment of the model is left, the client gets the 400 at once, saying it was learned, with no upstream
+call. What a request carries is read from its body only once some deployment has refused something (``inputs_of``):
+until then no body is scanned. A reload that changes where a deployment is served forgets what was learned of it
+(``gateway.routing.health.RouterState.forget_changed``); without one, a refusal is believed for the hazard's
+half-life, then one request tries the deployment again (``gateway.routing.trials``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Literal
 
 from gateway.config import DeploymentConfig
 from gateway.errors import InvalidRequest
+from gateway.routing.trials import Trial
 from gateway.samples import Endpoint
 from gateway.types import DeploymentKey
 
@@ -34,46 +36,89 @@ _LISTS = {"chat": "messages", "messages": "messages", "responses": "input"}
 """Where each API keeps the conversation whose parts are read."""
 
 
+@dataclass(slots=True)
+class Refusal:
+    """One kind of input a deployment refused: the refusal's words, and when it was heard (or last tried again)."""
+
+    words: str
+    heard_at: float
+
+
 @dataclass
 class RefusedInputs:
     """What each deployment refused, by (model, deployment): the kind and the refusal's words, for the error that
-    answers a later request without asking it again."""
+    answers a later request without asking it again, and when, for how long it is believed
+    (``gateway.routing.trials``)."""
 
-    refused: dict[DeploymentKey, dict[InputKind, str]] = field(default_factory=dict)
+    refused: dict[DeploymentKey, dict[InputKind, Refusal]] = field(default_factory=dict)
 
-    def learn(self, key: DeploymentKey, kind: InputKind, words: str) -> bool:
-        """Remember the refusal; True when it is news."""
+    def learn(self, key: DeploymentKey, kind: InputKind, words: str, now: float) -> bool:
+        """Remember the refusal, heard ``now``; True when it is news."""
         kinds = self.refused.setdefault(key, {})
         known = kind in kinds
-        kinds[kind] = words
+        kinds[kind] = Refusal(words, now)
         return not known
 
-    def refusing(self, key: DeploymentKey, inputs: frozenset[InputKind]) -> tuple[InputKind, str] | None:
-        """The kind among ``inputs`` that ``key`` refused, with its refusal's words; None when it refused none."""
+    def forget(self, key: DeploymentKey, kinds: frozenset[InputKind]) -> None:
+        """The deployment took ``kinds`` after all (a trial's answer): it no longer refuses them."""
+        known = self.refused.get(key)
+        if known is None:
+            return
+        for kind in kinds:
+            known.pop(kind, None)
+        if not known:
+            del self.refused[key]
+
+    def refusing(
+        self, key: DeploymentKey, inputs: frozenset[InputKind], now: float, believed_s: float
+    ) -> tuple[InputKind, str] | frozenset[InputKind] | None:
+        """The kind among ``inputs`` that ``key`` refused within ``believed_s``, with its refusal's words; else the
+        kinds it refused longer ago (the deployment may be tried again for them); None when it refused none."""
         kinds = self.refused.get(key)
         if not kinds:
             return None
-        return next(((kind, kinds[kind]) for kind in sorted(inputs) if kind in kinds), None)
+        stale: list[InputKind] = []
+        for kind in sorted(inputs):
+            refusal = kinds.get(kind)
+            if refusal is None:
+                continue
+            if now - refusal.heard_at < believed_s:
+                return kind, refusal.words
+            stale.append(kind)
+        return frozenset(stale) if stale else None
 
 
 def accepting(
-    inputs: RefusedInputs, model: str, deployments: Sequence[DeploymentConfig], carried: frozenset[InputKind]
+    inputs: RefusedInputs,
+    model: str,
+    deployments: Sequence[DeploymentConfig],
+    carried: frozenset[InputKind],
+    now: float,
+    believed_s: float,
+    trials: dict[str, Trial],
 ) -> Sequence[DeploymentConfig]:
-    """The ``deployments`` that have not refused what the request carries.
+    """The ``deployments`` that have not refused what the request carries, within ``believed_s``.
 
-    Raises ``InvalidRequest`` (400, ``<kind>_input_unsupported``) when every one of them has: the gateway knows the
-    answer, and asking again would only cost a round trip.
+    A deployment whose refusal is older is kept, as a trial of it (``trials``, by deployment name), and its
+    refusal is believed for ``believed_s`` more, so that the requests meanwhile are not all trials
+    (``gateway.routing.trials``). Raises ``InvalidRequest`` (400, ``<kind>_input_unsupported``) when every one of
+    them refused it lately: the gateway knows the answer, and asking again would only cost a round trip.
     """
     if not carried or not inputs.refused:
         return deployments
     kept: list[DeploymentConfig] = []
     refusals: list[tuple[InputKind, str]] = []
     for deployment in deployments:
-        refusal = inputs.refusing((model, deployment.name), carried)
-        if refusal is None:
-            kept.append(deployment)
-        else:
+        key = (model, deployment.name)
+        refusal = inputs.refusing(key, carried, now, believed_s)
+        if isinstance(refusal, tuple):
             refusals.append(refusal)
+            continue
+        if refusal is not None:
+            for kind in refusal:
+                inputs.refused[key][kind].heard_at = now
+            trials[deployment.name] = Trial(kinds=refusal)
+        kept.append(deployment)
     if kept or not refusals:
         return kept
     said = "; ".join(words for _, words in refusals)
