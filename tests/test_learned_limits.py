@@ -68,8 +68,10 @@ class Learning:
         self.clock.shift += 0.5 * self.believed_s
 
     def past(self) -> None:
-        """Move the clock past the refusal's belief."""
-        self.clock.shift += 1.01 * self.believed_s
+        """Move the clock well past the refusal's belief. Well past: the answers heard after the move tell the
+        model's hazard of the time moved through without a change, so the belief the next plan reads may be longer
+        than the one read here (up to the time moved, at the prior's one change)."""
+        self.clock.shift += 3.0 * self.believed_s
 
     def look(self, steer: dict[str, Any] | None = None) -> tuple[str, str]:
         """An image request: which deployment answered, in how many attempts."""
