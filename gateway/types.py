@@ -28,6 +28,10 @@ class StreamProgress(Protocol):
         ...
 
 
+InputKind = Literal["image", "audio"]
+"""A kind of input a deployment may refuse (llama.cpp without its projector refuses images): learned per
+deployment by the router, and carried by the requests that hold it."""
+
 DeploymentKey = tuple[str, str]
 """``(model, deployment)``: the client-facing model name and the deployment's name within it.
 It keys a deployment's stats, circuit, in-flight count and recent answers."""

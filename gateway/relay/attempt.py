@@ -27,9 +27,8 @@ from gateway.reading import Reading
 from gateway.relay.echo import EchoedPrompt
 from gateway.routing import Candidate
 from gateway.routing.capacity import RateLimits
-from gateway.routing.inputs import InputKind
 from gateway.samples import Outcome
-from gateway.types import Clock, RouteReason
+from gateway.types import Clock, InputKind, RouteReason
 from gateway.upstream import UpstreamResponse
 
 # Upstream statuses that are the request's fault: relayed to the client, never retried, and

@@ -24,7 +24,7 @@ from gateway.errors import InvalidRequest, describe_error_body
 from gateway.relay.attempt import ClientFault
 from gateway.relay.budget import AttemptBudget
 from gateway.routing import Candidate, Router
-from gateway.routing.inputs import InputKind
+from gateway.types import InputKind
 
 CONTEXT_EXCEEDED = "context_length_exceeded"
 CONTEXT_CODES = frozenset({CONTEXT_EXCEEDED, "string_above_max_length"})

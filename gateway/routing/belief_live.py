@@ -15,12 +15,12 @@ from gateway.routing.affinity import BoundState, decided
 from gateway.routing.belief_rank import rank_beliefs
 from gateway.routing.belief_router import BeliefRouter
 from gateway.routing.capacity import ProviderLimit
-from gateway.routing.inputs import InputKind
 from gateway.routing.lengths import Forecast, LengthSource, request_shape
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.routing.plan import AffinityDecision, Candidate, RoutePlan, RouteRequest, SessionRoute
 from gateway.routing.ranking import Ranking, no_capacity
 from gateway.samples import Endpoint, RequestKind
+from gateway.types import InputKind
 
 logger = logging.getLogger("gateway")
 

@@ -29,7 +29,7 @@ from gateway.routing.cost import Shape, Weights
 from gateway.routing.draws import new_tuple
 from gateway.routing.filters import allowed, as_preferred
 from gateway.routing.health import UNSERVABLE_STATUSES, RouterState
-from gateway.routing.inputs import InputKind, accepting
+from gateway.routing.inputs import accepting
 from gateway.routing.lengths import LengthKey, Lengths, request_shape
 from gateway.routing.overrides import Sort
 from gateway.routing.plan import Candidate, RoutePlan, RouteRequest, SnapshotSource, route_plan_from_fields
@@ -38,7 +38,7 @@ from gateway.routing.trials import Trial, believed_s
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
 from gateway.stats.answers import answer_of, tells
-from gateway.types import CircuitState, Clock, DeploymentKey, StreamProgress
+from gateway.types import CircuitState, Clock, DeploymentKey, InputKind, StreamProgress
 
 _NO_ATTEMPTS: dict[int, RunningAttempt] = {}  # never written: ``pop``'s stand-in where none is open
 

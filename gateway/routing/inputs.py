@@ -15,15 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from gateway.config import DeploymentConfig
 from gateway.errors import InvalidRequest
 from gateway.routing.trials import Trial
 from gateway.samples import Endpoint
-from gateway.types import DeploymentKey
+from gateway.types import DeploymentKey, InputKind
 
-InputKind = Literal["image", "audio"]
 NO_INPUTS: frozenset[InputKind] = frozenset()
 _PARTS: dict[str, InputKind] = {
     "image_url": "image",  # chat

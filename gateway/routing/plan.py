@@ -9,11 +9,11 @@ from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, Provider
 from gateway.frozen import positional_maker, quick_init
 from gateway.policies import Affinity
 from gateway.routing.capacity import RateLimits
-from gateway.routing.inputs import NO_INPUTS, InputKind
+from gateway.routing.inputs import NO_INPUTS
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.stats import StatsSnapshot
-from gateway.types import AffinityChoice, MoveReason, RouteReason, StreamProgress
+from gateway.types import AffinityChoice, InputKind, MoveReason, RouteReason, StreamProgress
 
 
 @quick_init

@@ -17,13 +17,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from gateway.routing.belief_hazard import HAZARD_S, Hazard
-from gateway.types import DeploymentKey
-
-if TYPE_CHECKING:
-    from gateway.routing.inputs import InputKind  # which imports ``Trial``
+from gateway.types import DeploymentKey, InputKind
 
 LN2: Final = math.log(2.0)
 TRIALS_KEPT: Final = 10_000
