@@ -16,6 +16,7 @@ from gateway.dialects.chat_events import chat_stop
 from gateway.translate.chat_assistant import assistant_message as assistant_message
 from gateway.translate.chat_assistant import read_assistant as read_assistant
 from gateway.translate.common import (
+    add_result,
     as_dict,
     as_list,
     as_str,
@@ -147,11 +148,7 @@ def read_request(body: dict[str, Any]) -> Conversation:
             content, plain = _user_content(message.get("content"), f"{path}.content")
             blocks = [p for p in content if isinstance(p, Text | Image | Document)]
             result = ToolResult(call_id, blocks, plain=plain)
-            last = conversation.turns[-1] if conversation.turns else None
-            if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
-                last.parts.append(result)
-            else:
-                conversation.turns.append(Turn("user", [result]))
+            add_result(conversation, result)
         else:
             raise Untranslatable(f"{path}.role", "other", f"role {role!r}")
     conversation.max_tokens = opt_int(body.get("max_completion_tokens"), "max_completion_tokens")

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from gateway.errors import InvalidRequest
-from gateway.translate.ir import Document, Image, ToolChoice, Untranslatable
+from gateway.translate.ir import Conversation, Document, Image, ToolChoice, ToolResult, Turn, Untranslatable
 
 
 def bad(path: str, expected: str) -> InvalidRequest:
@@ -65,6 +65,17 @@ def refuse_unknown(body: dict[str, Any], known: frozenset[str], target: str, pre
     for name in body:
         if name not in known:
             raise Untranslatable(prefix + name, target)
+
+
+def add_result(conversation: Conversation, result: ToolResult) -> None:
+    """A tool's result as the neutral shape holds it: in the user turn of results just before it, else in a new one
+    (the OpenAI APIs give each result apart, chat a ``tool`` message and Responses an output item, where the Messages
+    API gives one user turn of them)."""
+    last = conversation.turns[-1] if conversation.turns else None
+    if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
+        last.parts.append(result)
+    else:
+        conversation.turns.append(Turn("user", [result]))
 
 
 def data_url(url: str) -> tuple[str, str] | None:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from gateway.translate import freeform, tool_search
 from gateway.translate.common import (
+    add_result,
     as_dict,
     as_list,
     as_str,
@@ -225,11 +226,7 @@ def _read_items(
             else:
                 blocks = [p for p in read_content(output, f"{path}.output") if isinstance(p, Text | Image | Document)]
                 result = ToolResult(call_id, blocks, plain=False)
-            last = conversation.turns[-1] if conversation.turns else None
-            if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
-                last.parts.append(result)
-            else:
-                conversation.turns.append(Turn("user", [result]))
+            add_result(conversation, result)
         elif kind == "reasoning":
             summary = "".join(read_texts(item.get("summary") or [], f"{path}.summary"))
             content = "".join(read_texts(item.get("content") or [], f"{path}.content"))
