@@ -26,7 +26,6 @@ from gateway.translate.common import (
     document_url,
     image_from_url,
     image_url,
-    openai_user,
     opt_bool,
     opt_int,
     opt_number,
@@ -34,6 +33,7 @@ from gateway.translate.common import (
     read_function_choice,
     refuse_unknown,
     write_function_choice,
+    write_openai_labels,
 )
 from gateway.translate.ir import (
     Conversation,
@@ -301,12 +301,7 @@ def write_request(conversation: Conversation, model: str, *, stream_usage: bool 
     reasoning = conversation.reasoning
     if reasoning is not None:
         body["reasoning_effort"] = reasoning.openai_effort("none")
-    if conversation.user is not None:
-        body["user"] = openai_user(conversation.user)
-    if conversation.metadata is not None:
-        body["metadata"] = conversation.metadata
-    if conversation.prompt_cache_key is not None:
-        body["prompt_cache_key"] = conversation.prompt_cache_key
+    write_openai_labels(conversation, body)
     if conversation.stream:
         body["stream"] = True
         if stream_usage:

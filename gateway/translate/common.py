@@ -197,3 +197,14 @@ def openai_user(user: str) -> str:
     """A user id as OpenAI's APIs take it (``user`` holds at most 64 characters): a longer one, such as Claude
     Code's ``metadata.user_id`` (a JSON object of some 130), as its hex SHA-256, the same every turn."""
     return user if len(user) <= 64 else hashlib.sha256(user.encode()).hexdigest()
+
+
+def write_openai_labels(conversation: Conversation, body: dict[str, Any]) -> None:
+    """The request's labels as both OpenAI APIs take them, the same three fields: who asks (``openai_user``), the
+    client's ``metadata`` and the ``prompt_cache_key``."""
+    if conversation.user is not None:
+        body["user"] = openai_user(conversation.user)
+    if conversation.metadata is not None:
+        body["metadata"] = conversation.metadata
+    if conversation.prompt_cache_key is not None:
+        body["prompt_cache_key"] = conversation.prompt_cache_key

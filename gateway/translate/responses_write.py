@@ -14,8 +14,8 @@ from gateway.translate.common import (
     document_name,
     document_url,
     image_url,
-    openai_user,
     write_function_choice,
+    write_openai_labels,
 )
 from gateway.translate.ir import (
     Conversation,
@@ -75,12 +75,7 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         # With ``store: false`` the reasoning is kept only as the answer's opaque items: asked for, they go back to
         # the provider next turn (a Messages client holds them as ``redacted_thinking``).
         body["include"] = ["reasoning.encrypted_content"]
-    if conversation.user is not None:
-        body["user"] = openai_user(conversation.user)
-    if conversation.metadata is not None:
-        body["metadata"] = conversation.metadata
-    if conversation.prompt_cache_key is not None:
-        body["prompt_cache_key"] = conversation.prompt_cache_key
+    write_openai_labels(conversation, body)
     body["store"] = False
     if conversation.stream:
         body["stream"] = True
