@@ -31,8 +31,10 @@ from gateway.translate.common import (
     opt_number,
     opt_str,
     read_function_choice,
+    read_json_schema,
     refuse_unknown,
     write_function_choice,
+    write_json_schema,
     write_openai_labels,
 )
 from gateway.translate.ir import (
@@ -264,14 +266,8 @@ def _read_format(value: Any) -> OutputFormat | None:
         return OutputFormat(kind)
     if kind != "json_schema":
         raise bad("response_format.type", "text, json_object or json_schema")
-    schema = as_dict(spec.get("json_schema"), "response_format.json_schema")
-    return OutputFormat(
-        "json_schema",
-        opt_str(schema.get("name"), "response_format.json_schema.name"),
-        as_dict(schema.get("schema") or {}, "response_format.json_schema.schema"),
-        opt_bool(schema.get("strict"), "response_format.json_schema.strict"),
-        opt_str(schema.get("description"), "response_format.json_schema.description"),
-    )
+    path = "response_format.json_schema"
+    return read_json_schema(as_dict(spec.get("json_schema"), path), path)
 
 
 # -- request: neutral → chat -----------------------------------------------------------------
@@ -383,10 +379,4 @@ def _tool(tool: Tool) -> dict[str, Any]:
 def _format(output: OutputFormat) -> dict[str, Any]:
     if output.kind != "json_schema":
         return {"type": output.kind}
-    schema: dict[str, Any] = {"name": output.name or "output"}
-    if output.description is not None:
-        schema["description"] = output.description
-    schema["schema"] = output.schema or {}
-    if output.strict is not None:
-        schema["strict"] = output.strict
-    return {"type": "json_schema", "json_schema": schema}
+    return {"type": "json_schema", "json_schema": write_json_schema(output)}

@@ -7,7 +7,16 @@ import json
 from typing import Any
 
 from gateway.errors import InvalidRequest
-from gateway.translate.ir import Conversation, Document, Image, ToolChoice, ToolResult, Turn, Untranslatable
+from gateway.translate.ir import (
+    Conversation,
+    Document,
+    Image,
+    OutputFormat,
+    ToolChoice,
+    ToolResult,
+    Turn,
+    Untranslatable,
+)
 
 
 def bad(path: str, expected: str) -> InvalidRequest:
@@ -191,6 +200,29 @@ def write_function_choice(choice: ToolChoice, *, nested: bool) -> Any:
         return choice.mode
     named = {"function": {"name": choice.name}} if nested else {"name": choice.name}
     return {"type": "function", **named}
+
+
+def read_json_schema(spec: dict[str, Any], path: str) -> OutputFormat:
+    """OpenAI's ``json_schema`` output format, at ``path``: the same object in both APIs (chat's
+    ``response_format.json_schema``; Responses' ``text.format``, beside its ``type``)."""
+    return OutputFormat(
+        "json_schema",
+        opt_str(spec.get("name"), f"{path}.name"),
+        as_dict(spec.get("schema") or {}, f"{path}.schema"),
+        opt_bool(spec.get("strict"), f"{path}.strict"),
+        opt_str(spec.get("description"), f"{path}.description"),
+    )
+
+
+def write_json_schema(output: OutputFormat) -> dict[str, Any]:
+    """``read_json_schema`` backwards: the object chat nests in ``json_schema``, Responses spreads beside ``type``."""
+    spec: dict[str, Any] = {"name": output.name or "output"}
+    if output.description is not None:
+        spec["description"] = output.description
+    spec["schema"] = output.schema or {}
+    if output.strict is not None:
+        spec["strict"] = output.strict
+    return spec
 
 
 def openai_user(user: str) -> str:

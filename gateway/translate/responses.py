@@ -27,6 +27,7 @@ from gateway.translate.common import (
     opt_number,
     opt_str,
     read_function_choice,
+    read_json_schema,
     refuse_unknown,
 )
 from gateway.translate.ir import (
@@ -333,10 +334,4 @@ def _read_format(spec: dict[str, Any]) -> OutputFormat:
         return OutputFormat(kind)
     if kind != "json_schema":
         raise Untranslatable("text.format.type", "other", f"format {kind!r}")
-    return OutputFormat(
-        "json_schema",
-        opt_str(spec.get("name"), "text.format.name"),
-        as_dict(spec.get("schema") or {}, "text.format.schema"),
-        opt_bool(spec.get("strict"), "text.format.strict"),
-        opt_str(spec.get("description"), "text.format.description"),
-    )
+    return read_json_schema(spec, "text.format")

@@ -15,6 +15,7 @@ from gateway.translate.common import (
     document_url,
     image_url,
     write_function_choice,
+    write_json_schema,
     write_openai_labels,
 )
 from gateway.translate.ir import (
@@ -155,10 +156,4 @@ def _tool(tool: Tool) -> dict[str, Any]:
 def _format(output: OutputFormat) -> dict[str, Any]:
     if output.kind != "json_schema":
         return {"type": output.kind}
-    spec: dict[str, Any] = {"type": "json_schema", "name": output.name or "output"}
-    if output.description is not None:
-        spec["description"] = output.description
-    spec["schema"] = output.schema or {}
-    if output.strict is not None:
-        spec["strict"] = output.strict
-    return spec
+    return {"type": "json_schema", **write_json_schema(output)}
