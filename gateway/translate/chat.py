@@ -36,6 +36,7 @@ from gateway.translate.common import (
     write_function_choice,
     write_json_schema,
     write_openai_labels,
+    write_tool,
 )
 from gateway.translate.ir import (
     Conversation,
@@ -367,13 +368,7 @@ def _user_parts(parts: list[Part], plain: bool) -> str | list[dict[str, Any]]:
 
 
 def _tool(tool: Tool) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool.name}
-    if tool.description is not None:
-        function["description"] = tool.description
-    function["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
-    if tool.strict is not None:
-        function["strict"] = tool.strict
-    return {"type": "function", "function": function}
+    return {"type": "function", "function": write_tool(tool)}
 
 
 def _format(output: OutputFormat) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from gateway.translate.ir import (
     Document,
     Image,
     OutputFormat,
+    Tool,
     ToolChoice,
     ToolResult,
     Turn,
@@ -240,3 +241,15 @@ def write_openai_labels(conversation: Conversation, body: dict[str, Any]) -> Non
         body["metadata"] = conversation.metadata
     if conversation.prompt_cache_key is not None:
         body["prompt_cache_key"] = conversation.prompt_cache_key
+
+
+def write_tool(tool: Tool, schema_key: str = "parameters") -> dict[str, Any]:
+    """A function tool as each API describes one: its name, its description if any, its parameters' schema (an empty
+    object's where it has none) under ``schema_key`` (the Messages API's ``input_schema``), its ``strict`` if set."""
+    out: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        out["description"] = tool.description
+    out[schema_key] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
+    if tool.strict is not None:
+        out["strict"] = tool.strict
+    return out

@@ -17,6 +17,7 @@ from gateway.translate.common import (
     write_function_choice,
     write_json_schema,
     write_openai_labels,
+    write_tool,
 )
 from gateway.translate.ir import (
     Conversation,
@@ -145,12 +146,8 @@ def _input_part(part: Text | Image | Document) -> dict[str, Any]:
 
 
 def _tool(tool: Tool) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "function", "name": tool.name}
-    if tool.description is not None:
-        out["description"] = tool.description
-    out["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
-    out["strict"] = tool.strict if tool.strict is not None else False
-    return out
+    # ``strict`` said always here: false where the tool does not say.
+    return {"type": "function", **write_tool(tool), "strict": tool.strict if tool.strict is not None else False}
 
 
 def _format(output: OutputFormat) -> dict[str, Any]:
