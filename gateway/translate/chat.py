@@ -30,6 +30,7 @@ from gateway.translate.common import (
     opt_int,
     opt_number,
     opt_str,
+    read_function,
     read_function_choice,
     read_json_schema,
     refuse_unknown,
@@ -247,15 +248,8 @@ def _read_tool(raw: Any, index: int) -> Tool:
     tool = as_dict(raw, path)
     if tool.get("type") != "function":
         raise Untranslatable(f"{path}.type", "other", f"a {tool.get('type')!r} tool")
-    function = as_dict(tool.get("function"), f"{path}.function")
-    parameters = function.get("parameters")
-    return Tool(
-        as_str(function.get("name"), f"{path}.function.name"),
-        opt_str(function.get("description"), f"{path}.function.description"),
-        as_dict(parameters, f"{path}.function.parameters") if parameters is not None else None,
-        opt_bool(function.get("strict"), f"{path}.function.strict"),
-        tool.get("cache_control"),
-    )
+    where = f"{path}.function"
+    return read_function(as_dict(tool.get("function"), where), where, tool.get("cache_control"))
 
 
 def _read_format(value: Any) -> OutputFormat | None:

@@ -153,6 +153,19 @@ def count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def read_function(spec: dict[str, Any], path: str, cache: dict[str, Any] | None = None) -> Tool:
+    """OpenAI's function, at ``path``: the same fields in both APIs (chat's ``tools[].function``, a Responses
+    ``function`` tool itself); ``cache``: the tool's ``cache_control`` (chat's, for an Anthropic provider)."""
+    parameters = spec.get("parameters")
+    return Tool(
+        as_str(spec.get("name"), f"{path}.name"),
+        opt_str(spec.get("description"), f"{path}.description"),
+        as_dict(parameters, f"{path}.parameters") if parameters is not None else None,
+        opt_bool(spec.get("strict"), f"{path}.strict"),
+        cache,
+    )
+
+
 def read_function_choice(choice: Any, *, nested: bool) -> ToolChoice | None:
     """OpenAI's ``tool_choice``: a mode, or a named function (chat nests its name in ``function``, the
     Responses API does not: ``nested``)."""

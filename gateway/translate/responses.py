@@ -26,6 +26,7 @@ from gateway.translate.common import (
     opt_int,
     opt_number,
     opt_str,
+    read_function,
     read_function_choice,
     read_json_schema,
     refuse_unknown,
@@ -319,13 +320,7 @@ def _read_tool(raw: Any, index: int, path: str = "") -> Tool:
         if tool.get("type") == tool_search.NAME:
             why += ' run by OpenAI (one the client runs, "execution": "client", is carried)'
         raise Untranslatable(f"{path}.type", "other", why)
-    parameters = tool.get("parameters")
-    return Tool(
-        as_str(tool.get("name"), f"{path}.name"),
-        opt_str(tool.get("description"), f"{path}.description"),
-        as_dict(parameters, f"{path}.parameters") if parameters is not None else None,
-        opt_bool(tool.get("strict"), f"{path}.strict"),
-    )
+    return read_function(tool, path)
 
 
 def _read_format(spec: dict[str, Any]) -> OutputFormat:
