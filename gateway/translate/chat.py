@@ -30,6 +30,7 @@ from gateway.translate.common import (
     opt_int,
     opt_number,
     opt_str,
+    part_texts,
     read_function,
     read_function_choice,
     read_json_schema,
@@ -203,15 +204,7 @@ def _instructions(content: Any, role: Literal["system", "developer"], path: str)
 
 
 def _joined_text(content: Any, path: str) -> str:
-    if isinstance(content, str):
-        return content
-    texts = []
-    for index, raw in enumerate(as_list(content, path)):
-        part = as_dict(raw, f"{path}[{index}]")
-        if part.get("type") != "text":
-            raise Untranslatable(f"{path}[{index}].type", "other", f"a {part.get('type')!r} part here")
-        texts.append(as_str(part.get("text"), f"{path}[{index}].text"))
-    return "".join(texts)
+    return content if isinstance(content, str) else "".join(part_texts(content, path, ("text",)))
 
 
 def _user_content(content: Any, path: str) -> tuple[list[Part], bool]:

@@ -77,6 +77,18 @@ def refuse_unknown(body: dict[str, Any], known: frozenset[str], target: str, pre
             raise Untranslatable(prefix + name, target)
 
 
+def part_texts(content: Any, path: str, kinds: tuple[str, ...]) -> list[str]:
+    """The ``text`` of each part of the list of content parts at ``path``, all of a type among ``kinds`` (where only
+    text can go: a system message, a reasoning summary); a part of another type is refused, naming it."""
+    texts = []
+    for index, raw in enumerate(as_list(content, path)):
+        part = as_dict(raw, f"{path}[{index}]")
+        if part.get("type") not in kinds:
+            raise Untranslatable(f"{path}[{index}].type", "other", f"a {part.get('type')!r} part here")
+        texts.append(as_str(part.get("text"), f"{path}[{index}].text"))
+    return texts
+
+
 def add_result(conversation: Conversation, result: ToolResult) -> None:
     """A tool's result as the neutral shape holds it: in the user turn of results just before it, else in a new one
     (the OpenAI APIs give each result apart, chat a ``tool`` message and Responses an output item, where the Messages

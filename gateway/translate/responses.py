@@ -26,6 +26,7 @@ from gateway.translate.common import (
     opt_int,
     opt_number,
     opt_str,
+    part_texts,
     read_function,
     read_function_choice,
     read_json_schema,
@@ -243,13 +244,7 @@ def _read_items(
 
 
 def read_texts(content: Any, path: str) -> list[str]:
-    texts = []
-    for index, raw in enumerate(as_list(content, path)):
-        part = as_dict(raw, f"{path}[{index}]")
-        if part.get("type") not in ("input_text", "output_text", "summary_text", "reasoning_text", "text"):
-            raise Untranslatable(f"{path}[{index}].type", "other", f"a {part.get('type')!r} part here")
-        texts.append(as_str(part.get("text"), f"{path}[{index}].text"))
-    return texts
+    return part_texts(content, path, ("input_text", "output_text", "summary_text", "reasoning_text", "text"))
 
 
 def read_content(content: Any, path: str) -> list[Part]:
