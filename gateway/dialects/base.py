@@ -246,6 +246,13 @@ class DictReads:
         return None  # decoded whole (``tally_body``): no typed read of these bodies
 
 
+def error_object(event: dict[str, Any]) -> Any:
+    """The error object of a typed ``error`` event (``{"type": "error", "error": {...}}``: Messages, Responses), or the
+    event itself where it holds none (an ``error`` event with its ``code`` and ``message`` at the top)."""
+    error = event.get("error")
+    return error if isinstance(error, dict) else event
+
+
 def count(value: object) -> int | None:
     """A token count as reported (None for anything that is not a non-negative integer)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

@@ -18,7 +18,18 @@ import json
 import re
 from typing import Any
 
-from gateway.dialects.base import FINISH, NOTHING, OUTPUT, DictReads, Look, StopReason, Tally, count, listed
+from gateway.dialects.base import (
+    FINISH,
+    NOTHING,
+    OUTPUT,
+    DictReads,
+    Look,
+    StopReason,
+    Tally,
+    count,
+    error_object,
+    listed,
+)
 from gateway.errors import GatewayError, describe_error
 from gateway.samples import Endpoint
 
@@ -143,7 +154,7 @@ class MessagesDialect(DictReads):
                     return OUTPUT
             return NOTHING
         if kind == "error":
-            return Look("error", event.get("error") if isinstance(event.get("error"), dict) else event)
+            return Look("error", error_object(event))
         if kind == "message_stop":
             return FINISH
         if kind == "message_delta":
@@ -232,7 +243,7 @@ class MessagesDialect(DictReads):
     def error_of(self, event: dict[str, Any]) -> Any:
         if event.get("type") != "error":
             return None
-        return event.get("error") if isinstance(event.get("error"), dict) else event
+        return error_object(event)
 
     def render_error(self, error: GatewayError) -> bytes:
         return anthropic_error(error.status_code, error.message)

@@ -18,7 +18,18 @@ import re
 import time
 from typing import Any
 
-from gateway.dialects.base import FINISH, NOTHING, OUTPUT, DictReads, Look, StopReason, Tally, count, listed
+from gateway.dialects.base import (
+    FINISH,
+    NOTHING,
+    OUTPUT,
+    DictReads,
+    Look,
+    StopReason,
+    Tally,
+    count,
+    error_object,
+    listed,
+)
 from gateway.errors import GatewayError, describe_error
 from gateway.samples import Endpoint
 
@@ -73,7 +84,7 @@ def failure_of(event: dict[str, Any]) -> Any:
     """The error object of ``response.failed`` (its ``response.error``) or of a top-level ``error`` event."""
     kind = event.get("type")
     if kind == "error":
-        return event.get("error") if isinstance(event.get("error"), dict) else event
+        return error_object(event)
     if kind == "response.failed":
         response = event.get("response")
         error = response.get("error") if isinstance(response, dict) else None
