@@ -229,6 +229,30 @@ class Dialect(Protocol):
         ...
 
 
+class DictReads:
+    """The typed reads (``tally_kept``, ``tally_array``, ``tally_whole``) of a dialect that has none: its events and
+    bodies are read decoded into dicts (``tally``, ``tally_body``) only. The Messages and Responses dialects are such;
+    chat, the most relayed, reads its bytes as they are."""
+
+    def tally_kept(self, entries: KeptChunks, into: Tally | None = None, final: bool = True) -> Tally | None:
+        return None  # no read of the kept bytes as they are: ``tally_array`` reads them
+
+    def tally_array(
+        self, array: bytes, times: list[float], into: Tally | None = None, final: bool = True
+    ) -> Tally | None:
+        return None  # read over dicts (``tally``): no typed read of these events
+
+    def tally_whole(self, body: bytes) -> Tally | None:
+        return None  # decoded whole (``tally_body``): no typed read of these bodies
+
+
+def error_object(event: dict[str, Any]) -> Any:
+    """The error object of a typed ``error`` event (``{"type": "error", "error": {...}}``: Messages, Responses), or the
+    event itself where it holds none (an ``error`` event with its ``code`` and ``message`` at the top)."""
+    error = event.get("error")
+    return error if isinstance(error, dict) else event
+
+
 def count(value: object) -> int | None:
     """A token count as reported (None for anything that is not a non-negative integer)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

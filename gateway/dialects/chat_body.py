@@ -19,7 +19,15 @@ from typing import Any
 import msgspec
 
 from gateway.dialects.base import Tally
-from gateway.dialects.chat_events import ChatChoice, answer_of, chat_stop, failed_whole, note_calls, usage_of
+from gateway.dialects.chat_events import (
+    ChatChoice,
+    answer_of,
+    chat_stop,
+    failed_whole,
+    note_calls,
+    read_timings,
+    usage_of,
+)
 from gateway.errors import describe_error
 
 
@@ -60,15 +68,5 @@ def tally_whole(body: bytes) -> Tally | None:
     tally.error_message = None if read.error is None else describe_error(read.error)[0]
     tally.error_message = tally.error_message or failed_whole([choice.finish_reason for choice in choices])
     tally.response_model = read.model if isinstance(read.model, str) else None
-    # ``chat._timings``, in its order: a source present as null is no timing there either (``Tally.timing`` keeps
-    # non-empty dicts only).
-    if read.timings is not None:
-        tally.timing("timings", read.timings)
-    if read.metrics is not None:
-        tally.timing("metrics", read.metrics)
-    if read.perf_metrics is not None:
-        tally.timing("perf_metrics", read.perf_metrics)
-    groq = read.x_groq
-    if isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
-        tally.timing("x_groq", {k: v for k, v in groq["usage"].items() if k.endswith("_time")})
+    read_timings(tally, read)
     return tally

@@ -16,7 +16,7 @@ the fields read loosely there (``usage``, ``tool_calls``, timings) are kept as d
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -346,13 +346,27 @@ def read_end(tally: Tally, last: Sequence[ChatChunk | str]) -> None:
     for event in last:
         if isinstance(event, str):
             continue  # an answer event of the stream's shape: no timings
-        # ``tally.timing`` of each, in this order; it keeps only a non-empty dict (most events have none of them).
-        if event.timings is not None:
-            tally.timing("timings", event.timings)
-        if event.metrics is not None:
-            tally.timing("metrics", event.metrics)
-        if event.perf_metrics is not None:
-            tally.timing("perf_metrics", event.perf_metrics)
-        groq = event.x_groq
-        if isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
-            tally.timing("x_groq", {k: v for k, v in groq["usage"].items() if k.endswith("_time")})
+        read_timings(tally, event)
+
+
+class Timed(Protocol):
+    """A decoded chunk or whole body (``ChatChunk``, ``chat_body.ChatBody``): the fields providers put timings in."""
+
+    timings: Any
+    metrics: Any
+    perf_metrics: Any
+    x_groq: Any
+
+
+def read_timings(tally: Tally, event: Timed) -> None:
+    """``chat._timings`` of a decoded chunk or body, in its order: ``tally.timing`` of each source, which keeps only a
+    non-empty dict (a source present as null is no timing either; most events have none of them)."""
+    if event.timings is not None:
+        tally.timing("timings", event.timings)
+    if event.metrics is not None:
+        tally.timing("metrics", event.metrics)
+    if event.perf_metrics is not None:
+        tally.timing("perf_metrics", event.perf_metrics)
+    groq = event.x_groq
+    if isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
+        tally.timing("x_groq", {k: v for k, v in groq["usage"].items() if k.endswith("_time")})

@@ -18,9 +18,19 @@ import json
 import re
 from typing import Any
 
-from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, StopReason, Tally, count, listed
+from gateway.dialects.base import (
+    FINISH,
+    NOTHING,
+    OUTPUT,
+    DictReads,
+    Look,
+    StopReason,
+    Tally,
+    count,
+    error_object,
+    listed,
+)
 from gateway.errors import GatewayError, describe_error
-from gateway.kept_chunks import KeptChunks
 from gateway.samples import Endpoint
 
 _STOP = b'"message_stop"'
@@ -115,7 +125,7 @@ def _prompt_total(tally: Tally) -> None:
         tally.usage_prompt += (tally.usage_cached or 0) + (tally.usage_cache_creation or 0)
 
 
-class MessagesDialect:
+class MessagesDialect(DictReads):
     api: Endpoint = "messages"
     done_data: bytes | None = None
     clean_end = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
@@ -144,7 +154,7 @@ class MessagesDialect:
                     return OUTPUT
             return NOTHING
         if kind == "error":
-            return Look("error", event.get("error") if isinstance(event.get("error"), dict) else event)
+            return Look("error", error_object(event))
         if kind == "message_stop":
             return FINISH
         if kind == "message_delta":
@@ -203,17 +213,6 @@ class MessagesDialect:
             _prompt_total(tally)
         return tally
 
-    def tally_kept(self, entries: KeptChunks, into: Tally | None = None, final: bool = True) -> Tally | None:
-        return None  # no read of the kept bytes as they are: ``tally_array`` reads them
-
-    def tally_array(
-        self, array: bytes, times: list[float], into: Tally | None = None, final: bool = True
-    ) -> Tally | None:
-        return None  # read over dicts (``tally``): no typed read of these events
-
-    def tally_whole(self, body: bytes) -> Tally | None:
-        return None  # decoded whole (``tally_body``): no typed read of these bodies
-
     def tally_body(self, body: dict[str, Any]) -> Tally:
         tally = Tally(finished=True)
         if body.get("type") == "error":
@@ -244,7 +243,7 @@ class MessagesDialect:
     def error_of(self, event: dict[str, Any]) -> Any:
         if event.get("type") != "error":
             return None
-        return event.get("error") if isinstance(event.get("error"), dict) else event
+        return error_object(event)
 
     def render_error(self, error: GatewayError) -> bytes:
         return anthropic_error(error.status_code, error.message)

@@ -18,9 +18,19 @@ import re
 import time
 from typing import Any
 
-from gateway.dialects.base import FINISH, NOTHING, OUTPUT, Look, StopReason, Tally, count, listed
+from gateway.dialects.base import (
+    FINISH,
+    NOTHING,
+    OUTPUT,
+    DictReads,
+    Look,
+    StopReason,
+    Tally,
+    count,
+    error_object,
+    listed,
+)
 from gateway.errors import GatewayError, describe_error
-from gateway.kept_chunks import KeptChunks
 from gateway.samples import Endpoint
 
 _TERMINAL = re.compile(rb'"response\.(?:completed|incomplete|failed)"')
@@ -74,7 +84,7 @@ def failure_of(event: dict[str, Any]) -> Any:
     """The error object of ``response.failed`` (its ``response.error``) or of a top-level ``error`` event."""
     kind = event.get("type")
     if kind == "error":
-        return event.get("error") if isinstance(event.get("error"), dict) else event
+        return error_object(event)
     if kind == "response.failed":
         response = event.get("response")
         error = response.get("error") if isinstance(response, dict) else None
@@ -82,7 +92,7 @@ def failure_of(event: dict[str, Any]) -> Any:
     return None
 
 
-class ResponsesDialect:
+class ResponsesDialect(DictReads):
     api: Endpoint = "responses"
     done_data: bytes | None = None
     clean_end = b""
@@ -158,17 +168,6 @@ class ResponsesDialect:
             if failure is not None:
                 tally.error_message = describe_error(failure)[0]
         return tally
-
-    def tally_kept(self, entries: KeptChunks, into: Tally | None = None, final: bool = True) -> Tally | None:
-        return None  # no read of the kept bytes as they are: ``tally_array`` reads them
-
-    def tally_array(
-        self, array: bytes, times: list[float], into: Tally | None = None, final: bool = True
-    ) -> Tally | None:
-        return None  # read over dicts (``tally``): no typed read of these events
-
-    def tally_whole(self, body: bytes) -> Tally | None:
-        return None  # decoded whole (``tally_body``): no typed read of these bodies
 
     def tally_body(self, body: dict[str, Any]) -> Tally:
         tally = Tally(finished=True)

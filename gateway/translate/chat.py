@@ -16,6 +16,7 @@ from gateway.dialects.chat_events import chat_stop
 from gateway.translate.chat_assistant import assistant_message as assistant_message
 from gateway.translate.chat_assistant import read_assistant as read_assistant
 from gateway.translate.common import (
+    add_result,
     as_dict,
     as_list,
     as_str,
@@ -25,14 +26,19 @@ from gateway.translate.common import (
     document_url,
     image_from_url,
     image_url,
-    openai_user,
     opt_bool,
     opt_int,
     opt_number,
     opt_str,
+    part_texts,
+    read_function,
     read_function_choice,
+    read_json_schema,
     refuse_unknown,
     write_function_choice,
+    write_json_schema,
+    write_openai_labels,
+    write_tool,
 )
 from gateway.translate.ir import (
     Conversation,
@@ -147,11 +153,7 @@ def read_request(body: dict[str, Any]) -> Conversation:
             content, plain = _user_content(message.get("content"), f"{path}.content")
             blocks = [p for p in content if isinstance(p, Text | Image | Document)]
             result = ToolResult(call_id, blocks, plain=plain)
-            last = conversation.turns[-1] if conversation.turns else None
-            if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
-                last.parts.append(result)
-            else:
-                conversation.turns.append(Turn("user", [result]))
+            add_result(conversation, result)
         else:
             raise Untranslatable(f"{path}.role", "other", f"role {role!r}")
     conversation.max_tokens = opt_int(body.get("max_completion_tokens"), "max_completion_tokens")
@@ -202,15 +204,7 @@ def _instructions(content: Any, role: Literal["system", "developer"], path: str)
 
 
 def _joined_text(content: Any, path: str) -> str:
-    if isinstance(content, str):
-        return content
-    texts = []
-    for index, raw in enumerate(as_list(content, path)):
-        part = as_dict(raw, f"{path}[{index}]")
-        if part.get("type") != "text":
-            raise Untranslatable(f"{path}[{index}].type", "other", f"a {part.get('type')!r} part here")
-        texts.append(as_str(part.get("text"), f"{path}[{index}].text"))
-    return "".join(texts)
+    return content if isinstance(content, str) else "".join(part_texts(content, path, ("text",)))
 
 
 def _user_content(content: Any, path: str) -> tuple[list[Part], bool]:
@@ -247,15 +241,8 @@ def _read_tool(raw: Any, index: int) -> Tool:
     tool = as_dict(raw, path)
     if tool.get("type") != "function":
         raise Untranslatable(f"{path}.type", "other", f"a {tool.get('type')!r} tool")
-    function = as_dict(tool.get("function"), f"{path}.function")
-    parameters = function.get("parameters")
-    return Tool(
-        as_str(function.get("name"), f"{path}.function.name"),
-        opt_str(function.get("description"), f"{path}.function.description"),
-        as_dict(parameters, f"{path}.function.parameters") if parameters is not None else None,
-        opt_bool(function.get("strict"), f"{path}.function.strict"),
-        tool.get("cache_control"),
-    )
+    where = f"{path}.function"
+    return read_function(as_dict(tool.get("function"), where), where, tool.get("cache_control"))
 
 
 def _read_format(value: Any) -> OutputFormat | None:
@@ -267,14 +254,8 @@ def _read_format(value: Any) -> OutputFormat | None:
         return OutputFormat(kind)
     if kind != "json_schema":
         raise bad("response_format.type", "text, json_object or json_schema")
-    schema = as_dict(spec.get("json_schema"), "response_format.json_schema")
-    return OutputFormat(
-        "json_schema",
-        opt_str(schema.get("name"), "response_format.json_schema.name"),
-        as_dict(schema.get("schema") or {}, "response_format.json_schema.schema"),
-        opt_bool(schema.get("strict"), "response_format.json_schema.strict"),
-        opt_str(schema.get("description"), "response_format.json_schema.description"),
-    )
+    path = "response_format.json_schema"
+    return read_json_schema(as_dict(spec.get("json_schema"), path), path)
 
 
 # -- request: neutral → chat -----------------------------------------------------------------
@@ -304,12 +285,7 @@ def write_request(conversation: Conversation, model: str, *, stream_usage: bool 
     reasoning = conversation.reasoning
     if reasoning is not None:
         body["reasoning_effort"] = reasoning.openai_effort("none")
-    if conversation.user is not None:
-        body["user"] = openai_user(conversation.user)
-    if conversation.metadata is not None:
-        body["metadata"] = conversation.metadata
-    if conversation.prompt_cache_key is not None:
-        body["prompt_cache_key"] = conversation.prompt_cache_key
+    write_openai_labels(conversation, body)
     if conversation.stream:
         body["stream"] = True
         if stream_usage:
@@ -379,22 +355,10 @@ def _user_parts(parts: list[Part], plain: bool) -> str | list[dict[str, Any]]:
 
 
 def _tool(tool: Tool) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool.name}
-    if tool.description is not None:
-        function["description"] = tool.description
-    function["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
-    if tool.strict is not None:
-        function["strict"] = tool.strict
-    return {"type": "function", "function": function}
+    return {"type": "function", "function": write_tool(tool)}
 
 
 def _format(output: OutputFormat) -> dict[str, Any]:
     if output.kind != "json_schema":
         return {"type": output.kind}
-    schema: dict[str, Any] = {"name": output.name or "output"}
-    if output.description is not None:
-        schema["description"] = output.description
-    schema["schema"] = output.schema or {}
-    if output.strict is not None:
-        schema["strict"] = output.strict
-    return {"type": "json_schema", "json_schema": schema}
+    return {"type": "json_schema", "json_schema": write_json_schema(output)}

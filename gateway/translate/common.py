@@ -7,7 +7,17 @@ import json
 from typing import Any
 
 from gateway.errors import InvalidRequest
-from gateway.translate.ir import Document, Image, ToolChoice, Untranslatable
+from gateway.translate.ir import (
+    Conversation,
+    Document,
+    Image,
+    OutputFormat,
+    Tool,
+    ToolChoice,
+    ToolResult,
+    Turn,
+    Untranslatable,
+)
 
 
 def bad(path: str, expected: str) -> InvalidRequest:
@@ -65,6 +75,29 @@ def refuse_unknown(body: dict[str, Any], known: frozenset[str], target: str, pre
     for name in body:
         if name not in known:
             raise Untranslatable(prefix + name, target)
+
+
+def part_texts(content: Any, path: str, kinds: tuple[str, ...]) -> list[str]:
+    """The ``text`` of each part of the list of content parts at ``path``, all of a type among ``kinds`` (where only
+    text can go: a system message, a reasoning summary); a part of another type is refused, naming it."""
+    texts = []
+    for index, raw in enumerate(as_list(content, path)):
+        part = as_dict(raw, f"{path}[{index}]")
+        if part.get("type") not in kinds:
+            raise Untranslatable(f"{path}[{index}].type", "other", f"a {part.get('type')!r} part here")
+        texts.append(as_str(part.get("text"), f"{path}[{index}].text"))
+    return texts
+
+
+def add_result(conversation: Conversation, result: ToolResult) -> None:
+    """A tool's result as the neutral shape holds it: in the user turn of results just before it, else in a new one
+    (the OpenAI APIs give each result apart, chat a ``tool`` message and Responses an output item, where the Messages
+    API gives one user turn of them)."""
+    last = conversation.turns[-1] if conversation.turns else None
+    if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
+        last.parts.append(result)
+    else:
+        conversation.turns.append(Turn("user", [result]))
 
 
 def data_url(url: str) -> tuple[str, str] | None:
@@ -132,6 +165,19 @@ def count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def read_function(spec: dict[str, Any], path: str, cache: dict[str, Any] | None = None) -> Tool:
+    """OpenAI's function, at ``path``: the same fields in both APIs (chat's ``tools[].function``, a Responses
+    ``function`` tool itself); ``cache``: the tool's ``cache_control`` (chat's, for an Anthropic provider)."""
+    parameters = spec.get("parameters")
+    return Tool(
+        as_str(spec.get("name"), f"{path}.name"),
+        opt_str(spec.get("description"), f"{path}.description"),
+        as_dict(parameters, f"{path}.parameters") if parameters is not None else None,
+        opt_bool(spec.get("strict"), f"{path}.strict"),
+        cache,
+    )
+
+
 def read_function_choice(choice: Any, *, nested: bool) -> ToolChoice | None:
     """OpenAI's ``tool_choice``: a mode, or a named function (chat nests its name in ``function``, the
     Responses API does not: ``nested``)."""
@@ -182,7 +228,53 @@ def write_function_choice(choice: ToolChoice, *, nested: bool) -> Any:
     return {"type": "function", **named}
 
 
+def read_json_schema(spec: dict[str, Any], path: str) -> OutputFormat:
+    """OpenAI's ``json_schema`` output format, at ``path``: the same object in both APIs (chat's
+    ``response_format.json_schema``; Responses' ``text.format``, beside its ``type``)."""
+    return OutputFormat(
+        "json_schema",
+        opt_str(spec.get("name"), f"{path}.name"),
+        as_dict(spec.get("schema") or {}, f"{path}.schema"),
+        opt_bool(spec.get("strict"), f"{path}.strict"),
+        opt_str(spec.get("description"), f"{path}.description"),
+    )
+
+
+def write_json_schema(output: OutputFormat) -> dict[str, Any]:
+    """``read_json_schema`` backwards: the object chat nests in ``json_schema``, Responses spreads beside ``type``."""
+    spec: dict[str, Any] = {"name": output.name or "output"}
+    if output.description is not None:
+        spec["description"] = output.description
+    spec["schema"] = output.schema or {}
+    if output.strict is not None:
+        spec["strict"] = output.strict
+    return spec
+
+
 def openai_user(user: str) -> str:
     """A user id as OpenAI's APIs take it (``user`` holds at most 64 characters): a longer one, such as Claude
     Code's ``metadata.user_id`` (a JSON object of some 130), as its hex SHA-256, the same every turn."""
     return user if len(user) <= 64 else hashlib.sha256(user.encode()).hexdigest()
+
+
+def write_openai_labels(conversation: Conversation, body: dict[str, Any]) -> None:
+    """The request's labels as both OpenAI APIs take them, the same three fields: who asks (``openai_user``), the
+    client's ``metadata`` and the ``prompt_cache_key``."""
+    if conversation.user is not None:
+        body["user"] = openai_user(conversation.user)
+    if conversation.metadata is not None:
+        body["metadata"] = conversation.metadata
+    if conversation.prompt_cache_key is not None:
+        body["prompt_cache_key"] = conversation.prompt_cache_key
+
+
+def write_tool(tool: Tool, schema_key: str = "parameters") -> dict[str, Any]:
+    """A function tool as each API describes one: its name, its description if any, its parameters' schema (an empty
+    object's where it has none) under ``schema_key`` (the Messages API's ``input_schema``), its ``strict`` if set."""
+    out: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        out["description"] = tool.description
+    out[schema_key] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
+    if tool.strict is not None:
+        out["strict"] = tool.strict
+    return out

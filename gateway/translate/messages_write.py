@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from gateway.translate.common import write_tool
 from gateway.translate.ir import (
     Conversation,
     Document,
@@ -210,10 +211,4 @@ def _document(document: Document) -> dict[str, Any]:
 
 
 def _tool(tool: Tool) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": tool.name}
-    if tool.description is not None:
-        out["description"] = tool.description
-    out["input_schema"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
-    if tool.strict is not None:
-        out["strict"] = tool.strict
-    return _cached(out, tool.cache)
+    return _cached(write_tool(tool, "input_schema"), tool.cache)

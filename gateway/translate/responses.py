@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from gateway.translate import freeform, tool_search
 from gateway.translate.common import (
+    add_result,
     as_dict,
     as_list,
     as_str,
@@ -25,7 +26,10 @@ from gateway.translate.common import (
     opt_int,
     opt_number,
     opt_str,
+    part_texts,
+    read_function,
     read_function_choice,
+    read_json_schema,
     refuse_unknown,
 )
 from gateway.translate.ir import (
@@ -225,11 +229,7 @@ def _read_items(
             else:
                 blocks = [p for p in read_content(output, f"{path}.output") if isinstance(p, Text | Image | Document)]
                 result = ToolResult(call_id, blocks, plain=False)
-            last = conversation.turns[-1] if conversation.turns else None
-            if last is not None and last.role == "user" and all(isinstance(p, ToolResult) for p in last.parts):
-                last.parts.append(result)
-            else:
-                conversation.turns.append(Turn("user", [result]))
+            add_result(conversation, result)
         elif kind == "reasoning":
             summary = "".join(read_texts(item.get("summary") or [], f"{path}.summary"))
             content = "".join(read_texts(item.get("content") or [], f"{path}.content"))
@@ -244,13 +244,7 @@ def _read_items(
 
 
 def read_texts(content: Any, path: str) -> list[str]:
-    texts = []
-    for index, raw in enumerate(as_list(content, path)):
-        part = as_dict(raw, f"{path}[{index}]")
-        if part.get("type") not in ("input_text", "output_text", "summary_text", "reasoning_text", "text"):
-            raise Untranslatable(f"{path}[{index}].type", "other", f"a {part.get('type')!r} part here")
-        texts.append(as_str(part.get("text"), f"{path}[{index}].text"))
-    return texts
+    return part_texts(content, path, ("input_text", "output_text", "summary_text", "reasoning_text", "text"))
 
 
 def read_content(content: Any, path: str) -> list[Part]:
@@ -321,13 +315,7 @@ def _read_tool(raw: Any, index: int, path: str = "") -> Tool:
         if tool.get("type") == tool_search.NAME:
             why += ' run by OpenAI (one the client runs, "execution": "client", is carried)'
         raise Untranslatable(f"{path}.type", "other", why)
-    parameters = tool.get("parameters")
-    return Tool(
-        as_str(tool.get("name"), f"{path}.name"),
-        opt_str(tool.get("description"), f"{path}.description"),
-        as_dict(parameters, f"{path}.parameters") if parameters is not None else None,
-        opt_bool(tool.get("strict"), f"{path}.strict"),
-    )
+    return read_function(tool, path)
 
 
 def _read_format(spec: dict[str, Any]) -> OutputFormat:
@@ -336,10 +324,4 @@ def _read_format(spec: dict[str, Any]) -> OutputFormat:
         return OutputFormat(kind)
     if kind != "json_schema":
         raise Untranslatable("text.format.type", "other", f"format {kind!r}")
-    return OutputFormat(
-        "json_schema",
-        opt_str(spec.get("name"), "text.format.name"),
-        as_dict(spec.get("schema") or {}, "text.format.schema"),
-        opt_bool(spec.get("strict"), "text.format.strict"),
-        opt_str(spec.get("description"), "text.format.description"),
-    )
+    return read_json_schema(spec, "text.format")

@@ -14,8 +14,10 @@ from gateway.translate.common import (
     document_name,
     document_url,
     image_url,
-    openai_user,
     write_function_choice,
+    write_json_schema,
+    write_openai_labels,
+    write_tool,
 )
 from gateway.translate.ir import (
     Conversation,
@@ -75,12 +77,7 @@ def write_request(conversation: Conversation, model: str) -> dict[str, Any]:
         # With ``store: false`` the reasoning is kept only as the answer's opaque items: asked for, they go back to
         # the provider next turn (a Messages client holds them as ``redacted_thinking``).
         body["include"] = ["reasoning.encrypted_content"]
-    if conversation.user is not None:
-        body["user"] = openai_user(conversation.user)
-    if conversation.metadata is not None:
-        body["metadata"] = conversation.metadata
-    if conversation.prompt_cache_key is not None:
-        body["prompt_cache_key"] = conversation.prompt_cache_key
+    write_openai_labels(conversation, body)
     body["store"] = False
     if conversation.stream:
         body["stream"] = True
@@ -149,21 +146,11 @@ def _input_part(part: Text | Image | Document) -> dict[str, Any]:
 
 
 def _tool(tool: Tool) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "function", "name": tool.name}
-    if tool.description is not None:
-        out["description"] = tool.description
-    out["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
-    out["strict"] = tool.strict if tool.strict is not None else False
-    return out
+    # ``strict`` said always here: false where the tool does not say.
+    return {"type": "function", **write_tool(tool), "strict": tool.strict if tool.strict is not None else False}
 
 
 def _format(output: OutputFormat) -> dict[str, Any]:
     if output.kind != "json_schema":
         return {"type": output.kind}
-    spec: dict[str, Any] = {"type": "json_schema", "name": output.name or "output"}
-    if output.description is not None:
-        spec["description"] = output.description
-    spec["schema"] = output.schema or {}
-    if output.strict is not None:
-        spec["strict"] = output.strict
-    return spec
+    return {"type": "json_schema", **write_json_schema(output)}

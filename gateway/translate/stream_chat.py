@@ -30,12 +30,14 @@ from gateway.translate.ir import (
     Usage,
     UsageSeen,
 )
+from gateway.translate.stream_write import WriterState
 
 DONE = b"data: [DONE]\n\n"
 
 
-class ChatWriter:
+class ChatWriter(WriterState):
     def __init__(self, completion_id: str, model: str, *, include_usage: bool) -> None:
+        super().__init__()
         self.head: dict[str, Any] = {
             "id": completion_id,
             "object": "chat.completion.chunk",
@@ -43,15 +45,12 @@ class ChatWriter:
             "model": model,
         }
         self.include_usage = include_usage
-        self.started = False
-        self.ended = False
         self._finished = False
         self._tools: dict[int, int] = {}
         self._stop: StopReason = "end"
         self._usage: Usage | None = None
         self._signature: str | None = None
         """A chat provider's thought signature, for the next tool call's first delta."""
-        self.said_tokens = 0
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
         return b"data: " + dump_json({**self.head, "choices": choices, **extra}).encode() + b"\n\n"
@@ -110,23 +109,13 @@ class ChatWriter:
         assert isinstance(event, Ended)
         return self.end()
 
-    def continue_stream(self, said_tokens: int) -> None:
-        self.said_tokens = said_tokens
-
     def end(self) -> bytes:
         if self.ended:
             return b""
         self.ended = True
         out = self._start() + self._chunk([{"index": 0, "delta": {}, "finish_reason": chat.FINISH_OF[self._stop]}])
         if self.include_usage and self._usage is not None:
-            usage = self._usage
-            if self.said_tokens:
-                usage = Usage(
-                    max(0, usage.input_tokens - self.said_tokens),
-                    usage.output_tokens + self.said_tokens,
-                    usage.cached_tokens,
-                )
-            out += self._chunk([], usage=chat_reply.write_usage(usage))
+            out += self._chunk([], usage=chat_reply.write_usage(self.said_usage(self._usage)))
         return out + DONE
 
     def error(self, message: str, status: int = 500, code: str | None = None) -> bytes:

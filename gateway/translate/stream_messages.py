@@ -33,19 +33,19 @@ from gateway.translate.ir import (
     Usage,
     UsageSeen,
 )
+from gateway.translate.stream_write import WriterState
 
 
 def sse(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {dump_json(data)}\n\n".encode()
 
 
-class MessagesWriter:
+class MessagesWriter(WriterState):
     def __init__(self, message_id: str, model: str, input_estimate: int = 0) -> None:
+        super().__init__()
         self.message_id = message_id
         self.input_estimate = input_estimate
         self.model = model
-        self.started = False
-        self.ended = False
         self._next = 0
         self._open: tuple[str, int] | None = None
         self._tools: dict[int, int] = {}
@@ -53,8 +53,6 @@ class MessagesWriter:
         self._sequence: str | None = None
         self._usage = Usage()
         self._tier: str | None = None
-        self.said_tokens = 0
-        """Output tokens of a broken stream's earlier part, moved from the continuation's prompt to its output."""
 
     def write(self, event: Event) -> bytes:
         if isinstance(event, Failed):
@@ -159,24 +157,13 @@ class MessagesWriter:
         self._open = ("text", index)
         self._next = index + 1
 
-    def continue_stream(self, said_tokens: int) -> None:
-        """A continuation's events follow: its text goes on in the open text block."""
-        self.said_tokens = said_tokens
-
     def end(self) -> bytes:
         """What closes the client's stream now (nothing if it is closed): the open block, the stop, the usage."""
         if self.ended:
             return b""
         out = self._start() + self._close()
         self.ended = True
-        usage = self._usage
-        if self.said_tokens:
-            usage = Usage(
-                max(0, usage.input_tokens - self.said_tokens),
-                usage.output_tokens + self.said_tokens,
-                usage.cached_tokens,
-                usage.cache_creation_tokens,
-            )
+        usage = self.said_usage(self._usage)
         delta = {"stop_reason": messages.STOP_OF[self._stop], "stop_sequence": self._sequence}
         ending = {"type": "message_delta", "delta": delta, "usage": messages_reply.write_usage(usage)}
         tiers.write_served("messages", ending, self._tier)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from gateway.dialects.base import listed
+from gateway.dialects.base import error_object, listed
 from gateway.dialects.chat_events import content_text, content_thinking, finish_failure
 from gateway.errors import describe_error
 from gateway.translate import chat, chat_reply, messages, messages_reply, responses_reply, tiers
@@ -292,7 +292,7 @@ class ResponsesReader:
             stop = responses_reply.stop_of(response.get("status"), response.get("incomplete_details"), self._calls)
             return [*out, Finished(stop), Ended()]
         if kind == "error":
-            return [_failed(event.get("error") if isinstance(event.get("error"), dict) else event)]
+            return [_failed(error_object(event))]
         return []
 
     def _call(self, key: int, item: dict[str, Any]) -> list[Event]:

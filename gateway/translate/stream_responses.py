@@ -34,6 +34,7 @@ from gateway.translate.ir import (
     UsageSeen,
 )
 from gateway.translate.namespaces import split
+from gateway.translate.stream_write import WriterState
 
 
 class _Item:
@@ -50,14 +51,13 @@ class _Item:
         self.signature = ""
 
 
-class ResponsesWriter:
+class ResponsesWriter(WriterState):
     def __init__(self, response_id: str, model: str, request: dict[str, Any]) -> None:
+        super().__init__()
         self.response_id = response_id
         self.model = model
         self.request = request
         self.created = int(time.time())
-        self.started = False
-        self.ended = False
         self.sequence = -1
         self._items: list[_Item] = []
         self._open: _Item | None = None
@@ -65,7 +65,6 @@ class ResponsesWriter:
         self._stop: StopReason = "end"
         self._usage: Usage | None = None
         self._tier: str | None = None
-        self.said_tokens = 0
         self._custom = freeform.custom_names(request)
         """The client's custom tools: their calls stream their ``input`` whole, once it is known."""
         self._search = tool_search.NAME if tool_search.offered(request) else None
@@ -254,9 +253,6 @@ class ResponsesWriter:
         return out + self._event(
             {"type": "response.output_item.done", "output_index": item.index, "item": self._finished(item)}
         )
-
-    def continue_stream(self, said_tokens: int) -> None:
-        self.said_tokens = said_tokens
 
     def end(self) -> bytes:
         if self.ended:
