@@ -153,7 +153,10 @@ class FakeProvider:
         if self.api_key is not None:
             bearer = headers.get("authorization") == f"Bearer {self.api_key}"
             if not (bearer or (anthropic and headers.get("x-api-key") == self.api_key)):
-                await self._error(send, anthropic, 401, "invalid api key", "invalid_request_error", "invalid_api_key")
+                # As providers answer a wrong key: quoting it (OpenAI masks its middle; the fake quotes it whole).
+                presented = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+                message = f"Incorrect API key provided: {presented}"
+                await self._error(send, anthropic, 401, message, "invalid_request_error", "invalid_api_key")
                 return
         try:
             behavior = agent.steer(body, path, self._behavior_for(body, headers))
