@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,8 @@ WRONG_PROVIDER_KEY = "sk-prov-SECRETMARK-wrong-9876543210"
 MARKER = "SECRETMARK"
 CLIENT_KEY = "sk-client-matrix"
 SPENT_KEY = "sk-client-spent"
+NARROW_KEY = "sk-client-narrow"
+RPM_KEY = "sk-client-rpm-"
 MAX_BODY = 64 * 1024
 TIMEOUT = 10.0
 
@@ -66,9 +68,33 @@ REQUEST_FAULTS = (
     "wrong-key",
     "missing-key",
     "budget-spent",
+    "model-not-allowed",
+    "key-rate-limited",
+    "too-deep",
+    "too-many-messages",
+    "too-many-choices",
+    "over-token-ceiling",
 )
-UPSTREAM_FAULTS = ("upstream-500", "upstream-429", "upstream-401", "first-token-timeout", "queue-full")
-STREAM_FAULTS = ("broken-stream",)
+ONLY_ON: dict[str, frozenset[str]] = {
+    "too-many-messages": frozenset({"chat", "responses", "messages"}),
+    "too-many-choices": frozenset({"chat", "completions"}),
+    "over-token-ceiling": frozenset({"chat", "completions", "responses", "messages"}),
+}
+"""Faults that only some APIs can commit (the others have no such field)."""
+LIMITS = {"max_json_depth": 16, "max_messages": 4, "max_n": 2, "max_tokens": 4096}
+UPSTREAM_FAULTS = (
+    "upstream-400",
+    "upstream-401",
+    "upstream-429",
+    "upstream-500",
+    "upstream-503",
+    "first-token-timeout",
+    "queue-full",
+)
+STREAM_FAULTS = ("broken-stream", "stalled-stream", "error-event", "keepalive-then-timeout")
+"""Faults after a stream's 200 went out: the stream ends with the API's own error event."""
+TRANSLATED = {"chat": "messages", "responses": "chat", "messages": "chat"}
+"""The API a provider speaks in a cell's translated variant: the client's faults must still come in the client's."""
 ANTHROPIC_TYPES = frozenset(
     {
         "invalid_request_error",
@@ -105,7 +131,15 @@ EXPECTED: dict[str, Expect] = {
     "wrong-key": Expect(401, openai.AuthenticationError, anthropic.AuthenticationError, "authentication_error"),
     "missing-key": Expect(401, openai.AuthenticationError, anthropic.AuthenticationError, "authentication_error"),
     "budget-spent": Expect(402, openai.APIStatusError, anthropic.PaymentRequiredError, "billing_error"),
+    "model-not-allowed": Expect(403, openai.PermissionDeniedError, anthropic.PermissionDeniedError, "permission_error"),
+    "key-rate-limited": Expect(429, openai.RateLimitError, anthropic.RateLimitError, "rate_limit_error", True),
+    "too-deep": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
+    "too-many-messages": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
+    "too-many-choices": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
+    "over-token-ceiling": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
+    "upstream-400": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
     "upstream-500": Expect(502, openai.InternalServerError, anthropic.InternalServerError, "api_error"),
+    "upstream-503": Expect(503, openai.InternalServerError, anthropic.ServiceUnavailableError, "overloaded_error"),
     "upstream-429": Expect(429, openai.RateLimitError, anthropic.RateLimitError, "rate_limit_error", True),
     "upstream-401": Expect(502, openai.InternalServerError, anthropic.InternalServerError, "api_error"),
     "first-token-timeout": Expect(504, openai.InternalServerError, anthropic.GatewayTimeoutError, "timeout_error"),
@@ -116,6 +150,13 @@ SPECIAL: dict[tuple[str, str], Expect] = {
     ("responses", "unknown-model"): Expect(400, openai.BadRequestError, anthropic.BadRequestError, "")
 }
 """Cells whose API answers a fault unlike the others."""
+TOKEN_FIELD = {
+    "chat": "max_tokens",
+    "completions": "max_tokens",
+    "responses": "max_output_tokens",
+    "messages": "max_tokens",
+}
+CONVERSATION_FIELD = {"chat": "messages", "responses": "input", "messages": "messages"}
 MISSING_FIELD = {
     "chat": "messages",
     "completions": "prompt",
@@ -124,10 +165,21 @@ MISSING_FIELD = {
     "messages": "messages",
 }
 FAKE_OF: dict[str, dict[str, Any]] = {
+    "upstream-400": {"status": 400, "error_code": "context_length_exceeded"},
     "upstream-500": {"status": 500},
+    "upstream-503": {"status": 503},
     "upstream-429": {"status": 429, "retry_after": "7"},
     "first-token-timeout": {"ttft_s": 5.0},
     "broken-stream": {"drop_after": 2, "output_tokens": 16},
+    "stalled-stream": {"stall_after": 2, "stall_s": 30.0, "output_tokens": 16},
+    "error-event": {"error_event_after": 2, "output_tokens": 16},
+    "keepalive-then-timeout": {"ttft_s": 5.0},
+}
+POLICY_OF = {
+    "first-token-timeout": "short",
+    "stalled-stream": "short",
+    "queue-full": "queue",
+    "keepalive-then-timeout": "keepalive",
 }
 
 
@@ -139,14 +191,19 @@ def streamed(call: str) -> bool:
     return call.endswith("-stream")
 
 
-def model_of(call: str, fault: str) -> str:
-    return f"m-{call}-{fault}"
+def model_of(call: str, fault: str, via: str | None) -> str:
+    return f"m-{call}-{fault}" + (f"-via-{via}" if via else "")
 
 
-def cells() -> Iterator[tuple[str, str]]:
+def cells() -> Iterator[Any]:
+    """(call, fault, via): ``via`` names the provider's API when the client's is translated to it."""
     for call in CALLS:
-        for fault in (*REQUEST_FAULTS, *UPSTREAM_FAULTS, *(STREAM_FAULTS if streamed(call) else ())):
-            yield call, fault
+        for fault in REQUEST_FAULTS:
+            if api_of(call) in ONLY_ON.get(fault, frozenset(CALLS)):
+                yield pytest.param(call, fault, None, id=f"{call}-{fault}")
+        for fault in (*UPSTREAM_FAULTS, *(STREAM_FAULTS if streamed(call) else ())):
+            for via in (None, TRANSLATED.get(api_of(call))) if api_of(call) in TRANSLATED else (None,):
+                yield pytest.param(call, fault, via, id=model_of(call, fault, via).removeprefix("m-"))
 
 
 # -- The gateway ------------------------------------------------------------------------------------------------
@@ -179,9 +236,9 @@ class Matrix:
 
 
 def matrix_config(fake_url: str, keys_file: Path) -> dict[str, Any]:
-    apis = ["chat", "completions", "embeddings", "responses", "messages"]
+    every_api = ["chat", "completions", "embeddings", "responses", "messages"]
 
-    def provider(name: str, key_env: str = "PROVIDER_KEY", concurrency: int = 256) -> dict[str, Any]:
+    def provider(name: str, key_env: str, concurrency: int, apis: list[str]) -> dict[str, Any]:
         return {
             "name": name,
             "base_url": fake_url,
@@ -190,23 +247,25 @@ def matrix_config(fake_url: str, keys_file: Path) -> dict[str, Any]:
             "max_concurrency": concurrency,
         }
 
-    def model(name: str, provider: str, policy: str = "test") -> dict[str, Any]:
-        deployment = {"provider": provider, "model": "fake-model", "price_in": 1.0, "price_out": 2.0}
+    def model(name: str, policy: str = "test") -> dict[str, Any]:
+        deployment = {"provider": name, "model": "fake-model", "price_in": 1.0, "price_out": 2.0}
         return {"name": name, "policy": policy, "deployments": [deployment]}
 
-    providers = [provider("ok")]
-    models = [model("m", "ok")]
-    for call in CALLS:
-        for fault in (*UPSTREAM_FAULTS, *STREAM_FAULTS):
-            name = model_of(call, fault)
-            key_env = "WRONG_PROVIDER_KEY" if fault == "upstream-401" else "PROVIDER_KEY"
-            providers.append(provider(name, key_env, 1 if fault == "queue-full" else 256))
-            policy = {"first-token-timeout": "short", "queue-full": "queue"}.get(fault, "test")
-            models.append(model(name, name, policy))
+    providers = [provider("m", "PROVIDER_KEY", 256, every_api), provider("other", "PROVIDER_KEY", 256, every_api)]
+    models = [model("m"), model("other")]
+    for cell in cells():
+        call, fault, via = cell.values
+        if fault in REQUEST_FAULTS:
+            continue
+        name = model_of(call, fault, via)
+        key_env = "WRONG_PROVIDER_KEY" if fault == "upstream-401" else "PROVIDER_KEY"
+        providers.append(provider(name, key_env, 1 if fault == "queue-full" else 256, [via] if via else every_api))
+        models.append(model(name, POLICY_OF.get(fault, "test")))
     base = {"extends": "fixed-order", "first_token_timeout_s": 10.0, "idle_timeout_s": 10.0}
     base["retries_per_deployment"] = 0  # one answer per cell: the status table is under test, not the retries
     return {
         "server": {"max_body_bytes": MAX_BODY},
+        "limits": LIMITS,
         "auth": {"api_keys_env": "GATEWAY_API_KEYS", "api_keys_file": str(keys_file)},
         "providers": providers,
         "models": models,
@@ -215,6 +274,8 @@ def matrix_config(fake_url: str, keys_file: Path) -> dict[str, Any]:
             # A whole answer's first byte is its end: its silence is the idle deadline's, a stream's the first token's.
             "short": {**base, "first_token_timeout_s": 0.3, "idle_timeout_s": 0.3},
             "queue": {**base, "queue_max_length": 0, "queue_timeout_s": 0.0},
+            # The 200 and a keep-alive go out before the first token is late: its timeout is in-band.
+            "keepalive": {**base, "first_byte_keepalive_s": 0.05, "first_token_timeout_s": 0.5},
         },
     }
 
@@ -229,7 +290,11 @@ LISTENED = ("", "uvicorn", "uvicorn.access", ACCESS_LOGGER)
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     keys_file = tmp_path_factory.mktemp("keys") / "keys.toml"
-    keys_file.write_text(f'[[keys]]\nname = "spent"\nkey = "{SPENT_KEY}"\nbudget_usd = 0.000000001\n')
+    keys = [f'[[keys]]\nname = "spent"\nkey = "{SPENT_KEY}"\nbudget_usd = 0.000000001\n']
+    keys.append(f'[[keys]]\nname = "narrow"\nkey = "{NARROW_KEY}"\nmodels = ["m"]\n')
+    for call in CALLS:  # one request a minute, each call's own: the first passes, the next is refused
+        keys.append(f'[[keys]]\nname = "rpm-{call}"\nkey = "{RPM_KEY}{call}"\nrequests_per_minute = 1\n')
+    keys_file.write_text("\n".join(keys))
     fake = FakeProvider("up", api_key=PROVIDER_KEY)
     fake_server = ServerThread(fake).start()
     servers = [fake_server]
@@ -281,28 +346,31 @@ def anthropic_client(matrix: Matrix, wire: WireTransport, key: str) -> anthropic
 def send(matrix: Matrix, call: str, model: str, fake: dict[str, Any], wire: WireTransport, key: str) -> Any:
     """One request of ``call``'s API through its SDK; a stream is read to its end (its events returned)."""
     stream = streamed(call)
-    extra = {"fake": fake}
+    # In a header, not the body: a translated request refuses a field its provider's API has no place for.
+    headers = {"x-fake-behavior": json.dumps(fake)} if fake else {}
     api = api_of(call)
     result: Any
     if api == "messages":
         with anthropic_client(matrix, wire, key) as client:
             messages: Any = [{"role": "user", "content": "hi"}]
             result = client.messages.create(
-                model=model, max_tokens=8, messages=messages, stream=stream, extra_body=extra
+                model=model, max_tokens=8, messages=messages, stream=stream, extra_headers=headers
             )
             return list(result) if stream else result
     with openai_client(matrix, wire, key) as sdk:
         if api == "chat":
             chat: Any = [{"role": "user", "content": "hi"}]
             result = sdk.chat.completions.create(
-                model=model, messages=chat, max_tokens=8, stream=stream, extra_body=extra
+                model=model, messages=chat, max_tokens=8, stream=stream, extra_headers=headers
             )
         elif api == "completions":
-            result = sdk.completions.create(model=model, prompt="hi", max_tokens=8, stream=stream, extra_body=extra)
+            result = sdk.completions.create(
+                model=model, prompt="hi", max_tokens=8, stream=stream, extra_headers=headers
+            )
         elif api == "embeddings":
-            result = sdk.embeddings.create(model=model, input="hi", extra_body=extra)
+            result = sdk.embeddings.create(model=model, input="hi", extra_headers=headers)
         else:
-            result = sdk.responses.create(model=model, input="hi", stream=stream, extra_body=extra)
+            result = sdk.responses.create(model=model, input="hi", stream=stream, extra_headers=headers)
         return list(result) if stream else result
 
 
@@ -314,22 +382,43 @@ def spoiler(call: str, fault: str) -> Spoil | None:
         return lambda body: b"[" + body + b"]"
     if fault == "oversized":
         return lambda body: body + b" " * MAX_BODY
+    api = api_of(call)
     if fault == "missing-field":
-        field = MISSING_FIELD[api_of(call)]
-        return lambda body: json.dumps({k: v for k, v in json.loads(body).items() if k != field}).encode()
+        return _edited(lambda body: {k: v for k, v in body.items() if k != MISSING_FIELD[api]})
+    if fault == "too-deep":
+        deep: Any = "x"
+        for _ in range(LIMITS["max_json_depth"] + 1):
+            deep = [deep]
+        return _edited(lambda body: {**body, "metadata": {"deep": deep}})
+    if fault == "too-many-messages":
+        field = CONVERSATION_FIELD[api]
+        turns = [{"role": role, "content": "hi"} for role in ("user", "assistant") * LIMITS["max_messages"]] + [
+            {"role": "user", "content": "hi"}
+        ]
+        return _edited(lambda body: {**body, field: turns})
+    if fault == "too-many-choices":
+        return _edited(lambda body: {**body, "n": LIMITS["max_n"] + 1})
+    if fault == "over-token-ceiling":
+        return _edited(lambda body: {**body, TOKEN_FIELD[api]: LIMITS["max_tokens"] + 1})
     return None
+
+
+def _edited(edit: Callable[[dict[str, Any]], dict[str, Any]]) -> Spoil:
+    return lambda body: json.dumps(edit(json.loads(body))).encode()
 
 
 # -- What each cell checks --------------------------------------------------------------------------------------
 
 
-def assert_openai_shape(body: Any) -> None:
+def assert_openai_shape(body: Any, *, relayed: bool = False) -> None:
+    """OpenAI's error object; ``relayed``: a provider's own error event, passed on as it came (the gateway never
+    rewrites an event it only relays), which may leave out ``param``."""
     assert isinstance(body, dict) and list(body) == ["error"], body
     error = body["error"]
-    assert {"message", "type", "param", "code"} <= set(error), error
+    assert {"message", "type", "code"} | (set() if relayed else {"param"}) <= set(error), error
     assert isinstance(error["message"], str) and error["message"], error
     assert isinstance(error["type"], str) and error["type"], error
-    assert error["param"] is None or isinstance(error["param"], str), error
+    assert error.get("param") is None or isinstance(error["param"], str), error
     assert error["code"] is None or isinstance(error["code"], str), error
 
 
@@ -343,7 +432,19 @@ def assert_anthropic_shape(body: Any, error_type: str) -> None:
     assert isinstance(error["message"], str) and error["message"], error
 
 
-def assert_error_answer(call: str, exchange: Exchange, expect: Expect) -> None:
+def param_of(call: str, fault: str) -> str | None:
+    """The request field an OpenAI-shaped error must name (``param``) for ``fault``, where it names one."""
+    api = api_of(call)
+    return {
+        "unknown-model": "model",
+        "missing-field": MISSING_FIELD[api],
+        "too-many-messages": CONVERSATION_FIELD.get(api),
+        "too-many-choices": "n",
+        "over-token-ceiling": TOKEN_FIELD.get(api),
+    }.get(fault)
+
+
+def assert_error_answer(call: str, exchange: Exchange, expect: Expect, param: str | None = None) -> None:
     assert exchange.status == expect.status, (exchange.status, exchange.body[:500])
     assert exchange.headers.get("content-type", "").startswith("application/json"), exchange.headers
     if api_of(call) == "messages":
@@ -354,6 +455,8 @@ def assert_error_answer(call: str, exchange: Exchange, expect: Expect) -> None:
     else:
         assert_openai_shape(exchange.json())
         assert exchange.headers.get("x-request-id"), exchange.headers
+        if param is not None:
+            assert exchange.json()["error"]["param"] == param, exchange.json()
     if expect.retry_after:
         assert float(exchange.headers["retry-after"]) > 0, exchange.headers
 
@@ -380,15 +483,24 @@ def sdk_error(call: str, expect: Expect) -> type[openai.APIStatusError | anthrop
 # -- The matrix -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("call", "fault"), list(cells()))
-def test_a_fault_comes_back_in_the_client_apis_own_shape(matrix: Matrix, call: str, fault: str) -> None:
+@pytest.mark.parametrize(("call", "fault", "via"), list(cells()))
+def test_a_fault_comes_back_in_the_client_apis_own_shape(
+    matrix: Matrix, call: str, fault: str, via: str | None
+) -> None:
     wire = matrix.wire(call, spoil=spoiler(call, fault), drop_headers=_dropped(fault))
-    key = {"wrong-key": "sk-client-wrong", "budget-spent": SPENT_KEY}.get(fault, CLIENT_KEY)
-    model = "no-such-model" if fault == "unknown-model" else "m"
+    key = {
+        "wrong-key": "sk-client-wrong",
+        "budget-spent": SPENT_KEY,
+        "model-not-allowed": NARROW_KEY,
+        "key-rate-limited": RPM_KEY + call,
+    }.get(fault, CLIENT_KEY)
+    model = {"unknown-model": "no-such-model", "model-not-allowed": "other"}.get(fault, "m")
+    if fault == "key-rate-limited":  # the minute's one request
+        assert send(matrix, call, model, {}, matrix.wire(call), key)
     if fault in (*UPSTREAM_FAULTS, *STREAM_FAULTS):
-        model = model_of(call, fault)
-    if fault == "broken-stream":
-        check_broken_stream(matrix, call, model, wire)
+        model = model_of(call, fault, via)
+    if fault in STREAM_FAULTS:
+        check_in_band_error(matrix, call, model, FAKE_OF[fault], wire, relayed=fault == "error-event" and via is None)
     else:
         expect = SPECIAL.get((api_of(call), fault), EXPECTED[fault])
         with holding_the_only_slot(matrix, model, enabled=fault == "queue-full"):
@@ -396,7 +508,7 @@ def test_a_fault_comes_back_in_the_client_apis_own_shape(matrix: Matrix, call: s
                 send(matrix, call, model, FAKE_OF.get(fault, {}), wire, key)
         assert type(raised.value) is sdk_error(call, expect), raised.value
         assert raised.value.status_code == expect.status
-        assert_error_answer(call, wire.last, expect)
+        assert_error_answer(call, wire.last, expect, param_of(call, fault))
     assert_no_secret(matrix, wire)
     assert_still_serving(matrix, call)
 
@@ -405,23 +517,28 @@ def _dropped(fault: str) -> tuple[str, ...]:
     return ("authorization", "x-api-key") if fault == "missing-key" else ()
 
 
-def check_broken_stream(matrix: Matrix, call: str, model: str, wire: WireTransport) -> None:
-    """A stream cut after its first bytes: a 200 whose last event is the API's own error event."""
+def check_in_band_error(
+    matrix: Matrix, call: str, model: str, fake: dict[str, Any], wire: WireTransport, *, relayed: bool
+) -> None:
+    """A stream that failed after its 200 went out: its last event is the API's own error event, which the SDK
+    raises (chat, completions, Messages) or hands over as the stream's last event (Responses)."""
     api = api_of(call)
     if api == "messages":
         with pytest.raises(anthropic.APIStatusError) as raised:
-            send(matrix, call, model, FAKE_OF["broken-stream"], wire, CLIENT_KEY)
+            send(matrix, call, model, fake, wire, CLIENT_KEY)
         assert type(raised.value) is anthropic.APIStatusError, raised.value
         events = _sse(wire.last.body)
         assert events[-1][0] == "error", events[-3:]
-        assert_anthropic_shape(json.loads(events[-1][1]), "api_error")
+        error = json.loads(events[-1][1])
+        assert_anthropic_shape(error, error.get("error", {}).get("type"))
     elif api == "responses":
-        received = send(matrix, call, model, FAKE_OF["broken-stream"], wire, CLIENT_KEY)
+        received = send(matrix, call, model, fake, wire, CLIENT_KEY)
         assert received[-1].type in ("response.failed", "error"), received[-1]
-        events = _sse(wire.last.body)
-        name, data = events[-1]
-        event = json.loads(data)
+        events = [(name, json.loads(data)) for name, data in _sse(wire.last.body)]
+        name, event = events[-1]
         assert name == event["type"] and name in ("response.failed", "error"), events[-3:]
+        numbers = [event["sequence_number"] for _, event in events]
+        assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), numbers
         if name == "error":
             assert isinstance(event["message"], str) and event["message"] and "code" in event, event
         else:
@@ -429,10 +546,10 @@ def check_broken_stream(matrix: Matrix, call: str, model: str, wire: WireTranspo
             assert event["response"]["status"] == "failed" and error["message"] and error["code"], event
     else:
         with pytest.raises(openai.APIError) as cut:
-            send(matrix, call, model, FAKE_OF["broken-stream"], wire, CLIENT_KEY)
+            send(matrix, call, model, fake, wire, CLIENT_KEY)
         assert type(cut.value) is openai.APIError, cut.value
         chunks = [data for _, data in _sse(wire.last.body) if data != "[DONE]"]
-        assert_openai_shape(json.loads(chunks[-1]))
+        assert_openai_shape(json.loads(chunks[-1]), relayed=relayed)
     assert wire.last.status == 200
     assert wire.last.headers["content-type"].startswith("text/event-stream")
 
@@ -468,21 +585,19 @@ class holding_the_only_slot:
             return
         fake = self.matrix.fake
         before = fake.state.requests
-        body = json.dumps(
-            {
-                "model": self.model,
-                "messages": [{"role": "user", "content": "hold"}],
-                "stream": True,
-                "fake": {"ttft_s": 30},
-            }
-        ).encode()
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "hold"}], "stream": True})
         head = (
             f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {CLIENT_KEY}\r\n"
-            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-        ).encode()
+            f'x-fake-behavior: {{"ttft_s": 30}}\r\ncontent-type: application/json\r\n'
+            f"content-length: {len(body)}\r\n\r\n"
+        )
         self.sock = socket.create_connection(("127.0.0.1", self.matrix.gateway.port), timeout=TIMEOUT)
-        self.sock.sendall(head + body)
-        wait_until(lambda: fake.state.requests > before, what="the slot's holder reaching the provider")
+        try:
+            self.sock.sendall((head + body).encode())
+            wait_until(lambda: fake.state.requests > before, what="the slot's holder reaching the provider")
+        except BaseException:
+            self.sock.close()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         if self.sock is None:
