@@ -32,6 +32,7 @@ import pytest
 from gateway.access_lines import ACCESS_LOGGER
 from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
+from gateway.connections import ConnectionLimits, guarded_protocol
 from gateway.fakes import FakeProvider
 from gateway.samples import SampleLog
 from tests.support.servers import ServerThread, stop_all
@@ -74,6 +75,7 @@ REQUEST_FAULTS = (
     "too-many-messages",
     "too-many-choices",
     "over-token-ceiling",
+    "headers-too-large",
 )
 ONLY_ON: dict[str, frozenset[str]] = {
     "too-many-messages": frozenset({"chat", "responses", "messages"}),
@@ -81,7 +83,8 @@ ONLY_ON: dict[str, frozenset[str]] = {
     "over-token-ceiling": frozenset({"chat", "completions", "responses", "messages"}),
 }
 """Faults that only some APIs can commit (the others have no such field)."""
-LIMITS = {"max_json_depth": 16, "max_messages": 4, "max_n": 2, "max_tokens": 4096}
+LIMITS = {"max_json_depth": 16, "max_messages": 4, "max_n": 2, "max_tokens": 4096, "max_header_bytes": 8192}
+BODY_TIMEOUT_S = 0.5
 UPSTREAM_FAULTS = (
     "upstream-400",
     "upstream-401",
@@ -137,6 +140,13 @@ EXPECTED: dict[str, Expect] = {
     "too-many-messages": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
     "too-many-choices": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
     "over-token-ceiling": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
+    "headers-too-large": Expect(
+        431, openai.APIStatusError, anthropic.RequestHeaderFieldsTooLargeError, "invalid_request_error"
+    ),
+    "slow-body": Expect(408, openai.APIStatusError, anthropic.RequestTimeoutError, "invalid_request_error"),
+    "endless-head": Expect(
+        431, openai.APIStatusError, anthropic.RequestHeaderFieldsTooLargeError, "invalid_request_error"
+    ),
     "upstream-400": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
     "upstream-500": Expect(502, openai.InternalServerError, anthropic.InternalServerError, "api_error"),
     "upstream-503": Expect(503, openai.InternalServerError, anthropic.ServiceUnavailableError, "overloaded_error"),
@@ -230,9 +240,17 @@ class Matrix:
     transports: dict[str, Any]
     """One sending transport per HTTP module (``httpx`` for OpenAI's SDK, ``httpx2`` for Anthropic's), shared."""
 
-    def wire(self, call: str, *, spoil: Spoil | None = None, drop_headers: tuple[str, ...] = ()) -> WireTransport:
+    def wire(
+        self,
+        call: str,
+        *,
+        spoil: Spoil | None = None,
+        drop_headers: tuple[str, ...] = (),
+        add_headers: dict[str, str] | None = None,
+    ) -> WireTransport:
         module = httpx2 if api_of(call) == "messages" else httpx
-        return WireTransport(module, spoil=spoil, drop_headers=drop_headers, inner=self.transports[module.__name__])
+        inner = self.transports[module.__name__]
+        return WireTransport(module, spoil=spoil, drop_headers=drop_headers, add_headers=add_headers, inner=inner)
 
 
 def matrix_config(fake_url: str, keys_file: Path) -> dict[str, Any]:
@@ -264,7 +282,7 @@ def matrix_config(fake_url: str, keys_file: Path) -> dict[str, Any]:
     base = {"extends": "fixed-order", "first_token_timeout_s": 10.0, "idle_timeout_s": 10.0}
     base["retries_per_deployment"] = 0  # one answer per cell: the status table is under test, not the retries
     return {
-        "server": {"max_body_bytes": MAX_BODY},
+        "server": {"max_body_bytes": MAX_BODY, "body_timeout_s": BODY_TIMEOUT_S},
         "limits": LIMITS,
         "auth": {"api_keys_env": "GATEWAY_API_KEYS", "api_keys_file": str(keys_file)},
         "providers": providers,
@@ -308,6 +326,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
             "WRONG_PROVIDER_KEY": WRONG_PROVIDER_KEY,
         }
         gateway = ServerThread(create_app(config, AppOptions(environ=environ, sinks=[SampleLog()])))
+        gateway.server.config.http = guarded_protocol(ConnectionLimits.from_config(config))  # as `gateway serve`
         servers.append(gateway)
         for name in NOISY_LOGGERS:  # after uvicorn.Config, which resets its own loggers' levels
             logging.getLogger(name).setLevel(logging.DEBUG)
@@ -487,7 +506,8 @@ def sdk_error(call: str, expect: Expect) -> type[openai.APIStatusError | anthrop
 def test_a_fault_comes_back_in_the_client_apis_own_shape(
     matrix: Matrix, call: str, fault: str, via: str | None
 ) -> None:
-    wire = matrix.wire(call, spoil=spoiler(call, fault), drop_headers=_dropped(fault))
+    big = {"x-padding": "x" * LIMITS["max_header_bytes"]} if fault == "headers-too-large" else None
+    wire = matrix.wire(call, spoil=spoiler(call, fault), drop_headers=_dropped(fault), add_headers=big)
     key = {
         "wrong-key": "sk-client-wrong",
         "budget-spent": SPENT_KEY,
@@ -534,16 +554,16 @@ def check_in_band_error(
     elif api == "responses":
         received = send(matrix, call, model, fake, wire, CLIENT_KEY)
         assert received[-1].type in ("response.failed", "error"), received[-1]
-        events = [(name, json.loads(data)) for name, data in _sse(wire.last.body)]
-        name, event = events[-1]
-        assert name == event["type"] and name in ("response.failed", "error"), events[-3:]
-        numbers = [event["sequence_number"] for _, event in events]
+        typed: list[tuple[str | None, Any]] = [(name, json.loads(data)) for name, data in _sse(wire.last.body)]
+        last_name, last = typed[-1]
+        assert last_name == last["type"] and last_name in ("response.failed", "error"), typed[-3:]
+        numbers = [event["sequence_number"] for _, event in typed]
         assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), numbers
-        if name == "error":
-            assert isinstance(event["message"], str) and event["message"] and "code" in event, event
+        if last_name == "error":
+            assert isinstance(last["message"], str) and last["message"] and "code" in last, last
         else:
-            error = event["response"]["error"]
-            assert event["response"]["status"] == "failed" and error["message"] and error["code"], event
+            failure = last["response"]["error"]
+            assert last["response"]["status"] == "failed" and failure["message"] and failure["code"], last
     else:
         with pytest.raises(openai.APIError) as cut:
             send(matrix, call, model, fake, wire, CLIENT_KEY)
@@ -605,3 +625,63 @@ class holding_the_only_slot:
         in_flight = self.matrix.fake.state.in_flight
         self.sock.close()
         wait_until(lambda: self.matrix.fake.state.in_flight < in_flight, what="the holder's upstream closed")
+
+
+PATHS = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+    "responses": "/v1/responses",
+    "messages": "/v1/messages",
+}
+BODIES: dict[str, dict[str, Any]] = {
+    "chat": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    "completions": {"model": "m", "prompt": "hi"},
+    "embeddings": {"model": "m", "input": "hi"},
+    "responses": {"model": "m", "input": "hi"},
+    "messages": {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]},
+}
+
+
+@pytest.mark.parametrize("fault", ["slow-body", "endless-head"])
+@pytest.mark.parametrize("api", list(PATHS))
+def test_a_request_cut_at_the_connection_is_answered_in_the_client_apis_own_shape(
+    matrix: Matrix, api: str, fault: str
+) -> None:
+    """Faults the connection guard answers before the app sees a request (as ``gateway serve`` runs it): half a body
+    then silence (408 past ``[server] body_timeout_s``), a head that grows past ``[limits] max_header_bytes`` and
+    never ends (431). No SDK can send these; the raw answer is handed to the SDK's own reader of error responses,
+    which names the exception."""
+    body = json.dumps(BODIES[api]).encode()
+    head = (
+        f"POST {PATHS[api]} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        f"authorization: Bearer {CLIENT_KEY}\r\ncontent-length: {len(body)}\r\n"
+    ).encode()
+    sent = head + b"\r\n" + body[: len(body) // 2]
+    if fault == "endless-head":
+        sent = head + b"x-padding: " + b"x" * LIMITS["max_header_bytes"]
+    with socket.create_connection(("127.0.0.1", matrix.gateway.port), timeout=TIMEOUT) as sock:
+        sock.sendall(sent)
+        answer = b""
+        while chunk := sock.recv(65536):  # the gateway closes after its answer
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    raw_headers, _, content = rest.partition(b"\r\n\r\n")
+    headers = dict(line.decode("latin-1").lower().split(": ", 1) for line in raw_headers.split(b"\r\n"))
+    exchange = Exchange({}, body, int(status_line.split()[1]), headers, content)
+    expect = EXPECTED[fault]
+    call = api
+    assert_error_answer(call, exchange, expect)
+    module: Any = httpx2 if api == "messages" else httpx
+    response = module.Response(
+        exchange.status, headers=headers, content=content, request=module.Request("POST", matrix.gateway.url)
+    )
+    if api == "messages":
+        with anthropic.Anthropic(base_url=matrix.gateway.url, api_key=CLIENT_KEY) as claude:
+            error: Exception = claude._make_status_error_from_response(response)
+    else:
+        with openai.OpenAI(base_url=matrix.gateway.url, api_key=CLIENT_KEY) as sdk:
+            error = sdk._make_status_error_from_response(response)
+    assert type(error) is sdk_error(call, expect), error
+    assert_no_secret(matrix, WireTransport(httpx))
+    assert_still_serving(matrix, call)

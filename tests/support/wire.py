@@ -37,19 +37,27 @@ class Exchange:
 
 class WireTransport:
     """A sync transport for ``module`` (``httpx`` or ``httpx2``): ``spoil`` rewrites each request's body,
-    ``drop_headers`` removes headers (e.g. the key), and every exchange lands in ``exchanges``.
+    ``drop_headers`` removes headers (e.g. the key), ``add_headers`` adds some, and every exchange lands in
+    ``exchanges``.
 
     ``inner``: the module's ``HTTPTransport`` to send through, shared and left open (building one costs an SSL
     context, tens of milliseconds); by default one of its own, closed with it."""
 
     def __init__(
-        self, module: Any, *, spoil: Spoil | None = None, drop_headers: tuple[str, ...] = (), inner: Any = None
+        self,
+        module: Any,
+        *,
+        spoil: Spoil | None = None,
+        drop_headers: tuple[str, ...] = (),
+        add_headers: dict[str, str] | None = None,
+        inner: Any = None,
     ) -> None:
         self.module = module
         self.owned = inner is None
         self.inner = module.HTTPTransport() if inner is None else inner
         self.spoil = spoil
         self.drop_headers = {name.lower().encode() for name in drop_headers}
+        self.add_headers = [(name.encode(), value.encode()) for name, value in (add_headers or {}).items()]
         self.exchanges: list[Exchange] = []
 
     def client(self, timeout: float) -> Any:
@@ -58,13 +66,13 @@ class WireTransport:
 
     def handle_request(self, request: Any) -> Any:
         body = request.read()
-        if self.spoil is not None or self.drop_headers:
+        if self.spoil is not None or self.drop_headers or self.add_headers:
             body = self.spoil(body) if self.spoil is not None else body
             headers = [
                 (name, value)
                 for name, value in request.headers.raw
                 if name.lower() not in self.drop_headers and name.lower() != b"content-length"
-            ]
+            ] + self.add_headers
             request = self.module.Request(
                 request.method, request.url, headers=headers, content=body, extensions=request.extensions
             )
