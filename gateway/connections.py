@@ -98,10 +98,11 @@ class GuardedProtocol(HttpToolsProtocol):
                 self.transport.close()
 
     def on_message_begin(self) -> None:
+        # ``_head_bytes`` is not reset here: httptools calls this while parsing the very bytes just counted (a head
+        # that came whole in one read, past the limit, would be forgotten); ``on_message_complete`` resets it.
         super().on_message_begin()
         self._in_head = True
         self._begun = True
-        self._head_bytes = 0
 
     def on_headers_complete(self) -> None:
         self._in_head = False
