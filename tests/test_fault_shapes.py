@@ -34,6 +34,7 @@ from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
 from gateway.connections import ConnectionLimits, guarded_protocol
 from gateway.fakes import FakeProvider
+from gateway.runtime import runtime_of
 from gateway.samples import SampleLog
 from tests.support.servers import ServerThread, stop_all
 from tests.support.wait import wait_until
@@ -235,6 +236,7 @@ class LogLines(logging.Handler):
 @dataclass(slots=True)
 class Matrix:
     gateway: ServerThread
+    app: Any
     fake: FakeProvider
     logs: LogLines
     transports: dict[str, Any]
@@ -325,7 +327,8 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
             "PROVIDER_KEY": PROVIDER_KEY,
             "WRONG_PROVIDER_KEY": WRONG_PROVIDER_KEY,
         }
-        gateway = ServerThread(create_app(config, AppOptions(environ=environ, sinks=[SampleLog()])))
+        app = create_app(config, AppOptions(environ=environ, sinks=[SampleLog()]))
+        gateway = ServerThread(app)
         gateway.server.config.http = guarded_protocol(ConnectionLimits.from_config(config))  # as `gateway serve`
         servers.append(gateway)
         for name in NOISY_LOGGERS:  # after uvicorn.Config, which resets its own loggers' levels
@@ -337,7 +340,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
         gateway.start()
         transports: dict[str, Any] = {"httpx": httpx.HTTPTransport(), "httpx2": httpx2.HTTPTransport()}
         try:
-            yield Matrix(gateway, fake, logs, transports)
+            yield Matrix(gateway, app, fake, logs, transports)
         finally:
             for transport in transports.values():
                 transport.close()
@@ -488,6 +491,16 @@ def assert_no_secret(matrix: Matrix, wire: WireTransport) -> None:
     assert not leaked, leaked[:3]
 
 
+def assert_nothing_crashed_or_leaked(matrix: Matrix, logged_before: int) -> None:
+    """No error logged since ``logged_before`` (an exception that escaped is logged as one), and nothing held: no
+    request still counted in flight at the gateway, no upstream request still open at the provider."""
+    errors = [line for line in matrix.logs.lines[logged_before:] if " ERROR " in line or " CRITICAL " in line]
+    assert not errors, errors[:3]
+    in_flight = runtime_of({"app": matrix.app}).access.state.in_flight
+    wait_until(lambda: in_flight.total == 0, what="the gateway's requests in flight back to 0")
+    wait_until(lambda: matrix.fake.state.in_flight == 0, what="the provider's requests in flight back to 0")
+
+
 def assert_still_serving(matrix: Matrix, call: str) -> None:
     wire = matrix.wire(call)
     answer = send(matrix, call, "m", {}, wire, CLIENT_KEY)
@@ -506,6 +519,7 @@ def sdk_error(call: str, expect: Expect) -> type[openai.APIStatusError | anthrop
 def test_a_fault_comes_back_in_the_client_apis_own_shape(
     matrix: Matrix, call: str, fault: str, via: str | None
 ) -> None:
+    logged_before = len(matrix.logs.lines)
     big = {"x-padding": "x" * LIMITS["max_header_bytes"]} if fault == "headers-too-large" else None
     wire = matrix.wire(call, spoil=spoiler(call, fault), drop_headers=_dropped(fault), add_headers=big)
     key = {
@@ -530,6 +544,7 @@ def test_a_fault_comes_back_in_the_client_apis_own_shape(
         assert raised.value.status_code == expect.status
         assert_error_answer(call, wire.last, expect, param_of(call, fault))
     assert_no_secret(matrix, wire)
+    assert_nothing_crashed_or_leaked(matrix, logged_before)
     assert_still_serving(matrix, call)
 
 
@@ -652,6 +667,7 @@ def test_a_request_cut_at_the_connection_is_answered_in_the_client_apis_own_shap
     then silence (408 past ``[server] body_timeout_s``), a head that grows past ``[limits] max_header_bytes`` and
     never ends (431). No SDK can send these; the raw answer is handed to the SDK's own reader of error responses,
     which names the exception."""
+    logged_before = len(matrix.logs.lines)
     body = json.dumps(BODIES[api]).encode()
     head = (
         f"POST {PATHS[api]} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
@@ -684,4 +700,5 @@ def test_a_request_cut_at_the_connection_is_answered_in_the_client_apis_own_shap
             error = sdk._make_status_error_from_response(response)
     assert type(error) is sdk_error(call, expect), error
     assert_no_secret(matrix, WireTransport(httpx))
+    assert_nothing_crashed_or_leaked(matrix, logged_before)
     assert_still_serving(matrix, call)
