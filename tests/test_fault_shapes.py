@@ -47,6 +47,7 @@ CLIENT_KEY = "sk-client-matrix"
 SPENT_KEY = "sk-client-spent"
 NARROW_KEY = "sk-client-narrow"
 RPM_KEY = "sk-client-rpm-"
+ONE_AT_A_TIME_KEY = "sk-client-one-at-a-time"
 MAX_BODY = 64 * 1024
 TIMEOUT = 10.0
 
@@ -72,6 +73,7 @@ REQUEST_FAULTS = (
     "budget-spent",
     "model-not-allowed",
     "key-rate-limited",
+    "key-in-flight",
     "too-deep",
     "too-many-messages",
     "too-many-choices",
@@ -137,6 +139,7 @@ EXPECTED: dict[str, Expect] = {
     "budget-spent": Expect(402, openai.APIStatusError, anthropic.PaymentRequiredError, "billing_error"),
     "model-not-allowed": Expect(403, openai.PermissionDeniedError, anthropic.PermissionDeniedError, "permission_error"),
     "key-rate-limited": Expect(429, openai.RateLimitError, anthropic.RateLimitError, "rate_limit_error", True),
+    "key-in-flight": Expect(429, openai.RateLimitError, anthropic.RateLimitError, "rate_limit_error", True),
     "too-deep": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
     "too-many-messages": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
     "too-many-choices": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
@@ -314,6 +317,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     keys.append(f'[[keys]]\nname = "narrow"\nkey = "{NARROW_KEY}"\nmodels = ["m"]\n')
     for call in CALLS:  # one request a minute, each call's own: the first passes, the next is refused
         keys.append(f'[[keys]]\nname = "rpm-{call}"\nkey = "{RPM_KEY}{call}"\nrequests_per_minute = 1\n')
+    keys.append(f'[[keys]]\nname = "one-at-a-time"\nkey = "{ONE_AT_A_TIME_KEY}"\nmax_in_flight = 1\n')
     keys_file.write_text("\n".join(keys))
     fake = FakeProvider("up", api_key=PROVIDER_KEY)
     fake_server = ServerThread(fake).start()
@@ -527,6 +531,7 @@ def test_a_fault_comes_back_in_the_client_apis_own_shape(
         "budget-spent": SPENT_KEY,
         "model-not-allowed": NARROW_KEY,
         "key-rate-limited": RPM_KEY + call,
+        "key-in-flight": ONE_AT_A_TIME_KEY,
     }.get(fault, CLIENT_KEY)
     model = {"unknown-model": "no-such-model", "model-not-allowed": "other"}.get(fault, "m")
     if fault == "key-rate-limited":  # the minute's one request
@@ -537,7 +542,8 @@ def test_a_fault_comes_back_in_the_client_apis_own_shape(
         check_in_band_error(matrix, call, model, FAKE_OF[fault], wire, relayed=fault == "error-event" and via is None)
     else:
         expect = SPECIAL.get((api_of(call), fault), EXPECTED[fault])
-        with holding_the_only_slot(matrix, model, enabled=fault == "queue-full"):
+        held = fault in ("queue-full", "key-in-flight")
+        with holding_the_only_slot(matrix, model, key if fault == "key-in-flight" else CLIENT_KEY, enabled=held):
             with pytest.raises(sdk_error(call, expect)) as raised:
                 send(matrix, call, model, FAKE_OF.get(fault, {}), wire, key)
         assert type(raised.value) is sdk_error(call, expect), raised.value
@@ -606,12 +612,14 @@ def _sse(body: bytes) -> list[tuple[str | None, str]]:
 
 
 class holding_the_only_slot:
-    """With ``enabled``: a streamed request that waits for its first token holds ``model``'s only slot (a raw
-    socket, closed on leaving: the gateway must then give the slot back, and the provider see the hang-up)."""
+    """With ``enabled``: a streamed request of ``key`` that waits for its first token holds a slot (``model``'s only
+    one, or the key's only request in flight) on a raw socket, closed on leaving: the gateway must then give the slot
+    back, and the provider see the hang-up."""
 
-    def __init__(self, matrix: Matrix, model: str, *, enabled: bool) -> None:
+    def __init__(self, matrix: Matrix, model: str, key: str, *, enabled: bool) -> None:
         self.matrix = matrix
         self.model = model
+        self.key = key
         self.enabled = enabled
         self.sock: socket.socket | None = None
 
@@ -622,7 +630,7 @@ class holding_the_only_slot:
         before = fake.state.requests
         body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "hold"}], "stream": True})
         head = (
-            f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {CLIENT_KEY}\r\n"
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {self.key}\r\n"
             f'x-fake-behavior: {{"ttft_s": 30}}\r\ncontent-type: application/json\r\n'
             f"content-length: {len(body)}\r\n\r\n"
         )
