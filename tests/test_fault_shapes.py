@@ -153,7 +153,9 @@ EXPECTED: dict[str, Expect] = {
     ),
     "upstream-400": Expect(400, openai.BadRequestError, anthropic.BadRequestError, "invalid_request_error"),
     "upstream-500": Expect(502, openai.InternalServerError, anthropic.InternalServerError, "api_error"),
-    "upstream-503": Expect(503, openai.InternalServerError, anthropic.ServiceUnavailableError, "overloaded_error"),
+    "upstream-503": Expect(
+        503, openai.InternalServerError, anthropic.ServiceUnavailableError, "overloaded_error", True
+    ),
     "upstream-429": Expect(429, openai.RateLimitError, anthropic.RateLimitError, "rate_limit_error", True),
     "upstream-401": Expect(502, openai.InternalServerError, anthropic.InternalServerError, "api_error"),
     "first-token-timeout": Expect(504, openai.InternalServerError, anthropic.GatewayTimeoutError, "timeout_error"),
@@ -181,7 +183,7 @@ MISSING_FIELD = {
 FAKE_OF: dict[str, dict[str, Any]] = {
     "upstream-400": {"status": 400, "error_code": "context_length_exceeded"},
     "upstream-500": {"status": 500},
-    "upstream-503": {"status": 503},
+    "upstream-503": {"status": 503, "retry_after": "3"},
     "upstream-429": {"status": 429, "retry_after": "7"},
     "first-token-timeout": {"ttft_s": 5.0},
     "broken-stream": {"drop_after": 2, "output_tokens": 16},
