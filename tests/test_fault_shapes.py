@@ -94,6 +94,7 @@ UPSTREAM_FAULTS = (
     "upstream-429",
     "upstream-500",
     "upstream-503",
+    "upstream-529",
     "first-token-timeout",
     "queue-full",
 )
@@ -158,6 +159,8 @@ EXPECTED: dict[str, Expect] = {
     ),
     "upstream-429": Expect(429, openai.RateLimitError, anthropic.RateLimitError, "rate_limit_error", True),
     "upstream-401": Expect(502, openai.InternalServerError, anthropic.InternalServerError, "api_error"),
+    # Anthropic's "overloaded": unavailable for now, as a 503 is, whichever API the client speaks.
+    "upstream-529": Expect(503, openai.InternalServerError, anthropic.ServiceUnavailableError, "overloaded_error"),
     "first-token-timeout": Expect(504, openai.InternalServerError, anthropic.GatewayTimeoutError, "timeout_error"),
     "queue-full": Expect(429, openai.RateLimitError, anthropic.RateLimitError, "rate_limit_error", True),
 }
@@ -184,6 +187,7 @@ FAKE_OF: dict[str, dict[str, Any]] = {
     "upstream-400": {"status": 400, "error_code": "context_length_exceeded"},
     "upstream-500": {"status": 500},
     "upstream-503": {"status": 503, "retry_after": "3"},
+    "upstream-529": {"status": 529},
     "upstream-429": {"status": 429, "retry_after": "7"},
     "first-token-timeout": {"ttft_s": 5.0},
     "broken-stream": {"drop_after": 2, "output_tokens": 16},

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from gateway.errors import (
+    UNAVAILABLE_FOR_NOW,
     GatewayError,
     NoCapacity,
     RateLimited,
@@ -173,7 +174,7 @@ def final_error(errors: list[UpstreamError], attempts: int, *, deadline_passed: 
         return RateLimited(summary, code="upstream_rate_limited", headers={"retry-after": str(wait or 1)})
     if isinstance(last, UpstreamTimeout):
         return UpstreamTimeout(summary, provider=last.provider)
-    if isinstance(last, UpstreamStatusError) and last.upstream_status == 503:
+    if isinstance(last, UpstreamStatusError) and last.upstream_status in UNAVAILABLE_FOR_NOW:
         # Unavailable for now: the client is told when, if anything said (a provider's Retry-After, a cool-down).
         return NoCapacity(summary, code="upstream_unavailable", headers={"retry-after": str(wait)} if wait else None)
     return UpstreamUnavailable(summary, provider=last.provider, status=last.upstream_status, code=last.code)
