@@ -184,11 +184,12 @@ MISSING_FIELD = {
     "messages": "messages",
 }
 FAKE_OF: dict[str, dict[str, Any]] = {
-    "upstream-400": {"status": 400, "error_code": "context_length_exceeded"},
-    "upstream-500": {"status": 500},
-    "upstream-503": {"status": 503, "retry_after": "3"},
-    "upstream-529": {"status": 529},
-    "upstream-429": {"status": 429, "retry_after": "7"},
+    # Each quoting the key it got, as some providers do: the leak check must find nothing of it.
+    "upstream-400": {"status": 400, "error_code": "context_length_exceeded", "echo_key": True},
+    "upstream-500": {"status": 500, "echo_key": True},
+    "upstream-503": {"status": 503, "retry_after": "3", "echo_key": True},
+    "upstream-529": {"status": 529, "echo_key": True},
+    "upstream-429": {"status": 429, "retry_after": "7", "echo_key": True},
     "first-token-timeout": {"ttft_s": 5.0},
     "broken-stream": {"drop_after": 2, "output_tokens": 16},
     "stalled-stream": {"stall_after": 2, "stall_s": 30.0, "output_tokens": 16},
