@@ -1,16 +1,21 @@
 """Every fault a user can hit, on every client API, answered in that API's own error shape.
 
 A matrix of client API × fault over real HTTP on loopback, driven by the real SDKs (``openai`` for
-chat, completions, embeddings and Responses; ``anthropic`` for Messages), streamed and whole. Each
-cell checks the status, the body's shape (OpenAI's ``{"error": {message, type, param, code}}``,
-Anthropic's ``{"type": "error", "error": {type, message}}``, or, once a stream has begun, the API's
-own error event), the exception the SDK raises, ``Retry-After`` on what may be retried, that no
-provider key shows in the body, the headers or the gateway's logs, and that the gateway answers the
-same API's next good request.
+chat, completions, embeddings and Responses; ``anthropic`` for Messages), streamed and whole, against
+one gateway run as ``gateway serve`` runs it (behind its connection guard) with client auth on, a
+spent-budget key, tight ``[limits]`` and one fake provider. Each cell checks the status, the body's
+shape (OpenAI's ``{"error": {message, type, param, code}}``, with ``param`` naming the client's own
+field; Anthropic's ``{"type": "error", "error": {type, message}}`` with its retry hints; or, once a
+stream has begun, the API's own error event), the exact exception class the SDK raises, ``Retry-After``
+on what may be retried, that no provider key shows in the body, the headers or the gateway's logs
+(every provider error quotes the key it got), that nothing crashed (no error logged) or leaked (no
+request left in flight at the gateway or the provider), and that the same API's next request is served.
 
-One gateway serves the whole module. Each cell whose fault reaches a provider has a model and a
-provider entry of its own (all on one fake server), so that the cool-down, circuit or slot one cell
-leaves behind never decides another's answer.
+Faults that reach a provider run twice where the client's API can be translated: on a provider that
+speaks it, and on one that speaks another (``TRANSLATED``). Each such cell has a model and a provider
+entry of its own (all on one fake server), so that the cool-down, circuit or slot one cell leaves
+behind never decides another's answer. Faults no SDK can commit (a body that stops, a head that never
+ends) are sent on raw sockets, and their answers read by the SDKs' own error readers.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from gateway.connections import ConnectionLimits, guarded_protocol
 from gateway.fakes import FakeProvider
 from gateway.runtime import runtime_of
 from gateway.samples import SampleLog
+from tests.support.error_shapes import assert_anthropic_shape, assert_openai_shape, sse_events
 from tests.support.servers import ServerThread, stop_all
 from tests.support.wait import wait_until
 from tests.support.wire import Exchange, Spoil, WireTransport
@@ -102,20 +108,6 @@ STREAM_FAULTS = ("broken-stream", "stalled-stream", "error-event", "keepalive-th
 """Faults after a stream's 200 went out: the stream ends with the API's own error event."""
 TRANSLATED = {"chat": "messages", "responses": "chat", "messages": "chat"}
 """The API a provider speaks in a cell's translated variant: the client's faults must still come in the client's."""
-ANTHROPIC_TYPES = frozenset(
-    {
-        "invalid_request_error",
-        "authentication_error",
-        "billing_error",
-        "permission_error",
-        "not_found_error",
-        "request_too_large",
-        "rate_limit_error",
-        "timeout_error",
-        "api_error",
-        "overloaded_error",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,28 +435,6 @@ def _edited(edit: Callable[[dict[str, Any]], dict[str, Any]]) -> Spoil:
 # -- What each cell checks --------------------------------------------------------------------------------------
 
 
-def assert_openai_shape(body: Any, *, relayed: bool = False) -> None:
-    """OpenAI's error object; ``relayed``: a provider's own error event, passed on as it came (the gateway never
-    rewrites an event it only relays), which may leave out ``param``."""
-    assert isinstance(body, dict) and list(body) == ["error"], body
-    error = body["error"]
-    assert {"message", "type", "code"} | (set() if relayed else {"param"}) <= set(error), error
-    assert isinstance(error["message"], str) and error["message"], error
-    assert isinstance(error["type"], str) and error["type"], error
-    assert error.get("param") is None or isinstance(error["param"], str), error
-    assert error["code"] is None or isinstance(error["code"], str), error
-
-
-def assert_anthropic_shape(body: Any, error_type: str) -> None:
-    assert isinstance(body, dict) and body.get("type") == "error", body
-    assert set(body) <= {"type", "error", "request_id"}, body
-    error = body["error"]
-    assert set(error) == {"type", "message"}, error
-    assert error["type"] in ANTHROPIC_TYPES, error
-    assert error["type"] == error_type, error
-    assert isinstance(error["message"], str) and error["message"], error
-
-
 def param_of(call: str, fault: str) -> str | None:
     """The request field an OpenAI-shaped error must name (``param``) for ``fault``, where it names one."""
     api = api_of(call)
@@ -575,14 +545,14 @@ def check_in_band_error(
         with pytest.raises(anthropic.APIStatusError) as raised:
             send(matrix, call, model, fake, wire, CLIENT_KEY)
         assert type(raised.value) is anthropic.APIStatusError, raised.value
-        events = _sse(wire.last.body)
+        events = sse_events(wire.last.body)
         assert events[-1][0] == "error", events[-3:]
         error = json.loads(events[-1][1])
         assert_anthropic_shape(error, error.get("error", {}).get("type"))
     elif api == "responses":
         received = send(matrix, call, model, fake, wire, CLIENT_KEY)
         assert received[-1].type in ("response.failed", "error"), received[-1]
-        typed: list[tuple[str | None, Any]] = [(name, json.loads(data)) for name, data in _sse(wire.last.body)]
+        typed: list[tuple[str | None, Any]] = [(name, json.loads(data)) for name, data in sse_events(wire.last.body)]
         last_name, last = typed[-1]
         assert last_name == last["type"] and last_name in ("response.failed", "error"), typed[-3:]
         numbers = [event["sequence_number"] for _, event in typed]
@@ -596,26 +566,10 @@ def check_in_band_error(
         with pytest.raises(openai.APIError) as cut:
             send(matrix, call, model, fake, wire, CLIENT_KEY)
         assert type(cut.value) is openai.APIError, cut.value
-        chunks = [data for _, data in _sse(wire.last.body) if data != "[DONE]"]
+        chunks = [data for _, data in sse_events(wire.last.body) if data != "[DONE]"]
         assert_openai_shape(json.loads(chunks[-1]), relayed=relayed)
     assert wire.last.status == 200
     assert wire.last.headers["content-type"].startswith("text/event-stream")
-
-
-def _sse(body: bytes) -> list[tuple[str | None, str]]:
-    """A stream's events as (event name, data), comments and keep-alives left out."""
-    events: list[tuple[str | None, str]] = []
-    for block in body.decode().replace("\r\n", "\n").split("\n\n"):
-        name: str | None = None
-        data: list[str] = []
-        for line in block.split("\n"):
-            if line.startswith("event:"):
-                name = line[6:].strip()
-            elif line.startswith("data:"):
-                data.append(line[5:].strip())
-        if data:
-            events.append((name, "\n".join(data)))
-    return events
 
 
 class holding_the_only_slot:
