@@ -10,7 +10,8 @@ a few thousand exhaust the process's file descriptors. ``GuardedProtocol`` adds,
   kept-alive one) the head must be complete within ``[server] header_timeout_s``, else the socket
   closes (with a 408 when some of a request had arrived);
 - a body deadline: the whole body must have arrived ``[server] body_timeout_s`` after the head, else
-  408 in the client API's shape (OpenAI's, or Anthropic's on ``/v1/messages``) and the socket closes;
+  408 as the app answers its errors (OpenAI's shape, or Anthropic's with its retry hints on ``/v1/messages``;
+  a request id) and the socket closes;
   a deadline for the whole body rather than per gap, so that a body trickled a byte at a time is cut too;
 - a connection cap: past ``[server] max_connections`` open connections in this process, a new one is
   answered 503 and closed at once, so the descriptors in use stay bounded.
@@ -28,8 +29,9 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config import GatewayConfig
-from gateway.dialects import CHAT, dialect_for_path
+from gateway.error_responses import error_answer
 from gateway.errors import GatewayError, HeadersTooLarge, NoCapacity, RequestTimeout
+from gateway.request_ids import new_request_id
 
 _REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
@@ -96,10 +98,11 @@ class GuardedProtocol(HttpToolsProtocol):
                 self.transport.close()
 
     def on_message_begin(self) -> None:
+        # ``_head_bytes`` is not reset here: httptools calls this while parsing the very bytes just counted (a head
+        # that came whole in one read, past the limit, would be forgotten); ``on_message_complete`` resets it.
         super().on_message_begin()
         self._in_head = True
         self._begun = True
-        self._head_bytes = 0
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -151,15 +154,15 @@ class GuardedProtocol(HttpToolsProtocol):
         self.transport.close()  # answered already (e.g. 401 before the body was read): just stop reading
 
     def _refuse(self, error: GatewayError, path: str = "") -> None:
-        """Answer ``error`` in the API's shape of ``path`` (OpenAI's when unknown) and close the connection."""
-        body = (dialect_for_path(path) if path else CHAT).render_error(error)
-        head = (
-            f"HTTP/1.1 {error.status_code} {_REASONS.get(error.status_code, 'Error')}\r\n"
-            "content-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n"
-            "connection: close\r\n\r\n"
-        )
-        self.transport.write(head.encode("latin-1") + body)
+        """Answer ``error`` as the app would on ``path`` (``error_answer``: the API's shape, a request id, the Messages
+        API's retry hints) and close the connection. Without ``path``: the request line's, if it arrived."""
+        if not path:
+            target = getattr(self, "url", b"") or b""  # httptools' on_url fills it as the request line arrives
+            path = target.partition(b"?")[0].decode("latin-1")
+        headers, body = error_answer(error, new_request_id(), path)
+        head = [f"HTTP/1.1 {error.status_code} {_REASONS.get(error.status_code, 'Error')}".encode()]
+        head += [name + b": " + value for name, value in headers if name.lower() != b"connection"]
+        self.transport.write(b"\r\n".join([*head, b"connection: close", b"", b""]) + body)
         self.transport.close()
 
     def _cancel_head_timer(self) -> None:

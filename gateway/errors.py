@@ -236,6 +236,11 @@ def internal_error(request_id: str) -> GatewayError:
 MAX_ERROR_MESSAGE = 500
 
 
+UNAVAILABLE_FOR_NOW = frozenset({503, 529})
+"""Upstream statuses saying the provider cannot take the request for now (HTTP's 503, Anthropic's 529 "overloaded"):
+load to back off from, and for the client a 503 (``NoCapacity``) whichever API it speaks, with the wait if known."""
+
+
 CREDENTIALS_REFUSED = frozenset({401, 403})
 """Upstream statuses refusing the gateway's own key to a provider (wrong, missing, or without access): the operator's
 to fix, never the client's, whose key to the gateway was accepted."""

@@ -17,6 +17,7 @@ from starlette.types import Receive, Scope
 
 from gateway.admission.limits import has_unpaired_surrogate
 from gateway.errors import InvalidRequest, PayloadTooLarge, UnsupportedEncoding
+from gateway.request_fields import INPUT_FIELDS, MAX_TOKEN_FIELDS
 from gateway.samples import Endpoint
 
 
@@ -26,27 +27,10 @@ def decoded_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, s
     return [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in headers]
 
 
-# Which body field holds the input of each endpoint, the type it must have, and whether it is required
-# (a Responses call may continue a previous response, or use a stored prompt, without new input).
-_INPUT_FIELDS: dict[Endpoint, tuple[str, tuple[type, ...], str, bool]] = {
-    "chat": ("messages", (list,), "an array of messages", True),
-    "completions": ("prompt", (str, list), "a string or an array", True),
-    "embeddings": ("input", (str, list), "a string or an array", True),
-    "responses": ("input", (str, list), "a string or an array of input items", False),
-    "messages": ("messages", (list,), "an array of messages", True),
-}
 PLANNED_TOKENS_BOUND = 2**31 - 1
 """The most output tokens the gateway plans, holds budget for or predicts time by. Beyond any model's; a client that
 writes 10**30 for "no limit" has its body forwarded as it is (the provider answers it), while the gateway's own
 arithmetic stays within a float (past ~1e308 it raised OverflowError: a 500)."""
-# The fields that bound an answer's length, per endpoint.
-_MAX_TOKEN_FIELDS: dict[Endpoint, tuple[str, ...]] = {
-    "chat": ("max_completion_tokens", "max_tokens"),
-    "completions": ("max_tokens",),
-    "embeddings": (),
-    "responses": ("max_output_tokens",),
-    "messages": ("max_tokens",),
-}
 
 
 async def read_request_body(scope: Scope, receive: Receive, limit: int) -> bytes:
@@ -160,7 +144,7 @@ def check_types(body: dict[str, Any], endpoint: Endpoint) -> tuple[str, bool, in
         raise InvalidRequest("'stream' must be a boolean", param="stream")
     if stream and endpoint == "embeddings":
         raise InvalidRequest("embeddings cannot be streamed", param="stream")
-    field, kinds, expected, required = _INPUT_FIELDS[endpoint]
+    field, kinds, expected, required = INPUT_FIELDS[endpoint]
     value = body.get(field)
     if value is None:
         if required:
@@ -172,7 +156,7 @@ def check_types(body: dict[str, Any], endpoint: Endpoint) -> tuple[str, bool, in
     if endpoint == "messages" and body.get("max_tokens") is None:
         raise InvalidRequest("'max_tokens' is required", param="max_tokens")
     max_tokens: int | None = None
-    for name in _MAX_TOKEN_FIELDS[endpoint]:
+    for name in MAX_TOKEN_FIELDS[endpoint]:
         limit = body.get(name)
         if limit is None:
             continue

@@ -6,7 +6,8 @@ a ``request-id``; a gateway that sends neither leaves the client guessing, and C
 "retry" on a wrong key. Every response with an error status on ``/v1/messages`` (and below it,
 ``count_tokens``) therefore gets both, whichever layer produced it: the endpoint's own errors, a
 provider's 4xx relayed as is, Starlette's 404/405, the header-size limit. An error that already
-names its own ``x-should-retry`` (``GatewayError.headers``) keeps it.
+names its own ``x-should-retry`` (``GatewayError.headers``) keeps it. An answer written below the app, by the
+connection guard (a body that stopped arriving, a head too large), gets them from ``hinted_headers``.
 
 Whether a retry can help is read from the status: 408, 409, 429 and 5xx may pass on a second try
 (a slot frees, a provider recovers); every other 4xx (bad request, wrong key, unknown model,
@@ -16,6 +17,7 @@ budget spent, body too large) fails the same way again.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 
 from starlette.types import Message, Send
 
@@ -33,17 +35,24 @@ def with_retry_hints(send: Send) -> Send:
 
     async def hinted(message: Message) -> None:
         if message["type"] == "http.response.start" and message["status"] >= 400:
-            headers = list(message.get("headers", ()))
-            names = {name.lower() for name, _ in headers}
-            if b"x-should-retry" not in names:
-                headers.append((b"x-should-retry", b"true" if should_retry(message["status"]) else b"false"))
-            if b"request-id" not in names:
-                known = next((v for n, v in headers if n.lower() == b"x-request-id"), None)
-                headers.append((b"request-id", known or f"req_{uuid.uuid4().hex}".encode()))
-            message = {**message, "headers": headers}
+            message = {**message, "headers": hinted_headers(message["status"], message.get("headers", ()))}
         await send(message)
 
     return hinted
+
+
+def hinted_headers(status: int, headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """An error response's ``headers`` with ``x-should-retry`` and ``request-id`` added where they are missing
+    (``request-id`` repeats ``x-request-id`` when there is one): for answers written without ``with_retry_hints``'s
+    ``send``, as the connection guard's (``gateway.connections``)."""
+    headers = list(headers)
+    names = {name.lower() for name, _ in headers}
+    if b"x-should-retry" not in names:
+        headers.append((b"x-should-retry", b"true" if should_retry(status) else b"false"))
+    if b"request-id" not in names:
+        known = next((v for n, v in headers if n.lower() == b"x-request-id"), None)
+        headers.append((b"request-id", known or f"req_{uuid.uuid4().hex}".encode()))
+    return headers
 
 
 def wants_retry_hints(path: str) -> bool:
@@ -51,4 +60,4 @@ def wants_retry_hints(path: str) -> bool:
     return path.startswith(MESSAGES_PREFIX)
 
 
-__all__ = ["should_retry", "wants_retry_hints", "with_retry_hints"]
+__all__ = ["hinted_headers", "should_retry", "wants_retry_hints", "with_retry_hints"]

@@ -4,8 +4,8 @@
   ``max_header_bytes`` with 431. uvicorn's httptools protocol (the one ``gateway serve`` runs)
   has no header limit of its own, so ``gateway.server`` also stops reading an oversized head
   before it is buffered; this middleware covers every other way of running the app.
-- Body shape: nesting depth, number of messages, ``n``/``best_of``, the ``max_tokens`` ceiling
-  (400, naming the parameter).
+- Body shape: nesting depth, number of messages (or Responses input items), ``n``/``best_of``, the
+  ``max_tokens`` ceiling (400, naming the parameter as the client's API calls it).
 - Requests in flight, per key (429) and for the whole replica (503).
 
 The body size limit is ``[server] max_body_bytes`` (413), enforced while the body is read.
@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.config import LimitsConfig
 from gateway.dialects import dialect_for_path
 from gateway.errors import HeadersTooLarge, InvalidRequest
+from gateway.request_fields import CONVERSATION_FIELDS, token_field
 from gateway.samples import Endpoint
 
 
@@ -136,13 +137,15 @@ def check_shape(
     depth = limits.max_json_depth
     if (containers is None or containers > depth) and nesting_exceeds(body, depth):
         raise InvalidRequest(f"request body nests deeper than {limits.max_json_depth} levels", code="invalid_json")
-    messages = body.get("messages")
-    if limits.max_messages and isinstance(messages, list) and len(messages) > limits.max_messages:
+    conversation = CONVERSATION_FIELDS.get(endpoint)
+    turns = body.get(conversation[0]) if conversation is not None else None
+    if limits.max_messages and isinstance(turns, list) and len(turns) > limits.max_messages:
+        field, entries = conversation or ("messages", "messages")
         raise InvalidRequest(
-            f"{len(messages)} messages exceed this gateway's limit of {limits.max_messages}", param="messages"
+            f"{len(turns)} {entries} exceed this gateway's limit of {limits.max_messages}", param=field
         )
     if limits.max_tokens and max_tokens is not None and max_tokens > limits.max_tokens:
-        param = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        param = token_field(endpoint, body)
         raise InvalidRequest(
             f"'{param}' of {max_tokens} exceeds this gateway's ceiling of {limits.max_tokens}", param=param
         )

@@ -108,6 +108,9 @@ class FakeBehavior:
     error_code: str | None = None
     """The ``error.code`` of an error answer or error event, e.g. ``context_length_exceeded``."""
     retry_after: str | None = None
+    echo_key: bool = False
+    """Quote the key the request carried in an error answer's message, as some providers do (what the gateway must
+    never pass on to its client)."""
     fail_first: int = 0
     """Only the first N requests to this server fail with ``status`` (0: every request)."""
     error_rate: float = 1.0

@@ -153,7 +153,9 @@ class FakeProvider:
         if self.api_key is not None:
             bearer = headers.get("authorization") == f"Bearer {self.api_key}"
             if not (bearer or (anthropic and headers.get("x-api-key") == self.api_key)):
-                await self._error(send, anthropic, 401, "invalid api key", "invalid_request_error", "invalid_api_key")
+                # As providers answer a wrong key: quoting it (OpenAI masks its middle; the fake quotes it whole).
+                message = f"Incorrect API key provided: {_presented_key(headers)}"
+                await self._error(send, anthropic, 401, message, "invalid_request_error", "invalid_api_key")
                 return
         try:
             behavior = agent.steer(body, path, self._behavior_for(body, headers))
@@ -205,6 +207,8 @@ class FakeProvider:
                 if behavior.status >= 500:
                     kind = "server_error"
                 message = f"fake {self.name}: error {behavior.status}"
+                if behavior.echo_key:
+                    message += f" (you sent the key {_presented_key(headers)})"
                 await self._error(send, anthropic, behavior.status, message, kind, behavior.error_code, extra)
                 return
             model = behavior.model or str(body.get("model", "fake-model"))
@@ -332,3 +336,8 @@ def _shows_image(value: Any) -> bool:
 
 
 __all__ = ["WORDS", "FakeBehavior", "FakeProvider", "FakeState", "RecordedRequest", "answer_words"]
+
+
+def _presented_key(headers: dict[str, str]) -> str:
+    """The key a request carried (``x-api-key``, else the bearer token), as a provider quoting it would."""
+    return headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")

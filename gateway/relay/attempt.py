@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from gateway.errors import (
+    UNAVAILABLE_FOR_NOW,
     GatewayError,
     NoCapacity,
     RateLimited,
@@ -169,14 +170,21 @@ def final_error(errors: list[UpstreamError], attempts: int, *, deadline_passed: 
         return NoCapacity("no provider is available for this model right now (all are failing or at capacity)")
     last = errors[-1]
     summary = f"no provider could answer ({attempts} attempt{'s' if attempts != 1 else ''}); last error: {last.message}"
+    wait = _come_back_in(errors)
     if all(isinstance(e, UpstreamStatusError) and e.upstream_status == 429 for e in errors):
-        # The provider's own wait, else the cool-down the router gave the deployment; a 429 always says when.
-        waits = [e.retry_after_s if e.retry_after_s is not None else e.cooldown_s for e in errors]
-        known = [wait for wait in waits if wait is not None]
-        retry = max(1, math.ceil(min(known))) if known else 1
-        return RateLimited(summary, code="upstream_rate_limited", headers={"retry-after": str(retry)})
+        # A 429 always says when: 1 s when no provider did and no cool-down was given.
+        return RateLimited(summary, code="upstream_rate_limited", headers={"retry-after": str(wait or 1)})
     if isinstance(last, UpstreamTimeout):
         return UpstreamTimeout(summary, provider=last.provider)
-    if isinstance(last, UpstreamStatusError) and last.upstream_status == 503:
-        return NoCapacity(summary, code="upstream_unavailable")
+    if isinstance(last, UpstreamStatusError) and last.upstream_status in UNAVAILABLE_FOR_NOW:
+        # Unavailable for now: the client is told when, if anything said (a provider's Retry-After, a cool-down).
+        return NoCapacity(summary, code="upstream_unavailable", headers={"retry-after": str(wait)} if wait else None)
     return UpstreamUnavailable(summary, provider=last.provider, status=last.upstream_status, code=last.code)
+
+
+def _come_back_in(errors: list[UpstreamError]) -> int | None:
+    """Whole seconds (at least 1) until the soonest failed deployment may be asked again: its provider's own
+    ``Retry-After``, else the cool-down the router gave it; None when no failure said."""
+    waits = [e.retry_after_s if e.retry_after_s is not None else e.cooldown_s for e in errors]
+    known = [wait for wait in waits if wait is not None]
+    return max(1, math.ceil(min(known))) if known else None

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from gateway.config import ProviderConfig
+from gateway.errors import UNAVAILABLE_FOR_NOW
 from gateway.types import DeploymentKey
 
 logger = logging.getLogger("gateway")
@@ -245,7 +246,7 @@ class CapacityBoard:
             if budget.heard(key[0], limits.remaining_requests, alone=in_flight <= 1):
                 logger.info("provider %s: its rate-limit counts are one budget for all its models", provider.name)
         sent = sent_at if sent_at is not None else now
-        if status in (429, 503, 529):
+        if status == 429 or status in UNAVAILABLE_FOR_NOW:
             refused_at = in_flight if in_flight_at_send is None else in_flight_at_send
             if limit.overloaded(refused_at, sent, now):
                 logger.warning(
