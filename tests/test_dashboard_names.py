@@ -90,15 +90,15 @@ def result_labels(node: Any, names: Exposed) -> frozenset[str]:
         return inner - set(modifier.labels)
     if isinstance(node, promql_parser.BinaryExpr):
         lhs, rhs = result_labels(node.lhs, names), result_labels(node.rhs, names)
-        modifier = node.modifier
-        if modifier is not None and modifier.matching is not None:
-            _require(modifier.matching.labels, lhs & rhs, "on/ignoring")  # matching is between two vectors
-        if modifier is not None and modifier.card in (
+        binary = node.modifier
+        if binary is not None and binary.matching is not None:
+            _require(binary.matching.labels, lhs & rhs, "on/ignoring")  # matching is between two vectors
+        if binary is not None and binary.card in (
             promql_parser.VectorMatchCardinality.ManyToOne,
             promql_parser.VectorMatchCardinality.OneToMany,
         ):
-            one = rhs if modifier.card == promql_parser.VectorMatchCardinality.ManyToOne else lhs
-            _require(modifier.group_labels or [], one, "group_left/group_right")
+            one = rhs if binary.card == promql_parser.VectorMatchCardinality.ManyToOne else lhs
+            _require(binary.group_labels or [], one, "group_left/group_right")
         return lhs or rhs
     raise QueryError(f"unexpected PromQL node {type(node).__name__}: {node}")
 

@@ -4,6 +4,7 @@ window. Real processes (``python -m gateway serve``), real Redis."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -185,13 +186,12 @@ def test_each_replica_shows_the_shared_window_and_counts_only_its_own_traffic(
             future.result()
     totals = {"fast": 10, "slow": 8}
 
-    def window(process: GatewayProcess) -> dict[str, int]:
-        return {row["deployment"]: row["samples"] for row in process.stats()["data"]}
+    def shows_both(process: GatewayProcess) -> bool:
+        return {row["deployment"]: row["samples"] for row in process.stats()["data"]} == totals
 
     for process in (a, b):
-        wait_until(
-            lambda p=process: window(p) == totals, timeout=10, what=f"{process.url} to show both replicas' samples"
-        )
+        shown = functools.partial(shows_both, process)
+        wait_until(shown, timeout=10, what=f"{process.url} to show both replicas' samples")
     # A few refreshes later nothing was counted twice, and both show one window, fastest first.
     taken = b.stats()["taken_at"]
     wait_until(lambda: b.stats()["taken_at"] > taken + 3 * REFRESH_S, timeout=10, what="a few more refreshes")
