@@ -235,3 +235,48 @@ def test_cached_prompt_tokens_are_counted_and_priced(fakes: Fakes, start_gateway
     total_prompt = (first.usage_prompt_tokens or 0) + prompt_tokens
     assert row["cache_hit_ratio"] == pytest.approx(cached / total_prompt)
     assert row["price_cached_in"] == 0.5
+
+
+def test_reasoning_invalid_answers_and_translated_apis_are_labelled_as_sent(
+    fakes: Fakes, start_gateway: Callable[..., Gateway]
+) -> None:
+    thinker = fakes.start("thinker", FakeBehavior(reasoning_tokens=30, output_tokens=10, tokens_per_s=200))
+    empty = fakes.start("empty", FakeBehavior(empty_rate=1.0, seed=1))
+    gateway = start_gateway(gateway_config([thinker, empty], policy={"failure_threshold": 100}))
+    for _ in range(2):
+        assert _chat(gateway, {"only": ["thinker"]}, stream=True).status_code == 200
+    assert _chat(gateway, {"only": ["empty"]}, stream=False).status_code == 200
+    # The Messages API, served by a chat deployment: translated, labelled with both APIs.
+    body = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream(
+        "POST", gateway.base_url + "/messages", json={**body, "provider": {"only": ["thinker"]}}, timeout=30
+    ) as response:
+        assert response.status_code == 200 and b"message_stop" in response.read()
+    wait_until(lambda: len(gateway.samples.samples) == 4, 10, what="every attempt recorded")
+    labels = {"model": "m", "provider": "thinker"}
+    wait_until(
+        lambda: (
+            _scrape(gateway).get(("gateway_requests_total", frozenset({**labels, "status_class": "2xx"}.items()))) == 3
+        )
+    )
+    series = _scrape(gateway)
+    # Output tokens are the visible answer's: the 30 reasoning tokens are neither counted nor timed as answer.
+    assert _value(series, "gateway_tokens_total", **labels, type="output") == 3 * 10
+    assert _value(series, "gateway_ttft_seconds_count", **labels) == 3
+    assert _value(series, "gateway_time_to_first_answer_token_seconds_count", **labels) == 3
+    for sample in gateway.samples.samples:
+        if sample.provider == "thinker":
+            assert sample.ttft_s is not None and sample.first_answer_s is not None
+            assert sample.ttft_s <= sample.first_answer_s
+    # The empty answer: one invalid answer with its reason, by deployment.
+    invalid = {"model": "m", "deployment": "empty"}
+    assert _value(series, "gateway_invalid_answers_total", **invalid, reason="empty") == 1
+    assert _value(series, "gateway_invalid_answers_total", model="m", deployment="thinker", reason="empty") == 0
+    rows = {row["deployment"]: row for row in httpx.get(gateway.url + "/v1/gateway/stats").json()["data"]}
+    assert rows["empty"]["valid_rate"] == 0.0 and rows["empty"]["invalid_reason"] == "empty"
+    # Client API beside the upstream's.
+    api = {"model": "m", "status_class": "2xx"}
+    assert _value(series, "gateway_api_requests_total", **api, api="chat", upstream_api="chat") == 3
+    assert _value(series, "gateway_api_requests_total", **api, api="messages", upstream_api="chat") == 1
+    assert _value(series, "gateway_api_ttft_seconds_count", model="m", api="messages") == 1
+    assert _value(series, "gateway_api_ttft_seconds_count", model="m", api="chat") == 2
