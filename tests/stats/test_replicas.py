@@ -199,6 +199,10 @@ def test_each_replica_shows_the_shared_window_and_counts_only_its_own_traffic(
     assert [row["deployment"] for row in rows_a] == [row["deployment"] for row in rows_b] == ["fast", "slow"]
     keys = ("samples", "judged", "success_rate", "ttft_p50_s", "ttft_p99_s", "tokens_per_s_p50", "e2e_p95_s")
     assert [[row[k] for k in keys] for row in rows_a] == [[row[k] for k in keys] for row in rows_b]
+    for process in (a, b):  # the dashboard is the same window, as a page
+        page = httpx.get(process.url + "/dashboard", timeout=5).text
+        assert f"<b>{sum(totals.values())}</b> samples" in page
+        assert page.index(">fast<") < page.index(">slow<")
 
     for deployment, total in totals.items():
         # Counters are each replica's own: summed over the replicas, every attempt once.
