@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from gateway.metrics.attempts import STATUS_CLASSES
 from gateway.metrics.series import Metrics
+from gateway.samples import VALIDITIES, Outcome
+from gateway.types import CircuitState, RouteReason
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "deploy" / "README.md"
@@ -58,3 +61,23 @@ def test_the_metrics_table_lists_every_exported_family_with_its_labels() -> None
     wrong = {name: (by_family[name], value) for name, value in exported.items() if by_family[name] != value}
     assert not wrong, f"type or labels differ (README, exported): {wrong}"
     assert "process_*" in table
+
+
+def _row_of(name: str) -> str:
+    (row,) = [line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith(f"| `{name}`")]
+    return row
+
+
+def test_the_table_names_every_value_of_the_bounded_labels() -> None:
+    """A label whose values the code fixes (a ``Literal``) lists them all: a user filters on what the table says."""
+    bounded = {
+        "gateway_routing_decisions_total": get_args(RouteReason),
+        "gateway_upstream_requests_total": get_args(Outcome),
+        "gateway_requests_total": STATUS_CLASSES,
+        "gateway_circuit_state": get_args(CircuitState),
+        "gateway_invalid_answers_total": VALIDITIES[1:],
+    }
+    missing = {
+        name: [value for value in values if f"`{value}`" not in _row_of(name)] for name, values in bounded.items()
+    }
+    assert not any(missing.values()), missing
