@@ -3,15 +3,18 @@ it does not export: the page that says "the full list" is the full list.
 
 The families, their types and label names are those a fresh ``Metrics`` declares (what ``/metrics`` renders,
 series or not yet). A row may abbreviate names that share a prefix (`` `gateway_budget_limit_usd`,
-`_spent_usd` ``): a name starting with ``_`` continues the row's first name's ``gateway_<word>``.
+`_spent_usd` ``): a name starting with ``_`` continues the row's first name's ``gateway_<word>``. The fields of
+``GET /v1/gateway/stats`` are named likewise in ``docs/watching.md``.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, get_args
 
+from gateway.leaderboard import LeaderboardRow
 from gateway.metrics.attempts import STATUS_CLASSES
 from gateway.metrics.series import Metrics
 from gateway.samples import VALIDITIES, Outcome
@@ -81,3 +84,11 @@ def test_the_table_names_every_value_of_the_bounded_labels() -> None:
         name: [value for value in values if f"`{value}`" not in _row_of(name)] for name, values in bounded.items()
     }
     assert not any(missing.values()), missing
+
+
+def test_the_stats_fields_are_named_in_the_watching_page() -> None:
+    page = (ROOT / "docs" / "watching.md").read_text(encoding="utf-8")
+    skipped = {"model", "deployment", "provider", "apis", "price_in", "price_out", "price_cached_in"}
+    skipped |= {"valid_rate_tools", "valid_rate_json", "valid_rate_plain"}  # "and per kind"
+    missing = [f.name for f in fields(LeaderboardRow) if f.name not in skipped and f"`{f.name}`" not in page]
+    assert not missing, missing
