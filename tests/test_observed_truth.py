@@ -280,3 +280,35 @@ def test_reasoning_invalid_answers_and_translated_apis_are_labelled_as_sent(
     assert _value(series, "gateway_api_requests_total", **api, api="messages", upstream_api="chat") == 1
     assert _value(series, "gateway_api_ttft_seconds_count", model="m", api="messages") == 1
     assert _value(series, "gateway_api_ttft_seconds_count", model="m", api="chat") == 2
+
+
+def test_broken_streams_and_timeouts_stay_in_the_success_denominator(
+    fakes: Fakes, start_gateway: Callable[..., Gateway]
+) -> None:
+    ok = fakes.start("ok", FakeBehavior(output_tokens=8))
+    breaks = fakes.start("breaks", FakeBehavior(output_tokens=8, drop_after=3))
+    stalls = fakes.start("stalls", FakeBehavior(output_tokens=8, stall_after=2, stall_s=30))
+    policy = {"failure_threshold": 100, "idle_timeout_s": 0.3}
+    gateway = start_gateway(gateway_config([ok, breaks, stalls], policy=policy))
+    sent = {"ok": 2, "breaks": 2, "stalls": 2}
+    for name, count in sent.items():
+        for _ in range(count):
+            # Each broke after its first bytes: the client has its 200 and an in-band error, no retry.
+            assert _chat(gateway, {"only": [name], "allow_fallbacks": False}, stream=True).status_code == 200
+    wait_until(lambda: len(gateway.samples.samples) == 6, 10, what="every attempt recorded")
+    rows = {row["deployment"]: row for row in httpx.get(gateway.url + "/v1/gateway/stats").json()["data"]}
+    assert {name: (rows[name]["judged"], rows[name]["success_rate"]) for name in sent} == {
+        "ok": (2, 1.0),
+        "breaks": (2, 0.0),
+        "stalls": (2, 0.0),
+    }
+    series = _scrape(gateway)
+    outcomes = {("breaks", "broken_stream"): 2, ("stalls", "timeout"): 2, ("ok", "ok"): 2}
+    for (name, outcome), count in outcomes.items():
+        assert _value(series, "gateway_upstream_requests_total", model="m", provider=name, outcome=outcome) == count
+    for name in ("breaks", "stalls"):
+        window = {"model": "m", "provider": name, "deployment": name}
+        assert _value(series, "gateway_window_success_ratio", **window) == 0.0
+        assert _value(series, "gateway_stream_breaks_total", model="m", provider=name, result="failed") == 2
+        e2e = series.get(("gateway_end_to_end_seconds_count", frozenset({"model": "m", "provider": name}.items())))
+        assert not e2e  # end-to-end is of complete answers
