@@ -45,6 +45,8 @@ class LeaderboardRow:
     tokens_per_s_vs_fastest: float | None
     """Median speed relative to the model's fastest median: 0.0 for the fastest, -0.4 for 40% slower."""
     e2e_p50_s: float | None
+    e2e_p95_s: float | None
+    """End-to-end of complete answers, as TTFT: p50 / p95 / p99 upper tails."""
     e2e_p99_s: float | None
     price_in: float | None
     """USD per 1M prompt tokens (None when the deployment is not in the config at hand)."""
@@ -102,6 +104,7 @@ def _row(
         tokens_per_s_p99_floor=q("tokens_per_s", 0.01),
         tokens_per_s_vs_fastest=None,
         e2e_p50_s=q("e2e_s", 0.50),
+        e2e_p95_s=q("e2e_s", 0.95),
         e2e_p99_s=q("e2e_s", 0.99),
         price_in=declared.price_in if declared else None,
         price_out=declared.price_out if declared else None,

@@ -153,7 +153,7 @@ def _ranked(
         time_s=mean.time_s,
         cost_usd=mean.money_usd,
         success_rate=1.0 - mean.failure,
-        attempts=summary.count("ttft_s") if summary is not None else 0,
+        attempts=summary.attempts if summary is not None else 0,
         prior=not belief.answers,
         uncertainty=Uncertainty(math.hypot(ttft_sd, spt_sd), ttft_sd, spt_sd),
         samples=float(belief.answers),

@@ -40,6 +40,7 @@ FIELDS: dict[str, tuple[Callable[[Sample], float | None], float]] = {
     "tokens_per_s_p95_floor": (lambda s: s.tokens_per_s, 0.05),
     "tokens_per_s_p99_floor": (lambda s: s.tokens_per_s, 0.01),
     "e2e_p50_s": (lambda s: s.e2e_s if s.outcome == "ok" else None, 0.50),
+    "e2e_p95_s": (lambda s: s.e2e_s if s.outcome == "ok" else None, 0.95),
     "e2e_p99_s": (lambda s: s.e2e_s if s.outcome == "ok" else None, 0.99),
 }
 

@@ -68,7 +68,8 @@ def test_rows_follow_the_definitions() -> None:
     assert (slow.samples, slow.judged, slow.success_rate) == (125, 125, 0.8)
     assert (fast.price_in, fast.price_out, fast.provider, fast.in_flight) == (1.0, 3.0, "fast", 4)
     assert idle == LeaderboardRow(
-        "m", "idle", "idle", 0, None, None, None, None, None, None, None, None, None, None, 0.0, 0.0, 4, DEFAULT_APIS,
+        "m", "idle", "idle", 0, None, None, None, None, None, None, None, None, None, None, None, 0.0, 0.0, 4,
+        DEFAULT_APIS,
         judged=0,
     )  # fmt: skip
     assert (other.provider, other.price_in, other.tokens_per_s_vs_fastest, other.apis) == (None, None, 0.0, ())
