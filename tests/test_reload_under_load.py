@@ -1,0 +1,176 @@
+"""A reload while the gateway serves: 24 streams open on the deployments a new config changes and removes, and
+new requests arriving all the while. Every open stream finishes byte for byte on the config it started with, no
+request that could be served fails, the in-flight gauge and the access log count each request once, and a broken
+config sent in the middle of it all is refused in words while the old one keeps serving."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.accesslog import ACCESS_LOGGER
+from gateway.fakes import FakeBehavior
+from gateway.fakes.behavior import answer_words
+from tests.support.access import access_lines
+from tests.support.fakes import Fakes, FakeServer
+from tests.support.wait import wait_until
+from tests.test_reload import Serve, Served
+from tests.test_reload import serve as serve  # the fixture: a gateway on a config file, reloadable
+
+STREAMS = 24
+TOKENS = 40
+TIME_LIMIT_S = 30.0
+
+
+def _config(deployments: list[tuple[FakeServer, str]], providers: list[FakeServer]) -> str:
+    listed = "".join(f'[[providers]]\nname = "{p.name}"\nbase_url = "{p.base_url}"\n\n' for p in providers)
+    deployed = "".join(f'  [[models.deployments]]\n  provider = "{p.name}"\n  model = "{m}"\n' for p, m in deployments)
+    return f'[stats]\nwindow_s = 60\nslice_s = 1\n\n{listed}[[models]]\nname = "m"\npolicy = "fixed-order"\n{deployed}'
+
+
+class Requests:
+    """Non-streamed requests for ``m`` on ``threads`` threads until ``stop``: each answer's status and request id."""
+
+    def __init__(self, url: str, threads: int = 4) -> None:
+        self.url = url
+        self.answers: list[tuple[int, str]] = []
+        self.errors: list[BaseException] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + TIME_LIMIT_S
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        with httpx.Client(base_url=self.url, timeout=10) as http:
+            for _ in range(2_000):
+                if self.stop.is_set() or time.monotonic() > deadline:
+                    return
+                try:
+                    answer = http.post("/v1/chat/completions", json=body)
+                except httpx.HTTPError as exc:
+                    with self.lock:
+                        self.errors.append(exc)
+                    continue
+                with self.lock:
+                    self.answers.append((answer.status_code, answer.headers.get("x-request-id", "")))
+
+    def __enter__(self) -> Requests:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(15)
+
+
+def _open_stream(url: str, only: str, results: list[tuple[str, str, str]]) -> threading.Thread:
+    def run() -> None:
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "provider": {"only": [only]},
+        }
+        with httpx.Client(base_url=url, timeout=15) as http:
+            with http.stream("POST", "/v1/chat/completions", json=body) as response:
+                text = response.read().decode()
+                results.append((response.headers["x-gateway-provider"], response.headers["x-request-id"], text))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _content(stream: str) -> tuple[int, str]:
+    """How many content chunks a chat stream carried, and their text joined."""
+    chunks = [
+        json.loads(line[6:])["choices"][0]["delta"].get("content")
+        for line in stream.splitlines()
+        if line.startswith("data: {")
+    ]
+    said = [c for c in chunks if c]
+    return len(said), "".join(said)
+
+
+def _inflight(served: Served) -> dict[str, float]:
+    prefix = 'gateway_inflight_requests{provider="'
+    lines = [line for line in served.http.get("/metrics").text.splitlines() if line.startswith(prefix)]
+    return {line[len(prefix) :].split('"')[0]: float(line.rsplit(" ", 1)[1]) for line in lines}
+
+
+def test_a_reload_under_load_loses_no_stream_and_counts_each_request_once(
+    fakes: Fakes, serve: Serve, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    paced = FakeBehavior(ttft_s=0.05, tokens_per_s=25, output_tokens=TOKENS)
+    a, b, c = fakes.start("a", paced), fakes.start("b", paced), fakes.start("c", paced)
+    served = serve(_config([(a, "a-upstream"), (b, "b-upstream")], [a, b]))
+    old = served.runtime
+
+    results: list[tuple[str, str, str]] = []
+    streams = [_open_stream(served.server.url, "ab"[i % 2], results) for i in range(STREAMS)]
+    wait_until(
+        lambda: a.app.state.open_streams + b.app.state.open_streams == STREAMS, timeout=10, what="the streams open"
+    )
+    assert _inflight(served) == {"a": STREAMS / 2, "b": STREAMS / 2}
+
+    with Requests(served.server.url) as requests:
+        wait_until(lambda: len(requests.answers) > 10, timeout=10, what="requests before the reload")
+        # a changes its upstream model, c is added, b is removed; the streams on a and b are mid-answer.
+        path = tmp_path / "gateway.toml"
+        path.write_text(_config([(a, "a-upstream-v2"), (c, "c-upstream")], [a, c]))
+        assert served.reload().status_code == 200
+        assert served.runtime is not old
+        assert a.app.state.open_streams + b.app.state.open_streams == STREAMS  # none cut by the swap
+        before = len(requests.answers)
+        wait_until(lambda: len(requests.answers) > before + 10, timeout=10, what="requests after the reload")
+
+        path.write_text(_broken(a, c))
+        refused = served.reload()
+        assert refused.status_code == 400
+        message = refused.json()["error"]["message"]
+        assert "gateway.toml" in message and "models[0].deployments[1].provider" in message, message
+        assert 'unknown provider "grok"' in message and "known: a, c" in message, message
+        before = len(requests.answers)
+        wait_until(lambda: len(requests.answers) > before + 10, timeout=10, what="requests after the refusal")
+
+        for thread in streams:
+            thread.join(TIME_LIMIT_S)
+        assert not any(thread.is_alive() for thread in streams)
+
+    assert requests.errors == []
+    assert {status for status, _ in requests.answers} == {200}
+    expected = "".join(answer_words(0, TOKENS))
+    assert len(results) == STREAMS
+    for provider, _, text in results:
+        assert provider in ("a", "b")
+        assert _content(text) == (TOKENS, expected)
+        assert text.rstrip().endswith("data: [DONE]")
+    assert sorted(p for p, _, _ in results) == ["a"] * (STREAMS // 2) + ["b"] * (STREAMS // 2)
+    # The upstream model each was sent: the streams their old config's, the requests after the swap the new one's.
+    assert {r.body["model"] for r in b.app.state.recorded if r.body} == {"b-upstream"}
+    assert {r.body["model"] for r in c.app.state.recorded if r.body} <= {"c-upstream"}
+    assert {r.body["model"] for r in a.app.state.recorded if r.body} == {"a-upstream", "a-upstream-v2"}
+
+    ids = [request_id for _, request_id, _ in results] + [request_id for _, request_id in requests.answers]
+    assert len(set(ids)) == len(ids)
+    lines = access_lines(caplog, count=len(ids))
+    wait_until(lambda: old.requests.count == 0, what="the old runtime's requests done")
+    logged = [line["request_id"] for line in access_lines(caplog)]
+    assert sorted(logged) == sorted(ids)
+    assert all(line["status"] == 200 for line in lines)
+    wait_until(lambda: set(_inflight(served).values()) <= {0.0}, what="the in-flight gauge back to 0")
+    assert set(_inflight(served)) == {"a", "c"}  # b's gauge drained, then gone
+
+
+def _broken(a: FakeServer, c: FakeServer) -> str:
+    return _config([(a, "a-upstream-v2"), (c, "c-upstream")], [a, c]).replace('provider = "c"', 'provider = "grok"')
