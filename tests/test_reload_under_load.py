@@ -47,7 +47,7 @@ class Requests:
 
     def _run(self) -> None:
         deadline = time.monotonic() + TIME_LIMIT_S
-        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "fake": {"tokens_per_s": 0}}
         with httpx.Client(base_url=self.url, timeout=10) as http:
             for _ in range(2_000):
                 if self.stop.is_set() or time.monotonic() > deadline:
@@ -111,7 +111,7 @@ def test_a_reload_under_load_loses_no_stream_and_counts_each_request_once(
     fakes: Fakes, serve: Serve, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
-    paced = FakeBehavior(ttft_s=0.05, tokens_per_s=25, output_tokens=TOKENS)
+    paced = FakeBehavior(ttft_s=0.05, tokens_per_s=8, output_tokens=TOKENS)  # 5 s a stream
     a, b, c = fakes.start("a", paced), fakes.start("b", paced), fakes.start("c", paced)
     served = serve(_config([(a, "a-upstream"), (b, "b-upstream")], [a, b]))
     old = served.runtime
@@ -130,7 +130,7 @@ def test_a_reload_under_load_loses_no_stream_and_counts_each_request_once(
         path.write_text(_config([(a, "a-upstream-v2"), (c, "c-upstream")], [a, c]))
         assert served.reload().status_code == 200
         assert served.runtime is not old
-        assert a.app.state.open_streams + b.app.state.open_streams == STREAMS  # none cut by the swap
+        assert results == []  # the swap came while every stream was mid-answer
         before = len(requests.answers)
         wait_until(lambda: len(requests.answers) > before + 10, timeout=10, what="requests after the reload")
 
