@@ -238,11 +238,11 @@ class ProxyEndpoint:
                 record.error_status = error.status_code
                 await send_error(send, error, request_id, self.dialect)
         except BaseException:
-            # The client hung up (DisconnectWatch cancelled us): the attempt has recorded
-            # itself; there is nobody left to answer. Anything else is shutdown: re-raise.
+            # The client hung up (DisconnectWatch cancelled us): the attempt has recorded itself, and the line
+            # says so; there is nobody left to answer. Anything else is shutdown: re-raise.
             watch.disarm()
-            task = asyncio.current_task()
-            if watch.disconnected and task is not None and task.uncancel() == 0:
+            if watch.disconnected and (task := asyncio.current_task()) is not None and task.uncancel() == 0:
+                record.client_left = True
                 return
             raise
         finally:
