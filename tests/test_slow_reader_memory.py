@@ -31,6 +31,10 @@ READ_BYTES = 8 * 1024
 READ_EVERY_S = 0.01
 """The slow client's pace: about 0.8 MB/s, so it reads a few MB before the deadline."""
 RSS_BOUND_MB = 12.0
+"""For one slow stream; an unbounded relay would hold its whole answer (60 MB) instead."""
+RSS_PER_STALLED_MB = 2.5
+"""Per stalled stream: what it may hold is the upstream connection's high-water mark (256 KiB), a read waiting to be
+sent (as much again) and the transport's own buffer, plus the allocator's slack."""
 
 
 def _rss_mb(pid: int) -> float:
@@ -42,13 +46,18 @@ def _rss_mb(pid: int) -> float:
 
 @pytest.fixture
 def gateway_process(fakes: Fakes, tmp_path: Path) -> Iterator[tuple[str, int, FakeServer]]:
-    """``gateway serve`` on a free port, in front of one fake provider with a very long answer."""
+    """``gateway serve`` on a free port: model ``m`` on a fake provider with a very long answer, ``q`` on a quick one
+    (the other clients': the long one's circuit may open when its answers outlast the deadline, a provider's fault)."""
     fake = fakes.start("long", FakeBehavior(output_tokens=ANSWER_TOKENS), record=False)
+    quick = fakes.start("quick", FakeBehavior(output_tokens=8), record=False)  # the other clients' (model "q")
     port = free_port()
     path = tmp_path / "gateway.toml"
+    deployment = '  [[models.deployments]]\n  provider = "{}"\n  model = "up"\n\n'
     path.write_text(
         f'[[providers]]\nname = "long"\nbase_url = "{fake.base_url}"\n\n'
-        f'[[models]]\nname = "m"\npolicy = "slow-ok"\n  [[models.deployments]]\n  provider = "long"\n  model = "up"\n\n'
+        f'[[providers]]\nname = "quick"\nbase_url = "{quick.base_url}"\n\n'
+        f'[[models]]\nname = "m"\npolicy = "slow-ok"\n{deployment.format("long")}'
+        f'[[models]]\nname = "q"\npolicy = "slow-ok"\n{deployment.format("quick")}'
         f'[policies.slow-ok]\nextends = "fixed-order"\ntotal_timeout_s = {DEADLINE_S}\n'
     )
     process = subprocess.Popen(
@@ -64,6 +73,13 @@ def gateway_process(fakes: Fakes, tmp_path: Path) -> Iterator[tuple[str, int, Fa
     finally:
         process.terminate()
         process.wait(10)
+
+
+def _counted(url: str, outcome: str) -> float:
+    """``gateway_upstream_requests_total`` of the long provider's attempts that ended with ``outcome``."""
+    series = f'gateway_upstream_requests_total{{model="m",outcome="{outcome}",provider="long"}} '
+    lines = [line for line in httpx.get(url + "/metrics").text.splitlines() if line.startswith(series)]
+    return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
 
 
 def _ready(url: str) -> bool:
@@ -124,7 +140,7 @@ def test_a_slow_reader_of_a_long_stream_costs_bounded_memory_and_is_cut_at_the_d
                 upstream_closed = time.monotonic() - started
             if reads % 100 == 50:  # another client, served meanwhile
                 t0 = time.monotonic()
-                short = http.post("/v1/chat/completions", json={**body, "stream": False, "max_tokens": 8})
+                short = http.post("/v1/chat/completions", json={**body, "model": "q", "stream": False})
                 assert short.status_code == 200
                 others.append(time.monotonic() - t0)
             time.sleep(READ_EVERY_S)  # the client's pace, not a wait for anything
@@ -141,3 +157,47 @@ def test_a_slow_reader_of_a_long_stream_costs_bounded_memory_and_is_cut_at_the_d
     assert after_close <= 4 * 1024 * 1024 + 64 * 1024, after_close
     assert b"[DONE]" not in tail and not tail.endswith(b"0\r\n\r\n"), tail[-300:]
     assert peak - baseline < RSS_BOUND_MB, (baseline, peak)
+
+
+STALLED = 10
+
+
+def test_ten_clients_that_stop_reading_cost_bounded_memory_and_are_all_cut_at_the_deadline(
+    gateway_process: tuple[str, int, FakeServer],
+) -> None:
+    url, pid, fake = gateway_process
+    body: dict[str, object] = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.Client(base_url=url, timeout=30) as http:
+        for _ in range(2):  # warm, as above
+            assert http.post("/v1/chat/completions", json={**body, "max_tokens": 20_000}).text.endswith("[DONE]\n\n")
+        baseline = _rss_mb(pid)
+        stalled = [_slow_request(url, body) for _ in range(STALLED)]
+        try:
+            for sock in stalled:
+                assert sock.recv(1024).startswith(b"HTTP/1.1 200")  # then never another read
+            wait_until(lambda: fake.app.state.open_streams == STALLED, what="every stream under way")
+            started = time.monotonic()
+            peak, served = baseline, 0
+            for _ in range(int((DEADLINE_S + 5) / 0.1)):
+                if fake.app.state.open_streams == 0:
+                    break
+                peak = max(peak, _rss_mb(pid))
+                short = http.post("/v1/chat/completions", json={**body, "model": "q", "stream": False})
+                assert short.status_code == 200 and short.elapsed.total_seconds() < 2.0, (short.status_code, short.text)
+                served += 1
+                time.sleep(0.1)  # the pace of the other client's requests, not a wait for anything
+            closed_after = time.monotonic() - started
+        finally:
+            for sock in stalled:
+                sock.close()
+    assert fake.app.state.open_streams == 0, "the upstream streams were never closed"
+
+    # Each attempt recorded once: cancelled (cut in a blocked send) or timed out (cut waiting on the provider, when it
+    # is slower than the deadline allows: this machine's fake, shared by ten streams, may be).
+    def ended() -> float:
+        return sum(_counted(url, outcome) for outcome in ("client_cancelled", "timeout"))
+
+    wait_until(lambda: ended() == STALLED, what="each stalled attempt recorded once")
+    assert closed_after < DEADLINE_S + 3, closed_after
+    assert served >= 10
+    assert peak - baseline < RSS_PER_STALLED_MB * STALLED, (baseline, peak)
