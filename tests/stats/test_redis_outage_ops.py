@@ -31,8 +31,11 @@ from tests.support.wait import wait_until
 pytestmark = pytest.mark.timeout(120)
 
 KEY = "sk-gw-outage-0123456789"
+BUDGETED = "sk-gw-outage-budgeted-0123"
 REDIS_TIMEOUT_S = 1.0
 """Long enough that a request or an endpoint waiting on the hung Redis would show in its time."""
+REQUEST_TIMEOUT_S = 0.3
+"""The bound of the request path's own Redis calls (a budget's reservation: a connection, then the call)."""
 
 
 @pytest.fixture
@@ -41,12 +44,15 @@ def outage_gateway(
 ) -> Iterator[Gateway]:
     fake = fakes.start("steady", FakeBehavior(output_tokens=8))
     keys = tmp_path / "keys.toml"
-    # No budget: a key's budget is refused while Redis is down (docs/limits.md), by design.
-    keys.write_text(f'[[keys]]\nname = "ops"\nkey = "{KEY}"\nrequests_per_minute = 100000\n')
+    # The traffic's key has no budget: a budget is refused while Redis is down (docs/security.md), by design.
+    keys.write_text(
+        f'[[keys]]\nname = "ops"\nkey = "{KEY}"\nrequests_per_minute = 100000\n\n'
+        f'[[keys]]\nname = "budgeted"\nkey = "{BUDGETED}"\nbudget_usd = 100.0\n'
+    )
     stats: dict[str, Any] = {"backend": "redis", "redis_url": own_redis.url, "key_prefix": prefix}
     stats |= {"flush_interval_s": 0.05, "refresh_interval_s": 0.1, "redis_timeout_s": REDIS_TIMEOUT_S}
     # Many retries in an outage, each a chance to log.
-    stats |= {"redis_backoff_min_s": 0.05, "redis_backoff_max_s": 0.2}
+    stats |= {"redis_backoff_min_s": 0.05, "redis_backoff_max_s": 0.2, "redis_request_timeout_s": REQUEST_TIMEOUT_S}
     extra = {"stats": stats, "auth": {"api_keys_file": str(keys)}}
     yield start_gateway(gateway_config([fake], extra=extra))
 
@@ -160,3 +166,32 @@ def test_a_hung_redis_delays_no_request_and_no_endpoint_past_its_timeout(
     assert [r for r in said if r.exc_info] == []
     total = len(gateway.samples.samples)
     wait_until(lambda: total_outcomes(own_redis.client(), prefix) >= total, timeout=15, what="the held samples")
+
+
+def test_a_hung_redis_refuses_a_budgeted_request_within_the_request_timeout_and_the_next_at_once(
+    outage_gateway: Gateway, own_redis: RedisServer
+) -> None:
+    """A budget is a promise about money: with Redis hung, a budgeted key's request is refused (503
+    ``budget_unavailable``), the first after waiting no longer than its bound, the next ones at once."""
+    gateway = outage_gateway
+    assert own_redis.process is not None
+    pid = own_redis.process.pid
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=gateway.url, headers={"authorization": f"Bearer {BUDGETED}"}, timeout=10) as http:
+
+        def request() -> tuple[int, float, str]:
+            started = time.monotonic()
+            answer = http.post("/v1/chat/completions", json=body)
+            code = answer.json()["error"]["code"] if answer.status_code != 200 else ""
+            return answer.status_code, time.monotonic() - started, code
+
+        assert request()[0] == 200
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            first, *then = [request() for _ in range(5)]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: request()[0] == 200, timeout=15, what="budgeted requests served again")
+    assert {(status, code) for status, _, code in [first, *then]} == {(503, "budget_unavailable")}
+    assert first[1] < 2 * REQUEST_TIMEOUT_S + 0.3, first
+    assert max(took for _, took, _ in then) < 0.2, then
