@@ -24,7 +24,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -69,6 +69,9 @@ class AccessRecord:
     keepalives: int = 0
     """Keep-alives sent before the first byte (``relay.keepalive``); when any was, the client's status was 200
     and an error status here was an error event at the stream's end."""
+    client_left: bool = False
+    """The client hung up before its answer ended: the line's outcome is ``client_cancelled``, whatever the attempt
+    it waited on says (a stream that broke and was being continued elsewhere when the client left, say)."""
 
     @property
     def status(self) -> int | None:
@@ -88,12 +91,11 @@ class AccessRecord:
     def winner(self) -> Sample | None:
         """The attempt that answered, else the last one tried."""
         samples = self.request.trace.samples if self.request is not None else []
+        winner = samples[-1] if samples else None
         if self.log is not None and self.log.winner is not None:
             name = self.log.winner.deployment.name
-            for sample in reversed(samples):
-                if sample.deployment == name:
-                    return sample
-        return samples[-1] if samples else None
+            winner = next((sample for sample in reversed(samples) if sample.deployment == name), winner)
+        return _as_left(winner) if self.client_left else winner
 
     def upstream_api(self) -> Endpoint | None:
         """The API the answering deployment was sent the request in (the client's own unless translated)."""
@@ -199,6 +201,8 @@ class AccessLog:
         if status is None:
             # ``record.status``, inline: the reply's, else the keep-alives' 200 (the client left before any reply)
             status = log.status if log is not None else (200 if record.keepalives else None)
+        if record.client_left:
+            winner = _as_left(winner)
         upstream = upstream_api(answered.deployment, record.endpoint) if answered is not None else None
         model = request.requested_model if request is not None else ""
         provider = winner.provider if winner is not None and log is not None else ""
@@ -287,6 +291,13 @@ class AccessLog:
         """The line's fields, worked out from ``_taken``'s tuple (``access_numbers.encoded_line``, compiled where the
         build is used)."""
         return encoded_line(taken, self._stamp(taken[0]))
+
+
+def _as_left(winner: Sample | None) -> Sample | None:
+    """The line's sample of a request whose client hung up: the attempt's own figures, the outcome the client's."""
+    if winner is None or winner.outcome == "client_cancelled":
+        return winner
+    return replace(winner, outcome="client_cancelled")
 
 
 __all__ = [

@@ -26,17 +26,11 @@ from gateway.client_deadlines import read_deadlines
 from gateway.conversation_flow import expand
 from gateway.dialects import dialect_for
 from gateway.error_responses import error_response, send_error
-from gateway.errors import (
-    GatewayError,
-    HeadersTooLarge,
-    InvalidRequest,
-    ModelNotFound,
-    clip,
-    internal_error,
-)
+from gateway.errors import GatewayError, HeadersTooLarge, InvalidRequest, ModelNotFound, clip, internal_error
 from gateway.info_api import gateway_stats, healthz, list_models, metrics, readyz, retrieve_model
 from gateway.quality import expectation_of
 from gateway.relay import DisconnectWatch, ProxyRequest, RequestTrace
+from gateway.relay.disconnect import abort_of
 from gateway.relay.keepalive import FirstByteKeepAlive
 from gateway.relay.outbound import eligible, native_eligible, natively_served, omitted_tools
 from gateway.relay.replies import FullReply
@@ -110,7 +104,7 @@ class ProxyEndpoint:
             record.team = ticket.key.team
             trace_wanted = route_request.explain  # ``_wants_trace`` of these headers, walked once in ``_prepare``
             try:
-                await self._respond(request, route_request, runtime, send, receive, record, ticket, trace_wanted)
+                await self._respond(request, route_request, runtime, scope, send, receive, record, ticket, trace_wanted)
             finally:
                 ticket.release()
         finally:
@@ -126,6 +120,7 @@ class ProxyEndpoint:
         request: ProxyRequest,
         route_request: RouteRequest,
         runtime: GatewayRuntime,
+        scope: Scope,
         send: Send,
         receive: Receive,
         record: AccessRecord,
@@ -134,7 +129,7 @@ class ProxyEndpoint:
     ) -> None:
         request_id = request.request_id
         loop = asyncio.get_running_loop()  # once per request, for the watch and the keep-alive
-        watch = DisconnectWatch(receive, loop)
+        watch = DisconnectWatch(receive, loop, abort_of(scope))
         started = False
         plan: RoutePlan | None = None
         keeper: FirstByteKeepAlive | None = None
@@ -238,11 +233,11 @@ class ProxyEndpoint:
                 record.error_status = error.status_code
                 await send_error(send, error, request_id, self.dialect)
         except BaseException:
-            # The client hung up (DisconnectWatch cancelled us): the attempt has recorded
-            # itself; there is nobody left to answer. Anything else is shutdown: re-raise.
+            # The client hung up (DisconnectWatch cancelled us): the attempt has recorded itself, and the line
+            # says so; there is nobody left to answer. Anything else is shutdown: re-raise.
             watch.disarm()
-            task = asyncio.current_task()
-            if watch.disconnected and task is not None and task.uncancel() == 0:
+            if watch.disconnected and (task := asyncio.current_task()) is not None and task.uncancel() == 0:
+                record.client_left = True
                 return
             raise
         finally:

@@ -14,7 +14,9 @@ a few thousand exhaust the process's file descriptors. ``GuardedProtocol`` adds,
   a request id) and the socket closes;
   a deadline for the whole body rather than per gap, so that a body trickled a byte at a time is cut too;
 - a connection cap: past ``[server] max_connections`` open connections in this process, a new one is
-  answered 503 and closed at once, so the descriptors in use stay bounded.
+  answered 503 and closed at once, so the descriptors in use stay bounded;
+- a way to end a connection at once (``ABORT_EXTENSION`` in the request's scope), which the relay takes for a
+  client that stopped reading, cut at the request's total deadline.
 
 Idle kept-alive connections are uvicorn's own ``timeout_keep_alive`` (``[server] keepalive_timeout_s``).
 The timers are the event loop's ``call_later`` handles: nothing runs while a connection behaves.
@@ -23,6 +25,8 @@ The timers are the event loop's ``call_later`` handles: nothing runs while a con
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +35,11 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from gateway.config import GatewayConfig
 from gateway.error_responses import error_answer
 from gateway.errors import GatewayError, HeadersTooLarge, NoCapacity, RequestTimeout
+from gateway.relay.disconnect import ABORT_EXTENSION
 from gateway.request_ids import new_request_id
 
+_LINGER_NONE = struct.pack("ii", 1, 0)
+"""``SO_LINGER`` on, for 0 s: ``close`` sends a reset at once instead of first sending what the kernel holds."""
 _REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
@@ -107,6 +114,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._cancel_head_timer()
+        self.scope["extensions"] = {**self.scope.get("extensions", {}), ABORT_EXTENSION: {"abort": self._abort}}
         super().on_headers_complete()
         if self.limits.body_timeout_s and not self.transport.is_closing():
             self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_overdue)
@@ -152,6 +160,18 @@ class GuardedProtocol(HttpToolsProtocol):
             self._refuse(error, path)
             return
         self.transport.close()  # answered already (e.g. 401 before the body was read): just stop reading
+
+    def _abort(self) -> None:
+        """End the connection at once, its response unfinished (``ABORT_EXTENSION``: the relay cut a client that
+        stopped reading). What the kernel still held for it is dropped with a reset, rather than kept for a client
+        that may never read it; and the response is the client's hang-up, not an app that returned too soon."""
+        if self.cycle is not None:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:  # linger 0: the close resets the connection, the kernel's send queue dropped with it
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_NONE)
+        self.transport.abort()
 
     def _refuse(self, error: GatewayError, path: str = "") -> None:
         """Answer ``error`` as the app would on ``path`` (``error_answer``: the API's shape, a request id, the Messages

@@ -8,8 +8,8 @@ Where the other moments are tested: mid-stream and before the first token
 (``test_hedging::test_a_client_gone_during_the_race_cancels_both``,
 ``test_drain::test_a_client_gone_during_the_race_drains_nothing``), a storm of them
 (``test_faults::test_a_disconnect_storm_leaks_no_upstream_connection``), while queued
-(``test_capacity::test_a_client_that_hangs_up_while_queued_frees_its_place``), and a client that stops reading
-(``test_slow_reader``).
+(``test_capacity::test_a_client_that_hangs_up_while_queued_frees_its_place``), a client that stops reading
+(``test_slow_reader``), and each point in turn, a fallback's and a recovery's wait included (``test_hang_up_points``).
 """
 
 from __future__ import annotations

@@ -223,6 +223,8 @@ class StreamReply(Reply):
                     attempt.response.close()
                 reading = attempt.meter.finish(self.runner.counter) if attempt.meter is not None else Reading()
                 self.runner.record(request, attempt, "client_cancelled", reading)
+            if watch.abort is not None:
+                watch.abort()  # its unsent bytes dropped, not held for a client that may never read them
             logger.warning(
                 "request %s: the client stopped reading; its stream was cut at the request's total deadline "
                 "(total_timeout_s), the upstream stream closed and its slot freed",

@@ -20,10 +20,10 @@ def samples_of(snapshot: StatsSnapshot, model: str = "m", deployment: str = "d")
 def total_outcomes(client: redis.Redis, prefix: str) -> int:
     """Samples stored in Redis under ``prefix``: every slice's outcome counts, summed (the minutes of the
     dashboard's history, ``{...}:m:<minute>``, hold the same samples again and are left out, as is the list of
-    answers one by one, ``{...}:answers``)."""
+    answers one by one, ``{...}:answers``, as are the session bindings, ``{<prefix>:bind:...}``)."""
     total = 0
     for key in client.scan_iter(f"{{{prefix}:*"):
-        if "}:m:" in str(key) or str(key).endswith("}:answers"):
+        if "}:m:" in str(key) or str(key).endswith("}:answers") or client.type(str(key)) != "hash":
             continue
         fields = client.hgetall(str(key))
         total += sum(int(v) for f, v in fields.items() if str(f).startswith("outcome:"))

@@ -56,7 +56,7 @@ from gateway.admission.spending.windows import Period
 from gateway.background import log_failure
 from gateway.config import StatsConfig
 from gateway.redis_client import RedisClient, RedisConnections
-from gateway.redis_failures import refuses_writes
+from gateway.redis_failures import describe_error, refuses_writes
 
 logger = logging.getLogger("gateway.spending")
 
@@ -101,6 +101,8 @@ class RedisSpendStore:
         self._drain_task: asyncio.Task[None] | None = None
         self._writing: asyncio.Future[None] | None = None
         """Released once the batch being written is written, or kept."""
+        self._recheck_task: asyncio.Task[None] | None = None
+        """While down, asks again every ``retry_s``: an idle replica too sees Redis return, and writes what it kept."""
 
     @classmethod
     def from_config(cls, stats: StatsConfig, redis: RedisConnections) -> RedisSpendStore:
@@ -137,14 +139,34 @@ class RedisSpendStore:
             self._refusing = refuses_writes(exc)
             state = "refuses commands" if self._refusing else "unreachable"
             self._down_since = time.monotonic()
-            self._reason = f"budgets: Redis {state} ({_describe(exc)}); requests under a budget are refused"
-            logger.warning(
-                "budgets: Redis %s (%s); requests of keys with a budget are refused until it returns",
-                state,
-                _describe(exc),
-            )
+            said = f"budgets: Redis {state} ({describe_error(exc)})"
+            self._reason = f"{said}; requests under a budget are refused"
+            logger.warning("%s; requests of keys with a budget are refused until it returns", said)
+            if self._recheck_task is None:
+                self._recheck_task = asyncio.ensure_future(self._recheck())
+                self._recheck_task.add_done_callback(log_failure("budgets: asking redis again"))
         if not refuses_writes(exc):
             self._retry_at = time.monotonic() + self.retry_s
+
+    async def _recheck(self) -> None:
+        """Until Redis answers again, at each retry time: write what is kept (the writer's round trip says whether it
+        is back), else ask it something that only reads."""
+        try:
+            while self._down_since is not None:
+                wait = self._retry_at - time.monotonic() if not self._refusing else self.retry_s
+                await asyncio.sleep(max(wait, 0.05))
+                if self._drain_task is None and self._pending:
+                    self._drain_task = self._start_drain()
+                elif self._drain_task is None and self._usable():
+                    try:
+                        async with asyncio.timeout(self.timeout_s):
+                            await self.client.ping()
+                    except _ERRORS as exc:
+                        self._failed(exc)
+                    else:
+                        await self._succeeded(wrote=False)
+        finally:
+            self._recheck_task = None
 
     def _reachable(self) -> None:
         if self._down_since is not None:
@@ -364,6 +386,8 @@ class RedisSpendStore:
         return found
 
     async def aclose(self) -> None:
+        if self._recheck_task is not None:
+            self._recheck_task.cancel()
         if self._drain_task is not None:
             await self._drain_task
         if self._pending and self._usable():
@@ -374,10 +398,3 @@ class RedisSpendStore:
         if self._owns_client:
             await self.client.aclose()
         # Otherwise the client is shared (``RedisConnections.requests``): its owner closes it.
-
-
-def _describe(exc: BaseException) -> str:
-    """A short description of a Redis failure; redis-py's messages name host and port, never a password."""
-    if isinstance(exc, TimeoutError) and not str(exc):
-        return "timed out"
-    return (str(exc) or type(exc).__name__)[:200]
