@@ -211,6 +211,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.func(args)
         sys.stdout.flush()  # inside the try: a reader that left (`gateway stats | head`) is seen here
+    except KeyboardInterrupt:
+        # Ctrl-C before a server took the signal over (while it starts), or during a one-off command: a stop
+        # the user asked for, so one line and the conventional status, not a traceback.
+        print("gateway: interrupted", file=sys.stderr, flush=True)
+        return 130
     except BrokenPipeError:
         # Python would print a traceback while flushing at exit; point stdout at /dev/null and stop quietly.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -10,8 +10,9 @@ Shutdown (``GatewayServer``): on SIGTERM (or Ctrl-C) the server stops accepting,
 flight, streams included, run for up to ``[server] shutdown_grace_s``, then runs the lifespan's
 shutdown, which flushes the stats store and closes every client. A second SIGTERM or SIGINT cuts
 the wait short: the requests still open are aborted, and the lifespan's shutdown runs all the same.
-uvicorn then re-raises the signal so the process would die of it; a stop we asked for is a
-success, so the process exits 0 instead, however many signals it took.
+uvicorn alone re-raises the signal at the end so that the process dies of it; a stop we asked for
+is a success, so the process exits 0 instead, however many signals it took. A Ctrl-C before the
+server took the signals (while it starts) interrupts the start: ``gateway.cli`` exits 130.
 
 Why a server subclass: uvicorn alone, on a second Ctrl-C (``force_exit``), skips both the wait and
 the lifespan's shutdown and returns with the request tasks and the lifespan's task still pending;
@@ -26,10 +27,13 @@ app's failure), then the lifespan's shutdown: nothing is left for the loop's clo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
 import socket
+import threading
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -46,7 +50,8 @@ ABORT_WAIT_S = 1.0
 themselves (the gateway then still records the attempt) before their tasks are cancelled."""
 FORCED_LIFESPAN_S = 5.0
 """A forced stop's bound on the lifespan's shutdown (flushing the stats store, closing clients)."""
-logger = logging.getLogger("gateway.server")
+logger = logging.getLogger("uvicorn.error")
+"""uvicorn's own: the stop's lines are the server's, and follow ``--log-level`` as uvicorn's do."""
 GC_THRESHOLDS = (20_000, 10, 10)
 """Allocations before a young collection, then young collections per middle one, middle per full (CPython's
 own 10 and 10: a full pass also waits until a quarter more objects survived since the last, so its cost stays
@@ -113,6 +118,19 @@ class GatewayServer(uvicorn.Server):
             self.config.loaded_app = _StopAware(self.config.loaded_app, self)
         await super().startup(sockets)
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, without re-raising the signals at the end: the process then exits 0, not by the signal."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # uvicorn forces only on a second SIGINT; a second SIGTERM (a supervisor's, or `timeout`'s and
         # make's both reaching the process) is as plain a request to stop now.
@@ -136,7 +154,7 @@ class GatewayServer(uvicorn.Server):
             async with asyncio.timeout(grace):
                 await self._wait_open_requests()
         except TimeoutError:
-            logger.warning("shutdown grace of %gs exceeded", grace)
+            logger.info("shutdown grace of %gs exceeded", grace)
         if self.server_state.connections or self.server_state.tasks:
             await self._abort()
         for server in self.servers:
@@ -177,10 +195,6 @@ class GatewayServer(uvicorn.Server):
                 await asyncio.wait(pending, timeout=ABORT_WAIT_S)
 
 
-def _stopped(signum: int, frame: FrameType | None) -> None:
-    """Receives the signal uvicorn re-raises after its graceful shutdown: nothing left to do."""
-
-
 def tune_garbage_collector() -> None:
     """Collect less often, and never scan what start-up built.
 
@@ -199,12 +213,7 @@ def tune_garbage_collector() -> None:
 def run(server: uvicorn.Server, sockets: list[socket.socket] | None = None) -> int:
     """Serve until stopped by a signal or a fatal error; 0 after a graceful stop. ``sockets``: already
     bound listening sockets (a worker's, inherited from its supervisor) instead of binding one."""
-    previous = {sig: signal.signal(sig, _stopped) for sig in _STOP_SIGNALS}
     tune_garbage_collector()
     raise_open_file_limit()
-    try:
-        server.run(sockets=sockets)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    server.run(sockets=sockets)
     return 0 if server.started else 1

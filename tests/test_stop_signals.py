@@ -9,7 +9,9 @@ Why subprocesses: signals, the exit status and leftover children are only real f
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -174,3 +176,52 @@ def test_serve_with_workers_stops_at_once_on_a_second_signal(fakes: Fakes, tmp_p
     assert log.count("Application shutdown complete") == 2, log
     stream.thread.join(10)
     assert stream.error is not None
+
+
+def test_ctrl_c_in_a_one_off_command_is_one_line_and_status_130() -> None:
+    """A Ctrl-C that no server has taken over (``gateway stats`` waiting on a gateway that does not answer, or a
+    server still starting) interrupts the command: one line, the conventional 130, no traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "stats", "--url", f"http://127.0.0.1:{port}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            silent.settimeout(20)
+            connection, _ = silent.accept()  # the command is now waiting for an answer that never comes
+            with connection:
+                process.send_signal(signal.SIGINT)
+                out, err = process.communicate(timeout=10)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(5)
+    assert process.returncode == 130, err
+    assert err == "gateway: interrupted\n" and out == ""
+
+
+def test_serve_interrupted_while_it_starts_stops_without_a_traceback(fakes: Fakes, tmp_path: Path) -> None:
+    """SIGINT as soon as ``gateway serve`` logs its first line (the config is loaded; the server may or may not have
+    taken the signal over yet): it stops (130 if the start was interrupted, 0 if the server stopped), quietly."""
+    fake = fakes.start("p")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "-c", str(_config(tmp_path, fake, grace_s=5))],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        assert "client auth OFF" in first, first
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    assert process.returncode in (0, 130), err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
