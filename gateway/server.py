@@ -166,6 +166,7 @@ class GatewayServer(uvicorn.Server):
             async with asyncio.timeout(FORCED_LIFESPAN_S):
                 await self.lifespan.shutdown()
         except TimeoutError:
+            self.aborting = True  # the loop's close cancels the lifespan's task: quietly, as the stop's
             logger.warning("the application's shutdown did not finish within %gs", FORCED_LIFESPAN_S)
 
     async def _wait_open_requests(self) -> None:
