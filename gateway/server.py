@@ -12,7 +12,8 @@ shutdown, which flushes the stats store and closes every client. A second SIGTER
 the wait short: the requests still open are aborted, and the lifespan's shutdown runs all the same.
 uvicorn alone re-raises the signal at the end so that the process dies of it; a stop we asked for
 is a success, so the process exits 0 instead, however many signals it took. A Ctrl-C before the
-server took the signals (while it starts) interrupts the start: ``gateway.cli`` exits 130.
+server took the signals (while the config and the tokenizer load) interrupts the start: ``gateway.cli``
+exits 130.
 
 Why a server subclass: uvicorn alone, on a second Ctrl-C (``force_exit``), skips both the wait and
 the lifespan's shutdown and returns with the request tasks and the lifespan's task still pending;
@@ -214,7 +215,15 @@ def tune_garbage_collector() -> None:
 def run(server: uvicorn.Server, sockets: list[socket.socket] | None = None) -> int:
     """Serve until stopped by a signal or a fatal error; 0 after a graceful stop. ``sockets``: already
     bound listening sockets (a worker's, inherited from its supervisor) instead of binding one."""
-    tune_garbage_collector()
-    raise_open_file_limit()
-    server.run(sockets=sockets)
+    # The server takes the stop signals before anything else runs here: a Ctrl-C from now on asks it to stop
+    # (status 0) instead of raising KeyboardInterrupt wherever the interpreter is, which a finalizer swallows (a
+    # weakref callback in the collection below did: the interrupt was lost and the server went on serving).
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in _STOP_SIGNALS}
+    try:
+        tune_garbage_collector()
+        raise_open_file_limit()
+        server.run(sockets=sockets)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0 if server.started else 1
