@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from gateway import __version__
 from gateway.cli_help import DESCRIPTION, QUICK_START, HelpFormatter, epilog
 from gateway.commands.check import auth_summary, cmd_check, cold_rankings, counted, routing_table
-from gateway.commands.common import DEFAULT_CONFIG_ENV
+from gateway.commands.common import DEFAULT_CONFIG_ENV, non_negative, port_arg
 from gateway.commands.reports import cmd_spend, cmd_stats
 from gateway.commands.serve import cmd_serve, workers_arg
 from gateway.commands.tools import cmd_bench, cmd_demo, cmd_fake_provider
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = _command(commands, "serve", "run the gateway")
     serve.add_argument("-c", "--config", metavar="FILE", help=config_help)
     serve.add_argument("--host", help="listen on this address (default: the config's server.host)")
-    serve.add_argument("--port", type=int, help="listen on this port (default: the config's server.port)")
+    serve.add_argument("--port", type=port_arg, help="listen on this port (default: the config's server.port)")
     serve.add_argument(
         "--workers",
         type=workers_arg,
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     fake = _command(commands, "fake-provider", "run a fake OpenAI-compatible provider (for trying things out)")
     fake.add_argument("--name", default="fake", help="its name, as models.deployments[].provider refers to it")
     fake.add_argument("--host", default="127.0.0.1", help="listen on this address")
-    fake.add_argument("--port", type=int, default=9001, help="listen on this port")
+    fake.add_argument("--port", type=port_arg, default=9001, help="listen on this port")
     fake.add_argument("--ttft", type=float, default=0.2, metavar="SECONDS", help="seconds to the first token")
     fake.add_argument("--tps", type=float, default=100.0, help="tokens per second (0: all at once)")
     fake.add_argument("--tokens", type=int, default=64, help="answer length in tokens")
@@ -138,12 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = _command(commands, "demo", "simulated providers and the gateway in front of them, in one process")
     demo.add_argument("--host", default="127.0.0.1", help="the gateway's address (the providers stay on loopback)")
-    demo.add_argument("--port", type=int, default=8080, help="the gateway's port (0: any free port)")
+    demo.add_argument("--port", type=port_arg, default=8080, help="the gateway's port (0: any free port)")
     demo.add_argument(
-        "--traffic", type=float, default=2.0, metavar="RATE", help="background requests per second (0: none)"
+        "--traffic", type=non_negative, default=2.0, metavar="RATE", help="background requests per second (0: none)"
     )
     demo.add_argument(
-        "--duration", type=float, metavar="SECONDS", help="stop by itself after this long (default: run until Ctrl-C)"
+        "--duration",
+        type=non_negative,
+        metavar="SECONDS",
+        help="stop by itself after this long (default: run until Ctrl-C)",
     )
     demo.add_argument(
         "--degrade-after", type=float, default=60.0, metavar="SECONDS", help="when 'fading' degrades (-1: never)"
@@ -211,6 +214,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.func(args)
         sys.stdout.flush()  # inside the try: a reader that left (`gateway stats | head`) is seen here
+    except KeyboardInterrupt:
+        # Ctrl-C before a server took the signal over (while it starts), or during a one-off command: a stop
+        # the user asked for, so one line and the conventional status, not a traceback.
+        print("gateway: interrupted", file=sys.stderr, flush=True)
+        return 130
     except BrokenPipeError:
         # Python would print a traceback while flushing at exit; point stdout at /dev/null and stop quietly.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -31,8 +31,8 @@ from starlette.applications import Starlette
 from gateway.app import AppOptions, create_app
 from gateway.config import parse_config
 from gateway.demo_banner import invocation, relative_to_cwd, try_it_lines
+from gateway.demo_servers import GRACE_S, Served, bind_socket, loopback_server
 from gateway.demo_servers import DemoError as DemoError
-from gateway.demo_servers import Served, bind_socket, loopback_server
 
 # The demo's models and config live in demo_setup.py and its servers in demo_servers.py; the names
 # callers imported from here still are.
@@ -95,17 +95,24 @@ class Demo:
         elapsed = int(time.monotonic() - self.started_at)
         return f"[{elapsed // 60}:{elapsed % 60:02d}]"
 
-    def _on_signal(self) -> None:
+    def _on_signal(self, sig: signal.Signals) -> None:
+        """The first SIGINT/SIGTERM stops gracefully; any later one stops at once. One line each, no more."""
         self._signals += 1
         self.stop.set()
-        if self._signals > 1:  # a second Ctrl-C: stop waiting for open connections
+        if self._signals == 1:
+            self.say(
+                f"{self._stamp()} stopping ({sig.name}): open requests get up to {GRACE_S}s to finish; "
+                "Ctrl-C again stops at once."
+            )
+        elif self._signals == 2:  # stop waiting for open connections
+            self.say(f"{self._stamp()} stopping at once ({sig.name} again): open requests are cut.")
             for served in self.served:
                 served.server.force_exit = True
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._on_signal)
+            loop.add_signal_handler(sig, self._on_signal, sig)
         try:
             await self._start()
             await self._announce()

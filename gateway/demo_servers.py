@@ -15,13 +15,17 @@ import uvicorn
 
 from gateway.config import GatewayConfig
 from gateway.connections import ConnectionLimits, guarded_protocol
+from gateway.server import GatewayServer
+
+GRACE_S = 3
+"""How long a stop lets the requests in flight finish, unless a second signal comes first."""
 
 
 class DemoError(Exception):
     """The demo cannot start (port taken, tokenizer missing); the message says what to do."""
 
 
-class SharedLoopServer(uvicorn.Server):
+class SharedLoopServer(GatewayServer):
     """A uvicorn server that leaves signals to the demo: several of them share one process and loop."""
 
     @contextlib.contextmanager
@@ -66,7 +70,7 @@ def loopback_server(name: str, app: Any, sock: socket.socket, gateway: GatewayCo
         access_log=False,
         log_config=None,
         log_level="warning",
-        timeout_graceful_shutdown=3,
+        timeout_graceful_shutdown=GRACE_S,
     )
     if gateway is not None:
         config.timeout_keep_alive = gateway.server.keepalive_timeout_s  # type: ignore[assignment]

@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.background import every
 from gateway.config import ConfigError, load_config
+from gateway.server import GatewayServer
 
 logger = logging.getLogger("gateway.workers")
 
@@ -65,7 +66,7 @@ class WorkerHeader:
         await self.app(scope, receive, send_with_header)
 
 
-class WorkerServer(uvicorn.Server):
+class WorkerServer(GatewayServer):
     """uvicorn's server, telling the supervisor once it serves, and publishing metrics while it does."""
 
     def __init__(self, config: uvicorn.Config, app: Any, ready_fd: int) -> None:

@@ -15,6 +15,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,6 +120,48 @@ def test_codex_runs_a_tool_through_the_gateway(
         # limit, never out of it (a budget of 4095 in 4096 tokens left the answer one token).
         thinking = sent[0]["thinking"]  # type: ignore[index]
         assert thinking["type"] == "enabled" and sent[0]["max_tokens"] - thinking["budget_tokens"] >= 4096  # type: ignore[index]
+
+
+@pytest.mark.parametrize("apis", [["messages"], ["chat"]])
+def test_claude_code_continues_a_conversation_whose_turns_each_call_a_tool(
+    fakes: Fakes, start_gateway: StartGateway, tmp_path: Path, apis: list[str]
+) -> None:
+    """Two runs, the second with ``--continue``: each turn's tool call has its own id, so the resumed conversation
+    pairs every result with its call and ends (the run's own timeout bounds it) instead of looping."""
+    fake = fakes.start("a", AGENT)
+    gateway = start_gateway(
+        gateway_config([fake], provider_options={"a": {"apis": apis}}), environ={"GATEWAY_API_KEYS": KEY}
+    )
+    runs = [run_claude(gateway.url, KEY, tmp_path), run_claude(gateway.url, KEY, tmp_path, options=("--continue",))]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
+        assert run.escapes == ()
+        result = json.loads(run.stdout)
+        assert result["result"] == ANSWER and not result["is_error"], result
+    sent = [r.body for r in fake.app.state.recorded if r.path.endswith(("/messages", "/chat/completions"))]
+    assert len(sent) == 4, [json.dumps(body)[:300] for body in sent]  # two requests per turn: the call, its result
+    calls, results = _tool_ids(sent[-1])
+    assert len(calls) == 2 and len(set(calls)) == 2, calls  # the first turn's call and the second's, told apart
+    assert results == calls  # each result answers its own call
+
+
+def _tool_ids(body: dict[str, Any] | None) -> tuple[list[str], list[str]]:
+    """The ids of the tool calls in a request's conversation, and the ids its tool results answer, in order (the
+    Messages or the chat shape)."""
+    assert body is not None
+    calls: list[str] = []
+    results: list[str] = []
+    for message in body["messages"]:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
+            if block.get("type") == "tool_use":
+                calls.append(block["id"])
+            elif block.get("type") == "tool_result":
+                results.append(block["tool_use_id"])
+        calls += [call["id"] for call in message.get("tool_calls") or ()]
+        if message.get("role") == "tool":
+            results.append(message["tool_call_id"])
+    return calls, results
 
 
 def test_claude_code_does_not_retry_a_wrong_key(

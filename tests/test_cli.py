@@ -292,3 +292,25 @@ def test_every_gateway_command_in_the_readmes_parses() -> None:
                     build_parser().parse_args(words[1:])  # SystemExit on an unknown command or option
                     found += 1
     assert found >= 8
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("demo", "--port", "99999"), "argument --port: expected a port number 0-65535, got 99999"),
+        (
+            ("serve", "-c", "unused.toml", "--port", "70000"),
+            "argument --port: expected a port number 0-65535, got 70000",
+        ),
+        (("fake-provider", "--port", "-3"), "argument --port: expected a port number 0-65535, got -3"),
+        (("demo", "--traffic", "-1"), "argument --traffic: expected a number >= 0, got '-1'"),
+        (("demo", "--duration", "nan"), "argument --duration: expected a number >= 0, got 'nan'"),
+    ],
+)
+def test_out_of_range_options_are_one_line_before_anything_starts(args: tuple[str, ...], message: str) -> None:
+    # A port past 65535 used to wrap around onto another port (the log naming the one asked for), or raise a
+    # traceback in the demo; a negative traffic rate ran as "-1 requests/s".
+    result = gateway(*args, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1].endswith(message), result.stderr
+    assert "Traceback" not in result.stderr

@@ -222,3 +222,24 @@ def test_behavior_and_state_endpoints(fakes: Fakes) -> None:
         }
         assert client.get("/v1/nothing").status_code == 404
         assert client.post("/v1/chat/completions", content=b"{oops").status_code == 400
+
+
+def test_a_call_of_a_declared_tool_is_short_and_ends_by_itself_broken_or_not(fakes: Fakes) -> None:
+    """A call's arguments are a few words, as a model's are, not an answer as long as the limit allows: within a
+    client's usual ``max_tokens`` the call ends with ``tool_calls``, so a broken one arrives whole and can be judged
+    (cut by the limit, every call of the demo's provider with bad tool calls looked merely cut)."""
+    weather = {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    tools: list[openai.types.chat.ChatCompletionToolParam] = [{"type": "function", "function": weather}]  # type: ignore[list-item]
+    for fault, valid in ((None, True), ("invalid_tool_json", False)):
+        fake = fakes.start(f"p-{valid}", FakeBehavior(output_tokens=300, fault=fault))
+        answer = sdk(fake).chat.completions.create(model="m", messages=MESSAGES, tools=tools, max_tokens=64)
+        choice = answer.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.tool_calls is not None
+        arguments = choice.message.tool_calls[0].function.arguments  # type: ignore[union-attr]
+        try:
+            city = json.loads(arguments)["city"]
+        except ValueError:
+            city = None
+        assert (city is not None) == valid, arguments
+        assert answer.usage is not None and answer.usage.completion_tokens <= 12

@@ -16,13 +16,11 @@ from gateway.tokens import TokenizerError, load_token_counter
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from gateway.accesslog import configure_access_log
     from gateway.admission.auth import exposure_notice, load_keys
     from gateway.app import AppOptions, create_app
     from gateway.metrics.series import WORKER_ENV
-    from gateway.server import run, uvicorn_config
+    from gateway.server import GatewayServer, run, uvicorn_config
     from gateway.supervisor import MULTIPROC_ENV, WorkerSpec, resolve_workers, serve_workers
 
     path = config_path(args)
@@ -53,7 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return serve_workers(WorkerSpec(path, host, port, args.log_level, workers), config, os.environ)
         except OSError as exc:
             return fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-    return run(uvicorn.Server(uvicorn_config(app, config, host, port, args.log_level)))
+    return run(GatewayServer(uvicorn_config(app, config, host, port, args.log_level)))
 
 
 def workers_arg(value: str) -> int | Literal["auto"]:

@@ -15,6 +15,7 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.fakes import FakeBehavior, FakeProvider
+    from gateway.server import GatewayServer, run
 
     behavior = FakeBehavior(
         ttft_s=args.ttft,
@@ -27,10 +28,10 @@ def cmd_fake_provider(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     app = FakeProvider(args.name, behavior)
-    uvicorn.run(
+    config = uvicorn.Config(
         app, host=args.host, port=args.port, loop="uvloop", http="httptools", access_log=False, log_level="warning"
     )
-    return 0
+    return run(GatewayServer(config))  # the gateway's clean stop, however many signals
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -46,10 +47,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         seed=args.seed,
         write_config=args.write_config,
     )
-    try:
-        return run_demo(options)
-    except KeyboardInterrupt:  # Ctrl-C before the demo took over the signal (while starting up)
-        return 130
+    return run_demo(options)  # a Ctrl-C before the demo took the signal over: ``gateway.cli.main``
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from starlette.types import Send
 from gateway.fakes.asgi import Disconnect, send_json
 from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_word, answer_words
 from gateway.fakes.cache import CURRENT
+from gateway.fakes.ids import tool_call_id
 from gateway.fakes.pacing import play
 from gateway.fakes.quality import TRUNCATED_SHARE, answer_of, args_tail
 from gateway.fakes.reasoning import gemini_signed
@@ -132,13 +133,13 @@ def _n(body: dict[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 16 else 1
 
 
-def _tool_call(behavior: FakeBehavior, text: str) -> dict[str, Any]:
+def _tool_call(behavior: FakeBehavior, text: str, call_id: str) -> dict[str, Any]:
     arguments = behavior.tool_args_head + text + args_tail(behavior)
-    call = {"id": "call_fake", "type": "function", "function": {"name": behavior.tool_name, "arguments": arguments}}
+    call = {"id": call_id, "type": "function", "function": {"name": behavior.tool_name, "arguments": arguments}}
     return {**call, **gemini_signed()} if behavior.opaque_reasoning else call
 
 
-def _piece(chat: bool, text: str, behavior: FakeBehavior, *, first: bool) -> dict[str, Any]:
+def _piece(chat: bool, text: str, behavior: FakeBehavior, *, first: bool, call_id: str = "") -> dict[str, Any]:
     if not chat:
         return {"index": 0, "text": text, "finish_reason": None}
     if behavior.tool_call:
@@ -147,7 +148,7 @@ def _piece(chat: bool, text: str, behavior: FakeBehavior, *, first: bool) -> dic
             "function": {"arguments": (behavior.tool_args_head if first else "") + text},
         }
         if first:
-            call.update(id="call_fake", type="function")
+            call.update(id=call_id, type="function")
             call["function"]["name"] = behavior.tool_name
             if behavior.opaque_reasoning:
                 call.update(gemini_signed())  # on the delta that carries the call, as Gemini streams it
@@ -177,7 +178,8 @@ async def complete(
     if path.endswith("/chat/completions"):
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if behavior.tool_call:
-            message = {"role": "assistant", "content": None, "tool_calls": [_tool_call(behavior, text)]}
+            call = _tool_call(behavior, text, tool_call_id(body, "call_"))
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
             finish = "tool_calls" if finish != "length" else finish
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         obj = "chat.completion"
@@ -217,6 +219,7 @@ class ChatScript:
         self.body = body
         self.behavior = behavior
         self.name = host.name
+        self.call_id = tool_call_id(body, "call_") if behavior.tool_call and self.chat else ""
         _, self.length, self.finish_reason = answer_plan(body, behavior, path)
         self.head: dict[str, Any] = {
             "id": f"fake-{host.state.requests}",
@@ -249,7 +252,7 @@ class ChatScript:
         return b""
 
     def piece(self, text: str, first: bool) -> bytes:
-        piece = _piece(self.chat, text, self.behavior, first=first)
+        piece = _piece(self.chat, text, self.behavior, first=first, call_id=self.call_id)
         if not self.chat and "logprobs" in self.body:
             piece["logprobs"] = _logprobs(self.body, re.findall(r"\s*\S+\s*", text) or [text])
         return self._event(piece)

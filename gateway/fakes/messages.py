@@ -20,6 +20,7 @@ from gateway.fakes.asgi import Disconnect, send_json, sse
 from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prefill_words, prompt_tokens
+from gateway.fakes.ids import tool_call_id
 from gateway.fakes.pacing import play
 from gateway.fakes.quality import answer_of, args_tail
 from gateway.fakes.reasoning import REDACTED, SIGNATURE
@@ -66,6 +67,7 @@ class MessagesScript:
         self.stop_reason = "max_tokens" if finish == "length" else ("tool_use" if behavior.tool_call else "end_turn")
         self.tail = args_tail(behavior)
         self.redacted = behavior.reasoning_tokens > 0 and behavior.opaque_reasoning
+        self.tool_use_id = tool_call_id(body, "toolu_") if behavior.tool_call else ""
         self.block = (1 if behavior.reasoning_tokens else 0) + self.redacted
 
     def opening(self) -> bytes:
@@ -102,7 +104,7 @@ class MessagesScript:
             out += sse("content_block_stop", {"type": "content_block_stop", "index": 1})
         block: dict[str, Any] = {"type": "text", "text": ""}
         if self.behavior.tool_call:
-            block = {"type": "tool_use", "id": "toolu_fake", "name": self.behavior.tool_name, "input": {}}
+            block = {"type": "tool_use", "id": self.tool_use_id, "name": self.behavior.tool_name, "input": {}}
         out += sse("content_block_start", {"type": "content_block_start", "index": self.block, "content_block": block})
         if self.behavior.tool_call:
             out += self._delta({"type": "input_json_delta", "partial_json": self.behavior.tool_args_head})
@@ -164,7 +166,8 @@ async def create(
             tool_input: Any = json.loads(arguments)
         except ValueError:
             tool_input = arguments
-        content.append({"type": "tool_use", "id": "toolu_fake", "name": behavior.tool_name, "input": tool_input})
+        tool_use = {"type": "tool_use", "id": script.tool_use_id, "name": behavior.tool_name, "input": tool_input}
+        content.append(tool_use)
     else:
         content.append({"type": "text", "text": text})
     usage = {**input_usage(body), "output_tokens": length + behavior.reasoning_tokens, **served(body, anthropic=True)}

@@ -2,7 +2,8 @@
 
 A request that declares tools (and does not say ``tool_choice: none``) is answered with a call to
 its first tool, whose JSON arguments fit the tool's schema: the answer's words go into its first
-string property and every other required property gets a value of its type. So does a server whose
+string property (at most ``TOOL_CALL_WORDS`` of them: a call ends by itself, as a model's does) and
+every other required property gets a value of its type. So does a server whose
 behaviour says ``tool_call`` (a ``lookup`` tool with ``{"q": ...}``, when the request declares none).
 
 Quality faults, each a share of requests drawn from the fake's seeded generator (so a seeded fake
@@ -24,6 +25,8 @@ from typing import Any
 
 from gateway.fakes.behavior import FakeBehavior, answer_words
 
+TOOL_CALL_WORDS = 12
+"""At most this many words in the arguments of a call the fake makes of a declared tool."""
 FAULTS = ("invalid_tool_json", "empty", "repeat", "truncate")
 LOOP_WORDS = 6
 """How many words a looping answer repeats."""
@@ -100,6 +103,9 @@ def prepared(behavior: FakeBehavior, body: dict[str, Any], path: str, rng: rando
     if tool is not None:
         head, tail = arguments_frame(tool[1])
         changes.update(tool_call=True, tool_name=tool[0], tool_args_head=head, tool_args_tail=tail)
+        # A call's arguments are a few words, as a real model's are: the call then ends by itself within the
+        # client's limit, and a broken one arrives whole, to be judged (cut by the limit, it could not be).
+        changes["output_tokens"] = min(behavior.output_tokens, TOOL_CALL_WORDS)
     fault = behavior.fault
     rates = behavior.invalid_tool_json_rate + behavior.empty_rate + behavior.repeat_rate + behavior.truncate_rate
     if fault is None and rates > 0:  # no draw otherwise: a fake without faults draws as it always did

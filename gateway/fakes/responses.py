@@ -22,6 +22,7 @@ from gateway.fakes.asgi import Disconnect, send_error, send_json, sse
 from gateway.fakes.behavior import FakeBehavior, FakeHost, answer_words
 from gateway.fakes.cache import CURRENT
 from gateway.fakes.chat import answer_plan, prompt_tokens
+from gateway.fakes.ids import tool_call_id
 from gateway.fakes.pacing import play
 from gateway.fakes.quality import answer_of, args_tail
 from gateway.fakes.reasoning import ENCRYPTED
@@ -49,6 +50,7 @@ class ResponseBuilder:
         self.id = f"resp_{host.name}_{number}"
         self.message_id = f"msg_{host.name}_{number}"
         self.call_id = f"fc_{host.name}_{number}"
+        self.tool_call_id = tool_call_id(body, "call_") if behavior.tool_call else ""
         self.reasoning_id = f"rs_{host.name}_{number}"
         self.model = model
         self.created_at = int(time.time())
@@ -75,7 +77,7 @@ class ResponseBuilder:
                 {
                     "id": self.call_id,
                     "type": "function_call",
-                    "call_id": "call_fake",
+                    "call_id": self.tool_call_id,
                     "name": self.behavior.tool_name,
                     "arguments": self.behavior.tool_args_head + self.text + args_tail(self.behavior),
                     "status": "completed",
@@ -179,7 +181,7 @@ class ResponsesScript:
             item = {
                 "id": self.r.call_id,
                 "type": "function_call",
-                "call_id": "call_fake",
+                "call_id": self.r.tool_call_id,
                 "name": self.r.behavior.tool_name,
                 "arguments": "",
                 "status": "in_progress",

@@ -132,9 +132,10 @@ def run_claude(
     base_url: str, api_key: str, tmp: Path, model: str = "m", options: tuple[str, ...] = (), **environ: str
 ) -> CliRun:
     """``claude -p`` with the Bash tool allowed, JSON output; the gateway as Anthropic's base URL, ``options`` added
-    to its command line and ``environ`` to its environment."""
+    to its command line and ``environ`` to its environment. A second run in the same ``tmp`` shares the first's home,
+    where Claude Code keeps its sessions (what ``--continue`` resumes)."""
     home = tmp / "claude-home"
-    home.mkdir()
+    home.mkdir(exist_ok=True)
     env = sealed_env(
         home,
         ANTHROPIC_BASE_URL=base_url,
