@@ -177,3 +177,20 @@ def test_a_search_openai_runs_is_refused_naming_it(
     assert isinstance(error, dict) and error["param"] == field and error["code"] == "untranslatable_field"
     assert named in error["message"] and "Chat Completions" in error["message"]
     assert not fake.app.state.recorded
+
+
+@pytest.mark.parametrize("name", [{"a": 1}, ["a"], 7])
+def test_a_function_named_by_no_string_is_refused_naming_it_not_a_500(
+    fakes: Fakes, start_gateway: StartGateway, name: Any
+) -> None:
+    """The names the flattened ones must not clash with are read before each tool is: a malformed name (unhashable,
+    as a fuzzer sent) must reach the tool's own check, the client's 400, and never the upstream."""
+    client, fake = searcher(fakes, start_gateway, "chat")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(
+            model="m", input="hi", tools=[{"type": "function", "name": name, "parameters": {}}, SEARCH]
+        )
+    client.close()
+    error = refused.value.body
+    assert isinstance(error, dict) and str(error["param"]).startswith("tools[0]")
+    assert not fake.app.state.recorded

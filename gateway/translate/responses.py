@@ -90,6 +90,16 @@ _INCLUDES = frozenset({"reasoning.encrypted_content"})
 # -- request: Responses → neutral ------------------------------------------------------------
 
 
+def _function_names(tools: list[Any]) -> set[str]:
+    """The names of the offered functions (a malformed tool's name, which may be anything, is refused where the
+    tool itself is read): what a flattened namespaced name must not clash with."""
+    names = set()
+    for tool in tools:
+        if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(name := tool.get("name"), str):
+            names.add(name)
+    return names
+
+
 def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -> Conversation:
     """The request in the neutral shape; a built-in tool is refused, or with ``builtin_tools="omit"`` left out
     and named in ``omitted_tools``. Namespaced functions become flat ones (``gateway.translate.namespaces``)."""
@@ -105,7 +115,7 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
         conversation.system.append(Instruction(instructions))
     tools = as_list(body.get("tools") or [], "tools")
     flat = flat_names(tool_search.offered_tools(body))
-    taken = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "function"}
+    taken = _function_names(tools)
     for index, raw in enumerate(tools):
         tool = as_dict(raw, f"tools[{index}]")
         if tool_search.is_client_run(tool):
@@ -199,7 +209,7 @@ def _read_items(
             name = as_str(item.get("name"), f"{path}.name")
             namespace = opt_str(item.get("namespace"), f"{path}.namespace")
             if namespace is not None:
-                taken = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "function"}
+                taken = _function_names(tools)
                 name = flat.get((namespace, name)) or flat_name(namespace, name, taken | set(flat.values()))
             call = ToolCall(
                 as_str(item.get("call_id"), f"{path}.call_id"), name, as_str(item.get("arguments"), f"{path}.arguments")
