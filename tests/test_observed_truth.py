@@ -77,7 +77,8 @@ def _chat(gateway: Gateway, provider: dict[str, Any], *, stream: bool, messages:
 def served(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> Gateway:
     fast, slow = fakes.start("fast", FAST), fakes.start("slow", SLOW)
     bad = fakes.start("bad", FakeBehavior(status=503))
-    flaky = fakes.start("flaky", FakeBehavior(status=500, fail_first=2, ttft_s=0.01, tokens_per_s=50, output_tokens=5))
+    # 30 tokens/s over 5 tokens reads 37.5, clear of "slow"'s 63: the board's order never hangs on the timers.
+    flaky = fakes.start("flaky", FakeBehavior(status=500, fail_first=2, ttft_s=0.01, tokens_per_s=30, output_tokens=5))
     deployments = {name: {"price_in": p_in, "price_out": p_out} for name, (p_in, p_out) in PRICES.items()}
     # No retries on one deployment and a circuit that stays closed: each attempt is the one the test sent.
     policy = {"failure_threshold": 100}
