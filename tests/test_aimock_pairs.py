@@ -74,7 +74,7 @@ def messages(client: anthropic.Anthropic, prompt: str, stream: bool) -> Seen:
             message = events.get_final_message()
     else:
         message = client.messages.create(**asked)
-    calls = [(b.name, dict(b.input)) for b in message.content if b.type == "tool_use" and b.id]  # type: ignore[call-overload]
+    calls = [(b.name, dict(b.input)) for b in message.content if b.type == "tool_use" and b.id]
     thinking = "".join(b.thinking for b in message.content if b.type == "thinking")
     text = "".join(b.text for b in message.content if b.type == "text")
     kinds = [b.type for b in message.content if b.type != "redacted_thinking"]
@@ -84,6 +84,7 @@ def messages(client: anthropic.Anthropic, prompt: str, stream: bool) -> Seen:
 
 def responses(client: openai.OpenAI, prompt: str, stream: bool) -> Seen:
     tools: Any = [{"type": "function", "name": n, "parameters": PARAMETERS} for n in ("f", "g")]
+    response: Any
     if stream:
         with client.responses.stream(model="m", input=prompt, tools=tools) as events:
             response = events.get_final_response()

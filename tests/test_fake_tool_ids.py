@@ -49,6 +49,7 @@ def responses_id(fake: FakeServer, prompts: list[str], stream: bool) -> str:
     items: list[Any] = [{"role": "user", "content": p} for p in prompts]
     tools: list[Any] = [{"type": "function", **TOOL}]
     client = _openai(fake)
+    output: list[Any]
     if not stream:
         output = client.responses.create(model="m", input=items, tools=tools).output
     else:
@@ -68,6 +69,7 @@ def messages_id(fake: FakeServer, prompts: list[str], stream: bool) -> str:
     client = anthropic.Anthropic(base_url=fake.url, api_key="unused", max_retries=0, timeout=10)
     messages: list[Any] = [{"role": "user", "content": p} for p in prompts]
     tools: list[Any] = [{"name": TOOL["name"], "input_schema": TOOL["parameters"]}]
+    content: list[Any]
     if not stream:
         content = client.messages.create(model="m", max_tokens=64, messages=messages, tools=tools).content
     else:

@@ -43,7 +43,8 @@ def test_a_chat_client_s_tier_is_carried_and_its_answer_says_the_tier_served(
 ) -> None:
     gateway, fake = deployment(fakes, start_gateway, upstream)
     client = openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10)
-    asked, told = ("flex", "flex") if upstream == "responses" else ("default", "default")
+    asked: Any = "flex" if upstream == "responses" else "default"
+    told = asked
     if stream:
         chunks = list(client.chat.completions.create(model="m", messages=HI, service_tier=asked, stream=True))
         served = {chunk.service_tier for chunk in chunks}
@@ -65,7 +66,8 @@ def test_a_responses_client_s_tier_is_carried_and_its_answer_says_the_tier_serve
 ) -> None:
     gateway, fake = deployment(fakes, start_gateway, upstream)
     client = openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10)
-    asked = "priority" if upstream == "chat" else "auto"
+    asked: Any = "priority" if upstream == "chat" else "auto"
+    response: Any
     if stream:
         with client.responses.stream(model="m", input="hi", service_tier=asked) as events:
             response = events.get_final_response()
@@ -84,6 +86,7 @@ def test_a_messages_client_s_tier_maps_and_its_usage_says_the_tier_served(
 ) -> None:
     gateway, fake = deployment(fakes, start_gateway, upstream)
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10)
+    message: Any
     if stream:
         with client.messages.stream(model="m", max_tokens=16, messages=HI, service_tier="standard_only") as events:
             message = events.get_final_message()

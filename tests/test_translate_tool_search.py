@@ -84,6 +84,7 @@ def test_the_model_searches_and_the_client_gets_its_tool_search_call(
 ) -> None:
     client, fake = searcher(fakes, start_gateway, api)
     tools: Any = [SHELL, SEARCH]
+    response: Any
     if stream:
         with client.responses.stream(model="m", input="what is on today?", tools=tools) as events:
             kinds = [event.type for event in events]
@@ -187,9 +188,8 @@ def test_a_function_named_by_no_string_is_refused_naming_it_not_a_500(
     as a fuzzer sent) must reach the tool's own check, the client's 400, and never the upstream."""
     client, fake = searcher(fakes, start_gateway, "chat")
     with pytest.raises(openai.BadRequestError) as refused:
-        client.responses.create(
-            model="m", input="hi", tools=[{"type": "function", "name": name, "parameters": {}}, SEARCH]
-        )
+        tools: Any = [{"type": "function", "name": name, "parameters": {}}, SEARCH]
+        client.responses.create(model="m", input="hi", tools=tools)
     client.close()
     error = refused.value.body
     assert isinstance(error, dict) and str(error["param"]).startswith("tools[0]")
