@@ -3,16 +3,17 @@
 A provider that keeps refusing, a background task that keeps failing the same way or a canary that cannot reach
 its targets produce the same event every few seconds; a line per event buries the one that says something new
 (and, in the demo, the status lines around it). ``ConditionLog`` keeps, per key, the state last said: an event
-in that state is not logged again; a new state is; its end is logged once, at info, so the log says when it
-recovered. The rule holds in every mode (``serve``, ``--workers N``, the demo): each process keeps its own
-states and says each change once.
+in that state is not logged again; a new state is; its end is logged once, at warning (an error's too), so the log
+says when it recovered wherever the state was seen (the demo shows warnings and up, ``serve`` info and up). The
+rule holds in every mode (``serve``, ``--workers N``, the demo): each process keeps its own states and says each
+change once.
 
 Usage::
 
     floors = ConditionLog(logger)
     floors.holds(key, "floor", "deployment %s: concurrency limit backed off to its floor", name)  # logged
     floors.holds(key, "floor", "deployment %s: concurrency limit backed off to its floor", name)  # quiet
-    floors.ended(key, "deployment %s: concurrency limit recovered", name)  # logged once
+    floors.ended(key, "deployment %s: concurrency limit recovered", name)  # logged once, at warning
 
 Not thread-safe: one event loop owns each log.
 """
@@ -45,11 +46,12 @@ class ConditionLog(Generic[Key]):
         return True
 
     def ended(self, key: Key, message: str, *args: object) -> bool:
-        """``key``'s state is over: log ``message % args`` at info if a state was said; True if logged."""
+        """``key``'s state is over: log ``message % args`` if a state was said (at ``level``, at most warning: a
+        recovery is no error, but is shown wherever its state was); True if logged."""
         if key not in self._said:
             return False
         del self._said[key]
-        self.logger.info(message, *args)
+        self.logger.log(min(self.level, logging.WARNING), message, *args)
         return True
 
     def active(self, key: Key) -> bool:

@@ -66,8 +66,8 @@ def test_the_prober_goes_on_after_an_unexpected_error(
         "circuit probes failed, trying again in 0.02s: RuntimeError: lookup fell over"
     ]  # once, not at each failed tick
     assert said[0].exc_info is None
-    # ... and once more, at info, when a tick worked again.
-    recovered = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and "again" in r.getMessage()]
+    # ... and once more, at warning, when a tick worked again.
+    recovered = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "again" in r.getMessage()]
     assert recovered == ["circuit probes working again"]
 
 

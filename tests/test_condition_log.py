@@ -37,9 +37,15 @@ def test_a_state_is_said_when_it_starts_or_changes_and_its_end_once(caplog: pyte
         assert not log.ended("c", "c is back")  # never said: nothing to end
         assert log.holds("a", "slow", "a is slow")  # after its end, the state is news again
     assert [f"{r.levelname} {r.getMessage()}" for r in caplog.records] == [
-        "WARNING a is down (refused)", "WARNING b is down", "WARNING a is slow", "INFO a is back", "WARNING a is slow",
+        "WARNING a is down (refused)", "WARNING b is down", "WARNING a is slow", "WARNING a is back",
+        "WARNING a is slow",
     ]  # fmt: skip
     assert log.active("a") and log.active("b") and not log.active("c")
+    errors: ConditionLog[str] = ConditionLog(logging.getLogger("gateway.test"), logging.ERROR)
+    with caplog.at_level(logging.INFO, logger="gateway.test"):
+        errors.holds("t", "KeyError", "t failed")
+        errors.ended("t", "t working again")
+    assert [r.levelname for r in caplog.records[-2:]] == ["ERROR", "WARNING"]  # a recovery is no error
 
 
 def _refuse(board: CapacityBoard, provider: ProviderConfig, now: float, in_flight: int = 4) -> None:
@@ -68,7 +74,7 @@ def test_a_limit_that_hovers_at_its_floor_is_said_once_and_its_recovery_once(cap
         while board.limits[("m", "p")].limit < RECOVERED_LIMIT:  # answers at load grow it back
             now += 0.1
             _answer(board, provider, now, in_flight=8)
-        assert said(caplog, "recovered") == ["INFO deployment p of model m: concurrency limit recovered (now 8)"]
+        assert said(caplog, "recovered") == ["WARNING deployment p of model m: concurrency limit recovered (now 8)"]
         _refuse(board, provider, now + 1.0, in_flight=5)
         assert len(said(caplog, FLOOR)) == 2  # after a recovery, the floor is news again
         # A provider refused at the floor that then answers, with no load to grow its limit by, for QUIET_S.
