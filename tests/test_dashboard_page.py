@@ -189,7 +189,7 @@ def test_every_name_is_escaped_in_rows_chart_choice_and_empty_state() -> None:
     assert titles == [f"Tokens per second against time to first token, {EVIL}"]
 
 
-def _minute_samples(deployment: str, minute: int, speed: float, count: int = 3) -> list[tuple[Sample, float]]:
+def _minute_samples(deployment: str, minute: int, speed: float, count: int = 5) -> list[tuple[Sample, float]]:
     return [(sample(deployment, 0.2, speed), 1_800_000_000.0 + minute * 60 + i) for i in range(count)]
 
 
@@ -214,6 +214,14 @@ def test_each_row_has_its_half_hour_and_the_rank_changes_are_marked() -> None:
         1_800_000_000 + 10 * 60,
         1_800_000_000 + 20 * 60,
     )
+    # A minute on too few samples to compare is no change of the lead, however fast (a race's drained loser, say).
+    thin = MinuteBuckets()
+    for deployment, minute, tps in [("a", m, 100.0) for m in range(3)]:
+        for s, at in _minute_samples(deployment, minute, tps):
+            thin.add(s, at)
+    thin.add(sample("b", 0.3, 900.0), 1_800_000_000.0 + 60 + 1)
+    points = thin.points(1_800_000_000.0 + 3 * 60, [("m", "a"), ("m", "b")])
+    assert points[("m", "b")][0].samples == 1 and rank_changes({"a": points[("m", "a")], "b": points[("m", "b")]}) == ()
     rows = leaderboard(StatsSnapshot.from_samples([sample("a", 0.2, 100.0), sample("b", 0.3, 60.0)]), cfg.models)
     shown = DashboardView(
         boards=model_boards(rows, cfg.models, config_order_choices(cfg.models), history=history, now=now),
