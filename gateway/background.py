@@ -6,8 +6,8 @@ loop that died stops its work for good (no open circuit probed again, no gauge p
 nothing in the log. ``every`` runs a long-lived loop's tick each ``interval_s``: an unexpected
 error is logged once, in words (its type and clipped message, no traceback: messages here carry no
 request content or key), and the loop goes on, its interval serving as the back-off; the same error
-again is not repeated until a tick succeeds. ``log_failure`` is the done callback of a one-shot
-task: its failure is logged in the same words, and retrieved.
+again is not repeated until a tick succeeds, which is said once (``gateway.conditions``).
+``log_failure`` is the done callback of a one-shot task: its failure is logged in the same words, and retrieved.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
+from gateway.conditions import ConditionLog
 from gateway.errors import clip
 
 logger = logging.getLogger("gateway")
@@ -30,18 +31,16 @@ def words(exc: BaseException) -> str:
 
 async def every(interval_s: Callable[[], float], tick: Callable[[], Awaitable[object]], what: str) -> NoReturn:
     """Wait ``interval_s()``, then run ``tick``; for ever (until cancelled), whatever a tick raises."""
-    said: str | None = None
+    failures: ConditionLog[str] = ConditionLog(logger, logging.ERROR)  # each new way of failing, and the recovery
     while True:
         await asyncio.sleep(interval_s())
         try:
             await tick()
         except Exception as exc:  # the loop's outermost handler: one failed tick must not end the loop
             now = words(exc)
-            if now != said:
-                logger.error("%s failed, trying again in %gs: %s", what, interval_s(), now)
-                said = now
+            failures.holds(what, now, "%s failed, trying again in %gs: %s", what, interval_s(), now)
         else:
-            said = None
+            failures.ended(what, "%s working again", what)
 
 
 def log_failure(what: str) -> Callable[[asyncio.Future[Any]], None]:

@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping
 
 import aiohttp
 
-from gateway.background import every
+from gateway.background import every, words
 from gateway.bench.command import samples_for_store, targets_from_config
 from gateway.bench.runner import BenchError, BenchRunner, BenchSettings, RequestResult
 from gateway.bench.tasks import builtin_tasks
+from gateway.conditions import ConditionLog
 from gateway.config import GatewayConfig
 from gateway.samples import SampleSink
 from gateway.tokens import TokenCounter
@@ -67,6 +68,8 @@ class Canary:
         self.day = -1
         self.spent = 0
         """Tokens spent on ``day`` (days since the epoch, UTC)."""
+        self.failures: ConditionLog[str] = ConditionLog(logger)
+        """How rounds fail, said once per change (``gateway.conditions``)."""
         self.counts: Counter[str] = Counter()
         """Answers by result: ``correct``, ``wrong``, ``failed``, and rounds ``skipped`` for the budget."""
         self._task: asyncio.Task[None] | None = None
@@ -94,7 +97,10 @@ class Canary:
         try:
             await self.round()
         except (aiohttp.ClientError, BenchError, OSError) as exc:  # expected: the round's targets failed
-            logger.warning("canary round failed: %s", exc)
+            # Said once per way of failing, and once when rounds succeed again: not at every interval.
+            self.failures.holds("round", words(exc), "canary round failed: %s", exc)
+        else:
+            self.failures.ended("round", "canary rounds succeed again")
 
     async def round(self) -> list[RequestResult]:
         """One task per deployment now, if the day's budget allows it; the results."""

@@ -51,7 +51,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "bench": (
         "gateway bench -c config.toml -n 60 --concurrency 4",
-        "gateway bench --url http://127.0.0.1:8080/v1 --model glm-5.3-flash -n 20",
+        "gateway bench --url http://127.0.0.1:8080/v1 --model glm-5.3-flash -n 8 --concurrency 4",
         "gateway bench -c config.toml --seed-stats --out results/today",
     ),
 }

@@ -51,6 +51,11 @@ from gateway.traffic import TrafficGenerator, TrafficMix, shares
 
 TRAFFIC_WEIGHTS = (("glm-5.3-flash", 0.7), ("llama-3.3-70b", 0.3))
 GATEWAY_PAGES = (("dashboard", "/dashboard"), ("metrics", "/metrics"), ("stats JSON", "/v1/gateway/stats"))
+DEMO_SHORT_SHARE = 0.5
+DEMO_LONG_TOKENS = (250, 300)
+"""Half the one-off requests ask for a long answer, up to the simulated providers' 300 tokens: there the stream's
+speed outweighs the first token, so the router sends them to a fast streamer (``fading``, until it degrades) while
+short ones stay on the quick starter (``nimble``); the status line shows where the first model's long ones went."""
 STATUS_EVERY_S = 10.0
 START_TIMEOUT_S = 20.0
 
@@ -225,7 +230,12 @@ class Demo:
         options = self.options
         if options.traffic_per_s > 0:
             mix = TrafficMix(
-                rate_per_s=options.traffic_per_s, models=TRAFFIC_WEIGHTS, conversation_share=0.3, tool_share=0.2
+                rate_per_s=options.traffic_per_s,
+                models=TRAFFIC_WEIGHTS,
+                conversation_share=0.3,
+                tool_share=0.2,
+                short_share=DEMO_SHORT_SHARE,
+                long_tokens=DEMO_LONG_TOKENS,
             )
             self.traffic = TrafficGenerator(self.gateway_url + "/v1", mix, seed=options.seed)
             tasks.append(asyncio.create_task(self.traffic.run(), name="traffic"))
@@ -262,18 +272,21 @@ class Demo:
         assert self.traffic is not None
         counts = self.traffic.counts
         providers, routes = Counter(counts.by_provider), Counter(counts.by_route)
-        tools = Counter(counts.tools_by_provider)
+        watched = DEMO_MODELS[0][0]  # the model the banner's commands use
+        tools, long = Counter(counts.tools_by_provider), Counter(counts.long_by_provider[watched])
         while True:
             await asyncio.sleep(STATUS_EVERY_S)
             skipped = f", {counts.skipped} skipped at the in-flight cap" if counts.skipped else ""
             recent_providers, recent_routes = counts.by_provider - providers, counts.by_route - routes
             recent_tools = counts.tools_by_provider - tools
             providers, routes = Counter(counts.by_provider), Counter(counts.by_route)
-            tools = Counter(counts.tools_by_provider)
+            recent_long = counts.long_by_provider[watched] - long
+            tools, long = Counter(counts.tools_by_provider), Counter(counts.long_by_provider[watched])
             self.say(
                 f"{self._stamp()} traffic: {counts.sent} requests ({counts.ok} ok, {counts.failed} failed{skipped}); "
                 f"last {STATUS_EVERY_S:g}s served by {shares(recent_providers)} (routes: {shares(recent_routes)}); "
-                f"tool calls by {shares(recent_tools)}; " + self._exploration()
+                f"long {watched} answers by {shares(recent_long)}; tool calls by {shares(recent_tools)}; "
+                + self._exploration()
             )
 
     def _exploration(self) -> str:

@@ -17,6 +17,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+BANNER_BENCH_REQUESTS = 8
+"""The banner's bench through the gateway: two rounds of four 256-token answers, well under 30 s on the demo's
+slowest streamer, enough to show the router's choice in its table by provider."""
+
 
 @dataclass(frozen=True, slots=True)
 class Invocation:
@@ -77,7 +81,8 @@ def try_it_lines(how: Invocation, base: str, model: str, config_file: str | None
         '"messages": [{"role": "user", "content": "Say hi"}]}\''
     )
     lines.append(f"{how.gateway} stats --url {base}")
-    lines.append(f"{how.gateway} bench --url {base}/v1 --model {model} -n 20")
+    # 256-token answers, 4 at a time: long enough that the router sends them to a fast streamer, done in ~15 s.
+    lines.append(f"{how.gateway} bench --url {base}/v1 --model {model} -n {BANNER_BENCH_REQUESTS} --concurrency 4")
     if config_file is not None:
         quoted = shlex.quote(config_file)
         lines.append(f"{how.gateway} bench -c {quoted} --model {model} -n 60 --concurrency 4")

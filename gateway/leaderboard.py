@@ -5,6 +5,12 @@ dashboard. Percentiles follow DESIGN.md: TTFT and end-to-end are upper tails; fo
 second, "p95" and "p99" are *floors* (the speed 95% / 99% of responses reached at least, i.e.
 the 5th / 1st percentile). Rows are grouped by model and sorted fastest first; ``Δ vs fastest``
 compares each deployment's median speed with the fastest of the same model.
+
+Ranking rests on complete answers only. A race's drained loser is read for its first tokens and
+then cut off: its tokens/s covers the start of a stream, and it has no end-to-end time and no say
+in the success rate. A row whose speed rests on fewer than ``MIN_RANKED_ANSWERS`` complete answers
+is *thin*: its figures are shown, with ``answered`` beside them, but it is never crowned fastest,
+has no ``Δ vs fastest``, and sorts after the ranked rows of its model (``ranked`` says which).
 """
 
 from __future__ import annotations
@@ -16,11 +22,16 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from gateway.config import ModelConfig
-from gateway.stats import Metric, StatsSnapshot, StoreHealth
+from gateway.samples import Outcome
+from gateway.stats import DeploymentSummary, Metric, StatsSnapshot, StoreHealth
 from gateway.tables import format_table
 
 InFlightCounts = Callable[[str, str], int]
 """(model, deployment) → requests in flight there now. The router owns these counts."""
+
+
+MIN_RANKED_ANSWERS = 5
+"""Complete answers with a measured speed a deployment needs before its speed is compared with others'."""
 
 
 def no_in_flight(model: str, deployment: str) -> int:
@@ -73,11 +84,18 @@ class LeaderboardRow:
     judged: int | None = None
     """Of ``samples``, the attempts that say something of the provider: ``success_rate``'s denominator (client
     cancellations and the request's own 4xx are left out). None in documents of gateways before it."""
+    answered: int | None = None
+    """Complete answers whose speed was measured (at least: a speed sample of an attempt that did not answer
+    in full, such as a drained race loser, is not counted). None in documents of gateways before it."""
+    ranked: bool = False
+    """Whether ``answered`` reaches ``MIN_RANKED_ANSWERS``: only ranked rows are compared (``Δ vs fastest``)."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LeaderboardRow:
         values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
         values["apis"] = tuple(values.get("apis") or ())
+        # A gateway before ``ranked`` compared every measured row.
+        values["ranked"] = bool(data.get("ranked", data.get("tokens_per_s_vs_fastest") is not None))
         return cls(**values)
 
 
@@ -85,6 +103,7 @@ def _row(
     model: str, deployment: str, snapshot: StatsSnapshot, config: ModelConfig | None, in_flight: InFlightCounts
 ) -> LeaderboardRow:
     summary = snapshot.get(model, deployment)
+    answered = answered_speeds(summary)
     declared = next((d for d in config.deployments if d.name == deployment), None) if config else None
 
     def q(metric: Metric, quantile: float) -> float | None:
@@ -121,18 +140,36 @@ def _row(
         valid_rate_plain=summary.valid_rate("plain") if summary else None,
         invalid_reason=summary.top_reason() if summary else None,
         judged=summary.attempts if summary else 0,
+        answered=answered,
+        ranked=answered >= MIN_RANKED_ANSWERS,
     )
 
 
-def _speed_key(row: LeaderboardRow) -> tuple[bool, float, str]:
+CUT_OFF_OUTCOMES: tuple[Outcome, ...] = ("client_cancelled", "broken_stream", "timeout")
+"""Attempts that may have streamed for a while and then stopped: a drained race loser, a stream that broke or
+timed out. A speed they gave covers the start of a stream only (censored)."""
+
+
+def answered_speeds(summary: DeploymentSummary | None) -> int:
+    """Speed samples that certainly came from complete answers: the window's histograms do not say which
+    attempt gave a speed, so every attempt that may have been cut off is taken to have given one."""
+    if summary is None:
+        return 0
+    outcomes = summary.outcomes
+    cut_off = sum(outcomes.get(outcome, 0) for outcome in CUT_OFF_OUTCOMES)
+    return max(0, min(outcomes.get("ok", 0), summary.count("tokens_per_s") - cut_off))
+
+
+def _speed_key(row: LeaderboardRow) -> tuple[bool, bool, float, str]:
     speed = row.tokens_per_s_p50
-    return (speed is None, -(speed or 0.0), row.deployment)
+    return (not row.ranked, speed is None, -(speed or 0.0), row.deployment)
 
 
 def leaderboard(
     snapshot: StatsSnapshot, models: Sequence[ModelConfig] = (), in_flight: InFlightCounts = no_in_flight
 ) -> list[LeaderboardRow]:
-    """Every configured deployment (measured or not) and every measured one, fastest first per model.
+    """Every configured deployment (measured or not) and every measured one, fastest first per model: the ranked
+    ones, then the thin ones, then those without a speed (see the module docstring).
 
     Models come in config order, then any the snapshot holds that the config does not (e.g. read
     from a Redis shared with replicas running another config), by name.
@@ -147,9 +184,10 @@ def leaderboard(
     for model, deployments in pairs.items():
         group = [_row(model, d, snapshot, configs.get(model), in_flight) for d in deployments]
         group.sort(key=_speed_key)
-        fastest = group[0].tokens_per_s_p50 if group else None
+        fastest = group[0].tokens_per_s_p50 if group and group[0].ranked else None
         for row in group:
-            vs = None if row.tokens_per_s_p50 is None or not fastest else row.tokens_per_s_p50 / fastest - 1.0
+            speed = row.tokens_per_s_p50 if row.ranked else None
+            vs = None if speed is None or not fastest else speed / fastest - 1.0
             rows.append(replace(row, tokens_per_s_vs_fastest=vs))
     return rows
 
@@ -215,13 +253,31 @@ def _price(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def table_cells(row: LeaderboardRow) -> list[str]:
+def is_thin(row: LeaderboardRow) -> bool:
+    """A speed is shown but too few complete answers back it to compare it (see the module docstring)."""
+    return row.tokens_per_s_p50 is not None and not row.ranked
+
+
+def vs_cell(row: LeaderboardRow) -> str:
+    """``fastest``, ``-40.0%``, or ``thin (2)``: a thin row's count of complete answers instead of a comparison."""
     vs = row.tokens_per_s_vs_fastest
+    if is_thin(row):
+        return f"thin ({row.answered or 0})"
+    return "fastest" if vs == 0.0 else _share(vs, signed=True)
+
+
+THIN_NOTE = (
+    f"thin (n): a speed from n < {MIN_RANKED_ANSWERS} complete answers (e.g. race losers cut off early), not ranked"
+)
+"""Printed under a table that holds a thin row."""
+
+
+def table_cells(row: LeaderboardRow) -> list[str]:
     return [
         row.model,
         row.deployment,
         _speed(row.tokens_per_s_p50),
-        "fastest" if vs == 0.0 else _share(vs, signed=True),
+        vs_cell(row),
         _speed(row.tokens_per_s_p95_floor),
         _speed(row.tokens_per_s_p99_floor),
         _seconds(row.ttft_p95_s),
@@ -261,7 +317,8 @@ def cache_cell(row: LeaderboardRow) -> str:
 
 def render_table(rows: Sequence[LeaderboardRow]) -> str:
     """Every column (``gateway stats --wide``): about 170 characters wide."""
-    return format_table(TABLE_HEADER, [table_cells(row) for row in rows], numeric_from=2)
+    table = format_table(TABLE_HEADER, [table_cells(row) for row in rows], numeric_from=2)
+    return table + f"\n\n{THIN_NOTE}" if any(is_thin(row) for row in rows) else table
 
 
 COMPACT_HEADER = (
@@ -291,6 +348,8 @@ def render_compact(rows: Sequence[LeaderboardRow]) -> str:
             valid = valid_cell(row, width=16)
             cells.append([row.deployment, full[2], full[3], full[6], full[7], full[8], full[9], valid])
         blocks.append(f"{model}\n" + format_table(COMPACT_HEADER, cells, numeric_from=1))
+    if any(is_thin(row) for row in rows):
+        blocks.append(THIN_NOTE)
     return "\n\n".join(blocks)
 
 

@@ -18,7 +18,7 @@ import asyncio
 import json
 import random
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -71,6 +71,9 @@ class TrafficCounts:
     """Answered requests per routing reason (``x-gateway-route``: best-score, explore, fallback, hedge)."""
     tools_by_provider: Counter[str] = field(default_factory=Counter)
     """Answered tool-using requests per provider."""
+    long_by_provider: defaultdict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    """Answered long one-off requests (``TrafficMix.long_tokens``) per model, per provider: where speed, not the
+    first token, decides, so where the router sends them shows the providers' profiles."""
 
 
 def shares(counts: Counter[str]) -> str:
@@ -118,12 +121,13 @@ class TrafficGenerator:
         body = {"model": model, "messages": messages, "stream": True, "max_tokens": self._rng.randint(20, 60)}
         return json.dumps(body).encode(), {"x-session-id": name}
 
-    def _body(self) -> tuple[bytes, bool]:
-        """A one-off request, and whether it declares a tool."""
+    def _body(self) -> tuple[bytes, bool, str | None]:
+        """A one-off request, whether it declares a tool, and its model if it asks for a long answer (None: short)."""
         names = [name for name, _ in self.mix.models]
         weights = [weight for _, weight in self.mix.models]
         model = self._rng.choices(names, weights)[0]
-        low, high = self.mix.short_tokens if self._rng.random() < self.mix.short_share else self.mix.long_tokens
+        long = self._rng.random() >= self.mix.short_share
+        low, high = self.mix.long_tokens if long else self.mix.short_tokens
         body = dict(self._rng.choice(self._prompts))
         body.update(model=model, stream=True, max_tokens=self._rng.randint(low, high))
         # Drawn only when asked for: a mix without tools draws the same sequence as before.
@@ -131,7 +135,7 @@ class TrafficGenerator:
         if tools:
             body.pop("response_format", None)
             body.update(tools=[WEATHER_TOOL], max_tokens=max(body["max_tokens"], 32))
-        return json.dumps(body).encode(), tools
+        return json.dumps(body).encode(), tools, model if long and not tools else None
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.mix.timeout_s)
@@ -146,14 +150,14 @@ class TrafficGenerator:
                         self.counts.skipped += 1
                         continue
                     headers = {"content-type": "application/json"}
-                    tools = False
+                    tools, long = False, None
                     if self._rng.random() < self.mix.conversation_share:
                         model = self._rng.choices([n for n, _ in self.mix.models], [w for _, w in self.mix.models])[0]
                         body, session_headers = self._conversation(model)
                         headers.update(session_headers)
                     else:
-                        body, tools = self._body()
-                    task = asyncio.create_task(self._send(session, body, headers, tools))
+                        body, tools, long = self._body()
+                    task = asyncio.create_task(self._send(session, body, headers, tools, long))
                     self._in_flight.add(task)
                     task.add_done_callback(self._in_flight.discard)
             finally:
@@ -162,7 +166,12 @@ class TrafficGenerator:
                 await asyncio.gather(*self._in_flight, return_exceptions=True)
 
     async def _send(
-        self, session: aiohttp.ClientSession, body: bytes, headers: dict[str, str], tools: bool = False
+        self,
+        session: aiohttp.ClientSession,
+        body: bytes,
+        headers: dict[str, str],
+        tools: bool = False,
+        long: str | None = None,
     ) -> None:
         self.counts.sent += 1
         tail = b""
@@ -184,6 +193,8 @@ class TrafficGenerator:
                 self.counts.by_provider[provider] += 1
                 if tools:
                     self.counts.tools_by_provider[provider] += 1
+                if long is not None:
+                    self.counts.long_by_provider[long][provider] += 1
             if route:
                 self.counts.by_route[route] += 1
         else:

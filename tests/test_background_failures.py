@@ -57,6 +57,8 @@ def test_the_prober_goes_on_after_an_unexpected_error(
         gateway.server.call(_start(prober))
         try:
             wait_until(lambda: down.app.state.requests > asked, timeout=5, what="a probe after the failed ticks")
+            recovery = "circuit probes working again"
+            wait_until(lambda: any(r.getMessage() == recovery for r in caplog.records), timeout=5, what=recovery)
         finally:
             gateway.server.call(prober.aclose())
     said = [r for r in caplog.records if r.levelno >= logging.ERROR]
@@ -64,6 +66,9 @@ def test_the_prober_goes_on_after_an_unexpected_error(
         "circuit probes failed, trying again in 0.02s: RuntimeError: lookup fell over"
     ]  # once, not at each failed tick
     assert said[0].exc_info is None
+    # ... and once more, at warning, when a tick worked again.
+    recovered = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "again" in r.getMessage()]
+    assert recovered == ["circuit probes working again"]
 
 
 async def _start(prober: CircuitProber) -> None:

@@ -36,7 +36,8 @@ KEY = "dash-client-key"
 # "early" on both, so the frontier is {early, stream}, with margins of 3x or more on each axis.
 PROFILES = {"early": (0.01, 250.0), "stream": (0.08, 800.0), "laggard": (0.12, 80.0)}
 # Requests per deployment, and which deployments must fail before it for the request to land there.
-TRAFFIC = {"early": (6, ()), "stream": (4, ("early",)), "laggard": (3, ("early", "stream"))}
+TRAFFIC = {"early": (6, ()), "stream": (5, ("early",)), "laggard": (5, ("early", "stream"))}
+"""Each deployment answers at least 5 times (``MIN_RANKED_ANSWERS``): ranked, so ordered and compared by speed."""
 
 
 def _send_traffic(gateway: Gateway) -> int:

@@ -87,7 +87,7 @@ def served(fakes: Fakes, start_gateway: Callable[..., Gateway]) -> Gateway:
 
 def test_metrics_stats_and_headers_tell_what_was_sent(served: Gateway) -> None:
     gateway = served
-    fast_streams, fast_whole, slow_streams, fallbacks = 6, 3, 4, 2
+    fast_streams, fast_whole, slow_streams, fallbacks = 6, 3, 5, 2
     for _ in range(fast_streams):
         response = _chat(gateway, {"only": ["fast"]}, stream=True)
         assert response.status_code == 200
@@ -176,8 +176,11 @@ def test_metrics_stats_and_headers_tell_what_was_sent(served: Gateway) -> None:
     assert _value(series, "gateway_window_samples", **window) == 6
     stats = httpx.get(gateway.url + "/v1/gateway/stats").json()
     rows = {row["deployment"]: row for row in stats["data"]}
-    # Fastest median first; a deployment with no speed measured (no answer) last.
+    # Fastest median first among the deployments measured on enough complete answers; then the thin ones ("flaky"
+    # answered 4 times); a deployment with no speed measured (no answer) last.
     assert [row["deployment"] for row in stats["data"]] == ["fast", "slow", "flaky", "bad"]
+    assert [row["ranked"] for row in stats["data"]] == [True, True, False, False]
+    assert rows["flaky"]["answered"] == 4 and rows["flaky"]["tokens_per_s_vs_fastest"] is None
     fast, slow = rows["fast"], rows["slow"]
     assert fast["samples"] == fast_answers and fast["success_rate"] == 1.0
     assert rows["bad"]["success_rate"] == 0.0 and rows["bad"]["samples"] == fallbacks

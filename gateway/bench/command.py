@@ -24,6 +24,7 @@ from gateway.bench.runner import BenchError, BenchRunner, BenchSettings, BenchTa
 from gateway.bench.tasks import Task, TaskError, builtin_tasks, load_tasks
 from gateway.bench.transport_errors import describe_transport_error
 from gateway.config import ConfigError, GatewayConfig, load_config, resolve_secrets, serving, token_cost_usd
+from gateway.leaderboard import MIN_RANKED_ANSWERS
 from gateway.prompts import PromptsError, builtin_prompts, load_prompts
 from gateway.samples import Endpoint, Sample
 from gateway.stats import StatsStore, StoreHealth, open_stats_store
@@ -226,7 +227,8 @@ def run_bench_command(
         print(format_table(summaries), file=out, flush=True)
     by_provider = summarize_by_provider(targets, results)
     if by_provider:
-        print("\nThrough the gateway, by the provider that served each request (x-gateway-provider):", file=out)
+        print("\nThrough the gateway, by the provider that served each request (x-gateway-provider; one with fewer "
+              f"than {MIN_RANKED_ANSWERS} answers is not compared):", file=out)  # fmt: skip
         print(format_table(by_provider), file=out, flush=True)
     if options.out_prefix:
         paths = write_outputs(

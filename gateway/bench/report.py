@@ -27,6 +27,7 @@ from typing import Any
 
 from gateway import tables
 from gateway.bench.runner import BenchSettings, BenchTarget, RequestResult
+from gateway.leaderboard import MIN_RANKED_ANSWERS
 
 
 def _rank(q: float, n: int) -> int:
@@ -102,15 +103,21 @@ def summarize_target(target: BenchTarget, results: Sequence[RequestResult]) -> T
     )
 
 
-def summarize(targets: Sequence[BenchTarget], results: Sequence[RequestResult]) -> list[TargetSummary]:
-    """One summary per target, fastest (tokens/s p50) first, each with its distance to the fastest."""
+def summarize(
+    targets: Sequence[BenchTarget], results: Sequence[RequestResult], min_answers: int = 0
+) -> list[TargetSummary]:
+    """One summary per target, fastest (tokens/s p50) first, each with its distance to the fastest; a target with
+    fewer than ``min_answers`` complete answers is too thin to compare (as on the leaderboard): after the others,
+    with no distance."""
     summaries = [summarize_target(target, results) for target in targets]
-    summaries.sort(key=lambda s: -1.0 if s.tps_p50 is None else s.tps_p50, reverse=True)
-    fastest = summaries[0].tps_p50 if summaries else None
+    summaries.sort(key=lambda s: (s.ok >= min_answers, -1.0 if s.tps_p50 is None else s.tps_p50), reverse=True)
+    fastest = summaries[0].tps_p50 if summaries and summaries[0].ok >= min_answers else None
     if not fastest:
         return summaries
     return [
-        dataclasses.replace(s, delta_vs_fastest=None if s.tps_p50 is None else s.tps_p50 / fastest - 1)
+        dataclasses.replace(
+            s, delta_vs_fastest=None if s.tps_p50 is None or s.ok < min_answers else s.tps_p50 / fastest - 1
+        )
         for s in summaries
     ]
 
@@ -123,7 +130,8 @@ def summarize_by_provider(targets: Sequence[BenchTarget], results: Sequence[Requ
     """Each gateway target split by the provider that served each request (``x-gateway-provider``).
 
     Rows are named ``<target> via <provider>`` and ranked, fastest first, within their target: what
-    the gateway's routing got from each provider it chose, measured as the client saw it.
+    the gateway's routing got from each provider it chose, measured as the client saw it. The routing spreads
+    requests unevenly: a provider with fewer than ``MIN_RANKED_ANSWERS`` complete answers is shown, not ranked.
     """
     rows: list[TargetSummary] = []
     for target in targets:
@@ -133,7 +141,7 @@ def summarize_by_provider(targets: Sequence[BenchTarget], results: Sequence[Requ
         providers = sorted({r.served_by or NO_PROVIDER for r in mine})
         parts = [dataclasses.replace(target, name=f"{target.name} via {p}") for p in providers]
         relabelled = [dataclasses.replace(r, target=f"{target.name} via {r.served_by or NO_PROVIDER}") for r in mine]
-        rows.extend(summarize(parts, relabelled))
+        rows.extend(summarize(parts, relabelled, MIN_RANKED_ANSWERS))
     return rows
 
 

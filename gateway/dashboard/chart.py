@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from gateway.dashboard.text import clip, esc, seconds, speed
 from gateway.dashboard.view import BoardRow, ModelBoard
+from gateway.leaderboard import is_thin
 
 WIDTH, HEIGHT = 400, 260
 LEFT, RIGHT, TOP, BOTTOM = 52, 26, 16, 44
@@ -208,7 +209,9 @@ def _point(d: BoardRow, cx: float, cy: float, label: tuple[float, float, str] | 
     tip = f"{name}: first token {seconds(d.row.ttft_p50_s)}, {speed(d.row.tokens_per_s_p50)} tokens/s (p50)"
     if d.on_frontier:
         tip += "; on the Pareto frontier"
-    kind = "on-frontier" if d.on_frontier else "dominated"
+    if is_thin(d.row):  # too few complete answers to compare: neither on the frontier nor beaten
+        tip += f"; thin: {d.row.answered or 0} complete answers, not ranked"
+    kind = "on-frontier" if d.on_frontier else "thin" if is_thin(d.row) else "dominated"
     ring = f'<circle class="chosen-ring" cx="{cx:.1f}" cy="{cy:.1f}" r="9.5"/>' if d.chosen else ""
     text = ""
     if label is not None:

@@ -17,7 +17,7 @@ from gateway.dashboard.spark import render_sparkline
 from gateway.dashboard.text import NO_SAMPLES, duration, esc, percent, plural, price, seconds, speed
 from gateway.dashboard.view import PALETTE, BoardRow, DashboardView, ModelBoard
 from gateway.dashboard.why import render_why
-from gateway.leaderboard import LeaderboardRow, cache_cell
+from gateway.leaderboard import MIN_RANKED_ANSWERS, LeaderboardRow, cache_cell, is_thin
 
 REFRESH_S = 3
 _STYLE = resources.files(__package__).joinpath("page.css").read_text(encoding="utf-8")
@@ -133,6 +133,11 @@ def _card(board: ModelBoard, window_s: int) -> str:
         if board.next_is_dominated
         else ""
     )
+    thin = (
+        f"<span>◌ thin: fewer than {MIN_RANKED_ANSWERS} complete answers, not compared</span>"
+        if any(is_thin(d.row) for d in board.deployments)
+        else ""
+    )
     return (
         f'<section class="card"><header class="card-head"><h2>{esc(board.model)}</h2>'
         f'<span class="meta">{plural(board.samples, "sample")} in {duration(window_s)}</span>{flips}{route}</header>'
@@ -147,7 +152,7 @@ def _card(board: ModelBoard, window_s: int) -> str:
         '<th class="num">Prompt cache <small>hit · warm/cold TTFT</small></th></tr></thead>'
         f'<tbody>{rows}</tbody></table></div><figure class="chart">{render_scatter(board)}'
         "<figcaption><span>● Pareto frontier: nothing else is both sooner and faster (medians)</span>"
-        f"<span>○ beaten on both</span><span>time axis: log scale</span>{dominated}</figcaption></figure>"
+        f"<span>○ beaten on both</span>{thin}<span>time axis: log scale</span>{dominated}</figcaption></figure>"
         f"{why}</div></section>"
     )
 
@@ -187,6 +192,9 @@ def _row(d: BoardRow, top_speed: float, top_ttft: float, board: ModelBoard) -> s
         f'<div class="fig"><b>{speed(row.tokens_per_s_p50)}</b> tok/s'
         f'<span class="muted"> · ≥ {speed(row.tokens_per_s_p95_floor)}</span></div>'
     )
+    if is_thin(row):
+        speed_bar += f'<div class="muted thin">thin: {plural(row.answered or 0, "complete answer")}, not ranked</div>'
+
     ttft_bar = (
         f'<div class="bar ttft"><span class="hi" style="width:{_width(row.ttft_p95_s, top_ttft)}"></span>'
         f'<span class="lo" style="width:{_width(row.ttft_p50_s, top_ttft)}"></span></div>'

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gateway.dashboard.text import esc, seconds, speed
+from gateway.leaderboard import MIN_RANKED_ANSWERS
 from gateway.stats.history import BUCKET_S, SPAN_S, HistoryPoint
 
 WIDTH, HEIGHT = 150, 42
@@ -27,11 +28,13 @@ wander by more than the gap between close deployments, and a mark at every wobbl
 def rank_changes(history: Mapping[str, Sequence[HistoryPoint]]) -> tuple[int, ...]:
     """The minutes (their start, unix seconds) at which a model's fastest deployment changed: from the first
     minute's fastest, a deployment takes the lead when its median tokens/s beats the leader's that minute by
-    ``LEAD_MARGIN`` (or the leader has none that minute and it is the fastest)."""
+    ``LEAD_MARGIN`` (or the leader has none that minute and it is the fastest). As on the leaderboard, a speed on
+    fewer than ``MIN_RANKED_ANSWERS`` samples that minute is too thin to compare (a history keeps no outcomes, so
+    samples stand in for complete answers)."""
     minutes: dict[int, dict[str, float]] = {}
     for deployment, points in history.items():
         for p in points:
-            if p.tokens_per_s_p50 is not None:
+            if p.tokens_per_s_p50 is not None and p.samples >= MIN_RANKED_ANSWERS:
                 minutes.setdefault(p.start, {})[deployment] = p.tokens_per_s_p50
     changes: list[int] = []
     leader: str | None = None

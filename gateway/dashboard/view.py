@@ -45,7 +45,8 @@ class BoardRow:
     share: float | None
     """This deployment's share of the model's samples in the window; None when the model has none."""
     on_frontier: bool
-    """Plotted, and no other deployment of the model both starts sooner and streams faster."""
+    """Plotted and ranked (``LeaderboardRow.ranked``), and no other ranked deployment of the model both starts sooner
+    and streams faster."""
     chosen: bool
     cheapest: bool = False
     """The router predicts the lowest cost for a typical request here (see ``WhyView``)."""
@@ -144,7 +145,7 @@ def _board(
     points = {
         r.deployment: (r.ttft_p50_s, r.tokens_per_s_p50)
         for r in rows
-        if r.ttft_p50_s is not None and r.tokens_per_s_p50 is not None
+        if r.ttft_p50_s is not None and r.tokens_per_s_p50 is not None and r.ranked  # thin speeds are not compared
     }
     frontier = pareto_frontier(points)
     views = tuple(

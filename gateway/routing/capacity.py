@@ -13,6 +13,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
+from gateway.conditions import ConditionLog
 from gateway.config import ProviderConfig
 from gateway.errors import UNAVAILABLE_FOR_NOW
 from gateway.types import DeploymentKey
@@ -24,6 +25,11 @@ INITIAL_LIMIT = 32.0
 BACKOFF_FLOOR = 4.0
 """No refusal backs a learned limit off below this (a ceiling below it still caps it): a refusal at one or two in
 flight is an outage or a per-request refusal, the circuit's business, not a concurrency the provider takes."""
+
+RECOVERED_LIMIT = 2 * BACKOFF_FLOOR
+"""A limit backed off to its floor has recovered once it grows back to this ..."""
+QUIET_S = 300.0
+"""... or once an answer comes this long after its last back-off (a quiet provider's limit has no load to grow by)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +165,9 @@ class CapacityBoard:
     budgets: dict[str, SharedBudget] = field(default_factory=dict)
     providers: dict[DeploymentKey, str] = field(default_factory=dict)
     """Each deployment's provider (as last seen): which limits a provider's metrics sum."""
+    floors: ConditionLog[DeploymentKey] = field(default_factory=lambda: ConditionLog(logger))
+    """Deployments whose limit was said to be at its floor: a provider that keeps refusing there is said once,
+    and once more when it recovers (``RECOVERED_LIMIT`` or ``QUIET_S``), not at each refusal."""
 
     def of(self, provider: ProviderConfig, key: DeploymentKey) -> ProviderLimit:
         limit = self.limits.get(key)
@@ -249,7 +258,9 @@ class CapacityBoard:
         if status == 429 or status in UNAVAILABLE_FOR_NOW:
             refused_at = in_flight if in_flight_at_send is None else in_flight_at_send
             if limit.overloaded(refused_at, sent, now):
-                logger.warning(
+                self.floors.holds(
+                    key,
+                    "floor",
                     "deployment %s of model %s: concurrency limit backed off to its floor (%d) after a %d",
                     key[1],
                     key[0],
@@ -261,6 +272,14 @@ class CapacityBoard:
                 out_for = max(out_for or 0.0, retry_after_s)
         elif ok:
             limit.succeeded(in_flight)
+            if self.floors.active(key) and (limit.limit >= RECOVERED_LIMIT or now - limit.backed_off_at >= QUIET_S):
+                self.floors.ended(
+                    key,
+                    "deployment %s of model %s: concurrency limit recovered (now %d)",
+                    key[1],
+                    key[0],
+                    limit.allowed,
+                )
         if out_for is not None and budget.shared:
             budget.blocked_until = max(budget.blocked_until, now + out_for)
         return out_for is not None

@@ -6,11 +6,16 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import asdict
+
+import pytest
 
 from gateway.config import parse_config
 from gateway.leaderboard import (
     COMPACT_HEADER,
+    MIN_RANKED_ANSWERS,
     TABLE_HEADER,
+    THIN_NOTE,
     LeaderboardRow,
     leaderboard,
     render_compact,
@@ -71,8 +76,49 @@ def test_rows_follow_the_definitions() -> None:
         "m", "idle", "idle", 0, None, None, None, None, None, None, None, None, None, None, None, 0.0, 0.0, 4,
         DEFAULT_APIS,
         judged=0,
+        answered=0,
     )  # fmt: skip
-    assert (other.provider, other.price_in, other.tokens_per_s_vs_fastest, other.apis) == (None, None, 0.0, ())
+    # One answer is too thin to crown "x" the fastest of its model: its speed is shown, not compared.
+    assert (other.provider, other.price_in, other.tokens_per_s_vs_fastest, other.apis) == (None, None, None, ())
+    assert (other.answered, other.ranked, fast.answered, fast.ranked) == (1, False, 100, True)
+
+
+def test_thin_and_cut_off_speeds_are_shown_but_never_ranked() -> None:
+    """A race's drained losers stream fast for their first tokens and are cut off: a few of them, with no complete
+    answer, must not crown their deployment over one measured on a hundred complete answers, in any view."""
+    steady = [make_sample(deployment="slow", tokens_per_s=50.0) for _ in range(100)]
+    losers = [
+        make_sample(deployment="fast", outcome="client_cancelled", tokens_per_s=900.0, e2e_s=None) for _ in range(3)
+    ]
+    few = [make_sample(deployment="idle", tokens_per_s=400.0) for _ in range(MIN_RANKED_ANSWERS - 1)]
+    rows = leaderboard(StatsSnapshot.from_samples(steady + losers + few), CONFIG.models)
+    assert [(r.deployment, r.ranked, r.answered) for r in rows] == [
+        ("slow", True, 100), ("fast", False, 0), ("idle", False, MIN_RANKED_ANSWERS - 1),
+    ]  # fmt: skip
+    slow, fast, idle = rows
+    assert slow.tokens_per_s_vs_fastest == 0.0 and idle.tokens_per_s_vs_fastest is None
+    assert fast.tokens_per_s_p50 is not None and fast.tokens_per_s_vs_fastest is None
+    assert (fast.success_rate, fast.e2e_p50_s) == (None, None)  # censored: no say in success or end-to-end
+    for text in (render_compact(rows), render_table(rows)):
+        lines = text.splitlines()
+        assert "fastest" in next(line for line in lines if line.lstrip().startswith(("slow", "m ")) and "slow" in line)
+        assert any("thin (0)" in line and "fast" in line for line in lines)
+        assert any(f"thin ({MIN_RANKED_ANSWERS - 1})" in line and "idle" in line for line in lines)
+        assert lines[-1] == THIN_NOTE
+    # The JSON keeps them, and a client reading it back (``gateway stats --url``) ranks the same.
+    parsed = [LeaderboardRow.from_json(asdict(row)) for row in rows]
+    assert parsed == rows
+    assert render_compact(parsed) == render_compact(rows)
+    # One more complete answer and the row is ranked: compared, sorted by its speed.
+    rows = leaderboard(StatsSnapshot.from_samples(steady + few + few[:1]), CONFIG.models)
+    assert [(r.deployment, r.ranked) for r in rows][:2] == [("idle", True), ("slow", True)]
+    assert rows[1].tokens_per_s_vs_fastest == pytest.approx(50.0 / 400.0 - 1, rel=0.05)
+
+
+def test_rows_of_a_gateway_before_ranking_rank_as_it_did() -> None:
+    old = {"model": "m", "deployment": "a", "samples": 9, "tokens_per_s_p50": 10.0, "tokens_per_s_vs_fastest": 0.0}
+    assert LeaderboardRow.from_json(old).ranked
+    assert not LeaderboardRow.from_json(old | {"tokens_per_s_vs_fastest": None}).ranked
 
 
 def test_table_columns_and_cells() -> None:
