@@ -101,6 +101,8 @@ UPSTREAM_FAULTS = (
     "upstream-500",
     "upstream-503",
     "upstream-529",
+    "upstream-504",
+    "upstream-408",
     "first-token-timeout",
     "queue-full",
 )
@@ -154,6 +156,9 @@ EXPECTED: dict[str, Expect] = {
     # Anthropic's "overloaded": unavailable for now, as a 503 is, whichever API the client speaks.
     "upstream-529": Expect(503, openai.InternalServerError, anthropic.ServiceUnavailableError, "overloaded_error"),
     "first-token-timeout": Expect(504, openai.InternalServerError, anthropic.GatewayTimeoutError, "timeout_error"),
+    # A provider's (or its own gateway's) timeout is the gateway's timeout: 504, retried as a 503 is, with its wait.
+    "upstream-504": Expect(504, openai.InternalServerError, anthropic.GatewayTimeoutError, "timeout_error", True),
+    "upstream-408": Expect(504, openai.InternalServerError, anthropic.GatewayTimeoutError, "timeout_error"),
     "queue-full": Expect(429, openai.RateLimitError, anthropic.RateLimitError, "rate_limit_error", True),
 }
 SPECIAL: dict[tuple[str, str], Expect] = {
@@ -181,6 +186,8 @@ FAKE_OF: dict[str, dict[str, Any]] = {
     "upstream-500": {"status": 500, "echo_key": True},
     "upstream-503": {"status": 503, "retry_after": "3", "echo_key": True},
     "upstream-529": {"status": 529, "echo_key": True},
+    "upstream-504": {"status": 504, "retry_after": "4", "echo_key": True},
+    "upstream-408": {"status": 408, "echo_key": True},
     "upstream-429": {"status": 429, "retry_after": "7", "echo_key": True},
     "first-token-timeout": {"ttft_s": 5.0},
     "broken-stream": {"drop_after": 2, "output_tokens": 16},

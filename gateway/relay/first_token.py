@@ -15,7 +15,9 @@ from gateway.dialects import dialect_for
 from gateway.dialects.chat_events import FAILED_FINISHES
 from gateway.errors import (
     CREDENTIALS_REFUSED,
+    TIMED_OUT,
     UpstreamStatusError,
+    UpstreamTimeout,
     UpstreamUnavailable,
     credentials_refusal,
     describe_error,
@@ -82,12 +84,11 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
     elif response.status in CREDENTIALS_REFUSED:  # the operator's key to the provider, not the client's to it
         words = refused_credentials(attempt.candidate.deployment.name, response.status)
         code = None
+    wait = retry_after(response.headers.get("retry-after"), wall_clock())
+    if response.status in TIMED_OUT:
+        raise UpstreamTimeout(f"{provider}: {words}", provider=provider, status=response.status, retry_after_s=wait)
     raise UpstreamStatusError(
-        f"{provider}: {words}",
-        provider=provider,
-        status=response.status,
-        code=code,
-        retry_after_s=retry_after(response.headers.get("retry-after"), wall_clock()),
+        f"{provider}: {words}", provider=provider, status=response.status, code=code, retry_after_s=wait
     )
 
 
