@@ -16,8 +16,9 @@ class at the boundary where they happen (``raise ... from exc``)::
     │   ├── HeadersTooLarge           431
     │   └── RateLimited               429 (the gateway's own limits)
     ├── UpstreamError                 an attempt at a provider failed
-    │   ├── UpstreamTimeout           504 (connect, first token, idle gap, total)
+    │   ├── UpstreamTimeout           504 (connect, first token, idle gap, total; a provider's 504 or 408)
     │   ├── UpstreamUnavailable       502 (connection refused or reset, broken stream)
+    │   │   └── MalformedStream       502 (an event that is not JSON: the stream is broken there)
     │   └── UpstreamStatusError       the provider's own status, passed through
     ├── NoCapacity                    503 (every deployment is open-circuited or full)
     └── BudgetUnavailable             503 (a budget cannot be checked: its store is unreachable)
@@ -176,6 +177,10 @@ class UpstreamUnavailable(UpstreamError):
     code = "upstream_unavailable"
 
 
+class MalformedStream(UpstreamUnavailable):
+    """The provider's stream sent an event that is not JSON: broken there, whatever its meter read past it."""
+
+
 class UpstreamStatusError(UpstreamError):
     """The provider answered with an error status; ``status_code`` is that status."""
 
@@ -239,6 +244,12 @@ MAX_ERROR_MESSAGE = 500
 UNAVAILABLE_FOR_NOW = frozenset({503, 529})
 """Upstream statuses saying the provider cannot take the request for now (HTTP's 503, Anthropic's 529 "overloaded"):
 load to back off from, and for the client a 503 (``NoCapacity``) whichever API it speaks, with the wait if known."""
+
+
+TIMED_OUT = frozenset({408, 504})
+"""Upstream statuses saying the request ran out of time on the provider's side (its gateway's 504, its server's 408):
+a timeout (``UpstreamTimeout``, 504 to the client whichever API it speaks), not a broken provider, and one that asking
+again may cure, as a 503's may."""
 
 
 CREDENTIALS_REFUSED = frozenset({401, 403})

@@ -226,3 +226,67 @@ def test_llama_cpp_s_logprobs_tell_by_their_ids() -> None:
     assert echo.repeats(event([2, 651])) and echo.repeats(event([6588])) and not echo.repeats(event([603]))
     ignored = EchoedPrompt({"prompt": [2, 651, 6588]})  # llama.cpp's server ignores ``echo``
     assert not ignored.repeats(event([603])) and ignored.joined == {0: 0} and not ignored.echoed
+
+
+WORDS = [" hello"] * len(IDS)
+"""An echo of ``IDS`` as a provider's tokenizer might decode it: one token each in the pinned encoding as well."""
+
+
+@pytest.mark.parametrize(
+    ("echoed", "logprobs", "usage", "expected"),
+    [
+        # Echo ignored (llama.cpp): the answer is its generated text only, whatever else it says.
+        (False, None, 3, 3),
+        (False, None, None, 3),
+        (False, "ids", None, 3),
+        (False, "tokens", 3, 3),
+        # Echoed: its logprobs list the echo's tokens (and ids); else the usage shows the text holds more.
+        (True, "ids", None, 3),
+        (True, "tokens", 3, 3),
+        (True, None, 3, 3),
+    ],
+    ids=[
+        "ignored-usage",
+        "ignored-nothing-told",
+        "ignored-llama-logprobs",
+        "ignored-openai-logprobs",
+        "echoed-llama-logprobs",
+        "echoed-openai-logprobs",
+        "echoed-usage",
+    ],
+)
+def test_a_whole_answers_echo_of_token_ids_is_taken_out_only_where_it_says_so(
+    test_servers: list[ServerThread],
+    start_gateway: Callable[..., Gateway],
+    echoed: bool,
+    logprobs: str | None,
+    usage: int | None,
+    expected: int,
+) -> None:
+    """A whole answer to a prompt of token ids with ``echo``: the gateway cannot decode the ids, so what the answer
+    says decides whether its text begins with their echo: its ``logprobs`` (their ids, llama.cpp's; their tokens,
+    OpenAI's and vLLM's, counted against ``usage``), else the provider's ``usage.completion_tokens`` against the
+    text's own count; with neither, nothing is taken off (a provider that ignored ``echo`` lost none of its count)."""
+    upstream = ScriptedUpstream("v")
+    test_servers.append(upstream.server.start())
+    generated = [" world", " again", " now"]
+    tokens = [*WORDS, *generated] if echoed else generated
+    ids = [*IDS, 7, 8, 9] if echoed else [7, 8, 9]
+    listed: Any = None
+    if logprobs == "ids":
+        listed = {"content": [{"id": n, "token": t, "logprob": -0.5} for n, t in zip(ids, tokens, strict=True)]}
+    elif logprobs == "tokens":
+        listed = {"tokens": tokens, "token_logprobs": [None if echoed else -0.5] + [-0.5] * (len(tokens) - 1)}
+    choice = {"index": 0, "text": "".join(tokens), "logprobs": listed, "finish_reason": "length"}
+    answer: dict[str, Any] = {"id": "c", "object": "text_completion", "created": 1, "model": "m", "choices": [choice]}
+    if usage is not None:
+        answer["usage"] = {"prompt_tokens": len(IDS), "completion_tokens": usage, "total_tokens": len(IDS) + usage}
+    upstream.answer_json(answer)
+    gateway = start_gateway(gateway_config([upstream]))
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    extra = {"logprobs": 1} if logprobs else {}
+    got = client.completions.create(model="m", prompt=IDS, echo=True, max_tokens=3, **extra)  # type: ignore[arg-type]
+    assert got.choices[0].text == "".join(tokens)  # the client has the answer as it came
+    wait_until(lambda: len(gateway.samples.samples) == 1)
+    sample = gateway.samples.samples[0]
+    assert (sample.outcome, sample.output_tokens) == ("ok", expected)

@@ -101,11 +101,14 @@ UPSTREAM_FAULTS = (
     "upstream-500",
     "upstream-503",
     "upstream-529",
+    "upstream-504",
+    "upstream-408",
     "first-token-timeout",
     "queue-full",
 )
-STREAM_FAULTS = ("broken-stream", "stalled-stream", "error-event", "keepalive-then-timeout")
-"""Faults after a stream's 200 went out: the stream ends with the API's own error event."""
+STREAM_FAULTS = ("broken-stream", "stalled-stream", "error-event", "keepalive-then-timeout", "malformed-chunk")
+"""Faults after a stream's 200 went out: the stream ends with the API's own error event (an event that is not JSON
+is a broken stream too: what follows it cannot be trusted to be the answer, natively relayed or translated)."""
 TRANSLATED = {"chat": "messages", "responses": "chat", "messages": "chat"}
 """The API a provider speaks in a cell's translated variant: the client's faults must still come in the client's."""
 
@@ -154,6 +157,9 @@ EXPECTED: dict[str, Expect] = {
     # Anthropic's "overloaded": unavailable for now, as a 503 is, whichever API the client speaks.
     "upstream-529": Expect(503, openai.InternalServerError, anthropic.ServiceUnavailableError, "overloaded_error"),
     "first-token-timeout": Expect(504, openai.InternalServerError, anthropic.GatewayTimeoutError, "timeout_error"),
+    # A provider's (or its own gateway's) timeout is the gateway's timeout: 504, retried as a 503 is, with its wait.
+    "upstream-504": Expect(504, openai.InternalServerError, anthropic.GatewayTimeoutError, "timeout_error", True),
+    "upstream-408": Expect(504, openai.InternalServerError, anthropic.GatewayTimeoutError, "timeout_error"),
     "queue-full": Expect(429, openai.RateLimitError, anthropic.RateLimitError, "rate_limit_error", True),
 }
 SPECIAL: dict[tuple[str, str], Expect] = {
@@ -181,11 +187,14 @@ FAKE_OF: dict[str, dict[str, Any]] = {
     "upstream-500": {"status": 500, "echo_key": True},
     "upstream-503": {"status": 503, "retry_after": "3", "echo_key": True},
     "upstream-529": {"status": 529, "echo_key": True},
+    "upstream-504": {"status": 504, "retry_after": "4", "echo_key": True},
+    "upstream-408": {"status": 408, "echo_key": True},
     "upstream-429": {"status": 429, "retry_after": "7", "echo_key": True},
     "first-token-timeout": {"ttft_s": 5.0},
     "broken-stream": {"drop_after": 2, "output_tokens": 16},
     "stalled-stream": {"stall_after": 2, "stall_s": 30.0, "output_tokens": 16},
     "error-event": {"error_event_after": 2, "output_tokens": 16},
+    "malformed-chunk": {"malformed_after": 2, "output_tokens": 16},
     "keepalive-then-timeout": {"ttft_s": 5.0},
 }
 POLICY_OF = {

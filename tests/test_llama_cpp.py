@@ -289,3 +289,23 @@ def test_token_ids_with_echo_at_a_server_that_does_not_echo(
     expected_ttft = timings["prompt_ms"] / 1000
     relative, absolute = TTFT_TOLERANCE
     assert abs(sample.ttft_s - expected_ttft) <= max(relative * expected_ttft, absolute), (sample.ttft_s, timings)
+
+
+@pytest.mark.parametrize("logprobs", [None, 1], ids=["plain", "logprobs"])
+def test_a_whole_answer_to_token_ids_with_echo_at_a_server_that_does_not_echo(
+    llama: LlamaServer, start_gateway: StartGateway, logprobs: int | None
+) -> None:
+    """The same, not streamed: the answer's ``logprobs`` ids are not the prompt's, or (without them) its
+    ``usage.completion_tokens`` is about the text's own count, so nothing is taken out as an echo."""
+    timeouts = {"first_token_timeout_s": 30, "idle_timeout_s": 30}
+    gateway = start_gateway(
+        gateway_config([llama], provider_options={"llama": {"apis": ["completions"]}}, policy=timeouts)
+    )
+    body: dict[str, Any] = {"model": "m", "prompt": list(range(1000, 1048)), "echo": True, "max_tokens": MAX_TOKENS}
+    body |= {"temperature": 0} | ({"logprobs": logprobs} if logprobs is not None else {})
+    answer = httpx.post(gateway.base_url + "/completions", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    text = answer.json()["choices"][0]["text"]
+    wait_until(lambda: len(gateway.samples.samples) == 1, what="the attempt recorded")
+    sample = gateway.samples.samples[0]
+    assert sample.outcome == "ok" and sample.output_tokens == gateway.runtime.counter.count(text) > 0

@@ -109,6 +109,17 @@ def test_a_429_whose_wait_costs_more_fails_over(fakes: Fakes, start_gateway: Sta
 # -- the decision itself ------------------------------------------------------------------------
 
 
+def test_a_lone_deployments_gateway_timeout_is_retried_as_a_503_is(fakes: Fakes, start_gateway: StartGateway) -> None:
+    """A provider's 504 or 408 is its own timeout, answered: asking again may cure it, unlike the gateway's own
+    deadline passing (which would pass again)."""
+    alone = fakes.start("a", FakeBehavior(status=504, fail_first=1))
+    gateway = start_gateway(gateway_config([alone], policy=POLICY))
+    assert ask(gateway).headers["x-gateway-attempts"] == "2"
+    fail_next(alone, 408)
+    assert ask(gateway, stream=False).headers["x-gateway-attempts"] == "2"
+    assert alone.app.state.requests == 4
+
+
 def candidate(predicted_s: float | None) -> Candidate:
     config = gateway_config(["a"])
     return Candidate(config.models[0].deployments[0], config.providers[0], model="m", predicted_s=predicted_s)
@@ -120,6 +131,7 @@ def test_what_is_safe_to_repeat() -> None:
     assert safe_to_repeat(UpstreamUnavailable("connection reset"))
     assert not safe_to_repeat(UpstreamStatusError("x", status=404))
     assert not safe_to_repeat(UpstreamTimeout("silent"))
+    assert safe_to_repeat(UpstreamTimeout("the provider's gateway timed out", status=504))
     assert not safe_to_repeat(UpstreamUnavailable("error event before the first token", status=200))
 
 

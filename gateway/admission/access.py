@@ -211,6 +211,8 @@ class AccessControl:
         self.anonymous = ClientKey.anonymous(KeyLimits.defaults(limits))
         self._spenders: dict[str, tuple[ClientKey, Budget | None, Spender]] = {}
         """The ``Spender`` last made per key id, with the key and team budget it was made of."""
+        # The store outlives the config: each config's keys say whether its outages refuse anyone.
+        state.spend.store.budgeted = any(key.budget is not None or key.team in ring.teams for key in ring.keys)
 
     def authenticate(self, scope: Mapping[str, Any]) -> ClientKey:
         if not self.ring.enabled:

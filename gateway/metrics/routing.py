@@ -121,8 +121,8 @@ class RoutingSeries(SeriesFamilies):
         )
         self.malformed_events = counter(
             "gateway_malformed_events_total",
-            "Streams that completed although one of their events was not valid JSON (the client skipped it): "
-            "counted here, not against the provider's health",
+            "Streams broken by an event that was not valid JSON (ended there with the API's error event, the "
+            "attempt failed)",
             SAMPLE_LABELS,
             registry=r,
         )

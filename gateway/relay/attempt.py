@@ -175,7 +175,9 @@ def final_error(errors: list[UpstreamError], attempts: int, *, deadline_passed: 
         # A 429 always says when: 1 s when no provider did and no cool-down was given.
         return RateLimited(summary, code="upstream_rate_limited", headers={"retry-after": str(wait or 1)})
     if isinstance(last, UpstreamTimeout):
-        return UpstreamTimeout(summary, provider=last.provider)
+        # The gateway's own deadline, or a provider's 504 / 408 (``TIMED_OUT``): the client is told when, if said.
+        headers = {"retry-after": str(wait)} if wait else None
+        return UpstreamTimeout(summary, provider=last.provider, status=last.upstream_status, headers=headers)
     if isinstance(last, UpstreamStatusError) and last.upstream_status in UNAVAILABLE_FOR_NOW:
         # Unavailable for now: the client is told when, if anything said (a provider's Retry-After, a cool-down).
         return NoCapacity(summary, code="upstream_unavailable", headers={"retry-after": str(wait)} if wait else None)

@@ -124,8 +124,75 @@ def _listed(logprobs: object) -> tuple[int, list[object] | None] | None:
     return None
 
 
+def told_by_answer(body: dict[str, Any], answer: bytes | None, completion: int | None, counted: int) -> EchoedPrompt:
+    """What a whole answer says of its echo of each prompt of token ids, as a stream's ``EchoedPrompt`` would say it.
+
+    The gateway cannot decode the ids, and a provider may ignore ``echo`` (llama.cpp's server does): so only what the
+    answer says counts. A choice whose ``logprobs`` list its tokens: by their ids where given (llama.cpp's
+    ``content``: the echo's are the prompt's), else by their number against the provider's ``usage`` (the same
+    tokenizer: an echo adds the prompt's ids to the listed count, never to ``completion_tokens``), else by the first
+    token's missing logprob (a prompt's first token has none); the echo's text is then its listed tokens', taken out
+    of the count. Without ``logprobs``: the provider's ``usage.completion_tokens`` against the text's own count
+    (``counted``), the echo there if the text holds at least half the prompts' ids more; its ids are taken off.
+    With neither, nothing is taken off: an ignored ``echo`` never costs the answer its count."""
+    told = EchoedPrompt(body)
+    wanted = {
+        index: prompt
+        for number, prompt in enumerate(told._prompts)
+        if not isinstance(prompt, str)
+        for index in range(number * told._n, (number + 1) * told._n)
+    }
+    try:
+        data = msgspec.json.decode(answer) if answer else None
+    except msgspec.MsgspecError:
+        data = None
+    found = data.get("choices") if isinstance(data, dict) else None
+    choices = {c.get("index", i): c for i, c in enumerate(found or ()) if isinstance(c, dict)}
+    listed = {index: _listed(choice.get("logprobs")) for index, choice in choices.items()}
+    total = sum(len(prompt) for prompt in wanted.values())
+    if not any(listed.get(index) for index in wanted):
+        more = completion is not None and counted - completion >= total / 2
+        told.joined = {index: len(prompt) if more else 0 for index, prompt in wanted.items()}
+        return told
+    extra = sum(seen[0] for seen in listed.values() if seen) - completion if completion is not None else None
+    for index, prompt in wanted.items():
+        seen = listed.get(index)
+        logprobs = choices[index].get("logprobs") if seen is not None else None
+        if seen is None or not isinstance(logprobs, dict):
+            told.joined[index] = 0
+            continue
+        if seen[1] is not None:
+            echoed = seen[1][: len(prompt)] == prompt
+        elif extra is not None:
+            echoed = extra >= total / 2
+        else:
+            first = logprobs.get("token_logprobs")
+            echoed = isinstance(first, list) and bool(first) and first[0] is None
+        words = _listed_text(logprobs, len(prompt)) if echoed else None
+        if words is not None:
+            told.echoed[index] = words
+        else:
+            told.joined[index] = len(prompt) if echoed else 0
+    return told
+
+
+def _listed_text(logprobs: dict[str, Any], count: int) -> str | None:
+    """The text of the first ``count`` tokens a choice's ``logprobs`` list (OpenAI's ``tokens``, llama.cpp's
+    ``content`` entries' ``token``); None where they do not all give it."""
+    tokens = logprobs.get("tokens")
+    if not isinstance(tokens, list):
+        content = logprobs.get("content")
+        tokens = [e.get("token") if isinstance(e, dict) else None for e in content] if isinstance(content, list) else []
+    words = tokens[:count]
+    return "".join(words) if len(words) == count and all(isinstance(word, str) for word in words) else None
+
+
 def without_echo(
-    reading: Reading, body: dict[str, Any], counter: TokenCounter, echo: EchoedPrompt | None = None
+    reading: Reading,
+    body: dict[str, Any],
+    counter: TokenCounter,
+    echo: EchoedPrompt | None = None,
+    answer: bytes | None = None,
 ) -> Reading:
     """``reading`` with its output tokens (and tokens per second) counted without the echoed prompt.
 
@@ -134,11 +201,14 @@ def without_echo(
     counted, judged, and logged with the bodies; a provider that did not echo loses nothing. A prompt of token
     ids cannot be found in text: what a stream told of its echo (``echo``, the stream's ``EchoedPrompt``) is taken
     out (the echo's text as it came alone, the ids joined to generated text by their number; nothing where the
-    provider did not echo), and for a choice nothing told of (a whole answer), its number of ids is taken off.
+    provider did not echo); a whole answer's (``answer``, its body) is told alike by ``told_by_answer``. A choice
+    nothing told of has its number of ids taken off.
     """
     counted = reading.output_tokens
     if not counted:
         return reading
+    if echo is None and answer is not None:
+        echo = told_by_answer(body, answer, reading.usage_completion_tokens, counted)
     choices = body.get("n")
     choices = choices if isinstance(choices, int) and not isinstance(choices, bool) and choices > 0 else 1
     text = reading.answer_text

@@ -45,7 +45,9 @@ def safe_to_repeat(error: UpstreamError) -> bool:
     """A failure before any answer that asking again may cure: 5xx (but ``NEVER_CURED``), 429, a connection
     refused or reset."""
     if isinstance(error, UpstreamTimeout):
-        return False
+        # The gateway's own deadline passed: asking again would wait as long. A provider's 504 / 408 is its answer
+        # (``TIMED_OUT``), retried as a 503 is.
+        return error.upstream_status is not None
     if isinstance(error, UpstreamStatusError):
         status = error.upstream_status
         return status is not None and (status == 429 or (status >= 500 and status not in NEVER_CURED))

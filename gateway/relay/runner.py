@@ -324,7 +324,7 @@ class AttemptRunner:
         """Turn an ended attempt into its ``Sample``: to the router (health, in flight, ``error``) and the sinks."""
         attempt.recorded = True
         if reading.output_tokens and echoes(request.endpoint, request.body):
-            reading = without_echo(reading, request.body, self.counter, attempt.echo)
+            reading = without_echo(reading, request.body, self.counter, attempt.echo, attempt.body)
         candidate = attempt.candidate
         deployment = candidate.deployment
         prompt = reading.usage_prompt_tokens if reading.usage_prompt_tokens is not None else request.prompt_tokens

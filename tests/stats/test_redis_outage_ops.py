@@ -195,3 +195,40 @@ def test_a_hung_redis_refuses_a_budgeted_request_within_the_request_timeout_and_
     assert {(status, code) for status, _, code in [first, *then]} == {(503, "budget_unavailable")}
     assert first[1] < 2 * REQUEST_TIMEOUT_S + 0.3, first
     assert max(took for _, took, _ in then) < 0.2, then
+
+
+def test_an_outage_with_no_budget_anywhere_neither_warns_of_refusals_nor_degrades_for_budgets(
+    fakes: Fakes,
+    start_gateway: Callable[..., Gateway],
+    own_redis: RedisServer,
+    prefix: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A keys file whose keys (and teams) have no budget: Redis going away refuses nothing, so the budgets neither
+    warn that budgeted requests are refused nor give /readyz a reason; one info line says the spend records are held
+    and written when Redis returns (and they are)."""
+    fake = fakes.start("steady", FakeBehavior(output_tokens=8))
+    keys = tmp_path / "keys.toml"
+    keys.write_text(f'[[keys]]\nname = "ops"\nkey = "{KEY}"\nteam = "search"\n')
+    stats: dict[str, Any] = {"backend": "redis", "redis_url": own_redis.url, "key_prefix": prefix}
+    stats |= {"redis_backoff_min_s": 0.05, "redis_backoff_max_s": 0.2, "redis_request_timeout_s": REQUEST_TIMEOUT_S}
+    gateway = start_gateway(gateway_config([fake], extra={"stats": stats, "auth": {"api_keys_file": str(keys)}}))
+    spend = gateway.runtime.access.state.spend.store
+    assert isinstance(spend, RedisSpendStore)
+    caplog.set_level(logging.INFO)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=gateway.url, headers={"authorization": f"Bearer {KEY}"}, timeout=10) as http:
+        assert http.post("/v1/chat/completions", json=body).status_code == 200
+        own_redis.stop()
+        gone = len(caplog.records)
+        for _ in range(3):
+            assert http.post("/v1/chat/completions", json=body).status_code == 200
+        wait_until(lambda: spend.kept > 0, timeout=15, what="the spend store holding what it cannot write")
+        reasons: list[str] = httpx.get(gateway.url + "/readyz", timeout=10).json()["reasons"]
+        said = [r for r in _said(caplog, gone) if r.name == "gateway.spending"]
+        own_redis.start()
+        wait_until(lambda: spend.kept == 0, timeout=15, what="the spend records written once it is back")
+    assert not [reason for reason in reasons if "budget" in reason], reasons
+    assert [r.levelno for r in said] == [logging.INFO], [r.getMessage() for r in said]
+    assert "refused" not in said[0].getMessage() and "written when" in said[0].getMessage(), said[0].getMessage()

@@ -12,13 +12,17 @@ touches are its spender's, hash-tagged alike, so each call still lives in one Re
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from gateway.admission.spending.store import Booking, HeldScope, Hold, breakdown_periods
 from gateway.admission.spending.windows import Period
+from gateway.redis_client import RedisClient
 
 COUNTER_GRACE_S = 86_400
 """Budget counters outlive their period by a day (they are no longer read after it)."""
@@ -161,3 +165,26 @@ __all__ = [
     "budget_keys",
     "settle_calls",
 ]
+
+
+_SETTLE_SHA = hashlib.sha1(SETTLE.encode()).hexdigest()
+
+
+async def send_settlements(client: RedisClient, calls: list[SettleCall]) -> list[Any]:
+    """Each call's reply (an error as its exception), in one pipeline; the script loaded if Redis lacks it."""
+    results = await _pipeline(client, calls)
+    missing = [index for index, result in enumerate(results) if isinstance(result, NoScriptError)]
+    if missing:
+        await client.script_load(SETTLE)
+        again = await _pipeline(client, [calls[index] for index in missing])
+        for index, result in zip(missing, again, strict=True):
+            results[index] = result
+    return results
+
+
+async def _pipeline(client: RedisClient, calls: list[SettleCall]) -> list[Any]:
+    async with client.pipeline(transaction=False) as pipe:
+        for call in calls:
+            pipe.evalsha(_SETTLE_SHA, len(call.keys), *call.keys, *call.args)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+    return results

@@ -17,8 +17,9 @@ which is a few small hashes.
 If Redis cannot be reached, budgets fail closed: a request whose key or team has a budget is
 refused with 503 ``budget_unavailable`` (a budget is a promise about money; an outage must not
 turn it into unlimited spend on every replica at once), while keys without a budget are served
-as usual. Settlements that cannot be written are kept (up to ``PENDING_LIMIT``) and written, in
-order, once Redis answers again; holds they would have released expire on their own.
+as usual (with no budget anywhere, ``budgeted`` False, nothing is refused: no warning, no ``/readyz`` reason).
+Settlements that cannot be written are kept (up to ``PENDING_LIMIT``) and written, in order, once Redis answers
+again; holds they would have released expire on their own.
 
 Settlements are written by one background writer, never on a request's path: a request queues its
 settlement (``queue``: no task, no wait; ``flushed`` waits for the writer), what is queued goes
@@ -30,7 +31,6 @@ share its round trip.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import time
@@ -38,17 +38,17 @@ from collections import deque
 from collections.abc import MutableSequence, Sequence
 from typing import Any
 
-from redis.exceptions import ClusterError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import ClusterError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.admission.spending.redis_reserve import RESERVE
 from gateway.admission.spending.redis_settle import (
     COUNTER_GRACE_S,
-    SETTLE,
     SettleCall,
     Settlement,
     breakdown_key,
     budget_keys,
+    send_settlements,
     settle_calls,
 )
 from gateway.admission.spending.store import Balance, Booking, HeldScope, Hold, Refusal, SpendRow, SpendStoreDown
@@ -65,7 +65,6 @@ BATCH_S = 0.02
 """How long a settlement waits for others to share its round trip (its hold is released that much later)."""
 BATCH_LIMIT = 512
 """Settlements written in one pipeline at most."""
-_SETTLE_SHA = hashlib.sha1(SETTLE.encode()).hexdigest()
 
 _ERRORS = (RedisError, OSError, TimeoutError)
 
@@ -103,6 +102,7 @@ class RedisSpendStore:
         """Released once the batch being written is written, or kept."""
         self._recheck_task: asyncio.Task[None] | None = None
         """While down, asks again every ``retry_s``: an idle replica too sees Redis return, and writes what it kept."""
+        self.budgeted = True  # ``SpendStore.budgeted``
 
     @classmethod
     def from_config(cls, stats: StatsConfig, redis: RedisConnections) -> RedisSpendStore:
@@ -141,7 +141,12 @@ class RedisSpendStore:
             self._down_since = time.monotonic()
             said = f"budgets: Redis {state} ({describe_error(exc)})"
             self._reason = f"{said}; requests under a budget are refused"
-            logger.warning("%s; requests of keys with a budget are refused until it returns", said)
+            # With no budget anywhere nothing is refused: one info line, and spend records kept for later.
+            warned = "requests of keys with a budget are refused until it returns"
+            kept = "no key has a budget, so requests go on; spend records are kept and written when it returns"
+            logger.log(
+                logging.WARNING if self.budgeted else logging.INFO, "%s; %s", said, warned if self.budgeted else kept
+            )
             if self._recheck_task is None:
                 self._recheck_task = asyncio.ensure_future(self._recheck())
                 self._recheck_task.add_done_callback(log_failure("budgets: asking redis again"))
@@ -184,7 +189,12 @@ class RedisSpendStore:
             self._drain_task = self._start_drain()
 
     def degraded_reason(self) -> str | None:
-        return self._reason
+        return self._reason if self.budgeted else None
+
+    @property
+    def kept(self) -> int:
+        """Settlements not written yet (Redis away, or the writer's batch under way)."""
+        return len(self._pending)
 
     # -- SpendStore -----------------------------------------------------------------------------
 
@@ -342,22 +352,7 @@ class RedisSpendStore:
                 done.set_result(None)
 
     async def _send(self, calls: list[SettleCall]) -> list[Any]:
-        """Each call's reply (an error as its exception), in one pipeline; the script loaded if Redis lacks it."""
-        results = await self._pipeline(calls)
-        missing = [index for index, result in enumerate(results) if isinstance(result, NoScriptError)]
-        if missing:
-            await self.client.script_load(SETTLE)
-            again = await self._pipeline([calls[index] for index in missing])
-            for index, result in zip(missing, again, strict=True):
-                results[index] = result
-        return results
-
-    async def _pipeline(self, calls: list[SettleCall]) -> list[Any]:
-        async with self.client.pipeline(transaction=False) as pipe:
-            for call in calls:
-                pipe.evalsha(_SETTLE_SHA, len(call.keys), *call.keys, *call.args)
-            results: list[Any] = await pipe.execute(raise_on_error=False)
-        return results
+        return await send_settlements(self.client, calls)  # a method: a test's store delays it
 
     async def rows(self, period: Period, tags: Sequence[str]) -> list[SpendRow]:
         if not self._usable():

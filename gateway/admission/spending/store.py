@@ -122,8 +122,12 @@ class SpendStore(Protocol):
     ``reserve`` raises ``SpendStoreDown`` when it cannot check; ``settle`` never raises (a store
     that cannot book now keeps the booking and books it later); ``rows`` and ``balances`` raise
     ``SpendStoreDown``. ``queue`` is ``settle`` without waiting (every request's settlement: no coroutine,
-    no task), and ``flushed`` waits until what was queued so far is written, or kept.
+    no task), and ``flushed`` waits until what was queued so far is written, or kept. ``budgeted``: whether a key of
+    the serving config falls under a budget (its own or its team's; set by ``AccessControl``): without one, a store
+    that cannot be reached refuses nothing and is no reason to call the gateway degraded.
     """
+
+    budgeted: bool
 
     async def reserve(self, hold: Hold, now: float) -> Refusal | None: ...
 
@@ -158,6 +162,7 @@ class InMemorySpendStore:
     """
 
     def __init__(self) -> None:
+        self.budgeted = True
         self._counters: dict[_CounterKey, list[int]] = {}
         self._holds: dict[_CounterKey, dict[str, tuple[int, float]]] = {}
         self._rows: dict[tuple[BudgetWindow, str], dict[tuple[str, str, str, str, str], list[int]]] = {}
