@@ -284,8 +284,8 @@ def test_a_whole_answers_echo_of_token_ids_is_taken_out_only_where_it_says_so(
     upstream.answer_json(answer)
     gateway = start_gateway(gateway_config([upstream]))
     client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
-    extra = {"logprobs": 1} if logprobs else {}
-    got = client.completions.create(model="m", prompt=IDS, echo=True, max_tokens=3, **extra)  # type: ignore[arg-type]
+    extra: dict[str, Any] = {"logprobs": 1} if logprobs else {}
+    got = client.completions.create(model="m", prompt=IDS, echo=True, max_tokens=3, **extra)
     assert got.choices[0].text == "".join(tokens)  # the client has the answer as it came
     wait_until(lambda: len(gateway.samples.samples) == 1)
     sample = gateway.samples.samples[0]
