@@ -144,6 +144,7 @@ def test_a_stream_cut_anywhere_reaches_the_client_as_its_events_less_the_usage_c
         (b'data: {"a":1}\n\ndata: [DONE]\n\n', False),  # the ending: read event by event (once a stream)
         (b'data: {"a":1}\n\ndata: hello}\n\n', False),
         (b'data: {"a":1}\n\n: keep-alive\n\n', False),
+        (b'data: {"a":\ndata: 1}\n\n', False),
         (b'data: {"a":1}\r\n\r\n', False),
     ],
 )

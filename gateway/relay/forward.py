@@ -66,7 +66,7 @@ _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
 def plain_event(chunk: bytes) -> bool:
     """Whether ``chunk`` is one whole event whose one data line plainly holds a JSON object (``data: {``, the event
-    ending in ``}``): every chunk of a healthy stream as providers send it (one event a read), told by two
+    ending in ``}``): every chunk of a healthy stream as providers send it (one event a read), told by three
     ``_find`` scans, so the validating read event by event (``gateway.sse.malformed_span``, about 14 k instructions an
     event) runs only on what is not: several events in one read, the stream's ending (``[DONE]``), comments, ``\r``
     line ends, and the malformed. Data that opens and closes like an object yet is not one passes here; the meter's
@@ -75,7 +75,9 @@ def plain_event(chunk: bytes) -> bool:
     if end < 8 or _find(chunk, b"\n\n") != end or chunk[end - 1] != 125:  # 125: ``}``
         return False
     at = _find(chunk, b"data: {")
-    return at == 0 or (at > 0 and chunk[at - 1] == 10)  # 10: ``\n``; a second data line is the finish's to find
+    if at == 0:
+        return _find(chunk, b"\ndata:") < 0
+    return at > 0 and chunk[at - 1] == 10 and _find(chunk, b"\ndata:") == at - 1  # 10: ``\n``
 
 
 class EventForwarder:
