@@ -257,12 +257,6 @@ class EventCheck:
         self._pending = b""
         self.broken = False
 
-    @property
-    def pending(self) -> bool:
-        """Whether part of an event is held from an earlier chunk (a chunk that is one plain event then needs no
-        check: ``gateway.relay.forward.plain_event``)."""
-        return bool(self._pending)
-
     def good(self, chunk: bytes) -> bytes:
         if self.broken:
             return b""

@@ -37,7 +37,6 @@ from gateway.relay.attempt import (
 )
 from gateway.relay.context import refused_input
 from gateway.relay.echo import EchoedPrompt, echoes
-from gateway.relay.forward import plain_event
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.samples import Endpoint
@@ -127,7 +126,7 @@ async def await_first_token(
                 )
             break
         try:
-            meter.feed(chunk if not check.pending and plain_event(chunk) else check.good(chunk))
+            meter.feed(check.good(chunk))
         except EventTooLarge as exc:
             raise refused_stream(attempt, str(exc)) from None
         held.append(chunk)  # whole: the relay's own check ends the client's stream at the bad event
