@@ -6,10 +6,7 @@ import json
 import random
 from typing import Any
 
-import pytest
-
-from gateway.relay.forward import EventForwarder, _objects_only
-from gateway.sse import MalformedEvent
+from gateway.relay.forward import EventForwarder
 
 
 def chunk(delta: dict[str, Any] | None = None, **fields: Any) -> bytes:
@@ -133,30 +130,3 @@ def test_a_stream_cut_anywhere_reaches_the_client_as_its_events_less_the_usage_c
         forwarder = EventForwarder(drop_usage_only=True)
         out = b"".join(forwarder.feed(stream[a:b]) for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True))
         assert out + forwarder.flush() == b"".join(kept), cuts
-
-
-@pytest.mark.parametrize(
-    ("out", "plain"),
-    [
-        (b'data: {"a":1}\n\n', True),
-        (b'event: x\ndata: {"a":1}\n\nevent: y\ndata: {"b":[]}\n\n', True),
-        (b'data: {"a":1}\n\ndata: [DONE]\n\n', False),  # the ending: read event by event (once a stream)
-        (b'data: {"a":1}\n\ndata: hello}\n\n', False),
-        (b'data: {"a":1}\n\n: keep-alive\n\n', False),
-        (b'data: {"a":\ndata: 1}\n\n', False),
-        (b'data: {"a":1}\r\n\r\n', False),
-    ],
-)
-def test_only_plainly_whole_objects_skip_the_validating_read(out: bytes, plain: bool) -> None:
-    """The relay's check of every event it sends reads event by event only what does not plainly carry objects."""
-    assert _objects_only(out) is plain
-
-
-@pytest.mark.parametrize("bad", [b"data: <html>oops</html>\n\n", b"data: hello}\n\n", b"data: [1, 2]\n\n"])
-def test_an_event_that_is_no_object_breaks_the_stream_after_the_healthy_ones(bad: bytes) -> None:
-    forwarder = EventForwarder()
-    good = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
-    assert forwarder.feed(good) == good
-    with pytest.raises(MalformedEvent) as cut:
-        forwarder.feed(good + bad + good)
-    assert cut.value.before == good and cut.value.event == bad

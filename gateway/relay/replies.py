@@ -177,7 +177,7 @@ class StreamReply(Reply):
                     else:
                         outcome, tail, recoverable, status = stream_ending(attempt, forwarder, broken, reading)
                         tail = redact(tail)
-                    if isinstance(broken, MalformedStream) or reading.malformed:  # cut at it, or found at the finish
+                    if isinstance(broken, MalformedStream):
                         failed = attempt.candidate
                         runner.events.malformed_stream(request.requested_model, failed.name, failed.provider.name)
                     if not recoverable:
