@@ -18,7 +18,6 @@ class at the boundary where they happen (``raise ... from exc``)::
     ├── UpstreamError                 an attempt at a provider failed
     │   ├── UpstreamTimeout           504 (connect, first token, idle gap, total; a provider's 504 or 408)
     │   ├── UpstreamUnavailable       502 (connection refused or reset, broken stream)
-    │   │   └── MalformedStream       502 (an event that is not JSON: the stream is broken there)
     │   └── UpstreamStatusError       the provider's own status, passed through
     ├── NoCapacity                    503 (every deployment is open-circuited or full)
     └── BudgetUnavailable             503 (a budget cannot be checked: its store is unreachable)
@@ -175,10 +174,6 @@ class UpstreamTimeout(UpstreamError):
 class UpstreamUnavailable(UpstreamError):
     status_code = 502
     code = "upstream_unavailable"
-
-
-class MalformedStream(UpstreamUnavailable):
-    """The provider's stream sent an event that is not JSON: broken there, whatever its meter read past it."""
 
 
 class UpstreamStatusError(UpstreamError):

@@ -14,7 +14,7 @@ whatever the caller passed in ``AppOptions.events`` (a test's ``EventLog``, a lo
     hedge_started            relay (hedged race)      the first token was late: a second attempt started beside it
     hedge_ended              relay (hedged race)      one attempt of a hedged race ended, ``won`` or ``lost``
     stream_broke             relay (replies)          a stream broke mid-answer, then ``recovered`` or ``failed``
-    malformed_stream         relay (replies)          a stream broke at an event that was not valid JSON
+    malformed_stream         relay (replies)          a stream completed with an event that was not valid JSON
     circuit_changed          router (health)          a deployment's circuit opened, went half-open or closed
     queue_entered / _left    relay (runner)           every candidate was full: a request waits for a slot / stops
     session_routed           router.plan              a session's request stayed on its deployment, moved, ...
@@ -60,7 +60,7 @@ class GatewayEvents(Protocol):
         """The stream from ``deployment`` broke after part of the answer reached the client."""
 
     def malformed_stream(self, model: str, deployment: str, provider: str) -> None:
-        """A stream sent an event that was not valid JSON: broken there (its attempt also recorded as broken)."""
+        """A stream completed although one of its events was not valid JSON (not a health failure)."""
 
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
         """A deployment's circuit opened, went half-open, or closed."""

@@ -12,7 +12,6 @@ on ``bytes``, ``in`` first tries its operand as an integer (``65 in b"A"``), whi
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Final
 
 import msgspec
@@ -31,22 +30,6 @@ class EventTooLarge(ValueError):
             f"the stream sent {size} bytes of one event without ending it (the limit is {MAX_EVENT_BYTES})"
         )
         self.size = size
-
-
-class MalformedEvent(ValueError):
-    """An event whose data is not a JSON object: the stream is broken there (what follows cannot be trusted to be
-    the answer). ``before``: the whole events ahead of it, to relay before the stream's error event; ``event``: the
-    bad event's bytes as they came (empty when not known), for the meter to stop where the client's stream did."""
-
-    def __init__(self, before: bytes, event: bytes = b"") -> None:
-        super().__init__("the stream sent an event that is not JSON")
-        self.before = before
-        self.event = event
-
-    def unread(self, chunk: bytes) -> bytes:
-        """What of ``chunk`` (the read the event came in) came before the event: all the meter should read."""
-        at = chunk.find(self.event) if self.event else -1
-        return chunk[:at] if at >= 0 else b""
 
 
 class SSESplitter:
@@ -198,82 +181,3 @@ def parse_event(data: bytes) -> dict[str, Any] | None:
         except ValueError:
             return None
     return event if isinstance(event, dict) else None
-
-
-_EVENT_END: Final = re.compile(rb"(?>\r\n|\r|\n)(?>\r\n|\r|\n)")
-"""A blank line (two line ends in a row, each ``\r\n``, ``\r`` or ``\n``): where an event ends."""
-
-
-def malformed_at(data: bytes, done: bytes | None) -> int:
-    """See ``malformed_span``: its start, or -1."""
-    return malformed_span(data, done)[0]
-
-
-def malformed_span(data: bytes, done: bytes | None) -> tuple[int, int]:
-    """Where the first event of ``data`` (a run of whole events) whose data is not a JSON object starts and ends;
-    (-1, -1) when each is one, the stream's ending ``done``, or has no data (a comment, a keep-alive).
-
-    A validating scan (msgspec's decode to ``Raw`` builds no objects: about 0.3 µs an event); what msgspec refuses
-    is asked of ``parse_event``, so that an event is malformed exactly when ``parse_event`` reads None."""
-    start = 0
-    if data.find(b"\r") < 0:
-        ends = [(at, at + 2) for at in _finds(data, b"\n\n")]
-    else:
-        ends = [(found.start(), found.end()) for found in _EVENT_END.finditer(data)]
-    for end, after in ends:
-        block = data[start:end]
-        payload = data_of(block if block.find(b"\r") < 0 else block.replace(b"\r\n", b"\n").replace(b"\r", b"\n"))
-        if payload is not None and payload != done and not _is_object(payload):
-            return start, after
-        start = after
-    return -1, -1
-
-
-def _finds(data: bytes, mark: bytes) -> list[int]:
-    found = []
-    at = data.find(mark)
-    while at >= 0:
-        found.append(at)
-        at = data.find(mark, at + len(mark))
-    return found
-
-
-def _is_object(payload: bytes) -> bool:
-    try:
-        raw = msgspec.json.decode(payload, type=msgspec.Raw)
-    except (msgspec.MsgspecError, RecursionError):
-        return parse_event(payload) is not None
-    return bytes(raw).lstrip()[:1] == b"{"
-
-
-class EventCheck:
-    """Feed a stream's chunks in order; ``good`` gives back what of each comes before its first event that is not a
-    JSON object (``malformed_span``), and nothing after it (``broken`` then True). For the meter, before the relay's
-    own check (``EventForwarder.feed``) runs: it measures what the client will have, never past the break.
-    Created per stream, not thread-safe."""
-
-    def __init__(self, done: bytes | None) -> None:
-        self._done = done
-        self._pending = b""
-        self.broken = False
-
-    def good(self, chunk: bytes) -> bytes:
-        if self.broken:
-            return b""
-        data = self._pending + chunk if self._pending else chunk
-        cut = _last_end(data)
-        at = malformed_span(data[:cut], self._done)[0] if cut else -1
-        if at < 0:
-            self._pending = data[cut:]
-            return chunk
-        self.broken = True
-        return chunk[: max(at - len(self._pending), 0)]
-
-
-def _last_end(data: bytes) -> int:
-    """The offset just after the last blank line of ``data`` (0 if none)."""
-    if data.find(b"\r") < 0:
-        at = data.rfind(b"\n\n")
-        return at + 2 if at >= 0 else 0
-    ends = [found.end() for found in _EVENT_END.finditer(data)]
-    return ends[-1] if ends else 0

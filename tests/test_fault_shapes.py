@@ -106,9 +106,8 @@ UPSTREAM_FAULTS = (
     "first-token-timeout",
     "queue-full",
 )
-STREAM_FAULTS = ("broken-stream", "stalled-stream", "error-event", "keepalive-then-timeout", "malformed-chunk")
-"""Faults after a stream's 200 went out: the stream ends with the API's own error event (an event that is not JSON
-is a broken stream too: what follows it cannot be trusted to be the answer, natively relayed or translated)."""
+STREAM_FAULTS = ("broken-stream", "stalled-stream", "error-event", "keepalive-then-timeout")
+"""Faults after a stream's 200 went out: the stream ends with the API's own error event."""
 TRANSLATED = {"chat": "messages", "responses": "chat", "messages": "chat"}
 """The API a provider speaks in a cell's translated variant: the client's faults must still come in the client's."""
 
@@ -194,7 +193,6 @@ FAKE_OF: dict[str, dict[str, Any]] = {
     "broken-stream": {"drop_after": 2, "output_tokens": 16},
     "stalled-stream": {"stall_after": 2, "stall_s": 30.0, "output_tokens": 16},
     "error-event": {"error_event_after": 2, "output_tokens": 16},
-    "malformed-chunk": {"malformed_after": 2, "output_tokens": 16},
     "keepalive-then-timeout": {"ttft_s": 5.0},
 }
 POLICY_OF = {

@@ -28,8 +28,7 @@ fault of issue 6's list is tested (``module::test``; ``tf`` is this module):
   test_recovery (finished elsewhere when a deployment can continue)
 - stream stall: test_streaming::test_stall_mid_stream_hits_the_idle_timeout,
   test_recovery::test_every_kind_of_break_is_recovered[stall]
-- malformed chunk (a broken stream): test_streaming::test_malformed_chunk_mid_stream_breaks_the_stream_there,
-  test_recovery::test_every_kind_of_break_is_recovered[malformed-event], test_fault_shapes (malformed-chunk)
+- malformed chunk: test_streaming::test_malformed_chunk_mid_stream_is_relayed_and_recorded
 - missing [DONE]: test_streaming::test_missing_done_after_finish_reason_ends_cleanly,
   test_streaming::test_missing_done_without_finish_reason_is_an_error
 - content-filter 400s (not retried, reason propagated):

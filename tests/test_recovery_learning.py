@@ -72,21 +72,17 @@ def test_a_refused_continuation_is_learned_and_logged_once(
     assert len(warnings) == 1 and "b" in warnings[0]
 
 
-def test_a_stream_broken_by_a_malformed_event_is_a_health_failure(fakes: Fakes, start_gateway: StartGateway) -> None:
-    """An event that is not JSON breaks the stream there (a provider whose answers have holes is failing): each
-    such attempt is a failure, and soon a's circuit opens and b answers."""
+def test_a_completed_stream_with_a_malformed_event_is_not_a_health_failure(
+    fakes: Fakes, start_gateway: StartGateway
+) -> None:
     odd = fakes.start("a", FakeBehavior(output_tokens=8, malformed_after=2))
     gateway = start_gateway(gateway_config([odd, fakes.start("b")], policy={**POLICY, "failure_threshold": 1}))
-    providers: list[str] = []
-    while "b" not in providers and len(providers) < 5:  # until a's circuit opens (its failures outweigh the prior)
+    for _ in range(2):
         response = httpx.post(gateway.base_url + "/chat/completions", json=BODY, timeout=10)
-        providers.append(response.headers["x-gateway-provider"])
-        count = len(providers)
-        wait_until(lambda: len(gateway.samples.samples) == count, what="the attempt's sample")  # noqa: B023
-    assert providers[-1] == "b" and "b" not in providers[:-1], providers
-    outcomes = [(s.provider, s.outcome) for s in gateway.samples.samples]
-    assert outcomes == [("a", "broken_stream")] * (len(providers) - 1) + [("b", "ok")], outcomes
+        assert response.headers["x-gateway-provider"] == "a"  # no circuit opened by it
+    wait_until(lambda: len(gateway.samples.samples) == 2, what="the samples")
+    assert [s.outcome for s in gateway.samples.samples] == ["ok", "ok"]
     counted = gateway.metrics.registry.get_sample_value(
         "gateway_malformed_events_total", {"model": "m", "provider": "a"}
     )
-    assert counted == len(providers) - 1
+    assert counted == 2

@@ -14,7 +14,6 @@ import openai
 import pytest
 
 from gateway.fakes import FakeBehavior
-from gateway.fakes.behavior import answer_words
 from tests.support.clients import MESSAGES, sdk
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
@@ -179,31 +178,15 @@ def test_error_event_mid_stream_is_relayed(fakes: Fakes, start_gateway: StartGat
     assert sample_outcomes(gateway, 1) == ["upstream_error"]
 
 
-def test_malformed_chunk_mid_stream_breaks_the_stream_there(fakes: Fakes, start_gateway: StartGateway) -> None:
-    """An event that is not JSON: the answer has a hole (or worse) from there on, so the client's stream ends there
-    with the API's error event, as a cut one does; the attempt failed, and the event is counted."""
+def test_malformed_chunk_mid_stream_is_relayed_and_recorded(fakes: Fakes, start_gateway: StartGateway) -> None:
     fake = fakes.start("a", FakeBehavior(output_tokens=4, malformed_after=2))
     gateway = start_gateway(gateway_config([fake], policy=SHORT))
     body = post_stream(gateway)
-    assert b"not json" not in body and b"[DONE]" not in body, body
-    datas = [json.loads(block[6:]) for block in body.split(b"\n\n") if block.startswith(b"data: ")]
-    said = "".join(d["choices"][0]["delta"].get("content") or "" for d in datas[:-1] if d.get("choices"))
-    assert said == "".join(answer_words(0, 2)), datas
-    assert datas[-1]["error"]["code"] == "upstream_stream_broken", datas[-1]
-    assert sample_outcomes(gateway, 1) == ["broken_stream"]
-    assert gateway.samples.samples[0].output_tokens == 2  # what the client had: nothing read past the break
+    assert b"data: {not json\n\n" in body  # the gateway never rewrites what it relays
+    # The stream completed: not the provider's health failure, counted apart.
+    assert sample_outcomes(gateway, 1) == ["ok"]
     malformed = {"model": "m", "provider": "a"}
     assert gateway.metrics.registry.get_sample_value("gateway_malformed_events_total", malformed) == 1
-
-
-def test_a_malformed_event_before_any_output_falls_back(fakes: Fakes, start_gateway: StartGateway) -> None:
-    """Broken before the first token: nothing has reached the client, so the next deployment answers whole."""
-    odd, good = fakes.start("a", FakeBehavior(output_tokens=4, malformed_after=0)), fakes.start("b")
-    gateway = start_gateway(gateway_config([odd, good], policy={**SHORT, "extends": "fixed-order"}))
-    response = httpx.post(gateway.base_url + "/chat/completions", json=STREAM, timeout=10)
-    assert response.headers["x-gateway-provider"] == "b" and response.headers["x-gateway-attempts"] == "2"
-    assert b"not json" not in response.content and response.content.endswith(b"data: [DONE]\n\n")
-    assert sample_outcomes(gateway, 2) == ["broken_stream", "ok"]
 
 
 def test_client_hang_up_mid_stream_cancels_upstream(fakes: Fakes, start_gateway: StartGateway) -> None:

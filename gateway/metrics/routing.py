@@ -121,8 +121,8 @@ class RoutingSeries(SeriesFamilies):
         )
         self.malformed_events = counter(
             "gateway_malformed_events_total",
-            "Streams broken by an event that was not valid JSON (ended there with the API's error event, the "
-            "attempt failed)",
+            "Streams that completed although one of their events was not valid JSON (the client skipped it): "
+            "counted here, not against the provider's health",
             SAMPLE_LABELS,
             registry=r,
         )

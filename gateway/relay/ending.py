@@ -11,13 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from gateway.errors import (
-    MalformedStream,
-    UpstreamError,
-    UpstreamTimeout,
-    credentials_refusal,
-    refused_credentials,
-)
+from gateway.errors import UpstreamError, UpstreamTimeout, credentials_refusal, refused_credentials
 from gateway.reading import Reading
 from gateway.relay.attempt import Attempt, is_request_fault
 from gateway.relay.forward import EventForwarder
@@ -43,11 +37,9 @@ def stream_ending(
     """How one upstream stream ended; ``broken``: the error its read ended with (None: it ended, or sent an error)."""
     meter = attempt.meter
     assert meter is not None
-    complete = reading.finished and reading.error_message is None
-    if broken is not None and complete and not isinstance(broken, MalformedStream):
+    if broken is not None and reading.finished and reading.error_message is None:
         # The answer was complete (finish_reason came); only the provider's [DONE] or its
-        # close went missing: end the client's stream cleanly rather than as an error. (Not past an event that is
-        # not JSON: the meter may have read, in the same read, a finish the client never had.)
+        # close went missing: end the client's stream cleanly rather than as an error.
         return StreamEnding("ok", forwarder.clean_end(), False)
     if broken is not None:
         outcome: Outcome = "timeout" if isinstance(broken, UpstreamTimeout) else "broken_stream"

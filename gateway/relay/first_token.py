@@ -16,7 +16,6 @@ from gateway.dialects.chat_events import FAILED_FINISHES
 from gateway.errors import (
     CREDENTIALS_REFUSED,
     TIMED_OUT,
-    MalformedStream,
     UpstreamStatusError,
     UpstreamTimeout,
     UpstreamUnavailable,
@@ -40,7 +39,7 @@ from gateway.relay.echo import EchoedPrompt, echoes
 from gateway.relay.ratelimit_headers import read_rate_limits
 from gateway.relay.request import ProxyRequest
 from gateway.samples import Endpoint
-from gateway.sse import MAX_EVENT_BYTES, EventCheck, EventTooLarge
+from gateway.sse import MAX_EVENT_BYTES, EventTooLarge
 from gateway.types import Clock
 from gateway.upstream import MAX_ERROR_BODY, redirect_words
 
@@ -112,7 +111,6 @@ async def await_first_token(
     repeats = attempt.echo.repeats if attempt.echo is not None else None
     meter = attempt.meter = StreamMeter(clock, attempt.sent_at, dialect_for(api), repeats)
     held = attempt.held
-    check = EventCheck(dialect_for(api).done_data)  # the meter reads no further than an event that is not JSON
     while meter.first_output_at is None and not meter.done:
         chunk = await response.read_chunk()
         if not chunk:
@@ -126,15 +124,10 @@ async def await_first_token(
                 )
             break
         try:
-            meter.feed(check.good(chunk))
+            meter.feed(chunk)
         except EventTooLarge as exc:
             raise refused_stream(attempt, str(exc)) from None
-        held.append(chunk)  # whole: the relay's own check ends the client's stream at the bad event
-        if check.broken and meter.first_output_at is None:
-            # Broken before any output: nothing reached the client, so the next deployment is asked.
-            raise malformed_stream(attempt, "before any output")
-        if check.broken:
-            break
+        held.append(chunk)
         if meter.received_bytes > MAX_EVENT_BYTES:
             # Whole events, none with output (comments, a role chunk again and again): all held for the client.
             words = f"the stream sent {meter.received_bytes} bytes before any output (the limit is {MAX_EVENT_BYTES})"
@@ -162,8 +155,8 @@ def refused_in_band(attempt: Attempt, status: int) -> UpstreamStatusError:
 
 
 def refused_stream(attempt: Attempt, words: str) -> UpstreamUnavailable:
-    """The error of a stream the gateway stopped reading (an event past ``gateway.sse.MAX_EVENT_BYTES``, or one that
-    is not JSON): a broken stream of the provider's, with its status (its answer, not a connection to repeat)."""
+    """The error of a stream the gateway stopped reading for its size (``gateway.sse.MAX_EVENT_BYTES``): a broken
+    stream of the provider's, with its status (its answer, not a connection to repeat)."""
     name = attempt.candidate.provider.name
     return UpstreamUnavailable(f"{name}: {words}", provider=name, status=attempt.status)
 
@@ -263,10 +256,3 @@ def failed_finish(attempt: Attempt, body: bytes) -> None:
             status=attempt.status if attempt.status is not None else 200,
             code="upstream_failed",
         )
-
-
-def malformed_stream(attempt: Attempt, when: str = "") -> MalformedStream:
-    """The error of a stream broken by an event that is not JSON (``gateway.sse.MalformedEvent``), with its status."""
-    name = attempt.candidate.provider.name
-    words = f"the stream sent an event that is not JSON {when}".rstrip()
-    return MalformedStream(f"{name}: {words}", provider=name, status=attempt.status)

@@ -7,9 +7,6 @@ The relay forwards bytes as they come, but three things need the event boundarie
   chunk) would be glued to it and both would be garbled. So bytes after the last complete
   event are held until the event's blank line arrives. Providers flush per event, so this
   rarely holds anything, and a chunk that ends an event goes out untouched.
-- **Events that are not JSON.** One breaks the stream where it stands (``MalformedEvent``, raised with the events
-  ahead of it): the relay ends the client's stream as a cut one (``gateway.relay.ending``). Each event sent is
-  checked (a validating scan, no objects built): an SDK would choke on it, or skip it and show an answer with a hole.
 - **Error events.** An error event ends an upstream's part of the answer. It is held back, with
   whatever follows it, so that the relay can still choose between relaying it and continuing
   the answer elsewhere (``gateway.relay.recovery``). One whose message the client's SDK could not
@@ -52,7 +49,7 @@ from gateway.dialects import CHAT, Dialect, scans
 from gateway.dialects.base import listed
 from gateway.dialects.chat import usage_only
 from gateway.errors import describe_error
-from gateway.sse import MalformedEvent, SSESplitter, goes_on, malformed_span, parse_event
+from gateway.sse import SSESplitter, goes_on, parse_event
 
 _find: Final = scans.find
 """``scans.find``, held where compiled code reads it directly (mypyc keeps a ``Final`` in a C static: no look-up by
@@ -82,7 +79,7 @@ class EventForwarder:
         self._tail = b""
         self._more: list[bytes] = []
         """Chunks that went on the unfinished event of ``_tail`` with no blank line: joined once it ends, not
-        copied onto it per chunk (``SSESplitter._more``; the meter, fed each chunk too, bounds the event's size)."""
+        copied onto it per chunk (``SSESplitter._more``; the meter, fed first, bounds the event's size)."""
         self._opening = continuation
         self._dialect = dialect
         self._drop_usage = drop_usage_only
@@ -95,16 +92,6 @@ class EventForwarder:
         """Its ``error`` member, to tell the request's faults from the provider's."""
 
     def feed(self, chunk: bytes) -> bytes:
-        """The whole events of ``chunk`` (and of what it completes) to send now. Raises ``MalformedEvent`` at an event
-        that is not JSON, with the events ahead of it: the stream is broken there, as a translated one is."""
-        out = self._feed(chunk)
-        if out:
-            at, end = malformed_span(out, self._dialect.done_data)
-            if at >= 0:
-                raise MalformedEvent(out[:at], out[at:end])
-        return out
-
-    def _feed(self, chunk: bytes) -> bytes:
         if self.error is not None:
             return b""
         tail = self._tail

@@ -16,14 +16,14 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.types import Message, Send
 
-from gateway.errors import MalformedStream, UpstreamError
+from gateway.errors import UpstreamError
 from gateway.reading import Reading
 from gateway.relay.attempt import Attempt, AttemptLog
 from gateway.relay.budget import AttemptBudget
 from gateway.relay.deadline import Deadline
 from gateway.relay.disconnect import DisconnectWatch
 from gateway.relay.ending import Forwarder, stream_ending
-from gateway.relay.first_token import malformed_stream, refused_stream
+from gateway.relay.first_token import refused_stream
 from gateway.relay.forward import EventForwarder
 from gateway.relay.keepalive import SSE_HEADERS
 from gateway.relay.outbound import injects_usage, upstream_of
@@ -33,7 +33,7 @@ from gateway.relay.request import ProxyRequest
 from gateway.relay.runner import AttemptRunner
 from gateway.routing import Candidate
 from gateway.samples import Outcome
-from gateway.sse import EventTooLarge, MalformedEvent
+from gateway.sse import EventTooLarge
 from gateway.tokens import TokenCounter
 from gateway.translate import as_api
 from gateway.translate.stream import StreamTranslator, UsageCount
@@ -177,7 +177,7 @@ class StreamReply(Reply):
                     else:
                         outcome, tail, recoverable, status = stream_ending(attempt, forwarder, broken, reading)
                         tail = redact(tail)
-                    if isinstance(broken, MalformedStream):
+                    if outcome == "ok" and reading.malformed:
                         failed = attempt.candidate
                         runner.events.malformed_stream(request.requested_model, failed.name, failed.provider.name)
                     if not recoverable:
@@ -251,7 +251,6 @@ class StreamReply(Reply):
         """
         response, meter = attempt.response, attempt.meter
         assert response is not None and meter is not None
-        chunk = b""
         try:
             if start is not None:
                 self.log.status = 200
@@ -291,8 +290,8 @@ class StreamReply(Reply):
                     if out:
                         await send({"type": "http.response.body", "body": redact(out), "more_body": True})
                     return None
-                out = forward(chunk)  # first: past an event that is not JSON, the meter reads nothing of ``chunk``
                 feed(chunk)
+                out = forward(chunk)
                 if meter.done or forwarder.error is not None:
                     if out:
                         if forwarder.error is None:
@@ -306,11 +305,6 @@ class StreamReply(Reply):
             return exc
         except EventTooLarge as exc:
             return refused_stream(attempt, str(exc))
-        except MalformedEvent as exc:  # broken there: the events before it go out, then the stream ends as if cut
-            meter.feed(exc.unread(chunk))  # what the client had, no more (the held chunks: ``EventCheck``)
-            if exc.before:
-                await send({"type": "http.response.body", "body": redact(exc.before), "more_body": True})
-            return malformed_stream(attempt)
         except asyncio.CancelledError:
             self.runner.record(request, attempt, "client_cancelled", meter.finish(self.runner.counter))
             raise

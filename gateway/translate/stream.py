@@ -21,7 +21,7 @@ from typing import Any
 
 from gateway.dialects import dialect_for
 from gateway.errors import describe_error
-from gateway.sse import MalformedEvent, SSESplitter, parse_event
+from gateway.sse import SSESplitter, parse_event
 from gateway.translate import client_stops, new_id
 from gateway.translate.ir import Api, Ended, Event, Usage, UsageSeen
 from gateway.translate.stream_chat import ChatWriter
@@ -79,10 +79,7 @@ class StreamTranslator:
         """At the upstream's end: its last event if it lacked only the closing blank line."""
         if self.error is not None:
             return b""
-        try:
-            return self._events(self._splitter.flush())
-        except MalformedEvent as cut:
-            return cut.before  # an event the stream ended in the middle of: dropped, as the SSE spec drops it
+        return self._events(self._splitter.flush())
 
     def _events(self, payloads: list[bytes]) -> bytes:
         out: list[bytes] = []
@@ -93,8 +90,7 @@ class StreamTranslator:
             else:
                 event = parse_event(payload)
                 if event is None:
-                    # Not JSON: the stream is broken here, as a native one is (``EventForwarder.feed``).
-                    raise MalformedEvent(b"".join(out), payload)
+                    continue  # not JSON: the meter counts it malformed; there is nothing to translate
                 error = self._dialect.error_of(event)
                 if error is not None:
                     message, code = describe_error(error)
