@@ -11,33 +11,17 @@ send ``parallel_tool_calls`` on every call, Messages clients ``disable_parallel_
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import anthropic
 import openai
 import pytest
 
-from gateway.fakes import FakeBehavior
-from tests.support.config import gateway_config
-from tests.support.fakes import Fakes, FakeServer
-from tests.support.gateway import Gateway
+from tests.support.fakes import Fakes
+from tests.support.recorded import StartGateway, deployment, sent
 
-StartGateway = Callable[..., Gateway]
 PARAMETERS = {"type": "object", "properties": {}}
 HI: Any = [{"role": "user", "content": "hi"}]
-
-
-def deployment(fakes: Fakes, start_gateway: StartGateway, api: str) -> tuple[openai.OpenAI, FakeServer]:
-    fake = fakes.start("a", FakeBehavior(output_tokens=3), record=True)
-    gateway = start_gateway(gateway_config([fake], provider_options={"a": {"apis": [api]}}))
-    return openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0, timeout=10), fake
-
-
-def sent(fake: FakeServer) -> dict[str, Any]:
-    body = fake.app.state.recorded[-1].body
-    assert body is not None
-    return body
 
 
 @pytest.mark.parametrize("upstream", ["responses", "messages"])
