@@ -22,14 +22,14 @@ FAST = FakeBehavior(ttft_s=0.004, tokens_per_s=0, output_tokens=8)
 
 
 def test_after_warm_up_traffic_goes_to_the_best_provider(sims: Sims) -> None:
-    # First tokens tens of milliseconds apart: three answers in a row slowed by a busy machine's
+    # First tokens a hundred milliseconds and more apart: three answers in a row slowed by a busy machine's
     # scheduling (a few ms each) must not make "fast" look like "middling" (the router trusts
     # its last three answers over the window when they all disagree with it).
     sim = sims.start(
         [
-            SimProvider("slow", dataclasses.replace(FAST, ttft_s=0.16)),
+            SimProvider("slow", dataclasses.replace(FAST, ttft_s=0.3)),
             SimProvider("fast", dataclasses.replace(FAST, ttft_s=0.02)),
-            SimProvider("middling", dataclasses.replace(FAST, ttft_s=0.08)),
+            SimProvider("middling", dataclasses.replace(FAST, ttft_s=0.15)),
         ],
         policy={"min_samples": 3, "explore_share": 0.05},
     )
