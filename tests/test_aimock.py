@@ -41,11 +41,8 @@ FIXTURES: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def aimock() -> Iterator[AimockServer]:
-    server = AimockServer(FIXTURES).start()
-    try:
+    with AimockServer(FIXTURES) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

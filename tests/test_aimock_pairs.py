@@ -33,11 +33,8 @@ Seen = tuple[list[tuple[str, dict[str, Any]]], str, str]
 
 @pytest.fixture(scope="module")
 def aimock() -> Iterator[AimockServer]:
-    server = AimockServer(FIXTURES).start()
-    try:
+    with AimockServer(FIXTURES) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def chat(client: openai.OpenAI, prompt: str, stream: bool) -> Seen:

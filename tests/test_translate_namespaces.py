@@ -15,7 +15,7 @@ from openai.types.responses import ResponseFunctionToolCall
 
 from gateway.translate import translate_reply, translate_request
 from gateway.translate.namespaces import flat_names, split
-from gateway.translate.stream import StreamTranslator
+from tests.support.translation import chat_chunks_as_responses_events
 
 SPAWN = {
     "type": "function",
@@ -115,10 +115,7 @@ def test_a_streamed_call_comes_back_namespaced() -> None:
         {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}]},
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
     ]
-    translator = StreamTranslator("chat", "responses", request, "m")
-    raw = b"".join(translator.feed(f"data: {json.dumps(c)}\n\n".encode()) for c in chunks)
-    raw += translator.feed(b"data: [DONE]\n\n") + translator.flush()
-    events = [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: ")]
+    events = chat_chunks_as_responses_events(request, chunks)
     added = next(e["item"] for e in events if e["type"] == "response.output_item.added")
     done = next(e for e in events if e["type"] == "response.function_call_arguments.done")
     completed = next(e["response"] for e in events if e["type"] == "response.completed")

@@ -18,10 +18,10 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseToolSearchC
 
 from gateway.fakes import FakeBehavior
 from gateway.translate import translate_reply, translate_request
-from gateway.translate.stream import StreamTranslator
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes, FakeServer
 from tests.support.gateway import Gateway
+from tests.support.translation import chat_chunks_as_responses_events
 
 StartGateway = Callable[..., Gateway]
 SHELL = {"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {}}}
@@ -148,10 +148,7 @@ def test_a_streamed_search_with_arguments_that_are_no_object_is_passed_on_as_wri
         {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{oops"}}]}}]},
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
     ]
-    translator = StreamTranslator("chat", "responses", request, "m")
-    raw = b"".join(translator.feed(f"data: {json.dumps(c)}\n\n".encode()) for c in chunks)
-    raw += translator.feed(b"data: [DONE]\n\n") + translator.flush()
-    events = [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: ")]
+    events = chat_chunks_as_responses_events(request, chunks)
     added = next(e["item"] for e in events if e["type"] == "response.output_item.added")
     done = next(e["item"] for e in events if e["type"] == "response.output_item.done")
     assert added["type"] == done["type"] == "tool_search_call"
