@@ -192,10 +192,12 @@ def test_ten_clients_that_stop_reading_cost_bounded_memory_and_are_all_cut_at_th
         for _ in range(2):  # warm, as above
             assert http.post("/v1/chat/completions", json={**body, "max_tokens": 20_000}).text.endswith("[DONE]\n\n")
         baseline = _rss_mb(pid)
-        stalled = [_slow_request(url, body) for _ in range(STALLED)]
+        stalled: list[socket.socket] = []
         try:
-            for sock in stalled:
-                assert sock.recv(1024).startswith(b"HTTP/1.1 200")  # then never another read
+            for _ in range(STALLED):  # one at a time: each answer under way before the next is asked
+                stalled.append(sock := _slow_request(url, body))
+                head = sock.recv(1024)
+                assert head.startswith(b"HTTP/1.1 200"), head  # then never another read
             wait_until(lambda: fake.app.state.open_streams == STALLED, what="every stream under way")
             started = time.monotonic()
             peak, served = baseline, 0
