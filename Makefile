@@ -15,7 +15,7 @@ DEMO_BIN := $(DEMO_VENV)/bin
 # Nothing outside the checkout is needed: the tokenizer's rank files ship inside the package
 # (gateway/data/encodings), so the demo and the tests run offline once the venv is built.
 
-.PHONY: install install-demo demo serve test test-deps check format bench clean docker native
+.PHONY: install install-demo demo serve test test-deps check format bench clean docker native native-if-possible
 
 install: $(VENV)/.installed
 
@@ -55,7 +55,13 @@ TEST_WORKERS ?= 2
 test-deps:
 	bash tests/install-deps
 
-test: install test-deps
+# The compiled modules too, when a C compiler is here and the build is stale (a no-op when it is current): the suite
+# then tests them against the Python ones, as CI does. Without a compiler the suite runs the Python modules and the
+# compiled ones' tests skip, saying why.
+native-if-possible: install
+	@$(BIN)/python -m gateway.native_build --if-stale || echo "make test: no compiled modules built (needs a C compiler); their tests skip"
+
+test: install test-deps native-if-possible
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
 
 check: install

@@ -30,6 +30,7 @@ from gateway.native import (
     extension_suffix,
     source_hashes,
     source_of,
+    stale,
 )
 
 
@@ -81,7 +82,13 @@ def build(out: Path = NATIVE_DIR) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=NATIVE_DIR, help=f"where to write the build (default {NATIVE_DIR})")
+    parser.add_argument(
+        "--if-stale", action="store_true", help="build only when the current build cannot be used (`make test`)"
+    )
     args = parser.parse_args()
+    if args.if_stale and stale(args.out) is None:
+        print(f"the compiled modules in {args.out} match the sources", file=sys.stderr)
+        return
     build(args.out)
     print(f"compiled {len(MODULES)} modules and {len(C_MODULES)} C extensions into {args.out}", file=sys.stderr)
 
