@@ -56,6 +56,7 @@ test-deps:
 	bash tests/install-deps
 
 test: install test-deps
+	@echo "make test: pytest collects the suite before its first result (about 20 s on a first run: it rewrites each test's asserts once)"
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
 
 check: install
