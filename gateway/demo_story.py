@@ -79,7 +79,7 @@ def long_answer_line(*, degraded: bool) -> str:
     policy = BUILTIN_POLICIES[DEFAULT_POLICY]
     line = f"a long {DEMO_MODELS[0][0]} answer ({LONG_ANSWER_TOKENS} tokens) should take, best first: {listed}; "
     if len(near) == 1:
-        return line + f"so long answers should go to {near[0]}"
+        return line + f"once it has measured them, the router should send long answers to {near[0]}"
     return line + (
         f"{', '.join(near[:-1])} and {near[-1]} score within {NEAR_TIE:g} of each other under the {policy.name} "
         f"policy (time, and price at {policy.price_weight:g}), so long answers may go to any of them"

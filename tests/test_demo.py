@@ -192,7 +192,7 @@ def test_demo_traffic_fills_the_providers_and_sigterm_stops_streams_in_flight(
     demo.wait_for("now a long glm-5.3-flash answer")
     (healthy,) = [line for line in demo.lines if "] a long glm-5.3-flash answer" in line]
     (degraded,) = [line for line in demo.lines if "now a long glm-5.3-flash answer" in line]
-    assert healthy.endswith("so long answers should go to fading"), healthy
+    assert healthy.endswith("the router should send long answers to fading"), healthy
     assert "nimble score within" in degraded and "may go to any of them" in degraded, degraded
     urls = demo.provider_urls
 

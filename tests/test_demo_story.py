@@ -41,7 +41,7 @@ def test_the_expected_times_are_what_the_fakes_draw() -> None:
 def test_long_answers_go_to_fading_then_to_a_near_tie_that_includes_nimble() -> None:
     before = expected_long_answers(degraded=False)
     assert before[0].provider == "fading" and before[1].score > NEAR_TIE
-    assert long_answer_line(degraded=False).endswith("so long answers should go to fading")
+    assert long_answer_line(degraded=False).endswith("the router should send long answers to fading")
 
     after = expected_long_answers(degraded=True)
     near = {e.provider for e in after if e.score < NEAR_TIE}
