@@ -62,6 +62,7 @@ native-if-possible: install
 	@$(BIN)/python -m gateway.native_build --if-stale || echo "make test: no compiled modules built (needs a C compiler); their tests skip"
 
 test: install test-deps native-if-possible
+	@echo "make test: pytest collects the suite before its first result (about 20 s on a first run: it rewrites each test's asserts once)"
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
 
 check: install

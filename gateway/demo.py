@@ -43,6 +43,7 @@ from gateway.demo_setup import demo_config as demo_config
 from gateway.demo_setup import demo_config_data as demo_config_data
 from gateway.demo_setup import served_models, with_prompt_cache
 from gateway.demo_setup import write_demo_config as write_demo_config
+from gateway.demo_story import long_answer_line
 from gateway.fakes import FakeProvider
 from gateway.fakes.profiles import DEMO_PROFILES, ServingFigures
 from gateway.routing.explain import budgeted
@@ -54,8 +55,10 @@ GATEWAY_PAGES = (("dashboard", "/dashboard"), ("metrics", "/metrics"), ("stats J
 DEMO_SHORT_SHARE = 0.5
 DEMO_LONG_TOKENS = (250, 300)
 """Half the one-off requests ask for a long answer, up to the simulated providers' 300 tokens: there the stream's
-speed outweighs the first token, so the router sends them to a fast streamer (``fading``, until it degrades) while
-short ones stay on the quick starter (``nimble``); the status line shows where the first model's long ones went."""
+speed outweighs the first token, so the router sends them to a fast streamer (``fading``) while short ones stay on
+the quick starter (``nimble``). Once ``fading`` degrades, the quickest left (``steady``) costs 11x the cheapest, and
+the balanced policy scores it, ``torrent`` and ``nimble`` within a hair of each other (``gateway.demo_story``): long
+answers may then go back to ``nimble``. The status line shows where the first model's long ones went."""
 STATUS_EVERY_S = 10.0
 START_TIMEOUT_S = 20.0
 
@@ -221,6 +224,7 @@ class Demo:
         )
         say()
         say(f"{self._stamp()} running: {traffic}{fading}. Ctrl-C stops everything.")
+        say(f"{self._stamp()} {long_answer_line(degraded=False)}")
 
     def _served(self, name: str) -> Served:
         return next(s for s in self.served if s.name == name)
@@ -266,6 +270,7 @@ class Demo:
             self.say(
                 f"{self._stamp()} {profile.name} degrades now: {_describe_change(profile.figures, profile.degraded)}"
             )
+        self.say(f"{self._stamp()} now {long_answer_line(degraded=True)}")
 
     async def _report_traffic(self) -> None:
         """Every ``STATUS_EVERY_S``: totals, and who served the requests answered since the last line, and why."""
@@ -285,7 +290,12 @@ class Demo:
             self.say(
                 f"{self._stamp()} traffic: {counts.sent} requests ({counts.ok} ok, {counts.failed} failed{skipped}); "
                 f"last {STATUS_EVERY_S:g}s served by {shares(recent_providers)} (routes: {shares(recent_routes)}); "
-                f"long {watched} answers by {shares(recent_long)}; tool calls by {shares(recent_tools)}; "
+                + (
+                    f"long {watched} answers by {shares(recent_long)}; "
+                    if recent_long
+                    else f"no long {watched} answer; "
+                )
+                + (f"tool calls by {shares(recent_tools)}; " if recent_tools else "no tool call; ")
                 + self._exploration()
             )
 

@@ -81,7 +81,8 @@ def try_it_lines(how: Invocation, base: str, model: str, config_file: str | None
         '"messages": [{"role": "user", "content": "Say hi"}]}\''
     )
     lines.append(f"{how.gateway} stats --url {base}")
-    # 256-token answers, 4 at a time: long enough that the router sends them to a fast streamer, done in ~15 s.
+    # 256-token answers, 4 at a time, done in ~15 s: long enough that the router sends them to the fast streamer
+    # while `fading` is healthy; once it degrades, to any of three near-equal (the status lines say which).
     lines.append(f"{how.gateway} bench --url {base}/v1 --model {model} -n {BANNER_BENCH_REQUESTS} --concurrency 4")
     if config_file is not None:
         quoted = shlex.quote(config_file)

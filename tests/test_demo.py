@@ -187,6 +187,13 @@ def test_demo_traffic_fills_the_providers_and_sigterm_stops_streams_in_flight(
     demo_process.append(demo)
     demo.wait_for(READY)
     demo.wait_for("fading degrades now")
+    # The story says where long answers should go, from the fakes' own figures: fading while healthy; after, a
+    # near-tie that includes the cheap slow nimble (so long answers going back to it is no misroute).
+    demo.wait_for("now a long glm-5.3-flash answer")
+    (healthy,) = [line for line in demo.lines if "] a long glm-5.3-flash answer" in line]
+    (degraded,) = [line for line in demo.lines if "now a long glm-5.3-flash answer" in line]
+    assert healthy.endswith("the router should send long answers to fading"), healthy
+    assert "nimble score within" in degraded and "may go to any of them" in degraded, degraded
     urls = demo.provider_urls
 
     def served() -> int:

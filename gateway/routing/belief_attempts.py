@@ -114,7 +114,7 @@ def answer_pair(answer: Answer, expected: tuple[float, float] | None) -> tuple[f
 
 def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: float | None) -> bool:
     """Tell ``belief`` what one finished attempt says: an answer's pair (a drained one's too), a failure, or a
-    raced loser's lower bound on its first token. False when it says nothing of the deployment."""
+    raced loser's first token (without one, a lower bound on it). False when it says nothing of the deployment."""
     if answer.outcome == "ok" or answer.drained:
         medians = None
         if answer.ttft_s is None:  # an answer not streamed is split as the belief expects it
@@ -126,9 +126,12 @@ def tell(belief: Belief, prior: Prior, answer: Answer, now: float, elapsed_s: fl
     elif answer.outcome in FAILURES:
         belief.failed(now, True, elapsed_s)
     elif answer.outcome == "client_cancelled" and answer.hedged:
-        waited = answer.ttft_s if answer.ttft_s is not None else elapsed_s
-        if waited:
-            belief.observe(now, prior, at_least=(waited, None))
+        if answer.ttft_s is not None:
+            # Its first token came (with the winner's, a moment late): a first token heard, its pace unknown. Told as
+            # a bound it would lift a level barely heard far above what was measured.
+            belief.observe(now, prior, answer.ttft_s, None, uncached_tokens=answer.uncached_tokens)
+        elif elapsed_s:
+            belief.observe(now, prior, at_least=(elapsed_s, None))
     else:
         return False
     return True
