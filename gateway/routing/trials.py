@@ -22,7 +22,6 @@ from typing import Final
 from gateway.routing.belief_hazard import HAZARD_S, Hazard
 from gateway.types import DeploymentKey, InputKind
 
-LN2: Final = math.log(2.0)
 TRIALS_KEPT: Final = 10_000
 """Trials planned but never attempted are dropped past this many (their candidate was never tried)."""
 
@@ -30,7 +29,7 @@ TRIALS_KEPT: Final = 10_000
 def believed_s(hazard: Hazard | None) -> float:
     """How long what was learned of one of the hazard's deployments is believed: until a change since is as likely
     as none (``1 - e^(-t / every_s) = 1/2``). None: the model's deployments were never heard (the prior's)."""
-    return (hazard.every_s if hazard is not None else HAZARD_S) * LN2
+    return (hazard.every_s if hazard is not None else HAZARD_S) * math.log(2.0)
 
 
 @dataclass(slots=True)
