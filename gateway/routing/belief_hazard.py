@@ -18,17 +18,15 @@ from gateway.routing.priors import MEMORY
 HAZARD_S: Final = 120.0
 """The prior: a provider changes (its first token or its speed jumps) about once every this many seconds."""
 
-_PRIOR_CHANGES: Final = 1.0
-"""The prior counts as one change seen in ``HAZARD_S`` of watching."""
-
 
 @dataclass(slots=True)
 class Hazard:
     """The change rate of one model's deployments: a Gamma posterior (``changes`` its shape, ``watched_s`` its rate),
     shared by the model's beliefs and their copies."""
 
-    changes: float = _PRIOR_CHANGES
+    changes: float = 1.0
     watched_s: float = HAZARD_S
+    """The prior counts as one change seen in ``HAZARD_S`` of watching; it never fades."""
     every_s: float = HAZARD_S
     """A change about once every this many seconds: the inverse of the posterior mean rate."""
 
@@ -39,7 +37,7 @@ class Hazard:
             return
         memory_s = MEMORY * HAZARD_S  # the evidence's time constant: ``MEMORY`` changes' worth at the prior's rate
         faded = -math.expm1(-watched_s / memory_s)  # 1 - e^(-w/τ), accurate for a short w
-        changes = _PRIOR_CHANGES + (self.changes - _PRIOR_CHANGES) * (1.0 - faded) + found
+        changes = 1.0 + (self.changes - 1.0) * (1.0 - faded) + found
         self.changes = max(changes, 1e-9)
         self.watched_s = HAZARD_S + (self.watched_s - HAZARD_S) * (1.0 - faded) + memory_s * faded
         self.every_s = self.watched_s / self.changes

@@ -40,8 +40,6 @@ from gateway.stats import StatsSnapshot
 from gateway.stats.answers import answer_of, tells
 from gateway.types import CircuitState, Clock, DeploymentKey, InputKind, StreamProgress
 
-_NO_ATTEMPTS: dict[int, RunningAttempt] = {}  # never written: ``pop``'s stand-in where none is open
-
 
 class BeliefRouter:
     """Implements ``Router`` with one belief per deployment and one draw per request."""
@@ -261,7 +259,9 @@ class BeliefRouter:
         key = (candidate.model, candidate.name)
         now = self.clock()
         attempt = self._attempts.pop(id(candidate), None)
-        self._open.get(key, _NO_ATTEMPTS).pop(id(candidate), None)
+        open_attempts = self._open.get(key)
+        if open_attempts is not None:
+            open_attempts.pop(id(candidate), None)
         self.running.moved(key)
         in_flight = self.state.deployment_in_flight.get(key, 0)
         out = self.state.capacity.observe(
