@@ -206,10 +206,7 @@ class ContextWindows:
     def learn(self, key: DeploymentKey, limit: int, now: float) -> None:
         """Remember the limit a provider stated (the smallest, where it stated several while believed)."""
         known = self.learned.get(key)
-        if known is None or limit < known[0]:
-            self.learned[key] = (limit, now)
-        else:
-            self.learned[key] = (known[0], now)
+        self.learned[key] = (limit if known is None else min(limit, known[0]), now)
 
     def window(self, model: str, deployment: DeploymentConfig) -> int | None:
         known = self.learned.get((model, deployment.name))

@@ -23,7 +23,6 @@ from gateway.routing.trials import Trial
 from gateway.samples import Endpoint
 from gateway.types import DeploymentKey, InputKind
 
-NO_INPUTS: frozenset[InputKind] = frozenset()
 _PARTS: dict[str, InputKind] = {
     "image_url": "image",  # chat
     "input_audio": "audio",  # chat
@@ -129,9 +128,9 @@ def inputs_of(inputs: RefusedInputs, endpoint: Endpoint, body: dict[str, Any]) -
     """The kinds of input ``body`` carries, read only when some deployment has refused some kind (else none: there
     is nothing to route around, and the body is not scanned)."""
     if not inputs.refused:
-        return NO_INPUTS
+        return frozenset()
     where = _LISTS.get(endpoint)
-    return frozenset(_kinds(body.get(where), set())) if where is not None else NO_INPUTS
+    return frozenset(_kinds(body.get(where), set())) if where is not None else frozenset()
 
 
 def _kinds(value: object, found: set[InputKind]) -> Iterable[InputKind]:
