@@ -12,13 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
 
 from gateway.routing.belief_hazard import HAZARD_S, Hazard
 from gateway.types import DeploymentKey, InputKind
-
-TRIALS_KEPT: Final = 10_000
-"""Trials planned but never attempted are dropped past this many (their candidate was never tried)."""
 
 
 def believed_s(hazard: Hazard | None) -> float:
@@ -44,8 +40,8 @@ class Trials:
 
     def planned(self, model: str, candidates: Sequence[object], names: Sequence[str], trials: dict[str, Trial]) -> None:
         """Note the plan's candidates (``names``: their deployments) that try a deployment again."""
-        if len(self.running) > TRIALS_KEPT:
-            self.running.clear()
+        if len(self.running) > 10_000:
+            self.running.clear()  # trials planned whose candidates were never tried
         for candidate, name in zip(candidates, names, strict=True):
             trial = trials.get(name)
             if trial is not None:
