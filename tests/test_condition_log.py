@@ -13,7 +13,7 @@ import pytest
 from gateway.conditions import ConditionLog
 from gateway.config import ProviderConfig
 from gateway.fakes import FakeBehavior
-from gateway.routing.capacity import QUIET_S, RECOVERED_LIMIT, CapacityBoard
+from gateway.routing.capacity import BACKOFF_FLOOR, QUIET_S, CapacityBoard
 from tests.support.config import gateway_config
 from tests.support.fakes import Fakes
 from tests.support.gateway import Gateway
@@ -71,7 +71,7 @@ def test_a_limit_that_hovers_at_its_floor_is_said_once_and_its_recovery_once(cap
                 _answer(board, provider, now, in_flight=4)
             assert board.limits[("m", "p")].limit > 4.0  # above the floor again: each refusal reaches it anew
         assert said(caplog, FLOOR) == ["WARNING deployment p of model m: " + FLOOR + " (4) after a 503"]
-        while board.limits[("m", "p")].limit < RECOVERED_LIMIT:  # answers at load grow it back
+        while board.limits[("m", "p")].limit < 2 * BACKOFF_FLOOR:  # answers at load grow it back
             now += 0.1
             _answer(board, provider, now, in_flight=8)
         assert said(caplog, "recovered") == ["WARNING deployment p of model m: concurrency limit recovered (now 8)"]

@@ -9,16 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Final
 
 from gateway.routing.belief_runs import RUNS, finite, heaviest_first
 
 FAIL_PRIOR = (0.2, 1.8)
 """A deployment's failure chance before any attempt: mean 10%, worth two attempts."""
-
-
-_A0: Final = FAIL_PRIOR[0]
-_B0: Final = FAIL_PRIOR[1]
 
 
 def change_chance(elapsed_s: float, hazard_s: float) -> float:
@@ -59,7 +54,7 @@ class Failures:
         if failed and after_s is not None:
             self.failure_s += (after_s - self.failure_s) / min(self.failed + 1.0, 10.0)
         p = self.changed(now, hazard_s)
-        a0, b0 = _A0, _B0
+        a0, b0 = FAIL_PRIOR
         fresh = FailureRun(p * (a0 if failed else b0) / (a0 + b0), a0, b0)
         for run in self.runs:
             run.weight *= (1.0 - p) * (run.fails if failed else run.oks) / (run.fails + run.oks)
@@ -107,16 +102,17 @@ class Failures:
         mean = 0.0
         for r in self.runs:
             mean += stayed * r.weight * r.fails / (r.fails + r.oks)
-        s0 = _A0 + _B0  # the prior's, as a run's below
-        m0 = _A0 / s0
-        mean += p * _A0 / s0
+        a0, b0 = FAIL_PRIOR
+        s0 = a0 + b0  # the prior's, as a run's below
+        m0 = a0 / s0
+        mean += p * a0 / s0
         var = 0.0
         for r in self.runs:
             a, b = r.fails, r.oks
             s = a + b
             m = a / s
             var += stayed * r.weight * (m * (b / s) / (s + 1) + math.pow(m - mean, 2.0))
-        var += p * (m0 * (_B0 / s0) / (s0 + 1) + math.pow(m0 - mean, 2.0))
+        var += p * (m0 * (b0 / s0) / (s0 + 1) + math.pow(m0 - mean, 2.0))
         mean = min(max(mean, 1e-6), 1 - 1e-6)
         n = max(mean * (1 - mean) / max(var, 1e-12) - 1.0, 1e-3)
         self.read = (now, mean * n, (1 - mean) * n)

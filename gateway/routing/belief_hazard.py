@@ -12,16 +12,11 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.routing.belief_runs import INF, Run, finite
+from gateway.routing.belief_runs import Run, finite
 from gateway.routing.priors import MEMORY
 
 HAZARD_S: Final = 120.0
 """The prior: a provider changes (its first token or its speed jumps) about once every this many seconds."""
-
-_PRIOR_CHANGES: Final = 1.0
-"""The prior counts as one change seen in ``HAZARD_S`` of watching."""
-_MEMORY_S: Final = MEMORY * HAZARD_S
-"""The evidence's time constant, in seconds of watching: ``MEMORY`` changes' worth at the prior's rate."""
 
 
 @dataclass(slots=True)
@@ -29,8 +24,9 @@ class Hazard:
     """The change rate of one model's deployments: a Gamma posterior (``changes`` its shape, ``watched_s`` its rate),
     shared by the model's beliefs and their copies."""
 
-    changes: float = _PRIOR_CHANGES
+    changes: float = 1.0
     watched_s: float = HAZARD_S
+    """The prior counts as one change seen in ``HAZARD_S`` of watching; it never fades."""
     every_s: float = HAZARD_S
     """A change about once every this many seconds: the inverse of the posterior mean rate."""
 
@@ -39,10 +35,11 @@ class Hazard:
         expected in its history (negative where it took one back). The evidence beyond the prior fades first."""
         if not (watched_s >= 0.0 and finite(found)):
             return
-        faded = -math.expm1(-watched_s / _MEMORY_S)  # 1 - e^(-w/τ), accurate for a short w
-        changes = _PRIOR_CHANGES + (self.changes - _PRIOR_CHANGES) * (1.0 - faded) + found
+        memory_s = MEMORY * HAZARD_S  # the evidence's time constant: ``MEMORY`` changes' worth at the prior's rate
+        faded = -math.expm1(-watched_s / memory_s)  # 1 - e^(-w/τ), accurate for a short w
+        changes = 1.0 + (self.changes - 1.0) * (1.0 - faded) + found
         self.changes = max(changes, 1e-9)
-        self.watched_s = HAZARD_S + (self.watched_s - HAZARD_S) * (1.0 - faded) + _MEMORY_S * faded
+        self.watched_s = HAZARD_S + (self.watched_s - HAZARD_S) * (1.0 - faded) + memory_s * faded
         self.every_s = self.watched_s / self.changes
 
 
@@ -67,4 +64,4 @@ def found(runs: list[Run]) -> float:
         total += run.weight
     for run in runs:
         changes += run.weight * run.changes
-    return changes / total if 0.0 < total < INF else math.nan
+    return changes / total if 0.0 < total < math.inf else math.nan

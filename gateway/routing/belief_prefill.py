@@ -17,10 +17,6 @@ from gateway.routing.priors import DRIFT, SPREAD
 
 SLOPE: Final = 1e-4
 """Seconds per uncached prompt token before any answer tells; its prior sd is as large."""
-_ROOT_2PI: Final = math.sqrt(2.0 * math.pi)
-_ERFC: Final = math.erfc
-"""``math.erfc`` held once: compiled, ``math.erfc`` is an attribute looked up at every call (not a native primitive)."""
-_SLOPE2: Final = SLOPE**2
 
 
 @dataclass(slots=True)
@@ -34,7 +30,7 @@ class Prefill:
     slope: float = SLOPE
     var_base: float = 1.0
     cov: float = 0.0
-    var_slope: float = _SLOPE2
+    var_slope: float = SLOPE**2
     heard_at: float | None = None
 
     def __init__(
@@ -43,7 +39,7 @@ class Prefill:
         slope: float = SLOPE,
         var_base: float = 1.0,
         cov: float = 0.0,
-        var_slope: float = _SLOPE2,
+        var_slope: float = SLOPE**2,
         heard_at: float | None = None,
     ) -> None:
         self.base = base
@@ -106,9 +102,9 @@ def at_most_its_answer(runs: list[Run], base: float | None, unsure: float, ttft:
         mean, var = run.mean0, run.var0
         s = math.sqrt(1.0 + b * b * var)
         z = (a - b * mean) / s
-        chance = 0.5 * _ERFC(-z / math.sqrt(2.0))
+        chance = 0.5 * math.erfc(-z / math.sqrt(2.0))
         # φ(z) / Φ(z); where Φ underflows, its asymptotic series
-        ratio = math.exp(-0.5 * z * z) / _ROOT_2PI / chance if chance > 1e-300 else -z - 1.0 / z + 2.0 / z**3
+        ratio = math.exp(-0.5 * z * z) / math.sqrt(math.tau) / chance if chance > 1e-300 else -z - 1.0 / z + 2.0 / z**3
         run.mean0 = mean - b * var / s * ratio
         shrunk = var - b * b * var * var / (s * s) * ratio * (z + ratio)
         run.var0 = shrunk if shrunk > 1e-6 else 1e-6  # the floor ``student`` uses for a bound

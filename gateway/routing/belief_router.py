@@ -37,10 +37,8 @@ from gateway.routing.priors import Pool, Prior
 from gateway.routing.trials import Trial, believed_s
 from gateway.samples import Sample
 from gateway.stats import StatsSnapshot
-from gateway.stats.answers import answer_of, tells
+from gateway.stats.answers import Answer, answer_of, tells
 from gateway.types import CircuitState, Clock, DeploymentKey, InputKind, StreamProgress
-
-_NO_ATTEMPTS: dict[int, RunningAttempt] = {}  # never written: ``pop``'s stand-in where none is open
 
 
 class BeliefRouter:
@@ -261,7 +259,9 @@ class BeliefRouter:
         key = (candidate.model, candidate.name)
         now = self.clock()
         attempt = self._attempts.pop(id(candidate), None)
-        self._open.get(key, _NO_ATTEMPTS).pop(id(candidate), None)
+        open_attempts = self._open.get(key)
+        if open_attempts is not None:
+            open_attempts.pop(id(candidate), None)
         self.running.moved(key)
         in_flight = self.state.deployment_in_flight.get(key, 0)
         out = self.state.capacity.observe(
@@ -312,18 +312,13 @@ class BeliefRouter:
             return
         self._hear_others(model, self.stats.snapshot(), now)
         answer = answer_of(sample)
-        elapsed = now - attempt.started_at if attempt is not None else None
-        belief = self.belief(*key)
-        answers = belief.answers
-        tell(belief, self.priors.get(key, NO_PRIOR), answer, now, elapsed)
+        self._tell(key, answer, now, now - attempt.started_at if attempt is not None else None)
         if answer.outcome == "ok" or answer.drained:
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
             if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:
                 self.lengths.heard(attempt.length[0], sample.output_tokens, attempt.length[1])
             if attempt is not None and attempt.progress is not None and sample.output_tokens:
                 bytes_per_token(self._bytes_per_token, attempt.progress, sample.output_tokens)
-        if belief.answers != answers:  # its level or scatter moved (a failure alone leaves every prior as it was)
-            self._pool(key[0], now, key)
 
     def _hear_others(self, model: ModelConfig, snapshot: StatsSnapshot, now: float) -> None:
         """Tell the beliefs the other replicas' answers not heard yet (``gateway.routing.belief_others``), each as
@@ -335,10 +330,16 @@ class BeliefRouter:
             at = now - max(0.0, snapshot.taken_at - answer.at)
             for heard in (belief.heard_at, belief.failures.heard_at):
                 at = at if heard is None else max(at, heard)
-            answers = belief.answers
-            tell(belief, self.priors.get(key, NO_PRIOR), answer, at, answer.attempt_s)
-            if belief.answers != answers:
-                self._pool(key[0], at, key)
+            self._tell(key, answer, at, answer.attempt_s)
+
+    def _tell(self, key: DeploymentKey, answer: Answer, at: float, elapsed_s: float | None) -> None:
+        """Tell ``key``'s belief one answer (``belief_attempts.tell``) and, where its level or scatter moved, pool its
+        model's priors again (a failure alone leaves every prior as it was)."""
+        belief = self.belief(*key)
+        answers = belief.answers
+        tell(belief, self.priors.get(key, NO_PRIOR), answer, at, elapsed_s)
+        if belief.answers != answers:
+            self._pool(key[0], at, key)
 
     def _pool(self, model: str, now: float, heard: DeploymentKey) -> None:
         """Each of ``model``'s deployments' prior, pooled from the others' beliefs, after ``heard``'s level or scatter

@@ -17,22 +17,17 @@ RUNS: Final = 5
 TTFT: Final = 0
 SPT: Final = 1
 METRICS = (TTFT, SPT)
-_DEFAULT_TTFT: Final = math.log(1.0)
-_DEFAULT_SPT: Final = math.log(1 / 50.0)
-DEFAULT_LEVEL = (_DEFAULT_TTFT, _DEFAULT_SPT)
+DEFAULT_LEVEL = (math.log(1.0), math.log(1 / 50.0))
 """Where a model with nothing measured starts: 1 s to first token, 50 tokens/s."""
 UNKNOWN: Final = 3.0
 """How far (log sd) a model's first token and speed may lie from ``DEFAULT_LEVEL`` before anything is measured."""
-_UNKNOWN2: Final = UNKNOWN**2
-_SPREAD2: Final = SPREAD**2
 T = TypeVar("T")
-INF: Final = math.inf
 
 
 def finite(x: float) -> bool:
     """``math.isfinite(x)`` of a float, the same answer (NaN and ±inf compare false). Compiled, this is two native
     comparisons; ``math.isfinite`` is no mypyc primitive: a call looked up on the module, of a boxed float."""
-    return -INF < x < INF
+    return -math.inf < x < math.inf
 
 
 @dataclass(slots=True)
@@ -92,10 +87,10 @@ def start_at(m0: float | None, m1: float | None, v0: float, v1: float) -> Run:
     """A run at the log level's means and variances (a mean None: ``DEFAULT_LEVEL``, ``UNKNOWN`` wide)."""
     return Run(
         1.0,
-        m0 if m0 is not None else _DEFAULT_TTFT,
-        m1 if m1 is not None else _DEFAULT_SPT,
-        v0 if m0 is not None else _UNKNOWN2,
-        v1 if m1 is not None else _UNKNOWN2,
+        m0 if m0 is not None else DEFAULT_LEVEL[TTFT],
+        m1 if m1 is not None else DEFAULT_LEVEL[SPT],
+        v0 if m0 is not None else UNKNOWN**2,
+        v1 if m1 is not None else UNKNOWN**2,
     )
 
 
@@ -105,7 +100,7 @@ def first_runs(prior: Prior) -> list[Run]:
     (m0, m1), (v0, v1) = prior.mean, prior.var
     runs = [start_at(m0, m1, v0, v1)]
     if m0 is not None or m1 is not None:
-        runs.append(start_at(m0, m1, _UNKNOWN2, _UNKNOWN2))  # a deployment need not resemble the others
+        runs.append(start_at(m0, m1, UNKNOWN**2, UNKNOWN**2))  # a deployment need not resemble the others
         for run in runs:
             run.weight = 0.5
     return runs
@@ -123,7 +118,7 @@ def landings(changed_before: bool, before: tuple[float, float] | None, prior: Pr
     if before is None:
         return [run]
     run.weight = 0.5  # ``1.0 / len(runs)`` of two, exactly
-    return [run, Run(0.5, before[TTFT], before[SPT], _SPREAD2, _SPREAD2)]
+    return [run, Run(0.5, before[TTFT], before[SPT], SPREAD**2, SPREAD**2)]
 
 
 def mix(runs: list[Run], metric: int) -> tuple[float, float]:

@@ -19,11 +19,8 @@ from gateway.routing.belief_runs import METRICS, SPT, TTFT, Run, finite, heavies
 from gateway.routing.priors import MEMORY, PRIOR_WEIGHT, SPREAD, Prior
 from gateway.routing.student import TAIL_NU, censored_square
 
-_KEEP: Final = 1 - 1 / MEMORY
-_SPREAD2: Final = SPREAD**2
 SCATTERS: Final = 3
 """Scatter hypotheses kept per metric: a cost of the computation, not a fact of the world."""
-_POWER: Final = -(TAIL_NU + 1) / 2
 
 
 @dataclass(slots=True)
@@ -31,16 +28,16 @@ class Scatter:
     """One hypothesis on one metric's scatter: its sums and its weight."""
 
     weight: float
-    noise: float = _SPREAD2
+    noise: float = SPREAD**2
     """The Student-t's scale (log variance)."""
-    spread2: float = _SPREAD2
+    spread2: float = SPREAD**2
     """The answers' plain log variance around the level."""
     n: float = 0.0
     """Answers' worth heard, beside the prior's ``PRIOR_WEIGHT``."""
     marginal: float = field(default=0.0, init=False, compare=False, repr=False)
     """Scratch for ``_weigh``, not state."""
 
-    def __init__(self, weight: float, noise: float = _SPREAD2, spread2: float = _SPREAD2, n: float = 0.0) -> None:
+    def __init__(self, weight: float, noise: float = SPREAD**2, spread2: float = SPREAD**2, n: float = 0.0) -> None:
         # Written out so that mypyc compiles it (as ``belief_runs.Run``).
         self.weight = weight
         self.noise = noise
@@ -70,6 +67,7 @@ def learn_noise(
         square = 0.0  # a bound's depends on each scatter's spread: found in the loop
     level_var = var + unsure
     prior_noise, prior_spread = PRIOR_WEIGHT * prior[0], PRIOR_WEIGHT * prior[1]
+    keep = 1 - 1 / MEMORY  # fading sums over the last ~MEMORY answers
     for sums in scatters:
         if value is None and bound is not None:
             square = censored_square(bound, centre, sums.spread2 + var)
@@ -78,13 +76,13 @@ def learn_noise(
         scale = sums.noise
         counts = scale / (scale + level_var)
         robust = residual * (TAIL_NU + 1) / (TAIL_NU + residual / scale)
-        # Fading sums over the last ~MEMORY answers; the prior's share is taken out before fading and put back.
+        # The prior's share is taken out before fading and put back.
         heard = PRIOR_WEIGHT + sums.n
-        n = sums.n * _KEEP
+        n = sums.n * keep
         weight = PRIOR_WEIGHT + n + counts
-        total = (scale * heard - prior_noise) * _KEEP + counts * robust
+        total = (scale * heard - prior_noise) * keep + counts * robust
         sums.noise = (prior_noise + total) / weight
-        total = (sums.spread2 * heard - prior_spread) * _KEEP + counts * residual
+        total = (sums.spread2 * heard - prior_spread) * keep + counts * residual
         sums.spread2 = (prior_spread + total) / weight
         sums.n = n + counts
 
@@ -175,7 +173,8 @@ def _weigh(scatters: list[Scatter], levels: tuple[list[Run], int], unsure: float
         chance = run.chance
         for scatter in scatters:
             scale2 = variance + scatter.noise
-            scatter.marginal += chance * math.pow(1.0 + square / scale2 / TAIL_NU, _POWER) / math.sqrt(scale2)
+            kernel = math.pow(1.0 + square / scale2 / TAIL_NU, -(TAIL_NU + 1) / 2)
+            scatter.marginal += chance * kernel / math.sqrt(scale2)
     for scatter in scatters:
         scatter.weight *= scatter.marginal
 

@@ -25,11 +25,9 @@ INITIAL_LIMIT = 32.0
 BACKOFF_FLOOR = 4.0
 """No refusal backs a learned limit off below this (a ceiling below it still caps it): a refusal at one or two in
 flight is an outage or a per-request refusal, the circuit's business, not a concurrency the provider takes."""
-
-RECOVERED_LIMIT = 2 * BACKOFF_FLOOR
-"""A limit backed off to its floor has recovered once it grows back to this ..."""
 QUIET_S = 300.0
-"""... or once an answer comes this long after its last back-off (a quiet provider's limit has no load to grow by)."""
+"""A limit backed off to its floor has recovered once it grows back to twice the floor, or once an answer comes this
+long after its last back-off (a quiet provider's limit has no load to grow by)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +165,7 @@ class CapacityBoard:
     """Each deployment's provider (as last seen): which limits a provider's metrics sum."""
     floors: ConditionLog[DeploymentKey] = field(default_factory=lambda: ConditionLog(logger))
     """Deployments whose limit was said to be at its floor: a provider that keeps refusing there is said once,
-    and once more when it recovers (``RECOVERED_LIMIT`` or ``QUIET_S``), not at each refusal."""
+    and once more when it recovers (twice ``BACKOFF_FLOOR`` or ``QUIET_S``), not at each refusal."""
 
     def of(self, provider: ProviderConfig, key: DeploymentKey) -> ProviderLimit:
         limit = self.limits.get(key)
@@ -272,7 +270,7 @@ class CapacityBoard:
                 out_for = max(out_for or 0.0, retry_after_s)
         elif ok:
             limit.succeeded(in_flight)
-            if self.floors.active(key) and (limit.limit >= RECOVERED_LIMIT or now - limit.backed_off_at >= QUIET_S):
+            if self.floors.active(key) and (limit.limit >= 2 * BACKOFF_FLOOR or now - limit.backed_off_at >= QUIET_S):
                 self.floors.ended(
                     key,
                     "deployment %s of model %s: concurrency limit recovered (now %d)",

@@ -33,8 +33,6 @@ UNSERVABLE_STATUSES = frozenset({401, 403, 404})
 """Statuses no retry cures until the operator's config changes: the provider refused the gateway's key (401, 403)
 or does not know the deployment's model (404). ``HealthBoard.record(unservable=...)``."""
 MAX_RETRY_AFTER_S = 300.0
-REASON_LIMIT = 200
-"""Longest failure message a circuit keeps as the reason it opened (``Circuit.reason``)."""
 """The longest ``Retry-After`` honoured as a cool-down (a provider asking for more is asked again then)."""
 
 
@@ -54,9 +52,9 @@ class Circuit:
     rate_limited: bool = False
     """Opened by a 429's Retry-After: the provider asked to wait, it is not broken."""
     reason: str = ""
-    """The message of the failure that opened it, clipped (empty: none was given, e.g. a stream broken after its
-    first token): said when a request finds no deployment to take it (``ranking.no_capacity``). Set only when the
-    circuit opens; the messages are the clients' errors, already free of secrets."""
+    """The message of the failure that opened it, clipped to 200 characters (empty: none was given, e.g. a stream
+    broken after its first token): said when a request finds no deployment to take it (``ranking.no_capacity``). Set
+    only when the circuit opens; the messages are the clients' errors, already free of secrets."""
 
 
 StateChange = Callable[[DeploymentKey, CircuitState], None]
@@ -160,7 +158,7 @@ class HealthBoard:
             return
         circuit.level = circuit.level + 1 if repeat else 0
         circuit.rate_limited = rate_limited
-        circuit.reason = clip(reason, REASON_LIMIT) if reason else ""
+        circuit.reason = clip(reason, 200) if reason else ""
         if retry_after_s is not None:
             cooldown = min(max(retry_after_s, 0.001), MAX_RETRY_AFTER_S)
         else:
@@ -208,10 +206,7 @@ class ContextWindows:
     def learn(self, key: DeploymentKey, limit: int, now: float) -> None:
         """Remember the limit a provider stated (the smallest, where it stated several while believed)."""
         known = self.learned.get(key)
-        if known is None or limit < known[0]:
-            self.learned[key] = (limit, now)
-        else:
-            self.learned[key] = (known[0], now)
+        self.learned[key] = (limit if known is None else min(limit, known[0]), now)
 
     def window(self, model: str, deployment: DeploymentConfig) -> int | None:
         known = self.learned.get((model, deployment.name))

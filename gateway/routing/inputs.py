@@ -1,14 +1,11 @@
 """Kinds of input a deployment refused (an image, audio), learned, and the requests that carry them.
 
-llama.cpp's server started without a vision (or audio) projector refuses any image with a 500 (read by
-``gateway.relay.context.refused_input``). A refusal says something of the deployment, not only of that request: it
-will refuse later images alike, until what it serves changes. So the router remembers the kind, as it remembers a
-window learned from a ``context_length_exceeded``, and plans a request carrying that kind without the deployment;
-when no deployment of the model is left, the client gets the 400 at once, saying it was learned, with no upstream
-call. What a request carries is read from its body only once some deployment has refused something (``inputs_of``):
-until then no body is scanned. A reload that changes where a deployment is served forgets what was learned of it
-(``gateway.routing.health.RouterState.forget_changed``); without one, a refusal is believed for the hazard's
-half-life, then one request tries the deployment again (``gateway.routing.trials``).
+A refusal (llama.cpp without a vision projector answers an image with a 500: ``gateway.relay.context.refused_input``)
+says something of the deployment: it will refuse later images alike. So the kind is remembered, as a learned window
+is, and a request carrying it is planned without the deployment (with none left, a 400 at once and no upstream call).
+A body is scanned for kinds only once some deployment has refused one (``inputs_of``). A reload that moves the
+deployment forgets it (``RouterState.forget_changed``); ``gateway.routing.trials`` says how long it is believed.
+See docs/routing.md ("Context windows").
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ from gateway.routing.trials import Trial
 from gateway.samples import Endpoint
 from gateway.types import DeploymentKey, InputKind
 
-NO_INPUTS: frozenset[InputKind] = frozenset()
 _PARTS: dict[str, InputKind] = {
     "image_url": "image",  # chat
     "input_audio": "audio",  # chat
@@ -129,9 +125,9 @@ def inputs_of(inputs: RefusedInputs, endpoint: Endpoint, body: dict[str, Any]) -
     """The kinds of input ``body`` carries, read only when some deployment has refused some kind (else none: there
     is nothing to route around, and the body is not scanned)."""
     if not inputs.refused:
-        return NO_INPUTS
+        return frozenset()
     where = _LISTS.get(endpoint)
-    return frozenset(_kinds(body.get(where), set())) if where is not None else NO_INPUTS
+    return frozenset(_kinds(body.get(where), set())) if where is not None else frozenset()
 
 
 def _kinds(value: object, found: set[InputKind]) -> Iterable[InputKind]:

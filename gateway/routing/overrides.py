@@ -10,13 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Container
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
 
 from gateway.config import GatewayConfig, ModelConfig
 from gateway.errors import InvalidRequest
 
 Sort = Literal["price", "throughput", "latency"]
-SORTS: tuple[Sort, ...] = ("price", "throughput", "latency")
 MODEL_SUFFIXES: dict[str, Sort] = {":nitro": "throughput", ":floor": "price"}
 _PERCENTILES = {"p50": 0.5, "p75": 0.75, "p90": 0.9, "p99": 0.99}
 _FIELDS = (
@@ -146,11 +145,10 @@ def _sort(value: Any) -> Sort | None:
         value = value.get("by")
     if value is None:
         return None
-    for sort in SORTS:
-        if value == sort:
-            return sort
+    if value in get_args(Sort):
+        return cast(Sort, value)
     raise InvalidRequest(
-        f"'provider.sort' must be one of {', '.join(SORTS)}, got {_show(value)}", param="provider.sort"
+        f"'provider.sort' must be one of {', '.join(get_args(Sort))}, got {_show(value)}", param="provider.sort"
     )
 
 

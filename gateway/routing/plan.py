@@ -9,7 +9,6 @@ from gateway.config import DeploymentConfig, ModelConfig, PolicyConfig, Provider
 from gateway.frozen import positional_maker, quick_init
 from gateway.policies import Affinity
 from gateway.routing.capacity import RateLimits
-from gateway.routing.inputs import NO_INPUTS
 from gateway.routing.overrides import NO_PREFERENCES, ProviderPreferences
 from gateway.samples import Endpoint, RequestKind, Sample
 from gateway.stats import StatsSnapshot
@@ -107,7 +106,7 @@ class RouteRequest:
     """The client key's id ("": none): its answers' lengths are learned apart (``gateway.routing.lengths``)."""
     explain: bool = False
     """The caller asked for the routing trace: the plan carries its ``ranking`` even where that costs extra."""
-    inputs: frozenset[InputKind] = NO_INPUTS
+    inputs: frozenset[InputKind] = frozenset()
     """The kinds of input it carries that some deployment refused (``gateway.routing.inputs``): none skips those."""
 
 

@@ -46,9 +46,6 @@ class Uncertainty:
     tokens_per_s: float = 4.0
 
 
-UNKNOWN = Uncertainty()
-
-
 @quick_init
 @dataclass(frozen=True, slots=True)
 class Prediction:
@@ -64,7 +61,7 @@ class Prediction:
     """Attempts in the stats window that say something of the provider."""
     prior: bool
     """Nothing of its own heard yet: the prediction is its model's other deployments' (the pooled prior)."""
-    uncertainty: Uncertainty = UNKNOWN
+    uncertainty: Uncertainty = Uncertainty()
     """The spread of its level now, grown with its age."""
     samples: float = 0.0
     """Answers (and lower bounds) behind it."""

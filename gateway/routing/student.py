@@ -14,11 +14,6 @@ from gateway.routing.belief_runs import SPT, TTFT, Run
 TAIL_NU: Final = 4.0
 """Degrees of freedom of an answer's Student-t noise (``_t_tail`` is written for this ν)."""
 _T_NORM: Final = math.exp(math.lgamma((TAIL_NU + 1) / 2) - math.lgamma(TAIL_NU / 2)) / math.sqrt(TAIL_NU * math.pi)
-_POWER: Final = -(TAIL_NU + 1) / 2
-"""The Student-t density's exponent."""
-_SQRT2: Final = math.sqrt(2.0)
-_SQRT_TAU: Final = math.sqrt(math.tau)
-"""``statistics``' own constants, so that the normal's cdf and pdf below are its ``NormalDist()``'s floats."""
 
 
 def likelihoods(
@@ -76,7 +71,7 @@ def _density(square: float, var: float, n: float) -> float:
     given its squared residual ``(value − mean)²``."""
     scale2 = var + n
     z2 = square / scale2
-    return math.pow(1.0 + z2 / TAIL_NU, _POWER) / math.sqrt(scale2)
+    return math.pow(1.0 + z2 / TAIL_NU, -(TAIL_NU + 1) / 2) / math.sqrt(scale2)
 
 
 def _beyond(bound: float, mean: float, var: float, n: float) -> float:
@@ -99,7 +94,7 @@ def _tail_step(bound: float, mean: float, var: float, n: float) -> tuple[float, 
     s = math.sqrt(var + n)
     alpha = (bound - mean) / s
     tail = _t_tail(alpha)
-    hazard = _T_NORM * math.pow(1.0 + alpha * alpha / TAIL_NU, _POWER) / (tail if tail > 1e-12 else 1e-12)
+    hazard = _T_NORM * math.pow(1.0 + alpha * alpha / TAIL_NU, -(TAIL_NU + 1) / 2) / (tail if tail > 1e-12 else 1e-12)
     slope = alpha * (TAIL_NU + 1) / (TAIL_NU + alpha * alpha)  # -d log pdf / d alpha
     shrunk = var * (1.0 - var / (s * s) * hazard * (hazard - slope))
     shrunk = shrunk if shrunk > 1e-6 else 1e-6  # max(1e-6, shrunk), NaN to 1e-6
@@ -109,11 +104,11 @@ def _tail_step(bound: float, mean: float, var: float, n: float) -> tuple[float, 
 def censored_square(bound: float, mean: float, variance: float) -> float:
     """E[(y − mean)²] of a normal answer known only to be at least ``bound``: what a bound hides of the spread."""
     alpha = (bound - mean) / math.sqrt(variance)
-    # ``NormalDist()``'s cdf and pdf written out, their own expressions at μ = 0.0, σ = 1.0 (``x - 0.0`` is ``x``,
-    # ``1.0 * c`` is ``c``): the same floats without two interpreted calls; ``max(1e-12, t)`` as a comparison.
-    tail = 1.0 - 0.5 * (1.0 + math.erf(alpha / _SQRT2))
+    # ``NormalDist()``'s cdf and pdf written out with ``statistics``' own constants, at μ = 0.0, σ = 1.0: the same
+    # floats without two interpreted calls; ``max(1e-12, t)`` as a comparison.
+    tail = 1.0 - 0.5 * (1.0 + math.erf(alpha / math.sqrt(2.0)))
     tail = tail if tail > 1e-12 else 1e-12
-    return variance * (1.0 + alpha * (math.exp(alpha * alpha / -2.0) / _SQRT_TAU) / tail)
+    return variance * (1.0 + alpha * (math.exp(alpha * alpha / -2.0) / math.sqrt(math.tau)) / tail)
 
 
 def _t_tail(x: float) -> float:

@@ -1,15 +1,10 @@
 """How long a deployment's learned refusal is believed, and the one request that then tries the deployment again.
 
-A refusal learned of a deployment (a context window its ``context_length_exceeded`` stated, input it does not
-accept) says what the deployment *was* when it answered. What is served behind its URL may change without the
-gateway's config changing (an operator loads a larger or a multimodal model), as its speed may: the hazard
-(``gateway.routing.belief_hazard``) is how often the model's deployments are believed to change. So a refusal is
-believed while the deployment more likely has not changed since it was heard than has: for the hazard's half-life,
-``every_s × ln 2`` (``believed_s``). After that, the next request it would keep from the deployment plans it again
-(a trial) and the refusal is believed for another half-life meanwhile, so that one request, not every one, asks
-it: refused again, the refusal is learned again (the request moves on to the plan's next candidate, as the first
-refusal's did); answered, it is forgotten. A trial the request never reached (another candidate answered it first)
-tells nothing: the deployment is tried again a half-life later. See docs/routing.md ("Context windows").
+A refusal (a stated context window, input it does not accept) says what the deployment was when it answered; what
+is served behind its URL may change, as its speed may. So it is believed while no change since is more likely than
+one: the model's hazard's half-life (``believed_s``). Then the next request it would keep away plans the deployment
+again (a trial) while the refusal is believed a half-life more: refused again, it is learned again; answered, it
+is forgotten; never reached, the deployment is tried a half-life later. See docs/routing.md ("Context windows").
 """
 
 from __future__ import annotations
@@ -17,20 +12,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
 
 from gateway.routing.belief_hazard import HAZARD_S, Hazard
 from gateway.types import DeploymentKey, InputKind
-
-LN2: Final = math.log(2.0)
-TRIALS_KEPT: Final = 10_000
-"""Trials planned but never attempted are dropped past this many (their candidate was never tried)."""
 
 
 def believed_s(hazard: Hazard | None) -> float:
     """How long what was learned of one of the hazard's deployments is believed: until a change since is as likely
     as none (``1 - e^(-t / every_s) = 1/2``). None: the model's deployments were never heard (the prior's)."""
-    return (hazard.every_s if hazard is not None else HAZARD_S) * LN2
+    return (hazard.every_s if hazard is not None else HAZARD_S) * math.log(2.0)
 
 
 @dataclass(slots=True)
@@ -50,8 +40,8 @@ class Trials:
 
     def planned(self, model: str, candidates: Sequence[object], names: Sequence[str], trials: dict[str, Trial]) -> None:
         """Note the plan's candidates (``names``: their deployments) that try a deployment again."""
-        if len(self.running) > TRIALS_KEPT:
-            self.running.clear()
+        if len(self.running) > 10_000:
+            self.running.clear()  # trials planned whose candidates were never tried
         for candidate, name in zip(candidates, names, strict=True):
             trial = trials.get(name)
             if trial is not None:
