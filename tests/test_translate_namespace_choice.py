@@ -83,9 +83,11 @@ def test_a_bare_name_or_a_whole_namespace_is_allowed_under_the_flat_names(
     assert sorted(names) == ["exec_command", "multi_agent_v1__close_agent"]
     whole = _allowed({"type": "namespace", "name": "multi_agent_v1"})
     assert allowed_upstream(whole) == ["multi_agent_v1__spawn_agent", "multi_agent_v1__close_agent"]
-    with pytest.raises(openai.BadRequestError) as refused:
-        unknown = _allowed({"type": "function", "name": "spawn_agent", "namespace": "elsewhere"})
-        client.responses.create(model="m", input="hi", tools=TOOLS, tool_choice=unknown)
+    unknown = _allowed({"type": "function", "name": "spawn_agent", "namespace": "elsewhere"})
+    offers: list[Any] = [TOOLS, [SHELL]]
+    for offered in offers:  # other namespaces, or none at all
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model="m", input="hi", tools=offered, tool_choice=unknown)
+        error: Any = refused.value.body
+        assert error["param"] == "tool_choice.tools[0]" and "elsewhere.spawn_agent" in error["message"]
     client.close()
-    error: Any = refused.value.body
-    assert error["param"] == "tool_choice.tools[0]" and "elsewhere.spawn_agent" in error["message"]

@@ -26,6 +26,8 @@ from gateway.samples import Outcome
 from gateway.translate.stream import StreamTranslator
 
 Forwarder = EventForwarder | StreamTranslator
+DEADLINE_CODE = "deadline_exceeded"
+"""The code of the error event that ends a stream the request's total deadline cut (``stream_ending``)."""
 
 
 class StreamEnding(NamedTuple):
@@ -84,10 +86,6 @@ def stream_ending(
     # Complete: a malformed event on the way (relayed as is; SDKs skip it) is counted apart, by the caller,
     # not held against the provider's health.
     return StreamEnding("ok", b"" if meter.done else forwarder.clean_end(), False)
-
-
-DEADLINE_CODE = "deadline_exceeded"
-"""The code of the error event that ends a stream the request's total deadline cut (``stream_ending``)."""
 
 
 def _sending(attempt: Attempt, reading: Reading, budget: AttemptBudget) -> bool:

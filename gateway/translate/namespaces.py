@@ -80,7 +80,7 @@ def flat_choice(choice: Any, flat: dict[tuple[str, str], str], top_level: set[st
     """A Responses ``tool_choice`` whose ``allowed_tools`` entries name namespaced functions, with each as the flat
     function it goes out as (``flat``: ``flat_names`` of the offered tools; ``top_level``: the names of the
     top-level functions, which a bare name means first). Any other choice is returned as it is."""
-    if not flat or not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
+    if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
         return choice
     tools = choice.get("tools")
     if not isinstance(tools, list):
