@@ -17,6 +17,7 @@ class at the boundary where they happen (``raise ... from exc``)::
     │   └── RateLimited               429 (the gateway's own limits)
     ├── UpstreamError                 an attempt at a provider failed
     │   ├── UpstreamTimeout           504 (connect, first token, idle gap, total; a provider's 504 or 408)
+    │   │   └── DeadlinePassed        504 (the request's total deadline, while reading the provider's answer)
     │   ├── UpstreamUnavailable       502 (connection refused or reset, broken stream)
     │   └── UpstreamStatusError       the provider's own status, passed through
     ├── NoCapacity                    503 (every deployment is open-circuited or full)
@@ -169,6 +170,13 @@ class UpstreamError(GatewayError):
 class UpstreamTimeout(UpstreamError):
     status_code = 504
     code = "upstream_timeout"
+
+
+class DeadlinePassed(UpstreamTimeout):
+    """The request's total deadline (``total_timeout_s``, or the client's shorter ``x-request-timeout``) came while
+    the provider's answer was being read: not a silence past the idle timeout. Whether that holds against the
+    provider is the relay's call: mid-stream it does not, if the provider was still sending
+    (``gateway.relay.ending``)."""
 
 
 class UpstreamUnavailable(UpstreamError):

@@ -60,7 +60,8 @@ class GatewayEvents(Protocol):
         """The stream from ``deployment`` broke after part of the answer reached the client."""
 
     def malformed_stream(self, model: str, deployment: str, provider: str) -> None:
-        """A stream completed although one of its events was not valid JSON (not a health failure)."""
+        """A stream completed although one of its events was not valid JSON (not a health failure), or an attempt
+        failed for one before its first output (``gateway.relay.first_token``)."""
 
     def circuit_changed(self, model: str, deployment: str, provider: str, state: CircuitState) -> None:
         """A deployment's circuit opened, went half-open, or closed."""

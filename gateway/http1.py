@@ -58,11 +58,13 @@ class Malformed(WireError):
 
 
 class WireTimeout(TimeoutError):
-    """A wait ran out: ``before_answer`` for the response head, else mid-body."""
+    """A wait ran out: ``before_answer`` for the response head, else mid-body; ``at_deadline`` when the exchange's
+    total deadline ended it, not the wait for the next bytes (``read_s``)."""
 
-    def __init__(self, *, before_answer: bool) -> None:
+    def __init__(self, *, before_answer: bool, at_deadline: bool = False) -> None:
         super().__init__("timed out")
         self.before_answer = before_answer
+        self.at_deadline = at_deadline
 
 
 class Connection(asyncio.Protocol):
@@ -294,14 +296,15 @@ class Connection(asyncio.Protocol):
         none at all when the bytes were already in)."""
         loop = self._loop
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_at(min(self.deadline, loop.time() + self.read_s), _expire, waiter)
+        gap_ends = loop.time() + self.read_s
+        timer = loop.call_at(min(self.deadline, gap_ends), _expire, waiter)
         try:
             await waiter
         finally:
             timer.cancel()
             self._waiter = None
         if not waiter.result():
-            raise WireTimeout(before_answer=before_answer)
+            raise WireTimeout(before_answer=before_answer, at_deadline=self.deadline < gap_ends)
 
     def _wake(self) -> None:
         waiter = self._waiter

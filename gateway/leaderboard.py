@@ -83,7 +83,8 @@ class LeaderboardRow:
     """The most frequent reason its answers were invalid (None: none was)."""
     judged: int | None = None
     """Of ``samples``, the attempts that say something of the provider: ``success_rate``'s denominator (client
-    cancellations and the request's own 4xx are left out). None in documents of gateways before it."""
+    cancellations, the request's own 4xx and streams its deadline cut are left out). None in documents of gateways
+    before it."""
     answered: int | None = None
     """Complete answers whose speed was measured (at least: a speed sample of an attempt that did not answer
     in full, such as a drained race loser, is not counted). None in documents of gateways before it."""
@@ -145,9 +146,9 @@ def _row(
     )
 
 
-CUT_OFF_OUTCOMES: tuple[Outcome, ...] = ("client_cancelled", "broken_stream", "timeout")
-"""Attempts that may have streamed for a while and then stopped: a drained race loser, a stream that broke or
-timed out. A speed they gave covers the start of a stream only (censored)."""
+CUT_OFF_OUTCOMES: tuple[Outcome, ...] = ("client_cancelled", "broken_stream", "timeout", "deadline")
+"""Attempts that may have streamed for a while and then stopped: a drained race loser, a stream that broke, timed
+out or was cut at the request's deadline. A speed they gave covers the start of a stream only (censored)."""
 
 
 def answered_speeds(summary: DeploymentSummary | None) -> int:

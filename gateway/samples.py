@@ -32,15 +32,25 @@ from typing import Literal, Protocol
 
 from gateway.frozen import positional_maker
 
-Outcome = Literal["ok", "upstream_error", "timeout", "broken_stream", "client_cancelled", "client_error"]
+Outcome = Literal["ok", "upstream_error", "timeout", "broken_stream", "client_cancelled", "client_error", "deadline"]
 """How an attempt ended.
 
 ``client_error`` is an upstream 4xx that was the request's fault (context length, content
 filter): it is relayed to the client and counts against neither the provider's success rate
-nor its health.
+nor its health. ``deadline``: the request's total deadline cut a stream the provider was still
+sending (the answer was longer than the request allowed): like ``client_error``, neutral for
+success and health, but its first token and speed so far are measurements of the provider.
 """
 
-OUTCOMES: tuple[Outcome, ...] = ("ok", "upstream_error", "timeout", "broken_stream", "client_cancelled", "client_error")
+OUTCOMES: tuple[Outcome, ...] = (
+    "ok",
+    "upstream_error",
+    "timeout",
+    "broken_stream",
+    "client_cancelled",
+    "client_error",
+    "deadline",
+)
 
 RequestKind = Literal["tools", "json", "plain"]
 """What a request asks of its answer, for validity kept per kind: tool calls (it declares tools), JSON (a JSON or

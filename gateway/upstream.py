@@ -26,7 +26,7 @@ from gateway import __version__
 from gateway.answer_decoding import AnswerDecoder
 from gateway.config import ProviderConfig
 from gateway.dialects.scans import redactor
-from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import DeadlinePassed, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.http1 import Connection, WireError, WireTimeout
 from gateway.http1_origin import Origin, request_bytes
 from gateway.models_config import joined, key_header, split_base
@@ -163,6 +163,12 @@ class UpstreamResponse:
 
     def _read_error(self, exc: WireError | WireTimeout) -> UpstreamError:
         if isinstance(exc, WireTimeout):
+            if exc.at_deadline:
+                return DeadlinePassed(
+                    f"{self.provider}: the request's total deadline passed before the answer was complete",
+                    provider=self.provider,
+                    status=self.status,
+                )
             return UpstreamTimeout(
                 f"{self.provider}: no data from upstream within the idle timeout",
                 provider=self.provider,

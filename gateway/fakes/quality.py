@@ -35,20 +35,38 @@ TRUNCATED_SHARE = 8
 
 
 def declared_tool(body: dict[str, Any], path: str) -> tuple[str, object] | None:
-    """The request's first declared tool, as (name, parameters schema), whatever the API; None if none or barred."""
+    """The request's first declared tool (of those an ``allowed_tools`` choice allows, if it has one), as (name,
+    parameters schema), whatever the API; None if none or barred."""
     choice = body.get("tool_choice")
     if choice == "none" or (isinstance(choice, dict) and choice.get("type") == "none"):
         return None
+    allowed = _allowed(choice)
     tools = body.get("tools")
     for tool in tools if isinstance(tools, list) else ():
         if not isinstance(tool, dict):
             continue
         function = tool.get("function")
         if isinstance(function, dict) and isinstance(function.get("name"), str):
-            return function["name"], function.get("parameters") or {}
-        if isinstance(tool.get("name"), str):
+            if allowed is None or function["name"] in allowed:
+                return function["name"], function.get("parameters") or {}
+        elif isinstance(tool.get("name"), str) and (allowed is None or tool["name"] in allowed):
             return tool["name"], tool.get("input_schema", tool.get("parameters")) or {}
     return None
+
+
+def _allowed(choice: Any) -> set[str] | None:
+    """The names an ``allowed_tools`` choice allows (chat nests its list, and each name, one level deeper than
+    Responses); None for any other choice."""
+    if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
+        return None
+    spec = choice.get("allowed_tools", choice)
+    tools = spec.get("tools") if isinstance(spec, dict) else None
+    names = set()
+    for tool in tools if isinstance(tools, list) else ():
+        named = tool.get("function", tool) if isinstance(tool, dict) else None
+        if isinstance(named, dict) and isinstance(named.get("name"), str):
+            names.add(named["name"])
+    return names
 
 
 def _properties(schema: dict[str, Any]) -> dict[str, Any]:

@@ -90,7 +90,8 @@ class AttemptSeries(SeriesFamilies):
         # Upstream attempts, one per Sample.
         self.attempts = counter(
             "gateway_upstream_requests_total",
-            "Upstream attempts by outcome (ok, upstream_error, timeout, broken_stream, client_cancelled, client_error)",
+            "Upstream attempts by outcome "
+            "(ok, upstream_error, timeout, broken_stream, client_cancelled, client_error, deadline)",
             [*SAMPLE_LABELS, "outcome"],
             registry=r,
         )

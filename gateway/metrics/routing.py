@@ -121,8 +121,8 @@ class RoutingSeries(SeriesFamilies):
         )
         self.malformed_events = counter(
             "gateway_malformed_events_total",
-            "Streams that completed although one of their events was not valid JSON (the client skipped it): "
-            "counted here, not against the provider's health",
+            "Streams with an event that was not valid JSON: after the first output relayed as it came (the client "
+            "skipped it), not against the provider's health; before it, the attempt failed and the next was asked",
             SAMPLE_LABELS,
             registry=r,
         )

@@ -25,6 +25,7 @@ from gateway.errors import (
     error_envelope,
     refused_credentials,
 )
+from gateway.events import GatewayEvents
 from gateway.meter import StreamMeter
 from gateway.relay.attempt import (
     CLIENT_FAULT_STATUSES,
@@ -93,9 +94,19 @@ async def status_error(attempt: Attempt, redact: Callable[[bytes], bytes], wall_
 
 
 async def await_first_token(
-    request: ProxyRequest, attempt: Attempt, clock: Clock, api: Endpoint, redact: Callable[[bytes], bytes]
+    request: ProxyRequest,
+    attempt: Attempt,
+    clock: Clock,
+    api: Endpoint,
+    redact: Callable[[bytes], bytes],
+    events: GatewayEvents,
 ) -> None:
     """Read (and hold back) chunks until one carries output, ``[DONE]`` comes, or the stream ends.
+
+    An event that is not JSON before (or with) the first output fails the attempt, as a broken stream, and is
+    counted (``events.malformed_stream``): nothing has reached the client, so the next deployment is tried. The
+    meter parses each of these events anyway; after the first output, events are not parsed on the way, so one that
+    is not JSON is relayed as it came and found at the finish (``StreamReply``).
 
     An error event before any output is the provider's failure to start (overloaded, an
     internal error): nothing has reached the client, so the next deployment is tried. Only
@@ -132,6 +143,15 @@ async def await_first_token(
             # Whole events, none with output (comments, a role chunk again and again): all held for the client.
             words = f"the stream sent {meter.received_bytes} bytes before any output (the limit is {MAX_EVENT_BYTES})"
             raise refused_stream(attempt, words)
+    if meter.malformed:
+        candidate = attempt.candidate
+        events.malformed_stream(request.requested_model, candidate.name, candidate.provider.name)
+        raise UpstreamUnavailable(
+            f"{candidate.provider.name}: an event before the first output is not JSON",
+            provider=candidate.provider.name,
+            status=attempt.status,
+            code="upstream_unreadable",
+        )
     if meter.first_error is None:
         return
     refused = credentials_refusal(meter.first_error)

@@ -175,7 +175,9 @@ class StreamReply(Reply):
                         recoverable = False
                         status = None
                     else:
-                        outcome, tail, recoverable, status = stream_ending(attempt, forwarder, broken, reading)
+                        outcome, tail, recoverable, status = stream_ending(
+                            attempt, forwarder, broken, reading, self.budget
+                        )
                         tail = redact(tail)
                     if outcome == "ok" and reading.malformed:
                         failed = attempt.candidate

@@ -219,7 +219,7 @@ class AttemptRunner:
                     attempt.response = await client.send(path, body, timeouts, request.headers, api)
                     if note_status(attempt, self.wall_clock):
                         await status_error(attempt, client.redact, self.wall_clock)
-                    await await_first_token(request, attempt, self.clock, api, client.redact)
+                    await await_first_token(request, attempt, self.clock, api, client.redact, self.events)
                 if attempt.meter is not None:
                     self.router.attempt_streaming(candidate, attempt.meter)
             else:

@@ -8,7 +8,8 @@ process) and numbered by it. A router hears the entries of other replicas it has
 own, which it heard directly (``gateway.routing.belief_others``).
 
 Attempts that say nothing of the provider are not kept: a request's own fault (``client_error``) and a
-client that left before anything was measured (``client_cancelled`` neither raced nor drained).
+client that left before anything was measured (``client_cancelled`` neither raced nor drained). A stream the
+request's deadline cut (``deadline``) is kept: its first token and speed are the provider's.
 """
 
 from __future__ import annotations
@@ -51,8 +52,14 @@ class Answer(NamedTuple):
 
     @property
     def drained(self) -> bool:
-        """A cancelled attempt read on for its measurements (a probe that lost its race): an answer all the same."""
-        return self.outcome == "client_cancelled" and self.output_tokens is not None and self.ttft_s is not None
+        """An attempt read as far as it went for its measurements, an answer all the same: a cancelled one read on
+        (a probe that lost its race), or a stream the request's own deadline cut while it was still coming
+        (``deadline``: its speed so far is the provider's)."""
+        return (
+            self.outcome in ("client_cancelled", "deadline")
+            and self.output_tokens is not None
+            and self.ttft_s is not None
+        )
 
 
 def tells(sample: Sample) -> bool:

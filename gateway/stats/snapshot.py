@@ -38,8 +38,9 @@ WARM_SHARE = 0.5
 MIN_PREFILL_TOKENS = 1024
 """Uncached prompt tokens below which a first token says little of the prefill speed (latency dominates)."""
 
-# Outcomes that say nothing about the provider: the client left, or the request was at fault.
-NEUTRAL_OUTCOMES: frozenset[Outcome] = frozenset({"client_cancelled", "client_error"})
+# Outcomes that count neither for nor against the provider's success: the client left, the request was at fault,
+# or the request's own deadline cut a stream that was still coming (its timings count: ``sample_values``).
+NEUTRAL_OUTCOMES: frozenset[Outcome] = frozenset({"client_cancelled", "client_error", "deadline"})
 
 
 def sample_values(sample: Sample) -> dict[Metric, float]:
@@ -184,12 +185,13 @@ class DeploymentSummary:
 
     @property
     def attempts(self) -> int:
-        """Attempts that say something of the provider (client cancellations and client faults excluded).
+        """Attempts that say something of the provider's success (``NEUTRAL_OUTCOMES`` excluded).
 
         Every sample less the neutral ones (counts are integers: the same sum as adding the others), without a
         generator: the router reads it for every deployment on every plan."""
         outcomes = self.outcomes
-        return sum(outcomes.values()) - outcomes.get("client_cancelled", 0) - outcomes.get("client_error", 0)
+        get = outcomes.get
+        return sum(outcomes.values()) - get("client_cancelled", 0) - get("client_error", 0) - get("deadline", 0)
 
     @property
     def samples(self) -> int:

@@ -8,6 +8,10 @@ top-level function, too long, or not made of those characters, it becomes a safe
 of the pair instead. The mapping depends only on the request's ``tools``, so it is the same every turn (the
 translated prefix stays byte-identical for the provider's prompt cache), and a call coming back under a
 flat name is written as the namespaced call the client offered (``split``).
+
+An ``allowed_tools`` choice names its functions as the model calls them: a namespaced one by ``name`` and
+``namespace`` (or by its name alone, when no top-level function has it and one namespace does), a whole namespace
+as ``{"type": "namespace", "name": ...}``; each goes out under the flat names (``flat_choice``).
 """
 
 from __future__ import annotations
@@ -70,3 +74,42 @@ def split(name: str, request: dict[str, Any]) -> tuple[str, str | None]:
         if flat == name:
             return function, namespace
     return name, None
+
+
+def flat_choice(choice: Any, flat: dict[tuple[str, str], str], top_level: set[str]) -> Any:
+    """A Responses ``tool_choice`` whose ``allowed_tools`` entries name namespaced functions, with each as the flat
+    function it goes out as (``flat``: ``flat_names`` of the offered tools; ``top_level``: the names of the
+    top-level functions, which a bare name means first). Any other choice is returned as it is."""
+    if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
+        return choice
+    tools = choice.get("tools")
+    if not isinstance(tools, list):
+        return choice
+    entries: list[Any] = []
+    for index, tool in enumerate(tools):
+        entries.extend(_flat_entries(tool, f"tool_choice.tools[{index}]", flat, top_level))
+    return {**choice, "tools": entries}
+
+
+def _flat_entries(tool: Any, path: str, flat: dict[tuple[str, str], str], top_level: set[str]) -> list[Any]:
+    if not isinstance(tool, dict) or not isinstance(name := tool.get("name"), str):
+        return [tool]  # not a named function or namespace: read (and refused, if need be) as it is
+    kind, namespace = tool.get("type"), tool.get("namespace")
+    if kind == "namespace":
+        names = [f for (space, _), f in flat.items() if space == name]
+        if not names:
+            raise Untranslatable(path, "other", f"an allowed namespace {name!r} that no namespace tool offers")
+        return [{"type": "function", "name": f} for f in names]
+    if kind != "function":
+        return [tool]
+    if isinstance(namespace, str):
+        found = flat.get((namespace, name))
+        if found is None:
+            raise Untranslatable(path, "other", f"an allowed function {namespace}.{name} that no namespace offers")
+        return [{"type": "function", "name": found}]
+    if name not in top_level:
+        # Named as the model calls it within its namespace: the one namespaced function of that name.
+        matches = [f for (_, function), f in flat.items() if function == name]
+        if len(matches) == 1:
+            return [{"type": "function", "name": matches[0]}]
+    return [tool]

@@ -50,7 +50,7 @@ from gateway.translate.ir import (
     Turn,
     Untranslatable,
 )
-from gateway.translate.namespaces import flat_name, flat_names
+from gateway.translate.namespaces import flat_choice, flat_name, flat_names
 
 # Writing lives in responses_write.py; re-exported so that both halves are reached from here.
 from gateway.translate.responses_write import TARGET as TARGET
@@ -114,7 +114,8 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
     if instructions:
         conversation.system.append(Instruction(instructions))
     tools = as_list(body.get("tools") or [], "tools")
-    flat = flat_names(tool_search.offered_tools(body))
+    offered = tool_search.offered_tools(body)
+    flat = flat_names(offered)
     taken = _function_names(tools)
     for index, raw in enumerate(tools):
         tool = as_dict(raw, f"tools[{index}]")
@@ -132,7 +133,9 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
     conversation.max_tokens = opt_int(body.get("max_output_tokens"), "max_output_tokens")
     conversation.temperature = opt_number(body.get("temperature"), "temperature")
     conversation.top_p = opt_number(body.get("top_p"), "top_p")
-    conversation.tool_choice = read_function_choice(body.get("tool_choice"), nested=False)
+    conversation.tool_choice = read_function_choice(
+        flat_choice(body.get("tool_choice"), flat, _function_names(offered)), nested=False
+    )
     choice = conversation.tool_choice
     if choice is not None and choice.mode == "tool" and all(t.name != choice.name for t in conversation.tools):
         # A forced function named as the model calls it within its namespace: the one flat function of that name.
