@@ -13,8 +13,8 @@ counted run sees time pass by its own work: ``time.time``, ``time.monotonic`` an
 ``TICK_S`` per read (set before the gateway is imported, so that clocks taken as defaults are these), hashes are
 seeded alike, and the access log's batches are written when ``LineWriter.max_lines`` wait (at native speed the
 ``delay_s`` timer holds a hundred lines or more; under valgrind it would hold one or two, and time each run
-differently). uvloop's own clock (``loop.time()``: the relay's alarms, the keep-alive) still follows real time, so
-compare runs made side by side, started together, not runs of different hours.
+differently). Runs of different hours still differ by more than runs made side by side (uvloop's own clock follows
+real time; addresses differ from run to run): compare runs started together.
 
     python -m benchmarks.hotpath_count                      # streamed and non-streamed, 400 - 100 requests
     python -m benchmarks.hotpath_count --kinds streamed --small 100 --large 400
