@@ -41,6 +41,8 @@ CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "
 BATCH = 20
 ROUNDS = 10
 """200 hang-ups in all, 20 at a time: what would leak (a descriptor, a place in line, a hold, a slot) shows."""
+HOLD_S = 120.0
+"""How long the slot's holder waits for its answer: longer than any test here takes, on any machine."""
 
 
 def descriptors() -> int:
@@ -185,7 +187,8 @@ def test_200_clients_gone_while_queued_leave_nothing_and_are_each_logged_as_a_ha
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway.access")
     fake = fakes.start("a", FakeBehavior(output_tokens=4))
-    policy = {"queue_max_length": 1000, "queue_timeout_s": 30}
+    # The holder keeps the one slot for the whole test, however long a busy machine takes over the rounds.
+    policy = {"queue_max_length": 1000, "queue_timeout_s": 30, "first_token_timeout_s": HOLD_S}
     extra = {"auth": {"api_keys_file": budgeted_keys(tmp_path)}}
     gateway = start_gateway(gateway_config([fake], max_concurrency=1, policy=policy, extra=extra))
     metric = gateway.metrics.registry.get_sample_value
@@ -196,7 +199,8 @@ def test_200_clients_gone_while_queued_leave_nothing_and_are_each_logged_as_a_ha
 
     async def scenario() -> None:
         async with httpx.AsyncClient(base_url=gateway.base_url, timeout=10, headers=AUTH) as client:
-            holder = asyncio.ensure_future(client.post("/chat/completions", json={**CHAT, "fake": {"hang_s": 30}}))
+            holding = {**CHAT, "fake": {"hang_s": HOLD_S}}
+            holder = asyncio.ensure_future(client.post("/chat/completions", json=holding, timeout=HOLD_S))
             await until(lambda: fake.app.state.in_flight == 1)
             await hang_up_in_rounds(gateway.base_url, CHAT, lambda n: depth() == n, 1)  # warm: sockets, pools
             await until(lambda: depth() == 0 and state.in_flight.total == 1)
