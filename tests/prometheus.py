@@ -83,13 +83,21 @@ class PrometheusServer:
         return values
 
     def healthy_since(self, window: str, scrapes: int) -> float | None:
-        """The time at which the last ``window`` held at least ``scrapes`` scrapes, every one successful.
+        """The time of the latest scrape stored, if the ``window`` up to it held at least ``scrapes`` scrapes, every
+        one successful; queries evaluated at this time see only successful scrapes, and always will.
 
-        A scrape that fails (a busy machine, the target slow to answer within the interval) marks
-        every series stale at once; queries evaluated at this time see none of that.
+        A scrape that fails (a busy machine, the target slower than the timeout, which is the interval) marks every
+        series stale at once. It is stored only when it ends, dated when it started: a moment taken from the clock
+        (the query's own evaluation time) can fall inside a scrape still running, whose staleness markers arrive
+        later and empty every instant selector there, while ``rate()`` still has data. Prometheus scrapes a target
+        one scrape after another, so nothing dated up to its latest stored scrape can change any more.
         """
-        found = self.query(f"count_over_time(up[{window}]) >= {scrapes} and min_over_time(up[{window}]) == 1")
-        return float(found[0]["value"][0]) if found else None
+        latest = self.query("timestamp(up)")
+        if not latest:
+            return None
+        at = float(latest[0]["value"][1])
+        found = self.query(f"count_over_time(up[{window}]) >= {scrapes} and min_over_time(up[{window}]) == 1", at=at)
+        return at if found else None
 
 
 @contextlib.contextmanager
