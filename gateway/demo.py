@@ -43,7 +43,7 @@ from gateway.demo_setup import demo_config as demo_config
 from gateway.demo_setup import demo_config_data as demo_config_data
 from gateway.demo_setup import served_models, with_prompt_cache
 from gateway.demo_setup import write_demo_config as write_demo_config
-from gateway.demo_story import long_answer_line
+from gateway.demo_story import LONG_TOKENS, long_answer_line
 from gateway.fakes import FakeProvider
 from gateway.fakes.profiles import DEMO_PROFILES, ServingFigures
 from gateway.routing.explain import budgeted
@@ -53,8 +53,7 @@ from gateway.traffic import TrafficGenerator, TrafficMix, shares
 TRAFFIC_WEIGHTS = (("glm-5.3-flash", 0.7), ("llama-3.3-70b", 0.3))
 GATEWAY_PAGES = (("dashboard", "/dashboard"), ("metrics", "/metrics"), ("stats JSON", "/v1/gateway/stats"))
 DEMO_SHORT_SHARE = 0.5
-DEMO_LONG_TOKENS = (250, 300)
-"""Half the one-off requests ask for a long answer, up to the simulated providers' 300 tokens: there the stream's
+"""Half the one-off requests ask for a long answer (``gateway.demo_story.LONG_TOKENS``): there the stream's
 speed outweighs the first token, so the router sends them to a fast streamer (``fading``) while short ones stay on
 the quick starter (``nimble``). Once ``fading`` degrades, the quickest left (``steady``) costs 11x the cheapest, and
 the balanced policy scores it, ``torrent`` and ``nimble`` within a hair of each other (``gateway.demo_story``): long
@@ -239,7 +238,7 @@ class Demo:
                 conversation_share=0.3,
                 tool_share=0.2,
                 short_share=DEMO_SHORT_SHARE,
-                long_tokens=DEMO_LONG_TOKENS,
+                long_tokens=LONG_TOKENS,
             )
             self.traffic = TrafficGenerator(self.gateway_url + "/v1", mix, seed=options.seed)
             tasks.append(asyncio.create_task(self.traffic.run(), name="traffic"))

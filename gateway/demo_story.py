@@ -17,8 +17,10 @@ from gateway.policies import BUILTIN_POLICIES, DEFAULT_POLICY
 from gateway.routing.cost import Shape, Weights, cost, scores
 from gateway.routing.draws import Draw
 
-LONG_ANSWER_TOKENS = 275
-"""The middle of the demo traffic's long answers (``gateway.demo.DEMO_LONG_TOKENS``)."""
+LONG_TOKENS = (250, 300)
+"""The range of the demo traffic's long answers, up to the simulated providers' 300 tokens (``gateway.demo``)."""
+LONG_ANSWER_TOKENS = sum(LONG_TOKENS) // 2
+"""The middle of that range: the long answer the story scores."""
 LONG_PROMPT_TOKENS = 80
 """About what the traffic's one-off prompts (the built-in set) weigh."""
 NEAR_TIE = 0.1

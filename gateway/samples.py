@@ -28,7 +28,7 @@ before the window's percentiles move).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 from gateway.frozen import positional_maker
 
@@ -42,15 +42,7 @@ sending (the answer was longer than the request allowed): like ``client_error``,
 success and health, but its first token and speed so far are measurements of the provider.
 """
 
-OUTCOMES: tuple[Outcome, ...] = (
-    "ok",
-    "upstream_error",
-    "timeout",
-    "broken_stream",
-    "client_cancelled",
-    "client_error",
-    "deadline",
-)
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 RequestKind = Literal["tools", "json", "plain"]
 """What a request asks of its answer, for validity kept per kind: tool calls (it declares tools), JSON (a JSON or

@@ -146,12 +146,7 @@ async def await_first_token(
     if meter.malformed:
         candidate = attempt.candidate
         events.malformed_stream(request.requested_model, candidate.name, candidate.provider.name)
-        raise UpstreamUnavailable(
-            f"{candidate.provider.name}: an event before the first output is not JSON",
-            provider=candidate.provider.name,
-            status=attempt.status,
-            code="upstream_unreadable",
-        )
+        raise refused_stream(attempt, "an event before the first output is not JSON", "upstream_unreadable")
     if meter.first_error is None:
         return
     refused = credentials_refusal(meter.first_error)
@@ -174,11 +169,12 @@ def refused_in_band(attempt: Attempt, status: int) -> UpstreamStatusError:
     return UpstreamStatusError(f"{provider}: {words}", provider=provider, status=status)
 
 
-def refused_stream(attempt: Attempt, words: str) -> UpstreamUnavailable:
-    """The error of a stream the gateway stopped reading for its size (``gateway.sse.MAX_EVENT_BYTES``): a broken
-    stream of the provider's, with its status (its answer, not a connection to repeat)."""
+def refused_stream(attempt: Attempt, words: str, code: str | None = None) -> UpstreamUnavailable:
+    """The error of a stream the gateway stopped reading (for its size, ``gateway.sse.MAX_EVENT_BYTES``, or an
+    event it cannot read, ``code`` ``upstream_unreadable``): a broken stream of the provider's, with its status (its
+    answer, not a connection to repeat)."""
     name = attempt.candidate.provider.name
-    return UpstreamUnavailable(f"{name}: {words}", provider=name, status=attempt.status)
+    return UpstreamUnavailable(f"{name}: {words}", provider=name, status=attempt.status, code=code)
 
 
 _ERROR_MEMBER = re.compile(rb'"error"\s*[:,}]')

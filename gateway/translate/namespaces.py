@@ -107,9 +107,12 @@ def _flat_entries(tool: Any, path: str, flat: dict[tuple[str, str], str], top_le
         if found is None:
             raise Untranslatable(path, "other", f"an allowed function {namespace}.{name} that no namespace offers")
         return [{"type": "function", "name": found}]
-    if name not in top_level:
-        # Named as the model calls it within its namespace: the one namespaced function of that name.
-        matches = [f for (_, function), f in flat.items() if function == name]
-        if len(matches) == 1:
-            return [{"type": "function", "name": matches[0]}]
-    return [tool]
+    found = flat_of_bare(name, flat) if name not in top_level else None
+    return [{"type": "function", "name": found}] if found is not None else [tool]
+
+
+def flat_of_bare(name: str, flat: dict[tuple[str, str], str]) -> str | None:
+    """A function named as the model calls it within its namespace (without the namespace): the flat name of the one
+    namespaced function of that name; None where no namespace, or more than one, has it."""
+    matches = [f for (_, function), f in flat.items() if function == name]
+    return matches[0] if len(matches) == 1 else None

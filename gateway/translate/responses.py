@@ -50,7 +50,7 @@ from gateway.translate.ir import (
     Turn,
     Untranslatable,
 )
-from gateway.translate.namespaces import flat_choice, flat_name, flat_names
+from gateway.translate.namespaces import flat_choice, flat_name, flat_names, flat_of_bare
 
 # Writing lives in responses_write.py; re-exported so that both halves are reached from here.
 from gateway.translate.responses_write import TARGET as TARGET
@@ -137,11 +137,10 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
         flat_choice(body.get("tool_choice"), flat, _function_names(offered)), nested=False
     )
     choice = conversation.tool_choice
-    if choice is not None and choice.mode == "tool" and all(t.name != choice.name for t in conversation.tools):
+    forced = choice.name if choice is not None and choice.mode == "tool" else None
+    if choice is not None and forced is not None and all(t.name != forced for t in conversation.tools):
         # A forced function named as the model calls it within its namespace: the one flat function of that name.
-        matches = [name for (_, function), name in flat.items() if function == choice.name]
-        if len(matches) == 1:
-            choice.name = matches[0]
+        choice.name = flat_of_bare(forced, flat) or forced
     if conversation.omitted_tools and not conversation.tools and _forces_a_tool(conversation.tool_choice):
         raise Untranslatable("tool_choice", "other", "it requires a tool, and the only ones offered are omitted")
     conversation.parallel_tool_calls = opt_bool(body.get("parallel_tool_calls"), "parallel_tool_calls")
