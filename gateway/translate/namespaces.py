@@ -76,15 +76,26 @@ def split(name: str, request: dict[str, Any]) -> tuple[str, str | None]:
     return name, None
 
 
-def flat_choice(choice: Any, flat: dict[tuple[str, str], str], top_level: set[str]) -> Any:
+def function_names(tools: list[Any]) -> set[str]:
+    """The names of the top-level functions among ``tools`` (a malformed tool's name, which may be anything, is
+    refused where the tool itself is read): what a flattened namespaced name must not clash with."""
+    names = set()
+    for tool in tools:
+        if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(name := tool.get("name"), str):
+            names.add(name)
+    return names
+
+
+def flat_choice(choice: Any, flat: dict[tuple[str, str], str], offered: list[Any]) -> Any:
     """A Responses ``tool_choice`` whose ``allowed_tools`` entries name namespaced functions, with each as the flat
-    function it goes out as (``flat``: ``flat_names`` of the offered tools; ``top_level``: the names of the
-    top-level functions, which a bare name means first). Any other choice is returned as it is."""
+    function it goes out as (``flat``: ``flat_names`` of the ``offered`` tools, whose top-level functions a bare
+    name means first). Any other choice is returned as it is, at no cost."""
     if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
         return choice
     tools = choice.get("tools")
     if not isinstance(tools, list):
         return choice
+    top_level = function_names(offered)
     entries: list[Any] = []
     for index, tool in enumerate(tools):
         entries.extend(_flat_entries(tool, f"tool_choice.tools[{index}]", flat, top_level))

@@ -50,7 +50,7 @@ from gateway.translate.ir import (
     Turn,
     Untranslatable,
 )
-from gateway.translate.namespaces import flat_choice, flat_name, flat_names, flat_of_bare
+from gateway.translate.namespaces import flat_choice, flat_name, flat_names, flat_of_bare, function_names
 
 # Writing lives in responses_write.py; re-exported so that both halves are reached from here.
 from gateway.translate.responses_write import TARGET as TARGET
@@ -90,16 +90,6 @@ _INCLUDES = frozenset({"reasoning.encrypted_content"})
 # -- request: Responses → neutral ------------------------------------------------------------
 
 
-def _function_names(tools: list[Any]) -> set[str]:
-    """The names of the offered functions (a malformed tool's name, which may be anything, is refused where the
-    tool itself is read): what a flattened namespaced name must not clash with."""
-    names = set()
-    for tool in tools:
-        if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(name := tool.get("name"), str):
-            names.add(name)
-    return names
-
-
 def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -> Conversation:
     """The request in the neutral shape; a built-in tool is refused, or with ``builtin_tools="omit"`` left out
     and named in ``omitted_tools``. Namespaced functions become flat ones (``gateway.translate.namespaces``)."""
@@ -116,7 +106,7 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
     tools = as_list(body.get("tools") or [], "tools")
     offered = tool_search.offered_tools(body)
     flat = flat_names(offered)
-    taken = _function_names(tools)
+    taken = function_names(tools)
     for index, raw in enumerate(tools):
         tool = as_dict(raw, f"tools[{index}]")
         if tool_search.is_client_run(tool):
@@ -133,9 +123,7 @@ def read_request(body: dict[str, Any], builtin_tools: BuiltinTools = "refuse") -
     conversation.max_tokens = opt_int(body.get("max_output_tokens"), "max_output_tokens")
     conversation.temperature = opt_number(body.get("temperature"), "temperature")
     conversation.top_p = opt_number(body.get("top_p"), "top_p")
-    conversation.tool_choice = read_function_choice(
-        flat_choice(body.get("tool_choice"), flat, _function_names(offered)), nested=False
-    )
+    conversation.tool_choice = read_function_choice(flat_choice(body.get("tool_choice"), flat, offered), nested=False)
     choice = conversation.tool_choice
     forced = choice.name if choice is not None and choice.mode == "tool" else None
     if choice is not None and forced is not None and all(t.name != forced for t in conversation.tools):
@@ -211,8 +199,10 @@ def _read_items(
             name = as_str(item.get("name"), f"{path}.name")
             namespace = opt_str(item.get("namespace"), f"{path}.namespace")
             if namespace is not None:
-                taken = _function_names(tools)
-                name = flat.get((namespace, name)) or flat_name(namespace, name, taken | set(flat.values()))
+                # A call of a namespace the request no longer offers: its flat name as it was made then.
+                name = flat.get((namespace, name)) or flat_name(
+                    namespace, name, function_names(tools) | set(flat.values())
+                )
             call = ToolCall(
                 as_str(item.get("call_id"), f"{path}.call_id"), name, as_str(item.get("arguments"), f"{path}.arguments")
             )
