@@ -613,13 +613,13 @@ class holding_the_only_slot:
     def __exit__(self, *exc: object) -> None:
         if self.sock is None:
             return
-        in_flight = self.matrix.fake.state.in_flight
+        state = self.matrix.fake.state
+        cancelled = state.cancelled
         self.sock.close()
-        # Other cells' circuits are probed on the same fake meanwhile (short requests): the count may rise before it
-        # falls below where it stood, hence the longer bound.
-        wait_until(
-            lambda: self.matrix.fake.state.in_flight < in_flight, timeout=15, what="the holder's upstream closed"
-        )
+        # Other cells' circuits are probed on the same fake meanwhile, some of them on deployments that hang, so the
+        # in-flight count says nothing about this one request; the provider counting a hang-up does: the holder is the
+        # only request of this cell that reaches it and waits.
+        wait_until(lambda: state.cancelled > cancelled, what="the provider seeing the holder's hang-up")
 
 
 PATHS = {
