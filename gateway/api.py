@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
@@ -32,7 +33,7 @@ from gateway.quality import expectation_of
 from gateway.relay import DisconnectWatch, ProxyRequest, RequestTrace
 from gateway.relay.disconnect import abort_of
 from gateway.relay.keepalive import FirstByteKeepAlive
-from gateway.relay.outbound import eligible, native_eligible, natively_served, omitted_tools
+from gateway.relay.outbound import eligible, natively_served, omitted_tools
 from gateway.relay.replies import FullReply
 from gateway.relay.request import proxy_request_from_fields
 from gateway.request_body import ClientGone, check_types, decoded_headers, parse_json_body, read_request_body
@@ -134,7 +135,12 @@ class ProxyEndpoint:
         plan: RoutePlan | None = None
         keeper: FirstByteKeepAlive | None = None
         try:
-            plan = _plan(runtime, route_request)
+            try:
+                plan = runtime.router.plan(route_request)
+            except GatewayError as exc:
+                if route_request.pinned is not None:
+                    _name_pinned(exc, route_request.pinned)
+                raise
             policy = plan.policy
             if ticket.spender.scopes:  # a budget to hold the worst case against (none: nothing to hold, no coroutine)
                 await runtime.access.reserve_spend(
@@ -189,7 +195,8 @@ class ProxyEndpoint:
                 reply.log.status = 200
                 await keeper.fail_with_body(reply.status, reply.body)
                 return
-            capture = capture_for(runtime, request, reply, send)
+            # Only a Responses answer is ever kept (``capture_for``): no call for the other APIs'.
+            capture = capture_for(runtime, request, reply, send) if request.endpoint == "responses" else None
             if capture is not None:
                 send = capture.send
             if trace_wanted:
@@ -285,11 +292,15 @@ class ProxyEndpoint:
                 size += len(previous.encode())
                 previous_id = None
         preferences = parse_preferences(body.pop("provider", None), suffix_sort)
-        # Deployments reached by translation that cannot carry this request leave the pool; with none left, 400.
-        able = native_eligible(model) if native else eligible(model, self.endpoint, body)
-        model = able.model
-        if not model.deployments and able.refusal is not None:
-            raise able.refusal
+        # Deployments reached by translation that cannot carry this request leave the pool; with none left, 400. A
+        # model served natively is eligible as it is (``native_eligible``): nothing translated, no ``Eligible`` made.
+        translations: dict[str, dict[str, Any]] = {}
+        omitted: dict[str, tuple[str, ...]] = {}
+        if not native:
+            able = eligible(model, self.endpoint, body)
+            model, translations, omitted = able.model, able.translations, able.omitted_tools
+            if not model.deployments and able.refusal is not None:
+                raise able.refusal
         if previous_id is not None:
             pinned = await previous_owner(runtime, model, previous_id)
         deadlines = read_deadlines(scope["headers"])
@@ -303,7 +314,7 @@ class ProxyEndpoint:
         prompt_tokens = max(1, size // 4)
         headers = decoded_headers(scope["headers"])  # once, for the session and the upstream
         expects = expectation_of(self.endpoint, body)
-        policy = runtime.config.policy_for(model)
+        policy = runtime.config.policies[model.policy]  # ``policy_for``, without its call
         session = None
         if policy.affinity != "off":
             # No coroutine for a request that continues no session.
@@ -326,8 +337,8 @@ class ProxyEndpoint:
             deadlines.ttft_slo_s,  # ttft_slo_s
             session.key if session is not None else None,  # session_key
             policy.session_ttl_s,  # session_ttl_s
-            able.translations,  # translations
-            able.omitted_tools,  # omitted_tools
+            translations,  # translations
+            omitted,  # omitted_tools
             expects,  # expects
             False,  # probe
         )
@@ -369,17 +380,11 @@ def _with_query(path: str, scope: Scope) -> str:
     return f"{path}?{query.decode('latin-1')}" if query else path
 
 
-def _plan(runtime: GatewayRuntime, route_request: RouteRequest) -> RoutePlan:
-    try:
-        return runtime.router.plan(route_request)
-    except GatewayError as exc:
-        if route_request.pinned is None:
-            raise
-        # The one deployment that holds the previous response cannot serve: say so, send it nowhere else.
-        exc.message = f"the previous response is held by deployment '{route_request.pinned}', which cannot " + (
-            f"take a request now: {exc.message}"
-        )
-        raise
+def _name_pinned(exc: GatewayError, pinned: str) -> None:
+    """The one deployment that holds the previous response cannot serve: say so (the request goes nowhere else)."""
+    exc.message = (
+        f"the previous response is held by deployment '{pinned}', which cannot take a request now: {exc.message}"
+    )
 
 
 __all__ = [

@@ -3,7 +3,8 @@
 ``ProxyEndpoint._prepare`` now passes every field in order (``proxy_request_from_fields``,
 ``route_request_from_fields``). Here both are spied on during whole requests through the app (its real runtime,
 the provider in memory), and at each call the former keyword build, copied below, is evaluated on ``_prepare``'s
-own variables at that moment: the two must be equal. The requests vary what fills each field (streamed or not,
+own variables at that moment (for a natively served model, ``able`` is what the former code made of it,
+``native_eligible``): the two must be equal. The requests vary what fills each field (streamed or not,
 client deadlines, a session, a model suffix, tools, a trace wish, a query string), so a value passed in another
 field's place shows.
 """
@@ -20,6 +21,7 @@ import pytest
 
 from benchmarks.hotpath_memory import Driver, running_app
 from gateway import api as api_module
+from gateway.relay.outbound import native_eligible
 from gateway.relay.request import ProxyRequest, proxy_request_from_fields
 from gateway.routing.plan import RouteRequest, route_request_from_fields
 
@@ -64,7 +66,11 @@ def _spy(made: Any, former: str, seen: list[tuple[Any, Any]]) -> Any:
         built = made(*values)
         caller = sys._getframe(1)
         names = {**vars(api_module), "ProxyRequest": ProxyRequest, "RouteRequest": RouteRequest}
-        former_built = eval(code, names, dict(caller.f_locals))
+        local = dict(caller.f_locals)
+        if local["native"]:
+            # What the former ``_prepare`` held for a natively served model (it now makes no ``Eligible``).
+            local["able"] = native_eligible(local["model"])
+        former_built = eval(code, names, local)
         # Compared at once: the request's trace fills in as it goes.
         seen.append((built, type(built) is type(former_built) and built == former_built))
         return built
