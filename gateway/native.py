@@ -76,6 +76,7 @@ MODULES = (
     "gateway.routing.worth",
     "gateway.access_numbers",
     "gateway.stats.sketch",
+    "gateway.stats.values",
 )
 """What is compiled: the router and what its plans and ``attempt_finished`` call per request,
 and what every relayed

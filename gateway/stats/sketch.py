@@ -20,17 +20,17 @@ import math
 from bisect import bisect_right, insort
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 K = TypeVar("K")
 
-RELATIVE_ACCURACY = 0.01
-GAMMA = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
-LOG_GAMMA = math.log(GAMMA)
+RELATIVE_ACCURACY: Final = 0.01
+GAMMA: Final = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
+LOG_GAMMA: Final = math.log(GAMMA)
 
-MIN_VALUE = 1e-6
+MIN_VALUE: Final = 1e-6
 """Values at or below this (zero included) are counted in one "zero" bucket, reported as 0."""
-ZERO_BUCKET = -(2**31)
+ZERO_BUCKET: Final = -(2**31)
 
 
 _Memo = tuple[list[int], list[int], dict[float, float | None]]
