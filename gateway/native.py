@@ -75,12 +75,15 @@ MODULES = (
     "gateway.routing.belief_look",
     "gateway.routing.worth",
     "gateway.access_numbers",
+    "gateway.stats.sketch",
+    "gateway.stats.values",
 )
 """What is compiled: the router and what its plans and ``attempt_finished`` call per request,
 and what every relayed
-chunk passes through (the meter's ``feed``, the forwarder's, the SSE splitter and the kept chunks), and the access
-line's rounding (``access_numbers``). Not the data
-types other packages build and read (``plan``, ``ranking``, ``overrides``, ``reading``): they stay Python classes."""
+chunk passes through (the meter's ``feed``, the forwarder's, the SSE splitter and the kept chunks), the access
+line's rounding (``access_numbers``), and the stats' histograms every sample is counted in (``stats.sketch``). Not
+the data types other packages build and read (``plan``, ``ranking``, ``overrides``, ``reading``): they stay Python
+classes."""
 C_MODULES = {"gateway.dialects._chat_read": "dialects/chat_read.c", "gateway._frozen_make": "frozen_make.c"}
 """Extensions written in C, by module name, with their source below the package: built by the same compiler
 beside the mypyc modules, stamped and used under the same rule (``load_c``); the pure modules stand in for them."""
@@ -149,7 +152,8 @@ class _NativeFinder(importlib.abc.MetaPathFinder):
 def activate(folder: Path = NATIVE_DIR) -> bool:
     """Use the compiled modules if ``folder`` holds a build of these sources; True if they will be used.
 
-    Called before any of them is imported (``gateway.routing``'s first line); a second call changes nothing."""
+    Called before any of them is imported (the first lines of ``gateway.routing`` and ``gateway.stats``, so that
+    whichever package a process imports first, no compiled module meets a pure one); a second call changes nothing."""
     if any(isinstance(finder, _NativeFinder) for finder in sys.meta_path):
         return True
     if os.environ.get("GATEWAY_NATIVE") == "0":

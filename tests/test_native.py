@@ -152,11 +152,15 @@ COMPILED_SUITE = (
     "tests/test_accesslog.py",
     "tests/test_positional_builds.py",
     "tests/test_frozen_make.py",
+    "tests/stats/test_sketch.py",
+    "tests/stats/test_window.py",
+    "tests/test_sink_shortcuts.py",
 )
 """Run against the compiled modules: a request relayed (status, headers, body frames, access-log line, Sample),
 the meter, forwarder and splitter read chunk by chunk, the belief router's beliefs and choices (a look's and a
-plan's arithmetic held to its plain Python form float for float), and the per-request frozen objects made by the C
-makers (``gateway.frozen``). Not the files
+plan's arithmetic held to its plain Python form float for float), the per-request frozen objects made by the C
+makers (``gateway.frozen``), and the stats' histograms counted sample by sample (``gateway.stats.sketch``: the window's
+and the minutes' sums, bit for bit). Not the files
 whose reference meters and forwarders subclass the compiled classes, or that replace a router's method on an
 instance (Python can do neither to a compiled class)."""
 

@@ -6,11 +6,17 @@ which a gateway whose stats are in memory never needs."""
 
 from typing import TYPE_CHECKING
 
-from gateway.stats.base import StatsStore, StoreHealth
-from gateway.stats.factory import open_stats_store
-from gateway.stats.memory import InMemoryStatsStore
-from gateway.stats.sketch import LogHistogram
-from gateway.stats.snapshot import METRICS, DeploymentSummary, Metric, StatsSnapshot
+from gateway.native import activate
+
+# Before ``sketch`` is imported (compiled where built, ``gateway.native``), whether a process imports routing or stats
+# first: a pure ``LogHistogram`` met by compiled routing code would fail its type checks.
+activate()
+
+from gateway.stats.base import StatsStore, StoreHealth  # noqa: E402
+from gateway.stats.factory import open_stats_store  # noqa: E402
+from gateway.stats.memory import InMemoryStatsStore  # noqa: E402
+from gateway.stats.sketch import LogHistogram  # noqa: E402
+from gateway.stats.snapshot import METRICS, DeploymentSummary, Metric, StatsSnapshot  # noqa: E402
 
 if TYPE_CHECKING:
     from gateway.stats.redis_store import RedisStatsStore

@@ -20,17 +20,17 @@ import math
 from bisect import bisect_right, insort
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
-from typing import TypeVar
+from typing import Any, Final, TypeVar
 
 K = TypeVar("K")
 
-RELATIVE_ACCURACY = 0.01
-GAMMA = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
-LOG_GAMMA = math.log(GAMMA)
+RELATIVE_ACCURACY: Final = 0.01
+GAMMA: Final = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
+LOG_GAMMA: Final = math.log(GAMMA)
 
-MIN_VALUE = 1e-6
+MIN_VALUE: Final = 1e-6
 """Values at or below this (zero included) are counted in one "zero" bucket, reported as 0."""
-ZERO_BUCKET = -(2**31)
+ZERO_BUCKET: Final = -(2**31)
 
 
 _Memo = tuple[list[int], list[int], dict[float, float | None]]
@@ -69,21 +69,24 @@ def count_buckets(
     both, which never share a histogram): ``add_bucket(bucket)`` of each, inline, for the stores' every sample (a call
     per value and a ``value_of`` call each cost about as much as the counting). The same sums, in the same order, as
     ``add_bucket``."""
-    values = _VALUES
-    tables = (histograms,) if also is None else (histograms, also)
-    for key in buckets if keys is None else keys:
-        bucket = buckets.get(key)
+    # Typed ``Any`` where compiled code (``gateway.native``) would otherwise unbox each bucket index, reported value
+    # and count and box it again for every dict operation (an int object made per use past 256): kept as the objects
+    # they are, as Python keeps them. ``buckets`` is a dict wherever the stores call this.
+    given: dict[Any, Any] = buckets if isinstance(buckets, dict) else dict(buckets)
+    values: dict[Any, Any] = _VALUES
+    tables: tuple[dict[K, LogHistogram], ...] = (histograms,) if also is None else (histograms, also)
+    for key in given if keys is None else keys:
+        bucket: Any = given.get(key)
         if bucket is None:
             continue
-        value = values.get(bucket)
-        if value is None:
-            value = value_of(bucket)
+        found: float | None = values.get(bucket)
+        value: float = value_of(bucket) if found is None else found  # a float: added to each ``_sum`` unboxed
         for table in tables:
             histogram = table.get(key)
             if histogram is None:
                 histogram = table[key] = LogHistogram()
-            counts = histogram.counts
-            old = counts.get(bucket)
+            counts: dict[Any, Any] = histogram.counts
+            old: Any = counts.get(bucket)
             if old is None:
                 counts[bucket] = 1
                 if histogram._keys is not None:
@@ -115,7 +118,7 @@ class LogHistogram:
         self.counts: dict[int, int] = dict(counts) if counts else {}
         self.count = sum(self.counts.values())
         # A running sum of the reported values: the mean in O(1).
-        self._sum = sum(value_of(b) * n for b, n in self.counts.items())
+        self._sum: float = sum(value_of(b) * n for b, n in self.counts.items())
         self._keys: list[int] | None = None
         """The buckets in order, kept up to date from the first quantile on (None: not asked for yet)."""
         self._memo: _Memo | None = None

@@ -9,90 +9,23 @@ the event loop, never mutate it, and copy it (``from_samples`` or a deep copy) t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, get_args
 
 from gateway.samples import OUTCOMES, VALIDITIES, Outcome, RequestKind, Sample
 from gateway.stats.answers import NO_ANSWERS, AnswerLog
-from gateway.stats.sketch import LOG_GAMMA, MIN_VALUE, ZERO_BUCKET, LogHistogram, bucket_of, count_buckets
+from gateway.stats.sketch import LogHistogram, count_buckets
+from gateway.stats.values import (
+    METRICS,
+    Metric,
+    sample_buckets,
+    sample_values,
+)
 from gateway.types import DeploymentKey
-
-Metric = Literal[
-    "ttft_s",
-    "first_answer_s",
-    "tokens_per_s",
-    "e2e_s",
-    "output_tokens",
-    "prompt_tokens",
-    "cached_tokens",
-    "warm_ttft_s",
-    "cold_ttft_s",
-    "prefill_tokens_per_s",
-]
-METRICS: tuple[Metric, ...] = get_args(Metric)
-"""The prompt cache's metrics (``prompt_tokens`` .. ``prefill_tokens_per_s``) are described at ``cache_values``."""
-WARM_SHARE = 0.5
-"""A first token is warm when at least this share of the prompt came from the provider's cache."""
-MIN_PREFILL_TOKENS = 1024
-"""Uncached prompt tokens below which a first token says little of the prefill speed (latency dominates)."""
 
 # Outcomes that count neither for nor against the provider's success: the client left, the request was at fault,
 # or the request's own deadline cut a stream that was still coming (its timings count: ``sample_values``).
 NEUTRAL_OUTCOMES: frozenset[Outcome] = frozenset({"client_cancelled", "client_error", "deadline"})
-
-
-def sample_values(sample: Sample) -> dict[Metric, float]:
-    """The metric values a sample contributes (missing ones are left out, never zero)."""
-    values: dict[Metric, float] = {}
-    if sample.ttft_s is not None:
-        values["ttft_s"] = sample.ttft_s
-    if sample.first_answer_s is not None:
-        values["first_answer_s"] = sample.first_answer_s
-    if sample.tokens_per_s is not None:
-        values["tokens_per_s"] = sample.tokens_per_s
-    if sample.outcome == "ok":
-        # End-to-end and answer length describe complete answers only.
-        if sample.e2e_s is not None:
-            values["e2e_s"] = sample.e2e_s
-        if sample.output_tokens is not None:
-            values["output_tokens"] = float(sample.output_tokens)
-    cache_values(sample, values)
-    return values
-
-
-def cache_values(sample: Sample, values: dict[Metric, float]) -> None:
-    """What a sample says of the deployment's prompt cache, added to ``values``.
-
-    - ``prompt_tokens`` and ``cached_tokens``: the usage of a complete answer whose provider reports
-      cached tokens (a zero counts: it is a miss). Their sums' ratio is the deployment's hit ratio
-      (``DeploymentSummary.hit_ratio``), weighted by tokens as a bill is.
-    - ``warm_ttft_s`` / ``cold_ttft_s``: the first token when at least ``WARM_SHARE`` of the prompt was
-      cached, or less (known only where cached tokens are reported).
-    - ``prefill_tokens_per_s``: uncached prompt tokens ÷ first token, when at least
-      ``MIN_PREFILL_TOKENS`` were uncached and the answer was cold: what predicts a long prompt's
-      first token on a cold deployment. The prompt's size is the usage's, else the gateway's estimate.
-    """
-    prompt = sample.usage_prompt_tokens if sample.usage_prompt_tokens else sample.prompt_tokens_estimate
-    cached = sample.usage_cached_tokens
-    if not prompt or prompt <= 0:
-        return
-    if cached is not None and sample.outcome == "ok":
-        values["prompt_tokens"] = float(prompt)
-        values["cached_tokens"] = float(min(cached, prompt))
-    ttft = sample.ttft_s
-    if ttft is None or ttft <= 0:
-        return
-    if cached is not None:
-        values["warm_ttft_s" if cached >= WARM_SHARE * prompt else "cold_ttft_s"] = ttft
-    uncached = prompt - (cached or 0)
-    # Only a cold answer's: a warm one's first token is mostly base latency (its few uncached tokens
-    # over it would read as a slow prefill here, and, with that base subtracted, as a wildly fast one in
-    # the router's view), so it says little of how fast a whole long prompt is prefilled.
-    cold = cached is None or cached < WARM_SHARE * prompt
-    if cold and uncached >= MIN_PREFILL_TOKENS:
-        values["prefill_tokens_per_s"] = uncached / ttft
 
 
 VALIDITY_KEYS: frozenset[str] = frozenset(f"{k}:{v}" for k in ("tools", "json", "plain") for v in VALIDITIES)
@@ -104,41 +37,6 @@ def validity_key(sample: Sample) -> str | None:
     if sample.kind is None or sample.validity is None:
         return None
     return f"{sample.kind}:{sample.validity}"
-
-
-def sample_buckets(sample: Sample) -> dict[Metric, int]:
-    """The histogram bucket of each value the sample contributes (see ``sample_values``), in the same order.
-
-    Worked out from the sample directly, not through ``sample_values``' dict, each bucket as ``bucket_of`` works
-    it out (inline: the stores call this per sample); the prompt cache's values exist only where a prompt and
-    cached tokens were reported, or a long prompt."""
-    buckets: dict[Metric, int] = {}
-    log, ceil, isnan = math.log, math.ceil, math.isnan
-    value = sample.ttft_s
-    if value is not None:
-        buckets["ttft_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
-    value = sample.first_answer_s
-    if value is not None:
-        buckets["first_answer_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
-    value = sample.tokens_per_s
-    if value is not None:
-        buckets["tokens_per_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
-    if sample.outcome == "ok":
-        value = sample.e2e_s
-        if value is not None:
-            buckets["e2e_s"] = ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
-        if sample.output_tokens is not None:
-            value = float(sample.output_tokens)  # bucket_of, inline as above
-            buckets["output_tokens"] = (
-                ZERO_BUCKET if value <= MIN_VALUE or isnan(value) else ceil(log(value) / LOG_GAMMA)
-            )
-    prompt = sample.usage_prompt_tokens or sample.prompt_tokens_estimate
-    if prompt and (sample.usage_cached_tokens is not None or prompt >= MIN_PREFILL_TOKENS):
-        values: dict[Metric, float] = {}
-        cache_values(sample, values)
-        for metric, cached in values.items():
-            buckets[metric] = bucket_of(cached)
-    return buckets
 
 
 @dataclass
