@@ -100,7 +100,7 @@ class BeliefRouter:
 
     def plan(self, request: RouteRequest) -> RoutePlan:
         model, preferences = request.model, request.preferences
-        policy = self.config.policy_for(model)
+        policy = self.config.policies[model.policy]  # ``config.policy_for``'s, without its interpreted frame
         now = self.clock()
         narrowed = speaking(model, request.endpoint, request.pinned)
         # What was learned of a deployment's limits is believed for the hazard's half-life (``routing.trials``).
@@ -258,47 +258,49 @@ class BeliefRouter:
     ) -> None:
         key = (candidate.model, candidate.name)
         now = self.clock()
-        attempt = self._attempts.pop(id(candidate), None)
+        ident = id(candidate)
+        attempt = self._attempts.pop(ident, None)
         open_attempts = self._open.get(key)
         if open_attempts is not None:
-            open_attempts.pop(id(candidate), None)
+            open_attempts.pop(ident, None)
         self.running.moved(key)
-        in_flight = self.state.deployment_in_flight.get(key, 0)
-        out = self.state.capacity.observe(
+        state = self.state
+        outcome, status = sample.outcome, sample.status  # read once: each a Python attribute look-up
+        out = state.capacity.observe(
             candidate.provider,
             key,
-            ok=sample.outcome == "ok",
-            status=sample.status,
-            in_flight=in_flight,
-            in_flight_at_send=self.state.sent_in_flight.get(id(candidate)),
+            ok=outcome == "ok",
+            status=status,
+            in_flight=state.deployment_in_flight.get(key, 0),
+            in_flight_at_send=state.sent_in_flight.get(ident),
             limits=limits,
             retry_after_s=retry_after_s,
             sent_at=attempt.started_at if attempt is not None else None,
             now=now,
         )
-        self.state.finished(candidate.provider.name, key, id(candidate))
-        if self.state.trials.running:
-            self.state.trial_ended(candidate, sample.outcome)
+        state.finished(candidate.provider.name, key, ident)
+        if state.trials.running:
+            state.trial_ended(candidate, outcome)
         model = self._model_of.get(candidate.model)  # ``config.model``'s: the first of that name
         if model is None:
             return
-        policy = self.config.policy_for(model)
+        policy = self.config.policies[model.policy]  # ``config.policy_for``'s, without its interpreted frame
         self._evidence(model, key, sample, attempt, now)
-        load_refusal = sample.status == 429 and limits is not None and limits.has_budget and not out
+        load_refusal = status == 429 and limits is not None and limits.has_budget and not out
         # Whether the failure chance, this attempt included, is believed over one half. The circuit's own test (most
         # of its last attempts failed) lags behind a change once requests stop going there: a provider that went
         # down after a hundred answers opens only when twenty attempts have mostly failed.
-        fails, oks = self.belief(*key).failure(now)
-        self.state.health.record(
+        fails, oks = self.belief(key[0], key[1]).failure(now)  # not ``belief(*key)``: a generic call when compiled
+        state.health.record(
             key,
-            "client_cancelled" if load_refusal else sample.outcome,
+            "client_cancelled" if load_refusal else outcome,
             retry_after_s,
             policy,
             now,
             self._circuit_changed,
-            rate_limited=sample.status == 429 and not load_refusal,
+            rate_limited=status == 429 and not load_refusal,
             mostly_failing=fails > oks,
-            unservable=sample.status in UNSERVABLE_STATUSES,
+            unservable=status in UNSERVABLE_STATUSES,
             reason=reason,
         )
 
@@ -315,10 +317,11 @@ class BeliefRouter:
         self._tell(key, answer, now, now - attempt.started_at if attempt is not None else None)
         if answer.outcome == "ok" or answer.drained:
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
-            if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:
-                self.lengths.heard(attempt.length[0], sample.output_tokens, attempt.length[1])
-            if attempt is not None and attempt.progress is not None and sample.output_tokens:
-                bytes_per_token(self._bytes_per_token, attempt.progress, sample.output_tokens)
+            tokens = sample.output_tokens  # read once: a Python attribute look-up
+            if answer.outcome == "ok" and tokens is not None and attempt and attempt.length:
+                self.lengths.heard(attempt.length[0], tokens, attempt.length[1])
+            if attempt is not None and attempt.progress is not None and tokens:
+                bytes_per_token(self._bytes_per_token, attempt.progress, tokens)
 
     def _hear_others(self, model: ModelConfig, snapshot: StatsSnapshot, now: float) -> None:
         """Tell the beliefs the other replicas' answers not heard yet (``gateway.routing.belief_others``), each as
@@ -326,7 +329,7 @@ class BeliefRouter:
         as it was recorded before the snapshot was taken), never before what the belief heard last."""
         new = self.others.new_of(snapshot, model)
         for key, answer in new:
-            belief = self.belief(*key)
+            belief = self.belief(key[0], key[1])
             at = now - max(0.0, snapshot.taken_at - answer.at)
             for heard in (belief.heard_at, belief.failures.heard_at):
                 at = at if heard is None else max(at, heard)
@@ -335,7 +338,7 @@ class BeliefRouter:
     def _tell(self, key: DeploymentKey, answer: Answer, at: float, elapsed_s: float | None) -> None:
         """Tell ``key``'s belief one answer (``belief_attempts.tell``) and, where its level or scatter moved, pool its
         model's priors again (a failure alone leaves every prior as it was)."""
-        belief = self.belief(*key)
+        belief = self.belief(key[0], key[1])
         answers = belief.answers
         tell(belief, self.priors.get(key, NO_PRIOR), answer, at, elapsed_s)
         if belief.answers != answers:
