@@ -100,46 +100,46 @@ class BeliefRouter:
 
     def plan(self, request: RouteRequest) -> RoutePlan:
         model, preferences = request.model, request.preferences
+        name = model.name  # each read once: compiled, a Python attribute look-up per read
+        stream, prompt_tokens, max_tokens = request.stream, request.prompt_tokens, request.max_tokens
         policy = self.config.policies[model.policy]  # ``config.policy_for``'s, without its interpreted frame
         now = self.clock()
         narrowed = speaking(model, request.endpoint, request.pinned)
         # What was learned of a deployment's limits is believed for the hazard's half-life (``routing.trials``).
-        believed = believed_s(self.hazards.get(model.name))
+        believed = believed_s(self.hazards.get(name))
         trials: dict[str, Trial] = {}
         allowing = allowed(narrowed, preferences, self._providers)
         # Before the circuits: a model whose only image-reading deployment is down is out of capacity, not of images.
-        kept = accepting(self.state.inputs, model.name, allowing, request.inputs, now, believed, trials)
-        deployments = [
-            d for d in kept if self.state.health.state((model.name, d.name), now, self._circuit_changed) != "open"
-        ]
+        kept = accepting(self.state.inputs, name, allowing, request.inputs, now, believed, trials)
+        deployments = [d for d in kept if self.state.health.state((name, d.name), now, self._circuit_changed) != "open"]
         if not deployments:
-            raise NoCapacity(f"no deployment of model '{model.name}' can take a request now (circuits open)")
+            raise NoCapacity(f"no deployment of model '{name}' can take a request now (circuits open)")
         windows = self.state.windows
-        fitting = [d for d in deployments if windows.fits(model.name, d, request.prompt_tokens, now, believed, trials)]
+        fitting = [d for d in deployments if windows.fits(name, d, prompt_tokens, now, believed, trials)]
         deployments = fitting or deployments
         snapshot = self.stats.snapshot()
         self._hear_others(model, snapshot, now)
-        options = [self._option(model.name, d.name, d, snapshot, now) for d in deployments]
+        options = [self._option(name, d.name, d, snapshot, now) for d in deployments]
         length = request_shape(request)
-        expected = self.lengths.forecast(length, request.max_tokens, float(policy.default_output_tokens)).mean
+        expected = self.lengths.forecast(length, max_tokens, float(policy.default_output_tokens)).mean
         session = request.session
-        valid, breaks = kind_terms(options, snapshot, model.name, policy, preferences, request.kind, now)
-        cached = cached_on(model.name, session, deployments, preferences, request.prompt_tokens, snapshot)
-        shape = Shape(request.prompt_tokens, expected, cached, valid)
+        valid, breaks = kind_terms(options, snapshot, name, policy, preferences, request.kind, now)
+        cached = cached_on(name, session, deployments, preferences, prompt_tokens, snapshot)
+        shape = Shape(prompt_tokens, expected, cached, valid)
         stay = staying(session, deployments, preferences)
         weights = self._weights_of(policy, preferences.sort)
-        counts = self.counts.get(model.name)
+        counts = self.counts.get(name)
         if counts is None:
-            counts = self.counts[model.name] = Counts()
+            counts = self.counts[name] = Counts()
         counts.requests += 1
         steered = preferences.steers
-        if request.stream and not steered:
-            self.budget.credit(model.name, now)
-        if request.stream and policy.hedging:
-            self.state.hedges.credit(model.name, policy.hedge_budget)
+        if stream and not steered:
+            self.budget.credit(name, now)
+        if stream and policy.hedging:
+            self.state.hedges.credit(name, policy.hedge_budget)
         # ``explore_share = 0``: no look, no draw; only a stream's cold start (and its race) remains.
         looks = policy.explore_share > 0
-        may_race = request.stream and policy.explore_race and not steered
+        may_race = stream and policy.explore_race and not steered
         choice = choose_for(
             options,
             breaks,
@@ -149,7 +149,7 @@ class BeliefRouter:
             self.rng,
             may_race=may_race,
             budget=self.budget if looks else None,
-            model=model.name,
+            model=name,
             explore=stay is None and (looks or may_race),
         )
         choice = Choice(tuple(range(len(options))), choice.costs) if policy.ranking == "fixed" else choice
@@ -159,7 +159,7 @@ class BeliefRouter:
         counts.cold_starts += choice.cold
         order = as_preferred(stay_first(list(choice.order), deployments, session, stay), deployments, preferences)
         if not order:
-            raise InvalidRequest(f"'provider.order' names no deployment of model '{model.name}'", param="provider")
+            raise InvalidRequest(f"'provider.order' names no deployment of model '{name}'", param="provider")
         race = choice.race if list(choice.race) == order[: len(choice.race)] else ()
         candidates = candidates_of(
             request,
@@ -176,18 +176,18 @@ class BeliefRouter:
             steered=steered,
         )
         for candidate in candidates:
-            self._lengths_of[id(candidate)] = (length, request.max_tokens)
+            self._lengths_of[id(candidate)] = (length, max_tokens)
         if trials:
-            self.state.trials.planned(model.name, candidates, [c.name for c in candidates], trials)
+            self.state.trials.planned(name, candidates, [c.name for c in candidates], trials)
         shadow = None
         if choice.shadow is not None and choice.shadow != order[0]:
             d = deployments[choice.shadow]
-            shadow = Candidate(d, self._providers[d.provider], reason="explore", model=model.name)
-            self._lengths_of[id(shadow)] = (length, request.max_tokens)
+            shadow = Candidate(d, self._providers[d.provider], reason="explore", model=name)
+            self._lengths_of[id(shadow)] = (length, max_tokens)
         if len(self._lengths_of) > 100_000:
             self._lengths_of.clear()  # plans whose candidates were never tried
         first = candidates[0]
-        self.events.decision(model.name, first.name, first.provider.name, first.reason)
+        self.events.decision(name, first.name, first.provider.name, first.reason)
         raced = tuple(deployments[i].name for i in race[:-1])
         # Every field in order (``gateway.frozen``): candidates, policy, ranking, race, affinity, shadow.
         return route_plan_from_fields(tuple(candidates), policy, None, raced, None, shadow)
