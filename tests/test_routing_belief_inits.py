@@ -128,3 +128,19 @@ def test_a_bounds_tail_and_censored_square_written_out_are_the_former_floats() -
         mean, variance = rng.gauss(0.0, 4.0), rng.expovariate(1.0) if i % 11 else rng.choice([1e-300, 1e6, 0.5])
         expected = _reference_censored_square(bound, mean, variance)
         assert _bits(student.censored_square(bound, mean, variance)) == _bits(expected), (bound, mean, variance)
+
+
+def test_the_shapes_written_init_is_the_generated_ones() -> None:
+    """``cost.Shape`` (one per plan) has its ``__init__`` written out: the same parameters in the fields' order, each
+    field set to what was passed, a field left out given a fresh dict as its ``default_factory`` gives it."""
+    from gateway.routing.cost import Shape
+
+    assert [f.name for f in dataclasses.fields(Shape)] == ["prompt_tokens", "output_tokens", "cached", "valid"]
+    cached, valid = {"a": 10}, {"a": 0.5}
+    made = Shape(20, 256.0, cached, valid)
+    assert (made.prompt_tokens, made.output_tokens) == (20, 256.0)
+    assert made.cached is cached and made.valid is valid
+    assert Shape(prompt_tokens=20, output_tokens=256.0, cached=cached, valid=valid) == made
+    bare, other = Shape(20, 256.0), Shape(20, 256.0)
+    assert bare.cached == {} and bare.valid == {} and bare.cached is not other.cached
+    assert dataclasses.replace(made, output_tokens=30.0) == Shape(20, 30.0, cached, valid)

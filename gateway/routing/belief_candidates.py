@@ -41,7 +41,7 @@ def kind_terms(
         d = option.deployment
         summary = snapshot.summaries.get((model, d.name))  # ``snapshot.get``, without its Python frame
         counts = summary.valid_counts(kind) if summary is not None else (0, 0)
-        rate = valid[d.name] = valid_rate(*counts)
+        rate = valid[d.name] = valid_rate(counts[0], counts[1])  # not ``*counts``: a generic call when compiled
         fails, oks = option.belief.failure(now)
         success = oks / (fails + oks)
         # ``broken`` reads the attempts only where the policy bounds the success rate: a Python property, skipped.

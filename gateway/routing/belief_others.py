@@ -15,38 +15,59 @@ from gateway.stats.snapshot import StatsSnapshot
 from gateway.types import DeploymentKey
 
 
+class _PairHeard:
+    """One deployment's reading of the log: the mark last read and, per replica, the sequence number of its last
+    answer heard. One object per deployment, so that a read finds both without a look-up by the pair's tuple."""
+
+    __slots__ = ("mark", "replicas")
+
+    def __init__(self) -> None:
+        self.mark: tuple[int, int] = (0, 0)  # what ``log.mark`` says of a deployment with no answers yet
+        self.replicas: dict[str, int] = {}
+
+
 class OthersAnswers:
     """Per deployment, the log's mark last read and, per replica, the sequence number of its last answer heard.
 
     A log grows at its end or is replaced whole (a fresh read from Redis): after a growth only the new answers are
     read, after a replacement all, and a replica gone from the log is forgotten."""
 
-    __slots__ = ("_marks", "_heard", "_pairs")
+    __slots__ = ("_read", "_pairs")
 
     def __init__(self) -> None:
-        self._marks: dict[DeploymentKey, tuple[int, int]] = {}
-        self._heard: dict[DeploymentKey, dict[str, int]] = {}
-        self._pairs: dict[str, tuple[ModelConfig, list[DeploymentKey]]] = {}
-        """Each model's deployments' keys, found once per model as configured."""
+        self._read: dict[DeploymentKey, _PairHeard] = {}
+        self._pairs: dict[str, tuple[ModelConfig, list[tuple[DeploymentKey, _PairHeard]]]] = {}
+        """Each model's deployments' keys with their readings, found once per model as configured."""
 
     def new_of(self, snapshot: StatsSnapshot, model: ModelConfig) -> list[tuple[DeploymentKey, Answer]]:
         """``new`` of every deployment of ``model``, in its configured order."""
         kept = self._pairs.get(model.name)
         if kept is None or kept[0] is not model:
-            kept = self._pairs[model.name] = (model, [(model.name, d.name) for d in model.deployments])
-        return self.new(snapshot, kept[1])
+            kept = self._pairs[model.name] = (model, [self._of((model.name, d.name)) for d in model.deployments])
+        return self._new(snapshot, kept[1])
 
     def new(self, snapshot: StatsSnapshot, pairs: Iterable[DeploymentKey]) -> list[tuple[DeploymentKey, Answer]]:
         """The answers of ``pairs`` recorded by other replicas and not heard here yet, in log order; now heard."""
+        return self._new(snapshot, [self._of(pair) for pair in pairs])
+
+    def _of(self, pair: DeploymentKey) -> tuple[DeploymentKey, _PairHeard]:
+        read = self._read.get(pair)
+        if read is None:
+            read = self._read[pair] = _PairHeard()
+        return pair, read
+
+    def _new(
+        self, snapshot: StatsSnapshot, pairs: list[tuple[DeploymentKey, _PairHeard]]
+    ) -> list[tuple[DeploymentKey, Answer]]:
         log, me = snapshot.answers, snapshot.replica
         marks = log.marks
         new: list[tuple[DeploymentKey, Answer]] = []
-        for pair in pairs:
+        for pair, read in pairs:
             mark = marks.get(pair, (0, 0))  # ``log.mark(pair)``, read in place: (0, 0) with no answers yet
-            last = self._marks.get(pair, (0, 0))
+            last = read.mark
             if mark == last:
                 continue
-            self._marks[pair] = mark
+            read.mark = mark
             answers: Sequence[Answer]
             if mark[0] == last[0] and mark[1] - last[1] == 1:
                 # One answer added (most often the one this replica just recorded): ``log.since``'s answer, its
@@ -55,9 +76,7 @@ class OthersAnswers:
                 answers, grown = ([kept[-1]] if kept else []), True
             else:
                 answers, grown = log.since(pair, last)
-            before = self._heard.get(pair)
-            if before is None:  # not ``get(pair, {})``: no dict made per read where one is kept
-                before = {}
+            before = read.replicas
             heard = before if grown else {}
             for answer in answers:
                 replica = answer.replica
@@ -70,5 +89,5 @@ class OthersAnswers:
                     new.append((pair, answer))
                     seq = answer.seq
                 heard[replica] = seq
-            self._heard[pair] = heard
+            read.replicas = heard
         return new

@@ -98,11 +98,12 @@ def at_most_its_answer(runs: list[Run], base: float | None, unsure: float, ttft:
     if not tau > 0.0:
         return
     a, b = (ttft - (1.0 - w) * base) / tau, w / tau
+    erfc = math.erfc  # looked up once: compiled, ``math.erfc`` is a module attribute read at every use
     for run in runs:
         mean, var = run.mean0, run.var0
         s = math.sqrt(1.0 + b * b * var)
         z = (a - b * mean) / s
-        chance = 0.5 * math.erfc(-z / math.sqrt(2.0))
+        chance = 0.5 * erfc(-z / math.sqrt(2.0))
         # φ(z) / Φ(z); where Φ underflows, its asymptotic series
         ratio = math.exp(-0.5 * z * z) / math.sqrt(math.tau) / chance if chance > 1e-300 else -z - 1.0 / z + 2.0 / z**3
         run.mean0 = mean - b * var / s * ratio

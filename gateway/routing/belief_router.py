@@ -100,46 +100,46 @@ class BeliefRouter:
 
     def plan(self, request: RouteRequest) -> RoutePlan:
         model, preferences = request.model, request.preferences
-        policy = self.config.policy_for(model)
+        name = model.name  # each read once: compiled, a Python attribute look-up per read
+        stream, prompt_tokens, max_tokens = request.stream, request.prompt_tokens, request.max_tokens
+        policy = self.config.policies[model.policy]  # ``config.policy_for``'s, without its interpreted frame
         now = self.clock()
         narrowed = speaking(model, request.endpoint, request.pinned)
         # What was learned of a deployment's limits is believed for the hazard's half-life (``routing.trials``).
-        believed = believed_s(self.hazards.get(model.name))
+        believed = believed_s(self.hazards.get(name))
         trials: dict[str, Trial] = {}
         allowing = allowed(narrowed, preferences, self._providers)
         # Before the circuits: a model whose only image-reading deployment is down is out of capacity, not of images.
-        kept = accepting(self.state.inputs, model.name, allowing, request.inputs, now, believed, trials)
-        deployments = [
-            d for d in kept if self.state.health.state((model.name, d.name), now, self._circuit_changed) != "open"
-        ]
+        kept = accepting(self.state.inputs, name, allowing, request.inputs, now, believed, trials)
+        deployments = [d for d in kept if self.state.health.state((name, d.name), now, self._circuit_changed) != "open"]
         if not deployments:
-            raise NoCapacity(f"no deployment of model '{model.name}' can take a request now (circuits open)")
+            raise NoCapacity(f"no deployment of model '{name}' can take a request now (circuits open)")
         windows = self.state.windows
-        fitting = [d for d in deployments if windows.fits(model.name, d, request.prompt_tokens, now, believed, trials)]
+        fitting = [d for d in deployments if windows.fits(name, d, prompt_tokens, now, believed, trials)]
         deployments = fitting or deployments
         snapshot = self.stats.snapshot()
         self._hear_others(model, snapshot, now)
-        options = [self._option(model.name, d.name, d, snapshot, now) for d in deployments]
+        options = [self._option(name, d.name, d, snapshot, now) for d in deployments]
         length = request_shape(request)
-        expected = self.lengths.forecast(length, request.max_tokens, float(policy.default_output_tokens)).mean
+        expected = self.lengths.forecast(length, max_tokens, float(policy.default_output_tokens)).mean
         session = request.session
-        valid, breaks = kind_terms(options, snapshot, model.name, policy, preferences, request.kind, now)
-        cached = cached_on(model.name, session, deployments, preferences, request.prompt_tokens, snapshot)
-        shape = Shape(request.prompt_tokens, expected, cached, valid)
+        valid, breaks = kind_terms(options, snapshot, name, policy, preferences, request.kind, now)
+        cached = cached_on(name, session, deployments, preferences, prompt_tokens, snapshot)
+        shape = Shape(prompt_tokens, expected, cached, valid)
         stay = staying(session, deployments, preferences)
         weights = self._weights_of(policy, preferences.sort)
-        counts = self.counts.get(model.name)
+        counts = self.counts.get(name)
         if counts is None:
-            counts = self.counts[model.name] = Counts()
+            counts = self.counts[name] = Counts()
         counts.requests += 1
         steered = preferences.steers
-        if request.stream and not steered:
-            self.budget.credit(model.name, now)
-        if request.stream and policy.hedging:
-            self.state.hedges.credit(model.name, policy.hedge_budget)
+        if stream and not steered:
+            self.budget.credit(name, now)
+        if stream and policy.hedging:
+            self.state.hedges.credit(name, policy.hedge_budget)
         # ``explore_share = 0``: no look, no draw; only a stream's cold start (and its race) remains.
         looks = policy.explore_share > 0
-        may_race = request.stream and policy.explore_race and not steered
+        may_race = stream and policy.explore_race and not steered
         choice = choose_for(
             options,
             breaks,
@@ -149,7 +149,7 @@ class BeliefRouter:
             self.rng,
             may_race=may_race,
             budget=self.budget if looks else None,
-            model=model.name,
+            model=name,
             explore=stay is None and (looks or may_race),
         )
         choice = Choice(tuple(range(len(options))), choice.costs) if policy.ranking == "fixed" else choice
@@ -159,7 +159,7 @@ class BeliefRouter:
         counts.cold_starts += choice.cold
         order = as_preferred(stay_first(list(choice.order), deployments, session, stay), deployments, preferences)
         if not order:
-            raise InvalidRequest(f"'provider.order' names no deployment of model '{model.name}'", param="provider")
+            raise InvalidRequest(f"'provider.order' names no deployment of model '{name}'", param="provider")
         race = choice.race if list(choice.race) == order[: len(choice.race)] else ()
         candidates = candidates_of(
             request,
@@ -176,18 +176,18 @@ class BeliefRouter:
             steered=steered,
         )
         for candidate in candidates:
-            self._lengths_of[id(candidate)] = (length, request.max_tokens)
+            self._lengths_of[id(candidate)] = (length, max_tokens)
         if trials:
-            self.state.trials.planned(model.name, candidates, [c.name for c in candidates], trials)
+            self.state.trials.planned(name, candidates, [c.name for c in candidates], trials)
         shadow = None
         if choice.shadow is not None and choice.shadow != order[0]:
             d = deployments[choice.shadow]
-            shadow = Candidate(d, self._providers[d.provider], reason="explore", model=model.name)
-            self._lengths_of[id(shadow)] = (length, request.max_tokens)
+            shadow = Candidate(d, self._providers[d.provider], reason="explore", model=name)
+            self._lengths_of[id(shadow)] = (length, max_tokens)
         if len(self._lengths_of) > 100_000:
             self._lengths_of.clear()  # plans whose candidates were never tried
         first = candidates[0]
-        self.events.decision(model.name, first.name, first.provider.name, first.reason)
+        self.events.decision(name, first.name, first.provider.name, first.reason)
         raced = tuple(deployments[i].name for i in race[:-1])
         # Every field in order (``gateway.frozen``): candidates, policy, ranking, race, affinity, shadow.
         return route_plan_from_fields(tuple(candidates), policy, None, raced, None, shadow)
@@ -258,47 +258,49 @@ class BeliefRouter:
     ) -> None:
         key = (candidate.model, candidate.name)
         now = self.clock()
-        attempt = self._attempts.pop(id(candidate), None)
+        ident = id(candidate)
+        attempt = self._attempts.pop(ident, None)
         open_attempts = self._open.get(key)
         if open_attempts is not None:
-            open_attempts.pop(id(candidate), None)
+            open_attempts.pop(ident, None)
         self.running.moved(key)
-        in_flight = self.state.deployment_in_flight.get(key, 0)
-        out = self.state.capacity.observe(
+        state = self.state
+        outcome, status = sample.outcome, sample.status  # read once: each a Python attribute look-up
+        out = state.capacity.observe(
             candidate.provider,
             key,
-            ok=sample.outcome == "ok",
-            status=sample.status,
-            in_flight=in_flight,
-            in_flight_at_send=self.state.sent_in_flight.get(id(candidate)),
+            ok=outcome == "ok",
+            status=status,
+            in_flight=state.deployment_in_flight.get(key, 0),
+            in_flight_at_send=state.sent_in_flight.get(ident),
             limits=limits,
             retry_after_s=retry_after_s,
             sent_at=attempt.started_at if attempt is not None else None,
             now=now,
         )
-        self.state.finished(candidate.provider.name, key, id(candidate))
-        if self.state.trials.running:
-            self.state.trial_ended(candidate, sample.outcome)
+        state.finished(candidate.provider.name, key, ident)
+        if state.trials.running:
+            state.trial_ended(candidate, outcome)
         model = self._model_of.get(candidate.model)  # ``config.model``'s: the first of that name
         if model is None:
             return
-        policy = self.config.policy_for(model)
+        policy = self.config.policies[model.policy]  # ``config.policy_for``'s, without its interpreted frame
         self._evidence(model, key, sample, attempt, now)
-        load_refusal = sample.status == 429 and limits is not None and limits.has_budget and not out
+        load_refusal = status == 429 and limits is not None and limits.has_budget and not out
         # Whether the failure chance, this attempt included, is believed over one half. The circuit's own test (most
         # of its last attempts failed) lags behind a change once requests stop going there: a provider that went
         # down after a hundred answers opens only when twenty attempts have mostly failed.
-        fails, oks = self.belief(*key).failure(now)
-        self.state.health.record(
+        fails, oks = self.belief(key[0], key[1]).failure(now)  # not ``belief(*key)``: a generic call when compiled
+        state.health.record(
             key,
-            "client_cancelled" if load_refusal else sample.outcome,
+            "client_cancelled" if load_refusal else outcome,
             retry_after_s,
             policy,
             now,
             self._circuit_changed,
-            rate_limited=sample.status == 429 and not load_refusal,
+            rate_limited=status == 429 and not load_refusal,
             mostly_failing=fails > oks,
-            unservable=sample.status in UNSERVABLE_STATUSES,
+            unservable=status in UNSERVABLE_STATUSES,
             reason=reason,
         )
 
@@ -315,10 +317,11 @@ class BeliefRouter:
         self._tell(key, answer, now, now - attempt.started_at if attempt is not None else None)
         if answer.outcome == "ok" or answer.drained:
             self.state.deadlines.observe(key, sample.chunk_gaps_s)
-            if sample.outcome == "ok" and sample.output_tokens is not None and attempt and attempt.length:
-                self.lengths.heard(attempt.length[0], sample.output_tokens, attempt.length[1])
-            if attempt is not None and attempt.progress is not None and sample.output_tokens:
-                bytes_per_token(self._bytes_per_token, attempt.progress, sample.output_tokens)
+            tokens = sample.output_tokens  # read once: a Python attribute look-up
+            if answer.outcome == "ok" and tokens is not None and attempt and attempt.length:
+                self.lengths.heard(attempt.length[0], tokens, attempt.length[1])
+            if attempt is not None and attempt.progress is not None and tokens:
+                bytes_per_token(self._bytes_per_token, attempt.progress, tokens)
 
     def _hear_others(self, model: ModelConfig, snapshot: StatsSnapshot, now: float) -> None:
         """Tell the beliefs the other replicas' answers not heard yet (``gateway.routing.belief_others``), each as
@@ -326,7 +329,7 @@ class BeliefRouter:
         as it was recorded before the snapshot was taken), never before what the belief heard last."""
         new = self.others.new_of(snapshot, model)
         for key, answer in new:
-            belief = self.belief(*key)
+            belief = self.belief(key[0], key[1])
             at = now - max(0.0, snapshot.taken_at - answer.at)
             for heard in (belief.heard_at, belief.failures.heard_at):
                 at = at if heard is None else max(at, heard)
@@ -335,7 +338,7 @@ class BeliefRouter:
     def _tell(self, key: DeploymentKey, answer: Answer, at: float, elapsed_s: float | None) -> None:
         """Tell ``key``'s belief one answer (``belief_attempts.tell``) and, where its level or scatter moved, pool its
         model's priors again (a failure alone leaves every prior as it was)."""
-        belief = self.belief(*key)
+        belief = self.belief(key[0], key[1])
         answers = belief.answers
         tell(belief, self.priors.get(key, NO_PRIOR), answer, at, elapsed_s)
         if belief.answers != answers:

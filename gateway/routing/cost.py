@@ -24,10 +24,13 @@ def valid_rate(valid: int, judged: int) -> float:
     return (valid + 5) / (judged + 5)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Shape:
     """What the cost of a request depends on: its prompt, its expected answer, and per deployment (by name) what
-    of the prompt is cached there and how likely a valid answer is."""
+    of the prompt is cached there and how likely a valid answer is.
+
+    Never changed once made (one per plan). Not frozen, so that its written-out ``__init__`` compiles (``Prior``'s
+    precedent): the generated one stays interpreted and sets each field through ``object.__setattr__``."""
 
     prompt_tokens: int
     output_tokens: float
@@ -36,6 +39,19 @@ class Shape:
     """Prompt tokens expected from each deployment's cache (``affinity.cached_on``; absent: none)."""
     valid: Mapping[str, float] = field(default_factory=dict)
     """Each deployment's chance of an answer valid for this request's kind (``valid_rate``; absent: 1)."""
+
+    def __init__(
+        self,
+        prompt_tokens: int,
+        output_tokens: float,
+        cached: Mapping[str, int] | None = None,
+        valid: Mapping[str, float] | None = None,
+    ) -> None:
+        # A field left out (None) gets its ``default_factory``'s value, as the generated ``__init__`` gives it.
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.cached = {} if cached is None else cached
+        self.valid = {} if valid is None else valid
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from gateway.routing.draws import STANDARD_NORMAL
+from gateway.routing.draws import STANDARD_NORMAL, new_tuple
 from gateway.routing.priors import MEMORY
 
 if TYPE_CHECKING:
@@ -56,7 +56,9 @@ def shape_of(
     session: str | None = None,
 ) -> LengthKey:
     """The request's ``LengthKey``: ``max_tokens`` counted by its power of two."""
-    return LengthKey(model, max_tokens.bit_length() if max_tokens else 0, api, stream, kind, client, session)
+    magnitude = max_tokens.bit_length() if max_tokens else 0
+    # ``LengthKey(...)`` with every field given, without the named tuple's Python ``__new__`` (one per plan).
+    return new_tuple(LengthKey, (model, magnitude, api, stream, kind, client, session))
 
 
 def request_shape(request: RouteRequest) -> LengthKey:
@@ -196,4 +198,5 @@ class Lengths:
         sigma = math.sqrt(log_var * (1.0 + 1.0 / (answers + PRIOR_ANSWERS)))
         if max_tokens:
             mean = min(mean, float(max_tokens))
-        return Forecast(key, max_tokens, max(1.0, mean), log_mean, sigma, answers, source)
+        # ``Forecast(...)``, every field given, without the named tuple's Python ``__new__`` (one per plan).
+        return new_tuple(Forecast, (key, max_tokens, max(1.0, mean), log_mean, sigma, answers, source))
