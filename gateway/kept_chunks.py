@@ -16,7 +16,7 @@ two whole chunks share, shortened to what a later chunk shares with it when that
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 MIN_HEAD = 32
 """Shared beginnings shorter than this are not worth a head: such chunks are kept whole."""
@@ -42,11 +42,14 @@ class KeptChunks:
     Not thread-safe; one per meter.
     """
 
-    __slots__ = ("times", "datas", "heads", "parts", "head", "_first")
+    __slots__ = ("times", "arrive", "datas", "heads", "parts", "head", "_first")
 
     def __init__(self) -> None:
         self.times = array("d")
         """Each entry's arrival (clock reading)."""
+        self.arrive: Callable[[float], None] = self.times.append
+        """``times.append``, bound once (and again where ``times`` is replaced, ``split``): the meter notes every
+        chunk's arrival through it, and compiled code would otherwise look the array's method up by name each time."""
         self.datas: list[bytes] = []
         """Each entry's bytes after its head."""
         self.heads: list[bytes] = []
@@ -62,7 +65,7 @@ class KeptChunks:
         return len(self.datas)
 
     def append(self, at: float, data: bytes, whole: bool) -> None:
-        self.times.append(at)
+        self.arrive(at)
         if not whole:
             self.parts.append(len(self.datas))
             self.datas.append(data)
@@ -108,6 +111,7 @@ class KeptChunks:
         cut = max(len(self.datas) - keep, 0)
         older = KeptChunks()
         older.times, self.times = self.times[:cut], self.times[cut:]
+        older.arrive, self.arrive = older.times.append, self.times.append
         older.datas, self.datas = self.datas[:cut], self.datas[cut:]
         older.heads, self.heads = self.heads[:cut], self.heads[cut:]
         older.parts = [index for index in self.parts if index < cut]

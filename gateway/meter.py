@@ -37,8 +37,7 @@ from gateway.tokens import TokenCounter
 from gateway.types import Clock
 
 _find: Final = scans.find
-"""``scans.find``, held where compiled code reads it directly (mypyc keeps a ``Final`` in a C static: no look-up by
-name on each chunk)."""
+"""``scans.find``, held where compiled code reads it directly (a ``Final`` is a C static: no look-up by name)."""
 
 Repeats = Callable[[dict[str, Any]], bool]
 """Whether an event with text only repeats the request's prompt (``StreamMeter``'s ``repeats``)."""
@@ -46,8 +45,7 @@ FOLD_ENTRIES = 256
 """Kept chunks (or events) past which the older ones are read into the running tally and their bytes dropped:
 with one event a chunk, a few hundred events' JSON held at a time, not a 200k-token stream's 4 MB."""
 FOLD_KEEP = 8
-"""Chunks left unread at a fold: what a stream's end is read from (chat's timings: its last 3 events) is never
-folded before the finish."""
+"""Chunks left unread at a fold, so that what a stream's end is read from (chat's last 3 events) is read last."""
 
 
 def _parse_all(datas: list[bytes]) -> list[dict[str, Any] | None]:
@@ -123,10 +121,12 @@ class StreamMeter:
         "first_error",
         "response_id",
         "received_bytes",
+        "_fold_at",
     )
 
     fold_at: ClassVar[int] = FOLD_ENTRIES
-    """Kept chunks that trigger a fold (a class attribute: a test's subclass folds sooner, or never)."""
+    """Kept chunks that trigger a fold (a class attribute: a test's subclass folds sooner, or never); read once per
+    meter (``_fold_at``): compiled code reads a class attribute by name, and ``feed`` reads it on every chunk."""
 
     def __init__(self, clock: Clock, sent_at: float, dialect: Dialect = CHAT, repeats: Repeats | None = None) -> None:
         self._clock = clock
@@ -149,8 +149,7 @@ class StreamMeter:
         """The ending event as providers send it (chat: ``data: [DONE]``), to find it at a chunk's end."""
         self.first_output_at: float | None = None
         self.done = False
-        """The stream's ending arrived (``data: [DONE]``, ``response.completed``, ``message_stop``): it is over,
-        whatever the connection does next."""
+        """The stream's ending came (``data: [DONE]``, ``response.completed``, ``message_stop``): it is over."""
         self.malformed = False
         """An event that is not JSON arrived before the first output."""
         self.finish_seen = False
@@ -163,6 +162,7 @@ class StreamMeter:
         """The response's id, when an event before the first output named it (Responses API)."""
         self.received_bytes = 0
         """Bytes fed so far: the router reads a stream's progress from it while it runs (``StreamProgress``)."""
+        self._fold_at = self.fold_at
 
     def feed(self, chunk: bytes) -> None:
         """Note one relayed chunk. Cheap: no JSON once the first output has been seen.
@@ -199,7 +199,7 @@ class StreamMeter:
             if _find(chunk, mark) < 0 if mark is not None else not self._may_end(chunk):
                 # ``_keep``, inlined: this is every chunk of a stream after its first token.
                 kept = self._events
-                kept.times.append(now)
+                kept.arrive(now)
                 datas = kept.datas
                 head = kept.head
                 if head and chunk.startswith(head):  # held without the beginning it shares with the stream's others
@@ -209,7 +209,7 @@ class StreamMeter:
                     kept.keep_unshared(chunk)
                 if not self.finish_arrived and self._may_finish(chunk):
                     self.finish_arrived = True
-                if len(datas) >= self.fold_at:
+                if len(datas) >= self._fold_at:
                     self._fold()
                 return
             ending = self._ending
@@ -247,7 +247,7 @@ class StreamMeter:
         self._events.append(now, chunk, True)
         if not self.finish_arrived and self._dialect.may_finish(chunk):
             self.finish_arrived = True
-        if len(self._events) >= self.fold_at:
+        if len(self._events) >= self._fold_at:
             self._fold()
 
     def _note(self, now: float, data: bytes) -> None:
@@ -257,14 +257,14 @@ class StreamMeter:
             return
         # ``KeptChunks.append`` of one event's data, inlined: every event before the first token comes here.
         kept = self._events
-        kept.times.append(now)
+        kept.arrive(now)
         datas = kept.datas
         kept.parts.append(len(datas))
         datas.append(data)
         kept.heads.append(b"")
         if not self.finish_arrived and self._may_finish(data):
             self.finish_arrived = True
-        if len(datas) >= self.fold_at:
+        if len(datas) >= self._fold_at:
             self._fold()
         ends = dialect.done_data is None and dialect.may_end(data)
         if self.first_output_at is not None and not ends:

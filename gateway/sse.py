@@ -166,6 +166,11 @@ def data_of(block: bytes) -> bytes | None:
     return b"\n".join(lines) if lines else None
 
 
+_decode: Final = msgspec.json.decode
+"""``msgspec.json.decode``, held where compiled code calls it directly (no module, attribute and method look-ups by
+name on each event the meter parses before a stream's first output)."""
+
+
 def parse_event(data: bytes) -> dict[str, Any] | None:
     """One event's data as a JSON object, as ``json.loads`` reads it; None when it is not JSON, or not an object.
 
@@ -174,7 +179,7 @@ def parse_event(data: bytes) -> dict[str, Any] | None:
     ``json.loads``, so the result is ``json``'s.
     """
     try:
-        event = msgspec.json.decode(data)
+        event = _decode(data)
     except (msgspec.MsgspecError, RecursionError):
         try:
             event = json.loads(data)

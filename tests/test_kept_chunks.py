@@ -46,3 +46,20 @@ def test_a_shared_beginning_is_held_once() -> None:
 def test_shared_length(a: bytes, b: bytes) -> None:
     n = shared_length(a, b)
     assert a[:n] == b[:n] and (n == min(len(a), len(b)) or a[n] != b[n])
+
+
+@given(entries(), st.lists(st.integers(0, 40), max_size=6))
+def test_arrivals_follow_their_entries_across_splits(kept: list[tuple[bytes, bool]], splits: list[int]) -> None:
+    """``arrive`` (the bound ``times.append`` the meter notes each arrival through) writes to the entries' own
+    ``times`` after every ``split``, as the meter appends and folds in turn; the part taken out is bound to its own."""
+    chunks = KeptChunks()
+    taken: list[tuple[float, bytes, bool]] = []
+    cuts = iter(splits)
+    for index, (data, whole) in enumerate(kept):
+        if index % 7 == 6 and (keep := next(cuts, None)) is not None:
+            older = chunks.split(keep)
+            assert older.arrive.__self__ is older.times and chunks.arrive.__self__ is chunks.times  # type: ignore[attr-defined]
+            taken += list(older)
+        chunks.append(float(index), data, whole)  # its arrival through ``arrive``
+    taken += list(chunks)
+    assert taken == [(float(index), data, whole) for index, (data, whole) in enumerate(kept)]

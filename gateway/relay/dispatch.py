@@ -251,7 +251,7 @@ async def attempt_in_order(
     candidates: tuple[Candidate, ...] = plan.candidates
     lone = len(candidates) == 1
     again: Candidate | None = None  # the candidate that just failed, to be asked again
-    retries = Retries()
+    retries: Retries | None = None  # made at the first failure: most requests' first attempt answers
     while budget.allows_another():
         if again is not None:
             # A lone deployment's retry passes its open circuit (a 429 opens it at once) and waits for
@@ -274,6 +274,8 @@ async def attempt_in_order(
             await runner.open(request, attempt, budget)
         except UpstreamError as exc:
             budget.failed(exc, candidate)
+            if retries is None:
+                retries = Retries()
             if await retries.ask_again(runner, budget, candidate, exc, candidates, lone):
                 again = candidate
             continue

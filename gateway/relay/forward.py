@@ -55,10 +55,12 @@ _find: Final = scans.find
 """``scans.find``, held where compiled code reads it directly (mypyc keeps a ``Final`` in a C static: no look-up by
 name on each chunk)."""
 
-_ERROR_KEY = b'"error"'
-_USAGE_KEY = b'"usage"'
-_EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
-_SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
+# ``Final``, as ``_find``: ``feed`` reads ``_ERROR_KEY`` on every chunk, and a plain module name is a look-up by name
+# on each read in the compiled module.
+_ERROR_KEY: Final = b'"error"'
+_USAGE_KEY: Final = b'"usage"'
+_EMPTY_CHOICES: Final = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+_SEPARATORS: Final = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
 
 class EventForwarder:
