@@ -68,7 +68,7 @@ def test_a_clear_leader_goes_first_and_exploration_stays_within_its_budget() -> 
     rng, budget = random.Random(1), Budget()
     firsts, extra = [], 0
     for _ in range(400):
-        budget.credit("m")
+        budget.credit("m", RACE_BUDGET)
         choice = choose(options, Shape(20, 256), WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
         firsts.append(choice.order[0])
         extra += bool(choice.race) or choice.shadow is not None
@@ -103,7 +103,7 @@ def _looks(beliefs: list[Belief], output_tokens: int, requests: int) -> tuple[in
     rng, budget = random.Random(5), Budget()
     races = shadows = 0
     for _ in range(requests):
-        budget.credit("m")
+        budget.credit("m", RACE_BUDGET)
         choice = choose(options, Shape(20, output_tokens), WEIGHTS, 100.0, rng, may_race=True, budget=budget, model="m")
         races += bool(choice.race)
         shadows += choice.shadow is not None

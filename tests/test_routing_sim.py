@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from gateway.fakes import FakeBehavior
-from gateway.routing.choose import BUDGET_START, RACE_BUDGET
+from gateway.routing.choose import RACE_BUDGET
+from gateway.routing.health import BUDGET_START
 from tests.routing_sim import ADMIN_KEY, Reply, Sim, SimProvider, Sims, share, sims_fixture  # noqa: F401 (the sims fixture)
 from tests.support.wait import wait_until
 

@@ -100,16 +100,14 @@ def test_a_races_time_is_the_earlier_first_token_and_the_winners_stream() -> Non
 
 def test_the_pace_is_the_mean_gap_so_far_then_of_about_the_last_memory() -> None:
     budget = Budget()
-    budget.credit("m")
-    budget.credit("m")
-    assert budget.pace("m") is None  # no time told: unknown
-    budget.credit("m", 0.0)
+    assert budget.pace("m") is None  # nothing heard: unknown
+    budget.streamed("m", 0.0)
     assert budget.pace("m") is None
-    budget.credit("m", 1.0)
-    budget.credit("m", 4.0)
+    budget.streamed("m", 1.0)
+    budget.streamed("m", 4.0)
     assert budget.pace("m") == pytest.approx(1 / 2.0)  # gaps 1 and 3
     for i in range(10 * MEMORY):
-        budget.credit("m", 5.0 + 0.1 * i)
+        budget.streamed("m", 5.0 + 0.1 * i)
     assert budget.pace("m") == pytest.approx(10.0, rel=1e-3)
 
 
@@ -118,7 +116,7 @@ def _looks_over(options: list[Option], requests: int, pace: float, start: float)
     looks = 0
     for k in range(requests):
         now = start + k / pace
-        budget.credit("m", now)
+        budget.streamed("m", now)
         choice = choose(options, Shape(20, 256), WEIGHTS, now, rng, may_race=True, budget=budget, model="m")
         looks += bool(choice.race) or choice.shadow is not None
     return looks

@@ -134,7 +134,7 @@ class BeliefRouter:
         counts.requests += 1
         steered = preferences.steers
         if stream and not steered:
-            self.budget.credit(name, now)
+            self.budget.streamed(name, now)
         if stream and policy.hedging:
             self.state.hedges.credit(name, policy.hedge_budget)
         # ``explore_share = 0``: no look, no draw; only a stream's cold start (and its race) remains.

@@ -17,15 +17,13 @@ from gateway.config import DeploymentConfig
 from gateway.routing.belief import Belief
 from gateway.routing.belief_look import gains
 from gateway.routing.cost import Cost, Shape, Weights, cost, scores
+from gateway.routing.health import LookBudget
 from gateway.routing.priors import MEMORY, Prior
 from gateway.routing.worth import Race, drained_usd, look_cost, news_in_s, race_time
 from gateway.routing.worth import worth as look_worth
 
 RACE_BUDGET = 0.10
 """Share of streamed requests that may carry one extra attempt to look at another deployment (a race or a shadow)."""
-BUDGET_START = 1.0
-"""Looks a model's budget holds before its first request: looks stay within ``BUDGET_START + RACE_BUDGET`` ×
-streamed requests."""
 COLD_RACE = 3
 """Attempts one cold start may race at once, a measured leader counted: each loser is drained and billed."""
 
@@ -74,20 +72,17 @@ class Counts:
 
 
 @dataclass
-class Budget:
-    """A token bucket per model: each streamed request adds ``RACE_BUDGET``, each look spends one. Beside it, the
-    model's pace of streamed requests (over about ``MEMORY`` gaps), which ``worth`` reads."""
+class Budget(LookBudget):
+    """The races' and shadows' look budget (``RACE_BUDGET`` a streamed request); beside it, the model's pace of
+    streamed requests (over about ``MEMORY`` gaps), which ``worth`` reads."""
 
-    burst: float = 2.0
-    tokens: dict[str, float] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)
     gap_s: dict[str, float] = field(default_factory=dict)
     gaps: dict[str, int] = field(default_factory=dict)
 
-    def credit(self, model: str, now: float | None = None) -> None:
-        self.tokens[model] = min(self.burst, self.tokens.get(model, BUDGET_START) + RACE_BUDGET)
-        if now is None:
-            return
+    def streamed(self, model: str, now: float) -> None:
+        """A streamed request of ``model`` arrived at ``now``: its share of a look, and its gap to the last."""
+        self.credit(model, RACE_BUDGET)
         last = self.last.get(model)
         self.last[model] = now
         if last is not None:  # a running mean over about the last ``MEMORY`` gaps
@@ -99,15 +94,6 @@ class Budget:
         """Streamed requests a second, None until a gap between two of them is known."""
         gap = self.gap_s.get(model)
         return 1.0 / gap if gap else None
-
-    def ready(self, model: str) -> bool:
-        return self.tokens.get(model, BUDGET_START) >= 1.0
-
-    def take(self, model: str) -> bool:
-        if not self.ready(model):
-            return False
-        self.tokens[model] = self.tokens.get(model, BUDGET_START) - 1.0
-        return True
 
 
 def choose(

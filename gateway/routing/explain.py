@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 
 from gateway.policies import PolicyConfig
 from gateway.routing.apis import upstream_api
-from gateway.routing.choose import BUDGET_START, RACE_BUDGET
+from gateway.routing.choose import RACE_BUDGET
+from gateway.routing.health import BUDGET_START
 from gateway.routing.ranking import BeliefView, Ranked, Ranking
 from gateway.samples import Endpoint
 from gateway.tables import format_table

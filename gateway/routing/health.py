@@ -177,19 +177,27 @@ class HealthBoard:
         on_change(key, "closed")
 
 
+BUDGET_START = 1.0
+"""Looks a model's bucket holds before its first request: looks stay within ``BUDGET_START`` + the share ×
+requests (a quiet start still allows the first race or hedge)."""
+
+
 @dataclass
-class HedgeBudget:
-    """A token bucket per model: each hedge-eligible request adds ``budget`` tokens, each hedge spends one, so hedges
-    stay within ``budget`` × requests plus ``burst`` (a quiet start still allows the first hedge)."""
+class LookBudget:
+    """A token bucket per model, for extra attempts (a race's or shadow's look, a hedge): each eligible request adds
+    its share, each extra attempt spends one, so they stay within the share × requests plus ``burst``."""
 
     burst: float = 2.0
     tokens: dict[str, float] = field(default_factory=dict)
 
-    def credit(self, model: str, budget: float) -> None:
-        self.tokens[model] = min(self.burst, self.tokens.get(model, 1.0) + budget)
+    def credit(self, model: str, share: float) -> None:
+        self.tokens[model] = min(self.burst, self.tokens.get(model, BUDGET_START) + share)
+
+    def ready(self, model: str) -> bool:
+        return self.tokens.get(model, BUDGET_START) >= 1.0
 
     def take(self, model: str) -> bool:
-        tokens = self.tokens.get(model, 1.0)
+        tokens = self.tokens.get(model, BUDGET_START)
         if tokens < 1.0:
             return False
         self.tokens[model] = tokens - 1.0
@@ -285,7 +293,7 @@ class RouterState:
     """What the router remembers between requests; carried over from one config to the next."""
 
     health: HealthBoard = field(default_factory=HealthBoard)
-    hedges: HedgeBudget = field(default_factory=HedgeBudget)
+    hedges: LookBudget = field(default_factory=LookBudget)
     provider_in_flight: dict[str, int] = field(default_factory=dict)
     deployment_in_flight: dict[DeploymentKey, int] = field(default_factory=dict)
     sent_in_flight: dict[int, int] = field(default_factory=dict)
