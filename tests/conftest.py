@@ -13,7 +13,10 @@ import os
 os.environ.setdefault("GATEWAY_NATIVE", "0")
 
 from collections.abc import Callable, Iterator  # noqa: E402
+from typing import Any  # noqa: E402
 
+import anthropic  # noqa: E402
+import openai  # noqa: E402
 import pytest  # noqa: E402
 
 from gateway.config import GatewayConfig  # noqa: E402
@@ -23,6 +26,27 @@ from tests.redis_topologies import SENTINEL_PASSWORD, LoopbackCluster, SentinelG
 from tests.support.fakes import Fakes  # noqa: E402
 from tests.support.gateway import Gateway, GatewayServers  # noqa: E402
 from tests.support.servers import ServerThread, stop_all  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def sdk_clients_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every synchronous SDK client a test makes is closed when the test ends. An unclosed client keeps its pooled
+    socket until the garbage collector finds it, in whichever later test a collection happens to run; its
+    ResourceWarning (an error in this suite) then fails a test that did nothing wrong."""
+    made: list[openai.OpenAI | anthropic.Anthropic] = []
+    for cls in (openai.OpenAI, anthropic.Anthropic):
+        monkeypatch.setattr(cls, "__init__", _tracked_init(cls.__init__, made))
+    yield
+    for client in made:
+        client.close()
+
+
+def _tracked_init(init: Callable[..., None], made: list[Any]) -> Callable[..., None]:
+    def tracked(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    return tracked
 
 
 @pytest.fixture
